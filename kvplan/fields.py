@@ -1,0 +1,126 @@
+"""Validated reads from a config dict: every missing or malformed field becomes a one-line error.
+
+`null` in a config means "use the derived value" (transformers and vLLM both treat it so), so a
+null field reads as absent.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kvplan.errors import KvplanError
+
+_MISSING = object()
+MAX_DIM = 1 << 31  # no real config has a dimension this large; anything above is corrupt
+
+
+class Fields:
+    """A config dict with typed, validated getters; `source` names the config in messages."""
+
+    def __init__(self, data: dict, source: str, parent: dict | None = None):
+        if not isinstance(data, dict):
+            raise KvplanError(f"{source}: config is not a JSON object")
+        self.data = data
+        self.parent = parent or {}
+        self.source = source
+
+    def has(self, name: str) -> bool:
+        return self.data.get(name) is not None
+
+    def raw(self, *names: str, default: Any = None) -> Any:
+        for name in names:
+            value = self.data.get(name)
+            if value is not None:
+                return value
+        return default
+
+    def int(self, *names: str, default: Any = _MISSING, minimum: int = 1, why: str = "") -> int:
+        for name in names:
+            value = self.data.get(name)
+            if value is not None:
+                return self._check_int(name, value, minimum)
+        if default is _MISSING:
+            reason = f" (needed for {why})" if why else ""
+            raise KvplanError(f"{self.source}: config lacks {names[0]}{reason}")
+        return default
+
+    def opt_int(self, *names: str, minimum: int = 1) -> int | None:
+        return self.int(*names, default=None, minimum=minimum)
+
+    def window(self, name: str, default: Any = None) -> int | None:
+        """A window size: null or 0 disables it (vLLM treats 0 as disabled)."""
+        if name not in self.data:
+            return default
+        value = self.data[name]
+        if value is None or value == 0:
+            return None
+        return self._check_int(name, value, 1)
+
+    def bool(self, name: str, default: bool) -> bool:
+        value = self.data.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise KvplanError(f"{self.source}: field {name} must be true or false, got {value!r}")
+        return value
+
+    def float(self, name: str, default: float) -> float:
+        value = self.data.get(name)
+        if value is None:
+            return default
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            raise KvplanError(f"{self.source}: field {name} must be a number, got {value!r}")
+        return float(value)
+
+    def int_list(self, name: str, length: int | None = None, minimum: int = 0) -> list[int] | None:
+        value = self.data.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            raise KvplanError(
+                f"{self.source}: field {name} must be a list, got {type(value).__name__}"
+            )
+        out = [self._check_int(name, item, minimum) for item in value]
+        if length is not None and len(out) != length:
+            raise KvplanError(
+                f"{self.source}: field {name} has {len(out)} entries, expected {length}"
+            )
+        return out
+
+    def str_list(self, name: str, length: int | None = None) -> list[str] | None:
+        value = self.data.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise KvplanError(f"{self.source}: field {name} must be a list of strings")
+        if length is not None and len(value) != length:
+            raise KvplanError(
+                f"{self.source}: field {name} has {len(value)} entries, expected {length}"
+            )
+        return list(value)
+
+    def string(self, name: str, default: str | None = None) -> str | None:
+        value = self.data.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise KvplanError(f"{self.source}: field {name} must be a string, got {value!r}")
+        return value
+
+    def _check_int(self, name: str, value: Any, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise KvplanError(f"{self.source}: field {name} must be an integer, got {value!r}")
+        if isinstance(value, float):
+            if not math.isfinite(value) or value != int(value):
+                raise KvplanError(f"{self.source}: field {name} must be an integer, got {value!r}")
+            value = int(value)
+        if value < minimum or value > MAX_DIM:
+            raise KvplanError(
+                f"{self.source}: field {name} = {value} is out of range (at least {minimum})"
+            )
+        return value

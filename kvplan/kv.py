@@ -1,0 +1,109 @@
+"""The KV-cache formulas, each written once.
+
+Notation (docs/formulas.md): L layers, Hkv KV heads, d head_dim, p bytes per element, s context
+tokens, B batch. For a full-attention layer stack: bytes_per_token = 2 * L * Hkv * d * p.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kvplan.dtypes import KvFormat
+from kvplan.model import ModelSpec
+
+
+class CacheGroup(NamedTuple):
+    """Layers that hold the same kind of cache, as one row of a breakdown."""
+
+    label: str
+    kind: str  # full | sliding | chunked | mla | state
+    num_layers: int
+    num_kv_heads: int  # per rank; 0 for state groups
+    head_dim: int
+    window: int | None
+    bytes_per_token_per_layer: int  # per rank; 0 for state groups
+    state_bytes_per_layer: int  # per rank; 0 for attention groups
+
+    def tokens_held(self, context_len: int) -> int:
+        if self.kind in ("sliding", "chunked"):
+            return min(context_len, self.window)
+        return 0 if self.kind == "state" else context_len
+
+    def bytes_per_sequence(self, context_len: int) -> int:
+        """kv_group_bytes = layers * (tokens_held(s) * bytes_per_token_per_layer + state_bytes)."""
+        return self.num_layers * (
+            self.tokens_held(context_len) * self.bytes_per_token_per_layer
+            + self.state_bytes_per_layer
+        )
+
+
+def cache_groups(spec: ModelSpec, fmt: KvFormat, tp: int = 1) -> list[CacheGroup]:
+    """Group the layers by what they cache; a hybrid layer (KV + state) appears in two groups."""
+    groups: dict[tuple, list] = {}
+    for layer in spec.layers:
+        if layer.attention is not None:
+            a = layer.attention
+            key = ("attn", a.label(), a.kv_heads_per_rank(tp), a.head_dim, a.head_dim_v)
+            entry = groups.setdefault(
+                key,
+                [
+                    a.label(),
+                    a.kind,
+                    0,
+                    a.kv_heads_per_rank(tp),
+                    a.head_dim,
+                    a.window,
+                    a.kv_bytes_per_token(fmt, tp),
+                    0,
+                ],
+            )
+            entry[2] += 1
+        if layer.state is not None:
+            st = layer.state
+            key = ("state", st.label(), st)
+            entry = groups.setdefault(
+                key, [st.label(), "state", 0, 0, 0, None, 0, st.bytes_per_sequence(tp)]
+            )
+            entry[2] += 1
+    return [CacheGroup(*values) for values in groups.values()]
+
+
+def kv_bytes_per_sequence(spec: ModelSpec, context_len: int, fmt: KvFormat, tp: int = 1) -> int:
+    """Bytes one sequence holds at `context_len` on one rank: every layer's KV (windows capped)
+    plus every fixed-size state."""
+    return sum(g.bytes_per_sequence(context_len) for g in cache_groups(spec, fmt, tp))
+
+
+def kv_bytes_per_token(spec: ModelSpec, fmt: KvFormat, tp: int = 1) -> int:
+    """Bytes per token if every attention layer held every token (windows ignored, no state):
+    2 * L * Hkv * d * p for a plain GQA stack; L * (kv_lora_rank + rope) * p for MLA."""
+    return sum(
+        layer.attention.kv_bytes_per_token(fmt, tp)
+        for layer in spec.layers
+        if layer.attention is not None
+    )
+
+
+def kv_bytes_per_token_at(spec: ModelSpec, context_len: int, fmt: KvFormat, tp: int = 1) -> float:
+    """Average bytes per cached token at `context_len`: per-sequence bytes / context_len."""
+    return kv_bytes_per_sequence(spec, context_len, fmt, tp) / context_len
+
+
+def state_bytes_per_sequence(spec: ModelSpec, tp: int = 1) -> int:
+    """The fixed part of a sequence's cache: recurrent states, independent of context."""
+    return sum(layer.state.bytes_per_sequence(tp) for layer in spec.layers if layer.state)
+
+
+def batch_equal(weights_bytes: float, kv_bytes_per_seq: float) -> float | None:
+    """B_equal = weights / per-sequence KV: the batch at which the cache equals the weights."""
+    if kv_bytes_per_seq <= 0:
+        return None
+    return weights_bytes / kv_bytes_per_seq
+
+
+def gqa_saving_factor(spec: ModelSpec, fmt: KvFormat) -> float | None:
+    """Multi-head-equivalent bytes per token / actual bytes per token (Hq/Hkv for plain GQA)."""
+    actual = kv_bytes_per_token(spec, fmt)
+    if actual == 0:
+        return None
+    return spec.mha_equivalent_bytes_per_token(fmt) / actual

@@ -1,0 +1,255 @@
+"""A model as kvplan sees it: a list of layers, each holding at most one attention cache and at most
+one fixed-size recurrent state, plus a parameter count broken into named parts.
+
+Heterogeneous models are data: one loop over `layers` sizes every architecture.
+The value types are NamedTuples: immutable, and cheap to define (the CLI's start-up budget).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import NamedTuple
+
+from kvplan.dtypes import ELEMENT_BYTES, KvFormat
+from kvplan.errors import KvplanError
+
+ATTENTION_KINDS = ("full", "sliding", "chunked", "mla")
+STATE_KINDS = ("mamba1", "mamba2", "gated_deltanet")
+
+
+class Attention(NamedTuple):
+    """One layer's attention, as far as the cache and the FLOPs are concerned.
+
+    kind: full | sliding (keeps the last `window` tokens) | chunked (keeps up to `window` tokens
+    of the current chunk) | mla (one latent of width `head_dim`, no separate V).
+    num_kv_heads / head_dim / head_dim_v: what the cache stores per token (MLA: 1 / latent / 0).
+    qk_head_dim / v_head_dim: per-query-head widths used by the attention FLOPs.
+    """
+
+    kind: str
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    head_dim_v: int
+    qk_head_dim: int
+    v_head_dim: int
+    window: int | None = None
+    mla_kv_lora_rank: int = 0
+    mla_rope_dim: int = 0
+
+    def kv_heads_per_rank(self, tp: int) -> int:
+        """KV heads one tensor-parallel rank stores: max(1, Hkv // tp); MLA's latent is replicated."""
+        if self.kind == "mla":
+            return 1
+        return max(1, self.num_kv_heads // tp)
+
+    def kv_bytes_per_token(self, fmt: KvFormat, tp: int = 1) -> int:
+        """Bytes one token occupies in this layer's cache on one rank (K and V, or the MLA latent)."""
+        heads = self.kv_heads_per_rank(tp)
+        if self.kind == "mla":
+            return fmt.head_vector_bytes(self.head_dim)
+        return heads * (
+            fmt.head_vector_bytes(self.head_dim) + fmt.head_vector_bytes(self.head_dim_v)
+        )
+
+    def tokens_held(self, context_len: int) -> int:
+        """Tokens this layer keeps for one sequence at `context_len`: s, or min(s, window)."""
+        if self.kind in ("sliding", "chunked"):
+            return min(context_len, self.window)
+        return context_len
+
+    def label(self) -> str:
+        if self.kind == "sliding":
+            return f"sliding window {self.window:,}"
+        if self.kind == "chunked":
+            return f"chunked attention {self.window:,}"
+        if self.kind == "mla":
+            return f"MLA latent {self.mla_kv_lora_rank}+{self.mla_rope_dim}"
+        return "full attention"
+
+
+class State(NamedTuple):
+    """A fixed-size recurrent state per sequence (Mamba-1, Mamba-2, Gated DeltaNet).
+
+    Shapes follow vLLM's MambaStateShapeCalculator: the conv state keeps (conv_kernel - 1) columns.
+    mamba1: conv (k-1) x intermediate, ssm intermediate x state_size.
+    mamba2: conv (k-1) x (intermediate + 2*groups*state_size), ssm heads x head_dim x state_size.
+    gated_deltanet: conv (k-1) x (2*key_heads*key_dim + value_heads*value_dim),
+                    ssm value_heads x value_dim x key_dim.
+    """
+
+    kind: str
+    conv_kernel: int
+    intermediate: int = 0
+    state_size: int = 0
+    num_heads: int = 0
+    head_dim: int = 0
+    num_groups: int = 0
+    key_heads: int = 0
+    key_dim: int = 0
+    conv_dtype: str = "bf16"
+    ssm_dtype: str = "bf16"
+
+    def elements(self, tp: int = 1) -> tuple[int, int]:
+        """(conv elements, ssm elements) one rank stores for one sequence."""
+        taps = self.conv_kernel - 1
+        if self.kind == "mamba1":
+            inner = self.intermediate // tp
+            return taps * inner, inner * self.state_size
+        if self.kind == "mamba2":
+            groups = self.num_groups
+            if groups % tp:  # vLLM replicates groups up to a multiple of tp
+                groups = groups + (tp - groups % tp)
+            conv = taps * (self.intermediate // tp + 2 * (groups // tp) * self.state_size)
+            return conv, (self.num_heads // tp) * self.head_dim * self.state_size
+        if self.kind == "gated_deltanet":
+            conv = taps * (2 * self.key_heads * self.key_dim + self.num_heads * self.head_dim) // tp
+            return conv, (self.num_heads // tp) * self.head_dim * self.key_dim
+        raise KvplanError(f"unknown state kind {self.kind!r}")
+
+    def bytes_per_sequence(self, tp: int = 1) -> int:
+        conv, ssm = self.elements(tp)
+        return conv * ELEMENT_BYTES[self.conv_dtype] + ssm * ELEMENT_BYTES[self.ssm_dtype]
+
+    def split_heads(self) -> int:
+        """The head count tensor parallelism divides."""
+        return self.num_heads if self.kind != "mamba1" else self.intermediate
+
+    def label(self) -> str:
+        return {
+            "mamba1": "Mamba-1 state",
+            "mamba2": "Mamba-2 state",
+            "gated_deltanet": "Gated DeltaNet state",
+        }[self.kind]
+
+
+class Layer(NamedTuple):
+    attention: Attention | None = None
+    state: State | None = None
+
+    @property
+    def cache_label(self) -> str:
+        parts = [c.label() for c in (self.attention, self.state) if c is not None]
+        return " + ".join(parts) if parts else "no cache"
+
+
+class MoE(NamedTuple):
+    """Routed experts: `num_layers` MoE layers of `num_experts`, `top_k` used per token."""
+
+    num_experts: int
+    top_k: int
+    params_per_expert: int
+    num_layers: int
+
+    def expected_experts_touched(self, batch_size: int) -> float:
+        """Distinct experts a batch of tokens touches per MoE layer under uniform routing:
+        E * (1 - (1 - k/E)^B)."""
+        e, k = self.num_experts, self.top_k
+        return e * (1.0 - (1.0 - k / e) ** batch_size)
+
+
+class ModelSpec(NamedTuple):
+    """Everything kvplan derives from a config.json: layers, parameters, dtypes, notes."""
+
+    name: str
+    model_type: str
+    family: str
+    hidden_size: int
+    vocab_size: int
+    layers: tuple[Layer, ...]
+    param_parts: dict[str, int]
+    dtype: str  # model dtype name: bf16, fp16, fp32
+    moe: MoE | None = None
+    tied_embeddings: bool = False
+    max_position_embeddings: int | None = None
+    weights_quantization: str | None = (
+        None  # 'fp8' (block scales) or 'mxfp4' (experts), from config
+    )
+    quantization_block: tuple[int, int] | None = None
+    notes: tuple[str, ...] = ()
+
+    # --- parameters -------------------------------------------------------------------------
+    @property
+    def params_total(self) -> int:
+        return sum(self.param_parts.values())
+
+    @property
+    def params_active(self) -> int:
+        """Parameters used per token: routed experts count k/E; everything else in full."""
+        if self.moe is None:
+            return self.params_total
+        inactive = (self.moe.num_experts - self.moe.top_k) * self.moe.params_per_expert
+        return self.params_total - inactive * self.moe.num_layers
+
+    @property
+    def embedding_lookup_params(self) -> int:
+        """Parameters used only as a table lookup (the input embedding, when not tied)."""
+        return 0 if self.tied_embeddings else self.param_parts.get("embedding", 0)
+
+    # --- cache geometry ---------------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def attention_layers(self) -> list[Attention]:
+        return [layer.attention for layer in self.layers if layer.attention is not None]
+
+    def state_layers(self) -> list[State]:
+        return [layer.state for layer in self.layers if layer.state is not None]
+
+    def layer_kind_counts(self) -> Counter:
+        return Counter(layer.cache_label for layer in self.layers)
+
+    @property
+    def num_q_heads(self) -> int:
+        attn = self.attention_layers()
+        return attn[0].num_q_heads if attn else 0
+
+    @property
+    def num_kv_heads(self) -> int:
+        attn = [a for a in self.attention_layers() if a.kind != "mla"]
+        return attn[0].num_kv_heads if attn else (1 if self.attention_layers() else 0)
+
+    @property
+    def head_dim(self) -> int:
+        attn = self.attention_layers()
+        return attn[0].head_dim if attn else 0
+
+    def check_tp(self, tp: int) -> None:
+        """Tensor parallelism must divide the query heads, and divide or be divided by the KV heads."""
+        if tp < 1 or tp > 1024:
+            raise KvplanError(f"--tp {tp} must be between 1 and 1024")
+        for attn in self.attention_layers():
+            if attn.num_q_heads % tp:
+                raise KvplanError(
+                    f"--tp {tp} does not divide the {attn.num_q_heads} query heads of {self.name}"
+                )
+            if attn.kind != "mla" and attn.num_kv_heads % tp and tp % attn.num_kv_heads:
+                raise KvplanError(
+                    f"--tp {tp} neither divides nor is a multiple of the {attn.num_kv_heads} KV heads"
+                    f" of {self.name}"
+                )
+        for state in self.state_layers():
+            if state.split_heads() % tp:
+                raise KvplanError(
+                    f"--tp {tp} does not divide the {state.split_heads()} state heads of {self.name}"
+                )
+
+    def mha_equivalent_bytes_per_token(self, fmt: KvFormat) -> int:
+        """What the attention layers would store per token with one KV head per query head
+        (the multi-head baseline that GQA, MQA and MLA save against); windows ignored."""
+        total = 0
+        for attn in self.attention_layers():
+            total += attn.num_q_heads * (
+                fmt.head_vector_bytes(attn.qk_head_dim) + fmt.head_vector_bytes(attn.v_head_dim)
+            )
+        return total
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def log2_int(value: int) -> float:
+    return math.log2(value) if value > 0 else 0.0

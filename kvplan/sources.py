@@ -1,0 +1,150 @@
+"""Where a model's config.json comes from: a bundled alias, a path, or the Hugging Face Hub.
+
+Loading is JSON parsing only: no `trust_remote_code`, no `auto_map` import, nothing executed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import NamedTuple
+
+from kvplan.errors import KvplanError
+
+HUB_TIMEOUT_S = 10
+
+
+class BundledModel(NamedTuple):
+    alias: str
+    file: str
+    repo_ids: tuple[str, ...]
+
+
+@lru_cache(maxsize=1)
+def bundled_models() -> dict[str, BundledModel]:
+    index = json.loads((_bundled_dir() / "index.json").read_text(encoding="utf-8"))
+    return {
+        alias: BundledModel(alias, entry["file"], tuple(entry.get("repo_ids", ())))
+        for alias, entry in index["models"].items()
+    }
+
+
+def _bundled_dir() -> Path:
+    import kvplan.model_configs as package  # the model_configs/ folder, shipped in the wheel
+
+    return Path(package.__path__[0])
+
+
+def _lookup_bundled(name: str) -> BundledModel | None:
+    key = name.strip().lower()
+    models = bundled_models()
+    if key in models:
+        return models[key]
+    for model in models.values():
+        if key in (r.lower() for r in model.repo_ids) or key == model.file.lower():
+            return model
+    return None
+
+
+def parse_config_text(text: str, source: str) -> dict:
+    """Python's json accepts the non-standard `Infinity` that real configs (Nemotron-H) contain."""
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        msg = getattr(exc, "msg", "too deeply nested")
+        raise KvplanError(f"{source}: invalid JSON ({msg})") from None
+    if not isinstance(data, dict):
+        raise KvplanError(f"{source}: config.json must hold a JSON object")
+    return data
+
+
+def load_config(model: str) -> tuple[dict, str, str]:
+    """(config dict, display name, source description) for a model argument."""
+    if not isinstance(model, str) or not model.strip():
+        raise KvplanError("no model given")
+    bundled = _lookup_bundled(model)
+    if bundled is not None:
+        text = (_bundled_dir() / bundled.file).read_text(encoding="utf-8")
+        return parse_config_text(text, bundled.alias), bundled.alias, f"bundled:{bundled.file}"
+    path = Path(model).expanduser()
+    if path.exists() or model.endswith(".json") or model.startswith((".", "/", "~")):
+        return _load_path(path)
+    if _looks_like_repo_id(model):
+        text = fetch_hub_config(model)
+        return parse_config_text(text, model), model, f"hub:{model}"
+    raise KvplanError(_unknown_message(model))
+
+
+def _load_path(path: Path) -> tuple[dict, str, str]:
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise KvplanError(f"{path}: no such config file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KvplanError(f"{path}: cannot read ({exc.__class__.__name__})") from None
+    name = path.parent.name if path.name == "config.json" else path.stem
+    return parse_config_text(text, str(path)), name or str(path), str(path)
+
+
+def _looks_like_repo_id(model: str) -> bool:
+    parts = model.split("/")
+    return len(parts) == 2 and all(parts) and " " not in model
+
+
+def _unknown_message(model: str) -> str:
+    import difflib
+
+    names = list(bundled_models())
+    close = difflib.get_close_matches(model.lower(), names, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return (
+        f"unknown model {model!r}: not a bundled name, a config path or an owner/name Hub id"
+        f"{hint} (kvplan models lists the bundled ones)"
+    )
+
+
+def fetch_hub_config(repo_id: str) -> str:
+    """Download only config.json (cached by huggingface-hub), failing fast and clearly offline."""
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", str(HUB_TIMEOUT_S))
+    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", str(HUB_TIMEOUT_S))
+    try:
+        import huggingface_hub
+        from huggingface_hub import errors as hub_errors
+    except ImportError:  # pragma: no cover - a core dependency
+        raise KvplanError("huggingface-hub is not installed; pass a path to config.json") from None
+    try:
+        path = huggingface_hub.hf_hub_download(repo_id, "config.json")
+    except hub_errors.GatedRepoError:
+        raise KvplanError(
+            f"{repo_id} is gated: accept its licence on the Hub and set HF_TOKEN"
+        ) from None
+    except hub_errors.RepositoryNotFoundError:
+        raise KvplanError(
+            f"{repo_id}: no such repository on the Hub (or it is private: set HF_TOKEN)"
+        ) from None
+    except hub_errors.EntryNotFoundError:
+        raise KvplanError(f"{repo_id}: the repository has no config.json") from None
+    except hub_errors.LocalEntryNotFoundError:
+        raise KvplanError(
+            f"{repo_id}: not in the local cache and the Hub cannot be reached "
+            "(offline or HF_HUB_OFFLINE=1); pass a path to config.json"
+        ) from None
+    except hub_errors.HfHubHTTPError as exc:
+        raise KvplanError(f"{repo_id}: the Hub answered {exc.__class__.__name__}") from None
+    except (OSError, ValueError) as exc:
+        raise KvplanError(
+            f"{repo_id}: cannot fetch config.json ({exc.__class__.__name__})"
+        ) from None
+    return Path(path).read_text(encoding="utf-8")
+
+
+def load_model(model: str):
+    """A model argument -> ModelSpec."""
+    from kvplan.architectures import build_model
+
+    raw, name, source = load_config(model)
+    return build_model(raw, name, source)
