@@ -108,14 +108,27 @@ def _unknown_message(model: str) -> str:
 
 
 def fetch_hub_config(repo_id: str) -> str:
-    """Download only config.json (cached by huggingface-hub), failing fast and clearly offline."""
+    """Download only config.json (cached by huggingface-hub), failing fast and clearly offline:
+    the local cache first, then a short reachability probe, then one download."""
     os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", str(HUB_TIMEOUT_S))
     os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", str(HUB_TIMEOUT_S))
     try:
         import huggingface_hub
+        from huggingface_hub import constants
         from huggingface_hub import errors as hub_errors
     except ImportError:  # pragma: no cover - a core dependency
         raise KvplanError("huggingface-hub is not installed; pass a path to config.json") from None
+    unreachable = (
+        f"{repo_id}: not in the local cache and the Hub cannot be reached "
+        "(offline or HF_HUB_OFFLINE=1); pass a path to config.json"
+    )
+    try:
+        cached = huggingface_hub.hf_hub_download(repo_id, "config.json", local_files_only=True)
+        return Path(cached).read_text(encoding="utf-8")
+    except (hub_errors.LocalEntryNotFoundError, hub_errors.EntryNotFoundError, OSError, ValueError):
+        pass
+    if constants.HF_HUB_OFFLINE or not _reachable(constants.ENDPOINT):
+        raise KvplanError(unreachable)
     try:
         path = huggingface_hub.hf_hub_download(repo_id, "config.json")
     except hub_errors.GatedRepoError:
@@ -126,20 +139,29 @@ def fetch_hub_config(repo_id: str) -> str:
         raise KvplanError(
             f"{repo_id}: no such repository on the Hub (or it is private: set HF_TOKEN)"
         ) from None
+    except hub_errors.LocalEntryNotFoundError:
+        raise KvplanError(unreachable) from None
     except hub_errors.EntryNotFoundError:
         raise KvplanError(f"{repo_id}: the repository has no config.json") from None
-    except hub_errors.LocalEntryNotFoundError:
-        raise KvplanError(
-            f"{repo_id}: not in the local cache and the Hub cannot be reached "
-            "(offline or HF_HUB_OFFLINE=1); pass a path to config.json"
-        ) from None
     except hub_errors.HfHubHTTPError as exc:
         raise KvplanError(f"{repo_id}: the Hub answered {exc.__class__.__name__}") from None
     except (OSError, ValueError) as exc:
-        raise KvplanError(
-            f"{repo_id}: cannot fetch config.json ({exc.__class__.__name__})"
-        ) from None
+        raise KvplanError(f"{repo_id}: cannot fetch config.json ({exc.__class__.__name__})") from None
     return Path(path).read_text(encoding="utf-8")
+
+
+def _reachable(endpoint: str, timeout_s: float = 3.0) -> bool:
+    """One TCP connection to the Hub endpoint, so no-network fails in seconds, not retries."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "", port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
 
 
 def load_model(model: str):

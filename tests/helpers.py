@@ -1,0 +1,50 @@
+"""Shared test helpers (imported as a sibling module under --import-mode=importlib)."""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+from kvplan.architectures import build_model
+from kvplan.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    """Run the CLI in-process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main(list(argv))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return code, out.getvalue(), err.getvalue()
+
+
+def run_json(*argv: str) -> dict:
+    code, out, err = run_cli(*argv, "--format", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def spec_from(config: dict, name: str = "test-model"):
+    return build_model(config, name)
+
+
+def llama_like(**overrides) -> dict:
+    config = {
+        "model_type": "llama",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "intermediate_size": 2816,
+        "vocab_size": 32000,
+        "torch_dtype": "bfloat16",
+    }
+    config.update(overrides)
+    return config

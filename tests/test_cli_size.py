@@ -1,0 +1,147 @@
+"""`kvplan size` and `kvplan models` through the command line."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import REPO, run_cli, run_json
+
+
+def test_json_contract_keys():
+    data = run_json("size", "llama-3.1-70b", "--ctx", "8k,128k", "--batch", "1,8",
+                    "--kv-dtype", "bf16,fp8")
+    assert isinstance(data["kvplan_version"], str)
+    model = data["model"]
+    for key in ("name", "params_total", "params_active", "weights_bytes"):
+        assert key in model
+    assert len(data["rows"]) == 2 * 2 * 2
+    for row in data["rows"]:
+        for key, kind in (("context_len", int), ("batch_size", int), ("kv_dtype", str),
+                          ("tp", int), ("kv_bytes_per_sequence", int), ("kv_bytes_total", int),
+                          ("batch_equal", float)):
+            assert isinstance(row[key], kind), key
+    assert isinstance(data["notes"], list)
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "csv"])
+def test_every_format_carries_the_numbers_and_the_notes(fmt):
+    code, out, err = run_cli("size", "deepseek-v3", "--ctx", "32k", "--kv-dtype", "fp8",
+                             "--format", fmt)
+    assert code == 0, err
+    assert "MLA" in out  # the MLA note travels in every format
+    if fmt == "csv":
+        rows = list(csv.DictReader(line for line in io.StringIO(out) if not line.startswith("#")))
+        assert int(rows[0]["kv_bytes_per_sequence"]) == 61 * 576 * 32768
+    else:
+        assert "1.07" in out  # 2,303,721,472 B = 2.30 GB = 2.15 GiB / 2 for fp8 -> 1.07 GiB
+
+
+def test_context_suffixes():
+    data = run_json("size", "llama-3.1-8b", "--ctx", "8192,8k,1m")
+    assert [r["context_len"] for r in data["rows"]] == [8192, 8192, 1048576]
+
+
+def test_breakdown_rows_per_group():
+    data = run_json("size", "gemma-3-27b", "--ctx", "8k", "--breakdown")
+    groups = {g["group"]: g for g in data["breakdown"]}
+    assert groups["sliding window 1,024"]["tokens_held"] == 1024
+    assert groups["full attention"]["num_layers"] == 10
+    assert sum(g["bytes_per_sequence"] for g in data["breakdown"]) == \
+        data["rows"][0]["kv_bytes_per_sequence"]
+
+
+def test_config_path_and_folder(tmp_path):
+    src = (REPO / "model_configs" / "Llama-3.1-8B.json").read_text()
+    (tmp_path / "config.json").write_text(src)
+    by_folder = run_json("size", str(tmp_path))
+    by_file = run_json("size", str(tmp_path / "config.json"))
+    assert by_folder["rows"] == by_file["rows"]
+
+
+def test_repo_id_resolves_to_the_bundled_copy_offline():
+    data = run_json("size", "meta-llama/Llama-3.1-70B")
+    assert data["model"]["name"] == "llama-3.1-70b"
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["size", "llama-3.1-7b"], "did you mean"),
+    (["size", "llama-3.1-8b", "--ctx", "-5"], "not a token count"),
+    (["size", "llama-3.1-8b", "--ctx", "0"], "between 1"),
+    (["size", "llama-3.1-8b", "--batch", "x"], "not a whole number"),
+    (["size", "llama-3.1-8b", "--kv-dtype", "fp6"], "unknown KV dtype"),
+    (["size", "llama-3.1-8b", "--weights-dtype", "q2"], "unknown weights dtype"),
+    (["size", "llama-3.1-8b", "--tp", "3"], "does not divide"),
+    (["size", "/nonexistent/config.json"], "no such config file"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, needle):
+    code, out, err = run_cli(*argv)
+    assert code == 2
+    assert needle in err
+    assert err.count("\n") == 1 and err.startswith("error: ")
+
+
+def test_invalid_json_and_missing_fields(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"model_type": "llama", ')
+    code, _, err = run_cli("size", str(bad))
+    assert code == 2 and "invalid JSON" in err
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    code, _, err = run_cli("size", str(partial))
+    assert code == 2 and "lacks" in err
+
+
+def test_auto_map_code_is_never_imported(tmp_path):
+    (tmp_path / "configuration_evil.py").write_text("raise SystemExit('executed!')\n")
+    config = json.loads((REPO / "model_configs" / "DeepSeek-V3.json").read_text())
+    config["auto_map"] = {"AutoConfig": "configuration_evil.EvilConfig"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert run_json("size", str(tmp_path))["model"]["params_total"] == 671_026_404_352
+
+
+def test_hub_lookup_offline_fails_fast_and_clearly(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvplan", "size", "someorg/not-bundled-model"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "cannot be reached" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_models_lists_every_bundled_model():
+    data = run_json("models")
+    names = {m["name"] for m in data["models"]}
+    assert {"llama-3.1-70b", "deepseek-v3", "gemma-3-27b", "gpt-oss-120b"} <= names
+    llama = next(m for m in data["models"] if m["name"] == "llama-3.1-70b")
+    assert llama["kv_bytes_per_token"] == 327_680
+
+
+def test_size_path_imports_no_heavy_modules():
+    code = (
+        "import sys; from kvplan.cli import main\n"
+        "sys.argv=['kvplan','size','llama-3.1-70b','--ctx','128k']\n"
+        "try: main()\nexcept SystemExit: pass\n"
+        "heavy = [m for m in ('torch','numpy','matplotlib','huggingface_hub','yaml','rich.console')"
+        " if m in sys.modules]\n"
+        "print('HEAVY', heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    assert "HEAVY []" in out
+
+
+def test_hub_lookup_without_network_fails_in_seconds(tmp_path):
+    env = dict(os.environ, HF_HOME=str(tmp_path), HF_ENDPOINT="http://127.0.0.1:9")
+    env.pop("HF_HUB_OFFLINE", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvplan", "size", "someorg/not-bundled-model"],
+        capture_output=True, text=True, env=env, timeout=30,
+    )
+    assert proc.returncode == 2
+    assert "cannot be reached" in proc.stderr
