@@ -829,6 +829,29 @@ def _quantization(top: dict, text: dict, source: str) -> tuple[str | None, tuple
     return (str(method) if method else None), None
 
 
+def _vision_params(top: dict) -> int:
+    """A ViT/SigLIP vision tower from `vision_config` (an estimate: attention and MLP with biases,
+    two LayerNorms per layer, patch and position embeddings, a linear projector to the LM)."""
+    vc = top.get("vision_config")
+    if not isinstance(vc, dict):
+        return 0
+    try:
+        f = Fields(vc, "vision_config")
+        h = f.int("hidden_size")
+        inter = f.int("intermediate_size")
+        layers = f.int("num_hidden_layers", "depth")
+        patch = f.int("patch_size", default=14)
+        image = f.int("image_size", default=224)
+        channels = f.int("num_channels", default=3)
+    except KvplanError:
+        return 0
+    per_layer = 4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h
+    embeddings = channels * patch * patch * h + h + (image // patch) ** 2 * h
+    text = top.get("text_config") or {}
+    text_hidden = text.get("hidden_size") if isinstance(text.get("hidden_size"), int) else h
+    return layers * per_layer + embeddings + 2 * h + h * text_hidden + h
+
+
 def _finish(spec_parts: dict, name: str, f: Fields, top: dict, ctx: dict) -> ModelSpec:
     notes = ctx["notes"]
     quant, block = _quantization(top, f.data, f.source)
@@ -864,5 +887,6 @@ def _finish(spec_parts: dict, name: str, f: Fields, top: dict, ctx: dict) -> Mod
         max_position_embeddings=max_pos,
         weights_quantization=quant,
         quantization_block=block,
+        vision_params=_vision_params(top),
         notes=tuple(notes),
     )

@@ -97,17 +97,195 @@ def models_cmd(fmt: OutputFormat = FORMAT_OPTION) -> None:
     emit(render(models_report(), fmt))
 
 
+@app.command("roofline")
+@command
+def roofline_cmd(
+    model: str = typer.Argument(None, help=MODEL_HELP + " Omit to describe the GPU alone."),
+    gpu: str = typer.Option("h100", "--gpu", help="Profile name, alias (h100, a100, ...) or YAML."),
+    ctx: str = typer.Option("8k", "--ctx", help="Context lengths; the first is also the prefill."),
+    batch: str = typer.Option("1,8,64", "--batch", help="Decode batch sizes."),
+    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype (see kvplan size)."),
+    weights_dtype: str = typer.Option("auto", "--weights-dtype", help="Weights dtype."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree: per-GPU figures."),
+    plot: Path = typer.Option(None, "--plot", help="Write a log-log roofline chart (.png/.svg)."),
+    fmt: OutputFormat = FORMAT_OPTION,
+) -> None:
+    """Prefill and decode on the device's roofline: intensity, time floors, ceilings."""
+    from kvplan.hardware import load_profile
+    from kvplan.roofline import RooflineRequest, device_report, roofline
+    from kvplan.units import parse_int_list, parse_token_list
+
+    profile = load_profile(gpu)
+    if model is None:
+        emit(render(device_report(profile), fmt))
+        return
+    from kvplan.sources import load_model
+
+    request = RooflineRequest(
+        contexts=tuple(parse_token_list(ctx)),
+        batches=tuple(parse_int_list(batch, what="batch size", maximum=1 << 24)),
+        kv_dtype=kv_dtype,
+        weights_dtype=weights_dtype,
+        tp=tp,
+    )
+    report = roofline(load_model(model), profile, request)
+    if plot is not None:
+        from kvplan.plots import roofline_plot
+
+        roofline_plot(report.data, plot)
+    emit(render(report, fmt))
+
+
+@app.command("capacity")
+@command
+def capacity_cmd(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    gpu: str = typer.Option("h100", "--gpu", help="Profile name, alias or YAML file."),
+    num_gpus: int = typer.Option(None, "--num-gpus", help="GPUs in all (replicas of TP x PP)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree."),
+    ctx: str = typer.Option("32k", "--ctx", help="Context length per sequence."),
+    batch: int = typer.Option(1, "--batch", help="Batch for the longest-context answer."),
+    gpu_mem_util: float = typer.Option(0.9, "--gpu-mem-util", help="Fraction of memory used."),
+    weights_dtype: str = typer.Option("auto", "--weights-dtype", help="Weights dtype."),
+    kv_dtype: str = typer.Option(
+        "auto",
+        "--kv-dtype",
+        help="KV dtype (engine spelling with --engine: auto, fp8, fp8_e4m3, ...).",
+    ),
+    block_size: int = typer.Option(
+        None, "--block-size", help="Tokens per KV block (16; vLLM MLA backends force 64)."
+    ),
+    reserve: str = typer.Option(
+        "auto", "--reserve", help="auto, or GiB for activations and runtime per GPU."
+    ),
+    prefix_tokens: str = typer.Option("0", "--prefix-tokens", help="Shared prefix tokens (4k)."),
+    mean_len: str = typer.Option(None, "--mean-len", help="Mean tokens a sequence really uses."),
+    engine: str = typer.Option(
+        None, "--engine", help="Model an engine's allocator: vllm or sglang."
+    ),
+    kv_cache_memory: str = typer.Option(
+        None,
+        "--kv-cache-memory",
+        help="With --engine: the engine's available KV memory (e.g. 19.53GiB).",
+    ),
+    max_model_len: str = typer.Option(
+        None, "--max-model-len", help="With --engine: defaults to --ctx."
+    ),
+    max_num_batched_tokens: int = typer.Option(
+        8192, "--max-num-batched-tokens", help="Prefill chunk (vLLM default 8192)."
+    ),
+    hybrid_chunked: bool = typer.Option(
+        False,
+        "--hybrid-chunked",
+        help="vLLM: keep chunked "
+        "layers chunked (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_"
+        "HYBRID_KV_CACHE=1).",
+    ),
+    mem_fraction_static: float = typer.Option(
+        None, "--mem-fraction-static", help="SGLang's memory fraction (default 0.9)."
+    ),
+    emit_flags: str = typer.Option(None, "--emit", help="Print engine flags instead: vllm."),
+    plot: Path = typer.Option(
+        None, "--plot", help="Max users vs context per KV dtype (.png/.svg)."
+    ),
+    fmt: OutputFormat = FORMAT_OPTION,
+) -> None:
+    """How many concurrent requests fit on a GPU (engine-free, or as vLLM/SGLang allocate)."""
+    from kvplan.hardware import load_profile
+    from kvplan.sources import load_model
+    from kvplan.units import parse_tokens
+
+    spec, profile = load_model(model), load_profile(gpu)
+    context_len = parse_tokens(ctx)
+    if engine is not None:
+        from kvplan.engines import EngineRequest, engine_capacity
+
+        request = EngineRequest(
+            engine=engine,
+            max_model_len=parse_tokens(max_model_len, what="--max-model-len")
+            if max_model_len
+            else context_len,
+            kv_cache_dtype=kv_dtype,
+            block_size=block_size,
+            max_num_batched_tokens=max_num_batched_tokens,
+            tp=tp,
+            pp=pp,
+            gpu_mem_util=gpu_mem_util if gpu_mem_util != 0.9 or engine != "sglang" else 0.9,
+            kv_cache_memory=kv_cache_memory,
+            hybrid_chunked=hybrid_chunked,
+            mem_fraction_static=mem_fraction_static,
+        )
+        emit(render(engine_capacity(spec, profile, request), fmt))
+        return
+    from kvplan.capacity import CapacityRequest, capacity, concurrency_curve, vllm_flags
+
+    request = CapacityRequest(
+        context_len=context_len,
+        batch_size=batch,
+        num_gpus=num_gpus,
+        tp=tp,
+        pp=pp,
+        gpu_mem_util=gpu_mem_util,
+        weights_dtype=weights_dtype,
+        kv_dtype=kv_dtype,
+        block_size=block_size or 16,
+        reserve=reserve,
+        prefix_tokens=0
+        if prefix_tokens == "0"
+        else parse_tokens(prefix_tokens, what="--prefix-tokens"),
+        mean_len=parse_tokens(mean_len, what="--mean-len") if mean_len else None,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
+    report = capacity(spec, profile, request)
+    if plot is not None:
+        from kvplan.plots import capacity_plot
+
+        contexts = [2**k for k in range(10, 21)]
+        capacity_plot(
+            concurrency_curve(spec, profile, request, contexts),
+            f"{spec.name} on {profile.name} (TP {tp})",
+            plot,
+        )
+    if emit_flags is not None:
+        if emit_flags != "vllm":
+            raise KvplanError(f"--emit {emit_flags!r}: only vllm is supported")
+        emit(vllm_flags(spec, request, report.data["max_concurrency"]))
+        return
+    emit(render(report, fmt))
+
+
+@app.command("gpus")
+@command
+def gpus_cmd(fmt: OutputFormat = FORMAT_OPTION) -> None:
+    """List the hardware profiles with their ridge points."""
+    from kvplan.gpus import gpus_report
+
+    emit(render(gpus_report(), fmt))
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
-        app(args=argv, prog_name="kvplan")
+        code = app(args=argv, prog_name="kvplan", standalone_mode=False)
     except KvplanError as exc:  # raised outside a command (option callbacks)
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    except Exception as exc:  # never a traceback for users; KVPLAN_DEBUG=1 shows it
-        if os.environ.get("KVPLAN_DEBUG"):
-            raise
-        typer.echo(
-            f"internal error: {exc.__class__.__name__}: {exc} (KVPLAN_DEBUG=1 for details)",
-            err=True,
-        )
-        sys.exit(1)
+    except Exception as exc:
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):  # click usage errors
+            message = " ".join(exc.format_message().split())
+            typer.echo(f"error: {message} (kvplan --help)", err=True)
+            sys.exit(exc.exit_code or 2)
+        if exc.__class__.__name__ == "Abort":
+            sys.exit(130)
+        _internal_error(exc)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _internal_error(exc: Exception) -> None:
+    """Never a traceback for users; KVPLAN_DEBUG=1 shows it."""
+    if os.environ.get("KVPLAN_DEBUG"):
+        raise exc
+    typer.echo(
+        f"internal error: {exc.__class__.__name__}: {exc} (KVPLAN_DEBUG=1 for details)", err=True
+    )
+    sys.exit(1)

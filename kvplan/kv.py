@@ -107,3 +107,31 @@ def gqa_saving_factor(spec: ModelSpec, fmt: KvFormat) -> float | None:
     if actual == 0:
         return None
     return spec.mha_equivalent_bytes_per_token(fmt) / actual
+
+
+def paged_tokens_held(group: CacheGroup, context_len: int, block_size: int) -> int:
+    """Token slots a paged allocator gives one sequence in this group: whole blocks. A sliding
+    window can start mid-block, so it may span one block more than ceil(W / block)."""
+    if group.kind == "state":
+        return 0
+    blocks = -(-context_len // block_size)
+    if group.kind == "sliding":
+        blocks = min(blocks, -(-group.window // block_size) + 1)
+    elif group.kind == "chunked":
+        blocks = min(blocks, -(-group.window // block_size))
+    return blocks * block_size
+
+
+def paged_bytes_per_sequence(
+    spec: ModelSpec, context_len: int, fmt: KvFormat, tp: int = 1, block_size: int = 16
+) -> int:
+    """Bytes one sequence occupies under paging: whole blocks per layer group, plus its state.
+    The waste against kv_bytes_per_sequence is under one block per sequence per group."""
+    return sum(
+        g.num_layers
+        * (
+            paged_tokens_held(g, context_len, block_size) * g.bytes_per_token_per_layer
+            + g.state_bytes_per_layer
+        )
+        for g in cache_groups(spec, fmt, tp)
+    )

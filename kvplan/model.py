@@ -167,6 +167,7 @@ class ModelSpec(NamedTuple):
         None  # 'fp8' (block scales) or 'mxfp4' (experts), from config
     )
     quantization_block: tuple[int, int] | None = None
+    vision_params: int = 0  # excluded from the counts; engines load it
     notes: tuple[str, ...] = ()
 
     # --- parameters -------------------------------------------------------------------------
@@ -245,6 +246,21 @@ class ModelSpec(NamedTuple):
                 fmt.head_vector_bytes(attn.qk_head_dim) + fmt.head_vector_bytes(attn.v_head_dim)
             )
         return total
+
+
+def pp_stages(spec: ModelSpec, pp: int) -> list[ModelSpec]:
+    """Split the layers into `pp` pipeline stages the way vLLM does (get_pp_indices): an even
+    share each, the remainder given to the stages just before the last."""
+    if pp < 1 or pp > spec.num_layers:
+        raise KvplanError(f"--pp {pp} must be between 1 and the {spec.num_layers} layers")
+    sizes = [spec.num_layers // pp] * pp
+    for i in range(2, spec.num_layers % pp + 2):
+        sizes[-i] += 1
+    stages, start = [], 0
+    for size in sizes:
+        stages.append(spec._replace(layers=spec.layers[start : start + size]))
+        start += size
+    return stages
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -146,7 +146,9 @@ def fetch_hub_config(repo_id: str) -> str:
     except hub_errors.HfHubHTTPError as exc:
         raise KvplanError(f"{repo_id}: the Hub answered {exc.__class__.__name__}") from None
     except (OSError, ValueError) as exc:
-        raise KvplanError(f"{repo_id}: cannot fetch config.json ({exc.__class__.__name__})") from None
+        raise KvplanError(
+            f"{repo_id}: cannot fetch config.json ({exc.__class__.__name__})"
+        ) from None
     return Path(path).read_text(encoding="utf-8")
 
 

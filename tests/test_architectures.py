@@ -65,7 +65,10 @@ def test_mistral_v01_and_phi3_are_all_sliding():
 def test_gemma2_even_layers_slide():
     spec = load_model("gemma-2-9b")
     assert [layer.attention.kind for layer in spec.layers[:4]] == [
-        "sliding", "full", "sliding", "full",
+        "sliding",
+        "full",
+        "sliding",
+        "full",
     ]
     assert kv_bytes_per_token(spec, BF16) == 2 * 42 * 8 * 256 * 2  # head_dim 256, not 224
 
@@ -174,7 +177,10 @@ def test_mixed_layer_types_with_legacy_names():
     )
     spec = spec_from(config)
     assert [layer.attention.kind for layer in spec.layers] == [
-        "sliding", "full", "sliding", "full",
+        "sliding",
+        "full",
+        "sliding",
+        "full",
     ]
 
 
@@ -184,10 +190,14 @@ def test_unknown_layer_type_is_refused():
 
 
 def test_qwen2_partial_sliding_from_max_window_layers():
-    config = llama_like(model_type="qwen2", use_sliding_window=True, sliding_window=256,
-                        max_window_layers=2)
+    config = llama_like(
+        model_type="qwen2", use_sliding_window=True, sliding_window=256, max_window_layers=2
+    )
     assert [layer.attention.kind for layer in spec_from(config).layers] == [
-        "full", "full", "sliding", "sliding",
+        "full",
+        "full",
+        "sliding",
+        "sliding",
     ]
 
 
@@ -199,11 +209,22 @@ def test_unknown_model_type_uses_generic_rule_with_a_note():
 
 def test_jamba_periods():
     config = {
-        "model_type": "jamba", "hidden_size": 512, "num_hidden_layers": 16,
-        "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 1024,
-        "vocab_size": 1000, "attn_layer_period": 8, "attn_layer_offset": 4,
-        "expert_layer_period": 2, "expert_layer_offset": 1, "num_experts": 4,
-        "num_experts_per_tok": 2, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2,
+        "model_type": "jamba",
+        "hidden_size": 512,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "intermediate_size": 1024,
+        "vocab_size": 1000,
+        "attn_layer_period": 8,
+        "attn_layer_offset": 4,
+        "expert_layer_period": 2,
+        "expert_layer_offset": 1,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
         "torch_dtype": "bfloat16",
     }
     spec = spec_from(config)
@@ -216,9 +237,17 @@ def test_jamba_periods():
 
 def test_mamba2_is_attention_free():
     config = {
-        "model_type": "mamba2", "hidden_size": 256, "num_hidden_layers": 4, "num_heads": 8,
-        "head_dim": 64, "expand": 2, "state_size": 16, "n_groups": 1, "conv_kernel": 4,
-        "vocab_size": 100, "torch_dtype": "float32",
+        "model_type": "mamba2",
+        "hidden_size": 256,
+        "num_hidden_layers": 4,
+        "num_heads": 8,
+        "head_dim": 64,
+        "expand": 2,
+        "state_size": 16,
+        "n_groups": 1,
+        "conv_kernel": 4,
+        "vocab_size": 100,
+        "torch_dtype": "float32",
     }
     spec = spec_from(config)
     assert spec.attention_layers() == []
@@ -227,8 +256,14 @@ def test_mamba2_is_attention_free():
 
 
 def test_gpt2_legacy_names():
-    config = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
-              "vocab_size": 50257, "n_positions": 1024}
+    config = {
+        "model_type": "gpt2",
+        "n_embd": 768,
+        "n_layer": 12,
+        "n_head": 12,
+        "vocab_size": 50257,
+        "n_positions": 1024,
+    }
     spec = spec_from(config)
     assert spec.params_total == 124_439_808  # GPT-2 small
     assert kv_bytes_per_token(spec, KvFormat("fp32")) == 2 * 12 * 12 * 64 * 4

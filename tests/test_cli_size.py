@@ -14,25 +14,33 @@ from helpers import REPO, run_cli, run_json
 
 
 def test_json_contract_keys():
-    data = run_json("size", "llama-3.1-70b", "--ctx", "8k,128k", "--batch", "1,8",
-                    "--kv-dtype", "bf16,fp8")
+    data = run_json(
+        "size", "llama-3.1-70b", "--ctx", "8k,128k", "--batch", "1,8", "--kv-dtype", "bf16,fp8"
+    )
     assert isinstance(data["kvplan_version"], str)
     model = data["model"]
     for key in ("name", "params_total", "params_active", "weights_bytes"):
         assert key in model
     assert len(data["rows"]) == 2 * 2 * 2
     for row in data["rows"]:
-        for key, kind in (("context_len", int), ("batch_size", int), ("kv_dtype", str),
-                          ("tp", int), ("kv_bytes_per_sequence", int), ("kv_bytes_total", int),
-                          ("batch_equal", float)):
+        for key, kind in (
+            ("context_len", int),
+            ("batch_size", int),
+            ("kv_dtype", str),
+            ("tp", int),
+            ("kv_bytes_per_sequence", int),
+            ("kv_bytes_total", int),
+            ("batch_equal", float),
+        ):
             assert isinstance(row[key], kind), key
     assert isinstance(data["notes"], list)
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown", "csv"])
 def test_every_format_carries_the_numbers_and_the_notes(fmt):
-    code, out, err = run_cli("size", "deepseek-v3", "--ctx", "32k", "--kv-dtype", "fp8",
-                             "--format", fmt)
+    code, out, err = run_cli(
+        "size", "deepseek-v3", "--ctx", "32k", "--kv-dtype", "fp8", "--format", fmt
+    )
     assert code == 0, err
     assert "MLA" in out  # the MLA note travels in every format
     if fmt == "csv":
@@ -52,8 +60,10 @@ def test_breakdown_rows_per_group():
     groups = {g["group"]: g for g in data["breakdown"]}
     assert groups["sliding window 1,024"]["tokens_held"] == 1024
     assert groups["full attention"]["num_layers"] == 10
-    assert sum(g["bytes_per_sequence"] for g in data["breakdown"]) == \
-        data["rows"][0]["kv_bytes_per_sequence"]
+    assert (
+        sum(g["bytes_per_sequence"] for g in data["breakdown"])
+        == data["rows"][0]["kv_bytes_per_sequence"]
+    )
 
 
 def test_config_path_and_folder(tmp_path):
@@ -69,16 +79,19 @@ def test_repo_id_resolves_to_the_bundled_copy_offline():
     assert data["model"]["name"] == "llama-3.1-70b"
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["size", "llama-3.1-7b"], "did you mean"),
-    (["size", "llama-3.1-8b", "--ctx", "-5"], "not a token count"),
-    (["size", "llama-3.1-8b", "--ctx", "0"], "between 1"),
-    (["size", "llama-3.1-8b", "--batch", "x"], "not a whole number"),
-    (["size", "llama-3.1-8b", "--kv-dtype", "fp6"], "unknown KV dtype"),
-    (["size", "llama-3.1-8b", "--weights-dtype", "q2"], "unknown weights dtype"),
-    (["size", "llama-3.1-8b", "--tp", "3"], "does not divide"),
-    (["size", "/nonexistent/config.json"], "no such config file"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["size", "llama-3.1-7b"], "did you mean"),
+        (["size", "llama-3.1-8b", "--ctx", "-5"], "not a token count"),
+        (["size", "llama-3.1-8b", "--ctx", "0"], "between 1"),
+        (["size", "llama-3.1-8b", "--batch", "x"], "not a whole number"),
+        (["size", "llama-3.1-8b", "--kv-dtype", "fp6"], "unknown KV dtype"),
+        (["size", "llama-3.1-8b", "--weights-dtype", "q2"], "unknown weights dtype"),
+        (["size", "llama-3.1-8b", "--tp", "3"], "does not divide"),
+        (["size", "/nonexistent/config.json"], "no such config file"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv, needle):
     code, out, err = run_cli(*argv)
     assert code == 2
@@ -109,7 +122,10 @@ def test_hub_lookup_offline_fails_fast_and_clearly(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path))
     proc = subprocess.run(
         [sys.executable, "-m", "kvplan", "size", "someorg/not-bundled-model"],
-        capture_output=True, text=True, env=env, timeout=60,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert proc.returncode == 2
     assert "cannot be reached" in proc.stderr and "Traceback" not in proc.stderr
@@ -141,7 +157,10 @@ def test_hub_lookup_without_network_fails_in_seconds(tmp_path):
     env.pop("HF_HUB_OFFLINE", None)
     proc = subprocess.run(
         [sys.executable, "-m", "kvplan", "size", "someorg/not-bundled-model"],
-        capture_output=True, text=True, env=env, timeout=30,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
     )
     assert proc.returncode == 2
     assert "cannot be reached" in proc.stderr

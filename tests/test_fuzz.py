@@ -21,16 +21,22 @@ CONFIGS = sorted((REPO / "model_configs").glob("*.json"))
 CONFIGS = [p for p in CONFIGS if p.name != "index.json"]
 
 junk = st.one_of(
-    st.none(), st.booleans(), st.integers(-5, 1 << 40), st.floats(allow_nan=True),
-    st.text(max_size=5), st.lists(st.integers(-2, 3), max_size=4), st.just({}),
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 1 << 40),
+    st.floats(allow_nan=True),
+    st.text(max_size=5),
+    st.lists(st.integers(-2, 3), max_size=4),
+    st.just({}),
 )
 
 
 def check(config: dict) -> None:
     try:
         spec = build_model(config, "fuzz")
-        report = size(spec, SizeRequest(contexts=(1, 4096), batches=(1, 3),
-                                        kv_dtypes=("auto", "int4")))
+        report = size(
+            spec, SizeRequest(contexts=(1, 4096), batches=(1, 3), kv_dtypes=("auto", "int4"))
+        )
     except KvplanError as exc:
         assert str(exc) and "\n" not in str(exc)
         return
@@ -57,11 +63,29 @@ def test_mutated_real_configs(path, data):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.sampled_from([
-    "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "vocab_size", "intermediate_size", "sliding_window",
-    "layer_types", "text_config", "kv_lora_rank", "hybrid_override_pattern",
-]), junk, max_size=10))
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "model_type",
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "head_dim",
+                "vocab_size",
+                "intermediate_size",
+                "sliding_window",
+                "layer_types",
+                "text_config",
+                "kv_lora_rank",
+                "hybrid_override_pattern",
+            ]
+        ),
+        junk,
+        max_size=10,
+    )
+)
 def test_random_configs(config):
     check(config)
 

@@ -22,8 +22,12 @@ def geometries(draw) -> ModelSpec:
     layers = draw(st.integers(1, 12))
     window = draw(st.one_of(st.none(), st.integers(1, 4096)))
     config = llama_like(
-        model_type="mistral", num_hidden_layers=layers, num_attention_heads=heads,
-        num_key_value_heads=kv_heads, head_dim=head_dim, hidden_size=heads * head_dim,
+        model_type="mistral",
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        hidden_size=heads * head_dim,
         sliding_window=window,
     )
     return spec_from(config)

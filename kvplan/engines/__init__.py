@@ -1,0 +1,36 @@
+"""Engine allocators: predict what vLLM and SGLang allocate and log, from the config alone."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kvplan.errors import KvplanError
+
+ENGINES = ("vllm", "sglang")
+
+
+class EngineRequest(NamedTuple):
+    engine: str = "vllm"
+    max_model_len: int = 8192
+    kv_cache_dtype: str = "auto"
+    block_size: int | None = None
+    max_num_batched_tokens: int = 8192
+    tp: int = 1
+    pp: int = 1
+    gpu_mem_util: float = 0.9
+    kv_cache_memory: str | None = None  # what the engine logged as available KV memory
+    hybrid_chunked: bool = False
+    mem_fraction_static: float | None = None
+
+
+def engine_capacity(spec, gpu, request: EngineRequest):
+    """The Python twin of `kvplan capacity MODEL --engine vllm|sglang`."""
+    if request.engine == "vllm":
+        from kvplan.engines.vllm import vllm_report
+
+        return vllm_report(spec, gpu, request)
+    if request.engine == "sglang":
+        from kvplan.engines.sglang import sglang_report
+
+        return sglang_report(spec, gpu, request)
+    raise KvplanError(f"unknown engine {request.engine!r}; choose from {', '.join(ENGINES)}")

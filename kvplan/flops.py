@@ -1,0 +1,66 @@
+"""FLOP counts of a forward pass: 2 FLOP per active parameter per token for the projections and
+MLP, plus attention counted per layer with its real heads, head widths and window.
+
+Notation: P_m = active parameters that take part in matmuls (the input-embedding table is a
+lookup, not a matmul), H_q query heads, d_qk / d_v per-head widths, W window, s context, n tokens.
+"""
+
+from __future__ import annotations
+
+from kvplan.model import Attention, ModelSpec
+
+
+def matmul_params(spec: ModelSpec) -> int:
+    """P_m: active parameters used in matmuls per token (excludes the embedding lookup table)."""
+    return spec.params_active - spec.embedding_lookup_params
+
+
+def _decode_flop_per_key(attn: Attention) -> int:
+    """FLOPs per query token per attended key in one layer: 2*H_q*(d_qk + d_v) for QK^T and AV.
+    MLA decode runs absorbed (FlashMLA, vLLM): scores and outputs over the latent,
+    2*H_q*((kv_lora + rope) + kv_lora)."""
+    if attn.kind == "mla":
+        return 2 * attn.num_q_heads * (2 * attn.mla_kv_lora_rank + attn.mla_rope_dim)
+    return 2 * attn.num_q_heads * (attn.qk_head_dim + attn.v_head_dim)
+
+
+def attention_flops_per_decode_token(spec: ModelSpec, context_len: int) -> int:
+    """Attention FLOPs for one new token attending to `context_len` cached positions."""
+    return sum(
+        _decode_flop_per_key(attn) * attn.tokens_held(context_len)
+        for attn in spec.attention_layers()
+    )
+
+
+def flops_per_decode_token(spec: ModelSpec, context_len: int) -> int:
+    """f(s) = 2*P_m + attention FLOPs at context s (the seed's 2P + 4*L*d_model*s for MHA/GQA)."""
+    return 2 * matmul_params(spec) + attention_flops_per_decode_token(spec, context_len)
+
+
+def causal_keys_attended(num_tokens: int, window: int | None, chunked: bool = False) -> int:
+    """Sum over query positions t = 1..n of the keys each attends to under a causal mask:
+    n(n+1)/2 in full; capped at W for a sliding window; restarted every W tokens when chunked."""
+    n = num_tokens
+    if window is None:
+        return n * (n + 1) // 2
+    w = window
+    if chunked:
+        full, rest = divmod(n, w)
+        return full * w * (w + 1) // 2 + rest * (rest + 1) // 2
+    if n <= w:
+        return n * (n + 1) // 2
+    return w * (w + 1) // 2 + (n - w) * w
+
+
+def prefill_flops(spec: ModelSpec, num_tokens: int) -> int:
+    """FLOPs to prefill `num_tokens`: 2*P_m*n + causal attention (what FlashAttention computes,
+    skipping masked tiles). Prefill MLA runs un-absorbed: per-head d_qk = nope + rope, d_v."""
+    total = 2 * matmul_params(spec) * num_tokens
+    for attn in spec.attention_layers():
+        keys = causal_keys_attended(
+            num_tokens,
+            attn.window if attn.kind != "full" and attn.kind != "mla" else None,
+            chunked=attn.kind == "chunked",
+        )
+        total += 2 * attn.num_q_heads * (attn.qk_head_dim + attn.v_head_dim) * keys
+    return total

@@ -1,0 +1,182 @@
+"""Hardware profiles: YAML files in hardware_profiles/ (or a user's file in the same schema),
+validated and coerced on load (PyYAML reads `4.8e12` as a string)."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import NamedTuple
+
+from kvplan.errors import KvplanError
+
+PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+
+
+class Interconnect(NamedTuple):
+    name: str
+    bandwidth_bytes_per_s: float  # per GPU, both directions together (as datasheets quote)
+    latency_s: float
+
+    @property
+    def one_way_bytes_per_s(self) -> float:
+        return self.bandwidth_bytes_per_s / 2
+
+
+class GpuProfile(NamedTuple):
+    key: str
+    name: str
+    aliases: tuple[str, ...]
+    vendor: str
+    peak_flop_per_s: dict
+    memory_bytes: float
+    memory_reported_bytes: float | None
+    memory_bandwidth_bytes_per_s: float
+    l2_cache_bytes: float | None
+    sm_count: int | None
+    interconnect: Interconnect | None
+    tdp_w: float | None
+    match_names: tuple[str, ...]
+    source: str
+    path: str
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """What the device reports to software where known, else the nominal capacity."""
+        return self.memory_reported_bytes or self.memory_bytes
+
+    def peak(self, dtype: str) -> float:
+        key = {"fp16": "fp16", "bf16": "bf16"}.get(dtype, dtype)
+        if key in self.peak_flop_per_s:
+            return self.peak_flop_per_s[key]
+        if key in ("int4", "mxfp4", "int8", "fp32") and "bf16" in self.peak_flop_per_s:
+            return self.peak_flop_per_s["bf16"]
+        raise KvplanError(f"{self.name} has no {dtype} peak in its profile")
+
+    def ridge_flop_per_byte(self, dtype: str = "bf16") -> float:
+        """I* = peak FLOP/s / memory bandwidth: below it a kernel is memory-bound."""
+        return ridge_flop_per_byte(self.peak(dtype), self.memory_bandwidth_bytes_per_s)
+
+
+def ridge_flop_per_byte(peak_flop_per_s: float, bandwidth_bytes_per_s: float) -> float:
+    """I* = peak / bandwidth (FLOP per byte)."""
+    return peak_flop_per_s / bandwidth_bytes_per_s
+
+
+def _number(
+    data: dict, key: str, source: str, *, required: bool = True, integer: bool = False
+) -> float | None:
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise KvplanError(f"{source}: profile lacks {key}")
+        return None
+    if isinstance(value, bool):
+        raise KvplanError(f"{source}: {key} must be a number, got {value!r}")
+    try:
+        number = float(str(value).replace("_", ""))
+    except ValueError:
+        raise KvplanError(f"{source}: {key} must be a number, got {value!r}") from None
+    if not math.isfinite(number) or number <= 0:
+        raise KvplanError(f"{source}: {key} must be positive, got {value!r}")
+    if integer:
+        if number != int(number):
+            raise KvplanError(f"{source}: {key} must be a whole number, got {value!r}")
+        return int(number)
+    return number
+
+
+def parse_profile(data: object, source: str, key: str = "") -> GpuProfile:
+    if not isinstance(data, dict):
+        raise KvplanError(f"{source}: a profile must be a YAML mapping")
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise KvplanError(f"{source}: profile lacks a name")
+    peaks_raw = data.get("peak_flop_per_s")
+    if not isinstance(peaks_raw, dict) or not peaks_raw:
+        raise KvplanError(f"{source}: profile lacks peak_flop_per_s (a mapping of dtype to FLOP/s)")
+    peaks = {}
+    for dtype, value in peaks_raw.items():
+        if dtype not in PEAK_DTYPES:
+            raise KvplanError(f"{source}: unknown peak dtype {dtype!r} ({', '.join(PEAK_DTYPES)})")
+        peaks[dtype] = _number(peaks_raw, dtype, source)
+    if "bf16" not in peaks and "fp16" not in peaks and "fp32" not in peaks:
+        raise KvplanError(f"{source}: profile needs a bf16, fp16 or fp32 peak")
+    link = data.get("interconnect")
+    interconnect = None
+    if link is not None:
+        if not isinstance(link, dict):
+            raise KvplanError(f"{source}: interconnect must be a mapping")
+        interconnect = Interconnect(
+            str(link.get("name", "interconnect")),
+            _number(link, "bandwidth_bytes_per_s", f"{source}: interconnect"),
+            _number(link, "latency_s", f"{source}: interconnect", required=False) or 0.0,
+        )
+    aliases = data.get("aliases") or []
+    if not isinstance(aliases, list):
+        raise KvplanError(f"{source}: aliases must be a list")
+    return GpuProfile(
+        key=key or name.lower().replace(" ", "-"),
+        name=name.strip(),
+        aliases=tuple(str(a).lower() for a in aliases),
+        vendor=str(data.get("vendor", "")),
+        peak_flop_per_s=peaks,
+        memory_bytes=_number(data, "memory_bytes", source),
+        memory_reported_bytes=_number(data, "memory_reported_bytes", source, required=False),
+        memory_bandwidth_bytes_per_s=_number(data, "memory_bandwidth_bytes_per_s", source),
+        l2_cache_bytes=_number(data, "l2_cache_bytes", source, required=False),
+        sm_count=_number(data, "sm_count", source, required=False, integer=True),
+        interconnect=interconnect,
+        tdp_w=_number(data, "tdp_w", source, required=False),
+        match_names=tuple(str(m) for m in data.get("match_names") or []),
+        source=str(data.get("source", "")),
+        path=source,
+    )
+
+
+def _load_yaml(path: Path) -> object:
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KvplanError(f"{path}: cannot read ({exc.__class__.__name__})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise KvplanError(f"{path}: invalid YAML{where}") from None
+
+
+def _profiles_dir() -> Path:
+    import kvplan.hardware_profiles as package
+
+    return Path(package.__path__[0])
+
+
+@lru_cache(maxsize=1)
+def bundled_profiles() -> dict[str, GpuProfile]:
+    profiles = {}
+    for path in sorted(_profiles_dir().glob("*.yaml")):
+        profiles[path.stem] = parse_profile(_load_yaml(path), str(path.name), path.stem)
+    return profiles
+
+
+def load_profile(name: str) -> GpuProfile:
+    """A profile key (h100-sxm), an alias (h100), a profile name ('H100 SXM') or a YAML path."""
+    if not isinstance(name, str) or not name.strip():
+        raise KvplanError("no GPU given")
+    path = Path(name).expanduser()
+    if name.endswith((".yaml", ".yml")) or path.is_file():
+        if not path.is_file():
+            raise KvplanError(f"{path}: no such profile file")
+        return parse_profile(_load_yaml(path), str(path), path.stem)
+    key = name.strip().lower()
+    profiles = bundled_profiles()
+    for profile in profiles.values():
+        if key in (profile.key, profile.name.lower()) or key in profile.aliases:
+            return profile
+    names = sorted(set(profiles) | {a for p in profiles.values() for a in p.aliases})
+    close = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise KvplanError(f"unknown GPU {name!r}{hint} (kvplan gpus lists the profiles)")

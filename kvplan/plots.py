@@ -1,0 +1,98 @@
+"""Charts (matplotlib, imported only here and only when a plot is asked for)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvplan.errors import KvplanError
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise KvplanError(
+            "plotting needs matplotlib: pip install 'kvplan[plot]' (or matplotlib)"
+        ) from None
+    return plt
+
+
+def _check_path(path: Path) -> None:
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise KvplanError(f"--plot {path}: the file must end in .png or .svg")
+    if not path.parent.exists():
+        raise KvplanError(f"--plot {path}: folder {path.parent} does not exist")
+
+
+def roofline_plot(data: dict, path: Path) -> None:
+    """Log-log roofline of the device with the model's prefill and decode points labelled."""
+    _check_path(path)
+    plt = _pyplot()
+    gpu = data["gpu"]
+    peak, bw = gpu["peak_flop_per_s"], gpu["memory_bandwidth_bytes_per_s"]
+    ridge = gpu["ridge_flop_per_byte"]
+    points = [("prefill", data["prefill"])] + [
+        (f"decode B={d['batch_size']} s={d['context_len']:,}", d) for d in data["decode"]
+    ]
+    xs = [p["arithmetic_intensity_flop_per_byte"] for _, p in points]
+    lo, hi = min(xs + [ridge]) / 4, max(xs + [ridge]) * 4
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    ax.plot(
+        grid,
+        [min(peak, bw * x) / 1e12 for x in grid],
+        color="black",
+        lw=2,
+        label=f"{gpu['name']} roof",
+    )
+    ax.axvline(ridge, color="grey", ls=":", lw=1)
+    floor = min(bw * lo, peak) / 1e12
+    ax.annotate(
+        f"ridge {ridge:,.0f} FLOP/B",
+        (ridge, floor),
+        xytext=(4, 4),
+        textcoords="offset points",
+        fontsize=8,
+        color="grey",
+    )
+    for label, p in points:
+        x = p["arithmetic_intensity_flop_per_byte"]
+        y = p["flops"] / p["time_floor_s"] / 1e12
+        ax.scatter([x], [y], s=30, zorder=3)
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, -10), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("attainable throughput (TFLOP/s)")
+    ax.set_title(
+        f"{data['model']['name']} on {gpu['name']} (weights {data['weights_dtype']}, "
+        f"KV {data['kv_dtype']})",
+        fontsize=10,
+    )
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def capacity_plot(series: dict[str, list[tuple[int, int]]], title: str, path: Path) -> None:
+    """Maximum concurrent sequences against context length, one line per KV dtype."""
+    _check_path(path)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label, points in series.items():
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("symlog")
+    ax.set_xlabel("context length per sequence (tokens)")
+    ax.set_ylabel("max concurrent sequences")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(title="KV dtype")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
