@@ -19,7 +19,6 @@ from kvplan.report import (
     Column,
     Report,
     Table,
-    fmt_gib,
     fmt_int,
     fmt_text,
     unique_notes,

@@ -229,7 +229,7 @@ def capacity_cmd(
         gpu_mem_util=gpu_mem_util,
         weights_dtype=weights_dtype,
         kv_dtype=kv_dtype,
-        block_size=block_size or 16,
+        block_size=16 if block_size is None else block_size,
         reserve=reserve,
         prefix_tokens=0
         if prefix_tokens == "0"

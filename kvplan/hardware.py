@@ -97,7 +97,7 @@ def parse_profile(data: object, source: str, key: str = "") -> GpuProfile:
     if not isinstance(peaks_raw, dict) or not peaks_raw:
         raise KvplanError(f"{source}: profile lacks peak_flop_per_s (a mapping of dtype to FLOP/s)")
     peaks = {}
-    for dtype, value in peaks_raw.items():
+    for dtype in peaks_raw:
         if dtype not in PEAK_DTYPES:
             raise KvplanError(f"{source}: unknown peak dtype {dtype!r} ({', '.join(PEAK_DTYPES)})")
         peaks[dtype] = _number(peaks_raw, dtype, source)

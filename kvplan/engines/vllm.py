@@ -279,7 +279,7 @@ def vllm_report(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> Rep
     specs, alloc = min(allocations, key=lambda a: a[1].num_blocks)  # ranks take the minimum
     fits = alloc.required_bytes <= available
     log_lines = []
-    for kind, pad, pct in alloc.padding:
+    for _kind, pad, pct in alloc.padding:
         if pad:
             log_lines.append(
                 f"Add {pad} padding layers, may waste at most {pct:.2f}% KV cache memory"

@@ -1,0 +1,167 @@
+"""Roofline: the seed's Llama-3.1-70B-on-H100 numbers, and where kvplan's accounting differs."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import run_cli, run_json
+
+from kvplan.dtypes import KvFormat
+from kvplan.flops import causal_keys_attended, flops_per_decode_token, matmul_params, prefill_flops
+from kvplan.hardware import load_profile
+from kvplan.model import MoE
+from kvplan.roofline import RooflineRequest, roofline
+from kvplan.sources import load_model
+
+BF16 = KvFormat("bf16")
+
+
+@pytest.fixture(scope="module")
+def seed():
+    spec = load_model("llama-3.1-70b")
+    report = roofline(spec, load_profile("h100"), RooflineRequest(contexts=(8192,), batches=(1,)))
+    return spec, report.data
+
+
+def test_ridge_is_295(seed):
+    assert round(seed[1]["gpu"]["ridge_flop_per_byte"]) == 295  # 989.4e12 / 3.35e12
+
+
+def test_decode_batch1_intensity_and_tpot(seed):
+    decode = seed[1]["decode"][0]
+    assert decode["arithmetic_intensity_flop_per_byte"] == pytest.approx(1.13, abs=0.005)
+    # seed: 43 ms (1.44e11 B / 3.35e12). kvplan streams every weight except the input-embedding
+    # table (1.05e9 params: only one row is looked up), so 42.3 ms: 1.5% lower.
+    assert decode["time_floor_s"] == pytest.approx(0.0423, abs=0.0002)
+    spec = seed[0]
+    table_bytes = spec.param_parts["embedding"] * 2
+    seed_bytes = spec.params_total * 2 + 8192 * 327_680
+    assert decode["bytes"] == pytest.approx(seed_bytes - table_bytes + 8192 * 2, rel=1e-9)
+    assert decode["bound"] == "memory"
+
+
+def test_ceiling_asymptote_and_critical_context(seed):
+    data = seed[1]
+    assert data["ceiling_tokens_per_s"] == pytest.approx(1248, abs=1)  # 3.35e12 / 2.68e9
+    assert data["asymptotic_intensity_flop_per_byte"] == pytest.approx(59.8, abs=0.1)  # seed ~60
+    # seed: s* ~ 1,500 (2P / (I* k - 4 L d)); kvplan's P excludes the lookup table: 1,476
+    assert data["critical_context_len"] == pytest.approx(1500, rel=0.02)
+
+
+def test_batch_equal_is_half_the_ceiling(seed):
+    spec, data = seed
+    # seed: 52.6 = 2P/(s k) with P counting the embedding table that decode does not stream;
+    # kvplan's 51.8 is the batch at which KV reads equal the weights actually read (1.5% lower)
+    assert data["batch_equal"] == pytest.approx(51.8, abs=0.1)
+    streamed = (spec.params_total - spec.param_parts["embedding"]) * 2
+    assert data["batch_equal"] == pytest.approx(streamed / (8192 * 327_680), rel=1e-3)
+
+
+def test_prefill_differs_from_the_seed_by_causal_attention_and_the_lookup_table(seed):
+    spec, data = seed
+    pre = data["prefill"]
+    n, layers, d_model = 8192, 80, 8192
+    seed_flops = n * (2 * spec.params_total + 4 * layers * d_model * n)  # the seed's count
+    assert seed_flops / 989.4e12 == pytest.approx(1.35, abs=0.01)  # the seed's TTFT floor
+    # kvplan: causal half of the n x n scores, and no FLOPs for the embedding lookup
+    ours = 2 * matmul_params(spec) * n + 2 * 64 * 256 * layers * n * (n + 1) // 2
+    assert pre["flops"] == ours == prefill_flops(spec, n)
+    assert pre["time_floor_s"] == pytest.approx(1.24, abs=0.005)  # 8% below the seed's 1.35
+    assert pre["arithmetic_intensity_flop_per_byte"] == pytest.approx(9000, rel=0.05)
+    assert pre["bound"] == "compute"
+
+
+def test_decode_flops_per_token_is_the_seed_formula_less_the_lookup():
+    spec = load_model("llama-3.1-70b")
+    seed_f = 2 * spec.params_total + 4 * 80 * 8192 * 8192
+    assert flops_per_decode_token(spec, 8192) == seed_f - 2 * spec.param_parts["embedding"]
+
+
+@pytest.mark.parametrize(
+    "n,window,chunked,expected",
+    [
+        (5, None, False, 15),
+        (5, 3, False, 1 + 2 + 3 + 3 + 3),
+        (5, 2, True, 1 + 2 + 1 + 2 + 1),
+        (1, None, False, 1),
+    ],
+)
+def test_causal_keys(n, window, chunked, expected):
+    assert causal_keys_attended(n, window, chunked) == expected
+
+
+def test_moe_expected_experts():
+    moe = MoE(num_experts=8, top_k=2, params_per_expert=1, num_layers=1)
+    assert moe.expected_experts_touched(1) == pytest.approx(2)
+    assert moe.expected_experts_touched(2) == pytest.approx(8 * (1 - 0.75**2))
+    assert moe.expected_experts_touched(10_000) == pytest.approx(8)
+
+
+def test_moe_decode_reads_fewer_weights_at_batch_1():
+    spec = load_model("mixtral-8x7b")
+    data = roofline(
+        spec, load_profile("h100"), RooflineRequest(contexts=(1024,), batches=(1, 512))
+    ).data
+    b1, b512 = data["decode"]
+    assert b1["bytes"] < 0.35 * spec.params_total * 2  # 2 of 8 experts
+    assert b512["bytes"] > spec.params_total * 2 * 0.95  # every expert touched
+    assert any("E*(1-(1-k/E)^B)" in n for n in data["notes"])
+
+
+def test_h200_has_the_h100_compute_and_a_lower_ridge():
+    h100, h200 = load_profile("h100"), load_profile("h200")
+    assert h200.peak("bf16") == h100.peak("bf16")
+    assert h200.ridge_flop_per_byte() < h100.ridge_flop_per_byte()
+
+
+def test_json_contract():
+    data = run_json(
+        "roofline", "llama-3.1-8b", "--gpu", "a100", "--ctx", "4k,32k", "--batch", "1,16"
+    )
+    assert set(data["gpu"]) >= {"name", "ridge_flop_per_byte"}
+    assert set(data["prefill"]) >= {
+        "context_len",
+        "arithmetic_intensity_flop_per_byte",
+        "time_floor_s",
+    }
+    for row in data["decode"]:
+        assert set(row) >= {
+            "batch_size",
+            "context_len",
+            "arithmetic_intensity_flop_per_byte",
+            "time_floor_s",
+            "tokens_per_s",
+            "bound",
+        }
+    for key in (
+        "asymptotic_intensity_flop_per_byte",
+        "critical_context_len",
+        "ceiling_tokens_per_s",
+        "batch_equal",
+        "notes",
+    ):
+        assert key in data
+    assert len(data["decode"]) == 4
+
+
+def test_device_only_and_plot(tmp_path):
+    code, out, _ = run_cli("roofline", "--gpu", "h100")
+    assert code == 0 and "295.3" in out
+    path = tmp_path / "roof.png"
+    code, _, err = run_cli("roofline", "deepseek-v3", "--gpu", "h200", "--plot", str(path))
+    assert code == 0, err
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, _, err = run_cli("roofline", "llama-3.1-8b", "--plot", str(tmp_path / "x.jpg"))
+    assert code == 2 and ".png or .svg" in err
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["roofline", "--gpu", "h1000"], "did you mean"),
+        (["roofline", "llama-3.1-8b", "--batch", "0"], "between 1"),
+        (["roofline", "llama-3.1-70b", "--tp", "5"], "does not divide"),
+    ],
+)
+def test_bad_input(argv, needle):
+    code, _, err = run_cli(*argv)
+    assert code == 2 and needle in err and err.count("\n") == 1
