@@ -1,0 +1,241 @@
+"""A pool of fixed-size KV blocks with per-sequence block tables, reference counts, fork with
+copy-on-write, and prefix caching over full blocks (vLLM v1 style, plus CoW for forks).
+
+Invariants (checked by tests/test_block_manager.py's state machine):
+- every block is either in use (ref_count > 0) or in the free queue, never both, never neither;
+- a block's ref_count equals the number of block tables that contain it;
+- a cached block (one with a hash) is findable by that hash, and its tokens are the block's tokens;
+- prefix hits happen only on an identical prefix: each hit block's tokens and parent hash are
+  compared, the hash alone is never trusted;
+- a sequence never writes into a block another sequence can see (copy-on-write on append).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections import OrderedDict
+
+NONE_HASH = b"\x00" * 32  # parent of block 0
+
+
+class NoFreeBlocksError(RuntimeError):
+    """The pool has no free block left (a scheduler would preempt or wait)."""
+
+
+def block_hash(parent: bytes, token_ids: tuple[int, ...], extra_key: bytes = b"") -> bytes:
+    """Chained block hash: sha256(parent hash, token ids, extra key). Position is part of a
+    block's identity because the parent chain is."""
+    payload = struct.pack(f"<{len(token_ids)}q", *token_ids)
+    return hashlib.sha256(parent + payload + b"|" + extra_key).digest()
+
+
+def block_hashes(token_ids: list[int], block_size: int, extra_key: bytes = b"") -> list[bytes]:
+    """Hashes of every full block of `token_ids` (a partial last block is never hashed)."""
+    hashes, parent = [], NONE_HASH
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        parent = block_hash(parent, tuple(token_ids[start : start + block_size]), extra_key)
+        hashes.append(parent)
+    return hashes
+
+
+class Block:
+    __slots__ = ("block_id", "ref_count", "hash", "parent_hash", "token_ids")
+
+    def __init__(self, block_id: int):
+        self.block_id = block_id
+        self.ref_count = 0
+        self.hash: bytes | None = None
+        self.parent_hash: bytes | None = None
+        self.token_ids: tuple[int, ...] | None = None  # kept for full, hashed blocks
+
+
+class Sequence:
+    __slots__ = ("block_table", "token_ids", "extra_key")
+
+    def __init__(self, extra_key: bytes):
+        self.block_table: list[int] = []
+        self.token_ids: list[int] = []
+        self.extra_key = extra_key
+
+
+class BlockManager:
+    """Block tables for sequences over a pool of `num_blocks` blocks of `block_size` tokens."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError("num_blocks and block_size must be positive")
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        # LRU order: the head is evicted first. An OrderedDict gives O(1) removal from the middle.
+        self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        self.cached: dict[bytes, int] = {}
+        self.seqs: dict[object, Sequence] = {}
+        self.pending_copies: list[tuple[int, int]] = []  # (src, dst) for the cache's copy kernel
+        self.hit_tokens = 0
+        self.queried_tokens = 0
+
+    # ---- queries ------------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_queue)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return len(self.blocks) - len(self.free_queue)
+
+    @property
+    def num_cached_free_blocks(self) -> int:
+        return sum(1 for i in self.free_queue if self.blocks[i].hash is not None)
+
+    def block_table(self, seq_id) -> list[int]:
+        return list(self.seqs[seq_id].block_table)
+
+    def num_tokens(self, seq_id) -> int:
+        return len(self.seqs[seq_id].token_ids)
+
+    def internal_waste_tokens(self) -> int:
+        """Slots allocated but unused in the last block of each sequence (shared blocks once)."""
+        seen, waste = set(), 0
+        for seq in self.seqs.values():
+            if not seq.block_table:
+                continue
+            last = seq.block_table[-1]
+            if last in seen:
+                continue
+            seen.add(last)
+            waste += len(seq.block_table) * self.block_size - len(seq.token_ids)
+        return waste
+
+    def stats(self) -> dict:
+        return {
+            "blocks_in_use": self.num_used_blocks,
+            "free_blocks": self.num_free_blocks,
+            "cached_free_blocks": self.num_cached_free_blocks,
+            "hit_tokens": self.hit_tokens,
+            "queried_tokens": self.queried_tokens,
+            "hit_rate": self.hit_tokens / self.queried_tokens if self.queried_tokens else 0.0,
+            "internal_waste_tokens": self.internal_waste_tokens(),
+        }
+
+    # ---- allocation ---------------------------------------------------------------------------
+    def allocate(self, seq_id, token_ids: list[int], extra_key: bytes = b"") -> int:
+        """Give a new sequence blocks for `token_ids`; returns the tokens found in the prefix cache
+        (their KV need not be computed)."""
+        if seq_id in self.seqs:
+            raise ValueError(f"sequence {seq_id!r} already exists")
+        seq = Sequence(extra_key)
+        hits = self._prefix_hits(token_ids, extra_key) if self.enable_prefix_caching else []
+        needed = -(-len(token_ids) // self.block_size) - len(hits)
+        reusable = sum(1 for b in hits if self.blocks[b].ref_count == 0)
+        if needed > self.num_free_blocks - reusable:
+            raise NoFreeBlocksError(f"need {needed} blocks, {self.num_free_blocks - reusable} free")
+        for block_id in hits:
+            self._touch(block_id)
+        seq.block_table = list(hits)
+        for _ in range(needed):
+            seq.block_table.append(self._pop_free())
+        seq.token_ids = list(token_ids)
+        self.seqs[seq_id] = seq
+        self.queried_tokens += len(token_ids)
+        self.hit_tokens += len(hits) * self.block_size
+        self._cache_full_blocks(seq, start_block=len(hits))
+        return len(hits) * self.block_size
+
+    def _prefix_hits(self, token_ids: list[int], extra_key: bytes) -> list[int]:
+        hits, parent = [], NONE_HASH
+        for index, h in enumerate(block_hashes(token_ids, self.block_size, extra_key)):
+            block_id = self.cached.get(h)
+            if block_id is None:
+                break  # prefixes are contiguous: the first miss ends the shared region
+            block = self.blocks[block_id]
+            chunk = tuple(token_ids[index * self.block_size : (index + 1) * self.block_size])
+            if block.token_ids != chunk or block.parent_hash != parent:
+                break  # a hash collision: verified, not trusted
+            hits.append(block_id)
+            parent = h
+        return hits
+
+    def append_token(self, seq_id, token_id: int) -> list[tuple[int, int]]:
+        """Append one token; returns the (src, dst) block copies copy-on-write asked for."""
+        seq = self.seqs[seq_id]
+        copies = []
+        position = len(seq.token_ids)
+        if position % self.block_size == 0:
+            if not self.free_queue:
+                raise NoFreeBlocksError("no free block to append into")
+            seq.block_table.append(self._pop_free())
+        else:
+            last = self.blocks[seq.block_table[-1]]
+            if last.ref_count > 1:  # shared partial block: copy before writing
+                if not self.free_queue:
+                    raise NoFreeBlocksError("no free block for copy-on-write")
+                dst = self._pop_free()
+                last.ref_count -= 1
+                seq.block_table[-1] = dst
+                copies.append((last.block_id, dst))
+        seq.token_ids.append(token_id)
+        if len(seq.token_ids) % self.block_size == 0:
+            self._cache_full_blocks(seq, start_block=len(seq.block_table) - 1)
+        self.pending_copies.extend(copies)
+        return copies
+
+    def fork(self, parent_id, child_id) -> None:
+        """The child shares every block of the parent (parallel sampling, beam search)."""
+        if child_id in self.seqs:
+            raise ValueError(f"sequence {child_id!r} already exists")
+        parent = self.seqs[parent_id]
+        child = Sequence(parent.extra_key)
+        child.block_table = list(parent.block_table)
+        child.token_ids = list(parent.token_ids)
+        for block_id in child.block_table:
+            self.blocks[block_id].ref_count += 1
+        self.seqs[child_id] = child
+
+    def free(self, seq_id) -> None:
+        """Release a sequence. Blocks reaching zero references go to the free queue's tail in
+        reverse order (its last block is evicted first); cached ones keep their hash."""
+        seq = self.seqs.pop(seq_id)
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self.free_queue[block_id] = None
+
+    # ---- internals ----------------------------------------------------------------------------
+    def _touch(self, block_id: int) -> None:
+        block = self.blocks[block_id]
+        if block.ref_count == 0:
+            del self.free_queue[block_id]
+        block.ref_count += 1
+
+    def _pop_free(self) -> int:
+        block_id, _ = self.free_queue.popitem(last=False)
+        block = self.blocks[block_id]
+        if block.hash is not None:  # evict: the least recently freed cached block
+            if self.cached.get(block.hash) == block_id:
+                del self.cached[block.hash]
+            block.hash = block.parent_hash = block.token_ids = None
+        block.ref_count = 1
+        return block_id
+
+    def _cache_full_blocks(self, seq: Sequence, start_block: int) -> None:
+        if not self.enable_prefix_caching:
+            return
+        full = len(seq.token_ids) // self.block_size
+        parent = NONE_HASH
+        if start_block > 0:
+            parent = self.blocks[seq.block_table[start_block - 1]].hash
+            if parent is None:  # an earlier block was never cached (CoW copy): stop here
+                return
+        for index in range(start_block, full):
+            block = self.blocks[seq.block_table[index]]
+            chunk = tuple(seq.token_ids[index * self.block_size : (index + 1) * self.block_size])
+            h = block_hash(parent, chunk, seq.extra_key)
+            if block.hash is None:
+                block.hash, block.parent_hash, block.token_ids = h, parent, chunk
+                self.cached.setdefault(h, block.block_id)  # duplicates are not merged
+            elif block.hash != h:
+                return
+            parent = h
