@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from helpers import llama_like, spec_from
 
 from kvplan.dtypes import KvFormat
 from kvplan.errors import KvplanError
 from kvplan.kv import kv_bytes_per_sequence, kv_bytes_per_token, state_bytes_per_sequence
 from kvplan.sources import bundled_models, load_model
+
+from helpers import llama_like, spec_from
 
 BF16 = KvFormat("bf16")
 

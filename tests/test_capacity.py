@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from helpers import run_cli, run_json
 
 from kvplan.capacity import CapacityRequest, capacity
 from kvplan.hardware import load_profile
 from kvplan.sources import load_model
+
+from helpers import run_cli, run_json
 
 H100_BYTES = 85_029_615_043  # 79.19 GiB
 

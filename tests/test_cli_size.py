@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+
 from helpers import REPO, run_cli, run_json
 
 

@@ -13,6 +13,7 @@ import re
 import shlex
 
 import pytest
+
 from helpers import REPO, run_cli
 
 DOC_FILES = sorted((REPO / "docs").rglob("*.md")) + [REPO / "README.md"]

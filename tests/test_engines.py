@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from helpers import llama_like, run_cli, run_json, spec_from
 
 from kvplan.engines import EngineRequest, engine_capacity
 from kvplan.hardware import load_profile
 from kvplan.sources import load_model
+
+from helpers import llama_like, run_cli, run_json, spec_from
 
 H100 = load_profile("h100")
 

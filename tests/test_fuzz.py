@@ -6,7 +6,6 @@ import json
 import random
 
 import pytest
-from helpers import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +15,8 @@ from kvplan.errors import KvplanError
 from kvplan.kv import kv_bytes_per_sequence
 from kvplan.size import SizeRequest, size
 from kvplan.sources import parse_config_text
+
+from helpers import REPO
 
 CONFIGS = sorted((REPO / "model_configs").glob("*.json"))
 CONFIGS = [p for p in CONFIGS if p.name != "index.json"]

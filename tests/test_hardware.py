@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from helpers import run_cli, run_json
 
 from kvplan.errors import KvplanError
 from kvplan.hardware import bundled_profiles, load_profile
+
+from helpers import run_cli, run_json
 
 REQUIRED = [
     "h100-sxm",

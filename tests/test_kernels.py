@@ -10,8 +10,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kv_fixtures import build_paged, naive_attention  # noqa: E402
-
 from kvplan.kernels import (  # noqa: E402
     paged_decode_attention,
     prefill_attention,
@@ -19,6 +17,8 @@ from kvplan.kernels import (  # noqa: E402
     quantize_int8_per_token,
     write_kv,
 )
+
+from kv_fixtures import build_paged, naive_attention  # noqa: E402
 
 LENS = [1, 15, 17, 1025]
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from helpers import llama_like, spec_from
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvplan.dtypes import KvFormat
 from kvplan.kv import gqa_saving_factor, kv_bytes_per_sequence, kv_bytes_per_token
 from kvplan.model import ModelSpec
+
+from helpers import llama_like, spec_from
 
 BF16, FP8 = KvFormat("bf16"), KvFormat("fp8")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from helpers import run_cli, run_json
 
 from kvplan.dtypes import KvFormat
 from kvplan.flops import causal_keys_attended, flops_per_decode_token, matmul_params, prefill_flops
@@ -11,6 +10,8 @@ from kvplan.hardware import load_profile
 from kvplan.model import MoE
 from kvplan.roofline import RooflineRequest, roofline
 from kvplan.sources import load_model
+
+from helpers import run_cli, run_json
 
 BF16 = KvFormat("bf16")
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from helpers import run_json
 
 from kvplan.dtypes import KvFormat
 from kvplan.kv import batch_equal, kv_bytes_per_sequence, kv_bytes_per_token
 from kvplan.sources import load_model
+
+from helpers import run_json
 
 BF16, FP8 = KvFormat("bf16"), KvFormat("fp8")
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from helpers import llama_like, spec_from
 
 from kvplan.dtypes import KvFormat
 from kvplan.errors import KvplanError
 from kvplan.kv import kv_bytes_per_sequence, state_bytes_per_sequence
 from kvplan.size import SizeRequest, size
 from kvplan.sources import load_model
+
+from helpers import llama_like, spec_from
 
 BF16 = KvFormat("bf16")
 
