@@ -255,6 +255,72 @@ def capacity_cmd(
     emit(render(report, fmt))
 
 
+@app.command("measure")
+@command
+def measure_cmd(
+    model: str = typer.Option("qwen2.5-3b", "--model", help=MODEL_HELP),
+    layers: int = typer.Option(None, "--layers", help="Layers to build (shapes scaled down)."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    gpu: str = typer.Option(None, "--gpu", help="Profile to compare against (else matched)."),
+    quick: bool = typer.Option(False, "--quick", help="A short sweep (< 60 s on 2 CPU cores)."),
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help="Exit 1 when a bandwidth-bound decode "
+        "point misses its prediction by more than --tolerance.",
+    ),
+    tolerance: float = typer.Option(0.15, "--tolerance", help="Allowed relative error."),
+    threads: int = typer.Option(None, "--threads", help="CPU threads (recorded)."),
+    json_out: Path = typer.Option(None, "--json", help="Write every number to this JSON file."),
+    save_profile: Path = typer.Option(None, "--save-profile", help="Write a measured profile."),
+    fmt: OutputFormat = FORMAT_OPTION,
+) -> None:
+    """Microbenchmarks on this device that check the planner's predictions."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise KvplanError("measure needs torch: pip install 'kvplan[measure]'") from None
+    import json as _json
+
+    from kvplan.measure.run import MeasureRequest, measure, profile_yaml
+
+    request = MeasureRequest(
+        model=model,
+        layers=layers,
+        device=device,
+        gpu=gpu,
+        quick=quick,
+        threads=threads,
+        tolerance=tolerance,
+    )
+    report = _with_progress(lambda progress: measure(request, progress))
+    if json_out is not None:
+        emit(_json.dumps(report.data, indent=2, allow_nan=False) + "\n", json_out)
+    if save_profile is not None:
+        emit(profile_yaml(report.data), save_profile)
+    emit(render(report, fmt))
+    if check and not report.data["check"]["passed"]:
+        raise typer.Exit(1)
+
+
+def _with_progress(run):
+    """A rich progress line on stderr while `run(progress)` works (rich only imported here)."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as bar:
+        task = bar.add_task("measuring", total=None)
+        return run(lambda step: bar.update(task, description=f"measuring: {step}"))
+
+
 @app.command("gpus")
 @command
 def gpus_cmd(fmt: OutputFormat = FORMAT_OPTION) -> None:

@@ -52,6 +52,8 @@ class GpuProfile(NamedTuple):
             return self.peak_flop_per_s[key]
         if key in ("int4", "mxfp4", "int8", "fp32") and "bf16" in self.peak_flop_per_s:
             return self.peak_flop_per_s["bf16"]
+        if key in ("bf16", "fp16") and "fp32" in self.peak_flop_per_s:
+            return self.peak_flop_per_s["fp32"]  # a measured CPU profile: fp32 is its only peak
         raise KvplanError(f"{self.name} has no {dtype} peak in its profile")
 
     def ridge_flop_per_byte(self, dtype: str = "bf16") -> float:
