@@ -261,9 +261,13 @@ def whatif_cmd(
     model: str = typer.Argument(..., help=MODEL_HELP),
     ctx: str = typer.Option("128k", "--ctx", help="Context length per sequence."),
     batch: int = typer.Option(1, "--batch", help="Concurrent sequences."),
-    apply: list[str] = typer.Option(..., "--apply", help="A technique: fp8, int8, int4, claN, "
-                                    "gqa=N, mqa, window=N, evict=F, prefix=N; join with + to "
-                                    "combine (fp8+cla2). Repeat the option."),
+    apply: list[str] = typer.Option(
+        ...,
+        "--apply",
+        help="A technique: fp8, int8, int4, claN, "
+        "gqa=N, mqa, window=N, evict=F, prefix=N; join with + to "
+        "combine (fp8+cla2). Repeat the option.",
+    ),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="The baseline's KV dtype."),
     kv_group_size: int = typer.Option(32, "--kv-group-size", help="int4 group size."),
     fmt: OutputFormat = FORMAT_OPTION,
@@ -273,8 +277,13 @@ def whatif_cmd(
     from kvplan.units import parse_tokens
     from kvplan.whatif import WhatIfRequest, whatif
 
-    request = WhatIfRequest(context_len=parse_tokens(ctx), batch_size=batch,
-                            apply=tuple(apply), kv_dtype=kv_dtype, kv_group_size=kv_group_size)
+    request = WhatIfRequest(
+        context_len=parse_tokens(ctx),
+        batch_size=batch,
+        apply=tuple(apply),
+        kv_dtype=kv_dtype,
+        kv_group_size=kv_group_size,
+    )
     emit(render(whatif(load_model(model), request), fmt))
 
 
@@ -285,8 +294,11 @@ def report_cmd(
     gpu: list[str] = typer.Option(["h100"], "--gpu", help="GPU options (repeat the option)."),
     ctx: str = typer.Option("8k,32k,128k", "--ctx", help="Context lengths."),
     kv_dtype: str = typer.Option("auto,fp8", "--kv-dtype", help="KV dtypes to compare."),
-    tp: int = typer.Option(None, "--tp", help="Tensor parallelism (default: the smallest that "
-                           "fits the longest context)."),
+    tp: int = typer.Option(
+        None,
+        "--tp",
+        help="Tensor parallelism (default: the smallest that fits the longest context).",
+    ),
     prefix_tokens: str = typer.Option("2k", "--prefix-tokens", help="Shared prompt to price."),
     out: Path = typer.Option(None, "--out", help="Write Markdown here; plots go beside it."),
     fmt: str = typer.Option("markdown", "--format", "-f", help="markdown or json."),
@@ -306,13 +318,32 @@ def report_cmd(
     request = DesignRequest(
         contexts=tuple(parse_token_list(ctx)),
         kv_dtypes=tuple(d.strip() for d in kv_dtype.split(",") if d.strip()),
-        tp=tp, prefix_tokens=parse_tokens(prefix_tokens, what="--prefix-tokens"),
+        tp=tp,
+        prefix_tokens=parse_tokens(prefix_tokens, what="--prefix-tokens"),
     )
     data = design_report(spec, gpus, request)
     if fmt == "json":
         emit(_json.dumps(data, indent=2, allow_nan=False) + "\n", out)
         return
     emit(write_report(data, out, spec, gpus, request), out)
+
+
+@app.command("explore")
+@command
+def explore_cmd(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    gpu: list[str] = typer.Option(
+        ["h100", "h200", "a100"], "--gpu", help="GPU profiles to pick from (repeat the option)."
+    ),
+    out: Path = typer.Option(Path("kvcache.html"), "--out", help="The HTML file to write."),
+) -> None:
+    """Write the interactive cache explorer: one self-contained HTML page."""
+    from kvplan.explore import explore_page
+    from kvplan.hardware import load_profile
+    from kvplan.sources import load_model
+
+    page = explore_page(load_model(model), [load_profile(g) for g in gpu])
+    emit(page, out)
 
 
 @app.command("measure")

@@ -40,8 +40,13 @@ def choose_tp(spec: ModelSpec, gpu: GpuProfile, request: DesignRequest) -> int:
             spec.check_tp(tp)
         except KvplanError:
             continue
-        data = capacity(spec, gpu, CapacityRequest(context_len=max(request.contexts), tp=tp,
-                                                   gpu_mem_util=request.gpu_mem_util)).data
+        data = capacity(
+            spec,
+            gpu,
+            CapacityRequest(
+                context_len=max(request.contexts), tp=tp, gpu_mem_util=request.gpu_mem_util
+            ),
+        ).data
         if data["fits"]:
             return tp
     raise KvplanError(f"{spec.name} does not fit on up to {TP_CHOICES[-1]} x {gpu.name}")
@@ -55,11 +60,16 @@ def design_report(spec: ModelSpec, gpus: list[GpuProfile], request: DesignReques
     base = formats[0]
     wdtype, wnotes = resolve_weights_dtype(spec, "auto")
     weights = weight_bytes(spec, wdtype)
-    kv_table = [{
-        "context_len": c, "kv_dtype": f.name,
-        "kv_bytes_per_sequence": kv_bytes_per_sequence(spec, c, f),
-        "kv_to_weights": kv_bytes_per_sequence(spec, c, f) / weights,
-    } for c in request.contexts for f in formats]
+    kv_table = [
+        {
+            "context_len": c,
+            "kv_dtype": f.name,
+            "kv_bytes_per_sequence": kv_bytes_per_sequence(spec, c, f),
+            "kv_to_weights": kv_bytes_per_sequence(spec, c, f) / weights,
+        }
+        for c in request.contexts
+        for f in formats
+    ]
     options = []
     notes = model_notes(spec, 1) + wnotes
     for gpu in gpus:
@@ -68,37 +78,65 @@ def design_report(spec: ModelSpec, gpus: list[GpuProfile], request: DesignReques
         for c in request.contexts:
             per_dtype = {}
             for f in formats:
-                cap = capacity(spec, gpu, CapacityRequest(
-                    context_len=c, tp=tp, gpu_mem_util=request.gpu_mem_util, kv_dtype=f.name,
-                    prefix_tokens=min(request.prefix_tokens, c), mean_len=max(1, c // 4))).data
+                cap = capacity(
+                    spec,
+                    gpu,
+                    CapacityRequest(
+                        context_len=c,
+                        tp=tp,
+                        gpu_mem_util=request.gpu_mem_util,
+                        kv_dtype=f.name,
+                        prefix_tokens=min(request.prefix_tokens, c),
+                        mean_len=max(1, c // 4),
+                    ),
+                ).data
                 per_dtype[f.name] = cap
             first = per_dtype[base.name]
-            roof = roofline(spec, gpu, RooflineRequest(contexts=(c,), batches=(
-                max(1, first["max_concurrency"]),), kv_dtype=base.name, tp=tp)).data
-            limit = ("weights" if not first["fits"] else
-                     "KV memory" if first["max_concurrency"] < 4096 else "none")
-            per_context.append({
-                "context_len": c,
-                "max_sequences": {k: v["max_concurrency"] for k, v in per_dtype.items()},
-                "kv_tokens": first["kv_tokens"],
-                "kv_pool_bytes_per_gpu": first["kv_pool_bytes_per_gpu"],
-                "limited_by": limit,
-                "ttft_floor_s": roof["prefill"]["time_floor_s"],
-                "tpot_floor_s": roof["decode"][0]["time_floor_s"],
-                "tokens_per_s_at_max_batch": roof["decode"][0]["tokens_per_s"],
-                "ceiling_tokens_per_s": roof["ceiling_tokens_per_s"],
-                "batch_equal": roof["batch_equal"],
-                "what_if": {r["scenario"]: r["max_concurrency"] for r in first["what_if"]},
-                "paging": first["paging"],
-            })
+            roof = roofline(
+                spec,
+                gpu,
+                RooflineRequest(
+                    contexts=(c,),
+                    batches=(max(1, first["max_concurrency"]),),
+                    kv_dtype=base.name,
+                    tp=tp,
+                ),
+            ).data
+            limit = (
+                "weights"
+                if not first["fits"]
+                else "KV memory"
+                if first["max_concurrency"] < 4096
+                else "none"
+            )
+            per_context.append(
+                {
+                    "context_len": c,
+                    "max_sequences": {k: v["max_concurrency"] for k, v in per_dtype.items()},
+                    "kv_tokens": first["kv_tokens"],
+                    "kv_pool_bytes_per_gpu": first["kv_pool_bytes_per_gpu"],
+                    "limited_by": limit,
+                    "ttft_floor_s": roof["prefill"]["time_floor_s"],
+                    "tpot_floor_s": roof["decode"][0]["time_floor_s"],
+                    "tokens_per_s_at_max_batch": roof["decode"][0]["tokens_per_s"],
+                    "ceiling_tokens_per_s": roof["ceiling_tokens_per_s"],
+                    "batch_equal": roof["batch_equal"],
+                    "what_if": {r["scenario"]: r["max_concurrency"] for r in first["what_if"]},
+                    "paging": first["paging"],
+                }
+            )
             notes += first["notes"] + roof["notes"]
         options.append({"gpu": gpu.name, "tp": tp, "per_context": per_context})
     return {
         "kvplan_version": __version__,
         "model": {
-            "name": spec.name, "family": spec.family, "params_total": spec.params_total,
-            "params_active": spec.params_active, "weights_bytes": weights,
-            "weights_dtype": wdtype, "layers": dict(spec.layer_kind_counts()),
+            "name": spec.name,
+            "family": spec.family,
+            "params_total": spec.params_total,
+            "params_active": spec.params_active,
+            "weights_bytes": weights,
+            "weights_dtype": wdtype,
+            "layers": dict(spec.layer_kind_counts()),
             "kv_bytes_per_token": kv_bytes_per_token(spec, base),
             "mha_equivalent_bytes_per_token": spec.mha_equivalent_bytes_per_token(base),
             "gqa_saving": gqa_saving_factor(spec, base),
@@ -130,37 +168,48 @@ def render_markdown(data: dict, plots: dict[str, str] | None = None) -> str:
     layers = ", ".join(f"{n} × {label}" for label, n in m["layers"].items())
     saving = f"{m['gqa_saving']:.1f}×" if m["gqa_saving"] else "n/a"
     out += [
-        "### Cache anatomy", "",
+        "### Cache anatomy",
+        "",
         f"{m['name']} ({m['family']}) has {human_count(m['params_total'])} parameters "
         f"({human_count(m['params_active'])} active per token); its weights take "
         f"{_gib(m['weights_bytes'])} in {m['weights_dtype']}. Layers: {layers}. Every token of "
         f"context costs **{m['kv_bytes_per_token']:,} bytes** of KV in {base} with every attention "
         f"layer holding it — {saving} less than the multi-head equivalent "
-        f"({m['mha_equivalent_bytes_per_token']:,} B/token).", "",
-        "### KV per sequence", "",
+        f"({m['mha_equivalent_bytes_per_token']:,} B/token).",
+        "",
+        "### KV per sequence",
+        "",
         "| context | " + " | ".join(f"{d} per sequence" for d in dtypes) + " | KV ÷ weights |",
         "|---:|" + "---:|" * len(dtypes) + "---:|",
     ]
     for c in sorted({r["context_len"] for r in data["kv_table"]}):
         rows = [r for r in data["kv_table"] if r["context_len"] == c]
-        out.append(f"| {human_tokens(c)} | " + " | ".join(
-            _gib(r["kv_bytes_per_sequence"]) for r in rows) + f" | {rows[0]['kv_to_weights']:.3f} |")
+        out.append(
+            f"| {human_tokens(c)} | "
+            + " | ".join(_gib(r["kv_bytes_per_sequence"]) for r in rows)
+            + f" | {rows[0]['kv_to_weights']:.3f} |"
+        )
     out += ["", "### Capacity and speed per GPU option", ""]
     for option in data["options"]:
-        out += [f"**{option['gpu']} × {option['tp']}** (one replica of tensor parallel "
-                f"{option['tp']}; memory utilization 0.9{cite('Budget per GPU')}; sequences are "
-                "per replica, TPOT at that many sequences)", "",
-                "| context | " + " | ".join(f"sequences ({d})" for d in dtypes)
-                + " | KV pool / GPU | limited by | TTFT floor | TPOT floor at max batch | "
-                "ceiling BW/(s·k) per replica | B_equal |",
-                "|---:|" + "---:|" * len(dtypes) + "---:|---|---:|---:|---:|---:|"]
+        out += [
+            f"**{option['gpu']} × {option['tp']}** (one replica of tensor parallel "
+            f"{option['tp']}; memory utilization 0.9{cite('Budget per GPU')}; sequences are "
+            "per replica, TPOT at that many sequences)",
+            "",
+            "| context | "
+            + " | ".join(f"sequences ({d})" for d in dtypes)
+            + " | KV pool / GPU | limited by | TTFT floor | TPOT floor at max batch | "
+            "ceiling BW/(s·k) per replica | B_equal |",
+            "|---:|" + "---:|" * len(dtypes) + "---:|---|---:|---:|---:|---:|",
+        ]
         for row in option["per_context"]:
             seqs = " | ".join(f"{row['max_sequences'][d]:,}" for d in dtypes)
             out.append(
                 f"| {human_tokens(row['context_len'])} | {seqs} | "
                 f"{_gib(row['kv_pool_bytes_per_gpu'])} | {row['limited_by']} | "
                 f"{row['ttft_floor_s']:.2f} s | {row['tpot_floor_s'] * 1e3:.1f} ms | "
-                f"{row['ceiling_tokens_per_s']:,.0f} tok/s | {row['batch_equal']:.1f} |")
+                f"{row['ceiling_tokens_per_s']:,.0f} tok/s | {row['batch_equal']:.1f} |"
+            )
         out.append("")
     if plots:
         out += [f"![{title}]({path})" for title, path in plots.items()] + [""]
@@ -183,40 +232,57 @@ def _decision_order(data: dict, cite) -> list[str]:
     prefix_key = next((k for k in wi if "shared prefix" in k), None)
     lines = [f"### Decision order for {option['gpu']} × {option['tp']} at {c}", ""]
     saving = f"{m['gqa_saving']:.1f}×" if m["gqa_saving"] else "no"
-    lines.append(f"1. **Model choice.** This checkpoint already saves {saving} against "
-                 "multi-head attention; a GQA/MLA checkpoint is the largest lever if the model "
-                 "is still open.")
+    lines.append(
+        f"1. **Model choice.** This checkpoint already saves {saving} against "
+        "multi-head attention; a GQA/MLA checkpoint is the largest lever if the model "
+        "is still open."
+    )
     if paging:
         lines.append(
             f"2. **Paging and continuous batching** (lossless). At a mean of "
             f"{human_tokens(paging['mean_len'])} tokens used of {c} reserved, a contiguous "
             f"allocator admits {paging['contiguous_sequences']:,} sequences; a paged one "
-            f"{paging['paged_sequences']:,}{cite('Paged in blocks')}.")
+            f"{paging['paged_sequences']:,}{cite('Paged in blocks')}."
+        )
     if prefix_key:
-        gain = (f"{wi[prefix_key]:,} sequences instead of {seqs:,}" if wi[prefix_key] > seqs
-                else f"no extra sequence at {c} (the prompt is "
-                f"{data['prefix_tokens'] / longest['context_len']:.0%} of each one); it pays at "
-                "shorter contexts and in prefill time")
-        lines.append(f"3. **Prefix reuse** (lossless). A {data['prefix_tokens']:,}-token shared "
-                     f"system prompt stored once: {gain}. It needs prefix-aware routing to fire.")
-    lines.append(f"4. **Chunked prefill** (lossless). A {c} prompt takes at least "
-                 f"{longest['ttft_floor_s']:.2f} s of compute; chunk it so it does not stall the "
-                 f"decode batch (TPOT floor {longest['tpot_floor_s'] * 1e3:.1f} ms).")
+        gain = (
+            f"{wi[prefix_key]:,} sequences instead of {seqs:,}"
+            if wi[prefix_key] > seqs
+            else f"no extra sequence at {c} (the prompt is "
+            f"{data['prefix_tokens'] / longest['context_len']:.0%} of each one); it pays at "
+            "shorter contexts and in prefill time"
+        )
+        lines.append(
+            f"3. **Prefix reuse** (lossless). A {data['prefix_tokens']:,}-token shared "
+            f"system prompt stored once: {gain}. It needs prefix-aware routing to fire."
+        )
+    lines.append(
+        f"4. **Chunked prefill** (lossless). A {c} prompt takes at least "
+        f"{longest['ttft_floor_s']:.2f} s of compute; chunk it so it does not stall the "
+        f"decode batch (TPOT floor {longest['tpot_floor_s'] * 1e3:.1f} ms)."
+    )
     if "KV fp8" in wi:
-        lines.append(f"5. **fp8 KV** (measure accuracy). {wi['KV fp8']:,} sequences at {c} "
-                     f"instead of {seqs:,}; int4 would give {wi.get('KV int4', 0):,} but degrades "
-                     "long-context recall.")
+        lines.append(
+            f"5. **fp8 KV** (measure accuracy). {wi['KV fp8']:,} sequences at {c} "
+            f"instead of {seqs:,}; int4 would give {wi.get('KV int4', 0):,} but degrades "
+            "long-context recall."
+        )
     half = wi.get("half context")
-    lines.append("6. **Windows or eviction**, only behind a long-context recall probe in CI; "
-                 "never evict the first (sink) tokens.")
-    lines.append(f"7. **Change the requirement.** Halving the context to "
-                 f"{human_tokens(longest['context_len'] // 2)} gives {half:,} sequences; "
-                 "otherwise add GPUs (tensor parallelism shards KV heads and weights).")
+    lines.append(
+        "6. **Windows or eviction**, only behind a long-context recall probe in CI; "
+        "never evict the first (sink) tokens."
+    )
+    lines.append(
+        f"7. **Change the requirement.** Halving the context to "
+        f"{human_tokens(longest['context_len'] // 2)} gives {half:,} sequences; "
+        "otherwise add GPUs (tensor parallelism shards KV heads and weights)."
+    )
     return lines
 
 
-def write_report(data: dict, out: Path | None, spec: ModelSpec, gpus: list[GpuProfile],
-                 request: DesignRequest) -> str:
+def write_report(
+    data: dict, out: Path | None, spec: ModelSpec, gpus: list[GpuProfile], request: DesignRequest
+) -> str:
     """Markdown, with the plots saved next to `out` (when matplotlib is installed)."""
     plots = {}
     if out is not None:
@@ -226,12 +292,16 @@ def write_report(data: dict, out: Path | None, spec: ModelSpec, gpus: list[GpuPr
 
             option = data["options"][0]
             gpu = gpus[0]
-            roof = roofline(spec, gpu, RooflineRequest(
-                contexts=request.contexts, batches=(1, 8, 64), tp=option["tp"])).data
+            roof = roofline(
+                spec,
+                gpu,
+                RooflineRequest(contexts=request.contexts, batches=(1, 8, 64), tp=option["tp"]),
+            ).data
             roof_path = out.with_name(out.stem + "-roofline.png")
             roofline_plot(roof, roof_path)
-            curve = concurrency_curve(spec, gpu, CapacityRequest(tp=option["tp"]),
-                                      [2**k for k in range(10, 19)])
+            curve = concurrency_curve(
+                spec, gpu, CapacityRequest(tp=option["tp"]), [2**k for k in range(10, 19)]
+            )
             cap_path = out.with_name(out.stem + "-capacity.png")
             capacity_plot(curve, f"{spec.name} on {gpu.name} × {option['tp']}", cap_path)
             plots = {"roofline": roof_path.name, "sequences vs context": cap_path.name}

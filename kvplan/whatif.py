@@ -43,37 +43,66 @@ def parse_technique(text: str) -> Technique:
     if key in ("fp8", "int8", "int4"):
         probe = {
             "fp8": "near-lossless with calibrated scales; uncalibrated scales cost 1-2 points on "
-                   "reasoning: evaluate on your task",
+            "reasoning: evaluate on your task",
             "int8": "generally safe; evaluate on your task",
             "int4": "degrades long-context recall first: run a long-context recall probe at "
-                    "production length",
+            "production length",
         }[key]
         return Technique(raw, "dtype", key, "bytes_per_value", False, probe)
     if key.startswith("cla"):
         share = key[3:] or arg
         if not share.isdigit() or int(share) < 2:
             raise KvplanError(f"--apply {text!r}: CLA needs a sharing factor of 2 or more (cla2)")
-        return Technique(raw, "cla", int(share), "layers", False,
-                         "a training-time change (layers share KV); CLA2 reports near-identical "
-                         "accuracy, but it needs a checkpoint trained that way")
+        return Technique(
+            raw,
+            "cla",
+            int(share),
+            "layers",
+            False,
+            "a training-time change (layers share KV); CLA2 reports near-identical "
+            "accuracy, but it needs a checkpoint trained that way",
+        )
     if key in ("gqa", "mqa"):
         heads = 1 if key == "mqa" else _int(arg, text)
-        return Technique(raw, "gqa", heads, "kv_heads", False,
-                         "a training-time change (uptraining to fewer KV heads); MQA costs "
-                         "noticeable quality, GQA-8 is near-lossless")
+        return Technique(
+            raw,
+            "gqa",
+            heads,
+            "kv_heads",
+            False,
+            "a training-time change (uptraining to fewer KV heads); MQA costs "
+            "noticeable quality, GQA-8 is near-lossless",
+        )
     if key == "window":
-        return Technique(raw, "window", parse_tokens(arg, what="window"), "seq_len", False,
-                         "drops everything older than the window: run a long-context recall "
-                         "probe; keep the first (sink) tokens")
+        return Technique(
+            raw,
+            "window",
+            parse_tokens(arg, what="window"),
+            "seq_len",
+            False,
+            "drops everything older than the window: run a long-context recall "
+            "probe; keep the first (sink) tokens",
+        )
     if key == "evict":
         fraction = _fraction(arg, text)
-        return Technique(raw, "evict", fraction, "seq_len", False,
-                         "eviction is irreversible and input-dependent: gate it on a needle-style "
-                         "recall probe at production length; never evict the sink tokens")
+        return Technique(
+            raw,
+            "evict",
+            fraction,
+            "seq_len",
+            False,
+            "eviction is irreversible and input-dependent: gate it on a needle-style "
+            "recall probe at production length; never evict the sink tokens",
+        )
     if key == "prefix":
-        return Technique(raw, "prefix", parse_tokens(arg, what="prefix"), "duplicates", True,
-                         "lossless (the same bytes, stored once); it only fires with "
-                         "prefix-aware routing")
+        return Technique(
+            raw,
+            "prefix",
+            parse_tokens(arg, what="prefix"),
+            "duplicates",
+            True,
+            "lossless (the same bytes, stored once); it only fires with prefix-aware routing",
+        )
     raise KvplanError(
         f"--apply {text!r}: unknown technique (fp8, int8, int4, claN, gqa=N, mqa, window=N, "
         "evict=F, prefix=N; join with + to combine)"
@@ -96,14 +125,21 @@ def _fraction(arg: str, text: str) -> float:
     return value
 
 
-def _strongest(techniques: list[Technique], spec: ModelSpec, context: int, batch: int,
-               base_dtype: str, group: int) -> list[Technique]:
+def _strongest(
+    techniques: list[Technique],
+    spec: ModelSpec,
+    context: int,
+    batch: int,
+    base_dtype: str,
+    group: int,
+) -> list[Technique]:
     """Techniques that act on the same term do not stack: keep the one that saves the most."""
     by_term: dict[str, Technique] = {}
     for t in techniques:
         current = by_term.get(t.term)
         if current is None or _bytes(spec, [t], context, batch, base_dtype, group) < _bytes(
-                spec, [current], context, batch, base_dtype, group):
+            spec, [current], context, batch, base_dtype, group
+        ):
             by_term[t.term] = t
     return list(by_term.values())
 
@@ -132,13 +168,20 @@ def _transform(spec: ModelSpec, techniques: list[Technique]) -> ModelSpec:
                     kind = a.kind if a.kind in ("sliding", "chunked") else "sliding"
                     if a.kind == "mla":
                         kind = "mla"
-                    layers[i] = layer._replace(attention=a._replace(kind=kind, window=t.value)
-                                               if kind != "mla" else a)
+                    layers[i] = layer._replace(
+                        attention=a._replace(kind=kind, window=t.value) if kind != "mla" else a
+                    )
     return spec._replace(layers=tuple(layers))
 
 
-def _bytes(spec: ModelSpec, techniques: list[Technique], context: int, batch: int,
-           base_dtype: str, group: int) -> int:
+def _bytes(
+    spec: ModelSpec,
+    techniques: list[Technique],
+    context: int,
+    batch: int,
+    base_dtype: str,
+    group: int,
+) -> int:
     """KV bytes for `batch` sequences of `context` tokens with `techniques` applied."""
     dtype = next((t.value for t in techniques if t.kind == "dtype"), base_dtype)
     fmt = resolve_kv_format(dtype, spec.dtype, group)
@@ -173,8 +216,17 @@ def whatif(spec: ModelSpec, request: WhatIfRequest) -> Report:
     ctx, batch, group = request.context_len, request.batch_size, request.kv_group_size
     base_dtype = resolve_kv_format(request.kv_dtype, spec.dtype, group).name
     baseline = _bytes(spec, [], ctx, batch, base_dtype, group)
-    rows = [{"technique": "baseline", "term": "—", "bytes": baseline, "factor": 1.0,
-             "lossless": True, "stacking": "", "note": f"{spec.name} as it is, KV {base_dtype}"}]
+    rows = [
+        {
+            "technique": "baseline",
+            "term": "—",
+            "bytes": baseline,
+            "factor": 1.0,
+            "lossless": True,
+            "stacking": "",
+            "note": f"{spec.name} as it is, KV {base_dtype}",
+        }
+    ]
     singles: list[Technique] = []
     combos: list[list[Technique]] = []
     for item in request.apply:
@@ -189,9 +241,17 @@ def whatif(spec: ModelSpec, request: WhatIfRequest) -> Report:
         combos.append(list(singles))
     for t in singles:
         after = _bytes(spec, [t], ctx, batch, base_dtype, group)
-        rows.append({"technique": t.name, "term": TERMS[t.term], "bytes": after,
-                     "factor": baseline / after, "lossless": t.lossless, "stacking": "",
-                     "note": t.note})
+        rows.append(
+            {
+                "technique": t.name,
+                "term": TERMS[t.term],
+                "bytes": after,
+                "factor": baseline / after,
+                "lossless": t.lossless,
+                "stacking": "",
+                "note": t.note,
+            }
+        )
     notes = []
     for parts in combos:
         used = _strongest(parts, spec, ctx, batch, base_dtype, group)
@@ -200,24 +260,38 @@ def whatif(spec: ModelSpec, request: WhatIfRequest) -> Report:
         clashes = sorted({TERMS[x] for x in terms if terms.count(x) > 1})
         if clashes:
             dropped = [t.name for t in parts if t not in used]
-            stacking = (f"same term ({', '.join(clashes)}): only the stronger counts, "
-                        f"{', '.join(dropped)} adds nothing")
+            stacking = (
+                f"same term ({', '.join(clashes)}): only the stronger counts, "
+                f"{', '.join(dropped)} adds nothing"
+            )
         else:
             stacking = "different terms: the factors multiply"
-        rows.append({"technique": " + ".join(t.name for t in parts),
-                     "term": ", ".join(dict.fromkeys(TERMS[x] for x in terms)), "bytes": after,
-                     "factor": baseline / after, "lossless": all(t.lossless for t in parts),
-                     "stacking": stacking, "note": "; ".join(dict.fromkeys(
-                         t.note for t in parts if not t.lossless)) or "lossless"})
+        rows.append(
+            {
+                "technique": " + ".join(t.name for t in parts),
+                "term": ", ".join(dict.fromkeys(TERMS[x] for x in terms)),
+                "bytes": after,
+                "factor": baseline / after,
+                "lossless": all(t.lossless for t in parts),
+                "stacking": stacking,
+                "note": "; ".join(dict.fromkeys(t.note for t in parts if not t.lossless))
+                or "lossless",
+            }
+        )
     if any(a.kind == "mla" for a in spec.attention_layers()):
-        notes.append("MLA caches a latent: gqa/mqa do not apply to it (no KV heads to share), "
-                     "and windows were left off its layers.")
+        notes.append(
+            "MLA caches a latent: gqa/mqa do not apply to it (no KV heads to share), "
+            "and windows were left off its layers."
+        )
     if any(layer.state for layer in spec.layers):
-        notes.append("Recurrent states are fixed-size: the techniques act on the attention "
-                     "layers only.")
-    notes.append("Order of adoption (seed 004): lossless first — paging and continuous batching, "
-                 "prefix reuse, chunked prefill — then fp8, then windows or eviction behind a "
-                 "recall probe, then change the requirement.")
+        notes.append(
+            "Recurrent states are fixed-size: the techniques act on the attention layers only."
+        )
+    notes.append(
+        "Order of adoption (seed 004): lossless first — paging and continuous batching, "
+        "prefix reuse, chunked prefill — then fp8, then windows or eviction behind a "
+        "recall probe, then change the requirement."
+    )
     notes = unique_notes(notes)
     for row in rows:
         row["bytes_gib"] = row["bytes"] / 2**30
@@ -231,10 +305,25 @@ def whatif(spec: ModelSpec, request: WhatIfRequest) -> Report:
         Column("stacking", "stacking", fmt_text, "left"),
         Column("note", "what to probe", fmt_text, "left"),
     ]
-    facts = [("model", spec.name), ("sequences", f"{batch:,} x {ctx:,} tokens"),
-             ("baseline", f"{fmt_gib(baseline)} GiB of KV ({base_dtype})")]
-    data = {"kvplan_version": __version__, "model": {"name": spec.name}, "context_len": ctx,
-            "batch_size": batch, "kv_dtype": base_dtype, "baseline_bytes": baseline,
-            "rows": rows, "notes": notes}
-    return Report(f"What-if for {spec.name}: {batch} x {ctx:,} tokens", facts,
-                  [Table("", columns, rows)], notes, data)
+    facts = [
+        ("model", spec.name),
+        ("sequences", f"{batch:,} x {ctx:,} tokens"),
+        ("baseline", f"{fmt_gib(baseline)} GiB of KV ({base_dtype})"),
+    ]
+    data = {
+        "kvplan_version": __version__,
+        "model": {"name": spec.name},
+        "context_len": ctx,
+        "batch_size": batch,
+        "kv_dtype": base_dtype,
+        "baseline_bytes": baseline,
+        "rows": rows,
+        "notes": notes,
+    }
+    return Report(
+        f"What-if for {spec.name}: {batch} x {ctx:,} tokens",
+        facts,
+        [Table("", columns, rows)],
+        notes,
+        data,
+    )

@@ -50,8 +50,11 @@ def refresh(text: str) -> str:
             if "…" in line or not line.strip():
                 result.append(line)
                 continue
-            scored = [(difflib.SequenceMatcher(None, squeeze(line), squeeze(a)).ratio(), i)
-                      for i, a in enumerate(actual) if i >= position]
+            scored = [
+                (difflib.SequenceMatcher(None, squeeze(line), squeeze(a)).ratio(), i)
+                for i, a in enumerate(actual)
+                if i >= position
+            ]
             best = max(scored, default=(0.0, -1))
             if best[0] >= 0.6:
                 result.append(actual[best[1]].rstrip())

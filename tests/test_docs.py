@@ -96,9 +96,16 @@ def test_every_command_and_option_has_help_and_cli_md_is_current():
 FORMULA_MODULES = ["kvplan.kv", "kvplan.flops", "kvplan.memory", "kvplan.weights"]
 FORMULA_FUNCTIONS = {
     "kvplan.hardware": ["ridge_flop_per_byte"],
-    "kvplan.roofline": ["time_floor_s", "decode_step", "prefill", "asymptotic_intensity",
-                        "critical_context_len", "ceiling_tokens_per_s", "half_ceiling_batch",
-                        "compute_dtype"],
+    "kvplan.roofline": [
+        "time_floor_s",
+        "decode_step",
+        "prefill",
+        "asymptotic_intensity",
+        "critical_context_len",
+        "ceiling_tokens_per_s",
+        "half_ceiling_batch",
+        "compute_dtype",
+    ],
     "kvplan.capacity": ["max_sequences", "max_context_at_batch", "budget"],
     "kvplan.comm": None,  # every public function
 }
