@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from kvplan.dtypes import model_dtype_name
 from kvplan.errors import KvplanError
-from kvplan.fields import Fields
+from kvplan.fields import REQUIRED, Fields
 from kvplan.model import Attention, Layer, ModelSpec, MoE, State
 
 LAYER_TYPE_ALIASES = {
@@ -234,7 +234,7 @@ def _decoder(f: Fields, top: dict, ctx: dict) -> dict:
     num_layers = f.int("num_hidden_layers", "n_layer", "num_layers", why="the layer count")
     heads, kv = _heads(f, mt)
     hd = _head_dim(f, mt, hidden, heads)
-    vocab = f.int("vocab_size", default=defaults.get("vocab"), why="the parameter count")
+    vocab = f.int("vocab_size", default=defaults.get("vocab", REQUIRED), why="the parameter count")
     tied = _tie(f, top, defaults.get("tie", False))
 
     window = f.window("sliding_window", default=defaults.get("window"))

@@ -12,6 +12,7 @@ from typing import Any
 from kvplan.errors import KvplanError
 
 _MISSING = object()
+REQUIRED = _MISSING  # pass as `default=` when a class default may be absent
 MAX_DIM = 1 << 31  # no real config has a dimension this large; anything above is corrupt
 
 

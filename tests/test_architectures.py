@@ -279,3 +279,16 @@ def test_infinity_in_json_parses():
     from kvplan.sources import parse_config_text
 
     assert parse_config_text('{"a": [0.0, Infinity]}', "x")["a"][1] == float("inf")
+
+
+def test_missing_vocab_without_a_class_default_is_a_clean_error():
+    """Found by the fuzz test: llama4_text has no class default for vocab_size."""
+    import json
+
+    from helpers import REPO
+
+    config = json.loads((REPO / "model_configs" /
+                         "Llama-4-Scout-17B-16E-Instruct.TRIMMED.json").read_text())
+    del config["text_config"]["vocab_size"]
+    with pytest.raises(KvplanError, match="lacks vocab_size"):
+        spec_from(config)
