@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvplan import __version__
+from kvplan.comm import kv_transfer_bytes, kv_transfer_requests_per_s, kv_transfer_time_s
 from kvplan.dtypes import KvFormat, resolve_kv_format
 from kvplan.errors import KvplanError
-from kvplan.hardware import GpuProfile
+from kvplan.hardware import GpuProfile, choose_link
 from kvplan.kv import kv_bytes_per_token, paged_bytes_per_sequence
 from kvplan.memory import runtime_reserve_bytes
 from kvplan.model import ModelSpec, pp_stages
@@ -45,6 +46,8 @@ class CapacityRequest(NamedTuple):
     mean_len: int | None = None
     kv_group_size: int = 32
     max_num_batched_tokens: int = 8192
+    link: str = "network"  # for the disaggregated KV transfer: interconnect or network
+    network_gbps: float | None = None
 
 
 class Budget(NamedTuple):
@@ -265,6 +268,7 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Repo
             }
         )
 
+    transfer = kv_transfer(spec, gpu, request, fmt, notes)
     facts = [
         (
             "model / GPU",
@@ -295,6 +299,15 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Repo
                 f"{paging['paged_sequences']:,} vs "
                 f"{paging['contiguous_sequences']:,} sequences at mean length "
                 f"{request.mean_len:,}",
+            )
+        )
+    if transfer:
+        facts.append(
+            (
+                "disaggregated KV transfer",
+                f"{transfer['bytes_per_request'] / 2**30:,.2f} GiB per {ctx:,}-token request "
+                f"over {transfer['link']}: {transfer['time_s'] * 1e3:,.1f} ms, at most "
+                f"{transfer['requests_per_s']:,.1f} requests/s",
             )
         )
     table = Table(
@@ -329,9 +342,47 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Repo
         "fits": fits,
         "what_if": what_if,
         "paging": paging,
+        "kv_transfer": transfer,
         "notes": notes,
     }
     return Report(f"Capacity of {spec.name} on {gpu.name}", facts, [table], notes, data)
+
+
+def kv_transfer(
+    spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest, fmt: KvFormat, notes: list[str]
+) -> dict | None:
+    """Disaggregated prefill/decode: one request's KV moved to a decode replica of TP ranks."""
+    try:
+        link = choose_link(gpu, request.link, request.network_gbps)
+    except KvplanError as exc:
+        if request.network_gbps is not None or request.link != "network":
+            raise
+        notes.append(f"No disaggregated KV transfer figure: {exc}.")
+        return None
+    tp = request.tp
+    moved = kv_transfer_bytes(spec, request.context_len, fmt, tp)
+    whole = kv_transfer_bytes(spec, request.context_len, fmt, 1)
+    if moved > whole:
+        what = (
+            "MLA latent"
+            if any(a.kind == "mla" for a in spec.attention_layers())
+            else ("replicated KV heads")
+        )
+        notes.append(
+            f"KV transfer counts replication honestly: each of the {tp} decode ranks receives "
+            f"the {what} it needs, {moved / whole:.0f}x the cache itself."
+        )
+    notes.append(
+        f"KV transfer over {link.name}: {link.one_way_bytes_per_s / 1e9:,.0f} GB/s one way per "
+        f"GPU and {link.latency_s * 1e6:.0f} us latency, each decode rank on its own link, the "
+        "link doing nothing else."
+    )
+    return {
+        "link": link.name,
+        "bytes_per_request": moved,
+        "time_s": kv_transfer_time_s(moved, tp, link.one_way_bytes_per_s, link.latency_s),
+        "requests_per_s": kv_transfer_requests_per_s(moved, tp, link.one_way_bytes_per_s),
+    }
 
 
 def concurrency_curve(

@@ -107,6 +107,9 @@ def roofline_cmd(
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype (see kvplan size)."),
     weights_dtype: str = typer.Option("auto", "--weights-dtype", help="Weights dtype."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree: per-GPU figures."),
+    pp: int = typer.Option(
+        1, "--pp", help="Pipeline-parallel degree (bubbles stated, not hidden)."
+    ),
     plot: Path = typer.Option(None, "--plot", help="Write a log-log roofline chart (.png/.svg)."),
     fmt: OutputFormat = FORMAT_OPTION,
 ) -> None:
@@ -127,6 +130,7 @@ def roofline_cmd(
         kv_dtype=kv_dtype,
         weights_dtype=weights_dtype,
         tp=tp,
+        pp=pp,
     )
     report = roofline(load_model(model), profile, request)
     if plot is not None:
@@ -185,6 +189,14 @@ def capacity_cmd(
     mem_fraction_static: float = typer.Option(
         None, "--mem-fraction-static", help="SGLang's memory fraction (default 0.9)."
     ),
+    link: str = typer.Option(
+        "network",
+        "--link",
+        help="Link for the disaggregated KV transfer: network (inter-node) or interconnect.",
+    ),
+    network_gbps: float = typer.Option(
+        None, "--network-gbps", help="Inter-node Gb/s per GPU per direction (overrides)."
+    ),
     emit_flags: str = typer.Option(None, "--emit", help="Print engine flags instead: vllm."),
     plot: Path = typer.Option(
         None, "--plot", help="Max users vs context per KV dtype (.png/.svg)."
@@ -236,6 +248,8 @@ def capacity_cmd(
         else parse_tokens(prefix_tokens, what="--prefix-tokens"),
         mean_len=parse_tokens(mean_len, what="--mean-len") if mean_len else None,
         max_num_batched_tokens=max_num_batched_tokens,
+        link=link,
+        network_gbps=network_gbps,
     )
     report = capacity(spec, profile, request)
     if plot is not None:
@@ -364,16 +378,45 @@ def measure_cmd(
     threads: int = typer.Option(None, "--threads", help="CPU threads (recorded)."),
     json_out: Path = typer.Option(None, "--json", help="Write every number to this JSON file."),
     save_profile: Path = typer.Option(None, "--save-profile", help="Write a measured profile."),
+    distributed: bool = typer.Option(
+        False,
+        "--distributed",
+        help="Time all-reduce and a KV transfer with torch.distributed (gloo on CPU, NCCL on GPU).",
+    ),
+    nproc: int = typer.Option(2, "--nproc", help="With --distributed: ranks to spawn."),
+    timeout: float = typer.Option(
+        60.0, "--timeout", help="With --distributed: seconds before a collective gives up."
+    ),
     fmt: OutputFormat = FORMAT_OPTION,
 ) -> None:
     """Microbenchmarks on this device that check the planner's predictions."""
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:
         raise KvplanError("measure needs torch: pip install 'kvplan[measure]'") from None
     import json as _json
 
     from kvplan.measure.run import MeasureRequest, measure, profile_yaml
+
+    if distributed:
+        from kvplan.measure.distributed import DistributedRequest, run_distributed
+
+        dev = device if device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        report = run_distributed(
+            DistributedRequest(
+                nproc=nproc,
+                device=dev,
+                model=model,
+                gpu=gpu,
+                timeout_s=timeout,
+                context_len=2048 if quick else 8192,
+                runs=9 if quick else 25,
+            )
+        )
+        if json_out is not None:
+            emit(_json.dumps(report.data, indent=2, allow_nan=False) + "\n", json_out)
+        emit(render(report, fmt))
+        return
 
     request = MeasureRequest(
         model=model,

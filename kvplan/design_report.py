@@ -123,6 +123,7 @@ def design_report(spec: ModelSpec, gpus: list[GpuProfile], request: DesignReques
                     "batch_equal": roof["batch_equal"],
                     "what_if": {r["scenario"]: r["max_concurrency"] for r in first["what_if"]},
                     "paging": first["paging"],
+                    "kv_transfer": first["kv_transfer"],
                 }
             )
             notes += first["notes"] + roof["notes"]
@@ -209,6 +210,24 @@ def render_markdown(data: dict, plots: dict[str, str] | None = None) -> str:
                 f"{_gib(row['kv_pool_bytes_per_gpu'])} | {row['limited_by']} | "
                 f"{row['ttft_floor_s']:.2f} s | {row['tpot_floor_s'] * 1e3:.1f} ms | "
                 f"{row['ceiling_tokens_per_s']:,.0f} tok/s | {row['batch_equal']:.1f} |"
+            )
+        out.append("")
+    transfers = [(o, r) for o in data["options"] for r in o["per_context"] if r["kv_transfer"]]
+    if transfers:
+        out += [
+            "### Disaggregated prefill and decode",
+            "",
+            f"Moving each request's KV from a prefill pool to a decode replica{cite('KV transfer over')}:",
+            "",
+            "| option | context | KV per request | transfer time | requests/s the links sustain |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for o, r in transfers:
+            t = r["kv_transfer"]
+            out.append(
+                f"| {o['gpu']} × {o['tp']} over {t['link']} | {human_tokens(r['context_len'])} | "
+                f"{_gib(t['bytes_per_request'])} | {t['time_s'] * 1e3:,.1f} ms | "
+                f"{t['requests_per_s']:,.1f} |"
             )
         out.append("")
     if plots:

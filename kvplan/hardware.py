@@ -36,6 +36,7 @@ class GpuProfile(NamedTuple):
     l2_cache_bytes: float | None
     sm_count: int | None
     interconnect: Interconnect | None
+    network: Interconnect | None
     tdp_w: float | None
     match_names: tuple[str, ...]
     source: str
@@ -105,16 +106,6 @@ def parse_profile(data: object, source: str, key: str = "") -> GpuProfile:
         peaks[dtype] = _number(peaks_raw, dtype, source)
     if "bf16" not in peaks and "fp16" not in peaks and "fp32" not in peaks:
         raise KvplanError(f"{source}: profile needs a bf16, fp16 or fp32 peak")
-    link = data.get("interconnect")
-    interconnect = None
-    if link is not None:
-        if not isinstance(link, dict):
-            raise KvplanError(f"{source}: interconnect must be a mapping")
-        interconnect = Interconnect(
-            str(link.get("name", "interconnect")),
-            _number(link, "bandwidth_bytes_per_s", f"{source}: interconnect"),
-            _number(link, "latency_s", f"{source}: interconnect", required=False) or 0.0,
-        )
     aliases = data.get("aliases") or []
     if not isinstance(aliases, list):
         raise KvplanError(f"{source}: aliases must be a list")
@@ -129,12 +120,41 @@ def parse_profile(data: object, source: str, key: str = "") -> GpuProfile:
         memory_bandwidth_bytes_per_s=_number(data, "memory_bandwidth_bytes_per_s", source),
         l2_cache_bytes=_number(data, "l2_cache_bytes", source, required=False),
         sm_count=_number(data, "sm_count", source, required=False, integer=True),
-        interconnect=interconnect,
+        interconnect=_link(data, "interconnect", source),
+        network=_link(data, "network", source),
         tdp_w=_number(data, "tdp_w", source, required=False),
         match_names=tuple(str(m) for m in data.get("match_names") or []),
         source=str(data.get("source", "")),
         path=source,
     )
+
+
+def _link(data: dict, key: str, source: str) -> Interconnect | None:
+    link = data.get(key)
+    if link is None:
+        return None
+    if not isinstance(link, dict):
+        raise KvplanError(f"{source}: {key} must be a mapping")
+    return Interconnect(
+        str(link.get("name", key)),
+        _number(link, "bandwidth_bytes_per_s", f"{source}: {key}"),
+        _number(link, "latency_s", f"{source}: {key}", required=False) or 0.0,
+    )
+
+
+def choose_link(gpu: GpuProfile, which: str, gbps: float | None = None) -> Interconnect:
+    """The link a transfer uses: the intra-node interconnect or the inter-node network, or a
+    given bandwidth in Gb/s per GPU per direction (a cluster without a profile)."""
+    if gbps is not None:
+        if not 0 < gbps < 1e6:
+            raise KvplanError("--network-gbps must be a positive number of Gb/s")
+        return Interconnect(f"{gbps:g} Gb/s per GPU", 2 * gbps * 1e9 / 8, 5e-6)
+    if which not in ("interconnect", "network"):
+        raise KvplanError(f"--link {which!r}: choose interconnect or network")
+    link = gpu.interconnect if which == "interconnect" else gpu.network
+    if link is None:
+        raise KvplanError(f"{gpu.name}'s profile has no {which} figure; pass --network-gbps")
+    return link
 
 
 def _load_yaml(path: Path) -> object:

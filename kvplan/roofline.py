@@ -8,6 +8,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvplan import __version__
+from kvplan.comm import (
+    p2p_time_s,
+    pipeline_bubble_fraction,
+    tp_allreduce_bytes,
+    tp_comm_time_per_decode_step_s,
+)
 from kvplan.dtypes import KvFormat, resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.flops import flops_per_decode_token, prefill_flops
@@ -26,6 +32,7 @@ class RooflineRequest(NamedTuple):
     weights_dtype: str = "auto"
     tp: int = 1
     kv_group_size: int = 32
+    pp: int = 1
 
 
 def time_floor_s(num_bytes: float, flops: float, bandwidth: float, peak: float) -> float:
@@ -147,6 +154,26 @@ def half_ceiling_batch(
     return (lo + hi) / 2
 
 
+def tp_where_comm_dominates(
+    spec: ModelSpec, gpu: GpuProfile, batch_size: int, context_len: int, wdtype: str, fmt: KvFormat
+) -> int | None:
+    """The smallest valid TP degree at which a decode step's all-reduces take longer than its
+    memory/compute floor (0 when none up to 64 does)."""
+    link = gpu.interconnect
+    for tp in (2, 4, 8, 16, 32, 64):
+        try:
+            spec.check_tp(tp)
+        except KvplanError:
+            continue
+        floor = decode_step(spec, gpu, batch_size, context_len, wdtype, fmt, tp).time_floor_s
+        comm = tp_comm_time_per_decode_step_s(
+            spec, batch_size, tp, link.one_way_bytes_per_s, link.latency_s
+        )
+        if comm > floor:
+            return tp
+    return 0
+
+
 def device_report(gpu: GpuProfile) -> Report:
     rows = [
         {
@@ -195,7 +222,12 @@ def _gpu_json(gpu: GpuProfile, dtype: str = "bf16") -> dict:
 def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Report:
     """The Python twin of `kvplan roofline MODEL --gpu GPU`."""
     spec.check_tp(request.tp)
-    tp = request.tp
+    tp, pp = request.tp, request.pp
+    if pp < 1 or pp > spec.num_layers:
+        raise KvplanError(f"--pp {pp} must be between 1 and the {spec.num_layers} layers")
+    link = gpu.interconnect
+    if (tp > 1 or pp > 1) and link is None:
+        raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
     wdtype, wnotes = resolve_weights_dtype(spec, request.weights_dtype)
     fmt = resolve_kv_format(request.kv_dtype, spec.dtype, request.kv_group_size)
     cdtype = compute_dtype(wdtype)
@@ -209,6 +241,16 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Repo
     for context_len in request.contexts:
         for batch_size in request.batches:
             step = decode_step(spec, gpu, batch_size, context_len, wdtype, fmt, tp)
+            comm = 0.0
+            if tp > 1:
+                comm = tp_comm_time_per_decode_step_s(
+                    spec, batch_size, tp, link.one_way_bytes_per_s, link.latency_s
+                )
+            if pp > 1:  # each stage boundary passes the batch's activations once per token
+                comm += (pp - 1) * p2p_time_s(
+                    tp_allreduce_bytes(spec, batch_size), link.one_way_bytes_per_s, link.latency_s
+                )
+            total = step.time_floor_s + comm
             decode_rows.append(
                 {
                     "batch_size": batch_size,
@@ -216,9 +258,11 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Repo
                     "flops": step.flops,
                     "bytes": step.bytes,
                     "arithmetic_intensity_flop_per_byte": step.intensity,
-                    "time_floor_s": step.time_floor_s,
-                    "tokens_per_s": batch_size / step.time_floor_s,
-                    "bound": step.bound,
+                    "time_floor_s": total,
+                    "compute_or_memory_s": step.time_floor_s,
+                    "comm_s": comm,
+                    "tokens_per_s": batch_size / total,
+                    "bound": "communication" if comm > step.time_floor_s else step.bound,
                 }
             )
     per_context = []
@@ -238,6 +282,11 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Repo
             }
         )
     s_star = critical_context_len(spec, ridge, fmt, tp)
+    comm_dominates_tp = None
+    if link is not None:
+        comm_dominates_tp = tp_where_comm_dominates(
+            spec, gpu, request.batches[-1], request.contexts[0], wdtype, fmt
+        )
     notes = (
         model_notes(spec, tp)
         + wnotes
@@ -269,13 +318,27 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Repo
         )
     if tp > 1:
         notes.append(
-            f"Per GPU at TP {tp}: FLOPs and weights divided by {tp}; no communication "
-            "time included."
+            f"Per GPU at TP {tp}: FLOPs, weights and KV heads divided by {tp}; each layer adds 2 "
+            f"ring all-reduces of batch x hidden bf16 activations over {link.name} "
+            f"({link.one_way_bytes_per_s / 1e9:,.0f} GB/s one way, {link.latency_s * 1e6:.0f} us "
+            "per message), not overlapped with compute."
+        )
+    if pp > 1:
+        notes.append(
+            f"PP {pp}: a token crosses the {pp} stages in turn (each stage boundary sends batch x "
+            "hidden activations); the floors above are per token through all stages. Throughput "
+            f"needs microbatches to fill the pipe: with m microbatches the stages idle "
+            f"(p-1)/(m+p-1) of the time, {pipeline_bubble_fraction(pp, pp):.0%} at m = p."
         )
     notes = unique_notes(notes)
     summary = per_context[0]
     facts = [
-        ("model / GPU", f"{spec.name} on {gpu.name}" + (f", TP {tp}" if tp > 1 else "")),
+        (
+            "model / GPU",
+            f"{spec.name} on {gpu.name}"
+            + (f", TP {tp}" if tp > 1 else "")
+            + (f", PP {pp}" if pp > 1 else ""),
+        ),
         ("dtypes", f"weights {wdtype}, KV {fmt.name}, compute {cdtype}"),
         ("ridge point", f"{ridge:,.1f} FLOP/byte"),
         (
@@ -290,6 +353,14 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Repo
             else f"{s_star:,} tokens (below it, batching can reach the ridge)",
         ),
     ]
+    if comm_dominates_tp is not None:
+        facts.append(
+            (
+                "TP where communication dominates",
+                (f"{comm_dominates_tp}" if comm_dominates_tp else "none up to 64")
+                + f" (batch {request.batches[-1]}, {link.name})",
+            )
+        )
     for row in per_context:
         facts.append(
             (
@@ -309,6 +380,7 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Repo
             Column("bytes", "GB/step", lambda v: f"{v / 1e9:,.2f}"),
             Column("arithmetic_intensity_flop_per_byte", "intensity (FLOP/B)", fmt_float(2)),
             Column("bound", "bound", fmt_text, "left"),
+            Column("comm_s", "comm (ms)", fmt_ms),
             Column("time_floor_s", "TPOT floor (ms)", fmt_ms),
             Column("tokens_per_s", "tokens/s", fmt_int),
         ],
@@ -339,6 +411,8 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Repo
         "critical_context_len": s_star,
         "ceiling_tokens_per_s": summary["ceiling_tokens_per_s"],
         "batch_equal": summary["batch_equal"],
+        "pp": pp,
+        "tp_where_comm_dominates": comm_dominates_tp,
         "notes": notes,
     }
     return Report(f"Roofline of {spec.name} on {gpu.name}", facts, [table], notes, data)

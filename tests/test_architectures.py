@@ -287,8 +287,9 @@ def test_missing_vocab_without_a_class_default_is_a_clean_error():
 
     from helpers import REPO
 
-    config = json.loads((REPO / "model_configs" /
-                         "Llama-4-Scout-17B-16E-Instruct.TRIMMED.json").read_text())
+    config = json.loads(
+        (REPO / "model_configs" / "Llama-4-Scout-17B-16E-Instruct.TRIMMED.json").read_text()
+    )
     del config["text_config"]["vocab_size"]
     with pytest.raises(KvplanError, match="lacks vocab_size"):
         spec_from(config)

@@ -1,0 +1,82 @@
+"""Communication formulas by hand-computed examples, and their use in roofline and capacity."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import run_json
+
+from kvplan.comm import (
+    kv_transfer_bytes,
+    kv_transfer_requests_per_s,
+    kv_transfer_time_s,
+    p2p_time_s,
+    pipeline_bubble_fraction,
+    ring_allreduce_time_s,
+    tp_allreduce_bytes,
+    tp_comm_time_per_decode_step_s,
+)
+from kvplan.dtypes import KvFormat
+from kvplan.sources import load_model
+
+BF16 = KvFormat("bf16")
+
+
+def test_p2p_and_ring_by_hand():
+    assert p2p_time_s(1e9, 100e9, 5e-6) == pytest.approx(5e-6 + 0.01)
+    # 8 ranks: 2*7/8 * 1 MB / 450 GB/s + 14 * 2 us
+    assert ring_allreduce_time_s(1e6, 8, 450e9, 2e-6) == pytest.approx(
+        14 / 8 * 1e6 / 450e9 + 14 * 2e-6
+    )
+    assert ring_allreduce_time_s(1e6, 1, 450e9, 2e-6) == 0.0
+    assert pipeline_bubble_fraction(4, 4) == pytest.approx(3 / 7)
+    assert pipeline_bubble_fraction(1, 8) == 0
+
+
+def test_tp_decode_step_communication_llama70b():
+    spec = load_model("llama-3.1-70b")
+    assert tp_allreduce_bytes(spec, 64) == 64 * 8192 * 2
+    one = ring_allreduce_time_s(64 * 8192 * 2, 8, 450e9, 2e-6)
+    assert tp_comm_time_per_decode_step_s(spec, 64, 8, 450e9, 2e-6) == pytest.approx(2 * 80 * one)
+
+
+def test_kv_transfer_counts_replication():
+    llama, deepseek = load_model("llama-3.1-70b"), load_model("deepseek-v3")
+    whole = 327_680 * 32768
+    assert kv_transfer_bytes(llama, 32768, BF16, 8) == whole  # 8 KV heads over 8 ranks: sharded
+    assert kv_transfer_bytes(llama, 32768, BF16, 16) == 2 * whole  # each head sent to 2 ranks
+    latent = 70_272 * 32768
+    assert kv_transfer_bytes(deepseek, 32768, BF16, 8) == 8 * latent  # latent replicated
+    assert kv_transfer_time_s(whole, 8, 50e9, 5e-6) == pytest.approx(5e-6 + whole / 8 / 50e9)
+    assert kv_transfer_requests_per_s(whole, 8, 50e9) == pytest.approx(8 * 50e9 / whole)
+
+
+def test_roofline_adds_communication_and_finds_where_it_dominates():
+    data = run_json(
+        "roofline", "llama-3.1-70b", "--gpu", "h100", "--tp", "8", "--ctx", "8k", "--batch", "1"
+    )
+    row = data["decode"][0]
+    spec = load_model("llama-3.1-70b")
+    expected = tp_comm_time_per_decode_step_s(spec, 1, 8, 450e9, 2e-6)
+    assert row["comm_s"] == pytest.approx(expected)
+    assert row["time_floor_s"] == pytest.approx(row["compute_or_memory_s"] + expected)
+    assert data["tp_where_comm_dominates"] in (0, 16, 32, 64)
+    single = run_json("roofline", "llama-3.1-70b", "--gpu", "h100", "--ctx", "8k", "--batch", "1")
+    assert single["decode"][0]["comm_s"] == 0
+
+
+def test_pipeline_notes_the_bubble():
+    data = run_json("roofline", "llama-3.1-8b", "--gpu", "h100", "--pp", "4", "--batch", "8")
+    assert data["decode"][0]["comm_s"] == pytest.approx(3 * p2p_time_s(8 * 4096 * 2, 450e9, 2e-6))
+    assert any("(p-1)/(m+p-1)" in n for n in data["notes"])
+
+
+def test_capacity_disaggregated_transfer():
+    data = run_json("capacity", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--ctx", "32k")
+    t = data["kv_transfer"]
+    moved = 8 * 70_272 * 32768
+    assert t["bytes_per_request"] == moved
+    assert t["time_s"] == pytest.approx(5e-6 + moved / 8 / 50e9)
+    assert any("replication honestly" in n for n in data["notes"])
+    over = run_json("capacity", "llama-3.1-8b", "--gpu", "h100", "--network-gbps", "100")
+    assert over["kv_transfer"]["link"] == "100 Gb/s per GPU"
+    assert over["kv_transfer"]["time_s"] == pytest.approx(5e-6 + 131_072 * 32768 / 12.5e9)
