@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from helpers import run_json
 
 from kvplan.comm import (
     kv_transfer_bytes,
@@ -17,6 +16,8 @@ from kvplan.comm import (
 )
 from kvplan.dtypes import KvFormat
 from kvplan.sources import load_model
+
+from helpers import run_json
 
 BF16 = KvFormat("bf16")
 
