@@ -122,6 +122,7 @@ def measure(request: MeasureRequest, progress: Callable[[str], None] | None = No
         except KvplanError:
             sheet_peak = None
 
+    constants = (cal_bw, cal_peak, sheet_bw, sheet_peak)
     workload = Workload(shape, device, max(plan.batches), max(plan.contexts))
     decode_rows = []
     for batch in plan.batches:
@@ -133,30 +134,18 @@ def measure(request: MeasureRequest, progress: Callable[[str], None] | None = No
                 min_runs=plan.runs,
                 max_runs=plan.runs * 3,
             )
-            weights = shape.weight_bytes()
             kv = batch * context * shape.kv_bytes_per_token()
-            flops = shape.decode_flops(batch, context)
-            cal = predicted_s(weights + kv, flops, cal_bw, cal_peak)
-            sheet = predicted_s(weights + kv, flops, sheet_bw, sheet_peak)
-            bound = "memory" if (weights + kv) / cal_bw >= flops / cal_peak else "compute"
-            decode_rows.append(
-                {
-                    "phase": "decode",
-                    "batch_size": batch,
-                    "context_len": context,
-                    "bytes": weights + kv,
-                    "weight_bytes": weights,
-                    "kv_bytes": kv,
-                    "flops": flops,
-                    "predicted_datasheet_s": sheet,
-                    "predicted_calibrated_s": cal,
-                    "measured": timing.to_json(),
-                    "measured_s": timing.median_s,
-                    "error_datasheet": error(sheet, timing.median_s),
-                    "error_calibrated": error(cal, timing.median_s),
-                    "bound": bound,
-                }
+            row = _point(
+                "decode",
+                batch,
+                context,
+                shape.weight_bytes(),
+                kv,
+                shape.decode_flops(batch, context),
+                timing,
+                constants,
             )
+            decode_rows.append({**row, "weight_bytes": shape.weight_bytes(), "kv_bytes": kv})
     prefill_rows = []
     for tokens in plan.prefill_tokens:
         progress(f"prefill n={tokens}")
@@ -166,25 +155,17 @@ def measure(request: MeasureRequest, progress: Callable[[str], None] | None = No
             min_runs=max(3, plan.runs // 2),
             max_runs=plan.runs,
         )
-        weights, kv = shape.weight_bytes(), tokens * shape.kv_bytes_per_token()
-        flops = shape.prefill_flops(tokens)
-        cal = predicted_s(weights + kv, flops, cal_bw, cal_peak)
-        sheet = predicted_s(weights + kv, flops, sheet_bw, sheet_peak)
         prefill_rows.append(
-            {
-                "phase": "prefill",
-                "batch_size": 1,
-                "context_len": tokens,
-                "bytes": weights + kv,
-                "flops": flops,
-                "predicted_datasheet_s": sheet,
-                "predicted_calibrated_s": cal,
-                "measured": timing.to_json(),
-                "measured_s": timing.median_s,
-                "error_datasheet": error(sheet, timing.median_s),
-                "error_calibrated": error(cal, timing.median_s),
-                "bound": "memory" if (weights + kv) / cal_bw >= flops / cal_peak else "compute",
-            }
+            _point(
+                "prefill",
+                1,
+                tokens,
+                shape.weight_bytes(),
+                tokens * shape.kv_bytes_per_token(),
+                shape.prefill_flops(tokens),
+                timing,
+                constants,
+            )
         )
 
     fits = []
@@ -322,6 +303,36 @@ def measure(request: MeasureRequest, progress: Callable[[str], None] | None = No
     }
     tables = [Table("decode", columns, decode_rows), Table("prefill", columns, prefill_rows)]
     return Report(f"kvplan measure on {info['name']}", facts, tables, notes, data)
+
+
+def _point(
+    phase: str,
+    batch: int,
+    context: int,
+    weights: int,
+    kv: int,
+    flops: int,
+    timing,
+    constants: tuple,
+) -> dict:
+    """One measured point next to its two predictions (calibrated, datasheet) and its bound."""
+    cal_bw, cal_peak, sheet_bw, sheet_peak = constants
+    cal = predicted_s(weights + kv, flops, cal_bw, cal_peak)
+    sheet = predicted_s(weights + kv, flops, sheet_bw, sheet_peak)
+    return {
+        "phase": phase,
+        "batch_size": batch,
+        "context_len": context,
+        "bytes": weights + kv,
+        "flops": flops,
+        "predicted_datasheet_s": sheet,
+        "predicted_calibrated_s": cal,
+        "measured": timing.to_json(),
+        "measured_s": timing.median_s,
+        "error_datasheet": error(sheet, timing.median_s),
+        "error_calibrated": error(cal, timing.median_s),
+        "bound": "memory" if (weights + kv) / cal_bw >= flops / cal_peak else "compute",
+    }
 
 
 def _ms(value):
