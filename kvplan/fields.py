@@ -14,6 +14,8 @@ from kvplan.errors import KvplanError
 _MISSING = object()
 REQUIRED = _MISSING  # pass as `default=` when a class default may be absent
 MAX_DIM = 1 << 31  # no real config has a dimension this large; anything above is corrupt
+MAX_LAYERS = 100_000  # layers are iterated one by one; real models have at most a few hundred
+LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers")
 
 
 class Fields:
@@ -120,8 +122,9 @@ class Fields:
             if not math.isfinite(value) or value != int(value):
                 raise KvplanError(f"{self.source}: field {name} must be an integer, got {value!r}")
             value = int(value)
-        if value < minimum or value > MAX_DIM:
+        maximum = MAX_LAYERS if name in LAYER_FIELDS else MAX_DIM
+        if value < minimum or value > maximum:
             raise KvplanError(
-                f"{self.source}: field {name} = {value} is out of range (at least {minimum})"
+                f"{self.source}: field {name} = {value} is out of range ({minimum} to {maximum:,})"
             )
         return value

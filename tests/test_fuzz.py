@@ -100,3 +100,23 @@ def test_truncated_json_is_a_clean_error(path):
             check(parse_config_text(text[:cut], path.name))
         except KvplanError as exc:
             assert "invalid JSON" in str(exc)
+
+
+def test_absurd_layer_counts_are_refused_not_built():
+    """Found in CI: a fuzzed config with ~2 billion layers exhausted memory building them."""
+    from kvplan.errors import KvplanError
+
+    config = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_hidden_layers": 2_000_000_000,
+        "num_attention_heads": 4,
+        "intermediate_size": 128,
+        "vocab_size": 10,
+    }
+    try:
+        build_model(config, "huge")
+    except KvplanError as exc:
+        assert "num_hidden_layers" in str(exc) and "out of range" in str(exc)
+    else:
+        raise AssertionError("a 2-billion-layer config was accepted")

@@ -42,18 +42,22 @@ def bandwidth(device: str, array_bytes: int, runs: int) -> dict:
     }
 
 
-def stream_matvec(device: str, dtype: str, matrix_bytes: int, runs: int) -> dict:
-    """Batch-1 weight streaming y = W x over a matrix larger than the caches: the kernel class a
-    decode step spends its weight reads in. Its bytes/s calibrate the decode predictions."""
+def matvec_probe(device: str, dtype: str, matrix_bytes: int):
+    """(callable, bytes streamed, FLOPs): batch-1 y = W x over a matrix larger than the caches,
+    the kernel class a decode step spends its weight reads in."""
     cols = 4096
     element = torch.finfo(DTYPES[dtype]).bits // 8
     rows = max(1024, matrix_bytes // (cols * element))
     w = torch.randn(rows, cols, device=device).to(DTYPES[dtype])
     x = torch.randn(cols, device=device).to(DTYPES[dtype])
-    timing = time_fn(
-        lambda: torch.mv(w, x), device=device, min_runs=runs, max_runs=runs, min_total_s=0.0
-    )
-    return _result("matvec", timing, rows * cols * element, 2 * rows * cols)
+    return (lambda: torch.mv(w, x)), rows * cols * element, 2 * rows * cols
+
+
+def stream_matvec(device: str, dtype: str, matrix_bytes: int, runs: int) -> dict:
+    """The matvec probe's bytes/s: what calibrates the decode predictions."""
+    fn, num_bytes, flops = matvec_probe(device, dtype, matrix_bytes)
+    timing = time_fn(fn, device=device, min_runs=runs, max_runs=runs, min_total_s=0.0)
+    return _result("matvec", timing, num_bytes, flops)
 
 
 def matmul_peak(device: str, dtype: str, size: int, runs: int) -> dict:

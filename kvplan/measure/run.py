@@ -14,7 +14,7 @@ from kvplan import __version__
 from kvplan.errors import KvplanError
 from kvplan.measure import probes
 from kvplan.measure.device import choose_profile, detect
-from kvplan.measure.timing import time_fn
+from kvplan.measure.timing import time_fn, time_interleaved
 from kvplan.measure.workload import Workload, shape_for
 from kvplan.report import Column, Report, Table, fmt_int, fmt_text, unique_notes
 from kvplan.sources import load_model
@@ -55,9 +55,9 @@ def plan_for(request: MeasureRequest, info: dict) -> Plan:
     else:
         layers = request.layers if request.layers is not None else (1 if request.quick else 2)
         batches = (1,) if request.quick else (1, 4)
-        contexts = (256, 1024, 4096) if request.quick else (256, 1024, 4096, 8192)
+        contexts = (256, 1024, 2048) if request.quick else (256, 1024, 4096, 8192)
         prefill = (256,) if request.quick else (256, 1024)
-        runs = 7 if request.quick else 11
+        runs = 11 if request.quick else 15
     return Plan(
         layers, request.batches or batches, request.contexts or contexts, prefill, runs, array
     )
@@ -128,12 +128,14 @@ def measure(request: MeasureRequest, progress: Callable[[str], None] | None = No
     for batch in plan.batches:
         for context in plan.contexts:
             progress(f"decode B={batch} s={context}")
-            timing = time_fn(
-                workload.decode(batch, context),
+            # alternating rounds with the matvec probe: this point's calibration sees the same
+            # drift as the point itself
+            timing, probe = time_interleaved(
+                [workload.decode(batch, context), workload.weights_pass(batch)],
                 device=device,
-                min_runs=plan.runs,
-                max_runs=plan.runs * 3,
+                runs=plan.runs,
             )
+            point_bw = shape.weight_bytes() / probe.median_s
             kv = batch * context * shape.kv_bytes_per_token()
             row = _point(
                 "decode",
@@ -143,9 +145,16 @@ def measure(request: MeasureRequest, progress: Callable[[str], None] | None = No
                 kv,
                 shape.decode_flops(batch, context),
                 timing,
-                constants,
+                (point_bw, cal_peak, sheet_bw, sheet_peak),
             )
-            decode_rows.append({**row, "weight_bytes": shape.weight_bytes(), "kv_bytes": kv})
+            decode_rows.append(
+                {
+                    **row,
+                    "weight_bytes": shape.weight_bytes(),
+                    "kv_bytes": kv,
+                    "calibration_bandwidth_bytes_per_s": point_bw,
+                }
+            )
     prefill_rows = []
     for tokens in plan.prefill_tokens:
         progress(f"prefill n={tokens}")
@@ -207,8 +216,9 @@ def measure(request: MeasureRequest, progress: Callable[[str], None] | None = No
                 )
 
     notes += [
-        f"Calibrated predictions use the measured batch-1 matrix-vector streaming bandwidth "
-        f"({cal_bw / 1e9:,.1f} GB/s, the kernel class decode's weight reads use) and the measured "
+        "Calibrated decode predictions use the bandwidth this model's own weight-streaming "
+        "matvecs reach on this device (a weights-only pass of the same layers, timed in "
+        "alternating rounds with each decode point, so drift hits both alike), and the measured "
         f"{dtype} matmul peak ({cal_peak / 1e12:,.3f} TFLOP/s). STREAM copy "
         f"{bw['copy']['bytes_per_s_median'] / 1e9:,.1f} GB/s and triad "
         f"{bw['triad']['bytes_per_s_median'] / 1e9:,.1f} GB/s (read + write counted).",

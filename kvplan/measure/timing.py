@@ -100,3 +100,27 @@ def _time_cuda(fn, min_runs, max_runs, min_total_s, warmup_s, flush) -> Timing:
         end.synchronize()
         samples.append(begin.elapsed_time(end) * 1e-3)
     return summarize(samples)
+
+
+def time_interleaved(
+    fns: list[Callable[[], object]], *, device: str = "cpu", runs: int = 7, warmup_calls: int = 3
+) -> list[Timing]:
+    """Time several functions in alternating rounds (A B A B ...), so that machine drift (shared
+    VMs vary +-20%) hits each of them alike; one Timing per function."""
+    sync = lambda: None
+    if device == "cuda":
+        import torch
+
+        sync = torch.cuda.synchronize
+    for fn in fns:
+        for _ in range(warmup_calls):
+            fn()
+        sync()
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(runs):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter_ns()
+            fn()
+            sync()
+            samples[i].append((time.perf_counter_ns() - t0) * 1e-9)
+    return [summarize(s) for s in samples]

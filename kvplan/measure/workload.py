@@ -113,14 +113,13 @@ class Workload:
         def weight(rows, cols):
             return (torch.randn(rows, cols, device=device) * scale).to(dt)
 
+        # Fused projections, as serving engines run them (vLLM's QKVParallelLinear and
+        # MergedColumnParallelLinear): one matvec for q|k|v and one for gate|up.
         self.layers = [
             {
-                "q": weight(hq * d, h),
-                "k": weight(hkv * d, h),
-                "v": weight(hkv * d, h),
+                "qkv": weight((hq + 2 * hkv) * d, h),
                 "o": weight(h, hq * d),
-                "gate": weight(inter, h),
-                "up": weight(inter, h),
+                "gate_up": weight(2 * inter, h),
                 "down": weight(h, inter),
             }
             for _ in range(shape.layers)
@@ -146,14 +145,32 @@ class Workload:
 
         def step():
             x = x0
+            q_width = s.num_q_heads * s.head_dim
             for w, (kc, vc) in zip(self.layers, self.caches, strict=True):
-                q = _linear(w["q"], x).view(batch, s.num_q_heads, s.head_dim)
-                _linear(w["k"], x)
-                _linear(w["v"], x)
+                qkv = _linear(w["qkv"], x)  # the new k/v would be appended: negligible bytes
+                q = qkv[:, :q_width].reshape(batch, s.num_q_heads, s.head_dim)
                 attn = paged_decode_attention(q, kc, vc, table, lens)
                 x = _linear(w["o"], attn.reshape(batch, -1))
-                hidden = torch.nn.functional.silu(_linear(w["gate"], x)) * _linear(w["up"], x)
-                x = _linear(w["down"], hidden)
+                gate, up = _linear(w["gate_up"], x).chunk(2, dim=-1)
+                x = _linear(w["down"], torch.nn.functional.silu(gate) * up)
+            return x
+
+        return step
+
+    def weights_pass(self, batch: int):
+        """The decode step's weight-streaming matvecs alone (no attention): what calibrates the
+        bandwidth that this model's own matrices stream at on this device."""
+        s = self.shape
+        x0 = torch.randn(batch, s.hidden, device=self.device).to(DTYPES[s.dtype])
+        attn = torch.randn(batch, s.num_q_heads * s.head_dim, device=self.device).to(x0.dtype)
+
+        def step():
+            x = x0
+            for w in self.layers:
+                _linear(w["qkv"], x)
+                x = _linear(w["o"], attn)
+                gate, up = _linear(w["gate_up"], x).chunk(2, dim=-1)
+                x = _linear(w["down"], torch.nn.functional.silu(gate) * up)
             return x
 
         return step
@@ -164,14 +181,17 @@ class Workload:
 
         def step():
             x = x0
+            q_width = s.num_q_heads * s.head_dim
+            kv_width = s.num_kv_heads * s.head_dim
             for w in self.layers:
-                q = (x @ w["q"].T).view(tokens, s.num_q_heads, s.head_dim)
-                k = (x @ w["k"].T).view(tokens, s.num_kv_heads, s.head_dim)
-                v = (x @ w["v"].T).view(tokens, s.num_kv_heads, s.head_dim)
+                qkv = x @ w["qkv"].T
+                q = qkv[:, :q_width].reshape(tokens, s.num_q_heads, s.head_dim)
+                k = qkv[:, q_width : q_width + kv_width].reshape(tokens, s.num_kv_heads, s.head_dim)
+                v = qkv[:, q_width + kv_width :].reshape(tokens, s.num_kv_heads, s.head_dim)
                 attn = prefill_attention(q, k, v)
                 x = attn.reshape(tokens, -1) @ w["o"].T
-                hidden = torch.nn.functional.silu(x @ w["gate"].T) * (x @ w["up"].T)
-                x = hidden @ w["down"].T
+                gate, up = (x @ w["gate_up"].T).chunk(2, dim=-1)
+                x = (torch.nn.functional.silu(gate) * up) @ w["down"].T
             return x
 
         return step
