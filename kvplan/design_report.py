@@ -171,7 +171,7 @@ def render_markdown(data: dict, plots: dict[str, str] | None = None) -> str:
     out += [
         "### Cache anatomy",
         "",
-        f"{m['name']} ({m['family']}) has {human_count(m['params_total'])} parameters "
+        f"{m['name']}, a {m['family']} model, has {human_count(m['params_total'])} parameters "
         f"({human_count(m['params_active'])} active per token); its weights take "
         f"{_gib(m['weights_bytes'])} in {m['weights_dtype']}. Layers: {layers}. Every token of "
         f"context costs **{m['kv_bytes_per_token']:,} bytes** of KV in {base} with every attention "
@@ -194,7 +194,7 @@ def render_markdown(data: dict, plots: dict[str, str] | None = None) -> str:
     for option in data["options"]:
         out += [
             f"**{option['gpu']} × {option['tp']}** (one replica of tensor parallel "
-            f"{option['tp']}; memory utilization 0.9{cite('Budget per GPU')}; sequences are "
+            f"{option['tp']}; memory utilization 0.9{cite('Budget per GPU: ' + option['gpu'])}; sequences are "
             "per replica, TPOT at that many sequences)",
             "",
             "| context | "

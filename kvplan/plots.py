@@ -39,7 +39,7 @@ def roofline_plot(data: dict, path: Path) -> None:
     ]
     xs = [p["arithmetic_intensity_flop_per_byte"] for _, p in points]
     lo, hi = min(xs + [ridge]) / 4, max(xs + [ridge]) * 4
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = plt.subplots(figsize=(10, 5.5))
     grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     ax.plot(
         grid,
@@ -61,19 +61,20 @@ def roofline_plot(data: dict, path: Path) -> None:
     for label, p in points:
         x = p["arithmetic_intensity_flop_per_byte"]
         y = p["flops"] / p["time_floor_s"] / 1e12
-        ax.scatter([x], [y], s=30, zorder=3)
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, -10), fontsize=8)
+        marker = "s" if label == "prefill" else "o"
+        ax.scatter([x], [y], s=36, zorder=3, marker=marker, label=label)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("attainable throughput (TFLOP/s)")
+    tp = f" x {data['tp']} (per GPU)" if data.get("tp", 1) > 1 else ""
     ax.set_title(
-        f"{data['model']['name']} on {gpu['name']} (weights {data['weights_dtype']}, "
-        f"KV {data['kv_dtype']})",
+        f"{data['model']['name']} on {gpu['name']}{tp}, weights {data['weights_dtype']}, "
+        f"KV {data['kv_dtype']}",
         fontsize=10,
     )
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -87,7 +88,11 @@ def capacity_plot(series: dict[str, list[tuple[int, int]]], title: str, path: Pa
     for label, points in series.items():
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
     ax.set_xscale("log", base=2)
-    ax.set_yscale("symlog")
+    ax.set_yscale("symlog", linthresh=1)  # symlog: zero (nothing fits) stays on the chart
+    ax.set_ylim(bottom=0)
+    contexts = sorted({p[0] for points in series.values() for p in points})
+    ax.set_xticks(contexts)
+    ax.set_xticklabels([f"{c // 1024}k" if c >= 1024 else str(c) for c in contexts])
     ax.set_xlabel("context length per sequence (tokens)")
     ax.set_ylabel("max concurrent sequences")
     ax.set_title(title, fontsize=10)
