@@ -464,9 +464,29 @@ def gpus_cmd(fmt: OutputFormat = FORMAT_OPTION) -> None:
     emit(render(gpus_report(), fmt))
 
 
+def _app_for(argv: list[str]) -> typer.Typer:
+    """The app to run: for `kvplan <command> ...`, a group holding only that command, so typer
+    builds one command's parameters instead of all of them (start-up cost); else the full app."""
+    name = argv[0] if argv else None
+    info = next((c for c in app.registered_commands if c.name == name), None)
+    if info is None:
+        return app
+    single = typer.Typer(
+        add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None
+    )
+    single.callback()(_root)
+    single.registered_commands.append(info)
+    return single
+
+
+def _root() -> None:
+    """Plan the KV cache of an LLM deployment from its config.json and a hardware profile."""
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        code = app(args=argv, prog_name="kvplan", standalone_mode=False)
+        code = _app_for(argv)(args=argv, prog_name="kvplan", standalone_mode=False)
     except KvplanError as exc:  # raised outside a command (option callbacks)
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -3,7 +3,6 @@ validated and coerced on load (PyYAML reads `4.8e12` as a string)."""
 
 from __future__ import annotations
 
-import difflib
 import math
 from functools import lru_cache
 from pathlib import Path
@@ -198,6 +197,8 @@ def load_profile(name: str) -> GpuProfile:
     for profile in profiles.values():
         if key in (profile.key, profile.name.lower()) or key in profile.aliases:
             return profile
+    import difflib
+
     names = sorted(set(profiles) | {a for p in profiles.values() for a in p.aliases})
     close = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
