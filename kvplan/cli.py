@@ -363,7 +363,7 @@ def explore_cmd(
 @app.command("measure")
 @command
 def measure_cmd(
-    model: str = typer.Option("qwen2.5-3b", "--model", help=MODEL_HELP),
+    model: str = typer.Option("qwen2.5-7b", "--model", help=MODEL_HELP),
     layers: int = typer.Option(None, "--layers", help="Layers to build (shapes scaled down)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     gpu: str = typer.Option(None, "--gpu", help="Profile to compare against (else matched)."),

@@ -19,7 +19,7 @@ from kvplan.measure.workload import Workload, shape_for
 from kvplan.report import Column, Report, Table, fmt_int, fmt_text, unique_notes
 from kvplan.sources import load_model
 
-DEFAULT_MODEL = "qwen2.5-3b"
+DEFAULT_MODEL = "qwen2.5-7b"  # 932 MB per fp32 layer: fixed per-call costs stay small
 
 
 class MeasureRequest(NamedTuple):
