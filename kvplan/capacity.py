@@ -348,6 +348,31 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Repo
     return Report(f"Capacity of {spec.name} on {gpu.name}", facts, [table], notes, data)
 
 
+def smallest_fitting_tp(
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    context_len: int,
+    gpu_mem_util: float = 0.9,
+    choices: tuple[int, ...] = (1, 2, 4, 8, 16),
+) -> int:
+    """The smallest valid TP degree at which one sequence of `context_len` fits beside the
+    weights (what report and explore plan with when no TP is given)."""
+    wdtype, _ = resolve_weights_dtype(spec, "auto")
+    fmt = resolve_kv_format("auto", spec.dtype)
+    for tp in choices:
+        try:
+            spec.check_tp(tp)
+        except KvplanError:
+            continue
+        plan = budget(spec, gpu, CapacityRequest(tp=tp, gpu_mem_util=gpu_mem_util), wdtype)
+        if (
+            plan.pool_bytes > 0
+            and max_sequences(pp_stages(spec, 1), plan.pool_bytes, context_len, fmt, tp, 16) >= 1
+        ):
+            return tp
+    raise KvplanError(f"{spec.name} does not fit on up to {choices[-1]} x {gpu.name}")
+
+
 def kv_transfer(
     spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest, fmt: KvFormat, notes: list[str]
 ) -> dict | None:

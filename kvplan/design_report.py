@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kvplan import __version__
-from kvplan.capacity import CapacityRequest, capacity
+from kvplan.capacity import CapacityRequest, capacity, smallest_fitting_tp
 from kvplan.dtypes import resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.hardware import GpuProfile
@@ -35,21 +35,7 @@ def choose_tp(spec: ModelSpec, gpu: GpuProfile, request: DesignRequest) -> int:
     if request.tp is not None:
         spec.check_tp(request.tp)
         return request.tp
-    for tp in TP_CHOICES:
-        try:
-            spec.check_tp(tp)
-        except KvplanError:
-            continue
-        data = capacity(
-            spec,
-            gpu,
-            CapacityRequest(
-                context_len=max(request.contexts), tp=tp, gpu_mem_util=request.gpu_mem_util
-            ),
-        ).data
-        if data["fits"]:
-            return tp
-    raise KvplanError(f"{spec.name} does not fit on up to {TP_CHOICES[-1]} x {gpu.name}")
+    return smallest_fitting_tp(spec, gpu, max(request.contexts), request.gpu_mem_util, TP_CHOICES)
 
 
 def design_report(spec: ModelSpec, gpus: list[GpuProfile], request: DesignRequest) -> dict:

@@ -8,7 +8,7 @@ import html
 import json
 
 from kvplan import __version__
-from kvplan.capacity import CapacityRequest, budget, max_sequences
+from kvplan.capacity import CapacityRequest, budget, max_sequences, smallest_fitting_tp
 from kvplan.dtypes import resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.hardware import GpuProfile
@@ -39,30 +39,6 @@ QUANT_LABELS = {
         "outputs; run a long-context recall probe before shipping",
     ),
 }
-
-
-def _choose_tp(spec: ModelSpec, gpu: GpuProfile) -> int:
-    for tp in (1, 2, 4, 8, 16):
-        try:
-            spec.check_tp(tp)
-        except KvplanError:
-            continue
-        wdtype, _ = resolve_weights_dtype(spec, "auto")
-        plan = budget(spec, gpu, CapacityRequest(tp=tp), wdtype)
-        if (
-            plan.pool_bytes > 0
-            and max_sequences(
-                pp_stages(spec, 1),
-                plan.pool_bytes,
-                1024,
-                resolve_kv_format("auto", spec.dtype),
-                tp,
-                16,
-            )
-            >= 1
-        ):
-            return tp
-    raise KvplanError(f"{spec.name} does not fit on up to 16 x {gpu.name}")
 
 
 def explore_data(spec: ModelSpec, gpus: list[GpuProfile]) -> dict:
@@ -145,7 +121,7 @@ def explore_data(spec: ModelSpec, gpus: list[GpuProfile]) -> dict:
     act3 = {"contexts": contexts, "users": list(USER_GRID), "gpus": []}
     wdtype, _ = resolve_weights_dtype(spec, "auto")
     for gpu in gpus:
-        tp = _choose_tp(spec, gpu)
+        tp = smallest_fitting_tp(spec, gpu, 1024)
         plan = budget(spec, gpu, CapacityRequest(tp=tp), wdtype)
         stages = pp_stages(spec, 1)
         entry = {

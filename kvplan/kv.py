@@ -84,11 +84,6 @@ def kv_bytes_per_token(spec: ModelSpec, fmt: KvFormat, tp: int = 1) -> int:
     )
 
 
-def kv_bytes_per_token_at(spec: ModelSpec, context_len: int, fmt: KvFormat, tp: int = 1) -> float:
-    """Average bytes per cached token at `context_len`: per-sequence bytes / context_len."""
-    return kv_bytes_per_sequence(spec, context_len, fmt, tp) / context_len
-
-
 def state_bytes_per_sequence(spec: ModelSpec, tp: int = 1) -> int:
     """The fixed part of a sequence's cache: recurrent states, independent of context."""
     return sum(layer.state.bytes_per_sequence(tp) for layer in spec.layers if layer.state)

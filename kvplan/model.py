@@ -7,15 +7,11 @@ The value types are NamedTuples: immutable, and cheap to define (the CLI's start
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from typing import NamedTuple
 
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.errors import KvplanError
-
-ATTENTION_KINDS = ("full", "sliding", "chunked", "mla")
-STATE_KINDS = ("mamba1", "mamba2", "gated_deltanet")
 
 
 class Attention(NamedTuple):
@@ -261,11 +257,3 @@ def pp_stages(spec: ModelSpec, pp: int) -> list[ModelSpec]:
         stages.append(spec._replace(layers=spec.layers[start : start + size]))
         start += size
     return stages
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def log2_int(value: int) -> float:
-    return math.log2(value) if value > 0 else 0.0

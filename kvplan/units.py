@@ -79,14 +79,6 @@ def parse_bytes(text: str, *, what: str = "memory") -> int:
     return int(value)
 
 
-def gib(num_bytes: float) -> float:
-    return num_bytes / GIB
-
-
-def gb(num_bytes: float) -> float:
-    return num_bytes / GB
-
-
 def human_tokens(tokens: int) -> str:
     """131072 -> '128k'; 8000 -> '8,000'."""
     if tokens >= 1024**2 and tokens % 1024**2 == 0:

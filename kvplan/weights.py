@@ -55,15 +55,9 @@ def weight_bytes(spec: ModelSpec, dtype: str) -> int:
     """Bytes of all weights in `dtype` (a resolved name from resolve_weights_dtype)."""
     if dtype in ELEMENT_BYTES:
         return spec.params_total * ELEMENT_BYTES[dtype]
-    base = ELEMENT_BYTES[spec.dtype]
-    parts = spec.param_parts
-    if dtype == "mxfp4":
-        quantized = {"experts"}
-    else:
-        quantized = set(QUANTIZABLE_PARTS)
-    total = 0.0
-    for part, count in parts.items():
-        total += count * (QUANT_BYTES_PER_PARAM[dtype] if part in quantized else base)
+    total = sum(
+        count * _part_bytes_per_param(spec, dtype, part) for part, count in spec.param_parts.items()
+    )
     return int(round(total))
 
 

@@ -164,13 +164,10 @@ def _transform(spec: ModelSpec, techniques: list[Technique]) -> ModelSpec:
         elif t.kind == "window":
             for i, layer in enumerate(layers):
                 a = layer.attention
-                if a is not None and (a.window is None or a.window > t.value):
-                    kind = a.kind if a.kind in ("sliding", "chunked") else "sliding"
-                    if a.kind == "mla":
-                        kind = "mla"
-                    layers[i] = layer._replace(
-                        attention=a._replace(kind=kind, window=t.value) if kind != "mla" else a
-                    )
+                if a is None or a.kind == "mla" or (a.window is not None and a.window <= t.value):
+                    continue  # MLA keeps its latent; a narrower window already caps the layer
+                kind = "chunked" if a.kind == "chunked" else "sliding"
+                layers[i] = layer._replace(attention=a._replace(kind=kind, window=t.value))
     return spec._replace(layers=tuple(layers))
 
 

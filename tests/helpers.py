@@ -48,3 +48,21 @@ def llama_like(**overrides) -> dict:
     }
     config.update(overrides)
     return config
+
+
+def mamba2_config(**overrides) -> dict:
+    config = {
+        "model_type": "mamba2",
+        "hidden_size": 256,
+        "num_hidden_layers": 4,
+        "num_heads": 8,
+        "head_dim": 64,
+        "expand": 2,
+        "state_size": 16,
+        "n_groups": 1,
+        "conv_kernel": 4,
+        "vocab_size": 100,
+        "torch_dtype": "float32",
+    }
+    config.update(overrides)
+    return config

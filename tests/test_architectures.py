@@ -11,7 +11,7 @@ from kvplan.errors import KvplanError
 from kvplan.kv import kv_bytes_per_sequence, kv_bytes_per_token, state_bytes_per_sequence
 from kvplan.sources import bundled_models, load_model
 
-from helpers import llama_like, spec_from
+from helpers import llama_like, mamba2_config, spec_from
 
 BF16 = KvFormat("bf16")
 
@@ -237,19 +237,7 @@ def test_jamba_periods():
 
 
 def test_mamba2_is_attention_free():
-    config = {
-        "model_type": "mamba2",
-        "hidden_size": 256,
-        "num_hidden_layers": 4,
-        "num_heads": 8,
-        "head_dim": 64,
-        "expand": 2,
-        "state_size": 16,
-        "n_groups": 1,
-        "conv_kernel": 4,
-        "vocab_size": 100,
-        "torch_dtype": "float32",
-    }
+    config = mamba2_config()
     spec = spec_from(config)
     assert spec.attention_layers() == []
     assert kv_bytes_per_sequence(spec, 10, BF16) == kv_bytes_per_sequence(spec, 10_000, BF16)

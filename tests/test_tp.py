@@ -10,7 +10,7 @@ from kvplan.kv import kv_bytes_per_sequence, state_bytes_per_sequence
 from kvplan.size import SizeRequest, size
 from kvplan.sources import load_model
 
-from helpers import llama_like, spec_from
+from helpers import llama_like, mamba2_config, spec_from
 
 BF16 = KvFormat("bf16")
 
@@ -43,19 +43,7 @@ def test_mamba_state_split_by_heads():
 
 
 def test_mamba2_single_group_is_replicated_like_vllm():
-    config = {
-        "model_type": "mamba2",
-        "hidden_size": 256,
-        "num_hidden_layers": 1,
-        "num_heads": 8,
-        "head_dim": 64,
-        "expand": 2,
-        "state_size": 16,
-        "n_groups": 1,
-        "conv_kernel": 4,
-        "vocab_size": 100,
-        "torch_dtype": "bfloat16",
-    }
+    config = mamba2_config(num_hidden_layers=1, torch_dtype="bfloat16")
     spec = spec_from(config)
     # TP 2: groups padded 1 -> 2, so each rank keeps one group: conv 3 x (256 + 2*1*16)
     conv = 3 * (512 // 2 + 2 * 1 * 16)

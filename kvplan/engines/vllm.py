@@ -113,13 +113,9 @@ def layer_specs(spec: ModelSpec, request: EngineRequest, tp: int) -> tuple[list[
         if layer.attention is not None:
             attn = layer.attention
             kind = "full" if hma_off and attn.kind in ("sliding", "chunked") else attn.kind
-            if kind == "mla":
-                kind_key = "mla"
-            else:
-                kind_key = kind
             specs.append(
                 LayerSpec(
-                    kind_key,
+                    kind,
                     attn.window if kind in ("sliding", "chunked") else None,
                     _attention_bytes_per_token(attn, request.kv_cache_dtype, dtype_bytes, tp),
                     0,
