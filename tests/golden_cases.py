@@ -1,0 +1,165 @@
+"""The golden cases: every planning command, for every bundled model, on two GPU profiles.
+
+tests/golden/<model>.json pins each case's JSON output (or its one-line error). A refactoring step
+must leave them byte-identical; a step that changes a number on purpose regenerates them with
+`python scripts/golden.py` and says why in CHANGELOG.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+from kvplan.cli import main
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+GPUS = ("h100", "h200")
+
+
+def cases(model: str) -> dict[str, list[str]]:
+    """Case name -> argv (the output format is added by the runner)."""
+    out = {
+        "size": [
+            "size",
+            model,
+            "--ctx",
+            "8k,128k",
+            "--batch",
+            "1,16",
+            "--kv-dtype",
+            "auto,fp8",
+            "--breakdown",
+        ],
+        "whatif": [
+            "whatif",
+            model,
+            "--ctx",
+            "128k",
+            "--batch",
+            "8",
+            "--apply",
+            "fp8",
+            "--apply",
+            "window=32k",
+            "--apply",
+            "fp8+cla2",
+        ],
+    }
+    for gpu in GPUS:
+        out[f"roofline-{gpu}"] = [
+            "roofline",
+            model,
+            "--gpu",
+            gpu,
+            "--ctx",
+            "8k,32k",
+            "--batch",
+            "1,8,64",
+        ]
+        out[f"capacity-{gpu}"] = [
+            "capacity",
+            model,
+            "--gpu",
+            gpu,
+            "--ctx",
+            "32k",
+            "--mean-len",
+            "8k",
+            "--prefix-tokens",
+            "2k",
+        ]
+        out[f"vllm-{gpu}"] = ["capacity", model, "--gpu", gpu, "--engine", "vllm", "--ctx", "8k"]
+        out[f"sglang-{gpu}"] = [
+            "capacity",
+            model,
+            "--gpu",
+            gpu,
+            "--engine",
+            "sglang",
+            "--ctx",
+            "8k",
+        ]
+    out["capacity-tp8"] = ["capacity", model, "--gpu", "h200", "--tp", "8", "--ctx", "128k"]
+    out["vllm-tp8"] = [
+        "capacity",
+        model,
+        "--gpu",
+        "h200",
+        "--engine",
+        "vllm",
+        "--tp",
+        "8",
+        "--ctx",
+        "32k",
+    ]
+    out["sglang-tp8"] = [
+        "capacity",
+        model,
+        "--gpu",
+        "h200",
+        "--engine",
+        "sglang",
+        "--tp",
+        "8",
+        "--ctx",
+        "32k",
+    ]
+    out["roofline-tp8"] = [
+        "roofline",
+        model,
+        "--gpu",
+        "h200",
+        "--tp",
+        "8",
+        "--pp",
+        "2",
+        "--ctx",
+        "32k",
+        "--batch",
+        "1,32",
+    ]
+    out["report"] = ["report", model, "--gpu", "h100", "--gpu", "h200", "--ctx", "8k,32k"]
+    return out
+
+
+def run(argv: list[str]) -> object:
+    """The JSON a command prints, or {"exit": code, "error": stderr} when it fails."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main([*argv, "--format", "json"])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 0
+    if code:
+        return {"exit": code, "error": err.getvalue().strip()}
+    return json.loads(out.getvalue())
+
+
+def explore_digest(model: str) -> dict[str, str]:
+    """The explorer's embedded data is large: pin a digest per top-level key."""
+    from kvplan.explore import explore_data
+    from kvplan.hardware import load_profile
+    from kvplan.sources import load_model
+
+    try:
+        data = explore_data(load_model(model), [load_profile(g) for g in GPUS])
+    except Exception as exc:  # noqa: BLE001 - pinned as text
+        return {"error": f"{exc.__class__.__name__}: {exc}"}
+    return {
+        key: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+        for key, value in data.items()
+    }
+
+
+def compute(model: str) -> dict:
+    result = {name: run(argv) for name, argv in cases(model).items()}
+    result["explore"] = explore_digest(model)
+    return result
+
+
+def dumps(data: object) -> str:
+    return json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n"
