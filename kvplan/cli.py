@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from kvplan.errors import KvplanError
-from kvplan.render import OutputFormat, render
+from kvplan.present.render import OutputFormat, render
 
 app = typer.Typer(
     name="kvplan",
@@ -72,8 +72,8 @@ def size_cmd(
     fmt: OutputFormat = FORMAT_OPTION,
 ) -> None:
     """KV cache bytes per token, per sequence and per batch, next to the weights."""
-    from kvplan.size import SizeRequest, size
-    from kvplan.sources import load_model
+    from kvplan.inputs.sources import load_model
+    from kvplan.plans.size import SizeRequest, size
     from kvplan.units import parse_int_list, parse_token_list
 
     request = SizeRequest(
@@ -92,7 +92,7 @@ def size_cmd(
 @command
 def models_cmd(fmt: OutputFormat = FORMAT_OPTION) -> None:
     """List the bundled models with family, parameter count and KV bytes per token."""
-    from kvplan.catalog import models_report
+    from kvplan.plans.catalog import models_report
 
     emit(render(models_report(), fmt))
 
@@ -114,15 +114,15 @@ def roofline_cmd(
     fmt: OutputFormat = FORMAT_OPTION,
 ) -> None:
     """Prefill and decode on the device's roofline: intensity, time floors, ceilings."""
-    from kvplan.hardware import load_profile
-    from kvplan.roofline import RooflineRequest, device_report, roofline
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.plans.roofline import RooflineRequest, device_report, roofline
     from kvplan.units import parse_int_list, parse_token_list
 
     profile = load_profile(gpu)
     if model is None:
         emit(render(device_report(profile), fmt))
         return
-    from kvplan.sources import load_model
+    from kvplan.inputs.sources import load_model
 
     request = RooflineRequest(
         contexts=tuple(parse_token_list(ctx)),
@@ -134,7 +134,7 @@ def roofline_cmd(
     )
     report = roofline(load_model(model), profile, request)
     if plot is not None:
-        from kvplan.plots import roofline_plot
+        from kvplan.present.plots import roofline_plot
 
         roofline_plot(report.data, plot)
     emit(render(report, fmt))
@@ -204,8 +204,8 @@ def capacity_cmd(
     fmt: OutputFormat = FORMAT_OPTION,
 ) -> None:
     """How many concurrent requests fit on a GPU (engine-free, or as vLLM/SGLang allocate)."""
-    from kvplan.hardware import load_profile
-    from kvplan.sources import load_model
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.sources import load_model
     from kvplan.units import parse_tokens
 
     spec, profile = load_model(model), load_profile(gpu)
@@ -230,7 +230,7 @@ def capacity_cmd(
         )
         emit(render(engine_capacity(spec, profile, request), fmt))
         return
-    from kvplan.capacity import CapacityRequest, capacity, concurrency_curve, vllm_flags
+    from kvplan.plans.capacity import CapacityRequest, capacity, concurrency_curve, vllm_flags
 
     request = CapacityRequest(
         context_len=context_len,
@@ -253,7 +253,7 @@ def capacity_cmd(
     )
     report = capacity(spec, profile, request)
     if plot is not None:
-        from kvplan.plots import capacity_plot
+        from kvplan.present.plots import capacity_plot
 
         contexts = [2**k for k in range(10, 21)]
         capacity_plot(
@@ -287,9 +287,9 @@ def whatif_cmd(
     fmt: OutputFormat = FORMAT_OPTION,
 ) -> None:
     """Price each KV-cache technique alone and combined, by the term of the formula it moves."""
-    from kvplan.sources import load_model
+    from kvplan.inputs.sources import load_model
+    from kvplan.plans.whatif import WhatIfRequest, whatif
     from kvplan.units import parse_tokens
-    from kvplan.whatif import WhatIfRequest, whatif
 
     request = WhatIfRequest(
         context_len=parse_tokens(ctx),
@@ -320,9 +320,9 @@ def report_cmd(
     """A design-doc section in Markdown: anatomy, KV table, capacity, roofline, decision order."""
     import json as _json
 
-    from kvplan.design_report import DesignRequest, design_report, write_report
-    from kvplan.hardware import load_profile
-    from kvplan.sources import load_model
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.sources import load_model
+    from kvplan.plans.design import DesignRequest, design_report, write_report
     from kvplan.units import parse_token_list, parse_tokens
 
     if fmt not in ("markdown", "json"):
@@ -352,9 +352,9 @@ def explore_cmd(
     out: Path = typer.Option(Path("kvcache.html"), "--out", help="The HTML file to write."),
 ) -> None:
     """Write the interactive cache explorer: one self-contained HTML page."""
-    from kvplan.explore import explore_page
-    from kvplan.hardware import load_profile
-    from kvplan.sources import load_model
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.sources import load_model
+    from kvplan.plans.explore import explore_page
 
     page = explore_page(load_model(model), [load_profile(g) for g in gpu])
     emit(page, out)
@@ -459,7 +459,7 @@ def _with_progress(run):
 @command
 def gpus_cmd(fmt: OutputFormat = FORMAT_OPTION) -> None:
     """List the hardware profiles with their ridge points."""
-    from kvplan.gpus import gpus_report
+    from kvplan.plans.gpus import gpus_report
 
     emit(render(gpus_report(), fmt))
 

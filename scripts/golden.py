@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from kvplan.sources import bundled_models  # noqa: E402
+from kvplan.inputs.sources import bundled_models  # noqa: E402
 
 from golden_cases import GOLDEN, compute, dumps  # noqa: E402
 

@@ -141,9 +141,9 @@ def run(argv: list[str]) -> object:
 
 def explore_digest(model: str) -> dict[str, str]:
     """The explorer's embedded data is large: pin a digest per top-level key."""
-    from kvplan.explore import explore_data
-    from kvplan.hardware import load_profile
-    from kvplan.sources import load_model
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.sources import load_model
+    from kvplan.plans.explore import explore_data
 
     try:
         data = explore_data(load_model(model), [load_profile(g) for g in GPUS])

@@ -7,8 +7,8 @@ import json
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from kvplan.architectures import build_model
 from kvplan.cli import main
+from kvplan.inputs.architectures import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -6,10 +6,10 @@ from collections import Counter
 
 import pytest
 
-from kvplan.dtypes import KvFormat
 from kvplan.errors import KvplanError
-from kvplan.kv import kv_bytes_per_sequence, kv_bytes_per_token, state_bytes_per_sequence
-from kvplan.sources import bundled_models, load_model
+from kvplan.formulas.dtypes import KvFormat
+from kvplan.formulas.kv import kv_bytes_per_sequence, kv_bytes_per_token, state_bytes_per_sequence
+from kvplan.inputs.sources import bundled_models, load_model
 
 from helpers import llama_like, mamba2_config, spec_from
 
@@ -264,7 +264,7 @@ def test_deepseek_v2_lite_q_lora_null_means_single_q_proj():
 
 
 def test_infinity_in_json_parses():
-    from kvplan.sources import parse_config_text
+    from kvplan.inputs.sources import parse_config_text
 
     assert parse_config_text('{"a": [0.0, Infinity]}', "x")["a"][1] == float("inf")
 

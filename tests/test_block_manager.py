@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import kvplan.kernels.block_manager as bm_module
-from kvplan.capacity import max_sequences
-from kvplan.dtypes import KvFormat
+from kvplan.formulas.dtypes import KvFormat
+from kvplan.formulas.kv import kv_bytes_per_token, paged_bytes_per_sequence
+from kvplan.inputs.sources import load_model
 from kvplan.kernels import BlockManager, NoFreeBlocksError
-from kvplan.kv import kv_bytes_per_token, paged_bytes_per_sequence
-from kvplan.sources import load_model
+from kvplan.plans.capacity import max_sequences
 
 
 def test_allocate_append_free():

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from kvplan.capacity import CapacityRequest, capacity
-from kvplan.hardware import load_profile
-from kvplan.sources import load_model
+from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.sources import load_model
+from kvplan.plans.capacity import CapacityRequest, capacity
 
 from helpers import run_cli, run_json
 

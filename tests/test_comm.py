@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.comm import (
+from kvplan.formulas.comm import (
     kv_transfer_bytes,
     kv_transfer_requests_per_s,
     kv_transfer_time_s,
@@ -14,8 +14,8 @@ from kvplan.comm import (
     tp_allreduce_bytes,
     tp_comm_time_per_decode_step_s,
 )
-from kvplan.dtypes import KvFormat
-from kvplan.sources import load_model
+from kvplan.formulas.dtypes import KvFormat
+from kvplan.inputs.sources import load_model
 
 from helpers import run_json
 

@@ -93,10 +93,15 @@ def test_every_command_and_option_has_help_and_cli_md_is_current():
     assert cli_md == cli_reference_markdown(), "docs/cli.md is stale: python scripts/regen_docs.py"
 
 
-FORMULA_MODULES = ["kvplan.kv", "kvplan.flops", "kvplan.memory", "kvplan.weights"]
+FORMULA_MODULES = [
+    "kvplan.formulas.kv",
+    "kvplan.formulas.flops",
+    "kvplan.formulas.memory",
+    "kvplan.formulas.weights",
+]
 FORMULA_FUNCTIONS = {
-    "kvplan.hardware": ["ridge_flop_per_byte"],
-    "kvplan.roofline": [
+    "kvplan.inputs.hardware": ["ridge_flop_per_byte"],
+    "kvplan.plans.roofline": [
         "time_floor_s",
         "decode_step",
         "prefill",
@@ -106,8 +111,8 @@ FORMULA_FUNCTIONS = {
         "half_ceiling_batch",
         "compute_dtype",
     ],
-    "kvplan.capacity": ["max_sequences", "max_context_at_batch", "budget"],
-    "kvplan.comm": None,  # every public function
+    "kvplan.plans.capacity": ["max_sequences", "max_context_at_batch", "budget"],
+    "kvplan.formulas.comm": None,  # every public function
 }
 
 

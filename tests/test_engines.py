@@ -7,8 +7,8 @@ import math
 import pytest
 
 from kvplan.engines import EngineRequest, engine_capacity
-from kvplan.hardware import load_profile
-from kvplan.sources import load_model
+from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.sources import load_model
 
 from helpers import llama_like, run_cli, run_json, spec_from
 

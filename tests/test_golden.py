@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kvplan.sources import bundled_models
+from kvplan.inputs.sources import bundled_models
 
 from golden_cases import GOLDEN, compute, dumps, run
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvplan.errors import KvplanError
-from kvplan.hardware import bundled_profiles, load_profile
+from kvplan.inputs.hardware import bundled_profiles, load_profile
 
 from helpers import run_cli, run_json
 

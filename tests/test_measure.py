@@ -97,7 +97,7 @@ def test_saved_profile_loads_plans_and_matches_calibration(small_model, tmp_path
     )
     assert code == 0, err
     data = json.loads((tmp_path / "m.json").read_text())
-    from kvplan.hardware import load_profile
+    from kvplan.inputs.hardware import load_profile
 
     p = load_profile(str(profile))
     assert p.memory_bandwidth_bytes_per_s == pytest.approx(

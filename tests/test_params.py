@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.sources import load_model
+from kvplan.inputs.sources import load_model
 
 PUBLISHED = {
     # name: (total, active)

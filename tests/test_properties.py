@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvplan.dtypes import KvFormat
-from kvplan.kv import gqa_saving_factor, kv_bytes_per_sequence, kv_bytes_per_token
-from kvplan.model import ModelSpec
+from kvplan.anatomy.model import ModelSpec
+from kvplan.formulas.dtypes import KvFormat
+from kvplan.formulas.kv import gqa_saving_factor, kv_bytes_per_sequence, kv_bytes_per_token
 
 from helpers import llama_like, spec_from
 
@@ -43,7 +43,7 @@ def test_linear_in_batch(spec, context_len, batch):
     per_seq = kv_bytes_per_sequence(spec, context_len, BF16)
     assert per_seq * batch == batch * kv_bytes_per_sequence(spec, context_len, BF16)
     # the CLI's total column is per-sequence x batch (checked through size())
-    from kvplan.size import SizeRequest, size
+    from kvplan.plans.size import SizeRequest, size
 
     row = size(spec, SizeRequest(contexts=(context_len,), batches=(batch,))).data["rows"][0]
     assert row["kv_bytes_total"] == per_seq * batch

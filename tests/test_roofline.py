@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.dtypes import KvFormat
-from kvplan.flops import causal_keys_attended, flops_per_decode_token, matmul_params, prefill_flops
-from kvplan.hardware import load_profile
-from kvplan.model import MoE
-from kvplan.roofline import RooflineRequest, roofline
-from kvplan.sources import load_model
+from kvplan.anatomy.model import MoE
+from kvplan.formulas.dtypes import KvFormat
+from kvplan.formulas.flops import (
+    causal_keys_attended,
+    flops_per_decode_token,
+    matmul_params,
+    prefill_flops,
+)
+from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.sources import load_model
+from kvplan.plans.roofline import RooflineRequest, roofline
 
 from helpers import run_cli, run_json
 

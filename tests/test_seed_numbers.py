@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.dtypes import KvFormat
-from kvplan.kv import batch_equal, kv_bytes_per_sequence, kv_bytes_per_token
-from kvplan.sources import load_model
+from kvplan.formulas.dtypes import KvFormat
+from kvplan.formulas.kv import batch_equal, kv_bytes_per_sequence, kv_bytes_per_token
+from kvplan.inputs.sources import load_model
 
 from helpers import run_json
 

@@ -8,13 +8,13 @@ max_total_num_tokens = rest // cell_size, rounded down to the page size.
 from __future__ import annotations
 
 from kvplan import __version__
+from kvplan.anatomy.model import ModelSpec, pp_stages
 from kvplan.engines import EngineRequest
 from kvplan.errors import KvplanError
-from kvplan.hardware import GpuProfile
-from kvplan.model import ModelSpec, pp_stages
-from kvplan.report import Column, Report, Table, fmt_text, unique_notes
+from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
+from kvplan.inputs.hardware import GpuProfile
+from kvplan.present.view import Column, Report, Table, fmt_text, unique_notes
 from kvplan.units import GIB, parse_bytes
-from kvplan.weights import resolve_weights_dtype, weight_bytes
 
 SGLANG_VERSION = "0.5"
 SWA_FULL_TOKENS_RATIO = 0.8

@@ -12,14 +12,14 @@ from collections import Counter
 from typing import NamedTuple
 
 from kvplan import __version__
+from kvplan.anatomy.model import ModelSpec, pp_stages
 from kvplan.engines import EngineRequest
 from kvplan.errors import KvplanError
-from kvplan.hardware import GpuProfile
-from kvplan.memory import NON_TORCH_BYTES, activation_peak_bytes
-from kvplan.model import ModelSpec, pp_stages
-from kvplan.report import Column, Report, Table, fmt_int, fmt_text, unique_notes
+from kvplan.formulas.memory import NON_TORCH_BYTES, activation_peak_bytes
+from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
+from kvplan.inputs.hardware import GpuProfile
+from kvplan.present.view import Column, Report, Table, fmt_int, fmt_text, unique_notes
 from kvplan.units import GIB, parse_bytes
-from kvplan.weights import resolve_weights_dtype, weight_bytes
 
 VLLM_VERSION = "0.19"
 DEFAULT_BLOCK_SIZE = 16

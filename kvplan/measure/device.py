@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from kvplan.errors import KvplanError
-from kvplan.hardware import GpuProfile, bundled_profiles, load_profile
+from kvplan.inputs.hardware import GpuProfile, bundled_profiles, load_profile
 
 
 def _cpu_caches() -> dict:

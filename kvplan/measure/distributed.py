@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kvplan import __version__
-from kvplan.comm import p2p_time_s, ring_allreduce_time_s
-from kvplan.dtypes import KvFormat
 from kvplan.errors import KvplanError
-from kvplan.kv import kv_bytes_per_sequence
+from kvplan.formulas.comm import p2p_time_s, ring_allreduce_time_s
+from kvplan.formulas.dtypes import KvFormat
+from kvplan.formulas.kv import kv_bytes_per_sequence
+from kvplan.inputs.sources import load_model
 from kvplan.measure.timing import summarize
-from kvplan.report import Column, Report, Table, fmt_text
-from kvplan.sources import load_model
+from kvplan.present.view import Column, Report, Table, fmt_text
 
 PING_BYTES = 4
 CALIBRATION_BYTES = 16 << 20
@@ -231,7 +231,7 @@ def _report(request: DistributedRequest, results: dict) -> Report:
     )
     profile_link = None
     if request.gpu:
-        from kvplan.hardware import load_profile
+        from kvplan.inputs.hardware import load_profile
 
         profile = load_profile(request.gpu)
         profile_link = profile.interconnect

@@ -12,12 +12,12 @@ import torch
 
 from kvplan import __version__
 from kvplan.errors import KvplanError
+from kvplan.inputs.sources import load_model
 from kvplan.measure import probes
 from kvplan.measure.device import choose_profile, detect
 from kvplan.measure.timing import time_fn, time_interleaved
 from kvplan.measure.workload import Workload, shape_for
-from kvplan.report import Column, Report, Table, fmt_int, fmt_text, unique_notes
-from kvplan.sources import load_model
+from kvplan.present.view import Column, Report, Table, fmt_int, fmt_text, unique_notes
 
 DEFAULT_MODEL = "qwen2.5-7b"  # 932 MB per fp32 layer: fixed per-call costs stay small
 

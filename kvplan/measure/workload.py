@@ -9,11 +9,11 @@ from typing import NamedTuple
 
 import torch
 
+from kvplan.anatomy.model import ModelSpec
 from kvplan.errors import KvplanError
+from kvplan.formulas.memory import intermediate_size
 from kvplan.kernels import paged_decode_attention, prefill_attention
 from kvplan.measure.probes import DTYPES
-from kvplan.memory import intermediate_size
-from kvplan.model import ModelSpec
 
 
 class Shape(NamedTuple):

@@ -5,17 +5,18 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvplan import __version__
-from kvplan.dtypes import resolve_kv_format
+from kvplan.anatomy.model import ModelSpec
 from kvplan.errors import KvplanError
-from kvplan.kv import (
+from kvplan.formulas.dtypes import resolve_kv_format
+from kvplan.formulas.kv import (
     batch_equal,
     cache_groups,
     gqa_saving_factor,
     kv_bytes_per_sequence,
     kv_bytes_per_token,
 )
-from kvplan.model import ModelSpec
-from kvplan.report import (
+from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
+from kvplan.present.view import (
     Column,
     Report,
     Table,
@@ -28,7 +29,6 @@ from kvplan.report import (
     unique_notes,
 )
 from kvplan.units import human_count, human_tokens
-from kvplan.weights import resolve_weights_dtype, weight_bytes
 
 
 class SizeRequest(NamedTuple):

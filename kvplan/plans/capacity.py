@@ -9,14 +9,16 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvplan import __version__
-from kvplan.comm import kv_transfer_bytes, kv_transfer_requests_per_s, kv_transfer_time_s
-from kvplan.dtypes import KvFormat, resolve_kv_format
+from kvplan.anatomy.model import ModelSpec, pp_stages
 from kvplan.errors import KvplanError
-from kvplan.hardware import GpuProfile, choose_link
-from kvplan.kv import kv_bytes_per_token, paged_bytes_per_sequence
-from kvplan.memory import runtime_reserve_bytes
-from kvplan.model import ModelSpec, pp_stages
-from kvplan.report import (
+from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_requests_per_s, kv_transfer_time_s
+from kvplan.formulas.dtypes import KvFormat, resolve_kv_format
+from kvplan.formulas.kv import kv_bytes_per_token, paged_bytes_per_sequence
+from kvplan.formulas.memory import runtime_reserve_bytes
+from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
+from kvplan.inputs.hardware import GpuProfile, choose_link
+from kvplan.plans.size import model_notes
+from kvplan.present.view import (
     Column,
     Report,
     Table,
@@ -24,9 +26,7 @@ from kvplan.report import (
     fmt_text,
     unique_notes,
 )
-from kvplan.size import model_notes
 from kvplan.units import parse_bytes
-from kvplan.weights import resolve_weights_dtype, weight_bytes
 
 WHAT_IF_KV_DTYPES = ("bf16", "fp8", "int8", "int4")
 
@@ -189,7 +189,7 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Repo
         f"minus weights, minus a reserve of {plan.reserve_bytes / 2**30:,.2f} GiB "
         + (
             "(activation peak of an 8192-token forward and the sampler, plus 0.25 GiB non-torch; "
-            "see kvplan.memory)"
+            "see kvplan.formulas.memory)"
             if request.reserve == "auto"
             else "(given)"
         )

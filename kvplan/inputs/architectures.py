@@ -1,7 +1,7 @@
 """config.json -> ModelSpec, one builder per architecture family.
 
 Rules (class defaults, layer-type patterns, legacy names) follow transformers 5.24 and vLLM 0.19 as
-summarised in docs/model-configs.md. Each builder reads only validated fields (kvplan.fields) and
+summarised in docs/model-configs.md. Each builder reads only validated fields (kvplan.inputs.fields) and
 never executes anything from the config.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from kvplan.dtypes import model_dtype_name
+from kvplan.anatomy.model import Attention, Layer, ModelSpec, MoE, State
 from kvplan.errors import KvplanError
-from kvplan.fields import REQUIRED, Fields
-from kvplan.model import Attention, Layer, ModelSpec, MoE, State
+from kvplan.formulas.dtypes import model_dtype_name
+from kvplan.inputs.fields import REQUIRED, Fields
 
 LAYER_TYPE_ALIASES = {
     "full_attention": "full",

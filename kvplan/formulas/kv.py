@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kvplan.dtypes import KvFormat
-from kvplan.model import ModelSpec
+from kvplan.anatomy.model import ModelSpec
+from kvplan.formulas.dtypes import KvFormat
 
 
 class CacheGroup(NamedTuple):

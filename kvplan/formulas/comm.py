@@ -8,9 +8,9 @@ one direction is half.
 
 from __future__ import annotations
 
-from kvplan.dtypes import KvFormat
-from kvplan.kv import kv_bytes_per_sequence
-from kvplan.model import ModelSpec
+from kvplan.anatomy.model import ModelSpec
+from kvplan.formulas.dtypes import KvFormat
+from kvplan.formulas.kv import kv_bytes_per_sequence
 
 ACTIVATION_BYTES = 2  # bf16 activations on the wire
 ALLREDUCES_PER_LAYER = 2  # Megatron TP: after attention's output projection and the MLP's down

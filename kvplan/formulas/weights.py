@@ -6,9 +6,9 @@ lm_head, norms and routers stay in the model dtype, as real quantized checkpoint
 
 from __future__ import annotations
 
-from kvplan.dtypes import ELEMENT_BYTES, WEIGHT_DTYPES
+from kvplan.anatomy.model import ModelSpec
 from kvplan.errors import KvplanError
-from kvplan.model import ModelSpec
+from kvplan.formulas.dtypes import ELEMENT_BYTES, WEIGHT_DTYPES
 
 QUANTIZABLE_PARTS = ("attention", "mlp", "experts", "shared_experts", "mixer")
 

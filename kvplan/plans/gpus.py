@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kvplan.hardware import bundled_profiles
-from kvplan.report import Column, Report, Table, fmt_float, fmt_text
+from kvplan.inputs.hardware import bundled_profiles
+from kvplan.present.view import Column, Report, Table, fmt_float, fmt_text
 
 
 def gpus_report() -> Report:

@@ -7,7 +7,7 @@ lookup, not a matmul), H_q query heads, d_qk / d_v per-head widths, W window, s 
 
 from __future__ import annotations
 
-from kvplan.model import Attention, ModelSpec
+from kvplan.anatomy.model import Attention, ModelSpec
 
 
 def matmul_params(spec: ModelSpec) -> int:

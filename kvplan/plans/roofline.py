@@ -8,21 +8,30 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvplan import __version__
-from kvplan.comm import (
+from kvplan.anatomy.model import ModelSpec
+from kvplan.errors import KvplanError
+from kvplan.formulas.comm import (
     p2p_time_s,
     pipeline_bubble_fraction,
     tp_allreduce_bytes,
     tp_comm_time_per_decode_step_s,
 )
-from kvplan.dtypes import KvFormat, resolve_kv_format
-from kvplan.errors import KvplanError
-from kvplan.flops import flops_per_decode_token, prefill_flops
-from kvplan.hardware import GpuProfile
-from kvplan.kv import kv_bytes_per_sequence
-from kvplan.model import ModelSpec
-from kvplan.report import Column, Report, Table, fmt_float, fmt_int, fmt_ms, fmt_text, unique_notes
-from kvplan.size import model_notes
-from kvplan.weights import resolve_weights_dtype, weight_bytes_read_per_decode_step
+from kvplan.formulas.dtypes import KvFormat, resolve_kv_format
+from kvplan.formulas.flops import flops_per_decode_token, prefill_flops
+from kvplan.formulas.kv import kv_bytes_per_sequence
+from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes_read_per_decode_step
+from kvplan.inputs.hardware import GpuProfile
+from kvplan.plans.size import model_notes
+from kvplan.present.view import (
+    Column,
+    Report,
+    Table,
+    fmt_float,
+    fmt_int,
+    fmt_ms,
+    fmt_text,
+    unique_notes,
+)
 
 
 class RooflineRequest(NamedTuple):

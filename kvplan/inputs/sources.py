@@ -168,7 +168,7 @@ def _reachable(endpoint: str, timeout_s: float = 3.0) -> bool:
 
 def load_model(model: str):
     """A model argument -> ModelSpec."""
-    from kvplan.architectures import build_model
+    from kvplan.inputs.architectures import build_model
 
     raw, name, source = load_config(model)
     return build_model(raw, name, source)

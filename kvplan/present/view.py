@@ -1,5 +1,5 @@
 """The shape every command's result takes before rendering: header facts, tables, notes, and the
-JSON data (the contract). Renderers (kvplan.render) turn it into text; nothing here prints."""
+JSON data (the contract). Renderers (kvplan.present.render) turn it into text; nothing here prints."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import NamedTuple
 
-from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.errors import KvplanError
+from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat
 
 
 class Attention(NamedTuple):

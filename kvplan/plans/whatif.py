@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvplan import __version__
-from kvplan.dtypes import resolve_kv_format
+from kvplan.anatomy.model import ModelSpec
 from kvplan.errors import KvplanError
-from kvplan.kv import kv_bytes_per_sequence
-from kvplan.model import ModelSpec
-from kvplan.report import Column, Report, Table, fmt_gb, fmt_gib, fmt_text, unique_notes
+from kvplan.formulas.dtypes import resolve_kv_format
+from kvplan.formulas.kv import kv_bytes_per_sequence
+from kvplan.present.view import Column, Report, Table, fmt_gb, fmt_gib, fmt_text, unique_notes
 from kvplan.units import parse_tokens
 
 

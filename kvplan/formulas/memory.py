@@ -8,8 +8,8 @@ Fitted to the two vLLM 0.19 logs in docs/engines.md (H100-80GB, max_num_batched_
 
 from __future__ import annotations
 
-from kvplan.dtypes import ELEMENT_BYTES
-from kvplan.model import ModelSpec
+from kvplan.anatomy.model import ModelSpec
+from kvplan.formulas.dtypes import ELEMENT_BYTES
 
 NON_TORCH_BYTES = int(0.25 * 2**30)  # CUDA context, cuBLAS workspaces, NCCL buffers
 SAMPLER_SEQS = 1024  # vLLM V1's default max_num_seqs for an API server on a large GPU

@@ -10,7 +10,7 @@ import io
 import json
 from enum import Enum
 
-from kvplan.report import Report
+from kvplan.present.view import Report
 
 
 class OutputFormat(str, Enum):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kvplan.dtypes import KvFormat
-from kvplan.kv import kv_bytes_per_token, state_bytes_per_sequence
-from kvplan.report import Column, Report, Table, fmt_int, fmt_text
-from kvplan.sources import bundled_models, load_model
+from kvplan.formulas.dtypes import KvFormat
+from kvplan.formulas.kv import kv_bytes_per_token, state_bytes_per_sequence
+from kvplan.inputs.sources import bundled_models, load_model
+from kvplan.present.view import Column, Report, Table, fmt_int, fmt_text
 from kvplan.units import human_count
 
 

@@ -8,17 +8,17 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kvplan import __version__
-from kvplan.capacity import CapacityRequest, capacity, smallest_fitting_tp
-from kvplan.dtypes import resolve_kv_format
+from kvplan.anatomy.model import ModelSpec
 from kvplan.errors import KvplanError
-from kvplan.hardware import GpuProfile
-from kvplan.kv import gqa_saving_factor, kv_bytes_per_sequence, kv_bytes_per_token
-from kvplan.model import ModelSpec
-from kvplan.report import unique_notes
-from kvplan.roofline import RooflineRequest, roofline
-from kvplan.size import model_notes
+from kvplan.formulas.dtypes import resolve_kv_format
+from kvplan.formulas.kv import gqa_saving_factor, kv_bytes_per_sequence, kv_bytes_per_token
+from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
+from kvplan.inputs.hardware import GpuProfile
+from kvplan.plans.capacity import CapacityRequest, capacity, smallest_fitting_tp
+from kvplan.plans.roofline import RooflineRequest, roofline
+from kvplan.plans.size import model_notes
+from kvplan.present.view import unique_notes
 from kvplan.units import human_count, human_tokens
-from kvplan.weights import resolve_weights_dtype, weight_bytes
 
 TP_CHOICES = (1, 2, 4, 8, 16)
 
@@ -292,8 +292,8 @@ def write_report(
     plots = {}
     if out is not None:
         try:
-            from kvplan.capacity import concurrency_curve
-            from kvplan.plots import capacity_plot, roofline_plot
+            from kvplan.plans.capacity import concurrency_curve
+            from kvplan.present.plots import capacity_plot, roofline_plot
 
             option = data["options"][0]
             gpu = gpus[0]

@@ -8,14 +8,14 @@ import html
 import json
 
 from kvplan import __version__
-from kvplan.capacity import CapacityRequest, budget, max_sequences, smallest_fitting_tp
-from kvplan.dtypes import resolve_kv_format
+from kvplan.anatomy.model import ModelSpec, pp_stages
 from kvplan.errors import KvplanError
-from kvplan.hardware import GpuProfile
-from kvplan.kv import cache_groups, kv_bytes_per_sequence, kv_bytes_per_token
-from kvplan.model import ModelSpec, pp_stages
-from kvplan.size import model_notes
-from kvplan.weights import resolve_weights_dtype
+from kvplan.formulas.dtypes import resolve_kv_format
+from kvplan.formulas.kv import cache_groups, kv_bytes_per_sequence, kv_bytes_per_token
+from kvplan.formulas.weights import resolve_weights_dtype
+from kvplan.inputs.hardware import GpuProfile
+from kvplan.plans.capacity import CapacityRequest, budget, max_sequences, smallest_fitting_tp
+from kvplan.plans.size import model_notes
 
 ACT1_MAX_PROMPT = 4096
 ACT1_MAX_GENERATE = 256
