@@ -72,9 +72,10 @@ def size_cmd(
     fmt: OutputFormat = FORMAT_OPTION,
 ) -> None:
     """KV cache bytes per token, per sequence and per batch, next to the weights."""
+    from kvplan.inputs.options import parse_int_list, parse_token_list
     from kvplan.inputs.sources import load_model
     from kvplan.plans.size import SizeRequest, size
-    from kvplan.units import parse_int_list, parse_token_list
+    from kvplan.present.size import size_view
 
     request = SizeRequest(
         contexts=tuple(parse_token_list(ctx)),
@@ -85,16 +86,17 @@ def size_cmd(
         kv_group_size=kv_group_size,
         breakdown=breakdown,
     )
-    emit(render(size(load_model(model), request), fmt))
+    emit(render(size_view(size(load_model(model), request)), fmt))
 
 
 @app.command("models")
 @command
 def models_cmd(fmt: OutputFormat = FORMAT_OPTION) -> None:
     """List the bundled models with family, parameter count and KV bytes per token."""
-    from kvplan.plans.catalog import models_report
+    from kvplan.plans.catalog import models
+    from kvplan.present.catalog import models_view
 
-    emit(render(models_report(), fmt))
+    emit(render(models_view(models()), fmt))
 
 
 @app.command("roofline")
@@ -115,12 +117,13 @@ def roofline_cmd(
 ) -> None:
     """Prefill and decode on the device's roofline: intensity, time floors, ceilings."""
     from kvplan.inputs.hardware import load_profile
-    from kvplan.plans.roofline import RooflineRequest, device_report, roofline
-    from kvplan.units import parse_int_list, parse_token_list
+    from kvplan.inputs.options import parse_int_list, parse_token_list
+    from kvplan.plans.roofline import RooflineRequest, device, roofline
+    from kvplan.present.roofline import device_view, roofline_view
 
     profile = load_profile(gpu)
     if model is None:
-        emit(render(device_report(profile), fmt))
+        emit(render(device_view(device(profile)), fmt))
         return
     from kvplan.inputs.sources import load_model
 
@@ -132,7 +135,7 @@ def roofline_cmd(
         tp=tp,
         pp=pp,
     )
-    report = roofline(load_model(model), profile, request)
+    report = roofline_view(roofline(load_model(model), profile, request))
     if plot is not None:
         from kvplan.present.plots import roofline_plot
 
@@ -205,13 +208,15 @@ def capacity_cmd(
 ) -> None:
     """How many concurrent requests fit on a GPU (engine-free, or as vLLM/SGLang allocate)."""
     from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.options import parse_tokens
     from kvplan.inputs.sources import load_model
-    from kvplan.units import parse_tokens
 
     spec, profile = load_model(model), load_profile(gpu)
     context_len = parse_tokens(ctx)
     if engine is not None:
-        from kvplan.engines import EngineRequest, engine_capacity
+        from kvplan.engines import EngineRequest, engine_allocation
+        from kvplan.inputs.options import parse_bytes
+        from kvplan.present.engines import engine_view
 
         request = EngineRequest(
             engine=engine,
@@ -224,13 +229,17 @@ def capacity_cmd(
             tp=tp,
             pp=pp,
             gpu_mem_util=gpu_mem_util if gpu_mem_util != 0.9 or engine != "sglang" else 0.9,
-            kv_cache_memory=kv_cache_memory,
+            kv_cache_memory_bytes=parse_bytes(kv_cache_memory, what="--kv-cache-memory")
+            if kv_cache_memory
+            else None,
             hybrid_chunked=hybrid_chunked,
             mem_fraction_static=mem_fraction_static,
         )
-        emit(render(engine_capacity(spec, profile, request), fmt))
+        emit(render(engine_view(engine_allocation(spec, profile, request)), fmt))
         return
-    from kvplan.plans.capacity import CapacityRequest, capacity, concurrency_curve, vllm_flags
+    from kvplan.inputs.options import parse_bytes
+    from kvplan.plans.capacity import CapacityRequest, capacity, concurrency_curve
+    from kvplan.present.capacity import capacity_view, vllm_command
 
     request = CapacityRequest(
         context_len=context_len,
@@ -242,7 +251,9 @@ def capacity_cmd(
         weights_dtype=weights_dtype,
         kv_dtype=kv_dtype,
         block_size=16 if block_size is None else block_size,
-        reserve=reserve,
+        reserve_bytes=None
+        if reserve == "auto"
+        else parse_bytes(reserve, what="--reserve", allow_zero=True),
         prefix_tokens=0
         if prefix_tokens == "0"
         else parse_tokens(prefix_tokens, what="--prefix-tokens"),
@@ -251,7 +262,8 @@ def capacity_cmd(
         link=link,
         network_gbps=network_gbps,
     )
-    report = capacity(spec, profile, request)
+    result = capacity(spec, profile, request)
+    report = capacity_view(result)
     if plot is not None:
         from kvplan.present.plots import capacity_plot
 
@@ -264,7 +276,7 @@ def capacity_cmd(
     if emit_flags is not None:
         if emit_flags != "vllm":
             raise KvplanError(f"--emit {emit_flags!r}: only vllm is supported")
-        emit(vllm_flags(spec, request, report.data["max_concurrency"]))
+        emit(vllm_command(result, spec.name, max_num_batched_tokens))
         return
     emit(render(report, fmt))
 
@@ -287,9 +299,10 @@ def whatif_cmd(
     fmt: OutputFormat = FORMAT_OPTION,
 ) -> None:
     """Price each KV-cache technique alone and combined, by the term of the formula it moves."""
+    from kvplan.inputs.options import parse_tokens
     from kvplan.inputs.sources import load_model
     from kvplan.plans.whatif import WhatIfRequest, whatif
-    from kvplan.units import parse_tokens
+    from kvplan.present.whatif import whatif_view
 
     request = WhatIfRequest(
         context_len=parse_tokens(ctx),
@@ -298,7 +311,7 @@ def whatif_cmd(
         kv_dtype=kv_dtype,
         kv_group_size=kv_group_size,
     )
-    emit(render(whatif(load_model(model), request), fmt))
+    emit(render(whatif_view(whatif(load_model(model), request)), fmt))
 
 
 @app.command("report")
@@ -321,9 +334,10 @@ def report_cmd(
     import json as _json
 
     from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.options import parse_token_list, parse_tokens
     from kvplan.inputs.sources import load_model
-    from kvplan.plans.design import DesignRequest, design_report, write_report
-    from kvplan.units import parse_token_list, parse_tokens
+    from kvplan.plans.design import DesignRequest, design_report
+    from kvplan.present.design import design_json, render_markdown, write_plots
 
     if fmt not in ("markdown", "json"):
         raise KvplanError(f"--format {fmt!r}: report prints markdown or json")
@@ -334,12 +348,19 @@ def report_cmd(
         kv_dtypes=tuple(d.strip() for d in kv_dtype.split(",") if d.strip()),
         tp=tp,
         prefix_tokens=parse_tokens(prefix_tokens, what="--prefix-tokens"),
+        plots=out is not None and fmt == "markdown",
     )
-    data = design_report(spec, gpus, request)
+    result = design_report(spec, gpus, request)
     if fmt == "json":
-        emit(_json.dumps(data, indent=2, allow_nan=False) + "\n", out)
+        emit(_json.dumps(design_json(result), indent=2, allow_nan=False) + "\n", out)
         return
-    emit(write_report(data, out, spec, gpus, request), out)
+    plots = {}
+    if out is not None:
+        try:
+            plots = write_plots(result, out)
+        except KvplanError:
+            plots = {}
+    emit(render_markdown(result, plots), out)
 
 
 @app.command("explore")
@@ -354,10 +375,11 @@ def explore_cmd(
     """Write the interactive cache explorer: one self-contained HTML page."""
     from kvplan.inputs.hardware import load_profile
     from kvplan.inputs.sources import load_model
-    from kvplan.plans.explore import explore_page
+    from kvplan.plans.explore import explore_data
+    from kvplan.present.explore_page import explore_page
 
-    page = explore_page(load_model(model), [load_profile(g) for g in gpu])
-    emit(page, out)
+    data = explore_data(load_model(model), [load_profile(g) for g in gpu])
+    emit(explore_page(data), out)
 
 
 @app.command("measure")
@@ -459,9 +481,10 @@ def _with_progress(run):
 @command
 def gpus_cmd(fmt: OutputFormat = FORMAT_OPTION) -> None:
     """List the hardware profiles with their ridge points."""
-    from kvplan.plans.gpus import gpus_report
+    from kvplan.plans.gpus import gpus
+    from kvplan.present.catalog import gpus_view
 
-    emit(render(gpus_report(), fmt))
+    emit(render(gpus_view(gpus()), fmt))
 
 
 def _app_for(argv: list[str]) -> typer.Typer:

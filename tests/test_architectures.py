@@ -10,6 +10,7 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence, kv_bytes_per_token, state_bytes_per_sequence
 from kvplan.inputs.sources import bundled_models, load_model
+from kvplan.present.notes import note_texts
 
 from helpers import llama_like, mamba2_config, spec_from
 
@@ -98,7 +99,7 @@ def test_llama4_every_fourth_layer_is_global():
     per_layer_token = 2 * 8 * 128 * 2
     expected = per_layer_token * (12 * 131072 + 36 * 8192)
     assert kv_bytes_per_sequence(spec, 131072, BF16) == expected
-    assert any("stores every layer in full" in n for n in spec.notes)
+    assert any("stores every layer in full" in n for n in note_texts(spec.notes))
 
 
 def test_nemotron_h_pattern_state_and_kv():
@@ -118,7 +119,7 @@ def test_qwen3_next_gated_deltanet_state():
 
 def test_falcon_40b_notes_transformers_caches_all_query_heads():
     spec = load_model("falcon-40b")
-    assert any("16x" in n for n in spec.notes)
+    assert any("16x" in n for n in note_texts(spec.notes))
 
 
 def test_command_r_max_length_from_model_max_length():
@@ -204,7 +205,7 @@ def test_qwen2_partial_sliding_from_max_window_layers():
 
 def test_unknown_model_type_uses_generic_rule_with_a_note():
     spec = spec_from(llama_like(model_type="brand_new"))
-    assert any("generic rule" in n for n in spec.notes)
+    assert any("generic rule" in n for n in note_texts(spec.notes))
     assert kv_bytes_per_token(spec, BF16) == 2 * 4 * 4 * 64 * 2
 
 

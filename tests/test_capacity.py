@@ -20,8 +20,8 @@ def test_budget_and_concurrency_by_hand():
     data = capacity(
         spec,
         load_profile("h100"),
-        CapacityRequest(context_len=32768, reserve="2", gpu_mem_util=0.9),
-    ).data
+        CapacityRequest(context_len=32768, reserve_bytes=2 * 2**30, gpu_mem_util=0.9),
+    )._asdict()
     pool = H100_BYTES * 0.9 - 8_030_261_248 * 2 - 2 * 2**30
     assert data["kv_pool_bytes_per_gpu"] == pytest.approx(pool)
     per_seq = 32768 * 131_072  # 2,048 whole blocks of 16 tokens
@@ -34,12 +34,21 @@ def test_budget_and_concurrency_by_hand():
 def test_weights_that_do_not_fit_say_so():
     data = run_json("capacity", "llama-3.1-70b", "--gpu", "h100", "--ctx", "8k")
     assert data["fits"] is False and data["max_concurrency"] == 0
-    assert any("do not fit" in n for n in data["notes"])
+    assert any("do not fit" in n for n in (x["text"] for x in data["notes"]))
 
 
 def test_tensor_parallel_shards_weights_and_kv():
     one = run_json(
-        "capacity", "llama-3.1-70b", "--gpu", "h100", "--ctx", "32k", "--tp", "4", "--reserve", "2"
+        "capacity",
+        "llama-3.1-70b",
+        "--gpu",
+        "h100",
+        "--ctx",
+        "32k",
+        "--tp",
+        "4",
+        "--reserve",
+        "2GiB",
     )
     pool = H100_BYTES * 0.9 - 70_553_706_496 * 2 / 4 - 2 * 2**30
     assert one["kv_pool_bytes_per_gpu"] == pytest.approx(pool)
@@ -54,7 +63,7 @@ def test_tensor_parallel_shards_weights_and_kv():
         "--tp",
         "4",
         "--reserve",
-        "2",
+        "2GiB",
         "--num-gpus",
         "8",
     )
@@ -63,7 +72,16 @@ def test_tensor_parallel_shards_weights_and_kv():
 
 def test_pipeline_parallel_most_loaded_stage():
     data = run_json(
-        "capacity", "llama-3.1-70b", "--gpu", "h100", "--ctx", "32k", "--pp", "3", "--reserve", "2"
+        "capacity",
+        "llama-3.1-70b",
+        "--gpu",
+        "h100",
+        "--ctx",
+        "32k",
+        "--pp",
+        "3",
+        "--reserve",
+        "2GiB",
     )
     pool = H100_BYTES * 0.9 - 70_553_706_496 * 2 / 3 - 2 * 2**30
     # 80 layers over 3 stages: 26, 27, 27 (vLLM gives the remainder to the stages before the last)
@@ -81,7 +99,7 @@ def test_what_if_rows_and_prefix_sharing():
         "--prefix-tokens",
         "4k",
         "--reserve",
-        "2",
+        "2GiB",
     )
     rows = {r["scenario"]: r for r in data["what_if"]}
     base = data["max_concurrency"]
@@ -104,7 +122,7 @@ def test_paging_against_contiguous():
         "--mean-len",
         "2000",
         "--reserve",
-        "2",
+        "2GiB",
     )
     paging = data["paging"]
     pool = data["kv_pool_bytes_per_gpu"]
@@ -114,8 +132,8 @@ def test_paging_against_contiguous():
 
 
 def test_sliding_window_model_capacity_is_bounded_by_the_window():
-    short = run_json("capacity", "mistral-7b-v0.1", "--ctx", "8k", "--reserve", "2")
-    long = run_json("capacity", "mistral-7b-v0.1", "--ctx", "32k", "--reserve", "2")
+    short = run_json("capacity", "mistral-7b-v0.1", "--ctx", "8k", "--reserve", "2GiB")
+    long = run_json("capacity", "mistral-7b-v0.1", "--ctx", "32k", "--reserve", "2GiB")
     assert short["max_concurrency"] == long["max_concurrency"]
 
 

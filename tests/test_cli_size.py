@@ -31,7 +31,7 @@ def test_json_contract_keys():
             ("tp", int),
             ("kv_bytes_per_sequence", int),
             ("kv_bytes_total", int),
-            ("batch_equal", float),
+            ("batch_equal_memory", float),
         ):
             assert isinstance(row[key], kind), key
     assert isinstance(data["notes"], list)

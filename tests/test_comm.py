@@ -68,7 +68,7 @@ def test_roofline_adds_communication_and_finds_where_it_dominates():
 def test_pipeline_notes_the_bubble():
     data = run_json("roofline", "llama-3.1-8b", "--gpu", "h100", "--pp", "4", "--batch", "8")
     assert data["decode"][0]["comm_s"] == pytest.approx(3 * p2p_time_s(8 * 4096 * 2, 450e9, 2e-6))
-    assert any("(p-1)/(m+p-1)" in n for n in data["notes"])
+    assert any("(p-1)/(m+p-1)" in n for n in (x["text"] for x in data["notes"]))
 
 
 def test_capacity_disaggregated_transfer():
@@ -77,7 +77,7 @@ def test_capacity_disaggregated_transfer():
     moved = 8 * 70_272 * 32768
     assert t["bytes_per_request"] == moved
     assert t["time_s"] == pytest.approx(5e-6 + moved / 8 / 50e9)
-    assert any("replication honestly" in n for n in data["notes"])
+    assert any("replication honestly" in n for n in (x["text"] for x in data["notes"]))
     over = run_json("capacity", "llama-3.1-8b", "--gpu", "h100", "--network-gbps", "100")
     assert over["kv_transfer"]["link"] == "100 Gb/s per GPU"
     assert over["kv_transfer"]["time_s"] == pytest.approx(5e-6 + 131_072 * 32768 / 12.5e9)

@@ -98,21 +98,13 @@ FORMULA_MODULES = [
     "kvplan.formulas.flops",
     "kvplan.formulas.memory",
     "kvplan.formulas.weights",
+    "kvplan.formulas.roofline",
+    "kvplan.formulas.step_time",
+    "kvplan.formulas.comm",
+    "kvplan.formulas.dtypes",
 ]
 FORMULA_FUNCTIONS = {
-    "kvplan.inputs.hardware": ["ridge_flop_per_byte"],
-    "kvplan.plans.roofline": [
-        "time_floor_s",
-        "decode_step",
-        "prefill",
-        "asymptotic_intensity",
-        "critical_context_len",
-        "ceiling_tokens_per_s",
-        "half_ceiling_batch",
-        "compute_dtype",
-    ],
     "kvplan.plans.capacity": ["max_sequences", "max_context_at_batch", "budget"],
-    "kvplan.formulas.comm": None,  # every public function
 }
 
 

@@ -6,17 +6,23 @@ import math
 
 import pytest
 
-from kvplan.engines import EngineRequest, engine_capacity
+from kvplan.engines import EngineRequest, engine_allocation
 from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.options import parse_bytes
 from kvplan.inputs.sources import load_model
+from kvplan.present.engines import engine_view
 
 from helpers import llama_like, run_cli, run_json, spec_from
 
 H100 = load_profile("h100")
 
 
+def gib(text: str) -> int:
+    return parse_bytes(text + "GiB")
+
+
 def vllm(spec, **kw):
-    return engine_capacity(spec, H100, EngineRequest(engine="vllm", **kw)).data
+    return engine_view(engine_allocation(spec, H100, EngineRequest(engine="vllm", **kw))).data
 
 
 def test_gemma3_27b_logged_case_exactly():
@@ -44,13 +50,13 @@ def test_gemma3_27b_logged_case_exactly():
 
 def test_llama31_8b_logged_case_and_the_rounding_of_58_11():
     spec = load_model("llama-3.1-8b")
-    inside = vllm(spec, kv_cache_memory="58.108GiB", max_model_len=8192)
+    inside = vllm(spec, kv_cache_memory_bytes=gib("58.108"), max_model_len=8192)
     assert inside["kv_cache_tokens"] == 476_016
-    fp8 = vllm(spec, kv_cache_memory="58.108GiB", max_model_len=8192, kv_cache_dtype="fp8")
+    fp8 = vllm(spec, kv_cache_memory_bytes=gib("58.108"), max_model_len=8192, kv_cache_dtype="fp8")
     assert fp8["kv_cache_tokens"] == 952_032
     # 58.11 GiB taken literally is one 16-token block more than the engine logged: the log
     # rounds to 0.01 GiB, and 476,016 tokens need between 58.1074 and 58.1094 GiB.
-    literal = vllm(spec, kv_cache_memory="58.11GiB", max_model_len=8192)
+    literal = vllm(spec, kv_cache_memory_bytes=gib("58.11"), max_model_len=8192)
     assert literal["kv_cache_tokens"] == 476_016 + 16
     assert 29_751 * 2_097_152 / 2**30 == pytest.approx(58.1074, abs=1e-4)
 
@@ -70,7 +76,7 @@ def mixed(sliding: int, full: int):
 
 
 def test_mixed_counts_not_multiples_pad_the_larger_type():
-    data = vllm(mixed(7, 3), kv_cache_memory="1GiB", max_model_len=4096)
+    data = vllm(mixed(7, 3), kv_cache_memory_bytes=gib("1"), max_model_len=4096)
     assert data["group_size"] == 3 and data["num_groups"] == 3 + 1
     assert data["padding_layers"] == 2
     assert data["log_lines"][0] == "Add 2 padding layers, may waste at most 28.57% KV cache memory"
@@ -79,24 +85,26 @@ def test_mixed_counts_not_multiples_pad_the_larger_type():
 
 
 def test_one_and_a_half_rule_takes_the_larger_count():
-    data = vllm(mixed(12, 13), kv_cache_memory="1GiB", max_model_len=4096)
+    data = vllm(mixed(12, 13), kv_cache_memory_bytes=gib("1"), max_model_len=4096)
     assert data["group_size"] == 13 and data["padding_layers"] == 1
 
 
 def test_uniform_model_is_one_group():
-    data = vllm(load_model("llama-3.1-8b"), kv_cache_memory="10GiB", max_model_len=8192)
+    data = vllm(load_model("llama-3.1-8b"), kv_cache_memory_bytes=gib("10"), max_model_len=8192)
     assert data["num_groups"] == 1 and data["group_size"] == 32
     assert data["num_blocks"] == 10 * 2**30 // (16 * 8 * 256 * 2) // 32
 
 
 def test_mla_under_tp8_is_replicated_with_64_token_blocks():
-    data = vllm(load_model("deepseek-v3"), kv_cache_memory="20GiB", max_model_len=32768, tp=8)
+    data = vllm(
+        load_model("deepseek-v3"), kv_cache_memory_bytes=gib("20"), max_model_len=32768, tp=8
+    )
     assert data["block_size"] == 64
     assert data["page_bytes"] == 64 * 576 * 2  # one latent head whatever the TP degree
     assert data["num_blocks"] == 20 * 2**30 // (64 * 576 * 2) // 61
     ds = vllm(
         load_model("deepseek-v3"),
-        kv_cache_memory="20GiB",
+        kv_cache_memory_bytes=gib("20"),
         max_model_len=32768,
         kv_cache_dtype="fp8_ds_mla",
     )
@@ -104,12 +112,14 @@ def test_mla_under_tp8_is_replicated_with_64_token_blocks():
 
 
 def test_fewer_kv_heads_than_tp_ranks():
-    data = vllm(load_model("llama-3.1-8b"), kv_cache_memory="10GiB", max_model_len=8192, tp=16)
+    data = vllm(
+        load_model("llama-3.1-8b"), kv_cache_memory_bytes=gib("10"), max_model_len=8192, tp=16
+    )
     assert data["page_bytes"] == 16 * 1 * 256 * 2  # one (replicated) KV head per rank
 
 
 def test_mamba_hybrid_forces_the_attention_block_size():
-    data = vllm(load_model("nemotron-h-56b"), kv_cache_memory="40GiB", max_model_len=8192)
+    data = vllm(load_model("nemotron-h-56b"), kv_cache_memory_bytes=gib("40"), max_model_len=8192)
     mamba_page = (3 * 20480 + 4_194_304) * 2
     block = 16 * math.ceil(mamba_page / (16 * 2 * 8 * 128 * 2))
     assert data["block_size"] == block == 2080
@@ -120,10 +130,10 @@ def test_mamba_hybrid_forces_the_attention_block_size():
 
 def test_llama4_chunked_layers_full_by_default_and_chunked_on_request():
     spec = load_model("llama-4-scout")
-    default = vllm(spec, kv_cache_memory="20GiB", max_model_len=131072)
+    default = vllm(spec, kv_cache_memory_bytes=gib("20"), max_model_len=131072)
     assert default["num_groups"] == 1  # every layer a full-attention spec
     assert default["required_bytes_per_request"] == 48 * 131072 * 2 * 8 * 128 * 2
-    hybrid = vllm(spec, kv_cache_memory="20GiB", max_model_len=131072, hybrid_chunked=True)
+    hybrid = vllm(spec, kv_cache_memory_bytes=gib("20"), max_model_len=131072, hybrid_chunked=True)
     assert hybrid["num_groups"] == 4  # 12 full + 36 chunked in groups of 12
     chunk_blocks = math.ceil(min(8192 + 8192, 131072) / 16)
     assert hybrid["blocks_per_request"] == 131072 // 16 + 3 * chunk_blocks
@@ -132,10 +142,13 @@ def test_llama4_chunked_layers_full_by_default_and_chunked_on_request():
 def test_per_token_head_scales_and_nvfp4_pages():
     spec = load_model("llama-3.1-8b")
     int8 = vllm(
-        spec, kv_cache_memory="10GiB", max_model_len=8192, kv_cache_dtype="int8_per_token_head"
+        spec,
+        kv_cache_memory_bytes=gib("10"),
+        max_model_len=8192,
+        kv_cache_dtype="int8_per_token_head",
     )
     assert int8["page_bytes"] == 16 * 8 * 256 + 2 * 16 * 8 * 4
-    nvfp4 = vllm(spec, kv_cache_memory="10GiB", max_model_len=8192, kv_cache_dtype="nvfp4")
+    nvfp4 = vllm(spec, kv_cache_memory_bytes=gib("10"), max_model_len=8192, kv_cache_dtype="nvfp4")
     assert nvfp4["page_bytes"] == 16 * 8 * 2 * 72  # 72 B per 128-wide head vector
 
 

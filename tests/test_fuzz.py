@@ -15,6 +15,7 @@ from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.inputs.architectures import build_model
 from kvplan.inputs.sources import parse_config_text
 from kvplan.plans.size import SizeRequest, size
+from kvplan.present.view import jsonable
 
 from helpers import REPO
 
@@ -41,10 +42,10 @@ def check(config: dict) -> None:
     except KvplanError as exc:
         assert str(exc) and "\n" not in str(exc)
         return
-    for row in report.data["rows"]:
+    for row in jsonable(report)["rows"]:
         assert row["kv_bytes_per_sequence"] >= 0
         assert row["kv_bytes_total"] == row["kv_bytes_per_sequence"] * row["batch_size"]
-    json.dumps(report.data, allow_nan=False)
+    json.dumps(jsonable(report), allow_nan=False)
     assert kv_bytes_per_sequence(spec, 8, KvFormat("bf16")) >= 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvplan.inputs.sources import load_model
+from kvplan.present.notes import note_texts
 
 PUBLISHED = {
     # name: (total, active)
@@ -78,5 +79,5 @@ def test_falcon_legacy_and_native_configs_agree():
 
 
 def test_mtp_and_vision_exclusions_are_noted():
-    assert any("multi-token-prediction" in n for n in load_model("deepseek-v3").notes)
-    assert any("Vision tower" in n for n in load_model("gemma-3-27b").notes)
+    assert any("multi-token-prediction" in n for n in note_texts(load_model("deepseek-v3").notes))
+    assert any("Vision tower" in n for n in note_texts(load_model("gemma-3-27b").notes))

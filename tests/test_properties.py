@@ -45,7 +45,7 @@ def test_linear_in_batch(spec, context_len, batch):
     # the CLI's total column is per-sequence x batch (checked through size())
     from kvplan.plans.size import SizeRequest, size
 
-    row = size(spec, SizeRequest(contexts=(context_len,), batches=(batch,))).data["rows"][0]
+    row = size(spec, SizeRequest(contexts=(context_len,), batches=(batch,))).rows[0]._asdict()
     assert row["kv_bytes_total"] == per_seq * batch
 
 

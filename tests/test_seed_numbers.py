@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvplan.formulas.dtypes import KvFormat
-from kvplan.formulas.kv import batch_equal, kv_bytes_per_sequence, kv_bytes_per_token
+from kvplan.formulas.kv import kv_bytes_per_sequence, kv_bytes_per_token
+from kvplan.formulas.roofline import batch_equal_memory as batch_equal
 from kvplan.inputs.sources import load_model
 
 from helpers import run_json
@@ -59,4 +60,4 @@ def test_seed_numbers_through_the_cli_json():
     rows = {r["batch_size"]: r for r in data["rows"]}
     assert rows[1]["kv_bytes_per_sequence"] == 42_949_672_960
     assert rows[4]["kv_bytes_total"] == 4 * 42_949_672_960
-    assert rows[1]["batch_equal"] == pytest.approx(141_107_412_992 / 42_949_672_960)
+    assert rows[1]["batch_equal_memory"] == pytest.approx(141_107_412_992 / 42_949_672_960)

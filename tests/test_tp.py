@@ -9,6 +9,7 @@ from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence, state_bytes_per_sequence
 from kvplan.inputs.sources import load_model
 from kvplan.plans.size import SizeRequest, size
+from kvplan.present.notes import note_texts
 
 from helpers import llama_like, mamba2_config, spec_from
 
@@ -26,14 +27,14 @@ def test_fewer_kv_heads_than_ranks_replicates_with_a_note():
     spec = load_model("llama-3.1-70b")  # 8 KV heads
     per_gpu_16 = kv_bytes_per_sequence(spec, 1000, BF16, tp=16)
     assert per_gpu_16 == kv_bytes_per_sequence(spec, 1000, BF16, tp=8)  # one head per rank
-    notes = size(spec, SizeRequest(tp=16)).notes
+    notes = note_texts(size(spec, SizeRequest(tp=16)).notes)
     assert any("replicated 2x" in n for n in notes)
 
 
 def test_mla_latent_is_replicated_on_every_rank():
     spec = load_model("deepseek-v3")
     assert kv_bytes_per_sequence(spec, 1000, BF16, tp=8) == kv_bytes_per_sequence(spec, 1000, BF16)
-    assert any("replicated on all 8" in n for n in size(spec, SizeRequest(tp=8)).notes)
+    assert any("replicated on all 8" in n for n in note_texts(size(spec, SizeRequest(tp=8)).notes))
 
 
 def test_mamba_state_split_by_heads():

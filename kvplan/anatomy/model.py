@@ -8,22 +8,52 @@ The value types are NamedTuples: immutable, and cheap to define (the CLI's start
 from __future__ import annotations
 
 from collections import Counter
+from enum import Enum
 from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat
+from kvplan.notes import Note
+
+
+class CacheKind(str, Enum):
+    """What one layer group caches per sequence: KV for every token (full, or MLA's one latent),
+    KV for at most `window` tokens (sliding, chunked), or a fixed-size recurrent state."""
+
+    FULL = "full"
+    SLIDING = "sliding"
+    CHUNKED = "chunked"
+    MLA = "mla"
+    STATE = "state"
+
+    @property
+    def windowed(self) -> bool:
+        return self in (CacheKind.SLIDING, CacheKind.CHUNKED)
+
+
+class StateKind(str, Enum):
+    MAMBA1 = "mamba1"
+    MAMBA2 = "mamba2"
+    GATED_DELTANET = "gated_deltanet"
+
+
+STATE_LABELS = {
+    StateKind.MAMBA1: "Mamba-1 state",
+    StateKind.MAMBA2: "Mamba-2 state",
+    StateKind.GATED_DELTANET: "Gated DeltaNet state",
+}
 
 
 class Attention(NamedTuple):
     """One layer's attention, as far as the cache and the FLOPs are concerned.
 
-    kind: full | sliding (keeps the last `window` tokens) | chunked (keeps up to `window` tokens
-    of the current chunk) | mla (one latent of width `head_dim`, no separate V).
+    kind: FULL | SLIDING (keeps the last `window` tokens) | CHUNKED (keeps up to `window` tokens
+    of the current chunk) | MLA (one latent of width `head_dim`, no separate V).
     num_kv_heads / head_dim / head_dim_v: what the cache stores per token (MLA: 1 / latent / 0).
     qk_head_dim / v_head_dim: per-query-head widths used by the attention FLOPs.
     """
 
-    kind: str
+    kind: CacheKind
     num_q_heads: int
     num_kv_heads: int
     head_dim: int
@@ -36,31 +66,31 @@ class Attention(NamedTuple):
 
     def kv_heads_per_rank(self, tp: int) -> int:
         """KV heads one tensor-parallel rank stores: max(1, Hkv // tp); MLA's latent is replicated."""
-        if self.kind == "mla":
+        if self.kind is CacheKind.MLA:
             return 1
         return max(1, self.num_kv_heads // tp)
 
     def kv_bytes_per_token(self, fmt: KvFormat, tp: int = 1) -> int:
         """Bytes one token occupies in this layer's cache on one rank (K and V, or the MLA latent)."""
-        heads = self.kv_heads_per_rank(tp)
-        if self.kind == "mla":
+        if self.kind is CacheKind.MLA:
             return fmt.head_vector_bytes(self.head_dim)
+        heads = self.kv_heads_per_rank(tp)
         return heads * (
             fmt.head_vector_bytes(self.head_dim) + fmt.head_vector_bytes(self.head_dim_v)
         )
 
     def tokens_held(self, context_len: int) -> int:
         """Tokens this layer keeps for one sequence at `context_len`: s, or min(s, window)."""
-        if self.kind in ("sliding", "chunked"):
+        if self.kind.windowed:
             return min(context_len, self.window)
         return context_len
 
     def label(self) -> str:
-        if self.kind == "sliding":
+        if self.kind is CacheKind.SLIDING:
             return f"sliding window {self.window:,}"
-        if self.kind == "chunked":
+        if self.kind is CacheKind.CHUNKED:
             return f"chunked attention {self.window:,}"
-        if self.kind == "mla":
+        if self.kind is CacheKind.MLA:
             return f"MLA latent {self.mla_kv_lora_rank}+{self.mla_rope_dim}"
         return "full attention"
 
@@ -75,7 +105,7 @@ class State(NamedTuple):
                     ssm value_heads x value_dim x key_dim.
     """
 
-    kind: str
+    kind: StateKind
     conv_kernel: int
     intermediate: int = 0
     state_size: int = 0
@@ -90,16 +120,16 @@ class State(NamedTuple):
     def elements(self, tp: int = 1) -> tuple[int, int]:
         """(conv elements, ssm elements) one rank stores for one sequence."""
         taps = self.conv_kernel - 1
-        if self.kind == "mamba1":
+        if self.kind is StateKind.MAMBA1:
             inner = self.intermediate // tp
             return taps * inner, inner * self.state_size
-        if self.kind == "mamba2":
+        if self.kind is StateKind.MAMBA2:
             groups = self.num_groups
             if groups % tp:  # vLLM replicates groups up to a multiple of tp
                 groups = groups + (tp - groups % tp)
             conv = taps * (self.intermediate // tp + 2 * (groups // tp) * self.state_size)
             return conv, (self.num_heads // tp) * self.head_dim * self.state_size
-        if self.kind == "gated_deltanet":
+        if self.kind is StateKind.GATED_DELTANET:
             conv = taps * (2 * self.key_heads * self.key_dim + self.num_heads * self.head_dim) // tp
             return conv, (self.num_heads // tp) * self.head_dim * self.key_dim
         raise KvplanError(f"unknown state kind {self.kind!r}")
@@ -110,14 +140,10 @@ class State(NamedTuple):
 
     def split_heads(self) -> int:
         """The head count tensor parallelism divides."""
-        return self.num_heads if self.kind != "mamba1" else self.intermediate
+        return self.intermediate if self.kind is StateKind.MAMBA1 else self.num_heads
 
     def label(self) -> str:
-        return {
-            "mamba1": "Mamba-1 state",
-            "mamba2": "Mamba-2 state",
-            "gated_deltanet": "Gated DeltaNet state",
-        }[self.kind]
+        return STATE_LABELS[self.kind]
 
 
 class Layer(NamedTuple):
@@ -131,12 +157,15 @@ class Layer(NamedTuple):
 
 
 class MoE(NamedTuple):
-    """Routed experts: `num_layers` MoE layers of `num_experts`, `top_k` used per token."""
+    """Routed experts: `num_layers` MoE layers of `num_experts`, `top_k` used per token, each
+    expert an MLP of width `expert_intermediate_size` as the config states it."""
 
     num_experts: int
     top_k: int
     params_per_expert: int
     num_layers: int
+    expert_intermediate_size: int = 0
+    shared_intermediate_size: int = 0  # all shared experts of one layer together (0: none)
 
     def expected_experts_touched(self, batch_size: int) -> float:
         """Distinct experts a batch of tokens touches per MoE layer under uniform routing:
@@ -159,12 +188,11 @@ class ModelSpec(NamedTuple):
     moe: MoE | None = None
     tied_embeddings: bool = False
     max_position_embeddings: int | None = None
-    weights_quantization: str | None = (
-        None  # 'fp8' (block scales) or 'mxfp4' (experts), from config
-    )
-    quantization_block: tuple[int, int] | None = None
+    weights_quantization: str | None = None  # 'fp8' (block scales) or 'mxfp4', from the config
     vision_params: int = 0  # excluded from the counts; engines load it
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
+    # The dense MLP's width as the config states it (None when every layer is MoE or has none).
+    intermediate_size: int | None = None
 
     # --- parameters -------------------------------------------------------------------------
     @property
@@ -195,6 +223,11 @@ class ModelSpec(NamedTuple):
     def state_layers(self) -> list[State]:
         return [layer.state for layer in self.layers if layer.state is not None]
 
+    def has_kind(self, kind: CacheKind) -> bool:
+        if kind is CacheKind.STATE:
+            return any(layer.state is not None for layer in self.layers)
+        return any(a.kind is kind for a in self.attention_layers())
+
     def layer_kind_counts(self) -> Counter:
         return Counter(layer.cache_label for layer in self.layers)
 
@@ -205,7 +238,7 @@ class ModelSpec(NamedTuple):
 
     @property
     def num_kv_heads(self) -> int:
-        attn = [a for a in self.attention_layers() if a.kind != "mla"]
+        attn = [a for a in self.attention_layers() if a.kind is not CacheKind.MLA]
         return attn[0].num_kv_heads if attn else (1 if self.attention_layers() else 0)
 
     @property
@@ -222,7 +255,7 @@ class ModelSpec(NamedTuple):
                 raise KvplanError(
                     f"--tp {tp} does not divide the {attn.num_q_heads} query heads of {self.name}"
                 )
-            if attn.kind != "mla" and attn.num_kv_heads % tp and tp % attn.num_kv_heads:
+            if attn.kind is not CacheKind.MLA and attn.num_kv_heads % tp and tp % attn.num_kv_heads:
                 raise KvplanError(
                     f"--tp {tp} neither divides nor is a multiple of the {attn.num_kv_heads} KV heads"
                     f" of {self.name}"

@@ -18,19 +18,19 @@ class EngineRequest(NamedTuple):
     tp: int = 1
     pp: int = 1
     gpu_mem_util: float = 0.9
-    kv_cache_memory: str | None = None  # what the engine logged as available KV memory
+    kv_cache_memory_bytes: int | None = None  # what the engine logged as available KV memory
     hybrid_chunked: bool = False
     mem_fraction_static: float | None = None
 
 
-def engine_capacity(spec, gpu, request: EngineRequest):
-    """The Python twin of `kvplan capacity MODEL --engine vllm|sglang`."""
+def engine_allocation(spec, gpu, request: EngineRequest):
+    """The Python twin of `kvplan engine MODEL --engine vllm|sglang`: a typed result."""
     if request.engine == "vllm":
-        from kvplan.engines.vllm import vllm_report
+        from kvplan.engines.vllm import vllm_allocation
 
-        return vllm_report(spec, gpu, request)
+        return vllm_allocation(spec, gpu, request)
     if request.engine == "sglang":
-        from kvplan.engines.sglang import sglang_report
+        from kvplan.engines.sglang import sglang_allocation
 
-        return sglang_report(spec, gpu, request)
+        return sglang_allocation(spec, gpu, request)
     raise KvplanError(f"unknown engine {request.engine!r}; choose from {', '.join(ENGINES)}")

@@ -1,4 +1,5 @@
 """Storage formats: bytes per element, and the byte cost of a quantized head-vector with its scales.
+The one home of every byte-per-element table in kvplan.
 
 A "head-vector" is the `width` values of one K (or V) head for one token, or one MLA latent.
 Quantized formats carry their scales explicitly so the byte count is what an engine stores.
@@ -10,6 +11,7 @@ import math
 from typing import NamedTuple
 
 from kvplan.errors import KvplanError
+from kvplan.notes import Note, note
 
 # Plain formats: bytes per element.
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -35,12 +37,24 @@ def model_dtype_name(torch_dtype: object) -> str:
         return "bf16"
     name = _TORCH_DTYPE_NAMES.get(str(torch_dtype).lower())
     if name is None:
-        raise KvplanError(f"config torch_dtype {torch_dtype!r} is not a float type kvplan knows")
+        raise KvplanError(
+            f"config torch_dtype {str(torch_dtype)[:40]!r} is not a float type kvplan knows"
+        )
     return name
 
 
+def element_bytes(dtype: str) -> int:
+    """Bytes per element of a plain (unquantized) dtype name."""
+    try:
+        return ELEMENT_BYTES[dtype]
+    except KeyError:
+        raise KvplanError(
+            f"{dtype!r} is not a plain element type ({', '.join(ELEMENT_BYTES)})"
+        ) from None
+
+
 class KvFormat(NamedTuple):
-    """A KV storage format: its name, and the note describing what its byte count assumes."""
+    """A KV storage format: its name, and the group size of int4's scales."""
 
     name: str
     group_size: int = 32  # int4 only
@@ -57,28 +71,24 @@ class KvFormat(NamedTuple):
         raise KvplanError(f"unknown KV dtype {self.name!r}")
 
     @property
-    def note(self) -> str | None:
+    def note(self) -> Note | None:
+        """What this format's byte count assumes (None for plain formats)."""
         if self.name == "fp8":
-            return "fp8 KV: e4m3 with per-tensor scales (two fp32 per layer, not counted)."
+            return note("kv-fp8")
         if self.name == "int8":
-            return "int8 KV: one fp32 scale per token per head for K and for V (vLLM int8_per_token_head)."
+            return note("kv-int8")
         if self.name == "int4":
-            return (
-                f"int4 KV: asymmetric, an fp16 scale and an fp16 zero-point per group of "
-                f"{self.group_size} values (KIVI-style); no full-precision residual window counted."
-            )
+            return note("kv-int4", group_size=self.group_size)
         return None
-
-    @property
-    def lossless(self) -> bool:
-        return self.name in ("fp32", "bf16", "fp16")
 
 
 def resolve_kv_format(name: str, model_dtype: str, group_size: int = 32) -> KvFormat:
     """'auto' -> the model dtype; validates the name and the int4 group size."""
-    key = str(name).lower()
+    key = str(name).strip().lower()
     if key not in KV_DTYPES:
-        raise KvplanError(f"unknown KV dtype {name!r}; choose from {', '.join(KV_DTYPES)}")
+        raise KvplanError(
+            f"unknown KV dtype {str(name)[:40]!r}; choose from {', '.join(KV_DTYPES)}"
+        )
     if group_size < 1 or group_size > 4096:
         raise KvplanError(f"--kv-group-size {group_size} must be between 1 and 4096")
     return KvFormat(model_dtype if key == "auto" else key, group_size)

@@ -7,7 +7,7 @@ lookup, not a matmul), H_q query heads, d_qk / d_v per-head widths, W window, s 
 
 from __future__ import annotations
 
-from kvplan.anatomy.model import Attention, ModelSpec
+from kvplan.anatomy.model import Attention, CacheKind, ModelSpec
 
 
 def matmul_params(spec: ModelSpec) -> int:
@@ -19,7 +19,7 @@ def _decode_flop_per_key(attn: Attention) -> int:
     """FLOPs per query token per attended key in one layer: 2*H_q*(d_qk + d_v) for QK^T and AV.
     MLA decode runs absorbed (FlashMLA, vLLM): scores and outputs over the latent,
     2*H_q*((kv_lora + rope) + kv_lora)."""
-    if attn.kind == "mla":
+    if attn.kind is CacheKind.MLA:
         return 2 * attn.num_q_heads * (2 * attn.mla_kv_lora_rank + attn.mla_rope_dim)
     return 2 * attn.num_q_heads * (attn.qk_head_dim + attn.v_head_dim)
 
@@ -59,8 +59,8 @@ def prefill_flops(spec: ModelSpec, num_tokens: int) -> int:
     for attn in spec.attention_layers():
         keys = causal_keys_attended(
             num_tokens,
-            attn.window if attn.kind != "full" and attn.kind != "mla" else None,
-            chunked=attn.kind == "chunked",
+            attn.window if attn.kind.windowed else None,
+            chunked=attn.kind is CacheKind.CHUNKED,
         )
         total += 2 * attn.num_q_heads * (attn.qk_head_dim + attn.v_head_dim) * keys
     return total

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kvplan.anatomy.model import ModelSpec
+from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.formulas.dtypes import KvFormat
 
 
@@ -16,7 +16,7 @@ class CacheGroup(NamedTuple):
     """Layers that hold the same kind of cache, as one row of a breakdown."""
 
     label: str
-    kind: str  # full | sliding | chunked | mla | state
+    kind: CacheKind
     num_layers: int
     num_kv_heads: int  # per rank; 0 for state groups
     head_dim: int
@@ -25,9 +25,9 @@ class CacheGroup(NamedTuple):
     state_bytes_per_layer: int  # per rank; 0 for attention groups
 
     def tokens_held(self, context_len: int) -> int:
-        if self.kind in ("sliding", "chunked"):
+        if self.kind.windowed:
             return min(context_len, self.window)
-        return 0 if self.kind == "state" else context_len
+        return 0 if self.kind is CacheKind.STATE else context_len
 
     def bytes_per_sequence(self, context_len: int) -> int:
         """kv_group_bytes = layers * (tokens_held(s) * bytes_per_token_per_layer + state_bytes)."""
@@ -62,7 +62,7 @@ def cache_groups(spec: ModelSpec, fmt: KvFormat, tp: int = 1) -> list[CacheGroup
             st = layer.state
             key = ("state", st.label(), st)
             entry = groups.setdefault(
-                key, [st.label(), "state", 0, 0, 0, None, 0, st.bytes_per_sequence(tp)]
+                key, [st.label(), CacheKind.STATE, 0, 0, 0, None, 0, st.bytes_per_sequence(tp)]
             )
             entry[2] += 1
     return [CacheGroup(*values) for values in groups.values()]
@@ -89,13 +89,6 @@ def state_bytes_per_sequence(spec: ModelSpec, tp: int = 1) -> int:
     return sum(layer.state.bytes_per_sequence(tp) for layer in spec.layers if layer.state)
 
 
-def batch_equal(weights_bytes: float, kv_bytes_per_seq: float) -> float | None:
-    """B_equal = weights / per-sequence KV: the batch at which the cache equals the weights."""
-    if kv_bytes_per_seq <= 0:
-        return None
-    return weights_bytes / kv_bytes_per_seq
-
-
 def gqa_saving_factor(spec: ModelSpec, fmt: KvFormat) -> float | None:
     """Multi-head-equivalent bytes per token / actual bytes per token (Hq/Hkv for plain GQA)."""
     actual = kv_bytes_per_token(spec, fmt)
@@ -107,12 +100,12 @@ def gqa_saving_factor(spec: ModelSpec, fmt: KvFormat) -> float | None:
 def paged_tokens_held(group: CacheGroup, context_len: int, block_size: int) -> int:
     """Token slots a paged allocator gives one sequence in this group: whole blocks. A sliding
     window can start mid-block, so it may span one block more than ceil(W / block)."""
-    if group.kind == "state":
+    if group.kind is CacheKind.STATE:
         return 0
     blocks = -(-context_len // block_size)
-    if group.kind == "sliding":
+    if group.kind is CacheKind.SLIDING:
         blocks = min(blocks, -(-group.window // block_size) + 1)
-    elif group.kind == "chunked":
+    elif group.kind is CacheKind.CHUNKED:
         blocks = min(blocks, -(-group.window // block_size))
     return blocks * block_size
 

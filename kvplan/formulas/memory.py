@@ -17,15 +17,13 @@ SAMPLER_COPIES = 3  # fp32 logits, probabilities and log-probabilities of the du
 
 
 def intermediate_size(spec: ModelSpec) -> int:
-    """The widest MLP the profiling pass materialises (dense MLP or one expert's)."""
-    parts = spec.param_parts
-    h = spec.hidden_size
-    dense_layers = max(1, spec.num_layers)
-    if "mlp" in parts:
-        return parts["mlp"] // (3 * h * dense_layers) or 4 * h
+    """The widest MLP activation one token materialises, from the widths the config states: the
+    dense MLP, or the top-k routed experts plus the shared ones (4 x hidden when none is given)."""
+    widths = [spec.intermediate_size or 0]
     if spec.moe is not None:
-        return spec.moe.params_per_expert // (3 * h) * spec.moe.top_k
-    return 4 * h
+        moe = spec.moe
+        widths.append(moe.expert_intermediate_size * moe.top_k + moe.shared_intermediate_size)
+    return max(widths) or 4 * spec.hidden_size
 
 
 def activation_peak_bytes(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from kvplan.anatomy.model import ModelSpec
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import ELEMENT_BYTES, WEIGHT_DTYPES
+from kvplan.notes import Note, note
 
 QUANTIZABLE_PARTS = ("attention", "mlp", "experts", "shared_experts", "mixer")
 
@@ -21,11 +22,13 @@ QUANT_BYTES_PER_PARAM = {
 }
 
 
-def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[str]]:
+def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:
     """'auto' follows the config: its quantization_config, else its torch_dtype."""
     key = str(name).lower()
     if key not in WEIGHT_DTYPES:
-        raise KvplanError(f"unknown weights dtype {name!r}; choose from {', '.join(WEIGHT_DTYPES)}")
+        raise KvplanError(
+            f"unknown weights dtype {str(name)[:40]!r}; choose from {', '.join(WEIGHT_DTYPES)}"
+        )
     notes = []
     if key == "auto":
         quant = spec.weights_quantization
@@ -33,21 +36,20 @@ def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[str]]:
             notes.append(_quant_note(quant, spec))
             return quant, notes
         if quant:
-            notes.append(
-                f"config quantization {quant!r} is not one kvplan sizes: weights counted at "
-                f"{spec.dtype}; pass --weights-dtype int4 or int8 to size it."
-            )
+            notes.append(note("weights-quant-unknown", method=quant, dtype=spec.dtype))
         return spec.dtype, notes
     if key in QUANT_BYTES_PER_PARAM:
         notes.append(_quant_note(key, spec))
     return key, notes
 
 
-def _quant_note(dtype: str, spec: ModelSpec) -> str:
-    scope = "routed experts" if dtype == "mxfp4" else "linear layers"
-    return (
-        f"weights: {scope} in {dtype} ({QUANT_BYTES_PER_PARAM[dtype]:.4f} B/param with scales); "
-        f"the rest in {spec.dtype}."
+def _quant_note(dtype: str, spec: ModelSpec) -> Note:
+    return note(
+        "weights-quantized",
+        dtype=dtype,
+        scope="routed experts" if dtype == "mxfp4" else "linear layers",
+        bytes_per_param=QUANT_BYTES_PER_PARAM[dtype],
+        rest_dtype=spec.dtype,
     )
 
 
@@ -83,3 +85,10 @@ def _part_bytes_per_param(spec: ModelSpec, dtype: str, part: str) -> float:
         return ELEMENT_BYTES[dtype]
     quantized = {"experts"} if dtype == "mxfp4" else set(QUANTIZABLE_PARTS)
     return QUANT_BYTES_PER_PARAM[dtype] if part in quantized else ELEMENT_BYTES[spec.dtype]
+
+
+def weights_bytes_per_gpu(spec: ModelSpec, dtype: str, tp: int = 1, pp: int = 1) -> float:
+    """The one rule for weights on one GPU: the language model's weights in `dtype` plus the
+    vision tower (in the model dtype; engines load it), split evenly over tp x pp ranks."""
+    vision = spec.vision_params * ELEMENT_BYTES[spec.dtype]
+    return (weight_bytes(spec, dtype) + vision) / (tp * pp)

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from kvplan.anatomy.model import Attention, Layer, ModelSpec, MoE, State
+from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, MoE, State, StateKind
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import model_dtype_name
 from kvplan.inputs.fields import REQUIRED, Fields
+from kvplan.notes import note
 
 LAYER_TYPE_ALIASES = {
     "full_attention": "full",
@@ -109,17 +110,13 @@ def build_model(raw: dict, name: str, source: str | None = None) -> ModelSpec:
     notes: list[str] = []
     if builder is None:
         builder = _decoder
-        notes.append(
-            f"model_type {model_type!r} is not one kvplan knows: sized with the generic rule "
-            "(every layer full attention, or all sliding/chunked when the config sets a window); "
-            "check the result."
-        )
+        notes.append(note("generic-rule", model_type=model_type))
     fields = Fields(text, source, parent=top)
     declared_dtype = next(
         (c[k] for c in (text, top) for k in ("torch_dtype", "dtype") if c.get(k) is not None), None
     )
     if declared_dtype is None:
-        notes.append("config names no torch_dtype: the model dtype is taken as bf16.")
+        notes.append(note("no-dtype"))
     parts: dict = {
         "notes": notes,
         "model_type": canonical,
@@ -211,6 +208,7 @@ def _embeddings(parts: Counter, vocab: int, hidden: int, tied: bool) -> None:
 
 
 def _std_attention(kind: str, heads: int, kv: int, hd: int, window: int | None) -> Attention:
+    kind = CacheKind(kind)
     return Attention(
         kind=kind,
         num_q_heads=heads,
@@ -219,7 +217,7 @@ def _std_attention(kind: str, heads: int, kv: int, hd: int, window: int | None) 
         head_dim_v=hd,
         qk_head_dim=hd,
         v_head_dim=hd,
-        window=window if kind in ("sliding", "chunked") else None,
+        window=window if kind.windowed else None,
     )
 
 
@@ -321,23 +319,29 @@ def _decoder(f: Fields, top: dict, ctx: dict) -> dict:
         parts["router"] += n_moe * router
         parts["shared_experts"] += n_moe * shared
         parts["mlp"] += (num_layers - n_moe) * 3 * hidden * dense_i
-        moe = MoE(num_experts, top_k, per_expert, n_moe)
+        moe = MoE(num_experts, top_k, per_expert, n_moe, expert_i, intermediate if shared else 0)
+        dense_width = dense_i if n_moe < num_layers else None
     else:
         parts["mlp"] += num_layers * 3 * hidden * intermediate
+        dense_width = intermediate
     parts["attention"] += num_layers * per_layer_attn
     parts["norms"] += num_layers * norms_per_layer * hidden + hidden
 
     if mt == "llama4_text":
-        ctx["notes"].append(
-            "Llama 4 chunked layers are sized by their chunk (as vLLM's hybrid allocator can); "
-            "vLLM 0.19 disables that allocator for chunked models by default and stores every "
-            "layer in full (--hybrid-chunked in kvplan capacity --engine vllm)."
-        )
+        ctx["notes"].append(note("llama4-chunked"))
         if top.get("vision_config") is None:
-            ctx["notes"].append("Vision tower not in this config; parameter counts are text-only.")
+            ctx["notes"].append(note("vision-absent"))
     if top.get("vision_config") is not None:
-        ctx["notes"].append("Vision tower excluded from the parameter count.")
-    return dict(hidden=hidden, vocab=vocab, layers=layers, parts=parts, moe=moe, tied=tied)
+        ctx["notes"].append(note("vision-excluded"))
+    return dict(
+        hidden=hidden,
+        vocab=vocab,
+        layers=layers,
+        parts=parts,
+        moe=moe,
+        tied=tied,
+        intermediate=dense_width,
+    )
 
 
 def _moe_layer_mask(f: Fields, mt: str, num_layers: int) -> list[bool]:
@@ -371,7 +375,7 @@ def _deepseek(f: Fields, top: dict, ctx: dict) -> dict:
     tied = _tie(f, top, False)
     latent = kv_lora + rope
     attn = Attention(
-        kind="mla",
+        kind=CacheKind.MLA,
         num_q_heads=heads,
         num_kv_heads=1,
         head_dim=latent,
@@ -413,22 +417,24 @@ def _deepseek(f: Fields, top: dict, ctx: dict) -> dict:
 
     mtp = f.int("num_nextn_predict_layers", default=0, minimum=0)
     if mtp:
-        ctx["notes"].append(
-            f"{mtp} multi-token-prediction layer(s) excluded (not in num_hidden_layers; vLLM "
-            "allocates them only with MTP speculative decoding)."
-        )
+        ctx["notes"].append(note("mtp-excluded", layers=mtp))
     ctx["notes"].append(
-        f"MLA caches one latent of {kv_lora}+{rope} = {latent} values per token per layer "
-        f"(vLLM; transformers >= 5.15). transformers <= 5.14 cached decompressed K and V for all "
-        f"{heads} heads ({heads * (nope + rope + v_dim)} values per token per layer)."
+        note(
+            "mla-latent",
+            kv_lora_rank=kv_lora,
+            rope=rope,
+            heads=heads,
+            decompressed=heads * (nope + rope + v_dim),
+        )
     )
     return dict(
         hidden=hidden,
         vocab=vocab,
         layers=layers,
         parts=parts,
-        moe=MoE(experts, top_k, per_expert, n_moe),
+        moe=MoE(experts, top_k, per_expert, n_moe, moe_i, shared * moe_i),
         tied=tied,
+        intermediate=intermediate if n_moe < num_layers else None,
     )
 
 
@@ -468,11 +474,16 @@ def _falcon(f: Fields, top: dict, ctx: dict) -> dict:
     norms_per_layer = 2 if new_arch else 1  # ln_attn + ln_mlp, or one input_layernorm
     parts["norms"] += num_layers * norms_per_layer * 2 * hidden + 2 * hidden  # weight + bias
     if new_arch and kv < heads:
-        ctx["notes"].append(
-            f"transformers broadcasts Falcon's {kv} KV heads to all {heads} query heads before "
-            f"caching, so it stores {heads // kv}x what vLLM (and kvplan) count."
-        )
-    return dict(hidden=hidden, vocab=vocab, layers=layers, parts=parts, moe=None, tied=tied)
+        ctx["notes"].append(note("falcon-broadcast", kv_heads=kv, heads=heads))
+    return dict(
+        hidden=hidden,
+        vocab=vocab,
+        layers=layers,
+        parts=parts,
+        moe=None,
+        tied=tied,
+        intermediate=ffn,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -495,7 +506,13 @@ def _gpt2(f: Fields, top: dict, ctx: dict) -> dict:
     parts["mlp"] += num_layers * (2 * hidden * inner + inner + hidden)
     parts["norms"] += num_layers * 4 * hidden + 2 * hidden
     return dict(
-        hidden=hidden, vocab=vocab, layers=layers * num_layers, parts=parts, moe=None, tied=True
+        hidden=hidden,
+        vocab=vocab,
+        layers=layers * num_layers,
+        parts=parts,
+        moe=None,
+        tied=True,
+        intermediate=inner,
     )
 
 
@@ -515,7 +532,13 @@ def _gpt_neox(f: Fields, top: dict, ctx: dict) -> dict:
     parts["mlp"] += num_layers * (2 * hidden * inner + inner + hidden)
     parts["norms"] += num_layers * 4 * hidden + 2 * hidden
     return dict(
-        hidden=hidden, vocab=vocab, layers=layers * num_layers, parts=parts, moe=None, tied=tied
+        hidden=hidden,
+        vocab=vocab,
+        layers=layers * num_layers,
+        parts=parts,
+        moe=None,
+        tied=tied,
+        intermediate=inner,
     )
 
 
@@ -542,7 +565,7 @@ def _mamba2_state(
         raise KvplanError(f"{f.source}: {heads} Mamba heads cannot be split over {groups} groups")
     ssm_dtype = _state_dtype(f, dtype)
     return State(
-        "mamba2",
+        StateKind.MAMBA2,
         kernel,
         intermediate=intermediate,
         state_size=state,
@@ -616,9 +639,18 @@ def _nemotron_h(f: Fields, top: dict, ctx: dict) -> dict:
             parts["shared_experts"] += 2 * hidden * shared_i * f.int("n_shared_experts", default=1)
             parts["router"] += experts * hidden
             n_moe = (moe.num_layers if moe else 0) + 1
-            moe = MoE(experts, f.int("num_experts_per_tok"), per_expert, n_moe)
+            shared_width = shared_i * f.int("n_shared_experts", default=1)
+            moe = MoE(experts, f.int("num_experts_per_tok"), per_expert, n_moe, moe_i, shared_width)
     parts["norms"] += hidden
-    return dict(hidden=hidden, vocab=vocab, layers=layers, parts=parts, moe=moe, tied=tied)
+    return dict(
+        hidden=hidden,
+        vocab=vocab,
+        layers=layers,
+        parts=parts,
+        moe=moe,
+        tied=tied,
+        intermediate=intermediate if "-" in pattern else None,
+    )
 
 
 def _qwen3_next(f: Fields, top: dict, ctx: dict) -> dict:
@@ -637,7 +669,7 @@ def _qwen3_next(f: Fields, top: dict, ctx: dict) -> dict:
     kernel = f.int("linear_conv_kernel_dim", default=4)
     dtype = ctx["dtype"]
     state = State(
-        "gated_deltanet",
+        StateKind.GATED_DELTANET,
         kernel,
         num_heads=value_heads,
         head_dim=value_dim,
@@ -688,8 +720,11 @@ def _qwen3_next(f: Fields, top: dict, ctx: dict) -> dict:
         vocab=vocab,
         layers=layers,
         parts=parts,
-        moe=MoE(experts, top_k, per_expert, n_moe),
+        moe=MoE(experts, top_k, per_expert, n_moe, moe_i, shared_i),
         tied=tied,
+        intermediate=f.int("intermediate_size", default=0, minimum=0) or None
+        if n_moe < num_layers
+        else None,
     )
 
 
@@ -715,7 +750,7 @@ def _jamba(f: Fields, top: dict, ctx: dict) -> dict:
     )
     dtype = ctx["dtype"]
     state = State(
-        "mamba1",
+        StateKind.MAMBA1,
         d_conv,
         intermediate=inner,
         state_size=d_state,
@@ -757,8 +792,16 @@ def _jamba(f: Fields, top: dict, ctx: dict) -> dict:
     parts["router"] += n_moe * experts * hidden
     parts["mlp"] += (num_layers - n_moe) * per_expert
     parts["norms"] += num_layers * 2 * hidden + hidden
-    moe = MoE(experts, top_k, per_expert, n_moe) if n_moe else None
-    return dict(hidden=hidden, vocab=vocab, layers=layers, parts=parts, moe=moe, tied=tied)
+    moe = MoE(experts, top_k, per_expert, n_moe, intermediate) if n_moe else None
+    return dict(
+        hidden=hidden,
+        vocab=vocab,
+        layers=layers,
+        parts=parts,
+        moe=moe,
+        tied=tied,
+        intermediate=intermediate if n_moe < num_layers else None,
+    )
 
 
 def _mamba2(f: Fields, top: dict, ctx: dict) -> dict:
@@ -783,7 +826,7 @@ def _mamba2(f: Fields, top: dict, ctx: dict) -> dict:
     _embeddings(parts, vocab, hidden, tied)
     parts["mixer"] += num_layers * _mamba2_params(hidden, state, f.bool("use_conv_bias", True))
     parts["norms"] += num_layers * hidden + hidden
-    ctx["notes"].append("Attention-free: the config's head_dim is the Mamba head width.")
+    ctx["notes"].append(note("attention-free-head-dim"))
     return dict(
         hidden=hidden,
         vocab=vocab,
@@ -811,22 +854,13 @@ BUILDERS: dict[str, Callable] = {
 # --------------------------------------------------------------------------------------------
 
 
-def _quantization(top: dict, text: dict, source: str) -> tuple[str | None, tuple | None]:
+def _quantization(top: dict, text: dict) -> str | None:
+    """The weights' quantization method from `quantization_config` (fp8 block scales, mxfp4, ...)."""
     qc = top.get("quantization_config") or text.get("quantization_config")
     if not isinstance(qc, dict):
-        return None, None
+        return None
     method = qc.get("quant_method")
-    if method == "fp8":
-        block = qc.get("weight_block_size")
-        ok = (
-            isinstance(block, list)
-            and len(block) == 2
-            and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
-        )
-        return "fp8", tuple(block) if ok else None
-    if method == "mxfp4":
-        return "mxfp4", None
-    return (str(method) if method else None), None
+    return str(method)[:40] if method else None
 
 
 def _vision_params(top: dict) -> int:
@@ -854,7 +888,7 @@ def _vision_params(top: dict) -> int:
 
 def _finish(spec_parts: dict, name: str, f: Fields, top: dict, ctx: dict) -> ModelSpec:
     notes = ctx["notes"]
-    quant, block = _quantization(top, f.data, f.source)
+    quant = _quantization(top, f.data)
     layers = tuple(spec_parts["layers"])
     if not layers:
         raise KvplanError(f"{f.source}: the config describes no layers")
@@ -886,7 +920,7 @@ def _finish(spec_parts: dict, name: str, f: Fields, top: dict, ctx: dict) -> Mod
         tied_embeddings=spec_parts["tied"],
         max_position_embeddings=max_pos,
         weights_quantization=quant,
-        quantization_block=block,
+        intermediate_size=spec_parts.get("intermediate"),
         vision_params=_vision_params(top),
         notes=tuple(notes),
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kvplan.errors import KvplanError
+from kvplan.formulas.roofline import ridge_flop_per_byte
 
 PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
@@ -59,11 +60,6 @@ class GpuProfile(NamedTuple):
     def ridge_flop_per_byte(self, dtype: str = "bf16") -> float:
         """I* = peak FLOP/s / memory bandwidth: below it a kernel is memory-bound."""
         return ridge_flop_per_byte(self.peak(dtype), self.memory_bandwidth_bytes_per_s)
-
-
-def ridge_flop_per_byte(peak_flop_per_s: float, bandwidth_bytes_per_s: float) -> float:
-    """I* = peak / bandwidth (FLOP per byte)."""
-    return peak_flop_per_s / bandwidth_bytes_per_s
 
 
 def _number(

@@ -29,7 +29,9 @@ from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.inputs.sources import load_model
 from kvplan.measure.timing import summarize
-from kvplan.present.view import Column, Report, Table, fmt_text
+from kvplan.present import format as f
+from kvplan.present.view import Column, Table
+from kvplan.present.view import View as Report
 
 PING_BYTES = 4
 CALIBRATION_BYTES = 16 << 20
@@ -294,7 +296,7 @@ def _report(request: DistributedRequest, results: dict) -> Report:
         ),
     ]
     columns = [
-        Column("operation", "operation", fmt_text, "left"),
+        Column("operation", "operation", f.text, "left"),
         Column("bytes", "bytes", lambda v: f"{v:,}"),
         Column("measured_s", "measured (ms)", lambda v: f"{v * 1e3:,.3f}"),
         Column("predicted_calibrated_s", "predicted (ms)", lambda v: f"{v * 1e3:,.3f}"),

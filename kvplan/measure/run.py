@@ -17,7 +17,9 @@ from kvplan.measure import probes
 from kvplan.measure.device import choose_profile, detect
 from kvplan.measure.timing import time_fn, time_interleaved
 from kvplan.measure.workload import Workload, shape_for
-from kvplan.present.view import Column, Report, Table, fmt_int, fmt_text, unique_notes
+from kvplan.present import format as f
+from kvplan.present.view import Column, Table
+from kvplan.present.view import View as Report
 
 DEFAULT_MODEL = "qwen2.5-7b"  # 932 MB per fp32 layer: fixed per-call costs stay small
 
@@ -242,7 +244,7 @@ def measure(request: MeasureRequest, progress: Callable[[str], None] | None = No
         )
     if failures:
         notes.append("CHECK FAILED: " + "; ".join(failures))
-    notes = unique_notes(notes)
+    notes = list(dict.fromkeys(notes))
 
     conditions = {
         "device": info,
@@ -286,9 +288,9 @@ def measure(request: MeasureRequest, progress: Callable[[str], None] | None = No
     facts.append(("check", "FAILED" if failures else f"passed (tolerance {request.tolerance:.0%})"))
 
     columns = [
-        Column("phase", "phase", fmt_text, "left"),
-        Column("batch_size", "batch", fmt_int),
-        Column("context_len", "tokens", fmt_int),
+        Column("phase", "phase", f.text, "left"),
+        Column("batch_size", "batch", f.integer),
+        Column("context_len", "tokens", f.integer),
         Column("bytes", "MB", lambda v: f"{v / 1e6:,.1f}"),
         Column("flops", "GFLOP", lambda v: f"{v / 1e9:,.2f}"),
         Column("predicted_datasheet_s", "datasheet (ms)", _ms),
@@ -296,7 +298,7 @@ def measure(request: MeasureRequest, progress: Callable[[str], None] | None = No
         Column("measured_s", "measured (ms)", _ms),
         Column("error_calibrated", "error cal.", _pct),
         Column("error_datasheet", "error sheet", _pct),
-        Column("bound", "bound", fmt_text, "left"),
+        Column("bound", "bound", f.text, "left"),
     ]
     data = {
         "kvplan_version": __version__,

@@ -9,24 +9,16 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvplan import __version__
-from kvplan.anatomy.model import ModelSpec, pp_stages
+from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_requests_per_s, kv_transfer_time_s
 from kvplan.formulas.dtypes import KvFormat, resolve_kv_format
 from kvplan.formulas.kv import kv_bytes_per_token, paged_bytes_per_sequence
 from kvplan.formulas.memory import runtime_reserve_bytes
-from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
+from kvplan.formulas.weights import resolve_weights_dtype, weights_bytes_per_gpu
 from kvplan.inputs.hardware import GpuProfile, choose_link
-from kvplan.plans.size import model_notes
-from kvplan.present.view import (
-    Column,
-    Report,
-    Table,
-    fmt_int,
-    fmt_text,
-    unique_notes,
-)
-from kvplan.units import parse_bytes
+from kvplan.notes import Note, note, unique
+from kvplan.plans.common import model_notes
 
 WHAT_IF_KV_DTYPES = ("bf16", "fp8", "int8", "int4")
 
@@ -41,7 +33,7 @@ class CapacityRequest(NamedTuple):
     weights_dtype: str = "auto"
     kv_dtype: str = "auto"
     block_size: int = 16
-    reserve: str = "auto"
+    reserve_bytes: float | None = None  # None: the activation and runtime estimate (auto)
     prefix_tokens: int = 0
     mean_len: int | None = None
     kv_group_size: int = 32
@@ -57,6 +49,58 @@ class Budget(NamedTuple):
     pool_bytes: float  # what is left for the KV cache, per GPU (negative: weights do not fit)
 
 
+class WhatIfRow(NamedTuple):
+    kind: str  # kv_dtype | context | prefix | contiguous | paged
+    kv_dtype: str
+    context_len: int
+    max_concurrency: int
+    prefix_tokens: int = 0
+
+
+class Paging(NamedTuple):
+    mean_len: int
+    contiguous_sequences: int
+    paged_sequences: int
+    gain: float | None
+
+
+class KvTransfer(NamedTuple):
+    link: str
+    bytes_per_request: int
+    time_s: float
+    requests_per_s: float
+
+
+class CapacityResult(NamedTuple):
+    kvplan_version: str
+    model: dict
+    gpu: str
+    memory_reported: bool
+    tp: int
+    pp: int
+    num_gpus: int
+    replicas: int
+    context_len: int
+    kv_dtype: str
+    weights_dtype: str
+    block_size: int
+    gpu_mem_util: float
+    reserve_given: bool
+    usable_bytes_per_gpu: float
+    weights_bytes_per_gpu: float
+    reserve_bytes_per_gpu: float
+    kv_pool_bytes_per_gpu: float
+    kv_tokens: int | None
+    max_concurrency: int
+    max_context_len_at_batch: int
+    batch_size: int
+    fits: bool
+    what_if: list[WhatIfRow]
+    paging: Paging | None
+    kv_transfer: KvTransfer | None
+    notes: tuple[Note, ...]
+
+
 def validate(request: CapacityRequest) -> None:
     if not 0.05 <= request.gpu_mem_util <= 1.0:
         raise KvplanError(f"--gpu-mem-util {request.gpu_mem_util} must be between 0.05 and 1")
@@ -70,6 +114,8 @@ def validate(request: CapacityRequest) -> None:
         raise KvplanError("--prefix-tokens must be between 0 and --ctx")
     if request.mean_len is not None and not 1 <= request.mean_len <= request.context_len:
         raise KvplanError("--mean-len must be between 1 and --ctx")
+    if request.reserve_bytes is not None and not 0 <= request.reserve_bytes < 2**60:
+        raise KvplanError("--reserve must be a size between 0 and 1 EiB")
     gpus = request.num_gpus
     if gpus is not None and (gpus < 1 or gpus % (request.tp * request.pp)):
         raise KvplanError(
@@ -79,24 +125,12 @@ def validate(request: CapacityRequest) -> None:
 
 def budget(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest, wdtype: str) -> Budget:
     usable = gpu.usable_memory_bytes * request.gpu_mem_util
-    weights = weight_bytes(spec, wdtype) / (request.tp * request.pp)
-    if request.reserve == "auto":
+    weights = weights_bytes_per_gpu(spec, wdtype, request.tp, request.pp)
+    if request.reserve_bytes is None:
         reserve = runtime_reserve_bytes(spec, request.max_num_batched_tokens, request.tp)
     else:
-        reserve = (
-            parse_bytes(request.reserve, what="--reserve")
-            if not _is_number(request.reserve)
-            else float(request.reserve) * 2**30
-        )
+        reserve = request.reserve_bytes
     return Budget(usable, weights, reserve, usable - weights - reserve)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def max_sequences(
@@ -157,7 +191,7 @@ def max_context_at_batch(
     return lo
 
 
-def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Report:
+def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> CapacityResult:
     """The Python twin of `kvplan capacity MODEL --gpu GPU` (engine-free)."""
     validate(request)
     spec.check_tp(request.tp)
@@ -180,172 +214,94 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Repo
     fits = plan.pool_bytes > 0 and max_conc >= 1
 
     notes = model_notes(spec, tp) + wnotes
-    if fmt.note:
-        notes.append(fmt.note)
+    notes.append(fmt.note)
     notes.append(
-        f"Budget per GPU: {gpu.name} "
-        + ("reports" if gpu.memory_reported_bytes else "nominal")
-        + f" {gpu.usable_memory_bytes / 2**30:,.2f} GiB x {request.gpu_mem_util} utilization, "
-        f"minus weights, minus a reserve of {plan.reserve_bytes / 2**30:,.2f} GiB "
-        + (
-            "(activation peak of an 8192-token forward and the sampler, plus 0.25 GiB non-torch; "
-            "see kvplan.formulas.memory)"
-            if request.reserve == "auto"
-            else "(given)"
+        note(
+            "capacity-budget",
+            gpu=gpu.name,
+            reported=bool(gpu.memory_reported_bytes),
+            usable_memory_bytes=gpu.usable_memory_bytes,
+            gpu_mem_util=request.gpu_mem_util,
+            reserve_bytes=plan.reserve_bytes,
+            reserve_given=request.reserve_bytes is not None,
         )
-        + "."
     )
-    notes.append(
-        f"Paged in blocks of {blk} tokens: each sequence wastes under one block per "
-        "layer group; counts are whole sequences."
-    )
+    notes.append(note("capacity-paged", block_size=blk))
     if pp > 1:
-        notes.append(
-            f"PP {pp}: layers split as vLLM does; the most loaded stage sets capacity. "
-            "Pipeline bubbles are not modelled."
-        )
+        notes.append(note("capacity-pp", pp=pp))
     if replicas > 1:
         notes.append(
-            f"{request.num_gpus} GPUs = {replicas} replicas of TP {tp} x PP {pp}; "
-            "concurrency summed over replicas."
+            note("capacity-replicas", num_gpus=request.num_gpus, replicas=replicas, tp=tp, pp=pp)
         )
     if plan.pool_bytes <= 0:
         notes.append(
-            f"The weights ({plan.weights_bytes / 2**30:,.2f} GiB per GPU) and reserve do not fit "
-            f"in {plan.usable_bytes / 2**30:,.2f} GiB: raise --tp/--pp, quantize the weights or "
-            "use a larger GPU."
+            note(
+                "capacity-no-room",
+                weights_bytes=plan.weights_bytes,
+                usable_bytes=plan.usable_bytes,
+            )
         )
     if spec.max_position_embeddings and ctx > spec.max_position_embeddings:
         notes.append(
-            f"--ctx {ctx:,} exceeds the model's {spec.max_position_embeddings:,} positions."
+            note("ctx-beyond-positions", context_len=ctx, positions=spec.max_position_embeddings)
         )
 
     what_if = []
     for name in WHAT_IF_KV_DTYPES:
         alt = resolve_kv_format(name, spec.dtype, request.kv_group_size)
-        what_if.append(
-            {
-                "scenario": f"KV {alt.name}",
-                "context_len": ctx,
-                "max_concurrency": concurrency(alt, ctx),
-            }
-        )
-    for factor, label in ((0.5, "half context"), (2, "double context")):
+        what_if.append(WhatIfRow("kv_dtype", alt.name, ctx, concurrency(alt, ctx)))
+    for kind, factor in (("half_context", 0.5), ("double_context", 2)):
         c = max(1, int(ctx * factor))
-        what_if.append(
-            {"scenario": label, "context_len": c, "max_concurrency": concurrency(fmt, c)}
-        )
+        what_if.append(WhatIfRow(kind, fmt.name, c, concurrency(fmt, c)))
     if request.prefix_tokens:
         what_if.append(
-            {
-                "scenario": f"{request.prefix_tokens:,}-token shared prefix",
-                "context_len": ctx,
-                "max_concurrency": concurrency(fmt, ctx, request.prefix_tokens),
-            }
+            WhatIfRow(
+                "prefix",
+                fmt.name,
+                ctx,
+                concurrency(fmt, ctx, request.prefix_tokens),
+                request.prefix_tokens,
+            )
         )
     paging = None
     if request.mean_len:
         contiguous = concurrency(fmt, ctx)  # reserves --ctx per sequence
         paged = concurrency(fmt, request.mean_len)
-        paging = {
-            "mean_len": request.mean_len,
-            "contiguous_sequences": contiguous,
-            "paged_sequences": paged,
-            "gain": paged / contiguous if contiguous else None,
-        }
-        what_if.append(
-            {
-                "scenario": f"contiguous, reserving {ctx:,} per sequence",
-                "context_len": ctx,
-                "max_concurrency": contiguous,
-            }
+        paging = Paging(
+            request.mean_len, contiguous, paged, paged / contiguous if contiguous else None
         )
-        what_if.append(
-            {
-                "scenario": f"paged, {request.mean_len:,} tokens actually used",
-                "context_len": request.mean_len,
-                "max_concurrency": paged,
-            }
-        )
+        what_if.append(WhatIfRow("contiguous", fmt.name, ctx, contiguous))
+        what_if.append(WhatIfRow("paged", fmt.name, request.mean_len, paged))
 
-    transfer = kv_transfer(spec, gpu, request, fmt, notes)
-    facts = [
-        (
-            "model / GPU",
-            f"{spec.name} on {gpu.name}, TP {tp} x PP {pp}"
-            + (f", {replicas} replicas" if replicas > 1 else ""),
-        ),
-        ("dtypes", f"weights {wdtype}, KV {fmt.name}"),
-        (
-            "memory per GPU",
-            f"{plan.usable_bytes / 2**30:,.2f} GiB usable - "
-            f"{plan.weights_bytes / 2**30:,.2f} weights - {plan.reserve_bytes / 2**30:,.2f} reserve"
-            f" = {plan.pool_bytes / 2**30:,.2f} GiB KV pool",
-        ),
-        ("fits", "yes" if fits else "NO"),
-        (
-            "KV tokens per GPU",
-            "—"
-            if kv_tokens is None
-            else f"{kv_tokens:,} (every attention layer holding every token)",
-        ),
-        (f"max sequences at {ctx:,}", f"{max_conc:,}"),
-        (f"longest context at batch {request.batch_size}", f"{max_ctx:,} tokens"),
-    ]
-    if paging:
-        facts.append(
-            (
-                "paging vs contiguous",
-                f"{paging['paged_sequences']:,} vs "
-                f"{paging['contiguous_sequences']:,} sequences at mean length "
-                f"{request.mean_len:,}",
-            )
-        )
-    if transfer:
-        facts.append(
-            (
-                "disaggregated KV transfer",
-                f"{transfer['bytes_per_request'] / 2**30:,.2f} GiB per {ctx:,}-token request "
-                f"over {transfer['link']}: {transfer['time_s'] * 1e3:,.1f} ms, at most "
-                f"{transfer['requests_per_s']:,.1f} requests/s",
-            )
-        )
-    table = Table(
-        "what if",
-        [
-            Column("scenario", "scenario", fmt_text, "left"),
-            Column("context_len", "context (tokens)", fmt_int),
-            Column("max_concurrency", "max sequences", fmt_int),
-        ],
-        what_if,
+    return CapacityResult(
+        kvplan_version=__version__,
+        model={"name": spec.name},
+        gpu=gpu.name,
+        memory_reported=bool(gpu.memory_reported_bytes),
+        tp=tp,
+        pp=pp,
+        num_gpus=replicas * tp * pp,
+        replicas=replicas,
+        context_len=ctx,
+        kv_dtype=fmt.name,
+        weights_dtype=wdtype,
+        block_size=blk,
+        gpu_mem_util=request.gpu_mem_util,
+        reserve_given=request.reserve_bytes is not None,
+        usable_bytes_per_gpu=plan.usable_bytes,
+        weights_bytes_per_gpu=plan.weights_bytes,
+        reserve_bytes_per_gpu=plan.reserve_bytes,
+        kv_pool_bytes_per_gpu=plan.pool_bytes,
+        kv_tokens=kv_tokens,
+        max_concurrency=max_conc,
+        max_context_len_at_batch=max_ctx,
+        batch_size=request.batch_size,
+        fits=fits,
+        what_if=what_if,
+        paging=paging,
+        kv_transfer=kv_transfer(spec, gpu, request, fmt, notes),
+        notes=unique(notes),
     )
-    notes = unique_notes(notes)
-    data = {
-        "kvplan_version": __version__,
-        "model": {"name": spec.name},
-        "gpu": gpu.name,
-        "tp": tp,
-        "pp": pp,
-        "num_gpus": replicas * tp * pp,
-        "context_len": ctx,
-        "kv_dtype": fmt.name,
-        "weights_dtype": wdtype,
-        "block_size": blk,
-        "usable_bytes_per_gpu": plan.usable_bytes,
-        "weights_bytes_per_gpu": plan.weights_bytes,
-        "reserve_bytes_per_gpu": plan.reserve_bytes,
-        "kv_pool_bytes_per_gpu": plan.pool_bytes,
-        "kv_tokens": kv_tokens,
-        "max_concurrency": max_conc,
-        "max_context_len_at_batch": max_ctx,
-        "batch_size": request.batch_size,
-        "fits": fits,
-        "what_if": what_if,
-        "paging": paging,
-        "kv_transfer": transfer,
-        "notes": notes,
-    }
-    return Report(f"Capacity of {spec.name} on {gpu.name}", facts, [table], notes, data)
 
 
 def smallest_fitting_tp(
@@ -374,40 +330,36 @@ def smallest_fitting_tp(
 
 
 def kv_transfer(
-    spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest, fmt: KvFormat, notes: list[str]
-) -> dict | None:
+    spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest, fmt: KvFormat, notes: list[Note]
+) -> KvTransfer | None:
     """Disaggregated prefill/decode: one request's KV moved to a decode replica of TP ranks."""
     try:
         link = choose_link(gpu, request.link, request.network_gbps)
     except KvplanError as exc:
         if request.network_gbps is not None or request.link != "network":
             raise
-        notes.append(f"No disaggregated KV transfer figure: {exc}.")
+        notes.append(note("transfer-no-link", reason=str(exc)))
         return None
     tp = request.tp
     moved = kv_transfer_bytes(spec, request.context_len, fmt, tp)
     whole = kv_transfer_bytes(spec, request.context_len, fmt, 1)
     if moved > whole:
-        what = (
-            "MLA latent"
-            if any(a.kind == "mla" for a in spec.attention_layers())
-            else ("replicated KV heads")
-        )
-        notes.append(
-            f"KV transfer counts replication honestly: each of the {tp} decode ranks receives "
-            f"the {what} it needs, {moved / whole:.0f}x the cache itself."
-        )
+        what = "MLA latent" if spec.has_kind(CacheKind.MLA) else "replicated KV heads"
+        notes.append(note("transfer-replication", tp=tp, what=what, factor=moved / whole))
     notes.append(
-        f"KV transfer over {link.name}: {link.one_way_bytes_per_s / 1e9:,.0f} GB/s one way per "
-        f"GPU and {link.latency_s * 1e6:.0f} us latency, each decode rank on its own link, the "
-        "link doing nothing else."
+        note(
+            "transfer-link",
+            link=link.name,
+            one_way_bytes_per_s=link.one_way_bytes_per_s,
+            latency_s=link.latency_s,
+        )
     )
-    return {
-        "link": link.name,
-        "bytes_per_request": moved,
-        "time_s": kv_transfer_time_s(moved, tp, link.one_way_bytes_per_s, link.latency_s),
-        "requests_per_s": kv_transfer_requests_per_s(moved, tp, link.one_way_bytes_per_s),
-    }
+    return KvTransfer(
+        link.name,
+        moved,
+        kv_transfer_time_s(moved, tp, link.one_way_bytes_per_s, link.latency_s),
+        kv_transfer_requests_per_s(moved, tp, link.one_way_bytes_per_s),
+    )
 
 
 def concurrency_curve(
@@ -427,20 +379,3 @@ def concurrency_curve(
             for c in contexts
         ]
     return series
-
-
-def vllm_flags(spec: ModelSpec, request: CapacityRequest, max_concurrency: int) -> str:
-    """The `vllm serve` command matching this plan."""
-    kv = request.kv_dtype if request.kv_dtype in ("auto", "fp8") else "auto"
-    parts = [
-        f"vllm serve {spec.name}",
-        f"--max-model-len {request.context_len}",
-        f"--kv-cache-dtype {kv}",
-        f"--max-num-seqs {max(1, max_concurrency)}",
-        f"--gpu-memory-utilization {request.gpu_mem_util}",
-        f"--tensor-parallel-size {request.tp}",
-    ]
-    if request.pp > 1:
-        parts.append(f"--pipeline-parallel-size {request.pp}")
-    parts.append(f"--block-size {request.block_size}")
-    return " \\\n  ".join(parts) + "\n"

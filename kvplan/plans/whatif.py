@@ -11,106 +11,51 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvplan import __version__
-from kvplan.anatomy.model import ModelSpec
+from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import resolve_kv_format
 from kvplan.formulas.kv import kv_bytes_per_sequence
-from kvplan.present.view import Column, Report, Table, fmt_gb, fmt_gib, fmt_text, unique_notes
-from kvplan.units import parse_tokens
+from kvplan.inputs.options import parse_tokens
+from kvplan.notes import Note, note, unique
+
+TERMS = ("bytes_per_value", "layers", "kv_heads", "seq_len", "duplicates")
 
 
 class Technique(NamedTuple):
     name: str  # as typed: fp8, cla2, window=32000, gqa=8, int4, prefix=4k, evict=0.25
-    kind: str
+    kind: str  # dtype | cla | gqa | window | evict | prefix
     value: float | int | str | None
-    term: str
+    term: str  # one of TERMS
     lossless: bool
-    note: str
-
-
-TERMS = {
-    "bytes_per_value": "bytes_per_value (p)",
-    "layers": "layers (L)",
-    "kv_heads": "kv_heads (H_kv)",
-    "seq_len": "seq_len (s)",
-    "duplicates": "duplicate bytes across the batch",
-}
 
 
 def parse_technique(text: str) -> Technique:
     raw = text.strip().lower()
     key, _, arg = raw.partition("=")
     if key in ("fp8", "int8", "int4"):
-        probe = {
-            "fp8": "near-lossless with calibrated scales; uncalibrated scales cost 1-2 points on "
-            "reasoning: evaluate on your task",
-            "int8": "generally safe; evaluate on your task",
-            "int4": "degrades long-context recall first: run a long-context recall probe at "
-            "production length",
-        }[key]
-        return Technique(raw, "dtype", key, "bytes_per_value", False, probe)
+        return Technique(raw, "dtype", key, "bytes_per_value", False)
     if key.startswith("cla"):
         share = key[3:] or arg
-        if not share.isdigit() or int(share) < 2:
+        if not share.isdigit() or not 2 <= int(share) <= 1024:
             raise KvplanError(f"--apply {text!r}: CLA needs a sharing factor of 2 or more (cla2)")
-        return Technique(
-            raw,
-            "cla",
-            int(share),
-            "layers",
-            False,
-            "a training-time change (layers share KV); CLA2 reports near-identical "
-            "accuracy, but it needs a checkpoint trained that way",
-        )
+        return Technique(raw, "cla", int(share), "layers", False)
     if key in ("gqa", "mqa"):
         heads = 1 if key == "mqa" else _int(arg, text)
-        return Technique(
-            raw,
-            "gqa",
-            heads,
-            "kv_heads",
-            False,
-            "a training-time change (uptraining to fewer KV heads); MQA costs "
-            "noticeable quality, GQA-8 is near-lossless",
-        )
+        return Technique(raw, "gqa", heads, "kv_heads", False)
     if key == "window":
-        return Technique(
-            raw,
-            "window",
-            parse_tokens(arg, what="window"),
-            "seq_len",
-            False,
-            "drops everything older than the window: run a long-context recall "
-            "probe; keep the first (sink) tokens",
-        )
+        return Technique(raw, "window", parse_tokens(arg, what="window"), "seq_len", False)
     if key == "evict":
-        fraction = _fraction(arg, text)
-        return Technique(
-            raw,
-            "evict",
-            fraction,
-            "seq_len",
-            False,
-            "eviction is irreversible and input-dependent: gate it on a needle-style "
-            "recall probe at production length; never evict the sink tokens",
-        )
+        return Technique(raw, "evict", _fraction(arg, text), "seq_len", False)
     if key == "prefix":
-        return Technique(
-            raw,
-            "prefix",
-            parse_tokens(arg, what="prefix"),
-            "duplicates",
-            True,
-            "lossless (the same bytes, stored once); it only fires with prefix-aware routing",
-        )
+        return Technique(raw, "prefix", parse_tokens(arg, what="prefix"), "duplicates", True)
     raise KvplanError(
-        f"--apply {text!r}: unknown technique (fp8, int8, int4, claN, gqa=N, mqa, window=N, "
+        f"--apply {text[:60]!r}: unknown technique (fp8, int8, int4, claN, gqa=N, mqa, window=N, "
         "evict=F, prefix=N; join with + to combine)"
     )
 
 
 def _int(arg: str, text: str) -> int:
-    if not arg.isdigit() or int(arg) < 1:
+    if not arg.isdigit() or not 1 <= int(arg) <= 1 << 20:
         raise KvplanError(f"--apply {text!r}: needs a positive whole number")
     return int(arg)
 
@@ -157,16 +102,20 @@ def _transform(spec: ModelSpec, techniques: list[Technique]) -> ModelSpec:
         elif t.kind == "gqa":
             for i, layer in enumerate(layers):
                 a = layer.attention
-                if a is not None and a.kind != "mla" and t.value < a.num_kv_heads:
+                if a is not None and a.kind is not CacheKind.MLA and t.value < a.num_kv_heads:
                     if a.num_q_heads % t.value:
                         raise KvplanError(f"gqa={t.value} does not divide {a.num_q_heads} heads")
                     layers[i] = layer._replace(attention=a._replace(num_kv_heads=t.value))
         elif t.kind == "window":
             for i, layer in enumerate(layers):
                 a = layer.attention
-                if a is None or a.kind == "mla" or (a.window is not None and a.window <= t.value):
+                if (
+                    a is None
+                    or a.kind is CacheKind.MLA
+                    or (a.window is not None and a.window <= t.value)
+                ):
                     continue  # MLA keeps its latent; a narrower window already caps the layer
-                kind = "chunked" if a.kind == "chunked" else "sliding"
+                kind = CacheKind.CHUNKED if a.kind is CacheKind.CHUNKED else CacheKind.SLIDING
                 layers[i] = layer._replace(attention=a._replace(kind=kind, window=t.value))
     return spec._replace(layers=tuple(layers))
 
@@ -204,7 +153,34 @@ class WhatIfRequest(NamedTuple):
     kv_group_size: int = 32
 
 
-def whatif(spec: ModelSpec, request: WhatIfRequest) -> Report:
+class Stacking(NamedTuple):
+    kind: str  # "" (a single technique) | multiply | same_term
+    clashes: tuple[str, ...] = ()  # terms hit twice
+    dropped: tuple[str, ...] = ()  # techniques that add nothing
+
+
+class WhatIfRow(NamedTuple):
+    technique: str
+    kinds: tuple[str, ...]  # the technique kinds in the row (empty for the baseline)
+    terms: tuple[str, ...]
+    bytes: int
+    factor: float
+    lossless: bool
+    stacking: Stacking
+
+
+class WhatIfResult(NamedTuple):
+    kvplan_version: str
+    model: dict
+    context_len: int
+    batch_size: int
+    kv_dtype: str
+    baseline_bytes: int
+    rows: list[WhatIfRow]
+    notes: tuple[Note, ...]
+
+
+def whatif(spec: ModelSpec, request: WhatIfRequest) -> WhatIfResult:
     """The Python twin of `kvplan whatif`."""
     if not request.apply:
         raise KvplanError("whatif needs at least one --apply technique")
@@ -213,17 +189,11 @@ def whatif(spec: ModelSpec, request: WhatIfRequest) -> Report:
     ctx, batch, group = request.context_len, request.batch_size, request.kv_group_size
     base_dtype = resolve_kv_format(request.kv_dtype, spec.dtype, group).name
     baseline = _bytes(spec, [], ctx, batch, base_dtype, group)
-    rows = [
-        {
-            "technique": "baseline",
-            "term": "—",
-            "bytes": baseline,
-            "factor": 1.0,
-            "lossless": True,
-            "stacking": "",
-            "note": f"{spec.name} as it is, KV {base_dtype}",
-        }
-    ]
+    if baseline <= 0:
+        raise KvplanError(
+            f"{spec.name} keeps no KV cache: there is nothing for a technique to save"
+        )
+    rows = [WhatIfRow("baseline", (), (), baseline, 1.0, True, Stacking(""))]
     singles: list[Technique] = []
     combos: list[list[Technique]] = []
     for item in request.apply:
@@ -239,88 +209,43 @@ def whatif(spec: ModelSpec, request: WhatIfRequest) -> Report:
     for t in singles:
         after = _bytes(spec, [t], ctx, batch, base_dtype, group)
         rows.append(
-            {
-                "technique": t.name,
-                "term": TERMS[t.term],
-                "bytes": after,
-                "factor": baseline / after,
-                "lossless": t.lossless,
-                "stacking": "",
-                "note": t.note,
-            }
+            WhatIfRow(
+                t.name, (t.kind,), (t.term,), after, baseline / after, t.lossless, Stacking("")
+            )
         )
-    notes = []
     for parts in combos:
         used = _strongest(parts, spec, ctx, batch, base_dtype, group)
         after = _bytes(spec, used, ctx, batch, base_dtype, group)
         terms = [t.term for t in parts]
-        clashes = sorted({TERMS[x] for x in terms if terms.count(x) > 1})
+        clashes = tuple(sorted({x for x in terms if terms.count(x) > 1}))
         if clashes:
-            dropped = [t.name for t in parts if t not in used]
-            stacking = (
-                f"same term ({', '.join(clashes)}): only the stronger counts, "
-                f"{', '.join(dropped)} adds nothing"
-            )
+            stacking = Stacking("same_term", clashes, tuple(t.name for t in parts if t not in used))
         else:
-            stacking = "different terms: the factors multiply"
+            stacking = Stacking("multiply")
         rows.append(
-            {
-                "technique": " + ".join(t.name for t in parts),
-                "term": ", ".join(dict.fromkeys(TERMS[x] for x in terms)),
-                "bytes": after,
-                "factor": baseline / after,
-                "lossless": all(t.lossless for t in parts),
-                "stacking": stacking,
-                "note": "; ".join(dict.fromkeys(t.note for t in parts if not t.lossless))
-                or "lossless",
-            }
+            WhatIfRow(
+                " + ".join(t.name for t in parts),
+                tuple(t.kind for t in parts),
+                tuple(dict.fromkeys(terms)),
+                after,
+                baseline / after,
+                all(t.lossless for t in parts),
+                stacking,
+            )
         )
-    if any(a.kind == "mla" for a in spec.attention_layers()):
-        notes.append(
-            "MLA caches a latent: gqa/mqa do not apply to it (no KV heads to share), "
-            "and windows were left off its layers."
-        )
-    if any(layer.state for layer in spec.layers):
-        notes.append(
-            "Recurrent states are fixed-size: the techniques act on the attention layers only."
-        )
-    notes.append(
-        "Order of adoption (seed 004): lossless first — paging and continuous batching, "
-        "prefix reuse, chunked prefill — then fp8, then windows or eviction behind a "
-        "recall probe, then change the requirement."
-    )
-    notes = unique_notes(notes)
-    for row in rows:
-        row["bytes_gib"] = row["bytes"] / 2**30
-    columns = [
-        Column("technique", "technique", fmt_text, "left"),
-        Column("term", "term it moves", fmt_text, "left"),
-        Column("bytes", "KV (GiB)", lambda v: f"{v / 2**30:,.1f}"),
-        Column("bytes", "KV (GB)", fmt_gb),
-        Column("factor", "factor", lambda v: f"{v:,.2f}x"),
-        Column("lossless", "lossless", lambda v: "yes" if v else "no", "left"),
-        Column("stacking", "stacking", fmt_text, "left"),
-        Column("note", "what to probe", fmt_text, "left"),
-    ]
-    facts = [
-        ("model", spec.name),
-        ("sequences", f"{batch:,} x {ctx:,} tokens"),
-        ("baseline", f"{fmt_gib(baseline)} GiB of KV ({base_dtype})"),
-    ]
-    data = {
-        "kvplan_version": __version__,
-        "model": {"name": spec.name},
-        "context_len": ctx,
-        "batch_size": batch,
-        "kv_dtype": base_dtype,
-        "baseline_bytes": baseline,
-        "rows": rows,
-        "notes": notes,
-    }
-    return Report(
-        f"What-if for {spec.name}: {batch} x {ctx:,} tokens",
-        facts,
-        [Table("", columns, rows)],
-        notes,
-        data,
+    notes = []
+    if spec.has_kind(CacheKind.MLA):
+        notes.append(note("whatif-mla"))
+    if spec.has_kind(CacheKind.STATE):
+        notes.append(note("whatif-state"))
+    notes.append(note("whatif-order"))
+    return WhatIfResult(
+        __version__,
+        {"name": spec.name},
+        ctx,
+        batch,
+        base_dtype,
+        baseline,
+        rows,
+        unique(notes),
     )

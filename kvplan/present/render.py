@@ -1,4 +1,4 @@
-"""Output formats: one enum, mapped to pure functions Report -> str.
+"""Output formats: one enum, mapped to pure functions View -> str.
 
 CSV, JSON and Markdown are written with plain string building, never a rich Console (rich wraps
 piped output at 80 columns)."""
@@ -10,7 +10,7 @@ import io
 import json
 from enum import Enum
 
-from kvplan.present.view import Report
+from kvplan.present.view import View
 
 
 class OutputFormat(str, Enum):
@@ -20,15 +20,15 @@ class OutputFormat(str, Enum):
     json = "json"
 
 
-def render(report: Report, fmt: OutputFormat | str) -> str:
+def render(report: View, fmt: OutputFormat | str) -> str:
     return RENDERERS[OutputFormat(fmt)](report)
 
 
-def render_json(report: Report) -> str:
+def render_json(report: View) -> str:
     return json.dumps(report.data, indent=2, allow_nan=False) + "\n"
 
 
-def render_markdown(report: Report) -> str:
+def render_markdown(report: View) -> str:
     out = [f"## {report.title}", ""]
     if report.facts:
         out += ["| | |", "|---|---|"]
@@ -51,7 +51,7 @@ def render_markdown(report: Report) -> str:
     return "\n".join(out)
 
 
-def render_csv(report: Report) -> str:
+def render_csv(report: View) -> str:
     """The first table, raw values; notes as leading '# ' comment lines."""
     buf = io.StringIO()
     for note in report.notes:
@@ -67,7 +67,7 @@ def render_csv(report: Report) -> str:
     return buf.getvalue()
 
 
-def render_table(report: Report) -> str:
+def render_table(report: View) -> str:
     """Aligned plain text for a terminal (no rich: it costs the CLI's start-up budget)."""
     out = [report.title]
     if report.facts:

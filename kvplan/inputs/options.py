@@ -1,0 +1,102 @@
+"""What people type on the command line, parsed into SI numbers with their ranges checked at the
+edge: token counts (8k, 128k, 1m), lists of them, whole numbers, fractions and sizes with units."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from kvplan.errors import KvplanError
+from kvplan.units import GB, GIB, KB, KIB, MB, MIB, TB, TIB, TOKENS_K
+
+_TOKEN_SUFFIX = {"": 1, "k": TOKENS_K, "m": TOKENS_K**2}
+_BYTES_SUFFIX = {
+    "b": 1,
+    "kb": KB,
+    "mb": MB,
+    "gb": GB,
+    "tb": TB,
+    "kib": KIB,
+    "mib": MIB,
+    "gib": GIB,
+    "tib": TIB,
+}
+
+MAX_TOKENS = 1 << 40  # anything above is a typo, not a context length
+MAX_LIST = 256  # values in one comma-separated list (contexts x batches bounds a table's rows)
+
+
+def parse_tokens(text: str, *, what: str = "context length", maximum: int = MAX_TOKENS) -> int:
+    """'8192', '8k' (= 8192), '128K', '1m' (= 1,048,576), '1.5k' -> a positive whole token count."""
+    match = re.fullmatch(r"\s*(\d{1,15}(?:\.\d{1,6})?)\s*([kKmM]?)\s*", str(text))
+    if not match:
+        raise KvplanError(f"{what} {text!r} is not a token count (examples: 8192, 8k, 128k, 1m)")
+    value = float(match.group(1)) * _TOKEN_SUFFIX[match.group(2).lower()]
+    if value != int(value):
+        raise KvplanError(f"{what} {text!r} is not a whole number of tokens")
+    tokens = int(value)
+    if tokens <= 0 or tokens > maximum:
+        raise KvplanError(f"{what} {text!r} must be between 1 and {maximum:,} tokens")
+    return tokens
+
+
+def _items(text: str, what: str) -> list[str]:
+    items = [item.strip() for item in str(text).split(",") if item.strip()]
+    if not items:
+        raise KvplanError(f"no {what} given")
+    if len(items) > MAX_LIST:
+        raise KvplanError(f"{len(items)} values for {what}: at most {MAX_LIST} in one list")
+    return items
+
+
+def parse_token_list(text: str, *, what: str = "context length") -> list[int]:
+    """'8k,32k,128k' -> [8192, 32768, 131072]."""
+    return [parse_tokens(item, what=what) for item in _items(text, what)]
+
+
+def parse_int(text: str, *, what: str, minimum: int = 1, maximum: int = 1 << 30) -> int:
+    item = str(text).strip()
+    if not re.fullmatch(r"[+-]?\d{1,12}", item):
+        raise KvplanError(f"{what} {item!r} is not a whole number")
+    value = int(item)
+    if not minimum <= value <= maximum:
+        raise KvplanError(f"{what} {value} must be between {minimum:,} and {maximum:,}")
+    return value
+
+
+def parse_int_list(text: str, *, what: str, minimum: int = 1, maximum: int = 1 << 30) -> list[int]:
+    """'1,8,64' -> [1, 8, 64], each within [minimum, maximum]."""
+    return [
+        parse_int(item, what=what, minimum=minimum, maximum=maximum) for item in _items(text, what)
+    ]
+
+
+def check_range(value: float, *, what: str, minimum: float, maximum: float) -> float:
+    """A number typed by a person, finite and within [minimum, maximum]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise KvplanError(f"{what} {value!r} is not a finite number")
+    if not minimum <= value <= maximum:
+        raise KvplanError(f"{what} {value:g} must be between {minimum:g} and {maximum:g}")
+    return value
+
+
+def parse_bytes(text: str, *, what: str = "memory", allow_zero: bool = False) -> int:
+    """'19.53GiB', '80GB', '1073741824B' -> bytes. A size always carries its unit (B, KB, MB,
+    GB, TB, KiB, MiB, GiB, TiB): a bare number is refused, since `2` could mean bytes or GiB."""
+    raw = str(text).strip()
+    match = re.fullmatch(r"(\d{1,15}(?:\.\d{1,9})?(?:[eE]\+?\d{1,2})?)\s*([a-zA-Z]*)", raw)
+    if not match:
+        raise KvplanError(f"{what} {text!r} is not a size (examples: 19.53GiB, 80GB, 4096MiB)")
+    number, unit = match.group(1), match.group(2).lower()
+    if not unit:
+        if float(number) == 0 and allow_zero:
+            return 0
+        raise KvplanError(
+            f"{what} {text!r} needs a unit: {number}GiB, {number}GB or {number}B (bytes)"
+        )
+    if unit not in _BYTES_SUFFIX:
+        raise KvplanError(f"{what} {text!r}: unknown unit {match.group(2)!r} (B, GB, GiB, ...)")
+    value = float(number) * _BYTES_SUFFIX[unit]
+    if not math.isfinite(value) or value > 2**60 or (value <= 0 and not allow_zero):
+        raise KvplanError(f"{what} {text!r} must be a positive size below 1 EiB")
+    return int(value)

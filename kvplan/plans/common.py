@@ -1,0 +1,63 @@
+"""What several plans share: the notes that travel with a model at a TP degree, and the model's
+summary (anatomy, parameters, weights) that size, report and models print."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.notes import Note, note
+
+
+def model_notes(spec: ModelSpec, tp: int) -> list[Note]:
+    """Notes that travel with every number computed for this model at this TP degree."""
+    notes = list(spec.notes)
+    if tp > 1:
+        for attn in spec.attention_layers():
+            if attn.kind is not CacheKind.MLA and attn.num_kv_heads < tp:
+                notes.append(note("tp-kv-replicated", tp=tp, kv_heads=attn.num_kv_heads))
+                break
+        if spec.has_kind(CacheKind.MLA):
+            notes.append(note("tp-mla-replicated", tp=tp))
+        notes.append(note("tp-per-gpu", tp=tp))
+    if spec.has_kind(CacheKind.STATE):
+        notes.append(note("state-fixed"))
+    if spec.has_kind(CacheKind.SLIDING):
+        notes.append(note("sliding-held"))
+    return notes
+
+
+class AttentionSummary(NamedTuple):
+    """The first attention layer's shape: layout MHA | GQA | MQA | MLA (None when attention-free)."""
+
+    layout: str | None
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    mla_kv_lora_rank: int
+    mla_rope_dim: int
+
+
+def attention_summary(spec: ModelSpec) -> AttentionSummary:
+    attn = spec.attention_layers()
+    if not attn:
+        return AttentionSummary(None, 0, 0, 0, 0, 0)
+    a = attn[0]
+    if a.kind is CacheKind.MLA:
+        layout = "MLA"
+    elif a.num_kv_heads == a.num_q_heads:
+        layout = "MHA"
+    else:
+        layout = "MQA" if a.num_kv_heads == 1 else "GQA"
+    return AttentionSummary(
+        layout, a.num_q_heads, a.num_kv_heads, a.head_dim, a.mla_kv_lora_rank, a.mla_rope_dim
+    )
+
+
+class LayerGroupCount(NamedTuple):
+    cache: str
+    num_layers: int
+
+
+def layer_groups(spec: ModelSpec) -> list[LayerGroupCount]:
+    return [LayerGroupCount(label, n) for label, n in spec.layer_kind_counts().items()]

@@ -1,0 +1,96 @@
+"""`kvplan capacity` in words: the budget, the answer, the what-if table; and `--emit vllm`."""
+
+from __future__ import annotations
+
+from kvplan.plans.capacity import CapacityResult, WhatIfRow
+from kvplan.present import format as f
+from kvplan.present.view import Column, Table, View, jsonable, view
+
+
+def scenario(row: WhatIfRow, ctx: int) -> str:
+    """A what-if row's label."""
+    return {
+        "kv_dtype": lambda: f"KV {row.kv_dtype}",
+        "half_context": lambda: "half context",
+        "double_context": lambda: "double context",
+        "prefix": lambda: f"{row.prefix_tokens:,}-token shared prefix",
+        "contiguous": lambda: f"contiguous, reserving {ctx:,} per sequence",
+        "paged": lambda: f"paged, {row.context_len:,} tokens actually used",
+    }[row.kind]()
+
+
+def capacity_view(result: CapacityResult) -> View:
+    r = result
+    ctx = r.context_len
+    facts = [
+        (
+            "model / GPU",
+            f"{r.model['name']} on {r.gpu}, TP {r.tp} x PP {r.pp}"
+            + (f", {r.replicas} replicas" if r.replicas > 1 else ""),
+        ),
+        ("dtypes", f"weights {r.weights_dtype}, KV {r.kv_dtype}"),
+        (
+            "memory per GPU",
+            f"{f.gib(r.usable_bytes_per_gpu)} GiB usable - {f.gib(r.weights_bytes_per_gpu)} "
+            f"weights - {f.gib(r.reserve_bytes_per_gpu)} reserve = "
+            f"{f.gib(r.kv_pool_bytes_per_gpu)} GiB KV pool",
+        ),
+        ("fits", "yes" if r.fits else "NO"),
+        (
+            "KV tokens per GPU",
+            f.DASH
+            if r.kv_tokens is None
+            else f"{r.kv_tokens:,} (every attention layer holding every token)",
+        ),
+        (f"max sequences at {ctx:,}", f"{r.max_concurrency:,}"),
+        (f"longest context at batch {r.batch_size}", f"{r.max_context_len_at_batch:,} tokens"),
+    ]
+    if r.paging:
+        facts.append(
+            (
+                "paging vs contiguous",
+                f"{r.paging.paged_sequences:,} vs {r.paging.contiguous_sequences:,} sequences at "
+                f"mean length {r.paging.mean_len:,}",
+            )
+        )
+    if r.kv_transfer:
+        t = r.kv_transfer
+        facts.append(
+            (
+                "disaggregated KV transfer",
+                f"{f.gib_text(t.bytes_per_request)} per {ctx:,}-token request over {t.link}: "
+                f"{f.ms_text(t.time_s)}, at most {t.requests_per_s:,.1f} requests/s",
+            )
+        )
+    data = jsonable(r)
+    for row, item in zip(r.what_if, data["what_if"], strict=True):
+        item["scenario"] = scenario(row, ctx)
+    table = Table(
+        "what if",
+        [
+            Column("scenario", "scenario", f.text, "left"),
+            Column("context_len", "context (tokens)", f.integer),
+            Column("max_concurrency", "max sequences", f.integer),
+        ],
+        data["what_if"],
+    )
+    return view(f"Capacity of {r.model['name']} on {r.gpu}", r, facts, [table], data=data)
+
+
+def vllm_command(result: CapacityResult, model_id: str, max_num_batched_tokens: int) -> str:
+    """The `vllm serve` command matching this plan."""
+    kv = result.kv_dtype if result.kv_dtype == "fp8" else "auto"
+    parts = [
+        f"vllm serve {model_id}",
+        f"--max-model-len {result.context_len}",
+        f"--kv-cache-dtype {kv}",
+        f"--max-num-seqs {max(1, result.max_concurrency // result.replicas)}",
+        f"--gpu-memory-utilization {result.gpu_mem_util}",
+        f"--tensor-parallel-size {result.tp}",
+    ]
+    if result.pp > 1:
+        parts.append(f"--pipeline-parallel-size {result.pp}")
+    parts.append(f"--block-size {result.block_size}")
+    if max_num_batched_tokens != 8192:
+        parts.append(f"--max-num-batched-tokens {max_num_batched_tokens}")
+    return " \\\n  ".join(parts) + "\n"

@@ -1,0 +1,95 @@
+"""`kvplan roofline` in words: the model's phases on the device's roofline, or the device alone."""
+
+from __future__ import annotations
+
+from kvplan.plans.roofline import DeviceResult, RooflineResult
+from kvplan.present import format as f
+from kvplan.present.view import Column, Table, View, rows_of, view
+
+
+def device_view(result: DeviceResult) -> View:
+    gpu = result.gpu
+    memory = f"{f.gb_nominal(result.memory_bytes)} GB"
+    if result.memory_reported_bytes:
+        memory += f", {f.gib_text(result.memory_reported_bytes)} reported to software"
+    facts = [
+        ("GPU", f"{gpu.name} ({result.vendor})"),
+        ("memory", memory),
+        ("bandwidth", f.bandwidth_text(gpu.memory_bandwidth_bytes_per_s)),
+        ("source", result.source),
+    ]
+    table = Table(
+        "",
+        [
+            Column("dtype", "dtype", f.text, "left"),
+            Column("peak_flop_per_s", "dense peak (TFLOP/s)", f.tflop_per_s),
+            Column("ridge_flop_per_byte", "ridge (FLOP/byte)", f.fixed(1)),
+        ],
+        rows_of(result.peaks),
+    )
+    return view(f"Roofline of {gpu.name}", result, facts, [table], notes=())
+
+
+def roofline_view(result: RooflineResult) -> View:
+    tp, pp, pre = result.tp, result.pp, result.prefill
+    setup = f"{result.model.name} on {result.gpu.name}"
+    setup += (f", TP {tp}" if tp > 1 else "") + (f", PP {pp}" if pp > 1 else "")
+    s_star = result.critical_context_len
+    facts = [
+        ("model / GPU", setup),
+        (
+            "dtypes",
+            f"weights {result.weights_dtype}, KV {result.kv_dtype}, compute {result.compute_dtype}",
+        ),
+        ("ridge point", f"{result.gpu.ridge_flop_per_byte:,.1f} FLOP/byte"),
+        (
+            f"prefill {pre.context_len:,} tokens",
+            f"{pre.flops / 1e12:,.1f} TFLOP, {f.gb_text(pre.bytes, 1)}, intensity "
+            f"{pre.arithmetic_intensity_flop_per_byte:,.0f} FLOP/byte ({pre.bound}-bound), "
+            f"TTFT floor {pre.time_floor_s:,.3f} s",
+        ),
+        (
+            "critical context s*",
+            "none"
+            if s_star is None
+            else f"{s_star:,} tokens (below it, batching can reach the ridge)",
+        ),
+    ]
+    if result.tp_where_comm_dominates is not None:
+        facts.append(
+            (
+                "TP where communication dominates",
+                (
+                    f"{result.tp_where_comm_dominates}"
+                    if result.tp_where_comm_dominates
+                    else "none up to 64"
+                )
+                + f" (batch {result.comm_batch_size}, {result.link_name})",
+            )
+        )
+    for row in result.per_context:
+        facts.append(
+            (
+                f"at {row.context_len:,} tokens",
+                f"I_inf {row.asymptotic_intensity_flop_per_byte:,.1f} FLOP/byte, ceiling "
+                f"{row.ceiling_tokens_per_s:,.0f} tok/s, B_read {row.batch_equal_reads:,.1f}"
+                if row.ceiling_tokens_per_s
+                else "no KV",
+            )
+        )
+    table = Table(
+        "decode",
+        [
+            Column("context_len", "context (tokens)", f.integer),
+            Column("batch_size", "batch", f.integer),
+            Column("flops", "GFLOP/step", f.gflop),
+            Column("bytes", "GB/step", f.gb),
+            Column("arithmetic_intensity_flop_per_byte", "intensity (FLOP/B)", f.fixed(2)),
+            Column("bound", "bound", f.text, "left"),
+            Column("comm_s", "comm (ms)", f.ms),
+            Column("time_floor_s", "TPOT floor (ms)", f.ms),
+            Column("tokens_per_s", "tokens/s", f.integer),
+        ],
+        rows_of(result.decode),
+    )
+    return view(f"Roofline of {result.model.name} on {result.gpu.name}", result, facts, [table])

@@ -1,0 +1,90 @@
+"""`kvplan size` in words: the model's anatomy as facts, the KV table, the per-group breakdown."""
+
+from __future__ import annotations
+
+from kvplan.plans.size import SizeResult
+from kvplan.present import format as f
+from kvplan.present.view import Column, Table, View, rows_of, view
+
+
+def attention_text(a) -> str:
+    if a.layout is None:
+        return "none (attention-free)"
+    if a.layout == "MLA":
+        return (
+            f"MLA, {a.num_q_heads} query heads, latent {a.mla_kv_lora_rank} + rope "
+            f"{a.mla_rope_dim} = {a.head_dim} values per token per layer"
+        )
+    return (
+        f"{a.layout}, {a.num_q_heads} query heads over {a.num_kv_heads} KV heads, "
+        f"head_dim {a.head_dim}"
+    )
+
+
+def size_view(result: SizeResult) -> View:
+    m, tp = result.model, result.tp
+    weights_rank = m.weights_bytes / tp
+    first_dtype = result.rows[0].kv_dtype
+    layer_desc = ", ".join(f"{g.num_layers} × {g.cache}" for g in m.layer_groups)
+    facts = [
+        ("model", f"{m.name} ({m.model_type}; {m.family})"),
+        ("layers", f"{m.num_layers}: {layer_desc}"),
+        ("attention", attention_text(m.attention)),
+        (
+            "parameters",
+            f"{f.count(m.params_total)} total, {f.count(m.params_active)} active per token",
+        ),
+        (
+            "weights",
+            f"{f.gib(m.weights_bytes)} GiB ({f.gb(m.weights_bytes)} GB) in {m.weights_dtype}"
+            + (f"; {f.gib(weights_rank)} GiB per GPU at TP {tp}" if tp > 1 else ""),
+        ),
+        (
+            f"KV bytes/token ({first_dtype})",
+            f"{m.kv_bytes_per_token:,} B per token with every attention layer holding every token"
+            + (f" (per GPU at TP {tp})" if tp > 1 else ""),
+        ),
+    ]
+    if m.gqa_saving:
+        facts.append(
+            (
+                "saving vs multi-head",
+                f"{m.gqa_saving:,.2f}× (MHA equivalent {m.mha_equivalent_bytes_per_token:,} B/token)",
+            )
+        )
+    if m.state_bytes_per_sequence:
+        state = m.state_bytes_per_sequence
+        facts.append(("state per sequence", f"{state:,} B ({f.gib(state)} GiB), any context"))
+    columns = [
+        Column("context_len", "context (tokens)", f.integer),
+        Column("batch_size", "batch", f.integer),
+        Column("kv_dtype", "KV dtype", f.text, "left"),
+        Column("kv_bytes_per_sequence", "KV/seq (GiB)", f.gib),
+        Column("kv_bytes_per_sequence", "KV/seq (GB)", f.gb),
+        Column("kv_bytes_total", "KV batch (GiB)", f.gib),
+        Column("kv_bytes_total", "KV batch (GB)", f.gb),
+        Column("weights_bytes", "weights (GiB)", f.gib),
+        Column("kv_to_weights", "KV ÷ weights", f.ratio),
+        Column("batch_equal_memory", "B_mem (seqs)", f.fixed(1)),
+    ]
+    tables = [Table("", columns, rows_of(result.rows))]
+    if result.breakdown is not None:
+        tables.append(
+            Table(
+                "per layer group",
+                [
+                    Column("context_len", "context (tokens)", f.integer),
+                    Column("kv_dtype", "KV dtype", f.text, "left"),
+                    Column("group", "cache", f.text, "left"),
+                    Column("num_layers", "layers", f.integer),
+                    Column("num_kv_heads", "KV heads/GPU", f.integer),
+                    Column("head_dim", "head_dim", f.integer),
+                    Column("bytes_per_token_per_layer", "B/token/layer", f.integer),
+                    Column("tokens_held", "tokens held", f.integer),
+                    Column("bytes_per_sequence", "bytes/seq", f.integer),
+                ],
+                rows_of(result.breakdown),
+            )
+        )
+    title = f"KV cache of {m.name}: " + ", ".join(f.tokens(c) for c in result.contexts)
+    return view(title, result, facts, tables)
