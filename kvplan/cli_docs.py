@@ -4,11 +4,9 @@ from __future__ import annotations
 
 
 def command_tree():
-    import typer
+    from kvplan.cli import command_tree as tree
 
-    from kvplan.cli import app
-
-    return typer.main.get_command(app)
+    return tree()
 
 
 def cli_reference_markdown() -> str:
@@ -24,7 +22,9 @@ def cli_reference_markdown() -> str:
     ]
     for name in sorted(group.commands):
         cmd = group.commands[name]
-        out += [f"## kvplan {name}", "", (cmd.help or "").strip().splitlines()[0], ""]
+        out += [f"## kvplan {name}", "", " ".join((cmd.help or "").split()), ""]
+        if cmd.epilog:
+            out += [cmd.epilog.strip(), ""]
         args = [p for p in cmd.params if p.param_type_name == "argument"]
         opts = [p for p in cmd.params if p.param_type_name == "option" and p.name != "help"]
         for arg in args:

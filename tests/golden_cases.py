@@ -71,37 +71,28 @@ def cases(model: str) -> dict[str, list[str]]:
             "--prefix-tokens",
             "2k",
         ]
-        out[f"vllm-{gpu}"] = ["capacity", model, "--gpu", gpu, "--engine", "vllm", "--ctx", "8k"]
-        out[f"sglang-{gpu}"] = [
-            "capacity",
-            model,
-            "--gpu",
-            gpu,
-            "--engine",
-            "sglang",
-            "--ctx",
-            "8k",
-        ]
+        out[f"vllm-{gpu}"] = ["engine", model, "--engine", "vllm", "--gpu", gpu, "--ctx", "8k"]
+        out[f"sglang-{gpu}"] = ["engine", model, "--engine", "sglang", "--gpu", gpu, "--ctx", "8k"]
     out["capacity-tp8"] = ["capacity", model, "--gpu", "h200", "--tp", "8", "--ctx", "128k"]
     out["vllm-tp8"] = [
-        "capacity",
+        "engine",
         model,
-        "--gpu",
-        "h200",
         "--engine",
         "vllm",
+        "--gpu",
+        "h200",
         "--tp",
         "8",
         "--ctx",
         "32k",
     ]
     out["sglang-tp8"] = [
-        "capacity",
+        "engine",
         model,
-        "--gpu",
-        "h200",
         "--engine",
         "sglang",
+        "--gpu",
+        "h200",
         "--tp",
         "8",
         "--ctx",

@@ -27,7 +27,7 @@ def test_budget_and_concurrency_by_hand():
     per_seq = 32768 * 131_072  # 2,048 whole blocks of 16 tokens
     assert data["max_concurrency"] == math.floor(pool / per_seq)
     assert data["kv_tokens"] == math.floor(pool / (16 * 131_072)) * 16
-    assert data["max_context_len_at_batch"] == math.floor(pool / 131_072 / 16) * 16
+    assert data["longest_context"][0].max_context_len == math.floor(pool / 131_072 / 16) * 16
     assert data["fits"] is True
 
 
@@ -169,7 +169,7 @@ def test_json_contract():
         "kv_pool_bytes_per_gpu",
         "kv_tokens",
         "max_concurrency",
-        "max_context_len_at_batch",
+        "longest_context",
         "fits",
         "notes",
     ):
@@ -181,10 +181,10 @@ def test_json_contract():
     [
         (["--gpu-mem-util", "1.5"], "between 0.05 and 1"),
         (["--num-gpus", "3", "--tp", "2"], "not a multiple"),
-        (["--block-size", "0"], "between 1 and 4096"),
+        (["--block-size", "0"], "not in the range 1<=x<=4096"),
         (["--prefix-tokens", "64k", "--ctx", "8k"], "between 0 and --ctx"),
         (["--reserve", "lots"], "not a size"),
-        (["--emit", "trt"], "only vllm"),
+        (["--emit", "trt"], "choose vllm or sglang"),
     ],
 )
 def test_bad_input(argv, needle):

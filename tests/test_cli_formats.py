@@ -17,8 +17,8 @@ COMMANDS = [
     ["roofline", "gpt-oss-20b", "--gpu", "h100"],
     ["roofline", "--gpu", "mi300x"],
     ["capacity", "gemma-3-27b", "--gpu", "h200"],
-    ["capacity", "llama-3.1-8b", "--engine", "vllm", "--kv-cache-memory", "20GiB"],
-    ["capacity", "llama-3.1-8b", "--engine", "sglang", "--kv-cache-memory", "20GiB"],
+    ["engine", "llama-3.1-8b", "--engine", "vllm", "--kv-cache-memory", "20GiB"],
+    ["engine", "llama-3.1-8b", "--engine", "sglang", "--kv-cache-memory", "20GiB"],
     ["whatif", "mixtral-8x7b", "--apply", "fp8", "--apply", "window=4k"],
 ]
 

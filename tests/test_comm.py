@@ -78,6 +78,8 @@ def test_capacity_disaggregated_transfer():
     assert t["bytes_per_request"] == moved
     assert t["time_s"] == pytest.approx(5e-6 + moved / 8 / 50e9)
     assert any("replication honestly" in n for n in (x["text"] for x in data["notes"]))
-    over = run_json("capacity", "llama-3.1-8b", "--gpu", "h100", "--network-gbps", "100")
+    over = run_json(
+        "capacity", "llama-3.1-8b", "--gpu", "h100", "--ctx", "32k", "--network-gbps", "100"
+    )
     assert over["kv_transfer"]["link"] == "100 Gb/s per GPU"
     assert over["kv_transfer"]["time_s"] == pytest.approx(5e-6 + 131_072 * 32768 / 12.5e9)

@@ -27,7 +27,7 @@ def vllm(spec, **kw):
 
 def test_gemma3_27b_logged_case_exactly():
     data = run_json(
-        "capacity",
+        "engine",
         "gemma-3-27b",
         "--engine",
         "vllm",
@@ -154,7 +154,7 @@ def test_per_token_head_scales_and_nvfp4_pages():
 
 def test_start_up_error_when_one_request_does_not_fit():
     data = run_json(
-        "capacity",
+        "engine",
         "llama-3.1-8b",
         "--engine",
         "vllm",
@@ -173,7 +173,7 @@ def test_start_up_error_when_one_request_does_not_fit():
 
 def test_sglang_cell_size_tokens_and_log_line():
     data = run_json(
-        "capacity",
+        "engine",
         "llama-3.1-8b",
         "--engine",
         "sglang",
@@ -194,10 +194,10 @@ def test_sglang_cell_size_tokens_and_log_line():
 
 def test_sglang_mla_and_hybrid_swa_split():
     mla = run_json(
-        "capacity", "deepseek-v3", "--engine", "sglang", "--kv-cache-memory", "10GiB", "--tp", "8"
+        "engine", "deepseek-v3", "--engine", "sglang", "--kv-cache-memory", "10GiB", "--tp", "8"
     )
     assert mla["cell_size_bytes"] == 576 * 61 * 2
-    swa = run_json("capacity", "gemma-3-27b", "--engine", "sglang", "--kv-cache-memory", "10GiB")
+    swa = run_json("engine", "gemma-3-27b", "--engine", "sglang", "--kv-cache-memory", "10GiB")
     tokens = swa["kv_cache_tokens"]
     full, window = swa["full_tokens"], swa["swa_tokens"]
     assert window == int(0.8 * full)
@@ -207,11 +207,15 @@ def test_sglang_mla_and_hybrid_swa_split():
 @pytest.mark.parametrize(
     "argv,needle",
     [
-        (["--engine", "tgi"], "unknown engine"),
+        (["--engine", "tgi"], "choose vllm or sglang"),
+        (["--engine", "sglang", "--gpu-memory-utilization", "0.8"], "is a vllm flag"),
+        (["--engine", "vllm", "--mem-fraction-static", "0.8"], "is a sglang flag"),
+        (["--engine", "sglang", "--max-num-batched-tokens", "4096"], "is a vllm flag"),
+        (["--engine", "vllm", "--kv-cache-memory", "20"], "needs a unit"),
         (["--engine", "vllm", "--kv-dtype", "int3"], "not a vLLM kv-cache-dtype"),
         (["--engine", "vllm", "--kv-cache-memory", "lots"], "not a size"),
     ],
 )
 def test_bad_engine_input(argv, needle):
-    code, _, err = run_cli("capacity", "llama-3.1-8b", *argv)
-    assert code == 2 and needle in err
+    code, _, err = run_cli("engine", "llama-3.1-8b", *argv)
+    assert code == 2 and needle in err, err

@@ -161,8 +161,11 @@ def test_helpers():
     "argv,needle",
     [
         (["--device", "tpu"], "choose cpu or cuda"),
-        (["--threads", "0"], "between 1"),
-        (["--model", "nemotron-h-56b", "--device", "cpu", "--layers", "0"], "between 1 and 256"),
+        (["--threads", "0"], "not in the range 1<=x<=1024"),
+        (
+            ["--model", "nemotron-h-56b", "--device", "cpu", "--layers", "0"],
+            "not in the range 1<=x<=256",
+        ),
     ],
 )
 def test_bad_input(argv, needle):

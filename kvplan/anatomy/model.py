@@ -193,6 +193,9 @@ class ModelSpec(NamedTuple):
     notes: tuple[Note, ...] = ()
     # The dense MLP's width as the config states it (None when every layer is MoE or has none).
     intermediate_size: int | None = None
+    # Where the config came from: the Hugging Face id engines load it by (None for a local file).
+    hf_id: str | None = None
+    source: str | None = None
 
     # --- parameters -------------------------------------------------------------------------
     @property

@@ -171,4 +171,11 @@ def load_model(model: str):
     from kvplan.inputs.architectures import build_model
 
     raw, name, source = load_config(model)
-    return build_model(raw, name, source)
+    spec = build_model(raw, name, source)
+    hf_id = None
+    if source.startswith("bundled:"):
+        bundled = _lookup_bundled(model)
+        hf_id = bundled.repo_ids[0] if bundled and bundled.repo_ids else None
+    elif source.startswith("hub:"):
+        hf_id = source[len("hub:") :]
+    return spec._replace(hf_id=hf_id, source=source)

@@ -25,7 +25,7 @@ WHAT_IF_KV_DTYPES = ("bf16", "fp8", "int8", "int4")
 
 class CapacityRequest(NamedTuple):
     context_len: int = 32768
-    batch_size: int = 1
+    batch_sizes: tuple[int, ...] = (1,)
     num_gpus: int | None = None
     tp: int = 1
     pp: int = 1
@@ -71,6 +71,11 @@ class KvTransfer(NamedTuple):
     requests_per_s: float
 
 
+class LongestContext(NamedTuple):
+    batch_size: int
+    max_context_len: int  # 0 when not even one token per sequence fits
+
+
 class CapacityResult(NamedTuple):
     kvplan_version: str
     model: dict
@@ -92,8 +97,7 @@ class CapacityResult(NamedTuple):
     kv_pool_bytes_per_gpu: float
     kv_tokens: int | None
     max_concurrency: int
-    max_context_len_at_batch: int
-    batch_size: int
+    longest_context: list[LongestContext]
     fits: bool
     what_if: list[WhatIfRow]
     paging: Paging | None
@@ -108,7 +112,7 @@ def validate(request: CapacityRequest) -> None:
         raise KvplanError(f"--block-size {request.block_size} must be between 1 and 4096")
     if request.pp < 1 or request.pp > 1024:
         raise KvplanError(f"--pp {request.pp} must be between 1 and 1024")
-    if request.batch_size < 1:
+    if not request.batch_sizes or min(request.batch_sizes) < 1:
         raise KvplanError("--batch must be at least 1")
     if request.prefix_tokens < 0 or request.prefix_tokens > request.context_len:
         raise KvplanError("--prefix-tokens must be between 0 and --ctx")
@@ -210,7 +214,10 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
     per_token = max(kv_bytes_per_token(st, fmt, tp) for st in stages)
     kv_tokens = int(pool // (per_token * blk)) * blk if per_token else None
     max_conc = concurrency(fmt, ctx)
-    max_ctx = max_context_at_batch(stages, pool, request.batch_size, fmt, tp, blk)
+    longest = [
+        LongestContext(b, max_context_at_batch(stages, pool, b, fmt, tp, blk))
+        for b in request.batch_sizes
+    ]
     fits = plan.pool_bytes > 0 and max_conc >= 1
 
     notes = model_notes(spec, tp) + wnotes
@@ -294,8 +301,7 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
         kv_pool_bytes_per_gpu=plan.pool_bytes,
         kv_tokens=kv_tokens,
         max_concurrency=max_conc,
-        max_context_len_at_batch=max_ctx,
-        batch_size=request.batch_size,
+        longest_context=longest,
         fits=fits,
         what_if=what_if,
         paging=paging,

@@ -43,7 +43,10 @@ def capacity_view(result: CapacityResult) -> View:
             else f"{r.kv_tokens:,} (every attention layer holding every token)",
         ),
         (f"max sequences at {ctx:,}", f"{r.max_concurrency:,}"),
-        (f"longest context at batch {r.batch_size}", f"{r.max_context_len_at_batch:,} tokens"),
+    ]
+    facts += [
+        (f"longest context at batch {row.batch_size:,}", f"{row.max_context_len:,} tokens")
+        for row in r.longest_context
     ]
     if r.paging:
         facts.append(
@@ -93,4 +96,25 @@ def vllm_command(result: CapacityResult, model_id: str, max_num_batched_tokens: 
     parts.append(f"--block-size {result.block_size}")
     if max_num_batched_tokens != 8192:
         parts.append(f"--max-num-batched-tokens {max_num_batched_tokens}")
+    return " \\\n  ".join(parts) + "\n"
+
+
+def serve_command(
+    result: CapacityResult, engine: str, model_id: str, max_num_batched_tokens: int
+) -> str:
+    """The launch command matching this plan: `vllm serve` or SGLang's launch_server."""
+    if engine == "vllm":
+        return vllm_command(result, model_id, max_num_batched_tokens)
+    kv = "fp8_e4m3" if result.kv_dtype == "fp8" else "auto"
+    parts = [
+        f"python -m sglang.launch_server --model-path {model_id}",
+        f"--context-length {result.context_len}",
+        f"--kv-cache-dtype {kv}",
+        f"--max-running-requests {max(1, result.max_concurrency // result.replicas)}",
+        f"--mem-fraction-static {result.gpu_mem_util}",
+        f"--tp-size {result.tp}",
+    ]
+    if result.pp > 1:
+        parts.append(f"--pp-size {result.pp}")
+    parts.append(f"--page-size {result.block_size}")
     return " \\\n  ".join(parts) + "\n"

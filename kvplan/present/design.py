@@ -174,18 +174,19 @@ def design_json(result: DesignResult) -> dict:
     return data
 
 
-def write_plots(result: DesignResult, markdown_path) -> dict[str, str]:
-    """Draw the two charts next to the Markdown file; {title: file name} for the report."""
-    from kvplan.present.plots import capacity_plot, roofline_plot
+def write_plots(result: DesignResult, markdown_path, force: bool = False) -> dict[str, str]:
+    """Draw the two charts next to the Markdown file; {title: file name} for the report. Charts
+    that exist are overwritten only with `force` (the user named the Markdown, not them)."""
+    from kvplan.present.output import companion_path
+    from kvplan.present.plots import capacity_plot, have_matplotlib, roofline_plot
     from kvplan.present.view import jsonable
 
-    if result.plot_roofline is None or result.plot_capacity is None:
+    if result.plot_roofline is None or result.plot_capacity is None or not have_matplotlib():
         return {}
     option = result.options[0]
-    roof_path = markdown_path.with_name(markdown_path.stem + "-roofline.png")
-    cap_path = markdown_path.with_name(markdown_path.stem + "-capacity.png")
+    roof_path = companion_path(markdown_path, "-roofline.png", force)
+    cap_path = companion_path(markdown_path, "-capacity.png", force)
     roofline_plot(jsonable(result.plot_roofline), roof_path)
-    capacity_plot(
-        result.plot_capacity, f"{result.model.name} on {option.gpu} × {option.tp}", cap_path
-    )
+    title = f"{result.model.name} on {option.gpu} × {option.tp}"
+    capacity_plot(result.plot_capacity, title, cap_path)
     return {"roofline": roof_path.name, "sequences vs context": cap_path.name}

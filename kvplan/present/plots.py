@@ -5,6 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvplan.errors import KvplanError
+from kvplan.present.format import tokens
+from kvplan.present.output import check_target, write_atomic
+from kvplan.units import TFLOP
+
+
+def have_matplotlib() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def _pyplot():
@@ -15,7 +24,8 @@ def _pyplot():
         import matplotlib.pyplot as plt
     except ImportError:
         raise KvplanError(
-            "plotting needs matplotlib: pip install 'kvplan[plot]' (or matplotlib)"
+            "plotting needs matplotlib: pip install matplotlib (or, in a clone of kvplan, "
+            "pip install '.[plot]')"
         ) from None
     return plt
 
@@ -23,8 +33,16 @@ def _pyplot():
 def _check_path(path: Path) -> None:
     if path.suffix.lower() not in (".png", ".svg"):
         raise KvplanError(f"--plot {path}: the file must end in .png or .svg")
-    if not path.parent.exists():
-        raise KvplanError(f"--plot {path}: folder {path.parent} does not exist")
+    check_target(path, "--plot")
+
+
+def _save(fig, path: Path) -> None:
+    """Write the chart atomically (a temporary file renamed over the target)."""
+    plt = _pyplot()
+    try:
+        write_atomic(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower()[1:]), "--plot")
+    finally:
+        plt.close(fig)
 
 
 def roofline_plot(data: dict, path: Path) -> None:
@@ -43,13 +61,13 @@ def roofline_plot(data: dict, path: Path) -> None:
     grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     ax.plot(
         grid,
-        [min(peak, bw * x) / 1e12 for x in grid],
+        [min(peak, bw * x) / TFLOP for x in grid],
         color="black",
         lw=2,
         label=f"{gpu['name']} roof",
     )
     ax.axvline(ridge, color="grey", ls=":", lw=1)
-    floor = min(bw * lo, peak) / 1e12
+    floor = min(bw * lo, peak) / TFLOP
     ax.annotate(
         f"ridge {ridge:,.0f} FLOP/B",
         (ridge, floor),
@@ -60,7 +78,7 @@ def roofline_plot(data: dict, path: Path) -> None:
     )
     for label, p in points:
         x = p["arithmetic_intensity_flop_per_byte"]
-        y = p["flops"] / p["time_floor_s"] / 1e12
+        y = p["flops"] / p["time_floor_s"] / TFLOP
         marker = "s" if label == "prefill" else "o"
         ax.scatter([x], [y], s=36, zorder=3, marker=marker, label=label)
     ax.set_xscale("log")
@@ -76,8 +94,7 @@ def roofline_plot(data: dict, path: Path) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def capacity_plot(series: dict[str, list[tuple[int, int]]], title: str, path: Path) -> None:
@@ -92,12 +109,11 @@ def capacity_plot(series: dict[str, list[tuple[int, int]]], title: str, path: Pa
     ax.set_ylim(bottom=0)
     contexts = sorted({p[0] for points in series.values() for p in points})
     ax.set_xticks(contexts)
-    ax.set_xticklabels([f"{c // 1024}k" if c >= 1024 else str(c) for c in contexts])
+    ax.set_xticklabels([tokens(c) for c in contexts])
     ax.set_xlabel("context length per sequence (tokens)")
     ax.set_ylabel("max concurrent sequences")
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(title="KV dtype")
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(fig, path)

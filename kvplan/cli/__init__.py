@@ -1,0 +1,107 @@
+"""The command line: each command parses its options, makes one library call, and renders.
+
+Nothing here computes; every command has a Python twin in the library (docs/python-api.md). Each
+command lives in its own module, imported only when that command runs (the start-up budget)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import typer
+
+from kvplan.errors import KvplanError
+
+HELP = "Plan the KV cache of an LLM deployment from its config.json and a hardware profile."
+
+# command -> (module, function that adds it to an app), in the order `kvplan --help` lists them
+COMMANDS = {
+    "size": ("kvplan.cli.size", "add"),
+    "capacity": ("kvplan.cli.capacity", "add"),
+    "engine": ("kvplan.cli.engine", "add"),
+    "roofline": ("kvplan.cli.roofline", "add"),
+    "whatif": ("kvplan.cli.whatif", "add"),
+    "report": ("kvplan.cli.report", "add"),
+    "explore": ("kvplan.cli.explore", "add"),
+    "measure": ("kvplan.cli.measure", "add"),
+    "models": ("kvplan.cli.catalog", "add_models"),
+    "gpus": ("kvplan.cli.catalog", "add_gpus"),
+}
+
+
+def _new_app() -> typer.Typer:
+    app = typer.Typer(
+        name="kvplan",
+        help=HELP,
+        add_completion=True,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["--help", "-h"]},
+    )
+    app.callback(invoke_without_command=True)(_root)
+    return app
+
+
+def _root(
+    version: bool = typer.Option(False, "--version", "-V", help="Print kvplan's version and exit."),
+) -> None:
+    """Plan the KV cache of an LLM deployment from its config.json and a hardware profile."""
+    if version:
+        from kvplan import __version__
+
+        typer.echo(f"kvplan {__version__}")
+        raise typer.Exit(0)
+
+
+def build_app(names: list[str] | None = None) -> typer.Typer:
+    """An app holding `names` (every command when None)."""
+    app = _new_app()
+    for name in names or list(COMMANDS):
+        module, function = COMMANDS[name]
+        getattr(importlib.import_module(module), function)(app)
+    return app
+
+
+def command_tree():
+    """The click group of the whole CLI (docs and tests read it)."""
+    return typer.main.get_command(build_app())
+
+
+def _app_for(argv: list[str]) -> typer.Typer:
+    """For `kvplan <command> ...`, an app holding only that command, so typer builds one
+    command's parameters instead of all of them; else the whole app (help, completion)."""
+    completing = any(key.startswith("_KVPLAN_COMPLETE") for key in os.environ)
+    if argv and argv[0] in COMMANDS and not completing:
+        return build_app([argv[0]])
+    return build_app()
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        argv = ["--help"]  # bare `kvplan`: the help, exit 0
+    try:
+        code = _app_for(argv)(args=argv, prog_name="kvplan", standalone_mode=False)
+    except KvplanError as exc:  # raised outside a command (option callbacks)
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except Exception as exc:
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):  # click usage errors
+            message = " ".join(exc.format_message().split())
+            typer.echo(f"error: {message} (kvplan --help)", err=True)
+            sys.exit(2 if exc.exit_code in (None, 1, 2) else exc.exit_code)
+        if exc.__class__.__name__ == "Abort":
+            sys.exit(130)
+        _internal_error(exc)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _internal_error(exc: Exception) -> None:
+    """Never a traceback for users; KVPLAN_DEBUG=1 shows it."""
+    if os.environ.get("KVPLAN_DEBUG"):
+        raise exc
+    typer.echo(
+        f"internal error: {exc.__class__.__name__}: {exc} (KVPLAN_DEBUG=1 for details)", err=True
+    )
+    sys.exit(1)

@@ -1,0 +1,121 @@
+"""kvplan capacity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from kvplan.cli import common as c
+from kvplan.errors import KvplanError
+
+EXAMPLE = "Example: kvplan capacity llama-3.1-8b --gpu h100 --ctx 32k --kv-dtype fp8"
+
+
+def add(app: typer.Typer) -> None:
+    @app.command("capacity", epilog=EXAMPLE)
+    @c.command
+    def capacity_cmd(
+        model: str = c.model_argument(),
+        gpu: str = c.gpu_option(),
+        num_gpus: int = typer.Option(
+            None, "--num-gpus", min=1, max=1 << 20, help="GPUs in all (replicas of TP x PP)."
+        ),
+        tp: int = c.tp_option(),
+        pp: int = c.pp_option(),
+        ctx: str = c.ctx_option(help="Context length per sequence: 8192, 8k, 128k, 1m."),
+        batch: str = c.batch_option(help="Batch size(s) for the longest-context answer: 1 or 1,8."),
+        gpu_mem_util: float = c.gpu_mem_util_option(),
+        weights_dtype: str = c.weights_dtype_option(),
+        kv_dtype: str = c.kv_dtype_option(),
+        kv_group_size: int = c.kv_group_size_option(),
+        block_size: int = typer.Option(
+            16, "--block-size", min=1, max=4096, help="Tokens per KV block (1 to 4096)."
+        ),
+        reserve: str = typer.Option(
+            "auto",
+            "--reserve",
+            help="Memory per GPU kept for activations and runtime: auto, or a size (2GiB).",
+        ),
+        prefix_tokens: str = typer.Option(
+            "0", "--prefix-tokens", help="Shared prefix tokens stored once (4k); 0 for none."
+        ),
+        mean_len: str = typer.Option(
+            None, "--mean-len", help="Mean tokens a sequence really uses (paging vs contiguous)."
+        ),
+        max_num_batched_tokens: int = typer.Option(
+            8192,
+            "--max-num-batched-tokens",
+            min=1,
+            max=1 << 24,
+            help="Prefill chunk the auto reserve is sized for (1 to 16,777,216).",
+        ),
+        link: str = typer.Option(
+            "network",
+            "--link",
+            help="Link for the disaggregated KV transfer: network (inter-node) or interconnect.",
+        ),
+        network_gbps: float = typer.Option(
+            None, "--network-gbps", help="Inter-node Gb/s per GPU per direction (overrides)."
+        ),
+        emit_flags: str = typer.Option(
+            None, "--emit", help="Print the launch command for this plan instead: vllm or sglang."
+        ),
+        plot: Path = typer.Option(
+            None, "--plot", help="Max users vs context per KV dtype (.png/.svg)."
+        ),
+        fmt: c.OutputFormat = typer.Option(
+            None, "--format", "-f", help="Output format (default table)."
+        ),
+    ) -> None:
+        """How many concurrent requests fit on a GPU, engine-free (kvplan engine: as an engine
+        allocates)."""
+        from kvplan.inputs.options import check_range, parse_bytes, parse_tokens
+        from kvplan.plans.capacity import CapacityRequest, capacity, concurrency_curve
+        from kvplan.present.capacity import capacity_view, serve_command
+        from kvplan.present.render import OutputFormat
+
+        if emit_flags is not None and emit_flags not in ("vllm", "sglang"):
+            raise KvplanError(f"--emit {emit_flags!r}: choose vllm or sglang")
+        if emit_flags is not None and fmt is not None:
+            raise KvplanError("--emit prints a launch command: drop --format")
+        if network_gbps is not None:
+            check_range(network_gbps, what="--network-gbps", minimum=0.001, maximum=1e6)
+        spec, profile = c.load_model(model), c.load_gpu(gpu)
+        request = CapacityRequest(
+            context_len=c.one_context(ctx),
+            batch_sizes=c.batches(batch),
+            num_gpus=num_gpus,
+            tp=tp,
+            pp=pp,
+            gpu_mem_util=c.fraction(gpu_mem_util, "--gpu-mem-util"),
+            weights_dtype=weights_dtype,
+            kv_dtype=kv_dtype,
+            block_size=block_size,
+            reserve_bytes=None
+            if reserve == "auto"
+            else parse_bytes(reserve, what="--reserve", allow_zero=True),
+            prefix_tokens=0
+            if prefix_tokens.strip() == "0"
+            else parse_tokens(prefix_tokens, what="--prefix-tokens"),
+            mean_len=parse_tokens(mean_len, what="--mean-len") if mean_len else None,
+            kv_group_size=kv_group_size,
+            max_num_batched_tokens=max_num_batched_tokens,
+            link=link,
+            network_gbps=network_gbps,
+        )
+        result = capacity(spec, profile, request)
+        if plot is not None:
+            from kvplan.present.plots import capacity_plot
+
+            contexts = [2**k for k in range(10, 21)]
+            capacity_plot(
+                concurrency_curve(spec, profile, request, contexts),
+                f"{spec.name} on {profile.name} (TP {tp})",
+                plot,
+            )
+        if emit_flags is not None:
+            model_id = spec.hf_id or model
+            c.emit(serve_command(result, emit_flags, model_id, max_num_batched_tokens))
+            return
+        c.emit(c.render(capacity_view(result), fmt or OutputFormat.table))

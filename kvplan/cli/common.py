@@ -1,0 +1,170 @@
+"""What every command shares: the one-line error handling, the options that mean the same thing
+in every command (with their ranges checked at the edge), and writing the output."""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+
+import typer
+
+from kvplan.errors import KvplanError
+from kvplan.present.render import OutputFormat
+
+MODEL_HELP = (
+    "Bundled name (kvplan models), Hugging Face repo id, or path to a config.json or its folder."
+)
+CTX_DEFAULT = "8k"  # the same default context in every command
+CTX_HELP = (
+    "Context length(s) in tokens: 8192, 8k, 128k (k = 1024), 1m; comma-separated for several."
+)
+BATCH_HELP = "Batch size(s), concurrent sequences: 1 or 1,8,64."
+GPU_HELP = "GPU profile: name, alias (h100, a100, ...), a YAML file, or local (this machine's GPU)."
+MAX_BATCH = 1 << 24
+MAX_TP = 1024
+
+
+def command(fn):
+    """Turn KvplanError into one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except KvplanError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+# ---- options: one definition each, so each means the same thing everywhere ------------------
+def model_argument() -> typer.models.ArgumentInfo:
+    return typer.Argument(..., help=MODEL_HELP)
+
+
+def format_option() -> typer.models.OptionInfo:
+    return typer.Option(OutputFormat.table, "--format", "-f", help="Output format.")
+
+
+def ctx_option(default: str = CTX_DEFAULT, help: str = CTX_HELP) -> typer.models.OptionInfo:
+    return typer.Option(default, "--ctx", help=help)
+
+
+def batch_option(default: str = "1", help: str = BATCH_HELP) -> typer.models.OptionInfo:
+    return typer.Option(default, "--batch", help=help)
+
+
+def tp_option(default: int | None = 1) -> typer.models.OptionInfo:
+    return typer.Option(
+        default,
+        "--tp",
+        min=1,
+        max=MAX_TP,
+        help="Tensor-parallel degree (1 to 1024): per-GPU figures.",
+    )
+
+
+def pp_option() -> typer.models.OptionInfo:
+    return typer.Option(1, "--pp", min=1, max=MAX_TP, help="Pipeline-parallel degree (1 to 1024).")
+
+
+def gpu_option(default: str = "h100") -> typer.models.OptionInfo:
+    return typer.Option(default, "--gpu", help=GPU_HELP)
+
+
+def kv_dtype_option() -> typer.models.OptionInfo:
+    return typer.Option(
+        "auto",
+        "--kv-dtype",
+        help="KV dtype: auto (the model's), fp32, bf16, fp16, fp8, int8, int4.",
+    )
+
+
+def weights_dtype_option() -> typer.models.OptionInfo:
+    return typer.Option(
+        "auto",
+        "--weights-dtype",
+        help="Weights dtype: auto (from the config), bf16, fp16, fp32, fp8, int8, int4, mxfp4.",
+    )
+
+
+def kv_group_size_option() -> typer.models.OptionInfo:
+    return typer.Option(
+        32, "--kv-group-size", min=1, max=4096, help="int4 KV: values per scale group (1 to 4096)."
+    )
+
+
+def fraction(value: float, what: str, low: float = 0.05, high: float = 1.0) -> float:
+    """A fraction option checked at the edge (typer's ranges let NaN through)."""
+    if value is None:
+        return value
+    if not math.isfinite(value) or not low <= value <= high:
+        raise KvplanError(f"{what} {value} must be between {low:g} and {high:g}")
+    return value
+
+
+def gpu_mem_util_option(default: float | None = 0.9) -> typer.models.OptionInfo:
+    return typer.Option(
+        default,
+        "--gpu-mem-util",
+        "--gpu-memory-utilization",
+        help="Fraction of the GPU's memory used (0.05 to 1).",
+    )
+
+
+def out_option(
+    default: Path | None = None, help: str = "Write here instead of standard output ('-')."
+):
+    return typer.Option(default, "--out", "-o", help=help)
+
+
+# ---- parsing the shared options ---------------------------------------------------------------
+def contexts(text: str) -> tuple[int, ...]:
+    from kvplan.inputs.options import parse_token_list
+
+    return tuple(parse_token_list(text))
+
+
+def one_context(text: str, what: str = "--ctx") -> int:
+    from kvplan.inputs.options import parse_tokens
+
+    return parse_tokens(text, what=what)
+
+
+def batches(text: str) -> tuple[int, ...]:
+    from kvplan.inputs.options import parse_int_list
+
+    return tuple(parse_int_list(text, what="batch size", maximum=MAX_BATCH))
+
+
+def dtype_list(text: str) -> tuple[str, ...]:
+    names = tuple(d.strip() for d in str(text).split(",") if d.strip())
+    if not names:
+        raise KvplanError("no KV dtype given")
+    return names
+
+
+def load_model(name: str):
+    from kvplan.inputs.sources import load_model as load
+
+    return load(name)
+
+
+def load_gpu(name: str):
+    from kvplan.inputs.hardware import load_profile
+
+    return load_profile(name)
+
+
+def emit(text: str, out: Path | None = None) -> None:
+    from kvplan.present.output import write_text
+
+    write_text(text, out)
+
+
+def render(view, fmt) -> str:
+    from kvplan.present.render import render as render_view
+
+    return render_view(view, fmt)
