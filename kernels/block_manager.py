@@ -72,7 +72,6 @@ class BlockManager:
         self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.cached: dict[bytes, int] = {}
         self.seqs: dict[object, Sequence] = {}
-        self.pending_copies: list[tuple[int, int]] = []  # (src, dst) for the cache's copy kernel
         self.hit_tokens = 0
         self.queried_tokens = 0
 
@@ -178,7 +177,6 @@ class BlockManager:
         seq.token_ids.append(token_id)
         if len(seq.token_ids) % self.block_size == 0:
             self._cache_full_blocks(seq, start_block=len(seq.block_table) - 1)
-        self.pending_copies.extend(copies)
         return copies
 
     def fork(self, parent_id, child_id) -> None:

@@ -13,6 +13,8 @@ MB = 10**6
 GB = 10**9
 TB = 10**12
 
+GBIT = 10**9 / 8  # bytes in a gigabit (network links are quoted in Gb/s)
+
 GFLOP = 10**9
 TFLOP = 10**12
 

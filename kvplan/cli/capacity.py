@@ -80,7 +80,7 @@ def add(app: typer.Typer) -> None:
         if emit_flags is not None and fmt is not None:
             raise KvplanError("--emit prints a launch command: drop --format")
         if network_gbps is not None:
-            check_range(network_gbps, what="--network-gbps", minimum=0.001, maximum=1e6)
+            check_range(network_gbps, what="--network-gbps", minimum=0.001, maximum=1_000_000)
         spec, profile = c.load_model(model), c.load_gpu(gpu)
         request = CapacityRequest(
             context_len=c.one_context(ctx),

@@ -20,6 +20,7 @@ from kvplan.formulas.memory import NON_TORCH_BYTES, activation_peak_bytes
 from kvplan.formulas.weights import resolve_weights_dtype, weights_bytes_per_gpu
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
+from kvplan.units import GIB
 
 VLLM_VERSION = "0.19"
 DEFAULT_BLOCK_SIZE = 16
@@ -320,7 +321,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         notes.append(note("vllm-mla-block"))
     if available <= 0:
         raise KvplanError(
-            f"no memory is left for the KV cache ({available / 2**30:,.2f} GiB): the weights do "
+            f"no memory is left for the KV cache ({available / GIB:,.2f} GiB): the weights do "
             "not fit; raise --tp/--pp or --gpu-mem-util"
         )
     allocations = []

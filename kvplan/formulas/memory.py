@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from kvplan.anatomy.model import ModelSpec
 from kvplan.formulas.dtypes import ELEMENT_BYTES
+from kvplan.units import GIB
 
-NON_TORCH_BYTES = int(0.25 * 2**30)  # CUDA context, cuBLAS workspaces, NCCL buffers
+NON_TORCH_BYTES = int(0.25 * GIB)  # CUDA context, cuBLAS workspaces, NCCL buffers
 SAMPLER_SEQS = 1024  # vLLM V1's default max_num_seqs for an API server on a large GPU
 SAMPLER_COPIES = 3  # fp32 logits, probabilities and log-probabilities of the dummy sampler run
 

@@ -12,6 +12,9 @@ from kvplan.formulas.flops import flops_per_decode_token
 from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.formulas.weights import weight_bytes_read_per_decode_step
 
+MAX_CONTEXT_SEARCH = 1 << 30  # tokens: where the search for s* gives up (a bounded cache)
+MAX_BATCH_SEARCH = 1e9  # sequences: the upper end of the B_read bisection
+
 
 def ridge_flop_per_byte(peak_flop_per_s: float, bandwidth_bytes_per_s: float) -> float:
     """I* = peak / bandwidth (FLOP per byte): below it a kernel is memory-bound."""
@@ -36,7 +39,7 @@ def asymptotic_intensity(spec: ModelSpec, context_len: int, fmt: KvFormat, tp: i
 def critical_context_len(spec: ModelSpec, ridge: float, fmt: KvFormat, tp: int = 1) -> int | None:
     """s*: the longest context at which I_inf(s) still reaches the ridge, so that enough batching
     makes decode compute-bound. None when no context reaches it (or every context does)."""
-    lo, hi = 1, 1 << 30
+    lo, hi = 1, MAX_CONTEXT_SEARCH
     if asymptotic_intensity(spec, lo, fmt, tp) < ridge:
         return None
     if asymptotic_intensity(spec, hi, fmt, tp) >= ridge:
@@ -70,7 +73,7 @@ def batch_equal_reads(
     throughput reaches half of the ceiling BW/(s*k). Solved numerically: an MoE step reads more
     experts as the batch grows, and the input embedding is a lookup of B rows."""
     kv = kv_bytes_per_sequence(spec, context_len, fmt, tp)
-    lo, hi = 0.0, 1e9
+    lo, hi = 0.0, MAX_BATCH_SEARCH
     for _ in range(200):
         mid = (lo + hi) / 2
         weights = weight_bytes_read_per_decode_step(spec, weights_dtype, max(1, round(mid))) / tp

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.formulas.roofline import ridge_flop_per_byte
+from kvplan.units import GBIT
 
 PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
@@ -141,9 +142,9 @@ def choose_link(gpu: GpuProfile, which: str, gbps: float | None = None) -> Inter
     """The link a transfer uses: the intra-node interconnect or the inter-node network, or a
     given bandwidth in Gb/s per GPU per direction (a cluster without a profile)."""
     if gbps is not None:
-        if not 0 < gbps < 1e6:
+        if not 0 < gbps < 1_000_000:
             raise KvplanError("--network-gbps must be a positive number of Gb/s")
-        return Interconnect(f"{gbps:g} Gb/s per GPU", 2 * gbps * 1e9 / 8, 5e-6)
+        return Interconnect(f"{gbps:g} Gb/s per GPU", 2 * gbps * GBIT, 5e-6)
     if which not in ("interconnect", "network"):
         raise KvplanError(f"--link {which!r}: choose interconnect or network")
     link = gpu.interconnect if which == "interconnect" else gpu.network

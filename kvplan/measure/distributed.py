@@ -33,7 +33,6 @@ from kvplan.present import format as f
 from kvplan.present.view import Column, Table
 from kvplan.present.view import View as Report
 
-PING_BYTES = 4
 CALIBRATION_BYTES = 16 << 20
 INNER = 20  # small operations timed in loops of 20 per sample
 

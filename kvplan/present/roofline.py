@@ -5,6 +5,7 @@ from __future__ import annotations
 from kvplan.plans.roofline import DeviceResult, RooflineResult
 from kvplan.present import format as f
 from kvplan.present.view import Column, Table, View, rows_of, view
+from kvplan.units import TFLOP
 
 
 def device_view(result: DeviceResult) -> View:
@@ -44,7 +45,7 @@ def roofline_view(result: RooflineResult) -> View:
         ("ridge point", f"{result.gpu.ridge_flop_per_byte:,.1f} FLOP/byte"),
         (
             f"prefill {pre.context_len:,} tokens",
-            f"{pre.flops / 1e12:,.1f} TFLOP, {f.gb_text(pre.bytes, 1)}, intensity "
+            f"{pre.flops / TFLOP:,.1f} TFLOP, {f.gb_text(pre.bytes, 1)}, intensity "
             f"{pre.arithmetic_intensity_flop_per_byte:,.0f} FLOP/byte ({pre.bound}-bound), "
             f"TTFT floor {pre.time_floor_s:,.3f} s",
         ),
