@@ -203,10 +203,101 @@ def test_qwen2_partial_sliding_from_max_window_layers():
     ]
 
 
-def test_unknown_model_type_uses_generic_rule_with_a_note():
+def test_unknown_model_type_is_sized_from_structure_and_says_which_fields_decided():
     spec = spec_from(llama_like(model_type="brand_new"))
-    assert any("generic rule" in n for n in note_texts(spec.notes))
+    words = " ".join(note_texts(spec.notes))
+    assert "'brand_new' is not one kvplan knows: sized from its structure" in words
+    assert "num_key_value_heads" in words
     assert kv_bytes_per_token(spec, BF16) == 2 * 4 * 4 * 64 * 2
+
+
+def test_unknown_model_type_with_an_mla_latent_is_mla():
+    config = {
+        "model_type": "future_mla",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "kv_lora_rank": 256,
+        "q_lora_rank": 512,
+        "qk_rope_head_dim": 32,
+        "qk_nope_head_dim": 64,
+        "v_head_dim": 64,
+        "intermediate_size": 2048,
+        "vocab_size": 1000,
+        "torch_dtype": "bfloat16",
+    }
+    spec = spec_from(config)
+    assert {layer.attention.kind for layer in spec.layers} == {"mla"}
+    assert kv_bytes_per_token(spec, BF16) == 4 * (256 + 32) * 2  # one latent, no factor 2
+    assert "MLA from kv_lora_rank" in " ".join(note_texts(spec.notes))
+
+
+def test_unknown_model_type_with_an_indexer_and_experts():
+    config = {
+        "model_type": "future_dsa",
+        "hidden_size": 512,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 8,
+        "kv_lora_rank": 128,
+        "q_lora_rank": 256,
+        "qk_rope_head_dim": 16,
+        "qk_nope_head_dim": 32,
+        "v_head_dim": 32,
+        "index_head_dim": 64,
+        "index_n_heads": 4,
+        "intermediate_size": 1024,
+        "moe_intermediate_size": 128,
+        "n_routed_experts": 16,
+        "num_experts_per_tok": 2,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "vocab_size": 1000,
+        "torch_dtype": "bfloat16",
+    }
+    spec = spec_from(config)
+    assert kv_bytes_per_token(spec, BF16) == 3 * (128 + 16 + 64) * 2  # latent + indexer key
+    assert spec.moe.num_layers == 2 and spec.moe.num_experts == 16
+    assert spec.intermediate_size == 1024 and spec.moe.expert_intermediate_size == 128
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("num_routed_experts_total", 64),
+        ("lightning_window_size", 512),
+        ("mamba_state_dim", 16),
+        ("custom_layer_types", ["full", "linear"]),
+    ],
+)
+def test_unknown_model_type_declaring_unread_structure_is_refused(field, value):
+    with pytest.raises(KvplanError, match=field):
+        spec_from(llama_like(model_type="brand_new", **{field: value}))
+
+
+def test_known_family_with_an_unread_structural_field_says_so():
+    spec = spec_from(llama_like(moe_latent_size_v2=1024))
+    assert "moe_latent_size_v2 (experts)" in " ".join(note_texts(spec.notes))
+
+
+@pytest.mark.parametrize("key", ["llm_config", "language_config", "text_config"])
+def test_multimodal_wrappers_are_unwrapped_whatever_their_key(key):
+    wrapped = {"model_type": "some_vlm", key: llama_like(), "vision_config": {"hidden_size": 64}}
+    assert kv_bytes_per_token(spec_from(wrapped), BF16) == kv_bytes_per_token(
+        spec_from(llama_like()), BF16
+    )
+
+
+def test_nemotron_h_layers_block_type_without_num_hidden_layers():
+    spec = load_model("nemotron-3-ultra-550b")  # transformers-5 style: layers_block_type only
+    assert spec.num_layers == 108
+    assert len(spec.attention_layers()) == 12 and len(spec.state_layers()) == 48
+
+
+def test_two_matrix_mlps_with_biases():
+    # phi-2 and starcoder2 have up/down MLPs with biases, not a gated 3-matrix MLP
+    assert load_model("phi-2").params_total == 2_779_683_840
+    assert load_model("starcoder2-7b").params_total == 7_173_923_840
 
 
 def test_jamba_periods():
@@ -282,3 +373,26 @@ def test_missing_vocab_without_a_class_default_is_a_clean_error():
     del config["text_config"]["vocab_size"]
     with pytest.raises(KvplanError, match="lacks vocab_size"):
         spec_from(config)
+
+
+@pytest.mark.parametrize(
+    "repo_id,alias",
+    [
+        ("Qwen/Qwen2.5-72B-Instruct", "qwen2.5-72b"),
+        ("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3"),
+        ("meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b"),
+    ],
+)
+def test_common_variant_ids_resolve_offline_with_a_note(repo_id, alias, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    spec = load_model(repo_id)
+    assert spec.params_total == load_model(alias).params_total
+    assert spec.hf_id == repo_id
+
+
+def test_quantized_variants_are_not_resolved_to_the_bf16_config():
+    from kvplan.inputs.sources import resolve_variant
+
+    assert resolve_variant("Qwen/Qwen2.5-72B-Instruct-AWQ") is None
+    assert resolve_variant("deepseek-ai/DeepSeek-V3-0324-FP8") is None
+    assert resolve_variant("Qwen/Qwen2.5-72B-Instruct").alias == "qwen2.5-72b"

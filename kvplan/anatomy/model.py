@@ -35,12 +35,14 @@ class StateKind(str, Enum):
     MAMBA1 = "mamba1"
     MAMBA2 = "mamba2"
     GATED_DELTANET = "gated_deltanet"
+    LIGHTNING = "lightning"  # MiniMax-style linear attention: heads x d x d, no conv
 
 
 STATE_LABELS = {
     StateKind.MAMBA1: "Mamba-1 state",
     StateKind.MAMBA2: "Mamba-2 state",
     StateKind.GATED_DELTANET: "Gated DeltaNet state",
+    StateKind.LIGHTNING: "linear-attention state",
 }
 
 
@@ -63,6 +65,9 @@ class Attention(NamedTuple):
     window: int | None = None
     mla_kv_lora_rank: int = 0
     mla_rope_dim: int = 0
+    # A sparse-attention indexer's key cache (DeepSeek-V3.2 DSA): one `indexer_head_dim` vector
+    # per token per layer, beside the MLA latent (0: none).
+    indexer_head_dim: int = 0
 
     def kv_heads_per_rank(self, tp: int) -> int:
         """KV heads one tensor-parallel rank stores: max(1, Hkv // tp); MLA's latent is replicated."""
@@ -73,11 +78,15 @@ class Attention(NamedTuple):
     def kv_bytes_per_token(self, fmt: KvFormat, tp: int = 1) -> int:
         """Bytes one token occupies in this layer's cache on one rank (K and V, or the MLA latent)."""
         if self.kind is CacheKind.MLA:
-            return fmt.head_vector_bytes(self.head_dim)
+            return fmt.head_vector_bytes(self.head_dim) + self.indexer_bytes_per_token(fmt)
         heads = self.kv_heads_per_rank(tp)
         return heads * (
             fmt.head_vector_bytes(self.head_dim) + fmt.head_vector_bytes(self.head_dim_v)
         )
+
+    def indexer_bytes_per_token(self, fmt: KvFormat) -> int:
+        """The indexer's key vector for one token, in the cache's format (0 without an indexer)."""
+        return fmt.head_vector_bytes(self.indexer_head_dim) if self.indexer_head_dim else 0
 
     def tokens_held(self, context_len: int) -> int:
         """Tokens this layer keeps for one sequence at `context_len`: s, or min(s, window)."""
@@ -91,12 +100,13 @@ class Attention(NamedTuple):
         if self.kind is CacheKind.CHUNKED:
             return f"chunked attention {self.window:,}"
         if self.kind is CacheKind.MLA:
-            return f"MLA latent {self.mla_kv_lora_rank}+{self.mla_rope_dim}"
+            indexer = f" + indexer {self.indexer_head_dim}" if self.indexer_head_dim else ""
+            return f"MLA latent {self.mla_kv_lora_rank}+{self.mla_rope_dim}{indexer}"
         return "full attention"
 
 
 class State(NamedTuple):
-    """A fixed-size recurrent state per sequence (Mamba-1, Mamba-2, Gated DeltaNet).
+    """A fixed-size recurrent state per sequence (Mamba-1, Mamba-2, Gated DeltaNet, lightning).
 
     Shapes follow vLLM's MambaStateShapeCalculator: the conv state keeps (conv_kernel - 1) columns.
     mamba1: conv (k-1) x intermediate, ssm intermediate x state_size.
@@ -132,6 +142,8 @@ class State(NamedTuple):
         if self.kind is StateKind.GATED_DELTANET:
             conv = taps * (2 * self.key_heads * self.key_dim + self.num_heads * self.head_dim) // tp
             return conv, (self.num_heads // tp) * self.head_dim * self.key_dim
+        if self.kind is StateKind.LIGHTNING:
+            return 0, (self.num_heads // tp) * self.head_dim * self.key_dim
         raise KvplanError(f"unknown state kind {self.kind!r}")
 
     def bytes_per_sequence(self, tp: int = 1) -> int:
@@ -149,6 +161,9 @@ class State(NamedTuple):
 class Layer(NamedTuple):
     attention: Attention | None = None
     state: State | None = None
+    # this layer's parameters by part (attention, mlp, experts, shared_experts, router, mixer,
+    # norms): what a pipeline stage or a truncated model holds
+    params: tuple[tuple[str, int], ...] = ()
 
     @property
     def cache_label(self) -> str:

@@ -11,7 +11,7 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import ELEMENT_BYTES, WEIGHT_DTYPES
 from kvplan.notes import Note, note
 
-QUANTIZABLE_PARTS = ("attention", "mlp", "experts", "shared_experts", "mixer")
+QUANTIZABLE_PARTS = ("attention", "mlp", "experts", "shared_experts", "mixer", "expert_projections")
 
 # Bytes per parameter of each quantized weight format, scales included.
 QUANT_BYTES_PER_PARAM = {

@@ -27,11 +27,14 @@ class Fields:
         self.data = data
         self.parent = parent or {}
         self.source = source
+        self.read: set[str] = set()  # every key looked up, found or not (the structure report)
 
     def has(self, name: str) -> bool:
+        self.read.add(name)
         return self.data.get(name) is not None
 
     def raw(self, *names: str, default: Any = None) -> Any:
+        self.read.update(names)
         for name in names:
             value = self.data.get(name)
             if value is not None:
@@ -39,6 +42,7 @@ class Fields:
         return default
 
     def int(self, *names: str, default: Any = _MISSING, minimum: int = 1, why: str = "") -> int:
+        self.read.update(names)
         for name in names:
             value = self.data.get(name)
             if value is not None:
@@ -53,6 +57,7 @@ class Fields:
 
     def window(self, name: str, default: Any = None) -> int | None:
         """A window size: null or 0 disables it (vLLM treats 0 as disabled)."""
+        self.read.add(name)
         if name not in self.data:
             return default
         value = self.data[name]
@@ -61,6 +66,7 @@ class Fields:
         return self._check_int(name, value, 1)
 
     def bool(self, name: str, default: bool) -> bool:
+        self.read.add(name)
         value = self.data.get(name)
         if value is None:
             return default
@@ -69,6 +75,7 @@ class Fields:
         return value
 
     def float(self, name: str, default: float) -> float:
+        self.read.add(name)
         value = self.data.get(name)
         if value is None:
             return default
@@ -81,6 +88,7 @@ class Fields:
         return float(value)
 
     def int_list(self, name: str, length: int | None = None, minimum: int = 0) -> list[int] | None:
+        self.read.add(name)
         value = self.data.get(name)
         if value is None:
             return None
@@ -96,6 +104,7 @@ class Fields:
         return out
 
     def str_list(self, name: str, length: int | None = None) -> list[str] | None:
+        self.read.add(name)
         value = self.data.get(name)
         if value is None:
             return None
@@ -108,6 +117,7 @@ class Fields:
         return list(value)
 
     def string(self, name: str, default: str | None = None) -> str | None:
+        self.read.add(name)
         value = self.data.get(name)
         if value is None:
             return default

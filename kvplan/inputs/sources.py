@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
 from kvplan.errors import KvplanError
+from kvplan.notes import note
 
 HUB_TIMEOUT_S = 10
 
@@ -48,6 +50,32 @@ def _lookup_bundled(name: str) -> BundledModel | None:
     return None
 
 
+# Suffixes of Hugging Face ids that name the same architecture and the same weights' shapes
+# (instruction tuning, a dated refresh). Quantized variants (FP8, AWQ, GPTQ, ...) change the
+# weights and are never resolved this way.
+VARIANT_SUFFIX = re.compile(r"-(instruct|chat|it|base|hf|thinking|\d{4})$", re.IGNORECASE)
+QUANTIZED = re.compile(r"fp8|fp4|awq|gptq|int4|int8|w4a16|w8a8|bnb|gguf|exl2|mlx|nvfp4|mxfp4", re.I)
+
+
+def _strip_variant(repo_id: str) -> str:
+    previous = None
+    while previous != repo_id:
+        previous, repo_id = repo_id, VARIANT_SUFFIX.sub("", repo_id)
+    return repo_id.lower()
+
+
+def resolve_variant(name: str) -> BundledModel | None:
+    """A bundled model whose Hugging Face id is `name` up to instruction/date suffixes
+    (Qwen/Qwen2.5-72B-Instruct -> Qwen/Qwen2.5-72B); None for quantized or unknown variants."""
+    if not _looks_like_repo_id(name) or QUANTIZED.search(name):
+        return None
+    wanted = _strip_variant(name.strip())
+    for model in bundled_models().values():
+        if any(_strip_variant(r) == wanted for r in model.repo_ids):
+            return model
+    return None
+
+
 def parse_config_text(text: str, source: str) -> dict:
     """Python's json accepts the non-standard `Infinity` that real configs (Nemotron-H) contain."""
     try:
@@ -71,6 +99,10 @@ def load_config(model: str) -> tuple[dict, str, str]:
     path = Path(model).expanduser()
     if path.exists() or model.endswith(".json") or model.startswith((".", "/", "~")):
         return _load_path(path)
+    variant = resolve_variant(model)
+    if variant is not None:
+        text = (_bundled_dir() / variant.file).read_text(encoding="utf-8")
+        return parse_config_text(text, model), model, f"variant:{variant.alias}"
     if _looks_like_repo_id(model):
         text = fetch_hub_config(model)
         return parse_config_text(text, model), model, f"hub:{model}"
@@ -175,7 +207,16 @@ def load_model(model: str):
     hf_id = None
     if source.startswith("bundled:"):
         bundled = _lookup_bundled(model)
-        hf_id = bundled.repo_ids[0] if bundled and bundled.repo_ids else None
+        if _looks_like_repo_id(model.strip()):
+            hf_id = model.strip()  # the id the user named, as engines load it
+        else:
+            hf_id = bundled.repo_ids[0] if bundled and bundled.repo_ids else None
     elif source.startswith("hub:"):
         hf_id = source[len("hub:") :]
+    elif source.startswith("variant:"):
+        hf_id = model.strip()
+        alias = source[len("variant:") :]
+        spec = spec._replace(
+            notes=(note("variant-resolved", repo_id=hf_id, alias=alias),) + spec.notes
+        )
     return spec._replace(hf_id=hf_id, source=source)

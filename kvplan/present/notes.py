@@ -41,13 +41,6 @@ def note_texts(items: Iterable[Note]) -> list[str]:
 
 
 # ---- the model, as read from its config ------------------------------------------------------
-text("generic-rule")(
-    lambda model_type: (
-        f"model_type {model_type!r} is not one kvplan knows: sized with the generic rule "
-        "(every layer full attention, or all sliding/chunked when the config sets a window); "
-        "check the result."
-    )
-)
 text("no-dtype")(lambda: "config names no torch_dtype: the model dtype is taken as bf16.")
 text("llama4-chunked")(
     lambda: (
@@ -358,4 +351,38 @@ text("models-kv-per-token")(
 )
 text("gpus-dense")(
     lambda: "Dense peaks (no 2:4 sparsity) from each vendor's datasheet; sources in each YAML."
+)
+
+# ---- structure ----------------------------------------------------------------------------------
+text("structure-read")(
+    lambda model_type, decided: (
+        f"model_type {model_type!r} is not one kvplan knows: sized from its structure — "
+        + "; ".join(f"{part}: {fields}" for part, fields in decided)
+        + ". No structural field was left unread; check the result against the model's card."
+    )
+)
+text("structure-unread")(
+    lambda fields: (
+        "Structural fields kvplan did not read (they may change the cache or the parameter "
+        f"count): {', '.join(fields)}."
+    )
+)
+text("indexer-cache")(
+    lambda width: (
+        f"Sparse-attention indexer: every layer also caches one {width}-value key per token beside "
+        "the latent (transformers: in the model dtype; vLLM stores it as fp8 plus a scale)."
+    )
+)
+text("tie-wrapper-default")(
+    lambda wrapper: (
+        f"The config does not say whether the output head is tied; the {wrapper} class defaults "
+        "to tied, but its checkpoints store a separate lm_head (transformers unties weights a "
+        "checkpoint holds twice), so it is counted untied."
+    )
+)
+text("variant-resolved")(
+    lambda repo_id, alias: (
+        f"{repo_id} was resolved offline to the bundled {alias} config: the same architecture "
+        "(an instruction-tuned or dated variant); pass a path to its own config.json if it differs."
+    )
 )

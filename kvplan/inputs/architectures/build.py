@@ -1,0 +1,553 @@
+"""config.json -> ModelSpec, from structure.
+
+The cache anatomy and the parameter count follow what the config declares, whatever its
+model_type: an MLA latent (`kv_lora_rank`) makes MLA layers, indexer fields add an indexer key
+cache, any expert spelling makes MoE layers, recurrent fields give a state, and the layer list
+(`layer_types`, `layers_block_type`, `hybrid_override_pattern`, `attn_type_list`) or the family's
+pattern says which layer holds what. The family row (kvplan.inputs.architectures.families) adds
+only class defaults and block details. An unknown model_type is sized from structure with a note
+naming the fields that decided each part and any structural field left unread; a config that
+declares structure kvplan cannot read is refused (exit 2), never printed as plain attention.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import NamedTuple
+
+from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, State
+from kvplan.errors import KvplanError
+from kvplan.formulas.dtypes import model_dtype_name
+from kvplan.inputs.architectures.families import ALIASES, FAMILIES, Family
+from kvplan.inputs.architectures.mixers import lightning_state, read_state
+from kvplan.inputs.architectures.structure import unread_structure
+from kvplan.inputs.fields import REQUIRED, Fields
+from kvplan.notes import note
+
+GENERIC = Family("unknown family, sized from structure")
+
+# Keys that hold a multimodal or composite model's language model.
+TEXT_CONFIG_KEYS = (
+    "text_config",
+    "llm_config",
+    "language_config",
+    "language_model_config",
+    "text_model_config",
+    "thinker_config",
+    "decoder",
+    "generator",
+    "text_encoder",
+)
+
+# Values of per-layer type lists -> what the layer holds: a mixer kind and whether the layer has
+# an MLP of its own ("single" kinds are a whole layer: Nemotron-H's mlp and moe layers).
+LAYER_VALUES = {
+    "full_attention": ("full", True),
+    "attention": ("full", True),
+    "*": ("full", True),
+    "sliding_attention": ("sliding", True),
+    "chunked_attention": ("chunked", True),
+    "indexed_attention": ("full", True),
+    "deepseek_sparse_attention": ("full", True),
+    "qwen_sparse_attention": ("full", True),
+    "linear_attention": ("state", True),
+    "mamba": ("state", True),
+    "M": ("state", True),
+    "hybrid": ("hybrid", True),
+    "mlp": ("none", "dense"),
+    "-": ("none", "dense"),
+    "moe": ("none", "moe"),
+    "E": ("none", "moe"),
+}
+
+EXPERT_COUNT = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
+EXPERT_TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_top_k", "num_selected_experts")
+EXPERT_WIDTH = ("moe_intermediate_size", "expert_intermediate_size")
+MAX_POSITION_KEYS = (
+    "model_max_length",  # Cohere: overrides the others
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "max_sequence_length",
+)
+
+
+class Plan(NamedTuple):
+    """One layer before it becomes a Layer: what its mixer is and what MLP it has."""
+
+    mixer: str  # full | sliding | chunked | state | hybrid | none
+    ffn: str  # dense | moe | none
+
+
+def text_config(raw: dict, source: str) -> tuple[dict, dict]:
+    """(text config, top-level config): the language model of a multimodal or composite config,
+    found under any of the known keys (nested wrappers unwrapped), else the config itself."""
+    if not isinstance(raw, dict):
+        raise KvplanError(f"{source}: config is not a JSON object")
+    top, text = raw, raw
+    for _ in range(4):  # a wrapper inside a wrapper (thinker -> text)
+        nested = [k for k in TEXT_CONFIG_KEYS if isinstance(text.get(k), dict)]
+        if not nested:
+            break
+        if len(nested) > 1:
+            raise KvplanError(f"{source}: config has several text configs ({', '.join(nested)})")
+        text = text[nested[0]]
+    return text, top
+
+
+def build_model(raw: dict, name: str, source: str | None = None) -> ModelSpec:
+    """The one entry point: a parsed config.json (dict) -> ModelSpec."""
+    source = source or name
+    text, top = text_config(raw, source)
+    raw_type = text.get("model_type") or top.get("model_type")
+    if not isinstance(raw_type, str) or not raw_type:
+        raise KvplanError(f"{source}: config has no model_type")
+    top_type = top.get("model_type") if isinstance(top.get("model_type"), str) else raw_type
+    model_type = ALIASES.get(raw_type, raw_type)
+    if text is top and raw_type in ("llama4", "gemma3", "mistral3", "kimi_k25"):
+        raise KvplanError(f"{source}: {raw_type} config has no text_config")
+    family = FAMILIES.get(model_type)
+    known = family is not None
+    family = family or GENERIC
+    f = Fields(text, source, parent=top)
+    builder = Builder(f, top, family, model_type, raw_type, top_type)
+    spec = builder.build(name)
+    unread = unread_structure(text, f.read)
+    if not known:
+        if unread:
+            raise KvplanError(
+                f"{source}: model_type {raw_type!r} is not one kvplan knows, and it declares "
+                f"structure kvplan did not read: {', '.join(unread)}; kvplan will not guess its "
+                "cache (open an issue with the config)"
+            )
+        spec = spec._replace(
+            notes=(note("structure-read", model_type=raw_type, decided=tuple(builder.decided)),)
+            + spec.notes
+        )
+    elif unread:
+        spec = spec._replace(notes=spec.notes + (note("structure-unread", fields=tuple(unread)),))
+    return spec
+
+
+class Builder:
+    """Reads one config: dimensions, the per-layer plan, attention, state, MoE, parameters."""
+
+    def __init__(
+        self, f: Fields, top: dict, family: Family, model_type: str, raw_type: str, top_type
+    ):
+        self.f, self.top, self.family = f, top, family
+        self.model_type, self.raw_type, self.top_type = model_type, raw_type, top_type
+        self.notes: list = []
+        self.decided: list[tuple[str, str]] = []  # (part, the fields that decided it)
+
+    # ---- dimensions -------------------------------------------------------------------------
+    def dims(self) -> None:
+        f, fam = self.f, self.family
+        self.hidden = f.int("hidden_size", "n_embd", "d_model", why="the parameter count")
+        if self.model_type == "falcon":
+            self.heads = f.int("num_attention_heads", "n_head", why="attention heads")
+            self.kv = self._falcon_kv_heads()
+        elif self.model_type in ("mamba", "mamba2"):  # attention-free: no attention heads
+            self.heads = f.int("num_attention_heads", "num_heads", default=1)
+            self.kv = self.heads
+            self.head_dim = f.int("head_dim", default=64)
+        else:
+            self.heads = f.int("num_attention_heads", "n_head", "num_heads", why="attention heads")
+            default = self.heads if fam.kv_heads == "heads" else fam.kv_heads
+            self.kv = f.int(
+                "num_key_value_heads",
+                "n_head_kv",
+                "num_kv_heads",
+                "multi_query_group_num",
+                default=default,
+            )
+        if self.kv > self.heads or self.heads % self.kv:
+            raise KvplanError(
+                f"{f.source}: {self.heads} query heads cannot be grouped over {self.kv} KV heads"
+            )
+        if self.model_type not in ("mamba", "mamba2"):
+            self.head_dim = self._head_dim()
+        vocab_default = fam.vocab if fam.vocab is not None else REQUIRED
+        self.vocab = f.int("vocab_size", default=vocab_default, why="the parameter count")
+        self.tied = self._tie()
+        declared = next(
+            (
+                c[k]
+                for c in (f.data, self.top)
+                for k in ("torch_dtype", "dtype")
+                if c.get(k) is not None
+            ),
+            None,
+        )
+        if declared is None:
+            self.notes.append(note("no-dtype"))
+        self.dtype = model_dtype_name(declared)
+
+    def _falcon_kv_heads(self) -> int:
+        f = self.f
+        new_arch = f.bool("new_decoder_architecture", self.raw_type == "RefinedWeb")
+        self.falcon_new_arch = new_arch
+        multi_query = f.bool("multi_query", self.raw_type == "RefinedWebModel" or not new_arch)
+        if new_arch:
+            return f.int("num_kv_heads", "n_head_kv", default=self.heads)
+        return 1 if multi_query else self.heads
+
+    def _head_dim(self) -> int:
+        f, fam, hidden, heads = self.f, self.family, self.hidden, self.heads
+        if fam.head_dim_rule == "derived" or self.model_type in ("falcon", "gpt2", "gpt_neox"):
+            if hidden % heads:
+                raise KvplanError(
+                    f"{f.source}: hidden_size {hidden} is not a multiple of {heads} heads"
+                )
+            return hidden // heads
+        if fam.head_dim_rule == "double":  # attention over concat(hidden, embedding): 2h / heads
+            return f.int("attention_head_dim", default=2 * hidden // heads)
+        explicit = f.opt_int("head_dim", "attention_head_dim")
+        if explicit is not None:
+            return explicit
+        if fam.head_dim is not None:
+            return fam.head_dim
+        if hidden % heads:
+            raise KvplanError(
+                f"{f.source}: hidden_size {hidden} is not a multiple of {heads} heads and "
+                "no head_dim is given"
+            )
+        return hidden // heads
+
+    def _tie(self) -> bool:
+        for cfg in (self.f.data, self.top):
+            value = cfg.get("tie_word_embeddings")
+            if value is not None:
+                if not isinstance(value, bool):
+                    raise KvplanError(f"{self.f.source}: tie_word_embeddings must be true or false")
+                return value
+        if self.top_type == "mistral3":
+            # Mistral3Config defaults to tied, but the checkpoints store a separate lm_head, and
+            # transformers unties weights a checkpoint holds twice: count it untied.
+            self.notes.append(note("tie-wrapper-default", wrapper=self.top_type))
+            return False
+        return self.family.tie
+
+    # ---- the per-layer plan -----------------------------------------------------------------
+    def plan(self) -> list[Plan]:
+        f = self.f
+        declared, key = self._declared_layers()
+        if declared is not None:
+            self.decided.append(("layers", f"from {key}"))
+            layers = []
+            for value in declared:
+                if value not in LAYER_VALUES:
+                    known = sorted(v for v in LAYER_VALUES if len(v) > 1)
+                    raise KvplanError(
+                        f"{f.source}: {key} value {value!r} is not one kvplan can size "
+                        f"(known: {', '.join(known)})"
+                    )
+                mixer, ffn = LAYER_VALUES[value]
+                layers.append(Plan(mixer, ffn if isinstance(ffn, str) else "?"))
+            single = any(p.ffn in ("dense", "moe") for p in layers)
+            if single:  # each layer is one kind: mixers have no MLP of their own
+                return [p if p.mixer == "none" else Plan(p.mixer, "none") for p in layers]
+            return self._assign_ffn([p.mixer for p in layers])
+        num_layers = f.int("num_hidden_layers", "n_layer", "num_layers", why="the layer count")
+        if not self.attention_layers_possible:  # Mamba: every layer is one mixer, nothing else
+            return [Plan("state", "none")] * num_layers
+        return self._assign_ffn(self._rule_mixers(num_layers))
+
+    def _declared_layers(self) -> tuple[list[str] | None, str]:
+        f = self.f
+        for key in ("layers_block_type", "layer_types"):
+            values = f.str_list(key)
+            if values is not None:
+                count = f.opt_int("num_hidden_layers", "num_layers")
+                if key == "layer_types" and count is not None and len(values) != count:
+                    raise KvplanError(
+                        f"{f.source}: field layer_types has {len(values)} entries, expected {count}"
+                    )
+                if not values:
+                    raise KvplanError(f"{f.source}: {key} is empty")
+                return values, key
+        pattern = f.string("hybrid_override_pattern")
+        if pattern is not None:
+            bad = set(pattern) - set("M*-E")
+            if bad:
+                raise KvplanError(
+                    f"{f.source}: hybrid_override_pattern has unknown layer codes {sorted(bad)}"
+                )
+            if not pattern:
+                raise KvplanError(f"{f.source}: hybrid_override_pattern is empty")
+            return list(pattern), "hybrid_override_pattern"
+        attn_types = f.int_list("attn_type_list")
+        if attn_types is not None:  # MiniMax: 1 softmax attention, 0 lightning (linear)
+            return [
+                "full_attention" if t else "linear_attention" for t in attn_types
+            ], "attn_type_list"
+        if self.model_type == "nemotron_h":
+            raise KvplanError(
+                f"{f.source}: nemotron_h config lacks layers_block_type and hybrid_override_pattern"
+            )
+        return None, ""
+
+    def _rule_mixers(self, n: int) -> list[str]:
+        """Layer kinds when the config lists none: the family's pattern, else one kind for all."""
+        f, fam = self.f, self.family
+        window = self.window
+        rule = fam.layer_rule
+        if rule == "qwen":
+            if window:
+                first = f.int("max_window_layers", default=28, minimum=0)
+                return ["sliding" if i >= first else "full" for i in range(n)]
+            return ["full"] * n
+        if rule == "alternate":
+            return ["sliding" if (i + 1) % 2 else "full" for i in range(n)]
+        if rule == "pattern":
+            period = f.int("sliding_window_pattern", default=fam.pattern)
+            return ["sliding" if (i + 1) % period else "full" for i in range(n)]
+        if rule == "even_sliding":
+            return ["sliding" if i % 2 == 0 else "full" for i in range(n)]
+        if rule == "llama4":
+            interval = f.int("no_rope_layer_interval", default=4)
+            no_rope = f.int_list("no_rope_layers", length=n) or [
+                int((i + 1) % interval != 0) for i in range(n)
+            ]
+            return ["chunked" if no_rope[i] else "full" for i in range(n)]
+        if rule == "interval_full":
+            interval = f.int("full_attention_interval", default=4)
+            return ["full" if (i + 1) % interval == 0 else "state" for i in range(n)]
+        if rule == "period":
+            period = f.int("attn_layer_period", default=8)
+            offset = f.int("attn_layer_offset", default=4, minimum=0)
+            return ["full" if i % period == offset else "state" for i in range(n)]
+        if self.model_type == "falcon_h1":
+            return ["hybrid"] * n
+        uniform = "sliding" if window else "chunked" if self.chunk else "full"
+        if window or self.chunk:
+            self.decided.append(("windows", "sliding_window" if window else "attention_chunk_size"))
+        return [uniform] * n
+
+    def _assign_ffn(self, mixers: list[str]) -> list[Plan]:
+        mask = self._moe_mask(len(mixers))
+        return [Plan(m, "moe" if moe else "dense") for m, moe in zip(mixers, mask, strict=True)]
+
+    def _moe_mask(self, n: int) -> list[bool]:
+        f = self.f
+        if not self.num_experts:
+            return [False] * n
+        explicit = f.int_list("moe_layers")
+        if explicit is not None:
+            chosen = set(explicit)
+            return [i in chosen for i in range(n)]
+        if f.has("interleave_moe_layer_step"):
+            step = f.int("interleave_moe_layer_step")
+            chosen = set(range(step - 1, n, step))
+            return [i in chosen for i in range(n)]
+        if f.has("decoder_sparse_step") or f.has("mlp_only_layers"):
+            step = f.int("decoder_sparse_step", default=1)
+            dense = set(f.int_list("mlp_only_layers") or [])
+            return [i not in dense and (i + 1) % step == 0 for i in range(n)]
+        if f.has("first_k_dense_replace"):
+            first = f.int("first_k_dense_replace", minimum=0)
+            freq = f.int("moe_layer_freq", default=1)
+            return [i >= first and i % freq == 0 for i in range(n)]
+        if f.has("expert_layer_period"):
+            period = f.int("expert_layer_period")
+            offset = f.int("expert_layer_offset", default=1, minimum=0)
+            return [i % period == offset for i in range(n)]
+        if self.model_type == "jamba":
+            return [i % 2 == 1 for i in range(n)]
+        return [True] * n
+
+    # ---- the building blocks ----------------------------------------------------------------
+    def read_structure(self) -> None:
+        f, fam = self.f, self.family
+        self.window = f.window("sliding_window", default=fam.window)
+        if fam.window_switch and not f.bool(fam.window_switch, False):
+            self.window = None  # real Qwen configs carry a window value with the switch off
+        self.chunk = f.opt_int("attention_chunk_size")
+        self.mla = f.has("kv_lora_rank")
+        self.indexer_dim = (
+            f.opt_int("index_head_dim")
+            if f.has("index_n_heads") or f.has("index_head_dim")
+            else None
+        )
+        state = read_state(f, self.model_type, self.hidden, self.dtype)
+        self.state, self.state_source = state if state else (None, "")
+        self.attention_layers_possible = self.model_type != "mamba2" and self.model_type != "mamba"
+        self.num_experts = f.opt_int(*EXPERT_COUNT, minimum=0) or 0
+        if self.mla:
+            self.decided.append(
+                (
+                    "attention",
+                    "MLA from kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim",
+                )
+            )
+        else:
+            self.decided.append(
+                (
+                    "attention",
+                    "num_attention_heads, num_key_value_heads, head_dim (or hidden/heads)",
+                )
+            )
+        if self.indexer_dim:
+            self.decided.append(("indexer", "index_head_dim, index_n_heads"))
+        if self.state is not None:
+            self.decided.append(("state", self.state_source))
+
+    def attention(self, kind: str) -> Attention:
+        f = self.f
+        if self.mla:
+            kv_lora = f.int("kv_lora_rank", why="the MLA latent width")
+            rope = f.int("qk_rope_head_dim", why="the MLA latent width")
+            nope = f.int("qk_nope_head_dim", why="the MLA parameter count")
+            v_dim = f.int("v_head_dim", why="the MLA parameter count")
+            window = None
+            if kind != "full":
+                raise KvplanError(f"{f.source}: {kind} layers with an MLA latent are not supported")
+            return Attention(
+                kind=CacheKind.MLA,
+                num_q_heads=self.heads,
+                num_kv_heads=1,
+                head_dim=kv_lora + rope,
+                head_dim_v=0,
+                qk_head_dim=nope + rope,
+                v_head_dim=v_dim,
+                window=window,
+                mla_kv_lora_rank=kv_lora,
+                mla_rope_dim=rope,
+                indexer_head_dim=self.indexer_dim or 0,
+            )
+        cache_kind = CacheKind(kind)
+        size = self.window if kind == "sliding" else self.chunk if kind == "chunked" else None
+        if cache_kind.windowed and not size:
+            raise KvplanError(f"{f.source}: {kind} layers but no window size in the config")
+        return Attention(
+            kind=cache_kind,
+            num_q_heads=self.heads,
+            num_kv_heads=self.kv,
+            head_dim=self.head_dim,
+            head_dim_v=self.head_dim,
+            qk_head_dim=self.head_dim,
+            v_head_dim=self.head_dim,
+            window=size if cache_kind.windowed else None,
+        )
+
+    def layer_state(self) -> State:
+        if self.state is None:
+            if self.f.has("attn_type_list"):
+                return lightning_state(self.f, self.heads, self.head_dim, self.dtype)
+            raise KvplanError(
+                f"{self.f.source}: linear/recurrent layers but no recurrent-state fields kvplan "
+                "can read"
+            )
+        return self.state
+
+    # ---- build ------------------------------------------------------------------------------
+    def build(self, name: str) -> ModelSpec:
+        from kvplan.inputs.architectures.params import Counter as ParamCounter
+
+        self.dims()
+        self.read_structure()
+        plans = self.plan()
+        counter = ParamCounter(self)
+        layers, cache = [], {}
+        for p in plans:
+            key = p
+            if key not in cache:
+                attention = state = None
+                if p.mixer in ("full", "sliding", "chunked", "hybrid"):
+                    attention = self.attention("full" if p.mixer == "hybrid" else p.mixer)
+                if p.mixer in ("state", "hybrid"):
+                    state = self.layer_state()
+                cache[key] = Layer(attention, state, counter.layer(p, attention, state))
+            layers.append(cache[key])
+        if not layers:
+            raise KvplanError(f"{self.f.source}: the config describes no layers")
+        self.family_notes(layers)
+        moe = counter.moe(plans)
+        parts: Counter = Counter(counter.edges())
+        for layer in layers:
+            for part, count in layer.params:
+                parts[part] += count
+        n_dense = sum(1 for p in plans if p.ffn == "dense")
+        return ModelSpec(
+            name=name,
+            model_type=self.model_type,
+            family=self.family.label,
+            hidden_size=self.hidden,
+            vocab_size=self.vocab,
+            layers=tuple(layers),
+            param_parts={k: v for k, v in parts.items() if v},
+            dtype=self.dtype,
+            moe=moe,
+            tied_embeddings=self.tied,
+            max_position_embeddings=self.max_positions(),
+            weights_quantization=self.quantization(),
+            vision_params=vision_params(self.top, self.hidden),
+            notes=tuple(self.notes),
+            intermediate_size=counter.dense_width if n_dense else None,
+        )
+
+    def family_notes(self, layers: list[Layer]) -> None:
+        f, mt = self.f, self.model_type
+        if mt == "llama4_text":
+            self.notes.append(note("llama4-chunked"))
+            if self.top.get("vision_config") is None:
+                self.notes.append(note("vision-absent"))
+        if self.top.get("vision_config") is not None:
+            self.notes.append(note("vision-excluded"))
+        if self.mla:
+            mtp = f.int("num_nextn_predict_layers", default=0, minimum=0)
+            if mtp:
+                self.notes.append(note("mtp-excluded", layers=mtp))
+            a = next(layer.attention for layer in layers if layer.attention is not None)
+            self.notes.append(
+                note(
+                    "mla-latent",
+                    kv_lora_rank=a.mla_kv_lora_rank,
+                    rope=a.mla_rope_dim,
+                    heads=a.num_q_heads,
+                    decompressed=a.num_q_heads * (a.qk_head_dim + a.v_head_dim),
+                )
+            )
+            if self.indexer_dim:
+                self.notes.append(note("indexer-cache", width=self.indexer_dim))
+        if mt == "falcon" and getattr(self, "falcon_new_arch", False) and self.kv < self.heads:
+            self.notes.append(note("falcon-broadcast", kv_heads=self.kv, heads=self.heads))
+        if mt == "mamba2":
+            self.notes.append(note("attention-free-head-dim"))
+
+    def max_positions(self) -> int | None:
+        for key in MAX_POSITION_KEYS:
+            value = self.f.data.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return self.family.max_positions
+
+    def quantization(self) -> str | None:
+        """The weights' quantization method from `quantization_config` (fp8 block scales, ...)."""
+        qc = self.top.get("quantization_config") or self.f.data.get("quantization_config")
+        if not isinstance(qc, dict):
+            return None
+        method = qc.get("quant_method")
+        return str(method)[:40] if method else None
+
+
+def vision_params(top: dict, text_hidden: int) -> int:
+    """A ViT/SigLIP vision tower from `vision_config` (an estimate: attention and MLP with biases,
+    two LayerNorms per layer, patch and position embeddings, a linear projector to the LM)."""
+    vc = top.get("vision_config")
+    if not isinstance(vc, dict):
+        return 0
+    try:
+        f = Fields(vc, "vision_config")
+        h = f.int("hidden_size")
+        inter = f.int("intermediate_size")
+        layers = f.int("num_hidden_layers", "depth")
+        patch = f.int("patch_size", default=14)
+        image = f.int("image_size", default=224)
+        channels = f.int("num_channels", default=3)
+    except KvplanError:
+        return 0
+    per_layer = 4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h
+    embeddings = channels * patch * patch * h + h + (image // patch) ** 2 * h
+    return layers * per_layer + embeddings + 2 * h + h * text_hidden + h

@@ -1,0 +1,287 @@
+"""What a model_type adds to a config's structure: the class defaults a config may omit, the layer
+pattern when the config lists no layer types, and the details of its blocks (biases, norms, MLP
+shape) that decide the parameter count. Data, one row per family (transformers 5.24 classes).
+
+A model_type that is not here is sized from structure alone (kvplan.inputs.architectures.build):
+what the config declares, never a guess for what it declares and kvplan did not read."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Family(NamedTuple):
+    label: str
+    # class defaults for fields a real config may omit
+    kv_heads: int | str = "heads"  # "heads": num_key_value_heads = num_attention_heads
+    head_dim: int | None = None  # None: hidden / heads
+    head_dim_rule: str = "explicit"  # explicit | derived (always hidden/heads) | double (2h/heads)
+    window: int | None = None  # sliding_window when the key is absent
+    window_switch: str | None = None  # a bool field that must be true for the window to apply
+    tie: bool = False
+    vocab: int | None = None
+    max_positions: int | None = None
+    pattern: int | None = None  # sliding_window_pattern default
+    layer_rule: str = "uniform"  # how layer kinds follow when the config lists none
+    # block details
+    mlp: str = "gated"  # gated (gate, up, down) | plain (up, down)
+    mlp_bias: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    bias_field: str | None = "attention_bias"  # a bool field switching q/k/v/o biases on
+    bias_default: bool = False  # the field's class default
+    qkv_bias_field_only: bool = False  # the field biases q/k/v only (GLM)
+    mlp_bias_field: str | None = "mlp_bias"
+    mlp_bias_default: bool = False
+    q_lora_default: int | None = None  # MLA: q_lora_rank when the key is absent
+    mixer_norm_default: bool = True  # a Mamba-2 mixer's gated RMSNorm (mamba_rms_norm)
+    final_norms: int = 1
+    qk_norm: str | None = None  # head (RMSNorm over head_dim) | full (over all heads)
+    qk_norm_field: str | None = None  # a bool field switching qk_norm on
+    q_gate: bool = False  # q_proj doubled: an output gate (Qwen3-Next, Qwen3.5)
+    sinks: bool = False  # one learned logit per head (gpt-oss)
+    norms_per_layer: int = 2
+    norm_bias: bool = False  # LayerNorm with a bias (weights and biases both counted)
+    lm_head_bias: bool = False
+    learned_positions: int | None = None  # extra rows beyond max positions (gpt2 0, opt 2)
+    expert_bias: bool = False  # experts and router with biases (gpt-oss)
+    shared_expert_gate: bool = False  # a hidden x 1 gate on the shared expert (Qwen MoE)
+    llama4_shared: bool = False  # one shared expert of intermediate_size per MoE layer
+    label_moe: bool = False
+
+
+DENSE = "dense (GQA/MHA)"
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family(DENSE, vocab=32000),
+    "granite": Family(DENSE, vocab=32000),
+    "mistral": Family("dense (GQA)", kv_heads=8, window=4096, vocab=32000),
+    "mixtral": Family("MoE (GQA)", kv_heads=8, vocab=32000),
+    "granitemoe": Family("MoE (GQA)", vocab=32000),
+    "qwen2": Family(
+        "dense (GQA)",
+        kv_heads=32,
+        window=4096,
+        window_switch="use_sliding_window",
+        vocab=151936,
+        qkv_bias=True,
+        layer_rule="qwen",
+    ),
+    "qwen2_moe": Family(
+        "MoE (GQA)",
+        kv_heads=16,
+        window=4096,
+        window_switch="use_sliding_window",
+        vocab=151936,
+        qkv_bias=True,
+        bias_field="qkv_bias",
+        qkv_bias_field_only=True,
+        layer_rule="qwen",
+        shared_expert_gate=True,
+    ),
+    "qwen3": Family(
+        "dense (GQA)",
+        kv_heads=32,
+        head_dim=128,
+        window=4096,
+        window_switch="use_sliding_window",
+        vocab=151936,
+        qk_norm="head",
+        layer_rule="qwen",
+    ),
+    "qwen3_moe": Family(
+        "MoE (GQA)",
+        kv_heads=4,
+        window=4096,
+        window_switch="use_sliding_window",
+        vocab=151936,
+        qk_norm="head",
+        layer_rule="qwen",
+    ),
+    "qwen3_next": Family(
+        "MoE, Gated DeltaNet hybrid",
+        kv_heads=2,
+        head_dim=256,
+        qk_norm="head",
+        q_gate=True,
+        layer_rule="interval_full",
+        shared_expert_gate=True,
+    ),
+    "qwen3_5_text": Family(
+        "dense, Gated DeltaNet hybrid",
+        kv_heads=4,
+        head_dim=256,
+        qk_norm="head",
+        q_gate=True,
+        layer_rule="interval_full",
+        shared_expert_gate=True,
+    ),
+    "qwen3_5_moe_text": Family(
+        "MoE, Gated DeltaNet hybrid",
+        kv_heads=2,
+        head_dim=256,
+        qk_norm="head",
+        q_gate=True,
+        layer_rule="interval_full",
+        shared_expert_gate=True,
+    ),
+    "phi3": Family("dense", vocab=32064),
+    "phi": Family(
+        "dense (MHA), 2-matrix MLP, parallel blocks",
+        vocab=51200,
+        mlp="plain",
+        mlp_bias=True,
+        qkv_bias=True,
+        o_bias=True,
+        bias_field=None,
+        norms_per_layer=1,
+        norm_bias=True,
+        lm_head_bias=True,
+    ),
+    "starcoder2": Family(
+        "dense (GQA), 2-matrix MLP",
+        kv_heads=2,
+        tie=True,
+        vocab=49152,
+        mlp="plain",
+        bias_field="use_bias",
+        bias_default=True,
+        mlp_bias_field="use_bias",
+        mlp_bias_default=True,
+        norm_bias=True,
+    ),
+    "cohere": Family(
+        "dense",
+        tie=True,
+        vocab=256000,
+        norms_per_layer=1,
+        qk_norm="full",
+        qk_norm_field="use_qk_norm",
+    ),
+    "cohere2": Family(
+        "dense, local/global hybrid",
+        head_dim_rule="derived",
+        window=4096,
+        tie=True,
+        vocab=256000,
+        pattern=4,
+        layer_rule="pattern",
+        norms_per_layer=1,
+    ),
+    "gemma": Family("dense", kv_heads=16, head_dim=256, tie=True, vocab=256000),
+    "gemma2": Family(
+        "dense, local/global hybrid",
+        kv_heads=4,
+        head_dim=256,
+        window=4096,
+        tie=True,
+        vocab=256000,
+        layer_rule="alternate",
+        norms_per_layer=4,
+    ),
+    "gemma3_text": Family(
+        "dense, local/global hybrid",
+        kv_heads=4,
+        head_dim=256,
+        window=4096,
+        tie=True,
+        vocab=262208,
+        max_positions=131072,
+        pattern=6,
+        layer_rule="pattern",
+        qk_norm="head",
+        norms_per_layer=4,
+    ),
+    "gpt_oss": Family(
+        "MoE, local/global hybrid",
+        kv_heads=8,
+        head_dim=64,
+        window=128,
+        layer_rule="even_sliding",
+        sinks=True,
+        expert_bias=True,
+    ),
+    "llama4_text": Family(
+        "MoE, chunked/global hybrid",
+        kv_heads=8,
+        head_dim=128,
+        layer_rule="llama4",
+        llama4_shared=True,
+    ),
+    "minimax_m2": Family("MoE (GQA)", kv_heads=8, head_dim=128, qk_norm="full"),
+    "glm4_moe": Family(
+        "MoE (GQA)",
+        kv_heads=8,
+        qkv_bias_field_only=True,
+        qk_norm="head",
+        qk_norm_field="use_qk_norm",
+    ),
+    "deepseek_v2": Family("MoE (MLA)", q_lora_default=1536),
+    "deepseek_v3": Family("MoE (MLA)", q_lora_default=1536),
+    "deepseek_v32": Family("MoE (MLA), sparse attention indexer", q_lora_default=1536),
+    "glm4_moe_lite": Family("MoE (MLA)", q_lora_default=768),
+    "glm_moe_dsa": Family("MoE (MLA), sparse attention indexer", q_lora_default=2048),
+    "falcon": Family(
+        "dense (MQA/GQA)",
+        tie=True,
+        mlp="plain",
+        bias_field="bias",
+        mlp_bias_field="bias",
+        norm_bias=True,
+    ),
+    "gpt2": Family(
+        "dense (MHA)",
+        tie=True,
+        vocab=50257,
+        learned_positions=0,
+        mlp="plain",
+        mlp_bias=True,
+        qkv_bias=True,
+        o_bias=True,
+        bias_field=None,
+        norm_bias=True,
+    ),
+    "gpt_neox": Family(
+        "dense (MHA)",
+        mlp="plain",
+        mlp_bias=True,
+        qkv_bias=True,
+        o_bias=True,
+        bias_field=None,
+        norm_bias=True,
+    ),
+    "opt": Family(
+        "dense (MHA), 2-matrix MLP",
+        tie=True,
+        vocab=50272,
+        mlp="plain",
+        bias_field="enable_bias",
+        bias_default=True,
+        mlp_bias_field="enable_bias",
+        mlp_bias_default=True,
+        norm_bias=True,
+        learned_positions=2,
+    ),
+    "nemotron_h": Family(
+        "Mamba-2 hybrid", kv_heads=8, head_dim=128, mlp="plain", norms_per_layer=1
+    ),
+    "jamba": Family("MoE, Mamba-1 hybrid", kv_heads=8, layer_rule="period"),
+    "mamba2": Family("Mamba-2 (attention-free)", norms_per_layer=1),
+    "mamba": Family("Mamba-1 (attention-free)", norms_per_layer=1),
+    "falcon_h1": Family("Mamba-2 parallel hybrid", kv_heads=8, mixer_norm_default=False),
+    "zamba2": Family("Mamba-2 hybrid, shared attention", tie=True, head_dim_rule="double"),
+    "granitemoehybrid": Family("MoE, Mamba-2 hybrid", vocab=32000),
+}
+
+# Wrappers whose language model sits in a nested config, and model_types that are another
+# family under a different name (read exactly as that family).
+ALIASES = {
+    "llama4": "llama4_text",
+    "gemma3": "gemma3_text",
+    "kimi_k2": "deepseek_v3",
+    "RefinedWeb": "falcon",
+    "RefinedWebModel": "falcon",
+    "qwen3_5": "qwen3_5_text",
+    "qwen3_5_moe": "qwen3_5_moe_text",
+    "mistral3": "mistral",
+}

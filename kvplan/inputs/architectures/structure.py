@@ -1,0 +1,87 @@
+"""Which config fields are structural (they change the cache or the parameter count), so that a
+field kvplan did not read is named, never silently ignored."""
+
+from __future__ import annotations
+
+import re
+
+# A key is structural when its name says what it is about, and its value is a size, a count, a
+# switch or a list (coefficients, names and nulls are not structure).
+CATEGORIES = {
+    "experts": re.compile(
+        r"expert|^moe_|_moe_|^n_routed|first_k_dense|mlp_only_layers|decoder_sparse_step|"
+        r"shared_intermediate"
+    ),
+    "latent attention": re.compile(r"kv_lora_rank|q_lora_rank|qk_rope_head_dim|qk_nope_head_dim"),
+    "windows": re.compile(r"sliding_window|attention_chunk|window_size|chunk_size"),
+    "indexer": re.compile(r"^index_|indexer"),
+    "recurrent state": re.compile(
+        r"mamba|^ssm_|_ssm_|^linear_(num|key|value|conv)|state_size|conv_kernel|d_conv|d_state|"
+        r"time_step_rank|n_groups"
+    ),
+    "layer types": re.compile(
+        r"layer_types|block_type|override_pattern|attn_type|no_rope_layers|attention_interval|"
+        r"attn_layer_|window_pattern|moe_layers"
+    ),
+}
+
+# Structural-looking names that never change sizes.
+BENIGN = {
+    "moe_router_topk_scaling_factor",
+    "moe_aux_loss_coeff",
+    "router_aux_loss_coef",
+    "output_router_logits",
+    "router_jitter_noise",
+    "moe_router_dtype",
+    "moe_layer_freq_policy",
+    "num_experts_per_tok",  # read with the experts; listed here so a dense config may carry it
+    "mamba_chunk_size",
+    "chunk_size_feed_forward",
+    "mamba_ssm_cache_dtype",
+    "mamba_ssm_dtype",
+    "use_mamba_kernels",
+    "mamba_dt_init",
+    "mamba_dt_scale",
+    "mamba_dt_min",
+    "mamba_dt_max",
+    "mamba_dt_init_floor",
+    "mamba_norm_before_gate",
+    "ssm_multipliers",
+    "ssm_in_multiplier",
+    "ssm_out_multiplier",
+    "time_step_limit",
+    "time_step_min",
+    "time_step_max",
+    "time_step_floor",
+    "index_topk",  # which tokens are attended, not what is stored
+    "indexer_rope_interleave",
+    "mtp_layers_block_type",  # multi-token-prediction layers are not built
+    "sliding_window_size",  # Gemma-2's legacy duplicate of sliding_window
+    "chunk_size",  # Mamba-2's chunked-scan length, a kernel setting
+    "time_step_rank",  # Mamba-1's dt rank; Mamba-2 configs carry it unused
+}
+
+
+def _meaningful(key: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value > 0
+    if isinstance(value, list):
+        return len(value) > 0
+    if isinstance(value, str):  # names (activations, dtypes) are not sizes; patterns are
+        return "pattern" in key and len(value) > 0
+    return False
+
+
+def unread_structure(config: dict, read: set[str]) -> list[str]:
+    """Structural fields of `config` that no reader looked at, as 'field (category)'."""
+    out = []
+    for key, value in config.items():
+        if key in read or key in BENIGN or not _meaningful(key, value):
+            continue
+        for category, pattern in CATEGORIES.items():
+            if pattern.search(key):
+                out.append(f"{key} ({category})")
+                break
+    return out
