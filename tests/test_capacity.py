@@ -12,7 +12,7 @@ from kvplan.plans.capacity import CapacityRequest, capacity
 
 from helpers import run_cli, run_json
 
-H100_BYTES = 85_029_615_043  # 79.19 GiB
+H100_BYTES = 85_028_896_768  # 79.19 GiB: the exact total CUDA reports (deviceQuery)
 
 
 def test_budget_and_concurrency_by_hand():

@@ -1,5 +1,7 @@
 """Hardware profiles: YAML files in hardware_profiles/ (or a user's file in the same schema),
-validated and coerced on load (PyYAML reads `4.8e12` as a string)."""
+read by a strict loader (no aliases, bounded size and depth, no duplicate keys) and validated and
+coerced on load (PyYAML reads `4.8e12` as a string). `--gpu local` reads the device in front of
+you (kvplan.inputs.local_gpu)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,13 @@ from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.formulas.roofline import ridge_flop_per_byte
+from kvplan.inputs.text import clean
 from kvplan.units import GBIT
 
 PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+REPORTED_BASIS = ("exact", "measured", "estimated", "device")  # device: read from this machine
+MAX_PROFILE_BYTES = 256 * 1024  # a profile is a few dozen lines
+MAX_DEPTH = 8
 
 
 class Interconnect(NamedTuple):
@@ -31,8 +37,8 @@ class GpuProfile(NamedTuple):
     aliases: tuple[str, ...]
     vendor: str
     peak_flop_per_s: dict
-    memory_bytes: float
-    memory_reported_bytes: float | None
+    memory_bytes: float  # the nominal capacity, as sold
+    memory_reported_bytes: float | None  # the total CUDA/ROCm reports (what engines budget from)
     memory_bandwidth_bytes_per_s: float
     l2_cache_bytes: float | None
     sm_count: int | None
@@ -42,6 +48,10 @@ class GpuProfile(NamedTuple):
     match_names: tuple[str, ...]
     source: str
     path: str
+    memory_reported_basis: str | None = None  # exact | measured | estimated | device
+    memory_reported_source: str = ""
+    gpus_per_node: int | None = None
+    extra: dict = {}  # optional measured fields (kvplan measure --save-profile)
 
     @property
     def usable_memory_bytes(self) -> float:
@@ -64,26 +74,58 @@ class GpuProfile(NamedTuple):
 
 
 def _number(
-    data: dict, key: str, source: str, *, required: bool = True, integer: bool = False
+    data: dict,
+    key: str,
+    source: str,
+    *,
+    required: bool = True,
+    integer: bool = False,
+    maximum: float = 1e21,
 ) -> float | None:
     value = data.get(key)
     if value is None:
         if required:
             raise KvplanError(f"{source}: profile lacks {key}")
         return None
-    if isinstance(value, bool):
-        raise KvplanError(f"{source}: {key} must be a number, got {value!r}")
-    try:
-        number = float(str(value).replace("_", ""))
-    except ValueError:
-        raise KvplanError(f"{source}: {key} must be a number, got {value!r}") from None
-    if not math.isfinite(number) or number <= 0:
-        raise KvplanError(f"{source}: {key} must be positive, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise KvplanError(f"{source}: {key} must be a number, got {type(value).__name__}")
+    if isinstance(value, str):
+        text = value.replace("_", "").strip()
+        if len(text) > 40:
+            raise KvplanError(f"{source}: {key} is not a number")
+        try:
+            number = float(text)
+        except ValueError:
+            raise KvplanError(f"{source}: {key} must be a number, got {clean(value)!r}") from None
+    elif isinstance(value, int):
+        if abs(value) > 10**30:
+            raise KvplanError(f"{source}: {key} is out of range")
+        number = float(value)
+    else:
+        number = value
+    if not math.isfinite(number) or number <= 0 or number > maximum:
+        raise KvplanError(f"{source}: {key} must be a positive number below {maximum:g}")
     if integer:
         if number != int(number):
-            raise KvplanError(f"{source}: {key} must be a whole number, got {value!r}")
+            raise KvplanError(f"{source}: {key} must be a whole number")
         return int(number)
     return number
+
+
+def _text(data: dict, key: str, source: str, default: str = "", limit: int = 2000) -> str:
+    value = data.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise KvplanError(f"{source}: {key} must be text")
+    return clean(str(value))[:limit]
+
+
+def _string_list(data: dict, key: str, source: str) -> tuple[str, ...]:
+    value = data.get(key) or []
+    if not isinstance(value, list) or len(value) > 64:
+        raise KvplanError(f"{source}: {key} must be a list (at most 64 entries)")
+    return tuple(clean(str(v))[:200] for v in value if isinstance(v, (str, int, float)))
 
 
 def parse_profile(data: object, source: str, key: str = "") -> GpuProfile:
@@ -98,30 +140,45 @@ def parse_profile(data: object, source: str, key: str = "") -> GpuProfile:
     peaks = {}
     for dtype in peaks_raw:
         if dtype not in PEAK_DTYPES:
-            raise KvplanError(f"{source}: unknown peak dtype {dtype!r} ({', '.join(PEAK_DTYPES)})")
-        peaks[dtype] = _number(peaks_raw, dtype, source)
+            raise KvplanError(
+                f"{source}: unknown peak dtype {clean(str(dtype))[:20]!r} ({', '.join(PEAK_DTYPES)})"
+            )
+        peaks[dtype] = _number(peaks_raw, dtype, source, maximum=1e18)
     if "bf16" not in peaks and "fp16" not in peaks and "fp32" not in peaks:
         raise KvplanError(f"{source}: profile needs a bf16, fp16 or fp32 peak")
-    aliases = data.get("aliases") or []
-    if not isinstance(aliases, list):
-        raise KvplanError(f"{source}: aliases must be a list")
+    basis = data.get("memory_reported_basis")
+    if basis is not None and basis not in REPORTED_BASIS:
+        raise KvplanError(
+            f"{source}: memory_reported_basis must be one of {', '.join(REPORTED_BASIS)}"
+        )
+    gpus_per_node = _number(
+        data, "gpus_per_node", source, required=False, integer=True, maximum=1024
+    )
     return GpuProfile(
-        key=key or name.lower().replace(" ", "-"),
-        name=name.strip(),
-        aliases=tuple(str(a).lower() for a in aliases),
-        vendor=str(data.get("vendor", "")),
+        key=key or clean(name).lower().replace(" ", "-"),
+        name=clean(name).strip()[:100],
+        aliases=tuple(a.lower() for a in _string_list(data, "aliases", source)),
+        vendor=_text(data, "vendor", source, limit=100),
         peak_flop_per_s=peaks,
-        memory_bytes=_number(data, "memory_bytes", source),
-        memory_reported_bytes=_number(data, "memory_reported_bytes", source, required=False),
-        memory_bandwidth_bytes_per_s=_number(data, "memory_bandwidth_bytes_per_s", source),
-        l2_cache_bytes=_number(data, "l2_cache_bytes", source, required=False),
-        sm_count=_number(data, "sm_count", source, required=False, integer=True),
+        memory_bytes=_number(data, "memory_bytes", source, maximum=1e15),
+        memory_reported_bytes=_number(
+            data, "memory_reported_bytes", source, required=False, maximum=1e15
+        ),
+        memory_bandwidth_bytes_per_s=_number(
+            data, "memory_bandwidth_bytes_per_s", source, maximum=1e15
+        ),
+        l2_cache_bytes=_number(data, "l2_cache_bytes", source, required=False, maximum=1e12),
+        sm_count=_number(data, "sm_count", source, required=False, integer=True, maximum=1e6),
         interconnect=_link(data, "interconnect", source),
         network=_link(data, "network", source),
-        tdp_w=_number(data, "tdp_w", source, required=False),
-        match_names=tuple(str(m) for m in data.get("match_names") or []),
-        source=str(data.get("source", "")),
+        tdp_w=_number(data, "tdp_w", source, required=False, maximum=1e5),
+        match_names=_string_list(data, "match_names", source),
+        source=_text(data, "source", source),
         path=source,
+        memory_reported_basis=basis,
+        memory_reported_source=_text(data, "memory_reported_source", source),
+        gpus_per_node=gpus_per_node,
+        extra=data.get("measured") if isinstance(data.get("measured"), dict) else {},
     )
 
 
@@ -132,9 +189,9 @@ def _link(data: dict, key: str, source: str) -> Interconnect | None:
     if not isinstance(link, dict):
         raise KvplanError(f"{source}: {key} must be a mapping")
     return Interconnect(
-        str(link.get("name", key)),
-        _number(link, "bandwidth_bytes_per_s", f"{source}: {key}"),
-        _number(link, "latency_s", f"{source}: {key}", required=False) or 0.0,
+        _text(link, "name", source, default=key, limit=100),
+        _number(link, "bandwidth_bytes_per_s", f"{source}: {key}", maximum=1e15),
+        _number(link, "latency_s", f"{source}: {key}", required=False, maximum=10.0) or 0.0,
     )
 
 
@@ -146,24 +203,33 @@ def choose_link(gpu: GpuProfile, which: str, gbps: float | None = None) -> Inter
             raise KvplanError("--network-gbps must be a positive number of Gb/s")
         return Interconnect(f"{gbps:g} Gb/s per GPU", 2 * gbps * GBIT, 5e-6)
     if which not in ("interconnect", "network"):
-        raise KvplanError(f"--link {which!r}: choose interconnect or network")
+        raise KvplanError(f"--link {clean(which)[:40]!r}: choose interconnect or network")
     link = gpu.interconnect if which == "interconnect" else gpu.network
     if link is None:
         raise KvplanError(f"{gpu.name}'s profile has no {which} figure; pass --network-gbps")
     return link
 
 
-def _load_yaml(path: Path) -> object:
-    import yaml
+def load_yaml(path: Path) -> object:
+    """A profile file through the strict loader (kvplan.inputs.yaml_safe)."""
+    from kvplan.inputs.yaml_safe import load_strict_yaml
 
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KvplanError(f"{path}: cannot read ({exc.__class__.__name__})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise KvplanError(f"{path}: invalid YAML{where}") from None
+        if path.stat().st_size > MAX_PROFILE_BYTES:
+            raise KvplanError(f"{path}: a profile larger than {MAX_PROFILE_BYTES // 1024} KiB")
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_PROFILE_BYTES + 1)
+    except OSError as exc:
+        raise KvplanError(
+            f"{path}: cannot read ({exc.strerror or exc.__class__.__name__})"
+        ) from None
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise KvplanError(f"{path}: a profile larger than {MAX_PROFILE_BYTES // 1024} KiB")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise KvplanError(f"{path}: not UTF-8 text") from None
+    return load_strict_yaml(text, str(path), max_depth=MAX_DEPTH)
 
 
 def _profiles_dir() -> Path:
@@ -176,27 +242,43 @@ def _profiles_dir() -> Path:
 def bundled_profiles() -> dict[str, GpuProfile]:
     profiles = {}
     for path in sorted(_profiles_dir().glob("*.yaml")):
-        profiles[path.stem] = parse_profile(_load_yaml(path), str(path.name), path.stem)
+        if path.stem == "prices":
+            continue
+        profiles[path.stem] = parse_profile(load_yaml(path), str(path.name), path.stem)
     return profiles
 
 
+def find_bundled(name: str) -> GpuProfile | None:
+    key = name.strip().lower()
+    for profile in bundled_profiles().values():
+        if key in (profile.key, profile.name.lower()) or key in profile.aliases:
+            return profile
+    return None
+
+
 def load_profile(name: str) -> GpuProfile:
-    """A profile key (h100-sxm), an alias (h100), a profile name ('H100 SXM') or a YAML path."""
+    """A profile key (h100-sxm), an alias (h100), a profile name ('H100 SXM'), a YAML path, or
+    `local` (the GPU of this machine, with the nearest profile's peaks)."""
     if not isinstance(name, str) or not name.strip():
         raise KvplanError("no GPU given")
+    if len(name) > 4096:
+        raise KvplanError("--gpu: name too long")
+    if name.strip().lower() == "local":
+        from kvplan.inputs.local_gpu import local_profile
+
+        return local_profile()
     path = Path(name).expanduser()
     if name.endswith((".yaml", ".yml")) or path.is_file():
         if not path.is_file():
             raise KvplanError(f"{path}: no such profile file")
-        return parse_profile(_load_yaml(path), str(path), path.stem)
-    key = name.strip().lower()
-    profiles = bundled_profiles()
-    for profile in profiles.values():
-        if key in (profile.key, profile.name.lower()) or key in profile.aliases:
-            return profile
+        return parse_profile(load_yaml(path), str(path), path.stem)
+    found = find_bundled(name)
+    if found is not None:
+        return found
     import difflib
 
+    profiles = bundled_profiles()
     names = sorted(set(profiles) | {a for p in profiles.values() for a in p.aliases})
-    close = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
+    close = difflib.get_close_matches(name.strip().lower(), names, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise KvplanError(f"unknown GPU {name!r}{hint} (kvplan gpus lists the profiles)")
+    raise KvplanError(f"unknown GPU {clean(name)[:60]!r}{hint} (kvplan gpus lists the profiles)")

@@ -234,6 +234,8 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
         )
     )
     notes.append(note("capacity-paged", block_size=blk))
+    if gpu.memory_reported_basis == "estimated":
+        notes.append(note("memory-estimated", gpu=gpu.name, source=gpu.memory_reported_source))
     if pp > 1:
         notes.append(note("capacity-pp", pp=pp))
     if replicas > 1:

@@ -386,3 +386,10 @@ text("variant-resolved")(
         "(an instruction-tuned or dated variant); pass a path to its own config.json if it differs."
     )
 )
+
+text("memory-estimated")(
+    lambda gpu, source: (
+        f"{gpu}: the memory the device reports is an estimate ({source}); budgets may be off by "
+        "a few hundred MiB per GPU."
+    )
+)
