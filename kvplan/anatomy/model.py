@@ -189,6 +189,17 @@ class MoE(NamedTuple):
         return e * (1.0 - (1.0 - k / e) ** batch_size)
 
 
+class CheckpointWeights(NamedTuple):
+    """Bytes of a checkpoint's tensors, read from its safetensors headers (never the data)."""
+
+    text_bytes: int  # the language model as engines load it
+    vision_bytes: int  # vision tower and projector
+    skipped_bytes: int  # multi-token-prediction layers and the like, not loaded by default
+    num_tensors: int
+    bytes_by_dtype: dict[str, int]
+    source: str
+
+
 class ModelSpec(NamedTuple):
     """Everything kvplan derives from a config.json: layers, parameters, dtypes, notes."""
 
@@ -203,7 +214,9 @@ class ModelSpec(NamedTuple):
     moe: MoE | None = None
     tied_embeddings: bool = False
     max_position_embeddings: int | None = None
-    weights_quantization: str | None = None  # 'fp8' (block scales) or 'mxfp4', from the config
+    # The checkpoint's weights format from its quantization_config (a kvplan weights dtype name:
+    # fp8, int4-g32-sym, nvfp4, mxfp4, ...) and the parts it covers (None: the format's default)
+    weights_quantization: str | None = None
     vision_params: int = 0  # excluded from the counts; engines load it
     notes: tuple[Note, ...] = ()
     # The dense MLP's width as the config states it (None when every layer is MoE or has none).
@@ -211,6 +224,9 @@ class ModelSpec(NamedTuple):
     # Where the config came from: the Hugging Face id engines load it by (None for a local file).
     hf_id: str | None = None
     source: str | None = None
+    quantized_parts: tuple[str, ...] | None = None
+    # The weights as the checkpoint's tensor headers give them (kvplan.inputs.checkpoint)
+    checkpoint: CheckpointWeights | None = None
 
     # --- parameters -------------------------------------------------------------------------
     @property

@@ -101,7 +101,11 @@ def _internal_error(exc: Exception) -> None:
     """Never a traceback for users; KVPLAN_DEBUG=1 shows it."""
     if os.environ.get("KVPLAN_DEBUG"):
         raise exc
+    from kvplan.inputs.text import clean
+
     typer.echo(
-        f"internal error: {exc.__class__.__name__}: {exc} (KVPLAN_DEBUG=1 for details)", err=True
+        f"internal error: {exc.__class__.__name__}: {clean(str(exc))[:300]} "
+        "(KVPLAN_DEBUG=1 for details)",
+        err=True,
     )
     sys.exit(1)

@@ -1,61 +1,69 @@
 """Weight bytes for a weights dtype, from the parameter parts.
 
-Quantized formats apply to the linear layers (attention, MLP, experts, mixers); embeddings,
-lm_head, norms and routers stay in the model dtype, as real quantized checkpoints keep them.
+Quantized formats apply to the linear layers a checkpoint quantizes (by default attention, MLP,
+experts, mixers; a config's ignore list narrows it); embeddings, lm_head, norms and routers stay
+in the model dtype, as real quantized checkpoints keep them. When the checkpoint's own tensor
+headers were read (kvplan.inputs.checkpoint), their bytes are the weights, exactly.
 """
 
 from __future__ import annotations
 
 from kvplan.anatomy.model import ModelSpec
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import ELEMENT_BYTES, WEIGHT_DTYPES
+from kvplan.formulas.dtypes import ELEMENT_BYTES, WEIGHT_DTYPE_HELP, WeightFormat, weight_format
 from kvplan.notes import Note, note
 
 QUANTIZABLE_PARTS = ("attention", "mlp", "experts", "shared_experts", "mixer", "expert_projections")
 
-# Bytes per parameter of each quantized weight format, scales included.
-QUANT_BYTES_PER_PARAM = {
-    "fp8": 1 + 4 / (128 * 128),  # one fp32 scale per 128x128 block (DeepSeek-V3 style)
-    "int8": 1.0,  # per-output-channel scales are < 0.1% and not counted
-    "int4": 0.5 + 4 / 128,  # fp16 scale + fp16 zero per group of 128 (GPTQ/AWQ style)
-    "mxfp4": 0.5 + 1 / 32,  # one e8m0 scale byte per 32 values (OCP MX)
-}
-
 
 def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:
-    """'auto' follows the config: its quantization_config, else its torch_dtype."""
-    key = str(name).lower()
-    if key not in WEIGHT_DTYPES:
-        raise KvplanError(
-            f"unknown weights dtype {str(name)[:40]!r}; choose from {', '.join(WEIGHT_DTYPES)}"
-        )
-    notes = []
+    """'auto' follows the checkpoint: its tensor headers when read, else its quantization_config,
+    else its torch_dtype. An explicit name is validated (plain or quantized format)."""
+    key = str(name).strip().lower()
+    notes: list[Note] = []
     if key == "auto":
+        if spec.checkpoint is not None:
+            return "checkpoint", notes
         quant = spec.weights_quantization
-        if quant in ("fp8", "mxfp4"):
+        if quant:
             notes.append(_quant_note(quant, spec))
             return quant, notes
-        if quant:
-            notes.append(note("weights-quant-unknown", method=quant, dtype=spec.dtype))
         return spec.dtype, notes
-    if key in QUANT_BYTES_PER_PARAM:
+    if key == "checkpoint":
+        if spec.checkpoint is None:
+            raise KvplanError("--weights-dtype checkpoint needs the checkpoint's tensor headers")
+        return key, notes
+    fmt = weight_format(key) if key not in ("fp32", "bf16", "fp16") else None
+    if key not in ELEMENT_BYTES and fmt is None:
+        raise KvplanError(f"unknown weights dtype {key[:40]!r}; choose from {WEIGHT_DTYPE_HELP}")
+    if fmt is not None:
         notes.append(_quant_note(key, spec))
     return key, notes
 
 
+def _scope(spec: ModelSpec, fmt: WeightFormat) -> frozenset[str]:
+    if spec.quantized_parts is not None and fmt.name == spec.weights_quantization:
+        return frozenset(spec.quantized_parts)
+    return frozenset({"experts"}) if fmt.experts_only else frozenset(QUANTIZABLE_PARTS)
+
+
 def _quant_note(dtype: str, spec: ModelSpec) -> Note:
+    fmt = weight_format(dtype)
+    scope = sorted(_scope(spec, fmt) & set(spec.param_parts))
     return note(
         "weights-quantized",
         dtype=dtype,
-        scope="routed experts" if dtype == "mxfp4" else "linear layers",
-        bytes_per_param=QUANT_BYTES_PER_PARAM[dtype],
+        scope=", ".join(scope) or "no part",
+        bytes_per_param=fmt.bytes_per_param,
         rest_dtype=spec.dtype,
     )
 
 
 def weight_bytes(spec: ModelSpec, dtype: str) -> int:
-    """Bytes of all weights in `dtype` (a resolved name from resolve_weights_dtype)."""
-    if dtype in ELEMENT_BYTES:
+    """Bytes of the language model's weights in `dtype` (a name from resolve_weights_dtype)."""
+    if dtype == "checkpoint":
+        return spec.checkpoint.text_bytes
+    if dtype in ELEMENT_BYTES and dtype != "fp8":
         return spec.params_total * ELEMENT_BYTES[dtype]
     total = sum(
         count * _part_bytes_per_param(spec, dtype, part) for part, count in spec.param_parts.items()
@@ -81,14 +89,19 @@ def weight_bytes_read_per_decode_step(spec: ModelSpec, dtype: str, batch_size: i
 
 
 def _part_bytes_per_param(spec: ModelSpec, dtype: str, part: str) -> float:
-    if dtype in ELEMENT_BYTES:
+    if dtype == "checkpoint":  # the checkpoint's average over its language-model tensors
+        return spec.checkpoint.text_bytes / spec.params_total
+    if dtype in ELEMENT_BYTES and dtype != "fp8":
         return ELEMENT_BYTES[dtype]
-    quantized = {"experts"} if dtype == "mxfp4" else set(QUANTIZABLE_PARTS)
-    return QUANT_BYTES_PER_PARAM[dtype] if part in quantized else ELEMENT_BYTES[spec.dtype]
+    fmt = weight_format(dtype)
+    return fmt.bytes_per_param if part in _scope(spec, fmt) else ELEMENT_BYTES[spec.dtype]
 
 
 def weights_bytes_per_gpu(spec: ModelSpec, dtype: str, tp: int = 1, pp: int = 1) -> float:
     """The one rule for weights on one GPU: the language model's weights in `dtype` plus the
     vision tower (in the model dtype; engines load it), split evenly over tp x pp ranks."""
-    vision = spec.vision_params * ELEMENT_BYTES[spec.dtype]
+    if spec.checkpoint is not None and dtype == "checkpoint":
+        vision = spec.checkpoint.vision_bytes
+    else:
+        vision = spec.vision_params * ELEMENT_BYTES[spec.dtype]
     return (weight_bytes(spec, dtype) + vision) / (tp * pp)

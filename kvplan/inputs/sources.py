@@ -1,4 +1,5 @@
-"""Where a model's config.json comes from: a bundled alias, a path, or the Hugging Face Hub.
+"""Where a model's config.json comes from: a bundled alias, a path, or the Hugging Face Hub; and,
+where the checkpoint itself can be read, its safetensors headers (the exact weight bytes).
 
 Loading is JSON parsing only: no `trust_remote_code`, no `auto_map` import, nothing executed.
 """
@@ -6,16 +7,18 @@ Loading is JSON parsing only: no `trust_remote_code`, no `auto_map` import, noth
 from __future__ import annotations
 
 import json
-import os
 import re
+import stat
 from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
 from kvplan.errors import KvplanError
+from kvplan.inputs.text import clean
 from kvplan.notes import note
 
-HUB_TIMEOUT_S = 10
+MAX_CONFIG_BYTES = 8 * 2**20  # the largest real config.json is a few hundred KB
+MAX_JSON_DEPTH = 64
 
 
 class BundledModel(NamedTuple):
@@ -76,15 +79,38 @@ def resolve_variant(name: str) -> BundledModel | None:
     return None
 
 
+def _depth(value, limit: int) -> int:
+    """Nesting depth of parsed JSON, stopping past `limit`."""
+    stack, deepest = [(value, 1)], 0
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
+
+
 def parse_config_text(text: str, source: str) -> dict:
     """Python's json accepts the non-standard `Infinity` that real configs (Nemotron-H) contain."""
+    source = clean(source)
+    if len(text) > MAX_CONFIG_BYTES:
+        raise KvplanError(f"{source}: over {MAX_CONFIG_BYTES // 2**20} MiB, not a config.json")
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        msg = getattr(exc, "msg", "too deeply nested")
-        raise KvplanError(f"{source}: invalid JSON ({msg})") from None
+    except RecursionError:
+        raise KvplanError(f"{source}: invalid JSON (too deeply nested)") from None
+    except json.JSONDecodeError as exc:
+        raise KvplanError(f"{source}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError as exc:  # e.g. an integer of thousands of digits
+        raise KvplanError(f"{source}: invalid JSON ({str(exc)[:80]})") from None
     if not isinstance(data, dict):
         raise KvplanError(f"{source}: config.json must hold a JSON object")
+    if _depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise KvplanError(f"{source}: nested deeper than {MAX_JSON_DEPTH} levels")
     return data
 
 
@@ -92,6 +118,8 @@ def load_config(model: str) -> tuple[dict, str, str]:
     """(config dict, display name, source description) for a model argument."""
     if not isinstance(model, str) or not model.strip():
         raise KvplanError("no model given")
+    if len(model) > 4096 or "\x00" in model:
+        raise KvplanError("the model argument is not a name, a path or a repository id")
     bundled = _lookup_bundled(model)
     if bundled is not None:
         text = (_bundled_dir() / bundled.file).read_text(encoding="utf-8")
@@ -104,26 +132,55 @@ def load_config(model: str) -> tuple[dict, str, str]:
         text = (_bundled_dir() / variant.file).read_text(encoding="utf-8")
         return parse_config_text(text, model), model, f"variant:{variant.alias}"
     if _looks_like_repo_id(model):
-        text = fetch_hub_config(model)
-        return parse_config_text(text, model), model, f"hub:{model}"
+        from kvplan.inputs.hub import fetch_config
+
+        return parse_config_text(fetch_config(model), model), model.strip(), f"hub:{model.strip()}"
     raise KvplanError(_unknown_message(model))
 
 
+def _read_text(path: Path) -> str:
+    """A regular file's text, capped: FIFOs, devices and huge files are refused before reading."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise KvplanError(
+            f"{path}: cannot read ({exc.strerror or exc.__class__.__name__})"
+        ) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise KvplanError(f"{path}: not a regular file")
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise KvplanError(f"{path}: over {MAX_CONFIG_BYTES // 2**20} MiB, not a config.json")
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise KvplanError(
+            f"{path}: cannot read ({exc.strerror or exc.__class__.__name__})"
+        ) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise KvplanError(f"{path}: not UTF-8 text") from None
+
+
 def _load_path(path: Path) -> tuple[dict, str, str]:
-    if path.is_dir():
+    try:
+        is_dir = path.is_dir()
+    except OSError as exc:
+        raise KvplanError(
+            f"{path}: cannot read ({exc.strerror or exc.__class__.__name__})"
+        ) from None
+    if is_dir:
         path = path / "config.json"
     if not path.is_file():
-        raise KvplanError(f"{path}: no such config file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KvplanError(f"{path}: cannot read ({exc.__class__.__name__})") from None
+        raise KvplanError(f"{clean(str(path))[:200]}: no such config file")
+    text = _read_text(path)
     name = path.parent.name if path.name == "config.json" else path.stem
-    return parse_config_text(text, str(path)), name or str(path), str(path)
+    return parse_config_text(text, str(path)), clean(name or str(path)), str(path)
 
 
 def _looks_like_repo_id(model: str) -> bool:
-    parts = model.split("/")
+    parts = model.strip().split("/")
     return len(parts) == 2 and all(parts) and " " not in model
 
 
@@ -134,72 +191,15 @@ def _unknown_message(model: str) -> str:
     close = difflib.get_close_matches(model.lower(), names, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     return (
-        f"unknown model {model!r}: not a bundled name, a config path or an owner/name Hub id"
-        f"{hint} (kvplan models lists the bundled ones)"
+        f"unknown model {clean(model)[:80]!r}: not a bundled name, a config path or an owner/name "
+        f"Hub id{hint} (kvplan models lists the bundled ones)"
     )
 
 
-def fetch_hub_config(repo_id: str) -> str:
-    """Download only config.json (cached by huggingface-hub), failing fast and clearly offline:
-    the local cache first, then a short reachability probe, then one download."""
-    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", str(HUB_TIMEOUT_S))
-    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", str(HUB_TIMEOUT_S))
-    try:
-        import huggingface_hub
-        from huggingface_hub import constants
-        from huggingface_hub import errors as hub_errors
-    except ImportError:  # pragma: no cover - a core dependency
-        raise KvplanError("huggingface-hub is not installed; pass a path to config.json") from None
-    unreachable = (
-        f"{repo_id}: not in the local cache and the Hub cannot be reached "
-        "(offline or HF_HUB_OFFLINE=1); pass a path to config.json"
-    )
-    try:
-        cached = huggingface_hub.hf_hub_download(repo_id, "config.json", local_files_only=True)
-        return Path(cached).read_text(encoding="utf-8")
-    except (hub_errors.LocalEntryNotFoundError, hub_errors.EntryNotFoundError, OSError, ValueError):
-        pass
-    if constants.HF_HUB_OFFLINE or not _reachable(constants.ENDPOINT):
-        raise KvplanError(unreachable)
-    try:
-        path = huggingface_hub.hf_hub_download(repo_id, "config.json")
-    except hub_errors.GatedRepoError:
-        raise KvplanError(
-            f"{repo_id} is gated: accept its licence on the Hub and set HF_TOKEN"
-        ) from None
-    except hub_errors.RepositoryNotFoundError:
-        raise KvplanError(
-            f"{repo_id}: no such repository on the Hub (or it is private: set HF_TOKEN)"
-        ) from None
-    except hub_errors.LocalEntryNotFoundError:
-        raise KvplanError(unreachable) from None
-    except hub_errors.EntryNotFoundError:
-        raise KvplanError(f"{repo_id}: the repository has no config.json") from None
-    except hub_errors.HfHubHTTPError as exc:
-        raise KvplanError(f"{repo_id}: the Hub answered {exc.__class__.__name__}") from None
-    except (OSError, ValueError) as exc:
-        raise KvplanError(
-            f"{repo_id}: cannot fetch config.json ({exc.__class__.__name__})"
-        ) from None
-    return Path(path).read_text(encoding="utf-8")
-
-
-def _reachable(endpoint: str, timeout_s: float = 3.0) -> bool:
-    """One TCP connection to the Hub endpoint, so no-network fails in seconds, not retries."""
-    import socket
-    from urllib.parse import urlparse
-
-    url = urlparse(endpoint)
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        with socket.create_connection((url.hostname or "", port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
-def load_model(model: str):
-    """A model argument -> ModelSpec."""
+def load_model(model: str, checkpoint: bool = True):
+    """A model argument -> ModelSpec. With `checkpoint`, the weights come from the safetensors
+    headers where they can be read (a local checkpoint folder; a Hub repository within the
+    deadline), cross-checked against the config's count."""
     from kvplan.inputs.architectures import build_model
 
     raw, name, source = load_config(model)
@@ -219,4 +219,49 @@ def load_model(model: str):
         spec = spec._replace(
             notes=(note("variant-resolved", repo_id=hf_id, alias=alias),) + spec.notes
         )
-    return spec._replace(hf_id=hf_id, source=source)
+    spec = spec._replace(hf_id=hf_id, source=source)
+    if checkpoint:
+        spec = attach_checkpoint(spec, source)
+    return spec
+
+
+def attach_checkpoint(spec, source: str):
+    """The checkpoint's safetensors headers, when they can be read, become the weight bytes."""
+    from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
+    from kvplan.inputs.checkpoint import hub_checkpoint, local_checkpoint
+
+    found = None
+    if source.startswith("hub:"):
+        from kvplan.inputs.hub import deadline_s
+
+        found = hub_checkpoint(spec.hf_id, spec.num_layers, deadline_s())
+        if found is None:
+            return spec._replace(
+                notes=spec.notes + (note("checkpoint-unread", repo_id=spec.hf_id),)
+            )
+    elif not source.startswith(("bundled:", "variant:")):
+        found = local_checkpoint(Path(source).parent, spec.num_layers)
+    if found is None:
+        return spec
+    wdtype, _ = resolve_weights_dtype(spec, "auto")
+    from_config = weight_bytes(spec, wdtype)
+    notes = [
+        note(
+            "checkpoint-weights",
+            source=found.source,
+            tensors=found.num_tensors,
+            text_bytes=found.text_bytes,
+            vision_bytes=found.vision_bytes,
+            skipped_bytes=found.skipped_bytes,
+        )
+    ]
+    if from_config and abs(found.text_bytes - from_config) > 0.01 * from_config:
+        notes.append(
+            note(
+                "checkpoint-differs",
+                checkpoint_bytes=found.text_bytes,
+                config_bytes=from_config,
+                config_dtype=wdtype,
+            )
+        )
+    return spec._replace(checkpoint=found, notes=spec.notes + tuple(notes))

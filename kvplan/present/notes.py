@@ -91,12 +91,6 @@ text("weights-quantized")(
         f"the rest in {rest_dtype}."
     )
 )
-text("weights-quant-unknown")(
-    lambda method, dtype: (
-        f"config quantization {method!r} is not one kvplan sizes: weights counted at "
-        f"{dtype}; pass --weights-dtype int4 or int8 to size it."
-    )
-)
 
 # ---- the model at a tensor-parallel degree ---------------------------------------------------
 text("tp-kv-replicated")(
@@ -391,5 +385,46 @@ text("memory-estimated")(
     lambda gpu, source: (
         f"{gpu}: the memory the device reports is an estimate ({source}); budgets may be off by "
         "a few hundred MiB per GPU."
+    )
+)
+text("quant-name-only")(
+    lambda name: (
+        f"{name} looks quantized by its name, but its config declares no quantization_config "
+        "(ModelOpt keeps it in hf_quant_config.json): weights are counted unquantized. Pass "
+        "--weights-dtype (nvfp4, fp8, int4-g128, ...) or a checkpoint folder for exact bytes."
+    )
+)
+text("quant-unread")(
+    lambda method, why: (
+        f"config quantization {method!r} ({why}) is not one kvplan sizes: weights counted "
+        "unquantized; pass --weights-dtype (fp8, int4-gN, nvfp4, ...) to size it."
+    )
+)
+
+# ---- checkpoints --------------------------------------------------------------------------------
+text("checkpoint-weights")(
+    lambda source, tensors, text_bytes, vision_bytes, skipped_bytes: (
+        f"Weights from the checkpoint's own tensor headers ({source}, {tensors:,} tensors): "
+        f"{f.gib_text(text_bytes)} for the language model"
+        + (f", {f.gib_text(vision_bytes)} vision tower" if vision_bytes else "")
+        + (
+            f", {f.gib_text(skipped_bytes)} of multi-token-prediction layers not loaded by default"
+            if skipped_bytes
+            else ""
+        )
+        + "."
+    )
+)
+text("checkpoint-differs")(
+    lambda checkpoint_bytes, config_bytes, config_dtype: (
+        f"The checkpoint holds {f.gib_text(checkpoint_bytes)} of weights where the config's count "
+        f"in {config_dtype} gives {f.gib_text(config_bytes)} "
+        f"({checkpoint_bytes / config_bytes - 1:+.1%}): the checkpoint's figure is used."
+    )
+)
+text("checkpoint-unread")(
+    lambda repo_id: (
+        f"{repo_id}: the safetensors headers could not be read in time (or there are none): "
+        "weights counted from the config."
     )
 )

@@ -22,6 +22,7 @@ from kvplan.inputs.architectures.families import ALIASES, FAMILIES, Family
 from kvplan.inputs.architectures.mixers import lightning_state, read_state
 from kvplan.inputs.architectures.structure import unread_structure
 from kvplan.inputs.fields import REQUIRED, Fields
+from kvplan.inputs.quantization import read_quantization
 from kvplan.notes import note
 
 GENERIC = Family("unknown family, sized from structure")
@@ -112,6 +113,7 @@ def build_model(raw: dict, name: str, source: str | None = None) -> ModelSpec:
     family = family or GENERIC
     f = Fields(text, source, parent=top)
     builder = Builder(f, top, family, model_type, raw_type, top_type)
+    builder.name_hint = source
     spec = builder.build(name)
     unread = unread_structure(text, f.read)
     if not known:
@@ -139,6 +141,7 @@ class Builder:
         self.f, self.top, self.family = f, top, family
         self.model_type, self.raw_type, self.top_type = model_type, raw_type, top_type
         self.notes: list = []
+        self.name_hint = ""
         self.decided: list[tuple[str, str]] = []  # (part, the fields that decided it)
 
     # ---- dimensions -------------------------------------------------------------------------
@@ -463,6 +466,8 @@ class Builder:
         if not layers:
             raise KvplanError(f"{self.f.source}: the config describes no layers")
         self.family_notes(layers)
+        quant = read_quantization(self.top, self.f.data, name, self.name_hint)
+        self.notes.extend(quant.notes)
         moe = counter.moe(plans)
         parts: Counter = Counter(counter.edges())
         for layer in layers:
@@ -481,7 +486,8 @@ class Builder:
             moe=moe,
             tied_embeddings=self.tied,
             max_position_embeddings=self.max_positions(),
-            weights_quantization=self.quantization(),
+            weights_quantization=quant.format,
+            quantized_parts=quant.parts,
             vision_params=vision_params(self.top, self.hidden),
             notes=tuple(self.notes),
             intermediate_size=counter.dense_width if n_dense else None,
@@ -522,14 +528,6 @@ class Builder:
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return value
         return self.family.max_positions
-
-    def quantization(self) -> str | None:
-        """The weights' quantization method from `quantization_config` (fp8 block scales, ...)."""
-        qc = self.top.get("quantization_config") or self.f.data.get("quantization_config")
-        if not isinstance(qc, dict):
-            return None
-        method = qc.get("quant_method")
-        return str(method)[:40] if method else None
 
 
 def vision_params(top: dict, text_hidden: int) -> int:
