@@ -13,7 +13,15 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import ELEMENT_BYTES, WEIGHT_DTYPE_HELP, WeightFormat, weight_format
 from kvplan.notes import Note, note
 
-QUANTIZABLE_PARTS = ("attention", "mlp", "experts", "shared_experts", "mixer", "expert_projections")
+QUANTIZABLE_PARTS = (
+    "attention",
+    "mlp",
+    "experts",
+    "shared_experts",
+    "mixer",
+    "expert_projections",
+    "shared_blocks",
+)
 
 
 def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:

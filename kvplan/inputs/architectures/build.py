@@ -329,6 +329,8 @@ class Builder:
         return [uniform] * n
 
     def _assign_ffn(self, mixers: list[str]) -> list[Plan]:
+        if not self.family.layer_mlp:
+            return [Plan(m, "none") for m in mixers]
         mask = self._moe_mask(len(mixers))
         return [Plan(m, "moe" if moe else "dense") for m, moe in zip(mixers, mask, strict=True)]
 

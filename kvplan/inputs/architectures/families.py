@@ -35,6 +35,8 @@ class Family(NamedTuple):
     mlp_bias_default: bool = False
     q_lora_default: int | None = None  # MLA: q_lora_rank when the key is absent
     mixer_norm_default: bool = True  # a Mamba-2 mixer's gated RMSNorm (mamba_rms_norm)
+    mamba1_inner_norms: bool = True  # Jamba's dt/B/C layernorms inside a Mamba-1 mixer
+    layer_mlp: bool = True  # False: layers have no MLP of their own (Zamba2's shared blocks)
     final_norms: int = 1
     qk_norm: str | None = None  # head (RMSNorm over head_dim) | full (over all heads)
     qk_norm_field: str | None = None  # a bool field switching qk_norm on
@@ -267,9 +269,15 @@ FAMILIES: dict[str, Family] = {
     ),
     "jamba": Family("MoE, Mamba-1 hybrid", kv_heads=8, layer_rule="period"),
     "mamba2": Family("Mamba-2 (attention-free)", norms_per_layer=1),
-    "mamba": Family("Mamba-1 (attention-free)", norms_per_layer=1),
+    "mamba": Family("Mamba-1 (attention-free)", norms_per_layer=1, mamba1_inner_norms=False),
     "falcon_h1": Family("Mamba-2 parallel hybrid", kv_heads=8, mixer_norm_default=False),
-    "zamba2": Family("Mamba-2 hybrid, shared attention", tie=True, head_dim_rule="double"),
+    "zamba2": Family(
+        "Mamba-2 hybrid, shared attention",
+        tie=True,
+        head_dim_rule="double",
+        layer_mlp=False,
+        norms_per_layer=1,
+    ),
     "granitemoehybrid": Family("MoE, Mamba-2 hybrid", vocab=32000),
 }
 

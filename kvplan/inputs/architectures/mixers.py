@@ -160,7 +160,9 @@ def lightning_state(f: Fields, heads: int, head_dim: int, dtype: str) -> State:
     )
 
 
-def mixer_params(f: Fields, state: State, hidden: int, norm_default: bool = True) -> int:
+def mixer_params(
+    f: Fields, state: State, hidden: int, norm_default: bool = True, inner_norms: bool = True
+) -> int:
     """Parameters of one recurrent mixer (in/out projections, conv, dt/A/D, norm)."""
     if state.kind is StateKind.MAMBA2:
         groups_width = 2 * state.num_groups * state.state_size
@@ -201,7 +203,7 @@ def mixer_params(f: Fields, state: State, hidden: int, norm_default: bool = True
             + inner * d_state  # A_log
             + inner  # D
             + inner * hidden  # out_proj
-            + (dt_rank + 2 * d_state if f.bool("mamba_inner_layernorms", True) else 0)
+            + (dt_rank + 2 * d_state if f.bool("mamba_inner_layernorms", inner_norms) else 0)
         )
     raise KvplanError(
         f"{f.source}: kvplan cannot count the parameters of a {state.kind.value} mixer"

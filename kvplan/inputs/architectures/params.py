@@ -155,10 +155,14 @@ class Counter:
     def layer(self, plan, attention: Attention | None, state: State | None) -> tuple:
         """One layer's parameters by part."""
         b, parts = self.b, {}
+        if b.model_type == "zamba2":
+            return self.zamba2_layer(attention, state)
         if attention is not None:
             parts["attention"] = self.attention(attention)
         if state is not None:
-            parts["mixer"] = mixer_params(self.f, state, b.hidden, self.fam.mixer_norm_default)
+            parts["mixer"] = mixer_params(
+                self.f, state, b.hidden, self.fam.mixer_norm_default, self.fam.mamba1_inner_norms
+            )
         if plan.ffn == "dense":
             if self.dense_width is None:
                 raise KvplanError(f"{self.f.source}: config lacks intermediate_size (the MLP)")
@@ -184,6 +188,31 @@ class Counter:
         parts["norms"] = norms * self.norm_width
         return tuple((k, v) for k, v in parts.items() if v)
 
+    def zamba2_layer(self, attention: Attention | None, state: State | None) -> tuple:
+        """A Zamba2 layer: its Mamba-2 mixer and norm; a hybrid layer adds the projection of the
+        shared block's output (hidden x hidden) and its own LoRA adapters (the shared blocks
+        themselves are counted once, in edges())."""
+        f, h = self.f, self.b.hidden
+        parts = {"mixer": mixer_params(f, state, h, self.fam.mixer_norm_default), "norms": h}
+        if attention is not None:
+            rank = f.int("adapter_rank", default=128)
+            width = self.dense_width
+            adapters = h * rank + rank * 2 * width  # gate_up adapter of the shared MLP
+            if f.bool("use_shared_attention_adapter", False):
+                wide = 2 * h
+                adapters += 3 * (wide * rank + rank * wide)  # q, k, v adapters
+            parts["attention"] = h * h + adapters
+        return tuple((k, v) for k, v in parts.items() if v)
+
+    def zamba2_shared_blocks(self) -> int:
+        """Zamba2's shared transformer blocks: attention over concat(hidden, embedding) (2h wide),
+        a gated MLP, two norms; counted once per block, whatever the number of layers using it."""
+        f, h = self.f, self.b.hidden
+        heads, kv, hd = self.b.heads, self.b.kv, self.b.head_dim
+        attention = 2 * h * heads * hd + 2 * (2 * h * kv * hd) + heads * hd * h
+        mlp = h * 2 * self.dense_width + self.dense_width * h
+        return f.int("num_mem_blocks", default=1) * (attention + mlp + 2 * h + h)
+
     def edges(self) -> dict[str, int]:
         """Embeddings, positions, the output head and the final norm."""
         f, b, fam = self.f, self.b, self.fam
@@ -204,6 +233,8 @@ class Counter:
         if b.model_type == "opt" and not f.bool("do_layer_norm_before", True):
             final = 0
         parts["norms"] += final * self.norm_width
+        if b.model_type == "zamba2":
+            parts["shared_blocks"] = self.zamba2_shared_blocks()
         return parts
 
     def moe(self, plans) -> MoE | None:
