@@ -16,6 +16,21 @@ REQUIRED = _MISSING  # pass as `default=` when a class default may be absent
 MAX_DIM = 1 << 31  # no real config has a dimension this large; anything above is corrupt
 MAX_LAYERS = 100_000  # layers are iterated one by one; real models have at most a few hundred
 LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers")
+# Tighter bounds where a value sizes a loop or a table (real models: heads <= 128, experts <=
+# 512, vocab <= 262k): generous by orders of magnitude, small enough to keep work bounded.
+FIELD_MAXIMUM = {
+    "num_attention_heads": 1 << 16,
+    "n_head": 1 << 16,
+    "num_heads": 1 << 16,
+    "num_key_value_heads": 1 << 16,
+    "num_kv_heads": 1 << 16,
+    "n_head_kv": 1 << 16,
+    "vocab_size": 1 << 26,
+    "n_routed_experts": 1 << 16,
+    "num_experts": 1 << 16,
+    "num_local_experts": 1 << 16,
+    "num_experts_per_tok": 1 << 16,
+}
 
 
 class Fields:
@@ -96,6 +111,8 @@ class Fields:
             raise KvplanError(
                 f"{self.source}: field {name} must be a list, got {type(value).__name__}"
             )
+        if len(value) > MAX_LAYERS:
+            raise KvplanError(f"{self.source}: field {name} has over {MAX_LAYERS:,} entries")
         out = [self._check_int(name, item, minimum) for item in value]
         if length is not None and len(out) != length:
             raise KvplanError(
@@ -110,6 +127,8 @@ class Fields:
             return None
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise KvplanError(f"{self.source}: field {name} must be a list of strings")
+        if len(value) > MAX_LAYERS:
+            raise KvplanError(f"{self.source}: field {name} has over {MAX_LAYERS:,} entries")
         if length is not None and len(value) != length:
             raise KvplanError(
                 f"{self.source}: field {name} has {len(value)} entries, expected {length}"
@@ -132,7 +151,7 @@ class Fields:
             if not math.isfinite(value) or value != int(value):
                 raise KvplanError(f"{self.source}: field {name} must be an integer, got {value!r}")
             value = int(value)
-        maximum = MAX_LAYERS if name in LAYER_FIELDS else MAX_DIM
+        maximum = MAX_LAYERS if name in LAYER_FIELDS else FIELD_MAXIMUM.get(name, MAX_DIM)
         if value < minimum or value > maximum:
             raise KvplanError(
                 f"{self.source}: field {name} = {value} is out of range ({minimum} to {maximum:,})"

@@ -18,7 +18,7 @@ from kvplan.formulas.memory import runtime_reserve_bytes
 from kvplan.formulas.weights import resolve_weights_dtype, weights_bytes_per_gpu
 from kvplan.inputs.hardware import GpuProfile, choose_link
 from kvplan.notes import Note, note, unique
-from kvplan.plans.common import model_notes
+from kvplan.plans.common import model_notes, require_cache
 
 WHAT_IF_KV_DTYPES = ("bf16", "fp8", "int8", "int4")
 
@@ -149,7 +149,9 @@ def max_sequences(
     """Whole sequences of `context_len` the pool holds on every stage. A shared prefix is stored
     once, in its whole blocks (a partial block is private to each sequence)."""
     best = None
-    shared_tokens = prefix_tokens // block_size * block_size
+    # Only whole blocks are shared, and a sequence's last block is always its own (engines
+    # compute the last token of a fully cached prompt, and generation writes after it).
+    shared_tokens = min(prefix_tokens, context_len - 1) // block_size * block_size
     for stage in stages:
         per_seq = paged_bytes_per_sequence(stage, context_len, fmt, tp, block_size)
         if per_seq == 0:
@@ -197,6 +199,7 @@ def max_context_at_batch(
 
 def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> CapacityResult:
     """The Python twin of `kvplan capacity MODEL --gpu GPU` (engine-free)."""
+    require_cache(spec, "concurrency")
     validate(request)
     spec.check_tp(request.tp)
     tp, pp, blk = request.tp, request.pp, request.block_size

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.errors import KvplanError
 from kvplan.notes import Note, note
 
 
@@ -61,3 +62,13 @@ class LayerGroupCount(NamedTuple):
 
 def layer_groups(spec: ModelSpec) -> list[LayerGroupCount]:
     return [LayerGroupCount(label, n) for label, n in spec.layer_kind_counts().items()]
+
+
+def require_cache(spec: ModelSpec, what: str) -> None:
+    """Capacity questions need a per-sequence cache; a model without one gets a clear answer."""
+    if not spec.attention_layers() and not spec.state_layers():
+        raise KvplanError(
+            f"{spec.name} keeps no per-sequence cache (no attention or recurrent layer): {what} "
+            "is not limited by cache memory; kvplan size shows its weights, kvplan roofline its "
+            "speed"
+        )

@@ -21,7 +21,7 @@ from kvplan.plans.capacity import (
     concurrency_curve,
     smallest_fitting_tp,
 )
-from kvplan.plans.common import model_notes
+from kvplan.plans.common import model_notes, require_cache
 from kvplan.plans.roofline import RooflineRequest, RooflineResult, roofline
 
 TP_CHOICES = (1, 2, 4, 8, 16)
@@ -106,6 +106,7 @@ def _what_if_key(row) -> str:
 
 def design_report(spec: ModelSpec, gpus: list[GpuProfile], request: DesignRequest) -> DesignResult:
     """The Python twin of `kvplan report`: every number of the report, typed."""
+    require_cache(spec, "concurrency")
     if not gpus:
         raise KvplanError("report needs at least one --gpu")
     formats = [resolve_kv_format(d, spec.dtype) for d in dict.fromkeys(request.kv_dtypes)]

@@ -13,7 +13,7 @@ from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import note
 from kvplan.plans.capacity import CapacityRequest, budget, max_sequences, smallest_fitting_tp
-from kvplan.plans.common import model_notes
+from kvplan.plans.common import model_notes, require_cache
 
 ACT1_MAX_PROMPT = 4096
 ACT1_MAX_GENERATE = 256
@@ -23,6 +23,7 @@ QUANT = ("bf16", "fp8", "int8", "int4")
 
 
 def explore_data(spec: ModelSpec, gpus: list[GpuProfile]) -> dict:
+    require_cache(spec, "concurrency")
     if not gpus:
         raise KvplanError("explore needs at least one --gpu")
     base = resolve_kv_format("auto", spec.dtype)
@@ -51,7 +52,10 @@ def explore_data(spec: ModelSpec, gpus: list[GpuProfile]) -> dict:
             ]
             for g in groups
         ],
-        "bytes": [kv_bytes_per_sequence(spec, t, base) if t else 0 for t in range(max_t + 1)],
+        # one pass over the layers (cache_groups), then per token count: linear in layers
+        "bytes": [
+            sum(g.bytes_per_sequence(t) for g in groups) if t else 0 for t in range(max_t + 1)
+        ],
         # without a cache, step i recomputes K/V for all i tokens: sum i = t(t+1)/2 vs t
         "recompute_ratio": [(t + 1) / 2 if t else 1.0 for t in range(max_t + 1)],
     }

@@ -177,6 +177,8 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
         raise KvplanError(f"--pp {pp} must be between 1 and the {spec.num_layers} layers")
     if not request.contexts or not request.batches:
         raise KvplanError("roofline needs at least one context and one batch size")
+    if len(request.contexts) * len(request.batches) > 10_000:
+        raise KvplanError("roofline: at most 10,000 decode rows (contexts x batches)")
     link = gpu.interconnect
     if (tp > 1 or pp > 1) and link is None:
         raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")

@@ -26,6 +26,8 @@ from kvplan.plans.common import (
     model_notes,
 )
 
+MAX_ROWS = 10_000  # a table a person can read is far smaller; this bounds the work
+
 
 class SizeRequest(NamedTuple):
     contexts: tuple[int, ...] = (8192,)
@@ -94,6 +96,11 @@ def size(spec: ModelSpec, request: SizeRequest) -> SizeResult:
     spec.check_tp(request.tp)
     if not request.contexts or not request.batches or not request.kv_dtypes:
         raise KvplanError("size needs at least one context, one batch size and one KV dtype")
+    rows = len(request.contexts) * len(request.batches) * len(request.kv_dtypes)
+    if rows > MAX_ROWS:
+        raise KvplanError(
+            f"{rows:,} rows (contexts x batches x KV dtypes): at most {MAX_ROWS:,} in one table"
+        )
     wdtype, wnotes = resolve_weights_dtype(spec, request.weights_dtype)
     weights_total = weight_bytes(spec, wdtype)
     weights_rank = weights_total / request.tp

@@ -36,7 +36,7 @@ def parse_technique(text: str) -> Technique:
         return Technique(raw, "dtype", key, "bytes_per_value", False)
     if key.startswith("cla"):
         share = key[3:] or arg
-        if not share.isdigit() or not 2 <= int(share) <= 1024:
+        if not (share.isascii() and share.isdigit()) or not 2 <= int(share) <= 1024:
             raise KvplanError(f"--apply {text!r}: CLA needs a sharing factor of 2 or more (cla2)")
         return Technique(raw, "cla", int(share), "layers", False)
     if key in ("gqa", "mqa"):
@@ -55,7 +55,7 @@ def parse_technique(text: str) -> Technique:
 
 
 def _int(arg: str, text: str) -> int:
-    if not arg.isdigit() or not 1 <= int(arg) <= 1 << 20:
+    if not (arg.isascii() and arg.isdigit()) or len(arg) > 8 or not 1 <= int(arg) <= 1 << 20:
         raise KvplanError(f"--apply {text!r}: needs a positive whole number")
     return int(arg)
 

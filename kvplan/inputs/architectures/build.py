@@ -21,8 +21,9 @@ from kvplan.formulas.dtypes import model_dtype_name
 from kvplan.inputs.architectures.families import ALIASES, FAMILIES, Family
 from kvplan.inputs.architectures.mixers import lightning_state, read_state
 from kvplan.inputs.architectures.structure import unread_structure
-from kvplan.inputs.fields import REQUIRED, Fields
+from kvplan.inputs.fields import MAX_LAYERS, REQUIRED, Fields
 from kvplan.inputs.quantization import read_quantization
+from kvplan.inputs.text import clean
 from kvplan.notes import note
 
 GENERIC = Family("unknown family, sized from structure")
@@ -105,6 +106,7 @@ def build_model(raw: dict, name: str, source: str | None = None) -> ModelSpec:
     if not isinstance(raw_type, str) or not raw_type:
         raise KvplanError(f"{source}: config has no model_type")
     top_type = top.get("model_type") if isinstance(top.get("model_type"), str) else raw_type
+    raw_type = clean(raw_type)[:80]
     model_type = ALIASES.get(raw_type, raw_type)
     if text is top and raw_type in ("llama4", "gemma3", "mistral3", "kimi_k25"):
         raise KvplanError(f"{source}: {raw_type} config has no text_config")
@@ -279,6 +281,10 @@ class Builder:
                 )
             if not pattern:
                 raise KvplanError(f"{f.source}: hybrid_override_pattern is empty")
+            if len(pattern) > MAX_LAYERS:
+                raise KvplanError(
+                    f"{f.source}: hybrid_override_pattern has over {MAX_LAYERS:,} layers"
+                )
             return list(pattern), "hybrid_override_pattern"
         attn_types = f.int_list("attn_type_list")
         if attn_types is not None:  # MiniMax: 1 softmax attention, 0 lightning (linear)

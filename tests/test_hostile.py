@@ -1,0 +1,276 @@
+"""Hostile and ordinary inputs: every case ends in a correct answer or one `error:` line with exit 2,
+within a bounded time; no run leaves a user's file half-written or overwrites a file the user did
+not name. (Hub servers that misbehave: tests/test_hub.py; YAML profiles: tests/test_hardware.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import REPO, llama_like, run_cli, run_json
+
+
+def one_line_error(code: int, err: str) -> None:
+    assert code == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err and "internal error" not in err
+
+
+# ---- ordinary calls that used to crash -------------------------------------------------------
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "llama-3.1-8b", "--ctx", "2k"],  # the default prefix is the whole context
+        ["report", "llama-3.1-8b", "--ctx", "1k,8k"],
+        ["capacity", "llama-3.1-8b", "--ctx", "32k", "--prefix-tokens", "32k"],
+    ],
+)
+def test_ordinary_calls_answer(argv):
+    code, out, err = run_cli(*argv)
+    assert code == 0, err
+    assert out
+
+
+def test_a_prompt_shared_whole_still_costs_each_sequence_its_last_block():
+    whole = run_json("capacity", "llama-3.1-8b", "--ctx", "32k", "--prefix-tokens", "32k")
+    row = next(r for r in whole["what_if"] if r["kind"] == "prefix")
+    pool = whole["kv_pool_bytes_per_gpu"]
+    shared = (32768 - 16) * 131_072  # every block but the last
+    assert row["max_concurrency"] == int((pool - shared) // (16 * 131_072))
+
+
+def test_a_model_without_a_cache_gets_an_answer_not_a_crash(tmp_path):
+    config = {
+        "model_type": "nemotron_h",
+        "hidden_size": 256,
+        "hybrid_override_pattern": "----",
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        "mamba_num_heads": 8,
+        "mamba_head_dim": 32,
+        "ssm_state_size": 16,
+        "n_groups": 1,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert run_json("size", str(path))["rows"][0]["kv_bytes_per_sequence"] == 0
+    assert run_json("roofline", str(path))["decode"]
+    for argv in (["capacity"], ["report"], ["explore", "--out", str(tmp_path / "p.html")]):
+        code, _, err = run_cli(argv[0], str(path), *argv[1:])
+        one_line_error(code, err)
+        assert "keeps no per-sequence cache" in err
+    code, _, err = run_cli("whatif", str(path), "--apply", "fp8")
+    one_line_error(code, err)
+
+
+# ---- impossible values are refused at the edge -----------------------------------------------
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["engine", "llama-3.1-8b", "--max-num-batched-tokens", "-100000000"],
+        ["capacity", "llama-3.1-8b", "--reserve", "-1"],
+        ["capacity", "llama-3.1-8b", "--reserve", "nan"],
+        ["capacity", "llama-3.1-8b", "--reserve", "1e400"],
+        ["capacity", "llama-3.1-8b", "--reserve", "inf"],
+        ["capacity", "llama-3.1-8b", "--reserve", "1024"],  # a size needs its unit
+        ["capacity", "llama-3.1-8b", "--block-size", "0"],
+        ["capacity", "llama-3.1-8b", "--block-size", "-16"],
+        ["engine", "llama-3.1-8b", "--engine", "sglang", "--mem-fraction-static", "0"],
+        ["capacity", "llama-3.1-8b", "--gpu-mem-util", "nan"],
+        ["capacity", "llama-3.1-8b", "--gpu-mem-util", "inf"],
+        ["capacity", "llama-3.1-8b", "--kv-cache-memory", "20GiB"],  # an engine option
+        ["capacity", "llama-3.1-8b", "--network-gbps", "nan"],
+        ["capacity", "llama-3.1-8b", "--num-gpus", "0"],
+        ["size", "llama-3.1-8b", "--kv-dtype", ""],
+        ["size", "llama-3.1-8b", "--kv-dtype", "int3"],
+        ["size", "llama-3.1-8b", "--ctx", "0"],
+        ["size", "llama-3.1-8b", "--ctx", "-8k"],
+        ["size", "llama-3.1-8b", "--ctx", "1" * 400],
+        ["size", "llama-3.1-8b", "--batch", "0"],
+        ["size", "llama-3.1-8b", "--tp", "3"],
+        ["size", "llama-3.1-8b", "--tp", "99999"],
+        ["size", "llama-3.1-8b", "--weights-dtype", "int3"],
+        ["whatif", "llama-3.1-8b", "--apply", "cla²"],
+        ["whatif", "llama-3.1-8b", "--apply", "gqa=٣"],
+        ["whatif", "llama-3.1-8b", "--apply", "evict=1.5"],
+        ["whatif", "llama-3.1-8b", "--apply", ""],
+        ["roofline", "llama-3.1-8b", "--pp", "0"],
+        ["engine", "llama-3.1-8b", "--kv-cache-dtype", ""],
+        ["engine", "llama-3.1-8b", "--gpu-memory-utilization", "2"],
+    ],
+)
+def test_impossible_values_are_one_line_errors(argv):
+    code, _, err = run_cli(*argv)
+    one_line_error(code, err)
+
+
+def test_list_products_are_bounded():
+    contexts = ",".join(str(1000 + i) for i in range(200))
+    batches = ",".join(str(1 + i) for i in range(200))
+    code, _, err = run_cli("size", "llama-3.1-8b", "--ctx", contexts, "--batch", batches)
+    one_line_error(code, err)
+    assert "at most 10,000" in err
+
+
+# ---- configs that are hostile -----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ('{"model_type": "llama", "hidden_size": ' + "9" * 5000 + "}", "invalid JSON"),
+        ("[" * 100_000 + "]" * 100_000, "invalid JSON"),
+        ('{"a":' * 200 + "1" + "}" * 200, "nested deeper"),
+        ("\xff\xfe not utf8", "not UTF-8"),
+    ],
+)
+def test_hostile_config_text(tmp_path, text, needle):
+    path = tmp_path / "config.json"
+    path.write_bytes(text.encode("latin-1", "ignore") if "\xff" in text else text.encode())
+    code, _, err = run_cli("size", str(path))
+    one_line_error(code, err)
+    assert needle in err, err
+
+
+def test_a_fifo_or_a_device_is_not_read(tmp_path):
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    code, _, err = run_cli("size", str(fifo))
+    assert code == 2 and time.monotonic() - started < 10, err
+    code, _, err = run_cli("size", "/dev/zero")
+    one_line_error(code, err)
+
+
+def test_huge_pattern_and_lists_are_capped(tmp_path):
+    config = llama_like(model_type="nemotron_h", hybrid_override_pattern="*" * 200_000)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, _, err = run_cli("size", str(path))
+    one_line_error(code, err)
+    assert "over 100,000" in err
+    config = llama_like(num_attention_heads=2_000_000_000, num_key_value_heads=1)
+    path.write_text(json.dumps(config))
+    code, _, err = run_cli("explore", str(path), "--out", str(tmp_path / "x.html"))
+    one_line_error(code, err)
+
+
+def test_escape_sequences_from_a_config_never_reach_the_terminal(tmp_path):
+    config = llama_like(model_type="llama\x1b[2J\x1b]0;pwned\x07")
+    path = tmp_path / "evil" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    code, out, err = run_cli("size", str(path))
+    assert "\x1b" not in out + err and "\x07" not in out + err
+
+
+# ---- files ------------------------------------------------------------------------------------
+def test_report_never_overwrites_charts_it_was_not_told_to_write(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "design.md"
+    chart = tmp_path / "design-roofline.png"
+    chart.write_bytes(b"the user's own picture")
+    code, _, err = run_cli("report", "llama-3.1-8b", "--ctx", "8k", "--out", str(out))
+    one_line_error(code, err)
+    assert "--force" in err and chart.read_bytes() == b"the user's own picture"
+    assert not out.exists()
+    code, _, err = run_cli("report", "llama-3.1-8b", "--ctx", "8k", "--out", str(out), "--force")
+    assert code == 0, err
+    assert chart.read_bytes().startswith(b"\x89PNG")
+
+
+def test_dash_means_standard_output(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("explore", "llama-3.1-8b", "--out", "-")
+    assert code == 0 and out.startswith("<!doctype html>"), err
+    code, out, err = run_cli("report", "llama-3.1-8b", "--ctx", "8k", "--out", "-")
+    assert code == 0 and out.startswith("## KV-cache plan"), err
+    assert not list(tmp_path.iterdir())  # no file named '-' and no '--roofline.png'
+
+
+@pytest.mark.parametrize("target", ["folder", "missing/x.png", "/proc/kvplan.png"])
+def test_plot_to_a_place_that_cannot_hold_it(tmp_path, target):
+    pytest.importorskip("matplotlib")
+    if target == "folder":
+        (tmp_path / "folder.png").mkdir()
+        target = str(tmp_path / "folder.png")
+    elif not target.startswith("/"):
+        target = str(tmp_path / target)
+    code, _, err = run_cli("roofline", "llama-3.1-8b", "--plot", target)
+    one_line_error(code, err)
+
+
+def test_an_existing_page_survives_a_failed_write(tmp_path):
+    page = tmp_path / "kvcache.html"
+    page.write_text("my page")
+    os.chmod(tmp_path, 0o500)  # the folder refuses the temporary file
+    try:
+        if os.access(tmp_path, os.W_OK):
+            pytest.skip("running as a user that ignores folder permissions")
+        code, _, err = run_cli("explore", "llama-3.1-8b", "--out", str(page))
+        one_line_error(code, err)
+    finally:
+        os.chmod(tmp_path, 0o700)
+    assert page.read_text() == "my page"
+
+
+def test_standard_output_on_a_full_device_is_a_clear_error():
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "kvplan", "models"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
+    assert proc.returncode == 2 and "No space left" in proc.stderr, proc.stderr
+
+
+def test_a_closed_pipe_ends_quietly():
+    proc = subprocess.run(
+        f"{sys.executable} -m kvplan models | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.stdout.startswith("Bundled models") and "Error" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_full_disk_leaves_the_users_page_whole(tmp_path):
+    """A 1 MiB tmpfs filled to the brim: the write fails cleanly and the old page stays."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        page = mount / "kvcache.html"
+        page.write_text("my page")
+        fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass  # full
+        finally:
+            os.close(fd)
+        code, _, err = run_cli("explore", "llama-3.1-8b", "--out", str(page))
+        one_line_error(code, err)
+        assert "No space left" in err
+        assert page.read_text() == "my page"
+        assert [p.name for p in mount.iterdir() if p.name.startswith(".")] == []  # no temp left
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)
