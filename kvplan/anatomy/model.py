@@ -189,6 +189,20 @@ class MoE(NamedTuple):
         return e * (1.0 - (1.0 - k / e) ** batch_size)
 
 
+class StoredWeights(NamedTuple):
+    """Weights as a model file stores them (a GGUF's tensor table): exact bytes, each tensor in
+    its own ggml type with its block scales. `layer_bytes[i]` is block i's tensors."""
+
+    part_bytes: dict[str, int]  # by part, as param_parts (embedding, lm_head, attention, ...)
+    layer_bytes: tuple[int, ...]
+    file_type: str  # the file's quantization mix as llama.cpp names it (Q4_K_M, ...)
+    type_bytes: dict[str, int]  # bytes by ggml type
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.part_bytes.values())
+
+
 class ModelSpec(NamedTuple):
     """Everything kvplan derives from a config.json: layers, parameters, dtypes, notes."""
 
@@ -211,6 +225,8 @@ class ModelSpec(NamedTuple):
     # Where the config came from: the Hugging Face id engines load it by (None for a local file).
     hf_id: str | None = None
     source: str | None = None
+    # The weights as a model file stores them (GGUF); None for a config.json.
+    stored: StoredWeights | None = None
 
     # --- parameters -------------------------------------------------------------------------
     @property

@@ -30,6 +30,17 @@ def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:
             f"unknown weights dtype {str(name)[:40]!r}; choose from {', '.join(WEIGHT_DTYPES)}"
         )
     notes = []
+    if key == "gguf" or (key == "auto" and spec.stored is not None):
+        if spec.stored is None:
+            raise KvplanError("--weights-dtype gguf needs a GGUF file as the model")
+        notes.append(
+            note(
+                "weights-gguf",
+                file_type=spec.stored.file_type,
+                weights_bytes=spec.stored.total_bytes,
+            )
+        )
+        return "gguf", notes
     if key == "auto":
         quant = spec.weights_quantization
         if quant in ("fp8", "mxfp4"):
@@ -54,7 +65,10 @@ def _quant_note(dtype: str, spec: ModelSpec) -> Note:
 
 
 def weight_bytes(spec: ModelSpec, dtype: str) -> int:
-    """Bytes of all weights in `dtype` (a resolved name from resolve_weights_dtype)."""
+    """Bytes of all weights in `dtype` (a resolved name from resolve_weights_dtype); "gguf" is
+    the file's own bytes, each tensor in its ggml type with its block scales."""
+    if dtype == "gguf":
+        return spec.stored.total_bytes
     if dtype in ELEMENT_BYTES:
         return spec.params_total * ELEMENT_BYTES[dtype]
     total = sum(
@@ -81,6 +95,9 @@ def weight_bytes_read_per_decode_step(spec: ModelSpec, dtype: str, batch_size: i
 
 
 def _part_bytes_per_param(spec: ModelSpec, dtype: str, part: str) -> float:
+    if dtype == "gguf":
+        count = spec.param_parts.get(part, 0)
+        return spec.stored.part_bytes.get(part, 0) / count if count else 0.0
     if dtype in ELEMENT_BYTES:
         return ELEMENT_BYTES[dtype]
     quantized = {"experts"} if dtype == "mxfp4" else set(QUANTIZABLE_PARTS)

@@ -92,6 +92,8 @@ def load_config(model: str) -> tuple[dict, str, str]:
     """(config dict, display name, source description) for a model argument."""
     if not isinstance(model, str) or not model.strip():
         raise KvplanError("no model given")
+    if model.strip().lower().endswith(".gguf"):
+        raise KvplanError(f"{model}: a GGUF file has no config.json (load it with load_model)")
     bundled = _lookup_bundled(model)
     if bundled is not None:
         text = (_bundled_dir() / bundled.file).read_text(encoding="utf-8")
@@ -201,6 +203,10 @@ def _reachable(endpoint: str, timeout_s: float = 3.0) -> bool:
 def load_model(model: str):
     """A model argument -> ModelSpec."""
     from kvplan.inputs.architectures import build_model
+    from kvplan.inputs.gguf import is_gguf_path, load_gguf
+
+    if is_gguf_path(model):
+        return load_gguf(model.strip())
 
     raw, name, source = load_config(model)
     spec = build_model(raw, name, source)
