@@ -105,6 +105,8 @@ def sglang_view(r: SglangResult) -> View:
 
 
 def engine_view(result) -> View:
+    if result.engine == "llama.cpp":
+        return llamacpp_view(result)
     return vllm_view(result) if result.engine == "vllm" else sglang_view(result)
 
 
@@ -241,3 +243,105 @@ def llamacpp_log_lines(r) -> list[str]:
                 )
         lines.append(_kv_summary(build, c))
     return lines
+
+
+def llamacpp_view(r) -> View:
+    lines = llamacpp_log_lines(r)
+    s, p = r.settings, r.placement
+    decode = r.decode[-1]
+    facts = [
+        ("engine", f"llama.cpp rules of b{s.build} (llama-server)"),
+        ("model / GPU", f"{r.model['name']} on {r.gpu} ({r.backend})"),
+        (
+            "context",
+            f"-c {s.n_ctx:,}: {s.n_seq_max} sequences, "
+            + ("one unified stream" if s.kv_unified else f"{s.n_stream} streams")
+            + f" of {s.n_ctx_seq:,} cells",
+        ),
+        ("cache types", f"K {s.cache_type_k}, V {s.cache_type_v}, flash attention "
+         + ("on" if s.flash_attn else "off")),
+        (
+            "layers on GPU",
+            f"-ngl {p.n_gpu_layers} of {p.num_layers + 1}"
+            + (" (the most that fit)" if p.auto else "")
+            + f"; at most {r.max_gpu_layers} fit",
+        ),
+        (
+            "GPU memory",
+            f"{f.gib_text(r.gpu_memory.total_bytes)} of {f.gib_text(r.gpu_capacity_bytes)}"
+            + (" (fits)" if r.fits else " (does NOT fit)"),
+        ),
+        ("host memory", f.gib_text(r.host_memory.total_bytes)),
+        (
+            "decode ceiling",
+            f"{decode.tok_per_s:,.1f} tok/s per sequence at {decode.context_len:,} tokens "
+            f"({r.gpu} + {r.host})",
+        ),
+    ]
+    if r.recommended is not None:
+        facts.append(
+            (
+                "choose",
+                f"weights {r.recommended.weights_type} with a {r.recommended.cache_type} cache "
+                f"for -c {s.n_ctx:,} on the GPU",
+            )
+        )
+    data = jsonable(r)
+    data["log_lines"] = lines
+    tables = [
+        Table(
+            "log lines",
+            [Column("line", "what llama.cpp logs", f.text, "left")],
+            [{"line": line} for line in lines],
+        ),
+        Table(
+            "memory",
+            [
+                Column("device", "device", f.text, "left"),
+                Column("weights_bytes", "weights (GiB)", f.gib),
+                Column("kv_bytes", "KV (GiB)", f.gib),
+                Column("state_bytes", "state (GiB)", f.gib),
+                Column("reserve_bytes", "reserve (GiB)", f.gib),
+                Column("total_bytes", "total (GiB)", f.gib),
+            ],
+            [
+                {**m._asdict(), "total_bytes": m.total_bytes}
+                for m in (r.gpu_memory, r.host_memory)
+            ],
+        ),
+        Table(
+            "decode ceiling (one sequence, memory-bound)",
+            [
+                Column("context_len", "context (tokens)", f.integer),
+                Column("gpu_read_bytes", "read on GPU (GiB)", f.gib),
+                Column("host_read_bytes", "read on host (GiB)", f.gib),
+                Column("step_s", "step (ms)", f.ms),
+                Column("tok_per_s", "tok/s", f.fixed(1)),
+            ],
+            [d._asdict() for d in r.decode],
+        ),
+        Table(
+            "largest -c that fits with every layer on the GPU",
+            [
+                Column("cache_type", "cache type (K = V)", f.text, "left"),
+                Column("max_ctx_size", "largest -c (tokens)", f.integer),
+                Column("capped", "= training context", f.yes_no),
+                Column("kv_bytes", "cache (GiB)", f.gib),
+            ],
+            [c._asdict() for c in r.context_fit],
+        ),
+        Table(
+            f"weights x cache at -c {s.n_ctx:,}, every layer on the GPU",
+            [
+                Column("weights_type", "weights", f.text, "left"),
+                Column("cache_type", "cache", f.text, "left"),
+                Column("weights_bytes", "weights (GiB)", f.gib),
+                Column("gpu_bytes", "GPU total (GiB)", f.gib),
+                Column("fits", "fits", f.yes_no),
+                Column("tok_per_s", "tok/s", f.fixed(1)),
+            ],
+            [q._asdict() for q in r.quant_choices],
+        ),
+    ]
+    title = f"llama.cpp allocation for {r.model['name']} on {r.gpu}"
+    return view(title, r, facts, tables, data=data)
