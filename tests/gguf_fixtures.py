@@ -10,9 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-
 import gguf
+import numpy as np
 
 CONFIGS = Path(__file__).resolve().parents[1] / "model_configs"
 
@@ -121,7 +120,7 @@ def convert(cfg: dict) -> tuple[str, dict]:
     """(GGUF architecture, keys) as convert_hf_to_gguf.py writes them for this config."""
     text = _text(cfg)
     mt = text["model_type"]
-    keys = _base(text)
+    keys = _base(text) if mt != "mamba2" else {}
     if mt in ("llama", "mistral"):  # MistralModel is LlamaModel: no sliding_window key
         keys["rope.dimension_count"] = text["hidden_size"] // text["num_attention_heads"]
         return "llama", keys
@@ -269,7 +268,7 @@ def tensors_for(arch: str, keys: dict, weight_type: str = "Q8_0") -> list:
         if experts and ff_il != 0 and arch not in ("nemotron_h",):
             width = keys.get("expert_feed_forward_length", ff_il)
             out += [
-                ("blk.%d.ffn_gate_inp.weight" % il, (h, experts), "F32"),
+                (p + "ffn_gate_inp.weight", (h, experts), "F32"),
                 t(p + "ffn_gate_exps.weight", (h, width, experts)),
                 t(p + "ffn_up_exps.weight", (h, width, experts)),
                 t(p + "ffn_down_exps.weight", (width, h, experts)),

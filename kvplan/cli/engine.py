@@ -125,7 +125,12 @@ def add(app: typer.Typer) -> None:
             None, "-b", "--batch-size", min=1, max=1 << 20, help="llama.cpp: logical batch (2048)."
         ),
         ubatch_size: int = typer.Option(
-            None, "-ub", "--ubatch-size", min=1, max=1 << 20, help="llama.cpp: physical batch (512)."
+            None,
+            "-ub",
+            "--ubatch-size",
+            min=1,
+            max=1 << 20,
+            help="llama.cpp: physical batch (512).",
         ),
         cache_type_k: str = typer.Option(
             None,

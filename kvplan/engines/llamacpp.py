@@ -317,7 +317,9 @@ def swa_cells(s: Settings, window: int, swa_full: bool) -> int:
     return min(s.n_ctx_seq, pad(window * seqs + batch, s.cells_pad))
 
 
-def layer_row_bytes(attn: Attention, s: Settings, v_row_values: int | None = None) -> tuple[int, int]:
+def layer_row_bytes(
+    attn: Attention, s: Settings, v_row_values: int | None = None
+) -> tuple[int, int]:
     """(K, V) bytes of one token's row in one layer: n_embd_k_gqa values in -ctk's type and
     n_embd_v_gqa in -ctv's (MLA: the latent as K, no V)."""
     if attn.kind is CacheKind.MLA:  # V-less since b7832; before, V held the kv_lora part
@@ -436,7 +438,9 @@ def model_weights(spec: ModelSpec, weights_type: str | None) -> tuple[Weights, l
     if spec.stored is not None and weights_type is None:
         st = spec.stored
         per_param = {
-            part: st.part_bytes.get(part, 0) / count for part, count in spec.param_parts.items() if count
+            part: st.part_bytes.get(part, 0) / count
+            for part, count in spec.param_parts.items()
+            if count
         }
         experts = [
             round(dict(layer.params).get("experts", 0) * per_param.get("experts", 0))
@@ -481,15 +485,19 @@ def memory_split(
     gpu_w = sum(b for il, b in enumerate(w.layers) if on_gpu[il]) + (
         w.output if p.output_on_gpu else 0
     )
-    host_w = sum(b for il, b in enumerate(w.layers) if not on_gpu[il]) + w.embedding + (
-        0 if p.output_on_gpu else w.output
+    host_w = (
+        sum(b for il, b in enumerate(w.layers) if not on_gpu[il])
+        + w.embedding
+        + (0 if p.output_on_gpu else w.output)
     )
     kv = {"gpu": 0, "host": 0}
     state = {"gpu": 0, "host": 0}
     for c in per_layer:
         side = "gpu" if on_gpu[c.index] and not nkvo else "host"
         (state if c.kind == "recurrent" else kv)[side] += c.k_bytes + c.v_bytes
-    gpu = MemorySplit(device, int(gpu_w), kv["gpu"], state["gpu"], int(reserve) if p.n_gpu_layers else 0)
+    gpu = MemorySplit(
+        device, int(gpu_w), kv["gpu"], state["gpu"], int(reserve) if p.n_gpu_layers else 0
+    )
     host = MemorySplit("CPU", int(host_w), kv["host"], state["host"], 0)
     return gpu, host
 
@@ -612,14 +620,20 @@ def quant_choices(
             d = decode_ceiling(m.spec, w, s2, p, s2.n_ctx_seq, gpu_bw, host_bw, False)
             rows.append(
                 QuantChoice(
-                    w.type_name, ct, sum(w.layers) + w.embedding + w.output, gpu_bytes,
-                    gpu_bytes <= m.capacity, d.tok_per_s
+                    w.type_name,
+                    ct,
+                    sum(w.layers) + w.embedding + w.output,
+                    gpu_bytes,
+                    gpu_bytes <= m.capacity,
+                    d.tok_per_s,
                 )
             )
     fitting = [r for r in rows if r.fits]
     good_cache = [r for r in fitting if r.cache_type in ("f16", "q8_0")]
     pool = good_cache or fitting
-    best = max(pool, key=lambda r: (r.weights_bytes, CACHE_CHOICES[::-1].index(r.cache_type)), default=None)
+    best = max(
+        pool, key=lambda r: (r.weights_bytes, CACHE_CHOICES[::-1].index(r.cache_type)), default=None
+    )
     return rows, best
 
 
@@ -695,4 +709,3 @@ def _type_allowed(spec: ModelSpec, s: Settings, t: str) -> bool:
         return False
     block = ggml_type(t).block_size
     return all(a.head_dim % block == 0 for a in spec.attention_layers()) or not s.flash_attn
-

@@ -220,11 +220,15 @@ def _read_one(path: Path) -> tuple[dict, list[GgufTensor]]:
     for name, dims, type_id in reader.tensor_table:
         ggml = GGML_TYPE_BY_ID.get(type_id)
         if ggml is None:
-            raise KvplanError(f"{path}: tensor {name} has ggml type id {type_id}, unknown to kvplan")
+            raise KvplanError(
+                f"{path}: tensor {name} has ggml type id {type_id}, unknown to kvplan"
+            )
         values = 1
         for d in dims:
             values *= d
-        tensors.append(GgufTensor(name, dims, ggml.name, values, ggml_tensor_bytes(type_id, values)))
+        tensors.append(
+            GgufTensor(name, dims, ggml.name, values, ggml_tensor_bytes(type_id, values))
+        )
     return metadata, tensors
 
 
@@ -458,7 +462,9 @@ def _swa_plans(keys: Keys, n_all: int, n_layer: int) -> list[LayerPlan]:
         flags = [bool(v) for v in pattern[:n_layer]] + [False] * (n_all - n_layer)
     else:
         if period is None and pattern is None:
-            raise KvplanError(f"{keys.source}: GGUF lacks {keys.arch}.attention.sliding_window_pattern")
+            raise KvplanError(
+                f"{keys.source}: GGUF lacks {keys.arch}.attention.sliding_window_pattern"
+            )
         p = pattern if isinstance(pattern, int) else period
         flags = [il < n_layer and _swa(il, p) for il in range(n_all)]
     if window is None and window_default is None:
@@ -572,9 +578,11 @@ def gguf_model_spec(model: GgufModel, name: str, source: str) -> ModelSpec:
     n_embd = keys.int("embedding_length")
     plans = layer_plans(keys, n_all, n_layer, notes)
     heads = keys.per_layer("attention.head_count", n_all, 0)
-    kv = keys.per_layer("attention.head_count_kv", n_all, 0) if keys.has(
-        "attention.head_count_kv"
-    ) else heads
+    kv = (
+        keys.per_layer("attention.head_count_kv", n_all, 0)
+        if keys.has("attention.head_count_kv")
+        else heads
+    )
     totals = tensor_totals(model, n_all)
     state = _state(keys) if any(p.recurrent for p in plans) else None
     # Gemma 4: the last shared_kv_layers layers read an earlier layer's cache and keep none.

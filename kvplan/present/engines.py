@@ -173,7 +173,9 @@ def _offload_lines(build: int, p) -> list[str]:
         lines = [f"{prefix}: offloading output layer to GPU"] if n_gpu > 0 else []
         lines.append(f"{prefix}: offloading {max(n_gpu - 1, 0)} repeating layers to GPU")
     else:
-        lines = [f"{prefix}: offloading {min(p.n_gpu_layers, p.num_layers)} repeating layers to GPU"]
+        lines = [
+            f"{prefix}: offloading {min(p.n_gpu_layers, p.num_layers)} repeating layers to GPU"
+        ]
         if p.n_gpu_layers > p.num_layers:
             word = "output layer" if build >= 3990 else "non-repeating layers"
             lines.append(f"{prefix}: offloading {word} to GPU")
@@ -194,14 +196,20 @@ def llamacpp_log_lines(r) -> list[str]:
         )
     ctx = _context_prefix(build)
     if build >= 6325:
-        fa = "auto" if r.flash_attn_requested == "auto" else ("enabled" if s.flash_attn else "disabled")
+        fa = (
+            "auto"
+            if r.flash_attn_requested == "auto"
+            else ("enabled" if s.flash_attn else "disabled")
+        )
     else:
         fa = str(int(s.flash_attn))
     shown_ctx = s.n_ctx_seq if build < 4881 and s.kv_unified else s.n_ctx
     lines += [f"{ctx}: n_seq_max     = {s.n_seq_max}", f"{ctx}: n_ctx         = {shown_ctx}"]
     per_seq = "n_ctx_seq" if build >= 6925 else "n_ctx_per_seq"
     if build >= 4014:
-        lines.append(f"{ctx}: {per_seq:<13} = {s.n_ctx_seq if build >= 6071 else s.n_ctx // s.n_seq_max}")
+        lines.append(
+            f"{ctx}: {per_seq:<13} = {s.n_ctx_seq if build >= 6071 else s.n_ctx // s.n_seq_max}"
+        )
     lines += [
         f"{ctx}: n_batch       = {s.n_batch}",
         f"{ctx}: n_ubatch      = {s.n_ubatch}",
@@ -238,8 +246,7 @@ def llamacpp_log_lines(r) -> list[str]:
         if build >= 2000:
             for b in c.buffers:
                 lines.append(
-                    f"{_kv_prefix(build)}: {b.device:>10} KV buffer size = "
-                    f"{_mib(b.bytes):8.2f} MiB"
+                    f"{_kv_prefix(build)}: {b.device:>10} KV buffer size = {_mib(b.bytes):8.2f} MiB"
                 )
         lines.append(_kv_summary(build, c))
     return lines
@@ -258,8 +265,11 @@ def llamacpp_view(r) -> View:
             + ("one unified stream" if s.kv_unified else f"{s.n_stream} streams")
             + f" of {s.n_ctx_seq:,} cells",
         ),
-        ("cache types", f"K {s.cache_type_k}, V {s.cache_type_v}, flash attention "
-         + ("on" if s.flash_attn else "off")),
+        (
+            "cache types",
+            f"K {s.cache_type_k}, V {s.cache_type_v}, flash attention "
+            + ("on" if s.flash_attn else "off"),
+        ),
         (
             "layers on GPU",
             f"-ngl {p.n_gpu_layers} of {p.num_layers + 1}"
@@ -304,10 +314,7 @@ def llamacpp_view(r) -> View:
                 Column("reserve_bytes", "reserve (GiB)", f.gib),
                 Column("total_bytes", "total (GiB)", f.gib),
             ],
-            [
-                {**m._asdict(), "total_bytes": m.total_bytes}
-                for m in (r.gpu_memory, r.host_memory)
-            ],
+            [{**m._asdict(), "total_bytes": m.total_bytes} for m in (r.gpu_memory, r.host_memory)],
         ),
         Table(
             "decode ceiling (one sequence, memory-bound)",
