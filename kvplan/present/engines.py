@@ -261,8 +261,12 @@ def llamacpp_view(r) -> View:
         ("model / GPU", f"{r.model['name']} on {r.gpu} ({r.backend})"),
         (
             "context",
-            f"-c {s.n_ctx:,}: {s.n_seq_max} sequences, "
-            + ("one unified stream" if s.kv_unified else f"{s.n_stream} streams")
+            f"-c {s.n_ctx:,}: {s.n_seq_max} sequence{'s' if s.n_seq_max > 1 else ''}, "
+            + (
+                "one unified stream"
+                if s.kv_unified
+                else f"{s.n_stream} stream{'s' if s.n_stream > 1 else ''}"
+            )
             + f" of {s.n_ctx_seq:,} cells",
         ),
         (
