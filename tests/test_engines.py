@@ -207,7 +207,7 @@ def test_sglang_mla_and_hybrid_swa_split():
 @pytest.mark.parametrize(
     "argv,needle",
     [
-        (["--engine", "tgi"], "choose vllm or sglang"),
+        (["--engine", "tgi"], "choose vllm, sglang, llama.cpp"),
         (["--engine", "sglang", "--gpu-memory-utilization", "0.8"], "is a vllm flag"),
         (["--engine", "vllm", "--mem-fraction-static", "0.8"], "is a sglang flag"),
         (["--engine", "sglang", "--max-num-batched-tokens", "4096"], "is a vllm flag"),

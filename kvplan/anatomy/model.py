@@ -189,15 +189,24 @@ class MoE(NamedTuple):
         return e * (1.0 - (1.0 - k / e) ** batch_size)
 
 
-class CheckpointWeights(NamedTuple):
-    """Bytes of a checkpoint's tensors, read from its safetensors headers (never the data)."""
+class StoredWeights(NamedTuple):
+    """Weights as a model file stores them, read from its headers and never its data
+    (safetensors headers, a GGUF's tensor table): exact bytes, each tensor in its own type with
+    its scales."""
 
     text_bytes: int  # the language model as engines load it
-    vision_bytes: int  # vision tower and projector
-    skipped_bytes: int  # multi-token-prediction layers and the like, not loaded by default
-    num_tensors: int
-    bytes_by_dtype: dict[str, int]
-    source: str
+    vision_bytes: int = 0  # vision tower and projector
+    skipped_bytes: int = 0  # multi-token-prediction layers and the like, not loaded by default
+    num_tensors: int = 0
+    type_bytes: dict[str, int] = {}  # bytes by stored type (BF16, F8_E4M3, Q4_K, ...)
+    source: str = ""
+    file_type: str = ""  # a GGUF's quantization mix as llama.cpp names it (Q4_K_M, ...)
+    part_bytes: dict[str, int] = {}  # by part, where the tensor names tell (a GGUF)
+    layer_bytes: tuple[int, ...] = ()  # block i's tensors (a GGUF)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.text_bytes
 
 
 class ModelSpec(NamedTuple):
@@ -225,8 +234,8 @@ class ModelSpec(NamedTuple):
     hf_id: str | None = None
     source: str | None = None
     quantized_parts: tuple[str, ...] | None = None
-    # The weights as the checkpoint's tensor headers give them (kvplan.inputs.checkpoint)
-    checkpoint: CheckpointWeights | None = None
+    # The weights as the model file stores them (kvplan.inputs.checkpoint, kvplan.inputs.gguf)
+    stored: StoredWeights | None = None
 
     # --- parameters -------------------------------------------------------------------------
     @property

@@ -78,7 +78,8 @@ def kv_dtype_option() -> typer.models.OptionInfo:
     return typer.Option(
         "auto",
         "--kv-dtype",
-        help="KV dtype: auto (the model's), fp32, bf16, fp16, fp8, int8, int4.",
+        help="KV dtype: auto (the model's), fp32, bf16, fp16, fp8, int8, int4, or a llama.cpp "
+        "type with its block scales: q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl.",
     )
 
 

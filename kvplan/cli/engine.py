@@ -1,4 +1,5 @@
-"""kvplan engine: what vLLM or SGLang will allocate and log, in the engine's own flag spelling."""
+"""kvplan engine: what vLLM, SGLang or llama.cpp will allocate and log, in the engine's own flag
+spelling."""
 
 from __future__ import annotations
 
@@ -12,11 +13,32 @@ EXAMPLE = (
     "--kv-cache-memory 19.53GiB"
 )
 
-# Flags that belong to one engine only: given with the other, they are an error, never ignored.
+# Flags that belong to one engine only: given with another, they are an error, never ignored.
 ONLY = {
     "vllm": ("--gpu-memory-utilization", "--hybrid-chunked", "--max-num-batched-tokens"),
     "sglang": ("--mem-fraction-static",),
+    "llama.cpp": (
+        "--ctx-size",
+        "--parallel",
+        "--kv-unified",
+        "--batch-size",
+        "--ubatch-size",
+        "--cache-type-k",
+        "--cache-type-v",
+        "--flash-attn",
+        "--n-gpu-layers",
+        "--swa-full",
+        "--ollama",
+        "--ollama-env",
+        "--llama-build",
+        "--device",
+        "--cpu",
+        "--gpu-memory",
+        "--weights-type",
+    ),
 }
+# vLLM/SGLang flags that mean nothing to llama.cpp
+NOT_LLAMACPP = ("--kv-cache-dtype", "--block-size", "--tp", "--pp", "--kv-cache-memory")
 
 
 def add(app: typer.Typer) -> None:
@@ -24,17 +46,19 @@ def add(app: typer.Typer) -> None:
     @c.command
     def engine_cmd(
         model: str = c.model_argument(),
-        engine: str = typer.Option("vllm", "--engine", help="The engine: vllm or sglang."),
+        engine: str = typer.Option(
+            "vllm", "--engine", help="The engine: vllm, sglang or llama.cpp."
+        ),
         gpu: str = c.gpu_option(),
         max_model_len: str = typer.Option(
-            c.CTX_DEFAULT,
+            None,
             "--max-model-len",
             "--context-length",
             "--ctx",
-            help="Longest request the engine admits (8192, 8k, 128k).",
+            help="Longest request the engine admits (8192, 8k, 128k; default 8k). llama.cpp: as -c.",
         ),
         kv_cache_dtype: str = typer.Option(
-            "auto",
+            None,
             "--kv-cache-dtype",
             "--kv-dtype",
             help="The engine's kv-cache-dtype (vLLM: auto, bfloat16, fp8, fp8_e4m3, fp8_ds_mla, "
@@ -88,38 +112,167 @@ def add(app: typer.Typer) -> None:
             help="vLLM: keep chunked layers chunked "
             "(VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1).",
         ),
+        ctx_size: str = typer.Option(
+            None, "-c", "--ctx-size", help="llama.cpp: context size, all sequences (0: training)."
+        ),
+        parallel: int = typer.Option(
+            None, "-np", "--parallel", min=1, max=256, help="llama.cpp: sequences (1 to 256)."
+        ),
+        kv_unified: bool = typer.Option(
+            None, "-kvu", "--kv-unified", help="llama.cpp: one cache shared by all sequences."
+        ),
+        batch_size: int = typer.Option(
+            None, "-b", "--batch-size", min=1, max=1 << 20, help="llama.cpp: logical batch (2048)."
+        ),
+        ubatch_size: int = typer.Option(
+            None,
+            "-ub",
+            "--ubatch-size",
+            min=1,
+            max=1 << 20,
+            help="llama.cpp: physical batch (512).",
+        ),
+        cache_type_k: str = typer.Option(
+            None,
+            "-ctk",
+            "--cache-type-k",
+            help="llama.cpp: K cache type (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1).",
+        ),
+        cache_type_v: str = typer.Option(
+            None, "-ctv", "--cache-type-v", help="llama.cpp: V cache type (as -ctk)."
+        ),
+        flash_attn: str = typer.Option(
+            None, "-fa", "--flash-attn", help="llama.cpp: on, off or auto (default auto)."
+        ),
+        n_gpu_layers: str = typer.Option(
+            None,
+            "-ngl",
+            "--n-gpu-layers",
+            "--gpu-layers",
+            help="llama.cpp: layers on the GPU, the output layer first (N, all, auto).",
+        ),
+        swa_full: bool = typer.Option(
+            None, "--swa-full", help="llama.cpp: full-size cache for sliding-window layers."
+        ),
+        ollama: str = typer.Option(
+            None, "--ollama", help="Ollama's defaults for this version (0.33, 0.6.7) as llama.cpp."
+        ),
+        ollama_env: list[str] = typer.Option(
+            None,
+            "--ollama-env",
+            help="An Ollama variable NAME=VALUE (OLLAMA_CONTEXT_LENGTH, OLLAMA_NUM_PARALLEL, "
+            "OLLAMA_KV_CACHE_TYPE, OLLAMA_FLASH_ATTENTION); repeatable.",
+        ),
+        llama_build: int = typer.Option(
+            None, "--llama-build", help="llama.cpp: the build's rules and log format (b-number)."
+        ),
+        device: str = typer.Option(
+            None, "--device", help="llama.cpp: the device name its log shows (CUDA0, Vulkan1)."
+        ),
+        cpu: str = typer.Option(
+            None,
+            "--cpu",
+            help="llama.cpp: the host's profile for offloaded layers (default desktop-ddr5; "
+            "a file from kvplan measure --save-profile).",
+        ),
+        gpu_memory: str = typer.Option(
+            None,
+            "--gpu-memory",
+            help="llama.cpp: memory the GPU may use (22GiB; a Mac's iogpu.wired_limit_mb).",
+        ),
+        weights_type: str = typer.Option(
+            None,
+            "--weights-type",
+            help="llama.cpp: every weight in this ggml type (q4_K, q8_0, ...; default: as stored).",
+        ),
         fmt: c.OutputFormat = c.format_option(),
     ) -> None:
-        """What vLLM or SGLang will allocate for the KV cache and print in its start-up log."""
+        """What vLLM, SGLang or llama.cpp will allocate for the KV cache and print in its
+        start-up log; llama.cpp adds the offload, the decode ceiling and what fits."""
         from kvplan.engines import ENGINES, EngineRequest, engine_allocation
         from kvplan.inputs.options import parse_bytes
         from kvplan.present.engines import engine_view
 
         if engine not in ENGINES:
-            raise KvplanError(f"--engine {engine!r}: choose {' or '.join(ENGINES)}")
+            raise KvplanError(f"--engine {engine!r}: choose {', '.join(ENGINES)}")
         given = {
             "--gpu-memory-utilization": gpu_mem_util is not None,
             "--hybrid-chunked": hybrid_chunked is not None,
             "--mem-fraction-static": mem_fraction_static is not None,
             "--max-num-batched-tokens": max_num_batched_tokens is not None,
+            "--ctx-size": ctx_size is not None,
+            "--parallel": parallel is not None,
+            "--kv-unified": kv_unified is not None,
+            "--batch-size": batch_size is not None,
+            "--ubatch-size": ubatch_size is not None,
+            "--cache-type-k": cache_type_k is not None,
+            "--cache-type-v": cache_type_v is not None,
+            "--flash-attn": flash_attn is not None,
+            "--n-gpu-layers": n_gpu_layers is not None,
+            "--swa-full": swa_full is not None,
+            "--ollama": ollama is not None,
+            "--ollama-env": bool(ollama_env),
+            "--llama-build": llama_build is not None,
+            "--device": device is not None,
+            "--cpu": cpu is not None,
+            "--gpu-memory": gpu_memory is not None,
+            "--weights-type": weights_type is not None,
+            "--kv-cache-dtype": kv_cache_dtype is not None,
+            "--block-size": block_size is not None,
+            "--tp": tp != 1,
+            "--pp": pp != 1,
+            "--kv-cache-memory": kv_cache_memory is not None,
         }
         for other, flags in ONLY.items():
             for flag in flags:
                 if other != engine and given[flag]:
                     raise KvplanError(f"{flag} is a {other} flag; it does not apply to {engine}")
+        if engine == "llama.cpp":
+            for flag in NOT_LLAMACPP:
+                if given[flag]:
+                    raise KvplanError(f"{flag} does not apply to llama.cpp")
+            from kvplan.cli.engine_llamacpp import llamacpp_request
+
+            spec, profile = c.load_model(model), c.load_gpu(gpu)
+            request = llamacpp_request(
+                spec,
+                profile,
+                ctx_size=ctx_size if ctx_size is not None else max_model_len,
+                parallel=parallel,
+                kv_unified=kv_unified,
+                batch_size=batch_size,
+                ubatch_size=ubatch_size,
+                cache_type_k=cache_type_k,
+                cache_type_v=cache_type_v,
+                flash_attn=flash_attn,
+                n_gpu_layers=n_gpu_layers,
+                swa_full=swa_full,
+                ollama=ollama,
+                ollama_env=ollama_env or [],
+                llama_build=llama_build,
+                device=device,
+                cpu=cpu,
+                gpu_memory=gpu_memory,
+                weights_type=weights_type,
+            )
+            result = engine_allocation(spec, profile, EngineRequest("llama.cpp", llamacpp=request))
+            c.emit(c.render(engine_view(result), fmt))
+            return
         request = EngineRequest(
             engine=engine,
-            max_model_len=c.one_context(max_model_len, "--max-model-len"),
-            kv_cache_dtype=kv_cache_dtype,
+            max_model_len=c.one_context(max_model_len or c.CTX_DEFAULT, "--max-model-len"),
+            kv_cache_dtype=kv_cache_dtype if kv_cache_dtype is not None else "auto",
             block_size=block_size,
-            max_num_batched_tokens=max_num_batched_tokens or 8192,
+            max_num_batched_tokens=max_num_batched_tokens
+            if max_num_batched_tokens is not None
+            else 8192,
             tp=tp,
             pp=pp,
             gpu_mem_util=c.fraction(
                 gpu_mem_util if gpu_mem_util is not None else 0.9, "--gpu-memory-utilization"
             ),
             kv_cache_memory_bytes=parse_bytes(kv_cache_memory, what="--kv-cache-memory")
-            if kv_cache_memory
+            if kv_cache_memory is not None
             else None,
             hybrid_chunked=bool(hybrid_chunked),
             mem_fraction_static=c.fraction(mem_fraction_static, "--mem-fraction-static"),

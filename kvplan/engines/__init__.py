@@ -1,4 +1,5 @@
-"""Engine allocators: predict what vLLM and SGLang allocate and log, from the config alone."""
+"""Engine allocators: predict what vLLM, SGLang and llama.cpp allocate and log, from the config
+(or GGUF) alone."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 
-ENGINES = ("vllm", "sglang")
+ENGINES = ("vllm", "sglang", "llama.cpp")
 
 
 class EngineRequest(NamedTuple):
@@ -21,6 +22,7 @@ class EngineRequest(NamedTuple):
     kv_cache_memory_bytes: int | None = None  # what the engine logged as available KV memory
     hybrid_chunked: bool = False
     mem_fraction_static: float | None = None
+    llamacpp: object = None  # kvplan.engines.llamacpp.LlamaCppRequest for --engine llama.cpp
 
 
 def engine_allocation(spec, gpu, request: EngineRequest):
@@ -33,4 +35,8 @@ def engine_allocation(spec, gpu, request: EngineRequest):
         from kvplan.engines.sglang import sglang_allocation
 
         return sglang_allocation(spec, gpu, request)
+    if request.engine == "llama.cpp":
+        from kvplan.engines.llamacpp import LlamaCppRequest, llamacpp_allocation
+
+        return llamacpp_allocation(spec, gpu, request.llamacpp or LlamaCppRequest())
     raise KvplanError(f"unknown engine {request.engine!r}; choose from {', '.join(ENGINES)}")

@@ -17,7 +17,14 @@ from kvplan.notes import Note, note
 # Plain formats: bytes per element.
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
-KV_DTYPES = ("auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4")
+# llama.cpp's cache types (-ctk/-ctv, common/arg.cpp kv_cache_types): the K and V rows are stored
+# in ggml's block formats below, scales (and minimums) included.
+LLAMA_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+GGML_CACHE_QUANTS = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+KV_DTYPES = ("auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4", *GGML_CACHE_QUANTS)
+# "checkpoint": the weights as the model file stores them (safetensors headers, a GGUF's tensor
+# table): exact bytes, each tensor in its own type with its scales
 WEIGHT_DTYPES = (
     "auto",
     "fp32",
@@ -29,9 +36,11 @@ WEIGHT_DTYPES = (
     "int4",
     "nvfp4",
     "mxfp4",
+    "checkpoint",
 )
 WEIGHT_DTYPE_HELP = (
-    "auto (from the config), bf16, fp16, fp32, fp8, int8, int4, int4-gN[-sym], nvfp4, mxfp4"
+    "auto (from the checkpoint or config), bf16, fp16, fp32, fp8, int8, int4, int4-gN[-sym], "
+    "nvfp4, mxfp4, checkpoint"
 )
 
 INT8_SCALE_BYTES = 4  # one fp32 scale per token per head (vLLM int8_per_token_head)
@@ -114,6 +123,98 @@ def element_bytes(dtype: str) -> int:
         ) from None
 
 
+class GgmlType(NamedTuple):
+    """One ggml storage type: `block_size` values stored in `block_bytes` bytes, the block's
+    scale (and minimum) fields included."""
+
+    name: str
+    type_id: int
+    block_size: int
+    block_bytes: int
+
+    @property
+    def bits_per_value(self) -> float:
+        return 8 * self.block_bytes / self.block_size
+
+
+# ggml/src/ggml.c type_traits (blck_size, sizeof block) = gguf-py GGML_QUANT_SIZES (QK_K = 256).
+# Examples: q8_0 = an fp16 scale + 32 int8 = 34 B; q4_1 = fp16 scale + fp16 min + 16 B = 20 B;
+# q4_K = 2 fp16 + 12 B of 6-bit sub-block scales/mins + 128 B = 144 B per 256 values.
+GGML_TYPES: dict[str, GgmlType] = {
+    t.name: t
+    for t in (
+        GgmlType("f32", 0, 1, 4),
+        GgmlType("f16", 1, 1, 2),
+        GgmlType("q4_0", 2, 32, 18),
+        GgmlType("q4_1", 3, 32, 20),
+        GgmlType("q5_0", 6, 32, 22),
+        GgmlType("q5_1", 7, 32, 24),
+        GgmlType("q8_0", 8, 32, 34),
+        GgmlType("q8_1", 9, 32, 40),
+        GgmlType("q2_K", 10, 256, 84),
+        GgmlType("q3_K", 11, 256, 110),
+        GgmlType("q4_K", 12, 256, 144),
+        GgmlType("q5_K", 13, 256, 176),
+        GgmlType("q6_K", 14, 256, 210),
+        GgmlType("q8_K", 15, 256, 292),
+        GgmlType("iq2_xxs", 16, 256, 66),
+        GgmlType("iq2_xs", 17, 256, 74),
+        GgmlType("iq3_xxs", 18, 256, 98),
+        GgmlType("iq1_s", 19, 256, 50),
+        GgmlType("iq4_nl", 20, 32, 18),
+        GgmlType("iq3_s", 21, 256, 110),
+        GgmlType("iq2_s", 22, 256, 82),
+        GgmlType("iq4_xs", 23, 256, 136),
+        GgmlType("i8", 24, 1, 1),
+        GgmlType("i16", 25, 1, 2),
+        GgmlType("i32", 26, 1, 4),
+        GgmlType("i64", 27, 1, 8),
+        GgmlType("f64", 28, 1, 8),
+        GgmlType("iq1_m", 29, 256, 56),
+        GgmlType("bf16", 30, 1, 2),
+        GgmlType("tq1_0", 34, 256, 54),
+        GgmlType("tq2_0", 35, 256, 66),
+        GgmlType("mxfp4", 39, 32, 17),
+        GgmlType("nvfp4", 40, 64, 36),
+        GgmlType("q1_0", 41, 128, 18),
+        GgmlType("q2_0", 42, 64, 18),
+    )
+}
+GGML_TYPE_BY_ID = {t.type_id: t for t in GGML_TYPES.values()}
+# ggml names -> kvplan's plain element names (the cache types llama.cpp shares with the rest)
+GGML_PLAIN = {"f32": "fp32", "f16": "fp16", "bf16": "bf16"}
+
+
+def ggml_type(name: str) -> GgmlType:
+    """A ggml type by name, case-insensitive (q4_k and Q4_K are the same type)."""
+    key = str(name).strip().lower()
+    for t in GGML_TYPES.values():
+        if t.name.lower() == key:
+            return t
+    raise KvplanError(f"{str(name)[:40]!r} is not a ggml type ({', '.join(GGML_TYPES)})")
+
+
+def ggml_row_bytes(type_name: str, num_values: int) -> int:
+    """ggml_row_size: bytes of `num_values` values in one row, whole blocks only:
+    n / block_size * block_bytes (q8_0: 4096 values -> 128 blocks x 34 B = 4,352 B)."""
+    t = ggml_type(type_name)
+    if num_values % t.block_size:
+        raise KvplanError(
+            f"a row of {num_values} values is not a whole number of {t.name} blocks "
+            f"({t.block_size} values each)"
+        )
+    return num_values // t.block_size * t.block_bytes
+
+
+def ggml_tensor_bytes(type_id: int, num_values: int) -> int:
+    """Bytes of a tensor of `num_values` values stored as ggml type `type_id` (a GGUF tensor
+    table's type field)."""
+    t = GGML_TYPE_BY_ID.get(type_id)
+    if t is None:
+        raise KvplanError(f"ggml type id {type_id} is not one kvplan knows")
+    return ggml_row_bytes(t.name, num_values)
+
+
 class KvFormat(NamedTuple):
     """A KV storage format: its name, and the group size of int4's scales."""
 
@@ -129,6 +230,8 @@ class KvFormat(NamedTuple):
         if self.name == "int4":
             groups = math.ceil(width / self.group_size)
             return math.ceil(width / 2) + groups * INT4_SCALE_ZERO_BYTES
+        if self.name in GGML_CACHE_QUANTS:
+            return ggml_row_bytes(self.name, width)
         raise KvplanError(f"unknown KV dtype {self.name!r}")
 
     @property
@@ -140,6 +243,14 @@ class KvFormat(NamedTuple):
             return note("kv-int8")
         if self.name == "int4":
             return note("kv-int4", group_size=self.group_size)
+        if self.name in GGML_CACHE_QUANTS:
+            t = GGML_TYPES[self.name]
+            return note(
+                "kv-ggml",
+                dtype=self.name,
+                block_size=t.block_size,
+                block_bytes=t.block_bytes,
+            )
         return None
 
 

@@ -30,7 +30,8 @@ def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:
     key = str(name).strip().lower()
     notes: list[Note] = []
     if key == "auto":
-        if spec.checkpoint is not None:
+        if spec.stored is not None:
+            notes.append(_stored_note(spec))
             return "checkpoint", notes
         quant = spec.weights_quantization
         if quant:
@@ -38,8 +39,12 @@ def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:
             return quant, notes
         return spec.dtype, notes
     if key == "checkpoint":
-        if spec.checkpoint is None:
-            raise KvplanError("--weights-dtype checkpoint needs the checkpoint's tensor headers")
+        if spec.stored is None:
+            raise KvplanError(
+                "--weights-dtype checkpoint needs the model file's tensor headers (a GGUF file, "
+                "or a folder or Hub repository with safetensors)"
+            )
+        notes.append(_stored_note(spec))
         return key, notes
     fmt = weight_format(key) if key not in ("fp32", "bf16", "fp16") else None
     if key not in ELEMENT_BYTES and fmt is None:
@@ -47,6 +52,13 @@ def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:
     if fmt is not None:
         notes.append(_quant_note(key, spec))
     return key, notes
+
+
+def _stored_note(spec: ModelSpec) -> Note:
+    stored = spec.stored
+    if stored.file_type:  # a GGUF
+        return note("weights-gguf", file_type=stored.file_type, weights_bytes=stored.total_bytes)
+    return note("weights-stored", weights_bytes=stored.total_bytes)
 
 
 def _scope(spec: ModelSpec, fmt: WeightFormat) -> frozenset[str]:
@@ -70,7 +82,7 @@ def _quant_note(dtype: str, spec: ModelSpec) -> Note:
 def weight_bytes(spec: ModelSpec, dtype: str) -> int:
     """Bytes of the language model's weights in `dtype` (a name from resolve_weights_dtype)."""
     if dtype == "checkpoint":
-        return spec.checkpoint.text_bytes
+        return spec.stored.total_bytes
     if dtype in ELEMENT_BYTES and dtype != "fp8":
         return spec.params_total * ELEMENT_BYTES[dtype]
     total = sum(
@@ -97,8 +109,12 @@ def weight_bytes_read_per_decode_step(spec: ModelSpec, dtype: str, batch_size: i
 
 
 def _part_bytes_per_param(spec: ModelSpec, dtype: str, part: str) -> float:
-    if dtype == "checkpoint":  # the checkpoint's average over its language-model tensors
-        return spec.checkpoint.text_bytes / spec.params_total
+    if dtype == "checkpoint":
+        stored = spec.stored
+        if stored.part_bytes:  # the file says which tensors are which part (a GGUF)
+            count = spec.param_parts.get(part, 0)
+            return stored.part_bytes.get(part, 0) / count if count else 0.0
+        return stored.total_bytes / spec.params_total  # the file's average
     if dtype in ELEMENT_BYTES and dtype != "fp8":
         return ELEMENT_BYTES[dtype]
     fmt = weight_format(dtype)
@@ -108,8 +124,8 @@ def _part_bytes_per_param(spec: ModelSpec, dtype: str, part: str) -> float:
 def weights_bytes_per_gpu(spec: ModelSpec, dtype: str, tp: int = 1, pp: int = 1) -> float:
     """The one rule for weights on one GPU: the language model's weights in `dtype` plus the
     vision tower (in the model dtype; engines load it), split evenly over tp x pp ranks."""
-    if spec.checkpoint is not None and dtype == "checkpoint":
-        vision = spec.checkpoint.vision_bytes
+    if spec.stored is not None and dtype == "checkpoint":
+        vision = spec.stored.vision_bytes
     else:
         vision = spec.vision_params * ELEMENT_BYTES[spec.dtype]
     return (weight_bytes(spec, dtype) + vision) / (tp * pp)

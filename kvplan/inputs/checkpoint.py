@@ -14,7 +14,7 @@ import struct
 from collections import Counter
 from pathlib import Path
 
-from kvplan.anatomy.model import CheckpointWeights
+from kvplan.anatomy.model import StoredWeights
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import SAFETENSORS_DTYPE_BYTES
 
@@ -93,9 +93,7 @@ def _shards(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.safetensors"))[:MAX_SHARDS]
 
 
-def summarize(
-    tensors: dict[str, tuple[str, list]], num_layers: int, source: str
-) -> CheckpointWeights:
+def summarize(tensors: dict[str, tuple[str, list]], num_layers: int, source: str) -> StoredWeights:
     if len(tensors) > MAX_TENSORS:
         raise KvplanError(f"{source}: more than {MAX_TENSORS:,} tensors")
     text = vision = skipped = 0.0
@@ -114,17 +112,17 @@ def summarize(
             skipped += size  # multi-token-prediction layers: loaded only for MTP decoding
         else:
             text += size
-    return CheckpointWeights(
-        int(text),
-        int(vision),
-        int(skipped),
-        len(tensors),
-        {k: int(v) for k, v in sorted(by_dtype.items())},
-        source,
+    return StoredWeights(
+        text_bytes=int(text),
+        vision_bytes=int(vision),
+        skipped_bytes=int(skipped),
+        num_tensors=len(tensors),
+        type_bytes={k: int(v) for k, v in sorted(by_dtype.items())},
+        source=source,
     )
 
 
-def local_checkpoint(folder: Path, num_layers: int) -> CheckpointWeights | None:
+def local_checkpoint(folder: Path, num_layers: int) -> StoredWeights | None:
     """The weights of a local checkpoint folder, or None when it holds no safetensors."""
     shards = _shards(folder)
     if not shards:
@@ -135,7 +133,7 @@ def local_checkpoint(folder: Path, num_layers: int) -> CheckpointWeights | None:
     return summarize(tensors, num_layers, f"{folder} ({len(shards)} safetensors headers)")
 
 
-def hub_checkpoint(repo_id: str, num_layers: int, limit_s: float) -> CheckpointWeights | None:
+def hub_checkpoint(repo_id: str, num_layers: int, limit_s: float) -> StoredWeights | None:
     """The weights of a Hub repository from its safetensors headers (HTTP range requests); None
     when it has none, or the Hub does not answer within `limit_s` seconds."""
     from kvplan.inputs.hub import fetch_safetensors_headers

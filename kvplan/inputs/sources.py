@@ -120,6 +120,8 @@ def load_config(model: str) -> tuple[dict, str, str]:
         raise KvplanError("no model given")
     if len(model) > 4096 or "\x00" in model:
         raise KvplanError("the model argument is not a name, a path or a repository id")
+    if model.strip().lower().endswith(".gguf"):
+        raise KvplanError(f"{model}: a GGUF file has no config.json (load it with load_model)")
     bundled = _lookup_bundled(model)
     if bundled is not None:
         text = (_bundled_dir() / bundled.file).read_text(encoding="utf-8")
@@ -202,6 +204,11 @@ def load_model(model: str, checkpoint: bool = True):
     deadline), cross-checked against the config's count."""
     from kvplan.inputs.architectures import build_model
 
+    if isinstance(model, str) and model.strip().lower().endswith(".gguf"):
+        from kvplan.inputs.gguf import load_gguf
+
+        return load_gguf(model.strip())
+
     raw, name, source = load_config(model)
     spec = build_model(raw, name, source)
     hf_id = None
@@ -243,7 +250,7 @@ def attach_checkpoint(spec, source: str):
         found = local_checkpoint(Path(source).parent, spec.num_layers)
     if found is None:
         return spec
-    wdtype, _ = resolve_weights_dtype(spec, "auto")
+    wdtype, _ = resolve_weights_dtype(spec, "auto")  # the config's reading (nothing stored yet)
     from_config = weight_bytes(spec, wdtype)
     notes = [
         note(
@@ -264,4 +271,4 @@ def attach_checkpoint(spec, source: str):
                 config_dtype=wdtype,
             )
         )
-    return spec._replace(checkpoint=found, notes=spec.notes + tuple(notes))
+    return spec._replace(stored=found, notes=spec.notes + tuple(notes))

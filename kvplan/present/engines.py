@@ -6,7 +6,7 @@ from kvplan.engines.sglang import SglangResult
 from kvplan.engines.vllm import VllmResult
 from kvplan.present import format as f
 from kvplan.present.view import Column, Table, View, jsonable, view
-from kvplan.units import GIB
+from kvplan.units import GIB, MIB
 
 
 def vllm_log_lines(r: VllmResult) -> list[str]:
@@ -105,4 +105,254 @@ def sglang_view(r: SglangResult) -> View:
 
 
 def engine_view(result) -> View:
+    if result.engine == "llama.cpp":
+        return llamacpp_view(result)
     return vllm_view(result) if result.engine == "vllm" else sglang_view(result)
+
+
+# ---- llama.cpp ---------------------------------------------------------------------------------
+def _mib(num_bytes: float) -> float:
+    return num_bytes / MIB
+
+
+def _context_prefix(build: int) -> str:
+    if build >= 4881:
+        return "llama_context"
+    return "llama_init_from_model" if build >= 4463 else "llama_new_context_with_model"
+
+
+def _kv_prefix(build: int) -> str:
+    """The KV cache's class name, as its lines begin."""
+    if build >= 6233:
+        return "llama_kv_cache"
+    if build >= 5262:
+        return "llama_kv_cache_unified"
+    return "init" if build >= 4881 else "llama_kv_cache_init"
+
+
+def _kv_summary(build: int, c) -> str:
+    """The one-line KV summary in the format of the build (printf widths as llama.cpp's)."""
+    k, v, total = _mib(c.k_bytes), _mib(c.v_bytes), _mib(c.total_bytes)
+    kv = f"K ({c.k_type}): {k:7.2f} MiB, V ({c.v_type}): {v:7.2f} MiB"
+    if build < 2000:  # late-2023 builds: one lowercase total
+        return f"{_context_prefix(build)}: kv self size  = {total:7.2f} MiB"
+    if build < 5429:
+        if build >= 5262:
+            prefix = "llama_kv_cache_unified"
+        else:
+            prefix = _context_prefix(build)
+        return f"{prefix}: KV self size  = {total:7.2f} MiB, {kv}"
+    if build >= 6072:
+        seqs = f"{c.seqs:2d}/{c.streams} seqs"
+    elif build >= 5913:
+        seqs = f"{c.seqs:2d}/{c.streams:2d} seqs"
+    elif build >= 5441:
+        seqs = f"{c.seqs:2d} seqs"
+    else:
+        seqs = ""
+    shape = f"{c.cells:6d} cells, {c.layers:3d} layers" + (f", {seqs}" if seqs else "")
+    return f"{_kv_prefix(build)}: size = {total:7.2f} MiB ({shape}), {kv}"
+
+
+def _recurrent_summary(build: int, c) -> str:
+    r, s = _mib(c.k_bytes), _mib(c.v_bytes)
+    states = f"R ({c.k_type}): {r:7.2f} MiB, S ({c.v_type}): {s:7.2f} MiB"
+    if build < 5856:
+        return f"llama_memory_recurrent: KV self size  = {_mib(c.total_bytes):7.2f} MiB, {states}"
+    rs = f" {0:2d} rs_seq" if build >= 9180 else ""
+    return (
+        f"llama_memory_recurrent: size = {_mib(c.total_bytes):7.2f} MiB ({c.cells:6d} cells, "
+        f"{c.layers:3d} layers, {c.seqs:2d} seqs{rs}), {states}"
+    )
+
+
+def _offload_lines(build: int, p) -> list[str]:
+    prefix = "load_tensors" if build >= 4463 else "llm_load_tensors"
+    if build >= 7467:
+        n_gpu = min(p.n_gpu_layers, p.num_layers)
+        lines = [f"{prefix}: offloading output layer to GPU"] if n_gpu > 0 else []
+        lines.append(f"{prefix}: offloading {max(n_gpu - 1, 0)} repeating layers to GPU")
+    else:
+        lines = [
+            f"{prefix}: offloading {min(p.n_gpu_layers, p.num_layers)} repeating layers to GPU"
+        ]
+        if p.n_gpu_layers > p.num_layers:
+            word = "output layer" if build >= 3990 else "non-repeating layers"
+            lines.append(f"{prefix}: offloading {word} to GPU")
+    lines.append(f"{prefix}: offloaded {p.n_gpu_layers}/{p.num_layers + 1} layers to GPU")
+    return lines
+
+
+def llamacpp_log_lines(r) -> list[str]:
+    """The lines llama.cpp (llama-server, the build in r.settings.build) prints for this
+    allocation, with its printf formats: offload, context, KV and recurrent caches."""
+    s, p, build = r.settings, r.placement, r.settings.build
+    lines = _offload_lines(build, p)
+    buffer_word = "model buffer size" if build >= 3990 else "buffer size"
+    for b in r.model_buffers:
+        lines.append(
+            f"{'load_tensors' if build >= 4463 else 'llm_load_tensors'}: {b.device:>12} "
+            f"{buffer_word} = {_mib(b.bytes):8.2f} MiB"
+        )
+    ctx = _context_prefix(build)
+    if build >= 6325:
+        fa = (
+            "auto"
+            if r.flash_attn_requested == "auto"
+            else ("enabled" if s.flash_attn else "disabled")
+        )
+    else:
+        fa = str(int(s.flash_attn))
+    shown_ctx = s.n_ctx_seq if build < 4881 and s.kv_unified else s.n_ctx
+    lines += [f"{ctx}: n_seq_max     = {s.n_seq_max}", f"{ctx}: n_ctx         = {shown_ctx}"]
+    per_seq = "n_ctx_seq" if build >= 6925 else "n_ctx_per_seq"
+    if build >= 4014:
+        lines.append(
+            f"{ctx}: {per_seq:<13} = {s.n_ctx_seq if build >= 6071 else s.n_ctx // s.n_seq_max}"
+        )
+    lines += [
+        f"{ctx}: n_batch       = {s.n_batch}",
+        f"{ctx}: n_ubatch      = {s.n_ubatch}",
+        f"{ctx}: flash_attn    = {fa}",
+    ]
+    if build >= 5913:
+        lines.append(f"{ctx}: kv_unified    = {'true' if s.kv_unified else 'false'}")
+    if s.n_ctx_train and s.n_ctx_seq < s.n_ctx_train and build >= 4014:
+        lines.append(
+            f"{ctx}: {per_seq} ({s.n_ctx_seq}) < n_ctx_train ({s.n_ctx_train}) -- the "
+            "full capacity of the model will not be utilized"
+        )
+    host = "CUDA_Host" if r.backend.startswith("CUDA") else "CPU"
+    lines.append(f"{ctx}: {host:>10}  output buffer size = {_mib(r.output_buffer_bytes):8.2f} MiB")
+    iswa = any(c.kind == "swa" for c in r.caches)
+    iswa_prefix = "llama_kv_cache_iswa" if build >= 6233 else "llama_kv_cache_unified_iswa"
+    for c in r.caches:
+        if c.kind == "recurrent":
+            for b in c.buffers:
+                lines.append(
+                    f"llama_memory_recurrent: {b.device:>10} RS buffer size = "
+                    f"{_mib(b.bytes):8.2f} MiB"
+                )
+            lines.append(_recurrent_summary(build, c))
+            continue
+        if iswa:
+            label = "    SWA" if c.kind == "swa" else "non-SWA"
+            lines.append(f"{iswa_prefix}: creating {label} KV cache, size = {c.cells} cells")
+        if 5262 <= build < 5429:
+            lines.append(
+                f"llama_kv_cache_unified: kv_size = {c.cells}, type_k = '{c.k_type}', type_v = "
+                f"'{c.v_type}', n_layer = {c.layers}, can_shift = 1, padding = {s.cells_pad}"
+            )
+        if build >= 2000:
+            for b in c.buffers:
+                lines.append(
+                    f"{_kv_prefix(build)}: {b.device:>10} KV buffer size = {_mib(b.bytes):8.2f} MiB"
+                )
+        lines.append(_kv_summary(build, c))
+    return lines
+
+
+def llamacpp_view(r) -> View:
+    lines = llamacpp_log_lines(r)
+    s, p = r.settings, r.placement
+    decode = r.decode[-1]
+    facts = [
+        ("engine", f"llama.cpp rules of b{s.build} (llama-server)"),
+        ("model / GPU", f"{r.model['name']} on {r.gpu} ({r.backend})"),
+        (
+            "context",
+            f"-c {s.n_ctx:,}: {s.n_seq_max} sequence{'s' if s.n_seq_max > 1 else ''}, "
+            + (
+                "one unified stream"
+                if s.kv_unified
+                else f"{s.n_stream} stream{'s' if s.n_stream > 1 else ''}"
+            )
+            + f" of {s.n_ctx_seq:,} cells",
+        ),
+        (
+            "cache types",
+            f"K {s.cache_type_k}, V {s.cache_type_v}, flash attention "
+            + ("on" if s.flash_attn else "off"),
+        ),
+        (
+            "layers on GPU",
+            f"-ngl {p.n_gpu_layers} of {p.num_layers + 1}"
+            + (" (the most that fit)" if p.auto else "")
+            + f"; at most {r.max_gpu_layers} fit",
+        ),
+        (
+            "GPU memory",
+            f"{f.gib_text(r.gpu_memory.total_bytes)} of {f.gib_text(r.gpu_capacity_bytes)}"
+            + (" (fits)" if r.fits else " (does NOT fit)"),
+        ),
+        ("host memory", f.gib_text(r.host_memory.total_bytes)),
+        (
+            "decode ceiling",
+            f"{decode.tok_per_s:,.1f} tok/s per sequence at {decode.context_len:,} tokens "
+            f"({r.gpu} + {r.host})",
+        ),
+    ]
+    if r.recommended is not None:
+        facts.append(
+            (
+                "choose",
+                f"weights {r.recommended.weights_type} with a {r.recommended.cache_type} cache "
+                f"for -c {s.n_ctx:,} on the GPU",
+            )
+        )
+    data = jsonable(r)
+    data["log_lines"] = lines
+    tables = [
+        Table(
+            "log lines",
+            [Column("line", "what llama.cpp logs", f.text, "left")],
+            [{"line": line} for line in lines],
+        ),
+        Table(
+            "memory",
+            [
+                Column("device", "device", f.text, "left"),
+                Column("weights_bytes", "weights (GiB)", f.gib),
+                Column("kv_bytes", "KV (GiB)", f.gib),
+                Column("state_bytes", "state (GiB)", f.gib),
+                Column("reserve_bytes", "reserve (GiB)", f.gib),
+                Column("total_bytes", "total (GiB)", f.gib),
+            ],
+            [{**m._asdict(), "total_bytes": m.total_bytes} for m in (r.gpu_memory, r.host_memory)],
+        ),
+        Table(
+            "decode ceiling (one sequence, memory-bound)",
+            [
+                Column("context_len", "context (tokens)", f.integer),
+                Column("gpu_read_bytes", "read on GPU (GiB)", f.gib),
+                Column("host_read_bytes", "read on host (GiB)", f.gib),
+                Column("step_s", "step (ms)", f.ms),
+                Column("tok_per_s", "tok/s", f.fixed(1)),
+            ],
+            [d._asdict() for d in r.decode],
+        ),
+        Table(
+            "largest -c that fits with every layer on the GPU",
+            [
+                Column("cache_type", "cache type (K = V)", f.text, "left"),
+                Column("max_ctx_size", "largest -c (tokens)", f.integer),
+                Column("capped", "= training context", f.yes_no),
+                Column("kv_bytes", "cache (GiB)", f.gib),
+            ],
+            [c._asdict() for c in r.context_fit],
+        ),
+        Table(
+            f"weights x cache at -c {s.n_ctx:,}, every layer on the GPU",
+            [
+                Column("weights_type", "weights", f.text, "left"),
+                Column("cache_type", "cache", f.text, "left"),
+                Column("weights_bytes", "weights (GiB)", f.gib),
+                Column("gpu_bytes", "GPU total (GiB)", f.gib),
+                Column("fits", "fits", f.yes_no),
+                Column("tok_per_s", "tok/s", f.fixed(1)),
+            ],
+            [q._asdict() for q in r.quant_choices],
+        ),
+    ]
+    title = f"llama.cpp allocation for {r.model['name']} on {r.gpu}"
+    return view(title, r, facts, tables, data=data)

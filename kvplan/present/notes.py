@@ -428,3 +428,158 @@ text("checkpoint-unread")(
         "weights counted from the config."
     )
 )
+
+# ---- GGUF, llama.cpp and Ollama -------------------------------------------------------------------
+text("kv-ggml")(
+    lambda dtype, block_size, block_bytes: (
+        f"{dtype} KV (ggml): {block_size} values in {block_bytes} bytes, the block's fp16 scale "
+        f"(and minimum) included ({8 * block_bytes / block_size:.3g} bits per value), as llama.cpp "
+        "stores a quantized cache."
+    )
+)
+text("weights-gguf")(
+    lambda file_type, weights_bytes: (
+        f"weights as the GGUF file stores them ({file_type}): {f.gib_text(weights_bytes)}, the sum "
+        "of every tensor's ggml size with its block scales."
+    )
+)
+text("gguf-file")(
+    lambda arch: (
+        f"Read from a GGUF file (architecture {arch}): the cache follows llama.cpp's rules for "
+        "it; the KV default dtype is f16 and recurrent state is f32, as llama.cpp keeps them."
+    )
+)
+text("gguf-mla-legacy")(
+    lambda: (
+        "This deepseek2 GGUF has no key_length_mla/value_length_mla: converted before llama.cpp's "
+        "MLA cache (#12801), it is cached as full K and V per head, not as the latent."
+    )
+)
+text("gguf-window-ignored")(
+    lambda arch: (
+        f"The file states a sliding window, but llama.cpp ignores it for {arch}: every layer "
+        "keeps every token."
+    )
+)
+text("gguf-nextn-layers")(
+    lambda layers: (
+        f"The file holds {layers} NextN (multi-token prediction) block(s); llama.cpp allocates "
+        "their KV cache too, so they are counted."
+    )
+)
+text("gguf-shared-kv")(
+    lambda layers: (
+        f"The last {layers} layers read an earlier layer's KV (shared_kv_layers) and keep none "
+        "of their own."
+    )
+)
+text("llamacpp-rules")(
+    lambda build: (
+        f"llama.cpp rules read from its source at b{build} (upstream 82bb48500), with the builds "
+        "where each changed; --llama-build picks an older one."
+    )
+)
+text("llamacpp-np-auto")(
+    lambda parallel: (
+        f"No -np: llama-server's auto gives {parallel} sequences sharing one unified cache "
+        "(an explicit -np N splits the cache into N streams unless -kvu)."
+    )
+)
+text("llamacpp-ctx-train")(
+    lambda n_ctx_train: (
+        f"-c 0 (or unset on builds since b7407): the training context, {n_ctx_train:,} tokens; "
+        "llama-server's --fit may lower it when memory is short."
+    )
+)
+text("llamacpp-fa-auto")(
+    lambda: (
+        "-fa auto is taken as enabled (CUDA, Metal, Vulkan support it); a backend without flash "
+        "attention stores V transposed and refuses a quantized V cache."
+    )
+)
+text("llamacpp-ctx-rounded")(
+    lambda n_ctx: (
+        f"n_ctx is not divisible by n_seq_max - rounding to {n_ctx:,} (each stream padded to "
+        "256 cells)."
+    )
+)
+text("llamacpp-v-padded")(
+    lambda width: (
+        f"the V embeddings have different sizes across layers and FA is not enabled - padding V "
+        f"cache to {width}."
+    )
+)
+text("llamacpp-swa-full")(
+    lambda: "--swa-full: sliding-window layers keep every cell, as full-attention layers do."
+)
+text("llamacpp-weights-estimated")(
+    lambda weights_type, bits: (
+        f"Weights estimated from the parameter count at {weights_type} ({bits:.4g} bits per "
+        "value with scales); a GGUF file gives them exactly."
+    )
+)
+text("llamacpp-ngl-auto")(
+    lambda n_gpu_layers, layers: (
+        f"No -ngl: the most layers that fit, {n_gpu_layers} of {layers} (the output layer "
+        "first), as llama-server's --fit chooses; --fit may instead lower -c when -c is unset."
+    )
+)
+text("llamacpp-reserve")(
+    lambda reserve_bytes: (
+        f"{f.gib_text(reserve_bytes)} kept free on the GPU for compute buffers, as --fit's "
+        "target margin (-fitt 1024 MiB); the real compute buffer (150-1000 MiB in logs) grows "
+        "with -ub, the vocabulary and FA off."
+    )
+)
+text("llamacpp-host-missing")(
+    lambda: "No host profile: offloaded layers are timed at the GPU's bandwidth (pass --cpu)."
+)
+text("llamacpp-decode-ceiling")(
+    lambda: (
+        "Decode ceiling: one sequence, memory-bound: the GPU's share of weights (experts: top_k "
+        "of E) and cache at its bandwidth, then the host's at system-memory bandwidth; real "
+        "speed is lower (kernels, synchronisation)."
+    )
+)
+text("llamacpp-model-buffers")(
+    lambda: (
+        "Model buffer sizes are the tensor bytes by device from the GGUF; llama.cpp adds a "
+        "little alignment."
+    )
+)
+text("ollama-preset")(
+    lambda version: (
+        f"Ollama {version} defaults as llama.cpp options: -c num_ctx x num_parallel, "
+        "-np num_parallel (split streams), -b = -ub = 512, OLLAMA_KV_CACHE_TYPE for K and V."
+    )
+)
+text("ollama-vram-tier")(
+    lambda vram_bytes, num_ctx: (
+        f"Default context by GPU memory (Ollama >= 0.15.5): {f.gib_text(vram_bytes)} gives "
+        f"num_ctx {num_ctx:,} (>= 47 GiB 262,144; >= 23 GiB 32,768; else 4,096)."
+    )
+)
+text("ollama-ctx-capped")(
+    lambda n_ctx_train: f"num_ctx capped to the model's training context, {n_ctx_train:,}."
+)
+text("ollama-single-sequence")(
+    lambda arch: f"Ollama serves {arch} one request at a time (num_parallel forced to 1)."
+)
+text("ollama-kv-needs-fa")(
+    lambda: (
+        "Before 0.30 Ollama used a quantized OLLAMA_KV_CACHE_TYPE only with flash attention: "
+        "f16 is used."
+    )
+)
+text("ollama-old-runner")(
+    lambda: (
+        "Before 0.30 Ollama's runner kept llama.cpp's C-API default swa_full = true (full-size "
+        "sliding-window caches); its own Go engine (gemma3, qwen3, gpt-oss) differs slightly."
+    )
+)
+text("weights-stored")(
+    lambda weights_bytes: (
+        f"Weights: {f.gib_text(weights_bytes)}, the bytes the checkpoint's tensors take "
+        "(their own types and scales)."
+    )
+)
