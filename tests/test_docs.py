@@ -102,6 +102,7 @@ FORMULA_MODULES = [
     "kvplan.formulas.step_time",
     "kvplan.formulas.comm",
     "kvplan.formulas.dtypes",
+    "kvplan.formulas.techniques",
 ]
 FORMULA_FUNCTIONS = {
     "kvplan.plans.capacity": ["max_sequences", "max_context_at_batch", "budget"],

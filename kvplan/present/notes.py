@@ -386,3 +386,19 @@ text("variant-resolved")(
         "(an instruction-tuned or dated variant); pass a path to its own config.json if it differs."
     )
 )
+
+
+# ---- whatif: every technique, in bytes and in time -----------------------------------------------
+text("kv-sub-byte")(
+    lambda dtype, bits, group_size, full_precision_tokens, full_precision_dtype: (
+        f"{dtype} KV: {bits}-bit values packed, an fp16 scale and an fp16 zero-point per "
+        f"{group_size} values (keys grouped per channel, values per token, as KIVI; the bytes are "
+        "the same either way)"
+        + (
+            f"; the first and the most recent tokens, {full_precision_tokens:,} per sequence per "
+            f"layer (--keep-sink + --keep-recent), stay in {full_precision_dtype}."
+            if full_precision_tokens
+            else "; no token kept in full precision."
+        )
+    )
+)
