@@ -87,6 +87,7 @@ class WhatIfRow(NamedTuple):
     tpot_floor_s: float | None  # decode time per output token at batch_fits (None: none fits)
     tokens_per_s: float | None  # batch_fits / tpot_floor_s
     step_bound: str | None  # what limits the decode (or verification) step: memory | compute
+    step_intensity_flop_per_byte: float | None  # that step's FLOPs / bytes (ridge: peak / BW)
     ttft_floor_s: float  # prefill of one sequence (a prefix hit: only the rest)
     held_tokens: int  # tokens each sequence's cache holds (evicted, windowed, paged=N, +k drafted)
     contiguous_concurrency: int | None = None  # paged: sequences a contiguous reservation fits
@@ -144,15 +145,15 @@ def _with_flops(step: Step, extra_flops: float, rates: Rates) -> Step:
     )
 
 
-def decode_time(p: Pricer, sc: Scenario, batch_size: int) -> tuple[float, str]:
-    """(time per output token of one sequence, the bound of the step that dominates)."""
+def decode_time(p: Pricer, sc: Scenario, batch_size: int) -> tuple[float, Step]:
+    """(time per output token of one sequence, the decode step; with a draft, the verification)."""
     extra = 0.0
     if sc.lowrank:
         extra = lowrank_reconstruction_flops_per_decode_token(sc.read, sc.read_tokens) / p.tp
     if sc.draft is None:
         step = decode_step(sc.read, p.rates, batch_size, sc.read_tokens, p.wdtype, sc.fmt, p.tp)
         step = _with_flops(step, batch_size * extra, p.rates)
-        return step.time_floor_s, step.bound
+        return step.time_floor_s, step
     k = sc.draft_tokens
     draft = decode_step(sc.draft, p.rates, batch_size, sc.read_tokens, p.draft_wdtype, sc.fmt, p.tp)
     verify = verify_step(
@@ -160,7 +161,7 @@ def decode_time(p: Pricer, sc: Scenario, batch_size: int) -> tuple[float, str]:
     )
     verify = _with_flops(verify, batch_size * (k + 1) * extra, p.rates)
     tpot = speculative_time_per_token_s(draft.time_floor_s, verify.time_floor_s, k, sc.acceptance)
-    return tpot, verify.bound
+    return tpot, verify
 
 
 def prefill_time_s(p: Pricer, sc: Scenario) -> float:
@@ -239,7 +240,7 @@ def _row(
     timed = (
         fits if priced.contiguous_concurrency is None else min(fits, priced.contiguous_concurrency)
     )
-    tpot, step_bound = decode_time(p, sc, timed) if timed else (None, None)
+    tpot, step = decode_time(p, sc, timed) if timed else (None, None)
     return WhatIfRow(
         technique=name,
         batch_size=batch_size,
@@ -256,7 +257,8 @@ def _row(
         batch_fits=timed,
         tpot_floor_s=tpot,
         tokens_per_s=timed / tpot if tpot else None,
-        step_bound=step_bound,
+        step_bound=step.bound if step else None,
+        step_intensity_flop_per_byte=step.intensity if step else None,
         ttft_floor_s=priced.ttft_floor_s,
         held_tokens=sc.held_tokens or sc.store_tokens,
         contiguous_concurrency=priced.contiguous_concurrency,
