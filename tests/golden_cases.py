@@ -39,13 +39,17 @@ def cases(model: str) -> dict[str, list[str]]:
             "--ctx",
             "128k",
             "--batch",
-            "8",
+            "1,8",
             "--apply",
             "fp8",
             "--apply",
             "window=32k",
             "--apply",
             "fp8+cla2",
+            "--apply",
+            "int2",
+            "--apply",
+            "sparse-read=0.125",
         ],
     }
     for gpu in GPUS:

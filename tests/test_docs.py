@@ -103,6 +103,7 @@ FORMULA_MODULES = [
     "kvplan.formulas.comm",
     "kvplan.formulas.dtypes",
     "kvplan.formulas.offload",
+    "kvplan.formulas.techniques",
 ]
 FORMULA_FUNCTIONS = {
     "kvplan.plans.capacity": ["max_sequences", "max_context_at_batch", "budget"],

@@ -110,8 +110,10 @@ def test_page_numbers_match_kvplan(browser, model, tmp_path):
         set_range(browser, "a2-heads", 0)
         what = run_json("whatif", model, "--ctx", "8192", "--apply", "mqa")
         mqa = next(r for r in what["rows"] if r["technique"] == "mqa")
-        assert browser.execute_script("return D.act2.options[0].bytes_per_sequence") == mqa["bytes"]
-        assert shows_bytes(text(browser, "a2-per-seq"), mqa["bytes"])
+        assert (
+            browser.execute_script("return D.act2.options[0].bytes_per_sequence") == mqa["kv_bytes"]
+        )
+        assert shows_bytes(text(browser, "a2-per-seq"), mqa["kv_bytes"])
     shot(browser, model, 2)
 
     # Act 3: the H200 option, 32k context, 4 users

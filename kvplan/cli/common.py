@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from kvplan.errors import KvplanError
+from kvplan.formulas.dtypes import WEIGHT_DTYPE_HELP
 from kvplan.present.render import OutputFormat
 
 MODEL_HELP = (
@@ -87,7 +88,7 @@ def weights_dtype_option() -> typer.models.OptionInfo:
     return typer.Option(
         "auto",
         "--weights-dtype",
-        help="Weights dtype: auto (from the config), bf16, fp16, fp32, fp8, int8, int4, mxfp4.",
+        help=f"Weights dtype: {WEIGHT_DTYPE_HELP}.",
     )
 
 

@@ -44,7 +44,10 @@ WEIGHT_DTYPE_HELP = (
 )
 
 INT8_SCALE_BYTES = 4  # one fp32 scale per token per head (vLLM int8_per_token_head)
-INT4_SCALE_ZERO_BYTES = 4  # fp16 scale + fp16 zero-point per group (KIVI-style asymmetric)
+SUB_BYTE_SCALE_ZERO_BYTES = 4  # fp16 scale + fp16 zero-point per group (KIVI-style asymmetric)
+# Bits per value of the sub-byte integer formats. int3 and int2 are what-if formats (kvplan whatif),
+# not engine dtypes: --kv-dtype offers int4 at most.
+SUB_BYTE_BITS = {"int4": 4, "int3": 3, "int2": 2}
 
 _TORCH_DTYPE_NAMES = {
     "float32": "fp32",
@@ -216,10 +219,14 @@ def ggml_tensor_bytes(type_id: int, num_values: int) -> int:
 
 
 class KvFormat(NamedTuple):
-    """A KV storage format: its name, and the group size of int4's scales."""
+    """A KV storage format: its name, the group size of the sub-byte formats' scales, and the
+    tokens per sequence (per layer) a sub-byte cache keeps in full precision: the attention sinks
+    and the most recent tokens (KIVI's residual, OSCAR's BF16 sink and recent window)."""
 
     name: str
-    group_size: int = 32  # int4 only
+    group_size: int = 32  # int4, int3, int2
+    full_precision_tokens: int = 0  # sink + recent tokens stored in `full_precision_dtype`
+    full_precision_dtype: str = "bf16"
 
     def head_vector_bytes(self, width: int) -> int:
         """Bytes to store `width` values of one head for one token, scales included."""
@@ -227,12 +234,18 @@ class KvFormat(NamedTuple):
             return width * ELEMENT_BYTES[self.name]
         if self.name == "int8":
             return width + INT8_SCALE_BYTES
-        if self.name == "int4":
+        if self.name in SUB_BYTE_BITS:
             groups = math.ceil(width / self.group_size)
-            return math.ceil(width / 2) + groups * INT4_SCALE_ZERO_BYTES
+            packed = math.ceil(width * SUB_BYTE_BITS[self.name] / 8)
+            return packed + groups * SUB_BYTE_SCALE_ZERO_BYTES
         if self.name in GGML_CACHE_QUANTS:
             return ggml_row_bytes(self.name, width)
         raise KvplanError(f"unknown KV dtype {self.name!r}")
+
+    @property
+    def full_precision(self) -> KvFormat:
+        """The format of the tokens kept in full precision."""
+        return KvFormat(self.full_precision_dtype)
 
     @property
     def note(self) -> Note | None:
@@ -241,7 +254,7 @@ class KvFormat(NamedTuple):
             return note("kv-fp8")
         if self.name == "int8":
             return note("kv-int8")
-        if self.name == "int4":
+        if self.name == "int4" and not self.full_precision_tokens:
             return note("kv-int4", group_size=self.group_size)
         if self.name in GGML_CACHE_QUANTS:
             t = GGML_TYPES[self.name]
@@ -250,6 +263,15 @@ class KvFormat(NamedTuple):
                 dtype=self.name,
                 block_size=t.block_size,
                 block_bytes=t.block_bytes,
+            )
+        if self.name in SUB_BYTE_BITS:
+            return note(
+                "kv-sub-byte",
+                dtype=self.name,
+                bits=SUB_BYTE_BITS[self.name],
+                group_size=self.group_size,
+                full_precision_tokens=self.full_precision_tokens,
+                full_precision_dtype=self.full_precision_dtype,
             )
         return None
 

@@ -23,16 +23,29 @@ class CacheGroup(NamedTuple):
     window: int | None
     bytes_per_token_per_layer: int  # per rank; 0 for state groups
     state_bytes_per_layer: int  # per rank; 0 for attention groups
+    # A sub-byte cache keeps its sink and recent tokens in full precision (KvFormat); 0: none.
+    full_precision_tokens: int = 0
+    full_precision_bytes_per_token_per_layer: int = 0
 
     def tokens_held(self, context_len: int) -> int:
         if self.kind.windowed:
             return min(context_len, self.window)
         return 0 if self.kind is CacheKind.STATE else context_len
 
+    def full_precision_extra_bytes(self, context_len: int) -> int:
+        """What the tokens kept in full precision add per layer over their quantized size:
+        min(held, kept) * (full bytes per token - quantized bytes per token)."""
+        kept = min(self.tokens_held(context_len), self.full_precision_tokens)
+        return kept * (
+            self.full_precision_bytes_per_token_per_layer - self.bytes_per_token_per_layer
+        )
+
     def bytes_per_sequence(self, context_len: int) -> int:
-        """kv_group_bytes = layers * (tokens_held(s) * bytes_per_token_per_layer + state_bytes)."""
+        """kv_group_bytes = layers * (tokens_held(s) * bytes_per_token_per_layer + state_bytes),
+        plus the full-precision tokens' extra bytes of a sub-byte format."""
         return self.num_layers * (
             self.tokens_held(context_len) * self.bytes_per_token_per_layer
+            + self.full_precision_extra_bytes(context_len)
             + self.state_bytes_per_layer
         )
 
@@ -55,6 +68,10 @@ def cache_groups(spec: ModelSpec, fmt: KvFormat, tp: int = 1) -> list[CacheGroup
                     a.window,
                     a.kv_bytes_per_token(fmt, tp),
                     0,
+                    fmt.full_precision_tokens,
+                    a.kv_bytes_per_token(fmt.full_precision, tp)
+                    if fmt.full_precision_tokens
+                    else 0,
                 ],
             )
             entry[2] += 1
@@ -119,6 +136,7 @@ def paged_bytes_per_sequence(
         g.num_layers
         * (
             paged_tokens_held(g, context_len, block_size) * g.bytes_per_token_per_layer
+            + g.full_precision_extra_bytes(context_len)
             + g.state_bytes_per_layer
         )
         for g in cache_groups(spec, fmt, tp)
