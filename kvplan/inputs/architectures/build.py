@@ -20,6 +20,7 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import model_dtype_name
 from kvplan.inputs.architectures.families import ALIASES, FAMILIES, Family
 from kvplan.inputs.architectures.mixers import lightning_state, read_state
+from kvplan.inputs.architectures.rope import rope_tables
 from kvplan.inputs.architectures.structure import unread_structure
 from kvplan.inputs.fields import REQUIRED, Fields
 from kvplan.notes import note
@@ -393,6 +394,12 @@ class Builder:
         if self.state is not None:
             self.decided.append(("state", self.state_source))
 
+    def _q_lora(self) -> int | None:
+        """MLA's query down-projection width: the config's (null: none), else the class default."""
+        if "q_lora_rank" in self.f.data:
+            return self.f.opt_int("q_lora_rank")
+        return self.family.q_lora_default
+
     def attention(self, kind: str) -> Attention:
         f = self.f
         if self.mla:
@@ -415,6 +422,7 @@ class Builder:
                 mla_kv_lora_rank=kv_lora,
                 mla_rope_dim=rope,
                 indexer_head_dim=self.indexer_dim or 0,
+                mla_q_lora_rank=self._q_lora() or 0,
             )
         cache_kind = CacheKind(kind)
         size = self.window if kind == "sliding" else self.chunk if kind == "chunked" else None
@@ -485,6 +493,20 @@ class Builder:
             vision_params=vision_params(self.top, self.hidden),
             notes=tuple(self.notes),
             intermediate_size=counter.dense_width if n_dense else None,
+            rope_tables=self.rope(layers),
+        )
+
+    def rope(self, layers: list[Layer]) -> tuple[tuple[int, int], ...]:
+        attention = [layer.attention for layer in layers if layer.attention is not None]
+        if not attention or self.family.learned_positions is not None:
+            return ()
+        return rope_tables(
+            self.f,
+            self.head_dim,
+            self.max_positions(),
+            mla_rope_dim=attention[0].mla_rope_dim,
+            has_sliding=any(a.kind is CacheKind.SLIDING for a in attention),
+            local_table=self.family.rope_local,
         )
 
     def family_notes(self, layers: list[Layer]) -> None:

@@ -134,10 +134,7 @@ class Counter:
         f, h, heads = self.f, self.b.hidden, a.num_q_heads
         kv_lora, rope = a.mla_kv_lora_rank, a.mla_rope_dim
         nope, v_dim = a.qk_head_dim - rope, a.v_head_dim
-        if "q_lora_rank" in f.data:
-            q_lora = f.opt_int("q_lora_rank")
-        else:
-            q_lora = self.fam.q_lora_default
+        q_lora = a.mla_q_lora_rank
         if q_lora:
             q = h * q_lora + q_lora + q_lora * heads * (nope + rope)
         else:
