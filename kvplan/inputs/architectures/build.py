@@ -308,9 +308,10 @@ class Builder:
             return ["sliding" if i % 2 == 0 else "full" for i in range(n)]
         if rule == "llama4":
             interval = f.int("no_rope_layer_interval", default=4)
-            no_rope = f.int_list("no_rope_layers", length=n) or [
-                int((i + 1) % interval != 0) for i in range(n)
-            ]
+            # an empty list means "derive it", as in transformers' Llama4TextConfig
+            declared = f.int_list("no_rope_layers") or None
+            no_rope = f.int_list("no_rope_layers", length=n) if declared else None
+            no_rope = no_rope or [int((i + 1) % interval != 0) for i in range(n)]
             return ["chunked" if no_rope[i] else "full" for i in range(n)]
         if rule == "interval_full":
             interval = f.int("full_attention_interval", default=4)
