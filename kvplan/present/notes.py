@@ -190,8 +190,9 @@ text("capacity-budget")(
         + (
             "(given)"
             if reserve_given
-            else "(activation peak of an 8192-token forward and the sampler, plus 0.25 GiB "
-            "non-torch; see kvplan.formulas.memory)"
+            else "(what vLLM 0.19's profiling run measures beside the weights: the torch peak "
+            "of an 8192-token step with the sampler, non-torch memory at this TP, the rotary "
+            "tables; see kvplan.formulas.memory)"
         )
         + "."
     )
