@@ -84,7 +84,9 @@ def vllm_memory_rows(r: VllmResult) -> list[dict]:
         ("estimated CUDA graph memory", m.cuda_graph_estimate_bytes),
         ("available KV cache memory", m.available_bytes),
     ]
-    return [{"term": term, "bytes": value} for term, value in rows]
+    return [
+        {"term": term, "bytes": value} for term, value in rows if value or not term.startswith(" ")
+    ]
 
 
 def vllm_view(r: VllmResult) -> View:

@@ -555,9 +555,13 @@ class Builder:
         return str(method)[:40] if method else None
 
 
+GATED_VISION_ACTIVATIONS = ("silu", "swish")
+
+
 def vision_params(top: dict, text_hidden: int) -> int:
     """A ViT/SigLIP vision tower from `vision_config` (an estimate: attention and MLP with biases,
-    two LayerNorms per layer, patch and position embeddings, a linear projector to the LM)."""
+    two LayerNorms per layer, or a gated MLP without biases for SiLU towers; patch and position
+    embeddings, a linear projector to the LM)."""
     vc = top.get("vision_config")
     if not isinstance(vc, dict):
         return 0
@@ -571,6 +575,10 @@ def vision_params(top: dict, text_hidden: int) -> int:
         channels = f.int("num_channels", default=3)
     except KvplanError:
         return 0
-    per_layer = 4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h
+    if str(vc.get("hidden_act", "")).lower() in GATED_VISION_ACTIVATIONS:
+        # a gated MLP without biases (Pixtral, Qwen2.5-VL): q, k, v, o plus gate, up, down
+        per_layer = 4 * h * h + 3 * h * inter + 2 * h
+    else:
+        per_layer = 4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h
     embeddings = channels * patch * patch * h + h + (image // patch) ** 2 * h
     return layers * per_layer + embeddings + 2 * h + h * text_hidden + h
