@@ -388,8 +388,42 @@ def test_sglang_mamba_pool_comes_first():
         (["--engine", "vllm", "--kv-cache-memory", "20"], "needs a unit"),
         (["--engine", "vllm", "--kv-dtype", "int3"], "not a vLLM kv-cache-dtype"),
         (["--engine", "vllm", "--kv-cache-memory", "lots"], "not a size"),
+        (["--engine", "vllm", "--dtype", "float8"], "--dtype 'float8'"),
+        (["--engine", "vllm", "--quantization", "bitnet"], "--quantization 'bitnet'"),
+        (["--engine", "vllm", "--quantization", "fp8", "--weights-dtype", "int8"], "not both"),
+        (["--engine", "vllm", "--vllm-version", "0.7"], "--vllm-version '0.7'"),
+        (["--engine", "vllm", "--max-num-seqs", "0"], "--max-num-seqs"),
+        (["--engine", "sglang", "--enforce-eager"], "is a vllm flag"),
     ],
 )
 def test_bad_engine_input(argv, needle):
     code, _, err = run_cli("engine", "llama-3.1-8b", *argv)
     assert code == 2 and needle in err, err
+
+
+def test_vllm_021_subtracts_the_cuda_graph_estimate_and_prints_the_new_cache_size():
+    spec = load_model("llama-3.1-8b")
+    old = vllm(spec, gpu_mem_util=0.95, max_model_len=8192)
+    new = vllm(spec, gpu_mem_util=0.95, max_model_len=8192, vllm_version="0.21")
+    graphs = old["memory"][0]["cuda_graph_estimate_bytes"]
+    assert graphs > 0
+    assert new["available_kv_bytes"] == old["available_kv_bytes"] - graphs
+    assert new["kv_cache_tokens"] == int(new["max_concurrency"] * 8192)
+    eager = vllm(
+        spec, gpu_mem_util=0.95, max_model_len=8192, vllm_version="0.21", enforce_eager=True
+    )
+    assert eager["available_kv_bytes"] == old["available_kv_bytes"]
+
+
+def test_pipeline_stages_take_their_own_memory_and_the_fewest_blocks():
+    # vLLM 0.19, Llama-3.1-8B at PP 4: the first and last stages hold 4.26 GiB of weights, the
+    # middle ones 3.28; the last stage's sampler makes it the smallest pool (2,257,264 tokens)
+    data = vllm(load_model("llama-3.1-8b"), gpu_mem_util=0.95, max_model_len=8192, pp=4)
+    weights = [m["weights"]["total_bytes"] / 2**30 for m in data["memory"]]
+    assert [round(w, 2) for w in weights] == [4.26, 3.28, 3.28, 4.26]
+    assert data["kv_cache_tokens"] == pytest.approx(2_257_264, rel=0.01)
+
+
+def test_weights_that_do_not_fit_are_a_one_line_error():
+    code, _, err = run_cli("engine", "llama-3.1-70b", "--engine", "vllm", "--gpu", "h100")
+    assert code == 2 and "the weights do not fit" in err and "Traceback" not in err
