@@ -44,9 +44,9 @@ def note_texts(items: Iterable[Note]) -> list[str]:
 text("no-dtype")(lambda: "config names no torch_dtype: the model dtype is taken as bf16.")
 text("llama4-chunked")(
     lambda: (
-        "Llama 4 chunked layers are sized by their chunk (as vLLM's hybrid allocator can); "
-        "vLLM 0.19 disables that allocator for chunked models by default and stores every "
-        "layer in full (--hybrid-chunked in kvplan capacity --engine vllm)."
+        "Llama 4 chunked layers are sized by their chunk, as vLLM's hybrid KV-cache manager "
+        "stores them (on for chunked attention by default since vllm#29627; "
+        "kvplan engine --no-hybrid-chunked models it off)."
     )
 )
 text("vision-absent")(lambda: "Vision tower not in this config; parameter counts are text-only.")
