@@ -68,6 +68,7 @@ class Attention(NamedTuple):
     # A sparse-attention indexer's key cache (DeepSeek-V3.2 DSA): one `indexer_head_dim` vector
     # per token per layer, beside the MLA latent (0: none).
     indexer_head_dim: int = 0
+    indexer_num_heads: int = 0  # the indexer's query heads (its weights, not its cache)
     mla_q_lora_rank: int = 0  # MLA query down-projection width (0: none, queries from hidden)
 
     def kv_heads_per_rank(self, tp: int) -> int:

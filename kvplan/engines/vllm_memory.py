@@ -30,6 +30,7 @@ from kvplan.formulas.memory import (
     rotary_cache_bytes,
 )
 from kvplan.formulas.weights import weight_bytes
+from kvplan.inputs.architectures.params import indexer_params
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.units import GIB
 
@@ -112,8 +113,7 @@ def weights_per_rank(
             replicated = h * (attn.mla_kv_lora_rank + attn.mla_rope_dim) + attn.mla_kv_lora_rank
             if attn.mla_q_lora_rank:
                 replicated += (h + 1) * attn.mla_q_lora_rank
-            if attn.indexer_head_dim:
-                replicated += h * attn.indexer_head_dim
+            replicated += indexer_params(attn, h)  # "no tensor parallel, just replicated"
             layers += _part_bytes(spec, wdtype, "attention", replicated * (1 - 1 / tp))
             nope = attn.qk_head_dim - attn.mla_rope_dim
             heads = attn.num_q_heads // tp

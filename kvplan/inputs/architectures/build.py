@@ -423,6 +423,9 @@ class Builder:
                 mla_kv_lora_rank=kv_lora,
                 mla_rope_dim=rope,
                 indexer_head_dim=self.indexer_dim or 0,
+                indexer_num_heads=(
+                    f.int("index_n_heads", why="the indexer") if self.indexer_dim else 0
+                ),
                 mla_q_lora_rank=self._q_lora() or 0,
             )
         cache_kind = CacheKind(kind)
