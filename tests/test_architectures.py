@@ -99,7 +99,7 @@ def test_llama4_every_fourth_layer_is_global():
     per_layer_token = 2 * 8 * 128 * 2
     expected = per_layer_token * (12 * 131072 + 36 * 8192)
     assert kv_bytes_per_sequence(spec, 131072, BF16) == expected
-    assert any("stores every layer in full" in n for n in note_texts(spec.notes))
+    assert any("hybrid KV-cache manager" in n for n in note_texts(spec.notes))
 
 
 def test_nemotron_h_pattern_state_and_kv():

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from kvplan.anatomy.model import CacheKind
 from kvplan.engines import EngineRequest, engine_allocation
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.options import parse_bytes
@@ -23,6 +24,11 @@ def gib(text: str) -> int:
 
 def vllm(spec, **kw):
     return engine_view(engine_allocation(spec, H100, EngineRequest(engine="vllm", **kw))).data
+
+
+def test_vllm_flags_belong_to_vllm():
+    code, _, err = run_cli("engine", "llama-3.1-8b", "--engine", "sglang", "--max-num-seqs", "8")
+    assert code == 2 and "is a vllm flag" in err
 
 
 def test_gemma3_27b_logged_case_exactly():
@@ -61,11 +67,85 @@ def test_llama31_8b_logged_case_and_the_rounding_of_58_11():
     assert 29_751 * 2_097_152 / 2**30 == pytest.approx(58.1074, abs=1e-4)
 
 
-def test_estimated_available_memory_is_within_the_stated_error():
-    llama = vllm(load_model("llama-3.1-8b"), gpu_mem_util=0.95, max_model_len=8192)
-    gemma = vllm(load_model("gemma-3-27b"), gpu_mem_util=0.95, max_model_len=8192)
-    assert llama["available_kv_bytes"] / 2**30 == pytest.approx(58.11, abs=0.15)
-    assert gemma["available_kv_bytes"] / 2**30 == pytest.approx(19.53, abs=0.6)
+def test_issue_examples_available_memory():
+    # public vLLM 0.19 logs on H100 at gpu_memory_utilization 0.95, max_model_len 8192
+    # (issue 21): Qwen3-8B TP 1 logged 57.5 GiB, Llama-3.1-8B TP 2 63.76 GiB, Qwen2.5-72B TP 2
+    # about 3.0 GiB.
+    qwen = vllm(load_model("qwen3-8b"), gpu_mem_util=0.95, max_model_len=8192)
+    llama = vllm(load_model("llama-3.1-8b"), gpu_mem_util=0.95, max_model_len=8192, tp=2)
+    big = vllm(load_model("qwen2.5-72b"), gpu_mem_util=0.95, max_model_len=8192, tp=2)
+    assert qwen["available_kv_bytes"] / 2**30 == pytest.approx(57.5, abs=0.1)
+    assert llama["available_kv_bytes"] / 2**30 == pytest.approx(63.76, abs=0.1)
+    assert big["available_kv_bytes"] / 2**30 == pytest.approx(3.04, abs=0.25)
+
+
+def test_profile_line_in_vllm_wording_and_rounding():
+    lines = vllm(load_model("llama-3.1-8b"), gpu_mem_util=0.95, max_model_len=8192)["log_lines"]
+    assert lines[0] == "Model loading took 14.99 GiB memory"
+    # vLLM 0.19 logged "... torch peak memory increase: 1.89GiB; non-torch forward increase
+    # memory: 0.25GiB; weights memory: 14.99GiB." for this run (total 17.13 rounds per term)
+    assert (
+        "; torch peak memory increase: 1.89GiB; non-torch forward increase memory: 0.25GiB; "
+        "weights memory: 14.99GiB." in lines[2]
+    )
+    assert lines[2].startswith("Total non KV cache memory: ")
+    assert lines[3].startswith("Available KV cache memory: 58.1") and lines[3].endswith(" GiB")
+
+
+def test_batch_defaults_follow_the_gpu():
+    spec = load_model("llama-3.1-8b")
+    h100 = vllm(spec, max_model_len=8192)
+    a100 = engine_allocation(
+        spec, load_profile("a100-80gb-sxm"), EngineRequest(engine="vllm", max_model_len=8192)
+    )
+    assert (h100["max_num_seqs"], h100["max_num_batched_tokens"]) == (1024, 8192)
+    assert (a100.max_num_seqs, a100.max_num_batched_tokens) == (256, 2048)
+    short = vllm(spec, max_model_len=4)  # the token budget is capped at seqs x max_model_len
+    assert short["max_num_batched_tokens"] == 4096 and short["max_num_seqs"] == 1024
+
+
+def test_dtype_sets_the_model_and_the_cache():
+    spec = load_model("llama-3.1-8b")
+    fp32 = vllm(spec, max_model_len=8192, gpu_mem_util=0.95, dtype="float32")
+    bf16 = vllm(spec, max_model_len=8192, gpu_mem_util=0.95)
+    assert fp32["dtype"] == "fp32" and fp32["page_bytes"] == 2 * bf16["page_bytes"]
+    # vLLM 0.19, --dtype float32 on H100: weights 29.98 GiB, 175,296 tokens (262,144 B/token)
+    assert fp32["memory"][0]["weights"]["total_bytes"] / 2**30 == pytest.approx(29.98, abs=0.01)
+    assert fp32["page_bytes"] == 16 * 8 * 128 * 2 * 4
+    float32_config = spec._replace(dtype="fp32")  # a float32 config served with --dtype auto
+    auto = vllm(float32_config, max_model_len=8192)
+    assert auto["dtype"] == "bf16" and auto["page_bytes"] == bf16["page_bytes"]
+    assert any(n["id"] == "engine-dtype-downcast" for n in auto["notes"])
+
+
+def test_online_fp8_keeps_the_vocabulary_layers_in_the_model_dtype():
+    # vLLM 0.19 --quantization fp8 on Llama-3.1-8B logged 8.49 GiB: 6.98e9 linear params in one
+    # byte, embedding and lm_head (2 x 525,336,576) in bf16
+    data = vllm(load_model("llama-3.1-8b"), max_model_len=8192, quantization="fp8")
+    linear = 8_030_261_248 - 2 * 525_336_576 - 266_240
+    expected = linear + 2 * 525_336_576 * 2 + 266_240 * 2 + 131072 * 128 * 2
+    assert data["memory"][0]["weights"]["total_bytes"] == pytest.approx(expected, rel=1e-3)
+    assert expected / 2**30 == pytest.approx(8.49, abs=0.01)
+
+
+def test_window_at_least_max_model_len_stays_a_sliding_spec():
+    # vLLM builds a SlidingWindowSpec whenever a window is set (no conversion to full
+    # attention): a window >= max_model_len costs one block more per request, same pool.
+    spec = load_model("phi-4")  # this copy of the config carries sliding_window 16384
+    sliding = vllm(spec, kv_cache_memory_bytes=gib("10"), max_model_len=8192)
+    full = vllm(
+        spec._replace(
+            layers=tuple(
+                layer._replace(attention=layer.attention._replace(kind=CacheKind.FULL, window=None))
+                for layer in spec.layers
+            )
+        ),
+        kv_cache_memory_bytes=gib("10"),
+        max_model_len=8192,
+    )
+    assert sliding["blocks_per_request"] == 8192 // 16 + 1
+    assert full["blocks_per_request"] == 8192 // 16
+    assert sliding["kv_cache_tokens"] == full["kv_cache_tokens"]
 
 
 def mixed(sliding: int, full: int):
@@ -95,20 +175,42 @@ def test_uniform_model_is_one_group():
     assert data["num_blocks"] == 10 * 2**30 // (16 * 8 * 256 * 2) // 32
 
 
-def test_mla_under_tp8_is_replicated_with_64_token_blocks():
-    data = vllm(
-        load_model("deepseek-v3"), kv_cache_memory_bytes=gib("20"), max_model_len=32768, tp=8
-    )
-    assert data["block_size"] == 64
-    assert data["page_bytes"] == 64 * 576 * 2  # one latent head whatever the TP degree
-    assert data["num_blocks"] == 20 * 2**30 // (64 * 576 * 2) // 61
+def test_mla_page_is_replicated_and_the_block_follows_the_backend():
+    spec = load_model("deepseek-v3")
+    data = vllm(spec, kv_cache_memory_bytes=gib("20"), max_model_len=32768, tp=8)
+    assert data["block_size"] == 16  # FLASH_ATTN_MLA on Hopper with a bf16 cache
+    assert data["page_bytes"] == 16 * 576 * 2  # one latent head whatever the TP degree
+    assert data["num_blocks"] == 20 * 2**30 // (16 * 576 * 2) // 61
+    fp8 = vllm(spec, kv_cache_memory_bytes=gib("20"), max_model_len=32768, kv_cache_dtype="fp8")
+    assert fp8["block_size"] == 64 and fp8["page_bytes"] == 64 * 576  # FlashMLA
     ds = vllm(
-        load_model("deepseek-v3"),
-        kv_cache_memory_bytes=gib("20"),
-        max_model_len=32768,
-        kv_cache_dtype="fp8_ds_mla",
+        spec, kv_cache_memory_bytes=gib("20"), max_model_len=32768, kv_cache_dtype="fp8_ds_mla"
     )
     assert ds["page_bytes"] == 64 * 656
+    b200 = engine_allocation(
+        spec,
+        load_profile("b200"),
+        EngineRequest(engine="vllm", kv_cache_memory_bytes=gib("20"), max_model_len=32768),
+    )
+    assert b200.block_size == 32  # FLASHINFER_MLA
+    a100 = engine_allocation(
+        spec,
+        load_profile("a100-80gb-sxm"),
+        EngineRequest(engine="vllm", kv_cache_memory_bytes=gib("20"), max_model_len=32768),
+    )
+    assert a100.block_size == 16  # TRITON_MLA
+
+
+def test_dsa_indexer_key_cache_beside_the_latent():
+    # DeepseekV32IndexerCache: 128 fp8 values + one fp32 scale = 132 B per token per layer, in
+    # the same group as the latent (FLASHMLA_SPARSE, 64-token blocks on Hopper)
+    spec = load_model("deepseek-v3.2")
+    bf16 = vllm(spec, kv_cache_memory_bytes=gib("20"), max_model_len=32768, tp=8)
+    assert bf16["block_size"] == 64
+    assert bf16["page_bytes"] == 64 * (576 * 2 + 132)
+    fp8 = vllm(spec, kv_cache_memory_bytes=gib("20"), max_model_len=32768, kv_cache_dtype="fp8")
+    assert fp8["kv_cache_dtype"] == "fp8_ds_mla"  # vLLM switches layouts on FlashMLA-sparse
+    assert fp8["page_bytes"] == 64 * (656 + 132)
 
 
 def test_fewer_kv_heads_than_tp_ranks():
@@ -128,15 +230,21 @@ def test_mamba_hybrid_forces_the_attention_block_size():
     assert data["blocks_per_request"] == math.ceil(8192 / 2080) + 6
 
 
-def test_llama4_chunked_layers_full_by_default_and_chunked_on_request():
+def test_llama4_chunked_layers_stay_chunked_unless_the_hybrid_manager_is_off():
+    # vLLM keeps the hybrid KV-cache manager on for chunked attention since vllm#29627
+    # (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE defaults to 1)
     spec = load_model("llama-4-scout")
-    default = vllm(spec, kv_cache_memory_bytes=gib("20"), max_model_len=131072)
-    assert default["num_groups"] == 1  # every layer a full-attention spec
-    assert default["required_bytes_per_request"] == 48 * 131072 * 2 * 8 * 128 * 2
-    hybrid = vllm(spec, kv_cache_memory_bytes=gib("20"), max_model_len=131072, hybrid_chunked=True)
+    hybrid = vllm(spec, kv_cache_memory_bytes=gib("20"), max_model_len=131072)
     assert hybrid["num_groups"] == 4  # 12 full + 36 chunked in groups of 12
     chunk_blocks = math.ceil(min(8192 + 8192, 131072) / 16)
     assert hybrid["blocks_per_request"] == 131072 // 16 + 3 * chunk_blocks
+    off = vllm(spec, kv_cache_memory_bytes=gib("20"), max_model_len=131072, hybrid_chunked=False)
+    assert off["num_groups"] == 1  # every layer a full-attention spec
+    assert off["required_bytes_per_request"] == 48 * 131072 * 2 * 8 * 128 * 2
+    disabled = vllm(
+        spec, kv_cache_memory_bytes=gib("20"), max_model_len=131072, hybrid_kv_cache_manager=False
+    )
+    assert disabled["num_groups"] == 1
 
 
 def test_per_token_head_scales_and_nvfp4_pages():
@@ -186,22 +294,88 @@ def test_sglang_cell_size_tokens_and_log_line():
     assert data["cell_size_bytes"] == cell
     tokens = 40 * 2**30 // cell
     assert data["kv_cache_tokens"] == tokens
-    gb = tokens * 32 * 8 * 128 * 2 / 2**30
-    assert data["log_lines"] == [
+    gb = (tokens + 1) * 32 * 8 * 128 * 2 / 2**30  # every buffer has size + page_size rows
+    assert data["log_lines"][0] == (
         f"KV Cache is allocated. #tokens: {tokens}, K size: {gb:.2f} GB, V size: {gb:.2f} GB"
-    ]
+    )
+    assert data["log_lines"][1].startswith(f"max_total_num_tokens={tokens}, chunked_prefill_size=")
 
 
-def test_sglang_mla_and_hybrid_swa_split():
+def test_sglang_log_line_matches_a_logged_pool():
+    # vllm#21348: SGLang, Qwen3-235B-A22B-FP8 at TP 4 logged
+    # "KV Cache is allocated. #tokens: 367404, K size: 8.23 GB, V size: 8.23 GB"
+    spec = load_model("qwen3-235b-a22b")
+    cell = 94 * 1 * 128 * 2 * 2
+    given = engine_allocation(
+        spec,
+        H100,
+        EngineRequest(engine="sglang", tp=4, kv_cache_memory_bytes=367404 * cell),
+    )
+    assert given.kv_cache_tokens == 367404
+    line = engine_view(given).data["log_lines"][0]
+    assert line == "KV Cache is allocated. #tokens: 367404, K size: 8.23 GB, V size: 8.23 GB"
+    predicted = engine_allocation(
+        spec,
+        H100,
+        EngineRequest(engine="sglang", tp=4, mem_fraction_static=0.93, weights_dtype="fp8"),
+    )
+    assert predicted.kv_cache_tokens == pytest.approx(367404, rel=0.05)
+
+
+def test_sglang_default_mem_fraction_static():
+    # server_args: H100 (81,090 MiB reported), TP 1, not MLA: reserved 512 + 8192 x 1.5 +
+    # 256 x 2 + 1/8 x 1024 + 58 piecewise sizes x 8 = 13,904 MiB -> 0.829; MLA adds 1,536 MiB
+    # instead of the piecewise term; TP 8: 512 + 12,288 + 1,024 + 1,024 + 464 = 15,312 MiB
+    gpu_mib = H100.usable_memory_bytes / 2**20
+    tp1 = run_json("engine", "llama-3.1-8b", "--engine", "sglang", "--ctx", "8k")
+    assert tp1["mem_fraction_static"] == round((gpu_mib - 13904) / gpu_mib, 3)
+    tp8 = run_json("engine", "llama-3.1-70b", "--engine", "sglang", "--ctx", "8k", "--tp", "8")
+    assert tp8["mem_fraction_static"] == round((gpu_mib - 15312) / gpu_mib, 3)
+
+
+def test_sglang_mla_and_dsa_pools():
     mla = run_json(
         "engine", "deepseek-v3", "--engine", "sglang", "--kv-cache-memory", "10GiB", "--tp", "8"
     )
     assert mla["cell_size_bytes"] == 576 * 61 * 2
+    dsa = engine_allocation(
+        load_model("deepseek-v3.2"),
+        H100,
+        EngineRequest(engine="sglang", tp=8, kv_cache_memory_bytes=gib("10")),
+    )
+    assert dsa.kv_cache_dtype == "bfloat16" and dsa.block_size == 64  # Hopper default for DSA
+    assert dsa.cell_size_bytes == dsa.profile_cell_size_bytes == (576 * 2 + 132) * 61
+    fp8 = engine_allocation(
+        load_model("deepseek-v3.2"),
+        H100,
+        EngineRequest(
+            engine="sglang", tp=8, kv_cache_memory_bytes=gib("10"), kv_cache_dtype="fp8_e4m3"
+        ),
+    )
+    # the pool is divided by 576 + 132 B per layer, but each latent is stored in 656 B
+    assert fp8.profile_cell_size_bytes == (576 + 132) * 61
+    assert fp8.cell_size_bytes == (656 + 132) * 61
+    assert fp8.kv_cache_tokens == 10 * 2**30 // ((576 + 132) * 61) // 64 * 64
+
+
+def test_sglang_hybrid_swa_split():
     swa = run_json("engine", "gemma-3-27b", "--engine", "sglang", "--kv-cache-memory", "10GiB")
-    tokens = swa["kv_cache_tokens"]
     full, window = swa["full_tokens"], swa["swa_tokens"]
     assert window == int(0.8 * full)
-    assert 52 * window + 10 * full <= tokens * 62
+    per_token = 16 * 128 * 2 * 2
+    assert full == 10 * 2**30 // (per_token * 10 + 0.8 * per_token * 52)
+
+
+def test_sglang_mamba_pool_comes_first():
+    data = engine_allocation(
+        load_model("qwen3-next-80b-a3b"),
+        H100,
+        EngineRequest(engine="sglang", tp=4, kv_cache_memory_bytes=gib("19")),
+    )
+    assert data.mamba_pool_bytes == int(19 * 2**30 * 0.9 / 1.9)
+    assert data.pool_bytes == 19 * 2**30 - data.mamba_pool_bytes
+    # 12 full-attention layers; 2 KV heads over TP 4 leave one (replicated) head per rank
+    assert data.cell_size_bytes == 12 * 1 * (256 + 256) * 2
 
 
 @pytest.mark.parametrize(
@@ -214,8 +388,42 @@ def test_sglang_mla_and_hybrid_swa_split():
         (["--engine", "vllm", "--kv-cache-memory", "20"], "needs a unit"),
         (["--engine", "vllm", "--kv-dtype", "int3"], "not a vLLM kv-cache-dtype"),
         (["--engine", "vllm", "--kv-cache-memory", "lots"], "not a size"),
+        (["--engine", "vllm", "--dtype", "float8"], "--dtype 'float8'"),
+        (["--engine", "vllm", "--quantization", "bitnet"], "--quantization 'bitnet'"),
+        (["--engine", "vllm", "--quantization", "fp8", "--weights-dtype", "int8"], "not both"),
+        (["--engine", "vllm", "--vllm-version", "0.7"], "--vllm-version '0.7'"),
+        (["--engine", "vllm", "--max-num-seqs", "0"], "--max-num-seqs"),
+        (["--engine", "sglang", "--enforce-eager"], "is a vllm flag"),
     ],
 )
 def test_bad_engine_input(argv, needle):
     code, _, err = run_cli("engine", "llama-3.1-8b", *argv)
     assert code == 2 and needle in err, err
+
+
+def test_vllm_021_subtracts_the_cuda_graph_estimate_and_prints_the_new_cache_size():
+    spec = load_model("llama-3.1-8b")
+    old = vllm(spec, gpu_mem_util=0.95, max_model_len=8192)
+    new = vllm(spec, gpu_mem_util=0.95, max_model_len=8192, vllm_version="0.21")
+    graphs = old["memory"][0]["cuda_graph_estimate_bytes"]
+    assert graphs > 0
+    assert new["available_kv_bytes"] == old["available_kv_bytes"] - graphs
+    assert new["kv_cache_tokens"] == int(new["max_concurrency"] * 8192)
+    eager = vllm(
+        spec, gpu_mem_util=0.95, max_model_len=8192, vllm_version="0.21", enforce_eager=True
+    )
+    assert eager["available_kv_bytes"] == old["available_kv_bytes"]
+
+
+def test_pipeline_stages_take_their_own_memory_and_the_fewest_blocks():
+    # vLLM 0.19, Llama-3.1-8B at PP 4: the first and last stages hold 4.26 GiB of weights, the
+    # middle ones 3.28; the last stage's sampler makes it the smallest pool (2,257,264 tokens)
+    data = vllm(load_model("llama-3.1-8b"), gpu_mem_util=0.95, max_model_len=8192, pp=4)
+    weights = [m["weights"]["total_bytes"] / 2**30 for m in data["memory"]]
+    assert [round(w, 2) for w in weights] == [4.26, 3.28, 3.28, 4.26]
+    assert data["kv_cache_tokens"] == pytest.approx(2_257_264, rel=0.01)
+
+
+def test_weights_that_do_not_fit_are_a_one_line_error():
+    code, _, err = run_cli("engine", "llama-3.1-70b", "--engine", "vllm", "--gpu", "h100")
+    assert code == 2 and "the weights do not fit" in err and "Traceback" not in err

@@ -148,7 +148,7 @@ SEQ_PER_RANK = LAYERS * PER_LAYER // 4 * S  # bytes one sequence keeps on one of
 
 
 def test_storage_side_and_read_side_are_told_apart():
-    got = rows(price("fp8", "cla2", "prefix=16000", "sparse-read=0.125", "paged"))
+    got = rows(price("fp8", "cla2", "prefix=64000", "sparse-read=0.125", "paged"))
     base = got["baseline"]
     assert base.ceiling_tokens_per_s == pytest.approx(BW / SEQ_PER_RANK)
     # sparse reads: the same bytes and users, an eighth of the reads, 8x the ceiling
@@ -163,12 +163,12 @@ def test_storage_side_and_read_side_are_told_apart():
     assert fp8.ceiling_tokens_per_s == pytest.approx(2 * base.ceiling_tokens_per_s)
     assert fp8.max_concurrency > base.max_concurrency
     # CLA and prefix sharing: capacity, not the decode step (every layer, every sequence reads)
-    for name in ("cla2", "prefix=16000"):
+    for name in ("cla2", "prefix=64000"):
         row = got[name]
         assert row.kv_bytes < base.kv_bytes and row.max_concurrency > base.max_concurrency
         assert row.kv_read_bytes == base.kv_read_bytes
         assert row.ceiling_tokens_per_s == base.ceiling_tokens_per_s
-    assert got["prefix=16000"].ttft_floor_s < base.ttft_floor_s
+    assert got["prefix=64000"].ttft_floor_s < base.ttft_floor_s
     # paging: the same bytes and step, more users when sequences hold 30% of --ctx
     paged = got["paged"]
     assert (paged.kv_bytes, paged.tpot_floor_s) == (base.kv_bytes, base.tpot_floor_s)

@@ -68,6 +68,8 @@ class Attention(NamedTuple):
     # A sparse-attention indexer's key cache (DeepSeek-V3.2 DSA): one `indexer_head_dim` vector
     # per token per layer, beside the MLA latent (0: none).
     indexer_head_dim: int = 0
+    indexer_num_heads: int = 0  # the indexer's query heads (its weights, not its cache)
+    mla_q_lora_rank: int = 0  # MLA query down-projection width (0: none, queries from hidden)
 
     def kv_heads_per_rank(self, tp: int) -> int:
         """KV heads one tensor-parallel rank stores: max(1, Hkv // tp); MLA's latent is replicated."""
@@ -236,6 +238,8 @@ class ModelSpec(NamedTuple):
     quantized_parts: tuple[str, ...] | None = None
     # The weights as the model file stores them (kvplan.inputs.checkpoint, kvplan.inputs.gguf)
     stored: StoredWeights | None = None
+    # Distinct rotary tables (positions, rotary_dim) engines precompute and keep on every rank.
+    rope_tables: tuple[tuple[int, int], ...] = ()
 
     # --- parameters -------------------------------------------------------------------------
     @property

@@ -15,7 +15,16 @@ EXAMPLE = (
 
 # Flags that belong to one engine only: given with another, they are an error, never ignored.
 ONLY = {
-    "vllm": ("--gpu-memory-utilization", "--hybrid-chunked", "--max-num-batched-tokens"),
+    "vllm": (
+        "--gpu-memory-utilization",
+        "--hybrid-chunked",
+        "--disable-hybrid-kv-cache-manager",
+        "--max-num-batched-tokens",
+        "--max-num-seqs",
+        "--quantization",
+        "--enforce-eager",
+        "--vllm-version",
+    ),
     "sglang": ("--mem-fraction-static",),
     "llama.cpp": (
         "--ctx-size",
@@ -77,7 +86,41 @@ def add(app: typer.Typer) -> None:
             "--max-num-batched-tokens",
             min=1,
             max=1 << 24,
-            help="vLLM: the prefill token budget per step (1 to 16,777,216; default 8192).",
+            help="vLLM: the token budget per step (1 to 16,777,216; default 8192 on GPUs of "
+            "70 GiB or more except A100, else 2048).",
+        ),
+        max_num_seqs: int = typer.Option(
+            None,
+            "--max-num-seqs",
+            min=1,
+            max=1 << 20,
+            help="vLLM: requests per step (1 to 1,048,576; default 1024 on GPUs of 70 GiB or "
+            "more except A100, else 256); sizes the sampler's profiling run.",
+        ),
+        dtype: str = typer.Option(
+            None,
+            "--dtype",
+            help="The engine's model dtype (auto, bfloat16, float16, float32); auto keeps the "
+            "config's but serves float32 in 16 bits; kv-cache-dtype auto follows it.",
+        ),
+        quantization: str = typer.Option(
+            None,
+            "--quantization",
+            "-q",
+            help="vLLM: the quantization method (fp8 quantizes a bf16 checkpoint online; awq, "
+            "gptq, mxfp4, ...).",
+        ),
+        weights_dtype: str = c.weights_dtype_option(),
+        enforce_eager: bool = typer.Option(
+            None,
+            "--enforce-eager/--no-enforce-eager",
+            help="vLLM: no CUDA graphs (no graph-memory estimate).",
+        ),
+        vllm_version: str = typer.Option(
+            None,
+            "--vllm-version",
+            help="vLLM: 0.19 (default) or 0.21 (CUDA-graph memory subtracted, new cache-size "
+            "line).",
         ),
         tp: int = typer.Option(
             1, "--tensor-parallel-size", "--tp", min=1, max=c.MAX_TP, help="Tensor-parallel size."
@@ -109,8 +152,14 @@ def add(app: typer.Typer) -> None:
         hybrid_chunked: bool = typer.Option(
             None,
             "--hybrid-chunked/--no-hybrid-chunked",
-            help="vLLM: keep chunked layers chunked "
-            "(VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1).",
+            help="vLLM: keep chunked layers chunked (the default; --no-hybrid-chunked is "
+            "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0).",
+        ),
+        disable_hma: bool = typer.Option(
+            None,
+            "--disable-hybrid-kv-cache-manager",
+            help="vLLM: store sliding and chunked layers as full attention when the model also "
+            "has full layers.",
         ),
         ctx_size: str = typer.Option(
             None, "-c", "--ctx-size", help="llama.cpp: context size, all sequences (0: training)."
@@ -198,6 +247,7 @@ def add(app: typer.Typer) -> None:
         given = {
             "--gpu-memory-utilization": gpu_mem_util is not None,
             "--hybrid-chunked": hybrid_chunked is not None,
+            "--disable-hybrid-kv-cache-manager": disable_hma is not None,
             "--mem-fraction-static": mem_fraction_static is not None,
             "--max-num-batched-tokens": max_num_batched_tokens is not None,
             "--ctx-size": ctx_size is not None,
@@ -222,6 +272,11 @@ def add(app: typer.Typer) -> None:
             "--tp": tp != 1,
             "--pp": pp != 1,
             "--kv-cache-memory": kv_cache_memory is not None,
+            "--max-num-seqs": max_num_seqs is not None,
+            "--dtype": dtype is not None,
+            "--quantization": quantization is not None,
+            "--enforce-eager": enforce_eager is not None,
+            "--vllm-version": vllm_version is not None,
         }
         for other, flags in ONLY.items():
             for flag in flags:
@@ -263,9 +318,13 @@ def add(app: typer.Typer) -> None:
             max_model_len=c.one_context(max_model_len or c.CTX_DEFAULT, "--max-model-len"),
             kv_cache_dtype=kv_cache_dtype if kv_cache_dtype is not None else "auto",
             block_size=block_size,
-            max_num_batched_tokens=max_num_batched_tokens
-            if max_num_batched_tokens is not None
-            else 8192,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            dtype=dtype if dtype is not None else "auto",
+            quantization=quantization,
+            weights_dtype=weights_dtype,
+            enforce_eager=bool(enforce_eager),
+            vllm_version=vllm_version if vllm_version is not None else "0.19",
             tp=tp,
             pp=pp,
             gpu_mem_util=c.fraction(
@@ -274,7 +333,8 @@ def add(app: typer.Typer) -> None:
             kv_cache_memory_bytes=parse_bytes(kv_cache_memory, what="--kv-cache-memory")
             if kv_cache_memory is not None
             else None,
-            hybrid_chunked=bool(hybrid_chunked),
+            hybrid_chunked=hybrid_chunked is not False,
+            hybrid_kv_cache_manager=not disable_hma,
             mem_fraction_static=c.fraction(mem_fraction_static, "--mem-fraction-static"),
         )
         result = engine_allocation(c.load_model(model), c.load_gpu(gpu), request)

@@ -15,14 +15,24 @@ class EngineRequest(NamedTuple):
     max_model_len: int = 8192
     kv_cache_dtype: str = "auto"
     block_size: int | None = None
-    max_num_batched_tokens: int = 8192
+    max_num_batched_tokens: int | None = None  # None: the engine's default for the GPU
     tp: int = 1
     pp: int = 1
     gpu_mem_util: float = 0.9
     kv_cache_memory_bytes: int | None = None  # what the engine logged as available KV memory
-    hybrid_chunked: bool = False
+    # vLLM's hybrid KV-cache manager (on by default): off, windowed layers of a model that also
+    # has full ones are stored as full attention. hybrid_chunked False is
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 (off for chunked models only).
+    hybrid_kv_cache_manager: bool = True
+    hybrid_chunked: bool = True
     mem_fraction_static: float | None = None
     llamacpp: object = None  # kvplan.engines.llamacpp.LlamaCppRequest for --engine llama.cpp
+    dtype: str = "auto"  # the engine's --dtype: auto, bfloat16, float16, float32 (and aliases)
+    weights_dtype: str = "auto"  # kvplan's spelling of the checkpoint's weights format
+    quantization: str | None = None  # vLLM's --quantization (fp8 online, awq, gptq, ...)
+    max_num_seqs: int | None = None  # None: the engine's default for the GPU
+    enforce_eager: bool = False  # vLLM: no CUDA graphs (no graph-memory estimate)
+    vllm_version: str = "0.19"
 
 
 def engine_allocation(spec, gpu, request: EngineRequest):

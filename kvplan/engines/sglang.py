@@ -1,8 +1,17 @@
-"""SGLang's KV pool (model_runner profile_max_num_token / set_num_token_hybrid), from the config.
+"""SGLang's KV pool (model_runner_kv_cache_mixin / pool_configurator, main of April 2026).
 
-cell_size = (kv_lora_rank + rope) x L x elem for MLA, else Hkv_rank x D x L x 2 x elem;
-rest = memory after weights - total x (1 - mem_fraction_static);
-max_total_num_tokens = rest // cell_size, rounded down to the page size.
+mem_fraction_static = round((gpu_mem - reserved) / gpu_mem, 3) unless given (server_args
+                      _handle_gpu_memory_settings; reserved from chunked prefill, CUDA graphs,
+                      TP x PP, piecewise graphs, at least 10 GiB on GPUs above 60 GiB)
+rest                = free after load - free before load x (1 - mem_fraction_static)
+                    = free before load x mem_fraction_static - weights
+Mamba/linear-attention hybrids first give rest x r/(1+r) to the state pool (r = 0.9)
+max_total_num_tokens = rest // cell_size, rounded down to the page size
+cell_size (bytes per token, all layers on the rank): MHA H_kv/TP x (d + d_v) x L x elem;
+MLA (kv_lora + rope) x L x elem; DSA models add the indexer key, 128 fp8 values + a 4-byte
+scale per layer. With an fp8 cache a DSA pool stores 656 B per latent (fp8 latent, fp32
+scales, bf16 rope) while the profile divides by 576: cell_size_bytes reports what is
+allocated, profile_cell_size_bytes what the token count uses.
 """
 
 from __future__ import annotations
@@ -12,15 +21,38 @@ from typing import NamedTuple
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.engines import EngineRequest
+from kvplan.engines.vllm import DTYPES, gpu_generation, indexer_bytes_per_token
+from kvplan.engines.vllm_memory import weights_per_rank
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import KvFormat, element_bytes
-from kvplan.formulas.weights import resolve_weights_dtype, weights_bytes_per_gpu
+from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat
+from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
+from kvplan.units import GIB, MIB
 
 SGLANG_VERSION = "0.5"
-SWA_FULL_TOKENS_RATIO = 0.8
-DEFAULT_MEM_FRACTION_STATIC = 0.9
+SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio
+MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio: state pool = rest x r / (1 + r)
+MAMBA_SSM_DTYPE = "fp32"  # SGLang's default SSM state dtype (config mamba_ssm_dtype overrides)
+MAMBA_CONV_DTYPE = "bf16"
+FP8_NSA_LATENT_BYTES = 656  # 512 fp8 + 4 fp32 scales + 64 bf16 rope (calculate_mla_kv_cache_dim)
+DSA_PAGE_SIZE = 64  # "Setting page size to 64 for DeepSeek DSA."
+# Device memory in use before SGLang measures "free before load" (after NCCL init): the CUDA
+# context, and the communicators once ranks talk (vLLM 0.19's init snapshot on H100 SXM).
+INIT_CONTEXT_BYTES = {1: int(0.51 * GIB), 2: int(1.52 * GIB)}
+# _handle_gpu_memory_settings: (GPU MiB below, chunked_prefill_size, cuda_graph_max_bs tp<4, tp>=4)
+MEMORY_BUCKETS = (
+    (20 * 1024, 2048, 8, 8),
+    (35 * 1024, 2048, 24, 80),
+    (60 * 1024, 4096, 32, 160),
+    (160 * 1024, 8192, 256, 512),
+)
+LARGEST_BUCKET = (16384, 512)
+RESERVED_BASE_MIB = 512
+RESERVED_FLOOR_MIB = 10 * 1024  # on GPUs above 60 GiB
+MLA_PIECEWISE_MIB = 1536
+MLA_PIECEWISE_MAX_TOKENS = 2048
+MAX_PREFILL_TOKENS = 16384
 _ELEMENT_DTYPE = {
     "auto": None,
     "bfloat16": "bf16",
@@ -29,6 +61,66 @@ _ELEMENT_DTYPE = {
     "fp8_e4m3": "fp8",
     "fp8_e5m2": "fp8",
 }
+
+
+def piecewise_graph_tokens(max_tokens: int) -> int:
+    """How many token sizes SGLang captures piecewise CUDA graphs for (up to max_tokens)."""
+    sizes = (
+        list(range(4, 33, 4))
+        + list(range(48, 257, 16))
+        + list(range(288, 513, 32))
+        + list(range(576, 1025, 64))
+        + list(range(1280, 4097, 256))
+        + list(range(4608, max_tokens + 1, 512))
+    )
+    return sum(1 for s in sizes if s <= max_tokens)
+
+
+class FractionDefault(NamedTuple):
+    mem_fraction_static: float
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
+    reserved_bytes: float
+
+
+def default_mem_fraction(spec: ModelSpec, gpu: GpuProfile, tp: int, pp: int) -> FractionDefault:
+    """SGLang's own mem_fraction_static for this GPU and layout (its server_args heuristic)."""
+    gpu_mib = gpu.usable_memory_bytes / MIB
+    chunked, graphs = LARGEST_BUCKET
+    for limit, size, small_tp, large_tp in MEMORY_BUCKETS:
+        if gpu_mib < limit:
+            chunked, graphs = size, (small_tp if tp < 4 else large_tp)
+            break
+    mla = spec.has_kind(CacheKind.MLA)
+    reserved = RESERVED_BASE_MIB + max(chunked, 2048) * 1.5 + graphs * 2 + tp * pp / 8 * 1024
+    if mla:
+        reserved += MLA_PIECEWISE_MIB
+    else:
+        reserved += piecewise_graph_tokens(chunked) * 8
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, RESERVED_FLOOR_MIB)
+    fraction = round((gpu_mib - reserved) / gpu_mib, 3)
+    if spec.vision_params:  # adjust_mem_fraction_for_vlm, with L x H^2 ~ params / 12
+        size = spec.vision_params / 12 / (24 * 1024**2)
+        fraction = round(fraction * 0.95 * min(max(1 - 0.1 * (size - 1), 0.8), 1.05), 3)
+    return FractionDefault(fraction, chunked, graphs, reserved * MIB)
+
+
+def sglang_model_dtype(spec: ModelSpec, dtype: str) -> tuple[str, list[Note]]:
+    """SGLang's --dtype (configs/model_config.py _get_and_verify_dtype): auto serves a float32
+    config as float16 (bfloat16 for Gemma); an explicit dtype is used as given."""
+    key = str(dtype).strip().lower()
+    if key not in DTYPES:
+        raise KvplanError(f"--dtype {str(dtype)[:40]!r}: choose from {', '.join(DTYPES)}")
+    chosen = DTYPES[key]
+    if chosen is None:
+        if spec.dtype != "fp32":
+            return spec.dtype, []
+        half = "bf16" if spec.model_type.startswith("gemma") else "fp16"
+        return half, [note("engine-dtype-downcast", engine="SGLang", dtype=half)]
+    if chosen != spec.dtype:
+        return chosen, [note("engine-dtype-cast", config=spec.dtype, dtype=chosen)]
+    return chosen, []
 
 
 class SglangResult(NamedTuple):
@@ -40,6 +132,8 @@ class SglangResult(NamedTuple):
     tp: int
     pp: int
     max_model_len: int
+    dtype: str
+    kv_cache_dtype: str
     mla: bool
     num_layers: int
     kv_heads_per_rank: int
@@ -47,19 +141,40 @@ class SglangResult(NamedTuple):
     element_bytes: int
     mem_fraction_static: float
     mem_fraction_given: bool
+    chunked_prefill_size: int
+    free_before_load_bytes: int | None
+    weights_bytes: float | None
     pool_bytes: int
-    cell_size_bytes: int
+    mamba_pool_bytes: int
+    max_mamba_cache_size: int | None
+    mamba_conv_bytes: int
+    mamba_ssm_bytes: int
+    cell_size_bytes: int  # what the pool allocates per token (all layers on the rank)
+    profile_cell_size_bytes: int  # what SGLang divides the pool by
+    indexer_bytes_per_token: int
     num_blocks: int
     block_size: int
     kv_cache_tokens: int
     full_tokens: int | None
     swa_tokens: int | None
+    full_layers: int
+    max_running_requests: int
     max_concurrency: float
     padding_layers: int
     required_bytes_per_request: int
     fits: bool
     estimated_max_model_len: int | None
     notes: tuple[Note, ...]
+
+
+def _mamba_bytes_per_request(stage: ModelSpec, tp: int) -> tuple[int, int]:
+    """(conv, ssm) bytes of one request's state over the stage's linear layers."""
+    conv = ssm = 0
+    for state in stage.state_layers():
+        conv_elements, ssm_elements = state.elements(tp)
+        conv += conv_elements * ELEMENT_BYTES[MAMBA_CONV_DTYPE]
+        ssm += ssm_elements * ELEMENT_BYTES[MAMBA_SSM_DTYPE]
+    return conv, ssm
 
 
 def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> SglangResult:
@@ -69,68 +184,90 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             f"({', '.join(_ELEMENT_DTYPE)})"
         )
     spec.check_tp(request.tp)
-    fraction = request.mem_fraction_static
-    if fraction is None:
-        fraction = DEFAULT_MEM_FRACTION_STATIC
+    dtype, notes = sglang_model_dtype(spec, request.dtype)
+    spec = spec._replace(dtype=dtype)
+    default = default_mem_fraction(spec, gpu, request.tp, request.pp)
+    given = request.mem_fraction_static is not None
+    fraction = request.mem_fraction_static if given else default.mem_fraction_static
     if not 0.05 <= fraction <= 1:
         raise KvplanError("--mem-fraction-static must be between 0.05 and 1")
-    if spec.has_kind(CacheKind.STATE):
-        raise KvplanError("kvplan does not model SGLang's Mamba/linear-attention pools yet")
-    page = request.block_size or 1
-    fmt = KvFormat(_ELEMENT_DTYPE[request.kv_cache_dtype] or spec.dtype)
-    elem = element_bytes(fmt.name)
-    stage = max(pp_stages(spec, request.pp), key=lambda s: len(s.attention_layers()))
+    stages = pp_stages(spec, request.pp)
+    index = max(range(len(stages)), key=lambda i: len(stages[i].attention_layers()))
+    stage = stages[index]
     attn = stage.attention_layers()
     if not attn:
         raise KvplanError(f"{spec.name} has no attention layer for SGLang's KV pool")
+    a = attn[0]
+    mla = a.kind is CacheKind.MLA
+    kv_dtype = request.kv_cache_dtype
+    if a.indexer_head_dim and kv_dtype == "auto":  # _set_default_nsa_kv_cache_dtype
+        kv_dtype = "fp8_e4m3" if gpu_generation(gpu) >= 10 else "bfloat16"
+        notes.append(note("sglang-dsa-dtype", dtype=kv_dtype))
+    fmt = KvFormat(_ELEMENT_DTYPE[kv_dtype] or dtype)
+    elem = ELEMENT_BYTES[fmt.name]
+    page = request.block_size or (DSA_PAGE_SIZE if a.indexer_head_dim else 1)
     layers = len(attn)
-    total = gpu.usable_memory_bytes
-    notes = [
-        note(
-            "sglang-rules",
-            version=SGLANG_VERSION,
-            fraction=fraction,
-            given=request.mem_fraction_static is not None,
-        )
-    ]
+    notes.append(note("sglang-rules", version=SGLANG_VERSION, fraction=fraction, given=given))
+    free_before = weights = None
     if request.kv_cache_memory_bytes is not None:
         rest = request.kv_cache_memory_bytes
     else:
-        wdtype, _ = resolve_weights_dtype(spec, "auto")
-        weights = weights_bytes_per_gpu(spec, wdtype, request.tp, request.pp)
-        rest = int(total - weights - total * (1 - fraction))
+        wdtype, weights_notes = resolve_weights_dtype(spec, request.weights_dtype)
+        notes += weights_notes
+        last = index == len(stages) - 1
+        weights = weights_per_rank(spec, stage, index == 0, last, wdtype, request.tp).total_bytes
+        context = INIT_CONTEXT_BYTES[1 if request.tp * request.pp == 1 else 2]
+        free_before = int(gpu.usable_memory_bytes - context)
+        rest = int(free_before * fraction - weights)
         notes.append(
             note(
                 "sglang-pool",
-                after_weights_bytes=total - weights,
-                kept_free_bytes=total * (1 - fraction),
+                free_before_bytes=free_before,
+                fraction=fraction,
+                weights_bytes=weights,
                 pool_bytes=rest,
             )
         )
     if rest <= 0:
-        raise KvplanError("no memory is left for SGLang's KV pool: the weights do not fit")
-    a = attn[0]
-    mla = a.kind is CacheKind.MLA
+        raise KvplanError(
+            "no memory is left for SGLang's KV pool: the weights do not fit under "
+            f"--mem-fraction-static {fraction}"
+        )
+    mamba_pool = conv_bytes = ssm_bytes = 0
+    max_mamba = None
+    conv_req, ssm_req = _mamba_bytes_per_request(stage, request.tp)
+    if conv_req + ssm_req:
+        mamba_pool = int(rest * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO))
+        max_mamba = mamba_pool // (conv_req + ssm_req)
+        conv_bytes, ssm_bytes = max_mamba * conv_req, max_mamba * ssm_req
+        rest -= mamba_pool
+        notes.append(note("sglang-mamba", ratio=MAMBA_FULL_MEMORY_RATIO, ssm=MAMBA_SSM_DTYPE))
+    indexer = indexer_bytes_per_token(a) if mla else 0
     heads = a.kv_heads_per_rank(request.tp)
-    cell = layers * a.kv_bytes_per_token(fmt, request.tp)
-    tokens = int(rest // cell) // page * page
+    per_layer = fmt.head_vector_bytes(a.head_dim) if mla else a.kv_bytes_per_token(fmt, request.tp)
+    profile_cell = (per_layer + indexer) * layers
+    allocated = per_layer
+    if a.indexer_head_dim and fmt.name == "fp8":
+        allocated = FP8_NSA_LATENT_BYTES
+        notes.append(note("sglang-nsa-fp8-layout", allocated=FP8_NSA_LATENT_BYTES))
+    cell = (allocated + indexer) * layers
     full_tokens = swa_tokens = None
     n_swa = sum(x.kind.windowed for x in attn)
     n_full = layers - n_swa
-    if n_swa and n_full:
-        if stage.has_kind(CacheKind.CHUNKED):  # Llama 4
-            chunk = next(x.window for x in attn if x.kind is CacheKind.CHUNKED)
-            temp = chunk / request.max_model_len
-            swa_tokens = int(4 * tokens * temp // (3 * temp + 1))
-            full_tokens = int(4 * tokens - 12 * tokens * temp // (3 * temp + 1))
-        else:
-            full_tokens = int(tokens * layers / (SWA_FULL_TOKENS_RATIO * n_swa + n_full))
-            swa_tokens = int(SWA_FULL_TOKENS_RATIO * full_tokens)
-        full_tokens = full_tokens // page * page
-        swa_tokens = swa_tokens // page * page
+    if n_swa and n_full:  # HybridSWAPoolConfigurator
+        per_token = profile_cell // layers
+        full_tokens = rest // (per_token * n_full + SWA_FULL_TOKENS_RATIO * per_token * n_swa)
+        full_tokens = int(full_tokens) // page * page
+        swa_tokens = int(full_tokens * SWA_FULL_TOKENS_RATIO) // page * page
+        tokens = full_tokens
         notes.append(note("sglang-swa", swa=n_swa, full=n_full, ratio=SWA_FULL_TOKENS_RATIO))
-    shown = full_tokens if full_tokens is not None else tokens
-    fits = shown >= request.max_model_len
+    else:
+        tokens = rest // profile_cell // page * page
+    running = min(max(int(tokens / request.max_model_len * 512), 2048), 4096)
+    running = min(running, max(tokens // 2, 1))
+    if max_mamba is not None:
+        running = min(running, max(max_mamba // 3, 1))
+    fits = tokens >= request.max_model_len
     return SglangResult(
         kvplan_version=__version__,
         engine="sglang",
@@ -140,24 +277,37 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         tp=request.tp,
         pp=request.pp,
         max_model_len=request.max_model_len,
+        dtype=dtype,
+        kv_cache_dtype=kv_dtype,
         mla=mla,
         num_layers=layers,
         kv_heads_per_rank=heads,
         head_dim=a.head_dim,
         element_bytes=elem,
         mem_fraction_static=fraction,
-        mem_fraction_given=request.mem_fraction_static is not None,
+        mem_fraction_given=given,
+        chunked_prefill_size=default.chunked_prefill_size,
+        free_before_load_bytes=free_before,
+        weights_bytes=weights,
         pool_bytes=rest,
+        mamba_pool_bytes=mamba_pool,
+        max_mamba_cache_size=max_mamba,
+        mamba_conv_bytes=conv_bytes,
+        mamba_ssm_bytes=ssm_bytes,
         cell_size_bytes=cell,
+        profile_cell_size_bytes=profile_cell,
+        indexer_bytes_per_token=indexer,
         num_blocks=tokens // page,
         block_size=page,
         kv_cache_tokens=tokens,
         full_tokens=full_tokens,
         swa_tokens=swa_tokens,
-        max_concurrency=shown / request.max_model_len,
+        full_layers=n_full,
+        max_running_requests=running,
+        max_concurrency=tokens / request.max_model_len,
         padding_layers=0,
         required_bytes_per_request=cell * request.max_model_len,
         fits=fits,
-        estimated_max_model_len=None if fits else shown,
+        estimated_max_model_len=None if fits else tokens,
         notes=unique(notes),
     )

@@ -14,17 +14,40 @@ from typing import NamedTuple
 from kvplan import __version__
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, pp_stages
 from kvplan.engines import EngineRequest
+from kvplan.engines.vllm_memory import StageMemory, batch_defaults, stage_memory
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import KvFormat
-from kvplan.formulas.memory import NON_TORCH_BYTES, activation_peak_bytes
-from kvplan.formulas.weights import resolve_weights_dtype, weights_bytes_per_gpu
+from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
 from kvplan.units import GIB
 
-VLLM_VERSION = "0.19"
+VLLM_VERSIONS = ("0.19", "0.21")  # 0.21: CUDA-graph memory subtracted, new cache-size line
 DEFAULT_BLOCK_SIZE = 16
-MLA_BLOCK_SIZE = 64  # FlashMLA, the default MLA backend on Hopper, forces 64-token blocks
+# --dtype spellings -> kvplan's names ("auto": the config's, float32 downcast, see model_dtype)
+DTYPES = {
+    "auto": None,
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "fp16": "fp16",
+    "float32": "fp32",
+    "float": "fp32",
+    "fp32": "fp32",
+}
+# --quantization methods -> the weights format they load (kvplan's spelling)
+QUANTIZATION = {
+    "fp8": "fp8",
+    "ptpc_fp8": "fp8",
+    "fbgemm_fp8": "fp8",
+    "awq": "int4",
+    "awq_marlin": "int4",
+    "gptq": "int4",
+    "gptq_marlin": "int4",
+    "mxfp4": "mxfp4",
+    "experts_int8": "int8",
+}
 KV_CACHE_DTYPES = (
     "auto",
     "bfloat16",
@@ -50,6 +73,8 @@ _ELEMENT_DTYPE = {
 }
 PER_TOKEN_HEAD_SCALE_BYTES = 4  # fp32 scale per token per KV head, for K and for V
 FP8_DS_MLA_BYTES = 656  # 512 fp8 latent + 16 B of fp32 scales + 64 bf16 rope values
+INDEXER_QUANT_BLOCK = 128  # the indexer key's values per fp32 scale
+INDEXER_SCALE_BYTES = 4
 
 
 class LayerSpec(NamedTuple):
@@ -76,6 +101,13 @@ class LayerSpec(NamedTuple):
         return math.ceil(max_model_len / block_size)
 
 
+def indexer_bytes_per_token(attn: Attention) -> int:
+    """The DSA indexer's key cache (DeepseekV32IndexerCache): fp8 values plus one fp32 scale per
+    128, whatever the main cache's dtype (132 B for a 128-wide key)."""
+    width = attn.indexer_head_dim
+    return width + width // INDEXER_QUANT_BLOCK * INDEXER_SCALE_BYTES if width else 0
+
+
 def _nvfp4_width(width: int) -> int:
     return width // 2 + width // 16  # packed fp4 plus one fp8 scale per 16 values
 
@@ -85,11 +117,15 @@ def attention_bytes_per_token(
 ) -> int:
     """Page bytes one token takes in one attention layer on one rank, in vLLM's layouts."""
     if attn.kind is CacheKind.MLA:
-        if kv_cache_dtype == "fp8_ds_mla":
-            return FP8_DS_MLA_BYTES
         if kv_cache_dtype in ("nvfp4", "int8_per_token_head", "fp8_per_token_head"):
             raise KvplanError(f"--kv-cache-dtype {kv_cache_dtype} does not apply to MLA layers")
-    elif kv_cache_dtype == "fp8_ds_mla":
+        if kv_cache_dtype == "fp8_ds_mla":
+            latent = FP8_DS_MLA_BYTES
+        else:
+            fmt = KvFormat(_ELEMENT_DTYPE.get(kv_cache_dtype) or model_dtype)
+            latent = fmt.head_vector_bytes(attn.head_dim)
+        return latent + indexer_bytes_per_token(attn)
+    if kv_cache_dtype == "fp8_ds_mla":
         raise KvplanError("--kv-cache-dtype fp8_ds_mla is only for MLA models")
     heads = attn.kv_heads_per_rank(tp)
     if kv_cache_dtype == "nvfp4":
@@ -105,7 +141,12 @@ def attention_bytes_per_token(
 def layer_specs(spec: ModelSpec, request: EngineRequest, tp: int) -> tuple[list[LayerSpec], list]:
     """Every layer's spec on one rank, with the hybrid-allocator decisions vLLM makes."""
     notes = []
-    hma_off = spec.has_kind(CacheKind.CHUNKED) and not request.hybrid_chunked
+    windowed = spec.has_kind(CacheKind.SLIDING) or spec.has_kind(CacheKind.CHUNKED)
+    full = spec.has_kind(CacheKind.FULL) or spec.has_kind(CacheKind.MLA)
+    off = not request.hybrid_kv_cache_manager or (
+        spec.has_kind(CacheKind.CHUNKED) and not request.hybrid_chunked
+    )
+    hma_off = off and windowed and full  # unify_hybrid_kv_cache_specs
     if hma_off:
         notes.append(note("vllm-hma-off"))
     specs = []
@@ -232,45 +273,71 @@ def estimated_max_model_len(specs, available_bytes, request, block_size) -> int:
     return lo
 
 
-class MemoryEstimate(NamedTuple):
-    """The terms of vLLM's profile, as kvplan estimates them (bytes per GPU)."""
+def gpu_generation(gpu: GpuProfile) -> int:
+    """The CUDA compute-capability major vLLM picks backends by (0: not an NVIDIA GPU)."""
+    name = gpu.name.upper()
+    if gpu.vendor.upper() != "NVIDIA":
+        return 0
+    if any(tag in name for tag in ("B200", "B300", "GB200", "GB300")):
+        return 10
+    if any(tag in name for tag in ("H100", "H200", "H20", "H800", "GH200")):
+        return 9
+    if "RTX 50" in name or "PRO 6000" in name:
+        return 12
+    return 8
 
-    requested_bytes: float  # device memory x gpu_memory_utilization
-    weights_bytes: float
-    activation_bytes: float
-    non_torch_bytes: float
-    available_bytes: int
+
+def model_dtype(spec: ModelSpec, dtype: str, gpu: GpuProfile) -> tuple[str, list[Note]]:
+    """vLLM's --dtype (config/model.py _resolve_auto_dtype): auto keeps the config's dtype but
+    downcasts float32 to the GPU's first supported half type (bf16 from Ampere on, else fp16);
+    an explicit dtype is used as given (float32 upcasts; the KV cache follows with "auto")."""
+    key = str(dtype).strip().lower()
+    if key not in DTYPES:
+        raise KvplanError(f"--dtype {str(dtype)[:40]!r}: choose from {', '.join(DTYPES)}")
+    half = "bf16" if "bf16" in gpu.peak_flop_per_s else "fp16"
+    chosen = DTYPES[key]
+    if chosen is None:
+        if spec.dtype == "fp32":
+            return half, [note("engine-dtype-downcast", engine="vLLM", dtype=half)]
+        if spec.dtype == "bf16" and half == "fp16":
+            return "fp16", [note("engine-dtype-downcast", engine="vLLM", dtype="fp16")]
+        return spec.dtype, []
+    if chosen != spec.dtype:
+        return chosen, [note("engine-dtype-cast", config=spec.dtype, dtype=chosen)]
+    return chosen, []
 
 
-def available_kv_bytes(
-    spec: ModelSpec, gpu: GpuProfile, request: EngineRequest
-) -> tuple[int, MemoryEstimate | None, list[Note]]:
-    """Given (--kv-cache-memory, as the engine logged it) or estimated from --gpu-mem-util."""
-    if request.kv_cache_memory_bytes is not None:
-        return request.kv_cache_memory_bytes, None, [note("vllm-memory-given")]
-    if not 0.05 <= request.gpu_mem_util <= 1:
-        raise KvplanError("--gpu-mem-util must be between 0.05 and 1")
-    wdtype, _ = resolve_weights_dtype(spec, "auto")
-    weights = weights_bytes_per_gpu(spec, wdtype, request.tp, request.pp)
-    activation = activation_peak_bytes(spec, request.max_num_batched_tokens, tp=request.tp)
-    total = gpu.usable_memory_bytes * request.gpu_mem_util
-    available = int(total - weights - activation - NON_TORCH_BYTES)
-    estimate = MemoryEstimate(total, weights, activation, NON_TORCH_BYTES, available)
-    return (
-        available,
-        estimate,
-        [
-            note(
-                "vllm-memory-estimated",
-                usable_memory_bytes=gpu.usable_memory_bytes,
-                gpu_mem_util=request.gpu_mem_util,
-                weights_bytes=weights,
-                activation_bytes=activation,
-                non_torch_bytes=NON_TORCH_BYTES,
-                available_bytes=available,
+def default_block_size(spec: ModelSpec, kv_cache_dtype: str, gpu: GpuProfile, tp: int) -> int:
+    """The block size vLLM 0.19's attention backend asks for (update_block_size_for_backend)."""
+    mla = next((a for a in spec.attention_layers() if a.kind is CacheKind.MLA), None)
+    if mla is None:
+        return DEFAULT_BLOCK_SIZE
+    generation = gpu_generation(gpu)
+    fp8 = kv_cache_dtype.startswith("fp8")
+    if mla.indexer_head_dim or kv_cache_dtype == "fp8_ds_mla":  # sparse MLA backends
+        if generation == 10 and (fp8 or mla.num_q_heads // tp <= 16):
+            return 32  # FLASHINFER_MLA_SPARSE
+        return 64  # FLASHMLA_SPARSE
+    if generation == 10:
+        return 32  # FLASHINFER_MLA
+    if generation == 9:
+        return 64 if fp8 else 16  # FLASHMLA for an fp8 cache, else FLASH_ATTN_MLA
+    return DEFAULT_BLOCK_SIZE  # TRITON_MLA
+
+
+def weights_format(spec: ModelSpec, request: EngineRequest) -> tuple[str, list[Note]]:
+    """--quantization (vLLM's spelling) or --weights-dtype (kvplan's), else the config's."""
+    if request.quantization is not None:
+        method = str(request.quantization).strip().lower()
+        if method not in QUANTIZATION:
+            raise KvplanError(
+                f"--quantization {str(request.quantization)[:40]!r}: kvplan sizes "
+                f"{', '.join(QUANTIZATION)}; for another method give --weights-dtype"
             )
-        ],
-    )
+        if request.weights_dtype != "auto":
+            raise KvplanError("give --quantization or --weights-dtype, not both")
+        return resolve_weights_dtype(spec, QUANTIZATION[method])
+    return resolve_weights_dtype(spec, request.weights_dtype)
 
 
 class VllmResult(NamedTuple):
@@ -283,8 +350,12 @@ class VllmResult(NamedTuple):
     pp: int
     kv_cache_dtype: str
     max_model_len: int
+    dtype: str
+    weights_dtype: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
     available_kv_bytes: int
-    memory: MemoryEstimate | None
+    memory: list[StageMemory] | None
     page_bytes: int
     num_blocks: int
     block_size: int
@@ -302,68 +373,143 @@ class VllmResult(NamedTuple):
     notes: tuple[Note, ...]
 
 
+def resolve_batch(request: EngineRequest, gpu: GpuProfile) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) as vLLM settles them (arg_utils, chunked prefill
+    on): GPU defaults, the token budget capped at seqs x max_model_len, seqs at the budget."""
+    default_seqs, default_tokens = batch_defaults(gpu)
+    seqs = request.max_num_seqs or default_seqs
+    tokens = request.max_num_batched_tokens
+    if tokens is None:
+        tokens = min(seqs * request.max_model_len, default_tokens)
+    if not 1 <= seqs <= 1 << 20:
+        raise KvplanError("--max-num-seqs must be between 1 and 1,048,576")
+    if not 1 <= tokens <= 1 << 24:
+        raise KvplanError("--max-num-batched-tokens must be between 1 and 16,777,216")
+    return min(seqs, tokens), tokens
+
+
 def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> VllmResult:
     if request.kv_cache_dtype not in KV_CACHE_DTYPES:
         raise KvplanError(
             f"--kv-cache-dtype {request.kv_cache_dtype[:40]!r} is not a vLLM kv-cache-dtype "
             f"({', '.join(KV_CACHE_DTYPES)})"
         )
-    if not 1 <= request.max_num_batched_tokens <= 1 << 24:
-        raise KvplanError("--max-num-batched-tokens must be between 1 and 16,777,216")
+    if request.vllm_version not in VLLM_VERSIONS:
+        raise KvplanError(
+            f"--vllm-version {request.vllm_version[:20]!r}: kvplan models {', '.join(VLLM_VERSIONS)}"
+        )
+    if not 0.05 <= request.gpu_mem_util <= 1:
+        raise KvplanError("--gpu-memory-utilization must be between 0.05 and 1")
     spec.check_tp(request.tp)
-    is_mla = spec.has_kind(CacheKind.MLA)
-    block_size = request.block_size or (MLA_BLOCK_SIZE if is_mla else DEFAULT_BLOCK_SIZE)
+    dtype, dtype_notes = model_dtype(spec, request.dtype, gpu)
+    spec = spec._replace(dtype=dtype)
+    wdtype, weights_notes = weights_format(spec, request)
+    seqs, tokens = resolve_batch(request, gpu)
+    request = request._replace(max_num_seqs=seqs, max_num_batched_tokens=tokens)
+    block_size = request.block_size or default_block_size(
+        spec, request.kv_cache_dtype, gpu, request.tp
+    )
+    sparse = any(a.indexer_head_dim for a in spec.attention_layers())
+    if (
+        sparse
+        and request.kv_cache_dtype.startswith("fp8")
+        and request.kv_cache_dtype != ("fp8_ds_mla")
+    ):
+        if block_size == 64:  # FLASHMLA_SPARSE stores fp8 caches in DeepSeek's layout
+            request = request._replace(kv_cache_dtype="fp8_ds_mla")
+            dtype_notes.append(note("vllm-fp8-ds-mla"))
     if not 1 <= block_size <= 4096:
         raise KvplanError(f"--block-size {block_size} must be between 1 and 4096")
-    available, estimate, memory_notes = available_kv_bytes(spec, gpu, request)
-    notes = [note("vllm-rules", version=VLLM_VERSION), *memory_notes]
-    if is_mla and request.block_size is None:
-        notes.append(note("vllm-mla-block"))
-    if available <= 0:
+    notes = [note("vllm-rules", version=request.vllm_version), *dtype_notes, *weights_notes]
+    if spec.has_kind(CacheKind.MLA) and request.block_size is None:
+        notes.append(note("vllm-mla-block", block_size=block_size))
+    stages = pp_stages(spec, request.pp)
+    memory = None
+    if request.kv_cache_memory_bytes is not None:
+        available = [request.kv_cache_memory_bytes] * len(stages)
+        notes.append(note("vllm-memory-given"))
+    else:
+        memory = [
+            stage_memory(
+                spec,
+                stages,
+                i,
+                gpu,
+                gpu_memory_utilization=request.gpu_mem_util,
+                wdtype=wdtype,
+                tp=request.tp,
+                max_num_batched_tokens=tokens,
+                max_num_seqs=seqs,
+                max_model_len=request.max_model_len,
+                block_size=block_size,
+                enforce_eager=request.enforce_eager,
+                subtract_cuda_graphs=request.vllm_version != "0.19",
+            )
+            for i in range(len(stages))
+        ]
+        available = [m.available_bytes for m in memory]
+        notes.append(note("vllm-memory-estimated", tp=request.tp, pp=request.pp))
+        if request.enforce_eager:
+            pass
+        elif request.vllm_version == "0.19":
+            notes.append(note("vllm-cuda-graph-estimate"))
+        else:
+            notes.append(note("vllm-cuda-graphs-subtracted"))
+    if min(available) <= 0:
         raise KvplanError(
-            f"no memory is left for the KV cache ({available / GIB:,.2f} GiB): the weights do "
-            "not fit; raise --tp/--pp or --gpu-mem-util"
+            f"no memory is left for the KV cache ({min(available) / GIB:,.2f} GiB on the "
+            "fullest rank): the weights do not fit; raise --tp/--pp or --gpu-memory-utilization"
         )
     allocations = []
-    for stage in pp_stages(spec, request.pp):
+    for stage, stage_available in zip(stages, available, strict=True):
         specs, stage_notes = layer_specs(stage, request, request.tp)
         notes += stage_notes
         if specs:
-            allocations.append((specs, allocate(specs, available, request, block_size)))
+            allocations.append(
+                (specs, stage_available, allocate(specs, stage_available, request, block_size))
+            )
     if not allocations:
         raise KvplanError(f"{spec.name} has no layer that needs a KV cache")
-    specs, alloc = min(allocations, key=lambda a: a[1].num_blocks)  # ranks take the minimum
-    fits = alloc.required_bytes <= available
+    # ranks take the minimum num_blocks
+    specs, fewest, alloc = min(allocations, key=lambda a: a[2].num_blocks)
+    fits = alloc.required_bytes <= fewest
     if any(s.kind is CacheKind.STATE for s in specs) and alloc.block_size != block_size:
         notes.append(note("vllm-state-block", block_size=alloc.block_size))
     estimated = None
     if fits:
-        tokens = alloc.num_blocks // len(alloc.groups) * alloc.block_size
         concurrency = alloc.num_blocks / alloc.blocks_per_request
+        if request.vllm_version == "0.19":
+            tokens_logged = alloc.num_blocks // len(alloc.groups) * alloc.block_size
+        else:
+            tokens_logged = int(concurrency * request.max_model_len)
     else:
-        tokens, concurrency = None, 0.0
-        estimated = estimated_max_model_len(specs, available, request, block_size)
-    notes.append(note("vllm-cache-size-definition"))
+        tokens_logged, concurrency = None, 0.0
+        estimated = estimated_max_model_len(specs, fewest, request, block_size)
+    notes.append(note("vllm-cache-size-definition", version=request.vllm_version))
     if request.pp > 1:
         notes.append(note("vllm-pp"))
     return VllmResult(
         kvplan_version=__version__,
         engine="vllm",
-        engine_version=VLLM_VERSION,
+        engine_version=request.vllm_version,
         model={"name": spec.name},
         gpu=gpu.name,
         tp=request.tp,
         pp=request.pp,
         kv_cache_dtype=request.kv_cache_dtype,
         max_model_len=request.max_model_len,
-        available_kv_bytes=available,
-        memory=estimate,
+        dtype=dtype,
+        weights_dtype=wdtype,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
+        available_kv_bytes=available[0],
+        memory=memory,
         page_bytes=alloc.page_bytes,
         num_blocks=alloc.num_blocks,
         block_size=alloc.block_size,
         num_groups=len(alloc.groups),
         group_size=alloc.group_size,
-        kv_cache_tokens=tokens,
+        kv_cache_tokens=tokens_logged,
         max_concurrency=concurrency,
         padding=alloc.padding,
         padding_layers=sum(p.layers for p in alloc.padding),

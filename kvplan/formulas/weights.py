@@ -86,7 +86,7 @@ def weight_bytes(spec: ModelSpec, dtype: str) -> int:
     if dtype in ELEMENT_BYTES and dtype != "fp8":
         return spec.params_total * ELEMENT_BYTES[dtype]
     total = sum(
-        count * _part_bytes_per_param(spec, dtype, part) for part, count in spec.param_parts.items()
+        count * part_bytes_per_param(spec, dtype, part) for part, count in spec.param_parts.items()
     )
     return int(round(total))
 
@@ -96,19 +96,20 @@ def weight_bytes_read_per_decode_step(spec: ModelSpec, dtype: str, batch_size: i
     is a lookup of `batch_size` rows and MoE layers read only the experts the batch touches
     (expected count under uniform routing)."""
     read = float(weight_bytes(spec, dtype))
-    embedding_bytes = _part_bytes_per_param(spec, dtype, "embedding")
+    embedding_bytes = part_bytes_per_param(spec, dtype, "embedding")
     rows = (
         min(batch_size, spec.vocab_size) * spec.hidden_size if spec.embedding_lookup_params else 0
     )
     read -= (spec.embedding_lookup_params - rows) * embedding_bytes
     if spec.moe is not None:
         idle = spec.moe.num_experts - spec.moe.expected_experts_touched(batch_size)
-        expert_bytes = _part_bytes_per_param(spec, dtype, "experts")
+        expert_bytes = part_bytes_per_param(spec, dtype, "experts")
         read -= idle * spec.moe.params_per_expert * spec.moe.num_layers * expert_bytes
     return read
 
 
-def _part_bytes_per_param(spec: ModelSpec, dtype: str, part: str) -> float:
+def part_bytes_per_param(spec: ModelSpec, dtype: str, part: str) -> float:
+    """Bytes one parameter of `part` takes in the weights format `dtype` (scales included)."""
     if dtype == "checkpoint":
         stored = spec.stored
         if stored.part_bytes:  # the file says which tensors are which part (a GGUF)

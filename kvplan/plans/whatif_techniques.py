@@ -399,7 +399,13 @@ def scenario(ctx: Context, techniques: list[Technique]) -> Scenario:
     if "sparse_read" in kinds:
         read_tokens = kept_tokens(kept, kinds["sparse_read"].value)
     if "prefix" in kinds:
-        prefix = min(kinds["prefix"].value, kept)
+        prefix = kinds["prefix"].value
+        holds = min(kept, held) if held is not None else kept
+        if prefix >= holds:
+            raise NotApplicable(
+                f"{kinds['prefix'].name}: a shared prefix of {prefix:,} tokens is not shorter "
+                f"than the {holds:,} tokens each sequence holds"
+            )
     if "spec" in kinds:
         if ctx.draft is None:
             raise NotApplicable(

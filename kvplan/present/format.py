@@ -53,6 +53,11 @@ def gib_text(num_bytes: float, digits: int = 2) -> str:
     return f"{num_bytes / GIB:,.{digits}f} GiB"
 
 
+def vllm_gib(num_bytes: float) -> str:
+    """vLLM's format_gib: GiB rounded to 0.01 and printed as a Python float (7.5, 58.11)."""
+    return str(round(num_bytes / GIB, 2))
+
+
 def gb_text(num_bytes: float, digits: int = 2) -> str:
     return f"{num_bytes / GB:,.{digits}f} GB"
 

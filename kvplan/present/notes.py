@@ -44,9 +44,9 @@ def note_texts(items: Iterable[Note]) -> list[str]:
 text("no-dtype")(lambda: "config names no torch_dtype: the model dtype is taken as bf16.")
 text("llama4-chunked")(
     lambda: (
-        "Llama 4 chunked layers are sized by their chunk (as vLLM's hybrid allocator can); "
-        "vLLM 0.19 disables that allocator for chunked models by default and stores every "
-        "layer in full (--hybrid-chunked in kvplan capacity --engine vllm)."
+        "Llama 4 chunked layers are sized by their chunk, as vLLM's hybrid KV-cache manager "
+        "stores them (on for chunked attention by default since vllm#29627; "
+        "kvplan engine --no-hybrid-chunked models it off)."
     )
 )
 text("vision-absent")(lambda: "Vision tower not in this config; parameter counts are text-only.")
@@ -184,8 +184,9 @@ text("capacity-budget")(
         + (
             "(given)"
             if reserve_given
-            else "(activation peak of an 8192-token forward and the sampler, plus 0.25 GiB "
-            "non-torch; see kvplan.formulas.memory)"
+            else "(what vLLM 0.19's profiling run measures beside the weights: the torch peak "
+            "of an 8192-token step with the sampler, non-torch memory at this TP, the rotary "
+            "tables; see kvplan.formulas.memory)"
         )
         + "."
     )
@@ -262,23 +263,31 @@ text("vllm-memory-given")(
     )
 )
 text("vllm-memory-estimated")(
-    lambda usable_memory_bytes, gpu_mem_util, weights_bytes, activation_bytes, non_torch_bytes, available_bytes: (
-        f"Available KV memory estimated: {f.gib_text(usable_memory_bytes)} x {gpu_mem_util} - "
-        f"weights {f.gib_text(weights_bytes)} - activation peak {f.gib_text(activation_bytes)} - "
-        f"non-torch {f.gib_text(non_torch_bytes)} = {f.gib_text(available_bytes)}. Against the "
-        "two logged vLLM 0.19 runs this estimate is off by -0.12 GiB (Llama-3.1-8B, logged 58.11) "
-        "and +0.53 GiB (Gemma-3-27B, logged 19.53); pass --kv-cache-memory with the logged "
-        "figure for exact counts."
+    lambda tp, pp: (
+        "Available KV memory predicted term by term as vLLM 0.19 measures it: "
+        "ceil(memory CUDA reports x gpu_memory_utilization) - weights on the rank - torch peak "
+        "of the profiling run - non-torch memory"
+        + (" (NCCL and all-reduce buffers at this TP)" if tp > 1 else "")
+        + ". Against 56 vLLM 0.19 start-up logs on H100 (tests/test_vllm_logs.py) it is off by "
+        "0.04 GiB at the median and 0.81 GiB at worst; the non-torch term was measured on H100 "
+        "SXM only"
+        + (", and TP 8 is not measured (the TP 4 figure is used)" if tp > 4 else "")
+        + ". Pass --kv-cache-memory with a logged figure for exact counts."
     )
 )
 text("vllm-mla-block")(
-    lambda: "MLA: block size 64, which vLLM's FlashMLA backend forces on Hopper."
+    lambda block_size: (
+        f"MLA: block size {block_size}, what vLLM 0.19's MLA backend for this GPU and cache "
+        "dtype asks for (Hopper: FLASH_ATTN_MLA 16, FlashMLA 64 with fp8; Blackwell: FlashInfer "
+        "MLA 32; sparse-attention models: 64 or 32; others: Triton MLA 16)."
+    )
 )
 text("vllm-hma-off")(
     lambda: (
-        "vLLM 0.19 disables the hybrid KV-cache manager for chunked-attention models by "
-        "default: chunked (and sliding) layers are stored in full. --hybrid-chunked models "
-        "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1."
+        "Hybrid KV-cache manager off (--no-hybrid-chunked, like "
+        "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 or --disable-hybrid-kv-cache-manager"
+        "): chunked and sliding layers are stored as full attention. vLLM keeps it on by "
+        "default since vllm#29627 (0.13)."
     )
 )
 text("vllm-state-block")(
@@ -288,9 +297,11 @@ text("vllm-state-block")(
     )
 )
 text("vllm-cache-size-definition")(
-    lambda: (
+    lambda version: (
         '"GPU KV cache size" uses the 0.19 definition: num_blocks // groups x block size '
-        "(later versions print int(concurrency x max_model_len))."
+        "(from 0.21: int(concurrency x max_model_len))."
+        if version == "0.19"
+        else '"GPU KV cache size" uses the 0.21 definition: int(concurrency x max_model_len).'
     )
 )
 text("vllm-pp")(
@@ -298,20 +309,21 @@ text("vllm-pp")(
 )
 text("sglang-rules")(
     lambda version, fraction, given: (
-        f"Rules of SGLang {version} (model_runner.profile_max_num_token); "
-        f"mem_fraction_static {fraction}"
+        f"Rules of SGLang {version} (main, April 2026: pool_configurator, "
+        f"model_runner_kv_cache_mixin); mem_fraction_static {fraction}"
         + (
             ""
             if given
-            else " (SGLang picks its own default per GPU; pass --mem-fraction-static to match)"
+            else " (SGLang's own default for this GPU and layout: its server_args heuristic)"
         )
         + "."
     )
 )
 text("sglang-pool")(
-    lambda after_weights_bytes, kept_free_bytes, pool_bytes: (
-        f"Memory after weights {f.gib_text(after_weights_bytes)} minus "
-        f"{f.gib_text(kept_free_bytes)} kept free = {f.gib_text(pool_bytes)} for the pool."
+    lambda free_before_bytes, fraction, weights_bytes, pool_bytes: (
+        f"Pool: free memory before loading {f.gib_text(free_before_bytes)} (what the device "
+        "reports less the CUDA context and communicators, as measured on H100) x "
+        f"{fraction} - weights {f.gib_text(weights_bytes)} = {f.gib_text(pool_bytes)}."
     )
 )
 text("sglang-swa")(
@@ -700,5 +712,59 @@ text("whatif-scheduling")(
         "The scheduling group changes no term: it decides whether freed memory becomes "
         "throughput. kvplan simulate measures each as a switch (cache-aware routing: the prefix "
         "hit rate per replica with and without it)."
+    )
+)
+# ---- engines: vLLM memory profile, dtypes, SGLang pools ----------------------------------------
+text("engine-dtype-downcast")(
+    lambda engine, dtype: (
+        f"--dtype auto: {engine} does not serve the config's dtype as is; it loads the model in "
+        f"{dtype}, and kv-cache-dtype auto follows."
+    )
+)
+text("engine-dtype-cast")(
+    lambda config, dtype: (
+        f"--dtype {dtype} overrides the config's {config}: the weights load in {dtype} and "
+        "kv_cache_dtype auto stores the cache in it too."
+    )
+)
+text("vllm-cuda-graphs-subtracted")(
+    lambda: (
+        "vLLM 0.21 subtracts its CUDA-graph memory estimate (VLLM_MEMORY_PROFILER_ESTIMATE_"
+        "CUDAGRAPHS=1 by default); kvplan's estimate of it is a fit (a + b x layers) with about "
+        "0.3 GiB of spread, and the 0.21 sampler (FlashInfer top-k/top-p) is not measured."
+    )
+)
+text("vllm-fp8-ds-mla")(
+    lambda: (
+        "Sparse-attention MLA with an fp8 cache on the FlashMLA-sparse backend: vLLM switches to "
+        "DeepSeek's fp8_ds_mla layout (\"Using DeepSeek's fp8_ds_mla KV cache format\"), 656 B "
+        "per token per layer (512 fp8 latent values, 4 fp32 scales, 64 bf16 rope values), plus "
+        "the indexer's 132 B key."
+    )
+)
+text("vllm-cuda-graph-estimate")(
+    lambda: (
+        '"Estimated CUDA graph memory" is logged but not subtracted by vLLM 0.19 (it is from '
+        "0.21 on); kvplan's figure is a fit (a + b x layers on the rank), good to about 0.3 GiB."
+    )
+)
+text("sglang-dsa-dtype")(
+    lambda dtype: (
+        f"DeepSeek sparse attention: SGLang picks kv-cache-dtype {dtype} for it on this GPU "
+        "(fp8_e4m3 from Blackwell on, bfloat16 before) and 64-token pages."
+    )
+)
+text("sglang-nsa-fp8-layout")(
+    lambda allocated: (
+        f"fp8 DSA pool: each latent is stored in {allocated} B (fp8 values, fp32 scales, bf16 "
+        "rope) while SGLang's profile divides the pool by 576 B per layer, so the pool it "
+        "allocates is larger than the memory it budgeted; cell_size_bytes is the allocated size."
+    )
+)
+text("sglang-mamba")(
+    lambda ratio, ssm: (
+        f"Linear-attention hybrid: the state pool takes rest x {ratio}/(1 + {ratio}) first "
+        f"(mamba_full_memory_ratio), with {ssm} SSM states and bf16 conv states; the KV pool "
+        "covers the full-attention layers only."
     )
 )

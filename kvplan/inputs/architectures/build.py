@@ -20,6 +20,7 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import model_dtype_name
 from kvplan.inputs.architectures.families import ALIASES, FAMILIES, Family
 from kvplan.inputs.architectures.mixers import lightning_state, read_state
+from kvplan.inputs.architectures.rope import rope_tables
 from kvplan.inputs.architectures.structure import unread_structure
 from kvplan.inputs.fields import MAX_LAYERS, REQUIRED, Fields
 from kvplan.inputs.quantization import read_quantization
@@ -316,9 +317,10 @@ class Builder:
             return ["sliding" if i % 2 == 0 else "full" for i in range(n)]
         if rule == "llama4":
             interval = f.int("no_rope_layer_interval", default=4)
-            no_rope = f.int_list("no_rope_layers", length=n) or [
-                int((i + 1) % interval != 0) for i in range(n)
-            ]
+            # an empty list means "derive it", as in transformers' Llama4TextConfig
+            declared = f.int_list("no_rope_layers") or None
+            no_rope = f.int_list("no_rope_layers", length=n) if declared else None
+            no_rope = no_rope or [int((i + 1) % interval != 0) for i in range(n)]
             return ["chunked" if no_rope[i] else "full" for i in range(n)]
         if rule == "interval_full":
             interval = f.int("full_attention_interval", default=4)
@@ -404,6 +406,12 @@ class Builder:
         if self.state is not None:
             self.decided.append(("state", self.state_source))
 
+    def _q_lora(self) -> int | None:
+        """MLA's query down-projection width: the config's (null: none), else the class default."""
+        if "q_lora_rank" in self.f.data:
+            return self.f.opt_int("q_lora_rank")
+        return self.family.q_lora_default
+
     def attention(self, kind: str) -> Attention:
         f = self.f
         if self.mla:
@@ -426,6 +434,10 @@ class Builder:
                 mla_kv_lora_rank=kv_lora,
                 mla_rope_dim=rope,
                 indexer_head_dim=self.indexer_dim or 0,
+                indexer_num_heads=(
+                    f.int("index_n_heads", why="the indexer") if self.indexer_dim else 0
+                ),
+                mla_q_lora_rank=self._q_lora() or 0,
             )
         cache_kind = CacheKind(kind)
         size = self.window if kind == "sliding" else self.chunk if kind == "chunked" else None
@@ -499,6 +511,20 @@ class Builder:
             vision_params=vision_params(self.top, self.hidden),
             notes=tuple(self.notes),
             intermediate_size=counter.dense_width if n_dense else None,
+            rope_tables=self.rope(layers),
+        )
+
+    def rope(self, layers: list[Layer]) -> tuple[tuple[int, int], ...]:
+        attention = [layer.attention for layer in layers if layer.attention is not None]
+        if not attention or self.family.learned_positions is not None:
+            return ()
+        return rope_tables(
+            self.f,
+            self.head_dim,
+            self.max_positions(),
+            mla_rope_dim=attention[0].mla_rope_dim,
+            has_sliding=any(a.kind is CacheKind.SLIDING for a in attention),
+            local_table=self.family.rope_local,
         )
 
     def family_notes(self, layers: list[Layer]) -> None:
@@ -538,9 +564,13 @@ class Builder:
         return self.family.max_positions
 
 
+GATED_VISION_ACTIVATIONS = ("silu", "swish")
+
+
 def vision_params(top: dict, text_hidden: int) -> int:
     """A ViT/SigLIP vision tower from `vision_config` (an estimate: attention and MLP with biases,
-    two LayerNorms per layer, patch and position embeddings, a linear projector to the LM)."""
+    two LayerNorms per layer, or a gated MLP without biases for SiLU towers; patch and position
+    embeddings, a linear projector to the LM)."""
     vc = top.get("vision_config")
     if not isinstance(vc, dict):
         return 0
@@ -554,6 +584,10 @@ def vision_params(top: dict, text_hidden: int) -> int:
         channels = f.int("num_channels", default=3)
     except KvplanError:
         return 0
-    per_layer = 4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h
+    if str(vc.get("hidden_act", "")).lower() in GATED_VISION_ACTIVATIONS:
+        # a gated MLP without biases (Pixtral, Qwen2.5-VL): q, k, v, o plus gate, up, down
+        per_layer = 4 * h * h + 3 * h * inter + 2 * h
+    else:
+        per_layer = 4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h
     embeddings = channels * patch * patch * h + h + (image // patch) ** 2 * h
     return layers * per_layer + embeddings + 2 * h + h * text_hidden + h

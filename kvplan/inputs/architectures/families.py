@@ -50,6 +50,7 @@ class Family(NamedTuple):
     shared_expert_gate: bool = False  # a hidden x 1 gate on the shared expert (Qwen MoE)
     llama4_shared: bool = False  # one shared expert of intermediate_size per MoE layer
     label_moe: bool = False
+    rope_local: bool = False  # sliding layers use a second, unscaled rotary table (Gemma-3)
 
 
 DENSE = "dense (GQA/MHA)"
@@ -193,6 +194,7 @@ FAMILIES: dict[str, Family] = {
         layer_rule="pattern",
         qk_norm="head",
         norms_per_layer=4,
+        rope_local=True,
     ),
     "gpt_oss": Family(
         "MoE, local/global hybrid",

@@ -131,26 +131,17 @@ class Counter:
         return q + k + v + o + norm + (heads if fam.sinks else 0)
 
     def mla(self, a: Attention) -> int:
-        f, h, heads = self.f, self.b.hidden, a.num_q_heads
+        h, heads = self.b.hidden, a.num_q_heads
         kv_lora, rope = a.mla_kv_lora_rank, a.mla_rope_dim
         nope, v_dim = a.qk_head_dim - rope, a.v_head_dim
-        if "q_lora_rank" in f.data:
-            q_lora = f.opt_int("q_lora_rank")
-        else:
-            q_lora = self.fam.q_lora_default
+        q_lora = a.mla_q_lora_rank
         if q_lora:
             q = h * q_lora + q_lora + q_lora * heads * (nope + rope)
         else:
             q = h * heads * (nope + rope)
         kv = h * (kv_lora + rope) + kv_lora + kv_lora * heads * (nope + v_dim)
         o = heads * v_dim * h
-        indexer = 0
-        if a.indexer_head_dim:
-            idx_heads = f.int("index_n_heads", why="the indexer")
-            idx_dim = a.indexer_head_dim
-            q_in = q_lora or h
-            indexer = q_in * idx_heads * idx_dim + h * idx_dim + 2 * idx_dim + h * idx_heads
-        return q + kv + o + indexer
+        return q + kv + o + indexer_params(a, h)
 
     def layer(self, plan, attention: Attention | None, state: State | None) -> tuple:
         """One layer's parameters by part."""
@@ -252,3 +243,12 @@ class Counter:
             info["width"],
             info["shared_width"],
         )
+
+
+def indexer_params(a: Attention, hidden: int) -> int:
+    """A DSA indexer's weights: query up-projection, key projection with its norm, head weights."""
+    if not a.indexer_head_dim:
+        return 0
+    heads, width = a.indexer_num_heads, a.indexer_head_dim
+    q_in = a.mla_q_lora_rank or hidden
+    return q_in * heads * width + hidden * width + 2 * width + hidden * heads

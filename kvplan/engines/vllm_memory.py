@@ -1,0 +1,204 @@
+"""vLLM 0.19's "Available KV cache memory", term by term, the way the engine measures it.
+
+vllm/v1/worker/gpu_worker.py determine_available_memory:
+  requested       = ceil(total memory CUDA reports x gpu_memory_utilization)
+  available       = requested - (weights + torch peak increase + non-torch increase)
+  (the CUDA-graph estimate is logged but subtracted only with
+   VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, the default from 0.21)
+
+Weights are what one rank holds after loading (gpu_model_runner load_model): the vocabulary
+padded to 64 and split over TP, norms and routers replicated, MLA's down-projections replicated
+with the decompressed W_UK/W_UV kept beside kv_b_proj, KV heads replicated when TP exceeds them,
+the vision tower split over TP on the first stage, and the rotary tables on every rank. The
+torch peak and the non-torch increase are kvplan.formulas.memory's terms, with the engine's
+choices (defaults by GPU, sampler on the last stage only, the pipeline's intermediate buffers).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.formulas.dtypes import ELEMENT_BYTES
+from kvplan.formulas.memory import (
+    DEFAULT_SM_COUNT,
+    ActivationPeak,
+    activation_peak,
+    mla_workspace_bytes,
+    non_torch_bytes,
+    rotary_cache_bytes,
+)
+from kvplan.formulas.weights import part_bytes_per_param
+from kvplan.inputs.architectures.params import indexer_params
+from kvplan.inputs.hardware import GpuProfile
+from kvplan.units import GIB
+
+VOCAB_PADDING = 64  # DEFAULT_VOCAB_PADDING_SIZE of VocabParallelEmbedding / ParallelLMHead
+REPLICATED_PARTS = ("norms", "router")
+# Never quantized by vLLM's linear methods (fp8, compressed-tensors, AWQ, GPTQ): the vocabulary
+# layers are VocabParallelEmbedding / ParallelLMHead, not LinearBase; norms and routers stay too.
+UNQUANTIZED_PARTS = ("embedding", "lm_head", "norms", "router")
+LARGE_GPU_BYTES = 70 * GIB  # get_batch_defaults: the larger defaults from 70 GiB, A100 excepted
+# (max_num_seqs, max_num_batched_tokens) for `vllm serve` (OPENAI_API_SERVER usage context)
+LARGE_GPU_DEFAULTS = (1024, 8192)
+SMALL_GPU_DEFAULTS = (256, 2048)
+# Activation formats that quantize each linear layer's input (w8a8, fp8 dynamic).
+QUANTIZED_ACTIVATION_WEIGHTS = ("fp8", "int8")
+
+# "Estimated CUDA graph memory" (logged since 0.18, subtracted from 0.21 on): a + b x layers on
+# the rank, fitted on the even rows of the 0.19 H100 logs and checked on the odd rows
+# (tests/test_vllm_logs.py: median miss 0.07 GiB, worst 0.9 GiB; the engine's own measurement
+# differs by that much between runs of one model at TP 2 and TP 4).
+CUDA_GRAPH_BASE_BYTES = int(0.24 * GIB)
+CUDA_GRAPH_PER_LAYER_BYTES = int(0.018 * GIB)
+
+
+def batch_defaults(gpu: GpuProfile) -> tuple[int, int]:
+    """vLLM's default (max_num_seqs, max_num_batched_tokens) for an API server on this GPU."""
+    large = gpu.usable_memory_bytes >= LARGE_GPU_BYTES and "a100" not in gpu.name.lower()
+    return LARGE_GPU_DEFAULTS if large else SMALL_GPU_DEFAULTS
+
+
+def requested_bytes(gpu: GpuProfile, gpu_memory_utilization: float) -> int:
+    """request_memory: the budget the engine may use, ceil(total x utilization)."""
+    return math.ceil(gpu.usable_memory_bytes * gpu_memory_utilization)
+
+
+def padded_vocab(vocab: int) -> int:
+    return -(-vocab // VOCAB_PADDING) * VOCAB_PADDING
+
+
+def _part_bytes(spec: ModelSpec, dtype: str, part: str, count: float) -> float:
+    """Bytes of `count` parameters of one part in the weights format `dtype`."""
+    if not count:
+        return 0.0
+    if part in UNQUANTIZED_PARTS and dtype != "checkpoint":
+        return ELEMENT_BYTES[spec.dtype] * count
+    return part_bytes_per_param(spec, dtype, part) * count
+
+
+class WeightsBreakdown(NamedTuple):
+    """One rank's "weights memory" (bytes), by where it comes from."""
+
+    layers_bytes: float  # this stage's layers, split and replicated as vLLM loads them
+    embedding_bytes: float  # padded vocabulary / tp, first stage
+    lm_head_bytes: float  # padded vocabulary / tp, last stage (tied: shared on one stage)
+    vision_bytes: float  # vision tower / tp, first stage
+    mla_decompressed_bytes: float  # W_UK and W_UV kept beside kv_b_proj
+    rotary_bytes: float
+    total_bytes: float
+
+
+def weights_per_rank(
+    spec: ModelSpec, stage: ModelSpec, first: bool, last: bool, wdtype: str, tp: int
+) -> WeightsBreakdown:
+    """What one rank of one pipeline stage holds after loading."""
+    model_bytes = ELEMENT_BYTES[spec.dtype]
+    layers = 0.0
+    mla_copies = 0.0
+    for layer in stage.layers:
+        for part, count in layer.params:
+            share = count if part in REPLICATED_PARTS else count / tp
+            layers += _part_bytes(spec, wdtype, part, share)
+        attn = layer.attention
+        if attn is None:
+            continue
+        if attn.kind is CacheKind.MLA:
+            # fused q_a/kv_a down-projections are ReplicatedLinear (and the indexer's projections)
+            h = spec.hidden_size
+            replicated = h * (attn.mla_kv_lora_rank + attn.mla_rope_dim) + attn.mla_kv_lora_rank
+            if attn.mla_q_lora_rank:
+                replicated += (h + 1) * attn.mla_q_lora_rank
+            replicated += indexer_params(attn, h)  # "no tensor parallel, just replicated"
+            layers += _part_bytes(spec, wdtype, "attention", replicated * (1 - 1 / tp))
+            nope = attn.qk_head_dim - attn.mla_rope_dim
+            heads = attn.num_q_heads // tp
+            mla_copies += attn.mla_kv_lora_rank * heads * (nope + attn.v_head_dim) * model_bytes
+        elif attn.num_kv_heads < tp:  # each rank keeps one KV head's k and v projections
+            missing = 2 * attn.head_dim * spec.hidden_size * (1 - attn.num_kv_heads / tp)
+            layers += _part_bytes(spec, wdtype, "attention", missing)
+    vocab_rows = padded_vocab(spec.vocab_size) * spec.hidden_size / tp
+    embedding = lm_head = vision = 0.0
+    edges = dict(spec.param_parts)
+    for layer in spec.layers:
+        for part, count in layer.params:
+            edges[part] = edges.get(part, 0) - count
+    if first:
+        extra = edges.get("embedding", 0) - spec.vocab_size * spec.hidden_size  # positions
+        embedding = _part_bytes(spec, wdtype, "embedding", vocab_rows + max(extra, 0))
+        vision = spec.vision_params * model_bytes / tp
+    if last:
+        final_norms = _part_bytes(spec, wdtype, "norms", edges.get("norms", 0))
+        if not spec.tied_embeddings or not first:  # a tied head on its own stage is loaded again
+            bias = max(edges.get("lm_head", 0) - spec.vocab_size * spec.hidden_size, 0) / tp
+            lm_head = _part_bytes(spec, wdtype, "lm_head", vocab_rows + bias)
+        lm_head += final_norms
+    rotary = float(rotary_cache_bytes(spec, model_bytes))
+    total = layers + embedding + lm_head + vision + mla_copies + rotary
+    return WeightsBreakdown(layers, embedding, lm_head, vision, mla_copies, rotary, total)
+
+
+class StageMemory(NamedTuple):
+    """vLLM's profile on one rank of one pipeline stage (bytes)."""
+
+    stage: int
+    requested_bytes: int
+    weights: WeightsBreakdown
+    peak: ActivationPeak
+    non_torch_bytes: int
+    non_kv_bytes: int  # "Total non KV cache memory"
+    cuda_graph_estimate_bytes: int  # logged; subtracted from vLLM 0.21 on
+    available_bytes: int  # "Available KV cache memory"
+
+
+def stage_memory(
+    spec: ModelSpec,
+    stages: list[ModelSpec],
+    index: int,
+    gpu: GpuProfile,
+    *,
+    gpu_memory_utilization: float,
+    wdtype: str,
+    tp: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    max_model_len: int,
+    block_size: int,
+    enforce_eager: bool = False,
+    subtract_cuda_graphs: bool = False,
+) -> StageMemory:
+    """determine_available_memory on one rank of stage `index`."""
+    pp = len(stages)
+    first, last = index == 0, index == pp - 1
+    stage = stages[index]
+    tokens = max_num_batched_tokens
+    b = ELEMENT_BYTES[spec.dtype]
+    weights = weights_per_rank(spec, stage, first, last, wdtype, tp)
+    persistent = 0
+    if not first:  # IntermediateTensors buffers (hidden states and residual) for the stage input
+        persistent += 2 * tokens * spec.hidden_size * b
+    if first and spec.vision_params:  # the encoder outputs stay cached through the dummy run
+        persistent += tokens * spec.hidden_size * b
+    seqs = min(max_num_seqs, tokens)
+    peak = activation_peak(
+        stage,
+        tokens,
+        max_num_seqs,
+        tp,
+        act_bytes=b,
+        sm_count=gpu.sm_count or DEFAULT_SM_COUNT,
+        sampler=last,
+        moe_workspace=wdtype != "mxfp4",  # the mxfp4 Triton backend keeps no workspace
+        quantized_activations=wdtype in QUANTIZED_ACTIVATION_WEIGHTS,
+        mla_bytes=mla_workspace_bytes(stage, max_model_len, seqs, block_size, tp, b),
+        persistent_bytes=persistent,
+    )
+    non_torch = non_torch_bytes(tp, pp)
+    requested = requested_bytes(gpu, gpu_memory_utilization)
+    non_kv = int(weights.total_bytes) + peak.total_bytes + non_torch
+    graphs = 0
+    if not enforce_eager:
+        graphs = CUDA_GRAPH_BASE_BYTES + CUDA_GRAPH_PER_LAYER_BYTES * len(stage.layers)
+    available = requested - non_kv - (graphs if subtract_cuda_graphs else 0)
+    return StageMemory(index, requested, weights, peak, non_torch, non_kv, graphs, available)
