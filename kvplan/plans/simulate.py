@@ -20,11 +20,19 @@ from kvplan.notes import Note, note, unique
 from kvplan.plans.common import model_notes
 from kvplan.simulate import cluster, metrics
 from kvplan.simulate.cluster import Frontend
-from kvplan.simulate.engine import Engine
+from kvplan.simulate.engine import Engine, pool_demand
 from kvplan.simulate.setup import Replica, ServeOptions, build_replica
 from kvplan.simulate.workload import WorkloadSpec, generate, read_trace
 
 MAX_RATES = 32
+# scheduling techniques a run can be compared with and without (kvplan whatif points here)
+COMPARISONS = {
+    "continuous-batching": "continuous_batching",
+    "chunked-prefill": "enable_chunked_prefill",
+    "preemption": "preemption",
+    "prefix-caching": "enable_prefix_caching",
+    "cache-aware-routing": None,  # the router, not a serve flag
+}
 MAX_REPLICAS = 1024
 DOMINANT_SHARE = 0.15  # a term is named as dominant from this share of the engine's time
 
@@ -39,6 +47,7 @@ class SimulateRequest(NamedTuple):
     router: str = "round_robin"
     frontend: Frontend = Frontend()
     series: bool = True  # keep replica 0's KV usage and queue over time
+    compare: str | None = None  # a COMPARISONS key: run again with the technique toggled
 
 
 class Setup(NamedTuple):
@@ -85,6 +94,14 @@ class Run(NamedTuple):
     series: metrics.Series | None
 
 
+class Comparison(NamedTuple):
+    """The same workload with one scheduling technique toggled."""
+
+    technique: str
+    baseline_on: bool  # whether the main runs had the technique
+    runs: list[Run]  # with it toggled, one per rate
+
+
 class SimulateResult(NamedTuple):
     kvplan_version: str
     model: dict
@@ -92,6 +109,7 @@ class SimulateResult(NamedTuple):
     workload: WorkloadSummary
     runs: list[Run]
     dominant_terms: list[str]
+    comparison: Comparison | None
     notes: tuple[Note, ...]
 
 
@@ -105,14 +123,17 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         raise KvplanError("--max-concurrency must be between 1 and 1,000,000")
     if request.router not in cluster.ROUTERS:
         raise KvplanError(f"--router {request.router!r}: choose {', '.join(cluster.ROUTERS)}")
+    if request.compare is not None and request.compare not in COMPARISONS:
+        raise KvplanError(f"--compare {request.compare!r}: choose {', '.join(COMPARISONS)}")
     replica = build_replica(spec, gpu, request.serve)
-    runs = []
-    for rate in request.rates:
-        if request.trace is not None:
-            requests = read_trace(Path(request.trace))
-        else:
-            requests = generate(request.workload._replace(request_rate=rate))
-        runs.append(run_once(replica, requests, request, rate))
+    runs = _runs(replica, request)
+    comparison = None
+    if request.compare is not None:
+        toggled, was_on = _toggled(request, replica)
+        if request.compare == "cache-aware-routing" and request.replicas < 2:
+            raise KvplanError("--compare cache-aware-routing needs --replicas 2 or more")
+        other = build_replica(spec, gpu, toggled.serve)
+        comparison = Comparison(request.compare, was_on, _runs(other, toggled))
     shares = runs[-1].engine.step_time_shares
     dominant = [k for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v >= DOMINANT_SHARE]
     notes = [
@@ -129,14 +150,37 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         workload=_workload(request),
         runs=runs,
         dominant_terms=dominant,
+        comparison=comparison,
         notes=unique(notes),
     )
 
 
+def _runs(replica: Replica, request: SimulateRequest) -> list[Run]:
+    runs = []
+    for rate in request.rates:
+        if request.trace is not None:
+            requests = read_trace(Path(request.trace))
+        else:
+            requests = generate(request.workload._replace(request_rate=rate))
+        runs.append(run_once(replica, requests, request, rate))
+    return runs
+
+
+def _toggled(request: SimulateRequest, replica: Replica) -> tuple[SimulateRequest, bool]:
+    """The request with the compared technique switched: (that request, whether it was on)."""
+    if request.compare == "cache-aware-routing":
+        on = request.router == "cache_aware"
+        return request._replace(router="round_robin" if on else "cache_aware"), on
+    field = COMPARISONS[request.compare]
+    on = bool(getattr(replica.options, field))
+    return request._replace(serve=request.serve._replace(**{field: not on})), on
+
+
 def run_once(replica: Replica, requests, request: SimulateRequest, rate: float) -> Run:
     """One simulated benchmark: every request served, then the bench's numbers."""
+    demand = pool_demand(replica.config, requests)
     engines = [
-        Engine(replica.config, replica.model, request.frontend.per_token_s)
+        Engine(replica.config, replica.model, request.frontend.per_token_s, demand)
         for _ in range(request.replicas)
     ]
     result = cluster.run(

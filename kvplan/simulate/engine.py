@@ -54,6 +54,48 @@ class EngineConfig(NamedTuple):
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
 
 
+class CountingPool:
+    """The pool with prefix caching off, counted instead of built: a sequence holds
+    ceil(tokens / block_size) blocks and nothing outlives it, so only counts matter. The same
+    calls as kvplan.kernels.BlockManager; token ids may be anything with a length."""
+
+    def __init__(self, num_blocks: int, block_size: int):
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.num_used_blocks = 0
+        self.held: dict = {}  # sequence -> [blocks, tokens]
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.num_blocks - self.num_used_blocks
+
+    def allocate(self, seq_id, token_ids, extra_key: bytes = b"") -> int:
+        if seq_id in self.held:
+            raise ValueError(f"sequence {seq_id!r} already exists")
+        blocks = -(-len(token_ids) // self.block_size)
+        if blocks > self.num_free_blocks:
+            raise NoFreeBlocksError(f"need {blocks} blocks, {self.num_free_blocks} free")
+        self.held[seq_id] = [blocks, len(token_ids)]
+        self.num_used_blocks += blocks
+        return 0
+
+    def append_tokens(self, seq_id, token_ids, cache: bool = True) -> list:
+        entry = self.held[seq_id]
+        tokens = entry[1] + len(token_ids)
+        more = -(-tokens // self.block_size) - entry[0]
+        if more > self.num_free_blocks:
+            raise NoFreeBlocksError(f"need {more} blocks, {self.num_free_blocks} free")
+        entry[0] += more
+        entry[1] = tokens
+        self.num_used_blocks += more
+        return []
+
+    def free(self, seq_id) -> None:
+        self.num_used_blocks -= self.held.pop(seq_id)[0]
+
+    def cached_prefix_tokens(self, token_ids, extra_key: bytes = b"") -> int:
+        return 0
+
+
 class Req:
     """A request's state inside one engine."""
 
@@ -139,11 +181,26 @@ class StepLog:
 class Engine:
     """One replica: `admit` requests, then `step` while `has_work`."""
 
-    def __init__(self, config: EngineConfig, model: StepModel, frontend_per_token_s: float):
+    def __init__(
+        self,
+        config: EngineConfig,
+        model: StepModel,
+        frontend_per_token_s: float,
+        demand_blocks: int | None = None,
+    ):
+        """`demand_blocks`: every block the workload could ever hold at once (pool_demand); a
+        pool at least that large never runs out nor evicts, so a smaller one stands in for it
+        (the same schedule, fewer objects to build)."""
         self.config = config
         self.model = model
         self.frontend_per_token_s = frontend_per_token_s
-        self.bm = BlockManager(config.num_blocks, config.block_size, config.enable_prefix_caching)
+        pool = config.num_blocks if demand_blocks is None else min(config.num_blocks, demand_blocks)
+        if config.enable_prefix_caching:
+            self.bm = BlockManager(max(1, pool), config.block_size, True)
+        else:  # nothing is shared or kept: count blocks, no token ids needed
+            self.bm = CountingPool(config.num_blocks, config.block_size)
+        self.ids = _token_ids if config.enable_prefix_caching else _lengths
+        self.ids_side = _side_ids if config.enable_prefix_caching else _side_lengths
         self.block_size = config.block_size
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
@@ -327,13 +384,13 @@ class Engine:
         while self.waiting and budget > 0 and len(self.running) < config.max_num_seqs:
             r = self.waiting[0]
             num_tokens = r.num_tokens
-            ids = r.token_ids(0, num_tokens)
+            ids = self.ids(r, 0, num_tokens)
             cap = (num_tokens - 1) // self.block_size * self.block_size  # at most num_tokens - 1
             remaining = r.target - r.outputs
             try:
                 if not config.preemption:  # reserve the whole sequence: nothing will grow
                     final = num_tokens + remaining
-                    hits = min(self.bm.allocate(r.rid, ids + r.token_ids(num_tokens, final)), cap)
+                    hits = min(self.bm.allocate(r.rid, self.ids(r, 0, final)), cap)
                     n = num_tokens - hits
                     if n > budget and not config.enable_chunked_prefill:
                         self.bm.free(r.rid)
@@ -379,7 +436,7 @@ class Engine:
     def _reserve_side(self, r: Req, side: int) -> bool:
         key = ("side", r.rid)
         try:
-            self.bm.allocate(key, _side_ids(r.rid, side * self.block_size))
+            self.bm.allocate(key, self.ids_side(r.rid, side * self.block_size))
         except NoFreeBlocksError:
             return False
         r.side = side
@@ -393,7 +450,7 @@ class Engine:
         # outputs enter the prefix cache only in conversations, where a later turn asks for them
         cache = upto <= r.input_tokens or r.spec.session
         try:
-            self.bm.append_tokens(r.rid, r.token_ids(r.synced, upto), cache)
+            self.bm.append_tokens(r.rid, self.ids(r, r.synced, upto), cache)
         except NoFreeBlocksError:
             return False
         r.synced = upto
@@ -548,6 +605,20 @@ class Engine:
         return finished
 
 
+def pool_demand(config: EngineConfig, requests) -> int:
+    """Blocks all `requests` would hold if every one ran at once, to its full length; without
+    prefix caching (nothing kept after a request ends) at most max_num_seqs of them at once."""
+    total, largest = 1, 0
+    for spec in requests:
+        tokens = spec.input_tokens + spec.output_tokens
+        blocks = -(-tokens // config.block_size) + side_blocks(config, tokens)
+        total += blocks
+        largest = max(largest, blocks)
+    if not config.enable_prefix_caching:
+        total = min(total, config.max_num_seqs * largest + 1)
+    return total
+
+
 def side_blocks(config: EngineConfig, tokens: int) -> int:
     """Pool blocks a request of `tokens` holds in its windowed and state groups: a window's
     blocks (or fewer), one block per state; in blocks of the full-attention groups."""
@@ -566,6 +637,19 @@ class _Unservable(Exception):
 
 def _admit_order(r: Req) -> int:
     return r.admit_seq
+
+
+def _token_ids(r: Req, start: int, end: int) -> list[int]:
+    return r.token_ids(start, end)
+
+
+def _lengths(r: Req, start: int, end: int) -> range:
+    """For the counting pool: only the number of tokens matters."""
+    return range(end - start)
+
+
+def _side_lengths(rid: int, count: int) -> range:
+    return range(count)
 
 
 def _side_ids(rid: int, count: int) -> list[int]:

@@ -174,7 +174,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         block_size=config.block_size,
         enable_prefix_caching=prefix_caching,
     )
-    tokens = config.num_blocks * config.block_size
+    tokens = alloc.kv_cache_tokens or config.num_blocks * config.block_size  # vLLM's own figure
     return Replica(config, model, resolved, wdtype, tokens, tuple(notes))
 
 
