@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from sim_cases import METRICS, load_cases, relative_error, run_case  # noqa: E402
-
 from kvplan.errors import KvplanError  # noqa: E402
+
+from sim_cases import METRICS, load_cases, relative_error, run_case  # noqa: E402
 
 
 def main() -> None:

@@ -187,6 +187,7 @@ class Engine:
         model: StepModel,
         frontend_per_token_s: float,
         demand_blocks: int | None = None,
+        observer=None,
     ):
         """`demand_blocks`: every block the workload could ever hold at once (pool_demand); a
         pool at least that large never runs out nor evicts, so a smaller one stands in for it
@@ -194,6 +195,9 @@ class Engine:
         self.config = config
         self.model = model
         self.frontend_per_token_s = frontend_per_token_s
+        # observer(engine, steps, num_decodes, chunks): called after every step (steps = 1) or
+        # run of decode-only steps, chunks as (request, tokens) — what tests check invariants on
+        self.observer = observer
         pool = config.num_blocks if demand_blocks is None else min(config.num_blocks, demand_blocks)
         if config.enable_prefix_caching:
             self.bm = BlockManager(max(1, pool), config.block_size, True)
@@ -297,6 +301,8 @@ class Engine:
         return self._advance(j, timing, chunks)
 
     def _advance(self, j: int, timing, chunks) -> list[Req]:
+        if self.observer is not None:
+            self.observer(self, 1, self.num_decodes, chunks)
         duration = timing.total_s
         for key in self.term_s:
             self.term_s[key] += getattr(timing, key)
@@ -565,6 +571,8 @@ class Engine:
                 position = r.c0 + (j + steps - 1 - r.j0)
                 if not self._extend(r, position + 1):
                     raise AssertionError("the span was sized to fit the pool")
+        if self.observer is not None:
+            self.observer(self, steps, self.num_decodes, [])
         emitted = self.num_decodes
         per_token = self.frontend_per_token_s * emitted
         # client[k] = max(end[k], client[k-1]) + per_token, solved in closed form

@@ -166,7 +166,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         async_scheduling=options.async_scheduling,
         cuda_graph_max_tokens=min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt),
     )
-    notes.append(note("sim-achieved-measured" if measured else "sim-achieved-datasheet"))
+    notes.append(note("sim-achieved-measured") if measured else note("sim-achieved-datasheet"))
     resolved = options._replace(
         max_num_seqs=seqs,
         max_num_batched_tokens=mnbt,
