@@ -293,3 +293,19 @@ def test_bad_plan_options_are_one_line(argv, needle):
         args += ["--rate", "1"]
     code, out, err = run_cli(*args, *argv)
     assert code == 2 and err.startswith("error:") and needle in err
+
+
+def test_a_trace_with_a_shared_prefix_hits_its_blocks(tmp_path):
+    """The second request shares the first's 400-token prefix (25 blocks of 16) after the first
+    is cached: 400 of 1,100 looked-up tokens hit."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"arrival_s": 0.0, "input_tokens": 500, "output_tokens": 50, "prefix_id": "a", '
+        '"prefix_tokens": 400}\n'
+        '{"arrival_s": 0.5, "input_tokens": 600, "output_tokens": 20, "prefix_id": "a", '
+        '"prefix_tokens": 400}\n'
+    )
+    data = run_json("simulate", "qwen3-8b", "--gpu", "h100", "--trace", str(trace))
+    run = data["runs"][0]
+    assert run["bench"]["completed"] == 2 and run["bench"]["request_rate"] is None
+    assert run["engine"]["prefix_hit_rate"] == pytest.approx(400 / 1100)

@@ -193,7 +193,7 @@ def run_once(replica: Replica, requests, request: SimulateRequest, rate: float) 
     )
     bench = metrics.bench_result(
         result,
-        rate if request.trace is None else math.nan,
+        rate if request.trace is None else None,
         request.workload.burstiness,
         request.max_concurrency,
     )

@@ -38,7 +38,7 @@ class BenchResult(NamedTuple):
 
     completed: int
     failed: int
-    request_rate: float | str
+    request_rate: float | str | None  # "inf", or None for a trace's own arrival times
     burstiness: float
     max_concurrency: int | None
     duration: float
@@ -197,7 +197,9 @@ def bench_result(run, request_rate, burstiness: float, max_concurrency) -> Bench
     return BenchResult(
         completed=len(finished),
         failed=len(run.failed),
-        request_rate="inf" if math.isinf(request_rate) else request_rate,
+        request_rate=None
+        if request_rate is None
+        else ("inf" if math.isinf(request_rate) else request_rate),
         burstiness=burstiness,
         max_concurrency=max_concurrency,
         duration=duration,
