@@ -144,7 +144,9 @@ class BlockManager:
 
     def _prefix_hits(self, token_ids: list[int], extra_key: bytes) -> list[int]:
         hits, parent = [], NONE_HASH
-        for index, h in enumerate(block_hashes(token_ids, self.block_size, extra_key)):
+        size = self.block_size
+        for index in range(len(token_ids) // size):  # hash block by block: stop at a miss
+            h = block_hash(parent, tuple(token_ids[index * size : (index + 1) * size]), extra_key)
             block_id = self.cached.get(h)
             if block_id is None:
                 break  # prefixes are contiguous: the first miss ends the shared region
@@ -155,6 +157,48 @@ class BlockManager:
             hits.append(block_id)
             parent = h
         return hits
+
+    def cached_prefix_tokens(self, token_ids: list[int], extra_key: bytes = b"") -> int:
+        """Tokens of `token_ids` a new sequence would find in the prefix cache (whole blocks);
+        changes nothing. A scheduler asks before deciding how many tokens to compute."""
+        if not self.enable_prefix_caching:
+            return 0
+        return len(self._prefix_hits(token_ids, extra_key)) * self.block_size
+
+    def append_tokens(
+        self, seq_id, token_ids: list[int], cache: bool = True
+    ) -> list[tuple[int, int]]:
+        """Append several tokens at once (a prefill chunk, or decode steps caught up): the same
+        blocks, copies and cached hashes as calling append_token for each, in one pass. All or
+        nothing: NoFreeBlocksError leaves the sequence as it was. cache=False leaves the blocks
+        these tokens fill out of the prefix cache (tokens no other sequence will ask for)."""
+        seq = self.seqs[seq_id]
+        if not token_ids:
+            return []
+        held = len(seq.block_table)
+        start = len(seq.token_ids)
+        needed = -(-(start + len(token_ids)) // self.block_size) - held
+        partial_shared = bool(
+            start % self.block_size and self.blocks[seq.block_table[-1]].ref_count > 1
+        )
+        if needed + partial_shared > self.num_free_blocks:
+            raise NoFreeBlocksError(
+                f"need {needed + partial_shared} blocks, {self.num_free_blocks} free"
+            )
+        copies = []
+        if partial_shared:  # shared partial block: copy before writing
+            last = self.blocks[seq.block_table[-1]]
+            dst = self._pop_free()
+            last.ref_count -= 1
+            seq.block_table[-1] = dst
+            copies.append((last.block_id, dst))
+        for _ in range(needed):
+            seq.block_table.append(self._pop_free())
+        seq.token_ids.extend(token_ids)
+        first_full = start // self.block_size
+        if cache and len(seq.token_ids) // self.block_size > first_full:
+            self._cache_full_blocks(seq, start_block=first_full)
+        return copies
 
     def append_token(self, seq_id, token_id: int) -> list[tuple[int, int]]:
         """Append one token; returns the (src, dst) block copies copy-on-write asked for."""

@@ -25,6 +25,8 @@ COMMANDS = {
     "report": ("kvplan.cli.report", "add"),
     "explore": ("kvplan.cli.explore", "add"),
     "measure": ("kvplan.cli.measure", "add"),
+    "simulate": ("kvplan.cli.simulate", "add"),
+    "plan": ("kvplan.cli.plan", "add"),
     "models": ("kvplan.cli.catalog", "add_models"),
     "gpus": ("kvplan.cli.catalog", "add_gpus"),
 }

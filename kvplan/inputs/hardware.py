@@ -242,7 +242,7 @@ def _profiles_dir() -> Path:
 def bundled_profiles() -> dict[str, GpuProfile]:
     profiles = {}
     for path in sorted(_profiles_dir().glob("*.yaml")):
-        if path.stem == "prices":
+        if path.stem == "prices":  # GPU-hour prices (kvplan.inputs.prices), not a profile
             continue
         profiles[path.stem] = parse_profile(load_yaml(path), str(path.name), path.stem)
     return profiles

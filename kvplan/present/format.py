@@ -38,6 +38,8 @@ factor = _or_dash(lambda v: f"{v:,.2f}x")
 percent = _or_dash(lambda v: f"{v:+.1%}")
 percent0 = _or_dash(lambda v: f"{v:+.0%}")
 yes_no = _or_dash(lambda v: "yes" if v else "no")
+share = _or_dash(lambda v: f"{v:.1%}")  # a fraction of a whole, unsigned
+usd = _or_dash(lambda v: f"{v:,.2f}")
 
 
 def fixed(digits: int) -> Callable[[Any], str]:

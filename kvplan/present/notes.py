@@ -768,3 +768,142 @@ text("sglang-mamba")(
         "covers the full-attention layers only."
     )
 )
+# ---- simulate and plan ---------------------------------------------------------------------------
+text("sim-engine")(
+    lambda version: (
+        f"The engine is vLLM {version}'s V1 scheduler as kvplan reads it: running requests first "
+        "(decodes one token each, prefill continuations take what the budget leaves), then waiting "
+        "ones first come first served with head-of-line blocking, only in steps that preempted "
+        "nobody; preemption by recompute of the last admitted; blocks and prefix hits from "
+        "kvplan.kernels' block manager; one forward per step timed by formulas.batch_step."
+    )
+)
+text("sim-step-terms")(
+    lambda shares: (
+        "Where the engine's time went (simulated, last rate): "
+        + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.0%}" for k, v in shares)
+        + "."
+    )
+)
+text("sim-achieved-datasheet")(
+    lambda: (
+        "Each operation runs at the fraction of the datasheet rate vLLM's own kernel reaches "
+        "(medians of measured vLLM 0.14 kernels on H100 from NVIDIA aiconfigurator's silicon "
+        "tables): dense bf16 GEMMs 0.81 of peak and 0.80 of bandwidth, block-fp8 GEMMs 0.25 and "
+        "0.28, fused-MoE experts about 0.2 of peak and 0.6-0.7 of bandwidth, attention 0.53 and "
+        "0.80; CUDA-graph steps pay 32 us per layer, larger steps 0.8 ms per layer of CPU "
+        "dispatch; the API server 15.6 ms per request and 46 us per streamed token (BLIS)."
+    )
+)
+text("sim-achieved-measured")(
+    lambda: (
+        "The profile is measured (kvplan measure): its rates are achieved ones, and each kernel "
+        "family runs at its measured ratio to the dense matmul and copy kernels."
+    )
+)
+text("sim-prefix-caching-off-hybrid")(
+    lambda: "Prefix caching is off: vLLM turns it off by default for models with recurrent state."
+)
+text("sim-max-model-len-reduced")(
+    lambda configured, estimated: (
+        f"kvplan's KV pool estimate cannot hold one {configured:,}-token request, which would "
+        f"stop vLLM at start-up; simulated with max_model_len {estimated:,} (the pool is what "
+        "matters here). Pass --max-model-len or --kv-cache-memory (the engine's logged figure) "
+        "to pin it."
+    )
+)
+text("sim-weak-general")(
+    lambda: (
+        "Known weak spots: the API server's per-request costs (chat templates, tokenizers, HTTP) "
+        "vary by model and server, so TTFT at low load is underestimated (published runs show "
+        "40-60 ms where kvplan says 20-30 ms); KV pools rest on kvplan's memory estimate; "
+        "queueing amplifies step-time errors near saturation."
+    )
+)
+text("sim-weak-moe")(
+    lambda: (
+        "MoE: fused-MoE kernels reach about a fifth of the GEMM peak (measured), expert load is "
+        "taken as uniform, and the small per-layer kernels of large tensor-parallel MoE models "
+        "are undercounted: decode at small batch is underestimated (DeepSeek-R1 on 8 H200: "
+        "about half the measured TPOT)."
+    )
+)
+text("sim-weak-mla")(
+    lambda: (
+        "MLA: decode attention is counted absorbed over the latent and prefill un-absorbed; "
+        "FlashMLA's 64-token blocks are assumed."
+    )
+)
+text("sim-weak-hybrid")(
+    lambda: (
+        "Sliding-window and recurrent-state layer groups hold a fixed share per request (the "
+        "window's blocks, one state block), reserved when the request is admitted."
+    )
+)
+text("sim-weak-pp")(
+    lambda: (
+        "Pipeline parallelism is a micro-batched pipeline of pp stages with its bubble; vLLM's "
+        "own batch queue across stages is not modelled request by request."
+    )
+)
+text("sim-sharegpt")(
+    lambda: (
+        "sharegpt lengths are a lognormal stand-in (sigma 1, filtered as the bench filters "
+        "ShareGPT: input and output >= 4, input <= 1024, total <= 2048) at the given means, not "
+        "the dataset itself: a run's duration follows its longest requests. Use --trace for "
+        "real per-request lengths."
+    )
+)
+text("sim-frontend-bound")(
+    lambda: (
+        "The API server was busy more than 80% of the run: it streams every token in turn, so "
+        "clients see its pace rather than the engine's (more API servers or replicas help)."
+    )
+)
+text("sim-preemptions")(
+    lambda: (
+        "Requests were preempted (the KV pool ran out): each recomputes its prompt and outputs "
+        "when readmitted, and its TPOT includes the wait."
+    )
+)
+text("plan-method")(
+    lambda bisections, num_prompts: (
+        f"Each configuration: one replica simulated with {num_prompts:,} requests, saturated "
+        f"first, then {bisections} bisections of the rate for the highest one meeting every "
+        "target (its goodput); the smallest max_num_seqs variants reuse runs where the seat "
+        "limit never bound."
+    )
+)
+text("plan-replicas")(
+    lambda: (
+        "Replicas behind a round-robin router each take rate / replicas: replicas = "
+        "ceil(rate / goodput), GPUs = replicas x TP x PP, and the operating point is a run at "
+        "rate / replicas."
+    )
+)
+text("plan-prices")(
+    lambda: (
+        "Prices are on-demand USD per GPU-hour from hardware_profiles/prices.yaml (RunPod "
+        "Secure Cloud list prices read 2026-09-25 unless noted; hyperscalers charge 2-3x); "
+        "override with --price GPU=USD. $ per million tokens counts input and output tokens "
+        "served at the requested rate."
+    )
+)
+text("plan-no-hf-id")(
+    lambda: (
+        "The config is a local file: the launch command names the model by kvplan's name; "
+        "replace it with the checkpoint's Hugging Face id or path."
+    )
+)
+text("plan-sglang")(
+    lambda: (
+        "The launch commands are SGLang's, but the simulated scheduler is vLLM's: SGLang's own "
+        "scheduling (radix cache, its chunked prefill) may shift the goodput."
+    )
+)
+text("plan-none")(
+    lambda: (
+        "No configuration meets the targets: loosen a target, allow more GPU kinds or TP "
+        "degrees, or raise --max-gpus."
+    )
+)

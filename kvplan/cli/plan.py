@@ -1,0 +1,139 @@
+"""kvplan plan."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from kvplan.cli import common as c
+from kvplan.errors import KvplanError
+
+EXAMPLE = (
+    "Example: kvplan plan llama-3.1-70b --gpu h200 --rate 50 --input-len 2k --output-len 500 "
+    "--slo ttft_p99=1s --slo tpot_p99=50ms"
+)
+
+
+def _ints(text: str, what: str, maximum: int) -> tuple[int, ...]:
+    from kvplan.inputs.options import parse_int_list
+
+    return tuple(parse_int_list(text, what=what, maximum=maximum))
+
+
+def add(app: typer.Typer) -> None:
+    @app.command("plan", epilog=EXAMPLE)
+    @c.command
+    def plan_cmd(
+        model: str = c.model_argument(),
+        rate: float = typer.Option(..., "--rate", help="Requests per second to serve in all."),
+        slo: list[str] = typer.Option(
+            ...,
+            "--slo",
+            help="A target: METRIC_STAT=VALUE with ttft, tpot, itl or e2el and mean, median, "
+            "p90 or p99 (ttft_p99=2s, tpot_p99=50ms). Repeat the option.",
+        ),
+        gpu: list[str] = typer.Option(
+            ["h100", "h200", "a100"], "--gpu", help=c.GPU_HELP + " Repeat to compare kinds."
+        ),
+        input_len: str = typer.Option("1024", "--input-len", help="Input tokens (mean): 2k."),
+        output_len: str = typer.Option("128", "--output-len", help="Output tokens (mean)."),
+        length_dist: str = typer.Option(
+            "fixed", "--length-dist", help="fixed, uniform, lognormal or sharegpt (see simulate)."
+        ),
+        spread: float = typer.Option(0.0, "--spread", help="Range ratio or sigma (see simulate)."),
+        prefix_len: str = typer.Option("0", "--prefix-len", help="Shared prefix tokens: 2k."),
+        num_prompts: int = typer.Option(
+            200,
+            "--num-prompts",
+            min=20,
+            max=100_000,
+            help="Requests per simulated run (20 to 100,000).",
+        ),
+        tp: str = typer.Option("1,2,4,8", "--tp", help="Tensor-parallel sizes to try."),
+        pp: str = typer.Option("1", "--pp", help="Pipeline-parallel sizes to try."),
+        kv_cache_dtype: str = typer.Option(
+            "auto,fp8", "--kv-cache-dtype", help="vLLM kv-cache-dtypes to try."
+        ),
+        max_num_seqs: str = typer.Option(
+            "64,128,256,512,1024", "--max-num-seqs", help="max_num_seqs values to try."
+        ),
+        max_num_batched_tokens: str = typer.Option(
+            "2048,8192", "--max-num-batched-tokens", help="Token budgets per step to try."
+        ),
+        max_model_len: str = typer.Option(
+            None, "--max-model-len", help="Longest request (default: the model's, or what fits)."
+        ),
+        price: list[str] = typer.Option(
+            [], "--price", help="USD per GPU-hour for a GPU: h100=2.49. Repeat the option."
+        ),
+        max_gpus: int = typer.Option(
+            1024, "--max-gpus", min=1, max=1_000_000, help="Most GPUs a deployment may use."
+        ),
+        top: int = typer.Option(10, "--top", min=1, max=1000, help="Configurations to list."),
+        emit: str = typer.Option("vllm", "--emit", help="Launch commands for: vllm or sglang."),
+        async_scheduling: bool = typer.Option(
+            True, "--async-scheduling/--no-async-scheduling", help="vLLM async scheduling."
+        ),
+        jobs: int = typer.Option(0, "--jobs", min=0, max=256, help="Processes (0: one per core)."),
+        seed: int = typer.Option(0, "--seed", min=0, max=2**31, help="Random seed."),
+        fmt: c.OutputFormat = c.format_option(),
+        out: Path = c.out_option(),
+    ) -> None:
+        """The cheapest deployments (GPU kind, TP/PP, replicas, KV dtype, batch limits) that
+        serve a request rate within latency targets."""
+        from kvplan.inputs.options import parse_tokens
+        from kvplan.inputs.prices import parse_price
+        from kvplan.plans.plan import PlanRequest, parse_slo, plan
+        from kvplan.present.plan import plan_view
+        from kvplan.simulate.workload import WorkloadSpec
+
+        if emit not in ("vllm", "sglang"):
+            raise KvplanError(f"--emit {emit!r}: choose vllm or sglang")
+        if not 0 < rate <= 1e6:
+            raise KvplanError("--rate must be between 0 and 1,000,000 requests per second")
+        workload = WorkloadSpec(
+            num_prompts=num_prompts,
+            input_len=parse_tokens(input_len, what="--input-len"),
+            output_len=parse_tokens(output_len, what="--output-len"),
+            length_dist=length_dist,
+            spread=spread,
+            prefix_len=0
+            if prefix_len.strip() == "0"
+            else parse_tokens(prefix_len, what="--prefix-len"),
+            seed=seed,
+        )
+        request = PlanRequest(
+            rate=rate,
+            slos=tuple(parse_slo(s) for s in slo),
+            workload=workload,
+            tps=_ints(tp, "--tp", c.MAX_TP),
+            pps=_ints(pp, "--pp", c.MAX_TP),
+            kv_cache_dtypes=c.dtype_list(kv_cache_dtype),
+            max_num_seqs=_ints(max_num_seqs, "--max-num-seqs", 1 << 20),
+            max_num_batched_tokens=_ints(
+                max_num_batched_tokens, "--max-num-batched-tokens", 1 << 24
+            ),
+            max_model_len=c.one_context(max_model_len, "--max-model-len")
+            if max_model_len
+            else None,
+            prices=dict(parse_price(p) for p in price),
+            max_gpus=max_gpus,
+            top=top,
+            emit=emit,
+            async_scheduling=async_scheduling,
+            jobs=jobs,
+        )
+        gpus = list({g.key: g for g in (c.load_gpu(name) for name in gpu)}.values())
+        result = plan(c.load_model(model), gpus, request, progress=_progress)
+        c.emit(c.render(plan_view(result, emit), fmt), out)
+
+
+def _progress(done: int, total: int) -> None:
+    """A one-line progress display on standard error, only on a terminal."""
+    if not sys.stderr.isatty():
+        return
+    end = "\n" if done == total else ""
+    sys.stderr.write(f"\rsearched {done:,}/{total:,} configurations{end}")
+    sys.stderr.flush()

@@ -1,0 +1,260 @@
+"""kvplan simulate."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import typer
+
+from kvplan.cli import common as c
+from kvplan.errors import KvplanError
+
+EXAMPLE = (
+    "Example: kvplan simulate qwen3-8b --gpu h100 --num-prompts 1000 --request-rate 2,4,8,inf "
+    "--length-dist sharegpt --input-len 220 --output-len 200"
+)
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    """'inf' or '1,2.5,inf' -> request rates (requests per second)."""
+    rates = []
+    for item in str(text).split(","):
+        item = item.strip().lower()
+        if not item:
+            continue
+        if item in ("inf", "infinity"):
+            rates.append(math.inf)
+            continue
+        try:
+            value = float(item)
+        except ValueError:
+            raise KvplanError(f"--request-rate {item!r} is not a number or inf") from None
+        if not math.isfinite(value) or not 0 < value <= 1e6:
+            raise KvplanError(f"--request-rate {item!r} must be above 0 (or inf)")
+        rates.append(value)
+    if not rates:
+        raise KvplanError("no --request-rate given")
+    return tuple(rates)
+
+
+def serve_flags(
+    tp,
+    pp,
+    max_num_seqs,
+    max_num_batched_tokens,
+    max_model_len,
+    kv_cache_dtype,
+    gpu_mem_util,
+    kv_cache_memory,
+    block_size,
+    prefix_caching,
+    chunked_prefill,
+    async_scheduling,
+    preemption,
+    continuous_batching,
+):
+    from kvplan.inputs.options import parse_bytes
+    from kvplan.simulate.setup import ServeOptions
+
+    return ServeOptions(
+        tp=tp,
+        pp=pp,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=c.one_context(max_model_len, "--max-model-len") if max_model_len else None,
+        kv_cache_dtype=kv_cache_dtype,
+        gpu_mem_util=c.fraction(gpu_mem_util, "--gpu-memory-utilization"),
+        kv_cache_memory_bytes=parse_bytes(kv_cache_memory, what="--kv-cache-memory")
+        if kv_cache_memory
+        else None,
+        block_size=block_size,
+        enable_prefix_caching=prefix_caching,
+        enable_chunked_prefill=chunked_prefill,
+        async_scheduling=async_scheduling,
+        preemption=preemption,
+        continuous_batching=continuous_batching,
+    )
+
+
+def add(app: typer.Typer) -> None:
+    @app.command("simulate", epilog=EXAMPLE)
+    @c.command
+    def simulate_cmd(
+        model: str = c.model_argument(),
+        gpu: str = c.gpu_option(),
+        num_prompts: int = typer.Option(
+            1000, "--num-prompts", min=1, max=1_000_000, help="Requests to send (1 to 1,000,000)."
+        ),
+        request_rate: str = typer.Option(
+            "inf",
+            "--request-rate",
+            help="Requests per second, or inf (all at once); comma-separated for a sweep.",
+        ),
+        burstiness: float = typer.Option(
+            1.0,
+            "--burstiness",
+            help="Gamma shape of the gaps between requests: 1 Poisson, <1 burstier (0.01 to 100).",
+        ),
+        max_concurrency: int = typer.Option(
+            None, "--max-concurrency", min=1, max=1_000_000, help="Requests in flight at most."
+        ),
+        input_len: str = typer.Option("1024", "--input-len", help="Input tokens (mean): 1024, 2k."),
+        output_len: str = typer.Option("128", "--output-len", help="Output tokens (mean): 128."),
+        length_dist: str = typer.Option(
+            "fixed",
+            "--length-dist",
+            help="Lengths: fixed, uniform (--spread = range ratio), lognormal (--spread = "
+            "sigma), or sharegpt (a ShareGPT-like stand-in at these means).",
+        ),
+        spread: float = typer.Option(
+            0.0, "--spread", help="uniform: range ratio in [0, 1); lognormal: sigma in (0, 3]."
+        ),
+        prefix_len: str = typer.Option(
+            "0", "--prefix-len", help="A shared prefix (system prompt) before every prompt: 2k."
+        ),
+        num_prefixes: int = typer.Option(
+            1, "--num-prefixes", min=1, max=1_000_000, help="Distinct shared prefixes."
+        ),
+        turns: int = typer.Option(
+            1, "--turns", min=1, max=1000, help="Conversation turns (each prompt holds the past)."
+        ),
+        trace: Path = typer.Option(
+            None,
+            "--trace",
+            help="JSONL trace: arrival_s, input_tokens, output_tokens[, prefix_id, "
+            "prefix_tokens | session_id] per line.",
+        ),
+        seed: int = typer.Option(0, "--seed", min=0, max=2**31, help="Random seed."),
+        tp: int = typer.Option(
+            1, "--tensor-parallel-size", "--tp", min=1, max=c.MAX_TP, help="Tensor-parallel size."
+        ),
+        pp: int = typer.Option(
+            1, "--pipeline-parallel-size", "--pp", min=1, max=c.MAX_TP, help="Pipeline stages."
+        ),
+        replicas: int = typer.Option(
+            1, "--replicas", "--data-parallel-size", min=1, max=1024, help="Engine replicas."
+        ),
+        router: str = typer.Option(
+            "round_robin",
+            "--router",
+            help="Replica choice: round_robin, least_outstanding, or cache_aware.",
+        ),
+        max_num_seqs: int = typer.Option(
+            None, "--max-num-seqs", min=1, max=1 << 20, help="Running requests at most."
+        ),
+        max_num_batched_tokens: int = typer.Option(
+            None, "--max-num-batched-tokens", min=1, max=1 << 24, help="Tokens per step at most."
+        ),
+        max_model_len: str = typer.Option(
+            None, "--max-model-len", help="Longest request (default: the model's)."
+        ),
+        kv_cache_dtype: str = typer.Option(
+            "auto", "--kv-cache-dtype", help="vLLM kv-cache-dtype: auto, fp8, bfloat16, ..."
+        ),
+        gpu_mem_util: float = typer.Option(
+            0.9,
+            "--gpu-memory-utilization",
+            "--gpu-mem-util",
+            help="Fraction of GPU memory vLLM may use (0.05 to 1).",
+        ),
+        kv_cache_memory: str = typer.Option(
+            None, "--kv-cache-memory", help="KV memory per GPU as the engine logged it: 19.5GiB."
+        ),
+        block_size: int = typer.Option(
+            None, "--block-size", min=1, max=4096, help="Tokens per KV block (vLLM 16, MLA 64)."
+        ),
+        prefix_caching: bool = typer.Option(
+            None,
+            "--enable-prefix-caching/--no-enable-prefix-caching",
+            help="Prefix caching (default on, off for models with recurrent state).",
+        ),
+        chunked_prefill: bool = typer.Option(
+            True, "--enable-chunked-prefill/--no-enable-chunked-prefill", help="Chunked prefill."
+        ),
+        async_scheduling: bool = typer.Option(
+            True,
+            "--async-scheduling/--no-async-scheduling",
+            help="Scheduling overlapped with the GPU (vLLM's default from 0.12).",
+        ),
+        preemption: bool = typer.Option(
+            True,
+            "--preemption/--no-preemption",
+            help="Preempt by recompute when blocks run out (off: admit only what fits to its end).",
+        ),
+        continuous_batching: bool = typer.Option(
+            True,
+            "--continuous-batching/--no-continuous-batching",
+            help="Admit requests every step (off: a new batch when the last one ends).",
+        ),
+        compare: str = typer.Option(
+            None,
+            "--compare",
+            help="Run again with one technique toggled: continuous-batching, chunked-prefill, "
+            "preemption, prefix-caching, cache-aware-routing.",
+        ),
+        plot: Path = typer.Option(
+            None, "--plot", help="Latency and throughput against the rate (.png/.svg)."
+        ),
+        timeline: Path = typer.Option(
+            None, "--timeline", help="KV usage and queue depth over time (.png/.svg)."
+        ),
+        fmt: c.OutputFormat = c.format_option(),
+        out: Path = c.out_option(),
+    ) -> None:
+        """A discrete-event simulation of vLLM serving a request stream, reported as
+        `vllm bench serve` reports a real run."""
+        from kvplan.inputs.options import parse_tokens
+        from kvplan.plans.simulate import SimulateRequest, simulate
+        from kvplan.present.simulate import simulate_plots, simulate_view
+        from kvplan.simulate.workload import WorkloadSpec
+
+        if not (math.isinf(burstiness) or 0.01 <= burstiness <= 100):
+            raise KvplanError("--burstiness must be between 0.01 and 100")
+        rates = parse_rates(request_rate)
+        if trace is not None and request_rate != "inf":
+            raise KvplanError("--trace sets the arrival times; leave out --request-rate")
+        workload = WorkloadSpec(
+            num_prompts=num_prompts,
+            burstiness=burstiness,
+            input_len=parse_tokens(input_len, what="--input-len"),
+            output_len=parse_tokens(output_len, what="--output-len"),
+            length_dist=length_dist,
+            spread=spread,
+            prefix_len=0
+            if prefix_len.strip() == "0"
+            else parse_tokens(prefix_len, what="--prefix-len"),
+            num_prefixes=num_prefixes,
+            turns=turns,
+            seed=seed,
+        )
+        request = SimulateRequest(
+            workload=workload,
+            rates=rates,
+            trace=str(trace) if trace is not None else None,
+            max_concurrency=max_concurrency,
+            serve=serve_flags(
+                tp,
+                pp,
+                max_num_seqs,
+                max_num_batched_tokens,
+                max_model_len,
+                kv_cache_dtype,
+                gpu_mem_util,
+                kv_cache_memory,
+                block_size,
+                prefix_caching,
+                chunked_prefill,
+                async_scheduling,
+                preemption,
+                continuous_batching,
+            ),
+            replicas=replicas,
+            router=router,
+            series=timeline is not None,
+            compare=compare,
+        )
+        result = simulate(c.load_model(model), c.load_gpu(gpu), request)
+        if plot is not None or timeline is not None:
+            simulate_plots(result, plot, timeline)
+        c.emit(c.render(simulate_view(result), fmt), out)

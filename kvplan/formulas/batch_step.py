@@ -1,0 +1,419 @@
+"""The time of one engine step over a mixed batch: prefill chunks and decodes run as one forward.
+
+A serving engine (vLLM V1, SGLang) runs every scheduled token of a step in one forward pass, so a
+step's time is a sum of operator rooflines over the whole batch, not a prefill time plus a decode
+time. Per GPU, for a step of T tokens (decodes plus prefill-chunk tokens):
+
+    t_gpu  = dense GEMMs    max(dense weights / BW·f_m, 2·P_dense·T / peak·f_c)   weights once
+           + expert GEMMs   max(experts touched by T tokens / BW·f_m, 2·P_experts,active·T / ..)
+           + decode attention     Σ_groups max(Σ_i KV(s_i) / BW·f_m, attention FLOPs / peak·f_c)
+           + prefill attention    Σ_chunks max(cached + chunk KV / BW·f_m, causal FLOPs / peak·f_c)
+           + sampler              sequences x vocab x fp32 logit copies / BW·f_m
+           + TP all-reduces       2 per layer over T x hidden activations (comm)
+           + launches             L x per-layer cost (CUDA graph up to 512 tokens, else eager)
+    t_host = per-step + per-request scheduler work on the CPU
+    t_step = t_gpu + t_host (synchronous scheduling) or max(t_gpu, t_host) (async scheduling)
+
+Each f is the fraction of the datasheet rate vLLM's kernel for that operation reaches
+(`ACHIEVED_DATASHEET`, medians of measured kernels). With pipeline parallelism the batch is cut into
+m = min(pp, sequences) micro-batches and a step takes (m + pp − 1) stage times
+(`comm.pipeline_bubble_fraction`). The FLOP and byte counts come from `flops`, `weights`, `kv` and
+`comm`; each roofline is `step_time.time_floor_s`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.formulas.comm import (
+    ACTIVATION_BYTES,
+    p2p_time_s,
+    pipeline_bubble_fraction,
+    tp_comm_time_per_decode_step_s,
+)
+from kvplan.formulas.dtypes import KvFormat
+from kvplan.formulas.flops import (
+    attention_flops_per_decode_token,
+    causal_keys_attended,
+    matmul_params,
+    prefill_flops,
+)
+from kvplan.formulas.kv import cache_groups
+from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
+from kvplan.formulas.step_time import Rates, bound, time_floor_s
+from kvplan.formulas.weights import weight_bytes_read_per_decode_step
+
+LOGIT_BYTES = 4  # the sampler works on fp32 logits
+
+
+class Achieved(NamedTuple):
+    """Fractions of a profile's rates that vLLM's kernels reach: (compute, memory) pairs, the
+    compute side of the dense peak in the kernel's dtype, the memory side of the bandwidth."""
+
+    dense: dict  # weights format -> GEMMs of the attention, MLP, embedding and head weights
+    experts: dict  # weights format -> fused-MoE expert GEMMs
+    attention: tuple[float, float]  # FlashAttention: prefill FLOPs, decode KV reads
+    mla: tuple[float, float]  # MLA prefill FLOPs, decode latent reads
+    allreduce_call_s: float  # a TP all-reduce of a small message
+    link: float  # all-reduce bus bandwidth / one direction of the link
+
+
+# Medians of measured vLLM 0.14 kernels on an H100 SXM (NVIDIA aiconfigurator's silicon tables,
+# ai-dynamo/aiconfigurator@095f58a5 systems/data/h100_sxm; scripts/derive_achieved.py re-derives
+# them; H200 and A100 tables agree within a few points). Keys are kvplan's weights formats: fp8
+# is block-scaled (DeepSeek style); 4-bit formats take the 4-bit weight-only MoE kernels.
+ACHIEVED_DATASHEET = Achieved(
+    dense={"bf16": (0.81, 0.80), "fp8": (0.25, 0.28), "int8": (0.30, 0.45)},
+    experts={"bf16": (0.19, 0.69), "fp8": (0.20, 0.68), "int8": (0.10, 0.55), "4bit": (0.24, 0.62)},
+    attention=(0.53, 0.80),
+    mla=(0.51, 0.73),
+    allreduce_call_s=4.6e-6,
+    link=0.39,
+)
+
+
+def measured_achieved(achieved: Achieved = ACHIEVED_DATASHEET) -> Achieved:
+    """For a measured profile (its peak is a dense bf16 matmul, its bandwidth a stream): every
+    fraction relative to the dense bf16 kernels'."""
+    compute, memory = achieved.dense["bf16"]
+
+    def rel(pair):
+        return (min(1.0, pair[0] / compute), min(1.0, pair[1] / memory))
+
+    return achieved._replace(
+        dense={k: rel(v) for k, v in achieved.dense.items()},
+        experts={k: rel(v) for k, v in achieved.experts.items()},
+        attention=rel(achieved.attention),
+        mla=rel(achieved.mla),
+    )
+
+
+def _format_key(weights_dtype: str) -> str:
+    if weights_dtype in ("fp8", "int8"):
+        return weights_dtype
+    return "4bit" if weights_dtype in ("int4", "mxfp4") else "bf16"
+
+
+class HostOverheads(NamedTuple):
+    """Fixed costs per step that no roofline sees (seconds)."""
+
+    per_step_s: float  # scheduler pass, input preparation, synchronisation
+    per_request_s: float  # per scheduled request: block tables, outputs, stop checks
+    per_layer_s: float  # kernel launches and small kernels, per layer, under CUDA graphs
+    eager_per_layer_s: float  # the same without CUDA graphs: the CPU dispatches every kernel
+
+
+# BLIS trained-physics defaults (docs/guide/latency-models.md): beta_7 ~126 us per step,
+# beta_6 ~4 us per request, beta_5 ~32 us per layer. aiconfigurator's vLLM backend
+# (sdk/backends/vllm_backend.py, _prefill_dispatch_overhead_ms): ~0.8 ms per layer of CPU-side
+# dispatch in forwards that silicon (graph-free kernel) timings miss.
+HOST_OVERHEADS = HostOverheads(
+    per_step_s=126e-6, per_request_s=4e-6, per_layer_s=32e-6, eager_per_layer_s=0.8e-3
+)
+# vLLM captures CUDA graphs up to min(2 x max_num_seqs, 512) tokens (vllm/config/vllm.py,
+# _set_cudagraph_sizes); a larger step runs without one.
+CUDA_GRAPH_MAX_TOKENS = 512
+
+
+class BatchShape(NamedTuple):
+    """What one step runs: `num_decodes` sequences decoding one token each, attending
+    `decode_context_sum` cached tokens in all (each counts its cache plus the new token), and
+    prefill chunks as (new tokens, tokens already cached before the chunk)."""
+
+    num_decodes: int = 0
+    decode_context_sum: int = 0
+    prefill_chunks: tuple[tuple[int, int], ...] = ()
+    num_sampled: int = 0  # sequences that sample a token this step
+
+
+class StepTime(NamedTuple):
+    """One step's time by term (seconds, per GPU). Each roofline term is charged to the roof
+    that bounds it: weights_s or matmul_s for the GEMMs, kv_read_s or attention_s for attention."""
+
+    weights_s: float
+    matmul_s: float
+    kv_read_s: float
+    attention_s: float
+    sampler_s: float
+    comm_s: float
+    launch_s: float
+    host_s: float
+    total_s: float
+
+
+TERMS = ("weights_s", "matmul_s", "kv_read_s", "attention_s", "sampler_s", "comm_s", "launch_s")
+
+
+class _Group(NamedTuple):
+    window: int | None  # None: every token held (full, MLA)
+    chunked: bool
+    mla: bool
+    kv_bytes_per_token: float  # all layers of the group, one rank
+    decode_flop_per_key: float  # all layers of the group, one rank
+    prefill_flop_per_key: float
+
+
+class StepModel:
+    """Per-model, per-device coefficients of the step time, computed once from the formulas.
+
+    `weights_dtype` is a resolved weights format (resolve_weights_dtype); `rates` the device's
+    datasheet bandwidth and bf16 peak, `fp8_flop_per_s` its fp8 peak (None: none); `link` an
+    Interconnect for TP/PP (None at tp = pp = 1)."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        rates: Rates,
+        weights_dtype: str,
+        fmt: KvFormat,
+        tp: int = 1,
+        pp: int = 1,
+        link=None,
+        achieved: Achieved = ACHIEVED_DATASHEET,
+        host: HostOverheads = HOST_OVERHEADS,
+        async_scheduling: bool = False,
+        cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
+        fp8_flop_per_s: float | None = None,
+    ):
+        self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
+        self.link, self.achieved, self.host = link, achieved, host
+        self.async_scheduling = async_scheduling
+        self.cuda_graph_max_tokens = cuda_graph_max_tokens
+        bw, bf16 = rates.bandwidth_bytes_per_s, rates.peak_flop_per_s
+        key = _format_key(weights_dtype)
+        gemm_peak = (fp8_flop_per_s or bf16) if weights_dtype in ("fp8", "int8") else bf16
+        # 4-bit formats' dense layers: int4 runs dequantizing kernels near the bf16 ones; mxfp4
+        # quantizes only the experts (the rest stays in the model dtype)
+        dense = achieved.dense.get(key, achieved.dense["bf16"])
+        experts = achieved.experts.get(key, achieved.experts["bf16"])
+        self.dense_rates = Rates(bw * dense[1], gemm_peak * dense[0])
+        self.expert_rates = Rates(
+            bw * experts[1], (gemm_peak if key in ("fp8", "int8") else bf16) * experts[0]
+        )
+        self.attention_rates = Rates(bw * achieved.attention[1], bf16 * achieved.attention[0])
+        self.mla_rates = Rates(bw * achieved.mla[1], bf16 * achieved.mla[0])
+        self.sampler_bandwidth = bw * achieved.dense["bf16"][1]
+        self.dense_spec = spec._replace(
+            moe=None, param_parts={k: v for k, v in spec.param_parts.items() if k != "experts"}
+        )
+        self.dense_flop_per_token = 2 * matmul_params(self.dense_spec) / tp
+        self.expert_flop_per_token = 2 * matmul_params(spec) / tp - self.dense_flop_per_token
+        self.groups = _groups(spec, fmt, tp)
+        self.state_bytes_per_sequence = sum(
+            g.bytes_per_sequence(0)
+            for g in cache_groups(spec, fmt, tp)
+            if g.kind is CacheKind.STATE
+        )
+        self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
+        self._weights: dict[int, tuple[float, float]] = {}
+        self._span_base: dict[int, StepTime] = {}
+
+    # ---- the terms --------------------------------------------------------------------------
+    def weights_bytes(self, num_tokens: int) -> tuple[float, float]:
+        """(dense, expert) weight bytes one rank streams in a step of `num_tokens` tokens: the
+        input embedding is a lookup of the tokens' rows, MoE layers read the experts touched."""
+        cached = self._weights.get(num_tokens)
+        if cached is None:
+            total = weight_bytes_read_per_decode_step(self.spec, self.weights_dtype, num_tokens)
+            dense = weight_bytes_read_per_decode_step(
+                self.dense_spec, self.weights_dtype, num_tokens
+            )
+            cached = (dense / self.tp, (total - dense) / self.tp)
+            self._weights[num_tokens] = cached
+        return cached
+
+    def decode_attention_s(self, num_decodes: int, context_sum: float) -> tuple[float, bool]:
+        """Seconds of `num_decodes` decodes attending `context_sum` tokens in all, and whether
+        reading the cache bounds it. Windowed layers hold min(s, W) per sequence, at the mean."""
+        if not num_decodes:
+            return 0.0, True
+        mean = context_sum / num_decodes
+        state = num_decodes * self.state_bytes_per_sequence
+        seconds = state / self.attention_rates.bandwidth_bytes_per_s
+        memory = seconds
+        for g in self.groups:
+            keys = context_sum if g.window is None else num_decodes * min(mean, g.window)
+            rates = self.mla_rates if g.mla else self.attention_rates
+            kv_bytes, flops = g.kv_bytes_per_token * keys, g.decode_flop_per_key * keys
+            seconds += time_floor_s(kv_bytes, flops, rates)
+            memory += kv_bytes / rates.bandwidth_bytes_per_s
+        return seconds, memory >= seconds
+
+    def prefill_attention_s(self, new_tokens: int, cached_tokens: int) -> float:
+        """Seconds of one prefill chunk's causal attention over the cached tokens and itself
+        (the cached KV read and the chunk's written once)."""
+        seconds = 0.0
+        end = cached_tokens + new_tokens
+        for g in self.groups:
+            held = end if g.window is None else min(end, g.window + new_tokens)
+            keys = causal_keys_attended(end, g.window, g.chunked) - causal_keys_attended(
+                cached_tokens, g.window, g.chunked
+            )
+            rates = self.mla_rates if g.mla else self.attention_rates
+            seconds += time_floor_s(
+                g.kv_bytes_per_token * held, g.prefill_flop_per_key * keys, rates
+            )
+        return seconds
+
+    def gemm_s(self, num_tokens: int) -> tuple[float, float]:
+        """(weight-bound, compute-bound) seconds of the step's GEMMs: the dense ones and the
+        experts', each on its own roofline."""
+        dense_bytes, expert_bytes = self.weights_bytes(num_tokens)
+        weights_s = matmul_s = 0.0
+        for num_bytes, flops, rates in (
+            (dense_bytes, self.dense_flop_per_token * num_tokens, self.dense_rates),
+            (expert_bytes, self.expert_flop_per_token * num_tokens, self.expert_rates),
+        ):
+            if not num_bytes and not flops:
+                continue
+            seconds = time_floor_s(num_bytes, flops, rates)
+            if bound(num_bytes, flops, rates) == "memory":
+                weights_s += seconds
+            else:
+                matmul_s += seconds
+        return weights_s, matmul_s
+
+    def comm_s(self, num_tokens: int) -> float:
+        """TP all-reduces of one forward: the comm formula at the achieved bus bandwidth, with a
+        per-hop latency that makes a small message cost one measured all-reduce call."""
+        if self.tp <= 1:
+            return 0.0
+        hops = 2 * (self.tp - 1)
+        return tp_comm_time_per_decode_step_s(
+            self.spec,
+            num_tokens,
+            self.tp,
+            self.link.one_way_bytes_per_s * self.achieved.link,
+            self.achieved.allreduce_call_s / hops,
+        )
+
+    # ---- one step ---------------------------------------------------------------------------
+    def step(self, shape: BatchShape) -> StepTime:
+        """The time of one step running `shape`."""
+        num_seqs = shape.num_decodes + len(shape.prefill_chunks)
+        if self.pp > 1 and num_seqs > 1:
+            gpu = self._pipelined(shape, min(self.pp, num_seqs))
+        else:
+            gpu = self._forward(shape, 1.0)
+        sampler_s = shape.num_sampled * self.sampler_bytes_per_sequence / self.sampler_bandwidth
+        host_s = self.host.per_step_s + self.host.per_request_s * num_seqs
+        gpu_s = sum(gpu) + sampler_s
+        total = max(gpu_s, host_s) if self.async_scheduling else gpu_s + host_s
+        weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = gpu
+        return StepTime(
+            weights_s, matmul_s, kv_read_s, attention_s, sampler_s, comm_s, launch_s, host_s, total
+        )
+
+    def _forward(self, shape: BatchShape, layer_share: float) -> tuple[float, ...]:
+        """(weights, matmul, kv_read, attention, comm, launch) seconds of a forward over
+        `layer_share` of the layers (1: the whole model)."""
+        num_tokens = max(1, shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
+        weights_s, matmul_s = self.gemm_s(num_tokens)
+        decode_s, kv_bound = self.decode_attention_s(shape.num_decodes, shape.decode_context_sum)
+        prefill_s = sum(self.prefill_attention_s(n, c) for n, c in shape.prefill_chunks)
+        per_layer = (
+            self.host.per_layer_s
+            if num_tokens <= self.cuda_graph_max_tokens
+            else self.host.eager_per_layer_s
+        )
+        return (
+            weights_s * layer_share,
+            matmul_s * layer_share,
+            (decode_s if kv_bound else 0.0) * layer_share,
+            ((0.0 if kv_bound else decode_s) + prefill_s) * layer_share,
+            self.comm_s(num_tokens) * layer_share,
+            per_layer * self.spec.num_layers * layer_share,
+        )
+
+    def _pipelined(self, shape: BatchShape, microbatches: int) -> tuple[float, ...]:
+        """m micro-batches through pp stages: (m + pp - 1) stage times, the idle share being
+        pipeline_bubble_fraction(pp, m); each stage boundary passes activations point to point."""
+        m = microbatches
+        micro = BatchShape(
+            num_decodes=-(-shape.num_decodes // m),
+            decode_context_sum=shape.decode_context_sum / m,
+            prefill_chunks=tuple((-(-n // m), c) for n, c in shape.prefill_chunks),
+        )
+        stage = self._forward(micro, 1.0 / self.pp)
+        scale = m / (1.0 - pipeline_bubble_fraction(self.pp, m))  # = m + pp - 1
+        tokens = micro.num_decodes + sum(n for n, _ in micro.prefill_chunks)
+        hops_s = (self.pp - 1) * p2p_time_s(
+            tokens * self.spec.hidden_size * ACTIVATION_BYTES,
+            self.link.one_way_bytes_per_s * self.achieved.link,
+            self.link.latency_s,
+        )
+        weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = (t * scale for t in stage)
+        return weights_s, matmul_s, kv_read_s, attention_s, comm_s + hops_s, launch_s
+
+    def decode_span_s(self, num_decodes: int, context_sums):
+        """Consecutive decode-only steps of the same `num_decodes` sequences whose attended
+        context sums are `context_sums` (a numpy array): (their step times, an array; the
+        terms of the run, a function of how many of its steps are kept that returns a
+        StepTime of sums). The terms of `step`, the attention ones for many steps at once."""
+        import numpy as np
+
+        sums = np.asarray(context_sums, dtype=float)
+        if self.pp > 1 and num_decodes > 1:
+            steps = [self.step(BatchShape(num_decodes, float(x), (), num_decodes)) for x in sums]
+
+            def kept_steps(k: int) -> StepTime:
+                return StepTime(*(sum(getattr(t, f) for t in steps[:k]) for f in StepTime._fields))
+
+            return np.array([t.total_s for t in steps]), kept_steps
+        base = self._span_base.get(num_decodes)
+        if base is None:  # every term but attention depends on the batch size alone
+            base = self.step(BatchShape(num_decodes, 0, (), num_decodes))
+            self._span_base[num_decodes] = base
+        state_s = (
+            num_decodes * self.state_bytes_per_sequence / self.attention_rates.bandwidth_bytes_per_s
+        )
+        fixed = base.weights_s + base.matmul_s + base.sampler_s + base.comm_s + base.launch_s
+        mean = sums / num_decodes
+        attention = 0.0
+        for g in self.groups:
+            keys = sums if g.window is None else num_decodes * np.minimum(mean, g.window)
+            rates = self.mla_rates if g.mla else self.attention_rates
+            attention = attention + np.maximum(
+                g.kv_bytes_per_token * keys / rates.bandwidth_bytes_per_s,
+                g.decode_flop_per_key * keys / rates.peak_flop_per_s,
+            )
+        attention = attention + np.full_like(sums, state_s)  # an array even without attention
+        gpu = fixed + attention
+        times = np.maximum(gpu, base.host_s) if self.async_scheduling else gpu + base.host_s
+
+        def kept(k: int) -> StepTime:
+            return StepTime(
+                base.weights_s * k,
+                base.matmul_s * k,
+                float(attention[:k].sum()),
+                0.0,
+                base.sampler_s * k,
+                base.comm_s * k,
+                base.launch_s * k,
+                base.host_s * k,
+                float(times[:k].sum()),
+            )
+
+        return times, kept
+
+
+def _groups(spec: ModelSpec, fmt: KvFormat, tp: int) -> list[_Group]:
+    """Attention layers grouped by window and kind, with their KV bytes per token (the layers'
+    own formula) and FLOPs per attended key (from flops, one layer at a time)."""
+    by_key: dict[tuple, list[float]] = {}
+    for layer in spec.layers:
+        attn = layer.attention
+        if attn is None:
+            continue
+        one = spec._replace(layers=(layer,))
+        window = attn.window if attn.kind.windowed else None
+        key = (window, attn.kind is CacheKind.CHUNKED, attn.kind is CacheKind.MLA)
+        entry = by_key.setdefault(key, [0.0, 0.0, 0.0])
+        entry[0] += attn.kv_bytes_per_token(fmt, tp)
+        entry[1] += attention_flops_per_decode_token(one, 1) / tp
+        entry[2] += (prefill_flops(one, 1) - 2 * matmul_params(one)) / tp
+    return [
+        _Group(window, chunked, mla, kv, dec, pre)
+        for (window, chunked, mla), (kv, dec, pre) in by_key.items()
+    ]

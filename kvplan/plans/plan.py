@@ -1,0 +1,496 @@
+"""`kvplan plan`: the cheapest deployments that serve a request rate within latency targets.
+
+For every configuration in the search space (GPU kind x TP x PP x KV dtype x max_num_seqs x
+max_num_batched_tokens) one replica is simulated (kvplan.simulate, vLLM V1's scheduler):
+1. the latency floor: a lone request's TTFT and TPOT from the step-time model; a target below
+   it rules the configuration out without a simulation;
+2. the saturated throughput: every request at once;
+3. the goodput: the highest request rate whose run meets every target, by bisection between 0
+   and the saturated throughput (targets are monotone in the rate).
+Replicas behind a round-robin router each take rate / replicas, so the deployment needs
+ceil(rate / goodput) replicas: GPUs = replicas x TP x PP, cost = GPUs x the GPU-hour price.
+A final run at rate / replicas gives the operating point. Configurations run in parallel
+processes, one per core.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable
+from typing import NamedTuple
+
+from kvplan import __version__
+from kvplan.anatomy.model import ModelSpec
+from kvplan.errors import KvplanError
+from kvplan.formulas.batch_step import BatchShape
+from kvplan.inputs.hardware import GpuProfile
+from kvplan.inputs.prices import price_for
+from kvplan.notes import Note, note, unique
+from kvplan.simulate import cluster, metrics
+from kvplan.simulate.cluster import Frontend
+from kvplan.simulate.engine import Engine, pool_demand
+from kvplan.simulate.setup import Replica, ServeOptions, build_replica
+from kvplan.simulate.workload import RequestSpec, WorkloadSpec, arrival_times_s, generate
+from kvplan.units import MS
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+STATS = ("mean", "median", "p90", "p99")
+BISECTIONS = 5  # goodput to within 1/32 of the saturated rate
+MAX_CONFIGS = 5000
+DEFAULT_TPS = (1, 2, 4, 8)
+DEFAULT_SEQS = (64, 128, 256, 512, 1024)
+DEFAULT_BUDGETS = (2048, 8192)
+DEFAULT_KV = ("auto", "fp8")
+ENGINES = ("vllm", "sglang")
+
+
+class Slo(NamedTuple):
+    """A latency target: `stat` of `metric` at most `limit_s` seconds."""
+
+    metric: str
+    stat: str
+    limit_s: float
+
+    @property
+    def key(self) -> str:
+        """The bench-serve key it is checked against: p99_ttft_ms, median_tpot_ms, ..."""
+        return f"{self.stat}_{self.metric}_ms"
+
+    @property
+    def label(self) -> str:
+        return f"{self.metric}_{self.stat}"
+
+
+def parse_slo(text: str) -> Slo:
+    """'ttft_p99=2s', 'tpot_p99=50ms', 'e2el_median=20s' -> Slo."""
+    match = re.fullmatch(
+        r"\s*([a-z0-9]+)_([a-z0-9]+)\s*=\s*(\d+(?:\.\d+)?)\s*(ms|s|us)\s*", str(text).lower()
+    )
+    if not match:
+        raise KvplanError(
+            f"--slo {text!r}: write METRIC_STAT=VALUE with a unit, e.g. ttft_p99=2s, "
+            f"tpot_p99=50ms (metrics {', '.join(METRICS)}; stats {', '.join(STATS)})"
+        )
+    metric, stat, value, unit = match.groups()
+    if metric not in METRICS:
+        raise KvplanError(f"--slo {text!r}: metric {metric!r}; choose {', '.join(METRICS)}")
+    if stat not in STATS:
+        raise KvplanError(f"--slo {text!r}: statistic {stat!r}; choose {', '.join(STATS)}")
+    seconds = float(value) * {"s": 1.0, "ms": MS, "us": 1e-6}[unit]
+    if not 1e-6 <= seconds <= 86400:
+        raise KvplanError(f"--slo {text!r}: the target must be between 1 us and 1 day")
+    return Slo(metric, stat, seconds)
+
+
+class PlanRequest(NamedTuple):
+    rate: float  # requests per second to serve, all replicas together
+    slos: tuple[Slo, ...]
+    workload: WorkloadSpec = WorkloadSpec(num_prompts=400)
+    tps: tuple[int, ...] = DEFAULT_TPS
+    pps: tuple[int, ...] = (1,)
+    kv_cache_dtypes: tuple[str, ...] = DEFAULT_KV
+    max_num_seqs: tuple[int, ...] = DEFAULT_SEQS
+    max_num_batched_tokens: tuple[int, ...] = DEFAULT_BUDGETS
+    max_model_len: int | None = None
+    prices: dict = {}  # profile key -> USD per GPU-hour (overrides)
+    max_gpus: int = 1024
+    top: int = 10
+    emit: str = "vllm"  # the engine whose launch command is printed
+    async_scheduling: bool = True
+    jobs: int = 0  # worker processes (0: one per core)
+    frontend: Frontend = Frontend()
+
+
+class Config(NamedTuple):
+    gpu_index: int
+    tp: int
+    pp: int
+    kv_cache_dtype: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+
+class OperatingPoint(NamedTuple):
+    """One replica at rate / replicas: the bench's latencies there."""
+
+    request_rate: float
+    median_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    median_tpot_ms: float | None
+    p99_tpot_ms: float | None
+    p99_itl_ms: float | None
+    p99_e2el_ms: float | None
+    peak_kv_usage: float
+    preemptions: int
+
+
+class Candidate(NamedTuple):
+    gpu: str
+    gpu_key: str
+    tp: int
+    pp: int
+    kv_cache_dtype: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_cache_tokens: int
+    goodput_rps: float  # the highest rate one replica sustains within every target
+    replicas: int
+    num_gpus: int
+    usd_per_gpu_hour: float
+    price_read_on: str | None
+    price_source: str
+    usd_per_hour: float
+    usd_per_million_tokens: float  # input + output tokens served
+    usd_per_million_output_tokens: float
+    operating_point: OperatingPoint
+    max_model_len: int
+
+
+class Rejection(NamedTuple):
+    reason: str
+    count: int
+
+
+class PlanResult(NamedTuple):
+    kvplan_version: str
+    model: dict
+    rate: float
+    slos: list[dict]
+    workload: dict
+    searched: int
+    feasible: int
+    candidates: list[Candidate]
+    rejections: list[Rejection]
+    notes: tuple[Note, ...]
+
+
+def plan(
+    spec: ModelSpec,
+    gpus: list[GpuProfile],
+    request: PlanRequest,
+    progress: Callable[[int, int], None] | None = None,
+) -> PlanResult:
+    """The Python twin of `kvplan plan MODEL --rate R --slo ...`."""
+    _check(request, gpus)
+    requests = generate(request.workload._replace(request_rate=math.inf))
+    configs = search_space(gpus, request)
+    if not configs:
+        raise KvplanError("the search space is empty")
+    if len(configs) > MAX_CONFIGS:
+        raise KvplanError(f"{len(configs):,} configurations: at most {MAX_CONFIGS:,}")
+    outcomes = _run_all(spec, gpus, request, configs, requests, request.jobs, progress)
+    candidates, reasons = [], Counter()
+    for outcome in outcomes:
+        if isinstance(outcome, str):
+            reasons[outcome] += 1
+        else:
+            candidates.append(outcome)
+    candidates.sort(key=lambda c: (c.usd_per_hour, c.num_gpus, -c.goodput_rps))
+    mean_in = sum(r.input_tokens for r in requests) / len(requests)
+    mean_out = sum(r.output_tokens for r in requests) / len(requests)
+    notes = [
+        note("plan-method", bisections=BISECTIONS, num_prompts=request.workload.num_prompts),
+        note("plan-replicas"),
+        note("plan-prices"),
+    ]
+    if not spec.hf_id:
+        notes.append(note("plan-no-hf-id"))
+    if request.emit == "sglang":
+        notes.append(note("plan-sglang"))
+    if not candidates:
+        notes.append(note("plan-none"))
+    return PlanResult(
+        kvplan_version=__version__,
+        model={"name": spec.name, "hf_id": spec.hf_id},
+        rate=request.rate,
+        slos=[{"target": s.label, "key": s.key, "limit_s": s.limit_s} for s in request.slos],
+        workload={
+            "num_prompts": request.workload.num_prompts,
+            "length_dist": request.workload.length_dist,
+            "mean_input_tokens": mean_in,
+            "mean_output_tokens": mean_out,
+        },
+        searched=len(configs),
+        feasible=len(candidates),
+        candidates=candidates[: request.top],
+        rejections=[Rejection(reason, count) for reason, count in reasons.most_common()],
+        notes=unique(notes),
+    )
+
+
+def _check(request: PlanRequest, gpus: list[GpuProfile]) -> None:
+    if not (0 < request.rate <= 1e6) or math.isinf(request.rate):
+        raise KvplanError("--rate must be a number of requests per second, above 0")
+    if not request.slos:
+        raise KvplanError("plan needs at least one --slo target (e.g. ttft_p99=2s)")
+    if not gpus:
+        raise KvplanError("plan needs at least one --gpu")
+    if request.emit not in ENGINES:
+        raise KvplanError(f"--emit {request.emit!r}: choose {' or '.join(ENGINES)}")
+    if not 1 <= request.max_gpus <= 1_000_000:
+        raise KvplanError("--max-gpus must be at least 1")
+    if not 1 <= request.top <= 1000:
+        raise KvplanError("--top must be between 1 and 1000")
+    if not 20 <= request.workload.num_prompts <= 100_000:
+        raise KvplanError("--num-prompts for plan must be between 20 and 100,000")
+
+
+def search_space(gpus: list[GpuProfile], request: PlanRequest) -> list[Config]:
+    """Every combination of the options, skipping max_num_seqs above the token budget (vLLM
+    refuses it)."""
+    configs = []
+    for index in range(len(gpus)):
+        for tp in request.tps:
+            for pp in request.pps:
+                for kv in request.kv_cache_dtypes:
+                    for budget in request.max_num_batched_tokens:
+                        for seqs in request.max_num_seqs:
+                            if seqs <= budget:
+                                configs.append(Config(index, tp, pp, kv, seqs, budget))
+    return configs
+
+
+def _groups(configs: list[Config]) -> list[list[Config]]:
+    """Configurations that differ only in max_num_seqs, largest first: a group shares its runs
+    wherever the seat limit never bound."""
+    groups: dict[tuple, list[Config]] = {}
+    for config in configs:
+        groups.setdefault(config._replace(max_num_seqs=0), []).append(config)
+    return [sorted(g, key=lambda c: -c.max_num_seqs) for g in groups.values()]
+
+
+def _run_all(spec, gpus, request, configs: list[Config], requests, workers: int, progress):
+    import os
+
+    groups = _groups(configs)
+    workers = workers or os.cpu_count() or 1
+    total, done, outcomes = len(configs), 0, {}
+    if workers <= 1 or len(groups) < 2:
+        for group in groups:
+            for config, outcome in zip(
+                group, evaluate_group(spec, gpus, request, group, requests), strict=True
+            ):
+                outcomes[config] = outcome
+            done += len(group)
+            if progress:
+                progress(done, total)
+        return [outcomes[c] for c in configs]
+    import concurrent.futures as futures
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+    with futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        pending = {
+            pool.submit(evaluate_group, spec, gpus, request, group, requests): group
+            for group in groups
+        }
+        for future in futures.as_completed(pending):
+            group = pending[future]
+            for config, outcome in zip(group, future.result(), strict=True):
+                outcomes[config] = outcome
+            done += len(group)
+            if progress:
+                progress(done, total)
+    return [outcomes[c] for c in configs]
+
+
+class _Memo:
+    """Runs of one group, by rate: a run with more seats stands for one with fewer wherever
+    its running requests stayed below the smaller limit (the limit never bound)."""
+
+    def __init__(self):
+        self.runs: dict[float, tuple[_Outcome, int]] = {}
+
+    def run(self, replica: Replica, requests, request: PlanRequest, rate: float) -> _Outcome:
+        seats = replica.config.max_num_seqs
+        known = self.runs.get(rate)
+        if known is not None and known[1] < seats:
+            return known[0]
+        timed = requests if math.isinf(rate) else _at_rate(requests, request, rate)
+        outcome = _run(replica, timed, request, rate)
+        self.runs[rate] = (outcome, outcome.peak_running)
+        return outcome
+
+
+def evaluate_group(spec, gpus, request, group: list[Config], requests) -> list:
+    """Each configuration of a group (largest max_num_seqs first), with shared runs."""
+    memo, bracket = _Memo(), None
+    outcomes = []
+    for config in group:
+        outcome, cap = evaluate(spec, gpus, request, config, requests, memo, bracket)
+        bracket = bracket or cap
+        outcomes.append(outcome)
+    return outcomes
+
+
+def evaluate(
+    spec: ModelSpec,
+    gpus: list[GpuProfile],
+    request: PlanRequest,
+    config: Config,
+    requests: list[RequestSpec],
+    memo: _Memo | None = None,
+    bracket: float | None = None,
+):
+    """One configuration: (a Candidate, or the reason it cannot serve the targets; the rate the
+    goodput search ended at). `requests` is the workload with every request at t = 0, re-timed
+    for each rate; `bracket` caps the search (the group's largest saturated rate)."""
+    memo = memo or _Memo()
+    gpu = gpus[config.gpu_index]
+    price = price_for(gpu, request.prices)
+    if price is None:
+        return f"no price for {gpu.name} (give --price {gpu.key}=USD)", None
+    options = ServeOptions(
+        tp=config.tp,
+        pp=config.pp,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_model_len=request.max_model_len,
+        kv_cache_dtype=config.kv_cache_dtype,
+        async_scheduling=request.async_scheduling,
+    )
+    try:
+        if config.pp > spec.num_layers:
+            return "more pipeline stages than layers", None
+        replica = build_replica(spec, gpu, options)
+    except KvplanError as exc:
+        return _reason(str(exc)), None
+    if not any(r.stream_id >= 0 for r in requests):
+        # no prompt shares a prefix: caching finds nothing, so the run skips hashing blocks
+        replica = replica._replace(config=replica.config._replace(enable_prefix_caching=False))
+    floor = latency_floor(replica, requests, request.frontend)
+    for slo in request.slos:
+        if slo.metric in floor and floor[slo.metric] > slo.limit_s:
+            return f"{slo.metric} at zero load above its target", bracket
+    cap = bracket
+    if cap is None:
+        cap = memo.run(replica, requests, request, math.inf).bench.request_throughput
+        if cap <= 0:
+            return "no request completed", None
+    lo, hi = 0.0, cap
+    best = None
+    for _ in range(BISECTIONS):
+        rate = (lo + hi) / 2
+        outcome = memo.run(replica, requests, request, rate)
+        if meets(outcome.bench, request.slos):
+            lo, best = rate, outcome
+        else:
+            hi = rate
+    if best is None:
+        return "targets missed even at 1/32 of the saturated rate", cap
+    goodput = lo
+    replicas = math.ceil(request.rate / goodput - 1e-9)
+    num_gpus = replicas * config.tp * config.pp
+    if num_gpus > request.max_gpus:
+        return f"more than {request.max_gpus} GPUs", cap
+    operating = memo.run(replica, requests, request, request.rate / replicas)
+    if not meets(operating.bench, request.slos):  # between bisection points: one more replica
+        replicas += 1
+        num_gpus = replicas * config.tp * config.pp
+        operating = memo.run(replica, requests, request, request.rate / replicas)
+    usd_per_hour = num_gpus * price.usd_per_gpu_hour
+    mean_in = sum(r.input_tokens for r in requests) / len(requests)
+    mean_out = sum(r.output_tokens for r in requests) / len(requests)
+    tokens_per_hour = request.rate * 3600 * (mean_in + mean_out)
+    output_per_hour = request.rate * 3600 * mean_out
+    b = operating.bench
+    candidate = Candidate(
+        gpu=gpu.name,
+        gpu_key=gpu.key,
+        tp=config.tp,
+        pp=config.pp,
+        kv_cache_dtype=config.kv_cache_dtype,
+        max_num_seqs=replica.options.max_num_seqs,
+        max_num_batched_tokens=replica.options.max_num_batched_tokens,
+        kv_cache_tokens=replica.kv_cache_tokens,
+        goodput_rps=goodput,
+        replicas=replicas,
+        num_gpus=num_gpus,
+        usd_per_gpu_hour=price.usd_per_gpu_hour,
+        price_read_on=price.read_on,
+        price_source=price.source,
+        usd_per_hour=usd_per_hour,
+        usd_per_million_tokens=usd_per_hour / tokens_per_hour * 1e6,
+        usd_per_million_output_tokens=usd_per_hour / output_per_hour * 1e6,
+        operating_point=OperatingPoint(
+            request.rate / replicas,
+            b.median_ttft_ms,
+            b.p99_ttft_ms,
+            b.median_tpot_ms,
+            b.p99_tpot_ms,
+            b.p99_itl_ms,
+            b.p99_e2el_ms,
+            operating.engine.peak_kv_usage,
+            operating.engine.preemptions,
+        ),
+        max_model_len=replica.options.max_model_len,
+    )
+    return candidate, cap
+
+
+def _reason(message: str) -> str:
+    """A refusal from building the replica, as a short reason that groups well."""
+    if "does not divide" in message or "neither divides" in message:
+        return "TP does not divide the heads"
+    if "no memory is left" in message or "cannot hold one" in message:
+        return "weights or one max-length request do not fit"
+    return message.split(";")[0][:80]
+
+
+def _at_rate(requests: list[RequestSpec], request: PlanRequest, rate: float) -> list[RequestSpec]:
+    """The same requests, sent on the bench's schedule at `rate`."""
+    w = request.workload
+    times = arrival_times_s(len(requests), rate, w.burstiness, w.seed + 1)
+    return [r._replace(arrival_s=t) for r, t in zip(requests, times, strict=True)]
+
+
+class _Outcome(NamedTuple):
+    bench: metrics.BenchResult
+    engine: metrics.EngineStats
+    peak_running: int
+
+
+def _run(replica: Replica, requests: list[RequestSpec], request: PlanRequest, rate) -> _Outcome:
+    engine = Engine(
+        replica.config,
+        replica.model,
+        request.frontend.per_token_s,
+        pool_demand(replica.config, requests),
+    )
+    run = cluster.run(
+        requests,
+        [engine],
+        frontend=request.frontend,
+        max_model_len=replica.config.max_model_len,
+    )
+    bench = metrics.bench_result(run, rate, request.workload.burstiness, None)
+    stats = metrics.engine_stats(run, bench.duration, request.frontend.per_token_s)
+    return _Outcome(bench, stats, max(engine.log.running, default=0))
+
+
+def meets(bench: metrics.BenchResult, slos: tuple[Slo, ...]) -> bool:
+    """Every request completed and every target holds."""
+    if bench.failed:
+        return False
+    for slo in slos:
+        value = getattr(bench, slo.key)
+        if value is None or value * MS > slo.limit_s:
+            return False
+    return True
+
+
+def latency_floor(replica: Replica, requests: list[RequestSpec], frontend: Frontend) -> dict:
+    """A lone request of the workload's mean lengths: TTFT (API latency + its prefill steps)
+    and TPOT (a one-sequence decode step plus its streamed token)."""
+    model, config = replica.model, replica.config
+    mean_in = round(sum(r.input_tokens for r in requests) / len(requests))
+    prefill_s, done = 0.0, 0
+    while done < mean_in:
+        chunk = min(config.max_num_batched_tokens, mean_in - done)
+        prefill_s += model.step(BatchShape(0, 0, ((chunk, done),), 1)).total_s
+        done += chunk
+    decode_s = model.step(BatchShape(1, mean_in + 1, (), 1)).total_s
+    ttft = frontend.request_s + prefill_s + frontend.per_token_s
+    return {"ttft": ttft, "tpot": decode_s, "itl": decode_s}

@@ -1,0 +1,277 @@
+"""`kvplan simulate`: a discrete-event simulation of vLLM V1 serving a request stream, reported
+with `vllm bench serve`'s fields so it can be put beside a real run.
+
+The engine (kvplan.simulate.engine) schedules as vLLM V1 does, over the KV pool kvplan's vLLM
+allocator model sizes, with prefix caching in kvplan.kernels' block manager; each step's time comes
+from formulas.batch_step. Several request rates give the latency and throughput curve.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import NamedTuple
+
+from kvplan import __version__
+from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.errors import KvplanError
+from kvplan.inputs.hardware import GpuProfile
+from kvplan.notes import Note, note, unique
+from kvplan.plans.common import model_notes
+from kvplan.simulate import cluster, metrics
+from kvplan.simulate.cluster import Frontend
+from kvplan.simulate.engine import Engine, pool_demand
+from kvplan.simulate.setup import Replica, ServeOptions, build_replica
+from kvplan.simulate.workload import WorkloadSpec, generate, read_trace
+
+MAX_RATES = 32
+# scheduling techniques a run can be compared with and without (kvplan whatif points here)
+COMPARISONS = {
+    "continuous-batching": "continuous_batching",
+    "chunked-prefill": "enable_chunked_prefill",
+    "preemption": "preemption",
+    "prefix-caching": "enable_prefix_caching",
+    "cache-aware-routing": None,  # the router, not a serve flag
+}
+MAX_REPLICAS = 1024
+DOMINANT_SHARE = 0.15  # a term is named as dominant from this share of the engine's time
+
+
+class SimulateRequest(NamedTuple):
+    workload: WorkloadSpec = WorkloadSpec()
+    rates: tuple[float, ...] = (math.inf,)  # one run per rate
+    trace: str | None = None  # a JSONL trace instead of a generated workload
+    max_concurrency: int | None = None
+    serve: ServeOptions = ServeOptions()
+    replicas: int = 1
+    router: str = "round_robin"
+    frontend: Frontend = Frontend()
+    series: bool = True  # keep replica 0's KV usage and queue over time
+    compare: str | None = None  # a COMPARISONS key: run again with the technique toggled
+
+
+class Setup(NamedTuple):
+    """The deployment as simulated, every default resolved."""
+
+    gpu: str
+    tp: int
+    pp: int
+    replicas: int
+    num_gpus: int
+    router: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    block_size: int
+    num_blocks: int
+    kv_cache_tokens: int
+    kv_cache_dtype: str
+    weights_dtype: str
+    enable_prefix_caching: bool
+    enable_chunked_prefill: bool
+    preemption: bool
+    continuous_batching: bool
+    async_scheduling: bool
+
+
+class WorkloadSummary(NamedTuple):
+    num_prompts: int
+    source: str  # the length distribution, or the trace file
+    input_len: int | None
+    output_len: int | None
+    spread: float | None
+    prefix_len: int
+    num_prefixes: int
+    turns: int
+    burstiness: float
+    max_concurrency: int | None
+    seed: int
+
+
+class Run(NamedTuple):
+    bench: metrics.BenchResult
+    engine: metrics.EngineStats
+    series: metrics.Series | None
+
+
+class Comparison(NamedTuple):
+    """The same workload with one scheduling technique toggled."""
+
+    technique: str
+    baseline_on: bool  # whether the main runs had the technique
+    runs: list[Run]  # with it toggled, one per rate
+
+
+class SimulateResult(NamedTuple):
+    kvplan_version: str
+    model: dict
+    setup: Setup
+    workload: WorkloadSummary
+    runs: list[Run]
+    dominant_terms: list[str]
+    comparison: Comparison | None
+    notes: tuple[Note, ...]
+
+
+def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> SimulateResult:
+    """The Python twin of `kvplan simulate MODEL`."""
+    if not 1 <= request.replicas <= MAX_REPLICAS:
+        raise KvplanError(f"--replicas must be between 1 and {MAX_REPLICAS:,}")
+    if not request.rates or len(request.rates) > MAX_RATES:
+        raise KvplanError(f"give between 1 and {MAX_RATES} request rates")
+    if request.max_concurrency is not None and not 1 <= request.max_concurrency <= 1_000_000:
+        raise KvplanError("--max-concurrency must be between 1 and 1,000,000")
+    if request.router not in cluster.ROUTERS:
+        raise KvplanError(f"--router {request.router!r}: choose {', '.join(cluster.ROUTERS)}")
+    if request.compare is not None and request.compare not in COMPARISONS:
+        raise KvplanError(f"--compare {request.compare!r}: choose {', '.join(COMPARISONS)}")
+    replica = build_replica(spec, gpu, request.serve)
+    runs = _runs(replica, request)
+    comparison = None
+    if request.compare is not None:
+        toggled, was_on = _toggled(request, replica)
+        if request.compare == "cache-aware-routing" and request.replicas < 2:
+            raise KvplanError("--compare cache-aware-routing needs --replicas 2 or more")
+        other = build_replica(spec, gpu, toggled.serve)
+        comparison = Comparison(request.compare, was_on, _runs(other, toggled))
+    shares = runs[-1].engine.step_time_shares
+    dominant = [k for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v >= DOMINANT_SHARE]
+    notes = [
+        *model_notes(spec, request.serve.tp),
+        *replica.notes,
+        note("sim-engine", version="0.19"),
+        note("sim-step-terms", shares=tuple(sorted(shares.items(), key=lambda kv: -kv[1])[:4])),
+        *_weak_spots(spec, runs, request),
+    ]
+    return SimulateResult(
+        kvplan_version=__version__,
+        model={"name": spec.name, "hf_id": spec.hf_id},
+        setup=_setup(gpu, replica, request),
+        workload=_workload(request),
+        runs=runs,
+        dominant_terms=dominant,
+        comparison=comparison,
+        notes=unique(notes),
+    )
+
+
+def _runs(replica: Replica, request: SimulateRequest) -> list[Run]:
+    runs = []
+    for rate in request.rates:
+        if request.trace is not None:
+            requests = read_trace(Path(request.trace))
+        else:
+            requests = generate(request.workload._replace(request_rate=rate))
+        runs.append(run_once(replica, requests, request, rate))
+    return runs
+
+
+def _toggled(request: SimulateRequest, replica: Replica) -> tuple[SimulateRequest, bool]:
+    """The request with the compared technique switched: (that request, whether it was on)."""
+    if request.compare == "cache-aware-routing":
+        on = request.router == "cache_aware"
+        return request._replace(router="round_robin" if on else "cache_aware"), on
+    field = COMPARISONS[request.compare]
+    on = bool(getattr(replica.options, field))
+    return request._replace(serve=request.serve._replace(**{field: not on})), on
+
+
+def run_once(replica: Replica, requests, request: SimulateRequest, rate: float) -> Run:
+    """One simulated benchmark: every request served, then the bench's numbers."""
+    demand = pool_demand(replica.config, requests)
+    engines = [
+        Engine(replica.config, replica.model, request.frontend.per_token_s, demand)
+        for _ in range(request.replicas)
+    ]
+    result = cluster.run(
+        requests,
+        engines,
+        router=request.router,
+        max_concurrency=request.max_concurrency,
+        frontend=request.frontend,
+        max_model_len=replica.config.max_model_len,
+    )
+    bench = metrics.bench_result(
+        result,
+        rate if request.trace is None else None,
+        request.workload.burstiness,
+        request.max_concurrency,
+    )
+    stats = metrics.engine_stats(result, bench.duration, request.frontend.per_token_s)
+    return Run(bench, stats, metrics.series(engines[0]) if request.series else None)
+
+
+def _setup(gpu: GpuProfile, replica: Replica, request: SimulateRequest) -> Setup:
+    o = replica.options
+    return Setup(
+        gpu=gpu.name,
+        tp=o.tp,
+        pp=o.pp,
+        replicas=request.replicas,
+        num_gpus=o.tp * o.pp * request.replicas,
+        router=request.router,
+        max_num_seqs=o.max_num_seqs,
+        max_num_batched_tokens=o.max_num_batched_tokens,
+        max_model_len=o.max_model_len,
+        block_size=replica.config.block_size,
+        num_blocks=replica.config.num_blocks,
+        kv_cache_tokens=replica.kv_cache_tokens,
+        kv_cache_dtype=o.kv_cache_dtype,
+        weights_dtype=replica.weights_dtype,
+        enable_prefix_caching=o.enable_prefix_caching,
+        enable_chunked_prefill=o.enable_chunked_prefill,
+        preemption=o.preemption,
+        continuous_batching=o.continuous_batching,
+        async_scheduling=o.async_scheduling,
+    )
+
+
+def _workload(request: SimulateRequest) -> WorkloadSummary:
+    w = request.workload
+    if request.trace is not None:
+        return WorkloadSummary(
+            0,
+            f"trace {request.trace}",
+            None,
+            None,
+            None,
+            0,
+            1,
+            1,
+            w.burstiness,
+            request.max_concurrency,
+            w.seed,
+        )
+    return WorkloadSummary(
+        num_prompts=w.num_prompts,
+        source=w.length_dist,
+        input_len=w.input_len,
+        output_len=w.output_len,
+        spread=w.spread if w.length_dist in ("uniform", "lognormal") else None,
+        prefix_len=w.prefix_len,
+        num_prefixes=w.num_prefixes,
+        turns=w.turns,
+        burstiness=w.burstiness,
+        max_concurrency=request.max_concurrency,
+        seed=w.seed,
+    )
+
+
+def _weak_spots(spec: ModelSpec, runs: list[Run], request: SimulateRequest) -> list[Note]:
+    """Where this model of the engine is known to be weak, for this case."""
+    notes = [note("sim-weak-general")]
+    if spec.moe is not None:
+        notes.append(note("sim-weak-moe"))
+    if spec.has_kind(CacheKind.MLA):
+        notes.append(note("sim-weak-mla"))
+    if spec.has_kind(CacheKind.STATE) or spec.has_kind(CacheKind.SLIDING):
+        notes.append(note("sim-weak-hybrid"))
+    if request.serve.pp > 1:
+        notes.append(note("sim-weak-pp"))
+    if request.trace is None and request.workload.length_dist == "sharegpt":
+        notes.append(note("sim-sharegpt"))
+    if max(r.engine.frontend_busy_fraction for r in runs) > 0.8:
+        notes.append(note("sim-frontend-bound"))
+    if any(r.engine.preemptions for r in runs):
+        notes.append(note("sim-preemptions"))
+    return notes

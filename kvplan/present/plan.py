@@ -1,0 +1,106 @@
+"""`kvplan plan` in words: the configurations that meet the targets, cheapest first, with the
+GPUs they need, their goodput, their cost, and the command that launches each replica."""
+
+from __future__ import annotations
+
+from kvplan.plans.plan import Candidate, PlanResult
+from kvplan.present import format as f
+from kvplan.present.view import Column, Table, View, jsonable, view
+
+
+def serve_command(engine: str, model_id: str, c: Candidate) -> str:
+    """One replica's launch command in the engine's own flag spelling."""
+    if engine == "sglang":
+        parts = ["python -m sglang.launch_server", f"--model-path {model_id}", f"--tp-size {c.tp}"]
+        if c.pp > 1:
+            parts.append(f"--pp-size {c.pp}")
+        if c.kv_cache_dtype != "auto":
+            parts.append("--kv-cache-dtype fp8_e4m3")
+        parts += [
+            f"--max-running-requests {c.max_num_seqs}",
+            f"--chunked-prefill-size {c.max_num_batched_tokens}",
+            f"--context-length {c.max_model_len}",
+        ]
+    else:
+        parts = ["vllm serve", model_id, f"--tensor-parallel-size {c.tp}"]
+        if c.pp > 1:
+            parts.append(f"--pipeline-parallel-size {c.pp}")
+        if c.kv_cache_dtype != "auto":
+            parts.append(f"--kv-cache-dtype {c.kv_cache_dtype}")
+        parts += [
+            f"--max-num-seqs {c.max_num_seqs}",
+            f"--max-num-batched-tokens {c.max_num_batched_tokens}",
+            f"--max-model-len {c.max_model_len}",
+        ]
+    return " ".join(parts)
+
+
+def plan_view(result: PlanResult, engine: str = "vllm") -> View:
+    model_id = result.model["hf_id"] or result.model["name"]
+    targets = ", ".join(f"{s['target']} <= {f.ms_text(s['limit_s'], 0)}" for s in result.slos)
+    w = result.workload
+    facts = [
+        ("model", model_id),
+        (
+            "traffic",
+            f"{result.rate:g} requests/s of {w['mean_input_tokens']:,.0f} in / "
+            f"{w['mean_output_tokens']:,.0f} out tokens ({w['length_dist']} lengths)",
+        ),
+        ("targets", targets),
+        ("searched", f"{result.searched:,} configurations, {result.feasible:,} meet the targets"),
+    ]
+    data = jsonable(result)
+    rows = []
+    for c, item in zip(result.candidates, data["candidates"], strict=True):
+        item["command"] = serve_command(engine, model_id, c)
+        rows.append(
+            {
+                **item,
+                "config": f"{c.gpu} TP{c.tp}" + (f" PP{c.pp}" if c.pp > 1 else ""),
+                "kv": c.kv_cache_dtype,
+                "p99_ttft_ms": c.operating_point.p99_ttft_ms,
+                "p99_tpot_ms": c.operating_point.p99_tpot_ms,
+            }
+        )
+    if result.candidates:
+        best = result.candidates[0]
+        facts.append(
+            (
+                "cheapest",
+                f"{best.num_gpus} x {best.gpu} ({best.replicas} replica"
+                f"{'s' if best.replicas > 1 else ''} of TP {best.tp}), "
+                f"${best.usd_per_hour:,.2f}/h, ${best.usd_per_million_tokens:,.3f} per million "
+                "tokens",
+            )
+        )
+        facts.append(("launch each replica", rows[0]["command"]))
+    table = Table(
+        "configurations that meet the targets, cheapest first",
+        [
+            Column("config", "GPU, parallelism", f.text, "left"),
+            Column("kv", "KV", f.text, "left"),
+            Column("max_num_seqs", "seqs", f.integer),
+            Column("max_num_batched_tokens", "batch tokens", f.integer),
+            Column("goodput_rps", "goodput/replica (req/s)", f.fixed(2)),
+            Column("replicas", "replicas", f.integer),
+            Column("num_gpus", "GPUs", f.integer),
+            Column("usd_per_hour", "$/hour", f.usd),
+            Column("usd_per_million_tokens", "$/M tokens", f.fixed(3)),
+            Column("p99_ttft_ms", "TTFT p99 (ms)", f.fixed(0)),
+            Column("p99_tpot_ms", "TPOT p99 (ms)", f.fixed(1)),
+        ],
+        rows,
+    )
+    rejected = Table(
+        "ruled out",
+        [Column("reason", "reason", f.text, "left"), Column("count", "configurations", f.integer)],
+        [r._asdict() for r in result.rejections],
+    )
+    tables = [table] + ([rejected] if result.rejections else [])
+    return view(
+        f"Plan for {result.model['name']} at {result.rate:g} req/s",
+        result,
+        facts,
+        tables,
+        data=data,
+    )

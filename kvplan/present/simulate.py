@@ -1,0 +1,244 @@
+"""`kvplan simulate` in words: `vllm bench serve`'s result block (its labels, its units), what the
+engine would show, a row per request rate, and the comparison with a technique toggled; the
+charts of latency and throughput against the rate and of KV usage and queue over time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvplan.plans.simulate import Run, SimulateResult
+from kvplan.present import format as f
+from kvplan.present.view import Column, Table, View, jsonable, view
+
+# `vllm bench serve`'s printed labels, in its order, with the --save-result key of each
+BENCH_LINES = (
+    ("Successful requests:", "completed", f.integer),
+    ("Failed requests:", "failed", f.integer),
+    ("Benchmark duration (s):", "duration", f.fixed(2)),
+    ("Total input tokens:", "total_input_tokens", f.integer),
+    ("Total generated tokens:", "total_output_tokens", f.integer),
+    ("Request throughput (req/s):", "request_throughput", f.fixed(2)),
+    ("Output token throughput (tok/s):", "output_throughput", f.fixed(2)),
+    ("Peak output token throughput (tok/s):", "max_output_tokens_per_s", f.fixed(2)),
+    ("Peak concurrent requests:", "max_concurrent_requests", f.fixed(2)),
+    ("Total Token throughput (tok/s):", "total_token_throughput", f.fixed(2)),
+)
+LATENCIES = (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2EL", "e2el"))
+TERM_LABELS = {
+    "weights_s": "streaming weights",
+    "matmul_s": "matmul compute",
+    "kv_read_s": "reading the KV cache",
+    "attention_s": "attention compute",
+    "sampler_s": "sampler",
+    "comm_s": "TP/PP communication",
+    "launch_s": "kernel launches",
+    "host_s": "scheduler (CPU)",
+}
+
+
+def bench_facts(run: Run) -> list[tuple[str, str]]:
+    """The result block as `vllm bench serve` prints it, then the engine's own figures."""
+    b = run.bench._asdict()
+    facts = [(label, fmt(b[key])) for label, key, fmt in BENCH_LINES]
+    for name, key in LATENCIES:
+        for stat, label in (("mean", "Mean"), ("median", "Median"), ("p90", "P90"), ("p99", "P99")):
+            facts.append((f"{label} {name} (ms):", f.fixed(2)(b[f"{stat}_{key}_ms"])))
+    e = run.engine
+    facts += [
+        ("Peak KV cache usage:", f.share(e.peak_kv_usage)),
+        ("Preemptions:", f.integer(e.preemptions)),
+        ("Prefix cache hit rate:", f.share(e.prefix_hit_rate)),
+        ("Mean running requests:", f.fixed(1)(e.mean_running_requests)),
+        ("Mean waiting requests:", f.fixed(1)(e.mean_waiting_requests)),
+        ("Mean queue wait (ms):", f.fixed(2)(e.mean_queue_ms)),
+        ("API server busy:", f.share(e.frontend_busy_fraction)),
+    ]
+    return facts
+
+
+def step_shares(shares: dict) -> str:
+    ranked = sorted(shares.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{TERM_LABELS[k]} {f.share(v)}" for k, v in ranked if v >= 0.005)
+
+
+def simulate_view(result: SimulateResult) -> View:
+    s = result.setup
+    deployment = f"{s.gpu} x {s.num_gpus} (TP {s.tp}, PP {s.pp}"
+    deployment += f", {s.replicas} replicas, {s.router} router)" if s.replicas > 1 else ")"
+    facts = [
+        ("model", result.model["hf_id"] or result.model["name"]),
+        ("deployment", deployment),
+        (
+            "engine",
+            f"vLLM V1 scheduler: max_num_seqs {s.max_num_seqs:,}, max_num_batched_tokens "
+            f"{s.max_num_batched_tokens:,}, max_model_len {s.max_model_len:,}, "
+            f"{'async' if s.async_scheduling else 'synchronous'} scheduling",
+        ),
+        (
+            "KV cache",
+            f"{s.kv_cache_tokens:,} tokens per replica ({s.num_blocks:,} blocks of "
+            f"{s.block_size}), kv-cache-dtype {s.kv_cache_dtype}, weights {s.weights_dtype}",
+        ),
+        (
+            "techniques",
+            ", ".join(
+                f"{name} {'on' if on else 'off'}"
+                for name, on in (
+                    ("continuous batching", s.continuous_batching),
+                    ("chunked prefill", s.enable_chunked_prefill),
+                    ("prefix caching", s.enable_prefix_caching),
+                    ("preemption", s.preemption),
+                )
+            ),
+        ),
+        ("workload", workload_text(result)),
+        ("engine time", step_shares(result.runs[-1].engine.step_time_shares)),
+    ]
+    if len(result.runs) == 1:
+        facts.append(("", "============ Serving Benchmark Result ============"))
+        facts += bench_facts(result.runs[0])
+    tables = [rates_table(result)]
+    if s.replicas > 1:
+        tables.append(replica_table(result))
+    data = jsonable(result)
+    if result.comparison is not None:
+        tables.append(comparison_table(result))
+    title = f"Simulated serving of {result.model['name']} on {s.gpu}"
+    return view(title, result, facts, tables, data=data)
+
+
+def workload_text(result: SimulateResult) -> str:
+    w = result.workload
+    if w.input_len is None:
+        text = w.source
+    else:
+        text = f"{w.num_prompts:,} prompts, {w.source} lengths: input {w.input_len:,}, output "
+        text += f"{w.output_len:,}" + (f" (spread {w.spread:g})" if w.spread else "")
+        if w.prefix_len:
+            text += f", {w.prefix_len:,}-token shared prefix x {w.num_prefixes}"
+        if w.turns > 1:
+            text += f", {w.turns}-turn conversations"
+    if w.max_concurrency:
+        text += f", at most {w.max_concurrency:,} in flight"
+    return text
+
+
+RATE_COLUMNS = [
+    Column("request_rate", "rate (req/s)", f.text),
+    Column("request_throughput", "req/s", f.fixed(2)),
+    Column("output_throughput", "output tok/s", f.fixed(1)),
+    Column("median_ttft_ms", "TTFT med (ms)", f.fixed(1)),
+    Column("p99_ttft_ms", "TTFT p99 (ms)", f.fixed(1)),
+    Column("median_tpot_ms", "TPOT med (ms)", f.fixed(2)),
+    Column("p99_tpot_ms", "TPOT p99 (ms)", f.fixed(2)),
+    Column("median_itl_ms", "ITL med (ms)", f.fixed(2)),
+    Column("p99_e2el_ms", "E2EL p99 (ms)", f.fixed(0)),
+    Column("peak_kv_usage", "peak KV", f.share),
+    Column("preemptions", "preempted", f.integer),
+    Column("prefix_hit_rate", "prefix hits", f.share),
+    Column("mean_running_requests", "running", f.fixed(1)),
+]
+
+
+def _row(run: Run, **extra) -> dict:
+    row = {**jsonable(run.bench), **jsonable(run.engine), **extra}
+    return row
+
+
+def rates_table(result: SimulateResult) -> Table:
+    return Table("by request rate", RATE_COLUMNS, [_row(r) for r in result.runs])
+
+
+def replica_table(result: SimulateResult) -> Table:
+    rows = []
+    for run in result.runs:
+        for rep in run.engine.replicas:
+            rows.append({"request_rate": run.bench.request_rate, **rep._asdict()})
+    return Table(
+        "by replica",
+        [
+            Column("request_rate", "rate (req/s)", f.text),
+            Column("replica", "replica", f.integer),
+            Column("requests", "requests", f.integer),
+            Column("prefix_hit_rate", "prefix hits", f.share),
+            Column("preemptions", "preempted", f.integer),
+            Column("peak_kv_usage", "peak KV", f.share),
+        ],
+        rows,
+    )
+
+
+def comparison_table(result: SimulateResult) -> Table:
+    c = result.comparison
+    rows = []
+    for label, on, runs in (
+        ("as set", c.baseline_on, result.runs),
+        ("toggled", not c.baseline_on, c.runs),
+    ):
+        for run in runs:
+            hits = [r.prefix_hit_rate for r in run.engine.replicas]
+            rows.append(
+                _row(
+                    run,
+                    variant=f"{c.technique} {'on' if on else 'off'} ({label})",
+                    replica_hit_rates=" / ".join(f.share(h) for h in hits),
+                )
+            )
+    columns = [Column("variant", "variant", f.text, "left"), *RATE_COLUMNS]
+    if c.technique == "cache-aware-routing":
+        columns.append(Column("replica_hit_rates", "hits by replica", f.text, "left"))
+    return Table(f"with and without {c.technique}", columns, rows)
+
+
+def simulate_plots(result: SimulateResult, plot: Path | None, timeline: Path | None) -> None:
+    """--plot: latency percentiles and throughput against the request rate; --timeline: KV
+    usage, running and waiting requests over time (the last rate, replica 0)."""
+    from kvplan.present.plots import _check_path, _pyplot, _save
+
+    if plot is not None:
+        _check_path(plot)
+        plt = _pyplot()
+        runs = [r for r in result.runs if r.bench.request_rate != "inf"] or result.runs
+        x = [r.bench.request_throughput for r in runs]
+        fig, (lat, thr) = plt.subplots(1, 2, figsize=(11, 4.5))
+        for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2EL")):
+            for stat, style in (("median", "-"), ("p99", "--")):
+                values = [getattr(r.bench, f"{stat}_{key}_ms") for r in runs]
+                lat.plot(x, values, style, marker="o", label=f"{label} {stat}")
+        lat.set_yscale("log")
+        lat.set_xlabel("achieved request rate (req/s)")
+        lat.set_ylabel("latency (ms)")
+        lat.grid(True, which="both", alpha=0.3)
+        lat.legend(fontsize=8)
+        offered = [r.bench.request_rate for r in runs]
+        thr.plot(
+            [float(o) if o != "inf" else max(x) for o in offered],
+            [r.bench.output_throughput for r in runs],
+            marker="o",
+        )
+        thr.set_xlabel("offered request rate (req/s)")
+        thr.set_ylabel("output throughput (tok/s)")
+        thr.grid(True, alpha=0.3)
+        fig.suptitle(f"{result.model['name']} on {result.setup.gpu}: simulated vLLM", fontsize=10)
+        fig.tight_layout()
+        _save(fig, plot)
+    if timeline is not None:
+        _check_path(timeline)
+        series = result.runs[-1].series
+        if series is None or not series.time_s:
+            return
+        plt = _pyplot()
+        fig, (kv, queue) = plt.subplots(2, 1, figsize=(10, 5.5), sharex=True)
+        kv.plot(series.time_s, [u * 100 for u in series.kv_usage], color="tab:blue")
+        kv.set_ylabel("KV cache usage (%)")
+        kv.set_ylim(0, 105)
+        kv.grid(True, alpha=0.3)
+        queue.plot(series.time_s, series.running, label="running")
+        queue.plot(series.time_s, series.waiting, label="waiting")
+        queue.set_xlabel("time (s)")
+        queue.set_ylabel("requests")
+        queue.grid(True, alpha=0.3)
+        queue.legend(fontsize=8)
+        fig.suptitle(f"{result.model['name']}: KV usage and queue over time", fontsize=10)
+        fig.tight_layout()
+        _save(fig, timeline)

@@ -1,0 +1,665 @@
+"""One engine replica as vLLM V1 schedules it: continuous batching over a paged KV pool.
+
+Each step (vllm/v1/core/sched/scheduler.py, `schedule()`):
+1. Running requests first, in admission order: a decoding request takes 1 token, a request still
+   prefilling takes min(the rest of its prompt, the token budget). A request whose next token
+   needs a new KV block and finds none preempts the last-admitted request (its blocks are freed,
+   it goes back to the head of the queue and later recomputes prompt + outputs), repeating until
+   the allocation succeeds or the request preempted itself.
+2. Only in a step that preempted nobody: waiting requests, first come first served with
+   head-of-line blocking, while budget and seats (max_num_seqs) remain. A request's cached prefix
+   (whole blocks, at most num_tokens - 1 tokens) costs no budget; a prompt longer than the budget
+   is cut into chunks (chunked prefill), or waits for a step with room when chunking is off.
+3. One forward runs every scheduled token; its time comes from formulas.batch_step.
+
+The pool is kvplan.kernels.BlockManager: allocation, prefix caching and LRU eviction are its own.
+Blocks are counted in the full-attention group's blocks; sliding-window and recurrent-state groups
+hold a fixed share per request (their window's blocks, one state block), reserved at admission.
+
+Decoding requests are kept as a cohort (every one of them takes exactly one token per step, since
+max_num_seqs <= max_num_batched_tokens and prefills run after them): a step costs O(requests whose
+state changes), and runs of decode-only steps in which nothing is admitted, finished or preempted
+are advanced together (`_decode_span`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import NamedTuple
+
+from kvplan.formulas.batch_step import TERMS, BatchShape, StepModel
+from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
+from kvplan.simulate.workload import RequestSpec, output_token_ids, prompt_token_ids
+
+MIN_SPAN = 2  # decode-only steps worth advancing together
+
+
+class EngineConfig(NamedTuple):
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    num_blocks: int  # pool size in blocks of the full-attention group
+    block_size: int
+    # windowed and state groups: (blocks a request holds at most, 0 for a state; groups; the
+    # group's block size in tokens)
+    side_blocks: tuple[tuple[int, int, int], ...] = ()
+    main_groups: int = 1  # full-attention groups a block of the pool stands for
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    preemption: bool = True  # False: admit only what can run to its end (no over-commit)
+    continuous_batching: bool = True  # False: a new batch only when the last one finished
+
+
+WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
+
+
+class CountingPool:
+    """The pool with prefix caching off, counted instead of built: a sequence holds
+    ceil(tokens / block_size) blocks and nothing outlives it, so only counts matter. The same
+    calls as kvplan.kernels.BlockManager; token ids may be anything with a length."""
+
+    def __init__(self, num_blocks: int, block_size: int):
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.num_used_blocks = 0
+        self.held: dict = {}  # sequence -> [blocks, tokens]
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.num_blocks - self.num_used_blocks
+
+    def allocate(self, seq_id, token_ids, extra_key: bytes = b"") -> int:
+        if seq_id in self.held:
+            raise ValueError(f"sequence {seq_id!r} already exists")
+        blocks = -(-len(token_ids) // self.block_size)
+        if blocks > self.num_free_blocks:
+            raise NoFreeBlocksError(f"need {blocks} blocks, {self.num_free_blocks} free")
+        self.held[seq_id] = [blocks, len(token_ids)]
+        self.num_used_blocks += blocks
+        return 0
+
+    def append_tokens(self, seq_id, token_ids, cache: bool = True) -> list:
+        entry = self.held[seq_id]
+        tokens = entry[1] + len(token_ids)
+        more = -(-tokens // self.block_size) - entry[0]
+        if more > self.num_free_blocks:
+            raise NoFreeBlocksError(f"need {more} blocks, {self.num_free_blocks} free")
+        entry[0] += more
+        entry[1] = tokens
+        self.num_used_blocks += more
+        return []
+
+    def free(self, seq_id) -> None:
+        self.num_used_blocks -= self.held.pop(seq_id)[0]
+
+    def cached_prefix_tokens(self, token_ids, extra_key: bytes = b"") -> int:
+        return 0
+
+
+class Req:
+    """A request's state inside one engine."""
+
+    __slots__ = (
+        "spec",
+        "rid",
+        "input_tokens",
+        "target",
+        "arrival_s",
+        "dispatch_s",
+        "state",
+        "computed",
+        "outputs",
+        "synced",
+        "admit_seq",
+        "j0",
+        "c0",
+        "epoch",
+        "first_step",
+        "last_step",
+        "preemptions",
+        "side",
+        "replica",
+        "first_client_s",
+        "last_client_s",
+        "admit_s",
+    )
+
+    def __init__(self, spec: RequestSpec, dispatch_s: float, arrival_s: float, target: int):
+        self.spec = spec
+        self.rid = spec.rid
+        self.input_tokens = spec.input_tokens
+        self.target = target  # outputs to generate (max_tokens, capped by max_model_len)
+        self.dispatch_s = dispatch_s
+        self.arrival_s = arrival_s
+        self.state = WAITING
+        self.computed = 0  # tokens whose KV is computed
+        self.outputs = 0  # tokens generated
+        self.synced = 0  # tokens handed to the block manager
+        self.admit_seq = 0
+        self.j0 = 0  # cohort: the first decode step and the computed tokens then
+        self.c0 = 0
+        self.epoch = 0
+        self.first_step = -1
+        self.last_step = -1
+        self.preemptions = 0
+        self.side = 0  # blocks reserved for the request's windowed/state groups
+        self.replica = 0
+        self.first_client_s = 0.0  # when the client received the first token
+        self.last_client_s = 0.0  # ... and the last
+        self.admit_s = -1.0  # when the engine first scheduled it
+
+    @property
+    def num_tokens(self) -> int:
+        return self.input_tokens + self.outputs
+
+    def token_ids(self, start: int, end: int) -> list[int]:
+        """Token ids at positions [start, end): prompt, then outputs."""
+        out = []
+        if start < self.input_tokens:
+            out = prompt_token_ids(self.spec)[start : min(end, self.input_tokens)]
+        if end > self.input_tokens:
+            first = max(start, self.input_tokens) - self.input_tokens
+            out += output_token_ids(self.spec, first, end - self.input_tokens)
+        return out
+
+
+class StepLog:
+    """What every step did, one entry per step, for the metrics: times, tokens out, batch,
+    queue and pool."""
+
+    def __init__(self):
+        self.end_s: list = []
+        self.client_s: list = []  # when the API server had streamed the step's tokens
+        self.decode_tokens: list = []  # ITL weight: tokens whose previous token was the step before
+        self.emitted: list = []  # tokens streamed to clients
+        self.running: list = []
+        self.waiting: list = []
+        self.kv_used: list = []
+        self.duration_s: list = []
+
+
+class Engine:
+    """One replica: `admit` requests, then `step` while `has_work`."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        model: StepModel,
+        frontend_per_token_s: float,
+        demand_blocks: int | None = None,
+        observer=None,
+    ):
+        """`demand_blocks`: every block the workload could ever hold at once (pool_demand); a
+        pool at least that large never runs out nor evicts, so a smaller one stands in for it
+        (the same schedule, fewer objects to build)."""
+        self.config = config
+        self.model = model
+        self.frontend_per_token_s = frontend_per_token_s
+        # observer(engine, steps, num_decodes, chunks): called after every step (steps = 1) or
+        # run of decode-only steps, chunks as (request, tokens) — what tests check invariants on
+        self.observer = observer
+        pool = config.num_blocks if demand_blocks is None else min(config.num_blocks, demand_blocks)
+        if config.enable_prefix_caching:
+            self.bm = BlockManager(max(1, pool), config.block_size, True)
+        else:  # nothing is shared or kept: count blocks, no token ids needed
+            self.bm = CountingPool(config.num_blocks, config.block_size)
+        self.ids = _token_ids if config.enable_prefix_caching else _lengths
+        self.ids_side = _side_ids if config.enable_prefix_caching else _side_lengths
+        self.block_size = config.block_size
+        self.waiting: deque[Req] = deque()
+        self.running: list[Req] = []
+        self.prefilling: list[Req] = []
+        self.step_index = 0
+        self.clock_s = 0.0
+        self.client_s = 0.0  # the API server's clock (it streams each step's tokens in turn)
+        self.admitted = 0
+        # the decode cohort
+        self.buckets: list[dict[int, Req]] = [{} for _ in range(config.block_size)]
+        self.finish_heap: list = []
+        self.num_decodes = 0
+        self.context_sum = 0  # tokens the decodes attend in the current step
+        self.blocked = False  # the queue's head found no blocks and nothing was freed since
+        # statistics
+        self.log = StepLog()
+        self.resume_gaps: list[tuple[float, float]] = []
+        self.finished: list[Req] = []
+        self.preemptions = 0
+        self.hit_tokens = 0
+        self.queried_tokens = 0
+        self.term_s = dict.fromkeys((*TERMS, "host_s"), 0.0)
+        self.busy_s = 0.0
+        self.peak_used = 0
+        self.last_step_s = 0.0
+        self.min_step_s = model.step(BatchShape(1, 1, (), 1)).total_s
+
+    # ---- arrivals ---------------------------------------------------------------------------
+    def admit(self, req: Req, now: float) -> None:
+        """A request reaches the engine's queue at `now`."""
+        if not self.running and not self.waiting:
+            self.clock_s = max(self.clock_s, now)
+        self.waiting.append(req)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    # ---- one step ---------------------------------------------------------------------------
+    def step(self, horizon_s: float) -> list[Req]:
+        """Run the next step (or a run of decode-only steps starting before `horizon_s`);
+        returns the requests that finished, with their client-side times settled."""
+        if self._quiet():
+            done = self._decode_span(horizon_s)
+            if done is not None:
+                return done
+        j = self.step_index
+        budget = self.config.max_num_batched_tokens
+        preempted = False
+        # 1. running: decodes whose next token opens a block, in admission order
+        crossing = self.buckets[j % self.block_size]
+        if crossing:
+            for r in sorted(crossing.values(), key=_admit_order):
+                if r.state != DECODE:
+                    continue
+                position = r.c0 + (j - r.j0)
+                while not self._extend(r, position + 1):
+                    preempted = True
+                    if self._preempt_last(j) is r:
+                        break
+        budget -= self.num_decodes
+        chunks: list[tuple[Req, int]] = []
+        for r in list(self.prefilling):
+            if budget <= 0:
+                break
+            if r.state != PREFILL:
+                continue
+            n = min(r.num_tokens - r.computed, budget)
+            while not self._extend(r, r.computed + n):
+                preempted = True
+                if self._preempt_last(j) is r:
+                    break
+            if r.state != PREFILL:
+                continue
+            chunks.append((r, n))
+            budget -= n
+        # 2. waiting, only if nobody was preempted
+        if not preempted and self.waiting and self._may_admit():
+            budget = self._admit_waiting(budget, chunks)
+        # 3. one forward
+        shape = BatchShape(
+            self.num_decodes,
+            self.context_sum,
+            tuple((n, r.computed) for r, n in chunks),
+            self.num_decodes + sum(1 for r, n in chunks if r.computed + n >= r.num_tokens),
+        )
+        if not shape.num_decodes and not chunks:
+            return self._idle_step(preempted)
+        timing = self.model.step(shape)
+        return self._advance(j, timing, chunks)
+
+    def _advance(self, j: int, timing, chunks) -> list[Req]:
+        if self.observer is not None:
+            self.observer(self, 1, self.num_decodes, chunks)
+        duration = timing.total_s
+        for key in self.term_s:
+            self.term_s[key] += getattr(timing, key)
+        self.busy_s += duration
+        end = self.clock_s + duration
+        self.clock_s = end
+        self.step_index = j + 1
+        decode_tokens = self.num_decodes
+        emitted = decode_tokens
+        finished: list[Req] = []
+        # decodes: every one took a token; context grows by one each
+        self.context_sum += self.num_decodes
+        # prefills that reached the end of their tokens sample one
+        joined, firsts = [], []
+        for r, n in chunks:
+            r.computed += n
+            if r.computed < r.num_tokens:
+                continue
+            self.prefilling.remove(r)
+            emitted += 1
+            r.outputs += 1
+            if r.first_step < 0:
+                r.first_step = j
+                firsts.append(r)
+            else:  # a resumed request: its new token follows the one before preemption
+                self.resume_gaps.append((r.last_step, j))
+            r.last_step = j
+            if r.outputs >= r.target:
+                self._finish(r, j)
+                finished.append(r)
+            else:
+                joined.append(r)
+        # decodes whose last token was this step's
+        while self.finish_heap and self.finish_heap[0][0] <= j:
+            _, epoch, _, r = heapq.heappop(self.finish_heap)
+            if r.state != DECODE or epoch != r.epoch:
+                continue
+            self._leave_cohort(r, j + 1)
+            r.outputs = r.target
+            r.last_step = j
+            self._finish(r, j)
+            finished.append(r)
+        for r in joined:
+            self._join_cohort(r, j + 1)
+        client = max(end, self.client_s) + self.frontend_per_token_s * emitted
+        self.client_s = client
+        self._record(end, client, decode_tokens, emitted, duration)
+        for r in firsts:
+            r.first_client_s = client
+        for r in finished:
+            r.last_client_s = client
+        return finished
+
+    def _record(self, end, client, decode_tokens, emitted, duration) -> None:
+        log = self.log
+        log.end_s.append(end)
+        log.client_s.append(client)
+        log.decode_tokens.append(decode_tokens)
+        log.emitted.append(emitted)
+        log.running.append(len(self.running))
+        log.waiting.append(len(self.waiting))
+        used = self.bm.num_used_blocks
+        log.kv_used.append(used)
+        log.duration_s.append(duration)
+        if used > self.peak_used:
+            self.peak_used = used
+
+    def _idle_step(self, preempted: bool) -> list[Req]:
+        """Nothing was scheduled: after a preemption the next step admits again; otherwise the
+        queue's head does not fit even an empty pool."""
+        if preempted:
+            return []
+        raise _Unservable(self.waiting[0])
+
+    # ---- admission --------------------------------------------------------------------------
+    def _may_admit(self) -> bool:
+        if len(self.running) >= self.config.max_num_seqs:
+            return False
+        if not self.config.continuous_batching and self.running:
+            return False
+        return not self.blocked
+
+    def _admit_waiting(self, budget: int, chunks: list) -> int:
+        config = self.config
+        while self.waiting and budget > 0 and len(self.running) < config.max_num_seqs:
+            r = self.waiting[0]
+            num_tokens = r.num_tokens
+            ids = self.ids(r, 0, num_tokens)
+            cap = (num_tokens - 1) // self.block_size * self.block_size  # at most num_tokens - 1
+            remaining = r.target - r.outputs
+            try:
+                if not config.preemption:  # reserve the whole sequence: nothing will grow
+                    final = num_tokens + remaining
+                    hits = min(self.bm.allocate(r.rid, self.ids(r, 0, final)), cap)
+                    n = num_tokens - hits
+                    if n > budget and not config.enable_chunked_prefill:
+                        self.bm.free(r.rid)
+                        break
+                    n = min(n, budget)
+                    synced = final
+                elif num_tokens <= budget:  # the whole prompt fits: the allocation finds the hits
+                    hits = min(self.bm.allocate(r.rid, ids), cap)
+                    n = num_tokens - hits
+                    synced = num_tokens
+                else:
+                    hits = self.bm.cached_prefix_tokens(ids[:-1])
+                    n = num_tokens - hits
+                    if not config.enable_chunked_prefill and n > budget:
+                        break
+                    n = min(n, budget)
+                    synced = hits + n
+                    self.bm.allocate(r.rid, ids[:synced])
+            except NoFreeBlocksError:
+                self.blocked = True
+                break
+            side = side_blocks(config, num_tokens + r.target - r.outputs)
+            if side and not self._reserve_side(r, side):
+                self.bm.free(r.rid)
+                self.blocked = True
+                break
+            self.waiting.popleft()
+            if r.admit_s < 0:
+                r.admit_s = self.clock_s
+            self.queried_tokens += num_tokens
+            self.hit_tokens += hits
+            r.state = PREFILL
+            r.computed = hits
+            r.synced = synced
+            self.admitted += 1
+            r.admit_seq = self.admitted
+            self.running.append(r)
+            self.prefilling.append(r)
+            chunks.append((r, n))
+            budget -= n
+        return budget
+
+    def _reserve_side(self, r: Req, side: int) -> bool:
+        key = ("side", r.rid)
+        try:
+            self.bm.allocate(key, self.ids_side(r.rid, side * self.block_size))
+        except NoFreeBlocksError:
+            return False
+        r.side = side
+        return True
+
+    # ---- blocks -----------------------------------------------------------------------------
+    def _extend(self, r: Req, upto: int) -> bool:
+        """Hand the block manager r's tokens up to position `upto`; False when blocks run out."""
+        if upto <= r.synced:
+            return True
+        # outputs enter the prefix cache only in conversations, where a later turn asks for them
+        cache = upto <= r.input_tokens or r.spec.session
+        try:
+            self.bm.append_tokens(r.rid, self.ids(r, r.synced, upto), cache)
+        except NoFreeBlocksError:
+            return False
+        r.synced = upto
+        return True
+
+    def _release(self, r: Req) -> None:
+        self.bm.free(r.rid)
+        if r.side:
+            self.bm.free(("side", r.rid))
+            r.side = 0
+        self.blocked = False
+
+    def _preempt_last(self, j: int) -> Req:
+        """Preempt the last-admitted running request (recompute: all its blocks freed)."""
+        victim = self.running.pop()
+        if victim.state == DECODE:
+            self._leave_cohort(victim, j)
+        else:
+            self.prefilling.remove(victim)
+        self._release(victim)
+        victim.state = WAITING
+        victim.computed = 0
+        victim.synced = 0
+        victim.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(victim)
+        return victim
+
+    def _finish(self, r: Req, j: int) -> None:
+        if r.state == DECODE:
+            raise AssertionError("leave the cohort first")
+        if r.computed > r.synced:  # a last, partly filled block: cache it if it is full
+            self._extend(r, r.computed)
+        self._release(r)
+        self.running.remove(r)
+        r.state = DONE
+        self.finished.append(r)
+
+    # ---- the decode cohort ------------------------------------------------------------------
+    def _join_cohort(self, r: Req, j: int) -> None:
+        """r decodes from step j on: one token per step until its target."""
+        r.state = DECODE
+        r.j0, r.c0 = j, r.computed
+        r.epoch += 1
+        self.buckets[(j - r.c0) % self.block_size][r.rid] = r
+        heapq.heappush(self.finish_heap, (j + r.target - r.outputs - 1, r.epoch, r.rid, r))
+        self.num_decodes += 1
+        self.context_sum += r.c0 + 1
+
+    def _leave_cohort(self, r: Req, j: int) -> None:
+        """r stops decoding before step j (finished after j - 1, or preempted at j)."""
+        del self.buckets[(r.j0 - r.c0) % self.block_size][r.rid]
+        steps = j - r.j0
+        r.computed = r.c0 + steps
+        r.outputs += steps
+        if steps:
+            r.last_step = j - 1
+        self.num_decodes -= 1
+        self.context_sum -= r.c0 + steps + 1
+        r.state = PREFILL  # neither decoding nor done until the caller says
+        r.epoch += 1
+
+    # ---- runs of decode-only steps ----------------------------------------------------------
+    def _quiet(self) -> bool:
+        """Nothing but decodes can happen this step: no prefill, and no admission possible."""
+        if self.prefilling or not self.num_decodes:
+            return False
+        return not (self.waiting and self._may_admit())
+
+    def _decode_span(self, horizon_s: float):
+        """Advance decode-only steps together while no request finishes, no block runs out and
+        no step starts at or after `horizon_s`. None when fewer than MIN_SPAN steps qualify."""
+        import numpy as np
+
+        j = self.step_index
+        while self.finish_heap:
+            top = self.finish_heap[0]
+            r = top[3]
+            if r.state == DECODE and top[1] == r.epoch:
+                break
+            heapq.heappop(self.finish_heap)
+        last = self.finish_heap[0][0]  # the first decode to finish does so in step `last`
+        steps = last - j + 1
+        if steps < MIN_SPAN:
+            return None
+        bs = self.block_size
+        counts = [len(b) for b in self.buckets]
+        free = self.bm.num_free_blocks
+        full_cycles = steps // bs
+        need = full_cycles * self.num_decodes + sum(counts[(j + i) % bs] for i in range(steps % bs))
+        if need > free:  # shorten to what the pool holds without preempting
+            steps, need = 0, 0
+            while steps < last - j + 1:
+                extra = counts[(j + steps) % bs]
+                if need + extra > free:
+                    break
+                need += extra
+                steps += 1
+            if steps < MIN_SPAN:
+                return None
+        sums = self.context_sum + self.num_decodes * np.arange(steps, dtype=float)
+        times, terms = self.model.decode_span_s(self.num_decodes, sums)
+        ends = self.clock_s + np.cumsum(times)
+        starts = ends - times
+        steps = int(np.searchsorted(starts, horizon_s, side="left"))  # steps starting before
+        if steps < MIN_SPAN:
+            return None
+        times, ends, totals = times[:steps], ends[:steps], terms(steps)
+        # hand the block manager every decode's tokens that crossed into a new block
+        for residue in {(j + i) % bs for i in range(min(steps, bs))}:
+            for r in list(self.buckets[residue].values()):
+                position = r.c0 + (j + steps - 1 - r.j0)
+                if not self._extend(r, position + 1):
+                    raise AssertionError("the span was sized to fit the pool")
+        if self.observer is not None:
+            self.observer(self, steps, self.num_decodes, [])
+        emitted = self.num_decodes
+        per_token = self.frontend_per_token_s * emitted
+        # client[k] = max(end[k], client[k-1]) + per_token, solved in closed form
+        cumulative = per_token * np.arange(1, steps + 1)
+        client = cumulative + np.maximum.accumulate(
+            np.maximum(ends - (cumulative - per_token), self.client_s)
+        )
+        for key in self.term_s:
+            self.term_s[key] += getattr(totals, key)
+        self.busy_s += totals.total_s
+        log = self.log
+        log.end_s.extend(ends.tolist())
+        log.client_s.extend(client.tolist())
+        log.decode_tokens.extend([emitted] * steps)
+        log.emitted.extend([emitted] * steps)
+        log.running.extend([len(self.running)] * steps)
+        log.waiting.extend([len(self.waiting)] * steps)
+        used = self.bm.num_used_blocks
+        log.kv_used.extend([used] * steps)
+        log.duration_s.extend(times.tolist())
+        self.peak_used = max(self.peak_used, used)
+        self.clock_s = float(ends[-1])
+        self.client_s = float(client[-1])
+        self.context_sum += self.num_decodes * steps
+        self.step_index = j + steps
+        finished = []
+        last_step = j + steps - 1
+        while self.finish_heap and self.finish_heap[0][0] <= last_step:
+            _, epoch, _, r = heapq.heappop(self.finish_heap)
+            if r.state != DECODE or epoch != r.epoch:
+                continue
+            self._leave_cohort(r, last_step + 1)
+            r.outputs = r.target
+            r.last_step = last_step
+            self._finish(r, last_step)
+            r.last_client_s = self.client_s
+            finished.append(r)
+        return finished
+
+
+def pool_demand(config: EngineConfig, requests) -> int:
+    """Blocks all `requests` would hold if every one ran at once, to its full length; without
+    prefix caching (nothing kept after a request ends) at most max_num_seqs of them at once."""
+    total, largest = 1, 0
+    for spec in requests:
+        tokens = spec.input_tokens + spec.output_tokens
+        blocks = -(-tokens // config.block_size) + side_blocks(config, tokens)
+        total += blocks
+        largest = max(largest, blocks)
+    if not config.enable_prefix_caching:
+        total = min(total, config.max_num_seqs * largest + 1)
+    return total
+
+
+def side_blocks(config: EngineConfig, tokens: int) -> int:
+    """Pool blocks a request of `tokens` holds in its windowed and state groups: a window's
+    blocks (or fewer), one block per state; in blocks of the full-attention groups."""
+    physical = 0
+    for cap, groups, size in config.side_blocks:
+        blocks = -(-tokens // size)
+        physical += groups * (1 if cap == 0 else min(blocks, cap))
+    return -(-physical // config.main_groups)
+
+
+class _Unservable(Exception):
+    def __init__(self, req: Req):
+        super().__init__(f"request {req.rid} cannot be scheduled")
+        self.req = req
+
+
+def _admit_order(r: Req) -> int:
+    return r.admit_seq
+
+
+def _token_ids(r: Req, start: int, end: int) -> list[int]:
+    return r.token_ids(start, end)
+
+
+def _lengths(r: Req, start: int, end: int) -> range:
+    """For the counting pool: only the number of tokens matters."""
+    return range(end - start)
+
+
+def _side_lengths(rid: int, count: int) -> range:
+    return range(count)
+
+
+def _side_ids(rid: int, count: int) -> list[int]:
+    base = (5 << 60) + rid * (1 << 32)
+    return list(range(base, base + count))

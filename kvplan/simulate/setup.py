@@ -1,0 +1,219 @@
+"""An engine replica as vLLM would start it: its defaults on this GPU, its KV pool (kvplan's vLLM
+allocator model) and its step-time model (formulas.batch_step).
+
+vLLM's defaults for `vllm serve` (vllm/engine/arg_utils.py, get_batch_defaults, ~v0.11 on): on a
+GPU with >= 70 GiB that is not an A100, max_num_batched_tokens 8192 and max_num_seqs 1024; else 2048
+and 256. max_num_seqs is capped at max_num_batched_tokens, which must be at least max_num_seqs.
+Chunked prefill is always on in V1 (off: max_num_batched_tokens = max_model_len), prefix caching on
+except for models with recurrent state, gpu_memory_utilization 0.9.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.engines import EngineRequest
+from kvplan.engines.vllm import vllm_allocation
+from kvplan.errors import KvplanError
+from kvplan.formulas.batch_step import (
+    ACHIEVED_DATASHEET,
+    CUDA_GRAPH_MAX_TOKENS,
+    HOST_OVERHEADS,
+    StepModel,
+    measured_achieved,
+)
+from kvplan.formulas.dtypes import resolve_kv_format
+from kvplan.formulas.step_time import Rates
+from kvplan.formulas.weights import resolve_weights_dtype
+from kvplan.inputs.hardware import GpuProfile
+from kvplan.notes import Note, note
+from kvplan.simulate.engine import EngineConfig, side_blocks
+from kvplan.units import GIB
+
+LARGE_GPU_BYTES = 70 * GIB  # get_batch_defaults: device memory >= 70 GiB ...
+LARGE_DEFAULTS = (8192, 1024)  # ... and not an A100: max_num_batched_tokens, max_num_seqs
+SMALL_DEFAULTS = (2048, 256)
+DEFAULT_MAX_MODEL_LEN = 8192  # when the config states no max_position_embeddings
+# vLLM kv-cache-dtype spellings -> the element format the step time reads
+_KV_FORMAT = {
+    "auto": "auto",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "fp8": "fp8",
+    "fp8_e4m3": "fp8",
+    "fp8_e5m2": "fp8",
+    "fp8_ds_mla": "fp8",
+    "int8_per_token_head": "int8",
+    "fp8_per_token_head": "fp8",
+    "nvfp4": "int4",
+}
+
+
+class ServeOptions(NamedTuple):
+    """vLLM serve flags the simulation honours (None: vLLM's default)."""
+
+    tp: int = 1
+    pp: int = 1
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
+    kv_cache_dtype: str = "auto"
+    gpu_mem_util: float = 0.9
+    kv_cache_memory_bytes: int | None = None
+    block_size: int | None = None
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool = True
+    async_scheduling: bool = True  # the default from vLLM 0.12 on
+    preemption: bool = True
+    continuous_batching: bool = True
+
+
+class Replica(NamedTuple):
+    """Everything one replica needs, and what it resolved to."""
+
+    config: EngineConfig
+    model: StepModel
+    options: ServeOptions  # with every default filled in
+    weights_dtype: str
+    kv_cache_tokens: int
+    notes: tuple[Note, ...]
+
+
+def batch_defaults(gpu: GpuProfile) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of `vllm serve` on this GPU."""
+    large = gpu.usable_memory_bytes >= LARGE_GPU_BYTES and "a100" not in gpu.name.lower()
+    return LARGE_DEFAULTS if large else SMALL_DEFAULTS
+
+
+def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
+    """Resolve the defaults, size the KV pool, and build the step-time model."""
+    notes: list[Note] = []
+    spec.check_tp(options.tp)
+    if options.kv_cache_dtype not in _KV_FORMAT:
+        raise KvplanError(
+            f"--kv-cache-dtype {options.kv_cache_dtype[:40]!r}: choose {', '.join(_KV_FORMAT)}"
+        )
+    mnbt_default, seqs_default = batch_defaults(gpu)
+    max_model_len = options.max_model_len or spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
+    mnbt = options.max_num_batched_tokens or mnbt_default
+    if not options.enable_chunked_prefill and options.max_num_batched_tokens is None:
+        mnbt = max(max_model_len, mnbt_default)
+    seqs = options.max_num_seqs or min(seqs_default, mnbt)
+    if mnbt < seqs:
+        raise KvplanError(
+            f"--max-num-batched-tokens ({mnbt:,}) must be at least --max-num-seqs ({seqs:,}), "
+            "as vLLM requires"
+        )
+    if not options.enable_chunked_prefill and mnbt < max_model_len:
+        raise KvplanError(
+            "without chunked prefill --max-num-batched-tokens must be at least --max-model-len"
+        )
+    if (options.tp > 1 or options.pp > 1) and gpu.interconnect is None:
+        raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
+    prefix_caching = options.enable_prefix_caching
+    if prefix_caching is None:
+        prefix_caching = not spec.has_kind(CacheKind.STATE)
+        if not prefix_caching:
+            notes.append(note("sim-prefix-caching-off-hybrid"))
+    request = EngineRequest(
+        engine="vllm",
+        max_model_len=max_model_len,
+        kv_cache_dtype=options.kv_cache_dtype,
+        block_size=options.block_size,
+        max_num_batched_tokens=mnbt,
+        tp=options.tp,
+        pp=options.pp,
+        gpu_mem_util=options.gpu_mem_util,
+        kv_cache_memory_bytes=options.kv_cache_memory_bytes,
+    )
+    alloc = vllm_allocation(spec, gpu, request)
+    if not alloc.fits:
+        if options.max_model_len is not None or not alloc.estimated_max_model_len:
+            raise KvplanError(
+                f"the KV pool ({alloc.available_kv_bytes / GIB:,.2f} GiB per GPU) cannot hold one "
+                f"{max_model_len:,}-token request, so vLLM would not start; lower --max-model-len "
+                f"(at most {alloc.estimated_max_model_len or 0:,}) or raise the KV memory"
+            )
+        notes.append(
+            note(
+                "sim-max-model-len-reduced",
+                configured=max_model_len,
+                estimated=alloc.estimated_max_model_len,
+            )
+        )
+        max_model_len = alloc.estimated_max_model_len
+        request = request._replace(max_model_len=max_model_len)
+        alloc = vllm_allocation(spec, gpu, request)
+    notes.extend(alloc.notes)
+    config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
+    wdtype, wnotes = resolve_weights_dtype(spec, "auto")
+    notes.extend(wnotes)
+    fmt = resolve_kv_format(_KV_FORMAT[options.kv_cache_dtype], spec.dtype)
+    measured = gpu.vendor == "measured"
+    model = StepModel(
+        spec,
+        Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak(spec.dtype)),
+        wdtype,
+        fmt,
+        tp=options.tp,
+        pp=options.pp,
+        link=gpu.interconnect,
+        achieved=measured_achieved() if measured else ACHIEVED_DATASHEET,
+        fp8_flop_per_s=gpu.peak_flop_per_s.get("fp8"),
+        host=HOST_OVERHEADS,
+        async_scheduling=options.async_scheduling,
+        cuda_graph_max_tokens=min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt),
+    )
+    notes.append(note("sim-achieved-measured") if measured else note("sim-achieved-datasheet"))
+    resolved = options._replace(
+        max_num_seqs=seqs,
+        max_num_batched_tokens=mnbt,
+        max_model_len=max_model_len,
+        block_size=config.block_size,
+        enable_prefix_caching=prefix_caching,
+    )
+    tokens = alloc.kv_cache_tokens or config.num_blocks * config.block_size  # vLLM's own figure
+    return Replica(config, model, resolved, wdtype, tokens, tuple(notes))
+
+
+def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) -> EngineConfig:
+    """The pool in blocks of the full-attention group; windowed and state groups as a fixed
+    share per request (their steady-state blocks)."""
+    full = (CacheKind.FULL, CacheKind.MLA)
+    main = [g for g in alloc.groups if g.kind in full]
+    others = [g for g in alloc.groups if g.kind not in full]
+    if not main:  # every layer windowed or recurrent: the first group stands for the pool
+        main, others = others[:1], others[1:]
+    side: dict[tuple, int] = {}
+    for g in others:
+        if g.kind is CacheKind.STATE:
+            cap = 0
+        elif g.kind is CacheKind.SLIDING:
+            cap = math.ceil((g.window - 1) / g.block_size) + 1
+        else:  # chunked
+            cap = math.ceil(g.window / g.block_size)
+        side[(cap, g.block_size)] = side.get((cap, g.block_size), 0) + 1
+    block_size = main[0].block_size
+    num_blocks = alloc.num_blocks // len(main)
+    config = EngineConfig(
+        max_num_seqs=seqs,
+        max_num_batched_tokens=mnbt,
+        max_model_len=max_model_len,
+        num_blocks=num_blocks,
+        block_size=block_size,
+        side_blocks=tuple((cap, groups, size) for (cap, size), groups in side.items()),
+        main_groups=len(main),
+        enable_prefix_caching=prefix_caching,
+        enable_chunked_prefill=options.enable_chunked_prefill,
+        preemption=options.preemption,
+        continuous_batching=options.continuous_batching,
+    )
+    longest = -(-max_model_len // block_size)
+    if longest + side_blocks(config, max_model_len) > num_blocks:
+        raise KvplanError(
+            f"the KV pool ({num_blocks:,} blocks of {block_size} tokens) cannot hold one "
+            f"{max_model_len:,}-token request; lower --max-model-len or raise the KV memory"
+        )
+    return config

@@ -1,0 +1,313 @@
+"""What the clients send: requests with arrival times, input and output lengths, and the token ids
+the prefix cache compares.
+
+Arrivals follow `vllm bench serve`: every request at t = 0 for rate `inf`, else gamma-distributed
+gaps with shape `burstiness` and mean 1/rate (burstiness 1 is a Poisson process). Lengths are fixed,
+uniform in [L(1 - r), L(1 + r)] (the bench's random dataset), lognormal with a given spread, or
+`sharegpt`: a lognormal stand-in for the ShareGPT conversations the bench samples (spread σ = 1,
+filtered as the bench filters: input and output >= 4, input <= 1024, input + output <= 2048), scaled
+so the kept requests have the requested means. A trace file gives every request explicitly.
+
+Token ids are synthetic but exact about sharing: a request's own tokens are unique to it; tokens
+drawn from a shared stream (a system prompt, a document, a conversation) are identical across the
+requests that name the stream, so prefix-cache hits come from the block manager comparing them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import NamedTuple
+
+from kvplan.errors import KvplanError
+
+LENGTH_DISTS = ("fixed", "uniform", "lognormal", "sharegpt")
+SHAREGPT_SIGMA = 1.0  # spread of the ShareGPT stand-in (log-space standard deviation)
+SHAREGPT_MAX_INPUT = 1024  # the bench's ShareGPT filter (is_valid_sequence)
+SHAREGPT_MAX_TOTAL = 2048
+SHAREGPT_MIN_LEN = 4
+MAX_REQUESTS = 1_000_000
+MAX_LEN = 1 << 24  # tokens in one request
+_STRIDE = 1 << 32  # token-id space of one request or one stream
+_OWN, _OUTPUT, _STREAM = 1 << 60, 2 << 60, 3 << 60
+
+
+class RequestSpec(NamedTuple):
+    """One request as a client sends it."""
+
+    rid: int
+    arrival_s: float  # when the client wants to send it (before a concurrency limit)
+    input_tokens: int
+    output_tokens: int
+    stream_id: int = -1  # shared token stream (-1: none)
+    stream_tokens: int = 0  # leading input tokens taken from the stream
+    session: bool = False  # a conversation turn: outputs continue the stream too
+
+
+class WorkloadSpec(NamedTuple):
+    num_prompts: int = 1000
+    request_rate: float = math.inf  # requests per second
+    burstiness: float = 1.0
+    input_len: int = 1024
+    output_len: int = 128
+    length_dist: str = "fixed"
+    spread: float = 0.0  # uniform: range ratio r; lognormal: sigma
+    prefix_len: int = 0  # a shared prefix of this many tokens starts every prompt
+    num_prefixes: int = 1  # distinct shared prefixes, assigned round robin
+    turns: int = 1  # conversation turns: each turn's prompt is the whole conversation so far
+    seed: int = 0
+
+
+def prompt_token_ids(req: RequestSpec) -> list[int]:
+    """The request's input token ids: the stream's first `stream_tokens`, then its own."""
+    shared = min(req.stream_tokens, req.input_tokens) if req.stream_id >= 0 else 0
+    base = _STREAM + req.stream_id * _STRIDE
+    own = _OWN + req.rid * _STRIDE
+    return list(range(base, base + shared)) + list(range(own + shared, own + req.input_tokens))
+
+
+def output_token_ids(req: RequestSpec, start: int, end: int) -> list[int]:
+    """Output tokens [start, end) (0 = the first generated token). A conversation's outputs
+    continue its stream (the next turn's prompt holds them); any other request's outputs are
+    one id of its own, repeated: no other request can share them, and the prefix cache keys a
+    block by everything before it, so their values never matter."""
+    if req.session and req.stream_id >= 0:
+        base = _STREAM + req.stream_id * _STRIDE + req.input_tokens
+        return list(range(base + start, base + end))
+    return [_OUTPUT + req.rid] * (end - start)
+
+
+def arrival_times_s(num: int, rate: float, burstiness: float, seed: int) -> list[float]:
+    """`vllm bench serve`'s schedule: all at 0 for rate inf, else cumulative gamma gaps."""
+    if math.isinf(rate):
+        return [0.0] * num
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    if math.isinf(burstiness):
+        gaps = np.full(num, 1.0 / rate)
+    else:
+        gaps = rng.gamma(burstiness, 1.0 / (rate * burstiness), size=num)
+    times = np.concatenate([[0.0], np.cumsum(gaps[:-1])])
+    return [float(t) for t in times]
+
+
+def _lengths(spec: WorkloadSpec, rng) -> tuple[list[int], list[int]]:
+    import numpy as np
+
+    n = spec.num_prompts
+    if spec.length_dist == "fixed":
+        return [spec.input_len] * n, [spec.output_len] * n
+    if spec.length_dist == "uniform":
+        r = spec.spread
+        lo_in, hi_in = math.floor(spec.input_len * (1 - r)), math.ceil(spec.input_len * (1 + r))
+        lo_out = max(1, math.floor(spec.output_len * (1 - r)))
+        hi_out = math.ceil(spec.output_len * (1 + r))
+        inputs = rng.integers(max(1, lo_in), hi_in + 1, size=n)
+        outputs = rng.integers(lo_out, hi_out + 1, size=n)
+        return [int(x) for x in inputs], [int(x) for x in outputs]
+    sigma = SHAREGPT_SIGMA if spec.length_dist == "sharegpt" else spec.spread
+    pool = 4 * n + 64
+    z_in, z_out = rng.standard_normal(pool), rng.standard_normal(pool)
+    if spec.length_dist == "lognormal":
+        mu_in = math.log(spec.input_len) - sigma * sigma / 2
+        mu_out = math.log(spec.output_len) - sigma * sigma / 2
+        inputs = np.maximum(1, np.rint(np.exp(mu_in + sigma * z_in[:n])))
+        outputs = np.maximum(1, np.rint(np.exp(mu_out + sigma * z_out[:n])))
+        return [int(x) for x in inputs], [int(x) for x in outputs]
+    return _sharegpt_like(spec, sigma, z_in, z_out)
+
+
+def _sharegpt_like(spec: WorkloadSpec, sigma: float, z_in, z_out) -> tuple[list[int], list[int]]:
+    """Lognormal pairs kept by the bench's ShareGPT filter, with log-means solved (bisection) so
+    the first `num_prompts` kept pairs have the requested mean input and output lengths."""
+    import numpy as np
+
+    n = spec.num_prompts
+    if spec.input_len >= SHAREGPT_MAX_INPUT or spec.input_len + spec.output_len >= (
+        SHAREGPT_MAX_TOTAL
+    ):
+        raise KvplanError(
+            "sharegpt lengths are capped (input <= 1024, input + output <= 2048): choose smaller "
+            "means or --length-dist lognormal"
+        )
+
+    def draw(mu_in: float, mu_out: float):
+        inputs = np.rint(np.exp(mu_in + sigma * z_in))
+        outputs = np.rint(np.exp(mu_out + sigma * z_out))
+        keep = (
+            (inputs >= SHAREGPT_MIN_LEN)
+            & (outputs >= SHAREGPT_MIN_LEN)
+            & (inputs <= SHAREGPT_MAX_INPUT)
+            & (inputs + outputs <= SHAREGPT_MAX_TOTAL)
+        )
+        return inputs[keep][:n], outputs[keep][:n]
+
+    mu_in, mu_out = math.log(spec.input_len), math.log(spec.output_len)
+    for _ in range(2):  # the filter couples the two: alternate the two bisections
+        mu_in = _bisect(lambda m, o=mu_out: draw(m, o)[0].mean() - spec.input_len, mu_in)
+        mu_out = _bisect(lambda m, i=mu_in: draw(i, m)[1].mean() - spec.output_len, mu_out)
+    inputs, outputs = draw(mu_in, mu_out)
+    if len(inputs) < n:
+        raise KvplanError("could not draw enough sharegpt-like requests; use lognormal lengths")
+    return [int(x) for x in inputs], [int(x) for x in outputs]
+
+
+def _bisect(error, guess: float) -> float:
+    lo, hi = guess - 4.0, guess + 4.0
+    for _ in range(30):  # 8 / 2**30: far below one token
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if error(mid) < 0 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def generate(spec: WorkloadSpec) -> list[RequestSpec]:
+    """Requests from a workload description (seeded: the same spec gives the same requests)."""
+    import numpy as np
+
+    check_workload(spec)
+    rng = np.random.default_rng(spec.seed)
+    inputs, outputs = _lengths(spec, rng)
+    arrivals = arrival_times_s(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed + 1)
+    if spec.turns > 1:
+        return _conversations(spec, inputs, outputs, arrivals)
+    requests = []
+    for i in range(spec.num_prompts):
+        prefix = spec.prefix_len
+        requests.append(
+            RequestSpec(
+                rid=i,
+                arrival_s=arrivals[i],
+                input_tokens=inputs[i] + prefix,
+                output_tokens=outputs[i],
+                stream_id=i % spec.num_prefixes if prefix else -1,
+                stream_tokens=prefix,
+            )
+        )
+    return requests
+
+
+def _conversations(spec, inputs, outputs, arrivals) -> list[RequestSpec]:
+    """Conversations of `turns` turns: turn t's prompt is the system prefix, every earlier
+    turn's input and output, and its own new input; request i belongs to conversation
+    i // turns."""
+    requests = []
+    history: dict[int, int] = {}
+    for i in range(spec.num_prompts):
+        conv = i // spec.turns
+        before = history.get(conv, spec.prefix_len)
+        total = before + inputs[i]
+        requests.append(
+            RequestSpec(
+                rid=i,
+                arrival_s=arrivals[i],
+                input_tokens=total,
+                output_tokens=outputs[i],
+                stream_id=conv,
+                stream_tokens=total,
+                session=True,
+            )
+        )
+        history[conv] = total + outputs[i]
+    return requests
+
+
+def check_workload(spec: WorkloadSpec) -> None:
+    if not 1 <= spec.num_prompts <= MAX_REQUESTS:
+        raise KvplanError(f"--num-prompts must be between 1 and {MAX_REQUESTS:,}")
+    if not (math.isinf(spec.request_rate) or 0 < spec.request_rate <= 1e6):
+        raise KvplanError("--request-rate must be inf or between 0 and 1,000,000 per second")
+    if not (math.isinf(spec.burstiness) or 0.01 <= spec.burstiness <= 100):
+        raise KvplanError("--burstiness must be between 0.01 and 100 (or inf)")
+    for what, value in (("--input-len", spec.input_len), ("--output-len", spec.output_len)):
+        if not 1 <= value <= MAX_LEN:
+            raise KvplanError(f"{what} must be between 1 and {MAX_LEN:,} tokens")
+    if spec.length_dist not in LENGTH_DISTS:
+        raise KvplanError(f"--length-dist {spec.length_dist!r}: choose {', '.join(LENGTH_DISTS)}")
+    if spec.length_dist == "uniform" and not 0 <= spec.spread < 1:
+        raise KvplanError("--spread for uniform lengths is a range ratio in [0, 1)")
+    if spec.length_dist == "lognormal" and not 0 < spec.spread <= 3:
+        raise KvplanError("--spread for lognormal lengths is a sigma in (0, 3]")
+    if not 0 <= spec.prefix_len <= MAX_LEN:
+        raise KvplanError(f"--prefix-len must be between 0 and {MAX_LEN:,} tokens")
+    if not 1 <= spec.num_prefixes <= MAX_REQUESTS:
+        raise KvplanError("--num-prefixes must be at least 1")
+    if not 1 <= spec.turns <= 1000:
+        raise KvplanError("--turns must be between 1 and 1000")
+
+
+TRACE_FIELDS = (
+    "arrival_s",
+    "input_tokens",
+    "output_tokens",
+    "prefix_id",
+    "prefix_tokens",
+    "session_id",
+)
+
+
+def read_trace(path: Path) -> list[RequestSpec]:
+    """A JSONL trace: one object per line with arrival_s (seconds from the start),
+    input_tokens, output_tokens, and optionally prefix_id with prefix_tokens (a shared prefix
+    of that many tokens) or session_id (a conversation: the whole prompt is the conversation so
+    far and the outputs continue it)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KvplanError(f"{path}: cannot read the trace ({exc.__class__.__name__})") from None
+    streams: dict[tuple[str, str], int] = {}
+    requests: list[RequestSpec] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if len(requests) >= MAX_REQUESTS:
+            raise KvplanError(f"{path}: more than {MAX_REQUESTS:,} requests")
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise KvplanError(f"{path}:{number}: not a JSON object") from None
+        if not isinstance(row, dict):
+            raise KvplanError(f"{path}:{number}: not a JSON object")
+        unknown = set(row) - set(TRACE_FIELDS)
+        if unknown:
+            raise KvplanError(
+                f"{path}:{number}: unknown field {sorted(unknown)[0]!r} "
+                f"(fields: {', '.join(TRACE_FIELDS)})"
+            )
+        arrival = _trace_number(row, "arrival_s", path, number, 0, 1e9, integer=False)
+        inputs = _trace_number(row, "input_tokens", path, number, 1, MAX_LEN)
+        outputs = _trace_number(row, "output_tokens", path, number, 1, MAX_LEN)
+        stream_id, stream_tokens, session = -1, 0, False
+        if "session_id" in row and "prefix_id" in row:
+            raise KvplanError(f"{path}:{number}: give prefix_id or session_id, not both")
+        if "session_id" in row:
+            stream_id = streams.setdefault(("session", str(row["session_id"])), len(streams))
+            stream_tokens, session = inputs, True
+        elif "prefix_id" in row:
+            stream_id = streams.setdefault(("prefix", str(row["prefix_id"])), len(streams))
+            stream_tokens = _trace_number(row, "prefix_tokens", path, number, 1, inputs)
+        elif "prefix_tokens" in row:
+            raise KvplanError(f"{path}:{number}: prefix_tokens needs a prefix_id")
+        requests.append(
+            RequestSpec(len(requests), arrival, inputs, outputs, stream_id, stream_tokens, session)
+        )
+    if not requests:
+        raise KvplanError(f"{path}: the trace has no requests")
+    requests.sort(key=lambda r: (r.arrival_s, r.rid))
+    return [r._replace(rid=i) for i, r in enumerate(requests)]
+
+
+def _trace_number(row, key, path, number, low, high, integer=True):
+    if key not in row:
+        raise KvplanError(f"{path}:{number}: missing {key}")
+    value = row[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise KvplanError(f"{path}:{number}: {key} must be a number")
+    if not math.isfinite(value) or not low <= value <= high:
+        raise KvplanError(f"{path}:{number}: {key} {value!r} must be between {low:g} and {high:g}")
+    if integer:
+        if value != int(value):
+            raise KvplanError(f"{path}:{number}: {key} must be a whole number")
+        return int(value)
+    return float(value)

@@ -1,0 +1,198 @@
+"""Derive the achieved-rate fractions of kvplan.formulas.batch_step from measured vLLM kernels.
+
+    python scripts/derive_achieved.py AICONFIGURATOR_DATA_DIR [--gpu h100_sxm] [--version 0.14.0]
+
+The data are NVIDIA aiconfigurator's silicon tables (github.com/ai-dynamo/aiconfigurator,
+aic-core/src/aiconfigurator_core/systems/data/<gpu>/<op>/vllm/<version>/*.parquet, commit
+095f58a5): per-kernel latencies of vLLM's own GEMM, fused-MoE, attention, MLA and custom
+all-reduce kernels measured on the GPU, one kernel at a time. They are kernel microbenchmarks,
+not serving results, so fitting to them does not touch what `kvplan simulate` predicts.
+
+For each kernel family the fraction is the median over the table's shapes of
+roofline time / measured time, where the roofline uses the datasheet rates:
+  - compute side: FLOPs / dense peak, over the compute-bound shapes (large token counts);
+  - memory side: bytes / memory bandwidth, over the memory-bound shapes (few tokens).
+Needs pyarrow (not a kvplan dependency): run it from a throwaway environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+DATASHEET = {  # bandwidth, dense peaks (FLOP/s), as kvplan's hardware profiles state them
+    "h100_sxm": (3.35e12, {"bf16": 989.4e12, "fp8": 1978.9e12}),
+    "h200_sxm": (4.8e12, {"bf16": 989.4e12, "fp8": 1978.9e12}),
+    "a100_sxm": (2.039e12, {"bf16": 312e12, "fp8": 312e12}),
+}
+BYTES = {
+    "bfloat16": 2,
+    "float16": 2,
+    "fp8": 1,
+    "fp8_block": 1 + 4 / 128 / 128,
+    "int4_wo": 0.5 + 4 / 128,
+}
+PEAK_KEY = {
+    "bfloat16": "bf16",
+    "float16": "bf16",
+    "fp8": "fp8",
+    "fp8_block": "fp8",
+    "int4_wo": "bf16",
+}
+
+
+def table(root: Path, gpu: str, op: str, name: str, version: str) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    path = root / gpu / op / "vllm" / version / f"{name}.parquet"
+    return pq.read_table(path).to_pylist()
+
+
+def gemm(rows, bw, peaks) -> dict:
+    out = {}
+    for dtype in sorted({r["gemm_dtype"] for r in rows}):
+        sel = [r for r in rows if r["gemm_dtype"] == dtype]
+        peak = peaks[PEAK_KEY[dtype]]
+        compute = [
+            2 * r["m"] * r["n"] * r["k"] / (r["latency"] * 1e-3) / peak
+            for r in sel
+            if r["m"] >= 4096 and 2048 <= r["n"] <= 32768 and 2048 <= r["k"] <= 32768
+        ]
+        memory = [
+            r["n"] * r["k"] * BYTES[dtype] / (r["latency"] * 1e-3) / bw
+            for r in sel
+            if r["m"] <= 16 and r["n"] * r["k"] >= 16e6
+        ]
+        if compute and memory:
+            out[dtype] = (statistics.median(compute), statistics.median(memory))
+    return out
+
+
+def moe(rows, bw, peaks) -> dict:
+    out = {}
+    rows = [r for r in rows if r["distribution"] == "balanced" and r["moe_ep_size"] == 1]
+    for dtype in sorted({r["moe_dtype"] for r in rows}):
+        compute, memory = [], []
+        for r in rows:
+            if r["moe_dtype"] != dtype:
+                continue
+            h, inter, k, experts = r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"]
+            tokens, tp, seconds = r["num_tokens"], r["moe_tp_size"], r["latency"] * 1e-3
+            touched = experts * (1 - (1 - k / experts) ** tokens)
+            weights = touched * 3 * h * inter / tp * BYTES[dtype]
+            flops = 2 * 3 * h * inter / tp * tokens * k
+            memory_s, compute_s = weights / bw, flops / peaks[PEAK_KEY[dtype]]
+            if tokens >= 4096:
+                compute.append(compute_s / seconds)
+            elif 16 <= tokens <= 256 and memory_s > compute_s:
+                memory.append(memory_s / seconds)
+        if compute and memory:
+            out[dtype] = (statistics.median(compute), statistics.median(memory))
+    return out
+
+
+def attention(context_rows, generation_rows, bw, peaks) -> dict:
+    compute = [
+        4
+        * r["batch_size"]
+        * r["num_heads"]
+        * r["head_dim"]
+        * r["isl"] ** 2
+        / 2
+        / (r["latency"] * 1e-3)
+        / peaks["bf16"]
+        for r in context_rows
+        if r["isl"] >= 4096 and r["attn_dtype"] == "bfloat16" and r["kv_cache_dtype"] == "bfloat16"
+    ]
+    memory = []
+    for r in generation_rows:
+        if r["kv_cache_dtype"] != "bfloat16":
+            continue
+        context = r["isl"] + r["step"]
+        kv = r["batch_size"] * context * r["num_key_value_heads"] * r["head_dim"] * 2 * 2
+        if kv >= 256e6:
+            memory.append(kv / (r["latency"] * 1e-3) / bw)
+    return {"attention": (statistics.median(compute), statistics.median(memory))}
+
+
+def mla(context_rows, generation_rows, bw, peaks) -> dict:
+    compute = [
+        # un-absorbed prefill: per head QK^T over 192 dims and AV over 128, causal
+        2
+        * r["batch_size"]
+        * r["num_heads"]
+        * (192 + 128)
+        * r["isl"] ** 2
+        / 2
+        / (r["latency"] * 1e-3)
+        / peaks["bf16"]
+        for r in context_rows
+        if r["isl"] >= 4096 and r["mla_dtype"] == "bfloat16"
+    ]
+    memory = []
+    for r in generation_rows:
+        if r["kv_cache_dtype"] != "bfloat16":
+            continue
+        latent = r["batch_size"] * (r["isl"] + r["step"]) * 576 * 2
+        if latent >= 256e6:
+            memory.append(latent / (r["latency"] * 1e-3) / bw)
+    return {"mla": (statistics.median(compute), statistics.median(memory))}
+
+
+def allreduce(rows, one_way_bytes_per_s: float) -> dict:
+    out = {}
+    for gpus in sorted({r["num_gpus"] for r in rows}):
+        sel = [r for r in rows if r["num_gpus"] == gpus and r["backend"] == "vllm_graph"]
+        small = min(sel, key=lambda r: r["message_size"])
+        large = max(sel, key=lambda r: r["message_size"])
+        bus = 2 * (gpus - 1) / gpus * large["message_size"] / (large["latency"] * 1e-3)
+        out[gpus] = (small["latency"] * 1e-3, bus / one_way_bytes_per_s)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("data", type=Path, help="aiconfigurator's systems/data folder")
+    parser.add_argument("--gpu", default="h100_sxm")
+    parser.add_argument("--version", default="0.14.0")
+    parser.add_argument("--nvlink-one-way", type=float, default=450e9)
+    args = parser.parse_args()
+    bw, peaks = DATASHEET[args.gpu]
+    v, g = args.version, args.gpu
+    print(f"{g}, vLLM {v}: (compute fraction, memory fraction), medians")
+    for name, result in (
+        ("gemm", gemm(table(args.data, g, "gemm", "gemm_perf", v), bw, peaks)),
+        ("moe", moe(table(args.data, g, "moe", "moe_perf", v), bw, peaks)),
+        (
+            "attention",
+            attention(
+                table(args.data, g, "attention", "context_attention_perf", v),
+                table(args.data, g, "attention", "generation_attention_perf", v),
+                bw,
+                peaks,
+            ),
+        ),
+        (
+            "mla",
+            mla(
+                table(args.data, g, "mla", "context_mla_perf", v),
+                table(args.data, g, "mla", "generation_mla_perf", v),
+                bw,
+                peaks,
+            ),
+        ),
+    ):
+        for key, (compute, memory) in result.items():
+            print(f"  {name:10} {key:10} compute {compute:.2f}  memory {memory:.2f}")
+    for gpus, (latency, fraction) in allreduce(
+        table(args.data, g, "comm", "custom_allreduce_perf", v), args.nvlink_one_way
+    ).items():
+        print(
+            f"  allreduce  {gpus} GPUs  smallest message {latency * 1e6:.1f} us, "
+            f"bus bandwidth {fraction:.2f} of one NVLink direction"
+        )
+
+
+if __name__ == "__main__":
+    main()

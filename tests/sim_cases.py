@@ -1,0 +1,89 @@
+"""The published `vllm bench serve` runs in tests/data/sim_bench_cases.json, as simulate requests.
+
+Each run is simulated with vLLM's defaults for its version and GPU and only the flags its serve
+command gave; the workload is the bench's: ShareGPT (the stand-in distribution at the run's mean
+lengths) or the random dataset (fixed lengths at the run's means), its prompt count, rate inf and
+its concurrency limit. Nothing is fitted per case."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from kvplan.plans.simulate import SimulateRequest
+from kvplan.simulate.setup import ServeOptions
+from kvplan.simulate.workload import WorkloadSpec
+
+CASES_PATH = Path(__file__).resolve().parent / "data" / "sim_bench_cases.json"
+GPUS = {"H100": "h100", "A100": "a100-80gb-sxm", "H200": "h200"}
+ASYNC_DEFAULT_FROM = (0, 12)  # vLLM turned async scheduling on by default in 0.12 (PR #27614)
+METRICS = ("output_throughput", "median_tpot_ms", "median_ttft_ms")
+
+
+def load_cases() -> list[dict]:
+    return json.loads(CASES_PATH.read_text(encoding="utf-8"))["cases"]
+
+
+def _version(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")[:2]
+    return int(major), int(minor)
+
+
+def serve_options(case: dict) -> ServeOptions:
+    argv = shlex.split(case["serve_cmd"])
+    options = ServeOptions(
+        tp=case["tp"],
+        async_scheduling=_version(case["vllm_version"]) >= ASYNC_DEFAULT_FROM,
+    )
+    for i, arg in enumerate(argv):
+        if arg == "--max-model-len":
+            options = options._replace(max_model_len=int(argv[i + 1]))
+        elif arg == "--async-scheduling":
+            options = options._replace(async_scheduling=True)
+        elif arg == "--gpu-memory-utilization":
+            options = options._replace(gpu_mem_util=float(argv[i + 1]))
+    return options
+
+
+def simulate_request(case: dict) -> SimulateRequest:
+    workload = WorkloadSpec(
+        num_prompts=case["num_prompts"],
+        input_len=round(case["input_len"]),
+        output_len=round(case["output_len"]),
+        length_dist="sharegpt" if case["dataset"] == "sharegpt" else "fixed",
+        seed=0,
+    )
+    return SimulateRequest(
+        workload=workload,
+        max_concurrency=case["max_concurrency"],
+        serve=serve_options(case),
+        series=False,
+    )
+
+
+def gpu_name(case: dict) -> str:
+    return GPUS[case["gpu"].split()[0]]
+
+
+def run_case(case: dict) -> dict:
+    """Simulated bench numbers for one case."""
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.sources import load_model
+    from kvplan.plans.simulate import simulate
+
+    result = simulate(
+        load_model(case["model"]), load_profile(gpu_name(case)), simulate_request(case)
+    )
+    bench = result.runs[0].bench
+    return {
+        "result": result,
+        "output_throughput": bench.output_throughput,
+        "request_throughput": bench.request_throughput,
+        "median_tpot_ms": bench.median_tpot_ms,
+        "median_ttft_ms": bench.median_ttft_ms,
+    }
+
+
+def relative_error(simulated: float, measured: float) -> float:
+    return (simulated - measured) / measured

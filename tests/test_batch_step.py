@@ -1,0 +1,141 @@
+"""formulas.batch_step: each term of a step against a hand computation from the config's own
+numbers (parameter counts, layer shapes, datasheet rates, the documented fractions)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from kvplan.formulas.batch_step import (
+    ACHIEVED_DATASHEET,
+    HOST_OVERHEADS,
+    BatchShape,
+    StepModel,
+    measured_achieved,
+)
+from kvplan.formulas.dtypes import KvFormat
+from kvplan.formulas.step_time import Rates
+from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.sources import load_model
+
+BW, PEAK = 3.35e12, 989.4e12  # H100 SXM datasheet
+DENSE_C, DENSE_M = ACHIEVED_DATASHEET.dense["bf16"]
+ATTN_C, ATTN_M = ACHIEVED_DATASHEET.attention
+
+
+@pytest.fixture(scope="module")
+def llama8():
+    return load_model("llama-3.1-8b")
+
+
+def model(spec, **kw):
+    return StepModel(spec, Rates(BW, PEAK), "bf16", KvFormat("bf16"), **kw)
+
+
+def test_decode_of_one_sequence_term_by_term(llama8):
+    """Llama-3.1-8B: 32 layers, 8 KV heads x 128, untied 128,256 x 4,096 embedding."""
+    step = model(llama8).step(BatchShape(1, 1000, (), 1))
+    vocab, hidden = 128256, 4096
+    weights = (llama8.params_total - vocab * hidden + hidden) * 2  # one embedding row looked up
+    assert step.weights_s == pytest.approx(weights / (BW * DENSE_M), rel=1e-9)
+    assert step.matmul_s == 0.0  # one token: far below the ridge
+    kv_per_token = 32 * 8 * 128 * 2 * 2  # K and V, bf16
+    assert step.kv_read_s == pytest.approx(1000 * kv_per_token / (BW * ATTN_M), rel=1e-9)
+    assert step.launch_s == pytest.approx(32 * HOST_OVERHEADS.per_layer_s)
+    assert step.host_s == pytest.approx(HOST_OVERHEADS.per_step_s + HOST_OVERHEADS.per_request_s)
+    assert step.sampler_s == pytest.approx(3 * vocab * 4 / (BW * DENSE_M))
+    gpu = step.weights_s + step.kv_read_s + step.launch_s + step.sampler_s
+    assert step.total_s == pytest.approx(gpu + step.host_s)
+
+
+def test_prefill_chunk_attention_is_the_causal_triangle(llama8):
+    """A chunk of n tokens after p cached ones: each layer 2 x 32 heads x (128 + 128) FLOPs per
+    attended key, keys = (p+n)(p+n+1)/2 - p(p+1)/2; compute-bound at this size."""
+    n, p = 4096, 4096
+    keys = (p + n) * (p + n + 1) // 2 - p * (p + 1) // 2
+    flops = 32 * 2 * 32 * 256 * keys
+    step = model(llama8).step(BatchShape(0, 0, ((n, p),), 1))
+    assert step.attention_s == pytest.approx(flops / (PEAK * ATTN_C), rel=1e-9)
+    gemm = 2 * (llama8.params_total - 128256 * 4096) * n
+    assert step.matmul_s == pytest.approx(gemm / (PEAK * DENSE_C), rel=1e-9)
+
+
+def test_steps_beyond_the_cuda_graph_sizes_pay_eager_dispatch(llama8):
+    m = model(llama8)
+    graphed = m.step(BatchShape(512, 512 * 100, (), 512))
+    eager = m.step(BatchShape(513, 513 * 100, (), 513))
+    assert graphed.launch_s == pytest.approx(32 * HOST_OVERHEADS.per_layer_s)
+    assert eager.launch_s == pytest.approx(32 * HOST_OVERHEADS.eager_per_layer_s)
+
+
+def test_async_scheduling_overlaps_the_host(llama8):
+    shape = BatchShape(8, 8000, (), 8)
+    sync, overlapped = model(llama8).step(shape), model(llama8, async_scheduling=True).step(shape)
+    gpu = sync.total_s - sync.host_s
+    assert overlapped.total_s == pytest.approx(max(gpu, sync.host_s))
+
+
+def test_tensor_parallel_all_reduce_by_hand(llama8):
+    """2 all-reduces per layer of T x 4096 bf16 activations: ring bytes at the achieved bus
+    bandwidth plus one measured small-message latency each."""
+    link = load_profile("h100").interconnect
+    m = model(llama8, tp=4, link=link)
+    tokens = 64
+    message = tokens * 4096 * 2
+    one = 2 * 3 / 4 * message / (link.one_way_bytes_per_s * ACHIEVED_DATASHEET.link)
+    one += ACHIEVED_DATASHEET.allreduce_call_s
+    step = m.step(BatchShape(tokens, tokens * 500, (), tokens))
+    assert step.comm_s == pytest.approx(2 * 32 * one, rel=1e-9)
+
+
+def test_moe_reads_the_experts_a_batch_touches():
+    """Mixtral-8x7B: 8 experts, top 2; T tokens touch 8 (1 - (1 - 2/8)^T) experts a layer."""
+    spec = load_model("mixtral-8x7b")
+    m = model(spec)
+    per_expert = spec.moe.params_per_expert * spec.moe.num_layers * 2
+    _, experts_1 = m.weights_bytes(1)
+    _, experts_4 = m.weights_bytes(4)
+    assert experts_1 == pytest.approx(2 * per_expert)
+    assert experts_4 == pytest.approx(8 * (1 - 0.75**4) * per_expert)
+    expert_m = ACHIEVED_DATASHEET.experts["bf16"][1]
+    dense_bytes, _ = m.weights_bytes(1)
+    step = m.step(BatchShape(1, 100, (), 1))
+    assert step.weights_s == pytest.approx(
+        dense_bytes / (BW * DENSE_M) + experts_1 / (BW * expert_m), rel=1e-9
+    )
+
+
+def test_pipeline_takes_m_plus_p_minus_one_stage_times(llama8):
+    link = load_profile("h100").interconnect
+    flat, piped = model(llama8), model(llama8, pp=2, link=link)
+    shape = BatchShape(64, 64 * 200, (), 64)
+    one = flat.step(shape)
+    two = piped.step(shape)
+    # each of 2 micro-batches streams a stage's half of the weights: 3 stage times of W/2 (the
+    # embedding lookup reads 32 rows per micro-batch instead of 64: a 1e-5 difference)
+    assert two.weights_s == pytest.approx(3 * one.weights_s / 2, rel=1e-4)
+
+
+def test_a_run_of_decode_steps_equals_the_steps_one_by_one(llama8):
+    for spec_name in ("llama-3.1-8b", "gemma-3-27b", "deepseek-v2-lite"):
+        spec = load_model(spec_name)
+        m = model(spec)
+        sums = np.array([1000.0, 5000.0, 20000.0, 90000.0])
+        times, terms = m.decode_span_s(10, sums)
+        singles = [m.step(BatchShape(10, s, (), 10)) for s in sums]
+        assert times == pytest.approx([s.total_s for s in singles], rel=1e-9)
+        assert terms(4).total_s == pytest.approx(sum(s.total_s for s in singles), rel=1e-9)
+        assert terms(4).kv_read_s + terms(4).attention_s == pytest.approx(
+            sum(s.kv_read_s + s.attention_s for s in singles), rel=1e-9
+        )
+
+
+def test_measured_profiles_take_fractions_relative_to_dense():
+    measured = measured_achieved()
+    assert measured.dense["bf16"] == (1.0, 1.0)
+    compute, memory = ACHIEVED_DATASHEET.experts["bf16"]
+    assert measured.experts["bf16"] == pytest.approx((compute / DENSE_C, memory / DENSE_M))
+    assert all(0 < v <= 1 for pair in measured.dense.values() for v in pair)
+    assert not math.isnan(measured.attention[0])

@@ -1,0 +1,234 @@
+"""The simulated engine: closed forms (one request's TTFT and TPOT, a saturated batch's
+throughput) computed from the step-time model alone, and the scheduler's invariants as property
+tests (no request starves, the pool never over-allocates, preempted requests recompute, chunked
+prefill respects the token budget, FCFS admission)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvplan.formulas.batch_step import BatchShape, StepModel
+from kvplan.formulas.dtypes import KvFormat
+from kvplan.formulas.step_time import Rates
+from kvplan.inputs.sources import load_model
+from kvplan.simulate import cluster, metrics
+from kvplan.simulate.cluster import Frontend
+from kvplan.simulate.engine import DECODE, Engine, EngineConfig
+from kvplan.simulate.workload import RequestSpec
+
+SPEC = load_model("llama-3.1-8b")
+MODEL = StepModel(SPEC, Rates(3.35e12, 989.4e12), "bf16", KvFormat("bf16"))
+NO_FRONTEND = Frontend(0.0, 0.0)
+
+
+def config(**kw) -> EngineConfig:
+    base = dict(
+        max_num_seqs=256,
+        max_num_batched_tokens=8192,
+        max_model_len=1 << 20,
+        num_blocks=1 << 16,
+        block_size=16,
+    )
+    base.update(kw)
+    return EngineConfig(**base)
+
+
+def serve(requests, cfg, frontend=NO_FRONTEND, observer=None, concurrency=None):
+    engine = Engine(cfg, MODEL, frontend.per_token_s, observer=observer)
+    run = cluster.run(
+        requests,
+        [engine],
+        max_concurrency=concurrency,
+        frontend=frontend,
+        max_model_len=cfg.max_model_len,
+    )
+    return engine, run, metrics.bench_result(run, math.inf, 1.0, concurrency)
+
+
+def test_one_request_ttft_is_its_prefill_and_tpot_its_decode_step():
+    frontend = Frontend(request_s=0.015, per_token_s=50e-6)
+    _, run, bench = serve([RequestSpec(0, 0.0, 1000, 100)], config(), frontend)
+    prefill = MODEL.step(BatchShape(0, 0, ((1000, 0),), 1)).total_s
+    assert bench.mean_ttft_ms / 1e3 == pytest.approx(0.015 + prefill + 50e-6, rel=1e-9)
+    # decode k (k = 1..99) attends 1000 prompt + k tokens; the streamed token's cost cancels
+    decodes = [MODEL.step(BatchShape(1, 1000 + k, (), 1)).total_s for k in range(1, 100)]
+    assert bench.mean_tpot_ms / 1e3 == pytest.approx(sum(decodes) / 99, rel=1e-9)
+    assert bench.median_itl_ms / 1e3 == pytest.approx(sorted(decodes)[49], rel=1e-9)
+
+
+def test_a_prompt_longer_than_the_budget_is_chunked():
+    _, _, bench = serve([RequestSpec(0, 0.0, 20000, 2)], config())
+    chunks = [((8192, 0), 0), ((8192, 8192), 0), ((3616, 16384), 1)]  # the last one samples
+    prefill = sum(MODEL.step(BatchShape(0, 0, (c,), s)).total_s for c, s in chunks)
+    assert bench.mean_ttft_ms / 1e3 == pytest.approx(prefill, rel=1e-9)
+
+
+def test_saturated_throughput_is_the_batch_over_its_step_time():
+    """64 requests at once (16 in, 512 out): one prefill step of 1,024 tokens, then 511 steps of
+    64 decodes at contexts 17..527 each; throughput = tokens / that time."""
+    requests = [RequestSpec(i, 0.0, 16, 512) for i in range(64)]
+    _, _, bench = serve(requests, config(max_num_seqs=64))
+    prefill = MODEL.step(BatchShape(0, 0, tuple((16, 0) for _ in range(64)), 64)).total_s
+    decodes = [MODEL.step(BatchShape(64, 64 * (16 + k), (), 64)).total_s for k in range(1, 512)]
+    assert bench.duration == pytest.approx(prefill + sum(decodes), rel=1e-9)
+    steady = 64 / (sum(decodes) / len(decodes))  # the steady batch's tokens per step time
+    assert bench.output_throughput == pytest.approx(steady, rel=0.01)
+
+
+def test_concurrency_limit_excludes_client_waiting_from_ttft():
+    requests = [RequestSpec(i, 0.0, 100, 10) for i in range(4)]
+    _, _, bench = serve(requests, config(), concurrency=1)
+    prefill = MODEL.step(BatchShape(0, 0, ((100, 0),), 1)).total_s
+    assert bench.max_concurrent_requests == 1
+    assert bench.median_ttft_ms / 1e3 == pytest.approx(prefill, rel=1e-9)
+
+
+# ---- invariants -----------------------------------------------------------------------------
+def held_blocks(pool, rid) -> int:
+    if hasattr(pool, "held"):  # the counting pool (prefix caching off)
+        return pool.held[rid][0]
+    return len(pool.block_table(rid))
+
+
+class Checker:
+    """Observes every step: budget, seats, pool, blocks covering computed tokens, recompute."""
+
+    def __init__(self, cfg: EngineConfig):
+        self.cfg = cfg
+        self.prefilled: dict[int, int] = {}  # rid -> prefill tokens scheduled in all
+        self.since: dict[int, int] = {}  # rid -> prefill tokens since its last preemption
+        self.owed: dict[int, int] = {}  # rid -> what its last recomputation had to redo
+        self.seen_preemptions: dict[int, int] = {}
+        self.first_admitted: list[int] = []
+
+    def __call__(self, engine, steps, num_decodes, chunks):
+        cfg = self.cfg
+        assert num_decodes + sum(n for _, n in chunks) <= cfg.max_num_batched_tokens
+        assert len(engine.running) <= cfg.max_num_seqs
+        assert engine.bm.num_used_blocks <= cfg.num_blocks
+        for r, n in chunks:
+            assert n > 0
+            if r.rid not in self.prefilled:
+                self.first_admitted.append(r.rid)
+            self.prefilled[r.rid] = self.prefilled.get(r.rid, 0) + n
+            self.since[r.rid] = self.since.get(r.rid, 0) + n
+        for r in engine.running:  # the blocks a request holds cover what this step computes
+            if r.state == DECODE:
+                needed = r.c0 + (engine.step_index - r.j0) + steps
+            else:
+                needed = r.computed + next((n for q, n in chunks if q is r), 0)
+            assert held_blocks(engine.bm, r.rid) * cfg.block_size >= needed
+        for r in engine.waiting:  # preempted since last seen: must redo input + outputs so far
+            if r.preemptions > self.seen_preemptions.get(r.rid, 0):
+                self.seen_preemptions[r.rid] = r.preemptions
+                self.owed[r.rid] = r.input_tokens + r.outputs
+                self.since[r.rid] = 0
+
+
+workloads = st.lists(
+    st.tuples(
+        st.floats(0, 2.0),  # arrival
+        st.integers(1, 120),  # input
+        st.integers(1, 40),  # output
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    workloads,
+    st.sampled_from([4, 16]),
+    st.integers(1, 8),
+    st.integers(8, 200),
+    st.booleans(),
+    st.integers(0, 40),
+)
+def test_scheduler_invariants(items, block_size, seats, budget, chunked, spare_blocks):
+    longest = max(i + o for _, i, o in items)
+    if not chunked:
+        budget = max(budget, longest)
+    blocks = -(-longest // block_size) + 1 + spare_blocks  # one request always fits alone
+    cfg = config(
+        max_num_seqs=min(seats, budget),
+        max_num_batched_tokens=budget,
+        max_model_len=longest + 1,
+        num_blocks=blocks,
+        block_size=block_size,
+        enable_prefix_caching=False,
+        enable_chunked_prefill=chunked,
+    )
+    requests = sorted((RequestSpec(0, a, i, o) for a, i, o in items), key=lambda r: r.arrival_s)
+    requests = [r._replace(rid=k) for k, r in enumerate(requests)]
+    checker = Checker(cfg)
+    engine, run, _ = serve(requests, cfg, observer=checker)
+    # no request starves: every one finishes with all its tokens
+    assert sorted(r.rid for r in run.finished) == [r.rid for r in requests]
+    assert all(r.outputs == r.target == r.spec.output_tokens for r in run.finished)
+    # first come, first served: first admissions in arrival order
+    assert checker.first_admitted == sorted(checker.first_admitted)
+    # a preempted request recomputes its prompt and the outputs it had (caching off)
+    for r in run.finished:
+        assert checker.since[r.rid] == checker.owed.get(r.rid, r.input_tokens)
+        assert (r.preemptions > 0) == (r.rid in checker.owed)
+    assert engine.bm.num_used_blocks == 0  # everything released
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads, st.integers(0, 30), st.integers(1, 3))
+def test_prefix_caching_pool_never_over_allocates(items, spare_blocks, num_prefixes):
+    """With the block manager (prefix caching on, shared prefixes): same completion and budget
+    invariants; the hit rate comes from the block manager and stays within [0, 1)."""
+    longest = max(i + o for _, i, o in items) + 32
+    cfg = config(
+        max_num_seqs=4,
+        max_num_batched_tokens=64,
+        max_model_len=longest + 1,
+        num_blocks=-(-longest // 16) + 2 + spare_blocks,
+        block_size=16,
+    )
+    requests = [
+        RequestSpec(k, a, i + 32, o, stream_id=k % num_prefixes, stream_tokens=32)
+        for k, (a, i, o) in enumerate(sorted(items))
+    ]
+    checker = Checker(cfg)
+    engine, run, _ = serve(requests, cfg, observer=checker)
+    assert len(run.finished) == len(requests)
+    assert 0 <= engine.hit_tokens <= engine.queried_tokens
+    assert engine.bm.num_used_blocks == 0
+
+
+def test_preemption_happens_and_costs_recompute():
+    """Three long decodes in a pool that holds two at full length: someone is preempted,
+    recomputes, and everyone still finishes."""
+    requests = [RequestSpec(i, 0.0, 32, 200) for i in range(3)]
+    cfg = config(num_blocks=2 * -(-232 // 16) + 1, max_model_len=300)
+    checker = Checker(cfg)
+    engine, run, _ = serve(requests, cfg, observer=checker)
+    assert engine.preemptions >= 1
+    assert len(run.finished) == 3
+    assert sum(checker.prefilled.values()) > 3 * 32
+
+
+def test_no_preemption_mode_reserves_whole_sequences():
+    requests = [RequestSpec(i, 0.0, 32, 200) for i in range(3)]
+    cfg = config(num_blocks=2 * -(-232 // 16) + 1, max_model_len=300, preemption=False)
+    engine, run, _ = serve(requests, cfg)
+    assert engine.preemptions == 0 and len(run.finished) == 3
+
+
+def test_static_batching_waits_for_the_batch_to_finish():
+    """Continuous batching off: the fourth request waits until the first three all end."""
+    requests = [RequestSpec(0, 0.0, 16, 400), RequestSpec(1, 0.0, 16, 10)]
+    requests += [RequestSpec(2, 0.0, 16, 10), RequestSpec(3, 0.001, 16, 10)]
+    on = serve(requests, config(max_num_seqs=3))[1]
+    off = serve(requests, config(max_num_seqs=3, continuous_batching=False))[1]
+    last = {r.rid: r for r in off.finished}
+    cont = {r.rid: r for r in on.finished}
+    assert last[3].first_client_s > last[0].last_client_s  # waited for the long one
+    assert cont[3].first_client_s < cont[0].last_client_s  # joined as soon as a seat freed
