@@ -13,7 +13,7 @@ from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_token, paged_bytes_per_sequence
 from kvplan.inputs.sources import load_model
 from kvplan.kernels import BlockManager, NoFreeBlocksError
-from kvplan.plans.capacity import max_sequences
+from kvplan.plans.pool import max_sequences
 
 
 def test_allocate_append_free():

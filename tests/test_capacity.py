@@ -27,12 +27,15 @@ def test_budget_and_concurrency_by_hand():
     per_seq = 32768 * 131_072  # 2,048 whole blocks of 16 tokens
     assert data["max_concurrency"] == math.floor(pool / per_seq)
     assert data["kv_tokens"] == math.floor(pool / (16 * 131_072)) * 16
-    assert data["longest_context"][0].max_context_len == math.floor(pool / 131_072 / 16) * 16
+    longest = data["longest_context"][0]
+    assert longest.memory_context_len == math.floor(pool / 131_072 / 16) * 16
+    # past the model's 131,072 positions the answer is the positions, and says so
+    assert (longest.max_context_len, longest.limited_by) == (131_072, "positions")
     assert data["fits"] is True
 
 
 def test_weights_that_do_not_fit_say_so():
-    data = run_json("capacity", "llama-3.1-70b", "--gpu", "h100", "--ctx", "8k")
+    data = run_json("capacity", "llama-3.1-70b", "--gpu", "h100", "--ctx", "8k", "--tp", "1")
     assert data["fits"] is False and data["max_concurrency"] == 0
     assert any("do not fit" in n for n in (x["text"] for x in data["notes"]))
 

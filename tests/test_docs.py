@@ -106,7 +106,7 @@ FORMULA_MODULES = [
     "kvplan.formulas.techniques",
 ]
 FORMULA_FUNCTIONS = {
-    "kvplan.plans.capacity": ["max_sequences", "max_context_at_batch", "budget"],
+    "kvplan.plans.pool": ["max_sequences", "max_context_at_batch", "budget"],
 }
 
 

@@ -124,8 +124,14 @@ def test_page_numbers_match_kvplan(browser, model, tmp_path):
     contexts = browser.execute_script("return D.act3.contexts")
     set_range(browser, "a3-ctx", contexts.index(32768))
     set_range(browser, "a3-users", browser.execute_script("return D.act3.users").index(4))
-    tp = browser.execute_script("return D.act3.gpus[1].tp")
-    cap = run_json("capacity", model, "--gpu", "h200", "--tp", str(tp), "--ctx", "32k")
+    option = browser.execute_script("return D.act3.gpus[1]")
+    tp = option["tp"]
+    layout = (
+        ["--dp-attention", str(option["dp_attention"])]
+        if option["dp_attention"] > 1
+        else ["--tp", str(tp), "--pp", str(option["pp"])]
+    )
+    cap = run_json("capacity", model, "--gpu", "h200", *layout, "--ctx", "32k")
     assert text(browser, "a3-max") == f"{cap['max_concurrency']:,}"
     per_gpu = run_json("size", model, "--ctx", "32k", "--batch", "4", "--tp", str(tp))
     demand = per_gpu["rows"][0]["kv_bytes_total"]

@@ -25,7 +25,9 @@ BF16 = KvFormat("bf16")
 @pytest.fixture(scope="module")
 def seed():
     spec = load_model("llama-3.1-70b")
-    report = roofline(spec, load_profile("h100"), RooflineRequest(contexts=(8192,), batches=(1,)))
+    report = roofline(
+        spec, load_profile("h100"), RooflineRequest(contexts=(8192,), batches=(1,), tp=1)
+    )
     return spec, jsonable(report)
 
 
@@ -105,7 +107,9 @@ def test_moe_expected_experts():
 
 def test_moe_decode_reads_fewer_weights_at_batch_1():
     spec = load_model("mixtral-8x7b")
-    data = roofline(spec, load_profile("h100"), RooflineRequest(contexts=(1024,), batches=(1, 512)))
+    data = roofline(
+        spec, load_profile("h100"), RooflineRequest(contexts=(1024,), batches=(1, 512), tp=1)
+    )
     data = jsonable(data)
     b1, b512 = data["decode"]
     assert b1["bytes"] < 0.35 * spec.params_total * 2  # 2 of 8 experts

@@ -21,8 +21,9 @@ def add(app: typer.Typer) -> None:
         num_gpus: int = typer.Option(
             None, "--num-gpus", min=1, max=1 << 20, help="GPUs in all (replicas of TP x PP)."
         ),
-        tp: int = c.tp_option(),
-        pp: int = c.pp_option(),
+        tp: int = c.tp_option(default=None),
+        pp: int = c.pp_option(default=None),
+        dp_attention: int = c.dp_attention_option(),
         ctx: str = c.ctx_option(help="Context length per sequence: 8192, 8k, 128k, 1m."),
         batch: str = c.batch_option(help="Batch size(s) for the longest-context answer: 1 or 1,8."),
         gpu_mem_util: float = c.gpu_mem_util_option(),
@@ -72,6 +73,7 @@ def add(app: typer.Typer) -> None:
         allocates)."""
         from kvplan.inputs.options import check_range, parse_bytes, parse_tokens
         from kvplan.plans.capacity import CapacityRequest, capacity, concurrency_curve
+        from kvplan.plans.deployment import deployment_of, layout_text
         from kvplan.present.capacity import capacity_view, serve_command
         from kvplan.present.render import OutputFormat
 
@@ -88,6 +90,7 @@ def add(app: typer.Typer) -> None:
             num_gpus=num_gpus,
             tp=tp,
             pp=pp,
+            dp_attention=dp_attention,
             gpu_mem_util=c.fraction(gpu_mem_util, "--gpu-mem-util"),
             weights_dtype=weights_dtype,
             kv_dtype=kv_dtype,
@@ -111,7 +114,7 @@ def add(app: typer.Typer) -> None:
             contexts = [2**k for k in range(10, 21)]
             capacity_plot(
                 concurrency_curve(spec, profile, request, contexts),
-                f"{spec.name} on {profile.name} (TP {tp})",
+                f"{spec.name} on {profile.name} ({layout_text(deployment_of(result))})",
                 plot,
             )
         if emit_flags is not None:

@@ -67,8 +67,21 @@ def tp_option(default: int | None = 1) -> typer.models.OptionInfo:
     )
 
 
-def pp_option() -> typer.models.OptionInfo:
-    return typer.Option(1, "--pp", min=1, max=MAX_TP, help="Pipeline-parallel degree (1 to 1024).")
+def pp_option(default: int | None = 1) -> typer.models.OptionInfo:
+    return typer.Option(
+        default, "--pp", min=1, max=MAX_TP, help="Pipeline-parallel degree (1 to 1024)."
+    )
+
+
+def dp_attention_option() -> typer.models.OptionInfo:
+    return typer.Option(
+        None,
+        "--dp-attention",
+        min=2,
+        max=1 << 16,
+        help="MoE models: attention data-parallel over N ranks, experts spread over them (EP); "
+        "2 to 65,536. Default: kvplan chooses TP/PP/DP attention unless --tp or --pp is given.",
+    )
 
 
 def gpu_option(default: str = "h100") -> typer.models.OptionInfo:

@@ -122,11 +122,25 @@ def part_bytes_per_param(spec: ModelSpec, dtype: str, part: str) -> float:
     return fmt.bytes_per_param if part in _scope(spec, fmt) else ELEMENT_BYTES[spec.dtype]
 
 
-def weights_bytes_per_gpu(spec: ModelSpec, dtype: str, tp: int = 1, pp: int = 1) -> float:
+def weights_bytes_per_gpu(
+    spec: ModelSpec, dtype: str, tp: int = 1, pp: int = 1, dp_attention: int = 1
+) -> float:
     """The one rule for weights on one GPU: the language model's weights in `dtype` plus the
-    vision tower (in the model dtype; engines load it), split evenly over tp x pp ranks."""
+    vision tower (in the model dtype; engines load it), split evenly over tp x pp ranks.
+
+    With attention data-parallel over `dp_attention` ranks (vLLM's -dp N --enable-expert-parallel
+    at tp 1), each rank holds everything but the routed experts whole, and 1/N of the experts."""
     if spec.stored is not None and dtype == "checkpoint":
         vision = spec.stored.vision_bytes
     else:
         vision = spec.vision_params * ELEMENT_BYTES[spec.dtype]
-    return (weight_bytes(spec, dtype) + vision) / (tp * pp)
+    total = weight_bytes(spec, dtype) + vision
+    if dp_attention > 1:
+        experts = expert_weight_bytes(spec, dtype)
+        return total - experts + experts / dp_attention
+    return total / (tp * pp)
+
+
+def expert_weight_bytes(spec: ModelSpec, dtype: str) -> float:
+    """Bytes of the routed experts alone (what expert parallelism spreads over ranks)."""
+    return spec.param_parts.get("experts", 0) * part_bytes_per_param(spec, dtype, "experts")

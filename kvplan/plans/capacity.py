@@ -13,12 +13,19 @@ from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_requests_per_s, kv_transfer_time_s
 from kvplan.formulas.dtypes import KvFormat, resolve_kv_format
-from kvplan.formulas.kv import kv_bytes_per_token, paged_bytes_per_sequence
-from kvplan.formulas.memory import runtime_reserve_bytes
-from kvplan.formulas.weights import resolve_weights_dtype, weights_bytes_per_gpu
+from kvplan.formulas.kv import kv_bytes_per_token
+from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile, choose_link
 from kvplan.notes import Note, note, unique
 from kvplan.plans.common import model_notes, require_cache
+from kvplan.plans.deployment import (
+    DeploymentChoice,
+    choose_deployment,
+    layout_text,
+    rank_budget,
+    replica_sequences,
+)
+from kvplan.plans.pool import max_context_at_batch
 
 WHAT_IF_KV_DTYPES = ("bf16", "fp8", "int8", "int4")
 
@@ -27,8 +34,11 @@ class CapacityRequest(NamedTuple):
     context_len: int = 32768
     batch_sizes: tuple[int, ...] = (1,)
     num_gpus: int | None = None
-    tp: int = 1
-    pp: int = 1
+    # None for all three: kvplan chooses the deployment (kvplan.plans.deployment); any one given
+    # fixes the layout (the others default to 1)
+    tp: int | None = None
+    pp: int | None = None
+    dp_attention: int | None = None
     gpu_mem_util: float = 0.9
     weights_dtype: str = "auto"
     kv_dtype: str = "auto"
@@ -40,13 +50,6 @@ class CapacityRequest(NamedTuple):
     max_num_batched_tokens: int = 8192
     link: str = "network"  # for the disaggregated KV transfer: interconnect or network
     network_gbps: float | None = None
-
-
-class Budget(NamedTuple):
-    usable_bytes: float  # reported memory x utilization
-    weights_bytes: float  # per GPU
-    reserve_bytes: float
-    pool_bytes: float  # what is left for the KV cache, per GPU (negative: weights do not fit)
 
 
 class WhatIfRow(NamedTuple):
@@ -74,6 +77,8 @@ class KvTransfer(NamedTuple):
 class LongestContext(NamedTuple):
     batch_size: int
     max_context_len: int  # 0 when not even one token per sequence fits
+    memory_context_len: int  # what the memory alone holds (may exceed the model's positions)
+    limited_by: str  # memory | positions (the model's max_position_embeddings)
 
 
 class CapacityResult(NamedTuple):
@@ -83,6 +88,10 @@ class CapacityResult(NamedTuple):
     memory_reported: bool
     tp: int
     pp: int
+    dp_attention: int
+    deployment_chosen_by: str  # given | fewest-gpus | most-users
+    gpus_per_node: int
+    nodes_per_replica: int
     num_gpus: int
     replicas: int
     context_len: int
@@ -110,8 +119,6 @@ def validate(request: CapacityRequest) -> None:
         raise KvplanError(f"--gpu-mem-util {request.gpu_mem_util} must be between 0.05 and 1")
     if not 1 <= request.block_size <= 4096:
         raise KvplanError(f"--block-size {request.block_size} must be between 1 and 4096")
-    if request.pp < 1 or request.pp > 1024:
-        raise KvplanError(f"--pp {request.pp} must be between 1 and 1024")
     if not request.batch_sizes or min(request.batch_sizes) < 1:
         raise KvplanError("--batch must be at least 1")
     if request.prefix_tokens < 0 or request.prefix_tokens > request.context_len:
@@ -120,107 +127,53 @@ def validate(request: CapacityRequest) -> None:
         raise KvplanError("--mean-len must be between 1 and --ctx")
     if request.reserve_bytes is not None and not 0 <= request.reserve_bytes < 2**60:
         raise KvplanError("--reserve must be a size between 0 and 1 EiB")
-    gpus = request.num_gpus
-    if gpus is not None and (gpus < 1 or gpus % (request.tp * request.pp)):
-        raise KvplanError(
-            f"--num-gpus {gpus} is not a multiple of tp x pp = {request.tp * request.pp}"
-        )
-
-
-def budget(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest, wdtype: str) -> Budget:
-    usable = gpu.usable_memory_bytes * request.gpu_mem_util
-    weights = weights_bytes_per_gpu(spec, wdtype, request.tp, request.pp)
-    if request.reserve_bytes is None:
-        reserve = runtime_reserve_bytes(spec, request.max_num_batched_tokens, request.tp)
-    else:
-        reserve = request.reserve_bytes
-    return Budget(usable, weights, reserve, usable - weights - reserve)
-
-
-def max_sequences(
-    stages: list[ModelSpec],
-    pool: float,
-    context_len: int,
-    fmt: KvFormat,
-    tp: int,
-    block_size: int,
-    prefix_tokens: int = 0,
-) -> int:
-    """Whole sequences of `context_len` the pool holds on every stage. A shared prefix is stored
-    once, in its whole blocks (a partial block is private to each sequence)."""
-    best = None
-    # Only whole blocks are shared, and a sequence's last block is always its own (engines
-    # compute the last token of a fully cached prompt, and generation writes after it).
-    shared_tokens = min(prefix_tokens, context_len - 1) // block_size * block_size
-    for stage in stages:
-        per_seq = paged_bytes_per_sequence(stage, context_len, fmt, tp, block_size)
-        if per_seq == 0:
-            continue
-        shared = 0
-        if shared_tokens:
-            shared = paged_bytes_per_sequence(stage, shared_tokens, fmt, tp, block_size)
-            shared -= _state_bytes(stage, fmt, tp)
-            per_seq -= shared
-        count = int((pool - shared) // per_seq) if pool > shared else 0
-        best = count if best is None else min(best, count)
-    return max(0, best or 0)
-
-
-def _state_bytes(stage: ModelSpec, fmt: KvFormat, tp: int) -> int:
-    return paged_bytes_per_sequence(
-        stage._replace(layers=tuple(layer._replace(attention=None) for layer in stage.layers)),
-        1,
-        fmt,
-        tp,
-    )
-
-
-def max_context_at_batch(
-    stages: list[ModelSpec], pool: float, batch_size: int, fmt: KvFormat, tp: int, block_size: int
-) -> int:
-    """The longest context at which `batch_size` sequences fit (0 if none)."""
-
-    def fits(s: int) -> bool:
-        return all(
-            batch_size * paged_bytes_per_sequence(st, s, fmt, tp, block_size) <= pool
-            for st in stages
-        )
-
-    if pool <= 0 or not fits(1):
-        return 0
-    lo, hi = 1, 1 << 34
-    if fits(hi):
-        return hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
 
 
 def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> CapacityResult:
     """The Python twin of `kvplan capacity MODEL --gpu GPU` (engine-free)."""
     require_cache(spec, "concurrency")
     validate(request)
-    spec.check_tp(request.tp)
-    tp, pp, blk = request.tp, request.pp, request.block_size
-    stages = pp_stages(spec, pp)
     wdtype, wnotes = resolve_weights_dtype(spec, request.weights_dtype)
     fmt = resolve_kv_format(request.kv_dtype, spec.dtype, request.kv_group_size)
-    plan = budget(spec, gpu, request, wdtype)
+    choice = resolve_deployment(spec, gpu, request, wdtype, fmt)
+    d = choice.deployment
+    tp = 1 if d.dp_attention > 1 else d.tp  # a rank's TP
+    pp, blk = d.pp, request.block_size
+    stages = pp_stages(spec, pp)
+    plan = rank_budget(
+        spec,
+        gpu,
+        wdtype,
+        d,
+        request.gpu_mem_util,
+        request.reserve_bytes,
+        request.max_num_batched_tokens,
+    )
     pool = max(0.0, plan.pool_bytes)
-    replicas = (request.num_gpus or tp * pp) // (tp * pp)
+    gpus = request.num_gpus
+    if gpus is not None and gpus % d.gpus:
+        raise KvplanError(
+            f"--num-gpus {gpus} is not a multiple of the {d.gpus} GPUs of one replica "
+            f"({layout_text(d)})"
+        )
+    replicas = (gpus or d.gpus) // d.gpus
     ctx = request.context_len
 
     def concurrency(fmt_: KvFormat, context_len: int, prefix: int = 0) -> int:
-        return max_sequences(stages, pool, context_len, fmt_, tp, blk, prefix) * replicas
+        return replica_sequences(spec, d, pool, context_len, fmt_, blk, prefix) * replicas
 
     per_token = max(kv_bytes_per_token(st, fmt, tp) for st in stages)
     kv_tokens = int(pool // (per_token * blk)) * blk if per_token else None
     max_conc = concurrency(fmt, ctx)
-    longest = [
-        LongestContext(b, max_context_at_batch(stages, pool, b, fmt, tp, blk))
-        for b in request.batch_sizes
-    ]
+    positions = spec.max_position_embeddings
+    longest = []
+    for b in request.batch_sizes:
+        per_rank = -(-b // d.dp_attention)  # DP-attention ranks share the batch
+        memory = max_context_at_batch(stages, pool, per_rank, fmt, tp, blk)
+        capped = min(memory, positions) if positions else memory
+        longest.append(
+            LongestContext(b, capped, memory, "positions" if capped < memory else "memory")
+        )
     fits = plan.pool_bytes > 0 and max_conc >= 1
 
     notes = model_notes(spec, tp) + wnotes
@@ -239,11 +192,17 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
     notes.append(note("capacity-paged", block_size=blk))
     if gpu.memory_reported_basis == "estimated":
         notes.append(note("memory-estimated", gpu=gpu.name, source=gpu.memory_reported_source))
+    notes += choice.notes
     if pp > 1:
         notes.append(note("capacity-pp", pp=pp))
     if replicas > 1:
         notes.append(
-            note("capacity-replicas", num_gpus=request.num_gpus, replicas=replicas, tp=tp, pp=pp)
+            note(
+                "capacity-replicas",
+                num_gpus=request.num_gpus,
+                replicas=replicas,
+                layout=layout_text(d),
+            )
         )
     if plan.pool_bytes <= 0:
         notes.append(
@@ -292,7 +251,11 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
         memory_reported=bool(gpu.memory_reported_bytes),
         tp=tp,
         pp=pp,
-        num_gpus=replicas * tp * pp,
+        dp_attention=d.dp_attention,
+        deployment_chosen_by=choice.chosen_by,
+        gpus_per_node=choice.gpus_per_node,
+        nodes_per_replica=choice.nodes,
+        num_gpus=replicas * d.gpus,
         replicas=replicas,
         context_len=ctx,
         kv_dtype=fmt.name,
@@ -310,34 +273,29 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
         fits=fits,
         what_if=what_if,
         paging=paging,
-        kv_transfer=kv_transfer(spec, gpu, request, fmt, notes),
+        kv_transfer=kv_transfer(spec, gpu, request._replace(tp=tp), fmt, notes),
         notes=unique(notes),
     )
 
 
-def smallest_fitting_tp(
-    spec: ModelSpec,
-    gpu: GpuProfile,
-    context_len: int,
-    gpu_mem_util: float = 0.9,
-    choices: tuple[int, ...] = (1, 2, 4, 8, 16),
-) -> int:
-    """The smallest valid TP degree at which one sequence of `context_len` fits beside the
-    weights (what report and explore plan with when no TP is given)."""
-    wdtype, _ = resolve_weights_dtype(spec, "auto")
-    fmt = resolve_kv_format("auto", spec.dtype)
-    for tp in choices:
-        try:
-            spec.check_tp(tp)
-        except KvplanError:
-            continue
-        plan = budget(spec, gpu, CapacityRequest(tp=tp, gpu_mem_util=gpu_mem_util), wdtype)
-        if (
-            plan.pool_bytes > 0
-            and max_sequences(pp_stages(spec, 1), plan.pool_bytes, context_len, fmt, tp, 16) >= 1
-        ):
-            return tp
-    raise KvplanError(f"{spec.name} does not fit on up to {choices[-1]} x {gpu.name}")
+def resolve_deployment(
+    spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest, wdtype: str, fmt: KvFormat
+) -> DeploymentChoice:
+    """The layout the request fixes, or the one kvplan chooses for its context."""
+    return choose_deployment(
+        spec,
+        gpu,
+        wdtype,
+        fmt,
+        request.context_len,
+        request.gpu_mem_util,
+        tp=request.tp,
+        pp=request.pp,
+        dp_attention=request.dp_attention,
+        block_size=request.block_size,
+        reserve_bytes=request.reserve_bytes,
+        max_num_batched_tokens=request.max_num_batched_tokens,
+    )
 
 
 def kv_transfer(
@@ -376,17 +334,32 @@ def kv_transfer(
 def concurrency_curve(
     spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest, contexts: list[int]
 ) -> dict[str, list[tuple[int, int]]]:
-    """Max concurrent sequences per context, one series per KV dtype (for the plot)."""
+    """Max concurrent sequences per context, one series per KV dtype (for the plot); contexts
+    past the model's maximum positions are left out (they cannot happen)."""
     validate(request)
-    stages = pp_stages(spec, request.pp)
     wdtype, _ = resolve_weights_dtype(spec, request.weights_dtype)
-    pool = max(0.0, budget(spec, gpu, request, wdtype).pool_bytes)
-    replicas = (request.num_gpus or request.tp * request.pp) // (request.tp * request.pp)
+    fmt0 = resolve_kv_format(request.kv_dtype, spec.dtype, request.kv_group_size)
+    d = resolve_deployment(spec, gpu, request, wdtype, fmt0).deployment
+    plan = rank_budget(
+        spec,
+        gpu,
+        wdtype,
+        d,
+        request.gpu_mem_util,
+        request.reserve_bytes,
+        request.max_num_batched_tokens,
+    )
+    replicas = (request.num_gpus or d.gpus) // d.gpus
+    positions = spec.max_position_embeddings
+    usable = [c for c in contexts if not positions or c <= positions]
     series = {}
     for name in WHAT_IF_KV_DTYPES:
         fmt = resolve_kv_format(name, spec.dtype, request.kv_group_size)
         series[name] = [
-            (c, replicas * max_sequences(stages, pool, c, fmt, request.tp, request.block_size))
-            for c in contexts
+            (
+                c,
+                replicas * replica_sequences(spec, d, plan.pool_bytes, c, fmt, request.block_size),
+            )
+            for c in usable
         ]
     return series

@@ -19,18 +19,19 @@ from kvplan.plans.capacity import (
     Paging,
     capacity,
     concurrency_curve,
-    smallest_fitting_tp,
 )
 from kvplan.plans.common import model_notes, require_cache
+from kvplan.plans.deployment import DeploymentChoice, choose_deployment
 from kvplan.plans.roofline import RooflineRequest, RooflineResult, roofline
-
-TP_CHOICES = (1, 2, 4, 8, 16)
 
 
 class DesignRequest(NamedTuple):
     contexts: tuple[int, ...] = (8192, 32768, 131072)
     kv_dtypes: tuple[str, ...] = ("auto", "fp8")
-    tp: int | None = None  # None: the smallest TP at which one sequence of the longest context fits
+    # None for all three: the deployment kvplan chooses for the longest context, per GPU
+    tp: int | None = None
+    pp: int | None = None
+    dp_attention: int | None = None
     gpu_mem_util: float = 0.9
     prefix_tokens: int = 2048
     plots: bool = False  # also compute what the report's two charts draw
@@ -75,6 +76,11 @@ class ContextPlan(NamedTuple):
 class DesignOption(NamedTuple):
     gpu: str
     tp: int
+    pp: int
+    dp_attention: int
+    gpus: int  # one replica
+    nodes: int
+    deployment_chosen_by: str
     per_context: list[ContextPlan]
 
 
@@ -93,11 +99,20 @@ class DesignResult(NamedTuple):
     plot_capacity: dict[str, list[tuple[int, int]]] | None = None
 
 
-def choose_tp(spec: ModelSpec, gpu: GpuProfile, request: DesignRequest) -> int:
-    if request.tp is not None:
-        spec.check_tp(request.tp)
-        return request.tp
-    return smallest_fitting_tp(spec, gpu, max(request.contexts), request.gpu_mem_util, TP_CHOICES)
+def choose(spec: ModelSpec, gpu: GpuProfile, request: DesignRequest, wdtype: str, fmt):
+    """The deployment the report plans on for this GPU (given, or chosen for the longest
+    context)."""
+    return choose_deployment(
+        spec,
+        gpu,
+        wdtype,
+        fmt,
+        max(request.contexts),
+        request.gpu_mem_util,
+        tp=request.tp,
+        pp=request.pp,
+        dp_attention=request.dp_attention,
+    )
 
 
 def _what_if_key(row) -> str:
@@ -126,7 +141,9 @@ def design_report(spec: ModelSpec, gpus: list[GpuProfile], request: DesignReques
     options = []
     notes = model_notes(spec, 1) + wnotes
     for gpu in gpus:
-        tp = choose_tp(spec, gpu, request)
+        choice: DeploymentChoice = choose(spec, gpu, request, wdtype, base)
+        d = choice.deployment
+        notes += list(choice.notes)
         per_context = []
         for c in request.contexts:
             per_dtype = {
@@ -135,7 +152,9 @@ def design_report(spec: ModelSpec, gpus: list[GpuProfile], request: DesignReques
                     gpu,
                     CapacityRequest(
                         context_len=c,
-                        tp=tp,
+                        tp=d.tp,
+                        pp=d.pp,
+                        dp_attention=d.dp_attention,
                         gpu_mem_util=request.gpu_mem_util,
                         kv_dtype=fmt.name,
                         prefix_tokens=min(request.prefix_tokens, c),
@@ -152,7 +171,10 @@ def design_report(spec: ModelSpec, gpus: list[GpuProfile], request: DesignReques
                     contexts=(c,),
                     batches=(max(1, first.max_concurrency),),
                     kv_dtype=base.name,
-                    tp=tp,
+                    tp=d.tp,
+                    pp=d.pp,
+                    dp_attention=d.dp_attention if d.dp_attention > 1 else None,
+                    gpu_mem_util=request.gpu_mem_util,
                 ),
             )
             if not first.fits:
@@ -179,7 +201,18 @@ def design_report(spec: ModelSpec, gpus: list[GpuProfile], request: DesignReques
                 )
             )
             notes += list(first.notes) + list(roof.notes)
-        options.append(DesignOption(gpu.name, tp, per_context))
+        options.append(
+            DesignOption(
+                gpu.name,
+                d.tp,
+                d.pp,
+                d.dp_attention,
+                d.gpus,
+                choice.nodes,
+                choice.chosen_by,
+                per_context,
+            )
+        )
     model = DesignModel(
         name=spec.name,
         family=spec.family,
@@ -194,12 +227,20 @@ def design_report(spec: ModelSpec, gpus: list[GpuProfile], request: DesignReques
     )
     plot_roofline = plot_capacity = None
     if request.plots:
-        first_gpu, tp = gpus[0], options[0].tp
+        first_gpu, o = gpus[0], options[0]
+        dp = o.dp_attention if o.dp_attention > 1 else None
         plot_roofline = roofline(
-            spec, first_gpu, RooflineRequest(contexts=request.contexts, batches=(1, 8, 64), tp=tp)
+            spec,
+            first_gpu,
+            RooflineRequest(
+                contexts=request.contexts, batches=(1, 8, 64), tp=o.tp, pp=o.pp, dp_attention=dp
+            ),
         )
         plot_capacity = concurrency_curve(
-            spec, first_gpu, CapacityRequest(tp=tp), [2**k for k in range(10, 19)]
+            spec,
+            first_gpu,
+            CapacityRequest(tp=o.tp, pp=o.pp, dp_attention=dp),
+            [2**k for k in range(10, 19)],
         )
     return DesignResult(
         __version__,

@@ -5,15 +5,15 @@ positions, and embedded as data; the page's JavaScript only looks values up and 
 from __future__ import annotations
 
 from kvplan import __version__
-from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
+from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import resolve_kv_format
 from kvplan.formulas.kv import cache_groups, kv_bytes_per_sequence, kv_bytes_per_token
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import note
-from kvplan.plans.capacity import CapacityRequest, budget, max_sequences, smallest_fitting_tp
 from kvplan.plans.common import model_notes, require_cache
+from kvplan.plans.deployment import choose_deployment, rank_budget, replica_sequences
 
 ACT1_MAX_PROMPT = 4096
 ACT1_MAX_GENERATE = 256
@@ -109,12 +109,15 @@ def explore_data(spec: ModelSpec, gpus: list[GpuProfile]) -> dict:
     act3 = {"contexts": contexts, "users": list(USER_GRID), "gpus": []}
     wdtype, _ = resolve_weights_dtype(spec, "auto")
     for gpu in gpus:
-        tp = smallest_fitting_tp(spec, gpu, 1024)
-        plan = budget(spec, gpu, CapacityRequest(tp=tp), wdtype)
-        stages = pp_stages(spec, 1)
+        d = choose_deployment(spec, gpu, wdtype, base, 1024).deployment
+        tp = 1 if d.dp_attention > 1 else d.tp
+        plan = rank_budget(spec, gpu, wdtype, d, 0.9)
         entry = {
             "name": gpu.name,
             "tp": tp,
+            "pp": d.pp,
+            "dp_attention": d.dp_attention,
+            "gpus": d.gpus,
             "usable_bytes": plan.usable_bytes,
             "weights_bytes": plan.weights_bytes,
             "reserve_bytes": plan.reserve_bytes,
@@ -137,15 +140,11 @@ def explore_data(spec: ModelSpec, gpus: list[GpuProfile]) -> dict:
                 else 1.0,
             }
             for c in contexts:
-                rows["max_users"].append(
-                    max_sequences(stages, max(0.0, plan.pool_bytes), c, fmt, tp, 16)
-                )
+                rows["max_users"].append(replica_sequences(spec, d, plan.pool_bytes, c, fmt))
             entry["quant"][dtype] = rows
         for c in contexts:
             per_seq = kv_bytes_per_sequence(spec, c, base, tp)
-            entry["max_users"][c] = max_sequences(
-                stages, max(0.0, plan.pool_bytes), c, base, tp, 16
-            )
+            entry["max_users"][c] = replica_sequences(spec, d, plan.pool_bytes, c, base)
             entry["cache_bytes"][c] = [u * per_seq for u in USER_GRID]
             entry["free_bytes"][c] = [plan.pool_bytes - u * per_seq for u in USER_GRID]
         act3["gpus"].append(entry)

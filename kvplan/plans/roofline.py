@@ -14,6 +14,12 @@ from kvplan.formulas.comm import (
     tp_comm_time_per_decode_step_s,
 )
 from kvplan.formulas.dtypes import KvFormat, resolve_kv_format
+from kvplan.formulas.expert_parallel import (
+    dp_attention_batch_equal_reads,
+    dp_attention_decode_step,
+    dp_attention_prefill_step,
+    ep_alltoall_time_s,
+)
 from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.formulas.roofline import (
     asymptotic_intensity,
@@ -27,6 +33,7 @@ from kvplan.formulas.step_time import Rates, decode_step, prefill_step
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
 from kvplan.plans.common import model_notes
+from kvplan.plans.deployment import choose_deployment, rank_budget, replica_sequences
 
 
 class RooflineRequest(NamedTuple):
@@ -34,9 +41,13 @@ class RooflineRequest(NamedTuple):
     batches: tuple[int, ...] = (1, 8, 64)
     kv_dtype: str = "auto"
     weights_dtype: str = "auto"
-    tp: int = 1
+    # None for all three: the deployment kvplan chooses for the longest context
+    # (kvplan.plans.deployment); any one given fixes the layout
+    tp: int | None = None
     kv_group_size: int = 32
-    pp: int = 1
+    pp: int | None = None
+    dp_attention: int | None = None
+    gpu_mem_util: float = 0.9
 
 
 class GpuPoint(NamedTuple):
@@ -72,6 +83,8 @@ class DecodeRow(NamedTuple):
     comm_s: float
     tokens_per_s: float
     bound: str
+    fits: bool  # the batch's cache fits beside the weights on this deployment
+    max_batch: int  # sequences of this context the deployment holds
 
 
 class ContextRow(NamedTuple):
@@ -88,6 +101,8 @@ class RooflineResult(NamedTuple):
     gpu: GpuPoint
     tp: int
     pp: int
+    dp_attention: int
+    deployment_chosen_by: str
     weights_dtype: str
     kv_dtype: str
     compute_dtype: str
@@ -171,37 +186,72 @@ def tp_where_comm_dominates(
 
 def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> RooflineResult:
     """The Python twin of `kvplan roofline MODEL --gpu GPU`."""
-    spec.check_tp(request.tp)
-    tp, pp = request.tp, request.pp
-    if pp < 1 or pp > spec.num_layers:
-        raise KvplanError(f"--pp {pp} must be between 1 and the {spec.num_layers} layers")
     if not request.contexts or not request.batches:
         raise KvplanError("roofline needs at least one context and one batch size")
     if len(request.contexts) * len(request.batches) > 10_000:
         raise KvplanError("roofline: at most 10,000 decode rows (contexts x batches)")
-    link = gpu.interconnect
-    if (tp > 1 or pp > 1) and link is None:
-        raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
     wdtype, wnotes = resolve_weights_dtype_checked(spec, request.weights_dtype)
     fmt = resolve_kv_format(request.kv_dtype, spec.dtype, request.kv_group_size)
+    fixed = any(x is not None for x in (request.tp, request.pp, request.dp_attention))
+    try:
+        choice = choose_deployment(
+            spec,
+            gpu,
+            wdtype,
+            fmt,
+            max(request.contexts),
+            request.gpu_mem_util,
+            tp=request.tp,
+            pp=request.pp,
+            dp_attention=request.dp_attention,
+        )
+    except KvplanError:
+        if fixed:
+            raise
+        # nothing holds one sequence: the physics of one GPU, every row marked as not fitting
+        choice = choose_deployment(spec, gpu, wdtype, fmt, 1, request.gpu_mem_util, tp=1)
+    d = choice.deployment
+    dp = d.dp_attention
+    tp, pp = (1 if dp > 1 else d.tp), d.pp
+    node = choice.gpus_per_node
+    link = gpu.interconnect
+    if d.gpus > 1 and link is None:
+        raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
+    tp_link = _link(gpu, tp <= node)
+    stage_link = _link(gpu, d.gpus <= node)
     cdtype = compute_dtype(wdtype)
     device_rates = rates(gpu, cdtype)
     ridge = gpu.ridge_flop_per_byte(cdtype)
     bw = gpu.memory_bandwidth_bytes_per_s
+    pool = rank_budget(spec, gpu, wdtype, d, request.gpu_mem_util).pool_bytes
     prefill_len = request.contexts[0]
-    pre = prefill_step(spec, device_rates, prefill_len, wdtype, fmt, tp)
+    if dp > 1:
+        pre = dp_attention_prefill_step(spec, device_rates, prefill_len, wdtype, fmt, dp)
+    else:
+        pre = prefill_step(spec, device_rates, prefill_len, wdtype, fmt, tp)
     decode_rows = []
     for context_len in request.contexts:
+        holds = replica_sequences(spec, d, pool, context_len, fmt) if pool > 0 else 0
         for batch_size in request.batches:
-            step = decode_step(spec, device_rates, batch_size, context_len, wdtype, fmt, tp)
             comm = 0.0
+            if dp > 1:
+                step = dp_attention_decode_step(
+                    spec, device_rates, batch_size, context_len, wdtype, fmt, dp
+                )
+                comm = ep_alltoall_time_s(
+                    spec, step.batch_size, dp, tp_link.one_way_bytes_per_s, tp_link.latency_s
+                )
+            else:
+                step = decode_step(spec, device_rates, batch_size, context_len, wdtype, fmt, tp)
             if tp > 1:
                 comm = tp_comm_time_per_decode_step_s(
-                    spec, batch_size, tp, link.one_way_bytes_per_s, link.latency_s
+                    spec, batch_size, tp, tp_link.one_way_bytes_per_s, tp_link.latency_s
                 )
             if pp > 1:  # each stage boundary passes the batch's activations once per token
                 comm += (pp - 1) * p2p_time_s(
-                    tp_allreduce_bytes(spec, batch_size), link.one_way_bytes_per_s, link.latency_s
+                    tp_allreduce_bytes(spec, batch_size),
+                    stage_link.one_way_bytes_per_s,
+                    stage_link.latency_s,
                 )
             total = step.time_floor_s + comm
             decode_rows.append(
@@ -216,6 +266,8 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
                     comm,
                     batch_size / total,
                     "communication" if comm > step.time_floor_s else step.bound,
+                    batch_size <= holds,
+                    holds,
                 )
             )
     per_context = []
@@ -227,7 +279,13 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
                 kv,
                 asymptotic_intensity(spec, context_len, fmt, tp) if kv else None,
                 ceiling_tokens_per_s(bw, kv) if kv else None,
-                batch_equal_reads(spec, context_len, wdtype, fmt, tp) if kv else None,
+                (
+                    dp_attention_batch_equal_reads(spec, context_len, wdtype, fmt, dp)
+                    if dp > 1
+                    else batch_equal_reads(spec, context_len, wdtype, fmt, tp)
+                )
+                if kv
+                else None,
             )
         )
     s_star = (
@@ -238,7 +296,7 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
         comm_dominates_tp = tp_where_comm_dominates(
             spec, gpu, request.batches[-1], request.contexts[0], wdtype, fmt
         )
-    notes = model_notes(spec, tp) + wnotes
+    notes = model_notes(spec, tp) + wnotes + list(choice.notes)
     notes += [
         note(
             "roofline-peaks",
@@ -255,16 +313,18 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
         notes.append(note("roofline-moe", experts=spec.moe.num_experts, top_k=spec.moe.top_k))
     if spec.has_kind(CacheKind.STATE):
         notes.append(note("roofline-state"))
-    if tp > 1:
+    if tp > 1 or dp > 1:
         notes.append(
             note(
                 "roofline-tp",
-                tp=tp,
-                link=link.name,
-                one_way_bytes_per_s=link.one_way_bytes_per_s,
-                latency_s=link.latency_s,
+                tp=max(tp, dp),
+                link=tp_link.name,
+                one_way_bytes_per_s=tp_link.one_way_bytes_per_s,
+                latency_s=tp_link.latency_s,
             )
         )
+    if any(not row.fits for row in decode_rows):
+        notes.append(note("roofline-rows-overflow", gpus=d.gpus, gpu=gpu.name))
     if pp > 1:
         notes.append(note("roofline-pp", pp=pp, bubble=pipeline_bubble_fraction(pp, pp)))
     summary = per_context[0]
@@ -274,10 +334,12 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
         gpu=gpu_point(gpu, cdtype),
         tp=tp,
         pp=pp,
+        dp_attention=dp,
+        deployment_chosen_by=choice.chosen_by,
         weights_dtype=wdtype,
         kv_dtype=fmt.name,
         compute_dtype=cdtype,
-        link_name=link.name if link else None,
+        link_name=tp_link.name if link else None,
         prefill=PrefillPoint(
             prefill_len, pre.flops, pre.bytes, pre.intensity, pre.time_floor_s, pre.bound
         ),
@@ -291,6 +353,14 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
         comm_batch_size=request.batches[-1],
         notes=unique(notes),
     )
+
+
+def _link(gpu: GpuProfile, within_node: bool):
+    """The interconnect within a node; the network (or, without a figure, the interconnect)
+    across nodes."""
+    if within_node or gpu.network is None:
+        return gpu.interconnect
+    return gpu.network
 
 
 def resolve_weights_dtype_checked(spec: ModelSpec, name: str):

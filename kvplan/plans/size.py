@@ -17,7 +17,7 @@ from kvplan.formulas.kv import (
 )
 from kvplan.formulas.roofline import batch_equal_memory
 from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
-from kvplan.notes import Note, unique
+from kvplan.notes import Note, note, unique
 from kvplan.plans.common import (
     AttentionSummary,
     LayerGroupCount,
@@ -67,6 +67,7 @@ class SizeRow(NamedTuple):
     weights_bytes: int  # per rank
     kv_to_weights: float | None
     batch_equal_memory: float | None  # B_mem: weights stored / KV per sequence
+    beyond_positions: bool  # the context is past the model's max_position_embeddings
 
 
 class BreakdownRow(NamedTuple):
@@ -109,6 +110,10 @@ def size(spec: ModelSpec, request: SizeRequest) -> SizeResult:
         for name in dict.fromkeys(request.kv_dtypes)
     ]
     rows, breakdown, notes = [], [], model_notes(spec, request.tp) + wnotes
+    positions = spec.max_position_embeddings
+    past = [c for c in request.contexts if positions and c > positions]
+    if past:
+        notes.append(note("ctx-beyond-positions", context_len=max(past), positions=positions))
     for fmt in formats:
         notes.append(fmt.note)
         groups = cache_groups(spec, fmt, request.tp)
@@ -127,6 +132,7 @@ def size(spec: ModelSpec, request: SizeRequest) -> SizeResult:
                         int(round(weights_rank)),
                         total / weights_rank if weights_rank else None,
                         batch_equal_memory(weights_rank, per_seq),
+                        bool(positions and context_len > positions),
                     )
                 )
             if request.breakdown:

@@ -28,8 +28,9 @@ from kvplan.formulas.techniques import (
 from kvplan.formulas.weights import resolve_weights_dtype, weights_bytes_per_gpu
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
-from kvplan.plans.capacity import CapacityRequest, budget, max_sequences, smallest_fitting_tp
 from kvplan.plans.common import model_notes
+from kvplan.plans.deployment import choose_deployment, gpus_per_node
+from kvplan.plans.pool import budget, max_sequences
 from kvplan.plans.roofline import rates as device_rates
 from kvplan.plans.whatif_techniques import (
     RECURRENT_GROUPS,
@@ -286,6 +287,35 @@ def validate(request: WhatIfRequest) -> None:
         raise KvplanError(f"--block-size {request.block_size} must be between 1 and 4096")
 
 
+def _whatif_tp(
+    spec: ModelSpec, gpu: GpuProfile, wdtype: str, fmt, context_len: int, gpu_mem_util: float
+) -> tuple[int, list[Note]]:
+    """whatif prices one TP group: the smallest TP within a node at which one sequence fits;
+    past the node, the smallest TP across nodes that fits (said so: engines would use PP)."""
+    try:
+        choice = choose_deployment(spec, gpu, wdtype, fmt, context_len, gpu_mem_util, tp_only=True)
+        notes = [n for n in choice.notes if n.id == "node-size-assumed"]
+        tp = choice.deployment.tp
+        return tp, [note("whatif-tp-auto", tp=tp, gpu=gpu.name, context_len=context_len), *notes]
+    except KvplanError:
+        pass
+    node = gpus_per_node(gpu)[0]
+    tp = node * 2
+    while tp <= 1024 and gpu.interconnect is not None:
+        try:
+            choice = choose_deployment(spec, gpu, wdtype, fmt, context_len, gpu_mem_util, tp=tp)
+        except KvplanError:  # the heads do not split that way
+            tp *= 2
+            continue
+        if choice.users >= 1:
+            return tp, [
+                note("whatif-tp-auto", tp=tp, gpu=gpu.name, context_len=context_len),
+                *choice.notes,
+            ]
+        tp *= 2
+    return 1, [note("whatif-no-fit", gpu=gpu.name, context_len=context_len)]
+
+
 def whatif(spec: ModelSpec, gpu: GpuProfile, request: WhatIfRequest) -> WhatIfResult:
     """The Python twin of `kvplan whatif MODEL --gpu GPU`."""
     validate(request)
@@ -328,17 +358,13 @@ def whatif(spec: ModelSpec, gpu: GpuProfile, request: WhatIfRequest) -> WhatIfRe
         request.spec_acceptance,
     )
     tp = request.tp
-    if tp is None:
-        try:
-            tp = smallest_fitting_tp(spec, gpu, s, request.gpu_mem_util)
-            notes.append(note("whatif-tp-auto", tp=tp, gpu=gpu.name, context_len=s))
-        except KvplanError:
-            tp = 1
-            notes.append(note("whatif-no-fit", gpu=gpu.name, context_len=s))
-    spec.check_tp(tp)
     wdtype, wnotes = resolve_weights_dtype(spec, request.weights_dtype)
+    if tp is None:
+        tp, tp_notes = _whatif_tp(spec, gpu, wdtype, fmt, s, request.gpu_mem_util)
+        notes += tp_notes
+    spec.check_tp(tp)
     draft_wdtype = resolve_weights_dtype(draft, request.weights_dtype)[0] if draft else wdtype
-    plan = budget(spec, gpu, CapacityRequest(tp=tp, gpu_mem_util=request.gpu_mem_util), wdtype)
+    plan = budget(spec, gpu, wdtype, tp=tp, gpu_mem_util=request.gpu_mem_util)
     pricer = Pricer(
         s,
         gpu,

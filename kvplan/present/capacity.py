@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kvplan.plans.capacity import CapacityResult, WhatIfRow
+from kvplan.plans.capacity import CapacityResult, LongestContext, WhatIfRow
+from kvplan.plans.deployment import Deployment, layout_text
 from kvplan.present import format as f
 from kvplan.present.view import Column, Table, View, jsonable, view
 
@@ -19,15 +20,39 @@ def scenario(row: WhatIfRow, ctx: int) -> str:
     }[row.kind]()
 
 
+def deployment_text(r: CapacityResult) -> str:
+    """'TP 8 x PP 2 on 16 GPUs (2 nodes of 8), chosen: ...'."""
+    d = Deployment(r.tp, r.pp, r.dp_attention)
+    per_replica = d.gpus
+    where = "one node" if r.nodes_per_replica == 1 else f"{r.nodes_per_replica} nodes"
+    out = f"{layout_text(d)}: {per_replica:,} GPU{'s' if per_replica > 1 else ''} ({where})"
+    if r.replicas > 1:
+        out += f" x {r.replicas:,} replicas = {r.num_gpus:,} GPUs"
+    return (
+        out
+        + {
+            "given": "",
+            "fewest-gpus": ", the fewest that fit",
+            "most-users": ", the fewest that fit, the layout holding the most",
+        }[r.deployment_chosen_by]
+    )
+
+
+def longest_text(row: LongestContext) -> str:
+    if row.limited_by == "positions":
+        return (
+            f"{row.max_context_len:,} tokens (the model's maximum positions; memory would hold "
+            f"{row.memory_context_len:,})"
+        )
+    return f"{row.max_context_len:,} tokens"
+
+
 def capacity_view(result: CapacityResult) -> View:
     r = result
     ctx = r.context_len
     facts = [
-        (
-            "model / GPU",
-            f"{r.model['name']} on {r.gpu}, TP {r.tp} x PP {r.pp}"
-            + (f", {r.replicas} replicas" if r.replicas > 1 else ""),
-        ),
+        ("model / GPU", f"{r.model['name']} on {r.gpu}"),
+        ("deployment", deployment_text(r)),
         ("dtypes", f"weights {r.weights_dtype}, KV {r.kv_dtype}"),
         (
             "memory per GPU",
@@ -45,7 +70,7 @@ def capacity_view(result: CapacityResult) -> View:
         (f"max sequences at {ctx:,}", f"{r.max_concurrency:,}"),
     ]
     facts += [
-        (f"longest context at batch {row.batch_size:,}", f"{row.max_context_len:,} tokens")
+        (f"longest context at batch {row.batch_size:,}", longest_text(row))
         for row in r.longest_context
     ]
     if r.paging:
@@ -80,6 +105,11 @@ def capacity_view(result: CapacityResult) -> View:
     return view(f"Capacity of {r.model['name']} on {r.gpu}", r, facts, [table], data=data)
 
 
+def seats_per_engine(result: CapacityResult) -> int:
+    """Sequences one engine instance runs: a replica's share (per DP rank under DP attention)."""
+    return max(1, result.max_concurrency // result.replicas // result.dp_attention)
+
+
 def vllm_command(result: CapacityResult, model_id: str, max_num_batched_tokens: int) -> str:
     """The `vllm serve` command matching this plan."""
     kv = result.kv_dtype if result.kv_dtype == "fp8" else "auto"
@@ -87,10 +117,13 @@ def vllm_command(result: CapacityResult, model_id: str, max_num_batched_tokens: 
         f"vllm serve {model_id}",
         f"--max-model-len {result.context_len}",
         f"--kv-cache-dtype {kv}",
-        f"--max-num-seqs {max(1, result.max_concurrency // result.replicas)}",
+        f"--max-num-seqs {seats_per_engine(result)}",
         f"--gpu-memory-utilization {result.gpu_mem_util}",
-        f"--tensor-parallel-size {result.tp}",
     ]
+    if result.dp_attention > 1:
+        parts += [f"--data-parallel-size {result.dp_attention}", "--enable-expert-parallel"]
+    else:
+        parts.append(f"--tensor-parallel-size {result.tp}")
     if result.pp > 1:
         parts.append(f"--pipeline-parallel-size {result.pp}")
     parts.append(f"--block-size {result.block_size}")
@@ -110,10 +143,14 @@ def serve_command(
         f"python -m sglang.launch_server --model-path {model_id}",
         f"--context-length {result.context_len}",
         f"--kv-cache-dtype {kv}",
-        f"--max-running-requests {max(1, result.max_concurrency // result.replicas)}",
+        f"--max-running-requests {seats_per_engine(result)}",
         f"--mem-fraction-static {result.gpu_mem_util}",
-        f"--tp-size {result.tp}",
     ]
+    if result.dp_attention > 1:
+        n = result.dp_attention
+        parts += [f"--tp-size {n}", f"--dp-size {n}", "--enable-dp-attention"]
+    else:
+        parts.append(f"--tp-size {result.tp}")
     if result.pp > 1:
         parts.append(f"--pp-size {result.pp}")
     parts.append(f"--page-size {result.block_size}")

@@ -135,7 +135,7 @@ text("roofline-decode-reads")(
 text("roofline-prefill-causal")(
     lambda: (
         "Prefill attention counts the causal half of the n x n scores (what FlashAttention "
-        "computes); the seed's 4*L*d*n per token counts the full square."
+        "computes); the textbook 4 x L x d x n per token counts the full square."
     )
 )
 text("roofline-batch-equal-reads")(
@@ -204,9 +204,8 @@ text("capacity-pp")(
     )
 )
 text("capacity-replicas")(
-    lambda num_gpus, replicas, tp, pp: (
-        f"{num_gpus} GPUs = {replicas} replicas of TP {tp} x PP {pp}; "
-        "concurrency summed over replicas."
+    lambda num_gpus, replicas, layout: (
+        f"{num_gpus} GPUs = {replicas} replicas of {layout}; concurrency summed over replicas."
     )
 )
 text("capacity-no-room")(
@@ -218,7 +217,10 @@ text("capacity-no-room")(
 )
 text("ctx-beyond-positions")(
     lambda context_len, positions: (
-        f"--ctx {context_len:,} exceeds the model's {positions:,} positions."
+        f"--ctx {context_len:,} is past the model's {positions:,} positions "
+        "(max_position_embeddings): it cannot attend that far without a longer-context "
+        "variant or rope scaling; such rows are marked '!' and show what a cache that long "
+        "would take."
     )
 )
 text("transfer-no-link")(lambda reason: f"No disaggregated KV transfer figure: {reason}.")
@@ -630,14 +632,16 @@ text("whatif-time")(
 )
 text("whatif-tp-auto")(
     lambda tp, gpu, context_len: (
-        f"TP {tp}: the smallest degree at which one {context_len:,}-token sequence fits beside "
-        f"the weights on {gpu} (--tp to choose)."
+        f"TP {tp}: the smallest tensor-parallel degree at which one {context_len:,}-token "
+        f"sequence fits beside the weights on {gpu}, within one node when one suffices "
+        "(--tp to choose)."
     )
 )
 text("whatif-no-fit")(
     lambda gpu, context_len: (
-        f"One {context_len:,}-token sequence does not fit beside the weights on up to 16 x {gpu}: "
-        "priced at TP 1, where no sequence fits (users 0, no TPOT)."
+        f"One {context_len:,}-token sequence does not fit beside the weights on {gpu} at any "
+        "tensor-parallel degree up to 1,024: priced at TP 1, where no sequence fits (users 0, "
+        "no TPOT); kvplan capacity weighs pipeline stages and DP attention."
     )
 )
 text("whatif-cla")(
@@ -905,5 +909,57 @@ text("plan-none")(
     lambda: (
         "No configuration meets the targets: loosen a target, allow more GPU kinds or TP "
         "degrees, or raise --max-gpus."
+    )
+)
+
+# ---- deployments: TP within a node, PP across nodes, DP attention with EP ----------------------
+text("node-size-assumed")(
+    lambda gpu, gpus: (
+        f"{gpu}'s profile does not say how many GPUs its interconnect joins (gpus_per_node): "
+        f"{gpus} assumed, the common server; tensor parallelism stays within them."
+    )
+)
+
+
+def _deployment_chosen(layout, gpu, gpus, nodes, context_len, users, others):
+    where = "one node" if nodes == 1 else f"{nodes} nodes"
+    out = (
+        f"Deployment {layout} on {gpus} x {gpu} ({where}): the fewest GPUs that hold one "
+        f"{context_len:,}-token sequence beside the weights; it holds {users:,}."
+    )
+    if others:
+        weighed = "; ".join(f"{name} {count:,}" for name, count in others)
+        out += f" Also weighed at {gpus} GPUs: {weighed}."
+    return out + " Fix any of it with --tp, --pp or --dp-attention."
+
+
+text("deployment-chosen")(_deployment_chosen)
+text("tp-crosses-nodes")(
+    lambda tp, node: (
+        f"TP {tp} spans more than the {node} GPUs of one node: every layer's all-reduce crosses "
+        "the inter-node network (engines keep TP within a node; prefer PP across nodes)."
+    )
+)
+text("pp-across-nodes")(
+    lambda pp, nodes: (
+        f"{pp} pipeline stages over {nodes} nodes: each stage holds its layers' weights and "
+        "cache; activations cross the network once per stage boundary per step."
+    )
+)
+text("dp-attention")(
+    lambda ranks, mla: (
+        f"DP attention over {ranks} ranks with the routed experts spread over them (EP {ranks}): "
+        "each rank holds every weight but the experts, 1/N of the experts, and its own requests' "
+        "cache whole"
+        + (" (under TP every rank would hold a copy of each request's MLA latent)." if mla else ".")
+        + " Weights as vLLM's -dp N --enable-expert-parallel loads them (SGLang's "
+        "--enable-dp-attention splits the dense layers too: a little more room)."
+    )
+)
+text("roofline-rows-overflow")(
+    lambda gpus, gpu: (
+        f"Rows whose fits column says no need more cache than {gpus} x {gpu} holds beside the "
+        "weights at that context (max batch says how many fit): they cannot run as shown and "
+        "are left out of plots."
     )
 )

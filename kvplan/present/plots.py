@@ -53,7 +53,9 @@ def roofline_plot(data: dict, path: Path) -> None:
     peak, bw = gpu["peak_flop_per_s"], gpu["memory_bandwidth_bytes_per_s"]
     ridge = gpu["ridge_flop_per_byte"]
     points = [("prefill", data["prefill"])] + [
-        (f"decode B={d['batch_size']} s={d['context_len']:,}", d) for d in data["decode"]
+        (f"decode B={d['batch_size']} s={d['context_len']:,}", d)
+        for d in data["decode"]
+        if d.get("fits", True)  # a batch whose cache does not fit cannot run: not drawn
     ]
     xs = [p["arithmetic_intensity_flop_per_byte"] for _, p in points]
     lo, hi = min(xs + [ridge]) / 4, max(xs + [ridge]) * 4

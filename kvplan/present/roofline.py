@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kvplan.plans.deployment import deployment_of, layout_text
 from kvplan.plans.roofline import DeviceResult, RooflineResult
 from kvplan.present import format as f
 from kvplan.present.view import Column, Table, View, rows_of, view
@@ -32,9 +33,11 @@ def device_view(result: DeviceResult) -> View:
 
 
 def roofline_view(result: RooflineResult) -> View:
-    tp, pp, pre = result.tp, result.pp, result.prefill
-    setup = f"{result.model.name} on {result.gpu.name}"
-    setup += (f", TP {tp}" if tp > 1 else "") + (f", PP {pp}" if pp > 1 else "")
+    pre = result.prefill
+    d = deployment_of(result)
+    setup = f"{result.model.name} on {d.gpus} x {result.gpu.name}, {layout_text(d)}"
+    if result.deployment_chosen_by != "given":
+        setup += " (chosen: see notes)"
     s_star = result.critical_context_len
     facts = [
         ("model / GPU", setup),
@@ -90,7 +93,11 @@ def roofline_view(result: RooflineResult) -> View:
             Column("comm_s", "comm (ms)", f.ms),
             Column("time_floor_s", "TPOT floor (ms)", f.ms),
             Column("tokens_per_s", "tokens/s", f.integer),
+            Column("fits_text", "fits", f.text, "left"),
         ],
-        rows_of(result.decode),
+        [
+            {**row, "fits_text": "yes" if row["fits"] else f"no (max {row['max_batch']:,})"}
+            for row in rows_of(result.decode)
+        ],
     )
     return view(f"Roofline of {result.model.name} on {result.gpu.name}", result, facts, [table])

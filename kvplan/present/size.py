@@ -67,6 +67,10 @@ def size_view(result: SizeResult) -> View:
         Column("kv_to_weights", "KV ÷ weights", f.ratio),
         Column("batch_equal_memory", "B_mem (seqs)", f.fixed(1)),
     ]
+    if any(row.beyond_positions for row in result.rows):
+        columns.append(
+            Column("beyond_positions", "!", lambda v: "! past max positions" if v else "", "left")
+        )
     tables = [Table("", columns, rows_of(result.rows))]
     if result.breakdown is not None:
         tables.append(

@@ -1,0 +1,122 @@
+"""Steps of a replica that runs attention data-parallel over N ranks with the routed experts spread
+over the same ranks (DP attention + EP), at their floor, per rank.
+
+Each rank runs attention, the dense layers and the shared experts for its own ceil(B / N)
+sequences (its own cache, whole: TP 1), and the routed experts it holds for every token of the
+batch that is routed to them: 1/N of the expert FLOPs and of the experts the batch touches. Two
+all-to-alls per MoE layer move each token's hidden state to its top-k experts' ranks and back.
+
+>>> from kvplan.inputs.sources import load_model
+>>> from kvplan.formulas.dtypes import resolve_kv_format
+>>> from kvplan.formulas.step_time import Rates
+>>> spec = load_model("deepseek-v3")
+>>> fmt = resolve_kv_format("auto", spec.dtype)
+>>> one = dp_attention_decode_step(spec, Rates(3.35e12, 989e12), 16, 8192, "fp8", fmt, 16)
+>>> one.batch_size  # each of the 16 ranks holds one of the 16 sequences
+1
+"""
+
+from __future__ import annotations
+
+from kvplan.anatomy.model import ModelSpec
+from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat
+from kvplan.formulas.flops import flops_per_decode_token, prefill_flops
+from kvplan.formulas.kv import kv_bytes_per_sequence
+from kvplan.formulas.roofline import MAX_BATCH_SEARCH
+from kvplan.formulas.step_time import Rates, Step, bound, time_floor_s
+from kvplan.formulas.weights import weight_bytes_read_per_decode_step
+
+ACTIVATION_BYTES = ELEMENT_BYTES["bf16"]  # hidden states cross the all-to-all in bf16
+
+
+def without_routed_experts(spec: ModelSpec) -> ModelSpec:
+    """The model a DP-attention rank runs whole: everything but the routed experts."""
+    parts = {k: v for k, v in spec.param_parts.items() if k != "experts"}
+    return spec._replace(moe=None, param_parts=parts)
+
+
+def _step(batch_size: int, context_len: int, flops: float, num_bytes: float, rates: Rates) -> Step:
+    t = time_floor_s(num_bytes, flops, rates)
+    return Step(batch_size, context_len, flops, num_bytes, t, bound(num_bytes, flops, rates))
+
+
+def dp_attention_decode_step(
+    spec: ModelSpec,
+    rates: Rates,
+    batch_size: int,
+    context_len: int,
+    weights_dtype: str,
+    fmt: KvFormat,
+    ranks: int,
+) -> Step:
+    """One decode step of `batch_size` sequences spread over `ranks`, on the busiest rank."""
+    dense = without_routed_experts(spec)
+    own = -(-batch_size // ranks)
+    flops = own * flops_per_decode_token(dense, context_len)
+    expert_flops = flops_per_decode_token(spec, context_len) - flops_per_decode_token(
+        dense, context_len
+    )
+    flops += batch_size * expert_flops / ranks
+    dense_read = weight_bytes_read_per_decode_step(dense, weights_dtype, own)
+    expert_read = weight_bytes_read_per_decode_step(
+        spec, weights_dtype, batch_size
+    ) - weight_bytes_read_per_decode_step(dense, weights_dtype, batch_size)
+    num_bytes = dense_read + expert_read / ranks
+    num_bytes += own * kv_bytes_per_sequence(spec, context_len, fmt, 1)
+    return _step(own, context_len, flops, num_bytes, rates)
+
+
+def dp_attention_prefill_step(
+    spec: ModelSpec, rates: Rates, num_tokens: int, weights_dtype: str, fmt: KvFormat, ranks: int
+) -> Step:
+    """Prefill of one sequence on its rank; its tokens' expert work is spread over the ranks."""
+    dense = without_routed_experts(spec)
+    flops = prefill_flops(dense, num_tokens)
+    flops += (prefill_flops(spec, num_tokens) - flops) / ranks
+    dense_read = weight_bytes_read_per_decode_step(dense, weights_dtype, num_tokens)
+    expert_read = weight_bytes_read_per_decode_step(
+        spec, weights_dtype, num_tokens
+    ) - weight_bytes_read_per_decode_step(dense, weights_dtype, num_tokens)
+    num_bytes = dense_read + expert_read / ranks + kv_bytes_per_sequence(spec, num_tokens, fmt, 1)
+    return _step(1, num_tokens, flops, num_bytes, rates)
+
+
+def ep_alltoall_bytes(spec: ModelSpec, tokens: int) -> int:
+    """Bytes one rank sends per step for `tokens` of its own: each token's hidden state (bf16) to
+    its top-k experts and back, in every MoE layer."""
+    if spec.moe is None:
+        return 0
+    return 2 * spec.moe.num_layers * tokens * spec.moe.top_k * spec.hidden_size * ACTIVATION_BYTES
+
+
+def ep_alltoall_time_s(
+    spec: ModelSpec, tokens: int, ranks: int, one_way_bytes_per_s: float, latency_s: float
+) -> float:
+    """The all-to-alls of one step: the share of the bytes bound for other ranks over the link,
+    plus one message latency per all-to-all (dispatch and combine per MoE layer)."""
+    if spec.moe is None or ranks <= 1:
+        return 0.0
+    remote = ep_alltoall_bytes(spec, tokens) * (1 - 1 / ranks)
+    return remote / one_way_bytes_per_s + 2 * spec.moe.num_layers * latency_s
+
+
+def dp_attention_batch_equal_reads(
+    spec: ModelSpec, context_len: int, weights_dtype: str, fmt: KvFormat, ranks: int
+) -> float:
+    """B_read for one DP-attention rank: the sequences per rank at which its KV reads equal its
+    weight reads (its dense weights, and its share of the experts the whole batch touches)."""
+    dense = without_routed_experts(spec)
+    kv = kv_bytes_per_sequence(spec, context_len, fmt, 1)
+
+    def weights(per_rank: int) -> float:
+        batch = per_rank * ranks
+        experts = weight_bytes_read_per_decode_step(
+            spec, weights_dtype, batch
+        ) - weight_bytes_read_per_decode_step(dense, weights_dtype, batch)
+        return weight_bytes_read_per_decode_step(dense, weights_dtype, per_rank) + experts / ranks
+
+    lo, hi = 0.0, float(MAX_BATCH_SEARCH)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if weights(max(1, round(mid))) > mid * kv else (lo, mid)
+    return (lo + hi) / 2
