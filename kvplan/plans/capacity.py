@@ -13,7 +13,7 @@ from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_requests_per_s, kv_transfer_time_s
 from kvplan.formulas.dtypes import KvFormat, resolve_kv_format
-from kvplan.formulas.kv import kv_bytes_per_token, paged_bytes_per_sequence
+from kvplan.formulas.kv import kv_bytes_per_token, paged_bytes_per_sequence, sequences_in_pool
 from kvplan.formulas.memory import runtime_reserve_bytes
 from kvplan.formulas.weights import resolve_weights_dtype, weights_bytes_per_gpu
 from kvplan.inputs.hardware import GpuProfile, choose_link
@@ -161,7 +161,7 @@ def max_sequences(
             shared = paged_bytes_per_sequence(stage, shared_tokens, fmt, tp, block_size)
             shared -= _state_bytes(stage, fmt, tp)
             per_seq -= shared
-        count = int((pool - shared) // per_seq) if pool > shared else 0
+        count = sequences_in_pool(pool - shared, per_seq)
         best = count if best is None else min(best, count)
     return max(0, best or 0)
 
