@@ -323,10 +323,10 @@ text("sglang-swa")(
 
 # ---- explore ------------------------------------------------------------------------------------
 text("explore-capacity")(
-    lambda: (
-        "Capacity: memory the GPU reports (or its nominal memory) x 0.9 utilization, minus the "
-        "weights per GPU, minus an activation and runtime reserve; whole 16-token blocks per "
-        "sequence; the tensor-parallel degree is the smallest at which the model fits."
+    lambda gpu_mem_util, block_size: (
+        f"Capacity: memory the GPU reports (or its nominal memory) x {gpu_mem_util:g} "
+        "utilization (the wall on the memory bar), minus the weights per GPU, minus an "
+        f"activation and runtime reserve; whole {block_size}-token blocks per sequence."
     )
 )
 text("explore-cache-bytes")(
@@ -581,5 +581,24 @@ text("weights-stored")(
     lambda weights_bytes: (
         f"Weights: {f.gib_text(weights_bytes)}, the bytes the checkpoint's tensors take "
         "(their own types and scales)."
+    )
+)
+
+
+# ---- explore: deployments (issue 17) ------------------------------------------------------------
+text("explore-deployment")(
+    lambda context_len, gpus_per_node: (
+        "Each GPU opens on the smallest tensor-parallel degree within one node (the profile's "
+        f"GPUs per node, {gpus_per_node} when it does not say) at which one "
+        f"{context_len:,}-token conversation fits beside the weights; when no degree in one node "
+        "holds it, whole nodes are added as pipeline stages (PP 2, 4, 8). Weights split evenly "
+        "over TP x PP; KV heads split over TP, replicated when TP exceeds them."
+    )
+)
+text("explore-mla-replicated")(
+    lambda: (
+        "MLA: every tensor-parallel rank stores the whole latent of every request it serves, so "
+        "TP does not shrink the cache per GPU (engines' data-parallel attention, not modelled "
+        "here, gives each rank different requests instead)."
     )
 )
