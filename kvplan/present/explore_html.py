@@ -125,7 +125,7 @@ BODY = r"""<main>
 <div id="a1-strips"></div>
 <div class="legend"><span><i style="background:var(--kv)"></i>prompt tokens (prefill, all at once)</span><span><i style="background:var(--gen)"></i>generated tokens (decode, one per step)</span><span id="a1-legend-gone"><i style="background:#f3f4f6;outline:1px dashed #c9ced6"></i>freed: outside the window</span><span id="a1-legend-block"></span></div>
 <div class="stats"><div class="stat"><b id="a1-tokens"></b><span>tokens cached (prompt + generated)</span></div>
-<div class="stat"><b id="a1-vectors"></b><span>K/V vectors stored, all layers</span></div>
+<div class="stat"><b id="a1-vectors"></b><span id="a1-vectors-label">K/V vectors stored, all layers</span></div>
 <div class="stat"><b id="a1-bytes"></b><span>cache for this sequence</span></div>
 <div class="stat"><b id="a1-recompute"></b><span>key/value work a cache-less model would redo</span></div></div>
 <div class="table-wrap"><table id="a1-groups"><thead><tr><th>layers, by what they cache</th><th>layers</th><th>K/V vectors stored</th></tr></thead><tbody></tbody></table></div>
@@ -158,7 +158,7 @@ BODY = r"""<main>
 <div class="legend"><span><i style="background:var(--w)"></i>weights per GPU (shared by every user)</span><span><i style="background:var(--r)"></i>activation and runtime reserve</span><span><i style="background:var(--kv)"></i>every user's cache</span><span><i style="background:var(--free)"></i>free</span><span><i style="background:var(--bad)"></i>past the wall: does not fit</span></div>
 <p class="verdict" id="a3-verdict"></p>
 <div class="stats"><div class="stat"><b id="a3-max"></b><span>max users that fit at this context</span></div>
-<div class="stat"><b id="a3-demand"></b><span>cache demanded per GPU</span></div>
+<div class="stat"><b id="a3-demand"></b><span>cache demanded per GPU, in whole blocks</span></div>
 <div class="stat"><b id="a3-free"></b><span id="a3-free-label">free beside weights and cache, per GPU</span></div>
 <div class="stat"><b id="a3-status"></b><span>status</span></div></div>
 <p class="note" id="a3-gpu-note"></p>

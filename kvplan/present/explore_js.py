@@ -22,7 +22,7 @@ function put(id, text) { $(id).textContent = text; }
 function node(tag, cls, text) { const e = document.createElement(tag); if (cls) e.className = cls; if (text !== undefined) e.textContent = text; return e; }
 function deployLabel(o, gpu) {
   const split = o.pp > 1 ? " (TP " + o.tp + " × PP " + o.pp + ", " + plural(o.pp, "node", "nodes") + ")" : o.tp > 1 ? " (tensor parallel " + o.tp + ")" : "";
-  return o.num_gpus + " × " + gpu + split;
+  return (o.num_gpus === 1 ? "one " : o.num_gpus + " × ") + gpu + split;
 }
 const attention = M.layout !== null;
 const isMla = A2.mla;
@@ -54,6 +54,7 @@ put("hook-weights-label", "weights in " + M.weights_dtype + ", loaded once, shar
 $("a1-prompt").max = A1.prompt_max;
 $("a1-prompt").value = 512;
 put("a1-intro", "Prefill runs the whole prompt through the model at once and stores every prompt token's " + (isMla ? "latent" : "key and value") + " in every layer. Each decode step then produces one token and appends its own. Nothing already cached is computed again. Slide the prompt, then generate.");
+if (isMla) put("a1-vectors-label", "latent vectors stored, all layers");
 put("a1-legend-block", "each square: one block of " + A1.block_size + " tokens, the unit serving engines allocate the cache in");
 $("a1-legend-gone").style.display = windowed.length ? "" : "none";
 let generated = 0;
