@@ -180,6 +180,7 @@ def explore_data(spec: ModelSpec, gpus: list[GpuProfile]) -> ExploreResult:
     ]
     if spec.has_kind(CacheKind.MLA):
         notes.append(note("explore-mla-replicated"))
+    notes += [resolve_kv_format(name, spec.dtype).note for name in QUANT]  # Act 4's formats
     act1 = _act1(spec, base)
     return ExploreResult(
         kvplan_version=__version__,
@@ -195,6 +196,7 @@ def explore_data(spec: ModelSpec, gpus: list[GpuProfile]) -> ExploreResult:
             "opening_context": OPENING_CONTEXT if OPENING_CONTEXT in contexts else contexts[0],
             "opening_users": OPENING_USERS,
             "block_size": BLOCK_SIZE,
+            "int4_group_size": resolve_kv_format("int4", spec.dtype).group_size,
             "gpus": deploys,
         },
         quiz=_quiz(spec, base, weights_total, act1, deploys[0], contexts, long_ctx),

@@ -54,6 +54,7 @@ put("hook-weights-label", "weights in " + M.weights_dtype + ", loaded once, shar
 $("a1-prompt").max = A1.prompt_max;
 $("a1-prompt").value = 512;
 put("a1-intro", "Prefill runs the whole prompt through the model at once and stores every prompt token's " + (isMla ? "latent" : "key and value") + " in every layer. Each decode step then produces one token and appends its own. Nothing already cached is computed again. Slide the prompt, then generate.");
+put("a1-generate16", "Generate " + A1.block_size);
 if (isMla) put("a1-vectors-label", "latent vectors stored, all layers");
 put("a1-legend-block", "each square: one block of " + A1.block_size + " tokens, the unit serving engines allocate the cache in");
 $("a1-legend-gone").style.display = windowed.length ? "" : "none";
@@ -108,7 +109,7 @@ function act1() {
 $("a1-prompt").addEventListener("input", () => { generated = 0; act1(); });
 function generate(n) { const room = A1.tokens_max - Number($("a1-prompt").value) - generated; generated += Math.max(0, Math.min(n, room)); act1(); }
 $("a1-generate").addEventListener("click", () => generate(1));
-$("a1-generate16").addEventListener("click", () => generate(16));
+$("a1-generate16").addEventListener("click", () => generate(A1.block_size));
 $("a1-reset").addEventListener("click", () => { generated = 0; act1(); });
 
 // ---- Act 2: heads -------------------------------------------------------------------------------
@@ -275,9 +276,9 @@ $("a3-gpu").addEventListener("input", () => { gi = Number($("a3-gpu").value); oi
 // ---- Act 4: quantize the cache ------------------------------------------------------------------
 const QUALITY = {
   bf16: ["lossless", "the baseline: 16-bit keys and values"],
-  fp8: ["near-lossless", "fp8 e4m3 with calibrated scales: about twice the users; check your task, uncalibrated scales cost a point or two"],
+  fp8: ["near-lossless", "fp8 e4m3 with calibrated scales: check your task, uncalibrated scales can cost accuracy"],
   int8: ["near-lossless", "int8 with a scale per token and head: generally safe; evaluate on your task"],
-  int4: ["lossy", "int4 with a scale and zero-point per 32 values: errors add up over long outputs; run a long-context recall probe before shipping"],
+  int4: ["lossy", "int4 with a scale and zero-point per " + DP.int4_group_size + " values: errors add up over long outputs; run a long-context recall probe before shipping"],
 };
 let quant = "fp8";
 put("a4-intro", "The cache need not be 16-bit. Storing keys and values in fewer bits shrinks it in proportion (plus a small scale per group of values) and buys users on the same GPUs, at some risk to quality on long outputs. The GPU and GPU count are Act 3's.");
@@ -304,7 +305,7 @@ function act4() {
   $("a4-quality").className = label[0] === "lossy" ? "warn" : "okc";
   put("a4-probe", label[1] + ".");
   const u = (d) => int(o.max_users[d][ci]);
-  put("a4-takeaway", "At " + tokens(ctx) + " on " + deployLabel(o, g.name) + ": bf16 fits " + u("bf16") + ", fp8 " + u("fp8") + ", int4 " + u("int4") + " conversations. fp8 is the usual production choice, about twice the users for a near-lossless cache; int4 goes further, but its errors add up over long outputs, so test it on your task first." + (o.max_users.int4[ci] === 0 ? " Here not even int4 fits one conversation: add GPUs in Act 3." : ""));
+  put("a4-takeaway", "At " + tokens(ctx) + " on " + deployLabel(o, g.name) + ": bf16 fits " + u("bf16") + ", fp8 " + u("fp8") + ", int4 " + u("int4") + " conversations. fp8 is the usual production choice, a " + times(o.shrink_vs_bf16.fp8) + " smaller cache that is near-lossless; int4 goes further, but its errors add up over long outputs, so test it on your task first." + (o.max_users.int4[ci] === 0 ? " Here not even int4 fits one conversation: add GPUs in Act 3." : ""));
 }
 DP.dtypes.forEach((d) => { const b = node("button", "", d); b.dataset.dtype = d; b.id = "a4-" + d; b.addEventListener("click", () => { quant = d; act4(); }); $("a4-buttons").appendChild(b); });
 $("a4-ctx").addEventListener("input", act4);
@@ -358,7 +359,7 @@ function quizWords(q) {
   if (q.id === "fp8-users") return {
     ask: "At " + tokens(v.context_len) + " on " + where + ", " + plural(v.users.bf16, "conversation fits", "conversations fit") + " with a bf16 cache. How many with an fp8 cache?",
     label: (c) => int(c.value),
-    why: (c) => c.correct ? "fp8 stores each value in one byte instead of two, so the same memory holds " + int(v.users.fp8) + " conversations (int4 would reach " + int(v.users.int4) + ", at more risk to quality)." : c.key === "bf16" ? "That is bf16's count; each conversation takes half the bytes in fp8, so more fit." : "That is int4's count, half a byte per value plus scales.",
+    why: (c) => c.correct ? "fp8 stores each value in fewer bytes than bf16, so the same memory holds " + int(v.users.fp8) + " conversations (int4 would reach " + int(v.users.int4) + ", at more risk to quality)." : c.key === "bf16" ? "That is bf16's count; each conversation's cache is smaller in fp8, so more fit in the same memory." : "That is int4's count, the smallest cache of the four and the largest risk to quality.",
   };
 }
 let score = 0;
