@@ -466,6 +466,8 @@ def test_quiz_answers_are_checkable(browser, tmp_path):
     assert text(browser, "quiz-fp8-users-fp8") == str(fp8)
     browser.find_element("id", "quiz-all").click()
     assert len(browser.find_elements("css selector", "#quiz-answers li")) == 4
+    shot(browser, "llama-3.1-70b-answered", "quiz", 1280)
+    shot(browser, "llama-3.1-70b-answered", "quiz", 400)
 
 
 @pytest.mark.parametrize("model", ["llama-3.1-70b", "deepseek-v3", "gemma-3-27b"])
@@ -476,6 +478,8 @@ def test_screenshots_and_no_horizontal_scroll_at_400_px(browser, model, tmp_path
         assert no_horizontal_scroll(browser)
         if model == "gemma-3-27b":  # past the window: freed blocks in the strip
             set_range(browser, "a1-prompt", 1500)
+        for _ in range(3):  # generated tokens in the strip
+            browser.find_element("id", "a1-generate16").click()
         for section in SECTIONS:
             shot(browser, model, section, width)
         # the widest state: a long prompt, the largest deployment, overflowing, every answer shown

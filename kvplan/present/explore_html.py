@@ -4,7 +4,7 @@ the fixed words here carry no number."""
 
 STYLE = r"""
 :root{--ink:#1c2430;--muted:#5b6675;--line:#d9dee5;--bg:#f6f7f9;--card:#fff;
---w:#5b6fd0;--r:#9aa5b1;--kv:#e0774a;--gen:#f2a65a;--free:#e8edf2;--bad:#c0392b;--ok:#2e8b57;
+--w:#5b6fd0;--r:#9aa5b1;--kv:#e0774a;--gen:#f2c94c;--free:#e8edf2;--bad:#c0392b;--ok:#2e8b57;
 --q:#5b6fd0;--accent:#2f6fdd}
 *{box-sizing:border-box}
 html{-webkit-text-size-adjust:100%}
@@ -45,7 +45,7 @@ th:first-child,td:first-child{text-align:left;overflow-wrap:anywhere}
 /* Act 1: the token strip, one square per paged block */
 .strip-row{margin:10px 0 4px}.strip-row .lab{font-size:13px;color:var(--muted);margin-bottom:3px}
 .strip{display:flex;flex-wrap:wrap;gap:2px;min-height:12px}
-.blk{width:10px;height:12px;border-radius:2px;background:var(--free);position:relative;overflow:hidden}
+.blk{width:12px;height:14px;border-radius:2px;background:var(--free);position:relative;overflow:hidden}
 .blk i{position:absolute;left:0;bottom:0;top:0;background:var(--kv)}
 .blk.gen i{background:var(--gen)}.blk.gone{background:#f3f4f6;outline:1px dashed #c9ced6;outline-offset:-1px}
 .blk.gone i{background:transparent}
@@ -90,7 +90,7 @@ th:first-child,td:first-child{text-align:left;overflow-wrap:anywhere}
 .q .choices{display:flex;flex-direction:column;gap:6px;margin:8px 0}
 .q .choices button{text-align:left;width:100%;overflow-wrap:anywhere}
 .q button.right{background:#e3f3e8;border-color:var(--ok)}.q button.wrong{background:#fbeceb;border-color:var(--bad)}
-.feedback{font-size:14px;min-height:1em}
+.feedback{font-size:14px;min-height:1em}.feedback.okc,.feedback.warn{font-weight:500}
 details{margin-top:12px}summary{cursor:pointer;color:var(--accent)}
 footer{font-size:13px;color:var(--muted);padding:0 4px}footer li{margin-bottom:4px;overflow-wrap:anywhere}
 @media (max-width:600px){
