@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from helpers import REPO, run_cli, run_json
+from helpers import REPO, llama_like, run_cli, run_json
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
@@ -445,6 +445,34 @@ def test_overflow_draws_the_wall_and_says_by_how_much(browser, tmp_path):
     cap1 = run_json("capacity", "llama-3.1-70b", "--gpu", "h100", "--tp", "1", "--ctx", "128k")
     assert bytes_text(-cap1["kv_pool_bytes_per_gpu"]) in text(browser, "a3-verdict")
     assert "before a single token is cached" in text(browser, "a3-verdict")
+
+
+def test_a_model_no_layout_holds_opens_on_the_largest_and_overflows(browser, tmp_path):
+    # 4 layers of hidden 65,536 and MLP 524,288: 840 GiB of bf16 weights, 26 GiB per GPU on
+    # 32 RTX 4090s (TP 8 x PP 4, the most 4 layers allow), over their 21.6 GiB usable each
+    config = tmp_path / "config.json"
+    fat = llama_like(
+        hidden_size=65536,
+        intermediate_size=524288,
+        num_attention_heads=512,
+        num_key_value_heads=8,
+        num_hidden_layers=4,
+    )
+    config.write_text(json.dumps(fat))
+    data = explore_json(str(config), "rtx-4090")
+    gpu = data["deploy"]["gpus"][0]
+    assert [(o["tp"], o["pp"]) for o in gpu["options"]][-2:] == [(8, 2), (8, 4)]
+    assert gpu["reason"] == "none-fits" and gpu["chosen"] == len(gpu["options"]) - 1
+    largest = gpu["options"][-1]
+    assert largest["pool_bytes"] < 0 and max(largest["max_users_model_dtype"]) == 0
+    page = tmp_path / "fat.html"
+    code, _, err = run_cli("explore", str(config), "--gpu", "rtx-4090", "--out", str(page))
+    assert code == 0, err
+    open_page(browser, page)
+    assert text(browser, "a3-status") == "overflow"
+    assert "cannot hold" in text(browser, "a3-why")
+    assert bytes_text(-largest["pool_bytes"]) in text(browser, "a3-verdict")
+    assert "more GPUs than these buttons offer" in text(browser, "a3-verdict")
 
 
 def test_quiz_answers_are_checkable(browser, tmp_path):

@@ -16,7 +16,7 @@ function bytes(b) { for (const [unit, scale] of UNITS) { if (Math.abs(b) >= scal
 function times(x) { return two(x) + "×"; }
 function ratio1(x) { return x.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 }) + "×"; }
 function tokens(n) { if (n >= 2 ** 20 && n % 2 ** 20 === 0) return (n / 2 ** 20) + "m"; if (n >= 1024 && n % 1024 === 0) return (n / 1024) + "k"; return int(n); }
-function share(x) { return x >= 1 ? times(x) : Math.round(100 * x) + "% of"; }
+function share(x) { return x >= 1 ? times(x) : x < 0.01 ? "under 1% of" : Math.round(100 * x) + "% of"; }
 function plural(n, one, many) { return int(n) + " " + (n === 1 ? one : many); }
 function put(id, text) { $(id).textContent = text; }
 function node(tag, cls, text) { const e = document.createElement(tag); if (cls) e.className = cls; if (text !== undefined) e.textContent = text; return e; }
@@ -42,7 +42,7 @@ if (isMla) {
 } else {
   hook = M.name + " keeps no keys and values: each conversation carries a fixed recurrent state in each of its " + int(M.state_layers) + " layers, whatever its length.";
 }
-hook += " The model keeps them so that the next token never recomputes the past. One " + tokens(H.context_len) + "-token conversation holds " + bytes(H.kv_bytes_per_sequence) + (H.cache_to_weights === null ? "" : ", " + share(H.cache_to_weights) + " the model's " + bytes(H.weights_bytes) + " of weights") + ", and every user brings their own. Follow it in four acts: watch it grow, shrink it by sharing heads, hit the memory wall that caps how many people a GPU serves, then store it in fewer bits.";
+hook += (attention ? " The model keeps them so that the next token never recomputes the past." : " The state sums up everything read so far, so nothing is recomputed.") + " One " + tokens(H.context_len) + "-token conversation holds " + bytes(H.kv_bytes_per_sequence) + (H.cache_to_weights === null ? "" : ", " + share(H.cache_to_weights) + " the model's " + bytes(H.weights_bytes) + " of weights") + ", and every user brings their own. Follow it in four acts: watch it grow, shrink it by sharing heads, hit the memory wall that caps how many people a GPU serves, then store it in fewer bits.";
 put("hook-text", hook);
 put("hook-per-token", attention ? bytes(M.kv_bytes_per_token) : "none");
 put("hook-per-seq", bytes(H.kv_bytes_per_sequence));
@@ -253,7 +253,7 @@ function act3() {
   if (!over) {
     v.textContent = "Fits. " + plural(users, "user", "users") + " × " + tokens(ctx) + " tokens need " + bytes(cache) + " of cache per GPU; " + bytes(spare) + " stay free. Up to " + plural(max, "user fits", "users fit") + " at this context.";
   } else if (o.pool_bytes < 0) {
-    v.textContent = "Overflow: on " + plural(o.num_gpus, "GPU", "GPUs") + " the weights and the runtime reserve alone pass the " + bytes(o.usable_bytes) + " wall by " + bytes(-o.pool_bytes) + " per GPU, before a single token is cached; with " + plural(users, "user", "users") + " × " + tokens(ctx) + " it is " + bytes(-spare) + " past the wall. Add GPUs with the buttons above.";
+    v.textContent = "Overflow: on " + plural(o.num_gpus, "GPU", "GPUs") + " the weights and the runtime reserve alone pass the " + bytes(o.usable_bytes) + " wall by " + bytes(-o.pool_bytes) + " per GPU, before a single token is cached; with " + plural(users, "user", "users") + " × " + tokens(ctx) + " it is " + bytes(-spare) + " past the wall. " + (oi < g.options.length - 1 ? "Add GPUs with the buttons above." : "It needs more GPUs than these buttons offer, smaller weights (a quantized checkpoint) or a larger GPU.");
   } else {
     v.textContent = "Overflow: " + plural(users, "user", "users") + " × " + tokens(ctx) + " tokens need " + bytes(cache) + " of cache per GPU, " + bytes(-spare) + " more than fits under the " + bytes(o.usable_bytes) + " wall. " + (max ? "At most " + plural(max, "user fits", "users fit") + " at this context." : "Not even one conversation of this length fits.");
   }
