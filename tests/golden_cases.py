@@ -139,11 +139,10 @@ def explore_digest(model: str) -> dict[str, str]:
     from kvplan.inputs.hardware import load_profile
     from kvplan.inputs.sources import load_model
     from kvplan.plans.explore import explore_data
-    from kvplan.present.notes import note_texts
+    from kvplan.present.explore_page import explore_json
 
     try:
-        data = explore_data(load_model(model), [load_profile(g) for g in GPUS])
-        data["notes"] = note_texts(data["notes"])
+        data = explore_json(explore_data(load_model(model), [load_profile(g) for g in GPUS]))
     except Exception as exc:  # noqa: BLE001 - pinned as text
         return {"error": f"{exc.__class__.__name__}: {exc}"}
     return {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 
 import typer
@@ -9,6 +10,11 @@ import typer
 from kvplan.cli import common as c
 
 EXAMPLE = "Example: kvplan explore deepseek-v3 --gpu h100 --gpu h200 --out kvcache.html"
+
+
+class PageFormat(str, Enum):
+    html = "html"
+    json = "json"
 
 
 def add(app: typer.Typer) -> None:
@@ -19,13 +25,24 @@ def add(app: typer.Typer) -> None:
         gpu: list[str] = typer.Option(
             ["h100", "h200", "a100"], "--gpu", help="GPU profiles to pick from (repeat the option)."
         ),
-        out: Path = c.out_option(
-            Path("kvcache.html"), "The HTML file to write ('-': standard output)."
+        out: Path | None = c.out_option(
+            None,
+            "The file to write ('-': standard output); default kvcache.html for the page, "
+            "standard output for json.",
+        ),
+        fmt: PageFormat = typer.Option(
+            PageFormat.html,
+            "--format",
+            "-f",
+            help="html: the page; json: the numbers the page embeds.",
         ),
     ) -> None:
         """Write the interactive cache explorer: one self-contained HTML page."""
         from kvplan.plans.explore import explore_data
-        from kvplan.present.explore_page import explore_page
+        from kvplan.present import explore_page as page
 
         data = explore_data(c.load_model(model), [c.load_gpu(g) for g in gpu])
-        c.emit(explore_page(data), out)
+        if fmt is PageFormat.json:
+            c.emit(page.explore_json_text(data), out)
+        else:
+            c.emit(page.explore_page(data), out or Path("kvcache.html"))

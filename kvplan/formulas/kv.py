@@ -132,6 +132,12 @@ def paged_bytes_per_sequence(
 ) -> int:
     """Bytes one sequence occupies under paging: whole blocks per layer group, plus its state.
     The waste against kv_bytes_per_sequence is under one block per sequence per group."""
+    return paged_bytes_of_groups(cache_groups(spec, fmt, tp), context_len, block_size)
+
+
+def paged_bytes_of_groups(groups: list[CacheGroup], context_len: int, block_size: int = 16) -> int:
+    """paged_bytes_per_sequence on groups already built (one pass over the layers serves many
+    context lengths): sum over groups of layers * (paged tokens * bytes per token + state)."""
     return sum(
         g.num_layers
         * (
@@ -139,5 +145,12 @@ def paged_bytes_per_sequence(
             + g.full_precision_extra_bytes(context_len)
             + g.state_bytes_per_layer
         )
-        for g in cache_groups(spec, fmt, tp)
+        for g in groups
     )
+
+
+def sequences_in_pool(pool_bytes: float, bytes_per_sequence: int) -> int:
+    """Whole sequences a KV pool holds: floor(pool / bytes per sequence); 0 for an empty pool."""
+    if pool_bytes <= 0 or bytes_per_sequence <= 0:
+        return 0
+    return int(pool_bytes // bytes_per_sequence)

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from kvplan.anatomy.model import ModelSpec
 from kvplan.formulas.dtypes import KvFormat
-from kvplan.formulas.kv import paged_bytes_per_sequence
+from kvplan.formulas.kv import paged_bytes_per_sequence, sequences_in_pool
 from kvplan.formulas.memory import runtime_reserve_bytes
 from kvplan.formulas.weights import weights_bytes_per_gpu
 from kvplan.inputs.hardware import GpuProfile
@@ -68,7 +68,7 @@ def max_sequences(
             shared = paged_bytes_per_sequence(stage, shared_tokens, fmt, tp, block_size)
             shared -= _state_bytes(stage, fmt, tp)
             per_seq -= shared
-        count = int((pool - shared) // per_seq) if pool > shared else 0
+        count = sequences_in_pool(pool - shared, per_seq)
         best = count if best is None else min(best, count)
     return max(0, best or 0)
 

@@ -337,10 +337,10 @@ text("sglang-swa")(
 
 # ---- explore ------------------------------------------------------------------------------------
 text("explore-capacity")(
-    lambda: (
-        "Capacity: memory the GPU reports (or its nominal memory) x 0.9 utilization, minus the "
-        "weights per GPU, minus an activation and runtime reserve; whole 16-token blocks per "
-        "sequence; the tensor-parallel degree is the smallest at which the model fits."
+    lambda gpu_mem_util, block_size: (
+        f"Capacity: memory the GPU reports (or its nominal memory) x {gpu_mem_util:g} "
+        "utilization (the wall on the memory bar), minus the weights per GPU, minus an "
+        f"activation and runtime reserve; whole {block_size}-token blocks per sequence."
     )
 )
 text("explore-cache-bytes")(
@@ -961,5 +961,23 @@ text("roofline-rows-overflow")(
         f"Rows whose fits column says no need more cache than {gpus} x {gpu} holds beside the "
         "weights at that context (max batch says how many fit): they cannot run as shown and "
         "are left out of plots."
+    )
+)
+
+# ---- explore: deployments (issue 17) ------------------------------------------------------------
+text("explore-deployment")(
+    lambda context_len: (
+        "Each GPU opens on the deployment kvplan chooses for one "
+        f"{context_len:,}-token conversation: the fewest GPUs that hold it beside the weights, "
+        "tensor parallelism within a node, pipeline stages across nodes, or for MoE models DP "
+        "attention with the experts spread over the GPUs (see kvplan capacity). Weights split "
+        "evenly over TP x PP; KV heads split over TP, replicated when TP exceeds them."
+    )
+)
+text("explore-mla-replicated")(
+    lambda: (
+        "MLA: every tensor-parallel rank stores the whole latent of every request it serves, so "
+        "TP does not shrink the cache per GPU; DP attention (an option when the model has "
+        "experts) gives each GPU different requests instead."
     )
 )
