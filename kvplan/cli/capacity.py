@@ -17,7 +17,18 @@ def add(app: typer.Typer) -> None:
     @c.command
     def capacity_cmd(
         model: str = c.model_argument(),
-        gpu: str = c.gpu_option(),
+        gpu: list[str] = c.gpus_option(
+            ["h100"],
+            c.GPU_HELP + " Repeat the option, or `all`, to compare GPU kinds side by side.",
+        ),
+        users: int = typer.Option(
+            None,
+            "--users",
+            min=1,
+            max=1 << 30,
+            help="Concurrent sequences to serve: the GPUs each kind needs (comparisons).",
+        ),
+        price: list[str] = c.price_option(),
         num_gpus: int = typer.Option(
             None, "--num-gpus", min=1, max=1 << 20, help="GPUs in all (replicas of TP x PP)."
         ),
@@ -83,7 +94,31 @@ def add(app: typer.Typer) -> None:
             raise KvplanError("--emit prints a launch command: drop --format")
         if network_gbps is not None:
             check_range(network_gbps, what="--network-gbps", minimum=0.001, maximum=1_000_000)
-        spec, profile = c.load_model(model), c.load_gpu(gpu)
+        spec, profiles = c.load_model(model), c.load_gpus(gpu)
+        if len(profiles) > 1 or any(g.strip().lower() == "all" for g in gpu):
+            from kvplan.plans.compare import CompareRequest, compare
+            from kvplan.present.compare import compare_view
+
+            if any(x is not None for x in (tp, pp, dp_attention, num_gpus, emit_flags, plot)):
+                raise KvplanError(
+                    "comparing GPU kinds plans each on its own deployment: drop --tp, --pp, "
+                    "--dp-attention, --num-gpus, --emit and --plot (or pass one --gpu)"
+                )
+            result = compare(
+                spec,
+                profiles,
+                CompareRequest(
+                    context_len=c.one_context(ctx),
+                    kv_dtype=kv_dtype,
+                    weights_dtype=weights_dtype,
+                    gpu_mem_util=c.fraction(gpu_mem_util, "--gpu-mem-util"),
+                    users=users,
+                    prices=c.prices(price),
+                ),
+            )
+            c.emit(c.render(compare_view(result), fmt or OutputFormat.table))
+            return
+        profile = profiles[0]
         request = CapacityRequest(
             context_len=c.one_context(ctx),
             batch_sizes=c.batches(batch),

@@ -173,6 +173,42 @@ def load_gpu(name: str):
     return load_profile(name)
 
 
+def load_gpus(names: list[str]) -> list:
+    """Repeated --gpu values, in order, repeats dropped; `all` is every bundled GPU profile."""
+    from kvplan.inputs.hardware import bundled_profiles, load_profile
+
+    out, seen = [], set()
+    for name in names:
+        if str(name).strip().lower() == "all":
+            found = [p for _, p in sorted(bundled_profiles().items()) if p.vendor != "CPU"]
+        else:
+            found = [load_profile(name)]
+        for profile in found:
+            if profile.key not in seen:
+                seen.add(profile.key)
+                out.append(profile)
+    return out
+
+
+def gpus_option(default: list[str], help_text: str) -> typer.models.OptionInfo:
+    return typer.Option(default, "--gpu", help=help_text)
+
+
+def price_option() -> typer.models.OptionInfo:
+    return typer.Option(
+        None,
+        "--price",
+        help="USD per GPU-hour for a GPU, overriding hardware_profiles/prices.yaml: h100=2.49. "
+        "Repeat the option.",
+    )
+
+
+def prices(values: list[str] | None) -> dict:
+    from kvplan.inputs.prices import parse_price
+
+    return dict(parse_price(v) for v in values or [])
+
+
 def emit(text: str, out: Path | None = None) -> None:
     from kvplan.present.output import write_text
 

@@ -39,6 +39,8 @@ class CapacityRequest(NamedTuple):
     tp: int | None = None
     pp: int | None = None
     dp_attention: int | None = None
+    users_target: int | None = None  # serve this many sequences: replicas of the layout that
+    # needs the fewest GPUs in all (with no layout or --num-gpus given)
     gpu_mem_util: float = 0.9
     weights_dtype: str = "auto"
     kv_dtype: str = "auto"
@@ -156,8 +158,11 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
             f"--num-gpus {gpus} is not a multiple of the {d.gpus} GPUs of one replica "
             f"({layout_text(d)})"
         )
-    replicas = (gpus or d.gpus) // d.gpus
     ctx = request.context_len
+    if gpus is None and request.users_target and choice.users:
+        replicas = -(-request.users_target // choice.users)
+    else:
+        replicas = (gpus or d.gpus) // d.gpus
 
     def concurrency(fmt_: KvFormat, context_len: int, prefix: int = 0) -> int:
         return replica_sequences(spec, d, pool, context_len, fmt_, blk, prefix) * replicas
@@ -295,6 +300,7 @@ def resolve_deployment(
         block_size=request.block_size,
         reserve_bytes=request.reserve_bytes,
         max_num_batched_tokens=request.max_num_batched_tokens,
+        users_target=request.users_target if request.num_gpus is None else None,
     )
 
 

@@ -172,10 +172,12 @@ def choose_deployment(
     reserve_bytes: float | None = None,
     max_num_batched_tokens: int = 8192,
     tp_only: bool = False,
+    users_target: int | None = None,
 ) -> DeploymentChoice:
     """The deployment to plan with: the one given, completed; else the fewest GPUs that hold one
     sequence of `context_len`, and of those the layout that holds the most. `tp_only`: tensor
-    parallelism within one node, nothing else (for what prices one TP group)."""
+    parallelism within one node, nothing else (for what prices one TP group). `users_target`:
+    the layout that serves that many sequences on the fewest GPUs in all (replicas of it)."""
     node, notes = gpus_per_node(gpu)
 
     def score(d: Deployment) -> Candidate:
@@ -213,6 +215,41 @@ def choose_deployment(
             f"beside the weights on {'one GPU' if largest == 1 else f'up to {largest:,} GPUs'} "
             f"({_span(largest, node)}); try a "
             "quantized --weights-dtype, a shorter --ctx or a larger GPU"
+        )
+    if users_target:
+
+        def total(c: Candidate) -> int:
+            return -(-users_target // c.users) * c.deployment.gpus
+
+        fewest = min(total(c) for c in fitting)
+        same_size = sorted(
+            (c for c in fitting if total(c) == fewest),
+            key=lambda c: (-c.users / c.deployment.gpus, c.deployment.gpus, c.deployment.pp),
+        )
+        best = same_size[0]
+        chosen_by = "fewest-total-gpus"
+        notes.append(
+            note(
+                "deployment-for-users",
+                layout=layout_text(best.deployment),
+                gpu=gpu.name,
+                gpus=best.deployment.gpus,
+                replicas=-(-users_target // best.users),
+                total=fewest,
+                users_target=users_target,
+                context_len=context_len,
+                users=best.users,
+            )
+        )
+        notes += _layout_notes(spec, best.deployment, node)
+        return DeploymentChoice(
+            best.deployment,
+            best.users,
+            node,
+            _nodes(best.deployment, node),
+            chosen_by,
+            tuple(same_size[1:]),
+            tuple(notes),
         )
     fewest = min(c.deployment.gpus for c in fitting)
     same_size = sorted(

@@ -21,6 +21,7 @@ from kvplan.plans.capacity import (
     concurrency_curve,
 )
 from kvplan.plans.common import model_notes, require_cache
+from kvplan.plans.compare import CompareRequest, CompareResult, compare
 from kvplan.plans.deployment import DeploymentChoice, choose_deployment
 from kvplan.plans.roofline import RooflineRequest, RooflineResult, roofline
 
@@ -97,6 +98,9 @@ class DesignResult(NamedTuple):
     # report's contexts, and its sequences-vs-context curve per KV dtype.
     plot_roofline: RooflineResult | None = None
     plot_capacity: dict[str, list[tuple[int, int]]] | None = None
+    # The GPU options side by side at the longest context, each on its own deployment (per GPU),
+    # with the verdict (kvplan.plans.compare); None when the layout is fixed
+    comparison: CompareResult | None = None
 
 
 def choose(spec: ModelSpec, gpu: GpuProfile, request: DesignRequest, wdtype: str, fmt):
@@ -242,6 +246,17 @@ def design_report(spec: ModelSpec, gpus: list[GpuProfile], request: DesignReques
             CapacityRequest(tp=o.tp, pp=o.pp, dp_attention=dp),
             [2**k for k in range(10, 19)],
         )
+    comparison = None
+    if request.tp is None and request.pp is None and request.dp_attention is None:
+        comparison = compare(
+            spec,
+            gpus,
+            CompareRequest(
+                context_len=max(request.contexts),
+                kv_dtype=base.name,
+                gpu_mem_util=request.gpu_mem_util,
+            ),
+        )
     return DesignResult(
         __version__,
         model,
@@ -253,4 +268,5 @@ def design_report(spec: ModelSpec, gpus: list[GpuProfile], request: DesignReques
         unique(notes),
         plot_roofline,
         plot_capacity,
+        comparison,
     )

@@ -3,6 +3,7 @@ with every assumption a footnote cited by note id where it applies."""
 
 from __future__ import annotations
 
+from kvplan.plans.deployment import deployment_of, layout_text
 from kvplan.plans.design import DesignResult
 from kvplan.present import format as f
 from kvplan.present.notes import note_text, note_texts
@@ -57,12 +58,13 @@ def render_markdown(result: DesignResult, plots: dict[str, str] | None = None) -
             + f" | {rows[0].kv_to_weights:.3f} |"
         )
     out += ["", "### Capacity and speed per GPU option", ""]
+    out += _comparison(result)
     for option in result.options:
         out += [
-            f"**{option.gpu} × {option.tp}** (one replica of tensor parallel "
-            f"{option.tp}; memory utilization {result.gpu_mem_util}"
-            f"{notes.cite('capacity-budget', gpu=option.gpu)}; sequences are "
-            "per replica, TPOT at that many sequences)",
+            f"**{_option_name(option)}** ({_layout(option)}"
+            f"{notes.cite('deployment-chosen', gpu=option.gpu)}; memory utilization "
+            f"{result.gpu_mem_util}{notes.cite('capacity-budget', gpu=option.gpu)}; sequences "
+            "are per replica, TPOT at that many sequences)",
             "",
             "| context | "
             + " | ".join(f"sequences ({d})" for d in dtypes)
@@ -93,7 +95,7 @@ def render_markdown(result: DesignResult, plots: dict[str, str] | None = None) -
         for o, r in transfers:
             t = r.kv_transfer
             out.append(
-                f"| {o.gpu} × {o.tp} over {t.link} | {f.tokens(r.context_len)} | "
+                f"| {_option_name(o)} over {t.link} | {f.tokens(r.context_len)} | "
                 f"{_gib(t.bytes_per_request)} | {f.ms_text(t.time_s)} | "
                 f"{t.requests_per_s:,.1f} |"
             )
@@ -106,6 +108,41 @@ def render_markdown(result: DesignResult, plots: dict[str, str] | None = None) -
     return "\n".join(out)
 
 
+def _option_name(option) -> str:
+    """'H100 SXM × 16' (the GPUs of one replica)."""
+    return f"{option.gpu} × {option.gpus}"
+
+
+def _layout(option) -> str:
+    nodes = "one node" if option.nodes == 1 else f"{option.nodes} nodes"
+    return f"{layout_text(deployment_of(option))}, {nodes}"
+
+
+def _comparison(result: DesignResult) -> list[str]:
+    """The options side by side per GPU at the longest context, and the verdict."""
+    cmp = result.comparison
+    if cmp is None or len(cmp.rows) < 2:
+        return []
+    out = [
+        f"**Verdict.** {note_text(cmp.verdict)}",
+        "",
+        f"| GPU | deployment | GPUs | sequences at {f.tokens(cmp.context_len)} | per GPU | "
+        "TPOT floor | tok/s per GPU | $/M output tokens |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in cmp.rows:
+        if not row.fits:
+            out.append(f"| {row.gpu} | does not fit | — | 0 | 0 | — | — | — |")
+            continue
+        usd = f.usd(row.usd_per_million_output_tokens)
+        out.append(
+            f"| {row.gpu} | {row.layout} | {row.gpus_per_replica:,} | "
+            f"{row.users_per_replica:,} | {row.users_per_gpu:,.1f} | "
+            f"{f.ms_text(row.tpot_floor_s)} | {row.tokens_per_s_per_gpu:,.0f} | {usd} |"
+        )
+    return out + [""]
+
+
 def _decision_order(result: DesignResult, notes: Footnotes) -> list[str]:
     m = result.model
     dtypes = result.kv_dtypes
@@ -116,7 +153,7 @@ def _decision_order(result: DesignResult, notes: Footnotes) -> list[str]:
     seqs = longest.max_sequences[base]
     wi = longest.what_if
     paging = longest.paging
-    lines = [f"### Decision order for {option.gpu} × {option.tp} at {c}", ""]
+    lines = [f"### Decision order for {_option_name(option)} at {c}", ""]
     saving = f"{m.gqa_saving:.1f}×" if m.gqa_saving else "no"
     lines.append(
         f"1. **Model choice.** This checkpoint already saves {saving} against "
@@ -160,7 +197,9 @@ def _decision_order(result: DesignResult, notes: Footnotes) -> list[str]:
     lines.append(
         f"7. **Change the requirement.** Halving the context to "
         f"{f.tokens(longest.context_len // 2)} gives {wi.get('half_context', 0):,} sequences; "
-        "otherwise add GPUs (tensor parallelism shards KV heads and weights)."
+        "otherwise add GPUs (tensor parallelism within a node shards KV heads and weights, "
+        "pipeline stages across nodes split the layers, DP attention gives an MoE model's "
+        "ranks different requests)."
     )
     return lines
 
@@ -187,6 +226,6 @@ def write_plots(result: DesignResult, markdown_path, force: bool = False) -> dic
     roof_path = companion_path(markdown_path, "-roofline.png", force)
     cap_path = companion_path(markdown_path, "-capacity.png", force)
     roofline_plot(jsonable(result.plot_roofline), roof_path)
-    title = f"{result.model.name} on {option.gpu} × {option.tp}"
+    title = f"{result.model.name} on {_option_name(option)}"
     capacity_plot(result.plot_capacity, title, cap_path)
     return {"roofline": roof_path.name, "sequences vs context": cap_path.name}

@@ -981,3 +981,62 @@ text("explore-mla-replicated")(
         "experts) gives each GPU different requests instead."
     )
 )
+
+# ---- GPU kinds side by side ----------------------------------------------------------------------
+text("compare-columns")(
+    lambda context_len: (
+        f"Each GPU kind on the deployment kvplan chooses for one {context_len:,}-token sequence "
+        "(kvplan capacity --gpu KIND for its details). users: sequences of that context one "
+        "replica holds; per GPU: divided by its GPUs; ceiling: one sequence's decode rate no "
+        "batch beats, BW/(s x k); TPOT floor and tok/s per GPU: a decode step with the replica "
+        "full, at 100% of bandwidth and peak, communication included."
+    )
+)
+text("compare-prices")(
+    lambda: (
+        "Prices: on-demand USD per GPU-hour from hardware_profiles/prices.yaml (dated, with "
+        "sources) or --price GPU=USD; USD per million output tokens at the full replica's TPOT "
+        "floor, so a lower bound on what serving costs."
+    )
+)
+
+
+def _compare_verdict(
+    context_len, most, most_tokens_per_s_per_gpu, most_users_per_gpu, most_layout, cheapest,
+    cheapest_usd, fewest, fewest_gpus, users, unfit,
+):  # fmt: skip
+    out = (
+        f"At {context_len:,} tokens {most} decodes the most per GPU "
+        f"({most_tokens_per_s_per_gpu:,.0f} tok/s at the floor, {most_users_per_gpu:,.1f} "
+        f"sequences per GPU, {most_layout})"
+    )
+    if cheapest:
+        out += f"; {cheapest} serves a million output tokens cheapest (${cheapest_usd:,.2f})"
+    if fewest:
+        out += f"; {fewest} needs the fewest GPUs for {users:,} users ({fewest_gpus:,})"
+    if unfit:
+        out += f"; cannot serve it: {', '.join(unfit)}"
+    out += "."
+    if not users:
+        out += (
+            " Pass --users N to size every kind for a load (a larger layout can need fewer GPUs)."
+        )
+    return out
+
+
+text("compare-verdict")(_compare_verdict)
+text("compare-none")(
+    lambda context_len, gpus: (
+        f"None of {', '.join(gpus)} holds one {context_len:,}-token sequence beside the weights "
+        "on any deployment kvplan weighs: quantize the weights, shorten the context or pick "
+        "larger GPUs."
+    )
+)
+text("deployment-for-users")(
+    lambda layout, gpu, gpus, replicas, total, users_target, context_len, users: (
+        f"Deployment {layout} on {gpus} x {gpu} per replica: {replicas:,} replica(s) of it "
+        f"serve {users_target:,} sequences of {context_len:,} tokens on {total:,} GPUs, the fewest "
+        f"of any layout kvplan weighs (one replica holds {users:,}). Fix any of it with --tp, "
+        "--pp or --dp-attention."
+    )
+)
