@@ -187,7 +187,7 @@ def test_json_contract():
         (["--block-size", "0"], "not in the range 1<=x<=4096"),
         (["--prefix-tokens", "64k", "--ctx", "8k"], "between 0 and --ctx"),
         (["--reserve", "lots"], "not a size"),
-        (["--emit", "trt"], "choose vllm or sglang"),
+        (["--emit", "trt"], "choose vllm, sglang"),
     ],
 )
 def test_bad_input(argv, needle):

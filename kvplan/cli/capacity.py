@@ -26,7 +26,8 @@ def add(app: typer.Typer) -> None:
             "--users",
             min=1,
             max=1 << 30,
-            help="Concurrent sequences to serve: the GPUs each kind needs (comparisons).",
+            help="Concurrent sequences to serve: replicas of the layout that needs the fewest "
+            "GPUs in all (and, comparing kinds, the GPUs each needs).",
         ),
         price: list[str] = c.price_option(),
         num_gpus: int = typer.Option(
@@ -71,7 +72,10 @@ def add(app: typer.Typer) -> None:
             None, "--network-gbps", help="Inter-node Gb/s per GPU per direction (overrides)."
         ),
         emit_flags: str = typer.Option(
-            None, "--emit", help="Print the launch command for this plan instead: vllm or sglang."
+            None,
+            "--emit",
+            help="Print how to launch this plan instead: vllm, sglang (the command), "
+            "vllm-docker, sglang-docker (docker run), vllm-k8s, sglang-k8s (a Deployment).",
         ),
         plot: Path = typer.Option(
             None, "--plot", help="Max users vs context per KV dtype (.png/.svg)."
@@ -85,11 +89,12 @@ def add(app: typer.Typer) -> None:
         from kvplan.inputs.options import check_range, parse_bytes, parse_tokens
         from kvplan.plans.capacity import CapacityRequest, capacity, concurrency_curve
         from kvplan.plans.deployment import deployment_of, layout_text
-        from kvplan.present.capacity import capacity_view, serve_command
+        from kvplan.present.capacity import capacity_view, launch_of
+        from kvplan.present.launch import TARGETS, emit
         from kvplan.present.render import OutputFormat
 
-        if emit_flags is not None and emit_flags not in ("vllm", "sglang"):
-            raise KvplanError(f"--emit {emit_flags!r}: choose vllm or sglang")
+        if emit_flags is not None and emit_flags not in TARGETS:
+            raise KvplanError(f"--emit {emit_flags[:40]!r}: choose {', '.join(TARGETS)}")
         if emit_flags is not None and fmt is not None:
             raise KvplanError("--emit prints a launch command: drop --format")
         if network_gbps is not None:
@@ -126,6 +131,7 @@ def add(app: typer.Typer) -> None:
             tp=tp,
             pp=pp,
             dp_attention=dp_attention,
+            users_target=users,
             gpu_mem_util=c.fraction(gpu_mem_util, "--gpu-mem-util"),
             weights_dtype=weights_dtype,
             kv_dtype=kv_dtype,
@@ -154,6 +160,7 @@ def add(app: typer.Typer) -> None:
             )
         if emit_flags is not None:
             model_id = spec.hf_id or model
-            c.emit(serve_command(result, emit_flags, model_id, max_num_batched_tokens))
+            launch = launch_of(result, model_id, max_num_batched_tokens)
+            c.emit(emit(launch, emit_flags, spec.name))
             return
         c.emit(c.render(capacity_view(result), fmt or OutputFormat.table))

@@ -12,7 +12,9 @@
 
 The choice when nothing is fixed: the fewest GPUs at which one sequence of the context fits;
 among deployments of that size, the one that holds the most sequences (ties: plain TP, then
-fewer pipeline stages). Everything the user fixes (--tp, --pp, --dp-attention) is kept.
+fewer pipeline stages). For a number of users (--users): replicas of the layout that serves them
+on the fewest GPUs in all, a replica spanning no more nodes than the smallest layout that fits.
+Everything the user fixes (--tp, --pp, --dp-attention) is kept.
 """
 
 from __future__ import annotations
@@ -217,6 +219,9 @@ def choose_deployment(
             "quantized --weights-dtype, a shorter --ctx or a larger GPU"
         )
     if users_target:
+        # a replica spans no more nodes than the smallest that fits; more users, more replicas
+        span = min(_nodes(c.deployment, node) for c in fitting)
+        fitting = [c for c in fitting if _nodes(c.deployment, node) <= span]
 
         def total(c: Candidate) -> int:
             return -(-users_target // c.users) * c.deployment.gpus

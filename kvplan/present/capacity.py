@@ -5,6 +5,7 @@ from __future__ import annotations
 from kvplan.plans.capacity import CapacityResult, LongestContext, WhatIfRow
 from kvplan.plans.deployment import Deployment, layout_text
 from kvplan.present import format as f
+from kvplan.present.launch import Launch
 from kvplan.present.view import Column, Table, View, jsonable, view
 
 
@@ -34,6 +35,7 @@ def deployment_text(r: CapacityResult) -> str:
             "given": "",
             "fewest-gpus": ", the fewest that fit",
             "most-users": ", the fewest that fit, the layout holding the most",
+            "fewest-total-gpus": ", the layout serving --users on the fewest GPUs",
         }[r.deployment_chosen_by]
     )
 
@@ -110,48 +112,20 @@ def seats_per_engine(result: CapacityResult) -> int:
     return max(1, result.max_concurrency // result.replicas // result.dp_attention)
 
 
-def vllm_command(result: CapacityResult, model_id: str, max_num_batched_tokens: int) -> str:
-    """The `vllm serve` command matching this plan."""
-    kv = result.kv_dtype if result.kv_dtype == "fp8" else "auto"
-    parts = [
-        f"vllm serve {model_id}",
-        f"--max-model-len {result.context_len}",
-        f"--kv-cache-dtype {kv}",
-        f"--max-num-seqs {seats_per_engine(result)}",
-        f"--gpu-memory-utilization {result.gpu_mem_util}",
-    ]
-    if result.dp_attention > 1:
-        parts += [f"--data-parallel-size {result.dp_attention}", "--enable-expert-parallel"]
-    else:
-        parts.append(f"--tensor-parallel-size {result.tp}")
-    if result.pp > 1:
-        parts.append(f"--pipeline-parallel-size {result.pp}")
-    parts.append(f"--block-size {result.block_size}")
-    if max_num_batched_tokens != 8192:
-        parts.append(f"--max-num-batched-tokens {max_num_batched_tokens}")
-    return " \\\n  ".join(parts) + "\n"
-
-
-def serve_command(
-    result: CapacityResult, engine: str, model_id: str, max_num_batched_tokens: int
-) -> str:
-    """The launch command matching this plan: `vllm serve` or SGLang's launch_server."""
-    if engine == "vllm":
-        return vllm_command(result, model_id, max_num_batched_tokens)
-    kv = "fp8_e4m3" if result.kv_dtype == "fp8" else "auto"
-    parts = [
-        f"python -m sglang.launch_server --model-path {model_id}",
-        f"--context-length {result.context_len}",
-        f"--kv-cache-dtype {kv}",
-        f"--max-running-requests {seats_per_engine(result)}",
-        f"--mem-fraction-static {result.gpu_mem_util}",
-    ]
-    if result.dp_attention > 1:
-        n = result.dp_attention
-        parts += [f"--tp-size {n}", f"--dp-size {n}", "--enable-dp-attention"]
-    else:
-        parts.append(f"--tp-size {result.tp}")
-    if result.pp > 1:
-        parts.append(f"--pp-size {result.pp}")
-    parts.append(f"--page-size {result.block_size}")
-    return " \\\n  ".join(parts) + "\n"
+def launch_of(result: CapacityResult, model_id: str, max_num_batched_tokens: int) -> Launch:
+    """The launch settings matching this plan (kvplan.present.launch spells them)."""
+    return Launch(
+        model_id=model_id,
+        context_len=result.context_len,
+        kv_dtype=result.kv_dtype,
+        seats=seats_per_engine(result),
+        gpu_mem_util=result.gpu_mem_util,
+        tp=result.tp,
+        pp=result.pp,
+        dp_attention=result.dp_attention,
+        block_size=result.block_size,
+        max_num_batched_tokens=None if max_num_batched_tokens == 8192 else max_num_batched_tokens,
+        gpus=result.num_gpus // result.replicas,
+        nodes=result.nodes_per_replica,
+        replicas=result.replicas,
+    )

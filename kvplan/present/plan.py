@@ -5,34 +5,24 @@ from __future__ import annotations
 
 from kvplan.plans.plan import Candidate, PlanResult
 from kvplan.present import format as f
+from kvplan.present.launch import Launch, one_line
 from kvplan.present.view import Column, Table, View, jsonable, view
 
 
 def serve_command(engine: str, model_id: str, c: Candidate) -> str:
-    """One replica's launch command in the engine's own flag spelling."""
-    if engine == "sglang":
-        parts = ["python -m sglang.launch_server", f"--model-path {model_id}", f"--tp-size {c.tp}"]
-        if c.pp > 1:
-            parts.append(f"--pp-size {c.pp}")
-        if c.kv_cache_dtype != "auto":
-            parts.append("--kv-cache-dtype fp8_e4m3")
-        parts += [
-            f"--max-running-requests {c.max_num_seqs}",
-            f"--chunked-prefill-size {c.max_num_batched_tokens}",
-            f"--context-length {c.max_model_len}",
-        ]
-    else:
-        parts = ["vllm serve", model_id, f"--tensor-parallel-size {c.tp}"]
-        if c.pp > 1:
-            parts.append(f"--pipeline-parallel-size {c.pp}")
-        if c.kv_cache_dtype != "auto":
-            parts.append(f"--kv-cache-dtype {c.kv_cache_dtype}")
-        parts += [
-            f"--max-num-seqs {c.max_num_seqs}",
-            f"--max-num-batched-tokens {c.max_num_batched_tokens}",
-            f"--max-model-len {c.max_model_len}",
-        ]
-    return " ".join(parts)
+    """One replica's launch command in the engine's own flag spelling (kvplan.present.launch)."""
+    launch = Launch(
+        model_id=model_id,
+        context_len=c.max_model_len,
+        kv_dtype=c.kv_cache_dtype,
+        seats=c.max_num_seqs,
+        gpu_mem_util=None,
+        tp=c.tp,
+        pp=c.pp,
+        max_num_batched_tokens=c.max_num_batched_tokens,
+        gpus=c.tp * c.pp,
+    )
+    return one_line(launch, engine)
 
 
 def plan_view(result: PlanResult, engine: str = "vllm") -> View:
