@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvplan.plans.whatif import WhatIfResult, WhatIfRow
 from kvplan.present import format as f
-from kvplan.present.view import Column, Table, View, jsonable, view
+from kvplan.present.view import Column, Table, Verdict, View, jsonable, judged, view
 from kvplan.units import GIB
 
 TERM_LABELS = {
@@ -71,11 +71,17 @@ def whatif_view(result: WhatIfResult) -> View:
         Column("technique", "technique", f.text, "left"),
         Column("term", "term it moves", f.text, "left"),
         Column("bytes", "KV (GiB)", f.gib1),
-        Column("bytes", "KV (GB)", f.gb),
+        Column("bytes", "KV (GB)", f.gb, priority=2),
         Column("factor", "factor", f.factor),
-        Column("lossless", "lossless", f.yes_no, "left"),
-        Column("stacking_text", "stacking", f.text, "left"),
-        Column("probe", "what to probe", f.text, "left"),
+        Column(
+            "lossless",
+            "lossless",
+            f.yes_no,
+            "left",
+            verdict=lambda row: judged(row["lossless"], Verdict.warn),
+        ),
+        Column("stacking_text", "stacking", f.text, "left", prose=True),
+        Column("probe", "what to probe", f.text, "left", prose=True),
     ]
     facts = [
         ("model", result.model["name"]),
