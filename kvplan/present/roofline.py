@@ -95,7 +95,7 @@ def roofline_view(result: RooflineResult) -> View:
                 "arithmetic_intensity_flop_per_byte", "intensity (FLOP/B)", f.fixed(2), priority=1
             ),
             Column("bound", "bound", f.text, "left"),
-            Column("comm_s", "comm (ms)", f.ms, priority=3),
+            Column("comm_s", "comm (ms)", f.ms, priority=3 if tp == 1 else 1),
             Column("time_floor_s", "TPOT floor (ms)", f.ms),
             Column("tokens_per_s", "tokens/s", f.integer),
         ],

@@ -95,20 +95,26 @@ def render_for(report: View, terminal: Terminal) -> str:
 
 # ---- rich --------------------------------------------------------------------------------------
 def column_widths(columns: list[Column], cells: list[list[str]], width: int) -> list[int]:
-    """Each shown column's width: its widest cell and whole header; while the table is wider than
-    `width`, the column with the most room is narrowed by one, first down to two-line headers,
-    then down to the narrowest layout (numbers never fold; text wraps)."""
+    """Each shown column's width: its widest cell and whole header. While the table is wider than
+    `width`, the header that gains most is wrapped onto two lines (a whole step: a header half
+    wrapped only leaves a gap); then columns are narrowed one by one down to the narrowest layout
+    (numbers never fold; text and headers wrap between words)."""
     bounds = column_bounds(columns, cells, wrap_headers=True)
     widths = list(bounds.full)
-    for floor in (bounds.natural, bounds.least):
-        excess = table_width(widths) - width
-        while excess > 0:
-            room = [w - f for w, f in zip(widths, floor, strict=True)]
-            best = max(range(len(widths)), key=lambda i: room[i])
-            if room[best] <= 0:
-                break
-            widths[best] -= 1
-            excess -= 1
+    while table_width(widths) > width:
+        gain = [w - n for w, n in zip(widths, bounds.natural, strict=True)]
+        best = max(range(len(widths)), key=lambda i: gain[i])
+        if gain[best] <= 0:
+            break
+        widths[best] = bounds.natural[best]
+    excess = table_width(widths) - width
+    while excess > 0:
+        room = [w - least for w, least in zip(widths, bounds.least, strict=True)]
+        best = max(range(len(widths)), key=lambda i: room[i])
+        if room[best] <= 0:
+            break
+        widths[best] -= 1
+        excess -= 1
     return widths
 
 
