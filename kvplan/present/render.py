@@ -7,7 +7,6 @@ width-aware, coloured table of kvplan.present.terminal, which shares `fit_column
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import unicodedata
@@ -145,6 +144,8 @@ def render_csv(report: View) -> str:
             )
     if not report.tables and fact_fields:
         rows.append(dict(fact_fields))
+    import csv  # here, not at the top: the start-up budget of every other format
+
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(fields)

@@ -247,12 +247,9 @@ def render_rich(report: View, terminal: Terminal) -> str:
     return "\n".join(_rstrip(line) for line in console.file.getvalue().split("\n"))
 
 
-ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
-
-
 def _rstrip(line: str) -> str:
     """Drop the spaces rich pads a line with, keeping the escape codes among them."""
     tail = re.search(r"(?: |\x1b\[[0-9;]*m)+$", line)
     if tail is None:
         return line
-    return line[: tail.start()] + "".join(ESCAPE.findall(tail.group()))
+    return line[: tail.start()] + "".join(re.findall(r"\x1b\[[0-9;]*m", tail.group()))
