@@ -5,7 +5,8 @@ piped output at 80 columns). The plain table here is what pipes get; a terminal 
 width-aware, coloured table of kvplan.present.terminal, which shares `fit_columns`.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: NamedTuple fields given as strings are each
+# compiled at import (typing.ForwardRef), which the CLI's start-up budget pays on every run.
 
 import io
 import json

@@ -17,7 +17,8 @@ Presenters tag what a renderer needs beyond the words, with small typed markers:
   columns; `Column(..., raw_keys=(...))`: the fields behind a derived cell, written instead.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: NamedTuple fields given as strings are each
+# compiled at import (typing.ForwardRef), which the CLI's start-up budget pays on every run.
 
 from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
