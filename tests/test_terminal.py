@@ -248,3 +248,15 @@ def test_fit_columns_stacks_prose_then_drops_by_priority():
     # a pipe stacks but never drops
     assert fit_columns(columns, cells, 27, drop=False) == ([0, 1, 2, 4], [3], [])
     assert fit_columns(columns, cells, None) == ([0, 1, 2, 3, 4], [], [])
+
+
+@pytest.mark.slow
+def test_measure_fits_80_columns_under_a_terminal(tmp_path):
+    pytest.importorskip("torch")
+    argv = ["measure", "--quick", "--threads", "2", "--layers", "2"]
+    code, out, err = run_tty(argv, tmp_path)
+    assert code == 0, err
+    assert all(display_width(line) <= 80 for line in out.splitlines())
+    assert len(table_blocks(out)) == 2  # decode, prefill
+    check = next(line for line in out.splitlines() if ESCAPE.sub("", line).split()[:1] == ["check"])
+    assert "\x1b[" in check  # passed or FAILED, coloured either way
