@@ -54,14 +54,31 @@ def number(text: str) -> float:
     return float(text)
 
 
+def same_numbers(rows: list[dict], items: list[dict]) -> int:
+    """Every CSV field that is also a numeric JSON field holds the JSON's number, row by row;
+    how many such fields there are."""
+    assert len(rows) == len(items)
+    shared = [
+        key
+        for key in rows[0]
+        if key in items[0] and isinstance(items[0][key], (int, float)) and key != "table"
+    ]
+    for row, item in zip(rows, items, strict=True):
+        for key in shared:
+            if item[key] is None or isinstance(item[key], bool):
+                continue
+            assert number(row[key]) == item[key], key
+    return len(shared)
+
+
 @pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: " ".join(a[:2] + a[-1:]))
 def test_csv_loads_with_unique_fields_and_notes_on_stderr(argv):
     fields, rows, err = read_csv(*argv)
     data = run_json(*argv)
-    notes = [item["text"] for item in data.get("notes", [])]
-    assert [line for line in err.splitlines() if line.startswith("note: ")] == [
-        f"note: {words}" for words in notes
-    ]
+    lines = err.splitlines()
+    assert all(line.startswith("note: ") for line in lines)
+    for item in data.get("notes", []):  # every note of the JSON, one line each
+        assert f"note: {item['text']}" in lines
 
 
 def test_size_rows_and_breakdown():
@@ -139,8 +156,7 @@ def test_roofline_engines_whatif_catalog_numbers():
 
     _, rows, _ = read_csv(*WHATIF)
     data = run_json(*WHATIF)
-    assert [int(r["bytes"]) for r in rows] == [row["bytes"] for row in data["rows"]]
-    assert [r["probe"] for r in rows] == [row["probe"] for row in data["rows"]]
+    assert same_numbers(rows, data["rows"]) >= 2
 
     _, rows, _ = read_csv("models")
     data = run_json("models")
