@@ -9,6 +9,30 @@ def command_tree():
     return tree()
 
 
+OUTPUT = [
+    "## Output formats",
+    "",
+    "- `table` (the default). In a terminal, each table fits its width (`$COLUMNS`, else the",
+    "  terminal's): long text columns are stacked under the table, low-priority columns are hidden",
+    "  and named in a line under it (`--format csv` or `json` has every column), long facts and",
+    "  notes wrap with a hanging indent, and verdicts are coloured (fits, does not fit, lossless,",
+    "  CHECK FAILED). `NO_COLOR` turns colour off, `TERM=dumb` too; `FORCE_COLOR` turns it on, even",
+    "  into a pipe. Piped or redirected, the table is plain aligned text with every column (long text",
+    "  columns stacked under it past `$COLUMNS`, else 100 columns) and no escape codes.",
+    "- `markdown`. Facts and tables as Markdown tables; every note is a footnote cited where it",
+    "  applies (notes about the whole output from its first fact), so GitHub and pandoc render them",
+    "  all.",
+    "- `csv`. One table that the csv module and pandas load: a header of unique field names (the",
+    "  JSON names, units in the names: `_bytes`, `_s`), raw SI values, one row per table row. With",
+    "  several tables (`size --breakdown`, `engine`), a leading `table` field names each row's table",
+    "  and rows leave other tables' fields empty. Numbers stated above the table are fields repeated",
+    "  on every row (capacity's answer: `planned_max_concurrency`, `kv_tokens`, `fits`, the",
+    "  budget). No comment lines: the notes go to standard error, one `note: ...` line each.",
+    '- `json`. The typed result: field names carry their units, notes are `{"id", "text"}`.',
+    "",
+]
+
+
 def cli_reference_markdown() -> str:
     group = command_tree()
     out = [
@@ -19,6 +43,7 @@ def cli_reference_markdown() -> str:
         "unless noted, exits 2 with a one-line `error:` on bad input, and has a Python twin",
         "([python-api.md](python-api.md)).",
         "",
+        *OUTPUT,
     ]
     for name in sorted(group.commands):
         cmd = group.commands[name]

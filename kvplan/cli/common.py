@@ -215,7 +215,20 @@ def emit(text: str, out: Path | None = None) -> None:
     write_text(text, out)
 
 
-def render(view, fmt) -> str:
+def render(view, fmt, out: Path | None = None) -> str:
+    """The view in `fmt`. The table format is fitted to standard output (a terminal: rich, its
+    width, colour; a pipe or a file: plain text); CSV's notes go to standard error, one `note:`
+    line each, so the CSV itself is one clean table."""
     from kvplan.present.render import render as render_view
 
+    fmt = OutputFormat(fmt)
+    if fmt is OutputFormat.table:
+        from kvplan.present.output import is_stdout
+        from kvplan.present.terminal import PIPE_WIDTH, Terminal, detect, render_for
+
+        terminal = detect() if is_stdout(out) else Terminal(PIPE_WIDTH, rich=False, colour=None)
+        return render_for(view, terminal)
+    if fmt is OutputFormat.csv:
+        for words in view.notes:
+            typer.echo(f"note: {words}", err=True)
     return render_view(view, fmt)

@@ -235,10 +235,10 @@ def load_model(model: str, checkpoint: bool = True):
 def attach_checkpoint(spec, source: str):
     """The checkpoint's safetensors headers, when they can be read, become the weight bytes."""
     from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
-    from kvplan.inputs.checkpoint import hub_checkpoint, local_checkpoint
 
     found = None
     if source.startswith("hub:"):
+        from kvplan.inputs.checkpoint import hub_checkpoint
         from kvplan.inputs.hub import deadline_s
 
         found = hub_checkpoint(spec.hf_id, spec.num_layers, deadline_s())
@@ -247,6 +247,8 @@ def attach_checkpoint(spec, source: str):
                 notes=spec.notes + (note("checkpoint-unread", repo_id=spec.hf_id),)
             )
     elif not source.startswith(("bundled:", "variant:")):
+        from kvplan.inputs.checkpoint import local_checkpoint  # a bundled config has no checkpoint
+
         found = local_checkpoint(Path(source).parent, spec.num_layers)
     if found is None:
         return spec

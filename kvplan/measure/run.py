@@ -18,7 +18,7 @@ from kvplan.measure.device import choose_profile, detect
 from kvplan.measure.timing import time_fn, time_interleaved
 from kvplan.measure.workload import Workload, shape_for
 from kvplan.present import format as f
-from kvplan.present.view import Column, Table
+from kvplan.present.view import Column, Fact, Table, judged
 from kvplan.present.view import View as Report
 
 DEFAULT_MODEL = "qwen2.5-7b"  # 932 MB per fp32 layer: fixed per-call costs stay small
@@ -285,7 +285,13 @@ def measure(request: MeasureRequest, progress: Callable[[str], None] | None = No
                 ),
             )
         )
-    facts.append(("check", "FAILED" if failures else f"passed (tolerance {request.tolerance:.0%})"))
+    facts.append(
+        Fact(
+            "check",
+            "FAILED" if failures else f"passed (tolerance {request.tolerance:.0%})",
+            verdict=judged(not failures),
+        )
+    )
 
     columns = [
         Column("phase", "phase", f.text, "left"),

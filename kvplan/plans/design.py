@@ -257,6 +257,9 @@ def design_report(spec: ModelSpec, gpus: list[GpuProfile], request: DesignReques
                 gpu_mem_util=request.gpu_mem_util,
             ),
         )
+        if len(gpus) > 1:
+            keep = ("compare-columns", "compare-prices")
+            notes += [n for n in comparison.notes if n.id in keep]
     return DesignResult(
         __version__,
         model,

@@ -6,7 +6,7 @@ from kvplan.plans.capacity import CapacityResult, LongestContext, WhatIfRow
 from kvplan.plans.deployment import Deployment, layout_text
 from kvplan.present import format as f
 from kvplan.present.launch import Launch
-from kvplan.present.view import Column, Table, View, jsonable, view
+from kvplan.present.view import Column, Fact, Table, Verdict, View, jsonable, judged, ref, view
 
 
 def scenario(row: WhatIfRow, ctx: int) -> str:
@@ -49,47 +49,112 @@ def longest_text(row: LongestContext) -> str:
     return f"{row.max_context_len:,} tokens"
 
 
+def _what_if_note(row: dict) -> tuple:
+    """A what-if row cites its KV format's note, or paging's."""
+    if row["kind"] == "kv_dtype":
+        return (f"kv-{row['kv_dtype']}", ref("kv-ggml", dtype=row["kv_dtype"]))
+    return ("capacity-paged",) if row["kind"] in ("paged", "contiguous") else ()
+
+
 def capacity_view(result: CapacityResult) -> View:
     r = result
     ctx = r.context_len
     facts = [
-        ("model / GPU", f"{r.model['name']} on {r.gpu}"),
-        ("deployment", deployment_text(r)),
-        ("dtypes", f"weights {r.weights_dtype}, KV {r.kv_dtype}"),
-        (
+        Fact(
+            "model / GPU",
+            f"{r.model['name']} on {r.gpu}",
+            notes=("capacity-pp", "capacity-replicas", "tp-per-gpu", "memory-estimated"),
+        ),
+        Fact(
+            "deployment",
+            deployment_text(r),
+            notes=("deployment-chosen", "deployment-for-users", "dp-attention"),
+            data={
+                "tp": r.tp,
+                "pp": r.pp,
+                "dp_attention": r.dp_attention,
+                "replicas": r.replicas,
+                "num_gpus": r.num_gpus,
+            },
+        ),
+        Fact(
+            "dtypes",
+            f"weights {r.weights_dtype}, KV {r.kv_dtype}",
+            notes=("weights-quantized", f"kv-{r.kv_dtype}", ref("kv-ggml", dtype=r.kv_dtype)),
+        ),
+        Fact(
             "memory per GPU",
             f"{f.gib(r.usable_bytes_per_gpu)} GiB usable - {f.gib(r.weights_bytes_per_gpu)} "
             f"weights - {f.gib(r.reserve_bytes_per_gpu)} reserve = "
             f"{f.gib(r.kv_pool_bytes_per_gpu)} GiB KV pool",
+            notes=("capacity-budget",),
+            data={
+                "usable_bytes_per_gpu": r.usable_bytes_per_gpu,
+                "weights_bytes_per_gpu": r.weights_bytes_per_gpu,
+                "reserve_bytes_per_gpu": r.reserve_bytes_per_gpu,
+                "kv_pool_bytes_per_gpu": r.kv_pool_bytes_per_gpu,
+            },
         ),
-        ("fits", "yes" if r.fits else "NO"),
-        (
+        Fact(
+            "fits",
+            "yes" if r.fits else "NO",
+            verdict=judged(r.fits),
+            notes=("capacity-no-room",),
+            data={"fits": r.fits},
+        ),
+        Fact(
             "KV tokens per GPU",
             f.DASH
             if r.kv_tokens is None
             else f"{r.kv_tokens:,} (every attention layer holding every token)",
+            notes=("sliding-held", "state-fixed", "tp-kv-replicated", "tp-mla-replicated"),
+            data={"kv_tokens": r.kv_tokens},
         ),
-        (f"max sequences at {ctx:,}", f"{r.max_concurrency:,}"),
+        Fact(
+            f"max sequences at {ctx:,}",
+            f"{r.max_concurrency:,}",
+            verdict=None if r.max_concurrency else Verdict.bad,
+            notes=("capacity-paged", "ctx-beyond-positions"),
+            data={"planned_context_len": ctx, "planned_max_concurrency": r.max_concurrency},
+        ),
     ]
     facts += [
-        (f"longest context at batch {row.batch_size:,}", longest_text(row))
+        Fact(
+            f"longest context at batch {row.batch_size:,}",
+            longest_text(row),
+            verdict=None if row.max_context_len else Verdict.bad,
+            notes=("ctx-beyond-positions",) if row.limited_by == "positions" else (),
+            data={f"longest_context_len_at_batch_{row.batch_size}": row.max_context_len},
+        )
         for row in r.longest_context
     ]
     if r.paging:
         facts.append(
-            (
+            Fact(
                 "paging vs contiguous",
                 f"{r.paging.paged_sequences:,} vs {r.paging.contiguous_sequences:,} sequences at "
                 f"mean length {r.paging.mean_len:,}",
+                notes=("capacity-paged",),
+                data={
+                    "paging_mean_len": r.paging.mean_len,
+                    "paged_sequences": r.paging.paged_sequences,
+                    "contiguous_sequences": r.paging.contiguous_sequences,
+                },
             )
         )
     if r.kv_transfer:
         t = r.kv_transfer
         facts.append(
-            (
+            Fact(
                 "disaggregated KV transfer",
                 f"{f.gib_text(t.bytes_per_request)} per {ctx:,}-token request over {t.link}: "
                 f"{f.ms_text(t.time_s)}, at most {t.requests_per_s:,.1f} requests/s",
+                notes=("transfer-link", "transfer-replication"),
+                data={
+                    "transfer_bytes_per_request": t.bytes_per_request,
+                    "transfer_time_s": t.time_s,
+                    "transfer_requests_per_s": t.requests_per_s,
+                },
             )
         )
     data = jsonable(r)
@@ -103,6 +168,7 @@ def capacity_view(result: CapacityResult) -> View:
             Column("max_concurrency", "max sequences", f.integer),
         ],
         data["what_if"],
+        row_notes=_what_if_note,
     )
     return view(f"Capacity of {r.model['name']} on {r.gpu}", r, facts, [table], data=data)
 

@@ -7,20 +7,38 @@ from kvplan.plans.deployment import deployment_of, layout_text
 from kvplan.plans.design import DesignResult
 from kvplan.present import format as f
 from kvplan.present.notes import note_text, note_texts
+from kvplan.present.render import md_text
 
 
 class Footnotes:
-    """The report's notes as numbered footnotes; `cite(id, **values)` marks where one applies."""
+    """The report's notes as numbered footnotes. `cite(id, **values)` marks where a note applies
+    (every note with that id whose values match); `uncited()` lists the ones no place cited, which
+    the report cites from its anatomy paragraph: renderers (GitHub, pandoc) drop a footnote no
+    one references."""
 
     def __init__(self, notes):
         self.notes = notes
         self.texts = note_texts(notes)
+        self.cited: set[int] = set()
 
     def cite(self, note_id: str, **values) -> str:
+        numbers: list[int] = []
         for item in self.notes:
             if item.id == note_id and all(item.value(k) == v for k, v in values.items()):
-                return f"[^{self.texts.index(note_text(item)) + 1}]"
-        return ""
+                number = self.texts.index(note_text(item)) + 1
+                if number not in numbers:
+                    numbers.append(number)
+        self.cited.update(numbers)
+        return "".join(f"[^{n}]" for n in numbers)
+
+    def cite_all(self, *note_ids: str) -> str:
+        return "".join(self.cite(note_id) for note_id in note_ids)
+
+    def uncited(self) -> str:
+        return "".join(f"[^{n}]" for n in range(1, len(self.texts) + 1) if n not in self.cited)
+
+    def definitions(self) -> list[str]:
+        return [f"[^{i}]: {md_text(words)}" for i, words in enumerate(self.texts, 1)]
 
 
 def _gib(num_bytes: float) -> str:
@@ -35,9 +53,9 @@ def render_markdown(result: DesignResult, plots: dict[str, str] | None = None) -
     out = [f"## KV-cache plan: {m.name}", ""]
     layers = ", ".join(f"{n} × {label}" for label, n in m.layers.items())
     saving = f"{m.gqa_saving:.1f}×" if m.gqa_saving else "n/a"
+    out += ["### Cache anatomy", ""]
+    anatomy = len(out)  # the anatomy paragraph: it also cites the notes no other place does
     out += [
-        "### Cache anatomy",
-        "",
         f"{m.name}, a {m.family} model, has {f.count(m.params_total)} parameters "
         f"({f.count(m.params_active)} active per token); its weights take "
         f"{_gib(m.weights_bytes)} in {m.weights_dtype}. Layers: {layers}. Every token of "
@@ -47,7 +65,9 @@ def render_markdown(result: DesignResult, plots: dict[str, str] | None = None) -
         "",
         "### KV per sequence",
         "",
-        "| context | " + " | ".join(f"{d} per sequence" for d in dtypes) + " | KV ÷ weights |",
+        "| context | "
+        + " | ".join(f"{d} per sequence{_format_note(notes, d)}" for d in dtypes)
+        + " | KV ÷ weights |",
         "|---:|" + "---:|" * len(dtypes) + "---:|",
     ]
     for c in sorted({r.context_len for r in result.kv_table}):
@@ -58,24 +78,41 @@ def render_markdown(result: DesignResult, plots: dict[str, str] | None = None) -
             + f" | {rows[0].kv_to_weights:.3f} |"
         )
     out += ["", "### Capacity and speed per GPU option", ""]
-    out += _comparison(result)
-    for option in result.options:
+    out += _comparison(result, notes)
+    peaks = _peaks_per_option(result, notes)
+    for option, peak in zip(result.options, peaks, strict=True):
+        tp = option.tp
         out += [
             f"**{_option_name(option)}** ({_layout(option)}"
-            f"{notes.cite('deployment-chosen', gpu=option.gpu)}; memory utilization "
-            f"{result.gpu_mem_util}{notes.cite('capacity-budget', gpu=option.gpu)}; sequences "
-            "are per replica, TPOT at that many sequences)",
+            + notes.cite("deployment-chosen", gpu=option.gpu)
+            + notes.cite("dp-attention", ranks=option.dp_attention)
+            + notes.cite("tp-per-gpu", tp=tp)
+            + notes.cite("tp-kv-replicated", tp=tp)
+            + notes.cite("tp-mla-replicated", tp=tp)
+            + f"; memory utilization {result.gpu_mem_util}"
+            f"{notes.cite('capacity-budget', gpu=option.gpu)}; sequences are "
+            "per replica, TPOT at that many sequences)",
             "",
             "| context | "
-            + " | ".join(f"sequences ({d})" for d in dtypes)
-            + " | KV pool / GPU | limited by | TTFT floor | TPOT floor at max batch | "
-            "ceiling BW/(s·k) per replica | B_read |",
+            + " | ".join(
+                f"sequences ({d}){notes.cite('capacity-paged') if i == 0 else ''}"
+                for i, d in enumerate(dtypes)
+            )
+            + " | KV pool / GPU | limited by | "
+            + f"TTFT floor{peak}{notes.cite('roofline-prefill-causal')} | "
+            + "TPOT floor at max batch"
+            + notes.cite_all("roofline-decode-reads", "roofline-moe", "roofline-state")
+            + notes.cite("roofline-tp", tp=tp)
+            + notes.cite("roofline-pp")
+            + f" | ceiling BW/(s·k) per replica{peak} | "
+            + f"B_read{notes.cite('roofline-batch-equal-reads')} |",
             "|---:|" + "---:|" * len(dtypes) + "---:|---|---:|---:|---:|---:|",
         ]
         for row in option.per_context:
             seqs = " | ".join(f"{row.max_sequences[d]:,}" for d in dtypes)
+            beyond = notes.cite("ctx-beyond-positions", context_len=row.context_len)
             out.append(
-                f"| {f.tokens(row.context_len)} | {seqs} | "
+                f"| {f.tokens(row.context_len)}{beyond} | {seqs} | "
                 f"{_gib(row.kv_pool_bytes_per_gpu)} | {row.limited_by} | "
                 f"{row.ttft_floor_s:.2f} s | {f.ms_text(row.tpot_floor_s)} | "
                 f"{row.ceiling_tokens_per_s:,.0f} tok/s | {row.batch_equal_reads:.1f} |"
@@ -87,7 +124,7 @@ def render_markdown(result: DesignResult, plots: dict[str, str] | None = None) -
             "### Disaggregated prefill and decode",
             "",
             "Moving each request's KV from a prefill pool to a decode replica"
-            f"{notes.cite('transfer-link')}:",
+            f"{notes.cite_all('transfer-link', 'transfer-no-link')}:",
             "",
             "| option | context | KV per request | transfer time | requests/s the links sustain |",
             "|---|---:|---:|---:|---:|",
@@ -95,16 +132,20 @@ def render_markdown(result: DesignResult, plots: dict[str, str] | None = None) -
         for o, r in transfers:
             t = r.kv_transfer
             out.append(
-                f"| {_option_name(o)} over {t.link} | {f.tokens(r.context_len)} | "
+                f"| {_option_name(o)} over {t.link}"
+                f"{notes.cite('transfer-replication', tp=o.tp)} | "
+                f"{f.tokens(r.context_len)} | "
                 f"{_gib(t.bytes_per_request)} | {f.ms_text(t.time_s)} | "
                 f"{t.requests_per_s:,.1f} |"
             )
         out.append("")
     if plots:
         out += [f"![{title}]({path})" for title, path in plots.items()] + [""]
-    out += _decision_order(result, notes) + ["", "### Assumptions", ""]
-    out += [f"[^{i}]: {words}" for i, words in enumerate(notes.texts, 1)]
-    out += ["", f"*Generated by kvplan {result.kvplan_version}.*", ""]
+    out += _decision_order(result, notes)
+    out[anatomy] += notes.uncited()
+    # the definitions last: renderers gather footnotes at the end, under this heading
+    out += ["", f"*Generated by kvplan {result.kvplan_version}.*", "", "### Assumptions", ""]
+    out += notes.definitions() + [""]
     return "\n".join(out)
 
 
@@ -118,13 +159,14 @@ def _layout(option) -> str:
     return f"{layout_text(deployment_of(option))}, {nodes}"
 
 
-def _comparison(result: DesignResult) -> list[str]:
+def _comparison(result: DesignResult, notes: Footnotes) -> list[str]:
     """The options side by side per GPU at the longest context, and the verdict."""
     cmp = result.comparison
     if cmp is None or len(cmp.rows) < 2:
         return []
     out = [
-        f"**Verdict.** {note_text(cmp.verdict)}",
+        f"**Verdict.** {note_text(cmp.verdict)}"
+        f"{notes.cite('compare-columns')}{notes.cite('compare-prices')}",
         "",
         f"| GPU | deployment | GPUs | sequences at {f.tokens(cmp.context_len)} | per GPU | "
         "TPOT floor | tok/s per GPU | $/M output tokens |",
@@ -141,6 +183,21 @@ def _comparison(result: DesignResult) -> list[str]:
             f"{f.ms_text(row.tpot_floor_s)} | {row.tokens_per_s_per_gpu:,.0f} | {usd} |"
         )
     return out + [""]
+
+
+def _format_note(notes: Footnotes, kv_dtype: str) -> str:
+    """The note on how a KV dtype is stored (fp8, int8, int4, ggml types)."""
+    return notes.cite(f"kv-{kv_dtype}") + notes.cite("kv-ggml", dtype=kv_dtype)
+
+
+def _peaks_per_option(result: DesignResult, notes: Footnotes) -> list[str]:
+    """Each option's roofline-peaks citation. The note names no GPU; the plan adds one per option
+    in order (repeats dropped), so equal counts pair them; otherwise every option cites all."""
+    peaks = [item for item in result.notes if item.id == "roofline-peaks"]
+    if len(peaks) == len(result.options):
+        pairs = [dict(item.values) for item in peaks]
+        return [notes.cite("roofline-peaks", **values) for values in pairs]
+    return [notes.cite("roofline-peaks")] * len(result.options)
 
 
 def _decision_order(result: DesignResult, notes: Footnotes) -> list[str]:

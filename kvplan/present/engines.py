@@ -5,7 +5,7 @@ from __future__ import annotations
 from kvplan.engines.sglang import MAX_PREFILL_TOKENS, SglangResult
 from kvplan.engines.vllm import VllmResult
 from kvplan.present import format as f
-from kvplan.present.view import Column, Table, View, jsonable, view
+from kvplan.present.view import Column, Fact, Table, Verdict, View, jsonable, judged, view
 from kvplan.units import GIB, MIB
 
 
@@ -119,8 +119,20 @@ def vllm_view(r: VllmResult) -> View:
     tables = [
         Table(
             "log lines",
-            [Column("line", "what vLLM logs", f.text, "left")],
-            [{"line": line} for line in lines],
+            [
+                Column(
+                    "line",
+                    "what vLLM logs",
+                    f.text,
+                    "left",
+                    verdict=lambda row: Verdict.bad if row.get("refused") else None,
+                )
+            ],
+            # when it does not fit, the last line is vLLM's refusal
+            [
+                {"line": line, **({"refused": True} if not r.fits and i == len(lines) else {})}
+                for i, line in enumerate(lines, 1)
+            ],
         ),
     ]
     memory_rows = vllm_memory_rows(r)
@@ -407,10 +419,11 @@ def llamacpp_view(r) -> View:
             + (" (the most that fit)" if p.auto else "")
             + f"; at most {r.max_gpu_layers} fit",
         ),
-        (
+        Fact(
             "GPU memory",
             f"{f.gib_text(r.gpu_memory.total_bytes)} of {f.gib_text(r.gpu_capacity_bytes)}"
             + (" (fits)" if r.fits else " (does NOT fit)"),
+            verdict=judged(r.fits),
         ),
         ("host memory", f.gib_text(r.host_memory.total_bytes)),
         (
@@ -475,7 +488,7 @@ def llamacpp_view(r) -> View:
                 Column("cache_type", "cache", f.text, "left"),
                 Column("weights_bytes", "weights (GiB)", f.gib),
                 Column("gpu_bytes", "GPU total (GiB)", f.gib),
-                Column("fits", "fits", f.yes_no),
+                Column("fits", "fits", f.yes_no, verdict=lambda row: judged(row["fits"])),
                 Column("tok_per_s", "tok/s", f.fixed(1)),
             ],
             [q._asdict() for q in r.quant_choices],

@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,6 +55,8 @@ def check_target(path: Path, what: str = "output") -> Path:
 
 def write_atomic(path: Path, write: Callable[[Path], None], what: str = "output") -> None:
     """Call `write(temporary_path)`, then rename the temporary file over `path`."""
+    import tempfile  # here, not at the top: printing to standard output never needs it
+
     path = check_target(path, what)
     parent = path.parent if str(path.parent) else Path(".")
     try:

@@ -1,16 +1,24 @@
 """Output formats: one enum, mapped to pure functions View -> str.
 
 CSV, JSON and Markdown are written with plain string building, never a rich Console (rich wraps
-piped output at 80 columns)."""
+piped output at 80 columns). The plain table here is what pipes get; a terminal gets the
+width-aware, coloured table of kvplan.present.terminal, which shares `fit_columns`.
+"""
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: NamedTuple fields given as strings are each
+# compiled at import (typing.ForwardRef), which the CLI's start-up budget pays on every run.
 
-import csv
 import io
 import json
+import unicodedata
 from enum import Enum
+from typing import Any, NamedTuple
 
-from kvplan.present.view import View
+from kvplan.present.view import Column, Table, View, cited, facts_of
+
+INDENT = 2  # a table's left margin
+GAP = 2  # spaces between two columns
+TEXT_MIN_WIDTH = 10  # a terminal squeezes a wrapping text column no narrower than this
 
 
 class OutputFormat(str, Enum):
@@ -28,72 +36,277 @@ def render_json(report: View) -> str:
     return json.dumps(report.data, indent=2, allow_nan=False) + "\n"
 
 
+# ---- Markdown ----------------------------------------------------------------------------------
+MARKDOWN_SPECIAL = "\\`*_[]<>|~$"
+
+
+def md_text(text: Any) -> str:
+    """Plain words as Markdown text: the characters Markdown (GitHub, pandoc) would read as markup
+    are escaped, so `4*L*d*n` stays four letters and `a | b` stays in its table cell."""
+    return "".join("\\" + ch if ch in MARKDOWN_SPECIAL else ch for ch in str(text))
+
+
 def render_markdown(report: View) -> str:
-    out = [f"## {report.title}", ""]
-    if report.facts:
-        out += ["| | |", "|---|---|"]
-        out += [f"| {label} | {value} |" for label, value in report.facts]
-        out.append("")
+    """Markdown with every note a footnote cited where it applies (facts, column headers, table
+    titles, rows); notes cited nowhere are cited from the first fact, or the title: renderers
+    (GitHub, pandoc) drop footnotes nobody references."""
+    facts = facts_of(report)
+    used: set[int] = set()
+
+    def cite(refs) -> str:
+        numbers = cited(report, refs)
+        used.update(numbers)
+        return "".join(f"[^{n + 1}]" for n in numbers)
+
+    fact_cites = [cite(x.notes) for x in facts]
+    table_lines: list[str] = []
     for table in report.tables:
+        title_cite = cite(table.notes)
         if table.title:
-            out += [f"### {table.title}", ""]
-        out.append("| " + " | ".join(c.header for c in table.columns) + " |")
-        out.append(
+            table_lines += [f"### {md_text(table.title)}{title_cite}", ""]
+        headers = [md_text(c.header) + cite(c.notes) for c in table.columns]
+        if not table.title and title_cite:
+            headers[0] += title_cite
+        table_lines.append("| " + " | ".join(headers) + " |")
+        table_lines.append(
             "|" + "|".join("---:" if c.align == "right" else "---" for c in table.columns) + "|"
         )
         for row in table.rows:
-            out.append("| " + " | ".join(c.fmt(row.get(c.key)) for c in table.columns) + " |")
+            cells = [md_text(c.fmt(row.get(c.key))) for c in table.columns]
+            if table.row_notes is not None and cells:
+                cells[0] += cite(table.row_notes(row))
+            table_lines.append("| " + " | ".join(cells) + " |")
+        table_lines.append("")
+    whole = "".join(f"[^{n + 1}]" for n in range(len(report.notes)) if n not in used)
+    if facts:
+        fact_cites[0] += whole
+    out = [f"## {md_text(report.title)}{'' if facts else whole}", ""]
+    if facts:
+        out += ["| | |", "|---|---|"]
+        out += [
+            f"| {md_text(x.label)}{refs} | {md_text(x.value)} |"
+            for x, refs in zip(facts, fact_cites, strict=True)
+        ]
         out.append("")
+    out += table_lines
     if report.notes:
         out += ["**Notes**", ""]
-        out += [f"{i}. {note}" for i, note in enumerate(report.notes, 1)]
+        out += [f"[^{i}]: {md_text(note)}" for i, note in enumerate(report.notes, 1)]
         out.append("")
     return "\n".join(out)
 
 
+# ---- CSV ---------------------------------------------------------------------------------------
+def csv_columns(table: Table) -> list[str]:
+    """The fields a table writes: each column's key (or the raw fields behind a derived cell),
+    once each: two columns showing one number in two units are one field."""
+    keys: list[str] = []
+    for column in table.columns:
+        for key in column.raw_keys or (column.key,):
+            if key not in keys:
+                keys.append(key)
+    return keys
+
+
+def csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, allow_nan=False)
+    return value
+
+
 def render_csv(report: View) -> str:
-    """The first table, raw values; notes as leading '# ' comment lines."""
-    buf = io.StringIO()
-    for note in report.notes:
-        buf.write(f"# {note}\n")
-    if report.tables:
-        table = report.tables[0]
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow([c.key for c in table.columns])
+    """One well-formed table: every table's rows (a leading `table` field names the table when
+    there are several: its title, or "main" for an untitled first), raw values (SI units, the unit in the field name), one field per number,
+    and the facts' numbers (Fact.data) as fields repeated on every row. No comment lines: the
+    CLI prints the notes on standard error, one `note:` line each."""
+    fact_fields: dict[str, Any] = {}
+    for item in facts_of(report):
+        for key, value in item.data.items():
+            if key in fact_fields:
+                raise ValueError(f"CSV field {key!r} comes from two facts")
+            fact_fields[key] = value
+    several = len(report.tables) > 1
+    fields: list[str] = ["table"] if several else []
+    for table in report.tables:
+        fields += [key for key in csv_columns(table) if key not in fields]
+    clash = sorted(set(fields) & set(fact_fields))
+    if clash:
+        raise ValueError(f"CSV fields {clash} are both table columns and fact data")
+    fields += list(fact_fields)
+    rows: list[dict] = []
+    for number, table in enumerate(report.tables, 1):
+        name = table.title or ("main" if number == 1 else f"table {number}")
         for row in table.rows:
-            writer.writerow(
-                ["" if row.get(c.key) is None else row.get(c.key) for c in table.columns]
+            out = {key: row.get(key) for key in csv_columns(table)}
+            rows.append(
+                {"table": name, **out, **fact_fields} if several else {**out, **fact_fields}
             )
+    if not report.tables and fact_fields:
+        rows.append(dict(fact_fields))
+    import csv  # here, not at the top: the start-up budget of every other format
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(fields)
+    for row in rows:
+        writer.writerow([csv_value(row.get(key)) for key in fields])
     return buf.getvalue()
 
 
-def render_table(report: View) -> str:
-    """Aligned plain text for a terminal (no rich: it costs the CLI's start-up budget)."""
+# ---- plain table (pipes) -----------------------------------------------------------------------
+def cell_width(text: str) -> int:
+    """Columns a string takes in a terminal: wide East Asian characters 2, combining marks 0."""
+    width = 0
+    for ch in text:
+        if unicodedata.combining(ch):
+            continue
+        width += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return width
+
+
+def header_min_width(header: str) -> int:
+    """A header that may wrap between words needs its longest word."""
+    return max((cell_width(word) for word in header.split()), default=0)
+
+
+def header_two_lines_width(header: str) -> int:
+    """The narrowest width at which a header takes at most two lines."""
+    words = header.split()
+    if len(words) < 2:
+        return cell_width(header)
+    return min(
+        max(cell_width(" ".join(words[:cut])), cell_width(" ".join(words[cut:])))
+        for cut in range(1, len(words))
+    )
+
+
+class Bounds(NamedTuple):
+    full: list[int]  # widest cell or whole header: one line per row, one header line
+    natural: list[int]  # widest cell, header on at most two lines (wrapped headers only)
+    least: list[int]  # numbers whole, text wrapped to TEXT_MIN_WIDTH, headers by word
+
+
+def column_bounds(columns: list[Column], cells: list[list[str]], wrap_headers: bool) -> Bounds:
+    full, natural, least = [], [], []
+    for i, column in enumerate(columns):
+        cell = max((cell_width(row[i]) for row in cells), default=0)
+        full.append(max(cell, cell_width(column.header)))
+        if not wrap_headers:
+            natural.append(full[-1])
+            least.append(full[-1])
+            continue
+        natural.append(max(cell, header_two_lines_width(column.header)))
+        text = cell if column.align == "right" else min(cell, TEXT_MIN_WIDTH)
+        least.append(max(text, header_min_width(column.header), 1))
+    return Bounds(full, natural, least)
+
+
+def table_width(widths, indent: int = INDENT, gap: int = GAP) -> int:
+    widths = list(widths)
+    return indent + sum(widths) + gap * max(len(widths) - 1, 0)
+
+
+class Fit(NamedTuple):
+    shown: list[int]  # column indexes kept in the grid, in order
+    stacked: list[int]  # prose columns printed under the table
+    dropped: list[int]  # columns left out (named in a line under the table)
+
+
+def fit_columns(
+    columns: list[Column],
+    cells: list[list[str]],
+    width: int | None,
+    *,
+    drop: bool = True,
+    wrap_headers: bool = False,
+) -> Fit:
+    """Which columns fit in `width` terminal columns. A column wants its widest cell and its
+    header (on at most two lines where headers wrap). Too wide: prose columns are stacked under
+    the table (widest first); then, with `drop`, columns are left out by priority (highest first,
+    the rightmost of equals first), and if even the narrowest layout (text wrapped, headers by
+    word) is too wide, unranked columns from the right (never the first)."""
+    bounds = column_bounds(columns, cells, wrap_headers)
+    shown = list(range(len(columns)))
+    stacked: list[int] = []
+    dropped: list[int] = []
+
+    def total(which) -> int:
+        return table_width(which[i] for i in shown)
+
+    if width is None or total(bounds.natural) <= width:
+        return Fit(shown, stacked, dropped)
+    for i in sorted((i for i in shown if columns[i].prose), key=lambda i: -bounds.natural[i]):
+        if total(bounds.natural) <= width or len(shown) == 1:
+            break
+        shown.remove(i)
+        stacked.append(i)
+    if drop:
+        ranked = sorted(
+            (i for i in shown if columns[i].priority > 0),
+            key=lambda i: (-columns[i].priority, -i),
+        )
+        for i in ranked:
+            if total(bounds.natural) <= width:
+                break
+            shown.remove(i)
+            dropped.append(i)
+        while total(bounds.least) > width and len(shown) > 1:
+            dropped.append(shown.pop())
+    return Fit(shown, sorted(stacked), sorted(dropped))
+
+
+def row_label(columns: list[Column], row: dict, fit: Fit) -> str:
+    """What names a row in the stacked prose under a table: its first shown cell."""
+    first = columns[fit.shown[0]] if fit.shown else columns[0]
+    return first.fmt(row.get(first.key))
+
+
+def render_table(report: View, width: int | None = None) -> str:
+    """Aligned plain text, no colour and no rich (it costs the CLI's start-up budget): what pipes
+    get. With `width`, prose columns that would make a table wider are stacked under it; no
+    column is left out (a pipe may be read by a program)."""
     out = [report.title]
-    if report.facts:
-        width = max(len(label) for label, _ in report.facts)
-        out += [f"  {label:<{width}}  {value}" for label, value in report.facts]
+    facts = facts_of(report)
+    if facts:
+        label_width = max(cell_width(x.label) for x in facts)
+        out += [f"  {_pad(x.label, label_width)}  {x.value}" for x in facts]
     for table in report.tables:
         out.append("")
         if table.title:
             out.append(table.title)
         cells = [[c.fmt(row.get(c.key)) for c in table.columns] for row in table.rows]
+        fit = fit_columns(table.columns, cells, width, drop=False)
+        columns = [table.columns[i] for i in fit.shown]
+        grid = [[r[i] for i in fit.shown] for r in cells]
         widths = [
-            max([len(c.header)] + [len(r[i]) for r in cells]) for i, c in enumerate(table.columns)
+            max([cell_width(c.header)] + [cell_width(r[j]) for r in grid])
+            for j, c in enumerate(columns)
         ]
-
-        out.append(_line([c.header for c in table.columns], widths, table.columns))
+        out.append(_line([c.header for c in columns], widths, columns))
         out.append("  " + "  ".join("─" * w for w in widths))
-        out += [_line(r, widths, table.columns) for r in cells]
+        out += [_line(r, widths, columns) for r in grid]
+        for i in fit.stacked:
+            column = table.columns[i]
+            out += ["", f"  {column.header}"]
+            for row, r in zip(table.rows, cells, strict=True):
+                if r[i]:
+                    out.append(f"    {row_label(table.columns, row, fit)}: {r[i]}")
     if report.notes:
         out.append("")
         out += [f"[{i}] {note}" for i, note in enumerate(report.notes, 1)]
     return "\n".join(out) + "\n"
 
 
+def _pad(text: str, width: int, right: bool = False) -> str:
+    space = " " * max(width - cell_width(text), 0)
+    return space + text if right else text + space
+
+
 def _line(values: list[str], widths: list[int], columns: list) -> str:
     parts = [
-        v.rjust(w) if c.align == "right" else v.ljust(w)
+        _pad(v, w, right=c.align == "right")
         for v, w, c in zip(values, widths, columns, strict=True)
     ]
     return "  " + "  ".join(parts).rstrip()

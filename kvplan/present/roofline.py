@@ -5,7 +5,7 @@ from __future__ import annotations
 from kvplan.plans.deployment import deployment_of, layout_text
 from kvplan.plans.roofline import DeviceResult, RooflineResult
 from kvplan.present import format as f
-from kvplan.present.view import Column, Table, View, rows_of, view
+from kvplan.present.view import Column, Fact, Table, Verdict, View, judged, rows_of, view
 from kvplan.units import TFLOP
 
 
@@ -40,17 +40,27 @@ def roofline_view(result: RooflineResult) -> View:
         setup += " (chosen: see notes)"
     s_star = result.critical_context_len
     facts = [
-        ("model / GPU", setup),
+        Fact(
+            "model / GPU",
+            setup,
+            notes=("deployment-chosen", "dp-attention", "tp-crosses-nodes", "tp-per-gpu"),
+            data={"tp": result.tp, "pp": result.pp, "dp_attention": result.dp_attention},
+        ),
         (
             "dtypes",
             f"weights {result.weights_dtype}, KV {result.kv_dtype}, compute {result.compute_dtype}",
         ),
-        ("ridge point", f"{result.gpu.ridge_flop_per_byte:,.1f} FLOP/byte"),
-        (
+        Fact(
+            "ridge point",
+            f"{result.gpu.ridge_flop_per_byte:,.1f} FLOP/byte",
+            notes=("roofline-peaks",),
+        ),
+        Fact(
             f"prefill {pre.context_len:,} tokens",
             f"{pre.flops / TFLOP:,.1f} TFLOP, {f.gb_text(pre.bytes, 1)}, intensity "
             f"{pre.arithmetic_intensity_flop_per_byte:,.0f} FLOP/byte ({pre.bound}-bound), "
             f"TTFT floor {pre.time_floor_s:,.3f} s",
+            notes=("roofline-prefill-causal",),
         ),
         (
             "critical context s*",
@@ -73,12 +83,13 @@ def roofline_view(result: RooflineResult) -> View:
         )
     for row in result.per_context:
         facts.append(
-            (
+            Fact(
                 f"at {row.context_len:,} tokens",
                 f"I_inf {row.asymptotic_intensity_flop_per_byte:,.1f} FLOP/byte, ceiling "
                 f"{row.ceiling_tokens_per_s:,.0f} tok/s, B_read {row.batch_equal_reads:,.1f}"
                 if row.ceiling_tokens_per_s
                 else "no KV",
+                notes=("roofline-batch-equal-reads",),
             )
         )
     table = Table(
@@ -86,18 +97,28 @@ def roofline_view(result: RooflineResult) -> View:
         [
             Column("context_len", "context (tokens)", f.integer),
             Column("batch_size", "batch", f.integer),
-            Column("flops", "GFLOP/step", f.gflop),
+            Column("flops", "GFLOP/step", f.gflop, priority=2),
             Column("bytes", "GB/step", f.gb),
-            Column("arithmetic_intensity_flop_per_byte", "intensity (FLOP/B)", f.fixed(2)),
+            Column(
+                "arithmetic_intensity_flop_per_byte", "intensity (FLOP/B)", f.fixed(2), priority=1
+            ),
             Column("bound", "bound", f.text, "left"),
-            Column("comm_s", "comm (ms)", f.ms),
+            Column("comm_s", "comm (ms)", f.ms, priority=3 if d.gpus == 1 else 1),
             Column("time_floor_s", "TPOT floor (ms)", f.ms),
             Column("tokens_per_s", "tokens/s", f.integer),
-            Column("fits_text", "fits", f.text, "left"),
+            Column(
+                "fits_text",
+                "fits",
+                f.text,
+                "left",
+                verdict=lambda row: judged(row["fits"], Verdict.bad),
+                raw_keys=("fits", "max_batch"),
+            ),
         ],
         [
             {**row, "fits_text": "yes" if row["fits"] else f"no (max {row['max_batch']:,})"}
             for row in rows_of(result.decode)
         ],
+        notes=("roofline-decode-reads", "roofline-moe", "roofline-state", "roofline-tp"),
     )
     return view(f"Roofline of {result.model.name} on {result.gpu.name}", result, facts, [table])

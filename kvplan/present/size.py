@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvplan.plans.size import SizeResult
 from kvplan.present import format as f
-from kvplan.present.view import Column, Table, View, rows_of, view
+from kvplan.present.view import Column, Fact, Table, View, ref, rows_of, view
 
 
 def attention_text(a) -> str:
@@ -21,28 +21,42 @@ def attention_text(a) -> str:
     )
 
 
+def _dtype_note(row: dict) -> tuple:
+    """A row in a KV dtype cites that storage format's note (kv-fp8, kv-int8, kv-ggml, ...)."""
+    return (f"kv-{row['kv_dtype']}", ref("kv-ggml", dtype=row["kv_dtype"]))
+
+
 def size_view(result: SizeResult) -> View:
     m, tp = result.model, result.tp
     weights_rank = m.weights_bytes / tp
     first_dtype = result.rows[0].kv_dtype
     layer_desc = ", ".join(f"{g.num_layers} × {g.cache}" for g in m.layer_groups)
     facts = [
-        ("model", f"{m.name} ({m.model_type}; {m.family})"),
-        ("layers", f"{m.num_layers}: {layer_desc}"),
-        ("attention", attention_text(m.attention)),
-        (
+        Fact("model", f"{m.name} ({m.model_type}; {m.family})"),
+        Fact(
+            "layers",
+            f"{m.num_layers}: {layer_desc}",
+            notes=("sliding-held", "llama4-chunked", "mtp-excluded", "state-fixed"),
+        ),
+        Fact("attention", attention_text(m.attention), notes=("mla-latent", "falcon-broadcast")),
+        Fact(
             "parameters",
             f"{f.count(m.params_total)} total, {f.count(m.params_active)} active per token",
+            notes=("vision-excluded", "vision-absent"),
+            data={"params_total": m.params_total, "params_active": m.params_active},
         ),
-        (
+        Fact(
             "weights",
             f"{f.gib(m.weights_bytes)} GiB ({f.gb(m.weights_bytes)} GB) in {m.weights_dtype}"
             + (f"; {f.gib(weights_rank)} GiB per GPU at TP {tp}" if tp > 1 else ""),
+            notes=("weights-quantized", "weights-gguf", "tp-per-gpu"),
         ),
-        (
+        Fact(
             f"KV bytes/token ({first_dtype})",
             f"{m.kv_bytes_per_token:,} B per token with every attention layer holding every token"
             + (f" (per GPU at TP {tp})" if tp > 1 else ""),
+            notes=("tp-kv-replicated", "tp-mla-replicated"),
+            data={"kv_bytes_per_token": m.kv_bytes_per_token},
         ),
     ]
     if m.gqa_saving:
@@ -54,24 +68,31 @@ def size_view(result: SizeResult) -> View:
         )
     if m.state_bytes_per_sequence:
         state = m.state_bytes_per_sequence
-        facts.append(("state per sequence", f"{state:,} B ({f.gib(state)} GiB), any context"))
+        facts.append(
+            Fact(
+                "state per sequence",
+                f"{state:,} B ({f.gib(state)} GiB), any context",
+                notes=("state-fixed",),
+                data={"state_bytes_per_sequence": state},
+            )
+        )
     columns = [
         Column("context_len", "context (tokens)", f.integer),
         Column("batch_size", "batch", f.integer),
         Column("kv_dtype", "KV dtype", f.text, "left"),
         Column("kv_bytes_per_sequence", "KV/seq (GiB)", f.gib),
-        Column("kv_bytes_per_sequence", "KV/seq (GB)", f.gb),
+        Column("kv_bytes_per_sequence", "KV/seq (GB)", f.gb, priority=3),
         Column("kv_bytes_total", "KV batch (GiB)", f.gib),
-        Column("kv_bytes_total", "KV batch (GB)", f.gb),
-        Column("weights_bytes", "weights (GiB)", f.gib),
+        Column("kv_bytes_total", "KV batch (GB)", f.gb, priority=3),
+        Column("weights_bytes", "weights (GiB)", f.gib, priority=2),
         Column("kv_to_weights", "KV ÷ weights", f.ratio),
-        Column("batch_equal_memory", "B_mem (seqs)", f.fixed(1)),
+        Column("batch_equal_memory", "B_mem (seqs)", f.fixed(1), priority=1),
     ]
     if any(row.beyond_positions for row in result.rows):
         columns.append(
             Column("beyond_positions", "!", lambda v: "! past max positions" if v else "", "left")
         )
-    tables = [Table("", columns, rows_of(result.rows))]
+    tables = [Table("", columns, rows_of(result.rows), row_notes=_dtype_note)]
     if result.breakdown is not None:
         tables.append(
             Table(
@@ -81,13 +102,14 @@ def size_view(result: SizeResult) -> View:
                     Column("kv_dtype", "KV dtype", f.text, "left"),
                     Column("group", "cache", f.text, "left"),
                     Column("num_layers", "layers", f.integer),
-                    Column("num_kv_heads", "KV heads/GPU", f.integer),
-                    Column("head_dim", "head_dim", f.integer),
-                    Column("bytes_per_token_per_layer", "B/token/layer", f.integer),
+                    Column("num_kv_heads", "KV heads/GPU", f.integer, priority=2),
+                    Column("head_dim", "head_dim", f.integer, priority=2),
+                    Column("bytes_per_token_per_layer", "B/token/layer", f.integer, priority=1),
                     Column("tokens_held", "tokens held", f.integer),
                     Column("bytes_per_sequence", "bytes/seq", f.integer),
                 ],
                 rows_of(result.breakdown),
+                row_notes=_dtype_note,
             )
         )
     title = f"KV cache of {m.name}: " + ", ".join(f.tokens(c) for c in result.contexts)
