@@ -386,3 +386,87 @@ text("variant-resolved")(
         "(an instruction-tuned or dated variant); pass a path to its own config.json if it differs."
     )
 )
+
+# ---- measure ------------------------------------------------------------------------------------
+text("measure-method")(
+    lambda rounds, probes: (
+        f"Predicted per operator: max(bytes / bandwidth, FLOPs / throughput at the operator's "
+        f"shape) + launches x overhead, summed over the step, from a profile of {probes} probes "
+        "(streams, generic skinny and prefill GEMMs, attention over other lengths, a launch); no "
+        f"point's own timing enters it. Probes and points ran in the same {rounds} interleaved "
+        "rounds (drift and background load hit both alike); times are medians, p20/p80 in the "
+        "JSON. error = predicted / measured - 1."
+    )
+)
+text("measure-workload")(
+    lambda model, layers, dtype, weight_bytes: (
+        f"Workload: {model}, {layers} layer(s) built from the widths its config states "
+        f"({f.gb_text(weight_bytes)} of {dtype} weights), no embeddings and no output head."
+    )
+)
+text("measure-threads")(
+    lambda threads, busy, cpus: (
+        f"{threads} thread(s)"
+        + (
+            f": {cpus} usable CPUs, {busy:.1f} kept busy by other processes at the start "
+            "(a thread layout that does not oversubscribe)"
+            if busy is not None
+            else " (as given)"
+        )
+        + "."
+    )
+)
+text("measure-bandwidth")(
+    lambda probe: (
+        f"Stream bandwidth from the fastest streaming probe ({probe}); a GEMM's weights stream "
+        "at the batch-1 product's rate over a generic matrix, which on CPUs is well below STREAM."
+    )
+)
+text("measure-gather")(
+    lambda: (
+        "The paged attention gathers its pages into a cache-sized buffer, then attends: the "
+        "gather is priced as memory (KV bytes / stream bandwidth), the attention as compute."
+    )
+)
+text("measure-cpu-fp32")(
+    lambda fast_bf16: (
+        "Measured in fp32: CPU bf16 kernels measure slow kernels, not memory"
+        + (" (even with AVX512-BF16 here)" if fast_bf16 else "")
+        + "; bf16 bytes are accounted for analytically by the planner."
+    )
+)
+text("measure-no-datasheet")(
+    lambda: (
+        "No hardware profile matched this device: the datasheet column is empty (pass --gpu "
+        "PROFILE; --save-profile writes this device's)."
+    )
+)
+text("check-median")(
+    lambda error, tolerance: (
+        f"CHECK FAILED: the median |error| is {error:.1%}, above the {tolerance:.0%} tolerance."
+    )
+)
+text("check-worst")(
+    lambda error, tolerance, phase, batch, context: (
+        f"CHECK FAILED: {phase} at batch {batch}, {context:,} tokens is off by {error:+.1%}, "
+        f"beyond the worst-point tolerance of {tolerance:.0%}."
+    )
+)
+text("check-no-memory-point")(
+    lambda: (
+        "CHECK FAILED: no point is memory-bound, so wrong bytes could not show: add a batch-1 "
+        "decode point."
+    )
+)
+text("check-mutation-missed")(
+    lambda mutation, median, worst: (
+        f"CHECK FAILED: self-test — with {mutation} the gate would still pass (median "
+        f"{median:.1%}, worst {worst:.1%}): these points cannot see such a mistake."
+    )
+)
+text("check-profile-off")(
+    lambda median, worst: (
+        f"CHECK FAILED: the given profile's predictions miss by a median {median:.1%} (worst "
+        f"{worst:.1%})."
+    )
+)
