@@ -175,7 +175,7 @@ def torch_decode_attention(
     if batch == 0 or max_len == 0:
         return out.reshape(batch, num_q_heads, head_dim).to(query.dtype)
     lens = seq_lens.to(device=device, dtype=torch.long)
-    q = query.float().reshape(batch, num_kv_heads, group, head_dim)
+    q = query.float().reshape(batch, num_kv_heads, group, head_dim).contiguous()
     lse = torch.full((batch, num_kv_heads, group), -math.inf, device=device)
     start_block = 0
     if sliding_window is not None and max_seq_len is None:  # host values known: skip early blocks
@@ -194,9 +194,9 @@ def torch_decode_attention(
         if sliding_window is not None:
             valid &= positions.unsqueeze(0) >= (lens - sliding_window).unsqueeze(1)
         ids = table[:, first:last]
-        # entries past a sequence's length may hold anything: read its first block instead
+        # entries past a sequence's length may hold anything: read block 0 instead (masked)
         block_valid = valid.view(batch, last - first, block_size).any(-1)
-        ids = torch.where(block_valid, ids, table[:, :1]).reshape(-1)
+        ids = torch.where(block_valid, ids, 0).reshape(-1)
         k = _gather(key_cache, ids, k_scale, batch, tokens)  # [B, T, Hkv, D]
         v = _gather(value_cache, ids, v_scale, batch, tokens)
         mask = None
