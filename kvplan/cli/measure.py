@@ -106,7 +106,19 @@ def add(app: typer.Typer) -> None:
 
                 check_target(path, what)
         if distributed:
-            _distributed(model, device, gpu, quick, check, nproc, timeout, json_out, junit_xml, fmt)
+            _distributed(
+                model,
+                device,
+                gpu,
+                quick,
+                check,
+                tolerance,
+                nproc,
+                timeout,
+                json_out,
+                junit_xml,
+                fmt,
+            )
             return
         if baseline is not None:
             from kvplan.measure.baseline import load_baseline
@@ -179,15 +191,19 @@ def _write_outputs(view, result, json_out, save_profile, junit_path, fmt, junit)
     c.emit(c.render(view, fmt))
 
 
-def _distributed(model, device, gpu, quick, check, nproc, timeout, json_out, junit_path, fmt):
+def _distributed(
+    model, device, gpu, quick, check, tolerance, nproc, timeout, json_out, junit_path, fmt
+):
     import json
 
     import torch
 
-    from kvplan.measure.distributed import DistributedRequest, run_distributed
+    from kvplan.measure.distributed import DEFAULT_TOLERANCE, DistributedRequest, run_distributed
 
     dev = device if device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    report = run_distributed(
+    from kvplan.present.measure import distributed_junit_xml, distributed_view
+
+    result = run_distributed(
         DistributedRequest(
             nproc=nproc,
             device=dev,
@@ -196,17 +212,19 @@ def _distributed(model, device, gpu, quick, check, nproc, timeout, json_out, jun
             timeout_s=timeout,
             context_len=2048 if quick else 8192,
             runs=9 if quick else 25,
+            tolerance=tolerance if tolerance is not None else DEFAULT_TOLERANCE,
         )
     )
+    if result is None:  # a torchrun rank other than 0: rank 0 reports
+        return
+    view = distributed_view(result)
     if json_out is not None:
-        c.emit(json.dumps(report.data, indent=2, allow_nan=False) + "\n", json_out)
+        c.emit(json.dumps(view.data, indent=2, allow_nan=False) + "\n", json_out)
     if junit_path is not None:
-        from kvplan.present.measure import distributed_junit_xml
-
-        c.emit(distributed_junit_xml(report.data), junit_path)
-    c.emit(c.render(report, fmt))
-    typer.echo(report.data["summary"], err=True)
-    if check and not report.data["check"]["passed"]:
+        c.emit(distributed_junit_xml(view.data), junit_path)
+    c.emit(c.render(view, fmt))
+    typer.echo(view.data["summary"], err=True)
+    if check and not result.check.passed:
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 

@@ -130,13 +130,14 @@ class Op(NamedTuple):
     kv_bytes: float
     activation_bytes: float
     launches: int = 1
+    width: int = 0  # a GEMM's input features: how long the weight rows it streams are
 
     @property
     def bytes(self) -> float:
         return self.weight_bytes + self.kv_bytes + self.activation_bytes
 
 
-Curve = tuple[tuple[float, float], ...]  # (size, FLOP/s) points, sizes ascending
+Curve = tuple[tuple[float, float], ...]  # (size, rate) points, sizes ascending
 
 
 class OpRates(NamedTuple):
@@ -145,7 +146,7 @@ class OpRates(NamedTuple):
     cost per launch."""
 
     bandwidth_bytes_per_s: float  # elementwise operators, gathers, a fused attention's KV
-    matmul_bandwidth_bytes_per_s: float  # a GEMM's weights
+    matmul_bandwidth_bytes_per_s: Curve  # a GEMM's weights, by its input width (row length)
     matmul_flop_per_s: Curve
     decode_attention_flop_per_s: Curve
     prefill_attention_flop_per_s: Curve
@@ -156,7 +157,7 @@ class OpRates(NamedTuple):
         """A datasheet's rates: one bandwidth, every class at the peak, no launch cost (the
         textbook roofline)."""
         peak = ((1.0, peak_flop_per_s),)
-        return cls(bandwidth_bytes_per_s, bandwidth_bytes_per_s, peak, peak, peak, 0.0)
+        return cls(bandwidth_bytes_per_s, ((1.0, bandwidth_bytes_per_s),), peak, peak, peak, 0.0)
 
     def curve(self, kind: OpKind) -> Curve:
         return {
@@ -165,21 +166,23 @@ class OpRates(NamedTuple):
             OpKind.PREFILL_ATTENTION: self.prefill_attention_flop_per_s,
         }[kind]
 
-    def bandwidth(self, kind: OpKind) -> float:
-        if kind is OpKind.MATMUL:
-            return self.matmul_bandwidth_bytes_per_s
+    def bandwidth(self, op: Op) -> float:
+        if op.kind is OpKind.MATMUL:
+            return curve_value(self.matmul_bandwidth_bytes_per_s, op.width)
         return self.bandwidth_bytes_per_s
 
 
-def curve_flop_per_s(curve: Curve, size: float) -> float:
-    """Throughput at `size`: linear in log(size) and log(FLOP/s) between the measured points,
-    the nearest point's value beyond either end (never extrapolated)."""
+def curve_value(curve: Curve, size: float) -> float:
+    """A rate at `size`: linear in log(size) and log(rate) between the measured points, the
+    nearest point's value beyond either end (never extrapolated)."""
     if not curve:
         raise ValueError("empty throughput curve")
     if size <= curve[0][0]:
         return curve[0][1]
     for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False):
-        if size <= x1:
+        if size == x1:
+            return y1
+        if size < x1:
             t = math.log(size / x0) / math.log(x1 / x0)
             return math.exp(math.log(y0) + t * math.log(y1 / y0))
     return curve[-1][1]
@@ -197,8 +200,8 @@ class OpTime(NamedTuple):
 
 def op_time(op: Op, rates: OpRates) -> OpTime:
     """max(bytes / BW, FLOPs / throughput(shape)) + launches x overhead."""
-    memory = op.bytes / rates.bandwidth(op.kind)
-    compute = op.flops / curve_flop_per_s(rates.curve(op.kind), op.size) if op.flops else 0.0
+    memory = op.bytes / rates.bandwidth(op)
+    compute = op.flops / curve_value(rates.curve(op.kind), op.size) if op.flops else 0.0
     overhead = op.launches * rates.overhead_s
     return OpTime(
         op.name,
@@ -313,6 +316,8 @@ def _matmul(m: Matrix, tokens: int, weight_bytes: int, act_bytes: int) -> Op:
         m.params * weight_bytes,
         0,
         tokens * (m.rows + m.cols) * act_bytes,
+        1,
+        m.cols,
     )
 
 

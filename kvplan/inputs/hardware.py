@@ -31,7 +31,7 @@ class MeasuredRates(NamedTuple):
     the per-operator step-time model reads them, kvplan.formulas.step_time.OpRates)."""
 
     dtype: str
-    matmul_bandwidth_bytes_per_s: float  # the rate a GEMM streams its weights at
+    matmul_bandwidth_bytes_per_s: tuple[tuple[float, float], ...]  # by the GEMM's input width
     matmul_flop_per_s: tuple[tuple[float, float], ...]
     decode_attention_flop_per_s: tuple[tuple[float, float], ...]
     prefill_attention_flop_per_s: tuple[tuple[float, float], ...]
@@ -146,7 +146,7 @@ def parse_profile(data: object, source: str, key: str = "") -> GpuProfile:
 def _curve(data: dict, key: str, source: str) -> tuple[tuple[float, float], ...]:
     raw = data.get(key) or {}
     if not isinstance(raw, dict):
-        raise KvplanError(f"{source}: measured.{key} must be a mapping of size to FLOP/s")
+        raise KvplanError(f"{source}: measured.{key} must be a mapping of size to a rate")
     points = []
     for size in raw:
         at = _number({"size": size}, "size", f"{source}: measured.{key}")
@@ -163,19 +163,23 @@ def _measured(data: object, source: str) -> MeasuredRates | None:
     curves = {
         key: _curve(data, key, source)
         for key in (
+            "matmul_bandwidth_bytes_per_s",
             "matmul_flop_per_s",
             "decode_attention_flop_per_s",
             "prefill_attention_flop_per_s",
         )
     }
     if not all(curves.values()):
-        raise KvplanError(f"{source}: measured needs matmul, decode and prefill attention curves")
+        raise KvplanError(
+            f"{source}: measured needs matmul bandwidth and throughput, decode and prefill "
+            "attention curves"
+        )
     device, spread = data.get("device") or {}, data.get("spread") or {}
     if not isinstance(device, dict) or not isinstance(spread, dict):
         raise KvplanError(f"{source}: measured.device and measured.spread must be mappings")
     return MeasuredRates(
         str(data.get("dtype", "bf16")),
-        _number(data, "matmul_bandwidth_bytes_per_s", f"{source}: measured"),
+        curves["matmul_bandwidth_bytes_per_s"],
         curves["matmul_flop_per_s"],
         curves["decode_attention_flop_per_s"],
         curves["prefill_attention_flop_per_s"],

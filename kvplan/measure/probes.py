@@ -3,7 +3,8 @@
 - stream: copy, triad and read over arrays at least 4x the last-level cache;
 - matmul: y = x W^T (torch.nn.functional.linear, as the workload runs its layers) with x of M
   rows: skinny GEMMs at M = 1-64 over a generic DRAM-resident matrix (K = 4096, not a model's
-  widths) and the same M over a matrix that stays in cache (the arithmetic rate where a DRAM probe
+  widths), batch 1 also at K = 1024 and 16384 (the weight-streaming rate by row length), and the
+  same M over a matrix that stays in cache (the arithmetic rate where a DRAM probe
   only shows the memory); prefill's M over an 8192 x 8192 matrix on a GPU, over the same DRAM
   matrix on a CPU;
 - decode attention: the workload's own paged attention (one layer's head geometry) over KV lengths
@@ -24,13 +25,15 @@ from kvplan.measure.timing import Item
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 SKINNY_ROWS = (1, 2, 4, 8, 16, 32, 64)
 PROBE_K = 4096  # input features of the generic skinny-GEMM matrix
+BANDWIDTH_K = (1024, 16384)  # more batch-1 row lengths: a matvec streams long rows faster
 OVERHEAD_CALLS = 50
 
 
 class Probe(NamedTuple):
     key: str
-    kind: str  # stream | matmul | matmul_cache | decode_attention | prefill_attention | overhead
-    size: int  # rows (matmul), KV tokens (decode attention), prompt tokens (prefill attention)
+    kind: str  # stream | matmul | matmul_cache | matmul_bandwidth | decode_attention |
+    # prefill_attention | overhead
+    size: int  # rows (matmul), input width (matmul_bandwidth), KV or prompt tokens (attention)
     flops: float
     bytes: float
     item: Item
@@ -111,6 +114,24 @@ def matmul_probes(device: str, dtype: str, plan: ProbePlan) -> list[Probe]:
                     f"matmul_cache:m={m}",
                     f"matmul {m} rows, in cache",
                     lambda x=x: F.linear(x, small),
+                ),
+            )
+        )
+    for k in BANDWIDTH_K:
+        w = _rand(max(64, plan.skinny_matrix_bytes // (k * element)), k, dtype=dtype, device=device)
+        x = _rand(1, k, dtype=dtype, device=device)
+        probes.append(
+            Probe(
+                f"matmul_bandwidth:k={k}",
+                "matmul_bandwidth",
+                k,
+                2 * w.numel(),
+                w.numel() * element,
+                Item(
+                    f"matmul_bandwidth:k={k}",
+                    f"matmul 1 x {k} x {w.shape[0]}",
+                    lambda x=x, w=w: F.linear(x, w),
+                    cold,
                 ),
             )
         )

@@ -4,8 +4,9 @@ the profile as a hardware-profile YAML that every command loads with `--gpu FILE
 Rules (docs/measure.md):
 - bandwidth: the fastest streaming probe (copy, triad, read): what elementwise operators, a
   gather and a fused attention's KV reads stream at;
-- matmul bandwidth: the batch-1 product over the generic DRAM-resident matrix, the rate at which
-  a GEMM streams its weights (on CPUs often well below STREAM: the kernel, not the memory, sets it);
+- matmul bandwidth: batch-1 products over generic DRAM-resident matrices of three row lengths,
+  the rate at which a GEMM streams its weights by its input width (on CPUs often well below
+  STREAM, and lower for short rows: the kernel, not the memory, sets it);
 - matmul throughput at M rows: FLOPs / time of the DRAM-resident probe, unless that probe ran
   within 25% of its bytes / matmul bandwidth (it measured the memory, not the arithmetic): then
   the same M over the cache-resident matrix gives the arithmetic rate;
@@ -23,6 +24,7 @@ from typing import NamedTuple
 from kvplan import __version__
 from kvplan.formulas.step_time import OpRates
 from kvplan.inputs.hardware import GpuProfile
+from kvplan.measure import probes as pr
 from kvplan.measure.probes import Probe
 from kvplan.measure.timing import Timing
 
@@ -52,6 +54,8 @@ class DeviceProfile(NamedTuple):
 def figure_key(kind: str, size: int = 0) -> str:
     if kind == "matmul":
         return f"matmul:m={size}"
+    if kind == "matmul_bandwidth":
+        return f"matmul_bandwidth:k={size}"
     if kind in ("decode_attention", "prefill_attention"):
         return f"{kind}:tokens={size}"
     return kind
@@ -76,6 +80,12 @@ def derive(
     bandwidth = streams[bandwidth_probe]
     matvec = by_key["matmul:m=1"]
     matmul_bandwidth = matvec.bytes / median(matvec.key)
+    matvecs = [(float(pr.PROBE_K), matvec.key, matmul_bandwidth)] + [
+        (float(p.size), p.key, p.bytes / median(p.key))
+        for p in probes
+        if p.kind == "matmul_bandwidth"
+    ]
+    matmul_bandwidths = tuple(sorted((k, rate) for k, _, rate in matvecs))
     figures.append(
         Figure(
             "bandwidth",
@@ -88,18 +98,19 @@ def derive(
             True,
         )
     )
-    figures.append(
-        Figure(
-            "matmul_bandwidth",
-            "stream",
-            1,
-            matmul_bandwidth,
-            matmul_bandwidth,
-            "bytes_per_s",
-            timings[matvec.key].spread,
-            True,
+    for width, key, rate in sorted(matvecs):
+        figures.append(
+            Figure(
+                f"matmul_bandwidth:k={int(width)}",
+                "matmul_bandwidth",
+                int(width),
+                rate,
+                rate,
+                "bytes_per_s",
+                timings[key].spread,
+                True,
+            )
         )
-    )
     for key, value in streams.items():
         spread = timings[key].spread
         figures.append(Figure(key, "stream", 0, value, value, "bytes_per_s", spread, True))
@@ -152,7 +163,7 @@ def derive(
         Figure("overhead", "overhead", 0, overhead, overhead, "s", timings["overhead"].spread)
     )
     rates = OpRates(
-        bandwidth, matmul_bandwidth, tuple(matmul), tuple(decode), tuple(prefill), overhead
+        bandwidth, matmul_bandwidths, tuple(matmul), tuple(decode), tuple(prefill), overhead
     )
     return DeviceProfile(rates, tuple(figures), bandwidth_probe)
 
@@ -164,7 +175,9 @@ def figures_of(profile: GpuProfile) -> dict[str, tuple[float, float]]:
     out = {"bandwidth": (profile.memory_bandwidth_bytes_per_s, spread.get("bandwidth", 0.0))}
     if m is None:
         return out
-    out["matmul_bandwidth"] = (m.matmul_bandwidth_bytes_per_s, spread.get("matmul_bandwidth", 0.0))
+    for width, value in m.matmul_bandwidth_bytes_per_s:
+        key = figure_key("matmul_bandwidth", int(width))
+        out[key] = (value, float(spread.get(key, 0.0)))
     for kind, curve in (
         ("matmul", m.matmul_flop_per_s),
         ("decode_attention", m.decode_attention_flop_per_s),
@@ -248,7 +261,8 @@ def profile_yaml(
         f"  dtype: {dtype}",
         f"  gather_kv: {_scalar(gather_kv)}",
         f"  overhead_s: {rates.overhead_s:.6e}",
-        f"  matmul_bandwidth_bytes_per_s: {rates.matmul_bandwidth_bytes_per_s:.6e}",
+        "  matmul_bandwidth_bytes_per_s:  # GEMM input width -> bytes/s of weights streamed",
+        *_mapping(rates.matmul_bandwidth_bytes_per_s),
         "  matmul_flop_per_s:  # GEMM rows -> FLOP/s",
         *_mapping(rates.matmul_flop_per_s),
         "  decode_attention_flop_per_s:  # KV tokens per call -> FLOP/s",

@@ -234,7 +234,8 @@ def measure(request: MeasureRequest, progress: Progress | None = None) -> Measur
         Item(f"prefill:{n}", f"prefill {n:,} tokens", workload.prefill(n), device == "cuda")
         for n in sweep.prefill
     ]
-    clock = Clock(device, info["last_level_cache_bytes"])
+    # one thread on a CPU: time what the thread ran, not what the scheduler kept it waiting
+    clock = Clock(device, info["last_level_cache_bytes"], thread_time=threads == 1)
     timings = time_rounds(
         [p.item for p in probes] + points, clock, sweep.rounds, sweep.min_sample_s, progress
     )
@@ -270,7 +271,13 @@ def measure(request: MeasureRequest, progress: Progress | None = None) -> Measur
             dtype=dtype,
             weight_bytes=sum(op.weight_bytes for op in steps[0][3]),
         ),
-        note("measure-threads", threads=threads, busy=busy, cpus=info.get("usable_cpus")),
+        note(
+            "measure-threads",
+            threads=threads,
+            busy=busy,
+            cpus=info.get("usable_cpus"),
+            clock=clock.kind,
+        ),
         note("measure-bandwidth", probe=profile.bandwidth_probe),
     ]
     if gather_kv:
@@ -290,6 +297,7 @@ def measure(request: MeasureRequest, progress: Progress | None = None) -> Measur
         "attention_impl": impl,
         "gather_kv": gather_kv,
         "quick": request.quick,
+        "clock": clock.kind,
         "tolerance": tolerance,
         "elapsed_s": time.perf_counter() - began,
     }

@@ -1,8 +1,11 @@
 """Timing protocol: every item (probe or point) is timed in the same interleaved rounds, so that
 drift and background load hit each of them alike; the median and p20/p80 of each.
 
-CPU: time.perf_counter_ns around each call. Items marked cold have the caches flushed before each
-call (a write over twice the last-level cache, untimed), as a step's later operators find them.
+CPU: time.perf_counter_ns around each call; with one thread, the time that thread ran
+(CLOCK_THREAD_CPUTIME_ID), so that a call preempted by another process is not charged for the
+wait (on a shared machine a 300 ms step is preempted far more often than a 5 ms probe, which
+would bias every prediction low). Items marked cold have the caches flushed before each call (a read
+over twice the last-level cache, untimed: clean lines, as a step's later operators find them).
 CUDA: a pair of CUDA events around each call and an L2 flush (zeroing twice the L2) before each;
 nothing inside the timed call waits for the device: the events are read once per round.
 """
@@ -69,18 +72,23 @@ class Item(NamedTuple):
 class Clock:
     """Times single calls on one device; `flush` evicts the caches between calls."""
 
-    def __init__(self, device: str, cache_bytes: int):
+    def __init__(self, device: str, cache_bytes: int, thread_time: bool = False):
         import torch
 
         self.device = device
         self.cuda = device == "cuda"
-        # twice the last-level cache (the L2 on a GPU), written before each cold call
+        self.now = time.thread_time_ns if thread_time and not self.cuda else time.perf_counter_ns
+        self.kind = "cuda_events" if self.cuda else "thread_cpu" if thread_time else "wall"
+        # twice the last-level cache (the L2 on a GPU), streamed before each cold call
         scratch = max(2 * cache_bytes, 8 << 20) // 4
-        self.scratch = torch.empty(scratch, dtype=torch.float32, device=device)
+        self.scratch = torch.ones(scratch, dtype=torch.float32, device=device)
         self.pending: list[tuple] = []
 
     def flush(self) -> None:
-        self.scratch.fill_(1.0)
+        if self.cuda:
+            self.scratch.zero_()
+        else:  # read, not write: evicting dirty lines would slow the timed call's own reads
+            self.scratch.sum()
 
     def time_call(self, fn: Callable[[], object], cold: bool, record: Callable[[float], None]):
         """Time one call; on CUDA the reading is deferred to `settle` (no sync in the step)."""
@@ -95,9 +103,9 @@ class Clock:
             end.record()
             self.pending.append((begin, end, record))
             return
-        t0 = time.perf_counter_ns()
+        t0 = self.now()
         fn()
-        record((time.perf_counter_ns() - t0) * 1e-9)
+        record((self.now() - t0) * 1e-9)
 
     def settle(self) -> None:
         """Read the CUDA events of the calls timed since the last settle (one sync)."""

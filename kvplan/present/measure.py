@@ -8,7 +8,7 @@ from xml.sax.saxutils import quoteattr
 
 from kvplan.present import format as f
 from kvplan.present.notes import note_texts
-from kvplan.present.view import Column, Table, View, jsonable, note_json
+from kvplan.present.view import Column, Table, View, jsonable, note_json, rows_of
 
 
 def _unit_value(value, unit: str) -> str:
@@ -93,8 +93,11 @@ def measure_view(result, comparison=None) -> View:
         ),
         (
             "bandwidth",
-            f"stream {f.gbps_text(rates.bandwidth_bytes_per_s, 1)}, matmul weights "
-            f"{f.gbps_text(rates.matmul_bandwidth_bytes_per_s, 1)}",
+            f"stream {f.gbps_text(rates.bandwidth_bytes_per_s, 1)}; matmul weights "
+            + ", ".join(
+                f"{f.gbps_text(rate, 1)} (rows of {int(width):,})"
+                for width, rate in rates.matmul_bandwidth_bytes_per_s
+            ),
         ),
         ("launch overhead", f.us_text(rates.overhead_s, 2)),
         ("profile compared", result.datasheet["name"] if result.datasheet else "none matched"),
@@ -257,6 +260,82 @@ def junit_xml(data: dict) -> str:
             f'<testsuites tests="{len(cases)}" failures="{failures}" time="{elapsed:.3f}">',
             f'  <testsuite name="kvplan measure" tests="{len(cases)}" failures="{failures}" '
             f'time="{elapsed:.3f}">',
+            *cases,
+            "  </testsuite>",
+            "</testsuites>",
+            "",
+        ]
+    )
+
+
+# ---- --distributed --------------------------------------------------------------------------
+def distributed_summary(data: dict) -> str:
+    check = data["check"]
+    return (
+        f"kvplan measure --distributed: {'PASS' if check['passed'] else 'FAIL (prediction check)'}"
+        f" | {data['ranks']} ranks, {data['backend']} | {len(data['rows'])} operations: median "
+        f"|error| {check['median_abs_error']:.1%}, worst {check['worst_abs_error']:.1%} (limits "
+        f"{check['tolerance']:.0%}/{2 * check['tolerance']:.0%})"
+    )
+
+
+def distributed_view(result) -> View:
+    data = jsonable(result)
+    data["notes"] = note_json(result.notes)
+    data["summary"] = distributed_summary(data)
+    columns = [
+        Column("operation", "operation", f.text, "left"),
+        Column("bytes", "bytes", f.integer),
+        Column("measured_s", "measured (ms)", f.ms3),
+        Column("predicted_s", "predicted (ms)", f.ms3),
+        Column("error", "error", f.percent),
+        Column("predicted_alpha_beta_s", "alpha-beta only (ms)", f.ms3),
+        Column("predicted_profile_s", "profile (ms)", f.ms3),
+    ]
+    check = result.check
+    facts = [
+        ("ranks", f"{result.ranks} ({result.backend}, {result.device})"),
+        (
+            "link (calibrated)",
+            f"{f.us_text(result.latency_s, 1)} per step, {f.gbps_text(result.bandwidth_bytes_per_s, 2)}"
+            + (
+                f"; host reduction {f.gbps_text(result.reduce_bytes_per_s, 1)}"
+                if result.reduce_bytes_per_s
+                else ""
+            ),
+        ),
+        (
+            "check",
+            ("passed" if check.passed else "FAILED")
+            + f": median |error| {check.median_abs_error:.1%} (<= {check.tolerance:.0%}), worst "
+            f"{check.worst_abs_error:.1%} (<= {2 * check.tolerance:.0%})",
+        ),
+    ]
+    tables = [
+        Table("predicted (calibrated on other sizes) vs measured", columns, rows_of(result.rows)),
+        Table("calibration (not checked)", columns, rows_of(result.calibration)),
+    ]
+    return View("kvplan measure --distributed", facts, tables, note_texts(result.notes), data)
+
+
+def distributed_junit_xml(data: dict) -> str:
+    check = data["check"]
+    cases = []
+    for row in data["rows"]:
+        failed = abs(row["error"]) > 2 * check["tolerance"]
+        message = quoteattr(f"error {row['error']:+.1%}")
+        body = f"<failure message={message}/>" if failed else ""
+        cases.append(
+            f'    <testcase classname="kvplan.measure.distributed" '
+            f'name={quoteattr(row["operation"])} time="{row["measured_s"]:.6f}">{body}</testcase>'
+        )
+    failures = sum(1 for c in cases if "<failure" in c)
+    return "\n".join(
+        [
+            '<?xml version="1.0" encoding="UTF-8"?>',
+            f'<testsuites tests="{len(cases)}" failures="{failures}">',
+            f'  <testsuite name="kvplan measure --distributed" tests="{len(cases)}" '
+            f'failures="{failures}">',
             *cases,
             "  </testsuite>",
             "</testsuites>",

@@ -405,7 +405,7 @@ text("measure-workload")(
     )
 )
 text("measure-threads")(
-    lambda threads, busy, cpus: (
+    lambda threads, busy, cpus, clock: (
         f"{threads} thread(s)"
         + (
             f": {cpus} usable CPUs, {busy:.1f} kept busy by other processes at the start "
@@ -413,7 +413,12 @@ text("measure-threads")(
             if busy is not None
             else " (as given)"
         )
-        + "."
+        + {
+            "thread_cpu": "; times are what the thread ran (its CPU time), so that waiting "
+            "for another process is not charged to the step or the probe.",
+            "wall": "; wall-clock times.",
+            "cuda_events": "; CUDA event times, the L2 flushed before each call.",
+        }[clock]
     )
 )
 text("measure-bandwidth")(
@@ -468,5 +473,47 @@ text("check-profile-off")(
     lambda median, worst: (
         f"CHECK FAILED: the given profile's predictions miss by a median {median:.1%} (worst "
         f"{worst:.1%})."
+    )
+)
+text("check-link-worst")(
+    lambda operation, error, tolerance: (
+        f"CHECK FAILED: {operation} is off by {error:+.1%}, beyond the worst-point tolerance of "
+        f"{tolerance:.0%}."
+    )
+)
+text("distributed-method")(
+    lambda ranks, backend, device, runs, latency_s, bandwidth, calibration: (
+        f"{ranks} ranks, {backend} on {device}, loopback TCP rendezvous; medians of {runs} runs "
+        "after a warm-up, a barrier before each sample. The alpha-beta link "
+        f"({f.us_text(latency_s, 1)} per ring step, {f.gbps_text(bandwidth, 2)} one way) is "
+        "fitted to all-reduces of "
+        + ", ".join(f"{size:,}" for size in calibration)
+        + " bytes, none of them a reported size; the reported all-reduces (ring: "
+        "2(N-1) a + 2(N-1)/N M / B) and the KV transfer (a + M / B) are predictions."
+    )
+)
+text("distributed-reduce")(
+    lambda rate: (
+        "gloo reduces on the host: each rank adds (N-1)/N of the message into its buffer, at the "
+        f"{f.gbps_text(rate, 1)} a local add reached on the rank; without that term large "
+        "all-reduces are under-predicted (the alpha-beta-only column)."
+    )
+)
+text("distributed-no-reduce")(
+    lambda: "NCCL reduces on the GPU, overlapped with the transfer: no host reduction term."
+)
+text("distributed-sizes")(
+    lambda hidden, model, context, kv_bytes: (
+        f"All-reduce messages are batch x hidden ({hidden:,}) bf16 activations of {model}, what "
+        "a TP decode step reduces twice per layer (gloo carries them as fp32 of the same byte "
+        f"count); the KV transfer is one {context:,}-token {model} request's whole cache "
+        f"({f.bytes_text(kv_bytes)}), as a disaggregated prefill sends it."
+    )
+)
+text("distributed-send")(
+    lambda latency_s, bandwidth, sizes: (
+        "The KV transfer is predicted from point-to-point sends of "
+        + ", ".join(f.bytes_text(size) for size in sizes)
+        + f" (fitted: {f.us_text(latency_s, 1)} + M / {f.gbps_text(bandwidth, 2)})."
     )
 )
