@@ -729,3 +729,33 @@ def test_check_fails_with_a_profile_whose_bandwidth_is_3x_wrong(small_model, tmp
     assert code == 1, err
     data = json.loads(text)
     assert any(n["id"] == "check-profile-off" for n in data["notes"])
+
+
+# ---- the CI recipes in docs/measure.md -------------------------------------------------------------
+def test_the_ci_recipes_are_valid_workflows_using_real_options():
+    import re
+
+    import yaml
+
+    from kvplan.cli import command_tree
+
+    from helpers import REPO
+
+    text = (REPO / "docs" / "measure.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+    assert len(blocks) == 2  # the GPU runner and the CPU runner
+    measure = command_tree().commands["measure"]
+    options = {opt for param in measure.params for opt in param.opts}
+    for block in blocks:
+        workflow = yaml.safe_load(block)
+        assert {"name", "jobs"} <= set(workflow) and (True in workflow or "on" in workflow)
+        for job in workflow["jobs"].values():
+            assert job["runs-on"] and isinstance(job["steps"], list)
+            runs = [step["run"] for step in job["steps"] if "run" in step]
+            commands = [
+                line for run in runs for line in run.splitlines() if "kvplan measure" in line
+            ]
+            assert commands
+            for command in commands:
+                used = set(re.findall(r"(--[a-z-]+)", command.split("kvplan measure", 1)[1]))
+                assert used <= options, used - options

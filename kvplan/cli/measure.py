@@ -17,7 +17,8 @@ from kvplan.errors import KvplanError
 
 EXAMPLE = (
     "Example: kvplan measure --quick --check --json measure.json --baseline last.json "
-    "--max-regression 5% --junit-xml measure.xml"
+    "--max-regression 5% --junit-xml measure.xml. Exit codes: 0 passed, 1 the prediction check "
+    "failed, 3 a regression against the baseline, 2 bad input."
 )
 EXIT_CHECK_FAILED = 1
 EXIT_REGRESSION = 3
@@ -43,13 +44,14 @@ def add(app: typer.Typer) -> None:
         check: bool = typer.Option(
             False,
             "--check",
-            help="Exit 1 when the predictions miss (median |error| above --tolerance, a point "
-            "beyond twice it, no memory-bound point, or a self-test mutation not caught).",
+            help="Exit 1 when the predictions miss (median absolute error above --tolerance, a "
+            "point beyond twice it, no memory-bound point, or a self-test mutation not caught).",
         ),
         tolerance: float = typer.Option(
             None,
             "--tolerance",
-            help="Median |error| allowed (0.01 to 5; default 0.15 on a CPU, 0.10 on a GPU).",
+            help="Median absolute error allowed (0.01 to 5; default 0.15 on a CPU, 0.10 on a "
+            "GPU, 0.25 with --distributed).",
         ),
         threads: int = typer.Option(
             None,
