@@ -150,14 +150,16 @@ class OpRates(NamedTuple):
     matmul_flop_per_s: Curve
     decode_attention_flop_per_s: Curve
     prefill_attention_flop_per_s: Curve
-    overhead_s: float = 0.0
+    overhead_s: float = 0.0  # per launch of any operator
+    matmul_overhead_s: float = 0.0  # more per GEMM: what a cold GEMM costs beyond its bytes
 
     @classmethod
     def flat(cls, bandwidth_bytes_per_s: float, peak_flop_per_s: float) -> OpRates:
         """A datasheet's rates: one bandwidth, every class at the peak, no launch cost (the
         textbook roofline)."""
         peak = ((1.0, peak_flop_per_s),)
-        return cls(bandwidth_bytes_per_s, ((1.0, bandwidth_bytes_per_s),), peak, peak, peak, 0.0)
+        flat = ((1.0, bandwidth_bytes_per_s),)
+        return cls(bandwidth_bytes_per_s, flat, peak, peak, peak, 0.0, 0.0)
 
     def curve(self, kind: OpKind) -> Curve:
         return {
@@ -199,10 +201,14 @@ class OpTime(NamedTuple):
 
 
 def op_time(op: Op, rates: OpRates) -> OpTime:
-    """max(bytes / BW, FLOPs / throughput(shape)) + launches x overhead."""
+    """max(bytes / BW, FLOPs / throughput(shape)) + launches x overhead (a GEMM's launch
+    costs the GEMM's fixed cost on top)."""
     memory = op.bytes / rates.bandwidth(op)
     compute = op.flops / curve_value(rates.curve(op.kind), op.size) if op.flops else 0.0
-    overhead = op.launches * rates.overhead_s
+    per_launch = rates.overhead_s
+    if op.kind is OpKind.MATMUL:
+        per_launch += rates.matmul_overhead_s
+    overhead = op.launches * per_launch
     return OpTime(
         op.name,
         op.kind,

@@ -36,6 +36,7 @@ class MeasuredRates(NamedTuple):
     decode_attention_flop_per_s: tuple[tuple[float, float], ...]
     prefill_attention_flop_per_s: tuple[tuple[float, float], ...]
     overhead_s: float
+    matmul_overhead_s: float  # more per GEMM launch
     gather_kv: bool  # the decode attention gathers its pages first (kvplan's torch path)
     device: dict  # the identity of the device measured (kvplan.measure.device)
     spread: dict  # run-to-run noise of each figure, relative
@@ -154,6 +155,13 @@ def _curve(data: dict, key: str, source: str) -> tuple[tuple[float, float], ...]
     return tuple(sorted(points))
 
 
+def _non_negative(data: dict, key: str, source: str) -> float:
+    """An optional figure that may be 0 (absent: 0)."""
+    if data.get(key) in (None, 0, 0.0, "0"):
+        return 0.0
+    return _number(data, key, source)
+
+
 def _measured(data: object, source: str) -> MeasuredRates | None:
     """The optional `measured:` section a measured profile carries."""
     if data is None:
@@ -184,6 +192,7 @@ def _measured(data: object, source: str) -> MeasuredRates | None:
         curves["decode_attention_flop_per_s"],
         curves["prefill_attention_flop_per_s"],
         _number(data, "overhead_s", f"{source}: measured", required=False) or 0.0,
+        _non_negative(data, "matmul_overhead_s", f"{source}: measured"),
         bool(data.get("gather_kv", False)),
         device,
         spread,

@@ -84,7 +84,7 @@ def load_baseline(path: str) -> Baseline:
             )
         runs = int(profile.measured.device.get("rounds", 0) or 0)
         figures = {
-            key: Figure(value, spread, runs, key != "overhead")
+            key: Figure(value, spread, runs, not key.endswith("overhead"))
             for key, (value, spread) in figures_of(profile).items()
         }
         return Baseline(str(file), "profile", profile.measured.device, None, figures)
@@ -140,6 +140,8 @@ def compare(
         if is_point and not same_workload:
             continue
         cur = current.figures[key]
+        if base.value <= 0 or cur.value <= 0:  # a cost clamped at zero: nothing to compare
+            continue
         if base.higher_is_better:
             worse = base.value / cur.value - 1
         else:
@@ -149,7 +151,7 @@ def compare(
             verdict = "regression" if worse > level else "within noise"
         else:
             verdict = "faster" if worse < -max(max_regression, level) else "ok"
-        unit = "s" if (is_point or key == "overhead") else _unit(key)
+        unit = "s" if (is_point or key.endswith("overhead")) else _unit(key)
         changes.append(Change(key, base.value, cur.value, unit, worse, level, verdict))
     return Comparison(
         baseline.path,

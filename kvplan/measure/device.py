@@ -83,14 +83,13 @@ def busy_cpus(window_s: float = 0.3) -> float | None:
 
 def default_threads() -> tuple[int, float | None]:
     """A thread layout that does not oversubscribe: the CPUs this process may use, less those
-    other processes keep busy (at least one). On two cores with a busy loop beside it, one thread:
-    an OpenMP region whose second thread shares a core with another process waits for it at
-    every barrier, which inflates many small operations far more than a few large ones."""
+    other processes keep busy, less one left free for everything else (at least one). On two
+    cores: one thread. An OpenMP region whose second thread shares a core with another process
+    waits for it at every barrier, which inflates many small operations far more than a few
+    large ones; and load that arrives after the start must find a free core too."""
     cpus = usable_cpus()
     busy = busy_cpus()
-    if busy is None:
-        return cpus, None
-    return max(1, min(cpus, round(cpus - busy))), busy
+    return max(1, min(cpus, round(cpus - (busy or 0.0)) - 1)), busy
 
 
 def cpu_identity(threads: int, busy: float | None = None) -> dict:

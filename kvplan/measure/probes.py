@@ -5,12 +5,13 @@
   rows: skinny GEMMs at M = 1-64 over a generic DRAM-resident matrix (K = 4096, not a model's
   widths), batch 1 also at K = 1024 and 16384 (the weight-streaming rate by row length), and the
   same M over a matrix that stays in cache (the arithmetic rate where a DRAM probe
-  only shows the memory); prefill's M over an 8192 x 8192 matrix on a GPU, over the same DRAM
-  matrix on a CPU;
+  only shows the memory); prefill's M over a square matrix (8192^2 on a GPU, 4096^2 on a CPU);
 - decode attention: the workload's own paged attention (one layer's head geometry) over KV lengths
   that are not the sweep's;
 - prefill attention: causal attention over prompt lengths that are not the sweep's;
-- overhead: a one-element add, the fixed cost of one launch (50 back to back per call).
+- overhead: a one-element add, the fixed cost of one launch (50 back to back per call); and a
+  GEMM's own fixed cost: the cache-resident matrix's batch-1 product with the caches flushed,
+  less its bytes at the matmul bandwidth.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ OVERHEAD_CALLS = 50
 
 class Probe(NamedTuple):
     key: str
-    kind: str  # stream | matmul | matmul_cache | matmul_bandwidth | decode_attention |
-    # prefill_attention | overhead
+    kind: str  # stream | matmul | matmul_cache | matmul_bandwidth | matmul_start |
+    # decode_attention | prefill_attention | overhead
     size: int  # rows (matmul), input width (matmul_bandwidth), KV or prompt tokens (attention)
     flops: float
     bytes: float
@@ -135,6 +136,23 @@ def matmul_probes(device: str, dtype: str, plan: ProbePlan) -> list[Probe]:
                 ),
             )
         )
+    # a small GEMM found cold: its time beyond its bytes is what every GEMM costs to start
+    x = _rand(1, PROBE_K, dtype=dtype, device=device)
+    probes.append(
+        Probe(
+            "matmul_start",
+            "matmul_start",
+            1,
+            2 * small.numel(),
+            small.numel() * element,
+            Item(
+                "matmul_start",
+                "matmul 1 row, cold, small",
+                lambda x=x: F.linear(x, small),
+                True,
+            ),
+        )
+    )
     for m in plan.square_rows:
         x = _rand(m, square.shape[1], dtype=dtype, device=device)
         probes.append(

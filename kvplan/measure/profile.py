@@ -14,7 +14,9 @@ Rules (docs/measure.md):
   (KV bytes / bandwidth) and the attention's throughput is FLOPs / (time - that); a fused kernel
   within 25% of its memory time is memory-bound, its arithmetic taken as at least 1.25x what it
   showed;
-- prefill attention: FLOPs / time; overhead: the one-element add's time per launch.
+- prefill attention: FLOPs / time; overhead: the one-element add's time per launch; a GEMM's
+  fixed cost: a small GEMM's time with the caches flushed, less its bytes at the matmul bandwidth
+  and one launch.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvplan import __version__
-from kvplan.formulas.step_time import OpRates
+from kvplan.formulas.step_time import OpRates, curve_value
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.measure import probes as pr
 from kvplan.measure.probes import Probe
@@ -67,12 +69,12 @@ def derive(
     kv_bytes_per_token: float,
     gather_kv: bool,
 ) -> DeviceProfile:
-    """The profile from the probes' median times. `kv_bytes_per_token`: what one cached token
+    """The profile from the probes' typical times (Timing.typical_s). `kv_bytes_per_token`: what one cached token
     of the probed attention layer holds (K and V)."""
     by_key = {p.key: p for p in probes}
 
     def median(key: str) -> float:
-        return timings[key].median_s
+        return timings[key].typical_s
 
     figures: list[Figure] = []
     streams = {p.key: p.bytes / median(p.key) for p in probes if p.kind == "stream"}
@@ -162,8 +164,30 @@ def derive(
     figures.append(
         Figure("overhead", "overhead", 0, overhead, overhead, "s", timings["overhead"].spread)
     )
+    start = by_key.get("matmul_start")
+    matmul_overhead = 0.0
+    if start is not None:
+        streaming = start.bytes / curve_value(matmul_bandwidths, pr.PROBE_K)
+        matmul_overhead = max(0.0, median(start.key) - streaming - overhead)
+        figures.append(
+            Figure(
+                "matmul_overhead",
+                "overhead",
+                0,
+                matmul_overhead,
+                median(start.key),
+                "s",
+                timings[start.key].spread,
+            )
+        )
     rates = OpRates(
-        bandwidth, matmul_bandwidths, tuple(matmul), tuple(decode), tuple(prefill), overhead
+        bandwidth,
+        matmul_bandwidths,
+        tuple(matmul),
+        tuple(decode),
+        tuple(prefill),
+        overhead,
+        matmul_overhead,
     )
     return DeviceProfile(rates, tuple(figures), bandwidth_probe)
 
@@ -187,6 +211,7 @@ def figures_of(profile: GpuProfile) -> dict[str, tuple[float, float]]:
             key = figure_key(kind, int(size))
             out[key] = (value, float(spread.get(key, 0.0)))
     out["overhead"] = (m.overhead_s, float(spread.get("overhead", 0.0)))
+    out["matmul_overhead"] = (m.matmul_overhead_s, float(spread.get("matmul_overhead", 0.0)))
     return out
 
 
@@ -202,6 +227,7 @@ def rates_of(profile: GpuProfile, dtype: str) -> OpRates:
             m.decode_attention_flop_per_s,
             m.prefill_attention_flop_per_s,
             m.overhead_s,
+            m.matmul_overhead_s,
         )
     return OpRates.flat(profile.memory_bandwidth_bytes_per_s, profile.peak(dtype))
 
@@ -261,6 +287,7 @@ def profile_yaml(
         f"  dtype: {dtype}",
         f"  gather_kv: {_scalar(gather_kv)}",
         f"  overhead_s: {rates.overhead_s:.6e}",
+        f"  matmul_overhead_s: {rates.matmul_overhead_s:.6e}",
         "  matmul_bandwidth_bytes_per_s:  # GEMM input width -> bytes/s of weights streamed",
         *_mapping(rates.matmul_bandwidth_bytes_per_s),
         "  matmul_flop_per_s:  # GEMM rows -> FLOP/s",

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat
+from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.step_time import (
     Op,
     OpRates,
@@ -95,9 +95,10 @@ def sweep_for(request: MeasureRequest, info: dict) -> Sweep:
         prefill = (256,) if request.quick else (128, 512)
         plan = pr.ProbePlan(
             stream_bytes=max(4 * cache, 64 << 20),
+            # 4x the last-level cache: at 2x, back-to-back products re-read ~10% from it
             skinny_matrix_bytes=max(4 * cache, 64 << 20),
             cache_matrix_rows=256,
-            square=0,
+            square=4096,  # compute-bound: 64 MB is enough, and half the time of the skinny one
             square_rows=(96, 192, 384),
             decode_tokens=(768, 3072, 12288, 49152),
             prefill_tokens=(96, 384, 1536),
@@ -120,12 +121,14 @@ class OpShare(NamedTuple):
 
 
 class Point(NamedTuple):
-    """One measured step beside its predictions. `error` = predicted / measured - 1."""
+    """One measured step beside its predictions. `error` = predicted / measured - 1, with
+    `measured_s` the step's typical time (the 25th percentile of its interleaved samples)."""
 
     phase: str
     batch_size: int
     context_len: int
     measured_s: float
+    median_s: float
     p20_s: float
     p80_s: float
     spread: float
@@ -367,12 +370,13 @@ def _point(phase, batch, context, ops, timing, rates, roofline, sheet_rates) -> 
         entry = shares.setdefault(t.name, [0.0, {}])
         entry[0] += t.time_s
         entry[1][t.bound] = entry[1].get(t.bound, 0.0) + t.time_s
-    measured = timing.median_s
+    measured = timing.typical_s
     return Point(
         phase,
         batch,
         context,
         measured,
+        timing.median_s,
         timing.p20_s,
         timing.p80_s,
         timing.spread,
@@ -430,7 +434,7 @@ def _check(points, steps, timings, rates, tolerance: float, with_profile: bool) 
     mutations = []
     for name, weights, kv in MUTATIONS:
         errors = [
-            error(step_time(scale_bytes(ops, weights, kv), rates).time_s, timings[key].median_s)
+            error(step_time(scale_bytes(ops, weights, kv), rates).time_s, timings[key].typical_s)
             for _, _, _, ops, key in steps
         ]
         med, worst = gate_errors(errors)
@@ -454,7 +458,3 @@ def _check(points, steps, timings, rates, tolerance: float, with_profile: bool) 
         tuple(mutations),
         tuple(failures),
     )
-
-
-def element_bytes_of(dtype: str) -> int:
-    return ELEMENT_BYTES[dtype]

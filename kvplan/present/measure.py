@@ -99,7 +99,11 @@ def measure_view(result, comparison=None) -> View:
                 for width, rate in rates.matmul_bandwidth_bytes_per_s
             ),
         ),
-        ("launch overhead", f.us_text(rates.overhead_s, 2)),
+        (
+            "fixed costs",
+            f"{f.us_text(rates.overhead_s, 2)} per launch, {f.us_text(rates.matmul_overhead_s, 0)} "
+            "more per GEMM",
+        ),
         ("profile compared", result.datasheet["name"] if result.datasheet else "none matched"),
         (
             "check",

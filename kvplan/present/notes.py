@@ -394,8 +394,9 @@ text("measure-method")(
         f"shape) + launches x overhead, summed over the step, from a profile of {probes} probes "
         "(streams, generic skinny and prefill GEMMs, attention over other lengths, a launch); no "
         f"point's own timing enters it. Probes and points ran in the same {rounds} interleaved "
-        "rounds (drift and background load hit both alike); times are medians, p20/p80 in the "
-        "JSON. error = predicted / measured - 1."
+        "rounds (drift and background load hit both alike); times are each item's 25th "
+        "percentile (load only ever slows a call), medians and p20/p80 in the JSON. error = "
+        "predicted / measured - 1."
     )
 )
 text("measure-workload")(
@@ -408,8 +409,8 @@ text("measure-threads")(
     lambda threads, busy, cpus, clock: (
         f"{threads} thread(s)"
         + (
-            f": {cpus} usable CPUs, {busy:.1f} kept busy by other processes at the start "
-            "(a thread layout that does not oversubscribe)"
+            f": {cpus} usable CPUs, {busy:.1f} kept busy by other processes at the start, one "
+            "left free (a thread layout that does not oversubscribe)"
             if busy is not None
             else " (as given)"
         )
