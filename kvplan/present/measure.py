@@ -13,7 +13,7 @@ from kvplan.present.view import Column, Table, View, jsonable, note_json, rows_o
 
 def _unit_value(value, unit: str) -> str:
     if unit == "s":
-        return f.us_text(value, 2)
+        return f.ms_text(value, 2) if value >= 1e-3 else f.us_text(value, 2)
     if unit == "bytes_per_s":
         return f.gbps_text(value, 1)
     return f"{value / 1e9:,.1f} GFLOP/s"
