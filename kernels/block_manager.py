@@ -4,9 +4,13 @@ copy-on-write, and prefix caching over full blocks (vLLM v1 style, plus CoW for 
 Invariants (checked by tests/test_block_manager.py's state machine):
 - every block is either in use (ref_count > 0) or in the free queue, never both, never neither;
 - a block's ref_count equals the number of block tables that contain it;
-- a cached block (one with a hash) is findable by that hash, and its tokens are the block's tokens;
-- prefix hits happen only on an identical prefix: each hit block's tokens and parent hash are
-  compared, the hash alone is never trusted;
+- every cached block (one with a hash) is findable by that hash, duplicates included: two blocks
+  with the same contents computed separately are both registered, and evicting one leaves the
+  other findable;
+- prefix hits happen only on an identical prefix: each hit block's tokens, parent hash and extra
+  key are compared, the hash alone is never trusted;
+- a prompt is never hit in full: its last token is always computed (its logits start decoding),
+  as vLLM and SGLang do;
 - a sequence never writes into a block another sequence can see (copy-on-write on append).
 """
 
@@ -40,7 +44,7 @@ def block_hashes(token_ids: list[int], block_size: int, extra_key: bytes = b"") 
 
 
 class Block:
-    __slots__ = ("block_id", "ref_count", "hash", "parent_hash", "token_ids")
+    __slots__ = ("block_id", "ref_count", "hash", "parent_hash", "token_ids", "extra_key")
 
     def __init__(self, block_id: int):
         self.block_id = block_id
@@ -48,6 +52,7 @@ class Block:
         self.hash: bytes | None = None
         self.parent_hash: bytes | None = None
         self.token_ids: tuple[int, ...] | None = None  # kept for full, hashed blocks
+        self.extra_key: bytes | None = None
 
 
 class Sequence:
@@ -70,7 +75,8 @@ class BlockManager:
         self.blocks = [Block(i) for i in range(num_blocks)]
         # LRU order: the head is evicted first. An OrderedDict gives O(1) removal from the middle.
         self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
-        self.cached: dict[bytes, int] = {}
+        # hash -> every block holding it (insertion-ordered: the oldest copy is found first)
+        self.cached: dict[bytes, dict[int, None]] = {}
         self.seqs: dict[object, Sequence] = {}
         self.hit_tokens = 0
         self.queried_tokens = 0
@@ -143,18 +149,26 @@ class BlockManager:
         return len(hits) * self.block_size
 
     def _prefix_hits(self, token_ids: list[int], extra_key: bytes) -> list[int]:
+        """Cached blocks for the longest prefix of full blocks, never the whole prompt: the last
+        token is always computed (its logits start decoding), so only blocks within the first
+        len - 1 tokens can hit."""
         hits, parent = [], NONE_HASH
-        size = self.block_size
-        for index in range(len(token_ids) // size):  # hash block by block: stop at a miss
-            h = block_hash(parent, tuple(token_ids[index * size : (index + 1) * size]), extra_key)
-            block_id = self.cached.get(h)
-            if block_id is None:
-                break  # prefixes are contiguous: the first miss ends the shared region
-            block = self.blocks[block_id]
-            chunk = tuple(token_ids[index * self.block_size : (index + 1) * self.block_size])
-            if block.token_ids != chunk or block.parent_hash != parent:
-                break  # a hash collision: verified, not trusted
-            hits.append(block_id)
+        usable = token_ids[: len(token_ids) - 1]
+        for index, h in enumerate(block_hashes(usable, self.block_size, extra_key)):
+            chunk = tuple(usable[index * self.block_size : (index + 1) * self.block_size])
+            found = next(
+                (
+                    block_id
+                    for block_id in self.cached.get(h, ())
+                    if self.blocks[block_id].token_ids == chunk
+                    and self.blocks[block_id].parent_hash == parent
+                    and self.blocks[block_id].extra_key == extra_key
+                ),
+                None,
+            )
+            if found is None:
+                break  # a miss, or a collision (verified, not trusted): the shared region ends
+            hits.append(found)
             parent = h
         return hits
 
@@ -256,9 +270,11 @@ class BlockManager:
         block_id, _ = self.free_queue.popitem(last=False)
         block = self.blocks[block_id]
         if block.hash is not None:  # evict: the least recently freed cached block
-            if self.cached.get(block.hash) == block_id:
+            copies = self.cached[block.hash]
+            del copies[block_id]  # another copy of the same contents stays findable
+            if not copies:
                 del self.cached[block.hash]
-            block.hash = block.parent_hash = block.token_ids = None
+            block.hash = block.parent_hash = block.token_ids = block.extra_key = None
         block.ref_count = 1
         return block_id
 
@@ -277,7 +293,9 @@ class BlockManager:
             h = block_hash(parent, chunk, seq.extra_key)
             if block.hash is None:
                 block.hash, block.parent_hash, block.token_ids = h, parent, chunk
-                self.cached.setdefault(h, block.block_id)  # duplicates are not merged
+                block.extra_key = seq.extra_key
+                # duplicates are not merged (vLLM v1 neither): each copy is registered
+                self.cached.setdefault(h, {})[block.block_id] = None
             elif block.hash != h:
                 return
             parent = h

@@ -19,7 +19,8 @@ import torch
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
 FP8_MAX = 448.0
-CHUNK_BYTES = 4 << 20  # gathered K per chunk in the fast path (measured best on a 32 MB L3)
+MIN_CHUNK_TOKENS = 64  # per sequence: shorter chunks cost more in per-chunk work than they save
+CHUNK_BYTES = 2 << 20  # gathered K per chunk: fits a 2 MB L2 (measured best on this CPU)
 
 
 def available_impls() -> list[str]:
@@ -34,21 +35,36 @@ def available_impls() -> list[str]:
     return impls
 
 
-def _check(query, key_cache, value_cache, block_table, seq_lens):
+def check_inputs(query, key_cache, value_cache, block_table, seq_lens, max_seq_len=None):
+    """Validate shapes (any strides are accepted); returns (batch, Hq, Hkv, head_dim).
+    `max_seq_len`, when given, is checked against the block table's capacity on the host; without
+    it the sequence lengths themselves are read (a device->host copy on a GPU)."""
     if query.dim() != 3 or key_cache.dim() != 4 or key_cache.shape != value_cache.shape:
         raise ValueError("expected query [B, Hq, D] and caches [blocks, block_size, Hkv, D]")
+    if key_cache.dtype != value_cache.dtype:
+        raise ValueError("key and value caches must have the same dtype")
     batch, num_q_heads, head_dim = query.shape
     num_kv_heads = key_cache.shape[2]
     if key_cache.shape[3] != head_dim:
         raise ValueError("query and cache head_dim differ")
-    if num_q_heads % num_kv_heads:
+    if num_kv_heads < 1 or num_q_heads % num_kv_heads:
         raise ValueError(f"{num_q_heads} query heads are not a multiple of {num_kv_heads}")
-    if block_table.shape[0] != batch or seq_lens.shape[0] != batch:
-        raise ValueError("block_table and seq_lens need one row per query")
+    if block_table.dim() != 2 or block_table.shape[0] != batch or seq_lens.shape != (batch,):
+        raise ValueError("block_table [B, blocks] and seq_lens [B] need one row per query")
+    capacity = block_table.shape[1] * key_cache.shape[1]
+    longest = max_seq_len if max_seq_len is not None else _host_max(seq_lens)
+    if longest > capacity:
+        raise ValueError(f"a sequence of {longest} tokens exceeds the block table ({capacity})")
+    if max_seq_len is None and batch and int(seq_lens.min()) < 0:
+        raise ValueError("sequence lengths must be >= 0")
     return batch, num_q_heads, num_kv_heads, head_dim
 
 
-def _dequantize(values, scale, block_ids=None):
+def _host_max(seq_lens) -> int:
+    return int(seq_lens.max()) if seq_lens.numel() else 0
+
+
+def _dequantize(values, scale):
     """values [..., Hkv, D] -> fp32. scale: None, scalar, [Hkv], or per token gathered already."""
     out = values.float()
     if scale is None:
@@ -82,17 +98,21 @@ def reference_decode_attention(
     sliding_window=None,
     k_scale=None,
     v_scale=None,
+    max_seq_len=None,
 ):
-    """The oracle: for each sequence, gather its blocks, then softmax(q k^T * scale) v in fp32."""
-    batch, num_q_heads, num_kv_heads, head_dim = _check(
-        query, key_cache, value_cache, block_table, seq_lens
+    """The oracle: for each sequence, gather its blocks, then softmax(q k^T * scale) v in fp32.
+    A sequence of length 0 attends to nothing: its output is zeros."""
+    batch, num_q_heads, num_kv_heads, head_dim = check_inputs(
+        query, key_cache, value_cache, block_table, seq_lens, max_seq_len
     )
     scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
     group = num_q_heads // num_kv_heads
     block_size = key_cache.shape[1]
-    out = torch.empty(batch, num_q_heads, head_dim, dtype=torch.float32, device=query.device)
+    out = torch.zeros(batch, num_q_heads, head_dim, dtype=torch.float32, device=query.device)
     for b in range(batch):
         n = int(seq_lens[b])
+        if n == 0:
+            continue
         blocks = block_table[b, : -(-n // block_size)].long()
         k = _dequantize(key_cache[blocks], _per_token_scale(k_scale, blocks))
         v = _dequantize(value_cache[blocks], _per_token_scale(v_scale, blocks))
@@ -100,11 +120,29 @@ def reference_decode_attention(
         v = v.reshape(-1, num_kv_heads, head_dim)[:n]
         if sliding_window is not None:
             k, v = k[max(0, n - sliding_window) :], v[max(0, n - sliding_window) :]
-        q = query[b].float().view(num_kv_heads, group, head_dim)
+        q = query[b].float().reshape(num_kv_heads, group, head_dim)
         scores = torch.einsum("hgd,thd->hgt", q, k) * scale
         probs = torch.softmax(scores, dim=-1)
         out[b] = torch.einsum("hgt,thd->hgd", probs, v).reshape(num_q_heads, head_dim)
     return out.to(query.dtype)
+
+
+_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def _chunk_attention(q, k, v, mask, scale):
+    """One chunk: q [B, Hkv, G, D] against k/v [B, Hkv, T, D] (strided views), an additive mask
+    [B, 1, 1, T] or None -> (output [B, Hkv, G, D], log-sum-exp [B, Hkv, G]). The query heads of a
+    group are the rows of one GEMM (grouped-query attention folded into the query length). On a
+    CPU, torch's fused flash kernel; elsewhere two batched GEMMs and a softmax."""
+    if _CPU_FLASH is not None and q.device.type == "cpu":
+        return _CPU_FLASH(q, k, v, attn_mask=mask, scale=scale)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores + mask
+    lse = torch.logsumexp(scores, dim=-1)
+    probs = torch.exp(scores - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
+    return torch.matmul(probs, v), lse
 
 
 def torch_decode_attention(
@@ -118,80 +156,101 @@ def torch_decode_attention(
     sliding_window=None,
     k_scale=None,
     v_scale=None,
+    max_seq_len=None,
     chunk_tokens=None,
 ):
-    """Fast path: walks the block tables a chunk of blocks at a time for the whole batch, with an
-    online softmax. Each chunk's blocks are gathered with index_select into buffers reused across
-    chunks (a few MB, cache-resident), never the whole cache; scores and outputs are per-sequence
-    batched GEMMs over strided views, which avoids the permute copies einsum would make."""
-    batch, num_q_heads, num_kv_heads, head_dim = _check(
-        query, key_cache, value_cache, block_table, seq_lens
+    """Fast path on any device: walks the block tables a chunk of blocks at a time for the whole
+    batch. Each chunk's blocks are gathered with index_select (any cache strides), attended with
+    the query heads of a KV group as the rows of one GEMM (fused flash kernel on a CPU), and
+    merged into the running output by log-sum-exp. A few large operations per chunk, never one
+    per sequence: small operations each wait for every thread, which a loaded machine punishes."""
+    batch, num_q_heads, num_kv_heads, head_dim = check_inputs(
+        query, key_cache, value_cache, block_table, seq_lens, max_seq_len
     )
     scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
     group = num_q_heads // num_kv_heads
-    num_blocks, block_size = key_cache.shape[:2]
+    block_size = key_cache.shape[1]
     device = query.device
+    out = torch.zeros(batch, num_kv_heads, group, head_dim, dtype=torch.float32, device=device)
+    max_len = max_seq_len if max_seq_len is not None else _host_max(seq_lens)
+    if batch == 0 or max_len == 0:
+        return out.reshape(batch, num_q_heads, head_dim).to(query.dtype)
     lens = seq_lens.to(device=device, dtype=torch.long)
-    max_len = int(lens.max()) if batch else 0
-    q = (query.float() * scale).view(batch, num_kv_heads, group, head_dim)
-    acc = torch.zeros(batch, num_kv_heads, group, head_dim, device=device)
-    row_max = torch.full((batch, num_kv_heads, group), -math.inf, device=device)
-    row_sum = torch.zeros(batch, num_kv_heads, group, device=device)
+    q = query.float().reshape(batch, num_kv_heads, group, head_dim).contiguous()
+    lse = torch.full((batch, num_kv_heads, group), -math.inf, device=device)
     start_block = 0
-    if sliding_window is not None:
+    if sliding_window is not None and max_seq_len is None:  # host values known: skip early blocks
         start_block = int((lens - sliding_window).clamp(min=0).min()) // block_size
-    if chunk_tokens is None:  # ~4 MB of K per chunk: stays in the last-level cache
-        row_bytes = batch * num_kv_heads * head_dim * key_cache.element_size()
-        chunk_tokens = min(1024, max(block_size, CHUNK_BYTES // max(1, row_bytes)))
+    if chunk_tokens is None:  # ~2 MB of K per chunk (it stays in cache), at least 64 tokens
+        row_bytes = batch * num_kv_heads * head_dim * 4
+        chunk_tokens = min(4096, max(MIN_CHUNK_TOKENS, block_size, CHUNK_BYTES // row_bytes))
     chunk_blocks = max(1, chunk_tokens // block_size)
     table = block_table.to(device=device, dtype=torch.long)
-    flat_k = key_cache.view(num_blocks, -1)
-    flat_v = value_cache.view(num_blocks, -1)
-    k_buf = torch.empty(batch * chunk_blocks, flat_k.shape[1], dtype=key_cache.dtype, device=device)
-    v_buf = torch.empty_like(k_buf)
-    scores_buf = torch.empty(batch, num_kv_heads, group, chunk_blocks * block_size, device=device)
-    out_buf = torch.empty(batch, num_kv_heads, group, head_dim, device=device)
-    end_block = min(-(-max_len // block_size), table.shape[1])
+    end_block = -(-max_len // block_size)
+    gather_k = _Gather(key_cache, batch * chunk_blocks)
+    gather_v = _Gather(value_cache, batch * chunk_blocks)
     for first in range(start_block, end_block, chunk_blocks):
         last = min(first + chunk_blocks, end_block)
-        width = last - first
-        tokens = width * block_size
+        tokens = (last - first) * block_size
         positions = torch.arange(first * block_size, last * block_size, device=device)
         valid = positions.unsqueeze(0) < lens.unsqueeze(1)  # [B, T]
         if sliding_window is not None:
             valid &= positions.unsqueeze(0) >= (lens - sliding_window).unsqueeze(1)
         ids = table[:, first:last]
-        partial = not bool(valid.all())
-        if partial:  # entries past a sequence's length may hold anything: use its first block
-            block_valid = valid.view(batch, width, block_size).any(-1)
-            ids = torch.where(block_valid, ids, table[:, :1])
-        ids = ids.reshape(-1)
-        k_raw = torch.index_select(flat_k, 0, ids, out=k_buf[: batch * width])
-        v_raw = torch.index_select(flat_v, 0, ids, out=v_buf[: batch * width])
-        k_chunk = k_raw.view(batch, tokens, num_kv_heads, head_dim)
-        v_chunk = v_raw.view(batch, tokens, num_kv_heads, head_dim)
-        if k_chunk.dtype != torch.float32 or k_scale is not None:
-            k_chunk = _dequantize(k_chunk, _chunk_scale(k_scale, ids, batch, tokens))
-        if v_chunk.dtype != torch.float32 or v_scale is not None:
-            v_chunk = _dequantize(v_chunk, _chunk_scale(v_scale, ids, batch, tokens))
-        if partial:  # unused slots may hold NaN: zero them so 0 * NaN cannot leak
-            v_chunk = v_chunk.masked_fill(~valid[:, :, None, None], 0.0)
-        scores = scores_buf[..., :tokens]
-        for b in range(batch):  # [Hkv, G, D] @ [Hkv, D, T] on a strided view of the chunk
-            torch.bmm(q[b], k_chunk[b].permute(1, 2, 0), out=scores[b])
-        if partial:
-            scores.masked_fill_(~valid[:, None, None, :], -math.inf)
-        new_max = torch.maximum(row_max, scores.amax(-1))
-        safe_max = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
-        probs = torch.exp(scores - safe_max.unsqueeze(-1))
-        correction = torch.exp(row_max - safe_max)
-        row_sum = row_sum * correction + probs.sum(-1)
-        for b in range(batch):  # [Hkv, G, T] @ [Hkv, T, D]
-            torch.bmm(probs[b], v_chunk[b].permute(1, 0, 2), out=out_buf[b])
-        acc = acc * correction.unsqueeze(-1) + out_buf
-        row_max = new_max
-    out = acc / row_sum.clamp(min=1e-30).unsqueeze(-1)
+        # entries past a sequence's length may hold anything: read block 0 instead (masked)
+        block_valid = valid.view(batch, last - first, block_size).any(-1)
+        ids = torch.where(block_valid, ids, 0).reshape(-1)
+        k = gather_k(ids, k_scale, batch, tokens)  # [B, T, Hkv, D]
+        v = gather_v(ids, v_scale, batch, tokens)
+        mask = None
+        # a chunk every sequence fills needs no mask (on a CPU the check is free; on a GPU it
+        # would synchronise, so the mask is always applied there)
+        if device.type != "cpu" or not bool(valid.all()):
+            # unused slots may hold NaN: zero them so that 0 * NaN cannot leak through a GEMM
+            k = torch.where(valid[:, :, None, None], k, 0.0)
+            v = torch.where(valid[:, :, None, None], v, 0.0)
+            mask = torch.where(valid, 0.0, -math.inf)[:, None, None, :]
+        part, part_lse = _chunk_attention(q, k.transpose(1, 2), v.transpose(1, 2), mask, scale)
+        row_valid = valid.any(-1)[:, None, None]  # a row masked out entirely contributes nothing
+        part_lse = torch.where(row_valid, part_lse, -math.inf)
+        merged = torch.logaddexp(lse, part_lse)
+        finite = torch.isfinite(merged)
+        keep = torch.where(finite, torch.exp(lse - merged), 0.0)
+        take = torch.where(finite, torch.exp(part_lse - merged), 0.0)
+        out = out * keep.unsqueeze(-1) + torch.nan_to_num(part) * take.unsqueeze(-1)
+        lse = merged
     return out.reshape(batch, num_q_heads, head_dim).to(query.dtype)
+
+
+class _Gather:
+    """Gathers blocks of one cache [blocks, block_size, Hkv, D] into a buffer reused across
+    chunks. A cache whose blocks are each contiguous is gathered as rows of a [blocks, -1] view
+    (a memcpy per block; index_select on the 4-D view is ~20x slower on a CPU); any other strides
+    through the 4-D view."""
+
+    def __init__(self, cache, rows: int):
+        self.cache = cache
+        try:
+            self.flat = cache.view(cache.shape[0], -1)
+        except RuntimeError:  # blocks not contiguous (a permuted or sliced cache)
+            self.flat = None
+        width = cache[0].numel()
+        self.buf = (
+            torch.empty(rows, width, dtype=cache.dtype, device=cache.device)
+            if self.flat is not None
+            else None
+        )
+
+    def __call__(self, ids, scale, batch: int, tokens: int):
+        """The blocks `ids` as fp32 [B, T, Hkv, D], dequantized with their scales."""
+        if self.flat is not None:
+            raw = torch.index_select(self.flat, 0, ids, out=self.buf[: ids.numel()])
+        else:
+            raw = torch.index_select(self.cache, 0, ids)  # contiguous [n, block_size, Hkv, D]
+        chunk = raw.view(batch, tokens, *self.cache.shape[2:])
+        if chunk.dtype != torch.float32 or scale is not None:
+            chunk = _dequantize(chunk, _chunk_scale(scale, ids, batch, tokens))
+        return chunk
 
 
 def _chunk_scale(scale, ids, batch: int, tokens: int):
@@ -216,15 +275,29 @@ def paged_decode_attention(
     sliding_window=None,
     k_scale=None,
     v_scale=None,
+    max_seq_len=None,
     impl="auto",
 ):
     """Decode attention of one new token per sequence over its paged KV cache.
 
-    impl: "reference" (the oracle), "torch" (chunked online softmax, any device), "triton"
-    (CUDA split-KV kernel), or "auto" (triton on CUDA when available, else torch)."""
-    kwargs = dict(scale=scale, sliding_window=sliding_window, k_scale=k_scale, v_scale=v_scale)
+    Every impl accepts any strides of the query and the caches (K and V independently), and
+    gives zeros for a sequence of length 0. `max_seq_len` (an upper bound of seq_lens known on the
+    host, as a scheduler knows it) spares the device->host read of the lengths: with it a CUDA
+    call never synchronises.
+
+    impl: "reference" (the oracle), "torch" (chunked, any device), "triton" (CUDA split-KV
+    kernel; CPU under TRITON_INTERPRET=1), or "auto" (triton on CUDA when available, else torch)."""
+    kwargs = dict(
+        scale=scale,
+        sliding_window=sliding_window,
+        k_scale=k_scale,
+        v_scale=v_scale,
+        max_seq_len=max_seq_len,
+    )
     if sliding_window is not None and sliding_window < 1:
         raise ValueError("sliding_window must be positive")
+    if max_seq_len is not None and max_seq_len < 0:
+        raise ValueError("max_seq_len must be >= 0")
     if impl == "auto":
         impl = "triton" if query.is_cuda and "triton" in available_impls() else "torch"
     if impl == "reference":

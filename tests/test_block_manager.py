@@ -60,7 +60,44 @@ def test_freed_cached_blocks_stay_hits_until_evicted_lru():
     # freed in reverse order: the last block of b ([5]) then [3,4] then [1,2] go to the tail
     m.allocate("c", [9, 9])  # pops the oldest free block: the never-used block 3
     m.allocate("d", [8, 8])  # next: b's partial last block
-    assert m.allocate("e", [1, 2, 3, 4]) == 4  # the prefix blocks survived
+    m.free("c")  # a block for e's last token
+    assert m.allocate("e", [1, 2, 3, 4, 6]) == 4  # the prefix blocks survived
+
+
+def test_a_fully_cached_prompt_still_computes_its_last_token():
+    m = BlockManager(num_blocks=8, block_size=2)
+    m.allocate("a", [1, 2, 3, 4])
+    # every block of [1, 2, 3, 4] is cached, but the last token's logits start decoding: the
+    # hit stops one token short, so the last block is computed again (vLLM and SGLang alike)
+    assert m.allocate("b", [1, 2, 3, 4]) == 2
+    assert m.block_table("b")[0] == m.block_table("a")[0]
+    assert m.block_table("b")[1] != m.block_table("a")[1]
+    assert m.allocate("c", [1, 2, 3, 4, 5]) == 4
+
+
+def test_a_duplicate_stays_findable_when_the_first_copy_is_evicted():
+    m = BlockManager(num_blocks=4, block_size=2)
+    m.allocate("a", [1, 2])  # block 0 holds [1, 2] (a prompt is never hit in full: no reuse)
+    m.allocate("b", [1, 2])  # block 1 holds [1, 2] again: a duplicate with the same hash
+    m.allocate("e", [9, 9])  # block 2
+    assert m.block_table("a") == [0] and m.block_table("b") == [1]
+    m.free("a")  # block 0 joins the free queue, still cached
+    m.allocate("c", [7, 8, 7, 8])  # takes blocks 3 and 0: the first copy of [1, 2] is evicted
+    m.free("e")  # one block free
+    # [1, 2, 5] fits only by reusing b's copy of [1, 2]: it must still be findable
+    assert m.allocate("d", [1, 2, 5]) == 2
+    assert m.block_table("d")[0] == 1
+
+
+def test_extra_key_is_compared_on_a_hit_not_only_hashed(monkeypatch):
+    # hashes that ignore the extra key: a hit must still check it
+    monkeypatch.setattr(
+        bm_module, "block_hash", lambda parent, tokens, extra=b"": bytes(str(tokens), "ascii")
+    )
+    m = BlockManager(num_blocks=8, block_size=2)
+    m.allocate("a", [1, 2, 3], extra_key=b"lora-1")
+    assert m.allocate("b", [1, 2, 3], extra_key=b"lora-2") == 0
+    assert m.allocate("c", [1, 2, 3], extra_key=b"lora-1") == 2
 
 
 def test_eviction_removes_the_hash():
@@ -143,7 +180,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
             hit = self.m.allocate(self.next_id, prompt)
         except NoFreeBlocksError:
             return
-        assert hit % 4 == 0 and hit <= len(prompt)
+        assert hit % 4 == 0 and hit < len(prompt)  # the last token is always computed
         if hit:  # a hit only on an identical prefix: some cached sequence had these blocks
             table = self.m.block_table(self.next_id)
             for i in range(hit // 4):
@@ -207,8 +244,12 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
     @invariant()
     def cached_blocks_are_findable(self):
-        for h, block_id in self.m.cached.items():
-            assert self.m.blocks[block_id].hash == h
+        # every hashed block is registered under its hash (duplicates too), and nothing else is
+        for block in self.m.blocks:
+            if block.hash is not None:
+                assert block.block_id in self.m.cached[block.hash]
+        for h, copies in self.m.cached.items():
+            assert copies and all(self.m.blocks[b].hash == h for b in copies)
 
 
 TestBlockManagerMachine = BlockManagerMachine.TestCase

@@ -18,7 +18,13 @@ from kvplan.kernels import (  # noqa: E402
     write_kv,
 )
 
-from kv_fixtures import build_paged, naive_attention  # noqa: E402
+from kv_fixtures import (  # noqa: E402
+    all_cases,
+    build_paged,
+    make_case,
+    naive_attention,
+    worst_error,
+)
 
 LENS = [1, 15, 17, 1025]
 
@@ -39,18 +45,27 @@ def test_against_dense_oracle(impl, block_size, group, head_dim):
         )
 
 
+CASES = list(all_cases())
+
+
 @pytest.mark.parametrize("impl", ["reference", "torch"])
-@pytest.mark.parametrize("window", [1, 16, 100])
-def test_sliding_window(impl, window):
-    kc, vc, table, dense = build_paged(LENS, 2, 64, 16)
-    q = torch.randn(len(LENS), 8, 64)
-    out = paged_decode_attention(
-        q, kc, vc, table, torch.tensor(LENS, dtype=torch.int32), sliding_window=window, impl=impl
-    )
-    for b, (k, v) in enumerate(dense):
-        torch.testing.assert_close(
-            out[b].double(), naive_attention(q[b], k, v, window), atol=2e-5, rtol=1e-4
-        )
+@pytest.mark.parametrize("label,case,window,scale", CASES, ids=[c[0] for c in CASES])
+def test_awkward_inputs_against_float64(impl, label, case, window, scale):
+    """Block sizes 1/3/16/256, GQA 1/4/7, head_dim 64/80/96/128/256, windows, scales, strided
+    query and caches (V strides unlike K's), empty sequences (zeros)."""
+    assert worst_error(paged_decode_attention, case, window, scale, impl=impl) < 2e-5, label
+
+
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+def test_empty_batch_and_a_bound_beyond_the_table(impl):
+    q, kc, vc, table, lens, _ = make_case([5, 9], 2, 2, 16, 4)
+    out = paged_decode_attention(q[:0], kc, vc, table[:0], lens[:0], impl=impl)
+    assert out.shape == (0, 4, 16)
+    with pytest.raises(ValueError, match="exceeds the block table"):
+        paged_decode_attention(q, kc, vc, table, lens, max_seq_len=10_000, impl=impl)
+    # a host-side bound equal to the longest sequence changes nothing
+    exact = paged_decode_attention(q, kc, vc, table, lens, max_seq_len=9, impl=impl)
+    torch.testing.assert_close(exact, paged_decode_attention(q, kc, vc, table, lens, impl=impl))
 
 
 def test_reference_paged_and_contiguous_are_bit_identical():
@@ -165,46 +180,71 @@ def test_bad_arguments():
 
 
 TRITON_CHECK = r"""
-import torch, sys
+import sys, torch
 sys.path.insert(0, sys.argv[1])
-from kv_fixtures import build_paged, naive_attention
-from kvplan.kernels import paged_decode_attention, quantize_int8_per_token
+from kv_fixtures import all_cases, make_case, worst_error
+from kvplan.kernels import paged_decode_attention, quantize_fp8, quantize_int8_per_token
+full = sys.argv[2] == "full"
 device = "cuda" if torch.cuda.is_available() else "cpu"
-for block_size, group, head_dim, window in [(16, 4, 64, None), (1, 1, 64, None), (64, 8, 128, 100)]:
-    lens = [1, 15, 17, 300]
-    kc, vc, table, dense = build_paged(lens, 2, head_dim, block_size)
-    q = torch.randn(len(lens), 2 * group, head_dim)
-    out = paged_decode_attention(q.to(device), kc.to(device), vc.to(device), table.to(device),
-                                 torch.tensor(lens, dtype=torch.int32, device=device),
-                                 sliding_window=window, impl="triton").cpu()
-    for b, (k, v) in enumerate(dense):
-        err = (out[b].double() - naive_attention(q[b], k, v, window)).abs().max().item()
-        assert err < 1e-4, (block_size, group, head_dim, b, err)
-kq, ks = quantize_int8_per_token(torch.nan_to_num(kc)); vq, vs = quantize_int8_per_token(torch.nan_to_num(vc))
-args = [t.to(device) for t in (kq, vq, table)]
-lens_t = torch.tensor(lens, dtype=torch.int32, device=device)
-ref = paged_decode_attention(q.to(device), *args, lens_t, k_scale=ks.to(device), v_scale=vs.to(device), sliding_window=window, impl="reference").cpu()
-tri = paged_decode_attention(q.to(device), *args, lens_t, k_scale=ks.to(device), v_scale=vs.to(device), sliding_window=window, impl="triton").cpu()
-assert (ref - tri).abs().max() < 1e-4
-print("TRITON OK")
+
+def on(case):
+    q, kc, vc, table, lens, dense = case
+    return (q.to(device), kc.to(device), vc.to(device), table.to(device), lens.to(device), dense)
+
+cases = list(all_cases()) if full else list(all_cases())[:3]
+for label, case, window, scale in cases:
+    err = worst_error(paged_decode_attention, on(case), window, scale, impl="triton")
+    assert err < 1e-5, (label, err)
+    # a host-side bound spares the device->host read, and changes nothing
+    err = worst_error(paged_decode_attention, on(case), window, scale, impl="triton",
+                      max_seq_len=int(case[4].max()))
+    assert err < 1e-5, (label, "max_seq_len", err)
+if full:
+    q, kc, vc, table, lens, dense = make_case([1, 15, 17, 300], 2, 4, 64, 16)
+    kc, vc = torch.nan_to_num(kc), torch.nan_to_num(vc)
+    for quantize in (quantize_int8_per_token, lambda x: quantize_fp8(x, per_head=True), quantize_fp8):
+        kq, ks = quantize(kc)
+        vq, vs = quantize(vc)
+        args = [t.to(device) for t in (q, kq, vq, table, lens)]
+        ref = paged_decode_attention(*args, k_scale=ks.to(device), v_scale=vs.to(device), impl="reference")
+        tri = paged_decode_attention(*args, k_scale=ks.to(device), v_scale=vs.to(device), impl="triton")
+        assert (ref.cpu() - tri.cpu()).abs().max() < 1e-4, quantize
+    # half-precision caches take the tensor-core dot; the interpreter's bf16 dot is broken
+    # (a 16 x 16 bf16 tl.dot is off by 1e10 there), so bf16 runs only on a GPU
+    for dtype in (torch.float16, torch.bfloat16) if device == "cuda" else (torch.float16,):
+        args = [t.to(device) for t in (q.to(dtype), kc.to(dtype), vc.to(dtype), table, lens)]
+        ref = paged_decode_attention(*args, impl="reference").float()
+        tri = paged_decode_attention(*args, impl="triton").float()
+        assert (ref.cpu() - tri.cpu()).abs().max() < 2e-2, dtype
+print("TRITON OK", len(cases))
 """
 
 
-def test_triton_kernel_against_the_oracle():
-    """On CUDA, natively; without CUDA, under Triton's CPU interpreter where triton is installed."""
+def _run_triton(which: str) -> None:
     try:
         import triton  # noqa: F401
     except ImportError:
-        pytest.skip("triton is not installed (it ships with CUDA builds of torch)")
+        pytest.skip("triton is not installed (pip install triton; it ships with CUDA torch)")
     env = dict(os.environ)
     if not torch.cuda.is_available():
         env["TRITON_INTERPRET"] = "1"
     tests_dir = os.path.dirname(__file__)
     proc = subprocess.run(
-        [sys.executable, "-c", TRITON_CHECK, tests_dir],
+        [sys.executable, "-c", TRITON_CHECK, tests_dir, which],
         capture_output=True,
         text=True,
         env=env,
-        timeout=600,
+        timeout=900,
+        cwd=tests_dir,
     )
     assert "TRITON OK" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_triton_kernel_against_float64():
+    """On CUDA natively; without CUDA under Triton's CPU interpreter (TRITON_INTERPRET=1)."""
+    _run_triton("quick")
+
+
+@pytest.mark.slow
+def test_triton_kernel_every_awkward_input_and_quantized_caches():
+    _run_triton("full")

@@ -70,3 +70,14 @@ def kv_transfer_requests_per_s(
 ) -> float:
     """Requests per second the links sustain when busy with nothing else."""
     return ranks * one_way_bytes_per_s / transfer_bytes
+
+
+def ring_allreduce_reduce_time_s(
+    message_bytes: float, ranks: int, reduce_bytes_per_s: float
+) -> float:
+    """The arithmetic of a ring all-reduce where the reduction runs on the host (gloo on CPUs):
+    each rank adds (N-1)/N x M bytes into its buffer (N-1 chunks of M/N), at the rate the host
+    adds two buffers. NCCL reduces on the GPU, overlapped with the transfer: no such term."""
+    if ranks <= 1:
+        return 0.0
+    return (ranks - 1) / ranks * message_bytes / reduce_bytes_per_s

@@ -31,6 +31,23 @@ class Interconnect(NamedTuple):
         return self.bandwidth_bytes_per_s / 2
 
 
+class MeasuredRates(NamedTuple):
+    """What `kvplan measure --save-profile` adds to a profile: throughput curves per operator
+    class, {size: FLOP/s} with sizes ascending, and the fixed cost of one launch (all optional;
+    the per-operator step-time model reads them, kvplan.formulas.step_time.OpRates)."""
+
+    dtype: str
+    matmul_bandwidth_bytes_per_s: tuple[tuple[float, float], ...]  # by the GEMM's input width
+    matmul_flop_per_s: tuple[tuple[float, float], ...]
+    decode_attention_flop_per_s: tuple[tuple[float, float], ...]
+    prefill_attention_flop_per_s: tuple[tuple[float, float], ...]
+    overhead_s: float
+    matmul_overhead_s: float  # more per GEMM launch
+    gather_kv: bool  # the decode attention gathers its pages first (kvplan's torch path)
+    device: dict  # the identity of the device measured (kvplan.measure.device)
+    spread: dict  # run-to-run noise of each figure, relative
+
+
 class GpuProfile(NamedTuple):
     key: str
     name: str
@@ -51,7 +68,7 @@ class GpuProfile(NamedTuple):
     memory_reported_basis: str | None = None  # exact | measured | estimated | device
     memory_reported_source: str = ""
     gpus_per_node: int | None = None
-    extra: dict = {}  # optional measured fields (kvplan measure --save-profile)
+    measured: MeasuredRates | None = None
 
     @property
     def usable_memory_bytes(self) -> float:
@@ -178,7 +195,62 @@ def parse_profile(data: object, source: str, key: str = "") -> GpuProfile:
         memory_reported_basis=basis,
         memory_reported_source=_text(data, "memory_reported_source", source),
         gpus_per_node=gpus_per_node,
-        extra=data.get("measured") if isinstance(data.get("measured"), dict) else {},
+        measured=_measured(data.get("measured"), source),
+    )
+
+
+def _curve(data: dict, key: str, source: str) -> tuple[tuple[float, float], ...]:
+    raw = data.get(key) or {}
+    if not isinstance(raw, dict):
+        raise KvplanError(f"{source}: measured.{key} must be a mapping of size to a rate")
+    points = []
+    for size in raw:
+        at = _number({"size": size}, "size", f"{source}: measured.{key}")
+        points.append((at, _number(raw, size, f"{source}: measured.{key}")))
+    return tuple(sorted(points))
+
+
+def _non_negative(data: dict, key: str, source: str) -> float:
+    """An optional figure that may be 0 (absent: 0)."""
+    if data.get(key) in (None, 0, 0.0, "0"):
+        return 0.0
+    return _number(data, key, source)
+
+
+def _measured(data: object, source: str) -> MeasuredRates | None:
+    """The optional `measured:` section a measured profile carries."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise KvplanError(f"{source}: measured must be a mapping")
+    curves = {
+        key: _curve(data, key, source)
+        for key in (
+            "matmul_bandwidth_bytes_per_s",
+            "matmul_flop_per_s",
+            "decode_attention_flop_per_s",
+            "prefill_attention_flop_per_s",
+        )
+    }
+    if not all(curves.values()):
+        raise KvplanError(
+            f"{source}: measured needs matmul bandwidth and throughput, decode and prefill "
+            "attention curves"
+        )
+    device, spread = data.get("device") or {}, data.get("spread") or {}
+    if not isinstance(device, dict) or not isinstance(spread, dict):
+        raise KvplanError(f"{source}: measured.device and measured.spread must be mappings")
+    return MeasuredRates(
+        str(data.get("dtype", "bf16")),
+        curves["matmul_bandwidth_bytes_per_s"],
+        curves["matmul_flop_per_s"],
+        curves["decode_attention_flop_per_s"],
+        curves["prefill_attention_flop_per_s"],
+        _number(data, "overhead_s", f"{source}: measured", required=False) or 0.0,
+        _non_negative(data, "matmul_overhead_s", f"{source}: measured"),
+        bool(data.get("gather_kv", False)),
+        device,
+        spread,
     )
 
 

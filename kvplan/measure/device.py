@@ -1,14 +1,15 @@
-"""What device `measure` runs on: CUDA (torch + pynvml) or the CPU (/proc/cpuinfo, sysfs caches),
-and which hardware profile it compares against."""
+"""What device `measure` runs on, and its identity in every result: the GPU (torch, then pynvml
+from the `nvidia-ml-py` distribution, matched to the torch device under CUDA_VISIBLE_DEVICES) or
+the CPU (/proc/cpuinfo, sysfs caches), the software stack, and the thread layout."""
 
 from __future__ import annotations
 
 import os
 import platform
+import time
 from pathlib import Path
 
-import torch
-
+from kvplan import __version__
 from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import GpuProfile, bundled_profiles, load_profile
 
@@ -22,28 +23,24 @@ def _cpu_caches() -> dict:
             size = (index / "size").read_text().strip()
         except OSError:
             continue
-        if kind == "Instruction":
+        if kind == "Instruction" or not size:
             continue
-        value = (
-            int(size[:-1]) * {"K": 1024, "M": 1024**2}.get(size[-1], 1)
-            if size[-1] in "KM"
-            else int(size)
-        )
-        caches[f"L{level}"] = value
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1], 1)
+        caches[f"L{level}"] = int(size.rstrip("KMG")) * scale
     return caches
 
 
-def _cpu_flags_and_name() -> tuple[str, set[str]]:
-    name, flags = platform.processor() or "unknown CPU", set()
+def _cpu_model_and_flags() -> tuple[str, set[str]]:
+    name, flags = "", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and name in ("unknown CPU", "x86_64", ""):
+            if line.startswith("model name") and not name:
                 name = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
+            elif line.startswith("flags") and not flags:
                 flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return name, flags
+    return name or platform.processor() or "unknown CPU", flags
 
 
 def _total_ram_bytes() -> int | None:
@@ -56,73 +53,190 @@ def _total_ram_bytes() -> int | None:
     return None
 
 
-def detect_cpu(threads: int) -> dict:
-    name, flags = _cpu_flags_and_name()
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def busy_cpus(window_s: float = 0.3) -> float | None:
+    """CPUs kept busy by other processes, sampled from /proc/stat over `window_s` while this one
+    sleeps (None where /proc/stat is not readable)."""
+
+    def sample():
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        values = [int(v) for v in fields[:8]]
+        idle = values[3] + values[4]  # idle + iowait
+        return sum(values), idle
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(window_s)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    if total1 <= total0:
+        return None
+    return (1 - (idle1 - idle0) / (total1 - total0)) * (os.cpu_count() or 1)
+
+
+def default_threads() -> tuple[int, float | None]:
+    """A thread layout that does not oversubscribe: the CPUs this process may use, less those
+    other processes keep busy, less one left free for everything else (at least one). On two
+    cores: one thread. An OpenMP region whose second thread shares a core with another process
+    waits for it at every barrier, which inflates many small operations far more than a few
+    large ones; and load that arrives after the start must find a free core too."""
+    cpus = usable_cpus()
+    busy = busy_cpus()
+    return max(1, min(cpus, round(cpus - (busy or 0.0)) - 1)), busy
+
+
+def cpu_identity(threads: int, busy: float | None = None) -> dict:
+    import torch
+
+    name, flags = _cpu_model_and_flags()
     caches = _cpu_caches()
-    fast_bf16 = bool({"avx512_bf16", "amx_bf16"} & flags)
     return {
         "kind": "cpu",
         "name": name,
-        "cores": os.cpu_count(),
+        "cpu_model": name,
+        "cpu_threads": os.cpu_count(),
+        "usable_cpus": usable_cpus(),
         "threads": threads,
+        "busy_cpus_at_start": busy,
+        "memory_bytes": _total_ram_bytes(),
         "caches_bytes": caches,
         "last_level_cache_bytes": max(caches.values()) if caches else 32 << 20,
-        "memory_bytes": _total_ram_bytes(),
         "isa": torch.backends.cpu.get_cpu_capability(),
-        "fast_bf16": fast_bf16,
-        "measure_dtype": "bf16" if fast_bf16 else "fp32",
+        "fast_bf16": bool({"avx512_bf16", "amx_bf16"} & flags),
+        **software(),
     }
 
 
-def detect_cuda() -> dict:
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+def software() -> dict:
+    import torch
+
+    return {
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "python_version": platform.python_version(),
+        "kvplan_version": __version__,
+        "os": f"{platform.system()} {platform.release()}",
+    }
+
+
+def nvml_handle(pynvml, torch_index: int, props):
+    """The NVML handle of the torch device `torch_index`. NVML numbers every GPU in the machine;
+    torch numbers those CUDA_VISIBLE_DEVICES lists, in its order, by index or by UUID: match by
+    the device's UUID where torch gives it, else through the visible list, else by index."""
+    uuid = getattr(props, "uuid", None)
+    if uuid is not None:
+        text = str(uuid)
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(
+                text if text.startswith("GPU-") else f"GPU-{text}"
+            )
+        except Exception:  # noqa: BLE001 - MIG and older drivers: fall through
+            pass
+    visible = [
+        v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()
+    ]
+    if torch_index < len(visible):
+        entry = visible[torch_index]
+        if entry.isdigit():
+            return pynvml.nvmlDeviceGetHandleByIndex(int(entry))
+        return pynvml.nvmlDeviceGetHandleByUUID(entry)
+    return pynvml.nvmlDeviceGetHandleByIndex(torch_index)
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def cuda_identity(threads: int) -> dict:
+    """The GPU torch uses, its name read first (torch), then what pynvml adds, each optional
+    query on its own so that one refusal loses only that figure."""
+    import torch
+
+    index = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
     info = {
         "kind": "cuda",
         "name": props.name,
+        "torch_index": index,
         "sm_count": props.multi_processor_count,
         "memory_bytes": props.total_memory,
         "last_level_cache_bytes": getattr(props, "L2_cache_size", 0) or 50 << 20,
-        "measure_dtype": "bf16",
+        "compute_capability": f"{props.major}.{props.minor}",
+        "nvml_name": None,
+        "driver_version": None,
         "clocks_mhz": None,
         "power_limit_w": None,
+        "nvml_error": None,
+        "cpu_model": _cpu_model_and_flags()[0],
+        "cpu_threads": os.cpu_count(),
+        "threads": threads,
+        **software(),
     }
     try:
-        import pynvml
-
+        import pynvml  # the nvidia-ml-py distribution
+    except ImportError:
+        info["nvml_error"] = "pynvml not installed (pip install nvidia-ml-py)"
+        return info
+    try:
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
-        info["clocks_mhz"] = {
+        handle = nvml_handle(pynvml, index, props)
+        info["nvml_name"] = _text(pynvml.nvmlDeviceGetName(handle))
+    except Exception as exc:  # noqa: BLE001 - no NVML: the optional figures stay null
+        info["nvml_error"] = exc.__class__.__name__
+        return info
+    queries = {
+        "driver_version": lambda: _text(pynvml.nvmlSystemGetDriverVersion()),
+        "power_limit_w": lambda: pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000,
+        "clocks_mhz": lambda: {
             "sm": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
             "memory": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
             "sm_max": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
-        }
-        info["power_limit_w"] = pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000
-        info["nvml_name"] = pynvml.nvmlDeviceGetName(handle)
-        if isinstance(info["nvml_name"], bytes):
-            info["nvml_name"] = info["nvml_name"].decode()
-    except Exception as exc:  # pynvml missing or no NVML: the figures stay null
-        info["nvml_error"] = exc.__class__.__name__
+            "memory_max": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+        },
+    }
+    for key, query in queries.items():
+        try:
+            info[key] = query()
+        except Exception:  # noqa: BLE001 - a query this GPU or driver refuses stays null
+            pass
     return info
 
 
-def detect(device: str, threads: int) -> dict:
+def detect(device: str, threads: int, busy: float | None = None) -> dict:
     if device == "cuda":
+        import torch
+
         if not torch.cuda.is_available():
             raise KvplanError("--device cuda: no CUDA device is visible to torch")
-        return detect_cuda()
+        return cuda_identity(threads)
     if device != "cpu":
-        raise KvplanError(f"--device {device!r}: choose cpu or cuda")
-    return detect_cpu(threads)
+        raise KvplanError(f"--device {device!r}: choose auto, cpu or cuda")
+    return cpu_identity(threads, busy)
+
+
+def device_key(identity: dict) -> str:
+    """What makes two results comparable: the kind and the name of the device (for a CPU, its
+    model and how many threads it offers)."""
+    if identity.get("kind") == "cpu":
+        return f"cpu: {identity.get('cpu_model') or identity.get('name')} x{identity.get('cpu_threads')}"
+    return f"{identity.get('kind')}: {identity.get('nvml_name') or identity.get('name')}"
 
 
 def match_profile(info: dict) -> GpuProfile | None:
-    """A bundled profile whose pynvml name matches and whose memory is within 10%."""
+    """A bundled profile whose NVML (or torch) name matches and whose memory is within 10%."""
     if info["kind"] != "cuda":
         return None
-    name = info.get("nvml_name") or info["name"]
+    names = {info.get("nvml_name"), info.get("name")} - {None}
     for profile in bundled_profiles().values():
         if (
-            name in profile.match_names
+            names & set(profile.match_names)
             and abs(profile.memory_bytes - info["memory_bytes"]) < 0.1 * profile.memory_bytes
         ):
             return profile

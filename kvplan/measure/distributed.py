@@ -1,14 +1,21 @@
-"""`kvplan measure --distributed`: all-reduce over the message sizes a decode step uses, and one
-request's KV cache sent point-to-point, with torch.distributed (gloo on CPUs, NCCL on GPUs).
+"""`kvplan measure --distributed`: all-reduce over the message sizes a TP decode step reduces,
+and one request's KV cache sent point to point, with torch.distributed (gloo on CPUs, NCCL on
+GPUs), each predicted by the alpha-beta link model calibrated on message sizes that are not the
+ones reported.
 
 Launch: `kvplan measure --distributed --nproc 2` spawns the ranks itself; under
 `torchrun --nproc-per-node N -m kvplan measure --distributed` each rank runs in place. Every
 collective has a timeout, and the parent watches the ranks: one rank failing ends them all with a
 clear error, never a hang.
 
-Predictions: the alpha-beta model calibrated on this link (latency from a 4-byte ping-pong,
-bandwidth from a 16 MiB message) predicts every all-reduce size (ring: 2(N-1)/N M/B + 2(N-1) a)
-and the KV transfer; with --gpu PROFILE, the profile's interconnect figures predict them too.
+Model (kvplan.formulas.comm): a ring all-reduce of M bytes over N ranks takes
+2(N-1) a + 2(N-1)/N M / B, plus, where the host reduces (gloo), (N-1)/N M / R with R the rate at
+which a rank adds two buffers (measured on the rank). a and B are fitted by least squares to
+all-reduces at calibration sizes (0.75 x the reported ones' neighbours, never equal to them) after
+the reduction term is taken out; R is measured by a local add at the largest calibration size.
+The KV transfer is a + M / B with a and B fitted to point-to-point sends of 1 and 16 MiB (a
+gloo all-reduce's effective bandwidth is not a send's). With --gpu PROFILE, the profile's link
+figures predict too.
 """
 
 from __future__ import annotations
@@ -17,24 +24,32 @@ import datetime
 import json
 import os
 import socket
+import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import NamedTuple
 
-from kvplan import __version__
 from kvplan.errors import KvplanError
-from kvplan.formulas.comm import p2p_time_s, ring_allreduce_time_s
+from kvplan.formulas.comm import (
+    p2p_time_s,
+    ring_allreduce_reduce_time_s,
+    ring_allreduce_time_s,
+    tp_allreduce_bytes,
+)
 from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.inputs.sources import load_model
 from kvplan.measure.timing import summarize
-from kvplan.present import format as f
-from kvplan.present.view import Column, Table
-from kvplan.present.view import View as Report
+from kvplan.notes import Note, note
 
-CALIBRATION_BYTES = 16 << 20
-INNER = 20  # small operations timed in loops of 20 per sample
+INNER = 20  # small operations timed in loops of 20 per sample (as nccl-tests does)
+LARGE_BYTES = 1 << 20  # from here, 3 operations per sample
+SEND_CALIBRATION_BYTES = (
+    1 << 20,
+    16 << 20,
+)  # point-to-point sizes the KV transfer's link is fitted on
+DEFAULT_TOLERANCE = 0.25  # median |error| of a loopback link on a shared machine; worst 2x
 
 
 class DistributedRequest(NamedTuple):
@@ -46,7 +61,60 @@ class DistributedRequest(NamedTuple):
     runs: int = 15
     timeout_s: float = 60.0
     gpu: str | None = None
+    tolerance: float = DEFAULT_TOLERANCE
     fail_rank: int | None = None  # inject a failure on this rank (tests the no-hang guarantee)
+
+
+class LinkRow(NamedTuple):
+    operation: str
+    bytes: int
+    measured_s: float
+    p20_s: float
+    p80_s: float
+    predicted_s: float
+    predicted_alpha_beta_s: float  # the same without the host's reduction
+    predicted_profile_s: float | None
+    error: float
+    used_for_calibration: bool
+
+
+class DistributedCheck(NamedTuple):
+    passed: bool
+    tolerance: float
+    median_abs_error: float
+    worst_abs_error: float
+    failures: tuple[Note, ...]
+
+
+class DistributedResult(NamedTuple):
+    ranks: int
+    backend: str
+    device: str
+    model: str
+    latency_s: float
+    bandwidth_bytes_per_s: float
+    reduce_bytes_per_s: float | None
+    send_latency_s: float
+    send_bandwidth_bytes_per_s: float
+    rows: tuple[LinkRow, ...]
+    calibration: tuple[LinkRow, ...]
+    check: DistributedCheck
+    raw: dict
+    notes: tuple[Note, ...]
+
+
+def calibration_sizes(reported: list[int]) -> list[int]:
+    """Four all-reduce sizes spanning the reported ones (x1/4 .. x4), none equal to any of them,
+    whole fp32 elements."""
+    lo, hi = min(reported), max(reported)
+    sizes = {lo * 3 // 8, lo * 3, hi * 3 // 4, hi * 3}
+    out = []
+    for size in sorted(sizes):
+        size = max(4, size // 4 * 4)
+        while size in reported or size in out:
+            size += 4
+        out.append(size)
+    return out
 
 
 def _free_port() -> int:
@@ -55,23 +123,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _timed(fn, runs: int, device: str, barrier, inner: int = 1) -> dict:
-    """Per-operation time: `inner` back-to-back operations per sample (as nccl-tests does), so a
-    sample is not dominated by the barrier's wake-up; median and p20/p80 over `runs` samples."""
+def _interleaved(ops: dict, runs: int, device: str, barrier) -> dict:
+    """Time every operation in the same rounds (A B C A B C ...), a barrier before each sample,
+    so that drift and other processes hit all of them alike; per operation, `inner` back-to-back
+    calls per sample (nccl-tests style), median and p20/p80 of the per-call time."""
     import torch
 
-    for _ in range(max(2, inner)):
-        fn()
-    samples = []
-    for _ in range(runs):
-        barrier()
-        start = time.perf_counter()
-        for _ in range(inner):
+    for fn, inner in ops.values():
+        for _ in range(max(2, inner)):
             fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        samples.append((time.perf_counter() - start) / inner)
-    return summarize(samples).to_json()
+    samples: dict = {key: [] for key in ops}
+    for _ in range(runs):
+        for key, (fn, inner) in ops.items():
+            barrier()
+            start = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            samples[key].append((time.perf_counter() - start) / inner)
+    out = {}
+    for key, values in samples.items():
+        t = summarize(values)
+        out[key] = {"median_s": t.median_s, "p20_s": t.p20_s, "p80_s": t.p80_s, "runs": t.runs}
+    return out
 
 
 def _worker(rank: int, world: int, port: int, request: DistributedRequest, out: str) -> None:
@@ -81,6 +156,8 @@ def _worker(rank: int, world: int, port: int, request: DistributedRequest, out: 
     backend = "nccl" if request.device == "cuda" else "gloo"
     if request.device == "cuda":
         torch.cuda.set_device(rank % torch.cuda.device_count())
+    else:
+        torch.set_num_threads(1)  # N ranks on the cores: no rank oversubscribes another's
     dist.init_process_group(
         backend,
         init_method=f"tcp://127.0.0.1:{port}",
@@ -108,18 +185,16 @@ def _measure_rank(rank: int, request: DistributedRequest, out: str) -> None:
         raise RuntimeError(f"injected failure on rank {rank}")
     device = "cuda" if request.device == "cuda" else "cpu"
     spec = load_model(request.model)
+    # bf16 activations on the wire; gloo reduces fp32, so on a CPU the same bytes travel as fp32
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    element = 2 if dtype == torch.bfloat16 else 4
 
     def barrier():
         dist.barrier()
 
-    def ping():  # rank 0 <-> rank 1 round trip
-        buf = torch.zeros(1, dtype=torch.float32, device=device)
-        if rank == 0:
-            dist.send(buf, 1)
-            dist.recv(buf, 1)
-        elif rank == 1:
-            dist.recv(buf, 0)
-            dist.send(buf, 0)
+    def allreduce(num_bytes: int):
+        tensor = torch.ones(max(1, num_bytes // element), dtype=dtype, device=device)
+        return (lambda: dist.all_reduce(tensor)), INNER if num_bytes < LARGE_BYTES else 3
 
     def sender(num_bytes: int):
         buf = torch.zeros(num_bytes, dtype=torch.uint8, device=device)
@@ -130,34 +205,34 @@ def _measure_rank(rank: int, request: DistributedRequest, out: str) -> None:
             elif rank == 1:
                 dist.recv(buf, 0)
 
-        return run
+        return run, 1
 
-    results = {"ping_roundtrip": _timed(ping, request.runs, request.device, barrier, inner=INNER)}
-    results["calibration_send"] = _timed(
-        sender(CALIBRATION_BYTES), request.runs, request.device, barrier
-    )
+    reported = [tp_allreduce_bytes(spec, b) for b in request.batches]
+    calibration = calibration_sizes(reported)
     kv_bytes = kv_bytes_per_sequence(spec, request.context_len, KvFormat(spec.dtype))
-    results["kv_send"] = _timed(
-        sender(kv_bytes), max(5, request.runs // 3), request.device, barrier
-    )
-    results["kv_bytes"] = kv_bytes
-    allreduce = []
-    for batch in request.batches:
-        message = batch * spec.hidden_size * 2  # bf16 activations
-        # gloo reduces fp32; the same bytes travel either way
-        dtype = torch.bfloat16 if request.device == "cuda" else torch.float32
-        tensor = torch.ones(
-            message // (2 if dtype == torch.bfloat16 else 4), dtype=dtype, device=device
-        )
-        timing = _timed(
-            lambda t=tensor: dist.all_reduce(t),
-            request.runs,
-            request.device,
-            barrier,
-            inner=INNER,
-        )
-        allreduce.append({"batch_size": batch, "message_bytes": message, **timing})
-    results["allreduce"] = allreduce
+    ops = {f"cal:{size}": allreduce(size) for size in calibration}
+    ops.update({f"ar:{size}": allreduce(size) for size in reported})
+    ops["kv"] = sender(kv_bytes)
+    sends = [size for size in SEND_CALIBRATION_BYTES if size != kv_bytes]
+    ops.update({f"send:{size}": sender(size) for size in sends})
+    if device == "cpu":  # the host's reduction rate: a += b at the largest calibration size
+        a = torch.ones(calibration[-1] // 4)
+        b = torch.ones(calibration[-1] // 4)
+        ops["reduce"] = ((lambda: a.add_(b)), 5)
+    timed = _interleaved(ops, request.runs, device, barrier)
+    results: dict = {
+        "calibration": [{"message_bytes": m, **timed[f"cal:{m}"]} for m in calibration],
+        "allreduce": [
+            {"batch_size": b, "message_bytes": m, **timed[f"ar:{m}"]}
+            for b, m in zip(request.batches, reported, strict=True)
+        ],
+        "kv_send": timed["kv"],
+        "send_calibration": [{"message_bytes": m, **timed[f"send:{m}"]} for m in sends],
+        "kv_bytes": kv_bytes,
+        "hidden_size": spec.hidden_size,
+    }
+    if "reduce" in timed:
+        results["reduce"] = {"bytes": calibration[-1], **timed["reduce"]}
     if rank == 0:
         Path(out).write_text(json.dumps(results))
 
@@ -195,12 +270,14 @@ def _spawn(request: DistributedRequest, out: str) -> None:
         ) from None
 
 
-def run_distributed(request: DistributedRequest) -> Report:
+def run_distributed(request: DistributedRequest) -> DistributedResult:
     """The Python twin of `kvplan measure --distributed`."""
     if request.nproc < 2 or request.nproc > 64:
         raise KvplanError("--nproc must be between 2 and 64")
     if request.device not in ("cpu", "cuda"):
         raise KvplanError(f"--device {request.device!r}: choose cpu or cuda")
+    if not 0.01 <= request.tolerance <= 5:
+        raise KvplanError("--tolerance must be between 0.01 and 5")
     if request.device == "cuda":
         import torch
 
@@ -214,109 +291,164 @@ def run_distributed(request: DistributedRequest) -> Report:
             port = int(os.environ.get("MASTER_PORT", "29500"))
             _worker(rank, world, port, request._replace(nproc=world), out)
             if rank != 0:
-                return Report("rank done", data={"rank": rank})
+                return None
         else:
             _spawn(request, out)
         results = json.loads(Path(out).read_text())
-    return _report(request, results)
+    return analyse(request, results)
 
 
-def _report(request: DistributedRequest, results: dict) -> Report:
+def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least squares t = intercept + slope x M over (bytes, seconds), both kept positive (a flat
+    or noisy fit falls back to the largest message's time per byte)."""
+    xs = [m for m, _ in points]
+    ys = [t for _, t in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+    if slope <= 0:
+        slope = max(ys[-1], 1e-9) / xs[-1]
+    return max(my - slope * mx, 1e-7), slope
+
+
+def fit_ring(points: list[tuple[float, float]], ranks: int) -> tuple[float, float]:
+    """(latency a per step, one-way bandwidth B) of t = 2(N-1) a + 2(N-1)/N M / B, fitted to
+    all-reduces with the host reduction already taken out."""
+    steps = 2 * (ranks - 1)
+    intercept, slope = fit_line(points)
+    return intercept / steps, steps / ranks / slope
+
+
+def analyse(request: DistributedRequest, results: dict) -> DistributedResult:
     n = request.nproc
-    smallest = min(results["allreduce"], key=lambda r: r["message_bytes"])
-    steps = 2 * (n - 1)
-    bandwidth = CALIBRATION_BYTES / results["calibration_send"]["median_s"]
-    # alpha from the smallest all-reduce (the calibration point), less its small bandwidth term
-    latency = max(
-        1e-9, (smallest["median_s"] - steps / n * smallest["message_bytes"] / bandwidth) / steps
+    reduce_rate = None
+    if "reduce" in results:
+        reduce_rate = results["reduce"]["bytes"] / results["reduce"]["median_s"]
+
+    def reduction(size: float) -> float:
+        return ring_allreduce_reduce_time_s(size, n, reduce_rate) if reduce_rate else 0.0
+
+    cal = sorted(results["calibration"], key=lambda r: r["message_bytes"])
+    latency, bandwidth = fit_ring(
+        [(r["message_bytes"], r["median_s"] - reduction(r["message_bytes"])) for r in cal], n
     )
-    profile_link = None
+    link = None
     if request.gpu:
         from kvplan.inputs.hardware import load_profile
 
-        profile = load_profile(request.gpu)
-        profile_link = profile.interconnect
-    rows = []
-    for item in results["allreduce"]:
-        predicted = ring_allreduce_time_s(item["message_bytes"], n, bandwidth, latency)
+        link = load_profile(request.gpu).interconnect
+
+    def allreduce_row(item: dict, label: str, calibration: bool) -> LinkRow:
+        size = item["message_bytes"]
+        alpha_beta = ring_allreduce_time_s(size, n, bandwidth, latency)
+        predicted = alpha_beta + reduction(size)
         sheet = (
-            ring_allreduce_time_s(
-                item["message_bytes"], n, profile_link.one_way_bytes_per_s, profile_link.latency_s
-            )
-            if profile_link
+            ring_allreduce_time_s(size, n, link.one_way_bytes_per_s, link.latency_s)
+            if link
             else None
         )
-        rows.append(
-            {
-                "operation": f"all-reduce, batch {item['batch_size']}",
-                "bytes": item["message_bytes"],
-                "measured_s": item["median_s"],
-                "p20_s": item["p20_s"],
-                "p80_s": item["p80_s"],
-                "predicted_calibrated_s": predicted,
-                "predicted_profile_s": sheet,
-                "error_calibrated": (predicted - item["median_s"]) / item["median_s"],
-                "calibration_point": item is smallest,
-            }
+        return LinkRow(
+            label,
+            size,
+            item["median_s"],
+            item["p20_s"],
+            item["p80_s"],
+            predicted,
+            alpha_beta,
+            sheet,
+            predicted / item["median_s"] - 1,
+            calibration,
         )
+
+    calibration = tuple(
+        allreduce_row(r, f"all-reduce, {r['message_bytes']:,} B (calibration)", True) for r in cal
+    )
+    rows = [
+        allreduce_row(r, f"all-reduce, batch {r['batch_size']}", False)
+        for r in results["allreduce"]
+    ]
     kv = results["kv_send"]
-    predicted = p2p_time_s(results["kv_bytes"], bandwidth, latency)
+    sends = sorted(results["send_calibration"], key=lambda r: r["message_bytes"])
+    send_latency, per_byte = fit_line([(r["message_bytes"], r["median_s"]) for r in sends])
+    send_bandwidth = 1 / per_byte
+    predicted = p2p_time_s(results["kv_bytes"], send_bandwidth, send_latency)
     rows.append(
-        {
-            "operation": f"KV transfer, one {request.context_len:,}-token request",
-            "bytes": results["kv_bytes"],
-            "measured_s": kv["median_s"],
-            "p20_s": kv["p20_s"],
-            "p80_s": kv["p80_s"],
-            "predicted_calibrated_s": predicted,
-            "predicted_profile_s": p2p_time_s(
-                results["kv_bytes"], profile_link.one_way_bytes_per_s, profile_link.latency_s
-            )
-            if profile_link
+        LinkRow(
+            f"KV transfer, one {request.context_len:,}-token {request.model} request",
+            results["kv_bytes"],
+            kv["median_s"],
+            kv["p20_s"],
+            kv["p80_s"],
+            predicted,
+            predicted,
+            p2p_time_s(results["kv_bytes"], link.one_way_bytes_per_s, link.latency_s)
+            if link
             else None,
-            "error_calibrated": (predicted - kv["median_s"]) / kv["median_s"],
-        }
+            predicted / kv["median_s"] - 1,
+            False,
+        )
+    )
+    errors = sorted(abs(r.error) for r in rows)
+    median_err, worst_err = statistics.median(errors), errors[-1]
+    failures = []
+    if median_err > request.tolerance:
+        failures.append(note("check-median", error=median_err, tolerance=request.tolerance))
+    if worst_err > 2 * request.tolerance:
+        worst = max(rows, key=lambda r: abs(r.error))
+        failures.append(
+            note(
+                "check-link-worst",
+                operation=worst.operation,
+                error=worst.error,
+                tolerance=2 * request.tolerance,
+            )
+        )
+    check = DistributedCheck(
+        not failures, request.tolerance, median_err, worst_err, tuple(failures)
     )
     backend = "NCCL" if request.device == "cuda" else "gloo"
     notes = [
-        f"{n} ranks, {backend} on {request.device}, loopback TCP rendezvous; medians of "
-        f"{request.runs} runs after a warm-up, a barrier before each.",
-        f"Calibrated alpha-beta link: latency {latency * 1e6:,.1f} us per ring step (from the "
-        f"smallest all-reduce, the calibration point), bandwidth {bandwidth / 1e9:,.2f} GB/s (a "
-        "16 MiB send); the other all-reduce sizes (ring: 2(N-1)/N M/B + 2(N-1) a) and the KV "
-        "transfer (a + M/B) are predictions. A 4-byte send/recv round trip took "
-        f"{results['ping_roundtrip']['median_s'] * 1e6:,.0f} us.",
-        f"All-reduce messages are batch x hidden ({load_model(request.model).hidden_size}) bf16 "
-        "activations, what a TP decode step reduces twice per layer"
-        + (
-            "; gloo reduces them as fp32 of the same byte count."
-            if request.device == "cpu"
-            else "."
+        note(
+            "distributed-method",
+            ranks=n,
+            backend=backend,
+            device=request.device,
+            runs=request.runs,
+            latency_s=latency,
+            bandwidth=bandwidth,
+            calibration=[r.bytes for r in calibration],
         ),
-    ]
-    columns = [
-        Column("operation", "operation", f.text, "left"),
-        Column("bytes", "bytes", lambda v: f"{v:,}"),
-        Column("measured_s", "measured (ms)", lambda v: f"{v * 1e3:,.3f}"),
-        Column("predicted_calibrated_s", "predicted (ms)", lambda v: f"{v * 1e3:,.3f}"),
-        Column("error_calibrated", "error", lambda v: f"{v:+.0%}"),
-        Column(
-            "predicted_profile_s", "profile (ms)", lambda v: "—" if v is None else f"{v * 1e3:,.3f}"
+        note("distributed-reduce", rate=reduce_rate)
+        if reduce_rate
+        else note("distributed-no-reduce"),
+        note(
+            "distributed-send",
+            latency_s=send_latency,
+            bandwidth=send_bandwidth,
+            sizes=[r["message_bytes"] for r in sends],
         ),
+        note(
+            "distributed-sizes",
+            hidden=results["hidden_size"],
+            model=request.model,
+            context=request.context_len,
+            kv_bytes=results["kv_bytes"],
+        ),
+        *failures,
     ]
-    data = {
-        "kvplan_version": __version__,
-        "ranks": n,
-        "backend": backend,
-        "device": request.device,
-        "latency_s": latency,
-        "bandwidth_bytes_per_s": bandwidth,
-        "rows": rows,
-        "raw": results,
-        "notes": notes,
-    }
-    facts = [
-        ("ranks", f"{n} ({backend}, {request.device})"),
-        ("link (calibrated)", f"{latency * 1e6:,.1f} us, {bandwidth / 1e9:,.2f} GB/s"),
-    ]
-    return Report("kvplan measure --distributed", facts, [Table("", columns, rows)], notes, data)
+    return DistributedResult(
+        n,
+        backend,
+        request.device,
+        request.model,
+        latency,
+        bandwidth,
+        reduce_rate,
+        send_latency,
+        send_bandwidth,
+        tuple(rows),
+        calibration,
+        check,
+        results,
+        tuple(notes),
+    )

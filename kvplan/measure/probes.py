@@ -1,90 +1,186 @@
-"""Device probes: memory bandwidth (STREAM copy, triad, read; arrays >= 4x the last-level cache),
-the bandwidth a batch-1 weight-streaming matmul achieves, and the matmul peak."""
+"""Device probes: the operators a profile is built from, none of them a predicted point.
+
+- stream: copy, triad and read over arrays at least 4x the last-level cache;
+- matmul: y = x W^T (torch.nn.functional.linear, as the workload runs its layers) with x of M
+  rows: skinny GEMMs at M = 1-64 over a generic DRAM-resident matrix (K = 4096, not a model's
+  widths), batch 1 also at K = 1024 and 16384 (the weight-streaming rate by row length), and the
+  same M over a matrix that stays in cache (the arithmetic rate where a DRAM probe
+  only shows the memory); prefill's M over a square matrix (8192^2 on a GPU, 4096^2 on a CPU);
+- decode attention: the workload's own paged attention (one layer's head geometry) over KV lengths
+  that are not the sweep's;
+- prefill attention: causal attention over prompt lengths that are not the sweep's;
+- overhead: a one-element add, the fixed cost of one launch (50 back to back per call); and a
+  GEMM's own fixed cost: the cache-resident matrix's batch-1 product with the caches flushed,
+  less its bytes at the matmul bandwidth.
+"""
 
 from __future__ import annotations
 
-import torch
+from typing import NamedTuple
 
-from kvplan.measure.timing import Timing, time_fn
+import torch
+import torch.nn.functional as F
+
+from kvplan.measure.timing import Item
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+SKINNY_ROWS = (1, 2, 4, 8, 16, 32, 64)
+PROBE_K = 4096  # input features of the generic skinny-GEMM matrix
+BANDWIDTH_K = (1024, 16384)  # more batch-1 row lengths: a matvec streams long rows faster
+OVERHEAD_CALLS = 50
 
 
-def _result(name: str, timing: Timing, num_bytes: float = 0, flops: float = 0) -> dict:
-    out = {"name": name, **timing.to_json()}
-    if num_bytes:
-        out["bytes"] = num_bytes
-        out["bytes_per_s_median"] = num_bytes / timing.median_s
-        out["bytes_per_s_best"] = num_bytes / min(timing.p20_s, timing.median_s)
-    if flops:
-        out["flops"] = flops
-        out["flop_per_s_median"] = flops / timing.median_s
-    return out
+class Probe(NamedTuple):
+    key: str
+    kind: str  # stream | matmul | matmul_cache | matmul_bandwidth | matmul_start |
+    # decode_attention | prefill_attention | overhead
+    size: int  # rows (matmul), input width (matmul_bandwidth), KV or prompt tokens (attention)
+    flops: float
+    bytes: float
+    item: Item
 
 
-def bandwidth(device: str, array_bytes: int, runs: int) -> dict:
-    """STREAM-style: copy counts read + write (2 arrays), triad 3, read-only 1."""
-    n = array_bytes // 4
+class ProbePlan(NamedTuple):
+    stream_bytes: int
+    skinny_matrix_bytes: int
+    cache_matrix_rows: int
+    square: int  # square GEMM size (0: prefill's rows over the skinny probes' DRAM matrix)
+    square_rows: tuple[int, ...]
+    decode_tokens: tuple[int, ...]
+    prefill_tokens: tuple[int, ...]
+
+
+def _rand(*shape, dtype, device):
+    return torch.randn(*shape, device=device).to(DTYPES[dtype])
+
+
+def stream_probes(device: str, num_bytes: int) -> list[Probe]:
+    """STREAM-style, fp32: copy counts read + write (2 arrays), triad 3, read-only 1."""
+    n = num_bytes // 4
     a = torch.randn(n, device=device)
     b = torch.randn(n, device=device)
     c = torch.empty(n, device=device)
-    kw = dict(device=device, min_runs=runs, max_runs=runs, min_total_s=0.0)
-    flush = (lambda: None) if device == "cuda" else None  # arrays >> cache already
-    return {
-        "copy": _result("copy", time_fn(lambda: c.copy_(a), flush=flush, **kw), 2 * 4 * n),
-        "triad": _result(
-            "triad",
-            time_fn(lambda: torch.add(b, a, alpha=2.0, out=c), flush=flush, **kw),
-            3 * 4 * n,
-        ),
-        "read": _result("read", time_fn(lambda: a.sum(), flush=flush, **kw), 4 * n),
-        "array_bytes": 4 * n,
-    }
-
-
-def matvec_probe(device: str, dtype: str, matrix_bytes: int):
-    """(callable, bytes streamed, FLOPs): batch-1 y = W x over a matrix larger than the caches,
-    the kernel class a decode step spends its weight reads in."""
-    cols = 4096
-    element = torch.finfo(DTYPES[dtype]).bits // 8
-    rows = max(1024, matrix_bytes // (cols * element))
-    w = torch.randn(rows, cols, device=device).to(DTYPES[dtype])
-    x = torch.randn(cols, device=device).to(DTYPES[dtype])
-    return (lambda: torch.mv(w, x)), rows * cols * element, 2 * rows * cols
-
-
-def stream_matvec(device: str, dtype: str, matrix_bytes: int, runs: int) -> dict:
-    """The matvec probe's bytes/s: what calibrates the decode predictions."""
-    fn, num_bytes, flops = matvec_probe(device, dtype, matrix_bytes)
-    timing = time_fn(fn, device=device, min_runs=runs, max_runs=runs, min_total_s=0.0)
-    return _result("matvec", timing, num_bytes, flops)
-
-
-def matmul_peak(device: str, dtype: str, size: int, runs: int) -> dict:
-    """A square GEMM with random-normal data (zeros run faster on GPUs: less power)."""
-    a = torch.randn(size, size, device=device).to(DTYPES[dtype])
-    b = torch.randn(size, size, device=device).to(DTYPES[dtype])
-    timing = time_fn(
-        lambda: a @ b, device=device, min_runs=runs, max_runs=runs * 3, min_total_s=0.05
-    )
-    return _result(f"matmul_{dtype}_{size}", timing, flops=2 * size**3)
-
-
-def fp8_matmul_peak(size: int, runs: int) -> dict | None:
-    """fp8 e4m3 GEMM through torch._scaled_mm, where the GPU supports it."""
-    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
-        return None
-    try:
-        a = torch.randn(size, size, device="cuda").to(torch.float8_e4m3fn)
-        b = torch.randn(size, size, device="cuda").to(torch.float8_e4m3fn).t()
-        one = torch.ones((), device="cuda")
-        timing = time_fn(
-            lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
-            device="cuda",
-            min_runs=runs,
-            max_runs=runs * 3,
-            min_total_s=0.05,
+    cold = device == "cuda"  # CPU arrays are 4x the cache already
+    cases = [
+        ("copy", lambda: c.copy_(a), 2 * 4 * n),
+        ("triad", lambda: torch.add(b, a, alpha=2.0, out=c), 3 * 4 * n),
+        ("read", lambda: a.sum(), 4 * n),
+    ]
+    return [
+        Probe(
+            f"stream:{name}",
+            "stream",
+            0,
+            0,
+            moved,
+            Item(f"stream:{name}", f"stream {name}", fn, cold),
         )
-    except RuntimeError:
-        return None
-    return _result(f"matmul_fp8_{size}", timing, flops=2 * size**3)
+        for name, fn, moved in cases
+    ]
+
+
+def matmul_probes(device: str, dtype: str, plan: ProbePlan) -> list[Probe]:
+    element = torch.finfo(DTYPES[dtype]).bits // 8
+    rows = max(1024, plan.skinny_matrix_bytes // (PROBE_K * element))
+    big = _rand(rows, PROBE_K, dtype=dtype, device=device)
+    small = _rand(plan.cache_matrix_rows, PROBE_K, dtype=dtype, device=device)
+    square = _rand(plan.square, plan.square, dtype=dtype, device=device) if plan.square else big
+    cold = device == "cuda"
+    probes = []
+    for m in SKINNY_ROWS:
+        x = _rand(m, PROBE_K, dtype=dtype, device=device)
+        probes.append(
+            Probe(
+                f"matmul:m={m}",
+                "matmul",
+                m,
+                2 * m * big.numel(),
+                big.numel() * element,
+                Item(
+                    f"matmul:m={m}",
+                    f"matmul {m} x {PROBE_K} x {rows}",
+                    lambda x=x: F.linear(x, big),
+                    cold,
+                ),
+            )
+        )
+        probes.append(
+            Probe(
+                f"matmul_cache:m={m}",
+                "matmul_cache",
+                m,
+                2 * m * small.numel(),
+                small.numel() * element,
+                Item(
+                    f"matmul_cache:m={m}",
+                    f"matmul {m} rows, in cache",
+                    lambda x=x: F.linear(x, small),
+                ),
+            )
+        )
+    for k in BANDWIDTH_K:
+        w = _rand(max(64, plan.skinny_matrix_bytes // (k * element)), k, dtype=dtype, device=device)
+        x = _rand(1, k, dtype=dtype, device=device)
+        probes.append(
+            Probe(
+                f"matmul_bandwidth:k={k}",
+                "matmul_bandwidth",
+                k,
+                2 * w.numel(),
+                w.numel() * element,
+                Item(
+                    f"matmul_bandwidth:k={k}",
+                    f"matmul 1 x {k} x {w.shape[0]}",
+                    lambda x=x, w=w: F.linear(x, w),
+                    cold,
+                ),
+            )
+        )
+    # a small GEMM found cold: its time beyond its bytes is what every GEMM costs to start
+    x = _rand(1, PROBE_K, dtype=dtype, device=device)
+    probes.append(
+        Probe(
+            "matmul_start",
+            "matmul_start",
+            1,
+            2 * small.numel(),
+            small.numel() * element,
+            Item(
+                "matmul_start",
+                "matmul 1 row, cold, small",
+                lambda x=x: F.linear(x, small),
+                True,
+            ),
+        )
+    )
+    for m in plan.square_rows:
+        x = _rand(m, square.shape[1], dtype=dtype, device=device)
+        probes.append(
+            Probe(
+                f"matmul:m={m}",
+                "matmul",
+                m,
+                2 * m * square.numel(),
+                square.numel() * element,
+                Item(
+                    f"matmul:m={m}",
+                    f"matmul {m} x {plan.square}^2",
+                    lambda x=x: F.linear(x, square),
+                    cold,
+                ),
+            )
+        )
+    return probes
+
+
+def overhead_probe(device: str) -> Probe:
+    a = torch.ones(1, device=device)
+    out = torch.empty(1, device=device)
+
+    def run():
+        for _ in range(OVERHEAD_CALLS):
+            torch.add(a, a, out=out)
+
+    return Probe(
+        "overhead", "overhead", OVERHEAD_CALLS, 0, 0, Item("overhead", "launch overhead", run)
+    )

@@ -1,383 +1,460 @@
-"""Orchestration of `kvplan measure`: probe the device, run the workload, predict every point
-from the profile (datasheet) and from the probes (calibrated), fit decode time against context,
-and build the report. The Python twin of the command is `measure(MeasureRequest(...))`."""
+"""`kvplan measure`: profile the device's operators, predict a model's decode and prefill steps
+through the planner's per-operator step-time model, then measure those steps and check the
+predictions. The Python twin of the command is `measure(MeasureRequest(...))`.
+
+No point is used for calibration: the profile comes from probes (kvplan.measure.probes) at
+shapes and lengths the sweep does not contain; probes and points are timed in the same
+interleaved rounds, so that background load and drift hit both alike.
+"""
 
 from __future__ import annotations
 
-import platform
-from collections.abc import Callable
+import statistics
+import time
 from typing import NamedTuple
 
 import torch
 
-from kvplan import __version__
 from kvplan.errors import KvplanError
+from kvplan.formulas.dtypes import KvFormat
+from kvplan.formulas.step_time import (
+    Op,
+    OpRates,
+    StepTime,
+    decode_ops,
+    layer_shape,
+    prefill_ops,
+    scale_bytes,
+    step_time,
+)
 from kvplan.inputs.sources import load_model
-from kvplan.measure import probes
-from kvplan.measure.device import choose_profile, detect
-from kvplan.measure.timing import time_fn, time_interleaved
-from kvplan.measure.workload import Workload, shape_for
-from kvplan.present import format as f
-from kvplan.present.view import Column, Fact, Table, judged
-from kvplan.present.view import View as Report
+from kvplan.kernels.paged_attention import available_impls
+from kvplan.measure import probes as pr
+from kvplan.measure.device import choose_profile, default_threads, detect
+from kvplan.measure.profile import DeviceProfile, derive, rates_of
+from kvplan.measure.timing import Clock, Item, Progress, time_rounds
+from kvplan.measure.workload import Workload, truncate
+from kvplan.notes import Note, note, unique
 
-DEFAULT_MODEL = "qwen2.5-7b"  # 932 MB per fp32 layer: fixed per-call costs stay small
+DEFAULT_MODEL = {"cpu": "qwen2.5-3b", "cuda": "qwen2.5-7b"}  # 309 MB per fp32 layer; 8 x 466 MB
+TOLERANCE = {"cpu": 0.15, "cuda": 0.10}  # median |error|; the worst point may miss by twice it
+MUTATIONS = (("weights x2", 2.0, 1.0), ("weights x0.5", 0.5, 1.0), ("KV x10", 1.0, 10.0))
 
 
 class MeasureRequest(NamedTuple):
-    model: str = DEFAULT_MODEL
+    model: str | None = None  # None: DEFAULT_MODEL for the device
     layers: int | None = None
     device: str = "auto"
     gpu: str | None = None
     quick: bool = False
     threads: int | None = None
-    tolerance: float = 0.15
-    batches: tuple[int, ...] | None = None
-    contexts: tuple[int, ...] | None = None
+    tolerance: float | None = None  # None: TOLERANCE for the device
+    decode_points: tuple[tuple[int, int], ...] | None = None  # (batch, context)
+    prefill_points: tuple[int, ...] | None = None
+    rounds: int | None = None
 
 
-class Plan(NamedTuple):
+class Sweep(NamedTuple):
     layers: int
-    batches: tuple[int, ...]
-    contexts: tuple[int, ...]
-    prefill_tokens: tuple[int, ...]
-    runs: int
-    array_bytes: int
+    decode: tuple[tuple[int, int], ...]
+    prefill: tuple[int, ...]
+    rounds: int
+    min_sample_s: float
+    probes: pr.ProbePlan
 
 
-def plan_for(request: MeasureRequest, info: dict) -> Plan:
-    llc = info["last_level_cache_bytes"]
-    array = max(4 * llc, 64 << 20) if info["kind"] == "cpu" else max(4 * llc, 512 << 20)
+def sweep_for(request: MeasureRequest, info: dict) -> Sweep:
+    """What to probe and what to predict. No probe length equals a point's: the decode-attention
+    probes read 0.75 x a power of two of KV tokens, the points powers of two."""
+    cache = info["last_level_cache_bytes"]
     if info["kind"] == "cuda":
-        layers = request.layers if request.layers is not None else (4 if request.quick else 8)
-        batches = (1, 8, 64) if request.quick else (1, 8, 32, 128)
-        contexts = (1024, 8192) if request.quick else (1024, 4096, 16384, 32768)
-        prefill = (1024, 4096)
-        runs = 10 if request.quick else 30
+        layers = 4 if request.quick else 8
+        decode = (
+            ((1, 4096), (1, 32768), (8, 8192), (64, 4096))
+            if request.quick
+            else ((1, 1024), (1, 8192), (1, 32768), (8, 4096), (8, 32768), (64, 4096), (128, 2048))
+        )
+        prefill = (1024, 4096) if request.quick else (512, 2048, 8192)
+        plan = pr.ProbePlan(
+            stream_bytes=max(4 * cache, 1 << 30),
+            skinny_matrix_bytes=max(8 * cache, 512 << 20),
+            cache_matrix_rows=2048,
+            square=8192,
+            square_rows=(192, 768, 3072, 12288),
+            decode_tokens=(3072, 24576, 196608),
+            prefill_tokens=(384, 1536, 6144),
+        )
+        rounds, min_sample = (10 if request.quick else 15), 0.0005
     else:
-        layers = request.layers if request.layers is not None else (1 if request.quick else 2)
-        batches = (1,) if request.quick else (1, 4)
-        contexts = (256, 1024, 2048) if request.quick else (256, 1024, 4096, 8192)
-        prefill = (256,) if request.quick else (256, 1024)
-        runs = 11 if request.quick else 15
-    return Plan(
-        layers, request.batches or batches, request.contexts or contexts, prefill, runs, array
+        layers = 1 if request.quick else 2
+        decode = (
+            ((1, 1024), (1, 16384), (4, 16384), (16, 2048))
+            if request.quick
+            else ((1, 1024), (1, 4096), (1, 16384), (4, 2048), (4, 8192), (16, 1024), (16, 4096))
+        )
+        prefill = (256,) if request.quick else (128, 512)
+        plan = pr.ProbePlan(
+            stream_bytes=max(4 * cache, 64 << 20),
+            # 4x the last-level cache: at 2x, back-to-back products re-read ~10% from it
+            skinny_matrix_bytes=max(4 * cache, 64 << 20),
+            cache_matrix_rows=256,
+            square=4096,  # compute-bound: 64 MB is enough, and half the time of the skinny one
+            square_rows=(96, 192, 384),
+            decode_tokens=(768, 3072, 12288, 49152),
+            prefill_tokens=(96, 384, 1536),
+        )
+        rounds, min_sample = (7 if request.quick else 9), 0.004
+    return Sweep(
+        request.layers or layers,
+        request.decode_points or decode,
+        request.prefill_points or prefill,
+        request.rounds or rounds,
+        min_sample,
+        plan,
     )
 
 
-def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
-    """Least squares y = intercept + slope * x; None with fewer than two distinct x."""
-    if len(set(xs)) < 2:
-        return None
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
-    return my - slope * mx, slope
+class OpShare(NamedTuple):
+    name: str
+    time_s: float
+    bound: str
 
 
-def predicted_s(
-    num_bytes: float, flops: float, bandwidth: float | None, peak: float | None
-) -> float | None:
-    """Roofline time max(bytes / BW, FLOPs / peak); None when a constant is unknown."""
-    if not bandwidth or not peak:
-        return None
-    return max(num_bytes / bandwidth, flops / peak)
+class Point(NamedTuple):
+    """One measured step beside its predictions. `error` = predicted / measured - 1, with
+    `measured_s` the step's typical time (the 25th percentile of its interleaved samples)."""
+
+    phase: str
+    batch_size: int
+    context_len: int
+    measured_s: float
+    median_s: float
+    p20_s: float
+    p80_s: float
+    spread: float
+    predicted_s: float
+    error: float
+    bound: str  # the term with the largest share of the prediction: memory | compute | overhead
+    memory_bound_s: float
+    compute_bound_s: float
+    overhead_s: float
+    predicted_roofline_s: float  # textbook roofline: measured bandwidth and best matmul rate
+    error_roofline: float
+    predicted_datasheet_s: float | None  # the matched or given profile's prediction
+    error_datasheet: float | None
+    weight_bytes: float
+    kv_bytes: float
+    flops: float
+    used_for_calibration: bool
+    ops: tuple[OpShare, ...]
+
+
+class Mutation(NamedTuple):
+    name: str
+    weights_factor: float
+    kv_factor: float
+    median_abs_error: float
+    worst_abs_error: float
+    caught: bool
+
+
+class Check(NamedTuple):
+    passed: bool
+    tolerance: float
+    worst_tolerance: float
+    median_abs_error: float
+    worst_abs_error: float
+    memory_bound_points: int
+    mutations: tuple[Mutation, ...]
+    failures: tuple[Note, ...]
+
+
+class MeasureResult(NamedTuple):
+    identity: dict
+    conditions: dict
+    profile: DeviceProfile
+    datasheet: dict | None
+    points: tuple[Point, ...]
+    check: Check
+    probe_timings: dict
+    notes: tuple[Note, ...]
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise KvplanError(f"--device {device!r}: choose auto, cpu or cuda")
+    return device
 
 
 def error(predicted: float | None, measured: float) -> float | None:
-    return None if predicted is None else (predicted - measured) / measured
+    """predicted / measured - 1: positive when the model predicts too slow a step."""
+    return None if predicted is None else predicted / measured - 1
 
 
-def measure(request: MeasureRequest, progress: Callable[[str], None] | None = None) -> Report:
-    progress = progress or (lambda _: None)
-    device = request.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    threads = request.threads if request.threads is not None else torch.get_num_threads()
-    if threads < 1 or threads > 1024:
+def measure(request: MeasureRequest, progress: Progress | None = None) -> MeasureResult:
+    """The Python twin of `kvplan measure`."""
+    began = time.perf_counter()
+    device = resolve_device(request.device)
+    if request.threads is not None and not 1 <= request.threads <= 1024:
         raise KvplanError("--threads must be between 1 and 1024")
-    if not 0 < request.tolerance < 10:
-        raise KvplanError("--tolerance must be a positive fraction, e.g. 0.15")
+    tolerance = request.tolerance if request.tolerance is not None else TOLERANCE[device]
+    if not 0.01 <= tolerance <= 5:
+        raise KvplanError("--tolerance must be between 0.01 and 5")
+    busy = None
+    threads = request.threads
+    if threads is None:
+        threads, busy = default_threads() if device == "cpu" else (torch.get_num_threads(), None)
     torch.set_num_threads(threads)
-    info = detect(device, threads)
-    profile = choose_profile(info, request.gpu)
-    dtype = info["measure_dtype"]
-    plan = plan_for(request, info)
-    spec = load_model(request.model)
-    shape, notes = shape_for(spec, plan.layers, dtype)
+    info = detect(device, threads, busy)
+    datasheet = choose_profile(info, request.gpu)
+    spec = load_model(request.model or DEFAULT_MODEL[device])
+    sweep = sweep_for(request, info)
+    model = truncate(spec, min(sweep.layers, spec.num_layers))
+    dtype = "bf16" if device == "cuda" else "fp32"  # CPUs: fp32 (bf16 kernels there are slow)
+    fmt = KvFormat(dtype)
+    impl = "triton" if device == "cuda" and "triton" in available_impls() else "torch"
+    gather_kv = impl == "torch"
+    for batch, context in sweep.decode:
+        if not 1 <= batch <= 4096 or not 1 <= context <= 1 << 22:
+            raise KvplanError(f"decode point ({batch}, {context}) out of range")
 
-    progress("bandwidth")
-    bw = probes.bandwidth(device, plan.array_bytes, plan.runs)
-    progress("matvec")
-    matvec = probes.stream_matvec(device, dtype, plan.array_bytes, plan.runs)
-    progress("matmul")
-    matmul = probes.matmul_peak(device, dtype, 1024 if device == "cpu" else 8192, plan.runs)
-    fp8 = probes.fp8_matmul_peak(8192, plan.runs) if device == "cuda" else None
-    cal_bw = matvec["bytes_per_s_median"]
-    cal_peak = matmul["flop_per_s_median"]
-    sheet_bw = profile.memory_bandwidth_bytes_per_s if profile else None
-    sheet_peak = None
-    if profile:
+    pool = max(
+        [b * c for b, c in sweep.decode] + list(sweep.probes.decode_tokens) + list(sweep.prefill)
+    )
+    workload = Workload(model, dtype, device, pool, attention_impl=impl)
+    probes = _probes(device, dtype, sweep, workload, model)
+    points = [
+        Item(
+            f"decode:{b}x{c}",
+            f"decode batch {b}, {c:,} tokens",
+            workload.decode(b, c),
+            device == "cuda",
+        )
+        for b, c in sweep.decode
+    ] + [
+        Item(f"prefill:{n}", f"prefill {n:,} tokens", workload.prefill(n), device == "cuda")
+        for n in sweep.prefill
+    ]
+    # one thread on a CPU: time what the thread ran, not what the scheduler kept it waiting
+    clock = Clock(device, info["last_level_cache_bytes"], thread_time=threads == 1)
+    timings = time_rounds(
+        [p.item for p in probes] + points, clock, sweep.rounds, sweep.min_sample_s, progress
+    )
+    attn = layer_shape(model, model.layers[0]).attention
+    profile = derive(probes, timings, attn.kv_bytes_per_token(fmt), gather_kv)
+
+    roofline = OpRates.flat(
+        profile.rates.bandwidth_bytes_per_s, max(v for _, v in profile.rates.matmul_flop_per_s)
+    )  # the textbook roofline from the same probes: STREAM and the best matmul rate
+    sheet_rates = None
+    if datasheet is not None:
         try:
-            sheet_peak = profile.peak(dtype)
+            sheet_rates = rates_of(datasheet, dtype)
         except KvplanError:
-            sheet_peak = None
-
-    constants = (cal_bw, cal_peak, sheet_bw, sheet_peak)
-    workload = Workload(shape, device, max(plan.batches), max(plan.contexts))
-    decode_rows = []
-    for batch in plan.batches:
-        for context in plan.contexts:
-            progress(f"decode B={batch} s={context}")
-            # alternating rounds with the matvec probe: this point's calibration sees the same
-            # drift as the point itself
-            timing, probe = time_interleaved(
-                [workload.decode(batch, context), workload.weights_pass(batch)],
-                device=device,
-                runs=plan.runs,
-            )
-            point_bw = shape.weight_bytes() / probe.median_s
-            kv = batch * context * shape.kv_bytes_per_token()
-            row = _point(
-                "decode",
-                batch,
-                context,
-                shape.weight_bytes(),
-                kv,
-                shape.decode_flops(batch, context),
-                timing,
-                (point_bw, cal_peak, sheet_bw, sheet_peak),
-            )
-            decode_rows.append(
-                {
-                    **row,
-                    "weight_bytes": shape.weight_bytes(),
-                    "kv_bytes": kv,
-                    "calibration_bandwidth_bytes_per_s": point_bw,
-                }
-            )
-    prefill_rows = []
-    for tokens in plan.prefill_tokens:
-        progress(f"prefill n={tokens}")
-        timing = time_fn(
-            workload.prefill(tokens),
-            device=device,
-            min_runs=max(3, plan.runs // 2),
-            max_runs=plan.runs,
-        )
-        prefill_rows.append(
-            _point(
-                "prefill",
-                1,
-                tokens,
-                shape.weight_bytes(),
-                tokens * shape.kv_bytes_per_token(),
-                shape.prefill_flops(tokens),
-                timing,
-                constants,
-            )
-        )
-
-    fits = []
-    for batch in plan.batches:
-        rows = [r for r in decode_rows if r["batch_size"] == batch]
-        line = fit_line([r["context_len"] for r in rows], [r["measured_s"] for r in rows])
-        if line is None:
-            continue
-        intercept, slope = line
-        kv_per_token = batch * shape.kv_bytes_per_token()
-        effective = kv_per_token / slope if slope > 0 else None
-        fits.append(
-            {
-                "batch_size": batch,
-                "intercept_s": intercept,
-                "slope_s_per_token": slope,
-                "effective_kv_bytes_per_s": effective,
-                "fraction_of_copy": effective / bw["copy"]["bytes_per_s_median"]
-                if effective
-                else None,
-                "weights_bytes_per_s_from_intercept": shape.weight_bytes() / intercept
-                if intercept > 0
-                else None,
-            }
-        )
-
-    failures = []
-    for row in decode_rows:
-        if row["bound"] != "memory":
-            continue
-        checks = [("calibrated", row["error_calibrated"])]
-        if request.gpu:
-            checks.append(("profile", row["error_datasheet"]))
-        for label, err in checks:
-            if err is not None and abs(err) > request.tolerance:
-                failures.append(
-                    f"decode B={row['batch_size']} s={row['context_len']}: {label} "
-                    f"prediction off by {err:+.0%} (tolerance {request.tolerance:.0%})"
-                )
-
-    notes += [
-        "Calibrated decode predictions use the bandwidth this model's own weight-streaming "
-        "matvecs reach on this device (a weights-only pass of the same layers, timed in "
-        "alternating rounds with each decode point, so drift hits both alike), and the measured "
-        f"{dtype} matmul peak ({cal_peak / 1e12:,.3f} TFLOP/s). STREAM copy "
-        f"{bw['copy']['bytes_per_s_median'] / 1e9:,.1f} GB/s and triad "
-        f"{bw['triad']['bytes_per_s_median'] / 1e9:,.1f} GB/s (read + write counted).",
-        f"Workload: {spec.name} scaled to {shape.layers} layer(s) in {dtype}; times are the median "
-        "of repeated runs after a warm-up, with p20/p80 in the JSON.",
+            sheet_rates = None
+    steps: list[tuple[str, int, int, list[Op], str]] = [
+        ("decode", b, c, decode_ops(model, b, c, dtype, fmt, gather_kv), f"decode:{b}x{c}")
+        for b, c in sweep.decode
+    ] + [
+        ("prefill", 1, n, prefill_ops(model, n, dtype, fmt), f"prefill:{n}") for n in sweep.prefill
     ]
-    if profile is None:
-        notes.append(
-            "No hardware profile matched this device: datasheet predictions are null "
-            "(pass --gpu PROFILE, or --save-profile to make one)."
-        )
-    if info["kind"] == "cpu" and not info["fast_bf16"]:
-        notes.append(
-            "This CPU has no fast bf16 (no AVX512-BF16/AMX): measured in fp32; bf16 "
-            "bytes are accounted for analytically by the planner."
-        )
-    if any(b > 1 for b in plan.batches) and info["kind"] == "cpu":
-        notes.append(
-            "On CPUs, batched skinny matmuls often run far below both roofs (BLAS "
-            "kernels tuned for large tiles): a decode miss at batch > 1 measures that."
-        )
-    if failures:
-        notes.append("CHECK FAILED: " + "; ".join(failures))
-    notes = list(dict.fromkeys(notes))
-
+    results = tuple(
+        _point(phase, b, c, ops, timings[key], profile.rates, roofline, sheet_rates)
+        for phase, b, c, ops, key in steps
+    )
+    check = _check(results, steps, timings, profile.rates, tolerance, bool(request.gpu))
+    notes = [
+        note("measure-method", rounds=sweep.rounds, probes=len(probes)),
+        note(
+            "measure-workload",
+            model=spec.name,
+            layers=model.num_layers,
+            dtype=dtype,
+            weight_bytes=sum(op.weight_bytes for op in steps[0][3]),
+        ),
+        note(
+            "measure-threads",
+            threads=threads,
+            busy=busy,
+            cpus=info.get("usable_cpus"),
+            clock=clock.kind,
+        ),
+        note("measure-bandwidth", probe=profile.bandwidth_probe),
+    ]
+    if gather_kv:
+        notes.append(note("measure-gather"))
+    if device == "cpu":
+        notes.append(note("measure-cpu-fp32", fast_bf16=info.get("fast_bf16")))
+    if datasheet is None:
+        notes.append(note("measure-no-datasheet"))
+    notes += check.failures
     conditions = {
-        "device": info,
-        "threads": threads,
+        "device": device,
         "dtype": dtype,
-        "torch_version": torch.__version__,
-        "kvplan_version": __version__,
-        "python": platform.python_version(),
-        "profile": profile.name if profile else None,
+        "threads": threads,
+        "rounds": sweep.rounds,
+        "model": spec.name,
+        "layers": model.num_layers,
+        "attention_impl": impl,
+        "gather_kv": gather_kv,
+        "quick": request.quick,
+        "clock": clock.kind,
+        "tolerance": tolerance,
+        "elapsed_s": time.perf_counter() - began,
     }
-    facts = [
-        ("device", f"{info['name']} ({info['kind']}, {threads} threads, {dtype})"),
-        ("profile", profile.name if profile else "none matched"),
-        (
-            "bandwidth",
-            f"copy {bw['copy']['bytes_per_s_median'] / 1e9:,.1f}, triad "
-            f"{bw['triad']['bytes_per_s_median'] / 1e9:,.1f}, read "
-            f"{bw['read']['bytes_per_s_median'] / 1e9:,.1f}, matvec "
-            f"{cal_bw / 1e9:,.1f} GB/s (median)",
-        ),
-        (
-            "matmul peak",
-            f"{cal_peak / 1e12:,.3f} TFLOP/s {dtype}"
-            + (f", fp8 {fp8['flop_per_s_median'] / 1e12:,.1f}" if fp8 else ""),
-        ),
-    ]
-    for fit in fits:
-        eff = fit["effective_kv_bytes_per_s"]
-        facts.append(
-            (
-                f"decode fit, batch {fit['batch_size']}",
-                f"{fit['intercept_s'] * 1e3:,.2f} ms + {fit['slope_s_per_token'] * 1e6:,.3f} "
-                "µs/token"
-                + (
-                    f"; KV read at {eff / 1e9:,.2f} GB/s = {fit['fraction_of_copy']:.2f} of copy"
-                    if eff
-                    else ""
+    sheet = (
+        {"name": datasheet.name, "path": datasheet.path, "measured": datasheet.measured is not None}
+        if datasheet
+        else None
+    )
+    probe_timings = {p.key: timings[p.key]._asdict() for p in probes}
+    return MeasureResult(
+        info, conditions, profile, sheet, results, check, probe_timings, unique(notes)
+    )
+
+
+def _probes(device: str, dtype: str, sweep: Sweep, workload: Workload, model) -> list[pr.Probe]:
+    plan = sweep.probes
+    out = pr.stream_probes(device, plan.stream_bytes)
+    out += pr.matmul_probes(device, dtype, plan)
+    one = model._replace(layers=model.layers[:1])
+    fmt = KvFormat(dtype)
+    for tokens in plan.decode_tokens:
+        ops = decode_ops(one, 1, tokens, dtype, fmt)
+        attention = next(op for op in ops if op.name == "attention")
+        out.append(
+            pr.Probe(
+                f"decode_attention:tokens={tokens}",
+                "decode_attention",
+                tokens,
+                attention.flops,
+                attention.kv_bytes,
+                Item(
+                    f"decode_attention:tokens={tokens}",
+                    f"decode attention, {tokens:,} tokens",
+                    workload.attention(1, tokens),
+                    cold=True,
                 ),
             )
         )
-    facts.append(
-        Fact(
-            "check",
-            "FAILED" if failures else f"passed (tolerance {request.tolerance:.0%})",
-            verdict=judged(not failures),
+    for tokens in plan.prefill_tokens:
+        ops = prefill_ops(one, tokens, dtype, fmt)
+        attention = next(op for op in ops if op.name == "attention")
+        out.append(
+            pr.Probe(
+                f"prefill_attention:tokens={tokens}",
+                "prefill_attention",
+                tokens,
+                attention.flops,
+                attention.bytes,
+                Item(
+                    f"prefill_attention:tokens={tokens}",
+                    f"prefill attention, {tokens:,} tokens",
+                    workload.prefill_attention(tokens),
+                    cold=device == "cuda",
+                ),
+            )
         )
+    out.append(pr.overhead_probe(device))
+    return out
+
+
+def _point(phase, batch, context, ops, timing, rates, roofline, sheet_rates) -> Point:
+    predicted: StepTime = step_time(ops, rates)
+    flat = step_time(ops, roofline).time_s
+    sheet = step_time(ops, sheet_rates).time_s if sheet_rates is not None else None
+    shares: dict[str, list] = {}
+    for t in predicted.ops:
+        entry = shares.setdefault(t.name, [0.0, {}])
+        entry[0] += t.time_s
+        entry[1][t.bound] = entry[1].get(t.bound, 0.0) + t.time_s
+    measured = timing.typical_s
+    return Point(
+        phase,
+        batch,
+        context,
+        measured,
+        timing.median_s,
+        timing.p20_s,
+        timing.p80_s,
+        timing.spread,
+        predicted.time_s,
+        error(predicted.time_s, measured),
+        predicted.bound,
+        predicted.memory_bound_s,
+        predicted.compute_bound_s,
+        predicted.overhead_s,
+        flat,
+        error(flat, measured),
+        sheet,
+        error(sheet, measured),
+        sum(op.weight_bytes for op in ops),
+        sum(op.kv_bytes for op in ops),
+        sum(op.flops for op in ops),
+        False,  # the profile is built from probes only; no point's own timing enters it
+        tuple(
+            OpShare(name, total, max(bounds, key=bounds.get))
+            for name, (total, bounds) in shares.items()
+        ),
     )
 
-    columns = [
-        Column("phase", "phase", f.text, "left"),
-        Column("batch_size", "batch", f.integer),
-        Column("context_len", "tokens", f.integer),
-        Column("bytes", "MB", lambda v: f"{v / 1e6:,.1f}"),
-        Column("flops", "GFLOP", lambda v: f"{v / 1e9:,.2f}"),
-        Column("predicted_datasheet_s", "datasheet (ms)", _ms),
-        Column("predicted_calibrated_s", "calibrated (ms)", _ms),
-        Column("measured_s", "measured (ms)", _ms),
-        Column("error_calibrated", "error cal.", _pct),
-        Column("error_datasheet", "error sheet", _pct),
-        Column("bound", "bound", f.text, "left"),
-    ]
-    data = {
-        "kvplan_version": __version__,
-        "conditions": conditions,
-        "device_probes": {"bandwidth": bw, "matvec": matvec, "matmul": matmul, "matmul_fp8": fp8},
-        "calibration": {"bandwidth_bytes_per_s": cal_bw, "peak_flop_per_s": cal_peak},
-        "datasheet": {"bandwidth_bytes_per_s": sheet_bw, "peak_flop_per_s": sheet_peak},
-        "workload": {"model": spec.name, **shape._asdict()},
-        "decode": decode_rows,
-        "prefill": prefill_rows,
-        "fits": fits,
-        "check": {"tolerance": request.tolerance, "passed": not failures, "failures": failures},
-        "notes": notes,
-    }
-    tables = [Table("decode", columns, decode_rows), Table("prefill", columns, prefill_rows)]
-    return Report(f"kvplan measure on {info['name']}", facts, tables, notes, data)
+
+def gate_errors(errors: list[float]) -> tuple[float, float]:
+    """(median |error|, worst |error|) over the points."""
+    magnitudes = [abs(e) for e in errors]
+    return statistics.median(magnitudes), max(magnitudes)
 
 
-def _point(
-    phase: str,
-    batch: int,
-    context: int,
-    weights: int,
-    kv: int,
-    flops: int,
-    timing,
-    constants: tuple,
-) -> dict:
-    """One measured point next to its two predictions (calibrated, datasheet) and its bound."""
-    cal_bw, cal_peak, sheet_bw, sheet_peak = constants
-    cal = predicted_s(weights + kv, flops, cal_bw, cal_peak)
-    sheet = predicted_s(weights + kv, flops, sheet_bw, sheet_peak)
-    return {
-        "phase": phase,
-        "batch_size": batch,
-        "context_len": context,
-        "bytes": weights + kv,
-        "flops": flops,
-        "predicted_datasheet_s": sheet,
-        "predicted_calibrated_s": cal,
-        "measured": timing.to_json(),
-        "measured_s": timing.median_s,
-        "error_datasheet": error(sheet, timing.median_s),
-        "error_calibrated": error(cal, timing.median_s),
-        "bound": "memory" if (weights + kv) / cal_bw >= flops / cal_peak else "compute",
-    }
-
-
-def _ms(value):
-    return "—" if value is None else f"{value * 1e3:,.2f}"
-
-
-def _pct(value):
-    return "—" if value is None else f"{value:+.1%}"
-
-
-def profile_yaml(data: dict) -> str:
-    """A hardware profile from measured figures, loadable by `--gpu FILE.yaml` everywhere."""
-    info = data["conditions"]["device"]
-    dtype = data["conditions"]["dtype"]
-    peaks = {dtype: data["calibration"]["peak_flop_per_s"]}
-    if data["device_probes"].get("matmul_fp8"):
-        peaks["fp8"] = data["device_probes"]["matmul_fp8"]["flop_per_s_median"]
-    lines = [
-        f"# Measured by kvplan {__version__} (kvplan measure); decode-calibrated figures.",
-        f'name: "measured {info["name"]}"',
-        "vendor: measured",
-        "peak_flop_per_s:",
-        *[f"  {k}: {v:.6e}" for k, v in peaks.items()],
-        f"memory_bytes: {float(info.get('memory_bytes') or 0) or 1:.6e}",
-        f"memory_bandwidth_bytes_per_s: {data['calibration']['bandwidth_bytes_per_s']:.6e}",
-        f"l2_cache_bytes: {float(info['last_level_cache_bytes']):.6e}",
-        f'source: "kvplan measure, {data["conditions"]["threads"]} threads, '
-        f'torch {data["conditions"]["torch_version"]}"',
-    ]
-    return "\n".join(lines) + "\n"
+def _check(points, steps, timings, rates, tolerance: float, with_profile: bool) -> Check:
+    """The gate: median |error| <= tolerance and worst <= 2 x tolerance over every point, at
+    least one memory-bound point, and every mutation of the bytes caught (the gate would fail
+    with weights x2, x0.5 or KV x10: it can see wrong bytes)."""
+    worst_tolerance = 2 * tolerance
+    median_err, worst_err = gate_errors([p.error for p in points])
+    failures = []
+    if median_err > tolerance:
+        failures.append(note("check-median", error=median_err, tolerance=tolerance))
+    if worst_err > worst_tolerance:
+        worst = max(points, key=lambda p: abs(p.error))
+        failures.append(
+            note(
+                "check-worst",
+                error=worst.error,
+                tolerance=worst_tolerance,
+                phase=worst.phase,
+                batch=worst.batch_size,
+                context=worst.context_len,
+            )
+        )
+    memory_points = sum(1 for p in points if p.bound == "memory")
+    if memory_points == 0:
+        failures.append(note("check-no-memory-point"))
+    mutations = []
+    for name, weights, kv in MUTATIONS:
+        errors = [
+            error(step_time(scale_bytes(ops, weights, kv), rates).time_s, timings[key].typical_s)
+            for _, _, _, ops, key in steps
+        ]
+        med, worst = gate_errors(errors)
+        caught = med > tolerance or worst > worst_tolerance
+        mutations.append(Mutation(name, weights, kv, med, worst, caught))
+        if not caught:
+            failures.append(note("check-mutation-missed", mutation=name, median=med, worst=worst))
+    if with_profile:
+        off = [p for p in points if p.error_datasheet is not None]
+        if off:
+            med, worst = gate_errors([p.error_datasheet for p in off])
+            if med > tolerance or worst > worst_tolerance:
+                failures.append(note("check-profile-off", median=med, worst=worst))
+    return Check(
+        not failures,
+        tolerance,
+        worst_tolerance,
+        median_err,
+        worst_err,
+        memory_points,
+        tuple(mutations),
+        tuple(failures),
+    )

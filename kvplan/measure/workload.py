@@ -1,197 +1,199 @@
-"""A model's decode and prefill steps, scaled down to `layers` layers, built from kvplan's own
-description of the model (the same shapes the planner sizes): per layer the q/k/v/o and MLP
-weight-streaming matmuls, and paged decode attention over a shuffled paged cache."""
+"""A model's decode and prefill steps on the local device, truncated to its first N layers and
+built from kvplan's own description of them (`formulas.step_time.layer_shape`: the widths the
+config states), so that the operators timed are the operators the step-time model predicts.
+
+Per layer: RMS norm, the fused q|k|v projection, attention (decode: `paged_decode_attention` over
+a paged cache whose physical blocks are shuffled and distinct per sequence; prefill: causal
+attention, and K and V written to the cache through a slot mapping), the output projection and a
+residual add, RMS norm, the MLP (gate|up fused, silu(gate) * up, down; or up, activation, down)
+and a residual add. Embeddings and the output head are not built: a decode step's head is one
+more matrix, a prefill's is run once."""
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections import Counter
 
 import torch
+import torch.nn.functional as F
 
 from kvplan.anatomy.model import ModelSpec
 from kvplan.errors import KvplanError
-from kvplan.formulas.memory import intermediate_size
-from kvplan.kernels import paged_decode_attention, prefill_attention
+from kvplan.formulas.step_time import layer_shape
+from kvplan.kernels import paged_decode_attention, prefill_attention, write_kv
 from kvplan.measure.probes import DTYPES
 
-
-class Shape(NamedTuple):
-    hidden: int
-    num_q_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate: int
-    layers: int
-    dtype: str
-
-    @property
-    def element_bytes(self) -> int:
-        return torch.finfo(DTYPES[self.dtype]).bits // 8
-
-    @property
-    def weight_params_per_layer(self) -> int:
-        attn = self.hidden * self.head_dim * (2 * self.num_q_heads + 2 * self.num_kv_heads)
-        return attn + 3 * self.hidden * self.intermediate
-
-    def weight_bytes(self) -> int:
-        return self.layers * self.weight_params_per_layer * self.element_bytes
-
-    def kv_bytes_per_token(self) -> int:
-        """K and V read per cached token per step, all measured layers."""
-        return self.layers * 2 * self.num_kv_heads * self.head_dim * self.element_bytes
-
-    def decode_flops(self, batch: int, context: int) -> int:
-        attention = 2 * self.num_q_heads * 2 * self.head_dim * context
-        return self.layers * batch * (2 * self.weight_params_per_layer + attention)
-
-    def prefill_flops(self, tokens: int) -> int:
-        attention = 2 * self.num_q_heads * 2 * self.head_dim * tokens * (tokens + 1) // 2
-        return self.layers * (2 * self.weight_params_per_layer * tokens + attention)
+BLOCK_SIZE = 16
 
 
-def shape_for(spec: ModelSpec, layers: int, dtype: str) -> tuple[Shape, list[str]]:
-    attn = spec.attention_layers()
-    if not attn:
-        raise KvplanError(f"{spec.name} has no attention layers to measure")
-    a = attn[0]
-    notes = []
-    if a.kind == "mla":
-        notes.append(
-            "MLA measured as its absorbed decode: one 576-wide latent head shared by "
-            "all query heads."
-        )
-    if spec.moe is not None:
-        notes.append(
-            "MoE measured as its top-k experts' MLP at batch 1 (the experts one token reads)."
-        )
-    if layers < 1 or layers > 256:
-        raise KvplanError("--layers must be between 1 and 256")
-    shape = Shape(
-        spec.hidden_size,
-        a.num_q_heads,
-        a.num_kv_heads if a.kind != "mla" else 1,
-        a.head_dim,
-        intermediate_size(spec),
-        layers,
-        dtype,
+def truncate(spec: ModelSpec, layers: int) -> ModelSpec:
+    """The first `layers` layers alone: their parameters by part (Layer.params), no embeddings
+    and no output head; each layer checked to be one the workload can build."""
+    if not 1 <= layers <= spec.num_layers:
+        raise KvplanError(f"--layers {layers}: {spec.name} has {spec.num_layers} layers")
+    kept = spec.layers[:layers]
+    for layer in kept:
+        layer_shape(spec, layer)  # refuses what it cannot lay out
+    parts: Counter = Counter()
+    for layer in kept:
+        parts.update(dict(layer.params))
+    return spec._replace(
+        name=f"{spec.name} (first {layers} layer{'s' if layers > 1 else ''})",
+        layers=kept,
+        param_parts=dict(parts),
+        moe=None,
+        tied_embeddings=False,
     )
-    return shape, notes
 
 
-def _linear(weight, x):
-    """y = x W^T for a weight [out, in]; batch 1 as matrix-vector (the streaming kernel)."""
-    if x.shape[0] == 1:
-        return torch.mv(weight, x[0]).unsqueeze(0)
-    return (weight @ x.T).T
+def _rms_norm(x, weight):
+    if hasattr(F, "rms_norm"):
+        return F.rms_norm(x, (x.shape[-1],), weight, 1e-6)
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
 
 
 class Workload:
-    """Weights and a paged cache for `shape`, on `device`; decode and prefill callables."""
+    """Weights and a paged cache for a truncated `spec` on `device`; decode, prefill and
+    attention-alone callables with every host-side value prepared outside the timed call."""
 
     def __init__(
         self,
-        shape: Shape,
+        spec: ModelSpec,
+        dtype: str,
         device: str,
-        max_batch: int,
-        max_context: int,
-        block_size: int = 16,
+        max_kv_tokens: int,
+        attention_impl: str = "auto",
         seed: int = 0,
     ):
         torch.manual_seed(seed)
-        self.shape, self.device, self.block_size = shape, device, block_size
-        dt = DTYPES[shape.dtype]
-        h, hq, hkv, d, inter = (
-            shape.hidden,
-            shape.num_q_heads,
-            shape.num_kv_heads,
-            shape.head_dim,
-            shape.intermediate,
-        )
-        scale = 1 / math.sqrt(h)
-
-        def weight(rows, cols):
-            return (torch.randn(rows, cols, device=device) * scale).to(dt)
-
-        # Fused projections, as serving engines run them (vLLM's QKVParallelLinear and
-        # MergedColumnParallelLinear): one matvec for q|k|v and one for gate|up.
-        self.layers = [
-            {
-                "qkv": weight((hq + 2 * hkv) * d, h),
-                "o": weight(h, hq * d),
-                "gate_up": weight(2 * inter, h),
-                "down": weight(h, inter),
+        self.spec, self.device, self.impl = spec, device, attention_impl
+        self.dt = DTYPES[dtype]
+        h = spec.hidden_size
+        self.layers = []
+        for layer in spec.layers:
+            shape = layer_shape(spec, layer)
+            weights = {
+                m.name: self._rand(m.rows, m.cols, scale=1 / math.sqrt(m.cols))
+                for m in shape.matrices
             }
-            for _ in range(shape.layers)
-        ]
-        blocks_per_seq = -(-max_context // block_size)
-        pool = max_batch * blocks_per_seq
-        self.caches = [
-            (
-                torch.randn(pool, block_size, hkv, d, device=device).to(dt),
-                torch.randn(pool, block_size, hkv, d, device=device).to(dt),
+            attn = shape.attention
+            self.layers.append(
+                {
+                    "shape": shape,
+                    "weights": weights,
+                    "norm_in": torch.ones(h, device=device, dtype=self.dt),
+                    "norm_post": torch.ones(h, device=device, dtype=self.dt),
+                    "cache": self._cache(max_kv_tokens, attn.num_kv_heads, attn.head_dim),
+                }
             )
-            for _ in range(shape.layers)
-        ]
-        # distinct, shuffled physical blocks per sequence: no reuse between sequences
-        self.table = torch.randperm(pool, device=device).view(max_batch, blocks_per_seq)
-        self.table = self.table.to(torch.int32)
+        blocks = self.layers[0]["cache"][0].shape[0]
+        # distinct, shuffled physical blocks: no two sequences share one, none is adjacent
+        self.order = torch.randperm(blocks, device=device).to(torch.int32)
+
+    def _rand(self, *shape, scale=1.0):
+        return (torch.randn(*shape, device=self.device) * scale).to(self.dt)
+
+    def _cache(self, tokens: int, heads: int, head_dim: int):
+        blocks = -(-tokens // BLOCK_SIZE) + 1
+        return (
+            self._rand(blocks, BLOCK_SIZE, heads, head_dim),
+            self._rand(blocks, BLOCK_SIZE, heads, head_dim),
+        )
+
+    def _table(self, batch: int, context: int):
+        per_seq = max(1, -(-context // BLOCK_SIZE))
+        if batch * per_seq > self.order.numel():
+            raise KvplanError(f"the cache pool holds fewer than {batch} x {context} tokens")
+        table = self.order[: batch * per_seq].view(batch, per_seq)
+        lens = torch.full((batch,), context, dtype=torch.int32, device=self.device)
+        return table, lens
+
+    def _attend(self, layer: dict, q, table, lens, context: int):
+        attn = layer["shape"].attention
+        k_cache, v_cache = layer["cache"]
+        return paged_decode_attention(
+            q,
+            k_cache,
+            v_cache,
+            table,
+            lens,
+            sliding_window=attn.window if attn.kind.windowed else None,
+            max_seq_len=context,
+            impl=self.impl,
+        )
+
+    def _layer(self, layer: dict, x, attend):
+        shape, w = layer["shape"], layer["weights"]
+        attn = shape.attention
+        tokens = x.shape[0]
+        q_width = attn.num_q_heads * attn.qk_head_dim
+        k_width = attn.num_kv_heads * attn.head_dim
+        qkv = F.linear(_rms_norm(x, layer["norm_in"]), w["qkv"])
+        q = qkv[:, :q_width].view(tokens, attn.num_q_heads, attn.qk_head_dim)
+        k = qkv[:, q_width : q_width + k_width].view(tokens, attn.num_kv_heads, attn.head_dim)
+        v = qkv[:, q_width + k_width :].view(tokens, attn.num_kv_heads, attn.head_dim_v)
+        out = attend(layer, q, k, v)
+        x = x + F.linear(out.reshape(tokens, -1), w["o"])
+        y = _rms_norm(x, layer["norm_post"])
+        if shape.gated:
+            gate, up = F.linear(y, w["gate_up"]).chunk(2, dim=-1)
+            hidden = F.silu(gate).mul_(up)
+        else:
+            hidden = F.gelu(F.linear(y, w["up"]))
+        return x + F.linear(hidden, w["down"])
 
     def decode(self, batch: int, context: int):
-        s = self.shape
-        x0 = torch.randn(batch, s.hidden, device=self.device).to(DTYPES[s.dtype])
-        table = self.table[:batch]
-        lens = torch.full((batch,), context, dtype=torch.int32, device=self.device)
+        """One decode step of `batch` sequences at `context` cached tokens (the new token's K and
+        V are not written: a few KB)."""
+        table, lens = self._table(batch, context)
+        x0 = self._rand(batch, self.spec.hidden_size)
+
+        def attend(layer, q, k, v):
+            return self._attend(layer, q, table, lens, context)
 
         def step():
             x = x0
-            q_width = s.num_q_heads * s.head_dim
-            for w, (kc, vc) in zip(self.layers, self.caches, strict=True):
-                qkv = _linear(w["qkv"], x)  # the new k/v would be appended: negligible bytes
-                q = qkv[:, :q_width].reshape(batch, s.num_q_heads, s.head_dim)
-                attn = paged_decode_attention(q, kc, vc, table, lens)
-                x = _linear(w["o"], attn.reshape(batch, -1))
-                gate, up = _linear(w["gate_up"], x).chunk(2, dim=-1)
-                x = _linear(w["down"], torch.nn.functional.silu(gate) * up)
+            for layer in self.layers:
+                x = self._layer(layer, x, attend)
             return x
 
         return step
 
-    def weights_pass(self, batch: int):
-        """The decode step's weight-streaming matvecs alone (no attention): what calibrates the
-        bandwidth that this model's own matrices stream at on this device."""
-        s = self.shape
-        x0 = torch.randn(batch, s.hidden, device=self.device).to(DTYPES[s.dtype])
-        attn = torch.randn(batch, s.num_q_heads * s.head_dim, device=self.device).to(x0.dtype)
-
-        def step():
-            x = x0
-            for w in self.layers:
-                _linear(w["qkv"], x)
-                x = _linear(w["o"], attn)
-                gate, up = _linear(w["gate_up"], x).chunk(2, dim=-1)
-                x = _linear(w["down"], torch.nn.functional.silu(gate) * up)
-            return x
-
-        return step
+    def attention(self, batch: int, context: int):
+        """The first layer's decode attention alone: the decode-attention probe."""
+        layer = self.layers[0]
+        attn = layer["shape"].attention
+        table, lens = self._table(batch, context)
+        q = self._rand(batch, attn.num_q_heads, attn.qk_head_dim)
+        return lambda: self._attend(layer, q, table, lens, context)
 
     def prefill(self, tokens: int):
-        s = self.shape
-        x0 = torch.randn(tokens, s.hidden, device=self.device).to(DTYPES[s.dtype])
+        """The prefill of one prompt of `tokens`: causal attention, K and V written to the
+        cache."""
+        table, _ = self._table(1, tokens)
+        offsets = torch.arange(tokens, device=self.device)
+        slots = table[0].long()[offsets // BLOCK_SIZE] * BLOCK_SIZE + offsets % BLOCK_SIZE
+        x0 = self._rand(tokens, self.spec.hidden_size)
+
+        def attend(layer, q, k, v):
+            attn = layer["shape"].attention
+            write_kv(k, v, *layer["cache"], slots)
+            window = attn.window if attn.kind.windowed else None
+            return prefill_attention(q, k, v, sliding_window=window)
 
         def step():
             x = x0
-            q_width = s.num_q_heads * s.head_dim
-            kv_width = s.num_kv_heads * s.head_dim
-            for w in self.layers:
-                qkv = x @ w["qkv"].T
-                q = qkv[:, :q_width].reshape(tokens, s.num_q_heads, s.head_dim)
-                k = qkv[:, q_width : q_width + kv_width].reshape(tokens, s.num_kv_heads, s.head_dim)
-                v = qkv[:, q_width + kv_width :].reshape(tokens, s.num_kv_heads, s.head_dim)
-                attn = prefill_attention(q, k, v)
-                x = attn.reshape(tokens, -1) @ w["o"].T
-                gate, up = (x @ w["gate_up"].T).chunk(2, dim=-1)
-                x = (torch.nn.functional.silu(gate) * up) @ w["down"].T
+            for layer in self.layers:
+                x = self._layer(layer, x, attend)
             return x
 
         return step
+
+    def prefill_attention(self, tokens: int):
+        """The first layer's prefill attention alone: the prefill-attention probe."""
+        attn = self.layers[0]["shape"].attention
+        q = self._rand(tokens, attn.num_q_heads, attn.qk_head_dim)
+        k = self._rand(tokens, attn.num_kv_heads, attn.head_dim)
+        v = self._rand(tokens, attn.num_kv_heads, attn.head_dim_v)
+        window = attn.window if attn.kind.windowed else None
+        return lambda: prefill_attention(q, k, v, sliding_window=window)

@@ -286,22 +286,35 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
 def resolve_deployment(
     spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest, wdtype: str, fmt: KvFormat
 ) -> DeploymentChoice:
-    """The layout the request fixes, or the one kvplan chooses for its context."""
-    return choose_deployment(
-        spec,
-        gpu,
-        wdtype,
-        fmt,
-        request.context_len,
-        request.gpu_mem_util,
-        tp=request.tp,
-        pp=request.pp,
-        dp_attention=request.dp_attention,
+    """The layout the request fixes, or the one kvplan chooses for its context; when no layout
+    holds one sequence, one GPU, with the reason as a note (the answer is then 0)."""
+    kwargs = dict(
         block_size=request.block_size,
         reserve_bytes=request.reserve_bytes,
         max_num_batched_tokens=request.max_num_batched_tokens,
-        users_target=request.users_target if request.num_gpus is None else None,
     )
+    fixed = any(x is not None for x in (request.tp, request.pp, request.dp_attention))
+    try:
+        return choose_deployment(
+            spec,
+            gpu,
+            wdtype,
+            fmt,
+            request.context_len,
+            request.gpu_mem_util,
+            tp=request.tp,
+            pp=request.pp,
+            dp_attention=request.dp_attention,
+            users_target=request.users_target if request.num_gpus is None else None,
+            **kwargs,
+        )
+    except KvplanError as exc:
+        if fixed or request.num_gpus is not None:
+            raise
+        one = choose_deployment(
+            spec, gpu, wdtype, fmt, request.context_len, request.gpu_mem_util, tp=1, **kwargs
+        )
+        return one._replace(notes=one.notes + (note("deployment-none-fits", reason=str(exc)),))
 
 
 def kv_transfer(

@@ -126,6 +126,10 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
         )
     except KvplanError as exc:
         return empty._replace(why_not=str(exc)), None, []
+    if not cap.fits:
+        reasons = [n.value("reason") for n in cap.notes if n.id == "deployment-none-fits"]
+        why = reasons[0] if reasons else f"not one {request.context_len:,}-token sequence fits"
+        return empty._replace(why_not=why), None, []
     d_gpus = cap.num_gpus // cap.replicas  # one replica
     dp = cap.dp_attention if cap.dp_attention > 1 else None
     roof = roofline(

@@ -1,0 +1,171 @@
+"""`kvplan measure --baseline FILE --max-regression 5%`: did this machine get slower than last
+time? A baseline is a profile YAML (`--save-profile`) or a measure JSON (`--json`) from an
+earlier run; the bandwidths, matmul and attention throughputs, the launch overhead and (from a
+JSON of the same workload) every step time are compared figure by figure.
+
+A change is a regression when it is worse than `max_regression` AND larger than the noise: twice
+the standard error of the two medians, from each run's p20-p80 spread and its number of rounds.
+A change within the noise is reported as such, never failed."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import NamedTuple
+
+from kvplan.errors import KvplanError
+from kvplan.inputs.hardware import load_profile
+from kvplan.measure.device import device_key
+from kvplan.measure.profile import figures_of
+
+# the standard error of a median is ~1.2533 sigma / sqrt(n), and the p20-p80 range is ~1.683
+# sigma of a normal sample: 2 standard errors = NOISE_FACTOR x spread / sqrt(n)
+NOISE_FACTOR = 2 * 1.2533 * 2 / 1.683
+
+
+class Figure(NamedTuple):
+    value: float
+    spread: float
+    runs: int
+    higher_is_better: bool
+
+
+class Baseline(NamedTuple):
+    path: str
+    kind: str  # profile | measure-json
+    identity: dict
+    workload: dict | None  # model, layers, dtype of a measure JSON (None for a profile)
+    figures: dict[str, Figure]
+
+
+class Change(NamedTuple):
+    key: str
+    baseline: float
+    current: float
+    unit: str
+    worse_by: float  # relative; positive = slower (a longer time or a lower rate)
+    noise: float  # relative: 2 standard errors of the difference of the two medians
+    verdict: str  # regression | within noise | ok | faster
+
+
+class Comparison(NamedTuple):
+    path: str
+    kind: str
+    baseline_device: str
+    device: str
+    same_device: bool
+    max_regression: float
+    compared_points: bool
+    changes: tuple[Change, ...]
+    regressions: int
+    within_noise: int
+
+    @property
+    def passed(self) -> bool:
+        return self.regressions == 0
+
+
+def noise(spread: float, runs: int) -> float:
+    return NOISE_FACTOR * spread / math.sqrt(max(1, runs))
+
+
+def load_baseline(path: str) -> Baseline:
+    """A profile YAML or a measure JSON; anything else is a one-line error."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise KvplanError(f"--baseline {path}: no such file")
+    if file.suffix in (".yaml", ".yml"):
+        profile = load_profile(str(file))
+        if profile.measured is None:
+            raise KvplanError(
+                f"--baseline {path}: a datasheet profile, not a measured one (write one with "
+                "kvplan measure --save-profile)"
+            )
+        runs = int(profile.measured.device.get("rounds", 0) or 0)
+        figures = {
+            key: Figure(value, spread, runs, not key.endswith("overhead"))
+            for key, (value, spread) in figures_of(profile).items()
+        }
+        return Baseline(str(file), "profile", profile.measured.device, None, figures)
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise KvplanError(
+            f"--baseline {path}: not a readable JSON ({exc.__class__.__name__})"
+        ) from None
+    try:
+        return from_json(data, str(file))
+    except (KeyError, TypeError, ValueError):
+        raise KvplanError(f"--baseline {path}: not a kvplan measure JSON") from None
+
+
+def from_json(data: dict, path: str = "") -> Baseline:
+    conditions = data["conditions"]
+    runs = int(conditions["rounds"])
+    figures = {
+        f["key"]: Figure(float(f["value"]), float(f["spread"]), runs, f["unit"] != "s")
+        for f in data["profile"]["figures"]
+    }
+    for point in data["points"]:
+        figures[point_key(point)] = Figure(
+            float(point["measured_s"]), float(point["spread"]), runs, False
+        )
+    workload = {k: conditions[k] for k in ("model", "layers", "dtype", "attention_impl")}
+    return Baseline(path, "measure-json", data["identity"], workload, figures)
+
+
+def point_key(point) -> str:
+    get = point.get if isinstance(point, dict) else point._asdict().get
+    return f"{get('phase')}:batch={get('batch_size')},tokens={get('context_len')}"
+
+
+def compare(
+    current: Baseline, baseline: Baseline, max_regression: float, allow_other_device: bool
+) -> Comparison:
+    """Figure by figure, the current run against the baseline."""
+    now, then = device_key(current.identity), device_key(baseline.identity)
+    same = now == then
+    if not same and not allow_other_device:
+        raise KvplanError(
+            f"--baseline {baseline.path} was measured on {then!r}, this is {now!r}: pass "
+            "--allow-other-device to compare them anyway"
+        )
+    same_workload = baseline.workload is not None and baseline.workload == current.workload
+    changes = []
+    for key, base in baseline.figures.items():
+        if key not in current.figures:
+            continue
+        is_point = "batch=" in key
+        if is_point and not same_workload:
+            continue
+        cur = current.figures[key]
+        if base.value <= 0 or cur.value <= 0:  # a cost clamped at zero: nothing to compare
+            continue
+        if base.higher_is_better:
+            worse = base.value / cur.value - 1
+        else:
+            worse = cur.value / base.value - 1
+        level = math.hypot(noise(cur.spread, cur.runs), noise(base.spread, base.runs))
+        if worse > max_regression:
+            verdict = "regression" if worse > level else "within noise"
+        else:
+            verdict = "faster" if worse < -max(max_regression, level) else "ok"
+        unit = "s" if (is_point or key.endswith("overhead")) else _unit(key)
+        changes.append(Change(key, base.value, cur.value, unit, worse, level, verdict))
+    return Comparison(
+        baseline.path,
+        baseline.kind,
+        then,
+        now,
+        same,
+        max_regression,
+        same_workload,
+        tuple(changes),
+        sum(1 for c in changes if c.verdict == "regression"),
+        sum(1 for c in changes if c.verdict == "within noise"),
+    )
+
+
+def _unit(key: str) -> str:
+    return "bytes_per_s" if "bandwidth" in key or key.startswith("stream") else "flop_per_s"
