@@ -175,3 +175,34 @@ def test_device_only_and_plot(tmp_path):
 def test_bad_input(argv, needle):
     code, _, err = run_cli(*argv)
     assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_ops_lists_each_operator_of_the_decode_step_by_hand():
+    """Llama-3.1-8B at 8k, batch 1: q|k|v is (4096 + 2 x 1024) x 4096 per layer, the cache
+    32 layers x 2 x 8 heads x 128 x 2 bytes per token, attention 2 x 32 heads x (128 + 128) FLOPs
+    per cached token per layer."""
+    data = run_json("roofline", "llama-3.1-8b", "--ctx", "8k", "--batch", "1", "--ops")
+    ops = {row["name"]: row for row in data["operators"]}
+    assert list(ops) == ["norms", "qkv", "attention", "o", "gate_up", "activation", "down"]
+    assert ops["qkv"]["weight_bytes"] == 32 * (4096 + 2 * 1024) * 4096 * 2
+    assert ops["gate_up"]["weight_bytes"] == 32 * 2 * 14336 * 4096 * 2
+    assert ops["attention"]["kv_bytes"] == 8192 * 32 * 2 * 8 * 128 * 2
+    assert ops["attention"]["flops"] == 32 * 2 * 32 * 256 * 8192
+    assert sum(row["share"] for row in data["operators"]) == pytest.approx(1.0)
+    assert all(row["bound"] == "memory" for row in data["operators"])
+    # at TP 2 a GPU holds half of every weight and half the KV heads
+    tp2 = run_json("roofline", "llama-3.1-8b", "--ctx", "8k", "--batch", "1", "--ops", "--tp", "2")
+    half = {row["name"]: row for row in tp2["operators"]}
+    assert half["qkv"]["weight_bytes"] == ops["qkv"]["weight_bytes"] / 2
+    assert half["attention"]["kv_bytes"] == ops["attention"]["kv_bytes"] / 2
+
+
+def test_ops_refuses_layers_it_cannot_lay_out():
+    code, _, err = run_cli("roofline", "deepseek-v3", "--tp", "8", "--ops")
+    assert code == 2 and "roofline --ops" in err and len(err.strip().splitlines()) == 1
+
+
+def test_roofline_plans_on_a_deployment_that_holds_the_model():
+    data = run_json("roofline", "llama-3.1-70b", "--ctx", "8k", "--batch", "1")
+    assert (data["tp"], data["deployment_chosen_by"]) == (2, "fewest-gpus")
+    assert data["decode"][0]["fits"]

@@ -21,8 +21,15 @@ def add(app: typer.Typer) -> None:
         batch: str = c.batch_option("1,8,64", "Decode batch size(s): 1,8,64."),
         kv_dtype: str = c.kv_dtype_option(),
         weights_dtype: str = c.weights_dtype_option(),
-        tp: int = c.tp_option(),
-        pp: int = c.pp_option(),
+        tp: int = c.tp_option(default=None),
+        pp: int = c.pp_option(default=None),
+        dp_attention: int = c.dp_attention_option(),
+        ops: bool = typer.Option(
+            False,
+            "--ops",
+            help="Also each operator of the decode step (bytes, FLOPs, intensity, bound) at the "
+            "first context; dense attention + MLP models.",
+        ),
         plot: Path = typer.Option(
             None, "--plot", help="Write a log-log roofline chart (.png/.svg)."
         ),
@@ -43,6 +50,8 @@ def add(app: typer.Typer) -> None:
             weights_dtype=weights_dtype,
             tp=tp,
             pp=pp,
+            dp_attention=dp_attention,
+            ops=ops,
         )
         view = roofline_view(roofline(c.load_model(model), profile, request))
         if plot is not None:

@@ -13,7 +13,7 @@ from kvplan.formulas.comm import (
     tp_allreduce_bytes,
     tp_comm_time_per_decode_step_s,
 )
-from kvplan.formulas.dtypes import KvFormat, resolve_kv_format
+from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat, resolve_kv_format
 from kvplan.formulas.expert_parallel import (
     dp_attention_batch_equal_reads,
     dp_attention_decode_step,
@@ -29,7 +29,14 @@ from kvplan.formulas.roofline import (
     critical_context_len,
     ridge_flop_per_byte,
 )
-from kvplan.formulas.step_time import Rates, decode_step, prefill_step
+from kvplan.formulas.step_time import (
+    Rates,
+    bound,
+    decode_ops,
+    decode_step,
+    prefill_step,
+    time_floor_s,
+)
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
 from kvplan.plans.common import model_notes
@@ -48,6 +55,7 @@ class RooflineRequest(NamedTuple):
     pp: int | None = None
     dp_attention: int | None = None
     gpu_mem_util: float = 0.9
+    ops: bool = False  # also each operator of the decode step (dense attention + MLP models)
 
 
 class GpuPoint(NamedTuple):
@@ -87,6 +95,25 @@ class DecodeRow(NamedTuple):
     max_batch: int  # sequences of this context the deployment holds
 
 
+class OpRow(NamedTuple):
+    """One operator of a decode step, summed over the layers, per GPU: what it moves and
+    computes, its intensity, and its floor on the device's datasheet roofline."""
+
+    batch_size: int
+    context_len: int
+    name: str  # norms, qkv, attention, o, gate_up (or up), activation, down
+    layers: int
+    flops: float
+    weight_bytes: float
+    kv_bytes: float
+    activation_bytes: float
+    bytes: float
+    arithmetic_intensity_flop_per_byte: float | None
+    time_floor_s: float
+    bound: str
+    share: float  # of the summed floors of the step's operators
+
+
 class ContextRow(NamedTuple):
     context_len: int
     kv_bytes_per_sequence: int
@@ -117,6 +144,7 @@ class RooflineResult(NamedTuple):
     tp_where_comm_dominates: int | None
     comm_batch_size: int
     notes: tuple[Note, ...]
+    operators: list[OpRow] | None = None
 
 
 class PeakRow(NamedTuple):
@@ -296,7 +324,14 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
         comm_dominates_tp = tp_where_comm_dominates(
             spec, gpu, request.batches[-1], request.contexts[0], wdtype, fmt
         )
+    operators = None
+    if request.ops:
+        if dp > 1:
+            raise KvplanError("roofline --ops: DP attention is not laid out per operator; use --tp")
+        operators = operator_rows(spec, device_rates, request, wdtype, fmt, tp)
     notes = model_notes(spec, tp) + wnotes + list(choice.notes)
+    if operators is not None:
+        notes.append(note("roofline-ops", tp=tp))
     notes += [
         note(
             "roofline-peaks",
@@ -352,7 +387,65 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
         tp_where_comm_dominates=comm_dominates_tp,
         comm_batch_size=request.batches[-1],
         notes=unique(notes),
+        operators=operators,
     )
+
+
+def operator_rows(
+    spec: ModelSpec, rates_: Rates, request: RooflineRequest, wdtype: str, fmt: KvFormat, tp: int
+) -> list[OpRow]:
+    """The decode step's operators at the first context and every batch, summed over layers,
+    per GPU at `tp` (weights and FLOPs split evenly; the KV a rank holds, replication included).
+    The embedding lookup and the lm_head are outside the layers and not listed."""
+    if wdtype not in ELEMENT_BYTES:
+        raise KvplanError(
+            f"roofline --ops: weights in {wdtype} are not laid out per operator; pass "
+            "--weights-dtype bf16 (or fp8) for the plain layout"
+        )
+    context_len = request.contexts[0]
+    whole = kv_bytes_per_sequence(spec, context_len, fmt, 1)
+    kv_share = kv_bytes_per_sequence(spec, context_len, fmt, tp) / whole if whole else 0.0
+    rows = []
+    for batch_size in request.batches:
+        try:
+            ops = decode_ops(spec, batch_size, context_len, wdtype, fmt)
+        except KvplanError as exc:
+            raise KvplanError(
+                f"roofline --ops: {exc} (dense attention + MLP models only)"
+            ) from None
+        summed: dict[str, list] = {}
+        for op in ops:
+            entry = summed.setdefault(op.name, [0, 0.0, 0.0, 0.0, 0.0])
+            entry[0] += 1
+            entry[1] += op.flops / tp
+            entry[2] += op.weight_bytes / tp
+            entry[3] += op.kv_bytes * kv_share
+            entry[4] += op.activation_bytes / tp
+        floors = {
+            name: time_floor_s(w + kv + a, flops, rates_)
+            for name, (_, flops, w, kv, a) in summed.items()
+        }
+        total = sum(floors.values())
+        for name, (layers, flops, w, kv, a) in summed.items():
+            num_bytes = w + kv + a
+            rows.append(
+                OpRow(
+                    batch_size,
+                    context_len,
+                    name,
+                    layers,
+                    flops,
+                    w,
+                    kv,
+                    a,
+                    num_bytes,
+                    flops / num_bytes if num_bytes else None,
+                    floors[name],
+                    bound(num_bytes, flops, rates_),
+                    floors[name] / total if total else 0.0,
+                )
+            )
+    return rows
 
 
 def _link(gpu: GpuProfile, within_node: bool):

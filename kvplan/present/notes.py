@@ -1173,3 +1173,16 @@ text("distributed-send")(
     )
 )
 text("deployment-none-fits")(lambda reason: f"{reason}. Shown on one GPU.")
+text("roofline-ops")(
+    lambda tp: (
+        "Operators of the decode step summed over the layers"
+        + (
+            f", per GPU at TP {tp} (weights and FLOPs split evenly, the KV a rank holds)"
+            if tp > 1
+            else ""
+        )
+        + ": each on the datasheet roofline alone, max(bytes / BW, FLOPs / peak); share is of "
+        "their summed floors. The embedding lookup and lm_head are outside the layers and not "
+        "listed; kvplan measure times the same operators on a device."
+    )
+)

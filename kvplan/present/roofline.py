@@ -121,4 +121,26 @@ def roofline_view(result: RooflineResult) -> View:
         ],
         notes=("roofline-decode-reads", "roofline-moe", "roofline-state", "roofline-tp"),
     )
-    return view(f"Roofline of {result.model.name} on {result.gpu.name}", result, facts, [table])
+    tables = [table]
+    if result.operators is not None:
+        tables.append(
+            Table(
+                "decode step by operator",
+                [
+                    Column("batch_size", "batch", f.integer),
+                    Column("name", "operator", f.text, "left"),
+                    Column("layers", "layers", f.integer, priority=2),
+                    Column("flops", "GFLOP", f.gflop2),
+                    Column("weight_bytes", "weights MB", f.mb, priority=1),
+                    Column("kv_bytes", "KV MB", f.mb, priority=1),
+                    Column("activation_bytes", "act. MB", f.mb, priority=2),
+                    Column("arithmetic_intensity_flop_per_byte", "FLOP/B", f.fixed(2)),
+                    Column("bound", "bound", f.text, "left"),
+                    Column("time_floor_s", "floor ms", f.ms3),
+                    Column("share", "share", f.share),
+                ],
+                rows_of(result.operators),
+                notes=("roofline-ops",),
+            )
+        )
+    return view(f"Roofline of {result.model.name} on {result.gpu.name}", result, facts, tables)
