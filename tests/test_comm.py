@@ -61,7 +61,9 @@ def test_roofline_adds_communication_and_finds_where_it_dominates():
     assert row["comm_s"] == pytest.approx(expected)
     assert row["time_floor_s"] == pytest.approx(row["compute_or_memory_s"] + expected)
     assert data["tp_where_comm_dominates"] in (0, 16, 32, 64)
-    single = run_json("roofline", "llama-3.1-70b", "--gpu", "h100", "--ctx", "8k", "--batch", "1")
+    single = run_json(
+        "roofline", "llama-3.1-70b", "--gpu", "h100", "--ctx", "8k", "--batch", "1", "--tp", "1"
+    )
     assert single["decode"][0]["comm_s"] == 0
 
 
