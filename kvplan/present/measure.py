@@ -8,7 +8,7 @@ from xml.sax.saxutils import quoteattr
 
 from kvplan.present import format as f
 from kvplan.present.notes import note_texts
-from kvplan.present.view import Column, Table, View, jsonable, note_json, rows_of
+from kvplan.present.view import Column, Fact, Table, View, jsonable, judged, note_json, rows_of
 
 
 def _unit_value(value, unit: str) -> str:
@@ -105,13 +105,14 @@ def measure_view(result, comparison=None) -> View:
             "more per GEMM",
         ),
         ("profile compared", result.datasheet["name"] if result.datasheet else "none matched"),
-        (
+        Fact(
             "check",
             ("passed" if check.passed else "FAILED")
             + f": median |error| {check.median_abs_error:.1%} (<= {check.tolerance:.0%}), "
             f"worst {check.worst_abs_error:.1%} (<= {check.worst_tolerance:.0%}), "
             f"{check.memory_bound_points} memory-bound point(s), self-test "
             f"{sum(m.caught for m in check.mutations)}/{len(check.mutations)} mutations caught",
+            verdict=judged(check.passed),
         ),
     ]
     if comparison is not None:
