@@ -29,6 +29,7 @@ COMMANDS = {
     "plan": ("kvplan.cli.plan", "add"),
     "models": ("kvplan.cli.catalog", "add_models"),
     "gpus": ("kvplan.cli.catalog", "add_gpus"),
+    "explain": ("kvplan.cli.explain", "add"),
 }
 
 

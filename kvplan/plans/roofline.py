@@ -342,6 +342,7 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
         note("roofline-decode-reads"),
         note("roofline-prefill-causal"),
         note("roofline-batch-equal-reads"),
+        note("roofline-terms"),
         fmt.note,
     ]
     if spec.moe is not None:

@@ -1186,3 +1186,11 @@ text("roofline-ops")(
         "listed; kvplan measure times the same operators on a device."
     )
 )
+text("roofline-terms")(
+    lambda: (
+        "I_inf is the intensity a decode step approaches as the batch grows (each sequence "
+        "brings its own cache to read); ceiling is BW/(s x k), the decode rate no batch beats; "
+        "s* is the context above which no batch reaches the ridge. kvplan explain TERM says "
+        "more."
+    )
+)

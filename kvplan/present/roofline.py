@@ -89,7 +89,7 @@ def roofline_view(result: RooflineResult) -> View:
                 f"{row.ceiling_tokens_per_s:,.0f} tok/s, B_read {row.batch_equal_reads:,.1f}"
                 if row.ceiling_tokens_per_s
                 else "no KV",
-                notes=("roofline-batch-equal-reads",),
+                notes=("roofline-batch-equal-reads", "roofline-terms"),
             )
         )
     table = Table(
