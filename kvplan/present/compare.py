@@ -19,7 +19,13 @@ def compare_view(result: CompareResult) -> View:
     ]
     columns = [
         Column("gpu", "GPU", f.text, "left"),
-        Column("layout", "deployment", f.text, "left"),
+        Column(
+            "layout",
+            "deployment",
+            lambda v: "does not fit" if v is None else v,
+            "left",
+            raw_keys=("layout", "fits", "why_not"),
+        ),
         Column("gpus_per_replica", "GPUs", f.integer),
         Column("users_per_replica", "users", f.integer),
         Column("users_per_gpu", "per GPU", f.fixed(1)),
@@ -35,12 +41,7 @@ def compare_view(result: CompareResult) -> View:
             Column("usd_per_million_output_tokens", "$/M tokens", f.usd),
         ]
     data = jsonable(r)
-    rows = []
-    for row, item in zip(r.rows, data["rows"], strict=True):
-        if not row.fits:
-            item = {**item, "layout": "does not fit"}
-        rows.append(item)
-    table = Table("", columns, rows)
+    table = Table("", columns, data["rows"])
     unfit = [row for row in r.rows if not row.fits and row.why_not]
     notes = list(r.notes) + [r.verdict]
     view_ = view(
