@@ -2,10 +2,10 @@
 their text is built from. The library only ever creates Note values; the words live in one place,
 kvplan.present.notes, keyed by id. Reports cite notes by id, never by their wording."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
+
+from kvplan.record import NamedTuple
 
 
 class Note(NamedTuple):

@@ -261,3 +261,18 @@ def test_measure_fits_80_columns_under_a_terminal(tmp_path):
     assert len(titles) >= 3 and len(set(titles)) == len(titles)  # profile, points, self-test
     check = next(line for line in out.splitlines() if ESCAPE.sub("", line).split()[:1] == ["check"])
     assert "\x1b[" in check  # passed or FAILED, coloured either way
+
+
+def test_the_narrow_fast_path_agrees_with_unicodedata():
+    """cell_width skips unicodedata (start-up) for ranges with no wide or combining character."""
+    import unicodedata
+
+    from kvplan.present.render import _NARROW, cell_width
+
+    for low, high in _NARROW:
+        for code in range(low, high):
+            ch = chr(code)
+            assert not unicodedata.combining(ch), hex(code)
+            assert unicodedata.east_asian_width(ch) not in ("W", "F"), hex(code)
+    assert cell_width("KV ÷ weights — 1.5×") == 19
+    assert cell_width("表") == 2 and cell_width("e\u0301") == 1  # measured by unicodedata

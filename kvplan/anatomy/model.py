@@ -5,15 +5,13 @@ Heterogeneous models are data: one loop over `layers` sizes every architecture.
 The value types are NamedTuples: immutable, and cheap to define (the CLI's start-up budget).
 """
 
-from __future__ import annotations
-
 from collections import Counter
 from enum import Enum
-from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.notes import Note
+from kvplan.record import NamedTuple
 
 
 class CacheKind(str, Enum):

@@ -3,8 +3,6 @@
 Nothing here computes; every command has a Python twin in the library (docs/python-api.md). Each
 command lives in its own module, imported only when that command runs (the start-up budget)."""
 
-from __future__ import annotations
-
 import importlib
 import os
 import sys

@@ -1,8 +1,6 @@
 """What every command shares: the one-line error handling, the options that mean the same thing
 in every command (with their ranges checked at the edge), and writing the output."""
 
-from __future__ import annotations
-
 import functools
 import math
 from pathlib import Path
@@ -224,9 +222,15 @@ def render(view, fmt, out: Path | None = None) -> str:
     fmt = OutputFormat(fmt)
     if fmt is OutputFormat.table:
         from kvplan.present.output import is_stdout
-        from kvplan.present.terminal import PIPE_WIDTH, Terminal, detect, render_for
+        from kvplan.present.tty import PIPE_WIDTH, Terminal, detect
 
         terminal = detect() if is_stdout(out) else Terminal(PIPE_WIDTH, rich=False, colour=None)
+        if not terminal.rich:  # a pipe or a file: the plain text, no rich renderer imported
+            from kvplan.present.render import render_table
+
+            return render_table(view, terminal.width)
+        from kvplan.present.terminal import render_for
+
         return render_for(view, terminal)
     if fmt is OutputFormat.csv:
         for words in view.notes:

@@ -1,7 +1,5 @@
 """kvplan size."""
 
-from __future__ import annotations
-
 import typer
 
 from kvplan.cli import common as c

@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from kvplan.errors import KvplanError
+from kvplan.record import NamedTuple
 
 ENGINES = ("vllm", "sglang", "llama.cpp")
 

@@ -16,8 +16,6 @@ b10309) and the builds where each changed:
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from kvplan import __version__
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec
 from kvplan.errors import KvplanError
@@ -30,6 +28,7 @@ from kvplan.formulas.dtypes import (
 from kvplan.formulas.offload import first_gpu_layer, output_on_gpu, two_memory_step_time_s
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
+from kvplan.record import NamedTuple
 from kvplan.units import GIB
 
 LLAMA_CPP_BUILD = 10309  # the source these rules were read from (upstream 82bb48500)

@@ -8,10 +8,10 @@ Since v0.30 Ollama runs upstream llama-server with `-c num_ctx*num_parallel -np 
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.notes import Note, note
+from kvplan.record import NamedTuple
 from kvplan.units import GIB
 
 OLLAMA_VERSION = "0.33"

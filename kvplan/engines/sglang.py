@@ -16,8 +16,6 @@ allocated, profile_cell_size_bytes what the token count uses.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.engines import EngineRequest
@@ -28,6 +26,7 @@ from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
+from kvplan.record import NamedTuple
 from kvplan.units import GIB, MIB
 
 SGLANG_VERSION = "0.5"

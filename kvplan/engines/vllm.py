@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import NamedTuple
 
 from kvplan import __version__
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, pp_stages
@@ -20,6 +19,7 @@ from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
+from kvplan.record import NamedTuple
 from kvplan.units import GIB
 
 VLLM_VERSIONS = ("0.19", "0.21")  # 0.21: CUDA-graph memory subtracted, new cache-size line

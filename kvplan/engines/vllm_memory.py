@@ -17,7 +17,6 @@ choices (defaults by GPU, sampler on the last stage only, the pipeline's interme
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.formulas.dtypes import ELEMENT_BYTES
@@ -32,6 +31,7 @@ from kvplan.formulas.memory import (
 from kvplan.formulas.weights import part_bytes_per_param
 from kvplan.inputs.architectures.params import indexer_params
 from kvplan.inputs.hardware import GpuProfile
+from kvplan.record import NamedTuple
 from kvplan.units import GIB
 
 VOCAB_PADDING = 64  # DEFAULT_VOCAB_PADDING_SIZE of VocabParallelEmbedding / ParallelLMHead

@@ -23,8 +23,6 @@ m = min(pp, sequences) micro-batches and a step takes (m + pp − 1) stage times
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
@@ -43,6 +41,7 @@ from kvplan.formulas.kv import cache_groups
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
 from kvplan.formulas.step_time import Rates, bound, time_floor_s
 from kvplan.formulas.weights import weight_bytes_read_per_decode_step
+from kvplan.record import NamedTuple
 
 LOGIT_BYTES = 4  # the sampler works on fp32 logits
 

@@ -5,14 +5,12 @@ A "head-vector" is the `width` values of one K (or V) head for one token, or one
 Quantized formats carry their scales explicitly so the byte count is what an engine stores.
 """
 
-from __future__ import annotations
-
 import math
 import re
-from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.notes import Note, note
+from kvplan.record import NamedTuple
 
 # Plain formats: bytes per element.
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -81,7 +79,7 @@ class WeightFormat(NamedTuple):
 
 FP8_BLOCK = 128  # DeepSeek-style fp8: one fp32 scale per 128 x 128 block
 INT4_DEFAULT_GROUP = 128  # GPTQ/AWQ's usual group
-_INT = re.compile(r"int(?P<bits>[248])(?:-g(?P<group>\d{1,5}))?(?P<sym>-sym)?")
+_INT = r"int(?P<bits>[248])(?:-g(?P<group>\d{1,5}))?(?P<sym>-sym)?"  # compiled on use
 
 
 def weight_format(name: str) -> WeightFormat | None:
@@ -102,7 +100,7 @@ def weight_format(name: str) -> WeightFormat | None:
         return WeightFormat(key, 0.5 + 1 / 16)
     if key == "mxfp4":
         return WeightFormat(key, 0.5 + 1 / 32, experts_only=True)
-    match = _INT.fullmatch(key)
+    match = re.fullmatch(_INT, key)
     if match:
         bits = int(match.group("bits"))
         group = match.group("group")
@@ -243,7 +241,7 @@ class KvFormat(NamedTuple):
         raise KvplanError(f"unknown KV dtype {self.name!r}")
 
     @property
-    def full_precision(self) -> KvFormat:
+    def full_precision(self) -> "KvFormat":
         """The format of the tokens kept in full precision."""
         return KvFormat(self.full_precision_dtype)
 

@@ -5,8 +5,6 @@ Notation: P_m = active parameters that take part in matmuls (the input-embedding
 lookup, not a matmul), H_q query heads, d_qk / d_v per-head widths, W window, s context, n tokens.
 """
 
-from __future__ import annotations
-
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec
 
 

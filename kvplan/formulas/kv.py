@@ -4,12 +4,9 @@ Notation (docs/formulas.md): L layers, Hkv KV heads, d head_dim, p bytes per ele
 tokens, B batch. For a full-attention layer stack: bytes_per_token = 2 * L * Hkv * d * p.
 """
 
-from __future__ import annotations
-
-from typing import NamedTuple
-
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.formulas.dtypes import KvFormat
+from kvplan.record import NamedTuple
 
 
 class CacheGroup(NamedTuple):

@@ -22,10 +22,10 @@ Qwen2.5-7B at TP 1.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.formulas.dtypes import ELEMENT_BYTES
+from kvplan.record import NamedTuple
 from kvplan.units import GIB
 
 # The sampler's dummy run on S rows (vLLM 0.19, FlashInfer sampling off by default): the logits

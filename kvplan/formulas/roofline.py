@@ -4,8 +4,6 @@ the critical context s*, the throughput ceiling BW/(s*k), and B_read.
 Notation: f(s) FLOPs per decode token at context s, KV(s) cache bytes per sequence, BW bandwidth.
 """
 
-from __future__ import annotations
-
 from kvplan.anatomy.model import ModelSpec
 from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.flops import flops_per_decode_token

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import NamedTuple
 
 from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec
 from kvplan.errors import KvplanError
@@ -27,6 +26,7 @@ from kvplan.formulas.flops import (
 )
 from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.formulas.weights import weight_bytes_read_per_decode_step
+from kvplan.record import NamedTuple
 
 
 class Rates(NamedTuple):

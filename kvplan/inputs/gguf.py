@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import NamedTuple
 
 from kvplan.anatomy.model import (
     Attention,
@@ -32,6 +31,7 @@ from kvplan.anatomy.model import (
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import GGML_TYPE_BY_ID, ggml_tensor_bytes
 from kvplan.notes import note
+from kvplan.record import NamedTuple
 
 SPLIT_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 

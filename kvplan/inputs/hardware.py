@@ -8,11 +8,11 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.formulas.roofline import ridge_flop_per_byte
 from kvplan.inputs.text import clean
+from kvplan.record import NamedTuple
 from kvplan.units import GBIT
 
 PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")

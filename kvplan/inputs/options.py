@@ -1,8 +1,6 @@
 """What people type on the command line, parsed into SI numbers with their ranges checked at the
 edge: token counts (8k, 128k, 1m), lists of them, whole numbers, fractions and sizes with units."""
 
-from __future__ import annotations
-
 import math
 import re
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import GpuProfile, load_profile
+from kvplan.record import NamedTuple
 
 MAX_USD_PER_GPU_HOUR = 10_000.0
 

@@ -3,18 +3,18 @@ or per-tensor scales), compressed-tensors (int groups, fp8, nvfp4), AWQ/GPTQ, Mo
 What it cannot read it names, and a name that says "FP8"/"AWQ"/... with no quantization_config
 is flagged: the weights are then counted unquantized, and the output says so."""
 
-from __future__ import annotations
-
 import re
-from typing import NamedTuple
 
 from kvplan.formulas.weights import QUANTIZABLE_PARTS
 from kvplan.inputs.text import clean
 from kvplan.notes import Note, note
+from kvplan.record import NamedTuple
 
-NAME_SAYS_QUANTIZED = re.compile(
-    r"(fp8|fp4|nvfp4|mxfp4|awq|gptq|int4|int8|w4a16|w8a8|w4a8|bnb|4bit|8bit)", re.I
-)
+# A name that says its weights are quantized (plain substrings of the lower-cased name)
+NAME_SAYS_QUANTIZED = (
+    "fp8", "fp4", "nvfp4", "mxfp4", "awq", "gptq", "int4", "int8", "w4a16", "w8a8", "w4a8",
+    "bnb", "4bit", "8bit",
+)  # fmt: skip
 
 
 class Quantization(NamedTuple):
@@ -83,7 +83,8 @@ def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quant
     a repository id) for the check on quantized-looking names."""
     qc = top.get("quantization_config") or text.get("quantization_config")
     if not isinstance(qc, dict):
-        if NAME_SAYS_QUANTIZED.search(f"{name} {hint}"):
+        words = f"{name} {hint}".lower()
+        if any(tag in words for tag in NAME_SAYS_QUANTIZED):
             return Quantization(None, None, (note("quant-name-only", name=clean(name)[:100]),))
         return Quantization(None, None)
     method = str(qc.get("quant_method") or qc.get("quant_algo") or "")[:40].lower()

@@ -4,18 +4,16 @@ where the checkpoint itself can be read, its safetensors headers (the exact weig
 Loading is JSON parsing only: no `trust_remote_code`, no `auto_map` import, nothing executed.
 """
 
-from __future__ import annotations
-
 import json
 import re
 import stat
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.inputs.text import clean
 from kvplan.notes import note
+from kvplan.record import NamedTuple
 
 MAX_CONFIG_BYTES = 8 * 2**20  # the largest real config.json is a few hundred KB
 MAX_JSON_DEPTH = 64
@@ -56,21 +54,34 @@ def _lookup_bundled(name: str) -> BundledModel | None:
 # Suffixes of Hugging Face ids that name the same architecture and the same weights' shapes
 # (instruction tuning, a dated refresh). Quantized variants (FP8, AWQ, GPTQ, ...) change the
 # weights and are never resolved this way.
-VARIANT_SUFFIX = re.compile(r"-(instruct|chat|it|base|hf|thinking|\d{4})$", re.IGNORECASE)
-QUANTIZED = re.compile(r"fp8|fp4|awq|gptq|int4|int8|w4a16|w8a8|bnb|gguf|exl2|mlx|nvfp4|mxfp4", re.I)
+VARIANT_SUFFIX = r"-(instruct|chat|it|base|hf|thinking|\d{4})$"  # compiled on use (start-up)
+QUANTIZED = (
+    "fp8",
+    "fp4",
+    "awq",
+    "gptq",
+    "int4",
+    "int8",
+    "w4a16",
+    "w8a8",
+    "bnb",
+    "gguf",
+    "exl2",
+    "mlx",
+)
 
 
 def _strip_variant(repo_id: str) -> str:
     previous = None
     while previous != repo_id:
-        previous, repo_id = repo_id, VARIANT_SUFFIX.sub("", repo_id)
+        previous, repo_id = repo_id, re.sub(VARIANT_SUFFIX, "", repo_id, flags=re.IGNORECASE)
     return repo_id.lower()
 
 
 def resolve_variant(name: str) -> BundledModel | None:
     """A bundled model whose Hugging Face id is `name` up to instruction/date suffixes
     (Qwen/Qwen2.5-72B-Instruct -> Qwen/Qwen2.5-72B); None for quantized or unknown variants."""
-    if not _looks_like_repo_id(name) or QUANTIZED.search(name):
+    if not _looks_like_repo_id(name) or any(tag in name.lower() for tag in QUANTIZED):
         return None
     wanted = _strip_variant(name.strip())
     for model in bundled_models().values():

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import load_profile
 from kvplan.measure.device import device_key
 from kvplan.measure.profile import figures_of
+from kvplan.record import NamedTuple
 
 # the standard error of a median is ~1.2533 sigma / sqrt(n), and the p20-p80 range is ~1.683
 # sigma of a normal sample: 2 standard errors = NOISE_FACTOR x spread / sqrt(n)

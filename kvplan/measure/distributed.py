@@ -28,7 +28,6 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import (
@@ -42,6 +41,7 @@ from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.inputs.sources import load_model
 from kvplan.measure.timing import summarize
 from kvplan.notes import Note, note
+from kvplan.record import NamedTuple
 
 INNER = 20  # small operations timed in loops of 20 per sample (as nccl-tests does)
 LARGE_BYTES = 1 << 20  # from here, 3 operations per sample

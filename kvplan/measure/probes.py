@@ -16,12 +16,11 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 import torch.nn.functional as F
 
 from kvplan.measure.timing import Item
+from kvplan.record import NamedTuple
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 SKINNY_ROWS = (1, 2, 4, 8, 16, 32, 64)

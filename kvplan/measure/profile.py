@@ -21,14 +21,13 @@ Rules (docs/measure.md):
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from kvplan import __version__
 from kvplan.formulas.step_time import OpRates, curve_value
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.measure import probes as pr
 from kvplan.measure.probes import Probe
 from kvplan.measure.timing import Timing
+from kvplan.record import NamedTuple
 
 MEMORY_BOUND_MARGIN = 1.25  # a probe within 25% of bytes / bandwidth measured the memory
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import NamedTuple
 
 import torch
 
@@ -35,6 +34,7 @@ from kvplan.measure.profile import DeviceProfile, derive, rates_of
 from kvplan.measure.timing import Clock, Item, Progress, time_rounds
 from kvplan.measure.workload import Workload, truncate
 from kvplan.notes import Note, note, unique
+from kvplan.record import NamedTuple
 
 DEFAULT_MODEL = {"cpu": "qwen2.5-3b", "cuda": "qwen2.5-7b"}  # 309 MB per fp32 layer; 8 x 466 MB
 TOLERANCE = {"cpu": 0.15, "cuda": 0.10}  # median |error|; the worst point may miss by twice it

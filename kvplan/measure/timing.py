@@ -16,7 +16,8 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+
+from kvplan.record import NamedTuple
 
 
 class Timing(NamedTuple):

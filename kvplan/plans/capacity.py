@@ -6,8 +6,6 @@ max concurrency = floor(budget / paged bytes per sequence), on the most loaded p
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.errors import KvplanError
@@ -26,6 +24,7 @@ from kvplan.plans.deployment import (
     replica_sequences,
 )
 from kvplan.plans.pool import max_context_at_batch
+from kvplan.record import NamedTuple
 
 WHAT_IF_KV_DTYPES = ("bf16", "fp8", "int8", "int4")
 

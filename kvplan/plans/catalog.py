@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_token, state_bytes_per_sequence
 from kvplan.inputs.sources import bundled_models, load_model
 from kvplan.notes import Note, note
+from kvplan.record import NamedTuple
 
 
 class ModelRow(NamedTuple):

@@ -1,13 +1,10 @@
 """What several plans share: the notes that travel with a model at a TP degree, and the model's
 summary (anatomy, parameters, weights) that size, report and models print."""
 
-from __future__ import annotations
-
-from typing import NamedTuple
-
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.errors import KvplanError
 from kvplan.notes import Note, note
+from kvplan.record import NamedTuple
 
 
 def model_notes(spec: ModelSpec, tp: int) -> list[Note]:

@@ -11,7 +11,6 @@ output tokens at that floor. A kind that cannot hold one sequence says why.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 from kvplan import __version__
 from kvplan.anatomy.model import ModelSpec
@@ -22,6 +21,7 @@ from kvplan.notes import Note, note, unique
 from kvplan.plans.capacity import CapacityRequest, capacity
 from kvplan.plans.deployment import deployment_of, layout_text
 from kvplan.plans.roofline import RooflineRequest, roofline
+from kvplan.record import NamedTuple
 
 MAX_GPU_KINDS = 64
 

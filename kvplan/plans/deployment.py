@@ -19,14 +19,13 @@ Everything the user fixes (--tp, --pp, --dp-attention) is kept.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import KvFormat
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note
 from kvplan.plans.pool import Budget, budget, max_sequences
+from kvplan.record import NamedTuple
 
 DEFAULT_GPUS_PER_NODE = 8
 MAX_NODES = 16  # the largest replica the automatic choice considers

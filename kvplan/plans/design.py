@@ -3,8 +3,6 @@ contexts: cache anatomy, KV table, capacity, roofline, the decision order's inpu
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from kvplan import __version__
 from kvplan.anatomy.model import ModelSpec
 from kvplan.errors import KvplanError
@@ -24,6 +22,7 @@ from kvplan.plans.common import model_notes, require_cache
 from kvplan.plans.compare import CompareRequest, CompareResult, compare
 from kvplan.plans.deployment import DeploymentChoice, choose_deployment
 from kvplan.plans.roofline import RooflineRequest, RooflineResult, roofline
+from kvplan.record import NamedTuple
 
 
 class DesignRequest(NamedTuple):

@@ -12,7 +12,6 @@ Every TP degree within the node stays one click away, with its per-GPU weights a
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
@@ -36,6 +35,7 @@ from kvplan.plans.deployment import (
     gpus_per_node,
     rank_budget,
 )
+from kvplan.record import NamedTuple
 
 ACT1_MAX_PROMPT = 4096
 ACT1_MAX_GENERATE = 256

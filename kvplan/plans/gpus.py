@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from kvplan.inputs.hardware import bundled_profiles
 from kvplan.notes import Note, note
+from kvplan.record import NamedTuple
 
 
 class GpuRow(NamedTuple):

@@ -19,7 +19,6 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable
-from typing import NamedTuple
 
 from kvplan import __version__
 from kvplan.anatomy.model import ModelSpec
@@ -28,6 +27,7 @@ from kvplan.formulas.batch_step import BatchShape
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.inputs.prices import price_for
 from kvplan.notes import Note, note, unique
+from kvplan.record import NamedTuple
 from kvplan.simulate import cluster, metrics
 from kvplan.simulate.cluster import Frontend
 from kvplan.simulate.engine import Engine, pool_demand

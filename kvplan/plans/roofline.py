@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.errors import KvplanError
@@ -41,6 +39,7 @@ from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
 from kvplan.plans.common import model_notes
 from kvplan.plans.deployment import choose_deployment, rank_budget, replica_sequences
+from kvplan.record import NamedTuple
 
 
 class RooflineRequest(NamedTuple):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import NamedTuple
 
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec
@@ -18,6 +17,7 @@ from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
 from kvplan.plans.common import model_notes
+from kvplan.record import NamedTuple
 from kvplan.simulate import cluster, metrics
 from kvplan.simulate.cluster import Frontend
 from kvplan.simulate.engine import Engine, pool_demand

@@ -1,9 +1,5 @@
 """`kvplan size`: the cache per token, per sequence and per batch, next to the weights."""
 
-from __future__ import annotations
-
-from typing import NamedTuple
-
 from kvplan import __version__
 from kvplan.anatomy.model import ModelSpec
 from kvplan.errors import KvplanError
@@ -25,6 +21,7 @@ from kvplan.plans.common import (
     layer_groups,
     model_notes,
 )
+from kvplan.record import NamedTuple
 
 MAX_ROWS = 10_000  # a table a person can read is far smaller; this bounds the work
 

@@ -10,7 +10,6 @@ kvplan.plans.whatif_techniques; the scheduling group changes no byte and is poin
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
@@ -52,6 +51,7 @@ from kvplan.plans.whatif_techniques import (
     stored_bytes,
     stored_model,
 )
+from kvplan.record import NamedTuple
 
 
 # ---- the request and the result ----------------------------------------------------------------

@@ -12,7 +12,7 @@ second cache. The scheduling group changes no byte at all.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, State, StateKind
 from kvplan.errors import KvplanError
@@ -20,6 +20,7 @@ from kvplan.formulas.dtypes import SUB_BYTE_BITS, KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence, state_bytes_per_sequence
 from kvplan.formulas.techniques import expected_tokens_per_round, kept_tokens
 from kvplan.inputs.options import parse_tokens
+from kvplan.record import NamedTuple
 
 # The terms a technique can move: the six of the product, plus what changes no term of it.
 TERMS = (

@@ -2,8 +2,6 @@
 units. Values arrive in SI base units (bytes, seconds, FLOP, FLOP/s, bytes/s); None prints as
 an em dash (unknown is never NaN)."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any
 

@@ -3,7 +3,7 @@ computed, and where it appears. One entry per term; the aliases are the spelling
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from kvplan.record import NamedTuple
 
 
 class Term(NamedTuple):

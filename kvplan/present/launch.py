@@ -7,9 +7,8 @@ command kvplan prints spells the engines' flags the same way.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from kvplan.errors import KvplanError
+from kvplan.record import NamedTuple
 
 VLLM_IMAGE = "vllm/vllm-openai:v0.19.0"  # the release whose rules kvplan models
 SGLANG_IMAGE = "lmsysorg/sglang:latest"  # pin the tag you test with

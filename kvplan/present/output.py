@@ -5,8 +5,6 @@ disk, a crash or a second kvplan writing the same file never leaves a half-writt
 user did not name (a report's charts) are never overwritten silently; every OS error becomes one
 clear line (exit 2)."""
 
-from __future__ import annotations
-
 import errno
 import os
 import sys

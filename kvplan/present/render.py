@@ -10,11 +10,11 @@ width-aware, coloured table of kvplan.present.terminal, which shares `fit_column
 
 import io
 import json
-import unicodedata
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any
 
 from kvplan.present.view import Column, Table, View, cited, facts_of
+from kvplan.record import NamedTuple
 
 INDENT = 2  # a table's left margin
 GAP = 2  # spaces between two columns
@@ -156,8 +156,22 @@ def render_csv(report: View) -> str:
 
 
 # ---- plain table (pipes) -----------------------------------------------------------------------
+# Code point ranges with no wide character and no combining mark (checked against unicodedata in
+# tests/test_render_csv.py): Latin-1 and Latin extended (× ÷), general punctuation (— …),
+# arrows, mathematical operators (≤), box drawing (─).
+_NARROW = ((0x00A0, 0x0300), (0x2010, 0x2028), (0x2030, 0x205F), (0x2190, 0x2300), (0x2500, 0x2580))
+
+
+def _narrow(code: int) -> bool:
+    return code < 0x80 or any(low <= code < high for low, high in _NARROW)
+
+
 def cell_width(text: str) -> int:
     """Columns a string takes in a terminal: wide East Asian characters 2, combining marks 0."""
+    if text.isascii() or all(_narrow(ord(ch)) for ch in text):
+        return len(text)
+    import unicodedata  # only for text beyond the narrow ranges (start-up)
+
     width = 0
     for ch in text:
         if unicodedata.combining(ch):

@@ -1,7 +1,5 @@
 """`kvplan size` in words: the model's anatomy as facts, the KV table, the per-group breakdown."""
 
-from __future__ import annotations
-
 from kvplan.plans.size import SizeResult
 from kvplan.present import format as f
 from kvplan.present.view import Column, Fact, Table, View, ref, rows_of, view

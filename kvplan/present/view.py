@@ -22,10 +22,11 @@ Presenters tag what a renderer needs beyond the words, with small typed markers:
 
 from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any
 
 from kvplan.notes import Note
 from kvplan.present.notes import note_text, note_texts
+from kvplan.record import NamedTuple
 
 
 class Verdict(str, Enum):

@@ -19,9 +19,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from typing import NamedTuple
 
 from kvplan.errors import KvplanError
+from kvplan.record import NamedTuple
 from kvplan.simulate.engine import Engine, Req, _Unservable
 from kvplan.simulate.workload import RequestSpec, prompt_token_ids
 

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import NamedTuple
 
 from kvplan.formulas.batch_step import TERMS, BatchShape, StepModel
 from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
+from kvplan.record import NamedTuple
 from kvplan.simulate.workload import RequestSpec, output_token_ids, prompt_token_ids
 
 MIN_SPAN = 2  # decode-only steps worth advancing together

@@ -16,9 +16,9 @@ mean running and waiting requests, and where the engine's time went.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 from kvplan.formulas.batch_step import TERMS
+from kvplan.record import NamedTuple
 from kvplan.units import MS
 
 PERCENTILES = (90, 99)

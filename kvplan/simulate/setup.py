@@ -11,7 +11,6 @@ except for models with recurrent state, gpu_memory_utilization 0.9.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.engines import EngineRequest
@@ -29,6 +28,7 @@ from kvplan.formulas.step_time import Rates
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note
+from kvplan.record import NamedTuple
 from kvplan.simulate.engine import EngineConfig, side_blocks
 from kvplan.units import GIB
 

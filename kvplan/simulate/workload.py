@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import NamedTuple
 
 from kvplan.errors import KvplanError
+from kvplan.record import NamedTuple
 
 LENGTH_DISTS = ("fixed", "uniform", "lognormal", "sharegpt")
 SHAREGPT_SIGMA = 1.0  # spread of the ShareGPT stand-in (log-space standard deviation)

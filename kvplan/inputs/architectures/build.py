@@ -10,10 +10,7 @@ naming the fields that decided each part and any structural field left unread; a
 declares structure kvplan cannot read is refused (exit 2), never printed as plain attention.
 """
 
-from __future__ import annotations
-
 from collections import Counter
-from typing import NamedTuple
 
 from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, State
 from kvplan.errors import KvplanError
@@ -26,6 +23,7 @@ from kvplan.inputs.fields import MAX_LAYERS, REQUIRED, Fields
 from kvplan.inputs.quantization import read_quantization
 from kvplan.inputs.text import clean
 from kvplan.notes import note
+from kvplan.record import NamedTuple
 
 GENERIC = Family("unknown family, sized from structure")
 

@@ -5,9 +5,7 @@ shape) that decide the parameter count. Data, one row per family (transformers 5
 A model_type that is not here is sized from structure alone (kvplan.inputs.architectures.build):
 what the config declares, never a guess for what it declares and kvplan did not read."""
 
-from __future__ import annotations
-
-from typing import NamedTuple
+from kvplan.record import NamedTuple
 
 
 class Family(NamedTuple):

@@ -2,8 +2,6 @@
 DeltaNet, lightning linear attention) and its parameters. Detection goes by the fields a config
 declares, whatever its model_type; each reader names the fields it used."""
 
-from __future__ import annotations
-
 from kvplan.anatomy.model import State, StateKind
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import model_dtype_name

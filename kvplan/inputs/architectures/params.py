@@ -2,8 +2,6 @@
 structure a Builder read and its family's block details. Unique parameters, tied weights once,
 buffers (e.g. DeepSeek's e_score_correction_bias) excluded: what transformers' model holds."""
 
-from __future__ import annotations
-
 from kvplan.anatomy.model import Attention, MoE, State
 from kvplan.errors import KvplanError
 from kvplan.inputs.architectures.mixers import mixer_params

@@ -10,8 +10,6 @@ LongRoPE both the original and the extended range; llama3, mrope and plain RoPE
 one table per type.
 """
 
-from __future__ import annotations
-
 from kvplan.inputs.fields import Fields
 
 # Rope types whose table spans the configured positions times the scaling factor.

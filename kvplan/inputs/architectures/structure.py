@@ -1,27 +1,62 @@
 """Which config fields are structural (they change the cache or the parameter count), so that a
 field kvplan did not read is named, never silently ignored."""
 
-from __future__ import annotations
-
-import re
 
 # A key is structural when its name says what it is about, and its value is a size, a count, a
 # switch or a list (coefficients, names and nulls are not structure).
+class _Rule:
+    """A key matches when it contains one of `parts` or starts with one of `prefixes` (plain
+    string tests: no regular expression to compile at start-up)."""
+
+    def __init__(self, parts: tuple[str, ...], prefixes: tuple[str, ...] = ()):
+        self.parts, self.prefixes = parts, prefixes
+
+    def search(self, key: str) -> bool:
+        return key.startswith(self.prefixes) or any(part in key for part in self.parts)
+
+
 CATEGORIES = {
-    "experts": re.compile(
-        r"expert|^moe_|_moe_|^n_routed|first_k_dense|mlp_only_layers|decoder_sparse_step|"
-        r"shared_intermediate"
+    "experts": _Rule(
+        (
+            "expert",
+            "_moe_",
+            "first_k_dense",
+            "mlp_only_layers",
+            "decoder_sparse_step",
+            "shared_intermediate",
+        ),
+        ("moe_", "n_routed"),
     ),
-    "latent attention": re.compile(r"kv_lora_rank|q_lora_rank|qk_rope_head_dim|qk_nope_head_dim"),
-    "windows": re.compile(r"sliding_window|attention_chunk|window_size|chunk_size"),
-    "indexer": re.compile(r"^index_|indexer"),
-    "recurrent state": re.compile(
-        r"mamba|^ssm_|_ssm_|^linear_(num|key|value|conv)|state_size|conv_kernel|d_conv|d_state|"
-        r"time_step_rank|n_groups"
+    "latent attention": _Rule(
+        ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim")
     ),
-    "layer types": re.compile(
-        r"layer_types|block_type|override_pattern|attn_type|no_rope_layers|attention_interval|"
-        r"attn_layer_|window_pattern|moe_layers"
+    "windows": _Rule(("sliding_window", "attention_chunk", "window_size", "chunk_size")),
+    "indexer": _Rule(("indexer",), ("index_",)),
+    "recurrent state": _Rule(
+        (
+            "mamba",
+            "_ssm_",
+            "state_size",
+            "conv_kernel",
+            "d_conv",
+            "d_state",
+            "time_step_rank",
+            "n_groups",
+        ),
+        ("ssm_", "linear_num", "linear_key", "linear_value", "linear_conv"),
+    ),
+    "layer types": _Rule(
+        (
+            "layer_types",
+            "block_type",
+            "override_pattern",
+            "attn_type",
+            "no_rope_layers",
+            "attention_interval",
+            "attn_layer_",
+            "window_pattern",
+            "moe_layers",
+        )
     ),
 }
 

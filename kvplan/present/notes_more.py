@@ -1,0 +1,758 @@
+"""The words of the notes beyond the core commands (llama.cpp and Ollama, whatif's techniques,
+the engines' memory terms, simulate and plan, deployments, comparisons, measure): registered in
+kvplan.present.notes' one table, loaded only when one of them is printed (start-up)."""
+
+from kvplan.present import format as f
+from kvplan.present.notes import text
+
+# ---- GGUF, llama.cpp and Ollama -------------------------------------------------------------------
+text("kv-ggml")(
+    lambda dtype, block_size, block_bytes: (
+        f"{dtype} KV (ggml): {block_size} values in {block_bytes} bytes, the block's fp16 scale "
+        f"(and minimum) included ({8 * block_bytes / block_size:.3g} bits per value), as llama.cpp "
+        "stores a quantized cache."
+    )
+)
+text("weights-gguf")(
+    lambda file_type, weights_bytes: (
+        f"weights as the GGUF file stores them ({file_type}): {f.gib_text(weights_bytes)}, the sum "
+        "of every tensor's ggml size with its block scales."
+    )
+)
+text("gguf-file")(
+    lambda arch: (
+        f"Read from a GGUF file (architecture {arch}): the cache follows llama.cpp's rules for "
+        "it; the KV default dtype is f16 and recurrent state is f32, as llama.cpp keeps them."
+    )
+)
+text("gguf-mla-legacy")(
+    lambda: (
+        "This deepseek2 GGUF has no key_length_mla/value_length_mla: converted before llama.cpp's "
+        "MLA cache (#12801), it is cached as full K and V per head, not as the latent."
+    )
+)
+text("gguf-window-ignored")(
+    lambda arch: (
+        f"The file states a sliding window, but llama.cpp ignores it for {arch}: every layer "
+        "keeps every token."
+    )
+)
+text("gguf-nextn-layers")(
+    lambda layers: (
+        f"The file holds {layers} NextN (multi-token prediction) block(s); llama.cpp allocates "
+        "their KV cache too, so they are counted."
+    )
+)
+text("gguf-shared-kv")(
+    lambda layers: (
+        f"The last {layers} layers read an earlier layer's KV (shared_kv_layers) and keep none "
+        "of their own."
+    )
+)
+text("llamacpp-rules")(
+    lambda build: (
+        f"llama.cpp rules read from its source at b{build} (upstream 82bb48500), with the builds "
+        "where each changed; --llama-build picks an older one."
+    )
+)
+text("llamacpp-np-auto")(
+    lambda parallel: (
+        f"No -np: llama-server's auto gives {parallel} sequences sharing one unified cache "
+        "(an explicit -np N splits the cache into N streams unless -kvu)."
+    )
+)
+text("llamacpp-ctx-train")(
+    lambda n_ctx_train: (
+        f"-c 0 (or unset on builds since b7407): the training context, {n_ctx_train:,} tokens; "
+        "llama-server's --fit may lower it when memory is short."
+    )
+)
+text("llamacpp-fa-auto")(
+    lambda: (
+        "-fa auto is taken as enabled (CUDA, Metal, Vulkan support it); a backend without flash "
+        "attention stores V transposed and refuses a quantized V cache."
+    )
+)
+text("llamacpp-ctx-rounded")(
+    lambda n_ctx: (
+        f"n_ctx is not divisible by n_seq_max - rounding to {n_ctx:,} (each stream padded to "
+        "256 cells)."
+    )
+)
+text("llamacpp-v-padded")(
+    lambda width: (
+        f"the V embeddings have different sizes across layers and FA is not enabled - padding V "
+        f"cache to {width}."
+    )
+)
+text("llamacpp-swa-full")(
+    lambda: "--swa-full: sliding-window layers keep every cell, as full-attention layers do."
+)
+text("llamacpp-weights-estimated")(
+    lambda weights_type, bits: (
+        f"Weights estimated from the parameter count at {weights_type} ({bits:.4g} bits per "
+        "value with scales); a GGUF file gives them exactly."
+    )
+)
+text("llamacpp-ngl-auto")(
+    lambda n_gpu_layers, layers: (
+        f"No -ngl: the most layers that fit, {n_gpu_layers} of {layers} (the output layer "
+        "first), as llama-server's --fit chooses; --fit may instead lower -c when -c is unset."
+    )
+)
+text("llamacpp-reserve")(
+    lambda reserve_bytes: (
+        f"{f.gib_text(reserve_bytes)} kept free on the GPU for compute buffers, as --fit's "
+        "target margin (-fitt 1024 MiB); the real compute buffer (150-1000 MiB in logs) grows "
+        "with -ub, the vocabulary and FA off."
+    )
+)
+text("llamacpp-host-missing")(
+    lambda: "No host profile: offloaded layers are timed at the GPU's bandwidth (pass --cpu)."
+)
+text("llamacpp-decode-ceiling")(
+    lambda: (
+        "Decode ceiling: one sequence, memory-bound: the GPU's share of weights (experts: top_k "
+        "of E) and cache at its bandwidth, then the host's at system-memory bandwidth; real "
+        "speed is lower (kernels, synchronisation)."
+    )
+)
+text("llamacpp-model-buffers")(
+    lambda: (
+        "Model buffer sizes are the tensor bytes by device from the GGUF; llama.cpp adds a "
+        "little alignment."
+    )
+)
+text("ollama-preset")(
+    lambda version: (
+        f"Ollama {version} defaults as llama.cpp options: -c num_ctx x num_parallel, "
+        "-np num_parallel (split streams), -b = -ub = 512, OLLAMA_KV_CACHE_TYPE for K and V."
+    )
+)
+text("ollama-vram-tier")(
+    lambda vram_bytes, num_ctx: (
+        f"Default context by GPU memory (Ollama >= 0.15.5): {f.gib_text(vram_bytes)} gives "
+        f"num_ctx {num_ctx:,} (>= 47 GiB 262,144; >= 23 GiB 32,768; else 4,096)."
+    )
+)
+text("ollama-ctx-capped")(
+    lambda n_ctx_train: f"num_ctx capped to the model's training context, {n_ctx_train:,}."
+)
+text("ollama-single-sequence")(
+    lambda arch: f"Ollama serves {arch} one request at a time (num_parallel forced to 1)."
+)
+text("ollama-kv-needs-fa")(
+    lambda: (
+        "Before 0.30 Ollama used a quantized OLLAMA_KV_CACHE_TYPE only with flash attention: "
+        "f16 is used."
+    )
+)
+text("ollama-old-runner")(
+    lambda: (
+        "Before 0.30 Ollama's runner kept llama.cpp's C-API default swa_full = true (full-size "
+        "sliding-window caches); its own Go engine (gemma3, qwen3, gpt-oss) differs slightly."
+    )
+)
+text("weights-stored")(
+    lambda weights_bytes: (
+        f"Weights: {f.gib_text(weights_bytes)}, the bytes the checkpoint's tensors take "
+        "(their own types and scales)."
+    )
+)
+
+# ---- whatif: every technique, in bytes and in time -----------------------------------------------
+text("kv-sub-byte")(
+    lambda dtype, bits, group_size, full_precision_tokens, full_precision_dtype: (
+        f"{dtype} KV: {bits}-bit values packed, an fp16 scale and an fp16 zero-point per "
+        f"{group_size} values (keys grouped per channel, values per token, as KIVI; the bytes are "
+        "the same either way)"
+        + (
+            f"; the first and the most recent tokens, {full_precision_tokens:,} per sequence per "
+            f"layer (--keep-sink + --keep-recent), stay in {full_precision_dtype}."
+            if full_precision_tokens
+            else "; no token kept in full precision."
+        )
+    )
+)
+text("whatif-terms")(
+    lambda: (
+        "Terms: p bytes per value, L layers, H_kv KV heads, d head_dim, s tokens held; and what "
+        "moves no term of the product: dup duplicate bytes (prefix sharing), waste allocation "
+        "slack (paging), reads bytes touched per step (sparse reads), +draft a second cache "
+        "(speculative decoding). KV is what the batch stores (all GPUs); read is the KV a decode "
+        "step reads to give every sequence one token."
+    )
+)
+text("whatif-time")(
+    lambda tp: (
+        f"Time per GPU of a TP-{tp} group: max tok/s is BW / (s x k), the decode rate no batch "
+        "beats (every KV byte read per token); TPOT and tok/s are decode-step floors, "
+        "max(bytes / BW, FLOPs / peak), at the batch that fits (the smaller of --batch and users); "
+        "TTFT is the prefill floor of one sequence. Weights are the checkpoint's: the K/V "
+        "projection weights a conversion removes or adds are not counted."
+    )
+)
+text("whatif-tp-auto")(
+    lambda tp, gpu, context_len: (
+        f"TP {tp}: the smallest tensor-parallel degree at which one {context_len:,}-token "
+        f"sequence fits beside the weights on {gpu}, within one node when one suffices "
+        "(--tp to choose)."
+    )
+)
+text("whatif-no-fit")(
+    lambda gpu, context_len: (
+        f"One {context_len:,}-token sequence does not fit beside the weights on {gpu} at any "
+        "tensor-parallel degree up to 1,024: priced at TP 1, where no sequence fits (users 0, "
+        "no TPOT); kvplan capacity weighs pipeline stages and DP attention."
+    )
+)
+text("whatif-cla")(
+    lambda: (
+        "CLA stores one cache per group of layers, but every layer still attends to it, and a "
+        "layer's cache does not stay in cache memory between layers: a decode step reads as "
+        "much as before (Brandon et al. 2024: CLA does not cut the per-step bandwidth of "
+        "attention). It buys concurrency, not a faster step."
+    )
+)
+text("whatif-prefix")(
+    lambda: (
+        "Prefix sharing stores the prefix once (in whole blocks for users), and a prefix hit "
+        "skips its prefill; paged decode kernels still read the shared blocks once per sequence "
+        "(cascade attention, which reads them once per batch, is not assumed)."
+    )
+)
+text("whatif-sparse-read")(
+    lambda: (
+        "Sparse reads (Quest-style) store every token and read a fraction per step: decode runs "
+        "as if the context were that fraction (windows still cap their layers); the selection's "
+        "page metadata is not counted."
+    )
+)
+text("whatif-lowrank")(
+    lambda: (
+        "Low-rank (Palu) caches an r-wide latent per KV head instead of head_dim values and "
+        "rebuilds keys from it at every step: 2 x H_kv x r x d FLOPs per attended key are added "
+        "to decode (values fold into the output projection)."
+    )
+)
+text("whatif-mla-convert")(
+    lambda: (
+        "MLA conversion replaces each full-attention layer's K and V by one latent (LATENT + "
+        "ROPE values per token); decode runs absorbed, 2 x H_q x (2 x LATENT + ROPE) FLOPs per "
+        "key; sliding and chunked layers keep their windows."
+    )
+)
+text("whatif-cyclic")(
+    lambda: (
+        "A cyclic buffer is how a window is implemented: W slots allocated once and overwritten "
+        "at t mod W, so memory is constant (W even for a shorter sequence) and the pages a paged "
+        "window straddles (one block more) are not needed."
+    )
+)
+text("whatif-paged")(
+    lambda: (
+        "paged=N: sequences really hold N tokens (default 30% of --ctx, the middle of the 20-40% "
+        "utilisation measured under contiguous allocation). A contiguous allocator reserves "
+        "--ctx for each, paging only the whole blocks of N: the same bytes and the same time as "
+        "the baseline, more users."
+    )
+)
+text("whatif-spec")(
+    lambda draft, tokens, acceptance, per_round: (
+        f"Speculative decoding: {draft} drafts {tokens} tokens per round, each accepted with "
+        f"probability {acceptance:g} ({per_round:.2f} tokens per round); both caches hold "
+        f"{tokens} speculative entries per sequence and the draft's weights and cache come out of "
+        "the pool; TPOT = (k draft steps + one verification of k+1 tokens) / tokens per round "
+        "(--spec-tokens, --spec-accept)."
+    )
+)
+text("whatif-recurrent")(
+    lambda head_dim, state_size, groups: (
+        "recurrent=F replaces that fraction of the attention layers by a Mamba-2 state of the "
+        f"model's width (Nemotron-H's shape: 2 x hidden channels, {head_dim}-wide heads, state "
+        f"{state_size}, {groups} groups): a fixed size per sequence, whatever the context."
+    )
+)
+text("whatif-scheduling")(
+    lambda: (
+        "The scheduling group changes no term: it decides whether freed memory becomes "
+        "throughput. kvplan simulate measures each as a switch (cache-aware routing: the prefix "
+        "hit rate per replica with and without it)."
+    )
+)
+# ---- engines: vLLM memory profile, dtypes, SGLang pools ----------------------------------------
+text("engine-dtype-downcast")(
+    lambda engine, dtype: (
+        f"--dtype auto: {engine} does not serve the config's dtype as is; it loads the model in "
+        f"{dtype}, and kv-cache-dtype auto follows."
+    )
+)
+text("engine-dtype-cast")(
+    lambda config, dtype: (
+        f"--dtype {dtype} overrides the config's {config}: the weights load in {dtype} and "
+        "kv_cache_dtype auto stores the cache in it too."
+    )
+)
+text("vllm-cuda-graphs-subtracted")(
+    lambda: (
+        "vLLM 0.21 subtracts its CUDA-graph memory estimate (VLLM_MEMORY_PROFILER_ESTIMATE_"
+        "CUDAGRAPHS=1 by default); kvplan's estimate of it is a fit (a + b x layers) with about "
+        "0.3 GiB of spread, and the 0.21 sampler (FlashInfer top-k/top-p) is not measured."
+    )
+)
+text("vllm-fp8-ds-mla")(
+    lambda: (
+        "Sparse-attention MLA with an fp8 cache on the FlashMLA-sparse backend: vLLM switches to "
+        "DeepSeek's fp8_ds_mla layout (\"Using DeepSeek's fp8_ds_mla KV cache format\"), 656 B "
+        "per token per layer (512 fp8 latent values, 4 fp32 scales, 64 bf16 rope values), plus "
+        "the indexer's 132 B key."
+    )
+)
+text("vllm-cuda-graph-estimate")(
+    lambda: (
+        '"Estimated CUDA graph memory" is logged but not subtracted by vLLM 0.19 (it is from '
+        "0.21 on); kvplan's figure is a fit (a + b x layers on the rank), good to about 0.3 GiB."
+    )
+)
+text("sglang-dsa-dtype")(
+    lambda dtype: (
+        f"DeepSeek sparse attention: SGLang picks kv-cache-dtype {dtype} for it on this GPU "
+        "(fp8_e4m3 from Blackwell on, bfloat16 before) and 64-token pages."
+    )
+)
+text("sglang-nsa-fp8-layout")(
+    lambda allocated: (
+        f"fp8 DSA pool: each latent is stored in {allocated} B (fp8 values, fp32 scales, bf16 "
+        "rope) while SGLang's profile divides the pool by 576 B per layer, so the pool it "
+        "allocates is larger than the memory it budgeted; cell_size_bytes is the allocated size."
+    )
+)
+text("sglang-mamba")(
+    lambda ratio, ssm: (
+        f"Linear-attention hybrid: the state pool takes rest x {ratio}/(1 + {ratio}) first "
+        f"(mamba_full_memory_ratio), with {ssm} SSM states and bf16 conv states; the KV pool "
+        "covers the full-attention layers only."
+    )
+)
+# ---- simulate and plan ---------------------------------------------------------------------------
+text("sim-engine")(
+    lambda version: (
+        f"The engine is vLLM {version}'s V1 scheduler as kvplan reads it: running requests first "
+        "(decodes one token each, prefill continuations take what the budget leaves), then waiting "
+        "ones first come first served with head-of-line blocking, only in steps that preempted "
+        "nobody; preemption by recompute of the last admitted; blocks and prefix hits from "
+        "kvplan.kernels' block manager; one forward per step timed by formulas.batch_step."
+    )
+)
+text("sim-step-terms")(
+    lambda shares: (
+        "Where the engine's time went (simulated, last rate): "
+        + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.0%}" for k, v in shares)
+        + "."
+    )
+)
+text("sim-achieved-datasheet")(
+    lambda: (
+        "Each operation runs at the fraction of the datasheet rate vLLM's own kernel reaches "
+        "(medians of measured vLLM 0.14 kernels on H100 from NVIDIA aiconfigurator's silicon "
+        "tables): dense bf16 GEMMs 0.81 of peak and 0.80 of bandwidth, block-fp8 GEMMs 0.25 and "
+        "0.28, fused-MoE experts about 0.2 of peak and 0.6-0.7 of bandwidth, attention 0.53 and "
+        "0.80; CUDA-graph steps pay 32 us per layer, larger steps 0.8 ms per layer of CPU "
+        "dispatch; the API server 15.6 ms per request and 46 us per streamed token (BLIS)."
+    )
+)
+text("sim-achieved-measured")(
+    lambda: (
+        "The profile is measured (kvplan measure): its rates are achieved ones, and each kernel "
+        "family runs at its measured ratio to the dense matmul and copy kernels."
+    )
+)
+text("sim-prefix-caching-off-hybrid")(
+    lambda: "Prefix caching is off: vLLM turns it off by default for models with recurrent state."
+)
+text("sim-max-model-len-reduced")(
+    lambda configured, estimated: (
+        f"kvplan's KV pool estimate cannot hold one {configured:,}-token request, which would "
+        f"stop vLLM at start-up; simulated with max_model_len {estimated:,} (the pool is what "
+        "matters here). Pass --max-model-len or --kv-cache-memory (the engine's logged figure) "
+        "to pin it."
+    )
+)
+text("sim-weak-general")(
+    lambda: (
+        "Known weak spots: the API server's per-request costs (chat templates, tokenizers, HTTP) "
+        "vary by model and server, so TTFT at low load is underestimated (published runs show "
+        "40-60 ms where kvplan says 20-30 ms); KV pools rest on kvplan's memory estimate; "
+        "queueing amplifies step-time errors near saturation."
+    )
+)
+text("sim-weak-moe")(
+    lambda: (
+        "MoE: fused-MoE kernels reach about a fifth of the GEMM peak (measured), expert load is "
+        "taken as uniform, and the small per-layer kernels of large tensor-parallel MoE models "
+        "are undercounted: decode at small batch is underestimated (DeepSeek-R1 on 8 H200: "
+        "about half the measured TPOT)."
+    )
+)
+text("sim-weak-mla")(
+    lambda: (
+        "MLA: decode attention is counted absorbed over the latent and prefill un-absorbed; "
+        "FlashMLA's 64-token blocks are assumed."
+    )
+)
+text("sim-weak-hybrid")(
+    lambda: (
+        "Sliding-window and recurrent-state layer groups hold a fixed share per request (the "
+        "window's blocks, one state block), reserved when the request is admitted."
+    )
+)
+text("sim-weak-pp")(
+    lambda: (
+        "Pipeline parallelism is a micro-batched pipeline of pp stages with its bubble; vLLM's "
+        "own batch queue across stages is not modelled request by request."
+    )
+)
+text("sim-sharegpt")(
+    lambda: (
+        "sharegpt lengths are a lognormal stand-in (sigma 1, filtered as the bench filters "
+        "ShareGPT: input and output >= 4, input <= 1024, total <= 2048) at the given means, not "
+        "the dataset itself: a run's duration follows its longest requests. Use --trace for "
+        "real per-request lengths."
+    )
+)
+text("sim-frontend-bound")(
+    lambda: (
+        "The API server was busy more than 80% of the run: it streams every token in turn, so "
+        "clients see its pace rather than the engine's (more API servers or replicas help)."
+    )
+)
+text("sim-preemptions")(
+    lambda: (
+        "Requests were preempted (the KV pool ran out): each recomputes its prompt and outputs "
+        "when readmitted, and its TPOT includes the wait."
+    )
+)
+text("plan-method")(
+    lambda bisections, num_prompts: (
+        f"Each configuration: one replica simulated with {num_prompts:,} requests, saturated "
+        f"first, then {bisections} bisections of the rate for the highest one meeting every "
+        "target (its goodput); the smallest max_num_seqs variants reuse runs where the seat "
+        "limit never bound."
+    )
+)
+text("plan-replicas")(
+    lambda: (
+        "Replicas behind a round-robin router each take rate / replicas: replicas = "
+        "ceil(rate / goodput), GPUs = replicas x TP x PP, and the operating point is a run at "
+        "rate / replicas."
+    )
+)
+text("plan-prices")(
+    lambda: (
+        "Prices are on-demand USD per GPU-hour from hardware_profiles/prices.yaml (RunPod "
+        "Secure Cloud list prices read 2026-09-25 unless noted; hyperscalers charge 2-3x); "
+        "override with --price GPU=USD. $ per million tokens counts input and output tokens "
+        "served at the requested rate."
+    )
+)
+text("plan-no-hf-id")(
+    lambda: (
+        "The config is a local file: the launch command names the model by kvplan's name; "
+        "replace it with the checkpoint's Hugging Face id or path."
+    )
+)
+text("plan-sglang")(
+    lambda: (
+        "The launch commands are SGLang's, but the simulated scheduler is vLLM's: SGLang's own "
+        "scheduling (radix cache, its chunked prefill) may shift the goodput."
+    )
+)
+text("plan-none")(
+    lambda: (
+        "No configuration meets the targets: loosen a target, allow more GPU kinds or TP "
+        "degrees, or raise --max-gpus."
+    )
+)
+
+# ---- deployments: TP within a node, PP across nodes, DP attention with EP ----------------------
+text("node-size-assumed")(
+    lambda gpu, gpus: (
+        f"{gpu}'s profile does not say how many GPUs its interconnect joins (gpus_per_node): "
+        f"{gpus} assumed, the common server; tensor parallelism stays within them."
+    )
+)
+
+
+def _deployment_chosen(layout, gpu, gpus, nodes, context_len, users, others):
+    where = "one node" if nodes == 1 else f"{nodes} nodes"
+    out = (
+        f"Deployment {layout} on {gpus} x {gpu} ({where}): the fewest GPUs that hold one "
+        f"{context_len:,}-token sequence beside the weights; it holds {users:,}."
+    )
+    if others:
+        weighed = "; ".join(f"{name} {count:,}" for name, count in others)
+        out += f" Also weighed at {gpus} GPUs: {weighed}."
+    return out + " Fix any of it with --tp, --pp or --dp-attention."
+
+
+text("deployment-chosen")(_deployment_chosen)
+text("tp-crosses-nodes")(
+    lambda tp, node: (
+        f"TP {tp} spans more than the {node} GPUs of one node: every layer's all-reduce crosses "
+        "the inter-node network (engines keep TP within a node; prefer PP across nodes)."
+    )
+)
+text("pp-across-nodes")(
+    lambda pp, nodes: (
+        f"{pp} pipeline stages over {nodes} nodes: each stage holds its layers' weights and "
+        "cache; activations cross the network once per stage boundary per step."
+    )
+)
+text("dp-attention")(
+    lambda ranks, mla: (
+        f"DP attention over {ranks} ranks with the routed experts spread over them (EP {ranks}): "
+        "each rank holds every weight but the experts, 1/N of the experts, and its own requests' "
+        "cache whole"
+        + (" (under TP every rank would hold a copy of each request's MLA latent)." if mla else ".")
+        + " Weights as vLLM's -dp N --enable-expert-parallel loads them (SGLang's "
+        "--enable-dp-attention splits the dense layers too: a little more room)."
+    )
+)
+text("roofline-rows-overflow")(
+    lambda gpus, gpu: (
+        f"Rows whose fits column says no need more cache than {gpus} x {gpu} holds beside the "
+        "weights at that context (max batch says how many fit): they cannot run as shown and "
+        "are left out of plots."
+    )
+)
+
+# ---- explore: deployments (issue 17) ------------------------------------------------------------
+text("explore-deployment")(
+    lambda context_len: (
+        "Each GPU opens on the deployment kvplan chooses for one "
+        f"{context_len:,}-token conversation: the fewest GPUs that hold it beside the weights, "
+        "tensor parallelism within a node, pipeline stages across nodes, or for MoE models DP "
+        "attention with the experts spread over the GPUs (see kvplan capacity). Weights split "
+        "evenly over TP x PP; KV heads split over TP, replicated when TP exceeds them."
+    )
+)
+text("explore-mla-replicated")(
+    lambda: (
+        "MLA: every tensor-parallel rank stores the whole latent of every request it serves, so "
+        "TP does not shrink the cache per GPU; DP attention (an option when the model has "
+        "experts) gives each GPU different requests instead."
+    )
+)
+
+# ---- GPU kinds side by side ----------------------------------------------------------------------
+text("compare-columns")(
+    lambda context_len: (
+        f"Each GPU kind on the deployment kvplan chooses for one {context_len:,}-token sequence "
+        "(kvplan capacity --gpu KIND for its details). users: sequences of that context one "
+        "replica holds; per GPU: divided by its GPUs; ceiling: one sequence's decode rate no "
+        "batch beats, BW/(s x k); TPOT floor and tok/s per GPU: a decode step with the replica "
+        "full, at 100% of bandwidth and peak, communication included."
+    )
+)
+text("compare-prices")(
+    lambda: (
+        "Prices: on-demand USD per GPU-hour from hardware_profiles/prices.yaml (dated, with "
+        "sources) or --price GPU=USD; USD per million output tokens at the full replica's TPOT "
+        "floor, so a lower bound on what serving costs."
+    )
+)
+
+
+def _compare_verdict(
+    context_len, most, most_tokens_per_s_per_gpu, most_users_per_gpu, most_layout, cheapest,
+    cheapest_usd, fewest, fewest_gpus, users, unfit,
+):  # fmt: skip
+    out = (
+        f"At {context_len:,} tokens {most} decodes the most per GPU "
+        f"({most_tokens_per_s_per_gpu:,.0f} tok/s at the floor, {most_users_per_gpu:,.1f} "
+        f"sequences per GPU, {most_layout})"
+    )
+    if cheapest:
+        out += f"; {cheapest} serves a million output tokens cheapest (${cheapest_usd:,.2f})"
+    if fewest:
+        out += f"; {fewest} needs the fewest GPUs for {users:,} users ({fewest_gpus:,})"
+    if unfit:
+        out += f"; cannot serve it: {', '.join(unfit)}"
+    out += "."
+    if not users:
+        out += (
+            " Pass --users N to size every kind for a load (a larger layout can need fewer GPUs)."
+        )
+    return out
+
+
+text("compare-verdict")(_compare_verdict)
+text("compare-none")(
+    lambda context_len, gpus: (
+        f"None of {', '.join(gpus)} holds one {context_len:,}-token sequence beside the weights "
+        "on any deployment kvplan weighs: quantize the weights, shorten the context or pick "
+        "larger GPUs."
+    )
+)
+text("deployment-for-users")(
+    lambda layout, gpu, gpus, replicas, total, users_target, context_len, users: (
+        f"Deployment {layout} on {gpus} x {gpu} per replica: {replicas:,} replica(s) of it "
+        f"serve {users_target:,} sequences of {context_len:,} tokens on {total:,} GPUs, the fewest "
+        f"of any layout kvplan weighs (one replica holds {users:,}). Fix any of it with --tp, "
+        "--pp or --dp-attention."
+    )
+)
+
+# ---- measure ------------------------------------------------------------------------------------
+text("measure-method")(
+    lambda rounds, probes: (
+        f"Predicted per operator: max(bytes / bandwidth, FLOPs / throughput at the operator's "
+        f"shape) + launches x overhead, summed over the step, from a profile of {probes} probes "
+        "(streams, generic skinny and prefill GEMMs, attention over other lengths, a launch); no "
+        f"point's own timing enters it. Probes and points ran in the same {rounds} interleaved "
+        "rounds (drift and background load hit both alike); times are each item's 25th "
+        "percentile (load only ever slows a call), medians and p20/p80 in the JSON. error = "
+        "predicted / measured - 1."
+    )
+)
+text("measure-workload")(
+    lambda model, layers, dtype, weight_bytes: (
+        f"Workload: {model}, {layers} layer(s) built from the widths its config states "
+        f"({f.gb_text(weight_bytes)} of {dtype} weights), no embeddings and no output head."
+    )
+)
+text("measure-threads")(
+    lambda threads, busy, cpus, clock: (
+        f"{threads} thread(s)"
+        + (
+            f": {cpus} usable CPUs, {busy:.1f} kept busy by other processes at the start, one "
+            "left free (a thread layout that does not oversubscribe)"
+            if busy is not None
+            else " (as given)"
+        )
+        + {
+            "thread_cpu": "; times are what the thread ran (its CPU time), so that waiting "
+            "for another process is not charged to the step or the probe.",
+            "wall": "; wall-clock times.",
+            "cuda_events": "; CUDA event times, the L2 flushed before each call.",
+        }[clock]
+    )
+)
+text("measure-bandwidth")(
+    lambda probe: (
+        f"Stream bandwidth from the fastest streaming probe ({probe}); a GEMM's weights stream "
+        "at the batch-1 product's rate over a generic matrix, which on CPUs is well below STREAM."
+    )
+)
+text("measure-gather")(
+    lambda: (
+        "The paged attention gathers its pages into a cache-sized buffer, then attends: the "
+        "gather is priced as memory (KV bytes / stream bandwidth), the attention as compute."
+    )
+)
+text("measure-cpu-fp32")(
+    lambda fast_bf16: (
+        "Measured in fp32: CPU bf16 kernels measure slow kernels, not memory"
+        + (" (even with AVX512-BF16 here)" if fast_bf16 else "")
+        + "; bf16 bytes are accounted for analytically by the planner."
+    )
+)
+text("measure-no-datasheet")(
+    lambda: (
+        "No hardware profile matched this device: the datasheet column is empty (pass --gpu "
+        "PROFILE; --save-profile writes this device's)."
+    )
+)
+text("check-median")(
+    lambda error, tolerance: (
+        f"CHECK FAILED: the median |error| is {error:.1%}, above the {tolerance:.0%} tolerance."
+    )
+)
+text("check-worst")(
+    lambda error, tolerance, phase, batch, context: (
+        f"CHECK FAILED: {phase} at batch {batch}, {context:,} tokens is off by {error:+.1%}, "
+        f"beyond the worst-point tolerance of {tolerance:.0%}."
+    )
+)
+text("check-no-memory-point")(
+    lambda: (
+        "CHECK FAILED: no point is memory-bound, so wrong bytes could not show: add a batch-1 "
+        "decode point."
+    )
+)
+text("check-mutation-missed")(
+    lambda mutation, median, worst: (
+        f"CHECK FAILED: self-test — with {mutation} the gate would still pass (median "
+        f"{median:.1%}, worst {worst:.1%}): these points cannot see such a mistake."
+    )
+)
+text("check-profile-off")(
+    lambda median, worst: (
+        f"CHECK FAILED: the given profile's predictions miss by a median {median:.1%} (worst "
+        f"{worst:.1%})."
+    )
+)
+text("check-link-worst")(
+    lambda operation, error, tolerance: (
+        f"CHECK FAILED: {operation} is off by {error:+.1%}, beyond the worst-point tolerance of "
+        f"{tolerance:.0%}."
+    )
+)
+text("distributed-method")(
+    lambda ranks, backend, device, runs, latency_s, bandwidth, calibration: (
+        f"{ranks} ranks, {backend} on {device}, loopback TCP rendezvous; medians of {runs} runs "
+        "after a warm-up, a barrier before each sample. The alpha-beta link "
+        f"({f.us_text(latency_s, 1)} per ring step, {f.gbps_text(bandwidth, 2)} one way) is "
+        "fitted to all-reduces of "
+        + ", ".join(f"{size:,}" for size in calibration)
+        + " bytes, none of them a reported size; the reported all-reduces (ring: "
+        "2(N-1) a + 2(N-1)/N M / B) and the KV transfer (a + M / B) are predictions."
+    )
+)
+text("distributed-reduce")(
+    lambda rate: (
+        "gloo reduces on the host: each rank adds (N-1)/N of the message into its buffer, at the "
+        f"{f.gbps_text(rate, 1)} a local add reached on the rank; without that term large "
+        "all-reduces are under-predicted (the alpha-beta-only column)."
+    )
+)
+text("distributed-no-reduce")(
+    lambda: "NCCL reduces on the GPU, overlapped with the transfer: no host reduction term."
+)
+text("distributed-sizes")(
+    lambda hidden, model, context, kv_bytes: (
+        f"All-reduce messages are batch x hidden ({hidden:,}) bf16 activations of {model}, what "
+        "a TP decode step reduces twice per layer (gloo carries them as fp32 of the same byte "
+        f"count); the KV transfer is one {context:,}-token {model} request's whole cache "
+        f"({f.bytes_text(kv_bytes)}), as a disaggregated prefill sends it."
+    )
+)
+text("distributed-send")(
+    lambda latency_s, bandwidth, sizes: (
+        "The KV transfer is predicted from point-to-point sends of "
+        + ", ".join(f.bytes_text(size) for size in sizes)
+        + f" (fitted: {f.us_text(latency_s, 1)} + M / {f.gbps_text(bandwidth, 2)})."
+    )
+)
+text("deployment-none-fits")(lambda reason: f"{reason}. Shown on one GPU.")
+text("roofline-ops")(
+    lambda tp: (
+        "Operators of the decode step summed over the layers"
+        + (
+            f", per GPU at TP {tp} (weights and FLOPs split evenly, the KV a rank holds)"
+            if tp > 1
+            else ""
+        )
+        + ": each on the datasheet roofline alone, max(bytes / BW, FLOPs / peak); share is of "
+        "their summed floors. The embedding lookup and lm_head are outside the layers and not "
+        "listed; kvplan measure times the same operators on a device."
+    )
+)
+text("roofline-terms")(
+    lambda: (
+        "I_inf is the intensity a decode step approaches as the batch grows (each sequence "
+        "brings its own cache to read); ceiling is BW/(s x k), the decode rate no batch beats; "
+        "s* is the context above which no batch reaches the ridge. kvplan explain TERM says "
+        "more."
+    )
+)
