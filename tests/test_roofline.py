@@ -206,3 +206,30 @@ def test_roofline_plans_on_a_deployment_that_holds_the_model():
     data = run_json("roofline", "llama-3.1-70b", "--ctx", "8k", "--batch", "1")
     assert (data["tp"], data["deployment_chosen_by"]) == (2, "fewest-gpus")
     assert data["decode"][0]["fits"]
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "qwen2.5-7b", "gemma-2-9b", "phi-3-mini-4k"])
+@pytest.mark.parametrize("batch,context", [(1, 8192), (16, 2048)])
+def test_measures_operators_add_up_to_the_planners_step(model, batch, context):
+    """kvplan measure predicts per operator (formulas.step_time.decode_ops); the planner's
+    decode_step is the same accounting: the layers' operators plus what lies outside them (the
+    lm_head and final norm, the B embedding rows looked up)."""
+    from kvplan.formulas.dtypes import resolve_kv_format
+    from kvplan.formulas.flops import matmul_params
+    from kvplan.formulas.step_time import Rates, decode_ops, decode_step, layer_shape
+
+    spec = load_model(model)
+    fmt = resolve_kv_format("auto", spec.dtype)
+    ops = decode_ops(spec, batch, context, spec.dtype, fmt)
+    step = decode_step(spec, Rates(1e12, 1e15), batch, context, spec.dtype, fmt)
+    p = 2  # bf16
+    layer_params = sum(sum(count for _, count in layer.params) for layer in spec.layers)
+    outside = matmul_params(spec) - layer_params  # lm_head (or tied embedding) and final norm
+    # the planner prices every parameter at 2 FLOPs per token, norm weights and biases included;
+    # the operators give those to elementwise kernels with no FLOPs
+    other = sum(layer_shape(spec, layer).other_params for layer in spec.layers)
+    expected_flops = sum(op.flops for op in ops) + 2 * batch * (outside + other)
+    assert step.flops == pytest.approx(expected_flops, rel=1e-12)
+    rows = batch * spec.hidden_size if spec.embedding_lookup_params else 0
+    expected = sum(op.weight_bytes + op.kv_bytes for op in ops) + (outside + rows) * p
+    assert step.bytes == pytest.approx(expected, rel=1e-12)
