@@ -226,12 +226,11 @@ def choose_deployment(
             return -(-users_target // c.users) * c.deployment.gpus
 
         fewest = min(total(c) for c in fitting)
-        same_size = sorted(
+        ranked = sorted(
             (c for c in fitting if total(c) == fewest),
             key=lambda c: (-c.users / c.deployment.gpus, c.deployment.gpus, c.deployment.pp),
         )
-        best = same_size[0]
-        chosen_by = "fewest-total-gpus"
+        best, chosen_by = ranked[0], "fewest-total-gpus"
         notes.append(
             note(
                 "deployment-for-users",
@@ -245,35 +244,26 @@ def choose_deployment(
                 users=best.users,
             )
         )
-        notes += _layout_notes(spec, best.deployment, node)
-        return DeploymentChoice(
-            best.deployment,
-            best.users,
-            node,
-            _nodes(best.deployment, node),
-            chosen_by,
-            tuple(same_size[1:]),
-            tuple(notes),
+    else:
+        fewest = min(c.deployment.gpus for c in fitting)
+        ranked = sorted(
+            (c for c in fitting if c.deployment.gpus == fewest),
+            key=lambda c: (-c.users, c.deployment.dp_attention > 1, c.deployment.pp),
         )
-    fewest = min(c.deployment.gpus for c in fitting)
-    same_size = sorted(
-        (c for c in fitting if c.deployment.gpus == fewest),
-        key=lambda c: (-c.users, c.deployment.dp_attention > 1, c.deployment.pp),
-    )
-    best = same_size[0]
-    chosen_by = "most-users" if len(same_size) > 1 else "fewest-gpus"
-    notes.append(
-        note(
-            "deployment-chosen",
-            layout=layout_text(best.deployment),
-            gpu=gpu.name,
-            gpus=fewest,
-            nodes=_nodes(best.deployment, node),
-            context_len=context_len,
-            users=best.users,
-            others=[(layout_text(c.deployment), c.users) for c in same_size[1:]],
+        best = ranked[0]
+        chosen_by = "most-users" if len(ranked) > 1 else "fewest-gpus"
+        notes.append(
+            note(
+                "deployment-chosen",
+                layout=layout_text(best.deployment),
+                gpu=gpu.name,
+                gpus=fewest,
+                nodes=_nodes(best.deployment, node),
+                context_len=context_len,
+                users=best.users,
+                others=[(layout_text(c.deployment), c.users) for c in ranked[1:]],
+            )
         )
-    )
     notes += _layout_notes(spec, best.deployment, node)
     return DeploymentChoice(
         best.deployment,
@@ -281,7 +271,7 @@ def choose_deployment(
         node,
         _nodes(best.deployment, node),
         chosen_by,
-        tuple(same_size[1:]),
+        tuple(ranked[1:]),
         tuple(notes),
     )
 
