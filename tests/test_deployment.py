@@ -75,7 +75,11 @@ def test_llama_70b_at_128k_on_h100_is_tp4():
     assert choice.users == cap("llama-3.1-70b", "h100", 131072, tp=4).max_concurrency == 3
 
 
-@pytest.mark.parametrize("gpu", ["h100", "h200", "a100", "l40s", "mi300x", "h100-nvl"])
+@pytest.mark.parametrize(
+    "gpu",
+    ["h100", "h100-nvl"]
+    + [pytest.param(g, marks=pytest.mark.slow) for g in ("h200", "a100", "l40s", "mi300x")],
+)
 def test_tensor_parallelism_never_leaves_the_node(gpu):
     profile = bundled_profiles()[load_profile(gpu).key]
     for model in sorted(bundled_models()):
