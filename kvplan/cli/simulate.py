@@ -38,6 +38,22 @@ def parse_rates(text: str) -> tuple[float, ...]:
     return tuple(rates)
 
 
+def parse_disaggregated(text: str | None) -> tuple[int, int] | None:
+    """'2:6' -> (2 prefill replicas, 6 decode replicas)."""
+    if text is None:
+        return None
+    parts = str(text).strip().split(":")
+    try:
+        prefill, decode = (int(x) for x in parts)
+    except ValueError:
+        raise KvplanError(
+            f"--disaggregated {str(text)[:40]!r}: give P:D, prefill and decode replicas (2:6)"
+        ) from None
+    if not (1 <= prefill <= 1024 and 1 <= decode <= 1024):
+        raise KvplanError("--disaggregated P:D: each between 1 and 1,024")
+    return prefill, decode
+
+
 def serve_flags(
     tp,
     pp,
@@ -140,6 +156,20 @@ def add(app: typer.Typer) -> None:
             "--router",
             help="Replica choice: round_robin, least_outstanding, or cache_aware.",
         ),
+        disaggregated: str = typer.Option(
+            None,
+            "--disaggregated",
+            help="Disaggregated prefill/decode: P:D replicas (each of the TP/PP given), the KV "
+            "moved from prefill to decode over --link.",
+        ),
+        link: str = typer.Option(
+            "network",
+            "--link",
+            help="Link for the disaggregated KV transfer: network (inter-node) or interconnect.",
+        ),
+        network_gbps: float = typer.Option(
+            None, "--network-gbps", help="Inter-node Gb/s per GPU per direction (overrides)."
+        ),
         max_num_seqs: int = typer.Option(
             None, "--max-num-seqs", min=1, max=1 << 20, help="Running requests at most."
         ),
@@ -204,7 +234,7 @@ def add(app: typer.Typer) -> None:
     ) -> None:
         """A discrete-event simulation of vLLM serving a request stream, reported as
         `vllm bench serve` reports a real run."""
-        from kvplan.inputs.options import parse_tokens
+        from kvplan.inputs.options import check_range, parse_tokens
         from kvplan.plans.simulate import SimulateRequest, simulate
         from kvplan.present.simulate import simulate_plots, simulate_view
         from kvplan.simulate.workload import WorkloadSpec
@@ -212,6 +242,8 @@ def add(app: typer.Typer) -> None:
         if not (math.isinf(burstiness) or 0.01 <= burstiness <= 100):
             raise KvplanError("--burstiness must be between 0.01 and 100")
         rates = parse_rates(request_rate)
+        if network_gbps is not None:
+            check_range(network_gbps, what="--network-gbps", minimum=0.001, maximum=1_000_000)
         if trace is not None and request_rate != "inf":
             raise KvplanError("--trace sets the arrival times; leave out --request-rate")
         workload = WorkloadSpec(
@@ -253,6 +285,9 @@ def add(app: typer.Typer) -> None:
             router=router,
             series=timeline is not None,
             compare=compare,
+            disaggregated=parse_disaggregated(disaggregated),
+            link=link,
+            network_gbps=network_gbps,
         )
         result = simulate(c.load_model(model), c.load_gpu(gpu), request)
         if plot is not None or timeline is not None:

@@ -14,14 +14,16 @@ from pathlib import Path
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.errors import KvplanError
-from kvplan.inputs.hardware import GpuProfile
+from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_time_s
+from kvplan.formulas.dtypes import resolve_kv_format
+from kvplan.inputs.hardware import GpuProfile, choose_link
 from kvplan.notes import Note, note, unique
 from kvplan.plans.common import model_notes
 from kvplan.record import NamedTuple
-from kvplan.simulate import cluster, metrics
+from kvplan.simulate import cluster, disagg, metrics
 from kvplan.simulate.cluster import Frontend
 from kvplan.simulate.engine import Engine, pool_demand
-from kvplan.simulate.setup import Replica, ServeOptions, build_replica
+from kvplan.simulate.setup import KV_FORMATS, Replica, ServeOptions, build_replica
 from kvplan.simulate.workload import WorkloadSpec, generate, read_trace
 
 MAX_RATES = 32
@@ -48,6 +50,11 @@ class SimulateRequest(NamedTuple):
     frontend: Frontend = Frontend()
     series: bool = True  # keep replica 0's KV usage and queue over time
     compare: str | None = None  # a COMPARISONS key: run again with the technique toggled
+    # disaggregated prefill/decode: (prefill replicas, decode replicas), each of the TP/PP given,
+    # the KV moved over `link` (interconnect or network) or a given network_gbps
+    disaggregated: tuple[int, int] | None = None
+    link: str = "network"
+    network_gbps: float | None = None
 
 
 class Setup(NamedTuple):
@@ -59,6 +66,8 @@ class Setup(NamedTuple):
     replicas: int
     num_gpus: int
     router: str
+    prefill_replicas: int | None  # disaggregated: the prefill pool, the decode pool
+    decode_replicas: int | None
     max_num_seqs: int
     max_num_batched_tokens: int
     max_model_len: int
@@ -90,8 +99,9 @@ class WorkloadSummary(NamedTuple):
 
 class Run(NamedTuple):
     bench: metrics.BenchResult
-    engine: metrics.EngineStats
+    engine: metrics.EngineStats  # disaggregated: the decode pool
     series: metrics.Series | None
+    disaggregated: metrics.DisaggStats | None = None  # transfers and the prefill pool
 
 
 class Comparison(NamedTuple):
@@ -125,14 +135,21 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         raise KvplanError(f"--router {request.router!r}: choose {', '.join(cluster.ROUTERS)}")
     if request.compare is not None and request.compare not in COMPARISONS:
         raise KvplanError(f"--compare {request.compare!r}: choose {', '.join(COMPARISONS)}")
+    if request.disaggregated is not None:
+        if request.replicas != 1:
+            raise KvplanError("--disaggregated P:D sets the replicas: drop --replicas")
+        if not all(1 <= n <= MAX_REPLICAS for n in request.disaggregated):
+            raise KvplanError(f"--disaggregated P:D: each between 1 and {MAX_REPLICAS:,}")
     replica = build_replica(spec, gpu, request.serve)
+    if request.disaggregated is not None:
+        replica = replica._replace(transfer=transfer_model(spec, gpu, replica, request))
     runs = _runs(replica, request)
     comparison = None
     if request.compare is not None:
         toggled, was_on = _toggled(request, replica)
         if request.compare == "cache-aware-routing" and request.replicas < 2:
             raise KvplanError("--compare cache-aware-routing needs --replicas 2 or more")
-        other = build_replica(spec, gpu, toggled.serve)
+        other = build_replica(spec, gpu, toggled.serve)._replace(transfer=replica.transfer)
         comparison = Comparison(request.compare, was_on, _runs(other, toggled))
     shares = runs[-1].engine.step_time_shares
     dominant = [k for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v >= DOMINANT_SHARE]
@@ -143,6 +160,17 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         note("sim-step-terms", shares=tuple(sorted(shares.items(), key=lambda kv: -kv[1])[:4])),
         *_weak_spots(spec, runs, request),
     ]
+    if request.disaggregated is not None:
+        t = replica.transfer
+        notes.append(
+            note(
+                "sim-disaggregated",
+                link=t.link,
+                one_way_bytes_per_s=t.one_way_bytes_per_s,
+                latency_s=t.latency_s,
+                ranks=request.serve.tp * request.serve.pp,
+            )
+        )
     return SimulateResult(
         kvplan_version=__version__,
         model={"name": spec.name, "hf_id": spec.hf_id},
@@ -176,8 +204,31 @@ def _toggled(request: SimulateRequest, replica: Replica) -> tuple[SimulateReques
     return request._replace(serve=request.serve._replace(**{field: not on})), on
 
 
+def transfer_model(
+    spec: ModelSpec, gpu: GpuProfile, replica: Replica, request: SimulateRequest
+) -> disagg.TransferModel:
+    """A request's KV from a prefill replica to a decode replica of the same TP/PP: the bytes
+    every decode rank must hold (formulas.comm.kv_transfer_bytes), each rank's share over its own
+    link (kv_transfer_time_s)."""
+    link = choose_link(gpu, request.link, request.network_gbps)
+    fmt = resolve_kv_format(KV_FORMATS[replica.options.kv_cache_dtype], spec.dtype)
+    tp, ranks = replica.options.tp, replica.options.tp * replica.options.pp
+
+    def bytes_of(tokens: int) -> float:
+        return float(kv_transfer_bytes(spec, tokens, fmt, tp))
+
+    def seconds_of(size: float) -> float:
+        return kv_transfer_time_s(size, ranks, link.one_way_bytes_per_s, link.latency_s)
+
+    return disagg.TransferModel(
+        link.name, link.one_way_bytes_per_s, link.latency_s, bytes_of, seconds_of
+    )
+
+
 def run_once(replica: Replica, requests, request: SimulateRequest, rate: float) -> Run:
     """One simulated benchmark: every request served, then the bench's numbers."""
+    if request.disaggregated is not None:
+        return _run_disaggregated(replica, requests, request, rate)
     demand = pool_demand(replica.config, requests)
     engines = [
         Engine(replica.config, replica.model, request.frontend.per_token_s, demand)
@@ -201,15 +252,55 @@ def run_once(replica: Replica, requests, request: SimulateRequest, rate: float) 
     return Run(bench, stats, metrics.series(engines[0]) if request.series else None)
 
 
+def _run_disaggregated(replica: Replica, requests, request: SimulateRequest, rate) -> Run:
+    """P prefill and D decode replicas of the same build, the KV moved between them."""
+    num_prefill, num_decode = request.disaggregated
+    demand = pool_demand(replica.config, requests)
+    per_token = request.frontend.per_token_s
+
+    def engines(count: int, prefill_only: bool) -> list[Engine]:
+        return [
+            Engine(replica.config, replica.model, per_token, demand, prefill_only=prefill_only)
+            for _ in range(count)
+        ]
+
+    drun = disagg.run(
+        requests,
+        engines(num_prefill, True),
+        engines(num_decode, False),
+        replica.transfer,
+        router=request.router,
+        max_concurrency=request.max_concurrency,
+        frontend=request.frontend,
+        max_model_len=replica.config.max_model_len,
+    )
+    bench = metrics.bench_result(
+        drun.decode,
+        rate if request.trace is None else None,
+        request.workload.burstiness,
+        request.max_concurrency,
+    )
+    stats = metrics.engine_stats(drun.decode, bench.duration, per_token)
+    return Run(
+        bench,
+        stats,
+        metrics.series(drun.decode.engines[0]) if request.series else None,
+        metrics.disagg_stats(drun, bench.duration, per_token, replica.transfer),
+    )
+
+
 def _setup(gpu: GpuProfile, replica: Replica, request: SimulateRequest) -> Setup:
     o = replica.options
+    replicas = sum(request.disaggregated) if request.disaggregated else request.replicas
     return Setup(
         gpu=gpu.name,
         tp=o.tp,
         pp=o.pp,
-        replicas=request.replicas,
-        num_gpus=o.tp * o.pp * request.replicas,
+        replicas=replicas,
+        num_gpus=o.tp * o.pp * replicas,
         router=request.router,
+        prefill_replicas=request.disaggregated[0] if request.disaggregated else None,
+        decode_replicas=request.disaggregated[1] if request.disaggregated else None,
         max_num_seqs=o.max_num_seqs,
         max_num_batched_tokens=o.max_num_batched_tokens,
         max_model_len=o.max_model_len,

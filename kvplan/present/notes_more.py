@@ -756,3 +756,19 @@ text("roofline-terms")(
         "more."
     )
 )
+
+# ---- simulate: disaggregated prefill/decode -------------------------------------------------------
+text("sim-disaggregated")(
+    lambda link, one_way_bytes_per_s, latency_s, ranks: (
+        "Disaggregated as vLLM's NixlConnector runs behind its proxy: the prefill replica runs the "
+        "prompt with max_tokens 1 and keeps its blocks until the decode replica has read them; the "
+        "decode replica allocates the prompt's blocks when the request reaches its queue's head, "
+        f"pulls the KV over {link} ({f.gbps_text(one_way_bytes_per_s)} one way per GPU, "
+        f"{f.us_text(latency_s)} latency, its {ranks} rank(s) in parallel; transfers into one "
+        "replica queue first come first served), then recomputes the last prompt token and "
+        "samples the first token the client sees. TTFT therefore ends on the decode replica "
+        "(prefill, its response, the decode queue, the transfer, one decode step), as vllm bench "
+        "serve measures it through the proxy; the prefill replica's own first token is reported "
+        "beside it."
+    )
+)

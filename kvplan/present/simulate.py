@@ -9,6 +9,7 @@ from pathlib import Path
 from kvplan.plans.simulate import Run, SimulateResult
 from kvplan.present import format as f
 from kvplan.present.view import Column, Table, View, jsonable, view
+from kvplan.units import MIB
 
 # `vllm bench serve`'s printed labels, in its order, with the --save-result key of each
 BENCH_LINES = (
@@ -56,6 +57,70 @@ def bench_facts(run: Run) -> list[tuple[str, str]]:
     return facts
 
 
+def disagg_facts(run: Run) -> list[tuple[str, str]]:
+    """The transfers and the pools, after the bench block."""
+    d, ms = run.disaggregated, f.fixed(2)
+    return [
+        ("", "------- Disaggregated prefill/decode (KV transfer) -------"),
+        ("KV transfers:", f.integer(d.transfers)),
+        ("Mean KV per transfer:", f.bytes_text(d.mean_transfer_bytes or 0)),
+        ("Median transfer (ms):", ms(d.transfer.median_ms)),
+        ("P99 transfer (ms):", ms(d.transfer.p99_ms)),
+        ("Median link wait (ms):", ms(d.link_wait.median_ms)),
+        ("P99 link wait (ms):", ms(d.link_wait.p99_ms)),
+        ("Median KV wait at decode (ms):", ms(d.kv_wait.median_ms)),
+        ("Median prefill-replica TTFT (ms):", ms(d.prefill_ttft.median_ms)),
+        ("Link busy (busiest):", f.share(d.link_busy_fraction)),
+        ("Prefill pool busy:", f.share(d.prefill.engine_busy_fraction)),
+        ("Decode pool busy:", f.share(run.engine.engine_busy_fraction)),
+        ("Prefill peak KV cache usage:", f.share(d.prefill.peak_kv_usage)),
+        ("Decode peak KV cache usage:", f.share(run.engine.peak_kv_usage)),
+        ("Prefill preemptions:", f.integer(d.prefill.preemptions)),
+    ]
+
+
+DISAGG_COLUMNS = [
+    Column("request_rate", "rate (req/s)", f.text),
+    Column("transfers", "transfers", f.integer),
+    Column("transfer_mib", "KV each (MiB)", f.fixed(1)),
+    Column("transfer_median_ms", "transfer med (ms)", f.fixed(2)),
+    Column("transfer_p99_ms", "transfer p99 (ms)", f.fixed(2)),
+    Column("link_wait_p99_ms", "link wait p99 (ms)", f.fixed(2)),
+    Column("kv_wait_median_ms", "KV wait med (ms)", f.fixed(2)),
+    Column("prefill_ttft_median_ms", "prefill TTFT med (ms)", f.fixed(1)),
+    Column("link_busy", "link busy", f.share),
+    Column("prefill_busy", "prefill busy", f.share),
+    Column("decode_busy", "decode busy", f.share),
+    Column("prefill_peak_kv", "prefill peak KV", f.share, priority=1),
+    Column("decode_peak_kv", "decode peak KV", f.share, priority=1),
+]
+
+
+def disagg_table(result: SimulateResult) -> Table:
+    rows = []
+    for run in result.runs:
+        d = run.disaggregated
+        rows.append(
+            {
+                "request_rate": run.bench.request_rate,
+                "transfers": d.transfers,
+                "transfer_mib": (d.mean_transfer_bytes or 0) / MIB,
+                "transfer_median_ms": d.transfer.median_ms,
+                "transfer_p99_ms": d.transfer.p99_ms,
+                "link_wait_p99_ms": d.link_wait.p99_ms,
+                "kv_wait_median_ms": d.kv_wait.median_ms,
+                "prefill_ttft_median_ms": d.prefill_ttft.median_ms,
+                "link_busy": d.link_busy_fraction,
+                "prefill_busy": d.prefill.engine_busy_fraction,
+                "decode_busy": run.engine.engine_busy_fraction,
+                "prefill_peak_kv": d.prefill.peak_kv_usage,
+                "decode_peak_kv": run.engine.peak_kv_usage,
+            }
+        )
+    title = "disaggregated prefill/decode: KV transfers and pools"
+    return Table(title, DISAGG_COLUMNS, rows, notes=("sim-disaggregated",))
+
+
 def step_shares(shares: dict) -> str:
     ranked = sorted(shares.items(), key=lambda kv: -kv[1])
     return ", ".join(f"{TERM_LABELS[k]} {f.share(v)}" for k, v in ranked if v >= 0.005)
@@ -64,7 +129,15 @@ def step_shares(shares: dict) -> str:
 def simulate_view(result: SimulateResult) -> View:
     s = result.setup
     deployment = f"{s.gpu} x {s.num_gpus} (TP {s.tp}, PP {s.pp}"
-    deployment += f", {s.replicas} replicas, {s.router} router)" if s.replicas > 1 else ")"
+    if s.prefill_replicas:
+        deployment += (
+            f"; disaggregated: {s.prefill_replicas} prefill + {s.decode_replicas} decode "
+            f"replicas, {s.router} router)"
+        )
+    elif s.replicas > 1:
+        deployment += f", {s.replicas} replicas, {s.router} router)"
+    else:
+        deployment += ")"
     facts = [
         ("model", result.model["hf_id"] or result.model["name"]),
         ("deployment", deployment),
@@ -97,7 +170,11 @@ def simulate_view(result: SimulateResult) -> View:
     if len(result.runs) == 1:
         facts.append(("", "============ Serving Benchmark Result ============"))
         facts += bench_facts(result.runs[0])
+        if result.runs[0].disaggregated is not None:
+            facts += disagg_facts(result.runs[0])
     tables = [rates_table(result)]
+    if s.prefill_replicas:
+        tables.append(disagg_table(result))
     if s.replicas > 1:
         tables.append(replica_table(result))
     data = jsonable(result)
@@ -152,12 +229,18 @@ def rates_table(result: SimulateResult) -> Table:
 def replica_table(result: SimulateResult) -> Table:
     rows = []
     for run in result.runs:
-        for rep in run.engine.replicas:
-            rows.append({"request_rate": run.bench.request_rate, **rep._asdict()})
+        pools = [("", run.engine.replicas)]
+        if run.disaggregated is not None:
+            pools = [("prefill", run.disaggregated.prefill.replicas), ("decode", pools[0][1])]
+        for pool, replicas in pools:
+            for rep in replicas:
+                rows.append({"request_rate": run.bench.request_rate, "pool": pool, **rep._asdict()})
+    pool_column = [Column("pool", "pool", f.text, "left")] if result.setup.prefill_replicas else []
     return Table(
         "by replica",
         [
             Column("request_rate", "rate (req/s)", f.text),
+            *pool_column,
             Column("replica", "replica", f.integer),
             Column("requests", "requests", f.integer),
             Column("prefix_hit_rate", "prefix hits", f.share),

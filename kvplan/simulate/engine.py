@@ -20,6 +20,14 @@ Decoding requests are kept as a cohort (every one of them takes exactly one toke
 max_num_seqs <= max_num_batched_tokens and prefills run after them): a step costs O(requests whose
 state changes), and runs of decode-only steps in which nothing is admitted, finished or preempted
 are advanced together (`_decode_span`).
+
+Disaggregated prefill/decode (kvplan.simulate.disagg, vLLM's NixlConnector): a prefill-only
+engine hands a request off when its prompt's first token is sampled (max_tokens = 1) and keeps
+its blocks until the decode side has read them (`request_finished` delays the free); a decode
+engine allocates a remote request's prompt blocks when it reaches the queue's head (no budget, no
+seat: WAITING_FOR_REMOTE_KVS), asks for the transfer, and once the KV has arrived schedules the
+last prompt token again (`_update_waiting_for_remote_kv`: num_computed_tokens = num_tokens - 1),
+whose step samples the request's first token.
 """
 
 from __future__ import annotations
@@ -51,7 +59,9 @@ class EngineConfig(NamedTuple):
     continuous_batching: bool = True  # False: a new batch only when the last one finished
 
 
-WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
+WAITING, PREFILL, DECODE, DONE, HELD = 0, 1, 2, 3, 4  # HELD: prefilled, blocks kept for a transfer
+# a decode engine's remote request: no KV yet, its blocks allocated and the KV on its way, arrived
+LOCAL, NEEDS_KV, RECEIVING, RECEIVED = 0, 1, 2, 3
 
 
 class CountingPool:
@@ -122,6 +132,8 @@ class Req:
         "first_client_s",
         "last_client_s",
         "admit_s",
+        "remote",
+        "peer",
     )
 
     def __init__(self, spec: RequestSpec, dispatch_s: float, arrival_s: float, target: int):
@@ -147,6 +159,8 @@ class Req:
         self.first_client_s = 0.0  # when the client received the first token
         self.last_client_s = 0.0  # ... and the last
         self.admit_s = -1.0  # when the engine first scheduled it
+        self.remote = LOCAL  # a decode engine's request whose prompt KV comes from a prefill one
+        self.peer = None  # disaggregated: what the cluster links to this request
 
     @property
     def num_tokens(self) -> int:
@@ -188,10 +202,12 @@ class Engine:
         frontend_per_token_s: float,
         demand_blocks: int | None = None,
         observer=None,
+        prefill_only: bool = False,
     ):
         """`demand_blocks`: every block the workload could ever hold at once (pool_demand); a
         pool at least that large never runs out nor evicts, so a smaller one stands in for it
-        (the same schedule, fewer objects to build)."""
+        (the same schedule, fewer objects to build). `prefill_only`: a disaggregated prefill
+        engine (requests leave when their first token is sampled; `handoffs`, `release`)."""
         self.config = config
         self.model = model
         self.frontend_per_token_s = frontend_per_token_s
@@ -219,6 +235,13 @@ class Engine:
         self.num_decodes = 0
         self.context_sum = 0  # tokens the decodes attend in the current step
         self.blocked = False  # the queue's head found no blocks and nothing was freed since
+        # disaggregated serving
+        self.prefill_only = prefill_only
+        self.held = 0  # prefill: requests handed off whose blocks wait for the decode side
+        self.receiving = 0  # decode: remote requests in the queue whose KV is on its way
+        self.ready = 0  # decode: remote requests in the queue whose KV has arrived
+        self.handoffs: list[Req] = []  # prefill: handed off since the cluster last looked
+        self.kv_requests: list[tuple[Req, float, int]] = []  # decode: (request, when, tokens)
         # statistics
         self.log = StepLog()
         self.resume_gaps: list[tuple[float, float]] = []
@@ -235,13 +258,63 @@ class Engine:
     # ---- arrivals ---------------------------------------------------------------------------
     def admit(self, req: Req, now: float) -> None:
         """A request reaches the engine's queue at `now`."""
-        if not self.running and not self.waiting:
+        if not self.has_work:  # idle, or waiting only on transfers: its clock catches up
             self.clock_s = max(self.clock_s, now)
         self.waiting.append(req)
 
     @property
     def has_work(self) -> bool:
-        return bool(self.running or self.waiting)
+        """Whether a step can run now; an engine whose queue waits only on transfers (blocks
+        held for one, or KV still arriving) has none until `release` or `kv_received`."""
+        if self.running or self.ready:
+            return True
+        if len(self.waiting) <= self.receiving:
+            return False
+        return not (self.blocked and (self.held or self.receiving))
+
+    # ---- disaggregated serving --------------------------------------------------------------
+    def release(self, r: Req, now: float) -> None:
+        """Prefill: the decode side has read r's KV; its blocks are freed (into the prefix
+        cache), which may unblock the queue."""
+        self._release(r)
+        self.held -= 1
+        r.state = DONE
+        self.clock_s = max(self.clock_s, now)
+
+    def kv_received(self, r: Req, now: float) -> None:
+        """Decode: r's prompt KV has arrived; the next step recomputes its last prompt token."""
+        r.remote = RECEIVED
+        r.computed = r.input_tokens - 1
+        self.receiving -= 1
+        self.ready += 1
+        self.blocked = False
+        self.clock_s = max(self.clock_s, now)
+
+    def _allocate_remote(self, r: Req) -> bool:
+        """Decode: the blocks of r's prompt (prefix hits found locally are not transferred);
+        False when the pool cannot hold them now."""
+        num_tokens = r.num_tokens
+        cap = (num_tokens - 1) // self.block_size * self.block_size
+        final = num_tokens + r.target - r.outputs
+        reserved = num_tokens if self.config.preemption else final  # no preemption: to its end
+        try:
+            hits = min(self.bm.allocate(r.rid, self.ids(r, 0, reserved)), cap)
+        except NoFreeBlocksError:
+            return False
+        side = side_blocks(self.config, final)
+        if side and not self._reserve_side(r, side):
+            self.bm.free(r.rid)
+            return False
+        r.synced = reserved
+        r.computed = hits
+        r.remote = RECEIVING
+        if r.admit_s < 0:
+            r.admit_s = self.clock_s
+        self.receiving += 1
+        self.queried_tokens += num_tokens
+        self.hit_tokens += hits
+        self.kv_requests.append((r, self.clock_s, num_tokens - hits))
+        return True
 
     @property
     def outstanding(self) -> int:
@@ -285,7 +358,9 @@ class Engine:
                 continue
             chunks.append((r, n))
             budget -= n
-        # 2. waiting, only if nobody was preempted
+        # 2. waiting, only if nobody was preempted: first the requests whose KV has arrived
+        if not preempted and self.ready:
+            budget = self._admit_received(budget, chunks)
         if not preempted and self.waiting and self._may_admit():
             budget = self._admit_waiting(budget, chunks)
         # 3. one forward
@@ -316,13 +391,21 @@ class Engine:
         # decodes: every one took a token; context grows by one each
         self.context_sum += self.num_decodes
         # prefills that reached the end of their tokens sample one
-        joined, firsts = [], []
+        joined, firsts, handed = [], [], []
         for r, n in chunks:
             r.computed += n
             if r.computed < r.num_tokens:
                 continue
             self.prefilling.remove(r)
             emitted += 1
+            if self.prefill_only:  # its one token sampled: off to a decode engine, blocks kept
+                r.outputs += 1
+                r.first_step = r.last_step = j
+                self.running.remove(r)
+                r.state = HELD
+                self.held += 1
+                handed.append(r)
+                continue
             r.outputs += 1
             if r.first_step < 0:
                 r.first_step = j
@@ -349,20 +432,23 @@ class Engine:
             self._join_cohort(r, j + 1)
         client = max(end, self.client_s) + self.frontend_per_token_s * emitted
         self.client_s = client
-        self._record(end, client, decode_tokens, emitted, duration)
+        self._record(end, client, decode_tokens, emitted, duration, len(handed))
         for r in firsts:
             r.first_client_s = client
         for r in finished:
             r.last_client_s = client
+        for r in handed:  # the API server returns the one-token response now
+            r.first_client_s = r.last_client_s = client
+            self.handoffs.append(r)
         return finished
 
-    def _record(self, end, client, decode_tokens, emitted, duration) -> None:
+    def _record(self, end, client, decode_tokens, emitted, duration, handed=0) -> None:
         log = self.log
         log.end_s.append(end)
         log.client_s.append(client)
         log.decode_tokens.append(decode_tokens)
         log.emitted.append(emitted)
-        log.running.append(len(self.running))
+        log.running.append(len(self.running) + handed)  # handed off: ran in this step
         log.waiting.append(len(self.waiting))
         used = self.bm.num_used_blocks
         log.kv_used.append(used)
@@ -371,9 +457,10 @@ class Engine:
             self.peak_used = used
 
     def _idle_step(self, preempted: bool) -> list[Req]:
-        """Nothing was scheduled: after a preemption the next step admits again; otherwise the
+        """Nothing was scheduled: after a preemption the next step admits again; while blocks
+        are held for transfers, or KV is arriving, the engine waits for them; otherwise the
         queue's head does not fit even an empty pool."""
-        if preempted:
+        if preempted or self.held or self.receiving:
             return []
         raise _Unservable(self.waiting[0])
 
@@ -387,8 +474,15 @@ class Engine:
 
     def _admit_waiting(self, budget: int, chunks: list) -> int:
         config = self.config
+        skipped: list[Req] = []  # remote requests waiting for their KV keep their places
         while self.waiting and budget > 0 and len(self.running) < config.max_num_seqs:
             r = self.waiting[0]
+            if r.remote:
+                if r.remote == NEEDS_KV and not self._allocate_remote(r):
+                    self.blocked = True
+                    break
+                skipped.append(self.waiting.popleft())
+                continue
             num_tokens = r.num_tokens
             ids = self.ids(r, 0, num_tokens)
             cap = (num_tokens - 1) // self.block_size * self.block_size  # at most num_tokens - 1
@@ -428,16 +522,42 @@ class Engine:
                 r.admit_s = self.clock_s
             self.queried_tokens += num_tokens
             self.hit_tokens += hits
-            r.state = PREFILL
             r.computed = hits
             r.synced = synced
-            self.admitted += 1
-            r.admit_seq = self.admitted
-            self.running.append(r)
-            self.prefilling.append(r)
-            chunks.append((r, n))
-            budget -= n
+            budget = self._schedule_admitted(r, n, budget, chunks)
+        if skipped:
+            self.waiting.extendleft(reversed(skipped))
         return budget
+
+    def _admit_received(self, budget: int, chunks: list) -> int:
+        """Decode: schedule the queued requests whose KV has arrived, in queue order, ahead of
+        requests that still need blocks. Each holds its blocks and needs one token computed;
+        vLLM keeps them in queue order, behind a head that may never find blocks while they
+        hold them (a pool of a few requests' worth stalls there), so running them first is
+        the simulator's way through, and changes nothing when the head can be admitted."""
+        kept: list[Req] = []
+        while self.waiting and self.ready and budget > 0:
+            if len(self.running) >= self.config.max_num_seqs:
+                break
+            r = self.waiting.popleft()
+            if r.remote != RECEIVED:
+                kept.append(r)
+                continue
+            self.ready -= 1
+            r.remote = LOCAL
+            budget = self._schedule_admitted(r, r.num_tokens - r.computed, budget, chunks)
+        if kept:
+            self.waiting.extendleft(reversed(kept))
+        return budget
+
+    def _schedule_admitted(self, r: Req, n: int, budget: int, chunks: list) -> int:
+        r.state = PREFILL
+        self.admitted += 1
+        r.admit_seq = self.admitted
+        self.running.append(r)
+        self.prefilling.append(r)
+        chunks.append((r, n))
+        return budget - n
 
     def _reserve_side(self, r: Req, side: int) -> bool:
         key = ("side", r.rid)
@@ -524,7 +644,9 @@ class Engine:
         """Nothing but decodes can happen this step: no prefill, and no admission possible."""
         if self.prefilling or not self.num_decodes:
             return False
-        return not (self.waiting and self._may_admit())
+        if self.ready and len(self.running) < self.config.max_num_seqs:
+            return False
+        return not (len(self.waiting) > self.receiving and self._may_admit())
 
     def _decode_span(self, horizon_s: float):
         """Advance decode-only steps together while no request finishes, no block runs out and

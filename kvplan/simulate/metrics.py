@@ -300,3 +300,48 @@ def series(engine) -> Series:
         [int(x) for x in _concat(engine.log.running)[pick]],
         [int(x) for x in _concat(engine.log.waiting)[pick]],
     )
+
+
+class DisaggStats(NamedTuple):
+    """Disaggregated serving: the KV transfers and the prefill pool (the decode pool's figures
+    are the run's EngineStats). Times in ms, as the bench's."""
+
+    prefill_replicas: int
+    decode_replicas: int
+    link: str
+    link_one_way_bytes_per_s: float
+    transfers: int
+    mean_transfer_bytes: float | None
+    transfer: Latency  # on the wire: one request's KV over the decode replica's links
+    link_wait: Latency  # queued behind other transfers into the same decode replica
+    kv_wait: Latency  # the decode replica received the request -> its KV arrived
+    prefill_ttft: Latency  # request sent -> the prefill replica's one-token response
+    link_busy_fraction: float  # the busiest link's transfer time / duration
+    prefill: EngineStats  # the prefill pool as its engines would show it
+
+
+def disagg_stats(drun, duration: float, frontend_per_token_s: float, transfer) -> DisaggStats:
+    """The transfers' distributions and the prefill pool's utilisation for a finished DisaggRun."""
+    import numpy as np
+
+    moved = drun.transfers
+    on_wire = [t.end_s - t.start_s for t in moved]
+    queued = [t.start_s - t.requested_s for t in moved]
+    arrived = {t.rid: t.end_s for t in moved}
+    waits = [arrived[r.rid] - r.arrival_s for r in drun.decode.finished if r.rid in arrived]
+    prefill_run = type(drun.decode)(drun.prefilled, [], drun.prefill_engines)
+    ttft = [r.first_client_s - r.dispatch_s for r in drun.prefilled]
+    return DisaggStats(
+        prefill_replicas=len(drun.prefill_engines),
+        decode_replicas=len(drun.decode.engines),
+        link=transfer.link,
+        link_one_way_bytes_per_s=transfer.one_way_bytes_per_s,
+        transfers=len(moved),
+        mean_transfer_bytes=float(np.mean([t.transfer_bytes for t in moved])) if moved else None,
+        transfer=_latency(on_wire),
+        link_wait=_latency(queued),
+        kv_wait=_latency(waits),
+        prefill_ttft=_latency(ttft),
+        link_busy_fraction=max(drun.link_busy_s) / duration if duration > 0 else 0.0,
+        prefill=engine_stats(prefill_run, duration, frontend_per_token_s),
+    )

@@ -37,7 +37,7 @@ LARGE_DEFAULTS = (8192, 1024)  # ... and not an A100: max_num_batched_tokens, ma
 SMALL_DEFAULTS = (2048, 256)
 DEFAULT_MAX_MODEL_LEN = 8192  # when the config states no max_position_embeddings
 # vLLM kv-cache-dtype spellings -> the element format the step time reads
-_KV_FORMAT = {
+KV_FORMATS = {
     "auto": "auto",
     "bfloat16": "bf16",
     "float16": "fp16",
@@ -79,6 +79,7 @@ class Replica(NamedTuple):
     weights_dtype: str
     kv_cache_tokens: int
     notes: tuple[Note, ...]
+    transfer: object = None  # disaggregated: the simulate.disagg.TransferModel between pools
 
 
 def batch_defaults(gpu: GpuProfile) -> tuple[int, int]:
@@ -91,9 +92,9 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     """Resolve the defaults, size the KV pool, and build the step-time model."""
     notes: list[Note] = []
     spec.check_tp(options.tp)
-    if options.kv_cache_dtype not in _KV_FORMAT:
+    if options.kv_cache_dtype not in KV_FORMATS:
         raise KvplanError(
-            f"--kv-cache-dtype {options.kv_cache_dtype[:40]!r}: choose {', '.join(_KV_FORMAT)}"
+            f"--kv-cache-dtype {options.kv_cache_dtype[:40]!r}: choose {', '.join(KV_FORMATS)}"
         )
     mnbt_default, seqs_default = batch_defaults(gpu)
     max_model_len = options.max_model_len or spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
@@ -150,7 +151,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
     wdtype, wnotes = resolve_weights_dtype(spec, "auto")
     notes.extend(wnotes)
-    fmt = resolve_kv_format(_KV_FORMAT[options.kv_cache_dtype], spec.dtype)
+    fmt = resolve_kv_format(KV_FORMATS[options.kv_cache_dtype], spec.dtype)
     measured = gpu.vendor == "measured"
     model = StepModel(
         spec,
