@@ -17,7 +17,7 @@ from kvplan.formulas.step_time import Rates
 from kvplan.inputs.sources import load_model
 from kvplan.simulate import cluster, metrics
 from kvplan.simulate.cluster import Frontend
-from kvplan.simulate.engine import DECODE, Engine, EngineConfig
+from kvplan.simulate.engine import DECODE, Engine, EngineConfig, without_idle_caching
 from kvplan.simulate.workload import RequestSpec
 
 SPEC = load_model("llama-3.1-8b")
@@ -232,3 +232,24 @@ def test_static_batching_waits_for_the_batch_to_finish():
     cont = {r.rid: r for r in on.finished}
     assert last[3].first_client_s > last[0].last_client_s  # waited for the long one
     assert cont[3].first_client_s < cont[0].last_client_s  # joined as soon as a seat freed
+
+
+def test_caching_is_dropped_only_where_it_cannot_change_the_run():
+    """A preempted request finds its own freed prompt blocks in the prefix cache when it comes
+    back (vLLM frees them into the cache), so caching changes a run that preempts even with no
+    shared prefix; kvplan plan drops it (to skip hashing) only where nothing can be preempted."""
+    requests = [RequestSpec(i, 0.0, 200, 200) for i in range(16)]
+    tight = config(max_num_seqs=8, num_blocks=80, enable_prefix_caching=True)  # 16 x 25 blocks
+    assert without_idle_caching(tight, requests) is tight
+    engine_on, _, _ = serve(requests, tight)
+    engine_off, _, _ = serve(requests, tight._replace(enable_prefix_caching=False))
+    assert engine_on.preemptions > 0
+    assert engine_on.hit_tokens > 0 and engine_off.hit_tokens == 0
+    roomy = tight._replace(num_blocks=8 * 25 + 1)  # max_num_seqs of the longest always fit
+    assert without_idle_caching(roomy, requests).enable_prefix_caching is False
+    shared = [r._replace(stream_id=0, stream_tokens=64) for r in requests]
+    assert without_idle_caching(roomy, shared) is roomy
+    engine_on, run_on, _ = serve(requests, roomy)
+    _, run_off, _ = serve(requests, roomy._replace(enable_prefix_caching=False))
+    assert engine_on.preemptions == 0
+    assert [r.last_client_s for r in run_on.finished] == [r.last_client_s for r in run_off.finished]

@@ -30,7 +30,7 @@ from kvplan.notes import Note, note, unique
 from kvplan.record import NamedTuple
 from kvplan.simulate import cluster, metrics
 from kvplan.simulate.cluster import Frontend
-from kvplan.simulate.engine import Engine, pool_demand
+from kvplan.simulate.engine import Engine, pool_demand, without_idle_caching
 from kvplan.simulate.setup import Replica, ServeOptions, build_replica
 from kvplan.simulate.workload import RequestSpec, WorkloadSpec, arrival_times_s, generate
 from kvplan.units import MS
@@ -357,9 +357,7 @@ def evaluate(
         replica = build_replica(spec, gpu, options)
     except KvplanError as exc:
         return _reason(str(exc)), None
-    if not any(r.stream_id >= 0 for r in requests):
-        # no prompt shares a prefix: caching finds nothing, so the run skips hashing blocks
-        replica = replica._replace(config=replica.config._replace(enable_prefix_caching=False))
+    replica = replica._replace(config=without_idle_caching(replica.config, requests))
     floor = latency_floor(replica, requests, request.frontend)
     for slo in request.slos:
         if slo.metric in floor and floor[slo.metric] > slo.limit_s:

@@ -735,6 +735,18 @@ class Engine:
         return finished
 
 
+def without_idle_caching(config: EngineConfig, requests) -> EngineConfig:
+    """Prefix caching off when it cannot change the run: no prompt shares a token stream (no
+    common prefix, no conversation) and the pool holds max_num_seqs of the longest request, so
+    nothing is preempted (a preempted request finds its own freed blocks still cached when it
+    comes back, as in vLLM). Then evictable blocks count as free, the schedule is the one with
+    caching off, and the pool is counted instead of built, no block hashed."""
+    if not config.enable_prefix_caching or any(r.stream_id >= 0 for r in requests):
+        return config
+    off = config._replace(enable_prefix_caching=False)
+    return off if pool_demand(off, requests) <= config.num_blocks else config
+
+
 def pool_demand(config: EngineConfig, requests) -> int:
     """Blocks all `requests` would hold if every one ran at once, to its full length; without
     prefix caching (nothing kept after a request ends) at most max_num_seqs of them at once."""
