@@ -10,11 +10,12 @@ import subprocess
 from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import GpuProfile, bundled_profiles
 from kvplan.inputs.text import clean
+from kvplan.units import GIB, MIB
 
 # NVML's (nvidia-smi's) total exceeds what CUDA reports by 470-720 MiB (H100 470, H200 615,
 # B200 717, RTX 5090 506): where no profile pins it, kvplan takes the middle of that range.
-NVML_CUDA_GAP_BYTES = 600 * 2**20
-NVML_GAP_MAX_BYTES = 2**30
+NVML_CUDA_GAP_BYTES = 600 * MIB
+NVML_GAP_MAX_BYTES = GIB
 
 
 def read_local_device() -> tuple[str, int, str]:
@@ -96,7 +97,7 @@ def local_profile() -> GpuProfile:
             how = "NVML total less ~600 MiB (NVML counts memory CUDA does not offer)"
     if near is None:
         raise KvplanError(
-            f"--gpu local found {name!r} ({memory / 2**30:,.2f} GiB) but no bundled profile "
+            f"--gpu local found {name!r} ({memory / GIB:,.2f} GiB) but no bundled profile "
             "matches it: write one (docs/hardware-profiles.md) or measure one with kvplan "
             "measure --save-profile"
         )

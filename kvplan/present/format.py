@@ -82,6 +82,10 @@ def gbps_text(bytes_per_s: float, digits: int = 0) -> str:
     return f"{bytes_per_s / GB:,.{digits}f} GB/s"
 
 
+def gflops_text(flop_per_s: float, digits: int = 1) -> str:
+    return f"{flop_per_s / GFLOP:,.{digits}f} GFLOP/s"
+
+
 def tflops_text(flop_per_s: float, digits: int = 1) -> str:
     return f"{flop_per_s / TFLOP:,.{digits}f} TFLOP/s"
 

@@ -16,7 +16,7 @@ def _unit_value(value, unit: str) -> str:
         return f.ms_text(value, 2) if value >= 1e-3 else f.us_text(value, 2)
     if unit == "bytes_per_s":
         return f.gbps_text(value, 1)
-    return f"{value / 1e9:,.1f} GFLOP/s"
+    return f.gflops_text(value, 1)
 
 
 def _device_fact(identity: dict) -> str:
