@@ -148,6 +148,18 @@ class BlockManager:
         self._cache_full_blocks(seq, start_block=len(hits))
         return len(hits) * self.block_size
 
+    def cache_blocks(self, seq_id, num_tokens: int) -> None:
+        """Enter the full blocks among the sequence's first `num_tokens` tokens into the prefix
+        cache: blocks filled with cache=False become findable once their KV exists (vLLM's
+        cache_blocks after a remote KV load; until then another request must not hit them)."""
+        if not self.enable_prefix_caching:
+            return
+        seq = self.seqs[seq_id]
+        start = 0
+        while start < len(seq.block_table) and self.blocks[seq.block_table[start]].hash is not None:
+            start += 1
+        self._cache_full_blocks(seq, start, num_tokens)
+
     def _prefix_hits(self, token_ids: list[int], extra_key: bytes) -> list[int]:
         """Cached blocks for the longest prefix of full blocks, never the whole prompt: the last
         token is always computed (its logits start decoding), so only blocks within the first
@@ -278,10 +290,11 @@ class BlockManager:
         block.ref_count = 1
         return block_id
 
-    def _cache_full_blocks(self, seq: Sequence, start_block: int) -> None:
+    def _cache_full_blocks(self, seq: Sequence, start_block: int, upto: int | None = None) -> None:
         if not self.enable_prefix_caching:
             return
-        full = len(seq.token_ids) // self.block_size
+        tokens = len(seq.token_ids) if upto is None else min(upto, len(seq.token_ids))
+        full = tokens // self.block_size
         parent = NONE_HASH
         if start_block > 0:
             parent = self.blocks[seq.block_table[start_block - 1]].hash

@@ -30,6 +30,20 @@ def test_allocate_append_free():
     assert m.num_free_blocks == 8
 
 
+def test_blocks_filled_uncached_become_hits_only_when_cached():
+    """KV loaded from another engine: its blocks are filled with cache=False and entered into
+    the prefix cache (cache_blocks) only once the KV is there; only the first num_tokens count."""
+    m = BlockManager(num_blocks=16, block_size=4)
+    prompt = list(range(13))
+    m.allocate("remote", prompt[:1])
+    m.append_tokens("remote", prompt[1:], cache=False)
+    assert m.cached_prefix_tokens(prompt) == 0
+    m.cache_blocks("remote", 9)  # two full blocks within the first 9 tokens
+    assert m.cached_prefix_tokens(prompt) == 8
+    m.cache_blocks("remote", 13)
+    assert m.cached_prefix_tokens(prompt + [99]) == 12
+
+
 def test_prefix_hit_only_on_whole_identical_blocks():
     m = BlockManager(num_blocks=16, block_size=4)
     prompt = list(range(10))

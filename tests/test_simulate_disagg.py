@@ -59,8 +59,9 @@ def serve(requests, cfg, num_prefill=1, num_decode=1, frontend=NO_FRONTEND, link
 def test_one_request_timeline():
     """1,000 in, 100 out. The prefill replica answers after its API server, the prefill step and
     one streamed token; the proxy's request reaches the decode server's API (15 ms); the KV
-    moves (1 us + 1 MB at 1 GB/s); then the decode replica's first step recomputes token 1,000
-    and samples the first token the client sees."""
+    moves in whole blocks (63 blocks of 16 = 1,008 tokens: 1 us + 1.008 MB at 1 GB/s); then the
+    decode replica's first step recomputes token 1,000 and samples the first token the client
+    sees."""
     frontend = Frontend(request_s=0.015, per_token_s=50e-6)
     starts = []
 
@@ -71,11 +72,11 @@ def test_one_request_timeline():
     drun, bench = serve([RequestSpec(0, 0.0, 1000, 100)], config(), frontend=frontend, obs=observer)
     prefill_s = MODEL.step(BatchShape(0, 0, ((1000, 0),), 1)).total_s
     response_s = 0.015 + prefill_s + 50e-6
-    transfer_s = 1e-6 + 1000 * BYTES_PER_TOKEN / 1e9
+    transfer_s = 1e-6 + 1008 * BYTES_PER_TOKEN / 1e9
     kv_at = response_s + 0.015 + transfer_s
     first_step_s = MODEL.step(BatchShape(0, 0, ((1, 999),), 1)).total_s
     (t,) = drun.transfers
-    assert (t.tokens, t.transfer_bytes) == (1000, 1e6)
+    assert (t.tokens, t.transfer_bytes) == (1008, 1.008e6)
     assert t.end_s - t.start_s == pytest.approx(transfer_s, rel=1e-12)
     assert t.end_s == pytest.approx(kv_at, rel=1e-12)
     # the prefill replica's own TTFT is its prefill step (plus its API server's costs)
@@ -108,6 +109,70 @@ def test_a_slow_link_queues_transfers_first_come_first_served():
     for before, after in zip(moved, moved[1:], strict=False):
         assert after.start_s == pytest.approx(before.end_s, rel=1e-12)
     assert moved[-1].start_s - moved[-1].requested_s > 0.05  # it waited for seven others
+
+
+def test_one_prefill_replica_sends_one_transfer_at_a_time():
+    """One prefill replica feeding four decode replicas through a 10 MB/s link: its outgoing
+    links carry one request's KV at a time, whichever decode replica it goes to."""
+    slow = LINK._replace(seconds_of=lambda b: b / 1e7)
+    drun, _ = serve([RequestSpec(i, 0.0, 100, 4) for i in range(8)], config(), 1, 4, link=slow)
+    assert len({t.decode_replica for t in drun.transfers}) == 4
+    moved = sorted(drun.transfers, key=lambda t: t.start_s)
+    for before, after in zip(moved, moved[1:], strict=False):
+        assert after.start_s == pytest.approx(before.end_s, rel=1e-12)
+    # the busiest link is the sender's: 8 transfers of 112 tokens (7 blocks), 11.2 ms each
+    assert drun.send_busy_s[0] == pytest.approx(8 * 112 * BYTES_PER_TOKEN / 1e7, rel=1e-12)
+
+
+def test_kv_still_arriving_is_not_a_prefix_hit():
+    """Request 1 shares request 0's 64-token prefix and reaches the decode replica while request
+    0's KV is still on the wire: it finds nothing cached there (vLLM caches a remote request's
+    blocks only once its KV has arrived) and moves all of its blocks."""
+    slow = LINK._replace(seconds_of=lambda b: b / 1e6)  # 96 kB: 96 ms on the wire
+    requests = [
+        RequestSpec(0, 0.0, 96, 4, stream_id=0, stream_tokens=64),
+        RequestSpec(1, 0.005, 96, 4, stream_id=0, stream_tokens=64),
+    ]
+    drun, _ = serve(requests, config(), link=slow)
+    first, second = sorted(drun.transfers, key=lambda t: t.rid)
+    assert second.requested_s < first.end_s  # asked while the first was still moving
+    assert (first.tokens, second.tokens) == (96, 96)
+    # once it has arrived, a later request with the same prefix finds it
+    later = RequestSpec(2, 1.0, 96, 4, stream_id=0, stream_tokens=64)
+    drun, _ = serve([*requests, later], config(), link=slow)
+    assert [t.tokens for t in sorted(drun.transfers, key=lambda t: t.rid)] == [96, 96, 32]
+
+
+def test_a_prefill_engine_waiting_on_its_held_blocks_stops_until_released():
+    """Without chunked prefill, a prompt longer than the free pool waits at a prefill engine
+    whose blocks are held for a transfer; the engine waits for the release instead of
+    spinning (this hung before), and the request runs once the blocks are back."""
+    cfg = config(
+        max_num_seqs=4,
+        max_num_batched_tokens=256,
+        max_model_len=257,
+        num_blocks=12,
+        enable_chunked_prefill=False,
+    )
+    slow = LINK._replace(seconds_of=lambda b: b / 1e6)
+    requests = [RequestSpec(0, 0.0, 100, 4), RequestSpec(1, 0.001, 150, 4)]
+    drun, _ = serve(requests, cfg, link=slow)
+    assert sorted(r.rid for r in drun.decode.finished) == [0, 1]
+    first, second = sorted(drun.prefilled, key=lambda r: r.rid)
+    released = min(t.end_s for t in drun.transfers if t.rid == 0)
+    assert second.admit_s >= released
+
+
+def test_a_prompt_over_the_budget_without_chunking_is_an_error_not_a_spin():
+    """Chunked prefill off and a prompt longer than max_num_batched_tokens, while the prefill
+    engine holds another request's blocks: the engine waits for the release, then reports that
+    the request cannot be served (this spun forever before, its clock never moving)."""
+    cfg = config(
+        max_num_batched_tokens=32, enable_chunked_prefill=False, num_blocks=13, max_num_seqs=3
+    )
+    slow = LINK._replace(seconds_of=lambda b: b / 1e5)
+    with pytest.raises(KvplanError, match="request 1 "):
+        serve([RequestSpec(0, 0.0, 14, 2), RequestSpec(1, 0.01, 43, 2)], cfg, link=slow)
 
 
 class Watch:
@@ -218,6 +283,12 @@ def test_disaggregated_invariants(items, num_prefill, num_decode, spare, link_bp
         for before, after in zip(moved, moved[1:], strict=False):
             assert after.start_s >= before.end_s
         assert all(t.start_s >= t.requested_s >= t.prefilled_s for t in moved)
+    for p in range(num_prefill):
+        sent = sorted(
+            (t for t in drun.transfers if t.prefill_replica == p), key=lambda t: t.start_s
+        )
+        for before, after in zip(sent, sent[1:], strict=False):
+            assert after.start_s >= before.end_s
     # every block released: prefill ones after their transfer, decode ones at the end
     for engine in drun.prefill_engines + drun.decode.engines:
         assert engine.bm.num_used_blocks == 0 and engine.held == engine.receiving == 0
@@ -243,6 +314,28 @@ def test_simulate_reports_transfers_and_pools():
     assert d.transfer.median_ms / 1e3 == pytest.approx(wire_s + 5e-6, rel=1e-6)
     assert 0 < d.prefill.engine_busy_fraction < 1 and 0 < run.engine.engine_busy_fraction < 1
     assert run.bench.median_ttft_ms > d.prefill_ttft.median_ms + d.transfer.median_ms
+    # the prefill pool's preemptions are reported too (2 GiB pools, 6k-token prompts at once)
+    squeezed = SimulateRequest(
+        workload=WorkloadSpec(num_prompts=40, input_len=6000, output_len=10),
+        rates=(math.inf,),
+        disaggregated=(1, 1),
+        network_gbps=10.0,  # a slow link: prefill blocks stay held while the KV moves
+        serve=ServeOptions(
+            kv_cache_memory_bytes=2 * 2**30, max_num_batched_tokens=2048, max_model_len=8192
+        ),
+        series=False,
+    )
+    tight = simulate(spec, gpu, squeezed)
+    assert tight.runs[0].disaggregated.prefill.preemptions > 0
+    assert tight.runs[0].engine.preemptions == 0
+    assert "sim-preemptions" in [n.id for n in tight.notes]
+    assert "sim-weak-disagg-hybrid" not in [n.id for n in tight.notes]
+    gemma = simulate(
+        load_model("gemma-3-27b"),
+        gpu,
+        request._replace(workload=request.workload._replace(num_prompts=4)),
+    )
+    assert "sim-weak-disagg-hybrid" in [n.id for n in gemma.notes]
     with pytest.raises(KvplanError, match="drop --replicas"):
         simulate(spec, gpu, request._replace(replicas=2))
     with pytest.raises(KvplanError, match="network-gbps"):

@@ -361,8 +361,14 @@ def _weak_spots(spec: ModelSpec, runs: list[Run], request: SimulateRequest) -> l
         notes.append(note("sim-weak-pp"))
     if request.trace is None and request.workload.length_dist == "sharegpt":
         notes.append(note("sim-sharegpt"))
-    if max(r.engine.frontend_busy_fraction for r in runs) > 0.8:
+    pools = [r.engine for r in runs]
+    pools += [r.disaggregated.prefill for r in runs if r.disaggregated is not None]
+    if max(p.frontend_busy_fraction for p in pools) > 0.8:
         notes.append(note("sim-frontend-bound"))
-    if any(r.engine.preemptions for r in runs):
+    if any(p.preemptions for p in pools):
         notes.append(note("sim-preemptions"))
+    if request.disaggregated is not None and (
+        spec.has_kind(CacheKind.STATE) or spec.has_kind(CacheKind.SLIDING)
+    ):
+        notes.append(note("sim-weak-disagg-hybrid"))
     return notes

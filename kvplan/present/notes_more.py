@@ -772,3 +772,14 @@ text("sim-disaggregated")(
         "beside it."
     )
 )
+
+text("sim-weak-disagg-hybrid")(
+    lambda: (
+        "With a KV connector, vLLM up to at least 0.18 turns its hybrid KV cache manager off (it logs "
+        '"Turning off hybrid kv cache manager because `--kv-transfer-config` is set"). Every '
+        "sliding-window layer then holds, and the connector moves, the whole context, so the pools are "
+        "smaller than simulated here, and Mamba hybrids may not start. kvplan sizes both pools with the "
+        "hybrid manager on (--no-disable-hybrid-kv-cache-manager, for a connector that supports it). "
+        "Pass --kv-cache-memory with the logged figure to pin the pool."
+    )
+)

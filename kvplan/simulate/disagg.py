@@ -11,9 +11,11 @@ NixlConnector behind its proxy (tests/v1/kv_connector/nixl_integration/toy_proxy
    client. The decode scheduler allocates the prompt's blocks when the request reaches the head of
    its queue (no token budget, no seat; local prefix hits are not transferred:
    get_num_new_matched_tokens = prompt - locally computed tokens) and its workers read the KV.
-3. Transfers into one decode replica queue first come first served on its link: each of its
-   tp x pp ranks receives its share over its own link, all in step (formulas.comm
-   kv_transfer_time_s); the sending side is not a separate queue.
+3. Each of a replica's tp x pp ranks sends or receives its share over its own link, all in step
+   (formulas.comm kv_transfer_time_s). A transfer takes both its prefill replica's outgoing
+   links and its decode replica's incoming ones; each side serves its transfers first come
+   first served, so a prefill replica feeding several decode replicas sends one at a time.
+   The connector reads whole blocks: the prompt's blocks past the decode side's local hits.
 4. Once the KV has arrived, the next decode step recomputes the last prompt token
    (Scheduler._update_waiting_for_remote_kv: num_computed_tokens = num_tokens - 1) and samples the
    first token the client sees; the rest follow as in any decode. A preempted request recomputes
@@ -68,7 +70,8 @@ class DisaggRun(NamedTuple):
     prefill_engines: list
     prefilled: list  # the prefill engines' requests (handed off)
     transfers: list  # Transfer, in the order they ended
-    link_busy_s: list  # per decode replica: time its link moved KV
+    link_busy_s: list  # per decode replica: time its incoming links moved KV
+    send_busy_s: list  # per prefill replica: time its outgoing links moved KV
 
 
 def run(
@@ -96,6 +99,8 @@ def run(
     turn_p, turn_d = [0], [0]
     link_free = [0.0] * len(decode)
     link_busy = [0.0] * len(decode)
+    send_free = [0.0] * len(prefill)
+    send_busy = [0.0] * len(prefill)
     bytes_cache: dict[int, float] = {}
 
     def dispatch(now: float) -> None:
@@ -123,11 +128,13 @@ def run(
                 if size is None:
                     size = bytes_cache[tokens] = transfer.bytes_of(tokens)
                 seconds = transfer.seconds_of(size)
-                start = max(asked_s, link_free[d])
-                end = start + seconds
-                link_free[d] = end
-                link_busy[d] += seconds
                 source = r.peer
+                p = source.replica
+                start = max(asked_s, link_free[d], send_free[p])
+                end = start + seconds
+                link_free[d] = send_free[p] = end
+                link_busy[d] += seconds
+                send_busy[p] += seconds
                 transfers.append(
                     Transfer(
                         r.rid,
@@ -205,4 +212,6 @@ def run(
                 free_slots += 1
                 dispatch(now)
     transfers.sort(key=lambda t: t.end_s)
-    return DisaggRun(ClusterRun(finished, failed, decode), prefill, prefilled, transfers, link_busy)
+    return DisaggRun(
+        ClusterRun(finished, failed, decode), prefill, prefilled, transfers, link_busy, send_busy
+    )

@@ -88,6 +88,9 @@ class CountingPool:
         self.num_used_blocks += blocks
         return 0
 
+    def cache_blocks(self, seq_id, num_tokens: int) -> None:
+        return None
+
     def append_tokens(self, seq_id, token_ids, cache: bool = True) -> list:
         entry = self.held[seq_id]
         tokens = entry[1] + len(token_ids)
@@ -240,6 +243,7 @@ class Engine:
         self.held = 0  # prefill: requests handed off whose blocks wait for the decode side
         self.receiving = 0  # decode: remote requests in the queue whose KV is on its way
         self.ready = 0  # decode: remote requests in the queue whose KV has arrived
+        self.stalled = False  # nothing could run; only another engine's event changes that
         self.handoffs: list[Req] = []  # prefill: handed off since the cluster last looked
         self.kv_requests: list[tuple[Req, float, int]] = []  # decode: (request, when, tokens)
         # statistics
@@ -261,6 +265,7 @@ class Engine:
         if not self.has_work:  # idle, or waiting only on transfers: its clock catches up
             self.clock_s = max(self.clock_s, now)
         self.waiting.append(req)
+        self.stalled = False
 
     @property
     def has_work(self) -> bool:
@@ -268,7 +273,7 @@ class Engine:
         held for one, or KV still arriving) has none until `release` or `kv_received`."""
         if self.running or self.ready:
             return True
-        if len(self.waiting) <= self.receiving:
+        if self.stalled or len(self.waiting) <= self.receiving:
             return False
         return not (self.blocked and (self.held or self.receiving))
 
@@ -279,27 +284,38 @@ class Engine:
         self._release(r)
         self.held -= 1
         r.state = DONE
+        self.stalled = False
         self.clock_s = max(self.clock_s, now)
 
     def kv_received(self, r: Req, now: float) -> None:
         """Decode: r's prompt KV has arrived; the next step recomputes its last prompt token."""
         r.remote = RECEIVED
         r.computed = r.input_tokens - 1
+        self.bm.cache_blocks(r.rid, r.input_tokens)  # now another request may hit them
         self.receiving -= 1
         self.ready += 1
         self.blocked = False
+        self.stalled = False
         self.clock_s = max(self.clock_s, now)
 
     def _allocate_remote(self, r: Req) -> bool:
         """Decode: the blocks of r's prompt (prefix hits found locally are not transferred);
         False when the pool cannot hold them now."""
         num_tokens = r.num_tokens
-        cap = (num_tokens - 1) // self.block_size * self.block_size
         final = num_tokens + r.target - r.outputs
         reserved = num_tokens if self.config.preemption else final  # no preemption: to its end
+        ids = self.ids(r, 0, reserved)
+        # the locally cached prefix is found now; the blocks the KV will fill enter the cache
+        # only once it has arrived (vLLM: delay_cache_blocks, then cache_blocks)
+        hits = self.bm.cached_prefix_tokens(ids[:num_tokens])
         try:
-            hits = min(self.bm.allocate(r.rid, self.ids(r, 0, reserved)), cap)
+            self.bm.allocate(r.rid, ids[: hits + 1])
         except NoFreeBlocksError:
+            return False
+        try:
+            self.bm.append_tokens(r.rid, ids[hits + 1 :], cache=False)
+        except NoFreeBlocksError:
+            self.bm.free(r.rid)
             return False
         side = side_blocks(self.config, final)
         if side and not self._reserve_side(r, side):
@@ -313,7 +329,9 @@ class Engine:
         self.receiving += 1
         self.queried_tokens += num_tokens
         self.hit_tokens += hits
-        self.kv_requests.append((r, self.clock_s, num_tokens - hits))
+        # the connector reads whole blocks: the prompt's blocks past the local hits
+        moved = (-(-num_tokens // self.block_size) * self.block_size) - hits
+        self.kv_requests.append((r, self.clock_s, moved))
         return True
 
     @property
@@ -460,17 +478,22 @@ class Engine:
         """Nothing was scheduled: after a preemption the next step admits again; while blocks
         are held for transfers, or KV is arriving, the engine waits for them; otherwise the
         queue's head does not fit even an empty pool."""
-        if preempted or self.held or self.receiving:
+        if preempted:
+            return []
+        if self.held or self.receiving:  # until a release, an arrival or a new request
+            self.stalled = True
             return []
         raise _Unservable(self.waiting[0])
 
     # ---- admission --------------------------------------------------------------------------
-    def _may_admit(self) -> bool:
+    def _seat_free(self) -> bool:
+        """A seat for a new request this step (static batching: only once the batch is done)."""
         if len(self.running) >= self.config.max_num_seqs:
             return False
-        if not self.config.continuous_batching and self.running:
-            return False
-        return not self.blocked
+        return self.config.continuous_batching or not self.running
+
+    def _may_admit(self) -> bool:
+        return self._seat_free() and not self.blocked
 
     def _admit_waiting(self, budget: int, chunks: list) -> int:
         config = self.config
@@ -531,10 +554,13 @@ class Engine:
 
     def _admit_received(self, budget: int, chunks: list) -> int:
         """Decode: schedule the queued requests whose KV has arrived, in queue order, ahead of
-        requests that still need blocks. Each holds its blocks and needs one token computed;
+        requests that still need blocks. Each holds its blocks and needs one token computed.
         vLLM keeps them in queue order, behind a head that may never find blocks while they
-        hold them (a pool of a few requests' worth stalls there), so running them first is
-        the simulator's way through, and changes nothing when the head can be admitted."""
+        hold them (a pool of a few requests' worth stalls there); running them first is the
+        simulator's way through. It differs from vLLM only when seats or budget are short in
+        that step (they go to the arrived requests, not the head)."""
+        if not self._seat_free():
+            return budget
         kept: list[Req] = []
         while self.waiting and self.ready and budget > 0:
             if len(self.running) >= self.config.max_num_seqs:
@@ -644,7 +670,7 @@ class Engine:
         """Nothing but decodes can happen this step: no prefill, and no admission possible."""
         if self.prefilling or not self.num_decodes:
             return False
-        if self.ready and len(self.running) < self.config.max_num_seqs:
+        if self.ready and self._seat_free():
             return False
         return not (len(self.waiting) > self.receiving and self._may_admit())
 

@@ -313,10 +313,10 @@ class DisaggStats(NamedTuple):
     transfers: int
     mean_transfer_bytes: float | None
     transfer: Latency  # on the wire: one request's KV over the decode replica's links
-    link_wait: Latency  # queued behind other transfers into the same decode replica
+    link_wait: Latency  # queued behind other transfers on either replica's links
     kv_wait: Latency  # the decode replica received the request -> its KV arrived
     prefill_ttft: Latency  # request sent -> the prefill replica's one-token response
-    link_busy_fraction: float  # the busiest link's transfer time / duration
+    link_busy_fraction: float  # the busiest replica's links (sending or receiving) / duration
     prefill: EngineStats  # the prefill pool as its engines would show it
 
 
@@ -342,6 +342,8 @@ def disagg_stats(drun, duration: float, frontend_per_token_s: float, transfer) -
         link_wait=_latency(queued),
         kv_wait=_latency(waits),
         prefill_ttft=_latency(ttft),
-        link_busy_fraction=max(drun.link_busy_s) / duration if duration > 0 else 0.0,
+        link_busy_fraction=(
+            max(*drun.link_busy_s, *drun.send_busy_s) / duration if duration > 0 else 0.0
+        ),
         prefill=engine_stats(prefill_run, duration, frontend_per_token_s),
     )
