@@ -7,7 +7,7 @@ KVPLAN_REPO pointing at the checkout and the current folder holding any extra co
 
     cd /tmp/oracle && KVPLAN_REPO=/path/to/kvplan python /path/to/kvplan/scripts/transformers_oracle.py
 
-tests/data/transformers_oracle.json is distilled from its output (parameter counts and the cache
+tests/data/transformers_oracle.json is distilled from its output (scripts/oracle_distill.py) (parameter counts and the cache
 tensors after real forward passes); the numbers in it were produced with transformers 5.24.0.
 
 For every config file (the ones in the current folder and the ones bundled in
@@ -42,7 +42,6 @@ try:
 except Exception:  # pragma: no cover
     AutoModelForImageTextToText = None
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 BUNDLED = os.path.join(os.environ.get("KVPLAN_REPO", "."), "model_configs")
 SHRUNK_WINDOW = 64
 PROMPTS = (37, 97)  # 37 < window, 97 > window
@@ -697,13 +696,13 @@ def analyse(raw, errors):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*", default=None)
-    ap.add_argument("--out", default=os.path.join(HERE, "oracle.json"))
+    ap.add_argument("--out", default=os.path.join(os.getcwd(), "oracle.json"))
     args = ap.parse_args()
     files = []
-    for p in sorted(glob.glob(os.path.join(HERE, "*.json"))):
+    for p in sorted(glob.glob(os.path.join(os.getcwd(), "*.json"))):  # the extra configs
         if os.path.basename(p) in ("oracle.json",):
             continue
-        files.append((p, "staging/configs"))
+        files.append((p, "current folder"))
     for p in sorted(glob.glob(os.path.join(BUNDLED, "*.json"))):
         if os.path.basename(p) == "index.json":
             continue

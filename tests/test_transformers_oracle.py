@@ -104,3 +104,52 @@ def test_parameter_count_of_families_without_a_real_config(name):
     entry = ORACLE[name]
     spec = build_model(entry["shrunk_config"], name)
     assert spec.params_total == entry["params_total"]
+
+
+REAL = REPO / "tests" / "data" / "real_configs"
+
+
+@pytest.mark.parametrize("name", sorted(k for k in ORACLE if k.startswith("real/")))
+def test_parameter_count_of_real_configs_it_does_not_bundle(name):
+    """Real configs of families and variants kvplan was not built around (Gemma-4 with wider
+    global layers whose values are the keys' projection, GLM-5.3 whose "shared" layers have no
+    indexer, Qwen3.5/3.6/3.8, Nemotron-3-Super, DeepSeek-V3.1, ...): transformers' own count."""
+    entry = ORACLE[name]
+    raw = json.loads((REAL / name.removeprefix("real/")).read_text())
+    spec = build_model(raw, name)
+    assert spec.params_total == (entry["params_text_only"] or entry["params_total"])
+
+
+def test_gemma4_global_layers_cache_their_own_width():
+    """Gemma-4-31B: 50 sliding layers of 16 KV heads x 256 and 10 global ones of 4 x 512 (K and
+    V both cached although V is K's projection): 901,120 bytes per token in bf16 before any
+    window applies, 1.51 GB for one 8k sequence (transformers' cache shapes, tested above)."""
+    spec = build_model(json.loads((REAL / "nvidia--Gemma-4-31B-IT-NVFP4.json").read_text()), "g4")
+    widths = sorted({(a.kind.value, a.num_kv_heads, a.head_dim) for a in spec.attention_layers()})
+    assert widths == [("full", 4, 512), ("sliding", 16, 256)]
+    bf16 = KvFormat("bf16")
+    assert sum(a.kv_bytes_per_token(bf16) for a in spec.attention_layers()) == 901_120
+
+
+@pytest.mark.parametrize(
+    "file, named",
+    [
+        ("google--gemma-4-26B-A4B.json", "enable_moe_block"),
+        ("deepseek-ai--DeepSeek-V4-Flash.json", "deepseek_v4"),
+        ("poolside--Laguna-XS.2-FP8.json", "laguna"),
+        ("stepfun-ai--Step-3.7-Flash.json", "step3p7"),
+    ],
+)
+def test_real_configs_it_cannot_size_are_refused_by_name(file, named):
+    """What kvplan does not build is an error naming it, never a plain-attention guess."""
+    from kvplan.errors import KvplanError
+
+    with pytest.raises(KvplanError, match=named):
+        build_model(json.loads((REAL / file).read_text()), file)
+
+
+def test_a_sliding_window_switched_off_is_full_attention_in_any_family():
+    """MiMo-7B (model_type mimo, unknown to kvplan) carries sliding_window 32768 with
+    use_sliding_window false: every layer holds the whole context, as transformers builds it."""
+    spec = build_model(json.loads((REAL / "XiaomiMiMo--MiMo-7B-Base.json").read_text()), "mimo")
+    assert all(a.window is None for a in spec.attention_layers())

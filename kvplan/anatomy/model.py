@@ -68,6 +68,7 @@ class Attention(NamedTuple):
     indexer_head_dim: int = 0
     indexer_num_heads: int = 0  # the indexer's query heads (its weights, not its cache)
     mla_q_lora_rank: int = 0  # MLA query down-projection width (0: none, queries from hidden)
+    shared_kv_proj: bool = False  # V is K's projection (no v_proj weights; the cache holds both)
 
     def kv_heads_per_rank(self, tp: int) -> int:
         """KV heads one tensor-parallel rank stores: max(1, Hkv // tp); MLA's latent is replicated."""

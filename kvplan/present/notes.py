@@ -377,7 +377,9 @@ text("structure-read")(
     lambda model_type, decided: (
         f"model_type {model_type!r} is not one kvplan knows: sized from its structure — "
         + "; ".join(f"{part}: {fields}" for part, fields in decided)
-        + ". No structural field was left unread; check the result against the model's card."
+        + ". Every structural-looking field was read, but blocks a config does not announce "
+        "(an extra gate, a bias, a different norm) cannot be seen from it: the parameter count "
+        "is the common layout's, so check it against the model's card."
     )
 )
 text("structure-unread")(

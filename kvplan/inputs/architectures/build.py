@@ -17,8 +17,9 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import model_dtype_name
 from kvplan.inputs.architectures.families import ALIASES, FAMILIES, Family
 from kvplan.inputs.architectures.mixers import lightning_state, read_state
+from kvplan.inputs.architectures.params import EXPERT_COUNT
 from kvplan.inputs.architectures.rope import rope_tables
-from kvplan.inputs.architectures.structure import unread_structure
+from kvplan.inputs.architectures.structure import UNBUILT, unbuilt_features, unread_structure
 from kvplan.inputs.fields import MAX_LAYERS, REQUIRED, Fields
 from kvplan.inputs.quantization import read_quantization
 from kvplan.inputs.text import clean
@@ -61,8 +62,6 @@ LAYER_VALUES = {
     "E": ("none", "moe"),
 }
 
-EXPERT_COUNT = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
-EXPERT_TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_top_k", "num_selected_experts")
 EXPERT_WIDTH = ("moe_intermediate_size", "expert_intermediate_size")
 MAX_POSITION_KEYS = (
     "model_max_length",  # Cohere: overrides the others
@@ -79,6 +78,7 @@ class Plan(NamedTuple):
 
     mixer: str  # full | sliding | chunked | state | hybrid | none
     ffn: str  # dense | moe | none
+    indexer: bool = True  # a DSA indexer of its own, where the model has one ("shared": none)
 
 
 def text_config(raw: dict, source: str) -> tuple[dict, dict]:
@@ -258,6 +258,60 @@ class Builder:
             return [Plan("state", "none")] * num_layers
         return self._assign_ffn(self._rule_mixers(num_layers))
 
+    def per_layer_lists(self, plans: list[Plan]) -> list[Plan]:
+        """Per-layer lists beside the layer pattern: `indexer_types` (GLM-5: "full" layers run
+        their own DSA indexer, "shared" ones reuse the last one's selection and hold no indexer
+        key) and `mlp_layer_types` ("dense" or "sparse" MLP per layer)."""
+        f = self.f
+        lists = {"indexer_types": ("full", "shared"), "mlp_layer_types": ("dense", "sparse")}
+        for key, values in lists.items():
+            if key == "indexer_types" and self.indexer_dim:
+                given = self._indexer_types(len(plans))
+            elif f.has(key) and f.data[key] is not None:
+                given = f.data[key]
+            else:
+                continue
+            if not isinstance(given, list) or len(given) != len(plans):
+                raise KvplanError(f"{f.source}: {key} must list one value per layer ({len(plans)})")
+            bad = sorted({str(v)[:20] for v in given if v not in values})
+            if bad:
+                raise KvplanError(
+                    f"{f.source}: {key} value {bad[0]!r} is not one kvplan can size "
+                    f"(known: {', '.join(values)})"
+                )
+            if key == "indexer_types":
+                plans = [p._replace(indexer=v == "full") for p, v in zip(plans, given, strict=True)]
+                self.decided.append(("indexer", "per layer from indexer_types"))
+            else:
+                plans = [
+                    p._replace(ffn="moe" if v == "sparse" else "dense") if p.ffn != "none" else p
+                    for p, v in zip(plans, given, strict=True)
+                ]
+                self.decided.append(("MLP per layer", "from mlp_layer_types"))
+        return plans
+
+    def _indexer_types(self, num_layers: int) -> list:
+        """Which layers run their own indexer: `indexer_types`, else `index_topk_pattern`
+        ("F"/"S" per layer), else every `index_topk_freq`-th layer from `index_skip_topk_offset`
+        on (transformers' GlmMoeDsaConfig; without them, every layer)."""
+        f = self.f
+        if f.has("indexer_types") and f.data["indexer_types"] is not None:
+            for key in ("index_topk_pattern", "index_topk_freq", "index_skip_topk_offset"):
+                f.has(key)  # what the list was written from
+            return f.data["indexer_types"]
+        if f.has("index_topk_pattern") and f.data["index_topk_pattern"] is not None:
+            pattern = f.data["index_topk_pattern"]
+            if isinstance(pattern, str):
+                names = {"F": "full", "S": "shared"}
+                return [names.get(c, c) for c in pattern]
+            return pattern
+        freq = max(f.opt_int("index_topk_freq") or 1, 1)
+        offset = f.opt_int("index_skip_topk_offset", minimum=0)
+        offset = 2 if offset is None else offset
+        return [
+            "full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(num_layers)
+        ]
+
     def _declared_layers(self) -> tuple[list[str] | None, str]:
         f = self.f
         for key in ("layers_block_type", "layer_types"):
@@ -371,8 +425,21 @@ class Builder:
     # ---- the building blocks ----------------------------------------------------------------
     def read_structure(self) -> None:
         f, fam = self.f, self.family
+        unbuilt = unbuilt_features(f.data)
+        if unbuilt:
+            raise KvplanError(
+                f"{f.source}: declares what kvplan does not build yet, so its sizes would be "
+                f"wrong: {'; '.join(unbuilt)}"
+            )
+        for key in UNBUILT:
+            f.has(key)
+        if not f.opt_int("hidden_size_per_layer_input", minimum=0):
+            f.has("vocab_size_per_layer_input")  # the PLE table's rows, unused without PLE
         self.window = f.window("sliding_window", default=fam.window)
-        if fam.window_switch and not f.bool(fam.window_switch, False):
+        switch = fam.window_switch or (
+            "use_sliding_window" if f.has("use_sliding_window") else None
+        )
+        if switch and not f.bool(switch, False):
             self.window = None  # real Qwen configs carry a window value with the switch off
         self.chunk = f.opt_int("attention_chunk_size")
         self.mla = f.has("kv_lora_rank")
@@ -441,16 +508,40 @@ class Builder:
         size = self.window if kind == "sliding" else self.chunk if kind == "chunked" else None
         if cache_kind.windowed and not size:
             raise KvplanError(f"{f.source}: {kind} layers but no window size in the config")
+        head_dim, kv, shared_kv_proj = self.head_dim, self.kv, False
+        if kind == "full":
+            head_dim, kv, shared_kv_proj = self._global_attention()
         return Attention(
             kind=cache_kind,
             num_q_heads=self.heads,
-            num_kv_heads=self.kv,
-            head_dim=self.head_dim,
-            head_dim_v=self.head_dim,
-            qk_head_dim=self.head_dim,
-            v_head_dim=self.head_dim,
+            num_kv_heads=kv,
+            head_dim=head_dim,
+            head_dim_v=head_dim,
+            qk_head_dim=head_dim,
+            v_head_dim=head_dim,
             window=size if cache_kind.windowed else None,
+            shared_kv_proj=shared_kv_proj,
         )
+
+    def _global_attention(self) -> tuple[int, int, bool]:
+        """Full-attention layers of a local/global model may be wider than the sliding ones
+        (Gemma-4: `global_head_dim`, and `num_global_key_value_heads` where
+        `attention_k_eq_v` makes the values the keys' projection): (head_dim, KV heads, whether
+        keys and values share one projection). The cache stores both K and V either way."""
+        f = self.f
+        head_dim = f.opt_int("global_head_dim") or self.family.global_head_dim or self.head_dim
+        k_eq_v = f.bool("attention_k_eq_v", False)
+        global_kv = f.opt_int("num_global_key_value_heads")
+        gated = k_eq_v or "attention_k_eq_v" not in f.data  # transformers' rule
+        kv = global_kv if global_kv and gated else self.kv
+        if head_dim != self.head_dim or kv != self.kv or k_eq_v:
+            self.decided.append(
+                (
+                    "full-attention layers",
+                    "global_head_dim, num_global_key_value_heads, attention_k_eq_v",
+                )
+            )
+        return head_dim, kv, k_eq_v
 
     def layer_state(self) -> State:
         if self.state is None:
@@ -468,7 +559,7 @@ class Builder:
 
         self.dims()
         self.read_structure()
-        plans = self.plan()
+        plans = self.per_layer_lists(self.plan())
         counter = ParamCounter(self)
         layers, cache = [], {}
         for p in plans:
@@ -477,6 +568,8 @@ class Builder:
                 attention = state = None
                 if p.mixer in ("full", "sliding", "chunked", "hybrid"):
                     attention = self.attention("full" if p.mixer == "hybrid" else p.mixer)
+                    if not p.indexer:  # reuses an earlier layer's top-k: no indexer, no key
+                        attention = attention._replace(indexer_head_dim=0, indexer_num_heads=0)
                 if p.mixer in ("state", "hybrid"):
                     state = self.layer_state()
                 cache[key] = Layer(attention, state, counter.layer(p, attention, state))

@@ -14,6 +14,7 @@ class Family(NamedTuple):
     kv_heads: int | str = "heads"  # "heads": num_key_value_heads = num_attention_heads
     head_dim: int | None = None  # None: hidden / heads
     head_dim_rule: str = "explicit"  # explicit | derived (always hidden/heads) | double (2h/heads)
+    global_head_dim: int | None = None  # full-attention layers' head_dim when the key is absent
     window: int | None = None  # sliding_window when the key is absent
     window_switch: str | None = None  # a bool field that must be true for the window to apply
     tie: bool = False
@@ -194,6 +195,21 @@ FAMILIES: dict[str, Family] = {
         norms_per_layer=4,
         rope_local=True,
     ),
+    "gemma4_text": Family(
+        "dense, local/global hybrid",
+        kv_heads=4,
+        head_dim=256,
+        global_head_dim=512,
+        window=512,
+        tie=True,
+        vocab=262144,
+        max_positions=131072,
+        pattern=6,
+        layer_rule="pattern",
+        qk_norm="head",
+        norms_per_layer=4,
+        rope_local=True,
+    ),
     "gpt_oss": Family(
         "MoE, local/global hybrid",
         kv_heads=8,
@@ -286,6 +302,7 @@ FAMILIES: dict[str, Family] = {
 ALIASES = {
     "llama4": "llama4_text",
     "gemma3": "gemma3_text",
+    "gemma4": "gemma4_text",
     "kimi_k2": "deepseek_v3",
     "RefinedWeb": "falcon",
     "RefinedWebModel": "falcon",

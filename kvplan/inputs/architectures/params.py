@@ -7,7 +7,13 @@ from kvplan.errors import KvplanError
 from kvplan.inputs.architectures.mixers import mixer_params
 
 EXPERT_COUNT = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
-EXPERT_TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_top_k", "num_selected_experts")
+EXPERT_TOP_K = (
+    "num_experts_per_tok",
+    "experts_per_token",
+    "moe_top_k",
+    "num_selected_experts",
+    "top_k_experts",
+)
 
 
 class Counter:
@@ -117,6 +123,8 @@ class Counter:
         o_bias = fam.o_bias or (self.attn_bias and not fam.qkv_bias_field_only)
         q = h * heads * hd * q_factor + (heads * hd * q_factor if qkv_bias else 0)
         k = v = h * kv * hd + (kv * hd if qkv_bias else 0)
+        if a.shared_kv_proj:  # values are the keys' projection (Gemma-4's attention_k_eq_v)
+            v = 0
         o = heads * hd * h + (h if o_bias else 0)
         norm = 0
         qk_norm = fam.qk_norm

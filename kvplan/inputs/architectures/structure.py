@@ -45,6 +45,19 @@ CATEGORIES = {
         ),
         ("ssm_", "linear_num", "linear_key", "linear_value", "linear_conv"),
     ),
+    # per-layer-kind attention and block shapes beyond the common fields (Gemma-3n/4: wider
+    # global layers, per-layer input embeddings, layers reusing another layer's KV)
+    "attention shapes": _Rule(
+        (
+            "global_head_dim",
+            "global_key_value",
+            "k_eq_v",
+            "kv_shared",
+            "per_layer_input",
+            "double_wide",
+            "heads_per_layer",
+        )
+    ),
     "layer types": _Rule(
         (
             "layer_types",
@@ -89,12 +102,32 @@ BENIGN = {
     "time_step_max",
     "time_step_floor",
     "index_topk",  # which tokens are attended, not what is stored
+    "index_share_for_mtp_iteration",  # the multi-token-prediction layer's reuse, not built
     "indexer_rope_interleave",
     "mtp_layers_block_type",  # multi-token-prediction layers are not built
     "sliding_window_size",  # Gemma-2's legacy duplicate of sliding_window
     "chunk_size",  # Mamba-2's chunked-scan length, a kernel setting
     "time_step_rank",  # Mamba-1's dt rank; Mamba-2 configs carry it unused
 }
+
+
+# Block features kvplan does not build: declared (non-zero, true), they stop the build with a
+# message naming them rather than a count that leaves them out.
+UNBUILT = {
+    "hidden_size_per_layer_input": "per-layer input embeddings (Gemma-3n/4 PLE)",
+    "num_kv_shared_layers": "layers that reuse an earlier layer's KV (Gemma-3n/4)",
+    "use_double_wide_mlp": "double-width MLPs on the KV-sharing layers (Gemma-4)",
+    "enable_moe_block": "an expert block beside each layer's dense MLP (Gemma-4 MoE)",
+}
+
+
+def unbuilt_features(config: dict) -> list[str]:
+    """The UNBUILT features a config declares, as 'field: what it is'."""
+    return [
+        f"{key} {config[key]!r}: {what}"
+        for key, what in UNBUILT.items()
+        if _meaningful(key, config.get(key))
+    ]
 
 
 def _meaningful(key: str, value) -> bool:
