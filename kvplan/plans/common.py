@@ -34,6 +34,9 @@ class AttentionSummary(NamedTuple):
     head_dim: int
     mla_kv_lora_rank: int
     mla_rope_dim: int
+    # layers whose cache is shaped otherwise: (kind, KV heads, head_dim), e.g. Gemma-4's wider
+    # full-attention layers beside its sliding ones
+    other_shapes: tuple[tuple[str, int, int], ...] = ()
 
 
 def attention_summary(spec: ModelSpec) -> AttentionSummary:
@@ -47,8 +50,19 @@ def attention_summary(spec: ModelSpec) -> AttentionSummary:
         layout = "MHA"
     else:
         layout = "MQA" if a.num_kv_heads == 1 else "GQA"
+    others = []
+    for b in attn:
+        shape = (b.kind.value, b.num_kv_heads, b.head_dim)
+        if (b.num_kv_heads, b.head_dim) != (a.num_kv_heads, a.head_dim) and shape not in others:
+            others.append(shape)
     return AttentionSummary(
-        layout, a.num_q_heads, a.num_kv_heads, a.head_dim, a.mla_kv_lora_rank, a.mla_rope_dim
+        layout,
+        a.num_q_heads,
+        a.num_kv_heads,
+        a.head_dim,
+        a.mla_kv_lora_rank,
+        a.mla_rope_dim,
+        tuple(others),
     )
 
 

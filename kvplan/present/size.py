@@ -13,10 +13,13 @@ def attention_text(a) -> str:
             f"MLA, {a.num_q_heads} query heads, latent {a.mla_kv_lora_rank} + rope "
             f"{a.mla_rope_dim} = {a.head_dim} values per token per layer"
         )
-    return (
+    text = (
         f"{a.layout}, {a.num_q_heads} query heads over {a.num_kv_heads} KV heads, "
         f"head_dim {a.head_dim}"
     )
+    for kind, kv_heads, head_dim in a.other_shapes:
+        text += f"; {kind}-attention layers: {kv_heads} KV heads, head_dim {head_dim}"
+    return text
 
 
 def _dtype_note(row: dict) -> tuple:
