@@ -13,7 +13,7 @@ from kvplan.inputs.options import parse_bytes
 from kvplan.inputs.sources import load_model
 from kvplan.present.engines import engine_view
 
-from helpers import llama_like, run_cli, run_json, spec_from
+from helpers import REPO, llama_like, run_cli, run_json, spec_from
 
 H100 = load_profile("h100")
 
@@ -364,6 +364,25 @@ def test_sglang_hybrid_swa_split():
     assert window == int(0.8 * full)
     per_token = 16 * 128 * 2 * 2
     assert full == 10 * 2**30 // (per_token * 10 + 0.8 * per_token * 52)
+
+
+def test_sglang_sub_pools_hold_their_own_layer_shapes():
+    """Gemma-4-31B: the SWA pool's 50 layers are 16 KV heads x 256, the full pool's 10 are 4 x
+    512; each pool's token takes its own layers' bytes (SGLang's swa_head_num/swa_head_dim)."""
+    import json
+
+    from kvplan.inputs.architectures import build_model
+
+    raw = json.loads(
+        (REPO / "tests/data/real_configs/nvidia--Gemma-4-31B-IT-NVFP4.json").read_text()
+    )
+    spec = build_model(raw, "gemma-4-31b")
+    data = engine_allocation(
+        spec, H100, EngineRequest(engine="sglang", kv_cache_memory_bytes=gib("10"))
+    )
+    swa, full = 16 * 256 * 2 * 2, 4 * 512 * 2 * 2
+    assert data.cell_size_bytes == 50 * swa + 10 * full == 901_120
+    assert data.full_tokens == int(10 * 2**30 // (10 * full + 0.8 * 50 * swa))
 
 
 def test_sglang_mamba_pool_comes_first():

@@ -244,18 +244,33 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     indexer = indexer_bytes_per_token(a) if mla else 0
     heads = a.kv_heads_per_rank(request.tp)
     per_layer = fmt.head_vector_bytes(a.head_dim) if mla else a.kv_bytes_per_token(fmt, request.tp)
-    profile_cell = (per_layer + indexer) * layers
+    # layers shaped unlike the first (Gemma-4's wider full-attention layers): each sub-pool holds
+    # its own layers' shape (SGLang's SWA pool takes swa_head_num / swa_head_dim apart)
+    shapes = {x.kv_bytes_per_token(fmt, request.tp) for x in attn}
+    if len(shapes) > 1:
+        full_bytes = {x.kv_bytes_per_token(fmt, request.tp) for x in attn if not x.kind.windowed}
+        swa_bytes = {x.kv_bytes_per_token(fmt, request.tp) for x in attn if x.kind.windowed}
+        if mla or len(full_bytes) > 1 or len(swa_bytes) > 1:
+            raise KvplanError(
+                f"{spec.name}: attention layers of several cache shapes within one pool "
+                f"({sorted(shapes)} bytes per token per layer); kvplan does not model how "
+                "SGLang sizes that pool"
+            )
+    profile_cell = sum(x.kv_bytes_per_token(fmt, request.tp) for x in attn) + indexer * layers
+    if mla:
+        profile_cell = (per_layer + indexer) * layers
     allocated = per_layer
     if a.indexer_head_dim and fmt.name == "fp8":
         allocated = FP8_NSA_LATENT_BYTES
         notes.append(note("sglang-nsa-fp8-layout", allocated=FP8_NSA_LATENT_BYTES))
-    cell = (allocated + indexer) * layers
+    cell = (allocated + indexer) * layers if mla else profile_cell
     full_tokens = swa_tokens = None
     n_swa = sum(x.kind.windowed for x in attn)
     n_full = layers - n_swa
     if n_swa and n_full:  # HybridSWAPoolConfigurator
-        per_token = profile_cell // layers
-        full_tokens = rest // (per_token * n_full + SWA_FULL_TOKENS_RATIO * per_token * n_swa)
+        full_bytes = sum(x.kv_bytes_per_token(fmt, request.tp) for x in attn if not x.kind.windowed)
+        swa_bytes = sum(x.kv_bytes_per_token(fmt, request.tp) for x in attn if x.kind.windowed)
+        full_tokens = rest // (full_bytes + SWA_FULL_TOKENS_RATIO * swa_bytes)
         full_tokens = int(full_tokens) // page * page
         swa_tokens = int(full_tokens * SWA_FULL_TOKENS_RATIO) // page * page
         tokens = full_tokens
