@@ -138,6 +138,12 @@ def test_gemma4_global_layers_cache_their_own_width():
         ("deepseek-ai--DeepSeek-V4-Flash.json", "deepseek_v4"),
         ("poolside--Laguna-XS.2-FP8.json", "laguna"),
         ("stepfun-ai--Step-3.7-Flash.json", "step3p7"),
+        # refused with the type and what it declares first, not only the symptom
+        (
+            "moonshotai--Kimi-K3.json",
+            "'kimi_linear' is not one kvplan knows; it declares .*kv_lora",
+        ),
+        ("nvidia--Llama-3_3-Nemotron-Super-49B-v1.json", "declares block_configs"),
     ],
 )
 def test_real_configs_it_cannot_size_are_refused_by_name(file, named):

@@ -86,7 +86,9 @@ class Fields:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise KvplanError(f"{self.source}: field {name} must be true or false, got {value!r}")
+            raise KvplanError(
+                f"{self.source}: field {name} must be true or false, got {_shown(value)}"
+            )
         return value
 
     def float(self, name: str, default: float) -> float:
@@ -99,7 +101,7 @@ class Fields:
             or not isinstance(value, (int, float))
             or not math.isfinite(value)
         ):
-            raise KvplanError(f"{self.source}: field {name} must be a number, got {value!r}")
+            raise KvplanError(f"{self.source}: field {name} must be a number, got {_shown(value)}")
         return float(value)
 
     def int_list(self, name: str, length: int | None = None, minimum: int = 0) -> list[int] | None:
@@ -141,15 +143,19 @@ class Fields:
         if value is None:
             return default
         if not isinstance(value, str):
-            raise KvplanError(f"{self.source}: field {name} must be a string, got {value!r}")
+            raise KvplanError(f"{self.source}: field {name} must be a string, got {_shown(value)}")
         return value
 
     def _check_int(self, name: str, value: Any, minimum: int) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise KvplanError(f"{self.source}: field {name} must be an integer, got {value!r}")
+            raise KvplanError(
+                f"{self.source}: field {name} must be an integer, got {_shown(value)}"
+            )
         if isinstance(value, float):
             if not math.isfinite(value) or value != int(value):
-                raise KvplanError(f"{self.source}: field {name} must be an integer, got {value!r}")
+                raise KvplanError(
+                    f"{self.source}: field {name} must be an integer, got {_shown(value)}"
+                )
             value = int(value)
         maximum = MAX_LAYERS if name in LAYER_FIELDS else FIELD_MAXIMUM.get(name, MAX_DIM)
         if value < minimum or value > maximum:
@@ -157,3 +163,9 @@ class Fields:
                 f"{self.source}: field {name} = {value} is out of range ({minimum} to {maximum:,})"
             )
         return value
+
+
+def _shown(value) -> str:
+    """A config value in an error message, cut to one readable line."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -115,7 +115,18 @@ def build_model(raw: dict, name: str, source: str | None = None) -> ModelSpec:
     f = Fields(text, source, parent=top)
     builder = Builder(f, top, family, model_type, raw_type, top_type)
     builder.name_hint = source
-    spec = builder.build(name)
+    try:
+        spec = builder.build(name)
+    except KvplanError as exc:
+        if known:
+            raise
+        # the failure is a symptom: say first that the type is unknown and what it declares
+        declared = unread_structure(text, set())
+        listed = f"; it declares {', '.join(declared[:8])}" if declared else ""
+        raise KvplanError(
+            f"{source}: model_type {raw_type!r} is not one kvplan knows{listed}. Sizing it "
+            f"from structure stopped at: {str(exc).removeprefix(source + ': ')}"
+        ) from None
     unread = unread_structure(text, f.read)
     if not known:
         if unread:

@@ -69,6 +69,7 @@ CATEGORIES = {
             "attn_layer_",
             "window_pattern",
             "moe_layers",
+            "block_configs",
         )
     ),
 }
