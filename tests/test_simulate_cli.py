@@ -64,7 +64,8 @@ def test_simulate_table_prints_the_bench_block():
     "argv,needle",
     [
         (["--request-rate", "fast"], "not a number"),
-        (["--request-rate", "-1"], "above 0"),
+        (["--request-rate", "-1"], "between 0.001 and 1,000,000"),
+        (["--request-rate", "1e-300"], "between 0.001 and 1,000,000"),
         (["--router", "random"], "--router"),
         (["--length-dist", "zipf"], "--length-dist"),
         (["--compare", "speculation"], "--compare"),

@@ -78,8 +78,21 @@ def _app_for(argv: list[str]) -> typer.Typer:
     return build_app()
 
 
+def _usable_streams() -> None:
+    """Output never crashes on the stream it goes to: a closed stdout is a null device, and an
+    encoding that cannot hold the tables' characters (LANG=C without UTF-8, latin-1) gets '?'
+    in their place."""
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (lives as long as we do)
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if encoding not in ("utf8", "utf16", "utf32") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _usable_streams()
     if not argv:
         argv = ["--help"]  # bare `kvplan`: the help, exit 0
     try:

@@ -91,8 +91,12 @@ def add(app: typer.Typer) -> None:
 
         if emit not in ("vllm", "sglang"):
             raise KvplanError(f"--emit {emit!r}: choose vllm or sglang")
-        if not 0 < rate <= 1e6:
-            raise KvplanError("--rate must be between 0 and 1,000,000 requests per second")
+        from kvplan.simulate.workload import MIN_RATE
+
+        if not MIN_RATE <= rate <= 1e6:
+            raise KvplanError(
+                f"--rate must be between {MIN_RATE:g} and 1,000,000 requests per second"
+            )
         workload = WorkloadSpec(
             num_prompts=num_prompts,
             input_len=parse_tokens(input_len, what="--input-len"),

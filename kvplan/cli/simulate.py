@@ -18,6 +18,8 @@ EXAMPLE = (
 
 def parse_rates(text: str) -> tuple[float, ...]:
     """'inf' or '1,2.5,inf' -> request rates (requests per second)."""
+    from kvplan.simulate.workload import MIN_RATE
+
     rates = []
     for item in str(text).split(","):
         item = item.strip().lower()
@@ -30,8 +32,10 @@ def parse_rates(text: str) -> tuple[float, ...]:
             value = float(item)
         except ValueError:
             raise KvplanError(f"--request-rate {item!r} is not a number or inf") from None
-        if not math.isfinite(value) or not 0 < value <= 1e6:
-            raise KvplanError(f"--request-rate {item!r} must be above 0 (or inf)")
+        if not math.isfinite(value) or not MIN_RATE <= value <= 1e6:
+            raise KvplanError(
+                f"--request-rate {item[:40]!r} must be between {MIN_RATE:g} and 1,000,000 (or inf)"
+            )
         rates.append(value)
     if not rates:
         raise KvplanError("no --request-rate given")
@@ -100,7 +104,7 @@ def add(app: typer.Typer) -> None:
         model: str = c.model_argument(),
         gpu: str = c.gpu_option(),
         num_prompts: int = typer.Option(
-            1000, "--num-prompts", min=1, max=1_000_000, help="Requests to send (1 to 1,000,000)."
+            1000, "--num-prompts", min=1, max=100_000, help="Requests to send (1 to 100,000)."
         ),
         request_rate: str = typer.Option(
             "inf",

@@ -76,7 +76,7 @@ def _shards(folder: Path) -> list[Path]:
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             raise KvplanError(f"{index}: cannot read the safetensors index") from None
         if not isinstance(weight_map, dict):
             raise KvplanError(f"{index}: weight_map is not a mapping")

@@ -75,12 +75,20 @@ class GpuProfile(NamedTuple):
         """What the device reports to software where known, else the nominal capacity."""
         return self.memory_reported_bytes or self.memory_bytes
 
+    def tensor_dtype(self, dtype: str) -> str:
+        """The dtype the GEMMs run in: `dtype` where the profile has its peak, else bf16 for a
+        format the tensor cores lack (weight-only: vLLM's Marlin kernels dequantize fp8 and fp4
+        weights into bf16 GEMMs on A100, A10, ...)."""
+        weight_only = ("int4", "mxfp4", "int8", "fp32", "fp8", "nvfp4")
+        if dtype not in self.peak_flop_per_s and dtype in weight_only:
+            if "bf16" in self.peak_flop_per_s:
+                return "bf16"
+        return dtype
+
     def peak(self, dtype: str) -> float:
-        key = {"fp16": "fp16", "bf16": "bf16"}.get(dtype, dtype)
+        key = self.tensor_dtype({"fp16": "fp16", "bf16": "bf16"}.get(dtype, dtype))
         if key in self.peak_flop_per_s:
             return self.peak_flop_per_s[key]
-        if key in ("int4", "mxfp4", "int8", "fp32") and "bf16" in self.peak_flop_per_s:
-            return self.peak_flop_per_s["bf16"]
         if key in ("bf16", "fp16") and "fp32" in self.peak_flop_per_s:
             return self.peak_flop_per_s["fp32"]  # a measured CPU profile: fp32 is its only peak
         raise KvplanError(f"{self.name} has no {dtype} peak in its profile")

@@ -312,5 +312,5 @@ def fetch_safetensors_headers(repo_id: str, limit_s: float) -> dict[str, tuple[s
 
     try:
         return with_deadline(work, limit_s)
-    except (HubFailure, ValueError, AttributeError, TypeError):
+    except (HubFailure, ValueError, AttributeError, TypeError, RecursionError):
         return None

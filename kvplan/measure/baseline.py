@@ -90,7 +90,7 @@ def load_baseline(path: str) -> Baseline:
         return Baseline(str(file), "profile", profile.measured.device, None, figures)
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise KvplanError(
             f"--baseline {path}: not a readable JSON ({exc.__class__.__name__})"
         ) from None

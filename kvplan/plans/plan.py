@@ -32,7 +32,7 @@ from kvplan.simulate import cluster, metrics
 from kvplan.simulate.cluster import Frontend
 from kvplan.simulate.engine import Engine, pool_demand, without_idle_caching
 from kvplan.simulate.setup import Replica, ServeOptions, build_replica
-from kvplan.simulate.workload import RequestSpec, WorkloadSpec, arrival_times_s, generate
+from kvplan.simulate.workload import MIN_RATE, RequestSpec, WorkloadSpec, arrival_times_s, generate
 from kvplan.units import MS
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -221,8 +221,8 @@ def plan(
 
 
 def _check(request: PlanRequest, gpus: list[GpuProfile]) -> None:
-    if not (0 < request.rate <= 1e6) or math.isinf(request.rate):
-        raise KvplanError("--rate must be a number of requests per second, above 0")
+    if not (MIN_RATE <= request.rate <= 1e6) or math.isinf(request.rate):
+        raise KvplanError(f"--rate must be between {MIN_RATE:g} and 1,000,000 requests per second")
     if not request.slos:
         raise KvplanError("plan needs at least one --slo target (e.g. ttft_p99=2s)")
     if not gpus:

@@ -246,7 +246,7 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
         raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
     tp_link = _link(gpu, tp <= node)
     stage_link = _link(gpu, d.gpus <= node)
-    cdtype = compute_dtype(wdtype)
+    cdtype = gpu.tensor_dtype(compute_dtype(wdtype))
     device_rates = rates(gpu, cdtype)
     ridge = gpu.ridge_flop_per_byte(cdtype)
     bw = gpu.memory_bandwidth_bytes_per_s
