@@ -30,10 +30,24 @@ from kvplan.anatomy.model import (
 )
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import GGML_TYPE_BY_ID, ggml_tensor_bytes
+from kvplan.inputs.fields import FIELD_MAXIMUM, MAX_DIM, MAX_LAYERS
 from kvplan.notes import note
 from kvplan.record import NamedTuple
 
 SPLIT_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+MAX_SPLITS = 65_535  # llama.cpp reads split.count as a uint16 (llama-model-loader.cpp)
+MISSING_SHOWN = 3  # missing shards named in an error; the rest are counted
+# `{arch}.` keys bounded like the config fields they mirror (kvplan/inputs/fields.py); every
+# other whole-number key is bounded by MAX_DIM.
+KEY_MAXIMUM = {
+    "block_count": MAX_LAYERS,
+    "nextn_predict_layers": MAX_LAYERS,
+    "attention.head_count": FIELD_MAXIMUM["num_attention_heads"],
+    "attention.head_count_kv": FIELD_MAXIMUM["num_key_value_heads"],
+    "vocab_size": FIELD_MAXIMUM["vocab_size"],
+    "expert_count": FIELD_MAXIMUM["num_experts"],
+    "expert_used_count": FIELD_MAXIMUM["num_experts_per_tok"],
+}
 
 # llama.cpp's cache rule per architecture (src/models/*.cpp, llama-model.cpp create_memory).
 # Plain: every layer caches K and V (GQA/MHA), whatever the file says about windows.
@@ -210,7 +224,12 @@ def _read_one(path: Path) -> tuple[dict, list[GgufTensor]]:
     try:
         reader = reader_class(str(path), "r")
     except (ValueError, KeyError, IndexError, OSError, TypeError) as exc:
-        raise KvplanError(f"{path}: not a GGUF file kvplan can read ({exc})"[:300]) from None
+        # The gguf package's own messages (bad magic, version, alignment) say what is wrong;
+        # numpy's and Python's (a read past the end of the file) say nothing to the user.
+        reason = str(exc) if "GGUF" in str(exc) or isinstance(exc, OSError) else ""
+        if not reason:
+            reason = "truncated or corrupt GGUF: its header runs past the end of the file"
+        raise KvplanError(f"{path}: not a GGUF file kvplan can read ({reason})"[:300]) from None
     metadata = {
         name: _field_value(field, value_type)
         for name, field in reader.fields.items()
@@ -237,12 +256,20 @@ def split_paths(path: Path) -> list[Path]:
     match = SPLIT_NAME.match(path.name)
     if not match:
         return [path]
-    count = int(match.group("count"))
+    count, number = int(match.group("count")), int(match.group("no"))
+    if not 1 <= number <= count <= MAX_SPLITS:
+        raise KvplanError(
+            f"{path}: a split GGUF is named part 1 to N of N, N at most {MAX_SPLITS:,} "
+            "(llama.cpp's split.count is 16 bits)"
+        )
     stem = match.group("stem")
     shards = [path.with_name(f"{stem}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
     missing = [s.name for s in shards if not s.is_file()]
     if missing:
-        raise KvplanError(f"{path}: split GGUF is missing {', '.join(missing)}")
+        shown = ", ".join(missing[:MISSING_SHOWN])
+        if len(missing) > MISSING_SHOWN:
+            shown = f"{len(missing):,} of {count:,} parts, e.g. {shown}"
+        raise KvplanError(f"{path}: split GGUF is missing {shown}")
     return shards
 
 
@@ -259,6 +286,12 @@ def read_gguf(model: str) -> GgufModel:
         if i == 0:
             metadata = meta
         tensors += shard_tensors
+    parts = metadata.get("split.count")
+    if parts is not None and parts != len(shards) and not (parts == 0 and len(shards) == 1):
+        raise KvplanError(
+            f"{path}: split.count says {str(parts)[:20]} parts but the file name makes it "
+            f"{len(shards)}"
+        )
     declared = metadata.get("split.tensors.count")
     if isinstance(declared, int) and declared != len(tensors):
         raise KvplanError(
@@ -279,7 +312,7 @@ class Keys:
     def has(self, key: str) -> bool:
         return self.raw(key) is not None
 
-    def int(self, key: str, default: int | None = None) -> int:
+    def int(self, key: str, default: int | None = None, minimum: int = 0) -> int:
         value = self.raw(key)
         if value is None:
             if default is None:
@@ -287,20 +320,30 @@ class Keys:
             return default
         if isinstance(value, list):
             raise KvplanError(f"{self.source}: {self.arch}.{key} is an array, expected a number")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise KvplanError(f"{self.source}: {self.arch}.{key} must be a whole number")
-        return value
+        return self._checked(key, value, minimum)
 
     def per_layer(self, key: str, n: int, default: int | None = None) -> list[int]:
-        """A key that is one number for every layer or an array of one per layer."""
+        """A key that is one number for every layer or an array of exactly one per layer
+        (llama.cpp's get_key_or_arr refuses an array of any other length)."""
         value = self.raw(key)
         if isinstance(value, list):
-            if len(value) < n:
+            if len(value) != n:
                 raise KvplanError(
                     f"{self.source}: {self.arch}.{key} has {len(value)} values for {n} layers"
                 )
-            return [int(v) for v in value[:n]]
+            return [self._checked(key, v, 0) for v in value]
         return [self.int(key, default)] * n
+
+    def _checked(self, key: str, value, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise KvplanError(f"{self.source}: {self.arch}.{key} must be a whole number")
+        maximum = KEY_MAXIMUM.get(key, MAX_DIM)
+        if not minimum <= value <= maximum:
+            raise KvplanError(
+                f"{self.source}: {self.arch}.{key} = {value} is out of range "
+                f"({minimum} to {maximum:,})"
+            )
+        return value
 
 
 # ---- tensors -> parameters and bytes, by part ------------------------------------------------
@@ -475,12 +518,25 @@ def _swa_plans(keys: Keys, n_all: int, n_layer: int) -> list[LayerPlan]:
     return [LayerPlan("sliding" if f else "full", False) for f in flags]
 
 
-def _attention(keys: Keys, kind: str, il: int, heads: list, kv: list, n_embd: int) -> Attention:
+def _attention(
+    keys: Keys, kind: str, il: int, heads: list, kv: list, n_embd: int
+) -> Attention | None:
+    """Layer il's attention cache, or None where the file gives it 0 KV heads: llama.cpp sizes
+    each layer's cache by n_embd_k_gqa(il) = head_dim x head_count_kv(il), so such a layer
+    keeps nothing (Nemotron-NAS's attention-free and linear-attention blocks)."""
+    if kind != "mla" and kv[il] == 0:
+        return None
     q = heads[il]
     if q == 0:
         raise KvplanError(f"{keys.source}: layer {il} caches attention but has 0 heads")
     key_dim = keys.int("attention.key_length", n_embd // heads[0] if heads[0] else 0)
     value_dim = keys.int("attention.value_length", n_embd // heads[0] if heads[0] else 0)
+    for key, dim in (("attention.key_length", key_dim), ("attention.value_length", value_dim)):
+        if dim < 1:
+            how = "" if keys.has(key) else f" (embedding_length {n_embd} // {heads[0]} heads)"
+            raise KvplanError(
+                f"{keys.source}: {keys.arch}.{key} is 0{how}: an attention head needs a width"
+            )
     if kind == "mla":
         kv_lora = keys.int("attention.kv_lora_rank")
         rope = keys.int("rope.dimension_count")
@@ -507,7 +563,12 @@ def _attention(keys: Keys, kind: str, il: int, heads: list, kv: list, n_embd: in
         value_dim = keys.int("attention.value_length_swa", value_dim)
     elif kind == "chunked":
         window = LLAMA4_CHUNK
-    kv_heads = kv[il] or q
+    kv_heads = kv[il]
+    if q % kv_heads:
+        raise KvplanError(
+            f"{keys.source}: layer {il} has {q} attention heads over {kv_heads} KV heads "
+            f"({keys.arch}.attention.head_count_kv): heads must be a whole multiple of KV heads"
+        )
     return Attention(
         kind=CacheKind(kind),
         num_q_heads=q,
@@ -573,12 +634,14 @@ def gguf_model_spec(model: GgufModel, name: str, source: str) -> ModelSpec:
         raise KvplanError(f"{source}: GGUF lacks general.architecture")
     keys = Keys(model, source)
     notes: list = [note("gguf-file", arch=arch)]
-    n_all = keys.int("block_count")
-    if n_all < 1:
-        raise KvplanError(f"{source}: GGUF block_count is 0")
+    n_all = keys.int("block_count", minimum=1)
     nextn = keys.int("nextn_predict_layers", 0)
+    if nextn >= n_all:
+        raise KvplanError(
+            f"{source}: {arch}.nextn_predict_layers {nextn} leaves none of {n_all} blocks"
+        )
     n_layer = n_all - nextn
-    n_embd = keys.int("embedding_length")
+    n_embd = keys.int("embedding_length", minimum=1)
     plans = layer_plans(keys, n_all, n_layer, notes)
     heads = keys.per_layer("attention.head_count", n_all, 0)
     kv = (
@@ -599,6 +662,13 @@ def gguf_model_spec(model: GgufModel, name: str, source: str) -> ModelSpec:
             attention = _attention(keys, plan.attention, il, heads, kv, n_embd)
         params = tuple(sorted(totals.layer_params[il].items()))
         layers.append(Layer(attention, state if plan.recurrent else None, params))
+    if any(p.attention for p in plans[:own_kv]) and not any(layer.attention for layer in layers):
+        if not keys.has("attention.head_count"):
+            raise KvplanError(f"{source}: GGUF lacks {arch}.attention.head_count")
+        raise KvplanError(
+            f"{source}: {arch}.attention.head_count_kv is 0 for every layer: an attention "
+            "model needs KV heads"
+        )
     if nextn and arch not in MLA_ARCHS:
         notes.append(note("gguf-nextn-layers", layers=nextn))
     token_embd = next((t for t in model.tensors if t.name == "token_embd.weight"), None)
