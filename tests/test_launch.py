@@ -60,3 +60,134 @@ def test_a_replica_across_nodes_gets_flags_not_a_container():
 def test_unknown_target_is_a_one_line_error():
     code, _, err = run_cli("capacity", "llama-3.1-8b", "--emit", "podman")
     assert code == 2 and "choose vllm, sglang" in err
+
+
+# Seats per instance below come from `kvplan capacity llama-3.1-8b --kv-dtype D --format json`'s
+# own planner; the checks here are that the emitted flags make the engine store what was sized.
+
+
+def test_kv_dtype_is_spelled_in_the_engines_words_or_refused():
+    code, out, err = run_cli("capacity", "llama-3.1-8b", "--emit", "vllm", "--kv-dtype", "fp8")
+    assert code == 0, err
+    assert "--kv-cache-dtype fp8 " in out + " "
+    code, out, err = run_cli("capacity", "llama-3.1-8b", "--emit", "sglang", "--kv-dtype", "fp8")
+    assert code == 0 and "--kv-cache-dtype fp8_e4m3" in out, err
+    # kvplan's int8 (1 byte + an fp32 scale per token per head) is vLLM's int8_per_token_head
+    code, out, err = run_cli("capacity", "llama-3.1-8b", "--emit", "vllm", "--kv-dtype", "int8")
+    assert code == 0 and "--kv-cache-dtype int8_per_token_head" in out, err
+    for engine, dtype in (("vllm", "int4"), ("vllm", "q8_0"), ("sglang", "int8")):
+        code, out, err = run_cli("capacity", "llama-3.1-8b", "--emit", engine, "--kv-dtype", dtype)
+        assert code == 2 and out == "", (engine, dtype, out)
+        assert len(err.strip().splitlines()) == 1
+        assert f"no {dtype} KV cache" in err and "fp8_e5m2" in err  # the engine's choices
+
+
+def test_int8_kv_is_refused_for_mla_layers_in_vllm():
+    # vLLM: "--kv-cache-dtype int8_per_token_head does not apply to MLA layers"
+    code, _, err = run_cli(
+        "capacity", "deepseek-v3", "--ctx", "32k", "--emit", "vllm", "--kv-dtype", "int8"
+    )
+    assert code == 2 and "for MLA layers" in err
+
+
+def test_an_unchanged_model_dtype_kv_stays_auto():
+    code, out, _ = run_cli("capacity", "llama-3.1-8b", "--emit", "vllm", "--kv-dtype", "bf16")
+    assert code == 0 and "--kv-cache-dtype auto" in out
+    code, out, _ = run_cli("capacity", "llama-3.1-8b", "--emit", "vllm", "--kv-dtype", "fp16")
+    assert code == 0 and "--kv-cache-dtype float16" in out
+
+
+def test_weights_dtype_becomes_online_fp8_or_an_error():
+    for engine in ("vllm", "sglang"):
+        code, out, err = run_cli(
+            "capacity", "llama-3.1-8b", "--emit", engine, "--weights-dtype", "fp8"
+        )
+        assert code == 0 and "--quantization fp8" in out, err
+        for dtype in ("int4", "nvfp4"):
+            code, out, err = run_cli(
+                "capacity", "llama-3.1-8b", "--emit", engine, "--weights-dtype", dtype
+            )
+            assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+            assert f"checkpoint stored as {dtype}" in err
+    # the checkpoint's own format loads as it is: no flag
+    code, out, _ = run_cli("capacity", "llama-3.1-8b", "--emit", "vllm", "--weights-dtype", "bf16")
+    assert code == 0 and "--quantization" not in out and "--dtype" not in out
+    code, out, _ = run_cli("capacity", "llama-3.1-8b", "--emit", "vllm", "--weights-dtype", "fp16")
+    assert code == 0 and "--dtype float16" in out
+    # DeepSeek-V3's checkpoint is fp8: no engine turns it into bf16 at load time
+    code, _, err = run_cli(
+        "capacity", "deepseek-v3", "--ctx", "32k", "--emit", "vllm", "--weights-dtype", "bf16"
+    )
+    assert code == 2 and "cannot turn fp8 weights into bf16" in err
+
+
+def test_plain_and_docker_forms_say_how_many_replicas():
+    for target in ("vllm", "sglang", "vllm-docker"):
+        code, out, err = run_cli(
+            "capacity", "llama-3.1-70b", "--ctx", "32k", "--users", "500", "--emit", target
+        )
+        assert code == 0, err
+        # 13 replicas of TP 8 (the k8s test above derives it from kvplan capacity's answer)
+        assert out.splitlines()[0] == (
+            "# 13 replicas of this command (8 GPUs each), behind a load balancer"
+        )
+    code, out, _ = run_cli(
+        "capacity", "llama-3.1-8b", "--num-gpus", "8", "--tp", "1", "--emit", "vllm"
+    )
+    assert code == 0 and out.startswith("# 8 replicas of this command (1 GPU each)")
+    code, out, _ = run_cli("capacity", "llama-3.1-8b", "--emit", "vllm")
+    assert code == 0 and out.startswith("vllm serve ")  # one replica: no comment
+
+
+def _model_folder(tmp_path, name):
+    from kvplan.inputs.sources import _bundled_dir
+
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text((_bundled_dir() / "Llama-3.1-8B.json").read_text())
+    return folder
+
+
+def test_shell_forms_quote_a_hostile_model_path(tmp_path):
+    import shlex
+
+    folder = _model_folder(tmp_path, "we ird;$(touch PWNED)")
+    for target, flag in (("vllm", "serve"), ("sglang", "--model-path")):
+        code, out, err = run_cli("capacity", str(folder), "--emit", target)
+        assert code == 0, err
+        words = shlex.split(out.replace("\\\n", " "))
+        assert words[words.index(flag) + 1] == str(folder)
+
+
+def test_docker_mounts_a_local_model_folder_read_only(tmp_path):
+    import shlex
+
+    folder = _model_folder(tmp_path, "my model;$(id)")
+    for target, flag in (("vllm-docker", "--model"), ("sglang-docker", "--model-path")):
+        code, out, err = run_cli("capacity", str(folder), "--emit", target)
+        assert code == 0, err
+        words = shlex.split(out.replace("\\\n", " "))
+        assert words[words.index(flag) + 1] == "/model"
+        mounts = [words[i + 1] for i, w in enumerate(words) if w == "-v"]
+        assert f"{folder}:/model:ro" in mounts
+
+
+def test_container_forms_refuse_gpus_their_cuda_image_cannot_drive():
+    for gpu in ("mi300x", "apple-m3-max"):
+        for target in ("vllm-docker", "sglang-k8s"):
+            code, out, err = run_cli("capacity", "llama-3.1-8b", "--gpu", gpu, "--emit", target)
+            assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (gpu, target)
+    code, _, err = run_cli("capacity", "llama-3.1-8b", "--gpu", "mi300x", "--emit", "vllm-docker")
+    assert "ROCm" in err and "/dev/kfd" in err
+    code, out, _ = run_cli("capacity", "llama-3.1-8b", "--gpu", "mi300x", "--emit", "vllm")
+    assert code == 0 and out.startswith("vllm serve")  # the flags are the same under ROCm
+    code, _, err = run_cli("capacity", "llama-3.1-8b", "--gpu", "apple-m3-max", "--emit", "vllm")
+    assert code == 2 and "Apple" in err
+
+
+def test_kv_spellings_are_the_engines_own():
+    from kvplan.engines import sglang, vllm
+    from kvplan.present.launch import KV_CACHE_DTYPE
+
+    assert set(KV_CACHE_DTYPE["vllm"].values()) <= set(vllm.KV_CACHE_DTYPES)
+    assert set(KV_CACHE_DTYPE["sglang"].values()) <= set(sglang.KV_CACHE_DTYPES)

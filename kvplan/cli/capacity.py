@@ -159,8 +159,7 @@ def add(app: typer.Typer) -> None:
                 plot,
             )
         if emit_flags is not None:
-            model_id = spec.hf_id or model
-            launch = launch_of(result, model_id, max_num_batched_tokens)
+            launch = launch_of(result, spec, profile.vendor, model, max_num_batched_tokens)
             c.emit(emit(launch, emit_flags, spec.name))
             return
         c.emit(c.render(capacity_view(result), fmt or OutputFormat.table))

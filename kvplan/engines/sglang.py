@@ -60,6 +60,7 @@ _ELEMENT_DTYPE = {
     "fp8_e4m3": "fp8",
     "fp8_e5m2": "fp8",
 }
+KV_CACHE_DTYPES = tuple(_ELEMENT_DTYPE)  # --kv-cache-dtype values kvplan sizes
 
 
 def piecewise_graph_tokens(max_tokens: int) -> int:

@@ -60,6 +60,7 @@ KV_CACHE_DTYPES = (
     "fp8_per_token_head",
     "nvfp4",
 )
+PER_TOKEN_HEAD_KV = ("int8_per_token_head", "fp8_per_token_head")  # not for MLA layers
 # vLLM's kv-cache-dtype spellings -> kvplan's element dtypes (None: the model dtype)
 _ELEMENT_DTYPE = {
     "auto": None,
@@ -117,7 +118,7 @@ def attention_bytes_per_token(
 ) -> int:
     """Page bytes one token takes in one attention layer on one rank, in vLLM's layouts."""
     if attn.kind is CacheKind.MLA:
-        if kv_cache_dtype in ("nvfp4", "int8_per_token_head", "fp8_per_token_head"):
+        if kv_cache_dtype in ("nvfp4", *PER_TOKEN_HEAD_KV):
             raise KvplanError(f"--kv-cache-dtype {kv_cache_dtype} does not apply to MLA layers")
         if kv_cache_dtype == "fp8_ds_mla":
             latent = FP8_DS_MLA_BYTES
@@ -133,7 +134,7 @@ def attention_bytes_per_token(
     per_token = attn.kv_bytes_per_token(
         KvFormat(_ELEMENT_DTYPE.get(kv_cache_dtype) or model_dtype), tp
     )
-    if kv_cache_dtype in ("int8_per_token_head", "fp8_per_token_head"):
+    if kv_cache_dtype in PER_TOKEN_HEAD_KV:
         per_token += 2 * heads * PER_TOKEN_HEAD_SCALE_BYTES
     return per_token
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+
+from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.plans.capacity import CapacityResult, LongestContext, WhatIfRow
 from kvplan.plans.deployment import Deployment, layout_text
 from kvplan.present import format as f
@@ -178,12 +181,23 @@ def seats_per_engine(result: CapacityResult) -> int:
     return max(1, result.max_concurrency // result.replicas // result.dp_attention)
 
 
-def launch_of(result: CapacityResult, model_id: str, max_num_batched_tokens: int) -> Launch:
-    """The launch settings matching this plan (kvplan.present.launch spells them)."""
+def launch_of(
+    result: CapacityResult, spec: ModelSpec, vendor: str, model: str, max_num_batched_tokens: int
+) -> Launch:
+    """The launch settings matching this plan (kvplan.present.launch spells them); `model` is
+    the model argument as given, loaded from its folder when it is a local path."""
+    source = spec.source or ""
+    local = bool(source) and not source.startswith(("bundled:", "hub:", "variant:"))
+    model_id = spec.hf_id or model
+    if local:
+        path = source.removeprefix("gguf:")
+        model_id = os.path.dirname(path) if path.lower().endswith(".json") else path
+        if not os.path.isabs(model_id):  # ./ so that no engine reads it as a repo id or a flag
+            model_id = os.path.join(".", model_id)
     return Launch(
         model_id=model_id,
         context_len=result.context_len,
-        kv_dtype=result.kv_dtype,
+        kv_dtype="auto" if result.kv_dtype == spec.dtype else result.kv_dtype,
         seats=seats_per_engine(result),
         gpu_mem_util=result.gpu_mem_util,
         tp=result.tp,
@@ -194,4 +208,9 @@ def launch_of(result: CapacityResult, model_id: str, max_num_batched_tokens: int
         gpus=result.num_gpus // result.replicas,
         nodes=result.nodes_per_replica,
         replicas=result.replicas,
+        weights_dtype=result.weights_dtype,
+        checkpoint_weights=spec.weights_quantization or spec.dtype,
+        model_is_local=local,
+        vendor=vendor,
+        mla=spec.has_kind(CacheKind.MLA),
     )

@@ -2,11 +2,18 @@
 the same in a container (`docker run`), and a Kubernetes manifest for one replica.
 
 One input, `Launch`, from whichever plan made it (`kvplan capacity`, `kvplan plan`), so every
-command kvplan prints spells the engines' flags the same way.
+command kvplan prints spells the engines' flags the same way. A plan the engine cannot run as
+planned (a KV or weights format it lacks, a GPU its image does not drive) is an error, never a
+command that would hold fewer sequences than the plan says.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
+
+from kvplan.engines import sglang as sglang_engine
+from kvplan.engines import vllm as vllm_engine
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 
@@ -14,14 +21,40 @@ VLLM_IMAGE = "vllm/vllm-openai:v0.19.0"  # the release whose rules kvplan models
 SGLANG_IMAGE = "lmsysorg/sglang:latest"  # pin the tag you test with
 VLLM_PORT, SGLANG_PORT = 8000, 30000
 TARGETS = ("vllm", "sglang", "vllm-docker", "sglang-docker", "vllm-k8s", "sglang-k8s")
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+CONTAINER_MODEL_DIR = "/model"  # where a local model folder is mounted in the container
+
+# KV dtype (kvplan's name, or an engine spelling `kvplan plan` passes on) -> --kv-cache-dtype.
+# int8 is one byte per value and an fp32 scale per token per head: vLLM's int8_per_token_head.
+KV_CACHE_DTYPE = {
+    "vllm": {
+        "auto": "auto",
+        "bf16": "bfloat16",
+        "fp16": "float16",
+        "fp8": "fp8",
+        "int8": "int8_per_token_head",
+        **{name: name for name in vllm_engine.KV_CACHE_DTYPES},
+    },
+    "sglang": {
+        "auto": "auto",
+        "bf16": "bfloat16",
+        "fp16": "float16",
+        "fp8": "fp8_e4m3",
+        **{name: name for name in sglang_engine.KV_CACHE_DTYPES if name != "fp8"},
+    },
+}
+# Weights formats both engines make at load time from a bf16/fp16 checkpoint (--quantization):
+# fp8 with dynamic per-tensor scales (vLLM Fp8Config, SGLang W8A8Fp8Config when not serialized).
+ONLINE_QUANTIZATION = {"fp8": "fp8", "fp8-tensor": "fp8"}
+PLAIN_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # --dtype
 
 
 class Launch(NamedTuple):
     """What one replica runs with (the engine's names in comments)."""
 
-    model_id: str  # the Hugging Face id engines load
+    model_id: str  # the Hugging Face id engines load, or a local folder (see model_is_local)
     context_len: int  # max-model-len / context-length
-    kv_dtype: str  # kvplan's name: auto, fp8, ...
+    kv_dtype: str  # kvplan's name: auto (the model's dtype), fp8, ...
     seats: int  # max-num-seqs / max-running-requests, per engine instance
     gpu_mem_util: float | None  # None: the engine's default
     tp: int = 1
@@ -32,13 +65,56 @@ class Launch(NamedTuple):
     gpus: int = 1  # one replica
     nodes: int = 1
     replicas: int = 1
+    weights_dtype: str = "auto"  # kvplan's name; auto: as the checkpoint stores them
+    checkpoint_weights: str = "bf16"  # how the checkpoint stores them (kvplan's name)
+    model_is_local: bool = False  # model_id is a path on this machine
+    vendor: str = "NVIDIA"  # the GPU's
+    mla: bool = False  # the model has MLA latent layers
+
+
+def kv_cache_dtype(p: Launch, engine: str) -> str:
+    """The engine's --kv-cache-dtype for the plan's KV dtype; an error where it has none."""
+    found = KV_CACHE_DTYPE[engine].get(p.kv_dtype)
+    if found in vllm_engine.PER_TOKEN_HEAD_KV and p.mla:
+        found = None  # vLLM: "does not apply to MLA layers"
+    if found is None:
+        choices = (vllm_engine if engine == "vllm" else sglang_engine).KV_CACHE_DTYPES
+        ours = ["auto", "bf16", "fp16", "fp8"] + (
+            ["int8"] if engine == "vllm" and not p.mla else []
+        )
+        raise KvplanError(
+            f"{ENGINE_NAMES[engine]} has no {p.kv_dtype[:40]} KV cache"
+            + (" for MLA layers" if p.mla and p.kv_dtype in KV_CACHE_DTYPE[engine] else "")
+            + f" (its --kv-cache-dtype takes {', '.join(choices)}): plan with --kv-dtype "
+            f"{', '.join(ours[:-1])} or {ours[-1]}"
+        )
+    return found
+
+
+def weights_args(p: Launch, engine: str) -> list[str]:
+    """--quantization or --dtype so the engine loads the weights the plan sized; an error for a
+    format the engine cannot make at load time (the checkpoint must already store it)."""
+    wanted = p.weights_dtype
+    if wanted in ("auto", "checkpoint", p.checkpoint_weights):
+        return []
+    plain = p.checkpoint_weights in PLAIN_DTYPE
+    if plain and wanted in PLAIN_DTYPE:
+        return [f"--dtype {PLAIN_DTYPE[wanted]}"]
+    if plain and wanted in ONLINE_QUANTIZATION:
+        return [f"--quantization {ONLINE_QUANTIZATION[wanted]}"]
+    raise KvplanError(
+        f"{ENGINE_NAMES[engine]} cannot turn {p.checkpoint_weights} weights into {wanted[:40]} "
+        f"when it loads them: name a checkpoint stored as {wanted[:40]} as the model "
+        "(its own quantization_config is then used), or plan with --weights-dtype auto"
+    )
 
 
 def vllm_args(p: Launch) -> list[str]:
     args = [
         f"--max-model-len {p.context_len}",
-        f"--kv-cache-dtype {'fp8' if p.kv_dtype == 'fp8' else 'auto'}",
+        f"--kv-cache-dtype {kv_cache_dtype(p, 'vllm')}",
         f"--max-num-seqs {p.seats}",
+        *weights_args(p, "vllm"),
     ]
     if p.gpu_mem_util is not None:
         args.append(f"--gpu-memory-utilization {p.gpu_mem_util}")
@@ -58,8 +134,9 @@ def vllm_args(p: Launch) -> list[str]:
 def sglang_args(p: Launch) -> list[str]:
     args = [
         f"--context-length {p.context_len}",
-        f"--kv-cache-dtype {'fp8_e4m3' if p.kv_dtype == 'fp8' else 'auto'}",
+        f"--kv-cache-dtype {kv_cache_dtype(p, 'sglang')}",
         f"--max-running-requests {p.seats}",
+        *weights_args(p, "sglang"),
     ]
     if p.gpu_mem_util is not None:
         args.append(f"--mem-fraction-static {p.gpu_mem_util}")
@@ -78,11 +155,12 @@ def sglang_args(p: Launch) -> list[str]:
 
 
 def command(p: Launch, engine: str) -> str:
-    """The launch command, one flag per line."""
+    """The launch command, one flag per line, every value quoted for the shell."""
+    model = shlex.quote(p.model_id)
     if engine == "vllm":
-        parts = [f"vllm serve {p.model_id}", *vllm_args(p)]
+        parts = [f"vllm serve {model}", *vllm_args(p)]
     elif engine == "sglang":
-        parts = [f"python -m sglang.launch_server --model-path {p.model_id}", *sglang_args(p)]
+        parts = [f"python -m sglang.launch_server --model-path {model}", *sglang_args(p)]
     else:
         raise KvplanError(f"--emit {engine!r}: choose {', '.join(TARGETS)}")
     return " \\\n  ".join(parts) + "\n"
@@ -93,21 +171,34 @@ def one_line(p: Launch, engine: str) -> str:
 
 
 def docker(p: Launch, engine: str) -> str:
-    """`docker run` for one replica on one node, the HF cache mounted, the token passed."""
+    """`docker run` for one replica on one node, the HF cache (or the local model folder, read
+    only) mounted, the token passed."""
     _single_node(p, "a docker run")
+    _cuda_image(p, engine, "docker run --gpus all")
     head = [
         "docker run --rm --gpus all --ipc=host",
         "-v ~/.cache/huggingface:/root/.cache/huggingface",
         '-e HF_TOKEN="$HF_TOKEN"',
     ]
+    model = p.model_id
+    if p.model_is_local:  # a folder, or a GGUF file (its folder mounted)
+        host = os.path.abspath(os.path.expanduser(p.model_id))
+        model = CONTAINER_MODEL_DIR
+        if host.lower().endswith(".gguf"):
+            host, file = os.path.split(host)
+            model = f"{CONTAINER_MODEL_DIR}/{file}"
+        if ":" in host:
+            raise KvplanError(f"docker run -v cannot mount a path with a colon: {host[:200]!r}")
+        head.append(f"-v {shlex.quote(f'{host}:{CONTAINER_MODEL_DIR}:ro')}")
+    model = shlex.quote(model)
     if engine == "vllm":
-        parts = head + [f"-p {VLLM_PORT}:{VLLM_PORT}", VLLM_IMAGE, f"--model {p.model_id}"]
+        parts = head + [f"-p {VLLM_PORT}:{VLLM_PORT}", VLLM_IMAGE, f"--model {model}"]
         parts += vllm_args(p)
     else:
         parts = head + [
             f"-p {SGLANG_PORT}:{SGLANG_PORT}",
             SGLANG_IMAGE,
-            f"python3 -m sglang.launch_server --model-path {p.model_id}",
+            f"python3 -m sglang.launch_server --model-path {model}",
             f"--host 0.0.0.0 --port {SGLANG_PORT}",
         ]
         parts += sglang_args(p)
@@ -117,6 +208,12 @@ def docker(p: Launch, engine: str) -> str:
 def kubernetes(p: Launch, engine: str, name: str) -> str:
     """A Deployment of `replicas` pods of one node each, and a Service in front of them."""
     _single_node(p, "a Kubernetes Deployment")
+    _cuda_image(p, engine, "a Deployment asking for nvidia.com/gpu")
+    if p.model_is_local:
+        raise KvplanError(
+            "the model is a folder on this machine: a Kubernetes Deployment needs it in a volume "
+            "or a Hugging Face id (name the model by its repository id)"
+        )
     app = _dns_name(name)
     if engine == "vllm":
         image, port = VLLM_IMAGE, VLLM_PORT
@@ -184,11 +281,35 @@ def emit(p: Launch, target: str, name: str) -> str:
     if target not in TARGETS:
         raise KvplanError(f"--emit {target[:40]!r}: choose {', '.join(TARGETS)}")
     engine, _, wrapper = target.partition("-")
-    if wrapper == "docker":
-        return docker(p, engine)
+    if p.vendor == "Apple":
+        raise KvplanError(
+            f"{ENGINE_NAMES[engine]} does not run on Apple GPUs: size llama.cpp or Ollama with "
+            "kvplan engine llamacpp / ollama"
+        )
     if wrapper == "k8s":
         return kubernetes(p, engine, name)
-    return command(p, engine)
+    text = docker(p, engine) if wrapper == "docker" else command(p, engine)
+    return _replicas_comment(p) + text
+
+
+def _replicas_comment(p: Launch) -> str:
+    """The plain and docker forms launch one replica; say how many the plan needs."""
+    if p.replicas <= 1:
+        return ""
+    each = f"{p.gpus} GPU{'s' if p.gpus != 1 else ''} each" + (
+        f" across {p.nodes} nodes" if p.nodes > 1 else ""
+    )
+    return f"# {p.replicas} replicas of this command ({each}), behind a load balancer\n"
+
+
+def _cuda_image(p: Launch, engine: str, what: str) -> None:
+    """The images named here are CUDA builds: only NVIDIA GPUs run them."""
+    if p.vendor != "NVIDIA":
+        raise KvplanError(
+            f"{what} with the CUDA image of {ENGINE_NAMES[engine]} does not drive {p.vendor} GPUs: "
+            f"--emit {engine} prints the flags (on AMD, run them in the engine's ROCm image with "
+            "--device /dev/kfd --device /dev/dri)"
+        )
 
 
 def _single_node(p: Launch, what: str) -> None:
