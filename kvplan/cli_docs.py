@@ -30,6 +30,23 @@ OUTPUT = [
     "  budget). No comment lines: the notes go to standard error, one `note: ...` line each.",
     '- `json`. The typed result: field names carry their units, notes are `{"id", "text"}`.',
     "",
+    "## Output files",
+    "",
+    "- `--out`, `--plot`, `--timeline`, `--json`, `--junit-xml`, `--save-profile`: `-` (where",
+    "  allowed) is standard output. A file is written atomically: a temporary file in the same",
+    "  folder, renamed over the target, so a crash or a full disk never leaves it half-written.",
+    "- Only regular files are written. A symbolic link is followed: the file it points to is",
+    "  replaced atomically (the temporary file in that file's folder) and the link is kept. An",
+    "  existing device, FIFO (named pipe) or socket is refused with an `error:` line, never",
+    "  replaced by a regular file: to feed a pipe, print to standard output and redirect.",
+    "- Every output path is checked before any work is done (`measure` checks them all before it",
+    "  measures): the folder must exist and the target must not be a folder or a special file.",
+    "  Two outputs of one command that resolve to the same file (`--plot x.png --timeline x.png`,",
+    "  or through a link) are refused.",
+    "- A file kvplan names itself is never overwritten silently: `report`'s charts beside `--out`",
+    "  and `explore`'s default `kvcache.html` need `--force` when they exist (or, for `explore`,",
+    "  an explicit `--out`).",
+    "",
 ]
 
 

@@ -9,6 +9,7 @@ import typer
 
 from kvplan.cli import common as c
 
+DEFAULT_PAGE = "kvcache.html"
 EXAMPLE = "Example: kvplan explore deepseek-v3 --gpu h100 --gpu h200 --out kvcache.html"
 
 
@@ -30,6 +31,9 @@ def add(app: typer.Typer) -> None:
             "The file to write ('-': standard output); default kvcache.html for the page, "
             "standard output for json.",
         ),
+        force: bool = typer.Option(
+            False, "--force", help="Overwrite kvcache.html (the default --out) if it exists."
+        ),
         fmt: PageFormat = typer.Option(
             PageFormat.html,
             "--format",
@@ -40,9 +44,15 @@ def add(app: typer.Typer) -> None:
         """Write the interactive cache explorer: one self-contained HTML page."""
         from kvplan.plans.explore import explore_data
         from kvplan.present import explore_page as page
+        from kvplan.present.output import check_outputs, unnamed_path
 
+        if fmt is PageFormat.html and out is None:  # the default page: never overwritten silently
+            out = unnamed_path(
+                Path(DEFAULT_PAGE), force, "pass --force to overwrite it, or name a file with --out"
+            )
+        check_outputs({"--out": out})
         data = explore_data(c.load_model(model), [c.load_gpu(g) for g in gpu])
         if fmt is PageFormat.json:
             c.emit(page.explore_json_text(data), out)
         else:
-            c.emit(page.explore_page(data), out or Path("kvcache.html"))
+            c.emit(page.explore_page(data), out)

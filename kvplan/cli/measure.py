@@ -92,6 +92,12 @@ def add(app: typer.Typer) -> None:
         fmt: c.OutputFormat = c.format_option(),
     ) -> None:
         """Profile this device, predict a model's steps through the planner, measure them."""
+        from kvplan.present.output import check_outputs
+
+        # every file it will write, checked before minutes of measuring
+        check_outputs(
+            {"--json": json_out, "--junit-xml": junit_xml, "--save-profile": save_profile}
+        )
         try:
             import torch  # noqa: F401
         except ImportError:
@@ -102,11 +108,6 @@ def add(app: typer.Typer) -> None:
         c.fraction(tolerance, "--tolerance", 0.01, 5.0)
         c.fraction(timeout, "--timeout", 1.0, 3600.0)
         regression = _percent(max_regression)
-        for path, what in ((json_out, "--json"), (save_profile, "--save-profile")):
-            if path is not None and str(path) != "-":
-                from kvplan.present.output import check_target
-
-                check_target(path, what)
         if distributed:
             _distributed(
                 model,

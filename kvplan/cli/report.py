@@ -37,10 +37,11 @@ def add(app: typer.Typer) -> None:
 
         from kvplan.plans.design import DesignRequest, design_report
         from kvplan.present.design import design_json, render_markdown, write_plots
-        from kvplan.present.output import is_stdout
+        from kvplan.present.output import check_outputs, is_stdout
 
         if fmt not in ("markdown", "json"):
             raise KvplanError(f"--format {fmt!r}: report prints markdown or json")
+        check_outputs({"--out": out})  # before the charts beside it are drawn
         spec = c.load_model(model)
         gpus = [c.load_gpu(g) for g in gpu]
         contexts = c.contexts(ctx)

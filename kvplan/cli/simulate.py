@@ -240,8 +240,11 @@ def add(app: typer.Typer) -> None:
         `vllm bench serve` reports a real run."""
         from kvplan.inputs.options import check_range, parse_tokens
         from kvplan.plans.simulate import SimulateRequest, simulate
+        from kvplan.present.output import check_outputs
         from kvplan.present.simulate import simulate_plots, simulate_view
         from kvplan.simulate.workload import WorkloadSpec
+
+        check_outputs({"--plot": plot, "--timeline": timeline, "--out": out})
 
         if not (math.isinf(burstiness) or 0.01 <= burstiness <= 100):
             raise KvplanError("--burstiness must be between 0.01 and 100")
