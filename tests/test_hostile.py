@@ -274,3 +274,89 @@ def test_a_full_disk_leaves_the_users_page_whole(tmp_path):
         assert [p.name for p in mount.iterdir() if p.name.startswith(".")] == []  # no temp left
     finally:
         subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+# ---- the second campaign ------------------------------------------------------------------
+def _kvplan(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **kwargs.pop("env", {})}
+    return subprocess.run(
+        [sys.executable, "-m", "kvplan", *args], env=env, timeout=120, cwd=REPO, **kwargs
+    )
+
+
+def test_a_closed_stdout_is_not_an_internal_error():
+    proc = _kvplan(["gpus"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    code = subprocess.run(
+        [sys.executable, "-c", "import os,subprocess,sys; os.close(1); "
+         "sys.exit(subprocess.run([sys.executable, '-m', 'kvplan', 'gpus']).returncode)"],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=REPO, stderr=subprocess.PIPE, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0
+    assert code.returncode == 0, code.stderr
+    assert "internal error" not in code.stderr
+
+
+@pytest.mark.parametrize(
+    "encoding, layers", [("ascii", "32 ? full"), ("latin-1", "32 \u00d7 full")]
+)
+def test_an_encoding_without_the_tables_characters_prints_placeholders(encoding, layers):
+    proc = _kvplan(
+        ["size", "llama-3.1-8b", "--breakdown"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONIOENCODING": encoding},
+        encoding=encoding,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert layers in proc.stdout  # ascii has no multiplication sign: replaced
+    assert "?" in proc.stdout  # the table's rule characters exist in neither
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["plan", "qwen3-8b", "--slo", "ttft_p99=2s", "--gpu", "h100", "--rate", "1e-300"],
+         "between 0.001 and 1,000,000"),
+        (["simulate", "qwen3-8b", "--num-prompts", "200000"], "100000"),
+        (["capacity", "llama-3.1-8b", "--gpu", "h100", "--price", "h100=2"], "prices a comparison"),
+        (["capacity", "llama-3.1-8b", "--gpu", "h100", "--price", "h100=nan"], "between 0.001"),
+        (["capacity", "llama-3.1-8b", "--gpu", "h100", "--gpu", "h200", "--price", "h100=1e-320"],
+         "between 0.001"),
+        (["capacity", "deepseek-v3", "--dp-attention", "512"], "256 routed experts"),
+        (["whatif", "llama-3.1-8b", "--apply", "mla=+"], "empty technique"),
+        (["whatif", "llama-3.1-8b", "--apply", "++fp8"], "empty technique"),
+    ],
+)  # fmt: skip
+def test_second_campaign_inputs_are_one_line_errors(argv, needle):
+    code, _, err = run_cli(*argv)
+    one_line_error(code, err)
+    assert needle in err
+
+
+def test_json_nested_past_pythons_recursion_limit_is_refused(tmp_path):
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    for argv in (
+        ["simulate", "qwen3-8b", "--trace", str(deep)],
+        ["measure", "--baseline", str(deep)],
+    ):
+        code, _, err = run_cli(*argv)
+        one_line_error(code, err)
+
+
+def test_cla_sharing_more_layers_than_exist_is_not_priced():
+    data = run_json("whatif", "llama-3.1-8b", "--apply", "cla33")
+    assert not data["rows"][1:] or all(r["technique"] != "cla33" for r in data["rows"])
+    assert any("cla33" in str(s) for s in data["skipped"])
+
+
+def test_outputs_cut_at_max_model_len_are_said():
+    data = run_json("simulate", "qwen3-8b", "--num-prompts", "1", "--output-len", "16777216")
+    assert data["runs"][0]["bench"]["total_output_tokens"] < 16_777_216
+    assert "sim-outputs-capped" in [n["id"] for n in data["notes"]]
+
+
+def test_fp8_weights_on_a_gpu_without_fp8_tensor_cores_compute_in_bf16():
+    data = run_json("roofline", "deepseek-v3", "--gpu", "a100")
+    assert data["compute_dtype"] == "bf16"

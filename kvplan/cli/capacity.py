@@ -100,6 +100,7 @@ def add(app: typer.Typer) -> None:
         if network_gbps is not None:
             check_range(network_gbps, what="--network-gbps", minimum=0.001, maximum=1_000_000)
         spec, profiles = c.load_model(model), c.load_gpus(gpu)
+        overrides = c.prices(price)  # checked whatever follows
         if len(profiles) > 1 or any(g.strip().lower() == "all" for g in gpu):
             from kvplan.plans.compare import CompareRequest, compare
             from kvplan.present.compare import compare_view
@@ -118,11 +119,13 @@ def add(app: typer.Typer) -> None:
                     weights_dtype=weights_dtype,
                     gpu_mem_util=c.fraction(gpu_mem_util, "--gpu-mem-util"),
                     users=users,
-                    prices=c.prices(price),
+                    prices=overrides,
                 ),
             )
             c.emit(c.render(compare_view(result), fmt or OutputFormat.table))
             return
+        if overrides:
+            raise KvplanError("--price prices a comparison: pass two or more --gpu (or --gpu all)")
         profile = profiles[0]
         request = CapacityRequest(
             context_len=c.one_context(ctx),

@@ -11,6 +11,7 @@ from kvplan.inputs.hardware import GpuProfile, load_profile
 from kvplan.record import NamedTuple
 
 MAX_USD_PER_GPU_HOUR = 10_000.0
+MIN_USD_PER_GPU_HOUR = 0.001  # a tenth of a cent: below it the cost columns print 0.00
 
 
 class Price(NamedTuple):
@@ -42,8 +43,11 @@ def parse_price(text: str) -> tuple[str, float]:
         usd = float(value)
     except ValueError:
         raise KvplanError(f"--price {text!r}: {value!r} is not a number of USD") from None
-    if not math.isfinite(usd) or not 0 < usd <= MAX_USD_PER_GPU_HOUR:
-        raise KvplanError(f"--price {text!r}: the price must be between 0 and 10,000 USD per hour")
+    if not math.isfinite(usd) or not MIN_USD_PER_GPU_HOUR <= usd <= MAX_USD_PER_GPU_HOUR:
+        raise KvplanError(
+            f"--price {str(text)[:40]!r}: the price must be between {MIN_USD_PER_GPU_HOUR} and "
+            f"{MAX_USD_PER_GPU_HOUR:,.0f} USD per GPU-hour"
+        )
     return load_profile(name.strip()).key, usd
 
 

@@ -84,6 +84,12 @@ def check_deployment(spec: ModelSpec, d: Deployment) -> None:
             raise KvplanError("--dp-attention runs each rank at TP 1 and one stage: drop --tp/--pp")
         if d.dp_attention > 1 << 16:
             raise KvplanError("--dp-attention must be between 1 and 65,536")
+        if d.dp_attention > spec.moe.num_experts:
+            raise KvplanError(
+                f"--dp-attention {d.dp_attention}: expert parallelism over {d.dp_attention} ranks "
+                f"leaves ranks without one of {spec.name}'s {spec.moe.num_experts} routed experts "
+                f"(at most {spec.moe.num_experts})"
+            )
         return
     spec.check_tp(d.tp)
     if not 1 <= d.pp <= spec.num_layers:

@@ -143,19 +143,24 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
     replica = build_replica(spec, gpu, request.serve)
     if request.disaggregated is not None:
         replica = replica._replace(transfer=transfer_model(spec, gpu, replica, request))
-    runs = _runs(replica, request)
+    runs, capped = _runs(replica, request)
     comparison = None
     if request.compare is not None:
         toggled, was_on = _toggled(request, replica)
         if request.compare == "cache-aware-routing" and request.replicas < 2:
             raise KvplanError("--compare cache-aware-routing needs --replicas 2 or more")
         other = build_replica(spec, gpu, toggled.serve)._replace(transfer=replica.transfer)
-        comparison = Comparison(request.compare, was_on, _runs(other, toggled))
+        comparison = Comparison(request.compare, was_on, _runs(other, toggled)[0])
     shares = runs[-1].engine.step_time_shares
     dominant = [k for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v >= DOMINANT_SHARE]
     notes = [
         *model_notes(spec, request.serve.tp),
         *replica.notes,
+        *(
+            [note("sim-outputs-capped", requests=capped, limit=replica.config.max_model_len)]
+            if capped
+            else []
+        ),
         note("sim-engine", version="0.19"),
         note("sim-step-terms", shares=tuple(sorted(shares.items(), key=lambda kv: -kv[1])[:4])),
         *_weak_spots(spec, runs, request),
@@ -183,15 +188,20 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
     )
 
 
-def _runs(replica: Replica, request: SimulateRequest) -> list[Run]:
-    runs = []
+def _runs(replica: Replica, request: SimulateRequest) -> tuple[list[Run], int]:
+    """One run per rate, and how many requests (at most, over the rates) asked for more
+    output than max_model_len leaves them (the engine stops them there)."""
+    runs, capped = [], 0
+    limit = replica.config.max_model_len
     for rate in request.rates:
         if request.trace is not None:
             requests = read_trace(Path(request.trace))
         else:
             requests = generate(request.workload._replace(request_rate=rate))
+        over = sum(1 for r in requests if r.input_tokens < limit < r.input_tokens + r.output_tokens)
+        capped = max(capped, over)
         runs.append(run_once(replica, requests, request, rate))
-    return runs
+    return runs, capped
 
 
 def _toggled(request: SimulateRequest, replica: Replica) -> tuple[SimulateRequest, bool]:

@@ -127,7 +127,12 @@ def parse_technique(text: str) -> Technique:
 def parse_combination(text: str) -> list[str]:
     """Split `a+b+c` into techniques, keeping `mla=512+64` whole."""
     parts: list[str] = []
-    for piece in text.split("+"):
+    pieces = text.split("+")
+    if any(not p.strip() for p in pieces):
+        raise KvplanError(
+            f"--apply {text[:60]!r}: an empty technique between '+' signs (fp8+cla2, mla=512+64)"
+        )
+    for piece in pieces:
         piece = piece.strip()
         if (
             _digits(piece)
@@ -391,8 +396,14 @@ def scenario(ctx: Context, techniques: list[Technique]) -> Scenario:
             if kind == "cyclic":
                 store_tokens = max(store_tokens, t.value)
     if "cla" in kinds:
-        if len(store.attention_layers()) < 2:
+        layers = len(store.attention_layers())
+        if layers < 2:
             raise NotApplicable(f"{kinds['cla'].name}: fewer than two attention layers to share")
+        if kinds["cla"].value > layers:
+            raise NotApplicable(
+                f"{kinds['cla'].name}: shares one cache among more layers than the "
+                f"{layers} attention layers there are"
+            )
         store = _cla(store, kinds["cla"].value)
     for kind in ("evict", "merge"):
         if kind in kinds:

@@ -783,3 +783,11 @@ text("sim-weak-disagg-hybrid")(
         "Pass --kv-cache-memory with the logged figure to pin the pool."
     )
 )
+
+text("sim-outputs-capped")(
+    lambda requests, limit: (
+        f"{requests:,} request(s) asked for more output than max_model_len {limit:,} leaves after "
+        "their prompt: the engine stops them at the limit, so they generate fewer tokens than "
+        "asked (as vLLM does; raise --max-model-len to let them run)."
+    )
+)

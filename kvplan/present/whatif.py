@@ -111,6 +111,8 @@ def stacking_text(row: WhatIfRow) -> str:
         return "different terms: the factors multiply"
     if s.kind == "same_term":
         clashes = ", ".join(TERM_LABELS[t] for t in s.clashes)
+        if not s.dropped:  # one technique named twice
+            return f"the same term, {clashes}: the technique counts once"
         return f"the same term, {clashes}: only the stronger counts, {', '.join(s.dropped)} adds nothing"
     return ""
 
