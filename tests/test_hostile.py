@@ -360,3 +360,16 @@ def test_outputs_cut_at_max_model_len_are_said():
 def test_fp8_weights_on_a_gpu_without_fp8_tensor_cores_compute_in_bf16():
     data = run_json("roofline", "deepseek-v3", "--gpu", "a100")
     assert data["compute_dtype"] == "bf16"
+
+
+def test_a_trace_with_a_byte_order_mark_reads_and_ranges_read_as_numbers(tmp_path):
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b'\xef\xbb\xbf{"arrival_s": 0, "input_tokens": 10, "output_tokens": 5}\n')
+    assert (
+        run_json("simulate", "qwen3-8b", "--trace", str(bom))["runs"][0]["bench"]["completed"] == 1
+    )
+    big = tmp_path / "big.jsonl"
+    big.write_text('{"arrival_s": 0, "input_tokens": 99999999999, "output_tokens": 5}\n')
+    code, _, err = run_cli("simulate", "qwen3-8b", "--trace", str(big))
+    one_line_error(code, err)
+    assert "between 1 and 16,777,216" in err

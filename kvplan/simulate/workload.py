@@ -254,7 +254,7 @@ def read_trace(path: Path) -> list[RequestSpec]:
     of that many tokens) or session_id (a conversation: the whole prompt is the conversation so
     far and the outputs continue it)."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()  # a BOM is not data
     except (OSError, UnicodeDecodeError) as exc:
         raise KvplanError(f"{path}: cannot read the trace ({exc.__class__.__name__})") from None
     streams: dict[tuple[str, str], int] = {}
@@ -306,7 +306,8 @@ def _trace_number(row, key, path, number, low, high, integer=True):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise KvplanError(f"{path}:{number}: {key} must be a number")
     if not math.isfinite(value) or not low <= value <= high:
-        raise KvplanError(f"{path}:{number}: {key} {value!r} must be between {low:g} and {high:g}")
+        shown = repr(value)[:30]
+        raise KvplanError(f"{path}:{number}: {key} {shown} must be between {low:,} and {high:,}")
     if integer:
         if value != int(value):
             raise KvplanError(f"{path}:{number}: {key} must be a whole number")
