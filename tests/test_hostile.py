@@ -373,3 +373,14 @@ def test_a_trace_with_a_byte_order_mark_reads_and_ranges_read_as_numbers(tmp_pat
     code, _, err = run_cli("simulate", "qwen3-8b", "--trace", str(big))
     one_line_error(code, err)
     assert "between 1 and 16,777,216" in err
+
+
+@pytest.mark.parametrize(
+    "command, out",
+    [("roofline", ()), ("report", ("--out", "r.md")), ("explore", ("--out", "e.html"))],
+)
+def test_gpu_all_outside_capacity_says_where_it_works(command, out, tmp_path):
+    out = tuple(str(tmp_path / o) if "." in o else o for o in out)
+    code, _, err = run_cli(command, "llama-3.1-8b", "--gpu", "all", *out)
+    one_line_error(code, err)
+    assert "kvplan capacity MODEL --gpu all" in err

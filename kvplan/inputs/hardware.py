@@ -343,6 +343,11 @@ def load_profile(name: str) -> GpuProfile:
         raise KvplanError("no GPU given")
     if len(name) > 4096:
         raise KvplanError("--gpu: name too long")
+    if name.strip().lower() == "all":
+        raise KvplanError(
+            "--gpu all compares every kind and only kvplan capacity does that: "
+            "kvplan capacity MODEL --gpu all (here, name one GPU or repeat --gpu)"
+        )
     if name.strip().lower() == "local":
         from kvplan.inputs.local_gpu import local_profile
 
