@@ -383,6 +383,16 @@ def test_sglang_sub_pools_hold_their_own_layer_shapes():
     swa, full = 16 * 256 * 2 * 2, 4 * 512 * 2 * 2
     assert data.cell_size_bytes == 50 * swa + 10 * full == 901_120
     assert data.full_tokens == int(10 * 2**30 // (10 * full + 0.8 * 50 * swa))
+    from kvplan.present.engines import sglang_log_lines
+
+    lines = [x for x in sglang_log_lines(data) if "KV Cache is allocated" in x]
+    k_gb = [float(x.split("K size: ")[1].split(" GB")[0]) for x in lines]
+    page = data.block_size
+    expected = [
+        (data.full_tokens + page) * 10 * full / 2 / 2**30,
+        (data.swa_tokens + page) * 50 * swa / 2 / 2**30,
+    ]
+    assert k_gb == [round(x, 2) for x in expected]
 
 
 def test_sglang_mamba_pool_comes_first():
@@ -446,3 +456,37 @@ def test_pipeline_stages_take_their_own_memory_and_the_fewest_blocks():
 def test_weights_that_do_not_fit_are_a_one_line_error():
     code, _, err = run_cli("engine", "llama-3.1-70b", "--engine", "vllm", "--gpu", "h100")
     assert code == 2 and "the weights do not fit" in err and "Traceback" not in err
+
+
+def _glm53():
+    import json
+
+    from kvplan.inputs.architectures import build_model
+
+    raw = json.loads((REPO / "tests/data/real_configs/zai-org--GLM-5.3.json").read_text())
+    return build_model(raw, "glm-5.3")
+
+
+def test_vllm_layers_of_one_type_and_several_sizes_share_one_group():
+    """GLM-5.3 at TP 8, fp8 cache: 21 layers hold a 576-byte latent and a 132-byte indexer key
+    (128 fp8 + one fp32 scale), 57 only the latent. vLLM's UniformTypeKVCacheSpecs: one group,
+    a block covers all 78 layers, so num_blocks = memory // (block x the summed bytes)."""
+    data = engine_allocation(
+        _glm53(),
+        load_profile("b300"),
+        EngineRequest(engine="vllm", tp=8, kv_cache_dtype="fp8", kv_cache_memory_bytes=gib("50")),
+    )
+    per_token = 21 * (576 + 132) + 57 * 576
+    assert data.uniform_type and data.num_groups == 1
+    assert data.page_bytes == data.block_size * per_token
+    assert data.num_blocks == 50 * 2**30 // (data.block_size * per_token)
+
+
+def test_sglang_counts_an_indexer_key_only_where_a_layer_has_one():
+    data = engine_allocation(
+        _glm53(),
+        load_profile("b300"),
+        EngineRequest(engine="sglang", tp=8, kv_cache_memory_bytes=gib("50")),
+    )
+    assert data.profile_cell_size_bytes == 78 * 576 + 21 * 132
+    assert "sglang-partial-indexer" in [n.id for n in data.notes]

@@ -191,3 +191,23 @@ def test_kv_spellings_are_the_engines_own():
 
     assert set(KV_CACHE_DTYPE["vllm"].values()) <= set(vllm.KV_CACHE_DTYPES)
     assert set(KV_CACHE_DTYPE["sglang"].values()) <= set(sglang.KV_CACHE_DTYPES)
+
+
+def test_a_measured_profile_launches_as_the_device_it_measured():
+    """A profile `kvplan measure --save-profile` wrote says vendor: measured; the device's own
+    name decides whether the CUDA images can drive it."""
+    from types import SimpleNamespace
+
+    from kvplan.inputs.hardware import load_profile
+
+    h100 = load_profile("h100")
+
+    def measured(name, kind="cuda"):
+        device = {"name": name, "kind": kind}
+        return h100._replace(vendor="measured", measured=SimpleNamespace(device=device))
+
+    assert measured("NVIDIA H100 80GB HBM3").device_vendor == "NVIDIA"
+    assert measured("AMD Instinct MI300X").device_vendor == "AMD"
+    assert measured("AMD EPYC 9654", kind="cpu").device_vendor == "measured"
+    assert measured("Intel Xeon").device_vendor == "measured"
+    assert h100.device_vendor == "NVIDIA"

@@ -158,6 +158,10 @@ class SglangResult(NamedTuple):
     full_tokens: int | None
     swa_tokens: int | None
     full_layers: int
+    indexer_layers: int  # layers holding a DSA indexer key
+    # hybrid SWA: each sub-pool's K+V bytes per token per layer (its own layers' shape)
+    full_layer_bytes_per_token: int | None
+    swa_layer_bytes_per_token: int | None
     max_running_requests: int
     max_concurrency: float
     padding_layers: int
@@ -242,12 +246,18 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         conv_bytes, ssm_bytes = max_mamba * conv_req, max_mamba * ssm_req
         rest -= mamba_pool
         notes.append(note("sglang-mamba", ratio=MAMBA_FULL_MEMORY_RATIO, ssm=MAMBA_SSM_DTYPE))
-    indexer = indexer_bytes_per_token(a) if mla else 0
+    # a DSA indexer key on the layers that run their own indexer (GLM-5.3: not every layer)
+    indexed = [x for x in attn if x.indexer_head_dim] if mla else []
+    indexer = indexer_bytes_per_token(indexed[0]) if indexed else 0
+    if 0 < len(indexed) < len(attn):
+        notes.append(note("sglang-partial-indexer", layers=len(indexed), of=len(attn)))
     heads = a.kv_heads_per_rank(request.tp)
     per_layer = fmt.head_vector_bytes(a.head_dim) if mla else a.kv_bytes_per_token(fmt, request.tp)
     # layers shaped unlike the first (Gemma-4's wider full-attention layers): each sub-pool holds
     # its own layers' shape (SGLang's SWA pool takes swa_head_num / swa_head_dim apart)
-    shapes = {x.kv_bytes_per_token(fmt, request.tp) for x in attn}
+    shapes = (
+        {x.head_dim for x in attn} if mla else {x.kv_bytes_per_token(fmt, request.tp) for x in attn}
+    )
     if len(shapes) > 1:
         full_bytes = {x.kv_bytes_per_token(fmt, request.tp) for x in attn if not x.kind.windowed}
         swa_bytes = {x.kv_bytes_per_token(fmt, request.tp) for x in attn if x.kind.windowed}
@@ -257,20 +267,21 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
                 f"({sorted(shapes)} bytes per token per layer); kvplan does not model how "
                 "SGLang sizes that pool"
             )
-    profile_cell = sum(x.kv_bytes_per_token(fmt, request.tp) for x in attn) + indexer * layers
+    profile_cell = sum(x.kv_bytes_per_token(fmt, request.tp) for x in attn)
     if mla:
-        profile_cell = (per_layer + indexer) * layers
+        profile_cell = per_layer * layers + indexer * len(indexed)
     allocated = per_layer
-    if a.indexer_head_dim and fmt.name == "fp8":
+    if indexed and fmt.name == "fp8":
         allocated = FP8_NSA_LATENT_BYTES
         notes.append(note("sglang-nsa-fp8-layout", allocated=FP8_NSA_LATENT_BYTES))
-    cell = (allocated + indexer) * layers if mla else profile_cell
-    full_tokens = swa_tokens = None
+    cell = allocated * layers + indexer * len(indexed) if mla else profile_cell
+    full_tokens = swa_tokens = full_layer = swa_layer = None
     n_swa = sum(x.kind.windowed for x in attn)
     n_full = layers - n_swa
     if n_swa and n_full:  # HybridSWAPoolConfigurator
         full_bytes = sum(x.kv_bytes_per_token(fmt, request.tp) for x in attn if not x.kind.windowed)
         swa_bytes = sum(x.kv_bytes_per_token(fmt, request.tp) for x in attn if x.kind.windowed)
+        full_layer, swa_layer = full_bytes // n_full, swa_bytes // n_swa
         full_tokens = rest // (full_bytes + SWA_FULL_TOKENS_RATIO * swa_bytes)
         full_tokens = int(full_tokens) // page * page
         swa_tokens = int(full_tokens * SWA_FULL_TOKENS_RATIO) // page * page
@@ -318,6 +329,9 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         full_tokens=full_tokens,
         swa_tokens=swa_tokens,
         full_layers=n_full,
+        indexer_layers=len(indexed),
+        full_layer_bytes_per_token=full_layer,
+        swa_layer_bytes_per_token=swa_layer,
         max_running_requests=running,
         max_concurrency=tokens / request.max_model_len,
         padding_layers=0,

@@ -183,13 +183,14 @@ class Padding(NamedTuple):
 
 class Allocation(NamedTuple):
     block_size: int  # smallest block size (tokens) across groups
-    page_bytes: int
+    page_bytes: int  # per layer; for a uniform-type group, one block of every layer together
     group_size: int
     groups: list[Group]
     padding: list[Padding]
     num_blocks: int
     blocks_per_request: int
     required_bytes: int  # sum over layers of max_memory_usage_bytes
+    uniform_type: bool = False  # one attention type, several sizes: one group, pages summed
 
 
 def allocate(
@@ -199,6 +200,29 @@ def allocate(
     mnbt, mml = request.max_num_batched_tokens, request.max_model_len
     attention = [s for s in specs if s.kind is not CacheKind.STATE]
     states = [s for s in specs if s.kind is CacheKind.STATE]
+    if (
+        not states
+        and len({(s.kind, s.window) for s in attention}) == 1
+        and len({s.bytes_per_token for s in attention}) > 1
+    ):
+        # UniformTypeKVCacheSpecs: every layer needs the same token slots but their sizes differ
+        # (GLM-5.3: a DSA indexer key on some layers only): one group, one block covers every
+        # layer, its page the sum of theirs
+        sample = attention[0]
+        per_request = sample.blocks_per_request(mml, block_size, mnbt)
+        block_bytes = block_size * sum(s.bytes_per_token for s in attention)
+        group = Group(sample.kind, sample.window, block_size, len(specs))
+        return Allocation(
+            block_size,
+            block_bytes,
+            len(specs),
+            [group],
+            [],
+            available_bytes // block_bytes,
+            per_request,
+            per_request * block_bytes,
+            uniform_type=True,
+        )
     block_of: dict[tuple, int] = {}
     if states:
         # The attention block size is forced up so one attention page covers a state page; the
@@ -366,6 +390,7 @@ class VllmResult(NamedTuple):
     max_concurrency: float
     padding: list[Padding]
     padding_layers: int
+    uniform_type: bool
     blocks_per_request: int
     required_bytes_per_request: int
     fits: bool
@@ -476,6 +501,8 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     fits = alloc.required_bytes <= fewest
     if any(s.kind is CacheKind.STATE for s in specs) and alloc.block_size != block_size:
         notes.append(note("vllm-state-block", block_size=alloc.block_size))
+    if alloc.uniform_type:
+        notes.append(note("vllm-uniform-type", layers=len(specs)))
     estimated = None
     if fits:
         concurrency = alloc.num_blocks / alloc.blocks_per_request
@@ -514,6 +541,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         max_concurrency=concurrency,
         padding=alloc.padding,
         padding_layers=sum(p.layers for p in alloc.padding),
+        uniform_type=alloc.uniform_type,
         blocks_per_request=alloc.blocks_per_request,
         required_bytes_per_request=alloc.required_bytes,
         fits=fits,

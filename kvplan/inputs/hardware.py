@@ -71,6 +71,21 @@ class GpuProfile(NamedTuple):
     measured: MeasuredRates | None = None
 
     @property
+    def device_vendor(self) -> str:
+        """Who made the device: the profile's vendor, or for a profile `kvplan measure` wrote,
+        the maker in the name the device reported ("measured" when it names none)."""
+        device = self.measured.device if self.measured is not None else {}
+        if self.vendor == "measured" and device.get("kind") != "cpu":
+            name = " ".join(
+                str(self.measured.device.get(k) or "") for k in ("name", "nvml_name")
+            ).lower()
+            if "nvidia" in name:
+                return "NVIDIA"
+            if "amd" in name or "instinct" in name or "radeon" in name:
+                return "AMD"
+        return self.vendor
+
+    @property
     def usable_memory_bytes(self) -> float:
         """What the device reports to software where known, else the nominal capacity."""
         return self.memory_reported_bytes or self.memory_bytes

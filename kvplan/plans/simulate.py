@@ -135,6 +135,8 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         raise KvplanError(f"--router {request.router!r}: choose {', '.join(cluster.ROUTERS)}")
     if request.compare is not None and request.compare not in COMPARISONS:
         raise KvplanError(f"--compare {request.compare!r}: choose {', '.join(COMPARISONS)}")
+    if request.disaggregated is None and (request.link != "network" or request.network_gbps):
+        raise KvplanError("--link and --network-gbps price the KV transfer of --disaggregated P:D")
     if request.disaggregated is not None:
         if request.replicas != 1:
             raise KvplanError("--disaggregated P:D sets the replicas: drop --replicas")

@@ -103,10 +103,15 @@ def vllm_view(r: VllmResult) -> View:
             f"max_num_seqs {r.max_num_seqs:,}, max_num_batched_tokens {r.max_num_batched_tokens:,}",
         ),
         ("available KV memory", f"{f.gib_text(r.available_kv_bytes)} per GPU"),
-        ("page", f"{r.page_bytes:,} B per layer per block of {r.block_size} tokens"),
+        (
+            "page",
+            f"{r.page_bytes:,} B per block of {r.block_size} tokens over all {r.group_size} layers"
+            if r.uniform_type
+            else f"{r.page_bytes:,} B per layer per block of {r.block_size} tokens",
+        ),
         (
             "groups",
-            f"{r.num_groups} groups of {r.group_size} layers"
+            f"{r.num_groups} group{'s' if r.num_groups != 1 else ''} of {r.group_size} layers"
             + (f" ({r.padding_layers} padding layers)" if r.padding_layers else ""),
         ),
         ("num_blocks", f"{r.num_blocks:,}"),
@@ -189,24 +194,28 @@ def sglang_log_lines(r: SglangResult) -> list[str]:
             f"{r.mamba_ssm_bytes / GIB:.2f}GB"
         )
     page, layers = r.block_size, r.num_layers
-    per_layer = r.cell_size_bytes // layers - r.indexer_bytes_per_token
+    indexer_total = r.indexer_bytes_per_token * r.indexer_layers
+    per_layer = (r.cell_size_bytes - indexer_total) // layers
     if r.mla:
         rows = r.kv_cache_tokens + page
         size = rows * layers * per_layer
         if r.indexer_bytes_per_token:
             pages = (r.kv_cache_tokens + page + 1) // page
-            size += pages * page * r.indexer_bytes_per_token * layers
+            size += pages * page * indexer_total
         lines.append(_kv_line(r.kv_cache_tokens, size, None))
     elif r.full_tokens is not None:
-        half = per_layer // 2
         lines.append(
             f"Use sliding window memory pool. full_layer_tokens={r.full_tokens}, "
             f"swa_layer_tokens={r.swa_tokens}"
         )
         full_layers = r.full_layers
         swa_layers = layers - full_layers
-        for tokens, count in ((r.full_tokens, full_layers), (r.swa_tokens, swa_layers)):
-            size = (tokens + page) * count * half
+        pools = (
+            (r.full_tokens, full_layers, r.full_layer_bytes_per_token),
+            (r.swa_tokens, swa_layers, r.swa_layer_bytes_per_token),
+        )
+        for tokens, count, layer_bytes in pools:
+            size = (tokens + page) * count * (layer_bytes // 2)  # K, and V the same
             lines.append(_kv_line(tokens, size, size))
     else:
         size = (r.kv_cache_tokens + page) * layers * (per_layer // 2)

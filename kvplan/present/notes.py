@@ -389,9 +389,15 @@ text("structure-unread")(
     )
 )
 text("indexer-cache")(
-    lambda width: (
-        f"Sparse-attention indexer: every layer also caches one {width}-value key per token beside "
-        "the latent (transformers: in the model dtype; vLLM stores it as fp8 plus a scale)."
+    lambda width, layers=None, of=None: (
+        "Sparse-attention indexer: "
+        + (
+            "every layer also caches"
+            if layers == of
+            else f"{layers} of the {of} layers (the others reuse their selection) also cache"
+        )
+        + f" one {width}-value key per token beside the latent (transformers: in the "
+        "model dtype; vLLM stores it as fp8 plus a scale)."
     )
 )
 text("tie-wrapper-default")(

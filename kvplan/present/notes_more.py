@@ -764,8 +764,9 @@ text("sim-disaggregated")(
         "prompt with max_tokens 1 and keeps its blocks until the decode replica has read them; the "
         "decode replica allocates the prompt's blocks when the request reaches its queue's head, "
         f"pulls the KV over {link} ({f.gbps_text(one_way_bytes_per_s)} one way per GPU, "
-        f"{f.us_text(latency_s)} latency, its {ranks} rank(s) in parallel; transfers into one "
-        "replica queue first come first served), then recomputes the last prompt token and "
+        f"{f.us_text(latency_s)} latency, its {ranks} rank(s) in parallel; a transfer holds the "
+        "prefill replica's outgoing and the decode replica's incoming links, each side first come "
+        "first served), then recomputes the last prompt token and "
         "samples the first token the client sees. TTFT therefore ends on the decode replica "
         "(prefill, its response, the decode queue, the transfer, one decode step), as vllm bench "
         "serve measures it through the proxy; the prefill replica's own first token is reported "
@@ -789,5 +790,22 @@ text("sim-outputs-capped")(
         f"{requests:,} request(s) asked for more output than max_model_len {limit:,} leaves after "
         "their prompt: the engine stops them at the limit, so they generate fewer tokens than "
         "asked (as vLLM does; raise --max-model-len to let them run)."
+    )
+)
+
+text("vllm-uniform-type")(
+    lambda layers: (
+        f"The {layers} layers need the same token slots but hold different sizes (a DSA indexer "
+        "key on some layers only): vLLM puts them in one group whose block covers every layer, its "
+        "page the sum of theirs (UniformTypeKVCacheSpecs). Which layers vLLM gives an indexer key "
+        "was not checked against a vLLM log for this model."
+    )
+)
+
+text("sglang-partial-indexer")(
+    lambda layers, of: (
+        f"Only {layers} of the {of} layers run their own DSA indexer (indexer_types), so only they "
+        "are counted an indexer key; whether SGLang's NSA pool allocates one on every layer was "
+        "not checked against an SGLang log for this model."
     )
 )

@@ -72,7 +72,12 @@ def check_target(path: Path, what: str = "output") -> Path:
     try:
         mode = os.stat(real).st_mode
     except FileNotFoundError:
-        mode = None
+        # /dev/stdout into a pipe resolves to /proc/.../pipe:[n], which no path names: ask the
+        # original path, whose stat follows the link to the pipe itself
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = None
     except OSError as exc:
         raise KvplanError(f"{what} {path}: {_os_message(exc)}") from None
     if mode is not None and stat.S_ISDIR(mode):

@@ -652,7 +652,15 @@ class Builder:
                 )
             )
             if self.indexer_dim:
-                self.notes.append(note("indexer-cache", width=self.indexer_dim))
+                attention = [x.attention for x in layers if x.attention is not None]
+                self.notes.append(
+                    note(
+                        "indexer-cache",
+                        width=self.indexer_dim,
+                        layers=sum(1 for x in attention if x.indexer_head_dim),
+                        of=len(attention),
+                    )
+                )
         if mt == "falcon" and getattr(self, "falcon_new_arch", False) and self.kv < self.heads:
             self.notes.append(note("falcon-broadcast", kv_heads=self.kv, heads=self.heads))
         if mt == "mamba2":
