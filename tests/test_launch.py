@@ -72,29 +72,30 @@ def test_kv_dtype_is_spelled_in_the_engines_words_or_refused():
     assert "--kv-cache-dtype fp8 " in out + " "
     code, out, err = run_cli("capacity", "llama-3.1-8b", "--emit", "sglang", "--kv-dtype", "fp8")
     assert code == 0 and "--kv-cache-dtype fp8_e4m3" in out, err
-    # kvplan's int8 (1 byte + an fp32 scale per token per head) is vLLM's int8_per_token_head
-    code, out, err = run_cli("capacity", "llama-3.1-8b", "--emit", "vllm", "--kv-dtype", "int8")
-    assert code == 0 and "--kv-cache-dtype int8_per_token_head" in out, err
-    for engine, dtype in (("vllm", "int4"), ("vllm", "q8_0"), ("sglang", "int8")):
+    pairs = (("vllm", "int4"), ("vllm", "q8_0"), ("vllm", "int8"), ("sglang", "int8"))
+    for engine, dtype in pairs:
         code, out, err = run_cli("capacity", "llama-3.1-8b", "--emit", engine, "--kv-dtype", dtype)
         assert code == 2 and out == "", (engine, dtype, out)
         assert len(err.strip().splitlines()) == 1
         assert f"no {dtype} KV cache" in err and "fp8_e5m2" in err  # the engine's choices
 
 
+def test_an_fp16_cache_on_a_bf16_model_is_refused_with_the_same_bytes_hint():
+    for engine in ("vllm", "sglang"):
+        code, _, err = run_cli("capacity", "llama-3.1-8b", "--emit", engine, "--kv-dtype", "fp16")
+        assert code == 2 and "as many bytes as bf16" in err, err
+
+
 def test_int8_kv_is_refused_for_mla_layers_in_vllm():
-    # vLLM: "--kv-cache-dtype int8_per_token_head does not apply to MLA layers"
     code, _, err = run_cli(
         "capacity", "deepseek-v3", "--ctx", "32k", "--emit", "vllm", "--kv-dtype", "int8"
     )
-    assert code == 2 and "for MLA layers" in err
+    assert code == 2 and "no int8 KV cache" in err
 
 
 def test_an_unchanged_model_dtype_kv_stays_auto():
     code, out, _ = run_cli("capacity", "llama-3.1-8b", "--emit", "vllm", "--kv-dtype", "bf16")
     assert code == 0 and "--kv-cache-dtype auto" in out
-    code, out, _ = run_cli("capacity", "llama-3.1-8b", "--emit", "vllm", "--kv-dtype", "fp16")
-    assert code == 0 and "--kv-cache-dtype float16" in out
 
 
 def test_weights_dtype_becomes_online_fp8_or_an_error():
@@ -186,11 +187,15 @@ def test_container_forms_refuse_gpus_their_cuda_image_cannot_drive():
 
 
 def test_kv_spellings_are_the_engines_own():
-    from kvplan.engines import sglang, vllm
+    """Every --kv-cache-dtype an emit can print is one the engine's command line takes, by the
+    engines' own lists: vLLM's CacheDType literal (vllm/config/cache.py; the values every
+    release carries) and SGLang's --kv-cache-dtype choices (python/sglang/srt/server_args.py)."""
     from kvplan.present.launch import KV_CACHE_DTYPE
 
-    assert set(KV_CACHE_DTYPE["vllm"].values()) <= set(vllm.KV_CACHE_DTYPES)
-    assert set(KV_CACHE_DTYPE["sglang"].values()) <= set(sglang.KV_CACHE_DTYPES)
+    vllm_cli = {"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"}
+    sglang_cli = {"auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"}
+    assert set(KV_CACHE_DTYPE["vllm"].values()) <= vllm_cli
+    assert set(KV_CACHE_DTYPE["sglang"].values()) <= sglang_cli
 
 
 def test_a_measured_profile_launches_as_the_device_it_measured():
@@ -211,3 +216,16 @@ def test_a_measured_profile_launches_as_the_device_it_measured():
     assert measured("AMD EPYC 9654", kind="cpu").device_vendor == "measured"
     assert measured("Intel Xeon").device_vendor == "measured"
     assert h100.device_vendor == "NVIDIA"
+
+
+def test_a_split_gguf_is_not_handed_to_vllm():
+    import pytest
+
+    from kvplan.errors import KvplanError
+    from kvplan.present.launch import Launch, command, docker
+
+    split = Launch("./m/Model-00001-of-00002.gguf", 8192, "auto", 4, None, model_is_local=True)
+    for form in (command, docker):
+        with pytest.raises(KvplanError, match="llama-gguf-split --merge"):
+            form(split, "vllm")
+    assert "vllm serve ./m/model.gguf" in command(split._replace(model_id="./m/model.gguf"), "vllm")

@@ -61,6 +61,8 @@ _ELEMENT_DTYPE = {
     "fp8_e5m2": "fp8",
 }
 KV_CACHE_DTYPES = tuple(_ELEMENT_DTYPE)  # --kv-cache-dtype values kvplan sizes
+# What SGLang's command line accepts (server_args.py, --kv-cache-dtype choices)
+CLI_KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1")
 
 
 def piecewise_graph_tokens(max_tokens: int) -> int:

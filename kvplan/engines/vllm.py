@@ -61,6 +61,10 @@ KV_CACHE_DTYPES = (
     "nvfp4",
 )
 PER_TOKEN_HEAD_KV = ("int8_per_token_head", "fp8_per_token_head")  # not for MLA layers
+# What a launch command may pass as --kv-cache-dtype: the values every release's CacheDType
+# literal carries (vllm/config/cache.py). float16, int8 and the per-token-head and fp4 caches
+# come and go between releases, so a command for the v0.19.0 image uses none of them.
+CLI_KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 # vLLM's kv-cache-dtype spellings -> kvplan's element dtypes (None: the model dtype)
 _ELEMENT_DTYPE = {
     "auto": None,

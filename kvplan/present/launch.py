@@ -24,23 +24,20 @@ TARGETS = ("vllm", "sglang", "vllm-docker", "sglang-docker", "vllm-k8s", "sglang
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 CONTAINER_MODEL_DIR = "/model"  # where a local model folder is mounted in the container
 
-# KV dtype (kvplan's name, or an engine spelling `kvplan plan` passes on) -> --kv-cache-dtype.
-# int8 is one byte per value and an fp32 scale per token per head: vLLM's int8_per_token_head.
+# KV dtype (kvplan's name, or an engine spelling `kvplan plan` passes on) -> --kv-cache-dtype,
+# only where the engine's command line takes it (CLI_KV_CACHE_DTYPES)
 KV_CACHE_DTYPE = {
     "vllm": {
         "auto": "auto",
         "bf16": "bfloat16",
-        "fp16": "float16",
         "fp8": "fp8",
-        "int8": "int8_per_token_head",
-        **{name: name for name in vllm_engine.KV_CACHE_DTYPES},
+        **{name: name for name in vllm_engine.CLI_KV_CACHE_DTYPES},
     },
     "sglang": {
         "auto": "auto",
         "bf16": "bfloat16",
-        "fp16": "float16",
         "fp8": "fp8_e4m3",
-        **{name: name for name in sglang_engine.KV_CACHE_DTYPES if name != "fp8"},
+        **{name: name for name in sglang_engine.CLI_KV_CACHE_DTYPES},
     },
 }
 # Weights formats both engines make at load time from a bf16/fp16 checkpoint (--quantization):
@@ -75,18 +72,13 @@ class Launch(NamedTuple):
 def kv_cache_dtype(p: Launch, engine: str) -> str:
     """The engine's --kv-cache-dtype for the plan's KV dtype; an error where it has none."""
     found = KV_CACHE_DTYPE[engine].get(p.kv_dtype)
-    if found in vllm_engine.PER_TOKEN_HEAD_KV and p.mla:
-        found = None  # vLLM: "does not apply to MLA layers"
     if found is None:
-        choices = (vllm_engine if engine == "vllm" else sglang_engine).KV_CACHE_DTYPES
-        ours = ["auto", "bf16", "fp16", "fp8"] + (
-            ["int8"] if engine == "vllm" and not p.mla else []
-        )
+        choices = (vllm_engine if engine == "vllm" else sglang_engine).CLI_KV_CACHE_DTYPES
+        same_bytes = " (fp16 stores as many bytes as bf16)" if p.kv_dtype == "fp16" else ""
         raise KvplanError(
-            f"{ENGINE_NAMES[engine]} has no {p.kv_dtype[:40]} KV cache"
-            + (" for MLA layers" if p.mla and p.kv_dtype in KV_CACHE_DTYPE[engine] else "")
-            + f" (its --kv-cache-dtype takes {', '.join(choices)}): plan with --kv-dtype "
-            f"{', '.join(ours[:-1])} or {ours[-1]}"
+            f"{ENGINE_NAMES[engine]}'s command line has no {p.kv_dtype[:40]} KV cache (its "
+            f"--kv-cache-dtype takes {', '.join(choices)}): plan with --kv-dtype auto, bf16 or "
+            f"fp8{same_bytes}"
         )
     return found
 
@@ -154,8 +146,20 @@ def sglang_args(p: Launch) -> list[str]:
     return args
 
 
+def _single_file_gguf(p: Launch, engine: str) -> None:
+    """vLLM loads a GGUF model from one file only."""
+    name = os.path.basename(p.model_id).lower()
+    stem, _, count = name.removesuffix(".gguf").rpartition("-of-")
+    if engine == "vllm" and name.endswith(".gguf") and count.isdigit() and stem[-5:].isdigit():
+        raise KvplanError(
+            f"{os.path.basename(p.model_id)[:80]} is one part of a split GGUF and vLLM loads a "
+            "single file: merge the parts first (llama-gguf-split --merge) and name the merged file"
+        )
+
+
 def command(p: Launch, engine: str) -> str:
     """The launch command, one flag per line, every value quoted for the shell."""
+    _single_file_gguf(p, engine)
     model = shlex.quote(p.model_id)
     if engine == "vllm":
         parts = [f"vllm serve {model}", *vllm_args(p)]
@@ -175,6 +179,7 @@ def docker(p: Launch, engine: str) -> str:
     only) mounted, the token passed."""
     _single_node(p, "a docker run")
     _cuda_image(p, engine, "docker run --gpus all")
+    _single_file_gguf(p, engine)
     head = [
         "docker run --rm --gpus all --ipc=host",
         "-v ~/.cache/huggingface:/root/.cache/huggingface",
