@@ -490,3 +490,30 @@ def test_sglang_counts_an_indexer_key_only_where_a_layer_has_one():
     )
     assert data.profile_cell_size_bytes == 78 * 576 + 21 * 132
     assert "sglang-partial-indexer" in [n.id for n in data.notes]
+
+
+@pytest.mark.parametrize("version, reported", [("0.19", 55_000), ("0.21", 525_000)])
+def test_gemma4_cache_size_lines_match_a_published_vllm_run(version, reported):
+    """vllm-project/vllm#43308: Gemma-4-31B (AWQ 4-bit) on an A100 80GB, about 50 GB of KV
+    memory, logged "GPU KV cache size" of ~55k tokens under v0.20.0 and ~525k under v0.21.0
+    (the line's definition changed in 0.21). kvplan, with 50 GiB and a 128k max_model_len:
+    the 0.19 definition (num_blocks // groups x block) and the 0.21 one (concurrency x
+    max_model_len), within the report's rounding."""
+    import json
+
+    from kvplan.inputs.architectures import build_model
+
+    raw = json.loads(
+        (REPO / "tests/data/real_configs/nvidia--Gemma-4-31B-IT-NVFP4.json").read_text()
+    )
+    data = engine_allocation(
+        build_model(raw, "gemma-4-31b"),
+        load_profile("a100"),
+        EngineRequest(
+            engine="vllm",
+            kv_cache_memory_bytes=gib("50"),
+            max_model_len=131072,
+            vllm_version=version,
+        ),
+    )
+    assert data.kv_cache_tokens == pytest.approx(reported, rel=0.05)
