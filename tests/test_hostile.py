@@ -326,6 +326,11 @@ def test_an_encoding_without_the_tables_characters_prints_placeholders(encoding,
         (["capacity", "deepseek-v3", "--dp-attention", "512"], "256 routed experts"),
         (["whatif", "llama-3.1-8b", "--apply", "mla=+"], "empty technique"),
         (["whatif", "llama-3.1-8b", "--apply", "++fp8"], "empty technique"),
+        (["simulate", "qwen3-8b", "--spread", "0.5"], "fixed lengths take none"),
+        (["plan", "qwen3-8b", "--rate", "5", "--gpu", "h100", "--slo", "ttft_p99=2s",
+          "--slo", "ttft_p99=1s"], "given twice"),
+        (["measure", "--timeout", "30"], "add --distributed"),
+        (["measure", "--allow-other-device"], "add --baseline"),
     ],
 )  # fmt: skip
 def test_second_campaign_inputs_are_one_line_errors(argv, needle):

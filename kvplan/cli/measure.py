@@ -23,6 +23,8 @@ EXAMPLE = (
 EXIT_CHECK_FAILED = 1
 EXIT_REGRESSION = 3
 
+DEFAULT_TIMEOUT_S = 60.0  # --distributed: seconds before a collective gives up
+
 
 def add(app: typer.Typer) -> None:
     @app.command("measure", epilog=EXAMPLE)
@@ -87,7 +89,9 @@ def add(app: typer.Typer) -> None:
             2, "--nproc", min=2, max=64, help="With --distributed: ranks to spawn (2 to 64)."
         ),
         timeout: float = typer.Option(
-            60.0, "--timeout", help="With --distributed: seconds before a collective gives up."
+            DEFAULT_TIMEOUT_S,
+            "--timeout",
+            help="With --distributed: seconds before a collective gives up.",
         ),
         fmt: c.OutputFormat = c.format_option(),
     ) -> None:
@@ -107,6 +111,12 @@ def add(app: typer.Typer) -> None:
             ) from None
         c.fraction(tolerance, "--tolerance", 0.01, 5.0)
         c.fraction(timeout, "--timeout", 1.0, 3600.0)
+        if timeout != DEFAULT_TIMEOUT_S and not distributed:
+            raise KvplanError(
+                "--timeout bounds the collectives of --distributed: add --distributed"
+            )
+        if allow_other_device and baseline is None:
+            raise KvplanError("--allow-other-device applies to --baseline: add --baseline FILE")
         regression = _percent(max_regression)
         if distributed:
             _distributed(

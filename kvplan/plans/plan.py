@@ -225,6 +225,10 @@ def _check(request: PlanRequest, gpus: list[GpuProfile]) -> None:
         raise KvplanError(f"--rate must be between {MIN_RATE:g} and 1,000,000 requests per second")
     if not request.slos:
         raise KvplanError("plan needs at least one --slo target (e.g. ttft_p99=2s)")
+    named = [f"{s.metric}_{s.stat}" for s in request.slos]
+    twice = sorted({n for n in named if named.count(n) > 1})
+    if twice:
+        raise KvplanError(f"--slo {twice[0]} is given twice: give each target once")
     if not gpus:
         raise KvplanError("plan needs at least one --gpu")
     if request.emit not in ENGINES:

@@ -217,8 +217,10 @@ def _conversations(spec, inputs, outputs, arrivals) -> list[RequestSpec]:
 def check_workload(spec: WorkloadSpec) -> None:
     if not 1 <= spec.num_prompts <= MAX_REQUESTS:
         raise KvplanError(f"--num-prompts must be between 1 and {MAX_REQUESTS:,}")
-    if not (math.isinf(spec.request_rate) or 0 < spec.request_rate <= 1e6):
-        raise KvplanError("--request-rate must be inf or between 0 and 1,000,000 per second")
+    if not (math.isinf(spec.request_rate) or MIN_RATE <= spec.request_rate <= 1e6):
+        raise KvplanError(
+            f"--request-rate must be inf or between {MIN_RATE:g} and 1,000,000 per second"
+        )
     if not (math.isinf(spec.burstiness) or 0.01 <= spec.burstiness <= 100):
         raise KvplanError("--burstiness must be between 0.01 and 100 (or inf)")
     for what, value in (("--input-len", spec.input_len), ("--output-len", spec.output_len)):
@@ -226,6 +228,10 @@ def check_workload(spec: WorkloadSpec) -> None:
             raise KvplanError(f"{what} must be between 1 and {MAX_LEN:,} tokens")
     if spec.length_dist not in LENGTH_DISTS:
         raise KvplanError(f"--length-dist {spec.length_dist!r}: choose {', '.join(LENGTH_DISTS)}")
+    if spec.length_dist in ("fixed", "sharegpt") and spec.spread:
+        raise KvplanError(
+            f"--spread shapes uniform and lognormal lengths; {spec.length_dist} lengths take none"
+        )
     if spec.length_dist == "uniform" and not 0 <= spec.spread < 1:
         raise KvplanError("--spread for uniform lengths is a range ratio in [0, 1)")
     if spec.length_dist == "lognormal" and not 0 < spec.spread <= 3:
