@@ -389,3 +389,12 @@ def test_gpu_all_outside_capacity_says_where_it_works(command, out, tmp_path):
     code, _, err = run_cli(command, "llama-3.1-8b", "--gpu", "all", *out)
     one_line_error(code, err)
     assert "kvplan capacity MODEL --gpu all" in err
+
+
+def test_a_trace_prefix_id_must_be_a_name_or_a_number(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    row = '{"arrival_s": 0, "input_tokens": 100, "output_tokens": 5, "prefix_tokens": 10, '
+    trace.write_text(row + '"prefix_id": {"a": 1}}\n')
+    code, _, err = run_cli("simulate", "qwen3-8b", "--trace", str(trace))
+    one_line_error(code, err)
+    assert "prefix_id must be a string or a whole number" in err

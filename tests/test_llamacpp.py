@@ -173,6 +173,12 @@ def test_ollama_preset(tmp_path):
     # 48 GiB cards get 262144, capped to the model's training context (40960)
     code, out, err = run_cli(*base, "--gpu", "rtx-a6000", "--ollama", "0.33")
     assert json.loads(out)["settings"]["n_ctx"] == 40960
+    # a release newer than kvplan's rules is said, not silently read as the newest known
+    code, out, err = run_cli(*base, "--gpu", "rtx-a6000", "--ollama", "99.99")
+    assert code == 0, err
+    assert "ollama-newer" in [n["id"] for n in json.loads(out)["notes"]]
+    code, out, err = run_cli(*base, "--gpu", "rtx-a6000", "--ollama", "0.33")
+    assert "ollama-newer" not in [n["id"] for n in json.loads(out)["notes"]]
     code, _, err = run_cli(*base, "--ollama-env", "OLLAMA_BOGUS=1")
     assert code == 2 and "--ollama-env" in err
 

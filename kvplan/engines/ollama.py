@@ -86,6 +86,8 @@ def ollama_settings(
 ) -> OllamaSettings:
     version = parse_version(version_text)
     notes = [note("ollama-preset", version=version_text)]
+    if version > parse_version(OLLAMA_VERSION):
+        notes.append(note("ollama-newer", version=version_text, known=OLLAMA_VERSION))
     ctx_env = env.get("OLLAMA_CONTEXT_LENGTH")
     if ctx_env and version >= (0, 5, 13):
         num_ctx = _int(ctx_env, "OLLAMA_CONTEXT_LENGTH")

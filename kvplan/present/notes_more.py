@@ -809,3 +809,10 @@ text("sglang-partial-indexer")(
         "not checked against an SGLang log for this model."
     )
 )
+
+text("ollama-newer")(
+    lambda version, known: (
+        f"Ollama {version} is newer than the releases kvplan's rules follow (up to {known}): its "
+        f"defaults are taken as {known}'s; check them against that release's notes."
+    )
+)

@@ -288,6 +288,10 @@ def read_trace(path: Path) -> list[RequestSpec]:
         stream_id, stream_tokens, session = -1, 0, False
         if "session_id" in row and "prefix_id" in row:
             raise KvplanError(f"{path}:{number}: give prefix_id or session_id, not both")
+        for key in ("prefix_id", "session_id"):
+            value = row.get(key)
+            if key in row and (isinstance(value, bool) or not isinstance(value, (str, int))):
+                raise KvplanError(f"{path}:{number}: {key} must be a string or a whole number")
         if "session_id" in row:
             stream_id = streams.setdefault(("session", str(row["session_id"])), len(streams))
             stream_tokens, session = inputs, True
