@@ -255,35 +255,33 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         notes.append(note("sglang-partial-indexer", layers=len(indexed), of=len(attn)))
     heads = a.kv_heads_per_rank(request.tp)
     per_layer = fmt.head_vector_bytes(a.head_dim) if mla else a.kv_bytes_per_token(fmt, request.tp)
-    # layers shaped unlike the first (Gemma-4's wider full-attention layers): each sub-pool holds
-    # its own layers' shape (SGLang's SWA pool takes swa_head_num / swa_head_dim apart)
-    shapes = (
-        {x.head_dim for x in attn} if mla else {x.kv_bytes_per_token(fmt, request.tp) for x in attn}
-    )
-    if len(shapes) > 1:
-        full_bytes = {x.kv_bytes_per_token(fmt, request.tp) for x in attn if not x.kind.windowed}
-        swa_bytes = {x.kv_bytes_per_token(fmt, request.tp) for x in attn if x.kind.windowed}
-        if mla or len(full_bytes) > 1 or len(swa_bytes) > 1:
-            raise KvplanError(
-                f"{spec.name}: attention layers of several cache shapes within one pool "
-                f"({sorted(shapes)} bytes per token per layer); kvplan does not model how "
-                "SGLang sizes that pool"
-            )
-    profile_cell = sum(x.kv_bytes_per_token(fmt, request.tp) for x in attn)
+    # each sub-pool holds its own layers' shape (Gemma-4's wider full-attention layers: SGLang's
+    # SWA pool takes swa_head_num / swa_head_dim apart); one shape per pool
+    full_kv = {x.kv_bytes_per_token(fmt, request.tp) for x in attn if not x.kind.windowed}
+    swa_kv = {x.kv_bytes_per_token(fmt, request.tp) for x in attn if x.kind.windowed}
+    latents = {x.head_dim for x in attn}
+    if (mla and len(latents) > 1) or (not mla and (len(full_kv) > 1 or len(swa_kv) > 1)):
+        raise KvplanError(
+            f"{spec.name}: attention layers of several cache shapes within one pool "
+            f"({sorted(full_kv | swa_kv)} bytes per token per layer); kvplan does not model how "
+            "SGLang sizes that pool"
+        )
+    n_swa = sum(x.kind.windowed for x in attn)
+    n_full = layers - n_swa
+    full_layer = full_kv.pop() if full_kv and not mla else None
+    swa_layer = swa_kv.pop() if swa_kv and not mla else None
     if mla:
         profile_cell = per_layer * layers + indexer * len(indexed)
+    else:
+        profile_cell = (full_layer or 0) * n_full + (swa_layer or 0) * n_swa
     allocated = per_layer
     if indexed and fmt.name == "fp8":
         allocated = FP8_NSA_LATENT_BYTES
         notes.append(note("sglang-nsa-fp8-layout", allocated=FP8_NSA_LATENT_BYTES))
     cell = allocated * layers + indexer * len(indexed) if mla else profile_cell
-    full_tokens = swa_tokens = full_layer = swa_layer = None
-    n_swa = sum(x.kind.windowed for x in attn)
-    n_full = layers - n_swa
+    full_tokens = swa_tokens = None
     if n_swa and n_full:  # HybridSWAPoolConfigurator
-        full_bytes = sum(x.kv_bytes_per_token(fmt, request.tp) for x in attn if not x.kind.windowed)
-        swa_bytes = sum(x.kv_bytes_per_token(fmt, request.tp) for x in attn if x.kind.windowed)
-        full_layer, swa_layer = full_bytes // n_full, swa_bytes // n_swa
+        full_bytes, swa_bytes = full_layer * n_full, swa_layer * n_swa
         full_tokens = rest // (full_bytes + SWA_FULL_TOKENS_RATIO * swa_bytes)
         full_tokens = int(full_tokens) // page * page
         swa_tokens = int(full_tokens * SWA_FULL_TOKENS_RATIO) // page * page
@@ -332,8 +330,8 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         swa_tokens=swa_tokens,
         full_layers=n_full,
         indexer_layers=len(indexed),
-        full_layer_bytes_per_token=full_layer,
-        swa_layer_bytes_per_token=swa_layer,
+        full_layer_bytes_per_token=full_layer if n_swa and n_full else None,
+        swa_layer_bytes_per_token=swa_layer if n_swa and n_full else None,
         max_running_requests=running,
         max_concurrency=tokens / request.max_model_len,
         padding_layers=0,

@@ -101,48 +101,50 @@ def weights_args(p: Launch, engine: str) -> list[str]:
     )
 
 
-def vllm_args(p: Launch) -> list[str]:
+# Each engine's spelling of the same settings
+FLAGS = {
+    "vllm": {
+        "context": "--max-model-len",
+        "seats": "--max-num-seqs",
+        "memory": "--gpu-memory-utilization",
+        "tp": "--tensor-parallel-size",
+        "pp": "--pipeline-parallel-size",
+        "block": "--block-size",
+        "tokens": "--max-num-batched-tokens",
+    },
+    "sglang": {
+        "context": "--context-length",
+        "seats": "--max-running-requests",
+        "memory": "--mem-fraction-static",
+        "tp": "--tp-size",
+        "pp": "--pp-size",
+        "block": "--page-size",
+        "tokens": "--chunked-prefill-size",
+    },
+}
+
+
+def engine_args(p: Launch, engine: str) -> list[str]:
+    """The flags of one replica in `engine`'s spelling."""
+    flag = FLAGS[engine]
     args = [
-        f"--max-model-len {p.context_len}",
-        f"--kv-cache-dtype {kv_cache_dtype(p, 'vllm')}",
-        f"--max-num-seqs {p.seats}",
-        *weights_args(p, "vllm"),
+        f"{flag['context']} {p.context_len}",
+        f"--kv-cache-dtype {kv_cache_dtype(p, engine)}",
+        f"{flag['seats']} {p.seats}",
+        *weights_args(p, engine),
     ]
     if p.gpu_mem_util is not None:
-        args.append(f"--gpu-memory-utilization {p.gpu_mem_util}")
-    if p.dp_attention > 1:
+        args.append(f"{flag['memory']} {p.gpu_mem_util}")
+    if p.dp_attention <= 1:
+        args.append(f"{flag['tp']} {p.tp}")
+    elif engine == "vllm":
         args += [f"--data-parallel-size {p.dp_attention}", "--enable-expert-parallel"]
     else:
-        args.append(f"--tensor-parallel-size {p.tp}")
-    if p.pp > 1:
-        args.append(f"--pipeline-parallel-size {p.pp}")
-    if p.block_size is not None:
-        args.append(f"--block-size {p.block_size}")
-    if p.max_num_batched_tokens is not None:
-        args.append(f"--max-num-batched-tokens {p.max_num_batched_tokens}")
-    return args
-
-
-def sglang_args(p: Launch) -> list[str]:
-    args = [
-        f"--context-length {p.context_len}",
-        f"--kv-cache-dtype {kv_cache_dtype(p, 'sglang')}",
-        f"--max-running-requests {p.seats}",
-        *weights_args(p, "sglang"),
-    ]
-    if p.gpu_mem_util is not None:
-        args.append(f"--mem-fraction-static {p.gpu_mem_util}")
-    if p.dp_attention > 1:
         n = p.dp_attention
         args += [f"--tp-size {n}", f"--dp-size {n}", "--enable-dp-attention"]
-    else:
-        args.append(f"--tp-size {p.tp}")
-    if p.pp > 1:
-        args.append(f"--pp-size {p.pp}")
-    if p.block_size is not None:
-        args.append(f"--page-size {p.block_size}")
-    if p.max_num_batched_tokens is not None:
-        args.append(f"--chunked-prefill-size {p.max_num_batched_tokens}")
+    optional = (("pp", p.pp if p.pp > 1 else None), ("block", p.block_size))
+    optional += (("tokens", p.max_num_batched_tokens),)
+    args += [f"{flag[key]} {value}" for key, value in optional if value is not None]
     return args
 
 
@@ -161,12 +163,10 @@ def command(p: Launch, engine: str) -> str:
     """The launch command, one flag per line, every value quoted for the shell."""
     _single_file_gguf(p, engine)
     model = shlex.quote(p.model_id)
-    if engine == "vllm":
-        parts = [f"vllm serve {model}", *vllm_args(p)]
-    elif engine == "sglang":
-        parts = [f"python -m sglang.launch_server --model-path {model}", *sglang_args(p)]
-    else:
+    if engine not in FLAGS:
         raise KvplanError(f"--emit {engine!r}: choose {', '.join(TARGETS)}")
+    serve = "vllm serve" if engine == "vllm" else "python -m sglang.launch_server --model-path"
+    parts = [f"{serve} {model}", *engine_args(p, engine)]
     return " \\\n  ".join(parts) + "\n"
 
 
@@ -198,7 +198,6 @@ def docker(p: Launch, engine: str) -> str:
     model = shlex.quote(model)
     if engine == "vllm":
         parts = head + [f"-p {VLLM_PORT}:{VLLM_PORT}", VLLM_IMAGE, f"--model {model}"]
-        parts += vllm_args(p)
     else:
         parts = head + [
             f"-p {SGLANG_PORT}:{SGLANG_PORT}",
@@ -206,7 +205,7 @@ def docker(p: Launch, engine: str) -> str:
             f"python3 -m sglang.launch_server --model-path {model}",
             f"--host 0.0.0.0 --port {SGLANG_PORT}",
         ]
-        parts += sglang_args(p)
+    parts += engine_args(p, engine)
     return " \\\n  ".join(parts) + "\n"
 
 
@@ -222,13 +221,13 @@ def kubernetes(p: Launch, engine: str, name: str) -> str:
     app = _dns_name(name)
     if engine == "vllm":
         image, port = VLLM_IMAGE, VLLM_PORT
-        args = [f"--model={p.model_id}", *(a.replace(" ", "=", 1) for a in vllm_args(p))]
+        args = [f"--model={p.model_id}"]
         cmd = None
     else:
         image, port = SGLANG_IMAGE, SGLANG_PORT
         cmd = ["python3", "-m", "sglang.launch_server"]
         args = [f"--model-path={p.model_id}", "--host=0.0.0.0", f"--port={port}"]
-        args += [a.replace(" ", "=", 1) for a in sglang_args(p)]
+    args += [a.replace(" ", "=", 1) for a in engine_args(p, engine)]
     lines = [
         "apiVersion: apps/v1",
         "kind: Deployment",

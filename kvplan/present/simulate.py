@@ -57,26 +57,53 @@ def bench_facts(run: Run) -> list[tuple[str, str]]:
     return facts
 
 
+def _disagg_row(run: Run) -> dict:
+    """One run's transfers and pools, for the bench block and for the table."""
+    d = run.disaggregated
+    return {
+        "request_rate": run.bench.request_rate,
+        "transfers": d.transfers,
+        "transfer_bytes": d.mean_transfer_bytes or 0,
+        "transfer_mib": (d.mean_transfer_bytes or 0) / MIB,
+        "transfer_median_ms": d.transfer.median_ms,
+        "transfer_p99_ms": d.transfer.p99_ms,
+        "link_wait_median_ms": d.link_wait.median_ms,
+        "link_wait_p99_ms": d.link_wait.p99_ms,
+        "kv_wait_median_ms": d.kv_wait.median_ms,
+        "prefill_ttft_median_ms": d.prefill_ttft.median_ms,
+        "link_busy": d.link_busy_fraction,
+        "prefill_busy": d.prefill.engine_busy_fraction,
+        "decode_busy": run.engine.engine_busy_fraction,
+        "prefill_peak_kv": d.prefill.peak_kv_usage,
+        "decode_peak_kv": run.engine.peak_kv_usage,
+        "prefill_preemptions": d.prefill.preemptions,
+    }
+
+
+# the bench block's lines after the run's own: (label, row key, format)
+DISAGG_FACTS = (
+    ("KV transfers:", "transfers", f.integer),
+    ("Mean KV per transfer:", "transfer_bytes", f.bytes_text),
+    ("Median transfer (ms):", "transfer_median_ms", f.fixed(2)),
+    ("P99 transfer (ms):", "transfer_p99_ms", f.fixed(2)),
+    ("Median link wait (ms):", "link_wait_median_ms", f.fixed(2)),
+    ("P99 link wait (ms):", "link_wait_p99_ms", f.fixed(2)),
+    ("Median KV wait at decode (ms):", "kv_wait_median_ms", f.fixed(2)),
+    ("Median prefill-replica TTFT (ms):", "prefill_ttft_median_ms", f.fixed(2)),
+    ("Link busy (busiest):", "link_busy", f.share),
+    ("Prefill pool busy:", "prefill_busy", f.share),
+    ("Decode pool busy:", "decode_busy", f.share),
+    ("Prefill peak KV cache usage:", "prefill_peak_kv", f.share),
+    ("Decode peak KV cache usage:", "decode_peak_kv", f.share),
+    ("Prefill preemptions:", "prefill_preemptions", f.integer),
+)
+
+
 def disagg_facts(run: Run) -> list[tuple[str, str]]:
     """The transfers and the pools, after the bench block."""
-    d, ms = run.disaggregated, f.fixed(2)
-    return [
-        ("", "------- Disaggregated prefill/decode (KV transfer) -------"),
-        ("KV transfers:", f.integer(d.transfers)),
-        ("Mean KV per transfer:", f.bytes_text(d.mean_transfer_bytes or 0)),
-        ("Median transfer (ms):", ms(d.transfer.median_ms)),
-        ("P99 transfer (ms):", ms(d.transfer.p99_ms)),
-        ("Median link wait (ms):", ms(d.link_wait.median_ms)),
-        ("P99 link wait (ms):", ms(d.link_wait.p99_ms)),
-        ("Median KV wait at decode (ms):", ms(d.kv_wait.median_ms)),
-        ("Median prefill-replica TTFT (ms):", ms(d.prefill_ttft.median_ms)),
-        ("Link busy (busiest):", f.share(d.link_busy_fraction)),
-        ("Prefill pool busy:", f.share(d.prefill.engine_busy_fraction)),
-        ("Decode pool busy:", f.share(run.engine.engine_busy_fraction)),
-        ("Prefill peak KV cache usage:", f.share(d.prefill.peak_kv_usage)),
-        ("Decode peak KV cache usage:", f.share(run.engine.peak_kv_usage)),
-        ("Prefill preemptions:", f.integer(d.prefill.preemptions)),
-    ]
+    row = _disagg_row(run)
+    header = ("", "------- Disaggregated prefill/decode (KV transfer) -------")
+    return [header, *((label, fmt(row[key])) for label, key, fmt in DISAGG_FACTS)]
 
 
 DISAGG_COLUMNS = [
@@ -97,26 +124,8 @@ DISAGG_COLUMNS = [
 
 
 def disagg_table(result: SimulateResult) -> Table:
-    rows = []
-    for run in result.runs:
-        d = run.disaggregated
-        rows.append(
-            {
-                "request_rate": run.bench.request_rate,
-                "transfers": d.transfers,
-                "transfer_mib": (d.mean_transfer_bytes or 0) / MIB,
-                "transfer_median_ms": d.transfer.median_ms,
-                "transfer_p99_ms": d.transfer.p99_ms,
-                "link_wait_p99_ms": d.link_wait.p99_ms,
-                "kv_wait_median_ms": d.kv_wait.median_ms,
-                "prefill_ttft_median_ms": d.prefill_ttft.median_ms,
-                "link_busy": d.link_busy_fraction,
-                "prefill_busy": d.prefill.engine_busy_fraction,
-                "decode_busy": run.engine.engine_busy_fraction,
-                "prefill_peak_kv": d.prefill.peak_kv_usage,
-                "decode_peak_kv": run.engine.peak_kv_usage,
-            }
-        )
+    keys = [c.key for c in DISAGG_COLUMNS]
+    rows = [{k: v for k, v in _disagg_row(run).items() if k in keys} for run in result.runs]
     title = "disaggregated prefill/decode: KV transfers and pools"
     return Table(title, DISAGG_COLUMNS, rows, notes=("sim-disaggregated",))
 

@@ -53,6 +53,20 @@ class Family(NamedTuple):
 
 
 DENSE = "dense (GQA/MHA)"
+GEMMA3 = Family(
+    "dense, local/global hybrid",
+    kv_heads=4,
+    head_dim=256,
+    window=4096,
+    tie=True,
+    vocab=262208,
+    max_positions=131072,
+    pattern=6,
+    layer_rule="pattern",
+    qk_norm="head",
+    norms_per_layer=4,
+    rope_local=True,
+)
 
 FAMILIES: dict[str, Family] = {
     "llama": Family(DENSE, vocab=32000),
@@ -181,35 +195,9 @@ FAMILIES: dict[str, Family] = {
         layer_rule="alternate",
         norms_per_layer=4,
     ),
-    "gemma3_text": Family(
-        "dense, local/global hybrid",
-        kv_heads=4,
-        head_dim=256,
-        window=4096,
-        tie=True,
-        vocab=262208,
-        max_positions=131072,
-        pattern=6,
-        layer_rule="pattern",
-        qk_norm="head",
-        norms_per_layer=4,
-        rope_local=True,
-    ),
-    "gemma4_text": Family(
-        "dense, local/global hybrid",
-        kv_heads=4,
-        head_dim=256,
-        global_head_dim=512,
-        window=512,
-        tie=True,
-        vocab=262144,
-        max_positions=131072,
-        pattern=6,
-        layer_rule="pattern",
-        qk_norm="head",
-        norms_per_layer=4,
-        rope_local=True,
-    ),
+    "gemma3_text": GEMMA3,
+    # Gemma-4: Gemma-3's blocks, full-attention layers 512 wide by default, a 512-token window
+    "gemma4_text": GEMMA3._replace(global_head_dim=512, window=512, vocab=262144),
     "gpt_oss": Family(
         "MoE, local/global hybrid",
         kv_heads=8,
