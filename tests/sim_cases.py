@@ -15,14 +15,20 @@ from kvplan.plans.simulate import SimulateRequest
 from kvplan.simulate.setup import ServeOptions
 from kvplan.simulate.workload import WorkloadSpec
 
-CASES_PATH = Path(__file__).resolve().parent / "data" / "sim_bench_cases.json"
+DATA = Path(__file__).resolve().parent / "data"
+CASES_PATH = DATA / "sim_bench_cases.json"
+# held out: never looked at while building the simulator (tests/data/README.md)
+HELDOUT = {
+    "sglang": DATA / "sim_bench_cases_sglang.json",
+    "vllm": DATA / "sim_bench_cases_heldout.json",
+}
 GPUS = {"H100": "h100", "A100": "a100-80gb-sxm", "H200": "h200"}
 ASYNC_DEFAULT_FROM = (0, 12)  # vLLM turned async scheduling on by default in 0.12 (PR #27614)
 METRICS = ("output_throughput", "median_tpot_ms", "median_ttft_ms")
 
 
-def load_cases() -> list[dict]:
-    return json.loads(CASES_PATH.read_text(encoding="utf-8"))["cases"]
+def load_cases(path: Path = CASES_PATH) -> list[dict]:
+    return json.loads(path.read_text(encoding="utf-8"))["cases"]
 
 
 def _version(text: str) -> tuple[int, int]:
@@ -32,10 +38,14 @@ def _version(text: str) -> tuple[int, int]:
 
 def serve_options(case: dict) -> ServeOptions:
     argv = shlex.split(case["serve_cmd"])
-    options = ServeOptions(
-        tp=case["tp"],
-        async_scheduling=_version(case["vllm_version"]) >= ASYNC_DEFAULT_FROM,
-    )
+    if case.get("engine") == "sglang":  # the overlap scheduler is on by default in 0.5
+        options = ServeOptions(tp=case["tp"], engine="sglang")
+        for i, arg in enumerate(argv):
+            if arg == "--context-length":
+                options = options._replace(max_model_len=int(argv[i + 1]))
+        return options
+    version = case.get("engine_version") or case["vllm_version"]
+    options = ServeOptions(tp=case["tp"], async_scheduling=_version(version) >= ASYNC_DEFAULT_FROM)
     for i, arg in enumerate(argv):
         if arg == "--max-model-len":
             options = options._replace(max_model_len=int(argv[i + 1]))

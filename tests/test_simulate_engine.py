@@ -118,7 +118,7 @@ class Checker:
             self.since[r.rid] = self.since.get(r.rid, 0) + n
         for r in engine.running:  # the blocks a request holds cover what this step computes
             if r.state == DECODE:
-                needed = r.c0 + (engine.step_index - r.j0) + steps
+                needed = r.c0 + (engine.decode_index - r.j0) + steps
             else:
                 needed = r.computed + next((n for q, n in chunks if q is r), 0)
             assert held_blocks(engine.bm, r.rid) * cfg.block_size >= needed

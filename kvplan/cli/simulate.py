@@ -73,6 +73,7 @@ def serve_flags(
     async_scheduling,
     preemption,
     continuous_batching,
+    engine="vllm",
 ):
     from kvplan.inputs.options import parse_bytes
     from kvplan.simulate.setup import ServeOptions
@@ -94,6 +95,7 @@ def serve_flags(
         async_scheduling=async_scheduling,
         preemption=preemption,
         continuous_batching=continuous_batching,
+        engine=engine,
     )
 
 
@@ -174,11 +176,27 @@ def add(app: typer.Typer) -> None:
         network_gbps: float = typer.Option(
             None, "--network-gbps", help="Inter-node Gb/s per GPU per direction (overrides)."
         ),
+        engine: str = typer.Option(
+            "vllm",
+            "--engine",
+            help="Scheduler to simulate: vllm (V1) or sglang (prefill batches first, "
+            "new_token_ratio admission).",
+        ),
         max_num_seqs: int = typer.Option(
-            None, "--max-num-seqs", min=1, max=1 << 20, help="Running requests at most."
+            None,
+            "--max-num-seqs",
+            "--max-running-requests",
+            min=1,
+            max=1 << 20,
+            help="Running requests at most.",
         ),
         max_num_batched_tokens: int = typer.Option(
-            None, "--max-num-batched-tokens", min=1, max=1 << 24, help="Tokens per step at most."
+            None,
+            "--max-num-batched-tokens",
+            "--chunked-prefill-size",
+            min=1,
+            max=1 << 24,
+            help="Tokens per step at most (SGLang: per prefill batch chunk).",
         ),
         max_model_len: str = typer.Option(
             None, "--max-model-len", help="Longest request (default: the model's)."
@@ -287,6 +305,7 @@ def add(app: typer.Typer) -> None:
                 async_scheduling,
                 preemption,
                 continuous_batching,
+                engine,
             ),
             replicas=replicas,
             router=router,

@@ -81,6 +81,7 @@ class Setup(NamedTuple):
     preemption: bool
     continuous_batching: bool
     async_scheduling: bool
+    engine: str = "vllm"  # the scheduler simulated: vllm or sglang
 
 
 class WorkloadSummary(NamedTuple):
@@ -142,6 +143,14 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
             raise KvplanError("--disaggregated P:D sets the replicas: drop --replicas")
         if not all(1 <= n <= MAX_REPLICAS for n in request.disaggregated):
             raise KvplanError(f"--disaggregated P:D: each between 1 and {MAX_REPLICAS:,}")
+    if request.serve.engine == "sglang":
+        if request.disaggregated is not None:
+            raise KvplanError("--disaggregated is simulated for vLLM only; drop --engine sglang")
+        if request.compare not in (None, "prefix-caching", "cache-aware-routing"):
+            raise KvplanError(
+                f"--compare {request.compare} toggles a vLLM option; with --engine sglang "
+                "compare prefix-caching or cache-aware-routing"
+            )
     replica = build_replica(spec, gpu, request.serve)
     if request.disaggregated is not None:
         replica = replica._replace(transfer=transfer_model(spec, gpu, replica, request))
@@ -163,7 +172,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
             if capped
             else []
         ),
-        note("sim-engine", version="0.19"),
+        *([note("sim-engine", version="0.19")] if replica.policy is None else []),
         note("sim-step-terms", shares=tuple(sorted(shares.items(), key=lambda kv: -kv[1])[:4])),
         *_weak_spots(spec, runs, request),
     ]
@@ -237,14 +246,24 @@ def transfer_model(
     )
 
 
+def make_engine(replica: Replica, per_token_s: float, demand: int | None = None) -> Engine:
+    """One replica's engine: vLLM's scheduler, or SGLang's where the replica has its policy."""
+    if replica.policy is not None:
+        from kvplan.simulate.sglang import SglangEngine
+
+        return SglangEngine(
+            replica.config, replica.model, per_token_s, demand, policy=replica.policy
+        )
+    return Engine(replica.config, replica.model, per_token_s, demand)
+
+
 def run_once(replica: Replica, requests, request: SimulateRequest, rate: float) -> Run:
     """One simulated benchmark: every request served, then the bench's numbers."""
     if request.disaggregated is not None:
         return _run_disaggregated(replica, requests, request, rate)
     demand = pool_demand(replica.config, requests)
     engines = [
-        Engine(replica.config, replica.model, request.frontend.per_token_s, demand)
-        for _ in range(request.replicas)
+        make_engine(replica, request.frontend.per_token_s, demand) for _ in range(request.replicas)
     ]
     result = cluster.run(
         requests,
@@ -326,6 +345,7 @@ def _setup(gpu: GpuProfile, replica: Replica, request: SimulateRequest) -> Setup
         preemption=o.preemption,
         continuous_batching=o.continuous_batching,
         async_scheduling=o.async_scheduling,
+        engine=o.engine,
     )
 
 
@@ -371,6 +391,8 @@ def _weak_spots(spec: ModelSpec, runs: list[Run], request: SimulateRequest) -> l
         notes.append(note("sim-weak-hybrid"))
     if request.serve.pp > 1:
         notes.append(note("sim-weak-pp"))
+    if request.serve.engine == "sglang":
+        notes.append(note("sim-weak-sglang"))
     if request.trace is None and request.workload.length_dist == "sharegpt":
         notes.append(note("sim-sharegpt"))
     pools = [r.engine for r in runs]

@@ -150,12 +150,7 @@ def simulate_view(result: SimulateResult) -> View:
     facts = [
         ("model", result.model["hf_id"] or result.model["name"]),
         ("deployment", deployment),
-        (
-            "engine",
-            f"vLLM V1 scheduler: max_num_seqs {s.max_num_seqs:,}, max_num_batched_tokens "
-            f"{s.max_num_batched_tokens:,}, max_model_len {s.max_model_len:,}, "
-            f"{'async' if s.async_scheduling else 'synchronous'} scheduling",
-        ),
+        ("engine", _engine_fact(s)),
         (
             "KV cache",
             f"{s.kv_cache_tokens:,} tokens per replica ({s.num_blocks:,} blocks of "
@@ -311,7 +306,10 @@ def simulate_plots(result: SimulateResult, plot: Path | None, timeline: Path | N
         thr.set_xlabel("offered request rate (req/s)")
         thr.set_ylabel("output throughput (tok/s)")
         thr.grid(True, alpha=0.3)
-        fig.suptitle(f"{result.model['name']} on {result.setup.gpu}: simulated vLLM", fontsize=10)
+        fig.suptitle(
+            f"{result.model['name']} on {result.setup.gpu}: simulated {'SGLang' if result.setup.engine == 'sglang' else 'vLLM'}",
+            fontsize=10,
+        )
         fig.tight_layout()
         _save(fig, plot)
     if timeline is not None:
@@ -334,3 +332,17 @@ def simulate_plots(result: SimulateResult, plot: Path | None, timeline: Path | N
         fig.suptitle(f"{result.model['name']}: KV usage and queue over time", fontsize=10)
         fig.tight_layout()
         _save(fig, timeline)
+
+
+def _engine_fact(s) -> str:
+    if s.engine == "sglang":
+        return (
+            f"SGLang scheduler: max_running_requests {s.max_num_seqs:,}, chunked_prefill_size "
+            f"{s.max_num_batched_tokens:,}, context_length {s.max_model_len:,}, "
+            f"{'overlap' if s.async_scheduling else 'no overlap'} scheduling"
+        )
+    return (
+        f"vLLM V1 scheduler: max_num_seqs {s.max_num_seqs:,}, max_num_batched_tokens "
+        f"{s.max_num_batched_tokens:,}, max_model_len {s.max_model_len:,}, "
+        f"{'async' if s.async_scheduling else 'synchronous'} scheduling"
+    )

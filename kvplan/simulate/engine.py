@@ -33,6 +33,7 @@ whose step samples the request's first token.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 
 from kvplan.formulas.batch_step import TERMS, BatchShape, StepModel
@@ -228,7 +229,11 @@ class Engine:
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
         self.prefilling: list[Req] = []
-        self.step_index = 0
+        self.step_index = 0  # steps run (the log's index)
+        # decode steps run (the cohort's clock); equal to step_index where every step decodes
+        # (vLLM), behind it where some steps only prefill (SGLang), which decode_log then maps
+        self.decode_index = 0
+        self.decode_log: list[int] | None = None
         self.clock_s = 0.0
         self.client_s = 0.0  # the API server's clock (it streams each step's tokens in turn)
         self.admitted = 0
@@ -248,7 +253,8 @@ class Engine:
         self.kv_requests: list[tuple[Req, float, int]] = []  # decode: (request, when, tokens)
         # statistics
         self.log = StepLog()
-        self.resume_gaps: list[tuple[float, float]] = []
+        # inter-token gaps the step-to-step diffs miss: (step before, step after, tokens)
+        self.resume_gaps: list[tuple[int, int, int]] = []
         self.finished: list[Req] = []
         self.preemptions = 0
         self.hit_tokens = 0
@@ -346,19 +352,19 @@ class Engine:
             done = self._decode_span(horizon_s)
             if done is not None:
                 return done
-        j = self.step_index
+        j, d = self.step_index, self.decode_index
         budget = self.config.max_num_batched_tokens
         preempted = False
         # 1. running: decodes whose next token opens a block, in admission order
-        crossing = self.buckets[j % self.block_size]
+        crossing = self.buckets[d % self.block_size]
         if crossing:
             for r in sorted(crossing.values(), key=_admit_order):
                 if r.state != DECODE:
                     continue
-                position = r.c0 + (j - r.j0)
+                position = r.c0 + (d - r.j0)
                 while not self._extend(r, position + 1):
                     preempted = True
-                    if self._preempt_last(j) is r:
+                    if self._preempt_last(d) is r:
                         break
         budget -= self.num_decodes
         chunks: list[tuple[Req, int]] = []
@@ -370,7 +376,7 @@ class Engine:
             n = min(r.num_tokens - r.computed, budget)
             while not self._extend(r, r.computed + n):
                 preempted = True
-                if self._preempt_last(j) is r:
+                if self._preempt_last(d) is r:
                     break
             if r.state != PREFILL:
                 continue
@@ -393,9 +399,10 @@ class Engine:
         timing = self.model.step(shape)
         return self._advance(j, timing, chunks)
 
-    def _advance(self, j: int, timing, chunks) -> list[Req]:
+    def _advance(self, j: int, timing, chunks, decoded: bool = True) -> list[Req]:
+        """Settle step j: its chunks, and (`decoded`) one token for every decode."""
         if self.observer is not None:
-            self.observer(self, 1, self.num_decodes, chunks)
+            self.observer(self, 1, self.num_decodes if decoded else 0, chunks)
         duration = timing.total_s
         for key in self.term_s:
             self.term_s[key] += getattr(timing, key)
@@ -403,11 +410,16 @@ class Engine:
         end = self.clock_s + duration
         self.clock_s = end
         self.step_index = j + 1
-        decode_tokens = self.num_decodes
+        d = self.decode_index
+        if decoded:
+            self.decode_index = d + 1
+            if self.decode_log is not None:
+                self.decode_log.append(j)
+        decode_tokens = self.num_decodes if decoded else 0
         emitted = decode_tokens
         finished: list[Req] = []
         # decodes: every one took a token; context grows by one each
-        self.context_sum += self.num_decodes
+        self.context_sum += decode_tokens
         # prefills that reached the end of their tokens sample one
         joined, firsts, handed = [], [], []
         for r, n in chunks:
@@ -429,7 +441,7 @@ class Engine:
                 r.first_step = j
                 firsts.append(r)
             else:  # a resumed request: its new token follows the one before preemption
-                self.resume_gaps.append((r.last_step, j))
+                self.resume_gaps.append((r.last_step, j, 1))
             r.last_step = j
             if r.outputs >= r.target:
                 self._finish(r, j)
@@ -437,17 +449,17 @@ class Engine:
             else:
                 joined.append(r)
         # decodes whose last token was this step's
-        while self.finish_heap and self.finish_heap[0][0] <= j:
+        while decoded and self.finish_heap and self.finish_heap[0][0] <= d:
             _, epoch, _, r = heapq.heappop(self.finish_heap)
             if r.state != DECODE or epoch != r.epoch:
                 continue
-            self._leave_cohort(r, j + 1)
+            self._leave_cohort(r, d + 1)
             r.outputs = r.target
             r.last_step = j
             self._finish(r, j)
             finished.append(r)
         for r in joined:
-            self._join_cohort(r, j + 1)
+            self._join_cohort(r, self.decode_index)
         client = max(end, self.client_s) + self.frontend_per_token_s * emitted
         self.client_s = client
         self._record(end, client, decode_tokens, emitted, duration, len(handed))
@@ -659,11 +671,22 @@ class Engine:
         r.computed = r.c0 + steps
         r.outputs += steps
         if steps:
-            r.last_step = j - 1
+            r.last_step = self._log_index(j - 1)
         self.num_decodes -= 1
         self.context_sum -= r.c0 + steps + 1
         r.state = PREFILL  # neither decoding nor done until the caller says
         r.epoch += 1
+
+    def _span_limit(self) -> float:
+        """Decode-only steps a span may run before the scheduler must look again."""
+        return math.inf
+
+    def _after_decode_span(self, steps: int) -> None:
+        """What a run of `steps` decode-only steps changes besides the cohort."""
+
+    def _log_index(self, d: int) -> int:
+        """The step (log index) that ran decode step d."""
+        return d if self.decode_log is None else self.decode_log[d]
 
     # ---- runs of decode-only steps ----------------------------------------------------------
     def _quiet(self) -> bool:
@@ -679,7 +702,7 @@ class Engine:
         no step starts at or after `horizon_s`. None when fewer than MIN_SPAN steps qualify."""
         import numpy as np
 
-        j = self.step_index
+        j = self.decode_index  # the cohort's clock
         while self.finish_heap:
             top = self.finish_heap[0]
             r = top[3]
@@ -687,7 +710,8 @@ class Engine:
                 break
             heapq.heappop(self.finish_heap)
         last = self.finish_heap[0][0]  # the first decode to finish does so in step `last`
-        steps = last - j + 1
+        steps = min(last - j + 1, self._span_limit())
+        last = j + steps - 1
         if steps < MIN_SPAN:
             return None
         bs = self.block_size
@@ -745,7 +769,12 @@ class Engine:
         self.clock_s = float(ends[-1])
         self.client_s = float(client[-1])
         self.context_sum += self.num_decodes * steps
-        self.step_index = j + steps
+        first_log = self.step_index
+        self.step_index = first_log + steps
+        self.decode_index = j + steps
+        if self.decode_log is not None:
+            self.decode_log.extend(range(first_log, first_log + steps))
+        self._after_decode_span(steps)
         finished = []
         last_step = j + steps - 1
         while self.finish_heap and self.finish_heap[0][0] <= last_step:
@@ -754,8 +783,8 @@ class Engine:
                 continue
             self._leave_cohort(r, last_step + 1)
             r.outputs = r.target
-            r.last_step = last_step
-            self._finish(r, last_step)
+            r.last_step = self.step_index - 1
+            self._finish(r, r.last_step)
             r.last_client_s = self.client_s
             finished.append(r)
         return finished

@@ -177,9 +177,9 @@ def bench_result(run, request_rate, burstiness: float, max_concurrency) -> Bench
         if len(client) > 1:
             gaps.append(np.diff(client))
             weights.append(decode[1:])
-        for before, after in engine.resume_gaps:
+        for before, after, tokens in engine.resume_gaps:
             gaps.append(np.array([client[after] - client[before]]))
-            weights.append(np.array([1.0]))
+            weights.append(np.array([float(tokens)]))
         emitted_times.append(client)
         emitted_counts.append(emitted)
     start = float(dispatch.min()) if len(finished) else 0.0

@@ -52,7 +52,8 @@ KV_FORMATS = {
 
 
 class ServeOptions(NamedTuple):
-    """vLLM serve flags the simulation honours (None: vLLM's default)."""
+    """Serve flags the simulation honours (None: the engine's default). With engine "sglang"
+    max_num_seqs is --max-running-requests and max_num_batched_tokens --chunked-prefill-size."""
 
     tp: int = 1
     pp: int = 1
@@ -68,6 +69,7 @@ class ServeOptions(NamedTuple):
     async_scheduling: bool = True  # the default from vLLM 0.12 on
     preemption: bool = True
     continuous_batching: bool = True
+    engine: str = "vllm"  # or "sglang"
 
 
 class Replica(NamedTuple):
@@ -80,6 +82,7 @@ class Replica(NamedTuple):
     kv_cache_tokens: int
     notes: tuple[Note, ...]
     transfer: object = None  # disaggregated: the simulate.disagg.TransferModel between pools
+    policy: object = None  # SGLang: its kvplan.simulate.sglang.SglangPolicy (None: vLLM)
 
 
 def batch_defaults(gpu: GpuProfile) -> tuple[int, int]:
@@ -90,6 +93,10 @@ def batch_defaults(gpu: GpuProfile) -> tuple[int, int]:
 
 def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
     """Resolve the defaults, size the KV pool, and build the step-time model."""
+    if options.engine == "sglang":
+        return build_sglang_replica(spec, gpu, options)
+    if options.engine != "vllm":
+        raise KvplanError(f"--engine {options.engine[:40]!r}: choose vllm or sglang")
     notes: list[Note] = []
     spec.check_tp(options.tp)
     if options.kv_cache_dtype not in KV_FORMATS:
@@ -218,3 +225,106 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
             f"{max_model_len:,}-token request; lower --max-model-len or raise the KV memory"
         )
     return config
+
+
+# SGLang's page is one token; the simulated pool counts blocks of this many (prefix hits and
+# allocation in whole blocks), which costs at most this many tokens less per request
+SGLANG_SIM_BLOCK = 16
+
+
+def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
+    """An SGLang replica with `python -m sglang.launch_server`'s defaults: the KV pool and
+    limits from kvplan's SGLang allocator model, SGLang's scheduler (kvplan.simulate.sglang)."""
+    from kvplan.engines.sglang import KV_CACHE_DTYPES, default_mem_fraction, sglang_allocation
+    from kvplan.simulate.sglang import MAX_PREFILL_TOKENS, SglangPolicy
+
+    for given, flag in (
+        (options.gpu_mem_util != 0.9, "--gpu-memory-utilization (SGLang sizes its pool itself)"),
+        (options.block_size is not None, "--block-size"),
+        (not options.enable_chunked_prefill, "--no-enable-chunked-prefill"),
+        (not options.preemption, "--no-preemption"),
+        (not options.continuous_batching, "--no-continuous-batching"),
+    ):
+        if given:
+            raise KvplanError(f"{flag} is a vLLM option; the SGLang simulation does not take it")
+    if options.kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise KvplanError(
+            f"--kv-cache-dtype {options.kv_cache_dtype[:40]!r}: SGLang's are "
+            + ", ".join(KV_CACHE_DTYPES)
+        )
+    if (options.tp > 1 or options.pp > 1) and gpu.interconnect is None:
+        raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
+    notes: list[Note] = []
+    max_model_len = options.max_model_len or spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
+    request = EngineRequest(
+        engine="sglang",
+        max_model_len=max_model_len,
+        kv_cache_dtype=options.kv_cache_dtype,
+        tp=options.tp,
+        pp=options.pp,
+        kv_cache_memory_bytes=options.kv_cache_memory_bytes,
+    )
+    alloc = sglang_allocation(spec, gpu, request)
+    notes.extend(alloc.notes)
+    if alloc.kv_cache_tokens < max_model_len:  # max_req_input_len = pool - 1: SGLang still starts
+        if alloc.kv_cache_tokens < 2:
+            raise KvplanError("SGLang's KV pool holds no request; raise the KV memory")
+        notes.append(
+            note("sim-sglang-pool-caps", context=max_model_len, tokens=alloc.kv_cache_tokens)
+        )
+        max_model_len = alloc.kv_cache_tokens
+    graphs = default_mem_fraction(spec, gpu, options.tp, options.pp).cuda_graph_max_bs
+    chunk = options.max_num_batched_tokens or alloc.chunked_prefill_size
+    running = options.max_num_seqs or alloc.max_running_requests
+    block = max(alloc.block_size, SGLANG_SIM_BLOCK)
+    prefix_caching = options.enable_prefix_caching
+    if prefix_caching is None:
+        prefix_caching = True  # the radix cache; hybrids keep theirs too
+    config = EngineConfig(
+        max_num_seqs=running,
+        max_num_batched_tokens=chunk,
+        max_model_len=max_model_len,
+        num_blocks=alloc.kv_cache_tokens // block,
+        block_size=block,
+        enable_prefix_caching=prefix_caching,
+    )
+    wdtype, wnotes = resolve_weights_dtype(spec, "auto")
+    notes.extend(wnotes)
+    fmt = resolve_kv_format(KV_FORMATS.get(alloc.kv_cache_dtype, "auto"), spec.dtype)
+    measured = gpu.vendor == "measured"
+    model = StepModel(
+        spec,
+        Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak(spec.dtype)),
+        wdtype,
+        fmt,
+        tp=options.tp,
+        pp=options.pp,
+        link=gpu.interconnect,
+        achieved=measured_achieved() if measured else ACHIEVED_DATASHEET,
+        fp8_flop_per_s=gpu.peak_flop_per_s.get("fp8"),
+        host=HOST_OVERHEADS,
+        async_scheduling=options.async_scheduling,  # SGLang's overlap scheduler (on by default)
+        cuda_graph_max_tokens=graphs,
+    )
+    notes.append(note("sim-achieved-measured") if measured else note("sim-achieved-datasheet"))
+    notes.append(
+        note(
+            "sim-sglang",
+            max_prefill_tokens=MAX_PREFILL_TOKENS,
+            page=alloc.block_size,
+            block=block,
+            swa=alloc.swa_tokens is not None,
+        )
+    )
+    resolved = options._replace(
+        max_num_seqs=running,
+        max_num_batched_tokens=chunk,
+        max_model_len=max_model_len,
+        block_size=block,
+        enable_prefix_caching=prefix_caching,
+        kv_cache_dtype=alloc.kv_cache_dtype,
+    )
+    policy = SglangPolicy(page_size=alloc.block_size)
+    return Replica(
+        config, model, resolved, wdtype, alloc.kv_cache_tokens, tuple(notes), policy=policy
+    )

@@ -1,0 +1,284 @@
+"""One engine replica as SGLang's scheduler runs it, where it differs from vLLM V1.
+
+SGLang's event loop (python/sglang/srt/managers/scheduler.py, `get_next_batch_to_run`, and
+schedule_policy.py's `PrefillAdder`, main of April 2026), with its defaults (no
+--enable-mixed-chunk, --schedule-policy fcfs, radix cache on):
+
+1. Prefill first: if any waiting request can be admitted (or a chunked prompt is half done),
+   the step is a prefill batch alone; the running requests do not decode in it.
+2. Admission, first come first served, stops at the first request that does not fit:
+   - seats: the running requests plus this batch stay under max_running_requests;
+   - input budget: max_prefill_tokens (16,384) new tokens per batch (the first request always);
+   - chunk budget: chunked_prefill_size; a longer prompt is cut to what is left and finishes in
+     the next prefill batches (one chunked request at a time);
+   - KV budget: free + evictable tokens minus what the running requests are expected to still
+     need, min(max_new_tokens - outputs, 4096) x new_token_ratio each, must exceed the new
+     request's prompt + min(max_new_tokens, 4096) + one page.
+3. Otherwise every running request decodes one token. new_token_ratio starts at 0.7 and falls by
+   (0.7 - 0.098) / 600 per decode step to 0.098. When the pool cannot hold the next tokens the
+   scheduler retracts requests (fewest outputs first, then longest prompt; at least one stays)
+   to the back of the queue, where they recompute, and sets new_token_ratio to
+   (outputs decoded + 20 x requests) / (max_new_tokens + 1) over the requests left, at most 1.
+
+The pool, the prefix cache, the decode cohort and the step log are kvplan.simulate.engine's;
+only the choice of what each step runs differs. max_new_tokens is the request's output length
+(what `vllm bench serve` sends as max_tokens).
+"""
+
+from __future__ import annotations
+
+from kvplan.formulas.batch_step import BatchShape
+from kvplan.kernels.block_manager import NoFreeBlocksError
+from kvplan.record import NamedTuple
+from kvplan.simulate.engine import DECODE, PREFILL, WAITING, Engine, Req, _Unservable
+
+CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness 1.0
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
+MAX_PREFILL_TOKENS = 16384  # --max-prefill-tokens
+ADMISSION_LOOKAHEAD = 4096  # decode steps scanned ahead for the queue head's admission
+
+
+class SglangPolicy(NamedTuple):
+    """SGLang's scheduling limits for one replica (max_running_requests is the engine config's
+    max_num_seqs, chunked_prefill_size its max_num_batched_tokens)."""
+
+    max_prefill_tokens: int = MAX_PREFILL_TOKENS
+    page_size: int = 1  # SGLang's page (the simulated pool may count coarser blocks)
+    init_new_token_ratio: float = INIT_NEW_TOKEN_RATIO
+
+    @property
+    def min_new_token_ratio(self) -> float:
+        return self.init_new_token_ratio * MIN_NEW_TOKEN_RATIO_FACTOR
+
+    @property
+    def new_token_ratio_decay(self) -> float:
+        return (self.init_new_token_ratio - self.min_new_token_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
+
+
+class SglangEngine(Engine):
+    """An Engine whose steps are SGLang's: a prefill batch alone when one can be formed, else a
+    decode step for every running request."""
+
+    def __init__(self, config, model, frontend_per_token_s, demand_blocks=None, observer=None,
+                 policy: SglangPolicy = SglangPolicy()):  # fmt: skip
+        super().__init__(config, model, frontend_per_token_s, demand_blocks, observer)
+        self.policy = policy
+        self.ratio = policy.init_new_token_ratio
+        self.chunked: Req | None = None  # the request whose prompt is being prefilled in chunks
+        self.decode_log = []
+        # since the last decode step: whether a prefill step ran, and who joined the decodes
+        self.prefilled = False
+        self.joined: list[tuple[Req, int]] = []  # (request, the step of its first token)
+
+    # ---- the KV budget ------------------------------------------------------------------------
+    def _remaining_outputs(self) -> list[int]:
+        """Outputs each decoding request may still produce, now."""
+        d = self.decode_index
+        return [r.target - r.outputs - (d - r.j0) for r in self.running if r.state == DECODE]
+
+    def _reserved_tokens(self, ratio: float) -> float:
+        return sum(min(m, CLIP_MAX_NEW_TOKENS) for m in self._remaining_outputs()) * ratio
+
+    def _free_tokens(self) -> int:
+        return self.bm.num_free_blocks * self.block_size
+
+    def _head_need(self, r: Req) -> tuple[int, int, list]:
+        """(tokens to compute, cached prefix tokens, token ids) for r's prefill now."""
+        ids = self.ids(r, 0, r.num_tokens)
+        cap = (r.num_tokens - 1) // self.block_size * self.block_size
+        hits = min(self.bm.cached_prefix_tokens(ids[:-1]), cap) if cap else 0
+        return r.num_tokens - hits, hits, ids
+
+    def _head_total(self, r: Req, extend: int) -> int:
+        """PrefillAdder.add_one_req's `total_tokens`: prompt + expected outputs + a page."""
+        return extend + min(r.target - r.outputs, CLIP_MAX_NEW_TOKENS) + self.policy.page_size
+
+    # ---- one step -----------------------------------------------------------------------------
+    def step(self, horizon_s: float) -> list[Req]:
+        if self._quiet():
+            done = self._decode_span(horizon_s)
+            if done is not None:
+                return done
+        j = self.step_index
+        chunks = self._prefill_batch()
+        if chunks:
+            shape = BatchShape(
+                0,
+                0,
+                tuple((n, r.computed) for r, n in chunks),
+                sum(1 for r, n in chunks if r.computed + n >= r.num_tokens),
+            )
+            finished = self._advance(j, self.model.step(shape), chunks, decoded=False)
+            self.prefilled = True
+            self.joined += [(r, j) for r, _ in chunks if r.state == DECODE]
+            return finished
+        if not self.num_decodes:
+            if self.waiting:
+                raise _Unservable(self.waiting[0])
+            return []
+        self._make_room()
+        d = self.decode_index
+        for r in list(self.buckets[d % self.block_size].values()):
+            if r.state == DECODE and not self._extend(r, r.c0 + (d - r.j0) + 1):
+                raise _Unservable(r)  # alone in the pool and still out of room
+        self.ratio = max(
+            self.ratio - self.policy.new_token_ratio_decay, self.policy.min_new_token_ratio
+        )
+        self.joined = [(r, p) for r, p in self.joined if r.state == DECODE]  # not retracted
+        shape = BatchShape(self.num_decodes, self.context_sum, (), self.num_decodes)
+        finished = self._advance(j, self.model.step(shape), [], decoded=True)
+        self._settle_gaps(j, len(self.decode_log) - 1)
+        return finished
+
+    def _settle_gaps(self, q: int, position: int) -> None:
+        """Decode step q (log index) followed prefill steps: its tokens' previous tokens came
+        from the decode step before them (or, for requests that joined since, from their prefill
+        step), not from step q - 1. Recorded as explicit gaps; q's own weight is cleared."""
+        if not self.prefilled:
+            return
+        continuing = self.log.decode_tokens[q] - len(self.joined)
+        self.log.decode_tokens[q] = 0
+        if position > 0 and continuing > 0:  # decode step q's position in decode_log
+            self.resume_gaps.append((self.decode_log[position - 1], q, continuing))
+        for _, p in self.joined:
+            self.resume_gaps.append((p, q, 1))
+        self.prefilled = False
+        self.joined = []
+
+    def _prefill_batch(self) -> list[tuple[Req, int]]:
+        """PrefillAdder: the chunked request's next chunk, then waiting requests in order."""
+        if not self.waiting and self.chunked is None:
+            return []
+        policy, config = self.policy, self.config
+        rem_input = policy.max_prefill_tokens
+        rem_chunk = config.max_num_batched_tokens
+        rem_total = self._free_tokens() - self._reserved_tokens(self.ratio)
+        chunks: list[tuple[Req, int]] = []
+        if self.chunked is not None:  # add_chunked_req: the next chunk, within the KV budget
+            r = self.chunked
+            n = min(r.num_tokens - r.computed, rem_chunk, int(rem_total))
+            if n <= 0 or not self._extend(r, r.computed + n):
+                return chunks  # not this time: the running requests decode first
+            chunks.append((r, n))
+            if r.computed + n >= r.num_tokens:
+                self.chunked = None
+                rem_total -= min(r.target - r.outputs, CLIP_MAX_NEW_TOKENS)
+            rem_input -= n
+            rem_chunk -= n
+            rem_total -= n + policy.page_size
+        while self.waiting and self.chunked is None:
+            if len(self.running) >= config.max_num_seqs:
+                break
+            if rem_total <= 0 or rem_input <= 0 or rem_chunk <= 0:
+                break
+            r = self.waiting[0]
+            extend, hits, ids = self._head_need(r)
+            total = self._head_total(r, extend)
+            if total >= rem_total:
+                break
+            if extend >= rem_input and chunks:
+                break
+            if extend <= rem_chunk:
+                n = extend
+                rem_total -= min(r.target - r.outputs, CLIP_MAX_NEW_TOKENS)
+            else:
+                n = rem_chunk // policy.page_size * policy.page_size
+                if n <= 0:
+                    break
+                self.chunked = r
+            try:
+                self.bm.allocate(r.rid, ids[: hits + n])
+            except NoFreeBlocksError:
+                self.chunked = None if self.chunked is r else self.chunked
+                break
+            self.waiting.popleft()
+            if r.admit_s < 0:
+                r.admit_s = self.clock_s
+            self.queried_tokens += r.num_tokens
+            self.hit_tokens += hits
+            r.computed, r.synced = hits, hits + n
+            self._schedule_admitted(r, n, 0, chunks)
+            rem_input -= n
+            rem_chunk -= n
+            rem_total -= n + policy.page_size
+        return chunks
+
+    def _make_room(self) -> None:
+        """check_decode_mem / retract_decode: free the blocks the next decode step needs."""
+        d = self.decode_index
+        crossing = self.buckets[d % self.block_size]
+        if sum(1 for r in crossing.values() if r.state == DECODE) <= self.bm.num_free_blocks:
+            return
+        decoding = [r for r in self.running if r.state == DECODE]
+        # retract_decode: sort by (outputs, -prompt) descending and pop from the end
+        decoding.sort(key=lambda r: (r.outputs + (d - r.j0), -r.input_tokens), reverse=True)
+        while len(decoding) > 1:
+            need = sum(1 for r in crossing.values() if r.state == DECODE)
+            if need <= self.bm.num_free_blocks:
+                break
+            victim = decoding.pop()
+            self._leave_cohort(victim, d)
+            self.running.remove(victim)
+            self._release(victim)
+            victim.state = WAITING
+            victim.computed = victim.synced = 0
+            victim.preemptions += 1
+            self.preemptions += 1
+            self.waiting.append(victim)
+        outputs = sum(r.outputs + (d - r.j0) for r in decoding)
+        targets = sum(r.target for r in decoding)
+        self.ratio = min(1.0, (outputs + RETRACT_DECODE_STEPS * len(decoding)) / (targets + 1))
+
+    # ---- runs of decode-only steps ------------------------------------------------------------
+    def _quiet(self) -> bool:
+        if self.chunked is not None or self.prefilling or not self.num_decodes:
+            return False
+        return not (self.waiting and self._admissible_after(0))
+
+    def _admissible_after(self, steps: int) -> bool:
+        return self._admission_step(steps + 1) == steps
+
+    def _admission_step(self, horizon: int) -> int:
+        """The first decode step k < horizon after which the queue's head would be admitted (k
+        decode steps from now, nothing finishing meanwhile); horizon when none is."""
+        import numpy as np
+
+        if len(self.running) >= self.config.max_num_seqs:
+            return horizon
+        r = self.waiting[0]
+        extend, _, _ = self._head_need(r)
+        total = self._head_total(r, extend)
+        k = np.arange(horizon, dtype=float)
+        remaining = np.array(self._remaining_outputs(), dtype=float)
+        ratio = np.maximum(
+            self.ratio - self.policy.new_token_ratio_decay * k, self.policy.min_new_token_ratio
+        )
+        if len(remaining):
+            expected = np.minimum(remaining[None, :] - k[:, None], CLIP_MAX_NEW_TOKENS).sum(axis=1)
+        else:
+            expected = np.zeros(horizon)
+        # each decode step takes a token of the pool per decoding request
+        free = self._free_tokens() - len(remaining) * k
+        fits = np.nonzero(total < free - ratio * expected)[0]
+        return int(fits[0]) if len(fits) else horizon
+
+    def _span_limit(self) -> float:
+        if not self.waiting:
+            return super()._span_limit()
+        horizon = ADMISSION_LOOKAHEAD
+        if self.finish_heap:  # no need to look past the next finish
+            horizon = max(min(horizon, self.finish_heap[0][0] - self.decode_index + 1), 1)
+        return max(self._admission_step(horizon), 1)
+
+    def _after_decode_span(self, steps: int) -> None:
+        policy = self.policy
+        self.ratio = max(
+            self.ratio - policy.new_token_ratio_decay * steps, policy.min_new_token_ratio
+        )
+        self._settle_gaps(self.step_index - steps, len(self.decode_log) - steps)
+
+
+__all__ = ["SglangEngine", "SglangPolicy", "PREFILL"]

@@ -1,0 +1,228 @@
+"""The SGLang scheduler in the simulator: closed forms from the step-time model, SGLang's own
+rules computed by hand (prefill batches run alone, the new_token_ratio admission, retraction),
+and the scheduler's invariants as property tests."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_simulate_engine import MODEL, NO_FRONTEND, config, held_blocks
+
+from kvplan.formulas.batch_step import BatchShape
+from kvplan.simulate import cluster, metrics
+from kvplan.simulate.engine import DECODE, Engine
+from kvplan.simulate.sglang import SglangEngine, SglangPolicy
+from kvplan.simulate.workload import RequestSpec
+
+from helpers import run_cli, run_json
+
+
+def serve(requests, cfg, observer=None, engine_class=SglangEngine, **kw):
+    if engine_class is SglangEngine:
+        engine = SglangEngine(cfg, MODEL, 0.0, observer=observer, policy=SglangPolicy(**kw))
+    else:
+        engine = Engine(cfg, MODEL, 0.0, observer=observer)
+    run = cluster.run(requests, [engine], frontend=NO_FRONTEND, max_model_len=cfg.max_model_len)
+    return engine, run, metrics.bench_result(run, math.inf, 1.0, None)
+
+
+def assert_itl_counts_every_gap_once(run, bench):
+    """Mean ITL over all gaps = the time from first to last token, summed, over the gaps."""
+    between = sum(r.last_client_s - r.first_client_s for r in run.finished)
+    gaps = sum(r.outputs - 1 for r in run.finished)
+    if gaps:
+        assert bench.mean_itl_ms / 1e3 == pytest.approx(between / gaps, rel=1e-9)
+
+
+class Steps:
+    """Records (decodes, chunks) of every step."""
+
+    def __init__(self):
+        self.steps: list[tuple[int, list[tuple[int, int]]]] = []
+
+    def __call__(self, engine, steps, num_decodes, chunks):
+        for _ in range(steps):
+            self.steps.append((num_decodes, [(r.rid, n) for r, n in chunks]))
+
+
+def test_one_request_ttft_is_its_prefill_and_tpot_its_decode_step():
+    _, _, bench = serve([RequestSpec(0, 0.0, 1000, 100)], config())
+    prefill = MODEL.step(BatchShape(0, 0, ((1000, 0),), 1)).total_s
+    assert bench.mean_ttft_ms / 1e3 == pytest.approx(prefill, rel=1e-9)
+    decodes = [MODEL.step(BatchShape(1, 1000 + k, (), 1)).total_s for k in range(1, 100)]
+    assert bench.mean_tpot_ms / 1e3 == pytest.approx(sum(decodes) / 99, rel=1e-9)
+    assert bench.median_itl_ms / 1e3 == pytest.approx(sorted(decodes)[49], rel=1e-9)
+
+
+def test_a_prefill_batch_runs_alone_and_the_decodes_wait_for_it():
+    """r0 decodes; r1 (4,000 tokens) arrives mid-way. vLLM runs r1's prompt beside r0's decode;
+    SGLang runs it alone, so r0's inter-token gap there is the whole prefill step."""
+    prefill0 = MODEL.step(BatchShape(0, 0, ((16, 0),), 1)).total_s
+    requests = [RequestSpec(0, 0.0, 16, 40), RequestSpec(1, prefill0 + 1e-3, 4000, 2)]
+    seen = Steps()
+    engine, run, bench = serve(requests, config(), seen)
+    with_chunks = [(d, c) for d, c in seen.steps if c]
+    assert with_chunks == [(0, [(0, 16)]), (0, [(1, 4000)])]
+    r1_prefill = MODEL.step(BatchShape(0, 0, ((4000, 0),), 1)).total_s
+    # r0's gap across r1's prefill is that step plus the decode after it, and the bench's ITL
+    # counts every gap once (the step-to-step diffs alone would miss it)
+    decode = MODEL.step(BatchShape(2, 16 + 4001, (), 2)).total_s
+    client = engine.log.client_s
+    spans = [client[q] - client[p] for p, q, _ in engine.resume_gaps]
+    assert max(spans) == pytest.approx(
+        r1_prefill + decode, rel=1e-4
+    )  # r0's context there is approximate
+    assert_itl_counts_every_gap_once(run, bench)
+    vllm = Steps()
+    serve(requests, config(), vllm, engine_class=Engine)
+    assert any(d == 1 and c == [(1, 4000)] for d, c in vllm.steps)  # mixed in vLLM
+
+
+def test_admission_reserves_the_expected_outputs():
+    """A pool of 10,000 tokens, 20 requests of 100 in / 1,000 out at once. Each admission needs
+    100 + 1,000 + 1 page < what is left and takes as much: the first prefill batch holds 9
+    (10,000 - 9 x 1,101 = 91 left). vLLM would take all 20 prompts at once."""
+    requests = [RequestSpec(i, 0.0, 100, 1000) for i in range(20)]
+    cfg = config(num_blocks=625, block_size=16, max_model_len=2000, enable_prefix_caching=False)
+    seen = Steps()
+    engine, run, _ = serve(requests, cfg, seen)
+    first = next(c for d, c in seen.steps if c)
+    assert [rid for rid, _ in first] == list(range(9))
+    assert len(run.finished) == 20
+    vllm = Steps()
+    serve(requests, cfg, vllm, engine_class=Engine)
+    assert len(next(c for d, c in vllm.steps if c)) == 20
+
+
+def test_the_next_admission_waits_for_new_token_ratio():
+    """After the first 9, the running requests reserve min(1,000 - outputs, 4,096) x ratio each;
+    the ratio starts at 0.7 and falls 0.001003 per decode step. The 10th request is admitted at
+    the first decode step k where 1,101 < free(k) - ratio(k) x 9 x (999 - k), free(k) being the
+    pool's free tokens (625 - 9 x 7 = 562 blocks, 8,992 tokens) less the decodes' new tokens."""
+    requests = [RequestSpec(i, 0.0, 100, 1000) for i in range(20)]
+    cfg = config(num_blocks=625, block_size=16, max_model_len=2000, enable_prefix_caching=False)
+    seen = Steps()
+    serve(requests, cfg, seen)
+    policy = SglangPolicy()
+    decay, floor = policy.new_token_ratio_decay, policy.min_new_token_ratio
+    expected = None
+    for k in range(1, 1000):  # k decode steps done (the first one emitted output 2)
+        outputs = 1 + k
+        used_blocks = 9 * math.ceil((100 + outputs) / 16)
+        free = (625 - used_blocks) * 16
+        ratio = max(0.7 - decay * k, floor)
+        if 1101 < free - ratio * 9 * (1000 - outputs):
+            expected = k
+            break
+    assert expected is not None
+    decodes_before = 0
+    for _, c in seen.steps[1:]:
+        if c:
+            break
+        decodes_before += 1
+    # the simulator counts free blocks, SGLang free tokens: within one block's worth of steps
+    assert abs(decodes_before - expected) <= 16
+
+
+def test_a_full_pool_retracts_the_request_with_fewest_outputs():
+    """r0 (16 in, 3,000 out) runs alone; r1 (16 in, 2,000 out) arrives ~700 decode steps later,
+    when new_token_ratio is at its floor (0.098): r0's 2,300 remaining outputs reserve only ~225
+    tokens, so r1 (2,017 with its outputs) is admitted into 3,200 - 720 - 225 tokens. Both grow
+    one token a step: after ~1,234 more steps (732 + 2x > 3,200) the pool runs out and r1, with
+    fewer outputs, is retracted; it recomputes later and both finish."""
+    step = MODEL.step(BatchShape(1, 400, (), 1)).total_s
+    requests = [RequestSpec(0, 0.0, 16, 3000), RequestSpec(1, 700 * step, 16, 2000)]
+    cfg = config(num_blocks=200, block_size=16, max_model_len=3100, enable_prefix_caching=False)
+    seen = Steps()
+    engine, run, _ = serve(requests, cfg, seen)
+    assert engine.preemptions == 1
+    r0, r1 = sorted(run.finished, key=lambda r: r.rid)
+    assert (r0.preemptions, r1.preemptions) == (0, 1)
+    assert (r0.outputs, r1.outputs) == (3000, 2000)
+    # r1 recomputed its prompt and the outputs it had when retracted, in prefill batches
+    recompute = sum(n for d, c in seen.steps for rid, n in c if rid == 1) - 16
+    assert recompute > 16
+    assert engine.bm.num_used_blocks == 0
+
+
+class Checker:
+    def __init__(self, cfg, max_prefill_tokens):
+        self.cfg, self.max_prefill_tokens = cfg, max_prefill_tokens
+
+    def __call__(self, engine, steps, num_decodes, chunks):
+        cfg = self.cfg
+        if chunks:  # a prefill batch: alone, within both budgets
+            assert num_decodes == 0
+            total = sum(n for _, n in chunks)
+            assert total <= cfg.max_num_batched_tokens
+            assert total <= self.max_prefill_tokens or len(chunks) == 1
+            assert sum(1 for r, n in chunks if r.computed + n < r.num_tokens) <= 1
+        assert len(engine.running) <= cfg.max_num_seqs
+        assert engine.bm.num_used_blocks <= cfg.num_blocks
+        for r in engine.running:
+            if r.state == DECODE:
+                needed = r.c0 + (engine.decode_index - r.j0) + (steps if num_decodes else 0)
+            else:
+                needed = r.computed + next((n for q, n in chunks if q is r), 0)
+            assert held_blocks(engine.bm, r.rid) * cfg.block_size >= needed
+
+
+workloads = st.lists(
+    st.tuples(st.floats(0, 2.0), st.integers(1, 120), st.integers(1, 40)),
+    min_size=1,
+    max_size=14,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    workloads,
+    st.sampled_from([4, 16]),
+    st.integers(1, 8),
+    st.integers(8, 200),
+    st.integers(8, 400),
+    st.integers(0, 40),
+    st.booleans(),
+)
+def test_scheduler_invariants(items, block_size, seats, chunk, max_prefill, spare, caching):
+    """No request starves, the pool never over-allocates, a prefill batch runs alone within
+    chunked_prefill_size and max_prefill_tokens, one chunked request at a time, seats hold."""
+    longest = max(i + o for _, i, o in items)
+    blocks = -(-longest // block_size) + 2 + spare
+    cfg = config(
+        max_num_seqs=seats,
+        max_num_batched_tokens=chunk,
+        max_model_len=longest + 1,
+        num_blocks=blocks,
+        block_size=block_size,
+        enable_prefix_caching=caching,
+    )
+    requests = sorted((RequestSpec(0, a, i, o) for a, i, o in items), key=lambda r: r.arrival_s)
+    requests = [r._replace(rid=k) for k, r in enumerate(requests)]
+    engine, run, bench = serve(
+        requests, cfg, Checker(cfg, max_prefill), max_prefill_tokens=max_prefill
+    )
+    assert sorted(r.rid for r in run.finished) == [r.rid for r in requests]
+    assert all(r.outputs == r.target == r.spec.output_tokens for r in run.finished)
+    assert engine.bm.num_used_blocks == 0 or caching
+    assert bench.completed == len(requests)
+    if not engine.preemptions:  # a retracted request's gap spans its recompute, counted apart
+        assert_itl_counts_every_gap_once(run, bench)
+
+
+def test_cli_runs_sglang_and_refuses_vllm_only_flags():
+    data = run_json(
+        "simulate", "qwen3-8b", "--gpu", "h100", "--engine", "sglang", "--num-prompts", "60",
+        "--input-len", "500", "--output-len", "100",
+    )  # fmt: skip
+    assert data["setup"]["engine"] == "sglang"
+    assert data["runs"][0]["bench"]["completed"] == 60
+    code, _, err = run_cli("simulate", "qwen3-8b", "--engine", "sglang", "--no-preemption")
+    assert code == 2 and "vLLM option" in err
+    code, _, err = run_cli("simulate", "qwen3-8b", "--engine", "sglang", "--disaggregated", "1:1")
+    assert code == 2 and "vLLM only" in err
+    code, _, err = run_cli("simulate", "qwen3-8b", "--engine", "tgi")
+    assert code == 2 and "vllm or sglang" in err
