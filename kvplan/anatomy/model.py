@@ -228,6 +228,8 @@ class ModelSpec(NamedTuple):
     # fp8, int4-g32-sym, nvfp4, mxfp4, ...) and the parts it covers (None: the format's default)
     weights_quantization: str | None = None
     vision_params: int = 0  # excluded from the counts; engines load it
+    # (layers, hidden size) of the config's vision_config, as engines read it; None without one
+    vision_tower: tuple[int, int] | None = None
     notes: tuple[Note, ...] = ()
     # The dense MLP's width as the config states it (None when every layer is MoE or has none).
     intermediate_size: int | None = None

@@ -52,6 +52,7 @@ RESERVED_FLOOR_MIB = 10 * 1024  # on GPUs above 60 GiB
 MLA_PIECEWISE_MIB = 1536
 MLA_PIECEWISE_MAX_TOKENS = 2048
 MAX_PREFILL_TOKENS = 16384
+VIT_BASELINE_LAYERS, VIT_BASELINE_HIDDEN = 24, 1024  # ViT-L/14, adjust_mem_fraction_for_vlm
 _ELEMENT_DTYPE = {
     "auto": None,
     "bfloat16": "bf16",
@@ -78,6 +79,14 @@ def piecewise_graph_tokens(max_tokens: int) -> int:
     return sum(1 for s in sizes if s <= max_tokens)
 
 
+def vlm_fraction_factor(vision_tower: tuple[int, int]) -> float:
+    """adjust_mem_fraction_for_vlm's factor: 0.95 x (1 - 0.1 (L x H^2 / (24 x 1024^2) - 1)),
+    the bracket kept within 0.8 and 1.05 (L, H: the vision_config's layers and hidden size)."""
+    layers, hidden = vision_tower
+    ratio = layers * hidden**2 / (VIT_BASELINE_LAYERS * VIT_BASELINE_HIDDEN**2)
+    return 0.95 * min(max(1 - 0.1 * (ratio - 1), 0.8), 1.05)
+
+
 class FractionDefault(NamedTuple):
     mem_fraction_static: float
     chunked_prefill_size: int
@@ -102,9 +111,8 @@ def default_mem_fraction(spec: ModelSpec, gpu: GpuProfile, tp: int, pp: int) -> 
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, RESERVED_FLOOR_MIB)
     fraction = round((gpu_mib - reserved) / gpu_mib, 3)
-    if spec.vision_params:  # adjust_mem_fraction_for_vlm, with L x H^2 ~ params / 12
-        size = spec.vision_params / 12 / (24 * 1024**2)
-        fraction = round(fraction * 0.95 * min(max(1 - 0.1 * (size - 1), 0.8), 1.05), 3)
+    if spec.vision_tower:  # adjust_mem_fraction_for_vlm: not rounded again
+        fraction *= vlm_fraction_factor(spec.vision_tower)
     return FractionDefault(fraction, chunked, graphs, reserved * MIB)
 
 
@@ -237,7 +245,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     if rest <= 0:
         raise KvplanError(
             "no memory is left for SGLang's KV pool: the weights do not fit under "
-            f"--mem-fraction-static {fraction}"
+            f"--mem-fraction-static {round(fraction, 4)}"
         )
     mamba_pool = conv_bytes = ssm_bytes = 0
     max_mamba = None

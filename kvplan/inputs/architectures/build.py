@@ -611,6 +611,7 @@ class Builder:
             weights_quantization=quant.format,
             quantized_parts=quant.parts,
             vision_params=vision_params(self.top, self.hidden),
+            vision_tower=vision_tower(self.top),
             notes=tuple(self.notes),
             intermediate_size=counter.dense_width if n_dense else None,
             rope_tables=self.rope(layers),
@@ -675,6 +676,25 @@ class Builder:
 
 
 GATED_VISION_ACTIVATIONS = ("silu", "swish")
+
+
+def vision_tower(top: dict) -> tuple[int, int] | None:
+    """(layers, hidden size) of `vision_config`, with SGLang's defaults (24, 1024) for a field it
+    lacks; Kimi-K2.5 spells them vt_num_hidden_layers / vt_hidden_size, which its config class
+    exposes under the usual names (SGLang's mem_fraction_static for Kimi-K2.5 matches 27 x 1152)."""
+    vc = top.get("vision_config")
+    if not isinstance(vc, dict):
+        return None
+
+    def first(*keys: str, default: int) -> int:
+        for key in keys:
+            value = vc.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return default
+
+    layers = first("num_hidden_layers", "depth", "vt_num_hidden_layers", default=24)
+    return layers, first("hidden_size", "vt_hidden_size", default=1024)
 
 
 def vision_params(top: dict, text_hidden: int) -> int:
