@@ -25,7 +25,9 @@ def cpu_s(children: bool = False) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def simulate_case(label: str, num: int, rate: float, concurrency, caching) -> None:
+def simulate_case(
+    label: str, num: int, rate: float, concurrency, caching, engine: str = "vllm"
+) -> None:
     from kvplan.inputs.hardware import load_profile
     from kvplan.inputs.sources import load_model
     from kvplan.plans.simulate import SimulateRequest, simulate
@@ -38,7 +40,7 @@ def simulate_case(label: str, num: int, rate: float, concurrency, caching) -> No
         ),
         rates=(rate,),
         max_concurrency=concurrency,
-        serve=ServeOptions(enable_prefix_caching=caching),
+        serve=ServeOptions(enable_prefix_caching=caching, engine=engine),
         series=False,
     )
     spec, gpu = load_model("qwen3-8b"), load_profile("h100")
@@ -86,6 +88,8 @@ def main() -> None:
     simulate_case("20 req/s", num, 20.0, None, None)
     simulate_case("8 in flight (--max-concurrency 8)", num, math.inf, 8, None)
     simulate_case("rate inf, --no-enable-prefix-caching", num, math.inf, None, False)
+    simulate_case("rate inf, --engine sglang", num, math.inf, None, None, "sglang")
+    simulate_case("20 req/s, --engine sglang", num, 20.0, None, None, "sglang")
     plan_case(200)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 

@@ -69,24 +69,49 @@ class SglangEngine(Engine):
         self.ratio = policy.init_new_token_ratio
         self.chunked: Req | None = None  # the request whose prompt is being prefilled in chunks
         self.decode_log = []
+        self.ends: dict[int, int] = {}  # decoding request -> the decode step after its last
+        self.ends_array = None  # the same as an array, until the cohort changes
+        self.head_memo: tuple = (None, None)  # (request, step) -> _head_need, within one step
         # since the last decode step: whether a prefill step ran, and who joined the decodes
         self.prefilled = False
         self.joined: list[tuple[Req, int]] = []  # (request, the step of its first token)
 
     # ---- the KV budget ------------------------------------------------------------------------
-    def _remaining_outputs(self) -> list[int]:
-        """Outputs each decoding request may still produce, now."""
-        d = self.decode_index
-        return [r.target - r.outputs - (d - r.j0) for r in self.running if r.state == DECODE]
+    def _join_cohort(self, r: Req, j: int) -> None:
+        super()._join_cohort(r, j)
+        self.ends[r.rid] = j + r.target - r.outputs  # the decode step after its last
+        self.ends_array = None
+
+    def _leave_cohort(self, r: Req, j: int) -> None:
+        super()._leave_cohort(r, j)
+        del self.ends[r.rid]
+        self.ends_array = None
+
+    def _remaining_outputs(self):
+        """Outputs each decoding request may still produce, now (a numpy array)."""
+        import numpy as np
+
+        if self.ends_array is None:
+            self.ends_array = np.fromiter(self.ends.values(), dtype=float, count=len(self.ends))
+        return self.ends_array - self.decode_index
 
     def _reserved_tokens(self, ratio: float) -> float:
-        return sum(min(m, CLIP_MAX_NEW_TOKENS) for m in self._remaining_outputs()) * ratio
+        import numpy as np
+
+        return float(np.minimum(self._remaining_outputs(), CLIP_MAX_NEW_TOKENS).sum()) * ratio
 
     def _free_tokens(self) -> int:
         return self.bm.num_free_blocks * self.block_size
 
     def _head_need(self, r: Req) -> tuple[int, int, list]:
         """(tokens to compute, cached prefix tokens, token ids) for r's prefill now."""
+        key = (r.rid, r.num_tokens, self.step_index, self.bm.num_free_blocks)
+        if self.head_memo[0] == key:
+            return self.head_memo[1]
+        self.head_memo = (key, self._head_need_now(r))
+        return self.head_memo[1]
+
+    def _head_need_now(self, r: Req) -> tuple[int, int, list]:
         ids = self.ids(r, 0, r.num_tokens)
         cap = (r.num_tokens - 1) // self.block_size * self.block_size
         hits = min(self.bm.cached_prefix_tokens(ids[:-1]), cap) if cap else 0
@@ -252,7 +277,7 @@ class SglangEngine(Engine):
         extend, _, _ = self._head_need(r)
         total = self._head_total(r, extend)
         k = np.arange(horizon, dtype=float)
-        remaining = np.array(self._remaining_outputs(), dtype=float)
+        remaining = self._remaining_outputs()
         ratio = np.maximum(
             self.ratio - self.policy.new_token_ratio_decay * k, self.policy.min_new_token_ratio
         )
