@@ -277,6 +277,11 @@ def test_plan_price_override_and_sglang_commands():
     best = data["candidates"][0]
     assert best["usd_per_gpu_hour"] == 1.0 and best["price_source"] == "--price"
     assert best["command"].startswith("python -m sglang.launch_server --model-path Qwen/Qwen3-8B")
+    # simulated on SGLang's pool (kvplan engine --engine sglang), not vLLM's
+    sglang = run_json("engine", "qwen3-8b", "--engine", "sglang", "--gpu", "h100")
+    vllm = run_json("engine", "qwen3-8b", "--engine", "vllm", "--gpu", "h100")
+    assert best["kv_cache_tokens"] == sglang["kv_cache_tokens"] != vllm["kv_cache_tokens"]
+    assert any("SGLang's scheduler" in n["text"] for n in data["notes"])
 
 
 @pytest.mark.parametrize(

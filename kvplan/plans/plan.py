@@ -30,8 +30,8 @@ from kvplan.notes import Note, note, unique
 from kvplan.record import NamedTuple
 from kvplan.simulate import cluster, metrics
 from kvplan.simulate.cluster import Frontend
-from kvplan.simulate.engine import Engine, pool_demand, without_idle_caching
-from kvplan.simulate.setup import Replica, ServeOptions, build_replica
+from kvplan.simulate.engine import pool_demand, without_idle_caching
+from kvplan.simulate.setup import Replica, ServeOptions, build_replica, make_engine
 from kvplan.simulate.workload import MIN_RATE, RequestSpec, WorkloadSpec, arrival_times_s, generate
 from kvplan.units import MS
 
@@ -43,7 +43,8 @@ DEFAULT_TPS = (1, 2, 4, 8)
 DEFAULT_SEQS = (64, 128, 256, 512, 1024)
 DEFAULT_BUDGETS = (2048, 8192)
 DEFAULT_KV = ("auto", "fp8")
-ENGINES = ("vllm", "sglang")
+ENGINES = ("vllm", "sglang")  # --emit: the engine simulated and launched
+SGLANG_KV = {"fp8": "fp8_e4m3"}  # vLLM's kv-cache-dtype spelling -> SGLang's
 
 
 class Slo(NamedTuple):
@@ -352,8 +353,11 @@ def evaluate(
         max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens,
         max_model_len=request.max_model_len,
-        kv_cache_dtype=config.kv_cache_dtype,
+        kv_cache_dtype=SGLANG_KV.get(config.kv_cache_dtype, config.kv_cache_dtype)
+        if request.emit == "sglang"
+        else config.kv_cache_dtype,
         async_scheduling=request.async_scheduling,
+        engine=request.emit,
     )
     try:
         if config.pp > spec.num_layers:
@@ -455,11 +459,8 @@ class _Outcome(NamedTuple):
 
 
 def _run(replica: Replica, requests: list[RequestSpec], request: PlanRequest, rate) -> _Outcome:
-    engine = Engine(
-        replica.config,
-        replica.model,
-        request.frontend.per_token_s,
-        pool_demand(replica.config, requests),
+    engine = make_engine(
+        replica, request.frontend.per_token_s, pool_demand(replica.config, requests)
     )
     run = cluster.run(
         requests,

@@ -23,7 +23,7 @@ from kvplan.record import NamedTuple
 from kvplan.simulate import cluster, disagg, metrics
 from kvplan.simulate.cluster import Frontend
 from kvplan.simulate.engine import Engine, pool_demand
-from kvplan.simulate.setup import KV_FORMATS, Replica, ServeOptions, build_replica
+from kvplan.simulate.setup import KV_FORMATS, Replica, ServeOptions, build_replica, make_engine
 from kvplan.simulate.workload import WorkloadSpec, generate, read_trace
 
 MAX_RATES = 32
@@ -244,17 +244,6 @@ def transfer_model(
     return disagg.TransferModel(
         link.name, link.one_way_bytes_per_s, link.latency_s, bytes_of, seconds_of
     )
-
-
-def make_engine(replica: Replica, per_token_s: float, demand: int | None = None) -> Engine:
-    """One replica's engine: vLLM's scheduler, or SGLang's where the replica has its policy."""
-    if replica.policy is not None:
-        from kvplan.simulate.sglang import SglangEngine
-
-        return SglangEngine(
-            replica.config, replica.model, per_token_s, demand, policy=replica.policy
-        )
-    return Engine(replica.config, replica.model, per_token_s, demand)
 
 
 def run_once(replica: Replica, requests, request: SimulateRequest, rate: float) -> Run:

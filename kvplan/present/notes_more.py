@@ -463,8 +463,9 @@ text("plan-no-hf-id")(
 )
 text("plan-sglang")(
     lambda: (
-        "The launch commands are SGLang's, but the simulated scheduler is vLLM's: SGLang's own "
-        "scheduling (radix cache, its chunked prefill) may shift the goodput."
+        "Simulated with SGLang's scheduler and pool (kvplan simulate --engine sglang): "
+        "max_num_seqs is --max-running-requests and max_num_batched_tokens "
+        "--chunked-prefill-size; kv-cache-dtype fp8 is SGLang's fp8_e4m3."
     )
 )
 text("plan-none")(

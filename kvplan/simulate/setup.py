@@ -29,7 +29,7 @@ from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
-from kvplan.simulate.engine import EngineConfig, side_blocks
+from kvplan.simulate.engine import Engine, EngineConfig, side_blocks
 from kvplan.units import GIB
 
 LARGE_GPU_BYTES = 70 * GIB  # get_batch_defaults: device memory >= 70 GiB ...
@@ -328,3 +328,14 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     return Replica(
         config, model, resolved, wdtype, alloc.kv_cache_tokens, tuple(notes), policy=policy
     )
+
+
+def make_engine(replica: Replica, per_token_s: float, demand: int | None = None) -> Engine:
+    """One replica's engine: vLLM's scheduler, or SGLang's where the replica has its policy."""
+    if replica.policy is not None:
+        from kvplan.simulate.sglang import SglangEngine
+
+        return SglangEngine(
+            replica.config, replica.model, per_token_s, demand, policy=replica.policy
+        )
+    return Engine(replica.config, replica.model, per_token_s, demand)
