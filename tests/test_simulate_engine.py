@@ -15,6 +15,7 @@ from kvplan.formulas.batch_step import BatchShape, StepModel
 from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.step_time import Rates
 from kvplan.inputs.sources import load_model
+from kvplan.kernels.block_manager import BlockManager
 from kvplan.simulate import cluster, metrics
 from kvplan.simulate.cluster import Frontend
 from kvplan.simulate.engine import DECODE, Engine, EngineConfig, without_idle_caching
@@ -253,3 +254,31 @@ def test_caching_is_dropped_only_where_it_cannot_change_the_run():
     _, run_off, _ = serve(requests, roomy._replace(enable_prefix_caching=False))
     assert engine_on.preemptions == 0
     assert [r.last_client_s for r in run_on.finished] == [r.last_client_s for r in run_off.finished]
+
+
+def test_round_robin_replicas_sized_by_their_share_give_the_same_run():
+    """plans.simulate sizes each round-robin replica's pool by its own share of the requests and
+    counts blocks instead of hashing them where caching cannot matter (each share fits its
+    pool); the run is the one with every pool sized for all the requests and caching on."""
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.plans.simulate import SimulateRequest, _replica_pool, run_once
+    from kvplan.simulate.engine import pool_demand
+    from kvplan.simulate.setup import ServeOptions, build_replica
+    from kvplan.simulate.workload import WorkloadSpec, generate
+
+    workload = WorkloadSpec(num_prompts=400, input_len=900, output_len=300, length_dist="lognormal",
+                            spread=0.8, request_rate=40.0)  # fmt: skip
+    requests = generate(workload)
+    request = SimulateRequest(workload=workload, replicas=4, series=False)
+    options = ServeOptions(kv_cache_memory_bytes=20 << 30)
+    replica = build_replica(SPEC, load_profile("h100"), options)
+    everything = pool_demand(replica.config, requests)
+    config, share = _replica_pool(replica.config, requests, request)
+    assert not config.enable_prefix_caching and share < replica.config.num_blocks < everything
+    fast = run_once(replica, requests, request, 40.0).bench
+    engines = [Engine(replica.config, replica.model, request.frontend.per_token_s, everything)
+               for _ in range(4)]  # fmt: skip
+    assert isinstance(engines[0].bm, BlockManager)  # the reference: caching on, hashed blocks
+    run = cluster.run(requests, engines, frontend=request.frontend,
+                      max_model_len=replica.config.max_model_len)  # fmt: skip
+    assert fast == metrics.bench_result(run, 40.0, 1.0, None)

@@ -22,7 +22,7 @@ from kvplan.plans.common import model_notes
 from kvplan.record import NamedTuple
 from kvplan.simulate import cluster, disagg, metrics
 from kvplan.simulate.cluster import Frontend
-from kvplan.simulate.engine import Engine, pool_demand
+from kvplan.simulate.engine import Engine, pool_demand, without_idle_caching
 from kvplan.simulate.setup import KV_FORMATS, Replica, ServeOptions, build_replica, make_engine
 from kvplan.simulate.workload import WorkloadSpec, generate, read_trace
 
@@ -246,11 +246,32 @@ def transfer_model(
     )
 
 
+def _replica_pool(config, requests, request: SimulateRequest):
+    """(the engine config, the pool blocks one replica could ever need). With round-robin
+    routing and no concurrency limit each replica's requests are known in advance (every R-th
+    arrival), so its demand is that share's; otherwise all the requests'. Prefix caching is
+    dropped where it cannot change the run (engine.without_idle_caching): the same numbers,
+    counted instead of hashed."""
+    share = requests
+    if request.replicas > 1 and request.router == "round_robin" and not request.max_concurrency:
+        served = sorted(
+            (r for r in requests if r.input_tokens < config.max_model_len),
+            key=lambda r: (r.arrival_s, r.rid),
+        )
+        shares = [served[i :: request.replicas] for i in range(request.replicas)]
+        share = max(shares, key=lambda part: pool_demand(config, part))
+    demand = pool_demand(config, share)
+    if any(r.stream_id >= 0 for r in requests):  # prompts share token streams: caching counts
+        return config, demand
+    return without_idle_caching(config, share), demand
+
+
 def run_once(replica: Replica, requests, request: SimulateRequest, rate: float) -> Run:
     """One simulated benchmark: every request served, then the bench's numbers."""
     if request.disaggregated is not None:
         return _run_disaggregated(replica, requests, request, rate)
-    demand = pool_demand(replica.config, requests)
+    config, demand = _replica_pool(replica.config, requests, request)
+    replica = replica._replace(config=config)
     engines = [
         make_engine(replica, request.frontend.per_token_s, demand) for _ in range(request.replicas)
     ]

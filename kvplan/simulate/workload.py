@@ -145,10 +145,20 @@ def _sharegpt_like(spec: WorkloadSpec, sigma: float, z_in, z_out) -> tuple[list[
         )
         return inputs[keep][:n], outputs[keep][:n]
 
+    if spec.input_len > SHAREGPT_MAX_INPUT or spec.input_len + spec.output_len > SHAREGPT_MAX_TOTAL:
+        raise KvplanError(
+            f"sharegpt lengths: the bench keeps inputs up to {SHAREGPT_MAX_INPUT:,} tokens and "
+            f"requests up to {SHAREGPT_MAX_TOTAL:,} in all, so mean lengths of "
+            f"{spec.input_len:,} in / {spec.output_len:,} out cannot be drawn; use lognormal"
+        )
+
+    def mean(values) -> float:  # an empty draw: as far from any target as can be
+        return float(values.mean()) if len(values) else math.inf
+
     mu_in, mu_out = math.log(spec.input_len), math.log(spec.output_len)
     for _ in range(2):  # the filter couples the two: alternate the two bisections
-        mu_in = _bisect(lambda m, o=mu_out: draw(m, o)[0].mean() - spec.input_len, mu_in)
-        mu_out = _bisect(lambda m, i=mu_in: draw(i, m)[1].mean() - spec.output_len, mu_out)
+        mu_in = _bisect(lambda m, o=mu_out: mean(draw(m, o)[0]) - spec.input_len, mu_in)
+        mu_out = _bisect(lambda m, i=mu_in: mean(draw(i, m)[1]) - spec.output_len, mu_out)
     inputs, outputs = draw(mu_in, mu_out)
     if len(inputs) < n:
         raise KvplanError("could not draw enough sharegpt-like requests; use lognormal lengths")
