@@ -226,3 +226,65 @@ def test_cli_runs_sglang_and_refuses_vllm_only_flags():
     assert code == 2 and "vLLM only" in err
     code, _, err = run_cli("simulate", "qwen3-8b", "--engine", "tgi")
     assert code == 2 and "vllm or sglang" in err
+
+
+def test_retraction_sets_new_token_ratio_without_the_decay():
+    """update_running_batch either retracts (new_token_ratio := the retract estimate) or decays
+    the ratio, not both: at the retraction step the ratio is (r0's outputs + 20 x 1) / (3,000 +
+    1), r0 being the one request left."""
+    step = MODEL.step(BatchShape(1, 400, (), 1)).total_s
+    requests = [RequestSpec(0, 0.0, 16, 3000), RequestSpec(1, 700 * step, 16, 2000)]
+    cfg = config(num_blocks=200, block_size=16, max_model_len=3100, enable_prefix_caching=False)
+    seen = []
+
+    def observer(engine, steps, num_decodes, chunks):
+        if engine.preemptions and not seen:
+            (r0,) = [r for r in engine.running if r.rid == 0]
+            outputs = r0.outputs + (engine.decode_index - r0.j0)
+            seen.append((engine.ratio, outputs))
+
+    serve(requests, cfg, observer)
+    ratio, outputs = seen[0]
+    assert ratio == pytest.approx((outputs + 20) / 3001, rel=1e-12)
+
+
+def test_a_chunked_prompt_beside_the_last_decode_does_not_stop_the_run():
+    """r3's prompt is being prefilled in chunks while r4 decodes, and the pool runs out: with
+    one decode left nothing can be retracted, and SGLang would abort r4. The simulator retracts
+    the chunked r3 instead (it recomputes later); every request finishes with its outputs."""
+    cfg = config(
+        max_num_seqs=7, max_num_batched_tokens=99, max_model_len=303, num_blocks=97,
+        block_size=4, enable_prefix_caching=True,
+    )  # fmt: skip
+    items = [
+        (0.09577503291988343, 105, 86),
+        (0.24262371778717196, 234, 68),
+        (0.7860673030012693, 180, 111),
+        (0.9190575697262138, 90, 181),
+        (1.0137300461533734, 57, 137),
+    ]
+    requests = [RequestSpec(k, a, i, o) for k, (a, i, o) in enumerate(items)]
+    engine, run, bench = serve(
+        requests, cfg, Checker(cfg, 465), max_prefill_tokens=465
+    )  # fmt: skip
+    assert sorted(r.rid for r in run.finished) == [0, 1, 2, 3, 4]
+    assert all(r.outputs == r.spec.output_tokens for r in run.finished)
+    assert engine.preemptions >= 1
+    assert_itl_counts_every_gap_once(run, bench)
+
+
+def test_a_pool_below_the_context_serves_requests_up_to_sglangs_max_req_len():
+    """SGLang with a pool of P tokens < context length: max_req_len = P - 1, max_new_tokens cut
+    to max_req_len - prompt - 1, so a request holds at most P - 2 tokens, and admission needs
+    that + a page below the free tokens. 14,000-token prompts asking 4,000 outputs all run, each
+    to P - 2 tokens less at most the simulated pool's block rounding (16) and the page (1)."""
+    data = run_json(
+        "simulate", "qwen3-8b", "--engine", "sglang", "--kv-cache-memory", "2GiB",
+        "--num-prompts", "3", "--input-len", "14000", "--output-len", "4000",
+    )  # fmt: skip
+    pool = data["setup"]["kv_cache_tokens"]
+    assert 14000 < pool < 18000  # the pool caps the requests
+    bench = data["runs"][0]["bench"]
+    assert (bench["completed"], bench["failed"]) == (3, 0)
+    per_request = 14000 + bench["total_output_tokens"] / 3
+    assert pool - 2 - 16 - 1 <= per_request <= pool - 2

@@ -141,17 +141,17 @@ class SglangEngine(Engine):
             self.joined += [(r, j) for r, _ in chunks if r.state == DECODE]
             return finished
         if not self.num_decodes:
-            if self.waiting:
-                raise _Unservable(self.waiting[0])
+            if self.chunked is not None or self.waiting:  # nothing runs, nothing will free
+                raise _Unservable(self.chunked or self.waiting[0])
             return []
-        self._make_room()
+        if not self._make_room():  # update_running_batch: the ratio decays unless it retracted
+            self.ratio = max(
+                self.ratio - self.policy.new_token_ratio_decay, self.policy.min_new_token_ratio
+            )
         d = self.decode_index
         for r in list(self.buckets[d % self.block_size].values()):
             if r.state == DECODE and not self._extend(r, r.c0 + (d - r.j0) + 1):
                 raise _Unservable(r)  # alone in the pool and still out of room
-        self.ratio = max(
-            self.ratio - self.policy.new_token_ratio_decay, self.policy.min_new_token_ratio
-        )
         self.joined = [(r, p) for r, p in self.joined if r.state == DECODE]  # not retracted
         shape = BatchShape(self.num_decodes, self.context_sum, (), self.num_decodes)
         finished = self._advance(j, self.model.step(shape), [], decoded=True)
@@ -231,12 +231,15 @@ class SglangEngine(Engine):
             rem_total -= n + policy.page_size
         return chunks
 
-    def _make_room(self) -> None:
-        """check_decode_mem / retract_decode: free the blocks the next decode step needs."""
+    def _make_room(self) -> bool:
+        """check_decode_mem / retract_decode: free the blocks the next decode step needs; True
+        when it retracted. Where the last decode still finds no room beside a half-prefilled
+        chunked request (SGLang would abort the decode, or run out of memory in the next
+        chunk), the chunked request is retracted instead: the simulator's way through."""
         d = self.decode_index
         crossing = self.buckets[d % self.block_size]
         if sum(1 for r in crossing.values() if r.state == DECODE) <= self.bm.num_free_blocks:
-            return
+            return False
         decoding = [r for r in self.running if r.state == DECODE]
         # retract_decode: sort by (outputs, -prompt) descending and pop from the end
         decoding.sort(key=lambda r: (r.outputs + (d - r.j0), -r.input_tokens), reverse=True)
@@ -253,9 +256,23 @@ class SglangEngine(Engine):
             victim.preemptions += 1
             self.preemptions += 1
             self.waiting.append(victim)
+        chunked = self.chunked
+        if chunked is not None and sum(1 for r in crossing.values() if r.state == DECODE) > (
+            self.bm.num_free_blocks
+        ):
+            self.chunked = None
+            self.running.remove(chunked)
+            self.prefilling.remove(chunked)
+            self._release(chunked)
+            chunked.state = WAITING
+            chunked.computed = chunked.synced = 0
+            chunked.preemptions += 1
+            self.preemptions += 1
+            self.waiting.appendleft(chunked)  # admitted before every waiting request
         outputs = sum(r.outputs + (d - r.j0) for r in decoding)
         targets = sum(r.target for r in decoding)
         self.ratio = min(1.0, (outputs + RETRACT_DECODE_STEPS * len(decoding)) / (targets + 1))
+        return True
 
     # ---- runs of decode-only steps ------------------------------------------------------------
     def _quiet(self) -> bool:
