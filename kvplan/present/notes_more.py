@@ -842,10 +842,12 @@ text("sim-sglang")(
     )
 )
 text("sim-sglang-pool-caps")(
-    lambda context, tokens: (
+    lambda context, tokens, longest: (
         f"SGLang's KV pool ({tokens:,} tokens) is smaller than the context length ({context:,}): "
-        f"SGLang starts anyway and takes requests of up to {tokens - 1:,} input tokens "
-        "(max_req_input_len); the simulation caps requests there."
+        f"SGLang starts anyway with max_req_len {tokens - 1:,}, refuses prompts of "
+        f"{tokens - 6:,} tokens or more and cuts max_new_tokens so that prompt + outputs stay "
+        f"within {tokens - 2:,}; the simulation caps requests at {longest:,} tokens (prompt + "
+        "outputs, which with a page fit the simulated pool's whole blocks)."
     )
 )
 text("sim-weak-sglang")(
