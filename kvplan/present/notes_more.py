@@ -856,6 +856,6 @@ text("sim-weak-sglang")(
         "14 published SGLang runs (tests/data/sim_bench_cases_sglang.json, held out) dense and "
         "Qwen3 MoE models came within 1-20% on throughput and TPOT, while gpt-oss on SGLang "
         "0.5.3-0.5.4 and DeepSeek-V3.2 on 0.5.6 measured 2-15 times slower than simulated. "
-        "Median errors: throughput 17%, TPOT 31%, TTFT 23%."
+        "Median errors: throughput 18%, TPOT 32%, TTFT 25%."
     )
 )

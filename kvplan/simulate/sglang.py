@@ -14,6 +14,10 @@ schedule_policy.py's `PrefillAdder`, main of April 2026), with its defaults (no
    - KV budget: free + evictable tokens minus what the running requests are expected to still
      need, min(max_new_tokens - outputs, 4096) x new_token_ratio each, must exceed the new
      request's prompt + min(max_new_tokens, 4096) + one page.
+   A request that finds no seat or no tokens (NO_TOKEN) marks the running batch full
+   (`batch_is_full`): no admission is tried again until the running batch shrinks (a request
+   finishes or is retracted, or a chunk of the chunked prompt ran) or was empty when the batch
+   formed. SGLang notices a decode's finish one decode step later; the simulation at once.
 3. Otherwise every running request decodes one token. new_token_ratio starts at 0.7 and falls by
    (0.7 - 0.098) / 600 per decode step to 0.098. When the pool cannot hold the next tokens the
    scheduler retracts requests (fewest outputs first, then longest prompt; at least one stays)
@@ -68,6 +72,8 @@ class SglangEngine(Engine):
         self.policy = policy
         self.ratio = policy.init_new_token_ratio
         self.chunked: Req | None = None  # the request whose prompt is being prefilled in chunks
+        # running_batch.batch_is_full: no admission is tried until the running batch shrinks
+        self.full = False
         self.decode_log = []
         self.ends: dict[int, int] = {}  # decoding request -> the decode step after its last
         self.ends_array = None  # the same as an array, until the cohort changes
@@ -81,6 +87,10 @@ class SglangEngine(Engine):
         super()._join_cohort(r, j)
         self.ends[r.rid] = j + r.target - r.outputs  # the decode step after its last
         self.ends_array = None
+
+    def _finish(self, r: Req, j: int) -> None:
+        super()._finish(r, j)
+        self.full = False  # the running batch shrinks
 
     def _leave_cohort(self, r: Req, j: int) -> None:
         super()._leave_cohort(r, j)
@@ -144,7 +154,9 @@ class SglangEngine(Engine):
             if self.chunked is not None or self.waiting:  # nothing runs, nothing will free
                 raise _Unservable(self.chunked or self.waiting[0])
             return []
-        if not self._make_room():  # update_running_batch: the ratio decays unless it retracted
+        if self._make_room():  # update_running_batch: the ratio decays unless it retracted
+            self.full = False
+        else:
             self.ratio = max(
                 self.ratio - self.policy.new_token_ratio_decay, self.policy.min_new_token_ratio
             )
@@ -175,9 +187,10 @@ class SglangEngine(Engine):
 
     def _prefill_batch(self) -> list[tuple[Req, int]]:
         """PrefillAdder: the chunked request's next chunk, then waiting requests in order."""
-        if not self.waiting and self.chunked is None:
+        if (self.full or not self.waiting) and self.chunked is None:
             return []
         policy, config = self.policy, self.config
+        alone = not self.num_decodes  # the batch becomes the running batch, its flag cleared
         rem_input = policy.max_prefill_tokens
         rem_chunk = config.max_num_batched_tokens
         rem_total = self._free_tokens() - self._reserved_tokens(self.ratio)
@@ -191,18 +204,25 @@ class SglangEngine(Engine):
             if r.computed + n >= r.num_tokens:
                 self.chunked = None
                 rem_total -= min(r.target - r.outputs, CLIP_MAX_NEW_TOKENS)
+            else:  # the next round filters the chunked request out of the batch: it shrank
+                self.full = False
             rem_input -= n
             rem_chunk -= n
             rem_total -= n + policy.page_size
-        while self.waiting and self.chunked is None:
+        while self.waiting and self.chunked is None and not self.full:
             if len(self.running) >= config.max_num_seqs:
+                self.full = True
                 break
-            if rem_total <= 0 or rem_input <= 0 or rem_chunk <= 0:
+            if rem_total <= 0:  # NO_TOKEN
+                self.full = True
+                break
+            if rem_input <= 0 or rem_chunk <= 0:
                 break
             r = self.waiting[0]
             extend, hits, ids = self._head_need(r)
             total = self._head_total(r, extend)
-            if total >= rem_total:
+            if total >= rem_total:  # NO_TOKEN
+                self.full = True
                 break
             if extend >= rem_input and chunks:
                 break
@@ -229,6 +249,10 @@ class SglangEngine(Engine):
             rem_input -= n
             rem_chunk -= n
             rem_total -= n + policy.page_size
+            if rem_total <= 0:  # budget_state after the add: NO_TOKEN
+                self.full = True
+        if alone:
+            self.full = False
         return chunks
 
     def _make_room(self) -> bool:
@@ -278,7 +302,11 @@ class SglangEngine(Engine):
     def _quiet(self) -> bool:
         if self.chunked is not None or self.prefilling or not self.num_decodes:
             return False
-        return not (self.waiting and self._admissible_after(0))
+        if self.waiting and not self.full:
+            if self._admissible_after(0):
+                return False
+            self.full = True  # the prefill attempt found no seat or no tokens
+        return True
 
     def _admissible_after(self, steps: int) -> bool:
         return self._admission_step(steps + 1) == steps
@@ -288,7 +316,7 @@ class SglangEngine(Engine):
         decode steps from now, nothing finishing meanwhile); horizon when none is."""
         import numpy as np
 
-        if len(self.running) >= self.config.max_num_seqs:
+        if self.full or len(self.running) >= self.config.max_num_seqs:
             return horizon
         r = self.waiting[0]
         extend, _, _ = self._head_need(r)
