@@ -842,10 +842,12 @@ text("sim-sglang")(
     )
 )
 text("sim-sglang-pool-caps")(
-    lambda context, tokens: (
+    lambda context, tokens, longest: (
         f"SGLang's KV pool ({tokens:,} tokens) is smaller than the context length ({context:,}): "
-        f"SGLang starts anyway and takes requests of up to {tokens - 1:,} input tokens "
-        "(max_req_input_len); the simulation caps requests there."
+        f"SGLang starts anyway with max_req_len {tokens - 1:,}, refuses prompts of "
+        f"{tokens - 6:,} tokens or more and cuts max_new_tokens so that prompt + outputs stay "
+        f"within {tokens - 2:,}; the simulation caps requests at {longest:,} tokens (prompt + "
+        "outputs, which with a page fit the simulated pool's whole blocks)."
     )
 )
 text("sim-weak-sglang")(
@@ -854,6 +856,6 @@ text("sim-weak-sglang")(
         "14 published SGLang runs (tests/data/sim_bench_cases_sglang.json, held out) dense and "
         "Qwen3 MoE models came within 1-20% on throughput and TPOT, while gpt-oss on SGLang "
         "0.5.3-0.5.4 and DeepSeek-V3.2 on 0.5.6 measured 2-15 times slower than simulated. "
-        "Median errors: throughput 17%, TPOT 31%, TTFT 23%."
+        "Median errors: throughput 18%, TPOT 32%, TTFT 25%."
     )
 )

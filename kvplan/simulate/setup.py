@@ -266,17 +266,29 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     )
     alloc = sglang_allocation(spec, gpu, request)
     notes.extend(alloc.notes)
-    if alloc.kv_cache_tokens < max_model_len:  # max_req_input_len = pool - 1: SGLang still starts
-        if alloc.kv_cache_tokens < 2:
+    block = max(alloc.block_size, SGLANG_SIM_BLOCK)
+    # a pool below the context length: SGLang starts with max_req_len = pool - 1 and cuts
+    # max_new_tokens to max_req_len - prompt - 1, so prompt + outputs <= pool - 2; admission
+    # then needs prompt + outputs + a page below the free tokens, here the pool's whole blocks
+    longest = min(
+        alloc.kv_cache_tokens - 2,
+        alloc.kv_cache_tokens // block * block - alloc.block_size - 1,
+    )
+    if longest < max_model_len:
+        if longest < 2:
             raise KvplanError("SGLang's KV pool holds no request; raise the KV memory")
         notes.append(
-            note("sim-sglang-pool-caps", context=max_model_len, tokens=alloc.kv_cache_tokens)
+            note(
+                "sim-sglang-pool-caps",
+                context=max_model_len,
+                tokens=alloc.kv_cache_tokens,
+                longest=longest,
+            )
         )
-        max_model_len = alloc.kv_cache_tokens
+        max_model_len = longest
     graphs = default_mem_fraction(spec, gpu, options.tp, options.pp).cuda_graph_max_bs
     chunk = options.max_num_batched_tokens or alloc.chunked_prefill_size
     running = options.max_num_seqs or alloc.max_running_requests
-    block = max(alloc.block_size, SGLANG_SIM_BLOCK)
     prefix_caching = options.enable_prefix_caching
     if prefix_caching is None:
         prefix_caching = True  # the radix cache; hybrids keep theirs too

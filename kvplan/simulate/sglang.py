@@ -14,6 +14,10 @@ schedule_policy.py's `PrefillAdder`, main of April 2026), with its defaults (no
    - KV budget: free + evictable tokens minus what the running requests are expected to still
      need, min(max_new_tokens - outputs, 4096) x new_token_ratio each, must exceed the new
      request's prompt + min(max_new_tokens, 4096) + one page.
+   A request that finds no seat or no tokens (NO_TOKEN) marks the running batch full
+   (`batch_is_full`): no admission is tried again until the running batch shrinks (a request
+   finishes or is retracted, or a chunk of the chunked prompt ran) or was empty when the batch
+   formed. SGLang notices a decode's finish one decode step later; the simulation at once.
 3. Otherwise every running request decodes one token. new_token_ratio starts at 0.7 and falls by
    (0.7 - 0.098) / 600 per decode step to 0.098. When the pool cannot hold the next tokens the
    scheduler retracts requests (fewest outputs first, then longest prompt; at least one stays)
@@ -68,6 +72,8 @@ class SglangEngine(Engine):
         self.policy = policy
         self.ratio = policy.init_new_token_ratio
         self.chunked: Req | None = None  # the request whose prompt is being prefilled in chunks
+        # running_batch.batch_is_full: no admission is tried until the running batch shrinks
+        self.full = False
         self.decode_log = []
         self.ends: dict[int, int] = {}  # decoding request -> the decode step after its last
         self.ends_array = None  # the same as an array, until the cohort changes
@@ -81,6 +87,10 @@ class SglangEngine(Engine):
         super()._join_cohort(r, j)
         self.ends[r.rid] = j + r.target - r.outputs  # the decode step after its last
         self.ends_array = None
+
+    def _finish(self, r: Req, j: int) -> None:
+        super()._finish(r, j)
+        self.full = False  # the running batch shrinks
 
     def _leave_cohort(self, r: Req, j: int) -> None:
         super()._leave_cohort(r, j)
@@ -141,17 +151,19 @@ class SglangEngine(Engine):
             self.joined += [(r, j) for r, _ in chunks if r.state == DECODE]
             return finished
         if not self.num_decodes:
-            if self.waiting:
-                raise _Unservable(self.waiting[0])
+            if self.chunked is not None or self.waiting:  # nothing runs, nothing will free
+                raise _Unservable(self.chunked or self.waiting[0])
             return []
-        self._make_room()
+        if self._make_room():  # update_running_batch: the ratio decays unless it retracted
+            self.full = False
+        else:
+            self.ratio = max(
+                self.ratio - self.policy.new_token_ratio_decay, self.policy.min_new_token_ratio
+            )
         d = self.decode_index
         for r in list(self.buckets[d % self.block_size].values()):
             if r.state == DECODE and not self._extend(r, r.c0 + (d - r.j0) + 1):
                 raise _Unservable(r)  # alone in the pool and still out of room
-        self.ratio = max(
-            self.ratio - self.policy.new_token_ratio_decay, self.policy.min_new_token_ratio
-        )
         self.joined = [(r, p) for r, p in self.joined if r.state == DECODE]  # not retracted
         shape = BatchShape(self.num_decodes, self.context_sum, (), self.num_decodes)
         finished = self._advance(j, self.model.step(shape), [], decoded=True)
@@ -175,9 +187,10 @@ class SglangEngine(Engine):
 
     def _prefill_batch(self) -> list[tuple[Req, int]]:
         """PrefillAdder: the chunked request's next chunk, then waiting requests in order."""
-        if not self.waiting and self.chunked is None:
+        if (self.full or not self.waiting) and self.chunked is None:
             return []
         policy, config = self.policy, self.config
+        alone = not self.num_decodes  # the batch becomes the running batch, its flag cleared
         rem_input = policy.max_prefill_tokens
         rem_chunk = config.max_num_batched_tokens
         rem_total = self._free_tokens() - self._reserved_tokens(self.ratio)
@@ -191,18 +204,25 @@ class SglangEngine(Engine):
             if r.computed + n >= r.num_tokens:
                 self.chunked = None
                 rem_total -= min(r.target - r.outputs, CLIP_MAX_NEW_TOKENS)
+            else:  # the next round filters the chunked request out of the batch: it shrank
+                self.full = False
             rem_input -= n
             rem_chunk -= n
             rem_total -= n + policy.page_size
-        while self.waiting and self.chunked is None:
+        while self.waiting and self.chunked is None and not self.full:
             if len(self.running) >= config.max_num_seqs:
+                self.full = True
                 break
-            if rem_total <= 0 or rem_input <= 0 or rem_chunk <= 0:
+            if rem_total <= 0:  # NO_TOKEN
+                self.full = True
+                break
+            if rem_input <= 0 or rem_chunk <= 0:
                 break
             r = self.waiting[0]
             extend, hits, ids = self._head_need(r)
             total = self._head_total(r, extend)
-            if total >= rem_total:
+            if total >= rem_total:  # NO_TOKEN
+                self.full = True
                 break
             if extend >= rem_input and chunks:
                 break
@@ -229,14 +249,21 @@ class SglangEngine(Engine):
             rem_input -= n
             rem_chunk -= n
             rem_total -= n + policy.page_size
+            if rem_total <= 0:  # budget_state after the add: NO_TOKEN
+                self.full = True
+        if alone:
+            self.full = False
         return chunks
 
-    def _make_room(self) -> None:
-        """check_decode_mem / retract_decode: free the blocks the next decode step needs."""
+    def _make_room(self) -> bool:
+        """check_decode_mem / retract_decode: free the blocks the next decode step needs; True
+        when it retracted. Where the last decode still finds no room beside a half-prefilled
+        chunked request (SGLang would abort the decode, or run out of memory in the next
+        chunk), the chunked request is retracted instead: the simulator's way through."""
         d = self.decode_index
         crossing = self.buckets[d % self.block_size]
         if sum(1 for r in crossing.values() if r.state == DECODE) <= self.bm.num_free_blocks:
-            return
+            return False
         decoding = [r for r in self.running if r.state == DECODE]
         # retract_decode: sort by (outputs, -prompt) descending and pop from the end
         decoding.sort(key=lambda r: (r.outputs + (d - r.j0), -r.input_tokens), reverse=True)
@@ -253,15 +280,33 @@ class SglangEngine(Engine):
             victim.preemptions += 1
             self.preemptions += 1
             self.waiting.append(victim)
+        chunked = self.chunked
+        if chunked is not None and sum(1 for r in crossing.values() if r.state == DECODE) > (
+            self.bm.num_free_blocks
+        ):
+            self.chunked = None
+            self.running.remove(chunked)
+            self.prefilling.remove(chunked)
+            self._release(chunked)
+            chunked.state = WAITING
+            chunked.computed = chunked.synced = 0
+            chunked.preemptions += 1
+            self.preemptions += 1
+            self.waiting.appendleft(chunked)  # admitted before every waiting request
         outputs = sum(r.outputs + (d - r.j0) for r in decoding)
         targets = sum(r.target for r in decoding)
         self.ratio = min(1.0, (outputs + RETRACT_DECODE_STEPS * len(decoding)) / (targets + 1))
+        return True
 
     # ---- runs of decode-only steps ------------------------------------------------------------
     def _quiet(self) -> bool:
         if self.chunked is not None or self.prefilling or not self.num_decodes:
             return False
-        return not (self.waiting and self._admissible_after(0))
+        if self.waiting and not self.full:
+            if self._admissible_after(0):
+                return False
+            self.full = True  # the prefill attempt found no seat or no tokens
+        return True
 
     def _admissible_after(self, steps: int) -> bool:
         return self._admission_step(steps + 1) == steps
@@ -271,7 +316,7 @@ class SglangEngine(Engine):
         decode steps from now, nothing finishing meanwhile); horizon when none is."""
         import numpy as np
 
-        if len(self.running) >= self.config.max_num_seqs:
+        if self.full or len(self.running) >= self.config.max_num_seqs:
             return horizon
         r = self.waiting[0]
         extend, _, _ = self._head_need(r)
