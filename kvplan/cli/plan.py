@@ -72,7 +72,9 @@ def add(app: typer.Typer) -> None:
             1024, "--max-gpus", min=1, max=1_000_000, help="Most GPUs a deployment may use."
         ),
         top: int = typer.Option(10, "--top", min=1, max=1000, help="Configurations to list."),
-        emit: str = typer.Option("vllm", "--emit", help="Engine simulated and launched: vllm or sglang."),
+        emit: str = typer.Option(
+            "vllm", "--emit", help="Engine simulated and launched: vllm or sglang."
+        ),
         async_scheduling: bool = typer.Option(
             True, "--async-scheduling/--no-async-scheduling", help="vLLM async scheduling."
         ),
