@@ -189,6 +189,8 @@ def test_search_space_skips_seats_above_the_budget():
         max_num_batched_tokens=(2048, 8192),
     )
     assert len(search_space([None, None], request)) == 2 * 2 * 2 * (2 + 1)
+    sglang = request._replace(emit="sglang")  # SGLang's seats are not tied to its chunk size
+    assert len(search_space([None, None], sglang)) == 2 * 2 * 2 * 4
 
 
 def test_prices_are_documented_for_bundled_profiles():

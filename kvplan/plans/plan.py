@@ -243,8 +243,8 @@ def _check(request: PlanRequest, gpus: list[GpuProfile]) -> None:
 
 
 def search_space(gpus: list[GpuProfile], request: PlanRequest) -> list[Config]:
-    """Every combination of the options, skipping max_num_seqs above the token budget (vLLM
-    refuses it)."""
+    """Every combination of the options, skipping (for vLLM, which refuses it) max_num_seqs
+    above the token budget; SGLang's running requests are not tied to its chunk size."""
     configs = []
     for index in range(len(gpus)):
         for tp in request.tps:
@@ -252,7 +252,7 @@ def search_space(gpus: list[GpuProfile], request: PlanRequest) -> list[Config]:
                 for kv in request.kv_cache_dtypes:
                     for budget in request.max_num_batched_tokens:
                         for seqs in request.max_num_seqs:
-                            if seqs <= budget:
+                            if seqs <= budget or request.emit == "sglang":
                                 configs.append(Config(index, tp, pp, kv, seqs, budget))
     return configs
 
