@@ -629,18 +629,29 @@ class Engine:
 
     def _preempt_last(self, j: int) -> Req:
         """Preempt the last-admitted running request (recompute: all its blocks freed)."""
-        victim = self.running.pop()
+        return self._requeue(self.running[-1], j, front=True)
+
+    def _requeue(self, victim: Req, j: int, front: bool) -> Req:
+        """Stop a running request before decode step j, free all its blocks and queue it again
+        (at the head, or at the back) to recompute its prompt and outputs."""
         if victim.state == DECODE:
             self._leave_cohort(victim, j)
         else:
             self.prefilling.remove(victim)
+        if self.running and self.running[-1] is victim:
+            self.running.pop()
+        else:
+            self.running.remove(victim)
         self._release(victim)
         victim.state = WAITING
         victim.computed = 0
         victim.synced = 0
         victim.preemptions += 1
         self.preemptions += 1
-        self.waiting.appendleft(victim)
+        if front:
+            self.waiting.appendleft(victim)
+        else:
+            self.waiting.append(victim)
         return victim
 
     def _finish(self, r: Req, j: int) -> None:

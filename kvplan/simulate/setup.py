@@ -156,25 +156,10 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         alloc = vllm_allocation(spec, gpu, request)
     notes.extend(alloc.notes)
     config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
-    wdtype, wnotes = resolve_weights_dtype(spec, "auto")
-    notes.extend(wnotes)
-    fmt = resolve_kv_format(KV_FORMATS[options.kv_cache_dtype], spec.dtype)
-    measured = gpu.vendor == "measured"
-    model = StepModel(
-        spec,
-        Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak(spec.dtype)),
-        wdtype,
-        fmt,
-        tp=options.tp,
-        pp=options.pp,
-        link=gpu.interconnect,
-        achieved=measured_achieved() if measured else ACHIEVED_DATASHEET,
-        fp8_flop_per_s=gpu.peak_flop_per_s.get("fp8"),
-        host=HOST_OVERHEADS,
-        async_scheduling=options.async_scheduling,
-        cuda_graph_max_tokens=min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt),
-    )
-    notes.append(note("sim-achieved-measured") if measured else note("sim-achieved-datasheet"))
+    model, wdtype = _step_model(
+        spec, gpu, options, KV_FORMATS[options.kv_cache_dtype],
+        min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt), notes,
+    )  # fmt: skip
     resolved = options._replace(
         max_num_seqs=seqs,
         max_num_batched_tokens=mnbt,
@@ -184,6 +169,29 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     )
     tokens = alloc.kv_cache_tokens or config.num_blocks * config.block_size  # vLLM's own figure
     return Replica(config, model, resolved, wdtype, tokens, tuple(notes))
+
+
+def _step_model(spec, gpu, options, kv_format: str, graph_tokens: int, notes: list):
+    """(the step-time model of one replica, its weights format); its notes appended."""
+    wdtype, wnotes = resolve_weights_dtype(spec, "auto")
+    notes.extend(wnotes)
+    measured = gpu.vendor == "measured"
+    model = StepModel(
+        spec,
+        Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak(spec.dtype)),
+        wdtype,
+        resolve_kv_format(kv_format, spec.dtype),
+        tp=options.tp,
+        pp=options.pp,
+        link=gpu.interconnect,
+        achieved=measured_achieved() if measured else ACHIEVED_DATASHEET,
+        fp8_flop_per_s=gpu.peak_flop_per_s.get("fp8"),
+        host=HOST_OVERHEADS,
+        async_scheduling=options.async_scheduling,
+        cuda_graph_max_tokens=graph_tokens,
+    )
+    notes.append(note("sim-achieved-measured") if measured else note("sim-achieved-datasheet"))
+    return model, wdtype
 
 
 def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) -> EngineConfig:
@@ -300,25 +308,10 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         block_size=block,
         enable_prefix_caching=prefix_caching,
     )
-    wdtype, wnotes = resolve_weights_dtype(spec, "auto")
-    notes.extend(wnotes)
-    fmt = resolve_kv_format(KV_FORMATS.get(alloc.kv_cache_dtype, "auto"), spec.dtype)
-    measured = gpu.vendor == "measured"
-    model = StepModel(
-        spec,
-        Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak(spec.dtype)),
-        wdtype,
-        fmt,
-        tp=options.tp,
-        pp=options.pp,
-        link=gpu.interconnect,
-        achieved=measured_achieved() if measured else ACHIEVED_DATASHEET,
-        fp8_flop_per_s=gpu.peak_flop_per_s.get("fp8"),
-        host=HOST_OVERHEADS,
-        async_scheduling=options.async_scheduling,  # SGLang's overlap scheduler (on by default)
-        cuda_graph_max_tokens=graphs,
+    # async_scheduling stands for SGLang's overlap scheduler (on by default)
+    model, wdtype = _step_model(
+        spec, gpu, options, KV_FORMATS.get(alloc.kv_cache_dtype, "auto"), graphs, notes
     )
-    notes.append(note("sim-achieved-measured") if measured else note("sim-achieved-datasheet"))
     notes.append(
         note(
             "sim-sglang",

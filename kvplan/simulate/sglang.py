@@ -34,7 +34,7 @@ from __future__ import annotations
 from kvplan.formulas.batch_step import BatchShape
 from kvplan.kernels.block_manager import NoFreeBlocksError
 from kvplan.record import NamedTuple
-from kvplan.simulate.engine import DECODE, PREFILL, WAITING, Engine, Req, _Unservable
+from kvplan.simulate.engine import DECODE, PREFILL, Engine, Req, _Unservable
 
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness 1.0
@@ -271,28 +271,13 @@ class SglangEngine(Engine):
             need = sum(1 for r in crossing.values() if r.state == DECODE)
             if need <= self.bm.num_free_blocks:
                 break
-            victim = decoding.pop()
-            self._leave_cohort(victim, d)
-            self.running.remove(victim)
-            self._release(victim)
-            victim.state = WAITING
-            victim.computed = victim.synced = 0
-            victim.preemptions += 1
-            self.preemptions += 1
-            self.waiting.append(victim)
+            self._requeue(decoding.pop(), d, front=False)
         chunked = self.chunked
         if chunked is not None and sum(1 for r in crossing.values() if r.state == DECODE) > (
             self.bm.num_free_blocks
         ):
             self.chunked = None
-            self.running.remove(chunked)
-            self.prefilling.remove(chunked)
-            self._release(chunked)
-            chunked.state = WAITING
-            chunked.computed = chunked.synced = 0
-            chunked.preemptions += 1
-            self.preemptions += 1
-            self.waiting.appendleft(chunked)  # admitted before every waiting request
+            self._requeue(chunked, d, front=True)  # admitted before every waiting request
         outputs = sum(r.outputs + (d - r.j0) for r in decoding)
         targets = sum(r.target for r in decoding)
         self.ratio = min(1.0, (outputs + RETRACT_DECODE_STEPS * len(decoding)) / (targets + 1))
