@@ -90,3 +90,14 @@ def test_a_version_too_old_for_kvplans_rules_is_named_not_fitted():
     # the log's 54.12 GB of K for 834,615 tokens is all 34 layers as full attention
     assert round(834615 * 34 * 4 * 256 * 2 / 2**30, 2) == 54.12
     assert "0.4.4" in case("gemma-3-4b-it-h200-2025-03").too_old
+
+
+def test_kimi_k25_vision_tower_is_counted_from_its_vt_fields():
+    """Kimi-K2.5's MoonViT (vt_hidden_size 1152, vt_intermediate_size 4304, 27 layers: the
+    "MoonViT-SO-400M" of the Kimi-VL report) plus its projector: about 0.4B parameters that the
+    engines load, counted as 0 before (its config spells the fields vt_*)."""
+    from kvplan.inputs.sources import load_model
+
+    vision = load_model("kimi-k2.5").vision_params
+    layers = 27 * (4 * 1152 * 1152 + 2 * 1152 * 4304)  # attention and MLP matrices alone
+    assert layers < vision < 1.1 * layers + 50e6

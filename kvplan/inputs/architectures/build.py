@@ -706,12 +706,15 @@ def vision_params(top: dict, text_hidden: int) -> int:
         return 0
     try:
         f = Fields(vc, "vision_config")
-        h = f.int("hidden_size")
-        inter = f.int("intermediate_size")
-        layers = f.int("num_hidden_layers", "depth")
+        # Kimi-K2.5's MoonViT spells them vt_* (its config class maps them to the usual names)
+        h = f.int("hidden_size", "vt_hidden_size")
+        inter = f.int("intermediate_size", "vt_intermediate_size")
+        layers = f.int("num_hidden_layers", "depth", "vt_num_hidden_layers")
         patch = f.int("patch_size", default=14)
         image = f.int("image_size", default=224)
         channels = f.int("num_channels", default=3)
+        # a learned position grid of its own size (MoonViT: init_pos_emb_height x _width)
+        grid = f.int("init_pos_emb_height", default=0) * f.int("init_pos_emb_width", default=0)
     except KvplanError:
         return 0
     if str(vc.get("hidden_act", "")).lower() in GATED_VISION_ACTIVATIONS:
@@ -719,5 +722,5 @@ def vision_params(top: dict, text_hidden: int) -> int:
         per_layer = 4 * h * h + 3 * h * inter + 2 * h
     else:
         per_layer = 4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h
-    embeddings = channels * patch * patch * h + h + (image // patch) ** 2 * h
+    embeddings = channels * patch * patch * h + h + (grid or (image // patch) ** 2) * h
     return layers * per_layer + embeddings + 2 * h + h * text_hidden + h
