@@ -398,3 +398,57 @@ def test_a_trace_prefix_id_must_be_a_name_or_a_number(tmp_path):
     code, _, err = run_cli("simulate", "qwen3-8b", "--trace", str(trace))
     one_line_error(code, err)
     assert "prefix_id must be a string or a whole number" in err
+
+
+# ---- third campaign: hostile config.json fields -------------------------------------------
+def _config_file(tmp_path, config: dict) -> str:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        ({"partial_rotary_factor": 1e308}, "partial_rotary_factor must be in [0, 1]"),
+        ({"partial_rotary_factor": -1}, "partial_rotary_factor must be in [0, 1]"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 1e308,
+                           "original_max_position_embeddings": 8192}}, "gives inf positions"),
+        ({"rope_scaling": {"rope_type": "linear", "factor": 1e6}}, "over 2,147,483,648"),
+        ({"max_position_embeddings": 10**30}, "max_position_embeddings = 1" + "0" * 30),
+        ({"max_position_embeddings": -1}, "max_position_embeddings = -1 is out of range"),
+        ({"layer_types": ["full_attention"] * 3}, "layer_types has 3 entries, expected 4"),
+        ({"hybrid_override_pattern": "M*"}, "hybrid_override_pattern has 2 entries, expected 4"),
+        ({"attn_type_list": [1] * 5}, "attn_type_list has 5 entries, expected 4"),
+    ],
+)  # fmt: skip
+def test_hostile_structural_fields_are_one_line_errors(tmp_path, overrides, needle):
+    """Each used to crash (OverflowError), price a table of 1e30 positions, or drop layers."""
+    path = _config_file(tmp_path, llama_like(**{"max_position_embeddings": 4096, **overrides}))
+    for command in ("size", "capacity", "whatif"):
+        code, _, err = run_cli(command, path)
+        one_line_error(code, err)
+        assert needle in err
+
+
+@pytest.mark.parametrize(
+    "qc, weights",
+    [
+        # an `ignore` that is no list (a number) used to crash iterating it
+        ({"quant_method": "fp8", "weight_block_size": [128, 128], "ignore": 5}, "fp8"),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4", "exclude_modules": 7}, "nvfp4"),
+        # 4.0 bits, `true` or 1e30 as a group size were spelled into a dtype name
+        ({"quant_method": "gptq", "bits": 4.0, "group_size": 128}, "bf16"),
+        ({"quant_method": "gptq", "bits": 4, "group_size": True}, "bf16"),
+        ({"quant_method": "awq", "bits": 4, "group_size": 10**30}, "bf16"),
+        ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {
+            "num_bits": 4, "type": "int", "strategy": "group", "group_size": 10**30}}}}, "bf16"),
+        ({"quant_method": "gptq", "bits": 4, "group_size": -1}, "int4"),  # per channel
+    ],
+)  # fmt: skip
+def test_quantization_garbage_is_read_or_named_unread(tmp_path, qc, weights):
+    path = _config_file(tmp_path, llama_like(quantization_config=qc))
+    data = run_json("size", path)
+    assert data["model"]["weights_dtype"] == weights
+    if weights == "bf16":
+        assert "quant-unread" in [n["id"] for n in data["notes"]]
