@@ -154,7 +154,7 @@ def test_huge_pattern_and_lists_are_capped(tmp_path):
     path.write_text(json.dumps(config))
     code, _, err = run_cli("size", str(path))
     one_line_error(code, err)
-    assert "over 100,000" in err
+    assert "over 4,096" in err
     config = llama_like(num_attention_heads=2_000_000_000, num_key_value_heads=1)
     path.write_text(json.dumps(config))
     code, _, err = run_cli("explore", str(path), "--out", str(tmp_path / "x.html"))
@@ -452,3 +452,23 @@ def test_quantization_garbage_is_read_or_named_unread(tmp_path, qc, weights):
     assert data["model"]["weights_dtype"] == weights
     if weights == "bf16":
         assert "quant-unread" in [n["id"] for n in data["notes"]]
+
+
+def test_absurd_products_of_in_range_fields_are_refused(tmp_path):
+    """Each field within its bound, the model 7e19 parameters: refused, not priced."""
+    config = llama_like(num_attention_heads=65536, num_key_value_heads=65536, head_dim=2**31 - 1)
+    code, _, err = run_cli("size", _config_file(tmp_path, config))
+    one_line_error(code, err)
+    assert "parameters, over 1,000,000,000,000,000" in err
+
+
+def test_a_deep_stack_is_bounded_and_answered(tmp_path):
+    """4,096 layers (the bound) answer; 4,097 are refused. Deep stacks used to take minutes in
+    `capacity --gpu all` (cache_groups walked every layer per deployment tried)."""
+    path = _config_file(tmp_path, llama_like(num_hidden_layers=4097))
+    code, _, err = run_cli("size", path)
+    one_line_error(code, err)
+    assert "num_hidden_layers = 4097 is out of range (1 to 4,096)" in err
+    deep = run_json("size", _config_file(tmp_path, llama_like(num_hidden_layers=4096)))
+    # 4 KV heads x 64 dims x (K + V) x 2 bytes per layer, by hand
+    assert deep["model"]["kv_bytes_per_token"] == 4096 * 4 * 64 * 2 * 2

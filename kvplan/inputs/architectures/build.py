@@ -62,6 +62,9 @@ LAYER_VALUES = {
     "E": ("none", "moe"),
 }
 
+# Every dimension within its own range can still multiply to an absurd model (a head_dim of 2^31
+# across 65,536 heads); the largest real ones hold a few trillion parameters.
+MAX_PARAMS = 10**15
 EXPERT_WIDTH = ("moe_intermediate_size", "expert_intermediate_size")
 MAX_POSITION_KEYS = (
     "model_max_length",  # Cohere: overrides the others
@@ -601,6 +604,12 @@ class Builder:
         for layer in layers:
             for part, count in layer.params:
                 parts[part] += count
+        total = sum(parts.values())
+        if total > MAX_PARAMS:
+            raise KvplanError(
+                f"{self.f.source}: the config describes {total:.3g} parameters, over "
+                f"{MAX_PARAMS:,}: no real model is this large (a field is corrupt)"
+            )
         n_dense = sum(1 for p in plans if p.ffn == "dense")
         return ModelSpec(
             name=name,
