@@ -472,3 +472,29 @@ def test_a_deep_stack_is_bounded_and_answered(tmp_path):
     deep = run_json("size", _config_file(tmp_path, llama_like(num_hidden_layers=4096)))
     # 4 KV heads x 64 dims x (K + V) x 2 bytes per layer, by hand
     assert deep["model"]["kv_bytes_per_token"] == 4096 * 4 * 64 * 2 * 2
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        # -inf passed the "inf means evenly spaced" test and ran as +inf
+        (["simulate", "qwen3-8b", "--num-prompts", "5", "--burstiness", "-inf"], "--burstiness"),
+        # a typo ruled out every configuration one by one and answered "0 meet the targets"
+        (["plan", "qwen3-8b", "--slo", "ttft_p99=2s", "--rate", "1", "--kv-cache-dtype", "nan"],
+         "--kv-cache-dtype 'nan': choose auto"),
+    ],
+)  # fmt: skip
+def test_third_campaign_options_are_one_line_errors(argv, needle):
+    code, _, err = run_cli(*argv)
+    one_line_error(code, err)
+    assert needle in err
+
+
+@pytest.mark.parametrize(
+    "flag, value", [("--weights-dtype", "int4"), ("--dtype", "float16"), ("--weights-dtype", "nan")]
+)
+def test_llamacpp_refuses_the_vllm_dtype_flags_it_would_ignore(flag, value):
+    """`engine --engine llama.cpp --weights-dtype int4` answered for the weights as stored."""
+    code, _, err = run_cli("engine", "llama-3.1-8b", "--engine", "llama.cpp", flag, value)
+    one_line_error(code, err)
+    assert f"{flag} does not apply to llama.cpp (its weights: --weights-type)" in err
