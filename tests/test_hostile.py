@@ -498,3 +498,28 @@ def test_llamacpp_refuses_the_vllm_dtype_flags_it_would_ignore(flag, value):
     code, _, err = run_cli("engine", "llama-3.1-8b", "--engine", "llama.cpp", flag, value)
     one_line_error(code, err)
     assert f"{flag} does not apply to llama.cpp (its weights: --weights-type)" in err
+
+
+def test_a_model_name_cannot_break_the_explorer_page(tmp_path):
+    """A folder named `__DATA__<!--<script>`: "<!--" then "<script" inside the data block made
+    its "</script>" no end tag (the page's code was swallowed as data), and "__DATA__" in the
+    title received a second copy of the payload."""
+    import re
+
+    folder = tmp_path / "__DATA__<!--<script>"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(llama_like()))
+    page_path = tmp_path / "e.html"
+    code, _, err = run_cli("explore", str(folder), "--out", str(page_path))
+    assert code == 0, err
+    page = page_path.read_text()
+    data = re.search(r'<script id="kvplan-data" type="application/json">(.*?)</script>', page, re.S)
+    assert "<" not in data.group(1)  # no "<!--", no "</script>", no "<script" in the block
+    assert json.loads(data.group(1))["model"]["name"] == "__DATA__<!--<script>"
+    assert "<title>KV cache explorer: __DATA__&lt;!--&lt;script&gt;</title>" in page
+
+
+def test_a_config_with_a_byte_order_mark_reads(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(llama_like()).encode())
+    assert run_json("size", str(path))["model"]["num_layers"] == 4
