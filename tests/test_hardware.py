@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kvplan.errors import KvplanError
@@ -136,12 +138,20 @@ def test_user_yaml_numbers_are_coerced(tmp_path):
         (GOOD.replace("bf16: 100e12", "fp4: 1"), "unknown peak dtype"),
         ("name: [unclosed", "invalid YAML"),
         ("- a list", "must be a YAML mapping"),
+        # third campaign: figures too small to be a device priced every step at infinite time
+        (GOOD.replace("1e12", "1e-300"), "between 1e+06 and 1e+15"),
+        (GOOD.replace("bf16: 100e12", "bf16: 1e-300"), "between 1e+06 and 1e+18"),
+        (GOOD.replace("memory_bytes: 24e9", "memory_bytes: 1"), "between 1e+06"),
+        (GOOD + "memory_reported_bytes: 1e14\n", "more than 1.1 x memory_bytes"),
+        (GOOD + "interconnect: {name: x, bandwidth_bytes_per_s: 1e-9}\n", "between 1e+06"),
+        ("!!python/object/apply:os.system ['true']\n", "invalid YAML"),
+        (GOOD.replace("name: Test GPU", "name: !!python/name:os.system"), "invalid YAML"),
     ],
 )
 def test_bad_yaml_is_refused(tmp_path, text, needle):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
-    with pytest.raises(KvplanError, match=needle):
+    with pytest.raises(KvplanError, match=re.escape(needle)):
         load_profile(str(path))
     code, _, err = run_cli("roofline", "--gpu", str(path))
     assert code == 2 and needle in err

@@ -154,7 +154,7 @@ def test_huge_pattern_and_lists_are_capped(tmp_path):
     path.write_text(json.dumps(config))
     code, _, err = run_cli("size", str(path))
     one_line_error(code, err)
-    assert "over 100,000" in err
+    assert "over 4,096" in err
     config = llama_like(num_attention_heads=2_000_000_000, num_key_value_heads=1)
     path.write_text(json.dumps(config))
     code, _, err = run_cli("explore", str(path), "--out", str(tmp_path / "x.html"))
@@ -398,3 +398,128 @@ def test_a_trace_prefix_id_must_be_a_name_or_a_number(tmp_path):
     code, _, err = run_cli("simulate", "qwen3-8b", "--trace", str(trace))
     one_line_error(code, err)
     assert "prefix_id must be a string or a whole number" in err
+
+
+# ---- third campaign: hostile config.json fields -------------------------------------------
+def _config_file(tmp_path, config: dict) -> str:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        ({"partial_rotary_factor": 1e308}, "partial_rotary_factor must be in [0, 1]"),
+        ({"partial_rotary_factor": -1}, "partial_rotary_factor must be in [0, 1]"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 1e308,
+                           "original_max_position_embeddings": 8192}}, "gives inf positions"),
+        ({"rope_scaling": {"rope_type": "linear", "factor": 1e6}}, "over 2,147,483,648"),
+        ({"max_position_embeddings": 10**30}, "max_position_embeddings = 1" + "0" * 30),
+        ({"max_position_embeddings": -1}, "max_position_embeddings = -1 is out of range"),
+        ({"layer_types": ["full_attention"] * 3}, "layer_types has 3 entries, expected 4"),
+        ({"hybrid_override_pattern": "M*"}, "hybrid_override_pattern has 2 entries, expected 4"),
+        ({"attn_type_list": [1] * 5}, "attn_type_list has 5 entries, expected 4"),
+    ],
+)  # fmt: skip
+def test_hostile_structural_fields_are_one_line_errors(tmp_path, overrides, needle):
+    """Each used to crash (OverflowError), price a table of 1e30 positions, or drop layers."""
+    path = _config_file(tmp_path, llama_like(**{"max_position_embeddings": 4096, **overrides}))
+    for command in ("size", "capacity", "whatif"):
+        code, _, err = run_cli(command, path)
+        one_line_error(code, err)
+        assert needle in err
+
+
+@pytest.mark.parametrize(
+    "qc, weights",
+    [
+        # an `ignore` that is no list (a number) used to crash iterating it
+        ({"quant_method": "fp8", "weight_block_size": [128, 128], "ignore": 5}, "fp8"),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4", "exclude_modules": 7}, "nvfp4"),
+        # 4.0 bits, `true` or 1e30 as a group size were spelled into a dtype name
+        ({"quant_method": "gptq", "bits": 4.0, "group_size": 128}, "bf16"),
+        ({"quant_method": "gptq", "bits": 4, "group_size": True}, "bf16"),
+        ({"quant_method": "awq", "bits": 4, "group_size": 10**30}, "bf16"),
+        ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {
+            "num_bits": 4, "type": "int", "strategy": "group", "group_size": 10**30}}}}, "bf16"),
+        ({"quant_method": "gptq", "bits": 4, "group_size": -1}, "int4"),  # per channel
+    ],
+)  # fmt: skip
+def test_quantization_garbage_is_read_or_named_unread(tmp_path, qc, weights):
+    path = _config_file(tmp_path, llama_like(quantization_config=qc))
+    data = run_json("size", path)
+    assert data["model"]["weights_dtype"] == weights
+    if weights == "bf16":
+        assert "quant-unread" in [n["id"] for n in data["notes"]]
+
+
+def test_absurd_products_of_in_range_fields_are_refused(tmp_path):
+    """Each field within its bound, the model 7e19 parameters: refused, not priced."""
+    config = llama_like(num_attention_heads=65536, num_key_value_heads=65536, head_dim=2**31 - 1)
+    code, _, err = run_cli("size", _config_file(tmp_path, config))
+    one_line_error(code, err)
+    assert "parameters, over 1,000,000,000,000,000" in err
+
+
+def test_a_deep_stack_is_bounded_and_answered(tmp_path):
+    """4,096 layers (the bound) answer; 4,097 are refused. Deep stacks used to take minutes in
+    `capacity --gpu all` (cache_groups walked every layer per deployment tried)."""
+    path = _config_file(tmp_path, llama_like(num_hidden_layers=4097))
+    code, _, err = run_cli("size", path)
+    one_line_error(code, err)
+    assert "num_hidden_layers = 4097 is out of range (1 to 4,096)" in err
+    deep = run_json("size", _config_file(tmp_path, llama_like(num_hidden_layers=4096)))
+    # 4 KV heads x 64 dims x (K + V) x 2 bytes per layer, by hand
+    assert deep["model"]["kv_bytes_per_token"] == 4096 * 4 * 64 * 2 * 2
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        # -inf passed the "inf means evenly spaced" test and ran as +inf
+        (["simulate", "qwen3-8b", "--num-prompts", "5", "--burstiness", "-inf"], "--burstiness"),
+        # a typo ruled out every configuration one by one and answered "0 meet the targets"
+        (["plan", "qwen3-8b", "--slo", "ttft_p99=2s", "--rate", "1", "--kv-cache-dtype", "nan"],
+         "--kv-cache-dtype 'nan': choose auto"),
+    ],
+)  # fmt: skip
+def test_third_campaign_options_are_one_line_errors(argv, needle):
+    code, _, err = run_cli(*argv)
+    one_line_error(code, err)
+    assert needle in err
+
+
+@pytest.mark.parametrize(
+    "flag, value", [("--weights-dtype", "int4"), ("--dtype", "float16"), ("--weights-dtype", "nan")]
+)
+def test_llamacpp_refuses_the_vllm_dtype_flags_it_would_ignore(flag, value):
+    """`engine --engine llama.cpp --weights-dtype int4` answered for the weights as stored."""
+    code, _, err = run_cli("engine", "llama-3.1-8b", "--engine", "llama.cpp", flag, value)
+    one_line_error(code, err)
+    assert f"{flag} does not apply to llama.cpp (its weights: --weights-type)" in err
+
+
+def test_a_model_name_cannot_break_the_explorer_page(tmp_path):
+    """A folder named `__DATA__<!--<script>`: "<!--" then "<script" inside the data block made
+    its "</script>" no end tag (the page's code was swallowed as data), and "__DATA__" in the
+    title received a second copy of the payload."""
+    import re
+
+    folder = tmp_path / "__DATA__<!--<script>"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(llama_like()))
+    page_path = tmp_path / "e.html"
+    code, _, err = run_cli("explore", str(folder), "--out", str(page_path))
+    assert code == 0, err
+    page = page_path.read_text()
+    data = re.search(r'<script id="kvplan-data" type="application/json">(.*?)</script>', page, re.S)
+    assert "<" not in data.group(1)  # no "<!--", no "</script>", no "<script" in the block
+    assert json.loads(data.group(1))["model"]["name"] == "__DATA__<!--<script>"
+    assert "<title>KV cache explorer: __DATA__&lt;!--&lt;script&gt;</title>" in page
+
+
+def test_a_config_with_a_byte_order_mark_reads(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(llama_like()).encode())
+    assert run_json("size", str(path))["model"]["num_layers"] == 4

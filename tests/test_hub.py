@@ -47,6 +47,7 @@ SHARD = safetensors_header(
 
 class Behaviour:
     mode = "ok"
+    seen_auth: list = []
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -96,6 +97,49 @@ class Handler(BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("Content-Length", str(300 * 2**20))
             self.end_headers()
+            return
+        if mode == "to_file":  # a redirect off HTTP: never followed
+            self.send_response(302)
+            self.send_header("Location", "file:///etc/hostname")
+            self.end_headers()
+            return
+        if mode == "to_other_host" and "other" not in self.path:
+            Behaviour.seen_auth.append(("first", self.headers.get("Authorization")))
+            self.send_response(302)
+            host = "localhost" if "127.0.0.1" in self.headers.get("Host", "") else "127.0.0.1"
+            self.send_header("Location", f"http://{host}:{self.server.server_address[1]}/other")
+            self.end_headers()
+            return
+        if mode == "to_other_host":
+            Behaviour.seen_auth.append(("other", self.headers.get("Authorization")))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(CONFIG)))
+            self.end_headers()
+            self.wfile.write(CONFIG.encode())
+            return
+        if mode == "drip_header" and self.path.endswith(".index.json"):  # one unsharded file
+            self.send_response(404)
+            self.send_header("X-Error-Code", "EntryNotFound")
+            self.end_headers()
+            return
+        if mode == "drip_header" and self.path.endswith(".safetensors"):
+            if self.headers.get("Range", "").startswith("bytes=0-"):  # the length comes at once
+                body = struct.pack("<Q", 100_000)
+                self.send_response(206)
+                self.send_header("Content-Length", "8")
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            self.send_response(206)  # then the header, one byte a second, for a day
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            for _ in range(100_000):
+                try:
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                except OSError:
+                    return
+                time.sleep(1)
             return
         if mode == "garbage":
             self.wfile.write(b"\x00\xffNOT HTTP AT ALL\r\n\r\n")
@@ -252,3 +296,124 @@ def test_malformed_safetensors_header_is_refused(tmp_path, payload, needle):
 
     code, _, err = run_cli("size", str(folder))
     assert code == 2 and needle in err, err
+
+
+# ---- third campaign: redirects, a trickled header, checkpoint folders -----------------------
+def test_a_redirect_off_http_is_never_followed(hub, tmp_path):
+    """A redirect to file:///etc/hostname used to be followed: a local file read as config."""
+    Behaviour.mode = "to_file"
+    proc, _ = run_kvplan(hub, tmp_path, "to_file", "size", "someorg/to-file")
+    assert proc.returncode == 2 and "not http(s)" in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+def test_the_token_is_not_sent_to_another_host(hub, tmp_path, monkeypatch):
+    """A redirect to another host (a CDN, or a hostile one) used to carry the HF token along."""
+    Behaviour.mode = "to_other_host"
+    Behaviour.seen_auth = []
+    monkeypatch.setenv("HF_TOKEN", "secret-token")
+    proc, _ = run_kvplan(hub, tmp_path, "to_other_host", "size", "someorg/redirected")
+    assert proc.returncode == 0, proc.stderr
+    assert ("first", "Bearer secret-token") in Behaviour.seen_auth
+    assert ("other", None) in Behaviour.seen_auth
+    assert ("other", "Bearer secret-token") not in Behaviour.seen_auth
+
+
+@pytest.mark.slow
+def test_a_trickled_safetensors_header_ends_at_the_deadline(hub, tmp_path):
+    """One byte a second of a 100 kB header kept the process alive past its deadline (a read
+    of 64 kB waited for all of them; the pool's thread held the exit): killed at 60 s."""
+    Behaviour.mode = "drip_header"
+    proc, elapsed = run_kvplan(hub, tmp_path, "drip_header", "size", "someorg/drip")
+    assert proc.returncode == 0, proc.stderr
+    assert "safetensors headers could not be read" in " ".join(proc.stdout.split())
+    assert elapsed < 20
+
+
+def _checkpoint(tmp_path, files: dict) -> str:
+    folder = tmp_path / "ckpt"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(CONFIG)
+    for name, data in files.items():
+        (folder / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+    return str(folder)
+
+
+def _header(tensors: dict) -> bytes:
+    raw = json.dumps(tensors).encode()
+    return struct.pack("<Q", len(raw)) + raw
+
+
+@pytest.mark.parametrize(
+    "files, needle",
+    [
+        # a product of in-range sides: an OverflowError, or 2.6e27 GB printed
+        ({"model.safetensors": _header({"w": {"dtype": "BF16", "shape": [2**39] * 30}})},
+         "over 1,099,511,627,776 elements"),
+        ({"model.safetensors": _header({"w": {"dtype": "BF16", "shape": [2**39] * 3}})},
+         "over 1,099,511,627,776 elements"),
+        ({"model.safetensors": _header({"w": {"dtype": "BF16", "shape": [True, 4]}})},
+         "malformed shape"),
+        # metadata alone priced the model at 0 bytes
+        ({"model.safetensors": _header({"__metadata__": {"format": "pt"}})}, "list no tensors"),
+        # index entries that are no file name of the folder (a NUL, a long name crashed)
+        ({"model.safetensors.index.json": json.dumps({"weight_map": {"a": "../../etc/passwd"}})},
+         "is not a file name"),
+        ({"model.safetensors.index.json": json.dumps({"weight_map": {"a": "x\u0000.st"}})},
+         "is not a file name"),
+        ({"model.safetensors.index.json": json.dumps({"weight_map": {"a": "x" * 5000}})},
+         "is missing from"),
+    ],
+)  # fmt: skip
+def test_hostile_checkpoint_folders_are_one_line_errors(tmp_path, files, needle):
+    from helpers import run_cli
+
+    code, _, err = run_cli("size", _checkpoint(tmp_path, files))
+    assert code == 2 and needle in err and err.count("\n") == 1, err
+
+
+def test_a_fifo_or_a_symlink_loop_among_the_shards_is_refused(tmp_path):
+    """A FIFO named model.safetensors blocked the read forever; a looping link in the index
+    was an internal RuntimeError."""
+    from helpers import run_cli
+
+    folder = _checkpoint(tmp_path, {})
+    os.mkfifo(os.path.join(folder, "model.safetensors"))
+    code, _, err = run_cli("size", folder)
+    assert code == 2 and "not a regular file" in err, err
+    os.remove(os.path.join(folder, "model.safetensors"))
+    index = json.dumps({"weight_map": {"a": "loop.safetensors"}})
+    (tmp_path / "ckpt" / "model.safetensors.index.json").write_text(index)
+    os.symlink("loop.safetensors", os.path.join(folder, "loop.safetensors"))
+    code, _, err = run_cli("size", folder)
+    assert code == 2 and "is missing from" in err, err
+
+
+def test_more_safetensors_files_than_the_cap_are_refused_not_cut(tmp_path, monkeypatch):
+    """Past the cap the files were silently cut to the first 4,096: weights undercounted."""
+    import kvplan.inputs.checkpoint as checkpoint
+
+    from helpers import run_cli
+
+    monkeypatch.setattr(checkpoint, "MAX_SHARDS", 3)
+    shard = _header({"w": {"dtype": "BF16", "shape": [4]}})
+    folder = _checkpoint(tmp_path, {f"s{i}.safetensors": shard for i in range(4)})
+    code, _, err = run_cli("size", folder)
+    assert code == 2 and "more than 3 .safetensors files" in err, err
+
+
+def test_a_hugging_face_cache_snapshot_reads_through_its_links(tmp_path):
+    """The cache's snapshots hold links into ../../blobs: they were refused as 'missing'."""
+    blobs, snap = tmp_path / "blobs", tmp_path / "snapshots" / "abc"
+    blobs.mkdir()
+    snap.mkdir(parents=True)
+    (blobs / "cfg").write_text(CONFIG)
+    (blobs / "shard").write_bytes(_header({"model.embed_tokens.weight": {
+        "dtype": "BF16", "shape": [128256, 4096], "data_offsets": [0, 1]}}))  # fmt: skip
+    index = {"weight_map": {"model.embed_tokens.weight": "model-00001-of-00001.safetensors"}}
+    (blobs / "index").write_text(json.dumps(index))
+    os.symlink("../../blobs/cfg", snap / "config.json")
+    os.symlink("../../blobs/shard", snap / "model-00001-of-00001.safetensors")
+    os.symlink("../../blobs/index", snap / "model.safetensors.index.json")
+    data = run_json("size", str(snap))
+    assert data["model"]["weights_bytes"] == 128256 * 4096 * 2

@@ -47,7 +47,20 @@ ONLY = {
     ),
 }
 # vLLM/SGLang flags that mean nothing to llama.cpp
-NOT_LLAMACPP = ("--kv-cache-dtype", "--block-size", "--tp", "--pp", "--kv-cache-memory")
+NOT_LLAMACPP = (
+    "--kv-cache-dtype",
+    "--block-size",
+    "--tp",
+    "--pp",
+    "--kv-cache-memory",
+    "--dtype",
+    "--weights-dtype",
+)
+LLAMACPP_INSTEAD = {
+    "--kv-cache-dtype": " (its cache: --cache-type-k, --cache-type-v)",
+    "--dtype": " (its weights: --weights-type)",
+    "--weights-dtype": " (its weights: --weights-type)",
+}
 
 
 def add(app: typer.Typer) -> None:
@@ -274,6 +287,7 @@ def add(app: typer.Typer) -> None:
             "--kv-cache-memory": kv_cache_memory is not None,
             "--max-num-seqs": max_num_seqs is not None,
             "--dtype": dtype is not None,
+            "--weights-dtype": weights_dtype != "auto",
             "--quantization": quantization is not None,
             "--enforce-eager": enforce_eager is not None,
             "--vllm-version": vllm_version is not None,
@@ -285,7 +299,8 @@ def add(app: typer.Typer) -> None:
         if engine == "llama.cpp":
             for flag in NOT_LLAMACPP:
                 if given[flag]:
-                    raise KvplanError(f"{flag} does not apply to llama.cpp")
+                    hint = LLAMACPP_INSTEAD.get(flag, "")
+                    raise KvplanError(f"{flag} does not apply to llama.cpp{hint}")
             from kvplan.cli.engine_llamacpp import llamacpp_request
 
             spec, profile = c.load_model(model), c.load_gpu(gpu)

@@ -264,7 +264,7 @@ def add(app: typer.Typer) -> None:
 
         check_outputs({"--plot": plot, "--timeline": timeline, "--out": out})
 
-        if not (math.isinf(burstiness) or 0.01 <= burstiness <= 100):
+        if not (burstiness == math.inf or 0.01 <= burstiness <= 100):  # -inf is no shape
             raise KvplanError("--burstiness must be between 0.01 and 100")
         rates = parse_rates(request_rate)
         if network_gbps is not None:

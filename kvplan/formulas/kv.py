@@ -50,13 +50,22 @@ class CacheGroup(NamedTuple):
 def cache_groups(spec: ModelSpec, fmt: KvFormat, tp: int = 1) -> list[CacheGroup]:
     """Group the layers by what they cache; a hybrid layer (KV + state) appears in two groups."""
     groups: dict[tuple, list] = {}
+    # Layers of one kind are mostly one object (the builder shares them): count each distinct
+    # object first, so a deep stack costs one key per kind rather than one per layer.
+    repeats: dict[int, list] = {}
     for layer in spec.layers:
+        seen = repeats.get(id(layer))
+        if seen is None:
+            repeats[id(layer)] = [layer, 1]
+        else:
+            seen[1] += 1
+    for layer, count in repeats.values():
         if layer.attention is not None:
             a = layer.attention
             key = ("attn", a.label(), a.kv_heads_per_rank(tp), a.head_dim, a.head_dim_v)
-            entry = groups.setdefault(
-                key,
-                [
+            entry = groups.get(key)
+            if entry is None:
+                entry = groups[key] = [
                     a.label(),
                     a.kind,
                     0,
@@ -69,16 +78,24 @@ def cache_groups(spec: ModelSpec, fmt: KvFormat, tp: int = 1) -> list[CacheGroup
                     a.kv_bytes_per_token(fmt.full_precision, tp)
                     if fmt.full_precision_tokens
                     else 0,
-                ],
-            )
-            entry[2] += 1
+                ]
+            entry[2] += count
         if layer.state is not None:
             st = layer.state
             key = ("state", st.label(), st)
-            entry = groups.setdefault(
-                key, [st.label(), CacheKind.STATE, 0, 0, 0, None, 0, st.bytes_per_sequence(tp)]
-            )
-            entry[2] += 1
+            entry = groups.get(key)
+            if entry is None:
+                entry = groups[key] = [
+                    st.label(),
+                    CacheKind.STATE,
+                    0,
+                    0,
+                    0,
+                    None,
+                    0,
+                    st.bytes_per_sequence(tp),
+                ]
+            entry[2] += count
     return [CacheGroup(*values) for values in groups.values()]
 
 

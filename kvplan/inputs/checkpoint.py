@@ -8,8 +8,8 @@ counted apart."""
 from __future__ import annotations
 
 import json
-import math
 import re
+import stat
 import struct
 from collections import Counter
 from pathlib import Path
@@ -17,10 +17,13 @@ from pathlib import Path
 from kvplan.anatomy.model import StoredWeights
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import SAFETENSORS_DTYPE_BYTES
+from kvplan.inputs.text import clean
 
 MAX_HEADER_BYTES = 64 * 2**20  # a safetensors header of a large MoE is a few MB
 MAX_SHARDS = 4096
 MAX_TENSORS = 2_000_000
+MAX_INDEX_BYTES = 16 * 2**20  # a model.safetensors.index.json of a large MoE is a few MB
+MAX_TENSOR_ELEMENTS = 2**40  # the largest real tensors (embeddings, fused experts) hold ~1e10
 VISION = re.compile(
     r"(^|\.)(vision|visual|vision_tower|vision_model|vit|image_encoder|mm_projector|"
     r"multi_modal_projector|patch_embed|img_)",
@@ -33,14 +36,25 @@ def _tensor_bytes(name: str, dtype: str, shape: list, source: str) -> float:
     size = SAFETENSORS_DTYPE_BYTES.get(str(dtype).upper())
     if size is None:
         raise KvplanError(f"{source}: tensor {name[:80]} has an unknown dtype {str(dtype)[:20]!r}")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and 0 <= d < 2**40 for d in shape):
+    if not isinstance(shape, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**40 for d in shape
+    ):
         raise KvplanError(f"{source}: tensor {name[:80]} has a malformed shape")
-    return math.prod(shape) * size
+    elements = 1
+    for d in shape:  # stops early: a product of thousands of large sides is never built
+        elements *= d
+        if elements > MAX_TENSOR_ELEMENTS:
+            raise KvplanError(
+                f"{source}: tensor {name[:80]} has over {MAX_TENSOR_ELEMENTS:,} elements"
+            )
+    return elements * size
 
 
 def read_header(path: Path) -> dict[str, tuple[str, list]]:
     """{tensor name: (dtype, shape)} from one .safetensors file's header."""
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block the read forever
+            raise KvplanError(f"{path}: not a regular file")
         with open(path, "rb") as handle:
             head = handle.read(8)
             if len(head) < 8:
@@ -49,9 +63,9 @@ def read_header(path: Path) -> dict[str, tuple[str, list]]:
             if length <= 1 or length > MAX_HEADER_BYTES:
                 raise KvplanError(f"{path}: implausible safetensors header length {length}")
             raw = handle.read(length)
-    except OSError as exc:
+    except (OSError, ValueError, RuntimeError) as exc:  # a symlink loop, a NUL in the name
         raise KvplanError(
-            f"{path}: cannot read ({exc.strerror or exc.__class__.__name__})"
+            f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc.__class__.__name__})"
         ) from None
     if len(raw) < length:
         raise KvplanError(f"{path}: truncated safetensors header")
@@ -75,6 +89,8 @@ def _shards(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
+            if index.stat().st_size > MAX_INDEX_BYTES:
+                raise KvplanError(f"{index}: over {MAX_INDEX_BYTES // 2**20} MiB, not an index")
             weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
         except (OSError, ValueError, AttributeError, RecursionError):
             raise KvplanError(f"{index}: cannot read the safetensors index") from None
@@ -85,12 +101,23 @@ def _shards(folder: Path) -> list[Path]:
             raise KvplanError(f"{index}: more than {MAX_SHARDS} shards")
         shards = []
         for name in names:
-            shard = (folder / name).resolve()
-            if shard.parent != folder.resolve() or not shard.is_file():
-                raise KvplanError(f"{index}: shard {name[:80]} is missing from {folder}")
+            # A shard is a file of this folder, by name: the index never reaches outside it.
+            # (A name may be a symbolic link, as in the Hugging Face cache's snapshots.)
+            if Path(name).name != name or name in (".", "..") or "\\" in name or "\0" in name:
+                raise KvplanError(f"{index}: shard {clean(name)[:80]!r} is not a file name")
+            shard = folder / name
+            try:
+                present = shard.is_file()
+            except (OSError, ValueError, RuntimeError):
+                present = False
+            if not present:
+                raise KvplanError(f"{index}: shard {clean(name)[:80]} is missing from {folder}")
             shards.append(shard)
         return shards
-    return sorted(folder.glob("*.safetensors"))[:MAX_SHARDS]
+    shards = sorted(folder.glob("*.safetensors"))
+    if len(shards) > MAX_SHARDS:
+        raise KvplanError(f"{folder}: more than {MAX_SHARDS} .safetensors files")
+    return shards
 
 
 def summarize(tensors: dict[str, tuple[str, list]], num_layers: int, source: str) -> StoredWeights:
@@ -130,6 +157,8 @@ def local_checkpoint(folder: Path, num_layers: int) -> StoredWeights | None:
     tensors: dict = {}
     for shard in shards:
         tensors.update(read_header(shard))
+    if not tensors:  # not the weights: 0 bytes would be priced as the model
+        raise KvplanError(f"{folder}: its safetensors headers list no tensors")
     return summarize(tensors, num_layers, f"{folder} ({len(shards)} safetensors headers)")
 
 

@@ -14,7 +14,9 @@ from kvplan.errors import KvplanError
 _MISSING = object()
 REQUIRED = _MISSING  # pass as `default=` when a class default may be absent
 MAX_DIM = 1 << 31  # no real config has a dimension this large; anything above is corrupt
-MAX_LAYERS = 100_000  # layers are iterated one by one; real models have at most a few hundred
+MAX_LAYERS = (
+    4096  # layers are iterated one by one (per deployment tried); real models: a few hundred
+)
 LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers")
 # Tighter bounds where a value sizes a loop or a table (real models: heads <= 128, experts <=
 # 512, vocab <= 262k): generous by orders of magnitude, small enough to keep work bounded.

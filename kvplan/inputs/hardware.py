@@ -113,6 +113,14 @@ class GpuProfile(NamedTuple):
         return ridge_flop_per_byte(self.peak(dtype), self.memory_bandwidth_bytes_per_s)
 
 
+# No device, memory or link is slower or smaller than a million per second (or bytes): below it a
+# figure is a typo or an attack, and every time it divides becomes infinite.
+PLAUSIBLE_RATE = 1e6
+# CUDA reports binary units of a decimal "GB" (80 GB -> 85.0e9 B): at most 2**30 / 10**9 = 1.074
+# times the nominal bytes; more is a wrong field (10**14 B "reported" on an 80 GB card).
+REPORTED_OVER_NOMINAL = 1.1
+
+
 def _number(
     data: dict,
     key: str,
@@ -121,6 +129,7 @@ def _number(
     required: bool = True,
     integer: bool = False,
     maximum: float = 1e21,
+    minimum: float = 0.0,
 ) -> float | None:
     value = data.get(key)
     if value is None:
@@ -145,6 +154,8 @@ def _number(
         number = value
     if not math.isfinite(number) or number <= 0 or number > maximum:
         raise KvplanError(f"{source}: {key} must be a positive number below {maximum:g}")
+    if number < minimum:  # 1e-300 B/s priced every step at infinite time, confidently
+        raise KvplanError(f"{source}: {key} must be between {minimum:g} and {maximum:g}")
     if integer:
         if number != int(number):
             raise KvplanError(f"{source}: {key} must be a whole number")
@@ -183,7 +194,7 @@ def parse_profile(data: object, source: str, key: str = "") -> GpuProfile:
             raise KvplanError(
                 f"{source}: unknown peak dtype {clean(str(dtype))[:20]!r} ({', '.join(PEAK_DTYPES)})"
             )
-        peaks[dtype] = _number(peaks_raw, dtype, source, maximum=1e18)
+        peaks[dtype] = _number(peaks_raw, dtype, source, maximum=1e18, minimum=PLAUSIBLE_RATE)
     if "bf16" not in peaks and "fp16" not in peaks and "fp32" not in peaks:
         raise KvplanError(f"{source}: profile needs a bf16, fp16 or fp32 peak")
     basis = data.get("memory_reported_basis")
@@ -194,18 +205,25 @@ def parse_profile(data: object, source: str, key: str = "") -> GpuProfile:
     gpus_per_node = _number(
         data, "gpus_per_node", source, required=False, integer=True, maximum=1024
     )
+    memory = _number(data, "memory_bytes", source, maximum=1e15, minimum=PLAUSIBLE_RATE)
+    reported = _number(
+        data, "memory_reported_bytes", source, required=False, maximum=1e15, minimum=PLAUSIBLE_RATE
+    )
+    if reported is not None and reported > REPORTED_OVER_NOMINAL * memory:
+        raise KvplanError(
+            f"{source}: memory_reported_bytes ({reported:g}) is more than "
+            f"{REPORTED_OVER_NOMINAL:g} x memory_bytes ({memory:g}): one of them is wrong"
+        )
     return GpuProfile(
         key=key or clean(name).lower().replace(" ", "-"),
         name=clean(name).strip()[:100],
         aliases=tuple(a.lower() for a in _string_list(data, "aliases", source)),
         vendor=_text(data, "vendor", source, limit=100),
         peak_flop_per_s=peaks,
-        memory_bytes=_number(data, "memory_bytes", source, maximum=1e15),
-        memory_reported_bytes=_number(
-            data, "memory_reported_bytes", source, required=False, maximum=1e15
-        ),
+        memory_bytes=memory,
+        memory_reported_bytes=reported,
         memory_bandwidth_bytes_per_s=_number(
-            data, "memory_bandwidth_bytes_per_s", source, maximum=1e15
+            data, "memory_bandwidth_bytes_per_s", source, maximum=1e15, minimum=PLAUSIBLE_RATE
         ),
         l2_cache_bytes=_number(data, "l2_cache_bytes", source, required=False, maximum=1e12),
         sm_count=_number(data, "sm_count", source, required=False, integer=True, maximum=1e6),
@@ -229,7 +247,8 @@ def _curve(data: dict, key: str, source: str) -> tuple[tuple[float, float], ...]
     points = []
     for size in raw:
         at = _number({"size": size}, "size", f"{source}: measured.{key}")
-        points.append((at, _number(raw, size, f"{source}: measured.{key}")))
+        rate = _number(raw, size, f"{source}: measured.{key}", minimum=PLAUSIBLE_RATE)
+        points.append((at, rate))
     return tuple(sorted(points))
 
 
@@ -285,7 +304,9 @@ def _link(data: dict, key: str, source: str) -> Interconnect | None:
         raise KvplanError(f"{source}: {key} must be a mapping")
     return Interconnect(
         _text(link, "name", source, default=key, limit=100),
-        _number(link, "bandwidth_bytes_per_s", f"{source}: {key}", maximum=1e15),
+        _number(
+            link, "bandwidth_bytes_per_s", f"{source}: {key}", maximum=1e15, minimum=PLAUSIBLE_RATE
+        ),
         _number(link, "latency_s", f"{source}: {key}", required=False, maximum=10.0) or 0.0,
     )
 

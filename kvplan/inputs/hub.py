@@ -89,13 +89,16 @@ def _get(url: str, max_bytes: int, stop: float, byte_range: tuple[int, int] | No
     import time
 
     opener = urllib.request.build_opener(_NoRedirect)
+    origin = _origin(url)
     for _ in range(MAX_REDIRECTS + 1):
         remaining = stop - time.monotonic()
         if remaining <= 0:
             raise HubFailure("timeout")
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):  # file:, ftp:, data:
+            raise HubFailure("protocol", "a redirect to a URL that is not http(s)")
         request = urllib.request.Request(url, headers={"User-Agent": "kvplan"})
         token = _token()
-        if token:
+        if token and _origin(url) == origin:  # never sent on to another host (a CDN, or worse)
             request.add_header("Authorization", f"Bearer {token}")
         if byte_range:
             request.add_header("Range", f"bytes={byte_range[0]}-{byte_range[1]}")
@@ -128,8 +131,8 @@ def _get(url: str, max_bytes: int, stop: float, byte_range: tuple[int, int] | No
                 remaining = stop - time.monotonic()
                 if remaining <= 0:
                     raise HubFailure("timeout")
-                try:
-                    chunk = response.read(min(65536, max_bytes + 1 - total))
+                try:  # read1: what one receive gives, so a trickle cannot outlast the deadline
+                    chunk = response.read1(min(65536, max_bytes + 1 - total))
                 except TimeoutError:
                     raise HubFailure("timeout") from None
                 except (OSError, ValueError, http.client.HTTPException) as exc:
@@ -145,6 +148,11 @@ def _get(url: str, max_bytes: int, stop: float, byte_range: tuple[int, int] | No
                 raise HubFailure("protocol", "the body ended early")
             return body
     raise HubFailure("redirects")
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
 
 
 def with_deadline(work, limit_s: float):

@@ -17,6 +17,14 @@ NAME_SAYS_QUANTIZED = (
 )  # fmt: skip
 
 
+MAX_GROUP_SIZE = 1 << 20  # real groups are 32 to 128 values; a larger one is corrupt
+
+
+def _whole(value) -> bool:
+    """An integer as JSON spells one (true and 4.0 are not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 class Quantization(NamedTuple):
     format: str | None  # a kvplan weights dtype name, None when not quantized (or unreadable)
     parts: tuple[str, ...] | None  # the parts it covers; None: the format's default
@@ -26,7 +34,11 @@ class Quantization(NamedTuple):
 def _excluded_parts(patterns) -> set[str]:
     """Parts an ignore / modules_to_not_convert list keeps unquantized."""
     excluded = set()
-    for raw in patterns or ():
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    if not isinstance(patterns, (list, tuple)):
+        patterns = ()  # a number or an object is no list of modules: nothing excluded
+    for raw in patterns:
         text = str(raw).lower()
         if "shared_expert" in text:
             excluded.add("shared_experts")
@@ -60,12 +72,16 @@ def _compressed_tensors(qc: dict) -> tuple[str | None, str]:
         bits, kind = weights.get("num_bits"), weights.get("type")
         strategy, size = weights.get("strategy"), weights.get("group_size")
         symmetric = weights.get("symmetric", True)
+        if not _whole(bits):
+            return None, f"num_bits {clean(repr(bits))[:20]}"
         if kind == "float" and bits == 8:
             formats.add("fp8-tensor" if strategy in ("tensor", "channel") else "fp8")
         elif kind == "float" and bits == 4:
             formats.add("nvfp4")
         elif kind == "int" and bits in (4, 8):
-            if strategy == "group" and isinstance(size, int) and size > 0:
+            if strategy == "group" and not (_whole(size) and 0 < size <= MAX_GROUP_SIZE):
+                return None, f"group_size {clean(repr(size))[:20]}"
+            if strategy == "group":
                 formats.add(f"int{bits}-g{size}" + ("-sym" if symmetric else ""))
             elif bits == 8:
                 formats.add("int8")
@@ -103,11 +119,13 @@ def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quant
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
         bits = qc.get("bits", qc.get("w_bit", 4))
         size = qc.get("group_size", qc.get("q_group_size", 128))
-        if bits not in (4, 8):
-            return Quantization(
-                None, None, (note("quant-unread", method=method, why=f"{bits} bits"),)
-            )
-        if not isinstance(size, int) or size <= 0:
+        if not _whole(bits) or bits not in (4, 8):
+            why = f"{clean(repr(bits))[:20]} bits"
+            return Quantization(None, None, (note("quant-unread", method=method, why=why),))
+        if not _whole(size) or size > MAX_GROUP_SIZE:
+            why = f"group_size {clean(repr(size))[:20]}"
+            return Quantization(None, None, (note("quant-unread", method=method, why=why),))
+        if size <= 0:
             return Quantization(f"int{bits}", _parts(ignore))  # per-channel scales
         return Quantization(f"int{bits}-g{size}", _parts(ignore))
     if method in ("modelopt", "nvfp4", "modelopt_fp4"):

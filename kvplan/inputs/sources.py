@@ -108,6 +108,7 @@ def _depth(value, limit: int) -> int:
 def parse_config_text(text: str, source: str) -> dict:
     """Python's json accepts the non-standard `Infinity` that real configs (Nemotron-H) contain."""
     source = clean(source)
+    text = text.removeprefix("\ufeff")  # a byte-order mark (Windows editors), as traces allow
     if len(text) > MAX_CONFIG_BYTES:
         raise KvplanError(f"{source}: over {MAX_CONFIG_BYTES // 2**20} MiB, not a config.json")
     try:

@@ -234,12 +234,26 @@ def _check(request: PlanRequest, gpus: list[GpuProfile]) -> None:
         raise KvplanError("plan needs at least one --gpu")
     if request.emit not in ENGINES:
         raise KvplanError(f"--emit {request.emit!r}: choose {' or '.join(ENGINES)}")
+    _check_kv_cache_dtypes(request)
     if not 1 <= request.max_gpus <= 1_000_000:
         raise KvplanError("--max-gpus must be at least 1")
     if not 1 <= request.top <= 1000:
         raise KvplanError("--top must be between 1 and 1000")
     if not 20 <= request.workload.num_prompts <= 100_000:
         raise KvplanError("--num-prompts for plan must be between 20 and 100,000")
+
+
+def _check_kv_cache_dtypes(request: PlanRequest) -> None:
+    """A kv-cache-dtype the engine has no such name for is a typo, refused before the search
+    (it used to rule out every configuration, one by one, and answer "none meet the targets")."""
+    from kvplan.engines.sglang import KV_CACHE_DTYPES as SGLANG_KV_CACHE_DTYPES
+    from kvplan.simulate.setup import KV_FORMATS
+
+    known = SGLANG_KV_CACHE_DTYPES if request.emit == "sglang" else tuple(KV_FORMATS)
+    for kv in request.kv_cache_dtypes:
+        name = SGLANG_KV.get(kv, kv) if request.emit == "sglang" else kv
+        if name not in known:
+            raise KvplanError(f"--kv-cache-dtype {kv[:40]!r}: choose {', '.join(known)}")
 
 
 def search_space(gpus: list[GpuProfile], request: PlanRequest) -> list[Config]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 
 from kvplan.plans.explore import ExploreResult
 from kvplan.present.explore_html import BODY, STYLE
@@ -29,15 +30,13 @@ def explore_json_text(result: ExploreResult) -> str:
 def explore_page(result: ExploreResult) -> str:
     """The page's HTML: kvplan's numbers embedded as data, the words and layout around them."""
     payload = json.dumps(explore_json(result), separators=(",", ":"), allow_nan=False)
-    payload = payload.replace("</", "<\\/")  # no "</script>" inside the data block
+    # "<" only ever appears inside JSON strings: as \u003c, neither "</script>" nor "<!--" (which
+    # makes a later "</script>" no end tag) can occur inside the data block.
+    payload = payload.replace("<", "\\u003c")
     title = html.escape(f"KV cache explorer: {result.model['name']}")
-    return (
-        PAGE.replace("__STYLE__", STYLE)
-        .replace("__BODY__", BODY)
-        .replace("__SCRIPT__", SCRIPT)
-        .replace("__TITLE__", title)
-        .replace("__DATA__", payload)
-    )
+    parts = {"STYLE": STYLE, "BODY": BODY, "SCRIPT": SCRIPT, "TITLE": title, "DATA": payload}
+    # one pass over the page: a model named "__DATA__" stays its name, not the payload again
+    return re.sub(r"__(STYLE|BODY|SCRIPT|TITLE|DATA)__", lambda m: parts[m.group(1)], PAGE)
 
 
 PAGE = """<!doctype html>

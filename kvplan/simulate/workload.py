@@ -231,7 +231,7 @@ def check_workload(spec: WorkloadSpec) -> None:
         raise KvplanError(
             f"--request-rate must be inf or between {MIN_RATE:g} and 1,000,000 per second"
         )
-    if not (math.isinf(spec.burstiness) or 0.01 <= spec.burstiness <= 100):
+    if not (spec.burstiness == math.inf or 0.01 <= spec.burstiness <= 100):
         raise KvplanError("--burstiness must be between 0.01 and 100 (or inf)")
     for what, value in (("--input-len", spec.input_len), ("--output-len", spec.output_len)):
         if not 1 <= value <= MAX_LEN:

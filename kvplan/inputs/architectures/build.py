@@ -62,6 +62,9 @@ LAYER_VALUES = {
     "E": ("none", "moe"),
 }
 
+# Every dimension within its own range can still multiply to an absurd model (a head_dim of 2^31
+# across 65,536 heads); the largest real ones hold a few trillion parameters.
+MAX_PARAMS = 10**15
 EXPERT_WIDTH = ("moe_intermediate_size", "expert_intermediate_size")
 MAX_POSITION_KEYS = (
     "model_max_length",  # Cohere: overrides the others
@@ -324,15 +327,21 @@ class Builder:
         ]
 
     def _declared_layers(self) -> tuple[list[str] | None, str]:
+        """The per-layer list a config states, as long as its num_hidden_layers when both are
+        given (transformers refuses a mismatch; a short list would silently drop layers)."""
+        values, key = self._declared_list()
+        count = self.f.opt_int("num_hidden_layers", "num_layers")
+        if values is not None and count is not None and len(values) != count:
+            raise KvplanError(
+                f"{self.f.source}: field {key} has {len(values)} entries, expected {count}"
+            )
+        return values, key
+
+    def _declared_list(self) -> tuple[list[str] | None, str]:
         f = self.f
         for key in ("layers_block_type", "layer_types"):
             values = f.str_list(key)
             if values is not None:
-                count = f.opt_int("num_hidden_layers", "num_layers")
-                if key == "layer_types" and count is not None and len(values) != count:
-                    raise KvplanError(
-                        f"{f.source}: field layer_types has {len(values)} entries, expected {count}"
-                    )
                 if not values:
                     raise KvplanError(f"{f.source}: {key} is empty")
                 return values, key
@@ -595,6 +604,12 @@ class Builder:
         for layer in layers:
             for part, count in layer.params:
                 parts[part] += count
+        total = sum(parts.values())
+        if total > MAX_PARAMS:
+            raise KvplanError(
+                f"{self.f.source}: the config describes {total:.3g} parameters, over "
+                f"{MAX_PARAMS:,}: no real model is this large (a field is corrupt)"
+            )
         n_dense = sum(1 for p in plans if p.ffn == "dense")
         return ModelSpec(
             name=name,
@@ -669,8 +684,8 @@ class Builder:
 
     def max_positions(self) -> int | None:
         for key in MAX_POSITION_KEYS:
-            value = self.f.data.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            value = self.f.window(key)  # null or 0: not stated; else an integer in range
+            if value:
                 return value
         return self.family.max_positions
 

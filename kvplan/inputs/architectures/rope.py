@@ -10,25 +10,46 @@ LongRoPE both the original and the extended range; llama3, mrope and plain RoPE
 one table per type.
 """
 
-from kvplan.inputs.fields import Fields
+import math
+
+from kvplan.errors import KvplanError
+from kvplan.inputs.fields import MAX_DIM, Fields
 
 # Rope types whose table spans the configured positions times the scaling factor.
 _TIMES_FACTOR = ("linear", "dynamic")
 _ORIGINAL_TIMES_FACTOR = ("yarn", "deepseek_yarn")
 
 
-def _table(params: dict, positions: int, rotary_dim: int) -> tuple[int, int]:
+def _table(params: dict, positions: int, rotary_dim: int, source: str) -> tuple[int, int]:
     kind = str(params.get("rope_type") or params.get("type") or "default")
     factor = params.get("factor")
-    factor = float(factor) if isinstance(factor, (int, float)) and factor > 0 else 1.0
+    factor = float(factor) if _number(factor) and factor > 0 else 1.0
     original = params.get("original_max_position_embeddings")
+    length = positions
     if kind in _TIMES_FACTOR:
-        return int(positions * factor), rotary_dim
-    if kind in _ORIGINAL_TIMES_FACTOR and isinstance(original, int) and original > 0:
-        return int(original * factor), rotary_dim
-    if kind == "longrope" and isinstance(original, int) and original > 0:
-        return positions + original, rotary_dim  # short and long tables, concatenated
-    return positions, rotary_dim
+        length = positions * factor
+    elif kind in _ORIGINAL_TIMES_FACTOR and isinstance(original, int) and original > 0:
+        length = original * factor
+    elif kind == "longrope" and isinstance(original, int) and original > 0:
+        length = positions + original  # short and long tables, concatenated
+    if not length <= MAX_DIM:  # an absurd factor or original length (inf, 1e308)
+        raise KvplanError(
+            f"{source}: rope scaling ({kind}, factor {factor:.4g}) gives {length:.4g} positions, "
+            f"over {MAX_DIM:,}"
+        )
+    return int(length), rotary_dim
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _rotary_dim(head_dim: int, partial, source: str) -> int:
+    """`head_dim x partial_rotary_factor`, the factor a fraction in [0, 1]."""
+    if not _number(partial) or not 0 <= partial <= 1:
+        shown = repr(partial) if len(repr(partial)) <= 40 else repr(partial)[:37] + "..."
+        raise KvplanError(f"{source}: partial_rotary_factor must be in [0, 1], got {shown}")
+    return int(head_dim * float(partial))
 
 
 def rope_tables(
@@ -47,7 +68,7 @@ def rope_tables(
     if not isinstance(params, dict):
         params = {}
     partial = params.get("partial_rotary_factor") or f.float("partial_rotary_factor", 1.0)
-    rotary_dim = mla_rope_dim or int(head_dim * float(partial))
+    rotary_dim = mla_rope_dim or _rotary_dim(head_dim, partial, f.source)
     if not rotary_dim:
         return ()
     per_type = {k: v for k, v in params.items() if isinstance(v, dict)}
@@ -55,9 +76,10 @@ def rope_tables(
         tables = []
         for sub in per_type.values():
             factor = sub.get("partial_rotary_factor") or partial
-            tables.append(_table(sub, positions, mla_rope_dim or int(head_dim * float(factor))))
+            dim = mla_rope_dim or _rotary_dim(head_dim, factor, f.source)
+            tables.append(_table(sub, positions, dim, f.source))
         return tuple(tables)
-    tables = [_table(params, positions, rotary_dim)]
+    tables = [_table(params, positions, rotary_dim, f.source)]
     if has_sliding and (local_table or f.has("rope_local_base_freq")):  # Gemma-3, unscaled
         tables.append((positions, rotary_dim))
     return tuple(tables)
