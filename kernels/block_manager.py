@@ -16,6 +16,7 @@ Invariants (checked by tests/test_block_manager.py's state machine):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from collections import OrderedDict
@@ -27,6 +28,7 @@ class NoFreeBlocksError(RuntimeError):
     """The pool has no free block left (a scheduler would preempt or wait)."""
 
 
+@functools.lru_cache(maxsize=1 << 17)  # a pure function; schedulers re-ask for the same blocks
 def block_hash(parent: bytes, token_ids: tuple[int, ...], extra_key: bytes = b"") -> bytes:
     """Chained block hash: sha256(parent hash, token ids, extra key). Position is part of a
     block's identity because the parent chain is."""
@@ -166,8 +168,10 @@ class BlockManager:
         len - 1 tokens can hit."""
         hits, parent = [], NONE_HASH
         usable = token_ids[: len(token_ids) - 1]
-        for index, h in enumerate(block_hashes(usable, self.block_size, extra_key)):
-            chunk = tuple(usable[index * self.block_size : (index + 1) * self.block_size])
+        size = self.block_size
+        for start in range(0, len(usable) - size + 1, size):  # hashed as far as the hits go
+            chunk = tuple(usable[start : start + size])
+            h = block_hash(parent, chunk, extra_key)
             found = next(
                 (
                     block_id
