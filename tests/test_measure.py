@@ -770,3 +770,26 @@ def test_the_ci_recipes_are_valid_workflows_using_real_options():
             for command in commands:
                 used = set(re.findall(r"(--[a-z-]+)", command.split("kvplan measure", 1)[1]))
                 assert used <= options, used - options
+
+
+def test_a_residual_overhead_is_compared_as_its_probes_raw_time():
+    """matmul_overhead is the first small matmul's time less a streaming estimate from another
+    probe: ~50 of ~250 us on a CPU, and it moved +64% and +168% between two CI runs on an idle
+    machine where the raw time moved a few percent. The baseline compares the raw time."""
+
+    def run(residual_s, raw_s):
+        return {
+            "identity": {"kind": "cpu", "cpu_model": "X", "cpu_threads": 2},
+            "conditions": {"rounds": 7, "model": "m", "layers": 1, "dtype": "fp32",
+                           "attention_impl": "torch"},
+            "profile": {"figures": [{"key": "matmul_overhead", "value": residual_s,
+                                     "probe_value": raw_s, "spread": 0.01, "unit": "s"}]},
+            "points": [],
+        }  # fmt: skip
+
+    then = from_json(run(48.9e-6, 243.5e-6))
+    assert set(then.figures) == {"matmul_start"}
+    shifted = compare(from_json(run(130.9e-6, 250.0e-6)), then, 0.5, False)
+    assert shifted.passed and shifted.changes[0].worse_by == pytest.approx(250 / 243.5 - 1)
+    slower = compare(from_json(run(400e-6, 600e-6)), then, 0.5, False)  # a real slowdown
+    assert not slower.passed
