@@ -95,6 +95,17 @@ def held_blocks(pool, rid) -> int:
     return len(pool.block_table(rid))
 
 
+def assert_blocks_cover(engine, steps, num_decodes, chunks) -> None:
+    """The blocks every running request holds cover what this step (or run of `steps` decode
+    steps, when decodes ran) computes."""
+    for r in engine.running:
+        if r.state == DECODE:
+            needed = r.c0 + (engine.decode_index - r.j0) + (steps if num_decodes else 0)
+        else:
+            needed = r.computed + next((n for q, n in chunks if q is r), 0)
+        assert held_blocks(engine.bm, r.rid) * engine.config.block_size >= needed
+
+
 class Checker:
     """Observes every step: budget, seats, pool, blocks covering computed tokens, recompute."""
 
@@ -117,12 +128,7 @@ class Checker:
                 self.first_admitted.append(r.rid)
             self.prefilled[r.rid] = self.prefilled.get(r.rid, 0) + n
             self.since[r.rid] = self.since.get(r.rid, 0) + n
-        for r in engine.running:  # the blocks a request holds cover what this step computes
-            if r.state == DECODE:
-                needed = r.c0 + (engine.decode_index - r.j0) + steps
-            else:
-                needed = r.computed + next((n for q, n in chunks if q is r), 0)
-            assert held_blocks(engine.bm, r.rid) * cfg.block_size >= needed
+        assert_blocks_cover(engine, steps, num_decodes, chunks)
         for r in engine.waiting:  # preempted since last seen: must redo input + outputs so far
             if r.preemptions > self.seen_preemptions.get(r.rid, 0):
                 self.seen_preemptions[r.rid] = r.preemptions

@@ -9,11 +9,11 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_simulate_engine import MODEL, NO_FRONTEND, config, held_blocks
+from test_simulate_engine import MODEL, NO_FRONTEND, assert_blocks_cover, config, workloads
 
 from kvplan.formulas.batch_step import BatchShape
 from kvplan.simulate import cluster, metrics
-from kvplan.simulate.engine import DECODE, Engine
+from kvplan.simulate.engine import Engine
 from kvplan.simulate.sglang import SglangEngine, SglangPolicy
 from kvplan.simulate.workload import RequestSpec
 
@@ -148,19 +148,7 @@ class Checker:
             assert sum(1 for r, n in chunks if r.computed + n < r.num_tokens) <= 1
         assert len(engine.running) <= cfg.max_num_seqs
         assert engine.bm.num_used_blocks <= cfg.num_blocks
-        for r in engine.running:
-            if r.state == DECODE:
-                needed = r.c0 + (engine.decode_index - r.j0) + (steps if num_decodes else 0)
-            else:
-                needed = r.computed + next((n for q, n in chunks if q is r), 0)
-            assert held_blocks(engine.bm, r.rid) * cfg.block_size >= needed
-
-
-workloads = st.lists(
-    st.tuples(st.floats(0, 2.0), st.integers(1, 120), st.integers(1, 40)),
-    min_size=1,
-    max_size=14,
-)
+        assert_blocks_cover(engine, steps, num_decodes, chunks)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -152,6 +152,7 @@ class SglangResult(NamedTuple):
     mem_fraction_static: float
     mem_fraction_given: bool
     chunked_prefill_size: int
+    cuda_graph_max_bs: int  # SGLang's default for the GPU and TP
     free_before_load_bytes: int | None
     weights_bytes: float | None
     pool_bytes: int
@@ -321,6 +322,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         mem_fraction_static=fraction,
         mem_fraction_given=given,
         chunked_prefill_size=default.chunked_prefill_size,
+        cuda_graph_max_bs=default.cuda_graph_max_bs,
         free_before_load_bytes=free_before,
         weights_bytes=weights,
         pool_bytes=rest,

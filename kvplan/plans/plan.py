@@ -44,7 +44,6 @@ DEFAULT_SEQS = (64, 128, 256, 512, 1024)
 DEFAULT_BUDGETS = (2048, 8192)
 DEFAULT_KV = ("auto", "fp8")
 ENGINES = ("vllm", "sglang")  # --emit: the engine simulated and launched
-SGLANG_KV = {"fp8": "fp8_e4m3"}  # vLLM's kv-cache-dtype spelling -> SGLang's
 
 
 class Slo(NamedTuple):
@@ -251,8 +250,7 @@ def _check_kv_cache_dtypes(request: PlanRequest) -> None:
 
     known = SGLANG_KV_CACHE_DTYPES if request.emit == "sglang" else tuple(KV_FORMATS)
     for kv in request.kv_cache_dtypes:
-        name = SGLANG_KV.get(kv, kv) if request.emit == "sglang" else kv
-        if name not in known:
+        if kv not in known:
             raise KvplanError(f"--kv-cache-dtype {kv[:40]!r}: choose {', '.join(known)}")
 
 
@@ -367,9 +365,7 @@ def evaluate(
         max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens,
         max_model_len=request.max_model_len,
-        kv_cache_dtype=SGLANG_KV.get(config.kv_cache_dtype, config.kv_cache_dtype)
-        if request.emit == "sglang"
-        else config.kv_cache_dtype,
+        kv_cache_dtype=config.kv_cache_dtype,  # both engines' simulations take fp8
         async_scheduling=request.async_scheduling,
         engine=request.emit,
     )

@@ -33,7 +33,6 @@ whose step samples the request's first token.
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
 
 from kvplan.formulas.batch_step import TERMS, BatchShape, StepModel
@@ -688,10 +687,6 @@ class Engine:
         r.state = PREFILL  # neither decoding nor done until the caller says
         r.epoch += 1
 
-    def _span_limit(self) -> float:
-        """Decode-only steps a span may run before the scheduler must look again."""
-        return math.inf
-
     def _after_decode_span(self, steps: int) -> None:
         """What a run of `steps` decode-only steps changes besides the cohort."""
 
@@ -721,8 +716,7 @@ class Engine:
                 break
             heapq.heappop(self.finish_heap)
         last = self.finish_heap[0][0]  # the first decode to finish does so in step `last`
-        steps = min(last - j + 1, self._span_limit())
-        last = j + steps - 1
+        steps = last - j + 1
         if steps < MIN_SPAN:
             return None
         bs = self.block_size

@@ -104,7 +104,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
             f"--kv-cache-dtype {options.kv_cache_dtype[:40]!r}: choose {', '.join(KV_FORMATS)}"
         )
     mnbt_default, seqs_default = batch_defaults(gpu)
-    max_model_len = options.max_model_len or spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
+    max_model_len = _max_model_len(spec, options)
     mnbt = options.max_num_batched_tokens or mnbt_default
     if not options.enable_chunked_prefill and options.max_num_batched_tokens is None:
         mnbt = max(max_model_len, mnbt_default)
@@ -118,8 +118,6 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         raise KvplanError(
             "without chunked prefill --max-num-batched-tokens must be at least --max-model-len"
         )
-    if (options.tp > 1 or options.pp > 1) and gpu.interconnect is None:
-        raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
     prefix_caching = options.enable_prefix_caching
     if prefix_caching is None:
         prefix_caching = not spec.has_kind(CacheKind.STATE)
@@ -171,8 +169,14 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     return Replica(config, model, resolved, wdtype, tokens, tuple(notes))
 
 
+def _max_model_len(spec: ModelSpec, options: ServeOptions) -> int:
+    return options.max_model_len or spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
+
+
 def _step_model(spec, gpu, options, kv_format: str, graph_tokens: int, notes: list):
     """(the step-time model of one replica, its weights format); its notes appended."""
+    if (options.tp > 1 or options.pp > 1) and gpu.interconnect is None:
+        raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
     wdtype, wnotes = resolve_weights_dtype(spec, "auto")
     notes.extend(wnotes)
     measured = gpu.vendor == "measured"
@@ -243,7 +247,7 @@ SGLANG_SIM_BLOCK = 16
 def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
     """An SGLang replica with `python -m sglang.launch_server`'s defaults: the KV pool and
     limits from kvplan's SGLang allocator model, SGLang's scheduler (kvplan.simulate.sglang)."""
-    from kvplan.engines.sglang import KV_CACHE_DTYPES, default_mem_fraction, sglang_allocation
+    from kvplan.engines.sglang import sglang_allocation
     from kvplan.simulate.sglang import MAX_PREFILL_TOKENS, SglangPolicy
 
     for given, flag in (
@@ -255,15 +259,8 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     ):
         if given:
             raise KvplanError(f"{flag} is a vLLM option; the SGLang simulation does not take it")
-    if options.kv_cache_dtype not in KV_CACHE_DTYPES:
-        raise KvplanError(
-            f"--kv-cache-dtype {options.kv_cache_dtype[:40]!r}: SGLang's are "
-            + ", ".join(KV_CACHE_DTYPES)
-        )
-    if (options.tp > 1 or options.pp > 1) and gpu.interconnect is None:
-        raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
     notes: list[Note] = []
-    max_model_len = options.max_model_len or spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
+    max_model_len = _max_model_len(spec, options)
     request = EngineRequest(
         engine="sglang",
         max_model_len=max_model_len,
@@ -294,7 +291,6 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
             )
         )
         max_model_len = longest
-    graphs = default_mem_fraction(spec, gpu, options.tp, options.pp).cuda_graph_max_bs
     chunk = options.max_num_batched_tokens or alloc.chunked_prefill_size
     running = options.max_num_seqs or alloc.max_running_requests
     prefix_caching = options.enable_prefix_caching
@@ -310,7 +306,12 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     )
     # async_scheduling stands for SGLang's overlap scheduler (on by default)
     model, wdtype = _step_model(
-        spec, gpu, options, KV_FORMATS.get(alloc.kv_cache_dtype, "auto"), graphs, notes
+        spec,
+        gpu,
+        options,
+        KV_FORMATS.get(alloc.kv_cache_dtype, "auto"),
+        alloc.cuda_graph_max_bs,
+        notes,
     )
     notes.append(
         note(

@@ -34,7 +34,7 @@ from __future__ import annotations
 from kvplan.formulas.batch_step import BatchShape
 from kvplan.kernels.block_manager import NoFreeBlocksError
 from kvplan.record import NamedTuple
-from kvplan.simulate.engine import DECODE, PREFILL, Engine, Req, _Unservable
+from kvplan.simulate.engine import DECODE, Engine, Req, _Unservable
 
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness 1.0
@@ -42,7 +42,6 @@ MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
 NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
 RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
 MAX_PREFILL_TOKENS = 16384  # --max-prefill-tokens
-ADMISSION_LOOKAHEAD = 4096  # decode steps scanned ahead for the queue head's admission
 
 
 class SglangPolicy(NamedTuple):
@@ -288,45 +287,21 @@ class SglangEngine(Engine):
         if self.chunked is not None or self.prefilling or not self.num_decodes:
             return False
         if self.waiting and not self.full:
-            if self._admissible_after(0):
+            if self._head_fits():
                 return False
-            self.full = True  # the prefill attempt found no seat or no tokens
+            # the prefill attempt finds no seat or no tokens: batch_is_full, and nothing is
+            # admitted until a finish or a retraction, which end a run of decode steps anyway
+            self.full = True
         return True
 
-    def _admissible_after(self, steps: int) -> bool:
-        return self._admission_step(steps + 1) == steps
-
-    def _admission_step(self, horizon: int) -> int:
-        """The first decode step k < horizon after which the queue's head would be admitted (k
-        decode steps from now, nothing finishing meanwhile); horizon when none is."""
-        import numpy as np
-
-        if self.full or len(self.running) >= self.config.max_num_seqs:
-            return horizon
-        r = self.waiting[0]
-        extend, _, _ = self._head_need(r)
-        total = self._head_total(r, extend)
-        k = np.arange(horizon, dtype=float)
-        remaining = self._remaining_outputs()
-        ratio = np.maximum(
-            self.ratio - self.policy.new_token_ratio_decay * k, self.policy.min_new_token_ratio
-        )
-        if len(remaining):
-            expected = np.minimum(remaining[None, :] - k[:, None], CLIP_MAX_NEW_TOKENS).sum(axis=1)
-        else:
-            expected = np.zeros(horizon)
-        # each decode step takes a token of the pool per decoding request
-        free = self._free_tokens() - len(remaining) * k
-        fits = np.nonzero(total < free - ratio * expected)[0]
-        return int(fits[0]) if len(fits) else horizon
-
-    def _span_limit(self) -> float:
-        if not self.waiting:
-            return super()._span_limit()
-        horizon = ADMISSION_LOOKAHEAD
-        if self.finish_heap:  # no need to look past the next finish
-            horizon = max(min(horizon, self.finish_heap[0][0] - self.decode_index + 1), 1)
-        return max(self._admission_step(horizon), 1)
+    def _head_fits(self) -> bool:
+        """Whether the queue's head would be admitted now: a seat, and its prompt, expected
+        outputs and a page within the KV budget (PrefillAdder.add_one_req's first test)."""
+        if len(self.running) >= self.config.max_num_seqs:
+            return False
+        rem_total = self._free_tokens() - self._reserved_tokens(self.ratio)
+        extend, _, _ = self._head_need(self.waiting[0])
+        return 0 < rem_total and self._head_total(self.waiting[0], extend) < rem_total
 
     def _after_decode_span(self, steps: int) -> None:
         policy = self.policy
@@ -334,6 +309,3 @@ class SglangEngine(Engine):
             self.ratio - policy.new_token_ratio_decay * steps, policy.min_new_token_ratio
         )
         self._settle_gaps(self.step_index - steps, len(self.decode_log) - steps)
-
-
-__all__ = ["SglangEngine", "SglangPolicy", "PREFILL"]
