@@ -59,13 +59,13 @@ def cache_groups(spec: ModelSpec, fmt: KvFormat, tp: int = 1) -> list[CacheGroup
             repeats[id(layer)] = [layer, 1]
         else:
             seen[1] += 1
-    for layer, count in repeats.values():
+    for layer, count in repeats.values():  # once per distinct layer: setdefault's list is cheap
         if layer.attention is not None:
             a = layer.attention
             key = ("attn", a.label(), a.kv_heads_per_rank(tp), a.head_dim, a.head_dim_v)
-            entry = groups.get(key)
-            if entry is None:
-                entry = groups[key] = [
+            entry = groups.setdefault(
+                key,
+                [
                     a.label(),
                     a.kind,
                     0,
@@ -78,23 +78,15 @@ def cache_groups(spec: ModelSpec, fmt: KvFormat, tp: int = 1) -> list[CacheGroup
                     a.kv_bytes_per_token(fmt.full_precision, tp)
                     if fmt.full_precision_tokens
                     else 0,
-                ]
+                ],
+            )
             entry[2] += count
         if layer.state is not None:
             st = layer.state
             key = ("state", st.label(), st)
-            entry = groups.get(key)
-            if entry is None:
-                entry = groups[key] = [
-                    st.label(),
-                    CacheKind.STATE,
-                    0,
-                    0,
-                    0,
-                    None,
-                    0,
-                    st.bytes_per_sequence(tp),
-                ]
+            entry = groups.setdefault(
+                key, [st.label(), CacheKind.STATE, 0, 0, 0, None, 0, st.bytes_per_sequence(tp)]
+            )
             entry[2] += count
     return [CacheGroup(*values) for values in groups.values()]
 

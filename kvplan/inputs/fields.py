@@ -89,7 +89,7 @@ class Fields:
             return default
         if not isinstance(value, bool):
             raise KvplanError(
-                f"{self.source}: field {name} must be true or false, got {_shown(value)}"
+                f"{self.source}: field {name} must be true or false, got {shown(value)}"
             )
         return value
 
@@ -98,12 +98,8 @@ class Fields:
         value = self.data.get(name)
         if value is None:
             return default
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-        ):
-            raise KvplanError(f"{self.source}: field {name} must be a number, got {_shown(value)}")
+        if not finite_number(value):
+            raise KvplanError(f"{self.source}: field {name} must be a number, got {shown(value)}")
         return float(value)
 
     def int_list(self, name: str, length: int | None = None, minimum: int = 0) -> list[int] | None:
@@ -145,18 +141,16 @@ class Fields:
         if value is None:
             return default
         if not isinstance(value, str):
-            raise KvplanError(f"{self.source}: field {name} must be a string, got {_shown(value)}")
+            raise KvplanError(f"{self.source}: field {name} must be a string, got {shown(value)}")
         return value
 
     def _check_int(self, name: str, value: Any, minimum: int) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise KvplanError(
-                f"{self.source}: field {name} must be an integer, got {_shown(value)}"
-            )
+            raise KvplanError(f"{self.source}: field {name} must be an integer, got {shown(value)}")
         if isinstance(value, float):
             if not math.isfinite(value) or value != int(value):
                 raise KvplanError(
-                    f"{self.source}: field {name} must be an integer, got {_shown(value)}"
+                    f"{self.source}: field {name} must be an integer, got {shown(value)}"
                 )
             value = int(value)
         maximum = MAX_LAYERS if name in LAYER_FIELDS else FIELD_MAXIMUM.get(name, MAX_DIM)
@@ -167,7 +161,12 @@ class Fields:
         return value
 
 
-def _shown(value) -> str:
+def finite_number(value) -> bool:
+    """A JSON number that is one: not a bool, not NaN or infinite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def shown(value) -> str:
     """A config value in an error message, cut to one readable line."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

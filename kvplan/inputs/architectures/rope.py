@@ -10,10 +10,8 @@ LongRoPE both the original and the extended range; llama3, mrope and plain RoPE
 one table per type.
 """
 
-import math
-
 from kvplan.errors import KvplanError
-from kvplan.inputs.fields import MAX_DIM, Fields
+from kvplan.inputs.fields import MAX_DIM, Fields, finite_number, shown
 
 # Rope types whose table spans the configured positions times the scaling factor.
 _TIMES_FACTOR = ("linear", "dynamic")
@@ -23,7 +21,7 @@ _ORIGINAL_TIMES_FACTOR = ("yarn", "deepseek_yarn")
 def _table(params: dict, positions: int, rotary_dim: int, source: str) -> tuple[int, int]:
     kind = str(params.get("rope_type") or params.get("type") or "default")
     factor = params.get("factor")
-    factor = float(factor) if _number(factor) and factor > 0 else 1.0
+    factor = float(factor) if finite_number(factor) and factor > 0 else 1.0
     original = params.get("original_max_position_embeddings")
     length = positions
     if kind in _TIMES_FACTOR:
@@ -40,15 +38,12 @@ def _table(params: dict, positions: int, rotary_dim: int, source: str) -> tuple[
     return int(length), rotary_dim
 
 
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _rotary_dim(head_dim: int, partial, source: str) -> int:
     """`head_dim x partial_rotary_factor`, the factor a fraction in [0, 1]."""
-    if not _number(partial) or not 0 <= partial <= 1:
-        shown = repr(partial) if len(repr(partial)) <= 40 else repr(partial)[:37] + "..."
-        raise KvplanError(f"{source}: partial_rotary_factor must be in [0, 1], got {shown}")
+    if not finite_number(partial) or not 0 <= partial <= 1:
+        raise KvplanError(
+            f"{source}: partial_rotary_factor must be in [0, 1], got {shown(partial)}"
+        )
     return int(head_dim * float(partial))
 
 
