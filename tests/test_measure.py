@@ -793,3 +793,64 @@ def test_a_residual_overhead_is_compared_as_its_probes_raw_time():
     assert shifted.passed and shifted.changes[0].worse_by == pytest.approx(250 / 243.5 - 1)
     slower = compare(from_json(run(400e-6, 600e-6)), then, 0.5, False)  # a real slowdown
     assert not slower.passed
+
+
+# ---- --confirm: a miss or a regression must show in a second, fresh run ------------------------
+def _run_result(passed: bool, worst: float = 0.1, figures=None):
+    from kvplan.measure.run import Check, MeasureResult
+
+    check = Check(passed, 0.15, 0.3, 0.05, worst, 1, (), ())
+    # the figures ride in probe_timings: the stand-in for from_json below reads them there
+    return MeasureResult({}, {"runs": 1}, None, None, (), check, figures or {}, ())
+
+
+def test_confirm_measures_again_only_after_a_miss_and_the_second_run_decides(monkeypatch):
+    import kvplan.measure.run as run
+
+    def runs(*results):
+        queue = list(results)
+        monkeypatch.setattr(run, "_measure_once", lambda request, progress: queue.pop(0))
+        return queue
+
+    left = runs(_run_result(False, 0.48), _run_result(True))
+    assert not run.measure(run.MeasureRequest()).check.passed  # no --confirm: one run decides
+    assert len(left) == 1
+    left = runs(_run_result(True), _run_result(False))
+    assert run.measure(run.MeasureRequest(confirm=True)).check.passed and len(left) == 1
+    runs(_run_result(False, 0.48), _run_result(True))
+    second = run.measure(run.MeasureRequest(confirm=True))
+    assert second.check.passed and second.conditions["runs"] == 2
+    (confirm,) = [n for n in second.notes if n.id == "measure-confirm"]
+    assert dict(confirm.values)["worst"] == 0.48 and dict(confirm.values)["passed"] is True
+    runs(_run_result(False, 0.48), _run_result(False, 0.52))
+    assert not run.measure(run.MeasureRequest(confirm=True)).check.passed  # missed twice: fails
+    assert "measured twice (--confirm)" in summary_line(
+        _data([0.01]) | {"conditions": {"threads": 1, "runs": 2}}
+    )
+
+
+def test_confirm_counts_a_regression_only_when_the_same_figure_regresses_twice(monkeypatch):
+    import kvplan.measure.baseline as bl
+    import kvplan.measure.run as run
+
+    then = _baseline({k: Figure(10.0, 0.0, 9, True) for k in ("bandwidth", "matmul:m=4")})
+    slow_bw = {"bandwidth": Figure(5.0, 0.0, 9, True), "matmul:m=4": Figure(10.0, 0.0, 9, True)}
+    slow_mm = {"bandwidth": Figure(10.0, 0.0, 9, True), "matmul:m=4": Figure(5.0, 0.0, 9, True)}
+    monkeypatch.setattr(
+        bl,
+        "from_json",
+        lambda data: _baseline({k: Figure(**v) for k, v in data["probe_timings"].items()}),
+    )
+
+    def against(*figure_sets):
+        queue = [_run_result(True, figures=f) for f in figure_sets]
+        monkeypatch.setattr(run, "measure", lambda request, progress=None: queue.pop(0))
+        return bl.measure_against(run.MeasureRequest(confirm=True), then, 0.05, False)
+
+    result, comparison = against(slow_bw, slow_mm)  # load: a different figure each time
+    assert comparison.passed and result.conditions["runs"] == 2
+    assert {c.key: c.verdict for c in comparison.changes}["matmul:m=4"] == "not confirmed"
+    _, comparison = against(slow_bw, slow_bw)  # the same figure twice: a regression
+    assert comparison.regressions == 1 and not comparison.passed
+    result, comparison = against(slow_mm | {"matmul:m=4": Figure(10.0, 0.0, 9, True)})
+    assert comparison.passed and result.conditions["runs"] == 1  # nothing regressed: one run

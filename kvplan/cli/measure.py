@@ -49,6 +49,12 @@ def add(app: typer.Typer) -> None:
             help="Exit 1 when the predictions miss (median absolute error above --tolerance, a "
             "point beyond twice it, no memory-bound point, or a self-test mutation not caught).",
         ),
+        confirm: bool = typer.Option(
+            False,
+            "--confirm",
+            help="On a shared machine: measure again before failing; the check must miss in the "
+            "second run too, a --baseline figure regress in both runs.",
+        ),
         tolerance: float = typer.Option(
             None,
             "--tolerance",
@@ -148,14 +154,19 @@ def add(app: typer.Typer) -> None:
             threads=threads,
             tolerance=tolerance,
             rounds=rounds,
+            confirm=confirm,
         )
-        result = _with_progress(lambda progress: measure(request, progress))
         comparison = None
-        if baseline is not None:
-            from kvplan.measure.baseline import compare, from_json
-            from kvplan.present.view import jsonable
+        if baseline is None:
+            result = _with_progress(lambda progress: measure(request, progress))
+        else:
+            from kvplan.measure.baseline import measure_against
 
-            comparison = compare(from_json(jsonable(result)), base, regression, allow_other_device)
+            result, comparison = _with_progress(
+                lambda progress: measure_against(
+                    request, base, regression, allow_other_device, progress
+                )
+            )
         from kvplan.present.measure import junit_xml as junit
         from kvplan.present.measure import measure_view
 

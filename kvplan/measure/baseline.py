@@ -181,5 +181,44 @@ def compare(
     )
 
 
+def confirmed(first: Comparison, second: Comparison) -> Comparison:
+    """The second run's comparison, where a figure counts as a regression only if it regressed in
+    the first run too (`--confirm`): load from other jobs slows a different figure each time, a
+    real regression slows the same one again. A figure that regressed once is "not confirmed"."""
+    before = {c.key for c in first.changes if c.verdict == "regression"}
+    changes = tuple(
+        c._replace(verdict="not confirmed")
+        if c.verdict == "regression" and c.key not in before
+        else c
+        for c in second.changes
+    )
+    return second._replace(
+        changes=changes,
+        regressions=sum(1 for c in changes if c.verdict == "regression"),
+        within_noise=sum(1 for c in changes if c.verdict in ("within noise", "not confirmed")),
+    )
+
+
+def measure_against(
+    request, base: Baseline, max_regression: float, allow_other_device: bool, progress=None
+):
+    """The Python twin of `kvplan measure --baseline FILE`: (the run, its comparison). With
+    `request.confirm`, a run with a regression is measured again and the comparisons are
+    `confirmed`; the second run is the one returned."""
+    from kvplan.measure.run import measure, remeasured
+    from kvplan.present.view import jsonable
+
+    def against(result) -> Comparison:
+        return compare(from_json(jsonable(result)), base, max_regression, allow_other_device)
+
+    result = measure(request, progress)
+    comparison = against(result)
+    if request.confirm and not comparison.passed:
+        second = measure(request, progress)
+        comparison = confirmed(comparison, against(second))
+        result = remeasured(result, second, "baseline", regressions=comparison.regressions)
+    return result, comparison
+
+
 def _unit(key: str) -> str:
     return "bytes_per_s" if "bandwidth" in key or key.startswith("stream") else "flop_per_s"

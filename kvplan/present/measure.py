@@ -66,6 +66,8 @@ def summary_line(data: dict) -> str:
             f" | baseline: {comparison['regressions']} regressions, "
             f"{comparison['within_noise']} within noise (max {comparison['max_regression']:.0%})"
         )
+    if data["conditions"].get("runs", 1) > 1:
+        line += " | measured twice (--confirm)"
     return line
 
 

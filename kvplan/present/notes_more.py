@@ -664,6 +664,24 @@ text("measure-no-datasheet")(
         "PROFILE; --save-profile writes this device's)."
     )
 )
+text("measure-confirm")(
+    lambda why, median, worst, passed, regressions: (
+        (
+            f"Measured twice (--confirm): the first run missed the check (median |error| "
+            f"{median:.1%}, worst {worst:.1%}); this second run "
+            + ("passed it: the miss was load, not the prediction." if passed else "missed too.")
+        )
+        if why == "check"
+        else (
+            "Measured twice (--confirm): the first run regressed against the baseline; "
+            + (
+                f"{regressions} figure(s) regressed in both runs."
+                if regressions
+                else "no figure regressed in both runs: load, not a regression."
+            )
+        )
+    )
+)
 text("check-median")(
     lambda error, tolerance: (
         f"CHECK FAILED: the median |error| is {error:.1%}, above the {tolerance:.0%} tolerance."
