@@ -18,6 +18,7 @@ Needs pyarrow (not a kvplan dependency): run it from a throwaway environment.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from pathlib import Path
 
@@ -89,6 +90,34 @@ def moe(rows, bw, peaks) -> dict:
                 memory.append(memory_s / seconds)
         if compute and memory:
             out[dtype] = (statistics.median(compute), statistics.median(memory))
+    return out
+
+
+def moe_curve(rows, bw, peaks) -> dict:
+    """Per weights dtype, the fused-MoE kernel's slowdown against the datasheet roofline
+    (measured / max(touched expert bytes / BW, FLOPs / peak)) as a function of the tokens each
+    expert gets on average (tokens x top-k / experts): medians over the table's shapes and TP
+    sizes in power-of-two buckets. Routing: power_law_1.01 (skewed like a real router; the only
+    distribution the A100 table has)."""
+    out = {}
+    rows = [r for r in rows if r["distribution"] == "power_law_1.01" and r["moe_ep_size"] == 1]
+    for dtype in sorted({r["moe_dtype"] for r in rows}):
+        buckets: dict[float, list[float]] = {}
+        for r in rows:
+            if r["moe_dtype"] != dtype:
+                continue
+            h, inter, k, experts = r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"]
+            tokens, tp, seconds = r["num_tokens"], r["moe_tp_size"], r["latency"] * 1e-3
+            touched = experts * (1 - (1 - k / experts) ** tokens)
+            weights = touched * 3 * h * inter / tp * BYTES[dtype]
+            flops = 2 * 3 * h * inter / tp * tokens * k
+            ideal = max(weights / bw, flops / peaks[PEAK_KEY[dtype]])
+            per_expert = tokens * k / experts
+            key = 2.0 ** round(math.log2(per_expert)) if per_expert >= 1 else 0.5
+            buckets.setdefault(key, []).append(seconds / ideal)
+        out[dtype] = tuple(
+            (key, round(statistics.median(v), 2)) for key, v in sorted(buckets.items())
+        )
     return out
 
 
@@ -185,6 +214,8 @@ def main() -> None:
     ):
         for key, (compute, memory) in result.items():
             print(f"  {name:10} {key:10} compute {compute:.2f}  memory {memory:.2f}")
+    for key, curve in moe_curve(table(args.data, g, "moe", "moe_perf", v), bw, peaks).items():
+        print(f"  moe curve  {key:10} (tokens per expert, slowdown): {curve}")
     for gpus, (latency, fraction) in allreduce(
         table(args.data, g, "comm", "custom_allreduce_perf", v), args.nvlink_one_way
     ).items():

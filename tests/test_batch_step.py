@@ -9,10 +9,15 @@ import numpy as np
 import pytest
 
 from kvplan.formulas.batch_step import (
+    ACHIEVED_A100,
     ACHIEVED_DATASHEET,
+    ACHIEVED_H100,
+    ACHIEVED_H200,
     HOST_OVERHEADS,
     BatchShape,
     StepModel,
+    achieved_for,
+    curve_at,
     measured_achieved,
 )
 from kvplan.formulas.dtypes import KvFormat
@@ -52,13 +57,15 @@ def test_decode_of_one_sequence_term_by_term(llama8):
 
 def test_prefill_chunk_attention_is_the_causal_triangle(llama8):
     """A chunk of n tokens after p cached ones: each layer 2 x 32 heads x (128 + 128) FLOPs per
-    attended key, keys = (p+n)(p+n+1)/2 - p(p+1)/2; compute-bound at this size."""
+    attended key, keys = (p+n)(p+n+1)/2 - p(p+1)/2; compute-bound at this size. The GEMMs run
+    on every token but the head, which runs on the one sampled position (vLLM's logits_indices)."""
     n, p = 4096, 4096
     keys = (p + n) * (p + n + 1) // 2 - p * (p + 1) // 2
     flops = 32 * 2 * 32 * 256 * keys
     step = model(llama8).step(BatchShape(0, 0, ((n, p),), 1))
     assert step.attention_s == pytest.approx(flops / (PEAK * ATTN_C), rel=1e-9)
-    gemm = 2 * (llama8.params_total - 128256 * 4096) * n
+    head = 128256 * 4096
+    gemm = 2 * (llama8.params_total - 2 * head) * n + 2 * head * 1
     assert step.matmul_s == pytest.approx(gemm / (PEAK * DENSE_C), rel=1e-9)
 
 
@@ -99,12 +106,53 @@ def test_moe_reads_the_experts_a_batch_touches():
     _, experts_4 = m.weights_bytes(4)
     assert experts_1 == pytest.approx(2 * per_expert)
     assert experts_4 == pytest.approx(8 * (1 - 0.75**4) * per_expert)
-    expert_m = ACHIEVED_DATASHEET.experts["bf16"][1]
+    # one token: 2/8 of a token per expert, the curve's first bucket (below one token)
+    slowdown = ACHIEVED_DATASHEET.experts_curve["bf16"][0][1]
     dense_bytes, _ = m.weights_bytes(1)
     step = m.step(BatchShape(1, 100, (), 1))
     assert step.weights_s == pytest.approx(
-        dense_bytes / (BW * DENSE_M) + experts_1 / (BW * expert_m), rel=1e-9
+        dense_bytes / (BW * DENSE_M) + experts_1 / BW * slowdown, rel=1e-9
     )
+
+
+def test_the_expert_kernels_follow_the_tokens_per_expert_curve():
+    """A fused-MoE step is the datasheet roofline times the curve's slowdown at the tokens each
+    expert gets: Mixtral (top 2 of 8) at 2,048 tokens gives 512 an expert, compute-bound."""
+    spec = load_model("mixtral-8x7b")
+    m = model(spec)
+    curve = ACHIEVED_DATASHEET.experts_curve["bf16"]
+    assert curve_at(curve, 128) == pytest.approx(dict(curve)[128])
+    assert curve_at(curve, 0.01) == curve[0][1] and curve_at(curve, 1e9) == curve[-1][1]
+    between = curve_at(curve, 96)  # log-log between the 64 and 128 buckets
+    assert dict(curve)[64] < between < dict(curve)[128]
+    flops = 2 * (spec.moe.params_per_expert * spec.moe.num_layers) * 2 * 2048
+    _, experts = m.weights_bytes(2048)
+    assert flops / PEAK > experts / BW  # compute-bound: the peak side sets the ideal
+    dense_only = model(spec)
+    dense_only.expert_curve = None  # the same step without the experts ...
+    dense_only.expert_flop_per_token = 0.0
+    dense_only._weights = {2048: (m.weights_bytes(2048)[0], 0.0)}
+    experts_s = sum(m.gemm_s(2048, 1)) - sum(dense_only.gemm_s(2048, 1))
+    assert experts_s == pytest.approx(flops / PEAK * dict(curve)[512], rel=1e-9)
+
+
+def test_each_gpu_takes_its_own_kernel_tables():
+    assert achieved_for(load_profile("h100")) is ACHIEVED_H100
+    assert achieved_for(load_profile("h200")) is ACHIEVED_H200
+    assert achieved_for(load_profile("a100-80gb-sxm")) is ACHIEVED_A100
+    assert achieved_for(load_profile("rtx-3090")) is ACHIEVED_A100  # Ampere: no fp8
+    assert achieved_for(load_profile("b200")) is ACHIEVED_H100  # no tables of its own
+    assert achieved_for(load_profile("mi300x")) is ACHIEVED_H100
+
+
+def test_the_head_runs_on_sampled_positions_only(llama8):
+    """A 2,048-token prefill chunk samples one token: its head FLOPs are one token's."""
+    m = model(llama8)
+    head = 2 * llama8.head_params
+    assert llama8.head_params == 128256 * 4096
+    _, every = m.gemm_s(2048, 2048)
+    _, one = m.gemm_s(2048, 1)
+    assert every - one == pytest.approx(head * 2047 / (PEAK * DENSE_C), rel=1e-9)
 
 
 def test_pipeline_takes_m_plus_p_minus_one_stage_times(llama8):
@@ -139,3 +187,8 @@ def test_measured_profiles_take_fractions_relative_to_dense():
     assert measured.experts["bf16"] == pytest.approx((compute / DENSE_C, memory / DENSE_M))
     assert all(0 < v <= 1 for pair in measured.dense.values() for v in pair)
     assert not math.isnan(measured.attention[0])
+    scale = (DENSE_C + DENSE_M) / 2
+    for (x, y), (x2, y2) in zip(
+        ACHIEVED_DATASHEET.experts_curve["fp8"], measured.experts_curve["fp8"], strict=True
+    ):
+        assert x == x2 and y2 == pytest.approx(max(1.0, y * scale))

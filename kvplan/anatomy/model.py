@@ -260,6 +260,13 @@ class ModelSpec(NamedTuple):
         """Parameters used only as a table lookup (the input embedding, when not tied)."""
         return 0 if self.tied_embeddings else self.param_parts.get("embedding", 0)
 
+    @property
+    def head_params(self) -> int:
+        """Parameters of the output head (the LM head, or the tied embedding it reuses)."""
+        if "lm_head" in self.param_parts:
+            return self.param_parts["lm_head"]
+        return self.param_parts.get("embedding", 0) if self.tied_embeddings else 0
+
     # --- cache geometry ---------------------------------------------------------------------
     @property
     def num_layers(self) -> int:

@@ -23,6 +23,8 @@ m = min(pp, sequences) micro-batches and a step takes (m + pp − 1) stage times
 
 from __future__ import annotations
 
+import math
+
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
@@ -51,25 +53,134 @@ class Achieved(NamedTuple):
     compute side of the dense peak in the kernel's dtype, the memory side of the bandwidth."""
 
     dense: dict  # weights format -> GEMMs of the attention, MLP, embedding and head weights
-    experts: dict  # weights format -> fused-MoE expert GEMMs
+    experts: dict  # weights format -> fused-MoE expert GEMMs (formats without a curve)
     attention: tuple[float, float]  # FlashAttention: prefill FLOPs, decode KV reads
     mla: tuple[float, float]  # MLA prefill FLOPs, decode latent reads
     allreduce_call_s: float  # a TP all-reduce of a small message
     link: float  # all-reduce bus bandwidth / one direction of the link
+    # weights format -> ((tokens per expert, slowdown), ...): the fused-MoE kernel's time over
+    # the datasheet roofline max(touched expert bytes / BW, FLOPs / peak), by the tokens each
+    # expert gets (tokens x top-k / experts). One pair of fractions cannot hold it: the kernel
+    # reaches ~0.9 of the bandwidth at 1-4 tokens per expert, neither roof at 64-512, and its
+    # compute plateau (0.2-0.3 of peak) only from ~256.
+    experts_curve: dict
+    source: str  # the tables it was derived from
 
 
-# Medians of measured vLLM 0.14 kernels on an H100 SXM (NVIDIA aiconfigurator's silicon tables,
-# ai-dynamo/aiconfigurator@095f58a5 systems/data/h100_sxm; scripts/derive_achieved.py re-derives
-# them; H200 and A100 tables agree within a few points). Keys are kvplan's weights formats: fp8
-# is block-scaled (DeepSeek style); 4-bit formats take the 4-bit weight-only MoE kernels.
-ACHIEVED_DATASHEET = Achieved(
+# Derived by scripts/derive_achieved.py from NVIDIA aiconfigurator's silicon tables of measured
+# vLLM 0.14 kernels (ai-dynamo/aiconfigurator@095f58a5, systems/data/<gpu>/.../vllm/0.14.0): the
+# fractions are medians over each table's shapes; the MoE curves medians per power-of-two bucket
+# of tokens per expert under power-law routing. They are kernel microbenchmarks, not serving
+# runs: nothing here is fitted to what `kvplan simulate` predicts. Keys are kvplan's weights
+# formats: fp8 is block-scaled (DeepSeek style); 4-bit formats take the 4-bit weight-only MoE
+# kernels (Marlin).
+ACHIEVED_H100 = Achieved(
     dense={"bf16": (0.81, 0.80), "fp8": (0.25, 0.28), "int8": (0.30, 0.45)},
     experts={"bf16": (0.19, 0.69), "fp8": (0.20, 0.68), "int8": (0.10, 0.55), "4bit": (0.24, 0.62)},
     attention=(0.53, 0.80),
     mla=(0.51, 0.73),
     allreduce_call_s=4.6e-6,
     link=0.39,
+    experts_curve={
+        "bf16": (
+            (0.5, 1.44), (1, 1.05), (2, 1.08), (4, 1.07), (8, 1.29), (16, 1.52), (32, 1.77),
+            (64, 2.22), (128, 3.09), (256, 4.87), (512, 5.12), (1024, 4.69), (2048, 4.45),
+            (4096, 4.49),
+        ),
+        "fp8": (
+            (0.5, 1.68), (1, 1.14), (2, 1.15), (4, 1.11), (8, 1.18), (16, 1.33), (32, 1.52),
+            (64, 1.87), (128, 2.74), (256, 4.35), (512, 4.81), (1024, 4.22), (2048, 3.69),
+            (4096, 3.65),
+        ),
+        "4bit": (
+            (0.5, 1.92), (1, 1.13), (2, 1.15), (4, 1.24), (8, 1.49), (16, 2.18), (32, 3.27),
+            (64, 5.32), (128, 5.28), (256, 4.58), (512, 4.2), (1024, 3.85), (2048, 3.51),
+            (4096, 3.48),
+        ),
+    },
+    source="H100 SXM",
+)  # fmt: skip
+ACHIEVED_H200 = Achieved(
+    dense={"bf16": (0.77, 0.74), "fp8": (0.26, 0.21), "int8": (0.34, 0.40)},
+    experts={"bf16": (0.21, 0.66), "fp8": (0.21, 0.62), "int8": (0.12, 0.46), "4bit": (0.25, 0.49)},
+    attention=(0.53, 0.70),
+    mla=(0.52, 0.57),
+    allreduce_call_s=4.5e-6,
+    link=0.39,
+    experts_curve={
+        "bf16": (
+            (0.5, 1.62), (1, 1.1), (2, 1.12), (4, 1.13), (8, 1.51), (16, 1.75), (32, 2.03),
+            (64, 2.55), (128, 3.61), (256, 4.76), (512, 4.39), (1024, 3.96), (2048, 2.85),
+            (4096, 2.87),
+        ),
+        "fp8": (
+            (0.5, 1.92), (1, 1.33), (2, 1.29), (4, 1.25), (8, 1.32), (16, 1.51), (32, 1.83),
+            (64, 2.42), (128, 3.69), (256, 5.04), (512, 4.65), (1024, 4.22), (2048, 3.68),
+            (4096, 3.64),
+        ),
+        "4bit": (
+            (0.5, 2.35), (1, 1.44), (2, 1.47), (4, 1.67), (8, 2.09), (16, 3.08), (32, 4.68),
+            (64, 6.47), (128, 5.22), (256, 4.51), (512, 4.13), (1024, 3.81), (2048, 3.44),
+            (4096, 3.45),
+        ),
+    },
+    source="H200 SXM",
+)  # fmt: skip
+# Ampere has no fp8 and the A100 table no 4-bit MoE kernel: its 4-bit curve is the H100's Marlin
+# curve times the A100/H100 ratio of the bf16 fused-MoE curves, bucket by bucket (the 4-bit
+# kernel's shape against its own roofline from the H100, the GPU's difference from the kernel
+# both tables have); int8 and fp8 keep the H100 fractions.
+_A100_BF16_EXPERTS = (
+    (0.5, 1.5), (1, 1.09), (2, 1.14), (4, 1.14), (8, 1.46), (16, 1.79), (32, 1.98), (64, 2.36),
+    (128, 3.35), (256, 3.39), (512, 3.51), (1024, 3.34), (2048, 3.36), (4096, 3.51),
+)  # fmt: skip
+
+
+def _scaled_curve(curve, numerator, denominator):
+    """`curve` times numerator / denominator at each of its points (same buckets)."""
+    return tuple((x, round(y * dict(numerator)[x] / dict(denominator)[x], 2)) for x, y in curve)
+
+
+ACHIEVED_A100 = ACHIEVED_H100._replace(
+    dense={**ACHIEVED_H100.dense, "bf16": (0.83, 0.68)},
+    attention=(0.54, 0.69),
+    mla=(0.39, 0.19),
+    allreduce_call_s=5.7e-6,
+    link=0.25,
+    experts_curve={
+        "bf16": _A100_BF16_EXPERTS,
+        "4bit": _scaled_curve(
+            ACHIEVED_H100.experts_curve["4bit"],
+            _A100_BF16_EXPERTS,
+            ACHIEVED_H100.experts_curve["bf16"],
+        ),
+    },
+    source="A100 SXM",
 )
+ACHIEVED_DATASHEET = ACHIEVED_H100  # a GPU without its own tables: the H100's
+
+
+def achieved_for(profile) -> Achieved:
+    """The kernel fractions for a datasheet profile: its own tables where aiconfigurator has
+    them (H100, H200), the A100's for NVIDIA GPUs without fp8 (Ampere and older), else the
+    H100's."""
+    name = profile.name.upper()
+    if name.startswith("H200"):
+        return ACHIEVED_H200
+    if profile.vendor == "NVIDIA" and "fp8" not in profile.peak_flop_per_s:
+        return ACHIEVED_A100
+    return ACHIEVED_H100
+
+
+def curve_at(curve: tuple[tuple[float, float], ...], x: float) -> float:
+    """A (x, y) curve read at x: log-log interpolation, flat beyond its ends."""
+    if x <= curve[0][0]:
+        return curve[0][1]
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False):
+        if x <= x1:
+            w = math.log(x / x0) / math.log(x1 / x0)
+            return math.exp((1 - w) * math.log(y0) + w * math.log(y1))
+    return curve[-1][1]
 
 
 def measured_achieved(achieved: Achieved = ACHIEVED_DATASHEET) -> Achieved:
@@ -80,11 +191,17 @@ def measured_achieved(achieved: Achieved = ACHIEVED_DATASHEET) -> Achieved:
     def rel(pair):
         return (min(1.0, pair[0] / compute), min(1.0, pair[1] / memory))
 
+    scale = (compute + memory) / 2  # the ideal roofline is already at the measured rates
+
     return achieved._replace(
         dense={k: rel(v) for k, v in achieved.dense.items()},
         experts={k: rel(v) for k, v in achieved.experts.items()},
         attention=rel(achieved.attention),
         mla=rel(achieved.mla),
+        experts_curve={
+            k: tuple((x, max(1.0, y * scale)) for x, y in curve)
+            for k, curve in achieved.experts_curve.items()
+        },
     )
 
 
@@ -187,17 +304,24 @@ class StepModel:
         dense = achieved.dense.get(key, achieved.dense["bf16"])
         experts = achieved.experts.get(key, achieved.experts["bf16"])
         self.dense_rates = Rates(bw * dense[1], gemm_peak * dense[0])
-        self.expert_rates = Rates(
-            bw * experts[1], (gemm_peak if key in ("fp8", "int8") else bf16) * experts[0]
-        )
+        expert_peak = gemm_peak if key in ("fp8", "int8") else bf16
+        self.expert_rates = Rates(bw * experts[1], expert_peak * experts[0])
+        self.expert_curve = achieved.experts_curve.get(key) if spec.moe else None
+        self.expert_ideal = Rates(bw, expert_peak)
+        self.tokens_per_expert = spec.moe.top_k / spec.moe.num_experts if spec.moe else 0.0
         self.attention_rates = Rates(bw * achieved.attention[1], bf16 * achieved.attention[0])
         self.mla_rates = Rates(bw * achieved.mla[1], bf16 * achieved.mla[0])
         self.sampler_bandwidth = bw * achieved.dense["bf16"][1]
         self.dense_spec = spec._replace(
             moe=None, param_parts={k: v for k, v in spec.param_parts.items() if k != "experts"}
         )
-        self.dense_flop_per_token = 2 * matmul_params(self.dense_spec) / tp
-        self.expert_flop_per_token = 2 * matmul_params(spec) / tp - self.dense_flop_per_token
+        # the head runs on the sampled positions only (vLLM's logits_indices: a prefill chunk's
+        # last token, each decode), the rest of the dense GEMMs on every token
+        self.head_flop_per_sample = 2 * spec.head_params / tp
+        self.dense_flop_per_token = 2 * matmul_params(self.dense_spec) / tp - (
+            self.head_flop_per_sample
+        )
+        self.expert_flop_per_token = 2 * (matmul_params(spec) - matmul_params(self.dense_spec)) / tp
         self.groups = _groups(spec, fmt, tp)
         self.state_bytes_per_sequence = sum(
             g.bytes_per_sequence(0)
@@ -255,18 +379,29 @@ class StepModel:
             )
         return seconds
 
-    def gemm_s(self, num_tokens: int) -> tuple[float, float]:
-        """(weight-bound, compute-bound) seconds of the step's GEMMs: the dense ones and the
-        experts', each on its own roofline."""
+    def gemm_s(self, num_tokens: int, num_sampled: int | None = None) -> tuple[float, float]:
+        """(weight-bound, compute-bound) seconds of the step's GEMMs over `num_tokens` tokens,
+        `num_sampled` of which reach the head (None: all): the dense ones and the experts',
+        each on its own roofline."""
         dense_bytes, expert_bytes = self.weights_bytes(num_tokens)
         weights_s = matmul_s = 0.0
-        for num_bytes, flops, rates in (
-            (dense_bytes, self.dense_flop_per_token * num_tokens, self.dense_rates),
-            (expert_bytes, self.expert_flop_per_token * num_tokens, self.expert_rates),
+        sampled = num_tokens if num_sampled is None else num_sampled
+        dense_flops = self.dense_flop_per_token * num_tokens + self.head_flop_per_sample * sampled
+        expert_flops = self.expert_flop_per_token * num_tokens
+        for num_bytes, flops, rates, slowdown in (
+            (dense_bytes, dense_flops, self.dense_rates, 1.0),
+            (expert_bytes, expert_flops, self.expert_rates, 1.0)
+            if self.expert_curve is None
+            else (
+                expert_bytes,
+                expert_flops,
+                self.expert_ideal,
+                curve_at(self.expert_curve, num_tokens * self.tokens_per_expert),
+            ),
         ):
             if not num_bytes and not flops:
                 continue
-            seconds = time_floor_s(num_bytes, flops, rates)
+            seconds = time_floor_s(num_bytes, flops, rates) * slowdown
             if bound(num_bytes, flops, rates) == "memory":
                 weights_s += seconds
             else:
@@ -308,7 +443,7 @@ class StepModel:
         """(weights, matmul, kv_read, attention, comm, launch) seconds of a forward over
         `layer_share` of the layers (1: the whole model)."""
         num_tokens = max(1, shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
-        weights_s, matmul_s = self.gemm_s(num_tokens)
+        weights_s, matmul_s = self.gemm_s(num_tokens, max(1, shape.num_sampled))
         decode_s, kv_bound = self.decode_attention_s(shape.num_decodes, shape.decode_context_sum)
         prefill_s = sum(self.prefill_attention_s(n, c) for n, c in shape.prefill_chunks)
         per_layer = (
@@ -333,6 +468,7 @@ class StepModel:
             num_decodes=-(-shape.num_decodes // m),
             decode_context_sum=shape.decode_context_sum / m,
             prefill_chunks=tuple((-(-n // m), c) for n, c in shape.prefill_chunks),
+            num_sampled=-(-shape.num_sampled // m),
         )
         stage = self._forward(micro, 1.0 / self.pp)
         scale = m / (1.0 - pipeline_bubble_fraction(self.pp, m))  # = m + pp - 1

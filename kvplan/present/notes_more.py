@@ -352,13 +352,14 @@ text("sim-step-terms")(
     )
 )
 text("sim-achieved-datasheet")(
-    lambda: (
-        "Each operation runs at the fraction of the datasheet rate vLLM's own kernel reaches "
-        "(medians of measured vLLM 0.14 kernels on H100 from NVIDIA aiconfigurator's silicon "
-        "tables): dense bf16 GEMMs 0.81 of peak and 0.80 of bandwidth, block-fp8 GEMMs 0.25 and "
-        "0.28, fused-MoE experts about 0.2 of peak and 0.6-0.7 of bandwidth, attention 0.53 and "
-        "0.80; CUDA-graph steps pay 32 us per layer, larger steps 0.8 ms per layer of CPU "
-        "dispatch; the API server 15.6 ms per request and 46 us per streamed token (BLIS)."
+    lambda tables, gpu: (
+        "Each operation runs at the fraction of the datasheet rate vLLM's own kernel reaches, "
+        f"from measured vLLM 0.14 kernels on {tables} (NVIDIA aiconfigurator's silicon tables"
+        + ("" if gpu.upper().startswith(tables.split()[0]) else f"; {gpu} has none of its own")
+        + "): dense GEMMs and attention by the medians of their tables, fused-MoE experts by a "
+        "curve of the tokens each expert gets (about 0.9 of the bandwidth at 1-4 tokens, 0.2-0.3 "
+        "of peak from ~256); CUDA-graph steps pay 32 us per layer, larger steps 0.8 ms per layer "
+        "of CPU dispatch; the API server 15.6 ms per request and 46 us per streamed token (BLIS)."
     )
 )
 text("sim-achieved-measured")(

@@ -17,10 +17,10 @@ from kvplan.engines import EngineRequest
 from kvplan.engines.vllm import vllm_allocation
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
-    ACHIEVED_DATASHEET,
     CUDA_GRAPH_MAX_TOKENS,
     HOST_OVERHEADS,
     StepModel,
+    achieved_for,
     measured_achieved,
 )
 from kvplan.formulas.dtypes import resolve_kv_format
@@ -180,6 +180,7 @@ def _step_model(spec, gpu, options, kv_format: str, graph_tokens: int, notes: li
     wdtype, wnotes = resolve_weights_dtype(spec, "auto")
     notes.extend(wnotes)
     measured = gpu.vendor == "measured"
+    achieved = achieved_for(gpu)
     model = StepModel(
         spec,
         Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak(spec.dtype)),
@@ -188,13 +189,17 @@ def _step_model(spec, gpu, options, kv_format: str, graph_tokens: int, notes: li
         tp=options.tp,
         pp=options.pp,
         link=gpu.interconnect,
-        achieved=measured_achieved() if measured else ACHIEVED_DATASHEET,
+        achieved=measured_achieved() if measured else achieved,
         fp8_flop_per_s=gpu.peak_flop_per_s.get("fp8"),
         host=HOST_OVERHEADS,
         async_scheduling=options.async_scheduling,
         cuda_graph_max_tokens=graph_tokens,
     )
-    notes.append(note("sim-achieved-measured") if measured else note("sim-achieved-datasheet"))
+    notes.append(
+        note("sim-achieved-measured")
+        if measured
+        else note("sim-achieved-datasheet", tables=achieved.source, gpu=gpu.name)
+    )
     return model, wdtype
 
 
