@@ -849,6 +849,8 @@ def test_confirm_counts_a_regression_only_when_the_same_figure_regresses_twice(m
 
     result, comparison = against(slow_bw, slow_mm)  # load: a different figure each time
     assert comparison.passed and result.conditions["runs"] == 2
+    (confirm,) = [n for n in result.notes if n.id == "measure-confirm"]
+    assert dict(confirm.values)["regressed_first"] == ("bandwidth",)
     assert {c.key: c.verdict for c in comparison.changes}["matmul:m=4"] == "not confirmed"
     _, comparison = against(slow_bw, slow_bw)  # the same figure twice: a regression
     assert comparison.regressions == 1 and not comparison.passed

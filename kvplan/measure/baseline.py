@@ -215,8 +215,11 @@ def measure_against(
     comparison = against(result)
     if request.confirm and not comparison.passed:
         second = measure(request, progress)
+        first = tuple(c.key for c in comparison.changes if c.verdict == "regression")
         comparison = confirmed(comparison, against(second))
-        result = remeasured(result, second, "baseline", regressions=comparison.regressions)
+        result = remeasured(
+            result, second, "baseline", regressions=comparison.regressions, regressed_first=first
+        )
     return result, comparison
 
 

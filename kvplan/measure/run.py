@@ -206,7 +206,13 @@ def measure(request: MeasureRequest, progress: Progress | None = None) -> Measur
     return result
 
 
-def remeasured(first: MeasureResult, second: MeasureResult, why: str, regressions: int = 0):
+def remeasured(
+    first: MeasureResult,
+    second: MeasureResult,
+    why: str,
+    regressions: int = 0,
+    regressed_first: tuple[str, ...] = (),
+):
     """The second run, noting what the first one showed: a missed check (its median and worst
     |error|) or a regression against the baseline (how many were confirmed)."""
     check = first.check
@@ -220,6 +226,7 @@ def remeasured(first: MeasureResult, second: MeasureResult, why: str, regression
                     worst=check.worst_abs_error,
                     passed=second.check.passed,
                     regressions=regressions,
+                    regressed_first=regressed_first,
                 ),
                 *second.notes,
             ]

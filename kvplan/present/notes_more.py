@@ -666,7 +666,7 @@ text("measure-no-datasheet")(
     )
 )
 text("measure-confirm")(
-    lambda why, median, worst, passed, regressions: (
+    lambda why, median, worst, passed, regressions, regressed_first: (
         (
             f"Measured twice (--confirm): the first run missed the check (median |error| "
             f"{median:.1%}, worst {worst:.1%}); this second run "
@@ -674,7 +674,9 @@ text("measure-confirm")(
         )
         if why == "check"
         else (
-            "Measured twice (--confirm): the first run regressed against the baseline; "
+            "Measured twice (--confirm): the first run regressed against the baseline ("
+            + ", ".join(regressed_first)
+            + "); "
             + (
                 f"{regressions} figure(s) regressed in both runs."
                 if regressions
