@@ -90,16 +90,49 @@ class WeightsBreakdown(NamedTuple):
     total_bytes: float
 
 
+def mxfp4_alignment(gpu: GpuProfile) -> tuple[int, int]:
+    """(intermediate, hidden) multiples vLLM 0.19 pads mxfp4 experts to on this GPU
+    (fused_moe/oracle/mxfp4.py, mxfp4_round_up_hidden_size_and_intermediate_size): FlashInfer's
+    TRT-LLM kernels on datacenter Blackwell and AITER on ROCm pad both to 256; elsewhere
+    (Hopper, Ampere, Ada: no native FP4) the Marlin kernels pad the intermediate width to 128
+    and the hidden size to 256. gpt-oss-20b on an H100 loads 13.64 GiB (TP 1) and 7.01 GiB
+    (TP 2) in vLLM 0.19's logs, 0.82 and 0.59 GiB above the checkpoint's bytes: Marlin's
+    2880 -> 2944 x 3072 (TP 1) and 1440 -> 1536 x 3072 (TP 2) give 0.85 and 0.65 GiB."""
+    name = gpu.name.upper()
+    if gpu.vendor == "AMD" or name.startswith(("B200", "B300", "GB200", "GB300")):
+        return 256, 256
+    return 128, 256
+
+
+def _round_up(value: float, multiple: int) -> float:
+    return math.ceil(value / multiple) * multiple
+
+
 def weights_per_rank(
-    spec: ModelSpec, stage: ModelSpec, first: bool, last: bool, wdtype: str, tp: int
+    spec: ModelSpec,
+    stage: ModelSpec,
+    first: bool,
+    last: bool,
+    wdtype: str,
+    tp: int,
+    mxfp4_align: tuple[int, int] | None = None,
 ) -> WeightsBreakdown:
-    """What one rank of one pipeline stage holds after loading."""
+    """What one rank of one pipeline stage holds after loading. `mxfp4_align`: the
+    (intermediate, hidden) multiples an mxfp4 expert is padded to (None: none)."""
     model_bytes = ELEMENT_BYTES[spec.dtype]
     layers = 0.0
     mla_copies = 0.0
+    expert_pad = 1.0
+    if mxfp4_align and wdtype == "mxfp4" and spec.moe and spec.moe.expert_intermediate_size:
+        width, hidden = spec.moe.expert_intermediate_size / tp, spec.hidden_size
+        expert_pad = (
+            _round_up(width, mxfp4_align[0]) * _round_up(hidden, mxfp4_align[1]) / (width * hidden)
+        )
     for layer in stage.layers:
         for part, count in layer.params:
             share = count if part in REPLICATED_PARTS else count / tp
+            if part == "experts":
+                share *= expert_pad
             layers += _part_bytes(spec, wdtype, part, share)
         attn = layer.attention
         if attn is None:
@@ -174,7 +207,7 @@ def stage_memory(
     stage = stages[index]
     tokens = max_num_batched_tokens
     b = ELEMENT_BYTES[spec.dtype]
-    weights = weights_per_rank(spec, stage, first, last, wdtype, tp)
+    weights = weights_per_rank(spec, stage, first, last, wdtype, tp, mxfp4_alignment(gpu))
     persistent = 0
     if not first:  # IntermediateTensors buffers (hidden states and residual) for the stage input
         persistent += 2 * tokens * spec.hidden_size * b

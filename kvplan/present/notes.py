@@ -282,7 +282,7 @@ text("vllm-memory-estimated")(
         "of the profiling run - non-torch memory"
         + (" (NCCL and all-reduce buffers at this TP)" if tp > 1 else "")
         + ". Against 56 vLLM 0.19 start-up logs on H100 (tests/test_vllm_logs.py) it is off by "
-        "0.04 GiB at the median and 0.81 GiB at worst; the non-torch term was measured on H100 "
+        "0.04 GiB at the median and 0.22 GiB at worst; the non-torch term was measured on H100 "
         "SXM only"
         + (", and TP 8 is not measured (the TP 4 figure is used)" if tp > 4 else "")
         + ". Pass --kv-cache-memory with a logged figure for exact counts."
