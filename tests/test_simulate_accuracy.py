@@ -50,11 +50,12 @@ def test_published_runs_median_errors():
         for metric in METRICS:
             errors[metric].append(abs(relative_error(sim[metric], case["measured"][metric])))
     assert len(errors["output_throughput"]) >= 20
-    # the goals are 0.20 and 0.20; measured 0.148 and 0.171 (docs/simulate.md)
+    # the goals are 0.20 and 0.20; measured 0.121 and 0.166 (docs/simulate.md)
     assert statistics.median(errors["output_throughput"]) <= 0.20
     assert statistics.median(errors["median_tpot_ms"]) <= 0.20
-    # the goal is 0.35; low-load TTFT is short of the measured API overheads (docs/simulate.md)
-    assert statistics.median(errors["median_ttft_ms"]) <= 0.40
+    # the goal is 0.35, measured 0.366: low-load TTFT is short of the measured API overheads
+    # (docs/simulate.md); a guard against regressions, not the goal met
+    assert statistics.median(errors["median_ttft_ms"]) <= 0.38
 
 
 def median_errors(cases) -> dict[str, float]:
@@ -74,9 +75,9 @@ def median_errors(cases) -> dict[str, float]:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "engine, limits",
-    # today's medians (docs/simulate.md: 21.1/30.0/25.1% and 26.3/16.5/27.7%) with a little room:
+    # today's medians (docs/simulate.md: 21.1/30.0/25.1% and 23.2/14.1/26.1%) with a little room:
     # guards against regressions on runs never used to set a constant, not goals met
-    [("sglang", (0.23, 0.32, 0.27)), ("vllm", (0.28, 0.19, 0.30))],
+    [("sglang", (0.23, 0.32, 0.27)), ("vllm", (0.25, 0.16, 0.28))],
 )
 def test_held_out_runs_median_errors(engine, limits):
     cases = load_cases(HELDOUT[engine])
