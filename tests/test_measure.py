@@ -804,29 +804,79 @@ def _run_result(passed: bool, worst: float = 0.1, figures=None):
     return MeasureResult({}, {"runs": 1}, None, None, (), check, figures or {}, ())
 
 
+def _queue(monkeypatch, *results):
+    """`_measure_once` returns these in turn; the list left shows how many runs were taken."""
+    import kvplan.measure.run as run
+
+    queue = list(results)
+    monkeypatch.setattr(run, "_measure_once", lambda request, progress: queue.pop(0))
+    return queue
+
+
 def test_confirm_measures_again_only_after_a_miss_and_the_second_run_decides(monkeypatch):
     import kvplan.measure.run as run
 
-    def runs(*results):
-        queue = list(results)
-        monkeypatch.setattr(run, "_measure_once", lambda request, progress: queue.pop(0))
-        return queue
-
-    left = runs(_run_result(False, 0.48), _run_result(True))
-    assert not run.measure(run.MeasureRequest()).check.passed  # no --confirm: one run decides
+    left = _queue(monkeypatch, _run_result(False, 0.48), _run_result(True))
+    assert not run.measure(run.MeasureRequest(check=True)).check.passed  # no --confirm
     assert len(left) == 1
-    left = runs(_run_result(True), _run_result(False))
-    assert run.measure(run.MeasureRequest(confirm=True)).check.passed and len(left) == 1
-    runs(_run_result(False, 0.48), _run_result(True))
-    second = run.measure(run.MeasureRequest(confirm=True))
+    left = _queue(monkeypatch, _run_result(True), _run_result(False))
+    request = run.MeasureRequest(check=True, confirm=True)
+    assert run.measure(request).check.passed and len(left) == 1
+    _queue(monkeypatch, _run_result(False, 0.48), _run_result(True))
+    second = run.measure(request)
     assert second.check.passed and second.conditions["runs"] == 2
     (confirm,) = [n for n in second.notes if n.id == "measure-confirm"]
     assert dict(confirm.values)["worst"] == 0.48 and dict(confirm.values)["passed"] is True
-    runs(_run_result(False, 0.48), _run_result(False, 0.52))
-    assert not run.measure(run.MeasureRequest(confirm=True)).check.passed  # missed twice: fails
+    _queue(monkeypatch, _run_result(False, 0.48), _run_result(False, 0.52))
+    assert not run.measure(request).check.passed  # missed twice: fails
     assert "measured twice (--confirm)" in summary_line(
         _data([0.01]) | {"conditions": {"threads": 1, "runs": 2}}
     )
+
+
+def test_confirm_without_the_check_gating_never_measures_again_for_a_miss(monkeypatch):
+    # `kvplan measure --confirm --baseline X` (no --check): a missed check fails nothing, so it
+    # costs no second run; before, every miss measured the whole sweep again
+    import kvplan.measure.baseline as bl
+    import kvplan.measure.run as run
+
+    left = _queue(monkeypatch, _run_result(False, 0.48), _run_result(True))
+    assert not run.measure(run.MeasureRequest(confirm=True)).check.passed and len(left) == 1
+    then = _baseline({"bandwidth": Figure(10.0, 0.0, 9, True)})
+    monkeypatch.setattr(
+        bl,
+        "from_json",
+        lambda data: _baseline({k: Figure(**v) for k, v in data["probe_timings"].items()}),
+    )
+    same = {"bandwidth": Figure(10.0, 0.0, 9, True)}
+    left = _queue(monkeypatch, _run_result(False, 0.48, same), _run_result(True, figures=same))
+    result, comparison = bl.measure_against(run.MeasureRequest(confirm=True), then, 0.05, False)
+    assert len(left) == 1 and comparison.passed and result.conditions["runs"] == 1
+
+
+def test_confirm_takes_one_second_run_for_a_miss_and_a_regression_together(monkeypatch):
+    # --check --confirm --baseline: the first run misses the check and regresses; one more run
+    # settles both (before: up to four runs, and "runs" said 3)
+    import kvplan.measure.baseline as bl
+    import kvplan.measure.run as run
+
+    then = _baseline({"bandwidth": Figure(10.0, 0.0, 9, True)})
+    monkeypatch.setattr(
+        bl,
+        "from_json",
+        lambda data: _baseline({k: Figure(**v) for k, v in data["probe_timings"].items()}),
+    )
+    slow = {"bandwidth": Figure(5.0, 0.0, 9, True)}
+    first, second = _run_result(False, 0.48, slow), _run_result(False, 0.52, slow)
+    first = first._replace(conditions={"runs": 1, "elapsed_s": 30.0})
+    second = second._replace(conditions={"runs": 1, "elapsed_s": 40.0})
+    left = _queue(monkeypatch, first, second, _run_result(True), _run_result(True))
+    request = run.MeasureRequest(check=True, confirm=True)
+    result, comparison = bl.measure_against(request, then, 0.05, False)
+    assert len(left) == 2 and not result.check.passed and comparison.regressions == 1
+    assert result.conditions["runs"] == 2 and result.conditions["elapsed_s"] == 70.0
+    whys = [dict(n.values)["why"] for n in result.notes if n.id == "measure-confirm"]
+    assert whys == ["check", "baseline"]
 
 
 def test_confirm_counts_a_regression_only_when_the_same_figure_regresses_twice(monkeypatch):
@@ -843,8 +893,7 @@ def test_confirm_counts_a_regression_only_when_the_same_figure_regresses_twice(m
     )
 
     def against(*figure_sets):
-        queue = [_run_result(True, figures=f) for f in figure_sets]
-        monkeypatch.setattr(run, "measure", lambda request, progress=None: queue.pop(0))
+        _queue(monkeypatch, *[_run_result(True, figures=f) for f in figure_sets])
         return bl.measure_against(run.MeasureRequest(confirm=True), then, 0.05, False)
 
     result, comparison = against(slow_bw, slow_mm)  # load: a different figure each time

@@ -52,8 +52,8 @@ def add(app: typer.Typer) -> None:
         confirm: bool = typer.Option(
             False,
             "--confirm",
-            help="On a shared machine: measure again before failing; the check must miss in the "
-            "second run too, a --baseline figure regress in both runs.",
+            help="On a shared machine: measure once more before failing; the --check must miss "
+            "in the second run too, a --baseline figure regress in both runs.",
         ),
         tolerance: float = typer.Option(
             None,
@@ -123,6 +123,11 @@ def add(app: typer.Typer) -> None:
             )
         if allow_other_device and baseline is None:
             raise KvplanError("--allow-other-device applies to --baseline: add --baseline FILE")
+        if confirm and (distributed or not (check or baseline is not None)):
+            raise KvplanError(
+                "--confirm measures again before --check or --baseline fails: add one of them"
+                + (" (--distributed has no --confirm)" if distributed else "")
+            )
         regression = _percent(max_regression)
         if distributed:
             _distributed(
@@ -154,6 +159,7 @@ def add(app: typer.Typer) -> None:
             threads=threads,
             tolerance=tolerance,
             rounds=rounds,
+            check=check,
             confirm=confirm,
         )
         comparison = None

@@ -203,22 +203,28 @@ def measure_against(
     request, base: Baseline, max_regression: float, allow_other_device: bool, progress=None
 ):
     """The Python twin of `kvplan measure --baseline FILE`: (the run, its comparison). With
-    `request.confirm`, a run with a regression is measured again and the comparisons are
-    `confirmed`; the second run is the one returned."""
-    from kvplan.measure.run import measure, remeasured
+    `request.confirm`, a run that fails (a regression, or a missed check when `request.check`)
+    is measured once more, from scratch: the comparisons are `confirmed` and the check is the
+    second run's; the second run is the one returned."""
+    from kvplan.measure.run import _measure_once, remeasured
     from kvplan.present.view import jsonable
 
     def against(result) -> Comparison:
         return compare(from_json(jsonable(result)), base, max_regression, allow_other_device)
 
-    result = measure(request, progress)
+    result = _measure_once(request, progress)
     comparison = against(result)
-    if request.confirm and not comparison.passed:
-        second = measure(request, progress)
+    check_missed = request.check and not result.check.passed
+    if request.confirm and (check_missed or not comparison.passed):
+        second = _measure_once(request, progress)
         first = tuple(c.key for c in comparison.changes if c.verdict == "regression")
         comparison = confirmed(comparison, against(second))
         result = remeasured(
-            result, second, "baseline", regressions=comparison.regressions, regressed_first=first
+            result,
+            second,
+            check_missed=check_missed,
+            regressions=comparison.regressions,
+            regressed_first=first,
         )
     return result, comparison
 

@@ -52,7 +52,10 @@ class MeasureRequest(NamedTuple):
     decode_points: tuple[tuple[int, int], ...] | None = None  # (batch, context)
     prefill_points: tuple[int, ...] | None = None
     rounds: int | None = None
-    # a miss of the check must show again in a second, fresh run (probes and steps re-measured)
+    # the check gates the run (--check): with `confirm`, a miss must show again in a second run
+    check: bool = False
+    # a failure (a missed check when `check`, a regression in `measure_against`) must show again
+    # in a second, fresh run (probes and steps re-measured); at most one more run
     confirm: bool = False
 
 
@@ -196,42 +199,49 @@ def error(predicted: float | None, measured: float) -> float | None:
 
 
 def measure(request: MeasureRequest, progress: Progress | None = None) -> MeasureResult:
-    """The Python twin of `kvplan measure`. With `confirm`, a check that fails is measured again
-    from scratch and the second run decides: another job's load on a shared machine slows one
-    run's points or probes for its whole length, which its own rounds cannot show, and rarely
-    the same ones twice; a wrong prediction misses again."""
+    """The Python twin of `kvplan measure`. With `check` and `confirm`, a check that fails is
+    measured again from scratch and the second run decides: another job's load on a shared
+    machine slows one run's points or probes for its whole length, which its own rounds cannot
+    show, and rarely the same ones twice; a wrong prediction misses again. Without `check` the
+    check is reported, never repeated."""
     result = _measure_once(request, progress)
-    if request.confirm and not result.check.passed:
-        result = remeasured(result, _measure_once(request, progress), "check")
+    if request.confirm and request.check and not result.check.passed:
+        result = remeasured(result, _measure_once(request, progress), check_missed=True)
     return result
 
 
 def remeasured(
     first: MeasureResult,
     second: MeasureResult,
-    why: str,
+    check_missed: bool = False,
     regressions: int = 0,
     regressed_first: tuple[str, ...] = (),
 ):
     """The second run, noting what the first one showed: a missed check (its median and worst
-    |error|) or a regression against the baseline (how many were confirmed)."""
+    |error|) and/or a regression against the baseline (which figures, how many confirmed)."""
     check = first.check
+    reasons = (["check"] if check_missed else []) + (["baseline"] if regressed_first else [])
+    confirm_notes = [
+        note(
+            "measure-confirm",
+            why=why,
+            median=check.median_abs_error,
+            worst=check.worst_abs_error,
+            passed=second.check.passed,
+            regressions=regressions,
+            regressed_first=regressed_first,
+        )
+        for why in reasons
+    ]
     return second._replace(
-        notes=unique(
-            [
-                note(
-                    "measure-confirm",
-                    why=why,
-                    median=check.median_abs_error,
-                    worst=check.worst_abs_error,
-                    passed=second.check.passed,
-                    regressions=regressions,
-                    regressed_first=regressed_first,
-                ),
-                *second.notes,
-            ]
-        ),
-        conditions={**second.conditions, "runs": first.conditions.get("runs", 1) + 1},
+        notes=unique([*confirm_notes, *second.notes]),
+        conditions={
+            **second.conditions,
+            "runs": 2,
+            # the command's time: both runs
+            "elapsed_s": first.conditions.get("elapsed_s", 0.0)
+            + second.conditions.get("elapsed_s", 0.0),
+        },
     )
 
 
