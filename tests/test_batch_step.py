@@ -145,6 +145,26 @@ def test_each_gpu_takes_its_own_kernel_tables():
     assert achieved_for(load_profile("mi300x")) is ACHIEVED_H100
 
 
+def test_a_users_profile_is_matched_by_the_model_in_its_name_and_any_case_of_vendor():
+    # a YAML written by hand: "nvidia" in lower case, the model not first in the name
+    a100 = load_profile("a100-80gb-sxm")._replace(name="My A100 box", vendor="nvidia")
+    assert achieved_for(a100) is ACHIEVED_A100
+    h200 = load_profile("h200")._replace(name="NVIDIA H200 141GB", vendor="Nvidia")
+    assert achieved_for(h200) is ACHIEVED_H200
+    gh200 = load_profile("h100")._replace(name="GH200 480GB")  # a Hopper, not an H200
+    assert achieved_for(gh200) is ACHIEVED_H100
+    from kvplan.notes import note
+    from kvplan.present.notes import note_texts
+
+    def words(gpu: str) -> str:
+        return note_texts(
+            [note("sim-achieved-datasheet", tables=achieved_for(h200).source, gpu=gpu)]
+        )[0]
+
+    assert "has none of its own" not in words("NVIDIA H200 141GB")
+    assert "GH200 480GB has none of its own" in words("GH200 480GB")
+
+
 def test_the_head_runs_on_sampled_positions_only(llama8):
     """A 2,048-token prefill chunk samples one token: its head FLOPs are one token's."""
     m = model(llama8)

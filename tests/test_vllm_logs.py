@@ -171,3 +171,23 @@ def test_mxfp4_experts_are_padded_as_the_gpus_moe_backend_pads_them():
     assert experts((128, 256)) == pytest.approx(expert_bytes * (2944 * 3072 / 2880**2 - 1))
     assert experts((256, 256)) == pytest.approx(expert_bytes * (3072 * 3072 / 2880**2 - 1))
     assert weights_per_rank(spec, spec, True, True, "bf16", 1, (128, 256)) == bf16  # mxfp4 only
+
+
+def test_the_mxfp4_padding_knows_a_users_or_a_measured_profile():
+    """Datacenter Blackwell by the model anywhere in the name, AMD by the device a measured
+    profile names (its vendor field says "measured")."""
+    from kvplan.engines.vllm_memory import mxfp4_alignment
+    from kvplan.inputs.hardware import MeasuredRates, load_profile
+
+    b200 = load_profile("b200")
+    assert mxfp4_alignment(b200._replace(name="NVIDIA B200", vendor="nvidia")) == (256, 256)
+    assert mxfp4_alignment(b200._replace(name="measured NVIDIA B200")) == (256, 256)
+    measured = MeasuredRates("bf16", (), (), (), (), 0.0, 0.0, False, {"kind": "cuda"}, {})
+    mi300x = load_profile("mi300x")._replace(
+        name="measured AMD Instinct MI300X",
+        vendor="measured",
+        measured=measured._replace(device={"kind": "cuda", "name": "AMD Instinct MI300X"}),
+    )
+    assert mxfp4_alignment(mi300x) == (256, 256)
+    assert mxfp4_alignment(load_profile("gb200")) == (256, 256)
+    assert mxfp4_alignment(load_profile("rtx-5090")) == (128, 256)  # sm120: Marlin

@@ -24,6 +24,7 @@ m = min(pp, sequences) micro-batches and a step takes (m + pp − 1) stage times
 from __future__ import annotations
 
 import math
+import re
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.formulas.comm import (
@@ -164,10 +165,11 @@ def achieved_for(profile) -> Achieved:
     """The kernel fractions for a datasheet profile: its own tables where aiconfigurator has
     them (H100, H200), the A100's for NVIDIA GPUs without fp8 (Ampere and older), else the
     H100's."""
-    name = profile.name.upper()
-    if name.startswith("H200"):
+    # the model anywhere in the name ("H200 NVL", a user's "NVIDIA H200 141GB"; not "GH200"),
+    # the vendor in any case ("nvidia" in a user's YAML)
+    if re.search(r"\bH200\b", profile.name.upper()):
         return ACHIEVED_H200
-    if profile.vendor == "NVIDIA" and "fp8" not in profile.peak_flop_per_s:
+    if profile.vendor.upper() == "NVIDIA" and "fp8" not in profile.peak_flop_per_s:
         return ACHIEVED_A100
     return ACHIEVED_H100
 
