@@ -94,11 +94,14 @@ class WeightsBreakdown(NamedTuple):
 def mxfp4_alignment(gpu: GpuProfile) -> tuple[int, int]:
     """(intermediate, hidden) multiples vLLM 0.19 pads mxfp4 experts to on this GPU
     (fused_moe/oracle/mxfp4.py, mxfp4_round_up_hidden_size_and_intermediate_size): FlashInfer's
-    TRT-LLM kernels on datacenter Blackwell and AITER on ROCm pad both to 256; elsewhere
-    (Hopper, Ampere, Ada: no native FP4) the Marlin kernels pad the intermediate width to 128
-    and the hidden size to 256. gpt-oss-20b on an H100 loads 13.64 GiB (TP 1) and 7.01 GiB
-    (TP 2) in vLLM 0.19's logs, 0.82 and 0.59 GiB above the checkpoint's bytes: Marlin's
-    2880 -> 2944 x 3072 (TP 1) and 1440 -> 1536 x 3072 (TP 2) give 0.85 and 0.65 GiB."""
+    TRT-LLM kernels on datacenter Blackwell and AITER on ROCm pad both to 256; the Marlin
+    kernels (Ampere, Ada, sm120, and Hopper where the logs show them) pad the intermediate width
+    to 128 and the hidden size to 256. On Hopper vLLM tries its Triton kernels first (width to 64,
+    nothing for gpt-oss) and falls back to Marlin; the logged runs took Marlin: gpt-oss-20b on an
+    H100 loads 13.64 GiB (TP 1) and 7.01 GiB (TP 2) in vLLM 0.19's logs, 0.82 and 0.59 GiB above
+    the checkpoint's bytes, where Marlin's 2880 -> 2944 x 3072 (TP 1) and 1440 -> 1536 x 3072
+    (TP 2) give 0.85 and 0.65 GiB and Triton's layout about 0 and 0.1; vLLM 0.10.1 on an H100
+    logs Marlin and 65.97 GiB for gpt-oss-120b (vllm#23278; kvplan: 65.86)."""
     # the model anywhere in the name (a user's "NVIDIA B200", a measured profile's "measured
     # NVIDIA B200"), the maker as the device reported it for a measured profile
     datacenter_blackwell = re.search(r"\b(G?B200|G?B300)\b", gpu.name.upper())
