@@ -43,6 +43,11 @@ PEAK_KEY = {
 }
 
 
+# kvplan's pair for bf16 experts (the H100 table's medians), used where a GPU's table has no
+# balanced-routing rows to derive its own pair from (the A100's)
+KVPLAN_H100_BF16_EXPERTS = (0.19, 0.69)
+
+
 def table(root: Path, gpu: str, op: str, name: str, version: str) -> list[dict]:
     import pyarrow.parquet as pq
 
@@ -118,6 +123,73 @@ def moe_curve(rows, bw, peaks) -> dict:
         out[dtype] = tuple(
             (key, round(statistics.median(v), 2)) for key, v in sorted(buckets.items())
         )
+    return out
+
+
+def compare_moe(rows, bw, peaks, pairs: dict) -> dict:
+    """How well each fused-MoE model fits the table, as the median |log(predicted / measured)|
+    over its power-law rows: the pair of fractions (`pairs`, max of the two roofs), the curve over
+    tokens per expert fitted on every shape, the same curve with each shape left out of its own
+    fit, and a grid over tokens per expert and the expert's width on a rank (power-of-two
+    buckets, 128-4,096 wide), each shape left out. The last two are what a model unseen by the
+    table would get."""
+    rows = [r for r in rows if r["distribution"] == "power_law_1.01" and r["moe_ep_size"] == 1]
+
+    def bucket(x: float, low: float = 0.5, high: float = float("inf")) -> float:
+        return min(high, max(low, 2.0 ** round(math.log2(x)) if x >= 1 else 0.5))
+
+    out = {}
+    for dtype in sorted({r["moe_dtype"] for r in rows}):
+        data = []
+        for r in rows:
+            if r["moe_dtype"] != dtype:
+                continue
+            h, inter, k, experts = r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"]
+            tokens, tp, seconds = r["num_tokens"], r["moe_tp_size"], r["latency"] * 1e-3
+            touched = experts * (1 - (1 - k / experts) ** tokens)
+            weights = touched * 3 * h * inter / tp * BYTES[dtype]
+            flops = 2 * 3 * h * inter / tp * tokens * k
+            peak = peaks[PEAK_KEY[dtype]]
+            compute, memory = pairs.get(dtype, (None, None))
+            pair = max(weights / (bw * memory), flops / (peak * compute)) if compute else None
+            ideal = max(weights / bw, flops / peak)
+            shape = (h, inter, k, experts)
+            data.append(
+                (
+                    shape,
+                    bucket(tokens * k / experts),
+                    bucket(inter / tp, 128, 4096),
+                    ideal,
+                    pair,
+                    seconds,
+                )
+            )
+        errors = {"pair": [], "curve": [], "curve, shape left out": [], "grid, shape left out": []}
+        every = {}
+        for _, t, _, ideal, _, seconds in data:
+            every.setdefault(t, []).append(seconds / ideal)
+        every = {t: statistics.median(v) for t, v in every.items()}
+        for shape in sorted({d[0] for d in data}):
+            curve, grid = {}, {}
+            for other, t, w, ideal, _, seconds in data:
+                if other != shape:
+                    curve.setdefault(t, []).append(seconds / ideal)
+                    grid.setdefault((t, w), []).append(seconds / ideal)
+            curve = {t: statistics.median(v) for t, v in curve.items()}
+            grid = {key: statistics.median(v) for key, v in grid.items()}
+            for other, t, w, ideal, pair, seconds in data:
+                if other != shape:
+                    continue
+                if pair:
+                    errors["pair"].append(abs(math.log(pair / seconds)))
+                errors["curve"].append(abs(math.log(ideal * every[t] / seconds)))
+                if t in curve:
+                    errors["curve, shape left out"].append(
+                        abs(math.log(ideal * curve[t] / seconds))
+                    )
+                    slow = grid.get((t, w), curve[t])
+                    errors["grid, shape left out"].append(abs(math.log(ideal * slow / seconds)))
+        out[dtype] = {name: statistics.median(v) for name, v in errors.items() if v}
     return out
 
 
@@ -214,8 +286,15 @@ def main() -> None:
     ):
         for key, (compute, memory) in result.items():
             print(f"  {name:10} {key:10} compute {compute:.2f}  memory {memory:.2f}")
-    for key, curve in moe_curve(table(args.data, g, "moe", "moe_perf", v), bw, peaks).items():
+    moe_rows = table(args.data, g, "moe", "moe_perf", v)
+    for key, curve in moe_curve(moe_rows, bw, peaks).items():
         print(f"  moe curve  {key:10} (tokens per expert, slowdown): {curve}")
+    pairs = {dtype: fractions for dtype, fractions in moe(moe_rows, bw, peaks).items()} or {
+        "bfloat16": KVPLAN_H100_BF16_EXPERTS
+    }
+    for key, fits in compare_moe(moe_rows, bw, peaks, pairs).items():
+        shown = ", ".join(f"{name} {value:.3f}" for name, value in fits.items())
+        print(f"  moe fit    {key:10} median |log error|: {shown}")
     for gpus, (latency, fraction) in allreduce(
         table(args.data, g, "comm", "custom_allreduce_perf", v), args.nvlink_one_way
     ).items():

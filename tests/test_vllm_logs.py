@@ -191,3 +191,25 @@ def test_the_mxfp4_padding_knows_a_users_or_a_measured_profile():
     assert mxfp4_alignment(mi300x) == (256, 256)
     assert mxfp4_alignment(load_profile("gb200")) == (256, 256)
     assert mxfp4_alignment(load_profile("rtx-5090")) == (128, 256)  # sm120: Marlin
+
+
+def test_sglang_pads_mxfp4_experts_its_own_way():
+    """SGLang (layers/quantization/mxfp4.py create_weights): FlashInfer on datacenter Blackwell
+    and AITER on ROCm pad both to 256; elsewhere its Triton kernels round only the per-rank
+    intermediate width up to 64. gpt-oss-120b at TP 4 on an H100: 720 -> 768 wide experts."""
+    from kvplan.engines.sglang import sglang_mxfp4_alignment
+    from kvplan.engines.vllm_memory import weights_per_rank
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.sources import load_model
+
+    assert sglang_mxfp4_alignment(load_profile("h100")) == (64, 1)
+    assert sglang_mxfp4_alignment(load_profile("b200")) == (256, 256)
+    assert sglang_mxfp4_alignment(load_profile("mi300x")) == (256, 256)
+    spec = load_model("gpt-oss-120b")
+    plain = weights_per_rank(spec, spec, True, True, "mxfp4", 4)
+    padded = weights_per_rank(spec, spec, True, True, "mxfp4", 4, (64, 1))
+    tp1 = weights_per_rank(spec, spec, True, True, "mxfp4", 1, (64, 1))
+    assert tp1 == weights_per_rank(spec, spec, True, True, "mxfp4", 1)  # 2,880 is a multiple of 64
+    bf16 = weights_per_rank(spec, spec, True, True, "bf16", 4)
+    experts = plain.layers_bytes - (bf16.layers_bytes - 2 * dict(spec.param_parts)["experts"] / 4)
+    assert padded.layers_bytes - plain.layers_bytes == pytest.approx(experts * (768 / 720 - 1))

@@ -20,7 +20,7 @@ from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.engines import EngineRequest
 from kvplan.engines.vllm import DTYPES, gpu_generation, indexer_bytes_per_token
-from kvplan.engines.vllm_memory import weights_per_rank
+from kvplan.engines.vllm_memory import mxfp4_alignment, weights_per_rank
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.formulas.weights import resolve_weights_dtype
@@ -230,7 +230,9 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         wdtype, weights_notes = resolve_weights_dtype(spec, request.weights_dtype)
         notes += weights_notes
         last = index == len(stages) - 1
-        weights = weights_per_rank(spec, stage, index == 0, last, wdtype, request.tp).total_bytes
+        weights = weights_per_rank(
+            spec, stage, index == 0, last, wdtype, request.tp, sglang_mxfp4_alignment(gpu)
+        ).total_bytes
         context = INIT_CONTEXT_BYTES[1 if request.tp * request.pp == 1 else 2]
         free_before = int(gpu.usable_memory_bytes - context)
         rest = int(free_before * fraction - weights)
@@ -350,3 +352,11 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         estimated_max_model_len=None if fits else tokens,
         notes=unique(notes),
     )
+
+
+def sglang_mxfp4_alignment(gpu: GpuProfile) -> tuple[int, int]:
+    """(intermediate, hidden) multiples SGLang pads mxfp4 experts to (layers/quantization/
+    mxfp4.py, create_weights): FlashInfer on datacenter Blackwell and AITER on ROCm pad both to
+    256, as vLLM's kernels there do; elsewhere its Triton kernels round the per-rank intermediate
+    width up to 64 and leave the hidden size (gpt-oss-120b at TP 4: 720 -> 768)."""
+    return (256, 256) if mxfp4_alignment(gpu) == (256, 256) else (64, 1)

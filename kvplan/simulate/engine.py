@@ -391,7 +391,9 @@ class Engine:
             self.num_decodes,
             self.context_sum,
             tuple((n, r.computed) for r, n in chunks),
-            self.num_decodes + sum(1 for r, n in chunks if r.computed + n >= r.num_tokens),
+            # vLLM computes logits and samples for every scheduled request, a chunk that is not
+            # its prompt's last too (the token is discarded): logits_indices has one per request
+            self.num_decodes + len(chunks),
         )
         if not shape.num_decodes and not chunks:
             return self._idle_step(preempted)
