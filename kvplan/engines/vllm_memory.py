@@ -17,6 +17,7 @@ choices (defaults by GPU, sampler on the last stage only, the pipeline's interme
 from __future__ import annotations
 
 import math
+import re
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.formulas.dtypes import ELEMENT_BYTES
@@ -98,8 +99,9 @@ def mxfp4_alignment(gpu: GpuProfile) -> tuple[int, int]:
     and the hidden size to 256. gpt-oss-20b on an H100 loads 13.64 GiB (TP 1) and 7.01 GiB
     (TP 2) in vLLM 0.19's logs, 0.82 and 0.59 GiB above the checkpoint's bytes: Marlin's
     2880 -> 2944 x 3072 (TP 1) and 1440 -> 1536 x 3072 (TP 2) give 0.85 and 0.65 GiB."""
-    name = gpu.name.upper()
-    if gpu.vendor == "AMD" or name.startswith(("B200", "B300", "GB200", "GB300")):
+    # device_vendor: a measured profile ("measured NVIDIA B200") is judged by its device; the
+    # GPU is a word of the name, wherever it stands ("NVIDIA B200", "GB200 NVL72")
+    if gpu.device_vendor == "AMD" or re.search(r"\bG?B[23]00\b", gpu.name.upper()):
         return 256, 256
     return 128, 256
 

@@ -24,6 +24,7 @@ m = min(pp, sequences) micro-batches and a step takes (m + pp − 1) stage times
 from __future__ import annotations
 
 import math
+import re
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.formulas.comm import (
@@ -164,8 +165,10 @@ def achieved_for(profile) -> Achieved:
     """The kernel fractions for a datasheet profile: its own tables where aiconfigurator has
     them (H100, H200), the A100's for NVIDIA GPUs without fp8 (Ampere and older), else the
     H100's."""
-    name = profile.name.upper()
-    if name.startswith("H200"):
+    # a word of the name ("NVIDIA H200", "H200 NVL"; not "H2000"), and not another maker's
+    # card that borrows the name; a profile without a vendor is taken at its name
+    nvidia = profile.vendor in ("NVIDIA", "")
+    if nvidia and re.search(r"\bH200\b", profile.name.upper()):
         return ACHIEVED_H200
     if profile.vendor == "NVIDIA" and "fp8" not in profile.peak_flop_per_s:
         return ACHIEVED_A100
