@@ -331,8 +331,8 @@ def test_an_encoding_without_the_tables_characters_prints_placeholders(encoding,
           "--slo", "ttft_p99=1s"], "given twice"),
         (["measure", "--timeout", "30"], "add --distributed"),
         (["measure", "--allow-other-device"], "add --baseline"),
-        (["measure", "--confirm"], "before --check or --baseline fails"),
-        (["measure", "--confirm", "--check", "--distributed"], "has no --confirm"),
+        (["measure", "--confirm"], "add --check, --baseline FILE or both"),
+        (["measure", "--confirm", "--check", "--distributed"], "not to --distributed"),
     ],
 )  # fmt: skip
 def test_second_campaign_inputs_are_one_line_errors(argv, needle):

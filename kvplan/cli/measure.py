@@ -24,6 +24,7 @@ EXIT_CHECK_FAILED = 1
 EXIT_REGRESSION = 3
 
 DEFAULT_TIMEOUT_S = 60.0  # --distributed: seconds before a collective gives up
+DEFAULT_MAX_REGRESSION = "5%"
 
 
 def add(app: typer.Typer) -> None:
@@ -79,7 +80,9 @@ def add(app: typer.Typer) -> None:
             None, "--baseline", help="A profile YAML or measure JSON of an earlier run."
         ),
         max_regression: str = typer.Option(
-            "5%", "--max-regression", help="Slowdown allowed against --baseline (0.1% to 100%)."
+            None,
+            "--max-regression",
+            help="Slowdown allowed against --baseline (0.1% to 100%; default 5%).",
         ),
         allow_other_device: bool = typer.Option(
             False, "--allow-other-device", help="Compare with a baseline from another device."
@@ -123,13 +126,24 @@ def add(app: typer.Typer) -> None:
             )
         if allow_other_device and baseline is None:
             raise KvplanError("--allow-other-device applies to --baseline: add --baseline FILE")
-        if confirm and (distributed or not (check or baseline is not None)):
+        regression = _percent(DEFAULT_MAX_REGRESSION if max_regression is None else max_regression)
+        if max_regression is not None and baseline is None:
+            raise KvplanError("--max-regression applies to --baseline: add --baseline FILE")
+        if confirm and not (check or baseline is not None):
             raise KvplanError(
-                "--confirm measures again before --check or --baseline fails: add one of them"
-                + (" (--distributed has no --confirm)" if distributed else "")
+                "--confirm measures again before a failure: add --check, --baseline FILE or both"
             )
-        regression = _percent(max_regression)
         if distributed:
+            _refuse_with_distributed(
+                {
+                    "--confirm": confirm,
+                    "--baseline": baseline is not None,
+                    "--save-profile": save_profile is not None,
+                    "--layers": layers is not None,
+                    "--threads": threads is not None,
+                    "--rounds": rounds is not None,
+                }
+            )
             _distributed(
                 model,
                 device,
@@ -183,6 +197,18 @@ def add(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_CHECK_FAILED)
         if comparison is not None and not comparison.passed:
             raise typer.Exit(EXIT_REGRESSION)
+
+
+def _refuse_with_distributed(given: dict[str, bool]) -> None:
+    """--distributed times collectives, not this device's steps: the options of the step sweep
+    would be ignored, so they are refused."""
+    used = [option for option, on in given.items() if on]
+    if used:
+        raise KvplanError(
+            f"{', '.join(used)} {'applies' if len(used) == 1 else 'apply'} to the step sweep, "
+            "not to --distributed (it times collectives: --nproc, --timeout, --check, "
+            "--tolerance, --json, --junit-xml)"
+        )
 
 
 def _percent(text: str) -> float:

@@ -165,9 +165,10 @@ def achieved_for(profile) -> Achieved:
     """The kernel fractions for a datasheet profile: its own tables where aiconfigurator has
     them (H100, H200), the A100's for NVIDIA GPUs without fp8 (Ampere and older), else the
     H100's."""
-    # the model anywhere in the name ("H200 NVL", a user's "NVIDIA H200 141GB"; not "GH200"),
-    # the vendor in any case ("nvidia" in a user's YAML)
-    if re.search(r"\bH200\b", profile.name.upper()):
+    # a word of the name ("NVIDIA H200", "H200 NVL"; not "H2000" or "GH200"), and not another
+    # maker's card that borrows the name; a profile without a vendor is taken at its name
+    nvidia = profile.vendor.upper() in ("NVIDIA", "")
+    if nvidia and re.search(r"\bH200\b", profile.name.upper()):
         return ACHIEVED_H200
     if profile.vendor.upper() == "NVIDIA" and "fp8" not in profile.peak_flop_per_s:
         return ACHIEVED_A100

@@ -76,9 +76,7 @@ class GpuProfile(NamedTuple):
         the maker in the name the device reported ("measured" when it names none)."""
         device = self.measured.device if self.measured is not None else {}
         if self.vendor == "measured" and device.get("kind") != "cpu":
-            name = " ".join(
-                str(self.measured.device.get(k) or "") for k in ("name", "nvml_name")
-            ).lower()
+            name = " ".join(str(device.get(k) or "") for k in ("name", "nvml_name")).lower()
             if "nvidia" in name:
                 return "NVIDIA"
             if "amd" in name or "instinct" in name or "radeon" in name:
@@ -119,6 +117,13 @@ PLAUSIBLE_RATE = 1e6
 # CUDA reports binary units of a decimal "GB" (80 GB -> 85.0e9 B): at most 2**30 / 10**9 = 1.074
 # times the nominal bytes; more is a wrong field (10**14 B "reported" on an 80 GB card).
 REPORTED_OVER_NOMINAL = 1.1
+# Vendors kvplan tells apart (kernel tables, mxfp4 padding, launch images), in the spelling the
+# code compares against: a user's "nvidia" or "Amd" is the same maker, not a new one.
+KNOWN_VENDORS = ("NVIDIA", "AMD", "Apple", "Intel", "CPU", "measured")
+# A measured figure's relative run-to-run spread (p20-p80 over the median): 0 on a quiet device,
+# above 1 only under heavy load; beyond this it is a typo, and it would hide every regression.
+MAX_SPREAD = 100.0
+MAX_ROUNDS = 10_000
 
 
 def _number(
@@ -218,7 +223,7 @@ def parse_profile(data: object, source: str, key: str = "") -> GpuProfile:
         key=key or clean(name).lower().replace(" ", "-"),
         name=clean(name).strip()[:100],
         aliases=tuple(a.lower() for a in _string_list(data, "aliases", source)),
-        vendor=_text(data, "vendor", source, limit=100),
+        vendor=_vendor(_text(data, "vendor", source, limit=100)),
         peak_flop_per_s=peaks,
         memory_bytes=memory,
         memory_reported_bytes=reported,
@@ -240,6 +245,12 @@ def parse_profile(data: object, source: str, key: str = "") -> GpuProfile:
     )
 
 
+def _vendor(text: str) -> str:
+    """A known maker in its one spelling ("nvidia" -> "NVIDIA"); anything else as written."""
+    folded = text.strip().casefold()
+    return next((v for v in KNOWN_VENDORS if v.casefold() == folded), text.strip())
+
+
 def _curve(data: dict, key: str, source: str) -> tuple[tuple[float, float], ...]:
     raw = data.get(key) or {}
     if not isinstance(raw, dict):
@@ -252,11 +263,11 @@ def _curve(data: dict, key: str, source: str) -> tuple[tuple[float, float], ...]
     return tuple(sorted(points))
 
 
-def _non_negative(data: dict, key: str, source: str) -> float:
+def _non_negative(data: dict, key: str, source: str, maximum: float = 1e21) -> float:
     """An optional figure that may be 0 (absent: 0)."""
     if data.get(key) in (None, 0, 0.0, "0"):
         return 0.0
-    return _number(data, key, source)
+    return _number(data, key, source, maximum=maximum)
 
 
 def _measured(data: object, source: str) -> MeasuredRates | None:
@@ -282,6 +293,18 @@ def _measured(data: object, source: str) -> MeasuredRates | None:
     device, spread = data.get("device") or {}, data.get("spread") or {}
     if not isinstance(device, dict) or not isinstance(spread, dict):
         raise KvplanError(f"{source}: measured.device and measured.spread must be mappings")
+    # a baseline reads both: the noise of each figure and how many rounds its median took
+    spread = {
+        str(key): _non_negative(spread, key, f"{source}: measured.spread", maximum=MAX_SPREAD)
+        for key in spread
+    }
+    if device.get("rounds") is not None:
+        device = {
+            **device,
+            "rounds": _number(
+                device, "rounds", f"{source}: measured.device", integer=True, maximum=MAX_ROUNDS
+            ),
+        }
     return MeasuredRates(
         str(data.get("dtype", "bf16")),
         curves["matmul_bandwidth_bytes_per_s"],

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from kvplan.errors import KvplanError
-from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.hardware import MAX_ROUNDS, MAX_SPREAD, load_profile
 from kvplan.measure.device import device_key
 from kvplan.measure.profile import figures_of
 from kvplan.record import NamedTuple
@@ -82,7 +82,8 @@ def load_baseline(path: str) -> Baseline:
     """A profile YAML or a measure JSON; anything else is a one-line error."""
     file = Path(path).expanduser()
     if not file.is_file():
-        raise KvplanError(f"--baseline {path}: no such file")
+        what = "not a regular file" if file.exists() else "no such file"
+        raise KvplanError(f"--baseline {path}: {what}")
     if file.suffix in (".yaml", ".yml"):
         profile = load_profile(str(file))
         if profile.measured is None:
@@ -104,26 +105,51 @@ def load_baseline(path: str) -> Baseline:
         ) from None
     try:
         return from_json(data, str(file))
-    except (KeyError, TypeError, ValueError):
-        raise KvplanError(f"--baseline {path}: not a kvplan measure JSON") from None
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        detail = f" ({exc})" if isinstance(exc, BadFigure) else ""
+        raise KvplanError(f"--baseline {path}: not a kvplan measure JSON{detail}") from None
+
+
+class BadFigure(ValueError):
+    """A number in a measure JSON that no run writes (NaN, infinite, negative, not a number)."""
+
+
+def _figure_number(value, what: str, maximum: float = math.inf) -> float:
+    """A time, rate or spread of a measure JSON: finite and not negative (NaN or a negative
+    spread would hide every regression; a time of NaN compares as "ok")."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadFigure(f"{what} is not a number")
+    number = float(value)
+    if not math.isfinite(number) or not 0 <= number <= maximum:
+        raise BadFigure(f"{what} = {number!r} is out of range")
+    return number
 
 
 def from_json(data: dict, path: str = "") -> Baseline:
     conditions = data["conditions"]
-    runs = int(conditions["rounds"])
+    rounds = conditions["rounds"]
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
+        raise BadFigure(f"conditions.rounds = {str(rounds)[:20]} is not a whole number of rounds")
+    runs = rounds
+    if not isinstance(data["identity"], dict):
+        raise BadFigure("identity is not a mapping")
     figures = {}
     for f in data["profile"]["figures"]:
-        if f["key"] in RESIDUALS:  # compared as the raw time its probe measured
-            figures[RESIDUALS[f["key"]]] = Figure(
-                float(f["probe_value"]), float(f["spread"]), runs, False
-            )
+        key = str(f["key"])
+        spread = _figure_number(f["spread"], f"{key}: spread", MAX_SPREAD)
+        if key in RESIDUALS:  # compared as the raw time its probe measured
+            value = _figure_number(f["probe_value"], f"{key}: probe_value")
+            figures[RESIDUALS[key]] = Figure(value, spread, runs, False)
         else:
-            figures[f["key"]] = Figure(
-                float(f["value"]), float(f["spread"]), runs, f["unit"] != "s"
-            )
+            value = _figure_number(f["value"], f"{key}: value")
+            figures[key] = Figure(value, spread, runs, f["unit"] != "s")
     for point in data["points"]:
-        figures[point_key(point)] = Figure(
-            float(point["measured_s"]), float(point["spread"]), runs, False
+        key = point_key(point)
+        figures[key] = Figure(
+            _figure_number(point["measured_s"], f"{key}: measured_s"),
+            _figure_number(point["spread"], f"{key}: spread", MAX_SPREAD),
+            runs,
+            False,
         )
     workload = {k: conditions[k] for k in ("model", "layers", "dtype", "attention_impl")}
     return Baseline(path, "measure-json", data["identity"], workload, figures)
