@@ -18,6 +18,7 @@ from kvplan.formulas.batch_step import (
     StepModel,
     achieved_for,
     curve_at,
+    dsa_tables_for,
     measured_achieved,
 )
 from kvplan.formulas.dtypes import KvFormat
@@ -212,3 +213,50 @@ def test_measured_profiles_take_fractions_relative_to_dense():
         ACHIEVED_DATASHEET.experts_curve["fp8"], measured.experts_curve["fp8"], strict=True
     ):
         assert x == x2 and y2 == pytest.approx(max(1.0, y * scale))
+
+
+def test_dsa_layers_add_vllms_module_difference_from_the_gpus_tables():
+    """DeepSeek-V3.2 at TP 8 on an H200 (16 heads a rank): a decode step of 16 sequences at 512
+    tokens held pays, per DSA layer, the table's DSA-minus-MLA cell at (16 heads, bf16 KV,
+    batch 16, length 512) on top of the dense MLA roofline; without tables it pays none."""
+    from kvplan.formulas.dsa_tables import BATCHES, DSA_DELTA_US, LENGTHS
+
+    spec = load_model("deepseek-v3.2")
+    h200 = load_profile("h200")
+    assert dsa_tables_for(h200) is DSA_DELTA_US["H200 SXM"]
+    assert dsa_tables_for(load_profile("h100")) is DSA_DELTA_US["H100 SXM"]
+    assert dsa_tables_for(load_profile("b200")) is None  # no tables of its own
+    assert dsa_tables_for(load_profile("mi300x")) is None
+    link = h200.interconnect
+    fmt = KvFormat("bf16")
+    rates = Rates(h200.memory_bandwidth_bytes_per_s, 989.4e12)
+    plain = StepModel(spec, rates, "fp8", fmt, tp=8, link=link)
+    dsa = StepModel(spec, rates, "fp8", fmt, tp=8, link=link, dsa_delta_us=dsa_tables_for(h200))
+    assert plain.dsa is None and dsa.dsa.heads == 16 and dsa.dsa.layers == spec.num_layers
+    cell_us = DSA_DELTA_US["H200 SXM"][("decode", 16, "bfloat16")][BATCHES["decode"].index(16)][
+        LENGTHS["decode"].index(512)
+    ]
+    shape = BatchShape(16, 16 * 512, (), 16)
+    one, two = plain.step(shape), dsa.step(shape)
+    added = (two.kv_read_s + two.attention_s) - (one.kv_read_s + one.attention_s)
+    assert added == pytest.approx(spec.num_layers * cell_us * 1e-6, rel=1e-9)
+    assert cell_us > 0  # short contexts: the indexer and top-k cost more than dense MLA saves
+    # a run of decode steps equals the steps one by one with the DSA term too
+    sums = np.array([16 * 300.0, 16 * 5000.0, 16 * 40000.0])
+    times, _ = dsa.decode_span_s(16, sums)
+    assert times == pytest.approx([dsa.step(BatchShape(16, s, (), 16)).total_s for s in sums])
+
+
+def test_dsa_saves_at_long_contexts_and_never_goes_negative():
+    """At 131,072 tokens held the sparse module attends 2,048 keys where MLA reads them all:
+    the table's difference is negative, and the step's attention stays at or above zero."""
+    from kvplan.formulas.dsa_tables import DSA_DELTA_US
+
+    spec = load_model("deepseek-v3.2")
+    h200 = load_profile("h200")
+    rates = Rates(h200.memory_bandwidth_bytes_per_s, 989.4e12)
+    m = StepModel(spec, rates, "fp8", KvFormat("bf16"), tp=8, link=h200.interconnect,
+                  dsa_delta_us=DSA_DELTA_US["H200 SXM"])  # fmt: skip
+    assert m.dsa.delta_s("decode", 256, 131072) < 0
+    step = m.step(BatchShape(256, 256 * 131072, (), 256))
+    assert step.kv_read_s >= 0 and step.attention_s >= 0

@@ -175,6 +175,19 @@ def achieved_for(profile) -> Achieved:
     return ACHIEVED_H100
 
 
+def dsa_tables_for(profile) -> dict | None:
+    """The DSA-minus-MLA module grids of this GPU (formulas/dsa_tables.py), or None where the
+    GPU has no tables of its own (then DSA is priced as the dense MLA it falls back to)."""
+    from kvplan.formulas.dsa_tables import DSA_DELTA_US
+
+    if profile.vendor.upper() not in ("NVIDIA", ""):
+        return None
+    for name in DSA_DELTA_US:  # "H100 SXM", "H200 SXM": the model as a word of the name
+        if re.search(rf"\b{name.split()[0]}\b", profile.name.upper()):
+            return DSA_DELTA_US[name]
+    return None
+
+
 def curve_at(curve: tuple[tuple[float, float], ...], x: float) -> float:
     """A (x, y) curve read at x: log-log interpolation, flat beyond its ends."""
     if x <= curve[0][0]:
@@ -294,6 +307,7 @@ class StepModel:
         async_scheduling: bool = False,
         cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
         fp8_flop_per_s: float | None = None,
+        dsa_delta_us: dict | None = None,
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
         self.link, self.achieved, self.host = link, achieved, host
@@ -332,6 +346,7 @@ class StepModel:
             if g.kind is CacheKind.STATE
         )
         self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
+        self.dsa = _DsaModule.of(spec, fmt, tp, dsa_delta_us)
         self._weights: dict[int, tuple[float, float]] = {}
         self._span_base: dict[int, StepTime] = {}
 
@@ -364,6 +379,10 @@ class StepModel:
             kv_bytes, flops = g.kv_bytes_per_token * keys, g.decode_flop_per_key * keys
             seconds += time_floor_s(kv_bytes, flops, rates)
             memory += kv_bytes / rates.bandwidth_bytes_per_s
+        if self.dsa is not None:  # the sparse module's cost over the MLA roofline (or saving)
+            delta = self.dsa.delta_s("decode", num_decodes, mean)
+            seconds = max(0.0, seconds + delta)
+            memory = max(0.0, memory + delta)
         return seconds, memory >= seconds
 
     def prefill_attention_s(self, new_tokens: int, cached_tokens: int) -> float:
@@ -449,6 +468,10 @@ class StepModel:
         weights_s, matmul_s = self.gemm_s(num_tokens, max(1, shape.num_sampled))
         decode_s, kv_bound = self.decode_attention_s(shape.num_decodes, shape.decode_context_sum)
         prefill_s = sum(self.prefill_attention_s(n, c) for n, c in shape.prefill_chunks)
+        if self.dsa is not None and shape.prefill_chunks:  # one module call over every chunk
+            count = len(shape.prefill_chunks)
+            mean_chunk = sum(n for n, _ in shape.prefill_chunks) / count
+            prefill_s = max(0.0, prefill_s + self.dsa.delta_s("prefill", count, mean_chunk))
         per_layer = (
             self.host.per_layer_s
             if num_tokens <= self.cuda_graph_max_tokens
@@ -517,6 +540,8 @@ class StepModel:
                 g.decode_flop_per_key * keys / rates.peak_flop_per_s,
             )
         attention = attention + np.full_like(sums, state_s)  # an array even without attention
+        if self.dsa is not None:
+            attention = np.maximum(0.0, attention + self.dsa.delta_s("decode", num_decodes, mean))
         gpu = fixed + attention
         times = np.maximum(gpu, base.host_s) if self.async_scheduling else gpu + base.host_s
 
@@ -555,3 +580,67 @@ def _groups(spec: ModelSpec, fmt: KvFormat, tp: int) -> list[_Group]:
         _Group(window, chunked, mla, kv, dec, pre)
         for (window, chunked, mla), (kv, dec, pre) in by_key.items()
     ]
+
+
+class _DsaModule:
+    """DeepSeek-V3.2's sparse attention (DSA: an indexer scores every cached key, a top-k picks
+    2,048, MLA attends to those) as vLLM runs it: the step model prices the layer as dense MLA,
+    and this adds what vLLM's DSA module costs over its MLA module on the same GPU (or saves, at
+    long contexts), from the GPU's kernel tables (formulas/dsa_tables.py): per layer, read at
+    the step's batch and length and the heads on a rank, bilinear in the logarithms of batch and
+    heads, linear along the logarithm of the length, flat beyond the tables' ends."""
+
+    def __init__(self, grids: dict, kv: str, heads: float, layers: int):
+        self.grids, self.kv, self.heads, self.layers = grids, kv, heads, layers
+        self._rows: dict[tuple[str, float], object] = {}
+
+    @classmethod
+    def of(cls, spec: ModelSpec, fmt: KvFormat, tp: int, tables: dict | None):
+        """The module for a model with DSA layers and a GPU with tables (None otherwise)."""
+        layers = [a for a in spec.attention_layers() if a.indexer_head_dim]
+        if not tables or not layers:
+            return None
+        kv = "fp8" if fmt.name.startswith("fp8") else "bfloat16"
+        return cls(tables, kv, layers[0].num_q_heads / tp, len(layers))
+
+    def _row(self, phase: str, batch: float):
+        """The length row at (heads, batch), seconds per layer."""
+        row = self._rows.get((phase, batch))
+        if row is None:
+            row = self._rows[(phase, batch)] = self._mixed_row(phase, batch)
+        return row
+
+    def _mixed_row(self, phase: str, batch: float):
+        import numpy as np
+
+        from kvplan.formulas.dsa_tables import BATCHES
+
+        heads = sorted({h for ph, h, _ in self.grids if ph == phase})
+        hi, hw = _log_position(heads, self.heads)
+        bi, bw = _log_position(BATCHES[phase], batch)
+        row = 0.0
+        for h, wh in ((heads[hi], 1 - hw), (heads[hi + 1], hw)):
+            grid = np.asarray(self.grids[(phase, h, self.kv)], dtype=float)
+            row = row + wh * ((1 - bw) * grid[bi] + bw * grid[bi + 1])
+        return row * 1e-6
+
+    def delta_s(self, phase: str, batch: float, length):
+        """Seconds the DSA layers add to one step (a float, or an array for an array of
+        lengths)."""
+        import numpy as np
+
+        from kvplan.formulas.dsa_tables import LENGTHS
+
+        axis = np.log(np.asarray(LENGTHS[phase], dtype=float))
+        at = np.interp(np.log(np.maximum(length, 1.0)), axis, self._row(phase, batch))
+        return self.layers * (float(at) if np.ndim(at) == 0 else at)
+
+
+def _log_position(axis, value: float) -> tuple[int, float]:
+    """(i, w): value between axis[i] and axis[i + 1] at log-fraction w, flat beyond the ends."""
+    if value <= axis[0]:
+        return 0, 0.0
+    if value >= axis[-1]:
+        return len(axis) - 2, 1.0
+    i = next(i for i in range(len(axis) - 1) if value <= axis[i + 1])
+    return i, math.log(value / axis[i]) / math.log(axis[i + 1] / axis[i])

@@ -21,6 +21,7 @@ from kvplan.formulas.batch_step import (
     HOST_OVERHEADS,
     StepModel,
     achieved_for,
+    dsa_tables_for,
     measured_achieved,
 )
 from kvplan.formulas.dtypes import resolve_kv_format
@@ -194,7 +195,15 @@ def _step_model(spec, gpu, options, kv_format: str, graph_tokens: int, notes: li
         host=HOST_OVERHEADS,
         async_scheduling=options.async_scheduling,
         cuda_graph_max_tokens=graph_tokens,
+        # vLLM's DSA module tables; SGLang runs its own kernels, which the tables do not time
+        dsa_delta_us=None if measured or options.engine == "sglang" else dsa_tables_for(gpu),
     )
+    if any(a.indexer_head_dim for a in spec.attention_layers()):
+        notes.append(
+            note("sim-dsa-tables", gpu=gpu.name, layers=model.dsa.layers)
+            if model.dsa is not None
+            else note("sim-dsa-dense", gpu=gpu.name, engine=options.engine)
+        )
     notes.append(
         note("sim-achieved-measured")
         if measured
