@@ -264,7 +264,7 @@ def write_dsa_module(root: Path, path: Path) -> None:
         f"tables of vLLM {DSA_VERSION}'s attention modules (ai-dynamo/aiconfigurator, systems/data/<gpu>/",
         "mla/vllm and sparse_attention/vllm): do not edit. Per GPU, phase, heads on a rank and KV",
         "dtype: DeepSeek-V3.2's DSA attention module less DeepSeek-V3's MLA module, microseconds per",
-        "layer, over (batch, length): rows follow BATCHES[phase], columns LENGTHS[phase].\"\"\"",
+        'layer, over (batch, length): rows follow BATCHES[phase], columns LENGTHS[phase]."""',
         "",
         "# fmt: off",
     ]
@@ -280,9 +280,7 @@ def write_dsa_module(root: Path, path: Path) -> None:
         lines.append(f"    {name!r}: {{")
         for (phase, heads, kv), cells in sorted(grid.items()):
             batches, lengths = axes[phase]
-            rows = tuple(
-                tuple(round(cells[(b, x)] * 1e6, 1) for x in lengths) for b in batches
-            )
+            rows = tuple(tuple(round(cells[(b, x)] * 1e6, 1) for x in lengths) for b in batches)
             lines.append(f"        ({phase!r}, {heads}, {kv!r}): (")
             lines += [f"            {row!r}," for row in rows]
             lines.append("        ),")
