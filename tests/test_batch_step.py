@@ -260,3 +260,27 @@ def test_dsa_saves_at_long_contexts_and_never_goes_negative():
     assert m.dsa.delta_s("decode", 256, 131072) < 0
     step = m.step(BatchShape(256, 256 * 131072, (), 256))
     assert step.kv_read_s >= 0 and step.attention_s >= 0
+
+
+def test_dsa_batches_past_the_tables_grow_by_the_last_sequences_cost():
+    """Past the tables' largest batch (1,024 decodes) each further sequence adds what one added
+    between 512 and 1,024 (H200, 16 heads, bf16, 512 tokens held: 352.9 and 652.9 us a layer,
+    so 2,048 decodes cost 652.9 + 1,024 x 300 / 512 = 1,252.9 us a layer); it was held flat, which
+    priced 2,048 decodes as 1,024. Within the table nothing moves."""
+    from kvplan.formulas.dsa_tables import DSA_DELTA_US
+
+    spec = load_model("deepseek-v3.2")
+    h200 = load_profile("h200")
+    rates = Rates(h200.memory_bandwidth_bytes_per_s, 989.4e12)
+    m = StepModel(spec, rates, "fp8", KvFormat("bf16"), tp=8, link=h200.interconnect,
+                  dsa_delta_us=DSA_DELTA_US["H200 SXM"])  # fmt: skip
+    layers = spec.num_layers
+    assert m.dsa.delta_s("decode", 1024, 512) == pytest.approx(layers * 652.9e-6)
+    assert m.dsa.delta_s("decode", 512, 512) == pytest.approx(layers * 352.9e-6)
+    assert m.dsa.delta_s("decode", 2048, 512) == pytest.approx(layers * 1252.9e-6)
+    # prefill: 256 chunks of 16 tokens 2,869.3 us a layer, 128 of them 1,623.0
+    assert m.dsa.delta_s("prefill", 512, 16) == pytest.approx(layers * (2869.3 + 2 * 1246.3) * 1e-6)
+    # the run of decode steps still equals the steps one by one past the table
+    sums = np.array([2048 * 300.0, 2048 * 5000.0])
+    times, _ = m.decode_span_s(2048, sums)
+    assert times == pytest.approx([m.step(BatchShape(2048, s, (), 2048)).total_s for s in sums])

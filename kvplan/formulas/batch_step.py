@@ -588,7 +588,10 @@ class _DsaModule:
     and this adds what vLLM's DSA module costs over its MLA module on the same GPU (or saves, at
     long contexts), from the GPU's kernel tables (formulas/dsa_tables.py): per layer, read at
     the step's batch and length and the heads on a rank, bilinear in the logarithms of batch and
-    heads, linear along the logarithm of the length, flat beyond the tables' ends."""
+    heads, linear along the logarithm of the length, flat beyond the tables' ends but for the
+    batch: past its largest (1,024 decodes, 256 prefills) each further sequence adds what one
+    did between the two largest (the sequences are independent; flat would price 2,048 decodes
+    as 1,024)."""
 
     def __init__(self, grids: dict, kv: str, heads: float, layers: int):
         self.grids, self.kv, self.heads, self.layers = grids, kv, heads, layers
@@ -617,7 +620,10 @@ class _DsaModule:
 
         heads = sorted({h for ph, h, _ in self.grids if ph == phase})
         hi, hw = _log_position(heads, self.heads)
-        bi, bw = _log_position(BATCHES[phase], batch)
+        batches = BATCHES[phase]
+        bi, bw = _log_position(batches, batch)
+        if batch > batches[-1]:  # more sequences than the table: each costs what one more did
+            bw = 1.0 + (batch - batches[-1]) / (batches[-1] - batches[-2])
         row = 0.0
         for h, wh in ((heads[hi], 1 - hw), (heads[hi + 1], hw)):
             grid = np.asarray(self.grids[(phase, h, self.kv)], dtype=float)
