@@ -239,7 +239,17 @@ def test_dsa_layers_add_vllms_module_difference_from_the_gpus_tables():
     shape = BatchShape(16, 16 * 512, (), 16)
     one, two = plain.step(shape), dsa.step(shape)
     added = (two.kv_read_s + two.attention_s) - (one.kv_read_s + one.attention_s)
-    assert added == pytest.approx(spec.num_layers * cell_us * 1e-6, rel=1e-9)
+    # the module's cell times the indexer's keys (128 bf16 values a token a layer), which the
+    # dense-MLA base then no longer reads (it did, twice with the cell)
+    indexer_read_s = (
+        16
+        * 512
+        * 128
+        * 2
+        * spec.num_layers
+        / (h200.memory_bandwidth_bytes_per_s * ACHIEVED_DATASHEET.mla[1])
+    )
+    assert added == pytest.approx(spec.num_layers * cell_us * 1e-6 - indexer_read_s, rel=1e-9)
     assert cell_us > 0  # short contexts: the indexer and top-k cost more than dense MLA saves
     # a run of decode steps equals the steps one by one with the DSA term too
     sums = np.array([16 * 300.0, 16 * 5000.0, 16 * 40000.0])
@@ -260,3 +270,46 @@ def test_dsa_saves_at_long_contexts_and_never_goes_negative():
     assert m.dsa.delta_s("decode", 256, 131072) < 0
     step = m.step(BatchShape(256, 256 * 131072, (), 256))
     assert step.kv_read_s >= 0 and step.attention_s >= 0
+
+
+def test_dsa_batches_past_the_tables_grow_by_the_last_sequences_cost():
+    """Past the tables' largest batch (1,024 decodes) each further sequence adds what one added
+    between 512 and 1,024 (H200, 16 heads, bf16, 512 tokens held: 352.9 and 652.9 us a layer,
+    so 2,048 decodes cost 652.9 + 1,024 x 300 / 512 = 1,252.9 us a layer); it was held flat, which
+    priced 2,048 decodes as 1,024. Within the table nothing moves."""
+    from kvplan.formulas.dsa_tables import DSA_DELTA_US
+
+    spec = load_model("deepseek-v3.2")
+    h200 = load_profile("h200")
+    rates = Rates(h200.memory_bandwidth_bytes_per_s, 989.4e12)
+    m = StepModel(spec, rates, "fp8", KvFormat("bf16"), tp=8, link=h200.interconnect,
+                  dsa_delta_us=DSA_DELTA_US["H200 SXM"])  # fmt: skip
+    layers = spec.num_layers
+    assert m.dsa.delta_s("decode", 1024, 512) == pytest.approx(layers * 652.9e-6)
+    assert m.dsa.delta_s("decode", 512, 512) == pytest.approx(layers * 352.9e-6)
+    assert m.dsa.delta_s("decode", 2048, 512) == pytest.approx(layers * 1252.9e-6)
+    # prefill: 256 chunks of 16 tokens 2,869.3 us a layer, 128 of them 1,623.0
+    assert m.dsa.delta_s("prefill", 512, 16) == pytest.approx(layers * (2869.3 + 2 * 1246.3) * 1e-6)
+    # the run of decode steps still equals the steps one by one past the table
+    sums = np.array([2048 * 300.0, 2048 * 5000.0])
+    times, _ = m.decode_span_s(2048, sums)
+    assert times == pytest.approx([m.step(BatchShape(2048, s, (), 2048)).total_s for s in sums])
+
+
+def test_dsa_base_reads_the_latent_and_the_module_the_indexer_keys():
+    """With DSA tables the dense-MLA base reads each token's MLA latent only (576 values a layer,
+    bf16: 1,152 bytes); the indexer's keys (128 more) are the module's, whose table already times
+    them. Without tables the base reads both (1,408 bytes), as the capacity formula stores them.
+    At 256 sequences of 4,096 tokens held that double read was 6 ms of a 70 ms H200 step."""
+    spec = load_model("deepseek-v3.2")
+    h200 = load_profile("h200")
+    rates = Rates(h200.memory_bandwidth_bytes_per_s, 989.4e12)
+    link, fmt = h200.interconnect, KvFormat("bf16")
+    plain = StepModel(spec, rates, "fp8", fmt, tp=8, link=link)
+    dsa = StepModel(spec, rates, "fp8", fmt, tp=8, link=link, dsa_delta_us=dsa_tables_for(h200))
+    layers = spec.num_layers
+    assert [g.kv_bytes_per_token for g in plain.groups] == [layers * (576 + 128) * 2]
+    assert [g.kv_bytes_per_token for g in dsa.groups] == [layers * 576 * 2]
+    assert [g.decode_flop_per_key for g in dsa.groups] == [
+        g.decode_flop_per_key for g in plain.groups
+    ]

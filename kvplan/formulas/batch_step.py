@@ -339,14 +339,15 @@ class StepModel:
             self.head_flop_per_sample
         )
         self.expert_flop_per_token = 2 * (matmul_params(spec) - matmul_params(self.dense_spec)) / tp
-        self.groups = _groups(spec, fmt, tp)
+        self.dsa = _DsaModule.of(spec, fmt, tp, dsa_delta_us)
+        # the DSA module's tables time the indexer's key cache: not read again in the MLA base
+        self.groups = _groups(spec, fmt, tp, indexer_keys=self.dsa is None)
         self.state_bytes_per_sequence = sum(
             g.bytes_per_sequence(0)
             for g in cache_groups(spec, fmt, tp)
             if g.kind is CacheKind.STATE
         )
         self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
-        self.dsa = _DsaModule.of(spec, fmt, tp, dsa_delta_us)
         self._weights: dict[int, tuple[float, float]] = {}
         self._span_base: dict[int, StepTime] = {}
 
@@ -561,9 +562,10 @@ class StepModel:
         return times, kept
 
 
-def _groups(spec: ModelSpec, fmt: KvFormat, tp: int) -> list[_Group]:
+def _groups(spec: ModelSpec, fmt: KvFormat, tp: int, indexer_keys: bool = True) -> list[_Group]:
     """Attention layers grouped by window and kind, with their KV bytes per token (the layers'
-    own formula) and FLOPs per attended key (from flops, one layer at a time)."""
+    own formula; without a DSA indexer's keys where `indexer_keys` is False) and FLOPs per
+    attended key (from flops, one layer at a time)."""
     by_key: dict[tuple, list[float]] = {}
     for layer in spec.layers:
         attn = layer.attention
@@ -573,7 +575,9 @@ def _groups(spec: ModelSpec, fmt: KvFormat, tp: int) -> list[_Group]:
         window = attn.window if attn.kind.windowed else None
         key = (window, attn.kind is CacheKind.CHUNKED, attn.kind is CacheKind.MLA)
         entry = by_key.setdefault(key, [0.0, 0.0, 0.0])
-        entry[0] += attn.kv_bytes_per_token(fmt, tp)
+        entry[0] += attn.kv_bytes_per_token(fmt, tp) - (
+            0 if indexer_keys else attn.indexer_bytes_per_token(fmt)
+        )
         entry[1] += attention_flops_per_decode_token(one, 1) / tp
         entry[2] += (prefill_flops(one, 1) - 2 * matmul_params(one)) / tp
     return [
@@ -588,7 +592,10 @@ class _DsaModule:
     and this adds what vLLM's DSA module costs over its MLA module on the same GPU (or saves, at
     long contexts), from the GPU's kernel tables (formulas/dsa_tables.py): per layer, read at
     the step's batch and length and the heads on a rank, bilinear in the logarithms of batch and
-    heads, linear along the logarithm of the length, flat beyond the tables' ends."""
+    heads, linear along the logarithm of the length, flat beyond the tables' ends but for the
+    batch: past its largest (1,024 decodes, 256 prefills) each further sequence adds what one
+    did between the two largest (the sequences are independent; flat would price 2,048 decodes
+    as 1,024)."""
 
     def __init__(self, grids: dict, kv: str, heads: float, layers: int):
         self.grids, self.kv, self.heads, self.layers = grids, kv, heads, layers
@@ -617,7 +624,10 @@ class _DsaModule:
 
         heads = sorted({h for ph, h, _ in self.grids if ph == phase})
         hi, hw = _log_position(heads, self.heads)
-        bi, bw = _log_position(BATCHES[phase], batch)
+        batches = BATCHES[phase]
+        bi, bw = _log_position(batches, batch)
+        if batch > batches[-1]:  # more sequences than the table: each costs what one more did
+            bw = 1.0 + (batch - batches[-1]) / (batches[-1] - batches[-2])
         row = 0.0
         for h, wh in ((heads[hi], 1 - hw), (heads[hi + 1], hw)):
             grid = np.asarray(self.grids[(phase, h, self.kv)], dtype=float)
