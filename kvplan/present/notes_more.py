@@ -369,18 +369,20 @@ text("sim-achieved-datasheet")(
     )
 )
 text("sim-dsa-tables")(
-    lambda gpu, layers: (
-        f"Sparse attention (DSA) on {layers} layers: each is priced as dense MLA plus what vLLM "
-        f"0.19's DSA module costs over its MLA module on {gpu} (NVIDIA aiconfigurator's module "
-        "tables, read at the step's batch, length and heads on a rank): more at short contexts "
-        "(the indexer and top-k), less at long ones (2,048 keys attended, not all)."
+    lambda gpu, layers, tables: (
+        f"Sparse attention (DSA) on {layers} layers: each is priced as dense MLA plus what "
+        "DeepSeek-V3.2's DSA module costs over DeepSeek-V3's MLA module in vLLM 0.19 on the "
+        f"{tables} (NVIDIA aiconfigurator's module tables, taken for {gpu}; read at the step's "
+        "batch, length and heads on a rank): more at short contexts (the indexer and top-k), "
+        "less at long ones (2,048 keys attended, not all)."
     )
 )
 text("sim-dsa-dense")(
     lambda gpu, engine: (
         f"Sparse attention (DSA) is priced as the dense MLA it builds on: kvplan has no {engine} "
         f"DSA module tables for {gpu}, so the indexer's and top-k's cost and the long-context "
-        "saving are not modelled (vLLM's on H100 and H200 cost 2-3x MLA's at short contexts)."
+        "saving are not modelled (vLLM's on H100 and H200 cost 2-3x MLA's at short contexts; "
+        "vLLM runs DSA on Hopper and datacenter Blackwell only)."
     )
 )
 text("sim-achieved-measured")(

@@ -200,7 +200,12 @@ def _step_model(spec, gpu, options, kv_format: str, graph_tokens: int, notes: li
     )
     if any(a.indexer_head_dim for a in spec.attention_layers()):
         notes.append(
-            note("sim-dsa-tables", gpu=gpu.name, layers=model.dsa.layers)
+            note(
+                "sim-dsa-tables",
+                gpu=gpu.name,
+                layers=model.dsa.layers,
+                tables=_dsa_tables_name(model.dsa.grids),
+            )
             if model.dsa is not None
             else note("sim-dsa-dense", gpu=gpu.name, engine=options.engine)
         )
@@ -359,3 +364,10 @@ def make_engine(replica: Replica, per_token_s: float, demand: int | None = None)
             replica.config, replica.model, per_token_s, demand, policy=replica.policy
         )
     return Engine(replica.config, replica.model, per_token_s, demand)
+
+
+def _dsa_tables_name(grids: dict) -> str:
+    """The GPU whose DSA tables these are ("H200 SXM")."""
+    from kvplan.formulas.dsa_tables import DSA_DELTA_US
+
+    return next(name for name, table in DSA_DELTA_US.items() if table is grids)
