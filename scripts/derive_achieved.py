@@ -75,6 +75,17 @@ def gemm(rows, bw, peaks) -> dict:
     return out
 
 
+def _moe_row(r: dict) -> tuple[int, float, float, float, float]:
+    """One fused-MoE row: (tokens, tokens per expert, the bytes of the experts the tokens touch
+    under uniform routing, FLOPs, measured seconds), on one rank."""
+    h, inter, k, experts = r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"]
+    tokens, tp = r["num_tokens"], r["moe_tp_size"]
+    touched = experts * (1 - (1 - k / experts) ** tokens)
+    weights = touched * 3 * h * inter / tp * BYTES[r["moe_dtype"]]
+    flops = 2 * 3 * h * inter / tp * tokens * k
+    return tokens, tokens * k / experts, weights, flops, r["latency"] * 1e-3
+
+
 def moe(rows, bw, peaks) -> dict:
     out = {}
     rows = [r for r in rows if r["distribution"] == "balanced" and r["moe_ep_size"] == 1]
@@ -83,11 +94,7 @@ def moe(rows, bw, peaks) -> dict:
         for r in rows:
             if r["moe_dtype"] != dtype:
                 continue
-            h, inter, k, experts = r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"]
-            tokens, tp, seconds = r["num_tokens"], r["moe_tp_size"], r["latency"] * 1e-3
-            touched = experts * (1 - (1 - k / experts) ** tokens)
-            weights = touched * 3 * h * inter / tp * BYTES[dtype]
-            flops = 2 * 3 * h * inter / tp * tokens * k
+            tokens, per_expert, weights, flops, seconds = _moe_row(r)
             memory_s, compute_s = weights / bw, flops / peaks[PEAK_KEY[dtype]]
             if tokens >= 4096:
                 compute.append(compute_s / seconds)
@@ -111,13 +118,8 @@ def moe_curve(rows, bw, peaks) -> dict:
         for r in rows:
             if r["moe_dtype"] != dtype:
                 continue
-            h, inter, k, experts = r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"]
-            tokens, tp, seconds = r["num_tokens"], r["moe_tp_size"], r["latency"] * 1e-3
-            touched = experts * (1 - (1 - k / experts) ** tokens)
-            weights = touched * 3 * h * inter / tp * BYTES[dtype]
-            flops = 2 * 3 * h * inter / tp * tokens * k
+            tokens, per_expert, weights, flops, seconds = _moe_row(r)
             ideal = max(weights / bw, flops / peaks[PEAK_KEY[dtype]])
-            per_expert = tokens * k / experts
             key = 2.0 ** round(math.log2(per_expert)) if per_expert >= 1 else 0.5
             buckets.setdefault(key, []).append(seconds / ideal)
         out[dtype] = tuple(
@@ -144,26 +146,14 @@ def compare_moe(rows, bw, peaks, pairs: dict) -> dict:
         for r in rows:
             if r["moe_dtype"] != dtype:
                 continue
-            h, inter, k, experts = r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"]
-            tokens, tp, seconds = r["num_tokens"], r["moe_tp_size"], r["latency"] * 1e-3
-            touched = experts * (1 - (1 - k / experts) ** tokens)
-            weights = touched * 3 * h * inter / tp * BYTES[dtype]
-            flops = 2 * 3 * h * inter / tp * tokens * k
+            tokens, per_expert, weights, flops, seconds = _moe_row(r)
             peak = peaks[PEAK_KEY[dtype]]
             compute, memory = pairs.get(dtype, (None, None))
             pair = max(weights / (bw * memory), flops / (peak * compute)) if compute else None
             ideal = max(weights / bw, flops / peak)
-            shape = (h, inter, k, experts)
-            data.append(
-                (
-                    shape,
-                    bucket(tokens * k / experts),
-                    bucket(inter / tp, 128, 4096),
-                    ideal,
-                    pair,
-                    seconds,
-                )
-            )
+            shape = (r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"])
+            width = r["inter_size"] / r["moe_tp_size"]
+            data.append((shape, bucket(per_expert), bucket(width, 128, 4096), ideal, pair, seconds))
         errors = {"pair": [], "curve": [], "curve, shape left out": [], "grid, shape left out": []}
         every = {}
         for _, t, _, ideal, _, seconds in data:
