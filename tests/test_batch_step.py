@@ -157,10 +157,10 @@ def test_a_users_profile_is_matched_by_the_model_in_its_name_and_any_case_of_ven
     from kvplan.notes import note
     from kvplan.present.notes import note_texts
 
-    def words(gpu: str) -> str:
-        return note_texts(
-            [note("sim-achieved-datasheet", tables=achieved_for(h200).source, gpu=gpu)]
-        )[0]
+    def words(gpu: str) -> str:  # as the simulator notes it: whether the tables are the GPU's
+        tables = achieved_for(h200).source
+        own = h200._replace(name=gpu).is_model(tables.split()[0])
+        return note_texts([note("sim-achieved-datasheet", tables=tables, gpu=gpu, own=own)])[0]
 
     assert "has none of its own" not in words("NVIDIA H200 141GB")
     assert "GH200 480GB has none of its own" in words("GH200 480GB")

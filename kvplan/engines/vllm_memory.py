@@ -17,7 +17,6 @@ choices (defaults by GPU, sampler on the last stage only, the pipeline's interme
 from __future__ import annotations
 
 import math
-import re
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.formulas.dtypes import ELEMENT_BYTES
@@ -102,10 +101,8 @@ def mxfp4_alignment(gpu: GpuProfile) -> tuple[int, int]:
     the checkpoint's bytes, where Marlin's 2880 -> 2944 x 3072 (TP 1) and 1440 -> 1536 x 3072
     (TP 2) give 0.85 and 0.65 GiB and Triton's layout about 0 and 0.1; vLLM 0.10.1 on an H100
     logs Marlin and 65.97 GiB for gpt-oss-120b (vllm#23278; kvplan: 65.86)."""
-    # the model anywhere in the name (a user's "NVIDIA B200", a measured profile's "measured
-    # NVIDIA B200"), the maker as the device reported it for a measured profile
-    datacenter_blackwell = re.search(r"\b(G?B200|G?B300)\b", gpu.name.upper())
-    if gpu.device_vendor.upper() == "AMD" or datacenter_blackwell:
+    # the maker as the device reported it for a measured profile ("measured NVIDIA B200")
+    if gpu.device_vendor.upper() == "AMD" or gpu.is_model("B200", "GB200", "B300", "GB300"):
         return 256, 256
     return 128, 256
 

@@ -24,7 +24,6 @@ m = min(pp, sequences) micro-batches and a step takes (m + pp − 1) stage times
 from __future__ import annotations
 
 import math
-import re
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.formulas.comm import (
@@ -165,10 +164,9 @@ def achieved_for(profile) -> Achieved:
     """The kernel fractions for a datasheet profile: its own tables where aiconfigurator has
     them (H100, H200), the A100's for NVIDIA GPUs without fp8 (Ampere and older), else the
     H100's."""
-    # a word of the name ("NVIDIA H200", "H200 NVL"; not "H2000" or "GH200"), and not another
-    # maker's card that borrows the name; a profile without a vendor is taken at its name
+    # not another maker's card that borrows the name; a profile without a vendor is taken at it
     nvidia = profile.vendor.upper() in ("NVIDIA", "")
-    if nvidia and re.search(r"\bH200\b", profile.name.upper()):
+    if nvidia and profile.is_model("H200"):
         return ACHIEVED_H200
     if profile.vendor.upper() == "NVIDIA" and "fp8" not in profile.peak_flop_per_s:
         return ACHIEVED_A100
@@ -182,21 +180,16 @@ def dsa_tables_for(profile) -> dict | None:
 
     if profile.vendor.upper() not in ("NVIDIA", ""):
         return None
-    for name in DSA_DELTA_US:  # "H100 SXM", "H200 SXM": the model as a word of the name
-        if re.search(rf"\b{name.split()[0]}\b", profile.name.upper()):
+    for name in DSA_DELTA_US:  # "H100 SXM", "H200 SXM"
+        if profile.is_model(name.split()[0]):
             return DSA_DELTA_US[name]
     return None
 
 
 def curve_at(curve: tuple[tuple[float, float], ...], x: float) -> float:
     """A (x, y) curve read at x: log-log interpolation, flat beyond its ends."""
-    if x <= curve[0][0]:
-        return curve[0][1]
-    for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False):
-        if x <= x1:
-            w = math.log(x / x0) / math.log(x1 / x0)
-            return math.exp((1 - w) * math.log(y0) + w * math.log(y1))
-    return curve[-1][1]
+    i, w = _log_position([x for x, _ in curve], x)
+    return math.exp((1 - w) * math.log(curve[i][1]) + w * math.log(curve[i + 1][1]))
 
 
 def measured_achieved(achieved: Achieved = ACHIEVED_DATASHEET) -> Achieved:
@@ -322,9 +315,14 @@ class StepModel:
         experts = achieved.experts.get(key, achieved.experts["bf16"])
         self.dense_rates = Rates(bw * dense[1], gemm_peak * dense[0])
         expert_peak = gemm_peak if key in ("fp8", "int8") else bf16
-        self.expert_rates = Rates(bw * experts[1], expert_peak * experts[0])
         self.expert_curve = achieved.experts_curve.get(key) if spec.moe else None
-        self.expert_ideal = Rates(bw, expert_peak)
+        # with a curve, the experts run at the datasheet roofline times its slowdown; without
+        # one (int8), at the pair of fractions
+        self.expert_rates = (
+            Rates(bw, expert_peak)
+            if self.expert_curve
+            else Rates(bw * experts[1], expert_peak * experts[0])
+        )
         self.tokens_per_expert = spec.moe.top_k / spec.moe.num_experts if spec.moe else 0.0
         self.attention_rates = Rates(bw * achieved.attention[1], bf16 * achieved.attention[0])
         self.mla_rates = Rates(bw * achieved.mla[1], bf16 * achieved.mla[0])
@@ -411,16 +409,14 @@ class StepModel:
         sampled = num_tokens if num_sampled is None else num_sampled
         dense_flops = self.dense_flop_per_token * num_tokens + self.head_flop_per_sample * sampled
         expert_flops = self.expert_flop_per_token * num_tokens
+        expert_slowdown = (
+            curve_at(self.expert_curve, num_tokens * self.tokens_per_expert)
+            if self.expert_curve
+            else 1.0
+        )
         for num_bytes, flops, rates, slowdown in (
             (dense_bytes, dense_flops, self.dense_rates, 1.0),
-            (expert_bytes, expert_flops, self.expert_rates, 1.0)
-            if self.expert_curve is None
-            else (
-                expert_bytes,
-                expert_flops,
-                self.expert_ideal,
-                curve_at(self.expert_curve, num_tokens * self.tokens_per_expert),
-            ),
+            (expert_bytes, expert_flops, self.expert_rates, expert_slowdown),
         ):
             if not num_bytes and not flops:
                 continue
@@ -598,8 +594,13 @@ class _DsaModule:
     as 1,024)."""
 
     def __init__(self, grids: dict, kv: str, heads: float, layers: int):
+        import numpy as np
+
+        from kvplan.formulas.dsa_tables import LENGTHS
+
         self.grids, self.kv, self.heads, self.layers = grids, kv, heads, layers
         self._rows: dict[tuple[str, float], object] = {}
+        self._log_lengths = {ph: np.log(np.asarray(x, dtype=float)) for ph, x in LENGTHS.items()}
 
     @classmethod
     def of(cls, spec: ModelSpec, fmt: KvFormat, tp: int, tables: dict | None):
@@ -639,10 +640,9 @@ class _DsaModule:
         lengths)."""
         import numpy as np
 
-        from kvplan.formulas.dsa_tables import LENGTHS
-
-        axis = np.log(np.asarray(LENGTHS[phase], dtype=float))
-        at = np.interp(np.log(np.maximum(length, 1.0)), axis, self._row(phase, batch))
+        at = np.interp(
+            np.log(np.maximum(length, 1.0)), self._log_lengths[phase], self._row(phase, batch)
+        )
         return self.layers * (float(at) if np.ndim(at) == 0 else at)
 
 

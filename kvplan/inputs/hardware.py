@@ -6,6 +6,7 @@ you (kvplan.inputs.local_gpu)."""
 from __future__ import annotations
 
 import math
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -105,6 +106,13 @@ class GpuProfile(NamedTuple):
         if key in ("bf16", "fp16") and "fp32" in self.peak_flop_per_s:
             return self.peak_flop_per_s["fp32"]  # a measured CPU profile: fp32 is its only peak
         raise KvplanError(f"{self.name} has no {dtype} peak in its profile")
+
+    def is_model(self, *models: str) -> bool:
+        """Whether one of these GPU models is a word of the name: "H200" in "NVIDIA H200 141GB"
+        or "H200 NVL", not in "GH200" or "H2000" (a user's or a measured profile's name holds
+        the model anywhere)."""
+        name = self.name.upper()
+        return any(re.search(rf"\b{re.escape(m.upper())}\b", name) for m in models)
 
     def ridge_flop_per_byte(self, dtype: str = "bf16") -> float:
         """I* = peak FLOP/s / memory bandwidth: below it a kernel is memory-bound."""

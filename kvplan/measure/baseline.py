@@ -232,27 +232,13 @@ def measure_against(
     `request.confirm`, a run that fails (a regression, or a missed check when `request.check`)
     is measured once more, from scratch: the comparisons are `confirmed` and the check is the
     second run's; the second run is the one returned."""
-    from kvplan.measure.run import _measure_once, remeasured
+    from kvplan.measure.run import confirmed_run
     from kvplan.present.view import jsonable
 
     def against(result) -> Comparison:
         return compare(from_json(jsonable(result)), base, max_regression, allow_other_device)
 
-    result = _measure_once(request, progress)
-    comparison = against(result)
-    check_missed = request.check and not result.check.passed
-    if request.confirm and (check_missed or not comparison.passed):
-        second = _measure_once(request, progress)
-        first = tuple(c.key for c in comparison.changes if c.verdict == "regression")
-        comparison = confirmed(comparison, against(second))
-        result = remeasured(
-            result,
-            second,
-            check_missed=check_missed,
-            regressions=comparison.regressions,
-            regressed_first=first,
-        )
-    return result, comparison
+    return confirmed_run(request, progress, against)
 
 
 def _unit(key: str) -> str:

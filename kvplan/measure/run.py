@@ -204,10 +204,35 @@ def measure(request: MeasureRequest, progress: Progress | None = None) -> Measur
     machine slows one run's points or probes for its whole length, which its own rounds cannot
     show, and rarely the same ones twice; a wrong prediction misses again. Without `check` the
     check is reported, never repeated."""
+    return confirmed_run(request, progress)[0]
+
+
+def confirmed_run(request: MeasureRequest, progress: Progress | None = None, against=None):
+    """(the run, its comparison): one run, compared by `against` (run -> Comparison; None: no
+    baseline). With `request.confirm`, a run that fails (a missed check under `request.check`,
+    a regression) is measured once more, from scratch: the check is the second run's, the
+    comparisons are `confirmed` (a regression must show in both), and the second run is the one
+    returned, noting what the first showed."""
     result = _measure_once(request, progress)
-    if request.confirm and request.check and not result.check.passed:
-        result = remeasured(result, _measure_once(request, progress), check_missed=True)
-    return result
+    comparison = against(result) if against else None
+    check_missed = request.check and not result.check.passed
+    regressed = comparison is not None and not comparison.passed
+    if request.confirm and (check_missed or regressed):
+        from kvplan.measure.baseline import confirmed
+
+        second = _measure_once(request, progress)
+        first = ()
+        if comparison is not None:
+            first = tuple(c.key for c in comparison.changes if c.verdict == "regression")
+            comparison = confirmed(comparison, against(second))
+        result = remeasured(
+            result,
+            second,
+            check_missed=check_missed,
+            regressions=comparison.regressions if comparison is not None else 0,
+            regressed_first=first,
+        )
+    return result, comparison
 
 
 def remeasured(

@@ -2,8 +2,6 @@
 the engines' memory terms, simulate and plan, deployments, comparisons, measure): registered in
 kvplan.present.notes' one table, loaded only when one of them is printed (start-up)."""
 
-import re
-
 from kvplan.present import format as f
 from kvplan.present.notes import text
 
@@ -354,14 +352,10 @@ text("sim-step-terms")(
     )
 )
 text("sim-achieved-datasheet")(
-    lambda tables, gpu: (
+    lambda tables, gpu, own: (
         "Each operation runs at the fraction of the datasheet rate vLLM's own kernel reaches, "
         f"from measured vLLM 0.14 kernels on {tables} (NVIDIA aiconfigurator's silicon tables"
-        + (
-            ""
-            if re.search(rf"\b{tables.split()[0]}\b", gpu.upper())
-            else f"; {gpu} has none of its own"
-        )
+        + ("" if own else f"; {gpu} has none of its own")
         + "): dense GEMMs and attention by the medians of their tables, fused-MoE experts by a "
         "curve of the tokens each expert gets (about 0.9 of the bandwidth at 1-4 tokens, 0.2-0.3 "
         "of peak from ~256); CUDA-graph steps pay 32 us per layer, larger steps 0.8 ms per layer "

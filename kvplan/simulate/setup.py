@@ -212,7 +212,12 @@ def _step_model(spec, gpu, options, kv_format: str, graph_tokens: int, notes: li
     notes.append(
         note("sim-achieved-measured")
         if measured
-        else note("sim-achieved-datasheet", tables=achieved.source, gpu=gpu.name)
+        else note(
+            "sim-achieved-datasheet",
+            tables=achieved.source,
+            gpu=gpu.name,
+            own=gpu.is_model(achieved.source.split()[0]),
+        )
     )
     return model, wdtype
 
