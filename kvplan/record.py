@@ -14,6 +14,7 @@ typing.NamedTuple's behaviour.
 """
 
 from operator import itemgetter
+from typing import TYPE_CHECKING
 
 _tuple_new = tuple.__new__
 _MISSING = object()
@@ -121,7 +122,11 @@ class _RecordMeta(type):
         return type.__new__(mcls, name, (tuple,), body)
 
 
-class NamedTuple(metaclass=_RecordMeta):
-    """Subclass with annotated fields, as typing.NamedTuple (see the module's docstring)."""
+if TYPE_CHECKING:  # a type checker sees typing.NamedTuple, whose behaviour this class copies
+    from typing import NamedTuple as NamedTuple
+else:
 
-    _root = True
+    class NamedTuple(metaclass=_RecordMeta):
+        """Subclass with annotated fields, as typing.NamedTuple (see the module's docstring)."""
+
+        _root = True
