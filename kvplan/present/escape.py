@@ -10,6 +10,9 @@ contents quoted in an error.
   emphasis or a table cell backslash-escaped);
 - CSV: `csv_cell` (the terminal rule, then a text cell a spreadsheet would read as a formula
   gets a leading quote; numbers, negative ones included, stay numbers);
+- a shell command (`kvplan capacity --emit`): `shell_word` (shlex's quoting; a word holding a
+  control character is written in bash's $'...' form with the character as an escape);
+- a YAML scalar (the Kubernetes manifest): `yaml_string` (double-quoted, controls as escapes);
 - JSON is data: `json.dumps` writes control characters as \\u escapes already; HTML (the
   explorer page) escapes with `html.escape` where it builds the page.
 """
@@ -47,6 +50,39 @@ def error_line(message: object) -> str:
     """The CLI's one-line error: `error: ` and the message, escaped for a terminal (error
     messages quote file names and file contents)."""
     return f"error: {terminal_text(message)}"
+
+
+def _has_control(text: str) -> bool:
+    return not (text.isascii() and text.isprintable()) and text.translate(_ESCAPES) != text
+
+
+# ---- shell and YAML (the launch commands and manifests) ----------------------------------------
+def shell_word(text: object) -> str:
+    """One shell word that means `text`: shlex.quote's form, or, when `text` holds a control
+    character (which a terminal would obey on display and a paste would mangle), bash's $'...'
+    with every control character (as its UTF-8 bytes), backslash and quote escaped."""
+    import shlex  # only the launch commands quote for a shell (start-up)
+
+    text = str(text)
+    if not _has_control(text):
+        return shlex.quote(text)
+    text = text.replace("\\", "\\\\").replace("'", "\\'")
+    return "$'" + "".join(_shell_escape(ch) for ch in text) + "'"
+
+
+def _shell_escape(ch: str) -> str:
+    """A control character as $'...' escapes of its UTF-8 bytes (as bash reads them in any
+    locale; its \\u form depends on the locale); any other character as it is."""
+    if ord(ch) not in _ESCAPES:
+        return ch
+    return "".join(f"\\x{byte:02x}" for byte in ch.encode("utf-8"))
+
+
+def yaml_string(text: object) -> str:
+    """A YAML double-quoted scalar meaning `text`: backslash and quote escaped, control
+    characters as YAML's \\xNN and \\uNNNN escapes."""
+    text = str(text).replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + text.translate(_ESCAPES) + '"'
 
 
 # ---- Markdown ----------------------------------------------------------------------------------
