@@ -95,15 +95,17 @@ def main(argv: list[str] | None = None) -> None:
     _usable_streams()
     if not argv:
         argv = ["--help"]  # bare `kvplan`: the help, exit 0
+    from kvplan.present.escape import error_line
+
     try:
         code = _app_for(argv)(args=argv, prog_name="kvplan", standalone_mode=False)
     except KvplanError as exc:  # raised outside a command (option callbacks)
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(error_line(exc), err=True)
         sys.exit(2)
     except Exception as exc:
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):  # click usage errors
             message = " ".join(exc.format_message().split())
-            typer.echo(f"error: {message} (kvplan --help)", err=True)
+            typer.echo(error_line(f"{message} (kvplan --help)"), err=True)
             sys.exit(2 if exc.exit_code in (None, 1, 2) else exc.exit_code)
         if exc.__class__.__name__ == "Abort":
             sys.exit(130)
@@ -115,10 +117,10 @@ def _internal_error(exc: Exception) -> None:
     """Never a traceback for users; KVPLAN_DEBUG=1 shows it."""
     if os.environ.get("KVPLAN_DEBUG"):
         raise exc
-    from kvplan.inputs.text import clean
+    from kvplan.present.escape import terminal_text
 
     typer.echo(
-        f"internal error: {exc.__class__.__name__}: {clean(str(exc))[:300]} "
+        f"internal error: {exc.__class__.__name__}: {terminal_text(str(exc)[:300])} "
         "(KVPLAN_DEBUG=1 for details)",
         err=True,
     )

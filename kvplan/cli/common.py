@@ -9,6 +9,7 @@ import typer
 
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import WEIGHT_DTYPE_HELP
+from kvplan.present.escape import error_line, terminal_text
 from kvplan.present.render import OutputFormat
 
 MODEL_HELP = (
@@ -25,14 +26,15 @@ MAX_TP = 1024
 
 
 def command(fn):
-    """Turn KvplanError into one line on stderr and exit code 2."""
+    """Turn KvplanError into one line on stderr (escaped for a terminal: messages quote file
+    names and contents) and exit code 2."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except KvplanError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(error_line(exc), err=True)
             raise typer.Exit(2) from None
 
     return wrapper
@@ -234,5 +236,5 @@ def render(view, fmt, out: Path | None = None) -> str:
         return render_for(view, terminal)
     if fmt is OutputFormat.csv:
         for words in view.notes:
-            typer.echo(f"note: {words}", err=True)
+            typer.echo(f"note: {terminal_text(words)}", err=True)
     return render_view(view, fmt)

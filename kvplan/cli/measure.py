@@ -14,6 +14,7 @@ import typer
 
 from kvplan.cli import common as c
 from kvplan.errors import KvplanError
+from kvplan.present.escape import terminal_text
 
 EXAMPLE = (
     "Example: kvplan measure --quick --check --json measure.json --baseline last.json "
@@ -192,7 +193,7 @@ def add(app: typer.Typer) -> None:
 
         view = measure_view(result, comparison)
         _write_outputs(view, result, json_out, save_profile, junit_xml, fmt, junit)
-        typer.echo(view.data["summary"], err=True)
+        typer.echo(terminal_text(view.data["summary"]), err=True)
         if check and not result.check.passed:
             raise typer.Exit(EXIT_CHECK_FAILED)
         if comparison is not None and not comparison.passed:
@@ -279,7 +280,7 @@ def _distributed(
     if junit_path is not None:
         c.emit(distributed_junit_xml(view.data), junit_path)
     c.emit(c.render(view, fmt))
-    typer.echo(view.data["summary"], err=True)
+    typer.echo(terminal_text(view.data["summary"]), err=True)
     if check and not result.check.passed:
         raise typer.Exit(EXIT_CHECK_FAILED)
 

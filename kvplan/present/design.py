@@ -1,13 +1,15 @@
 """`kvplan report` as a design-doc section in Markdown: prose and tables from the typed result,
-with every assumption a footnote cited by note id where it applies."""
+with every assumption a footnote cited by note id where it applies. Every string of the result
+(a model's name from its folder or GGUF, a GPU profile's and a link's name, a dtype, a note's
+words) enters the Markdown through `md_text` (kvplan.present.escape); numbers are kvplan's."""
 
 from __future__ import annotations
 
 from kvplan.plans.deployment import deployment_of, layout_text
 from kvplan.plans.design import DesignResult
 from kvplan.present import format as f
+from kvplan.present.escape import md_link_target, md_text
 from kvplan.present.notes import note_text, note_texts
-from kvplan.present.render import md_text
 
 
 class Footnotes:
@@ -50,23 +52,25 @@ def render_markdown(result: DesignResult, plots: dict[str, str] | None = None) -
     dtypes = result.kv_dtypes
     base = dtypes[0]
     notes = Footnotes(result.notes)
-    out = [f"## KV-cache plan: {m.name}", ""]
-    layers = ", ".join(f"{n} × {label}" for label, n in m.layers.items())
+    name = md_text(m.name)
+    out = [f"## KV-cache plan: {name}", ""]
+    layers = ", ".join(f"{n} × {md_text(label)}" for label, n in m.layers.items())
     saving = f"{m.gqa_saving:.1f}×" if m.gqa_saving else "n/a"
     out += ["### Cache anatomy", ""]
     anatomy = len(out)  # the anatomy paragraph: it also cites the notes no other place does
     out += [
-        f"{m.name}, a {m.family} model, has {f.count(m.params_total)} parameters "
+        f"{name}, a {md_text(m.family)} model, has {f.count(m.params_total)} parameters "
         f"({f.count(m.params_active)} active per token); its weights take "
-        f"{_gib(m.weights_bytes)} in {m.weights_dtype}. Layers: {layers}. Every token of "
-        f"context costs **{m.kv_bytes_per_token:,} bytes** of KV in {base} with every attention "
+        f"{_gib(m.weights_bytes)} in {md_text(m.weights_dtype)}. Layers: {layers}. Every token "
+        f"of context costs **{m.kv_bytes_per_token:,} bytes** of KV in {md_text(base)} with "
+        "every attention "
         f"layer holding it — {saving} less than the multi-head equivalent "
         f"({m.mha_equivalent_bytes_per_token:,} B/token).",
         "",
         "### KV per sequence",
         "",
         "| context | "
-        + " | ".join(f"{d} per sequence{_format_note(notes, d)}" for d in dtypes)
+        + " | ".join(f"{md_text(d)} per sequence{_format_note(notes, d)}" for d in dtypes)
         + " | KV ÷ weights |",
         "|---:|" + "---:|" * len(dtypes) + "---:|",
     ]
@@ -83,7 +87,7 @@ def render_markdown(result: DesignResult, plots: dict[str, str] | None = None) -
     for option, peak in zip(result.options, peaks, strict=True):
         tp = option.tp
         out += [
-            f"**{_option_name(option)}** ({_layout(option)}"
+            f"**{_md_option_name(option)}** ({md_text(_layout(option))}"
             + notes.cite("deployment-chosen", gpu=option.gpu)
             + notes.cite("dp-attention", ranks=option.dp_attention)
             + notes.cite("tp-per-gpu", tp=tp)
@@ -95,7 +99,7 @@ def render_markdown(result: DesignResult, plots: dict[str, str] | None = None) -
             "",
             "| context | "
             + " | ".join(
-                f"sequences ({d}){notes.cite('capacity-paged') if i == 0 else ''}"
+                f"sequences ({md_text(d)}){notes.cite('capacity-paged') if i == 0 else ''}"
                 for i, d in enumerate(dtypes)
             )
             + " | KV pool / GPU | limited by | "
@@ -113,7 +117,7 @@ def render_markdown(result: DesignResult, plots: dict[str, str] | None = None) -
             beyond = notes.cite("ctx-beyond-positions", context_len=row.context_len)
             out.append(
                 f"| {f.tokens(row.context_len)}{beyond} | {seqs} | "
-                f"{_gib(row.kv_pool_bytes_per_gpu)} | {row.limited_by} | "
+                f"{_gib(row.kv_pool_bytes_per_gpu)} | {md_text(row.limited_by)} | "
                 f"{row.ttft_floor_s:.2f} s | {f.ms_text(row.tpot_floor_s)} | "
                 f"{row.ceiling_tokens_per_s:,.0f} tok/s | {row.batch_equal_reads:.1f} |"
             )
@@ -132,7 +136,7 @@ def render_markdown(result: DesignResult, plots: dict[str, str] | None = None) -
         for o, r in transfers:
             t = r.kv_transfer
             out.append(
-                f"| {_option_name(o)} over {t.link}"
+                f"| {_md_option_name(o)} over {md_text(t.link)}"
                 f"{notes.cite('transfer-replication', tp=o.tp)} | "
                 f"{f.tokens(r.context_len)} | "
                 f"{_gib(t.bytes_per_request)} | {f.ms_text(t.time_s)} | "
@@ -140,7 +144,8 @@ def render_markdown(result: DesignResult, plots: dict[str, str] | None = None) -
             )
         out.append("")
     if plots:
-        out += [f"![{title}]({path})" for title, path in plots.items()] + [""]
+        out += [f"![{md_text(title)}]({md_link_target(path)})" for title, path in plots.items()]
+        out.append("")
     out += _decision_order(result, notes)
     out[anatomy] += notes.uncited()
     # the definitions last: renderers gather footnotes at the end, under this heading
@@ -154,6 +159,10 @@ def _option_name(option) -> str:
     return f"{option.gpu} × {option.gpus}"
 
 
+def _md_option_name(option) -> str:
+    return md_text(_option_name(option))
+
+
 def _layout(option) -> str:
     nodes = "one node" if option.nodes == 1 else f"{option.nodes} nodes"
     return f"{layout_text(deployment_of(option))}, {nodes}"
@@ -165,7 +174,7 @@ def _comparison(result: DesignResult, notes: Footnotes) -> list[str]:
     if cmp is None or len(cmp.rows) < 2:
         return []
     out = [
-        f"**Verdict.** {note_text(cmp.verdict)}"
+        f"**Verdict.** {md_text(note_text(cmp.verdict))}"
         f"{notes.cite('compare-columns')}{notes.cite('compare-prices')}",
         "",
         f"| GPU | deployment | GPUs | sequences at {f.tokens(cmp.context_len)} | per GPU | "
@@ -174,11 +183,11 @@ def _comparison(result: DesignResult, notes: Footnotes) -> list[str]:
     ]
     for row in cmp.rows:
         if not row.fits:
-            out.append(f"| {row.gpu} | does not fit | — | 0 | 0 | — | — | — |")
+            out.append(f"| {md_text(row.gpu)} | does not fit | — | 0 | 0 | — | — | — |")
             continue
         usd = f.usd(row.usd_per_million_output_tokens)
         out.append(
-            f"| {row.gpu} | {row.layout} | {row.gpus_per_replica:,} | "
+            f"| {md_text(row.gpu)} | {md_text(row.layout)} | {row.gpus_per_replica:,} | "
             f"{row.users_per_replica:,} | {row.users_per_gpu:,.1f} | "
             f"{f.ms_text(row.tpot_floor_s)} | {row.tokens_per_s_per_gpu:,.0f} | {usd} |"
         )
@@ -210,7 +219,7 @@ def _decision_order(result: DesignResult, notes: Footnotes) -> list[str]:
     seqs = longest.max_sequences[base]
     wi = longest.what_if
     paging = longest.paging
-    lines = [f"### Decision order for {_option_name(option)} at {c}", ""]
+    lines = [f"### Decision order for {_md_option_name(option)} at {c}", ""]
     saving = f"{m.gqa_saving:.1f}×" if m.gqa_saving else "no"
     lines.append(
         f"1. **Model choice.** This checkpoint already saves {saving} against "

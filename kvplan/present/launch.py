@@ -10,11 +10,11 @@ command that would hold fewer sequences than the plan says.
 from __future__ import annotations
 
 import os
-import shlex
 
 from kvplan.engines import sglang as sglang_engine
 from kvplan.engines import vllm as vllm_engine
 from kvplan.errors import KvplanError
+from kvplan.present.escape import shell_word, yaml_string
 from kvplan.record import NamedTuple
 
 VLLM_IMAGE = "vllm/vllm-openai:v0.19.0"  # the release whose rules kvplan models
@@ -162,7 +162,7 @@ def _single_file_gguf(p: Launch, engine: str) -> None:
 def command(p: Launch, engine: str) -> str:
     """The launch command, one flag per line, every value quoted for the shell."""
     _single_file_gguf(p, engine)
-    model = shlex.quote(p.model_id)
+    model = shell_word(p.model_id)
     if engine not in FLAGS:
         raise KvplanError(f"--emit {engine!r}: choose {', '.join(TARGETS)}")
     serve = "vllm serve" if engine == "vllm" else "python -m sglang.launch_server --model-path"
@@ -194,8 +194,8 @@ def docker(p: Launch, engine: str) -> str:
             model = f"{CONTAINER_MODEL_DIR}/{file}"
         if ":" in host:
             raise KvplanError(f"docker run -v cannot mount a path with a colon: {host[:200]!r}")
-        head.append(f"-v {shlex.quote(f'{host}:{CONTAINER_MODEL_DIR}:ro')}")
-    model = shlex.quote(model)
+        head.append(f"-v {shell_word(f'{host}:{CONTAINER_MODEL_DIR}:ro')}")
+    model = shell_word(model)
     if engine == "vllm":
         parts = head + [f"-p {VLLM_PORT}:{VLLM_PORT}", VLLM_IMAGE, f"--model {model}"]
     else:
@@ -333,5 +333,5 @@ def _dns_name(text: str) -> str:
 
 
 def _q(text: str) -> str:
-    """A YAML scalar, quoted."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A YAML scalar, quoted (control characters as escapes)."""
+    return yaml_string(text)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kvplan.errors import KvplanError
+from kvplan.present.escape import terminal_text
 
 STDOUT = "-"
 
@@ -163,7 +164,7 @@ def write_text(text: str, path: Path | str | None, what: str = "output") -> None
             os.fsync(handle.fileno())
 
     write_atomic(Path(path), write, what)
-    print(f"wrote {path}", file=sys.stderr)
+    print(f"wrote {terminal_text(path)}", file=sys.stderr)
 
 
 def unnamed_path(path: Path, force: bool, hint: str = "pass --force to overwrite it") -> Path:

@@ -21,6 +21,9 @@ def _pyplot():
         import matplotlib
 
         matplotlib.use("Agg")
+        # every text drawn as written: names from inputs (a model folder, a GPU profile) may hold
+        # `$`, which mathtext would parse (an unknown symbol fails the whole chart)
+        matplotlib.rcParams["text.parse_math"] = False
         import matplotlib.pyplot as plt
     except ImportError:
         raise KvplanError(

@@ -13,6 +13,7 @@ import json
 from enum import Enum
 from typing import Any
 
+from kvplan.present.escape import csv_cell, md_text, terminal_text
 from kvplan.present.view import Column, Table, View, cited, facts_of
 from kvplan.record import NamedTuple
 
@@ -37,19 +38,11 @@ def render_json(report: View) -> str:
 
 
 # ---- Markdown ----------------------------------------------------------------------------------
-MARKDOWN_SPECIAL = "\\`*_[]<>|~$"
-
-
-def md_text(text: Any) -> str:
-    """Plain words as Markdown text: the characters Markdown (GitHub, pandoc) would read as markup
-    are escaped, so `4*L*d*n` stays four letters and `a | b` stays in its table cell."""
-    return "".join("\\" + ch if ch in MARKDOWN_SPECIAL else ch for ch in str(text))
-
-
 def render_markdown(report: View) -> str:
     """Markdown with every note a footnote cited where it applies (facts, column headers, table
     titles, rows); notes cited nowhere are cited from the first fact, or the title: renderers
-    (GitHub, pandoc) drop footnotes nobody references."""
+    (GitHub, pandoc) drop footnotes nobody references. Every word of the view goes through
+    `md_text` (kvplan.present.escape), the citations and the table markup after it."""
     facts = facts_of(report)
     used: set[int] = set()
 
@@ -109,11 +102,13 @@ def csv_columns(table: Table) -> list[str]:
 
 
 def csv_value(value: Any) -> Any:
+    """A field as CSV writes it: None empty, lists and objects as JSON, text through `csv_cell`
+    (control characters escaped, no cell a spreadsheet would run as a formula)."""
     if value is None:
         return ""
     if isinstance(value, (list, tuple, dict)):
-        return json.dumps(value, allow_nan=False)
-    return value
+        return csv_cell(json.dumps(value, allow_nan=False))
+    return csv_cell(value)
 
 
 def render_csv(report: View) -> str:
@@ -149,7 +144,7 @@ def render_csv(report: View) -> str:
 
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(fields)
+    writer.writerow([csv_cell(key) for key in fields])
     for row in rows:
         writer.writerow([csv_value(row.get(key)) for key in fields])
     return buf.getvalue()
@@ -271,28 +266,44 @@ def fit_columns(
     return Fit(shown, sorted(stacked), sorted(dropped))
 
 
-def row_label(columns: list[Column], row: dict, fit: Fit) -> str:
+class ShownTable(NamedTuple):
+    """A table's words as a terminal or a pipe gets them: its title, headers and cells through
+    `terminal_text` (kvplan.present.escape), the one rule of the plain and the rich tables."""
+
+    title: str
+    columns: list[Column]
+    cells: list[list[str]]  # per row, per column
+
+
+def shown_table(table: Table) -> ShownTable:
+    columns = [c._replace(header=terminal_text(c.header)) for c in table.columns]
+    cells = [[terminal_text(c.fmt(row.get(c.key))) for c in table.columns] for row in table.rows]
+    return ShownTable(terminal_text(table.title), columns, cells)
+
+
+def row_label(cells: list[str], fit: Fit) -> str:
     """What names a row in the stacked prose under a table: its first shown cell."""
-    first = columns[fit.shown[0]] if fit.shown else columns[0]
-    return first.fmt(row.get(first.key))
+    return cells[fit.shown[0]] if fit.shown else cells[0]
 
 
 def render_table(report: View, width: int | None = None) -> str:
     """Aligned plain text, no colour and no rich (it costs the CLI's start-up budget): what pipes
     get. With `width`, prose columns that would make a table wider are stacked under it; no
-    column is left out (a pipe may be read by a program)."""
-    out = [report.title]
-    facts = facts_of(report)
+    column is left out (a pipe may be read by a program). Every word goes through
+    `terminal_text`: a pipe often ends at a terminal."""
+    out = [terminal_text(report.title)]
+    facts = [(terminal_text(x.label), terminal_text(x.value)) for x in facts_of(report)]
     if facts:
-        label_width = max(cell_width(x.label) for x in facts)
-        out += [f"  {_pad(x.label, label_width)}  {x.value}" for x in facts]
+        label_width = max(cell_width(label) for label, _ in facts)
+        out += [f"  {_pad(label, label_width)}  {value}" for label, value in facts]
     for table in report.tables:
         out.append("")
-        if table.title:
-            out.append(table.title)
-        cells = [[c.fmt(row.get(c.key)) for c in table.columns] for row in table.rows]
-        fit = fit_columns(table.columns, cells, width, drop=False)
-        columns = [table.columns[i] for i in fit.shown]
+        shown = shown_table(table)
+        if shown.title:
+            out.append(shown.title)
+        cells = shown.cells
+        fit = fit_columns(shown.columns, cells, width, drop=False)
+        columns = [shown.columns[i] for i in fit.shown]
         grid = [[r[i] for i in fit.shown] for r in cells]
         widths = [
             max([cell_width(c.header)] + [cell_width(r[j]) for r in grid])
@@ -302,14 +313,13 @@ def render_table(report: View, width: int | None = None) -> str:
         out.append("  " + "  ".join("─" * w for w in widths))
         out += [_line(r, widths, columns) for r in grid]
         for i in fit.stacked:
-            column = table.columns[i]
-            out += ["", f"  {column.header}"]
-            for row, r in zip(table.rows, cells, strict=True):
+            out += ["", f"  {shown.columns[i].header}"]
+            for r in cells:
                 if r[i]:
-                    out.append(f"    {row_label(table.columns, row, fit)}: {r[i]}")
+                    out.append(f"    {row_label(r, fit)}: {r[i]}")
     if report.notes:
         out.append("")
-        out += [f"[{i}] {note}" for i, note in enumerate(report.notes, 1)]
+        out += [f"[{i}] {terminal_text(note)}" for i, note in enumerate(report.notes, 1)]
     return "\n".join(out) + "\n"
 
 

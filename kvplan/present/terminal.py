@@ -14,6 +14,7 @@ indent.
 import io
 import re
 
+from kvplan.present.escape import terminal_text
 from kvplan.present.render import (
     GAP,
     INDENT,
@@ -22,6 +23,7 @@ from kvplan.present.render import (
     fit_columns,
     render_table,
     row_label,
+    shown_table,
     table_width,
 )
 from kvplan.present.tty import FALLBACK_WIDTH, MIN_WIDTH, PIPE_WIDTH, Terminal, detect
@@ -96,14 +98,15 @@ def _table(table: Table, width: int, colour: bool) -> list:
     from rich.table import Table as RichTable
     from rich.text import Text
 
-    cells = [[c.fmt(row.get(c.key)) for c in table.columns] for row in table.rows]
-    fit = fit_columns(table.columns, cells, width, drop=True, wrap_headers=True)
-    shown = [table.columns[i] for i in fit.shown]
+    shown_words = shown_table(table)  # every word through terminal_text
+    columns, cells = shown_words.columns, shown_words.cells
+    fit = fit_columns(columns, cells, width, drop=True, wrap_headers=True)
+    shown = [columns[i] for i in fit.shown]
     grid_cells = [[r[i] for i in fit.shown] for r in cells]
     widths = column_widths(shown, grid_cells, width)
     out: list = []
-    if table.title:
-        out.append(Text(table.title, style="bold" if colour else ""))
+    if shown_words.title:
+        out.append(Text(shown_words.title, style="bold" if colour else ""))
     grid = RichTable(
         box=box.SIMPLE_HEAD,
         show_edge=False,
@@ -127,8 +130,8 @@ def _table(table: Table, width: int, colour: bool) -> list:
         )
     out.append(_indented(grid))
     for i in fit.stacked:
-        column = table.columns[i]
-        labels = [row_label(table.columns, row, fit) + ":" for row in table.rows]
+        column = columns[i]
+        labels = [row_label(r, fit) + ":" for r in cells]
         stack = _grid(width - INDENT, min(max(map(cell_width, labels), default=1), width // 3))
         for row, label, r in zip(table.rows, labels, cells, strict=True):
             if r[i]:
@@ -140,7 +143,7 @@ def _table(table: Table, width: int, colour: bool) -> list:
             _indented(_indented(stack)),
         ]
     if fit.dropped:
-        names = ", ".join(table.columns[i].header for i in fit.dropped)
+        names = ", ".join(columns[i].header for i in fit.dropped)
         out.append(
             _indented(
                 Text(
@@ -153,7 +156,8 @@ def _table(table: Table, width: int, colour: bool) -> list:
 
 
 def render_rich(report: View, terminal: Terminal) -> str:
-    """The view as a terminal shows it, escape codes included when `terminal.colour`."""
+    """The view as a terminal shows it, escape codes included when `terminal.colour`: kvplan's
+    own (rich's colours); every word of the view goes through `terminal_text`."""
     from rich.console import Console
     from rich.text import Text
 
@@ -171,13 +175,16 @@ def render_rich(report: View, terminal: Terminal) -> str:
         markup=False,
         soft_wrap=False,
     )
-    console.print(Text(report.title, style="bold" if colour else ""))
-    facts = facts_of(report)
+    console.print(Text(terminal_text(report.title), style="bold" if colour else ""))
+    facts = [
+        x._replace(label=terminal_text(x.label), value=terminal_text(x.value))
+        for x in facts_of(report)
+    ]
     if facts:
         label = min(max(cell_width(x.label) for x in facts), max(12, (width - INDENT) // 3))
         grid = _grid(width, label)
         for x in facts:
-            grid.add_row(x.label, _styled(x.value, x.verdict, colour))
+            grid.add_row(Text(x.label), _styled(x.value, x.verdict, colour))
         console.print(_indented(grid))
     for table in report.tables:
         console.print()
@@ -188,7 +195,7 @@ def render_rich(report: View, terminal: Terminal) -> str:
         numbers = [f"[{i}]" for i in range(1, len(report.notes) + 1)]
         grid = _grid(width + INDENT, max(map(len, numbers)), gap=1)
         for number, words in zip(numbers, report.notes, strict=True):
-            grid.add_row(number, words)
+            grid.add_row(number, Text(terminal_text(words)))
         console.print(grid)
     return "\n".join(_rstrip(line) for line in console.file.getvalue().split("\n"))
 
