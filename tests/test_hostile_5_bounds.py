@@ -5,13 +5,18 @@ Hub's answers are cached only once they validate. Each failure is one `error:` l
 
 from __future__ import annotations
 
+import json
 import os
 import struct
+import subprocess
+import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from helpers import run_cli, run_json
+from helpers import REPO, run_cli, run_json
 
 
 def one_line_error(code: int, err: str, needle: str) -> None:
@@ -129,3 +134,154 @@ def test_a_gguf_built_by_hand_reads(tmp_path):
     """The hand-built file of the cases above is itself a readable model."""
     data = run_json("size", _gguf(tmp_path, [], EMBED))
     assert data["model"]["weights_bytes"] == 64 * 1000 * 2
+
+
+# ---- safetensors: the totals over every shard bounded before the next header -----------------
+def _shard_claiming(length: int) -> bytes:
+    return struct.pack("<Q", length) + b"{}"  # the length alone is read before the total
+
+
+def _header_of(tensors: dict) -> bytes:
+    raw = json.dumps(tensors).encode()
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def test_safetensors_headers_past_the_total_cap_are_refused_before_any_is_read(tmp_path):
+    """Three 64 MB headers were each read and parsed before the 2M-tensor limit was checked:
+    past 120 s and 1.6 GB. Now their lengths are summed first (128 MiB at most in all)."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(CONFIG)
+    for i in range(3):
+        (folder / f"s{i}.safetensors").write_bytes(_shard_claiming(60 * 2**20))
+    started = time.monotonic()
+    code, _, err = run_cli("size", str(folder))
+    one_line_error(code, err, "over kvplan's cap of 128 MiB")
+    assert time.monotonic() - started < 10
+
+
+def test_the_tensor_count_is_checked_before_the_next_header_is_parsed(tmp_path, monkeypatch):
+    import kvplan.inputs.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "MAX_TENSORS", 3)
+    parsed: list[str] = []
+    parse = checkpoint.parse_header
+    monkeypatch.setattr(
+        checkpoint, "parse_header", lambda raw, src: parsed.append(src) or parse(raw, src)
+    )
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(CONFIG)
+    for i in range(3):
+        tensors = {
+            f"t{i}.{j}": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]} for j in range(2)
+        }
+        (folder / f"s{i}.safetensors").write_bytes(_header_of(tensors))
+    code, _, err = run_cli("size", str(folder))
+    one_line_error(code, err, "more than 3 tensors")
+    assert len(parsed) == 2  # the third shard's header was never parsed
+
+
+# ---- the Hub: one deadline over each whole exchange; only what validated is cached -----------
+CONFIG = (REPO / "model_configs" / "Llama-3.1-8B.json").read_text()
+HEADER = _header_of({"model.embed_tokens.weight": {"dtype": "BF16", "shape": [128256, 4096],
+                                                    "data_offsets": [0, 1]}})  # fmt: skip
+
+
+class Hub:
+    mode = "ok"
+    ranges: list = []
+
+
+class HubHandler(BaseHTTPRequestHandler):
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _drip(self, data: bytes, every_s: float) -> None:
+        for byte in data:
+            try:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+            except OSError:
+                return
+            time.sleep(every_s)
+
+    def do_GET(self):  # noqa: N802 - the stdlib's name
+        mode, path = Hub.mode, self.path
+        if path.endswith("config.json"):
+            body = b"<html>sign in to the proxy</html>" if mode == "login_page" else CONFIG.encode()
+            return self._send(200, body)
+        if path.endswith(".index.json"):
+            if mode == "four_big_shards":
+                shards = {f"t{i}": f"model-{i}.safetensors" for i in range(4)}
+                return self._send(200, json.dumps({"weight_map": shards}).encode())
+            self.send_response(404)
+            self.send_header("X-Error-Code", "EntryNotFound")
+            self.end_headers()
+            return None
+        Hub.ranges.append(self.headers.get("Range"))
+        if mode == "slow_headers":  # the status line, then a header line every 0.3 s, forever
+            self.wfile.write(b"HTTP/1.1 206 Partial Content\r\n")
+            return self._drip(b"X-Slow: " + b"a" * 10_000, 0.3)
+        if mode == "trickle_body":  # the headers at once, then the body a byte a second
+            self.send_response(206)
+            self.send_header("Content-Length", "8")
+            self.end_headers()
+            return self._drip(struct.pack("<Q", len(HEADER) - 8), 1.0)
+        if mode == "four_big_shards":
+            return self._send(206, struct.pack("<Q", 60 * 2**20))
+        start, end = (int(x) for x in self.headers["Range"].split("=")[1].split("-"))
+        return self._send(206, HEADER[start : end + 1])
+
+
+@pytest.fixture(scope="module")
+def hub():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def kvplan_against(hub_url: str, tmp_path, *argv: str) -> tuple[subprocess.CompletedProcess, float]:
+    env = dict(
+        os.environ,
+        HF_ENDPOINT=hub_url,
+        HF_HOME=str(tmp_path / "hf"),
+        KVPLAN_CACHE=str(tmp_path / "kv"),
+        KVPLAN_HUB_TIMEOUT="2",
+    )
+    env.pop("HF_HUB_OFFLINE", None)
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvplan", *argv], capture_output=True, text=True, env=env, timeout=60
+    )
+    return proc, time.monotonic() - started
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["slow_headers", "trickle_body"])
+def test_a_slow_safetensors_answer_ends_at_the_deadline_and_the_process_exits(hub, tmp_path, mode):
+    """Response headers sent a line at a time kept the answer's process alive 52 s past a 2 s
+    deadline (each line came within the socket timeout; a pool thread held the exit); a body
+    trickled a byte a second, 4.3 s. Now the deadline shuts the exchange's sockets: ~2.5 s."""
+    Hub.mode = mode
+    proc, elapsed = kvplan_against(hub, tmp_path, "size", f"someorg/{mode}")
+    assert proc.returncode == 0, proc.stderr
+    assert "safetensors headers could not be read" in " ".join(proc.stdout.split())
+    assert elapsed < 8, elapsed
+
+
+def test_hub_headers_past_the_total_cap_are_refused_before_any_download(hub, tmp_path):
+    """Four 60 MB headers were downloaded and parsed (82 s, 3.6 GB) before the bound."""
+    Hub.mode, Hub.ranges = "four_big_shards", []
+    proc, _ = kvplan_against(hub, tmp_path, "size", "someorg/big")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "over kvplan's cap of 128 MiB" in proc.stderr and "Traceback" not in proc.stderr
+    assert Hub.ranges == ["bytes=0-7"] * 4  # the lengths only
