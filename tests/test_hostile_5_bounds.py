@@ -285,3 +285,34 @@ def test_hub_headers_past_the_total_cap_are_refused_before_any_download(hub, tmp
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "over kvplan's cap of 128 MiB" in proc.stderr and "Traceback" not in proc.stderr
     assert Hub.ranges == ["bytes=0-7"] * 4  # the lengths only
+
+
+def test_a_login_page_from_the_hub_is_not_cached_and_a_bad_entry_is_refetched(hub, tmp_path):
+    """A proxy's HTML page (status 200) was cached before it was parsed: every later run said
+    "invalid JSON", the Hub fixed or not."""
+    Hub.mode = "login_page"
+    proc, _ = kvplan_against(hub, tmp_path, "size", "someorg/m")
+    assert proc.returncode == 2 and "invalid JSON" in proc.stderr, proc.stderr
+    cached = tmp_path / "kv" / "configs" / "someorg--m" / "config.json"
+    assert not cached.exists()
+    Hub.mode = "ok"
+    proc, _ = kvplan_against(hub, tmp_path, "size", "someorg/m")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(cached.read_text()) == json.loads(CONFIG)
+    cached.write_text("<html>a page an older kvplan saved</html>")
+    proc, _ = kvplan_against(hub, tmp_path, "size", "someorg/m")
+    assert proc.returncode == 0, proc.stderr  # discarded and fetched again
+    assert json.loads(cached.read_text()) == json.loads(CONFIG)
+
+
+def test_a_corrupt_hugging_face_cache_entry_is_named_with_how_to_clear_it(hub, tmp_path):
+    snapshot = tmp_path / "hf" / "hub" / "models--someorg--m" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("<html>")
+    (tmp_path / "hf" / "hub" / "models--someorg--m" / "refs").mkdir()
+    (tmp_path / "hf" / "hub" / "models--someorg--m" / "refs" / "main").write_text("abc")
+    Hub.mode = "ok"
+    proc, _ = kvplan_against(hub, tmp_path, "size", "someorg/m")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "invalid JSON" in proc.stderr and "delete it" in proc.stderr
+    assert str(snapshot / "config.json") in proc.stderr

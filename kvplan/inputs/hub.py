@@ -369,7 +369,8 @@ def check_repo_id(repo_id: str) -> str:
     return repo_id
 
 
-def _cached_config(repo_id: str) -> str | None:
+def _cached_config(repo_id: str) -> tuple[str, Path] | None:
+    """huggingface-hub's cached config.json: (text, path)."""
     try:
         from huggingface_hub import try_to_load_from_cache
     except (ImportError, ValueError):  # ValueError: a malformed HF_* variable at import
@@ -381,7 +382,7 @@ def _cached_config(repo_id: str) -> str | None:
     if isinstance(path, str) and Path(path).is_file():
         try:
             if Path(path).stat().st_size <= MAX_CONFIG_BYTES:
-                return Path(path).read_text(encoding="utf-8")
+                return Path(path).read_text(encoding="utf-8"), Path(path)
         except (OSError, UnicodeDecodeError):
             return None
     return None
@@ -392,19 +393,28 @@ def _kvplan_cache(repo_id: str) -> Path:
     return base / "configs" / repo_id.replace("/", "--") / "config.json"
 
 
-def fetch_config(repo_id: str) -> str:
-    """config.json of a Hub repository: the huggingface-hub cache, kvplan's cache, then one
-    download within the deadline (saved to kvplan's cache)."""
+def fetch_config(repo_id: str, parse):
+    """`parse(text)` of a Hub repository's config.json (parse raises KvplanError for a text that
+    is no config): the huggingface-hub cache, kvplan's cache, then one download within the
+    deadline, saved to kvplan's cache only once it parsed. A kvplan cache entry that no longer
+    parses is discarded and fetched again; huggingface-hub's is not kvplan's to delete, so the
+    error names it."""
     repo_id = check_repo_id(repo_id)
     cached = _cached_config(repo_id)
     if cached is not None:
-        return cached
+        text, path = cached
+        try:
+            return parse(text)
+        except KvplanError as exc:
+            raise KvplanError(
+                f"{exc} (huggingface-hub's cached copy {path}: delete it to download it again)"
+            ) from None
     mine = _kvplan_cache(repo_id)
     if mine.is_file():
         try:
-            return mine.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            pass
+            return parse(mine.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, KvplanError):
+            _discard(mine)  # an entry of an older kvplan or a damaged disk: fetched again
     if offline():
         raise KvplanError(
             f"{repo_id}: not in the local cache and HF_HUB_OFFLINE is set; pass a path to config.json"
@@ -419,8 +429,16 @@ def fetch_config(repo_id: str) -> str:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise KvplanError(f"{repo_id}: the Hub's config.json is not UTF-8 text") from None
+    config = parse(text)  # a proxy's login page (HTML, status 200) stops here, uncached
     _save(mine, text)
-    return text
+    return config
+
+
+def _discard(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
 
 
 def _save(path: Path, text: str) -> None:

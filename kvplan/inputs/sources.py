@@ -147,7 +147,8 @@ def load_config(model: str) -> tuple[dict, str, str]:
     if _looks_like_repo_id(model):
         from kvplan.inputs.hub import fetch_config
 
-        return parse_config_text(fetch_config(model), model), model.strip(), f"hub:{model.strip()}"
+        config = fetch_config(model, lambda text: parse_config_text(text, model))
+        return config, model.strip(), f"hub:{model.strip()}"
     raise KvplanError(_unknown_message(model))
 
 
