@@ -130,6 +130,21 @@ def test_hostile_gguf_counts_are_refused_before_reading(
     assert time.monotonic() - started < 10
 
 
+def test_a_vocabulary_sized_number_array_is_read_as_its_length(tmp_path):
+    """2^24 tokenizer scores were made Python floats one by one: 52 s and 760 MB (2^23 here:
+    half that). kvplan reads no array longer than one value per layer: now 1.4 s and 37 MB."""
+    scores = _array("tokenizer.ggml.scores", 6, 2**23, b"\0" * 4 * 2**23)  # f32
+    started = time.monotonic()
+    data = run_json("size", _gguf(tmp_path, [scores], EMBED))
+    assert data["model"]["weights_bytes"] == 64 * 1000 * 2
+    assert time.monotonic() - started < 10
+    code, _, err = run_cli(
+        "size",
+        _gguf(tmp_path, [_array("llama.feed_forward_length", 4, 5000, b"\0" * 20_000)], EMBED),
+    )
+    one_line_error(code, err, "more than one per layer")
+
+
 def test_a_gguf_built_by_hand_reads(tmp_path):
     """The hand-built file of the cases above is itself a readable model."""
     data = run_json("size", _gguf(tmp_path, [], EMBED))
