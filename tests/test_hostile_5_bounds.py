@@ -77,7 +77,7 @@ def _tensor(name: str, dims: list[int], n_dims: int | None = None) -> bytes:
     return _s(name) + struct.pack(f"<I{len(dims)}QIQ", count, *dims, 1, 0)  # f16, offset 0
 
 
-def _gguf(tmp_path, kvs: list[bytes], tensors: list[bytes], tensor_count=None) -> str:
+def _gguf(tmp_path, kvs: list[bytes], tensors: list[bytes], tensor_count=None, name="m.gguf"):
     base = [
         _s("general.architecture") + struct.pack("<I", 8) + _s("llama"),
         _u32("llama.block_count", 2),
@@ -88,7 +88,7 @@ def _gguf(tmp_path, kvs: list[bytes], tensors: list[bytes], tensor_count=None) -
     kvs = base + kvs
     count = len(tensors) if tensor_count is None else tensor_count
     head = b"GGUF" + struct.pack("<IQQ", 3, count, len(kvs))
-    path = tmp_path / "m.gguf"
+    path = tmp_path / name
     path.write_bytes(head + b"".join(kvs) + b"".join(tensors) + b"\0" * 64)
     return str(path)
 
@@ -143,6 +143,16 @@ def test_a_vocabulary_sized_number_array_is_read_as_its_length(tmp_path):
         _gguf(tmp_path, [_array("llama.feed_forward_length", 4, 5000, b"\0" * 20_000)], EMBED),
     )
     one_line_error(code, err, "more than one per layer")
+
+
+def test_a_split_gguf_bounds_its_tensors_over_every_shard(tmp_path, monkeypatch):
+    import kvplan.inputs.gguf as gguf_input
+
+    monkeypatch.setattr(gguf_input, "MAX_GGUF_TENSORS", 1)  # each shard holds one
+    first = _gguf(tmp_path, [], EMBED, name="m-00001-of-00002.gguf")
+    _gguf(tmp_path, [], [_tensor("output.weight", [64, 1000])], name="m-00002-of-00002.gguf")
+    code, _, err = run_cli("size", first)
+    one_line_error(code, err, "more than 1 tensors over its shards")
 
 
 def test_a_gguf_built_by_hand_reads(tmp_path):

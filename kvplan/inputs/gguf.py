@@ -350,6 +350,8 @@ def read_gguf(model: str) -> GgufModel:
         if i == 0:
             metadata = meta
         tensors += shard_tensors
+        if len(tensors) > MAX_GGUF_TENSORS:  # over every shard, checked before the next one
+            raise KvplanError(f"{path}: more than {MAX_GGUF_TENSORS:,} tensors over its shards")
     parts = metadata.get("split.count")
     if parts is not None and parts != len(shards) and not (parts == 0 and len(shards) == 1):
         raise KvplanError(
