@@ -8,6 +8,7 @@ counted apart."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 import struct
@@ -22,6 +23,10 @@ from kvplan.inputs.text import clean
 MAX_HEADER_BYTES = 64 * 2**20  # a safetensors header of a large MoE is a few MB
 MAX_SHARDS = 4096
 MAX_TENSORS = 2_000_000
+# Over every shard: a model.safetensors.index.json (capped below at 16 MiB) names each tensor in
+# about 2/3 of its header entry's bytes, so the largest index admitted stands for ~24 MiB of
+# headers (DeepSeek-V3's 163 shards: ~12 MB). Parsing 56 MiB of headers took 9 s and 140 MB here.
+MAX_TOTAL_HEADER_BYTES = 128 * 2**20
 MAX_INDEX_BYTES = 16 * 2**20  # a model.safetensors.index.json of a large MoE is a few MB
 MAX_TENSOR_ELEMENTS = 2**40  # the largest real tensors (embeddings, fused experts) hold ~1e10
 VISION = re.compile(
@@ -50,39 +55,91 @@ def _tensor_bytes(name: str, dtype: str, shape: list, source: str) -> float:
     return elements * size
 
 
-def read_header(path: Path) -> dict[str, tuple[str, list]]:
-    """{tensor name: (dtype, shape)} from one .safetensors file's header."""
-    try:
-        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block the read forever
-            raise KvplanError(f"{path}: not a regular file")
-        with open(path, "rb") as handle:
-            head = handle.read(8)
-            if len(head) < 8:
-                raise KvplanError(f"{path}: not a safetensors file (too short)")
-            (length,) = struct.unpack("<Q", head)
-            if length <= 1 or length > MAX_HEADER_BYTES:
-                raise KvplanError(f"{path}: implausible safetensors header length {length}")
-            raw = handle.read(length)
-    except (OSError, ValueError, RuntimeError) as exc:  # a symlink loop, a NUL in the name
-        raise KvplanError(
-            f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc.__class__.__name__})"
-        ) from None
-    if len(raw) < length:
-        raise KvplanError(f"{path}: truncated safetensors header")
+def header_length(path: Path, head: bytes) -> int:
+    """The header length a safetensors file's first 8 bytes state, within MAX_HEADER_BYTES."""
+    if len(head) < 8:
+        raise KvplanError(f"{path}: not a safetensors file (too short)")
+    (length,) = struct.unpack("<Q", head[:8])
+    if length <= 1 or length > MAX_HEADER_BYTES:
+        raise KvplanError(f"{path}: implausible safetensors header length {length}")
+    return length
+
+
+def parse_header(raw: bytes, source: str) -> dict[str, tuple[str, list]]:
+    """{tensor name: (dtype, shape)} from a safetensors header's JSON (the shapes are checked
+    when they are priced, by _tensor_bytes)."""
     try:
         header = json.loads(raw)
     except (ValueError, RecursionError):
-        raise KvplanError(f"{path}: the safetensors header is not valid JSON") from None
+        raise KvplanError(f"{source}: the safetensors header is not valid JSON") from None
     if not isinstance(header, dict):
-        raise KvplanError(f"{path}: the safetensors header is not a mapping")
+        raise KvplanError(f"{source}: the safetensors header is not a mapping")
     out = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         if not isinstance(info, dict):
-            raise KvplanError(f"{path}: tensor {str(name)[:80]} has no dtype/shape")
+            raise KvplanError(f"{source}: tensor {clean(str(name))[:80]} has no dtype/shape")
         out[str(name)] = (info.get("dtype"), info.get("shape"))
     return out
+
+
+class TooLarge(KvplanError):
+    """A checkpoint past the bounds over all its shards (never a weight count from the config
+    instead: the command stops)."""
+
+
+def check_totals(header_bytes: int, tensors: int, source: str) -> None:
+    """The bounds over every shard, checked before the next header is read or parsed."""
+    if header_bytes > MAX_TOTAL_HEADER_BYTES:
+        raise TooLarge(
+            f"{source}: safetensors headers of {header_bytes:,} bytes in all, over kvplan's cap "
+            f"of {MAX_TOTAL_HEADER_BYTES // 2**20} MiB"
+        )
+    if tensors > MAX_TENSORS:
+        raise TooLarge(f"{source}: more than {MAX_TENSORS:,} tensors")
+
+
+def _open_shard(path: Path):
+    try:  # opened without blocking and checked open: a FIFO would block the open or the read
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise KvplanError(f"{path}: not a regular file")
+        return os.fdopen(fd, "rb")
+    except (OSError, ValueError, RuntimeError) as exc:  # a symlink loop, a NUL in the name
+        raise KvplanError(
+            f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc.__class__.__name__})"
+        ) from None
+
+
+def read_headers(paths: list[Path], source: str) -> dict[str, tuple[str, list]]:
+    """{tensor name: (dtype, shape)} over the safetensors files `paths`: every header's length
+    first (their total bounded before any header is read), then each header, the tensor count
+    checked before the next is parsed."""
+    lengths = []
+    for path in paths:
+        with _open_shard(path) as handle:
+            lengths.append(header_length(path, _read(handle, path, 8)))
+        check_totals(sum(lengths), 0, source)
+    tensors: dict = {}
+    for path, length in zip(paths, lengths, strict=True):
+        with _open_shard(path) as handle:
+            raw = _read(handle, path, 8 + length)[8:]
+        if len(raw) < length:
+            raise KvplanError(f"{path}: truncated safetensors header")
+        tensors.update(parse_header(raw, str(path)))
+        check_totals(0, len(tensors), source)
+    return tensors
+
+
+def _read(handle, path: Path, size: int) -> bytes:
+    try:
+        return handle.read(size)
+    except OSError as exc:
+        raise KvplanError(
+            f"{path}: cannot read ({exc.strerror or exc.__class__.__name__})"
+        ) from None
 
 
 def _shards(folder: Path) -> list[Path]:
@@ -122,7 +179,7 @@ def _shards(folder: Path) -> list[Path]:
 
 def summarize(tensors: dict[str, tuple[str, list]], num_layers: int, source: str) -> StoredWeights:
     if len(tensors) > MAX_TENSORS:
-        raise KvplanError(f"{source}: more than {MAX_TENSORS:,} tensors")
+        raise TooLarge(f"{source}: more than {MAX_TENSORS:,} tensors")
     text = vision = skipped = 0.0
     by_dtype: Counter = Counter()
     for name, (dtype, shape) in tensors.items():
@@ -154,9 +211,7 @@ def local_checkpoint(folder: Path, num_layers: int) -> StoredWeights | None:
     shards = _shards(folder)
     if not shards:
         return None
-    tensors: dict = {}
-    for shard in shards:
-        tensors.update(read_header(shard))
+    tensors = read_headers(shards, str(folder))
     if not tensors:  # not the weights: 0 bytes would be priced as the model
         raise KvplanError(f"{folder}: its safetensors headers list no tensors")
     return summarize(tensors, num_layers, f"{folder} ({len(shards)} safetensors headers)")

@@ -15,6 +15,7 @@ tensors from every shard.
 from __future__ import annotations
 
 import re
+import struct
 from collections import Counter
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from kvplan.anatomy.model import (
 )
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import GGML_TYPE_BY_ID, ggml_tensor_bytes
+from kvplan.inputs.checkpoint import MAX_TENSOR_ELEMENTS
 from kvplan.inputs.fields import FIELD_MAXIMUM, MAX_DIM, MAX_LAYERS
 from kvplan.notes import note
 from kvplan.record import NamedTuple
@@ -37,6 +39,16 @@ from kvplan.record import NamedTuple
 SPLIT_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 MAX_SPLITS = 65_535  # llama.cpp reads split.count as a uint16 (llama-model-loader.cpp)
 MISSING_SHOWN = 3  # missing shards named in an error; the rest are counted
+# Bounds checked before the reader walks anything (each walk is a Python loop). Real files: a few
+# dozen keys, at most a few thousand tensors (llama.cpp stores a layer's experts as one 3-D
+# tensor), arrays as long as the vocabulary (tokens, scores, merges).
+MAX_KEYS = 1 << 16
+MAX_GGUF_TENSORS = 1 << 16
+MAX_ARRAY_LENGTH = FIELD_MAXIMUM["vocab_size"]  # the longest arrays are the vocabulary's
+MAX_NAME_BYTES = 1 << 16  # GGUF_MAX_NAME is 64; a long name is still read, then refused by name
+GGML_MAX_DIMS = 4  # ggml.h: gguf.cpp refuses a tensor of more dimensions
+MIN_KEY_BYTES = 8 + 4 + 1  # the key's length, its type, a one-byte value
+MIN_TENSOR_INFO_BYTES = 8 + 4 + 4 + 8  # name length, dimension count, type, offset
 # `{arch}.` keys bounded like the config fields they mirror (kvplan/inputs/fields.py); every
 # other whole-number key is bounded by MAX_DIM.
 KEY_MAXIMUM = {
@@ -154,42 +166,89 @@ class GgufModel(NamedTuple):
 
 
 class ArrayLength(int):
-    """An array of strings (a tokenizer's vocabulary) read as its length only."""
+    """An array read as its length only: strings (a tokenizer's vocabulary), or numbers past
+    MAX_LAYERS (its scores and token types). kvplan reads no longer array than one value per
+    layer; 2^24 scores made Python numbers took 52 s and 760 MB."""
 
 
 def is_gguf_path(model: str) -> bool:
     return isinstance(model, str) and model.strip().lower().endswith(".gguf")
 
 
+class _Bound(ValueError):
+    """A count in the file that is past kvplan's bound or past the file's end (a ValueError, so
+    _read_one names it as it names the gguf package's own refusals)."""
+
+
 def _reader_class():
-    """GGUFReader with two changes: the tensor table is read without views of the data (a
-    header-only or partly downloaded file still reads, and a type id newer than the installed
-    package is looked up in kvplan's table), and arrays are read in one step (the stock reader
-    walks a 150k-token vocabulary value by value: 12 s on a laptop core, 0.03 s this way)."""
-    import struct
+    """GGUFReader with three changes: every count is bounded before anything is read for it (an
+    array's, the keys', the tensors', a tensor's dimensions: count x smallest element size within
+    what is left of the file, and under kvplan's caps), the tensor table is read without views of
+    the data (a header-only or partly downloaded file still reads, and a type id newer than the
+    installed package is looked up in kvplan's table), and arrays are read in one step (the stock
+    reader walks a 150k-token vocabulary value by value: 12 s on a laptop core, 0.03 s this way;
+    big-endian files too, which it walked value by value)."""
+    import sys
 
     import numpy as np
     from gguf import GGUFReader, GGUFValueType
 
     class HeaderReader(GGUFReader):
+        def _room(self, offs: int, count: int, size: int, what: str, cap: int) -> None:
+            if count > cap:
+                raise _Bound(f"GGUF {what} {count:,} is over kvplan's cap of {cap:,}")
+            if count * size > len(self.data) - offs:
+                raise _Bound(f"truncated or corrupt GGUF: {what} {count:,} runs past its end")
+
+        def _build_fields(self, offs, count):
+            self._room(offs, int(count), MIN_KEY_BYTES, "key count", MAX_KEYS)
+            return super()._build_fields(offs, count)
+
+        def _build_tensor_info(self, offs, count):
+            self._room(offs, int(count), MIN_TENSOR_INFO_BYTES, "tensor count", MAX_GGUF_TENSORS)
+            return super()._build_tensor_info(offs, count)
+
+        def _get_tensor_info_field(self, orig_offs):
+            name_len = int(self._get(orig_offs, np.uint64)[0])
+            self._room(orig_offs + 8, name_len, 1, "tensor name length", MAX_NAME_BYTES)
+            n_dims = int(self._get(orig_offs + 8 + name_len, np.uint32)[0])
+            self._room(orig_offs + 12 + name_len, n_dims, 8, "tensor dimensions", GGML_MAX_DIMS)
+            return super()._get_tensor_info_field(orig_offs)
+
+        def _get_str(self, offset):
+            length = int(self._get(offset, np.uint64)[0])
+            self._room(offset + 8, length, 1, "string length", len(self.data))
+            return super()._get_str(offset)
+
         def _get_field_parts(self, orig_offs, raw_type):
-            if raw_type != GGUFValueType.ARRAY or self.byte_order == "S":
+            if raw_type != GGUFValueType.ARRAY:
                 return super()._get_field_parts(orig_offs, raw_type)
             item_type = self._get(orig_offs, np.uint32)
             length = self._get(orig_offs + 4, np.uint64)
             offs, count = orig_offs + 12, int(length[0])
-            kind = GGUFValueType(int(item_type[0]))
+            try:
+                kind = GGUFValueType(int(item_type[0]))
+            except ValueError:
+                raise _Bound(f"GGUF array of unknown type {int(item_type[0])}") from None
+            if kind == GGUFValueType.ARRAY:  # llama.cpp's gguf.cpp refuses them too
+                raise _Bound("GGUF array of arrays, which llama.cpp does not read")
             scalar = self.gguf_scalar_to_np.get(kind)
+            size = np.dtype(scalar).itemsize if scalar is not None else 8  # a string: its length
+            self._room(offs, count, size, "array length", MAX_ARRAY_LENGTH)
             if scalar is not None:
                 values = self._get(offs, scalar, count)
                 return 12 + int(values.nbytes), [item_type, length, values], [2], [raw_type, kind]
-            if kind == GGUFValueType.STRING:
-                unpack = struct.Struct("<Q").unpack_from
-                buffer = memoryview(self.data)
-                for _ in range(count):
-                    offs += 8 + unpack(buffer, offs)[0]
-                return offs - orig_offs, [item_type, length], [], [raw_type, kind]
-            return super()._get_field_parts(orig_offs, raw_type)
+            swapped = self.byte_order == "S"
+            big = swapped == (sys.byteorder == "little")
+            unpack = struct.Struct(">Q" if big else "<Q").unpack_from
+            buffer, end = memoryview(self.data), len(self.data)
+            for _ in range(count):
+                if offs + 8 > end:
+                    raise _Bound("truncated or corrupt GGUF: a string array runs past its end")
+                offs += 8 + unpack(buffer, offs)[0]
+            if offs > end:
+                raise _Bound("truncated or corrupt GGUF: a string array runs past its end")
+            return offs - orig_offs, [item_type, length], [], [raw_type, kind]
 
         def _build_tensors(self, start_offs, fields):
             self.tensor_table = [
@@ -209,11 +268,12 @@ def _field_value(field, value_type):
     if not kinds:
         return None
     if kinds[0] == value_type.ARRAY:
-        if len(kinds) > 1 and kinds[1] == value_type.STRING:
-            return ArrayLength(int(field.parts[4][0]))
+        length = int(field.parts[4][0])
+        if (len(kinds) > 1 and kinds[1] == value_type.STRING) or length > MAX_LAYERS:
+            return ArrayLength(length)
         if not field.data:
             return []
-        return [v.item() for v in field.parts[field.data[0]]]
+        return field.parts[field.data[0]].tolist()
     if kinds[0] == value_type.STRING:
         return str(bytes(field.parts[field.data[0]]), encoding="utf-8", errors="replace")
     return field.parts[field.data[0]][0].item()
@@ -223,7 +283,7 @@ def _read_one(path: Path) -> tuple[dict, list[GgufTensor]]:
     reader_class, value_type = _reader_class()
     try:
         reader = reader_class(str(path), "r")
-    except (ValueError, KeyError, IndexError, OSError, TypeError) as exc:
+    except (ValueError, KeyError, IndexError, OSError, TypeError, struct.error) as exc:
         # The gguf package's own messages (bad magic, version, alignment) say what is wrong;
         # numpy's and Python's (a read past the end of the file) say nothing to the user.
         reason = str(exc) if "GGUF" in str(exc) or isinstance(exc, OSError) else ""
@@ -243,8 +303,12 @@ def _read_one(path: Path) -> tuple[dict, list[GgufTensor]]:
                 f"{path}: tensor {name} has ggml type id {type_id}, unknown to kvplan"
             )
         values = 1
-        for d in dims:
+        for d in dims:  # stops early: a product of huge sides is never built
             values *= d
+            if values > MAX_TENSOR_ELEMENTS:
+                raise KvplanError(
+                    f"{path}: tensor {name[:80]} has over {MAX_TENSOR_ELEMENTS:,} elements"
+                )
         tensors.append(
             GgufTensor(name, dims, ggml.name, values, ggml_tensor_bytes(type_id, values))
         )
@@ -286,6 +350,8 @@ def read_gguf(model: str) -> GgufModel:
         if i == 0:
             metadata = meta
         tensors += shard_tensors
+        if len(tensors) > MAX_GGUF_TENSORS:  # over every shard, checked before the next one
+            raise KvplanError(f"{path}: more than {MAX_GGUF_TENSORS:,} tensors over its shards")
     parts = metadata.get("split.count")
     if parts is not None and parts != len(shards) and not (parts == 0 and len(shards) == 1):
         raise KvplanError(
@@ -307,7 +373,13 @@ class Keys:
         self.meta, self.arch, self.source = model.metadata, model.architecture, source
 
     def raw(self, key: str):
-        return self.meta.get(f"{self.arch}.{key}")
+        value = self.meta.get(f"{self.arch}.{key}")
+        if isinstance(value, ArrayLength):
+            raise KvplanError(
+                f"{self.source}: {self.arch}.{key} is an array of {int(value):,} values, more "
+                "than one per layer"
+            )
+        return value
 
     def has(self, key: str) -> bool:
         return self.raw(key) is not None
@@ -672,9 +744,15 @@ def gguf_model_spec(model: GgufModel, name: str, source: str) -> ModelSpec:
     if nextn and arch not in MLA_ARCHS:
         notes.append(note("gguf-nextn-layers", layers=nextn))
     token_embd = next((t for t in model.tensors if t.name == "token_embd.weight"), None)
-    vocab = keys.raw("vocab_size") or model.metadata.get("tokenizer.ggml.tokens")
+    vocab = keys.int("vocab_size", 0) or model.metadata.get("tokenizer.ggml.tokens")
+    what = "the tokenizer's token list"
     if not vocab and token_embd is not None and len(token_embd.shape) == 2:
-        vocab = token_embd.shape[1]
+        vocab, what = token_embd.shape[1], "token_embd.weight's vocabulary side"
+    if isinstance(vocab, int) and vocab > FIELD_MAXIMUM["vocab_size"]:
+        raise KvplanError(
+            f"{source}: {what} gives a vocabulary of {vocab:,}, over kvplan's cap of "
+            f"{FIELD_MAXIMUM['vocab_size']:,}"
+        )
     moe = _moe(keys, totals)
     dense_ff = [f for f in keys.per_layer("feed_forward_length", n_all, 0) if f]
     return ModelSpec(

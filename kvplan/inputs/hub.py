@@ -14,6 +14,7 @@ import json
 import os
 import re
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -25,7 +26,6 @@ from kvplan.inputs.text import clean
 DEFAULT_DEADLINE_S = 10.0
 MAX_CONFIG_BYTES = 2 * 2**20
 MAX_INDEX_BYTES = 16 * 2**20
-MAX_HEADER_BYTES = 64 * 2**20
 MAX_REDIRECTS = 5
 DEFAULT_ENDPOINT = "https://huggingface.co"
 REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
@@ -77,23 +77,133 @@ def _token() -> str | None:
         return None
 
 
+class Deadline:
+    """One exchange's deadline, the monotonic time `stop`, over all of it: every socket opened
+    under it is shut down when it passes, so no connect, TLS handshake, header line or body read
+    outlives it (a socket timeout bounds one receive only: a server that sends a byte per receive
+    never meets it) and no worker is left holding a connection once the answer is printed."""
+
+    def __init__(self, limit_s: float):
+        self.stop = time.monotonic() + limit_s
+        self.expired = False
+        self._sockets: list = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(limit_s, self.expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def remaining(self) -> float:
+        left = self.stop - time.monotonic()
+        if left <= 0 or self.expired:
+            raise HubFailure("timeout")
+        return left
+
+    def watch(self, sock) -> None:
+        with self._lock:
+            if not self.expired:
+                self._sockets.append(sock)
+                return
+        _shut(sock)
+
+    def expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            _shut(sock)
+
+    def close(self) -> None:
+        """The exchange is over: no timer left, no socket left open."""
+        self._timer.cancel()
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            _shut(sock)
+
+
+def _shut(sock) -> None:
+    import socket
+
+    try:
+        sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in a receive on it
+    except OSError:  # already closed, or detached into its TLS socket (watched itself)
+        pass
+
+
+class _WatchedContext:
+    """An SSLContext whose sockets the deadline watches from before the handshake."""
+
+    def __init__(self, context, deadline: Deadline):
+        self._context, self._deadline = context, deadline
+
+    def wrap_socket(self, sock, server_hostname=None, **kwargs):
+        kwargs["do_handshake_on_connect"] = False
+        tls = self._context.wrap_socket(sock, server_hostname=server_hostname, **kwargs)
+        self._deadline.watch(tls)
+        tls.do_handshake()
+        return tls
+
+    def __getattr__(self, name):
+        return getattr(self._context, name)
+
+
+def _watched(http_class, deadline: Deadline):
+    """A connection factory for urllib's do_open: http_class with its sockets watched."""
+    import socket
+
+    def connect(address, timeout, source_address=None):
+        sock = socket.create_connection(address, min(timeout, deadline.remaining()), source_address)
+        deadline.watch(sock)
+        return sock
+
+    def connection(host, **kwargs):
+        conn = http_class(host, **kwargs)
+        conn._create_connection = connect  # the proxy's, for a tunnel
+        if getattr(conn, "_context", None) is not None:
+            conn._context = _WatchedContext(conn._context, deadline)
+        return conn
+
+    return connection
+
+
+def _opener(deadline: Deadline):
+    class Plain(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(_watched(http.client.HTTPConnection, deadline), req)
+
+    class Tls(urllib.request.HTTPSHandler):
+        def https_open(self, req):
+            connection = _watched(http.client.HTTPSConnection, deadline)
+            return self.do_open(connection, req, context=self._context)
+
+    return urllib.request.build_opener(_NoRedirect, Plain, Tls)
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):  # redirects are followed by hand, counted
         return None
 
 
-def _get(url: str, max_bytes: int, stop: float, byte_range: tuple[int, int] | None = None) -> bytes:
-    """GET `url` (following up to MAX_REDIRECTS redirects) before the monotonic time `stop`."""
+def _get(
+    url: str, max_bytes: int, deadline: Deadline, byte_range: tuple[int, int] | None = None
+) -> bytes:
+    """GET `url` (following up to MAX_REDIRECTS redirects) within `deadline`."""
+    try:
+        return _get_within(url, max_bytes, deadline, byte_range)
+    except HubFailure:
+        if deadline.expired:  # a socket shut at the deadline fails as whatever it was doing
+            raise HubFailure("timeout") from None
+        raise
+
+
+def _get_within(url, max_bytes, deadline, byte_range) -> bytes:
     import socket
     import ssl
-    import time
 
-    opener = urllib.request.build_opener(_NoRedirect)
+    opener = _opener(deadline)
     origin = _origin(url)
     for _ in range(MAX_REDIRECTS + 1):
-        remaining = stop - time.monotonic()
-        if remaining <= 0:
-            raise HubFailure("timeout")
+        remaining = deadline.remaining()
         if urllib.parse.urlsplit(url).scheme not in ("http", "https"):  # file:, ftp:, data:
             raise HubFailure("protocol", "a redirect to a URL that is not http(s)")
         request = urllib.request.Request(url, headers={"User-Agent": "kvplan"})
@@ -107,6 +217,7 @@ def _get(url: str, max_bytes: int, stop: float, byte_range: tuple[int, int] | No
         except urllib.error.HTTPError as exc:
             if exc.code in (301, 302, 303, 307, 308) and exc.headers.get("Location"):
                 url = urllib.parse.urljoin(url, exc.headers["Location"])
+                exc.close()
                 continue
             code = exc.headers.get("X-Error-Code", "") if exc.headers else ""
             raise HubFailure(f"http{exc.code}", code) from None
@@ -123,31 +234,35 @@ def _get(url: str, max_bytes: int, stop: float, byte_range: tuple[int, int] | No
         except (OSError, ValueError, http.client.HTTPException) as exc:  # bad status lines, resets
             raise HubFailure("protocol", exc.__class__.__name__) from None
         with response:
-            length = response.headers.get("Content-Length")
-            if length and length.isdigit() and int(length) > max_bytes:
-                raise HubFailure("too_large", f"{int(length):,} bytes")
-            chunks, total = [], 0
-            while True:
-                remaining = stop - time.monotonic()
-                if remaining <= 0:
-                    raise HubFailure("timeout")
-                try:  # read1: what one receive gives, so a trickle cannot outlast the deadline
-                    chunk = response.read1(min(65536, max_bytes + 1 - total))
-                except TimeoutError:
-                    raise HubFailure("timeout") from None
-                except (OSError, ValueError, http.client.HTTPException) as exc:
-                    raise HubFailure("protocol", exc.__class__.__name__) from None
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                total += len(chunk)
-                if total > max_bytes:
-                    raise HubFailure("too_large", f"over {max_bytes:,} bytes")
-            body = b"".join(chunks)
-            if length and length.isdigit() and len(body) < int(length):
-                raise HubFailure("protocol", "the body ended early")
-            return body
+            return _body(response, max_bytes, deadline)
     raise HubFailure("redirects")
+
+
+def _body(response, max_bytes: int, deadline: Deadline) -> bytes:
+    length = response.headers.get("Content-Length")
+    if length and length.isdigit() and int(length) > max_bytes:
+        raise HubFailure("too_large", f"{int(length):,} bytes")
+    chunks, total = [], 0
+    while True:
+        deadline.remaining()
+        try:  # read1: what one receive gives, so a trickle meets the deadline between reads
+            chunk = response.read1(min(65536, max_bytes + 1 - total))
+        except TimeoutError:
+            raise HubFailure("timeout") from None
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            raise HubFailure("protocol", exc.__class__.__name__) from None
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > max_bytes:
+            raise HubFailure("too_large", f"over {max_bytes:,} bytes")
+    body = b"".join(chunks)
+    if deadline.expired:  # the socket was shut: what came is not the whole body
+        raise HubFailure("timeout")
+    if length and length.isdigit() and len(body) < int(length):
+        raise HubFailure("protocol", "the body ended early")
+    return body
 
 
 def _origin(url: str) -> tuple[str, str]:
@@ -156,27 +271,66 @@ def _origin(url: str) -> tuple[str, str]:
 
 
 def with_deadline(work, limit_s: float):
-    """Run `work(stop)` in a worker thread and give up at the deadline, whatever it is doing (a
-    read blocked in the TLS layer cannot be interrupted otherwise; the thread is abandoned)."""
-    import time
-
-    stop = time.monotonic() + limit_s
+    """Run `work(deadline)` in a daemon thread under one Deadline of `limit_s` seconds; at the
+    deadline its sockets are shut and the caller goes on (work that does not return then, a
+    name lookup or a parse, is abandoned: a daemon thread never holds the process's exit)."""
+    deadline = Deadline(limit_s)
     box: dict = {}
 
     def run():
         try:
-            box["value"] = work(stop)
+            box["value"] = work(deadline)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             box["error"] = exc
 
     thread = threading.Thread(target=run, daemon=True, name="kvplan-hub")
     thread.start()
     thread.join(limit_s + 0.5)
+    deadline.close()
     if thread.is_alive():
         raise HubFailure("timeout")
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def parallel(function, items: list, deadline: Deadline, workers: int = 16) -> list:
+    """[function(item) for item in items] on up to `workers` daemon threads (a pool's threads
+    are joined at exit: one blocked in a read kept the process alive after its answer), the
+    first failure raised, and no item started after it or after the deadline."""
+    results: list = [None] * len(items)
+    failures: list = []
+    done = [0]
+    lock = threading.Lock()
+    queue = iter(range(len(items)))
+
+    def worker():
+        while True:
+            with lock:
+                index = next(queue, None)
+            if index is None or failures or deadline.expired:
+                return
+            try:
+                results[index] = function(items[index])
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                failures.append(exc)
+                return
+            with lock:
+                done[0] += 1
+
+    threads = [
+        threading.Thread(target=worker, daemon=True, name="kvplan-hub-shard")
+        for _ in range(min(workers, len(items)))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(max(0.0, deadline.stop - time.monotonic()) + 0.5)
+    if failures:
+        raise failures[0]
+    if done[0] < len(items):
+        raise HubFailure("timeout")
+    return results
 
 
 def message(repo_id: str, what: str, failure: HubFailure, limit_s: float) -> str:
@@ -215,7 +369,8 @@ def check_repo_id(repo_id: str) -> str:
     return repo_id
 
 
-def _cached_config(repo_id: str) -> str | None:
+def _cached_config(repo_id: str) -> tuple[str, Path] | None:
+    """huggingface-hub's cached config.json: (text, path)."""
     try:
         from huggingface_hub import try_to_load_from_cache
     except (ImportError, ValueError):  # ValueError: a malformed HF_* variable at import
@@ -227,7 +382,7 @@ def _cached_config(repo_id: str) -> str | None:
     if isinstance(path, str) and Path(path).is_file():
         try:
             if Path(path).stat().st_size <= MAX_CONFIG_BYTES:
-                return Path(path).read_text(encoding="utf-8")
+                return Path(path).read_text(encoding="utf-8"), Path(path)
         except (OSError, UnicodeDecodeError):
             return None
     return None
@@ -238,19 +393,28 @@ def _kvplan_cache(repo_id: str) -> Path:
     return base / "configs" / repo_id.replace("/", "--") / "config.json"
 
 
-def fetch_config(repo_id: str) -> str:
-    """config.json of a Hub repository: the huggingface-hub cache, kvplan's cache, then one
-    download within the deadline (saved to kvplan's cache)."""
+def fetch_config(repo_id: str, parse):
+    """`parse(text)` of a Hub repository's config.json (parse raises KvplanError for a text that
+    is no config): the huggingface-hub cache, kvplan's cache, then one download within the
+    deadline, saved to kvplan's cache only once it parsed. A kvplan cache entry that no longer
+    parses is discarded and fetched again; huggingface-hub's is not kvplan's to delete, so the
+    error names it."""
     repo_id = check_repo_id(repo_id)
     cached = _cached_config(repo_id)
     if cached is not None:
-        return cached
+        text, path = cached
+        try:
+            return parse(text)
+        except KvplanError as exc:
+            raise KvplanError(
+                f"{exc} (huggingface-hub's cached copy {path}: delete it to download it again)"
+            ) from None
     mine = _kvplan_cache(repo_id)
     if mine.is_file():
         try:
-            return mine.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            pass
+            return parse(mine.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, KvplanError):
+            _discard(mine)  # an entry of an older kvplan or a damaged disk: fetched again
     if offline():
         raise KvplanError(
             f"{repo_id}: not in the local cache and HF_HUB_OFFLINE is set; pass a path to config.json"
@@ -258,15 +422,23 @@ def fetch_config(repo_id: str) -> str:
     limit = deadline_s()
     url = f"{endpoint()}/{repo_id}/resolve/main/config.json"
     try:
-        body = with_deadline(lambda stop: _get(url, MAX_CONFIG_BYTES, stop), limit)
+        body = with_deadline(lambda deadline: _get(url, MAX_CONFIG_BYTES, deadline), limit)
     except HubFailure as failure:
         raise KvplanError(message(repo_id, "config.json", failure, limit)) from None
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise KvplanError(f"{repo_id}: the Hub's config.json is not UTF-8 text") from None
+    config = parse(text)  # a proxy's login page (HTML, status 200) stops here, uncached
     _save(mine, text)
-    return text
+    return config
+
+
+def _discard(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
 
 
 def _save(path: Path, text: str) -> None:
@@ -282,43 +454,58 @@ def _save(path: Path, text: str) -> None:
 
 def fetch_safetensors_headers(repo_id: str, limit_s: float) -> dict[str, tuple[str, list]] | None:
     """{tensor: (dtype, shape)} from a Hub repository's safetensors headers (range requests,
-    shards in parallel), or None when it has none or the Hub does not answer in time."""
-    import struct
-    from concurrent.futures import ThreadPoolExecutor
+    shards in parallel), or None when it has none or the Hub does not answer in time. Every
+    shard's header length comes first: their total is bounded before any header is downloaded,
+    and the tensor count before each next one is parsed (a checkpoint past either bound is a
+    KvplanError, as a local one is)."""
+    from kvplan.inputs import checkpoint
 
     repo_id = check_repo_id(repo_id)
     if offline():
         return None
     base = f"{endpoint()}/{repo_id}/resolve/main"
+    source = f"hub:{repo_id}"
 
-    def header(stop: float, name: str) -> dict:
-        head = _get(f"{base}/{urllib.parse.quote(name)}", 16, stop, (0, 7))
-        if len(head) < 8:
-            raise HubFailure("protocol", "short safetensors header")
-        (length,) = struct.unpack("<Q", head[:8])
-        if length <= 1 or length > MAX_HEADER_BYTES:
-            raise HubFailure("too_large", f"a header of {length:,} bytes")
-        raw = _get(f"{base}/{urllib.parse.quote(name)}", length, stop, (8, 8 + length - 1))
-        data = json.loads(raw)
-        return {k: (v.get("dtype"), v.get("shape")) for k, v in data.items() if k != "__metadata__"}
-
-    def work(stop: float) -> dict:
+    def work(deadline: Deadline) -> dict:
         try:
-            index = json.loads(_get(f"{base}/model.safetensors.index.json", MAX_INDEX_BYTES, stop))
+            raw = _get(f"{base}/model.safetensors.index.json", MAX_INDEX_BYTES, deadline)
+            index = json.loads(raw)
             shards = sorted({str(v) for v in index.get("weight_map", {}).values()})
         except HubFailure as failure:
             if failure.kind != "http404":
                 raise
             shards = ["model.safetensors"]
-        if not shards or len(shards) > 4096 or any("/" in s or ".." in s for s in shards):
+        if (
+            not shards
+            or len(shards) > checkpoint.MAX_SHARDS
+            or any("/" in s or ".." in s for s in shards)
+        ):
             raise HubFailure("protocol", "an unusable safetensors index")
+        urls = [f"{base}/{urllib.parse.quote(name)}" for name in shards]
+
+        def length(url: str) -> int:
+            return checkpoint.header_length(Path(url), _get(url, 16, deadline, (0, 7)))
+
+        lengths = parallel(length, urls, deadline)
+        checkpoint.check_totals(sum(lengths), 0, source)
         tensors: dict = {}
-        with ThreadPoolExecutor(max_workers=min(16, len(shards))) as pool:
-            for part in pool.map(lambda name: header(stop, name), shards):
+        lock = threading.Lock()
+
+        def header(item: tuple[str, int]) -> None:
+            url, size = item
+            with lock:
+                checkpoint.check_totals(0, len(tensors), source)
+            part = checkpoint.parse_header(_get(url, size, deadline, (8, 8 + size - 1)), url)
+            with lock:
                 tensors.update(part)
+                checkpoint.check_totals(0, len(tensors), source)
+
+        parallel(header, list(zip(urls, lengths, strict=True)), deadline)
         return tensors
 
     try:
         return with_deadline(work, limit_s)
-    except (HubFailure, ValueError, AttributeError, TypeError, RecursionError):
-        return None
+    except checkpoint.TooLarge:
+        raise
+    except (HubFailure, KvplanError, ValueError, AttributeError, TypeError, RecursionError):
+        return None  # no answer in time, or a malformed index or header: weights from the config

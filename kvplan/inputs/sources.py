@@ -6,7 +6,6 @@ Loading is JSON parsing only: no `trust_remote_code`, no `auto_map` import, noth
 
 import json
 import re
-import stat
 from functools import lru_cache
 from pathlib import Path
 
@@ -148,29 +147,16 @@ def load_config(model: str) -> tuple[dict, str, str]:
     if _looks_like_repo_id(model):
         from kvplan.inputs.hub import fetch_config
 
-        return parse_config_text(fetch_config(model), model), model.strip(), f"hub:{model.strip()}"
+        config = fetch_config(model, lambda text: parse_config_text(text, model))
+        return config, model.strip(), f"hub:{model.strip()}"
     raise KvplanError(_unknown_message(model))
 
 
 def _read_text(path: Path) -> str:
     """A regular file's text, capped: FIFOs, devices and huge files are refused before reading."""
-    try:
-        info = path.stat()
-    except OSError as exc:
-        raise KvplanError(
-            f"{path}: cannot read ({exc.strerror or exc.__class__.__name__})"
-        ) from None
-    if not stat.S_ISREG(info.st_mode):
-        raise KvplanError(f"{path}: not a regular file")
-    if info.st_size > MAX_CONFIG_BYTES:
-        raise KvplanError(f"{path}: over {MAX_CONFIG_BYTES // 2**20} MiB, not a config.json")
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise KvplanError(
-            f"{path}: cannot read ({exc.strerror or exc.__class__.__name__})"
-        ) from None
+    from kvplan.inputs.files import read_regular
+
+    raw = read_regular(path, MAX_CONFIG_BYTES, "a config.json")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:

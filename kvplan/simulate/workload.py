@@ -30,6 +30,9 @@ SHAREGPT_MIN_LEN = 4
 MAX_REQUESTS = 100_000  # about 30 s of simulation on one core
 MIN_RATE = 1e-3  # requests per second: one every ~17 minutes
 MAX_LEN = 1 << 24  # tokens in one request
+# A trace file: MAX_REQUESTS lines of all six fields are ~13 MB; 64 MiB leaves room for long ids
+# and blank lines, and is read (and refused past the cap) in well under a second.
+MAX_TRACE_BYTES = 64 * 2**20
 _STRIDE = 1 << 32  # token-id space of one request or one stream
 _OWN, _OUTPUT, _STREAM = 1 << 60, 2 << 60, 3 << 60
 
@@ -269,10 +272,13 @@ def read_trace(path: Path) -> list[RequestSpec]:
     input_tokens, output_tokens, and optionally prefix_id with prefix_tokens (a shared prefix
     of that many tokens) or session_id (a conversation: the whole prompt is the conversation so
     far and the outputs continue it)."""
+    from kvplan.inputs.files import read_regular
+
+    raw = read_regular(Path(path), MAX_TRACE_BYTES, "a trace of at most 100,000 requests")
     try:
-        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()  # a BOM is not data
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KvplanError(f"{path}: cannot read the trace ({exc.__class__.__name__})") from None
+        lines = raw.decode("utf-8-sig").splitlines()  # a BOM is not data
+    except UnicodeDecodeError:
+        raise KvplanError(f"{path}: cannot read the trace (not UTF-8 text)") from None
     streams: dict[tuple[str, str], int] = {}
     requests: list[RequestSpec] = []
     for number, line in enumerate(lines, 1):
