@@ -35,17 +35,19 @@ LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 def _tensor_bytes(name: str, dtype: str, shape: list, source: str) -> float:
     size = SAFETENSORS_DTYPE_BYTES.get(str(dtype).upper())
     if size is None:
-        raise KvplanError(f"{source}: tensor {name[:80]} has an unknown dtype {str(dtype)[:20]!r}")
+        raise KvplanError(
+            f"{source}: tensor {clean(name)[:80]} has an unknown dtype {clean(dtype)[:20]!r}"
+        )
     if not isinstance(shape, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**40 for d in shape
     ):
-        raise KvplanError(f"{source}: tensor {name[:80]} has a malformed shape")
+        raise KvplanError(f"{source}: tensor {clean(name)[:80]} has a malformed shape")
     elements = 1
     for d in shape:  # stops early: a product of thousands of large sides is never built
         elements *= d
         if elements > MAX_TENSOR_ELEMENTS:
             raise KvplanError(
-                f"{source}: tensor {name[:80]} has over {MAX_TENSOR_ELEMENTS:,} elements"
+                f"{source}: tensor {clean(name)[:80]} has over {MAX_TENSOR_ELEMENTS:,} elements"
             )
     return elements * size
 
@@ -61,7 +63,17 @@ def read_header(path: Path) -> dict[str, tuple[str, list]]:
                 raise KvplanError(f"{path}: not a safetensors file (too short)")
             (length,) = struct.unpack("<Q", head)
             if length <= 1 or length > MAX_HEADER_BYTES:
-                raise KvplanError(f"{path}: implausible safetensors header length {length}")
+                # The length is the file's first 8 bytes: never printed (a link to another
+                # file would have them read back, "root:x:0" as a number).
+                size = (
+                    f"over {MAX_HEADER_BYTES // 2**20} MiB"
+                    if length > MAX_HEADER_BYTES
+                    else "under 2 bytes"
+                )
+                raise KvplanError(
+                    f"{path}: implausible safetensors header length ({size}): not a "
+                    "safetensors file"
+                )
             raw = handle.read(length)
     except (OSError, ValueError, RuntimeError) as exc:  # a symlink loop, a NUL in the name
         raise KvplanError(
@@ -80,7 +92,7 @@ def read_header(path: Path) -> dict[str, tuple[str, list]]:
         if name == "__metadata__":
             continue
         if not isinstance(info, dict):
-            raise KvplanError(f"{path}: tensor {str(name)[:80]} has no dtype/shape")
+            raise KvplanError(f"{path}: tensor {clean(name)[:80]} has no dtype/shape")
         out[str(name)] = (info.get("dtype"), info.get("shape"))
     return out
 

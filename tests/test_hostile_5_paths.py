@@ -1,0 +1,149 @@
+"""Hostile inputs, fifth round: where a model argument and its files come from. A local path
+the user names wins over a bundled name or a Hub id of the same spelling, and the output says it
+read that path; a split GGUF with a part copied over another is refused; a shard that is a link
+to some other file has none of that file's bytes printed; a --max-model-len the engine refuses
+to start with is refused the same way. Each case ends in a correct answer or one `error:` line
+with exit 2, never a traceback or a silent wrong number."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+
+import pytest
+
+from gguf_fixtures import bundled, convert, tensors_for, write_gguf
+from helpers import run_cli, run_json
+
+
+def one_line_error(code: int, err: str, needle: str) -> str:
+    assert code == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert needle in err, err
+    return err
+
+
+# ---- a split GGUF with a part twice -----------------------------------------------------------
+def _split(tmp_path, max_tensors: int) -> list:
+    arch, keys = convert(bundled("qwen3-30b-a3b"))
+    write_gguf(
+        tmp_path / "m.gguf", arch, keys, tensors_for(arch, keys), split_max_tensors=max_tensors
+    )
+    shards = sorted(tmp_path.glob("m-*-of-*.gguf"))
+    assert len(shards) == 3
+    return shards
+
+
+def test_a_split_gguf_with_a_part_copied_over_another_is_refused(tmp_path):
+    # 435 tensors in three parts of 145: a copy of part 2 over part 3 keeps the declared total
+    # (split.tensors.count), so only the parts' own indices tell (llama.cpp checks split.no).
+    shards = _split(tmp_path, 145)
+    shutil.copy(shards[1], shards[2])
+    code, out, err = run_cli("size", str(shards[0]))
+    one_line_error(code, err, "split index 2 appears twice")
+    assert out == "" and shards[1].name in err
+
+
+def test_a_split_gguf_part_linked_to_another_part_is_refused(tmp_path):
+    shards = _split(tmp_path, 145)
+    shards[1].unlink()
+    shards[1].symlink_to(shards[0].name)
+    code, _, err = run_cli("size", str(shards[2]))
+    one_line_error(code, err, "split index 1 appears twice")
+
+
+def test_a_split_gguf_part_from_another_split_is_a_count_mismatch(tmp_path):
+    shards = _split(tmp_path, 145)
+    other = tmp_path / "other"
+    other.mkdir()
+    arch, keys = convert(bundled("qwen3-30b-a3b"))
+    write_gguf(other / "o.gguf", arch, keys, tensors_for(arch, keys), split_max_tensors=200)
+    two = sorted(other.glob("o-*-of-*.gguf"))  # 3 parts too, but split.no 1 of a 200-split
+    assert len(two) == 3
+    shutil.copy(two[1], shards[1])  # same index and count, another cut: tensors held twice
+    code, _, err = run_cli("size", str(shards[0]))
+    one_line_error(code, err, f"is also in {shards[1].name}: a part of the split appears twice")
+
+
+def test_a_split_gguf_renamed_out_of_order_is_refused(tmp_path):
+    shards = _split(tmp_path, 145)
+    tmp = shards[1].with_suffix(".tmp")
+    shards[1].rename(tmp)
+    shards[2].rename(shards[1])
+    tmp.rename(shards[2])
+    code, _, err = run_cli("size", str(shards[0]))
+    one_line_error(code, err, "holds part 3 of the split, not part 2")
+
+
+def test_an_intact_split_still_reads(tmp_path):
+    shards = _split(tmp_path, 145)
+    data = run_json("size", str(shards[0]))
+    assert data["model"]["num_layers"] == 48
+
+
+# ---- a shard that is a link to another file ---------------------------------------------------
+SECRET = b"qzxw:x:0:0:qzxw:/qzxw:/bin/bash\nhunter2-SECRET-LINE\n"  # /etc/passwd-like
+
+
+def _config_folder(tmp_path):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(bundled("llama-3.1-8b")))
+    secret = tmp_path / "passwd"
+    secret.write_bytes(SECRET)
+    return folder, secret
+
+
+def _never_echoed(err: str) -> None:
+    head = struct.unpack("<Q", SECRET[:8])[0]
+    for leak in ("qzxw", "hunter2", "SECRET", str(head), f"{head:,}", "/bin/bash"):
+        assert leak not in err, err
+
+
+def test_a_safetensors_shard_linked_to_another_file_prints_none_of_its_bytes(tmp_path):
+    folder, secret = _config_folder(tmp_path)
+    (folder / "model.safetensors").symlink_to(secret)
+    code, _, err = run_cli("size", str(folder))
+    one_line_error(code, err, "model.safetensors")
+    assert "not a safetensors file" in err
+    _never_echoed(err)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        SECRET,
+        b"GGUF" + SECRET,  # the magic, then another file's bytes as its version
+        b"GGUF\x03\x00\x00\x00" + SECRET,  # a version the reader knows, then garbage counts
+    ],
+)
+def test_a_gguf_linked_to_another_file_prints_none_of_its_bytes(tmp_path, head):
+    secret = tmp_path / "passwd"
+    secret.write_bytes(head)
+    link = tmp_path / "model.gguf"
+    link.symlink_to(secret)
+    code, _, err = run_cli("size", str(link))
+    one_line_error(code, err, "model.gguf: not a GGUF file kvplan can read")
+    _never_echoed(err)
+    version = struct.unpack("<I", head[4:8])[0]
+    assert str(version) not in err.replace("model.gguf", "")
+
+
+def test_a_split_gguf_shard_linked_to_another_file_prints_none_of_its_bytes(tmp_path):
+    shards = _split(tmp_path, 145)
+    secret = tmp_path / "passwd"
+    secret.write_bytes(SECRET)
+    shards[2].unlink()
+    shards[2].symlink_to(secret)
+    code, _, err = run_cli("size", str(shards[0]))
+    one_line_error(code, err, shards[2].name)
+    _never_echoed(err)
+
+
+def test_a_dangling_shard_link_is_named_with_what_is_wrong(tmp_path):
+    folder, _ = _config_folder(tmp_path)
+    (folder / "model.safetensors").symlink_to(tmp_path / "nowhere")
+    code, _, err = run_cli("size", str(folder))
+    one_line_error(code, err, "model.safetensors: cannot read (No such file or directory)")
