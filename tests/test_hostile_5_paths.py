@@ -128,7 +128,7 @@ def test_a_gguf_linked_to_another_file_prints_none_of_its_bytes(tmp_path, head):
     one_line_error(code, err, "model.gguf: not a GGUF file kvplan can read")
     _never_echoed(err)
     version = struct.unpack("<I", head[4:8])[0]
-    assert str(version) not in err.replace("model.gguf", "")
+    assert f"{version}" not in err.partition("model.gguf")[2]  # the version it read, unsaid
 
 
 def test_a_split_gguf_shard_linked_to_another_file_prints_none_of_its_bytes(tmp_path):
@@ -147,3 +147,107 @@ def test_a_dangling_shard_link_is_named_with_what_is_wrong(tmp_path):
     (folder / "model.safetensors").symlink_to(tmp_path / "nowhere")
     code, _, err = run_cli("size", str(folder))
     one_line_error(code, err, "model.safetensors: cannot read (No such file or directory)")
+
+
+# ---- a local path before a bundled name or a Hub id of the same spelling ---------------------
+def _half_llama() -> dict:
+    config = bundled("llama-3.1-8b")
+    config["num_hidden_layers"] = 16  # not the bundled 32: which one was read shows
+    return config
+
+
+@pytest.fixture
+def in_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _model_path_note(data: dict) -> str:
+    (words,) = [n["text"] for n in data["notes"] if n["id"] == "model-path"]
+    return words
+
+
+@pytest.mark.parametrize(
+    "argument,where",
+    [
+        ("Llama-3.1-8B.json", "Llama-3.1-8B.json"),  # a bundled file name
+        ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B/config.json"),  # a bundled Hub id
+        ("llama-3.1-8b", "llama-3.1-8b/config.json"),  # a bundled alias
+    ],
+)
+def test_a_local_path_wins_over_the_bundled_name_and_says_so(in_folder, argument, where):
+    target = in_folder / where
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(_half_llama()))
+    data = run_json("size", argument)
+    assert data["model"]["num_layers"] == 16
+    words = _model_path_note(data)
+    assert where in words and "not the bundled llama-3.1-8b config" in words
+
+
+def test_a_local_folder_wins_over_a_hub_id_and_says_so(in_folder):
+    (in_folder / "acme" / "tiny").mkdir(parents=True)
+    (in_folder / "acme" / "tiny" / "config.json").write_text(json.dumps(_half_llama()))
+    data = run_json("size", "acme/tiny")  # never asked of the Hub
+    assert data["model"]["num_layers"] == 16
+    assert "not the Hub repository acme/tiny" in _model_path_note(data)
+
+
+def test_a_plain_local_path_is_named(in_folder):
+    (in_folder / "mine.json").write_text(json.dumps(_half_llama()))
+    for argument in ("mine.json", "./mine.json", str(in_folder / "mine.json")):
+        words = _model_path_note(run_json("size", argument))
+        assert words.startswith("Config read from the local path ") and "not the" not in words
+
+
+def test_without_the_path_the_bundled_config_is_read(in_folder):
+    data = run_json("size", "Llama-3.1-8B.json")
+    assert data["model"]["num_layers"] == 32
+    assert not [n for n in data["notes"] if n["id"] == "model-path"]
+
+
+def test_an_empty_folder_named_like_a_bundled_model_says_why_it_was_read(in_folder):
+    (in_folder / "llama-3.1-8b").mkdir()
+    code, _, err = run_cli("size", "llama-3.1-8b")
+    one_line_error(code, err, "llama-3.1-8b/config.json: no such config file")
+    assert "an existing path is read before the bundled model of the same name" in err
+
+
+COMMANDS = [
+    ["size"],
+    ["capacity"],
+    ["engine", "--engine", "vllm"],
+    ["engine", "--engine", "sglang"],
+    ["engine", "--engine", "llama.cpp"],
+    ["roofline"],
+    ["whatif", "--apply", "fp8"],
+    ["simulate", "--num-prompts", "20"],
+    ["plan", "--rate", "1", "--slo", "ttft_p99=2s", "--num-prompts", "20", "--gpu", "h100"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:3]))
+def test_every_command_reads_the_same_path_and_names_it(in_folder, command):
+    (in_folder / "Llama-3.1-8B.json").write_text(json.dumps(_half_llama()))
+    name, *options = command
+    data = run_json(name, "Llama-3.1-8B.json", *options)
+    assert "not the bundled llama-3.1-8b config" in _model_path_note(data)
+
+
+def test_the_python_twin_reads_the_same_path(in_folder):
+    from kvplan.inputs.sources import load_model, resolve
+
+    (in_folder / "llama-3.1-8b").mkdir()
+    (in_folder / "llama-3.1-8b" / "config.json").write_text(json.dumps(_half_llama()))
+    assert resolve("llama-3.1-8b").kind == "path"
+    assert load_model("llama-3.1-8b").num_layers == 16
+
+
+def test_the_bundled_listing_and_defaults_never_read_a_local_path(in_folder):
+    from kvplan.inputs.sources import load_bundled
+
+    (in_folder / "llama-3.1-8b").mkdir()
+    (in_folder / "llama-3.1-8b" / "config.json").write_text(json.dumps(_half_llama()))
+    assert load_bundled("llama-3.1-8b").num_layers == 32
+    rows = {r["name"]: r for r in run_json("models")["models"]}
+    assert rows["llama-3.1-8b"]["params_total"] > 8e9

@@ -13,6 +13,9 @@ from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.notes import Note
 from kvplan.record import NamedTuple
 
+# Notes saying where a model's config came from (kvplan.inputs.sources)
+SOURCE_NOTES = frozenset(("model-path", "variant-resolved"))
+
 
 class CacheKind(str, Enum):
     """What one layer group caches per sequence: KV for every token (full, or MLA's one latent),
@@ -241,6 +244,12 @@ class ModelSpec(NamedTuple):
     stored: StoredWeights | None = None
     # Distinct rotary tables (positions, rotary_dim) engines precompute and keep on every rank.
     rope_tables: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def source_notes(self) -> tuple[Note, ...]:
+        """The notes that say where the config came from (a local path read before a name of the
+        same spelling, a variant resolved to a bundled config): every result carries them."""
+        return tuple(n for n in self.notes if n.id in SOURCE_NOTES)
 
     # --- parameters -------------------------------------------------------------------------
     @property

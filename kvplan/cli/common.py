@@ -12,7 +12,8 @@ from kvplan.formulas.dtypes import WEIGHT_DTYPE_HELP
 from kvplan.present.render import OutputFormat
 
 MODEL_HELP = (
-    "Bundled name (kvplan models), Hugging Face repo id, or path to a config.json or its folder."
+    "Path to a config.json or its folder (an existing path is read first), bundled name "
+    "(kvplan models), or Hugging Face repo id."
 )
 CTX_DEFAULT = "8k"  # the same default context in every command
 CTX_HELP = (

@@ -199,7 +199,8 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             f"({', '.join(_ELEMENT_DTYPE)})"
         )
     spec.check_tp(request.tp)
-    dtype, notes = sglang_model_dtype(spec, request.dtype)
+    dtype, dtype_notes = sglang_model_dtype(spec, request.dtype)
+    notes = [*spec.source_notes, *dtype_notes]
     spec = spec._replace(dtype=dtype)
     default = default_mem_fraction(spec, gpu, request.tp, request.pp)
     given = request.mem_fraction_static is not None

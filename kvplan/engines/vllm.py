@@ -450,7 +450,12 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
             dtype_notes.append(note("vllm-fp8-ds-mla"))
     if not 1 <= block_size <= 4096:
         raise KvplanError(f"--block-size {block_size} must be between 1 and 4096")
-    notes = [note("vllm-rules", version=request.vllm_version), *dtype_notes, *weights_notes]
+    notes = [
+        *spec.source_notes,
+        note("vllm-rules", version=request.vllm_version),
+        *dtype_notes,
+        *weights_notes,
+    ]
     if spec.has_kind(CacheKind.MLA) and request.block_size is None:
         notes.append(note("vllm-mla-block", block_size=block_size))
     stages = pp_stages(spec, request.pp)

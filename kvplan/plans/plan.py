@@ -191,6 +191,7 @@ def plan(
     mean_in = sum(r.input_tokens for r in requests) / len(requests)
     mean_out = sum(r.output_tokens for r in requests) / len(requests)
     notes = [
+        *spec.source_notes,
         note("plan-method", bisections=BISECTIONS, num_prompts=request.workload.num_prompts),
         note("plan-replicas"),
         note("plan-prices"),

@@ -407,6 +407,28 @@ text("tie-wrapper-default")(
         "checkpoint holds twice), so it is counted untied."
     )
 )
+
+
+def _model_path(path: str, instead_of: str | None) -> str:
+    """A config read from a local path; where the same spelling also names a bundled config or a
+    Hub repository, which one was not read."""
+    if instead_of is None:
+        return f"Config read from the local path {path}."
+    kind, _, name = instead_of.partition(":")
+    other, which = (
+        (f"the bundled {name} config", "the bundled one")
+        if kind == "bundled"
+        else (f"the Hub repository {name}", "the Hub's")
+    )
+    return (
+        f"Config read from the local path {path}, not {other} of the same name: an existing "
+        f"path is read first, as engines read their model argument (run from another folder "
+        f"for {which})."
+    )
+
+
+text("model-path")(_model_path)
+
 text("variant-resolved")(
     lambda repo_id, alias: (
         f"{repo_id} was resolved offline to the bundled {alias} config: the same architecture "
