@@ -251,3 +251,157 @@ def test_the_bundled_listing_and_defaults_never_read_a_local_path(in_folder):
     assert load_bundled("llama-3.1-8b").num_layers == 32
     rows = {r["name"]: r for r in run_json("models")["models"]}
     assert rows["llama-3.1-8b"]["params_total"] > 8e9
+
+
+# ---- a --max-model-len the engine refuses to start with ---------------------------------------
+VLLM_REFUSAL = "vLLM refuses to start unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
+SGLANG_REFUSAL = "SGLang refuses to start unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["engine", "llama-3.1-8b", "--max-model-len", "200k"], VLLM_REFUSAL),
+        (["engine", "llama-3.1-8b", "--engine", "sglang", "--ctx", "200k"], SGLANG_REFUSAL),
+        (["simulate", "llama-3.1-8b", "--max-model-len", "200k"], VLLM_REFUSAL),
+        (
+            ["simulate", "llama-3.1-8b", "--engine", "sglang", "--max-model-len", "200k"],
+            SGLANG_REFUSAL,
+        ),
+        (["engine", "llama-2-7b", "--max-model-len", "4097"], VLLM_REFUSAL),
+        (["capacity", "llama-2-7b", "--ctx", "32k", "--emit", "vllm"], VLLM_REFUSAL),
+        (["capacity", "llama-2-7b", "--ctx", "32k", "--emit", "sglang-docker"], SGLANG_REFUSAL),
+        (
+            ["plan", "llama-2-7b", "--rate", "1", "--slo", "ttft_p99=2s", "--max-model-len", "8k"],
+            VLLM_REFUSAL,
+        ),
+    ],
+)
+def test_a_max_model_len_past_the_engines_limit_is_refused(argv, needle):
+    code, out, err = run_cli(*argv)
+    err = one_line_error(code, err, needle)
+    assert out == ""
+    assert "tokens vLLM derives" in err or "tokens SGLang derives" in err
+    if argv[0] != "plan":  # plan has no override: the refusal names only the engine's
+        assert "--allow-long-max-model-len" in err
+
+
+def test_the_limit_is_named_with_its_key():
+    code, _, err = run_cli("engine", "llama-3.1-8b", "--max-model-len", "200k")
+    one_line_error(code, err, "--max-model-len 204,800 is over the 131,072 tokens")
+    assert "(max_position_embeddings)" in err
+    code, _, err = run_cli("engine", "deepseek-v2-lite", "--max-model-len", "163841")
+    one_line_error(code, err, "163,840 tokens vLLM derives")
+    assert "original_max_position_embeddings x rope factor 40" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["engine", "llama-3.1-8b", "--max-model-len", "200k"],
+        ["engine", "llama-3.1-8b", "--engine", "sglang", "--ctx", "200k"],
+        ["simulate", "llama-3.1-8b", "--max-model-len", "200k", "--num-prompts", "20"],
+    ],
+)
+def test_with_the_override_the_launch_is_predicted_with_a_note(argv):
+    data = run_json(*argv, "--allow-long-max-model-len")
+    (words,) = [n["text"] for n in data["notes"] if n["id"] == "engine-long-max-model-len"]
+    assert "204,800 tokens is past the 131,072" in words and "ALLOW" in words
+
+
+def test_within_the_limit_there_is_no_note():
+    data = run_json("engine", "llama-3.1-8b", "--max-model-len", "128k")
+    assert not [n for n in data["notes"] if n["id"] == "engine-long-max-model-len"]
+
+
+def test_the_default_length_stays_within_a_short_model():
+    # phi-2 states 2,048 positions: kvplan's 8k default would be a launch vLLM refuses
+    data = run_json("engine", "phi-2")
+    assert data["max_model_len"] == 2048
+    data = run_json("simulate", "phi-2", "--num-prompts", "20")
+    assert data["setup"]["max_model_len"] == 2048
+
+
+def test_capacity_emits_the_override_with_the_flag():
+    argv = ("capacity", "llama-2-7b", "--ctx", "32k", "--allow-long-max-model-len")
+    code, out, err = run_cli(*argv, "--emit", "vllm")
+    assert code == 0, err
+    assert out.startswith("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 vllm serve") and "32768" in out
+    code, out, _ = run_cli(*argv, "--emit", "sglang-docker")
+    assert code == 0 and "-e SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in out
+    code, out, _ = run_cli(*argv, "--emit", "vllm-k8s")
+    assert code == 0 and '{name: VLLM_ALLOW_LONG_MAX_MODEL_LEN, value: "1"}' in out
+    code, out, _ = run_cli("capacity", "llama-2-7b", "--ctx", "4k", "--emit", "vllm")
+    assert code == 0 and "ALLOW" not in out  # within the limit: the plain command
+    code, _, err = run_cli(*argv)
+    one_line_error(code, err, "--allow-long-max-model-len applies to --emit")
+    code, _, err = run_cli("engine", "llama-2-7b", "--engine", "llama.cpp", argv[-1])
+    one_line_error(code, err, "--allow-long-max-model-len does not apply to llama.cpp")
+
+
+def _limits(**config):
+    from kvplan.engines.max_len import sglang_max_len, vllm_max_len
+
+    from helpers import llama_like, spec_from
+
+    spec = spec_from(llama_like(**config))
+    return vllm_max_len(spec).tokens, sglang_max_len(spec).tokens
+
+
+@pytest.mark.parametrize(
+    "config,vllm,sglang",
+    [
+        ({"max_position_embeddings": 4096}, 4096, 4096),
+        # vLLM: the smallest key; SGLang: the first of its own order
+        ({"max_position_embeddings": 4096, "seq_length": 2048}, 2048, 2048),
+        ({"max_position_embeddings": 4096, "n_positions": 1024}, 1024, 4096),
+        # a config's model_max_length is the limit (Command-R)
+        ({"max_position_embeddings": 8192, "model_max_length": 131072}, 131072, 131072),
+        # rope scaling: linear and dynamic multiply, YaRN multiplies the original length,
+        # llama3 is already scaled; SGLang keeps the length where an original is stated
+        (
+            {"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4}},
+            16384,
+            16384,
+        ),
+        (
+            {
+                "max_position_embeddings": 4096,
+                "rope_scaling": {"rope_type": "dynamic", "factor": 2.0},
+            },
+            8192,
+            8192,
+        ),
+        (
+            {
+                "max_position_embeddings": 32768,
+                "rope_scaling": {
+                    "rope_type": "yarn",
+                    "factor": 4.0,
+                    "original_max_position_embeddings": 32768,
+                },
+            },
+            131072,
+            32768,
+        ),
+        (
+            {
+                "max_position_embeddings": 131072,
+                "rope_scaling": {
+                    "rope_type": "llama3",
+                    "factor": 8.0,
+                    "original_max_position_embeddings": 8192,
+                },
+            },
+            131072,
+            131072,
+        ),
+    ],
+)
+def test_the_engines_derive_their_limits_as_they_do(config, vllm, sglang):
+    assert _limits(**config) == (vllm, sglang)
+
+
+def test_a_config_without_a_length_key():
+    # vLLM takes the user's length; SGLang assumes 2,048
+    assert _limits() == (None, 2048)

@@ -44,6 +44,16 @@ def model_argument() -> typer.models.ArgumentInfo:
     return typer.Argument(..., help=MODEL_HELP)
 
 
+def allow_long_option() -> typer.models.OptionInfo:
+    return typer.Option(
+        False,
+        "--allow-long-max-model-len",
+        help="A --max-model-len past the length the engine derives from the config, as "
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 or SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 "
+        "allow it (else refused, as the engine refuses to start).",
+    )
+
+
 def format_option() -> typer.models.OptionInfo:
     return typer.Option(OutputFormat.table, "--format", "-f", help="Output format.")
 

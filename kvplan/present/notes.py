@@ -269,6 +269,13 @@ text("whatif-order")(
 
 # ---- engines ------------------------------------------------------------------------------------
 text("vllm-rules")(lambda version: f"Rules of vLLM V1 {version}.")
+text("engine-long-max-model-len")(
+    lambda engine, max_model_len, limit, key, variable: (
+        f"{max_model_len:,} tokens is past the {limit:,} {engine} derives from the config "
+        f"({key}): {engine} starts with it only under {variable}, and positions past "
+        f"{limit:,} may give NaN (RoPE) or out-of-bounds errors (learned positions)."
+    )
+)
 text("vllm-memory-given")(
     lambda: (
         "Available KV memory given (vLLM prints it rounded to 0.01 GiB, which pins num_blocks "
