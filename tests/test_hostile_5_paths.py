@@ -211,6 +211,10 @@ def test_an_empty_folder_named_like_a_bundled_model_says_why_it_was_read(in_fold
     code, _, err = run_cli("size", "llama-3.1-8b")
     one_line_error(code, err, "llama-3.1-8b/config.json: no such config file")
     assert "an existing path is read before the bundled model of the same name" in err
+    (in_folder / "qwen3-8b").write_text("a log, not a config")  # a file, not a folder
+    code, _, err = run_cli("size", "qwen3-8b")
+    one_line_error(code, err, "qwen3-8b: invalid JSON")
+    assert "an existing path is read before the bundled model of the same name" in err
 
 
 COMMANDS = [

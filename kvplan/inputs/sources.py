@@ -167,7 +167,7 @@ def resolve(model: str) -> ModelArgument:
         elif variant is not None:
             instead = f"bundled:{variant.alias}"
         else:
-            instead = f"hub:{text}" if _looks_like_repo_id(text) else None
+            instead = f"hub:{clean(text)}" if _looks_like_repo_id(text) else None
         return ModelArgument("path", text, path, instead_of=instead)
     if gguf:
         return ModelArgument("gguf", text, path)
@@ -189,7 +189,17 @@ def load_config(model: str | ModelArgument) -> tuple[dict, str, str]:
     if arg.kind == "gguf":
         raise KvplanError(f"{arg.text}: a GGUF file has no config.json (load it with load_model)")
     if arg.kind == "path":
-        return _load_path(arg.path, arg.instead_of)
+        try:
+            return _load_path(arg.path)
+        except KvplanError as exc:
+            if arg.instead_of is None:
+                raise
+            # a file or folder of that name here hides the bundled or Hub model: say why it was read
+            kind = "bundled" if arg.instead_of.startswith("bundled:") else "Hub"
+            raise KvplanError(
+                f"{exc} (an existing path is read before the {kind} model of the same name: run "
+                "from another folder for it)"
+            ) from None
     if arg.kind == "bundled":
         text = (_bundled_dir() / arg.bundled.file).read_text(encoding="utf-8")
         return (
@@ -230,7 +240,7 @@ def _read_text(path: Path) -> str:
         raise KvplanError(f"{path}: not UTF-8 text") from None
 
 
-def _load_path(path: Path, instead_of: str | None = None) -> tuple[dict, str, str]:
+def _load_path(path: Path) -> tuple[dict, str, str]:
     try:
         is_dir = path.is_dir()
     except OSError as exc:
@@ -240,13 +250,7 @@ def _load_path(path: Path, instead_of: str | None = None) -> tuple[dict, str, st
     if is_dir:
         path = path / "config.json"
     if not path.is_file():
-        hint = ""
-        if instead_of is not None:  # a folder of that name here hides the bundled or Hub model
-            hint = (
-                f" (an existing path is read before the {instead_of.partition(':')[0]} model of "
-                "the same name: run from another folder for it)"
-            )
-        raise KvplanError(f"{clean(str(path))[:200]}: no such config file{hint}")
+        raise KvplanError(f"{clean(str(path))[:200]}: no such config file")
     text = _read_text(path)
     name = path.parent.name if path.name == "config.json" else path.stem
     return parse_config_text(text, str(path)), clean(name or str(path)), str(path)
