@@ -54,7 +54,7 @@ def test_a_split_gguf_part_linked_to_another_part_is_refused(tmp_path):
     one_line_error(code, err, "split index 1 appears twice")
 
 
-def test_a_split_gguf_part_from_another_split_is_a_count_mismatch(tmp_path):
+def test_a_split_gguf_part_cut_from_another_split_holds_tensors_twice(tmp_path):
     shards = _split(tmp_path, 145)
     other = tmp_path / "other"
     other.mkdir()
@@ -65,6 +65,19 @@ def test_a_split_gguf_part_from_another_split_is_a_count_mismatch(tmp_path):
     shutil.copy(two[1], shards[1])  # same index and count, another cut: tensors held twice
     code, _, err = run_cli("size", str(shards[0]))
     one_line_error(code, err, f"is also in {shards[1].name}: a part of the split appears twice")
+
+
+def test_a_split_gguf_part_of_a_split_with_another_count_is_a_count_mismatch(tmp_path):
+    shards = _split(tmp_path, 145)
+    other = tmp_path / "other"
+    other.mkdir()
+    arch, keys = convert(bundled("qwen3-30b-a3b"))
+    write_gguf(other / "o.gguf", arch, keys, tensors_for(arch, keys), split_max_tensors=110)
+    four = sorted(other.glob("o-*-of-*.gguf"))
+    assert len(four) == 4
+    shutil.copy(four[1], shards[1])  # part 2 of 4 named part 2 of 3
+    code, _, err = run_cli("size", str(shards[0]))
+    one_line_error(code, err, f"{shards[1].name}: split count mismatch")
 
 
 def test_a_split_gguf_renamed_out_of_order_is_refused(tmp_path):
