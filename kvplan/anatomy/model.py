@@ -13,6 +13,9 @@ from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.notes import Note
 from kvplan.record import NamedTuple
 
+# Notes saying where a model's config came from (kvplan.inputs.sources)
+SOURCE_NOTES = frozenset(("model-path", "variant-resolved"))
+
 
 class CacheKind(str, Enum):
     """What one layer group caches per sequence: KV for every token (full, or MLA's one latent),
@@ -190,6 +193,18 @@ class MoE(NamedTuple):
         return e * (1.0 - (1.0 - k / e) ** batch_size)
 
 
+class PositionKeys(NamedTuple):
+    """What a config states about its longest sequence, for the engines' own limits
+    (kvplan.engines.max_len): every length key of the language model's config, with its config
+    class's default for max_position_embeddings where it states none, and its rope scaling."""
+
+    lengths: tuple[tuple[str, int], ...] = ()  # (key, tokens), keys the config states
+    # (rope_type, factor, original_max_position_embeddings) of each rope parameter set: one for
+    # rope_scaling, one per layer type for transformers 5's nested rope_parameters
+    rope: tuple[tuple[str, float | None, int | None], ...] = ()
+    rope_nested: bool = False
+
+
 class StoredWeights(NamedTuple):
     """Weights as a model file stores them, read from its headers and never its data
     (safetensors headers, a GGUF's tensor table): exact bytes, each tensor in its own type with
@@ -241,6 +256,15 @@ class ModelSpec(NamedTuple):
     stored: StoredWeights | None = None
     # Distinct rotary tables (positions, rotary_dim) engines precompute and keep on every rank.
     rope_tables: tuple[tuple[int, int], ...] = ()
+    # The length keys and rope scaling engines derive their longest request from (None: only
+    # max_position_embeddings is known, a GGUF's context_length)
+    positions: PositionKeys | None = None
+
+    @property
+    def source_notes(self) -> tuple[Note, ...]:
+        """The notes that say where the config came from (a local path read before a name of the
+        same spelling, a variant resolved to a bundled config): every result carries them."""
+        return tuple(n for n in self.notes if n.id in SOURCE_NOTES)
 
     # --- parameters -------------------------------------------------------------------------
     @property

@@ -77,6 +77,7 @@ def add(app: typer.Typer) -> None:
             help="Print how to launch this plan instead: vllm, sglang (the command), "
             "vllm-docker, sglang-docker (docker run), vllm-k8s, sglang-k8s (a Deployment).",
         ),
+        allow_long: bool = c.allow_long_option(),
         plot: Path = typer.Option(
             None, "--plot", help="Max users vs context per KV dtype (.png/.svg)."
         ),
@@ -97,6 +98,8 @@ def add(app: typer.Typer) -> None:
             raise KvplanError(f"--emit {emit_flags[:40]!r}: choose {', '.join(TARGETS)}")
         if emit_flags is not None and fmt is not None:
             raise KvplanError("--emit prints a launch command: drop --format")
+        if allow_long and emit_flags is None:
+            raise KvplanError("--allow-long-max-model-len applies to --emit's launch command")
         if network_gbps is not None:
             check_range(network_gbps, what="--network-gbps", minimum=0.001, maximum=1_000_000)
         spec, profiles = c.load_model(model), c.load_gpus(gpu)
@@ -163,6 +166,6 @@ def add(app: typer.Typer) -> None:
             )
         if emit_flags is not None:
             launch = launch_of(result, spec, profile.device_vendor, model, max_num_batched_tokens)
-            c.emit(emit(launch, emit_flags, spec.name))
+            c.emit(emit(launch, emit_flags, spec.name, spec, allow_long))
             return
         c.emit(c.render(capacity_view(result), fmt or OutputFormat.table))

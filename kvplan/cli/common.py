@@ -13,7 +13,8 @@ from kvplan.present.escape import error_line, terminal_text
 from kvplan.present.render import OutputFormat
 
 MODEL_HELP = (
-    "Bundled name (kvplan models), Hugging Face repo id, or path to a config.json or its folder."
+    "Path to a config.json or its folder (an existing path is read first), bundled name "
+    "(kvplan models), or Hugging Face repo id."
 )
 CTX_DEFAULT = "8k"  # the same default context in every command
 CTX_HELP = (
@@ -43,6 +44,16 @@ def command(fn):
 # ---- options: one definition each, so each means the same thing everywhere ------------------
 def model_argument() -> typer.models.ArgumentInfo:
     return typer.Argument(..., help=MODEL_HELP)
+
+
+def allow_long_option() -> typer.models.OptionInfo:
+    return typer.Option(
+        False,
+        "--allow-long-max-model-len",
+        help="A --max-model-len past the length the engine derives from the config, as "
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 or SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 "
+        "allow it (else refused, as the engine refuses to start).",
+    )
 
 
 def format_option() -> typer.models.OptionInfo:

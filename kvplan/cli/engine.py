@@ -55,6 +55,7 @@ NOT_LLAMACPP = (
     "--kv-cache-memory",
     "--dtype",
     "--weights-dtype",
+    "--allow-long-max-model-len",
 )
 LLAMACPP_INSTEAD = {
     "--kv-cache-dtype": " (its cache: --cache-type-k, --cache-type-v)",
@@ -79,6 +80,7 @@ def add(app: typer.Typer) -> None:
             "--ctx",
             help="Longest request the engine admits (8192, 8k, 128k; default 8k). llama.cpp: as -c.",
         ),
+        allow_long: bool = c.allow_long_option(),
         kv_cache_dtype: str = typer.Option(
             None,
             "--kv-cache-dtype",
@@ -291,6 +293,7 @@ def add(app: typer.Typer) -> None:
             "--quantization": quantization is not None,
             "--enforce-eager": enforce_eager is not None,
             "--vllm-version": vllm_version is not None,
+            "--allow-long-max-model-len": allow_long,
         }
         for other, flags in ONLY.items():
             for flag in flags:
@@ -328,9 +331,15 @@ def add(app: typer.Typer) -> None:
             result = engine_allocation(spec, profile, EngineRequest("llama.cpp", llamacpp=request))
             c.emit(c.render(engine_view(result), fmt))
             return
+        from kvplan.engines.max_len import default_max_model_len
+
+        spec = c.load_model(model)
         request = EngineRequest(
             engine=engine,
-            max_model_len=c.one_context(max_model_len or c.CTX_DEFAULT, "--max-model-len"),
+            max_model_len=c.one_context(max_model_len, "--max-model-len")
+            if max_model_len
+            else default_max_model_len(spec, engine, c.one_context(c.CTX_DEFAULT)),
+            allow_long_max_model_len=allow_long,
             kv_cache_dtype=kv_cache_dtype if kv_cache_dtype is not None else "auto",
             block_size=block_size,
             max_num_batched_tokens=max_num_batched_tokens,
@@ -352,5 +361,5 @@ def add(app: typer.Typer) -> None:
             hybrid_kv_cache_manager=not disable_hma,
             mem_fraction_static=c.fraction(mem_fraction_static, "--mem-fraction-static"),
         )
-        result = engine_allocation(c.load_model(model), c.load_gpu(gpu), request)
+        result = engine_allocation(spec, c.load_gpu(gpu), request)
         c.emit(c.render(engine_view(result), fmt))

@@ -74,6 +74,7 @@ def serve_flags(
     preemption,
     continuous_batching,
     engine="vllm",
+    allow_long=False,
 ):
     from kvplan.inputs.options import parse_bytes
     from kvplan.simulate.setup import ServeOptions
@@ -96,6 +97,7 @@ def serve_flags(
         preemption=preemption,
         continuous_batching=continuous_batching,
         engine=engine,
+        allow_long_max_model_len=allow_long,
     )
 
 
@@ -199,8 +201,11 @@ def add(app: typer.Typer) -> None:
             help="Tokens per step at most (SGLang: per prefill batch chunk).",
         ),
         max_model_len: str = typer.Option(
-            None, "--max-model-len", help="Longest request (default: the model's)."
+            None,
+            "--max-model-len",
+            help="Longest request (default: the model's, at most what the engine derives).",
         ),
+        allow_long: bool = c.allow_long_option(),
         kv_cache_dtype: str = typer.Option(
             "auto", "--kv-cache-dtype", help="vLLM kv-cache-dtype: auto, fp8, bfloat16, ..."
         ),
@@ -306,6 +311,7 @@ def add(app: typer.Typer) -> None:
                 preemption,
                 continuous_batching,
                 engine,
+                allow_long,
             ),
             replicas=replicas,
             router=router,

@@ -32,6 +32,9 @@ class EngineRequest(NamedTuple):
     max_num_seqs: int | None = None  # None: the engine's default for the GPU
     enforce_eager: bool = False  # vLLM: no CUDA graphs (no graph-memory estimate)
     vllm_version: str = "0.19"
+    # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 / SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1: a
+    # max_model_len past the engine's derived limit starts, with a note (else it is refused)
+    allow_long_max_model_len: bool = False
 
 
 def engine_allocation(spec, gpu, request: EngineRequest):

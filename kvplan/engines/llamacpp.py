@@ -639,7 +639,12 @@ def quant_choices(
 def llamacpp_allocation(spec: ModelSpec, gpu: GpuProfile, r: LlamaCppRequest) -> LlamaCppResult:
     """The Python twin of `kvplan engine MODEL --engine llama.cpp`."""
     s, notes = resolve_settings(spec, r)
-    notes = [note("llamacpp-rules", build=LLAMA_CPP_BUILD), *r.preset_notes, *notes]
+    notes = [
+        *spec.source_notes,
+        note("llamacpp-rules", build=LLAMA_CPP_BUILD),
+        *r.preset_notes,
+        *notes,
+    ]
     device = r.device or backend_name(gpu)
     capacity = r.gpu_memory_bytes or gpu.usable_memory_bytes
     host = r.host

@@ -19,6 +19,7 @@ from __future__ import annotations
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.engines import EngineRequest
+from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.vllm import DTYPES, gpu_generation, indexer_bytes_per_token
 from kvplan.engines.vllm_memory import mxfp4_alignment, weights_per_rank
 from kvplan.errors import KvplanError
@@ -199,7 +200,11 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             f"({', '.join(_ELEMENT_DTYPE)})"
         )
     spec.check_tp(request.tp)
-    dtype, notes = sglang_model_dtype(spec, request.dtype)
+    too_long = check_max_model_len(
+        spec, "sglang", request.max_model_len, request.allow_long_max_model_len
+    )
+    dtype, dtype_notes = sglang_model_dtype(spec, request.dtype)
+    notes = [*spec.source_notes, *([too_long] if too_long else []), *dtype_notes]
     spec = spec._replace(dtype=dtype)
     default = default_mem_fraction(spec, gpu, request.tp, request.pp)
     given = request.mem_fraction_static is not None

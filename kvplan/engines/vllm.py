@@ -13,6 +13,7 @@ from collections import Counter
 from kvplan import __version__
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, pp_stages
 from kvplan.engines import EngineRequest
+from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.vllm_memory import StageMemory, batch_defaults, stage_memory
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import KvFormat
@@ -450,7 +451,16 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
             dtype_notes.append(note("vllm-fp8-ds-mla"))
     if not 1 <= block_size <= 4096:
         raise KvplanError(f"--block-size {block_size} must be between 1 and 4096")
-    notes = [note("vllm-rules", version=request.vllm_version), *dtype_notes, *weights_notes]
+    too_long = check_max_model_len(
+        spec, "vllm", request.max_model_len, request.allow_long_max_model_len
+    )
+    notes = [
+        *spec.source_notes,
+        note("vllm-rules", version=request.vllm_version),
+        *([too_long] if too_long else []),
+        *dtype_notes,
+        *weights_notes,
+    ]
     if spec.has_kind(CacheKind.MLA) and request.block_size is None:
         notes.append(note("vllm-mla-block", block_size=block_size))
     stages = pp_stages(spec, request.pp)

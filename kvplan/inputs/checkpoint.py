@@ -40,17 +40,19 @@ LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 def _tensor_bytes(name: str, dtype: str, shape: list, source: str) -> float:
     size = SAFETENSORS_DTYPE_BYTES.get(str(dtype).upper())
     if size is None:
-        raise KvplanError(f"{source}: tensor {name[:80]} has an unknown dtype {str(dtype)[:20]!r}")
+        raise KvplanError(
+            f"{source}: tensor {clean(name)[:80]} has an unknown dtype {clean(dtype)[:20]!r}"
+        )
     if not isinstance(shape, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**40 for d in shape
     ):
-        raise KvplanError(f"{source}: tensor {name[:80]} has a malformed shape")
+        raise KvplanError(f"{source}: tensor {clean(name)[:80]} has a malformed shape")
     elements = 1
     for d in shape:  # stops early: a product of thousands of large sides is never built
         elements *= d
         if elements > MAX_TENSOR_ELEMENTS:
             raise KvplanError(
-                f"{source}: tensor {name[:80]} has over {MAX_TENSOR_ELEMENTS:,} elements"
+                f"{source}: tensor {clean(name)[:80]} has over {MAX_TENSOR_ELEMENTS:,} elements"
             )
     return elements * size
 
@@ -61,7 +63,16 @@ def header_length(path: Path, head: bytes) -> int:
         raise KvplanError(f"{path}: not a safetensors file (too short)")
     (length,) = struct.unpack("<Q", head[:8])
     if length <= 1 or length > MAX_HEADER_BYTES:
-        raise KvplanError(f"{path}: implausible safetensors header length {length}")
+        # The length is the file's first 8 bytes: never printed (a link to another file would
+        # have them read back, "root:x:0" as a number).
+        size = (
+            f"over {MAX_HEADER_BYTES // 2**20} MiB"
+            if length > MAX_HEADER_BYTES
+            else "under 2 bytes"
+        )
+        raise KvplanError(
+            f"{path}: implausible safetensors header length ({size}): not a safetensors file"
+        )
     return length
 
 

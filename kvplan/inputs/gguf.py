@@ -33,6 +33,7 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import GGML_TYPE_BY_ID, ggml_tensor_bytes
 from kvplan.inputs.checkpoint import MAX_TENSOR_ELEMENTS
 from kvplan.inputs.fields import FIELD_MAXIMUM, MAX_DIM, MAX_LAYERS
+from kvplan.inputs.text import clean
 from kvplan.notes import note
 from kvplan.record import NamedTuple
 
@@ -279,17 +280,37 @@ def _field_value(field, value_type):
     return field.parts[field.data[0]][0].item()
 
 
+# The gguf package's messages, by a phrase of each, in kvplan's words: its own carry what it read
+# (a version number, a key or tensor name), and a file that is not a GGUF at all (a link to
+# another file) must never have its bytes printed.
+READER_ERRORS = (
+    ("magic", "it does not start with the GGUF magic"),
+    ("version", "a GGUF version the reader does not handle"),
+    ("alignment", "an invalid general.alignment"),
+    ("field type", "a metadata value of an unknown type"),
+    ("Duplicate", "a metadata key appears twice"),
+    ("duplicated tensor", "a tensor name appears twice"),
+)
+
+
+def _unread(exc: Exception) -> str:
+    """Why the gguf package could not read a file, naming no byte of it."""
+    if isinstance(exc, OSError):
+        return exc.strerror or exc.__class__.__name__
+    message = str(exc)
+    for phrase, reason in READER_ERRORS:
+        if phrase in message:
+            return reason
+    # numpy's and Python's (a read past the end of the file) say nothing to the user
+    return "truncated or corrupt GGUF: its header runs past the end of the file"
+
+
 def _read_one(path: Path) -> tuple[dict, list[GgufTensor]]:
     reader_class, value_type = _reader_class()
     try:
         reader = reader_class(str(path), "r")
     except (ValueError, KeyError, IndexError, OSError, TypeError, struct.error) as exc:
-        # The gguf package's own messages (bad magic, version, alignment) say what is wrong;
-        # numpy's and Python's (a read past the end of the file) say nothing to the user.
-        reason = str(exc) if "GGUF" in str(exc) or isinstance(exc, OSError) else ""
-        if not reason:
-            reason = "truncated or corrupt GGUF: its header runs past the end of the file"
-        raise KvplanError(f"{path}: not a GGUF file kvplan can read ({reason})"[:300]) from None
+        raise KvplanError(f"{path}: not a GGUF file kvplan can read ({_unread(exc)})") from None
     metadata = {
         name: _field_value(field, value_type)
         for name, field in reader.fields.items()
@@ -300,14 +321,14 @@ def _read_one(path: Path) -> tuple[dict, list[GgufTensor]]:
         ggml = GGML_TYPE_BY_ID.get(type_id)
         if ggml is None:
             raise KvplanError(
-                f"{path}: tensor {name} has ggml type id {type_id}, unknown to kvplan"
+                f"{path}: tensor {clean(name)[:80]} has ggml type id {type_id}, unknown to kvplan"
             )
         values = 1
         for d in dims:  # stops early: a product of huge sides is never built
             values *= d
             if values > MAX_TENSOR_ELEMENTS:
                 raise KvplanError(
-                    f"{path}: tensor {name[:80]} has over {MAX_TENSOR_ELEMENTS:,} elements"
+                    f"{path}: tensor {clean(name)[:80]} has over {MAX_TENSOR_ELEMENTS:,} elements"
                 )
         tensors.append(
             GgufTensor(name, dims, ggml.name, values, ggml_tensor_bytes(type_id, values))
@@ -337,21 +358,70 @@ def split_paths(path: Path) -> list[Path]:
     return shards
 
 
+def _check_parts(shards: list[Path], metas: list[dict]) -> None:
+    """Each shard of a split holds the part its name says and all agree on the count, as
+    llama.cpp's loader checks (split.no of every further shard, one split.count): a shard copied
+    or linked over another would otherwise be counted twice."""
+    count = metas[0].get("split.count")
+    seen: dict[int, Path] = {}
+    for index, (shard, meta) in enumerate(zip(shards, metas, strict=True)):
+        number = meta.get("split.no")
+        if number is None and index == 0:
+            continue  # llama.cpp reads split.no of the further shards only
+        if number is None:
+            raise KvplanError(f"{shard}: a part of a split GGUF without split.no")
+        if not isinstance(number, int) or isinstance(number, bool):
+            raise KvplanError(f"{shard}: split.no is not a whole number")
+        if meta.get("split.count") != count:
+            raise KvplanError(
+                f"{shard}: split count mismatch (its split.count differs from {shards[0].name}'s)"
+            )
+        if number in seen:
+            raise KvplanError(
+                f"{shard}: split index {number + 1:,} appears twice (also {seen[number].name}): "
+                "a part of the split is duplicated"
+            )
+        seen[number] = shard
+    for index, (shard, meta) in enumerate(zip(shards, metas, strict=True)):
+        number = meta.get("split.no", index)
+        if number != index:
+            raise KvplanError(
+                f"{shard}: holds part {number + 1:,} of the split, not part {index + 1:,} as its "
+                "name says"
+            )
+
+
 def read_gguf(model: str) -> GgufModel:
     """A GGUF path (any shard of a split model) -> its metadata and whole tensor table."""
     path = Path(model).expanduser()
     if not path.is_file():
         raise KvplanError(f"{path}: no such GGUF file")
     shards = split_paths(path)
-    metadata: dict = {}
-    tensors: list[GgufTensor] = []
-    for i, shard in enumerate(shards):
+    read = []
+    count = 0
+    for shard in shards:  # the tensors over every shard bounded before the next one is read
         meta, shard_tensors = _read_one(shard)
-        if i == 0:
-            metadata = meta
-        tensors += shard_tensors
-        if len(tensors) > MAX_GGUF_TENSORS:  # over every shard, checked before the next one
+        count += len(shard_tensors)
+        if count > MAX_GGUF_TENSORS:
             raise KvplanError(f"{path}: more than {MAX_GGUF_TENSORS:,} tensors over its shards")
+        read.append((meta, shard_tensors))
+    metadata = read[0][0]
+    if len(shards) > 1:
+        _check_parts(shards, [meta for meta, _ in read])
+    tensors: list[GgufTensor] = []
+    held_by: dict[str, Path] = {}  # tensor name -> the shard holding it
+    for shard, (_, shard_tensors) in zip(shards, read, strict=True):
+        for tensor in shard_tensors:  # llama.cpp: "invalid model: tensor ... is duplicated"
+            other = held_by.get(tensor.name)
+            if other is not None:
+                where = (
+                    "appears twice in it"
+                    if other == shard
+                    else f"is also in {other.name}: a part of the split appears twice"
+                )
+                raise KvplanError(f"{shard}: tensor {clean(tensor.name)[:80]} {where}")
+            held_by[tensor.name] = shard
+        tensors += shard_tensors
     parts = metadata.get("split.count")
     if parts is not None and parts != len(shards) and not (parts == 0 and len(shards) == 1):
         raise KvplanError(

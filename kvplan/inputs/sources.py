@@ -125,31 +125,94 @@ def parse_config_text(text: str, source: str) -> dict:
     return data
 
 
-def load_config(model: str) -> tuple[dict, str, str]:
-    """(config dict, display name, source description) for a model argument."""
+class ModelArgument(NamedTuple):
+    """What a model argument names, in the one order every command reads it (resolve)."""
+
+    kind: str  # path | gguf | bundled | variant | hub
+    text: str  # the argument without surrounding spaces
+    path: Path | None = None  # path, gguf
+    bundled: BundledModel | None = None  # bundled, variant
+    # A path that exists, read in place of what the same spelling also names: the bundled
+    # alias or the Hub id (None when it names nothing else)
+    instead_of: str | None = None
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL
+        return False
+
+
+def resolve(model: str) -> ModelArgument:
+    """A model argument -> what it names. An existing path comes first, as engines read their
+    model argument (vLLM and transformers load a local folder before asking the Hub); then a
+    .gguf path, a bundled name, an argument shaped like a path (an error: no such file), a
+    variant of a bundled Hub id, a Hub id."""
     if not isinstance(model, str) or not model.strip():
         raise KvplanError("no model given")
     if len(model) > 4096 or "\x00" in model:
         raise KvplanError("the model argument is not a name, a path or a repository id")
-    if model.strip().lower().endswith(".gguf"):
-        raise KvplanError(f"{model}: a GGUF file has no config.json (load it with load_model)")
-    bundled = _lookup_bundled(model)
-    if bundled is not None:
-        text = (_bundled_dir() / bundled.file).read_text(encoding="utf-8")
-        return parse_config_text(text, bundled.alias), bundled.alias, f"bundled:{bundled.file}"
+    text = model.strip()
     path = Path(model).expanduser()
-    if path.exists() or model.endswith(".json") or model.startswith((".", "/", "~")):
-        return _load_path(path)
+    gguf = text.lower().endswith(".gguf")
+    bundled = None if gguf else _lookup_bundled(model)
+    if _exists(path):
+        if gguf and not path.is_dir():
+            return ModelArgument("gguf", text, path)
+        variant = None if bundled else resolve_variant(model)
+        if bundled is not None:
+            instead = f"bundled:{bundled.alias}"
+        elif variant is not None:
+            instead = f"bundled:{variant.alias}"
+        else:
+            instead = f"hub:{clean(text)}" if _looks_like_repo_id(text) else None
+        return ModelArgument("path", text, path, instead_of=instead)
+    if gguf:
+        return ModelArgument("gguf", text, path)
+    if bundled is not None:
+        return ModelArgument("bundled", text, bundled=bundled)
+    if model.endswith(".json") or model.startswith((".", "/", "~")):
+        return ModelArgument("path", text, path)
     variant = resolve_variant(model)
     if variant is not None:
-        text = (_bundled_dir() / variant.file).read_text(encoding="utf-8")
-        return parse_config_text(text, model), model, f"variant:{variant.alias}"
+        return ModelArgument("variant", text, bundled=variant)
     if _looks_like_repo_id(model):
-        from kvplan.inputs.hub import fetch_config
-
-        config = fetch_config(model, lambda text: parse_config_text(text, model))
-        return config, model.strip(), f"hub:{model.strip()}"
+        return ModelArgument("hub", text)
     raise KvplanError(_unknown_message(model))
+
+
+def load_config(model: str | ModelArgument) -> tuple[dict, str, str]:
+    """(config dict, display name, source description) for a model argument."""
+    arg = model if isinstance(model, ModelArgument) else resolve(model)
+    if arg.kind == "gguf":
+        raise KvplanError(f"{arg.text}: a GGUF file has no config.json (load it with load_model)")
+    if arg.kind == "path":
+        try:
+            return _load_path(arg.path)
+        except KvplanError as exc:
+            if arg.instead_of is None:
+                raise
+            # a file or folder of that name here hides the bundled or Hub model: say why it was read
+            kind = "bundled" if arg.instead_of.startswith("bundled:") else "Hub"
+            raise KvplanError(
+                f"{exc} (an existing path is read before the {kind} model of the same name: run "
+                "from another folder for it)"
+            ) from None
+    if arg.kind == "bundled":
+        text = (_bundled_dir() / arg.bundled.file).read_text(encoding="utf-8")
+        return (
+            parse_config_text(text, arg.bundled.alias),
+            arg.bundled.alias,
+            f"bundled:{arg.bundled.file}",
+        )
+    if arg.kind == "variant":
+        text = (_bundled_dir() / arg.bundled.file).read_text(encoding="utf-8")
+        return parse_config_text(text, arg.text), arg.text, f"variant:{arg.bundled.alias}"
+    from kvplan.inputs.hub import fetch_config
+
+    config = fetch_config(arg.text, lambda text: parse_config_text(text, arg.text))
+    return config, arg.text, f"hub:{arg.text}"
 
 
 def _read_text(path: Path) -> str:
@@ -181,7 +244,12 @@ def _load_path(path: Path) -> tuple[dict, str, str]:
 
 def _looks_like_repo_id(model: str) -> bool:
     parts = model.strip().split("/")
-    return len(parts) == 2 and all(parts) and " " not in model
+    return (
+        len(parts) == 2
+        and all(parts)
+        and not any(p in (".", "..") for p in parts)  # ./x and ../x are paths
+        and " " not in model
+    )
 
 
 def _unknown_message(model: str) -> str:
@@ -196,35 +264,44 @@ def _unknown_message(model: str) -> str:
     )
 
 
-def load_model(model: str, checkpoint: bool = True):
+def load_bundled(alias: str):
+    """A bundled model by its alias, whatever the current folder holds (a listing of the bundled
+    models, a default model): never a path of the same name."""
+    bundled = bundled_models().get(alias)
+    if bundled is None:
+        raise KvplanError(_unknown_message(alias))
+    return load_model(ModelArgument("bundled", alias, bundled=bundled))
+
+
+def load_model(model: str | ModelArgument, checkpoint: bool = True):
     """A model argument -> ModelSpec. With `checkpoint`, the weights come from the safetensors
     headers where they can be read (a local checkpoint folder; a Hub repository within the
-    deadline), cross-checked against the config's count."""
+    deadline), cross-checked against the config's count. Every command reads its model here,
+    in resolve's order."""
     from kvplan.inputs.architectures import build_model
 
-    if isinstance(model, str) and model.strip().lower().endswith(".gguf"):
+    arg = model if isinstance(model, ModelArgument) else resolve(model)
+    if arg.kind == "gguf":
         from kvplan.inputs.gguf import load_gguf
 
-        return load_gguf(model.strip())
+        return load_gguf(arg.text)
 
-    raw, name, source = load_config(model)
+    raw, name, source = load_config(arg)
     spec = build_model(raw, name, source)
-    hf_id = None
-    if source.startswith("bundled:"):
-        bundled = _lookup_bundled(model)
-        if _looks_like_repo_id(model.strip()):
-            hf_id = model.strip()  # the id the user named, as engines load it
+    hf_id, notes = None, ()
+    if arg.kind == "bundled":
+        if _looks_like_repo_id(arg.text):
+            hf_id = arg.text  # the id the user named, as engines load it
         else:
-            hf_id = bundled.repo_ids[0] if bundled and bundled.repo_ids else None
-    elif source.startswith("hub:"):
-        hf_id = source[len("hub:") :]
-    elif source.startswith("variant:"):
-        hf_id = model.strip()
-        alias = source[len("variant:") :]
-        spec = spec._replace(
-            notes=(note("variant-resolved", repo_id=hf_id, alias=alias),) + spec.notes
-        )
-    spec = spec._replace(hf_id=hf_id, source=source)
+            hf_id = arg.bundled.repo_ids[0] if arg.bundled.repo_ids else None
+    elif arg.kind == "hub":
+        hf_id = arg.text
+    elif arg.kind == "variant":
+        hf_id = arg.text
+        notes = (note("variant-resolved", repo_id=hf_id, alias=arg.bundled.alias),)
+    else:  # a local path: the output names the file it read, and what it was read instead of
+        notes = (note("model-path", path=clean(source), instead_of=arg.instead_of),)
+    spec = spec._replace(hf_id=hf_id, source=source, notes=notes + spec.notes)
     if checkpoint:
         spec = attach_checkpoint(spec, source)
     return spec

@@ -26,7 +26,7 @@ from kvplan.formulas.step_time import (
     scale_bytes,
     step_time,
 )
-from kvplan.inputs.sources import load_model
+from kvplan.inputs.sources import load_bundled, load_model
 from kvplan.kernels.paged_attention import available_impls
 from kvplan.measure import probes as pr
 from kvplan.measure.device import choose_profile, default_threads, detect
@@ -285,7 +285,7 @@ def _measure_once(request: MeasureRequest, progress: Progress | None) -> Measure
     torch.set_num_threads(threads)
     info = detect(device, threads, busy)
     datasheet = choose_profile(info, request.gpu)
-    spec = load_model(request.model or DEFAULT_MODEL[device])
+    spec = load_model(request.model) if request.model else load_bundled(DEFAULT_MODEL[device])
     sweep = sweep_for(request, info)
     model = truncate(spec, min(sweep.layers, spec.num_layers))
     dtype = "bf16" if device == "cuda" else "fp32"  # CPUs: fp32 (bf16 kernels there are slow)

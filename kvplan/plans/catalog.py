@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_token, state_bytes_per_sequence
-from kvplan.inputs.sources import bundled_models, load_model
+from kvplan.inputs.sources import bundled_models, load_bundled
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
 
@@ -29,7 +29,7 @@ def models() -> ModelsResult:
     """The Python twin of `kvplan models`."""
     rows = []
     for alias, entry in bundled_models().items():
-        spec = load_model(alias)
+        spec = load_bundled(alias)
         fmt = KvFormat(spec.dtype)
         rows.append(
             ModelRow(

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from kvplan import __version__
 from kvplan.anatomy.model import ModelSpec
+from kvplan.engines.max_len import check_max_model_len
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import BatchShape
 from kvplan.inputs.hardware import GpuProfile
@@ -174,6 +175,8 @@ def plan(
 ) -> PlanResult:
     """The Python twin of `kvplan plan MODEL --rate R --slo ...`."""
     _check(request, gpus)
+    if request.max_model_len is not None:  # a launch the engine refuses, refused before searching
+        check_max_model_len(spec, request.emit, request.max_model_len, False, allow_flag=None)
     requests = generate(request.workload._replace(request_rate=math.inf))
     configs = search_space(gpus, request)
     if not configs:
@@ -191,6 +194,7 @@ def plan(
     mean_in = sum(r.input_tokens for r in requests) / len(requests)
     mean_out = sum(r.output_tokens for r in requests) / len(requests)
     notes = [
+        *spec.source_notes,
         note("plan-method", bisections=BISECTIONS, num_prompts=request.workload.num_prompts),
         note("plan-replicas"),
         note("plan-prices"),

@@ -507,12 +507,12 @@ def default_apply(spec: ModelSpec, context_len: int) -> tuple[str, ...]:
 def find_draft(spec: ModelSpec) -> ModelSpec | None:
     """The smallest bundled model of the same type and vocabulary, at most a quarter of the size:
     a draft that can share the target's tokenizer."""
-    from kvplan.inputs.sources import bundled_models, load_model
+    from kvplan.inputs.sources import bundled_models, load_bundled
 
     best = None
     for name in bundled_models():
         try:
-            other = load_model(name)
+            other = load_bundled(name)
         except KvplanError:
             continue
         if (

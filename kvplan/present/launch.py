@@ -67,6 +67,16 @@ class Launch(NamedTuple):
     model_is_local: bool = False  # model_id is a path on this machine
     vendor: str = "NVIDIA"  # the GPU's
     mla: bool = False  # the model has MLA latent layers
+    # context_len is past the length the engine derives from the config: the command sets the
+    # engine's override (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLANG_ALLOW_OVERWRITE_LONGER_...=1)
+    long_context: bool = False
+
+
+def _override(p: Launch, engine: str) -> str | None:
+    """The engine's variable that lets a context past the config's derived length start."""
+    from kvplan.engines.max_len import OVERRIDE
+
+    return OVERRIDE[engine][2].partition("=")[0] if p.long_context else None
 
 
 def kv_cache_dtype(p: Launch, engine: str) -> str:
@@ -166,6 +176,9 @@ def command(p: Launch, engine: str) -> str:
     if engine not in FLAGS:
         raise KvplanError(f"--emit {engine!r}: choose {', '.join(TARGETS)}")
     serve = "vllm serve" if engine == "vllm" else "python -m sglang.launch_server --model-path"
+    variable = _override(p, engine)
+    if variable:
+        serve = f"{variable}=1 {serve}"
     parts = [f"{serve} {model}", *engine_args(p, engine)]
     return " \\\n  ".join(parts) + "\n"
 
@@ -185,6 +198,9 @@ def docker(p: Launch, engine: str) -> str:
         "-v ~/.cache/huggingface:/root/.cache/huggingface",
         '-e HF_TOKEN="$HF_TOKEN"',
     ]
+    variable = _override(p, engine)
+    if variable:
+        head.append(f"-e {variable}=1")
     model = p.model_id
     if p.model_is_local:  # a folder, or a GGUF file (its folder mounted)
         host = os.path.abspath(os.path.expanduser(p.model_id))
@@ -253,6 +269,11 @@ def kubernetes(p: Launch, engine: str, name: str) -> str:
         "          env:",
         "            - name: HF_TOKEN",
         "              valueFrom: {secretKeyRef: {name: hf-token, key: token}}",
+        *(
+            [f'            - {{name: {_override(p, engine)}, value: "1"}}']
+            if p.long_context
+            else []
+        ),
         f"          ports: [{{containerPort: {port}}}]",
         "          resources:",
         f"            limits: {{nvidia.com/gpu: {p.gpus}}}",
@@ -280,11 +301,18 @@ def kubernetes(p: Launch, engine: str, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def emit(p: Launch, target: str, name: str) -> str:
-    """--emit TARGET: the command, its container, or its manifest."""
+def emit(p: Launch, target: str, name: str, spec=None, allow_long: bool = False) -> str:
+    """--emit TARGET: the command, its container, or its manifest. With the model's `spec`, a
+    context past the length the engine derives from its config is refused as the engine
+    refuses it, or (`allow_long`) launched with the engine's override variable set."""
     if target not in TARGETS:
         raise KvplanError(f"--emit {target[:40]!r}: choose {', '.join(TARGETS)}")
     engine, _, wrapper = target.partition("-")
+    if spec is not None:
+        from kvplan.engines.max_len import check_max_model_len
+
+        long = check_max_model_len(spec, engine, p.context_len, allow_long, flag="--ctx")
+        p = p._replace(long_context=long is not None)
     if p.vendor == "Apple":
         raise KvplanError(
             f"{ENGINE_NAMES[engine]} does not run on Apple GPUs: size llama.cpp or Ollama with "

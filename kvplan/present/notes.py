@@ -269,6 +269,13 @@ text("whatif-order")(
 
 # ---- engines ------------------------------------------------------------------------------------
 text("vllm-rules")(lambda version: f"Rules of vLLM V1 {version}.")
+text("engine-long-max-model-len")(
+    lambda engine, max_model_len, limit, key, variable: (
+        f"{max_model_len:,} tokens is past the {limit:,} {engine} derives from the config "
+        f"({key}): {engine} starts with it only under {variable}, and positions past "
+        f"{limit:,} may give NaN (RoPE) or out-of-bounds errors (learned positions)."
+    )
+)
 text("vllm-memory-given")(
     lambda: (
         "Available KV memory given (vLLM prints it rounded to 0.01 GiB, which pins num_blocks "
@@ -407,6 +414,28 @@ text("tie-wrapper-default")(
         "checkpoint holds twice), so it is counted untied."
     )
 )
+
+
+def _model_path(path: str, instead_of: str | None) -> str:
+    """A config read from a local path; where the same spelling also names a bundled config or a
+    Hub repository, which one was not read."""
+    if instead_of is None:
+        return f"Config read from the local path {path}."
+    kind, _, name = instead_of.partition(":")
+    other, which = (
+        (f"the bundled {name} config", "the bundled one")
+        if kind == "bundled"
+        else (f"the Hub repository {name}", "the Hub's")
+    )
+    return (
+        f"Config read from the local path {path}, not {other} of the same name: an existing "
+        f"path is read first, as engines read their model argument (run from another folder "
+        f"for {which})."
+    )
+
+
+text("model-path")(_model_path)
+
 text("variant-resolved")(
     lambda repo_id, alias: (
         f"{repo_id} was resolved offline to the bundled {alias} config: the same architecture "

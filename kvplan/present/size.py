@@ -33,7 +33,11 @@ def size_view(result: SizeResult) -> View:
     first_dtype = result.rows[0].kv_dtype
     layer_desc = ", ".join(f"{g.num_layers} × {g.cache}" for g in m.layer_groups)
     facts = [
-        Fact("model", f"{m.name} ({m.model_type}; {m.family})"),
+        Fact(
+            "model",
+            f"{m.name} ({m.model_type}; {m.family})",
+            notes=("model-path", "variant-resolved"),
+        ),
         Fact(
             "layers",
             f"{m.num_layers}: {layer_desc}",

@@ -14,6 +14,7 @@ import math
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.engines import EngineRequest
+from kvplan.engines.max_len import default_max_model_len
 from kvplan.engines.vllm import vllm_allocation
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
@@ -71,6 +72,8 @@ class ServeOptions(NamedTuple):
     preemption: bool = True
     continuous_batching: bool = True
     engine: str = "vllm"  # or "sglang"
+    # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 / SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
+    allow_long_max_model_len: bool = False
 
 
 class Replica(NamedTuple):
@@ -134,6 +137,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         pp=options.pp,
         gpu_mem_util=options.gpu_mem_util,
         kv_cache_memory_bytes=options.kv_cache_memory_bytes,
+        allow_long_max_model_len=options.allow_long_max_model_len,
     )
     alloc = vllm_allocation(spec, gpu, request)
     if not alloc.fits:
@@ -171,7 +175,11 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
 
 
 def _max_model_len(spec: ModelSpec, options: ServeOptions) -> int:
-    return options.max_model_len or spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
+    """The given length, else the model's positions, at most the length the engine derives."""
+    if options.max_model_len:
+        return options.max_model_len
+    default = spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
+    return default_max_model_len(spec, options.engine, default)
 
 
 def _step_model(spec, gpu, options, kv_format: str, graph_tokens: int, notes: list):
@@ -292,6 +300,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         tp=options.tp,
         pp=options.pp,
         kv_cache_memory_bytes=options.kv_cache_memory_bytes,
+        allow_long_max_model_len=options.allow_long_max_model_len,
     )
     alloc = sglang_allocation(spec, gpu, request)
     notes.extend(alloc.notes)

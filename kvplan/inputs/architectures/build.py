@@ -12,7 +12,7 @@ declares structure kvplan cannot read is refused (exit 2), never printed as plai
 
 from collections import Counter
 
-from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, State
+from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, PositionKeys, State
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import model_dtype_name
 from kvplan.inputs.architectures.families import ALIASES, FAMILIES, Family
@@ -20,7 +20,7 @@ from kvplan.inputs.architectures.mixers import lightning_state, read_state
 from kvplan.inputs.architectures.params import EXPERT_COUNT
 from kvplan.inputs.architectures.rope import rope_tables
 from kvplan.inputs.architectures.structure import UNBUILT, unbuilt_features, unread_structure
-from kvplan.inputs.fields import MAX_LAYERS, REQUIRED, Fields
+from kvplan.inputs.fields import MAX_DIM, MAX_LAYERS, REQUIRED, Fields, finite_number
 from kvplan.inputs.quantization import read_quantization
 from kvplan.inputs.text import clean
 from kvplan.notes import note
@@ -74,6 +74,32 @@ MAX_POSITION_KEYS = (
     "seq_length",
     "max_sequence_length",
 )
+
+
+# Every key vLLM (_get_and_verify_max_len) or SGLang (get_context_length) reads a length from
+ENGINE_LENGTH_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+
+
+def _rope_entry(params: dict) -> tuple[str, float | None, int | None]:
+    """(rope_type, factor, original_max_position_embeddings) as engines read a rope parameter
+    set: `type` is the older spelling of `rope_type`; a factor or length that is not a positive
+    number is not one."""
+    kind = str(params.get("rope_type") or params.get("type") or "default")
+    factor = params.get("factor")
+    factor = float(factor) if finite_number(factor) and factor > 0 else None
+    original = params.get("original_max_position_embeddings")
+    original = original if isinstance(original, int) and 0 < original <= MAX_DIM else None
+    return kind, factor, original
 
 
 class Plan(NamedTuple):
@@ -630,6 +656,7 @@ class Builder:
             notes=tuple(self.notes),
             intermediate_size=counter.dense_width if n_dense else None,
             rope_tables=self.rope(layers),
+            positions=self.position_keys(),
         )
 
     def rope(self, layers: list[Layer]) -> tuple[tuple[int, int], ...]:
@@ -681,6 +708,21 @@ class Builder:
             self.notes.append(note("falcon-broadcast", kv_heads=self.kv, heads=self.heads))
         if mt == "mamba2":
             self.notes.append(note("attention-free-head-dim"))
+
+    def position_keys(self) -> PositionKeys:
+        """The length keys engines read (vLLM's and SGLang's lists) and the rope scaling."""
+        lengths = []
+        for key in ENGINE_LENGTH_KEYS:
+            value = self.f.window(key)
+            if value:
+                lengths.append((key, value))
+        if "max_position_embeddings" not in dict(lengths) and self.family.max_positions:
+            lengths.append(("max_position_embeddings", self.family.max_positions))
+        params = self.f.raw("rope_parameters", "rope_scaling")
+        params = params if isinstance(params, dict) else {}
+        nested = [v for v in params.values() if isinstance(v, dict)]
+        rope = tuple(_rope_entry(p) for p in (nested or ([params] if params else [])))
+        return PositionKeys(tuple(lengths), rope, bool(nested))
 
     def max_positions(self) -> int | None:
         for key in MAX_POSITION_KEYS:
