@@ -358,8 +358,8 @@ def test_usage_error_quoting_an_argument_is_one_inert_line():
 # ---- launch commands and manifests (capacity --emit) --------------------------------------------
 def test_launch_command_for_a_hostile_folder_is_inert_and_exact(tmp_path, monkeypatch):
     folder = tmp_path / "m\x1b]0;t\x07'$(x)"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(llama_like()))
+    folder.mkdir()  # a length key: without one the engines take 2,048 and refuse the 8k default
+    (folder / "config.json").write_text(json.dumps(llama_like(max_position_embeddings=8192)))
     monkeypatch.chdir(tmp_path)
     for target in ("vllm", "vllm-docker", "sglang"):
         code, out, err = run_cli("capacity", folder.name, "--emit", target)

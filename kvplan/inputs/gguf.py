@@ -196,10 +196,12 @@ def _reader_class():
 
     class HeaderReader(GGUFReader):
         def _room(self, offs: int, count: int, size: int, what: str, cap: int) -> None:
+            # the count itself is never printed: it is the file's bytes (a link to another file
+            # would have them read back as a number)
             if count > cap:
-                raise _Bound(f"GGUF {what} {count:,} is over kvplan's cap of {cap:,}")
+                raise _Bound(f"GGUF {what} over kvplan's cap of {cap:,}")
             if count * size > len(self.data) - offs:
-                raise _Bound(f"truncated or corrupt GGUF: {what} {count:,} runs past its end")
+                raise _Bound(f"truncated or corrupt GGUF: its {what} runs past its end")
 
         def _build_fields(self, offs, count):
             self._room(offs, int(count), MIN_KEY_BYTES, "key count", MAX_KEYS)
@@ -297,6 +299,8 @@ def _unread(exc: Exception) -> str:
     """Why the gguf package could not read a file, naming no byte of it."""
     if isinstance(exc, OSError):
         return exc.strerror or exc.__class__.__name__
+    if isinstance(exc, _Bound):  # kvplan's own bounds, in its own words (no byte of the file)
+        return str(exc)
     message = str(exc)
     for phrase, reason in READER_ERRORS:
         if phrase in message:
