@@ -112,7 +112,7 @@ def test_a_profile_without_node_size_gets_eight_and_a_note(tmp_path):
     [
         (["capacity", "llama-3.1-8b", "--dp-attention", "4"], "mixture-of-experts"),
         (["capacity", "deepseek-v3", "--dp-attention", "8", "--tp", "2"], "TP 1"),
-        (["capacity", "llama-3.1-70b", "--num-gpus", "6", "--ctx", "128k"], "multiple"),
+        (["capacity", "llama-3.1-70b", "--tp", "4", "--num-gpus", "6"], "multiple"),
     ],
 )
 def test_impossible_layouts_are_one_line_errors(argv, words):

@@ -773,7 +773,33 @@ text("distributed-send")(
         + f" (fitted: {f.us_text(latency_s, 1)} + M / {f.gbps_text(bandwidth, 2)})."
     )
 )
-text("deployment-none-fits")(lambda reason: f"{reason}. Shown on one GPU.")
+text("deployment-none-fits")(
+    lambda reason, gpus=1: (
+        f"{reason}. Shown on {'one GPU' if gpus == 1 else f'{gpus} GPUs'}, with what would fit."
+    )
+)
+text("deployment-on-gpus")(
+    lambda layout, gpu, num_gpus, replicas, context_len, users, others: (
+        f"On {num_gpus:,} x {gpu}: "
+        + (f"{replicas:,} replicas of {layout}" if replicas > 1 else layout)
+        + f", the layout holding the most {context_len:,}-token sequences on them ({users:,})"
+        + (
+            "; also weighed: "
+            + "; ".join(
+                f"{n:,} x {name} {count:,}" if n > 1 else f"{name} {count:,}"
+                for name, n, count in others
+            )
+            if others
+            else ""
+        )
+        + ". Fix any of it with --tp, --pp or --dp-attention."
+    )
+)
+text("gpus-idle")(
+    lambda num_gpus, used, layout: (
+        f"{num_gpus - used:,} of the {num_gpus:,} GPUs stay idle: replicas of {layout} use {used:,}."
+    )
+)
 text("roofline-ops")(
     lambda tp: (
         "Operators of the decode step summed over the layers"
