@@ -174,3 +174,32 @@ def test_i_have_n_gpus_is_answered_on_them():
     # a layout the user fixes still has to divide the GPUs
     code, _, err = run_cli("capacity", "llama-3.1-70b", "--tp", "4", "--num-gpus", "6")
     assert code == 2 and "not a multiple" in err
+
+
+def test_sglang_dp_attention_gets_the_total_sglang_divides():
+    # issue 30: --max-running-requests 13 under --dp-size 8 ran 13 // 8 = 1 per rank
+    plan = json.loads(
+        run_cli("capacity", "deepseek-v3", "--gpu", "h200", "--ctx", "32k",
+                "--dp-attention", "8", "--format", "json")[1]
+    )  # fmt: skip
+    assert plan["dp_attention"] == 8 and plan["max_concurrency"] >= 8
+    per_rank = plan["max_concurrency"] // 8
+    code, out, err = run_cli(
+        "capacity", "deepseek-v3", "--gpu", "h200", "--ctx", "32k", "--dp-attention", "8",
+        "--emit", "sglang",
+    )  # fmt: skip
+    assert code == 0, err
+    engine, args = parse_launch(out)
+    assert engine == "sglang" and args.enable_dp_attention and args.dp_size == 8
+    # SGLang's own arithmetic (tp_worker.py) gives each rank what the plan counted
+    assert args.max_running_requests // (args.dp_size if args.enable_dp_attention else 1) == (
+        per_rank
+    )
+    # vLLM's -dp starts one engine core (and scheduler) per rank: its flag is the rank's
+    code, out, err = run_cli(
+        "capacity", "deepseek-v3", "--gpu", "h200", "--ctx", "32k", "--dp-attention", "8",
+        "--emit", "vllm",
+    )  # fmt: skip
+    assert code == 0, err
+    _, args = parse_launch(out)
+    assert args.data_parallel_size == 8 and args.max_num_seqs == per_rank

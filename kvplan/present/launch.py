@@ -52,7 +52,7 @@ class Launch(NamedTuple):
     model_id: str  # the Hugging Face id engines load, or a local folder (see model_is_local)
     context_len: int  # max-model-len / context-length
     kv_dtype: str  # kvplan's name: auto (the model's dtype), fp8, ...
-    seats: int  # max-num-seqs / max-running-requests, per engine instance
+    seats: int  # sequences one scheduler runs: a replica's, or one DP-attention rank's
     gpu_mem_util: float | None  # None: the engine's default
     tp: int = 1
     pp: int = 1
@@ -124,13 +124,24 @@ FLAGS = {
 }
 
 
+def seats_flag(p: Launch, engine: str) -> int:
+    """The value of --max-num-seqs / --max-running-requests that runs `p.seats` per scheduler.
+    vLLM's -dp N starts one engine core per rank, each with its own scheduler and the whole
+    --max-num-seqs (v1/engine/core_client.py). SGLang divides --max-running-requests among the
+    DP-attention ranks: max_running_requests // (dp_size if enable_dp_attention else 1)
+    (srt/managers/tp_worker.py, model_runner.py in newer releases), so it gets ranks x seats."""
+    if engine == "sglang" and p.dp_attention > 1:
+        return p.seats * p.dp_attention
+    return p.seats
+
+
 def engine_args(p: Launch, engine: str) -> list[str]:
     """The flags of one replica in `engine`'s spelling."""
     flag = FLAGS[engine]
     args = [
         f"{flag['context']} {p.context_len}",
         f"--kv-cache-dtype {kv_cache_dtype(p, engine)}",
-        f"{flag['seats']} {p.seats}",
+        f"{flag['seats']} {seats_flag(p, engine)}",
         *weights_args(p, engine),
     ]
     if p.gpu_mem_util is not None:
