@@ -203,3 +203,30 @@ def test_sglang_dp_attention_gets_the_total_sglang_divides():
     assert code == 0, err
     _, args = parse_launch(out)
     assert args.data_parallel_size == 8 and args.max_num_seqs == per_rank
+
+
+def test_mla_launches_leave_vllm_its_backend_block():
+    # FlashMLA takes blocks of 64, CUTLASS MLA 128 (get_supported_kernel_block_sizes): a launch
+    # that forces --block-size 16 on them does not run as planned
+    code, out, err = run_cli("capacity", "deepseek-v2-lite", "--gpu", "h100", "--emit", "vllm")
+    assert code == 0, err
+    _, args = parse_launch(out)
+    assert args.block_size is None
+    vllm_rule_check("deepseek-v2-lite", "h100", args)
+    # where vLLM picks another block (FlashMLA for an fp8 cache on Hopper: 64), the plan counts
+    # in it, so the seats are the engine's
+    code, out, err = run_cli(
+        "capacity", "deepseek-v2-lite", "--gpu", "h100", "--kv-dtype", "fp8", "--emit", "vllm"
+    )
+    assert code == 0, err
+    _, args = parse_launch(out)
+    assert args.block_size is None and args.kv_cache_dtype == "fp8"
+    vllm_rule_check("deepseek-v2-lite", "h100", args)
+    # a block the user gives is kept
+    code, out, _ = run_cli(
+        "capacity", "deepseek-v2-lite", "--gpu", "h100", "--block-size", "64", "--emit", "vllm"
+    )
+    assert parse_launch(out)[1].block_size == 64
+    # dense models keep the block the plan counted in
+    code, out, _ = run_cli("capacity", "llama-3.1-8b", "--emit", "vllm")
+    assert parse_launch(out)[1].block_size == 16

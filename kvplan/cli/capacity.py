@@ -43,7 +43,12 @@ def add(app: typer.Typer) -> None:
         kv_dtype: str = c.kv_dtype_option(),
         kv_group_size: int = c.kv_group_size_option(),
         block_size: int = typer.Option(
-            16, "--block-size", min=1, max=4096, help="Tokens per KV block (1 to 4096)."
+            None,
+            "--block-size",
+            min=1,
+            max=4096,
+            help="Tokens per KV block (1 to 4096; default 16, and with --emit vllm an MLA "
+            "model's backend block).",
         ),
         reserve: str = typer.Option(
             "auto",
@@ -87,7 +92,12 @@ def add(app: typer.Typer) -> None:
         """How many concurrent requests fit on a GPU, engine-free (kvplan engine: as an engine
         allocates)."""
         from kvplan.inputs.options import check_range, parse_bytes, parse_tokens
-        from kvplan.plans.capacity import CapacityRequest, capacity, concurrency_curve
+        from kvplan.plans.capacity import (
+            CapacityRequest,
+            capacity,
+            capacity_for_launch,
+            concurrency_curve,
+        )
         from kvplan.plans.deployment import deployment_of, layout_text
         from kvplan.present.capacity import capacity_view, launch_of
         from kvplan.present.launch import TARGETS, emit
@@ -138,7 +148,7 @@ def add(app: typer.Typer) -> None:
             gpu_mem_util=c.fraction(gpu_mem_util, "--gpu-mem-util"),
             weights_dtype=weights_dtype,
             kv_dtype=kv_dtype,
-            block_size=block_size,
+            block_size=block_size or 16,
             reserve_bytes=None
             if reserve == "auto"
             else parse_bytes(reserve, what="--reserve", allow_zero=True),
@@ -151,7 +161,11 @@ def add(app: typer.Typer) -> None:
             link=link,
             network_gbps=network_gbps,
         )
-        result = capacity(spec, profile, request)
+        if emit_flags is None:
+            result = capacity(spec, profile, request)
+        else:  # counted as the engine will page it
+            engine = emit_flags.partition("-")[0]
+            result = capacity_for_launch(spec, profile, request, engine, block_size is not None)
         if plot is not None:
             from kvplan.present.plots import capacity_plot
 
@@ -162,7 +176,9 @@ def add(app: typer.Typer) -> None:
                 plot,
             )
         if emit_flags is not None:
-            launch = launch_of(result, spec, profile.device_vendor, model, max_num_batched_tokens)
+            launch = launch_of(
+                result, spec, profile.device_vendor, model, max_num_batched_tokens, block_size
+            )
             c.emit(emit(launch, emit_flags, spec.name))
             return
         c.emit(c.render(capacity_view(result), fmt or OutputFormat.table))

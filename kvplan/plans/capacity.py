@@ -319,6 +319,31 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
     )
 
 
+def capacity_for_launch(
+    spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest, engine: str, block_given: bool
+) -> CapacityResult:
+    """The plan a launch command carries. vLLM's MLA backends page in blocks of their own
+    (FlashMLA 64, CUTLASS MLA 128, FlashInfer MLA 32 or 64: get_supported_kernel_block_sizes in
+    vllm/v1/attention/backends/mla/), so with no --block-size given the launch leaves vLLM its
+    default (kvplan.engines.vllm.default_block_size) and the plan is counted in that block."""
+    result = capacity(spec, gpu, request)
+    if engine != "vllm" or block_given or not spec.has_kind(CacheKind.MLA) or not result.fits:
+        return result
+    from kvplan.engines.vllm import default_block_size  # the engine's rule, one home
+
+    block = default_block_size(spec, result.kv_dtype, gpu, result.tp)
+    if block == result.block_size:
+        return result
+    fixed = request._replace(
+        block_size=block,
+        tp=result.tp if result.dp_attention == 1 else None,
+        pp=result.pp,
+        dp_attention=result.dp_attention if result.dp_attention > 1 else None,
+        num_gpus=result.num_gpus if request.num_gpus is not None else None,
+    )
+    return capacity(spec, gpu, fixed)
+
+
 def narrower_weights(spec: ModelSpec, wdtype: str) -> list[str]:
     """The what-if weights formats that store the weights in fewer bytes than `wdtype`."""
     current = weight_bytes(spec, wdtype)

@@ -221,10 +221,17 @@ def seats_per_engine(result: CapacityResult) -> int:
 
 
 def launch_of(
-    result: CapacityResult, spec: ModelSpec, vendor: str, model: str, max_num_batched_tokens: int
+    result: CapacityResult,
+    spec: ModelSpec,
+    vendor: str,
+    model: str,
+    max_num_batched_tokens: int,
+    block_size: int | None = None,
 ) -> Launch:
     """The launch settings matching this plan (kvplan.present.launch spells them); `model` is
-    the model argument as given, loaded from its folder when it is a local path. A plan holding
+    the model argument as given, loaded from its folder when it is a local path; `block_size`
+    the --block-size given (None: 16, or an MLA model's engine default, left to the engine). A
+    plan holding
     no sequence is refused with what would fit: vLLM will not start unless its KV pool holds one
     max_model_len request (v1/core/kv_cache_utils.py, _check_enough_kv_cache_memory), and SGLang
     would admit no request of that length."""
@@ -254,7 +261,10 @@ def launch_of(
         tp=result.tp,
         pp=result.pp,
         dp_attention=result.dp_attention,
-        block_size=result.block_size,
+        # MLA backends take their own block sizes (FlashMLA 64, CUTLASS MLA 128): the engine picks
+        block_size=None
+        if block_size is None and spec.has_kind(CacheKind.MLA)
+        else result.block_size,
         max_num_batched_tokens=None if max_num_batched_tokens == 8192 else max_num_batched_tokens,
         gpus=result.num_gpus // result.replicas,
         nodes=result.nodes_per_replica,
