@@ -19,6 +19,7 @@ import json
 import shlex
 
 import pytest
+import yaml
 
 from kvplan.engines import EngineRequest
 from kvplan.engines.vllm import vllm_allocation
@@ -146,36 +147,6 @@ def test_a_plan_that_does_not_fit_is_refused_with_what_would():
         vllm_rule_check("llama-3.1-70b", "h100", args)
 
 
-def test_i_have_n_gpus_is_answered_on_them():
-    def plan(*extra):
-        code, out, err = run_cli(
-            "capacity", "llama-3.1-70b", "--gpu", "h100", "--ctx", "32k", *extra, "--format", "json"
-        )
-        assert code == 0, err
-        return json.loads(out)
-
-    # issue 30: 8 H100s gave two replicas of TP 4 (26) where one TP 8 holds 40
-    eight = plan("--num-gpus", "8")
-    assert (eight["tp"], eight["replicas"], eight["max_concurrency"]) == (8, 1, 40)
-    assert eight["deployment_chosen_by"] == "most-users-on-gpus"
-    # 2 GPUs: no error about a TP 4 kvplan chose itself; fits NO on them, with what would
-    two = plan("--num-gpus", "2")
-    assert (two["tp"], two["num_gpus"], two["fits"], two["max_concurrency"]) == (2, 2, False, 0)
-    kinds = {(r["kind"], r["weights_dtype"]): r for r in two["remedies"]}
-    assert kinds[("weights_dtype", "fp8")]["max_concurrency"] >= 1  # Llama-3.1-70B fp8 on 2
-    assert kinds[("layout", "bf16")]["num_gpus"] == 4
-    # 6 GPUs: one TP 4 replica, two idle (said so)
-    six = plan("--num-gpus", "6")
-    assert (six["tp"], six["replicas"], six["num_gpus"]) == (4, 1, 4)
-    assert any(n["id"] == "gpus-idle" for n in six["notes"])
-    # the what-if table weighs weights formats (the change that fits 70B on 2 H100s)
-    rows = {r["scenario"]: r["max_concurrency"] for r in two["what_if"]}
-    assert rows["weights fp8"] >= 1 and rows["weights int4"] >= rows["weights fp8"]
-    # a layout the user fixes still has to divide the GPUs
-    code, _, err = run_cli("capacity", "llama-3.1-70b", "--tp", "4", "--num-gpus", "6")
-    assert code == 2 and "not a multiple" in err
-
-
 def test_sglang_dp_attention_gets_the_total_sglang_divides():
     # issue 30: --max-running-requests 13 under --dp-size 8 ran 13 // 8 = 1 per rank
     plan = json.loads(
@@ -230,3 +201,53 @@ def test_mla_launches_leave_vllm_its_backend_block():
     # dense models keep the block the plan counted in
     code, out, _ = run_cli("capacity", "llama-3.1-8b", "--emit", "vllm")
     assert parse_launch(out)[1].block_size == 16
+
+
+def test_kubernetes_keeps_the_weights_and_lands_on_the_gpu_planned():
+    code, out, err = run_cli(
+        "capacity", "llama-3.1-70b", "--gpu", "h100", "--ctx", "32k", "--emit", "vllm-k8s"
+    )
+    assert code == 0, err
+    docs = {d["kind"]: d for d in yaml.safe_load_all(out)}
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    # NVIDIA GPU Feature Discovery's label: the driver's product name, spaces as dashes
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    cache = next(v for v in pod["volumes"] if v["name"] == "hf-cache")
+    claim = docs["PersistentVolumeClaim"]
+    assert cache == {
+        "name": "hf-cache",
+        "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]},
+    }
+    assert "emptyDir" not in cache
+    # 141 GB of bf16 weights (131 GiB) fit in the claim
+    assert int(claim["spec"]["resources"]["requests"]["storage"].removesuffix("Gi")) > 131
+
+
+def test_i_have_n_gpus_is_answered_on_them():
+    def plan(*extra):
+        code, out, err = run_cli(
+            "capacity", "llama-3.1-70b", "--gpu", "h100", "--ctx", "32k", *extra, "--format", "json"
+        )
+        assert code == 0, err
+        return json.loads(out)
+
+    # issue 30: 8 H100s gave two replicas of TP 4 (26) where one TP 8 holds 40
+    eight = plan("--num-gpus", "8")
+    assert (eight["tp"], eight["replicas"], eight["max_concurrency"]) == (8, 1, 40)
+    assert eight["deployment_chosen_by"] == "most-users-on-gpus"
+    # 2 GPUs: no error about a TP 4 kvplan chose itself; fits NO on them, with what would
+    two = plan("--num-gpus", "2")
+    assert (two["tp"], two["num_gpus"], two["fits"], two["max_concurrency"]) == (2, 2, False, 0)
+    kinds = {(r["kind"], r["weights_dtype"]): r for r in two["remedies"]}
+    assert kinds[("weights_dtype", "fp8")]["max_concurrency"] >= 1  # Llama-3.1-70B fp8 on 2
+    assert kinds[("layout", "bf16")]["num_gpus"] == 4
+    # 6 GPUs: one TP 4 replica, two idle (said so)
+    six = plan("--num-gpus", "6")
+    assert (six["tp"], six["replicas"], six["num_gpus"]) == (4, 1, 4)
+    assert any(n["id"] == "gpus-idle" for n in six["notes"])
+    # the what-if table weighs weights formats (the change that fits 70B on 2 H100s)
+    rows = {r["scenario"]: r["max_concurrency"] for r in two["what_if"]}
+    assert rows["weights fp8"] >= 1 and rows["weights int4"] >= rows["weights fp8"]
+    # a layout the user fixes still has to divide the GPUs
+    code, _, err = run_cli("capacity", "llama-3.1-70b", "--tp", "4", "--num-gpus", "6")
+    assert code == 2 and "not a multiple" in err

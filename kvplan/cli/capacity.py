@@ -176,9 +176,7 @@ def add(app: typer.Typer) -> None:
                 plot,
             )
         if emit_flags is not None:
-            launch = launch_of(
-                result, spec, profile.device_vendor, model, max_num_batched_tokens, block_size
-            )
+            launch = launch_of(result, spec, profile, model, max_num_batched_tokens, block_size)
             c.emit(emit(launch, emit_flags, spec.name))
             return
         c.emit(c.render(capacity_view(result), fmt or OutputFormat.table))

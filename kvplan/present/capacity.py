@@ -6,6 +6,8 @@ import os
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.errors import KvplanError
+from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
+from kvplan.inputs.hardware import GpuProfile
 from kvplan.plans.capacity import CapacityResult, LongestContext, Remedy, WhatIfRow
 from kvplan.plans.deployment import Deployment, deployment_of, layout_text
 from kvplan.present import format as f
@@ -223,7 +225,7 @@ def seats_per_engine(result: CapacityResult) -> int:
 def launch_of(
     result: CapacityResult,
     spec: ModelSpec,
-    vendor: str,
+    gpu: GpuProfile,
     model: str,
     max_num_batched_tokens: int,
     block_size: int | None = None,
@@ -272,6 +274,8 @@ def launch_of(
         weights_dtype=result.weights_dtype,
         checkpoint_weights=spec.weights_quantization or spec.dtype,
         model_is_local=local,
-        vendor=vendor,
+        vendor=gpu.device_vendor,
         mla=spec.has_kind(CacheKind.MLA),
+        gpu_products=tuple(gpu.match_names) if gpu.device_vendor == "NVIDIA" else (),
+        checkpoint_bytes=weight_bytes(spec, resolve_weights_dtype(spec, "auto")[0]),
     )

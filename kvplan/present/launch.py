@@ -67,6 +67,8 @@ class Launch(NamedTuple):
     model_is_local: bool = False  # model_id is a path on this machine
     vendor: str = "NVIDIA"  # the GPU's
     mla: bool = False  # the model has MLA latent layers
+    gpu_products: tuple[str, ...] = ()  # the names the driver reports for the GPU planned
+    checkpoint_bytes: int = 0  # the weights on disk (sizes the model-cache volume)
 
 
 def kv_cache_dtype(p: Launch, engine: str) -> str:
@@ -274,11 +276,22 @@ def kubernetes(p: Launch, engine: str, name: str) -> str:
         "          volumeMounts:",
         "            - {name: shm, mountPath: /dev/shm}",
         "            - {name: hf-cache, mountPath: /root/.cache/huggingface}",
+        *_node_selection(p),
         "      volumes:",
         "        - name: shm  # NCCL and PyTorch workers share memory through /dev/shm",
         "          emptyDir: {medium: Memory, sizeLimit: 16Gi}",
-        "        - name: hf-cache  # a PersistentVolumeClaim spares each pod the download",
-        "          emptyDir: {}",
+        "        - name: hf-cache  # the weights, downloaded once and kept across pod restarts",
+        f"          persistentVolumeClaim: {{claimName: {app}-hf-cache}}",
+        "---",
+        "apiVersion: v1",
+        "kind: PersistentVolumeClaim",
+        "metadata:",
+        f"  name: {app}-hf-cache",
+        "spec:",
+        "  # every replica reads the same weights: ReadWriteMany needs a storage class that offers",
+        "  # it (NFS, EFS, Filestore, CephFS); with ReadWriteOnce give each replica its own claim",
+        "  accessModes: [ReadWriteMany]",
+        f"  resources: {{requests: {{storage: {_cache_gi(p)}Gi}}}}",
         "---",
         "apiVersion: v1",
         "kind: Service",
@@ -289,6 +302,34 @@ def kubernetes(p: Launch, engine: str, name: str) -> str:
         f"  ports: [{{port: {port}, targetPort: {port}}}]",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _node_selection(p: Launch) -> list[str]:
+    """Pods go to nodes with the GPU planned: the nvidia.com/gpu.product label NVIDIA's GPU
+    Feature Discovery sets (the driver's product name, spaces as dashes)."""
+    labels = [name.strip().replace(" ", "-") for name in p.gpu_products if name.strip()]
+    if not labels:
+        return ["      # add a nodeSelector for the GPU planned (nvidia.com/gpu.product)"]
+    if len(labels) == 1:
+        return [
+            "      nodeSelector:  # GPU Feature Discovery's label of the GPU planned",
+            f"        nvidia.com/gpu.product: {_q(labels[0])}",
+        ]
+    return [
+        "      affinity:  # GPU Feature Discovery's labels of the GPU planned",
+        "        nodeAffinity:",
+        "          requiredDuringSchedulingIgnoredDuringExecution:",
+        "            nodeSelectorTerms:",
+        "              - matchExpressions:",
+        "                  - key: nvidia.com/gpu.product",
+        "                    operator: In",
+        f"                    values: [{', '.join(_q(label) for label in labels)}]",
+    ]
+
+
+def _cache_gi(p: Launch) -> int:
+    """The model-cache claim: the checkpoint and a quarter more (tokenizer, a second revision)."""
+    return max(10, -(-int(p.checkpoint_bytes * 1.25) // 2**30))
 
 
 def emit(p: Launch, target: str, name: str) -> str:
