@@ -224,11 +224,11 @@ def test_kubernetes_keeps_the_weights_and_lands_on_the_gpu_planned():
 
 
 def test_i_have_n_gpus_is_answered_on_them():
-    def plan(*extra):
+    def plan(*extra, expect=0):
         code, out, err = run_cli(
             "capacity", "llama-3.1-70b", "--gpu", "h100", "--ctx", "32k", *extra, "--format", "json"
         )
-        assert code == 0, err
+        assert code == expect, err  # capacity's fits: NO exits 1
         return json.loads(out)
 
     # issue 30: 8 H100s gave two replicas of TP 4 (26) where one TP 8 holds 40
@@ -236,7 +236,7 @@ def test_i_have_n_gpus_is_answered_on_them():
     assert (eight["tp"], eight["replicas"], eight["max_concurrency"]) == (8, 1, 40)
     assert eight["deployment_chosen_by"] == "most-users-on-gpus"
     # 2 GPUs: no error about a TP 4 kvplan chose itself; fits NO on them, with what would
-    two = plan("--num-gpus", "2")
+    two = plan("--num-gpus", "2", expect=1)
     assert (two["tp"], two["num_gpus"], two["fits"], two["max_concurrency"]) == (2, 2, False, 0)
     kinds = {(r["kind"], r["weights_dtype"]): r for r in two["remedies"]}
     assert kinds[("weights_dtype", "fp8")]["max_concurrency"] >= 1  # Llama-3.1-70B fp8 on 2

@@ -137,7 +137,7 @@ def test_verdicts_are_coloured(tmp_path):
     fits = next(line for line in out.splitlines() if ESCAPE.sub("", line).split()[:1] == ["fits"])
     assert re.search(r"\x1b\[(?:[0-9;]*;)?32myes", fits), repr(fits)  # green
     code, out, _ = run_tty(["capacity", "llama-3.1-405b", "--gpu", "h100", "--tp", "1"], tmp_path)
-    assert code == 0
+    assert code == 1  # fits: NO
     fits = next(line for line in out.splitlines() if ESCAPE.sub("", line).split()[:1] == ["fits"])
     assert re.search(r"\x1b\[(?:[0-9;]*;)?31mNO", fits), repr(fits)  # red
 

@@ -9,7 +9,12 @@ import typer
 from kvplan.cli import common as c
 from kvplan.errors import KvplanError
 
-EXAMPLE = "Example: kvplan capacity llama-3.1-8b --gpu h100 --ctx 32k --kv-dtype fp8"
+EXAMPLE = (
+    "Example: kvplan capacity llama-3.1-8b --gpu h100 --ctx 32k --kv-dtype fp8. Exit codes: 0 "
+    "it fits, 1 fits: NO (the whole answer still printed, with what would fit), 2 bad input "
+    "(a comparison of GPU kinds exits 0)."
+)
+EXIT_NO_FIT = 1  # as measure --check's failed check: the answer is no, the output is complete
 
 
 def add(app: typer.Typer) -> None:
@@ -115,10 +120,11 @@ def add(app: typer.Typer) -> None:
             from kvplan.plans.compare import CompareRequest, compare
             from kvplan.present.compare import compare_view
 
-            if any(x is not None for x in (tp, pp, dp_attention, num_gpus, emit_flags, plot)):
+            if any(x is not None for x in (num_gpus, emit_flags, plot)):
                 raise KvplanError(
-                    "comparing GPU kinds plans each on its own deployment: drop --tp, --pp, "
-                    "--dp-attention, --num-gpus, --emit and --plot (or pass one --gpu)"
+                    "a comparison of GPU kinds prints a table: drop --num-gpus, --emit and "
+                    "--plot (or pass one --gpu); --tp, --pp and --dp-attention fix every kind's "
+                    "layout"
                 )
             result = compare(
                 spec,
@@ -130,6 +136,9 @@ def add(app: typer.Typer) -> None:
                     gpu_mem_util=c.fraction(gpu_mem_util, "--gpu-mem-util"),
                     users=users,
                     prices=overrides,
+                    tp=tp,
+                    pp=pp,
+                    dp_attention=dp_attention,
                 ),
             )
             c.emit(c.render(compare_view(result), fmt or OutputFormat.table))
@@ -180,3 +189,5 @@ def add(app: typer.Typer) -> None:
             c.emit(emit(launch, emit_flags, spec.name))
             return
         c.emit(c.render(capacity_view(result), fmt or OutputFormat.table))
+        if not result.fits:
+            raise typer.Exit(EXIT_NO_FIT)

@@ -124,7 +124,7 @@ text("state-fixed")(
 text("sliding-held")(
     lambda: (
         "Sliding-window layers hold min(s, W) tokens. transformers keeps W-1; vLLM reserves "
-        "W-1 + max_num_batched_tokens + one block (kvplan capacity --engine vllm)."
+        "W-1 + max_num_batched_tokens + one block (kvplan engine MODEL --engine vllm)."
     )
 )
 

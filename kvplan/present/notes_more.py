@@ -565,9 +565,14 @@ text("explore-mla-replicated")(
 
 # ---- GPU kinds side by side ----------------------------------------------------------------------
 text("compare-columns")(
-    lambda context_len: (
-        f"Each GPU kind on the deployment kvplan chooses for one {context_len:,}-token sequence "
-        "(kvplan capacity --gpu KIND for its details). users: sequences of that context one "
+    lambda context_len, layout=None: (
+        (
+            f"Every GPU kind on {layout}, the layout given"
+            if layout
+            else f"Each GPU kind on the deployment kvplan chooses for one {context_len:,}-token "
+            "sequence"
+        )
+        + " (kvplan capacity --gpu KIND for its details). users: sequences of that context one "
         "replica holds; per GPU: divided by its GPUs; ceiling: one sequence's decode rate no "
         "batch beats, BW/(s x k); TPOT floor and tok/s per GPU: a decode step with the replica "
         "full, at 100% of bandwidth and peak, communication included."
