@@ -363,9 +363,12 @@ text("explore-cache-bytes")(
 
 # ---- catalogues ---------------------------------------------------------------------------------
 text("models-kv-per-token")(
-    lambda: (
-        "KV B/token: every attention layer holding every token, in the model dtype (sliding and "
-        "chunked layers hold fewer at long context: see kvplan size --breakdown)."
+    lambda context_len=131072: (
+        "KV B/token: every attention layer holding every token, in the model dtype. at "
+        f"{f.tokens(context_len)}: the KV of one {context_len:,}-token sequence per token (at "
+        "the model's maximum positions where shorter), sliding-window and chunked layers "
+        "holding only their window: what a long context really costs (kvplan size --breakdown "
+        "per layer group)."
     )
 )
 text("gpus-dense")(
