@@ -106,6 +106,13 @@ LAUNCHES = [
     ("llama-3.1-70b", "h200", "128k", ()),
     ("qwen3-32b", "h100", "32k", ("--users", "100")),
     ("qwen2.5-72b", "a100", "16k", ()),
+    # MLA: vLLM picks the block (64 for FlashMLA's fp8 cache, 32 on Blackwell)
+    ("deepseek-v2-lite", "h100", "32k", ("--kv-dtype", "fp8")),
+    ("deepseek-v2-lite", "b200", "32k", ()),
+    # DSA with an fp8 cache: vLLM stores fp8_ds_mla (656 B a token, not the 576 of an fp8
+    # latent), so it holds 27 where the engine-free plan counts 31: the launch carries 27
+    ("deepseek-v3.2", "h200", "32k", ("--kv-dtype", "fp8", "--tp", "8")),
+    ("gemma-3-27b", "h100", "32k", ()),  # sliding windows: vLLM's hybrid groups
 ]
 
 

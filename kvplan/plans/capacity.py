@@ -327,13 +327,15 @@ def capacity_for_launch(
     vllm/v1/attention/backends/mla/), so with no --block-size given the launch leaves vLLM its
     default (kvplan.engines.vllm.default_block_size) and the plan is counted in that block."""
     result = capacity(spec, gpu, request)
-    if engine != "vllm" or block_given or not spec.has_kind(CacheKind.MLA) or not result.fits:
+    if engine != "vllm" or not result.fits:
         return result
+    if block_given or not spec.has_kind(CacheKind.MLA):
+        return _engine_seats(spec, gpu, request, result, block_given)
     from kvplan.engines.vllm import default_block_size  # the engine's rule, one home
 
     block = default_block_size(spec, result.kv_dtype, gpu, result.tp)
     if block == result.block_size:
-        return result
+        return _engine_seats(spec, gpu, request, result, block_given)
     fixed = request._replace(
         block_size=block,
         tp=result.tp if result.dp_attention == 1 else None,
@@ -341,7 +343,66 @@ def capacity_for_launch(
         dp_attention=result.dp_attention if result.dp_attention > 1 else None,
         num_gpus=result.num_gpus if request.num_gpus is not None else None,
     )
-    return capacity(spec, gpu, fixed)
+    return _engine_seats(spec, gpu, fixed, capacity(spec, gpu, fixed), block_given)
+
+
+# kvplan's KV names -> vLLM's --kv-cache-dtype (others cannot be launched: the launch refuses)
+_VLLM_KV = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
+
+
+def _engine_seats(
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    request: CapacityRequest,
+    result: CapacityResult,
+    block_given: bool,
+) -> CapacityResult:
+    """A vLLM launch's seats, checked against vLLM's own allocation of the same flags
+    (kvplan.engines.vllm: its page layouts, e.g. an fp8 cache of a DSA model stored as
+    fp8_ds_mla, 656 B a token where the engine-free fp8 latent is 576): where vLLM holds fewer
+    max_model_len requests than the plan counted, the launch carries vLLM's count (and none, a
+    refusal). TP/PP layouts only: kvplan's vLLM model has no DP-attention ranks."""
+    if result.dp_attention > 1:
+        return result
+    from kvplan.engines import EngineRequest
+    from kvplan.engines.vllm import vllm_allocation
+
+    kv = "auto" if result.kv_dtype == spec.dtype else _VLLM_KV.get(result.kv_dtype)
+    wdtype = result.weights_dtype
+    checkpoint = spec.weights_quantization or spec.dtype
+    if kv is None or wdtype not in ("checkpoint", checkpoint, "fp8", spec.dtype):
+        return result
+    quantization = "fp8" if wdtype == "fp8" and checkpoint != "fp8" else None
+    per_replica = result.max_concurrency // result.replicas
+    engine = EngineRequest(
+        max_model_len=result.context_len,
+        kv_cache_dtype=kv,
+        block_size=None if spec.has_kind(CacheKind.MLA) and not block_given else result.block_size,
+        max_num_batched_tokens=request.max_num_batched_tokens,
+        tp=result.tp,
+        pp=result.pp,
+        gpu_mem_util=result.gpu_mem_util,
+        quantization=quantization,
+        max_num_seqs=max(1, per_replica),
+    )
+    try:
+        alloc = vllm_allocation(spec, gpu, engine)
+    except KvplanError:
+        return result  # a layout vLLM's model does not take: the plan stands
+    held = int(alloc.max_concurrency) if alloc.fits else 0
+    if held >= per_replica:
+        return result
+    seats = note(
+        "launch-engine-seats",
+        planned=per_replica,
+        held=held,
+        layout=layout_text(Deployment(result.tp, result.pp)),
+    )
+    return result._replace(
+        max_concurrency=held * result.replicas,
+        fits=held >= 1,
+        notes=result.notes + (seats,),
+    )
 
 
 def narrower_weights(spec: ModelSpec, wdtype: str) -> list[str]:

@@ -800,6 +800,13 @@ text("deployment-on-gpus")(
         + ". Fix any of it with --tp, --pp or --dp-attention."
     )
 )
+text("launch-engine-seats")(
+    lambda planned, held, layout: (
+        f"vLLM's own allocation of these flags holds {held:,} max_model_len requests per "
+        f"replica of {layout}, not the {planned:,} the engine-free plan counts (its page layout "
+        "differs, e.g. fp8_ds_mla for a DSA model's fp8 cache): the launch carries vLLM's count."
+    )
+)
 text("gpus-idle")(
     lambda num_gpus, used, layout: (
         f"{num_gpus - used:,} of the {num_gpus:,} GPUs stay idle: replicas of {layout} use {used:,}."
