@@ -136,9 +136,12 @@ def run(argv: list[str]) -> object:
             main([*argv, "--format", "json"])
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 0
-    if code:
+    if code and not out.getvalue():
         return {"exit": code, "error": err.getvalue().strip()}
-    return json.loads(out.getvalue())
+    data = json.loads(out.getvalue())
+    if code:  # an answer that is no (capacity's fits: NO exits 1), printed whole
+        data["exit"] = code
+    return data
 
 
 def explore_digest(model: str) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -35,7 +36,9 @@ def test_budget_and_concurrency_by_hand():
 
 
 def test_weights_that_do_not_fit_say_so():
-    data = run_json("capacity", "llama-3.1-70b", "--gpu", "h100", "--ctx", "8k", "--tp", "1")
+    data = run_json(
+        "capacity", "llama-3.1-70b", "--gpu", "h100", "--ctx", "8k", "--tp", "1", expect=1
+    )
     assert data["fits"] is False and data["max_concurrency"] == 0
     assert any("do not fit" in n for n in (x["text"] for x in data["notes"]))
 
@@ -193,3 +196,26 @@ def test_json_contract():
 def test_bad_input(argv, needle):
     code, _, err = run_cli("capacity", "llama-3.1-8b", *argv)
     assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_fits_no_exits_1_with_the_whole_answer():
+    # what a script can rely on: 0 fits, 1 fits: NO (output complete), 2 bad input
+    for fmt in ("table", "json", "csv", "markdown"):
+        code, out, err = run_cli(
+            "capacity", "llama-3.1-70b", "--tp", "2", "--ctx", "32k", "--format", fmt
+        )
+        assert code == 1 and out and "error" not in err, fmt  # csv writes its notes to stderr
+    code, out, _ = run_cli("capacity", "llama-3.1-70b", "--tp", "2", "--ctx", "32k", "-f", "json")
+    assert json.loads(out)["fits"] is False
+    assert run_cli("capacity", "llama-3.1-70b", "--tp", "4", "--ctx", "32k")[0] == 0
+    assert run_cli("capacity", "llama-3.1-70b", "--tp", "3")[0] == 2
+
+
+def test_capacity_engine_points_to_kvplan_engine():
+    for argv in (("--engine", "vllm"), ("--engine=sglang",)):
+        code, _, err = run_cli("capacity", "llama-3.1-8b", *argv)
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert "capacity has no --engine" in err and "kvplan engine MODEL --engine" in err
+    # other unknown options keep click's words
+    code, _, err = run_cli("capacity", "llama-3.1-8b", "--bogus")
+    assert code == 2 and "No such option" in err

@@ -166,3 +166,34 @@ def test_hub_lookup_without_network_fails_in_seconds(tmp_path):
     )
     assert proc.returncode == 2
     assert "cannot be reached" in proc.stderr
+
+
+def test_contexts_written_the_way_kvplan_prints_them():
+    # issue 30: `--ctx 32,768` silently became two contexts, 32 and 768 tokens
+    data = run_json("size", "llama-3.1-8b", "--ctx", "32,768")
+    assert [row["context_len"] for row in data["rows"]] == [32768]
+    data = run_json("size", "llama-3.1-8b", "--ctx", "8k,1,048,576")
+    assert sorted({row["context_len"] for row in data["rows"]}) == [8192, 1048576]
+    data = run_json("size", "llama-3.1-8b", "--ctx", "32, 768")  # a space: a list, as written
+    assert sorted({row["context_len"] for row in data["rows"]}) == [32, 768]
+    assert run_json("capacity", "llama-3.1-8b", "--ctx", "32,768")["context_len"] == 32768
+    # both readings plausible: one line saying how to write either
+    code, out, err = run_cli("size", "llama-3.1-8b", "--ctx", "512,768")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "512768 for one" in err and "(512, 768) for several" in err
+    # batch lists stay lists unless a group cannot be a batch of its own ("024")
+    data = run_json("size", "llama-3.1-8b", "--ctx", "8k", "--batch", "1,128")
+    assert sorted({row["batch_size"] for row in data["rows"]}) == [1, 128]
+
+
+def test_models_gives_the_long_context_figure_sliding_windows_hold():
+    # issue 30: `models` listed only every layer holding every token, 6x too much for Gemma 3
+    rows = {m["name"]: m for m in run_json("models")["models"]}
+    gemma = rows["gemma-3-27b"]
+    assert gemma["long_context_len"] == 131072
+    size = run_json("size", "gemma-3-27b", "--ctx", "128k", "--batch", "1", "--kv-dtype", "bf16")
+    per_sequence = size["rows"][0]["kv_bytes_per_sequence"]
+    assert gemma["long_kv_bytes_per_token"] == pytest.approx(per_sequence / 131072)
+    assert gemma["long_kv_bytes_per_token"] < gemma["kv_bytes_per_token"] / 5
+    llama = rows["llama-3.1-8b"]  # every layer full: the two agree
+    assert llama["long_kv_bytes_per_token"] == llama["kv_bytes_per_token"]

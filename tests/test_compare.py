@@ -3,6 +3,7 @@ priced by hand, with a verdict that names the best and the kinds that cannot ser
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -54,7 +55,11 @@ def test_users_size_each_kind_on_the_fewest_gpus_in_all():
             == math.ceil(500 / row["users_per_replica"]) * row["gpus_per_replica"]
         )
         for layout in ([], ["--tp", "8", "--pp", "2"], ["--tp", "8"]):
-            other = run_json("capacity", "deepseek-v3", "--gpu", key, "--ctx", "32k", *layout)
+            code, out, err = run_cli(
+                "capacity", "deepseek-v3", "--gpu", key, "--ctx", "32k", *layout, "-f", "json"
+            )
+            assert code in (0, 1), err  # 1: this layout does not fit (fits: NO)
+            other = json.loads(out)
             if other["max_concurrency"]:
                 total = math.ceil(500 / other["max_concurrency"]) * other["num_gpus"]
                 assert row["gpus_needed"] <= total, (key, layout)
@@ -75,12 +80,6 @@ def test_all_compares_every_bundled_gpu_once():
     assert all(r["fits"] for r in data["rows"] if r["gpu"].startswith(("H100", "H200")))
 
 
-def test_a_comparison_refuses_a_fixed_layout():
-    code, _, err = run_cli("capacity", "llama-3.1-70b", "--gpu", "h100", "--gpu", "h200",
-                           "--tp", "2")  # fmt: skip
-    assert code == 2 and "drop --tp" in err and len(err.strip().splitlines()) == 1
-
-
 def test_the_report_compares_per_gpu_with_a_verdict(tmp_path):
     out = tmp_path / "plan.md"
     code, _, err = run_cli(
@@ -91,3 +90,23 @@ def test_the_report_compares_per_gpu_with_a_verdict(tmp_path):
     assert "**Verdict.** At 131,072 tokens" in text
     assert "| H100 SXM | DP attention 16 + EP 16 | 16 |" in text
     assert "**H200 SXM × 8** (DP attention 8 + EP 8, one node" in text
+
+
+def test_kinds_compare_at_a_fixed_layout():
+    # issue 30: "we have 4-GPU nodes" -- --tp with several --gpu was refused
+    data = run_json("capacity", "qwen3-32b", "--gpu", "h100", "--gpu", "h200", "--tp", "4",
+                    "--ctx", "32k")  # fmt: skip
+    assert [(r["gpu"], r["tp"], r["gpus_per_replica"]) for r in data["rows"]] == [
+        ("H100 SXM", 4, 4),
+        ("H200 SXM", 4, 4),
+    ]
+    columns = next(n["text"] for n in data["notes"] if n["id"] == "compare-columns")
+    assert "on TP 4, the layout given" in columns
+    # a kind the fixed layout cannot hold says so on that layout
+    data = run_json("capacity", "llama-3.1-70b", "--gpu", "l40s", "--gpu", "h200", "--tp", "2",
+                    "--ctx", "32k")  # fmt: skip
+    l40s = data["rows"][0]
+    assert not l40s["fits"] and "on TP 2" in l40s["why_not"]
+    code, _, err = run_cli("capacity", "qwen3-32b", "--gpu", "h100", "--gpu", "h200",
+                           "--num-gpus", "8")  # fmt: skip
+    assert code == 2 and "--num-gpus" in err and len(err.strip().splitlines()) == 1

@@ -112,7 +112,7 @@ def test_a_profile_without_node_size_gets_eight_and_a_note(tmp_path):
     [
         (["capacity", "llama-3.1-8b", "--dp-attention", "4"], "mixture-of-experts"),
         (["capacity", "deepseek-v3", "--dp-attention", "8", "--tp", "2"], "TP 1"),
-        (["capacity", "llama-3.1-70b", "--num-gpus", "6", "--ctx", "128k"], "multiple"),
+        (["capacity", "llama-3.1-70b", "--tp", "4", "--num-gpus", "6"], "multiple"),
     ],
 )
 def test_impossible_layouts_are_one_line_errors(argv, words):
@@ -121,7 +121,7 @@ def test_impossible_layouts_are_one_line_errors(argv, words):
 
 
 def test_a_model_no_layout_holds_is_answered_on_one_gpu_with_the_reason():
-    data = run_json("capacity", "llama-3.1-405b", "--gpu", "m1-max", "--ctx", "128k")
+    data = run_json("capacity", "llama-3.1-405b", "--gpu", "m1-max", "--ctx", "128k", expect=1)
     assert (data["fits"], data["max_concurrency"], data["num_gpus"]) == (False, 0, 1)
     reason = next(n["text"] for n in data["notes"] if n["id"] == "deployment-none-fits")
     assert "does not fit on Apple M1 Max" in reason and "Shown on one GPU" in reason

@@ -24,8 +24,9 @@ def test_kubernetes_manifest_is_valid_yaml_with_the_replicas_and_gpus():
         "capacity", "llama-3.1-70b", "--ctx", "32k", "--users", "500", "--emit", "vllm-k8s"
     )
     assert code == 0, err
-    deployment, service = list(yaml.safe_load_all(out))
+    deployment, claim, service = list(yaml.safe_load_all(out))
     assert deployment["kind"] == "Deployment" and service["kind"] == "Service"
+    assert claim["kind"] == "PersistentVolumeClaim"  # the weights survive a pod restart
     spec = deployment["spec"]
     container = spec["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 8

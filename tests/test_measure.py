@@ -41,7 +41,7 @@ from kvplan.measure.timing import Clock, Item, Timing, summarize, time_rounds  #
 from kvplan.measure.workload import Workload, truncate  # noqa: E402
 from kvplan.present.measure import junit_xml, summary_line  # noqa: E402
 
-from helpers import run_cli, spec_from  # noqa: E402
+from helpers import FITS_OR_NOT, run_cli, spec_from  # noqa: E402
 
 SMALL = {
     "model_type": "llama",
@@ -262,7 +262,7 @@ def test_saved_profile_loads_everywhere_and_keeps_its_figures(tmp_path):
     assert figures["matmul:m=4"][0] == pytest.approx(3e9)
     for command in (("roofline", "llama-3.1-8b"), ("capacity", "llama-3.1-8b")):
         code, _, err = run_cli(*command, "--gpu", str(path))
-        assert code == 0, err
+        assert code in FITS_OR_NOT, err  # 16 GB: capacity may answer fits: NO (exit 1)
 
 
 def test_a_broken_measured_section_is_one_clear_error(tmp_path):

@@ -137,7 +137,7 @@ def test_verdicts_are_coloured(tmp_path):
     fits = next(line for line in out.splitlines() if ESCAPE.sub("", line).split()[:1] == ["fits"])
     assert re.search(r"\x1b\[(?:[0-9;]*;)?32myes", fits), repr(fits)  # green
     code, out, _ = run_tty(["capacity", "llama-3.1-405b", "--gpu", "h100", "--tp", "1"], tmp_path)
-    assert code == 0
+    assert code == 1  # fits: NO
     fits = next(line for line in out.splitlines() if ESCAPE.sub("", line).split()[:1] == ["fits"])
     assert re.search(r"\x1b\[(?:[0-9;]*;)?31mNO", fits), repr(fits)  # red
 
@@ -276,3 +276,60 @@ def test_the_narrow_fast_path_agrees_with_unicodedata():
             assert unicodedata.east_asian_width(ch) not in ("W", "F"), hex(code)
     assert cell_width("KV ÷ weights — 1.5×") == 19
     assert cell_width("表") == 2 and cell_width("e\u0301") == 1  # measured by unicodedata
+
+
+def test_the_answer_column_survives_80_columns():
+    # issue 30: at 80 columns the comparison hid $/M tokens and plan its p99 latencies
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.sources import load_model
+    from kvplan.plans.compare import CompareRequest, compare
+    from kvplan.plans.plan import PlanRequest, parse_slo, plan
+    from kvplan.present.compare import compare_view
+    from kvplan.present.plan import plan_view
+    from kvplan.present.terminal import render_rich
+    from kvplan.present.tty import Terminal
+    from kvplan.simulate.workload import WorkloadSpec
+
+    narrow = Terminal(width=80, rich=True, colour=None)
+    gpus = [load_profile(g) for g in ("h100", "h200", "b200")]
+    r = compare(load_model("llama-3.1-70b"), gpus, CompareRequest(context_len=32768, users=200))
+    out = render_rich(compare_view(r), narrow)
+    assert all(display_width(line) <= 80 for line in out.splitlines())
+    header = next(line for line in out.splitlines() if "GPU" in line and "deployment" in line)
+    assert header.rstrip().endswith("tokens")  # "$/M" above, "tokens" on the header's last line
+    assert "hidden at 80 columns" in out and "$/M tokens" not in out.split("hidden at")[1]
+    p = plan(
+        load_model("llama-3.1-8b"),
+        gpus[:2],
+        PlanRequest(
+            rate=4,
+            slos=(parse_slo("ttft_p99=2s"), parse_slo("tpot_p99=50ms")),
+            workload=WorkloadSpec(num_prompts=20, input_len=512, output_len=64),
+            tps=(1, 2),
+            kv_cache_dtypes=("auto",),
+            max_num_seqs=(64,),
+            max_num_batched_tokens=(2048,),
+            jobs=1,
+        ),
+    )
+    out = render_rich(plan_view(p), narrow)
+    assert all(display_width(line) <= 80 for line in out.splitlines())
+    hidden = out.split("hidden at 80 columns:")[1].splitlines()[0]
+    for header in ("TTFT p99", "TPOT p99", "$/M tokens"):
+        assert header not in hidden
+    assert "TTFT p99" in out and "TPOT p99" in out
+
+
+def test_answer_columns_are_kept_even_when_nothing_else_fits():
+    from kvplan.present.render import fit_columns
+    from kvplan.present.view import Column
+
+    columns = [
+        Column("a", "name"),
+        Column("b", "b"),
+        Column("c", "c"),
+        Column("d", "d", answer=True),
+    ]
+    cells = [["x" * 20, "y" * 20, "z" * 20, "w" * 20]]
+    fit = fit_columns(columns, cells, 50)
+    assert 0 in fit.shown and 3 in fit.shown and 3 not in fit.dropped

@@ -31,6 +31,20 @@ COMMANDS = {
 }
 
 
+# (command, option) pairs that moved: the usage error says where to
+MOVED_OPTIONS = {
+    ("capacity", "--engine"): (
+        "capacity is engine-free; an engine's own allocation and log lines are "
+        "`kvplan engine MODEL --engine vllm|sglang|llama.cpp --gpu GPU`"
+    ),
+}
+
+
+def _moved(argv: list[str], exc: Exception) -> str | None:
+    option = getattr(exc, "option_name", None)
+    return MOVED_OPTIONS.get((argv[0], option)) if argv and option else None
+
+
 def _new_app() -> typer.Typer:
     app = typer.Typer(
         name="kvplan",
@@ -104,6 +118,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except Exception as exc:
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):  # click usage errors
+            moved = _moved(argv, exc)
+            if moved:
+                typer.echo(f"error: {argv[0]} has no {exc.option_name}: {moved}", err=True)
+                sys.exit(2)
             message = " ".join(exc.format_message().split())
             typer.echo(error_line(f"{message} (kvplan --help)"), err=True)
             sys.exit(2 if exc.exit_code in (None, 1, 2) else exc.exit_code)

@@ -9,7 +9,12 @@ import typer
 from kvplan.cli import common as c
 from kvplan.errors import KvplanError
 
-EXAMPLE = "Example: kvplan capacity llama-3.1-8b --gpu h100 --ctx 32k --kv-dtype fp8"
+EXAMPLE = (
+    "Example: kvplan capacity llama-3.1-8b --gpu h100 --ctx 32k --kv-dtype fp8. Exit codes: 0 "
+    "it fits, 1 fits: NO (the whole answer still printed, with what would fit), 2 bad input "
+    "(a comparison of GPU kinds exits 0)."
+)
+EXIT_NO_FIT = 1  # as measure --check's failed check: the answer is no, the output is complete
 
 
 def add(app: typer.Typer) -> None:
@@ -43,7 +48,12 @@ def add(app: typer.Typer) -> None:
         kv_dtype: str = c.kv_dtype_option(),
         kv_group_size: int = c.kv_group_size_option(),
         block_size: int = typer.Option(
-            16, "--block-size", min=1, max=4096, help="Tokens per KV block (1 to 4096)."
+            None,
+            "--block-size",
+            min=1,
+            max=4096,
+            help="Tokens per KV block (1 to 4096; default 16, and with --emit vllm an MLA "
+            "model's backend block).",
         ),
         reserve: str = typer.Option(
             "auto",
@@ -88,7 +98,12 @@ def add(app: typer.Typer) -> None:
         """How many concurrent requests fit on a GPU, engine-free (kvplan engine: as an engine
         allocates)."""
         from kvplan.inputs.options import check_range, parse_bytes, parse_tokens
-        from kvplan.plans.capacity import CapacityRequest, capacity, concurrency_curve
+        from kvplan.plans.capacity import (
+            CapacityRequest,
+            capacity,
+            capacity_for_launch,
+            concurrency_curve,
+        )
         from kvplan.plans.deployment import deployment_of, layout_text
         from kvplan.present.capacity import capacity_view, launch_of
         from kvplan.present.launch import TARGETS, emit
@@ -108,10 +123,11 @@ def add(app: typer.Typer) -> None:
             from kvplan.plans.compare import CompareRequest, compare
             from kvplan.present.compare import compare_view
 
-            if any(x is not None for x in (tp, pp, dp_attention, num_gpus, emit_flags, plot)):
+            if any(x is not None for x in (num_gpus, emit_flags, plot)):
                 raise KvplanError(
-                    "comparing GPU kinds plans each on its own deployment: drop --tp, --pp, "
-                    "--dp-attention, --num-gpus, --emit and --plot (or pass one --gpu)"
+                    "a comparison of GPU kinds prints a table: drop --num-gpus, --emit and "
+                    "--plot (or pass one --gpu); --tp, --pp and --dp-attention fix every kind's "
+                    "layout"
                 )
             result = compare(
                 spec,
@@ -123,6 +139,9 @@ def add(app: typer.Typer) -> None:
                     gpu_mem_util=c.fraction(gpu_mem_util, "--gpu-mem-util"),
                     users=users,
                     prices=overrides,
+                    tp=tp,
+                    pp=pp,
+                    dp_attention=dp_attention,
                 ),
             )
             c.emit(c.render(compare_view(result), fmt or OutputFormat.table))
@@ -141,7 +160,7 @@ def add(app: typer.Typer) -> None:
             gpu_mem_util=c.fraction(gpu_mem_util, "--gpu-mem-util"),
             weights_dtype=weights_dtype,
             kv_dtype=kv_dtype,
-            block_size=block_size,
+            block_size=block_size or 16,
             reserve_bytes=None
             if reserve == "auto"
             else parse_bytes(reserve, what="--reserve", allow_zero=True),
@@ -154,7 +173,11 @@ def add(app: typer.Typer) -> None:
             link=link,
             network_gbps=network_gbps,
         )
-        result = capacity(spec, profile, request)
+        if emit_flags is None:
+            result = capacity(spec, profile, request)
+        else:  # counted as the engine will page it
+            engine = emit_flags.partition("-")[0]
+            result = capacity_for_launch(spec, profile, request, engine, block_size is not None)
         if plot is not None:
             from kvplan.present.plots import capacity_plot
 
@@ -165,7 +188,9 @@ def add(app: typer.Typer) -> None:
                 plot,
             )
         if emit_flags is not None:
-            launch = launch_of(result, spec, profile.device_vendor, model, max_num_batched_tokens)
+            launch = launch_of(result, spec, profile, model, max_num_batched_tokens, block_size)
             c.emit(emit(launch, emit_flags, spec.name, spec, allow_long))
             return
         c.emit(c.render(capacity_view(result), fmt or OutputFormat.table))
+        if not result.fits:
+            raise typer.Exit(EXIT_NO_FIT)

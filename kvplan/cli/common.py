@@ -18,7 +18,8 @@ MODEL_HELP = (
 )
 CTX_DEFAULT = "8k"  # the same default context in every command
 CTX_HELP = (
-    "Context length(s) in tokens: 8192, 8k, 128k (k = 1024), 1m; comma-separated for several."
+    "Context length(s) in tokens: 8192, 8k, 128k (k = 1024), 1m, 32,768; comma-separated for "
+    "several."
 )
 BATCH_HELP = "Batch size(s), concurrent sequences: 1 or 1,8,64."
 GPU_HELP = "GPU profile: name, alias (h100, a100, ...), a YAML file, or local (this machine's GPU)."

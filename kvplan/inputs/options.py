@@ -25,7 +25,10 @@ MAX_LIST = 256  # values in one comma-separated list (contexts x batches bounds 
 
 
 def parse_tokens(text: str, *, what: str = "context length", maximum: int = MAX_TOKENS) -> int:
-    """'8192', '8k' (= 8192), '128K', '1m' (= 1,048,576), '1.5k' -> a positive whole token count."""
+    """'8192', '8k' (= 8192), '128K', '1m' (= 1,048,576), '1.5k', '32,768' (kvplan's own way of
+    printing it) -> a positive whole token count."""
+    if re.fullmatch(r"\s*\d{1,3}(?:,\d{3})+\s*", str(text)):
+        text = str(text).replace(",", "")
     match = re.fullmatch(r"\s*(\d{1,15}(?:\.\d{1,6})?)\s*([kKmM]?)\s*", str(text))
     if not match:
         raise KvplanError(f"{what} {text!r} is not a token count (examples: 8192, 8k, 128k, 1m)")
@@ -38,8 +41,45 @@ def parse_tokens(text: str, *, what: str = "context length", maximum: int = MAX_
     return tokens
 
 
-def _items(text: str, what: str) -> list[str]:
-    items = [item.strip() for item in str(text).split(",") if item.strip()]
+# A context below this many tokens is not one anybody plans: "32,768" is 32768, not 32 and 768
+MIN_PLAUSIBLE_CONTEXT = 128
+
+
+def _thousands(parts: list[str], what: str, text: str, contexts: bool) -> list[str]:
+    """Join digit groups written with thousands separators, the way kvplan prints numbers
+    ("32,768", "1,048,576"): a run of 1-3 digits then groups of exactly 3, with no space after
+    the commas. A run is one number where reading it as a list is implausible: a group with a
+    leading zero ("128,000", "1,024"), or, for contexts, a first value under 128 tokens. For
+    contexts, a run both readings fit ("512,768") is refused; batch lists ("1,128") stay lists."""
+    out, i = [], 0
+    while i < len(parts):
+        run = [parts[i]]
+        if re.fullmatch(r"\d{1,3}", parts[i].strip()) and (i == 0 or not parts[i][:1].isspace()):
+            while i + len(run) < len(parts) and re.fullmatch(r"\d{3}", parts[i + len(run)]):
+                run.append(parts[i + len(run)])
+        if len(run) == 1:
+            out.append(parts[i])
+            i += 1
+            continue
+        number = "".join(r.strip() for r in run)
+        leading_zero = any(g.startswith("0") for g in run[1:])
+        if leading_zero or (contexts and int(run[0]) < MIN_PLAUSIBLE_CONTEXT):
+            out.append(number)
+        elif contexts:
+            raise KvplanError(
+                f"{what} {text.strip()[:60]!r}: one context of {int(number):,} tokens or "
+                f"{len(run)} contexts? Write {number} for one, or a space after each comma "
+                f"({', '.join(r.strip() for r in run)}) for several"
+            )
+        else:
+            out += run
+        i += len(run)
+    return out
+
+
+def _items(text: str, what: str, contexts: bool = False) -> list[str]:
+    parts = _thousands(str(text).split(","), what, str(text), contexts)
+    items = [item.strip() for item in parts if item.strip()]
     if not items:
         raise KvplanError(f"no {what} given")
     if len(items) > MAX_LIST:
@@ -48,8 +88,8 @@ def _items(text: str, what: str) -> list[str]:
 
 
 def parse_token_list(text: str, *, what: str = "context length") -> list[int]:
-    """'8k,32k,128k' -> [8192, 32768, 131072]."""
-    return [parse_tokens(item, what=what) for item in _items(text, what)]
+    """'8k,32k,128k' -> [8192, 32768, 131072]; '32,768' -> [32768] (see _thousands)."""
+    return [parse_tokens(item, what=what) for item in _items(text, what, contexts=True)]
 
 
 def parse_int(text: str, *, what: str, minimum: int = 1, maximum: int = 1 << 30) -> int:

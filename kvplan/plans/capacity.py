@@ -12,13 +12,15 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_requests_per_s, kv_transfer_time_s
 from kvplan.formulas.dtypes import KvFormat, resolve_kv_format
 from kvplan.formulas.kv import kv_bytes_per_token
-from kvplan.formulas.weights import resolve_weights_dtype
+from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
 from kvplan.inputs.hardware import GpuProfile, choose_link
 from kvplan.notes import Note, note, unique
 from kvplan.plans.common import model_notes, require_cache
 from kvplan.plans.deployment import (
+    Deployment,
     DeploymentChoice,
     choose_deployment,
+    fallback_on_gpus,
     layout_text,
     rank_budget,
     replica_sequences,
@@ -27,6 +29,9 @@ from kvplan.plans.pool import max_context_at_batch
 from kvplan.record import NamedTuple
 
 WHAT_IF_KV_DTYPES = ("bf16", "fp8", "int8", "int4")
+# Weights formats the what-if table and the remedies weigh (where narrower than the plan's):
+# fp8 both engines make from a bf16 checkpoint at load time; int4 is an AWQ/GPTQ checkpoint
+WHAT_IF_WEIGHTS_DTYPES = ("fp8", "int4")
 
 
 class CapacityRequest(NamedTuple):
@@ -54,11 +59,28 @@ class CapacityRequest(NamedTuple):
 
 
 class WhatIfRow(NamedTuple):
-    kind: str  # kv_dtype | context | prefix | contiguous | paged
+    kind: str  # kv_dtype | weights_dtype | half_context | double_context | prefix | contiguous | paged
     kv_dtype: str
     context_len: int
     max_concurrency: int
     prefix_tokens: int = 0
+    weights_dtype: str | None = None  # a weights_dtype row's format (others: the plan's)
+
+
+class Remedy(NamedTuple):
+    """One change that makes a plan holding no sequence hold at least one (the rest as planned).
+    kind: layout (more GPUs: the fewest that fit), weights_dtype, kv_dtype, context (the longest
+    one sequence fits at)."""
+
+    kind: str
+    tp: int
+    pp: int
+    dp_attention: int
+    num_gpus: int  # one replica's
+    weights_dtype: str
+    kv_dtype: str
+    context_len: int
+    max_concurrency: int
 
 
 class Paging(NamedTuple):
@@ -90,7 +112,7 @@ class CapacityResult(NamedTuple):
     tp: int
     pp: int
     dp_attention: int
-    deployment_chosen_by: str  # given | fewest-gpus | most-users
+    deployment_chosen_by: str  # given | none-fits | kvplan.plans.deployment's choices
     gpus_per_node: int
     nodes_per_replica: int
     num_gpus: int
@@ -112,6 +134,7 @@ class CapacityResult(NamedTuple):
     what_if: list[WhatIfRow]
     paging: Paging | None
     kv_transfer: KvTransfer | None
+    remedies: list[Remedy]  # empty when the plan fits
     notes: tuple[Note, ...]
 
 
@@ -152,7 +175,7 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
     )
     pool = max(0.0, plan.pool_bytes)
     gpus = request.num_gpus
-    if gpus is not None and gpus % d.gpus:
+    if gpus is not None and gpus % d.gpus and choice.chosen_by == "given":
         raise KvplanError(
             f"--num-gpus {gpus} is not a multiple of the {d.gpus} GPUs of one replica "
             f"({layout_text(d)})"
@@ -161,7 +184,7 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
     if gpus is None and request.users_target and choice.users:
         replicas = -(-request.users_target // choice.users)
     else:
-        replicas = (gpus or d.gpus) // d.gpus
+        replicas = max(1, (gpus or d.gpus) // d.gpus)
 
     def concurrency(fmt_: KvFormat, context_len: int, prefix: int = 0) -> int:
         return replica_sequences(spec, d, pool, context_len, fmt_, blk, prefix) * replicas
@@ -199,6 +222,10 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
     notes += choice.notes
     if pp > 1:
         notes.append(note("capacity-pp", pp=pp))
+    if gpus is not None and gpus > replicas * d.gpus:
+        notes.append(
+            note("gpus-idle", num_gpus=gpus, used=replicas * d.gpus, layout=layout_text(d))
+        )
     if replicas > 1:
         notes.append(
             note(
@@ -225,6 +252,9 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
     for name in WHAT_IF_KV_DTYPES:
         alt = resolve_kv_format(name, spec.dtype, request.kv_group_size)
         what_if.append(WhatIfRow("kv_dtype", alt.name, ctx, concurrency(alt, ctx)))
+    for name in narrower_weights(spec, wdtype):
+        held = weights_concurrency(spec, gpu, request, d, name, fmt, ctx) * replicas
+        what_if.append(WhatIfRow("weights_dtype", fmt.name, ctx, held, weights_dtype=name))
     for kind, factor in (("half_context", 0.5), ("double_context", 2)):
         c = max(1, int(ctx * factor))
         what_if.append(WhatIfRow(kind, fmt.name, c, concurrency(fmt, c)))
@@ -248,6 +278,12 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
         what_if.append(WhatIfRow("contiguous", fmt.name, ctx, contiguous))
         what_if.append(WhatIfRow("paged", fmt.name, request.mean_len, paged))
 
+    remedies = [] if fits else fit_remedies(spec, gpu, request, d, replicas, wdtype, fmt, what_if)
+    one = min(max_context_at_batch(stages, pool, 1, fmt, tp, blk), positions or ctx)
+    if not fits and 0 < one < ctx:
+        remedies.append(
+            Remedy("context", d.tp, d.pp, d.dp_attention, d.gpus, wdtype, fmt.name, one, replicas)
+        )
     return CapacityResult(
         kvplan_version=__version__,
         model={"name": spec.name},
@@ -278,8 +314,193 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
         what_if=what_if,
         paging=paging,
         kv_transfer=kv_transfer(spec, gpu, request._replace(tp=tp), fmt, notes),
+        remedies=remedies,
         notes=unique(notes),
     )
+
+
+def capacity_for_launch(
+    spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest, engine: str, block_given: bool
+) -> CapacityResult:
+    """The plan a launch command carries. vLLM's MLA backends page in blocks of their own
+    (FlashMLA 64, CUTLASS MLA 128, FlashInfer MLA 32 or 64: get_supported_kernel_block_sizes in
+    vllm/v1/attention/backends/mla/), so with no --block-size given the launch leaves vLLM its
+    default (kvplan.engines.vllm.default_block_size) and the plan is counted in that block."""
+    result = capacity(spec, gpu, request)
+    if engine != "vllm" or not result.fits:
+        return result
+    if block_given or not spec.has_kind(CacheKind.MLA):
+        return _engine_seats(spec, gpu, request, result, block_given)
+    from kvplan.engines.vllm import default_block_size  # the engine's rule, one home
+
+    block = default_block_size(spec, result.kv_dtype, gpu, result.tp)
+    if block == result.block_size:
+        return _engine_seats(spec, gpu, request, result, block_given)
+    fixed = request._replace(
+        block_size=block,
+        tp=result.tp if result.dp_attention == 1 else None,
+        pp=result.pp,
+        dp_attention=result.dp_attention if result.dp_attention > 1 else None,
+        num_gpus=result.num_gpus if request.num_gpus is not None else None,
+    )
+    return _engine_seats(spec, gpu, fixed, capacity(spec, gpu, fixed), block_given)
+
+
+# kvplan's KV names -> vLLM's --kv-cache-dtype (others cannot be launched: the launch refuses)
+_VLLM_KV = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
+
+
+def _engine_seats(
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    request: CapacityRequest,
+    result: CapacityResult,
+    block_given: bool,
+) -> CapacityResult:
+    """A vLLM launch's seats, checked against vLLM's own allocation of the same flags
+    (kvplan.engines.vllm: its page layouts, e.g. an fp8 cache of a DSA model stored as
+    fp8_ds_mla, 656 B a token where the engine-free fp8 latent is 576): where vLLM holds fewer
+    max_model_len requests than the plan counted, the launch carries vLLM's count (and none, a
+    refusal). TP/PP layouts only: kvplan's vLLM model has no DP-attention ranks."""
+    if result.dp_attention > 1:
+        return result
+    from kvplan.engines import EngineRequest
+    from kvplan.engines.vllm import vllm_allocation
+
+    kv = "auto" if result.kv_dtype == spec.dtype else _VLLM_KV.get(result.kv_dtype)
+    wdtype = result.weights_dtype
+    checkpoint = spec.weights_quantization or spec.dtype
+    if kv is None or wdtype not in ("checkpoint", checkpoint, "fp8", spec.dtype):
+        return result
+    quantization = "fp8" if wdtype == "fp8" and checkpoint != "fp8" else None
+    per_replica = result.max_concurrency // result.replicas
+    engine = EngineRequest(
+        max_model_len=result.context_len,
+        kv_cache_dtype=kv,
+        block_size=None if spec.has_kind(CacheKind.MLA) and not block_given else result.block_size,
+        max_num_batched_tokens=request.max_num_batched_tokens,
+        tp=result.tp,
+        pp=result.pp,
+        gpu_mem_util=result.gpu_mem_util,
+        quantization=quantization,
+        max_num_seqs=max(1, per_replica),
+    )
+    try:
+        alloc = vllm_allocation(spec, gpu, engine)
+    except KvplanError:
+        return result  # a layout vLLM's model does not take: the plan stands
+    held = int(alloc.max_concurrency) if alloc.fits else 0
+    if held >= per_replica:
+        return result
+    seats = note(
+        "launch-engine-seats",
+        planned=per_replica,
+        held=held,
+        layout=layout_text(Deployment(result.tp, result.pp)),
+    )
+    return result._replace(
+        max_concurrency=held * result.replicas,
+        fits=held >= 1,
+        notes=result.notes + (seats,),
+    )
+
+
+def narrower_weights(spec: ModelSpec, wdtype: str) -> list[str]:
+    """The what-if weights formats that store the weights in fewer bytes than `wdtype`."""
+    current = weight_bytes(spec, wdtype)
+    return [w for w in WHAT_IF_WEIGHTS_DTYPES if w != wdtype and weight_bytes(spec, w) < current]
+
+
+def weights_concurrency(
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    request: CapacityRequest,
+    d: Deployment,
+    wdtype: str,
+    fmt: KvFormat,
+    context_len: int,
+) -> int:
+    """Sequences one replica of `d` holds with the weights in `wdtype` (the reserve as planned)."""
+    plan = rank_budget(
+        spec,
+        gpu,
+        wdtype,
+        d,
+        request.gpu_mem_util,
+        request.reserve_bytes,
+        request.max_num_batched_tokens,
+    )
+    if plan.pool_bytes <= 0:
+        return 0
+    return replica_sequences(spec, d, plan.pool_bytes, context_len, fmt, request.block_size)
+
+
+def fit_remedies(
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    request: CapacityRequest,
+    d: Deployment,
+    replicas: int,
+    wdtype: str,
+    fmt: KvFormat,
+    what_if: list[WhatIfRow],
+) -> list[Remedy]:
+    """What would make a plan that holds no sequence hold one: the fewest GPUs that fit with the
+    same dtypes (a larger layout), narrower weights or an fp8 cache on the same layout."""
+    out = []
+    ctx = request.context_len
+    try:
+        wider = choose_deployment(
+            spec,
+            gpu,
+            wdtype,
+            fmt,
+            ctx,
+            request.gpu_mem_util,
+            block_size=request.block_size,
+            reserve_bytes=request.reserve_bytes,
+            max_num_batched_tokens=request.max_num_batched_tokens,
+        )
+        if wider.deployment != d and wider.users >= 1:
+            w = wider.deployment
+            out.append(
+                Remedy(
+                    "layout", w.tp, w.pp, w.dp_attention, w.gpus, wdtype, fmt.name, ctx, wider.users
+                )
+            )
+    except KvplanError:
+        pass  # no layout holds one sequence with these dtypes
+    for row in what_if:
+        if row.kind == "weights_dtype" and row.max_concurrency >= 1:
+            out.append(
+                Remedy(
+                    "weights_dtype",
+                    d.tp,
+                    d.pp,
+                    d.dp_attention,
+                    d.gpus,
+                    row.weights_dtype,
+                    fmt.name,
+                    ctx,
+                    row.max_concurrency,
+                )
+            )
+    fp8 = next((r for r in what_if if r.kind == "kv_dtype" and r.kv_dtype == "fp8"), None)
+    if fp8 is not None and fp8.kv_dtype != fmt.name and fp8.max_concurrency >= 1:
+        out.append(
+            Remedy(
+                "kv_dtype",
+                d.tp,
+                d.pp,
+                d.dp_attention,
+                d.gpus,
+                wdtype,
+                "fp8",
+                ctx,
+                fp8.max_concurrency,
+            )
+        )
+    return out
 
 
 def resolve_deployment(
@@ -293,6 +514,7 @@ def resolve_deployment(
         max_num_batched_tokens=request.max_num_batched_tokens,
     )
     fixed = any(x is not None for x in (request.tp, request.pp, request.dp_attention))
+    on_gpus = None if fixed else request.num_gpus
     try:
         return choose_deployment(
             spec,
@@ -305,15 +527,18 @@ def resolve_deployment(
             pp=request.pp,
             dp_attention=request.dp_attention,
             users_target=request.users_target if request.num_gpus is None else None,
+            num_gpus=on_gpus,
             **kwargs,
         )
     except KvplanError as exc:
-        if fixed or request.num_gpus is not None:
+        if fixed:
             raise
+        shown = 1 if on_gpus is None else fallback_on_gpus(spec, gpu, on_gpus).tp
         one = choose_deployment(
-            spec, gpu, wdtype, fmt, request.context_len, request.gpu_mem_util, tp=1, **kwargs
+            spec, gpu, wdtype, fmt, request.context_len, request.gpu_mem_util, tp=shown, **kwargs
         )
-        return one._replace(notes=one.notes + (note("deployment-none-fits", reason=str(exc)),))
+        fallback = note("deployment-none-fits", reason=str(exc), gpus=one.deployment.gpus)
+        return one._replace(chosen_by="none-fits", notes=one.notes + (fallback,))
 
 
 def kv_transfer(

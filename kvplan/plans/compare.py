@@ -1,5 +1,6 @@
 """`kvplan capacity MODEL --gpu A --gpu B` (or `--gpu all`): GPU kinds side by side, each on the
-deployment kvplan chooses for it, normalised per GPU, with a one-line verdict.
+deployment kvplan chooses for it (or on the one --tp/--pp/--dp-attention fixes for all), normalised
+per GPU, with a one-line verdict.
 
 Per GPU kind: the deployment (kvplan.plans.deployment), sequences of the context one replica holds
 and per GPU, the decode ceiling BW/(s·k) of one sequence, the TPOT floor and tokens/s per GPU with
@@ -19,7 +20,7 @@ from kvplan.inputs.hardware import GpuProfile
 from kvplan.inputs.prices import price_for
 from kvplan.notes import Note, note, unique
 from kvplan.plans.capacity import CapacityRequest, capacity
-from kvplan.plans.deployment import deployment_of, layout_text
+from kvplan.plans.deployment import Deployment, deployment_of, layout_text
 from kvplan.plans.roofline import RooflineRequest, roofline
 from kvplan.record import NamedTuple
 
@@ -33,6 +34,10 @@ class CompareRequest(NamedTuple):
     gpu_mem_util: float = 0.9
     users: int | None = None  # sequences to serve: GPUs needed is computed for it
     prices: dict = {}  # profile key -> USD per GPU-hour (overrides)
+    # a layout every kind runs ("we have 4-GPU nodes"); None for all: each kind's own choice
+    tp: int | None = None
+    pp: int | None = None
+    dp_attention: int | None = None
 
 
 class CompareRow(NamedTuple):
@@ -89,7 +94,11 @@ def compare(spec: ModelSpec, gpus: list[GpuProfile], request: CompareRequest) ->
             kv_dtype, weights_dtype = kinds
     if kv_dtype is None:
         kv_dtype, weights_dtype = request.kv_dtype, request.weights_dtype
-    notes.append(note("compare-columns", context_len=request.context_len))
+    fixed = (request.tp, request.pp, request.dp_attention) != (None, None, None)
+    layout = layout_text(Deployment(request.tp or 1, request.pp or 1, request.dp_attention or 1))
+    notes.append(
+        note("compare-columns", context_len=request.context_len, layout=layout if fixed else None)
+    )
     if any(r.usd_per_gpu_hour is not None for r in rows):
         notes.append(note("compare-prices"))
     return CompareResult(
@@ -122,13 +131,19 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
                 weights_dtype=request.weights_dtype,
                 kv_dtype=request.kv_dtype,
                 users_target=request.users,
+                tp=request.tp,
+                pp=request.pp,
+                dp_attention=request.dp_attention,
             ),
         )
     except KvplanError as exc:
         return empty._replace(why_not=str(exc)), None, []
     if not cap.fits:
         reasons = [n.value("reason") for n in cap.notes if n.id == "deployment-none-fits"]
+        layout = layout_text(deployment_of(cap))
         why = reasons[0] if reasons else f"not one {request.context_len:,}-token sequence fits"
+        if not reasons and cap.deployment_chosen_by == "given":
+            why += f" on {layout}"
         return empty._replace(why_not=why), None, []
     d_gpus = cap.num_gpus // cap.replicas  # one replica
     dp = cap.dp_attention if cap.dp_attention > 1 else None

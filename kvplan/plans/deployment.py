@@ -14,6 +14,9 @@ The choice when nothing is fixed: the fewest GPUs at which one sequence of the c
 among deployments of that size, the one that holds the most sequences (ties: plain TP, then
 fewer pipeline stages). For a number of users (--users): replicas of the layout that serves them
 on the fewest GPUs in all, a replica spanning no more nodes than the smallest layout that fits.
+For a number of GPUs (--num-gpus N, "I have N GPUs"): the layout whose replicas on those N GPUs
+hold the most sequences (8 H100s for Llama-3.1-70B at 32k: one TP 8 holds 40, two TP 4 hold 26);
+ties: the fewest GPUs left idle, then plain TP, then fewer stages.
 Everything the user fixes (--tp, --pp, --dp-attention) is kept.
 """
 
@@ -60,7 +63,7 @@ class DeploymentChoice(NamedTuple):
     users: int
     gpus_per_node: int
     nodes: int  # nodes one replica spans
-    chosen_by: str  # given | fewest-gpus | most-users
+    chosen_by: str  # given | fewest-gpus | most-users | fewest-total-gpus | most-users-on-gpus
     weighed: tuple[Candidate, ...]  # the other deployments of the same size, most users first
     notes: tuple[Note, ...]
 
@@ -180,11 +183,13 @@ def choose_deployment(
     max_num_batched_tokens: int = 8192,
     tp_only: bool = False,
     users_target: int | None = None,
+    num_gpus: int | None = None,
 ) -> DeploymentChoice:
     """The deployment to plan with: the one given, completed; else the fewest GPUs that hold one
     sequence of `context_len`, and of those the layout that holds the most. `tp_only`: tensor
     parallelism within one node, nothing else (for what prices one TP group). `users_target`:
-    the layout that serves that many sequences on the fewest GPUs in all (replicas of it)."""
+    the layout that serves that many sequences on the fewest GPUs in all (replicas of it).
+    `num_gpus`: the layout whose replicas on that many GPUs hold the most sequences."""
     node, notes = gpus_per_node(gpu)
 
     def score(d: Deployment) -> Candidate:
@@ -210,7 +215,8 @@ def choose_deployment(
     if gpu.interconnect is None:
         pool = [score(Deployment())]
     else:
-        layouts = candidates(spec, node, node if tp_only else node * MAX_NODES)
+        most = node if tp_only else node * MAX_NODES
+        layouts = candidates(spec, node, min(most, num_gpus) if num_gpus else most)
         if tp_only:
             layouts = [d for d in layouts if d.pp == 1 and d.dp_attention == 1]
         pool = [score(d) for d in layouts]
@@ -223,7 +229,29 @@ def choose_deployment(
             f"({_span(largest, node)}); try a "
             "quantized --weights-dtype, a shorter --ctx or a larger GPU"
         )
-    if users_target:
+    if num_gpus:
+        best, ranked = _best_on_gpus(fitting, num_gpus)
+        chosen_by = "most-users-on-gpus"
+        notes.append(
+            note(
+                "deployment-on-gpus",
+                layout=layout_text(best.deployment),
+                gpu=gpu.name,
+                num_gpus=num_gpus,
+                replicas=num_gpus // best.deployment.gpus,
+                context_len=context_len,
+                users=best.users * (num_gpus // best.deployment.gpus),
+                others=[
+                    (
+                        layout_text(c.deployment),
+                        num_gpus // c.deployment.gpus,
+                        c.users * (num_gpus // c.deployment.gpus),
+                    )
+                    for c in ranked[1:4]
+                ],
+            )
+        )
+    elif users_target:
         # a replica spans no more nodes than the smallest that fits; more users, more replicas
         span = min(_nodes(c.deployment, node) for c in fitting)
         fitting = [c for c in fitting if _nodes(c.deployment, node) <= span]
@@ -280,6 +308,27 @@ def choose_deployment(
         tuple(ranked[1:]),
         tuple(notes),
     )
+
+
+def _best_on_gpus(fitting: list[Candidate], num_gpus: int) -> tuple[Candidate, list[Candidate]]:
+    """Of the layouts that fit, the one whose replicas on `num_gpus` GPUs hold the most; ties:
+    the fewest GPUs idle, plain TP, fewer stages. Returns it and every fitting layout ranked."""
+
+    def key(c: Candidate) -> tuple:
+        replicas = num_gpus // c.deployment.gpus
+        idle = num_gpus - replicas * c.deployment.gpus
+        return (-c.users * replicas, idle, c.deployment.dp_attention > 1, c.deployment.pp)
+
+    ranked = sorted(fitting, key=key)
+    return ranked[0], ranked
+
+
+def fallback_on_gpus(spec: ModelSpec, gpu: GpuProfile, num_gpus: int) -> Deployment:
+    """Where nothing fits on `num_gpus` GPUs: the widest plain TP they allow within a node (the
+    most memory one replica has), shown with fits: NO and what would make it fit."""
+    node, _ = gpus_per_node(gpu)
+    tps = [d.tp for d in candidates(spec, node, min(num_gpus, node)) if d.pp == d.dp_attention == 1]
+    return Deployment(max(tps) if tps and gpu.interconnect is not None else 1)
 
 
 def layout_text(d: Deployment) -> str:

@@ -68,7 +68,7 @@ class ContextPlan(NamedTuple):
     tokens_per_s_at_max_batch: float
     ceiling_tokens_per_s: float | None
     batch_equal_reads: float | None
-    what_if: dict[str, int]  # kv_<dtype>, half_context, double_context, prefix -> sequences
+    what_if: dict[str, int]  # kv_<dtype>, weights_<dtype>, half_context, double_context, prefix
     paging: Paging | None
     kv_transfer: KvTransfer | None
 
@@ -119,6 +119,8 @@ def choose(spec: ModelSpec, gpu: GpuProfile, request: DesignRequest, wdtype: str
 
 
 def _what_if_key(row) -> str:
+    if row.kind == "weights_dtype":
+        return f"weights_{row.weights_dtype}"
     return f"kv_{row.kv_dtype}" if row.kind == "kv_dtype" else row.kind
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
-from kvplan.plans.capacity import CapacityResult, LongestContext, WhatIfRow
-from kvplan.plans.deployment import Deployment, layout_text
+from kvplan.errors import KvplanError
+from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
+from kvplan.inputs.hardware import GpuProfile
+from kvplan.plans.capacity import CapacityResult, LongestContext, Remedy, WhatIfRow
+from kvplan.plans.deployment import Deployment, deployment_of, layout_text
 from kvplan.present import format as f
 from kvplan.present.launch import Launch
 from kvplan.present.view import Column, Fact, Table, Verdict, View, jsonable, judged, ref, view
@@ -16,6 +19,7 @@ def scenario(row: WhatIfRow, ctx: int) -> str:
     """A what-if row's label."""
     return {
         "kv_dtype": lambda: f"KV {row.kv_dtype}",
+        "weights_dtype": lambda: f"weights {row.weights_dtype}",
         "half_context": lambda: "half context",
         "double_context": lambda: "double context",
         "prefix": lambda: f"{row.prefix_tokens:,}-token shared prefix",
@@ -36,11 +40,42 @@ def deployment_text(r: CapacityResult) -> str:
         out
         + {
             "given": "",
+            "none-fits": ", where nothing fits",
             "fewest-gpus": ", the fewest that fit",
             "most-users": ", the fewest that fit, the layout holding the most",
             "fewest-total-gpus": ", the layout serving --users on the fewest GPUs",
+            "most-users-on-gpus": ", the layout holding the most on --num-gpus",
         }[r.deployment_chosen_by]
     )
+
+
+WEIGHTS_HOW = {  # how a launch gets the weights format a remedy names
+    "fp8": "--weights-dtype fp8 (vLLM and SGLang quantize a bf16 checkpoint as they load it)",
+    "int4": "an int4 (AWQ or GPTQ) checkpoint as the model",
+}
+
+
+def remedy_text(r: Remedy, gpu: str) -> str:
+    """'TP 4 on 4 GPUs holds 13'; 'fp8 weights on TP 2 hold 9 (--weights-dtype fp8 ...)'."""
+    layout = layout_text(Deployment(r.tp, r.pp, r.dp_attention))
+    held = f"{r.max_concurrency:,} sequence{'s' if r.max_concurrency != 1 else ''}"
+    if r.kind == "layout":
+        flags = (
+            f"--dp-attention {r.dp_attention}"
+            if r.dp_attention > 1
+            else f"--tp {r.tp}" + (f" --pp {r.pp}" if r.pp > 1 else "")
+        )
+        return f"{layout} on {r.num_gpus:,} x {gpu} holds {held} ({flags})"
+    if r.kind == "weights_dtype":
+        how = WEIGHTS_HOW.get(r.weights_dtype, f"--weights-dtype {r.weights_dtype}")
+        return f"{r.weights_dtype} weights on {layout} hold {held}: {how}"
+    if r.kind == "kv_dtype":
+        return f"an {r.kv_dtype} KV cache on {layout} holds {held} (--kv-dtype {r.kv_dtype})"
+    return f"--ctx {r.context_len:,} or less on {layout}"
+
+
+def remedies_text(result: CapacityResult) -> str:
+    return "; ".join(remedy_text(r, result.gpu) for r in result.remedies)
 
 
 def longest_text(row: LongestContext) -> str:
@@ -104,6 +139,11 @@ def capacity_view(result: CapacityResult) -> View:
             verdict=judged(r.fits),
             notes=("capacity-no-room",),
             data={"fits": r.fits},
+        ),
+        *(
+            [Fact("would fit with", remedies_text(r), data={"remedies": len(r.remedies)})]
+            if r.remedies
+            else []
         ),
         Fact(
             "KV tokens per GPU",
@@ -177,15 +217,35 @@ def capacity_view(result: CapacityResult) -> View:
 
 
 def seats_per_engine(result: CapacityResult) -> int:
-    """Sequences one engine instance runs: a replica's share (per DP rank under DP attention)."""
+    """Sequences one scheduler runs: a replica's share (per DP rank under DP attention;
+    kvplan.present.launch turns it into each engine's flag)."""
     return max(1, result.max_concurrency // result.replicas // result.dp_attention)
 
 
 def launch_of(
-    result: CapacityResult, spec: ModelSpec, vendor: str, model: str, max_num_batched_tokens: int
+    result: CapacityResult,
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    model: str,
+    max_num_batched_tokens: int,
+    block_size: int | None = None,
 ) -> Launch:
     """The launch settings matching this plan (kvplan.present.launch spells them); `model` is
-    the model argument as given, loaded from its folder when it is a local path."""
+    the model argument as given, loaded from its folder when it is a local path; `block_size`
+    the --block-size given (None: 16, or an MLA model's engine default, left to the engine). A
+    plan holding
+    no sequence is refused with what would fit: vLLM will not start unless its KV pool holds one
+    max_model_len request (v1/core/kv_cache_utils.py, _check_enough_kv_cache_memory), and SGLang
+    would admit no request of that length."""
+    if not result.fits:
+        layout = layout_text(deployment_of(result))
+        would = remedies_text(result) or "a larger GPU"
+        raise KvplanError(
+            f"no launch printed: not one {result.context_len:,}-token sequence fits beside the "
+            f"weights on {layout} ({result.num_gpus // result.replicas:,} x {result.gpu}), and "
+            f"an engine would refuse to start with --max-model-len {result.context_len}; "
+            f"what fits: {would}"
+        )
     source = spec.source or ""
     local = bool(source) and not source.startswith(("bundled:", "hub:", "variant:"))
     model_id = spec.hf_id or model
@@ -203,7 +263,10 @@ def launch_of(
         tp=result.tp,
         pp=result.pp,
         dp_attention=result.dp_attention,
-        block_size=result.block_size,
+        # MLA backends take their own block sizes (FlashMLA 64, CUTLASS MLA 128): the engine picks
+        block_size=None
+        if block_size is None and spec.has_kind(CacheKind.MLA)
+        else result.block_size,
         max_num_batched_tokens=None if max_num_batched_tokens == 8192 else max_num_batched_tokens,
         gpus=result.num_gpus // result.replicas,
         nodes=result.nodes_per_replica,
@@ -211,6 +274,8 @@ def launch_of(
         weights_dtype=result.weights_dtype,
         checkpoint_weights=spec.weights_quantization or spec.dtype,
         model_is_local=local,
-        vendor=vendor,
+        vendor=gpu.device_vendor,
         mla=spec.has_kind(CacheKind.MLA),
+        gpu_products=tuple(gpu.match_names) if gpu.device_vendor == "NVIDIA" else (),
+        checkpoint_bytes=weight_bytes(spec, resolve_weights_dtype(spec, "auto")[0]),
     )

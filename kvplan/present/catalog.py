@@ -20,7 +20,8 @@ def models_view(result: ModelsResult) -> View:
             "params", "params total / active", f.text, raw_keys=("params_total", "params_active")
         ),
         Column("dtype", "dtype", f.text, "left", priority=2),
-        Column("kv_bytes_per_token", "KV B/token", f.integer),
+        Column("kv_bytes_per_token", "KV B/token", f.integer, priority=1),
+        Column("long_kv_bytes_per_token", "at 128k", f.integer, notes=("models-kv-per-token",)),
         Column("state_bytes_per_sequence", "state B/seq", f.integer, priority=2),
     ]
     return view("Bundled models", result, tables=[Table("", columns, data["models"])], data=data)

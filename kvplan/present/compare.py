@@ -28,8 +28,8 @@ def compare_view(result: CompareResult) -> View:
         ),
         Column("gpus_per_replica", "GPUs", f.integer),
         Column("users_per_replica", "users", f.integer),
-        Column("users_per_gpu", "per GPU", f.fixed(1)),
-        Column("ceiling_tokens_per_s", "ceiling tok/s", f.integer),
+        Column("users_per_gpu", "per GPU", f.fixed(1), priority=2),  # users / GPUs
+        Column("ceiling_tokens_per_s", "ceiling tok/s", f.integer, priority=3),
         Column("tpot_floor_s", "TPOT floor ms", f.ms),
         Column("tokens_per_s_per_gpu", "tok/s per GPU", f.integer),
     ]
@@ -37,8 +37,9 @@ def compare_view(result: CompareResult) -> View:
         columns.append(Column("gpus_needed", f"GPUs for {r.users:,}", f.integer))
     if any(row.usd_per_gpu_hour is not None for row in r.rows):
         columns += [
-            Column("usd_per_hour", "$/hour", f.usd),
-            Column("usd_per_million_output_tokens", "$/M tokens", f.usd),
+            Column("usd_per_hour", "$/hour", f.usd, priority=1),
+            # the comparison's answer: never hidden at a narrow terminal
+            Column("usd_per_million_output_tokens", "$/M tokens", f.usd, answer=True),
         ]
     data = jsonable(r)
     table = Table("", columns, data["rows"])

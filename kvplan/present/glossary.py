@@ -180,6 +180,66 @@ TERMS = (
         "kvplan capacity, kvplan engine",
         "kvplan engine llama-3.1-8b --engine vllm --gpu h100",
     ),
+    Term(
+        "goodput",
+        ("goodput-rps", "goodput/replica"),
+        "The highest request rate one replica sustains while every latency target still holds "
+        "(throughput that meets the SLOs, not raw throughput): what sets the replica count.",
+        "Bisection on the rate between 0 and the saturated throughput of a simulated replica "
+        "(vLLM V1's scheduler), each run checked against every --slo; replicas = ceil(rate / "
+        "goodput).",
+        "kvplan plan (goodput/replica column)",
+        "kvplan plan llama-3.1-8b --gpu h100 --rate 2 --slo ttft_p99=2s --tp 1 --kv-cache-dtype "
+        "auto --max-num-seqs 64 --max-num-batched-tokens 2048 --num-prompts 20 --input-len 512 "
+        "--output-len 64",
+    ),
+    Term(
+        "$/M tokens",
+        ("usd-per-million", "$/m", "dollars-per-million", "cost-per-million", "price"),
+        "What a million tokens cost on the GPUs' hourly price. The comparison (capacity with "
+        "several --gpu) prices output tokens at the full replica's decode floor (100% bandwidth: "
+        "it ranks kinds); plan prices input and output tokens served at the requested rate on "
+        "the simulated deployment.",
+        "capacity: USD per GPU-hour / (floor tokens/s per GPU x 3,600) x 10^6; plan: replicas x "
+        "GPUs x USD per GPU-hour / (tokens served per hour) x 10^6. Prices from "
+        "hardware_profiles/prices.yaml (dated), --price GPU=USD overrides.",
+        "kvplan capacity with two or more --gpu ($/M tokens column), kvplan plan ($/M tokens)",
+        "kvplan capacity llama-3.1-8b --gpu h100 --gpu h200 --ctx 8k",
+    ),
+    Term(
+        "verdict",
+        ("compare-verdict", "winner"),
+        "The comparison's one-line answer: the kind that decodes the most per GPU, the one that "
+        "serves a million output tokens cheapest, and (with --users) the one needing the fewest "
+        "GPUs. Each kind is on its own deployment; the figures are floors, so the verdict ranks "
+        "kinds; kvplan plan prices them under latency targets.",
+        "Max over kinds of floor tokens/s per GPU; min of $/M output tokens; min of GPUs for "
+        "--users.",
+        "kvplan capacity with two or more --gpu (verdict line), kvplan report",
+        "kvplan capacity llama-3.1-8b --gpu h100 --gpu h200 --ctx 8k",
+    ),
+    Term(
+        "KV transfer",
+        ("kv-transfer", "disaggregated", "disaggregation", "transfer"),
+        "Disaggregated serving prefills on one replica and decodes on another: each request's "
+        "cache crosses the link between them once. Its time adds to TTFT; the link's rate caps "
+        "the requests per second a decode replica can take.",
+        "bytes = KV bytes of the context as the decode ranks store it (an MLA latent or a "
+        "replicated KV head counted once per rank); time = bytes / (ranks x one-way link "
+        "bandwidth) + latency; requests/s <= ranks x bandwidth / bytes.",
+        "kvplan capacity (disaggregated KV transfer), kvplan simulate --disagg",
+        "kvplan capacity llama-3.1-70b --gpu h100 --ctx 32k",
+    ),
+    Term(
+        "fits",
+        ("fit", "fits-no", "exit-code"),
+        "Whether one sequence of the context fits beside the weights on the deployment shown. "
+        "fits: NO prints the whole answer (with what would fit) and exits 1, so a script can "
+        "test it; errors in the input exit 2, an answer that fits exits 0.",
+        "fits = KV pool per GPU > 0 and whole sequences of --ctx >= 1.",
+        "kvplan capacity (fits, would fit with)",
+        "kvplan capacity llama-3.1-8b --gpu h100 --ctx 32k",
+    ),
 )
 
 

@@ -52,7 +52,7 @@ class Launch(NamedTuple):
     model_id: str  # the Hugging Face id engines load, or a local folder (see model_is_local)
     context_len: int  # max-model-len / context-length
     kv_dtype: str  # kvplan's name: auto (the model's dtype), fp8, ...
-    seats: int  # max-num-seqs / max-running-requests, per engine instance
+    seats: int  # sequences one scheduler runs: a replica's, or one DP-attention rank's
     gpu_mem_util: float | None  # None: the engine's default
     tp: int = 1
     pp: int = 1
@@ -70,6 +70,8 @@ class Launch(NamedTuple):
     # context_len is past the length the engine derives from the config: the command sets the
     # engine's override (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLANG_ALLOW_OVERWRITE_LONGER_...=1)
     long_context: bool = False
+    gpu_products: tuple[str, ...] = ()  # the names the driver reports for the GPU planned
+    checkpoint_bytes: int = 0  # the weights on disk (sizes the model-cache volume)
 
 
 def _override(p: Launch, engine: str) -> str | None:
@@ -134,13 +136,24 @@ FLAGS = {
 }
 
 
+def seats_flag(p: Launch, engine: str) -> int:
+    """The value of --max-num-seqs / --max-running-requests that runs `p.seats` per scheduler.
+    vLLM's -dp N starts one engine core per rank, each with its own scheduler and the whole
+    --max-num-seqs (v1/engine/core_client.py). SGLang divides --max-running-requests among the
+    DP-attention ranks: max_running_requests // (dp_size if enable_dp_attention else 1)
+    (srt/managers/tp_worker.py, model_runner.py in newer releases), so it gets ranks x seats."""
+    if engine == "sglang" and p.dp_attention > 1:
+        return p.seats * p.dp_attention
+    return p.seats
+
+
 def engine_args(p: Launch, engine: str) -> list[str]:
     """The flags of one replica in `engine`'s spelling."""
     flag = FLAGS[engine]
     args = [
         f"{flag['context']} {p.context_len}",
         f"--kv-cache-dtype {kv_cache_dtype(p, engine)}",
-        f"{flag['seats']} {p.seats}",
+        f"{flag['seats']} {seats_flag(p, engine)}",
         *weights_args(p, engine),
     ]
     if p.gpu_mem_util is not None:
@@ -284,11 +297,22 @@ def kubernetes(p: Launch, engine: str, name: str) -> str:
         "          volumeMounts:",
         "            - {name: shm, mountPath: /dev/shm}",
         "            - {name: hf-cache, mountPath: /root/.cache/huggingface}",
+        *_node_selection(p),
         "      volumes:",
         "        - name: shm  # NCCL and PyTorch workers share memory through /dev/shm",
         "          emptyDir: {medium: Memory, sizeLimit: 16Gi}",
-        "        - name: hf-cache  # a PersistentVolumeClaim spares each pod the download",
-        "          emptyDir: {}",
+        "        - name: hf-cache  # the weights, downloaded once and kept across pod restarts",
+        f"          persistentVolumeClaim: {{claimName: {app}-hf-cache}}",
+        "---",
+        "apiVersion: v1",
+        "kind: PersistentVolumeClaim",
+        "metadata:",
+        f"  name: {app}-hf-cache",
+        "spec:",
+        "  # every replica reads the same weights: ReadWriteMany needs a storage class that offers",
+        "  # it (NFS, EFS, Filestore, CephFS); with ReadWriteOnce give each replica its own claim",
+        "  accessModes: [ReadWriteMany]",
+        f"  resources: {{requests: {{storage: {_cache_gi(p)}Gi}}}}",
         "---",
         "apiVersion: v1",
         "kind: Service",
@@ -299,6 +323,34 @@ def kubernetes(p: Launch, engine: str, name: str) -> str:
         f"  ports: [{{port: {port}, targetPort: {port}}}]",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _node_selection(p: Launch) -> list[str]:
+    """Pods go to nodes with the GPU planned: the nvidia.com/gpu.product label NVIDIA's GPU
+    Feature Discovery sets (the driver's product name, spaces as dashes)."""
+    labels = [name.strip().replace(" ", "-") for name in p.gpu_products if name.strip()]
+    if not labels:
+        return ["      # add a nodeSelector for the GPU planned (nvidia.com/gpu.product)"]
+    if len(labels) == 1:
+        return [
+            "      nodeSelector:  # GPU Feature Discovery's label of the GPU planned",
+            f"        nvidia.com/gpu.product: {_q(labels[0])}",
+        ]
+    return [
+        "      affinity:  # GPU Feature Discovery's labels of the GPU planned",
+        "        nodeAffinity:",
+        "          requiredDuringSchedulingIgnoredDuringExecution:",
+        "            nodeSelectorTerms:",
+        "              - matchExpressions:",
+        "                  - key: nvidia.com/gpu.product",
+        "                    operator: In",
+        f"                    values: [{', '.join(_q(label) for label in labels)}]",
+    ]
+
+
+def _cache_gi(p: Launch) -> int:
+    """The model-cache claim: the checkpoint and a quarter more (tokenizer, a second revision)."""
+    return max(10, -(-int(p.checkpoint_bytes * 1.25) // 2**30))
 
 
 def emit(p: Launch, target: str, name: str, spec=None, allow_long: bool = False) -> str:

@@ -124,7 +124,7 @@ text("state-fixed")(
 text("sliding-held")(
     lambda: (
         "Sliding-window layers hold min(s, W) tokens. transformers keeps W-1; vLLM reserves "
-        "W-1 + max_num_batched_tokens + one block (kvplan capacity --engine vllm)."
+        "W-1 + max_num_batched_tokens + one block (kvplan engine MODEL --engine vllm)."
     )
 )
 
@@ -370,9 +370,12 @@ text("explore-cache-bytes")(
 
 # ---- catalogues ---------------------------------------------------------------------------------
 text("models-kv-per-token")(
-    lambda: (
-        "KV B/token: every attention layer holding every token, in the model dtype (sliding and "
-        "chunked layers hold fewer at long context: see kvplan size --breakdown)."
+    lambda context_len=131072: (
+        "KV B/token: every attention layer holding every token, in the model dtype. at "
+        f"{f.tokens(context_len)}: the KV of one {context_len:,}-token sequence per token (at "
+        "the model's maximum positions where shorter), sliding-window and chunked layers "
+        "holding only their window: what a long context really costs (kvplan size --breakdown "
+        "per layer group)."
     )
 )
 text("gpus-dense")(

@@ -565,9 +565,14 @@ text("explore-mla-replicated")(
 
 # ---- GPU kinds side by side ----------------------------------------------------------------------
 text("compare-columns")(
-    lambda context_len: (
-        f"Each GPU kind on the deployment kvplan chooses for one {context_len:,}-token sequence "
-        "(kvplan capacity --gpu KIND for its details). users: sequences of that context one "
+    lambda context_len, layout=None: (
+        (
+            f"Every GPU kind on {layout}, the layout given"
+            if layout
+            else f"Each GPU kind on the deployment kvplan chooses for one {context_len:,}-token "
+            "sequence"
+        )
+        + " (kvplan capacity --gpu KIND for its details). users: sequences of that context one "
         "replica holds; per GPU: divided by its GPUs; ceiling: one sequence's decode rate no "
         "batch beats, BW/(s x k); TPOT floor and tok/s per GPU: a decode step with the replica "
         "full, at 100% of bandwidth and peak, communication included."
@@ -773,7 +778,40 @@ text("distributed-send")(
         + f" (fitted: {f.us_text(latency_s, 1)} + M / {f.gbps_text(bandwidth, 2)})."
     )
 )
-text("deployment-none-fits")(lambda reason: f"{reason}. Shown on one GPU.")
+text("deployment-none-fits")(
+    lambda reason, gpus=1: (
+        f"{reason}. Shown on {'one GPU' if gpus == 1 else f'{gpus} GPUs'}, with what would fit."
+    )
+)
+text("deployment-on-gpus")(
+    lambda layout, gpu, num_gpus, replicas, context_len, users, others: (
+        f"On {num_gpus:,} x {gpu}: "
+        + (f"{replicas:,} replicas of {layout}" if replicas > 1 else layout)
+        + f", the layout holding the most {context_len:,}-token sequences on them ({users:,})"
+        + (
+            "; also weighed: "
+            + "; ".join(
+                f"{n:,} x {name} {count:,}" if n > 1 else f"{name} {count:,}"
+                for name, n, count in others
+            )
+            if others
+            else ""
+        )
+        + ". Fix any of it with --tp, --pp or --dp-attention."
+    )
+)
+text("launch-engine-seats")(
+    lambda planned, held, layout: (
+        f"vLLM's own allocation of these flags holds {held:,} max_model_len requests per "
+        f"replica of {layout}, not the {planned:,} the engine-free plan counts (its page layout "
+        "differs, e.g. fp8_ds_mla for a DSA model's fp8 cache): the launch carries vLLM's count."
+    )
+)
+text("gpus-idle")(
+    lambda num_gpus, used, layout: (
+        f"{num_gpus - used:,} of the {num_gpus:,} GPUs stay idle: replicas of {layout} use {used:,}."
+    )
+)
 text("roofline-ops")(
     lambda tp: (
         "Operators of the decode step summed over the layers"

@@ -70,14 +70,15 @@ def plan_view(result: PlanResult, engine: str = "vllm") -> View:
             Column("config", "GPU, parallelism", f.text, "left"),
             Column("kv", "KV", f.text, "left"),
             Column("max_num_seqs", "seqs", f.integer),
-            Column("max_num_batched_tokens", "batch tokens", f.integer),
-            Column("goodput_rps", "goodput/replica (req/s)", f.fixed(2)),
-            Column("replicas", "replicas", f.integer),
+            Column("max_num_batched_tokens", "batch tokens", f.integer, priority=3),
+            Column("goodput_rps", "goodput/replica (req/s)", f.fixed(2), priority=2),
+            Column("replicas", "replicas", f.integer, priority=4),  # GPUs / (TP x PP)
             Column("num_gpus", "GPUs", f.integer),
-            Column("usd_per_hour", "$/hour", f.usd),
-            Column("usd_per_million_tokens", "$/M tokens", f.fixed(3)),
-            Column("p99_ttft_ms", "TTFT p99 (ms)", f.fixed(0)),
-            Column("p99_tpot_ms", "TPOT p99 (ms)", f.fixed(1)),
+            Column("usd_per_hour", "$/hour", f.usd, priority=1),
+            # what plan answers: the cost, and the latencies the targets bound
+            Column("usd_per_million_tokens", "$/M tokens", f.fixed(3), answer=True),
+            Column("p99_ttft_ms", "TTFT p99 (ms)", f.fixed(0), answer=True),
+            Column("p99_tpot_ms", "TPOT p99 (ms)", f.fixed(1), answer=True),
         ],
         rows,
     )

@@ -235,7 +235,8 @@ def fit_columns(
     header (on at most two lines where headers wrap). Too wide: prose columns are stacked under
     the table (widest first); then, with `drop`, columns are left out by priority (highest first,
     the rightmost of equals first), and if even the narrowest layout (text wrapped, headers by
-    word) is too wide, unranked columns from the right (never the first)."""
+    word) is too wide, unranked columns from the right (never the first, never an answer column:
+    Column.answer)."""
     bounds = column_bounds(columns, cells, wrap_headers)
     shown = list(range(len(columns)))
     stacked: list[int] = []
@@ -253,7 +254,7 @@ def fit_columns(
         stacked.append(i)
     if drop:
         ranked = sorted(
-            (i for i in shown if columns[i].priority > 0),
+            (i for i in shown if columns[i].priority > 0 and not columns[i].answer),
             key=lambda i: (-columns[i].priority, -i),
         )
         for i in ranked:
@@ -261,8 +262,13 @@ def fit_columns(
                 break
             shown.remove(i)
             dropped.append(i)
-        while total(bounds.least) > width and len(shown) > 1:
-            dropped.append(shown.pop())
+        while total(bounds.least) > width:
+            # the last resort: unranked columns from the right, never the first nor an answer
+            spare = [i for i in shown[1:] if not columns[i].answer]
+            if not spare:
+                break
+            shown.remove(spare[-1])
+            dropped.append(spare[-1])
     return Fit(shown, sorted(stacked), sorted(dropped))
 
 

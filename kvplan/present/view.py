@@ -4,9 +4,11 @@ turn it into text.
 
 Presenters tag what a renderer needs beyond the words, with small typed markers:
 
-- `Column.priority`: 0 (the default) is always shown; at a narrow terminal the column with the
-  highest priority is left out first (a line under the table names it). `Column.prose=True`
-  marks long text that is stacked under the table instead of squeezed into it.
+- `Column.priority`: at a narrow terminal the column with the highest priority is left out first
+  (a line under the table names it); 0 (the default) only when even the narrowest layout is too
+  wide, rightmost first. `Column.answer=True` marks the column the command exists for ($/M
+  tokens in a comparison, the p99 latencies in plan): never left out. `Column.prose=True` marks
+  long text that is stacked under the table instead of squeezed into it.
 - `Verdict` (good, bad, warn): `Fact(..., verdict=...)`, or `Column(..., verdict=fn)` with `fn`
   a function of the row; a terminal colours it.
 - Note references: `Fact(..., notes=...)`, `Column(..., notes=...)` (cited at its header),
@@ -66,7 +68,8 @@ class Column(NamedTuple):
     header: str  # with its unit, e.g. "KV/seq (GiB)"
     fmt: Callable[[Any], str] = str
     align: str = "right"
-    priority: int = 0  # 0: always shown; the highest is left out first when the width is short
+    priority: int = 0  # the highest is left out first when the width is short (0: last resort)
+    answer: bool = False  # the column the command exists for: never left out
     prose: bool = False  # long text: stacked under the table when the table is too wide
     verdict: Callable[[dict], Verdict | None] | None = None  # a row's verdict for this cell
     notes: Refs = ()  # cited at the header
