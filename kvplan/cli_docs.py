@@ -46,6 +46,11 @@ OUTPUT = [
     "- A file kvplan names itself is never overwritten silently: `report`'s charts beside `--out`",
     "  and `explore`'s default `kvcache.html` need `--force` when they exist (or, for `explore`,",
     "  an explicit `--out`).",
+    "- A command that writes several files (`report` and its charts; `simulate --plot --timeline",
+    "  --out`; `measure --json --junit-xml --save-profile`) writes all of them or none: each is",
+    "  complete in its temporary file before any is renamed into place, and what goes to standard",
+    "  output follows them. A failure (a full disk on the second chart) or a signal leaves none of",
+    "  this run's files, and a file it was replacing is put back, so a retry is never blocked.",
     "",
 ]
 

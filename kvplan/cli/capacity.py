@@ -152,17 +152,22 @@ def add(app: typer.Typer) -> None:
             network_gbps=network_gbps,
         )
         result = capacity(spec, profile, request)
-        if plot is not None:
-            from kvplan.present.plots import capacity_plot
+        from kvplan.present.output import all_or_nothing
 
-            contexts = [2**k for k in range(10, 21)]
-            capacity_plot(
-                concurrency_curve(spec, profile, request, contexts),
-                f"{spec.name} on {profile.name} ({layout_text(deployment_of(result))})",
-                plot,
-            )
-        if emit_flags is not None:
-            launch = launch_of(result, spec, profile.device_vendor, model, max_num_batched_tokens)
-            c.emit(emit(launch, emit_flags, spec.name))
-            return
-        c.emit(c.render(capacity_view(result), fmt or OutputFormat.table))
+        with all_or_nothing():  # the chart and what is printed, or neither
+            if plot is not None:
+                from kvplan.present.plots import capacity_plot
+
+                contexts = [2**k for k in range(10, 21)]
+                capacity_plot(
+                    concurrency_curve(spec, profile, request, contexts),
+                    f"{spec.name} on {profile.name} ({layout_text(deployment_of(result))})",
+                    plot,
+                )
+            if emit_flags is not None:
+                launch = launch_of(
+                    result, spec, profile.device_vendor, model, max_num_batched_tokens
+                )
+                c.emit(emit(launch, emit_flags, spec.name))
+                return
+            c.emit(c.render(capacity_view(result), fmt or OutputFormat.table))
