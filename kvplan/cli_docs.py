@@ -52,6 +52,13 @@ OUTPUT = [
     "  output follows them. A failure (a full disk on the second chart) or a signal leaves none of",
     "  this run's files, and a file it was replacing is put back, so a retry is never blocked.",
     "",
+    "## Signals",
+    "",
+    "- SIGTERM, SIGINT (Ctrl-C) and SIGHUP stop kvplan promptly with one line (`error: stopped by",
+    "  SIGTERM`) and the shell's exit code, 128 + the signal (143, 130, 129): temporary files and",
+    "  the unfinished outputs of the run are removed. A signal the caller ignores (`nohup`) stays",
+    "  ignored.",
+    "",
 ]
 
 
