@@ -56,8 +56,9 @@ OUTPUT = [
     "",
     "- SIGTERM, SIGINT (Ctrl-C) and SIGHUP stop kvplan promptly with one line (`error: stopped by",
     "  SIGTERM`) and the shell's exit code, 128 + the signal (143, 130, 129): temporary files and",
-    "  the unfinished outputs of the run are removed. A signal the caller ignores (`nohup`) stays",
-    "  ignored.",
+    "  the unfinished outputs of the run are removed, and the worker processes of `plan` and the",
+    "  ranks of `measure --distributed` are ended (they also die if kvplan is killed outright).",
+    "  A signal the caller ignores (`nohup`) stays ignored.",
     "",
 ]
 

@@ -109,6 +109,100 @@ def _reap(proc: subprocess.Popen, marker: str) -> None:
     proc.wait(5)
 
 
+# ---- 1. plan's workers end with it --------------------------------------------------------------
+@pytest.mark.parametrize(
+    "signum,code",
+    [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)],
+    ids=["SIGTERM", "SIGINT", "SIGHUP"],
+)
+def test_a_stopped_plan_leaves_no_worker_and_closes_the_pipes(tmp_path, signum, code):
+    marker = uuid.uuid4().hex
+    proc = _start(PLAN, tmp_path, marker)
+    try:
+        workers = _wait_for(
+            lambda: len(_children(proc.pid)) >= 2 and _children(proc.pid), 60, "two workers"
+        )
+        proc.send_signal(signum)
+        started = time.monotonic()
+        out, err = proc.communicate(timeout=15)  # EOF on both pipes: nobody holds them
+        assert time.monotonic() - started < 15
+        assert proc.returncode == code, err
+        name = signal.Signals(signum).name
+        assert err.decode().splitlines() == [f"error: stopped by {name}"], err
+        assert out == b""
+        assert not any(_alive(pid) for pid in workers)
+        assert _marked(marker) == []
+    finally:
+        _reap(proc, marker)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_plan_workers_die_with_a_killed_parent(tmp_path):
+    """SIGKILL runs no cleanup in the parent: the workers must end themselves."""
+    marker = uuid.uuid4().hex
+    proc = _start(PLAN, tmp_path, marker)
+    try:
+        workers = _wait_for(
+            lambda: len(_children(proc.pid)) >= 2 and _children(proc.pid), 60, "two workers"
+        )
+        proc.kill()
+        proc.communicate(timeout=15)  # the workers held the same pipes
+        _wait_for(lambda: not any(_alive(pid) for pid in workers), 10, "the workers gone")
+        assert _marked(marker) == []
+    finally:
+        _reap(proc, marker)
+
+
+def test_the_pool_threads_leave_the_signals_to_the_main_thread():
+    """A signal the kernel gave to one of the pool's helper threads never woke the main thread
+    from its wait for results (Python runs handlers only there): 1 stop in 6 was lost."""
+    import threading
+
+    from kvplan.plans.workers import worker_pool
+
+    with worker_pool(2):
+        pool_threads = [
+            t
+            for t in threading.enumerate()
+            if type(t).__name__ == "_ExecutorManagerThread" or t.name == "QueueFeederThread"
+        ]
+        assert len(pool_threads) >= 2, threading.enumerate()
+        for thread in pool_threads:
+            status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+            blocked = int(status.split("SigBlk:")[1].split()[0], 16)
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                assert blocked >> (signum - 1) & 1, (thread.name, signum)
+    status = Path(f"/proc/self/task/{threading.get_native_id()}/status").read_text()
+    assert int(status.split("SigBlk:")[1].split()[0], 16) >> (signal.SIGTERM - 1) & 1 == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_stopped_distributed_measure_leaves_no_rank(tmp_path, signum):
+    """measure --distributed spawns its ranks (torch.multiprocessing, about 10 s of work): on
+    SIGTERM the parent ends them at once (it used to wait for them to finish); killed outright,
+    the ranks die with it (they
+    used to wait in a collective until its timeout, holding the caller's pipes)."""
+    pytest.importorskip("torch")
+    marker = uuid.uuid4().hex
+    argv = ["measure", "--distributed", "--nproc", "2", "--timeout", "60"]
+    proc = _start(argv, tmp_path, marker)
+    try:
+        _wait_for(lambda: len(_marked(marker)) >= 3, 120, "two ranks")  # the parent and 2 ranks
+        time.sleep(2)  # the ranks inside torch.distributed
+        started = time.monotonic()
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+        if signum == signal.SIGTERM:
+            assert proc.returncode == 143, err
+            assert err.decode().splitlines()[-1] == "error: stopped by SIGTERM", err
+            assert time.monotonic() - started < 6, "the ranks were waited for, not stopped"
+        # at once, not when their work is done (resource_tracker ends on its pipe's EOF)
+        _wait_for(lambda: _marked(marker) == [], 3, "every rank gone")
+    finally:
+        _reap(proc, marker)
+
+
 # ---- 2. a signal while a chart is written ------------------------------------------------------------
 # runs kvplan with matplotlib's savefig hanging after the Nth chart's bytes are written
 HANG_IN_SAVEFIG = """
