@@ -126,16 +126,18 @@ def check_outputs(outputs: dict[str, Path | str | None]) -> None:
 
 # ---- temporary files: registered before they exist, removed whatever ends the run ----------
 _TEMPORARY: dict[Path, int] = {}  # temporary file -> the process that made it (not a fork's)
+_SWEEP_AT_EXIT: list[bool] = []  # [True] once remove_temporaries is registered with atexit
 
 
 def _new_temporary(path: Path, link_to: Path | None = None) -> Path:
     """A new file `.NAME.RANDOM.tmp` beside `path` (empty, or a hard link to `link_to`). Its name
     is registered before the file exists, so a signal between the two leaves nothing unlisted;
     48 random bits make a clash with a file of someone else's negligible."""
-    if not _TEMPORARY:
+    if not _SWEEP_AT_EXIT:
         import atexit
 
         atexit.register(remove_temporaries)
+        _SWEEP_AT_EXIT.append(True)
     for _ in range(100):
         tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")
         _TEMPORARY[tmp] = os.getpid()
