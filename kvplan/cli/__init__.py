@@ -9,6 +9,7 @@ import sys
 
 import typer
 
+from kvplan.cli import signals
 from kvplan.errors import KvplanError
 
 HELP = "Plan the KV cache of an LLM deployment from its config.json and a hardware profile."
@@ -111,24 +112,37 @@ def main(argv: list[str] | None = None) -> None:
         argv = ["--help"]  # bare `kvplan`: the help, exit 0
     from kvplan.present.escape import error_line
 
+    with signals.handled():
+        try:
+            code = _app_for(argv)(args=argv, prog_name="kvplan", standalone_mode=False)
+        except signals.Stopped as exc:  # SIGTERM, SIGINT, SIGHUP: everything cleaned up on the way
+            _say(f"error: {exc.message}")
+            sys.exit(exc.code)
+        except KvplanError as exc:  # raised outside a command (option callbacks)
+            typer.echo(error_line(exc), err=True)
+            sys.exit(2)
+        except Exception as exc:
+            if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):  # click usage errors
+                moved = _moved(argv, exc)
+                if moved:
+                    typer.echo(f"error: {argv[0]} has no {exc.option_name}: {moved}", err=True)
+                    sys.exit(2)
+                message = " ".join(exc.format_message().split())
+                typer.echo(error_line(f"{message} (kvplan --help)"), err=True)
+                sys.exit(2 if exc.exit_code in (None, 1, 2) else exc.exit_code)
+            if exc.__class__.__name__ == "Abort":
+                sys.exit(130)
+            _internal_error(exc)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _say(line: str) -> None:
+    """One line on standard error, if it is still there (a signal may follow a hang-up)."""
     try:
-        code = _app_for(argv)(args=argv, prog_name="kvplan", standalone_mode=False)
-    except KvplanError as exc:  # raised outside a command (option callbacks)
-        typer.echo(error_line(exc), err=True)
-        sys.exit(2)
-    except Exception as exc:
-        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):  # click usage errors
-            moved = _moved(argv, exc)
-            if moved:
-                typer.echo(f"error: {argv[0]} has no {exc.option_name}: {moved}", err=True)
-                sys.exit(2)
-            message = " ".join(exc.format_message().split())
-            typer.echo(error_line(f"{message} (kvplan --help)"), err=True)
-            sys.exit(2 if exc.exit_code in (None, 1, 2) else exc.exit_code)
-        if exc.__class__.__name__ == "Abort":
-            sys.exit(130)
-        _internal_error(exc)
-    sys.exit(code if isinstance(code, int) else 0)
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _internal_error(exc: Exception) -> None:

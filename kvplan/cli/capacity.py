@@ -178,19 +178,22 @@ def add(app: typer.Typer) -> None:
         else:  # counted as the engine will page it
             engine = emit_flags.partition("-")[0]
             result = capacity_for_launch(spec, profile, request, engine, block_size is not None)
-        if plot is not None:
-            from kvplan.present.plots import capacity_plot
+        from kvplan.present.output import all_or_nothing
 
-            contexts = [2**k for k in range(10, 21)]
-            capacity_plot(
-                concurrency_curve(spec, profile, request, contexts),
-                f"{spec.name} on {profile.name} ({layout_text(deployment_of(result))})",
-                plot,
-            )
-        if emit_flags is not None:
-            launch = launch_of(result, spec, profile, model, max_num_batched_tokens, block_size)
-            c.emit(emit(launch, emit_flags, spec.name, spec, allow_long))
-            return
-        c.emit(c.render(capacity_view(result), fmt or OutputFormat.table))
+        with all_or_nothing():  # the chart and what is printed, or neither
+            if plot is not None:
+                from kvplan.present.plots import capacity_plot
+
+                contexts = [2**k for k in range(10, 21)]
+                capacity_plot(
+                    concurrency_curve(spec, profile, request, contexts),
+                    f"{spec.name} on {profile.name} ({layout_text(deployment_of(result))})",
+                    plot,
+                )
+            if emit_flags is not None:
+                launch = launch_of(result, spec, profile, model, max_num_batched_tokens, block_size)
+                c.emit(emit(launch, emit_flags, spec.name, spec, allow_long))
+                return
+            c.emit(c.render(capacity_view(result), fmt or OutputFormat.table))
         if not result.fits:
             raise typer.Exit(EXIT_NO_FIT)

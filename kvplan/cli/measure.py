@@ -225,27 +225,31 @@ def _percent(text: str) -> float:
 
 
 def _write_outputs(view, result, json_out, save_profile, junit_path, fmt, junit) -> None:
+    """--json, --save-profile, --junit-xml and the table: all of them, or none."""
     import json
 
-    if json_out is not None:
-        c.emit(json.dumps(view.data, indent=2, allow_nan=False) + "\n", json_out)
-    if save_profile is not None:
-        from kvplan.measure.profile import profile_yaml
+    from kvplan.present.output import all_or_nothing
 
-        cond = result.conditions
-        c.emit(
-            profile_yaml(
-                result.profile,
-                {**result.identity, "rounds": cond["rounds"]},
-                cond["dtype"],
-                cond["gather_kv"],
-                cond["threads"],
-            ),
-            save_profile,
-        )
-    if junit_path is not None:
-        c.emit(junit(view.data), junit_path)
-    c.emit(c.render(view, fmt))
+    with all_or_nothing():
+        if json_out is not None:
+            c.emit(json.dumps(view.data, indent=2, allow_nan=False) + "\n", json_out)
+        if save_profile is not None:
+            from kvplan.measure.profile import profile_yaml
+
+            cond = result.conditions
+            c.emit(
+                profile_yaml(
+                    result.profile,
+                    {**result.identity, "rounds": cond["rounds"]},
+                    cond["dtype"],
+                    cond["gather_kv"],
+                    cond["threads"],
+                ),
+                save_profile,
+            )
+        if junit_path is not None:
+            c.emit(junit(view.data), junit_path)
+        c.emit(c.render(view, fmt))
 
 
 def _distributed(
@@ -275,11 +279,14 @@ def _distributed(
     if result is None:  # a torchrun rank other than 0: rank 0 reports
         return
     view = distributed_view(result)
-    if json_out is not None:
-        c.emit(json.dumps(view.data, indent=2, allow_nan=False) + "\n", json_out)
-    if junit_path is not None:
-        c.emit(distributed_junit_xml(view.data), junit_path)
-    c.emit(c.render(view, fmt))
+    from kvplan.present.output import all_or_nothing
+
+    with all_or_nothing():  # --json, --junit-xml and the table: all of them, or none
+        if json_out is not None:
+            c.emit(json.dumps(view.data, indent=2, allow_nan=False) + "\n", json_out)
+        if junit_path is not None:
+            c.emit(distributed_junit_xml(view.data), junit_path)
+        c.emit(c.render(view, fmt))
     typer.echo(terminal_text(view.data["summary"]), err=True)
     if check and not result.check.passed:
         raise typer.Exit(EXIT_CHECK_FAILED)

@@ -37,7 +37,7 @@ def add(app: typer.Typer) -> None:
 
         from kvplan.plans.design import DesignRequest, design_report
         from kvplan.present.design import design_json, render_markdown, write_plots
-        from kvplan.present.output import check_outputs, is_stdout
+        from kvplan.present.output import all_or_nothing, check_outputs, is_stdout
 
         if fmt not in ("markdown", "json"):
             raise KvplanError(f"--format {fmt!r}: report prints markdown or json")
@@ -56,5 +56,6 @@ def add(app: typer.Typer) -> None:
         if fmt == "json":
             c.emit(json.dumps(design_json(result), indent=2, allow_nan=False) + "\n", out)
             return
-        plots = write_plots(result, out, force) if request.plots else {}
-        c.emit(render_markdown(result, plots), out)
+        with all_or_nothing():  # the charts and the page land together, or none of them
+            plots = write_plots(result, out, force) if request.plots else {}
+            c.emit(render_markdown(result, plots), out)

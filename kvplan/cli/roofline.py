@@ -54,8 +54,11 @@ def add(app: typer.Typer) -> None:
             ops=ops,
         )
         view = roofline_view(roofline(c.load_model(model), profile, request))
-        if plot is not None:
-            from kvplan.present.plots import roofline_plot
+        from kvplan.present.output import all_or_nothing
 
-            roofline_plot(view.data, plot)
-        c.emit(c.render(view, fmt))
+        with all_or_nothing():  # the chart and the table, or neither
+            if plot is not None:
+                from kvplan.present.plots import roofline_plot
+
+                roofline_plot(view.data, plot)
+            c.emit(c.render(view, fmt))

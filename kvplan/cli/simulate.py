@@ -263,7 +263,7 @@ def add(app: typer.Typer) -> None:
         `vllm bench serve` reports a real run."""
         from kvplan.inputs.options import check_range, parse_tokens
         from kvplan.plans.simulate import SimulateRequest, simulate
-        from kvplan.present.output import check_outputs
+        from kvplan.present.output import all_or_nothing, check_outputs
         from kvplan.present.simulate import simulate_plots, simulate_view
         from kvplan.simulate.workload import WorkloadSpec
 
@@ -322,6 +322,7 @@ def add(app: typer.Typer) -> None:
             network_gbps=network_gbps,
         )
         result = simulate(c.load_model(model), c.load_gpu(gpu), request)
-        if plot is not None or timeline is not None:
-            simulate_plots(result, plot, timeline)
-        c.emit(c.render(simulate_view(result), fmt), out)
+        with all_or_nothing():  # --plot, --timeline and --out land together, or none
+            if plot is not None or timeline is not None:
+                simulate_plots(result, plot, timeline)
+            c.emit(c.render(simulate_view(result), fmt), out)

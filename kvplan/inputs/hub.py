@@ -447,7 +447,7 @@ def _save(path: Path, text: str) -> None:
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), "cache")
+        write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), "cache", alone=True)
     except (KvplanError, OSError):
         pass
 

@@ -242,8 +242,8 @@ def _spawn(request: DistributedRequest, out: str) -> None:
 
     port = _free_port()
     context = mp.start_processes(
-        _worker,
-        args=(request.nproc, port, request, out),
+        _spawned_worker,
+        args=(os.getpid(), request.nproc, port, request, out),
         nprocs=request.nproc,
         join=False,
         start_method="spawn",
@@ -252,9 +252,6 @@ def _spawn(request: DistributedRequest, out: str) -> None:
     try:
         while not context.join(timeout=1.0):
             if time.monotonic() > deadline:
-                for process in context.processes:
-                    if process.is_alive():
-                        process.kill()
                 raise KvplanError("distributed run timed out; every rank was stopped")
     except KvplanError:
         raise
@@ -268,6 +265,22 @@ def _spawn(request: DistributedRequest, out: str) -> None:
         raise KvplanError(
             f"distributed run failed, all ranks stopped; first error: {detail}"
         ) from None
+    finally:  # a timeout, an error, a signal: no rank outlives the run (a SystemExit here used
+        # to wait for the ranks to finish their work: multiprocessing joins its children at exit)
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+                process.join(1.0)
+
+
+def _spawned_worker(rank: int, parent: int, *args) -> None:
+    """A rank this process spawned: SIGKILL when its parent dies (kvplan.plans.workers). torch's
+    spawn asks for SIGINT, which a rank blocked in a collective does not act on until the
+    collective's timeout."""
+    from kvplan.plans.workers import die_with_parent
+
+    die_with_parent(parent)
+    _worker(rank, *args)
 
 
 def run_distributed(request: DistributedRequest) -> DistributedResult:

@@ -299,10 +299,10 @@ def _run_all(spec, gpus, request, configs: list[Config], requests, workers: int,
                 progress(done, total)
         return [outcomes[c] for c in configs]
     import concurrent.futures as futures
-    import multiprocessing
 
-    context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    with futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    from kvplan.plans.workers import worker_pool
+
+    with worker_pool(workers) as pool:  # its workers end with the run, however it ends
         pending = {
             pool.submit(evaluate_group, spec, gpus, request, group, requests): group
             for group in groups

@@ -1,0 +1,66 @@
+"""A signal ends kvplan as an error does: cleanly, promptly, with one line and the shell's code.
+
+Python's default for SIGTERM and SIGHUP is to die on the spot: no `finally` runs, so the worker
+processes of `kvplan plan` were left running (adopted by PID 1, holding the caller's pipes) and a
+chart being written left its `.name.XXXX.tmp`. Here SIGTERM, SIGHUP and SIGINT raise `Stopped` (a
+SystemExit, so nothing that catches Exception swallows it) in the main thread; on its way out
+every `finally` runs (the process pool ends its workers, kvplan.present.output removes the
+temporary files and the outputs of an unfinished `all_or_nothing()` block) and `kvplan.cli.main`
+prints `error: stopped by SIGTERM` and exits 128 + the signal's number (143; SIGINT 130, SIGHUP
+129). A second signal during that cleanup is ignored: the cleanup is bounded, and the first
+signal's exit stands. A signal the caller set to be ignored (nohup, a background job's SIGINT)
+stays ignored.
+
+The `signal` module is already loaded by typer and rich, so installing costs no start-up."""
+
+import signal
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class Stopped(SystemExit):
+    """The run was stopped by `signum`; the exit code is 128 + signum."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+    @property
+    def message(self) -> str:
+        return f"stopped by {signal.Signals(self.signum).name}"
+
+
+_stopping = False
+
+
+def _stop(signum, frame) -> None:
+    global _stopping
+    if _stopping:  # already on the way out: let the cleanup finish
+        return
+    _stopping = True
+    raise Stopped(signum)
+
+
+class handled:  # noqa: N801 (used as a function: `with handled():`)
+    """Inside the block, SIGTERM, SIGINT and SIGHUP raise `Stopped`, unless the caller ignores
+    them (nohup, a background job's SIGINT); the handlers before it come back at its end (main()
+    also runs inside test suites and other programs). Only the main thread can set handlers:
+    elsewhere the block changes nothing."""
+
+    def __enter__(self) -> None:
+        global _stopping
+        _stopping = False
+        self.previous = {}
+        for signum in SIGNALS:
+            current = signal.getsignal(signum)
+            default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+            if current is default:
+                try:
+                    signal.signal(signum, _stop)
+                except ValueError:  # not the main thread
+                    return
+                self.previous[signum] = current
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
