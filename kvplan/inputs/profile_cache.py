@@ -1,6 +1,6 @@
 """The bundled profiles precompiled: hardware_profiles/bundled.json holds what the strict YAML
 loader reads from each bundled file (the GPU profiles and prices.yaml), the names each profile
-answers to, and each file's SHA-256. Reading it takes ~2 ms of CPU where the pure-Python loader
+answers to, and each file's CRC-32. Reading it takes ~2 ms of CPU where the pure-Python loader
 took ~190 ms for the 41 files, which every `--gpu` command paid.
 
 `python scripts/compile_profiles.py` writes it; tests/test_hardware.py re-reads every YAML with
@@ -11,8 +11,8 @@ through the strict loader instead. Users' own files always go through the strict
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
+import zlib
 from pathlib import Path
 
 COMPILED = "bundled.json"
@@ -20,9 +20,10 @@ PRICES = "prices"  # prices.yaml: GPU-hour prices (kvplan.inputs.prices), not a 
 
 
 def _digests(folder: Path) -> dict[str, str]:
+    """Each YAML's CRC-32: to notice an edit, not a security boundary (whoever can edit a bundled
+    YAML can edit the JSON beside it). zlib is loaded already; hashlib's OpenSSL costs ~7 ms."""
     return {
-        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(folder.glob("*.yaml"))
+        path.name: f"{zlib.crc32(path.read_bytes()):08x}" for path in sorted(folder.glob("*.yaml"))
     }
 
 
@@ -35,7 +36,7 @@ def _plain(value: object) -> str:
 
 
 def compile_bundled(folder: Path) -> dict:
-    """Every YAML in `folder` through the strict loader: {"files": {name: sha256}, "profiles":
+    """Every YAML in `folder` through the strict loader: {"files": {name: crc32}, "profiles":
     {stem: data}, "prices": data, "names": {lower-case name, key or alias: stem}}, the first
     profile in file order winning a name (as a scan of the profiles in order finds it)."""
     from kvplan.inputs.hardware import load_yaml, parse_profile
