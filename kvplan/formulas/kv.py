@@ -56,13 +56,18 @@ _GROUPS: dict[tuple, tuple] = {}
 
 def cache_groups(spec: ModelSpec, fmt: KvFormat, tp: int = 1) -> list[CacheGroup]:
     """Group the layers by what they cache; a hybrid layer (KV + state) appears in two groups."""
+    return list(_kept(spec, fmt, tp)[1])
+
+
+def _kept(spec: ModelSpec, fmt: KvFormat, tp: int) -> tuple:
+    """(layers, their groups, {(context, block size): paged bytes per sequence})."""
     key = (id(spec.layers), fmt, tp)
     kept = _GROUPS.get(key)
     if kept is None or kept[0] is not spec.layers:
         if len(_GROUPS) >= KEPT:
             del _GROUPS[next(iter(_GROUPS))]
-        kept = _GROUPS[key] = (spec.layers, _group_layers(spec.layers, fmt, tp))
-    return list(kept[1])
+        kept = _GROUPS[key] = (spec.layers, _group_layers(spec.layers, fmt, tp), {})
+    return kept
 
 
 def _group_layers(layers: tuple, fmt: KvFormat, tp: int) -> tuple[CacheGroup, ...]:
@@ -146,8 +151,15 @@ def paged_bytes_per_sequence(
     spec: ModelSpec, context_len: int, fmt: KvFormat, tp: int = 1, block_size: int = 16
 ) -> int:
     """Bytes one sequence occupies under paging: whole blocks per layer group, plus its state.
-    The waste against kv_bytes_per_sequence is under one block per sequence per group."""
-    return paged_bytes_of_groups(cache_groups(spec, fmt, tp), context_len, block_size)
+    The waste against kv_bytes_per_sequence is under one block per sequence per group. Kept
+    with the groups: `capacity --gpu all` asks the same of every GPU."""
+    _, groups, paged = _kept(spec, fmt, tp)
+    found = paged.get((context_len, block_size))
+    if found is None:
+        found = paged[context_len, block_size] = paged_bytes_of_groups(
+            groups, context_len, block_size
+        )
+    return found
 
 
 def paged_bytes_of_groups(groups: list[CacheGroup], context_len: int, block_size: int = 16) -> int:
