@@ -304,15 +304,26 @@ class BlockManager:
             parent = self.blocks[seq.block_table[start_block - 1]].hash
             if parent is None:  # an earlier block was never cached (CoW copy): stop here
                 return
+        blocks, table, token_ids, size = (
+            self.blocks,
+            seq.block_table,
+            seq.token_ids,
+            self.block_size,
+        )
+        cached, extra_key = self.cached, seq.extra_key
         for index in range(start_block, full):
-            block = self.blocks[seq.block_table[index]]
-            chunk = tuple(seq.token_ids[index * self.block_size : (index + 1) * self.block_size])
-            h = block_hash(parent, chunk, seq.extra_key)
+            block = blocks[table[index]]
+            chunk = tuple(token_ids[index * size : (index + 1) * size])
+            h = block_hash(parent, chunk, extra_key)
             if block.hash is None:
                 block.hash, block.parent_hash, block.token_ids = h, parent, chunk
-                block.extra_key = seq.extra_key
+                block.extra_key = extra_key
                 # duplicates are not merged (vLLM v1 neither): each copy is registered
-                self.cached.setdefault(h, {})[block.block_id] = None
+                copies = cached.get(h)
+                if copies is None:
+                    cached[h] = {block.block_id: None}
+                else:
+                    copies[block.block_id] = None
             elif block.hash != h:
                 return
             parent = h

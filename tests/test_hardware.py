@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -212,3 +213,74 @@ def test_gpu_local_without_a_device_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)
     code, _, err = run_cli("capacity", "llama-3.1-8b", "--gpu", "local")
     assert code == 2 and "no GPU found" in err
+
+
+def test_the_compiled_profiles_are_the_yaml_read_by_the_strict_loader():
+    """hardware_profiles/bundled.json (`python scripts/compile_profiles.py` writes it) holds what
+    the strict loader reads from every bundled YAML, and each profile and price parsed from it
+    equals the one parsed from its YAML file."""
+    from kvplan.inputs.hardware import _profiles_dir, load_yaml, parse_profile
+    from kvplan.inputs.prices import default_prices, prices_from
+    from kvplan.inputs.profile_cache import COMPILED, compile_bundled, render
+
+    folder = _profiles_dir()
+    written = (folder / COMPILED).read_text(encoding="utf-8")
+    assert written == render(compile_bundled(folder)), "run python scripts/compile_profiles.py"
+    paths = sorted(folder.glob("*.yaml"))
+    assert list(bundled_profiles()) == [p.stem for p in paths if p.stem != "prices"]
+    for path in paths:
+        if path.stem == "prices":
+            assert default_prices() == prices_from(load_yaml(path))
+        else:
+            assert bundled_profiles()[path.stem] == parse_profile(
+                load_yaml(path), path.name, path.stem
+            )
+
+
+def test_every_name_finds_the_profile_a_scan_in_file_order_finds():
+    from kvplan.inputs.hardware import find_bundled
+
+    for key, profile in bundled_profiles().items():
+        for name in (key, profile.name, profile.name.upper(), *profile.aliases):
+            first = next(
+                p
+                for p in bundled_profiles().values()
+                if name.lower() in (p.key, p.name.lower()) or name.lower() in p.aliases
+            )
+            assert find_bundled(f" {name} ") == first
+    assert find_bundled("no-such-gpu") is None
+
+
+def test_a_yaml_edited_since_compiling_is_read_from_the_yaml(tmp_path):
+    """The compiled file is a cache: a changed, added or removed YAML sends every read back
+    to the strict loader, so an edited profile takes effect before it is recompiled."""
+    import shutil
+
+    from kvplan.inputs.hardware import _profiles_dir
+    from kvplan.inputs.profile_cache import COMPILED, read_compiled
+
+    shutil.copytree(_profiles_dir(), tmp_path / "p")
+    folder = tmp_path / "p"
+    assert read_compiled(folder) == json.loads((folder / COMPILED).read_text(encoding="utf-8"))
+    h200 = folder / "h200-sxm.yaml"
+    h200.write_text(h200.read_text().replace("sm_count: 132", "sm_count: 133"))
+    (folder / "x1.yaml").write_text((folder / "l4.yaml").read_text().replace("L4", "X1"))
+    fresh = read_compiled(folder)
+    assert fresh["profiles"]["h200-sxm"]["sm_count"] == 133
+    assert fresh["names"]["x1"] == "x1"
+    (folder / "x1.yaml").unlink()
+    (folder / COMPILED).write_text("{not json")
+    assert "x1" not in read_compiled(folder)["profiles"]
+
+
+def test_the_package_data_ships_the_compiled_profiles():
+    """CI installs the wheel: its package data must name bundled.json beside the YAML."""
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    line = next(
+        line
+        for line in pyproject.read_text(encoding="utf-8").splitlines()
+        if line.startswith('"kvplan.hardware_profiles" =')
+    )
+    assert '"bundled.json"' in line.partition("#")[0]

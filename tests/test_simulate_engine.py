@@ -290,3 +290,56 @@ def test_round_robin_replicas_sized_by_their_share_give_the_same_run():
     run = cluster.run(requests, engines, frontend=request.frontend,
                       max_model_len=replica.config.max_model_len)  # fmt: skip
     assert fast == metrics.bench_result(run, 40.0, 1.0, None)
+
+
+def _outcome(requests, cfg, stand_in: bool):
+    from kvplan.simulate.engine import pool_demand
+
+    engine = Engine(cfg, MODEL, 0.0, pool_demand(cfg, requests), stand_in=stand_in)
+    run = cluster.run(requests, [engine], frontend=NO_FRONTEND, max_model_len=cfg.max_model_len)
+    per_request = [(r.rid, r.first_client_s, r.last_client_s, r.preemptions) for r in run.finished]
+    return per_request, metrics.bench_result(run, math.inf, 1.0, None), engine
+
+
+@pytest.mark.parametrize(
+    "num_blocks, seats, chunked, preemption, side, counted",
+    [
+        (1 << 16, 256, True, True, (), True),  # the pool holds everything: never preempts
+        (600, 64, True, True, (), False),  # preempts under load
+        (600, 64, False, True, (), False),
+        (900, 32, True, False, (), True),  # reserves whole sequences before admitting
+        (700, 64, True, True, ((64, 1, 16),), False),  # a sliding-window group's blocks beside
+        (2000, 16, True, True, (), True),
+    ],
+)
+def test_a_stand_in_pool_gives_the_prefix_caching_run_or_steps_aside(
+    num_blocks, seats, chunked, preemption, side, counted
+):
+    """With no shared token stream a counted pool stands in for the BlockManager: it either
+    gives the run the BlockManager gives (every request's times, the bench, preemptions), or
+    raises CachingMatters once a freed sequence comes back (plan then runs the real pool)."""
+    from kvplan.simulate.engine import CachingMatters
+    from kvplan.simulate.workload import WorkloadSpec, generate
+
+    cfg = config(
+        num_blocks=num_blocks,
+        max_num_seqs=seats,
+        max_num_batched_tokens=2048 if chunked else 3072,
+        enable_chunked_prefill=chunked,
+        preemption=preemption,
+        side_blocks=side,
+        max_model_len=3000,
+    )
+    workload = WorkloadSpec(120, 40.0, 1.0, 700, 150, "lognormal", 0.5, seed=3)
+    requests = generate(workload)
+    real, real_bench, real_engine = _outcome(requests, cfg, stand_in=False)
+    try:
+        stood_in, stood_in_bench, stood_in_engine = _outcome(requests, cfg, stand_in=True)
+    except CachingMatters:
+        assert not counted and real_engine.preemptions
+        return
+    assert counted
+    assert stood_in == real
+    assert stood_in_bench == real_bench
+    assert stood_in_engine.peak_used == real_engine.peak_used
+    assert stood_in_engine.hit_tokens == real_engine.hit_tokens == 0

@@ -432,3 +432,42 @@ def test_terminal_table_stays_narrow():
 def test_bad_input_is_one_line(argv, needle):
     code, out, err = run_cli("whatif", "llama-3.1-8b", "--ctx", "8k", *argv)
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_draft_index_is_every_bundled_model_built():
+    """kvplan/plans/draft_models.py (`python scripts/compile_drafts.py` writes it) holds each
+    bundled model's type, vocabulary and parameters as building it gives them, and the draft
+    found through it is the one a search over every built model finds."""
+    from kvplan.inputs.sources import bundled_models
+    from kvplan.plans import draft_models
+    from kvplan.plans.whatif_techniques import (
+        DRAFT_MAX_FRACTION,
+        config_checksums,
+        find_draft,
+        summarize_bundled,
+    )
+
+    assert draft_models.CONFIG_CRC32 == config_checksums(), "run python scripts/compile_drafts.py"
+    assert draft_models.MODELS == summarize_bundled(), "run python scripts/compile_drafts.py"
+    for name in ("llama-3.1-70b", "qwen3-32b", "llama-2-70b", "deepseek-v3", "llama-3.1-8b"):
+        spec = load_model(name)
+        best = None
+        for other_name in bundled_models():
+            other = load_model(other_name)
+            if (
+                other.model_type == spec.model_type
+                and other.vocab_size == spec.vocab_size
+                and other.params_total <= DRAFT_MAX_FRACTION * spec.params_total
+                and (best is None or other.params_total < best.params_total)
+            ):
+                best = other
+        assert find_draft(spec) == best
+
+
+def test_a_changed_config_is_built_to_find_the_draft(monkeypatch):
+    from kvplan.plans import draft_models, whatif_techniques
+
+    monkeypatch.setattr(draft_models, "CONFIG_CRC32", {"index.json": "0"})
+    monkeypatch.setattr(draft_models, "MODELS", ())  # stale: not read
+    assert whatif_techniques.draft_candidates() == whatif_techniques.summarize_bundled()
+    assert whatif_techniques.find_draft(load_model("llama-3.1-70b")).name == "llama-3.1-8b"

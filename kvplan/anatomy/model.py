@@ -29,7 +29,7 @@ class CacheKind(str, Enum):
 
     @property
     def windowed(self) -> bool:
-        return self in (CacheKind.SLIDING, CacheKind.CHUNKED)
+        return self is CacheKind.SLIDING or self is CacheKind.CHUNKED  # members are singletons
 
 
 class StateKind(str, Enum):
@@ -356,9 +356,51 @@ class ModelSpec(NamedTuple):
         return total
 
 
+# Planning asks about one stack of layers thousands of times (every layout, GPU and context of
+# `capacity --gpu all`). The answers below are kept per stack, with the object they came from
+# (immutable; holding it keeps its id from being reused), the oldest dropped past KEPT.
+KEPT = 256
+_DISTINCT: dict[int, tuple] = {}
+_STAGES: dict[tuple, tuple] = {}
+
+
+def distinct_layers(layers: tuple[Layer, ...]) -> tuple[tuple[Layer, int], ...]:
+    """(layer, how many layers it is) for each distinct layer object, in order of first
+    appearance: the builder shares one object among the layers of a kind, so a deep stack is a
+    few pairs."""
+    kept = _DISTINCT.get(id(layers))
+    if kept is not None and kept[0] is layers:
+        return kept[1]
+    counts: dict[int, list] = {}
+    for layer in layers:
+        seen = counts.get(id(layer))
+        if seen is None:
+            counts[id(layer)] = [layer, 1]
+        else:
+            seen[1] += 1
+    pairs = tuple((layer, count) for layer, count in counts.values())
+    _keep(_DISTINCT, id(layers), (layers, pairs))
+    return pairs
+
+
+def _keep(cache: dict, key: object, value: tuple) -> None:
+    if len(cache) >= KEPT:
+        del cache[next(iter(cache))]
+    cache[key] = value
+
+
 def pp_stages(spec: ModelSpec, pp: int) -> list[ModelSpec]:
     """Split the layers into `pp` pipeline stages the way vLLM does (get_pp_indices): an even
     share each, the remainder given to the stages just before the last."""
+    kept = _STAGES.get((id(spec), pp))
+    if kept is not None and kept[0] is spec:
+        return list(kept[1])
+    stages = _split_stages(spec, pp)
+    _keep(_STAGES, (id(spec), pp), (spec, tuple(stages)))
+    return stages
+
+
+def _split_stages(spec: ModelSpec, pp: int) -> list[ModelSpec]:
     if pp < 1 or pp > spec.num_layers:
         raise KvplanError(f"--pp {pp} must be between 1 and the {spec.num_layers} layers")
     sizes = [spec.num_layers // pp] * pp

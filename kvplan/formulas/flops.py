@@ -5,7 +5,7 @@ Notation: P_m = active parameters that take part in matmuls (the input-embedding
 lookup, not a matmul), H_q query heads, d_qk / d_v per-head widths, W window, s context, n tokens.
 """
 
-from kvplan.anatomy.model import Attention, CacheKind, ModelSpec
+from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, distinct_layers
 
 
 def matmul_params(spec: ModelSpec) -> int:
@@ -25,8 +25,9 @@ def _decode_flop_per_key(attn: Attention) -> int:
 def attention_flops_per_decode_token(spec: ModelSpec, context_len: int) -> int:
     """Attention FLOPs for one new token attending to `context_len` cached positions."""
     return sum(
-        _decode_flop_per_key(attn) * attn.tokens_held(context_len)
-        for attn in spec.attention_layers()
+        _decode_flop_per_key(layer.attention) * layer.attention.tokens_held(context_len) * count
+        for layer, count in distinct_layers(spec.layers)  # each kind of layer once, times its count
+        if layer.attention is not None
     )
 
 

@@ -4,7 +4,7 @@ Notation (docs/formulas.md): L layers, Hkv KV heads, d head_dim, p bytes per ele
 tokens, B batch. For a full-attention layer stack: bytes_per_token = 2 * L * Hkv * d * p.
 """
 
-from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.anatomy.model import KEPT, CacheKind, ModelSpec, distinct_layers
 from kvplan.formulas.dtypes import KvFormat
 from kvplan.record import NamedTuple
 
@@ -47,19 +47,33 @@ class CacheGroup(NamedTuple):
         )
 
 
+# A model's groups depend on its layers, the format and tp alone, and `capacity --gpu all` asks
+# for one model's about 7,000 times (every layout, GPU, context and pipeline stage): the last few
+# hundred are kept, each with the layer tuple it came from (immutable; holding it keeps its id
+# from being reused).
+_GROUPS: dict[tuple, tuple] = {}
+
+
 def cache_groups(spec: ModelSpec, fmt: KvFormat, tp: int = 1) -> list[CacheGroup]:
     """Group the layers by what they cache; a hybrid layer (KV + state) appears in two groups."""
+    return list(_kept(spec, fmt, tp)[1])
+
+
+def _kept(spec: ModelSpec, fmt: KvFormat, tp: int) -> tuple:
+    """(layers, their groups, {(context, block size): paged bytes per sequence})."""
+    key = (id(spec.layers), fmt, tp)
+    kept = _GROUPS.get(key)
+    if kept is None or kept[0] is not spec.layers:
+        if len(_GROUPS) >= KEPT:
+            del _GROUPS[next(iter(_GROUPS))]
+        kept = _GROUPS[key] = (spec.layers, _group_layers(spec.layers, fmt, tp), {})
+    return kept
+
+
+def _group_layers(layers: tuple, fmt: KvFormat, tp: int) -> tuple[CacheGroup, ...]:
     groups: dict[tuple, list] = {}
-    # Layers of one kind are mostly one object (the builder shares them): count each distinct
-    # object first, so a deep stack costs one key per kind rather than one per layer.
-    repeats: dict[int, list] = {}
-    for layer in spec.layers:
-        seen = repeats.get(id(layer))
-        if seen is None:
-            repeats[id(layer)] = [layer, 1]
-        else:
-            seen[1] += 1
-    for layer, count in repeats.values():  # once per distinct layer: setdefault's list is cheap
+    repeats = distinct_layers(layers)  # one key per kind of layer rather than one per layer
+    for layer, count in repeats:  # once per distinct layer: setdefault's list is cheap
         if layer.attention is not None:
             a = layer.attention
             key = ("attn", a.label(), a.kv_heads_per_rank(tp), a.head_dim, a.head_dim_v)
@@ -88,7 +102,7 @@ def cache_groups(spec: ModelSpec, fmt: KvFormat, tp: int = 1) -> list[CacheGroup
                 key, [st.label(), CacheKind.STATE, 0, 0, 0, None, 0, st.bytes_per_sequence(tp)]
             )
             entry[2] += count
-    return [CacheGroup(*values) for values in groups.values()]
+    return tuple(CacheGroup(*values) for values in groups.values())
 
 
 def kv_bytes_per_sequence(spec: ModelSpec, context_len: int, fmt: KvFormat, tp: int = 1) -> int:
@@ -137,8 +151,15 @@ def paged_bytes_per_sequence(
     spec: ModelSpec, context_len: int, fmt: KvFormat, tp: int = 1, block_size: int = 16
 ) -> int:
     """Bytes one sequence occupies under paging: whole blocks per layer group, plus its state.
-    The waste against kv_bytes_per_sequence is under one block per sequence per group."""
-    return paged_bytes_of_groups(cache_groups(spec, fmt, tp), context_len, block_size)
+    The waste against kv_bytes_per_sequence is under one block per sequence per group. Kept
+    with the groups: `capacity --gpu all` asks the same of every GPU."""
+    _, groups, paged = _kept(spec, fmt, tp)
+    found = paged.get((context_len, block_size))
+    if found is None:
+        found = paged[context_len, block_size] = paged_bytes_of_groups(
+            groups, context_len, block_size
+        )
+    return found
 
 
 def paged_bytes_of_groups(groups: list[CacheGroup], context_len: int, block_size: int = 16) -> int:

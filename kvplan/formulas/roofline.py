@@ -72,10 +72,16 @@ def batch_equal_reads(
     experts as the batch grows, and the input embedding is a lookup of B rows."""
     kv = kv_bytes_per_sequence(spec, context_len, fmt, tp)
     lo, hi = 0.0, MAX_BATCH_SEARCH
+    read: dict[
+        int, float
+    ] = {}  # by whole batch: once the bracket is narrower than one, 1-2 of them
     for _ in range(200):
         mid = (lo + hi) / 2
-        weights = weight_bytes_read_per_decode_step(spec, weights_dtype, max(1, round(mid))) / tp
-        if weights > mid * kv:
+        batch = max(1, round(mid))
+        weights = read.get(batch)
+        if weights is None:
+            weights = read[batch] = weight_bytes_read_per_decode_step(spec, weights_dtype, batch)
+        if weights / tp > mid * kv:
             lo = mid
         else:
             hi = mid

@@ -1,13 +1,14 @@
 """Hardware profiles: YAML files in hardware_profiles/ (or a user's file in the same schema),
 read by a strict loader (no aliases, bounded size and depth, no duplicate keys) and validated and
-coerced on load (PyYAML reads `4.8e12` as a string). `--gpu local` reads the device in front of
+coerced on load (PyYAML reads `4.8e12` as a string). The bundled files are read precompiled
+(hardware_profiles/bundled.json, kvplan.inputs.profile_cache), one profile parsed per name asked. `--gpu local` reads the device in front of
 you (kvplan.inputs.local_gpu)."""
 
 from __future__ import annotations
 
 import math
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from kvplan.errors import KvplanError
@@ -386,21 +387,35 @@ def _profiles_dir() -> Path:
 
 
 @lru_cache(maxsize=1)
+def _compiled() -> dict:
+    """The bundled profiles as hardware_profiles/bundled.json holds them (or as their YAML reads,
+    when a file changed since it was compiled: kvplan.inputs.profile_cache)."""
+    from kvplan.inputs.profile_cache import read_compiled
+
+    return read_compiled(_profiles_dir())
+
+
+@cache
+def bundled_profile(stem: str) -> GpuProfile:
+    """One bundled profile by its file name (h200-sxm), validated as a user's file is."""
+    return parse_profile(_compiled()["profiles"][stem], f"{stem}.yaml", stem)
+
+
+@lru_cache(maxsize=1)
 def bundled_profiles() -> dict[str, GpuProfile]:
-    profiles = {}
-    for path in sorted(_profiles_dir().glob("*.yaml")):
-        if path.stem == "prices":  # GPU-hour prices (kvplan.inputs.prices), not a profile
-            continue
-        profiles[path.stem] = parse_profile(load_yaml(path), str(path.name), path.stem)
-    return profiles
+    stems = sorted(_compiled()["profiles"], key=lambda stem: f"{stem}.yaml")  # the files' order
+    return {stem: bundled_profile(stem) for stem in stems}
+
+
+def bundled_prices() -> object:
+    """prices.yaml's data, as read (kvplan.inputs.prices validates it)."""
+    return _compiled()["prices"]
 
 
 def find_bundled(name: str) -> GpuProfile | None:
-    key = name.strip().lower()
-    for profile in bundled_profiles().values():
-        if key in (profile.key, profile.name.lower()) or key in profile.aliases:
-            return profile
-    return None
+    """The bundled profile with this key, name or alias (any case); only it is parsed."""
+    stem = _compiled()["names"].get(name.strip().lower())
+    return None if stem is None else bundled_profile(stem)
 
 
 def load_profile(name: str) -> GpuProfile:

@@ -23,9 +23,14 @@ class Price(NamedTuple):
 @lru_cache(maxsize=1)
 def default_prices() -> dict[str, Price]:
     """Profile key -> its documented default price."""
-    from kvplan.inputs.hardware import _profiles_dir, load_yaml
+    from kvplan.inputs.hardware import bundled_prices
 
-    data = load_yaml(_profiles_dir() / "prices.yaml")
+    return prices_from(bundled_prices())
+
+
+def prices_from(data: object) -> dict[str, Price]:
+    """prices.yaml's data (as the strict loader or hardware_profiles/bundled.json holds it) ->
+    profile key -> price."""
     prices = {}
     for key, row in (data or {}).get("prices", {}).items():
         value = float(str(row["usd_per_gpu_hour"]))

@@ -31,7 +31,7 @@ from kvplan.notes import Note, note, unique
 from kvplan.record import NamedTuple
 from kvplan.simulate import cluster, metrics
 from kvplan.simulate.cluster import Frontend
-from kvplan.simulate.engine import pool_demand, without_idle_caching
+from kvplan.simulate.engine import CachingMatters, pool_demand, without_idle_caching
 from kvplan.simulate.setup import Replica, ServeOptions, build_replica, make_engine
 from kvplan.simulate.workload import MIN_RATE, RequestSpec, WorkloadSpec, arrival_times_s, generate
 from kvplan.units import MS
@@ -473,9 +473,20 @@ class _Outcome(NamedTuple):
 
 
 def _run(replica: Replica, requests: list[RequestSpec], request: PlanRequest, rate) -> _Outcome:
-    engine = make_engine(
-        replica, request.frontend.per_token_s, pool_demand(replica.config, requests)
-    )
+    """One replica simulated. Where no prompt shares a token stream, a counted pool stands in
+    for the prefix cache until a sequence it freed comes back (most runs never preempt); then
+    the run is redone with the real one, so the outcome is the same either way."""
+    demand = pool_demand(replica.config, requests)
+    if not any(r.stream_id >= 0 for r in requests):
+        try:
+            return _simulate(replica, requests, request, rate, demand, stand_in=True)
+        except CachingMatters:
+            pass
+    return _simulate(replica, requests, request, rate, demand, stand_in=False)
+
+
+def _simulate(replica, requests, request: PlanRequest, rate, demand, stand_in) -> _Outcome:
+    engine = make_engine(replica, request.frontend.per_token_s, demand, stand_in)
     run = cluster.run(
         requests,
         [engine],

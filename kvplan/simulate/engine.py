@@ -109,6 +109,34 @@ class CountingPool:
         return 0
 
 
+class CachingMatters(Exception):
+    """A stand-in pool is asked for a sequence it freed before it ended: from here on prefix
+    caching could change the run (StandInPool)."""
+
+
+class StandInPool(CountingPool):
+    """A prefix-caching pool counted instead of built while caching cannot change the run.
+    Where no prompt shares a token stream with another (workload: every token id names one
+    position of one request), a block can only be found by the sequence that filled it, after
+    that sequence was freed before it ended (a preemption, an admission rolled back) and is
+    allocated again. Until then every answer of kvplan.kernels.BlockManager's (no hits, the same
+    free and used counts) is this pool's, with no block hashed and no token id built; then it
+    raises CachingMatters, and the run is redone with the BlockManager."""
+
+    def __init__(self, num_blocks: int, block_size: int):
+        super().__init__(num_blocks, block_size)
+        self.freed: set = set()
+
+    def allocate(self, seq_id, token_ids, extra_key: bytes = b"") -> int:
+        if seq_id in self.freed:
+            raise CachingMatters(seq_id)
+        return super().allocate(seq_id, token_ids, extra_key)
+
+    def free(self, seq_id) -> None:
+        super().free(seq_id)
+        self.freed.add(seq_id)
+
+
 class Req:
     """A request's state inside one engine."""
 
@@ -206,11 +234,14 @@ class Engine:
         demand_blocks: int | None = None,
         observer=None,
         prefill_only: bool = False,
+        stand_in: bool = False,
     ):
         """`demand_blocks`: every block the workload could ever hold at once (pool_demand); a
         pool at least that large never runs out nor evicts, so a smaller one stands in for it
         (the same schedule, fewer objects to build). `prefill_only`: a disaggregated prefill
-        engine (requests leave when their first token is sampled; `handoffs`, `release`)."""
+        engine (requests leave when their first token is sampled; `handoffs`, `release`).
+        `stand_in`: no request shares a token stream, so a StandInPool counts the prefix-caching
+        pool until caching could matter (step raises CachingMatters then)."""
         self.config = config
         self.model = model
         self.frontend_per_token_s = frontend_per_token_s
@@ -218,12 +249,15 @@ class Engine:
         # run of decode-only steps, chunks as (request, tokens) — what tests check invariants on
         self.observer = observer
         pool = config.num_blocks if demand_blocks is None else min(config.num_blocks, demand_blocks)
-        if config.enable_prefix_caching:
-            self.bm = BlockManager(max(1, pool), config.block_size, True)
-        else:  # nothing is shared or kept: count blocks, no token ids needed
+        counted = not config.enable_prefix_caching or stand_in  # no token ids needed
+        if not config.enable_prefix_caching:  # nothing is shared or kept: count blocks
             self.bm = CountingPool(config.num_blocks, config.block_size)
-        self.ids = _token_ids if config.enable_prefix_caching else _lengths
-        self.ids_side = _side_ids if config.enable_prefix_caching else _side_lengths
+        elif stand_in:
+            self.bm = StandInPool(max(1, pool), config.block_size)
+        else:
+            self.bm = BlockManager(max(1, pool), config.block_size, True)
+        self.ids = _lengths if counted else _token_ids
+        self.ids_side = _side_lengths if counted else _side_ids
         self.block_size = config.block_size
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []

@@ -369,15 +369,18 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     )
 
 
-def make_engine(replica: Replica, per_token_s: float, demand: int | None = None) -> Engine:
-    """One replica's engine: vLLM's scheduler, or SGLang's where the replica has its policy."""
+def make_engine(
+    replica: Replica, per_token_s: float, demand: int | None = None, stand_in: bool = False
+) -> Engine:
+    """One replica's engine: vLLM's scheduler, or SGLang's where the replica has its policy.
+    `stand_in` (vLLM's): a counted pool until prefix caching could matter (Engine)."""
     if replica.policy is not None:
         from kvplan.simulate.sglang import SglangEngine
 
         return SglangEngine(
             replica.config, replica.model, per_token_s, demand, policy=replica.policy
         )
-    return Engine(replica.config, replica.model, per_token_s, demand)
+    return Engine(replica.config, replica.model, per_token_s, demand, stand_in=stand_in)
 
 
 def _dsa_tables_name(grids: dict) -> str:
