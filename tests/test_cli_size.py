@@ -197,3 +197,57 @@ def test_models_gives_the_long_context_figure_sliding_windows_hold():
     assert gemma["long_kv_bytes_per_token"] < gemma["kv_bytes_per_token"] / 5
     llama = rows["llama-3.1-8b"]  # every layer full: the two agree
     assert llama["long_kv_bytes_per_token"] == llama["kv_bytes_per_token"]
+
+
+# ---- several models in one table (the design-doc table) -----------------------------------------
+SEVERAL = ("llama-3.1-8b", "qwen3-8b", "gemma-3-27b")
+
+
+def test_several_models_are_one_table_of_each_models_own_size():
+    data = run_json("size", *SEVERAL, "--ctx", "32k,128k", "--kv-dtype", "auto,fp8")
+    assert [m["model"]["name"] for m in data["models"]] == list(SEVERAL)
+    assert len(data["rows"]) == 3 * 2 * 2
+    for name in SEVERAL:  # every row is that model's own `kvplan size` row, with its name
+        alone = run_json("size", name, "--ctx", "32k,128k", "--kv-dtype", "auto,fp8")
+        rows = [r for r in data["rows"] if r["model"] == name]
+        assert len(rows) == len(alone["rows"])
+        for row, own in zip(rows, alone["rows"], strict=True):
+            assert {k: row[k] for k in own} == own
+            assert row["params_total"] == alone["model"]["params_total"]
+    # gemma-3's sliding layers hold 1,024 tokens: per sequence far below every-layer bytes x s
+    gemma = next(r for r in data["rows"] if r["model"] == "gemma-3-27b" and r["kv_dtype"] == "bf16")
+    assert gemma["kv_bytes_per_sequence"] < gemma["kv_bytes_per_token"] * gemma["context_len"] / 4
+    llama = next(
+        r for r in data["rows"] if r["model"] == "llama-3.1-8b" and r["kv_dtype"] == "bf16"
+    )
+    assert llama["kv_bytes_per_sequence"] == 131_072 * 32_768  # every layer, every token
+
+
+def test_several_models_csv_has_a_model_column_and_markdown_cites_each_models_notes():
+    code, out, _ = run_cli("size", *SEVERAL, "--ctx", "32k", "--format", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["model"] for r in rows] == list(SEVERAL)
+    assert int(rows[0]["kv_bytes_per_sequence"]) == 131_072 * 32_768
+    code, out, _ = run_cli("size", *SEVERAL, "--ctx", "32k", "--format", "markdown")
+    assert code == 0
+    gemma_line = next(line for line in out.splitlines() if line.startswith("| gemma-3-27b"))
+    llama_line = next(line for line in out.splitlines() if line.startswith("| llama-3.1-8b"))
+    assert "[^" in gemma_line  # its sliding-window note is cited on its own row
+    assert "[^" not in llama_line.split("|")[1]  # llama-3.1-8b has no note of its own
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (("llama-3.1-8b", "llama-3.1-8b"), "are the same model"),
+        (("llama-3.1-8b", "meta-llama/Llama-3.1-8B"), "are the same model"),
+        (("llama-3.1-8b", "qwen3-8b", "--breakdown"), "--breakdown takes one model"),
+        (("llama-3.1-8b", "no-such-model-xyz"), "no-such-model-xyz"),
+        (("llama-3.1-8b",) * 65, "at most 64"),
+    ],
+)
+def test_several_models_refusals_are_one_line(argv, needle):
+    code, out, err = run_cli("size", *argv)
+    assert code == 2 and out == "", err
+    assert err.startswith("error: ") and err.count("\n") == 1 and needle in err, err

@@ -47,6 +47,10 @@ def model_argument() -> typer.models.ArgumentInfo:
     return typer.Argument(..., help=MODEL_HELP)
 
 
+def models_argument() -> typer.models.ArgumentInfo:
+    return typer.Argument(..., help=MODEL_HELP + " Several give one table.")
+
+
 def allow_long_option() -> typer.models.OptionInfo:
     return typer.Option(
         False,
@@ -177,6 +181,22 @@ def load_model(name: str):
     from kvplan.inputs.sources import load_model as load
 
     return load(name)
+
+
+def load_models(names: list[str]) -> list:
+    """Each model argument read once, in order; the same model twice is refused (one row each
+    would only repeat it)."""
+    from kvplan.plans.size import MAX_MODELS
+
+    if len(names) > MAX_MODELS:
+        raise KvplanError(f"{len(names):,} models: at most {MAX_MODELS} in one table")
+    specs = [load_model(name) for name in names]
+    seen: dict[str, str] = {}
+    for name, spec in zip(names, specs, strict=True):
+        if spec.name in seen:
+            raise KvplanError(f"{name} and {seen[spec.name]} are the same model ({spec.name})")
+        seen[spec.name] = name
+    return specs
 
 
 def load_gpu(name: str):

@@ -4,14 +4,17 @@ import typer
 
 from kvplan.cli import common as c
 
-EXAMPLE = "Example: kvplan size llama-3.1-70b --ctx 8k,128k --batch 1,32 --kv-dtype auto,fp8"
+EXAMPLE = (
+    "Example: kvplan size llama-3.1-70b --ctx 8k,128k --batch 1,32 --kv-dtype auto,fp8; "
+    "several models in one table: kvplan size llama-3.1-8b qwen3-8b gemma-3-27b --ctx 32k"
+)
 
 
 def add(app: typer.Typer) -> None:
     @app.command("size", epilog=EXAMPLE)
     @c.command
     def size_cmd(
-        model: str = c.model_argument(),
+        models: list[str] = c.models_argument(),
         ctx: str = c.ctx_option(),
         batch: str = c.batch_option(),
         kv_dtype: str = typer.Option(
@@ -25,9 +28,10 @@ def add(app: typer.Typer) -> None:
         breakdown: bool = typer.Option(False, "--breakdown", help="Add one row per layer group."),
         fmt: c.OutputFormat = c.format_option(),
     ) -> None:
-        """KV cache bytes per token, per sequence and per batch, next to the weights."""
-        from kvplan.plans.size import SizeRequest, size
-        from kvplan.present.size import size_view
+        """KV cache bytes per token, per sequence and per batch, next to the weights; several
+        models in one table."""
+        from kvplan.plans.size import SizeRequest, size, size_table
+        from kvplan.present.size import size_table_view, size_view
 
         request = SizeRequest(
             contexts=c.contexts(ctx),
@@ -38,4 +42,8 @@ def add(app: typer.Typer) -> None:
             kv_group_size=kv_group_size,
             breakdown=breakdown,
         )
-        c.emit(c.render(size_view(size(c.load_model(model), request)), fmt))
+        if len(models) == 1:
+            c.emit(c.render(size_view(size(c.load_model(models[0]), request)), fmt))
+            return
+        table = size_table(c.load_models(models), request)
+        c.emit(c.render(size_table_view(table), fmt))

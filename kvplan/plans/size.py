@@ -174,3 +174,65 @@ def size(spec: ModelSpec, request: SizeRequest) -> SizeResult:
         breakdown if request.breakdown else None,
         unique(notes),
     )
+
+
+MAX_MODELS = 64  # one design-doc table; each model is read and sized in full
+
+
+class ModelSizeRow(NamedTuple):
+    """One row of `kvplan size A B C`: a model at one context, batch and KV dtype."""
+
+    model: str
+    params_total: int
+    params_active: int
+    kv_bytes_per_token: int  # every attention layer holding every token, in this row's KV dtype
+    context_len: int
+    batch_size: int
+    kv_dtype: str
+    tp: int
+    kv_bytes_per_sequence: int  # windows, chunks and states as each layer holds them
+    kv_bytes_total: int
+    weights_bytes: int  # per rank
+    kv_to_weights: float | None
+    batch_equal_memory: float | None
+    beyond_positions: bool
+
+
+class SizeTable(NamedTuple):
+    """`kvplan size` over several models: each model's full result, and one table of them all."""
+
+    kvplan_version: str
+    models: list[SizeResult]
+    rows: list[ModelSizeRow]
+    notes: tuple[Note, ...]
+
+
+def size_table(specs: list[ModelSpec], request: SizeRequest) -> SizeTable:
+    """The Python twin of `kvplan size A B C`: every model sized on the same request."""
+    if not specs:
+        raise KvplanError("size needs at least one model")
+    if len(specs) > MAX_MODELS:
+        raise KvplanError(f"{len(specs):,} models: at most {MAX_MODELS} in one table")
+    if request.breakdown:
+        raise KvplanError("--breakdown takes one model (its rows are that model's layer groups)")
+    results = [size(spec, request) for spec in specs]
+    if sum(len(r.rows) for r in results) > MAX_ROWS:
+        raise KvplanError(f"over {MAX_ROWS:,} rows (models x contexts x batches x KV dtypes)")
+    rows = []
+    for spec, result in zip(specs, results, strict=True):
+        per_token = {}
+        for row in result.rows:
+            if row.kv_dtype not in per_token:
+                fmt = resolve_kv_format(row.kv_dtype, spec.dtype, request.kv_group_size)
+                per_token[row.kv_dtype] = kv_bytes_per_token(spec, fmt, request.tp)
+            rows.append(
+                ModelSizeRow(
+                    result.model.name,
+                    result.model.params_total,
+                    result.model.params_active,
+                    per_token[row.kv_dtype],
+                    *row,
+                )
+            )
+    notes = unique([n for result in results for n in result.notes])
+    return SizeTable(__version__, results, rows, notes)

@@ -1,6 +1,6 @@
 """`kvplan size` in words: the model's anatomy as facts, the KV table, the per-group breakdown."""
 
-from kvplan.plans.size import SizeResult
+from kvplan.plans.size import SizeResult, SizeTable
 from kvplan.present import format as f
 from kvplan.present.view import Column, Fact, Table, View, ref, rows_of, view
 
@@ -119,3 +119,41 @@ def size_view(result: SizeResult) -> View:
         )
     title = f"KV cache of {m.name}: " + ", ".join(f.tokens(c) for c in result.contexts)
     return view(title, result, facts, tables)
+
+
+def size_table_view(table: SizeTable) -> View:
+    """`kvplan size A B C`: one row per model, context, batch and KV dtype, for a design doc;
+    each row cites its own model's notes."""
+    by_model = {
+        result.model.name: tuple(ref(n.id, **dict(n.values)) for n in result.notes)
+        for result in table.models
+    }
+
+    def model_notes(row: dict) -> tuple:
+        return by_model.get(row["model"], ()) + _dtype_note(row)
+
+    columns = [
+        Column("model", "model", f.text, "left"),
+        Column("params_total", "params", f.count, priority=2),
+        Column("context_len", "context (tokens)", f.integer),
+        Column("batch_size", "batch", f.integer),
+        Column("kv_dtype", "KV dtype", f.text, "left"),
+        Column("kv_bytes_per_token", "B/token (every layer)", f.integer, priority=1),
+        Column("kv_bytes_per_sequence", "KV/seq (GiB)", f.gib, answer=True),
+        Column("kv_bytes_per_sequence", "KV/seq (GB)", f.gb, priority=4),
+        Column("kv_bytes_total", "KV batch (GiB)", f.gib),
+        Column("weights_bytes", "weights (GiB)", f.gib, priority=3),
+        Column("kv_to_weights", "KV ÷ weights", f.ratio, priority=1),
+    ]
+    if any(row.beyond_positions for row in table.rows):
+        columns.append(
+            Column("beyond_positions", "!", lambda v: "! past max positions" if v else "", "left")
+        )
+    tp = table.models[0].tp
+    contexts = table.models[0].contexts
+    title = (
+        f"KV cache of {len(table.models)} models: "
+        + ", ".join(f.tokens(c) for c in contexts)
+        + (f" (per GPU at TP {tp})" if tp > 1 else "")
+    )
+    return view(title, table, (), [Table("", columns, rows_of(table.rows), row_notes=model_notes)])
