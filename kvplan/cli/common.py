@@ -4,6 +4,7 @@ in every command (with their ranges checked at the edge), and writing the output
 import functools
 import math
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -43,15 +44,15 @@ def command(fn):
 
 
 # ---- options: one definition each, so each means the same thing everywhere ------------------
-def model_argument() -> typer.models.ArgumentInfo:
+def model_argument() -> Any:
     return typer.Argument(..., help=MODEL_HELP)
 
 
-def models_argument() -> typer.models.ArgumentInfo:
+def models_argument() -> Any:
     return typer.Argument(..., help=MODEL_HELP + " Several give one table.")
 
 
-def allow_long_option() -> typer.models.OptionInfo:
+def allow_long_option() -> Any:
     return typer.Option(
         False,
         "--allow-long-max-model-len",
@@ -61,19 +62,19 @@ def allow_long_option() -> typer.models.OptionInfo:
     )
 
 
-def format_option() -> typer.models.OptionInfo:
+def format_option() -> Any:
     return typer.Option(OutputFormat.table, "--format", "-f", help="Output format.")
 
 
-def ctx_option(default: str = CTX_DEFAULT, help: str = CTX_HELP) -> typer.models.OptionInfo:
+def ctx_option(default: str = CTX_DEFAULT, help: str = CTX_HELP) -> Any:
     return typer.Option(default, "--ctx", help=help)
 
 
-def batch_option(default: str = "1", help: str = BATCH_HELP) -> typer.models.OptionInfo:
+def batch_option(default: str = "1", help: str = BATCH_HELP) -> Any:
     return typer.Option(default, "--batch", help=help)
 
 
-def tp_option(default: int | None = 1) -> typer.models.OptionInfo:
+def tp_option(default: int | None = 1) -> Any:
     return typer.Option(
         default,
         "--tp",
@@ -83,13 +84,13 @@ def tp_option(default: int | None = 1) -> typer.models.OptionInfo:
     )
 
 
-def pp_option(default: int | None = 1) -> typer.models.OptionInfo:
+def pp_option(default: int | None = 1) -> Any:
     return typer.Option(
         default, "--pp", min=1, max=MAX_TP, help="Pipeline-parallel degree (1 to 1024)."
     )
 
 
-def dp_attention_option() -> typer.models.OptionInfo:
+def dp_attention_option() -> Any:
     return typer.Option(
         None,
         "--dp-attention",
@@ -100,11 +101,11 @@ def dp_attention_option() -> typer.models.OptionInfo:
     )
 
 
-def gpu_option(default: str = "h100") -> typer.models.OptionInfo:
+def gpu_option(default: str = "h100") -> Any:
     return typer.Option(default, "--gpu", help=GPU_HELP)
 
 
-def kv_dtype_option() -> typer.models.OptionInfo:
+def kv_dtype_option() -> Any:
     return typer.Option(
         "auto",
         "--kv-dtype",
@@ -113,7 +114,7 @@ def kv_dtype_option() -> typer.models.OptionInfo:
     )
 
 
-def weights_dtype_option() -> typer.models.OptionInfo:
+def weights_dtype_option() -> Any:
     return typer.Option(
         "auto",
         "--weights-dtype",
@@ -121,7 +122,7 @@ def weights_dtype_option() -> typer.models.OptionInfo:
     )
 
 
-def kv_group_size_option() -> typer.models.OptionInfo:
+def kv_group_size_option() -> Any:
     return typer.Option(
         32, "--kv-group-size", min=1, max=4096, help="int4 KV: values per scale group (1 to 4096)."
     )
@@ -136,7 +137,7 @@ def fraction(value: float, what: str, low: float = 0.05, high: float = 1.0) -> f
     return value
 
 
-def gpu_mem_util_option(default: float | None = 0.9) -> typer.models.OptionInfo:
+def gpu_mem_util_option(default: float | None = 0.9) -> Any:
     return typer.Option(
         default,
         "--gpu-mem-util",
@@ -222,11 +223,11 @@ def load_gpus(names: list[str]) -> list:
     return out
 
 
-def gpus_option(default: list[str], help_text: str) -> typer.models.OptionInfo:
+def gpus_option(default: list[str], help_text: str) -> Any:
     return typer.Option(default, "--gpu", help=help_text)
 
 
-def price_option() -> typer.models.OptionInfo:
+def price_option() -> Any:
     return typer.Option(
         None,
         "--price",
