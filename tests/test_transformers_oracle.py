@@ -117,7 +117,9 @@ def test_parameter_count_of_real_configs_it_does_not_bundle(name):
     entry = ORACLE[name]
     raw = json.loads((REAL / name.removeprefix("real/")).read_text())
     spec = build_model(raw, name)
-    assert spec.params_total == (entry["params_text_only"] or entry["params_total"])
+    # a wrapper's language model as the wrapper builds it (its own tie flag), where it has one
+    expected = entry.get("params_language_model") or entry["params_text_only"]
+    assert spec.params_total == (expected or entry["params_total"])
 
 
 def test_gemma4_global_layers_cache_their_own_width():
@@ -129,6 +131,46 @@ def test_gemma4_global_layers_cache_their_own_width():
     assert widths == [("full", 4, 512), ("sliding", 16, 256)]
     bf16 = KvFormat("bf16")
     assert sum(a.kv_bytes_per_token(bf16) for a in spec.attention_layers()) == 901_120
+
+
+def test_gemma4_written_back_by_transformers5_reads_per_layer_config():
+    """save_pretrained in transformers 5.x drops global_head_dim / num_global_key_value_heads and
+    writes `per_layer_config` (head_dim 512, 4 KV heads on each full-attention layer): the same
+    cache as the original file, not 16 KV heads on the global layers (1,146,880 B/token, +27%)."""
+    original = build_model(
+        json.loads((REAL / "nvidia--Gemma-4-31B-IT-NVFP4.json").read_text()), "a"
+    )
+    file = "transformers5-roundtrip--Gemma-4-31B-IT.json"
+    written = build_model(json.loads((REAL / file).read_text()), "b")
+    bf16 = KvFormat("bf16")
+    assert [
+        (a.kind, a.num_kv_heads, a.head_dim, a.shared_kv_proj) for a in written.attention_layers()
+    ] == [
+        (a.kind, a.num_kv_heads, a.head_dim, a.shared_kv_proj) for a in original.attention_layers()
+    ]
+    assert sum(a.kv_bytes_per_token(bf16) for a in written.attention_layers()) == 901_120
+    assert written.params_total == original.params_total == 30_697_345_280
+
+
+def test_qwen3_vl_wrapper_tie_flag_decides_over_text_config():
+    """Qwen3-VL-30B-A3B written back by transformers 5.x: untied at the top level, tied (the text
+    class's default) inside text_config. The wrapper holds the lm_head: counted, with a note."""
+    from kvplan.present.notes import note_texts
+
+    file = "transformers5-roundtrip--Qwen3-VL-30B-A3B-Instruct.json"
+    spec = build_model(json.loads((REAL / file).read_text()), file)
+    assert not spec.tied_embeddings
+    assert spec.params_total == 30_532_122_624  # transformers' wrapper: language_model + lm_head
+    assert any("wrapper's model holds the output head" in t for t in note_texts(spec.notes))
+
+
+def test_per_layer_config_overriding_what_kvplan_does_not_read_is_refused():
+    from kvplan.errors import KvplanError
+
+    raw = json.loads((REAL / "transformers5-roundtrip--Gemma-4-31B-IT.json").read_text())
+    raw["text_config"]["per_layer_config"]["05"]["intermediate_size"] = 1024
+    with pytest.raises(KvplanError, match="per_layer_config.*intermediate_size"):
+        build_model(raw, "g4")
 
 
 @pytest.mark.parametrize(

@@ -400,6 +400,13 @@ text("indexer-cache")(
         "model dtype; vLLM stores it as fp8 plus a scale)."
     )
 )
+text("tie-wrapper-wins")(
+    lambda wrapper, tied: (
+        f"text_config and the {wrapper} wrapper disagree on tie_word_embeddings; the wrapper's "
+        f"model holds the output head, so its value decides: "
+        f"{'tied' if tied else 'a separate lm_head'} (as transformers builds it)."
+    )
+)
 text("tie-wrapper-default")(
     lambda wrapper: (
         f"The config does not say whether the output head is tied; the {wrapper} class defaults "

@@ -62,6 +62,21 @@ LAYER_VALUES = {
     "E": ("none", "moe"),
 }
 
+# Multimodal wrappers' class defaults for tie_word_embeddings (transformers 5.24), used when the
+# top level does not say; the wrapper's model holds the output head.
+WRAPPER_TIE = {
+    "qwen3_vl": False,
+    "qwen3_vl_moe": False,
+    "gemma3": True,
+    "gemma4": True,
+    "llama4": False,
+}
+# Wrappers whose config class ties when either the top level or text_config says so.
+TIE_EITHER = ("llava", "llava_onevision", "qwen2_5_vl", "glm4v", "hunyuan_vl", "paddleocr_vl")
+
+# Fields `per_layer_config` may override on a layer (the attention geometry).
+PER_LAYER_FIELDS = ("head_dim", "num_key_value_heads", "num_attention_heads")
+
 # Every dimension within its own range can still multiply to an absurd model (a head_dim of 2^31
 # across 65,536 heads); the largest real ones hold a few trillion parameters.
 MAX_PARAMS = 10**15
@@ -82,6 +97,7 @@ class Plan(NamedTuple):
     mixer: str  # full | sliding | chunked | state | hybrid | none
     ffn: str  # dense | moe | none
     indexer: bool = True  # a DSA indexer of its own, where the model has one ("shared": none)
+    overrides: tuple = ()  # (field, value) pairs from `per_layer_config` for this layer
 
 
 def text_config(raw: dict, source: str) -> tuple[dict, dict]:
@@ -158,6 +174,7 @@ class Builder:
         self.notes: list = []
         self.name_hint = ""
         self.decided: list[tuple[str, str]] = []  # (part, the fields that decided it)
+        self.per_layer = False  # the config has transformers 5.x's per_layer_config
 
     # ---- dimensions -------------------------------------------------------------------------
     def dims(self) -> None:
@@ -234,18 +251,35 @@ class Builder:
         return hidden // heads
 
     def _tie(self) -> bool:
-        for cfg in (self.f.data, self.top):
-            value = cfg.get("tie_word_embeddings")
-            if value is not None:
-                if not isinstance(value, bool):
-                    raise KvplanError(f"{self.f.source}: tie_word_embeddings must be true or false")
-                return value
+        """Whether the output head is the embedding. A multimodal wrapper's model holds the head,
+        so its own (top-level) flag decides, as in transformers: a text_config flag that says
+        otherwise (transformers 5.x writes the text class's default back into text_config) is
+        noted and not used; a few wrappers OR the two (llava, Qwen2.5-VL)."""
+        inner = self._tie_value(self.f.data)
+        if self.top is self.f.data:
+            return self.family.tie if inner is None else inner
+        outer = self._tie_value(self.top)
+        if outer is not None:
+            if self.top_type in TIE_EITHER:
+                return outer or bool(inner)
+            if inner is not None and inner != outer:
+                self.notes.append(note("tie-wrapper-wins", wrapper=self.top_type, tied=outer))
+            return outer
         if self.top_type == "mistral3":
             # Mistral3Config defaults to tied, but the checkpoints store a separate lm_head, and
             # transformers unties weights a checkpoint holds twice: count it untied.
             self.notes.append(note("tie-wrapper-default", wrapper=self.top_type))
             return False
-        return self.family.tie
+        if self.top_type in WRAPPER_TIE:
+            wrapper = WRAPPER_TIE[self.top_type]
+            return wrapper or bool(inner) if self.top_type in TIE_EITHER else wrapper
+        return self.family.tie if inner is None else inner
+
+    def _tie_value(self, cfg: dict) -> bool | None:
+        value = cfg.get("tie_word_embeddings")
+        if value is not None and not isinstance(value, bool):
+            raise KvplanError(f"{self.f.source}: tie_word_embeddings must be true or false")
+        return value
 
     # ---- the per-layer plan -----------------------------------------------------------------
     def plan(self) -> list[Plan]:
@@ -302,6 +336,40 @@ class Builder:
                     for p, v in zip(plans, given, strict=True)
                 ]
                 self.decided.append(("MLP per layer", "from mlp_layer_types"))
+        return plans
+
+    def per_layer_config(self, plans: list[Plan]) -> list[Plan]:
+        """transformers 5.x's heterogeneous form: `per_layer_config` maps a layer index to the
+        fields that differ on that layer (Gemma-4 written back by save_pretrained: the
+        full-attention layers' head_dim and num_key_value_heads). The attention geometry is read
+        per layer; any other field overridden per layer is refused, never ignored."""
+        f = self.f
+        given = f.raw("per_layer_config")
+        self.per_layer = given is not None
+        if given is None:
+            return plans
+        if not isinstance(given, dict):
+            raise KvplanError(f"{f.source}: per_layer_config must map layer indices to fields")
+        plans = list(plans)
+        for key, fields in given.items():
+            index = int(key) if isinstance(key, str) and key.isdigit() else None
+            if index is None or index >= len(plans):
+                raise KvplanError(
+                    f"{f.source}: per_layer_config key {str(key)[:20]!r} is not a layer index "
+                    f"below {len(plans)}"
+                )
+            if not isinstance(fields, dict):
+                raise KvplanError(f"{f.source}: per_layer_config[{key}] must be an object")
+            unknown = sorted(str(k)[:40] for k in fields if k not in PER_LAYER_FIELDS)
+            if unknown:
+                raise KvplanError(
+                    f"{f.source}: per_layer_config[{key}] overrides {', '.join(unknown)}, which "
+                    f"kvplan does not read per layer (it reads {', '.join(PER_LAYER_FIELDS)})"
+                )
+            layer = Fields(fields, f"{f.source}: per_layer_config[{key}]")
+            values = tuple((k, layer.int(k)) for k in PER_LAYER_FIELDS if k in fields)
+            plans[index] = plans[index]._replace(overrides=values)
+        self.decided.append(("attention per layer", "from per_layer_config"))
         return plans
 
     def _indexer_types(self, num_layers: int) -> list:
@@ -497,9 +565,11 @@ class Builder:
             return self.f.opt_int("q_lora_rank")
         return self.family.q_lora_default
 
-    def attention(self, kind: str) -> Attention:
+    def attention(self, kind: str, overrides: tuple = ()) -> Attention:
         f = self.f
         if self.mla:
+            if overrides:
+                raise KvplanError(f"{f.source}: per_layer_config on MLA layers is not supported")
             kv_lora = f.int("kv_lora_rank", why="the MLA latent width")
             rope = f.int("qk_rope_head_dim", why="the MLA latent width")
             nope = f.int("qk_nope_head_dim", why="the MLA parameter count")
@@ -531,9 +601,17 @@ class Builder:
         head_dim, kv, shared_kv_proj = self.head_dim, self.kv, False
         if kind == "full":
             head_dim, kv, shared_kv_proj = self._global_attention()
+        given = dict(overrides)
+        head_dim = given.get("head_dim", head_dim)
+        kv = given.get("num_key_value_heads", kv)
+        heads = given.get("num_attention_heads", self.heads)
+        if kv > heads or heads % kv:
+            raise KvplanError(
+                f"{f.source}: {heads} query heads cannot be grouped over {kv} KV heads"
+            )
         return Attention(
             kind=cache_kind,
-            num_q_heads=self.heads,
+            num_q_heads=heads,
             num_kv_heads=kv,
             head_dim=head_dim,
             head_dim_v=head_dim,
@@ -549,8 +627,10 @@ class Builder:
         `attention_k_eq_v` makes the values the keys' projection): (head_dim, KV heads, whether
         keys and values share one projection). The cache stores both K and V either way."""
         f = self.f
-        head_dim = f.opt_int("global_head_dim") or self.family.global_head_dim or self.head_dim
         k_eq_v = f.bool("attention_k_eq_v", False)
+        if self.per_layer:  # written back by transformers 5.x: the widths are per layer
+            return self.head_dim, self.kv, k_eq_v
+        head_dim = f.opt_int("global_head_dim") or self.family.global_head_dim or self.head_dim
         global_kv = f.opt_int("num_global_key_value_heads")
         gated = k_eq_v or "attention_k_eq_v" not in f.data  # transformers' rule
         kv = global_kv if global_kv and gated else self.kv
@@ -579,7 +659,7 @@ class Builder:
 
         self.dims()
         self.read_structure()
-        plans = self.per_layer_lists(self.plan())
+        plans = self.per_layer_config(self.per_layer_lists(self.plan()))
         counter = ParamCounter(self)
         layers, cache = [], {}
         for p in plans:
@@ -587,7 +667,8 @@ class Builder:
             if key not in cache:
                 attention = state = None
                 if p.mixer in ("full", "sliding", "chunked", "hybrid"):
-                    attention = self.attention("full" if p.mixer == "hybrid" else p.mixer)
+                    kind = "full" if p.mixer == "hybrid" else p.mixer
+                    attention = self.attention(kind, p.overrides)
                     if not p.indexer:  # reuses an earlier layer's top-k: no indexer, no key
                         attention = attention._replace(indexer_head_dim=0, indexer_num_heads=0)
                 if p.mixer in ("state", "hybrid"):

@@ -285,6 +285,11 @@ FAMILIES: dict[str, Family] = {
     "granitemoehybrid": Family("MoE, Mamba-2 hybrid", vocab=32000),
 }
 
+# Qwen3-VL's language models are Qwen3 / Qwen3-MoE blocks (per-head q/k norms) with their own
+# class defaults (Qwen3VLMoeTextConfig: 16 KV heads, head_dim 128).
+FAMILIES["qwen3_vl_text"] = FAMILIES["qwen3"]
+FAMILIES["qwen3_vl_moe_text"] = FAMILIES["qwen3_moe"]._replace(kv_heads=16, head_dim=128)
+
 # Wrappers whose language model sits in a nested config, and model_types that are another
 # family under a different name (read exactly as that family).
 ALIASES = {
@@ -297,4 +302,6 @@ ALIASES = {
     "qwen3_5": "qwen3_5_text",
     "qwen3_5_moe": "qwen3_5_moe_text",
     "mistral3": "mistral",
+    "qwen3_vl": "qwen3_vl_text",
+    "qwen3_vl_moe": "qwen3_vl_moe_text",
 }
