@@ -122,6 +122,46 @@ def test_parameter_count_of_real_configs_it_does_not_bundle(name):
     assert spec.params_total == (expected or entry["params_total"])
 
 
+CLASS = REPO / "tests" / "data" / "class_configs"
+
+
+@pytest.mark.parametrize("name", sorted(k for k in ORACLE if k.startswith("class/")))
+def test_parameter_count_of_configs_built_from_transformers_classes(name):
+    """SmolLM3 (no_rope_layers: no cache change), EXAONE-4.0 (a lettered window pattern "LLLG"
+    beside layer_types), OLMo-3 (full-width q/k norms): exact, on the shapes transformers' own
+    config classes give (tests/data/class_configs/SOURCES.md)."""
+    raw = json.loads((CLASS / name.removeprefix("class/")).read_text())
+    spec = build_model(raw, name)
+    assert spec.params_total == ORACLE[name]["params_total"]
+    assert not [n for n in spec.notes if n.id in ("structure-read", "structure-unread")]
+
+
+def test_exaone4_lettered_pattern_slides_three_layers_in_four():
+    raw = json.loads((CLASS / "exaone4.EXAONE-4.0-32B-dims-LLLG.json").read_text())
+    spec = build_model(raw, "exaone")
+    kinds = [a.kind.value for a in spec.attention_layers()]
+    assert kinds == ["sliding", "sliding", "sliding", "full"] * 16
+    # 64 layers x 2 x 8 x 128 x 2 B = 262,144 B/token before any window applies
+    assert sum(a.kv_bytes_per_token(KvFormat("bf16")) for a in spec.attention_layers()) == 262_144
+    del raw["layer_types"]  # the letters alone give the same layers
+    assert [a.kind.value for a in build_model(raw, "e").attention_layers()] == kinds
+    raw["layer_types"] = ["full_attention"] * 64
+    from kvplan.errors import KvplanError
+
+    with pytest.raises(KvplanError, match="sliding_window_pattern 'LLLG' and layer_types disagree"):
+        build_model(raw, "e")
+
+
+def test_mimo_counts_as_vllm_builds_it():
+    """MiMo-7B (model_type mimo, remote code): vLLM's MiMoForCausalLM is Qwen2ForCausalLM
+    (vllm/model_executor/models/mimo.py), q/k/v biased and no o_proj bias whatever
+    attention_bias says; transformers' Qwen2ForCausalLM on the same fields counts 7,622,619,136.
+    The MTP layer is outside num_hidden_layers, as in vLLM's main model."""
+    spec = build_model(json.loads((REAL / "XiaomiMiMo--MiMo-7B-Base.json").read_text()), "mimo")
+    assert spec.params_total == 7_622_619_136
+    assert [n.id for n in spec.notes] == ["mtp-excluded"]
+
+
 def test_gemma4_global_layers_cache_their_own_width():
     """Gemma-4-31B: 50 sliding layers of 16 KV heads x 256 and 10 global ones of 4 x 512 (K and
     V both cached although V is K's projection): 901,120 bytes per token in bf16 before any

@@ -74,6 +74,9 @@ WRAPPER_TIE = {
 # Wrappers whose config class ties when either the top level or text_config says so.
 TIE_EITHER = ("llava", "llava_onevision", "qwen2_5_vl", "glm4v", "hunyuan_vl", "paddleocr_vl")
 
+# Families with multi-token-prediction layers outside num_hidden_layers (besides MLA models).
+MTP_FAMILIES = ("mimo", "mimo_v2_flash")
+
 # Fields `per_layer_config` may override on a layer (the attention geometry).
 PER_LAYER_FIELDS = ("head_dim", "num_key_value_heads", "num_attention_heads")
 
@@ -297,6 +300,7 @@ class Builder:
                     )
                 mixer, ffn = LAYER_VALUES[value]
                 layers.append(Plan(mixer, ffn if isinstance(ffn, str) else "?"))
+            self._check_window_letters([p.mixer for p in layers])
             single = any(p.ffn in ("dense", "moe") for p in layers)
             if single:  # each layer is one kind: mixers have no MLP of their own
                 return [p if p.mixer == "none" else Plan(p.mixer, "none") for p in layers]
@@ -451,8 +455,21 @@ class Builder:
         if rule == "alternate":
             return ["sliding" if (i + 1) % 2 else "full" for i in range(n)]
         if rule == "pattern":
+            letters = self._window_letters()
+            if letters is not None:
+                return [letters[i % len(letters)] for i in range(n)]
+            if window is None and self.model_type == "exaone4":
+                return ["full"] * n  # Exaone4Config: no window, no pattern
             period = f.int("sliding_window_pattern", default=fam.pattern)
             return ["sliding" if (i + 1) % period else "full" for i in range(n)]
+        if rule == "smollm3":
+            # SmolLM3Config: with the window switched on, the NoPE layers (0 in no_rope_layers)
+            # slide; RoPE or not changes no cache size
+            interval = f.int("no_rope_layer_interval", default=4)
+            rope = f.int_list("no_rope_layers", length=n) or [
+                int((i + 1) % interval != 0) for i in range(n)
+            ]
+            return ["sliding" if window and not rope[i] else "full" for i in range(n)]
         if rule == "even_sliding":
             return ["sliding" if i % 2 == 0 else "full" for i in range(n)]
         if rule == "llama4":
@@ -475,6 +492,32 @@ class Builder:
         if window or self.chunk:
             self.decided.append(("windows", "sliding_window" if window else "attention_chunk_size"))
         return [uniform] * n
+
+    def _window_letters(self) -> list[str] | None:
+        """`sliding_window_pattern` given as letters (EXAONE-4.0: "LLLG", L local = sliding, G
+        global = full, repeated over the layers as vLLM reads it); None for a number."""
+        value = self.f.raw("sliding_window_pattern")
+        if not isinstance(value, str):
+            return None
+        if not value or set(value) - set("LG"):
+            raise KvplanError(
+                f"{self.f.source}: sliding_window_pattern {value[:40]!r} is neither a number nor "
+                "a string of L (local) and G (global) letters"
+            )
+        return ["sliding" if c == "L" else "full" for c in value]
+
+    def _check_window_letters(self, mixers: list[str]) -> None:
+        """Where layer_types lists every layer, a lettered pattern beside it must say the same."""
+        letters = self._window_letters()
+        if letters is None:
+            return
+        implied = [letters[i % len(letters)] for i in range(len(mixers))]
+        if implied != mixers:
+            raise KvplanError(
+                f"{self.f.source}: sliding_window_pattern "
+                f"{self.f.data['sliding_window_pattern']!r} and layer_types disagree on which "
+                "layers slide"
+            )
 
     def _assign_ffn(self, mixers: list[str]) -> list[Plan]:
         if not self.family.layer_mlp:
@@ -523,6 +566,9 @@ class Builder:
             f.has(key)
         if not f.opt_int("hidden_size_per_layer_input", minimum=0):
             f.has("vocab_size_per_layer_input")  # the PLE table's rows, unused without PLE
+        if fam.layer_rule == "smollm3":  # which layers skip RoPE: no size depends on it
+            f.has("no_rope_layers")
+            f.has("no_rope_layer_interval")
         self.window = f.window("sliding_window", default=fam.window)
         switch = fam.window_switch or (
             "use_sliding_window" if f.has("use_sliding_window") else None
@@ -758,6 +804,10 @@ class Builder:
                         of=len(attention),
                     )
                 )
+        if not self.mla and mt in MTP_FAMILIES:
+            mtp = f.int("num_nextn_predict_layers", default=0, minimum=0)
+            if mtp:
+                self.notes.append(note("mtp-excluded", layers=mtp))
         if mt == "falcon" and getattr(self, "falcon_new_arch", False) and self.kv < self.heads:
             self.notes.append(note("falcon-broadcast", kv_heads=self.kv, heads=self.heads))
         if mt == "mamba2":

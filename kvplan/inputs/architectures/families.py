@@ -283,12 +283,46 @@ FAMILIES: dict[str, Family] = {
         norms_per_layer=1,
     ),
     "granitemoehybrid": Family("MoE, Mamba-2 hybrid", vocab=32000),
+    # SmolLM3: Llama blocks; no_rope_layers says which layers skip RoPE (no cache change)
+    "smollm3": Family(
+        DENSE,
+        kv_heads=4,
+        window_switch="use_sliding_window",
+        tie=True,
+        vocab=128256,
+        layer_rule="smollm3",
+    ),
+    # EXAONE-4.0: post-norms only (after attention and MLP), per-head q/k norms, a 3:1
+    # local/global pattern (a number, or letters "LLLG")
+    "exaone4": Family(
+        "dense, local/global hybrid",
+        kv_heads=32,
+        window=4096,
+        vocab=102400,
+        pattern=4,
+        layer_rule="pattern",
+        qk_norm="head",
+    ),
+    # OLMo-3: post-norms, q/k norms over all heads (q_norm heads x head_dim wide), every 4th
+    # layer global
+    "olmo3": Family(
+        "dense, local/global hybrid",
+        window=4096,
+        vocab=50304,
+        pattern=4,
+        layer_rule="pattern",
+        qk_norm="full",
+    ),
 }
 
 # Qwen3-VL's language models are Qwen3 / Qwen3-MoE blocks (per-head q/k norms) with their own
 # class defaults (Qwen3VLMoeTextConfig: 16 KV heads, head_dim 128).
 FAMILIES["qwen3_vl_text"] = FAMILIES["qwen3"]
 FAMILIES["qwen3_vl_moe_text"] = FAMILIES["qwen3_moe"]._replace(kv_heads=16, head_dim=128)
+
+# MiMo-7B (remote code MiMoForCausalLM; vLLM's MiMoForCausalLM is Qwen2's model): Qwen2 blocks,
+# q/k/v biases whatever attention_bias says, no output-projection bias; MTP layers outside.
+FAMILIES["mimo"] = FAMILIES["qwen2"]._replace(bias_field=None)
 
 # Wrappers whose language model sits in a nested config, and model_types that are another
 # family under a different name (read exactly as that family).
