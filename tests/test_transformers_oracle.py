@@ -216,7 +216,6 @@ def test_per_layer_config_overriding_what_kvplan_does_not_read_is_refused():
 @pytest.mark.parametrize(
     "file, named",
     [
-        ("google--gemma-4-26B-A4B.json", "enable_moe_block"),
         ("deepseek-ai--DeepSeek-V4-Flash.json", "deepseek_v4"),
         ("poolside--Laguna-XS.2-FP8.json", "laguna"),
         ("stepfun-ai--Step-3.7-Flash.json", "step3p7"),

@@ -556,7 +556,8 @@ class Builder:
     # ---- the building blocks ----------------------------------------------------------------
     def read_structure(self) -> None:
         f, fam = self.f, self.family
-        unbuilt = unbuilt_features(f.data)
+        built = ("enable_moe_block",) if fam.moe_block else ()
+        unbuilt = unbuilt_features(f.data, built)
         if unbuilt:
             raise KvplanError(
                 f"{f.source}: declares what kvplan does not build yet, so its sizes would be "
@@ -586,6 +587,9 @@ class Builder:
         self.state, self.state_source = state if state else (None, "")
         self.attention_layers_possible = self.model_type != "mamba2" and self.model_type != "mamba"
         self.num_experts = f.opt_int(*EXPERT_COUNT, minimum=0) or 0
+        self.moe_block = fam.moe_block and f.bool("enable_moe_block", False)
+        if fam.moe_block and not self.moe_block:
+            self.num_experts = 0  # Gemma-4's expert fields count only with enable_moe_block
         if self.mla:
             self.decided.append(
                 (

@@ -50,6 +50,9 @@ class Family(NamedTuple):
     llama4_shared: bool = False  # one shared expert of intermediate_size per MoE layer
     label_moe: bool = False
     rope_local: bool = False  # sliding layers use a second, unscaled rotary table (Gemma-3)
+    # `enable_moe_block`: an expert block beside every layer's dense MLP, with its router (a
+    # scale per hidden unit and per expert) and three more norms (Gemma-4 26B-A4B)
+    moe_block: bool = False
 
 
 DENSE = "dense (GQA/MHA)"
@@ -197,7 +200,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "gemma3_text": GEMMA3,
     # Gemma-4: Gemma-3's blocks, full-attention layers 512 wide by default, a 512-token window
-    "gemma4_text": GEMMA3._replace(global_head_dim=512, window=512, vocab=262144),
+    "gemma4_text": GEMMA3._replace(global_head_dim=512, window=512, vocab=262144, moe_block=True),
     "gpt_oss": Family(
         "MoE, local/global hybrid",
         kv_heads=8,

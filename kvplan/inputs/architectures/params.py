@@ -178,11 +178,15 @@ class Counter:
                 parts["shared_experts"] = self.mlp(info["shared_width"], info["shared_kind"], False)
                 if info["shared_gate"]:
                     parts["shared_experts"] += b.hidden
+        if plan.ffn == "moe" and b.moe_block:  # Gemma-4: the dense MLP runs beside the experts
+            parts["mlp"] = self.mlp(self.dense_width)
+            parts["router"] += b.hidden + b.num_experts  # scale per unit, per-expert scale
+            parts["norms"] = 3 * self.norm_width  # pre-/post-FFN norms of the second branch
         if b.model_type == "granitemoehybrid":  # a dense shared MLP on every layer
             width = self.f.int("shared_intermediate_size", default=1024)
             parts["mlp"] = parts.get("mlp", 0) + self.mlp(width, "gated", False)
         norms = self.norms_per_layer
-        parts["norms"] = norms * self.norm_width
+        parts["norms"] = parts.get("norms", 0) + norms * self.norm_width
         return tuple((k, v) for k, v in parts.items() if v)
 
     def zamba2_layer(self, attention: Attention | None, state: State | None) -> tuple:

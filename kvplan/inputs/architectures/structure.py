@@ -125,12 +125,13 @@ UNBUILT = {
 }
 
 
-def unbuilt_features(config: dict) -> list[str]:
-    """The UNBUILT features a config declares, as 'field: what it is'."""
+def unbuilt_features(config: dict, built: tuple[str, ...] = ()) -> list[str]:
+    """The UNBUILT features a config declares, as 'field: what it is' (less those its family
+    builds, `built`)."""
     return [
         f"{key} {config[key]!r}: {what}"
         for key, what in UNBUILT.items()
-        if _meaningful(key, config.get(key))
+        if key not in built and _meaningful(key, config.get(key))
     ]
 
 
