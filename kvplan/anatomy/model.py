@@ -34,6 +34,7 @@ class StateKind(str, Enum):
     MAMBA2 = "mamba2"
     GATED_DELTANET = "gated_deltanet"
     LIGHTNING = "lightning"  # MiniMax-style linear attention: heads x d x d, no conv
+    SHORT_CONV = "short_conv"  # LFM2's gated short convolution: a conv state only
 
 
 STATE_LABELS = {
@@ -41,6 +42,7 @@ STATE_LABELS = {
     StateKind.MAMBA2: "Mamba-2 state",
     StateKind.GATED_DELTANET: "Gated DeltaNet state",
     StateKind.LIGHTNING: "linear-attention state",
+    StateKind.SHORT_CONV: "convolution state",
 }
 
 
@@ -114,6 +116,7 @@ class State(NamedTuple):
     mamba2: conv (k-1) x (intermediate + 2*groups*state_size), ssm heads x head_dim x state_size.
     gated_deltanet: conv (k-1) x (2*key_heads*key_dim + value_heads*value_dim),
                     ssm value_heads x value_dim x key_dim.
+    short_conv: conv (k-1) x intermediate (LFM2: the hidden size), no ssm state.
     """
 
     kind: StateKind
@@ -145,6 +148,8 @@ class State(NamedTuple):
             return conv, (self.num_heads // tp) * self.head_dim * self.key_dim
         if self.kind is StateKind.LIGHTNING:
             return 0, (self.num_heads // tp) * self.head_dim * self.key_dim
+        if self.kind is StateKind.SHORT_CONV:
+            return taps * (self.intermediate // tp), 0
         raise KvplanError(f"unknown state kind {self.kind!r}")
 
     def bytes_per_sequence(self, tp: int = 1) -> int:
@@ -153,7 +158,9 @@ class State(NamedTuple):
 
     def split_heads(self) -> int:
         """The head count tensor parallelism divides."""
-        return self.intermediate if self.kind is StateKind.MAMBA1 else self.num_heads
+        if self.kind in (StateKind.MAMBA1, StateKind.SHORT_CONV):
+            return self.intermediate
+        return self.num_heads
 
     def label(self) -> str:
         return STATE_LABELS[self.kind]

@@ -53,6 +53,7 @@ LAYER_VALUES = {
     "deepseek_sparse_attention": ("full", True),
     "qwen_sparse_attention": ("full", True),
     "linear_attention": ("state", True),
+    "conv": ("state", True),  # LFM2's short convolution
     "mamba": ("state", True),
     "M": ("state", True),
     "hybrid": ("hybrid", True),
@@ -279,7 +280,8 @@ class Builder:
         return self.family.tie if inner is None else inner
 
     def _tie_value(self, cfg: dict) -> bool | None:
-        value = cfg.get("tie_word_embeddings")
+        # LFM2 spells it tie_embedding, which transformers' Lfm2Config takes first
+        value = cfg.get("tie_embedding", cfg.get("tie_word_embeddings"))
         if value is not None and not isinstance(value, bool):
             raise KvplanError(f"{self.f.source}: tie_word_embeddings must be true or false")
         return value
@@ -301,6 +303,8 @@ class Builder:
                 mixer, ffn = LAYER_VALUES[value]
                 layers.append(Plan(mixer, ffn if isinstance(ffn, str) else "?"))
             self._check_window_letters([p.mixer for p in layers])
+            if self.family.layer_rule == "lfm2":  # Lfm2Config: layer_types wins over it
+                f.has("full_attn_idxs")
             single = any(p.ffn in ("dense", "moe") for p in layers)
             if single:  # each layer is one kind: mixers have no MLP of their own
                 return [p if p.mixer == "none" else Plan(p.mixer, "none") for p in layers]
@@ -462,6 +466,10 @@ class Builder:
                 return ["full"] * n  # Exaone4Config: no window, no pattern
             period = f.int("sliding_window_pattern", default=fam.pattern)
             return ["sliding" if (i + 1) % period else "full" for i in range(n)]
+        if rule == "lfm2":  # Lfm2Config: attention on full_attn_idxs (default: every layer)
+            given = f.int_list("full_attn_idxs")
+            chosen = set(range(n) if given is None else given)
+            return ["full" if i in chosen else "state" for i in range(n)]
         if rule == "smollm3":
             # SmolLM3Config: with the window switched on, the NoPE layers (0 in no_rope_layers)
             # slide; RoPE or not changes no cache size

@@ -286,6 +286,18 @@ FAMILIES: dict[str, Family] = {
         norms_per_layer=1,
     ),
     "granitemoehybrid": Family("MoE, Mamba-2 hybrid", vocab=32000),
+    # LFM2 / LFM2.5: gated short-convolution layers ("conv") among attention layers with
+    # per-head q/k norms; no biases; tied (tie_embedding)
+    "lfm2": Family(
+        "dense, convolution/attention hybrid",
+        kv_heads=8,
+        tie=True,
+        vocab=65536,
+        qk_norm="head",
+        bias_field=None,
+        mlp_bias_field=None,
+        layer_rule="lfm2",
+    ),
     # SmolLM3: Llama blocks; no_rope_layers says which layers skip RoPE (no cache change)
     "smollm3": Family(
         DENSE,

@@ -50,6 +50,8 @@ class Counter:
             return f.int("intermediate_size", default=4 * h)
         if b.model_type in ("mamba2", "mamba"):
             return None
+        if b.model_type == "lfm2":
+            return lfm2_width(f)
         return f.opt_int("intermediate_size", "ffn_dim", "ffn_hidden_size", "n_inner")
 
     def _moe_info(self) -> dict:
@@ -253,6 +255,22 @@ class Counter:
             info["width"],
             info["shared_width"],
         )
+
+
+def lfm2_width(f) -> int:
+    """LFM2's MLP width (transformers' Lfm2MLP): block_ff_dim, with block_auto_adjust_ff_dim
+    two thirds of it, scaled by block_ffn_dim_multiplier and then rounded up to
+    block_multiple_of (the rounding only with a multiplier)."""
+    width = f.int("block_ff_dim", "intermediate_size", why="the MLP")
+    if f.bool("block_auto_adjust_ff_dim", False):
+        width = int(2 * width / 3)
+        multiplier = f.raw("block_ffn_dim_multiplier")
+        if multiplier is not None:
+            if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)):
+                raise KvplanError(f"{f.source}: block_ffn_dim_multiplier must be a number")
+            multiple = f.int("block_multiple_of", default=256)
+            width = multiple * -(-int(multiplier * width) // multiple)
+    return width
 
 
 def indexer_params(a: Attention, hidden: int) -> int:

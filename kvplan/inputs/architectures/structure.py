@@ -71,6 +71,7 @@ CATEGORIES = {
             "moe_layers",
             "block_configs",
             "per_layer_config",
+            "attn_idxs",
             "layer_pattern",
             "layer_freq",
         )
