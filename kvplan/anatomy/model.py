@@ -71,6 +71,7 @@ class Attention(NamedTuple):
     indexer_num_heads: int = 0  # the indexer's query heads (its weights, not its cache)
     mla_q_lora_rank: int = 0  # MLA query down-projection width (0: none, queries from hidden)
     shared_kv_proj: bool = False  # V is K's projection (no v_proj weights; the cache holds both)
+    sinks: bool = False  # one learned sink logit per query head (gpt-oss, MiMo-V2 sliding layers)
 
     def kv_heads_per_rank(self, tp: int) -> int:
         """KV heads one tensor-parallel rank stores: max(1, Hkv // tp); MLA's latent is replicated."""

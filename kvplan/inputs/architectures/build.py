@@ -466,6 +466,11 @@ class Builder:
                 return ["full"] * n  # Exaone4Config: no window, no pattern
             period = f.int("sliding_window_pattern", default=fam.pattern)
             return ["sliding" if (i + 1) % period else "full" for i in range(n)]
+        if rule == "mimo_v2":  # hybrid_layer_pattern: 1 sliding, 0 full; else layer 0, every 6th
+            pattern = f.int_list("hybrid_layer_pattern", length=n)
+            if pattern is None:
+                pattern = [0 if i == 0 or (i + 1) % 6 == 0 else 1 for i in range(n)]
+            return ["sliding" if v else "full" for v in pattern]
         if rule == "lfm2":  # Lfm2Config: attention on full_attn_idxs (default: every layer)
             given = f.int_list("full_attn_idxs")
             chosen = set(range(n) if given is None else given)
@@ -549,6 +554,10 @@ class Builder:
             step = f.int("decoder_sparse_step", default=1)
             dense = set(f.int_list("mlp_only_layers") or [])
             return [i not in dense and (i + 1) % step == 0 for i in range(n)]
+        if isinstance(f.raw("moe_layer_freq"), list):  # one 0/1 per layer (MiMo-V2, MiniMax-M3)
+            flags = f.int_list("moe_layer_freq", length=n)
+            f.has("first_k_dense_replace")  # the same layers, written twice
+            return [bool(v) for v in flags]
         if f.has("first_k_dense_replace"):
             first = f.int("first_k_dense_replace", minimum=0)
             freq = f.int("moe_layer_freq", default=1)
@@ -579,6 +588,9 @@ class Builder:
             f.has("no_rope_layers")
             f.has("no_rope_layer_interval")
         self.window = f.window("sliding_window", default=fam.window)
+        if fam.swa_fields and f.window("sliding_window_size"):
+            # MiMoV2FlashConfig: the window attends sliding_window_size tokens plus the query
+            self.window = f.window("sliding_window_size") + 1
         switch = fam.window_switch or (
             "use_sliding_window" if f.has("use_sliding_window") else None
         )
@@ -659,8 +671,12 @@ class Builder:
         head_dim, kv, shared_kv_proj = self.head_dim, self.kv, False
         if kind == "full":
             head_dim, kv, shared_kv_proj = self._global_attention()
+        v_dim = None  # as wide as the keys unless the family says otherwise
+        if self.family.swa_fields:
+            head_dim, kv, v_dim = self._swa_attention(kind, head_dim, kv)
         given = dict(overrides)
         head_dim = given.get("head_dim", head_dim)
+        v_dim = head_dim if v_dim is None else v_dim
         kv = given.get("num_key_value_heads", kv)
         heads = given.get("num_attention_heads", self.heads)
         if kv > heads or heads % kv:
@@ -672,12 +688,38 @@ class Builder:
             num_q_heads=heads,
             num_kv_heads=kv,
             head_dim=head_dim,
-            head_dim_v=head_dim,
+            head_dim_v=v_dim,
             qk_head_dim=head_dim,
-            v_head_dim=head_dim,
+            v_head_dim=v_dim,
             window=size if cache_kind.windowed else None,
             shared_kv_proj=shared_kv_proj,
+            sinks=self._sinks(kind),
         )
+
+    def _swa_attention(self, kind: str, head_dim: int, kv: int) -> tuple[int, int, int]:
+        """MiMo-V2-Flash: values v_head_dim wide; sliding layers with swa_num_key_value_heads
+        (transformers' rule, which ignores the field: twice the full layers' KV heads),
+        swa_head_dim and swa_v_head_dim."""
+        f = self.f
+        v_dim = f.int("v_head_dim", default=128)
+        if kind != "sliding":
+            return head_dim, kv, v_dim
+        heads = f.int("swa_num_attention_heads", default=self.heads)
+        if heads != self.heads:
+            raise KvplanError(f"{f.source}: swa_num_attention_heads differs from the full layers'")
+        return (
+            f.int("swa_head_dim", default=head_dim),
+            f.int("swa_num_key_value_heads", default=2 * kv),
+            f.int("swa_v_head_dim", default=v_dim),
+        )
+
+    def _sinks(self, kind: str) -> bool:
+        """Whether this layer's attention has one learned sink logit per head."""
+        if not self.family.swa_fields:
+            return self.family.sinks
+        if kind == "sliding":
+            return self.f.bool("add_swa_attention_sink_bias", True)
+        return self.f.bool("add_full_attention_sink_bias", False)
 
     def _global_attention(self) -> tuple[int, int, bool]:
         """Full-attention layers of a local/global model may be wider than the sliding ones

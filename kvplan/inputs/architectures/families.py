@@ -41,6 +41,9 @@ class Family(NamedTuple):
     qk_norm_field: str | None = None  # a bool field switching qk_norm on
     q_gate: bool = False  # q_proj doubled: an output gate (Qwen3-Next, Qwen3.5)
     sinks: bool = False  # one learned logit per head (gpt-oss)
+    # MiMo-V2-Flash: sinks only where add_swa_attention_sink_bias / add_full_... say (sliding
+    # layers by default), values v_head_dim wide, sliding layers with their own heads (swa_*)
+    swa_fields: bool = False
     norms_per_layer: int = 2
     norm_bias: bool = False  # LayerNorm with a bias (weights and biases both counted)
     lm_head_bias: bool = False
@@ -297,6 +300,18 @@ FAMILIES: dict[str, Family] = {
         bias_field=None,
         mlp_bias_field=None,
         layer_rule="lfm2",
+    ),
+    # MiMo-V2-Flash: 1 full : 5 sliding layers (hybrid_layer_pattern), the sliding ones with
+    # twice the KV heads and attention sinks, values 128 wide beside 192-wide keys; dense first
+    # layer then MoE (moe_layer_freq); a window of sliding_window_size + 1 tokens
+    "mimo_v2_flash": Family(
+        "MoE, local/global hybrid",
+        kv_heads=4,
+        head_dim=192,
+        window=129,
+        vocab=152576,
+        layer_rule="mimo_v2",
+        swa_fields=True,
     ),
     # SmolLM3: Llama blocks; no_rope_layers says which layers skip RoPE (no cache change)
     "smollm3": Family(

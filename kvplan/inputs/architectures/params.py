@@ -123,11 +123,13 @@ class Counter:
         q_factor = 2 if fam.q_gate else 1
         qkv_bias = fam.qkv_bias or self.attn_bias
         o_bias = fam.o_bias or (self.attn_bias and not fam.qkv_bias_field_only)
+        v_dim = a.v_head_dim  # values may be narrower than keys (MiMo-V2-Flash: 128 vs 192)
         q = h * heads * hd * q_factor + (heads * hd * q_factor if qkv_bias else 0)
-        k = v = h * kv * hd + (kv * hd if qkv_bias else 0)
+        k = h * kv * hd + (kv * hd if qkv_bias else 0)
+        v = h * kv * v_dim + (kv * v_dim if qkv_bias else 0)
         if a.shared_kv_proj:  # values are the keys' projection (Gemma-4's attention_k_eq_v)
             v = 0
-        o = heads * hd * h + (h if o_bias else 0)
+        o = heads * v_dim * h + (h if o_bias else 0)
         norm = 0
         qk_norm = fam.qk_norm
         if qk_norm and fam.qk_norm_field and not self.f.bool(fam.qk_norm_field, False):
@@ -136,7 +138,7 @@ class Counter:
             norm = 2 * hd
         elif qk_norm == "full":
             norm = heads * hd + kv * hd
-        return q + k + v + o + norm + (heads if fam.sinks else 0)
+        return q + k + v + o + norm + (heads if a.sinks else 0)
 
     def mla(self, a: Attention) -> int:
         h, heads = self.b.hidden, a.num_q_heads
