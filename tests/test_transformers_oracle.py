@@ -5,6 +5,7 @@ config on the meta device, and every layer's cache after real forward passes of 
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -162,6 +163,21 @@ def test_mimo_counts_as_vllm_builds_it():
     assert [n.id for n in spec.notes] == ["mtp-excluded"]
 
 
+def test_step37_flash_reads_as_transformers_text_config():
+    """Step-3.7-Flash's hub file is flat (remote-code form); transformers' Step3p7Config ignores
+    the flat fields and builds its class defaults, so its own meta count (vocab 128815, no
+    sliding layers) is not this file. Read as Step3p7TextConfig(**file) (transformers 5.24):
+    Step3p7TextModel 195,316,538,624 + an untied lm_head of 128,896 x 4,096 = 195,844,496,640;
+    33 sliding layers of 512 tokens, 12 full, 8 KV heads x 128: 184,320 B/token in bf16."""
+    spec = build_model(json.loads((REAL / "stepfun-ai--Step-3.7-Flash.json").read_text()), "s")
+    assert spec.params_total == 195_844_496_640
+    kinds = Counter((a.kind.value, a.window) for a in spec.attention_layers())
+    assert kinds == {("sliding", 512): 33, ("full", None): 12}
+    assert sum(a.kv_bytes_per_token(KvFormat("bf16")) for a in spec.attention_layers()) == 184_320
+    assert spec.moe.num_experts == 288 and spec.moe.num_layers == 42
+    assert spec.moe.shared_intermediate_size == 1280  # share_expert_dim
+
+
 def test_gemma4_global_layers_cache_their_own_width():
     """Gemma-4-31B: 50 sliding layers of 16 KV heads x 256 and 10 global ones of 4 x 512 (K and
     V both cached although V is K's projection): 901,120 bytes per token in bf16 before any
@@ -218,7 +234,6 @@ def test_per_layer_config_overriding_what_kvplan_does_not_read_is_refused():
     [
         ("deepseek-ai--DeepSeek-V4-Flash.json", "deepseek_v4"),
         ("poolside--Laguna-XS.2-FP8.json", "laguna"),
-        ("stepfun-ai--Step-3.7-Flash.json", "step3p7"),
         # refused with the type and what it declares first, not only the symptom
         (
             "moonshotai--Kimi-K3.json",

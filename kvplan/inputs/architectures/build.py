@@ -76,7 +76,7 @@ WRAPPER_TIE = {
 TIE_EITHER = ("llava", "llava_onevision", "qwen2_5_vl", "glm4v", "hunyuan_vl", "paddleocr_vl")
 
 # Families with multi-token-prediction layers outside num_hidden_layers (besides MLA models).
-MTP_FAMILIES = ("mimo", "mimo_v2_flash")
+MTP_FAMILIES = ("mimo", "mimo_v2_flash", "step3p7")
 
 # Fields `per_layer_config` may override on a layer (the attention geometry).
 PER_LAYER_FIELDS = ("head_dim", "num_key_value_heads", "num_attention_heads")
@@ -584,6 +584,9 @@ class Builder:
             f.has(key)
         if not f.opt_int("hidden_size_per_layer_input", minimum=0):
             f.has("vocab_size_per_layer_input")  # the PLE table's rows, unused without PLE
+        if fam.head_gate:
+            f.has("use_moe_router_bias")  # e_score_correction_bias: a buffer, not a parameter
+            self._sliding_heads()
         if fam.layer_rule == "smollm3":  # which layers skip RoPE: no size depends on it
             f.has("no_rope_layers")
             f.has("no_rope_layer_interval")
@@ -675,6 +678,8 @@ class Builder:
         if self.family.swa_fields:
             head_dim, kv, v_dim = self._swa_attention(kind, head_dim, kv)
         given = dict(overrides)
+        if kind == "sliding" and getattr(self, "sliding_heads", None):
+            given.setdefault("num_attention_heads", self.sliding_heads)
         head_dim = given.get("head_dim", head_dim)
         v_dim = head_dim if v_dim is None else v_dim
         kv = given.get("num_key_value_heads", kv)
@@ -712,6 +717,26 @@ class Builder:
             f.int("swa_num_key_value_heads", default=2 * kv),
             f.int("swa_v_head_dim", default=v_dim),
         )
+
+    def _sliding_heads(self) -> None:
+        """Step-3.x: sliding layers may have their own query-head count
+        (num_sliding_attention_heads, or the legacy attention_other_setting's
+        num_attention_heads, which is all Step3p7TextConfig keeps of it)."""
+        f = self.f
+        self.sliding_heads = f.opt_int("num_sliding_attention_heads")
+        other = f.raw("attention_other_setting")
+        if self.sliding_heads is None and other is not None:
+            if not isinstance(other, dict):
+                raise KvplanError(f"{f.source}: attention_other_setting must be an object")
+            inner = Fields(other, f"{f.source}: attention_other_setting")
+            self.sliding_heads = inner.opt_int("num_attention_heads")
+            for key in ("num_key_value_heads", "head_dim"):
+                value = inner.opt_int(key)
+                if value is not None and value != (self.kv if key[4] == "k" else self.head_dim):
+                    raise KvplanError(
+                        f"{f.source}: attention_other_setting sets {key} {value} for the sliding "
+                        "layers, which transformers' Step3p7 ignores; kvplan will not guess"
+                    )
 
     def _sinks(self, kind: str) -> bool:
         """Whether this layer's attention has one learned sink logit per head."""

@@ -44,6 +44,7 @@ class Family(NamedTuple):
     # MiMo-V2-Flash: sinks only where add_swa_attention_sink_bias / add_full_... say (sliding
     # layers by default), values v_head_dim wide, sliding layers with their own heads (swa_*)
     swa_fields: bool = False
+    head_gate: bool = False  # a hidden x heads output gate per layer (Step-3.x g_proj, `gating`)
     norms_per_layer: int = 2
     norm_bias: bool = False  # LayerNorm with a bias (weights and biases both counted)
     lm_head_bias: bool = False
@@ -312,6 +313,16 @@ FAMILIES: dict[str, Family] = {
         vocab=152576,
         layer_rule="mimo_v2",
         swa_fields=True,
+    ),
+    # Step-3.7-Flash: per-head q/k norms and a per-head output gate, one shared expert of
+    # share_expert_dim, a router bias (a buffer: use_moe_router_bias), MTP layers outside
+    "step3p7": Family(
+        "MoE, local/global hybrid",
+        kv_heads=8,
+        head_dim=128,
+        vocab=128815,
+        qk_norm="head",
+        head_gate=True,
     ),
     # SmolLM3: Llama blocks; no_rope_layers says which layers skip RoPE (no cache change)
     "smollm3": Family(

@@ -69,6 +69,9 @@ class Counter:
         shared_kind = self.fam.mlp
         if self.fam.llama4_shared:
             shared_width = f.int("intermediate_size", why="Llama 4's shared expert")
+        elif f.has("share_expert_dim"):  # Step-3.x: one shared expert of this width
+            shared_width = f.int("share_expert_dim", minimum=0)
+            f.has("n_shared_experts")
         elif f.has("shared_expert_intermediate_size"):
             shared_width = f.int("shared_expert_intermediate_size", minimum=0)
             shared_gate = self.fam.shared_expert_gate and shared_width > 0
@@ -138,7 +141,18 @@ class Counter:
             norm = 2 * hd
         elif qk_norm == "full":
             norm = heads * hd + kv * hd
-        return q + k + v + o + norm + (heads if a.sinks else 0)
+        return q + k + v + o + norm + (heads if a.sinks else 0) + self.head_gate(heads, hd)
+
+    def head_gate(self, heads: int, head_dim: int) -> int:
+        """Step-3.x's g_proj: hidden x heads (`gating` true or "per-head"), or hidden x heads x
+        head_dim for a per-element gate; none without the family's gate."""
+        if not self.fam.head_gate:
+            return 0
+        gating = self.f.raw("gating", default=True)
+        if gating is False:
+            return 0
+        width = heads if gating is True or gating == "per-head" else heads * head_dim
+        return self.b.hidden * width
 
     def mla(self, a: Attention) -> int:
         h, heads = self.b.hidden, a.num_q_heads
