@@ -178,6 +178,50 @@ def test_step37_flash_reads_as_transformers_text_config():
     assert spec.moe.shared_intermediate_size == 1280  # share_expert_dim
 
 
+NEMOTRON_SUPER = "nvidia--Llama-3_3-Nemotron-Super-49B-v1.json"
+
+
+def test_nemotron_super_blocks_per_layer():
+    """Llama-3.3-Nemotron-Super-49B (DeciLM block_configs, remote code): 49 layers with GQA
+    (64 // n_heads_in_group 8 = 8 KV heads x 128), 31 without attention; each MLP
+    int(2 x ffn_mult x 8192 / 3) rounded up to 256 (vLLM's nemotron_nas.py, llama.cpp's
+    DeciModel converter). 200,704 B/token in bf16; 49,867,145,216 parameters."""
+    spec = build_model(json.loads((REAL / NEMOTRON_SUPER).read_text()), "super")
+    assert spec.params_total == 49_867_145_216
+    attention = spec.attention_layers()
+    assert len(attention) == 49 and {(a.num_kv_heads, a.head_dim) for a in attention} == {(8, 128)}
+    assert sum(a.kv_bytes_per_token(KvFormat("bf16")) for a in attention) == 200_704
+    assert sum(1 for layer in spec.layers if layer.attention is None) == 31
+
+
+def test_nemotron_super_count_equals_llama_modules_assembled_as_vllm_does():
+    """The same count from transformers' own Llama modules, built block by block as vLLM's
+    DeciLMForCausalLM builds them (attention and its input norm unless no_op; MLP and its norm
+    unless no_op), on the meta device."""
+    torch = pytest.importorskip("torch")
+    llama = pytest.importorskip("transformers.models.llama.modeling_llama")
+    from transformers import LlamaConfig
+
+    raw = json.loads((REAL / NEMOTRON_SUPER).read_text())
+    hidden, heads = raw["hidden_size"], raw["num_attention_heads"]
+    total = 2 * raw["vocab_size"] * hidden + hidden  # embeddings, untied lm_head, final norm
+    with torch.device("meta"):
+        for index, block in enumerate(raw["block_configs"]):
+            if not block["attention"]["no_op"]:
+                kv = heads // block["attention"]["n_heads_in_group"]
+                cfg = LlamaConfig(
+                    hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv
+                )
+                module = llama.LlamaAttention(cfg, index)
+                total += sum(p.numel() for p in module.parameters()) + hidden
+            if not block["ffn"]["no_op"]:
+                width = int(2 * block["ffn"]["ffn_mult"] * hidden / 3)
+                width += (-width) % 256
+                cfg = LlamaConfig(hidden_size=hidden, intermediate_size=width)
+                total += sum(p.numel() for p in llama.LlamaMLP(cfg).parameters()) + hidden
+    assert build_model(raw, "super").params_total == total
+
+
 def test_gemma4_global_layers_cache_their_own_width():
     """Gemma-4-31B: 50 sliding layers of 16 KV heads x 256 and 10 global ones of 4 x 512 (K and
     V both cached although V is K's projection): 901,120 bytes per token in bf16 before any
@@ -239,7 +283,6 @@ def test_per_layer_config_overriding_what_kvplan_does_not_read_is_refused():
             "moonshotai--Kimi-K3.json",
             "'kimi_linear' is not one kvplan knows; it declares .*kv_lora",
         ),
-        ("nvidia--Llama-3_3-Nemotron-Super-49B-v1.json", "declares block_configs"),
     ],
 )
 def test_real_configs_it_cannot_size_are_refused_by_name(file, named):

@@ -78,6 +78,16 @@ TIE_EITHER = ("llava", "llava_onevision", "qwen2_5_vl", "glm4v", "hunyuan_vl", "
 # Families with multi-token-prediction layers outside num_hidden_layers (besides MLA models).
 MTP_FAMILIES = ("mimo", "mimo_v2_flash", "step3p7")
 
+# DeciLM block fields kvplan does not build (set: the block is refused by name).
+DECI_UNBUILT = (
+    "replace_with_linear",
+    "sparsify",
+    "num_sink_tokens",
+    "window_length",
+    "unshifted_sink",
+    "use_prefill_window_in_sink_attention",
+)
+
 # Fields `per_layer_config` may override on a layer (the attention geometry).
 PER_LAYER_FIELDS = ("head_dim", "num_key_value_heads", "num_attention_heads")
 
@@ -102,6 +112,7 @@ class Plan(NamedTuple):
     ffn: str  # dense | moe | none
     indexer: bool = True  # a DSA indexer of its own, where the model has one ("shared": none)
     overrides: tuple = ()  # (field, value) pairs from `per_layer_config` for this layer
+    ffn_width: int = 0  # this layer's own MLP width (DeciLM block_configs; 0: the config's)
 
 
 def text_config(raw: dict, source: str) -> tuple[dict, dict]:
@@ -289,6 +300,8 @@ class Builder:
     # ---- the per-layer plan -----------------------------------------------------------------
     def plan(self) -> list[Plan]:
         f = self.f
+        if f.raw("block_configs") is not None:
+            return self._block_configs()
         declared, key = self._declared_layers()
         if declared is not None:
             self.decided.append(("layers", f"from {key}"))
@@ -344,6 +357,56 @@ class Builder:
                     for p, v in zip(plans, given, strict=True)
                 ]
                 self.decided.append(("MLP per layer", "from mlp_layer_types"))
+        return plans
+
+    def _block_configs(self) -> list[Plan]:
+        """DeciLM / Nemotron-NAS (Llama-3.x-Nemotron Super/Ultra): one block per layer, its
+        attention absent (`no_op`) or GQA with num_attention_heads // n_heads_in_group KV heads,
+        its MLP absent or int(2 x ffn_mult x hidden / 3) rounded up to 256 wide (vLLM's
+        nemotron_nas.py, the hub's modeling_decilm.py). Linear replacements, sinks, windows and
+        sparsity are refused by name."""
+        f = self.f
+        blocks = f.raw("block_configs")
+        count = f.opt_int("num_hidden_layers")
+        if not isinstance(blocks, list) or not blocks or len(blocks) > MAX_LAYERS:
+            raise KvplanError(f"{f.source}: block_configs must list one block per layer")
+        if count is not None and count != len(blocks):
+            raise KvplanError(
+                f"{f.source}: block_configs has {len(blocks)} blocks, num_hidden_layers {count}"
+            )
+        plans = []
+        for index, block in enumerate(blocks):
+            where = f"{f.source}: block_configs[{index}]"
+            if not isinstance(block, dict):
+                raise KvplanError(f"{where} must be an object")
+            attention, ffn = (
+                Fields(block.get(k) or {}, f"{where}.{k}") for k in ("attention", "ffn")
+            )
+            for part, fields in (("attention", attention), ("ffn", ffn)):
+                if not isinstance(block.get(part) or {}, dict):
+                    raise KvplanError(f"{where}.{part} must be an object")
+                unbuilt = [k for k in DECI_UNBUILT if fields.data.get(k) not in (None, False, 0)]
+                if unbuilt:
+                    raise KvplanError(
+                        f"{where}.{part} sets {', '.join(unbuilt)}, which kvplan does not build"
+                    )
+            if attention.bool("no_op", False):
+                mixer, overrides = "none", ()
+            else:
+                group = attention.int("n_heads_in_group", why="the KV heads")
+                if self.heads % group:
+                    raise KvplanError(f"{where}: {self.heads} heads over groups of {group}")
+                mixer, overrides = "full", (("num_key_value_heads", self.heads // group),)
+            if ffn.bool("no_op", False):
+                plans.append(Plan(mixer, "none", overrides=overrides))
+                continue
+            mult = ffn.raw("ffn_mult")
+            if isinstance(mult, bool) or not isinstance(mult, (int, float)) or not 0 < mult < 1e3:
+                raise KvplanError(f"{where}.ffn: ffn_mult must be a positive number")
+            width = int(2 * mult * self.hidden / 3)
+            width = width if width % 256 == 0 else width + 256 - width % 256
+            plans.append(Plan(mixer, "dense", overrides=overrides, ffn_width=width))
+        self.decided.append(("layers", "per layer from block_configs (attention, ffn_mult)"))
         return plans
 
     def per_layer_config(self, plans: list[Plan]) -> list[Plan]:

@@ -44,6 +44,7 @@ class Family(NamedTuple):
     # MiMo-V2-Flash: sinks only where add_swa_attention_sink_bias / add_full_... say (sliding
     # layers by default), values v_head_dim wide, sliding layers with their own heads (swa_*)
     swa_fields: bool = False
+    norm_per_part: bool = False  # a norm before each part a layer has (DeciLM: none if no_op)
     head_gate: bool = False  # a hidden x heads output gate per layer (Step-3.x g_proj, `gating`)
     norms_per_layer: int = 2
     norm_bias: bool = False  # LayerNorm with a bias (weights and biases both counted)
@@ -323,6 +324,12 @@ FAMILIES: dict[str, Family] = {
         vocab=128815,
         qk_norm="head",
         head_gate=True,
+    ),
+    # Llama-3.x-Nemotron Super/Ultra (DeciLM): Llama blocks, per layer from block_configs
+    "nemotron-nas": Family(
+        "dense, heterogeneous blocks (some without attention)",
+        vocab=128256,
+        norm_per_part=True,
     ),
     # SmolLM3: Llama blocks; no_rope_layers says which layers skip RoPE (no cache change)
     "smollm3": Family(

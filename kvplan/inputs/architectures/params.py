@@ -178,7 +178,9 @@ class Counter:
             parts["mixer"] = mixer_params(
                 self.f, state, b.hidden, self.fam.mixer_norm_default, self.fam.mamba1_inner_norms
             )
-        if plan.ffn == "dense":
+        if plan.ffn == "dense" and plan.ffn_width:  # a width of its own (DeciLM blocks)
+            parts["mlp"] = self.mlp(plan.ffn_width)
+        elif plan.ffn == "dense":
             if self.dense_width is None:
                 raise KvplanError(f"{self.f.source}: config lacks intermediate_size (the MLP)")
             parts["mlp"] = self.mlp(self.dense_width)
@@ -204,6 +206,8 @@ class Counter:
             width = self.f.int("shared_intermediate_size", default=1024)
             parts["mlp"] = parts.get("mlp", 0) + self.mlp(width, "gated", False)
         norms = self.norms_per_layer
+        if self.fam.norm_per_part:  # a norm before each part the layer has
+            norms = (attention is not None) + (plan.ffn != "none")
         parts["norms"] = parts.get("norms", 0) + norms * self.norm_width
         return tuple((k, v) for k, v in parts.items() if v)
 
