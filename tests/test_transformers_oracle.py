@@ -222,6 +222,88 @@ def test_nemotron_super_count_equals_llama_modules_assembled_as_vllm_does():
     assert build_model(raw, "super").params_total == total
 
 
+MINIMAX_M3 = "MiniMaxAI--MiniMax-M3.json"
+
+
+def test_minimax_m3_gqa_with_a_key_only_indexer_cache():
+    """MiniMax-M3 (minimax_m3; transformers 5.24 has its text model as MiniMaxM3VLTextConfig):
+    60 GQA layers (4 KV x 128), 57 of them (sparse_attention_freq) also caching the lightning
+    indexer's 128-wide key: 60 x 2,048 + 57 x 256 = 137,472 B/token in bf16; 426,174,565,632
+    params = MiniMaxM3VLTextModel(MiniMaxM3VLTextConfig(**file)) + the untied lm_head."""
+    spec = build_model(json.loads((REAL / MINIMAX_M3).read_text()), "m3")
+    assert spec.params_total == 426_174_565_632
+    bf16 = KvFormat("bf16")
+    assert sum(a.kv_bytes_per_token(bf16) for a in spec.attention_layers()) == 137_472
+    assert sum(1 for a in spec.attention_layers() if a.gqa_indexer) == 57
+    assert spec.moe.num_layers == 57 and spec.moe.shared_intermediate_size == 3072
+
+
+def test_minimax_m3_engines_refuse_the_indexer_they_do_not_model():
+    from kvplan.engines import EngineRequest, engine_allocation
+    from kvplan.errors import KvplanError
+    from kvplan.inputs.hardware import load_profile
+
+    spec = build_model(json.loads((REAL / MINIMAX_M3).read_text()), "m3")
+    with pytest.raises(KvplanError, match="key-only indexer"):
+        engine_allocation(spec, load_profile("h200"), EngineRequest(engine="vllm", tp=8))
+
+
+def test_minimax_m3_shrunk_against_transformers_forward_pass():
+    """A shrunk MiniMax-M3 run through transformers' MiniMaxM3VLForCausalLM: the parameter count
+    and every layer's cache (K, V and the indexer's idx_keys) equal kvplan's."""
+    torch = pytest.importorskip("torch")
+    mm = pytest.importorskip("transformers.models.minimax_m3_vl.modeling_minimax_m3_vl")
+    from transformers.models.minimax_m3_vl.configuration_minimax_m3_vl import (
+        MiniMaxM3VLTextConfig,
+    )
+
+    raw = json.loads((REAL / MINIMAX_M3).read_text())
+    small = {k: v for k, v in raw.items() if k not in ("architectures", "auto_map")}
+    small.update(
+        hidden_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        num_hidden_layers=4,
+        rotary_dim=32,
+        vocab_size=512,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=64,
+        intermediate_size=64,
+        dense_intermediate_size=128,
+        shared_intermediate_size=64,
+        moe_layer_freq=[0, 1, 1, 1],
+        first_k_dense_replace=1,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    sparse = dict(raw["sparse_attention_config"])
+    sparse.update(
+        sparse_attention_freq=[0, 0, 1, 1],
+        sparse_disable_index_value=[0, 0, 1, 1],
+        sparse_index_dim=32,
+        sparse_num_index_heads=2,
+        sparse_block_size=16,
+        sparse_topk_blocks=2,
+    )
+    small["sparse_attention_config"] = sparse
+    spec = build_model(small, "m3-small")
+    config = MiniMaxM3VLTextConfig(**{k: v for k, v in small.items() if k != "model_type"})
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = mm.MiniMaxM3VLForCausalLM(config).eval()
+    assert spec.params_total == sum(p.numel() for p in model.parameters())
+    with torch.no_grad():
+        cache = model(input_ids=torch.randint(3, 500, (1, 37)), use_cache=True).past_key_values
+    fp32 = KvFormat("fp32")
+    for ours, layer in zip(spec.attention_layers(), cache.layers, strict=True):
+        width = layer.keys.shape[1] * (layer.keys.shape[3] + layer.values.shape[3])
+        index = getattr(layer, "idx_keys", None)
+        width += index.shape[-1] if index is not None else 0
+        assert ours.kv_bytes_per_token(fp32) // 4 == width
+
+
 def test_gemma4_global_layers_cache_their_own_width():
     """Gemma-4-31B: 50 sliding layers of 16 KV heads x 256 and 10 global ones of 4 x 512 (K and
     V both cached although V is K's projection): 901,120 bytes per token in bf16 before any

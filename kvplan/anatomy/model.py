@@ -73,6 +73,11 @@ class Attention(NamedTuple):
     shared_kv_proj: bool = False  # V is K's projection (no v_proj weights; the cache holds both)
     sinks: bool = False  # one learned sink logit per query head (gpt-oss, MiMo-V2 sliding layers)
 
+    @property
+    def gqa_indexer(self) -> bool:
+        """A key-only indexer cache beside plain K and V (MiniMax-M3), not DSA's beside MLA."""
+        return bool(self.indexer_head_dim) and self.kind is not CacheKind.MLA
+
     def kv_heads_per_rank(self, tp: int) -> int:
         """KV heads one tensor-parallel rank stores: max(1, Hkv // tp); MLA's latent is replicated."""
         if self.kind is CacheKind.MLA:
@@ -86,7 +91,7 @@ class Attention(NamedTuple):
         heads = self.kv_heads_per_rank(tp)
         return heads * (
             fmt.head_vector_bytes(self.head_dim) + fmt.head_vector_bytes(self.head_dim_v)
-        )
+        ) + self.indexer_bytes_per_token(fmt)  # MiniMax-M3: a key-only indexer beside K, V
 
     def indexer_bytes_per_token(self, fmt: KvFormat) -> int:
         """The indexer's key vector for one token, in the cache's format (0 without an indexer)."""

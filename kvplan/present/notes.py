@@ -388,6 +388,13 @@ text("structure-unread")(
         f"count): {', '.join(fields)}."
     )
 )
+text("gqa-indexer-cache")(
+    lambda width, layers, of: (
+        f"Lightning indexer: {layers} of the {of} layers also cache one {width}-value key per "
+        "token beside K and V (MiniMax-M3; transformers' sparse cache layer holds it as "
+        "idx_keys), counted in the KV bytes per token."
+    )
+)
 text("indexer-cache")(
     lambda width, layers=None, of=None: (
         "Sparse-attention indexer: "

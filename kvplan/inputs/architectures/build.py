@@ -52,6 +52,7 @@ LAYER_VALUES = {
     "indexed_attention": ("full", True),
     "deepseek_sparse_attention": ("full", True),
     "qwen_sparse_attention": ("full", True),
+    "minimax_m3_sparse": ("full", True),  # GQA with a key-only indexer cache (MiniMax-M3)
     "linear_attention": ("state", True),
     "conv": ("state", True),  # LFM2's short convolution
     "mamba": ("state", True),
@@ -76,7 +77,7 @@ WRAPPER_TIE = {
 TIE_EITHER = ("llava", "llava_onevision", "qwen2_5_vl", "glm4v", "hunyuan_vl", "paddleocr_vl")
 
 # Families with multi-token-prediction layers outside num_hidden_layers (besides MLA models).
-MTP_FAMILIES = ("mimo", "mimo_v2_flash", "step3p7")
+MTP_FAMILIES = ("mimo", "mimo_v2_flash", "step3p7", "minimax_m3")
 
 # DeciLM block fields kvplan does not build (set: the block is refused by name).
 DECI_UNBUILT = (
@@ -86,6 +87,20 @@ DECI_UNBUILT = (
     "window_length",
     "unshifted_sink",
     "use_prefill_window_in_sink_attention",
+)
+
+# MiniMax-M3 sparse_attention_config fields that choose what is read, not what is stored.
+SPARSE_BENIGN = (
+    "use_sparse_attention",
+    "sparse_attention_freq",
+    "sparse_disable_index_value",
+    "sparse_index_dim",
+    "sparse_num_index_heads",
+    "sparse_block_size",
+    "sparse_topk_blocks",
+    "sparse_init_block",
+    "sparse_local_block",
+    "sparse_score_type",
 )
 
 # Fields `per_layer_config` may override on a layer (the attention geometry).
@@ -647,6 +662,13 @@ class Builder:
             f.has(key)
         if not f.opt_int("hidden_size_per_layer_input", minimum=0):
             f.has("vocab_size_per_layer_input")  # the PLE table's rows, unused without PLE
+        if fam.sparse_config:
+            if f.string("qk_norm_type", "per_head") != "per_head" and f.bool("use_qk_norm", True):
+                raise KvplanError(f"{f.source}: qk_norm_type {f.data['qk_norm_type']!r} not built")
+            if f.bool("attention_output_gate", False):
+                raise KvplanError(f"{f.source}: attention_output_gate is not built")
+            for key in ("use_routing_bias", "num_mtp_modules"):  # a buffer; MTP outside
+                f.has(key)
         if fam.head_gate:
             f.has("use_moe_router_bias")  # e_score_correction_bias: a buffer, not a parameter
             self._sliding_heads()
@@ -666,9 +688,12 @@ class Builder:
         self.mla = f.has("kv_lora_rank")
         self.indexer_dim = (
             f.opt_int("index_head_dim")
-            if f.has("index_n_heads") or f.has("index_head_dim")
+            if not fam.sparse_config and (f.has("index_n_heads") or f.has("index_head_dim"))
             else None
         )
+        self.gqa_indexer: list[bool] | None = None  # per layer: a key-only indexer (MiniMax-M3)
+        if fam.sparse_config:
+            self._sparse_attention_config()
         state = read_state(f, self.model_type, self.hidden, self.dtype)
         self.state, self.state_source = state if state else (None, "")
         self.attention_layers_possible = self.model_type != "mamba2" and self.model_type != "mamba"
@@ -762,6 +787,8 @@ class Builder:
             window=size if cache_kind.windowed else None,
             shared_kv_proj=shared_kv_proj,
             sinks=self._sinks(kind),
+            indexer_head_dim=self.indexer_dim if self.gqa_indexer else 0,
+            indexer_num_heads=self.indexer_heads if self.gqa_indexer else 0,
         )
 
     def _swa_attention(self, kind: str, head_dim: int, kv: int) -> tuple[int, int, int]:
@@ -780,6 +807,50 @@ class Builder:
             f.int("swa_num_key_value_heads", default=2 * kv),
             f.int("swa_v_head_dim", default=v_dim),
         )
+
+    def _sparse_attention_config(self) -> None:
+        """MiniMax-M3: GQA layers with a lightning indexer whose key (index_head_dim wide, one
+        per token) is cached beside K and V, on the layers `sparse_attention_freq` marks (or
+        layer_types' minimax_m3_sparse); read as MiniMaxM3VLTextConfig reads the hub's
+        `sparse_attention_config` (sparse_index_dim, sparse_num_index_heads). Block sizes and
+        top-k choose what is read, not what is stored; an index value cache (a layer with
+        sparse_disable_index_value 0) is refused."""
+        f = self.f
+        given = f.raw("sparse_attention_config") or {}
+        if not isinstance(given, dict):
+            raise KvplanError(f"{f.source}: sparse_attention_config must be an object")
+        cfg = Fields(given, f"{f.source}: sparse_attention_config")
+        for key in SPARSE_BENIGN:
+            cfg.has(key)
+        n = f.int("num_hidden_layers", why="the layer count")
+        layer_types = f.str_list("layer_types")
+        if layer_types is not None:
+            sparse = [t == "minimax_m3_sparse" for t in layer_types]
+        elif cfg.bool("use_sparse_attention", True):
+            sparse = [bool(v) for v in (cfg.int_list("sparse_attention_freq", length=n) or [])]
+        else:
+            sparse = []
+        if not any(sparse):
+            return
+        if len(sparse) != n:
+            raise KvplanError(f"{f.source}: sparse_attention_freq must give one value per layer")
+        disable = cfg.int_list("sparse_disable_index_value", length=n)
+        if disable is not None and any(s and not d for s, d in zip(sparse, disable, strict=True)):
+            raise KvplanError(
+                f"{f.source}: sparse layers with an index value cache (sparse_disable_index_value "
+                "0) are not built"
+            )
+        self.gqa_indexer = sparse
+        self.indexer_dim = cfg.opt_int("sparse_index_dim") or f.int("index_head_dim", default=128)
+        self.indexer_heads = cfg.opt_int("sparse_num_index_heads") or f.int(
+            "index_n_heads", default=4
+        )
+        unread = sorted(k for k in given if k not in cfg.read)
+        if unread:
+            raise KvplanError(
+                f"{f.source}: sparse_attention_config declares {', '.join(unread)}, which kvplan "
+                "does not read"
+            )
 
     def _sliding_heads(self) -> None:
         """Step-3.x: sliding layers may have their own query-head count
@@ -848,6 +919,8 @@ class Builder:
         self.dims()
         self.read_structure()
         plans = self.per_layer_config(self.per_layer_lists(self.plan()))
+        if self.gqa_indexer is not None:
+            plans = [p._replace(indexer=v) for p, v in zip(plans, self.gqa_indexer, strict=True)]
         counter = ParamCounter(self)
         layers, cache = [], {}
         for p in plans:
@@ -946,6 +1019,15 @@ class Builder:
                         of=len(attention),
                     )
                 )
+        if self.gqa_indexer:
+            self.notes.append(
+                note(
+                    "gqa-indexer-cache",
+                    width=self.indexer_dim,
+                    layers=sum(self.gqa_indexer),
+                    of=len(self.gqa_indexer),
+                )
+            )
         if not self.mla and mt in MTP_FAMILIES:
             mtp = f.int("num_nextn_predict_layers", default=0, minimum=0)
             if mtp:

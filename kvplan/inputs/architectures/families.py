@@ -45,6 +45,7 @@ class Family(NamedTuple):
     # layers by default), values v_head_dim wide, sliding layers with their own heads (swa_*)
     swa_fields: bool = False
     norm_per_part: bool = False  # a norm before each part a layer has (DeciLM: none if no_op)
+    sparse_config: bool = False  # MiniMax-M3's sparse_attention_config: a GQA indexer key
     head_gate: bool = False  # a hidden x heads output gate per layer (Step-3.x g_proj, `gating`)
     norms_per_layer: int = 2
     norm_bias: bool = False  # LayerNorm with a bias (weights and biases both counted)
@@ -330,6 +331,17 @@ FAMILIES: dict[str, Family] = {
         "dense, heterogeneous blocks (some without attention)",
         vocab=128256,
         norm_per_part=True,
+    ),
+    # MiniMax-M3: GQA with per-head q/k norms; a key-only lightning-indexer cache on the sparse
+    # layers; first layers dense (dense_intermediate_size), then 128 experts plus a shared one
+    "minimax_m3": Family(
+        "MoE (GQA), sparse attention indexer",
+        kv_heads=4,
+        head_dim=128,
+        vocab=200064,
+        qk_norm="head",
+        qk_norm_field="use_qk_norm",
+        sparse_config=True,
     ),
     # SmolLM3: Llama blocks; no_rope_layers says which layers skip RoPE (no cache change)
     "smollm3": Family(

@@ -50,6 +50,8 @@ class Counter:
             return f.int("intermediate_size", default=4 * h)
         if b.model_type in ("mamba2", "mamba"):
             return None
+        if b.model_type == "minimax_m3":
+            return f.int("dense_intermediate_size", why="the dense MLP")
         if b.model_type == "lfm2":
             return lfm2_width(f)
         return f.opt_int("intermediate_size", "ffn_dim", "ffn_hidden_size", "n_inner")
@@ -62,6 +64,14 @@ class Counter:
                 f"{f.source}: num_experts_per_tok {top_k} exceeds {b.num_experts} experts"
             )
         width = f.opt_int("moe_intermediate_size", "expert_intermediate_size")
+        if self.fam.sparse_config:  # MiniMaxM3VLExperts are intermediate_size wide
+            experts = f.int("intermediate_size", why="the expert width")
+            if width is not None and width != experts:
+                raise KvplanError(
+                    f"{f.source}: moe_intermediate_size {width} and intermediate_size {experts} "
+                    "disagree on the expert width (transformers uses intermediate_size)"
+                )
+            width = experts
         if width is None:
             width = f.int("intermediate_size", why="the expert width")
         shared_width = 0
@@ -69,6 +79,10 @@ class Counter:
         shared_kind = self.fam.mlp
         if self.fam.llama4_shared:
             shared_width = f.int("intermediate_size", why="Llama 4's shared expert")
+        elif self.fam.sparse_config and f.has("shared_intermediate_size"):  # MiniMax-M3
+            shared_width = f.int("shared_intermediate_size", minimum=0) * f.int(
+                "n_shared_experts", default=1, minimum=0
+            )
         elif f.has("share_expert_dim"):  # Step-3.x: one shared expert of this width
             shared_width = f.int("share_expert_dim", minimum=0)
             f.has("n_shared_experts")
@@ -133,6 +147,9 @@ class Counter:
         if a.shared_kv_proj:  # values are the keys' projection (Gemma-4's attention_k_eq_v)
             v = 0
         o = heads * v_dim * h + (h if o_bias else 0)
+        if a.indexer_head_dim:  # MiniMax-M3's indexer: q and k from hidden, their norms
+            width = a.indexer_head_dim
+            o += h * a.indexer_num_heads * width + h * width + 2 * width
         norm = 0
         qk_norm = fam.qk_norm
         if qk_norm and fam.qk_norm_field and not self.f.bool(fam.qk_norm_field, False):
