@@ -956,7 +956,9 @@ class Builder:
         return ModelSpec(
             name=name,
             model_type=self.model_type,
-            family=self.family.label,
+            family="MoE beside a dense MLP, local/global hybrid"
+            if self.moe_block
+            else self.family.label,
             hidden_size=self.hidden,
             vocab_size=self.vocab,
             layers=tuple(layers),
