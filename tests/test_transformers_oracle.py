@@ -194,31 +194,39 @@ def test_nemotron_super_blocks_per_layer():
     assert sum(1 for layer in spec.layers if layer.attention is None) == 31
 
 
+@pytest.mark.slow  # imports transformers' modelling (seconds); skipped without it
 def test_nemotron_super_count_equals_llama_modules_assembled_as_vllm_does():
     """The same count from transformers' own Llama modules, built block by block as vLLM's
     DeciLMForCausalLM builds them (attention and its input norm unless no_op; MLP and its norm
-    unless no_op), on the meta device."""
+    unless no_op), on the meta device (one module per distinct shape)."""
+    from functools import cache
+
     torch = pytest.importorskip("torch")
     llama = pytest.importorskip("transformers.models.llama.modeling_llama")
     from transformers import LlamaConfig
 
     raw = json.loads((REAL / NEMOTRON_SUPER).read_text())
     hidden, heads = raw["hidden_size"], raw["num_attention_heads"]
+
+    @cache
+    def attention(kv: int) -> int:
+        cfg = LlamaConfig(hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv)
+        with torch.device("meta"):
+            return sum(p.numel() for p in llama.LlamaAttention(cfg, 0).parameters())
+
+    @cache
+    def mlp(width: int) -> int:
+        cfg = LlamaConfig(hidden_size=hidden, intermediate_size=width)
+        with torch.device("meta"):
+            return sum(p.numel() for p in llama.LlamaMLP(cfg).parameters())
+
     total = 2 * raw["vocab_size"] * hidden + hidden  # embeddings, untied lm_head, final norm
-    with torch.device("meta"):
-        for index, block in enumerate(raw["block_configs"]):
-            if not block["attention"]["no_op"]:
-                kv = heads // block["attention"]["n_heads_in_group"]
-                cfg = LlamaConfig(
-                    hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv
-                )
-                module = llama.LlamaAttention(cfg, index)
-                total += sum(p.numel() for p in module.parameters()) + hidden
-            if not block["ffn"]["no_op"]:
-                width = int(2 * block["ffn"]["ffn_mult"] * hidden / 3)
-                width += (-width) % 256
-                cfg = LlamaConfig(hidden_size=hidden, intermediate_size=width)
-                total += sum(p.numel() for p in llama.LlamaMLP(cfg).parameters()) + hidden
+    for block in raw["block_configs"]:
+        if not block["attention"]["no_op"]:
+            total += attention(heads // block["attention"]["n_heads_in_group"]) + hidden
+        if not block["ffn"]["no_op"]:
+            width = int(2 * block["ffn"]["ffn_mult"] * hidden / 3)
+            total += mlp(width + (-width) % 256) + hidden
     assert build_model(raw, "super").params_total == total
 
 
@@ -248,6 +256,7 @@ def test_minimax_m3_engines_refuse_the_indexer_they_do_not_model():
         engine_allocation(spec, load_profile("h200"), EngineRequest(engine="vllm", tp=8))
 
 
+@pytest.mark.slow  # imports transformers' modelling (seconds); skipped without it
 def test_minimax_m3_shrunk_against_transformers_forward_pass():
     """A shrunk MiniMax-M3 run through transformers' MiniMaxM3VLForCausalLM: the parameter count
     and every layer's cache (K, V and the indexer's idx_keys) equal kvplan's."""

@@ -663,8 +663,11 @@ class Builder:
         if not f.opt_int("hidden_size_per_layer_input", minimum=0):
             f.has("vocab_size_per_layer_input")  # the PLE table's rows, unused without PLE
         if fam.sparse_config:
-            if f.string("qk_norm_type", "per_head") != "per_head" and f.bool("use_qk_norm", True):
-                raise KvplanError(f"{f.source}: qk_norm_type {f.data['qk_norm_type']!r} not built")
+            if (
+                not f.bool("use_qk_norm", True)
+                or f.string("qk_norm_type", "per_head") != "per_head"
+            ):
+                raise KvplanError(f"{f.source}: q/k norms other than per head are not built")
             if f.bool("attention_output_gate", False):
                 raise KvplanError(f"{f.source}: attention_output_gate is not built")
             for key in ("use_routing_bias", "num_mtp_modules"):  # a buffer; MTP outside

@@ -339,8 +339,7 @@ FAMILIES: dict[str, Family] = {
         kv_heads=4,
         head_dim=128,
         vocab=200064,
-        qk_norm="head",
-        qk_norm_field="use_qk_norm",
+        qk_norm="head",  # MiniMaxM3VLAttention always has them (the hub's use_qk_norm: true)
         sparse_config=True,
     ),
     # SmolLM3: Llama blocks; no_rope_layers says which layers skip RoPE (no cache change)
@@ -397,5 +396,7 @@ ALIASES = {
     "qwen3_5_moe": "qwen3_5_moe_text",
     "mistral3": "mistral",
     "qwen3_vl": "qwen3_vl_text",
+    "step3p5": "step3p7",  # Step3p7Config's text model (transformers 5.x writes this type)
+    "minimax_m3_vl_text": "minimax_m3",  # MiniMaxM3VLTextConfig: MiniMax-M3's language model
     "qwen3_vl_moe": "qwen3_vl_moe_text",
 }
