@@ -46,6 +46,7 @@ class Family(NamedTuple):
     swa_fields: bool = False
     norm_per_part: bool = False  # a norm before each part a layer has (DeciLM: none if no_op)
     sparse_config: bool = False  # MiniMax-M3's sparse_attention_config: a GQA indexer key
+    shared_experts_field: str | None = None  # a count of routed-width shared experts
     head_gate: bool = False  # a hidden x heads output gate per layer (Step-3.x g_proj, `gating`)
     norms_per_layer: int = 2
     norm_bias: bool = False  # LayerNorm with a bias (weights and biases both counted)
@@ -373,6 +374,12 @@ FAMILIES: dict[str, Family] = {
         qk_norm="full",
     ),
 }
+
+# K-EXAONE (exaone_moe): EXAONE-4.0's blocks with DeepSeek-style experts (num_shared_experts
+# shared experts as wide as the routed ones, a router bias buffer), dense first layers.
+FAMILIES["exaone_moe"] = FAMILIES["exaone4"]._replace(
+    label="MoE, local/global hybrid", kv_heads=32, shared_experts_field="num_shared_experts"
+)
 
 # Qwen3-VL's language models are Qwen3 / Qwen3-MoE blocks (per-head q/k norms) with their own
 # class defaults (Qwen3VLMoeTextConfig: 16 KV heads, head_dim 128).

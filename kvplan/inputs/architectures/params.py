@@ -83,6 +83,8 @@ class Counter:
             shared_width = f.int("shared_intermediate_size", minimum=0) * f.int(
                 "n_shared_experts", default=1, minimum=0
             )
+        elif self.fam.shared_experts_field and f.has(self.fam.shared_experts_field):
+            shared_width = f.int(self.fam.shared_experts_field, minimum=0) * width
         elif f.has("share_expert_dim"):  # Step-3.x: one shared expert of this width
             shared_width = f.int("share_expert_dim", minimum=0)
             f.has("n_shared_experts")
