@@ -71,6 +71,7 @@ PER_LAYER_LIST_KEYS = (
     "full_attn_idxs",
     "hybrid_layer_pattern",
     "moe_layer_freq",
+    "mlp_layer_types",
 )
 EXPERT_COUNT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k")
