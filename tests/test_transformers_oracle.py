@@ -389,3 +389,22 @@ def test_a_sliding_window_switched_off_is_full_attention_in_any_family():
     use_sliding_window false: every layer holds the whole context, as transformers builds it."""
     spec = build_model(json.loads((REAL / "XiaomiMiMo--MiMo-7B-Base.json").read_text()), "mimo")
     assert all(a.window is None for a in spec.attention_layers())
+
+
+def test_a_structural_map_kvplan_does_not_read_is_named_never_skipped():
+    """Non-empty structural maps count like lists. per_layer_config is transformers' generic
+    heterogeneous form, read for any type (the attention geometry per layer) and refused for any
+    other field; a known family carrying a map it does not read (sparse_attention_config) gets
+    the structure-unread note."""
+    from kvplan.errors import KvplanError
+
+    raw = json.loads((REAL / "Qwen--Qwen3-0.6B.json").read_text())
+    wider = dict(raw, model_type="newfamily", per_layer_config={"3": {"head_dim": 256}})
+    layers = build_model(wider, "x").attention_layers()
+    assert [a.head_dim for a in layers[2:5]] == [128, 256, 128]
+    other = dict(raw, model_type="newfamily", per_layer_config={"3": {"intermediate_size": 256}})
+    with pytest.raises(KvplanError, match="per_layer_config.*intermediate_size"):
+        build_model(other, "x")
+    known = dict(raw, sparse_attention_config={"sparse_index_dim": 128})
+    spec = build_model(known, "y")
+    assert [n.id for n in spec.notes if n.id == "structure-unread"] == ["structure-unread"]
