@@ -35,6 +35,16 @@ def layer_of(raw: dict) -> dict:
     return out
 
 
+def language_model_params(entry: dict) -> int | None:
+    """A multimodal wrapper's language model as the wrapper builds it (its lm_head tied or not by
+    the wrapper's own flag): the wrapper's parameters under language_model plus lm_head. None
+    for a model without a language_model part."""
+    parts = entry.get("param_breakdown") or {}
+    if not any("language_model" in key for key in parts):
+        return None
+    return sum(v for k, v in parts.items() if "language_model" in k or k.startswith("lm_head"))
+
+
 def distil(entry: dict) -> dict:
     runs = []
     for index, run in enumerate(entry.get("cache_after_forward") or []):
@@ -44,6 +54,7 @@ def distil(entry: dict) -> dict:
         "model_type": entry.get("model_type"),
         "params_total": entry.get("params_total"),
         "params_text_only": entry.get("params_text_only"),
+        "params_language_model": language_model_params(entry),
         "runs": runs,
         "shrunk_config": entry.get("shrunk_config") if runs else None,
     }

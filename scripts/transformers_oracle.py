@@ -69,6 +69,9 @@ PER_LAYER_LIST_KEYS = (
     "block_types",
     "layer_block_types",
     "full_attn_idxs",
+    "hybrid_layer_pattern",
+    "moe_layer_freq",
+    "mlp_layer_types",
 )
 EXPERT_COUNT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k")
@@ -325,6 +328,10 @@ def shrink_text(t, mt, notes):
         if kvkey:
             t[kvkey] = KV2
         notes.append(f"heads {H}/{KV} -> {H2}/{KV2}")
+        if "swa_num_key_value_heads" in t:  # MiMo-V2-Flash: sliding layers keep twice the KV
+            t["swa_num_attention_heads"] = H2
+            t["swa_num_key_value_heads"] = 2 * KV2
+            notes.append(f"swa heads -> {H2}/{2 * KV2}")
     # ---- hidden ------------------------------------------------------------------------------
     if hidden_key and hidden:
         if mla or explicit_hd or not H:

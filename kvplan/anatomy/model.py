@@ -37,6 +37,7 @@ class StateKind(str, Enum):
     MAMBA2 = "mamba2"
     GATED_DELTANET = "gated_deltanet"
     LIGHTNING = "lightning"  # MiniMax-style linear attention: heads x d x d, no conv
+    SHORT_CONV = "short_conv"  # LFM2's gated short convolution: a conv state only
 
 
 STATE_LABELS = {
@@ -44,6 +45,7 @@ STATE_LABELS = {
     StateKind.MAMBA2: "Mamba-2 state",
     StateKind.GATED_DELTANET: "Gated DeltaNet state",
     StateKind.LIGHTNING: "linear-attention state",
+    StateKind.SHORT_CONV: "convolution state",
 }
 
 
@@ -72,6 +74,12 @@ class Attention(NamedTuple):
     indexer_num_heads: int = 0  # the indexer's query heads (its weights, not its cache)
     mla_q_lora_rank: int = 0  # MLA query down-projection width (0: none, queries from hidden)
     shared_kv_proj: bool = False  # V is K's projection (no v_proj weights; the cache holds both)
+    sinks: bool = False  # one learned sink logit per query head (gpt-oss, MiMo-V2 sliding layers)
+
+    @property
+    def gqa_indexer(self) -> bool:
+        """A key-only indexer cache beside plain K and V (MiniMax-M3), not DSA's beside MLA."""
+        return bool(self.indexer_head_dim) and self.kind is not CacheKind.MLA
 
     def kv_heads_per_rank(self, tp: int) -> int:
         """KV heads one tensor-parallel rank stores: max(1, Hkv // tp); MLA's latent is replicated."""
@@ -86,7 +94,7 @@ class Attention(NamedTuple):
         heads = self.kv_heads_per_rank(tp)
         return heads * (
             fmt.head_vector_bytes(self.head_dim) + fmt.head_vector_bytes(self.head_dim_v)
-        )
+        ) + self.indexer_bytes_per_token(fmt)  # MiniMax-M3: a key-only indexer beside K, V
 
     def indexer_bytes_per_token(self, fmt: KvFormat) -> int:
         """The indexer's key vector for one token, in the cache's format (0 without an indexer)."""
@@ -117,6 +125,7 @@ class State(NamedTuple):
     mamba2: conv (k-1) x (intermediate + 2*groups*state_size), ssm heads x head_dim x state_size.
     gated_deltanet: conv (k-1) x (2*key_heads*key_dim + value_heads*value_dim),
                     ssm value_heads x value_dim x key_dim.
+    short_conv: conv (k-1) x intermediate (LFM2: the hidden size), no ssm state.
     """
 
     kind: StateKind
@@ -148,6 +157,8 @@ class State(NamedTuple):
             return conv, (self.num_heads // tp) * self.head_dim * self.key_dim
         if self.kind is StateKind.LIGHTNING:
             return 0, (self.num_heads // tp) * self.head_dim * self.key_dim
+        if self.kind is StateKind.SHORT_CONV:
+            return taps * (self.intermediate // tp), 0
         raise KvplanError(f"unknown state kind {self.kind!r}")
 
     def bytes_per_sequence(self, tp: int = 1) -> int:
@@ -156,7 +167,9 @@ class State(NamedTuple):
 
     def split_heads(self) -> int:
         """The head count tensor parallelism divides."""
-        return self.intermediate if self.kind is StateKind.MAMBA1 else self.num_heads
+        if self.kind in (StateKind.MAMBA1, StateKind.SHORT_CONV):
+            return self.intermediate
+        return self.num_heads
 
     def label(self) -> str:
         return STATE_LABELS[self.kind]

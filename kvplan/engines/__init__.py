@@ -37,6 +37,19 @@ class EngineRequest(NamedTuple):
     allow_long_max_model_len: bool = False
 
 
+def refuse_gqa_indexer(spec, engine: str) -> None:
+    """A key-only indexer cache beside GQA (MiniMax-M3) has no page layout modelled for the
+    engines: refused by name rather than priced as DSA's indexer beside MLA."""
+    layers = [a for a in spec.attention_layers() if a.gqa_indexer]
+    if layers:
+        raise KvplanError(
+            f"{spec.name}: {len(layers)} layers keep a key-only indexer cache beside K and V "
+            f"({layers[0].indexer_head_dim} wide, MiniMax-M3's lightning indexer); what {engine} "
+            "allocates for it is not modelled yet (kvplan size and capacity give the "
+            "architecture's bytes)"
+        )
+
+
 def engine_allocation(spec, gpu, request: EngineRequest):
     """The Python twin of `kvplan engine MODEL --engine vllm|sglang`: a typed result."""
     if request.engine == "vllm":

@@ -194,6 +194,9 @@ def _mamba_bytes_per_request(stage: ModelSpec, tp: int) -> tuple[int, int]:
 
 
 def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> SglangResult:
+    from kvplan.engines import refuse_gqa_indexer
+
+    refuse_gqa_indexer(spec, "SGLang")
     if request.kv_cache_dtype not in _ELEMENT_DTYPE:
         raise KvplanError(
             f"--kv-cache-dtype {request.kv_cache_dtype[:40]!r} is not an SGLang kv-cache-dtype "

@@ -420,6 +420,9 @@ def resolve_batch(request: EngineRequest, gpu: GpuProfile) -> tuple[int, int]:
 
 
 def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> VllmResult:
+    from kvplan.engines import refuse_gqa_indexer
+
+    refuse_gqa_indexer(spec, "vLLM")
     if request.kv_cache_dtype not in KV_CACHE_DTYPES:
         raise KvplanError(
             f"--kv-cache-dtype {request.kv_cache_dtype[:40]!r} is not a vLLM kv-cache-dtype "

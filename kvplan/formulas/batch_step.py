@@ -605,7 +605,7 @@ class _DsaModule:
     @classmethod
     def of(cls, spec: ModelSpec, fmt: KvFormat, tp: int, tables: dict | None):
         """The module for a model with DSA layers and a GPU with tables (None otherwise)."""
-        layers = [a for a in spec.attention_layers() if a.indexer_head_dim]
+        layers = [a for a in spec.attention_layers() if a.indexer_head_dim and not a.gqa_indexer]
         if not tables or not layers:
             return None
         kv = "fp8" if fmt.name.startswith("fp8") else "bfloat16"

@@ -4,7 +4,7 @@ order, and the CRC-32 of each config they were built from (kvplan.plans.whatif_t
 builds them at run time where one differs)."""
 
 CONFIG_CRC32 = {
-    "index.json": "f2642ca6",
+    "index.json": "d94c3b7c",
     "CodeLlama-34b-Instruct-hf.json": "c75c9588",
     "DeepSeek-R1.json": "e41265ea",
     "DeepSeek-V2-Lite.json": "0d238a1c",
@@ -23,6 +23,7 @@ CONFIG_CRC32 = {
     "Llama-3.1-8B.json": "5064c522",
     "Llama-4-Maverick-17B-128E-Instruct.TRIMMED.json": "1d9fc960",
     "Llama-4-Scout-17B-16E-Instruct.TRIMMED.json": "55587873",
+    "MiMo-V2-Flash.json": "624fb80b",
     "MiniMax-M2.5.json": "457aef30",
     "MiniMax-M2.7.json": "6cdced2a",
     "Mistral-7B-v0.1.json": "0f25d8b1",
@@ -49,6 +50,8 @@ CONFIG_CRC32 = {
     "Qwen3-4B.json": "0dce8a90",
     "Qwen3-8B.json": "d48a8d8d",
     "Qwen3-Next-80B-A3B-Thinking.json": "5b932e37",
+    "Qwen3-VL-30B-A3B-Instruct.json": "ee630388",
+    "Qwen3-VL-8B-Instruct.json": "338949cb",
     "Qwen3.5-27B.json": "c2ef329e",
     "Qwen3.5-35B-A3B.json": "43cc0ed9",
     "c4ai-command-r-v01.json": "9c05e4ac",
@@ -59,6 +62,7 @@ CONFIG_CRC32 = {
     "gemma-2b.mlc-preset.json": "83fde0a2",
     "gemma-3-27b-it.json": "81da85bb",
     "gemma-3-4b-it.repr.json": "0a4a04ad",
+    "gemma-4-26B-A4B.json": "93aeb487",
     "gpt-oss-120b.json": "b3e5dfc6",
     "gpt-oss-20b.json": "8afa0e29",
     "granite-3.3-8b.json": "330643d1",
@@ -127,4 +131,8 @@ MODELS = (
     ("opt-6.7b", "opt", 50272, 6658473984),
     ("mistral-small-3.2-24b", "mistral", 131072, 23572403200),
     ("mistral-small-3.1-24b", "mistral", 131072, 23572403200),
+    ("qwen3-vl-8b", "qwen3_vl_text", 151936, 8190735360),
+    ("qwen3-vl-30b-a3b", "qwen3_vl_moe_text", 151936, 30532122624),
+    ("mimo-v2-flash", "mimo_v2_flash", 152576, 308778768832),
+    ("gemma-4-26b-a4b", "gemma4_text", 262144, 25233141760),
 )

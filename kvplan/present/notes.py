@@ -398,6 +398,13 @@ text("structure-unread")(
         f"count): {', '.join(fields)}."
     )
 )
+text("gqa-indexer-cache")(
+    lambda width, layers, of: (
+        f"Lightning indexer: {layers} of the {of} layers also cache one {width}-value key per "
+        "token beside K and V (MiniMax-M3; transformers' sparse cache layer holds it as "
+        "idx_keys), counted in the KV bytes per token."
+    )
+)
 text("indexer-cache")(
     lambda width, layers=None, of=None: (
         "Sparse-attention indexer: "
@@ -408,6 +415,13 @@ text("indexer-cache")(
         )
         + f" one {width}-value key per token beside the latent (transformers: in the "
         "model dtype; vLLM stores it as fp8 plus a scale)."
+    )
+)
+text("tie-wrapper-wins")(
+    lambda wrapper, tied: (
+        f"text_config and the {wrapper} wrapper disagree on tie_word_embeddings; the wrapper's "
+        f"model holds the output head, so its value decides: "
+        f"{'tied' if tied else 'a separate lm_head'} (as transformers builds it)."
     )
 )
 text("tie-wrapper-default")(

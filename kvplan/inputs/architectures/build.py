@@ -16,6 +16,7 @@ from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, Positio
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import model_dtype_name
 from kvplan.inputs.architectures.families import ALIASES, FAMILIES, Family
+from kvplan.inputs.architectures.layouts import FamilyLayouts, Plan
 from kvplan.inputs.architectures.mixers import lightning_state, read_state
 from kvplan.inputs.architectures.params import EXPERT_COUNT
 from kvplan.inputs.architectures.rope import rope_tables
@@ -24,7 +25,6 @@ from kvplan.inputs.fields import MAX_DIM, MAX_LAYERS, REQUIRED, Fields, finite_n
 from kvplan.inputs.quantization import read_quantization
 from kvplan.inputs.text import clean
 from kvplan.notes import note
-from kvplan.record import NamedTuple
 
 GENERIC = Family("unknown family, sized from structure")
 
@@ -52,7 +52,9 @@ LAYER_VALUES = {
     "indexed_attention": ("full", True),
     "deepseek_sparse_attention": ("full", True),
     "qwen_sparse_attention": ("full", True),
+    "minimax_m3_sparse": ("full", True),  # GQA with a key-only indexer cache (MiniMax-M3)
     "linear_attention": ("state", True),
+    "conv": ("state", True),  # LFM2's short convolution
     "mamba": ("state", True),
     "M": ("state", True),
     "hybrid": ("hybrid", True),
@@ -61,6 +63,24 @@ LAYER_VALUES = {
     "moe": ("none", "moe"),
     "E": ("none", "moe"),
 }
+
+# Multimodal wrappers' class defaults for tie_word_embeddings (transformers 5.24), used when the
+# top level does not say; the wrapper's model holds the output head.
+WRAPPER_TIE = {
+    "qwen3_vl": False,
+    "qwen3_vl_moe": False,
+    "gemma3": True,
+    "gemma4": True,
+    "llama4": False,
+}
+# Wrappers whose config class ties when either the top level or text_config says so.
+TIE_EITHER = ("llava", "llava_onevision", "qwen2_5_vl", "glm4v", "hunyuan_vl", "paddleocr_vl")
+
+# Families with multi-token-prediction layers outside num_hidden_layers (besides MLA models).
+MTP_FAMILIES = ("mimo", "mimo_v2_flash", "step3p7", "minimax_m3")
+
+# Fields `per_layer_config` may override on a layer (the attention geometry).
+PER_LAYER_FIELDS = ("head_dim", "num_key_value_heads", "num_attention_heads")
 
 # Every dimension within its own range can still multiply to an absurd model (a head_dim of 2^31
 # across 65,536 heads); the largest real ones hold a few trillion parameters.
@@ -100,14 +120,6 @@ def _rope_entry(params: dict) -> tuple[str, float | None, int | None]:
     original = params.get("original_max_position_embeddings")
     original = original if isinstance(original, int) and 0 < original <= MAX_DIM else None
     return kind, factor, original
-
-
-class Plan(NamedTuple):
-    """One layer before it becomes a Layer: what its mixer is and what MLP it has."""
-
-    mixer: str  # full | sliding | chunked | state | hybrid | none
-    ffn: str  # dense | moe | none
-    indexer: bool = True  # a DSA indexer of its own, where the model has one ("shared": none)
 
 
 def text_config(raw: dict, source: str) -> tuple[dict, dict]:
@@ -173,7 +185,7 @@ def build_model(raw: dict, name: str, source: str | None = None) -> ModelSpec:
     return spec
 
 
-class Builder:
+class Builder(FamilyLayouts):
     """Reads one config: dimensions, the per-layer plan, attention, state, MoE, parameters."""
 
     def __init__(
@@ -184,6 +196,7 @@ class Builder:
         self.notes: list = []
         self.name_hint = ""
         self.decided: list[tuple[str, str]] = []  # (part, the fields that decided it)
+        self.per_layer = False  # the config has transformers 5.x's per_layer_config
 
     # ---- dimensions -------------------------------------------------------------------------
     def dims(self) -> None:
@@ -260,22 +273,42 @@ class Builder:
         return hidden // heads
 
     def _tie(self) -> bool:
-        for cfg in (self.f.data, self.top):
-            value = cfg.get("tie_word_embeddings")
-            if value is not None:
-                if not isinstance(value, bool):
-                    raise KvplanError(f"{self.f.source}: tie_word_embeddings must be true or false")
-                return value
+        """Whether the output head is the embedding. A multimodal wrapper's model holds the head,
+        so its own (top-level) flag decides, as in transformers: a text_config flag that says
+        otherwise (transformers 5.x writes the text class's default back into text_config) is
+        noted and not used; a few wrappers OR the two (llava, Qwen2.5-VL)."""
+        inner = self._tie_value(self.f.data)
+        if self.top is self.f.data:
+            return self.family.tie if inner is None else inner
+        outer = self._tie_value(self.top)
+        if outer is not None:
+            if self.top_type in TIE_EITHER:
+                return outer or bool(inner)
+            if inner is not None and inner != outer:
+                self.notes.append(note("tie-wrapper-wins", wrapper=self.top_type, tied=outer))
+            return outer
         if self.top_type == "mistral3":
             # Mistral3Config defaults to tied, but the checkpoints store a separate lm_head, and
             # transformers unties weights a checkpoint holds twice: count it untied.
             self.notes.append(note("tie-wrapper-default", wrapper=self.top_type))
             return False
-        return self.family.tie
+        if self.top_type in WRAPPER_TIE:
+            wrapper = WRAPPER_TIE[self.top_type]
+            return wrapper or bool(inner) if self.top_type in TIE_EITHER else wrapper
+        return self.family.tie if inner is None else inner
+
+    def _tie_value(self, cfg: dict) -> bool | None:
+        # LFM2 spells it tie_embedding, which transformers' Lfm2Config takes first
+        value = cfg.get("tie_embedding", cfg.get("tie_word_embeddings"))
+        if value is not None and not isinstance(value, bool):
+            raise KvplanError(f"{self.f.source}: tie_word_embeddings must be true or false")
+        return value
 
     # ---- the per-layer plan -----------------------------------------------------------------
     def plan(self) -> list[Plan]:
         f = self.f
+        if f.raw("block_configs") is not None:
+            return self._block_configs()
         declared, key = self._declared_layers()
         if declared is not None:
             self.decided.append(("layers", f"from {key}"))
@@ -289,6 +322,9 @@ class Builder:
                     )
                 mixer, ffn = LAYER_VALUES[value]
                 layers.append(Plan(mixer, ffn if isinstance(ffn, str) else "?"))
+            self._check_window_letters([p.mixer for p in layers])
+            if self.family.layer_rule == "lfm2":  # Lfm2Config: layer_types wins over it
+                f.has("full_attn_idxs")
             single = any(p.ffn in ("dense", "moe") for p in layers)
             if single:  # each layer is one kind: mixers have no MLP of their own
                 return [p if p.mixer == "none" else Plan(p.mixer, "none") for p in layers]
@@ -328,6 +364,40 @@ class Builder:
                     for p, v in zip(plans, given, strict=True)
                 ]
                 self.decided.append(("MLP per layer", "from mlp_layer_types"))
+        return plans
+
+    def per_layer_config(self, plans: list[Plan]) -> list[Plan]:
+        """transformers 5.x's heterogeneous form: `per_layer_config` maps a layer index to the
+        fields that differ on that layer (Gemma-4 written back by save_pretrained: the
+        full-attention layers' head_dim and num_key_value_heads). The attention geometry is read
+        per layer; any other field overridden per layer is refused, never ignored."""
+        f = self.f
+        given = f.raw("per_layer_config")
+        self.per_layer = given is not None
+        if given is None:
+            return plans
+        if not isinstance(given, dict):
+            raise KvplanError(f"{f.source}: per_layer_config must map layer indices to fields")
+        plans = list(plans)
+        for key, fields in given.items():
+            index = int(key) if isinstance(key, str) and key.isdigit() else None
+            if index is None or index >= len(plans):
+                raise KvplanError(
+                    f"{f.source}: per_layer_config key {str(key)[:20]!r} is not a layer index "
+                    f"below {len(plans)}"
+                )
+            if not isinstance(fields, dict):
+                raise KvplanError(f"{f.source}: per_layer_config[{key}] must be an object")
+            unknown = sorted(str(k)[:40] for k in fields if k not in PER_LAYER_FIELDS)
+            if unknown:
+                raise KvplanError(
+                    f"{f.source}: per_layer_config[{key}] overrides {', '.join(unknown)}, which "
+                    f"kvplan does not read per layer (it reads {', '.join(PER_LAYER_FIELDS)})"
+                )
+            layer = Fields(fields, f"{f.source}: per_layer_config[{key}]")
+            values = tuple((k, layer.int(k)) for k in PER_LAYER_FIELDS if k in fields)
+            plans[index] = plans[index]._replace(overrides=values)
+        self.decided.append(("attention per layer", "from per_layer_config"))
         return plans
 
     def _indexer_types(self, num_layers: int) -> list:
@@ -409,8 +479,30 @@ class Builder:
         if rule == "alternate":
             return ["sliding" if (i + 1) % 2 else "full" for i in range(n)]
         if rule == "pattern":
+            letters = self._window_letters()
+            if letters is not None:
+                return [letters[i % len(letters)] for i in range(n)]
+            if window is None and self.model_type == "exaone4":
+                return ["full"] * n  # Exaone4Config: no window, no pattern
             period = f.int("sliding_window_pattern", default=fam.pattern)
             return ["sliding" if (i + 1) % period else "full" for i in range(n)]
+        if rule == "mimo_v2":  # hybrid_layer_pattern: 1 sliding, 0 full; else layer 0, every 6th
+            pattern = f.int_list("hybrid_layer_pattern", length=n)
+            if pattern is None:
+                pattern = [0 if i == 0 or (i + 1) % 6 == 0 else 1 for i in range(n)]
+            return ["sliding" if v else "full" for v in pattern]
+        if rule == "lfm2":  # Lfm2Config: attention on full_attn_idxs (default: every layer)
+            given = f.int_list("full_attn_idxs")
+            chosen = set(range(n) if given is None else given)
+            return ["full" if i in chosen else "state" for i in range(n)]
+        if rule == "smollm3":
+            # SmolLM3Config: with the window switched on, the NoPE layers (0 in no_rope_layers)
+            # slide; RoPE or not changes no cache size
+            interval = f.int("no_rope_layer_interval", default=4)
+            rope = f.int_list("no_rope_layers", length=n) or [
+                int((i + 1) % interval != 0) for i in range(n)
+            ]
+            return ["sliding" if window and not rope[i] else "full" for i in range(n)]
         if rule == "even_sliding":
             return ["sliding" if i % 2 == 0 else "full" for i in range(n)]
         if rule == "llama4":
@@ -456,6 +548,10 @@ class Builder:
             step = f.int("decoder_sparse_step", default=1)
             dense = set(f.int_list("mlp_only_layers") or [])
             return [i not in dense and (i + 1) % step == 0 for i in range(n)]
+        if isinstance(f.raw("moe_layer_freq"), list):  # one 0/1 per layer (MiMo-V2, MiniMax-M3)
+            flags = f.int_list("moe_layer_freq", length=n)
+            f.has("first_k_dense_replace")  # the same layers, written twice
+            return [bool(v) for v in flags]
         if f.has("first_k_dense_replace"):
             first = f.int("first_k_dense_replace", minimum=0)
             freq = f.int("moe_layer_freq", default=1)
@@ -471,7 +567,8 @@ class Builder:
     # ---- the building blocks ----------------------------------------------------------------
     def read_structure(self) -> None:
         f, fam = self.f, self.family
-        unbuilt = unbuilt_features(f.data)
+        built = ("enable_moe_block",) if fam.moe_block else ()
+        unbuilt = unbuilt_features(f.data, built)
         if unbuilt:
             raise KvplanError(
                 f"{f.source}: declares what kvplan does not build yet, so its sizes would be "
@@ -481,7 +578,26 @@ class Builder:
             f.has(key)
         if not f.opt_int("hidden_size_per_layer_input", minimum=0):
             f.has("vocab_size_per_layer_input")  # the PLE table's rows, unused without PLE
+        if fam.sparse_config:
+            if (
+                not f.bool("use_qk_norm", True)
+                or f.string("qk_norm_type", "per_head") != "per_head"
+            ):
+                raise KvplanError(f"{f.source}: q/k norms other than per head are not built")
+            if f.bool("attention_output_gate", False):
+                raise KvplanError(f"{f.source}: attention_output_gate is not built")
+            for key in ("use_routing_bias", "num_mtp_modules"):  # a buffer; MTP outside
+                f.has(key)
+        if fam.head_gate:
+            f.has("use_moe_router_bias")  # e_score_correction_bias: a buffer, not a parameter
+            self._sliding_heads()
+        if fam.layer_rule == "smollm3":  # which layers skip RoPE: no size depends on it
+            f.has("no_rope_layers")
+            f.has("no_rope_layer_interval")
         self.window = f.window("sliding_window", default=fam.window)
+        if fam.swa_fields and f.window("sliding_window_size"):
+            # MiMoV2FlashConfig: the window attends sliding_window_size tokens plus the query
+            self.window = f.window("sliding_window_size") + 1
         switch = fam.window_switch or (
             "use_sliding_window" if f.has("use_sliding_window") else None
         )
@@ -491,13 +607,19 @@ class Builder:
         self.mla = f.has("kv_lora_rank")
         self.indexer_dim = (
             f.opt_int("index_head_dim")
-            if f.has("index_n_heads") or f.has("index_head_dim")
+            if not fam.sparse_config and (f.has("index_n_heads") or f.has("index_head_dim"))
             else None
         )
+        self.gqa_indexer: list[bool] | None = None  # per layer: a key-only indexer (MiniMax-M3)
+        if fam.sparse_config:
+            self._sparse_attention_config()
         state = read_state(f, self.model_type, self.hidden, self.dtype)
         self.state, self.state_source = state if state else (None, "")
         self.attention_layers_possible = self.model_type != "mamba2" and self.model_type != "mamba"
         self.num_experts = f.opt_int(*EXPERT_COUNT, minimum=0) or 0
+        self.moe_block = fam.moe_block and f.bool("enable_moe_block", False)
+        if fam.moe_block and not self.moe_block:
+            self.num_experts = 0  # Gemma-4's expert fields count only with enable_moe_block
         if self.mla:
             self.decided.append(
                 (
@@ -523,9 +645,11 @@ class Builder:
             return self.f.opt_int("q_lora_rank")
         return self.family.q_lora_default
 
-    def attention(self, kind: str) -> Attention:
+    def attention(self, kind: str, overrides: tuple = ()) -> Attention:
         f = self.f
         if self.mla:
+            if overrides:
+                raise KvplanError(f"{f.source}: per_layer_config on MLA layers is not supported")
             kv_lora = f.int("kv_lora_rank", why="the MLA latent width")
             rope = f.int("qk_rope_head_dim", why="the MLA latent width")
             nope = f.int("qk_nope_head_dim", why="the MLA parameter count")
@@ -557,16 +681,33 @@ class Builder:
         head_dim, kv, shared_kv_proj = self.head_dim, self.kv, False
         if kind == "full":
             head_dim, kv, shared_kv_proj = self._global_attention()
+        v_dim = None  # as wide as the keys unless the family says otherwise
+        if self.family.swa_fields:
+            head_dim, kv, v_dim = self._swa_attention(kind, head_dim, kv)
+        given = dict(overrides)
+        if kind == "sliding" and getattr(self, "sliding_heads", None):
+            given.setdefault("num_attention_heads", self.sliding_heads)
+        head_dim = given.get("head_dim", head_dim)
+        v_dim = head_dim if v_dim is None else v_dim
+        kv = given.get("num_key_value_heads", kv)
+        heads = given.get("num_attention_heads", self.heads)
+        if kv > heads or heads % kv:
+            raise KvplanError(
+                f"{f.source}: {heads} query heads cannot be grouped over {kv} KV heads"
+            )
         return Attention(
             kind=cache_kind,
-            num_q_heads=self.heads,
+            num_q_heads=heads,
             num_kv_heads=kv,
             head_dim=head_dim,
-            head_dim_v=head_dim,
+            head_dim_v=v_dim,
             qk_head_dim=head_dim,
-            v_head_dim=head_dim,
+            v_head_dim=v_dim,
             window=size if cache_kind.windowed else None,
             shared_kv_proj=shared_kv_proj,
+            sinks=self._sinks(kind),
+            indexer_head_dim=self.indexer_dim if self.gqa_indexer else 0,
+            indexer_num_heads=self.indexer_heads if self.gqa_indexer else 0,
         )
 
     def _global_attention(self) -> tuple[int, int, bool]:
@@ -575,8 +716,10 @@ class Builder:
         `attention_k_eq_v` makes the values the keys' projection): (head_dim, KV heads, whether
         keys and values share one projection). The cache stores both K and V either way."""
         f = self.f
-        head_dim = f.opt_int("global_head_dim") or self.family.global_head_dim or self.head_dim
         k_eq_v = f.bool("attention_k_eq_v", False)
+        if self.per_layer:  # written back by transformers 5.x: the widths are per layer
+            return self.head_dim, self.kv, k_eq_v
+        head_dim = f.opt_int("global_head_dim") or self.family.global_head_dim or self.head_dim
         global_kv = f.opt_int("num_global_key_value_heads")
         gated = k_eq_v or "attention_k_eq_v" not in f.data  # transformers' rule
         kv = global_kv if global_kv and gated else self.kv
@@ -605,7 +748,9 @@ class Builder:
 
         self.dims()
         self.read_structure()
-        plans = self.per_layer_lists(self.plan())
+        plans = self.per_layer_config(self.per_layer_lists(self.plan()))
+        if self.gqa_indexer is not None:
+            plans = [p._replace(indexer=v) for p, v in zip(plans, self.gqa_indexer, strict=True)]
         counter = ParamCounter(self)
         layers, cache = [], {}
         for p in plans:
@@ -613,7 +758,8 @@ class Builder:
             if key not in cache:
                 attention = state = None
                 if p.mixer in ("full", "sliding", "chunked", "hybrid"):
-                    attention = self.attention("full" if p.mixer == "hybrid" else p.mixer)
+                    kind = "full" if p.mixer == "hybrid" else p.mixer
+                    attention = self.attention(kind, p.overrides)
                     if not p.indexer:  # reuses an earlier layer's top-k: no indexer, no key
                         attention = attention._replace(indexer_head_dim=0, indexer_num_heads=0)
                 if p.mixer in ("state", "hybrid"):
@@ -640,7 +786,9 @@ class Builder:
         return ModelSpec(
             name=name,
             model_type=self.model_type,
-            family=self.family.label,
+            family="MoE beside a dense MLP, local/global hybrid"
+            if self.moe_block
+            else self.family.label,
             hidden_size=self.hidden,
             vocab_size=self.vocab,
             layers=tuple(layers),
@@ -704,6 +852,19 @@ class Builder:
                         of=len(attention),
                     )
                 )
+        if self.gqa_indexer:
+            self.notes.append(
+                note(
+                    "gqa-indexer-cache",
+                    width=self.indexer_dim,
+                    layers=sum(self.gqa_indexer),
+                    of=len(self.gqa_indexer),
+                )
+            )
+        if not self.mla and mt in MTP_FAMILIES:
+            mtp = f.int("num_nextn_predict_layers", default=0, minimum=0)
+            if mtp:
+                self.notes.append(note("mtp-excluded", layers=mtp))
         if mt == "falcon" and getattr(self, "falcon_new_arch", False) and self.kv < self.heads:
             self.notes.append(note("falcon-broadcast", kv_heads=self.kv, heads=self.heads))
         if mt == "mamba2":

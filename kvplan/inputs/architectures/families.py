@@ -41,6 +41,13 @@ class Family(NamedTuple):
     qk_norm_field: str | None = None  # a bool field switching qk_norm on
     q_gate: bool = False  # q_proj doubled: an output gate (Qwen3-Next, Qwen3.5)
     sinks: bool = False  # one learned logit per head (gpt-oss)
+    # MiMo-V2-Flash: sinks only where add_swa_attention_sink_bias / add_full_... say (sliding
+    # layers by default), values v_head_dim wide, sliding layers with their own heads (swa_*)
+    swa_fields: bool = False
+    norm_per_part: bool = False  # a norm before each part a layer has (DeciLM: none if no_op)
+    sparse_config: bool = False  # MiniMax-M3's sparse_attention_config: a GQA indexer key
+    shared_experts_field: str | None = None  # a count of routed-width shared experts
+    head_gate: bool = False  # a hidden x heads output gate per layer (Step-3.x g_proj, `gating`)
     norms_per_layer: int = 2
     norm_bias: bool = False  # LayerNorm with a bias (weights and biases both counted)
     lm_head_bias: bool = False
@@ -50,6 +57,9 @@ class Family(NamedTuple):
     llama4_shared: bool = False  # one shared expert of intermediate_size per MoE layer
     label_moe: bool = False
     rope_local: bool = False  # sliding layers use a second, unscaled rotary table (Gemma-3)
+    # `enable_moe_block`: an expert block beside every layer's dense MLP, with its router (a
+    # scale per hidden unit and per expert) and three more norms (Gemma-4 26B-A4B)
+    moe_block: bool = False
 
 
 DENSE = "dense (GQA/MHA)"
@@ -197,7 +207,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "gemma3_text": GEMMA3,
     # Gemma-4: Gemma-3's blocks, full-attention layers 512 wide by default, a 512-token window
-    "gemma4_text": GEMMA3._replace(global_head_dim=512, window=512, vocab=262144),
+    "gemma4_text": GEMMA3._replace(global_head_dim=512, window=512, vocab=262144, moe_block=True),
     "gpt_oss": Family(
         "MoE, local/global hybrid",
         kv_heads=8,
@@ -283,7 +293,102 @@ FAMILIES: dict[str, Family] = {
         norms_per_layer=1,
     ),
     "granitemoehybrid": Family("MoE, Mamba-2 hybrid", vocab=32000),
+    # LFM2 / LFM2.5: gated short-convolution layers ("conv") among attention layers with
+    # per-head q/k norms; no biases; tied (tie_embedding)
+    "lfm2": Family(
+        "dense, convolution/attention hybrid",
+        kv_heads=8,
+        tie=True,
+        vocab=65536,
+        qk_norm="head",
+        bias_field=None,
+        mlp_bias_field=None,
+        layer_rule="lfm2",
+    ),
+    # MiMo-V2-Flash: 1 full : 5 sliding layers (hybrid_layer_pattern), the sliding ones with
+    # twice the KV heads and attention sinks, values 128 wide beside 192-wide keys; dense first
+    # layer then MoE (moe_layer_freq); a window of sliding_window_size + 1 tokens
+    "mimo_v2_flash": Family(
+        "MoE, local/global hybrid",
+        kv_heads=4,
+        head_dim=192,
+        window=129,
+        vocab=152576,
+        layer_rule="mimo_v2",
+        swa_fields=True,
+    ),
+    # Step-3.7-Flash: per-head q/k norms and a per-head output gate, one shared expert of
+    # share_expert_dim, a router bias (a buffer: use_moe_router_bias), MTP layers outside
+    "step3p7": Family(
+        "MoE, local/global hybrid",
+        kv_heads=8,
+        head_dim=128,
+        vocab=128815,
+        qk_norm="head",
+        head_gate=True,
+    ),
+    # Llama-3.x-Nemotron Super/Ultra (DeciLM): Llama blocks, per layer from block_configs
+    "nemotron-nas": Family(
+        "dense, heterogeneous blocks (some without attention)",
+        vocab=128256,
+        norm_per_part=True,
+    ),
+    # MiniMax-M3: GQA with per-head q/k norms; a key-only lightning-indexer cache on the sparse
+    # layers; first layers dense (dense_intermediate_size), then 128 experts plus a shared one
+    "minimax_m3": Family(
+        "MoE (GQA), sparse attention indexer",
+        kv_heads=4,
+        head_dim=128,
+        vocab=200064,
+        qk_norm="head",  # MiniMaxM3VLAttention always has them (the hub's use_qk_norm: true)
+        sparse_config=True,
+    ),
+    # SmolLM3: Llama blocks; no_rope_layers says which layers skip RoPE (no cache change)
+    "smollm3": Family(
+        DENSE,
+        kv_heads=4,
+        window_switch="use_sliding_window",
+        tie=True,
+        vocab=128256,
+        layer_rule="smollm3",
+    ),
+    # EXAONE-4.0: post-norms only (after attention and MLP), per-head q/k norms, a 3:1
+    # local/global pattern (a number, or letters "LLLG")
+    "exaone4": Family(
+        "dense, local/global hybrid",
+        kv_heads=32,
+        window=4096,
+        vocab=102400,
+        pattern=4,
+        layer_rule="pattern",
+        qk_norm="head",
+    ),
+    # OLMo-3: post-norms, q/k norms over all heads (q_norm heads x head_dim wide), every 4th
+    # layer global
+    "olmo3": Family(
+        "dense, local/global hybrid",
+        window=4096,
+        vocab=50304,
+        pattern=4,
+        layer_rule="pattern",
+        qk_norm="full",
+    ),
 }
+
+# K-EXAONE (exaone_moe): EXAONE-4.0's blocks with DeepSeek-style experts (num_shared_experts
+# shared experts as wide as the routed ones, a router bias buffer), dense first layers.
+FAMILIES["exaone_moe"] = FAMILIES["exaone4"]._replace(
+    label="MoE, local/global hybrid", kv_heads=32, shared_experts_field="num_shared_experts"
+)
+
+# Qwen3-VL's language models are Qwen3 / Qwen3-MoE blocks (per-head q/k norms) with their own
+# class defaults (Qwen3VLMoeTextConfig: 16 KV heads, head_dim 128).
+FAMILIES["qwen3_vl_text"] = FAMILIES["qwen3"]
+FAMILIES["qwen3_vl_moe_text"] = FAMILIES["qwen3_moe"]._replace(kv_heads=16, head_dim=128)
+
+# MiMo-7B (remote code MiMoForCausalLM; vLLM's MiMoForCausalLM is Qwen2's model): Qwen2 blocks,
+# q/k/v biases whatever attention_bias says, no output-projection bias; MTP layers outside.
+FAMILIES["mimo"] = FAMILIES["qwen2"]._replace(bias_field=None)
 
 # Wrappers whose language model sits in a nested config, and model_types that are another
 # family under a different name (read exactly as that family).
@@ -297,4 +402,8 @@ ALIASES = {
     "qwen3_5": "qwen3_5_text",
     "qwen3_5_moe": "qwen3_5_moe_text",
     "mistral3": "mistral",
+    "qwen3_vl": "qwen3_vl_text",
+    "step3p5": "step3p7",  # Step3p7Config's text model (transformers 5.x writes this type)
+    "minimax_m3_vl_text": "minimax_m3",  # MiniMaxM3VLTextConfig: MiniMax-M3's language model
+    "qwen3_vl_moe": "qwen3_vl_moe_text",
 }

@@ -45,6 +45,15 @@ def _mamba2(f, intermediate, heads, head_dim, state, groups, kernel, dtype, used
 
 def read_state(f: Fields, model_type: str, hidden: int, dtype: str) -> tuple[State, str] | None:
     """The recurrent state a config declares, with the fields that decided it; None if none."""
+    if f.has("conv_L_cache"):  # LFM2: a gated short convolution over the hidden size
+        state = State(
+            StateKind.SHORT_CONV,
+            f.int("conv_L_cache", why="the convolution state"),
+            intermediate=hidden,
+            conv_dtype=dtype,
+            ssm_dtype=dtype,
+        )
+        return state, "short convolution from conv_L_cache over hidden_size"
     if any(f.has(k) for k in DELTANET_FIELDS):
         value_heads = f.int("linear_num_value_heads", why="the Gated DeltaNet state")
         value_dim = f.int("linear_value_head_dim", why="the Gated DeltaNet state")
@@ -186,6 +195,15 @@ def mixer_params(
             + 2 * state.num_heads  # dt_bias, A_log
             + state.head_dim  # gated RMSNorm
             + value_width * hidden  # out_proj
+        )
+    if state.kind is StateKind.SHORT_CONV:
+        # in_proj to (B, C, x), a depthwise conv, out_proj; conv_bias puts a bias on all three
+        width, bias = state.intermediate, f.bool("conv_bias", False)
+        return (
+            hidden * 3 * width
+            + width * state.conv_kernel
+            + width * hidden
+            + ((3 * width + width + hidden) if bias else 0)
         )
     if state.kind is StateKind.MAMBA1:
         inner, d_state, d_conv = state.intermediate, state.state_size, state.conv_kernel

@@ -50,6 +50,10 @@ class Counter:
             return f.int("intermediate_size", default=4 * h)
         if b.model_type in ("mamba2", "mamba"):
             return None
+        if b.model_type == "minimax_m3":
+            return f.int("dense_intermediate_size", why="the dense MLP")
+        if b.model_type == "lfm2":
+            return lfm2_width(f)
         return f.opt_int("intermediate_size", "ffn_dim", "ffn_hidden_size", "n_inner")
 
     def _moe_info(self) -> dict:
@@ -60,6 +64,14 @@ class Counter:
                 f"{f.source}: num_experts_per_tok {top_k} exceeds {b.num_experts} experts"
             )
         width = f.opt_int("moe_intermediate_size", "expert_intermediate_size")
+        if self.fam.sparse_config:  # MiniMaxM3VLExperts are intermediate_size wide
+            experts = f.int("intermediate_size", why="the expert width")
+            if width is not None and width != experts:
+                raise KvplanError(
+                    f"{f.source}: moe_intermediate_size {width} and intermediate_size {experts} "
+                    "disagree on the expert width (transformers uses intermediate_size)"
+                )
+            width = experts
         if width is None:
             width = f.int("intermediate_size", why="the expert width")
         shared_width = 0
@@ -67,6 +79,15 @@ class Counter:
         shared_kind = self.fam.mlp
         if self.fam.llama4_shared:
             shared_width = f.int("intermediate_size", why="Llama 4's shared expert")
+        elif self.fam.sparse_config and f.has("shared_intermediate_size"):  # MiniMax-M3
+            shared_width = f.int("shared_intermediate_size", minimum=0) * f.int(
+                "n_shared_experts", default=1, minimum=0
+            )
+        elif self.fam.shared_experts_field and f.has(self.fam.shared_experts_field):
+            shared_width = f.int(self.fam.shared_experts_field, minimum=0) * width
+        elif f.has("share_expert_dim"):  # Step-3.x: one shared expert of this width
+            shared_width = f.int("share_expert_dim", minimum=0)
+            f.has("n_shared_experts")
         elif f.has("shared_expert_intermediate_size"):
             shared_width = f.int("shared_expert_intermediate_size", minimum=0)
             shared_gate = self.fam.shared_expert_gate and shared_width > 0
@@ -121,11 +142,16 @@ class Counter:
         q_factor = 2 if fam.q_gate else 1
         qkv_bias = fam.qkv_bias or self.attn_bias
         o_bias = fam.o_bias or (self.attn_bias and not fam.qkv_bias_field_only)
+        v_dim = a.v_head_dim  # values may be narrower than keys (MiMo-V2-Flash: 128 vs 192)
         q = h * heads * hd * q_factor + (heads * hd * q_factor if qkv_bias else 0)
-        k = v = h * kv * hd + (kv * hd if qkv_bias else 0)
+        k = h * kv * hd + (kv * hd if qkv_bias else 0)
+        v = h * kv * v_dim + (kv * v_dim if qkv_bias else 0)
         if a.shared_kv_proj:  # values are the keys' projection (Gemma-4's attention_k_eq_v)
             v = 0
-        o = heads * hd * h + (h if o_bias else 0)
+        o = heads * v_dim * h + (h if o_bias else 0)
+        if a.indexer_head_dim:  # MiniMax-M3's indexer: q and k from hidden, their norms
+            width = a.indexer_head_dim
+            o += h * a.indexer_num_heads * width + h * width + 2 * width
         norm = 0
         qk_norm = fam.qk_norm
         if qk_norm and fam.qk_norm_field and not self.f.bool(fam.qk_norm_field, False):
@@ -134,7 +160,18 @@ class Counter:
             norm = 2 * hd
         elif qk_norm == "full":
             norm = heads * hd + kv * hd
-        return q + k + v + o + norm + (heads if fam.sinks else 0)
+        return q + k + v + o + norm + (heads if a.sinks else 0) + self.head_gate(heads, hd)
+
+    def head_gate(self, heads: int, head_dim: int) -> int:
+        """Step-3.x's g_proj: hidden x heads (`gating` true or "per-head"), or hidden x heads x
+        head_dim for a per-element gate; none without the family's gate."""
+        if not self.fam.head_gate:
+            return 0
+        gating = self.f.raw("gating", default=True)
+        if gating is False:
+            return 0
+        width = heads if gating is True or gating == "per-head" else heads * head_dim
+        return self.b.hidden * width
 
     def mla(self, a: Attention) -> int:
         h, heads = self.b.hidden, a.num_q_heads
@@ -160,7 +197,9 @@ class Counter:
             parts["mixer"] = mixer_params(
                 self.f, state, b.hidden, self.fam.mixer_norm_default, self.fam.mamba1_inner_norms
             )
-        if plan.ffn == "dense":
+        if plan.ffn == "dense" and plan.ffn_width:  # a width of its own (DeciLM blocks)
+            parts["mlp"] = self.mlp(plan.ffn_width)
+        elif plan.ffn == "dense":
             if self.dense_width is None:
                 raise KvplanError(f"{self.f.source}: config lacks intermediate_size (the MLP)")
             parts["mlp"] = self.mlp(self.dense_width)
@@ -178,11 +217,17 @@ class Counter:
                 parts["shared_experts"] = self.mlp(info["shared_width"], info["shared_kind"], False)
                 if info["shared_gate"]:
                     parts["shared_experts"] += b.hidden
+        if plan.ffn == "moe" and b.moe_block:  # Gemma-4: the dense MLP runs beside the experts
+            parts["mlp"] = self.mlp(self.dense_width)
+            parts["router"] += b.hidden + b.num_experts  # scale per unit, per-expert scale
+            parts["norms"] = 3 * self.norm_width  # pre-/post-FFN norms of the second branch
         if b.model_type == "granitemoehybrid":  # a dense shared MLP on every layer
             width = self.f.int("shared_intermediate_size", default=1024)
             parts["mlp"] = parts.get("mlp", 0) + self.mlp(width, "gated", False)
         norms = self.norms_per_layer
-        parts["norms"] = norms * self.norm_width
+        if self.fam.norm_per_part:  # a norm before each part the layer has
+            norms = (attention is not None) + (plan.ffn != "none")
+        parts["norms"] = parts.get("norms", 0) + norms * self.norm_width
         return tuple((k, v) for k, v in parts.items() if v)
 
     def zamba2_layer(self, attention: Attention | None, state: State | None) -> tuple:
@@ -249,6 +294,22 @@ class Counter:
             info["width"],
             info["shared_width"],
         )
+
+
+def lfm2_width(f) -> int:
+    """LFM2's MLP width (transformers' Lfm2MLP): block_ff_dim, with block_auto_adjust_ff_dim
+    two thirds of it, scaled by block_ffn_dim_multiplier and then rounded up to
+    block_multiple_of (the rounding only with a multiplier)."""
+    width = f.int("block_ff_dim", "intermediate_size", why="the MLP")
+    if f.bool("block_auto_adjust_ff_dim", False):
+        width = int(2 * width / 3)
+        multiplier = f.raw("block_ffn_dim_multiplier")
+        if multiplier is not None:
+            if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)):
+                raise KvplanError(f"{f.source}: block_ffn_dim_multiplier must be a number")
+            multiple = f.int("block_multiple_of", default=256)
+            width = multiple * -(-int(multiplier * width) // multiple)
+    return width
 
 
 def indexer_params(a: Attention, hidden: int) -> int:

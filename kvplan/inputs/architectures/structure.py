@@ -31,7 +31,7 @@ CATEGORIES = {
         ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim")
     ),
     "windows": _Rule(("sliding_window", "attention_chunk", "window_size", "chunk_size")),
-    "indexer": _Rule(("indexer",), ("index_",)),
+    "indexer": _Rule(("indexer", "sparse_attention"), ("index_",)),
     "recurrent state": _Rule(
         (
             "mamba",
@@ -70,6 +70,10 @@ CATEGORIES = {
             "window_pattern",
             "moe_layers",
             "block_configs",
+            "per_layer_config",
+            "attn_idxs",
+            "layer_pattern",
+            "layer_freq",
         )
     ),
 }
@@ -122,12 +126,13 @@ UNBUILT = {
 }
 
 
-def unbuilt_features(config: dict) -> list[str]:
-    """The UNBUILT features a config declares, as 'field: what it is'."""
+def unbuilt_features(config: dict, built: tuple[str, ...] = ()) -> list[str]:
+    """The UNBUILT features a config declares, as 'field: what it is' (less those its family
+    builds, `built`)."""
     return [
         f"{key} {config[key]!r}: {what}"
         for key, what in UNBUILT.items()
-        if _meaningful(key, config.get(key))
+        if key not in built and _meaningful(key, config.get(key))
     ]
 
 
@@ -136,7 +141,7 @@ def _meaningful(key: str, value) -> bool:
         return value
     if isinstance(value, int):
         return value > 0
-    if isinstance(value, list):
+    if isinstance(value, (list, dict)):  # per-layer lists and maps (per_layer_config)
         return len(value) > 0
     if isinstance(value, str):  # names (activations, dtypes) are not sizes; patterns are
         return "pattern" in key and len(value) > 0
