@@ -57,6 +57,9 @@ class EngineConfig(NamedTuple):
     enable_chunked_prefill: bool = True
     preemption: bool = True  # False: admit only what can run to its end (no over-commit)
     continuous_batching: bool = True  # False: a new batch only when the last one finished
+    # vLLM's AsyncScheduler: step k + 1 is scheduled before step k's output is processed, so a
+    # request finished in step k holds its seat and blocks through step k + 1's scheduling
+    async_scheduling: bool = False
 
 
 WAITING, PREFILL, DECODE, DONE, HELD = 0, 1, 2, 3, 4  # HELD: prefilled, blocks kept for a transfer
@@ -831,6 +834,13 @@ def side_blocks(config: EngineConfig, tokens: int) -> int:
         blocks = -(-tokens // size)
         physical += groups * (1 if cap == 0 else min(blocks, cap))
     return -(-physical // config.main_groups)
+
+
+def usable_blocks(vllm_num_blocks: int, main_groups: int = 1) -> int:
+    """The engine's pool for vLLM's `num_blocks`: vLLM's BlockPool holds block 0 back as its
+    null block (the placeholder of blocks a window has skipped), so num_blocks - 1 serve
+    requests; a pool block here stands for `main_groups` of vLLM's."""
+    return max(1, (vllm_num_blocks - 1) // main_groups)
 
 
 class _Unservable(Exception):

@@ -1,0 +1,142 @@
+"""kvplan's engine step for step against vLLM's own scheduler.
+
+Each scenario (tests/data/sched_scenarios/*.json) was run through vLLM's real V1 Scheduler /
+AsyncScheduler and KV-cache manager by scripts/record_vllm_schedule.py; its step logs are the
+fixtures (tests/data/sched_fixtures/<vLLM version>/). The default run compares kvplan's engine,
+every step taking 1 s, with each fixture: the tokens every request got in every step, the
+preemptions and the finishes must be identical. The slow test re-records the fixtures with a
+live vLLM (`import vllm`, or the Python that `KVPLAN_VLLM_PYTHON` names) and checks that they
+did not change, so a vLLM release that changes its scheduler shows here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvplan.errors import KvplanError
+from kvplan.simulate import steplog
+
+DATA = Path(__file__).parent / "data"
+SCENARIOS = DATA / "sched_scenarios"
+FIXTURES = sorted((DATA / "sched_fixtures").glob("*/*.json"))
+RECORDER = Path(__file__).parent.parent / "scripts" / "record_vllm_schedule.py"
+
+# scenario -> why kvplan's engine does not yet schedule it as vLLM does (xfail, strict: a fix
+# that makes one agree must take it off this list)
+FULL_ISL = "vLLM admits a waiting request only when its whole prompt fits the free blocks"
+OUTPUT_BLOCKS = "vLLM caches full blocks of generated tokens: a preempted request recomputes less"
+ASYNC_FREE = "vLLM's AsyncScheduler frees a finished request's seat and blocks one step late"
+WINDOW = "vLLM's sliding-window manager allocates per step and frees blocks out of the window"
+KNOWN: dict[str, str] = {
+    "async_burst_budget": FULL_ISL,
+    "async_no_caching": ASYNC_FREE,
+    "async_pool": FULL_ISL,
+    "full_isl_admission": FULL_ISL,
+    "full_isl_burst": FULL_ISL,
+    "pool_exhaustion": OUTPUT_BLOCKS,
+    "recompute_outputs": OUTPUT_BLOCKS,
+    "sliding_window_tight": WINDOW,
+}
+
+
+def _fixture_id(path: Path) -> str:
+    return f"{path.parent.name}/{path.stem}"
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=_fixture_id)
+def test_kvplan_schedules_every_step_as_vllm(path):
+    fixture = json.loads(path.read_text())
+    if fixture["scenario"] in KNOWN:
+        pytest.xfail(KNOWN[fixture["scenario"]])
+    scenario = steplog.load_scenario(SCENARIOS / f"{fixture['scenario']}.json")
+    difference = steplog.compare(fixture["steps"], steplog.step_log(scenario))
+    assert difference is None, difference
+
+
+def test_every_scenario_has_a_fixture_for_every_version():
+    names = {p.stem for p in SCENARIOS.glob("*.json")}
+    assert len(names) >= 20
+    for version in steplog.VLLM_VERSIONS:
+        recorded = {p.stem for p in FIXTURES if p.parent.name == version}
+        assert recorded == names, version
+        for path in FIXTURES:
+            if path.parent.name == version:
+                assert json.loads(path.read_text())["vllm_version"].startswith(version + ".")
+
+
+def test_the_step_time_only_scales_the_clock():
+    scenario = steplog.load_scenario(SCENARIOS / "burst.json")
+    assert steplog.step_log(scenario, 1e-3) == steplog.step_log(scenario, 1.0)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"num_blocks": 1},
+        {"block_size": 0},
+        {"max_num_seqs": 0},
+        {"max_num_batched_tokens": 1},  # below max_num_seqs
+        {"requests": []},
+        {"requests": [{"arrival_step": 0, "prompt_len": 5000, "output_len": 1}]},
+        {"requests": [{"arrival_step": -1, "prompt_len": 5, "output_len": 1}]},
+        {"enable_prefix_caching": "yes"},
+        {"sliding_window": -3},
+    ],
+)
+def test_a_scenario_out_of_range_is_refused(change):
+    data = json.loads((SCENARIOS / "steady.json").read_text())
+    data.update(change)
+    with pytest.raises(KvplanError):
+        steplog.scenario_from_dict(data)
+
+
+def test_a_step_time_out_of_range_is_refused():
+    scenario = steplog.load_scenario(SCENARIOS / "steady.json")
+    with pytest.raises(KvplanError):
+        steplog.step_log(scenario, 0.0)
+
+
+def _vllm_python() -> str | None:
+    if os.environ.get("KVPLAN_VLLM_PYTHON"):
+        return os.environ["KVPLAN_VLLM_PYTHON"]
+    return sys.executable if importlib.util.find_spec("vllm") else None
+
+
+@pytest.mark.slow
+def test_vllm_still_schedules_as_recorded(tmp_path):
+    """A live vLLM re-records every scenario; its log must equal its version's fixtures."""
+    python = _vllm_python()
+    if python is None:
+        pytest.skip("vLLM is not importable (set KVPLAN_VLLM_PYTHON to a Python that has it)")
+    version = subprocess.run(
+        [python, "-c", "import vllm; print(vllm.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout.strip()
+    minor = ".".join(version.split(".")[:2])
+    run = subprocess.run(
+        [python, str(RECORDER), "--out", str(tmp_path / minor)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=1200,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    for path in sorted((tmp_path / minor).glob("*.json")):
+        fresh = json.loads(path.read_text())
+        known = DATA / "sched_fixtures" / minor / path.name
+        if not known.exists():  # a version without fixtures: the newest of those recorded
+            known = DATA / "sched_fixtures" / steplog.VLLM_VERSIONS[-1] / path.name
+        assert fresh["steps"] == json.loads(known.read_text())["steps"], (version, path.stem)
+        scenario = steplog.load_scenario(SCENARIOS / path.name)
+        if path.stem not in KNOWN:
+            assert steplog.compare(fresh["steps"], steplog.step_log(scenario)) is None
