@@ -23,13 +23,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("scenario", help="scenario JSON file")
     parser.add_argument("--fixed-step-time", default="1s", help="every step's time (1 us to 1 h)")
+    parser.add_argument(
+        "--vllm-version",
+        default="0.19",
+        choices=steplog.VLLM_VERSIONS,
+        help="whose scheduling rules (0.18: first-chunk admission; 0.19 on: whole prompt)",
+    )
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--against", help="a recorded vLLM step log to compare with")
     args = parser.parse_args(argv)
     try:
         step_s = steplog.parse_step_time(args.fixed_step_time)
         scenario = steplog.load_scenario(args.scenario)
-        log = steplog.step_log(scenario, step_s)
+        log = steplog.step_log(scenario, step_s, args.vllm_version)
     except KvplanError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

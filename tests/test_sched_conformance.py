@@ -30,33 +30,31 @@ RECORDER = Path(__file__).parent.parent / "scripts" / "record_vllm_schedule.py"
 
 # scenario -> why kvplan's engine does not yet schedule it as vLLM does (xfail, strict: a fix
 # that makes one agree must take it off this list)
-FULL_ISL = "vLLM admits a waiting request only when its whole prompt fits the free blocks"
-OUTPUT_BLOCKS = "vLLM caches full blocks of generated tokens: a preempted request recomputes less"
-ASYNC_FREE = "vLLM's AsyncScheduler frees a finished request's seat and blocks one step late"
-WINDOW = "vLLM's sliding-window manager allocates per step and frees blocks out of the window"
-KNOWN: dict[str, str] = {
-    "async_burst_budget": FULL_ISL,
-    "async_no_caching": ASYNC_FREE,
-    "async_pool": FULL_ISL,
-    "full_isl_admission": FULL_ISL,
-    "full_isl_burst": FULL_ISL,
-    "pool_exhaustion": OUTPUT_BLOCKS,
-    "recompute_outputs": OUTPUT_BLOCKS,
-    "sliding_window_tight": WINDOW,
-}
+WINDOW = (
+    "vLLM's sliding-window manager allocates blocks for every token a step computes and frees "
+    "those out of the window at the next allocation; kvplan reserves the window's blocks at "
+    "admission"
+)
+KNOWN: dict[str, str] = {"sliding_window_tight": WINDOW}
 
 
 def _fixture_id(path: Path) -> str:
     return f"{path.parent.name}/{path.stem}"
 
 
-@pytest.mark.parametrize("path", FIXTURES, ids=_fixture_id)
+def _cases():
+    for path in FIXTURES:
+        reason = KNOWN.get(path.stem)
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        yield pytest.param(path, marks=marks, id=_fixture_id(path))
+
+
+@pytest.mark.parametrize("path", list(_cases()))
 def test_kvplan_schedules_every_step_as_vllm(path):
     fixture = json.loads(path.read_text())
-    if fixture["scenario"] in KNOWN:
-        pytest.xfail(KNOWN[fixture["scenario"]])
     scenario = steplog.load_scenario(SCENARIOS / f"{fixture['scenario']}.json")
-    difference = steplog.compare(fixture["steps"], steplog.step_log(scenario))
+    log = steplog.step_log(scenario, vllm_version=path.parent.name)
+    difference = steplog.compare(fixture["steps"], log)
     assert difference is None, difference
 
 
@@ -139,4 +137,16 @@ def test_vllm_still_schedules_as_recorded(tmp_path):
         assert fresh["steps"] == json.loads(known.read_text())["steps"], (version, path.stem)
         scenario = steplog.load_scenario(SCENARIOS / path.name)
         if path.stem not in KNOWN:
-            assert steplog.compare(fresh["steps"], steplog.step_log(scenario)) is None
+            log = steplog.step_log(scenario, vllm_version=minor)
+            assert steplog.compare(fresh["steps"], log) is None
+
+
+def test_the_vllm_version_switch_is_range_checked():
+    from kvplan.simulate.setup import FULL_ISL_FROM, _minor
+
+    assert _minor("0.19.1") == FULL_ISL_FROM and _minor("0.18") < FULL_ISL_FROM
+    for bad in ("0.7", "abc", "", "0.x"):
+        with pytest.raises(KvplanError):
+            _minor(bad)
+    with pytest.raises(KvplanError):
+        steplog.step_log(steplog.load_scenario(SCENARIOS / "steady.json"), vllm_version="0.17")

@@ -74,6 +74,7 @@ def serve_flags(
     preemption,
     continuous_batching,
     engine="vllm",
+    vllm_version="0.19",
 ):
     from kvplan.inputs.options import parse_bytes
     from kvplan.simulate.setup import ServeOptions
@@ -96,6 +97,7 @@ def serve_flags(
         preemption=preemption,
         continuous_batching=continuous_batching,
         engine=engine,
+        vllm_version=vllm_version,
     )
 
 
@@ -239,6 +241,12 @@ def add(app: typer.Typer) -> None:
             "--continuous-batching/--no-continuous-batching",
             help="Admit requests every step (off: a new batch when the last one ends).",
         ),
+        vllm_version: str = typer.Option(
+            "0.19",
+            "--vllm-version",
+            help="Whose scheduler rules: from 0.19 a request is admitted when its whole prompt "
+            "fits the free blocks, before when its first chunk does.",
+        ),
         compare: str = typer.Option(
             None,
             "--compare",
@@ -306,6 +314,7 @@ def add(app: typer.Typer) -> None:
                 preemption,
                 continuous_batching,
                 engine,
+                vllm_version,
             ),
             replicas=replicas,
             router=router,

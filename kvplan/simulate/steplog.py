@@ -24,11 +24,13 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import StepTime
 from kvplan.record import NamedTuple
 from kvplan.simulate.engine import DECODE, Engine, EngineConfig, Req, usable_blocks
+from kvplan.simulate.setup import FULL_ISL_FROM
 from kvplan.simulate.workload import RequestSpec
 
-# vLLM versions whose recorded schedules kvplan's engine is checked against (the same rules:
-# 0.19.1 and 0.32.0 schedule every scenario identically)
-VLLM_VERSIONS = ("0.19", "0.32")
+# vLLM versions whose recorded schedules kvplan's engine is checked against: 0.18 admits a
+# request when its first chunk fits, 0.19 on when its whole prompt does (0.19.1 and 0.32.0
+# schedule every scenario identically)
+VLLM_VERSIONS = ("0.18", "0.19", "0.32")
 MIN_STEP_S, MAX_STEP_S = 1e-6, 3600.0
 MAX_REQUESTS = 10_000
 
@@ -116,8 +118,20 @@ def load_scenario(path: str | Path) -> Scenario:
     return scenario_from_dict(data)
 
 
-def engine_config(scenario: Scenario) -> EngineConfig:
-    """The scenario's pool and limits as kvplan's engine takes them."""
+def vllm_version_tuple(version: str) -> tuple[int, int]:
+    """'0.19' or '0.19.1' -> (0, 19), checked against the versions kvplan follows."""
+    minor = ".".join(str(version).split(".")[:2])
+    if minor not in VLLM_VERSIONS:
+        raise KvplanError(
+            f"vLLM version {str(version)[:20]!r}: kvplan follows {', '.join(VLLM_VERSIONS)}"
+        )
+    major, sub = minor.split(".")
+    return int(major), int(sub)
+
+
+def engine_config(scenario: Scenario, vllm_version: str = "0.19") -> EngineConfig:
+    """The scenario's pool and limits as kvplan's engine takes them, with the scheduling
+    rules of `vllm_version`."""
     side = ()
     if scenario.sliding_window:  # vLLM's per-request maximum: cdiv(window - 1, block) + 1
         cap = math.ceil((scenario.sliding_window - 1) / scenario.block_size) + 1
@@ -132,6 +146,7 @@ def engine_config(scenario: Scenario) -> EngineConfig:
         main_groups=1,
         enable_prefix_caching=scenario.enable_prefix_caching,
         async_scheduling=scenario.async_scheduling,
+        reserve_full_isl=vllm_version_tuple(vllm_version) >= FULL_ISL_FROM,
     )
 
 
@@ -187,11 +202,12 @@ def request_specs(scenario: Scenario, step_s: float = 1.0) -> list[RequestSpec]:
     ]
 
 
-def step_log(scenario: Scenario, step_s: float = 1.0) -> list[dict]:
-    """Run `scenario` on kvplan's engine, every step taking `step_s`; the log of its steps."""
+def step_log(scenario: Scenario, step_s: float = 1.0, vllm_version: str = "0.19") -> list[dict]:
+    """Run `scenario` on kvplan's engine with `vllm_version`'s scheduling rules, every step
+    taking `step_s`; the log of its steps."""
     if not MIN_STEP_S <= step_s <= MAX_STEP_S:
         raise KvplanError(f"the fixed step time must be from 1 µs to 1 h, not {step_s:g} s")
-    config = engine_config(scenario)
+    config = engine_config(scenario, vllm_version)
     log: list[dict] = []
     seen_preemptions: dict[int, int] = {}
 
