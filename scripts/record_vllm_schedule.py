@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "tests" / "data" / "sched_scenarios"
 FIXTURES = ROOT / "tests" / "data" / "sched_fixtures"
 MAX_STEPS = 100_000
+STRIDE = 1 << 21  # more than max_model_len
+PREFIX_IDS, OWN_IDS, OUTPUT_IDS = 1 << 40, 1 << 50, 1 << 60
 
 # a tiny llama-shaped model: ModelConfig reads a config.json, and no tokenizer is loaded
 TINY_CONFIG = {
@@ -58,13 +60,14 @@ def token_ids(rid: int, request: dict) -> list[int]:
     prompt_len = request["prompt_len"]
     prefix_id = request.get("prefix_id", -1)
     shared = min(request.get("prefix_len", 0), prompt_len) if prefix_id >= 0 else 0
-    prefix = [100_000 + prefix_id * 10_000 + i for i in range(shared)]
-    own = [(rid + 1) * 20_000 + i for i in range(shared, prompt_len)]
+    # disjoint ranges: a prefix's tokens, each request's own, each request's output id
+    prefix = [PREFIX_IDS + prefix_id * STRIDE + i for i in range(shared)]
+    own = [OWN_IDS + rid * STRIDE + i for i in range(shared, prompt_len)]
     return prefix + own
 
 
 def output_id(rid: int) -> int:
-    return 900_000 + rid
+    return OUTPUT_IDS + rid
 
 
 def expand(requests: list[dict]) -> list[dict]:

@@ -123,6 +123,9 @@ class CountingPool:
     def blocks_to_allocate(self, token_ids, extra_key: bytes = b"") -> int:
         return -(-len(token_ids) // self.block_size)
 
+    def uncache_block(self, seq_id, index: int) -> None:
+        return None
+
 
 class Req:
     """A request's state inside one engine."""
@@ -562,7 +565,7 @@ class Engine:
                     n = num_tokens - hits
                     synced = num_tokens
                 else:
-                    hits = self.bm.cached_prefix_tokens(ids[:-1])
+                    hits = self.bm.cached_prefix_tokens(ids)  # its last token stays out
                     n = num_tokens - hits
                     if not config.enable_chunked_prefill and n > budget:
                         break
@@ -665,7 +668,9 @@ class Engine:
     def _requeue(self, victim: Req, j: int, front: bool) -> Req:
         """Stop a running request before decode step j, free all its blocks and queue it again
         (at the head, or at the back) to recompute its prompt and outputs."""
+        decoded = False
         if victim.state == DECODE:
+            decoded = j > victim.j0  # it decoded in the step before
             self._leave_cohort(victim, j)
         else:
             self.prefilling.remove(victim)
@@ -673,6 +678,12 @@ class Engine:
             self.running.pop()
         else:
             self.running.remove(victim)
+        if victim.computed > victim.synced:  # decodes since its last new block: a full block
+            self._extend(victim, victim.computed)  # is cached as vLLM caches it (it fits)
+        if decoded and self.config.async_scheduling and victim.computed % self.block_size == 0:
+            # async: a block is cached once the output of the step that filled it is processed;
+            # that step's output comes after this preemption, so its last block is not kept
+            self.bm.uncache_block(victim.rid, victim.computed // self.block_size - 1)
         self._release(victim)
         victim.state = WAITING
         victim.computed = 0
