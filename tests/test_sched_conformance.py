@@ -35,7 +35,19 @@ WINDOW = (
     "those out of the window at the next allocation; kvplan reserves the window's blocks at "
     "admission"
 )
-KNOWN: dict[str, str] = {"sliding_window_tight": WINDOW}
+ASYNC_RESUME_032 = (
+    "vLLM 0.24 on (not 0.18 to 0.22) finds one more cached block of a request it preempted "
+    "under async scheduling when it resumes; not yet modelled"
+)
+# a scenario, or VERSION/scenario for one version's fixture only
+KNOWN: dict[str, str] = {
+    "sliding_window_tight": WINDOW,
+    "0.32/random_async_preempt_cached": ASYNC_RESUME_032,
+}
+
+
+def _known(version: str, name: str) -> str | None:
+    return KNOWN.get(f"{version}/{name}") or KNOWN.get(name)
 
 
 def _fixture_id(path: Path) -> str:
@@ -44,7 +56,7 @@ def _fixture_id(path: Path) -> str:
 
 def _cases():
     for path in FIXTURES:
-        reason = KNOWN.get(path.stem)
+        reason = _known(path.parent.name, path.stem)
         marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
         yield pytest.param(path, marks=marks, id=_fixture_id(path))
 
@@ -136,7 +148,7 @@ def test_vllm_still_schedules_as_recorded(tmp_path):
             known = DATA / "sched_fixtures" / steplog.VLLM_VERSIONS[-1] / path.name
         assert fresh["steps"] == json.loads(known.read_text())["steps"], (version, path.stem)
         scenario = steplog.load_scenario(SCENARIOS / path.name)
-        if path.stem not in KNOWN:
+        if _known(minor, path.stem) is None:
             log = steplog.step_log(scenario, vllm_version=minor)
             assert steplog.compare(fresh["steps"], log) is None
 
