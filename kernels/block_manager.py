@@ -188,6 +188,27 @@ class BlockManager:
             parent = h
         return hits
 
+    def blocks_to_allocate(self, token_ids: list[int], extra_key: bytes = b"") -> int:
+        """Free blocks a new sequence of `token_ids` would take: its blocks past the cached
+        prefix, plus the cached prefix blocks that sit in the free queue (vLLM's
+        get_num_blocks_to_allocate); changes nothing."""
+        hits = self._prefix_hits(token_ids, extra_key) if self.enable_prefix_caching else []
+        reusable = sum(1 for b in hits if self.blocks[b].ref_count == 0)
+        return -(-len(token_ids) // self.block_size) - len(hits) + reusable
+
+    def uncache_block(self, seq_id, index: int) -> None:
+        """Take the sequence's block `index` out of the prefix cache (a block whose KV the
+        engine will not keep, e.g. one filled by a step whose output was never processed);
+        a block another sequence shares stays."""
+        block = self.blocks[self.seqs[seq_id].block_table[index]]
+        if block.hash is None or block.ref_count > 1:
+            return
+        copies = self.cached[block.hash]
+        del copies[block.block_id]
+        if not copies:
+            del self.cached[block.hash]
+        block.hash = block.parent_hash = block.token_ids = block.extra_key = None
+
     def cached_prefix_tokens(self, token_ids: list[int], extra_key: bytes = b"") -> int:
         """Tokens of `token_ids` a new sequence would find in the prefix cache (whole blocks);
         changes nothing. A scheduler asks before deciding how many tokens to compute."""

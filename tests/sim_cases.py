@@ -45,7 +45,11 @@ def serve_options(case: dict) -> ServeOptions:
                 options = options._replace(max_model_len=int(argv[i + 1]))
         return options
     version = case.get("engine_version") or case["vllm_version"]
-    options = ServeOptions(tp=case["tp"], async_scheduling=_version(version) >= ASYNC_DEFAULT_FROM)
+    options = ServeOptions(
+        tp=case["tp"],
+        async_scheduling=_version(version) >= ASYNC_DEFAULT_FROM,
+        vllm_version=version,
+    )
     for i, arg in enumerate(argv):
         if arg == "--max-model-len":
             options = options._replace(max_model_len=int(argv[i + 1]))

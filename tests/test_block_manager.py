@@ -268,3 +268,26 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
 TestBlockManagerMachine = BlockManagerMachine.TestCase
 TestBlockManagerMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+def test_blocks_to_allocate_counts_cached_blocks_in_the_free_queue():
+    """vLLM's get_num_blocks_to_allocate: hits held by another sequence cost nothing, hits in
+    the free queue cost a block each (they leave it), the rest one block each."""
+    bm = BlockManager(16, 4)
+    bm.allocate("a", list(range(12)))
+    assert bm.blocks_to_allocate(list(range(12)) + [99]) == 4 - 3  # 3 hits, held by "a"
+    bm.free("a")
+    assert bm.blocks_to_allocate(list(range(12)) + [99]) == 4  # the 3 hits are free blocks
+    assert bm.num_free_blocks == 16 and not bm.seqs  # nothing changed
+
+
+def test_uncache_block_forgets_a_private_block_only():
+    bm = BlockManager(16, 4)
+    bm.allocate("a", list(range(8)))
+    bm.uncache_block("a", 1)
+    bm.free("a")
+    assert bm.cached_prefix_tokens(list(range(9))) == 4  # block 0 still cached, block 1 gone
+    bm.allocate("b", list(range(9)))  # block 1 computed and cached again
+    bm.fork("b", "c")
+    bm.uncache_block("b", 0)  # shared with "c": stays
+    assert bm.cached_prefix_tokens(list(range(9))) == 8

@@ -314,14 +314,18 @@ def test_simulate_reports_transfers_and_pools():
     assert d.transfer.median_ms / 1e3 == pytest.approx(wire_s + 5e-6, rel=1e-6)
     assert 0 < d.prefill.engine_busy_fraction < 1 and 0 < run.engine.engine_busy_fraction < 1
     assert run.bench.median_ttft_ms > d.prefill_ttft.median_ms + d.transfer.median_ms
-    # the prefill pool's preemptions are reported too (2 GiB pools, 6k-token prompts at once)
+    # the prefill pool's preemptions are reported too (2 GiB pools, 6k-token prompts at
+    # once, admitted by their first chunk as vLLM 0.18 did; 0.19 waits for the whole prompt)
     squeezed = SimulateRequest(
         workload=WorkloadSpec(num_prompts=40, input_len=6000, output_len=10),
         rates=(math.inf,),
         disaggregated=(1, 1),
         network_gbps=10.0,  # a slow link: prefill blocks stay held while the KV moves
         serve=ServeOptions(
-            kv_cache_memory_bytes=2 * 2**30, max_num_batched_tokens=2048, max_model_len=8192
+            kv_cache_memory_bytes=2 * 2**30,
+            max_num_batched_tokens=2048,
+            max_model_len=8192,
+            vllm_version="0.18",
         ),
         series=False,
     )

@@ -75,6 +75,7 @@ def serve_flags(
     continuous_batching,
     engine="vllm",
     allow_long=False,
+    vllm_version="0.19",
 ):
     from kvplan.inputs.options import parse_bytes
     from kvplan.simulate.setup import ServeOptions
@@ -98,6 +99,7 @@ def serve_flags(
         continuous_batching=continuous_batching,
         engine=engine,
         allow_long_max_model_len=allow_long,
+        vllm_version=vllm_version,
     )
 
 
@@ -244,6 +246,12 @@ def add(app: typer.Typer) -> None:
             "--continuous-batching/--no-continuous-batching",
             help="Admit requests every step (off: a new batch when the last one ends).",
         ),
+        vllm_version: str = typer.Option(
+            "0.19",
+            "--vllm-version",
+            help="Whose scheduler rules: from 0.19 a request is admitted when its whole prompt "
+            "fits the free blocks, before when its first chunk does.",
+        ),
         compare: str = typer.Option(
             None,
             "--compare",
@@ -312,6 +320,7 @@ def add(app: typer.Typer) -> None:
                 continuous_batching,
                 engine,
                 allow_long,
+                vllm_version,
             ),
             replicas=replicas,
             router=router,

@@ -10,7 +10,13 @@ Each step (vllm/v1/core/sched/scheduler.py, `schedule()`):
    head-of-line blocking, while budget and seats (max_num_seqs) remain. A request's cached prefix
    (whole blocks, at most num_tokens - 1 tokens) costs no budget; a prompt longer than the budget
    is cut into chunks (chunked prefill), or waits for a step with room when chunking is off.
-3. One forward runs every scheduled token; its time comes from formulas.batch_step.
+   From vLLM 0.19 (`reserve_full_isl`) a request is admitted only when its whole prompt fits.
+3. One forward runs every scheduled token; its time comes from formulas.batch_step. Every full
+   block enters the prefix cache, outputs' blocks too. With async scheduling a request finished
+   in step k keeps its seat and blocks while step k + 1 is scheduled (`lingering`).
+
+tests/test_sched_conformance.py checks these rules step for step against vLLM's own scheduler
+(kvplan.simulate.steplog, scripts/record_vllm_schedule.py).
 
 The pool is kvplan.kernels.BlockManager: allocation, prefix caching and LRU eviction are its own.
 Blocks are counted in the full-attention group's blocks; sliding-window and recurrent-state groups
@@ -57,6 +63,12 @@ class EngineConfig(NamedTuple):
     enable_chunked_prefill: bool = True
     preemption: bool = True  # False: admit only what can run to its end (no over-commit)
     continuous_batching: bool = True  # False: a new batch only when the last one finished
+    # vLLM's AsyncScheduler: step k + 1 is scheduled before step k's output is processed, so a
+    # request finished in step k holds its seat and blocks through step k + 1's scheduling
+    async_scheduling: bool = False
+    # vLLM 0.19 on (scheduler_reserve_full_isl): a waiting request is admitted only when its
+    # whole prompt fits the free blocks; before, only its first chunk had to
+    reserve_full_isl: bool = True
 
 
 WAITING, PREFILL, DECODE, DONE, HELD = 0, 1, 2, 3, 4  # HELD: prefilled, blocks kept for a transfer
@@ -107,6 +119,12 @@ class CountingPool:
 
     def cached_prefix_tokens(self, token_ids, extra_key: bytes = b"") -> int:
         return 0
+
+    def blocks_to_allocate(self, token_ids, extra_key: bytes = b"") -> int:
+        return -(-len(token_ids) // self.block_size)
+
+    def uncache_block(self, seq_id, index: int) -> None:
+        return None
 
 
 class CachingMatters(Exception):
@@ -276,6 +294,10 @@ class Engine:
         self.num_decodes = 0
         self.context_sum = 0  # tokens the decodes attend in the current step
         self.blocked = False  # the queue's head found no blocks and nothing was freed since
+        # async scheduling: requests finished in the last step, whose seats and blocks are
+        # freed once the next step is scheduled (vLLM processes step k's output after it has
+        # scheduled step k + 1)
+        self.lingering: list[Req] = []
         # disaggregated serving
         self.prefill_only = prefill_only
         self.held = 0  # prefill: requests handed off whose blocks wait for the decode side
@@ -303,6 +325,7 @@ class Engine:
         """A request reaches the engine's queue at `now`."""
         if not self.has_work:  # idle, or waiting only on transfers: its clock catches up
             self.clock_s = max(self.clock_s, now)
+            self._release_lingering()  # an idle engine has processed every output
         self.waiting.append(req)
         self.stalled = False
 
@@ -420,6 +443,8 @@ class Engine:
             budget = self._admit_received(budget, chunks)
         if not preempted and self.waiting and self._may_admit():
             budget = self._admit_waiting(budget, chunks)
+        # async: the last step's output is processed only now, its finished requests freed
+        released = self._release_lingering()
         # 3. one forward
         shape = BatchShape(
             self.num_decodes,
@@ -430,7 +455,7 @@ class Engine:
             self.num_decodes + len(chunks),
         )
         if not shape.num_decodes and not chunks:
-            return self._idle_step(preempted)
+            return self._idle_step(preempted or released)
         timing = self.model.step(shape)
         return self._advance(j, timing, chunks)
 
@@ -522,7 +547,8 @@ class Engine:
             self.peak_used = used
 
     def _idle_step(self, preempted: bool) -> list[Req]:
-        """Nothing was scheduled: after a preemption the next step admits again; while blocks
+        """Nothing was scheduled: after a preemption (or once finished requests' blocks are
+        freed, with async scheduling) the next step admits again; while blocks
         are held for transfers, or KV is arriving, the engine waits for them; otherwise the
         queue's head does not fit even an empty pool."""
         if preempted:
@@ -535,7 +561,7 @@ class Engine:
     # ---- admission --------------------------------------------------------------------------
     def _seat_free(self) -> bool:
         """A seat for a new request this step (static batching: only once the batch is done)."""
-        if len(self.running) >= self.config.max_num_seqs:
+        if len(self.running) + len(self.lingering) >= self.config.max_num_seqs:
             return False
         return self.config.continuous_batching or not self.running
 
@@ -545,7 +571,8 @@ class Engine:
     def _admit_waiting(self, budget: int, chunks: list) -> int:
         config = self.config
         skipped: list[Req] = []  # remote requests waiting for their KV keep their places
-        while self.waiting and budget > 0 and len(self.running) < config.max_num_seqs:
+        seats = config.max_num_seqs - len(self.lingering)
+        while self.waiting and budget > 0 and len(self.running) < seats:
             r = self.waiting[0]
             if r.remote:
                 if r.remote == NEEDS_KV and not self._allocate_remote(r):
@@ -572,10 +599,16 @@ class Engine:
                     n = num_tokens - hits
                     synced = num_tokens
                 else:
-                    hits = self.bm.cached_prefix_tokens(ids[:-1])
+                    hits = self.bm.cached_prefix_tokens(ids)  # its last token stays out
                     n = num_tokens - hits
                     if not config.enable_chunked_prefill and n > budget:
                         break
+                    # scheduler_reserve_full_isl: the whole prompt (prompt and outputs for a
+                    # resumed request) must fit the free blocks, not only its first chunk
+                    side = side_blocks(config, num_tokens + r.target - r.outputs)
+                    free = self.bm.num_free_blocks
+                    if config.reserve_full_isl and self.bm.blocks_to_allocate(ids) + side > free:
+                        raise NoFreeBlocksError("the whole prompt does not fit")
                     n = min(n, budget)
                     synced = hits + n
                     self.bm.allocate(r.rid, ids[:synced])
@@ -610,7 +643,7 @@ class Engine:
             return budget
         kept: list[Req] = []
         while self.waiting and self.ready and budget > 0:
-            if len(self.running) >= self.config.max_num_seqs:
+            if len(self.running) + len(self.lingering) >= self.config.max_num_seqs:
                 break
             r = self.waiting.popleft()
             if r.remote != RECEIVED:
@@ -646,10 +679,10 @@ class Engine:
         """Hand the block manager r's tokens up to position `upto`; False when blocks run out."""
         if upto <= r.synced:
             return True
-        # outputs enter the prefix cache only in conversations, where a later turn asks for them
-        cache = upto <= r.input_tokens or r.spec.session
+        # every full block enters the prefix cache, outputs' too (vLLM caches each block once
+        # its tokens are known): a preempted request finds its own outputs when it resumes
         try:
-            self.bm.append_tokens(r.rid, self.ids(r, r.synced, upto), cache)
+            self.bm.append_tokens(r.rid, self.ids(r, r.synced, upto))
         except NoFreeBlocksError:
             return False
         r.synced = upto
@@ -669,7 +702,9 @@ class Engine:
     def _requeue(self, victim: Req, j: int, front: bool) -> Req:
         """Stop a running request before decode step j, free all its blocks and queue it again
         (at the head, or at the back) to recompute its prompt and outputs."""
+        decoded = False
         if victim.state == DECODE:
+            decoded = j > victim.j0  # it decoded in the step before
             self._leave_cohort(victim, j)
         else:
             self.prefilling.remove(victim)
@@ -677,6 +712,12 @@ class Engine:
             self.running.pop()
         else:
             self.running.remove(victim)
+        if victim.computed > victim.synced:  # decodes since its last new block: a full block
+            self._extend(victim, victim.computed)  # is cached as vLLM caches it (it fits)
+        if decoded and self.config.async_scheduling and victim.computed % self.block_size == 0:
+            # async: a block is cached once the output of the step that filled it is processed;
+            # that step's output comes after this preemption, so its last block is not kept
+            self.bm.uncache_block(victim.rid, victim.computed // self.block_size - 1)
         self._release(victim)
         victim.state = WAITING
         victim.computed = 0
@@ -694,10 +735,22 @@ class Engine:
             raise AssertionError("leave the cohort first")
         if r.computed > r.synced:  # a last, partly filled block: cache it if it is full
             self._extend(r, r.computed)
-        self._release(r)
+        if self.config.async_scheduling:  # its seat and blocks are held through the next step
+            self.lingering.append(r)
+        else:
+            self._release(r)
         self.running.remove(r)
         r.state = DONE
         self.finished.append(r)
+
+    def _release_lingering(self) -> bool:
+        """Free the requests that finished in the last step (async scheduling); whether any."""
+        if not self.lingering:
+            return False
+        for r in self.lingering:
+            self._release(r)
+        self.lingering.clear()
+        return True
 
     # ---- the decode cohort ------------------------------------------------------------------
     def _join_cohort(self, r: Req, j: int) -> None:
@@ -733,7 +786,7 @@ class Engine:
     # ---- runs of decode-only steps ----------------------------------------------------------
     def _quiet(self) -> bool:
         """Nothing but decodes can happen this step: no prefill, and no admission possible."""
-        if self.prefilling or not self.num_decodes:
+        if self.prefilling or not self.num_decodes or self.lingering:
             return False
         if self.ready and self._seat_free():
             return False
@@ -865,6 +918,13 @@ def side_blocks(config: EngineConfig, tokens: int) -> int:
         blocks = -(-tokens // size)
         physical += groups * (1 if cap == 0 else min(blocks, cap))
     return -(-physical // config.main_groups)
+
+
+def usable_blocks(vllm_num_blocks: int, main_groups: int = 1) -> int:
+    """The engine's pool for vLLM's `num_blocks`: vLLM's BlockPool holds block 0 back as its
+    null block (the placeholder of blocks a window has skipped), so num_blocks - 1 serve
+    requests; a pool block here stands for `main_groups` of vLLM's."""
+    return max(1, (vllm_num_blocks - 1) // main_groups)
 
 
 class _Unservable(Exception):

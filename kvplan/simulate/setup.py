@@ -31,7 +31,7 @@ from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
-from kvplan.simulate.engine import Engine, EngineConfig, side_blocks
+from kvplan.simulate.engine import Engine, EngineConfig, side_blocks, usable_blocks
 from kvplan.units import GIB
 
 LARGE_GPU_BYTES = 70 * GIB  # get_batch_defaults: device memory >= 70 GiB ...
@@ -74,6 +74,9 @@ class ServeOptions(NamedTuple):
     engine: str = "vllm"  # or "sglang"
     # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 / SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
     allow_long_max_model_len: bool = False
+    # whose scheduler rules: from 0.19 a request is admitted only when its whole prompt fits
+    # (scheduler_reserve_full_isl); earlier versions check its first chunk
+    vllm_version: str = "0.19"
 
 
 class Replica(NamedTuple):
@@ -248,7 +251,7 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
             cap = math.ceil(g.window / g.block_size)
         side[(cap, g.block_size)] = side.get((cap, g.block_size), 0) + 1
     block_size = main[0].block_size
-    num_blocks = alloc.num_blocks // len(main)
+    num_blocks = usable_blocks(alloc.num_blocks, len(main))  # less vLLM's null block
     config = EngineConfig(
         max_num_seqs=seqs,
         max_num_batched_tokens=mnbt,
@@ -261,14 +264,31 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
         enable_chunked_prefill=options.enable_chunked_prefill,
         preemption=options.preemption,
         continuous_batching=options.continuous_batching,
+        async_scheduling=options.async_scheduling,
+        reserve_full_isl=_minor(options.vllm_version) >= FULL_ISL_FROM,
     )
     longest = -(-max_model_len // block_size)
-    if longest + side_blocks(config, max_model_len) > num_blocks:
+    # vLLM's start-up check (up to at least 0.19) counts its null block as free
+    if longest + side_blocks(config, max_model_len) > alloc.num_blocks // len(main):
         raise KvplanError(
             f"the KV pool ({num_blocks:,} blocks of {block_size} tokens) cannot hold one "
             f"{max_model_len:,}-token request; lower --max-model-len or raise the KV memory"
         )
     return config
+
+
+FULL_ISL_FROM = (0, 19)  # vLLM's scheduler_reserve_full_isl, on by default
+
+
+def _minor(version: str) -> tuple[int, int]:
+    """'0.13' or '0.19.1' -> (0, 13)."""
+    try:
+        major, minor = (int(part) for part in str(version).split(".")[:2])
+    except ValueError:
+        major = minor = -1
+    if not (0, 8) <= (major, minor) <= (9, 999):  # V1's scheduler: 0.8 on
+        raise KvplanError(f"--vllm-version {str(version)[:20]!r}: a vLLM version from 0.8, as 0.19")
+    return major, minor
 
 
 # SGLang's page is one token; the simulated pool counts blocks of this many (prefix hits and
