@@ -11,7 +11,7 @@ import pytest
 from kvplan.formulas.batch_step import BatchShape
 from kvplan.inputs.hardware import bundled_profiles, load_profile
 from kvplan.inputs.sources import load_bundled
-from kvplan.plans.compare import CompareRequest, compare
+from kvplan.plans.compare import CompareRequest, compare, pareto_points
 from kvplan.simulate.cluster import Frontend
 from kvplan.simulate.setup import ServeOptions, build_replica
 
@@ -171,3 +171,39 @@ def test_kinds_compare_at_a_fixed_layout():
                            "--num-gpus", "8")  # fmt: skip
     assert code == 2 and "--num-gpus" in err and len(err.strip().splitlines()) == 1
 
+
+def test_pareto_front_keeps_the_points_nothing_beats_on_both_axes():
+    from kvplan.present.plots import pareto_front
+
+    points = [(10, 900), (20, 800), (15, 700), (40, 300), (30, 300), (50, 100)]
+    assert pareto_front(points) == [(10, 900), (20, 800), (40, 300), (50, 100)]
+
+
+def test_the_comparison_plots_tokens_per_gpu_against_tokens_per_user(tmp_path):
+    pytest.importorskip("matplotlib")
+    spec = load_bundled("qwen3-32b")
+    gpus = [load_profile("h100"), load_profile("h200")]
+    series = pareto_points(spec, gpus, CompareRequest())
+    assert sorted(series) == ["H100 SXM", "H200 SXM"]
+    rows = {r.gpu: r for r in compare(spec, gpus, CompareRequest()).rows}
+    for gpu, points in series.items():
+        assert {p.layout for p in points} == set(rows[gpu].layouts_weighed)
+        # the row is the best point of its kind: the full replica of its best layout
+        best = max(points, key=lambda p: p.tokens_per_s_per_gpu)
+        assert best.tokens_per_s_per_gpu == pytest.approx(rows[gpu].tokens_per_s_per_gpu)
+        assert best.tokens_per_s_per_user == pytest.approx(rows[gpu].tokens_per_s_per_user)
+    path = tmp_path / "pareto.svg"
+    code, out, err = run_cli(
+        "capacity", "qwen3-32b", "--gpu", "h100", "--gpu", "h200", "--plot", str(path)
+    )
+    assert code == 0, err
+    assert "verdict" in out and "<svg" in path.read_text()[:500]
+
+
+def test_a_comparison_plot_with_a_bad_suffix_is_refused_before_any_work(tmp_path):
+    path = tmp_path / "pareto.txt"
+    code, out, err = run_cli(
+        "capacity", "qwen3-32b", "--gpu", "h100", "--gpu", "h200", "--plot", str(path)
+    )
+    assert code == 2 and out == "" and ".png or .svg" in err
+    assert not path.exists()
