@@ -207,3 +207,17 @@ def test_a_comparison_plot_with_a_bad_suffix_is_refused_before_any_work(tmp_path
     )
     assert code == 2 and out == "" and ".png or .svg" in err
     assert not path.exists()
+
+
+def test_kinds_without_a_link_or_tables_of_their_own_say_how_they_were_priced():
+    """A profile without an interconnect figure is weighed on its fewest-GPU layout only (the
+    step model cannot price TP over no link); a GPU without kernel tables of its own runs at
+    another GPU's fractions, and a note says whose."""
+    spec = load_bundled("llama-3.1-8b")
+    gpus = [load_profile("h100"), load_profile("m1-max"), load_profile("b200")]
+    assert gpus[1].interconnect is None
+    result = compare(spec, gpus, CompareRequest(context_len=8192))
+    apple = result.rows[1]
+    assert apple.layouts_weighed == ("TP 1",) and apple.priced_by == "step"
+    borrowed = [n for n in result.notes if n.id == "sim-achieved-datasheet"]
+    assert [n.value("gpu") for n in borrowed] == ["Apple M1 Max", "B200"]

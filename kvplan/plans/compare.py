@@ -157,7 +157,11 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
         if not reasons and cap.deployment_chosen_by == "given":
             why += f" on {layout}"
         return empty._replace(why_not=why), None, []
-    tried = [(c, _priced(spec, gpu, c, request)) for c in layouts(spec, gpu, cap, base, request)]
+    model_notes: list[Note] = []
+    tried = [
+        (c, _priced(spec, gpu, c, request, model_notes))
+        for c in layouts(spec, gpu, cap, base, request)
+    ]
     # the most tokens/s per GPU; of equals, the fewest GPUs (the first tried)
     cap, priced = max(tried, key=lambda t: t[1].tokens_per_s_per_gpu)
     d_gpus = cap.num_gpus // cap.replicas  # one replica
@@ -209,6 +213,9 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
                 tokens_per_s_per_gpu=[p.tokens_per_s_per_gpu for _, p in tried],
             )
         )
+    # a kind without kernel tables of its own runs at another GPU's: say whose
+    borrowed = [n for n in model_notes if n.id == "sim-achieved-datasheet" and not n.value("own")]
+    notes += borrowed[:1]
     if priced.priced_by == "floor":
         notes.append(note("compare-priced-at-floor", gpu=gpu.name, dp_attention=cap.dp_attention))
     return row, (cap.kv_dtype, cap.weights_dtype), notes
@@ -245,6 +252,8 @@ def layouts(spec, gpu, cap, base: CapacityRequest, request: CompareRequest) -> l
     out = [cap]
     fixed = (request.tp, request.pp, request.dp_attention) != (None, None, None)
     if fixed or request.users is not None or cap.pp > 1 or cap.dp_attention > 1:
+        return out
+    if gpu.interconnect is None:  # no link figure: the step model cannot price a wider TP
         return out
     for tp in wider_tps(spec, gpu, cap.tp):
         try:
@@ -315,21 +324,24 @@ def seats(gpu: GpuProfile, users_per_replica: int) -> int:
     return max(1, min(users_per_replica, batch_defaults(gpu)[1]))
 
 
-def decode_tpot_s(spec, gpu, cap, request, batch: int, context_len: int) -> float:
+def decode_tpot_s(
+    spec, gpu, cap, request, batch: int, context_len: int, notes: list | None = None
+) -> float:
     """A decode step of `batch` sequences at `context_len` on the replica `cap` lays out, by
-    plan's step model; the API server's streaming pace bounds it, as in the simulator."""
+    plan's step model; the API server's streaming pace bounds it, as in the simulator. The
+    model's notes (whose kernel tables it runs at) go to `notes`."""
     options = ServeOptions(tp=cap.tp, pp=cap.pp)
     seqs = batch_defaults(gpu)[1]
     model, _ = step_model(
         spec, gpu, options, request.kv_dtype,
-        min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, batch_defaults(gpu)[0]), [],
-        weights_dtype=request.weights_dtype,
+        min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, batch_defaults(gpu)[0]),
+        notes if notes is not None else [], weights_dtype=request.weights_dtype,
     )  # fmt: skip
     step = model.step(BatchShape(batch, batch * context_len, (), batch))
     return max(step.total_s, batch * Frontend().per_token_s)
 
 
-def _priced(spec, gpu, cap, request) -> Priced:
+def _priced(spec, gpu, cap, request, notes: list | None = None) -> Priced:
     d_gpus = cap.num_gpus // cap.replicas
     per_replica = max(1, cap.max_concurrency // cap.replicas)
     dp = cap.dp_attention if cap.dp_attention > 1 else None
@@ -353,7 +365,7 @@ def _priced(spec, gpu, cap, request) -> Priced:
     if dp is None:  # the step model has no DP-attention ranks: those layouts keep the floor
         try:
             batch = seats(gpu, per_replica)
-            tpot = decode_tpot_s(spec, gpu, cap, request, batch, request.context_len)
+            tpot = decode_tpot_s(spec, gpu, cap, request, batch, request.context_len, notes)
             by = "step"
         except KvplanError:  # a profile without an interconnect figure for TP/PP
             batch, tpot = per_replica, floor.time_floor_s
