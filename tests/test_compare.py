@@ -8,19 +8,29 @@ import math
 
 import pytest
 
-from kvplan.inputs.hardware import bundled_profiles
+from kvplan.formulas.batch_step import BatchShape
+from kvplan.inputs.hardware import bundled_profiles, load_profile
+from kvplan.inputs.sources import load_bundled
+from kvplan.plans.compare import CompareRequest, compare, pareto_points
+from kvplan.simulate.cluster import Frontend
+from kvplan.simulate.setup import ServeOptions, build_replica
 
 from helpers import run_cli, run_json
 
 
-def test_each_row_is_what_capacity_and_roofline_say_for_that_gpu():
+def test_each_row_is_what_capacity_roofline_and_plans_step_model_say_for_that_gpu():
+    """Each kind on its best layout: capacity at that layout, the roofline's floor, and the TPOT
+    of plan's own replica model (simulate.setup.build_replica) at the batch the layout holds."""
     data = run_json(
         "capacity", "llama-3.1-70b", "--gpu", "h100", "--gpu", "h200", "--ctx", "32k",
         "--price", "h100=2", "--price", "h200=3",
     )  # fmt: skip
     assert [r["gpu"] for r in data["rows"]] == ["H100 SXM", "H200 SXM"]
+    spec = load_bundled("llama-3.1-70b")
     for row, key, usd in zip(data["rows"], ("h100", "h200"), (2.0, 3.0), strict=True):
-        one = run_json("capacity", "llama-3.1-70b", "--gpu", key, "--ctx", "32k")
+        one = run_json(
+            "capacity", "llama-3.1-70b", "--gpu", key, "--ctx", "32k", "--tp", str(row["tp"])
+        )
         assert (row["tp"], row["pp"], row["users_per_replica"]) == (
             one["tp"],
             one["pp"],
@@ -34,14 +44,64 @@ def test_each_row_is_what_capacity_and_roofline_say_for_that_gpu():
         )  # fmt: skip
         step = roof["decode"][0]
         assert row["tpot_floor_s"] == step["time_floor_s"] and step["fits"]
-        tps = one["max_concurrency"] / step["time_floor_s"] / one["num_gpus"]
+        floor = one["max_concurrency"] / step["time_floor_s"] / one["num_gpus"]
+        assert row["tokens_per_s_per_gpu_floor"] == pytest.approx(floor)
+        # plan's replica model: the same step, every seat taken, each sequence at 32k
+        replica = build_replica(spec, load_profile(key), ServeOptions(tp=row["tp"]))
+        b = row["batch"]
+        assert b == min(one["max_concurrency"], replica.options.max_num_seqs)
+        tpot = max(
+            replica.model.step(BatchShape(b, b * 32768, (), b)).total_s, b * Frontend().per_token_s
+        )
+        assert row["tpot_s"] == pytest.approx(tpot) and row["priced_by"] == "step"
+        assert row["tpot_s"] > row["tpot_floor_s"]  # the kernels reach less than the datasheet
+        tps = b / tpot / one["num_gpus"]
         assert row["tokens_per_s_per_gpu"] == pytest.approx(tps)
         # USD per million output tokens: the GPU-hour over the tokens one GPU makes in an hour
         assert row["usd_per_million_output_tokens"] == pytest.approx(usd / (tps * 3600) * 1e6)
         assert row["usd_per_hour"] == pytest.approx(usd * one["num_gpus"])
+        # the best of the layouts weighed: no wider TP decodes more per GPU
+        fewest = run_json("capacity", "llama-3.1-70b", "--gpu", key, "--ctx", "32k")
+        assert row["layouts_weighed"][0] == f"TP {fewest['tp']}"
+        assert row["layout"] in row["layouts_weighed"]
+        for tp in (int(layout.split()[1]) for layout in row["layouts_weighed"]):
+            fixed = compare(spec, [load_profile(key)], CompareRequest(context_len=32768, tp=tp))
+            other = fixed.rows[0]
+            assert other.tokens_per_s_per_gpu <= row["tokens_per_s_per_gpu"] * (1 + 1e-9)
     best = max(data["rows"], key=lambda r: r["tokens_per_s_per_gpu"])
     assert data["verdict"]["id"] == "compare-verdict"
     assert data["verdict"]["text"].startswith(f"At 32,768 tokens {best['gpu']} decodes the most")
+    assert "by plan's step model" in data["verdict"]["text"]
+
+
+def test_the_comparison_and_plan_do_not_contradict_each_other_on_qwen3_32b():
+    """Issue 30 item 5: the 100%-bandwidth floor on the fewest-GPU layout (TP 1: 3 sequences on
+    an H100) called H200 cheaper per token; plan under latency targets finds H100 cheaper.
+    Priced by plan's step model on each kind's best layout the two cost within a few percent,
+    and the verdict says so: a tie at the model's precision, which plan's targets decide."""
+    code, out, err = run_cli(
+        "plan", "qwen3-32b", "--gpu", "h100", "--gpu", "h200", "--rate", "20",
+        "--input-len", "2k", "--output-len", "500", "--slo", "ttft_p99=2s",
+        "--slo", "tpot_p99=50ms", "--tp", "1,2,4", "--kv-cache-dtype", "auto",
+        "--max-num-seqs", "64,256", "--max-num-batched-tokens", "8192",
+        "--num-prompts", "100", "-f", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    planned = json.loads(out)["candidates"][0]["gpu"]
+    assert planned == "H100 SXM"
+    for ctx in ("2500", "8k"):  # the plan's requests (2k in + 500 out), and the default
+        data = run_json("capacity", "qwen3-32b", "--gpu", "h100", "--gpu", "h200", "--ctx", ctx)
+        text = data["verdict"]["text"]
+        rows = {r["gpu"]: r for r in data["rows"]}
+        assert all(r["priced_by"] == "step" and r["gpus_per_replica"] > 1 for r in rows.values())
+        cheapest = min(rows.values(), key=lambda r: r["usd_per_million_output_tokens"])
+        # either the comparison names plan's choice cheapest, or it names a tie that includes
+        # plan's choice and says what decides it
+        assert cheapest["gpu"] == planned or (
+            "H200 SXM and H100 SXM serve a million output tokens within" in text
+            and "latency targets decide, kvplan plan --slo ranks them" in text
+        ), text
+        assert "H200 SXM serves a million output tokens cheapest" not in text
 
 
 def test_users_size_each_kind_on_the_fewest_gpus_in_all():
@@ -110,3 +170,54 @@ def test_kinds_compare_at_a_fixed_layout():
     code, _, err = run_cli("capacity", "qwen3-32b", "--gpu", "h100", "--gpu", "h200",
                            "--num-gpus", "8")  # fmt: skip
     assert code == 2 and "--num-gpus" in err and len(err.strip().splitlines()) == 1
+
+
+def test_pareto_front_keeps_the_points_nothing_beats_on_both_axes():
+    from kvplan.present.plots import pareto_front
+
+    points = [(10, 900), (20, 800), (15, 700), (40, 300), (30, 300), (50, 100)]
+    assert pareto_front(points) == [(10, 900), (20, 800), (40, 300), (50, 100)]
+
+
+def test_the_comparison_plots_tokens_per_gpu_against_tokens_per_user(tmp_path):
+    pytest.importorskip("matplotlib")
+    spec = load_bundled("qwen3-32b")
+    gpus = [load_profile("h100"), load_profile("h200")]
+    series = pareto_points(spec, gpus, CompareRequest())
+    assert sorted(series) == ["H100 SXM", "H200 SXM"]
+    rows = {r.gpu: r for r in compare(spec, gpus, CompareRequest()).rows}
+    for gpu, points in series.items():
+        assert {p.layout for p in points} == set(rows[gpu].layouts_weighed)
+        # the row is the best point of its kind: the full replica of its best layout
+        best = max(points, key=lambda p: p.tokens_per_s_per_gpu)
+        assert best.tokens_per_s_per_gpu == pytest.approx(rows[gpu].tokens_per_s_per_gpu)
+        assert best.tokens_per_s_per_user == pytest.approx(rows[gpu].tokens_per_s_per_user)
+    path = tmp_path / "pareto.svg"
+    code, out, err = run_cli(
+        "capacity", "qwen3-32b", "--gpu", "h100", "--gpu", "h200", "--plot", str(path)
+    )
+    assert code == 0, err
+    assert "verdict" in out and "<svg" in path.read_text()[:500]
+
+
+def test_a_comparison_plot_with_a_bad_suffix_is_refused_before_any_work(tmp_path):
+    path = tmp_path / "pareto.txt"
+    code, out, err = run_cli(
+        "capacity", "qwen3-32b", "--gpu", "h100", "--gpu", "h200", "--plot", str(path)
+    )
+    assert code == 2 and out == "" and ".png or .svg" in err
+    assert not path.exists()
+
+
+def test_kinds_without_a_link_or_tables_of_their_own_say_how_they_were_priced():
+    """A profile without an interconnect figure is weighed on its fewest-GPU layout only (the
+    step model cannot price TP over no link); a GPU without kernel tables of its own runs at
+    another GPU's fractions, and a note says whose."""
+    spec = load_bundled("llama-3.1-8b")
+    gpus = [load_profile("h100"), load_profile("m1-max"), load_profile("b200")]
+    assert gpus[1].interconnect is None
+    result = compare(spec, gpus, CompareRequest(context_len=8192))
+    apple = result.rows[1]
+    assert apple.layouts_weighed == ("TP 1",) and apple.priced_by == "step"
+    borrowed = [n for n in result.notes if n.id == "sim-achieved-datasheet"]
+    assert [n.value("gpu") for n in borrowed] == ["Apple M1 Max", "B200"]

@@ -39,7 +39,7 @@ from kvplan.measure.profile import derive, figures_of, profile_yaml  # noqa: E40
 from kvplan.measure.run import MUTATIONS, Point, _check  # noqa: E402
 from kvplan.measure.timing import Clock, Item, Timing, summarize, time_rounds  # noqa: E402
 from kvplan.measure.workload import Workload, truncate  # noqa: E402
-from kvplan.present.measure import junit_xml, summary_line  # noqa: E402
+from kvplan.present.measure import check_text, failed_parts, junit_xml, summary_line  # noqa: E402
 
 from helpers import FITS_OR_NOT, run_cli, spec_from  # noqa: E402
 
@@ -540,6 +540,24 @@ def _data(errors, caught=True, regressions=0):
     }
 
 
+def test_the_check_line_says_which_check_failed_what_it_means_and_what_to_do():
+    """Issue 30 #11: a 5.4% median error with a weak self-test mutation read "check FAILED",
+    as if kvplan were wrong on the machine."""
+    weak = _data([0.054], caught=False)["check"]
+    weak["mutations"][0]["name"] = "weights x2"
+    assert failed_parts(weak) == ["self-test"]
+    text = check_text(weak)
+    assert text.startswith("FAILED (kvplan's self-test, not its predictions)")
+    assert "the predictions are within the limits on this device (median |error| 5.0%" in text
+    assert "with weights x2 on purpose the gate would still pass" in text
+    assert "Nothing here says kvplan is wrong on this machine" in text and "--confirm" in text
+    off = _data([0.5], caught=True)["check"]
+    off["passed"] = False
+    assert failed_parts(off) == ["predictions"]
+    assert check_text(off).startswith("FAILED (kvplan's predictions vs this device)")
+    assert check_text(_data([0.01])["check"]).startswith("passed: median |error| 5.0%")
+
+
 def test_junit_xml_has_a_case_per_point_and_criterion():
     root = ET.fromstring(junit_xml(_data([0.05, -0.45])))
     suite = root.find("testsuite")
@@ -554,7 +572,12 @@ def test_junit_xml_has_a_case_per_point_and_criterion():
 
 def test_the_ci_line_says_what_failed():
     assert summary_line(_data([0.01])).startswith("kvplan measure: PASS | cpu CPU X, 1 thread |")
-    assert "FAIL (prediction check)" in summary_line(_data([0.01], caught=False))
+    # a self-test alone is the gate's sensitivity, not a wrong prediction (issue 30 #11)
+    line = summary_line(_data([0.01], caught=False))
+    assert "FAIL (self-test: the gate could not see wrong bytes here; predictions passed)" in line
+    missed = _data([0.01, 0.9], caught=False)
+    missed["check"]["mutations"][0]["caught"] = True
+    assert "FAIL (prediction check: predictions vs this device)" in summary_line(missed)
     assert "FAIL (regression)" in summary_line(_data([0.01], regressions=1))
 
 

@@ -89,7 +89,10 @@ def add(app: typer.Typer) -> None:
         ),
         allow_long: bool = c.allow_long_option(),
         plot: Path = typer.Option(
-            None, "--plot", help="Max users vs context per KV dtype (.png/.svg)."
+            None,
+            "--plot",
+            help="Max users vs context per KV dtype (.png/.svg); comparing kinds, tokens/s per "
+            "GPU vs tokens/s per user per kind (the Pareto front).",
         ),
         fmt: c.OutputFormat = typer.Option(
             None, "--format", "-f", help="Output format (default table)."
@@ -123,28 +126,41 @@ def add(app: typer.Typer) -> None:
             from kvplan.plans.compare import CompareRequest, compare
             from kvplan.present.compare import compare_view
 
-            if any(x is not None for x in (num_gpus, emit_flags, plot)):
+            if any(x is not None for x in (num_gpus, emit_flags)):
                 raise KvplanError(
-                    "a comparison of GPU kinds prints a table: drop --num-gpus, --emit and "
-                    "--plot (or pass one --gpu); --tp, --pp and --dp-attention fix every kind's "
-                    "layout"
+                    "a comparison of GPU kinds prints a table: drop --num-gpus and --emit (or "
+                    "pass one --gpu); --tp, --pp and --dp-attention fix every kind's layout"
                 )
-            result = compare(
-                spec,
-                profiles,
-                CompareRequest(
-                    context_len=c.one_context(ctx),
-                    kv_dtype=kv_dtype,
-                    weights_dtype=weights_dtype,
-                    gpu_mem_util=c.fraction(gpu_mem_util, "--gpu-mem-util"),
-                    users=users,
-                    prices=overrides,
-                    tp=tp,
-                    pp=pp,
-                    dp_attention=dp_attention,
-                ),
+            if plot is not None:
+                from kvplan.present.plots import check_plot_path
+
+                check_plot_path(plot)  # before any work
+            compare_request = CompareRequest(
+                context_len=c.one_context(ctx),
+                kv_dtype=kv_dtype,
+                weights_dtype=weights_dtype,
+                gpu_mem_util=c.fraction(gpu_mem_util, "--gpu-mem-util"),
+                users=users,
+                prices=overrides,
+                tp=tp,
+                pp=pp,
+                dp_attention=dp_attention,
             )
-            c.emit(c.render(compare_view(result), fmt or OutputFormat.table))
+            result = compare(spec, profiles, compare_request)
+            from kvplan.present.output import all_or_nothing
+
+            with all_or_nothing():  # the chart and what is printed, or neither
+                if plot is not None:
+                    from kvplan.plans.compare import pareto_points
+                    from kvplan.present.plots import pareto_plot
+
+                    pareto_plot(
+                        pareto_points(spec, profiles, compare_request),
+                        f"{spec.name} at {result.context_len:,} tokens, KV {result.kv_dtype}: "
+                        "plan's step model",
+                        plot,
+                    )
+                c.emit(c.render(compare_view(result), fmt or OutputFormat.table))
             return
         if overrides:
             raise KvplanError("--price prices a comparison: pass two or more --gpu (or --gpu all)")

@@ -44,7 +44,11 @@ def add(app: typer.Typer) -> None:
         gpu: str = typer.Option(
             None, "--gpu", help="A profile to predict with too (else one matched by name)."
         ),
-        quick: bool = typer.Option(False, "--quick", help="A short sweep (< 60 s on 2 CPU cores)."),
+        quick: bool = typer.Option(
+            False,
+            "--quick",
+            help="A short sweep (about 15 s of CPU on 2 cores; the wall time grows with the load).",
+        ),
         check: bool = typer.Option(
             False,
             "--check",

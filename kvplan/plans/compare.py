@@ -2,11 +2,20 @@
 deployment kvplan chooses for it (or on the one --tp/--pp/--dp-attention fixes for all), normalised
 per GPU, with a one-line verdict.
 
-Per GPU kind: the deployment (kvplan.plans.deployment), sequences of the context one replica holds
-and per GPU, the decode ceiling BW/(s·k) of one sequence, the TPOT floor and tokens/s per GPU with
-the replica full (kvplan.plans.roofline, communication included), GPUs needed for `users`, and,
-where a price is known (hardware_profiles/prices.yaml or --price), USD per hour and per million
-output tokens at that floor. A kind that cannot hold one sequence says why.
+Per GPU kind: the deployment, sequences of the context one replica holds and per GPU, the decode
+ceiling BW/(s·k) of one sequence, the TPOT floor (kvplan.plans.roofline: 100% of bandwidth and
+peak), and the TPOT and tokens/s per GPU with the replica full priced by the step model `plan` and
+`simulate` use (kvplan.formulas.batch_step.StepModel: each kernel family's measured fraction of
+the datasheet, host and launch costs, all-reduces, the API server's streaming pace), GPUs needed
+for `users`, and, where a price is known (hardware_profiles/prices.yaml or --price), USD per hour
+and per million output tokens at that TPOT. A kind that cannot hold one sequence says why.
+
+The quick mode of `plan`: one decode step at the steady-state batch the layout holds (every seat
+of the replica taken, each sequence at the context), no traffic simulated. Without --users or a
+fixed layout, each kind runs on its best layout: of the fewest-GPU layout and the wider TPs within
+a node, the one with the most tokens/s per GPU by that model (the fewest-GPU layout is often the
+worst per GPU: the weights leave it room for few sequences). With --users, the layout serving them
+on the fewest GPUs (kvplan.plans.capacity).
 """
 
 from __future__ import annotations
@@ -16,15 +25,22 @@ import math
 from kvplan import __version__
 from kvplan.anatomy.model import ModelSpec
 from kvplan.errors import KvplanError
+from kvplan.formulas.batch_step import CUDA_GRAPH_MAX_TOKENS, BatchShape
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.inputs.prices import price_for
 from kvplan.notes import Note, note, unique
 from kvplan.plans.capacity import CapacityRequest, capacity
-from kvplan.plans.deployment import Deployment, deployment_of, layout_text
+from kvplan.plans.deployment import Deployment, deployment_of, gpus_per_node, layout_text
 from kvplan.plans.roofline import RooflineRequest, roofline
 from kvplan.record import NamedTuple
+from kvplan.simulate.cluster import Frontend
+from kvplan.simulate.setup import ServeOptions, batch_defaults, step_model
 
 MAX_GPU_KINDS = 64
+# Two kinds whose $/M tokens differ by less than this are a tie: the step model's median
+# throughput error over the published runs is 11.7% (docs/simulate.md, scripts/sim_accuracy.py),
+# so a smaller difference is not a ranking; latency targets decide (kvplan plan --slo).
+TIE = 0.10
 
 
 class CompareRequest(NamedTuple):
@@ -54,14 +70,20 @@ class CompareRow(NamedTuple):
     users_per_replica: int
     users_per_gpu: float
     ceiling_tokens_per_s: float | None  # one sequence, BW / (s x k)
-    tpot_floor_s: float | None  # the replica full
-    tokens_per_s_per_gpu: float | None  # the replica full, at the TPOT floor
+    tpot_floor_s: float | None  # the replica full, at 100% of bandwidth and peak
+    tokens_per_s_per_gpu_floor: float | None  # the replica full, at the TPOT floor
+    batch: int | None  # sequences in the priced step: the replica's seats, at most max_num_seqs
+    tpot_s: float | None  # the replica full, plan's step model
+    tokens_per_s_per_user: float | None  # 1 / tpot_s
+    tokens_per_s_per_gpu: float | None  # the replica full, plan's step model
+    layouts_weighed: tuple[str, ...]  # the layouts the best one was chosen from
+    priced_by: str | None  # "step": plan's step model; "floor": DP attention, no link figure
     replicas_needed: int | None  # for CompareRequest.users
     gpus_needed: int | None
     usd_per_gpu_hour: float | None
     price_source: str | None
     usd_per_hour: float | None  # the GPUs needed (one replica without --users)
-    usd_per_million_output_tokens: float | None  # at the full replica's floor
+    usd_per_million_output_tokens: float | None  # at the full replica's step-model TPOT
 
 
 class CompareResult(NamedTuple):
@@ -74,6 +96,7 @@ class CompareResult(NamedTuple):
     rows: list[CompareRow]
     verdict: Note
     notes: tuple[Note, ...]
+    pricing_model: str = "step"  # tokens/s and $/M: plan's step model at the full replica
 
 
 def compare(spec: ModelSpec, gpus: list[GpuProfile], request: CompareRequest) -> CompareResult:
@@ -119,23 +142,12 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
     usd = price.usd_per_gpu_hour if price else None
     empty = CompareRow(
         gpu.name, gpu.key, False, None, None, None, None, None, None, None, 0, 0.0,
-        None, None, None, None, None, usd, price.source if price else None, None, None,
+        None, None, None, None, None, None, None, (), None, None, None, usd,
+        price.source if price else None, None, None,
     )  # fmt: skip
+    base = _base_request(request)
     try:
-        cap = capacity(
-            spec,
-            gpu,
-            CapacityRequest(
-                context_len=request.context_len,
-                gpu_mem_util=request.gpu_mem_util,
-                weights_dtype=request.weights_dtype,
-                kv_dtype=request.kv_dtype,
-                users_target=request.users,
-                tp=request.tp,
-                pp=request.pp,
-                dp_attention=request.dp_attention,
-            ),
-        )
+        cap = capacity(spec, gpu, base)
     except KvplanError as exc:
         return empty._replace(why_not=str(exc)), None, []
     if not cap.fits:
@@ -145,28 +157,19 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
         if not reasons and cap.deployment_chosen_by == "given":
             why += f" on {layout}"
         return empty._replace(why_not=why), None, []
+    model_notes: list[Note] = []
+    tried = [
+        (c, _priced(spec, gpu, c, request, model_notes))
+        for c in layouts(spec, gpu, cap, base, request)
+    ]
+    # the most tokens/s per GPU; of equals, the fewest GPUs (the first tried)
+    cap, priced = max(tried, key=lambda t: t[1].tokens_per_s_per_gpu)
     d_gpus = cap.num_gpus // cap.replicas  # one replica
-    dp = cap.dp_attention if cap.dp_attention > 1 else None
-    roof = roofline(
-        spec,
-        gpu,
-        RooflineRequest(
-            contexts=(request.context_len,),
-            batches=(max(1, cap.max_concurrency // cap.replicas),),
-            kv_dtype=request.kv_dtype,
-            weights_dtype=request.weights_dtype,
-            tp=cap.tp,
-            pp=cap.pp,
-            dp_attention=dp,
-            gpu_mem_util=request.gpu_mem_util,
-        ),
-    )
-    step = roof.decode[0]
-    per_gpu_tps = step.tokens_per_s / d_gpus
     per_replica = cap.max_concurrency // cap.replicas
     replicas = math.ceil(request.users / per_replica) if request.users and per_replica else None
     gpus_needed = replicas * d_gpus if replicas else None
     billed = gpus_needed or d_gpus
+    per_gpu_tps = priced.tokens_per_s_per_gpu
     row = empty._replace(
         fits=cap.fits,
         layout=layout_text(deployment_of(cap)),
@@ -177,9 +180,15 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
         nodes_per_replica=cap.nodes_per_replica,
         users_per_replica=per_replica,
         users_per_gpu=per_replica / d_gpus,
-        ceiling_tokens_per_s=roof.ceiling_tokens_per_s,
-        tpot_floor_s=step.time_floor_s,
+        ceiling_tokens_per_s=priced.ceiling_tokens_per_s,
+        tpot_floor_s=priced.tpot_floor_s,
+        tokens_per_s_per_gpu_floor=priced.tokens_per_s_per_gpu_floor,
+        batch=priced.batch,
+        tpot_s=priced.tpot_s,
+        tokens_per_s_per_user=1.0 / priced.tpot_s,
         tokens_per_s_per_gpu=per_gpu_tps,
+        layouts_weighed=tuple(layout_text(deployment_of(c)) for c, _ in tried),
+        priced_by=priced.priced_by,
         replicas_needed=replicas,
         gpus_needed=gpus_needed,
         usd_per_hour=usd * billed if usd is not None else None,
@@ -192,7 +201,178 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
         "memory-estimated",
         "tp-crosses-nodes",
     )
-    return row, (cap.kv_dtype, cap.weights_dtype), [n for n in cap.notes if n.id in keep]
+    notes = [n for n in cap.notes if n.id in keep]
+    if len(tried) > 1:  # the fewest-GPU layout's note no longer describes the row
+        notes = [n for n in notes if n.id != "deployment-chosen"]
+        notes.append(
+            note(
+                "compare-best-layout",
+                gpu=gpu.name,
+                layout=row.layout,
+                weighed=list(row.layouts_weighed),
+                tokens_per_s_per_gpu=[p.tokens_per_s_per_gpu for _, p in tried],
+            )
+        )
+    # a kind without kernel tables of its own runs at another GPU's: say whose
+    borrowed = [n for n in model_notes if n.id == "sim-achieved-datasheet" and not n.value("own")]
+    notes += borrowed[:1]
+    if priced.priced_by == "floor":
+        notes.append(note("compare-priced-at-floor", gpu=gpu.name, dp_attention=cap.dp_attention))
+    return row, (cap.kv_dtype, cap.weights_dtype), notes
+
+
+class Priced(NamedTuple):
+    """One layout's full replica: the floor and plan's step model."""
+
+    batch: int
+    ceiling_tokens_per_s: float
+    tpot_floor_s: float
+    tokens_per_s_per_gpu_floor: float
+    tpot_s: float
+    tokens_per_s_per_gpu: float
+    priced_by: str  # "step": plan's step model; "floor": 100% of bandwidth and peak
+
+
+def _base_request(request: CompareRequest) -> CapacityRequest:
+    return CapacityRequest(
+        context_len=request.context_len,
+        gpu_mem_util=request.gpu_mem_util,
+        weights_dtype=request.weights_dtype,
+        kv_dtype=request.kv_dtype,
+        users_target=request.users,
+        tp=request.tp,
+        pp=request.pp,
+        dp_attention=request.dp_attention,
+    )
+
+
+def layouts(spec, gpu, cap, base: CapacityRequest, request: CompareRequest) -> list:
+    """The capacity results of the layouts a kind is weighed on: `cap` (kvplan's choice) and,
+    unless a layout is fixed or --users sizes one, the wider TPs within a node that fit."""
+    out = [cap]
+    fixed = (request.tp, request.pp, request.dp_attention) != (None, None, None)
+    if fixed or request.users is not None or cap.pp > 1 or cap.dp_attention > 1:
+        return out
+    if gpu.interconnect is None:  # no link figure: the step model cannot price a wider TP
+        return out
+    for tp in wider_tps(spec, gpu, cap.tp):
+        try:
+            wider = capacity(spec, gpu, base._replace(tp=tp))
+        except KvplanError:
+            continue
+        if wider.fits:
+            out.append(wider)
+    return out
+
+
+class ParetoPoint(NamedTuple):
+    layout: str
+    batch: int
+    tokens_per_s_per_user: float
+    tokens_per_s_per_gpu: float
+
+
+def pareto_points(
+    spec: ModelSpec, gpus: list[GpuProfile], request: CompareRequest
+) -> dict[str, list[ParetoPoint]]:
+    """Per GPU kind, tokens/s per GPU against tokens/s per user by plan's step model: every
+    layout weighed, at batches 1, 2, 4, ... up to the seats it holds (each sequence at the
+    context). Kinds that fit nowhere, or are priced at the floor, have no points."""
+    base = _base_request(request)
+    out: dict[str, list[ParetoPoint]] = {}
+    for gpu in gpus:
+        try:
+            cap = capacity(spec, gpu, base)
+        except KvplanError:
+            continue
+        if not cap.fits or cap.dp_attention > 1:
+            continue
+        points = []
+        for c in layouts(spec, gpu, cap, base, request):
+            d_gpus = c.num_gpus // c.replicas
+            top = seats(gpu, max(1, c.max_concurrency // c.replicas))
+            batches = sorted({1 << k for k in range(top.bit_length()) if 1 << k < top} | {top})
+            for b in batches:
+                try:
+                    tpot = decode_tpot_s(spec, gpu, c, request, b, request.context_len)
+                except KvplanError:
+                    break
+                points.append(
+                    ParetoPoint(layout_text(deployment_of(c)), b, 1 / tpot, b / tpot / d_gpus)
+                )
+        if points:
+            out[gpu.name] = points
+    return out
+
+
+def wider_tps(spec: ModelSpec, gpu: GpuProfile, tp: int) -> list[int]:
+    """The TPs above `tp` within one node that the heads allow (powers of two)."""
+    node = gpus_per_node(gpu)[0]
+    out, wider = [], tp * 2
+    while wider <= node:
+        try:
+            spec.check_tp(wider)
+            out.append(wider)
+        except KvplanError:
+            pass
+        wider *= 2
+    return out
+
+
+def seats(gpu: GpuProfile, users_per_replica: int) -> int:
+    """Sequences one replica decodes at once: what it holds, at most vLLM's max_num_seqs."""
+    return max(1, min(users_per_replica, batch_defaults(gpu)[1]))
+
+
+def decode_tpot_s(
+    spec, gpu, cap, request, batch: int, context_len: int, notes: list | None = None
+) -> float:
+    """A decode step of `batch` sequences at `context_len` on the replica `cap` lays out, by
+    plan's step model; the API server's streaming pace bounds it, as in the simulator. The
+    model's notes (whose kernel tables it runs at) go to `notes`."""
+    options = ServeOptions(tp=cap.tp, pp=cap.pp)
+    seqs = batch_defaults(gpu)[1]
+    model, _ = step_model(
+        spec, gpu, options, request.kv_dtype,
+        min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, batch_defaults(gpu)[0]),
+        notes if notes is not None else [], weights_dtype=request.weights_dtype,
+    )  # fmt: skip
+    step = model.step(BatchShape(batch, batch * context_len, (), batch))
+    return max(step.total_s, batch * Frontend().per_token_s)
+
+
+def _priced(spec, gpu, cap, request, notes: list | None = None) -> Priced:
+    d_gpus = cap.num_gpus // cap.replicas
+    per_replica = max(1, cap.max_concurrency // cap.replicas)
+    dp = cap.dp_attention if cap.dp_attention > 1 else None
+    roof = roofline(
+        spec,
+        gpu,
+        RooflineRequest(
+            contexts=(request.context_len,),
+            batches=(per_replica,),
+            kv_dtype=request.kv_dtype,
+            weights_dtype=request.weights_dtype,
+            tp=cap.tp,
+            pp=cap.pp,
+            dp_attention=dp,
+            gpu_mem_util=request.gpu_mem_util,
+        ),
+    )
+    floor = roof.decode[0]
+    floor_per_gpu = floor.tokens_per_s / d_gpus
+    batch, tpot, by = per_replica, floor.time_floor_s, "floor"
+    if dp is None:  # the step model has no DP-attention ranks: those layouts keep the floor
+        try:
+            batch = seats(gpu, per_replica)
+            tpot = decode_tpot_s(spec, gpu, cap, request, batch, request.context_len, notes)
+            by = "step"
+        except KvplanError:  # a profile without an interconnect figure for TP/PP
+            batch, tpot = per_replica, floor.time_floor_s
+    per_gpu = batch / tpot / d_gpus if by == "step" else floor_per_gpu
+    return Priced(
+        batch, roof.ceiling_tokens_per_s, floor.time_floor_s, floor_per_gpu, tpot, per_gpu, by
+    )
 
 
 def verdict(rows: list[CompareRow], context_len: int, users: int | None) -> Note:
@@ -204,8 +384,17 @@ def verdict(rows: list[CompareRow], context_len: int, users: int | None) -> Note
     if not fitting:
         return note("compare-none", context_len=context_len, gpus=out)
     most = max(fitting, key=lambda r: r.tokens_per_s_per_gpu or 0.0)
-    priced = [r for r in fitting if r.usd_per_million_output_tokens is not None]
-    cheapest = min(priced, key=lambda r: r.usd_per_million_output_tokens) if priced else None
+    priced = sorted(
+        (r for r in fitting if r.usd_per_million_output_tokens is not None),
+        key=lambda r: r.usd_per_million_output_tokens,
+    )
+    cheapest = priced[0] if priced else None
+    # kinds within TIE of the cheapest: closer than the step model can tell apart
+    tied = [
+        r
+        for r in priced
+        if r.usd_per_million_output_tokens <= (1 + TIE) * priced[0].usd_per_million_output_tokens
+    ]
     fewest = min(fitting, key=lambda r: r.gpus_needed) if users else None
     return note(
         "compare-verdict",
@@ -216,6 +405,9 @@ def verdict(rows: list[CompareRow], context_len: int, users: int | None) -> Note
         most_layout=most.layout,
         cheapest=cheapest.gpu if cheapest else None,
         cheapest_usd=cheapest.usd_per_million_output_tokens if cheapest else None,
+        tied=[r.gpu for r in tied] if len(tied) > 1 else [],
+        tied_usd=[r.usd_per_million_output_tokens for r in tied] if len(tied) > 1 else [],
+        priced_by=sorted({r.priced_by for r in fitting}),
         fewest=fewest.gpu if fewest else None,
         fewest_gpus=fewest.gpus_needed if fewest else None,
         users=users,

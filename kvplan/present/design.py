@@ -178,18 +178,19 @@ def _comparison(result: DesignResult, notes: Footnotes) -> list[str]:
         f"{notes.cite('compare-columns')}{notes.cite('compare-prices')}",
         "",
         f"| GPU | deployment | GPUs | sequences at {f.tokens(cmp.context_len)} | per GPU | "
-        "TPOT floor | tok/s per GPU | $/M output tokens |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "TPOT floor | TPOT | tok/s per GPU | $/M output tokens |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in cmp.rows:
         if not row.fits:
-            out.append(f"| {md_text(row.gpu)} | does not fit | — | 0 | 0 | — | — | — |")
+            out.append(f"| {md_text(row.gpu)} | does not fit | — | 0 | 0 | — | — | — | — |")
             continue
         usd = f.usd(row.usd_per_million_output_tokens)
         out.append(
             f"| {md_text(row.gpu)} | {md_text(row.layout)} | {row.gpus_per_replica:,} | "
             f"{row.users_per_replica:,} | {row.users_per_gpu:,.1f} | "
-            f"{f.ms_text(row.tpot_floor_s)} | {row.tokens_per_s_per_gpu:,.0f} | {usd} |"
+            f"{f.ms_text(row.tpot_floor_s)} | {f.ms_text(row.tpot_s)} | "
+            f"{row.tokens_per_s_per_gpu:,.0f} | {usd} |"
         )
     return out + [""]
 

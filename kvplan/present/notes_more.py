@@ -569,35 +569,54 @@ text("compare-columns")(
         (
             f"Every GPU kind on {layout}, the layout given"
             if layout
-            else f"Each GPU kind on the deployment kvplan chooses for one {context_len:,}-token "
-            "sequence"
+            else "Each GPU kind on the deployment kvplan chooses: of the fewest GPUs that hold "
+            f"one {context_len:,}-token sequence and the wider TPs within a node, the one that "
+            "decodes the most per GPU (with --users, the layout serving them on the fewest GPUs)"
         )
         + " (kvplan capacity --gpu KIND for its details). users: sequences of that context one "
         "replica holds; per GPU: divided by its GPUs; ceiling: one sequence's decode rate no "
-        "batch beats, BW/(s x k); TPOT floor and tok/s per GPU: a decode step with the replica "
-        "full, at 100% of bandwidth and peak, communication included."
+        "batch beats, BW/(s x k); TPOT and tok/s per GPU: a decode step with the replica full "
+        "(every seat taken, at most vLLM's max_num_seqs, each sequence at the context) priced by "
+        "the step model kvplan plan and simulate use (each kernel family's measured fraction of "
+        "the datasheet, host and launch costs, all-reduces, the API server's streaming pace); "
+        "no prefill, no queueing, no latency target; TPOT floor: the same step at 100% of "
+        "bandwidth and peak, which ranks GPUs only by their datasheets."
     )
 )
 text("compare-prices")(
     lambda: (
         "Prices: on-demand USD per GPU-hour from hardware_profiles/prices.yaml (dated, with "
         "sources) or --price GPU=USD; USD per million output tokens at the full replica's TPOT "
-        "floor, so a lower bound on what serving costs."
+        "by plan's step model: decode at the largest batch the layout holds, so the cheapest a "
+        "token gets with no latency target; kvplan plan prices a request rate under targets."
     )
 )
 
 
 def _compare_verdict(
     context_len, most, most_tokens_per_s_per_gpu, most_users_per_gpu, most_layout, cheapest,
-    cheapest_usd, fewest, fewest_gpus, users, unfit,
+    cheapest_usd, fewest, fewest_gpus, users, unfit, tied=(), tied_usd=(), priced_by=("step",),
 ):  # fmt: skip
+    model = "plan's step model" if list(priced_by) == ["step"] else "plan's step model or floor"
     out = (
         f"At {context_len:,} tokens {most} decodes the most per GPU "
-        f"({most_tokens_per_s_per_gpu:,.0f} tok/s at the floor, {most_users_per_gpu:,.1f} "
-        f"sequences per GPU, {most_layout})"
+        f"({most_tokens_per_s_per_gpu:,.0f} tok/s by {model} with the replica full, "
+        f"{most_users_per_gpu:,.1f} sequences per GPU, {most_layout})"
     )
-    if cheapest:
-        out += f"; {cheapest} serves a million output tokens cheapest (${cheapest_usd:,.2f})"
+    if tied:
+        spread = tied_usd[-1] / tied_usd[0] - 1
+        prices = ", ".join(f"{g} ${u:,.2f}" for g, u in zip(tied, tied_usd, strict=True))
+        out += (
+            f"; {' and '.join(tied) if len(tied) == 2 else ', '.join(tied)} serve a million output "
+            f"tokens within {spread:.0%} of each other ({prices}), a tie at the step model's "
+            "precision (11.7% median throughput error): latency targets decide, kvplan plan "
+            "--slo ranks them"
+        )
+    elif cheapest:
+        out += (
+            f"; {cheapest} serves a million output tokens cheapest (${cheapest_usd:,.2f} by "
+            f"{model}, no latency target)"
+        )
     if fewest:
         out += f"; {fewest} needs the fewest GPUs for {users:,} users ({fewest_gpus:,})"
     if unfit:
@@ -611,6 +630,27 @@ def _compare_verdict(
 
 
 text("compare-verdict")(_compare_verdict)
+text("compare-best-layout")(
+    lambda gpu, layout, weighed, tokens_per_s_per_gpu: (
+        f"{gpu} on {layout}, its best layout: of "
+        + ", ".join(
+            f"{w} ({t:,.0f} tok/s per GPU)"
+            for w, t in zip(weighed, tokens_per_s_per_gpu, strict=True)
+        )
+        + ", the most tokens/s per GPU by plan's step model with the replica full (the fewest "
+        "GPUs that fit leave room for few sequences beside the weights). Fix a layout with --tp."
+    )
+)
+text("compare-priced-at-floor")(
+    lambda gpu, dp_attention: (
+        f"{gpu}: tokens/s and $/M at the 100% floor, not the step model: "
+        + (
+            f"DP attention over {dp_attention} ranks, which plan's step model does not lay out."
+            if dp_attention > 1
+            else "its profile has no interconnect figure for the step model's all-reduces."
+        )
+    )
+)
 text("compare-none")(
     lambda context_len, gpus: (
         f"None of {', '.join(gpus)} holds one {context_len:,}-token sequence beside the weights "
@@ -709,31 +749,34 @@ text("measure-confirm")(
 )
 text("check-median")(
     lambda error, tolerance: (
-        f"CHECK FAILED: the median |error| is {error:.1%}, above the {tolerance:.0%} tolerance."
+        f"CHECK FAILED (predictions vs this device): the median |error| is {error:.1%}, above "
+        f"the {tolerance:.0%} tolerance."
     )
 )
 text("check-worst")(
     lambda error, tolerance, phase, batch, context: (
-        f"CHECK FAILED: {phase} at batch {batch}, {context:,} tokens is off by {error:+.1%}, "
-        f"beyond the worst-point tolerance of {tolerance:.0%}."
+        f"CHECK FAILED (predictions vs this device): {phase} at batch {batch}, {context:,} "
+        f"tokens is off by {error:+.1%}, beyond the worst-point tolerance of {tolerance:.0%}."
     )
 )
 text("check-no-memory-point")(
     lambda: (
-        "CHECK FAILED: no point is memory-bound, so wrong bytes could not show: add a batch-1 "
-        "decode point."
+        "CHECK FAILED (kvplan's self-test, not its predictions): no point is memory-bound, so "
+        "wrong bytes could not show: add a batch-1 decode point."
     )
 )
 text("check-mutation-missed")(
     lambda mutation, median, worst: (
-        f"CHECK FAILED: self-test — with {mutation} the gate would still pass (median "
-        f"{median:.1%}, worst {worst:.1%}): these points cannot see such a mistake."
+        f"CHECK FAILED (kvplan's self-test, not its predictions): with {mutation} on purpose "
+        f"the gate would still pass (median {median:.1%}, worst {worst:.1%}), so on this "
+        "device these points cannot see such a mistake. The predictions are judged by the "
+        "median and worst |error| of the check line."
     )
 )
 text("check-profile-off")(
     lambda median, worst: (
-        f"CHECK FAILED: the given profile's predictions miss by a median {median:.1%} (worst "
-        f"{worst:.1%})."
+        f"CHECK FAILED (the --gpu profile vs this device): the given profile's predictions miss "
+        f"by a median {median:.1%} (worst {worst:.1%})."
     )
 )
 text("check-link-worst")(

@@ -39,6 +39,11 @@ def _check_path(path: Path) -> None:
     check_target(path, "--plot")
 
 
+def check_plot_path(path: Path) -> None:
+    """Refuse a --plot path before any work (its suffix, a target that cannot be written)."""
+    _check_path(path)
+
+
 def _save(fig, path: Path) -> None:
     """Write the chart atomically (a temporary file renamed over the target)."""
     plt = _pyplot()
@@ -120,5 +125,45 @@ def capacity_plot(series: dict[str, list[tuple[int, int]]], title: str, path: Pa
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(title="KV dtype")
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other beats on both axes (x: tokens/s per user, y: tokens/s per GPU),
+    by x ascending."""
+    front, best_y = [], -1.0
+    for x, y in sorted(points, key=lambda p: (-p[0], -p[1])):
+        if y > best_y:
+            front.append((x, y))
+            best_y = y
+    return sorted(front)
+
+
+def pareto_plot(series: dict, title: str, path: Path) -> None:
+    """Tokens/s per GPU against tokens/s per user, one colour per GPU kind: every layout and
+    batch priced (faint), and each kind's Pareto front (the line)."""
+    _check_path(path)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for gpu, points in series.items():
+        xy = [(p.tokens_per_s_per_user, p.tokens_per_s_per_gpu) for p in points]
+        dots = ax.scatter([x for x, _ in xy], [y for _, y in xy], s=12, alpha=0.3)
+        front = pareto_front(xy)
+        ax.plot(
+            [x for x, _ in front],
+            [y for _, y in front],
+            marker="o",
+            color=dots.get_facecolor()[0][:3],
+            label=gpu,
+        )
+    # linear axes: log ticks are drawn with mathtext, which is off (text.parse_math)
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("tokens/s per user (1 / TPOT)")
+    ax.set_ylabel("tokens/s per GPU")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="GPU (Pareto front)")
     fig.tight_layout()
     _save(fig, path)

@@ -162,7 +162,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         alloc = vllm_allocation(spec, gpu, request)
     notes.extend(alloc.notes)
     config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
-    model, wdtype = _step_model(
+    model, wdtype = step_model(
         spec, gpu, options, KV_FORMATS[options.kv_cache_dtype],
         min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt), notes,
     )  # fmt: skip
@@ -185,11 +185,14 @@ def _max_model_len(spec: ModelSpec, options: ServeOptions) -> int:
     return default_max_model_len(spec, options.engine, default)
 
 
-def _step_model(spec, gpu, options, kv_format: str, graph_tokens: int, notes: list):
-    """(the step-time model of one replica, its weights format); its notes appended."""
+def step_model(
+    spec, gpu, options, kv_format: str, graph_tokens: int, notes: list, weights_dtype: str = "auto"
+):
+    """(the step-time model of one replica, its weights format); its notes appended. `plan`,
+    `simulate` and the comparison of GPU kinds (kvplan.plans.compare) price steps through it."""
     if (options.tp > 1 or options.pp > 1) and gpu.interconnect is None:
         raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
-    wdtype, wnotes = resolve_weights_dtype(spec, "auto")
+    wdtype, wnotes = resolve_weights_dtype(spec, weights_dtype)
     notes.extend(wnotes)
     measured = gpu.vendor == "measured"
     achieved = achieved_for(gpu)
@@ -358,7 +361,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         enable_prefix_caching=prefix_caching,
     )
     # async_scheduling stands for SGLang's overlap scheduler (on by default)
-    model, wdtype = _step_model(
+    model, wdtype = step_model(
         spec,
         gpu,
         options,
