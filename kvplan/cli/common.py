@@ -179,10 +179,10 @@ def load_model(name: str):
     return load(name)
 
 
-def load_gpu(name: str):
+def load_gpu(name: str, allow_bare: bool = False):
     from kvplan.inputs.hardware import load_profile
 
-    return load_profile(name)
+    return load_profile(name, allow_bare=allow_bare)
 
 
 def load_gpus(names: list[str]) -> list:

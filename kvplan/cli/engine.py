@@ -306,7 +306,8 @@ def add(app: typer.Typer) -> None:
                     raise KvplanError(f"{flag} does not apply to llama.cpp{hint}")
             from kvplan.cli.engine_llamacpp import llamacpp_request
 
-            spec, profile = c.load_model(model), c.load_gpu(gpu)
+            # a Mac's memory told by --gpu-memory: a bare m3-max names the chip only
+            spec, profile = c.load_model(model), c.load_gpu(gpu, gpu_memory is not None)
             request = llamacpp_request(
                 spec,
                 profile,
