@@ -78,3 +78,103 @@ def test_every_apple_profile_names_sizes_and_its_largest_is_the_listed_figure():
         assert load_profile(f"{p.aliases[0]}-{largest}gb").usable_memory_bytes == pytest.approx(
             p.memory_reported_bytes
         )
+
+
+def _engine_json(*argv: str, expect: int = 0) -> dict:
+    import json
+
+    code, out, err = run_cli("engine", *argv, "--format", "json")
+    assert code == expect, err
+    return json.loads(out)
+
+
+def test_ollama_is_an_engine_with_its_defaults():
+    d = _engine_json("llama-3.1-8b", "--engine", "ollama", "--gpu", "rtx-4090")
+    assert d["engine"] == "ollama" and d["engine_version"] == "0.33"
+    o, s = d["ollama"], d["settings"]
+    # 0.33 on a 24 GB card: the >= 23 GiB tier gives num_ctx 32,768; OLLAMA_NUM_PARALLEL 1;
+    # f16 cache; flash attention auto (Ollama's default where the GPU supports it); -b = -ub = 512
+    assert (o["num_ctx"], o["num_parallel"], o["cache_type"], o["flash_attn"]) == (
+        32768,
+        1,
+        "f16",
+        "auto",
+    )
+    assert (s["n_ctx"], s["n_seq_max"], s["kv_unified"], s["n_batch"], s["n_ubatch"]) == (
+        32768,
+        1,
+        False,
+        512,
+        512,
+    )
+    # PredictServerVRAM: 2 x 32 layers x 8 KV heads x (4096 / 32) x 32,768 tokens x 2 B = 4 GiB
+    assert d["ollama_estimate"]["kv_bytes"] == 4 * GIB
+    e = d["ollama_estimate"]
+    assert e["total_bytes"] == e["weights_bytes"] + 4 * GIB
+    # the allocation itself is llama.cpp's at -c 32768 -np 1 -b 512 -ub 512
+    ll = _engine_json(
+        "llama-3.1-8b",
+        "--engine",
+        "llama.cpp",
+        "--gpu",
+        "rtx-4090",
+        "-c",
+        "32768",
+        "-np",
+        "1",
+        "-b",
+        "512",
+        "-ub",
+        "512",
+    )
+    assert d["gpu_memory"] == ll["gpu_memory"] and d["caches"] == ll["caches"]
+
+
+def test_ollama_reads_its_environment_and_the_old_spelling_still_works():
+    d = _engine_json(
+        "llama-3.1-8b",
+        "--engine",
+        "ollama",
+        "--gpu",
+        "m3-max-64gb",
+        "--ctx",
+        "8k",
+        "--ollama-env",
+        "OLLAMA_NUM_PARALLEL=2",
+        "--ollama-env",
+        "OLLAMA_KV_CACHE_TYPE=q8_0",
+    )
+    s = d["settings"]
+    # num_ctx is per sequence: -c 8192 x 2 in two streams of 8,192 cells
+    assert (s["n_ctx"], s["n_ctx_seq"], s["n_stream"], s["cache_type_k"]) == (
+        16384,
+        8192,
+        2,
+        "q8_0",
+    )
+    old = _engine_json(
+        "llama-3.1-8b", "--engine", "llama.cpp", "--ollama", "0.33", "--gpu", "rtx-4090"
+    )
+    new = _engine_json("llama-3.1-8b", "--engine", "ollama", "--gpu", "rtx-4090")
+    assert old["engine"] == "ollama" and old["gpu_memory"] == new["gpu_memory"]
+    assert "ollama-flag-deprecated" in [n["id"] for n in old["notes"]]
+    assert "ollama-flag-deprecated" not in [n["id"] for n in new["notes"]]
+
+
+def test_ollama_refuses_llamacpp_flags_naming_its_own_in_one_line():
+    for argv, words in (
+        (("-np", "2"), "OLLAMA_NUM_PARALLEL"),
+        (("-ctk", "q8_0"), "OLLAMA_KV_CACHE_TYPE"),
+        (("--kv-cache-dtype", "fp8"), "does not apply to Ollama"),
+        (("--ollama-version", "x.y"), "not an Ollama version"),
+        (("--ctx", "0"), "num_ctx"),
+    ):
+        code, out, err = run_cli(
+            "engine", "llama-3.1-8b", "--engine", "ollama", "--gpu", "l4", *argv
+        )
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (argv, err)
+        assert words in err, (argv, err)
+    code, _, err = run_cli(
+        "engine", "llama-3.1-8b", "--engine", "llama.cpp", "--ollama-version", "0.33"
+    )
+    assert code == 2 and "--engine ollama" in err

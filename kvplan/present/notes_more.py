@@ -129,6 +129,19 @@ text("ollama-preset")(
         "-np num_parallel (split streams), -b = -ub = 512, OLLAMA_KV_CACHE_TYPE for K and V."
     )
 )
+text("ollama-flag-deprecated")(
+    lambda version: (
+        f"--engine llama.cpp --ollama is deprecated: this is --engine ollama --ollama-version "
+        f"{version} (its -c is num_ctx, -np OLLAMA_NUM_PARALLEL, -ctk OLLAMA_KV_CACHE_TYPE)."
+    )
+)
+text("ollama-estimate")(
+    lambda: (
+        "Ollama's estimate is its scheduler's (PredictServerVRAM, v0.33 source): the file size "
+        "plus an f16 cache of every layer at num_ctx x num_parallel, whatever the cache type or "
+        "window; it decides evictions, while the allocation above is what llama-server takes."
+    )
+)
 text("ollama-vram-tier")(
     lambda vram_bytes, num_ctx: (
         f"Default context by GPU memory (Ollama >= 0.15.5): {f.gib_text(vram_bytes)} gives "
