@@ -9,7 +9,8 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.offload import apple_default_working_set_bytes
 from kvplan.inputs.hardware import bundled_profiles, load_profile
 from kvplan.units import GIB, MIB
-from tests.helpers import run_cli
+
+from helpers import run_cli
 
 
 def test_a_64gb_mac_gets_three_quarters_of_64_gib():
@@ -178,3 +179,110 @@ def test_ollama_refuses_llamacpp_flags_naming_its_own_in_one_line():
         "engine", "llama-3.1-8b", "--engine", "llama.cpp", "--ollama-version", "0.33"
     )
     assert code == 2 and "--engine ollama" in err
+
+
+# ---- kvplan fit -------------------------------------------------------------------------------
+def _fit(*argv: str, expect: int = 0) -> dict:
+    import json
+
+    code, out, err = run_cli("fit", *argv, "--format", "json")
+    assert code == expect, err
+    return json.loads(out)
+
+
+def test_a_fit_row_is_hand_computable():
+    d = _fit("llama-3.1-8b", "--gpu", "m3-max-64gb", "--ctx", "8k", "--weights-type", "q4_K")
+    assert d["gpu_capacity_bytes"] == 48 * GIB  # 3/4 of a 64 GB Mac
+    (row,) = d["rows"]
+    # 32 layers x 8 KV heads x 128 x (K + V) x 2 B (f16) x 8,192 cells = 1 GiB exactly
+    assert row["kv_bytes"] == GIB and row["reserve_bytes"] == GIB
+    assert row["gpu_bytes"] == row["weights_bytes"] + 2 * GIB
+    assert row["headroom_bytes"] == 48 * GIB - row["gpu_bytes"]
+    # q4_K is 4.5 bits: 144 B per 256 values
+    assert row["bits_per_weight"] == pytest.approx(4.5)
+
+
+def _engine_of(command: str) -> dict:
+    import json
+    import shlex
+
+    words = shlex.split(command)
+    assert words[:2] == ["kvplan", "engine"]
+    code, out, err = run_cli(*words[1:], "--format", "json")
+    assert code == 0, err
+    return json.loads(out)["gpu_memory"]
+
+
+def test_fit_rows_are_the_bytes_kvplan_engine_prints():
+    d = _fit(
+        "llama-3.1-8b",
+        "gemma-2-9b",
+        "qwen3-next-80b-a3b",
+        "--gpu",
+        "rtx-4090",
+        "--ctx",
+        "4k,32k",
+        "--every-type",
+        "--top",
+        "0",
+    )
+    assert {r["model"] for r in d["rows"]} >= {"llama-3.1-8b", "gemma-2-9b"}
+    for row in d["rows"][::3]:  # sliding windows (gemma-2), every type, two contexts
+        gpu = _engine_of(row["command"])
+        assert (gpu["weights_bytes"], gpu["kv_bytes"], gpu["state_bytes"]) == (
+            row["weights_bytes"],
+            row["kv_bytes"],
+            row["state_bytes"],
+        ), row["command"]
+        assert (
+            gpu["weights_bytes"] + gpu["kv_bytes"] + gpu["state_bytes"] + gpu["reserve_bytes"]
+            == row["gpu_bytes"]
+        )
+    for row in d["rows"]:
+        assert row["gpu_bytes"] <= d["gpu_capacity_bytes"]
+    keys = [(-r["params_total"], -r["bits_per_weight"], -r["context_len"]) for r in d["rows"]]
+    assert keys == sorted(keys)
+
+
+def test_fit_sizes_a_gguf_file_as_stored(tmp_path):
+    from gguf_fixtures import bundled, convert, tensors_for, write_gguf
+
+    arch, keys = convert(bundled("llama-3.1-8b"))
+    path = tmp_path / "llama.gguf"
+    write_gguf(path, arch, keys, tensors_for(arch, keys, "Q4_K"))
+    d = _fit(str(path), "--gpu", "rtx-3090", "--ctx", "8k,32k")
+    assert d["rows"] and all(r["weights_stored"] for r in d["rows"])
+    for row in d["rows"]:
+        assert "--weights-type" not in row["command"]
+        gpu = _engine_of(row["command"])
+        assert gpu["kv_bytes"] == row["kv_bytes"] and gpu["weights_bytes"] == row["weights_bytes"]
+
+
+def test_fit_takes_the_memory_and_says_what_is_too_large():
+    d = _fit("llama-3.1-70b", "llama-3.1-8b", "--gpu", "m3-max", "--gpu-memory", "20GiB")
+    assert d["gpu_capacity_bytes"] == 20 * GIB
+    assert [t["model"] for t in d["too_large"]] == ["llama-3.1-70b"]
+    assert d["too_large"][0]["smallest_gpu_bytes"] > 20 * GIB
+    assert all("--gpu-memory 21474836480B" in r["command"] for r in d["rows"])
+    # past the training context: the training context is tried instead, and said
+    d = _fit("llama-2-7b", "--gpu", "rtx-4090", "--ctx", "32k")
+    assert {r["context_len"] for r in d["rows"]} == {4096}
+    assert "fit-training-context" in [n["id"] for n in d["notes"]]
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (("--top", "-1"), "--top"),
+        (("--ctx", "0"), "context"),
+        (("--cache-type", "q9_9"), "--cache-type"),
+        (("--weights-type", "q9_K"), "q9_K"),
+        (("--gpu-memory", "12"), "needs a unit"),
+        (("--gpu", "m3-max"), "m3-max-64gb"),
+    ],
+)
+def test_fit_bad_input_is_one_line_and_exit_2(argv, words):
+    gpu = () if "--gpu" in argv else ("--gpu", "l4")
+    code, out, err = run_cli("fit", "llama-3.1-8b", *gpu, *argv)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert words in err, err

@@ -948,3 +948,39 @@ text("sim-weak-sglang")(
         "Median errors: throughput 18%, TPOT 32%, TTFT 25%."
     )
 )
+text("fit-assumes")(
+    lambda build, cache_type, capacity_bytes, gpu: (
+        f"Each row assumes llama-server b{build}: -c as shown, one sequence (-np 1), -ctk = "
+        f"-ctv {cache_type}, flash attention auto (on), every layer on the GPU (-ngl all), and "
+        f"1 GiB kept for compute buffers (-fitt); it fits when that total is within the "
+        f"{f.gib_text(capacity_bytes)} {gpu} may use. The rows' bytes are kvplan engine's "
+        "(--engine llama.cpp with the same -c, -np 1, -ngl all and --weights-type; the JSON "
+        "gives each row's command)."
+    )
+)
+text("fit-rank")(
+    lambda every_type: (
+        "Ranked by parameters (a quality proxy), then bits per weight, then context, "
+        + (
+            "every weights type that fits."
+            if every_type
+            else "with the most bits that fit at each context (--every-type lists all)."
+        )
+        + " tok/s is one sequence's memory-bound decode ceiling at the full context."
+    )
+)
+text("fit-weights-estimated")(
+    lambda: (
+        "Weights not read from a GGUF are every parameter in the named ggml type (q4_K 4.5 "
+        "bits): llama-quantize's mixes (Q4_K_M) keep some tensors wider, a few percent more; "
+        "pass the .gguf file for its exact bytes."
+    )
+)
+text("fit-training-context")(
+    lambda models: (
+        "Contexts past a model's training context are not tried; its training context is "
+        "tried instead: "
+        + ", ".join(f"{name} {limit:,}" for name, limit in models[:12])
+        + (f" and {len(models) - 12} more." if len(models) > 12 else ".")
+    )
+)
