@@ -286,3 +286,20 @@ def test_fit_bad_input_is_one_line_and_exit_2(argv, words):
     code, out, err = run_cli("fit", "llama-3.1-8b", *gpu, *argv)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert words in err, err
+
+
+def test_fit_orders_types_by_bits_and_drops_repeats():
+    d = _fit(
+        "llama-3.1-8b",
+        "--gpu",
+        "l4",
+        "--ctx",
+        "8k,8k",
+        "--weights-type",
+        "q2_K",
+        "--weights-type",
+        "q8_0",
+        "--weights-type",
+        "q8_0",
+    )
+    assert [(r["weights_type"], r["context_len"]) for r in d["rows"]] == [("q8_0", 8192)]

@@ -94,6 +94,15 @@ def fit(gpu, request: FitRequest = FitRequest()) -> FitResult:
     from kvplan.engines.llamacpp import LLAMA_CPP_BUILD
 
     _check(request)
+    from kvplan.formulas.dtypes import ggml_type
+
+    request = request._replace(
+        contexts=tuple(sorted(set(request.contexts))),
+        # most bits first: the first that fits is the one a context's row shows
+        weights_types=tuple(
+            sorted(set(request.weights_types), key=lambda t: -ggml_type(t).bits_per_value)
+        ),
+    )
     capacity = request.gpu_memory_bytes or gpu.usable_memory_bytes
     rows, too_large, notes, shortened = [], [], [], []
     for name, spec in _models(request.models, too_large):
