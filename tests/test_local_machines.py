@@ -303,3 +303,40 @@ def test_fit_orders_types_by_bits_and_drops_repeats():
         "q8_0",
     )
     assert [(r["weights_type"], r["context_len"]) for r in d["rows"]] == [("q8_0", 8192)]
+
+
+def test_local_on_a_mac_reads_its_memory_and_takes_the_chip_sold_with_it(monkeypatch):
+    import kvplan.inputs.local_gpu as local
+
+    sysctl = {"hw.memsize": str(36 * GIB), "iogpu.wired_limit_mb": "0"}
+    monkeypatch.setattr(local, "_sysctl", lambda name: sysctl.get(name, ""))
+    monkeypatch.setattr(local, "_apple_chip", lambda: "Apple M3 Max")
+    monkeypatch.setattr(local.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(local.platform, "machine", lambda: "arm64")
+    name, memory, how = local._apple_device()
+    assert (name, memory) == ("Apple M3 Max", 27 * GIB)  # 3/4 of 36 GiB
+    monkeypatch.setattr(local, "read_local_device", lambda: (name, memory, how))
+    gpu = local.local_profile()
+    assert gpu.usable_memory_bytes == 27 * GIB
+    assert (gpu.sm_count, gpu.memory_bandwidth_bytes_per_s) == (30, 300e9)  # the 30-core part
+    sysctl["iogpu.wired_limit_mb"] = "30720"  # raised by hand: 30 GiB
+    assert local._apple_device()[1] == 30 * GIB
+
+
+def test_fit_asks_this_machine_without_gpu_and_says_so_when_none(monkeypatch):
+    import kvplan.inputs.local_gpu as local
+    from kvplan.errors import KvplanError as Error
+
+    def no_device():
+        raise Error("--gpu local: no GPU found")
+
+    monkeypatch.setattr(local, "read_local_device", no_device)
+    code, out, err = run_cli("fit", "llama-3.1-8b")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "--gpu rtx-4090" in err
+    monkeypatch.setattr(
+        local, "read_local_device", lambda: ("NVIDIA GeForce RTX 4090", 25756696576, "torch")
+    )
+    d = _fit("llama-3.1-8b", "--ctx", "8k")
+    assert d["gpu"] == "NVIDIA GeForce RTX 4090 (local)" and d["gpu_argument"] == "local"
+    assert d["rows"][0]["command"].split("--gpu ")[1].startswith("local ")

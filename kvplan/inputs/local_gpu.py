@@ -128,6 +128,12 @@ def local_profile() -> GpuProfile:
             "matches it: write one (docs/hardware-profiles.md) or measure one with kvplan "
             "measure --save-profile"
         )
+    if near.memory_configurations:  # a Mac: the chip sold with this memory (cores, bandwidth)
+        ram = _sysctl("hw.memsize")
+        if ram.isdigit():
+            from kvplan.inputs.hardware import with_memory
+
+            near = with_memory(near, int(ram))
     return near._replace(
         key="local",
         name=f"{name} (local)",
