@@ -340,3 +340,11 @@ def test_fit_asks_this_machine_without_gpu_and_says_so_when_none(monkeypatch):
     d = _fit("llama-3.1-8b", "--ctx", "8k")
     assert d["gpu"] == "NVIDIA GeForce RTX 4090 (local)" and d["gpu_argument"] == "local"
     assert d["rows"][0]["command"].split("--gpu ")[1].startswith("local ")
+
+
+def test_the_old_version_flag_under_ollama_is_said_and_other_engines_refuse_it():
+    d = _engine_json("llama-3.1-8b", "--engine", "ollama", "--ollama", "0.6.7", "--gpu", "l4")
+    assert d["engine_version"] == "0.6.7" and d["ollama"]["num_ctx"] == 4096
+    assert "ollama-flag-deprecated" in [n["id"] for n in d["notes"]]
+    code, _, err = run_cli("engine", "llama-3.1-8b", "--engine", "vllm", "--ollama-env", "X=1")
+    assert code == 2 and "an Ollama flag" in err

@@ -345,7 +345,8 @@ def add(app: typer.Typer) -> None:
                     continue
                 if engine == "ollama" and flag in OLLAMA_INSTEAD:
                     raise KvplanError(f"{flag} is llama.cpp's; Ollama takes {OLLAMA_INSTEAD[flag]}")
-                raise KvplanError(f"{flag} is a {other} flag; it does not apply to {engine}")
+                owner = "an Ollama" if flag.startswith("--ollama") else f"a {other}"
+                raise KvplanError(f"{flag} is {owner} flag; it does not apply to {engine}")
         if engine == "ollama" or deprecated:
             for flag in NOT_LLAMACPP:
                 if given[flag]:
@@ -359,7 +360,7 @@ def add(app: typer.Typer) -> None:
             profile = c.load_gpu(gpu, gpu_memory is not None)
             request = ollama_request(
                 profile,
-                deprecated=deprecated,
+                deprecated=deprecated or ollama is not None,  # the old flag's spelling
                 version=ollama_version or ollama,
                 env=ollama_env or [],
                 num_ctx=ctx_size if ctx_size is not None else max_model_len,
