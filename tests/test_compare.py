@@ -126,7 +126,7 @@ def test_users_size_each_kind_on_the_fewest_gpus_in_all():
 
 
 def test_kinds_that_cannot_serve_say_why_and_the_verdict_names_them():
-    data = run_json("capacity", "llama-3.1-70b", "--gpu", "h100", "--gpu", "m1-max")
+    data = run_json("capacity", "llama-3.1-70b", "--gpu", "h100", "--gpu", "m1-max-64gb")
     apple = data["rows"][1]
     assert not apple["fits"] and "does not fit" in apple["why_not"]
     assert apple["users_per_replica"] == 0 and apple["gpus_needed"] is None

@@ -121,7 +121,7 @@ def test_impossible_layouts_are_one_line_errors(argv, words):
 
 
 def test_a_model_no_layout_holds_is_answered_on_one_gpu_with_the_reason():
-    data = run_json("capacity", "llama-3.1-405b", "--gpu", "m1-max", "--ctx", "128k", expect=1)
+    data = run_json("capacity", "llama-3.1-405b", "--gpu", "m1-max-64gb", "--ctx", "128k", expect=1)
     assert (data["fits"], data["max_concurrency"], data["num_gpus"]) == (False, 0, 1)
     reason = next(n["text"] for n in data["notes"] if n["id"] == "deployment-none-fits")
     assert "does not fit on Apple M1 Max" in reason and "Shown on one GPU" in reason

@@ -175,7 +175,7 @@ def test_docker_mounts_a_local_model_folder_read_only(tmp_path):
 
 
 def test_container_forms_refuse_gpus_their_cuda_image_cannot_drive():
-    for gpu in ("mi300x", "apple-m3-max"):
+    for gpu in ("mi300x", "apple-m3-max-128gb"):
         for target in ("vllm-docker", "sglang-k8s"):
             code, out, err = run_cli("capacity", "llama-3.1-8b", "--gpu", gpu, "--emit", target)
             assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (gpu, target)
@@ -183,7 +183,9 @@ def test_container_forms_refuse_gpus_their_cuda_image_cannot_drive():
     assert "ROCm" in err and "/dev/kfd" in err
     code, out, _ = run_cli("capacity", "llama-3.1-8b", "--gpu", "mi300x", "--emit", "vllm")
     assert code == 0 and out.startswith("vllm serve")  # the flags are the same under ROCm
-    code, _, err = run_cli("capacity", "llama-3.1-8b", "--gpu", "apple-m3-max", "--emit", "vllm")
+    code, _, err = run_cli(
+        "capacity", "llama-3.1-8b", "--gpu", "apple-m3-max-128gb", "--emit", "vllm"
+    )
     assert code == 2 and "Apple" in err
 
 

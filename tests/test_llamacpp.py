@@ -10,7 +10,7 @@ import pytest
 
 from kvplan.engines.llamacpp import LlamaCppRequest, llamacpp_allocation
 from kvplan.formulas.offload import apple_default_working_set_bytes
-from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.hardware import bundled_profiles, load_profile
 from kvplan.inputs.sources import load_model
 from kvplan.present.engines import llamacpp_log_lines
 from kvplan.units import GIB, MIB
@@ -185,7 +185,7 @@ def test_ollama_preset(tmp_path):
 
 def test_apple_working_set_defaults_match_the_profiles():
     for key in ("apple-m3-max", "apple-m3-pro", "apple-m1-max"):
-        gpu = load_profile(key)
+        gpu = bundled_profiles()[key]  # the listed, largest configuration
         ram = gpu.memory_bytes / 1e9 * GIB  # Apple's "GB" are GiB
         assert apple_default_working_set_bytes(ram) == pytest.approx(gpu.memory_reported_bytes)
     # 32 GiB and below: 2/3 (ggml logs 22906.50 MB on a 32 GB M1 Pro)
@@ -196,7 +196,7 @@ def test_the_engine_command_on_a_mac_and_a_24gb_gpu(tmp_path):
     spec = _gguf("qwen3-30b-a3b", tmp_path)
     path = spec.source.removeprefix("gguf:")
     code, out, err = run_cli(
-        "engine", path, "--engine", "llama.cpp", "--gpu", "m3-max", "-c", "32k"
+        "engine", path, "--engine", "llama.cpp", "--gpu", "m3-max-128gb", "-c", "32k"
     )
     assert code == 0, err and "MTL0" in out
     code, out, err = run_cli(

@@ -19,6 +19,7 @@ COMMANDS = {
     "size": ("kvplan.cli.size", "add"),
     "capacity": ("kvplan.cli.capacity", "add"),
     "engine": ("kvplan.cli.engine", "add"),
+    "fit": ("kvplan.cli.fit", "add"),
     "roofline": ("kvplan.cli.roofline", "add"),
     "whatif": ("kvplan.cli.whatif", "add"),
     "report": ("kvplan.cli.report", "add"),

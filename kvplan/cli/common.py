@@ -200,10 +200,10 @@ def load_models(names: list[str]) -> list:
     return specs
 
 
-def load_gpu(name: str):
+def load_gpu(name: str, allow_bare: bool = False):
     from kvplan.inputs.hardware import load_profile
 
-    return load_profile(name)
+    return load_profile(name, allow_bare=allow_bare)
 
 
 def load_gpus(names: list[str]) -> list:

@@ -39,6 +39,7 @@ ONLY = {
         "--swa-full",
         "--ollama",
         "--ollama-env",
+        "--ollama-version",
         "--llama-build",
         "--device",
         "--cpu",
@@ -57,6 +58,25 @@ NOT_LLAMACPP = (
     "--weights-dtype",
     "--allow-long-max-model-len",
 )
+# llama.cpp's flags that Ollama takes too (a request's num_gpu is -ngl)
+OLLAMA_SHARED = (
+    "--ollama",
+    "--ollama-env",
+    "--ollama-version",
+    "--n-gpu-layers",
+    "--device",
+    "--cpu",
+    "--gpu-memory",
+    "--weights-type",
+)
+# where Ollama takes what a llama.cpp flag sets
+OLLAMA_INSTEAD = {
+    "--ctx-size": "--ctx (a request's num_ctx, per sequence) or OLLAMA_CONTEXT_LENGTH",
+    "--parallel": "--ollama-env OLLAMA_NUM_PARALLEL=N",
+    "--cache-type-k": "--ollama-env OLLAMA_KV_CACHE_TYPE=q8_0",
+    "--cache-type-v": "--ollama-env OLLAMA_KV_CACHE_TYPE=q8_0",
+    "--flash-attn": "--ollama-env OLLAMA_FLASH_ATTENTION=1",
+}
 LLAMACPP_INSTEAD = {
     "--kv-cache-dtype": " (its cache: --cache-type-k, --cache-type-v)",
     "--dtype": " (its weights: --weights-type)",
@@ -70,7 +90,7 @@ def add(app: typer.Typer) -> None:
     def engine_cmd(
         model: str = c.model_argument(),
         engine: str = typer.Option(
-            "vllm", "--engine", help="The engine: vllm, sglang or llama.cpp."
+            "vllm", "--engine", help="The engine: vllm, sglang, llama.cpp or ollama."
         ),
         gpu: str = c.gpu_option(),
         max_model_len: str = typer.Option(
@@ -219,7 +239,15 @@ def add(app: typer.Typer) -> None:
             None, "--swa-full", help="llama.cpp: full-size cache for sliding-window layers."
         ),
         ollama: str = typer.Option(
-            None, "--ollama", help="Ollama's defaults for this version (0.33, 0.6.7) as llama.cpp."
+            None,
+            "--ollama",
+            help="Deprecated: --engine ollama --ollama-version V (with --engine llama.cpp it "
+            "still answers as Ollama, with a note).",
+        ),
+        ollama_version: str = typer.Option(
+            None,
+            "--ollama-version",
+            help="Ollama: the release whose defaults apply (0.33 default, 0.6.7, ...).",
         ),
         ollama_env: list[str] = typer.Option(
             None,
@@ -251,8 +279,9 @@ def add(app: typer.Typer) -> None:
         ),
         fmt: c.OutputFormat = c.format_option(),
     ) -> None:
-        """What vLLM, SGLang or llama.cpp will allocate for the KV cache and print in its
-        start-up log; llama.cpp adds the offload, the decode ceiling and what fits."""
+        """What vLLM, SGLang, llama.cpp or Ollama will allocate for the KV cache and print in
+        its start-up log; llama.cpp and Ollama add the offload, the decode ceiling and what
+        fits."""
         from kvplan.engines import ENGINES, EngineRequest, engine_allocation
         from kvplan.inputs.options import parse_bytes
         from kvplan.present.engines import engine_view
@@ -277,6 +306,7 @@ def add(app: typer.Typer) -> None:
             "--swa-full": swa_full is not None,
             "--ollama": ollama is not None,
             "--ollama-env": bool(ollama_env),
+            "--ollama-version": ollama_version is not None,
             "--llama-build": llama_build is not None,
             "--device": device is not None,
             "--cpu": cpu is not None,
@@ -295,10 +325,58 @@ def add(app: typer.Typer) -> None:
             "--vllm-version": vllm_version is not None,
             "--allow-long-max-model-len": allow_long,
         }
+        # the old spelling, --engine llama.cpp --ollama V: Ollama's answer, with a note
+        deprecated = engine == "llama.cpp" and (ollama is not None or bool(ollama_env))
+        if engine == "llama.cpp" and ollama_version is not None:
+            raise KvplanError("--ollama-version is an Ollama flag: --engine ollama")
+        if deprecated:
+            for flag in ("--batch-size", "--ubatch-size", "--kv-unified", "--swa-full"):
+                if given[flag]:
+                    raise KvplanError(
+                        f"{flag} is llama.cpp's; Ollama sets it itself (--engine ollama)"
+                    )
+            if given["--llama-build"] or given["--ollama-version"]:
+                raise KvplanError("--engine llama.cpp --ollama is deprecated: use --engine ollama")
         for other, flags in ONLY.items():
             for flag in flags:
-                if other != engine and given[flag]:
-                    raise KvplanError(f"{flag} is a {other} flag; it does not apply to {engine}")
+                if other == engine or not given[flag]:
+                    continue
+                if engine == "ollama" and flag in OLLAMA_SHARED:
+                    continue
+                if engine == "ollama" and flag in OLLAMA_INSTEAD:
+                    raise KvplanError(f"{flag} is llama.cpp's; Ollama takes {OLLAMA_INSTEAD[flag]}")
+                owner = "an Ollama" if flag.startswith("--ollama") else f"a {other}"
+                raise KvplanError(f"{flag} is {owner} flag; it does not apply to {engine}")
+        if engine == "ollama" or deprecated:
+            for flag in NOT_LLAMACPP:
+                if given[flag]:
+                    hint = " (its cache: --ollama-env OLLAMA_KV_CACHE_TYPE)" if "kv" in flag else ""
+                    raise KvplanError(f"{flag} does not apply to Ollama{hint}")
+            if engine == "ollama" and ollama is not None and ollama_version is not None:
+                raise KvplanError("give the version once: --ollama-version")
+            from kvplan.cli.engine_llamacpp import ollama_request
+
+            spec = c.load_model(model)
+            profile = c.load_gpu(gpu, gpu_memory is not None)
+            request = ollama_request(
+                profile,
+                deprecated=deprecated or ollama is not None,  # the old flag's spelling
+                version=ollama_version or ollama,
+                env=ollama_env or [],
+                num_ctx=ctx_size if ctx_size is not None else max_model_len,
+                n_gpu_layers=n_gpu_layers,
+                gpu_memory=gpu_memory,
+                weights_type=weights_type,
+                cpu=cpu,
+                device=device,
+                parallel=parallel,
+                cache_type_k=cache_type_k,
+                cache_type_v=cache_type_v,
+                flash_attn=flash_attn,
+            )
+            result = engine_allocation(spec, profile, EngineRequest("ollama", ollama=request))
+            c.emit(c.render(engine_view(result), fmt))
+            return
         if engine == "llama.cpp":
             for flag in NOT_LLAMACPP:
                 if given[flag]:
@@ -306,7 +384,8 @@ def add(app: typer.Typer) -> None:
                     raise KvplanError(f"{flag} does not apply to llama.cpp{hint}")
             from kvplan.cli.engine_llamacpp import llamacpp_request
 
-            spec, profile = c.load_model(model), c.load_gpu(gpu)
+            # a Mac's memory told by --gpu-memory: a bare m3-max names the chip only
+            spec, profile = c.load_model(model), c.load_gpu(gpu, gpu_memory is not None)
             request = llamacpp_request(
                 spec,
                 profile,
@@ -320,8 +399,6 @@ def add(app: typer.Typer) -> None:
                 flash_attn=flash_attn,
                 n_gpu_layers=n_gpu_layers,
                 swa_full=swa_full,
-                ollama=ollama,
-                ollama_env=ollama_env or [],
                 llama_build=llama_build,
                 device=device,
                 cpu=cpu,

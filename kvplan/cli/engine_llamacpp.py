@@ -30,11 +30,67 @@ def parse_ctx_size(text: str | None) -> int | None:
     return parse_tokens(text, what="--ctx-size")
 
 
+def host_profile(gpu, cpu: str | None):
+    """The CPU side of an offload: --cpu, else desktop DDR5 (a Mac's layers share one memory)."""
+    from kvplan.inputs.hardware import load_profile
+
+    host_name = cpu or (None if gpu.vendor.lower() == "apple" else DEFAULT_HOST)
+    return load_profile(host_name) if host_name else gpu
+
+
+def check_device(device: str | None) -> None:
+    if device is not None and not device.replace("_", "").isalnum():
+        raise KvplanError(f"--device {device[:20]!r}: a ggml device name (CUDA0, Vulkan1)")
+
+
+def ollama_request(gpu, deprecated: bool = False, **o):
+    """--engine ollama's options: its version, OLLAMA_* variables, the request's num_ctx (as
+    --ctx) and num_gpu (as -ngl). `deprecated`: the old `--engine llama.cpp --ollama` spelling,
+    whose -np, -ctk/-ctv and -fa become the variables Ollama reads them from."""
+    from kvplan.engines.ollama import OLLAMA_VERSION, OllamaRequest, parse_env, parse_version
+    from kvplan.formulas.dtypes import ggml_type
+    from kvplan.inputs.options import parse_bytes
+    from kvplan.notes import note
+
+    version = o["version"] or OLLAMA_VERSION
+    parse_version(version)  # a one-line error for a malformed version
+    env = parse_env(o["env"])
+    notes = ()
+    if deprecated:
+        notes = (note("ollama-flag-deprecated", version=version),)
+        if o.get("parallel") is not None:
+            env.setdefault("OLLAMA_NUM_PARALLEL", str(o["parallel"]))
+        k, v = o.get("cache_type_k"), o.get("cache_type_v")
+        if k and v and k != v:
+            raise KvplanError("Ollama sets one cache type for K and V: give -ctk and -ctv alike")
+        if k or v:
+            env.setdefault("OLLAMA_KV_CACHE_TYPE", k or v)
+        if o.get("flash_attn") in ("on", "off"):
+            env.setdefault("OLLAMA_FLASH_ATTENTION", "1" if o["flash_attn"] == "on" else "0")
+    num_ctx = parse_ctx_size(o["num_ctx"])
+    if num_ctx == 0:
+        raise KvplanError("--ctx 0: Ollama's num_ctx is a number of tokens (at least 4)")
+    if o["weights_type"] is not None:
+        ggml_type(o["weights_type"])
+    check_device(o["device"])
+    return OllamaRequest(
+        version=version,
+        env=tuple(sorted(env.items())),
+        num_ctx=max(num_ctx, 4) if num_ctx else None,  # sched.go: num_ctx below 4 becomes 4
+        num_gpu=parse_gpu_layers(o["n_gpu_layers"]),
+        gpu_memory_bytes=parse_bytes(o["gpu_memory"], what="--gpu-memory")
+        if o["gpu_memory"]
+        else None,
+        weights_type=o["weights_type"],
+        host=host_profile(gpu, o["cpu"]),
+        device=o["device"],
+        notes=notes,
+    )
+
+
 def llamacpp_request(spec, gpu, **o):
     from kvplan.engines.llamacpp import LLAMA_CPP_BUILD, LlamaCppRequest
-    from kvplan.engines.ollama import OLLAMA_VERSION, ollama_settings, parse_env
     from kvplan.formulas.dtypes import ggml_type
-    from kvplan.inputs.hardware import load_profile
     from kvplan.inputs.options import parse_bytes
 
     ctx = parse_ctx_size(o["ctx_size"])
@@ -42,31 +98,11 @@ def llamacpp_request(spec, gpu, **o):
     cache_k, cache_v, flash = o["cache_type_k"], o["cache_type_v"], o["flash_attn"]
     batch, ubatch, swa_full = o["batch_size"], o["ubatch_size"], bool(o["swa_full"])
     gpu_memory = parse_bytes(o["gpu_memory"], what="--gpu-memory") if o["gpu_memory"] else None
-    notes = ()
-    if o["ollama"] is not None or o["ollama_env"]:
-        arch = spec.model_type.removeprefix("gguf:")
-        preset = ollama_settings(
-            o["ollama"] or OLLAMA_VERSION,
-            parse_env(o["ollama_env"]),
-            gpu_memory or gpu.usable_memory_bytes,
-            spec.max_position_embeddings,
-            arch,
-        )
-        # Ollama's num_ctx is per sequence: llama.cpp gets num_ctx x num_parallel in -np streams.
-        parallel = parallel or preset.num_parallel
-        ctx = (ctx or preset.num_ctx) * parallel
-        cache_k, cache_v = cache_k or preset.cache_type, cache_v or preset.cache_type
-        flash = flash or preset.flash_attn
-        batch, ubatch = batch or 512, ubatch or 512
-        swa_full = swa_full or preset.swa_full
-        notes = preset.notes
     if o["weights_type"] is not None:
         ggml_type(o["weights_type"])  # a known ggml type, or a one-line error
     build = o["llama_build"] if o["llama_build"] is not None else LLAMA_CPP_BUILD
-    host_name = o["cpu"] or (None if gpu.vendor.lower() == "apple" else DEFAULT_HOST)
-    host = load_profile(host_name) if host_name else gpu  # a Mac's layers share one memory
-    if o["device"] is not None and not o["device"].replace("_", "").isalnum():
-        raise KvplanError(f"--device {o['device'][:20]!r}: a ggml device name (CUDA0, Vulkan1)")
+    host = host_profile(gpu, o["cpu"])
+    check_device(o["device"])
     return LlamaCppRequest(
         ctx_size=ctx,
         parallel=parallel,
@@ -83,5 +119,4 @@ def llamacpp_request(spec, gpu, **o):
         weights_type=o["weights_type"],
         host=host,
         device=o["device"],
-        preset_notes=notes,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 
-ENGINES = ("vllm", "sglang", "llama.cpp")
+ENGINES = ("vllm", "sglang", "llama.cpp", "ollama")
 
 
 class EngineRequest(NamedTuple):
@@ -26,6 +26,7 @@ class EngineRequest(NamedTuple):
     hybrid_chunked: bool = True
     mem_fraction_static: float | None = None
     llamacpp: object = None  # kvplan.engines.llamacpp.LlamaCppRequest for --engine llama.cpp
+    ollama: object = None  # kvplan.engines.ollama.OllamaRequest for --engine ollama
     dtype: str = "auto"  # the engine's --dtype: auto, bfloat16, float16, float32 (and aliases)
     weights_dtype: str = "auto"  # kvplan's spelling of the checkpoint's weights format
     quantization: str | None = None  # vLLM's --quantization (fp8 online, awq, gptq, ...)
@@ -51,7 +52,8 @@ def refuse_gqa_indexer(spec, engine: str) -> None:
 
 
 def engine_allocation(spec, gpu, request: EngineRequest):
-    """The Python twin of `kvplan engine MODEL --engine vllm|sglang`: a typed result."""
+    """The Python twin of `kvplan engine MODEL --engine vllm|sglang|llama.cpp|ollama`: a typed
+    result."""
     if request.engine == "vllm":
         from kvplan.engines.vllm import vllm_allocation
 
@@ -64,4 +66,8 @@ def engine_allocation(spec, gpu, request: EngineRequest):
         from kvplan.engines.llamacpp import LlamaCppRequest, llamacpp_allocation
 
         return llamacpp_allocation(spec, gpu, request.llamacpp or LlamaCppRequest())
+    if request.engine == "ollama":
+        from kvplan.engines.ollama import OllamaRequest, ollama_allocation
+
+        return ollama_allocation(spec, gpu, request.ollama or OllamaRequest())
     raise KvplanError(f"unknown engine {request.engine!r}; choose from {', '.join(ENGINES)}")

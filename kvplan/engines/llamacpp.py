@@ -178,6 +178,10 @@ class LlamaCppResult(NamedTuple):
     model_buffers: list[CacheBuffer]
     output_buffer_bytes: int
     notes: tuple[Note, ...]
+    # --engine ollama: the settings Ollama resolved (kvplan.engines.ollama.OllamaSettings) and
+    # its own pre-flight estimate (OllamaEstimate); None for llama.cpp itself
+    ollama: object = None
+    ollama_estimate: object = None
 
 
 def pad(value: int, to: int) -> int:

@@ -127,3 +127,109 @@ def _int(text: str, name: str) -> int:
     if not str(text).strip().isdigit() or not 1 <= int(text) <= 1 << 24:
         raise KvplanError(f"{name}={text}: a whole number between 1 and 16,777,216")
     return int(text)
+
+
+# ---- the engine: Ollama's settings through llama.cpp's allocation ------------------------------
+class OllamaRequest(NamedTuple):
+    """What `ollama serve` is told: its version, its environment, and a request's options."""
+
+    version: str = OLLAMA_VERSION
+    env: tuple[tuple[str, str], ...] = ()  # OLLAMA_* variables, NAME=VALUE pairs
+    num_ctx: int | None = None  # the request's num_ctx option, per sequence (None: the default)
+    num_gpu: int | None = None  # the request's num_gpu option, layers (None: the most that fit)
+    gpu_memory_bytes: float | None = None  # what the GPU may use (a Mac's iogpu.wired_limit_mb)
+    weights_type: str | None = None  # a config.json's weights in this ggml type (default f16)
+    host: object = None  # GpuProfile of the CPU side (None: a Mac's unified memory)
+    device: str | None = None
+    notes: tuple[Note, ...] = ()  # said by the caller (the deprecated --ollama spelling)
+
+
+class OllamaEstimate(NamedTuple):
+    """Ollama's own pre-flight estimate (llm/llama_server.go PredictServerVRAM at fb30760): the
+    model file's size plus an f16 cache of every layer at the full context, whatever the cache
+    type, window or head widths. The scheduler evicts other models when it exceeds 80% of the
+    free memory; llama-server then allocates what the `llama.cpp` rows say."""
+
+    weights_bytes: int  # the model file's size
+    kv_bytes: int
+    total_bytes: int
+    context_tokens: int  # num_ctx x num_parallel
+
+
+def predicted_server_vram_bytes(
+    file_bytes: int,
+    block_count: int,
+    kv_heads_min: int,
+    embedding_length: int,
+    head_count_max: int,
+    context_tokens: int,
+) -> tuple[int, int]:
+    """PredictServerVRAM: (kv, total) = 2 (K and V) x layers x min KV heads x
+    (embedding / max heads) x context x 2 bytes (f16), plus the file."""
+    head_dim = embedding_length // head_count_max if head_count_max > 0 else 0
+    kv = 2 * block_count * max(kv_heads_min, 1) * head_dim * context_tokens * 2
+    return kv, file_bytes + kv
+
+
+def ollama_allocation(spec, gpu, r: OllamaRequest):
+    """The Python twin of `kvplan engine MODEL --engine ollama`: Ollama's settings for this
+    version and environment, as the llama-server options it passes, through llama.cpp's
+    allocation (kvplan.engines.llamacpp), with Ollama's own estimate beside it."""
+    from kvplan.engines.llamacpp import LlamaCppRequest, llamacpp_allocation
+
+    env = dict(r.env)
+    vram = r.gpu_memory_bytes or gpu.usable_memory_bytes
+    arch = spec.model_type.removeprefix("gguf:")
+    preset = ollama_settings(r.version, env, vram, spec.max_position_embeddings, arch)
+    num_ctx = r.num_ctx or preset.num_ctx
+    notes = list(r.notes) + list(preset.notes)
+    if spec.max_position_embeddings and num_ctx > spec.max_position_embeddings:
+        num_ctx = spec.max_position_embeddings  # llm/server.go caps a request's num_ctx too
+        notes.append(note("ollama-ctx-capped", n_ctx_train=spec.max_position_embeddings))
+    request = LlamaCppRequest(
+        ctx_size=num_ctx * preset.num_parallel,  # -c num_ctx x num_parallel
+        parallel=preset.num_parallel,  # -np: split streams (no -kvu)
+        batch_size=BATCH,
+        ubatch_size=BATCH,
+        cache_type_k=preset.cache_type,
+        cache_type_v=preset.cache_type,
+        flash_attn=preset.flash_attn,
+        n_gpu_layers=r.num_gpu,
+        swa_full=preset.swa_full,
+        gpu_memory_bytes=r.gpu_memory_bytes,
+        weights_type=r.weights_type,
+        host=r.host,
+        device=r.device,
+        preset_notes=tuple(notes),
+    )
+    result = llamacpp_allocation(spec, gpu, request)
+    attns = spec.attention_layers()
+    kv, total = predicted_server_vram_bytes(
+        _file_bytes(spec, result),
+        spec.num_layers,
+        min((a.num_kv_heads for a in attns), default=1),
+        spec.hidden_size,
+        max((a.num_q_heads for a in attns), default=0),
+        result.settings.n_ctx,
+    )
+    estimate = OllamaEstimate(_file_bytes(spec, result), kv, total, result.settings.n_ctx)
+    return result._replace(
+        engine="ollama",
+        engine_version=r.version,
+        ollama=preset._replace(num_ctx=num_ctx),
+        ollama_estimate=estimate,
+        notes=(*result.notes, note("ollama-estimate")),
+    )
+
+
+def _file_bytes(spec, result) -> int:
+    """The model file's size (a GGUF on disk), else the weights llama.cpp would load."""
+    import os
+
+    source = spec.source or ""
+    if source.startswith("gguf:"):
+        try:
+            return os.path.getsize(source.removeprefix("gguf:"))
+        except OSError:
+            pass
+    return result.gpu_memory.weights_bytes + result.host_memory.weights_bytes

@@ -50,6 +50,15 @@ class MeasuredRates(NamedTuple):
     spread: dict  # run-to-run noise of each figure, relative
 
 
+class MemoryConfiguration(NamedTuple):
+    """One memory size a unified-memory chip is sold with (an Apple M3 Max with 64 GB), and what
+    differs in the chip that comes with it (fewer GPU cores and less bandwidth on some)."""
+
+    memory_gib: int  # Apple's "GB" are GiB: hw.memsize of a 64 GB Mac is 64 x 2**30
+    gpu_cores: int | None = None  # None: the profile's sm_count
+    memory_bandwidth_bytes_per_s: float | None = None  # None: the profile's
+
+
 class GpuProfile(NamedTuple):
     key: str
     name: str
@@ -71,6 +80,8 @@ class GpuProfile(NamedTuple):
     memory_reported_source: str = ""
     gpus_per_node: int | None = None
     measured: MeasuredRates | None = None
+    # the memory sizes it is sold with (Apple chips): a bare name is refused, naming them
+    memory_configurations: tuple[MemoryConfiguration, ...] = ()
 
     @property
     def device_vendor(self) -> str:
@@ -251,7 +262,98 @@ def parse_profile(data: object, source: str, key: str = "") -> GpuProfile:
         memory_reported_source=_text(data, "memory_reported_source", source),
         gpus_per_node=gpus_per_node,
         measured=_measured(data.get("measured"), source),
+        memory_configurations=_configurations(data, source),
     )
+
+
+def _configurations(data: dict, source: str) -> tuple[MemoryConfiguration, ...]:
+    raw = data.get("memory_configurations")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not 1 <= len(raw) <= 32:
+        raise KvplanError(f"{source}: memory_configurations must be a list (1 to 32 entries)")
+    out = []
+    for item in raw:
+        if not isinstance(item, dict):
+            raise KvplanError(f"{source}: each memory configuration must be a mapping")
+        where = f"{source}: memory_configurations"
+        out.append(
+            MemoryConfiguration(
+                _number(item, "memory_gib", where, integer=True, maximum=1 << 20),
+                _number(item, "gpu_cores", where, required=False, integer=True, maximum=1e6),
+                _number(
+                    item,
+                    "memory_bandwidth_bytes_per_s",
+                    where,
+                    required=False,
+                    maximum=1e15,
+                    minimum=PLAUSIBLE_RATE,
+                ),
+            )
+        )
+    sizes = [c.memory_gib for c in out]
+    if len(set(sizes)) != len(sizes):
+        raise KvplanError(f"{source}: memory_configurations lists a size twice")
+    return tuple(sorted(out))
+
+
+def configuration_names(profile: GpuProfile) -> list[str]:
+    """The spellings of a profile's memory configurations: m3-max-36gb, m3-max-48gb, ..."""
+    stem = profile.aliases[0] if profile.aliases else profile.key
+    return [f"{stem}-{c.memory_gib}gb" for c in profile.memory_configurations]
+
+
+def with_memory(profile: GpuProfile, ram_bytes: float, how: str = "") -> GpuProfile:
+    """The profile for one memory size: the chip of the configuration sold with it (cores,
+    bandwidth), and the GPU's share of the memory by macOS's working-set rule."""
+    from kvplan.formulas.offload import apple_default_working_set_bytes
+    from kvplan.units import GIB
+
+    gib = round(ram_bytes / GIB)
+    config = next((c for c in profile.memory_configurations if c.memory_gib == gib), None)
+    cores = (config.gpu_cores if config else None) or profile.sm_count
+    scale = cores / profile.sm_count if cores and profile.sm_count else 1.0
+    bandwidth = (
+        config.memory_bandwidth_bytes_per_s if config else None
+    ) or profile.memory_bandwidth_bytes_per_s
+    working_set = apple_default_working_set_bytes(ram_bytes)
+    core_words = f", {cores}-core GPU" if scale != 1.0 else ""
+    return profile._replace(
+        key=f"{profile.key}-{gib}gb",
+        name=f"{profile.name} {gib}GB{core_words}",
+        memory_bytes=float(ram_bytes),
+        memory_reported_bytes=float(working_set),
+        memory_reported_basis="exact",
+        memory_reported_source=how
+        or (
+            f"macOS's default GPU working set (recommendedMaxWorkingSetSize) for {gib} GB: "
+            f"{'2/3' if ram_bytes <= 32 * GIB else '3/4'} of the unified memory"
+        ),
+        peak_flop_per_s={k: v * scale for k, v in profile.peak_flop_per_s.items()},
+        memory_bandwidth_bytes_per_s=bandwidth,
+        sm_count=cores,
+        memory_configurations=(),
+    )
+
+
+def _configured(name: str) -> GpuProfile | None:
+    """`m3-max-64gb` (or `apple-m3-max-64GB`): a bundled profile at one of its memory sizes."""
+    match = re.fullmatch(r"(.+?)[-_ @]?(\d{1,4})\s*gi?b", name.strip().lower())
+    if not match:
+        return None
+    base = find_bundled(match.group(1))
+    if base is None or not base.memory_configurations:
+        return None
+    gib = int(match.group(2))
+    if gib not in [c.memory_gib for c in base.memory_configurations]:
+        raise KvplanError(
+            f"{base.name} is not sold with {gib} GB; choose "
+            + ", ".join(configuration_names(base))
+            + " (or --gpu-memory where the command takes it)"
+        )
+    from kvplan.units import GIB
+
+    return with_memory(base, gib * GIB)
 
 
 def _vendor(text: str) -> str:
@@ -418,9 +520,11 @@ def find_bundled(name: str) -> GpuProfile | None:
     return None if stem is None else bundled_profile(stem)
 
 
-def load_profile(name: str) -> GpuProfile:
+def load_profile(name: str, allow_bare: bool = False) -> GpuProfile:
     """A profile key (h100-sxm), an alias (h100), a profile name ('H100 SXM'), a YAML path, or
-    `local` (the GPU of this machine, with the nearest profile's peaks)."""
+    `local` (the GPU of this machine, with the nearest profile's peaks). A chip sold with
+    several memory sizes (Apple's) is named with one, `m3-max-64gb`: its bare name is refused
+    unless `allow_bare` (the caller is told the memory another way, --gpu-memory)."""
     if not isinstance(name, str) or not name.strip():
         raise KvplanError("no GPU given")
     if len(name) > 4096:
@@ -440,8 +544,17 @@ def load_profile(name: str) -> GpuProfile:
             raise KvplanError(f"{path}: no such profile file")
         return parse_profile(load_yaml(path), str(path), path.stem)
     found = find_bundled(name)
+    if found is not None and found.memory_configurations and not allow_bare:
+        sizes = "/".join(str(c.memory_gib) for c in found.memory_configurations)
+        raise KvplanError(
+            f"{found.name} comes with {sizes} GB of unified memory and the answer depends on "
+            f"it: name one ({', '.join(configuration_names(found))}), or --gpu local on the Mac"
+        )
     if found is not None:
         return found
+    configured = _configured(name)
+    if configured is not None:
+        return configured
     import difflib
 
     profiles = bundled_profiles()

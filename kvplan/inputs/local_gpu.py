@@ -36,6 +36,8 @@ def read_local_device() -> tuple[str, int, str]:
             )
     except ImportError:
         pass
+    if platform.system() == "Darwin" and platform.machine() == "arm64":
+        return _apple_device()
     try:
         import pynvml  # the nvidia-ml-py distribution
     except ImportError:
@@ -54,6 +56,31 @@ def read_local_device() -> tuple[str, int, str]:
         "--gpu local: no GPU found (torch sees no CUDA or MPS device and NVML none); "
         "name a profile instead (kvplan gpus), or install torch or nvidia-ml-py"
     )
+
+
+def _sysctl(name: str) -> str:
+    try:
+        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _apple_device() -> tuple[str, int, str]:
+    """A Mac without torch: hw.memsize and macOS's working-set rule, or iogpu.wired_limit_mb."""
+    from kvplan.formulas.offload import apple_default_working_set_bytes
+
+    ram = _sysctl("hw.memsize")
+    if not ram.isdigit():
+        raise KvplanError("--gpu local: sysctl hw.memsize gave no memory size; name a profile")
+    wired = _sysctl("iogpu.wired_limit_mb")
+    wired_mb = int(wired) if wired.isdigit() else 0
+    how = (
+        f"iogpu.wired_limit_mb = {wired_mb}"
+        if wired_mb
+        else f"macOS's default working set for hw.memsize {int(ram) / GIB:.0f} GiB"
+    )
+    return _apple_chip(), int(apple_default_working_set_bytes(int(ram), wired_mb)), how
 
 
 def _apple_chip() -> str:
@@ -101,6 +128,12 @@ def local_profile() -> GpuProfile:
             "matches it: write one (docs/hardware-profiles.md) or measure one with kvplan "
             "measure --save-profile"
         )
+    if near.memory_configurations:  # a Mac: the chip sold with this memory (cores, bandwidth)
+        ram = _sysctl("hw.memsize")
+        if ram.isdigit():
+            from kvplan.inputs.hardware import with_memory
+
+            near = with_memory(near, int(ram))
     return near._replace(
         key="local",
         name=f"{name} (local)",

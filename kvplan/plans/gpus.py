@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvplan.inputs.hardware import bundled_profiles
+from kvplan.inputs.hardware import bundled_profiles, configuration_names
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
 
@@ -17,6 +17,9 @@ class GpuRow(NamedTuple):
     bf16_peak_flop_per_s: float
     ridge_bf16_flop_per_byte: float
     ridge_fp8_flop_per_byte: float | None
+    # the --gpu spellings of the memory sizes it is sold with (Apple: m3-max-36gb, ...); the
+    # figures above are the largest, and a bare name is refused
+    memory_configurations: str = ""
 
 
 class GpusResult(NamedTuple):
@@ -37,6 +40,7 @@ def gpus() -> GpusResult:
             p.peak("bf16"),
             p.ridge_flop_per_byte("bf16"),
             p.ridge_flop_per_byte("fp8") if "fp8" in p.peak_flop_per_s else None,
+            ", ".join(configuration_names(p)),
         )
         for key, p in bundled_profiles().items()
     ]

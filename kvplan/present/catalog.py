@@ -37,6 +37,7 @@ def gpus_view(result: GpusResult) -> View:
         Column("bf16_peak_flop_per_s", "bf16 (TFLOP/s)", f.tflop_per_s),
         Column("ridge_bf16_flop_per_byte", "ridge bf16 (FLOP/B)", f.fixed(1)),
         Column("ridge_fp8_flop_per_byte", "ridge fp8 (FLOP/B)", f.fixed(1), priority=1),
+        Column("memory_configurations", "name with memory", f.text, "left", priority=4),
     ]
     data = jsonable(result)
     return view("Hardware profiles", result, tables=[Table("", columns, data["gpus"])], data=data)

@@ -253,7 +253,7 @@ def sglang_view(r: SglangResult) -> View:
 
 
 def engine_view(result) -> View:
-    if result.engine == "llama.cpp":
+    if result.engine in ("llama.cpp", "ollama"):
         return llamacpp_view(result)
     return vllm_view(result) if result.engine == "vllm" else sglang_view(result)
 
@@ -404,8 +404,17 @@ def llamacpp_view(r) -> View:
     lines = llamacpp_log_lines(r)
     s, p = r.settings, r.placement
     decode = r.decode[-1]
+    engine = ("engine", f"llama.cpp rules of b{s.build} (llama-server)")
+    if r.engine == "ollama":
+        o = r.ollama
+        engine = (
+            "engine",
+            f"Ollama {r.engine_version}: num_ctx {o.num_ctx:,}, OLLAMA_NUM_PARALLEL "
+            f"{o.num_parallel}, OLLAMA_KV_CACHE_TYPE {o.cache_type}, flash attention "
+            f"{o.flash_attn} (llama-server b{s.build} underneath)",
+        )
     facts = [
-        ("engine", f"llama.cpp rules of b{s.build} (llama-server)"),
+        engine,
         ("model / GPU", f"{r.model['name']} on {r.gpu} ({r.backend})"),
         (
             "context",
@@ -441,6 +450,16 @@ def llamacpp_view(r) -> View:
             f"({r.gpu} + {r.host})",
         ),
     ]
+    if r.ollama_estimate is not None:
+        e = r.ollama_estimate
+        facts.append(
+            (
+                "Ollama's estimate",
+                f"{f.gib_text(e.total_bytes)} (file {f.gib_text(e.weights_bytes)} + f16 cache "
+                f"{f.gib_text(e.kv_bytes)} at {e.context_tokens:,} tokens; it evicts other "
+                "models above 80% of free memory)",
+            )
+        )
     if r.recommended is not None:
         facts.append(
             (
@@ -503,5 +522,6 @@ def llamacpp_view(r) -> View:
             [q._asdict() for q in r.quant_choices],
         ),
     ]
-    title = f"llama.cpp allocation for {r.model['name']} on {r.gpu}"
+    who = "Ollama" if r.engine == "ollama" else "llama.cpp"
+    title = f"{who} allocation for {r.model['name']} on {r.gpu}"
     return view(title, r, facts, tables, data=data)

@@ -17,6 +17,28 @@ class Term(NamedTuple):
 
 TERMS = (
     Term(
+        "GPU working set (Mac)",
+        ("working-set", "recommendedmaxworkingsetsize", "wired-limit", "unified-memory", "mac"),
+        "How much of a Mac's unified memory the GPU may use: Metal's "
+        "recommendedMaxWorkingSetSize. kvplan names a Mac with its memory (--gpu m3-max-64gb) "
+        "and sizes against this share, not the whole RAM.",
+        "macOS 14/15: 2/3 of the RAM up to 32 GiB, 3/4 above (a 64 GB Mac: 48 GiB); "
+        "sudo sysctl iogpu.wired_limit_mb=N replaces it with N MiB (pass --gpu-memory too).",
+        "kvplan engine --engine llama.cpp|ollama (GPU memory), fit (machine), capacity",
+        "kvplan fit --gpu m3-max-64gb --ctx 8k",
+    ),
+    Term(
+        "fit row",
+        ("fit-row", "kvplan-fit", "what-can-i-run"),
+        "One model at one weights quantization and context that llama.cpp can hold on the "
+        "machine with every layer on the GPU, one sequence, and 1 GiB for compute buffers.",
+        "GPU total = weights (every block and the output layer, in the type) + K and V caches "
+        "at -c (the cache type's bytes, block scales included) + recurrent state + 1 GiB; it "
+        "fits when that is within the GPU's usable memory. Ranked by parameters, bits, context.",
+        "kvplan fit (every row; the JSON gives the kvplan engine command with the same bytes)",
+        "kvplan fit --gpu rtx-4090 --ctx 8k,32k",
+    ),
+    Term(
         "KV bytes per token",
         ("kv", "kv-cache", "bytes-per-token", "kv-bytes"),
         "What one token of context costs in the KV cache, over every layer: the keys and values "

@@ -129,6 +129,19 @@ text("ollama-preset")(
         "-np num_parallel (split streams), -b = -ub = 512, OLLAMA_KV_CACHE_TYPE for K and V."
     )
 )
+text("ollama-flag-deprecated")(
+    lambda version: (
+        f"--engine llama.cpp --ollama is deprecated: this is --engine ollama --ollama-version "
+        f"{version} (its -c is num_ctx, -np OLLAMA_NUM_PARALLEL, -ctk OLLAMA_KV_CACHE_TYPE)."
+    )
+)
+text("ollama-estimate")(
+    lambda: (
+        "Ollama's estimate is its scheduler's (PredictServerVRAM, v0.33 source): the file size "
+        "plus an f16 cache of every layer at num_ctx x num_parallel, whatever the cache type or "
+        "window; it decides evictions, while the allocation above is what llama-server takes."
+    )
+)
 text("ollama-vram-tier")(
     lambda vram_bytes, num_ctx: (
         f"Default context by GPU memory (Ollama >= 0.15.5): {f.gib_text(vram_bytes)} gives "
@@ -976,5 +989,41 @@ text("sim-weak-sglang")(
         "Qwen3 MoE models came within 1-20% on throughput and TPOT, while gpt-oss on SGLang "
         "0.5.3-0.5.4 and DeepSeek-V3.2 on 0.5.6 measured 2-15 times slower than simulated. "
         "Median errors: throughput 18%, TPOT 32%, TTFT 25%."
+    )
+)
+text("fit-assumes")(
+    lambda build, cache_type, capacity_bytes, gpu: (
+        f"Each row assumes llama-server b{build}: -c as shown, one sequence (-np 1), -ctk = "
+        f"-ctv {cache_type}, flash attention auto (on), every layer on the GPU (-ngl all), and "
+        f"1 GiB kept for compute buffers (-fitt); it fits when that total is within the "
+        f"{f.gib_text(capacity_bytes)} {gpu} may use. The rows' bytes are kvplan engine's "
+        "(--engine llama.cpp with the same -c, -np 1, -ngl all and --weights-type; the JSON "
+        "gives each row's command)."
+    )
+)
+text("fit-rank")(
+    lambda every_type: (
+        "Ranked by parameters (a quality proxy), then bits per weight, then context, "
+        + (
+            "every weights type that fits."
+            if every_type
+            else "with the most bits that fit at each context (--every-type lists all)."
+        )
+        + " tok/s is one sequence's memory-bound decode ceiling at the full context."
+    )
+)
+text("fit-weights-estimated")(
+    lambda: (
+        "Weights not read from a GGUF are every parameter in the named ggml type (q4_K 4.5 "
+        "bits): llama-quantize's mixes (Q4_K_M) keep some tensors wider, a few percent more; "
+        "pass the .gguf file for its exact bytes."
+    )
+)
+text("fit-training-context")(
+    lambda models: (
+        "Contexts past a model's training context are not tried; its training context is "
+        "tried instead: "
+        + ", ".join(f"{name} {limit:,}" for name, limit in models[:12])
+        + (f" and {len(models) - 12} more." if len(models) > 12 else ".")
     )
 )
