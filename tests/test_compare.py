@@ -214,7 +214,7 @@ def test_kinds_without_a_link_or_tables_of_their_own_say_how_they_were_priced():
     step model cannot price TP over no link); a GPU without kernel tables of its own runs at
     another GPU's fractions, and a note says whose."""
     spec = load_bundled("llama-3.1-8b")
-    gpus = [load_profile("h100"), load_profile("m1-max"), load_profile("b200")]
+    gpus = [load_profile("h100"), load_profile("m1-max-64gb"), load_profile("b200")]
     assert gpus[1].interconnect is None
     result = compare(spec, gpus, CompareRequest(context_len=8192))
     apple = result.rows[1]
