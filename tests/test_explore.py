@@ -509,6 +509,7 @@ def test_quiz_answers_are_checkable(browser, tmp_path):
     shot(browser, "llama-3.1-70b-answered", "quiz", 400)
 
 
+@pytest.mark.slow  # a browser page per model, screenshots at three widths (CI keeps them)
 @pytest.mark.parametrize("model", ["llama-3.1-70b", "deepseek-v3", "gemma-3-27b"])
 def test_screenshots_and_no_horizontal_scroll_at_400_px(browser, model, tmp_path):
     page = page_of(model, tmp_path)

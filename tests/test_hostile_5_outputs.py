@@ -73,7 +73,9 @@ def _files(folder: Path) -> list[str]:
 REPORT = ["report", "llama-3.1-8b", "--ctx", "8k"]
 
 
-@pytest.mark.parametrize("fail_at", [2, 3], ids=["second-chart", "the-page"])
+@pytest.mark.parametrize(
+    "fail_at", [2, pytest.param(3, marks=pytest.mark.slow)], ids=["second-chart", "the-page"]
+)
 def test_a_full_disk_leaves_no_report_file_and_the_retry_succeeds(tmp_path, monkeypatch, fail_at):
     pytest.importorskip("matplotlib")
     page = tmp_path / "plan.md"
@@ -89,6 +91,7 @@ def test_a_full_disk_leaves_no_report_file_and_the_retry_succeeds(tmp_path, monk
     assert _files(tmp_path) == ["plan-capacity.png", "plan-roofline.png", "plan.md"]
 
 
+@pytest.mark.slow  # a full report written twice
 def test_a_full_disk_keeps_the_previous_report(tmp_path, monkeypatch):
     """--force over an earlier report: a failed run leaves the earlier one whole."""
     pytest.importorskip("matplotlib")
@@ -102,7 +105,9 @@ def test_a_full_disk_keeps_the_previous_report(tmp_path, monkeypatch):
     assert {name: (tmp_path / name).read_bytes() for name in _files(tmp_path)} == before
 
 
-@pytest.mark.parametrize("fail_at", [1, 2, 3])
+@pytest.mark.parametrize(
+    "fail_at", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow)]
+)
 def test_a_full_disk_leaves_no_simulate_output(tmp_path, monkeypatch, fail_at):
     pytest.importorskip("matplotlib")
     files = ["--plot", str(tmp_path / "p.png"), "--timeline", str(tmp_path / "t.svg")]

@@ -226,9 +226,17 @@ SIMULATE = ["simulate", "llama-3.1-8b", "--gpu", "h100", "--num-prompts", "20"]
 @pytest.mark.parametrize(
     "argv,hang_at",
     [
-        (["report", "llama-3.1-8b", "--ctx", "8k", "--out", "out/plan.md"], 1),
+        pytest.param(
+            ["report", "llama-3.1-8b", "--ctx", "8k", "--out", "out/plan.md"],
+            1,
+            marks=pytest.mark.slow,  # the second chart's case runs by default
+        ),
         (["report", "llama-3.1-8b", "--ctx", "8k", "--out", "out/plan.md"], 2),
-        ([*SIMULATE, "--plot", "out/p.png", "--timeline", "out/t.png", "--out", "out/o.txt"], 2),
+        pytest.param(
+            [*SIMULATE, "--plot", "out/p.png", "--timeline", "out/t.png", "--out", "out/o.txt"],
+            2,
+            marks=pytest.mark.slow,
+        ),
     ],
     ids=["report-first-chart", "report-second-chart", "simulate-plot-timeline"],
 )
