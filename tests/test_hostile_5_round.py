@@ -33,3 +33,36 @@ def test_a_tilde_of_an_unknown_user_is_no_such_file(argv, needle):
     # Path.expanduser raises RuntimeError for ~user with no such user: it was an internal error
     code, _, err = run_cli(*argv)
     one_line_error(code, err, needle)
+
+
+# ---- a second signal while kvplan exits on the first -------------------------------------------
+SECOND_SIGNAL_AT_EXIT = """
+import atexit, os, signal, sys, threading, time
+from kvplan.cli import main
+
+def second():  # registered after the sweep of temporary files: runs before it, at exit
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.3)  # the handler runs here, at the next bytecode
+atexit.register(second)
+threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+main(sys.argv[1:])
+"""
+
+
+def test_a_second_signal_during_the_exit_of_a_stopped_run_is_ignored(tmp_path):
+    # the handlers were put back as the run left main(): a SIGINT while the interpreter shut
+    # down (the pool's threads joined, the atexit sweep) ended it by SIGINT, or with a traceback
+    import subprocess
+    import sys
+
+    argv = ["plan", "llama-3.1-8b", "--rate", "5", "--slo", "ttft_p99=1s", "--jobs", "2"]
+    argv += ["--num-prompts", "2000"]
+    proc = subprocess.run(
+        [sys.executable, "-c", SECOND_SIGNAL_AT_EXIT, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 143, (proc.returncode, proc.stderr)
+    assert proc.stderr == "error: stopped by SIGTERM\n", proc.stderr
