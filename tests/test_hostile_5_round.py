@@ -66,3 +66,48 @@ def test_a_second_signal_during_the_exit_of_a_stopped_run_is_ignored(tmp_path):
     )
     assert proc.returncode == 143, (proc.returncode, proc.stderr)
     assert proc.stderr == "error: stopped by SIGTERM\n", proc.stderr
+
+
+HANDLERS_AFTER_A_STOP = """
+import signal
+from kvplan.cli import signals
+try:
+    with signals.handled():
+        signal.raise_signal(signal.SIGTERM)
+except signals.Stopped as exc:
+    print(exc.code, [signal.getsignal(s) == signal.SIG_IGN for s in signals.SIGNALS])
+"""
+
+
+def test_after_a_stop_the_signals_are_ignored_to_the_end_of_the_process():
+    # the interpreter's last step puts a Python handler back to the default action: a second
+    # signal there killed the stopped run (exit -1 after 'error: stopped by SIGTERM')
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", HANDLERS_AFTER_A_STOP], capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout == "143 [True, True, True]\n", (proc.stdout, proc.stderr)
+
+
+def test_a_report_stopped_twice_exits_as_the_first_signal_says(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    argv = ["report", "llama-3.1-8b", "--out", str(tmp_path / "r.md")]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvplan", *argv], stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    time.sleep(0.8)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.01)
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:  # finished before the first signal: nothing to test
+        return
+    assert proc.returncode == 143, (proc.returncode, err)
+    assert err == "error: stopped by SIGTERM\n", err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -68,7 +68,10 @@ class handled:  # noqa: N801 (used as a function: `with handled():`)
             # on the way out on a signal: a second one stays ignored until the process ends (the
             # interpreter's shutdown still joins the worker pool's threads and runs the atexit
             # sweep of temporary files; restored, the default action would kill it there or
-            # end it by SIGINT instead of the first signal's exit)
+            # end it by SIGINT instead of the first signal's exit). SIG_IGN, not our handler:
+            # the interpreter's last step puts a Python handler back to the default action
+            for signum in self.previous:
+                signal.signal(signum, signal.SIG_IGN)
             return
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
