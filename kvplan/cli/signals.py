@@ -8,7 +8,8 @@ every `finally` runs (the process pool ends its workers, kvplan.present.output r
 temporary files and the outputs of an unfinished `all_or_nothing()` block) and `kvplan.cli.main`
 prints `error: stopped by SIGTERM` and exits 128 + the signal's number (143; SIGINT 130, SIGHUP
 129). A second signal during that cleanup is ignored: the cleanup is bounded, and the first
-signal's exit stands. A signal the caller set to be ignored (nohup, a background job's SIGINT)
+signal's exit stands, through to the end of the process (the handlers are not put back after a
+stop). A signal the caller set to be ignored (nohup, a background job's SIGINT)
 stays ignored.
 
 The `signal` module is already loaded by typer and rich, so installing costs no start-up."""
@@ -43,7 +44,8 @@ def _stop(signum, frame) -> None:
 
 class handled:  # noqa: N801 (used as a function: `with handled():`)
     """Inside the block, SIGTERM, SIGINT and SIGHUP raise `Stopped`, unless the caller ignores
-    them (nohup, a background job's SIGINT); the handlers before it come back at its end (main()
+    them (nohup, a background job's SIGINT); the handlers before it come back at its end, unless a
+    signal stopped the run (then they stay until the process ends) (main()
     also runs inside test suites and other programs). Only the main thread can set handlers:
     elsewhere the block changes nothing."""
 
@@ -61,6 +63,15 @@ class handled:  # noqa: N801 (used as a function: `with handled():`)
                     return
                 self.previous[signum] = current
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, exc, traceback) -> None:
+        if _stopping:
+            # on the way out on a signal: a second one stays ignored until the process ends (the
+            # interpreter's shutdown still joins the worker pool's threads and runs the atexit
+            # sweep of temporary files; restored, the default action would kill it there or
+            # end it by SIGINT instead of the first signal's exit). SIG_IGN, not our handler:
+            # the interpreter's last step puts a Python handler back to the default action
+            for signum in self.previous:
+                signal.signal(signum, signal.SIG_IGN)
+            return
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)

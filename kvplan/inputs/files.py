@@ -14,6 +14,17 @@ from kvplan.errors import KvplanError
 CHUNK_BYTES = 1 << 20
 
 
+def user_path(text: str) -> Path:
+    """`text` as a path with `~` and `~user` expanded where they name a home folder; where they
+    name none (an unknown user, no HOME), the path as written, which then names no file
+    (Path.expanduser raises RuntimeError there)."""
+    path = Path(text)
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        return path
+
+
 def _reason(exc: OSError) -> str:
     return exc.strerror or exc.__class__.__name__
 

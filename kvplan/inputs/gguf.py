@@ -33,6 +33,7 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import GGML_TYPE_BY_ID, ggml_tensor_bytes
 from kvplan.inputs.checkpoint import MAX_TENSOR_ELEMENTS
 from kvplan.inputs.fields import FIELD_MAXIMUM, MAX_DIM, MAX_LAYERS
+from kvplan.inputs.files import user_path
 from kvplan.inputs.text import clean
 from kvplan.notes import note
 from kvplan.record import NamedTuple
@@ -397,7 +398,7 @@ def _check_parts(shards: list[Path], metas: list[dict]) -> None:
 
 def read_gguf(model: str) -> GgufModel:
     """A GGUF path (any shard of a split model) -> its metadata and whole tensor table."""
-    path = Path(model).expanduser()
+    path = user_path(model)
     if not path.is_file():
         raise KvplanError(f"{path}: no such GGUF file")
     shards = split_paths(path)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kvplan.errors import KvplanError
 from kvplan.formulas.roofline import ridge_flop_per_byte
+from kvplan.inputs.files import user_path
 from kvplan.inputs.text import clean
 from kvplan.record import NamedTuple
 from kvplan.units import GBIT
@@ -538,7 +539,7 @@ def load_profile(name: str, allow_bare: bool = False) -> GpuProfile:
         from kvplan.inputs.local_gpu import local_profile
 
         return local_profile()
-    path = Path(name).expanduser()
+    path = user_path(name)
     if name.endswith((".yaml", ".yml")) or path.is_file():
         if not path.is_file():
             raise KvplanError(f"{path}: no such profile file")

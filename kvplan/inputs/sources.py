@@ -10,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from kvplan.errors import KvplanError
+from kvplan.inputs.files import user_path
 from kvplan.inputs.text import clean
 from kvplan.notes import note
 from kvplan.record import NamedTuple
@@ -154,7 +155,7 @@ def resolve(model: str) -> ModelArgument:
     if len(model) > 4096 or "\x00" in model:
         raise KvplanError("the model argument is not a name, a path or a repository id")
     text = model.strip()
-    path = Path(model).expanduser()
+    path = user_path(model)
     gguf = text.lower().endswith(".gguf")
     bundled = None if gguf else _lookup_bundled(model)
     if _exists(path):

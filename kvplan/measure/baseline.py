@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 from kvplan.errors import KvplanError
+from kvplan.inputs.files import user_path
 from kvplan.inputs.hardware import MAX_ROUNDS, MAX_SPREAD, load_profile
 from kvplan.measure.device import device_key
 from kvplan.measure.profile import figures_of
@@ -80,7 +80,7 @@ def noise(spread: float, runs: int) -> float:
 
 def load_baseline(path: str) -> Baseline:
     """A profile YAML or a measure JSON; anything else is a one-line error."""
-    file = Path(path).expanduser()
+    file = user_path(path)
     if not file.is_file():
         what = "not a regular file" if file.exists() else "no such file"
         raise KvplanError(f"--baseline {path}: {what}")
