@@ -124,8 +124,8 @@ def test_a_stopped_plan_leaves_no_worker_and_closes_the_pipes(tmp_path, signum, 
         )
         proc.send_signal(signum)
         started = time.monotonic()
-        out, err = proc.communicate(timeout=15)  # EOF on both pipes: nobody holds them
-        assert time.monotonic() - started < 15
+        out, err = proc.communicate(timeout=60)  # EOF on both pipes: nobody holds them
+        assert time.monotonic() - started < 60  # prompt, with room for a loaded machine
         assert proc.returncode == code, err
         name = signal.Signals(signum).name
         assert err.decode().splitlines() == [f"error: stopped by {name}"], err
@@ -146,7 +146,7 @@ def test_plan_workers_die_with_a_killed_parent(tmp_path):
             lambda: len(_children(proc.pid)) >= 2 and _children(proc.pid), 60, "two workers"
         )
         proc.kill()
-        proc.communicate(timeout=15)  # the workers held the same pipes
+        proc.communicate(timeout=60)  # the workers held the same pipes
         _wait_for(lambda: not any(_alive(pid) for pid in workers), 10, "the workers gone")
         assert _marked(marker) == []
     finally:
@@ -262,7 +262,7 @@ def test_sigterm_while_a_chart_is_written_leaves_nothing(tmp_path, argv, hang_at
         _wait_for(ready.exists, 120, "the chart written")
         assert any(p.name.endswith(".tmp") for p in (tmp_path / "out").iterdir())  # mid-write
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=15)
+        _, err = proc.communicate(timeout=60)
         assert proc.returncode == 143, err
         assert err.decode().splitlines()[-1] == "error: stopped by SIGTERM", err
         assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []
