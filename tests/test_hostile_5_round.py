@@ -111,3 +111,22 @@ def test_a_report_stopped_twice_exits_as_the_first_signal_says(tmp_path):
     assert proc.returncode == 143, (proc.returncode, err)
     assert err == "error: stopped by SIGTERM\n", err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["report", "llama-3.1-8b"], ["explore", "llama-3.1-8b"]])
+def test_an_output_path_that_names_no_file_is_refused(tmp_path, monkeypatch, command):
+    # `--out ' '` wrote a file named " " and printed a 'wrote' line that looked empty
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(*command, "--out", " ")
+    assert code == 2 and out == "", err
+    assert err == "error: --out ' ' names no file; give a file name\n", err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_path_spelled_as_a_folder_is_refused_before_any_work(tmp_path):
+    from kvplan.errors import KvplanError
+    from kvplan.present.output import check_outputs
+
+    with pytest.raises(KvplanError, match="ends with '/'"):
+        check_outputs({"--out": f"{tmp_path}/r.md/"})
+    assert list(tmp_path.iterdir()) == []

@@ -75,7 +75,12 @@ def resolved(path: Path | str) -> Path:
 
 def check_target(path: Path, what: str = "output") -> Path:
     """The folder must exist and the target, if it exists, must be a regular file (a symbolic link
-    is judged by what it points to). Returns `path` unchanged."""
+    is judged by what it points to). Returns `path` as a Path."""
+    raw = str(path)
+    if raw.endswith(("/", os.sep)):  # Path() would drop the slash and write a file of that name
+        raise KvplanError(f"{what} {raw} ends with '/', a folder's spelling; give a file name")
+    if not Path(raw).name.strip():
+        raise KvplanError(f"{what} {raw!r} names no file; give a file name")
     path = Path(path)
     real = resolved(path)
     try:
@@ -112,7 +117,7 @@ def check_outputs(outputs: dict[str, Path | str | None]) -> None:
     for what, path in outputs.items():
         if is_stdout(path):
             continue
-        check_target(Path(path), what)
+        check_target(path, what)
         real = resolved(path)
         for other_real, other, other_path in seen:
             if real == other_real or (
