@@ -1,3 +1,3 @@
-from kvplan.cli import main
+from kvplan._entry import main
 
 main()

@@ -130,3 +130,39 @@ def test_a_path_spelled_as_a_folder_is_refused_before_any_work(tmp_path):
     with pytest.raises(KvplanError, match="ends with '/'"):
         check_outputs({"--out": f"{tmp_path}/r.md/"})
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_while_the_cli_is_still_importing_is_one_line(tmp_path, signame):
+    # a Ctrl-C in the first tens of milliseconds (typer and rich importing, before main() sets
+    # its handlers) printed a KeyboardInterrupt traceback; SIGTERM killed it without a word
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    signum = getattr(signal, signame)
+    seen = set()
+    for delay in (0.0, 0.01, 0.02, 0.04, 0.08, 0.15):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kvplan", "size", "llama-3.1-8b"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        time.sleep(delay)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+        if err.startswith("Fatal Python error: init_import_site"):
+            continue  # Python's own start-up interrupted, before any line of kvplan ran
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, (delay, err)
+        if proc.returncode == 0:  # it had finished: its answer whole
+            assert "KV cache of llama-3.1-8b" in out
+        elif proc.returncode == -signum:  # before Python itself ran: the kernel's default
+            assert err == "", err
+        else:
+            assert proc.returncode == 128 + signum, (delay, proc.returncode, err)
+            assert err == f"error: stopped by {signame}\n", err
+        seen.add(proc.returncode)
+    assert 128 + signum in seen  # at least one delay landed inside kvplan, not all before or after
