@@ -18,20 +18,12 @@ import math
 
 from kvplan.anatomy.model import ModelSpec, PositionKeys
 from kvplan.errors import KvplanError
+from kvplan.inputs.architectures.build import ENGINE_LENGTH_KEYS
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
 
-VLLM_KEYS = (
-    "max_position_embeddings",
-    "n_positions",
-    "max_seq_len",
-    "seq_length",
-    "model_max_length",
-    "max_target_positions",
-    "max_sequence_length",
-    "max_seq_length",
-    "seq_len",
-)
+# vLLM's own list, in its order: the one the builder reads the config with (ModelSpec.position_keys)
+VLLM_KEYS = ENGINE_LENGTH_KEYS
 VLLM_SCALED = ("su", "longrope", "llama3")  # rope types whose length is already the scaled one
 SGLANG_KEYS = (
     "max_sequence_length",

@@ -30,7 +30,13 @@ from kvplan.inputs.hardware import GpuProfile
 from kvplan.inputs.prices import price_for
 from kvplan.notes import Note, note, unique
 from kvplan.plans.capacity import CapacityRequest, capacity
-from kvplan.plans.deployment import Deployment, deployment_of, gpus_per_node, layout_text
+from kvplan.plans.deployment import (
+    Deployment,
+    deployment_of,
+    gpus_per_node,
+    layout_text,
+    valid_tps,
+)
 from kvplan.plans.roofline import RooflineRequest, roofline
 from kvplan.record import NamedTuple
 from kvplan.simulate.cluster import Frontend
@@ -307,16 +313,7 @@ def pareto_points(
 
 def wider_tps(spec: ModelSpec, gpu: GpuProfile, tp: int) -> list[int]:
     """The TPs above `tp` within one node that the heads allow (powers of two)."""
-    node = gpus_per_node(gpu)[0]
-    out, wider = [], tp * 2
-    while wider <= node:
-        try:
-            spec.check_tp(wider)
-            out.append(wider)
-        except KvplanError:
-            pass
-        wider *= 2
-    return out
+    return [t for t in valid_tps(spec, gpus_per_node(gpu)[0]) if t > tp]
 
 
 def seats(gpu: GpuProfile, users_per_replica: int) -> int:

@@ -140,12 +140,9 @@ def replica_sequences(
     return max_sequences(stages, pool, context_len, fmt, d.tp, block_size, prefix_tokens)
 
 
-def candidates(spec: ModelSpec, node: int, max_gpus: int) -> list[Deployment]:
-    """Every layout kvplan weighs: TP within the node (powers of two the heads allow); PP only
-    at the node's largest valid TP; DP attention for MoE models over 2..node ranks, then whole
-    nodes."""
-    tps = []
-    tp = 1
+def valid_tps(spec: ModelSpec, node: int) -> list[int]:
+    """The tensor-parallel sizes within a node of `node` GPUs: powers of two the heads allow."""
+    tps, tp = [], 1
     while tp <= node:
         try:
             spec.check_tp(tp)
@@ -153,6 +150,14 @@ def candidates(spec: ModelSpec, node: int, max_gpus: int) -> list[Deployment]:
         except KvplanError:
             pass
         tp *= 2
+    return tps
+
+
+def candidates(spec: ModelSpec, node: int, max_gpus: int) -> list[Deployment]:
+    """Every layout kvplan weighs: TP within the node (powers of two the heads allow); PP only
+    at the node's largest valid TP; DP attention for MoE models over 2..node ranks, then whole
+    nodes."""
+    tps = valid_tps(spec, node)
     out = [Deployment(tp, 1) for tp in tps]
     if tps:
         top = tps[-1]

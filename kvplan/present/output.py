@@ -18,6 +18,7 @@ leaves none of them, and a retry is not blocked by a chart the failed run left. 
 file is registered before it exists and removed at exit whatever ends the run (a SIGTERM is turned
 into an exit by kvplan.cli.signals; without it the default action would skip every cleanup)."""
 
+import contextlib
 import errno
 import os
 import stat
@@ -186,19 +187,27 @@ def _filled(path: Path, shown: Path, write: Callable[[Path], None]) -> Path:
         tmp = _new_temporary(path)
     except OSError as exc:
         raise KvplanError(f"cannot write {shown}: {_os_message(exc)}") from None
-    try:
+    with _discarded_on_failure(tmp, shown):
         write(tmp)
         if path.exists():
             os.chmod(tmp, path.stat().st_mode & 0o777)
         else:
             os.chmod(tmp, 0o666 & ~_umask())
+    return tmp
+
+
+@contextlib.contextmanager
+def _discarded_on_failure(tmp: Path, shown: Path):
+    """Whatever fails inside (a signal too) removes the temporary file; an OSError becomes one
+    line naming the file the user asked for."""
+    try:
+        yield
     except OSError as exc:
         _discard(tmp)
         raise KvplanError(f"cannot write {shown}: {_os_message(exc)}") from None
     except BaseException:
         _discard(tmp)
         raise
-    return tmp
 
 
 def write_atomic(
@@ -213,14 +222,8 @@ def write_atomic(
         batch.stage(path, shown, write)
         return
     tmp = _filled(path, shown, write)
-    try:
+    with _discarded_on_failure(tmp, shown):
         os.replace(tmp, path)
-    except OSError as exc:
-        _discard(tmp)
-        raise KvplanError(f"cannot write {shown}: {_os_message(exc)}") from None
-    except BaseException:
-        _discard(tmp)
-        raise
     _TEMPORARY.pop(tmp, None)
 
 
