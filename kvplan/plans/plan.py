@@ -31,7 +31,7 @@ from kvplan.notes import Note, note, unique
 from kvplan.record import NamedTuple
 from kvplan.simulate import cluster, metrics
 from kvplan.simulate.cluster import Frontend
-from kvplan.simulate.engine import CachingMatters, pool_demand, without_idle_caching
+from kvplan.simulate.engine import pool_demand, with_stand_in, without_idle_caching
 from kvplan.simulate.setup import Replica, ServeOptions, build_replica, make_engine
 from kvplan.simulate.workload import MIN_RATE, RequestSpec, WorkloadSpec, arrival_times_s, generate
 from kvplan.units import MS
@@ -477,12 +477,11 @@ def _run(replica: Replica, requests: list[RequestSpec], request: PlanRequest, ra
     for the prefix cache until a sequence it freed comes back (most runs never preempt); then
     the run is redone with the real one, so the outcome is the same either way."""
     demand = pool_demand(replica.config, requests)
-    if not any(r.stream_id >= 0 for r in requests):
-        try:
-            return _simulate(replica, requests, request, rate, demand, stand_in=True)
-        except CachingMatters:
-            pass
-    return _simulate(replica, requests, request, rate, demand, stand_in=False)
+    return with_stand_in(
+        replica.config,
+        requests,
+        lambda stand_in: _simulate(replica, requests, request, rate, demand, stand_in),
+    )
 
 
 def _simulate(replica, requests, request: PlanRequest, rate, demand, stand_in) -> _Outcome:

@@ -22,7 +22,7 @@ from kvplan.plans.common import model_notes
 from kvplan.record import NamedTuple
 from kvplan.simulate import cluster, disagg, metrics
 from kvplan.simulate.cluster import Frontend
-from kvplan.simulate.engine import Engine, pool_demand, without_idle_caching
+from kvplan.simulate.engine import Engine, pool_demand, with_stand_in, without_idle_caching
 from kvplan.simulate.setup import KV_FORMATS, Replica, ServeOptions, build_replica, make_engine
 from kvplan.simulate.workload import WorkloadSpec, generate, read_trace
 
@@ -272,17 +272,23 @@ def run_once(replica: Replica, requests, request: SimulateRequest, rate: float) 
         return _run_disaggregated(replica, requests, request, rate)
     config, demand = _replica_pool(replica.config, requests, request)
     replica = replica._replace(config=config)
-    engines = [
-        make_engine(replica, request.frontend.per_token_s, demand) for _ in range(request.replicas)
-    ]
-    result = cluster.run(
-        requests,
-        engines,
-        router=request.router,
-        max_concurrency=request.max_concurrency,
-        frontend=request.frontend,
-        max_model_len=replica.config.max_model_len,
-    )
+
+    def served(stand_in: bool):
+        engines = [
+            make_engine(replica, request.frontend.per_token_s, demand, stand_in)
+            for _ in range(request.replicas)
+        ]
+        result = cluster.run(
+            requests,
+            engines,
+            router=request.router,
+            max_concurrency=request.max_concurrency,
+            frontend=request.frontend,
+            max_model_len=replica.config.max_model_len,
+        )
+        return engines, result
+
+    engines, result = with_stand_in(config, requests, served)
     bench = metrics.bench_result(
         result,
         rate if request.trace is None else None,

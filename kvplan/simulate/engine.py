@@ -884,6 +884,19 @@ class Engine:
         return finished
 
 
+def with_stand_in(config: EngineConfig, requests, run):
+    """`run(stand_in)`: first with a counted pool standing in for the prefix cache where no
+    prompt shares a token stream (StandInPool), redone with the real pool the moment caching
+    could change the run (CachingMatters) — the same outcome either way, with no block hashed in
+    the runs that never bring a freed sequence back."""
+    if config.enable_prefix_caching and not any(r.stream_id >= 0 for r in requests):
+        try:
+            return run(True)
+        except CachingMatters:
+            pass
+    return run(False)
+
+
 def without_idle_caching(config: EngineConfig, requests) -> EngineConfig:
     """Prefix caching off when it cannot change the run: no prompt shares a token stream (no
     common prefix, no conversation) and the pool holds max_num_seqs of the longest request, so
