@@ -4,33 +4,54 @@
 only once it runs; importing the CLI (typer, rich) takes tens of milliseconds before that, and a
 Ctrl-C there printed a KeyboardInterrupt traceback, a SIGTERM killed the process silently. Until
 the import is done nothing has been written and no child started, so a signal then ends the
-process at once with the same line and exit code as a stop. A signal the caller ignores (nohup)
-stays ignored; the handlers before this one come back before `main` installs its own."""
+process at once with the same line and exit code as a stop. `kvplan.cli.signals.handled` takes
+over from this handler (it never hands back to Python's own, which would raise KeyboardInterrupt
+in the gap) and the handlers before it come back when the command returns. A signal the caller
+ignores (nohup) stays ignored.
 
+Only the C module `_signal` is used: `import signal` builds its enums first (5 ms), a window in
+which a Ctrl-C was still a traceback. `kvplan/__init__.py` imports nothing for the same reason.
+`python -m kvplan` holds the signals (a signal mask) from the first line of kvplan/__main__.py
+until the handlers are set, so what is left there is the interpreter's own start-up and runpy
+finding the package, before any line of kvplan runs. The `kvplan` script pip writes imports
+this module first; its window is that import, about a millisecond."""
+
+import _signal
 import os
-import signal
 import sys
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
+_NAMES = {_signal.SIGTERM: "SIGTERM", _signal.SIGINT: "SIGINT", _signal.SIGHUP: "SIGHUP"}
 
 
-def _stop_early(signum, frame) -> None:
+def stop_early(signum, frame) -> None:
+    """A signal before the CLI's own handlers: one line, exit 128 + the signal's number."""
     try:
-        os.write(2, f"error: stopped by {signal.Signals(signum).name}\n".encode())
+        os.write(2, f"error: stopped by {_NAMES.get(signum, signum)}\n".encode())
     except OSError:
         pass
     os._exit(128 + signum)
 
 
-def main() -> None:
+def main(mask: set | None = None) -> None:
+    """Run the CLI on sys.argv. `mask`: the signal mask to put back once the handlers are set,
+    when the caller held the signals while this module loaded (`python -m kvplan` does); one
+    that came meanwhile is delivered then, to the handler."""
     previous = {}
     for signum in SIGNALS:
-        current = signal.getsignal(signum)
-        if current is not signal.SIG_IGN:
+        current = _signal.getsignal(signum)
+        if current != _signal.SIG_IGN:
             previous[signum] = current
-            signal.signal(signum, _stop_early)
-    from kvplan.cli import main as cli_main
+            _signal.signal(signum, stop_early)
+    if mask is not None:  # before anything starts a child: it would inherit the held signals
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
+    try:
+        from kvplan.cli import main as cli_main
 
-    for signum, handler in previous.items():
-        signal.signal(signum, handler)
-    cli_main(sys.argv[1:])
+        cli_main(sys.argv[1:])
+    finally:
+        from kvplan.cli import signals
+
+        if not signals.stopping():  # after a stop a second signal stays ignored to the end
+            for signum, handler in previous.items():
+                _signal.signal(signum, handler)

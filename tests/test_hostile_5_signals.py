@@ -278,3 +278,34 @@ def test_a_signal_inside_a_block_removes_what_it_staged(tmp_path):
         output.write_text("two", tmp_path / "b.txt")
         raise Stopped(signal.SIGTERM)
     assert list(tmp_path.iterdir()) == [] and output._TEMPORARY == {}
+
+
+def test_two_signals_in_one_long_c_call_stop_as_the_first_that_came():
+    """CPython runs the handlers of signals that came during one C call in number order
+    (SIGHUP before SIGTERM): a report sent SIGTERM, then SIGHUP, ended 'stopped by SIGHUP'."""
+    import hashlib
+    import os
+    import threading
+
+    from kvplan.cli import signals
+
+    def send():
+        time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGHUP)
+
+    before = {s: signal.getsignal(s) for s in signals.SIGNALS}
+    sender = threading.Thread(target=send)
+    try:
+        with pytest.raises(signals.Stopped) as stopped:
+            with signals.handled():
+                sender.start()
+                hashlib.sha256(bytes(300_000_000)).digest()  # the main thread in one C call
+                sender.join()
+                time.sleep(0.5)  # the handlers run here at the latest
+    finally:
+        sender.join()
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+    assert stopped.value.signum == signal.SIGTERM

@@ -10,11 +10,15 @@ prints `error: stopped by SIGTERM` and exits 128 + the signal's number (143; SIG
 129). A second signal during that cleanup is ignored: the cleanup is bounded, and the first
 signal's exit stands, through to the end of the process (the handlers are not put back after a
 stop). A signal the caller set to be ignored (nohup, a background job's SIGINT)
-stays ignored.
+stays ignored; the entry point's early handler (kvplan/_entry.py) counts as a default, so no
+signal falls into the gap between the two.
 
 The `signal` module is already loaded by typer and rich, so installing costs no start-up."""
 
+import os
 import signal
+
+from kvplan._entry import stop_early
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -34,12 +38,33 @@ class Stopped(SystemExit):
 _stopping = False
 
 
+def stopping() -> bool:
+    """Whether a signal has stopped this run (its handlers then stay as they are to the end)."""
+    return _stopping
+
+
+_arrivals: int | None = None  # read end of the wakeup pipe: signal numbers in arrival order
+
+
+def _first_arrived(signum: int) -> int:
+    """The first of the signals that arrived. Two that come while the main thread is in one long
+    C call run their Python handlers together, in signal-number order (SIGHUP before SIGTERM),
+    not in the order they came; the interpreter's wakeup fd has them in that order."""
+    if _arrivals is None:
+        return signum
+    try:
+        arrived = os.read(_arrivals, 4096)
+    except OSError:  # nothing there (another wakeup fd took over): the handler's own
+        return signum
+    return next((number for number in arrived if number in SIGNALS), signum)
+
+
 def _stop(signum, frame) -> None:
     global _stopping
     if _stopping:  # already on the way out: let the cleanup finish
         return
     _stopping = True
-    raise Stopped(signum)
+    raise Stopped(_first_arrived(signum))
 
 
 class handled:  # noqa: N801 (used as a function: `with handled():`)
@@ -56,14 +81,36 @@ class handled:  # noqa: N801 (used as a function: `with handled():`)
         for signum in SIGNALS:
             current = signal.getsignal(signum)
             default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
-            if current is default:
+            if current is default or current is stop_early:
                 try:
                     signal.signal(signum, _stop)
                 except ValueError:  # not the main thread
                     return
                 self.previous[signum] = current
+        if self.previous:
+            self._record_arrivals()
+
+    def _record_arrivals(self) -> None:
+        global _arrivals
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        self.pipe = (read, write)
+        self.wakeup = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        _arrivals = read
+
+    def _stop_recording(self) -> None:
+        global _arrivals
+        if not hasattr(self, "pipe"):
+            return
+        signal.set_wakeup_fd(self.wakeup)
+        _arrivals = None
+        for fd in self.pipe:
+            os.close(fd)
+        del self.pipe
 
     def __exit__(self, kind, exc, traceback) -> None:
+        self._stop_recording()
         if _stopping:
             # on the way out on a signal: a second one stays ignored until the process ends (the
             # interpreter's shutdown still joins the worker pool's threads and runs the atexit
