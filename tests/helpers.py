@@ -70,3 +70,13 @@ def mamba2_config(**overrides) -> dict:
     }
     config.update(overrides)
     return config
+
+
+def default_signals() -> None:
+    """preexec_fn for a child the test will signal: SIGTERM, SIGINT and SIGHUP at their default
+    action, as in an interactive shell. A run under `nohup` (or a background job's SIGINT)
+    passes them on ignored, and kvplan rightly keeps an ignored signal ignored."""
+    import signal
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)

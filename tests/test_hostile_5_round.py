@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from helpers import run_cli
+from helpers import default_signals, run_cli
 
 
 def one_line_error(code: int, err: str, needle: str) -> str:
@@ -102,7 +102,11 @@ def test_a_report_stopped_twice_exits_as_the_first_signal_says(tmp_path):
 
     argv = ["report", "llama-3.1-8b", "--out", str(tmp_path / "r.md")]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kvplan", *argv], stderr=subprocess.PIPE, text=True, cwd=tmp_path
+        [sys.executable, "-m", "kvplan", *argv],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        preexec_fn=default_signals,
     )
     time.sleep(0.8)
     proc.send_signal(signal.SIGTERM)
@@ -201,6 +205,7 @@ def test_a_signal_while_the_cli_is_still_importing_is_one_line(tmp_path, signame
             break
         proc = subprocess.Popen(
             [sys.executable, "-m", "kvplan", "size", "llama-3.1-8b"],
+            preexec_fn=default_signals,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

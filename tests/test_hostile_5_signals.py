@@ -22,7 +22,7 @@ import pytest
 
 from kvplan.present import output
 
-from helpers import REPO
+from helpers import REPO, default_signals
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -91,6 +91,7 @@ def _wait_for(condition, limit_s: float, what: str):
 def _start(argv: list[str], tmp_path: Path, marker: str, **env) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "kvplan", *argv],
+        preexec_fn=default_signals,
         cwd=tmp_path,  # not the repository root (its kernels/ folder shadows a PyPI package)
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -246,6 +247,7 @@ def test_sigterm_while_a_chart_is_written_leaves_nothing(tmp_path, argv, hang_at
     ready, marker = tmp_path / "ready", uuid.uuid4().hex
     proc = subprocess.Popen(
         [sys.executable, "-c", HANG_IN_SAVEFIG, *argv],
+        preexec_fn=default_signals,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
