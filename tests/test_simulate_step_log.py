@@ -117,3 +117,28 @@ def test_a_failed_write_leaves_no_step_log_nor_report(tmp_path, monkeypatch):
     )  # fmt: skip
     assert code == 2 and "boom" in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_run_redone_with_the_real_pool_logs_once_and_only_replica_0(replicas):
+    """A tight pool with prefix caching on: the counted stand-in pool gives way to the real one
+    mid-run (engine.with_stand_in), and the log starts again with it; with two replicas only
+    replica 0's requests are in it, every one finished once."""
+    spec, gpu = c.load_model("qwen3-8b"), c.load_gpu("h100")
+    request = SimulateRequest(
+        workload=WorkloadSpec(num_prompts=40, input_len=512, output_len=300),
+        serve=ServeOptions(kv_cache_memory_bytes=400 << 20),
+        replicas=replicas,
+        step_log=True,
+    )
+    result = simulate(spec, gpu, request)
+    steps = result.step_log["steps"]
+    assert [s["step"] for s in steps] == list(range(len(steps)))
+    finished = [rid for s in steps for rid in s["finished"]]
+    seen = {rid for s in steps for rid in s["scheduled"]}
+    assert sorted(finished, key=int) == sorted(seen, key=int) and len(set(finished)) == len(
+        finished
+    )
+    assert len(finished) == (40 if replicas == 1 else 20)  # round robin: every other request
+    if replicas == 1:
+        assert sum(len(s["preempted"]) for s in steps) == result.runs[0].engine.preemptions > 0
