@@ -12,11 +12,22 @@ import statistics
 
 import pytest
 
+from kvplan.engines import engine_allocation
 from kvplan.formulas.memory import FORWARD_HIDDEN_TENSORS, PROFILE_FIXED_BYTES
+from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.sources import load_model
 from kvplan.present.engines import engine_view
 from kvplan.units import GIB
 
-from vllm_logs import cases, covered, evaluate, load_case_model, predict, summary
+from vllm_logs import (
+    cases,
+    covered,
+    evaluate,
+    load_case_model,
+    predict,
+    request_for,
+    summary,
+)
 
 ROWS = {c.url: evaluate(c) for c in covered()}
 
@@ -213,3 +224,59 @@ def test_sglang_pads_mxfp4_experts_its_own_way():
     bf16 = weights_per_rank(spec, spec, True, True, "bf16", 4)
     experts = plain.layers_bytes - (bf16.layers_bytes - 2 * dict(spec.param_parts)["experts"] / 4)
     assert padded.layers_bytes - plain.layers_bytes == pytest.approx(experts * (768 / 720 - 1))
+
+
+def test_phi4_a_window_at_least_max_model_len_stays_sliding_as_in_vllm():
+    """Issue 33 asked for a rule "a sliding window >= max_model_len is full attention" from the
+    phi-4 log (29.49x logged, 29.43x from kvplan's bundled config). vLLM has no such rule:
+    `ModelConfig.get_sliding_window()` returns `hf_text_config.sliding_window` unchanged
+    (vllm/config/model.py; only `--disable-sliding-window` drops it); `Attention.__init__`
+    takes `cache_config.sliding_window` when the model passes no per-layer window
+    (vllm/model_executor/layers/attention/attention.py; Phi3ForCausalLM is LlamaForCausalLM,
+    whose per-layer window comes from `layer_types` only); so the layers get a
+    SlidingWindowSpec, whose `max_memory_usage_bytes` (vllm/v1/kv_cache_interface.py) is
+    `cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1` pages:
+    513 at 8,192 tokens, where FullAttentionSpec's `cdiv(max_model_len, block_size)` is 512.
+    The logged run is full attention because it loaded the current microsoft/phi-4 config,
+    `sliding_window: null` (tests/data/vllm_0.19_h100/PROVENANCE.md); the bundled copy is an
+    older revision with 16,384."""
+    case = _case("microsoft-phi-4--h100-80gb--tp1pp1dp1--8192.log")
+    request = request_for(case, kv_cache_memory_bytes=int(case.available_gib * GIB))
+    logged = engine_allocation(load_case_model(case), load_profile("h100"), request)
+    assert load_case_model(case).layers[0].attention.window is None
+    assert round(logged.max_concurrency, 2) == case.concurrency == 29.49
+    assert logged.kv_cache_tokens / 16 / logged.max_concurrency == 8192 // 16  # full: 512
+    bundled = load_model("phi-4")
+    assert bundled.layers[0].attention.window == 16384 >= request.max_model_len
+    windowed = engine_allocation(bundled, load_profile("h100"), request)
+    assert windowed.kv_cache_tokens == logged.kv_cache_tokens  # the same pool
+    assert windowed.kv_cache_tokens / 16 / windowed.max_concurrency == 8192 // 16 + 1  # 513
+    assert round(windowed.max_concurrency, 2) == 29.43
+
+
+def test_pipeline_stages_each_as_logged_the_pool_from_the_smallest():
+    """Issue 33's "PP 2 is 1.1 GiB above the log" (Llama-3.1-8B: 66.73 vs 65.63 GiB) set two
+    stages side by side: vLLM prints "Available KV cache memory" for rank 0 only (66.54 GiB;
+    kvplan 66.73) and sizes the pool from the smallest stage's memory, the last one's (the
+    requested 75.23 GiB less its logged 9.6 GiB non-KV = 65.63 GiB; kvplan 65.63, and the
+    logged 1,075,312 tokens are 65.63 GiB of 16 layers' KV). Every stage but rank 0 is within
+    0.01 GiB of requested less its logged non-KV memory; rank 0 is 0.17-0.19 GiB above it
+    (its torch peak: kvplan 0.92 GiB, the log 1.1 on both runs, where the middle stages'
+    1.05 agree), which does not move the pool."""
+    pp_cases = [c for c in covered() if c.pp > 1]
+    assert len(pp_cases) == 2
+    for case in pp_cases:
+        result = predict(case)
+        requested = case.available_gib + case.profiles[0].non_kv  # rank 0's line: 75.23
+        for profile in case.profiles:
+            rank = int(profile.worker.removeprefix("Worker_PP"))
+            predicted = result.memory[rank].available_bytes / GIB
+            error = predicted - (requested - profile.non_kv)
+            if rank == 0:
+                assert 0.15 <= error <= 0.2, (case.label, error)
+            else:
+                assert abs(error) <= 0.01, (case.label, rank, error)
+        smallest = min(m.available_bytes for m in result.memory)
+        assert smallest == result.memory[-1].available_bytes
+        assert result.kv_cache_tokens == pytest.approx(case.tokens, rel=1e-4)
+        assert result.max_concurrency == pytest.approx(case.concurrency, abs=0.01)

@@ -264,6 +264,13 @@ def add(app: typer.Typer) -> None:
         timeline: Path = typer.Option(
             None, "--timeline", help="KV usage and queue depth over time (.png/.svg)."
         ),
+        step_log: Path = typer.Option(
+            None,
+            "--step-log",
+            help="Write replica 0's schedule step by step (JSON: tokens per request, "
+            "preemptions, finishes, each step's start), the format of scripts/step_log.py; "
+            "one --request-rate, vLLM's scheduler.",
+        ),
         fmt: c.OutputFormat = c.format_option(),
         out: Path = c.out_option(),
     ) -> None:
@@ -271,11 +278,15 @@ def add(app: typer.Typer) -> None:
         `vllm bench serve` reports a real run."""
         from kvplan.inputs.options import check_range, parse_tokens
         from kvplan.plans.simulate import SimulateRequest, simulate
-        from kvplan.present.output import all_or_nothing, check_outputs
-        from kvplan.present.simulate import simulate_plots, simulate_view
+        from kvplan.present.output import all_or_nothing, check_outputs, is_stdout, write_text
+        from kvplan.present.simulate import simulate_plots, simulate_view, step_log_text
         from kvplan.simulate.workload import WorkloadSpec
 
-        check_outputs({"--plot": plot, "--timeline": timeline, "--out": out})
+        if step_log is not None and is_stdout(step_log):
+            raise KvplanError("--step-log needs a file name (the report goes to standard output)")
+        check_outputs(
+            {"--plot": plot, "--timeline": timeline, "--step-log": step_log, "--out": out}
+        )
 
         if not (burstiness == math.inf or 0.01 <= burstiness <= 100):  # -inf is no shape
             raise KvplanError("--burstiness must be between 0.01 and 100")
@@ -329,9 +340,12 @@ def add(app: typer.Typer) -> None:
             disaggregated=parse_disaggregated(disaggregated),
             link=link,
             network_gbps=network_gbps,
+            step_log=step_log is not None,
         )
         result = simulate(c.load_model(model), c.load_gpu(gpu), request)
-        with all_or_nothing():  # --plot, --timeline and --out land together, or none
+        with all_or_nothing():  # --plot, --timeline, --step-log and --out land together
             if plot is not None or timeline is not None:
                 simulate_plots(result, plot, timeline)
+            if step_log is not None:
+                write_text(step_log_text(result), step_log, "--step-log")
             c.emit(c.render(simulate_view(result), fmt), out)

@@ -24,6 +24,7 @@ from kvplan.simulate import cluster, disagg, metrics
 from kvplan.simulate.cluster import Frontend
 from kvplan.simulate.engine import Engine, pool_demand, with_stand_in, without_idle_caching
 from kvplan.simulate.setup import KV_FORMATS, Replica, ServeOptions, build_replica, make_engine
+from kvplan.simulate.steplog import StepRecorder
 from kvplan.simulate.workload import WorkloadSpec, generate, read_trace
 
 MAX_RATES = 32
@@ -55,6 +56,8 @@ class SimulateRequest(NamedTuple):
     disaggregated: tuple[int, int] | None = None
     link: str = "network"
     network_gbps: float | None = None
+    # keep replica 0's schedule step by step (SimulateResult.step_log; `--step-log FILE`)
+    step_log: bool = False
 
 
 class Setup(NamedTuple):
@@ -122,6 +125,9 @@ class SimulateResult(NamedTuple):
     dominant_terms: list[str]
     comparison: Comparison | None
     notes: tuple[Note, ...]
+    # request.step_log: replica 0's schedule in kvplan.simulate.steplog's format, each step
+    # with its start `t_s` (kept out of the report's JSON; `--step-log FILE` writes it)
+    step_log: dict | None = None
 
 
 def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> SimulateResult:
@@ -143,6 +149,8 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
             raise KvplanError("--disaggregated P:D sets the replicas: drop --replicas")
         if not all(1 <= n <= MAX_REPLICAS for n in request.disaggregated):
             raise KvplanError(f"--disaggregated P:D: each between 1 and {MAX_REPLICAS:,}")
+    if request.step_log:
+        _check_step_log(request)
     if request.serve.engine == "sglang":
         if request.disaggregated is not None:
             raise KvplanError("--disaggregated is simulated for vLLM only; drop --engine sglang")
@@ -154,14 +162,17 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
     replica = build_replica(spec, gpu, request.serve)
     if request.disaggregated is not None:
         replica = replica._replace(transfer=transfer_model(spec, gpu, replica, request))
-    runs, capped = _runs(replica, request)
+    recorder = StepRecorder() if request.step_log else None
+    runs, capped = _runs(replica, request, recorder)
     comparison = None
     if request.compare is not None:
         toggled, was_on = _toggled(request, replica)
         if request.compare == "cache-aware-routing" and request.replicas < 2:
             raise KvplanError("--compare cache-aware-routing needs --replicas 2 or more")
         other = build_replica(spec, gpu, toggled.serve)._replace(transfer=replica.transfer)
-        comparison = Comparison(request.compare, was_on, _runs(other, toggled)[0])
+        comparison = Comparison(
+            request.compare, was_on, _runs(other, toggled._replace(step_log=False))[0]
+        )
     shares = runs[-1].engine.step_time_shares
     dominant = [k for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v >= DOMINANT_SHARE]
     notes = [
@@ -196,12 +207,41 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         dominant_terms=dominant,
         comparison=comparison,
         notes=unique(notes),
+        step_log=None if recorder is None else _step_log(spec, request, recorder),
     )
 
 
-def _runs(replica: Replica, request: SimulateRequest) -> tuple[list[Run], int]:
+def _check_step_log(request: SimulateRequest) -> None:
+    """A step log is one engine's schedule under vLLM's rules: one run, one rate."""
+    if request.serve.engine != "vllm":
+        raise KvplanError("--step-log logs vLLM's scheduler; drop --engine sglang")
+    if request.disaggregated is not None:
+        raise KvplanError("--step-log logs one engine's schedule; drop --disaggregated")
+    if len(request.rates) != 1:
+        raise KvplanError("--step-log logs one run: give one --request-rate")
+
+
+def _step_log(spec: ModelSpec, request: SimulateRequest, recorder: StepRecorder) -> dict:
+    """The recorded schedule as kvplan.simulate.steplog writes it (scripts/step_log.py
+    --against compares it with a vLLM log), the steps timed by the step model."""
+    rate = request.rates[0]
+    return {
+        "scenario": f"kvplan simulate {spec.name}",
+        "kvplan_version": __version__,
+        "vllm_version": request.serve.vllm_version,
+        "request_rate": None if request.trace is not None else rate if rate < math.inf else "inf",
+        "replica": 0,
+        "step_s": None,  # every step its own time: see each step's t_s
+        "steps": recorder.steps,
+    }
+
+
+def _runs(
+    replica: Replica, request: SimulateRequest, recorder: StepRecorder | None = None
+) -> tuple[list[Run], int]:
     """One run per rate, and how many requests (at most, over the rates) asked for more
-    output than max_model_len leaves them (the engine stops them there)."""
+    output than max_model_len leaves them (the engine stops them there); `recorder` logs
+    replica 0's steps in the first run."""
     runs, capped = [], 0
     limit = replica.config.max_model_len
     for rate in request.rates:
@@ -211,7 +251,8 @@ def _runs(replica: Replica, request: SimulateRequest) -> tuple[list[Run], int]:
             requests = generate(request.workload._replace(request_rate=rate))
         over = sum(1 for r in requests if r.input_tokens < limit < r.input_tokens + r.output_tokens)
         capped = max(capped, over)
-        runs.append(run_once(replica, requests, request, rate))
+        runs.append(run_once(replica, requests, request, rate, recorder))
+        recorder = None
     return runs, capped
 
 
@@ -266,8 +307,15 @@ def _replica_pool(config, requests, request: SimulateRequest):
     return without_idle_caching(config, share), demand
 
 
-def run_once(replica: Replica, requests, request: SimulateRequest, rate: float) -> Run:
-    """One simulated benchmark: every request served, then the bench's numbers."""
+def run_once(
+    replica: Replica,
+    requests,
+    request: SimulateRequest,
+    rate: float,
+    recorder: StepRecorder | None = None,
+) -> Run:
+    """One simulated benchmark: every request served, then the bench's numbers; `recorder`
+    (a vLLM engine's): replica 0's steps."""
     if request.disaggregated is not None:
         return _run_disaggregated(replica, requests, request, rate)
     config, demand = _replica_pool(replica.config, requests, request)
@@ -278,6 +326,9 @@ def run_once(replica: Replica, requests, request: SimulateRequest, rate: float) 
             make_engine(replica, request.frontend.per_token_s, demand, stand_in)
             for _ in range(request.replicas)
         ]
+        if recorder is not None:  # a run redone with the real pool starts the log again
+            recorder.reset()
+            engines[0].observer = recorder
         result = cluster.run(
             requests,
             engines,
@@ -289,6 +340,8 @@ def run_once(replica: Replica, requests, request: SimulateRequest, rate: float) 
         return engines, result
 
     engines, result = with_stand_in(config, requests, served)
+    if recorder is not None:
+        _settle_steps(recorder.steps, engines[0], result.finished)
     bench = metrics.bench_result(
         result,
         rate if request.trace is None else None,
@@ -297,6 +350,18 @@ def run_once(replica: Replica, requests, request: SimulateRequest, rate: float) 
     )
     stats = metrics.engine_stats(result, bench.duration, request.frontend.per_token_s)
     return Run(bench, stats, metrics.series(engines[0]) if request.series else None)
+
+
+def _settle_steps(steps: list[dict], engine: Engine, finished) -> None:
+    """Each step's start (the engine's log holds every step that ran, in order) and the
+    requests that sampled their last token in it."""
+    log = engine.log
+    for i, entry in enumerate(steps):
+        k = entry.pop("step")
+        steps[i] = {"step": k, "t_s": round(log.end_s[k] - log.duration_s[k], 9), **entry}
+    for r in sorted(finished, key=lambda r: r.rid):
+        if r.replica == 0 and 0 <= r.last_step < len(steps):
+            steps[r.last_step]["finished"].append(str(r.rid))
 
 
 def _run_disaggregated(replica: Replica, requests, request: SimulateRequest, rate) -> Run:

@@ -4,8 +4,10 @@ charts of latency and throughput against the rate and of KV usage and queue over
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from kvplan.errors import KvplanError
 from kvplan.plans.simulate import Run, SimulateResult
 from kvplan.present import format as f
 from kvplan.present.view import Column, Table, View, jsonable, view
@@ -181,7 +183,8 @@ def simulate_view(result: SimulateResult) -> View:
         tables.append(disagg_table(result))
     if s.replicas > 1:
         tables.append(replica_table(result))
-    data = jsonable(result)
+    data = jsonable(result._replace(step_log=None))
+    data.pop("step_log")  # its own file (--step-log)
     if result.comparison is not None:
         tables.append(comparison_table(result))
     title = f"Simulated serving of {result.model['name']} on {s.gpu}"
@@ -346,3 +349,12 @@ def _engine_fact(s) -> str:
         f"{s.max_num_batched_tokens:,}, max_model_len {s.max_model_len:,}, "
         f"{'async' if s.async_scheduling else 'synchronous'} scheduling"
     )
+
+
+def step_log_text(result: SimulateResult) -> str:
+    """The --step-log file: the schedule as JSON, one step a line (diffs stay readable)."""
+    if result.step_log is None:
+        raise KvplanError("this simulation kept no step log (SimulateRequest.step_log)")
+    head = {k: v for k, v in result.step_log.items() if k != "steps"}
+    lines = [json.dumps(step, separators=(", ", ": ")) for step in result.step_log["steps"]]
+    return json.dumps(head)[:-1] + ', "steps": [\n' + ",\n".join(lines) + "\n]}\n"

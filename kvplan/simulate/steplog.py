@@ -208,33 +208,10 @@ def step_log(scenario: Scenario, step_s: float = 1.0, vllm_version: str = "0.19"
     if not MIN_STEP_S <= step_s <= MAX_STEP_S:
         raise KvplanError(f"the fixed step time must be from 1 µs to 1 h, not {step_s:g} s")
     config = engine_config(scenario, vllm_version)
-    log: list[dict] = []
-    seen_preemptions: dict[int, int] = {}
-
-    def observer(engine, steps, num_decodes, chunks):
-        first = round(engine.clock_s / step_s)
-        decoding = {str(r.rid): 1 for r in engine.running if r.state == DECODE}
-        preempted = []
-        for r in reqs.values():
-            if r.preemptions != seen_preemptions.get(r.rid, 0):
-                seen_preemptions[r.rid] = r.preemptions
-                preempted.append(str(r.rid))
-        for i in range(steps):
-            scheduled = dict(decoding)
-            if i == 0:
-                scheduled.update((str(r.rid), n) for r, n in chunks)
-            log.append(
-                {
-                    "step": first + i,
-                    "scheduled": dict(sorted(scheduled.items(), key=_by_id)),
-                    "preempted": sorted(preempted, key=int) if i == 0 else [],
-                    "finished": [],
-                }
-            )
-
-    engine = Engine(config, FixedStep(step_s), 0.0, observer=observer)
+    recorder = StepRecorder(lambda engine: round(engine.clock_s / step_s))
+    log = recorder.steps
+    engine = Engine(config, FixedStep(step_s), 0.0, observer=recorder)
     pending = deque(sorted(request_specs(scenario, step_s), key=lambda s: (s.arrival_s, s.rid)))
-    reqs: dict[int, Req] = {}
     while pending or engine.has_work:
         next_arrival = pending[0].arrival_s if pending else math.inf
         if engine.has_work and engine.clock_s < next_arrival - step_s / 2:
@@ -244,10 +221,48 @@ def step_log(scenario: Scenario, step_s: float = 1.0, vllm_version: str = "0.19"
         else:
             spec = pending.popleft()
             target = min(spec.output_tokens, scenario.max_model_len - spec.input_tokens)
-            req = Req(spec, spec.arrival_s, spec.arrival_s, target)
-            reqs[spec.rid] = req
-            engine.admit(req, spec.arrival_s)
+            engine.admit(Req(spec, spec.arrival_s, spec.arrival_s, target), spec.arrival_s)
     return log
+
+
+class StepRecorder:
+    """An engine observer that logs every step it runs: {"step", "scheduled", "preempted",
+    "finished"} (the module's format). `index(engine)` numbers the step starting now (the
+    clock over a fixed step time, or `engine.step_index`); finishes are added by the caller,
+    who sees what `Engine.step` returns (`finished`)."""
+
+    def __init__(self, index=None):
+        self.index = index or (lambda engine: engine.step_index)
+        self.reset()
+
+    def reset(self) -> None:
+        """Start again (for a new engine)."""
+        self.steps: list[dict] = []
+        self._seen: dict[int, int] = {}  # request -> its preemptions already logged
+        self._preemptions = 0  # the engine's, already logged
+
+    def __call__(self, engine, steps, num_decodes, chunks) -> None:
+        first = self.index(engine)
+        decoding = {str(r.rid): 1 for r in engine.running if r.state == DECODE}
+        preempted = []
+        if engine.preemptions != self._preemptions:  # the victims wait to be scheduled again
+            self._preemptions = engine.preemptions
+            for r in (*engine.waiting, *engine.running):
+                if r.preemptions != self._seen.get(r.rid, 0):
+                    self._seen[r.rid] = r.preemptions
+                    preempted.append(str(r.rid))
+        for i in range(steps):
+            scheduled = dict(decoding)
+            if i == 0:
+                scheduled.update((str(r.rid), n) for r, n in chunks)
+            self.steps.append(
+                {
+                    "step": first + i,
+                    "scheduled": dict(sorted(scheduled.items(), key=_by_id)),
+                    "preempted": sorted(preempted, key=int) if i == 0 else [],
+                    "finished": [],
+                }
+            )
 
 
 def _by_id(item) -> int:
