@@ -252,9 +252,11 @@ class BatchShape(NamedTuple):
     num_sampled: int = 0  # sequences that sample a token this step
 
 
-class StepTime(NamedTuple):
-    """One step's time by term (seconds, per GPU). Each roofline term is charged to the roof
-    that bounds it: weights_s or matmul_s for the GEMMs, kv_read_s or attention_s for attention."""
+class BatchStepTime(NamedTuple):
+    """One engine step's time by term, as StepModel prices it (seconds, per GPU; the
+    per-operator sum of `kvplan measure` is step_time.OpsStepTime). Each roofline term is charged
+    to the roof that bounds it: weights_s or matmul_s for the GEMMs, kv_read_s or attention_s for
+    attention."""
 
     weights_s: float
     matmul_s: float
@@ -347,7 +349,7 @@ class StepModel:
         )
         self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
         self._weights: dict[int, tuple[float, float]] = {}
-        self._span_base: dict[int, StepTime] = {}
+        self._span_base: dict[int, BatchStepTime] = {}
 
     # ---- the terms --------------------------------------------------------------------------
     def weights_bytes(self, num_tokens: int) -> tuple[float, float]:
@@ -442,7 +444,7 @@ class StepModel:
         )
 
     # ---- one step ---------------------------------------------------------------------------
-    def step(self, shape: BatchShape) -> StepTime:
+    def step(self, shape: BatchShape) -> BatchStepTime:
         """The time of one step running `shape`."""
         num_seqs = shape.num_decodes + len(shape.prefill_chunks)
         if self.pp > 1 and num_seqs > 1:
@@ -454,7 +456,7 @@ class StepModel:
         gpu_s = sum(gpu) + sampler_s
         total = max(gpu_s, host_s) if self.async_scheduling else gpu_s + host_s
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = gpu
-        return StepTime(
+        return BatchStepTime(
             weights_s, matmul_s, kv_read_s, attention_s, sampler_s, comm_s, launch_s, host_s, total
         )
 
@@ -508,15 +510,17 @@ class StepModel:
         """Consecutive decode-only steps of the same `num_decodes` sequences whose attended
         context sums are `context_sums` (a numpy array): (their step times, an array; the
         terms of the run, a function of how many of its steps are kept that returns a
-        StepTime of sums). The terms of `step`, the attention ones for many steps at once."""
+        BatchStepTime of sums). The terms of `step`, the attention ones for many steps at once."""
         import numpy as np
 
         sums = np.asarray(context_sums, dtype=float)
         if self.pp > 1 and num_decodes > 1:
             steps = [self.step(BatchShape(num_decodes, float(x), (), num_decodes)) for x in sums]
 
-            def kept_steps(k: int) -> StepTime:
-                return StepTime(*(sum(getattr(t, f) for t in steps[:k]) for f in StepTime._fields))
+            def kept_steps(k: int) -> BatchStepTime:
+                return BatchStepTime(
+                    *(sum(getattr(t, f) for t in steps[:k]) for f in BatchStepTime._fields)
+                )
 
             return np.array([t.total_s for t in steps]), kept_steps
         base = self._span_base.get(num_decodes)
@@ -542,8 +546,8 @@ class StepModel:
         gpu = fixed + attention
         times = np.maximum(gpu, base.host_s) if self.async_scheduling else gpu + base.host_s
 
-        def kept(k: int) -> StepTime:
-            return StepTime(
+        def kept(k: int) -> BatchStepTime:
+            return BatchStepTime(
                 base.weights_s * k,
                 base.matmul_s * k,
                 float(attention[:k].sum()),

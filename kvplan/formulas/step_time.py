@@ -220,8 +220,9 @@ def op_time(op: Op, rates: OpRates) -> OpTime:
     )
 
 
-class StepTime(NamedTuple):
-    """A step's predicted time, split by the term that bounds each operator."""
+class OpsStepTime(NamedTuple):
+    """A step's predicted time as the sum of its operators (`step_time`), split by the term that
+    bounds each operator; the engine step of simulate and plan is batch_step.BatchStepTime."""
 
     time_s: float
     memory_bound_s: float  # time of the operators whose bytes bind
@@ -231,13 +232,13 @@ class StepTime(NamedTuple):
     ops: tuple[OpTime, ...]
 
 
-def step_time(ops: list[Op], rates: OpRates) -> StepTime:
+def step_time(ops: list[Op], rates: OpRates) -> OpsStepTime:
     times = tuple(op_time(op, rates) for op in ops)
     memory = sum(t.time_s - t.overhead_s for t in times if t.bound == "memory")
     compute = sum(t.time_s - t.overhead_s for t in times if t.bound == "compute")
     overhead = sum(t.overhead_s for t in times)
     shares = {"memory": memory, "compute": compute, "overhead": overhead}
-    return StepTime(
+    return OpsStepTime(
         memory + compute + overhead, memory, compute, overhead, max(shares, key=shares.get), times
     )
 
