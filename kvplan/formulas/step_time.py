@@ -60,7 +60,11 @@ class Step(NamedTuple):
         return self.flops / self.bytes
 
 
-def _step(batch_size: int, context_len: int, flops: float, num_bytes: float, rates: Rates) -> Step:
+def floor_step(
+    batch_size: int, context_len: int, flops: float, num_bytes: float, rates: Rates
+) -> Step:
+    """A step of `flops` and `num_bytes` at its roofline floor (decode, prefill, the DP-attention
+    rank of expert_parallel, the verification of techniques)."""
     return Step(
         batch_size,
         context_len,
@@ -85,7 +89,7 @@ def decode_step(
     flops = batch_size * flops_per_decode_token(spec, context_len) / tp
     weights = weight_bytes_read_per_decode_step(spec, weights_dtype, batch_size) / tp
     num_bytes = weights + batch_size * kv_bytes_per_sequence(spec, context_len, fmt, tp)
-    return _step(batch_size, context_len, flops, num_bytes, rates)
+    return floor_step(batch_size, context_len, flops, num_bytes, rates)
 
 
 def prefill_step(
@@ -100,7 +104,7 @@ def prefill_step(
     flops = prefill_flops(spec, num_tokens) / tp
     weights = weight_bytes_read_per_decode_step(spec, weights_dtype, num_tokens) / tp
     num_bytes = weights + kv_bytes_per_sequence(spec, num_tokens, fmt, tp)
-    return _step(1, num_tokens, flops, num_bytes, rates)
+    return floor_step(1, num_tokens, flops, num_bytes, rates)
 
 
 # ---- the per-operator model ------------------------------------------------------------------
