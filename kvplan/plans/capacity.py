@@ -15,7 +15,7 @@ from kvplan.formulas.kv import kv_bytes_per_token
 from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
 from kvplan.inputs.hardware import GpuProfile, choose_link
 from kvplan.notes import Note, note, unique
-from kvplan.plans.common import model_notes, require_cache
+from kvplan.plans.common import budget_note, model_notes, require_cache
 from kvplan.plans.deployment import (
     Deployment,
     DeploymentChoice,
@@ -206,14 +206,8 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
     notes = model_notes(spec, tp) + wnotes
     notes.append(fmt.note)
     notes.append(
-        note(
-            "capacity-budget",
-            gpu=gpu.name,
-            reported=bool(gpu.memory_reported_bytes),
-            usable_memory_bytes=gpu.usable_memory_bytes,
-            gpu_mem_util=request.gpu_mem_util,
-            reserve_bytes=plan.reserve_bytes,
-            reserve_given=request.reserve_bytes is not None,
+        budget_note(
+            gpu, request.gpu_mem_util, plan.reserve_bytes, request.reserve_bytes is not None
         )
     )
     notes.append(note("capacity-paged", block_size=blk))
