@@ -164,15 +164,7 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
     tp = 1 if d.dp_attention > 1 else d.tp  # a rank's TP
     pp, blk = d.pp, request.block_size
     stages = pp_stages(spec, pp)
-    plan = rank_budget(
-        spec,
-        gpu,
-        wdtype,
-        d,
-        request.gpu_mem_util,
-        request.reserve_bytes,
-        request.max_num_batched_tokens,
-    )
+    plan = _rank_budget(spec, gpu, wdtype, d, request)
     pool = max(0.0, plan.pool_bytes)
     gpus = request.num_gpus
     if gpus is not None and gpus % d.gpus and choice.chosen_by == "given":
@@ -415,15 +407,7 @@ def weights_concurrency(
     context_len: int,
 ) -> int:
     """Sequences one replica of `d` holds with the weights in `wdtype` (the reserve as planned)."""
-    plan = rank_budget(
-        spec,
-        gpu,
-        wdtype,
-        d,
-        request.gpu_mem_util,
-        request.reserve_bytes,
-        request.max_num_batched_tokens,
-    )
+    plan = _rank_budget(spec, gpu, wdtype, d, request)
     if plan.pool_bytes <= 0:
         return 0
     return replica_sequences(spec, d, plan.pool_bytes, context_len, fmt, request.block_size)
@@ -577,15 +561,7 @@ def concurrency_curve(
     wdtype, _ = resolve_weights_dtype(spec, request.weights_dtype)
     fmt0 = resolve_kv_format(request.kv_dtype, spec.dtype, request.kv_group_size)
     d = resolve_deployment(spec, gpu, request, wdtype, fmt0).deployment
-    plan = rank_budget(
-        spec,
-        gpu,
-        wdtype,
-        d,
-        request.gpu_mem_util,
-        request.reserve_bytes,
-        request.max_num_batched_tokens,
-    )
+    plan = _rank_budget(spec, gpu, wdtype, d, request)
     replicas = (request.num_gpus or d.gpus) // d.gpus
     positions = spec.max_position_embeddings
     usable = [c for c in contexts if not positions or c <= positions]
@@ -600,3 +576,18 @@ def concurrency_curve(
             for c in usable
         ]
     return series
+
+
+def _rank_budget(
+    spec: ModelSpec, gpu: GpuProfile, wdtype: str, d: Deployment, request: CapacityRequest
+):
+    """One rank's memory budget of `d` at the request's memory share, reserve and token budget."""
+    return rank_budget(
+        spec,
+        gpu,
+        wdtype,
+        d,
+        request.gpu_mem_util,
+        request.reserve_bytes,
+        request.max_num_batched_tokens,
+    )
