@@ -201,6 +201,20 @@ def test_a_run_of_decode_steps_equals_the_steps_one_by_one(llama8):
         )
 
 
+def test_a_spans_attention_is_the_single_steps_exactly():
+    """One body prices decode attention for a step and for a span: the same floats, for full,
+    windowed, recurrent-state and DSA models."""
+    h200 = load_profile("h200-sxm")
+    for spec_name in ("llama-3.1-8b", "gemma-3-27b", "qwen3-next-80b-a3b", "deepseek-v3.2"):
+        spec = load_model(spec_name)
+        m = model(spec, dsa_delta_us=dsa_tables_for(h200))
+        for n in (1, 7, 300):
+            sums = np.array([n * 1.0, n * 999.0, n * 4096.0 + 3, n * 131072.0])
+            span, _ = m._decode_attention(n, sums, np.maximum, np.minimum)
+            singles = [m.decode_attention_s(n, float(s))[0] for s in sums]
+            assert span.tolist() == singles
+
+
 def test_measured_profiles_take_fractions_relative_to_dense():
     measured = measured_achieved()
     assert measured.dense["bf16"] == (1.0, 1.0)

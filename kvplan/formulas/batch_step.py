@@ -252,9 +252,11 @@ class BatchShape(NamedTuple):
     num_sampled: int = 0  # sequences that sample a token this step
 
 
-class StepTime(NamedTuple):
-    """One step's time by term (seconds, per GPU). Each roofline term is charged to the roof
-    that bounds it: weights_s or matmul_s for the GEMMs, kv_read_s or attention_s for attention."""
+class BatchStepTime(NamedTuple):
+    """One engine step's time by term, as StepModel prices it (seconds, per GPU; the
+    per-operator sum of `kvplan measure` is step_time.OpsStepTime). Each roofline term is charged
+    to the roof that bounds it: weights_s or matmul_s for the GEMMs, kv_read_s or attention_s for
+    attention."""
 
     weights_s: float
     matmul_s: float
@@ -347,7 +349,7 @@ class StepModel:
         )
         self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
         self._weights: dict[int, tuple[float, float]] = {}
-        self._span_base: dict[int, StepTime] = {}
+        self._span_base: dict[int, BatchStepTime] = {}
 
     # ---- the terms --------------------------------------------------------------------------
     def weights_bytes(self, num_tokens: int) -> tuple[float, float]:
@@ -368,21 +370,30 @@ class StepModel:
         reading the cache bounds it. Windowed layers hold min(s, W) per sequence, at the mean."""
         if not num_decodes:
             return 0.0, True
+        seconds, memory = self._decode_attention(num_decodes, context_sum, max, min)
+        return seconds, memory >= seconds
+
+    def _decode_attention(self, num_decodes: int, context_sum, maximum, minimum):
+        """(seconds, the seconds of the cache reads) of the decodes' attention: the recurrent
+        state, each group on its roofline, the DSA module's delta. One body for a float
+        `context_sum` (with max and min) and for an array of them, one per step of a decode span
+        (with np.maximum and np.minimum)."""
         mean = context_sum / num_decodes
         state = num_decodes * self.state_bytes_per_sequence
-        seconds = state / self.attention_rates.bandwidth_bytes_per_s
-        memory = seconds
+        seconds = memory = state / self.attention_rates.bandwidth_bytes_per_s
         for g in self.groups:
-            keys = context_sum if g.window is None else num_decodes * min(mean, g.window)
+            keys = context_sum if g.window is None else num_decodes * minimum(mean, g.window)
             rates = self.mla_rates if g.mla else self.attention_rates
-            kv_bytes, flops = g.kv_bytes_per_token * keys, g.decode_flop_per_key * keys
-            seconds += time_floor_s(kv_bytes, flops, rates)
-            memory += kv_bytes / rates.bandwidth_bytes_per_s
+            read_s = g.kv_bytes_per_token * keys / rates.bandwidth_bytes_per_s
+            seconds = seconds + maximum(
+                read_s, g.decode_flop_per_key * keys / rates.peak_flop_per_s
+            )
+            memory = memory + read_s
         if self.dsa is not None:  # the sparse module's cost over the MLA roofline (or saving)
             delta = self.dsa.delta_s("decode", num_decodes, mean)
-            seconds = max(0.0, seconds + delta)
-            memory = max(0.0, memory + delta)
-        return seconds, memory >= seconds
+            seconds = maximum(0.0, seconds + delta)
+            memory = maximum(0.0, memory + delta)
+        return seconds, memory
 
     def prefill_attention_s(self, new_tokens: int, cached_tokens: int) -> float:
         """Seconds of one prefill chunk's causal attention over the cached tokens and itself
@@ -442,7 +453,7 @@ class StepModel:
         )
 
     # ---- one step ---------------------------------------------------------------------------
-    def step(self, shape: BatchShape) -> StepTime:
+    def step(self, shape: BatchShape) -> BatchStepTime:
         """The time of one step running `shape`."""
         num_seqs = shape.num_decodes + len(shape.prefill_chunks)
         if self.pp > 1 and num_seqs > 1:
@@ -454,7 +465,7 @@ class StepModel:
         gpu_s = sum(gpu) + sampler_s
         total = max(gpu_s, host_s) if self.async_scheduling else gpu_s + host_s
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = gpu
-        return StepTime(
+        return BatchStepTime(
             weights_s, matmul_s, kv_read_s, attention_s, sampler_s, comm_s, launch_s, host_s, total
         )
 
@@ -508,42 +519,31 @@ class StepModel:
         """Consecutive decode-only steps of the same `num_decodes` sequences whose attended
         context sums are `context_sums` (a numpy array): (their step times, an array; the
         terms of the run, a function of how many of its steps are kept that returns a
-        StepTime of sums). The terms of `step`, the attention ones for many steps at once."""
+        BatchStepTime of sums). The terms of `step`, the attention ones for many steps at once."""
         import numpy as np
 
         sums = np.asarray(context_sums, dtype=float)
         if self.pp > 1 and num_decodes > 1:
             steps = [self.step(BatchShape(num_decodes, float(x), (), num_decodes)) for x in sums]
 
-            def kept_steps(k: int) -> StepTime:
-                return StepTime(*(sum(getattr(t, f) for t in steps[:k]) for f in StepTime._fields))
+            def kept_steps(k: int) -> BatchStepTime:
+                return BatchStepTime(
+                    *(sum(getattr(t, f) for t in steps[:k]) for f in BatchStepTime._fields)
+                )
 
             return np.array([t.total_s for t in steps]), kept_steps
         base = self._span_base.get(num_decodes)
         if base is None:  # every term but attention depends on the batch size alone
             base = self.step(BatchShape(num_decodes, 0, (), num_decodes))
             self._span_base[num_decodes] = base
-        state_s = (
-            num_decodes * self.state_bytes_per_sequence / self.attention_rates.bandwidth_bytes_per_s
-        )
         fixed = base.weights_s + base.matmul_s + base.sampler_s + base.comm_s + base.launch_s
-        mean = sums / num_decodes
-        attention = 0.0
-        for g in self.groups:
-            keys = sums if g.window is None else num_decodes * np.minimum(mean, g.window)
-            rates = self.mla_rates if g.mla else self.attention_rates
-            attention = attention + np.maximum(
-                g.kv_bytes_per_token * keys / rates.bandwidth_bytes_per_s,
-                g.decode_flop_per_key * keys / rates.peak_flop_per_s,
-            )
-        attention = attention + np.full_like(sums, state_s)  # an array even without attention
-        if self.dsa is not None:
-            attention = np.maximum(0.0, attention + self.dsa.delta_s("decode", num_decodes, mean))
+        attention, _ = self._decode_attention(num_decodes, sums, np.maximum, np.minimum)
+        attention = attention + np.zeros_like(sums)  # an array even without attention
         gpu = fixed + attention
         times = np.maximum(gpu, base.host_s) if self.async_scheduling else gpu + base.host_s
 
-        def kept(k: int) -> StepTime:
-            return StepTime(
+        def kept(k: int) -> BatchStepTime:
+            return BatchStepTime(
                 base.weights_s * k,
                 base.matmul_s * k,
                 float(attention[:k].sum()),

@@ -23,7 +23,7 @@ from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.formulas.flops import flops_per_decode_token, prefill_flops
 from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.formulas.roofline import MAX_BATCH_SEARCH
-from kvplan.formulas.step_time import Rates, Step, bound, time_floor_s
+from kvplan.formulas.step_time import Rates, Step, floor_step
 from kvplan.formulas.weights import weight_bytes_read_per_decode_step
 
 ACTIVATION_BYTES = ELEMENT_BYTES["bf16"]  # hidden states cross the all-to-all in bf16
@@ -33,11 +33,6 @@ def without_routed_experts(spec: ModelSpec) -> ModelSpec:
     """The model a DP-attention rank runs whole: everything but the routed experts."""
     parts = {k: v for k, v in spec.param_parts.items() if k != "experts"}
     return spec._replace(moe=None, param_parts=parts)
-
-
-def _step(batch_size: int, context_len: int, flops: float, num_bytes: float, rates: Rates) -> Step:
-    t = time_floor_s(num_bytes, flops, rates)
-    return Step(batch_size, context_len, flops, num_bytes, t, bound(num_bytes, flops, rates))
 
 
 def dp_attention_decode_step(
@@ -63,7 +58,7 @@ def dp_attention_decode_step(
     ) - weight_bytes_read_per_decode_step(dense, weights_dtype, batch_size)
     num_bytes = dense_read + expert_read / ranks
     num_bytes += own * kv_bytes_per_sequence(spec, context_len, fmt, 1)
-    return _step(own, context_len, flops, num_bytes, rates)
+    return floor_step(own, context_len, flops, num_bytes, rates)
 
 
 def dp_attention_prefill_step(
@@ -78,7 +73,7 @@ def dp_attention_prefill_step(
         spec, weights_dtype, num_tokens
     ) - weight_bytes_read_per_decode_step(dense, weights_dtype, num_tokens)
     num_bytes = dense_read + expert_read / ranks + kv_bytes_per_sequence(spec, num_tokens, fmt, 1)
-    return _step(1, num_tokens, flops, num_bytes, rates)
+    return floor_step(1, num_tokens, flops, num_bytes, rates)
 
 
 def ep_alltoall_bytes(spec: ModelSpec, tokens: int) -> int:

@@ -60,7 +60,11 @@ class Step(NamedTuple):
         return self.flops / self.bytes
 
 
-def _step(batch_size: int, context_len: int, flops: float, num_bytes: float, rates: Rates) -> Step:
+def floor_step(
+    batch_size: int, context_len: int, flops: float, num_bytes: float, rates: Rates
+) -> Step:
+    """A step of `flops` and `num_bytes` at its roofline floor (decode, prefill, the DP-attention
+    rank of expert_parallel, the verification of techniques)."""
     return Step(
         batch_size,
         context_len,
@@ -85,7 +89,7 @@ def decode_step(
     flops = batch_size * flops_per_decode_token(spec, context_len) / tp
     weights = weight_bytes_read_per_decode_step(spec, weights_dtype, batch_size) / tp
     num_bytes = weights + batch_size * kv_bytes_per_sequence(spec, context_len, fmt, tp)
-    return _step(batch_size, context_len, flops, num_bytes, rates)
+    return floor_step(batch_size, context_len, flops, num_bytes, rates)
 
 
 def prefill_step(
@@ -100,7 +104,7 @@ def prefill_step(
     flops = prefill_flops(spec, num_tokens) / tp
     weights = weight_bytes_read_per_decode_step(spec, weights_dtype, num_tokens) / tp
     num_bytes = weights + kv_bytes_per_sequence(spec, num_tokens, fmt, tp)
-    return _step(1, num_tokens, flops, num_bytes, rates)
+    return floor_step(1, num_tokens, flops, num_bytes, rates)
 
 
 # ---- the per-operator model ------------------------------------------------------------------
@@ -220,8 +224,9 @@ def op_time(op: Op, rates: OpRates) -> OpTime:
     )
 
 
-class StepTime(NamedTuple):
-    """A step's predicted time, split by the term that bounds each operator."""
+class OpsStepTime(NamedTuple):
+    """A step's predicted time as the sum of its operators (`step_time`), split by the term that
+    bounds each operator; the engine step of simulate and plan is batch_step.BatchStepTime."""
 
     time_s: float
     memory_bound_s: float  # time of the operators whose bytes bind
@@ -231,13 +236,13 @@ class StepTime(NamedTuple):
     ops: tuple[OpTime, ...]
 
 
-def step_time(ops: list[Op], rates: OpRates) -> StepTime:
+def step_time(ops: list[Op], rates: OpRates) -> OpsStepTime:
     times = tuple(op_time(op, rates) for op in ops)
     memory = sum(t.time_s - t.overhead_s for t in times if t.bound == "memory")
     compute = sum(t.time_s - t.overhead_s for t in times if t.bound == "compute")
     overhead = sum(t.overhead_s for t in times)
     shares = {"memory": memory, "compute": compute, "overhead": overhead}
-    return StepTime(
+    return OpsStepTime(
         memory + compute + overhead, memory, compute, overhead, max(shares, key=shares.get), times
     )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence
-from kvplan.formulas.step_time import Rates, Step, bound, decode_step, time_floor_s
+from kvplan.formulas.step_time import Rates, Step, decode_step, floor_step
 
 
 def kept_tokens(context_len: int, keep_fraction: float) -> int:
@@ -59,14 +59,7 @@ def verify_step(
     step = decode_step(spec, rates, tokens, context_len, weights_dtype, fmt, tp)
     reread = (tokens - batch_size) * kv_bytes_per_sequence(spec, context_len, fmt, tp)
     num_bytes = step.bytes - reread
-    return Step(
-        batch_size,
-        context_len,
-        step.flops,
-        num_bytes,
-        time_floor_s(num_bytes, step.flops, rates),
-        bound(num_bytes, step.flops, rates),
-    )
+    return floor_step(batch_size, context_len, step.flops, num_bytes, rates)
 
 
 def speculative_time_per_token_s(

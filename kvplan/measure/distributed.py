@@ -274,10 +274,10 @@ def _spawn(request: DistributedRequest, out: str) -> None:
 
 
 def _spawned_worker(rank: int, parent: int, *args) -> None:
-    """A rank this process spawned: SIGKILL when its parent dies (kvplan.plans.workers). torch's
+    """A rank this process spawned: SIGKILL when its parent dies (kvplan.processes). torch's
     spawn asks for SIGINT, which a rank blocked in a collective does not act on until the
     collective's timeout."""
-    from kvplan.plans.workers import die_with_parent
+    from kvplan.processes import die_with_parent
 
     die_with_parent(parent)
     _worker(rank, *args)

@@ -19,7 +19,7 @@ from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.step_time import (
     Op,
     OpRates,
-    StepTime,
+    OpsStepTime,
     decode_ops,
     layer_shape,
     prefill_ops,
@@ -444,7 +444,7 @@ def _probes(device: str, dtype: str, sweep: Sweep, workload: Workload, model) ->
 
 
 def _point(phase, batch, context, ops, timing, rates, roofline, sheet_rates) -> Point:
-    predicted: StepTime = step_time(ops, rates)
+    predicted: OpsStepTime = step_time(ops, rates)
     flat = step_time(ops, roofline).time_s
     sheet = step_time(ops, sheet_rates).time_s if sheet_rates is not None else None
     shares: dict[str, list] = {}

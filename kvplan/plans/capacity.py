@@ -15,7 +15,7 @@ from kvplan.formulas.kv import kv_bytes_per_token
 from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
 from kvplan.inputs.hardware import GpuProfile, choose_link
 from kvplan.notes import Note, note, unique
-from kvplan.plans.common import model_notes, require_cache
+from kvplan.plans.common import budget_note, model_notes, require_cache
 from kvplan.plans.deployment import (
     Deployment,
     DeploymentChoice,
@@ -164,15 +164,7 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
     tp = 1 if d.dp_attention > 1 else d.tp  # a rank's TP
     pp, blk = d.pp, request.block_size
     stages = pp_stages(spec, pp)
-    plan = rank_budget(
-        spec,
-        gpu,
-        wdtype,
-        d,
-        request.gpu_mem_util,
-        request.reserve_bytes,
-        request.max_num_batched_tokens,
-    )
+    plan = _rank_budget(spec, gpu, wdtype, d, request)
     pool = max(0.0, plan.pool_bytes)
     gpus = request.num_gpus
     if gpus is not None and gpus % d.gpus and choice.chosen_by == "given":
@@ -206,14 +198,8 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
     notes = model_notes(spec, tp) + wnotes
     notes.append(fmt.note)
     notes.append(
-        note(
-            "capacity-budget",
-            gpu=gpu.name,
-            reported=bool(gpu.memory_reported_bytes),
-            usable_memory_bytes=gpu.usable_memory_bytes,
-            gpu_mem_util=request.gpu_mem_util,
-            reserve_bytes=plan.reserve_bytes,
-            reserve_given=request.reserve_bytes is not None,
+        budget_note(
+            gpu, request.gpu_mem_util, plan.reserve_bytes, request.reserve_bytes is not None
         )
     )
     notes.append(note("capacity-paged", block_size=blk))
@@ -421,15 +407,7 @@ def weights_concurrency(
     context_len: int,
 ) -> int:
     """Sequences one replica of `d` holds with the weights in `wdtype` (the reserve as planned)."""
-    plan = rank_budget(
-        spec,
-        gpu,
-        wdtype,
-        d,
-        request.gpu_mem_util,
-        request.reserve_bytes,
-        request.max_num_batched_tokens,
-    )
+    plan = _rank_budget(spec, gpu, wdtype, d, request)
     if plan.pool_bytes <= 0:
         return 0
     return replica_sequences(spec, d, plan.pool_bytes, context_len, fmt, request.block_size)
@@ -583,15 +561,7 @@ def concurrency_curve(
     wdtype, _ = resolve_weights_dtype(spec, request.weights_dtype)
     fmt0 = resolve_kv_format(request.kv_dtype, spec.dtype, request.kv_group_size)
     d = resolve_deployment(spec, gpu, request, wdtype, fmt0).deployment
-    plan = rank_budget(
-        spec,
-        gpu,
-        wdtype,
-        d,
-        request.gpu_mem_util,
-        request.reserve_bytes,
-        request.max_num_batched_tokens,
-    )
+    plan = _rank_budget(spec, gpu, wdtype, d, request)
     replicas = (request.num_gpus or d.gpus) // d.gpus
     positions = spec.max_position_embeddings
     usable = [c for c in contexts if not positions or c <= positions]
@@ -606,3 +576,18 @@ def concurrency_curve(
             for c in usable
         ]
     return series
+
+
+def _rank_budget(
+    spec: ModelSpec, gpu: GpuProfile, wdtype: str, d: Deployment, request: CapacityRequest
+):
+    """One rank's memory budget of `d` at the request's memory share, reserve and token budget."""
+    return rank_budget(
+        spec,
+        gpu,
+        wdtype,
+        d,
+        request.gpu_mem_util,
+        request.reserve_bytes,
+        request.max_num_batched_tokens,
+    )

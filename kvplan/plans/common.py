@@ -1,5 +1,6 @@
-"""What several plans share: the notes that travel with a model at a TP degree, and the model's
-summary (anatomy, parameters, weights) that size, report and models print."""
+"""What several plans share: the notes that travel with a model at a TP degree, the memory
+budget's note, and the model's summary (anatomy, parameters, weights) that size, report and
+models print."""
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.errors import KvplanError
@@ -23,6 +24,19 @@ def model_notes(spec: ModelSpec, tp: int) -> list[Note]:
     if spec.has_kind(CacheKind.SLIDING):
         notes.append(note("sliding-held"))
     return notes
+
+
+def budget_note(gpu, gpu_mem_util: float, reserve_bytes: float, reserve_given: bool) -> Note:
+    """The capacity-budget note: where a GPU's KV pool comes from (capacity, whatif)."""
+    return note(
+        "capacity-budget",
+        gpu=gpu.name,
+        reported=bool(gpu.memory_reported_bytes),
+        usable_memory_bytes=gpu.usable_memory_bytes,
+        gpu_mem_util=gpu_mem_util,
+        reserve_bytes=reserve_bytes,
+        reserve_given=reserve_given,
+    )
 
 
 class AttentionSummary(NamedTuple):

@@ -19,40 +19,10 @@ workers end with it:
 from __future__ import annotations
 
 import os
-import sys
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
+from kvplan.processes import die_with_parent
+
 TERMINATE_WAIT_S = 2.0  # a terminated worker that has not exited by then is killed
-
-
-def die_with_parent(parent: int) -> None:
-    """This process ends when `parent`, the process that started it, does."""
-    import signal
-
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            _watch_parent(parent)
-    else:
-        _watch_parent(parent)
-    if os.getppid() != parent:  # the parent died before the request took hold
-        os._exit(1)
-
-
-def _watch_parent(parent: int) -> None:
-    import threading
-    import time
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True, name="kvplan-parent-watch").start()
 
 
 def _signals():

@@ -1,0 +1,153 @@
+"""The package edges hold to one order: a module imports only from packages below its own (or
+its own package). Every import counts, the function-level ones too (parsed with ast, nothing is
+imported). The edges that break the order today are listed one by one below, each named; a new
+one fails, and so does an entry that is no longer needed (delete it)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = {"kvplan": ROOT / "kvplan", "kvplan.kernels": ROOT / "kernels"}
+
+# Lowest first. Packages of one rank do not import each other. "shared" is kvplan's own modules
+# that every layer uses (kvplan/__init__.py: the version; errors, record, units, processes; notes:
+# the note ids and values, not their words); the entry points (_entry, __main__, cli_docs) rank with cli.
+RANK = {
+    "shared": 0,
+    "anatomy": 1,
+    "inputs": 2,
+    "formulas": 3,
+    "kernels": 3,
+    "engines": 4,
+    "simulate": 5,
+    "measure": 5,
+    "plans": 6,
+    "present": 7,
+    "cli": 8,
+}
+PACKAGE_OF_MODULE = {"_entry": "cli", "__main__": "cli", "cli_docs": "cli"}
+EXTERNAL = {"model_configs", "hardware_profiles"}  # data folders (files, no code to layer)
+
+# (importing module, imported module): the edges that break the order today, each to be cut.
+ALLOWED = {
+    # anatomy takes the byte-per-element table and KvFormat from formulas.dtypes (ModelSpec's
+    # byte counts); the table belongs below both
+    ("kvplan.anatomy.model", "kvplan.formulas.dtypes"),
+    # inputs reads dtype names and byte sizes from formulas.dtypes (configs, safetensors, GGUF)
+    ("kvplan.inputs.architectures.build", "kvplan.formulas.dtypes"),
+    ("kvplan.inputs.architectures.mixers", "kvplan.formulas.dtypes"),
+    ("kvplan.inputs.checkpoint", "kvplan.formulas.dtypes"),
+    ("kvplan.inputs.gguf", "kvplan.formulas.dtypes"),
+    # a GPU profile computes its ridge point and Apple's default working set with formulas
+    ("kvplan.inputs.hardware", "kvplan.formulas.roofline"),
+    ("kvplan.inputs.hardware", "kvplan.formulas.offload"),
+    ("kvplan.inputs.local_gpu", "kvplan.formulas.offload"),
+    # a checkpoint's quantized parts and a source's weight bytes come from formulas.weights
+    ("kvplan.inputs.quantization", "kvplan.formulas.weights"),
+    ("kvplan.inputs.sources", "kvplan.formulas.weights"),
+    # the Hub cache is written with the presenters' atomic write (issue 27: inputs -> present)
+    ("kvplan.inputs.hub", "kvplan.present.output"),
+    # measure --baseline compares through the presenters' JSON (issue 27: the JSON round trip)
+    ("kvplan.measure.baseline", "kvplan.present.view"),
+}
+
+
+def _module_name(path: Path, root: Path, base: str) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join([base, *parts])
+
+
+def _packages() -> set[str]:
+    subs = {p.name for p in SOURCES["kvplan"].iterdir() if (p / "__init__.py").is_file()}
+    return subs | {"kernels"}
+
+
+def _package(module: str, packages: set[str]) -> str:
+    parts = module.split(".")
+    if len(parts) < 2:
+        return "shared"
+    if parts[1] in packages or parts[1] in EXTERNAL:
+        return parts[1]
+    return PACKAGE_OF_MODULE.get(parts[1], "shared")
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Every kvplan module `path` imports, at any depth (`from a import b` names a.b where b is
+    a module, else a)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return {name for name in found if name == "kvplan" or name.startswith("kvplan.")}
+
+
+def _all_modules() -> dict[str, Path]:
+    modules = {}
+    for base, root in SOURCES.items():
+        for path in sorted(root.rglob("*.py")):
+            modules[_module_name(path, root, base)] = path
+    return modules
+
+
+def _edges() -> set[tuple[str, str]]:
+    """(importer, imported module) for every import of a kvplan module by another package."""
+    modules = _all_modules()
+    packages = _packages()
+    edges = set()
+    for module, path in modules.items():
+        for name in _imports(path, module):
+            # a name imported from a module is that module; a submodule is itself
+            target = name if name in modules else name.rpartition(".")[0]
+            if target not in modules:
+                target = name
+            if _package(module, packages) != _package(target, packages):
+                edges.add((module, target))
+    return edges
+
+
+def _upward(edges: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    packages = _packages()
+    bad = set()
+    for source, target in edges:
+        low, high = _package(target, packages), _package(source, packages)
+        if low in EXTERNAL:
+            continue
+        if RANK[low] >= RANK[high]:
+            bad.add((source, target))
+    return bad
+
+
+def test_every_package_is_ranked():
+    assert _packages() <= set(RANK), sorted(_packages() - set(RANK))
+
+
+def test_imports_go_down_the_layers_only():
+    upward = _upward(_edges())
+    new = sorted(upward - ALLOWED)
+    assert not new, "imports against the layer order (docs/architecture.md):\n" + "\n".join(
+        f"  {a} -> {b}" for a, b in new
+    )
+
+
+def test_the_allow_list_names_only_live_edges():
+    stale = sorted(ALLOWED - _upward(_edges()))
+    assert not stale, f"no longer imported, delete from ALLOWED: {stale}"
+
+
+def test_the_parser_sees_function_level_imports():
+    path = ROOT / "kvplan" / "measure" / "baseline.py"
+    assert "kvplan.present.view" in _imports(path, "kvplan.measure.baseline")
