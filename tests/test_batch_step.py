@@ -17,12 +17,11 @@ from kvplan.formulas.batch_step import (
     BatchShape,
     StepModel,
     achieved_for,
-    curve_at,
     dsa_tables_for,
     measured_achieved,
 )
 from kvplan.formulas.dtypes import KvFormat
-from kvplan.formulas.step_time import Rates
+from kvplan.formulas.step_time import Rates, curve_value
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
 
@@ -122,9 +121,9 @@ def test_the_expert_kernels_follow_the_tokens_per_expert_curve():
     spec = load_model("mixtral-8x7b")
     m = model(spec)
     curve = ACHIEVED_DATASHEET.experts_curve["bf16"]
-    assert curve_at(curve, 128) == pytest.approx(dict(curve)[128])
-    assert curve_at(curve, 0.01) == curve[0][1] and curve_at(curve, 1e9) == curve[-1][1]
-    between = curve_at(curve, 96)  # log-log between the 64 and 128 buckets
+    assert curve_value(curve, 128) == pytest.approx(dict(curve)[128])
+    assert curve_value(curve, 0.01) == curve[0][1] and curve_value(curve, 1e9) == curve[-1][1]
+    between = curve_value(curve, 96)  # log-log between the 64 and 128 buckets
     assert dict(curve)[64] < between < dict(curve)[128]
     flops = 2 * (spec.moe.params_per_expert * spec.moe.num_layers) * 2 * 2048
     _, experts = m.weights_bytes(2048)

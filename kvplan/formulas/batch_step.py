@@ -41,7 +41,7 @@ from kvplan.formulas.flops import (
 )
 from kvplan.formulas.kv import cache_groups
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
-from kvplan.formulas.step_time import Rates, bound, time_floor_s
+from kvplan.formulas.step_time import Rates, bound, curve_value, time_floor_s
 from kvplan.formulas.weights import weight_bytes_read_per_decode_step
 from kvplan.record import NamedTuple
 
@@ -184,12 +184,6 @@ def dsa_tables_for(profile) -> dict | None:
         if profile.is_model(name.split()[0]):
             return DSA_DELTA_US[name]
     return None
-
-
-def curve_at(curve: tuple[tuple[float, float], ...], x: float) -> float:
-    """A (x, y) curve read at x: log-log interpolation, flat beyond its ends."""
-    i, w = _log_position([x for x, _ in curve], x)
-    return math.exp((1 - w) * math.log(curve[i][1]) + w * math.log(curve[i + 1][1]))
 
 
 def measured_achieved(achieved: Achieved = ACHIEVED_DATASHEET) -> Achieved:
@@ -421,7 +415,7 @@ class StepModel:
         dense_flops = self.dense_flop_per_token * num_tokens + self.head_flop_per_sample * sampled
         expert_flops = self.expert_flop_per_token * num_tokens
         expert_slowdown = (
-            curve_at(self.expert_curve, num_tokens * self.tokens_per_expert)
+            curve_value(self.expert_curve, num_tokens * self.tokens_per_expert)
             if self.expert_curve
             else 1.0
         )
