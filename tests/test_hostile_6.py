@@ -71,6 +71,25 @@ def test_an_empty_output_path_is_refused(tmp_path):
 
 
 def test_an_output_path_as_typed_still_writes(tmp_path):
+    out = tmp_path / "s.json"
+    code, _, err = run_cli(
+        "simulate",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100",
+        "--num-prompts",
+        "10",
+        "-f",
+        "json",
+        "-o",
+        str(out),
+    )
+    assert code == 0, err
+    assert json.loads(out.read_text())["model"]["name"] == "llama-3.1-8b"
+
+
+@pytest.mark.slow
+def test_a_report_path_as_typed_still_writes(tmp_path):
     out = tmp_path / "r.md"
     code, _, err = run_cli("report", "llama-3.1-8b", "--out", str(out))
     assert code == 0, err
