@@ -322,3 +322,17 @@ def test_inf_typed_as_inf_still_means_infinity():
         "simulate", "llama-3.1-8b", "--gpu", "h100", "--num-prompts", "20", "--burstiness", "inf"
     )
     assert code == 0, err
+
+
+def test_a_folder_name_that_is_no_utf8_is_shown_escaped(tmp_path):
+    # Python holds the byte 0xff of a file name as the lone surrogate U+DCFF, which no UTF-8
+    # stream can write: shown as its escape
+    folder = os.fsdecode(os.fsencode(str(tmp_path)) + b"/m\xffx")
+    os.mkdir(folder)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        f.write(json.dumps(llama_like()))
+    for fmt in ("table", "markdown", "csv"):
+        code, out, err = run_cli("size", folder, "--format", fmt)
+        assert code == 0, err
+        both = out + err
+        assert "m\\udcffx" in both.replace("\\\\", "\\") and "\udcff" not in both
