@@ -142,6 +142,9 @@ def test_a_rope_factor_of_one_up_or_null_reads(tmp_path, factor):
         (("simulate", "llama-3.1-8b", "--gpu", "h100", "--request-rate", "٢"), "--request-rate"),
         (("fit", "llama-3.1-8b", "--gpu", "h100", "--top", "٣"), "--top"),
         (("plan", "llama-3.1-8b", "--gpu", "h100", "--rate", "١"), "--rate"),
+        (("plan", "llama-3.1-8b", "--gpu", "h100", "--rate", "1", "--slo", "ttft_p99=٢s"),
+         "--slo"),
+        (("whatif", "llama-3.1-8b", "--gpu", "h100", "--apply", "lowrank=٠.٥"), "--apply"),
     ],
 )  # fmt: skip
 def test_a_digit_outside_ascii_is_refused_naming_it(argv, needle):
@@ -315,6 +318,15 @@ def test_a_format_character_in_an_error_line_is_escaped(tmp_path):
 def test_an_empty_or_overflowing_number_is_refused(argv, needle):
     code, _, err = run_cli(*argv)
     one_line_error(code, err, needle)
+
+
+def test_a_superscript_digit_in_an_ollama_variable_is_no_internal_error():
+    # str.isdigit() is true of '²', which int() refuses: a ValueError reached the user
+    code, _, err = run_cli(
+        "engine", "llama-3.1-8b", "--gpu", "h100", "--engine", "ollama",
+        "--ollama-env", "OLLAMA_CONTEXT_LENGTH=²",
+    )  # fmt: skip
+    one_line_error(code, err, "OLLAMA_CONTEXT_LENGTH=²: a whole number between 1 and")
 
 
 def test_inf_typed_as_inf_still_means_infinity():

@@ -240,7 +240,8 @@ def _get_within(url, max_bytes, deadline, byte_range) -> bytes:
 
 def _body(response, max_bytes: int, deadline: Deadline) -> bytes:
     length = response.headers.get("Content-Length")
-    if length and length.isdigit() and int(length) > max_bytes:
+    length = length if length and length.isascii() and length.isdigit() else None
+    if length and int(length) > max_bytes:
         raise HubFailure("too_large", f"{int(length):,} bytes")
     chunks, total = [], 0
     while True:
@@ -260,7 +261,7 @@ def _body(response, max_bytes: int, deadline: Deadline) -> bytes:
     body = b"".join(chunks)
     if deadline.expired:  # the socket was shut: what came is not the whole body
         raise HubFailure("timeout")
-    if length and length.isdigit() and len(body) < int(length):
+    if length and len(body) < int(length):
         raise HubFailure("protocol", "the body ended early")
     return _decoded(body, response.headers.get("Content-Encoding"), max_bytes)
 

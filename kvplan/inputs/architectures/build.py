@@ -379,7 +379,7 @@ class Builder(FamilyLayouts):
             raise KvplanError(f"{f.source}: per_layer_config must map layer indices to fields")
         plans = list(plans)
         for key, fields in given.items():
-            index = int(key) if isinstance(key, str) and key.isdigit() else None
+            index = int(key) if isinstance(key, str) and key.isascii() and key.isdigit() else None
             if index is None or index >= len(plans):
                 raise KvplanError(
                     f"{f.source}: per_layer_config key {str(key)[:20]!r} is not a layer index "
