@@ -47,7 +47,41 @@ def _moved(argv: list[str], exc: Exception) -> str | None:
     return MOVED_OPTIONS.get((argv[0], option)) if argv and option else None
 
 
+def _ascii_numbers() -> None:
+    """Every int and float option (click's number types, ranges included) refuses a character
+    outside ASCII before Python's int()/float() reads `١٢٨` or `１２８` as 128, and a number
+    too large for a float (`1e309`, which float() reads as inf where nobody typed inf)."""
+    try:  # typer 0.2x carries its own copy of click
+        from typer._click import types
+    except ImportError:
+        from click import types
+    base = types._NumberParamTypeBase
+    if getattr(base.convert, "kvplan_ascii", False):
+        return
+    convert = base.convert
+
+    def ascii_convert(self, value, param, ctx):
+        what = param.opts[0] if param is not None and param.opts else "value"
+        if isinstance(value, str) and not value.isascii():
+            from kvplan.inputs.options import ascii_number
+
+            ascii_number(value, what)
+        number = convert(self, value, param, ctx)
+        if (
+            isinstance(value, str)
+            and isinstance(number, float)
+            and number in (float("inf"), float("-inf"))
+            and "inf" not in value.lower()
+        ):
+            raise KvplanError(f"{what} {value[:40]!r} is beyond a float's range (about 1.8e308)")
+        return number
+
+    ascii_convert.kvplan_ascii = True
+    base.convert = ascii_convert
+
+
 def _new_app() -> typer.Typer:
+    _ascii_numbers()
     app = typer.Typer(
         name="kvplan",
         help=HELP,

@@ -88,7 +88,7 @@ def add(app: typer.Typer) -> None:
             "vllm-docker, sglang-docker (docker run), vllm-k8s, sglang-k8s (a Deployment).",
         ),
         allow_long: bool = c.allow_long_option(),
-        plot: Path = typer.Option(
+        plot: Path = c.path_option(
             None,
             "--plot",
             help="Max users vs context per KV dtype (.png/.svg); comparing kinds, tokens/s per "
@@ -183,7 +183,7 @@ def add(app: typer.Typer) -> None:
             prefix_tokens=0
             if prefix_tokens.strip() == "0"
             else parse_tokens(prefix_tokens, what="--prefix-tokens"),
-            mean_len=parse_tokens(mean_len, what="--mean-len") if mean_len else None,
+            mean_len=None if mean_len is None else parse_tokens(mean_len, what="--mean-len"),
             kv_group_size=kv_group_size,
             max_num_batched_tokens=max_num_batched_tokens,
             link=link,

@@ -146,10 +146,31 @@ def gpu_mem_util_option(default: float | None = 0.9) -> Any:
     )
 
 
+def output_path(value: object, what: str = "output") -> Path:
+    """An output option's value as typed, checked before it becomes a Path: Path() drops a
+    trailing '/', so `--out ./r.md/` (a folder's spelling) would write a file `r.md`."""
+    if isinstance(value, Path):  # a default, not typed
+        return value
+    from kvplan.present.output import check_spelling
+
+    return Path(check_spelling(str(value), what))
+
+
+def path_option(default: Path | None, *names: str, help: str) -> Any:
+    """An option naming a file kvplan writes (its raw spelling checked: `output_path`)."""
+    return typer.Option(
+        default,
+        *names,
+        help=help,
+        parser=lambda value: output_path(value, names[0]),
+        metavar="PATH",
+    )
+
+
 def out_option(
     default: Path | None = None, help: str = "Write here instead of standard output ('-')."
 ):
-    return typer.Option(default, "--out", "-o", help=help)
+    return path_option(default, "--out", "-o", help=help)
 
 
 # ---- parsing the shared options ---------------------------------------------------------------

@@ -414,7 +414,7 @@ def add(app: typer.Typer) -> None:
         request = EngineRequest(
             engine=engine,
             max_model_len=c.one_context(max_model_len, "--max-model-len")
-            if max_model_len
+            if max_model_len is not None
             else default_max_model_len(spec, engine, c.one_context(c.CTX_DEFAULT)),
             allow_long_max_model_len=allow_long,
             kv_cache_dtype=kv_cache_dtype if kv_cache_dtype is not None else "auto",

@@ -78,9 +78,9 @@ def ollama_request(gpu, deprecated: bool = False, **o):
         env=tuple(sorted(env.items())),
         num_ctx=max(num_ctx, 4) if num_ctx else None,  # sched.go: num_ctx below 4 becomes 4
         num_gpu=parse_gpu_layers(o["n_gpu_layers"]),
-        gpu_memory_bytes=parse_bytes(o["gpu_memory"], what="--gpu-memory")
-        if o["gpu_memory"]
-        else None,
+        gpu_memory_bytes=None
+        if o["gpu_memory"] is None
+        else parse_bytes(o["gpu_memory"], what="--gpu-memory"),
         weights_type=o["weights_type"],
         host=host_profile(gpu, o["cpu"]),
         device=o["device"],
@@ -97,7 +97,9 @@ def llamacpp_request(spec, gpu, **o):
     parallel, kv_unified = o["parallel"], bool(o["kv_unified"])
     cache_k, cache_v, flash = o["cache_type_k"], o["cache_type_v"], o["flash_attn"]
     batch, ubatch, swa_full = o["batch_size"], o["ubatch_size"], bool(o["swa_full"])
-    gpu_memory = parse_bytes(o["gpu_memory"], what="--gpu-memory") if o["gpu_memory"] else None
+    gpu_memory = (
+        None if o["gpu_memory"] is None else parse_bytes(o["gpu_memory"], what="--gpu-memory")
+    )
     if o["weights_type"] is not None:
         ggml_type(o["weights_type"])  # a known ggml type, or a one-line error
     build = o["llama_build"] if o["llama_build"] is not None else LLAMA_CPP_BUILD
@@ -109,9 +111,9 @@ def llamacpp_request(spec, gpu, **o):
         kv_unified=kv_unified,
         batch_size=batch or 2048,
         ubatch_size=ubatch or 512,
-        cache_type_k=cache_k or "f16",
-        cache_type_v=cache_v or "f16",
-        flash_attn=flash or "auto",
+        cache_type_k="f16" if cache_k is None else cache_k,
+        cache_type_v="f16" if cache_v is None else cache_v,
+        flash_attn="auto" if flash is None else flash,
         n_gpu_layers=parse_gpu_layers(o["n_gpu_layers"]),
         swa_full=swa_full,
         build=build,

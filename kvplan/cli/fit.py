@@ -62,7 +62,7 @@ def add(app: typer.Typer) -> None:
 
         if not 0 <= top <= MAX_TOP:
             raise KvplanError(f"--top {top} must be between 0 and {MAX_TOP:,}")
-        memory = parse_bytes(gpu_memory, what="--gpu-memory") if gpu_memory else None
+        memory = None if gpu_memory is None else parse_bytes(gpu_memory, what="--gpu-memory")
         profile = _machine(gpu, memory is not None)
         request = FitRequest(
             models=tuple(models or ()),

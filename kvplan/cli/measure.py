@@ -77,8 +77,10 @@ def add(app: typer.Typer) -> None:
         rounds: int = typer.Option(
             None, "--rounds", min=3, max=100, help="Interleaved rounds (3 to 100)."
         ),
-        json_out: Path = typer.Option(None, "--json", help="Write every number to this JSON file."),
-        save_profile: Path = typer.Option(
+        json_out: Path = c.path_option(
+            None, "--json", help="Write every number to this JSON file."
+        ),
+        save_profile: Path = c.path_option(
             None, "--save-profile", help="Write the measured profile (a --gpu YAML)."
         ),
         baseline: str = typer.Option(
@@ -92,7 +94,7 @@ def add(app: typer.Typer) -> None:
         allow_other_device: bool = typer.Option(
             False, "--allow-other-device", help="Compare with a baseline from another device."
         ),
-        junit_xml: Path = typer.Option(None, "--junit-xml", help="Write JUnit XML here."),
+        junit_xml: Path = c.path_option(None, "--junit-xml", help="Write JUnit XML here."),
         distributed: bool = typer.Option(
             False,
             "--distributed",
@@ -218,7 +220,9 @@ def _refuse_with_distributed(given: dict[str, bool]) -> None:
 
 def _percent(text: str) -> float:
     """'5%' or 0.05 -> 0.05, checked at the edge."""
-    raw = str(text).strip()
+    from kvplan.inputs.options import ascii_number
+
+    raw = ascii_number(text, "--max-regression").strip()
     try:
         value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
     except ValueError:

@@ -30,7 +30,7 @@ def add(app: typer.Typer) -> None:
             help="Also each operator of the decode step (bytes, FLOPs, intensity, bound) at the "
             "first context; dense attention + MLP models.",
         ),
-        plot: Path = typer.Option(
+        plot: Path = c.path_option(
             None, "--plot", help="Write a log-log roofline chart (.png/.svg)."
         ),
         fmt: c.OutputFormat = c.format_option(),

@@ -18,10 +18,11 @@ EXAMPLE = (
 
 def parse_rates(text: str) -> tuple[float, ...]:
     """'inf' or '1,2.5,inf' -> request rates (requests per second)."""
+    from kvplan.inputs.options import ascii_number
     from kvplan.simulate.workload import MIN_RATE
 
     rates = []
-    for item in str(text).split(","):
+    for item in ascii_number(text, "--request-rate").split(","):
         item = item.strip().lower()
         if not item:
             continue
@@ -46,7 +47,9 @@ def parse_disaggregated(text: str | None) -> tuple[int, int] | None:
     """'2:6' -> (2 prefill replicas, 6 decode replicas)."""
     if text is None:
         return None
-    parts = str(text).strip().split(":")
+    from kvplan.inputs.options import ascii_number
+
+    parts = ascii_number(text, "--disaggregated").strip().split(":")
     try:
         prefill, decode = (int(x) for x in parts)
     except ValueError:
@@ -85,11 +88,13 @@ def serve_flags(
         pp=pp,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=c.one_context(max_model_len, "--max-model-len") if max_model_len else None,
+        max_model_len=None
+        if max_model_len is None
+        else c.one_context(max_model_len, "--max-model-len"),
         kv_cache_dtype=kv_cache_dtype,
         gpu_mem_util=c.fraction(gpu_mem_util, "--gpu-memory-utilization"),
         kv_cache_memory_bytes=parse_bytes(kv_cache_memory, what="--kv-cache-memory")
-        if kv_cache_memory
+        if kv_cache_memory is not None
         else None,
         block_size=block_size,
         enable_prefix_caching=prefix_caching,
@@ -258,10 +263,10 @@ def add(app: typer.Typer) -> None:
             help="Run again with one technique toggled: continuous-batching, chunked-prefill, "
             "preemption, prefix-caching, cache-aware-routing.",
         ),
-        plot: Path = typer.Option(
+        plot: Path = c.path_option(
             None, "--plot", help="Latency and throughput against the rate (.png/.svg)."
         ),
-        timeline: Path = typer.Option(
+        timeline: Path = c.path_option(
             None, "--timeline", help="KV usage and queue depth over time (.png/.svg)."
         ),
         step_log: Path = typer.Option(

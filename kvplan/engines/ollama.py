@@ -124,7 +124,8 @@ def ollama_settings(
 
 
 def _int(text: str, name: str) -> int:
-    if not str(text).strip().isdigit() or not 1 <= int(text) <= 1 << 24:
+    text = str(text).strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 9) or not 1 <= int(text) <= 1 << 24:
         raise KvplanError(f"{name}={text}: a whole number between 1 and 16,777,216")
     return int(text)
 

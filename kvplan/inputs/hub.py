@@ -240,7 +240,8 @@ def _get_within(url, max_bytes, deadline, byte_range) -> bytes:
 
 def _body(response, max_bytes: int, deadline: Deadline) -> bytes:
     length = response.headers.get("Content-Length")
-    if length and length.isdigit() and int(length) > max_bytes:
+    length = length if length and length.isascii() and length.isdigit() else None
+    if length and int(length) > max_bytes:
         raise HubFailure("too_large", f"{int(length):,} bytes")
     chunks, total = [], 0
     while True:
@@ -260,8 +261,32 @@ def _body(response, max_bytes: int, deadline: Deadline) -> bytes:
     body = b"".join(chunks)
     if deadline.expired:  # the socket was shut: what came is not the whole body
         raise HubFailure("timeout")
-    if length and length.isdigit() and len(body) < int(length):
+    if length and len(body) < int(length):
         raise HubFailure("protocol", "the body ended early")
+    return _decoded(body, response.headers.get("Content-Encoding"), max_bytes)
+
+
+def _decoded(body: bytes, encoding: str | None, max_bytes: int) -> bytes:
+    """The body as sent, un-gzipped where its Content-Encoding says gzip (or deflate; kvplan
+    asks for neither, a proxy may compress unasked): decompressed within `max_bytes`, so a small
+    bomb is refused, never inflated. Another Content-Encoding (br, zstd) is refused."""
+    import zlib
+
+    names = [n.strip().lower() for n in (encoding or "").split(",") if n.strip()]
+    for name in reversed([n for n in names if n != "identity"]):  # the last applied, first
+        if name not in ("gzip", "x-gzip", "deflate"):
+            raise HubFailure("encoding", f"Content-Encoding {clean(name)[:20]}")
+        inflater = zlib.decompressobj(32 + zlib.MAX_WBITS)  # a gzip or a zlib header
+        try:
+            out = inflater.decompress(body, max_bytes + 1)
+            out += inflater.flush() if not inflater.unconsumed_tail else b""
+        except zlib.error:
+            raise HubFailure("encoding", f"a {name} body that does not decompress") from None
+        if len(out) > max_bytes or inflater.unconsumed_tail:
+            raise HubFailure("too_large", f"over {max_bytes:,} bytes decompressed")
+        if not inflater.eof:
+            raise HubFailure("encoding", f"a {name} body that ends early")
+        body = out
     return body
 
 
@@ -357,6 +382,8 @@ def message(repo_id: str, what: str, failure: HubFailure, limit_s: float) -> str
         return f"{repo_id}: {what} is too large to be one ({detail})"
     if kind == "redirects":
         return f"{repo_id}: the Hub redirected more than {MAX_REDIRECTS} times"
+    if kind == "encoding":
+        return f"{repo_id}: the Hub sent {what} as {detail}, which kvplan cannot read; retry"
     if kind == "tls":
         return f"{repo_id}: the TLS handshake with {endpoint()} failed ({detail})"
     return f"{repo_id}: the Hub's answer was not valid HTTP ({clean(detail)})"
@@ -423,6 +450,8 @@ def fetch_config(repo_id: str, parse):
     url = f"{endpoint()}/{repo_id}/resolve/main/config.json"
     try:
         body = with_deadline(lambda deadline: _get(url, MAX_CONFIG_BYTES, deadline), limit)
+        if body[:2] == b"\x1f\x8b":  # gzip's magic bytes, no Content-Encoding: a .gz as is
+            body = _decoded(body, "gzip", MAX_CONFIG_BYTES)
     except HubFailure as failure:
         raise KvplanError(message(repo_id, "config.json", failure, limit)) from None
     try:

@@ -71,10 +71,10 @@ def _apple_device() -> tuple[str, int, str]:
     from kvplan.formulas.offload import apple_default_working_set_bytes
 
     ram = _sysctl("hw.memsize")
-    if not ram.isdigit():
+    if not (ram.isascii() and ram.isdigit()):
         raise KvplanError("--gpu local: sysctl hw.memsize gave no memory size; name a profile")
     wired = _sysctl("iogpu.wired_limit_mb")
-    wired_mb = int(wired) if wired.isdigit() else 0
+    wired_mb = int(wired) if wired.isascii() and wired.isdigit() else 0
     how = (
         f"iogpu.wired_limit_mb = {wired_mb}"
         if wired_mb
@@ -130,7 +130,7 @@ def local_profile() -> GpuProfile:
         )
     if near.memory_configurations:  # a Mac: the chip sold with this memory (cores, bandwidth)
         ram = _sysctl("hw.memsize")
-        if ram.isdigit():
+        if ram.isascii() and ram.isdigit():
             from kvplan.inputs.hardware import with_memory
 
             near = with_memory(near, int(ram))

@@ -24,9 +24,27 @@ MAX_TOKENS = 1 << 40  # anything above is a typo, not a context length
 MAX_LIST = 256  # values in one comma-separated list (contexts x batches bounds a table's rows)
 
 
+def ascii_number(text: object, what: str) -> str:
+    """A number as typed, refused when it holds a character outside ASCII: Python's int() and
+    float() (and a regex's \\d) read Arabic-Indic, fullwidth or Devanagari digits as 0-9, so
+    `١٢٨k` would plan 128k tokens where nobody typed them."""
+    text = str(text)
+    if not text.isascii():
+        import unicodedata  # only for a number with a character outside ASCII
+
+        ch = next(ch for ch in text if not ch.isascii())
+        name = unicodedata.name(ch, "")
+        raise KvplanError(
+            f"{what} {text[:60]!r}: {ch!r} (U+{ord(ch):04X}{' ' + name if name else ''}) is not "
+            "an ASCII character; write numbers with the digits 0-9"
+        )
+    return text
+
+
 def parse_tokens(text: str, *, what: str = "context length", maximum: int = MAX_TOKENS) -> int:
     """'8192', '8k' (= 8192), '128K', '1m' (= 1,048,576), '1.5k', '32,768' (kvplan's own way of
     printing it) -> a positive whole token count."""
+    text = ascii_number(text, what)
     if re.fullmatch(r"\s*\d{1,3}(?:,\d{3})+\s*", str(text)):
         text = str(text).replace(",", "")
     match = re.fullmatch(r"\s*(\d{1,15}(?:\.\d{1,6})?)\s*([kKmM]?)\s*", str(text))
@@ -78,6 +96,7 @@ def _thousands(parts: list[str], what: str, text: str, contexts: bool) -> list[s
 
 
 def _items(text: str, what: str, contexts: bool = False) -> list[str]:
+    text = ascii_number(text, what)
     parts = _thousands(str(text).split(","), what, str(text), contexts)
     items = [item.strip() for item in parts if item.strip()]
     if not items:
@@ -93,7 +112,7 @@ def parse_token_list(text: str, *, what: str = "context length") -> list[int]:
 
 
 def parse_int(text: str, *, what: str, minimum: int = 1, maximum: int = 1 << 30) -> int:
-    item = str(text).strip()
+    item = ascii_number(text, what).strip()
     if not re.fullmatch(r"[+-]?\d{1,12}", item):
         raise KvplanError(f"{what} {item!r} is not a whole number")
     value = int(item)
@@ -121,7 +140,7 @@ def check_range(value: float, *, what: str, minimum: float, maximum: float) -> f
 def parse_bytes(text: str, *, what: str = "memory", allow_zero: bool = False) -> int:
     """'19.53GiB', '80GB', '1073741824B' -> bytes. A size always carries its unit (B, KB, MB,
     GB, TB, KiB, MiB, GiB, TiB): a bare number is refused, since `2` could mean bytes or GiB."""
-    raw = str(text).strip()
+    raw = ascii_number(text, what).strip()
     match = re.fullmatch(r"(\d{1,15}(?:\.\d{1,9})?(?:[eE]\+?\d{1,2})?)\s*([a-zA-Z]*)", raw)
     if not match:
         raise KvplanError(f"{what} {text!r} is not a size (examples: 19.53GiB, 80GB, 4096MiB)")

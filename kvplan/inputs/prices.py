@@ -44,8 +44,10 @@ def parse_price(text: str) -> tuple[str, float]:
     name, sep, value = str(text).partition("=")
     if not sep or not name.strip():
         raise KvplanError(f"--price {text!r}: write GPU=USD per GPU-hour, e.g. h100=2.49")
+    from kvplan.inputs.options import ascii_number
+
     try:
-        usd = float(value)
+        usd = float(ascii_number(value, f"--price {name.strip()[:40]}="))
     except ValueError:
         raise KvplanError(f"--price {text!r}: {value!r} is not a number of USD") from None
     if not math.isfinite(usd) or not MIN_USD_PER_GPU_HOUR <= usd <= MAX_USD_PER_GPU_HOUR:

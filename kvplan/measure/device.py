@@ -144,7 +144,7 @@ def nvml_handle(pynvml, torch_index: int, props):
     ]
     if torch_index < len(visible):
         entry = visible[torch_index]
-        if entry.isdigit():
+        if entry.isascii() and entry.isdigit():
             return pynvml.nvmlDeviceGetHandleByIndex(int(entry))
         return pynvml.nvmlDeviceGetHandleByUUID(entry)
     return pynvml.nvmlDeviceGetHandleByIndex(torch_index)

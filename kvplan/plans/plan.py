@@ -66,8 +66,11 @@ class Slo(NamedTuple):
 
 def parse_slo(text: str) -> Slo:
     """'ttft_p99=2s', 'tpot_p99=50ms', 'e2el_median=20s' -> Slo."""
+    from kvplan.inputs.options import ascii_number
+
     match = re.fullmatch(
-        r"\s*([a-z0-9]+)_([a-z0-9]+)\s*=\s*(\d+(?:\.\d+)?)\s*(ms|s|us)\s*", str(text).lower()
+        r"\s*([a-z0-9]+)_([a-z0-9]+)\s*=\s*([0-9]{1,12}(?:\.[0-9]{1,12})?)\s*(ms|s|us)\s*",
+        ascii_number(text, "--slo").lower(),
     )
     if not match:
         raise KvplanError(

@@ -160,8 +160,10 @@ def _whole(arg: str, text: str) -> int:
 
 
 def _fraction(arg: str, text: str) -> float:
+    from kvplan.inputs.options import ascii_number
+
     try:
-        value = float(arg)
+        value = float(ascii_number(arg, f"--apply {text[:40]}:"))
     except ValueError:
         raise KvplanError(f"--apply {text!r}: needs a fraction between 0 and 1") from None
     if not 0 < value < 1:
@@ -171,10 +173,12 @@ def _fraction(arg: str, text: str) -> float:
 
 def _rank(arg: str, text: str) -> float | int:
     """lowrank=R: a fraction of head_dim (0 < R < 1) or a rank per head (a whole number)."""
+    from kvplan.inputs.options import ascii_number
+
     if _digits(arg):
         return _whole(arg, text)
     try:
-        value = float(arg)
+        value = float(ascii_number(arg, f"--apply {text[:40]}:"))
     except ValueError:
         value = math.nan
     if not 0 < value < 1:

@@ -17,21 +17,45 @@ contents quoted in an error.
   explorer page) escapes with `html.escape` where it builds the page.
 """
 
-# C0 controls, DEL and C1 controls; the zero-width and direction marks, the line and paragraph
-# separators, the bidi embeddings, overrides and isolates, the Arabic letter mark and the byte
-# order mark: each replaced by its escape (a table for str.translate, nothing compiled at
-# start-up). Tab and newline are escaped too: every string a renderer takes is one line.
+# C0 controls, DEL and C1 controls; the line and paragraph separators; every format character
+# (Unicode category Cf, as of Unicode 15: the soft hyphen, the zero-width and direction marks,
+# the bidi embeddings, overrides and isolates, the Arabic letter mark, the byte order mark, the
+# interlinear annotation marks, the tag characters...), which a terminal or a Markdown viewer
+# draws as nothing or obeys; and lone surrogates (category Cs: a JSON "\\ud800", which no UTF-8
+# stream can write). Each is replaced by its escape (a table for str.translate, nothing compiled
+# at start-up). Tab and newline are escaped too: every string a renderer takes is one line.
 _RANGES = (
     (0x00, 0x1F),
     (0x7F, 0x9F),
+    (0x00AD, 0x00AD),
+    (0x0600, 0x0605),
     (0x061C, 0x061C),
+    (0x06DD, 0x06DD),
+    (0x070F, 0x070F),
+    (0x0890, 0x0891),
+    (0x08E2, 0x08E2),
+    (0x180E, 0x180E),
     (0x200B, 0x200F),
     (0x2028, 0x202E),
-    (0x2060, 0x2069),
+    (0x2060, 0x2064),
+    (0x2066, 0x206F),
+    (0xD800, 0xDFFF),
     (0xFEFF, 0xFEFF),
+    (0xFFF9, 0xFFFB),
+    (0x110BD, 0x110BD),
+    (0x110CD, 0x110CD),
+    (0x13430, 0x1343F),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0001, 0xE0001),
+    (0xE0020, 0xE007F),
 )
 _ESCAPES = {
-    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    code: f"\\x{code:02x}"
+    if code < 0x100
+    else f"\\u{code:04x}"
+    if code < 0x10000
+    else f"\\U{code:08x}"
     for low, high in _RANGES
     for code in range(low, high + 1)
 }
@@ -75,6 +99,8 @@ def _shell_escape(ch: str) -> str:
     locale; its \\u form depends on the locale); any other character as it is."""
     if ord(ch) not in _ESCAPES:
         return ch
+    if 0xD800 <= ord(ch) <= 0xDFFF:  # a lone surrogate has no UTF-8 bytes: its escape as text
+        return "\\" + _ESCAPES[ord(ch)]
     return "".join(f"\\x{byte:02x}" for byte in ch.encode("utf-8"))
 
 

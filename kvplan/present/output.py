@@ -74,14 +74,20 @@ def resolved(path: Path | str) -> Path:
     return Path(os.path.realpath(path))
 
 
-def check_target(path: Path, what: str = "output") -> Path:
-    """The folder must exist and the target, if it exists, must be a regular file (a symbolic link
-    is judged by what it points to). Returns `path` as a Path."""
-    raw = str(path)
-    if raw.endswith(("/", os.sep)):  # Path() would drop the slash and write a file of that name
+def check_spelling(raw: str, what: str = "output") -> str:
+    """A file name as typed: not a folder's spelling (a trailing '/', which Path() would drop,
+    writing a file of that name), not empty or blank."""
+    if raw.endswith(("/", os.sep)):
         raise KvplanError(f"{what} {raw} ends with '/', a folder's spelling; give a file name")
     if not Path(raw).name.strip():
         raise KvplanError(f"{what} {raw!r} names no file; give a file name")
+    return raw
+
+
+def check_target(path: Path, what: str = "output") -> Path:
+    """The folder must exist and the target, if it exists, must be a regular file (a symbolic link
+    is judged by what it points to). Returns `path` as a Path."""
+    check_spelling(str(path), what)
     path = Path(path)
     real = resolved(path)
     try:

@@ -19,9 +19,9 @@ from kvplan.inputs.architectures.families import ALIASES, FAMILIES, Family
 from kvplan.inputs.architectures.layouts import FamilyLayouts, Plan
 from kvplan.inputs.architectures.mixers import lightning_state, read_state
 from kvplan.inputs.architectures.params import EXPERT_COUNT
-from kvplan.inputs.architectures.rope import rope_tables
+from kvplan.inputs.architectures.rope import rope_factor, rope_field, rope_tables
 from kvplan.inputs.architectures.structure import UNBUILT, unbuilt_features, unread_structure
-from kvplan.inputs.fields import MAX_DIM, MAX_LAYERS, REQUIRED, Fields, finite_number
+from kvplan.inputs.fields import MAX_DIM, MAX_LAYERS, REQUIRED, Fields
 from kvplan.inputs.quantization import read_quantization
 from kvplan.inputs.text import clean
 from kvplan.notes import note
@@ -110,13 +110,12 @@ ENGINE_LENGTH_KEYS = (
 )
 
 
-def _rope_entry(params: dict) -> tuple[str, float | None, int | None]:
+def _rope_entry(params: dict, field: str, source: str) -> tuple[str, float | None, int | None]:
     """(rope_type, factor, original_max_position_embeddings) as engines read a rope parameter
-    set: `type` is the older spelling of `rope_type`; a factor or length that is not a positive
-    number is not one."""
+    set: `type` is the older spelling of `rope_type`; a factor below 1 or not a number is
+    refused (`rope_factor`); a length that is not a positive integer is not one."""
     kind = str(params.get("rope_type") or params.get("type") or "default")
-    factor = params.get("factor")
-    factor = float(factor) if finite_number(factor) and factor > 0 else None
+    factor = rope_factor(params, field, source)
     original = params.get("original_max_position_embeddings")
     original = original if isinstance(original, int) and 0 < original <= MAX_DIM else None
     return kind, factor, original
@@ -380,7 +379,7 @@ class Builder(FamilyLayouts):
             raise KvplanError(f"{f.source}: per_layer_config must map layer indices to fields")
         plans = list(plans)
         for key, fields in given.items():
-            index = int(key) if isinstance(key, str) and key.isdigit() else None
+            index = int(key) if isinstance(key, str) and key.isascii() and key.isdigit() else None
             if index is None or index >= len(plans):
                 raise KvplanError(
                     f"{f.source}: per_layer_config key {str(key)[:20]!r} is not a layer index "
@@ -881,8 +880,12 @@ class Builder(FamilyLayouts):
             lengths.append(("max_position_embeddings", self.family.max_positions))
         params = self.f.raw("rope_parameters", "rope_scaling")
         params = params if isinstance(params, dict) else {}
-        nested = [v for v in params.values() if isinstance(v, dict)]
-        rope = tuple(_rope_entry(p) for p in (nested or ([params] if params else [])))
+        nested = {k: v for k, v in params.items() if isinstance(v, dict)}
+        field = rope_field(self.f)
+        sets = [(f"{field}.{k}", v) for k, v in nested.items()] or (
+            [(field, params)] if params else []
+        )
+        rope = tuple(_rope_entry(p, name, self.f.source) for name, p in sets)
         return PositionKeys(tuple(lengths), rope, bool(nested))
 
     def max_positions(self) -> int | None:

@@ -18,10 +18,34 @@ _TIMES_FACTOR = ("linear", "dynamic")
 _ORIGINAL_TIMES_FACTOR = ("yarn", "deepseek_yarn")
 
 
-def _table(params: dict, positions: int, rotary_dim: int, source: str) -> tuple[int, int]:
-    kind = str(params.get("rope_type") or params.get("type") or "default")
+MIN_FACTOR = 1.0  # transformers' rope validation: a scaling factor is a float >= 1
+
+
+def rope_field(f: Fields) -> str:
+    """The key the rope parameters sit under (transformers 5 renamed rope_scaling)."""
+    return "rope_parameters" if f.data.get("rope_parameters") is not None else "rope_scaling"
+
+
+def rope_factor(params: dict, field: str, source: str) -> float | None:
+    """A rope parameter set's `factor`: None when not stated, else a finite number of at least 1
+    (transformers refuses a smaller one; 1e-300 would shrink the positions to none, silently)."""
     factor = params.get("factor")
-    factor = float(factor) if finite_number(factor) and factor > 0 else 1.0
+    if factor is None:
+        return None
+    if not finite_number(factor) or not factor >= MIN_FACTOR:
+        raise KvplanError(
+            f"{source}: {field}.factor must be a number from {MIN_FACTOR:g} up (the positions it "
+            f"gives at most {MAX_DIM:,}), got {shown(factor)}"
+        )
+    return float(factor)
+
+
+def _table(
+    params: dict, positions: int, rotary_dim: int, source: str, field: str = "rope_scaling"
+) -> tuple[int, int]:
+    kind = str(params.get("rope_type") or params.get("type") or "default")
+    factor = rope_factor(params, field, source)
+    factor = 1.0 if factor is None else factor
     original = params.get("original_max_position_embeddings")
     length = positions
     if kind in _TIMES_FACTOR:
@@ -69,12 +93,12 @@ def rope_tables(
     per_type = {k: v for k, v in params.items() if isinstance(v, dict)}
     if per_type:  # transformers 5: {"full_attention": {...}, "sliding_attention": {...}}
         tables = []
-        for sub in per_type.values():
+        for key, sub in per_type.items():
             factor = sub.get("partial_rotary_factor") or partial
             dim = mla_rope_dim or _rotary_dim(head_dim, factor, f.source)
-            tables.append(_table(sub, positions, dim, f.source))
+            tables.append(_table(sub, positions, dim, f.source, f"{rope_field(f)}.{key}"))
         return tuple(tables)
-    tables = [_table(params, positions, rotary_dim, f.source)]
+    tables = [_table(params, positions, rotary_dim, f.source, rope_field(f))]
     if has_sliding and (local_table or f.has("rope_local_base_freq")):  # Gemma-3, unscaled
         tables.append((positions, rotary_dim))
     return tuple(tables)
