@@ -55,8 +55,8 @@ def _ascii_numbers() -> None:
         from typer._click import types
     except ImportError:
         from click import types
-    base = types._NumberParamTypeBase
-    if getattr(base.convert, "kvplan_ascii", False):
+    base = getattr(types, "_NumberParamTypeBase", None)  # click 8's; the options' own parsers
+    if base is None or getattr(base.convert, "kvplan_ascii", False):  # still check the rest
         return
     convert = base.convert
 
