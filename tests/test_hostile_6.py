@@ -348,3 +348,20 @@ def test_a_folder_name_that_is_no_utf8_is_shown_escaped(tmp_path):
         assert code == 0, err
         both = out + err
         assert "m\\udcffx" in both.replace("\\\\", "\\") and "\udcff" not in both
+
+
+def test_a_gemma4_moe_config_without_the_dense_width_is_one_line(tmp_path):
+    # the fuzzer's find: Gemma-4's MoE layers run a dense MLP beside the experts; with
+    # intermediate_size null the weight count was a TypeError (an internal error)
+    import json
+
+    from helpers import REPO
+
+    data = json.loads((REPO / "model_configs" / "gemma-4-26B-A4B.json").read_text())
+    text = data.get("text_config", data)
+    text["intermediate_size"] = None
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    code, out, err = run_cli("size", str(path))
+    assert code == 2 and err.count("\n") == 1, err
+    assert "intermediate_size (the MLP beside the experts)" in err

@@ -218,6 +218,10 @@ class Counter:
                 if info["shared_gate"]:
                     parts["shared_experts"] += b.hidden
         if plan.ffn == "moe" and b.moe_block:  # Gemma-4: the dense MLP runs beside the experts
+            if self.dense_width is None:
+                raise KvplanError(
+                    f"{self.f.source}: config lacks intermediate_size (the MLP beside the experts)"
+                )
             parts["mlp"] = self.mlp(self.dense_width)
             parts["router"] += b.hidden + b.num_experts  # scale per unit, per-expert scale
             parts["norms"] = 3 * self.norm_width  # pre-/post-FFN norms of the second branch
