@@ -48,9 +48,9 @@ class CacheGroup(NamedTuple):
 
 
 # A model's groups depend on its layers, the format and tp alone, and `capacity --gpu all` asks
-# for one model's about 7,000 times (every layout, GPU, context and pipeline stage): the last few
-# hundred are kept, each with the layer tuple it came from (immutable; holding it keeps its id
-# from being reused).
+# for one model's about 7,000 times (every layout, GPU, context and pipeline stage): the last
+# KEPT are kept, each with the layer tuple it came from (immutable; holding it keeps its id from
+# being reused).
 _GROUPS: dict[tuple, tuple] = {}
 
 
