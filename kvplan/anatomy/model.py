@@ -325,8 +325,11 @@ class ModelSpec(NamedTuple):
 
     def has_kind(self, kind: CacheKind) -> bool:
         if kind is CacheKind.STATE:
-            return any(layer.state is not None for layer in self.layers)
-        return any(a.kind is kind for a in self.attention_layers())
+            return any(layer.state is not None for layer, _ in distinct_layers(self.layers))
+        return any(
+            layer.attention is not None and layer.attention.kind is kind
+            for layer, _ in distinct_layers(self.layers)
+        )
 
     def layer_kind_counts(self) -> Counter:
         return Counter(layer.cache_label for layer in self.layers)
