@@ -8,11 +8,15 @@ from kvplan.anatomy.model import KEPT, ModelSpec, distinct_layers
 from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.flops import _decode_flop_per_key, flops_per_decode_token, matmul_params
 from kvplan.formulas.kv import cache_groups, kv_bytes_per_sequence
-from kvplan.formulas.weights import weight_bytes_read_per_decode_step
+from kvplan.formulas.weights import (  # B_mem lives with the weights: `size` needs no FLOPs
+    batch_equal_memory,  # noqa: F401 (kvplan.formulas.roofline.batch_equal_memory, as before)
+    weight_bytes_read_per_decode_step,
+)
 
 MAX_CONTEXT_SEARCH = 1 << 30  # tokens: where the search for s* gives up (a bounded cache)
 MAX_BATCH_SEARCH = 1e9  # sequences: the upper end of the B_read bisection
 _READS: dict[tuple, tuple] = {}  # batch_equal_reads's answers (see there)
+_INTENSITIES: dict[tuple, tuple] = {}  # I_inf(s) per model, format and tp (see _intensity)
 
 
 def ridge_flop_per_byte(peak_flop_per_s: float, bandwidth_bytes_per_s: float) -> float:
@@ -55,7 +59,14 @@ def critical_context_len(spec: ModelSpec, ridge: float, fmt: KvFormat, tp: int =
 
 def _intensity(spec: ModelSpec, fmt: KvFormat, tp: int):
     """asymptotic_intensity(spec, s, fmt, tp) as a function of s alone, the same sums in the
-    same order (the same float), with what does not depend on s taken out of the bisection."""
+    same order (the same float), with what does not depend on s taken out of the bisection, and
+    each answer kept: the bisections of the GPU kinds (each its own ridge) share their first
+    steps. Kept per spec, format and tp, with the spec (holding it keeps its id from being
+    reused)."""
+    key = (id(spec), fmt, tp)
+    kept = _INTENSITIES.get(key)
+    if kept is not None and kept[0] is spec:
+        return kept[1]
     matmul_flops = 2 * matmul_params(spec)
     layers = [
         (_decode_flop_per_key(layer.attention), layer.attention.tokens_held, count)
@@ -63,26 +74,25 @@ def _intensity(spec: ModelSpec, fmt: KvFormat, tp: int):
         if layer.attention is not None
     ]
     groups = cache_groups(spec, fmt, tp)
+    values: dict[int, float] = {}
 
     def intensity(s: int) -> float:
-        attention = sum(per_key * held(s) * count for per_key, held, count in layers)
-        kv = sum(g.bytes_per_sequence(s) for g in groups)
-        return (matmul_flops + attention) / tp / kv
+        found = values.get(s)
+        if found is None:
+            attention = sum(per_key * held(s) * count for per_key, held, count in layers)
+            kv = sum(g.bytes_per_sequence(s) for g in groups)
+            found = values[s] = (matmul_flops + attention) / tp / kv
+        return found
 
+    if len(_INTENSITIES) >= KEPT:
+        del _INTENSITIES[next(iter(_INTENSITIES))]
+    _INTENSITIES[key] = (spec, intensity)
     return intensity
 
 
 def ceiling_tokens_per_s(bandwidth_bytes_per_s: float, kv_bytes_per_seq: float) -> float:
     """BW / (s * k): the decode token rate no batch size can beat (every KV byte read per token)."""
     return bandwidth_bytes_per_s / kv_bytes_per_seq
-
-
-def batch_equal_memory(weights_bytes: float, kv_bytes_per_seq: float) -> float | None:
-    """B_mem = weights stored / KV per sequence: the batch at which the cache's memory equals the
-    weights' memory (the seed's B_equal)."""
-    if kv_bytes_per_seq <= 0:
-        return None
-    return weights_bytes / kv_bytes_per_seq
 
 
 def batch_equal_reads(

@@ -159,3 +159,11 @@ def weights_bytes_per_gpu(
 def expert_weight_bytes(spec: ModelSpec, dtype: str) -> float:
     """Bytes of the routed experts alone (what expert parallelism spreads over ranks)."""
     return spec.param_parts.get("experts", 0) * part_bytes_per_param(spec, dtype, "experts")
+
+
+def batch_equal_memory(weights_bytes: float, kv_bytes_per_seq: float) -> float | None:
+    """B_mem = weights stored / KV per sequence: the batch at which the cache's memory equals the
+    weights' memory (the seed's B_equal)."""
+    if kv_bytes_per_seq <= 0:
+        return None
+    return weights_bytes / kv_bytes_per_seq
