@@ -326,3 +326,22 @@ def test_dsa_base_reads_the_latent_and_the_module_the_indexer_keys():
     assert [g.decode_flop_per_key for g in dsa.groups] == [
         g.decode_flop_per_key for g in plain.groups
     ]
+
+
+def test_the_layer_groups_are_computed_once_per_model(llama8, monkeypatch):
+    """`capacity --gpu all` builds a step model for every layout of every GPU kind: the layer
+    grouping is kept per model, format and TP, not walked again per GPU."""
+    import kvplan.formulas.batch_step as batch_step
+
+    calls = []
+    real = batch_step._group_layers
+    monkeypatch.setattr(batch_step, "_GROUPS", {})
+    monkeypatch.setattr(
+        batch_step, "_group_layers", lambda *args: calls.append(args[2]) or real(*args)
+    )
+    first = model(llama8).groups
+    for bandwidth in (1e12, 2e12, 8e12):  # other GPUs, the same model
+        assert StepModel(llama8, Rates(bandwidth, PEAK), "bf16", KvFormat("bf16")).groups == first
+    model(llama8, tp=2)
+    model(llama8, tp=2)
+    assert calls == [1, 2]

@@ -310,15 +310,26 @@ class ModelSpec(NamedTuple):
         return len(self.layers)
 
     def attention_layers(self) -> list[Attention]:
-        return [layer.attention for layer in self.layers if layer.attention is not None]
+        layers = self.layers
+        kept = _ATTENTION.get(id(layers))
+        if kept is None or kept[0] is not layers:
+            kept = (
+                layers,
+                tuple(layer.attention for layer in layers if layer.attention is not None),
+            )
+            _keep(_ATTENTION, id(layers), kept)
+        return list(kept[1])
 
     def state_layers(self) -> list[State]:
         return [layer.state for layer in self.layers if layer.state is not None]
 
     def has_kind(self, kind: CacheKind) -> bool:
         if kind is CacheKind.STATE:
-            return any(layer.state is not None for layer in self.layers)
-        return any(a.kind is kind for a in self.attention_layers())
+            return any(layer.state is not None for layer, _ in distinct_layers(self.layers))
+        return any(
+            layer.attention is not None and layer.attention.kind is kind
+            for layer, _ in distinct_layers(self.layers)
+        )
 
     def layer_kind_counts(self) -> Counter:
         return Counter(layer.cache_label for layer in self.layers)
@@ -342,7 +353,12 @@ class ModelSpec(NamedTuple):
         """Tensor parallelism must divide the query heads, and divide or be divided by the KV heads."""
         if tp < 1 or tp > 1024:
             raise KvplanError(f"--tp {tp} must be between 1 and 1024")
-        for attn in self.attention_layers():
+        # each distinct layer once, in order of first appearance: the same first complaint
+        distinct = distinct_layers(self.layers)
+        for layer, _ in distinct:
+            attn = layer.attention
+            if attn is None:
+                continue
             if attn.num_q_heads % tp:
                 raise KvplanError(
                     f"--tp {tp} does not divide the {attn.num_q_heads} query heads of {self.name}"
@@ -352,7 +368,10 @@ class ModelSpec(NamedTuple):
                     f"--tp {tp} neither divides nor is a multiple of the {attn.num_kv_heads} KV heads"
                     f" of {self.name}"
                 )
-        for state in self.state_layers():
+        for layer, _ in distinct:
+            state = layer.state
+            if state is None:
+                continue
             if state.split_heads() % tp:
                 raise KvplanError(
                     f"--tp {tp} does not divide the {state.split_heads()} state heads of {self.name}"
@@ -371,9 +390,13 @@ class ModelSpec(NamedTuple):
 
 # Planning asks about one stack of layers thousands of times (every layout, GPU and context of
 # `capacity --gpu all`). The answers below are kept per stack, with the object they came from
-# (immutable; holding it keeps its id from being reused), the oldest dropped past KEPT.
-KEPT = 256
+# (immutable; holding it keeps its id from being reused), the oldest dropped past KEPT. KEPT
+# holds one comparison's working set: a model's pipeline stages at PP 2..16 are 135 stacks, asked
+# of at each node's TP (1 to 8) and KV format; at 256 the oldest were dropped and rebuilt over
+# and over (about 450 rebuilds of the cache groups in `capacity llama-3.1-8b --gpu all`).
+KEPT = 4096
 _DISTINCT: dict[int, tuple] = {}
+_ATTENTION: dict[int, tuple] = {}
 _STAGES: dict[tuple, tuple] = {}
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.anatomy.model import KEPT, CacheKind, ModelSpec
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
     p2p_time_s,
@@ -552,10 +552,27 @@ class StepModel:
         return times, kept
 
 
+# A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred
+# for one model), and its groups depend on the model, the format, tp and the indexer alone: the
+# last KEPT are kept, each with the spec it came from (immutable; holding it keeps its id
+# from being reused).
+_GROUPS: dict[tuple, tuple] = {}
+
+
 def _groups(spec: ModelSpec, fmt: KvFormat, tp: int, indexer_keys: bool = True) -> list[_Group]:
     """Attention layers grouped by window and kind, with their KV bytes per token (the layers'
     own formula; without a DSA indexer's keys where `indexer_keys` is False) and FLOPs per
     attended key (from flops, one layer at a time)."""
+    key = (id(spec), fmt, tp, indexer_keys)
+    kept = _GROUPS.get(key)
+    if kept is None or kept[0] is not spec:
+        if len(_GROUPS) >= KEPT:
+            del _GROUPS[next(iter(_GROUPS))]
+        kept = _GROUPS[key] = (spec, tuple(_group_layers(spec, fmt, tp, indexer_keys)))
+    return list(kept[1])
+
+
+def _group_layers(spec: ModelSpec, fmt: KvFormat, tp: int, indexer_keys: bool) -> list[_Group]:
     by_key: dict[tuple, list[float]] = {}
     for layer in spec.layers:
         attn = layer.attention

@@ -48,9 +48,9 @@ class CacheGroup(NamedTuple):
 
 
 # A model's groups depend on its layers, the format and tp alone, and `capacity --gpu all` asks
-# for one model's about 7,000 times (every layout, GPU, context and pipeline stage): the last few
-# hundred are kept, each with the layer tuple it came from (immutable; holding it keeps its id
-# from being reused).
+# for one model's about 7,000 times (every layout, GPU, context and pipeline stage): the last
+# KEPT are kept, each with the layer tuple it came from (immutable; holding it keeps its id from
+# being reused).
 _GROUPS: dict[tuple, tuple] = {}
 
 
@@ -60,7 +60,8 @@ def cache_groups(spec: ModelSpec, fmt: KvFormat, tp: int = 1) -> list[CacheGroup
 
 
 def _kept(spec: ModelSpec, fmt: KvFormat, tp: int) -> tuple:
-    """(layers, their groups, {(context, block size): paged bytes per sequence})."""
+    """(layers, their groups, {(context, block size): paged bytes per sequence, "per-token":
+    kv_bytes_per_token})."""
     key = (id(spec.layers), fmt, tp)
     kept = _GROUPS.get(key)
     if kept is None or kept[0] is not spec.layers:
@@ -113,12 +114,17 @@ def kv_bytes_per_sequence(spec: ModelSpec, context_len: int, fmt: KvFormat, tp: 
 
 def kv_bytes_per_token(spec: ModelSpec, fmt: KvFormat, tp: int = 1) -> int:
     """Bytes per token if every attention layer held every token (windows ignored, no state):
-    2 * L * Hkv * d * p for a plain GQA stack; L * (kv_lora_rank + rope) * p for MLA."""
-    return sum(
-        layer.attention.kv_bytes_per_token(fmt, tp)
-        for layer in spec.layers
-        if layer.attention is not None
-    )
+    2 * L * Hkv * d * p for a plain GQA stack; L * (kv_lora_rank + rope) * p for MLA. Kept
+    with the groups (the same sum, once per stack, format and tp)."""
+    paged = _kept(spec, fmt, tp)[2]
+    found = paged.get("per-token")
+    if found is None:
+        found = paged["per-token"] = sum(
+            layer.attention.kv_bytes_per_token(fmt, tp)
+            for layer in spec.layers
+            if layer.attention is not None
+        )
+    return found
 
 
 def state_bytes_per_sequence(spec: ModelSpec, tp: int = 1) -> int:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.anatomy.model import KEPT, CacheKind, ModelSpec
 from kvplan.formulas.dtypes import ELEMENT_BYTES
 from kvplan.record import NamedTuple
 from kvplan.units import GIB
@@ -189,7 +189,21 @@ def intermediate_size(spec: ModelSpec) -> int:
 
 def runtime_reserve_bytes(spec: ModelSpec, max_num_batched_tokens: int = 8192, tp: int = 1) -> int:
     """Activation peak + non-torch memory + rotary tables: what `--reserve auto` sets aside per
-    GPU (vLLM 0.19's profile of a single-stage rank with 1024 sequences)."""
+    GPU (vLLM 0.19's profile of a single-stage rank with 1024 sequences). It depends on no GPU,
+    and `capacity --gpu all` asks it of every kind and layout over a thousand times: the last
+    KEPT answers are kept, each with the spec it came from (holding it keeps its id from
+    being reused)."""
+    key = (id(spec), max_num_batched_tokens, tp)
+    kept = _RESERVES.get(key)
+    if kept is not None and kept[0] is spec:
+        return kept[1]
     peak = activation_peak(spec, max_num_batched_tokens, tp=tp).total_bytes
     rope = rotary_cache_bytes(spec, ELEMENT_BYTES[spec.dtype])
-    return peak + non_torch_bytes(tp) + rope
+    found = peak + non_torch_bytes(tp) + rope
+    if len(_RESERVES) >= KEPT:
+        del _RESERVES[next(iter(_RESERVES))]
+    _RESERVES[key] = (spec, found)
+    return found
+
+
+_RESERVES: dict[tuple, tuple] = {}

@@ -4,14 +4,19 @@ the critical context s*, the throughput ceiling BW/(s*k), and B_read.
 Notation: f(s) FLOPs per decode token at context s, KV(s) cache bytes per sequence, BW bandwidth.
 """
 
-from kvplan.anatomy.model import ModelSpec
+from kvplan.anatomy.model import KEPT, ModelSpec, distinct_layers
 from kvplan.formulas.dtypes import KvFormat
-from kvplan.formulas.flops import flops_per_decode_token
-from kvplan.formulas.kv import kv_bytes_per_sequence
-from kvplan.formulas.weights import weight_bytes_read_per_decode_step
+from kvplan.formulas.flops import _decode_flop_per_key, flops_per_decode_token, matmul_params
+from kvplan.formulas.kv import cache_groups, kv_bytes_per_sequence
+from kvplan.formulas.weights import (  # B_mem lives with the weights: `size` needs no FLOPs
+    batch_equal_memory,  # noqa: F401 (kvplan.formulas.roofline.batch_equal_memory, as before)
+    weight_bytes_read_per_decode_step,
+)
 
 MAX_CONTEXT_SEARCH = 1 << 30  # tokens: where the search for s* gives up (a bounded cache)
 MAX_BATCH_SEARCH = 1e9  # sequences: the upper end of the B_read bisection
+_READS: dict[tuple, tuple] = {}  # batch_equal_reads's answers (see there)
+_INTENSITIES: dict[tuple, tuple] = {}  # I_inf(s) per model, format and tp (see _intensity)
 
 
 def ridge_flop_per_byte(peak_flop_per_s: float, bandwidth_bytes_per_s: float) -> float:
@@ -37,18 +42,52 @@ def asymptotic_intensity(spec: ModelSpec, context_len: int, fmt: KvFormat, tp: i
 def critical_context_len(spec: ModelSpec, ridge: float, fmt: KvFormat, tp: int = 1) -> int | None:
     """s*: the longest context at which I_inf(s) still reaches the ridge, so that enough batching
     makes decode compute-bound. None when no context reaches it (or every context does)."""
+    intensity = _intensity(spec, fmt, tp)
     lo, hi = 1, MAX_CONTEXT_SEARCH
-    if asymptotic_intensity(spec, lo, fmt, tp) < ridge:
+    if intensity(lo) < ridge:
         return None
-    if asymptotic_intensity(spec, hi, fmt, tp) >= ridge:
+    if intensity(hi) >= ridge:
         return None  # bounded cache (all-sliding or state-only): never memory-walled by context
     while hi - lo > 1:  # I_inf falls as s grows
         mid = (lo + hi) // 2
-        if asymptotic_intensity(spec, mid, fmt, tp) >= ridge:
+        if intensity(mid) >= ridge:
             lo = mid
         else:
             hi = mid
     return lo
+
+
+def _intensity(spec: ModelSpec, fmt: KvFormat, tp: int):
+    """asymptotic_intensity(spec, s, fmt, tp) as a function of s alone, the same sums in the
+    same order (the same float), with what does not depend on s taken out of the bisection, and
+    each answer kept: the bisections of the GPU kinds (each its own ridge) share their first
+    steps. Kept per spec, format and tp, with the spec (holding it keeps its id from being
+    reused)."""
+    key = (id(spec), fmt, tp)
+    kept = _INTENSITIES.get(key)
+    if kept is not None and kept[0] is spec:
+        return kept[1]
+    matmul_flops = 2 * matmul_params(spec)
+    layers = [
+        (_decode_flop_per_key(layer.attention), layer.attention.tokens_held, count)
+        for layer, count in distinct_layers(spec.layers)
+        if layer.attention is not None
+    ]
+    groups = cache_groups(spec, fmt, tp)
+    values: dict[int, float] = {}
+
+    def intensity(s: int) -> float:
+        found = values.get(s)
+        if found is None:
+            attention = sum(per_key * held(s) * count for per_key, held, count in layers)
+            kv = sum(g.bytes_per_sequence(s) for g in groups)
+            found = values[s] = (matmul_flops + attention) / tp / kv
+        return found
+
+    if len(_INTENSITIES) >= KEPT:
+        del _INTENSITIES[next(iter(_INTENSITIES))]
+    _INTENSITIES[key] = (spec, intensity)
+    return intensity
 
 
 def ceiling_tokens_per_s(bandwidth_bytes_per_s: float, kv_bytes_per_seq: float) -> float:
@@ -56,20 +95,29 @@ def ceiling_tokens_per_s(bandwidth_bytes_per_s: float, kv_bytes_per_seq: float) 
     return bandwidth_bytes_per_s / kv_bytes_per_seq
 
 
-def batch_equal_memory(weights_bytes: float, kv_bytes_per_seq: float) -> float | None:
-    """B_mem = weights stored / KV per sequence: the batch at which the cache's memory equals the
-    weights' memory (the seed's B_equal)."""
-    if kv_bytes_per_seq <= 0:
-        return None
-    return weights_bytes / kv_bytes_per_seq
-
-
 def batch_equal_reads(
     spec: ModelSpec, context_len: int, weights_dtype: str, fmt: KvFormat, tp: int = 1
 ) -> float:
     """B_read: the batch at which a decode step's KV reads equal its weight reads, which is where
     throughput reaches half of the ceiling BW/(s*k). Solved numerically: an MoE step reads more
-    experts as the batch grows, and the input embedding is a lookup of B rows."""
+    experts as the batch grows, and the input embedding is a lookup of B rows. It depends on
+    no GPU, and `capacity --gpu all` asks it of every kind and layout: the last KEPT
+    answers are kept, each with the spec it came from (holding it keeps its id from being
+    reused)."""
+    key = (id(spec), context_len, weights_dtype, fmt, tp)
+    kept = _READS.get(key)
+    if kept is not None and kept[0] is spec:
+        return kept[1]
+    found = _batch_equal_reads(spec, context_len, weights_dtype, fmt, tp)
+    if len(_READS) >= KEPT:
+        del _READS[next(iter(_READS))]
+    _READS[key] = (spec, found)
+    return found
+
+
+def _batch_equal_reads(
+    spec: ModelSpec, context_len: int, weights_dtype: str, fmt: KvFormat, tp: int
+) -> float:
     kv = kv_bytes_per_sequence(spec, context_len, fmt, tp)
     lo, hi = 0.0, MAX_BATCH_SEARCH
     read: dict[

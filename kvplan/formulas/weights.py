@@ -6,7 +6,7 @@ in the model dtype, as real quantized checkpoints keep them. When the checkpoint
 headers were read (kvplan.inputs.checkpoint), their bytes are the weights, exactly.
 """
 
-from kvplan.anatomy.model import ModelSpec
+from kvplan.anatomy.model import KEPT, ModelSpec
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import ELEMENT_BYTES, WEIGHT_DTYPE_HELP, WeightFormat, weight_format
 from kvplan.notes import Note, note
@@ -78,7 +78,24 @@ def _quant_note(dtype: str, spec: ModelSpec) -> Note:
 
 
 def weight_bytes(spec: ModelSpec, dtype: str) -> int:
-    """Bytes of the language model's weights in `dtype` (a name from resolve_weights_dtype)."""
+    """Bytes of the language model's weights in `dtype` (a name from resolve_weights_dtype).
+    Kept per spec and dtype (with the spec, so that its id is not reused): `capacity --gpu all`
+    asks it of every layout of every GPU kind."""
+    key = (id(spec), dtype)
+    kept = _WEIGHT_BYTES.get(key)
+    if kept is not None and kept[0] is spec:
+        return kept[1]
+    found = _weight_bytes(spec, dtype)
+    if len(_WEIGHT_BYTES) >= KEPT:
+        del _WEIGHT_BYTES[next(iter(_WEIGHT_BYTES))]
+    _WEIGHT_BYTES[key] = (spec, found)
+    return found
+
+
+_WEIGHT_BYTES: dict[tuple, tuple] = {}
+
+
+def _weight_bytes(spec: ModelSpec, dtype: str) -> int:
     if dtype == "checkpoint":
         return spec.stored.total_bytes
     if dtype in ELEMENT_BYTES and dtype != "fp8":
@@ -142,3 +159,11 @@ def weights_bytes_per_gpu(
 def expert_weight_bytes(spec: ModelSpec, dtype: str) -> float:
     """Bytes of the routed experts alone (what expert parallelism spreads over ranks)."""
     return spec.param_parts.get("experts", 0) * part_bytes_per_param(spec, dtype, "experts")
+
+
+def batch_equal_memory(weights_bytes: float, kv_bytes_per_seq: float) -> float | None:
+    """B_mem = weights stored / KV per sequence: the batch at which the cache's memory equals the
+    weights' memory (the seed's B_equal)."""
+    if kv_bytes_per_seq <= 0:
+        return None
+    return weights_bytes / kv_bytes_per_seq

@@ -11,8 +11,7 @@ from kvplan.formulas.kv import (
     kv_bytes_per_token,
     state_bytes_per_sequence,
 )
-from kvplan.formulas.roofline import batch_equal_memory
-from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
+from kvplan.formulas.weights import batch_equal_memory, resolve_weights_dtype, weight_bytes
 from kvplan.notes import Note, note, unique
 from kvplan.plans.common import (
     AttentionSummary,
