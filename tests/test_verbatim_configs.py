@@ -1,5 +1,6 @@
 """The 2026 families on their real config.json files (issue 29), not on configs written for the
-tests: SmolLM3-3B, LFM2-1.2B and a published EXAONE-4.0-1.2B checkpoint, copied byte for byte
+tests: SmolLM3-3B, LFM2-1.2B, EXAONE-4.0-32B, a published EXAONE-4.0-1.2B checkpoint and
+OLMo-3.1-32B-Instruct, copied byte for byte
 into tests/data/real_configs/ (SOURCES.md there says from where). Each test reads the file's
 own fields, works the KV bytes per token out by hand, and asks `kvplan size` for the same."""
 
@@ -18,6 +19,8 @@ CTX = 32_768
 SMOLLM3 = "HuggingFaceTB--SmolLM3-3B.json"
 LFM2 = "LiquidAI--LFM2-1.2B.json"
 EXAONE4 = "his0si--EXAONE-4.0-1.2B-W4A16.json"
+EXAONE4_32B = "LGAI-EXAONE--EXAONE-4.0-32B.json"
+OLMO3 = "allenai--Olmo-3.1-32B-Instruct.json"
 
 
 def raw(name: str) -> dict:
@@ -28,7 +31,7 @@ def size(name: str, ctx: str = "32k") -> dict:
     return run_json("size", str(REAL / name), "--ctx", ctx)
 
 
-@pytest.mark.parametrize("name", [SMOLLM3, LFM2, EXAONE4])
+@pytest.mark.parametrize("name", [SMOLLM3, LFM2, EXAONE4, EXAONE4_32B, OLMO3])
 def test_the_files_are_the_real_ones_not_trimmed(name):
     """Spot checks that these are the released files: the dtype is named, and each carries
     keys only a saved checkpoint has (token ids, transformers_version)."""
@@ -129,3 +132,59 @@ def test_exaone4_1_2b_all_global_with_a_null_window_pattern():
     assert model["kv_bytes_per_token"] == expected
     assert model["layer_groups"] == [{"cache": "full attention", "num_layers": 30}]
     assert out["rows"][0]["kv_bytes_per_sequence"] == expected * CTX  # 2,013,265,920 B
+
+
+def _sliding_hybrid(name: str, model_type: str) -> None:
+    """Three sliding layers of `sliding_window` tokens to one full layer, written out in
+    `layer_types` (EXAONE-4.0-32B also says `sliding_window_pattern` "LLLG")."""
+    cfg = raw(name)
+    layers, kv_heads, window = (
+        cfg["num_hidden_layers"],
+        cfg["num_key_value_heads"],
+        cfg["sliding_window"],
+    )
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    assert (layers, cfg["num_attention_heads"], kv_heads, head_dim, window) == (
+        64,
+        40,
+        8,
+        128,
+        4096,
+    )
+    sliding = cfg["layer_types"].count("sliding_attention")
+    full = cfg["layer_types"].count("full_attention")
+    assert (sliding, full) == (48, 16)
+    assert cfg["layer_types"][3::4] == ["full_attention"] * 16
+    per_layer = kv_heads * head_dim * 2 * BF16  # 8 x 128 x 2 (K and V) x 2 B = 4,096 B
+    # every layer holding every token: 64 x 4,096 = 262,144 B/token
+    per_token = layers * per_layer
+    assert per_token == 262_144
+    # at 32k the 48 sliding layers hold 4,096 tokens, the 16 full ones all 32,768:
+    # 48 x 4,096 x 4,096 + 16 x 32,768 x 4,096 = 805,306,368 + 2,147,483,648 = 2,952,790,016 B
+    per_sequence = sliding * min(CTX, window) * per_layer + full * CTX * per_layer
+    assert per_sequence == 2_952_790_016
+
+    out = size(name)
+    model = out["model"]
+    assert model["model_type"] == model_type
+    assert model["kv_bytes_per_token"] == per_token
+    assert model["layer_groups"] == [
+        {"cache": "sliding window 4,096", "num_layers": 48},
+        {"cache": "full attention", "num_layers": 16},
+    ]
+    assert not model.get("state_bytes_per_sequence")
+    assert out["rows"][0]["kv_bytes_per_sequence"] == per_sequence
+    # below the window every layer holds every token: 4k x 262,144 B
+    short = size(name, "4k")["rows"][0]["kv_bytes_per_sequence"]
+    assert short == 4096 * per_token
+
+
+def test_exaone4_32b_lettered_pattern_and_layer_types_agree():
+    assert raw(EXAONE4_32B)["sliding_window_pattern"] == "LLLG"
+    _sliding_hybrid(EXAONE4_32B, "exaone4")
+
+
+def test_olmo3_32b_three_sliding_layers_to_one_full():
+    cfg = raw(OLMO3)
+    assert "sliding_window_pattern" not in cfg and "head_dim" not in cfg  # 5120 / 40 = 128
+    _sliding_hybrid(OLMO3, "olmo3")
