@@ -1,6 +1,6 @@
 """The 2026 families on their real config.json files (issue 29), not on configs written for the
 tests: SmolLM3-3B, LFM2-1.2B, EXAONE-4.0-32B, a published EXAONE-4.0-1.2B checkpoint and
-OLMo-3.1-32B-Instruct, copied byte for byte
+OLMo-3.1-32B-Instruct, LFM2.5-VL-1.6B, copied byte for byte
 into tests/data/real_configs/ (SOURCES.md there says from where). Each test reads the file's
 own fields, works the KV bytes per token out by hand, and asks `kvplan size` for the same."""
 
@@ -21,6 +21,7 @@ LFM2 = "LiquidAI--LFM2-1.2B.json"
 EXAONE4 = "his0si--EXAONE-4.0-1.2B-W4A16.json"
 EXAONE4_32B = "LGAI-EXAONE--EXAONE-4.0-32B.json"
 OLMO3 = "allenai--Olmo-3.1-32B-Instruct.json"
+LFM25_VL = "LiquidAI--LFM2.5-VL-1.6B.json"
 
 
 def raw(name: str) -> dict:
@@ -31,13 +32,14 @@ def size(name: str, ctx: str = "32k") -> dict:
     return run_json("size", str(REAL / name), "--ctx", ctx)
 
 
-@pytest.mark.parametrize("name", [SMOLLM3, LFM2, EXAONE4, EXAONE4_32B, OLMO3])
+@pytest.mark.parametrize("name", [SMOLLM3, LFM2, EXAONE4, EXAONE4_32B, OLMO3, LFM25_VL])
 def test_the_files_are_the_real_ones_not_trimmed(name):
     """Spot checks that these are the released files: the dtype is named, and each carries
     keys only a saved checkpoint has (token ids, transformers_version)."""
     cfg = raw(name)
     assert "bfloat16" in (cfg.get("torch_dtype"), cfg.get("dtype"))
-    assert {"transformers_version", "eos_token_id", "vocab_size"} <= set(cfg)
+    text = cfg.get("text_config", cfg)
+    assert "transformers_version" in cfg and {"eos_token_id", "vocab_size"} <= set(text)
 
 
 def test_smollm3_3b_nope_layers_still_hold_a_full_cache():
@@ -188,3 +190,31 @@ def test_olmo3_32b_three_sliding_layers_to_one_full():
     cfg = raw(OLMO3)
     assert "sliding_window_pattern" not in cfg and "head_dim" not in cfg  # 5120 / 40 = 128
     _sliding_hybrid(OLMO3, "olmo3")
+
+
+def test_lfm2_5_vl_text_model_in_the_transformers_5_layer_types_form():
+    """LFM2.5-VL-1.6B, saved by transformers 5.0.0.dev0: the LFM2-1.2B language model inside an
+    lfm2_vl wrapper, its layers given as `layer_types` ("conv" / "full_attention") instead of
+    `full_attn_idxs`, `rope_parameters` instead of `rope_theta`. The same cache as LFM2-1.2B."""
+    cfg = raw(LFM25_VL)
+    assert cfg["model_type"] == "lfm2_vl"
+    text = cfg["text_config"]
+    assert "full_attn_idxs" not in text
+    types = text["layer_types"]
+    attn = [i for i, kind in enumerate(types) if kind == "full_attention"]
+    assert attn == [2, 5, 8, 10, 12, 14] and types.count("conv") == 10
+    head_dim = text["hidden_size"] // text["num_attention_heads"]  # 2048 / 32 = 64
+    # 6 attention layers x 8 KV heads x 64 x 2 (K and V) x 2 B = 12,288 B/token
+    per_token = len(attn) * text["num_key_value_heads"] * head_dim * 2 * BF16
+    assert per_token == 12_288
+    # 10 conv layers x 2048 x (3 - 1) x 2 B = 81,920 B per sequence
+    state = types.count("conv") * text["conv_dim"] * (text["conv_L_cache"] - 1) * BF16
+    assert state == 81_920
+
+    out = size(LFM25_VL)
+    model = out["model"]
+    assert model["kv_bytes_per_token"] == per_token
+    assert model["state_bytes_per_sequence"] == state
+    assert out["rows"][0]["kv_bytes_per_sequence"] == per_token * CTX + state
+    # the language model only (vision tower and projector not counted), as LFM2-1.2B
+    assert model["params_total"] == size(LFM2)["model"]["params_total"] == 1_170_340_608
