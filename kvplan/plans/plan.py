@@ -102,6 +102,7 @@ class PlanRequest(NamedTuple):
     async_scheduling: bool = True
     jobs: int = 0  # worker processes (0: one per core)
     frontend: Frontend = Frontend()
+    prune: bool = True  # skip groups whose saturated rate cannot place them among the top
 
 
 class Config(NamedTuple):
@@ -165,6 +166,7 @@ class PlanResult(NamedTuple):
     candidates: list[Candidate]
     rejections: list[Rejection]
     notes: tuple[Note, ...]
+    pruned: int = 0  # configurations not bisected: they could not be among the `top` cheapest
 
 
 def plan(
@@ -184,9 +186,11 @@ def plan(
     if len(configs) > MAX_CONFIGS:
         raise KvplanError(f"{len(configs):,} configurations: at most {MAX_CONFIGS:,}")
     outcomes = _run_all(spec, gpus, request, configs, requests, request.jobs, progress)
-    candidates, reasons = [], Counter()
+    candidates, reasons, pruned = [], Counter(), 0
     for outcome in outcomes:
-        if isinstance(outcome, str):
+        if outcome is PRUNED:
+            pruned += 1
+        elif isinstance(outcome, str):
             reasons[outcome] += 1
         else:
             candidates.append(outcome)
@@ -198,6 +202,7 @@ def plan(
         note("plan-method", bisections=BISECTIONS, num_prompts=request.workload.num_prompts),
         note("plan-replicas"),
         note("plan-prices"),
+        *([note("plan-pruned", pruned=pruned, top=request.top)] if pruned else []),
     ]
     if not spec.hf_id:
         notes.append(note("plan-no-hf-id"))
@@ -221,6 +226,7 @@ def plan(
         candidates=candidates[: request.top],
         rejections=[Rejection(reason, count) for reason, count in reasons.most_common()],
         notes=unique(notes),
+        pruned=pruned,
     )
 
 
@@ -282,62 +288,187 @@ def _groups(configs: list[Config]) -> list[list[Config]]:
     return [sorted(g, key=lambda c: -c.max_num_seqs) for g in groups.values()]
 
 
+PRUNED = "pruned"  # an outcome: not bisected, it could not be among the `top` cheapest
+
+
 def _run_all(spec, gpus, request, configs: list[Config], requests, workers: int, progress):
+    """Every configuration's outcome, in `configs`' order. Two passes over the groups:
+    1. each group's saturated run (its largest max_num_seqs): a ceiling on the goodput of every
+       configuration of the group, hence a floor on its replicas and its $/hour;
+    2. the groups by that floor, cheapest first, bisected in full, until a group's floor is
+       above the `top`-th cheapest $/hour found before it: it and every group after it are
+       PRUNED (none can be listed: each costs more than `top` candidates already found).
+    The prune is decided as if the groups ran one after another in that order, whatever the
+    processes' timing (a group run ahead of its turn and then found pruned is dropped), so the
+    result is the same for any --jobs, and `request.prune=False` bisects every group."""
     import os
 
     groups = _groups(configs)
-    workers = workers or os.cpu_count() or 1
+    workers = (workers or os.cpu_count() or 1) if len(groups) >= 2 else 1
     total, done, outcomes = len(configs), 0, {}
-    if workers <= 1 or len(groups) < 2:
-        for group in groups:
-            for config, outcome in zip(
-                group, evaluate_group(spec, gpus, request, group, requests), strict=True
-            ):
-                outcomes[config] = outcome
-            done += len(group)
-            if progress:
-                progress(done, total)
-        return [outcomes[c] for c in configs]
-    import concurrent.futures as futures
+    with _executor(workers) as pool:
+        saturated = dict(
+            zip(
+                range(len(groups)),
+                _ordered(
+                    pool,
+                    [(saturate, spec, gpus, request, g[0], requests) for g in groups],
+                ),
+                strict=True,
+            )
+        )
+        floors = [_usd_floor(gpus, request, g[0], saturated[i]) for i, g in enumerate(groups)]
+        order = sorted(range(len(groups)), key=lambda i: floors[i])
+        usds: list[float] = []  # $/hour of every candidate of the groups before, in order
+        pending: dict = {}  # future -> group index
+        results: dict[int, list] = {}
+        position = 0  # groups in `order` decided: evaluated, or pruned with all after
+        submitted = 0
+        cut = len(order)
+        while position < cut:
+            while submitted < cut and len(pending) < workers:
+                index = order[submitted]
+                if _pruned(request, floors[index], sorted(usds)):
+                    cut = submitted  # the floors rise and the bar only falls: all after too
+                    break
+                pending[
+                    pool.submit(
+                        evaluate_group,
+                        spec,
+                        gpus,
+                        request,
+                        groups[index],
+                        requests,
+                        saturated[index],
+                    )
+                ] = index
+                submitted += 1
+            if position >= cut:
+                break
+            finished = _wait_any(pending)
+            for future in finished:
+                results[pending.pop(future)] = future.result()
+            while position < cut and order[position] in results:
+                index = order[position]
+                bar = sorted(usds)
+                if _pruned(request, floors[index], bar):  # ran ahead of its turn: dropped
+                    cut = position
+                    break
+                for config, outcome in zip(groups[index], results[index], strict=True):
+                    outcomes[config] = outcome
+                    if not isinstance(outcome, str):
+                        usds.append(outcome.usd_per_hour)
+                done += len(groups[index])
+                if progress:
+                    progress(done, total)
+                position += 1
+        for future in pending:
+            future.cancel()
+    for index in order[cut:]:
+        for config in groups[index]:
+            outcomes[config] = PRUNED
+    if progress and done < total:
+        progress(total, total)
+    return [outcomes[c] for c in configs]
 
+
+def _pruned(request: PlanRequest, floor: float, bar: list[float]) -> bool:
+    """A group costing at least `floor` $/hour cannot be listed: `top` candidates, ahead of it
+    in the order, already cost less (strictly, so no tie is decided by the prune)."""
+    return request.prune and len(bar) >= request.top and floor > bar[request.top - 1]
+
+
+def _usd_floor(gpus, request: PlanRequest, config: Config, saturated) -> float:
+    """The least $/hour any configuration of the group can cost: its goodput is at most the
+    saturated rate (the bisection's upper end), so replicas >= ceil(rate / saturated rate).
+    -inf where the group's first configuration did not reach a saturated run."""
+    if saturated is None or isinstance(saturated[1], str):
+        return -math.inf
+    cap = saturated[0][0].bench.request_throughput
+    if not cap > 0:
+        return -math.inf
+    price = price_for(gpus[config.gpu_index], request.prices)
+    replicas = math.ceil(request.rate / cap - 1e-9)
+    return replicas * config.tp * config.pp * price.usd_per_gpu_hour
+
+
+class _Inline:
+    """An executor that runs each call at once, in this process."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def submit(self, fn, *args):
+        import concurrent.futures as futures
+
+        future = futures.Future()
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 (raised again by .result())
+            future.set_exception(exc)
+        return future
+
+
+def _executor(workers: int):
+    if workers <= 1:
+        return _Inline()
     from kvplan.plans.workers import worker_pool
 
-    with worker_pool(workers) as pool:  # its workers end with the run, however it ends
-        pending = {
-            pool.submit(evaluate_group, spec, gpus, request, group, requests): group
-            for group in groups
-        }
-        for future in futures.as_completed(pending):
-            group = pending[future]
-            for config, outcome in zip(group, future.result(), strict=True):
-                outcomes[config] = outcome
-            done += len(group)
-            if progress:
-                progress(done, total)
-    return [outcomes[c] for c in configs]
+    return worker_pool(workers)  # its workers end with the run, however it ends
+
+
+def _ordered(pool, calls: list[tuple]) -> list:
+    futures = [pool.submit(*call) for call in calls]
+    return [f.result() for f in futures]
+
+
+def _wait_any(pending: dict) -> set:
+    import concurrent.futures as futures
+
+    finished, _ = futures.wait(list(pending), return_when=futures.FIRST_COMPLETED)
+    return finished
 
 
 class _Memo:
     """Runs of one group, by rate: a run with more seats stands for one with fewer wherever
-    its running requests stayed below the smaller limit (the limit never bound)."""
+    its running requests stayed below the smaller limit (the limit never bound), and for its
+    own configuration (the same run)."""
 
     def __init__(self):
-        self.runs: dict[float, tuple[_Outcome, int]] = {}
+        self.runs: dict[float, tuple[_Outcome, int, int]] = {}  # outcome, peak running, seats
 
     def run(self, replica: Replica, requests, request: PlanRequest, rate: float) -> _Outcome:
         seats = replica.config.max_num_seqs
         known = self.runs.get(rate)
-        if known is not None and known[1] < seats:
+        if known is not None and (known[1] < seats or known[2] == seats):
             return known[0]
         timed = requests if math.isinf(rate) else _at_rate(requests, request, rate)
         outcome = _run(replica, timed, request, rate)
-        self.runs[rate] = (outcome, outcome.peak_running)
+        self.runs[rate] = (outcome, outcome.peak_running, seats)
         return outcome
 
 
-def evaluate_group(spec, gpus, request, group: list[Config], requests) -> list:
-    """Each configuration of a group (largest max_num_seqs first), with shared runs."""
+def saturate(spec, gpus, request, config: Config, requests):
+    """A group's first configuration up to its saturated run: (its _Memo entry: the run's
+    _Outcome, peak running, seats; None), or (None, the reason it was ruled out before one)."""
+    prepared = _prepare(spec, gpus, request, config, requests)
+    if isinstance(prepared, str):
+        return None, prepared
+    replica, _price = prepared
+    memo = _Memo()
+    memo.run(replica, requests, request, math.inf)
+    return memo.runs[math.inf], None
+
+
+def evaluate_group(spec, gpus, request, group: list[Config], requests, saturated=None) -> list:
+    """Each configuration of a group (largest max_num_seqs first), with shared runs;
+    `saturated` is saturate()'s answer for the group's first configuration."""
     memo, bracket = _Memo(), None
+    if saturated is not None and saturated[0] is not None:
+        memo.runs[math.inf] = saturated[0]
     outcomes = []
     for config in group:
         outcome, cap = evaluate(spec, gpus, request, config, requests, memo, bracket)
@@ -359,31 +490,12 @@ def evaluate(
     goodput search ended at). `requests` is the workload with every request at t = 0, re-timed
     for each rate; `bracket` caps the search (the group's largest saturated rate)."""
     memo = memo or _Memo()
+    prepared = _prepare(spec, gpus, request, config, requests)
+    if isinstance(prepared, str):
+        # a refusal before any run; the latency floor keeps the group's bracket
+        return prepared, (bracket if prepared.endswith("at zero load above its target") else None)
+    replica, price = prepared
     gpu = gpus[config.gpu_index]
-    price = price_for(gpu, request.prices)
-    if price is None:
-        return f"no price for {gpu.name} (give --price {gpu.key}=USD)", None
-    options = ServeOptions(
-        tp=config.tp,
-        pp=config.pp,
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        max_model_len=request.max_model_len,
-        kv_cache_dtype=config.kv_cache_dtype,  # both engines' simulations take fp8
-        async_scheduling=request.async_scheduling,
-        engine=request.emit,
-    )
-    try:
-        if config.pp > spec.num_layers:
-            return "more pipeline stages than layers", None
-        replica = build_replica(spec, gpu, options)
-    except KvplanError as exc:
-        return _reason(str(exc)), None
-    replica = replica._replace(config=without_idle_caching(replica.config, requests))
-    floor = latency_floor(replica, requests, request.frontend)
-    for slo in request.slos:
-        if slo.metric in floor and floor[slo.metric] > slo.limit_s:
-            return f"{slo.metric} at zero load above its target", bracket
     cap = bracket
     if cap is None:
         cap = memo.run(replica, requests, request, math.inf).bench.request_throughput
@@ -448,6 +560,36 @@ def evaluate(
         max_model_len=replica.options.max_model_len,
     )
     return candidate, cap
+
+
+def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
+    """A configuration's replica and price, or the reason it is ruled out before any run."""
+    gpu = gpus[config.gpu_index]
+    price = price_for(gpu, request.prices)
+    if price is None:
+        return f"no price for {gpu.name} (give --price {gpu.key}=USD)"
+    options = ServeOptions(
+        tp=config.tp,
+        pp=config.pp,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_model_len=request.max_model_len,
+        kv_cache_dtype=config.kv_cache_dtype,  # both engines' simulations take fp8
+        async_scheduling=request.async_scheduling,
+        engine=request.emit,
+    )
+    try:
+        if config.pp > spec.num_layers:
+            return "more pipeline stages than layers"
+        replica = build_replica(spec, gpu, options)
+    except KvplanError as exc:
+        return _reason(str(exc))
+    replica = replica._replace(config=without_idle_caching(replica.config, requests))
+    floor = latency_floor(replica, requests, request.frontend)
+    for slo in request.slos:
+        if slo.metric in floor and floor[slo.metric] > slo.limit_s:
+            return f"{slo.metric} at zero load above its target"
+    return replica, price
 
 
 def _reason(message: str) -> str:

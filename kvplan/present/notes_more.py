@@ -471,6 +471,14 @@ text("plan-method")(
         "limit never bound."
     )
 )
+text("plan-pruned")(
+    lambda pruned, top: (
+        f"{pruned:,} configurations were pruned after their saturated run: a replica's goodput "
+        "is at most its saturated rate, so each needs at least ceil(rate / saturated rate) "
+        f"replicas, and at that many it already costs more per hour than the {top:,} cheapest "
+        "found before it (groups run cheapest floor first; --no-prune bisects every one)."
+    )
+)
 text("plan-replicas")(
     lambda: (
         "Replicas behind a round-robin router each take rate / replicas: replicas = "
