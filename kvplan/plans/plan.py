@@ -188,7 +188,7 @@ def plan(
     outcomes = _run_all(spec, gpus, request, configs, requests, request.jobs, progress)
     candidates, reasons, pruned = [], Counter(), 0
     for outcome in outcomes:
-        if outcome is PRUNED:
+        if outcome == PRUNED:  # (a reason is never this word)
             pruned += 1
         elif isinstance(outcome, str):
             reasons[outcome] += 1
@@ -288,7 +288,7 @@ def _groups(configs: list[Config]) -> list[list[Config]]:
     return [sorted(g, key=lambda c: -c.max_num_seqs) for g in groups.values()]
 
 
-PRUNED = "pruned"  # an outcome: not bisected, it could not be among the `top` cheapest
+PRUNED = "pruned"  # an outcome: its search stopped, it could not be among the `top` cheapest
 
 
 def _run_all(spec, gpus, request, configs: list[Config], requests, workers: int, progress):
@@ -328,7 +328,8 @@ def _run_all(spec, gpus, request, configs: list[Config], requests, workers: int,
         while position < cut:
             while submitted < cut and len(pending) < workers:
                 index = order[submitted]
-                if _pruned(request, floors[index], sorted(usds)):
+                bar = _bar(request, usds)  # at most the groups' bar before this one: >= its own
+                if floors[index] > bar:
                     cut = submitted  # the floors rise and the bar only falls: all after too
                     break
                 pending[
@@ -340,6 +341,7 @@ def _run_all(spec, gpus, request, configs: list[Config], requests, workers: int,
                         groups[index],
                         requests,
                         saturated[index],
+                        bar,
                     )
                 ] = index
                 submitted += 1
@@ -350,11 +352,13 @@ def _run_all(spec, gpus, request, configs: list[Config], requests, workers: int,
                 results[pending.pop(future)] = future.result()
             while position < cut and order[position] in results:
                 index = order[position]
-                bar = sorted(usds)
-                if _pruned(request, floors[index], bar):  # ran ahead of its turn: dropped
+                bar = _bar(request, usds)  # every group before this one's candidates
+                if floors[index] > bar:  # ran ahead of its turn: dropped
                     cut = position
                     break
-                for config, outcome in zip(groups[index], results[index], strict=True):
+                for config, (outcome, floor) in zip(groups[index], results[index], strict=True):
+                    # pruned by this bar, whatever bar (never lower) the worker was given
+                    outcome = PRUNED if floor > bar else outcome
                     outcomes[config] = outcome
                     if not isinstance(outcome, str):
                         usds.append(outcome.usd_per_hour)
@@ -372,10 +376,13 @@ def _run_all(spec, gpus, request, configs: list[Config], requests, workers: int,
     return [outcomes[c] for c in configs]
 
 
-def _pruned(request: PlanRequest, floor: float, bar: list[float]) -> bool:
-    """A group costing at least `floor` $/hour cannot be listed: `top` candidates, ahead of it
-    in the order, already cost less (strictly, so no tie is decided by the prune)."""
-    return request.prune and len(bar) >= request.top and floor > bar[request.top - 1]
+def _bar(request: PlanRequest, usds: list[float]) -> float:
+    """The $/hour a configuration must not exceed to be listed: with `top` candidates ahead of
+    it in the order, the `top`-th cheapest (one costing more cannot be listed; one costing the
+    same is not pruned, so no tie is decided by the prune); else, or unpruned, infinity."""
+    if not request.prune or len(usds) < request.top:
+        return math.inf
+    return sorted(usds)[request.top - 1]
 
 
 def _usd_floor(gpus, request: PlanRequest, config: Config, saturated) -> float:
@@ -463,17 +470,20 @@ def saturate(spec, gpus, request, config: Config, requests):
     return memo.runs[math.inf], None
 
 
-def evaluate_group(spec, gpus, request, group: list[Config], requests, saturated=None) -> list:
-    """Each configuration of a group (largest max_num_seqs first), with shared runs;
-    `saturated` is saturate()'s answer for the group's first configuration."""
+def evaluate_group(
+    spec, gpus, request, group: list[Config], requests, saturated=None, bar=math.inf
+) -> list:
+    """Each configuration of a group (largest max_num_seqs first), with shared runs: (its
+    outcome, its floor) (see evaluate); `saturated` is saturate()'s answer for the group's first
+    configuration."""
     memo, bracket = _Memo(), None
     if saturated is not None and saturated[0] is not None:
         memo.runs[math.inf] = saturated[0]
     outcomes = []
     for config in group:
-        outcome, cap = evaluate(spec, gpus, request, config, requests, memo, bracket)
+        outcome, cap, floor = evaluate(spec, gpus, request, config, requests, memo, bracket, bar)
         bracket = bracket or cap
-        outcomes.append(outcome)
+        outcomes.append((outcome, floor))
     return outcomes
 
 
@@ -485,25 +495,38 @@ def evaluate(
     requests: list[RequestSpec],
     memo: _Memo | None = None,
     bracket: float | None = None,
+    bar: float = math.inf,
 ):
     """One configuration: (a Candidate, or the reason it cannot serve the targets; the rate the
-    goodput search ended at). `requests` is the workload with every request at t = 0, re-timed
-    for each rate; `bracket` caps the search (the group's largest saturated rate)."""
+    goodput search ended at; the floor). `requests` is the workload with every request at
+    t = 0, re-timed for each rate; `bracket` caps the search (the group's largest saturated
+    rate). The floor is the least $/hour the configuration can cost, from its goodput, or from
+    the bisection's upper end where there is none (-inf where no run was needed); once a floor
+    on the way there is above `bar`, the search stops and the outcome is PRUNED with it."""
     memo = memo or _Memo()
     prepared = _prepare(spec, gpus, request, config, requests)
     if isinstance(prepared, str):
         # a refusal before any run; the latency floor keeps the group's bracket
-        return prepared, (bracket if prepared.endswith("at zero load above its target") else None)
+        kept = bracket if prepared.endswith("at zero load above its target") else None
+        return prepared, kept, -math.inf
     replica, price = prepared
     gpu = gpus[config.gpu_index]
     cap = bracket
     if cap is None:
         cap = memo.run(replica, requests, request, math.inf).bench.request_throughput
         if cap <= 0:
-            return "no request completed", None
+            return "no request completed", None, -math.inf
+
+    def floor(rate: float) -> float:  # goodput <= rate: at least this many replicas
+        return (
+            math.ceil(request.rate / rate - 1e-9) * config.tp * config.pp * price.usd_per_gpu_hour
+        )
+
     lo, hi = 0.0, cap
     best = None
     for _ in range(BISECTIONS):
+        if floor(hi) > bar:
+            return PRUNED, cap, floor(hi)
         rate = (lo + hi) / 2
         outcome = memo.run(replica, requests, request, rate)
         if meets(outcome.bench, request.slos):
@@ -511,12 +534,15 @@ def evaluate(
         else:
             hi = rate
     if best is None:
-        return "targets missed even at 1/32 of the saturated rate", cap
+        return "targets missed even at 1/32 of the saturated rate", cap, floor(hi)
     goodput = lo
+    least = floor(goodput)
+    if least > bar:
+        return PRUNED, cap, least
     replicas = math.ceil(request.rate / goodput - 1e-9)
     num_gpus = replicas * config.tp * config.pp
     if num_gpus > request.max_gpus:
-        return f"more than {request.max_gpus} GPUs", cap
+        return f"more than {request.max_gpus} GPUs", cap, least
     operating = memo.run(replica, requests, request, request.rate / replicas)
     if not meets(operating.bench, request.slos):  # between bisection points: one more replica
         replicas += 1
@@ -559,7 +585,7 @@ def evaluate(
         ),
         max_model_len=replica.options.max_model_len,
     )
-    return candidate, cap
+    return candidate, cap, least
 
 
 def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):

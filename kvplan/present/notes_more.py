@@ -473,10 +473,11 @@ text("plan-method")(
 )
 text("plan-pruned")(
     lambda pruned, top: (
-        f"{pruned:,} configurations were pruned after their saturated run: a replica's goodput "
-        "is at most its saturated rate, so each needs at least ceil(rate / saturated rate) "
-        f"replicas, and at that many it already costs more per hour than the {top:,} cheapest "
-        "found before it (groups run cheapest floor first; --no-prune bisects every one)."
+        f"{pruned:,} configurations were pruned: a replica's goodput is at most the rate that "
+        "ends its search so far (first the saturated rate, then each bisection's upper end, "
+        "then the goodput found), so it needs at least ceil(rate / that rate) replicas, and at "
+        f"that many it already costs more per hour than the {top:,} cheapest found before it "
+        "(groups run cheapest floor first; --no-prune searches every one in full)."
     )
 )
 text("plan-replicas")(

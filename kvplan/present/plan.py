@@ -31,7 +31,7 @@ def searched_text(result: PlanResult) -> str:
     pruned = getattr(result, "pruned", 0)
     if pruned:
         text += (
-            f", {pruned:,} pruned (their saturated rate cannot place them among the "
+            f", {pruned:,} pruned (a floor on their cost is above the "
             f"{len(result.candidates):,} cheapest)"
         )
     return text
