@@ -395,8 +395,16 @@ def _usd_floor(gpus, request: PlanRequest, config: Config, saturated) -> float:
     if not cap > 0:
         return -math.inf
     price = price_for(gpus[config.gpu_index], request.prices)
-    replicas = math.ceil(request.rate / cap - 1e-9)
-    return replicas * config.tp * config.pp * price.usd_per_gpu_hour
+    return _least_usd(request, config, price.usd_per_gpu_hour, cap)
+
+
+def _least_usd(request: PlanRequest, config: Config, usd_per_gpu_hour: float, rate: float) -> float:
+    """$/hour at the fewest replicas a goodput of at most `rate` needs, as evaluate prices a
+    candidate (replicas x TP x PP GPUs, times the price); inf past any float."""
+    needed = request.rate / rate - 1e-9
+    if not math.isfinite(needed):
+        return math.inf
+    return math.ceil(needed) * config.tp * config.pp * usd_per_gpu_hour
 
 
 class _Inline:
@@ -518,9 +526,7 @@ def evaluate(
             return "no request completed", None, -math.inf
 
     def floor(rate: float) -> float:  # goodput <= rate: at least this many replicas
-        return (
-            math.ceil(request.rate / rate - 1e-9) * config.tp * config.pp * price.usd_per_gpu_hour
-        )
+        return _least_usd(request, config, price.usd_per_gpu_hour, rate)
 
     lo, hi = 0.0, cap
     best = None
