@@ -124,7 +124,9 @@ def test_a_pruned_search_lists_what_the_full_one_lists():
     assert fast.pruned > 0 and full.pruned == 0
     assert fast.candidates == full.candidates
     assert fast.searched == full.searched and fast.feasible + fast.pruned >= full.feasible
+    assert seen[0] == (0, fast.searched)  # written before the first (saturated) run
     assert seen[-1] == (fast.searched, fast.searched)  # the progress line ends at the whole search
+    assert [done for done, _ in seen] == sorted(done for done, _ in seen)
     from kvplan.present.plan import plan_view
     from kvplan.present.render import render
 

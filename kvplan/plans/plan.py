@@ -306,6 +306,8 @@ def _run_all(spec, gpus, request, configs: list[Config], requests, workers: int,
     groups = _groups(configs)
     workers = (workers or os.cpu_count() or 1) if len(groups) >= 2 else 1
     total, done, outcomes = len(configs), 0, {}
+    if progress:  # at once: the saturated runs come before any configuration is done
+        progress(0, total)
     with _executor(workers) as pool:
         saturated = dict(
             zip(
