@@ -79,6 +79,13 @@ def add(app: typer.Typer) -> None:
             True, "--async-scheduling/--no-async-scheduling", help="vLLM async scheduling."
         ),
         jobs: int = typer.Option(0, "--jobs", min=0, max=256, help="Processes (0: one per core)."),
+        prune: bool = typer.Option(
+            True,
+            "--prune/--no-prune",
+            help="Skip bisecting configurations whose saturated rate cannot place them among "
+            "the --top cheapest (the table is the same; --no-prune counts all that meet the "
+            "targets).",
+        ),
         seed: int = typer.Option(0, "--seed", min=0, max=2**31, help="Random seed."),
         fmt: c.OutputFormat = c.format_option(),
         out: Path = c.out_option(),
@@ -130,6 +137,7 @@ def add(app: typer.Typer) -> None:
             emit=emit,
             async_scheduling=async_scheduling,
             jobs=jobs,
+            prune=prune,
         )
         gpus = list({g.key: g for g in (c.load_gpu(name) for name in gpu)}.values())
         result = plan(c.load_model(model), gpus, request, progress=_progress)

@@ -105,6 +105,7 @@ class PlanRequest(NamedTuple):
     async_scheduling: bool = True
     jobs: int = 0  # worker processes (0: one per core)
     frontend: Frontend = Frontend()
+    prune: bool = True  # skip groups whose saturated rate cannot place them among the top
 
 
 class Config(NamedTuple):
@@ -168,6 +169,7 @@ class PlanResult(NamedTuple):
     candidates: list[Candidate]
     rejections: list[Rejection]
     notes: tuple[Note, ...]
+    pruned: int = 0  # configurations not bisected: they could not be among the `top` cheapest
 
 
 def plan(
@@ -187,9 +189,11 @@ def plan(
     if len(configs) > MAX_CONFIGS:
         raise KvplanError(f"{len(configs):,} configurations: at most {MAX_CONFIGS:,}")
     outcomes = _run_all(spec, gpus, request, configs, requests, request.jobs, progress)
-    candidates, reasons = [], Counter()
+    candidates, reasons, pruned = [], Counter(), 0
     for outcome in outcomes:
-        if isinstance(outcome, str):
+        if outcome == PRUNED:  # (a reason is never this word)
+            pruned += 1
+        elif isinstance(outcome, str):
             reasons[outcome] += 1
         else:
             candidates.append(outcome)
@@ -201,6 +205,7 @@ def plan(
         note("plan-method", bisections=BISECTIONS, num_prompts=request.workload.num_prompts),
         note("plan-replicas"),
         note("plan-prices"),
+        *([note("plan-pruned", pruned=pruned, top=request.top)] if pruned else []),
     ]
     if not spec.hf_id:
         notes.append(note("plan-no-hf-id"))
@@ -224,6 +229,7 @@ def plan(
         candidates=candidates[: request.top],
         rejections=[Rejection(reason, count) for reason, count in reasons.most_common()],
         notes=unique(notes),
+        pruned=pruned,
     )
 
 
@@ -285,67 +291,212 @@ def _groups(configs: list[Config]) -> list[list[Config]]:
     return [sorted(g, key=lambda c: -c.max_num_seqs) for g in groups.values()]
 
 
+PRUNED = "pruned"  # an outcome: its search stopped, it could not be among the `top` cheapest
+
+
 def _run_all(spec, gpus, request, configs: list[Config], requests, workers: int, progress):
+    """Every configuration's outcome, in `configs`' order. Two passes over the groups:
+    1. each group's saturated run (its largest max_num_seqs): a ceiling on the goodput of every
+       configuration of the group, hence a floor on its replicas and its $/hour;
+    2. the groups by that floor, cheapest first, bisected in full, until a group's floor is
+       above the `top`-th cheapest $/hour found before it: it and every group after it are
+       PRUNED (none can be listed: each costs more than `top` candidates already found).
+    The prune is decided as if the groups ran one after another in that order, whatever the
+    processes' timing (a group run ahead of its turn and then found pruned is dropped), so the
+    result is the same for any --jobs, and `request.prune=False` bisects every group."""
     import os
 
     groups = _groups(configs)
-    workers = workers or os.cpu_count() or 1
+    workers = (workers or os.cpu_count() or 1) if len(groups) >= 2 else 1
     total, done, outcomes = len(configs), 0, {}
-    if workers <= 1 or len(groups) < 2:
-        for group in groups:
-            for config, outcome in zip(
-                group, evaluate_group(spec, gpus, request, group, requests), strict=True
-            ):
-                outcomes[config] = outcome
-            done += len(group)
-            if progress:
-                progress(done, total)
-        return [outcomes[c] for c in configs]
-    import concurrent.futures as futures
+    if progress:  # at once: the saturated runs come before any configuration is done
+        progress(0, total)
+    with _executor(workers) as pool:
+        saturated = dict(
+            zip(
+                range(len(groups)),
+                _ordered(
+                    pool,
+                    [(saturate, spec, gpus, request, g[0], requests) for g in groups],
+                ),
+                strict=True,
+            )
+        )
+        floors = [_usd_floor(gpus, request, g[0], saturated[i]) for i, g in enumerate(groups)]
+        order = sorted(range(len(groups)), key=lambda i: floors[i])
+        usds: list[float] = []  # $/hour of every candidate of the groups before, in order
+        pending: dict = {}  # future -> group index
+        results: dict[int, list] = {}
+        position = 0  # groups in `order` decided: evaluated, or pruned with all after
+        submitted = 0
+        cut = len(order)
+        while position < cut:
+            while submitted < cut and len(pending) < workers:
+                index = order[submitted]
+                bar = _bar(request, usds)  # at most the groups' bar before this one: >= its own
+                if floors[index] > bar:
+                    cut = submitted  # the floors rise and the bar only falls: all after too
+                    break
+                pending[
+                    pool.submit(
+                        evaluate_group,
+                        spec,
+                        gpus,
+                        request,
+                        groups[index],
+                        requests,
+                        saturated[index],
+                        bar,
+                    )
+                ] = index
+                submitted += 1
+            if position >= cut:
+                break
+            finished = _wait_any(pending)
+            for future in finished:
+                results[pending.pop(future)] = future.result()
+            while position < cut and order[position] in results:
+                index = order[position]
+                bar = _bar(request, usds)  # every group before this one's candidates
+                if floors[index] > bar:  # ran ahead of its turn: dropped
+                    cut = position
+                    break
+                for config, (outcome, floor) in zip(groups[index], results[index], strict=True):
+                    # pruned by this bar, whatever bar (never lower) the worker was given
+                    outcome = PRUNED if floor > bar else outcome
+                    outcomes[config] = outcome
+                    if not isinstance(outcome, str):
+                        usds.append(outcome.usd_per_hour)
+                done += len(groups[index])
+                if progress:
+                    progress(done, total)
+                position += 1
+        for future in pending:
+            future.cancel()
+    for index in order[cut:]:
+        for config in groups[index]:
+            outcomes[config] = PRUNED
+    if progress and done < total:
+        progress(total, total)
+    return [outcomes[c] for c in configs]
 
+
+def _bar(request: PlanRequest, usds: list[float]) -> float:
+    """The $/hour a configuration must not exceed to be listed: with `top` candidates ahead of
+    it in the order, the `top`-th cheapest (one costing more cannot be listed; one costing the
+    same is not pruned, so no tie is decided by the prune); else, or unpruned, infinity."""
+    if not request.prune or len(usds) < request.top:
+        return math.inf
+    return sorted(usds)[request.top - 1]
+
+
+def _usd_floor(gpus, request: PlanRequest, config: Config, saturated) -> float:
+    """The least $/hour any configuration of the group can cost: its goodput is at most the
+    saturated rate (the bisection's upper end), so replicas >= ceil(rate / saturated rate).
+    -inf where the group's first configuration did not reach a saturated run."""
+    if saturated is None or isinstance(saturated[1], str):
+        return -math.inf
+    cap = saturated[0][0].bench.request_throughput
+    if not cap > 0:
+        return -math.inf
+    price = price_for(gpus[config.gpu_index], request.prices)
+    return _least_usd(request, config, price.usd_per_gpu_hour, cap)
+
+
+def _least_usd(request: PlanRequest, config: Config, usd_per_gpu_hour: float, rate: float) -> float:
+    """$/hour at the fewest replicas a goodput of at most `rate` needs, as evaluate prices a
+    candidate (replicas x TP x PP GPUs, times the price); inf past any float."""
+    needed = request.rate / rate - 1e-9
+    if not math.isfinite(needed):
+        return math.inf
+    return math.ceil(needed) * config.tp * config.pp * usd_per_gpu_hour
+
+
+class _Inline:
+    """An executor that runs each call at once, in this process."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def submit(self, fn, *args):
+        import concurrent.futures as futures
+
+        future = futures.Future()
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 (raised again by .result())
+            future.set_exception(exc)
+        return future
+
+
+def _executor(workers: int):
+    if workers <= 1:
+        return _Inline()
     from kvplan.plans.workers import worker_pool
 
-    with worker_pool(workers) as pool:  # its workers end with the run, however it ends
-        pending = {
-            pool.submit(evaluate_group, spec, gpus, request, group, requests): group
-            for group in groups
-        }
-        for future in futures.as_completed(pending):
-            group = pending[future]
-            for config, outcome in zip(group, future.result(), strict=True):
-                outcomes[config] = outcome
-            done += len(group)
-            if progress:
-                progress(done, total)
-    return [outcomes[c] for c in configs]
+    return worker_pool(workers)  # its workers end with the run, however it ends
+
+
+def _ordered(pool, calls: list[tuple]) -> list:
+    futures = [pool.submit(*call) for call in calls]
+    return [f.result() for f in futures]
+
+
+def _wait_any(pending: dict) -> set:
+    import concurrent.futures as futures
+
+    finished, _ = futures.wait(list(pending), return_when=futures.FIRST_COMPLETED)
+    return finished
 
 
 class _Memo:
     """Runs of one group, by rate: a run with more seats stands for one with fewer wherever
-    its running requests stayed below the smaller limit (the limit never bound)."""
+    its running requests stayed below the smaller limit (the limit never bound), and for its
+    own configuration (the same run)."""
 
     def __init__(self):
-        self.runs: dict[float, tuple[_Outcome, int]] = {}
+        self.runs: dict[float, tuple[_Outcome, int, int]] = {}  # outcome, peak running, seats
 
     def run(self, replica: Replica, requests, request: PlanRequest, rate: float) -> _Outcome:
         seats = replica.config.max_num_seqs
         known = self.runs.get(rate)
-        if known is not None and known[1] < seats:
+        if known is not None and (known[1] < seats or known[2] == seats):
             return known[0]
         timed = requests if math.isinf(rate) else _at_rate(requests, request, rate)
         outcome = _run(replica, timed, request, rate)
-        self.runs[rate] = (outcome, outcome.peak_running)
+        self.runs[rate] = (outcome, outcome.peak_running, seats)
         return outcome
 
 
-def evaluate_group(spec, gpus, request, group: list[Config], requests) -> list:
-    """Each configuration of a group (largest max_num_seqs first), with shared runs."""
+def saturate(spec, gpus, request, config: Config, requests):
+    """A group's first configuration up to its saturated run: (its _Memo entry: the run's
+    _Outcome, peak running, seats; None), or (None, the reason it was ruled out before one)."""
+    prepared = _prepare(spec, gpus, request, config, requests)
+    if isinstance(prepared, str):
+        return None, prepared
+    replica, _price = prepared
+    memo = _Memo()
+    memo.run(replica, requests, request, math.inf)
+    return memo.runs[math.inf], None
+
+
+def evaluate_group(
+    spec, gpus, request, group: list[Config], requests, saturated=None, bar=math.inf
+) -> list:
+    """Each configuration of a group (largest max_num_seqs first), with shared runs: (its
+    outcome, its floor) (see evaluate); `saturated` is saturate()'s answer for the group's first
+    configuration."""
     memo, bracket = _Memo(), None
+    if saturated is not None and saturated[0] is not None:
+        memo.runs[math.inf] = saturated[0]
     outcomes = []
     for config in group:
-        outcome, cap = evaluate(spec, gpus, request, config, requests, memo, bracket)
+        outcome, cap, floor = evaluate(spec, gpus, request, config, requests, memo, bracket, bar)
         bracket = bracket or cap
-        outcomes.append(outcome)
+        outcomes.append((outcome, floor))
     return outcomes
 
 
@@ -357,44 +508,36 @@ def evaluate(
     requests: list[RequestSpec],
     memo: _Memo | None = None,
     bracket: float | None = None,
+    bar: float = math.inf,
 ):
     """One configuration: (a Candidate, or the reason it cannot serve the targets; the rate the
-    goodput search ended at). `requests` is the workload with every request at t = 0, re-timed
-    for each rate; `bracket` caps the search (the group's largest saturated rate)."""
+    goodput search ended at; the floor). `requests` is the workload with every request at
+    t = 0, re-timed for each rate; `bracket` caps the search (the group's largest saturated
+    rate). The floor is the least $/hour the configuration can cost, from its goodput, or from
+    the bisection's upper end where there is none (-inf where no run was needed); once a floor
+    on the way there is above `bar`, the search stops and the outcome is PRUNED with it."""
     memo = memo or _Memo()
+    prepared = _prepare(spec, gpus, request, config, requests)
+    if isinstance(prepared, str):
+        # a refusal before any run; the latency floor keeps the group's bracket
+        kept = bracket if prepared.endswith("at zero load above its target") else None
+        return prepared, kept, -math.inf
+    replica, price = prepared
     gpu = gpus[config.gpu_index]
-    price = price_for(gpu, request.prices)
-    if price is None:
-        return f"no price for {gpu.name} (give --price {gpu.key}=USD)", None
-    options = ServeOptions(
-        tp=config.tp,
-        pp=config.pp,
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        max_model_len=request.max_model_len,
-        kv_cache_dtype=config.kv_cache_dtype,  # both engines' simulations take fp8
-        async_scheduling=request.async_scheduling,
-        engine=request.emit,
-    )
-    try:
-        if config.pp > spec.num_layers:
-            return "more pipeline stages than layers", None
-        replica = build_replica(spec, gpu, options)
-    except KvplanError as exc:
-        return _reason(str(exc)), None
-    replica = replica._replace(config=without_idle_caching(replica.config, requests))
-    floor = latency_floor(replica, requests, request.frontend)
-    for slo in request.slos:
-        if slo.metric in floor and floor[slo.metric] > slo.limit_s:
-            return f"{slo.metric} at zero load above its target", bracket
     cap = bracket
     if cap is None:
         cap = memo.run(replica, requests, request, math.inf).bench.request_throughput
         if cap <= 0:
-            return "no request completed", None
+            return "no request completed", None, -math.inf
+
+    def floor(rate: float) -> float:  # goodput <= rate: at least this many replicas
+        return _least_usd(request, config, price.usd_per_gpu_hour, rate)
+
     lo, hi = 0.0, cap
     best = None
     for _ in range(BISECTIONS):
+        if floor(hi) > bar:
+            return PRUNED, cap, floor(hi)
         rate = (lo + hi) / 2
         outcome = memo.run(replica, requests, request, rate)
         if meets(outcome.bench, request.slos):
@@ -402,12 +545,15 @@ def evaluate(
         else:
             hi = rate
     if best is None:
-        return "targets missed even at 1/32 of the saturated rate", cap
+        return "targets missed even at 1/32 of the saturated rate", cap, floor(hi)
     goodput = lo
+    least = floor(goodput)
+    if least > bar:
+        return PRUNED, cap, least
     replicas = math.ceil(request.rate / goodput - 1e-9)
     num_gpus = replicas * config.tp * config.pp
     if num_gpus > request.max_gpus:
-        return f"more than {request.max_gpus} GPUs", cap
+        return f"more than {request.max_gpus} GPUs", cap, least
     operating = memo.run(replica, requests, request, request.rate / replicas)
     if not meets(operating.bench, request.slos):  # between bisection points: one more replica
         replicas += 1
@@ -450,7 +596,37 @@ def evaluate(
         ),
         max_model_len=replica.options.max_model_len,
     )
-    return candidate, cap
+    return candidate, cap, least
+
+
+def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
+    """A configuration's replica and price, or the reason it is ruled out before any run."""
+    gpu = gpus[config.gpu_index]
+    price = price_for(gpu, request.prices)
+    if price is None:
+        return f"no price for {gpu.name} (give --price {gpu.key}=USD)"
+    options = ServeOptions(
+        tp=config.tp,
+        pp=config.pp,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_model_len=request.max_model_len,
+        kv_cache_dtype=config.kv_cache_dtype,  # both engines' simulations take fp8
+        async_scheduling=request.async_scheduling,
+        engine=request.emit,
+    )
+    try:
+        if config.pp > spec.num_layers:
+            return "more pipeline stages than layers"
+        replica = build_replica(spec, gpu, options)
+    except KvplanError as exc:
+        return _reason(str(exc))
+    replica = replica._replace(config=without_idle_caching(replica.config, requests))
+    floor = latency_floor(replica, requests, request.frontend)
+    for slo in request.slos:
+        if slo.metric in floor and floor[slo.metric] > slo.limit_s:
+            return f"{slo.metric} at zero load above its target"
+    return replica, price
 
 
 def _reason(message: str) -> str:

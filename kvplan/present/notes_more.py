@@ -471,6 +471,15 @@ text("plan-method")(
         "limit never bound."
     )
 )
+text("plan-pruned")(
+    lambda pruned, top: (
+        f"{pruned:,} configurations were pruned: a replica's goodput is at most the rate that "
+        "ends its search so far (first the saturated rate, then each bisection's upper end, "
+        "then the goodput found), so it needs at least ceil(rate / that rate) replicas, and at "
+        f"that many it already costs more per hour than the {top:,} cheapest found before it "
+        "(groups run cheapest floor first; --no-prune searches every one in full)."
+    )
+)
 text("plan-replicas")(
     lambda: (
         "Replicas behind a round-robin router each take rate / replicas: replicas = "

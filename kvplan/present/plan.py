@@ -25,6 +25,18 @@ def serve_command(engine: str, model_id: str, c: Candidate) -> str:
     return one_line(launch, engine)
 
 
+def searched_text(result: PlanResult) -> str:
+    """'80 configurations, 80 meet the targets'; with some pruned, how many and why."""
+    text = f"{result.searched:,} configurations, {result.feasible:,} meet the targets"
+    pruned = getattr(result, "pruned", 0)
+    if pruned:
+        text += (
+            f", {pruned:,} pruned (a floor on their cost is above the "
+            f"{len(result.candidates):,} cheapest)"
+        )
+    return text
+
+
 def plan_view(result: PlanResult, engine: str = "vllm") -> View:
     model_id = result.model["hf_id"] or result.model["name"]
     targets = ", ".join(f"{s['target']} <= {f.ms_text(s['limit_s'], 0)}" for s in result.slos)
@@ -37,7 +49,7 @@ def plan_view(result: PlanResult, engine: str = "vllm") -> View:
             f"{w['mean_output_tokens']:,.0f} out tokens ({w['length_dist']} lengths)",
         ),
         ("targets", targets),
-        ("searched", f"{result.searched:,} configurations, {result.feasible:,} meet the targets"),
+        ("searched", searched_text(result)),
     ]
     data = jsonable(result)
     rows = []
