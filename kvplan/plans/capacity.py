@@ -265,7 +265,11 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
         what_if.append(WhatIfRow("paged", fmt.name, request.mean_len, paged))
 
     remedies = [] if fits else fit_remedies(spec, gpu, request, d, replicas, wdtype, fmt, what_if)
-    one = min(max_context_at_batch(stages, pool, 1, fmt, tp, blk), positions or ctx)
+    # the longest context of one sequence: the batch-1 row's search where there is one
+    single = next((row.memory_context_len for row in longest if row.batch_size == 1), None)
+    if single is None:
+        single = max_context_at_batch(stages, pool, 1, fmt, tp, blk)
+    one = min(single, positions or ctx)
     if not fits and 0 < one < ctx:
         remedies.append(
             Remedy("context", d.tp, d.pp, d.dp_attention, d.gpus, wdtype, fmt.name, one, replicas)
