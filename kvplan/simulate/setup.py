@@ -22,6 +22,7 @@ from kvplan.formulas.batch_step import (
     HOST_OVERHEADS,
     StepModel,
     achieved_for,
+    dsa_layers,
     dsa_tables_for,
     measured_achieved,
 )
@@ -209,8 +210,11 @@ def step_model(
         host=HOST_OVERHEADS,
         async_scheduling=options.async_scheduling,
         cuda_graph_max_tokens=graph_tokens,
-        # vLLM's DSA module tables; SGLang runs its own kernels, which the tables do not time
-        dsa_delta_us=None if measured or options.engine == "sglang" else dsa_tables_for(gpu),
+        # vLLM's DSA module tables; SGLang runs its own kernels, which the tables do not time.
+        # A model without DSA layers never reads them: their module is not imported for it
+        dsa_delta_us=None
+        if measured or options.engine == "sglang" or not dsa_layers(spec)
+        else dsa_tables_for(gpu),
     )
     if any(a.indexer_head_dim for a in spec.attention_layers()):
         notes.append(
