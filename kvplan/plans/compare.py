@@ -39,7 +39,7 @@ from kvplan.plans.deployment import (
 )
 from kvplan.plans.roofline import decode_floor
 from kvplan.record import NamedTuple
-from kvplan.simulate.cluster import Frontend
+from kvplan.simulate.frontend import Frontend
 from kvplan.simulate.setup import ServeOptions, batch_defaults, step_model
 
 MAX_GPU_KINDS = 64

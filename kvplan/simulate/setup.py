@@ -11,6 +11,7 @@ except for models with recurrent state, gpu_memory_utilization 0.9.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.engines import EngineRequest
@@ -32,8 +33,10 @@ from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
-from kvplan.simulate.engine import Engine, EngineConfig, side_blocks, usable_blocks
 from kvplan.units import GIB
+
+if TYPE_CHECKING:  # the simulator loads where a replica is built, not for a step model
+    from kvplan.simulate.engine import Engine, EngineConfig
 
 LARGE_GPU_BYTES = 70 * GIB  # get_batch_defaults: device memory >= 70 GiB ...
 LARGE_DEFAULTS = (8192, 1024)  # ... and not an A100: max_num_batched_tokens, max_num_seqs
@@ -243,6 +246,8 @@ def step_model(
 def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) -> EngineConfig:
     """The pool in blocks of the full-attention group; windowed and state groups as a fixed
     share per request (their steady-state blocks)."""
+    from kvplan.simulate.engine import EngineConfig, side_blocks, usable_blocks
+
     full = (CacheKind.FULL, CacheKind.MLA)
     main = [g for g in alloc.groups if g.kind in full]
     others = [g for g in alloc.groups if g.kind not in full]
@@ -307,6 +312,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     """An SGLang replica with `python -m sglang.launch_server`'s defaults: the KV pool and
     limits from kvplan's SGLang allocator model, SGLang's scheduler (kvplan.simulate.sglang)."""
     from kvplan.engines.sglang import sglang_allocation
+    from kvplan.simulate.engine import EngineConfig
     from kvplan.simulate.sglang import MAX_PREFILL_TOKENS, SglangPolicy
 
     for given, flag in (
@@ -401,6 +407,8 @@ def make_engine(
 ) -> Engine:
     """One replica's engine: vLLM's scheduler, or SGLang's where the replica has its policy.
     `stand_in` (vLLM's): a counted pool until prefix caching could matter (Engine)."""
+    from kvplan.simulate.engine import Engine
+
     if replica.policy is not None:
         from kvplan.simulate.sglang import SglangEngine
 
