@@ -14,9 +14,6 @@ import math
 from typing import TYPE_CHECKING
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
-from kvplan.engines import EngineRequest
-from kvplan.engines.max_len import default_max_model_len
-from kvplan.engines.vllm import vllm_allocation
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
     CUDA_GRAPH_MAX_TOKENS,
@@ -35,7 +32,8 @@ from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
 from kvplan.units import GIB
 
-if TYPE_CHECKING:  # the simulator loads where a replica is built, not for a step model
+if TYPE_CHECKING:  # the simulator and the engines' allocators load where a replica is built,
+    # not for a step model (kvplan capacity --gpu)
     from kvplan.simulate.engine import Engine, EngineConfig
 
 LARGE_GPU_BYTES = 70 * GIB  # get_batch_defaults: device memory >= 70 GiB ...
@@ -104,6 +102,9 @@ def batch_defaults(gpu: GpuProfile) -> tuple[int, int]:
 
 def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
     """Resolve the defaults, size the KV pool, and build the step-time model."""
+    from kvplan.engines import EngineRequest
+    from kvplan.engines.vllm import vllm_allocation
+
     if options.engine == "sglang":
         return build_sglang_replica(spec, gpu, options)
     if options.engine != "vllm":
@@ -183,6 +184,8 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
 
 def _max_model_len(spec: ModelSpec, options: ServeOptions) -> int:
     """The given length, else the model's positions, at most the length the engine derives."""
+    from kvplan.engines.max_len import default_max_model_len
+
     if options.max_model_len:
         return options.max_model_len
     default = spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
@@ -311,6 +314,7 @@ SGLANG_SIM_BLOCK = 16
 def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
     """An SGLang replica with `python -m sglang.launch_server`'s defaults: the KV pool and
     limits from kvplan's SGLang allocator model, SGLang's scheduler (kvplan.simulate.sglang)."""
+    from kvplan.engines import EngineRequest
     from kvplan.engines.sglang import sglang_allocation
     from kvplan.simulate.engine import EngineConfig
     from kvplan.simulate.sglang import MAX_PREFILL_TOKENS, SglangPolicy
