@@ -153,7 +153,7 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
     )  # fmt: skip
     base = _base_request(request)
     try:
-        cap = capacity(spec, gpu, base)
+        cap = capacity(spec, gpu, base, brief=True)
     except KvplanError as exc:
         return empty._replace(why_not=str(exc)), None, []
     if not cap.fits:
@@ -263,7 +263,7 @@ def layouts(spec, gpu, cap, base: CapacityRequest, request: CompareRequest) -> l
         return out
     for tp in wider_tps(spec, gpu, cap.tp):
         try:
-            wider = capacity(spec, gpu, base._replace(tp=tp))
+            wider = capacity(spec, gpu, base._replace(tp=tp), brief=True)
         except KvplanError:
             continue
         if wider.fits:
@@ -288,7 +288,7 @@ def pareto_points(
     out: dict[str, list[ParetoPoint]] = {}
     for gpu in gpus:
         try:
-            cap = capacity(spec, gpu, base)
+            cap = capacity(spec, gpu, base, brief=True)
         except KvplanError:
             continue
         if not cap.fits or cap.dp_attention > 1:
