@@ -233,3 +233,47 @@ def test_measures_operators_add_up_to_the_planners_step(model, batch, context):
     rows = batch * spec.hidden_size if spec.embedding_lookup_params else 0
     expected = sum(op.weight_bytes + op.kv_bytes for op in ops) + (outside + rows) * p
     assert step.bytes == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "model, gpu, ctx, batch, kv, wd, tp, pp, dp",
+    [
+        ("llama-3.1-8b", "h100", 8192, 64, "auto", "auto", 1, 1, None),
+        ("llama-3.1-70b", "h100", 32768, 20, "fp8", "auto", 4, 1, None),
+        ("llama-3.1-70b", "a100", 8192, 7, "auto", "int4", 8, 2, None),
+        ("deepseek-v3", "h100", 8192, 300, "auto", "auto", 1, 1, 16),
+        ("qwen3-30b-a3b", "l4", 4096, 3, "auto", "auto", 2, 1, None),
+    ],
+)
+def test_decode_floor_is_rooflines_row(model, gpu, ctx, batch, kv, wd, tp, pp, dp):
+    """capacity --gpu prices with decode_floor: the figures of the full roofline() call."""
+    from kvplan.plans.roofline import decode_floor
+
+    spec, profile = load_model(model), load_profile(gpu)
+    full = roofline(
+        spec,
+        profile,
+        RooflineRequest(
+            contexts=(ctx,), batches=(batch,), kv_dtype=kv, weights_dtype=wd,
+            tp=tp, pp=pp, dp_attention=dp,
+        ),
+    )  # fmt: skip
+    slim = decode_floor(spec, profile, ctx, batch, kv, wd, tp, pp, dp)
+    assert slim.time_floor_s == full.decode[0].time_floor_s
+    assert slim.tokens_per_s == full.decode[0].tokens_per_s
+    assert slim.ceiling_tokens_per_s == full.ceiling_tokens_per_s
+
+
+def test_decode_floor_refuses_what_roofline_refuses():
+    from kvplan.errors import KvplanError
+    from kvplan.plans.roofline import decode_floor
+
+    spec = load_model("llama-3.1-8b")
+    for gpu, tp, dp in (("m1-max-32gb", 2, None), ("h100", 1, 8)):
+        profile = load_profile(gpu)
+        request = RooflineRequest(contexts=(8192,), batches=(1,), tp=tp, dp_attention=dp)
+        with pytest.raises(KvplanError) as full:
+            roofline(spec, profile, request)
+        with pytest.raises(KvplanError) as slim:
+            decode_floor(spec, profile, 8192, 1, "auto", "auto", tp, 1, dp)
+        assert str(slim.value) == str(full.value)

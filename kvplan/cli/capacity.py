@@ -109,11 +109,13 @@ def add(app: typer.Typer) -> None:
         )
         from kvplan.plans.deployment import deployment_of, layout_text
         from kvplan.present.capacity import capacity_view, launch_of
-        from kvplan.present.launch import TARGETS, emit
         from kvplan.present.render import OutputFormat
 
-        if emit_flags is not None and emit_flags not in TARGETS:
-            raise KvplanError(f"--emit {emit_flags[:40]!r}: choose {', '.join(TARGETS)}")
+        if emit_flags is not None:  # the engines' launch modules load for --emit alone
+            from kvplan.present.launch import TARGETS
+
+            if emit_flags not in TARGETS:
+                raise KvplanError(f"--emit {emit_flags[:40]!r}: choose {', '.join(TARGETS)}")
         if emit_flags is not None and fmt is not None:
             raise KvplanError("--emit prints a launch command: drop --format")
         if allow_long and emit_flags is None:
@@ -207,6 +209,8 @@ def add(app: typer.Typer) -> None:
                     plot,
                 )
             if emit_flags is not None:
+                from kvplan.present.launch import emit
+
                 launch = launch_of(result, spec, profile, model, max_num_batched_tokens, block_size)
                 c.emit(emit(launch, emit_flags, spec.name, spec, allow_long))
                 return

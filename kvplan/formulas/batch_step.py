@@ -173,6 +173,12 @@ def achieved_for(profile) -> Achieved:
     return ACHIEVED_H100
 
 
+def dsa_layers(spec: ModelSpec) -> list:
+    """The attention layers the DSA module prices (a sparse indexer of their own); none: the
+    GPU's DSA tables are never read for this model."""
+    return [a for a in spec.attention_layers() if a.indexer_head_dim and not a.gqa_indexer]
+
+
 def dsa_tables_for(profile) -> dict | None:
     """The DSA-minus-MLA module grids of this GPU (formulas/dsa_tables.py), or None where the
     GPU has no tables of its own (then DSA is priced as the dense MLA it falls back to)."""
@@ -616,7 +622,7 @@ class _DsaModule:
     @classmethod
     def of(cls, spec: ModelSpec, fmt: KvFormat, tp: int, tables: dict | None):
         """The module for a model with DSA layers and a GPU with tables (None otherwise)."""
-        layers = [a for a in spec.attention_layers() if a.indexer_head_dim and not a.gqa_indexer]
+        layers = dsa_layers(spec)
         if not tables or not layers:
             return None
         kv = "fp8" if fmt.name.startswith("fp8") else "bfloat16"

@@ -153,8 +153,12 @@ def validate(request: CapacityRequest) -> None:
         raise KvplanError("--reserve must be a size between 0 and 1 EiB")
 
 
-def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> CapacityResult:
-    """The Python twin of `kvplan capacity MODEL --gpu GPU` (engine-free)."""
+def capacity(
+    spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest, *, brief: bool = False
+) -> CapacityResult:
+    """The Python twin of `kvplan capacity MODEL --gpu GPU` (engine-free). `brief`: a plan that
+    fits leaves longest_context empty (its searches are the costliest part; the comparison of
+    GPU kinds, kvplan.plans.compare, reads none of it); everything else is the same."""
     require_cache(spec, "concurrency")
     validate(request)
     wdtype, wnotes = resolve_weights_dtype(spec, request.weights_dtype)
@@ -185,15 +189,15 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
     kv_tokens = int(pool // (per_token * blk)) * blk if per_token else None
     max_conc = concurrency(fmt, ctx)
     positions = spec.max_position_embeddings
+    fits = plan.pool_bytes > 0 and max_conc >= 1
     longest = []
-    for b in request.batch_sizes:
+    for b in () if brief and fits else request.batch_sizes:
         per_rank = -(-b // d.dp_attention)  # DP-attention ranks share the batch
         memory = max_context_at_batch(stages, pool, per_rank, fmt, tp, blk)
         capped = min(memory, positions) if positions else memory
         longest.append(
             LongestContext(b, capped, memory, "positions" if capped < memory else "memory")
         )
-    fits = plan.pool_bytes > 0 and max_conc >= 1
 
     notes = model_notes(spec, tp) + wnotes
     notes.append(fmt.note)
@@ -265,11 +269,17 @@ def capacity(spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest) -> Capa
         what_if.append(WhatIfRow("paged", fmt.name, request.mean_len, paged))
 
     remedies = [] if fits else fit_remedies(spec, gpu, request, d, replicas, wdtype, fmt, what_if)
-    one = min(max_context_at_batch(stages, pool, 1, fmt, tp, blk), positions or ctx)
-    if not fits and 0 < one < ctx:
-        remedies.append(
-            Remedy("context", d.tp, d.pp, d.dp_attention, d.gpus, wdtype, fmt.name, one, replicas)
-        )
+    if not fits:  # the longest context of one sequence: the batch-1 row's search where there is one
+        single = next((row.memory_context_len for row in longest if row.batch_size == 1), None)
+        if single is None:
+            single = max_context_at_batch(stages, pool, 1, fmt, tp, blk)
+        one = min(single, positions or ctx)
+        if 0 < one < ctx:
+            remedies.append(
+                Remedy(
+                    "context", d.tp, d.pp, d.dp_attention, d.gpus, wdtype, fmt.name, one, replicas
+                )
+            )
     return CapacityResult(
         kvplan_version=__version__,
         model={"name": spec.name},

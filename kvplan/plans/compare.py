@@ -37,9 +37,9 @@ from kvplan.plans.deployment import (
     layout_text,
     valid_tps,
 )
-from kvplan.plans.roofline import RooflineRequest, roofline
+from kvplan.plans.roofline import decode_floor
 from kvplan.record import NamedTuple
-from kvplan.simulate.cluster import Frontend
+from kvplan.simulate.frontend import Frontend
 from kvplan.simulate.setup import ServeOptions, batch_defaults, step_model
 
 MAX_GPU_KINDS = 64
@@ -153,7 +153,7 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
     )  # fmt: skip
     base = _base_request(request)
     try:
-        cap = capacity(spec, gpu, base)
+        cap = capacity(spec, gpu, base, brief=True)
     except KvplanError as exc:
         return empty._replace(why_not=str(exc)), None, []
     if not cap.fits:
@@ -263,7 +263,7 @@ def layouts(spec, gpu, cap, base: CapacityRequest, request: CompareRequest) -> l
         return out
     for tp in wider_tps(spec, gpu, cap.tp):
         try:
-            wider = capacity(spec, gpu, base._replace(tp=tp))
+            wider = capacity(spec, gpu, base._replace(tp=tp), brief=True)
         except KvplanError:
             continue
         if wider.fits:
@@ -288,7 +288,7 @@ def pareto_points(
     out: dict[str, list[ParetoPoint]] = {}
     for gpu in gpus:
         try:
-            cap = capacity(spec, gpu, base)
+            cap = capacity(spec, gpu, base, brief=True)
         except KvplanError:
             continue
         if not cap.fits or cap.dp_attention > 1:
@@ -342,21 +342,12 @@ def _priced(spec, gpu, cap, request, notes: list | None = None) -> Priced:
     d_gpus = cap.num_gpus // cap.replicas
     per_replica = max(1, cap.max_concurrency // cap.replicas)
     dp = cap.dp_attention if cap.dp_attention > 1 else None
-    roof = roofline(
-        spec,
-        gpu,
-        RooflineRequest(
-            contexts=(request.context_len,),
-            batches=(per_replica,),
-            kv_dtype=request.kv_dtype,
-            weights_dtype=request.weights_dtype,
-            tp=cap.tp,
-            pp=cap.pp,
-            dp_attention=dp,
-            gpu_mem_util=request.gpu_mem_util,
-        ),
-    )
-    floor = roof.decode[0]
+    # roofline()'s decode row and ceiling alone, on this layout (its prefill, notes, s* and
+    # B_read are not in the table): the same numbers as the full call, a fraction of the work
+    floor = decode_floor(
+        spec, gpu, request.context_len, per_replica, request.kv_dtype, request.weights_dtype,
+        cap.tp, cap.pp, dp,
+    )  # fmt: skip
     floor_per_gpu = floor.tokens_per_s / d_gpus
     batch, tpot, by = per_replica, floor.time_floor_s, "floor"
     if dp is None:  # the step model has no DP-attention ranks: those layouts keep the floor
@@ -368,7 +359,7 @@ def _priced(spec, gpu, cap, request, notes: list | None = None) -> Priced:
             batch, tpot = per_replica, floor.time_floor_s
     per_gpu = batch / tpot / d_gpus if by == "step" else floor_per_gpu
     return Priced(
-        batch, roof.ceiling_tokens_per_s, floor.time_floor_s, floor_per_gpu, tpot, per_gpu, by
+        batch, floor.ceiling_tokens_per_s, floor.time_floor_s, floor_per_gpu, tpot, per_gpu, by
     )
 
 

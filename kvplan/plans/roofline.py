@@ -38,7 +38,14 @@ from kvplan.formulas.step_time import (
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
 from kvplan.plans.common import model_notes
-from kvplan.plans.deployment import choose_deployment, rank_budget, replica_sequences
+from kvplan.plans.deployment import (
+    Deployment,
+    check_deployment,
+    choose_deployment,
+    gpus_per_node,
+    rank_budget,
+    replica_sequences,
+)
 from kvplan.record import NamedTuple
 
 
@@ -260,26 +267,10 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
     for context_len in request.contexts:
         holds = replica_sequences(spec, d, pool, context_len, fmt) if pool > 0 else 0
         for batch_size in request.batches:
-            comm = 0.0
-            if dp > 1:
-                step = dp_attention_decode_step(
-                    spec, device_rates, batch_size, context_len, wdtype, fmt, dp
-                )
-                comm = ep_alltoall_time_s(
-                    spec, step.batch_size, dp, tp_link.one_way_bytes_per_s, tp_link.latency_s
-                )
-            else:
-                step = decode_step(spec, device_rates, batch_size, context_len, wdtype, fmt, tp)
-            if tp > 1:
-                comm = tp_comm_time_per_decode_step_s(
-                    spec, batch_size, tp, tp_link.one_way_bytes_per_s, tp_link.latency_s
-                )
-            if pp > 1:  # each stage boundary passes the batch's activations once per token
-                comm += (pp - 1) * p2p_time_s(
-                    tp_allreduce_bytes(spec, batch_size),
-                    stage_link.one_way_bytes_per_s,
-                    stage_link.latency_s,
-                )
+            step, comm = _decode_step_comm(
+                spec, device_rates, batch_size, context_len, wdtype, fmt, tp, pp, dp,
+                tp_link, stage_link,
+            )  # fmt: skip
             total = step.time_floor_s + comm
             decode_rows.append(
                 DecodeRow(
@@ -389,6 +380,76 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
         notes=unique(notes),
         operators=operators,
     )
+
+
+def _decode_step_comm(
+    spec, device_rates, batch_size, context_len, wdtype, fmt, tp, pp, dp, tp_link, stage_link
+):
+    """One decode step's memory/compute floor and its communication time (all-reduces,
+    all-to-alls, stage hand-offs) on a replica of TP `tp` x PP `pp` or DP attention `dp`."""
+    comm = 0.0
+    if dp > 1:
+        step = dp_attention_decode_step(
+            spec, device_rates, batch_size, context_len, wdtype, fmt, dp
+        )
+        comm = ep_alltoall_time_s(
+            spec, step.batch_size, dp, tp_link.one_way_bytes_per_s, tp_link.latency_s
+        )
+    else:
+        step = decode_step(spec, device_rates, batch_size, context_len, wdtype, fmt, tp)
+    if tp > 1:
+        comm = tp_comm_time_per_decode_step_s(
+            spec, batch_size, tp, tp_link.one_way_bytes_per_s, tp_link.latency_s
+        )
+    if pp > 1:  # each stage boundary passes the batch's activations once per token
+        comm += (pp - 1) * p2p_time_s(
+            tp_allreduce_bytes(spec, batch_size),
+            stage_link.one_way_bytes_per_s,
+            stage_link.latency_s,
+        )
+    return step, comm
+
+
+class DecodeFloor(NamedTuple):
+    time_floor_s: float  # memory/compute floor plus communication
+    tokens_per_s: float
+    ceiling_tokens_per_s: float | None  # one sequence, BW / (s x k)
+
+
+def decode_floor(
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    context_len: int,
+    batch_size: int,
+    kv_dtype: str,
+    weights_dtype: str,
+    tp: int,
+    pp: int,
+    dp_attention: int | None,
+) -> DecodeFloor:
+    """The figures of `roofline()` at one context and one batch on a given layout that
+    `kvplan capacity --gpu` prices with, without the rest of its result (prefill, notes,
+    s*, B_read, the pool): its decode row's floor and tokens/s and its one-sequence ceiling.
+    The same numbers and the same errors as that roofline() call."""
+    wdtype, _ = resolve_weights_dtype_checked(spec, weights_dtype)
+    fmt = resolve_kv_format(kv_dtype, spec.dtype, RooflineRequest().kv_group_size)
+    d = Deployment(tp or 1, pp or 1, dp_attention or 1)
+    check_deployment(spec, d)
+    node, _ = gpus_per_node(gpu)
+    dp = d.dp_attention
+    tp, pp = (1 if dp > 1 else d.tp), d.pp
+    if d.gpus > 1 and gpu.interconnect is None:
+        raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
+    tp_link = _link(gpu, tp <= node)
+    stage_link = _link(gpu, d.gpus <= node)
+    device_rates = rates(gpu, gpu.tensor_dtype(compute_dtype(wdtype)))
+    step, comm = _decode_step_comm(
+        spec, device_rates, batch_size, context_len, wdtype, fmt, tp, pp, dp, tp_link, stage_link
+    )
+    total = step.time_floor_s + comm
+    kv = kv_bytes_per_sequence(spec, context_len, fmt, tp)
+    ceiling = ceiling_tokens_per_s(gpu.memory_bandwidth_bytes_per_s, kv) if kv else None
+    return DecodeFloor(total, batch_size / total, ceiling)
 
 
 def operator_rows(

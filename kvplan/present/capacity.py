@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.errors import KvplanError
@@ -11,8 +12,10 @@ from kvplan.inputs.hardware import GpuProfile
 from kvplan.plans.capacity import CapacityResult, LongestContext, Remedy, WhatIfRow
 from kvplan.plans.deployment import Deployment, deployment_of, layout_text
 from kvplan.present import format as f
-from kvplan.present.launch import Launch
 from kvplan.present.view import Column, Fact, Table, Verdict, View, jsonable, judged, ref, view
+
+if TYPE_CHECKING:  # the engines' launch modules load for --emit alone
+    from kvplan.present.launch import Launch
 
 
 def scenario(row: WhatIfRow, ctx: int) -> str:
@@ -246,6 +249,8 @@ def launch_of(
             f"an engine would refuse to start with --max-model-len {result.context_len}; "
             f"what fits: {would}"
         )
+    from kvplan.present.launch import Launch
+
     source = spec.source or ""
     local = bool(source) and not source.startswith(("bundled:", "hub:", "variant:"))
     model_id = spec.hf_id or model

@@ -23,20 +23,11 @@ from collections import deque
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 from kvplan.simulate.engine import Engine, Req, _Unservable
+from kvplan.simulate.frontend import Frontend
 from kvplan.simulate.workload import RequestSpec, prompt_token_ids
 
 ROUTERS = ("round_robin", "least_outstanding", "cache_aware")
 CACHE_AWARE_SLACK = 8  # requests: how much busier than the least busy a cache hit may be
-
-
-class Frontend(NamedTuple):
-    """The API server's costs (seconds), from BLIS's trained alpha coefficients
-    (inference-sim docs/guide/latency-models.md): alpha_0 per request (HTTP parsing, validation,
-    tokenization, queue insertion) and alpha_2 per output token (incremental detokenization and
-    streaming)."""
-
-    request_s: float = 15.563e-3
-    per_token_s: float = 45.91e-6
 
 
 class ClusterRun(NamedTuple):

@@ -11,17 +11,16 @@ except for models with recurrent state, gpu_memory_utilization 0.9.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
-from kvplan.engines import EngineRequest
-from kvplan.engines.max_len import default_max_model_len
-from kvplan.engines.vllm import vllm_allocation
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
     CUDA_GRAPH_MAX_TOKENS,
     HOST_OVERHEADS,
     StepModel,
     achieved_for,
+    dsa_layers,
     dsa_tables_for,
     measured_achieved,
 )
@@ -31,8 +30,11 @@ from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
-from kvplan.simulate.engine import Engine, EngineConfig, side_blocks, usable_blocks
 from kvplan.units import GIB
+
+if TYPE_CHECKING:  # the simulator and the engines' allocators load where a replica is built,
+    # not for a step model (kvplan capacity --gpu)
+    from kvplan.simulate.engine import Engine, EngineConfig
 
 LARGE_GPU_BYTES = 70 * GIB  # get_batch_defaults: device memory >= 70 GiB ...
 LARGE_DEFAULTS = (8192, 1024)  # ... and not an A100: max_num_batched_tokens, max_num_seqs
@@ -100,6 +102,9 @@ def batch_defaults(gpu: GpuProfile) -> tuple[int, int]:
 
 def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
     """Resolve the defaults, size the KV pool, and build the step-time model."""
+    from kvplan.engines import EngineRequest
+    from kvplan.engines.vllm import vllm_allocation
+
     if options.engine == "sglang":
         return build_sglang_replica(spec, gpu, options)
     if options.engine != "vllm":
@@ -179,6 +184,8 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
 
 def _max_model_len(spec: ModelSpec, options: ServeOptions) -> int:
     """The given length, else the model's positions, at most the length the engine derives."""
+    from kvplan.engines.max_len import default_max_model_len
+
     if options.max_model_len:
         return options.max_model_len
     default = spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
@@ -209,8 +216,11 @@ def step_model(
         host=HOST_OVERHEADS,
         async_scheduling=options.async_scheduling,
         cuda_graph_max_tokens=graph_tokens,
-        # vLLM's DSA module tables; SGLang runs its own kernels, which the tables do not time
-        dsa_delta_us=None if measured or options.engine == "sglang" else dsa_tables_for(gpu),
+        # vLLM's DSA module tables; SGLang runs its own kernels, which the tables do not time.
+        # A model without DSA layers never reads them: their module is not imported for it
+        dsa_delta_us=None
+        if measured or options.engine == "sglang" or not dsa_layers(spec)
+        else dsa_tables_for(gpu),
     )
     if any(a.indexer_head_dim for a in spec.attention_layers()):
         notes.append(
@@ -239,6 +249,8 @@ def step_model(
 def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) -> EngineConfig:
     """The pool in blocks of the full-attention group; windowed and state groups as a fixed
     share per request (their steady-state blocks)."""
+    from kvplan.simulate.engine import EngineConfig, side_blocks, usable_blocks
+
     full = (CacheKind.FULL, CacheKind.MLA)
     main = [g for g in alloc.groups if g.kind in full]
     others = [g for g in alloc.groups if g.kind not in full]
@@ -302,7 +314,9 @@ SGLANG_SIM_BLOCK = 16
 def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
     """An SGLang replica with `python -m sglang.launch_server`'s defaults: the KV pool and
     limits from kvplan's SGLang allocator model, SGLang's scheduler (kvplan.simulate.sglang)."""
+    from kvplan.engines import EngineRequest
     from kvplan.engines.sglang import sglang_allocation
+    from kvplan.simulate.engine import EngineConfig
     from kvplan.simulate.sglang import MAX_PREFILL_TOKENS, SglangPolicy
 
     for given, flag in (
@@ -397,6 +411,8 @@ def make_engine(
 ) -> Engine:
     """One replica's engine: vLLM's scheduler, or SGLang's where the replica has its policy.
     `stand_in` (vLLM's): a counted pool until prefix caching could matter (Engine)."""
+    from kvplan.simulate.engine import Engine
+
     if replica.policy is not None:
         from kvplan.simulate.sglang import SglangEngine
 
