@@ -80,3 +80,26 @@ def default_signals() -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
+
+
+def one_line_error(code: int, err: str, needle: str = "") -> str:
+    """The project's rule for bad input: exit 2 and one `error:` line holding `needle`, never a
+    traceback or an internal error."""
+    assert code == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert needle in err, err
+    return err
+
+
+def serve_locally(handler):
+    """A stand-in HTTP server on 127.0.0.1 for a module's tests (tests never use the network):
+    yields its base URL, shut down after. Use as `yield from serve_locally(Handler)`."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()

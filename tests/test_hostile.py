@@ -12,13 +12,7 @@ import time
 
 import pytest
 
-from helpers import REPO, llama_like, run_cli, run_json
-
-
-def one_line_error(code: int, err: str) -> None:
-    assert code == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err and "internal error" not in err
+from helpers import REPO, llama_like, one_line_error, run_cli, run_json
 
 
 # ---- ordinary calls that used to crash -------------------------------------------------------

@@ -10,13 +10,7 @@ import sys
 
 import pytest
 
-from helpers import run_cli
-
-
-def one_line_error(code: int, err: str, needle: str) -> None:
-    assert code == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1, err
-    assert needle in err, err
+from helpers import one_line_error, run_cli
 
 
 def _profile(tmp_path, name: str, vendor: str | None, peaks: str, extra: str = "") -> str:

@@ -10,19 +10,12 @@ import os
 import struct
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from helpers import REPO, run_cli, run_json
-
-
-def one_line_error(code: int, err: str, needle: str) -> None:
-    assert code == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err and needle in err, err
+from helpers import REPO, one_line_error, run_cli, run_json, serve_locally
 
 
 # ---- traces: the span is no allocation, the file is a regular file of bounded size -----------
@@ -267,11 +260,7 @@ class HubHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def hub():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    yield from serve_locally(HubHandler)
 
 
 def kvplan_against(hub_url: str, tmp_path, *argv: str) -> tuple[subprocess.CompletedProcess, float]:

@@ -14,15 +14,7 @@ import struct
 import pytest
 
 from gguf_fixtures import bundled, convert, tensors_for, write_gguf
-from helpers import run_cli, run_json
-
-
-def one_line_error(code: int, err: str, needle: str) -> str:
-    assert code == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    assert needle in err, err
-    return err
+from helpers import one_line_error, run_cli, run_json
 
 
 # ---- a split GGUF with a part twice -----------------------------------------------------------

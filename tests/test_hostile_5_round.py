@@ -10,15 +10,7 @@ import re
 
 import pytest
 
-from helpers import default_signals, run_cli
-
-
-def one_line_error(code: int, err: str, needle: str) -> str:
-    assert code == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err and "internal error" not in err
-    assert needle in err, err
-    return err
+from helpers import default_signals, one_line_error, run_cli
 
 
 # ---- `~user` naming no home folder -------------------------------------------------------------

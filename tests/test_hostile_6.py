@@ -9,21 +9,12 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import threading
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from helpers import REPO, llama_like, run_cli
-
-
-def one_line_error(code: int, err: str, needle: str) -> str:
-    assert code == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err and "internal error" not in err
-    assert needle in err, err
-    return err
+from helpers import REPO, llama_like, one_line_error, run_cli, serve_locally
 
 
 def _config(tmp_path, **overrides) -> str:
@@ -191,11 +182,7 @@ class GzipHub(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def hub():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), GzipHub)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    yield from serve_locally(GzipHub)
 
 
 @pytest.fixture

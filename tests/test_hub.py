@@ -9,13 +9,12 @@ import os
 import struct
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from helpers import REPO, run_json
+from helpers import REPO, run_json, serve_locally
 
 CONFIG = (REPO / "model_configs" / "Llama-3.1-8B.json").read_text()
 
@@ -170,12 +169,7 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def hub():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    yield from serve_locally(Handler)
 
 
 def run_kvplan(hub_url: str, tmp_path, mode: str, *argv: str, timeout_s: str = "2"):

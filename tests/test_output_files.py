@@ -18,13 +18,7 @@ import pytest
 
 from kvplan.present import output
 
-from helpers import run_cli
-
-
-def one_line_error(code: int, err: str) -> None:
-    assert code == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err and "internal error" not in err
+from helpers import one_line_error, run_cli
 
 
 def leftovers(folder) -> list[str]:
