@@ -190,8 +190,7 @@ class FakeNvml:
 def test_gpu_local_reads_the_device_and_takes_the_nearest_profiles_peaks(monkeypatch):
     import sys
 
-    import torch
-
+    torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml)
     local = load_profile("local")
@@ -207,8 +206,7 @@ def test_gpu_local_reads_the_device_and_takes_the_nearest_profiles_peaks(monkeyp
 def test_gpu_local_without_a_device_is_a_clear_error(monkeypatch):
     import sys
 
-    import torch
-
+    torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setitem(sys.modules, "pynvml", None)
     code, _, err = run_cli("capacity", "llama-3.1-8b", "--gpu", "local")

@@ -126,6 +126,7 @@ def test_a_full_disk_leaves_no_simulate_output(tmp_path, monkeypatch, fail_at):
 def test_a_full_disk_leaves_no_measure_output(tmp_path, monkeypatch, capsys):
     """measure's --json, --save-profile and --junit-xml, and its table: all of them or none
     (the writer is called with a stand-in result: measuring takes minutes)."""
+    pytest.importorskip("torch")  # kvplan.measure.profile reads the probes, which need torch
     from kvplan.cli import common
     from kvplan.cli import measure as measure_cli
     from kvplan.measure import profile

@@ -118,13 +118,6 @@ def add(app: typer.Typer) -> None:
         check_outputs(
             {"--json": json_out, "--junit-xml": junit_xml, "--save-profile": save_profile}
         )
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            raise KvplanError(
-                "measure needs torch: pip install torch (CPU wheel: --index-url "
-                "https://download.pytorch.org/whl/cpu)"
-            ) from None
         c.fraction(tolerance, "--tolerance", 0.01, 5.0)
         c.fraction(timeout, "--timeout", 1.0, 3600.0)
         if timeout != DEFAULT_TIMEOUT_S and not distributed:
@@ -151,6 +144,15 @@ def add(app: typer.Typer) -> None:
                     "--rounds": rounds is not None,
                 }
             )
+        # options are checked first: a wrong combination is named with or without torch
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise KvplanError(
+                "measure needs torch: pip install torch (CPU wheel: --index-url "
+                "https://download.pytorch.org/whl/cpu)"
+            ) from None
+        if distributed:
             _distributed(
                 model,
                 device,

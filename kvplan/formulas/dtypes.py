@@ -23,19 +23,6 @@ GGML_CACHE_QUANTS = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 KV_DTYPES = ("auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4", *GGML_CACHE_QUANTS)
 # "checkpoint": the weights as the model file stores them (safetensors headers, a GGUF's tensor
 # table): exact bytes, each tensor in its own type with its scales
-WEIGHT_DTYPES = (
-    "auto",
-    "fp32",
-    "bf16",
-    "fp16",
-    "fp8",
-    "fp8-tensor",
-    "int8",
-    "int4",
-    "nvfp4",
-    "mxfp4",
-    "checkpoint",
-)
 WEIGHT_DTYPE_HELP = (
     "auto (from the checkpoint or config), bf16, fp16, fp32, fp8, int8, int4, int4-gN[-sym], "
     "nvfp4, mxfp4, checkpoint"
@@ -182,8 +169,6 @@ GGML_TYPES: dict[str, GgmlType] = {
     )
 }
 GGML_TYPE_BY_ID = {t.type_id: t for t in GGML_TYPES.values()}
-# ggml names -> kvplan's plain element names (the cache types llama.cpp shares with the rest)
-GGML_PLAIN = {"f32": "fp32", "f16": "fp16", "bf16": "bf16"}
 
 
 def ggml_type(name: str) -> GgmlType:

@@ -173,10 +173,6 @@ class ArrayLength(int):
     layer; 2^24 scores made Python numbers took 52 s and 760 MB."""
 
 
-def is_gguf_path(model: str) -> bool:
-    return isinstance(model, str) and model.strip().lower().endswith(".gguf")
-
-
 class _Bound(ValueError):
     """A count in the file that is past kvplan's bound or past the file's end (a ValueError, so
     _read_one names it as it names the gguf package's own refusals)."""

@@ -113,7 +113,7 @@ class GpuProfile(NamedTuple):
         return dtype
 
     def peak(self, dtype: str) -> float:
-        key = self.tensor_dtype({"fp16": "fp16", "bf16": "bf16"}.get(dtype, dtype))
+        key = self.tensor_dtype(dtype)
         if key in self.peak_flop_per_s:
             return self.peak_flop_per_s[key]
         if key in ("bf16", "fp16") and "fp32" in self.peak_flop_per_s:

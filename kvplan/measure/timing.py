@@ -39,16 +39,6 @@ class Timing(NamedTuple):
         """Half the p20-p80 range relative to the median: this item's run-to-run noise."""
         return (self.p80_s - self.p20_s) / 2 / self.median_s if self.median_s > 0 else 0.0
 
-    def to_json(self) -> dict:
-        return {
-            "median_s": self.median_s,
-            "p25_s": self.typical_s,
-            "p20_s": self.p20_s,
-            "p80_s": self.p80_s,
-            "runs": self.runs,
-            "spread": self.spread,
-        }
-
 
 def _percentile(sorted_values: list[float], q: float) -> float:
     if len(sorted_values) == 1:

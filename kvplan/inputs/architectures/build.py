@@ -85,7 +85,6 @@ PER_LAYER_FIELDS = ("head_dim", "num_key_value_heads", "num_attention_heads")
 # Every dimension within its own range can still multiply to an absurd model (a head_dim of 2^31
 # across 65,536 heads); the largest real ones hold a few trillion parameters.
 MAX_PARAMS = 10**15
-EXPERT_WIDTH = ("moe_intermediate_size", "expert_intermediate_size")
 MAX_POSITION_KEYS = (
     "model_max_length",  # Cohere: overrides the others
     "max_position_embeddings",

@@ -55,7 +55,6 @@ class Family(NamedTuple):
     expert_bias: bool = False  # experts and router with biases (gpt-oss)
     shared_expert_gate: bool = False  # a hidden x 1 gate on the shared expert (Qwen MoE)
     llama4_shared: bool = False  # one shared expert of intermediate_size per MoE layer
-    label_moe: bool = False
     rope_local: bool = False  # sliding layers use a second, unscaled rotary table (Gemma-3)
     # `enable_moe_block`: an expert block beside every layer's dense MLP, with its router (a
     # scale per hidden unit and per expert) and three more norms (Gemma-4 26B-A4B)
