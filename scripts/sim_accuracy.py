@@ -1,10 +1,14 @@
 """kvplan simulate against published `vllm bench serve` runs: the error table.
 
-    python scripts/sim_accuracy.py [--json out.json]
+    python scripts/sim_accuracy.py [--json out.json] [--heldout vllm|sglang|external]
+        [--cases FILE] [--split calibrate|validate]
 
-For every case in tests/data/sim_bench_cases.json: measured vs simulated output throughput,
-median TPOT and median TTFT, the relative error, the medians of the absolute errors, and the
-terms that dominated the simulated engine time. Nothing is fitted per case."""
+For every case in tests/data/sim_bench_cases.json (or the held-out file, or FILE): measured vs
+simulated output throughput, median TPOT and median TTFT, the relative error, the medians of
+the absolute errors, and the terms that dominated the simulated engine time; then, per source,
+GPU family and engine, the median |error| of each and how many runs the simulation finished
+faster than the real one. Cases marked `expressible: false` (tests/data/README.md) are listed,
+not simulated. Nothing is fitted per case."""
 
 from __future__ import annotations
 
@@ -19,7 +23,68 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from kvplan.errors import KvplanError  # noqa: E402
 
-from sim_cases import HELDOUT, METRICS, load_cases, relative_error, run_case  # noqa: E402
+from sim_cases import (  # noqa: E402
+    HELDOUT,
+    METRICS,
+    gpu_name,
+    load_cases,
+    relative_error,
+    run_case,
+)
+
+# the GPU family of the bundled GPUStack runs, which carry no `gpu_family` field
+FAMILY_OF_PROFILE = {"a100-80gb-sxm": "Ampere", "h100": "Hopper", "h200": "Hopper"}
+
+
+def groups(case: dict) -> dict[str, str]:
+    """The groups a case is summarised in: its source, GPU family, engine and split."""
+    family = case.get("gpu_family") or FAMILY_OF_PROFILE.get(gpu_name(case), "?")
+    kinds = {
+        "source": case.get("source", "GPUStack performance lab"),
+        "gpu family": family,
+        "engine": case.get("engine", "vllm"),
+    }
+    if "split" in case:  # the external runs: calibrate or validate (tests/data/README.md)
+        kinds["split"] = case["split"]
+    return kinds
+
+
+def group_summary(rows: list[dict]) -> dict[str, dict[str, dict]]:
+    """Per kind (source, gpu family, engine, split) and group: runs, median |error| per metric and
+    the runs where the simulated output throughput is above the measured one (faster)."""
+    summary: dict[str, dict[str, dict]] = {}
+    for kind in ("source", "gpu family", "engine", "split"):
+        if not any(kind in r["groups"] for r in rows):
+            continue
+        names = sorted({r["groups"][kind] for r in rows if kind in r["groups"]})
+        summary[kind] = {}
+        for name in names:
+            members = [r for r in rows if r["groups"].get(kind) == name]
+            entry = {"runs": len(members)}
+            for metric in METRICS:
+                errors = [abs(r[metric]["error"]) for r in members if metric in r]
+                entry[metric] = statistics.median(errors) if errors else None
+            entry["sim_faster"] = sum(
+                1 for r in members if r.get("output_throughput", {}).get("error", 0) > 0
+            )
+            summary[kind][name] = entry
+    return summary
+
+
+def print_summary(summary: dict[str, dict[str, dict]]) -> None:
+    print()
+    print(
+        f"{'group':52} {'runs':>5} " + " ".join(f"{m[:18]:>18}" for m in METRICS) + "  sim faster"
+    )
+    for kind, entries in summary.items():
+        for name, entry in entries.items():
+            cells = " ".join(
+                f"{'-':>18}" if entry[m] is None else f"{entry[m]:>18.0%}" for m in METRICS
+            )
+            label = f"{kind}: {name}"
+            print(
+                f"{label[:52]:52} {entry['runs']:>5} {cells}  {entry['sim_faster']:>4}/{entry['runs']}"
+            )
 
 
 def main() -> None:
@@ -31,12 +96,27 @@ def main() -> None:
         choices=sorted(HELDOUT),
         help="the held-out runs of this engine instead (tests/data/README.md)",
     )
+    parser.add_argument("--cases", type=Path, help="a case file in the same schema")
+    parser.add_argument(
+        "--split", choices=("calibrate", "validate"), help="only the runs of this split"
+    )
     args = parser.parse_args()
+    if args.cases:
+        cases = load_cases(args.cases)
+    elif args.heldout:
+        cases = load_cases(HELDOUT[args.heldout])
+    else:
+        cases = load_cases()
     rows = []
     header = f"{'case':58} " + " ".join(f"{m[:14]:>30}" for m in METRICS) + "  dominant terms"
     print(header)
-    for case in load_cases(HELDOUT[args.heldout]) if args.heldout else load_cases():
+    for case in cases:
         if args.only and args.only not in case["id"]:
+            continue
+        if args.split and case.get("split") != args.split:
+            continue
+        if case.get("expressible") is False:
+            print(f"{case['id'][:58]:58} not simulated: needs {', '.join(case['needs'])}")
             continue
         start = time.perf_counter()
         try:
@@ -46,7 +126,7 @@ def main() -> None:
             rows.append({"id": case["id"], "url": case["url"], "error": str(exc)})
             continue
         seconds = time.perf_counter() - start
-        row = {"id": case["id"], "url": case["url"], "seconds": seconds}
+        row = {"id": case["id"], "url": case["url"], "seconds": seconds, "groups": groups(case)}
         cells = []
         for metric in METRICS:
             measured, simulated = case["measured"].get(metric), sim[metric]
@@ -71,8 +151,12 @@ def main() -> None:
     done = [r for r in rows if "error" not in r]
     medians = {m: statistics.median(abs(r[m]["error"]) for r in done if m in r) for m in METRICS}
     print("median |error|: " + ", ".join(f"{m} {v:.1%}" for m, v in medians.items()))
+    summary = group_summary(done)
+    print_summary(summary)
     if args.json:
-        args.json.write_text(json.dumps({"cases": rows, "median_abs_error": medians}, indent=1))
+        args.json.write_text(
+            json.dumps({"cases": rows, "median_abs_error": medians, "groups": summary}, indent=1)
+        )
 
 
 if __name__ == "__main__":

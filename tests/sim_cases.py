@@ -8,6 +8,7 @@ its concurrency limit. Nothing is fitted per case."""
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from pathlib import Path
 
@@ -21,6 +22,8 @@ CASES_PATH = DATA / "sim_bench_cases.json"
 HELDOUT = {
     "sglang": DATA / "sim_bench_cases_sglang.json",
     "vllm": DATA / "sim_bench_cases_heldout.json",
+    # other publishers, split into calibrate/validate by a rule fixed in advance (README)
+    "external": DATA / "sim_bench_cases_external.json",
 }
 GPUS = {"H100": "h100", "A100": "a100-80gb-sxm", "H200": "h200"}
 ASYNC_DEFAULT_FROM = (0, 12)  # vLLM turned async scheduling on by default in 0.12 (PR #27614)
@@ -43,13 +46,20 @@ def serve_options(case: dict) -> ServeOptions:
         for i, arg in enumerate(argv):
             if arg == "--context-length":
                 options = options._replace(max_model_len=int(argv[i + 1]))
+            elif arg == "--max-running-requests":
+                options = options._replace(max_num_seqs=int(argv[i + 1]))
+            elif arg == "--chunked-prefill-size":
+                options = options._replace(max_num_batched_tokens=int(argv[i + 1]))
         return options
-    version = case.get("engine_version") or case["vllm_version"]
-    options = ServeOptions(
-        tp=case["tp"],
-        async_scheduling=_version(version) >= ASYNC_DEFAULT_FROM,
-        vllm_version=version,
-    )
+    version = case.get("engine_version") or case.get("vllm_version")
+    if version is None:  # not stated (some external runs): kvplan's default vLLM version
+        options = ServeOptions(tp=case["tp"])
+    else:
+        options = ServeOptions(
+            tp=case["tp"],
+            async_scheduling=_version(version) >= ASYNC_DEFAULT_FROM,
+            vllm_version=version,
+        )
     for i, arg in enumerate(argv):
         if arg == "--max-model-len":
             options = options._replace(max_model_len=int(argv[i + 1]))
@@ -68,8 +78,10 @@ def simulate_request(case: dict) -> SimulateRequest:
         length_dist="sharegpt" if case["dataset"] == "sharegpt" else "fixed",
         seed=0,
     )
+    rate = case.get("request_rate")  # None: every request at once (--request-rate inf)
     return SimulateRequest(
         workload=workload,
+        rates=(math.inf if rate is None else rate,),
         max_concurrency=case["max_concurrency"],
         serve=serve_options(case),
         series=False,
@@ -77,7 +89,9 @@ def simulate_request(case: dict) -> SimulateRequest:
 
 
 def gpu_name(case: dict) -> str:
-    return GPUS[case["gpu"].split()[0]]
+    """The kvplan profile: the case's own `gpu_profile` (the external runs), else by the
+    GPUStack docs' GPU names."""
+    return case.get("gpu_profile") or GPUS[case["gpu"].split()[0]]
 
 
 def run_case(case: dict) -> dict:

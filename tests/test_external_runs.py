@@ -1,0 +1,137 @@
+"""The published runs from other publishers (tests/data/sim_bench_cases_external.json): the file's
+schema, its split rule, the copied numbers' internal consistency, and the per-group summary
+`scripts/sim_accuracy.py --heldout external` prints. Simulating them is the slow test below."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import re
+
+import pytest
+
+from kvplan.errors import KvplanError
+from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.sources import resolve_variant
+
+from helpers import REPO
+from sim_cases import HELDOUT, load_cases, run_case
+
+CASES = load_cases(HELDOUT["external"])
+FIELDS = {
+    "id", "url", "source", "engine", "engine_version", "vllm_version", "gpu", "gpu_profile",
+    "gpu_family", "tp", "pp", "dp", "ep", "model", "serve_cmd", "bench_cmd", "dataset",
+    "input_len", "output_len", "num_prompts", "max_concurrency", "request_rate", "measured",
+    "expressible", "needs", "notes", "split",
+}  # fmt: skip
+MEASURED = {
+    "request_throughput", "output_throughput", "output_throughput_per_gpu", "median_ttft_ms",
+    "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "duration_s", "completed",
+}  # fmt: skip
+FAMILIES = {"Ampere", "Hopper", "Blackwell", "CDNA3", "CDNA4"}
+
+
+def _sim_accuracy():
+    spec = importlib.util.spec_from_file_location("sim_accuracy", REPO / "scripts/sim_accuracy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_run_has_the_schema_and_finite_numbers():
+    assert len({c["id"] for c in CASES}) == len(CASES)
+    for case in CASES:
+        assert set(case) == FIELDS, case["id"]
+        assert case["engine"] in ("vllm", "sglang") and case["dataset"] in ("random", "sharegpt")
+        assert case["gpu_family"] in FAMILIES, case["id"]
+        assert re.fullmatch(
+            r"https://github\.com/[^/]+/[^/]+/blob/[0-9a-f]{40}/\S+#L\d+", case["url"]
+        )
+        assert set(case["measured"]) <= MEASURED, case["id"]
+        for value in (case["input_len"], case["output_len"], *case["measured"].values()):
+            assert isinstance(value, int | float) and math.isfinite(value) and value > 0, case["id"]
+        assert min(case["tp"], case["pp"], case["dp"], case["ep"]) >= 1
+        assert case["expressible"] == (not case["needs"]), case["id"]
+
+
+def test_split_is_the_rule_fixed_in_advance():
+    """calibrate when the first byte of sha256(id) is even (tests/data/README.md)."""
+    for case in CASES:
+        even = hashlib.sha256(case["id"].encode()).digest()[0] % 2 == 0
+        assert case["split"] == ("calibrate" if even else "validate"), case["id"]
+    assert {c["split"] for c in CASES} == {"calibrate", "validate"}
+
+
+def test_models_and_gpus_resolve_or_are_listed_as_needed():
+    for case in CASES:
+        if case["gpu_profile"] is None:
+            assert any("GPU profile" in need for need in case["needs"]), case["id"]
+        else:
+            load_profile(case["gpu_profile"])
+        if resolve_variant(case["model"]) is None:
+            assert any("config" in need for need in case["needs"]), case["id"]
+
+
+def test_copied_numbers_agree_with_each_other():
+    """Request and output throughput are completed / duration and generated tokens / duration
+    as printed (two decimals): a mistyped figure shows here."""
+    checked = 0
+    for case in CASES:
+        m = case["measured"]
+        if not {"duration_s", "completed", "output_throughput"} <= set(m):
+            continue
+        rate = m["completed"] / m["duration_s"]
+        assert m["request_throughput"] == pytest.approx(rate, rel=0.02, abs=0.01), case["id"]
+        tokens = case["output_len"] * m["completed"] / m["duration_s"]
+        assert m["output_throughput"] == pytest.approx(tokens, rel=0.02), case["id"]
+        checked += 1
+    assert checked >= 40
+
+
+def test_coverage():
+    expressible = [c for c in CASES if c["expressible"]]
+    assert len(expressible) >= 40
+    assert {c["gpu_family"] for c in expressible} >= {"Hopper", "Blackwell", "CDNA3"}
+    assert {c["engine"] for c in CASES} == {"vllm", "sglang"}
+
+
+def test_group_summary_counts_and_medians():
+    summary = _sim_accuracy().group_summary(
+        [
+            {
+                "groups": {"source": "a", "gpu family": "Hopper", "engine": "vllm"},
+                "output_throughput": {"error": 0.5},
+                "median_tpot_ms": {"error": -0.2},
+            },
+            {
+                "groups": {"source": "a", "gpu family": "CDNA3", "engine": "vllm"},
+                "output_throughput": {"error": -0.1},
+                "median_tpot_ms": {"error": 0.4},
+                "median_ttft_ms": {"error": 1.0},
+            },
+        ]
+    )
+    both = summary["source"]["a"]
+    assert both["runs"] == 2 and both["sim_faster"] == 1
+    assert both["output_throughput"] == pytest.approx(0.3)
+    assert both["median_tpot_ms"] == pytest.approx(0.3)
+    assert both["median_ttft_ms"] == pytest.approx(1.0)
+    assert summary["gpu family"]["Hopper"]["median_ttft_ms"] is None
+    assert set(summary["gpu family"]) == {"Hopper", "CDNA3"}
+
+
+@pytest.mark.slow
+def test_every_expressible_run_simulates_or_says_why():
+    simulated = 0
+    for case in CASES:
+        if not case["expressible"]:
+            continue
+        try:
+            sim = run_case(case)
+        except KvplanError as exc:  # e.g. kvplan's memory model refuses a run that ran
+            assert "\n" not in str(exc)
+            continue
+        assert math.isfinite(sim["output_throughput"]) and sim["output_throughput"] > 0
+        simulated += 1
+    assert simulated >= 35
