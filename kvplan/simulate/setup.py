@@ -79,6 +79,12 @@ class ServeOptions(NamedTuple):
     # whose scheduler rules: from 0.19 a request is admitted only when its whole prompt fits
     # (scheduler_reserve_full_isl); earlier versions check its first chunk
     vllm_version: str = "0.19"
+    # SGLang's --mem-fraction-static (None: SGLang's own heuristic for this GPU and layout)
+    mem_fraction_static: float | None = None
+    # the weights' format: kvplan's --weights-dtype spelling, or the engines' --quantization
+    # (vLLM's and SGLang's method names, engines.vllm.QUANTIZATION); "auto": the checkpoint's
+    weights_dtype: str = "auto"
+    quantization: str | None = None
 
 
 class Replica(NamedTuple):
@@ -109,6 +115,10 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         return build_sglang_replica(spec, gpu, options)
     if options.engine != "vllm":
         raise KvplanError(f"--engine {options.engine[:40]!r}: choose vllm or sglang")
+    if options.mem_fraction_static is not None:
+        raise KvplanError(
+            "--mem-fraction-static is SGLang's; with --engine vllm give --gpu-memory-utilization"
+        )
     notes: list[Note] = []
     spec.check_tp(options.tp)
     if options.kv_cache_dtype not in KV_FORMATS:
@@ -146,6 +156,8 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         gpu_mem_util=options.gpu_mem_util,
         kv_cache_memory_bytes=options.kv_cache_memory_bytes,
         allow_long_max_model_len=options.allow_long_max_model_len,
+        weights_dtype=options.weights_dtype,
+        quantization=options.quantization,
     )
     alloc = vllm_allocation(spec, gpu, request)
     if not alloc.fits:
@@ -169,7 +181,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
     model, wdtype = step_model(
         spec, gpu, options, KV_FORMATS[options.kv_cache_dtype],
-        min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt), notes,
+        min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt), notes, weights_format(options),
     )  # fmt: skip
     resolved = options._replace(
         max_num_seqs=seqs,
@@ -180,6 +192,24 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     )
     tokens = alloc.kv_cache_tokens or config.num_blocks * config.block_size  # vLLM's own figure
     return Replica(config, model, resolved, wdtype, tokens, tuple(notes))
+
+
+def weights_format(options: ServeOptions) -> str:
+    """The weights format a replica loads: --quantization (the engines' method names) as
+    kvplan's --weights-dtype, else --weights-dtype as given ("auto": the checkpoint's)."""
+    from kvplan.engines.vllm import QUANTIZATION
+
+    if options.quantization is None:
+        return options.weights_dtype
+    method = str(options.quantization).strip().lower()
+    if method not in QUANTIZATION:
+        raise KvplanError(
+            f"--quantization {str(options.quantization)[:40]!r}: kvplan sizes "
+            f"{', '.join(QUANTIZATION)}; for another format give --weights-dtype"
+        )
+    if options.weights_dtype != "auto":
+        raise KvplanError("give --quantization or --weights-dtype, not both")
+    return QUANTIZATION[method]
 
 
 def _max_model_len(spec: ModelSpec, options: ServeOptions) -> int:
@@ -320,7 +350,10 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     from kvplan.simulate.sglang import MAX_PREFILL_TOKENS, SglangPolicy
 
     for given, flag in (
-        (options.gpu_mem_util != 0.9, "--gpu-memory-utilization (SGLang sizes its pool itself)"),
+        (
+            options.gpu_mem_util != 0.9,
+            "--gpu-memory-utilization (SGLang's is --mem-fraction-static)",
+        ),
         (options.block_size is not None, "--block-size"),
         (not options.enable_chunked_prefill, "--no-enable-chunked-prefill"),
         (not options.preemption, "--no-preemption"),
@@ -338,6 +371,8 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         pp=options.pp,
         kv_cache_memory_bytes=options.kv_cache_memory_bytes,
         allow_long_max_model_len=options.allow_long_max_model_len,
+        mem_fraction_static=options.mem_fraction_static,
+        weights_dtype=weights_format(options),
     )
     alloc = sglang_allocation(spec, gpu, request)
     notes.extend(alloc.notes)
@@ -382,6 +417,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         KV_FORMATS.get(alloc.kv_cache_dtype, "auto"),
         alloc.cuda_graph_max_bs,
         notes,
+        weights_format(options),
     )
     notes.append(
         note(
@@ -402,7 +438,13 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     )
     policy = SglangPolicy(page_size=alloc.block_size)
     return Replica(
-        config, model, resolved, wdtype, alloc.kv_cache_tokens, tuple(notes), policy=policy
+        config,
+        model,
+        resolved._replace(mem_fraction_static=alloc.mem_fraction_static),
+        wdtype,
+        alloc.kv_cache_tokens,
+        tuple(notes),
+        policy=policy,
     )
 
 
