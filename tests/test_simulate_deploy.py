@@ -392,3 +392,74 @@ def test_a_bad_interconnect_is_one_line(value):
         "simulate", "llama-3.1-8b", "--num-prompts", "2", "--interconnect-gbps", value
     )
     one_line_error(code, err, "--interconnect-gbps")
+
+
+# ---- SGLang releases (--engine-version) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("tp, fraction", [(1, 0.88), (2, 0.87), (4, 0.85), (8, 0.81)])
+def test_sglang_04_sizes_its_pool_at_its_tp_bucketed_fraction(tp, fraction):
+    """0.4's ServerArgs.__post_init__: mem_fraction_static 0.88 / 0.87 / 0.85 / 0.81 / 0.79 at
+    TP 1 / 2 / 4 / 8 / 16; chunked_prefill_size 8,192 on an 80 GB GPU."""
+    from kvplan.engines import EngineRequest
+    from kvplan.engines.sglang import sglang_allocation
+
+    request = EngineRequest(engine="sglang", tp=tp, max_model_len=8192, sglang_version="0.4")
+    result = sglang_allocation(LLAMA_8B, GPU, request)
+    assert (result.mem_fraction_static, result.chunked_prefill_size) == (fraction, 8192)
+    assert result.engine_version == "0.4"
+    if tp == 1:  # (84,481,288,438 x 0.88 - 16,094,076,928) // 131,072
+        assert result.kv_cache_tokens == int(FREE_BEFORE_BYTES * 0.88 - WEIGHTS_BYTES) // CELL_BYTES
+        assert result.kv_cache_tokens == 444_408
+
+
+def test_engine_version_picks_the_release_and_says_when_it_is_only_the_nearest():
+    def run(version):
+        return run_json(
+            "simulate", "llama-3.1-8b", "--engine", "sglang", "--engine-version", version,
+            "--num-prompts", "4", "--format", "json",
+        )  # fmt: skip
+
+    old, new, later = run("0.4.6.post1"), run("0.5.8"), run("0.6.1")
+    assert (old["setup"]["engine_version"], old["setup"]["mem_fraction_static"]) == ("0.4", 0.88)
+    assert new["setup"]["engine_version"] == later["setup"]["engine_version"] == "0.5"
+    assert later["setup"]["kv_cache_tokens"] == new["setup"]["kv_cache_tokens"]
+    nearest = [n for n in later["notes"] if n["id"] == "sim-sglang-version-nearest"]
+    assert nearest and "0.6.1" in nearest[0]["text"] and "0.5" in nearest[0]["text"]
+    assert not any(n["id"] == "sim-sglang-version-nearest" for n in new["notes"])
+    vllm = run_json(
+        "simulate", "llama-3.1-8b", "--engine-version", "0.13", "--num-prompts", "4",
+        "--format", "json",
+    )  # fmt: skip
+    assert vllm["setup"]["engine_version"] == "0.13"
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--engine", "sglang", "--engine-version", "banana"], "--engine-version"),
+        (["--engine", "sglang", "--engine-version", "1.0"], "--engine-version"),
+        (["--engine", "sglang", "--engine-version", "0.x"], "--engine-version"),
+        (["--engine", "sglang", "--vllm-version", "0.13"], "--vllm-version"),
+        (["--engine-version", "0.13", "--vllm-version", "0.13"], "not both"),
+        (["--engine-version", "0.5"], "--vllm-version"),  # a vLLM version from 0.8
+    ],
+)
+def test_bad_engine_versions_are_one_line(args, needle):
+    code, _, err = run_cli("simulate", "llama-3.1-8b", "--num-prompts", "2", *args)
+    one_line_error(code, err, needle)
+
+
+def test_plan_launches_sglang_at_the_given_fraction():
+    args = (
+        "plan", "llama-3.1-8b", "--rate", "2", "--slo", "ttft_p99=2s", "--gpu", "h100",
+        "--tp", "1", "--max-num-seqs", "64", "--max-num-batched-tokens", "8192",
+        "--num-prompts", "50", "--jobs", "1",
+    )  # fmt: skip
+    data = run_json(*args, "--emit", "sglang", "--mem-fraction-static", "0.7", "--format", "json")
+    assert data["mem_fraction_static"] == 0.7
+    assert "--mem-fraction-static 0.7" in data["candidates"][0]["command"]
+    code, _, err = run_cli(*args, "--mem-fraction-static", "0.7")
+    one_line_error(code, err, "--emit sglang")
+    code, _, err = run_cli(*args, "--emit", "sglang", "--mem-fraction-static", "2")
+    one_line_error(code, err, "--mem-fraction-static")

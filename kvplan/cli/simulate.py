@@ -82,6 +82,7 @@ def serve_flags(
     mem_fraction_static=None,
     weights_dtype="auto",
     quantization=None,
+    sglang_version="0.5",
 ):
     from kvplan.inputs.options import parse_bytes
     from kvplan.simulate.setup import ServeOptions
@@ -111,7 +112,22 @@ def serve_flags(
         mem_fraction_static=mem_fraction_static_value(mem_fraction_static),
         weights_dtype=weights_dtype,
         quantization=quantization,
+        sglang_version=sglang_version,
     )
+
+
+def engine_versions(engine: str, engine_version: str | None, vllm_version: str | None):
+    """(vLLM version, SGLang release) from --engine-version (the --engine's) and the older
+    --vllm-version spelling."""
+    if engine_version is not None and vllm_version is not None:
+        raise KvplanError("give --engine-version or --vllm-version, not both")
+    if engine == "sglang":
+        if vllm_version is not None:
+            raise KvplanError(
+                "--vllm-version is vLLM's; with --engine sglang give --engine-version"
+            )
+        return "0.19", engine_version or "0.5"
+    return engine_version or vllm_version or "0.19", "0.5"
 
 
 def mem_fraction_static_value(value: float | None) -> float | None:
@@ -356,8 +372,14 @@ def add(app: typer.Typer) -> None:
             "--continuous-batching/--no-continuous-batching",
             help="Admit requests every step (off: a new batch when the last one ends).",
         ),
+        engine_version: str = typer.Option(
+            None,
+            "--engine-version",
+            help="The engine's release whose rules and defaults apply: vLLM 0.8 on (default "
+            "0.19), SGLang 0.4 or 0.5 (default; another runs with the nearest, noted).",
+        ),
         vllm_version: str = typer.Option(
-            "0.19",
+            None,
             "--vllm-version",
             help="Whose scheduler rules: from 0.19 a request is admitted when its whole prompt "
             "fits the free blocks, before when its first chunk does.",
@@ -407,6 +429,7 @@ def add(app: typer.Typer) -> None:
             raise KvplanError("--trace sets the arrival times; leave out --request-rate")
         from kvplan.simulate.workload import BENCH_DEFAULT_SEED
 
+        vllm_version, sglang_version = engine_versions(engine, engine_version, vllm_version)
         law, law_spread = length_law(
             length_dist, spread, dataset_name, bench_client, range_ratio, engine
         )
@@ -450,6 +473,7 @@ def add(app: typer.Typer) -> None:
                 mem_fraction_static,
                 weights_dtype,
                 quantization,
+                sglang_version,
             ),
             replicas=replicas,
             router=router,

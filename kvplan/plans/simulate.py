@@ -97,6 +97,8 @@ class Setup(NamedTuple):
     # the TP/PP link priced (the profile's, or --interconnect-gbps's), None where there is none
     interconnect: str | None = None
     interconnect_bytes_per_s: float | None = None  # per GPU, both directions together
+    # whose rules: the vLLM version, or the SGLang release kvplan knows that was applied
+    engine_version: str | None = None
 
 
 class WorkloadSummary(NamedTuple):
@@ -462,6 +464,7 @@ def _setup(gpu: GpuProfile, replica: Replica, request: SimulateRequest) -> Setup
         async_scheduling=o.async_scheduling,
         engine=o.engine,
         mem_fraction_static=o.mem_fraction_static,
+        engine_version=o.sglang_version if o.engine == "sglang" else o.vllm_version,
         interconnect=gpu.interconnect.name if gpu.interconnect else None,
         interconnect_bytes_per_s=gpu.interconnect.bandwidth_bytes_per_s
         if gpu.interconnect

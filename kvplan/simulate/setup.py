@@ -85,6 +85,8 @@ class ServeOptions(NamedTuple):
     # (vLLM's and SGLang's method names, engines.vllm.QUANTIZATION); "auto": the checkpoint's
     weights_dtype: str = "auto"
     quantization: str | None = None
+    # SGLang's release (--engine-version): whose server defaults size the pool and limits
+    sglang_version: str = "0.5"
 
 
 class Replica(NamedTuple):
@@ -345,7 +347,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     """An SGLang replica with `python -m sglang.launch_server`'s defaults: the KV pool and
     limits from kvplan's SGLang allocator model, SGLang's scheduler (kvplan.simulate.sglang)."""
     from kvplan.engines import EngineRequest
-    from kvplan.engines.sglang import sglang_allocation
+    from kvplan.engines.sglang import sglang_allocation, sglang_release
     from kvplan.simulate.engine import EngineConfig
     from kvplan.simulate.sglang import MAX_PREFILL_TOKENS, SglangPolicy
 
@@ -361,10 +363,16 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     ):
         if given:
             raise KvplanError(f"{flag} is a vLLM option; the SGLang simulation does not take it")
+    release, nearest = sglang_release(options.sglang_version)
     notes: list[Note] = []
+    if nearest:
+        notes.append(
+            note("sim-sglang-version-nearest", given=options.sglang_version, rules=release)
+        )
     max_model_len = _max_model_len(spec, options)
     request = EngineRequest(
         engine="sglang",
+        sglang_version=release,
         max_model_len=max_model_len,
         kv_cache_dtype=options.kv_cache_dtype,
         tp=options.tp,
@@ -440,7 +448,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     return Replica(
         config,
         model,
-        resolved._replace(mem_fraction_static=alloc.mem_fraction_static),
+        resolved._replace(mem_fraction_static=alloc.mem_fraction_static, sglang_version=release),
         wdtype,
         alloc.kv_cache_tokens,
         tuple(notes),
