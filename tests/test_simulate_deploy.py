@@ -291,9 +291,27 @@ def test_quantization_fp8_loads_fp8_weights_and_a_larger_pool():
 
 
 @pytest.mark.parametrize(
+    "engine, method, weights",
+    [
+        ("vllm", "fbgemm_fp8", "fp8"),
+        ("vllm", "modelopt_fp4", "nvfp4"),
+        ("sglang", "w8a8_fp8", "fp8-tensor"),
+        ("sglang", "modelopt", "fp8-tensor"),
+    ],
+)
+def test_the_engines_quantization_names(engine, method, weights):
+    data = run_json(
+        "simulate", "llama-3.1-8b", "--engine", engine, "--num-prompts", "2",
+        "--quantization", method, "--format", "json",
+    )  # fmt: skip
+    assert data["setup"]["weights_dtype"] == weights
+
+
+@pytest.mark.parametrize(
     "args, needle",
     [
         (["--quantization", "bitnet"], "--quantization"),
+        (["--quantization", "w8a8_fp8"], "--quantization"),  # SGLang's name, not vLLM's
         (["--quantization", "fp8", "--weights-dtype", "int4"], "not both"),
         (["--weights-dtype", "fp7"], "weights dtype"),
         (["--engine", "sglang", "--quantization", "bitnet"], "--quantization"),

@@ -158,8 +158,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         gpu_mem_util=options.gpu_mem_util,
         kv_cache_memory_bytes=options.kv_cache_memory_bytes,
         allow_long_max_model_len=options.allow_long_max_model_len,
-        weights_dtype=options.weights_dtype,
-        quantization=options.quantization,
+        weights_dtype=weights_format(options),
     )
     alloc = vllm_allocation(spec, gpu, request)
     if not alloc.fits:
@@ -196,6 +195,12 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     return Replica(config, model, resolved, wdtype, tokens, tuple(notes))
 
 
+# --quantization methods beyond vLLM's table (engines.vllm.QUANTIZATION) that kvplan sizes:
+# both engines' ModelOpt names, and SGLang's w8a8 ones (server_args.py QUANTIZATION_CHOICES)
+MORE_QUANTIZATION = {"modelopt": "fp8-tensor", "modelopt_fp4": "nvfp4"}
+SGLANG_QUANTIZATION = {"w8a8_fp8": "fp8-tensor", "w8a8_int8": "int8"}
+
+
 def weights_format(options: ServeOptions) -> str:
     """The weights format a replica loads: --quantization (the engines' method names) as
     kvplan's --weights-dtype, else --weights-dtype as given ("auto": the checkpoint's)."""
@@ -203,15 +208,18 @@ def weights_format(options: ServeOptions) -> str:
 
     if options.quantization is None:
         return options.weights_dtype
+    methods = {**QUANTIZATION, **MORE_QUANTIZATION}
+    if options.engine == "sglang":
+        methods.update(SGLANG_QUANTIZATION)
     method = str(options.quantization).strip().lower()
-    if method not in QUANTIZATION:
+    if method not in methods:
         raise KvplanError(
             f"--quantization {str(options.quantization)[:40]!r}: kvplan sizes "
-            f"{', '.join(QUANTIZATION)}; for another format give --weights-dtype"
+            f"{', '.join(methods)}; for another format give --weights-dtype"
         )
     if options.weights_dtype != "auto":
         raise KvplanError("give --quantization or --weights-dtype, not both")
-    return QUANTIZATION[method]
+    return methods[method]
 
 
 def _max_model_len(spec: ModelSpec, options: ServeOptions) -> int:
