@@ -455,9 +455,10 @@ def test_engine_version_picks_the_release_and_says_when_it_is_only_the_nearest()
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--engine", "sglang", "--engine-version", "banana"], "--engine-version"),
-        (["--engine", "sglang", "--engine-version", "1.0"], "--engine-version"),
-        (["--engine", "sglang", "--engine-version", "0.x"], "--engine-version"),
+        (["--engine", "sglang", "--engine-version", "banana"], "SGLang version"),
+        (["--engine", "sglang", "--engine-version", "1.0"], "SGLang version"),
+        (["--engine", "sglang", "--engine-version", "0.x"], "SGLang version"),
+        (["--engine", "sglang", "--engine-version", "0.4." + "9" * 60], "SGLang version"),
         (["--engine", "sglang", "--vllm-version", "0.13"], "--vllm-version"),
         (["--engine-version", "0.13", "--vllm-version", "0.13"], "not both"),
         (["--engine-version", "0.5"], "--vllm-version"),  # a vLLM version from 0.8
@@ -466,6 +467,17 @@ def test_engine_version_picks_the_release_and_says_when_it_is_only_the_nearest()
 def test_bad_engine_versions_are_one_line(args, needle):
     code, _, err = run_cli("simulate", "llama-3.1-8b", "--num-prompts", "2", *args)
     one_line_error(code, err, needle)
+
+
+def test_kvplan_engine_takes_the_sglang_release():
+    old = run_json(
+        "engine", "llama-3.1-8b", "--engine", "sglang", "--sglang-version", "0.4.6",
+        "--max-model-len", "8192",
+    )  # fmt: skip
+    assert (old["engine_version"], old["mem_fraction_static"]) == ("0.4", 0.88)
+    assert old["kv_cache_tokens"] == 444_408
+    code, _, err = run_cli("engine", "llama-3.1-8b", "--sglang-version", "0.4")
+    one_line_error(code, err, "--sglang-version")
 
 
 def test_plan_launches_sglang_at_the_given_fraction():

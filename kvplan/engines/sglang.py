@@ -55,7 +55,7 @@ def sglang_release(version: str) -> tuple[str, bool]:
         major = minor = -1
     if major != 0 or not 1 <= minor <= 99 or len(text) > 40:
         raise KvplanError(
-            f"--engine-version {str(version)[:20]!r}: an SGLang release such as 0.4.6 or 0.5.8"
+            f"SGLang version {str(version)[:20]!r}: give a release such as 0.4.6 or 0.5.8"
         )
     known = [int(v.split(".")[1]) for v in SGLANG_VERSIONS]
     nearest = min(known, key=lambda k: (abs(k - minor), -k))
