@@ -262,11 +262,15 @@ def test_warm_prefix_cache_on_the_cli_and_its_hit_rate():
         (["--prefix-len", "512", "--disaggregated", "1:1"], "--disaggregated"),
     ],
 )
-def test_warm_prefix_cache_without_a_prefix_to_warm_is_one_line(args, needle):
+def test_warm_prefix_cache_without_a_prefix_to_warm_is_one_line(args, needle, tmp_path):
     code, _, err = run_cli(
         "simulate", "llama-3.1-8b", "--num-prompts", "2", "--warm-prefix-cache", *args
     )
     one_line_error(code, err, needle)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_s": 0, "input_tokens": 64, "output_tokens": 4}\n')
+    code, _, err = run_cli("simulate", "llama-3.1-8b", "--trace", str(trace), "--warm-prefix-cache")
+    one_line_error(code, err, "prefix_id")
 
 
 # ---- the weights' format as the engines spell it -------------------------------------------
@@ -493,3 +497,11 @@ def test_plan_launches_sglang_at_the_given_fraction():
     one_line_error(code, err, "--emit sglang")
     code, _, err = run_cli(*args, "--emit", "sglang", "--mem-fraction-static", "2")
     one_line_error(code, err, "--mem-fraction-static")
+
+
+def test_a_traces_prefixes_are_warmed_too(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    row = '{"arrival_s": 0, "input_tokens": 1088, "output_tokens": 4, "prefix_id": "sys", '
+    trace.write_text(row + '"prefix_tokens": 1024}\n')
+    warm = run_json("simulate", "llama-3.1-8b", "--trace", str(trace), "--warm-prefix-cache")
+    assert warm["runs"][0]["engine"]["prefix_hit_rate"] == pytest.approx(1024 / 1088, rel=1e-9)

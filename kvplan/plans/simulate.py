@@ -282,6 +282,12 @@ def _runs(
             requests = read_trace(Path(request.trace))
         else:
             requests = generate(request.workload._replace(request_rate=rate))
+        if request.warm_prefix_cache and not any(
+            r.stream_id >= 0 and not r.session for r in requests
+        ):
+            raise KvplanError(
+                "--warm-prefix-cache caches shared prefixes: the trace names none (prefix_id)"
+            )
         over = sum(1 for r in requests if r.input_tokens < limit < r.input_tokens + r.output_tokens)
         capped = max(capped, over)
         runs.append(run_once(replica, requests, request, rate, recorder))
