@@ -505,3 +505,22 @@ def test_a_traces_prefixes_are_warmed_too(tmp_path):
     trace.write_text(row + '"prefix_tokens": 1024}\n')
     warm = run_json("simulate", "llama-3.1-8b", "--trace", str(trace), "--warm-prefix-cache")
     assert warm["runs"][0]["engine"]["prefix_hit_rate"] == pytest.approx(1024 / 1088, rel=1e-9)
+
+
+def test_the_report_names_what_was_simulated():
+    code, out, err = run_cli(
+        "simulate", "llama-3.1-8b", "--engine", "sglang", "--engine-version", "0.4",
+        "--mem-fraction-static", "0.8", "--tp", "2", "--interconnect-gbps", "512",
+        "--num-prompts", "4", "--dataset-name", "random", "--random-range-ratio", "0.5",
+        "--prefix-len", "256", "--warm-prefix-cache",
+    )  # fmt: skip
+    assert code == 0, err
+    for words in (
+        "SGLang 0.4 scheduler",
+        "mem_fraction_static 0.8,",
+        "given link, 512 Gb/s (128 GB/s per GPU)",
+        "sglang-random lengths",
+        "random-range-ratio 0.5, seed 1",
+        "shared prefixes cached at the start",
+    ):
+        assert words in out, words

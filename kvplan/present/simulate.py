@@ -347,13 +347,15 @@ def simulate_plots(result: SimulateResult, plot: Path | None, timeline: Path | N
 def _engine_fact(s) -> str:
     if s.engine == "sglang":
         return (
-            f"SGLang scheduler: max_running_requests {s.max_num_seqs:,}, chunked_prefill_size "
+            f"SGLang {s.engine_version} scheduler: max_running_requests {s.max_num_seqs:,}, "
+            f"chunked_prefill_size "
             f"{s.max_num_batched_tokens:,}, context_length {s.max_model_len:,}, "
             f"mem_fraction_static {s.mem_fraction_static:g}, "
             f"{'overlap' if s.async_scheduling else 'no overlap'} scheduling"
         )
     return (
-        f"vLLM V1 scheduler: max_num_seqs {s.max_num_seqs:,}, max_num_batched_tokens "
+        f"vLLM V1 scheduler ({s.engine_version} rules): max_num_seqs {s.max_num_seqs:,}, "
+        f"max_num_batched_tokens "
         f"{s.max_num_batched_tokens:,}, max_model_len {s.max_model_len:,}, "
         f"{'async' if s.async_scheduling else 'synchronous'} scheduling"
     )
