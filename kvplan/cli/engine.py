@@ -25,7 +25,7 @@ ONLY = {
         "--enforce-eager",
         "--vllm-version",
     ),
-    "sglang": ("--mem-fraction-static",),
+    "sglang": ("--mem-fraction-static", "--sglang-version"),
     "llama.cpp": (
         "--ctx-size",
         "--parallel",
@@ -174,6 +174,12 @@ def add(app: typer.Typer) -> None:
             "--gpu-mem-util",
             help="vLLM: fraction of GPU memory the engine may use (0.05 to 1; default 0.9).",
         ),
+        sglang_version: str = typer.Option(
+            None,
+            "--sglang-version",
+            help="SGLang: the release whose defaults apply, 0.4 or 0.5 (default; another runs "
+            "with the nearest).",
+        ),
         mem_fraction_static: float = typer.Option(
             None,
             "--mem-fraction-static",
@@ -293,6 +299,7 @@ def add(app: typer.Typer) -> None:
             "--hybrid-chunked": hybrid_chunked is not None,
             "--disable-hybrid-kv-cache-manager": disable_hma is not None,
             "--mem-fraction-static": mem_fraction_static is not None,
+            "--sglang-version": sglang_version is not None,
             "--max-num-batched-tokens": max_num_batched_tokens is not None,
             "--ctx-size": ctx_size is not None,
             "--parallel": parallel is not None,
@@ -437,6 +444,7 @@ def add(app: typer.Typer) -> None:
             hybrid_chunked=hybrid_chunked is not False,
             hybrid_kv_cache_manager=not disable_hma,
             mem_fraction_static=c.fraction(mem_fraction_static, "--mem-fraction-static"),
+            sglang_version=sglang_version if sglang_version is not None else "0.5",
         )
         result = engine_allocation(spec, c.load_gpu(gpu), request)
         c.emit(c.render(engine_view(result), fmt))

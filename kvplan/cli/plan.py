@@ -75,6 +75,12 @@ def add(app: typer.Typer) -> None:
         emit: str = typer.Option(
             "vllm", "--emit", help="Engine simulated and launched: vllm or sglang."
         ),
+        mem_fraction_static: float = typer.Option(
+            None,
+            "--mem-fraction-static",
+            help="With --emit sglang: SGLang's pool fraction for every configuration (0.05 to "
+            "1; default SGLang's own), printed in the launch command.",
+        ),
         async_scheduling: bool = typer.Option(
             True, "--async-scheduling/--no-async-scheduling", help="vLLM async scheduling."
         ),
@@ -138,6 +144,7 @@ def add(app: typer.Typer) -> None:
             async_scheduling=async_scheduling,
             jobs=jobs,
             prune=prune,
+            mem_fraction_static=mem_fraction_static,
         )
         gpus = list({g.key: g for g in (c.load_gpu(name) for name in gpu)}.values())
         result = plan(c.load_model(model), gpus, request, progress=_progress)

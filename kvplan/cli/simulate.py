@@ -79,6 +79,10 @@ def serve_flags(
     engine="vllm",
     allow_long=False,
     vllm_version="0.19",
+    mem_fraction_static=None,
+    weights_dtype="auto",
+    quantization=None,
+    sglang_version="0.5",
 ):
     from kvplan.inputs.options import parse_bytes
     from kvplan.simulate.setup import ServeOptions
@@ -105,7 +109,70 @@ def serve_flags(
         engine=engine,
         allow_long_max_model_len=allow_long,
         vllm_version=vllm_version,
+        mem_fraction_static=mem_fraction_static_value(mem_fraction_static),
+        weights_dtype=weights_dtype,
+        quantization=quantization,
+        sglang_version=sglang_version,
     )
+
+
+def engine_versions(engine: str, engine_version: str | None, vllm_version: str | None):
+    """(vLLM version, SGLang release) from --engine-version (the --engine's) and the older
+    --vllm-version spelling."""
+    if engine_version is not None and vllm_version is not None:
+        raise KvplanError("give --engine-version or --vllm-version, not both")
+    if engine == "sglang":
+        if vllm_version is not None:
+            raise KvplanError(
+                "--vllm-version is vLLM's; with --engine sglang give --engine-version"
+            )
+        return "0.19", engine_version or "0.5"
+    return engine_version or vllm_version or "0.19", "0.5"
+
+
+def mem_fraction_static_value(value: float | None) -> float | None:
+    """SGLang's --mem-fraction-static, a fraction in (0, 1): the range the engines' own
+    check in kvplan.engines.sglang takes (0.05 to 1), refused at the edge as one line."""
+    return c.fraction(value, "--mem-fraction-static")
+
+
+def length_law(
+    length_dist: str,
+    spread: float,
+    dataset_name: str | None,
+    bench_client: str | None,
+    range_ratio: float | None,
+    engine: str,
+) -> tuple[str, float]:
+    """(WorkloadSpec.length_dist, its spread) from --length-dist/--spread or the bench
+    clients' spelling, --dataset-name random --random-range-ratio R [--bench-client C]
+    (default C: the client of --engine, vllm bench serve or sglang.bench_serving)."""
+    from kvplan.simulate.workload import BENCH_RANDOM
+
+    if dataset_name is None:
+        if range_ratio is not None or bench_client is not None:
+            raise KvplanError(
+                "--random-range-ratio and --bench-client go with --dataset-name random"
+            )
+        return length_dist, spread
+    name = str(dataset_name).strip().lower()
+    if name not in ("random", "sharegpt"):
+        raise KvplanError(f"--dataset-name {str(dataset_name)[:40]!r}: choose random or sharegpt")
+    if length_dist != "fixed" or spread:
+        raise KvplanError("give --dataset-name or --length-dist/--spread, not both")
+    if name == "sharegpt":
+        if range_ratio is not None or bench_client is not None:
+            raise KvplanError(
+                "--random-range-ratio and --bench-client go with --dataset-name random"
+            )
+        return "sharegpt", 0.0
+    client = engine if bench_client is None else str(bench_client).strip().lower()
+    if client not in BENCH_RANDOM:
+        raise KvplanError(f"--bench-client {str(bench_client)[:40]!r}: choose vllm or sglang")
+    ratio = 0.0 if range_ratio is None else range_ratio
+    if not math.isfinite(ratio):
+        raise KvplanError("--random-range-ratio must be a number in [0, 1]")
+    return BENCH_RANDOM[client], ratio
 
 
 def add(app: typer.Typer) -> None:
@@ -130,8 +197,30 @@ def add(app: typer.Typer) -> None:
         max_concurrency: int = typer.Option(
             None, "--max-concurrency", min=1, max=1_000_000, help="Requests in flight at most."
         ),
-        input_len: str = typer.Option("1024", "--input-len", help="Input tokens (mean): 1024, 2k."),
-        output_len: str = typer.Option("128", "--output-len", help="Output tokens (mean): 128."),
+        input_len: str = typer.Option(
+            "1024", "--input-len", "--random-input-len", help="Input tokens (mean): 1024, 2k."
+        ),
+        output_len: str = typer.Option(
+            "128", "--output-len", "--random-output-len", help="Output tokens (mean): 128."
+        ),
+        dataset_name: str = typer.Option(
+            None,
+            "--dataset-name",
+            help="The bench client's dataset: random (its own length law, see --bench-client) "
+            "or sharegpt (the stand-in of --length-dist sharegpt).",
+        ),
+        range_ratio: float = typer.Option(
+            None,
+            "--random-range-ratio",
+            help="--dataset-name random: vLLM's uniform over [L(1-r), L(1+r)], r in [0, 1); "
+            "SGLang's over [max(1, L r), L], r in [0, 1] (default 0: U[1, L]).",
+        ),
+        bench_client: str = typer.Option(
+            None,
+            "--bench-client",
+            help="Whose random dataset: vllm (vllm bench serve) or sglang "
+            "(sglang.bench_serving); default the --engine's.",
+        ),
         length_dist: str = typer.Option(
             "fixed",
             "--length-dist",
@@ -156,7 +245,19 @@ def add(app: typer.Typer) -> None:
             help="JSONL trace: arrival_s, input_tokens, output_tokens[, prefix_id, "
             "prefix_tokens | session_id] per line.",
         ),
-        seed: int = typer.Option(0, "--seed", min=0, max=2**31, help="Random seed."),
+        seed: int = typer.Option(
+            None,
+            "--seed",
+            min=0,
+            max=2**31,
+            help="Random seed (default 0; with SGLang's random dataset 1, its client's default).",
+        ),
+        warm_prefix_cache: bool = typer.Option(
+            False,
+            "--warm-prefix-cache",
+            help="A server reused across runs: the shared prefixes (--prefix-len) are in the "
+            "prefix cache before the first request.",
+        ),
         tp: int = typer.Option(
             1, "--tensor-parallel-size", "--tp", min=1, max=c.MAX_TP, help="Tensor-parallel size."
         ),
@@ -184,6 +285,12 @@ def add(app: typer.Typer) -> None:
         ),
         network_gbps: float = typer.Option(
             None, "--network-gbps", help="Inter-node Gb/s per GPU per direction (overrides)."
+        ),
+        interconnect_gbps: float = typer.Option(
+            None,
+            "--interconnect-gbps",
+            help="The TP/PP link instead of the profile's: Gb/s per GPU per direction (PCIe "
+            "Gen5 x16: 512).",
         ),
         engine: str = typer.Option(
             "vllm",
@@ -222,6 +329,20 @@ def add(app: typer.Typer) -> None:
             "--gpu-mem-util",
             help="Fraction of GPU memory vLLM may use (0.05 to 1).",
         ),
+        mem_fraction_static: float = typer.Option(
+            None,
+            "--mem-fraction-static",
+            help="SGLang: fraction of memory for weights and KV pool (0.05 to 1; default "
+            "SGLang's own for the GPU and TP).",
+        ),
+        quantization: str = typer.Option(
+            None,
+            "--quantization",
+            "-q",
+            help="The engine's quantization method (fp8, fbgemm_fp8, awq, gptq, mxfp4, ...): "
+            "the weights' format instead of the checkpoint's.",
+        ),
+        weights_dtype: str = c.weights_dtype_option(),
         kv_cache_memory: str = typer.Option(
             None, "--kv-cache-memory", help="KV memory per GPU as the engine logged it: 19.5GiB."
         ),
@@ -251,8 +372,14 @@ def add(app: typer.Typer) -> None:
             "--continuous-batching/--no-continuous-batching",
             help="Admit requests every step (off: a new batch when the last one ends).",
         ),
+        engine_version: str = typer.Option(
+            None,
+            "--engine-version",
+            help="The engine's release whose rules and defaults apply: vLLM 0.8 on (default "
+            "0.19), SGLang 0.4 or 0.5 (default; another runs with the nearest, noted).",
+        ),
         vllm_version: str = typer.Option(
-            "0.19",
+            None,
             "--vllm-version",
             help="Whose scheduler rules: from 0.19 a request is admitted when its whole prompt "
             "fits the free blocks, before when its first chunk does.",
@@ -300,19 +427,25 @@ def add(app: typer.Typer) -> None:
             check_range(network_gbps, what="--network-gbps", minimum=0.001, maximum=1_000_000)
         if trace is not None and request_rate != "inf":
             raise KvplanError("--trace sets the arrival times; leave out --request-rate")
+        from kvplan.simulate.workload import BENCH_DEFAULT_SEED
+
+        vllm_version, sglang_version = engine_versions(engine, engine_version, vllm_version)
+        law, law_spread = length_law(
+            length_dist, spread, dataset_name, bench_client, range_ratio, engine
+        )
         workload = WorkloadSpec(
             num_prompts=num_prompts,
             burstiness=burstiness,
             input_len=parse_tokens(input_len, what="--input-len"),
             output_len=parse_tokens(output_len, what="--output-len"),
-            length_dist=length_dist,
-            spread=spread,
+            length_dist=law,
+            spread=law_spread,
             prefix_len=0
             if prefix_len.strip() == "0"
             else parse_tokens(prefix_len, what="--prefix-len"),
             num_prefixes=num_prefixes,
             turns=turns,
-            seed=seed,
+            seed=BENCH_DEFAULT_SEED.get(law, 0) if seed is None else seed,
         )
         request = SimulateRequest(
             workload=workload,
@@ -337,6 +470,10 @@ def add(app: typer.Typer) -> None:
                 engine,
                 allow_long,
                 vllm_version,
+                mem_fraction_static,
+                weights_dtype,
+                quantization,
+                sglang_version,
             ),
             replicas=replicas,
             router=router,
@@ -346,6 +483,8 @@ def add(app: typer.Typer) -> None:
             link=link,
             network_gbps=network_gbps,
             step_log=step_log is not None,
+            warm_prefix_cache=warm_prefix_cache,
+            interconnect_gbps=interconnect_gbps,
         )
         result = simulate(c.load_model(model), c.load_gpu(gpu), request)
         with all_or_nothing():  # --plot, --timeline, --step-log and --out land together

@@ -33,6 +33,9 @@ class EngineRequest(NamedTuple):
     max_num_seqs: int | None = None  # None: the engine's default for the GPU
     enforce_eager: bool = False  # vLLM: no CUDA graphs (no graph-memory estimate)
     vllm_version: str = "0.19"
+    # whose server defaults SGLang's pool takes: a release kvplan knows (engines.sglang
+    # SGLANG_VERSIONS: "0.4", "0.5"), resolved by sglang_release
+    sglang_version: str = "0.5"
     # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 / SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1: a
     # max_model_len past the engine's derived limit starts, with a note (else it is refused)
     allow_long_max_model_len: bool = False

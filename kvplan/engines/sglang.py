@@ -31,6 +31,37 @@ from kvplan.record import NamedTuple
 from kvplan.units import GIB, MIB
 
 SGLANG_VERSION = "0.5"
+# The releases whose server defaults kvplan models (docs/simulate.md states each one's):
+# 0.4 (server_args.py ServerArgs.__post_init__ of the 0.4 releases): mem_fraction_static by TP
+#     alone, chunked_prefill_size 2,048 below 25,000 MB of GPU memory else 8,192,
+#     cuda_graph_max_bs 160 (below 25,000 MB: 8, or 80 from TP 4);
+# 0.5 (main of April 2026): the memory-bucket heuristic of default_mem_fraction.
+SGLANG_VERSIONS = ("0.4", "0.5")
+# 0.4's mem_fraction_static: (TP at least, fraction), the first that applies
+MEM_FRACTION_04 = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
+SMALL_GPU_MIB_04 = 25_000  # 0.4's threshold on get_nvgpu_memory_capacity() (nvidia-smi, MiB)
+CHUNKED_PREFILL_04 = (2048, 8192)  # below the threshold, above
+CUDA_GRAPH_MAX_BS_04 = (8, 80, 160)  # small GPU TP < 4, small GPU TP >= 4, otherwise
+
+
+def sglang_release(version: str) -> tuple[str, bool]:
+    """'0.5.8.post1' -> ('0.5', False): the known release whose rules apply, and whether it is
+    only the nearest one (a release kvplan does not know runs with its neighbour's rules)."""
+    text = str(version).strip().lower().lstrip("v")
+    parts = text.split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        major = minor = -1
+    if major != 0 or not 1 <= minor <= 99 or len(text) > 40:
+        raise KvplanError(
+            f"SGLang version {str(version)[:20]!r}: give a release such as 0.4.6 or 0.5.8"
+        )
+    known = [int(v.split(".")[1]) for v in SGLANG_VERSIONS]
+    nearest = min(known, key=lambda k: (abs(k - minor), -k))
+    return f"0.{nearest}", nearest != minor
+
+
 SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio
 MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio: state pool = rest x r / (1 + r)
 MAMBA_SSM_DTYPE = "fp32"  # SGLang's default SSM state dtype (config mamba_ssm_dtype overrides)
@@ -94,9 +125,18 @@ class FractionDefault(NamedTuple):
     reserved_bytes: float
 
 
-def default_mem_fraction(spec: ModelSpec, gpu: GpuProfile, tp: int, pp: int) -> FractionDefault:
-    """SGLang's own mem_fraction_static for this GPU and layout (its server_args heuristic)."""
+def default_mem_fraction(
+    spec: ModelSpec, gpu: GpuProfile, tp: int, pp: int, version: str = SGLANG_VERSION
+) -> FractionDefault:
+    """SGLang's own mem_fraction_static for this GPU and layout (its server_args heuristic),
+    at release `version` (SGLANG_VERSIONS)."""
     gpu_mib = gpu.usable_memory_bytes / MIB
+    if version == "0.4":
+        fraction = next(f for at_least, f in MEM_FRACTION_04 if tp >= at_least)
+        small = gpu_mib < SMALL_GPU_MIB_04
+        chunked = CHUNKED_PREFILL_04[0 if small else 1]
+        graphs = CUDA_GRAPH_MAX_BS_04[(0 if tp < 4 else 1) if small else 2]
+        return FractionDefault(fraction, chunked, graphs, gpu.usable_memory_bytes * (1 - fraction))
     chunked, graphs = LARGEST_BUCKET
     for limit, size, small_tp, large_tp in MEMORY_BUCKETS:
         if gpu_mib < limit:
@@ -208,7 +248,8 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     dtype, dtype_notes = sglang_model_dtype(spec, request.dtype)
     notes = [*spec.source_notes, *([too_long] if too_long else []), *dtype_notes]
     spec = spec._replace(dtype=dtype)
-    default = default_mem_fraction(spec, gpu, request.tp, request.pp)
+    version, _ = sglang_release(request.sglang_version)
+    default = default_mem_fraction(spec, gpu, request.tp, request.pp, version)
     given = request.mem_fraction_static is not None
     fraction = request.mem_fraction_static if given else default.mem_fraction_static
     if not 0.05 <= fraction <= 1:
@@ -229,7 +270,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     elem = ELEMENT_BYTES[fmt.name]
     page = request.block_size or (DSA_PAGE_SIZE if a.indexer_head_dim else 1)
     layers = len(attn)
-    notes.append(note("sglang-rules", version=SGLANG_VERSION, fraction=fraction, given=given))
+    notes.append(note("sglang-rules", version=version, fraction=fraction, given=given))
     free_before = weights = None
     if request.kv_cache_memory_bytes is not None:
         rest = request.kv_cache_memory_bytes
@@ -315,7 +356,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     return SglangResult(
         kvplan_version=__version__,
         engine="sglang",
-        engine_version=SGLANG_VERSION,
+        engine_version=version,
         model={"name": spec.name},
         gpu=gpu.name,
         tp=request.tp,

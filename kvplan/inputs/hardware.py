@@ -461,6 +461,20 @@ def choose_link(gpu: GpuProfile, which: str, gbps: float | None = None) -> Inter
     return link
 
 
+INTERCONNECT_LATENCY_S = 2e-6  # a given intra-node link: the profiles' NVLink/xGMI figure
+
+
+def with_interconnect(gpu: GpuProfile, gbps: float | None) -> GpuProfile:
+    """The profile with its TP/PP interconnect replaced by a given link of `gbps` Gb/s per GPU
+    per direction (PCIe Gen5 x16 between pods: 512; a cut NVLink), None: the profile's own."""
+    if gbps is None:
+        return gpu
+    if not (math.isfinite(gbps) and 0 < gbps < 1_000_000):
+        raise KvplanError("--interconnect-gbps must be a positive number of Gb/s below 1,000,000")
+    link = Interconnect(f"given link, {gbps:g} Gb/s", 2 * gbps * GBIT, INTERCONNECT_LATENCY_S)
+    return gpu._replace(interconnect=link)
+
+
 def load_yaml(path: Path) -> object:
     """A profile file through the strict loader (kvplan.inputs.yaml_safe)."""
     from kvplan.inputs.yaml_safe import load_strict_yaml

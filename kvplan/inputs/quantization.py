@@ -94,6 +94,86 @@ def _compressed_tensors(qc: dict) -> tuple[str | None, str]:
     return formats.pop(), ""
 
 
+_LAYER_INDEX = re.compile(r"layers\.(\d+)\.")
+# a MoE router ("mlp.gate", "router") is no MLP projection: an exclusion list naming it keeps the
+# MLPs quantized
+_ROUTER = re.compile(r"(mlp\.gate|\.gate|router)\*?$")
+
+
+def _excluded_whole_parts(patterns, num_layers) -> set[str]:
+    """Parts an exclusion list keeps unquantized in every layer: a part named per layer
+    ("model.layers.0.mlp.down_proj") counts as excluded only when the list names it in all
+    `num_layers` layers (Llama-3.1-405B-FP8 keeps layers 0 and 125's MLPs in bf16 and quantizes
+    the other 124), and routers are skipped. Layers left out in part are not counted."""
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    if not isinstance(patterns, (list, tuple)):
+        return set()
+    whole: set[str] = set()
+    layers: dict[str, set[int]] = {}
+    for raw in patterns:
+        text = str(raw).lower()
+        if _ROUTER.search(text):
+            continue
+        parts = _excluded_parts([text])
+        index = _LAYER_INDEX.search(text)
+        if index is None:
+            whole |= parts
+            continue
+        for part in parts:
+            layers.setdefault(part, set()).add(int(index.group(1)))
+    enough = num_layers if _whole(num_layers) and num_layers > 0 else None
+    whole |= {part for part, seen in layers.items() if enough is not None and len(seen) >= enough}
+    return whole
+
+
+def _fbgemm_fp8(qc: dict, top: dict, text: dict) -> Quantization:
+    """transformers' FbgemmFp8Config (vLLM's fbgemm_fp8): fp8 e4m3 weights with one fp32 scale
+    per output row (4 / K bytes a weight: below 0.1%, as fp8-tensor counts them) and dynamic
+    per-token activations; modules_to_not_convert stay in 16 bits. meta-llama/Llama-3.1-405B-
+    Instruct-FP8 lists every layer's self_attn projections, layers 0 and 125's MLPs and lm_head:
+    attention unquantized, the MLPs quantized."""
+    layers = top.get("num_hidden_layers", text.get("num_hidden_layers"))
+    excluded = _excluded_whole_parts(qc.get("modules_to_not_convert"), layers)
+    parts = tuple(p for p in QUANTIZABLE_PARTS if p not in excluded)
+    return Quantization("fp8-tensor", parts if excluded else None)
+
+
+def _quark(qc: dict, top: dict, text: dict) -> Quantization:
+    """AMD Quark's export (quark.torch Config.to_dict; vLLM's quark/quark.py QuarkConfig reads
+    the same): global_quant_config.weight {dtype, qscheme, group_size}; fp8_e4m3 per-tensor or
+    per-channel (amd/*-FP8-KV) is fp8-tensor, fp4 per_group of 32 with e8m0 scales (amd/*-MXFP4)
+    is mxfp4 over every linear layer, not the experts only; `exclude` stays in 16 bits."""
+    glob = qc.get("global_quant_config")
+    weight = glob.get("weight") if isinstance(glob, dict) else None
+    layer_configs = qc.get("layer_quant_config")
+    if not isinstance(weight, dict):
+        if isinstance(layer_configs, dict) and layer_configs:
+            why = "per-layer formats only (layer_quant_config)"
+        else:
+            why = "no global_quant_config weight"
+        return Quantization(None, None, (note("quant-unread", method="quark", why=why),))
+    dtype = str(weight.get("dtype", ""))[:20].lower()
+    size = weight.get("group_size")
+    if isinstance(layer_configs, dict) and layer_configs:
+        why = "several weight formats (layer_quant_config)"
+        return Quantization(None, None, (note("quant-unread", method="quark", why=why),))
+    layers = top.get("num_hidden_layers", text.get("num_hidden_layers"))
+    excluded = _excluded_whole_parts(qc.get("exclude"), layers)
+    parts = tuple(p for p in QUANTIZABLE_PARTS if p not in excluded)
+    if dtype in ("fp8_e4m3", "fp8_e5m2", "fp8"):
+        return Quantization("fp8-tensor", parts if excluded else None)
+    if dtype in ("fp4", "fp4_e2m1", "mxfp4") and size in (None, 32):
+        return Quantization("mxfp4", parts)  # every part the list leaves, experts or not
+    if dtype in ("int4", "uint4", "int8", "uint8"):
+        bits = 4 if "4" in dtype else 8
+        if _whole(size) and 0 < size <= MAX_GROUP_SIZE:
+            return Quantization(f"int{bits}-g{size}", parts if excluded else None)
+        return Quantization(f"int{bits}", parts if excluded else None)
+    why = f"weights {clean(dtype) or 'of no dtype'}, group_size {clean(repr(size))[:20]}"
+    return Quantization(None, None, (note("quant-unread", method="quark", why=why),))
+
+
 def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quantization:
     """`name` is the model as the user named it; `hint` adds where it came from (a file name,
     a repository id) for the check on quantized-looking names."""
@@ -111,6 +191,10 @@ def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quant
         return Quantization(fmt, _parts(ignore))
     if method == "mxfp4":
         return Quantization("mxfp4", None)
+    if method == "fbgemm_fp8":
+        return _fbgemm_fp8(qc, top, text)
+    if method == "quark":
+        return _quark(qc, top, text)
     if method == "compressed-tensors":
         fmt, why = _compressed_tensors(qc)
         if fmt is None:

@@ -106,6 +106,8 @@ class PlanRequest(NamedTuple):
     jobs: int = 0  # worker processes (0: one per core)
     frontend: Frontend = Frontend()
     prune: bool = True  # skip groups whose saturated rate cannot place them among the top
+    # SGLang's --mem-fraction-static for every configuration (None: SGLang's own default)
+    mem_fraction_static: float | None = None
 
 
 class Config(NamedTuple):
@@ -170,6 +172,7 @@ class PlanResult(NamedTuple):
     rejections: list[Rejection]
     notes: tuple[Note, ...]
     pruned: int = 0  # configurations not bisected: they could not be among the `top` cheapest
+    mem_fraction_static: float | None = None  # SGLang's, as given (launched with it)
 
 
 def plan(
@@ -230,6 +233,7 @@ def plan(
         rejections=[Rejection(reason, count) for reason, count in reasons.most_common()],
         notes=unique(notes),
         pruned=pruned,
+        mem_fraction_static=request.mem_fraction_static,
     )
 
 
@@ -246,6 +250,12 @@ def _check(request: PlanRequest, gpus: list[GpuProfile]) -> None:
         raise KvplanError("plan needs at least one --gpu")
     if request.emit not in ENGINES:
         raise KvplanError(f"--emit {request.emit!r}: choose {' or '.join(ENGINES)}")
+    if request.mem_fraction_static is not None:
+        if request.emit != "sglang":
+            raise KvplanError("--mem-fraction-static is SGLang's: give it with --emit sglang")
+        f = request.mem_fraction_static
+        if not (math.isfinite(f) and 0.05 <= f <= 1):
+            raise KvplanError(f"--mem-fraction-static {f} must be between 0.05 and 1")
     _check_kv_cache_dtypes(request)
     if not 1 <= request.max_gpus <= 1_000_000:
         raise KvplanError("--max-gpus must be at least 1")
@@ -614,6 +624,7 @@ def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
         kv_cache_dtype=config.kv_cache_dtype,  # both engines' simulations take fp8
         async_scheduling=request.async_scheduling,
         engine=request.emit,
+        mem_fraction_static=request.mem_fraction_static,
     )
     try:
         if config.pp > spec.num_layers:

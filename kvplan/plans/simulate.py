@@ -16,7 +16,7 @@ from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_time_s
 from kvplan.formulas.dtypes import resolve_kv_format
-from kvplan.inputs.hardware import GpuProfile, choose_link
+from kvplan.inputs.hardware import GpuProfile, choose_link, with_interconnect
 from kvplan.notes import Note, note, unique
 from kvplan.plans.common import model_notes
 from kvplan.record import NamedTuple
@@ -28,6 +28,8 @@ from kvplan.simulate.steplog import StepRecorder
 from kvplan.simulate.workload import WorkloadSpec, generate, read_trace
 
 MAX_RATES = 32
+# the length laws whose spread (a range ratio or a sigma) the summary reports
+SPREAD_DISTS = ("uniform", "lognormal", "vllm-random", "sglang-random")
 # scheduling techniques a run can be compared with and without (kvplan whatif points here)
 COMPARISONS = {
     "continuous-batching": "continuous_batching",
@@ -58,6 +60,11 @@ class SimulateRequest(NamedTuple):
     network_gbps: float | None = None
     # keep replica 0's schedule step by step (SimulateResult.step_log; `--step-log FILE`)
     step_log: bool = False
+    # a server reused across runs: every replica starts with the workload's shared prefixes
+    # in its prefix cache (Engine.warm_prefixes)
+    warm_prefix_cache: bool = False
+    # the TP/PP link instead of the profile's: Gb/s per GPU per direction (PCIe between pods)
+    interconnect_gbps: float | None = None
 
 
 class Setup(NamedTuple):
@@ -85,6 +92,13 @@ class Setup(NamedTuple):
     continuous_batching: bool
     async_scheduling: bool
     engine: str = "vllm"  # the scheduler simulated: vllm or sglang
+    # SGLang: the mem_fraction_static its pool was sized at (given, or SGLang's own default)
+    mem_fraction_static: float | None = None
+    # the TP/PP link priced (the profile's, or --interconnect-gbps's), None where there is none
+    interconnect: str | None = None
+    interconnect_bytes_per_s: float | None = None  # per GPU, both directions together
+    # whose rules: the vLLM version, or the SGLang release kvplan knows that was applied
+    engine_version: str | None = None
 
 
 class WorkloadSummary(NamedTuple):
@@ -99,6 +113,7 @@ class WorkloadSummary(NamedTuple):
     burstiness: float
     max_concurrency: int | None
     seed: int
+    warm_prefix_cache: bool = False  # the shared prefixes cached before the first request
 
 
 class Run(NamedTuple):
@@ -132,6 +147,7 @@ class SimulateResult(NamedTuple):
 
 def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> SimulateResult:
     """The Python twin of `kvplan simulate MODEL`."""
+    gpu = with_interconnect(gpu, request.interconnect_gbps)
     if not 1 <= request.replicas <= MAX_REPLICAS:
         raise KvplanError(f"--replicas must be between 1 and {MAX_REPLICAS:,}")
     if not request.rates or len(request.rates) > MAX_RATES:
@@ -151,6 +167,8 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
             raise KvplanError(f"--disaggregated P:D: each between 1 and {MAX_REPLICAS:,}")
     if request.step_log:
         _check_step_log(request)
+    if request.warm_prefix_cache:
+        _check_warm(request)
     if request.serve.engine == "sglang":
         if request.disaggregated is not None:
             raise KvplanError("--disaggregated is simulated for vLLM only; drop --engine sglang")
@@ -211,6 +229,21 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
     )
 
 
+def _check_warm(request: SimulateRequest) -> None:
+    """A warm cache holds shared prefixes: there must be some, and a cache to hold them."""
+    if request.disaggregated is not None:
+        raise KvplanError("--warm-prefix-cache is simulated for one pool; drop --disaggregated")
+    if request.serve.enable_prefix_caching is False:
+        raise KvplanError(
+            "--warm-prefix-cache needs prefix caching; drop --no-enable-prefix-caching"
+        )
+    w = request.workload
+    if request.trace is None and (w.prefix_len == 0 or w.turns > 1):
+        raise KvplanError(
+            "--warm-prefix-cache caches the shared prefixes: give --prefix-len (one turn)"
+        )
+
+
 def _check_step_log(request: SimulateRequest) -> None:
     """A step log is one engine's schedule under vLLM's rules: one run, one rate."""
     if request.serve.engine != "vllm":
@@ -249,6 +282,12 @@ def _runs(
             requests = read_trace(Path(request.trace))
         else:
             requests = generate(request.workload._replace(request_rate=rate))
+        if request.warm_prefix_cache and not any(
+            r.stream_id >= 0 and not r.session for r in requests
+        ):
+            raise KvplanError(
+                "--warm-prefix-cache caches shared prefixes: the trace names none (prefix_id)"
+            )
         over = sum(1 for r in requests if r.input_tokens < limit < r.input_tokens + r.output_tokens)
         capped = max(capped, over)
         runs.append(run_once(replica, requests, request, rate, recorder))
@@ -326,6 +365,9 @@ def run_once(
             make_engine(replica, request.frontend.per_token_s, demand, stand_in)
             for _ in range(request.replicas)
         ]
+        if request.warm_prefix_cache:
+            for engine in engines:
+                engine.warm_prefixes(requests)
         if recorder is not None:  # a run redone with the real pool starts the log again
             recorder.reset()
             engines[0].observer = recorder
@@ -427,6 +469,12 @@ def _setup(gpu: GpuProfile, replica: Replica, request: SimulateRequest) -> Setup
         continuous_batching=o.continuous_batching,
         async_scheduling=o.async_scheduling,
         engine=o.engine,
+        mem_fraction_static=o.mem_fraction_static,
+        engine_version=o.sglang_version if o.engine == "sglang" else o.vllm_version,
+        interconnect=gpu.interconnect.name if gpu.interconnect else None,
+        interconnect_bytes_per_s=gpu.interconnect.bandwidth_bytes_per_s
+        if gpu.interconnect
+        else None,
     )
 
 
@@ -445,19 +493,21 @@ def _workload(request: SimulateRequest) -> WorkloadSummary:
             w.burstiness,
             request.max_concurrency,
             w.seed,
+            request.warm_prefix_cache,
         )
     return WorkloadSummary(
         num_prompts=w.num_prompts,
         source=w.length_dist,
         input_len=w.input_len,
         output_len=w.output_len,
-        spread=w.spread if w.length_dist in ("uniform", "lognormal") else None,
+        spread=w.spread if w.length_dist in SPREAD_DISTS else None,
         prefix_len=w.prefix_len,
         num_prefixes=w.num_prefixes,
         turns=w.turns,
         burstiness=w.burstiness,
         max_concurrency=request.max_concurrency,
         seed=w.seed,
+        warm_prefix_cache=request.warm_prefix_cache,
     )
 
 

@@ -329,8 +329,13 @@ text("vllm-pp")(
 )
 text("sglang-rules")(
     lambda version, fraction, given: (
-        f"Rules of SGLang {version} (main, April 2026: pool_configurator, "
-        f"model_runner_kv_cache_mixin); mem_fraction_static {fraction}"
+        f"Rules of SGLang {version} "
+        + (
+            "(main, April 2026: pool_configurator, model_runner_kv_cache_mixin)"
+            if version == "0.5"
+            else "(the 0.4 releases' server_args defaults: mem_fraction_static by TP)"
+        )
+        + f"; mem_fraction_static {fraction}"
         + (
             ""
             if given

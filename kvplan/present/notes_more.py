@@ -959,6 +959,12 @@ text("ollama-newer")(
     )
 )
 # ---- simulate: SGLang's scheduler ---------------------------------------------------------------
+text("sim-sglang-version-nearest")(
+    lambda given, rules: (
+        f"SGLang {given} is not a release kvplan models: simulated with the rules and defaults "
+        f"of SGLang {rules}, the nearest one it knows (docs/simulate.md lists them)."
+    )
+)
 text("sim-sglang")(
     lambda max_prefill_tokens, page, block, swa: (
         "The engine is SGLang's scheduler as kvplan reads it (main of April 2026, default flags): "

@@ -9,14 +9,17 @@ from kvplan.present.launch import Launch, one_line
 from kvplan.present.view import Column, Table, View, jsonable, view
 
 
-def serve_command(engine: str, model_id: str, c: Candidate) -> str:
-    """One replica's launch command in the engine's own flag spelling (kvplan.present.launch)."""
+def serve_command(
+    engine: str, model_id: str, c: Candidate, mem_fraction: float | None = None
+) -> str:
+    """One replica's launch command in the engine's own flag spelling (kvplan.present.launch);
+    `mem_fraction`: SGLang's --mem-fraction-static as planned (None: the engine's default)."""
     launch = Launch(
         model_id=model_id,
         context_len=c.max_model_len,
         kv_dtype=c.kv_cache_dtype,
         seats=c.max_num_seqs,
-        gpu_mem_util=None,
+        gpu_mem_util=mem_fraction,
         tp=c.tp,
         pp=c.pp,
         max_num_batched_tokens=c.max_num_batched_tokens,
@@ -54,7 +57,9 @@ def plan_view(result: PlanResult, engine: str = "vllm") -> View:
     data = jsonable(result)
     rows = []
     for c, item in zip(result.candidates, data["candidates"], strict=True):
-        item["command"] = serve_command(engine, model_id, c)
+        item["command"] = serve_command(
+            engine, model_id, c, getattr(result, "mem_fraction_static", None)
+        )
         rows.append(
             {
                 **item,

@@ -149,6 +149,8 @@ def simulate_view(result: SimulateResult) -> View:
         deployment += f", {s.replicas} replicas, {s.router} router)"
     else:
         deployment += ")"
+    if s.interconnect and s.tp * s.pp > 1:
+        deployment += f", {s.interconnect} ({f.gbps_text(s.interconnect_bytes_per_s)} per GPU)"
     facts = [
         ("model", result.model["hf_id"] or result.model["name"]),
         ("deployment", deployment),
@@ -197,11 +199,16 @@ def workload_text(result: SimulateResult) -> str:
         text = w.source
     else:
         text = f"{w.num_prompts:,} prompts, {w.source} lengths: input {w.input_len:,}, output "
-        text += f"{w.output_len:,}" + (f" (spread {w.spread:g})" if w.spread else "")
+        if w.source in ("vllm-random", "sglang-random"):
+            text += f"{w.output_len:,} (random-range-ratio {w.spread:g}, seed {w.seed})"
+        else:
+            text += f"{w.output_len:,}" + (f" (spread {w.spread:g})" if w.spread else "")
         if w.prefix_len:
             text += f", {w.prefix_len:,}-token shared prefix x {w.num_prefixes}"
         if w.turns > 1:
             text += f", {w.turns}-turn conversations"
+    if w.warm_prefix_cache:
+        text += ", shared prefixes cached at the start (warm server)"
     if w.max_concurrency:
         text += f", at most {w.max_concurrency:,} in flight"
     return text
@@ -340,12 +347,15 @@ def simulate_plots(result: SimulateResult, plot: Path | None, timeline: Path | N
 def _engine_fact(s) -> str:
     if s.engine == "sglang":
         return (
-            f"SGLang scheduler: max_running_requests {s.max_num_seqs:,}, chunked_prefill_size "
+            f"SGLang {s.engine_version} scheduler: max_running_requests {s.max_num_seqs:,}, "
+            f"chunked_prefill_size "
             f"{s.max_num_batched_tokens:,}, context_length {s.max_model_len:,}, "
+            f"mem_fraction_static {s.mem_fraction_static:g}, "
             f"{'overlap' if s.async_scheduling else 'no overlap'} scheduling"
         )
     return (
-        f"vLLM V1 scheduler: max_num_seqs {s.max_num_seqs:,}, max_num_batched_tokens "
+        f"vLLM V1 scheduler ({s.engine_version} rules): max_num_seqs {s.max_num_seqs:,}, "
+        f"max_num_batched_tokens "
         f"{s.max_num_batched_tokens:,}, max_model_len {s.max_model_len:,}, "
         f"{'async' if s.async_scheduling else 'synchronous'} scheduling"
     )

@@ -320,6 +320,30 @@ class Engine:
         self.last_step_s = 0.0
         self.min_step_s = model.step(BatchShape(1, 1, (), 1)).total_s
 
+    def warm_prefixes(self, requests) -> int:
+        """A server reused across runs: the shared prefixes of `requests` (each stream's first
+        `stream_tokens`, whole blocks) already in the prefix cache, unreferenced (evictable),
+        before the first request arrives; conversations' streams are each their own and stay
+        cold. Returns the blocks warmed (as many streams as the pool holds, first come first)."""
+        if not isinstance(self.bm, BlockManager) or not self.config.enable_prefix_caching:
+            return 0
+        bm, warmed, seen = self.bm, 0, set()
+        queried, hit = bm.queried_tokens, bm.hit_tokens  # warming is no request's lookup
+        for spec in requests:
+            if spec.stream_id < 0 or spec.session or spec.stream_id in seen:
+                continue
+            seen.add(spec.stream_id)
+            tokens = min(spec.stream_tokens, spec.input_tokens) // self.block_size
+            ids = prompt_token_ids(spec)[: tokens * self.block_size]
+            if not ids or bm.blocks_to_allocate(ids) > bm.num_free_blocks:
+                continue
+            key = ("warm", spec.stream_id)
+            warmed += bm.blocks_to_allocate(ids)
+            bm.allocate(key, ids)
+            bm.free(key)
+        bm.queried_tokens, bm.hit_tokens = queried, hit
+        return warmed
+
     # ---- arrivals ---------------------------------------------------------------------------
     def admit(self, req: Req, now: float) -> None:
         """A request reaches the engine's queue at `now`."""

@@ -79,6 +79,14 @@ class ServeOptions(NamedTuple):
     # whose scheduler rules: from 0.19 a request is admitted only when its whole prompt fits
     # (scheduler_reserve_full_isl); earlier versions check its first chunk
     vllm_version: str = "0.19"
+    # SGLang's --mem-fraction-static (None: SGLang's own heuristic for this GPU and layout)
+    mem_fraction_static: float | None = None
+    # the weights' format: kvplan's --weights-dtype spelling, or the engines' --quantization
+    # (vLLM's and SGLang's method names, engines.vllm.QUANTIZATION); "auto": the checkpoint's
+    weights_dtype: str = "auto"
+    quantization: str | None = None
+    # SGLang's release (--engine-version): whose server defaults size the pool and limits
+    sglang_version: str = "0.5"
 
 
 class Replica(NamedTuple):
@@ -109,6 +117,10 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         return build_sglang_replica(spec, gpu, options)
     if options.engine != "vllm":
         raise KvplanError(f"--engine {options.engine[:40]!r}: choose vllm or sglang")
+    if options.mem_fraction_static is not None:
+        raise KvplanError(
+            "--mem-fraction-static is SGLang's; with --engine vllm give --gpu-memory-utilization"
+        )
     notes: list[Note] = []
     spec.check_tp(options.tp)
     if options.kv_cache_dtype not in KV_FORMATS:
@@ -146,6 +158,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         gpu_mem_util=options.gpu_mem_util,
         kv_cache_memory_bytes=options.kv_cache_memory_bytes,
         allow_long_max_model_len=options.allow_long_max_model_len,
+        weights_dtype=weights_format(options),
     )
     alloc = vllm_allocation(spec, gpu, request)
     if not alloc.fits:
@@ -169,7 +182,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
     model, wdtype = step_model(
         spec, gpu, options, KV_FORMATS[options.kv_cache_dtype],
-        min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt), notes,
+        min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt), notes, weights_format(options),
     )  # fmt: skip
     resolved = options._replace(
         max_num_seqs=seqs,
@@ -180,6 +193,33 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     )
     tokens = alloc.kv_cache_tokens or config.num_blocks * config.block_size  # vLLM's own figure
     return Replica(config, model, resolved, wdtype, tokens, tuple(notes))
+
+
+# --quantization methods beyond vLLM's table (engines.vllm.QUANTIZATION) that kvplan sizes:
+# both engines' ModelOpt names, and SGLang's w8a8 ones (server_args.py QUANTIZATION_CHOICES)
+MORE_QUANTIZATION = {"modelopt": "fp8-tensor", "modelopt_fp4": "nvfp4"}
+SGLANG_QUANTIZATION = {"w8a8_fp8": "fp8-tensor", "w8a8_int8": "int8"}
+
+
+def weights_format(options: ServeOptions) -> str:
+    """The weights format a replica loads: --quantization (the engines' method names) as
+    kvplan's --weights-dtype, else --weights-dtype as given ("auto": the checkpoint's)."""
+    from kvplan.engines.vllm import QUANTIZATION
+
+    if options.quantization is None:
+        return options.weights_dtype
+    methods = {**QUANTIZATION, **MORE_QUANTIZATION}
+    if options.engine == "sglang":
+        methods.update(SGLANG_QUANTIZATION)
+    method = str(options.quantization).strip().lower()
+    if method not in methods:
+        raise KvplanError(
+            f"--quantization {str(options.quantization)[:40]!r}: kvplan sizes "
+            f"{', '.join(methods)}; for another format give --weights-dtype"
+        )
+    if options.weights_dtype != "auto":
+        raise KvplanError("give --quantization or --weights-dtype, not both")
+    return methods[method]
 
 
 def _max_model_len(spec: ModelSpec, options: ServeOptions) -> int:
@@ -315,12 +355,15 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     """An SGLang replica with `python -m sglang.launch_server`'s defaults: the KV pool and
     limits from kvplan's SGLang allocator model, SGLang's scheduler (kvplan.simulate.sglang)."""
     from kvplan.engines import EngineRequest
-    from kvplan.engines.sglang import sglang_allocation
+    from kvplan.engines.sglang import sglang_allocation, sglang_release
     from kvplan.simulate.engine import EngineConfig
     from kvplan.simulate.sglang import MAX_PREFILL_TOKENS, SglangPolicy
 
     for given, flag in (
-        (options.gpu_mem_util != 0.9, "--gpu-memory-utilization (SGLang sizes its pool itself)"),
+        (
+            options.gpu_mem_util != 0.9,
+            "--gpu-memory-utilization (SGLang's is --mem-fraction-static)",
+        ),
         (options.block_size is not None, "--block-size"),
         (not options.enable_chunked_prefill, "--no-enable-chunked-prefill"),
         (not options.preemption, "--no-preemption"),
@@ -328,16 +371,24 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     ):
         if given:
             raise KvplanError(f"{flag} is a vLLM option; the SGLang simulation does not take it")
+    release, nearest = sglang_release(options.sglang_version)
     notes: list[Note] = []
+    if nearest:
+        notes.append(
+            note("sim-sglang-version-nearest", given=options.sglang_version, rules=release)
+        )
     max_model_len = _max_model_len(spec, options)
     request = EngineRequest(
         engine="sglang",
+        sglang_version=release,
         max_model_len=max_model_len,
         kv_cache_dtype=options.kv_cache_dtype,
         tp=options.tp,
         pp=options.pp,
         kv_cache_memory_bytes=options.kv_cache_memory_bytes,
         allow_long_max_model_len=options.allow_long_max_model_len,
+        mem_fraction_static=options.mem_fraction_static,
+        weights_dtype=weights_format(options),
     )
     alloc = sglang_allocation(spec, gpu, request)
     notes.extend(alloc.notes)
@@ -382,6 +433,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         KV_FORMATS.get(alloc.kv_cache_dtype, "auto"),
         alloc.cuda_graph_max_bs,
         notes,
+        weights_format(options),
     )
     notes.append(
         note(
@@ -402,7 +454,13 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     )
     policy = SglangPolicy(page_size=alloc.block_size)
     return Replica(
-        config, model, resolved, wdtype, alloc.kv_cache_tokens, tuple(notes), policy=policy
+        config,
+        model,
+        resolved._replace(mem_fraction_static=alloc.mem_fraction_static, sglang_version=release),
+        wdtype,
+        alloc.kv_cache_tokens,
+        tuple(notes),
+        policy=policy,
     )
 
 

@@ -8,6 +8,19 @@ uniform in [L(1 - r), L(1 + r)] (the bench's random dataset), lognormal with a g
 filtered as the bench filters: input and output >= 4, input <= 1024, input + output <= 2048), scaled
 so the kept requests have the requested means. A trace file gives every request explicitly.
 
+The bench clients' own random datasets, drawn as the clients draw them (seeded the same way):
+
+- `vllm-random` (`vllm bench serve --dataset-name random`; vllm/benchmarks/datasets.py
+  RandomDataset.get_sampling_params): numpy default_rng(seed), inputs then outputs, each
+  integers(low, high + 1) with low = floor(L(1 - r)), high = ceil(L(1 + r)), r in [0, 1); the
+  output bounds at least 1. vLLM first subtracts the tokenizer's special tokens from the input
+  length (Llama: 1 BOS) and the server adds them back; kvplan draws from L itself (no tokenizer).
+- `sglang-random` (`python -m sglang.bench_serving --dataset-name random`; 0.5's
+  benchmark/datasets/common.py compute_random_lens): np.random.seed(seed) then np.random.randint(
+  max(int(L r), 1), L + 1) for the inputs, then the outputs, r in [0, 1]: r = 0 (the default) is
+  U[1, L], r = 1 is fixed at L. (0.4's bench_serving.sample_random_requests drew outputs from
+  [int(O r), O], 0 included.)
+
 Token ids are synthetic but exact about sharing: a request's own tokens are unique to it; tokens
 drawn from a shared stream (a system prompt, a document, a conversation) are identical across the
 requests that name the stream, so prefix-cache hits come from the block manager comparing them.
@@ -22,7 +35,11 @@ from pathlib import Path
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 
-LENGTH_DISTS = ("fixed", "uniform", "lognormal", "sharegpt")
+LENGTH_DISTS = ("fixed", "uniform", "lognormal", "sharegpt", "vllm-random", "sglang-random")
+# the bench clients' random datasets: their --seed defaults (vllm bench serve 0,
+# sglang.bench_serving 1) and --random-range-ratio defaults (0.0 in both)
+BENCH_RANDOM = {"vllm": "vllm-random", "sglang": "sglang-random"}
+BENCH_DEFAULT_SEED = {"vllm-random": 0, "sglang-random": 1}
 SHAREGPT_SIGMA = 1.0  # spread of the ShareGPT stand-in (log-space standard deviation)
 SHAREGPT_MAX_INPUT = 1024  # the bench's ShareGPT filter (is_valid_sequence)
 SHAREGPT_MAX_TOTAL = 2048
@@ -103,6 +120,10 @@ def _lengths(spec: WorkloadSpec, rng) -> tuple[list[int], list[int]]:
     n = spec.num_prompts
     if spec.length_dist == "fixed":
         return [spec.input_len] * n, [spec.output_len] * n
+    if spec.length_dist in ("vllm-random", "sglang-random"):
+        return bench_random_lengths(
+            spec.length_dist, spec.input_len, spec.output_len, spec.spread, n, spec.seed
+        )
     if spec.length_dist == "uniform":
         r = spec.spread
         lo_in, hi_in = math.floor(spec.input_len * (1 - r)), math.ceil(spec.input_len * (1 + r))
@@ -121,6 +142,34 @@ def _lengths(spec: WorkloadSpec, rng) -> tuple[list[int], list[int]]:
         outputs = np.maximum(1, np.rint(np.exp(mu_out + sigma * z_out[:n])))
         return [int(x) for x in inputs], [int(x) for x in outputs]
     return _sharegpt_like(spec, sigma, z_in, z_out)
+
+
+def random_length_bounds(law: str, length: int, ratio: float, output: bool) -> tuple[int, int]:
+    """[low, high] (both included) a bench client's random dataset draws a length from."""
+    if law == "sglang-random":
+        return max(int(length * ratio), 1), length
+    low, high = math.floor(length * (1 - ratio)), math.ceil(length * (1 + ratio))
+    return (max(low, 1), max(high, 1)) if output else (low, high)
+
+
+def bench_random_lengths(
+    law: str, input_len: int, output_len: int, ratio: float, num: int, seed: int
+) -> tuple[list[int], list[int]]:
+    """The inputs and outputs a bench client's random dataset draws for `num` prompts with its
+    --seed: the same generator, seeded as the client seeds it, the inputs drawn first."""
+    import numpy as np
+
+    lo_in, hi_in = random_length_bounds(law, input_len, ratio, output=False)
+    lo_out, hi_out = random_length_bounds(law, output_len, ratio, output=True)
+    if law == "sglang-random":  # the client seeds numpy's global generator: a RandomState
+        rng = np.random.RandomState(seed)
+        inputs = rng.randint(lo_in, hi_in + 1, size=num)
+        outputs = rng.randint(lo_out, hi_out + 1, size=num)
+    else:
+        rng = np.random.default_rng(seed)
+        inputs = rng.integers(lo_in, hi_in + 1, size=num)
+        outputs = rng.integers(lo_out, hi_out + 1, size=num)
+    return [int(x) for x in inputs], [int(x) for x in outputs]
 
 
 def _sharegpt_like(spec: WorkloadSpec, sigma: float, z_in, z_out) -> tuple[list[int], list[int]]:
@@ -241,6 +290,18 @@ def check_workload(spec: WorkloadSpec) -> None:
             raise KvplanError(f"{what} must be between 1 and {MAX_LEN:,} tokens")
     if spec.length_dist not in LENGTH_DISTS:
         raise KvplanError(f"--length-dist {spec.length_dist!r}: choose {', '.join(LENGTH_DISTS)}")
+    if spec.length_dist == "vllm-random" and not 0 <= spec.spread < 1:
+        raise KvplanError("--random-range-ratio for vLLM's random dataset must be in [0, 1)")
+    if spec.length_dist == "sglang-random" and not 0 <= spec.spread <= 1:
+        raise KvplanError("--random-range-ratio for SGLang's random dataset must be in [0, 1]")
+    if (
+        spec.length_dist == "vllm-random"
+        and spec.prefix_len + math.floor(spec.input_len * (1 - spec.spread)) < 1
+    ):  # vLLM's RandomDataset.sample refuses this too
+        raise KvplanError(
+            "--random-input-len is too small: vLLM's random dataset could draw an empty prompt "
+            "at this --random-range-ratio"
+        )
     if spec.length_dist in ("fixed", "sharegpt") and spec.spread:
         raise KvplanError(
             f"--spread shapes uniform and lognormal lengths; {spec.length_dist} lengths take none"
