@@ -75,6 +75,13 @@ class Attention(NamedTuple):
     mla_q_lora_rank: int = 0  # MLA query down-projection width (0: none, queries from hidden)
     shared_kv_proj: bool = False  # V is K's projection (no v_proj weights; the cache holds both)
     sinks: bool = False  # one learned sink logit per query head (gpt-oss, MiMo-V2 sliding layers)
+    # K and V are one tensor, stored once (DeepSeek-V4's shared-KV MQA: `head_dim` per token)
+    kv_one_copy: bool = False
+    # DeepSeek-V4 compressed attention: beside its sliding window the layer keeps one compressed
+    # entry (`head_dim` wide) per `compress_ratio` tokens, and, on the CSA layers, the indexer's
+    # compressed key (`compressed_indexer_dim` wide) at the same ratio (0: not compressed)
+    compress_ratio: int = 0
+    compressed_indexer_dim: int = 0
 
     @property
     def gqa_indexer(self) -> bool:
@@ -92,9 +99,26 @@ class Attention(NamedTuple):
         if self.kind is CacheKind.MLA:
             return fmt.head_vector_bytes(self.head_dim) + self.indexer_bytes_per_token(fmt)
         heads = self.kv_heads_per_rank(tp)
+        if self.kv_one_copy:
+            return heads * fmt.head_vector_bytes(self.head_dim)
         return heads * (
             fmt.head_vector_bytes(self.head_dim) + fmt.head_vector_bytes(self.head_dim_v)
         ) + self.indexer_bytes_per_token(fmt)  # MiniMax-M3: a key-only indexer beside K, V
+
+    def compressed_bytes_per_entry(self, fmt: KvFormat) -> int:
+        """One compressed entry of a DeepSeek-V4 compressed layer: the compressed KV vector plus
+        the indexer's compressed key where the layer has one (0 for an uncompressed layer)."""
+        if not self.compress_ratio:
+            return 0
+        indexer = self.compressed_indexer_dim
+        return fmt.head_vector_bytes(self.head_dim) + (
+            fmt.head_vector_bytes(indexer) if indexer else 0
+        )
+
+    def compressed_entries(self, context_len: int) -> int:
+        """Compressed entries one sequence holds at `context_len`: floor(s / ratio) (the tokens
+        after the last full window wait in the compressor's buffer)."""
+        return context_len // self.compress_ratio if self.compress_ratio else 0
 
     def indexer_bytes_per_token(self, fmt: KvFormat) -> int:
         """The indexer's key vector for one token, in the cache's format (0 without an indexer)."""
@@ -107,6 +131,11 @@ class Attention(NamedTuple):
         return context_len
 
     def label(self) -> str:
+        if self.compress_ratio:
+            indexer = (
+                f" + indexer {self.compressed_indexer_dim}" if self.compressed_indexer_dim else ""
+            )
+            return f"sliding window {self.window:,} + 1/{self.compress_ratio} compressed{indexer}"
         if self.kind is CacheKind.SLIDING:
             return f"sliding window {self.window:,}"
         if self.kind is CacheKind.CHUNKED:
