@@ -38,6 +38,7 @@ class StateKind(str, Enum):
     GATED_DELTANET = "gated_deltanet"
     LIGHTNING = "lightning"  # MiniMax-style linear attention: heads x d x d, no conv
     SHORT_CONV = "short_conv"  # LFM2's gated short convolution: a conv state only
+    KDA = "kda"  # Kimi Delta Attention: Gated DeltaNet's shapes, a per-channel decay
 
 
 STATE_LABELS = {
@@ -46,6 +47,7 @@ STATE_LABELS = {
     StateKind.GATED_DELTANET: "Gated DeltaNet state",
     StateKind.LIGHTNING: "linear-attention state",
     StateKind.SHORT_CONV: "convolution state",
+    StateKind.KDA: "KDA state",
 }
 
 
@@ -155,6 +157,7 @@ class State(NamedTuple):
     gated_deltanet: conv (k-1) x (2*key_heads*key_dim + value_heads*value_dim),
                     ssm value_heads x value_dim x key_dim.
     short_conv: conv (k-1) x intermediate (LFM2: the hidden size), no ssm state.
+    kda: as gated_deltanet with key heads = value heads (vLLM's kda_state_shape).
     """
 
     kind: StateKind
@@ -181,7 +184,7 @@ class State(NamedTuple):
                 groups = groups + (tp - groups % tp)
             conv = taps * (self.intermediate // tp + 2 * (groups // tp) * self.state_size)
             return conv, (self.num_heads // tp) * self.head_dim * self.state_size
-        if self.kind is StateKind.GATED_DELTANET:
+        if self.kind is StateKind.GATED_DELTANET or self.kind is StateKind.KDA:
             conv = taps * (2 * self.key_heads * self.key_dim + self.num_heads * self.head_dim) // tp
             return conv, (self.num_heads // tp) * self.head_dim * self.key_dim
         if self.kind is StateKind.LIGHTNING:
