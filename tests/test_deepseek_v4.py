@@ -26,6 +26,8 @@ BF16 = KvFormat("bf16")
 # transformers 5.24.0: DeepseekV4ForCausalLM(DeepseekV4Config(**file)) on the meta device,
 # sum(p.numel() for p in model.parameters()) (quantization_config dropped; buffers excluded)
 FLASH_PARAMS = 284_332_230_231
+PRO = REAL / "deepseek-ai--DeepSeek-V4-Pro.json"
+PRO_PARAMS = 1_572_997_179_491  # the same count on DeepSeek-V4-Pro's file
 
 
 def _flash() -> dict:
@@ -49,6 +51,14 @@ def test_flash_parameters_equal_transformers_count():
     spec = build_model(_flash(), "dsv4")
     assert spec.params_total == FLASH_PARAMS
     assert spec.moe.num_experts == 256 and spec.moe.top_k == 6 and spec.moe.num_layers == 43
+
+
+def test_pro_parameters_and_cache_equal_transformers_and_the_fields():
+    raw = json.loads(PRO.read_text())
+    spec = build_model(raw, "dsv4-pro")
+    assert spec.params_total == PRO_PARAMS
+    for s in (1, 4_096, 131_072):
+        assert kv_bytes_per_sequence(spec, s, BF16) == _hand_bytes_per_sequence(raw, s, 2), s
 
 
 def test_flash_layers_and_cache_bytes_from_the_file_fields():

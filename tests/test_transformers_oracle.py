@@ -367,7 +367,6 @@ def test_per_layer_config_overriding_what_kvplan_does_not_read_is_refused():
 @pytest.mark.parametrize(
     "file, named",
     [
-        ("poolside--Laguna-XS.2-FP8.json", "laguna"),
         # refused with the type and what it declares first, not only the symptom
         (
             "moonshotai--Kimi-K3.json",
