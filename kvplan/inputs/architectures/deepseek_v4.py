@@ -17,6 +17,7 @@ from collections import Counter
 
 from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, MoE
 from kvplan.errors import KvplanError
+from kvplan.inputs.architectures.structure import CONFIG_METADATA
 from kvplan.inputs.fields import Fields
 from kvplan.inputs.quantization import read_quantization
 from kvplan.notes import note
@@ -45,30 +46,7 @@ READ_AS_BENIGN = (
 
 # Fields of the hub file and of transformers' write-back that carry no size: ids, numerics of the
 # norms and initialisers, training-only switches, the saving library's own keys
-METADATA = frozenset(
-    (
-        "architectures",
-        "auto_map",
-        "model_type",
-        "bos_token_id",
-        "eos_token_id",
-        "pad_token_id",
-        "transformers_version",
-        "initializer_range",
-        "rms_norm_eps",
-        "hidden_act",
-        "use_cache",
-        "attention_dropout",
-        "quantization_config",
-        "torch_dtype",
-        "dtype",
-        "output_router_logits",
-        "router_aux_loss_coef",
-        "router_jitter_noise",
-        "partial_rotary_factor",
-        "_name_or_path",
-    )
-)
+METADATA = CONFIG_METADATA | frozenset(("partial_rotary_factor",))
 
 RATIO_TYPES = {
     0: "sliding_attention",

@@ -18,6 +18,7 @@ from collections import Counter
 
 from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, MoE, State, StateKind
 from kvplan.errors import KvplanError
+from kvplan.inputs.architectures.structure import CONFIG_METADATA
 from kvplan.inputs.fields import Fields
 from kvplan.inputs.quantization import read_quantization
 from kvplan.notes import note
@@ -25,26 +26,8 @@ from kvplan.notes import note
 FAMILY = "MoE, KDA linear-attention / MLA hybrid"
 # No size in them: ids, numerics, router and activation choices, and the generation defaults
 # transformers 4.x wrote into every config
-METADATA = frozenset(
+METADATA = CONFIG_METADATA | frozenset(
     (
-        "architectures",
-        "auto_map",
-        "model_type",
-        "bos_token_id",
-        "eos_token_id",
-        "pad_token_id",
-        "transformers_version",
-        "initializer_range",
-        "rms_norm_eps",
-        "hidden_act",
-        "use_cache",
-        "attention_dropout",
-        "quantization_config",
-        "torch_dtype",
-        "dtype",
-        "_name_or_path",
-        "output_router_logits",
-        "router_aux_loss_coef",
         "routed_scaling_factor",
         "moe_router_activation_func",
         "moe_renormalize",
@@ -58,53 +41,6 @@ METADATA = frozenset(
         "rope_scaling",
         "rope_parameters",
         "pretraining_tp",
-        "add_cross_attention",
-        "bad_words_ids",
-        "begin_suppress_tokens",
-        "chunk_size_feed_forward",
-        "cross_attention_hidden_size",
-        "decoder_start_token_id",
-        "diversity_penalty",
-        "do_sample",
-        "early_stopping",
-        "encoder_no_repeat_ngram_size",
-        "exponential_decay_length_penalty",
-        "finetuning_task",
-        "forced_bos_token_id",
-        "forced_eos_token_id",
-        "id2label",
-        "label2id",
-        "is_decoder",
-        "is_encoder_decoder",
-        "length_penalty",
-        "max_length",
-        "min_length",
-        "no_repeat_ngram_size",
-        "num_beam_groups",
-        "num_beams",
-        "num_return_sequences",
-        "output_attentions",
-        "output_hidden_states",
-        "output_scores",
-        "prefix",
-        "problem_type",
-        "pruned_heads",
-        "remove_invalid_values",
-        "repetition_penalty",
-        "return_dict",
-        "return_dict_in_generate",
-        "sep_token_id",
-        "suppress_tokens",
-        "task_specific_params",
-        "temperature",
-        "tf_legacy_loss",
-        "tie_encoder_decoder",
-        "tokenizer_class",
-        "top_k",
-        "top_p",
-        "torchscript",
-        "typical_p",
-        "use_bfloat16",
     )
 )
 # linear_attn_config keys: the ones read, and gate_lower_bound (a clamp, no size)

@@ -12,31 +12,14 @@ from collections import Counter
 
 from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, MoE
 from kvplan.errors import KvplanError
+from kvplan.inputs.architectures.structure import CONFIG_METADATA
 from kvplan.inputs.fields import Fields
 from kvplan.inputs.quantization import read_quantization
 from kvplan.notes import note
 
 FAMILY = "MoE, local/global hybrid, per-layer query heads"
-METADATA = frozenset(
+METADATA = CONFIG_METADATA | frozenset(
     (
-        "architectures",
-        "auto_map",
-        "model_type",
-        "bos_token_id",
-        "eos_token_id",
-        "pad_token_id",
-        "transformers_version",
-        "initializer_range",
-        "rms_norm_eps",
-        "hidden_act",
-        "use_cache",
-        "attention_dropout",
-        "quantization_config",
-        "torch_dtype",
-        "dtype",
-        "_name_or_path",
-        "output_router_logits",
-        "router_aux_loss_coef",
         "moe_routed_scaling_factor",
         "moe_apply_router_weight_on_input",
         "moe_router_logit_softcapping",
