@@ -78,7 +78,15 @@ def transformers_side(model_type: str):
     for name, module in model.named_modules():
         if wrapped and not language(name):
             continue  # the vision or audio tower's attention is not the language model's cache
-        if name.endswith("self_attn") and hasattr(module, "k_proj") and hasattr(module, "v_proj"):
+        # a linear-attention mixer named self_attn (Kimi Linear's KDA) has k_proj and v_proj and
+        # keeps no K/V cache: its short convolution (conv1d) tells it from softmax attention
+        recurrent = hasattr(module, "conv1d")
+        if (
+            name.endswith("self_attn")
+            and hasattr(module, "k_proj")
+            and hasattr(module, "v_proj")
+            and not recurrent
+        ):
             k, v = module.k_proj.out_features, module.v_proj.out_features
             layout.append((k, v))
     return raw, params, layout or None

@@ -38,6 +38,7 @@ class StateKind(str, Enum):
     GATED_DELTANET = "gated_deltanet"
     LIGHTNING = "lightning"  # MiniMax-style linear attention: heads x d x d, no conv
     SHORT_CONV = "short_conv"  # LFM2's gated short convolution: a conv state only
+    KDA = "kda"  # Kimi Delta Attention: Gated DeltaNet's shapes, a per-channel decay
 
 
 STATE_LABELS = {
@@ -46,6 +47,7 @@ STATE_LABELS = {
     StateKind.GATED_DELTANET: "Gated DeltaNet state",
     StateKind.LIGHTNING: "linear-attention state",
     StateKind.SHORT_CONV: "convolution state",
+    StateKind.KDA: "KDA state",
 }
 
 
@@ -75,6 +77,13 @@ class Attention(NamedTuple):
     mla_q_lora_rank: int = 0  # MLA query down-projection width (0: none, queries from hidden)
     shared_kv_proj: bool = False  # V is K's projection (no v_proj weights; the cache holds both)
     sinks: bool = False  # one learned sink logit per query head (gpt-oss, MiMo-V2 sliding layers)
+    # K and V are one tensor, stored once (DeepSeek-V4's shared-KV MQA: `head_dim` per token)
+    kv_one_copy: bool = False
+    # DeepSeek-V4 compressed attention: beside its sliding window the layer keeps one compressed
+    # entry (`head_dim` wide) per `compress_ratio` tokens, and, on the CSA layers, the indexer's
+    # compressed key (`compressed_indexer_dim` wide) at the same ratio (0: not compressed)
+    compress_ratio: int = 0
+    compressed_indexer_dim: int = 0
 
     @property
     def gqa_indexer(self) -> bool:
@@ -92,9 +101,26 @@ class Attention(NamedTuple):
         if self.kind is CacheKind.MLA:
             return fmt.head_vector_bytes(self.head_dim) + self.indexer_bytes_per_token(fmt)
         heads = self.kv_heads_per_rank(tp)
+        if self.kv_one_copy:
+            return heads * fmt.head_vector_bytes(self.head_dim)
         return heads * (
             fmt.head_vector_bytes(self.head_dim) + fmt.head_vector_bytes(self.head_dim_v)
         ) + self.indexer_bytes_per_token(fmt)  # MiniMax-M3: a key-only indexer beside K, V
+
+    def compressed_bytes_per_entry(self, fmt: KvFormat) -> int:
+        """One compressed entry of a DeepSeek-V4 compressed layer: the compressed KV vector plus
+        the indexer's compressed key where the layer has one (0 for an uncompressed layer)."""
+        if not self.compress_ratio:
+            return 0
+        indexer = self.compressed_indexer_dim
+        return fmt.head_vector_bytes(self.head_dim) + (
+            fmt.head_vector_bytes(indexer) if indexer else 0
+        )
+
+    def compressed_entries(self, context_len: int) -> int:
+        """Compressed entries one sequence holds at `context_len`: floor(s / ratio) (the tokens
+        after the last full window wait in the compressor's buffer)."""
+        return context_len // self.compress_ratio if self.compress_ratio else 0
 
     def indexer_bytes_per_token(self, fmt: KvFormat) -> int:
         """The indexer's key vector for one token, in the cache's format (0 without an indexer)."""
@@ -107,6 +133,11 @@ class Attention(NamedTuple):
         return context_len
 
     def label(self) -> str:
+        if self.compress_ratio:
+            indexer = (
+                f" + indexer {self.compressed_indexer_dim}" if self.compressed_indexer_dim else ""
+            )
+            return f"sliding window {self.window:,} + 1/{self.compress_ratio} compressed{indexer}"
         if self.kind is CacheKind.SLIDING:
             return f"sliding window {self.window:,}"
         if self.kind is CacheKind.CHUNKED:
@@ -126,6 +157,7 @@ class State(NamedTuple):
     gated_deltanet: conv (k-1) x (2*key_heads*key_dim + value_heads*value_dim),
                     ssm value_heads x value_dim x key_dim.
     short_conv: conv (k-1) x intermediate (LFM2: the hidden size), no ssm state.
+    kda: as gated_deltanet with key heads = value heads (vLLM's kda_state_shape).
     """
 
     kind: StateKind
@@ -152,7 +184,7 @@ class State(NamedTuple):
                 groups = groups + (tp - groups % tp)
             conv = taps * (self.intermediate // tp + 2 * (groups // tp) * self.state_size)
             return conv, (self.num_heads // tp) * self.head_dim * self.state_size
-        if self.kind is StateKind.GATED_DELTANET:
+        if self.kind is StateKind.GATED_DELTANET or self.kind is StateKind.KDA:
             conv = taps * (2 * self.key_heads * self.key_dim + self.num_heads * self.head_dim) // tp
             return conv, (self.num_heads // tp) * self.head_dim * self.key_dim
         if self.kind is StateKind.LIGHTNING:

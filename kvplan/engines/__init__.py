@@ -44,6 +44,16 @@ class EngineRequest(NamedTuple):
 def refuse_gqa_indexer(spec, engine: str) -> None:
     """A key-only indexer cache beside GQA (MiniMax-M3) has no page layout modelled for the
     engines: refused by name rather than priced as DSA's indexer beside MLA."""
+    compressed = [a for a in spec.attention_layers() if a.compress_ratio]
+    if compressed:
+        ratios = sorted({a.compress_ratio for a in compressed})
+        raise KvplanError(
+            f"{spec.name}: {len(compressed)} layers keep compressed attention entries (1 per "
+            f"{' or '.join(map(str, ratios))} tokens beside a sliding window, DeepSeek-V4's "
+            f"CSA/HCA); what {engine} allocates for them (its own page layout per compression "
+            "ratio and the compressor's state) is not modelled yet (kvplan size and capacity "
+            "give the architecture's bytes)"
+        )
     layers = [a for a in spec.attention_layers() if a.gqa_indexer]
     if layers:
         raise KvplanError(

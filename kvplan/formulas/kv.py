@@ -23,6 +23,15 @@ class CacheGroup(NamedTuple):
     # A sub-byte cache keeps its sink and recent tokens in full precision (KvFormat); 0: none.
     full_precision_tokens: int = 0
     full_precision_bytes_per_token_per_layer: int = 0
+    # DeepSeek-V4 compressed layers: one entry of these bytes per `compress_ratio` tokens
+    compress_ratio: int = 0
+    compressed_bytes_per_entry_per_layer: int = 0
+
+    def compressed_bytes(self, context_len: int) -> int:
+        """compressed_bytes_per_layer = floor(s / ratio) * entry bytes (0 when not compressed)."""
+        if not self.compress_ratio:
+            return 0
+        return (context_len // self.compress_ratio) * self.compressed_bytes_per_entry_per_layer
 
     def tokens_held(self, context_len: int) -> int:
         if self.kind.windowed:
@@ -38,12 +47,14 @@ class CacheGroup(NamedTuple):
         )
 
     def bytes_per_sequence(self, context_len: int) -> int:
-        """kv_group_bytes = layers * (tokens_held(s) * bytes_per_token_per_layer + state_bytes),
-        plus the full-precision tokens' extra bytes of a sub-byte format."""
+        """kv_group_bytes = layers * (tokens_held(s) * bytes_per_token_per_layer + state_bytes
+        + compressed_bytes(s)), plus the full-precision tokens' extra bytes of a sub-byte
+        format."""
         return self.num_layers * (
             self.tokens_held(context_len) * self.bytes_per_token_per_layer
             + self.full_precision_extra_bytes(context_len)
             + self.state_bytes_per_layer
+            + self.compressed_bytes(context_len)
         )
 
 
@@ -93,6 +104,8 @@ def _group_layers(layers: tuple, fmt: KvFormat, tp: int) -> tuple[CacheGroup, ..
                     a.kv_bytes_per_token(fmt.full_precision, tp)
                     if fmt.full_precision_tokens
                     else 0,
+                    a.compress_ratio,
+                    a.compressed_bytes_per_entry(fmt),
                 ],
             )
             entry[2] += count
@@ -177,9 +190,20 @@ def paged_bytes_of_groups(groups: list[CacheGroup], context_len: int, block_size
             paged_tokens_held(g, context_len, block_size) * g.bytes_per_token_per_layer
             + g.full_precision_extra_bytes(context_len)
             + g.state_bytes_per_layer
+            + paged_compressed_entries(g, context_len, block_size)
+            * g.compressed_bytes_per_entry_per_layer
         )
         for g in groups
     )
+
+
+def paged_compressed_entries(group: CacheGroup, context_len: int, block_size: int) -> int:
+    """Entry slots of a compressed layer's pages: floor(s / ratio) entries in whole blocks of
+    `block_size` entries (0 for a layer that is not compressed)."""
+    if not group.compress_ratio:
+        return 0
+    entries = context_len // group.compress_ratio
+    return -(-entries // block_size) * block_size
 
 
 def sequences_in_pool(pool_bytes: float, bytes_per_sequence: int) -> int:

@@ -62,6 +62,22 @@ text("llama4-chunked")(
 )
 text("vision-absent")(lambda: "Vision tower not in this config; parameter counts are text-only.")
 text("vision-excluded")(lambda: "Vision tower excluded from the parameter count.")
+text("compressed-attention")(
+    lambda layers, window, ratios, indexer: (
+        f"DeepSeek-V4 compressed attention: all {layers} layers keep a sliding window of "
+        f"{window:,} tokens (K and V one shared vector); {ratios} compressed layers also keep one "
+        f"compressed entry per that many tokens, the 1/4 (CSA) layers with an indexer key of "
+        f"{indexer} beside it. The compressor's buffer (under one window of tokens) is not "
+        "counted."
+    )
+)
+text("expert-dtype-unpriced")(
+    lambda expert_dtype, format: (
+        f"expert_dtype {expert_dtype}: the routed experts are stored as {expert_dtype}, the rest "
+        f"as {format}; kvplan prices every quantized part as {format}, so the weights bytes "
+        "overstate the experts (use --weights-dtype to price them another way)."
+    )
+)
 text("mtp-excluded")(
     lambda layers: (
         f"{layers} multi-token-prediction layer(s) excluded (not in num_hidden_layers; vLLM "

@@ -148,6 +148,18 @@ def build_model(raw: dict, name: str, source: str | None = None) -> ModelSpec:
     model_type = ALIASES.get(raw_type, raw_type)
     if text is top and raw_type in ("llama4", "gemma3", "mistral3", "kimi_k25"):
         raise KvplanError(f"{source}: {raw_type} config has no text_config")
+    if model_type in ("deepseek_v4", "kimi_linear", "laguna"):
+        # built by their own modules, which refuse any field they do not read
+        from kvplan.inputs.architectures.deepseek_v4 import build_deepseek_v4
+        from kvplan.inputs.architectures.kimi_linear import build_kimi_linear
+        from kvplan.inputs.architectures.laguna import build_laguna
+
+        build = {
+            "deepseek_v4": build_deepseek_v4,
+            "kimi_linear": build_kimi_linear,
+            "laguna": build_laguna,
+        }[model_type]
+        return build(Fields(text, source, parent=top), top, name, source, model_dtype_name)
     family = FAMILIES.get(model_type)
     known = family is not None
     family = family or GENERIC

@@ -1,0 +1,183 @@
+"""Kimi Linear (model_type kimi_linear): KDA linear attention with a fixed state per sequence
+beside MLA layers. Parameters as transformers 5.24's KimiLinearForCausalLM counts them; the
+cache as vLLM allocates it (MLA latent kv_lora_rank + qk_rope_head_dim per token;
+MambaStateShapeCalculator.kda_state_shape and MambaStateDtypeCalculator.kda_state_dtype in
+vllm/model_executor/layers/mamba/mamba_utils.py: conv (kernel - 1) x 3 x heads x head_dim in
+the model dtype, recurrent heads x head_dim x head_dim in fp32)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvplan.anatomy.model import StateKind
+from kvplan.errors import KvplanError
+from kvplan.formulas.dtypes import KvFormat
+from kvplan.formulas.kv import kv_bytes_per_sequence, state_bytes_per_sequence
+from kvplan.inputs.architectures import build_model
+
+from helpers import REPO
+
+DEFAULTS = REPO / "tests" / "data" / "class_configs" / "kimi_linear.KimiLinearConfig-defaults.json"
+K3 = REPO / "tests" / "data" / "real_configs" / "moonshotai--Kimi-K3.json"
+# transformers 5.24.0: KimiLinearForCausalLM(KimiLinearConfig()) on the meta device
+DEFAULT_PARAMS = 49_133_074_464
+
+
+def _defaults() -> dict:
+    return json.loads(DEFAULTS.read_text())
+
+
+def test_defaults_count_equals_transformers():
+    spec = build_model(_defaults(), "kimi-linear")
+    assert spec.params_total == DEFAULT_PARAMS
+    assert spec.moe.num_layers == 26 and spec.moe.num_experts == 256
+
+
+def test_cache_mla_latent_and_kda_state_from_the_fields():
+    raw = _defaults()
+    spec = build_model(raw, "kimi-linear")
+    full = [i for i, t in enumerate(raw["layer_types"]) if t == "full_attention"]
+    assert [i for i, x in enumerate(spec.layers) if x.attention is not None] == full
+    assert all((x.attention is None) != (x.state is None) for x in spec.layers)
+    heads, dim, kernel = (
+        raw["linear_num_heads"],
+        raw["linear_head_dim"],
+        raw["linear_conv_kernel_dim"],
+    )
+    per_state = (kernel - 1) * 3 * heads * dim * 2 + heads * dim * dim * 4  # bf16 conv, fp32 state
+    kda_layers = raw["num_hidden_layers"] - len(full)
+    assert state_bytes_per_sequence(spec) == kda_layers * per_state == 45_588_480
+    latent = raw["kv_lora_rank"] + raw["qk_rope_head_dim"]
+    s = 32_768
+    expected = len(full) * s * latent * 2 + kda_layers * per_state
+    assert kv_bytes_per_sequence(spec, s, KvFormat("bf16")) == expected
+    # tensor parallelism splits the KDA heads (kda_state_shape divides by tp)
+    assert state_bytes_per_sequence(spec, tp=4) == state_bytes_per_sequence(spec) // 4
+    assert {x.state.kind for x in spec.layers if x.state} == {StateKind.KDA}
+
+
+def test_checkpoint_form_reads_as_the_write_back():
+    """The hub form: linear_attn_config with 1-indexed full_attn_layers / kda_layers, no
+    layer_types or mlp_layer_types (first_k_dense_replace instead)."""
+    raw = _defaults()
+    n = raw["num_hidden_layers"]
+    hub = {k: v for k, v in raw.items() if k not in ("layer_types", "mlp_layer_types")}
+    for key in ("linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim"):
+        del hub[key]
+    hub["first_k_dense_replace"] = 1
+    hub["linear_attn_config"] = {
+        "full_attn_layers": [i + 1 for i in range(n) if raw["layer_types"][i] == "full_attention"],
+        "kda_layers": [i + 1 for i in range(n) if raw["layer_types"][i] != "full_attention"],
+        "num_heads": raw["linear_num_heads"],
+        "head_dim": raw["linear_head_dim"],
+        "short_conv_kernel_size": raw["linear_conv_kernel_dim"],
+    }
+    a, b = build_model(raw, "a"), build_model(hub, "b")
+    assert a.params_total == b.params_total and a.layers == b.layers
+
+
+def test_kimi_k3_is_refused_naming_what_transformers_does_not_read():
+    with pytest.raises(KvplanError) as exc:
+        build_model(json.loads(K3.read_text()), "k3")
+    for field in (
+        "routed_expert_hidden_size",
+        "latent_moe_use_norm",
+        "mla_use_output_gate",
+        "attn_res_block_size",
+        "linear_attn_config.use_full_rank_gate",
+    ):
+        assert field in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"moe_layer_freq": 2}, "moe_layer_freq 2"),
+        ({"qk_head_dim": 100}, "qk_head_dim 100"),
+        ({"some_new_width": 7}, "some_new_width"),
+    ],
+)
+def test_what_it_cannot_know_is_refused_by_name(change, named):
+    with pytest.raises(KvplanError, match=named):
+        build_model(dict(_defaults(), **change), "x")
+
+
+SHRUNK = dict(
+    model_type="kimi_linear",
+    hidden_size=64,
+    num_hidden_layers=5,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    q_lora_rank=32,
+    kv_lora_rank=16,
+    qk_rope_head_dim=8,
+    qk_nope_head_dim=16,
+    v_head_dim=16,
+    vocab_size=512,
+    intermediate_size=96,
+    moe_intermediate_size=32,
+    num_experts=4,
+    num_experts_per_token=2,
+    num_shared_experts=1,
+    first_k_dense_replace=1,
+    torch_dtype="float32",
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+    linear_attn_config={
+        "full_attn_layers": [2, 5],
+        "kda_layers": [1, 3, 4],
+        "num_heads": 2,
+        "head_dim": 16,
+        "short_conv_kernel_size": 4,
+    },
+)
+
+
+def test_shrunk_copy_recorded_counts():
+    """What the slow test below measured with transformers 5.24.0: 269,750 parameters; the MLA
+    layers cache keys of 16 (the latent) and values of 8 (the rope part); the KDA layers a conv
+    state of 96 channels x 4 (kvplan and vLLM keep 3 columns) and a 2 x 16 x 16 fp32 state."""
+    spec = build_model(SHRUNK, "shrunk")
+    assert spec.params_total == 269_750
+    got = [
+        (x.attention.head_dim if x.attention else None, x.state.elements() if x.state else None)
+        for x in spec.layers
+    ]
+    assert got == [
+        (None, (288, 512)),
+        (24, None),
+        (None, (288, 512)),
+        (None, (288, 512)),
+        (24, None),
+    ]
+
+
+@pytest.mark.slow  # builds and runs transformers' model (seconds); skipped without it
+def test_shrunk_copy_against_a_transformers_forward_pass():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "KimiLinearConfig"):
+        pytest.skip("this transformers has no kimi_linear")
+    spec = build_model(SHRUNK, "shrunk")
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(
+        transformers.KimiLinearConfig(**SHRUNK)
+    ).eval()
+    assert spec.params_total == sum(p.numel() for p in model.parameters())
+    with torch.no_grad():
+        out = model(torch.randint(0, 512, (1, 37)), use_cache=True)
+    for ours, theirs in zip(spec.layers, out.past_key_values.layers, strict=True):
+        if ours.attention is not None:
+            width = theirs.keys.shape[-1] + theirs.values.shape[-1]
+            assert ours.attention.kv_bytes_per_token(KvFormat("fp32")) // 4 == width
+            assert theirs.keys.shape[-2] == 37
+        else:
+            conv, ssm = ours.state.elements()
+            (conv_state,) = theirs.conv_states.values()
+            (recurrent,) = theirs.recurrent_states.values()
+            channels, kernel = conv_state.shape[1:]
+            assert conv == channels * (kernel - 1)  # transformers keeps the whole kernel
+            assert ssm == recurrent[0].numel() and recurrent.dtype == torch.float32
