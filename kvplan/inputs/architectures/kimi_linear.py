@@ -14,11 +14,10 @@ Kimi-K3's text_config (also kimi_linear) adds a latent MoE, an MLA output gate, 
 residual blocks and a full-rank KDA gate that transformers 5.24 does not read: refused by name.
 """
 
-from collections import Counter
 
 from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, MoE, State, StateKind
 from kvplan.errors import KvplanError
-from kvplan.inputs.architectures.structure import CONFIG_METADATA
+from kvplan.inputs.architectures.structure import CONFIG_METADATA, summed_parts
 from kvplan.inputs.fields import Fields
 from kvplan.inputs.quantization import read_quantization
 from kvplan.notes import note
@@ -228,12 +227,7 @@ def build_kimi_linear(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
                 tuple((k, v) for k, v in params if v),
             )
         layers.append(cache[kind, mlp])
-    parts: Counter = Counter({"embedding": vocab * h, "norms": h})
-    if not tied:
-        parts["lm_head"] = vocab * h
-    for layer in layers:
-        for part, count in layer.params:
-            parts[part] += count
+    parts = summed_parts(layers, vocab, h, tied)
     notes = [] if declared is not None else [note("no-dtype")]
     quant = read_quantization(top, f.data, name, hint)
     notes.extend(quant.notes)

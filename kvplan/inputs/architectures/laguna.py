@@ -8,11 +8,10 @@ parameter there, not a buffer). The cache is plain K and V of num_key_value_head
 every layer, the sliding layers holding `sliding_window` tokens.
 """
 
-from collections import Counter
 
 from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, MoE
 from kvplan.errors import KvplanError
-from kvplan.inputs.architectures.structure import CONFIG_METADATA
+from kvplan.inputs.architectures.structure import CONFIG_METADATA, summed_parts
 from kvplan.inputs.fields import Fields
 from kvplan.inputs.quantization import read_quantization
 from kvplan.notes import note
@@ -118,12 +117,7 @@ def build_laguna(f: Fields, top: dict, name: str, hint: str, dtype_name) -> Mode
             params = (("attention", attention_params(q)),) + ffn[mlp] + (("norms", 2 * h),)
             cache[key] = Layer(a, None, tuple((k, v) for k, v in params if v))
         layers.append(cache[key])
-    parts: Counter = Counter({"embedding": vocab * h, "norms": h})
-    if not tied:
-        parts["lm_head"] = vocab * h
-    for layer in layers:
-        for part, count in layer.params:
-            parts[part] += count
+    parts = summed_parts(layers, vocab, h, tied)
     notes = [] if declared is not None else [note("no-dtype")]
     quant = read_quantization(top, f.data, name, hint)
     notes.extend(quant.notes)

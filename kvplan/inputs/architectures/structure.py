@@ -233,3 +233,17 @@ def unread_structure(config: dict, read: set[str]) -> list[str]:
                 out.append(f"{key} ({category})")
                 break
     return out
+
+
+def summed_parts(layers, vocab: int, hidden: int, tied: bool) -> dict:
+    """Parameters by part: the embedding, the final norm, the output layer unless tied, and
+    every layer's own parts (the builders of per-layer heterogeneous models share it)."""
+    from collections import Counter
+
+    parts: Counter = Counter({"embedding": vocab * hidden, "norms": hidden})
+    if not tied:
+        parts["lm_head"] = vocab * hidden
+    for layer in layers:
+        for part, count in layer.params:
+            parts[part] += count
+    return parts
