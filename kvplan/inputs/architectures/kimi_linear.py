@@ -14,7 +14,6 @@ Kimi-K3's text_config (also kimi_linear) adds a latent MoE, an MLA output gate, 
 residual blocks and a full-rank KDA gate that transformers 5.24 does not read: refused by name.
 """
 
-
 from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, MoE, State, StateKind
 from kvplan.errors import KvplanError
 from kvplan.inputs.architectures.structure import CONFIG_METADATA, summed_parts

@@ -8,7 +8,6 @@ parameter there, not a buffer). The cache is plain K and V of num_key_value_head
 every layer, the sliding layers holding `sliding_window` tokens.
 """
 
-
 from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, MoE
 from kvplan.errors import KvplanError
 from kvplan.inputs.architectures.structure import CONFIG_METADATA, summed_parts
