@@ -4,6 +4,8 @@
 # CPU only, Release, -j2, only the `llama` library target (no tools, tests, server or CURL).
 # Usage: scripts/build_llamacpp.sh [WORKDIR]   (default: .cache/llamacpp)
 # Prints the path of the driver binary on its last line; export it as KVPLAN_LLAMACPP_BIN.
+# Time on the 2 shared cores of the dev machine (load about 3): sdist download 1 min 49 s, cmake
+# configure and build 12 min 2 s (user 8 min 8 s); a rerun with the build folder kept, 4 s.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${1:-$REPO/.cache/llamacpp}

@@ -120,7 +120,7 @@ CONTEXTS = [
 KEEP = re.compile(
     r"^(llama_context|llama_kv_cache|llama_kv_cache_iswa|llama_memory_recurrent|"
     r"llama_memory_hybrid|load_tensors|print_info: (n_ctx_train|n_swa|n_layer|arch)|"
-    r"sched_reserve|graph_reserve)\b"
+    r"sched_reserve|graph_reserve|resolve_fused_ops)\b"
 )
 MISSING = re.compile(r"missing tensor '([^']+)'|tensor '([^']+)' not found")
 SHAPE = re.compile(r"tensor '([^']+)' has wrong shape; expected ([\d, ]+), got")

@@ -31,7 +31,7 @@ PREDICTED = re.compile(
     r"llama_context: n_ctx_seq \(|llama_context: +\S+ +output buffer size|"
     r"llama_kv_cache: +\S+ KV buffer size|llama_kv_cache: size =|"
     r"llama_kv_cache_iswa: creating|llama_memory_recurrent: +\S+ RS buffer size|"
-    r"llama_memory_recurrent: size =)"
+    r"llama_memory_recurrent: size =|resolve_fused_ops: Flash Attention)"
 )
 
 
@@ -74,6 +74,8 @@ def _compare(build: int, entry: dict, tmp_path: Path) -> None:
     assert got is not None, "kvplan refused a context llama.cpp created"
     real = _real(entry)
     assert real, "no comparable line recorded"
+    if entry["status"] == -1:  # llama.cpp died in its graph reserve: the lines before it
+        got = got[: len(real)]
     assert got == real
 
 

@@ -414,6 +414,8 @@ def llamacpp_log_lines(r) -> list[str]:
                     f"{_kv_prefix(build)}: {b.device:>10} KV buffer size = {_mib(b.bytes):8.2f} MiB"
                 )
         lines.append(_kv_summary(build, c))
+    if r.flash_attn_requested == "auto" and s.flash_attn and build >= LLAMA_CPP_ORACLE_BUILD:
+        lines.append("resolve_fused_ops: Flash Attention enabled")  # -fa auto, once reserved
     return lines
 
 
