@@ -126,6 +126,8 @@ def convert(cfg: dict) -> tuple[str, dict]:
         return "llama", keys
     if mt == "qwen2":
         return "qwen2", keys
+    if mt == "qwen3":  # Qwen3Model is Qwen2Model: head_dim as key/value length
+        return "qwen3", keys
     if mt == "llama4_text":  # Llama4Model: the chunk size is llama.cpp's own (8192)
         keys["expert_feed_forward_length"] = text["intermediate_size"]
         keys["interleave_moe_layer_step"] = text["interleave_moe_layer_step"]

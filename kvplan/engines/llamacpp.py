@@ -33,6 +33,10 @@ from kvplan.units import GIB
 
 LLAMA_CPP_BUILD = 10309  # the source these rules were read from (upstream 82bb48500)
 CTX_PAD = 256  # GGML_PAD(n_ctx, 256) since b6975
+# The newest build checked against real llama.cpp (tests/test_llamacpp_oracle.py: its own start-up
+# lines for tiny GGUF files); its log formats (21-column llama_context names, the recurrent
+# state's P field, the Flash Attention line of -fa auto) are newer than b10309, first build unknown.
+LLAMA_CPP_ORACLE_BUILD = 11312  # upstream 0c1e57098, vendored by llama-cpp-python 0.3.36
 DEFAULT_BATCH = 2048
 DEFAULT_UBATCH = 512
 SERVER_AUTO_PARALLEL = 4  # llama-server -np auto: 4 sequences, unified cache
@@ -276,7 +280,8 @@ def resolve_settings(spec: ModelSpec, r: LlamaCppRequest) -> tuple[Settings, lis
     if not unified and n_ctx_seq * parallel != n_ctx:
         notes.append(note("llamacpp-ctx-rounded", n_ctx=n_ctx_seq * parallel))
         n_ctx = n_ctx_seq * parallel
-    n_batch = min(n_ctx, r.batch_size)
+    # with causal attention -b is capped by -c as given, before the pad (llama-context.cpp)
+    n_batch = min(ctx if build >= 6975 else n_ctx, r.batch_size)
     settings = Settings(
         n_seq_max=parallel,
         n_ctx=n_ctx,
@@ -406,7 +411,9 @@ def build_caches(
         for c in rows:
             where = device if c.index >= gpu_start else "CPU"
             buffers[where] = buffers.get(where, 0) + c.k_bytes + c.v_bytes
-        ordered = [CacheBuffer(d, buffers[d]) for d in ("CPU", device) if d in buffers]
+        ordered = [
+            CacheBuffer(d, buffers[d]) for d in dict.fromkeys(("CPU", device)) if d in buffers
+        ]
         is_state = kind == "recurrent"
         caches.append(
             Cache(

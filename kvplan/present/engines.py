@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kvplan.engines.llamacpp import LLAMA_CPP_ORACLE_BUILD
 from kvplan.engines.sglang import MAX_PREFILL_TOKENS, SglangResult
 from kvplan.engines.vllm import VllmResult
 from kvplan.present import format as f
@@ -308,6 +309,8 @@ def _recurrent_summary(build: int, c) -> str:
     if build < 5856:
         return f"llama_memory_recurrent: KV self size  = {_mib(c.total_bytes):7.2f} MiB, {states}"
     rs = f" {0:2d} rs_seq" if build >= 9180 else ""
+    if build >= LLAMA_CPP_ORACLE_BUILD:  # the PLE conv history (none outside Gemma 3n-like models)
+        states += f", P ({c.k_type}): {0:7.2f} MiB"
     return (
         f"llama_memory_recurrent: size = {_mib(c.total_bytes):7.2f} MiB ({c.cells:6d} cells, "
         f"{c.layers:3d} layers, {c.seqs:2d} seqs{rs}), {states}"
@@ -352,23 +355,37 @@ def llamacpp_log_lines(r) -> list[str]:
     else:
         fa = str(int(s.flash_attn))
     shown_ctx = s.n_ctx_seq if build < 4881 and s.kv_unified else s.n_ctx
-    lines += [f"{ctx}: n_seq_max     = {s.n_seq_max}", f"{ctx}: n_ctx         = {shown_ctx}"]
+    width = 21 if build >= LLAMA_CPP_ORACLE_BUILD else 13  # printf's name column
+
+    def setting(name: str, value: object) -> str:
+        return f"{ctx}: {name:<{width}} = {value}"
+
+    rounded = [n for n in r.notes if n.id == "llamacpp-ctx-rounded"]
+    if rounded and build >= LLAMA_CPP_ORACLE_BUILD:  # printed before the settings
+        lines.append(
+            f"{ctx}: n_ctx is not divisible by n_seq_max - rounding down to "
+            f"{rounded[0].value('n_ctx')}"
+        )
+    lines += [setting("n_seq_max", s.n_seq_max), setting("n_ctx", shown_ctx)]
     per_seq = "n_ctx_seq" if build >= 6925 else "n_ctx_per_seq"
     if build >= 4014:
-        lines.append(
-            f"{ctx}: {per_seq:<13} = {s.n_ctx_seq if build >= 6071 else s.n_ctx // s.n_seq_max}"
-        )
+        lines.append(setting(per_seq, s.n_ctx_seq if build >= 6071 else s.n_ctx // s.n_seq_max))
     lines += [
-        f"{ctx}: n_batch       = {s.n_batch}",
-        f"{ctx}: n_ubatch      = {s.n_ubatch}",
-        f"{ctx}: flash_attn    = {fa}",
+        setting("n_batch", s.n_batch),
+        setting("n_ubatch", s.n_ubatch),
+        setting("flash_attn", fa),
     ]
     if build >= 5913:
-        lines.append(f"{ctx}: kv_unified    = {'true' if s.kv_unified else 'false'}")
+        lines.append(setting("kv_unified", "true" if s.kv_unified else "false"))
     if s.n_ctx_train and s.n_ctx_seq < s.n_ctx_train and build >= 4014:
         lines.append(
             f"{ctx}: {per_seq} ({s.n_ctx_seq}) < n_ctx_train ({s.n_ctx_train}) -- the "
             "full capacity of the model will not be utilized"
+        )
+    if s.n_ctx_train and s.n_ctx_seq > s.n_ctx_train and build >= LLAMA_CPP_ORACLE_BUILD:
+        lines.append(
+            f"{ctx}: {per_seq} ({s.n_ctx_seq}) > n_ctx_train ({s.n_ctx_train}) -- possible "
+            "training context overflow"
         )
     host = "CUDA_Host" if r.backend.startswith("CUDA") else "CPU"
     lines.append(f"{ctx}: {host:>10}  output buffer size = {_mib(r.output_buffer_bytes):8.2f} MiB")
@@ -397,6 +414,8 @@ def llamacpp_log_lines(r) -> list[str]:
                     f"{_kv_prefix(build)}: {b.device:>10} KV buffer size = {_mib(b.bytes):8.2f} MiB"
                 )
         lines.append(_kv_summary(build, c))
+    if r.flash_attn_requested == "auto" and s.flash_attn and build >= LLAMA_CPP_ORACLE_BUILD:
+        lines.append("resolve_fused_ops: Flash Attention enabled")  # -fa auto, once reserved
     return lines
 
 
