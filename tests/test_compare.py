@@ -219,5 +219,5 @@ def test_kinds_without_a_link_or_tables_of_their_own_say_how_they_were_priced():
     result = compare(spec, gpus, CompareRequest(context_len=8192))
     apple = result.rows[1]
     assert apple.layouts_weighed == ("TP 1",) and apple.priced_by == "step"
-    borrowed = [n for n in result.notes if n.id == "sim-achieved-datasheet"]
+    borrowed = [n for n in result.notes if n.id == "sim-kernel-tables"]
     assert [n.value("gpu") for n in borrowed] == ["Apple M1 Max 64GB", "B200"]
