@@ -20,6 +20,11 @@ from kvplan.inputs.kernel_tables import FOLDER, available, host_overheads_data, 
         ("h800-sxm", "vllm", "h100_sxm", "borrowed"),  # an H100 with a cut link
         ("h200-nvl", "vllm", "h200_sxm", "borrowed"),
         ("rtx-3090", "vllm", "a100_sxm", "borrowed"),  # Ampere without fp8
+        ("h100", "sglang", "h100_sxm", "own"),
+        ("b200", "vllm", "b200_sxm", "own"),
+        ("gb300", "sglang", "gb300", "own"),
+        ("rtx-pro-6000", "vllm", "rtx_pro_6000_server", "own"),
+        ("h100-pcie", "sglang", "h100_sxm", "borrowed"),
         ("mi300x", "vllm", "h100_sxm", "datasheet"),
         ("gaudi3", "sglang", "h100_sxm", "datasheet"),
     ],
@@ -73,3 +78,12 @@ def test_an_asked_version_without_a_file_takes_the_newest_and_keeps_the_question
     got = tables_for(load_profile("h100"), "vllm", "9.9.9")
     newest = available()[("h100_sxm", "vllm")][-1]
     assert got.engine_version == newest and got.asked_version == "9.9.9"
+
+
+def test_each_engine_gets_its_own_tables_where_the_wheel_has_them():
+    """SGLang runs on an H100 take SGLang's kernels, not vLLM's; a B200 its own, not the H100's."""
+    h100 = load_profile("h100")
+    vllm, sglang = tables_for(h100, "vllm"), tables_for(h100, "sglang")
+    assert (vllm.engine, sglang.engine) == ("vllm", "sglang")
+    assert vllm.achieved != sglang.achieved and sglang.dsa_delta_us is None
+    assert tables_for(load_profile("b200"), "vllm").achieved != vllm.achieved
