@@ -43,40 +43,16 @@ from kvplan.formulas.kv import cache_groups
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
 from kvplan.formulas.step_time import Rates, bound, curve_value, time_floor_s
 from kvplan.formulas.weights import weight_bytes_read_per_decode_step
+from kvplan.inputs.kernel_tables import Achieved, datasheet_achieved, host_overheads_data
 from kvplan.record import NamedTuple
 
 LOGIT_BYTES = 4  # the sampler works on fp32 logits
 
 
-class Achieved(NamedTuple):
-    """Fractions of a profile's rates that vLLM's kernels reach: (compute, memory) pairs, the
-    compute side of the dense peak in the kernel's dtype, the memory side of the bandwidth."""
-
-    dense: dict  # weights format -> GEMMs of the attention, MLP, embedding and head weights
-    experts: dict  # weights format -> fused-MoE expert GEMMs (formats without a curve)
-    attention: tuple[float, float]  # FlashAttention: prefill FLOPs, decode KV reads
-    mla: tuple[float, float]  # MLA prefill FLOPs, decode latent reads
-    allreduce_call_s: float  # a TP all-reduce of a small message
-    link: float  # all-reduce bus bandwidth / one direction of the link
-    # weights format -> ((tokens per expert, slowdown), ...): the fused-MoE kernel's time over
-    # the datasheet roofline max(touched expert bytes / BW, FLOPs / peak), by the tokens each
-    # expert gets (tokens x top-k / experts). One pair of fractions cannot hold it: the kernel
-    # reaches ~0.9 of the bandwidth at 1-4 tokens per expert, neither roof at 64-512, and its
-    # compute plateau (0.2-0.3 of peak) only from ~256.
-    experts_curve: dict
-    source: str  # the tables it was derived from
-
-
 # The fractions per GPU and engine are data (kvplan/data/kernel_tables, provenance in each file;
 # kvplan.inputs.kernel_tables picks them by the profile's `kernel_tables` field). A GPU without
 # tables runs at the H100 SXM's vLLM fractions on its own datasheet rates.
-def _datasheet_achieved() -> Achieved:
-    from kvplan.inputs.kernel_tables import datasheet_achieved
-
-    return datasheet_achieved()
-
-
-ACHIEVED_DATASHEET = _datasheet_achieved()
+ACHIEVED_DATASHEET = datasheet_achieved()
 
 
 def dsa_layers(spec: ModelSpec) -> list:
@@ -107,12 +83,6 @@ def measured_achieved(achieved: Achieved = ACHIEVED_DATASHEET) -> Achieved:
     )
 
 
-def _host_overheads() -> dict:
-    from kvplan.inputs.kernel_tables import host_overheads_data
-
-    return host_overheads_data().values
-
-
 def _format_key(weights_dtype: str) -> str:
     if weights_dtype in ("fp8", "int8"):
         return weights_dtype
@@ -130,7 +100,7 @@ class HostOverheads(NamedTuple):
 
 # kvplan/data/kernel_tables/host_overheads.json (its provenance there: BLIS's trained-physics
 # defaults and aiconfigurator's vLLM dispatch overhead)
-HOST_OVERHEADS = HostOverheads(**_host_overheads())
+HOST_OVERHEADS = HostOverheads(**host_overheads_data().values)
 # vLLM captures CUDA graphs up to min(2 x max_num_seqs, 512) tokens (vllm/config/vllm.py,
 # _set_cudagraph_sizes); a larger step runs without one.
 CUDA_GRAPH_MAX_TOKENS = 512

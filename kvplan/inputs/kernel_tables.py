@@ -35,6 +35,25 @@ EVIDENCE = ("own", "other-engine", "borrowed", "datasheet")
 _FILE = re.compile(r"^([a-z0-9_]+)\.([a-z]+)\.([0-9][0-9a-z.]*)\.json$")
 
 
+class Achieved(NamedTuple):
+    """Fractions of a profile's rates an engine's kernels reach: (compute, memory) pairs, the
+    compute side of the dense peak in the kernel's dtype, the memory side of the bandwidth."""
+
+    dense: dict  # weights format -> GEMMs of the attention, MLP, embedding and head weights
+    experts: dict  # weights format -> fused-MoE expert GEMMs (formats without a curve)
+    attention: tuple[float, float]  # FlashAttention: prefill FLOPs, decode KV reads
+    mla: tuple[float, float]  # MLA prefill FLOPs, decode latent reads
+    allreduce_call_s: float  # a TP all-reduce of a small message
+    link: float  # all-reduce bus bandwidth / one direction of the link
+    # weights format -> ((tokens per expert, slowdown), ...): the fused-MoE kernel's time over
+    # the datasheet roofline max(touched expert bytes / BW, FLOPs / peak), by the tokens each
+    # expert gets (tokens x top-k / experts). One pair of fractions cannot hold it: the kernel
+    # reaches ~0.9 of the bandwidth at 1-4 tokens per expert, neither roof at 64-512, and its
+    # compute plateau (0.2-0.3 of peak) only from ~256.
+    experts_curve: dict
+    source: str  # the tables it was derived from
+
+
 class DsaGrids(NamedTuple):
     """DeepSeek-V3.2's DSA module less DeepSeek-V3's MLA module, microseconds per layer: per
     (phase, heads on a rank, kv dtype), rows follow batches[phase], columns lengths[phase]."""
@@ -48,7 +67,7 @@ class DsaGrids(NamedTuple):
 class KernelTables(NamedTuple):
     """The tables one run uses, with where they came from."""
 
-    achieved: object  # kvplan.formulas.batch_step.Achieved
+    achieved: Achieved
     dsa_delta_us: DsaGrids | None
     evidence: str  # one of EVIDENCE
     borrowed_from: str | None  # the tables' GPU where it is not the profile's
@@ -108,9 +127,7 @@ def _pairs(d: dict) -> dict:
 
 
 @cache
-def _achieved(gpu: str, engine: str, version: str):
-    from kvplan.formulas.batch_step import Achieved
-
+def _achieved(gpu: str, engine: str, version: str) -> Achieved:
     doc = _load(gpu, engine, version)
     a = doc["achieved"]
     return Achieved(
