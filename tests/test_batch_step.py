@@ -9,21 +9,22 @@ import numpy as np
 import pytest
 
 from kvplan.formulas.batch_step import (
-    ACHIEVED_A100,
     ACHIEVED_DATASHEET,
-    ACHIEVED_H100,
-    ACHIEVED_H200,
     HOST_OVERHEADS,
     BatchShape,
     StepModel,
-    achieved_for,
-    dsa_tables_for,
     measured_achieved,
 )
 from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.step_time import Rates, curve_value
 from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.kernel_tables import tables_for
 from kvplan.inputs.sources import load_model
+
+
+def dsa_tables_for(profile):
+    return tables_for(profile, "vllm").dsa_delta_us
+
 
 BW, PEAK = 3.35e12, 989.4e12  # H100 SXM datasheet
 DENSE_C, DENSE_M = ACHIEVED_DATASHEET.dense["bf16"]
@@ -136,35 +137,6 @@ def test_the_expert_kernels_follow_the_tokens_per_expert_curve():
     assert experts_s == pytest.approx(flops / PEAK * dict(curve)[512], rel=1e-9)
 
 
-def test_each_gpu_takes_its_own_kernel_tables():
-    assert achieved_for(load_profile("h100")) is ACHIEVED_H100
-    assert achieved_for(load_profile("h200")) is ACHIEVED_H200
-    assert achieved_for(load_profile("a100-80gb-sxm")) is ACHIEVED_A100
-    assert achieved_for(load_profile("rtx-3090")) is ACHIEVED_A100  # Ampere: no fp8
-    assert achieved_for(load_profile("b200")) is ACHIEVED_H100  # no tables of its own
-    assert achieved_for(load_profile("mi300x")) is ACHIEVED_H100
-
-
-def test_a_users_profile_is_matched_by_the_model_in_its_name_and_any_case_of_vendor():
-    # a YAML written by hand: "nvidia" in lower case, the model not first in the name
-    a100 = load_profile("a100-80gb-sxm")._replace(name="My A100 box", vendor="nvidia")
-    assert achieved_for(a100) is ACHIEVED_A100
-    h200 = load_profile("h200")._replace(name="NVIDIA H200 141GB", vendor="Nvidia")
-    assert achieved_for(h200) is ACHIEVED_H200
-    gh200 = load_profile("h100")._replace(name="GH200 480GB")  # a Hopper, not an H200
-    assert achieved_for(gh200) is ACHIEVED_H100
-    from kvplan.notes import note
-    from kvplan.present.notes import note_texts
-
-    def words(gpu: str) -> str:  # as the simulator notes it: whether the tables are the GPU's
-        tables = achieved_for(h200).source
-        own = h200._replace(name=gpu).is_model(tables.split()[0])
-        return note_texts([note("sim-achieved-datasheet", tables=tables, gpu=gpu, own=own)])[0]
-
-    assert "has none of its own" not in words("NVIDIA H200 141GB")
-    assert "GH200 480GB has none of its own" in words("GH200 480GB")
-
-
 def test_the_head_runs_on_sampled_positions_only(llama8):
     """A 2,048-token prefill chunk samples one token: its head FLOPs are one token's."""
     m = model(llama8)
@@ -232,12 +204,10 @@ def test_dsa_layers_add_vllms_module_difference_from_the_gpus_tables():
     """DeepSeek-V3.2 at TP 8 on an H200 (16 heads a rank): a decode step of 16 sequences at 512
     tokens held pays, per DSA layer, the table's DSA-minus-MLA cell at (16 heads, bf16 KV,
     batch 16, length 512) on top of the dense MLA roofline; without tables it pays none."""
-    from kvplan.formulas.dsa_tables import BATCHES, DSA_DELTA_US, LENGTHS
-
     spec = load_model("deepseek-v3.2")
     h200 = load_profile("h200")
-    assert dsa_tables_for(h200) is DSA_DELTA_US["H200 SXM"]
-    assert dsa_tables_for(load_profile("h100")) is DSA_DELTA_US["H100 SXM"]
+    grids = dsa_tables_for(h200)
+    assert grids is not None and dsa_tables_for(load_profile("h100")) is not grids
     assert dsa_tables_for(load_profile("b200")) is None  # no tables of its own
     assert dsa_tables_for(load_profile("mi300x")) is None
     link = h200.interconnect
@@ -246,8 +216,8 @@ def test_dsa_layers_add_vllms_module_difference_from_the_gpus_tables():
     plain = StepModel(spec, rates, "fp8", fmt, tp=8, link=link)
     dsa = StepModel(spec, rates, "fp8", fmt, tp=8, link=link, dsa_delta_us=dsa_tables_for(h200))
     assert plain.dsa is None and dsa.dsa.heads == 16 and dsa.dsa.layers == spec.num_layers
-    cell_us = DSA_DELTA_US["H200 SXM"][("decode", 16, "bfloat16")][BATCHES["decode"].index(16)][
-        LENGTHS["decode"].index(512)
+    cell_us = grids.delta_us[("decode", 16, "bfloat16")][grids.batches["decode"].index(16)][
+        grids.lengths["decode"].index(512)
     ]
     shape = BatchShape(16, 16 * 512, (), 16)
     one, two = plain.step(shape), dsa.step(shape)
@@ -273,13 +243,11 @@ def test_dsa_layers_add_vllms_module_difference_from_the_gpus_tables():
 def test_dsa_saves_at_long_contexts_and_never_goes_negative():
     """At 131,072 tokens held the sparse module attends 2,048 keys where MLA reads them all:
     the table's difference is negative, and the step's attention stays at or above zero."""
-    from kvplan.formulas.dsa_tables import DSA_DELTA_US
-
     spec = load_model("deepseek-v3.2")
     h200 = load_profile("h200")
     rates = Rates(h200.memory_bandwidth_bytes_per_s, 989.4e12)
     m = StepModel(spec, rates, "fp8", KvFormat("bf16"), tp=8, link=h200.interconnect,
-                  dsa_delta_us=DSA_DELTA_US["H200 SXM"])  # fmt: skip
+                  dsa_delta_us=dsa_tables_for(h200))  # fmt: skip
     assert m.dsa.delta_s("decode", 256, 131072) < 0
     step = m.step(BatchShape(256, 256 * 131072, (), 256))
     assert step.kv_read_s >= 0 and step.attention_s >= 0
@@ -290,13 +258,11 @@ def test_dsa_batches_past_the_tables_grow_by_the_last_sequences_cost():
     between 512 and 1,024 (H200, 16 heads, bf16, 512 tokens held: 352.9 and 652.9 us a layer,
     so 2,048 decodes cost 652.9 + 1,024 x 300 / 512 = 1,252.9 us a layer); it was held flat, which
     priced 2,048 decodes as 1,024. Within the table nothing moves."""
-    from kvplan.formulas.dsa_tables import DSA_DELTA_US
-
     spec = load_model("deepseek-v3.2")
     h200 = load_profile("h200")
     rates = Rates(h200.memory_bandwidth_bytes_per_s, 989.4e12)
     m = StepModel(spec, rates, "fp8", KvFormat("bf16"), tp=8, link=h200.interconnect,
-                  dsa_delta_us=DSA_DELTA_US["H200 SXM"])  # fmt: skip
+                  dsa_delta_us=dsa_tables_for(h200))  # fmt: skip
     layers = spec.num_layers
     assert m.dsa.delta_s("decode", 1024, 512) == pytest.approx(layers * 652.9e-6)
     assert m.dsa.delta_s("decode", 512, 512) == pytest.approx(layers * 352.9e-6)

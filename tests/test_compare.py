@@ -214,10 +214,11 @@ def test_kinds_without_a_link_or_tables_of_their_own_say_how_they_were_priced():
     step model cannot price TP over no link); a GPU without kernel tables of its own runs at
     another GPU's fractions, and a note says whose."""
     spec = load_bundled("llama-3.1-8b")
-    gpus = [load_profile("h100"), load_profile("m1-max-64gb"), load_profile("b200")]
+    gpus = [load_profile("h100"), load_profile("m1-max-64gb"), load_profile("mi300x")]
     assert gpus[1].interconnect is None
     result = compare(spec, gpus, CompareRequest(context_len=8192))
     apple = result.rows[1]
     assert apple.layouts_weighed == ("TP 1",) and apple.priced_by == "step"
-    borrowed = [n for n in result.notes if n.id == "sim-achieved-datasheet"]
-    assert [n.value("gpu") for n in borrowed] == ["Apple M1 Max 64GB", "B200"]
+    borrowed = [n for n in result.notes if n.id == "sim-kernel-tables"]
+    assert [n.value("gpu") for n in borrowed] == ["Apple M1 Max 64GB", "MI300X"]
+    assert {n.value("evidence") for n in borrowed} == {"datasheet"}

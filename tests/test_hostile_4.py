@@ -25,27 +25,36 @@ def _profile(tmp_path, name: str, vendor: str | None, peaks: str, extra: str = "
 
 # ---- custom GPU profiles: which kernel tables, which mxfp4 padding --------------------------------
 @pytest.mark.parametrize(
-    "name,vendor,peaks,tables",
+    "name,vendor,peaks,extra,tables,evidence",
     [
-        # another maker's card that borrows the name: not the H200's vLLM kernels
-        ("H200-lookalike", "AMD", "bf16: 1.3e+15, fp8: 2.6e+15", "H100 SXM"),
-        # the H200 named as NVIDIA's tools name it, and without a vendor: the H200's tables
-        ("NVIDIA H200", "NVIDIA", "bf16: 989e+12, fp8: 1979e+12", "H200 SXM"),
-        ("H200 custom", None, "bf16: 989e+12, fp8: 1979e+12", "H200 SXM"),
-        ("H2000", "NVIDIA", "bf16: 989e+12, fp8: 1979e+12", "H100 SXM"),  # a word, not a prefix
-        # an Ampere-like card whatever the vendor's capitals: the A100's tables (no fp8)
-        ("Old card", "nvidia", "bf16: 312e+12", "A100 SXM"),
-        ("Old card", "Nvidia", "bf16: 312e+12", "A100 SXM"),
-        ("Old card", "", "bf16: 312e+12", "H100 SXM"),  # no maker named: the default
+        # a name alone never picks tables: an "H200" without the field runs at the datasheet's
+        ("NVIDIA H200", "NVIDIA", "bf16: 989e+12, fp8: 1979e+12", "", "H100 SXM", "datasheet"),
+        ("H200-lookalike", "AMD", "bf16: 1.3e+15", "", "H100 SXM", "datasheet"),
+        # the field does, whatever the name or vendor
+        ("Box", "", "bf16: 989e+12", "kernel_tables: {vllm: h200_sxm}\n", "H200 SXM", "own"),
+        ("Old card", "nvidia", "bf16: 312e+12", "kernel_tables: {borrowed: a100_sxm}\n",
+         "A100 SXM", "borrowed"),
     ],
-)
-def test_kernel_tables_follow_the_maker_and_a_word_of_the_name(
-    tmp_path, name, vendor, peaks, tables
+)  # fmt: skip
+def test_kernel_tables_follow_the_profiles_field_not_its_name(
+    tmp_path, name, vendor, peaks, extra, tables, evidence
 ):
-    from kvplan.formulas.batch_step import achieved_for
     from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.kernel_tables import tables_for
 
-    assert achieved_for(load_profile(_profile(tmp_path, name, vendor, peaks))).source == tables
+    got = tables_for(load_profile(_profile(tmp_path, name, vendor, peaks, extra)), "vllm")
+    assert (got.achieved.source, got.evidence) == (tables, evidence)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    ["kernel_tables: {vllm: h900_sxm}\n", "kernel_tables: {trtllm: h100_sxm}\n",
+     "kernel_tables: [h100_sxm]\n", "kernel_tables: {vllm: h100_sxm, borrowed: h100_sxm}\n"],
+)  # fmt: skip
+def test_a_profile_naming_unknown_kernel_tables_fails_in_one_line(tmp_path, extra):
+    path = _profile(tmp_path, "Box", "NVIDIA", "bf16: 989e+12", extra)
+    code, _, err = run_cli("simulate", "qwen3-8b", "--gpu", path)
+    one_line_error(code, err, "kernel_tables")
 
 
 def test_a_vendor_is_read_in_its_one_spelling(tmp_path):

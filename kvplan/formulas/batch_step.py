@@ -15,7 +15,7 @@ time. Per GPU, for a step of T tokens (decodes plus prefill-chunk tokens):
     t_step = t_gpu + t_host (synchronous scheduling) or max(t_gpu, t_host) (async scheduling)
 
 Each f is the fraction of the datasheet rate vLLM's kernel for that operation reaches
-(`ACHIEVED_DATASHEET`, medians of measured kernels). With pipeline parallelism the batch is cut into
+(kvplan/data/kernel_tables, medians of measured kernels, per GPU and engine). With pipeline parallelism the batch is cut into
 m = min(pp, sequences) micro-batches and a step takes (m + pp − 1) stage times
 (`comm.pipeline_bubble_fraction`). The FLOP and byte counts come from `flops`, `weights`, `kv` and
 `comm`; each roofline is `step_time.time_floor_s`.
@@ -43,153 +43,22 @@ from kvplan.formulas.kv import cache_groups
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
 from kvplan.formulas.step_time import Rates, bound, curve_value, time_floor_s
 from kvplan.formulas.weights import weight_bytes_read_per_decode_step
+from kvplan.inputs.kernel_tables import Achieved, datasheet_achieved, host_overheads_data
 from kvplan.record import NamedTuple
 
 LOGIT_BYTES = 4  # the sampler works on fp32 logits
 
 
-class Achieved(NamedTuple):
-    """Fractions of a profile's rates that vLLM's kernels reach: (compute, memory) pairs, the
-    compute side of the dense peak in the kernel's dtype, the memory side of the bandwidth."""
-
-    dense: dict  # weights format -> GEMMs of the attention, MLP, embedding and head weights
-    experts: dict  # weights format -> fused-MoE expert GEMMs (formats without a curve)
-    attention: tuple[float, float]  # FlashAttention: prefill FLOPs, decode KV reads
-    mla: tuple[float, float]  # MLA prefill FLOPs, decode latent reads
-    allreduce_call_s: float  # a TP all-reduce of a small message
-    link: float  # all-reduce bus bandwidth / one direction of the link
-    # weights format -> ((tokens per expert, slowdown), ...): the fused-MoE kernel's time over
-    # the datasheet roofline max(touched expert bytes / BW, FLOPs / peak), by the tokens each
-    # expert gets (tokens x top-k / experts). One pair of fractions cannot hold it: the kernel
-    # reaches ~0.9 of the bandwidth at 1-4 tokens per expert, neither roof at 64-512, and its
-    # compute plateau (0.2-0.3 of peak) only from ~256.
-    experts_curve: dict
-    source: str  # the tables it was derived from
-
-
-# Derived by scripts/derive_achieved.py from NVIDIA aiconfigurator's silicon tables of measured
-# vLLM 0.14 kernels (ai-dynamo/aiconfigurator@095f58a5, systems/data/<gpu>/.../vllm/0.14.0): the
-# fractions are medians over each table's shapes; the MoE curves medians per power-of-two bucket
-# of tokens per expert under power-law routing. They are kernel microbenchmarks, not serving
-# runs: nothing here is fitted to what `kvplan simulate` predicts. Keys are kvplan's weights
-# formats: fp8 is block-scaled (DeepSeek style); 4-bit formats take the 4-bit weight-only MoE
-# kernels (Marlin).
-ACHIEVED_H100 = Achieved(
-    dense={"bf16": (0.81, 0.80), "fp8": (0.25, 0.28), "int8": (0.30, 0.45)},
-    experts={"bf16": (0.19, 0.69), "fp8": (0.20, 0.68), "int8": (0.10, 0.55), "4bit": (0.24, 0.62)},
-    attention=(0.53, 0.80),
-    mla=(0.51, 0.73),
-    allreduce_call_s=4.6e-6,
-    link=0.39,
-    experts_curve={
-        "bf16": (
-            (0.5, 1.44), (1, 1.05), (2, 1.08), (4, 1.07), (8, 1.29), (16, 1.52), (32, 1.77),
-            (64, 2.22), (128, 3.09), (256, 4.87), (512, 5.12), (1024, 4.69), (2048, 4.45),
-            (4096, 4.49),
-        ),
-        "fp8": (
-            (0.5, 1.68), (1, 1.14), (2, 1.15), (4, 1.11), (8, 1.18), (16, 1.33), (32, 1.52),
-            (64, 1.87), (128, 2.74), (256, 4.35), (512, 4.81), (1024, 4.22), (2048, 3.69),
-            (4096, 3.65),
-        ),
-        "4bit": (
-            (0.5, 1.92), (1, 1.13), (2, 1.15), (4, 1.24), (8, 1.49), (16, 2.18), (32, 3.27),
-            (64, 5.32), (128, 5.28), (256, 4.58), (512, 4.2), (1024, 3.85), (2048, 3.51),
-            (4096, 3.48),
-        ),
-    },
-    source="H100 SXM",
-)  # fmt: skip
-ACHIEVED_H200 = Achieved(
-    dense={"bf16": (0.77, 0.74), "fp8": (0.26, 0.21), "int8": (0.34, 0.40)},
-    experts={"bf16": (0.21, 0.66), "fp8": (0.21, 0.62), "int8": (0.12, 0.46), "4bit": (0.25, 0.49)},
-    attention=(0.53, 0.70),
-    mla=(0.52, 0.57),
-    allreduce_call_s=4.5e-6,
-    link=0.39,
-    experts_curve={
-        "bf16": (
-            (0.5, 1.62), (1, 1.1), (2, 1.12), (4, 1.13), (8, 1.51), (16, 1.75), (32, 2.03),
-            (64, 2.55), (128, 3.61), (256, 4.76), (512, 4.39), (1024, 3.96), (2048, 2.85),
-            (4096, 2.87),
-        ),
-        "fp8": (
-            (0.5, 1.92), (1, 1.33), (2, 1.29), (4, 1.25), (8, 1.32), (16, 1.51), (32, 1.83),
-            (64, 2.42), (128, 3.69), (256, 5.04), (512, 4.65), (1024, 4.22), (2048, 3.68),
-            (4096, 3.64),
-        ),
-        "4bit": (
-            (0.5, 2.35), (1, 1.44), (2, 1.47), (4, 1.67), (8, 2.09), (16, 3.08), (32, 4.68),
-            (64, 6.47), (128, 5.22), (256, 4.51), (512, 4.13), (1024, 3.81), (2048, 3.44),
-            (4096, 3.45),
-        ),
-    },
-    source="H200 SXM",
-)  # fmt: skip
-# Ampere has no fp8 and the A100 table no 4-bit MoE kernel: its 4-bit curve is the H100's Marlin
-# curve times the A100/H100 ratio of the bf16 fused-MoE curves, bucket by bucket (the 4-bit
-# kernel's shape against its own roofline from the H100, the GPU's difference from the kernel
-# both tables have); int8 and fp8 keep the H100 fractions.
-_A100_BF16_EXPERTS = (
-    (0.5, 1.5), (1, 1.09), (2, 1.14), (4, 1.14), (8, 1.46), (16, 1.79), (32, 1.98), (64, 2.36),
-    (128, 3.35), (256, 3.39), (512, 3.51), (1024, 3.34), (2048, 3.36), (4096, 3.51),
-)  # fmt: skip
-
-
-def _scaled_curve(curve, numerator, denominator):
-    """`curve` times numerator / denominator at each of its points (same buckets)."""
-    return tuple((x, round(y * dict(numerator)[x] / dict(denominator)[x], 2)) for x, y in curve)
-
-
-ACHIEVED_A100 = ACHIEVED_H100._replace(
-    dense={**ACHIEVED_H100.dense, "bf16": (0.83, 0.68)},
-    attention=(0.54, 0.69),
-    mla=(0.39, 0.19),
-    allreduce_call_s=5.7e-6,
-    link=0.25,
-    experts_curve={
-        "bf16": _A100_BF16_EXPERTS,
-        "4bit": _scaled_curve(
-            ACHIEVED_H100.experts_curve["4bit"],
-            _A100_BF16_EXPERTS,
-            ACHIEVED_H100.experts_curve["bf16"],
-        ),
-    },
-    source="A100 SXM",
-)
-ACHIEVED_DATASHEET = ACHIEVED_H100  # a GPU without its own tables: the H100's
-
-
-def achieved_for(profile) -> Achieved:
-    """The kernel fractions for a datasheet profile: its own tables where aiconfigurator has
-    them (H100, H200), the A100's for NVIDIA GPUs without fp8 (Ampere and older), else the
-    H100's."""
-    # not another maker's card that borrows the name; a profile without a vendor is taken at it
-    nvidia = profile.vendor.upper() in ("NVIDIA", "")
-    if nvidia and profile.is_model("H200"):
-        return ACHIEVED_H200
-    if profile.vendor.upper() == "NVIDIA" and "fp8" not in profile.peak_flop_per_s:
-        return ACHIEVED_A100
-    return ACHIEVED_H100
+# The fractions per GPU and engine are data (kvplan/data/kernel_tables, provenance in each file;
+# kvplan.inputs.kernel_tables picks them by the profile's `kernel_tables` field). A GPU without
+# tables runs at the H100 SXM's vLLM fractions on its own datasheet rates.
+ACHIEVED_DATASHEET = datasheet_achieved()
 
 
 def dsa_layers(spec: ModelSpec) -> list:
     """The attention layers the DSA module prices (a sparse indexer of their own); none: the
     GPU's DSA tables are never read for this model."""
     return [a for a in spec.attention_layers() if a.indexer_head_dim and not a.gqa_indexer]
-
-
-def dsa_tables_for(profile) -> dict | None:
-    """The DSA-minus-MLA module grids of this GPU (formulas/dsa_tables.py), or None where the
-    GPU has no tables of its own (then DSA is priced as the dense MLA it falls back to)."""
-    from kvplan.formulas.dsa_tables import DSA_DELTA_US
-
-    if profile.vendor.upper() not in ("NVIDIA", ""):
-        return None
-    for name in DSA_DELTA_US:  # "H100 SXM", "H200 SXM"
-        if profile.is_model(name.split()[0]):
-            return DSA_DELTA_US[name]
-    return None
 
 
 def measured_achieved(achieved: Achieved = ACHIEVED_DATASHEET) -> Achieved:
@@ -229,13 +98,9 @@ class HostOverheads(NamedTuple):
     eager_per_layer_s: float  # the same without CUDA graphs: the CPU dispatches every kernel
 
 
-# BLIS trained-physics defaults (docs/guide/latency-models.md): beta_7 ~126 us per step,
-# beta_6 ~4 us per request, beta_5 ~32 us per layer. aiconfigurator's vLLM backend
-# (sdk/backends/vllm_backend.py, _prefill_dispatch_overhead_ms): ~0.8 ms per layer of CPU-side
-# dispatch in forwards that silicon (graph-free kernel) timings miss.
-HOST_OVERHEADS = HostOverheads(
-    per_step_s=126e-6, per_request_s=4e-6, per_layer_s=32e-6, eager_per_layer_s=0.8e-3
-)
+# kvplan/data/kernel_tables/host_overheads.json (its provenance there: BLIS's trained-physics
+# defaults and aiconfigurator's vLLM dispatch overhead)
+HOST_OVERHEADS = HostOverheads(**host_overheads_data().values)
 # vLLM captures CUDA graphs up to min(2 x max_num_seqs, 512) tokens (vllm/config/vllm.py,
 # _set_cudagraph_sizes); a larger step runs without one.
 CUDA_GRAPH_MAX_TOKENS = 512
@@ -603,24 +468,25 @@ class _DsaModule:
     """DeepSeek-V3.2's sparse attention (DSA: an indexer scores every cached key, a top-k picks
     2,048, MLA attends to those) as vLLM runs it: the step model prices the layer as dense MLA,
     and this adds what vLLM's DSA module costs over its MLA module on the same GPU (or saves, at
-    long contexts), from the GPU's kernel tables (formulas/dsa_tables.py): per layer, read at
+    long contexts), from the GPU's kernel tables (kvplan/data/kernel_tables): per layer, read at
     the step's batch and length and the heads on a rank, bilinear in the logarithms of batch and
     heads, linear along the logarithm of the length, flat beyond the tables' ends but for the
     batch: past its largest (1,024 decodes, 256 prefills) each further sequence adds what one
     did between the two largest (the sequences are independent; flat would price 2,048 decodes
     as 1,024)."""
 
-    def __init__(self, grids: dict, kv: str, heads: float, layers: int):
+    def __init__(self, grids, kv: str, heads: float, layers: int):
         import numpy as np
 
-        from kvplan.formulas.dsa_tables import LENGTHS
-
-        self.grids, self.kv, self.heads, self.layers = grids, kv, heads, layers
+        self.tables = grids
+        self.grids, self.kv, self.heads, self.layers = grids.delta_us, kv, heads, layers
         self._rows: dict[tuple[str, float], object] = {}
-        self._log_lengths = {ph: np.log(np.asarray(x, dtype=float)) for ph, x in LENGTHS.items()}
+        self._log_lengths = {
+            ph: np.log(np.asarray(x, dtype=float)) for ph, x in grids.lengths.items()
+        }
 
     @classmethod
-    def of(cls, spec: ModelSpec, fmt: KvFormat, tp: int, tables: dict | None):
+    def of(cls, spec: ModelSpec, fmt: KvFormat, tp: int, tables):
         """The module for a model with DSA layers and a GPU with tables (None otherwise)."""
         layers = dsa_layers(spec)
         if not tables or not layers:
@@ -638,11 +504,9 @@ class _DsaModule:
     def _mixed_row(self, phase: str, batch: float):
         import numpy as np
 
-        from kvplan.formulas.dsa_tables import BATCHES
-
         heads = sorted({h for ph, h, _ in self.grids if ph == phase})
         hi, hw = _log_position(heads, self.heads)
-        batches = BATCHES[phase]
+        batches = self.tables.batches[phase]
         bi, bw = _log_position(batches, batch)
         if batch > batches[-1]:  # more sequences than the table: each costs what one more did
             bw = 1.0 + (batch - batches[-1]) / (batches[-1] - batches[-2])

@@ -14,6 +14,7 @@ from pathlib import Path
 from kvplan.errors import KvplanError
 from kvplan.formulas.roofline import ridge_flop_per_byte
 from kvplan.inputs.files import user_path
+from kvplan.inputs.kernel_tables import parse_field
 from kvplan.inputs.text import clean
 from kvplan.record import NamedTuple
 from kvplan.units import GBIT
@@ -83,6 +84,9 @@ class GpuProfile(NamedTuple):
     measured: MeasuredRates | None = None
     # the memory sizes it is sold with (Apple chips): a bare name is refused, naming them
     memory_configurations: tuple[MemoryConfiguration, ...] = ()
+    # {engine: tables key} or {"borrowed": key}: the measured kernel tables it runs at
+    # (kvplan.inputs.kernel_tables); {}: the H100 SXM's vLLM fractions on its datasheet rates
+    kernel_tables: dict = {}
 
     @property
     def device_vendor(self) -> str:
@@ -264,6 +268,7 @@ def parse_profile(data: object, source: str, key: str = "") -> GpuProfile:
         gpus_per_node=gpus_per_node,
         measured=_measured(data.get("measured"), source),
         memory_configurations=_configurations(data, source),
+        kernel_tables=parse_field(data.get("kernel_tables"), source),
     )
 
 

@@ -220,7 +220,9 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
             )
         )
     # a kind without kernel tables of its own runs at another GPU's: say whose
-    borrowed = [n for n in model_notes if n.id == "sim-achieved-datasheet" and not n.value("own")]
+    borrowed = [
+        n for n in model_notes if n.id == "sim-kernel-tables" and n.value("evidence") != "own"
+    ]
     notes += borrowed[:1]
     if priced.priced_by == "floor":
         notes.append(note("compare-priced-at-floor", gpu=gpu.name, dp_attention=cap.dp_attention))

@@ -364,15 +364,22 @@ text("sim-step-terms")(
         + "."
     )
 )
-text("sim-achieved-datasheet")(
-    lambda tables, gpu, own: (
-        "Each operation runs at the fraction of the datasheet rate vLLM's own kernel reaches, "
-        f"from measured vLLM 0.14 kernels on {tables} (NVIDIA aiconfigurator's silicon tables"
-        + ("" if own else f"; {gpu} has none of its own")
+_EVIDENCE_WORDS = {
+    "own": "its own",
+    "other-engine": "its own but for the other engine (none measured for {engine})",
+    "borrowed": "another GPU's, named by its profile",
+    "datasheet": "none of its own: the H100 SXM's, on its datasheet rates",
+}
+text("sim-kernel-tables")(
+    lambda gpu, engine, tables, evidence: (
+        "Each operation runs at the fraction of the datasheet rate the engine's own kernel "
+        f"reaches, from the measured kernel tables {tables} (NVIDIA aiconfigurator's silicon "
+        f"tables; evidence {evidence}: for {gpu} "
+        + _EVIDENCE_WORDS.get(evidence, evidence).format(engine=engine)
         + "): dense GEMMs and attention by the medians of their tables, fused-MoE experts by a "
-        "curve of the tokens each expert gets (about 0.9 of the bandwidth at 1-4 tokens, 0.2-0.3 "
-        "of peak from ~256); CUDA-graph steps pay 32 us per layer, larger steps 0.8 ms per layer "
-        "of CPU dispatch; the API server 15.6 ms per request and 46 us per streamed token (BLIS)."
+        "curve of the tokens each expert gets; CUDA-graph steps pay 32 us per layer, larger "
+        "steps 0.8 ms per layer of CPU dispatch; the API server 15.6 ms per request and 46 us "
+        "per streamed token (BLIS)."
     )
 )
 text("sim-dsa-tables")(

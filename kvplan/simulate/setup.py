@@ -19,15 +19,14 @@ from kvplan.formulas.batch_step import (
     CUDA_GRAPH_MAX_TOKENS,
     HOST_OVERHEADS,
     StepModel,
-    achieved_for,
     dsa_layers,
-    dsa_tables_for,
     measured_achieved,
 )
 from kvplan.formulas.dtypes import resolve_kv_format
 from kvplan.formulas.step_time import Rates
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
+from kvplan.inputs.kernel_tables import tables_for
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
 from kvplan.units import GIB
@@ -242,7 +241,8 @@ def step_model(
     wdtype, wnotes = resolve_weights_dtype(spec, weights_dtype)
     notes.extend(wnotes)
     measured = gpu.vendor == "measured"
-    achieved = achieved_for(gpu)
+    tables = tables_for(gpu, options.engine)
+    achieved = tables.achieved
     model = StepModel(
         spec,
         Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak(spec.dtype)),
@@ -256,11 +256,8 @@ def step_model(
         host=HOST_OVERHEADS,
         async_scheduling=options.async_scheduling,
         cuda_graph_max_tokens=graph_tokens,
-        # vLLM's DSA module tables; SGLang runs its own kernels, which the tables do not time.
-        # A model without DSA layers never reads them: their module is not imported for it
-        dsa_delta_us=None
-        if measured or options.engine == "sglang" or not dsa_layers(spec)
-        else dsa_tables_for(gpu),
+        # the engine's own DSA module tables (None for SGLang: vLLM's do not time its kernels)
+        dsa_delta_us=None if measured or not dsa_layers(spec) else tables.dsa_delta_us,
     )
     if any(a.indexer_head_dim for a in spec.attention_layers()):
         notes.append(
@@ -268,7 +265,7 @@ def step_model(
                 "sim-dsa-tables",
                 gpu=gpu.name,
                 layers=model.dsa.layers,
-                tables=_dsa_tables_name(model.dsa.grids),
+                tables=tables.name,
             )
             if model.dsa is not None
             else note("sim-dsa-dense", gpu=gpu.name, engine=options.engine)
@@ -277,10 +274,11 @@ def step_model(
         note("sim-achieved-measured")
         if measured
         else note(
-            "sim-achieved-datasheet",
-            tables=achieved.source,
+            "sim-kernel-tables",
             gpu=gpu.name,
-            own=gpu.is_model(achieved.source.split()[0]),
+            engine=options.engine,
+            tables=tables.label,
+            evidence=tables.evidence,
         )
     )
     return model, wdtype
@@ -478,10 +476,3 @@ def make_engine(
             replica.config, replica.model, per_token_s, demand, policy=replica.policy
         )
     return Engine(replica.config, replica.model, per_token_s, demand, stand_in=stand_in)
-
-
-def _dsa_tables_name(grids: dict) -> str:
-    """The GPU whose DSA tables these are ("H200 SXM")."""
-    from kvplan.formulas.dsa_tables import DSA_DELTA_US
-
-    return next(name for name, table in DSA_DELTA_US.items() if table is grids)

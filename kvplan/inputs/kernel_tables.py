@@ -1,0 +1,249 @@
+"""The measured kernel rates a step model runs at, per GPU and engine: data files, not literals.
+
+kvplan/data/kernel_tables/<gpu>.<engine>.<version>.json each hold what `Achieved` holds (the
+fractions of the datasheet rates an engine's kernels reach, the fused-MoE curve, the all-reduce
+call cost) and, where measured, the DSA-minus-MLA module grids, with their provenance
+(`source`, `derived_by`: scripts/derive_achieved.py --write-tables). host_overheads.json holds
+the per-step, per-request and per-layer host costs.
+
+A profile names its tables in one field, never by its name:
+
+    kernel_tables: {vllm: h100_sxm, sglang: h100_sxm}   # its own, per engine
+    kernel_tables: {borrowed: h100_sxm}                 # another GPU's (H800: the H100's)
+
+and a profile without the field runs at the H100 SXM's vLLM fractions on its own datasheet
+rates. `tables_for` says which it got: evidence "own" (this GPU, this engine), "other-engine"
+(this GPU, the other engine's tables: none for the simulated one), "borrowed" (another GPU's,
+named by the profile), "datasheet" (no tables: the H100's).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+
+from kvplan.errors import KvplanError
+from kvplan.record import NamedTuple
+
+FOLDER = Path(__file__).resolve().parent.parent / "data" / "kernel_tables"
+ENGINES = ("vllm", "sglang")
+DATASHEET_TABLES = "h100_sxm"  # a GPU without tables runs at the H100's fractions
+DATASHEET_VERSION = "0.14.0"  # ... of vLLM 0.14.0 (the tables kvplan's goldens were made with)
+EVIDENCE = ("own", "other-engine", "borrowed", "datasheet")
+_FILE = re.compile(r"^([a-z0-9_]+)\.([a-z]+)\.([0-9][0-9a-z.]*)\.json$")
+
+
+class Achieved(NamedTuple):
+    """Fractions of a profile's rates an engine's kernels reach: (compute, memory) pairs, the
+    compute side of the dense peak in the kernel's dtype, the memory side of the bandwidth."""
+
+    dense: dict  # weights format -> GEMMs of the attention, MLP, embedding and head weights
+    experts: dict  # weights format -> fused-MoE expert GEMMs (formats without a curve)
+    attention: tuple[float, float]  # FlashAttention: prefill FLOPs, decode KV reads
+    mla: tuple[float, float]  # MLA prefill FLOPs, decode latent reads
+    allreduce_call_s: float  # a TP all-reduce of a small message
+    link: float  # all-reduce bus bandwidth / one direction of the link
+    # weights format -> ((tokens per expert, slowdown), ...): the fused-MoE kernel's time over
+    # the datasheet roofline max(touched expert bytes / BW, FLOPs / peak), by the tokens each
+    # expert gets (tokens x top-k / experts). One pair of fractions cannot hold it: the kernel
+    # reaches ~0.9 of the bandwidth at 1-4 tokens per expert, neither roof at 64-512, and its
+    # compute plateau (0.2-0.3 of peak) only from ~256.
+    experts_curve: dict
+    source: str  # the tables it was derived from
+
+
+class DsaGrids(NamedTuple):
+    """DeepSeek-V3.2's DSA module less DeepSeek-V3's MLA module, microseconds per layer: per
+    (phase, heads on a rank, kv dtype), rows follow batches[phase], columns lengths[phase]."""
+
+    batches: dict  # phase -> (batch, ...)
+    lengths: dict  # phase -> (length, ...)
+    delta_us: dict  # (phase, heads, kv dtype) -> ((us, ...), ...)
+    engine_version: str  # the engine version the module tables were measured on
+
+
+class KernelTables(NamedTuple):
+    """The tables one run uses, with where they came from."""
+
+    achieved: Achieved
+    dsa_delta_us: DsaGrids | None
+    evidence: str  # one of EVIDENCE
+    borrowed_from: str | None  # the tables' GPU where it is not the profile's
+    source: str  # the data file's provenance
+    gpu: str  # the tables' GPU key ("h100_sxm")
+    name: str  # the tables' GPU, in words ("H100 SXM")
+    engine: str  # the engine the tables measured
+    engine_version: str
+    asked_version: str | None  # the version asked for (None: the newest there is)
+    floors_s: dict  # op family -> the smallest kernel time measured (seconds); {} if none
+
+    @property
+    def label(self) -> str:
+        """ "H100 SXM, vLLM 0.14.0" """
+        engine = {"vllm": "vLLM", "sglang": "SGLang"}.get(self.engine, self.engine)
+        return f"{self.name}, {engine} {self.engine_version}"
+
+
+def _version_key(version: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.]|(?<=\d)(?=[a-z])", version))
+
+
+@cache
+def available() -> dict:
+    """{(gpu, engine): (version, ...) oldest first} of the data files."""
+    out: dict = {}
+    for path in FOLDER.glob("*.json"):
+        m = _FILE.match(path.name)
+        if m:
+            out.setdefault((m[1], m[2]), []).append(m[3])
+    return {key: tuple(sorted(v, key=_version_key)) for key, v in out.items()}
+
+
+def table_gpus() -> set:
+    return {gpu for gpu, _ in available()}
+
+
+def check_table_key(key: str, where: str) -> str:
+    """`key` if kvplan has tables for that GPU, else a one-line error naming the known ones."""
+    if key not in table_gpus():
+        known = ", ".join(sorted(table_gpus()))
+        raise KvplanError(f"{where}: no kernel tables {key!r} (known: {known})")
+    return key
+
+
+@cache
+def _load(gpu: str, engine: str, version: str) -> dict:
+    path = FOLDER / f"{gpu}.{engine}.{version}.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise KvplanError(f"kernel tables {path.name}: {exc}") from None
+
+
+def _pairs(d: dict) -> dict:
+    return {k: tuple(v) for k, v in d.items()}
+
+
+@cache
+def _achieved(gpu: str, engine: str, version: str) -> Achieved:
+    doc = _load(gpu, engine, version)
+    a = doc["achieved"]
+    return Achieved(
+        dense=_pairs(a["dense"]),
+        experts=_pairs(a["experts"]),
+        attention=tuple(a["attention"]),
+        mla=tuple(a["mla"]),
+        allreduce_call_s=a["allreduce_call_s"],
+        link=a["link"],
+        experts_curve={
+            k: tuple(tuple(p) for p in curve) for k, curve in a["experts_curve"].items()
+        },
+        source=doc["name"],
+    )
+
+
+@cache
+def _dsa(gpu: str, engine: str, version: str) -> DsaGrids | None:
+    d = _load(gpu, engine, version).get("dsa")
+    if not d:
+        return None
+    return DsaGrids(
+        batches={k: tuple(v) for k, v in d["batches"].items()},
+        lengths={k: tuple(v) for k, v in d["lengths"].items()},
+        delta_us={
+            (g["phase"], g["heads"], g["kv_dtype"]): tuple(tuple(r) for r in g["rows"])
+            for g in d["delta_us"]
+        },
+        engine_version=d["version"],
+    )
+
+
+def _pick(gpu: str, engine: str, asked: str | None) -> str | None:
+    versions = available().get((gpu, engine))
+    if not versions:
+        return None
+    return asked if asked in versions else versions[-1]
+
+
+def datasheet_achieved():
+    """The fractions a GPU without tables runs at (the H100 SXM's, vLLM 0.14.0)."""
+    return _achieved(DATASHEET_TABLES, "vllm", DATASHEET_VERSION)
+
+
+def parse_field(value: object, where: str) -> dict:
+    """A profile's `kernel_tables` mapping ({vllm: key, sglang: key} or {borrowed: key}),
+    every key checked against the data files."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not value:
+        raise KvplanError(
+            f"{where}: kernel_tables must be a mapping of engine (or borrowed) to tables"
+        )
+    out = {}
+    for engine, key in value.items():
+        if engine not in (*ENGINES, "borrowed"):
+            raise KvplanError(
+                f"{where}: kernel_tables has {str(engine)[:20]!r} ({', '.join(ENGINES)}, borrowed)"
+            )
+        out[engine] = check_table_key(str(key)[:40], f"{where}: kernel_tables.{engine}")
+    if "borrowed" in out and len(out) > 1:
+        raise KvplanError(f"{where}: kernel_tables is either its own per engine or borrowed")
+    return out
+
+
+def tables_for(profile, engine: str = "vllm", engine_version: str | None = None) -> KernelTables:
+    """The kernel tables a run of `engine` on `profile` uses (see the module's docstring): the
+    asked version where there is a file for it, else the newest."""
+    field = getattr(profile, "kernel_tables", None) or {}
+    own_gpu = field.get(engine)
+    others = [e for e in ENGINES if e != engine]
+    if own_gpu:
+        gpu, use, evidence, borrowed = own_gpu, engine, "own", None
+    elif any(field.get(e) for e in others):
+        gpu = next(field[e] for e in others if field.get(e))
+        use = next(e for e in others if field.get(e))
+        evidence, borrowed = "other-engine", None
+    elif field.get("borrowed"):
+        gpu, use, evidence, borrowed = field["borrowed"], engine, "borrowed", field["borrowed"]
+    else:
+        gpu, use, evidence, borrowed = DATASHEET_TABLES, "vllm", "datasheet", DATASHEET_TABLES
+    version = _pick(gpu, use, engine_version if use == engine else None)
+    if evidence == "datasheet":
+        version = DATASHEET_VERSION
+    if version is None:  # this GPU's tables exist for the other engine only
+        use = next(e for e in ENGINES if available().get((gpu, e)))
+        version = _pick(gpu, use, None)
+        if evidence == "own":
+            evidence = "other-engine"
+    doc = _load(gpu, use, version)
+    return KernelTables(
+        achieved=_achieved(gpu, use, version),
+        # DSA module grids only for the engine and GPU kind they timed (SGLang runs its own
+        # kernels; a datasheet GPU may not run vLLM's DSA at all)
+        dsa_delta_us=_dsa(gpu, use, version)
+        if use == engine and evidence in ("own", "borrowed")
+        else None,
+        evidence=evidence,
+        borrowed_from=borrowed,
+        source=doc["source"],
+        gpu=gpu,
+        name=doc["name"],
+        engine=use,
+        engine_version=version,
+        asked_version=engine_version,
+        floors_s=dict(doc.get("floors_s") or {}),
+    )
+
+
+class HostOverheadsFile(NamedTuple):
+    values: dict
+    source: str
+
+
+@cache
+def host_overheads_data() -> HostOverheadsFile:
+    doc = json.loads((FOLDER / "host_overheads.json").read_text(encoding="utf-8"))
+    keys = ("per_step_s", "per_request_s", "per_layer_s", "eager_per_layer_s")
+    return HostOverheadsFile({k: doc[k] for k in keys}, doc["source"])

@@ -1,0 +1,89 @@
+"""kvplan.inputs.kernel_tables: which measured tables a profile and engine get, and the files'
+provenance."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.kernel_tables import FOLDER, available, host_overheads_data, tables_for
+
+
+@pytest.mark.parametrize(
+    "gpu,engine,tables,evidence",
+    [
+        ("h100", "vllm", "h100_sxm", "own"),
+        ("h200", "vllm", "h200_sxm", "own"),
+        ("a100-80gb-sxm", "vllm", "a100_sxm", "own"),
+        ("h800-sxm", "vllm", "h100_sxm", "borrowed"),  # an H100 with a cut link
+        ("h200-nvl", "vllm", "h200_sxm", "borrowed"),
+        ("rtx-3090", "vllm", "a100_sxm", "borrowed"),  # Ampere without fp8
+        ("h100", "sglang", "h100_sxm", "own"),
+        ("b200", "vllm", "b200_sxm", "own"),
+        ("gb300", "sglang", "gb300", "own"),
+        ("rtx-pro-6000", "vllm", "rtx_pro_6000_server", "own"),
+        ("h100-pcie", "sglang", "h100_sxm", "borrowed"),
+        ("mi300x", "vllm", "h100_sxm", "datasheet"),
+        ("gaudi3", "sglang", "h100_sxm", "datasheet"),
+    ],
+)
+def test_each_profile_gets_the_tables_its_field_names(gpu, engine, tables, evidence):
+    got = tables_for(load_profile(gpu), engine)
+    assert (got.gpu, got.evidence) == (tables, evidence)
+    assert (got.borrowed_from is None) == (evidence in ("own", "other-engine"))
+
+
+def test_an_engine_without_tables_takes_the_other_engines_and_says_so():
+    profile = load_profile("h100")
+    own = {engine for gpu, engine in available() if gpu == "h100_sxm"}
+    for engine in ("vllm", "sglang"):
+        got = tables_for(profile, engine)
+        assert got.evidence == ("own" if engine in own else "other-engine")
+        assert got.engine in own
+        # vLLM's DSA module grids never price another engine's run
+        assert (got.dsa_delta_us is None) or got.engine == engine
+
+
+def test_the_h100_vllm_tables_are_the_numbers_kvplan_had():
+    """The H100 SXM vLLM 0.14.0 file holds the literals batch_step held (goldens rest on them)."""
+    a = tables_for(load_profile("h100"), "vllm", "0.14.0").achieved
+    assert a.dense["bf16"] == (0.81, 0.80) and a.dense["fp8"] == (0.25, 0.28)
+    assert a.experts["4bit"] == (0.24, 0.62) and a.attention == (0.53, 0.80)
+    assert (a.allreduce_call_s, a.link) == (4.6e-6, 0.39)
+    assert a.experts_curve["bf16"][0] == (0.5, 1.44) and a.experts_curve["fp8"][-1] == (4096, 3.65)
+
+
+def test_every_data_file_loads_with_its_provenance():
+    for (gpu, engine), versions in available().items():
+        for version in versions:
+            doc = json.loads((FOLDER / f"{gpu}.{engine}.{version}.json").read_text())
+            assert doc["engine"] == engine and doc["engine_version"] == version
+            assert doc["gpu"] == gpu and "aiconfigurator" in doc["source"]
+            assert "scripts/derive_achieved.py" in doc["derived_by"]
+            a = doc["achieved"]
+            for kind in ("dense", "experts"):
+                assert "bf16" in a[kind]
+                assert all(0 < v <= 1.5 for pair in a[kind].values() for v in pair), (gpu, kind)
+            assert 0 < a["attention"][0] <= 1.5 and 0 < a["link"] <= 1.5
+            for curve in a["experts_curve"].values():
+                xs = [x for x, _ in curve]
+                assert xs == sorted(xs) and all(y > 0 for _, y in curve)
+    host = host_overheads_data()
+    assert host.source and all(v > 0 for v in host.values.values())
+
+
+def test_an_asked_version_without_a_file_takes_the_newest_and_keeps_the_question():
+    got = tables_for(load_profile("h100"), "vllm", "9.9.9")
+    newest = available()[("h100_sxm", "vllm")][-1]
+    assert got.engine_version == newest and got.asked_version == "9.9.9"
+
+
+def test_each_engine_gets_its_own_tables_where_the_wheel_has_them():
+    """SGLang runs on an H100 take SGLang's kernels, not vLLM's; a B200 its own, not the H100's."""
+    h100 = load_profile("h100")
+    vllm, sglang = tables_for(h100, "vllm"), tables_for(h100, "sglang")
+    assert (vllm.engine, sglang.engine) == ("vllm", "sglang")
+    assert vllm.achieved != sglang.achieved and sglang.dsa_delta_us is None
+    assert tables_for(load_profile("b200"), "vllm").achieved != vllm.achieved
