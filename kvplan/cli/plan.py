@@ -92,6 +92,12 @@ def add(app: typer.Typer) -> None:
             "the --top cheapest (the table is the same; --no-prune counts all that meet the "
             "targets).",
         ),
+        confidence: float = typer.Option(
+            None,
+            "--confidence",
+            help="Size deployments so the pessimistic bound at this confidence (0.5 to 0.95) "
+            "meets the targets; default: the point estimate.",
+        ),
         seed: int = typer.Option(0, "--seed", min=0, max=2**31, help="Random seed."),
         fmt: c.OutputFormat = c.format_option(),
         out: Path = c.out_option(),
@@ -145,6 +151,7 @@ def add(app: typer.Typer) -> None:
             jobs=jobs,
             prune=prune,
             mem_fraction_static=mem_fraction_static,
+            confidence=confidence,
         )
         gpus = list({g.key: g for g in (c.load_gpu(name) for name in gpu)}.values())
         result = plan(c.load_model(model), gpus, request, progress=_progress)

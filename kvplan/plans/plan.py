@@ -28,6 +28,7 @@ from kvplan.formulas.batch_step import BatchShape
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.inputs.prices import price_for
 from kvplan.notes import Note, note, unique
+from kvplan.plans import intervals
 from kvplan.record import NamedTuple
 from kvplan.simulate import cluster, metrics
 from kvplan.simulate.cluster import Frontend
@@ -108,6 +109,9 @@ class PlanRequest(NamedTuple):
     prune: bool = True  # skip groups whose saturated rate cannot place them among the top
     # SGLang's --mem-fraction-static for every configuration (None: SGLang's own default)
     mem_fraction_static: float | None = None
+    # size so that the pessimistic bound at this confidence meets the targets (0.5-0.95;
+    # kvplan.plans.intervals); None: the point estimate
+    confidence: float | None = None
 
 
 class Config(NamedTuple):
@@ -173,6 +177,7 @@ class PlanResult(NamedTuple):
     notes: tuple[Note, ...]
     pruned: int = 0  # configurations not bisected: they could not be among the `top` cheapest
     mem_fraction_static: float | None = None  # SGLang's, as given (launched with it)
+    confidence: float | None = None  # sized on the pessimistic bound at this confidence
 
 
 def plan(
@@ -209,6 +214,7 @@ def plan(
         note("plan-replicas"),
         note("plan-prices"),
         *([note("plan-pruned", pruned=pruned, top=request.top)] if pruned else []),
+        _confidence_note(gpus, request),
     ]
     if not spec.hf_id:
         notes.append(note("plan-no-hf-id"))
@@ -234,10 +240,34 @@ def plan(
         notes=unique(notes),
         pruned=pruned,
         mem_fraction_static=request.mem_fraction_static,
+        confidence=request.confidence,
     )
 
 
+def factors_for(gpu: GpuProfile, request: PlanRequest) -> dict | None:
+    """How much slower than simulated a real replica may be at the plan's confidence: 'rate'
+    divides the rate one replica sustains (the real rate R runs like the simulated R * rate),
+    'ttft'/'tpot'/'itl'/'e2el' multiply those latencies; None: the point estimate."""
+    if request.confidence is None:
+        return None
+    evidence = intervals.evidence_for(gpu, request.emit)
+    out = intervals.pessimistic_factors(evidence, request.confidence)
+    out["itl"] = out["tpot"]
+    return out
+
+
+def _confidence_note(gpus: list[GpuProfile], request: PlanRequest) -> Note:
+    if request.confidence is None:
+        return note("plan-point-estimate")
+    per_gpu = tuple(
+        (gpu.name, intervals.evidence_for(gpu, request.emit), factors_for(gpu, request)["rate"])
+        for gpu in gpus
+    )
+    return note("plan-confidence", confidence=request.confidence, gpus=per_gpu)
+
+
 def _check(request: PlanRequest, gpus: list[GpuProfile]) -> None:
+    intervals.check_confidence(request.confidence)
     if not (MIN_RATE <= request.rate <= 1e6) or math.isinf(request.rate):
         raise KvplanError(f"--rate must be between {MIN_RATE:g} and 1,000,000 requests per second")
     if not request.slos:
@@ -534,6 +564,8 @@ def evaluate(
         return prepared, kept, -math.inf
     replica, price = prepared
     gpu = gpus[config.gpu_index]
+    factors = factors_for(gpu, request)
+    slow = factors["rate"] if factors else 1.0
     cap = bracket
     if cap is None:
         cap = memo.run(replica, requests, request, math.inf).bench.request_throughput
@@ -550,13 +582,13 @@ def evaluate(
             return PRUNED, cap, floor(hi)
         rate = (lo + hi) / 2
         outcome = memo.run(replica, requests, request, rate)
-        if meets(outcome.bench, request.slos):
+        if meets(outcome.bench, request.slos, factors):
             lo, best = rate, outcome
         else:
             hi = rate
     if best is None:
         return "targets missed even at 1/32 of the saturated rate", cap, floor(hi)
-    goodput = lo
+    goodput = lo / slow  # the real rate that runs like the simulated `lo`
     least = floor(goodput)
     if least > bar:
         return PRUNED, cap, least
@@ -564,11 +596,11 @@ def evaluate(
     num_gpus = replicas * config.tp * config.pp
     if num_gpus > request.max_gpus:
         return f"more than {request.max_gpus} GPUs", cap, least
-    operating = memo.run(replica, requests, request, request.rate / replicas)
-    if not meets(operating.bench, request.slos):  # between bisection points: one more replica
+    checked = memo.run(replica, requests, request, request.rate / replicas * slow)
+    if not meets(checked.bench, request.slos, factors):  # between bisection points: one more
         replicas += 1
         num_gpus = replicas * config.tp * config.pp
-        operating = memo.run(replica, requests, request, request.rate / replicas)
+    operating = memo.run(replica, requests, request, request.rate / replicas)
     usd_per_hour = num_gpus * price.usd_per_gpu_hour
     mean_in = sum(r.input_tokens for r in requests) / len(requests)
     mean_out = sum(r.output_tokens for r in requests) / len(requests)
@@ -634,8 +666,9 @@ def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
         return _reason(str(exc))
     replica = replica._replace(config=without_idle_caching(replica.config, requests))
     floor = latency_floor(replica, requests, request.frontend)
+    factors = factors_for(gpu, request) or {}
     for slo in request.slos:
-        if slo.metric in floor and floor[slo.metric] > slo.limit_s:
+        if slo.metric in floor and floor[slo.metric] * factors.get(slo.metric, 1) > slo.limit_s:
             return f"{slo.metric} at zero load above its target"
     return replica, price
 
@@ -687,13 +720,14 @@ def _simulate(replica, requests, request: PlanRequest, rate, demand, stand_in) -
     return _Outcome(bench, stats, max(engine.log.running, default=0))
 
 
-def meets(bench: metrics.BenchResult, slos: tuple[Slo, ...]) -> bool:
-    """Every request completed and every target holds."""
+def meets(bench: metrics.BenchResult, slos: tuple[Slo, ...], factors: dict | None = None) -> bool:
+    """Every request completed and every target holds (each latency times its pessimistic
+    factor, where the plan has a confidence)."""
     if bench.failed:
         return False
     for slo in slos:
         value = getattr(bench, slo.key)
-        if value is None or value * MS > slo.limit_s:
+        if value is None or value * MS * (factors or {}).get(slo.metric, 1) > slo.limit_s:
             return False
     return True
 

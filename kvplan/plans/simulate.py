@@ -18,6 +18,7 @@ from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_time_s
 from kvplan.formulas.dtypes import resolve_kv_format
 from kvplan.inputs.hardware import GpuProfile, choose_link, with_interconnect
 from kvplan.notes import Note, note, unique
+from kvplan.plans import intervals
 from kvplan.plans.common import model_notes
 from kvplan.record import NamedTuple
 from kvplan.simulate import cluster, disagg, metrics
@@ -121,6 +122,9 @@ class Run(NamedTuple):
     engine: metrics.EngineStats  # disaggregated: the decode pool
     series: metrics.Series | None
     disaggregated: metrics.DisaggStats | None = None  # transfers and the prefill pool
+    # every numeric bench key -> [10th, 90th percentile] of where a real run lands
+    # (kvplan.plans.intervals); None for the runs of a --compare
+    bench_interval: dict | None = None
 
 
 class Comparison(NamedTuple):
@@ -191,6 +195,8 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         comparison = Comparison(
             request.compare, was_on, _runs(other, toggled._replace(step_log=False))[0]
         )
+    evidence = intervals.evidence_for(gpu, request.serve.engine)
+    runs = [r._replace(bench_interval=intervals.bench_interval(r.bench, evidence)) for r in runs]
     shares = runs[-1].engine.step_time_shares
     dominant = [k for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v >= DOMINANT_SHARE]
     notes = [
@@ -204,6 +210,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         *([note("sim-engine", version="0.19")] if replica.policy is None else []),
         note("sim-step-terms", shares=tuple(sorted(shares.items(), key=lambda kv: -kv[1])[:4])),
         *_weak_spots(spec, runs, request),
+        note("sim-interval", evidence=evidence, calibrated=intervals.calibrated(evidence)),
     ]
     if request.disaggregated is not None:
         t = replica.transfer

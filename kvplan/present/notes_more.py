@@ -515,6 +515,24 @@ text("plan-sglang")(
         "--chunked-prefill-size; kv-cache-dtype fp8 is SGLang's fp8_e4m3."
     )
 )
+text("plan-point-estimate")(
+    lambda: (
+        "Sized on kvplan's point estimates, which published runs have mostly found optimistic; "
+        "plan --confidence 0.8 (or 0.9) sizes on the pessimistic bound of the simulated "
+        "figures' intervals instead (kvplan/data/intervals.json)."
+    )
+)
+text("plan-confidence")(
+    lambda confidence, gpus: (
+        f"Sized so the pessimistic bound at {confidence:.0%} confidence meets the targets: "
+        + "; ".join(
+            f"{name} ({evidence} kernel rates) taken as {slow:.2f}x slower than simulated"
+            for name, evidence, slow in gpus
+        )
+        + ", each latency target checked on its own bound (kvplan/data/intervals.json); the "
+        "operating point shown is the point estimate."
+    )
+)
 text("plan-none")(
     lambda: (
         "No configuration meets the targets: loosen a target, allow more GPU kinds or TP "
@@ -1011,6 +1029,26 @@ text("sim-weak-sglang")(
         "Qwen3 MoE models came within 1-20% on throughput and TPOT, while gpt-oss on SGLang "
         "0.5.3-0.5.4 and DeepSeek-V3.2 on 0.5.6 measured 2-15 times slower than simulated. "
         "Median errors: throughput 18%, TPOT 32%, TTFT 25%."
+    )
+)
+_EVIDENCE_WORDS = {
+    "own": "this GPU's own measured kernel tables for this engine",
+    "other-engine": "this GPU's kernel tables measured for the other engine",
+    "borrowed": "another GPU's kernel tables (the profile names which)",
+    "datasheet": "no kernel tables: another GPU's fractions on this GPU's datasheet rates",
+}
+text("sim-interval")(
+    lambda evidence, calibrated: (
+        f"Intervals (bench_interval in JSON): where 80% of real runs fall, from how far "
+        f"published runs priced like this one ({_EVIDENCE_WORDS.get(evidence.split('/')[0], evidence)}) "
+        "landed from kvplan's figures: "
+        + (
+            "calibrated on runs of this class (kvplan/data/intervals.json). "
+            if calibrated
+            else "too few published runs of this class to calibrate it: the spread of every "
+            "class but GPUs' own tables, widened by half. Loudly unsure. "
+        )
+        + "The interval need not hold the point: kvplan has been faster than most real runs."
     )
 )
 text("fit-assumes")(

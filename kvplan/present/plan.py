@@ -52,6 +52,12 @@ def plan_view(result: PlanResult, engine: str = "vllm") -> View:
             f"{w['mean_output_tokens']:,.0f} out tokens ({w['length_dist']} lengths)",
         ),
         ("targets", targets),
+        (
+            "sized on",
+            "the point estimate (--confidence P: on the pessimistic bound)"
+            if result.confidence is None
+            else f"the pessimistic bound at {result.confidence:.0%} confidence",
+        ),
         ("searched", searched_text(result)),
     ]
     data = jsonable(result)

@@ -59,6 +59,34 @@ def bench_facts(run: Run) -> list[tuple[str, str]]:
     return facts
 
 
+# the figures whose 80% interval is printed after the bench block (JSON: every numeric key)
+INTERVAL_LINES = (
+    ("output throughput (tok/s)", "output_throughput", f.fixed(1)),
+    ("median TTFT (ms)", "median_ttft_ms", f.fixed(1)),
+    ("median TPOT (ms)", "median_tpot_ms", f.fixed(2)),
+    ("median E2EL (ms)", "median_e2el_ms", f.fixed(0)),
+)
+
+
+def interval_text(run: Run, key: str, fmt) -> str | None:
+    """ "lo-hi" of a bench key's 80% interval, or None where the run has none."""
+    pair = (run.bench_interval or {}).get(key)
+    if pair is None:
+        return None
+    return f"{fmt(pair[0])}-{fmt(pair[1])}"
+
+
+def interval_facts(run: Run) -> list[tuple[str, str]]:
+    """The 80% interval of the headline figures, beside their points."""
+    facts = []
+    b = run.bench._asdict()
+    for label, key, fmt in INTERVAL_LINES:
+        span = interval_text(run, key, fmt)
+        if span is not None and b[key] is not None:
+            facts.append((f"80% interval, {label}:", f"{span} (point {fmt(b[key])})"))
+    return facts
+
+
 def _disagg_row(run: Run) -> dict:
     """One run's transfers and pools, for the bench block and for the table."""
     d = run.disaggregated
@@ -178,6 +206,7 @@ def simulate_view(result: SimulateResult) -> View:
     if len(result.runs) == 1:
         facts.append(("", "============ Serving Benchmark Result ============"))
         facts += bench_facts(result.runs[0])
+        facts += interval_facts(result.runs[0])
         if result.runs[0].disaggregated is not None:
             facts += disagg_facts(result.runs[0])
     tables = [rates_table(result)]
@@ -218,6 +247,7 @@ RATE_COLUMNS = [
     Column("request_rate", "rate (req/s)", f.text),
     Column("request_throughput", "req/s", f.fixed(2)),
     Column("output_throughput", "output tok/s", f.fixed(1)),
+    Column("output_throughput_80", "80% interval", f.text),
     Column("median_ttft_ms", "TTFT med (ms)", f.fixed(1)),
     Column("p99_ttft_ms", "TTFT p99 (ms)", f.fixed(1)),
     Column("median_tpot_ms", "TPOT med (ms)", f.fixed(2)),
@@ -233,6 +263,7 @@ RATE_COLUMNS = [
 
 def _row(run: Run, **extra) -> dict:
     row = {**jsonable(run.bench), **jsonable(run.engine), **extra}
+    row["output_throughput_80"] = interval_text(run, "output_throughput", f.fixed(0))
     return row
 
 

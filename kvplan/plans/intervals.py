@@ -1,0 +1,141 @@
+"""The 80% interval beside every simulated figure: how far published runs fall from kvplan's.
+
+kvplan/data/intervals.json holds, per evidence class of the kernel rates a run was priced at
+("own": this GPU's tables for this engine; "other-engine": this GPU's, measured for the other
+engine; "borrowed": another GPU's, named by the profile; "datasheet": none, the H100's fractions
+on this GPU's datasheet rates; kvplan.inputs.kernel_tables) and per metric family (throughput, ttft, tpot), the 10th and 90th
+percentiles of log(measured / simulated) over the calibration runs (tests/data/README.md says
+which; scripts/calibrate_intervals.py writes the file). A class with too few calibration runs of
+its own takes the pooled spread of every class that is not "own", widened by a stated factor,
+and says it is uncalibrated. A figure's interval is [point * exp(q10), point * exp(q90)]: not
+centred on the point where kvplan is biased (the simulation was faster than the real run in
+most published runs), and the point stays the model's answer.
+
+Other confidences (plan --confidence) take a normal distribution of the log ratio with the
+stored quantiles' centre and spread (q90 - q10 = 2 * 1.2816 sigma)."""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import cache
+from pathlib import Path
+from statistics import NormalDist
+
+from kvplan.errors import KvplanError
+from kvplan.inputs.kernel_tables import tables_for
+
+PATH = Path(__file__).resolve().parent.parent / "data" / "intervals.json"
+FAMILIES = ("throughput", "ttft", "tpot")
+Z80 = NormalDist().inv_cdf(0.9)  # the 90th percentile of a standard normal: 1.2816
+CONFIDENCE_RANGE = (0.5, 0.95)
+
+# bench keys by how they follow the engine's speed: rates (higher is faster), times of a
+# metric family (lower is faster), and the run's duration (a time that throughput sets)
+RATE_KEYS = (
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "max_output_tokens_per_s",
+)
+
+
+def family_of(key: str) -> tuple[str, bool] | None:
+    """(metric family, is a rate) of a bench key, or None for a count the workload fixes."""
+    if key in RATE_KEYS:
+        return "throughput", True
+    if key == "duration":
+        return "throughput", False
+    if key.endswith("_ttft_ms"):
+        return "ttft", False
+    if key.endswith(("_tpot_ms", "_itl_ms")):
+        return "tpot", False
+    if key.endswith("_e2el_ms"):  # a request's time is mostly its decode: the TPOT spread,
+        return "e2el", False  # or the throughput's where that is wider (see quantiles)
+    return None
+
+
+def evidence_for(gpu, engine: str) -> str:
+    """The interval class of a run on `gpu` under `engine`: the evidence class of the kernel
+    rates it is priced at (the profile's `kernel_tables` field, kvplan.inputs.kernel_tables),
+    as "class/engine" where the table calibrated that engine on its own, else the class."""
+    evidence = tables_for(gpu, engine).evidence
+    specific = f"{evidence}/{engine}"
+    return specific if specific in table()["classes"] else evidence
+
+
+@cache
+def table() -> dict:
+    try:
+        return json.loads(PATH.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise KvplanError(f"interval table {PATH.name}: {exc}") from None
+
+
+def log_quantiles(evidence: str, family: str) -> tuple[float, float]:
+    """(q10, q90) of log(measured / simulated) for this class and metric family."""
+    classes = table()["classes"]
+    if evidence not in classes:
+        raise KvplanError(f"no interval for evidence {evidence!r}")
+    entry = classes[evidence]["log_ratio"]
+    if family == "e2el":  # the wider of the two it is made of
+        a, b = entry["tpot"], entry["throughput"]
+        # throughput's ratio is inverse to a time's
+        return min(a[0], -b[1]), max(a[1], -b[0])
+    return tuple(entry[family])
+
+
+def calibrated(evidence: str) -> bool:
+    return bool(table()["classes"][evidence]["calibrated"])
+
+
+def log_quantile(evidence: str, family: str, p: float) -> float:
+    """The p-quantile of log(measured / simulated), from the normal through q10 and q90."""
+    q10, q90 = log_quantiles(evidence, family)
+    centre, sigma = (q10 + q90) / 2, (q90 - q10) / (2 * Z80)
+    return centre + sigma * NormalDist().inv_cdf(p)
+
+
+def interval(value: float, key: str, evidence: str) -> tuple[float, float]:
+    """The 80% interval of one bench figure."""
+    kind = family_of(key)
+    if kind is None:
+        return value, value
+    family, is_rate = kind
+    q10, q90 = log_quantiles(evidence, family)
+    if family == "throughput" and not is_rate:  # the duration: inverse to the throughput
+        q10, q90 = -q90, -q10
+    return value * math.exp(q10), value * math.exp(q90)
+
+
+def bench_interval(bench, evidence: str) -> dict:
+    """{key: [low, high]} for every numeric key of a bench result."""
+    out = {}
+    for key, value in bench._asdict().items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            continue
+        low, high = interval(value, key, evidence)
+        out[key] = [low, high]
+    return out
+
+
+def check_confidence(confidence: float | None) -> None:
+    if confidence is None:
+        return
+    lo, hi = CONFIDENCE_RANGE
+    if not (isinstance(confidence, (int, float)) and lo <= confidence <= hi):
+        raise KvplanError(f"--confidence must be between {lo} and {hi} (got {confidence})")
+
+
+def pessimistic_factors(evidence: str, confidence: float) -> dict:
+    """At `confidence`, how much slower the real engine may be: 'rate' divides the rate one
+    replica sustains; 'ttft', 'tpot', 'e2el' multiply those latencies (each >= 1 only where the
+    evidence says the real run is slower at that confidence; never below 1: the point estimate
+    is the optimistic end a plan may use)."""
+    rate = math.exp(-log_quantile(evidence, "throughput", 1 - confidence))
+    out = {"rate": max(rate, 1.0)}
+    for family in ("ttft", "tpot", "e2el"):
+        out[family] = max(math.exp(log_quantile(evidence, family, confidence)), 1.0)
+    return out

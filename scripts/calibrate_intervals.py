@@ -1,0 +1,214 @@
+"""Write kvplan/data/intervals.json: the spread of published runs around kvplan simulate.
+
+    python scripts/calibrate_intervals.py [--check] [--coverage]
+
+Calibration runs (fixed before any interval was computed, tests/data/README.md):
+  - tests/data/sim_bench_cases.json: the 25 runs that decided earlier choices of the step model
+    (they are not held out for anything, so they may set widths);
+  - tests/data/sim_bench_cases_external.json, split "calibrate" (first byte of sha256(id) even).
+Held out, never read here except by --coverage: the GPUStack vLLM and SGLang held-out files and
+the external split "validate".
+
+Per evidence class (kvplan.plans.intervals.evidence_for) and metric family the file stores the
+10th and 90th percentiles of log(measured / simulated): output throughput, median TPOT, median
+TTFT. A class with fewer than MIN_RUNS calibration runs takes the pooled runs of every class but
+"own", its half-width times WIDEN, and is marked uncalibrated.
+
+--coverage prints, for the held-out runs, the share whose measured value lies inside the 80%
+interval, per metric and per engine and GPU family."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from sim_accuracy import groups  # noqa: E402
+
+from kvplan.errors import KvplanError  # noqa: E402
+from kvplan.inputs.hardware import load_profile  # noqa: E402
+from kvplan.inputs.kernel_tables import tables_for  # noqa: E402
+from kvplan.plans import intervals  # noqa: E402
+
+from sim_cases import CASES_PATH, HELDOUT, gpu_name, load_cases, run_case  # noqa: E402
+
+MIN_RUNS = 6
+WIDEN = 1.5
+FAMILY_OF_METRIC = {
+    "output_throughput": "throughput",
+    "median_tpot_ms": "tpot",
+    "median_ttft_ms": "ttft",
+}
+
+
+def evidence(case: dict) -> str:
+    """The run's evidence class (kvplan.inputs.kernel_tables), before any interval exists."""
+    return tables_for(load_profile(gpu_name(case)), case.get("engine", "vllm")).evidence
+
+
+def calibration_cases() -> list[dict]:
+    external = [c for c in load_cases(HELDOUT["external"]) if c.get("split") == "calibrate"]
+    return [*load_cases(CASES_PATH), *external]
+
+
+def heldout_cases() -> list[dict]:
+    external = [c for c in load_cases(HELDOUT["external"]) if c.get("split") == "validate"]
+    return [*load_cases(HELDOUT["vllm"]), *load_cases(HELDOUT["sglang"]), *external]
+
+
+def log_ratios(cases: list[dict]) -> list[dict]:
+    """Per simulated case: its id, class, groups and {metric: log(measured / simulated)}."""
+    rows = []
+    for case in cases:
+        if case.get("expressible") is False:
+            continue
+        try:
+            sim = run_case(case)
+        except KvplanError as exc:
+            print(f"  {case['id'][:60]}: not simulated ({exc})", file=sys.stderr)
+            continue
+        ratios = {}
+        for metric in FAMILY_OF_METRIC:
+            measured, simulated = case["measured"].get(metric), sim[metric]
+            if measured and simulated:
+                ratios[metric] = math.log(measured / simulated)
+        rows.append(
+            {
+                "id": case["id"],
+                "evidence": evidence(case),
+                "groups": groups(case),
+                "ratios": ratios,
+                "sim": {m: sim[m] for m in FAMILY_OF_METRIC},
+                "measured": {m: case["measured"].get(m) for m in FAMILY_OF_METRIC},
+            }
+        )
+        print(f"  {case['id'][:60]:60} {rows[-1]['evidence']}", file=sys.stderr)
+    return rows
+
+
+def quantiles(values: list[float]) -> list[float]:
+    cuts = statistics.quantiles(values, n=10, method="inclusive")
+    return [cuts[0], cuts[-1]]
+
+
+def widened(pair: list[float]) -> list[float]:
+    centre, half = (pair[0] + pair[1]) / 2, (pair[1] - pair[0]) / 2
+    return [centre - WIDEN * half, centre + WIDEN * half]
+
+
+def _entry(members: list[dict], pool: list[dict]) -> dict:
+    """A class's quantiles: its own runs where there are MIN_RUNS, else `pool`'s, widened."""
+    entry: dict = {"runs": [r["id"] for r in members], "log_ratio": {}}
+    entry["calibrated"] = len(members) >= MIN_RUNS
+    source = members if entry["calibrated"] else pool
+    for metric, family in FAMILY_OF_METRIC.items():
+        pair = quantiles([r["ratios"][metric] for r in source if metric in r["ratios"]])
+        entry["log_ratio"][family] = pair if entry["calibrated"] else widened(pair)
+    return entry
+
+
+def build(rows: list[dict]) -> dict:
+    """Per evidence class, and per class and engine where that has MIN_RUNS runs of its own.
+    A class with too few takes every run that is not "own" (where those are MIN_RUNS or
+    more, else every run), its half-width times WIDEN."""
+    classes = {}
+    not_own = [r for r in rows if r["evidence"] != "own"]
+    for cls in ("own", "other-engine", "borrowed", "datasheet"):
+        members = [r for r in rows if r["evidence"] == cls]
+        pool = [r for r in rows if r in not_own or r in members]
+        classes[cls] = _entry(members, pool if len(pool) >= MIN_RUNS else rows)
+        for engine in sorted({r["groups"]["engine"] for r in members}):
+            subset = [r for r in members if r["groups"]["engine"] == engine]
+            if len(subset) >= MIN_RUNS:
+                classes[f"{cls}/{engine}"] = _entry(subset, subset)
+    return {
+        "about": (
+            "10th and 90th percentiles of log(measured / simulated) over published runs, per "
+            "evidence class of the kernel rates and metric family; kvplan.plans.intervals reads "
+            "it. Classes with calibrated false take every non-own run (every run where those "
+            f"are fewer than min_runs), half-width times {WIDEN}; 'class/engine' entries "
+            "exist where that engine has min_runs runs of the class."
+        ),
+        "derived_by": "python scripts/calibrate_intervals.py",
+        "calibration_runs": ["tests/data/sim_bench_cases.json", "external split calibrate"],
+        "min_runs": MIN_RUNS,
+        "widen": WIDEN,
+        "classes": classes,
+    }
+
+
+def coverage(rows: list[dict]) -> None:
+    """Held-out share inside the 80% interval, per metric, overall and per group."""
+
+    def key(r):
+        specific = f"{r['evidence']}/{r['groups']['engine']}"
+        return specific if specific in intervals.table()["classes"] else r["evidence"]
+
+    def inside(r, metric):
+        family = FAMILY_OF_METRIC[metric]
+        q10, q90 = intervals.log_quantiles(key(r), family)
+        return q10 <= r["ratios"][metric] <= q90
+
+    def line(label, members):
+        cells = []
+        for metric in FAMILY_OF_METRIC:
+            have = [r for r in members if metric in r["ratios"]]
+            share = sum(inside(r, metric) for r in have) / len(have) if have else float("nan")
+            width = []
+            if metric == "output_throughput":
+                for r in have:
+                    q10, q90 = intervals.log_quantiles(key(r), "throughput")
+                    width.append(math.exp(q90 - q10))
+            extra = f" (hi/lo {statistics.median(width):.2f}x)" if width else ""
+            cells.append(f"{metric} {share:.0%} of {len(have)}{extra}")
+        print(f"{label[:44]:44} " + "; ".join(cells))
+
+    line("all held out", rows)
+    for kind in ("engine", "gpu family", "source"):
+        for name in sorted({r["groups"].get(kind, "?") for r in rows}):
+            line(f"{kind}: {name}", [r for r in rows if r["groups"].get(kind, "?") == name])
+    for cls in ("own", "other-engine", "borrowed", "datasheet"):
+        members = [r for r in rows if r["evidence"] == cls]
+        if members:
+            line(f"evidence: {cls}", members)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--check", action="store_true", help="fail if the file would change")
+    parser.add_argument("--coverage", action="store_true", help="held-out coverage, no writing")
+    parser.add_argument("--json", type=Path, help="write the held-out rows here (--coverage)")
+    args = parser.parse_args()
+    if args.coverage:
+        rows = log_ratios(heldout_cases())
+        coverage(rows)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+        return
+    doc = build(log_ratios(calibration_cases()))
+    text = json.dumps(doc, indent=1) + "\n"
+    if args.check:
+        if intervals.PATH.read_text(encoding="utf-8") != text:
+            sys.exit(f"{intervals.PATH} is stale: rerun scripts/calibrate_intervals.py")
+        return
+    tmp = intervals.PATH.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(intervals.PATH)
+    for cls, entry in doc["classes"].items():
+        pairs = ", ".join(
+            f"{fam} [{math.exp(a):.2f}, {math.exp(b):.2f}]"
+            for fam, (a, b) in entry["log_ratio"].items()
+        )
+        state = "calibrated" if entry["calibrated"] else "pooled+widened"
+        print(f"{cls:13} {len(entry['runs']):3} runs {state:15} {pairs}")
+
+
+if __name__ == "__main__":
+    main()

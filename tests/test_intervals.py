@@ -1,0 +1,159 @@
+"""The 80% intervals of simulate and plan (kvplan.plans.intervals, kvplan/data/intervals.json)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.sources import load_model
+from kvplan.plans import intervals
+from kvplan.plans.plan import PlanRequest, parse_slo, plan
+from kvplan.plans.simulate import SimulateRequest, simulate
+from kvplan.simulate.workload import WorkloadSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import calibrate_intervals as cal  # noqa: E402
+
+from sim_cases import CASES_PATH, HELDOUT, load_cases  # noqa: E402
+
+CLASSES = ("own", "other-engine", "borrowed", "datasheet")
+
+
+@pytest.fixture(scope="module")
+def small_run():
+    request = SimulateRequest(workload=WorkloadSpec(num_prompts=40, seed=0), rates=(math.inf,))
+    return simulate(load_model("llama-3.1-8b"), load_profile("h100"), request)
+
+
+def test_every_numeric_bench_key_has_an_interval(small_run):
+    run = small_run.runs[0]
+    bench = run.bench._asdict()
+    numeric = {
+        k for k, v in bench.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    assert set(run.bench_interval) == numeric
+    for key, (low, high) in run.bench_interval.items():
+        assert low <= high, key
+        if intervals.family_of(key) is None:  # a count the workload fixes
+            assert low == high == bench[key], key
+        else:
+            assert low < high, key
+
+
+def test_duration_is_inverse_to_throughput(small_run):
+    run = small_run.runs[0]
+    b, iv = run.bench, run.bench_interval
+    lo_t, hi_t = (x / b.output_throughput for x in iv["output_throughput"])
+    lo_d, hi_d = (x / b.duration for x in iv["duration"])
+    assert lo_d == pytest.approx(1 / hi_t) and hi_d == pytest.approx(1 / lo_t)
+
+
+def test_interval_note_names_the_evidence(small_run):
+    notes = [n for n in small_run.notes if n.id == "sim-interval"]
+    assert len(notes) == 1 and dict(notes[0].values)["evidence"].split("/")[0] == "own"
+
+
+def test_evidence_classes():
+    assert intervals.evidence_for(load_profile("h100"), "vllm") == "own"
+    assert intervals.evidence_for(load_profile("h800"), "vllm") == "borrowed"
+    assert intervals.evidence_for(load_profile("mi300x"), "vllm") == "datasheet"
+
+
+def test_stored_classes_and_calibration_runs_are_not_held_out():
+    doc = intervals.table()
+    assert set(CLASSES) <= set(doc["classes"])
+    assert all(name.split("/")[0] in CLASSES for name in doc["classes"])
+    calibration = {c["id"] for c in cal.calibration_cases()}
+    heldout = {c["id"] for c in cal.heldout_cases()}
+    assert not calibration & heldout
+    for name, entry in doc["classes"].items():
+        assert set(entry["runs"]) <= calibration, name
+        assert entry["calibrated"] == (len(entry["runs"]) >= doc["min_runs"]), name
+        for family in intervals.FAMILIES:
+            q10, q90 = entry["log_ratio"][family]
+            assert q10 < q90, (name, family)
+    assert {c["id"] for c in load_cases(CASES_PATH)} <= calibration
+    assert all(
+        c.get("split") != "validate"
+        for c in load_cases(HELDOUT["external"])
+        if c["id"] in calibration
+    )
+
+
+def _rows(evidence, values):
+    return [
+        {"id": f"{evidence}-{i}", "evidence": evidence,
+         "ratios": {m: v for m in cal.FAMILY_OF_METRIC}}
+        for i, v in enumerate(values)
+    ]  # fmt: skip
+
+
+def test_width_rule_own_class_and_pooled_widening():
+    own = _rows("own", [-0.2, -0.1, 0.0, 0.1, 0.2, 0.3, 0.4])
+    few = _rows("borrowed", [-1.0, -0.5])
+    doc = cal.build(own + few)
+    entry = doc["classes"]["own"]
+    assert entry["calibrated"]
+    q10, q90 = entry["log_ratio"]["throughput"]
+    assert q10 == pytest.approx(-0.14) and q90 == pytest.approx(0.34)
+    for name in ("borrowed", "datasheet", "other-engine"):  # too few: the non-own pool, widened
+        e = doc["classes"][name]
+        assert not e["calibrated"]
+        lo, hi = e["log_ratio"]["throughput"]
+        pool = cal.quantiles([-1.0, -0.5])
+        assert (hi - lo) == pytest.approx(cal.WIDEN * (pool[1] - pool[0]))
+        assert (lo + hi) / 2 == pytest.approx((pool[0] + pool[1]) / 2)
+
+
+@pytest.mark.parametrize("evidence", CLASSES)
+def test_pessimism_grows_with_confidence(evidence):
+    previous = None
+    for p in (0.5, 0.6, 0.8, 0.9, 0.95):
+        f = intervals.pessimistic_factors(evidence, p)
+        assert all(v >= 1 for v in f.values())
+        if previous is not None:
+            assert all(f[k] >= previous[k] for k in f)
+        previous = f
+    q10, _ = intervals.log_quantiles(evidence, "throughput")  # the 80% one-sided end
+    assert intervals.log_quantile(evidence, "throughput", 0.1) == pytest.approx(q10)
+
+
+def test_plan_with_confidence_needs_at_least_as_many_gpus():
+    spec, gpus = load_model("llama-3.1-8b"), [load_profile("h100")]
+    base = PlanRequest(
+        rate=40.0,
+        slos=(parse_slo("tpot_p99=40ms"),),
+        workload=WorkloadSpec(num_prompts=120, seed=0),
+        tps=(1,),
+        max_num_seqs=(64,),
+        max_num_batched_tokens=(8192,),
+        kv_cache_dtypes=("auto",),
+        top=1,
+        jobs=1,
+    )
+    point = plan(spec, gpus, base)
+    sure = plan(spec, gpus, base._replace(confidence=0.9))
+    assert point.candidates and sure.candidates
+    assert sure.candidates[0].num_gpus >= point.candidates[0].num_gpus
+    assert sure.candidates[0].goodput_rps < point.candidates[0].goodput_rps
+    assert "plan-confidence" in {n.id for n in sure.notes}
+    assert "plan-point-estimate" in {n.id for n in point.notes}
+
+
+@pytest.mark.parametrize("value", ["0.99", "0.4", "nan"])
+def test_confidence_out_of_range_is_a_one_line_error(value):
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvplan", "plan", "llama-3.1-8b", "--rate", "1",
+         "--slo", "tpot_p99=50ms", "--confidence", value],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--confidence" in lines[0], proc.stderr
