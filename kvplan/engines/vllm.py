@@ -270,7 +270,6 @@ def allocate(
             group_size = max(counts.values())
     groups, padding = [], []
     blocks_per_request = 0
-    required = 0
     for key, n in counts.items():
         num_groups = math.ceil(n / group_size)
         pad = num_groups * group_size - n
@@ -280,8 +279,10 @@ def allocate(
         blk = block_of.get(key, block_size)
         per_request = sample.blocks_per_request(mml, blk, mnbt)
         blocks_per_request += num_groups * per_request
-        required += n * per_request * page_bytes
         groups += [Group(key[0], sample.window, blk, group_size)] * num_groups
+    # _max_memory_usage_bytes_from_groups: every group holds group_size layers' pages, padding
+    # layers included (gemma-3's 52 sliding layers are priced as 60, a state as a full page)
+    required = group_size * page_bytes * blocks_per_request
     num_blocks = available_bytes // page_bytes // group_size
     min_block = (
         min(g.block_size for g in groups if g.kind is not CacheKind.STATE) if pages else block_size
