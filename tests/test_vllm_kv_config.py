@@ -30,7 +30,7 @@ KINDS = {
     "MambaSpec": "state",
 }
 # recorded vLLM release -> the rules kvplan names for it (--vllm-version)
-RULES = {"0.19": "0.19", "0.32": "0.21"}
+RULES = {"0.19": "0.19", "0.32": "0.32"}
 # "release/model@memory" -> why kvplan does not yet agree (xfail, strict)
 KNOWN: dict[str, str] = {}
 
