@@ -69,11 +69,20 @@ class Sequence:
 class BlockManager:
     """Block tables for sequences over a pool of `num_blocks` blocks of `block_size` tokens."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_caching: bool = True,
+        uncached_first: bool = False,
+    ):
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be positive")
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        # vLLM 0.24 on (BlockPool.free_blocks): freed blocks without a hash go to the free
+        # queue's head (reused first), cached ones to its tail
+        self.uncached_first = uncached_first
         self.blocks = [Block(i) for i in range(num_blocks)]
         # LRU order: the head is evicted first. An OrderedDict gives O(1) removal from the middle.
         self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
@@ -288,13 +297,21 @@ class BlockManager:
 
     def free(self, seq_id) -> None:
         """Release a sequence. Blocks reaching zero references go to the free queue's tail in
-        reverse order (its last block is evicted first); cached ones keep their hash."""
+        reverse order (its last block is evicted first); cached ones keep their hash. With
+        `uncached_first`, those without a hash go to the head instead, in the same order."""
         seq = self.seqs.pop(seq_id)
+        uncached = []
         for block_id in reversed(seq.block_table):
             block = self.blocks[block_id]
             block.ref_count -= 1
             if block.ref_count == 0:
-                self.free_queue[block_id] = None
+                if self.uncached_first and block.hash is None:
+                    uncached.append(block_id)
+                else:
+                    self.free_queue[block_id] = None
+        for block_id in reversed(uncached):  # the head keeps their order: first freed, first used
+            self.free_queue[block_id] = None
+            self.free_queue.move_to_end(block_id, last=False)
 
     # ---- internals ----------------------------------------------------------------------------
     def _touch(self, block_id: int) -> None:

@@ -291,3 +291,18 @@ def test_uncache_block_forgets_a_private_block_only():
     bm.fork("b", "c")
     bm.uncache_block("b", 0)  # shared with "c": stays
     assert bm.cached_prefix_tokens(list(range(9))) == 8
+
+
+@pytest.mark.parametrize("uncached_first", [False, True])
+def test_free_puts_uncached_blocks_first_from_vllm_024(uncached_first):
+    """vLLM 0.24's BlockPool.free_blocks reuses a freed request's uncached blocks first and
+    keeps its cached ones for last; before, all went to the tail, the last block first."""
+    pool = BlockManager(6, 2, uncached_first=uncached_first)
+    pool.allocate("a", [1, 2, 3, 4, 5])  # two full (cached) blocks and a partial one
+    cached, partial = pool.block_table("a")[:2], pool.block_table("a")[2]
+    pool.free("a")
+    order = list(pool.free_queue)
+    if uncached_first:
+        assert order[0] == partial and order[-2:] == cached[::-1]
+    else:
+        assert order[-3:] == [partial, *cached[::-1]]

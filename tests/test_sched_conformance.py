@@ -35,14 +35,9 @@ WINDOW = (
     "those out of the window at the next allocation; kvplan reserves the window's blocks at "
     "admission"
 )
-ASYNC_RESUME_032 = (
-    "vLLM 0.24 on (not 0.18 to 0.22) finds one more cached block of a request it preempted "
-    "under async scheduling when it resumes; not yet modelled"
-)
 # a scenario, or VERSION/scenario for one version's fixture only
 KNOWN: dict[str, str] = {
     "sliding_window_tight": WINDOW,
-    "0.32/random_async_preempt_cached": ASYNC_RESUME_032,
 }
 
 

@@ -154,8 +154,8 @@ def add(app: typer.Typer) -> None:
         vllm_version: str = typer.Option(
             None,
             "--vllm-version",
-            help="vLLM: 0.19 (default) or 0.21 (CUDA-graph memory subtracted, new cache-size "
-            "line).",
+            help="vLLM: 0.19 (default), 0.21 (CUDA-graph memory subtracted, new cache-size "
+            "line) or 0.32 (the start-up fit check holds back the null block).",
         ),
         tp: int = typer.Option(
             1, "--tensor-parallel-size", "--tp", min=1, max=c.MAX_TP, help="Tensor-parallel size."

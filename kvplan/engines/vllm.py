@@ -23,7 +23,10 @@ from kvplan.notes import Note, note, unique
 from kvplan.record import NamedTuple
 from kvplan.units import GIB
 
-VLLM_VERSIONS = ("0.19", "0.21")  # 0.21: CUDA-graph memory subtracted, new cache-size line
+# 0.21: CUDA-graph memory subtracted, new cache-size line; 0.32: the start-up fit check and the
+# max-length estimate plan against the memory less the null block BlockPool holds back
+VLLM_VERSIONS = ("0.19", "0.21", "0.32")
+NULL_BLOCK_CHECK_FROM = "0.32"
 DEFAULT_BLOCK_SIZE = 16
 # --dtype spellings -> kvplan's names ("auto": the config's, float32 downcast, see model_dtype)
 DTYPES = {
@@ -270,7 +273,6 @@ def allocate(
             group_size = max(counts.values())
     groups, padding = [], []
     blocks_per_request = 0
-    required = 0
     for key, n in counts.items():
         num_groups = math.ceil(n / group_size)
         pad = num_groups * group_size - n
@@ -280,8 +282,10 @@ def allocate(
         blk = block_of.get(key, block_size)
         per_request = sample.blocks_per_request(mml, blk, mnbt)
         blocks_per_request += num_groups * per_request
-        required += n * per_request * page_bytes
         groups += [Group(key[0], sample.window, blk, group_size)] * num_groups
+    # _max_memory_usage_bytes_from_groups: every group holds group_size layers' pages, padding
+    # layers included (gemma-3's 52 sliding layers are priced as 60, a state as a full page)
+    required = group_size * page_bytes * blocks_per_request
     num_blocks = available_bytes // page_bytes // group_size
     min_block = (
         min(g.block_size for g in groups if g.kind is not CacheKind.STATE) if pages else block_size
@@ -515,6 +519,8 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         raise KvplanError(f"{spec.name} has no layer that needs a KV cache")
     # ranks take the minimum num_blocks
     specs, fewest, alloc = min(allocations, key=lambda a: a[2].num_blocks)
+    if request.vllm_version == NULL_BLOCK_CHECK_FROM:
+        fewest -= alloc.group_size * alloc.page_bytes  # one block of every group's layers
     fits = alloc.required_bytes <= fewest
     if any(s.kind is CacheKind.STATE for s in specs) and alloc.block_size != block_size:
         notes.append(note("vllm-state-block", block_size=alloc.block_size))

@@ -69,6 +69,8 @@ class EngineConfig(NamedTuple):
     # vLLM 0.19 on (scheduler_reserve_full_isl): a waiting request is admitted only when its
     # whole prompt fits the free blocks; before, only its first chunk had to
     reserve_full_isl: bool = True
+    # vLLM 0.24 on: a freed request's uncached blocks are reused first (BlockPool.free_blocks)
+    free_uncached_first: bool = False
 
 
 WAITING, PREFILL, DECODE, DONE, HELD = 0, 1, 2, 3, 4  # HELD: prefilled, blocks kept for a transfer
@@ -273,7 +275,9 @@ class Engine:
         elif stand_in:
             self.bm = StandInPool(max(1, pool), config.block_size)
         else:
-            self.bm = BlockManager(max(1, pool), config.block_size, True)
+            self.bm = BlockManager(
+                max(1, pool), config.block_size, True, uncached_first=config.free_uncached_first
+            )
         self.ids = _lengths if counted else _token_ids
         self.ids_side = _side_lengths if counted else _side_ids
         self.block_size = config.block_size

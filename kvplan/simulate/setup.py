@@ -319,6 +319,7 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
         continuous_batching=options.continuous_batching,
         async_scheduling=options.async_scheduling,
         reserve_full_isl=_minor(options.vllm_version) >= FULL_ISL_FROM,
+        free_uncached_first=_minor(options.vllm_version) >= UNCACHED_FIRST_FROM,
     )
     longest = -(-max_model_len // block_size)
     # vLLM's start-up check (up to at least 0.19) counts its null block as free
@@ -331,6 +332,7 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
 
 
 FULL_ISL_FROM = (0, 19)  # vLLM's scheduler_reserve_full_isl, on by default
+UNCACHED_FIRST_FROM = (0, 24)  # BlockPool.free_blocks: uncached blocks reused first
 
 
 def _minor(version: str) -> tuple[int, int]:

@@ -24,7 +24,7 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import BatchStepTime
 from kvplan.record import NamedTuple
 from kvplan.simulate.engine import DECODE, Engine, EngineConfig, Req, usable_blocks
-from kvplan.simulate.setup import FULL_ISL_FROM
+from kvplan.simulate.setup import FULL_ISL_FROM, UNCACHED_FIRST_FROM
 from kvplan.simulate.workload import RequestSpec
 
 # vLLM versions whose recorded schedules kvplan's engine is checked against: 0.18 admits a
@@ -147,6 +147,7 @@ def engine_config(scenario: Scenario, vllm_version: str = "0.19") -> EngineConfi
         enable_prefix_caching=scenario.enable_prefix_caching,
         async_scheduling=scenario.async_scheduling,
         reserve_full_isl=vllm_version_tuple(vllm_version) >= FULL_ISL_FROM,
+        free_uncached_first=vllm_version_tuple(vllm_version) >= UNCACHED_FIRST_FROM,
     )
 
 
