@@ -61,7 +61,9 @@ def test_interval_note_names_the_evidence(small_run):
 
 
 def test_evidence_classes():
-    assert intervals.evidence_for(load_profile("h100"), "vllm") == "own"
+    classes = intervals.table()["classes"]
+    own = intervals.evidence_for(load_profile("h100"), "vllm")
+    assert own == ("own/vllm" if "own/vllm" in classes else "own")
     assert intervals.evidence_for(load_profile("h800"), "vllm") == "borrowed"
     assert intervals.evidence_for(load_profile("mi300x"), "vllm") == "datasheet"
 
@@ -89,27 +91,35 @@ def test_stored_classes_and_calibration_runs_are_not_held_out():
 
 def _rows(evidence, values):
     return [
-        {"id": f"{evidence}-{i}", "evidence": evidence,
+        {"id": f"{evidence}-{i}", "evidence": evidence, "groups": {"engine": "vllm"},
          "ratios": {m: v for m in cal.FAMILY_OF_METRIC}}
         for i, v in enumerate(values)
     ]  # fmt: skip
 
 
 def test_width_rule_own_class_and_pooled_widening():
-    own = _rows("own", [-0.2, -0.1, 0.0, 0.1, 0.2, 0.3, 0.4])
-    few = _rows("borrowed", [-1.0, -0.5])
+    own_values = [-0.2, -0.1, 0.0, 0.1, 0.2, 0.3, 0.4]
+    own, few = _rows("own", own_values), _rows("borrowed", [-1.0, -0.5])
     doc = cal.build(own + few)
     entry = doc["classes"]["own"]
-    assert entry["calibrated"]
+    assert entry["calibrated"] and doc["classes"]["own/vllm"]["calibrated"]
     q10, q90 = entry["log_ratio"]["throughput"]
     assert q10 == pytest.approx(-0.14) and q90 == pytest.approx(0.34)
-    for name in ("borrowed", "datasheet", "other-engine"):  # too few: the non-own pool, widened
+    # too few non-own runs to pool (2 < min_runs): every run, widened
+    pool = cal.quantiles([*own_values, -1.0, -0.5])
+    for name in ("borrowed", "datasheet", "other-engine"):
         e = doc["classes"][name]
-        assert not e["calibrated"]
+        assert not e["calibrated"] and f"{name}/vllm" not in doc["classes"]
         lo, hi = e["log_ratio"]["throughput"]
-        pool = cal.quantiles([-1.0, -0.5])
         assert (hi - lo) == pytest.approx(cal.WIDEN * (pool[1] - pool[0]))
         assert (lo + hi) / 2 == pytest.approx((pool[0] + pool[1]) / 2)
+    # enough non-own runs: those alone
+    many = _rows("borrowed", [-1.0, -0.9, -0.8, -0.7, -0.6, -0.5])
+    doc = cal.build(own + many)
+    assert doc["classes"]["borrowed"]["calibrated"]
+    lo, hi = doc["classes"]["datasheet"]["log_ratio"]["throughput"]
+    pool = cal.quantiles([-1.0, -0.9, -0.8, -0.7, -0.6, -0.5])
+    assert (hi - lo) == pytest.approx(cal.WIDEN * (pool[1] - pool[0]))
 
 
 @pytest.mark.parametrize("evidence", CLASSES)
