@@ -75,9 +75,12 @@ def median_errors(cases) -> dict[str, float]:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "engine, limits",
-    # today's medians (docs/simulate.md: 21.1/30.0/25.1% and 20.1/12.1/19.2%) with a little room:
-    # guards against regressions on runs never used to set a constant
-    [("sglang", (0.23, 0.32, 0.27)), ("vllm", (0.21, 0.14, 0.21))],
+    # today's medians with a little room: guards against regressions on runs never used to set
+    # a constant. vLLM 20.1/12.1/19.2%. SGLang 22.7/31.7/35.5% since SGLang runs take SGLang's
+    # own kernel tables (kvplan/data/kernel_tables; they were 21.1/30.0/25.1% on vLLM's): TTFT
+    # regressed on these 14 runs and improved on the cookbook's (84 -> 76%); the kernel data,
+    # not these runs, decided which tables an SGLang run uses
+    [("sglang", (0.23, 0.32, 0.36)), ("vllm", (0.21, 0.14, 0.21))],
 )
 def test_held_out_runs_median_errors(engine, limits):
     cases = load_cases(HELDOUT[engine])
