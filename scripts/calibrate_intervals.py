@@ -122,7 +122,7 @@ def build(rows: list[dict]) -> dict:
     not_own = [r for r in rows if r["evidence"] != "own"]
     for cls in ("own", "other-engine", "borrowed", "datasheet"):
         members = [r for r in rows if r["evidence"] == cls]
-        pool = [r for r in rows if r in not_own or r in members]
+        pool = rows if cls == "own" else not_own  # the non-own runs and the class's own
         classes[cls] = _entry(members, pool if len(pool) >= MIN_RUNS else rows)
         for engine in sorted({r["groups"]["engine"] for r in members}):
             subset = [r for r in members if r["groups"]["engine"] == engine]

@@ -27,7 +27,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from gguf_fixtures import bundled, convert  # noqa: E402
+from gguf_fixtures import add_keys, bundled, convert  # noqa: E402
 
 # Shrunk configs: (name, bundled config, overrides). Widths keep q8_0/q4_0 blocks (32) whole.
 SMALL = {
@@ -147,18 +147,7 @@ def family_keys(family: str) -> tuple[str, dict]:
 def write_model(path: Path, arch: str, keys: dict, tensors: list) -> None:
     """A GGUF with every tensor present (zeros, f32): llama.cpp reads and maps the data."""
     w = gguf.GGUFWriter(path, arch)
-    for key, value in keys.items():
-        full = key if key.split(".")[0] in ("general", "tokenizer") else f"{arch}.{key}"
-        if isinstance(value, bool):
-            w.add_bool(full, value)
-        elif isinstance(value, int):
-            w.add_uint32(full, value)
-        elif isinstance(value, float):
-            w.add_float32(full, value)
-        elif isinstance(value, str):
-            w.add_string(full, value)
-        else:
-            w.add_array(full, list(value))
+    add_keys(w, arch, keys)
     for name, ne in tensors:
         w.add_tensor(name, np.zeros(tuple(reversed(ne)), dtype=np.float32))
     w.write_header_to_file()

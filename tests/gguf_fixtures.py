@@ -48,17 +48,8 @@ def tensor_bytes(type_name: str, values: int) -> int:
     return values // block * size
 
 
-def write_gguf(
-    path: Path,
-    arch: str,
-    keys: dict,
-    tensors: list[tuple[str, tuple[int, ...], str]],
-    *,
-    split_max_tensors: int = 0,
-) -> None:
-    """A header-only GGUF: `keys` are {arch}-relative unless they contain a dot-prefixed
-    namespace (general., tokenizer.); tensors are (name, ne (ne0 first), ggml type name)."""
-    writer = gguf.GGUFWriter(path, arch, split_max_tensors=split_max_tensors)
+def add_keys(writer, arch: str, keys: dict) -> None:
+    """`keys` into a GGUFWriter: {arch}-relative unless namespaced (general., tokenizer.)."""
     for key, value in keys.items():
         full = key if key.split(".")[0] in ("general", "tokenizer") else f"{arch}.{key}"
         if isinstance(value, bool):
@@ -71,6 +62,20 @@ def write_gguf(
             writer.add_string(full, value)
         else:
             writer.add_array(full, list(value))
+
+
+def write_gguf(
+    path: Path,
+    arch: str,
+    keys: dict,
+    tensors: list[tuple[str, tuple[int, ...], str]],
+    *,
+    split_max_tensors: int = 0,
+) -> None:
+    """A header-only GGUF: `keys` are {arch}-relative unless they contain a dot-prefixed
+    namespace (general., tokenizer.); tensors are (name, ne (ne0 first), ggml type name)."""
+    writer = gguf.GGUFWriter(path, arch, split_max_tensors=split_max_tensors)
+    add_keys(writer, arch, keys)
     for name, ne, type_name in tensors:
         values = int(np.prod(ne))
         writer.add_tensor_info(
