@@ -3,6 +3,7 @@
 Nothing here computes; every command has a Python twin in the library (docs/python-api.md). Each
 command lives in its own module, imported only when that command runs (the start-up budget)."""
 
+import functools
 import importlib
 import os
 import sys
@@ -119,13 +120,20 @@ def command_tree():
     return typer.main.get_command(build_app())
 
 
-def _app_for(argv: list[str]) -> typer.Typer:
-    """For `kvplan <command> ...`, an app holding only that command, so typer builds one
-    command's parameters instead of all of them; else the whole app (help, completion)."""
+def _command_for(argv: list[str]):
+    """For `kvplan <command> ...`, the click command of an app holding only that command, so
+    typer builds one command's parameters instead of all of them; else the whole app's (help,
+    completion). Built once per process: a caller that runs several commands in one process
+    (the Python API's users, the tests) does not rebuild typer's parameters for each."""
     completing = any(key.startswith("_KVPLAN_COMPLETE") for key in os.environ)
     if argv and argv[0] in COMMANDS and not completing:
-        return build_app([argv[0]])
-    return build_app()
+        return _built(argv[0])
+    return _built(None)
+
+
+@functools.cache
+def _built(name: str | None):
+    return typer.main.get_command(build_app([name] if name else None))
 
 
 def _usable_streams() -> None:
@@ -149,11 +157,15 @@ def main(argv: list[str] | None = None) -> None:
 
     with signals.handled():
         try:
-            code = _app_for(argv)(args=argv, prog_name="kvplan", standalone_mode=False)
+            code = _command_for(argv).main(args=argv, prog_name="kvplan", standalone_mode=False)
         except signals.Stopped as exc:  # SIGTERM, SIGINT, SIGHUP: everything cleaned up on the way
             _say(f"error: {exc.message}")
             sys.exit(exc.code)
         except KvplanError as exc:  # raised outside a command (option callbacks)
+            stop = signals.stopped()
+            if stop is not None:
+                _say(f"error: {stop.message}")
+                sys.exit(stop.code)
             typer.echo(error_line(exc), err=True)
             sys.exit(2)
         except Exception as exc:
