@@ -311,3 +311,37 @@ def test_two_signals_in_one_long_c_call_stop_as_the_first_that_came():
         for signum, handler in before.items():
             signal.signal(signum, handler)
     assert stopped.value.signum == signal.SIGTERM
+
+
+def test_an_error_that_follows_a_stop_ends_as_the_stop():
+    """A SIGTERM cut an import short under load; a cleanup on the way out imported the module
+    again, got ImportError, and the report ended 'plotting needs matplotlib', exit 2 (seen in a
+    test run at load 7). Once a signal has stopped the run, an error raised after it ends the
+    run as the stop: 'stopped by SIGTERM', exit 143."""
+    from kvplan.cli import signals
+    from kvplan.cli.common import command
+    from kvplan.errors import KvplanError
+
+    @command
+    def cut_short():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(2)  # the handler raises Stopped here
+        except BaseException:  # noqa: S110 (a library's cleanup that loses the stop)
+            pass
+        raise KvplanError("plotting needs matplotlib")
+
+    before = {s: signal.getsignal(s) for s in signals.SIGNALS}
+    try:
+        with pytest.raises(signals.Stopped) as stopped:
+            with signals.handled():
+                cut_short()
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert stopped.value.message == "stopped by SIGTERM"
+    with signals.handled():  # a run that no signal stopped still fails as it always did
+        with pytest.raises(Exception) as failed:
+            command(lambda: (_ for _ in ()).throw(KvplanError("no such model")))()
+    assert getattr(failed.value, "exit_code", None) == 2

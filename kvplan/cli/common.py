@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from kvplan.cli import signals
 from kvplan.errors import KvplanError
 from kvplan.formulas.dtypes import WEIGHT_DTYPE_HELP
 from kvplan.present.escape import error_line, terminal_text
@@ -30,13 +31,17 @@ MAX_TP = 1024
 
 def command(fn):
     """Turn KvplanError into one line on stderr (escaped for a terminal: messages quote file
-    names and contents) and exit code 2."""
+    names and contents) and exit code 2 — unless a signal stopped the run first: then the
+    error is a consequence of the stop, and the run ends as stopped."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except KvplanError as exc:
+            stop = signals.stopped()
+            if stop is not None:  # the error followed a stop (main() says "stopped by ...")
+                raise stop from None
             typer.echo(error_line(exc), err=True)
             raise typer.Exit(2) from None
 

@@ -36,11 +36,19 @@ class Stopped(SystemExit):
 
 
 _stopping = False
+_stopped_by: int | None = None  # the signal that stopped this run
 
 
 def stopping() -> bool:
     """Whether a signal has stopped this run (its handlers then stay as they are to the end)."""
     return _stopping
+
+
+def stopped() -> "Stopped | None":
+    """The stop to report, when a signal has stopped this run: an error that surfaces after it
+    (an import the signal cut short, then retried by a cleanup) is its consequence, not the
+    outcome."""
+    return Stopped(_stopped_by) if _stopping and _stopped_by is not None else None
 
 
 _arrivals: int | None = None  # read end of the wakeup pipe: signal numbers in arrival order
@@ -63,8 +71,10 @@ def _stop(signum, frame) -> None:
     global _stopping
     if _stopping:  # already on the way out: let the cleanup finish
         return
+    global _stopped_by
     _stopping = True
-    raise Stopped(_first_arrived(signum))
+    _stopped_by = _first_arrived(signum)
+    raise Stopped(_stopped_by)
 
 
 class handled:  # noqa: N801 (used as a function: `with handled():`)
@@ -75,8 +85,8 @@ class handled:  # noqa: N801 (used as a function: `with handled():`)
     elsewhere the block changes nothing."""
 
     def __enter__(self) -> None:
-        global _stopping
-        _stopping = False
+        global _stopping, _stopped_by
+        _stopping, _stopped_by = False, None
         self.previous = {}
         for signum in SIGNALS:
             current = signal.getsignal(signum)
