@@ -189,14 +189,21 @@ def test_a_signal_while_the_cli_is_still_importing_is_one_line(tmp_path, signame
 
     signum = getattr(signal, signame)
     seen = set()
-    # a loaded machine stretches both the child's start-up and this process's sleep, so the fixed
-    # delays can all land before kvplan or after it; more rounds until one has landed inside
-    delays = (0.0, 0.01, 0.02, 0.04, 0.08, 0.15) + (0.03, 0.06, 0.1, 0.2) * 5
-    for delay in delays:
-        if 128 + signum in seen and delay == 0.03:
+    # a loaded machine stretches both the child's start-up and this process's sleep, so fixed
+    # delays can all land before kvplan or after it (at load 7 every one of them landed before
+    # its handlers): after the fixed ones, fractions of an unsignalled run timed just now, until
+    # one has landed inside
+    argv = [sys.executable, "-m", "kvplan", "size", "llama-3.1-8b"]
+    started = time.monotonic()
+    subprocess.run(argv, capture_output=True, cwd=tmp_path, timeout=60, check=True)
+    run_s = time.monotonic() - started
+    fixed = (0.0, 0.01, 0.02, 0.04, 0.08, 0.15)
+    delays = fixed + tuple(run_s * f for f in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)) * 3
+    for index, delay in enumerate(delays):
+        if 128 + signum in seen and index >= len(fixed):
             break
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kvplan", "size", "llama-3.1-8b"],
+            argv,
             preexec_fn=default_signals,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
