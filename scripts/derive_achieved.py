@@ -8,7 +8,8 @@ TABLE_GPUS and engine in the data folder (aiconfigurator-core 0.12.0's wheel,
 aiconfigurator_core/systems/data), at the newest version of each table there, with each GPU's
 datasheet rates read from kvplan's own hardware_profiles/<profile>.yaml. The vLLM 0.14.0 files of
 the H100, H200 and A100 SXM came from aiconfigurator@095f58a5, which that wheel does not hold:
-it leaves them as they are.
+it keeps their fractions and writes only their floors (`floors_s`, from the wheel's
+newest vLLM tables of that GPU, with `floors_source`).
 
 The data are NVIDIA aiconfigurator's silicon tables (github.com/ai-dynamo/aiconfigurator,
 aic-core/src/aiconfigurator_core/systems/data/<gpu>/<op>/vllm/<version>/*.parquet, commit
@@ -365,6 +366,8 @@ def allreduce(rows, one_way_bytes_per_s: float, backend: str | None = "vllm_grap
 MOE_FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "int8", "int4_wo": "4bit"}
 GEMM_FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "int8"}
 DATASHEET_FILE = "h100_sxm.vllm.0.14.0.json"  # what a GPU without a table borrows
+# the vLLM 0.14.0 files from aiconfigurator@095f58a5 that --write-tables keeps but for their floors
+KEPT_VLLM_FILES = ("h100_sxm", "h200_sxm", "a100_sxm")
 ENGINE_WORDS = {"vllm": "vLLM", "sglang": "SGLang"}
 NAMES = {"h100_sxm": "H100 SXM", "h200_sxm": "H200 SXM", "a100_sxm": "A100 SXM", "b200_sxm": "B200",
          "b300_sxm": "B300", "gb200": "GB200", "gb300": "GB300", "l40s": "L40S",
@@ -373,6 +376,53 @@ NAMES = {"h100_sxm": "H100 SXM", "h200_sxm": "H200 SXM", "a100_sxm": "A100 SXM",
 
 def _round(pair) -> list:
     return [round(pair[0], 2), round(pair[1], 2)]
+
+
+def small_shape_floors(gemm=None, moe=None, attention=None) -> dict:
+    """The smallest measured time of a kernel of each family at 1-16 tokens (seconds), from a
+    GEMM, fused-MoE and generation-attention table's rows (None or empty: no floor for it).
+    The step model charges every launch of the family at least this (formulas/batch_step.py)."""
+    out = {}
+    for name, rows, tokens in (
+        ("gemm", gemm, "m"),
+        ("moe", moe, "num_tokens"),
+        ("attention", attention, "batch_size"),
+    ):
+        small = [r["latency"] * 1e-3 for r in rows or () if r[tokens] <= 16]
+        if small:
+            out[name] = min(small)
+    return out
+
+
+def floors_for_kept(root: Path, gpu: str) -> tuple[dict, str]:
+    """(floors, provenance) for a kept vLLM 0.14.0 file (aiconfigurator@095f58a5's fractions, not
+    in the wheel): the floors of the wheel's newest vLLM tables of that GPU, the all-reduce floor
+    the file's own call cost."""
+    import json
+
+    doc = json.loads((TABLES / f"{gpu}.vllm.0.14.0.json").read_text())
+    versions = {}
+
+    def rows(op, name):
+        v = newest(root, gpu, op, "vllm", name)
+        if v is None:
+            return None
+        versions[f"{op}/{name}"] = v
+        return table(root, gpu, op, name, v, "vllm")
+
+    floors = small_shape_floors(
+        gemm=rows("gemm", "gemm_perf"),
+        moe=rows("moe", "moe_perf"),
+        attention=rows("attention", "generation_attention_perf"),
+    )
+    floors["allreduce"] = doc["achieved"]["allreduce_call_s"]
+    source = (
+        "aiconfigurator-core 0.12.0 (PyPI wheel), "
+        f"aiconfigurator_core/systems/data/{gpu}/<op>/vllm/<version>; versions per table: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
+        + "; allreduce: this file's allreduce_call_s"
+    )
+    return floors, source
 
 
 def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
@@ -400,26 +450,20 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
         return None
     gemm_rows = [r for r in gemm_rows if r["gemm_dtype"] in GEMM_FORMATS]
     dense = {GEMM_FORMATS[k]: _round(v) for k, v in gemm(gemm_rows, bw, peaks).items()}
-    small = [r["latency"] * 1e-3 for r in gemm_rows if r["m"] <= 16]
-    if small:
-        floors["gemm"] = min(small)
+    floors.update(small_shape_floors(gemm=gemm_rows))
     moe_rows = rows("moe", "moe_perf") or []
     moe_rows = [r for r in moe_rows if r["moe_dtype"] in MOE_FORMATS]
     experts = {MOE_FORMATS[k]: _round(v) for k, v in moe(moe_rows, bw, peaks).items()}
     curve = {
         MOE_FORMATS[k]: [list(p) for p in c] for k, c in moe_curve(moe_rows, bw, peaks).items()
     }
-    small = [r["latency"] * 1e-3 for r in moe_rows if r["num_tokens"] <= 16]
-    if small:
-        floors["moe"] = min(small)
+    floors.update(small_shape_floors(moe=moe_rows))
     ctx, gen = (
         rows("attention", "context_attention_perf"),
         rows("attention", "generation_attention_perf"),
     )
     att = attention(ctx, gen, bw, peaks)["attention"] if ctx and gen else None
-    if gen:
-        small = [r["latency"] * 1e-3 for r in gen if r["batch_size"] <= 16]
-        floors["attention"] = min(small)
+    floors.update(small_shape_floors(attention=gen))
     mctx, mgen = rows("mla", "context_mla_perf"), rows("mla", "generation_mla_perf")
     ml = mla(mctx, mgen, bw, peaks)["mla"] if mctx and mgen else None
     comm = rows("comm", "custom_allreduce_perf")
@@ -490,6 +534,14 @@ def write_tables(root: Path) -> list[Path]:
     import json
 
     written = []
+    for gpu in KEPT_VLLM_FILES:  # their fractions stay; their floors come from the wheel
+        path = TABLES / f"{gpu}.vllm.0.14.0.json"
+        doc = json.loads(path.read_text())
+        floors, source = floors_for_kept(root, gpu)
+        doc["floors_s"] = {k: round(v, 9) for k, v in floors.items()}
+        doc["floors_source"] = source
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        written.append(path)
     for gpu, (_, engines) in TABLE_GPUS.items():
         for engine in engines:
             doc = derive_tables(root, gpu, engine)

@@ -48,12 +48,50 @@ def test_decode_of_one_sequence_term_by_term(llama8):
     assert step.weights_s == pytest.approx(weights / (BW * DENSE_M), rel=1e-9)
     assert step.matmul_s == 0.0  # one token: far below the ridge
     kv_per_token = 32 * 8 * 128 * 2 * 2  # K and V, bf16
-    assert step.kv_read_s == pytest.approx(1000 * kv_per_token / (BW * ATTN_M), rel=1e-9)
+    # reading 1,000 tokens' KV (49 us) is below 32 launches of the smallest decode-attention
+    # kernel the H100's tables measured: the step pays the launches, in attention_s
+    roofline_s = 1000 * kv_per_token / (BW * ATTN_M)
+    floor_s = 32 * ACHIEVED_DATASHEET.floors_s["attention"]
+    assert roofline_s < floor_s
+    assert step.kv_read_s == 0.0
+    assert step.attention_s == pytest.approx(floor_s, rel=1e-9)
+    unfloored = model(llama8, achieved=ACHIEVED_DATASHEET._replace(floors_s={}))
+    one = unfloored.step(BatchShape(1, 1000, (), 1))
+    assert one.kv_read_s == pytest.approx(roofline_s, rel=1e-9)
+    assert one.weights_s == step.weights_s  # 129 GEMM launches x 2.5 us < streaming 16 GB
     assert step.launch_s == pytest.approx(32 * HOST_OVERHEADS.per_layer_s)
     assert step.host_s == pytest.approx(HOST_OVERHEADS.per_step_s + HOST_OVERHEADS.per_request_s)
     assert step.sampler_s == pytest.approx(3 * vocab * 4 / (BW * DENSE_M))
-    gpu = step.weights_s + step.kv_read_s + step.launch_s + step.sampler_s
+    gpu = step.weights_s + step.attention_s + step.launch_s + step.sampler_s
     assert step.total_s == pytest.approx(gpu + step.host_s)
+
+
+def test_small_shape_floors_charge_every_launch_of_a_moe_layer():
+    """DeepSeek-R1 at TP 8, one decode: each kernel family pays at least its floor times the
+    launches of a forward. 61 MLA layers x 5 GEMMs (q_a+kv_a, q_b, the absorbed k and v BMMs, o),
+    3 dense MLPs x 2, 58 MoE layers x (router + shared gate_up and down), the head: 486 GEMMs;
+    58 fused-MoE kernels; 61 attention kernels. Floors of 40 us (GEMM), 90 us (fused MoE) and
+    30 us (attention) are above each roofline here, so the terms are the floors exactly."""
+    spec = load_model("deepseek-r1")
+    h200 = load_profile("h200")
+    floors = {"gemm": 40e-6, "moe": 90e-6, "attention": 30e-6}
+    achieved = ACHIEVED_DATASHEET._replace(floors_s=floors)
+    rates = Rates(h200.memory_bandwidth_bytes_per_s, 989.4e12)
+    fmt = KvFormat("bf16")
+    kw = dict(tp=8, link=h200.interconnect)
+    floored = StepModel(spec, rates, "fp8", fmt, achieved=achieved, **kw)
+    plain = StepModel(spec, rates, "fp8", fmt, achieved=achieved._replace(floors_s={}), **kw)
+    shape = BatchShape(1, 1000, (), 1)
+    step, old = floored.step(shape), plain.step(shape)
+    gemms = 61 * 5 + 3 * 2 + 58 * (1 + 2) + 1
+    dense_s, experts_s = gemms * 40e-6, 58 * 90e-6
+    assert old.weights_s < dense_s  # the rooflines are below the floors: the floors bind
+    assert step.weights_s + step.matmul_s == pytest.approx(dense_s + experts_s, rel=1e-9)
+    assert step.kv_read_s + step.attention_s == pytest.approx(61 * 30e-6, rel=1e-9)
+    assert old.kv_read_s + old.attention_s < 61 * 30e-6
+    # the other terms do not move
+    for term in ("sampler_s", "comm_s", "launch_s", "host_s"):
+        assert getattr(step, term) == getattr(old, term)
 
 
 def test_prefill_chunk_attention_is_the_causal_triangle(llama8):
@@ -213,8 +251,11 @@ def test_dsa_layers_add_vllms_module_difference_from_the_gpus_tables():
     link = h200.interconnect
     fmt = KvFormat("bf16")
     rates = Rates(h200.memory_bandwidth_bytes_per_s, 989.4e12)
-    plain = StepModel(spec, rates, "fp8", fmt, tp=8, link=link)
-    dsa = StepModel(spec, rates, "fp8", fmt, tp=8, link=link, dsa_delta_us=dsa_tables_for(h200))
+    bare = ACHIEVED_DATASHEET._replace(floors_s={})  # the module's delta, not the floors
+    plain = StepModel(spec, rates, "fp8", fmt, tp=8, link=link, achieved=bare)
+    dsa = StepModel(
+        spec, rates, "fp8", fmt, tp=8, link=link, achieved=bare, dsa_delta_us=dsa_tables_for(h200)
+    )
     assert plain.dsa is None and dsa.dsa.heads == 16 and dsa.dsa.layers == spec.num_layers
     cell_us = grids.delta_us[("decode", 16, "bfloat16")][grids.batches["decode"].index(16)][
         grids.lengths["decode"].index(512)
@@ -311,3 +352,16 @@ def test_the_layer_groups_are_computed_once_per_model(llama8, monkeypatch):
     model(llama8, tp=2)
     model(llama8, tp=2)
     assert calls == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "dtype, key",
+    [("int4-g32-sym", "4bit"), ("int4-g128", "4bit"), ("int4", "4bit"), ("mxfp4", "4bit"),
+     ("fp8", "fp8"), ("fp8-tensor", "int8"), ("nvfp4", "bf16")],
+)  # fmt: skip
+def test_quantized_experts_run_on_their_formats_kernels(dtype, key):
+    """A resolved weights dtype with a group size (Kimi-K2.5's int4-g32-sym experts) times its
+    experts on the tables' curve of its kernel family, not on the bf16 one."""
+    spec = load_model("qwen3-30b-a3b")
+    m = StepModel(spec, Rates(BW, PEAK), dtype, KvFormat("bf16"))
+    assert m.expert_curve == ACHIEVED_DATASHEET.experts_curve.get(key)  # int8: a pair, no curve

@@ -4,9 +4,11 @@ A serving engine (vLLM V1, SGLang) runs every scheduled token of a step in one f
 step's time is a sum of operator rooflines over the whole batch, not a prefill time plus a decode
 time. Per GPU, for a step of T tokens (decodes plus prefill-chunk tokens):
 
-    t_gpu  = dense GEMMs    max(dense weights / BW·f_m, 2·P_dense·T / peak·f_c)   weights once
-           + expert GEMMs   max(experts touched by T tokens / BW·f_m, 2·P_experts,active·T / ..)
-           + decode attention     Σ_groups max(Σ_i KV(s_i) / BW·f_m, attention FLOPs / peak·f_c)
+    t_gpu  = dense GEMMs    max(dense weights / BW·f_m, 2·P_dense·T / peak·f_c, n_gemm·floor)
+           + expert GEMMs   max(experts touched by T tokens / BW·f_m, 2·P_experts,active·T / ..,
+                                L_moe·floor)
+           + decode attention     max(Σ_groups max(Σ_i KV(s_i) / BW·f_m, attention FLOPs / ..),
+                                      L_attention·floor)
            + prefill attention    Σ_chunks max(cached + chunk KV / BW·f_m, causal FLOPs / peak·f_c)
            + sampler              sequences x vocab x fp32 logit copies / BW·f_m
            + TP all-reduces       2 per layer over T x hidden activations (comm)
@@ -15,7 +17,12 @@ time. Per GPU, for a step of T tokens (decodes plus prefill-chunk tokens):
     t_step = t_gpu + t_host (synchronous scheduling) or max(t_gpu, t_host) (async scheduling)
 
 Each f is the fraction of the datasheet rate vLLM's kernel for that operation reaches
-(kvplan/data/kernel_tables, medians of measured kernels, per GPU and engine). With pipeline parallelism the batch is cut into
+(kvplan/data/kernel_tables, medians of measured kernels, per GPU and engine). Below some size a
+kernel takes a fixed time whatever its shape: each family's term is at least its launches in a
+forward times the smallest kernel of that family the GPU's tables measured (`_Floors`), so the
+fixed cost of a layer scales with what it launches (a MoE layer at TP 8 launches a router, a
+fused MoE, shared-expert GEMMs, MLA's five GEMMs and an attention kernel, each a few to tens of
+microseconds at one token). With pipeline parallelism the batch is cut into
 m = min(pp, sequences) micro-batches and a step takes (m + pp − 1) stage times
 (`comm.pipeline_bubble_fraction`). The FLOP and byte counts come from `flops`, `weights`, `kv` and
 `comm`; each roofline is `step_time.time_floor_s`.
@@ -84,9 +91,19 @@ def measured_achieved(achieved: Achieved = ACHIEVED_DATASHEET) -> Achieved:
 
 
 def _format_key(weights_dtype: str) -> str:
-    if weights_dtype in ("fp8", "int8"):
-        return weights_dtype
-    return "4bit" if weights_dtype in ("int4", "mxfp4") else "bf16"
+    """The kernel tables' format key of a resolved weights dtype (formulas.dtypes.weight_format
+    names): fp8 (block scales) -> "fp8"; per-tensor fp8 and int8 -> "int8" (the tables' fp8 rows
+    without block scales, derive_achieved.GEMM_FORMATS); int4 at any group size (GPTQ, AWQ,
+    compressed-tensors' int4-g32-sym: vLLM's W4A16 kernels) and mxfp4 -> "4bit"; the rest
+    (bf16, fp16, nvfp4: no such tables) -> "bf16"."""
+    key = str(weights_dtype).lower()
+    if key == "fp8":
+        return "fp8"
+    if key == "fp8-tensor" or key == "int8" or key.startswith("int8-"):
+        return "int8"
+    if key == "mxfp4" or key == "int4" or key.startswith("int4-"):
+        return "4bit"
+    return "bf16"
 
 
 class HostOverheads(NamedTuple):
@@ -175,7 +192,7 @@ class StepModel:
         self.cuda_graph_max_tokens = cuda_graph_max_tokens
         bw, bf16 = rates.bandwidth_bytes_per_s, rates.peak_flop_per_s
         key = _format_key(weights_dtype)
-        gemm_peak = (fp8_flop_per_s or bf16) if weights_dtype in ("fp8", "int8") else bf16
+        gemm_peak = (fp8_flop_per_s or bf16) if key in ("fp8", "int8") else bf16
         # 4-bit formats' dense layers: int4 runs dequantizing kernels near the bf16 ones; mxfp4
         # quantizes only the experts (the rest stays in the model dtype)
         dense = achieved.dense.get(key, achieved.dense["bf16"])
@@ -204,6 +221,7 @@ class StepModel:
             self.head_flop_per_sample
         )
         self.expert_flop_per_token = 2 * (matmul_params(spec) - matmul_params(self.dense_spec)) / tp
+        self.floors = _Floors.of(spec, achieved.floors_s)
         self.dsa = _DsaModule.of(spec, fmt, tp, dsa_delta_us)
         # the DSA module's tables time the indexer's key cache: not read again in the MLA base
         self.groups = _groups(spec, fmt, tp, indexer_keys=self.dsa is None)
@@ -258,7 +276,8 @@ class StepModel:
             delta = self.dsa.delta_s("decode", num_decodes, mean)
             seconds = maximum(0.0, seconds + delta)
             memory = maximum(0.0, memory + delta)
-        return seconds, memory
+        # each attention layer launches its kernel: at least the smallest one measured
+        return maximum(seconds, self.floors.attention_s), memory
 
     def prefill_attention_s(self, new_tokens: int, cached_tokens: int) -> float:
         """Seconds of one prefill chunk's causal attention over the cached tokens and itself
@@ -290,13 +309,14 @@ class StepModel:
             if self.expert_curve
             else 1.0
         )
-        for num_bytes, flops, rates, slowdown in (
-            (dense_bytes, dense_flops, self.dense_rates, 1.0),
-            (expert_bytes, expert_flops, self.expert_rates, expert_slowdown),
+        for num_bytes, flops, rates, slowdown, floor_s in (
+            (dense_bytes, dense_flops, self.dense_rates, 1.0, self.floors.dense_s),
+            (expert_bytes, expert_flops, self.expert_rates, expert_slowdown, self.floors.experts_s),
         ):
             if not num_bytes and not flops:
                 continue
-            seconds = time_floor_s(num_bytes, flops, rates) * slowdown
+            # every GEMM launched takes at least the smallest GEMM (fused MoE) measured
+            seconds = max(time_floor_s(num_bytes, flops, rates) * slowdown, floor_s)
             if bound(num_bytes, flops, rates) == "memory":
                 weights_s += seconds
             else:
@@ -345,6 +365,8 @@ class StepModel:
             count = len(shape.prefill_chunks)
             mean_chunk = sum(n for n, _ in shape.prefill_chunks) / count
             prefill_s = max(0.0, prefill_s + self.dsa.delta_s("prefill", count, mean_chunk))
+        if shape.prefill_chunks and not shape.num_decodes:  # the decodes' floor covers a mix
+            prefill_s = max(prefill_s, self.floors.attention_s)
         per_layer = (
             self.host.per_layer_s
             if num_tokens <= self.cuda_graph_max_tokens
@@ -421,6 +443,55 @@ class StepModel:
             )
 
         return times, kept
+
+
+class _Floors(NamedTuple):
+    """What a step's kernels take at least, whatever their shape (seconds per forward over all
+    layers): each launch of a family at the smallest time the GPU's tables measured for it at
+    1-16 tokens (Achieved.floors_s; scripts/derive_achieved.py), times the launches of a forward
+    as vLLM's model code makes them. A roofline term below its floor is charged the floor: at
+    small batch the kernels of a large MoE layer at TP 8 run far below either roof.
+
+        dense GEMMs    per attention layer 2 (qkv, o) or, MLA, 5 (q_a+kv_a, q_b, the absorbed
+                       k and v BMMs, o); per linear-attention layer 2 (in, out projections);
+                       per dense MLP 2 (gate_up, down); per MoE layer 1 (router) + 2 per shared
+                       expert block; 1 for the head
+        fused MoE      1 per MoE layer
+        attention      1 per attention layer (one kernel for the step's decodes and chunks)
+
+    All-reduces are floored already: comm_s charges each call the tables' smallest message."""
+
+    dense_s: float = 0.0
+    experts_s: float = 0.0
+    attention_s: float = 0.0
+
+    @classmethod
+    def of(cls, spec: ModelSpec, floors_s: dict) -> _Floors:
+        if not floors_s:
+            return cls()
+        launches = gemm_launches(spec)
+        attention_layers = sum(1 for layer in spec.layers if layer.attention is not None)
+        moe_layers = spec.moe.num_layers if spec.moe else 0
+        return cls(
+            dense_s=launches * floors_s.get("gemm", 0.0),
+            experts_s=moe_layers * floors_s.get("moe", 0.0),
+            attention_s=attention_layers * floors_s.get("attention", 0.0),
+        )
+
+
+def gemm_launches(spec: ModelSpec) -> int:
+    """Dense GEMM kernels one forward launches (the head included; see _Floors)."""
+    launches = 1  # the head
+    for layer in spec.layers:
+        attn = layer.attention
+        if attn is not None:
+            launches += 5 if attn.kind is CacheKind.MLA else 2
+        elif layer.state is not None:
+            launches += 2
+    moe_layers = spec.moe.num_layers if spec.moe else 0
+    shared = 2 if spec.moe and spec.moe.shared_intermediate_size else 0
+    launches += 2 * (spec.num_layers - moe_layers) + moe_layers * (1 + shared)
+    return launches
 
 
 # A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred

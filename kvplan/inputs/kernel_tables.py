@@ -2,7 +2,7 @@
 
 kvplan/data/kernel_tables/<gpu>.<engine>.<version>.json each hold what `Achieved` holds (the
 fractions of the datasheet rates an engine's kernels reach, the fused-MoE curve, the all-reduce
-call cost) and, where measured, the DSA-minus-MLA module grids, with their provenance
+call cost, the small-shape floor of each kernel family) and, where measured, the DSA-minus-MLA module grids, with their provenance
 (`source`, `derived_by`: scripts/derive_achieved.py --write-tables). host_overheads.json holds
 the per-step, per-request and per-layer host costs.
 
@@ -52,6 +52,9 @@ class Achieved(NamedTuple):
     # compute plateau (0.2-0.3 of peak) only from ~256.
     experts_curve: dict
     source: str  # the tables it was derived from
+    # op family (gemm, moe, attention, allreduce) -> the smallest time a kernel of it took at 1-16
+    # tokens (seconds): the step model charges each launch at least this; {}: none measured
+    floors_s: dict = {}
 
 
 class DsaGrids(NamedTuple):
@@ -77,7 +80,11 @@ class KernelTables(NamedTuple):
     engine: str  # the engine the tables measured
     engine_version: str
     asked_version: str | None  # the version asked for (None: the newest there is)
-    floors_s: dict  # op family -> the smallest kernel time measured (seconds); {} if none
+
+    @property
+    def floors_s(self) -> dict:
+        """op family -> the smallest kernel time measured (seconds; Achieved.floors_s)."""
+        return self.achieved.floors_s
 
     @property
     def label(self) -> str:
@@ -141,6 +148,7 @@ def _achieved(gpu: str, engine: str, version: str) -> Achieved:
             k: tuple(tuple(p) for p in curve) for k, curve in a["experts_curve"].items()
         },
         source=doc["name"],
+        floors_s=dict(doc.get("floors_s") or {}),
     )
 
 
@@ -233,7 +241,6 @@ def tables_for(profile, engine: str = "vllm", engine_version: str | None = None)
         engine=use,
         engine_version=version,
         asked_version=engine_version,
-        floors_s=dict(doc.get("floors_s") or {}),
     )
 
 
