@@ -909,6 +909,8 @@ class Engine:
             self._finish(r, r.last_step)
             r.last_client_s = self.client_s
             finished.append(r)
+        if finished:  # a step's record counts the requests left after its finishes (_record)
+            log.running[-1] = len(self.running)
         return finished
 
 
