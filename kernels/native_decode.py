@@ -1,7 +1,9 @@
 """The native CPU paged decode kernel: kernels/paged_decode_cpu.c, compiled on first use.
 
 The source ships inside the package. On the first call it is compiled with the system C compiler
-(`cc -O3 -march=native -fopenmp -shared -fPIC`; `CC` overrides the compiler) into a per-user
+(`cc -O3 -march=native -fopenmp-simd -pthread -shared -fPIC`; `CC` overrides the compiler: the
+threads are the kernel's own pthread pool, OpenMP gives only its `simd` loops, so the library
+needs no OpenMP runtime beside torch's) into a per-user
 cache, `$KVPLAN_CACHE/native` (default `~/.cache/kvplan/native`), under a name keyed by the
 source, the flags and this CPU's feature flags (`-march=native` code is not portable), written
 atomically so that concurrent first calls cannot load half a file. The library is called through
@@ -64,9 +66,9 @@ def status() -> NativeStatus:
             path = _build()
             _LIBRARY = _load(path)
             _STATE = NativeStatus(True, "", str(path))
-        except _BuildError as error:
+        except (_BuildError, OSError) as error:  # OSError: the source missing from the install
             _STATE = NativeStatus(False, str(error))
-            LOG.warning("native paged decode unavailable, using the torch path: %s", error)
+            LOG.warning("native CPU paged decode unavailable (the torch path runs): %s", error)
     return _STATE
 
 

@@ -312,7 +312,8 @@ static void run_items(const Job *job, uint32_t generation) {
     for (;;) {
         uint64_t state = atomic_load(&claim);
         do {
-            if ((uint32_t)(state >> 32) != generation || (int64_t)(state & 0xffffffffu) >= job->items)
+            int64_t next = (int64_t)(state & 0xffffffffu);
+            if ((uint32_t)(state >> 32) != generation || next >= job->items)
                 return;
         } while (!atomic_compare_exchange_weak(&claim, &state, state + 1));
         run_item(job, (int64_t)(state & 0xffffffffu));
@@ -335,12 +336,24 @@ static void *helper_main(void *unused) {
     return NULL;
 }
 
+/* A forked child has the pool's state but none of its threads: it starts its own. */
+static void pool_after_fork(void) {
+    pthread_mutex_init(&call_lock, NULL);
+    pthread_mutex_init(&pool_lock, NULL);
+    pthread_cond_init(&pool_wake, NULL);
+    pool_helpers = 0;
+}
+
+static void pool_register_fork(void) { pthread_atfork(NULL, NULL, pool_after_fork); }
+
 static void run_job(const Job *job, int num_threads) {
     if (num_threads <= 1 || job->items <= 1) {
         for (int64_t item = 0; item < job->items; item++)
             run_item(job, item);
         return;
     }
+    static pthread_once_t fork_handler = PTHREAD_ONCE_INIT;
+    pthread_once(&fork_handler, pool_register_fork);
     pthread_mutex_lock(&pool_lock);
     uint32_t generation = ++pool_generation;
     if (generation == 0) /* wrapped: 0 is what a new helper has "seen" */

@@ -4,6 +4,8 @@ awkward sizes; its build cache, its fallback without a compiler, and the environ
 from __future__ import annotations
 
 import logging
+import os
+import time
 
 import pytest
 
@@ -236,3 +238,25 @@ def test_the_wheel_ships_the_kernel_source():
     assert '"*.c"' in line.partition("#")[0]
     source = resources.files("kvplan.kernels").joinpath(native_decode.SOURCE_NAME)
     assert b"int paged_decode_cpu(" in source.read_bytes()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_starts_its_own_threads(threads):
+    """The parent's helper threads do not exist in a child (a data loader's worker, a server's
+    fork): the child must neither hang on them nor get another answer."""
+    _require_native()
+    threads(2)
+    q, kc, vc, table, lens, _ = make_case([3000, 700], 2, 4, 64, 16, seed=3)
+    want = paged_decode_attention(q, kc, vc, table, lens, impl="native")  # the pool starts
+    pid = os.fork()
+    if pid == 0:
+        got = paged_decode_attention(q, kc, vc, table, lens, impl="native")
+        os._exit(0 if torch.equal(got, want) else 1)
+    deadline = time.monotonic() + 60
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
