@@ -124,8 +124,9 @@ def _build() -> Path:
             raise _BuildError(f"{' '.join(command)}: {error}") from error
     if proc.returncode != 0:
         os.unlink(staged)
-        detail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise _BuildError(f"{compiler} failed ({proc.returncode}): {' | '.join(detail[-3:])}")
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        errors = [line for line in lines if "error" in line] or lines[-3:]
+        raise _BuildError(f"{compiler} failed ({proc.returncode}): {' | '.join(errors[:3])}")
     os.replace(staged, target)
     return target
 
