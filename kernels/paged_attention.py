@@ -24,7 +24,12 @@ CHUNK_BYTES = 2 << 20  # gathered K per chunk: fits a 2 MB L2 (measured best on 
 
 
 def available_impls() -> list[str]:
+    """The implementations this machine can run (listing "native" builds it on first call)."""
+    from kvplan.kernels import native_decode
+
     impls = ["reference", "torch"]
+    if native_decode.status().available:
+        impls.append("native")
     if torch.cuda.is_available():
         try:
             import triton  # noqa: F401
@@ -285,8 +290,10 @@ def paged_decode_attention(
     host, as a scheduler knows it) spares the device->host read of the lengths: with it a CUDA
     call never synchronises.
 
-    impl: "reference" (the oracle), "torch" (chunked, any device), "triton" (CUDA split-KV
-    kernel; CPU under TRITON_INTERPRET=1), or "auto" (triton on CUDA when available, else torch)."""
+    impl: "reference" (the oracle), "torch" (chunked, any device), "native" (the C kernel reading
+    the blocks in place on a CPU; fp32/bf16/fp16 caches), "triton" (CUDA split-KV kernel; CPU
+    under TRITON_INTERPRET=1), or "auto": triton on CUDA when available; on a CPU native when it
+    built and takes the inputs (not quantized caches, not KVPLAN_NATIVE_DECODE=0); else torch."""
     kwargs = dict(
         scale=scale,
         sliding_window=sliding_window,
@@ -299,7 +306,7 @@ def paged_decode_attention(
     if max_seq_len is not None and max_seq_len < 0:
         raise ValueError("max_seq_len must be >= 0")
     if impl == "auto":
-        impl = "triton" if query.is_cuda and "triton" in available_impls() else "torch"
+        impl = _auto_impl(query, key_cache, value_cache, k_scale, v_scale)
     if impl == "reference":
         return reference_decode_attention(
             query, key_cache, value_cache, block_table, seq_lens, **kwargs
@@ -308,6 +315,8 @@ def paged_decode_attention(
         return torch_decode_attention(
             query, key_cache, value_cache, block_table, seq_lens, **kwargs
         )
+    if impl == "native":
+        return _native(query, key_cache, value_cache, block_table, seq_lens, **kwargs)
     if impl == "triton":
         from kvplan.kernels.triton_decode import triton_decode_attention
 
@@ -315,6 +324,53 @@ def paged_decode_attention(
             query, key_cache, value_cache, block_table, seq_lens, **kwargs
         )
     raise ValueError(f"unknown impl {impl!r}; choose from auto, {', '.join(available_impls())}")
+
+
+def _auto_impl(query, key_cache, value_cache, k_scale, v_scale) -> str:
+    if query.is_cuda:
+        return "triton" if "triton" in available_impls() else "torch"
+    from kvplan.kernels import native_decode
+
+    if native_decode.unsupported(query, key_cache, value_cache, k_scale, v_scale) is None:
+        if native_decode.status().available:
+            return "native"
+    return "torch"
+
+
+def _native(
+    query,
+    key_cache,
+    value_cache,
+    block_table,
+    seq_lens,
+    *,
+    scale,
+    sliding_window,
+    k_scale,
+    v_scale,
+    max_seq_len,
+):
+    from kvplan.kernels import native_decode
+
+    reason = native_decode.unsupported(query, key_cache, value_cache, k_scale, v_scale)
+    if reason is not None:
+        raise ValueError(f"impl='native' cannot take {reason}; use impl='torch'")
+    batch, _, num_kv_heads, head_dim = check_inputs(
+        query, key_cache, value_cache, block_table, seq_lens, max_seq_len
+    )
+    out = native_decode.native_decode_attention(
+        query,
+        key_cache,
+        value_cache,
+        block_table,
+        seq_lens,
+        batch=batch,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        scale=scale if scale is not None else 1.0 / math.sqrt(head_dim),
+        sliding_window=sliding_window,
+    )
+    return out.to(query.dtype)
 
 
 def write_kv(

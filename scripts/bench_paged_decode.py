@@ -2,8 +2,8 @@
 
     python scripts/bench_paged_decode.py [--device cpu|cuda] [--dtype fp32] [--threads 1]
 
-For each shape, in interleaved rounds (shared machines drift): the paged kernel (torch path on a
-CPU, Triton on CUDA) over shuffled blocks; grouped-query SDPA on the same K/V stored contiguously,
+For each shape, in interleaved rounds (shared machines drift): the paged kernels over shuffled
+blocks (on a CPU the torch path and the native C kernel, when it builds; Triton on CUDA); grouped-query SDPA on the same K/V stored contiguously,
 in its fastest form (the G query heads of a KV head folded into the query length, one GEMM per KV
 head: no mask is needed for one new token) and with enable_gqa; a device copy of the KV bytes. The
 ceiling first (the copy), then each kernel's KV GB/s and its ratio to the fastest contiguous one.
@@ -20,7 +20,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from kvplan.kernels import paged_decode_attention
+from kvplan.kernels import available_impls, paged_decode_attention
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # (batch, context): batch 1 is where a kernel must split the KV to use the device
@@ -42,14 +42,20 @@ def cases(batch, context, heads, kv_heads, head_dim, block_size, dtype, device):
     kv_bytes = 2 * k.numel() * k.element_size()
     src = torch.empty(kv_bytes // 4, device=device).normal_()
     dst = torch.empty_like(src)
-    impl = "triton" if device == "cuda" else "torch"
-    return kv_bytes, {
+    impls = ["triton"] if device == "cuda" else ["torch"]
+    if device == "cpu" and "native" in available_impls():
+        impls.append("native")
+    paged = {
         f"paged_{impl}": (
-            lambda: paged_decode_attention(
+            lambda impl=impl: paged_decode_attention(
                 query, key_cache, value_cache, table, lens, max_seq_len=context, impl=impl
             ),
             kv_bytes,
-        ),
+        )
+        for impl in impls
+    }
+    return kv_bytes, {
+        **paged,
         "sdpa_grouped_folded": (lambda: F.scaled_dot_product_attention(folded, k, v), kv_bytes),
         "sdpa_enable_gqa": (
             lambda: F.scaled_dot_product_attention(
@@ -129,8 +135,11 @@ def main() -> None:
         contiguous = min(
             rows["sdpa_grouped_folded"]["median_ms"], rows["sdpa_enable_gqa"]["median_ms"]
         )
-        paged = next(name for name in rows if name.startswith("paged_"))
-        ratio = contiguous / rows[paged]["median_ms"]
+        ratios = {
+            name: contiguous / row["median_ms"]
+            for name, row in rows.items()
+            if name[:6] == "paged_"
+        }
         print(
             f"batch {batch}, context {context}: KV {kv_bytes / 1e6:,.1f} MB; copy "
             f"{rows['copy_read_plus_write']['gb_per_s']:.1f} GB/s (read + write, the ceiling)"
@@ -138,14 +147,15 @@ def main() -> None:
         for name, row in rows.items():
             if name != "copy_read_plus_write":
                 print(f"  {name:22s} {row['median_ms']:9.3f} ms  {row['gb_per_s']:7.2f} GB/s of KV")
-        print(f"  paged / fastest contiguous speed: {ratio:.2f}x")
+        for name, ratio in ratios.items():
+            print(f"  {name} / fastest contiguous speed: {ratio:.2f}x")
         report.append(
             {
                 "batch": batch,
                 "context": context,
                 "kv_bytes": kv_bytes,
                 **rows,
-                "paged_vs_fastest_contiguous": ratio,
+                "paged_vs_fastest_contiguous": ratios,
             }
         )
     if args.json:
