@@ -266,8 +266,14 @@ class BlockManagerMachine(RuleBasedStateMachine):
             assert copies and all(self.m.blocks[b].hash == h for b in copies)
 
 
+# the default run's share of the machine (about 2 s); the slow run walks six times as many, longer
 TestBlockManagerMachine = BlockManagerMachine.TestCase
-TestBlockManagerMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestBlockManagerMachine.settings = settings(max_examples=50, stateful_step_count=40, deadline=None)
+
+
+class TestBlockManagerMachineLong(BlockManagerMachine.TestCase):
+    pytestmark = pytest.mark.slow
+    settings = settings(max_examples=300, stateful_step_count=50, deadline=None)
 
 
 def test_blocks_to_allocate_counts_cached_blocks_in_the_free_queue():
