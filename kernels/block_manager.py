@@ -147,12 +147,13 @@ class BlockManager:
         seq_id,
         token_ids: list[int],
         extra_key: bytes = b"",
-        hit: tuple[int, int] | None = None,
+        hit: tuple | None = None,
     ) -> int:
         """Give a new sequence blocks for `token_ids`; returns the tokens found in the prefix cache
-        (their KV need not be computed). `hit` = (first, end): take only the cached blocks
-        [first, end) of the prefix (a window's hit, `window_hit`, or a hit cut short to what
-        every group of a hybrid model hits), the `first` before them as dropped (None)."""
+        (their KV need not be computed). `hit` = (first, cached blocks): take those blocks as the
+        prefix's blocks first, first + 1, ... (a window's hit, `window_hit`, or `prefix_blocks`
+        cut short to what every group of a hybrid model hits), the `first` before them as
+        dropped (None); found moments before, they are not looked up again."""
         return self.allocate_groups([(seq_id, token_ids, extra_key, hit)])[0]
 
     def allocate_groups(self, entries: list[tuple]) -> list[int]:
@@ -197,25 +198,22 @@ class BlockManager:
             return 0, []
         if hit is None:
             return 0, self._prefix_hits(token_ids, extra_key)
-        first, end = hit
-        if end <= 0:
-            return 0, []
-        cached = self._cached_blocks(token_ids[: end * self.block_size], extra_key)
-        if any(b is None for b in cached[first:end]) or len(cached) < end:
-            raise ValueError(f"blocks {first} to {end} are not all cached")
-        return first, cached[first:end]
+        first, blocks = hit
+        return (first, list(blocks)) if blocks else (0, [])
 
-    def _cached_blocks(self, token_ids: list[int], extra_key: bytes) -> list[int | None]:
-        """For each full block of `token_ids`, a cached block holding it, or None."""
-        found_blocks: list[int | None] = []
-        parent = NONE_HASH
-        size = self.block_size
-        for start in range(0, len(token_ids) - size + 1, size):
+    def prefix_blocks(self, token_ids: list[int], extra_key: bytes = b"") -> list[int]:
+        """The cached blocks of the longest cached prefix (within the first len - 1 tokens)."""
+        return self._prefix_hits(token_ids, extra_key) if self.enable_prefix_caching else []
+
+    def _chain(self, token_ids: list[int], extra_key: bytes, num_blocks: int) -> list[tuple]:
+        """(hash, tokens, parent hash) of each of the first `num_blocks` full blocks."""
+        chain, parent, size = [], NONE_HASH, self.block_size
+        for start in range(0, min(num_blocks * size, len(token_ids) - size + 1), size):
             chunk = tuple(token_ids[start : start + size])
             h = block_hash(parent, chunk, extra_key)
-            found_blocks.append(self._find(h, chunk, parent, extra_key))
+            chain.append((h, chunk, parent))
             parent = h
-        return found_blocks
+        return chain
 
     def _find(self, h: bytes, chunk: tuple, parent: bytes, extra_key: bytes) -> int | None:
         return next(
@@ -231,28 +229,29 @@ class BlockManager:
 
     def window_hit(
         self, token_ids: list[int], window_blocks: int, extra_key: bytes = b"", max_blocks=None
-    ) -> tuple[int, int]:
+    ) -> tuple[int, list[int]]:
         """A sliding-window sequence's prefix hit as vLLM's SlidingWindowManager finds it:
         searching back from the prefix's last block (at most `max_blocks`, within the first
-        len - 1 tokens), the last run of `window_blocks` cached blocks, ending at block `end`,
-        is a hit of `end` blocks that needs only that run; without one, the run of cached blocks
-        the prefix starts with. Returns (first, end): the blocks before `first` are dropped."""
+        len - 1 tokens), the last run of `window_blocks` cached blocks is a hit up to its end
+        that needs only that run; without one, the run of cached blocks the prefix starts with.
+        Returns (first, the run's blocks): the blocks before `first` are dropped."""
         if not self.enable_prefix_caching or not token_ids:
-            return 0, 0
+            return 0, []
         usable = len(token_ids) - 1
         limit = usable // self.block_size
         if max_blocks is not None:
             limit = min(limit, max_blocks)
-        cached = self._cached_blocks(token_ids[: limit * self.block_size], extra_key)
-        run = 0
-        for index in range(limit - 1, -1, -1):
-            if cached[index] is None:
-                run = 0
+        chain = self._chain(token_ids, extra_key, limit)
+        run: list[int] = []  # the run's blocks, last first
+        for index in range(len(chain) - 1, -1, -1):
+            found = self._find(*chain[index], extra_key)
+            if found is None:
+                run = []
                 continue
-            run += 1
-            if run >= window_blocks:
-                return index, index + run
-        return 0, run
+            run.append(found)
+            if len(run) >= window_blocks:
+                return index, run[::-1]
+        return 0, run[::-1]
 
     def cache_blocks(self, seq_id, num_tokens: int) -> None:
         """Enter the full blocks among the sequence's first `num_tokens` tokens into the prefix
@@ -284,7 +283,7 @@ class BlockManager:
         return hits
 
     def blocks_to_allocate(
-        self, token_ids: list[int], extra_key: bytes = b"", hit: tuple[int, int] | None = None
+        self, token_ids: list[int], extra_key: bytes = b"", hit: tuple | None = None
     ) -> int:
         """Free blocks a new sequence of `token_ids` would take: its blocks past the cached
         prefix, plus the cached prefix blocks that sit in the free queue (vLLM's

@@ -80,8 +80,9 @@ def test_dropped_blocks_are_freed_last_first_and_stay_findable():
     bm.free("a")
     assert bm.num_free_blocks == 20
     # window of 9 tokens: cdiv(8, 4) = 2 blocks before the hit's end must be cached
-    assert bm.window_hit(tokens + [22, 23, 24, 25], 2, b"w") == (4, 6)
-    assert bm.window_hit(tokens + [22, 23, 24, 25], 2, b"other") == (0, 0)
+    first, run = bm.window_hit(tokens + [22, 23, 24, 25], 2, b"w")
+    assert (first, len(run)) == (4, 2)  # blocks 4 and 5: a hit of 6 blocks
+    assert bm.window_hit(tokens + [22, 23, 24, 25], 2, b"other") == (0, [])
     assert bm.cached_prefix_tokens(tokens, b"w") == 20  # all 5 prompt blocks still cached
 
 
@@ -104,13 +105,17 @@ def test_a_hybrid_hit_needs_the_window_blocks_before_its_end():
     engine.bm.drop_leading_blocks("window", 10)  # dropped: still cached, evictable
     for block_id in engine.bm.block_table("window")[:10]:
         assert block_id is None
-    end, spans = engine._hybrid_hit(ids)
-    assert (end, spans) == (12, [(8, 12)])  # blocks 8-11 are still cached
+
+    def hit(ids):
+        full, spans = engine._hybrid_hit(ids)
+        return len(full), [(first, first + len(blocks)) for first, blocks in spans]
+
+    assert hit(ids) == (12, [(8, 12)])  # blocks 8-11 are still cached
     engine.bm.uncache_block("window", 10)  # the run before it: dropped blocks 6-9
-    assert engine._hybrid_hit(ids) == (10, [(6, 10)])
+    assert hit(ids) == (10, [(6, 10)])
     free = engine.bm.num_free_blocks
     engine.bm.allocate("filler", list(range(free * BLOCK)))  # evicts every dropped block
-    assert engine._hybrid_hit(ids) == (0, [(0, 0)])  # block 11 alone is no run of 4
+    assert hit(ids) == (0, [(0, 0)])  # block 11 alone is no run of 4
 
 
 def test_the_pool_demand_counts_a_prefill_chunk_in_the_window_group():

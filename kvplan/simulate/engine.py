@@ -136,7 +136,10 @@ class CountingPool:
         return dropped
 
     def window_hit(self, token_ids, window_blocks: int, extra_key=b"", max_blocks=None):
-        return 0, 0
+        return 0, []
+
+    def prefix_blocks(self, token_ids, extra_key: bytes = b"") -> list:
+        return []
 
     def cache_blocks(self, seq_id, num_tokens: int) -> None:
         return None
@@ -341,6 +344,9 @@ class Engine:
         self.num_decodes = 0
         self.context_sum = 0  # tokens the decodes attend in the current step
         self.blocked = False  # the queue's head found no blocks and nothing was freed since
+        # the free blocks the blocked head asked for (0: unknown): a window's drop that leaves
+        # fewer free cannot admit it
+        self.blocked_need = 0
         # async scheduling: requests finished in the last step, whose seats and blocks are
         # freed once the next step is scheduled (vLLM processes step k's output after it has
         # scheduled step k + 1)
@@ -454,12 +460,15 @@ class Engine:
             self.bm.free(r.rid)
             return False
         if self.windows:  # the window groups' tables: every block of the transfer, no hits
-            window = sum(self.bm.blocks_to_allocate(ids, key, (0, 0)) for key in self.window_keys)
+            window = sum(self.bm.blocks_to_allocate(ids, key, (0, [])) for key in self.window_keys)
             if window > self.bm.num_free_blocks:
                 self.bm.free(r.rid)
                 return False
             self.bm.allocate_groups(
-                [(("window", i, r.rid), ids, key, (0, 0)) for i, key in enumerate(self.window_keys)]
+                [
+                    (("window", i, r.rid), ids, key, (0, []))
+                    for i, key in enumerate(self.window_keys)
+                ]
             )
             r.windowed = True
         side = side_blocks(self.config, final)
@@ -674,6 +683,7 @@ class Engine:
         seats = config.max_num_seqs - len(self.lingering)
         while self.waiting and budget > 0 and len(self.running) < seats:
             r = self.waiting[0]
+            self.blocked_need = 0
             if r.remote:
                 if r.remote == NEEDS_KV and not self._allocate_remote(r):
                     self.blocked = True
@@ -687,7 +697,7 @@ class Engine:
             try:
                 if self.windows:
                     hit = self._hybrid_hit(ids)
-                    hits = hit[0] * self.block_size
+                    hits = len(hit[0]) * self.block_size
                 if not config.preemption:  # reserve the whole sequence: nothing will grow
                     final = num_tokens + remaining
                     if self.windows:
@@ -724,6 +734,7 @@ class Engine:
                     else:
                         whole = self.bm.blocks_to_allocate(ids)
                     if config.reserve_full_isl and whole + side > free:
+                        self.blocked_need = whole + side
                         raise NoFreeBlocksError("the whole prompt does not fit")
                     n = min(n, budget)
                     synced = hits + n
@@ -797,32 +808,34 @@ class Engine:
     def _window_ids(self, r: Req) -> list:
         return [("window", i, r.rid) for i in range(len(self.windows))]
 
-    def _hybrid_hit(self, ids) -> tuple[int, list[tuple[int, int]]]:
+    def _hybrid_hit(self, ids) -> tuple[list, list[tuple[int, list]]]:
         """The prefix hit every group hits (vLLM's HybridKVCacheCoordinator, iterated to its
-        fixed point): (blocks, each window table's (first block kept, end))."""
+        fixed point): (the full group's hit blocks, each window table's (first block kept, its
+        hit blocks from there)), every table's hit ending at the same block."""
         bs = self.block_size
-        end = self.bm.cached_prefix_tokens(ids) // bs
+        full = self.bm.prefix_blocks(ids)
         while True:
             spans = [
-                self.bm.window_hit(ids, -(-(w - 1) // bs), key, end)
+                self.bm.window_hit(ids, -(-(w - 1) // bs), key, len(full))
                 for w, key in zip(self.windows, self.window_keys, strict=True)
             ]
-            shortest = min(e for _, e in spans)
-            if shortest >= end:
-                return end, spans
-            end = shortest
+            shortest = min(first + len(blocks) for first, blocks in spans)
+            if shortest >= len(full):
+                return full, spans
+            full = full[:shortest]
 
     def _hybrid_cost(self, ids, hit, capped: bool = False) -> int:
         """Free blocks a new request of `ids` takes in every group, given its `hit`; `capped`:
         a window's blocks at most its admission cap (vLLM 0.32's whole-prompt check)."""
-        end, spans = hit
-        cost = self.bm.blocks_to_allocate(ids, b"", (0, end))
+        full, spans = hit
+        cost = self.bm.blocks_to_allocate(ids, b"", (0, full))
         blocks = -(-len(ids) // self.block_size)
         for w, key, span in zip(self.windows, self.window_keys, spans, strict=True):
             window = self.bm.blocks_to_allocate(ids, key, span)
             if capped:  # max(min(blocks, cap) - end, 0) instead of blocks - end
+                end = span[0] + len(span[1])
                 cap = self._window_cap_blocks(w)
-                window += max(min(blocks, cap) - span[1], 0) - (blocks - span[1])
+                window += max(min(blocks, cap) - end, 0) - (blocks - end)
             cost += window
         return cost
 
@@ -836,10 +849,12 @@ class Engine:
 
     def _allocate_hybrid(self, r: Req, ids, hit) -> None:
         """Allocate a new request's tables in every group with its `hit`; all or nothing."""
-        if self._hybrid_cost(ids, hit) > self.bm.num_free_blocks:
+        cost = self._hybrid_cost(ids, hit)
+        if cost > self.bm.num_free_blocks:
+            self.blocked_need = cost
             raise NoFreeBlocksError("the groups' blocks do not fit")
-        end, spans = hit
-        entries = [(r.rid, ids, b"", (0, end))]
+        full, spans = hit
+        entries = [(r.rid, ids, b"", (0, full))]
         for i, (key, span) in enumerate(zip(self.window_keys, spans, strict=True)):
             entries.append((("window", i, r.rid), ids, key, span))
         self.bm.allocate_groups(entries)
@@ -855,7 +870,7 @@ class Engine:
                 freed += self.bm.drop_leading_blocks(
                     ("window", i, r.rid), skipped // self.block_size
                 )
-        if freed:
+        if freed and self.bm.num_free_blocks >= self.blocked_need:
             self.blocked = False  # the queue's head may fit now
 
     # ---- blocks -----------------------------------------------------------------------------
@@ -994,10 +1009,7 @@ class Engine:
             return False
         if self.ready and self._seat_free():
             return False
-        queued = len(self.waiting) > self.receiving
-        if self.windows and queued and self._seat_free():  # a window's drop may admit it
-            return False
-        return not (queued and self._may_admit())
+        return not (len(self.waiting) > self.receiving and self._may_admit())
 
     def _decode_span(self, horizon_s: float):
         """Advance decode-only steps together while no request finishes, no block runs out and
@@ -1030,6 +1042,22 @@ class Engine:
                     break
                 need += extra
                 steps += 1
+            if steps < MIN_SPAN:
+                return None
+        if self.windows and self.blocked and self._seat_free():
+            # the windows' drops free blocks: end before a step whose drops could admit the
+            # queue's head (each table in a drop bucket drops at most one block a step)
+            if self.joined:
+                return None
+            free_bound = free
+            for i in range(steps):
+                free_bound -= counts[(j + i) % bs]
+                for w in self.drop_windows:
+                    tables = self.windows.count(w)
+                    free_bound += tables * len(self.buckets[(j + i - w + 1) % bs])
+                if free_bound >= self.blocked_need:
+                    steps = i
+                    break
             if steps < MIN_SPAN:
                 return None
         sums = self.context_sum + self.num_decodes * np.arange(steps, dtype=float)
