@@ -87,6 +87,9 @@ class EngineConfig(NamedTuple):
     # vLLM 0.32 on: the whole-prompt check counts a window's blocks at most up to its
     # admission cap (SlidingWindowSpec.max_admission_blocks_per_request)
     window_admission_cap: bool = False
+    # vLLM 0.32 on: a window's blocks are dropped on the processed-token basis, so with async
+    # scheduling the tokens of the step still in flight keep theirs one step longer
+    window_processed_drops: bool = False
 
 
 WAITING, PREFILL, DECODE, DONE, HELD = 0, 1, 2, 3, 4  # HELD: prefilled, blocks kept for a transfer
@@ -220,6 +223,8 @@ class Req:
         "preemptions",
         "side",
         "windowed",
+        "chunk_step",
+        "chunk_tokens",
         "replica",
         "first_client_s",
         "last_client_s",
@@ -248,6 +253,8 @@ class Req:
         self.preemptions = 0
         self.side = 0  # blocks reserved for the request's fixed-share (state, chunked) groups
         self.windowed = False  # holds its sliding-window groups' block tables
+        self.chunk_step = -1  # the step of its last prefill chunk, and the chunk's tokens
+        self.chunk_tokens = 0
         self.replica = 0
         self.first_client_s = 0.0  # when the client received the first token
         self.last_client_s = 0.0  # ... and the last
@@ -325,6 +332,7 @@ class Engine:
         self.windows = tuple(w for w, copies in config.window_groups for _ in range(copies))
         self.window_keys = tuple(f"window:{i}".encode() for i in range(len(self.windows)))
         self.drop_windows = tuple(sorted(set(self.windows)))
+        self._lagged_drops = config.window_processed_drops and config.async_scheduling
         self.ids_side = _side_lengths if counted else _side_ids
         self.block_size = config.block_size
         self.waiting: deque[Req] = deque()
@@ -510,9 +518,12 @@ class Engine:
         if self.windows:
             touched = {id(r): r for r in crossing.values()}
             touched.update((id(r), r) for r in self.joined)
-            self.joined.clear()
+            # on the processed-token basis (async) its last chunk is still in flight in its
+            # first decode step: the catch-up drop comes one step later
+            self.joined = [r for r in self.joined if r.j0 == d and self._lagged_drops]
+            lag = int(self._lagged_drops)  # its last decode in flight: c - 1 counts
             for w in self.drop_windows:  # a decode at computed c drops when c - w + 1 ≡ 0
-                touched.update((id(r), r) for r in self.buckets[(d - w + 1) % bs].values())
+                touched.update((id(r), r) for r in self.buckets[(d - w + 1 - lag) % bs].values())
             active = touched.values()
         else:
             active = crossing.values()
@@ -522,7 +533,8 @@ class Engine:
                     continue
                 position = r.c0 + (d - r.j0)
                 if r.windowed:
-                    self._drop_window_blocks(r, position)
+                    flight = 1 if d > r.j0 else self._chunk_in_flight(r, j)
+                    self._drop_window_blocks(r, position, flight)
                 if position % bs:
                     continue
                 while not self._extend(r, position + 1):
@@ -538,7 +550,7 @@ class Engine:
                 continue
             n = min(r.num_tokens - r.computed, budget)
             if r.windowed:
-                self._drop_window_blocks(r, r.computed)
+                self._drop_window_blocks(r, r.computed, self._chunk_in_flight(r, j))
             while not self._extend(r, r.computed + n):
                 preempted = True
                 if self._preempt_last(d) is r:
@@ -592,6 +604,7 @@ class Engine:
         # prefills that reached the end of their tokens sample one
         joined, firsts, handed = [], [], []
         for r, n in chunks:
+            r.chunk_step, r.chunk_tokens = j, n
             r.computed += n
             if r.computed < r.num_tokens:
                 continue
@@ -860,9 +873,18 @@ class Engine:
         self.bm.allocate_groups(entries)
         r.windowed = True
 
-    def _drop_window_blocks(self, r: Req, computed: int) -> None:
+    def _chunk_in_flight(self, r: Req, j: int) -> int:
+        """r's tokens of step j - 1 (a prefill chunk) whose output step j is scheduled
+        without (async scheduling)."""
+        return r.chunk_tokens if r.chunk_step == j - 1 else 0
+
+    def _drop_window_blocks(self, r: Req, computed: int, in_flight: int = 0) -> None:
         """vLLM's remove_skipped_blocks before r's allocation: the window of the token after
-        `computed` starts at computed - window + 1; whole blocks before it are freed."""
+        `computed` starts at computed - window + 1; whole blocks before it are freed. From vLLM
+        0.32 with async scheduling, `computed` less the `in_flight` tokens of the step before
+        (the processed-token basis)."""
+        if self._lagged_drops:
+            computed -= in_flight
         freed = 0
         for i, w in enumerate(self.windows):
             skipped = computed - w + 1
@@ -1017,6 +1039,8 @@ class Engine:
         import numpy as np
 
         j = self.decode_index  # the cohort's clock
+        if self.joined and self._lagged_drops:
+            return None
         while self.finish_heap:
             top = self.finish_heap[0]
             r = top[3]
@@ -1049,12 +1073,12 @@ class Engine:
             # queue's head (each table in a drop bucket drops at most one block a step)
             if self.joined:
                 return None
-            free_bound = free
+            free_bound, lag = free, int(self._lagged_drops)
             for i in range(steps):
                 free_bound -= counts[(j + i) % bs]
                 for w in self.drop_windows:
                     tables = self.windows.count(w)
-                    free_bound += tables * len(self.buckets[(j + i - w + 1) % bs])
+                    free_bound += tables * len(self.buckets[(j + i - w + 1 - lag) % bs])
                 if free_bound >= self.blocked_need:
                     steps = i
                     break
@@ -1078,13 +1102,17 @@ class Engine:
             # join the free queue's tail, behind every block the span took from its head)
             for r in sorted(self.joined, key=_admit_order):
                 if r.state == DECODE:
-                    self._drop_window_blocks(r, r.c0 + (j - r.j0))
+                    flight = 1 if j > r.j0 else self._chunk_in_flight(r, self.step_index)
+                    self._drop_window_blocks(r, r.c0 + (j - r.j0), flight)
             self.joined.clear()
+            lag = int(self._lagged_drops)
             for i in range(steps):
                 for w in self.drop_windows:
-                    bucket = self.buckets[(j + i - w + 1) % bs]
+                    bucket = self.buckets[(j + i - w + 1 - lag) % bs]
                     for r in sorted(bucket.values(), key=_admit_order):
-                        self._drop_window_blocks(r, r.c0 + (j + i - r.j0))
+                        position = r.c0 + (j + i - r.j0)
+                        flight = 1 if j + i > r.j0 else self._chunk_in_flight(r, self.step_index)
+                        self._drop_window_blocks(r, position, flight)
         if self.observer is not None:
             self.observer(self, steps, self.num_decodes, [])
         emitted = self.num_decodes

@@ -335,6 +335,7 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
         free_uncached_first=_minor(options.vllm_version) >= UNCACHED_FIRST_FROM,
         window_groups=tuple(windows),
         window_admission_cap=_minor(options.vllm_version) >= WINDOW_CAP_FROM,
+        window_processed_drops=_minor(options.vllm_version) >= WINDOW_CAP_FROM,
     )
     longest = -(-max_model_len // block_size)
     longest += side_blocks(config, max_model_len) + window_blocks(config, max_model_len)

@@ -147,6 +147,7 @@ def engine_config(scenario: Scenario, vllm_version: str = "0.19") -> EngineConfi
         reserve_full_isl=minor >= FULL_ISL_FROM,
         free_uncached_first=minor >= UNCACHED_FIRST_FROM,
         window_admission_cap=minor >= WINDOW_CAP_FROM,
+        window_processed_drops=minor >= WINDOW_CAP_FROM,
     )
 
 
