@@ -12,6 +12,11 @@ Invariants (checked by tests/test_block_manager.py's state machine):
 - a prompt is never hit in full: its last token is always computed (its logits start decoding),
   as vLLM and SGLang do;
 - a sequence never writes into a block another sequence can see (copy-on-write on append).
+
+A sliding-window sequence (vLLM's SlidingWindowManager) drops the blocks its window has left
+(`drop_leading_blocks`): their places in its table become None (vLLM's null block) and they go
+to the free queue, cached ones still findable; `window_hit` finds a prefix hit that needs only
+the window's blocks before its end, and `allocate(..., hit=...)` takes it.
 """
 
 from __future__ import annotations
@@ -61,7 +66,8 @@ class Sequence:
     __slots__ = ("block_table", "token_ids", "extra_key")
 
     def __init__(self, extra_key: bytes):
-        self.block_table: list[int] = []
+        # None: a block a sliding window has left (vLLM's null block), freed
+        self.block_table: list[int | None] = []
         self.token_ids: list[int] = []
         self.extra_key = extra_key
 
@@ -105,7 +111,7 @@ class BlockManager:
     def num_cached_free_blocks(self) -> int:
         return sum(1 for i in self.free_queue if self.blocks[i].hash is not None)
 
-    def block_table(self, seq_id) -> list[int]:
+    def block_table(self, seq_id) -> list[int | None]:
         return list(self.seqs[seq_id].block_table)
 
     def num_tokens(self, seq_id) -> int:
@@ -115,7 +121,7 @@ class BlockManager:
         """Slots allocated but unused in the last block of each sequence (shared blocks once)."""
         seen, waste = set(), 0
         for seq in self.seqs.values():
-            if not seq.block_table:
+            if not seq.block_table or seq.block_table[-1] is None:
                 continue
             last = seq.block_table[-1]
             if last in seen:
@@ -136,28 +142,116 @@ class BlockManager:
         }
 
     # ---- allocation ---------------------------------------------------------------------------
-    def allocate(self, seq_id, token_ids: list[int], extra_key: bytes = b"") -> int:
+    def allocate(
+        self,
+        seq_id,
+        token_ids: list[int],
+        extra_key: bytes = b"",
+        hit: tuple | None = None,
+    ) -> int:
         """Give a new sequence blocks for `token_ids`; returns the tokens found in the prefix cache
-        (their KV need not be computed)."""
-        if seq_id in self.seqs:
-            raise ValueError(f"sequence {seq_id!r} already exists")
-        seq = Sequence(extra_key)
-        hits = self._prefix_hits(token_ids, extra_key) if self.enable_prefix_caching else []
-        needed = -(-len(token_ids) // self.block_size) - len(hits)
-        reusable = sum(1 for b in hits if self.blocks[b].ref_count == 0)
-        if needed > self.num_free_blocks - reusable:
-            raise NoFreeBlocksError(f"need {needed} blocks, {self.num_free_blocks - reusable} free")
-        for block_id in hits:
-            self._touch(block_id)
-        seq.block_table = list(hits)
-        for _ in range(needed):
-            seq.block_table.append(self._pop_free())
-        seq.token_ids = list(token_ids)
-        self.seqs[seq_id] = seq
-        self.queried_tokens += len(token_ids)
-        self.hit_tokens += len(hits) * self.block_size
-        self._cache_full_blocks(seq, start_block=len(hits))
-        return len(hits) * self.block_size
+        (their KV need not be computed). `hit` = (first, cached blocks): take those blocks as the
+        prefix's blocks first, first + 1, ... (a window's hit, `window_hit`, or `prefix_blocks`
+        cut short to what every group of a hybrid model hits), the `first` before them as
+        dropped (None); found moments before, they are not looked up again."""
+        return self.allocate_groups([(seq_id, token_ids, extra_key, hit)])[0]
+
+    def allocate_groups(self, entries: list[tuple]) -> list[int]:
+        """`allocate` for several sequences at once, all or nothing, as vLLM allocates a
+        request's KV-cache groups: every sequence's cached blocks are taken first (so none is
+        evicted by another's new blocks), then each one's new blocks in turn. `entries`:
+        (seq_id, token_ids, extra_key, hit); returns each one's hit tokens."""
+        plans, needed_total, reusable_total = [], 0, 0
+        for seq_id, token_ids, extra_key, hit in entries:
+            if seq_id in self.seqs or any(seq_id == plan[0] for plan in plans):
+                raise ValueError(f"sequence {seq_id!r} already exists")
+            first, hits = self._hit_blocks(token_ids, extra_key, hit)
+            needed = -(-len(token_ids) // self.block_size) - first - len(hits)
+            needed_total += needed
+            reusable_total += sum(1 for b in set(hits) if self.blocks[b].ref_count == 0)
+            plans.append((seq_id, token_ids, extra_key, first, hits, needed))
+        if needed_total > self.num_free_blocks - reusable_total:
+            raise NoFreeBlocksError(
+                f"need {needed_total} blocks, {self.num_free_blocks - reusable_total} free"
+            )
+        for plan in plans:
+            for block_id in plan[4]:
+                self._touch(block_id)
+        out = []
+        for seq_id, token_ids, extra_key, first, hits, needed in plans:
+            seq = Sequence(extra_key)
+            seq.block_table = [None] * first + list(hits)
+            for _ in range(needed):
+                seq.block_table.append(self._pop_free())
+            seq.token_ids = list(token_ids)
+            self.seqs[seq_id] = seq
+            end = first + len(hits)
+            self.queried_tokens += len(token_ids)
+            self.hit_tokens += end * self.block_size
+            self._cache_full_blocks(seq, start_block=end)
+            out.append(end * self.block_size)
+        return out
+
+    def _hit_blocks(self, token_ids, extra_key: bytes, hit) -> tuple[int, list[int]]:
+        """(blocks taken as dropped, the cached blocks after them) for a new sequence."""
+        if not self.enable_prefix_caching:
+            return 0, []
+        if hit is None:
+            return 0, self._prefix_hits(token_ids, extra_key)
+        first, blocks = hit
+        return (first, list(blocks)) if blocks else (0, [])
+
+    def prefix_blocks(self, token_ids: list[int], extra_key: bytes = b"") -> list[int]:
+        """The cached blocks of the longest cached prefix (within the first len - 1 tokens)."""
+        return self._prefix_hits(token_ids, extra_key) if self.enable_prefix_caching else []
+
+    def _chain(self, token_ids: list[int], extra_key: bytes, num_blocks: int) -> list[tuple]:
+        """(hash, tokens, parent hash) of each of the first `num_blocks` full blocks."""
+        chain, parent, size = [], NONE_HASH, self.block_size
+        for start in range(0, min(num_blocks * size, len(token_ids) - size + 1), size):
+            chunk = tuple(token_ids[start : start + size])
+            h = block_hash(parent, chunk, extra_key)
+            chain.append((h, chunk, parent))
+            parent = h
+        return chain
+
+    def _find(self, h: bytes, chunk: tuple, parent: bytes, extra_key: bytes) -> int | None:
+        return next(
+            (
+                block_id
+                for block_id in self.cached.get(h, ())
+                if self.blocks[block_id].token_ids == chunk
+                and self.blocks[block_id].parent_hash == parent
+                and self.blocks[block_id].extra_key == extra_key
+            ),
+            None,
+        )
+
+    def window_hit(
+        self, token_ids: list[int], window_blocks: int, extra_key: bytes = b"", max_blocks=None
+    ) -> tuple[int, list[int]]:
+        """A sliding-window sequence's prefix hit as vLLM's SlidingWindowManager finds it:
+        searching back from the prefix's last block (at most `max_blocks`, within the first
+        len - 1 tokens), the last run of `window_blocks` cached blocks is a hit up to its end
+        that needs only that run; without one, the run of cached blocks the prefix starts with.
+        Returns (first, the run's blocks): the blocks before `first` are dropped."""
+        if not self.enable_prefix_caching or not token_ids:
+            return 0, []
+        usable = len(token_ids) - 1
+        limit = usable // self.block_size
+        if max_blocks is not None:
+            limit = min(limit, max_blocks)
+        chain = self._chain(token_ids, extra_key, limit)
+        run: list[int] = []  # the run's blocks, last first
+        for index in range(len(chain) - 1, -1, -1):
+            found = self._find(*chain[index], extra_key)
+            if found is None:
+                run = []
+                continue
+            run.append(found)
+            if len(run) >= window_blocks:
+                return index, run[::-1]
+        return 0, run[::-1]
 
     def cache_blocks(self, seq_id, num_tokens: int) -> None:
         """Enter the full blocks among the sequence's first `num_tokens` tokens into the prefix
@@ -166,8 +260,8 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return
         seq = self.seqs[seq_id]
-        start = 0
-        while start < len(seq.block_table) and self.blocks[seq.block_table[start]].hash is not None:
+        start, table = 0, seq.block_table
+        while start < len(table) and (table[start] is None or self.blocks[table[start]].hash):
             start += 1
         self._cache_full_blocks(seq, start, num_tokens)
 
@@ -181,35 +275,60 @@ class BlockManager:
         for start in range(0, len(usable) - size + 1, size):  # hashed as far as the hits go
             chunk = tuple(usable[start : start + size])
             h = block_hash(parent, chunk, extra_key)
-            found = next(
-                (
-                    block_id
-                    for block_id in self.cached.get(h, ())
-                    if self.blocks[block_id].token_ids == chunk
-                    and self.blocks[block_id].parent_hash == parent
-                    and self.blocks[block_id].extra_key == extra_key
-                ),
-                None,
-            )
+            found = self._find(h, chunk, parent, extra_key)
             if found is None:
                 break  # a miss, or a collision (verified, not trusted): the shared region ends
             hits.append(found)
             parent = h
         return hits
 
-    def blocks_to_allocate(self, token_ids: list[int], extra_key: bytes = b"") -> int:
+    def blocks_to_allocate(
+        self, token_ids: list[int], extra_key: bytes = b"", hit: tuple | None = None
+    ) -> int:
         """Free blocks a new sequence of `token_ids` would take: its blocks past the cached
         prefix, plus the cached prefix blocks that sit in the free queue (vLLM's
-        get_num_blocks_to_allocate); changes nothing."""
-        hits = self._prefix_hits(token_ids, extra_key) if self.enable_prefix_caching else []
+        get_num_blocks_to_allocate); `hit` as `allocate` takes it; changes nothing."""
+        first, hits = self._hit_blocks(token_ids, extra_key, hit)
         reusable = sum(1 for b in hits if self.blocks[b].ref_count == 0)
-        return -(-len(token_ids) // self.block_size) - len(hits) + reusable
+        return -(-len(token_ids) // self.block_size) - first - len(hits) + reusable
+
+    def append_cost(self, seq_id, num_tokens: int) -> int:
+        """Free blocks appending `num_tokens` tokens to the sequence would take."""
+        seq = self.seqs[seq_id]
+        start = len(seq.token_ids)
+        needed = -(-(start + num_tokens) // self.block_size) - len(seq.block_table)
+        last = seq.block_table[-1] if seq.block_table else None
+        shared = bool(
+            num_tokens
+            and start % self.block_size
+            and last is not None
+            and self.blocks[last].ref_count > 1
+        )
+        return max(0, needed) + shared
+
+    def drop_leading_blocks(self, seq_id, num_blocks: int) -> int:
+        """A sliding window has left the sequence's first `num_blocks` blocks (vLLM's
+        remove_skipped_blocks): each still held, from the last of them back to the first
+        already dropped, becomes None and is freed in that order; returns how many."""
+        table = self.seqs[seq_id].block_table
+        dropped = []
+        for index in range(min(num_blocks, len(table)) - 1, -1, -1):
+            block_id = table[index]
+            if block_id is None:
+                break
+            dropped.append(block_id)
+            table[index] = None
+        self._release_blocks(dropped)
+        return len(dropped)
 
     def uncache_block(self, seq_id, index: int) -> None:
         """Take the sequence's block `index` out of the prefix cache (a block whose KV the
         engine will not keep, e.g. one filled by a step whose output was never processed);
         a block another sequence shares stays."""
-        block = self.blocks[self.seqs[seq_id].block_table[index]]
+        block_id = self.seqs[seq_id].block_table[index]
+        if block_id is None:
+            return
+        block = self.blocks[block_id]
         if block.hash is None or block.ref_count > 1:
             return
         copies = self.cached[block.hash]
@@ -239,7 +358,9 @@ class BlockManager:
         start = len(seq.token_ids)
         needed = -(-(start + len(token_ids)) // self.block_size) - held
         partial_shared = bool(
-            start % self.block_size and self.blocks[seq.block_table[-1]].ref_count > 1
+            start % self.block_size
+            and seq.block_table[-1] is not None
+            and self.blocks[seq.block_table[-1]].ref_count > 1
         )
         if needed + partial_shared > self.num_free_blocks:
             raise NoFreeBlocksError(
@@ -292,7 +413,8 @@ class BlockManager:
         child.block_table = list(parent.block_table)
         child.token_ids = list(parent.token_ids)
         for block_id in child.block_table:
-            self.blocks[block_id].ref_count += 1
+            if block_id is not None:
+                self.blocks[block_id].ref_count += 1
         self.seqs[child_id] = child
 
     def free(self, seq_id) -> None:
@@ -300,8 +422,12 @@ class BlockManager:
         reverse order (its last block is evicted first); cached ones keep their hash. With
         `uncached_first`, those without a hash go to the head instead, in the same order."""
         seq = self.seqs.pop(seq_id)
+        self._release_blocks([b for b in reversed(seq.block_table) if b is not None])
+
+    def _release_blocks(self, ordered: list[int]) -> None:
+        """One reference less on each block, first to last (vLLM's BlockPool.free_blocks)."""
         uncached = []
-        for block_id in reversed(seq.block_table):
+        for block_id in ordered:
             block = self.blocks[block_id]
             block.ref_count -= 1
             if block.ref_count == 0:
@@ -339,7 +465,13 @@ class BlockManager:
         full = tokens // self.block_size
         parent = NONE_HASH
         if start_block > 0:
-            parent = self.blocks[seq.block_table[start_block - 1]].hash
+            before = seq.block_table[start_block - 1]
+            if before is None:  # dropped by a window: the chain from the tokens
+                parent = block_hashes(
+                    seq.token_ids[: start_block * self.block_size], self.block_size, seq.extra_key
+                )[-1]
+            else:
+                parent = self.blocks[before].hash
             if parent is None:  # an earlier block was never cached (CoW copy): stop here
                 return
         blocks, table, token_ids, size = (
@@ -350,9 +482,12 @@ class BlockManager:
         )
         cached, extra_key = self.cached, seq.extra_key
         for index in range(start_block, full):
-            block = blocks[table[index]]
             chunk = tuple(token_ids[index * size : (index + 1) * size])
             h = block_hash(parent, chunk, extra_key)
+            if table[index] is None:  # dropped by a window (vLLM skips its null blocks)
+                parent = h
+                continue
+            block = blocks[table[index]]
             if block.hash is None:
                 block.hash, block.parent_hash, block.token_ids = h, parent, chunk
                 block.extra_key = extra_key

@@ -30,15 +30,8 @@ RECORDER = Path(__file__).parent.parent / "scripts" / "record_vllm_schedule.py"
 
 # scenario -> why kvplan's engine does not yet schedule it as vLLM does (xfail, strict: a fix
 # that makes one agree must take it off this list)
-WINDOW = (
-    "vLLM's sliding-window manager allocates blocks for every token a step computes and frees "
-    "those out of the window at the next allocation; kvplan reserves the window's blocks at "
-    "admission"
-)
 # a scenario, or VERSION/scenario for one version's fixture only
-KNOWN: dict[str, str] = {
-    "sliding_window_tight": WINDOW,
-}
+KNOWN: dict[str, str] = {}
 
 
 def _known(version: str, name: str) -> str | None:

@@ -19,8 +19,18 @@ tests/test_sched_conformance.py checks these rules step for step against vLLM's 
 (kvplan.simulate.steplog, scripts/record_vllm_schedule.py).
 
 The pool is kvplan.kernels.BlockManager: allocation, prefix caching and LRU eviction are its own.
-Blocks are counted in the full-attention group's blocks; sliding-window and recurrent-state groups
-hold a fixed share per request (their window's blocks, one state block), reserved at admission.
+Blocks are counted in the full-attention group's blocks. A sliding-window group is kept as vLLM's
+SlidingWindowManager keeps it, a second block table per request in the same pool: every
+allocation first drops the blocks the window has left (those before token
+computed - window + 1, vLLM's remove_skipped_blocks), then allocates blocks for every token the
+step computes, the window's group as many as the full one; so a prefill chunk holds all its
+blocks in both groups until the request's next allocation. A prefix hit is one every group hits
+(HybridKVCacheCoordinator): the full group's cached prefix, cut back to the end of the last run
+of cdiv(window - 1, block_size) cached window blocks within it. The whole-prompt check counts the
+window group's blocks too (from vLLM 0.32 at most its admission cap,
+cdiv(window - 1 + max_num_batched_tokens, block_size) + 1). Recurrent-state and chunked groups
+(and windows whose groups do not map onto the pool's blocks one to one) hold a fixed share per
+request (one state block, the chunk's blocks), reserved at admission.
 
 Decoding requests are kept as a cohort (every one of them takes exactly one token per step, since
 max_num_seqs <= max_num_batched_tokens and prefills run after them): a step costs O(requests whose
@@ -71,6 +81,15 @@ class EngineConfig(NamedTuple):
     reserve_full_isl: bool = True
     # vLLM 0.24 on: a freed request's uncached blocks are reused first (BlockPool.free_blocks)
     free_uncached_first: bool = False
+    # sliding-window groups kept as vLLM's SlidingWindowManager keeps them: (window in tokens,
+    # block tables a request holds for it in the pool), blocks of `block_size` tokens
+    window_groups: tuple[tuple[int, int], ...] = ()
+    # vLLM 0.32 on: the whole-prompt check counts a window's blocks at most up to its
+    # admission cap (SlidingWindowSpec.max_admission_blocks_per_request)
+    window_admission_cap: bool = False
+    # vLLM 0.32 on: a window's blocks are dropped on the processed-token basis, so with async
+    # scheduling the tokens of the step still in flight keep theirs one step longer
+    window_processed_drops: bool = False
 
 
 WAITING, PREFILL, DECODE, DONE, HELD = 0, 1, 2, 3, 4  # HELD: prefilled, blocks kept for a transfer
@@ -86,21 +105,44 @@ class CountingPool:
     def __init__(self, num_blocks: int, block_size: int):
         self.num_blocks, self.block_size = num_blocks, block_size
         self.num_used_blocks = 0
-        self.held: dict = {}  # sequence -> [blocks, tokens]
+        self.held: dict = {}  # sequence -> [blocks, tokens, blocks dropped by a window]
 
     @property
     def num_free_blocks(self) -> int:
         return self.num_blocks - self.num_used_blocks
 
-    def allocate(self, seq_id, token_ids, extra_key: bytes = b"") -> int:
+    def allocate(self, seq_id, token_ids, extra_key: bytes = b"", hit=None) -> int:
         if seq_id in self.held:
             raise ValueError(f"sequence {seq_id!r} already exists")
         blocks = -(-len(token_ids) // self.block_size)
         if blocks > self.num_free_blocks:
             raise NoFreeBlocksError(f"need {blocks} blocks, {self.num_free_blocks} free")
-        self.held[seq_id] = [blocks, len(token_ids)]
+        self.held[seq_id] = [blocks, len(token_ids), 0]
         self.num_used_blocks += blocks
         return 0
+
+    def allocate_groups(self, entries) -> list[int]:
+        blocks = sum(-(-len(token_ids) // self.block_size) for _, token_ids, _, _ in entries)
+        if blocks > self.num_free_blocks:
+            raise NoFreeBlocksError(f"need {blocks} blocks, {self.num_free_blocks} free")
+        return [self.allocate(seq_id, token_ids) for seq_id, token_ids, _, _ in entries]
+
+    def append_cost(self, seq_id, num_tokens: int) -> int:
+        entry = self.held[seq_id]
+        return max(0, -(-(entry[1] + num_tokens) // self.block_size) - entry[0])
+
+    def drop_leading_blocks(self, seq_id, num_blocks: int) -> int:
+        entry = self.held[seq_id]
+        dropped = max(0, min(num_blocks, entry[0]) - entry[2])
+        entry[2] += dropped
+        self.num_used_blocks -= dropped
+        return dropped
+
+    def window_hit(self, token_ids, window_blocks: int, extra_key=b"", max_blocks=None):
+        return 0, []
+
+    def prefix_blocks(self, token_ids, extra_key: bytes = b"") -> list:
+        return []
 
     def cache_blocks(self, seq_id, num_tokens: int) -> None:
         return None
@@ -117,12 +159,13 @@ class CountingPool:
         return []
 
     def free(self, seq_id) -> None:
-        self.num_used_blocks -= self.held.pop(seq_id)[0]
+        blocks, _, dropped = self.held.pop(seq_id)
+        self.num_used_blocks -= blocks - dropped
 
     def cached_prefix_tokens(self, token_ids, extra_key: bytes = b"") -> int:
         return 0
 
-    def blocks_to_allocate(self, token_ids, extra_key: bytes = b"") -> int:
+    def blocks_to_allocate(self, token_ids, extra_key: bytes = b"", hit=None) -> int:
         return -(-len(token_ids) // self.block_size)
 
     def uncache_block(self, seq_id, index: int) -> None:
@@ -147,7 +190,7 @@ class StandInPool(CountingPool):
         super().__init__(num_blocks, block_size)
         self.freed: set = set()
 
-    def allocate(self, seq_id, token_ids, extra_key: bytes = b"") -> int:
+    def allocate(self, seq_id, token_ids, extra_key: bytes = b"", hit=None) -> int:
         if seq_id in self.freed:
             raise CachingMatters(seq_id)
         return super().allocate(seq_id, token_ids, extra_key)
@@ -179,6 +222,9 @@ class Req:
         "last_step",
         "preemptions",
         "side",
+        "windowed",
+        "chunk_step",
+        "chunk_tokens",
         "replica",
         "first_client_s",
         "last_client_s",
@@ -205,7 +251,10 @@ class Req:
         self.first_step = -1
         self.last_step = -1
         self.preemptions = 0
-        self.side = 0  # blocks reserved for the request's windowed/state groups
+        self.side = 0  # blocks reserved for the request's fixed-share (state, chunked) groups
+        self.windowed = False  # holds its sliding-window groups' block tables
+        self.chunk_step = -1  # the step of its last prefill chunk, and the chunk's tokens
+        self.chunk_tokens = 0
         self.replica = 0
         self.first_client_s = 0.0  # when the client received the first token
         self.last_client_s = 0.0  # ... and the last
@@ -279,6 +328,11 @@ class Engine:
                 max(1, pool), config.block_size, True, uncached_first=config.free_uncached_first
             )
         self.ids = _lengths if counted else _token_ids
+        # a block table per sliding-window group copy, each its own prefix-cache key
+        self.windows = tuple(w for w, copies in config.window_groups for _ in range(copies))
+        self.window_keys = tuple(f"window:{i}".encode() for i in range(len(self.windows)))
+        self.drop_windows = tuple(sorted(set(self.windows)))
+        self._lagged_drops = config.window_processed_drops and config.async_scheduling
         self.ids_side = _side_lengths if counted else _side_ids
         self.block_size = config.block_size
         self.waiting: deque[Req] = deque()
@@ -298,10 +352,16 @@ class Engine:
         self.num_decodes = 0
         self.context_sum = 0  # tokens the decodes attend in the current step
         self.blocked = False  # the queue's head found no blocks and nothing was freed since
+        # the free blocks the blocked head asked for (0: unknown): a window's drop that leaves
+        # fewer free cannot admit it
+        self.blocked_need = 0
         # async scheduling: requests finished in the last step, whose seats and blocks are
         # freed once the next step is scheduled (vLLM processes step k's output after it has
         # scheduled step k + 1)
         self.lingering: list[Req] = []
+        # requests with window tables that joined the cohort since the last step: their first
+        # decode allocation drops what their prefill's window has left
+        self.joined: list[Req] = []
         # disaggregated serving
         self.prefill_only = prefill_only
         self.held = 0  # prefill: requests handed off whose blocks wait for the decode side
@@ -407,9 +467,21 @@ class Engine:
         except NoFreeBlocksError:
             self.bm.free(r.rid)
             return False
+        if self.windows:  # the window groups' tables: every block of the transfer, no hits
+            window = sum(self.bm.blocks_to_allocate(ids, key, (0, [])) for key in self.window_keys)
+            if window > self.bm.num_free_blocks:
+                self.bm.free(r.rid)
+                return False
+            self.bm.allocate_groups(
+                [
+                    (("window", i, r.rid), ids, key, (0, []))
+                    for i, key in enumerate(self.window_keys)
+                ]
+            )
+            r.windowed = True
         side = side_blocks(self.config, final)
         if side and not self._reserve_side(r, side):
-            self.bm.free(r.rid)
+            self._free_blocks(r)
             return False
         r.synced = reserved
         r.computed = hits
@@ -439,13 +511,32 @@ class Engine:
         j, d = self.step_index, self.decode_index
         budget = self.config.max_num_batched_tokens
         preempted = False
-        # 1. running: decodes whose next token opens a block, in admission order
-        crossing = self.buckets[d % self.block_size]
-        if crossing:
-            for r in sorted(crossing.values(), key=_admit_order):
+        # 1. running: decodes whose next token opens a block (or whose window leaves one), in
+        # admission order
+        bs = self.block_size
+        crossing = self.buckets[d % bs]
+        if self.windows:
+            touched = {id(r): r for r in crossing.values()}
+            touched.update((id(r), r) for r in self.joined)
+            # on the processed-token basis (async) its last chunk is still in flight in its
+            # first decode step: the catch-up drop comes one step later
+            self.joined = [r for r in self.joined if r.j0 == d and self._lagged_drops]
+            lag = int(self._lagged_drops)  # its last decode in flight: c - 1 counts
+            for w in self.drop_windows:  # a decode at computed c drops when c - w + 1 ≡ 0
+                touched.update((id(r), r) for r in self.buckets[(d - w + 1 - lag) % bs].values())
+            active = touched.values()
+        else:
+            active = crossing.values()
+        if active:
+            for r in sorted(active, key=_admit_order):
                 if r.state != DECODE:
                     continue
                 position = r.c0 + (d - r.j0)
+                if r.windowed:
+                    flight = 1 if d > r.j0 else self._chunk_in_flight(r, j)
+                    self._drop_window_blocks(r, position, flight)
+                if position % bs:
+                    continue
                 while not self._extend(r, position + 1):
                     preempted = True
                     if self._preempt_last(d) is r:
@@ -458,6 +549,8 @@ class Engine:
             if r.state != PREFILL:
                 continue
             n = min(r.num_tokens - r.computed, budget)
+            if r.windowed:
+                self._drop_window_blocks(r, r.computed, self._chunk_in_flight(r, j))
             while not self._extend(r, r.computed + n):
                 preempted = True
                 if self._preempt_last(d) is r:
@@ -511,6 +604,7 @@ class Engine:
         # prefills that reached the end of their tokens sample one
         joined, firsts, handed = [], [], []
         for r, n in chunks:
+            r.chunk_step, r.chunk_tokens = j, n
             r.computed += n
             if r.computed < r.num_tokens:
                 continue
@@ -602,6 +696,7 @@ class Engine:
         seats = config.max_num_seqs - len(self.lingering)
         while self.waiting and budget > 0 and len(self.running) < seats:
             r = self.waiting[0]
+            self.blocked_need = 0
             if r.remote:
                 if r.remote == NEEDS_KV and not self._allocate_remote(r):
                     self.blocked = True
@@ -613,21 +708,33 @@ class Engine:
             cap = (num_tokens - 1) // self.block_size * self.block_size  # at most num_tokens - 1
             remaining = r.target - r.outputs
             try:
+                if self.windows:
+                    hit = self._hybrid_hit(ids)
+                    hits = len(hit[0]) * self.block_size
                 if not config.preemption:  # reserve the whole sequence: nothing will grow
                     final = num_tokens + remaining
-                    hits = min(self.bm.allocate(r.rid, self.ids(r, 0, final)), cap)
+                    if self.windows:
+                        self._allocate_hybrid(r, self.ids(r, 0, final), hit)
+                    else:
+                        hits = self.bm.allocate(r.rid, self.ids(r, 0, final))
+                    hits = min(hits, cap)
                     n = num_tokens - hits
                     if n > budget and not config.enable_chunked_prefill:
-                        self.bm.free(r.rid)
+                        self._free_blocks(r)
                         break
                     n = min(n, budget)
                     synced = final
                 elif num_tokens <= budget:  # the whole prompt fits: the allocation finds the hits
-                    hits = min(self.bm.allocate(r.rid, ids), cap)
+                    if self.windows:
+                        self._allocate_hybrid(r, ids, hit)
+                    else:
+                        hits = self.bm.allocate(r.rid, ids)
+                    hits = min(hits, cap)
                     n = num_tokens - hits
                     synced = num_tokens
                 else:
-                    hits = self.bm.cached_prefix_tokens(ids)  # its last token stays out
+                    if not self.windows:
+                        hits = self.bm.cached_prefix_tokens(ids)  # its last token stays out
                     n = num_tokens - hits
                     if not config.enable_chunked_prefill and n > budget:
                         break
@@ -635,17 +742,25 @@ class Engine:
                     # resumed request) must fit the free blocks, not only its first chunk
                     side = side_blocks(config, num_tokens + r.target - r.outputs)
                     free = self.bm.num_free_blocks
-                    if config.reserve_full_isl and self.bm.blocks_to_allocate(ids) + side > free:
+                    if self.windows:
+                        whole = self._hybrid_cost(ids, hit, config.window_admission_cap)
+                    else:
+                        whole = self.bm.blocks_to_allocate(ids)
+                    if config.reserve_full_isl and whole + side > free:
+                        self.blocked_need = whole + side
                         raise NoFreeBlocksError("the whole prompt does not fit")
                     n = min(n, budget)
                     synced = hits + n
-                    self.bm.allocate(r.rid, ids[:synced])
+                    if self.windows:
+                        self._allocate_hybrid(r, ids[:synced], hit)
+                    else:
+                        self.bm.allocate(r.rid, ids[:synced])
             except NoFreeBlocksError:
                 self.blocked = True
                 break
             side = side_blocks(config, num_tokens + r.target - r.outputs)
             if side and not self._reserve_side(r, side):
-                self.bm.free(r.rid)
+                self._free_blocks(r)
                 self.blocked = True
                 break
             self.waiting.popleft()
@@ -702,6 +817,84 @@ class Engine:
         r.side = side
         return True
 
+    # ---- sliding windows -----------------------------------------------------------------
+    def _window_ids(self, r: Req) -> list:
+        return [("window", i, r.rid) for i in range(len(self.windows))]
+
+    def _hybrid_hit(self, ids) -> tuple[list, list[tuple[int, list]]]:
+        """The prefix hit every group hits (vLLM's HybridKVCacheCoordinator, iterated to its
+        fixed point): (the full group's hit blocks, each window table's (first block kept, its
+        hit blocks from there)), every table's hit ending at the same block."""
+        bs = self.block_size
+        full = self.bm.prefix_blocks(ids)
+        while True:
+            spans = [
+                self.bm.window_hit(ids, -(-(w - 1) // bs), key, len(full))
+                for w, key in zip(self.windows, self.window_keys, strict=True)
+            ]
+            shortest = min(first + len(blocks) for first, blocks in spans)
+            if shortest >= len(full):
+                return full, spans
+            full = full[:shortest]
+
+    def _hybrid_cost(self, ids, hit, capped: bool = False) -> int:
+        """Free blocks a new request of `ids` takes in every group, given its `hit`; `capped`:
+        a window's blocks at most its admission cap (vLLM 0.32's whole-prompt check)."""
+        full, spans = hit
+        cost = self.bm.blocks_to_allocate(ids, b"", (0, full))
+        blocks = -(-len(ids) // self.block_size)
+        for w, key, span in zip(self.windows, self.window_keys, spans, strict=True):
+            window = self.bm.blocks_to_allocate(ids, key, span)
+            if capped:  # max(min(blocks, cap) - end, 0) instead of blocks - end
+                end = span[0] + len(span[1])
+                cap = self._window_cap_blocks(w)
+                window += max(min(blocks, cap) - end, 0) - (blocks - end)
+            cost += window
+        return cost
+
+    def _window_cap_blocks(self, window: int) -> int:
+        """vLLM 0.32's SlidingWindowSpec.max_admission_blocks_per_request: the window and the
+        tokens in flight (a batch per concurrent step), never past max_model_len."""
+        config = self.config
+        batches = 2 if config.async_scheduling else 1
+        tokens = min(window - 1 + batches * config.max_num_batched_tokens, config.max_model_len)
+        return -(-tokens // self.block_size) + 1
+
+    def _allocate_hybrid(self, r: Req, ids, hit) -> None:
+        """Allocate a new request's tables in every group with its `hit`; all or nothing."""
+        cost = self._hybrid_cost(ids, hit)
+        if cost > self.bm.num_free_blocks:
+            self.blocked_need = cost
+            raise NoFreeBlocksError("the groups' blocks do not fit")
+        full, spans = hit
+        entries = [(r.rid, ids, b"", (0, full))]
+        for i, (key, span) in enumerate(zip(self.window_keys, spans, strict=True)):
+            entries.append((("window", i, r.rid), ids, key, span))
+        self.bm.allocate_groups(entries)
+        r.windowed = True
+
+    def _chunk_in_flight(self, r: Req, j: int) -> int:
+        """r's tokens of step j - 1 (a prefill chunk) whose output step j is scheduled
+        without (async scheduling)."""
+        return r.chunk_tokens if r.chunk_step == j - 1 else 0
+
+    def _drop_window_blocks(self, r: Req, computed: int, in_flight: int = 0) -> None:
+        """vLLM's remove_skipped_blocks before r's allocation: the window of the token after
+        `computed` starts at computed - window + 1; whole blocks before it are freed. From vLLM
+        0.32 with async scheduling, `computed` less the `in_flight` tokens of the step before
+        (the processed-token basis)."""
+        if self._lagged_drops:
+            computed -= in_flight
+        freed = 0
+        for i, w in enumerate(self.windows):
+            skipped = computed - w + 1
+            if skipped >= self.block_size:
+                freed += self.bm.drop_leading_blocks(
+                    ("window", i, r.rid), skipped // self.block_size
+                )
+        if freed and self.bm.num_free_blocks >= self.blocked_need:
+            self.blocked = False  # the queue's head may fit now
+
     # ---- blocks -----------------------------------------------------------------------------
     def _extend(self, r: Req, upto: int) -> bool:
         """Hand the block manager r's tokens up to position `upto`; False when blocks run out."""
@@ -709,15 +902,33 @@ class Engine:
             return True
         # every full block enters the prefix cache, outputs' too (vLLM caches each block once
         # its tokens are known): a preempted request finds its own outputs when it resumes
+        ids = self.ids(r, r.synced, upto)
+        if r.windowed:  # every group's blocks, or none
+            count = upto - r.synced
+            cost = self.bm.append_cost(r.rid, count)
+            cost += sum(self.bm.append_cost(key, count) for key in self._window_ids(r))
+            if cost > self.bm.num_free_blocks:
+                return False
         try:
-            self.bm.append_tokens(r.rid, self.ids(r, r.synced, upto))
+            self.bm.append_tokens(r.rid, ids)
         except NoFreeBlocksError:
             return False
+        if r.windowed:
+            for key in self._window_ids(r):
+                self.bm.append_tokens(key, ids)
         r.synced = upto
         return True
 
-    def _release(self, r: Req) -> None:
+    def _free_blocks(self, r: Req) -> None:
+        """Free r's tables, the full group's first, then its windows' (vLLM's group order)."""
         self.bm.free(r.rid)
+        if r.windowed:
+            for key in self._window_ids(r):
+                self.bm.free(key)
+            r.windowed = False
+
+    def _release(self, r: Req) -> None:
+        self._free_blocks(r)
         if r.side:
             self.bm.free(("side", r.rid))
             r.side = 0
@@ -790,6 +1001,8 @@ class Engine:
         heapq.heappush(self.finish_heap, (j + r.target - r.outputs - 1, r.epoch, r.rid, r))
         self.num_decodes += 1
         self.context_sum += r.c0 + 1
+        if r.windowed:
+            self.joined.append(r)
 
     def _leave_cohort(self, r: Req, j: int) -> None:
         """r stops decoding before step j (finished after j - 1, or preempted at j)."""
@@ -826,6 +1039,8 @@ class Engine:
         import numpy as np
 
         j = self.decode_index  # the cohort's clock
+        if self.joined and self._lagged_drops:
+            return None
         while self.finish_heap:
             top = self.finish_heap[0]
             r = top[3]
@@ -837,11 +1052,13 @@ class Engine:
         if steps < MIN_SPAN:
             return None
         bs = self.block_size
-        counts = [len(b) for b in self.buckets]
+        tables = 1 + len(self.windows)  # a crossing opens a block in every group
+        counts = [len(b) * tables for b in self.buckets]
         free = self.bm.num_free_blocks
         full_cycles = steps // bs
-        need = full_cycles * self.num_decodes + sum(counts[(j + i) % bs] for i in range(steps % bs))
-        if need > free:  # shorten to what the pool holds without preempting
+        need = full_cycles * self.num_decodes * tables
+        need += sum(counts[(j + i) % bs] for i in range(steps % bs))
+        if need > free:  # shorten to what the pool holds without preempting (drops ignored)
             steps, need = 0, 0
             while steps < last - j + 1:
                 extra = counts[(j + steps) % bs]
@@ -849,6 +1066,22 @@ class Engine:
                     break
                 need += extra
                 steps += 1
+            if steps < MIN_SPAN:
+                return None
+        if self.windows and self.blocked and self._seat_free():
+            # the windows' drops free blocks: end before a step whose drops could admit the
+            # queue's head (each table in a drop bucket drops at most one block a step)
+            if self.joined:
+                return None
+            free_bound, lag = free, int(self._lagged_drops)
+            for i in range(steps):
+                free_bound -= counts[(j + i) % bs]
+                for w in self.drop_windows:
+                    tables = self.windows.count(w)
+                    free_bound += tables * len(self.buckets[(j + i - w + 1 - lag) % bs])
+                if free_bound >= self.blocked_need:
+                    steps = i
+                    break
             if steps < MIN_SPAN:
                 return None
         sums = self.context_sum + self.num_decodes * np.arange(steps, dtype=float)
@@ -865,6 +1098,21 @@ class Engine:
                 position = r.c0 + (j + steps - 1 - r.j0)
                 if not self._extend(r, position + 1):
                     raise AssertionError("the span was sized to fit the pool")
+        if self.windows:  # the windows' drops, step by step in admission order (freed blocks
+            # join the free queue's tail, behind every block the span took from its head)
+            for r in sorted(self.joined, key=_admit_order):
+                if r.state == DECODE:
+                    flight = 1 if j > r.j0 else self._chunk_in_flight(r, self.step_index)
+                    self._drop_window_blocks(r, r.c0 + (j - r.j0), flight)
+            self.joined.clear()
+            lag = int(self._lagged_drops)
+            for i in range(steps):
+                for w in self.drop_windows:
+                    bucket = self.buckets[(j + i - w + 1 - lag) % bs]
+                    for r in sorted(bucket.values(), key=_admit_order):
+                        position = r.c0 + (j + i - r.j0)
+                        flight = 1 if j + i > r.j0 else self._chunk_in_flight(r, self.step_index)
+                        self._drop_window_blocks(r, position, flight)
         if self.observer is not None:
             self.observer(self, steps, self.num_decodes, [])
         emitted = self.num_decodes
@@ -946,6 +1194,7 @@ def pool_demand(config: EngineConfig, requests) -> int:
     for spec in requests:
         tokens = spec.input_tokens + spec.output_tokens
         blocks = -(-tokens // config.block_size) + side_blocks(config, tokens)
+        blocks += window_blocks(config, tokens, config.max_num_batched_tokens)
         total += blocks
         largest = max(largest, blocks)
     if not config.enable_prefix_caching:
@@ -953,9 +1202,22 @@ def pool_demand(config: EngineConfig, requests) -> int:
     return total
 
 
+def window_blocks(config: EngineConfig, tokens: int, in_flight_tokens: int = 0) -> int:
+    """Pool blocks a request of `tokens` holds at most in its sliding-window groups
+    (window_groups): cdiv(window - 1 + in_flight_tokens, block_size) + 1 each, or its tokens'
+    blocks if fewer. With no tokens in flight, vLLM's per-request estimate at start-up; with a
+    step's token budget, what a prefill chunk holds until the next allocation drops it."""
+    total = 0
+    for window, copies in config.window_groups:
+        cap = -(-(window - 1 + in_flight_tokens) // config.block_size) + 1
+        total += copies * min(-(-tokens // config.block_size), cap)
+    return total
+
+
 def side_blocks(config: EngineConfig, tokens: int) -> int:
-    """Pool blocks a request of `tokens` holds in its windowed and state groups: a window's
-    blocks (or fewer), one block per state; in blocks of the full-attention groups."""
+    """Pool blocks a request of `tokens` holds in its fixed-share groups (side_blocks): a
+    chunk's or a window's blocks (or fewer), one block per state; in blocks of the
+    full-attention groups."""
     physical = 0
     for cap, groups, size in config.side_blocks:
         blocks = -(-tokens // size)

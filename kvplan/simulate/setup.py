@@ -285,9 +285,11 @@ def step_model(
 
 
 def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) -> EngineConfig:
-    """The pool in blocks of the full-attention group; windowed and state groups as a fixed
-    share per request (their steady-state blocks)."""
-    from kvplan.simulate.engine import EngineConfig, side_blocks, usable_blocks
+    """The pool in blocks of the full-attention group; sliding-window groups as vLLM's
+    SlidingWindowManager keeps them where their blocks map onto the pool's one to one (the
+    full group's block size, a whole number of window groups per full group), other windowed
+    and state groups as a fixed share per request (their steady-state blocks)."""
+    from kvplan.simulate.engine import EngineConfig, side_blocks, usable_blocks, window_blocks
 
     full = (CacheKind.FULL, CacheKind.MLA)
     main = [g for g in alloc.groups if g.kind in full]
@@ -295,7 +297,11 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
     if not main:  # every layer windowed or recurrent: the first group stands for the pool
         main, others = others[:1], others[1:]
     side: dict[tuple, int] = {}
+    sliding: dict[int, int] = {}  # window -> groups
     for g in others:
+        if g.kind is CacheKind.SLIDING and g.block_size == main[0].block_size:
+            sliding[g.window] = sliding.get(g.window, 0) + 1
+            continue
         if g.kind is CacheKind.STATE:
             cap = 0
         elif g.kind is CacheKind.SLIDING:
@@ -303,6 +309,13 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
         else:  # chunked
             cap = math.ceil(g.window / g.block_size)
         side[(cap, g.block_size)] = side.get((cap, g.block_size), 0) + 1
+    windows = []
+    for window, groups in sliding.items():
+        if groups % len(main) == 0:  # a window table per full group's table
+            windows.append((window, groups // len(main)))
+        else:  # a fixed share: cdiv(window - 1, block_size) + 1 blocks
+            cap = math.ceil((window - 1) / main[0].block_size) + 1
+            side[(cap, main[0].block_size)] = side.get((cap, main[0].block_size), 0) + groups
     block_size = main[0].block_size
     num_blocks = usable_blocks(alloc.num_blocks, len(main))  # less vLLM's null block
     config = EngineConfig(
@@ -320,10 +333,14 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
         async_scheduling=options.async_scheduling,
         reserve_full_isl=_minor(options.vllm_version) >= FULL_ISL_FROM,
         free_uncached_first=_minor(options.vllm_version) >= UNCACHED_FIRST_FROM,
+        window_groups=tuple(windows),
+        window_admission_cap=_minor(options.vllm_version) >= WINDOW_CAP_FROM,
+        window_processed_drops=_minor(options.vllm_version) >= WINDOW_CAP_FROM,
     )
     longest = -(-max_model_len // block_size)
+    longest += side_blocks(config, max_model_len) + window_blocks(config, max_model_len)
     # vLLM's start-up check (up to at least 0.19) counts its null block as free
-    if longest + side_blocks(config, max_model_len) > alloc.num_blocks // len(main):
+    if longest > alloc.num_blocks // len(main):
         raise KvplanError(
             f"the KV pool ({num_blocks:,} blocks of {block_size} tokens) cannot hold one "
             f"{max_model_len:,}-token request; lower --max-model-len or raise the KV memory"
@@ -333,6 +350,9 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
 
 FULL_ISL_FROM = (0, 19)  # vLLM's scheduler_reserve_full_isl, on by default
 UNCACHED_FIRST_FROM = (0, 24)  # BlockPool.free_blocks: uncached blocks reused first
+# the whole-prompt check counts a sliding window's blocks at most up to its admission cap
+# (SlidingWindowSpec.max_admission_blocks_per_request: in 0.32.0's source, not in 0.19.1's)
+WINDOW_CAP_FROM = (0, 32)
 
 
 def _minor(version: str) -> tuple[int, int]:

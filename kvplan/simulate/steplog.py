@@ -24,7 +24,7 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import BatchStepTime
 from kvplan.record import NamedTuple
 from kvplan.simulate.engine import DECODE, Engine, EngineConfig, Req, usable_blocks
-from kvplan.simulate.setup import FULL_ISL_FROM, UNCACHED_FIRST_FROM
+from kvplan.simulate.setup import FULL_ISL_FROM, UNCACHED_FIRST_FROM, WINDOW_CAP_FROM
 from kvplan.simulate.workload import RequestSpec
 
 # vLLM versions whose recorded schedules kvplan's engine is checked against: 0.18 admits a
@@ -132,22 +132,22 @@ def vllm_version_tuple(version: str) -> tuple[int, int]:
 def engine_config(scenario: Scenario, vllm_version: str = "0.19") -> EngineConfig:
     """The scenario's pool and limits as kvplan's engine takes them, with the scheduling
     rules of `vllm_version`."""
-    side = ()
-    if scenario.sliding_window:  # vLLM's per-request maximum: cdiv(window - 1, block) + 1
-        cap = math.ceil((scenario.sliding_window - 1) / scenario.block_size) + 1
-        side = ((cap, 1, scenario.block_size),)
+    windows = ((scenario.sliding_window, 1),) if scenario.sliding_window else ()
+    minor = vllm_version_tuple(vllm_version)
     return EngineConfig(
         max_num_seqs=scenario.max_num_seqs,
         max_num_batched_tokens=scenario.max_num_batched_tokens,
         max_model_len=scenario.max_model_len,
         num_blocks=usable_blocks(scenario.num_blocks, 1),
         block_size=scenario.block_size,
-        side_blocks=side,
+        window_groups=windows,
         main_groups=1,
         enable_prefix_caching=scenario.enable_prefix_caching,
         async_scheduling=scenario.async_scheduling,
-        reserve_full_isl=vllm_version_tuple(vllm_version) >= FULL_ISL_FROM,
-        free_uncached_first=vllm_version_tuple(vllm_version) >= UNCACHED_FIRST_FROM,
+        reserve_full_isl=minor >= FULL_ISL_FROM,
+        free_uncached_first=minor >= UNCACHED_FIRST_FROM,
+        window_admission_cap=minor >= WINDOW_CAP_FROM,
+        window_processed_drops=minor >= WINDOW_CAP_FROM,
     )
 
 
