@@ -55,6 +55,9 @@ def refuse_compressed(spec, engine: str) -> None:
             "layer, indexer pages and the compressor's state pages; vLLM 0.19.1 has no "
             "DeepSeek-V4 model)"
             if engine == "vLLM"
+            # sglang/srt/mem_cache/deepseek_v4_memory_pool.py (sglang 0.5.14)
+            else " (SGLang 0.5.14 keeps them in its own DeepSeek-V4 memory pool)"
+            if engine == "SGLang"
             else ""
         )
         raise KvplanError(
@@ -72,11 +75,16 @@ def refuse_gqa_indexer(spec, engine: str) -> None:
     refuse_compressed(spec, engine)
     layers = [a for a in spec.attention_layers() if a.gqa_indexer]
     if layers:
+        # sglang 0.5.14's sglang/srt/models has no MiniMax-M3 (minimax_m2.py is the newest)
+        why = (
+            "SGLang 0.5.14 has no MiniMax-M3 model (checked its sglang/srt/models)"
+            if engine == "SGLang"
+            else f"what {engine} allocates for it is not modelled yet"
+        )
         raise KvplanError(
             f"{spec.name}: {len(layers)} layers keep a key-only indexer cache beside K and V "
-            f"({layers[0].indexer_head_dim} wide, MiniMax-M3's lightning indexer); what {engine} "
-            "allocates for it is not modelled yet (kvplan size and capacity give the "
-            "architecture's bytes)"
+            f"({layers[0].indexer_head_dim} wide, MiniMax-M3's lightning indexer); {why} (kvplan "
+            "size and capacity give the architecture's bytes)"
         )
 
 
