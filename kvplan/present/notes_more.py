@@ -962,10 +962,22 @@ text("sim-outputs-capped")(
 
 text("vllm-uniform-type")(
     lambda layers: (
-        f"The {layers} layers need the same token slots but hold different sizes (a DSA indexer "
-        "key on some layers only): vLLM puts them in one group whose block covers every layer, its "
+        f"The {layers} layers need the same token slots but hold different sizes (an indexer key "
+        "on some layers only): vLLM puts them in one group whose block covers every layer, its "
         "page the sum of theirs (UniformTypeKVCacheSpecs). Which layers vLLM gives an indexer key "
         "was not checked against a vLLM log for this model."
+    )
+)
+
+text("vllm-gqa-indexer")(
+    lambda layers, width, block_size: (
+        f"MiniMax-M3: {layers} layers' lightning indexer keeps its own key-only cache, one bf16 "
+        f"vector {width} wide per token on every rank (MiniMaxM3IndexerCache.get_kv_cache_spec, "
+        "vllm/models/minimax_m3/common/indexer.py, vLLM 0.32; the indexer_kv_dtype, not "
+        "--kv-cache-dtype), counted in its layer's group; blocks of "
+        f"{block_size} tokens, the only size the sparse attention backend takes. Read from "
+        "vLLM's source, not checked against a vLLM log; vLLM registers the model as "
+        "MiniMaxM3SparseForCausalLM (model_type minimax_m3_text)."
     )
 )
 
