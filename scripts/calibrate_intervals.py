@@ -10,9 +10,14 @@ Held out, never read here except by --coverage: the GPUStack vLLM and SGLang hel
 the external split "validate".
 
 Per evidence class (kvplan.plans.intervals.evidence_for) and metric family the file stores the
-10th and 90th percentiles of log(measured / simulated): output throughput, median TPOT, median
-TTFT. A class with fewer than MIN_RUNS calibration runs takes the pooled runs of every class but
-"own", its half-width times WIDEN, and is marked uncalibrated.
+split-conformal 80% ends of log(measured / simulated) (output throughput, median TPOT, median
+TTFT): with n calibration values sorted, the order statistics at ranks floor(0.1 (n + 1)) and
+ceil(0.9 (n + 1)) (1-based): a new run exchangeable with the calibration runs falls below the
+low end with probability at most floor(0.1 (n + 1)) / (n + 1) <= 0.1, above the high end likewise,
+so inside with probability >= 0.8 (the plain 10th/90th percentiles of 6-25 runs under-cover).
+Where a rank falls outside 1..n (n < 9) the ends are the sample's extremes, their half-width
+times WIDEN. A class with fewer than MIN_RUNS calibration runs takes the pooled runs
+of every class but "own", its half-width times WIDEN, and is marked uncalibrated.
 
 --coverage prints, for the held-out runs, the share whose measured value lies inside the 80%
 interval, per metric and per engine and GPU family."""
@@ -93,9 +98,19 @@ def log_ratios(cases: list[dict]) -> list[dict]:
     return rows
 
 
+def conformal_ranks(n: int) -> tuple[int, int]:
+    """The 1-based ranks of the split-conformal 80% ends among n sorted calibration values."""
+    return math.floor(0.1 * (n + 1)), math.ceil(0.9 * (n + 1))
+
+
 def quantiles(values: list[float]) -> list[float]:
-    cuts = statistics.quantiles(values, n=10, method="inclusive")
-    return [cuts[0], cuts[-1]]
+    """The split-conformal 80% ends of `values`; beyond the sample (n < 9: a rank outside
+    1..n) the sample's extremes, widened by WIDEN about their centre."""
+    ordered = sorted(values)
+    low, high = conformal_ranks(len(ordered))
+    if low < 1 or high > len(ordered):
+        return widened([ordered[0], ordered[-1]])
+    return [ordered[low - 1], ordered[high - 1]]
 
 
 def widened(pair: list[float]) -> list[float]:
@@ -130,9 +145,11 @@ def build(rows: list[dict]) -> dict:
                 classes[f"{cls}/{engine}"] = _entry(subset, subset)
     return {
         "about": (
-            "10th and 90th percentiles of log(measured / simulated) over published runs, per "
-            "evidence class of the kernel rates and metric family; kvplan.plans.intervals reads "
-            "it. Classes with calibrated false take every non-own run (every run where those "
+            "Split-conformal 80% ends of log(measured / simulated) over published runs, per "
+            "evidence class of the kernel rates and metric family: with n calibration values "
+            "sorted, the order statistics at 1-based ranks floor(0.1 (n + 1)) and "
+            "ceil(0.9 (n + 1)); where a rank is outside 1..n, the extremes with half-width "
+            f"times {WIDEN}. kvplan.plans.intervals reads it. Classes with calibrated false take every non-own run (every run where those "
             f"are fewer than min_runs), half-width times {WIDEN}; 'class/engine' entries "
             "exist where that engine has min_runs runs of the class."
         ),

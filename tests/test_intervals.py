@@ -103,8 +103,10 @@ def test_width_rule_own_class_and_pooled_widening():
     doc = cal.build(own + few)
     entry = doc["classes"]["own"]
     assert entry["calibrated"] and doc["classes"]["own/vllm"]["calibrated"]
+    # 7 runs: ranks floor(0.8) = 0 and ceil(7.2) = 8 lie beyond the sample, so the extremes
+    # [-0.2, 0.4] (centre 0.1, half-width 0.3) widen by 1.5: [0.1 - 0.45, 0.1 + 0.45]
     q10, q90 = entry["log_ratio"]["throughput"]
-    assert q10 == pytest.approx(-0.14) and q90 == pytest.approx(0.34)
+    assert q10 == pytest.approx(-0.35) and q90 == pytest.approx(0.55)
     # too few non-own runs to pool (2 < min_runs): every run, widened
     pool = cal.quantiles([*own_values, -1.0, -0.5])
     for name in ("borrowed", "datasheet", "other-engine"):
@@ -120,6 +122,21 @@ def test_width_rule_own_class_and_pooled_widening():
     lo, hi = doc["classes"]["datasheet"]["log_ratio"]["throughput"]
     pool = cal.quantiles([-1.0, -0.9, -0.8, -0.7, -0.6, -0.5])
     assert (hi - lo) == pytest.approx(cal.WIDEN * (pool[1] - pool[0]))
+
+
+def test_conformal_rank_rule_by_hand():
+    # 19 values 0.01 .. 0.19: ranks floor(0.1 * 20) = 2 and ceil(0.9 * 20) = 18, so the ends are
+    # the 2nd and 18th smallest; the inclusive 10th/90th percentiles would be 0.028 and 0.172
+    values = [i / 100 for i in range(19, 0, -1)]
+    assert cal.conformal_ranks(19) == (2, 18)
+    assert cal.quantiles(values) == pytest.approx([0.02, 0.18])
+    # 25 values: ranks floor(2.6) = 2 and ceil(23.4) = 24 (percentiles: between 3rd and 4th)
+    assert cal.conformal_ranks(25) == (2, 24)
+    assert cal.quantiles([float(i) for i in range(1, 26)]) == pytest.approx([2.0, 24.0])
+    # 9 values is the smallest sample whose ranks (1 and 9) stay inside it: the extremes, as is
+    assert cal.conformal_ranks(9) == (1, 9)
+    assert cal.quantiles([float(i) for i in range(9)]) == pytest.approx([0.0, 8.0])
+    assert cal.conformal_ranks(8) == (0, 9)  # beyond: widened (test above)
 
 
 @pytest.mark.parametrize("evidence", CLASSES)

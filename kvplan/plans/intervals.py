@@ -3,9 +3,12 @@
 kvplan/data/intervals.json holds, per evidence class of the kernel rates a run was priced at
 ("own": this GPU's tables for this engine; "other-engine": this GPU's, measured for the other
 engine; "borrowed": another GPU's, named by the profile; "datasheet": none, the H100's fractions
-on this GPU's datasheet rates; kvplan.inputs.kernel_tables) and per metric family (throughput, ttft, tpot), the 10th and 90th
-percentiles of log(measured / simulated) over the calibration runs (tests/data/README.md says
-which; scripts/calibrate_intervals.py writes the file). A class with too few calibration runs of
+on this GPU's datasheet rates; kvplan.inputs.kernel_tables) and per metric family (throughput,
+ttft, tpot), the split-conformal 80% ends of log(measured / simulated) over the calibration runs
+(tests/data/README.md says which; scripts/calibrate_intervals.py writes the file): of n sorted
+values, the order statistics at 1-based ranks floor(0.1 (n + 1)) and ceil(0.9 (n + 1)), which
+hold a new exchangeable run with probability >= 0.8 where the plain 10th/90th percentiles of a
+small sample do not; a rank outside 1..n takes the extremes, half-width times the stated factor. A class with too few calibration runs of
 its own takes the pooled spread of every class that is not "own", widened by a stated factor,
 and says it is uncalibrated. A figure's interval is [point * exp(q10), point * exp(q90)]: not
 centred on the point where kvplan is biased (the simulation was faster than the real run in
