@@ -29,6 +29,7 @@ import json
 import math
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +43,14 @@ from kvplan.inputs.hardware import load_profile  # noqa: E402
 from kvplan.inputs.kernel_tables import tables_for  # noqa: E402
 from kvplan.plans import intervals  # noqa: E402
 
-from sim_cases import CASES_PATH, HELDOUT, gpu_name, load_cases, run_case  # noqa: E402
+from sim_cases import (  # noqa: E402
+    CASES_PATH,
+    HELDOUT,
+    gpu_name,
+    load_cases,
+    run_case,
+    simulate_request,
+)
 
 MIN_RUNS = 6
 WIDEN = 1.5
@@ -79,6 +87,7 @@ def log_ratios(cases: list[dict]) -> list[dict]:
         except KvplanError as exc:
             print(f"  {case['id'][:60]}: not simulated ({exc})", file=sys.stderr)
             continue
+        length_dist = simulate_request(case).workload.length_dist
         ratios = {}
         for metric in FAMILY_OF_METRIC:
             measured, simulated = case["measured"].get(metric), sim[metric]
@@ -89,6 +98,8 @@ def log_ratios(cases: list[dict]) -> list[dict]:
                 "id": case["id"],
                 "evidence": evidence(case),
                 "groups": groups(case),
+                "length_dist": length_dist,
+                "workload": intervals.workload_kind(length_dist),
                 "ratios": ratios,
                 "sim": {m: sim[m] for m in FAMILY_OF_METRIC},
                 "measured": {m: case["measured"].get(m) for m in FAMILY_OF_METRIC},
@@ -119,14 +130,52 @@ def widened(pair: list[float]) -> list[float]:
 
 
 def _entry(members: list[dict], pool: list[dict]) -> dict:
-    """A class's quantiles: its own runs where there are MIN_RUNS, else `pool`'s, widened."""
+    """A class's quantiles: its own runs where there are MIN_RUNS, else `pool`'s, widened; and
+    how many of the runs they came from were of each workload kind."""
     entry: dict = {"runs": [r["id"] for r in members], "log_ratio": {}}
     entry["calibrated"] = len(members) >= MIN_RUNS
     source = members if entry["calibrated"] else pool
     for metric, family in FAMILY_OF_METRIC.items():
         pair = quantiles([r["ratios"][metric] for r in source if metric in r["ratios"]])
         entry["log_ratio"][family] = pair if entry["calibrated"] else widened(pair)
+    entry["workloads"] = dict(sorted(Counter(r["workload"] for r in source).items()))
     return entry
+
+
+def transfer_scores(rows: list[dict]) -> list[float]:
+    """Leave one workload kind out, on the calibration runs only: per (class, engine)
+    group with MIN_RUNS runs and each of its workload kinds, the ends from the group's other
+    kinds (where those are MIN_RUNS values of a metric) and, for each
+    left-out value, |value - centre| / half-width: how far out a workload unlike the class's
+    calibration runs lands, in half-widths (<= 1: inside)."""
+    scores = []
+    for key in sorted({(r["evidence"], r["groups"]["engine"]) for r in rows}):
+        group = [r for r in rows if (r["evidence"], r["groups"]["engine"]) == key]
+        if len(group) < MIN_RUNS:
+            continue
+        for kind in sorted({r["workload"] for r in group}):
+            rest = [r for r in group if r["workload"] != kind]
+            out = [r for r in group if r["workload"] == kind]
+            for metric in FAMILY_OF_METRIC:
+                values = [r["ratios"][metric] for r in rest if metric in r["ratios"]]
+                if len(values) < MIN_RUNS:
+                    continue
+                low, high = quantiles(values)
+                centre, half = (low + high) / 2, (high - low) / 2
+                scores += [
+                    abs(r["ratios"][metric] - centre) / half for r in out if metric in r["ratios"]
+                ]
+    return scores
+
+
+def transfer_widen(scores: list[float]) -> float:
+    """The factor on a class's half-width that holds 80% of the left-out runs: the conformal
+    rank ceil(0.8 (n + 1)) of the n scores (the largest where that is beyond them); at least 1."""
+    if not scores:
+        return 1.0
+    ordered = sorted(scores)
+    rank = min(math.ceil(0.8 * (len(ordered) + 1)), len(ordered))
+    return max(1.0, ordered[rank - 1])
 
 
 def build(rows: list[dict]) -> dict:
@@ -143,6 +192,7 @@ def build(rows: list[dict]) -> dict:
             subset = [r for r in members if r["groups"]["engine"] == engine]
             if len(subset) >= MIN_RUNS:
                 classes[f"{cls}/{engine}"] = _entry(subset, subset)
+    scores = transfer_scores(rows)
     return {
         "about": (
             "Split-conformal 80% ends of log(measured / simulated) over published runs, per "
@@ -157,6 +207,15 @@ def build(rows: list[dict]) -> dict:
         "calibration_runs": ["tests/data/sim_bench_cases.json", "external split calibrate"],
         "min_runs": MIN_RUNS,
         "widen": WIDEN,
+        "workload_widen": transfer_widen(scores),
+        "workload_widen_about": (
+            "A run whose workload kind (kvplan.plans.intervals.workload_kind of its length "
+            "distribution) fewer than min_runs of its class's calibration runs were (workloads) "
+            "takes the class's half-width times this factor: the conformal 80% rank of "
+            "|log ratio - centre| / half-width over calibration runs left out by workload kind "
+            f"(ends from their class and engine's other kinds; {len(scores)} scores). "
+            "Calibration runs only."
+        ),
         "classes": classes,
     }
 
@@ -170,7 +229,7 @@ def coverage(rows: list[dict]) -> None:
 
     def inside(r, metric):
         family = FAMILY_OF_METRIC[metric]
-        q10, q90 = intervals.log_quantiles(key(r), family)
+        q10, q90 = intervals.log_quantiles(key(r), family, r["length_dist"])
         return q10 <= r["ratios"][metric] <= q90
 
     def line(label, members):
@@ -181,7 +240,7 @@ def coverage(rows: list[dict]) -> None:
             width = []
             if metric == "output_throughput":
                 for r in have:
-                    q10, q90 = intervals.log_quantiles(key(r), "throughput")
+                    q10, q90 = intervals.log_quantiles(key(r), "throughput", r["length_dist"])
                     width.append(math.exp(q90 - q10))
             extra = f" (hi/lo {statistics.median(width):.2f}x)" if width else ""
             cells.append(f"{metric} {share:.0%} of {len(have)}{extra}")
