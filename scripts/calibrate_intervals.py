@@ -10,9 +10,14 @@ Held out, never read here except by --coverage: the GPUStack vLLM and SGLang hel
 the external split "validate".
 
 Per evidence class (kvplan.plans.intervals.evidence_for) and metric family the file stores the
-10th and 90th percentiles of log(measured / simulated): output throughput, median TPOT, median
-TTFT. A class with fewer than MIN_RUNS calibration runs takes the pooled runs of every class but
-"own", its half-width times WIDEN, and is marked uncalibrated.
+split-conformal 80% ends of log(measured / simulated) (output throughput, median TPOT, median
+TTFT): with n calibration values sorted, the order statistics at ranks floor(0.1 (n + 1)) and
+ceil(0.9 (n + 1)) (1-based): a new run exchangeable with the calibration runs falls below the
+low end with probability at most floor(0.1 (n + 1)) / (n + 1) <= 0.1, above the high end likewise,
+so inside with probability >= 0.8 (the plain 10th/90th percentiles of 6-25 runs under-cover).
+Where a rank falls outside 1..n (n < 9) the ends are the sample's extremes, their half-width
+times WIDEN. A class with fewer than MIN_RUNS calibration runs takes the pooled runs
+of every class but "own", its half-width times WIDEN, and is marked uncalibrated.
 
 --coverage prints, for the held-out runs, the share whose measured value lies inside the 80%
 interval, per metric and per engine and GPU family."""
@@ -24,6 +29,7 @@ import json
 import math
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +43,14 @@ from kvplan.inputs.hardware import load_profile  # noqa: E402
 from kvplan.inputs.kernel_tables import tables_for  # noqa: E402
 from kvplan.plans import intervals  # noqa: E402
 
-from sim_cases import CASES_PATH, HELDOUT, gpu_name, load_cases, run_case  # noqa: E402
+from sim_cases import (  # noqa: E402
+    CASES_PATH,
+    HELDOUT,
+    gpu_name,
+    load_cases,
+    run_case,
+    simulate_request,
+)
 
 MIN_RUNS = 6
 WIDEN = 1.5
@@ -74,6 +87,7 @@ def log_ratios(cases: list[dict]) -> list[dict]:
         except KvplanError as exc:
             print(f"  {case['id'][:60]}: not simulated ({exc})", file=sys.stderr)
             continue
+        length_dist = simulate_request(case).workload.length_dist
         ratios = {}
         for metric in FAMILY_OF_METRIC:
             measured, simulated = case["measured"].get(metric), sim[metric]
@@ -84,6 +98,8 @@ def log_ratios(cases: list[dict]) -> list[dict]:
                 "id": case["id"],
                 "evidence": evidence(case),
                 "groups": groups(case),
+                "length_dist": length_dist,
+                "workload": intervals.workload_kind(length_dist),
                 "ratios": ratios,
                 "sim": {m: sim[m] for m in FAMILY_OF_METRIC},
                 "measured": {m: case["measured"].get(m) for m in FAMILY_OF_METRIC},
@@ -93,9 +109,19 @@ def log_ratios(cases: list[dict]) -> list[dict]:
     return rows
 
 
+def conformal_ranks(n: int) -> tuple[int, int]:
+    """The 1-based ranks of the split-conformal 80% ends among n sorted calibration values."""
+    return math.floor(0.1 * (n + 1)), math.ceil(0.9 * (n + 1))
+
+
 def quantiles(values: list[float]) -> list[float]:
-    cuts = statistics.quantiles(values, n=10, method="inclusive")
-    return [cuts[0], cuts[-1]]
+    """The split-conformal 80% ends of `values`; beyond the sample (n < 9: a rank outside
+    1..n) the sample's extremes, widened by WIDEN about their centre."""
+    ordered = sorted(values)
+    low, high = conformal_ranks(len(ordered))
+    if low < 1 or high > len(ordered):
+        return widened([ordered[0], ordered[-1]])
+    return [ordered[low - 1], ordered[high - 1]]
 
 
 def widened(pair: list[float]) -> list[float]:
@@ -104,14 +130,52 @@ def widened(pair: list[float]) -> list[float]:
 
 
 def _entry(members: list[dict], pool: list[dict]) -> dict:
-    """A class's quantiles: its own runs where there are MIN_RUNS, else `pool`'s, widened."""
+    """A class's quantiles: its own runs where there are MIN_RUNS, else `pool`'s, widened; and
+    how many of the runs they came from were of each workload kind."""
     entry: dict = {"runs": [r["id"] for r in members], "log_ratio": {}}
     entry["calibrated"] = len(members) >= MIN_RUNS
     source = members if entry["calibrated"] else pool
     for metric, family in FAMILY_OF_METRIC.items():
         pair = quantiles([r["ratios"][metric] for r in source if metric in r["ratios"]])
         entry["log_ratio"][family] = pair if entry["calibrated"] else widened(pair)
+    entry["workloads"] = dict(sorted(Counter(r["workload"] for r in source).items()))
     return entry
+
+
+def transfer_scores(rows: list[dict]) -> list[float]:
+    """Leave one workload kind out, on the calibration runs only: per (class, engine)
+    group with MIN_RUNS runs and each of its workload kinds, the ends from the group's other
+    kinds (where those are MIN_RUNS values of a metric) and, for each
+    left-out value, |value - centre| / half-width: how far out a workload unlike the class's
+    calibration runs lands, in half-widths (<= 1: inside)."""
+    scores = []
+    for key in sorted({(r["evidence"], r["groups"]["engine"]) for r in rows}):
+        group = [r for r in rows if (r["evidence"], r["groups"]["engine"]) == key]
+        if len(group) < MIN_RUNS:
+            continue
+        for kind in sorted({r["workload"] for r in group}):
+            rest = [r for r in group if r["workload"] != kind]
+            out = [r for r in group if r["workload"] == kind]
+            for metric in FAMILY_OF_METRIC:
+                values = [r["ratios"][metric] for r in rest if metric in r["ratios"]]
+                if len(values) < MIN_RUNS:
+                    continue
+                low, high = quantiles(values)
+                centre, half = (low + high) / 2, (high - low) / 2
+                scores += [
+                    abs(r["ratios"][metric] - centre) / half for r in out if metric in r["ratios"]
+                ]
+    return scores
+
+
+def transfer_widen(scores: list[float]) -> float:
+    """The factor on a class's half-width that holds 80% of the left-out runs: the conformal
+    rank ceil(0.8 (n + 1)) of the n scores (the largest where that is beyond them); at least 1."""
+    if not scores:
+        return 1.0
+    ordered = sorted(scores)
+    rank = min(math.ceil(0.8 * (len(ordered) + 1)), len(ordered))
+    return max(1.0, ordered[rank - 1])
 
 
 def build(rows: list[dict]) -> dict:
@@ -128,11 +192,14 @@ def build(rows: list[dict]) -> dict:
             subset = [r for r in members if r["groups"]["engine"] == engine]
             if len(subset) >= MIN_RUNS:
                 classes[f"{cls}/{engine}"] = _entry(subset, subset)
+    scores = transfer_scores(rows)
     return {
         "about": (
-            "10th and 90th percentiles of log(measured / simulated) over published runs, per "
-            "evidence class of the kernel rates and metric family; kvplan.plans.intervals reads "
-            "it. Classes with calibrated false take every non-own run (every run where those "
+            "Split-conformal 80% ends of log(measured / simulated) over published runs, per "
+            "evidence class of the kernel rates and metric family: with n calibration values "
+            "sorted, the order statistics at 1-based ranks floor(0.1 (n + 1)) and "
+            "ceil(0.9 (n + 1)); where a rank is outside 1..n, the extremes with half-width "
+            f"times {WIDEN}. kvplan.plans.intervals reads it. Classes with calibrated false take every non-own run (every run where those "
             f"are fewer than min_runs), half-width times {WIDEN}; 'class/engine' entries "
             "exist where that engine has min_runs runs of the class."
         ),
@@ -140,6 +207,15 @@ def build(rows: list[dict]) -> dict:
         "calibration_runs": ["tests/data/sim_bench_cases.json", "external split calibrate"],
         "min_runs": MIN_RUNS,
         "widen": WIDEN,
+        "workload_widen": transfer_widen(scores),
+        "workload_widen_about": (
+            "A run whose workload kind (kvplan.plans.intervals.workload_kind of its length "
+            "distribution) fewer than min_runs of its class's calibration runs were (workloads) "
+            "takes the class's half-width times this factor: the conformal 80% rank of "
+            "|log ratio - centre| / half-width over calibration runs left out by workload kind "
+            f"(ends from their class and engine's other kinds; {len(scores)} scores). "
+            "Calibration runs only."
+        ),
         "classes": classes,
     }
 
@@ -153,7 +229,7 @@ def coverage(rows: list[dict]) -> None:
 
     def inside(r, metric):
         family = FAMILY_OF_METRIC[metric]
-        q10, q90 = intervals.log_quantiles(key(r), family)
+        q10, q90 = intervals.log_quantiles(key(r), family, r["length_dist"])
         return q10 <= r["ratios"][metric] <= q90
 
     def line(label, members):
@@ -164,7 +240,7 @@ def coverage(rows: list[dict]) -> None:
             width = []
             if metric == "output_throughput":
                 for r in have:
-                    q10, q90 = intervals.log_quantiles(key(r), "throughput")
+                    q10, q90 = intervals.log_quantiles(key(r), "throughput", r["length_dist"])
                     width.append(math.exp(q90 - q10))
             extra = f" (hi/lo {statistics.median(width):.2f}x)" if width else ""
             cells.append(f"{metric} {share:.0%} of {len(have)}{extra}")

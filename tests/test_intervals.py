@@ -14,7 +14,7 @@ from kvplan.inputs.sources import load_model
 from kvplan.plans import intervals
 from kvplan.plans.plan import PlanRequest, parse_slo, plan
 from kvplan.plans.simulate import SimulateRequest, simulate
-from kvplan.simulate.workload import WorkloadSpec
+from kvplan.simulate.workload import LENGTH_DISTS, WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -89,9 +89,11 @@ def test_stored_classes_and_calibration_runs_are_not_held_out():
     )
 
 
-def _rows(evidence, values):
+def _rows(evidence, values, length_dist="fixed", engine="vllm"):
     return [
-        {"id": f"{evidence}-{i}", "evidence": evidence, "groups": {"engine": "vllm"},
+        {"id": f"{evidence}-{length_dist}-{i}", "evidence": evidence,
+         "groups": {"engine": engine}, "length_dist": length_dist,
+         "workload": intervals.workload_kind(length_dist),
          "ratios": {m: v for m in cal.FAMILY_OF_METRIC}}
         for i, v in enumerate(values)
     ]  # fmt: skip
@@ -103,8 +105,10 @@ def test_width_rule_own_class_and_pooled_widening():
     doc = cal.build(own + few)
     entry = doc["classes"]["own"]
     assert entry["calibrated"] and doc["classes"]["own/vllm"]["calibrated"]
+    # 7 runs: ranks floor(0.8) = 0 and ceil(7.2) = 8 lie beyond the sample, so the extremes
+    # [-0.2, 0.4] (centre 0.1, half-width 0.3) widen by 1.5: [0.1 - 0.45, 0.1 + 0.45]
     q10, q90 = entry["log_ratio"]["throughput"]
-    assert q10 == pytest.approx(-0.14) and q90 == pytest.approx(0.34)
+    assert q10 == pytest.approx(-0.35) and q90 == pytest.approx(0.55)
     # too few non-own runs to pool (2 < min_runs): every run, widened
     pool = cal.quantiles([*own_values, -1.0, -0.5])
     for name in ("borrowed", "datasheet", "other-engine"):
@@ -122,17 +126,70 @@ def test_width_rule_own_class_and_pooled_widening():
     assert (hi - lo) == pytest.approx(cal.WIDEN * (pool[1] - pool[0]))
 
 
+def test_conformal_rank_rule_by_hand():
+    # 19 values 0.01 .. 0.19: ranks floor(0.1 * 20) = 2 and ceil(0.9 * 20) = 18, so the ends are
+    # the 2nd and 18th smallest; the inclusive 10th/90th percentiles would be 0.028 and 0.172
+    values = [i / 100 for i in range(19, 0, -1)]
+    assert cal.conformal_ranks(19) == (2, 18)
+    assert cal.quantiles(values) == pytest.approx([0.02, 0.18])
+    # 25 values: ranks floor(2.6) = 2 and ceil(23.4) = 24 (percentiles: between 3rd and 4th)
+    assert cal.conformal_ranks(25) == (2, 24)
+    assert cal.quantiles([float(i) for i in range(1, 26)]) == pytest.approx([2.0, 24.0])
+    # 9 values is the smallest sample whose ranks (1 and 9) stay inside it: the extremes, as is
+    assert cal.conformal_ranks(9) == (1, 9)
+    assert cal.quantiles([float(i) for i in range(9)]) == pytest.approx([0.0, 8.0])
+    assert cal.conformal_ranks(8) == (0, 9)  # beyond: widened (test above)
+
+
+def test_workload_widen_by_hand():
+    # 9 ShareGPT runs 0.1 .. 0.9: ends the 1st and 9th, centre 0.5, half-width 0.4; 3 fixed-length
+    # runs at 0.5, 1.3, 1.7 score 0, 2 and 3 half-widths out; leaving ShareGPT out leaves 3
+    # fixed runs, too few (< min_runs) to calibrate on, so they score nothing
+    share = _rows("own", [i / 10 for i in range(1, 10)], "sharegpt")
+    fixed = _rows("own", [0.5, 1.3, 1.7], "fixed")
+    scores = cal.transfer_scores(share + fixed)
+    per_metric = len(cal.FAMILY_OF_METRIC)
+    assert len(scores) == 3 * per_metric
+    assert sorted(scores)[::per_metric] == pytest.approx([0.0, 2.0, 3.0])
+    # n = 9 scores: rank ceil(0.8 * 10) = 8, the 8th smallest: 3.0 (the 3.0s are 7th..9th)
+    assert cal.transfer_widen(scores) == pytest.approx(3.0)
+    assert cal.transfer_widen([0.1, 0.2]) == 1.0  # never narrower than the class
+    doc = cal.build(share + fixed)
+    assert doc["classes"]["own"]["workloads"] == {"random": 3, "sharegpt": 9}
+    assert doc["workload_widen"] == pytest.approx(3.0)
+
+
+def test_workload_widen_applies_where_the_class_saw_few_such_runs():
+    doc = intervals.table()
+    for name, entry in doc["classes"].items():
+        for dist in LENGTH_DISTS:
+            low, high = entry["log_ratio"]["throughput"]
+            q10, q90 = intervals.log_quantiles(name, "throughput", dist)
+            few = entry["workloads"].get(intervals.workload_kind(dist), 0) < doc["min_runs"]
+            factor = doc["workload_widen"] if few else 1.0
+            assert (q90 - q10) == pytest.approx(factor * (high - low)), (name, dist)
+            assert (q10 + q90) == pytest.approx(low + high), (name, dist)
+    assert doc["workload_widen"] >= 1.0
+
+
+def test_every_length_dist_has_a_workload_kind():
+    assert set(intervals.WORKLOAD_OF_LENGTH_DIST) == set(LENGTH_DISTS)
+    # the bench clients' random datasets count with the calibration runs' fixed-length stand-ins
+    kinds = {intervals.workload_kind(d) for d in ("fixed", "vllm-random", "sglang-random")}
+    assert kinds == {"random"}
+
+
 @pytest.mark.parametrize("evidence", CLASSES)
 def test_pessimism_grows_with_confidence(evidence):
     previous = None
     for p in (0.5, 0.6, 0.8, 0.9, 0.95):
-        f = intervals.pessimistic_factors(evidence, p)
+        f = intervals.pessimistic_factors(evidence, "sharegpt", p)
         assert all(v >= 1 for v in f.values())
         if previous is not None:
             assert all(f[k] >= previous[k] for k in f)
         previous = f
-    q10, _ = intervals.log_quantiles(evidence, "throughput")  # the 80% one-sided end
-    assert intervals.log_quantile(evidence, "throughput", 0.1) == pytest.approx(q10)
+    q10, _ = intervals.log_quantiles(evidence, "throughput", "sharegpt")  # one-sided 80% end
+    assert intervals.log_quantile(evidence, "throughput", "sharegpt", 0.1) == pytest.approx(q10)
 
 
 def test_plan_with_confidence_needs_at_least_as_many_gpus():

@@ -3,9 +3,17 @@
 kvplan/data/intervals.json holds, per evidence class of the kernel rates a run was priced at
 ("own": this GPU's tables for this engine; "other-engine": this GPU's, measured for the other
 engine; "borrowed": another GPU's, named by the profile; "datasheet": none, the H100's fractions
-on this GPU's datasheet rates; kvplan.inputs.kernel_tables) and per metric family (throughput, ttft, tpot), the 10th and 90th
-percentiles of log(measured / simulated) over the calibration runs (tests/data/README.md says
-which; scripts/calibrate_intervals.py writes the file). A class with too few calibration runs of
+on this GPU's datasheet rates; kvplan.inputs.kernel_tables) and per metric family (throughput,
+ttft, tpot), the split-conformal 80% ends of log(measured / simulated) over the calibration runs
+(tests/data/README.md says which; scripts/calibrate_intervals.py writes the file): of n sorted
+values, the order statistics at 1-based ranks floor(0.1 (n + 1)) and ceil(0.9 (n + 1)), which
+hold a new exchangeable run with probability >= 0.8 where the plain 10th/90th percentiles of a
+small sample do not; a rank outside 1..n takes the extremes, half-width times the stated factor.
+A workload of a kind (ShareGPT, the bench's random dataset, lognormal: workload_kind of
+WorkloadSpec.length_dist) that fewer than min_runs of the class's calibration runs were takes
+the class's half-width times workload_widen: the engines' classes were calibrated on one kind
+each (the vLLM runs mostly ShareGPT, the SGLang runs mostly random), and how far a workload of
+another kind lands is measured on the calibration runs, leaving each kind out in turn. A class with too few calibration runs of
 its own takes the pooled spread of every class that is not "own", widened by a stated factor,
 and says it is uncalibrated. A figure's interval is [point * exp(q10), point * exp(q90)]: not
 centred on the point where kvplan is biased (the simulation was faster than the real run in
@@ -72,8 +80,38 @@ def table() -> dict:
         raise KvplanError(f"interval table {PATH.name}: {exc}") from None
 
 
-def log_quantiles(evidence: str, family: str) -> tuple[float, float]:
-    """(q10, q90) of log(measured / simulated) for this class and metric family."""
+# the workload kind of each length distribution (kvplan.simulate.workload.LENGTH_DISTS): the bench
+# clients' random datasets draw at the means (range ratio 0, their default) or uniformly about
+# them, which the calibration runs' random-dataset cases stand for as "fixed"
+WORKLOAD_OF_LENGTH_DIST = {
+    "fixed": "random",
+    "uniform": "random",
+    "vllm-random": "random",
+    "sglang-random": "random",
+    "sharegpt": "sharegpt",
+    "lognormal": "lognormal",
+}
+
+
+def workload_kind(length_dist: str) -> str:
+    """The workload kind intervals.json counts calibration runs by (WORKLOAD_OF_LENGTH_DIST)."""
+    if length_dist not in WORKLOAD_OF_LENGTH_DIST:
+        raise KvplanError(f"no interval workload kind for length distribution {length_dist!r}")
+    return WORKLOAD_OF_LENGTH_DIST[length_dist]
+
+
+def transfer_widen(evidence: str, length_dist: str) -> float:
+    """The factor on the class's half-width for a workload of `length_dist`
+    (WorkloadSpec.length_dist): the stored workload_widen where fewer than min_runs of the
+    class's calibration runs were of that workload kind, else 1."""
+    doc = table()
+    seen = doc["classes"][evidence]["workloads"].get(workload_kind(length_dist), 0)
+    return float(doc["workload_widen"]) if seen < doc["min_runs"] else 1.0
+
+
+def log_quantiles(evidence: str, family: str, length_dist: str) -> tuple[float, float]:
+    """(q10, q90) of log(measured / simulated) for this class and metric family, for a
+    workload of `length_dist` (half-width times transfer_widen)."""
     classes = table()["classes"]
     if evidence not in classes:
         raise KvplanError(f"no interval for evidence {evidence!r}")
@@ -81,34 +119,38 @@ def log_quantiles(evidence: str, family: str) -> tuple[float, float]:
     if family == "e2el":  # the wider of the two it is made of
         a, b = entry["tpot"], entry["throughput"]
         # throughput's ratio is inverse to a time's
-        return min(a[0], -b[1]), max(a[1], -b[0])
-    return tuple(entry[family])
+        low, high = min(a[0], -b[1]), max(a[1], -b[0])
+    else:
+        low, high = entry[family]
+    widen = transfer_widen(evidence, length_dist)
+    centre, half = (low + high) / 2, (high - low) / 2
+    return centre - widen * half, centre + widen * half
 
 
 def calibrated(evidence: str) -> bool:
     return bool(table()["classes"][evidence]["calibrated"])
 
 
-def log_quantile(evidence: str, family: str, p: float) -> float:
+def log_quantile(evidence: str, family: str, length_dist: str, p: float) -> float:
     """The p-quantile of log(measured / simulated), from the normal through q10 and q90."""
-    q10, q90 = log_quantiles(evidence, family)
+    q10, q90 = log_quantiles(evidence, family, length_dist)
     centre, sigma = (q10 + q90) / 2, (q90 - q10) / (2 * Z80)
     return centre + sigma * NormalDist().inv_cdf(p)
 
 
-def interval(value: float, key: str, evidence: str) -> tuple[float, float]:
+def interval(value: float, key: str, evidence: str, length_dist: str) -> tuple[float, float]:
     """The 80% interval of one bench figure."""
     kind = family_of(key)
     if kind is None:
         return value, value
     family, is_rate = kind
-    q10, q90 = log_quantiles(evidence, family)
+    q10, q90 = log_quantiles(evidence, family, length_dist)
     if family == "throughput" and not is_rate:  # the duration: inverse to the throughput
         q10, q90 = -q90, -q10
     return value * math.exp(q10), value * math.exp(q90)
 
 
-def bench_interval(bench, evidence: str) -> dict:
+def bench_interval(bench, evidence: str, length_dist: str) -> dict:
     """{key: [low, high]} for every numeric key of a bench result."""
     out = {}
     for key, value in bench._asdict().items():
@@ -116,7 +158,7 @@ def bench_interval(bench, evidence: str) -> dict:
             continue
         if isinstance(value, float) and not math.isfinite(value):
             continue
-        low, high = interval(value, key, evidence)
+        low, high = interval(value, key, evidence, length_dist)
         out[key] = [low, high]
     return out
 
@@ -129,13 +171,13 @@ def check_confidence(confidence: float | None) -> None:
         raise KvplanError(f"--confidence must be between {lo} and {hi} (got {confidence})")
 
 
-def pessimistic_factors(evidence: str, confidence: float) -> dict:
+def pessimistic_factors(evidence: str, length_dist: str, confidence: float) -> dict:
     """At `confidence`, how much slower the real engine may be: 'rate' divides the rate one
     replica sustains; 'ttft', 'tpot', 'e2el' multiply those latencies (each >= 1 only where the
     evidence says the real run is slower at that confidence; never below 1: the point estimate
     is the optimistic end a plan may use)."""
-    rate = math.exp(-log_quantile(evidence, "throughput", 1 - confidence))
+    rate = math.exp(-log_quantile(evidence, "throughput", length_dist, 1 - confidence))
     out = {"rate": max(rate, 1.0)}
     for family in ("ttft", "tpot", "e2el"):
-        out[family] = max(math.exp(log_quantile(evidence, family, confidence)), 1.0)
+        out[family] = max(math.exp(log_quantile(evidence, family, length_dist, confidence)), 1.0)
     return out

@@ -251,7 +251,7 @@ def factors_for(gpu: GpuProfile, request: PlanRequest) -> dict | None:
     if request.confidence is None:
         return None
     evidence = intervals.evidence_for(gpu, request.emit)
-    out = intervals.pessimistic_factors(evidence, request.confidence)
+    out = intervals.pessimistic_factors(evidence, request.workload.length_dist, request.confidence)
     out["itl"] = out["tpot"]
     return out
 

@@ -196,7 +196,11 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
             request.compare, was_on, _runs(other, toggled._replace(step_log=False))[0]
         )
     evidence = intervals.evidence_for(gpu, request.serve.engine)
-    runs = [r._replace(bench_interval=intervals.bench_interval(r.bench, evidence)) for r in runs]
+    length_dist = request.workload.length_dist
+    runs = [
+        r._replace(bench_interval=intervals.bench_interval(r.bench, evidence, length_dist))
+        for r in runs
+    ]
     shares = runs[-1].engine.step_time_shares
     dominant = [k for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v >= DOMINANT_SHARE]
     notes = [
@@ -210,7 +214,12 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         *([note("sim-engine", version="0.19")] if replica.policy is None else []),
         note("sim-step-terms", shares=tuple(sorted(shares.items(), key=lambda kv: -kv[1])[:4])),
         *_weak_spots(spec, runs, request),
-        note("sim-interval", evidence=evidence, calibrated=intervals.calibrated(evidence)),
+        note(
+            "sim-interval",
+            evidence=evidence,
+            calibrated=intervals.calibrated(evidence),
+            widen=intervals.transfer_widen(evidence, length_dist),
+        ),
     ]
     if request.disaggregated is not None:
         t = replica.transfer

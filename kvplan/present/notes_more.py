@@ -1050,7 +1050,7 @@ _EVIDENCE_WORDS = {
     "datasheet": "no kernel tables: another GPU's fractions on this GPU's datasheet rates",
 }
 text("sim-interval")(
-    lambda evidence, calibrated: (
+    lambda evidence, calibrated, widen: (
         f"Intervals (bench_interval in JSON): where 80% of real runs fall, from how far "
         f"published runs priced like this one ({_EVIDENCE_WORDS.get(evidence.split('/')[0], evidence)}) "
         "landed from kvplan's figures: "
@@ -1059,6 +1059,11 @@ text("sim-interval")(
             if calibrated
             else "too few published runs of this class to calibrate it: the spread of every "
             "class but GPUs' own tables, widened by half. Loudly unsure. "
+        )
+        + (
+            f"Widened {widen:.2f}x: too few of those runs had this workload's length distribution. "
+            if widen > 1
+            else ""
         )
         + "The interval need not hold the point: kvplan has been faster than most real runs."
     )
