@@ -224,3 +224,16 @@ def test_confidence_out_of_range_is_a_one_line_error(value):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--confidence" in lines[0], proc.stderr
+
+
+@pytest.mark.slow
+def test_the_shipped_intervals_are_those_the_calibration_runs_give_today():
+    """intervals.json is written from simulations of the calibration runs: a change to the step
+    model or the scheduler that moves them must recalibrate it (merging one moved 7 ends)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "calibrate_intervals.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
