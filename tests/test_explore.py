@@ -7,6 +7,7 @@ test-artifacts/ (a CI artefact, looked at by a person)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 
@@ -204,7 +205,7 @@ def test_bad_input(argv, needle, tmp_path):
 
 # ---- the page in a browser -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def browser():
+def browser(tmp_path_factory):
     if not (CHROMIUM and DRIVER):
         pytest.skip("no chromium/chromedriver here (.ci/run installs Debian's packages)")
     webdriver = pytest.importorskip("selenium.webdriver")
@@ -226,7 +227,12 @@ def browser():
     ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    # chromium's profile and its singleton-socket folder (TMPDIR/org.chromium.Chromium.*, left
+    # behind by every run) both inside pytest's own temporary folder
+    scratch = tmp_path_factory.mktemp("chromium")
+    options.add_argument(f"--user-data-dir={scratch / 'profile'}")
+    service = Service(DRIVER, env={**os.environ, "TMPDIR": str(scratch)})
+    driver = webdriver.Chrome(service=service, options=options)
     yield driver
     driver.quit()
 
