@@ -206,12 +206,29 @@ def request_specs(scenario: Scenario, step_s: float = 1.0) -> list[RequestSpec]:
 def step_log(scenario: Scenario, step_s: float = 1.0, vllm_version: str = "0.19") -> list[dict]:
     """Run `scenario` on kvplan's engine with `vllm_version`'s scheduling rules, every step
     taking `step_s`; the log of its steps."""
+    return _run_log(scenario, step_s, engine_config(scenario, vllm_version), Engine)
+
+
+def sglang_step_log(scenario: Scenario, step_s: float = 1.0) -> list[dict]:
+    """Run `scenario` on kvplan's SGLang engine (SglangEngine, default policy, page 1), its
+    pool the tokens of the scenario's usable blocks (scripts/record_sglang_schedule.py sizes
+    SGLang's TokenToKVPoolAllocator the same); the log of its steps."""
+    from kvplan.simulate.sglang import SglangEngine
+
+    if scenario.sliding_window or scenario.async_scheduling or not scenario.enable_prefix_caching:
+        raise KvplanError(f"scenario {scenario.name!r} uses vLLM-only features")
+    config = engine_config(scenario)._replace(
+        num_blocks=usable_blocks(scenario.num_blocks, 1) * scenario.block_size, block_size=1
+    )
+    return _run_log(scenario, step_s, config, SglangEngine)
+
+
+def _run_log(scenario: Scenario, step_s: float, config: EngineConfig, engine_cls) -> list[dict]:
     if not MIN_STEP_S <= step_s <= MAX_STEP_S:
         raise KvplanError(f"the fixed step time must be from 1 µs to 1 h, not {step_s:g} s")
-    config = engine_config(scenario, vllm_version)
     recorder = StepRecorder(lambda engine: round(engine.clock_s / step_s))
     log = recorder.steps
-    engine = Engine(config, FixedStep(step_s), 0.0, observer=recorder)
+    engine = engine_cls(config, FixedStep(step_s), 0.0, observer=recorder)
     pending = deque(sorted(request_specs(scenario, step_s), key=lambda s: (s.arrival_s, s.rid)))
     while pending or engine.has_work:
         next_arrival = pending[0].arrival_s if pending else math.inf
@@ -244,7 +261,9 @@ class StepRecorder:
 
     def __call__(self, engine, steps, num_decodes, chunks) -> None:
         first = self.index(engine)
-        decoding = {str(r.rid): 1 for r in engine.running if r.state == DECODE}
+        decoding = {}  # a step that decodes nothing (SGLang's prefill batch) logs none
+        if num_decodes:
+            decoding = {str(r.rid): 1 for r in engine.running if r.state == DECODE}
         preempted = []
         if engine.preemptions != self._preemptions:  # the victims wait to be scheduled again
             self._preemptions = engine.preemptions
