@@ -39,6 +39,8 @@ FIXTURES = ROOT / "tests" / "data" / "sched_fixtures_sglang"
 # the scenarios SGLang can express (no async scheduling, sliding windows, caching off, or
 # vLLM-only admission rules)
 SGLANG_SCENARIOS = ("steady", "burst", "pool_exhaustion", "long_prompt", "seat_limit")
+# and the SGLang-only ones (tight pools where new_token_ratio, retraction and batch_is_full decide)
+SGLANG_ONLY = ROOT / "tests" / "data" / "sched_scenarios_sglang"
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
@@ -255,7 +257,7 @@ def main(argv=None) -> int:
     version = sglang_version()
     paths = [Path(p).resolve() for p in args.scenarios] or [
         SCENARIOS / f"{name}.json" for name in SGLANG_SCENARIOS
-    ]
+    ] + sorted(SGLANG_ONLY.glob("*.json"))
     out_dir = (args.out or FIXTURES / version).resolve()
     failures = 0
     for path in paths:

@@ -24,11 +24,17 @@ from kvplan.simulate import steplog
 
 DATA = Path(__file__).parent / "data"
 SCENARIOS = DATA / "sched_scenarios"
+SGLANG_ONLY = DATA / "sched_scenarios_sglang"  # tight pools: new_token_ratio, retraction
 FIXTURES = sorted((DATA / "sched_fixtures_sglang").glob("*/*.json"))
 RECORDER = Path(__file__).parent.parent / "scripts" / "record_sglang_schedule.py"
 
 # scenario -> why kvplan's SGLang engine does not yet schedule it as SGLang does (xfail, strict)
 KNOWN: dict[str, str] = {}
+
+
+def _scenario_path(name: str) -> Path:
+    only = SGLANG_ONLY / f"{name}.json"
+    return only if only.exists() else SCENARIOS / f"{name}.json"
 
 
 def _cases():
@@ -41,7 +47,7 @@ def _cases():
 @pytest.mark.parametrize("path", list(_cases()))
 def test_kvplan_schedules_every_step_as_sglang(path):
     fixture = json.loads(path.read_text())
-    scenario = steplog.load_scenario(SCENARIOS / f"{fixture['scenario']}.json")
+    scenario = steplog.load_scenario(_scenario_path(fixture["scenario"]))
     difference = steplog.compare(fixture["steps"], steplog.sglang_step_log(scenario))
     assert difference is None, difference
 
@@ -53,6 +59,7 @@ def test_the_fixtures_cover_the_sglang_scenarios():
         "pool_exhaustion",
         "long_prompt",
         "seat_limit",
+        *(p.stem for p in SGLANG_ONLY.glob("*.json")),
     }
     for path in FIXTURES:
         assert json.loads(path.read_text())["sglang_version"] == path.parent.name
@@ -100,5 +107,18 @@ def test_sglang_still_schedules_as_recorded(tmp_path):
             known = newest.parent / fresh["sglang_version"] / path.name
         assert fresh["steps"] == json.loads(known.read_text())["steps"], path.stem
         if path.stem not in KNOWN:
-            log = steplog.sglang_step_log(steplog.load_scenario(SCENARIOS / path.name))
+            log = steplog.sglang_step_log(steplog.load_scenario(_scenario_path(path.stem)))
             assert steplog.compare(fresh["steps"], log) is None
+
+
+def test_a_finish_clears_batch_is_full_only_at_the_next_decode_step():
+    """SGLang's update_running_batch filters finished requests (and so clears batch_is_full)
+    after the next step's prefill attempt: with requests waiting on a full batch, one decode
+    step runs between a finish and the next admission (ratio_retract: 8 and 9 finish in step
+    701, 5-7 decode alone in 702, 10 and 11 prefill in 703). kvplan cleared the flag at the
+    finish and admitted in 702; all three SGLang-only scenarios differed."""
+    log = steplog.sglang_step_log(steplog.load_scenario(SGLANG_ONLY / "ratio_retract.json"))
+    finish = next(e["step"] for e in log if {"8", "9"} <= set(e["finished"]))
+    assert set(log[finish + 1]["scheduled"]) == {"5", "6", "7"}
+    assert log[finish + 2]["scheduled"] == {"10": 60, "11": 60}
+    assert any(e["preempted"] for e in log)  # the scenario retracts, too

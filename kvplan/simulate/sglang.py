@@ -73,6 +73,10 @@ class SglangEngine(Engine):
         self.chunked: Req | None = None  # the request whose prompt is being prefilled in chunks
         # running_batch.batch_is_full: no admission is tried until the running batch shrinks
         self.full = False
+        # a decode finished since the last decode step: update_running_batch's filter_batch
+        # clears batch_is_full at the next decode step, after that step's prefill attempt
+        self.shrunk = False
+        self.prefill_finishing = False  # finishes now are of a prefill batch
         self.decode_log = []
         self.ends: dict[int, int] = {}  # decoding request -> the decode step after its last
         self.ends_array = None  # the same as an array, until the cohort changes
@@ -89,7 +93,10 @@ class SglangEngine(Engine):
 
     def _finish(self, r: Req, j: int) -> None:
         super()._finish(r, j)
-        self.full = False  # the running batch shrinks
+        if self.prefill_finishing:  # get_next_batch_to_run filters the last (extend) batch first
+            self.full = False
+        else:
+            self.shrunk = True
 
     def _leave_cohort(self, r: Req, j: int) -> None:
         super()._leave_cohort(r, j)
@@ -145,7 +152,11 @@ class SglangEngine(Engine):
                 tuple((n, r.computed) for r, n in chunks),
                 sum(1 for r, n in chunks if r.computed + n >= r.num_tokens),
             )
-            finished = self._advance(j, self.model.step(shape), chunks, decoded=False)
+            self.prefill_finishing = True
+            try:
+                finished = self._advance(j, self.model.step(shape), chunks, decoded=False)
+            finally:
+                self.prefill_finishing = False
             self.prefilled = True
             self.joined += [(r, j) for r, _ in chunks if r.state == DECODE]
             return finished
@@ -153,9 +164,11 @@ class SglangEngine(Engine):
             if self.chunked is not None or self.waiting:  # nothing runs, nothing will free
                 raise _Unservable(self.chunked or self.waiting[0])
             return []
-        if self._make_room():  # update_running_batch: the ratio decays unless it retracted
+        shrunk, self.shrunk = self.shrunk, False
+        retracted = self._make_room()
+        if retracted or shrunk:  # update_running_batch: the batch is smaller than it was
             self.full = False
-        else:
+        if not retracted:  # the ratio decays unless it retracted
             self.ratio = max(
                 self.ratio - self.policy.new_token_ratio_decay, self.policy.min_new_token_ratio
             )
@@ -186,6 +199,10 @@ class SglangEngine(Engine):
 
     def _prefill_batch(self) -> list[tuple[Req, int]]:
         """PrefillAdder: the chunked request's next chunk, then waiting requests in order."""
+        if self.full and self.shrunk and not self.num_decodes:
+            # update_running_batch on an empty batch clears batch_is_full; the loop's pass
+            # with no batch takes no step, and the next pass tries the prefill again
+            self.full, self.shrunk = False, False
         if (self.full or not self.waiting) and self.chunked is None:
             return []
         policy, config = self.policy, self.config
@@ -285,6 +302,8 @@ class SglangEngine(Engine):
     # ---- runs of decode-only steps ------------------------------------------------------------
     def _quiet(self) -> bool:
         if self.chunked is not None or self.prefilling or not self.num_decodes:
+            return False
+        if self.shrunk and self.waiting:  # the next decode step clears batch_is_full: alone
             return False
         if self.waiting and not self.full:
             if self._head_fits():
