@@ -21,7 +21,7 @@ def created_ids() -> set[str]:
 def test_every_note_id_has_words():
     missing = created_ids() - set(all_texts())
     assert not missing, (
-        f"notes without text in kvplan/present/notes.py or notes_more.py: {sorted(missing)}"
+        f"notes without text in kvplan/present/notes.py, notes_gpu.py or notes_more.py: {sorted(missing)}"
     )
 
 

@@ -224,7 +224,10 @@ def choose_deployment(
         layouts = candidates(spec, node, min(most, num_gpus) if num_gpus else most)
         if tp_only:
             layouts = [d for d in layouts if d.pp == 1 and d.dp_attention == 1]
-        pool = [score(d) for d in layouts]
+        if users_target or num_gpus:
+            pool = [score(d) for d in layouts]
+        else:
+            pool = _fewest_first(layouts, score)
     fitting = [c for c in pool if c.users >= 1]
     if not fitting:
         largest = max(c.deployment.gpus for c in pool)
@@ -313,6 +316,20 @@ def choose_deployment(
         tuple(ranked[1:]),
         tuple(notes),
     )
+
+
+def _fewest_first(layouts: list[Deployment], score) -> list[Candidate]:
+    """The scored layouts of the fewest GPUs at which one fits (in `layouts`' order), the larger
+    ones left unscored: the default choice looks no further (`capacity --gpu all` weighs about
+    20 layouts per kind, most of them pipelines far wider than the one chosen). Every layout
+    when none fits."""
+    scored: list[Candidate] = []
+    for gpus in sorted({d.gpus for d in layouts}):
+        group = [score(d) for d in layouts if d.gpus == gpus]
+        if any(c.users >= 1 for c in group):
+            return group
+        scored += group
+    return scored
 
 
 def _best_on_gpus(fitting: list[Candidate], num_gpus: int) -> tuple[Candidate, list[Candidate]]:

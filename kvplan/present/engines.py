@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from kvplan.engines.llamacpp import LLAMA_CPP_ORACLE_BUILD
-from kvplan.engines.sglang import MAX_PREFILL_TOKENS, SglangResult
+from typing import TYPE_CHECKING
+
 from kvplan.engines.vllm import VllmResult
 from kvplan.present import format as f
 from kvplan.present.view import Column, Fact, Table, Verdict, View, jsonable, judged, view
 from kvplan.units import GIB, MIB
+
+if TYPE_CHECKING:  # SGLang's and llama.cpp's modules load where their engine is asked for
+    from kvplan.engines.sglang import SglangResult
 
 
 def vllm_profile_lines(r: VllmResult) -> list[str]:
@@ -181,6 +184,8 @@ def _kv_line(tokens: int, k_bytes: float, v_bytes: float | None) -> str:
 
 def sglang_log_lines(r: SglangResult) -> list[str]:
     """SGLang's start-up lines for this pool (every buffer holds size + page_size rows)."""
+    from kvplan.engines.sglang import MAX_PREFILL_TOKENS
+
     lines = []
     if r.weights_bytes is not None:
         after = r.free_before_load_bytes - r.weights_bytes
@@ -304,6 +309,8 @@ def _kv_summary(build: int, c) -> str:
 
 
 def _recurrent_summary(build: int, c) -> str:
+    from kvplan.engines.llamacpp import LLAMA_CPP_ORACLE_BUILD
+
     r, s = _mib(c.k_bytes), _mib(c.v_bytes)
     states = f"R ({c.k_type}): {r:7.2f} MiB, S ({c.v_type}): {s:7.2f} MiB"
     if build < 5856:
@@ -337,6 +344,8 @@ def _offload_lines(build: int, p) -> list[str]:
 def llamacpp_log_lines(r) -> list[str]:
     """The lines llama.cpp (llama-server, the build in r.settings.build) prints for this
     allocation, with its printf formats: offload, context, KV and recurrent caches."""
+    from kvplan.engines.llamacpp import LLAMA_CPP_ORACLE_BUILD
+
     s, p, build = r.settings, r.placement, r.settings.build
     lines = _offload_lines(build, p)
     buffer_word = "model buffer size" if build >= 3990 else "buffer size"

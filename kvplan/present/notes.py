@@ -2,8 +2,8 @@
 
 The library creates `Note(id, values)` with numbers in SI units; this module turns a note into
 prose (formatting its numbers through kvplan.present.format). A test checks that every note id the
-code creates has a text here or in kvplan.present.notes_more, and the design report cites notes by
-id."""
+code creates has a text here, in kvplan.present.notes_gpu or in kvplan.present.notes_more, and the
+design report cites notes by id."""
 
 from collections.abc import Callable, Iterable
 
@@ -28,14 +28,19 @@ def text(note_id: str):
 def note_text(item: Note) -> str:
     words = TEXTS.get(item.id)
     if words is None:  # the commands beyond the core: their texts load on first use
-        words = all_texts()[item.id]
+        import kvplan.present.notes_gpu  # noqa: F401  (registers its texts)
+
+        words = TEXTS.get(item.id) or all_texts()[item.id]
     return words(**dict(item.values))
 
 
 def all_texts() -> dict[str, Callable[..., str]]:
-    """Every note's text: this module's (the core commands) and kvplan.present.notes_more's
-    (llama.cpp, whatif techniques, engines, simulate, deployments, comparisons, measure), which
-    is imported only when one of its notes is printed (start-up)."""
+    """Every note's text: this module's (the core commands), kvplan.present.notes_gpu's (what
+    the planning commands print for a GPU kind: roofline, deployments, GPU kinds side by side,
+    explore) and kvplan.present.notes_more's (llama.cpp, whatif techniques, engines, simulate,
+    plan, measure), each imported only when one of its notes is printed (start-up; a --gpu
+    command's notes are all in the first two)."""
+    import kvplan.present.notes_gpu  # noqa: F401  (registers its texts)
     import kvplan.present.notes_more  # noqa: F401  (registers its texts)
 
     return TEXTS

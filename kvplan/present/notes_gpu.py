@@ -1,0 +1,219 @@
+"""The words of the notes the planning commands print for a GPU kind (roofline, capacity and its
+GPU kinds side by side, deployments, explore, engine's vLLM terms): registered in
+kvplan.present.notes' one table, loaded on the first note beyond the core's, before
+kvplan.present.notes_more (start-up: a --gpu command reads this file alone)."""
+
+from kvplan.present.notes import text
+
+# ---- roofline ---------------------------------------------------------------------------------
+text("roofline-terms")(
+    lambda: (
+        "I_inf is the intensity a decode step approaches as the batch grows (each sequence "
+        "brings its own cache to read); ceiling is BW/(s x k), the decode rate no batch beats; "
+        "s* is the context above which no batch reaches the ridge. kvplan explain TERM says "
+        "more."
+    )
+)
+
+# ---- engines: vLLM ------------------------------------------------------------------------------
+text("vllm-cuda-graph-estimate")(
+    lambda: (
+        '"Estimated CUDA graph memory" is logged but not subtracted by vLLM 0.19 (it is from '
+        "0.21 on); kvplan's figure is a fit (a + b x layers on the rank), good to about 0.3 GiB."
+    )
+)
+
+# ---- the step model's kernel tables -------------------------------------------------------------
+# the evidence class of a GPU's kernel tables in words (sim-kernel-tables, notes_more's sim-interval)
+EVIDENCE_WORDS = {
+    "own": "this GPU's own measured kernel tables for this engine",
+    "other-engine": "this GPU's kernel tables measured for the other engine",
+    "borrowed": "another GPU's kernel tables (the profile names which)",
+    "datasheet": "no kernel tables: another GPU's fractions on this GPU's datasheet rates",
+}
+text("sim-kernel-tables")(
+    lambda gpu, engine, tables, evidence: (
+        "Each operation runs at the fraction of the datasheet rate the engine's own kernel "
+        f"reaches, from the measured kernel tables {tables} (NVIDIA aiconfigurator's silicon "
+        f"tables; evidence {evidence}: for {gpu} "
+        + EVIDENCE_WORDS.get(evidence, evidence).format(engine=engine)
+        + "): dense GEMMs and attention by the medians of their tables, fused-MoE experts by a "
+        "curve of the tokens each expert gets; CUDA-graph steps pay 32 us per layer, larger "
+        "steps 0.8 ms per layer of CPU dispatch; the API server 15.6 ms per request and 46 us "
+        "per streamed token (BLIS)."
+    )
+)
+
+# ---- deployments: TP within a node, PP across nodes, DP attention with EP ----------------------
+text("node-size-assumed")(
+    lambda gpu, gpus: (
+        f"{gpu}'s profile does not say how many GPUs its interconnect joins (gpus_per_node): "
+        f"{gpus} assumed, the common server; tensor parallelism stays within them."
+    )
+)
+
+
+def _deployment_chosen(layout, gpu, gpus, nodes, context_len, users, others):
+    where = "one node" if nodes == 1 else f"{nodes} nodes"
+    out = (
+        f"Deployment {layout} on {gpus} x {gpu} ({where}): the fewest GPUs that hold one "
+        f"{context_len:,}-token sequence beside the weights; it holds {users:,}."
+    )
+    if others:
+        weighed = "; ".join(f"{name} {count:,}" for name, count in others)
+        out += f" Also weighed at {gpus} GPUs: {weighed}."
+    return out + " Fix any of it with --tp, --pp or --dp-attention."
+
+
+text("deployment-chosen")(_deployment_chosen)
+text("tp-crosses-nodes")(
+    lambda tp, node: (
+        f"TP {tp} spans more than the {node} GPUs of one node: every layer's all-reduce crosses "
+        "the inter-node network (engines keep TP within a node; prefer PP across nodes)."
+    )
+)
+text("pp-across-nodes")(
+    lambda pp, nodes: (
+        f"{pp} pipeline stages over {nodes} nodes: each stage holds its layers' weights and "
+        "cache; activations cross the network once per stage boundary per step."
+    )
+)
+text("dp-attention")(
+    lambda ranks, mla: (
+        f"DP attention over {ranks} ranks with the routed experts spread over them (EP {ranks}): "
+        "each rank holds every weight but the experts, 1/N of the experts, and its own requests' "
+        "cache whole"
+        + (" (under TP every rank would hold a copy of each request's MLA latent)." if mla else ".")
+        + " Weights as vLLM's -dp N --enable-expert-parallel loads them (SGLang's "
+        "--enable-dp-attention splits the dense layers too: a little more room)."
+    )
+)
+text("roofline-rows-overflow")(
+    lambda gpus, gpu: (
+        f"Rows whose fits column says no need more cache than {gpus} x {gpu} holds beside the "
+        "weights at that context (max batch says how many fit): they cannot run as shown and "
+        "are left out of plots."
+    )
+)
+
+# ---- explore: deployments (issue 17) ------------------------------------------------------------
+text("explore-deployment")(
+    lambda context_len: (
+        "Each GPU opens on the deployment kvplan chooses for one "
+        f"{context_len:,}-token conversation: the fewest GPUs that hold it beside the weights, "
+        "tensor parallelism within a node, pipeline stages across nodes, or for MoE models DP "
+        "attention with the experts spread over the GPUs (see kvplan capacity). Weights split "
+        "evenly over TP x PP; KV heads split over TP, replicated when TP exceeds them."
+    )
+)
+text("explore-mla-replicated")(
+    lambda: (
+        "MLA: every tensor-parallel rank stores the whole latent of every request it serves, so "
+        "TP does not shrink the cache per GPU; DP attention (an option when the model has "
+        "experts) gives each GPU different requests instead."
+    )
+)
+
+# ---- GPU kinds side by side ----------------------------------------------------------------------
+text("compare-columns")(
+    lambda context_len, layout=None: (
+        (
+            f"Every GPU kind on {layout}, the layout given"
+            if layout
+            else "Each GPU kind on the deployment kvplan chooses: of the fewest GPUs that hold "
+            f"one {context_len:,}-token sequence and the wider TPs within a node, the one that "
+            "decodes the most per GPU (with --users, the layout serving them on the fewest GPUs)"
+        )
+        + " (kvplan capacity --gpu KIND for its details). users: sequences of that context one "
+        "replica holds; per GPU: divided by its GPUs; ceiling: one sequence's decode rate no "
+        "batch beats, BW/(s x k); TPOT and tok/s per GPU: a decode step with the replica full "
+        "(every seat taken, at most vLLM's max_num_seqs, each sequence at the context) priced by "
+        "the step model kvplan plan and simulate use (each kernel family's measured fraction of "
+        "the datasheet, host and launch costs, all-reduces, the API server's streaming pace); "
+        "no prefill, no queueing, no latency target; TPOT floor: the same step at 100% of "
+        "bandwidth and peak, which ranks GPUs only by their datasheets."
+    )
+)
+text("compare-prices")(
+    lambda: (
+        "Prices: on-demand USD per GPU-hour from hardware_profiles/prices.yaml (dated, with "
+        "sources) or --price GPU=USD; USD per million output tokens at the full replica's TPOT "
+        "by plan's step model: decode at the largest batch the layout holds, so the cheapest a "
+        "token gets with no latency target; kvplan plan prices a request rate under targets."
+    )
+)
+
+
+def _compare_verdict(
+    context_len, most, most_tokens_per_s_per_gpu, most_users_per_gpu, most_layout, cheapest,
+    cheapest_usd, fewest, fewest_gpus, users, unfit, tied=(), tied_usd=(), priced_by=("step",),
+):  # fmt: skip
+    model = "plan's step model" if list(priced_by) == ["step"] else "plan's step model or floor"
+    out = (
+        f"At {context_len:,} tokens {most} decodes the most per GPU "
+        f"({most_tokens_per_s_per_gpu:,.0f} tok/s by {model} with the replica full, "
+        f"{most_users_per_gpu:,.1f} sequences per GPU, {most_layout})"
+    )
+    if tied:
+        spread = tied_usd[-1] / tied_usd[0] - 1
+        prices = ", ".join(f"{g} ${u:,.2f}" for g, u in zip(tied, tied_usd, strict=True))
+        out += (
+            f"; {' and '.join(tied) if len(tied) == 2 else ', '.join(tied)} serve a million output "
+            f"tokens within {spread:.0%} of each other ({prices}), a tie at the step model's "
+            "precision (11.7% median throughput error): latency targets decide, kvplan plan "
+            "--slo ranks them"
+        )
+    elif cheapest:
+        out += (
+            f"; {cheapest} serves a million output tokens cheapest (${cheapest_usd:,.2f} by "
+            f"{model}, no latency target)"
+        )
+    if fewest:
+        out += f"; {fewest} needs the fewest GPUs for {users:,} users ({fewest_gpus:,})"
+    if unfit:
+        out += f"; cannot serve it: {', '.join(unfit)}"
+    out += "."
+    if not users:
+        out += (
+            " Pass --users N to size every kind for a load (a larger layout can need fewer GPUs)."
+        )
+    return out
+
+
+text("compare-verdict")(_compare_verdict)
+text("compare-best-layout")(
+    lambda gpu, layout, weighed, tokens_per_s_per_gpu: (
+        f"{gpu} on {layout}, its best layout: of "
+        + ", ".join(
+            f"{w} ({t:,.0f} tok/s per GPU)"
+            for w, t in zip(weighed, tokens_per_s_per_gpu, strict=True)
+        )
+        + ", the most tokens/s per GPU by plan's step model with the replica full (the fewest "
+        "GPUs that fit leave room for few sequences beside the weights). Fix a layout with --tp."
+    )
+)
+text("compare-priced-at-floor")(
+    lambda gpu, dp_attention: (
+        f"{gpu}: tokens/s and $/M at the 100% floor, not the step model: "
+        + (
+            f"DP attention over {dp_attention} ranks, which plan's step model does not lay out."
+            if dp_attention > 1
+            else "its profile has no interconnect figure for the step model's all-reduces."
+        )
+    )
+)
+text("compare-none")(
+    lambda context_len, gpus: (
+        f"None of {', '.join(gpus)} holds one {context_len:,}-token sequence beside the weights "
+        "on any deployment kvplan weighs: quantize the weights, shorten the context or pick "
+        "larger GPUs."
+    )
+)
+text("deployment-for-users")(
+    lambda layout, gpu, gpus, replicas, total, users_target, context_len, users: (
+        f"Deployment {layout} on {gpus} x {gpu} per replica: {replicas:,} replica(s) of it "
+        f"serve {users_target:,} sequences of {context_len:,} tokens on {total:,} GPUs, the fewest "
+        f"of any layout kvplan weighs (one replica holds {users:,}). Fix any of it with --tp, "
+        "--pp or --dp-attention."
+    )
+)
