@@ -24,19 +24,26 @@ text("vllm-cuda-graph-estimate")(
 )
 
 # ---- the step model's kernel tables -------------------------------------------------------------
-# the evidence class of a GPU's kernel tables in words (sim-kernel-tables, notes_more's sim-interval)
+# the evidence class of a GPU's kernel tables in words (notes_more's sim-interval)
 EVIDENCE_WORDS = {
     "own": "this GPU's own measured kernel tables for this engine",
     "other-engine": "this GPU's kernel tables measured for the other engine",
     "borrowed": "another GPU's kernel tables (the profile names which)",
     "datasheet": "no kernel tables: another GPU's fractions on this GPU's datasheet rates",
 }
+# whose tables the GPU runs on, in sim-kernel-tables' words ("for H200 ...")
+KERNEL_TABLE_WORDS = {
+    "own": "its own",
+    "other-engine": "its own but for the other engine (none measured for {engine})",
+    "borrowed": "another GPU's, named by its profile",
+    "datasheet": "none of its own: the H100 SXM's, on its datasheet rates",
+}
 text("sim-kernel-tables")(
     lambda gpu, engine, tables, evidence: (
         "Each operation runs at the fraction of the datasheet rate the engine's own kernel "
         f"reaches, from the measured kernel tables {tables} (NVIDIA aiconfigurator's silicon "
         f"tables; evidence {evidence}: for {gpu} "
-        + EVIDENCE_WORDS.get(evidence, evidence).format(engine=engine)
+        + KERNEL_TABLE_WORDS.get(evidence, evidence).format(engine=engine)
         + "): dense GEMMs and attention by the medians of their tables, fused-MoE experts by a "
         "curve of the tokens each expert gets; CUDA-graph steps pay 32 us per layer, larger "
         "steps 0.8 ms per layer of CPU dispatch; the API server 15.6 ms per request and 46 us "

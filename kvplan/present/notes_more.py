@@ -832,11 +832,13 @@ text("sim-sglang-pool-caps")(
 )
 text("sim-weak-sglang")(
     lambda: (
-        "SGLang: the step times are the same kernel model as vLLM's, not SGLang's own kernels. On "
+        "SGLang: the kernel times are SGLang's own measured tables where the GPU has them (else "
+        "vLLM's, or the datasheet: the kernel-tables note says which), and the schedule is "
+        "SGLang's (step for step against SGLang 0.5.6.post2's own scheduler on 8 scenarios). On "
         "14 published SGLang runs (tests/data/sim_bench_cases_sglang.json, held out) dense and "
-        "Qwen3 MoE models came within 1-20% on throughput and TPOT, while gpt-oss on SGLang "
-        "0.5.3-0.5.4 and DeepSeek-V3.2 on 0.5.6 measured 2-15 times slower than simulated. "
-        "Median errors: throughput 18%, TPOT 32%, TTFT 25%."
+        "Qwen3 MoE models came within 1-36% on throughput and TPOT, while gpt-oss on SGLang "
+        "0.5.3-0.5.4 and DeepSeek-V3.2 on 0.5.6 measured 2-19 times slower than simulated. "
+        "Median errors: throughput 22%, TPOT 32%, TTFT 36%."
     )
 )
 text("sim-interval")(
