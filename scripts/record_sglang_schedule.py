@@ -33,6 +33,8 @@ import sys
 import types
 from pathlib import Path
 
+from step_fixtures import write_or_check
+
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "tests" / "data" / "sched_scenarios"
 FIXTURES = ROOT / "tests" / "data" / "sched_fixtures_sglang"
@@ -242,12 +244,6 @@ def record(sc: dict) -> list[dict]:
     raise SystemExit(f"{sc['name']}: still running after {MAX_STEPS:,} steps")
 
 
-def dump(fixture: dict) -> str:
-    head = {k: v for k, v in fixture.items() if k != "steps"}
-    lines = [json.dumps(step, separators=(",", ":")) for step in fixture["steps"]]
-    return json.dumps(head)[:-1] + ', "steps": [\n' + ",\n".join(lines) + "\n]}\n"
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("scenarios", nargs="*", help="scenario files (default: SGLang's)")
@@ -263,16 +259,7 @@ def main(argv=None) -> int:
     for path in paths:
         steps = record(json.loads(path.read_text()))
         fixture = {"scenario": path.stem, "sglang_version": version, "steps": steps}
-        target = out_dir / path.name
-        if args.check:
-            old = json.loads(target.read_text()) if target.exists() else None
-            same = old is not None and old["steps"] == steps
-            failures += not same
-            print(f"{path.stem}: {'same' if same else 'DIFFERENT'} ({len(steps)} steps)")
-            continue
-        out_dir.mkdir(parents=True, exist_ok=True)
-        target.write_text(dump(fixture))
-        print(f"{path.stem}: {len(steps)} steps -> {target}")
+        failures += not write_or_check(fixture, out_dir / path.name, args.check)
     return 1 if failures else 0
 
 

@@ -33,6 +33,8 @@ import tempfile
 from collections import deque
 from pathlib import Path
 
+from step_fixtures import write_or_check
+
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "tests" / "data" / "sched_scenarios"
 FIXTURES = ROOT / "tests" / "data" / "sched_fixtures"
@@ -244,13 +246,6 @@ def record(scenario: dict, model_dir: str) -> list[dict]:
     return log
 
 
-def dump(fixture: dict) -> str:
-    """The fixture as JSON, one step a line (diffs stay readable)."""
-    head = {k: v for k, v in fixture.items() if k != "steps"}
-    lines = [json.dumps(step, separators=(",", ":")) for step in fixture["steps"]]
-    return json.dumps(head)[:-1] + ', "steps": [\n' + ",\n".join(lines) + "\n]}\n"
-
-
 def vllm_version() -> str:
     import vllm
 
@@ -276,16 +271,7 @@ def main(argv=None) -> int:
             scenario = json.loads(path.read_text())
             steps = record(scenario, model_dir)
             fixture = {"scenario": path.stem, "vllm_version": version, "steps": steps}
-            target = out_dir / path.name
-            if args.check:
-                old = json.loads(target.read_text()) if target.exists() else None
-                same = old is not None and old["steps"] == steps
-                failures += not same
-                print(f"{path.stem}: {'same' if same else 'DIFFERENT'} ({len(steps)} steps)")
-                continue
-            out_dir.mkdir(parents=True, exist_ok=True)
-            target.write_text(dump(fixture))
-            print(f"{path.stem}: {len(steps)} steps -> {target}")
+            failures += not write_or_check(fixture, out_dir / path.name, args.check)
     return 1 if failures else 0
 
 

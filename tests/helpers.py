@@ -118,13 +118,21 @@ def vllm_pythons() -> list[str]:
     return [sys.executable] if importlib.util.find_spec("vllm") else []
 
 
-def vllm_version(python: str, cwd) -> str:
+def live_vllm(index: int, cwd) -> tuple[str, str]:
+    """(Python, vLLM version) of the index-th live vLLM the slow oracle tests run on; the test
+    is skipped where there is none (vllm_pythons)."""
     import subprocess
 
-    return subprocess.run(
-        [python, "-c", "import vllm; print(vllm.__version__)"],
+    import pytest
+
+    pythons = vllm_pythons()
+    if index >= len(pythons):
+        pytest.skip("no such vLLM here (KVPLAN_VLLM_PYTHON names Pythons that have vLLM)")
+    version = subprocess.run(
+        [pythons[index], "-c", "import vllm; print(vllm.__version__)"],
         capture_output=True,
         text=True,
         check=True,
         cwd=cwd,
     ).stdout.strip()
+    return pythons[index], version

@@ -20,7 +20,7 @@ import pytest
 from kvplan.errors import KvplanError
 from kvplan.simulate import steplog
 
-from helpers import vllm_pythons, vllm_version
+from helpers import live_vllm
 
 DATA = Path(__file__).parent / "data"
 SCENARIOS = DATA / "sched_scenarios"
@@ -105,11 +105,7 @@ def test_a_step_time_out_of_range_is_refused():
 def test_vllm_still_schedules_as_recorded(tmp_path, index):
     """A live vLLM re-records every scenario; its log must equal its version's fixtures. CI
     names two (KVPLAN_VLLM_PYTHON: the version kvplan names and the newest)."""
-    pythons = vllm_pythons()
-    if index >= len(pythons):
-        pytest.skip("no such vLLM here (KVPLAN_VLLM_PYTHON names Pythons that have vLLM)")
-    python = pythons[index]
-    version = vllm_version(python, tmp_path)
+    python, version = live_vllm(index, tmp_path)
     minor = ".".join(version.split(".")[:2])
     run = subprocess.run(
         [python, str(RECORDER), "--out", str(tmp_path / minor)],

@@ -20,7 +20,7 @@ from kvplan.engines import EngineRequest, engine_allocation
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
 
-from helpers import vllm_pythons, vllm_version
+from helpers import live_vllm
 
 CONFIGS = Path(__file__).parent.parent / "model_configs"
 RECORDS = sorted((Path(__file__).parent / "data" / "vllm_kv_config").glob("*.json"))
@@ -92,11 +92,8 @@ def test_kvplan_allocates_as_vllm(release, case):
 def test_vllm_still_allocates_as_recorded(tmp_path, index):
     """A live vLLM re-records every case (scripts/record_vllm_kv_config.py); what it decides
     must equal its release's records, so a vLLM release that changes its allocator shows."""
-    pythons = vllm_pythons()
-    if index >= len(pythons):
-        pytest.skip("no such vLLM here (KVPLAN_VLLM_PYTHON names Pythons that have vLLM)")
-    python = pythons[index]
-    version = vllm_version(python, tmp_path).split("+")[0]
+    python, version = live_vllm(index, tmp_path)
+    version = version.split("+")[0]
     run = subprocess.run(
         [python, str(RECORDER), "--out", str(tmp_path)],
         capture_output=True,
