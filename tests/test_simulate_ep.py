@@ -69,6 +69,12 @@ def test_dp_attention_splits_8_requests_over_4_ranks_and_steps_at_the_slowest():
     )  # fmt: skip
     assert [r["requests"] for r in data["runs"][0]["engine"]["replicas"]] == [2, 2, 2, 2]
     assert data["setup"]["num_gpus"] == 4
+    # SGLang divides --max-running-requests among the DP-attention ranks
+    data = run_json(
+        "simulate", "deepseek-v2-lite", "--gpu", "h200", "--engine", "sglang", "--tp", "4",
+        "--dp-size", "4", "--enable-dp-attention", "--max-running-requests", "64", *SMALL,
+    )  # fmt: skip
+    assert data["setup"]["max_num_seqs"] == 16
     # one lockstep step: the MoE layers see all 8 tokens on every rank; the group waits
     spec = load_model("deepseek-v2-lite")
     m = model(spec, tp=1, moe_ranks=4, dp=4)
@@ -169,3 +175,17 @@ def test_without_the_options_no_layout_in_the_json():
     data = run_json("simulate", "deepseek-v2-lite", "--gpu", "h200", *SMALL)
     assert "parallel" not in data
     assert "sim-expert-parallel" not in [n["id"] for n in data["notes"]]
+
+
+def test_plan_passes_the_options_through():
+    argv = ("plan", "deepseek-v2-lite", "--gpu", "h200", "--rate", "20", "--slo", "tpot_p99=50ms",
+            "--tp", "1", "--max-num-seqs", "256", "--max-num-batched-tokens", "8192",
+            "--kv-cache-dtype", "fp8", "--num-prompts", "60", "--price", "h200=3", "--jobs", "1")  # fmt: skip
+    plain = run_json(*argv)
+    data = run_json(*argv, "-dp", "2", "--enable-expert-parallel")
+    assert "parallel_flags" not in plain
+    assert data["parallel_flags"] == "--data-parallel-size 2 --enable-expert-parallel"
+    best = data["candidates"][0]
+    assert best["num_gpus"] == 2 * best["replicas"]  # TP 1 x DP 2 GPUs a replica
+    assert best["command"].endswith("--data-parallel-size 2 --enable-expert-parallel")
+    assert "plan-parallel" in [n["id"] for n in data["notes"]]

@@ -931,3 +931,12 @@ text("sim-dp-replicas")(
         f"{router.replace('_', ' ')}."
     )
 )
+
+text("plan-parallel")(
+    lambda flags: (
+        f"Every configuration launched with {flags}: a replica is its group of DP ranks (vLLM: "
+        "TP x PP x DP GPUs; SGLang's --enable-dp-attention ranks share its --tp GPUs), each rank "
+        "simulated with its own scheduler and KV pool as kvplan simulate runs them "
+        "(sim-expert-parallel); a layout the model refuses is listed among the rejections."
+    )
+)

@@ -579,6 +579,8 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         max_model_len = longest
     chunk = options.max_num_batched_tokens or alloc.chunked_prefill_size
     running = options.max_num_seqs or alloc.max_running_requests
+    if layout.dp > 1:  # SGLang divides --max-running-requests among its DP-attention ranks
+        running = max(1, running // layout.dp)
     prefix_caching = options.enable_prefix_caching
     if prefix_caching is None:
         prefix_caching = True  # the radix cache; hybrids keep theirs too
