@@ -189,3 +189,11 @@ def test_plan_passes_the_options_through():
     assert best["num_gpus"] == 2 * best["replicas"]  # TP 1 x DP 2 GPUs a replica
     assert best["command"].endswith("--data-parallel-size 2 --enable-expert-parallel")
     assert "plan-parallel" in [n["id"] for n in data["notes"]]
+
+
+def test_plan_refuses_a_layout_no_tp_could_run():
+    code, _, err = run_cli(
+        "plan", "llama-3.1-8b", "--gpu", "h200", "--rate", "5", "--slo", "tpot_p99=50ms",
+        "--price", "h200=3", "--enable-expert-parallel",
+    )  # fmt: skip
+    assert code == 2 and "no routed experts" in err and len(err.strip().splitlines()) == 1

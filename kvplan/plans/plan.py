@@ -196,6 +196,7 @@ def plan(
 ) -> PlanResult:
     """The Python twin of `kvplan plan MODEL --rate R --slo ...`."""
     _check(request, gpus)
+    _check_layout(spec, request)
     if request.max_model_len is not None:  # a launch the engine refuses, refused before searching
         check_max_model_len(spec, request.emit, request.max_model_len, False, allow_flag=None)
     requests = generate(request.workload._replace(request_rate=math.inf))
@@ -484,6 +485,25 @@ def parallel_flags(request: PlanRequest) -> str | None:
     if request.ep_size is not None:
         flags.append(f"--ep-size {request.ep_size}")
     return " ".join(flags) or None
+
+
+def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
+    """EP / DP options no searched TP could run (a dense model, the other engine's spelling,
+    sizes that divide nothing): refused before searching, with the first TP's reason."""
+    if parallel_flags(request) is None:
+        return
+    from kvplan.simulate.setup import parallel_layout
+
+    first = None
+    for tp in request.tps:
+        try:
+            parallel_layout(
+                spec, ServeOptions(tp=tp, engine=request.emit, **_parallel_flags(request))
+            )
+            return
+        except KvplanError as exc:
+            first = first or exc
+    raise first
 
 
 def _parallel_flags(request: PlanRequest) -> dict:
