@@ -8,6 +8,7 @@ import pytest
 from kvplan.anatomy.model import pp_stages
 from kvplan.engines.vllm_memory import weights_per_rank
 from kvplan.formulas.batch_step import BatchShape, StepModel, lockstep_step
+from kvplan.formulas.comm import ring_allreduce_time_s
 from kvplan.formulas.dtypes import resolve_kv_format
 from kvplan.formulas.expert_parallel import ep_alltoall_bytes
 from kvplan.formulas.step_time import Rates
@@ -197,3 +198,18 @@ def test_plan_refuses_a_layout_no_tp_could_run():
         "--price", "h200=3", "--enable-expert-parallel",
     )  # fmt: skip
     assert code == 2 and "no routed experts" in err and len(err.strip().splitlines()) == 1
+
+
+def test_under_attention_tp_each_rank_dispatches_its_share_of_the_tokens():
+    """TP 4 + EP 4, 16 tokens: attention's all-reduce in all 27 layers and the MLP's in the one
+    dense layer stay; the 26 MoE layers' become all-to-alls of each rank's 4 tokens."""
+    spec = load_model("deepseek-v2-lite")
+    m = model(spec, tp=4, moe_ranks=4, ep=4)
+    link = load_profile("h200").interconnect
+    one_way = link.one_way_bytes_per_s * m.achieved.link
+    hops = 2 * 3
+    allreduce = (2 * 27 - 26) * ring_allreduce_time_s(
+        16 * 2048 * 2, 4, one_way, m.achieved.allreduce_call_s / hops
+    )
+    alltoall = (2 * 26 * 4 * 6 * 2048 * 2) * 3 / 4 / one_way + 2 * 26 * link.latency_s
+    assert m.comm_s(16) == pytest.approx(allreduce + alltoall, rel=1e-12)

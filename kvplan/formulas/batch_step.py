@@ -390,9 +390,9 @@ class StepModel:
                 one_way,
                 self.achieved.allreduce_call_s / hops,
             )
-        if self.ep > 1:
+        if self.ep > 1:  # the attention TP group's ranks hold the same tokens: each sends its share
             seconds += ep_alltoall_time_s(
-                self.spec, num_tokens, self.ep, one_way, self.link.latency_s
+                self.spec, -(-num_tokens // self.tp), self.ep, one_way, self.link.latency_s
             )
         elif self.dp > 1:
             seconds += dp_gather_time_s(
