@@ -84,6 +84,31 @@ def add(app: typer.Typer) -> None:
         async_scheduling: bool = typer.Option(
             True, "--async-scheduling/--no-async-scheduling", help="vLLM async scheduling."
         ),
+        data_parallel_size: int = typer.Option(
+            1,
+            "--data-parallel-size",
+            "-dp",
+            "--dp-size",
+            "--dp",
+            min=1,
+            max=1024,
+            help="DP ranks per replica, as kvplan simulate takes them (vLLM's -dp, SGLang's "
+            "--dp-size).",
+        ),
+        enable_expert_parallel: bool = typer.Option(
+            False, "--enable-expert-parallel", "-ep", help="vLLM: EP = TP x DP."
+        ),
+        ep_size: int = typer.Option(
+            None,
+            "--ep-size",
+            "--expert-parallel-size",
+            min=1,
+            max=1024,
+            help="SGLang: expert-parallel size.",
+        ),
+        enable_dp_attention: bool = typer.Option(
+            False, "--enable-dp-attention", help="SGLang: attention data-parallel over --dp-size."
+        ),
         jobs: int = typer.Option(0, "--jobs", min=0, max=256, help="Processes (0: one per core)."),
         prune: bool = typer.Option(
             True,
@@ -152,6 +177,10 @@ def add(app: typer.Typer) -> None:
             prune=prune,
             mem_fraction_static=mem_fraction_static,
             confidence=confidence,
+            enable_expert_parallel=enable_expert_parallel,
+            data_parallel_size=data_parallel_size,
+            ep_size=ep_size,
+            enable_dp_attention=enable_dp_attention,
         )
         gpus = list({g.key: g for g in (c.load_gpu(name) for name in gpu)}.values())
         result = plan(c.load_model(model), gpus, request, progress=_progress)

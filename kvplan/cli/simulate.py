@@ -264,8 +264,42 @@ def add(app: typer.Typer) -> None:
         pp: int = typer.Option(
             1, "--pipeline-parallel-size", "--pp", min=1, max=c.MAX_TP, help="Pipeline stages."
         ),
-        replicas: int = typer.Option(
-            1, "--replicas", "--data-parallel-size", min=1, max=1024, help="Engine replicas."
+        replicas: int = typer.Option(1, "--replicas", min=1, max=1024, help="Engine replicas."),
+        data_parallel_size: int = typer.Option(
+            1,
+            "--data-parallel-size",
+            "-dp",
+            "--dp-size",
+            "--dp",
+            min=1,
+            max=1024,
+            help="DP ranks: vLLM's -dp (MoE: engine cores of TP each in lockstep; dense: "
+            "replicas), SGLang's --dp-size (ranks with --enable-dp-attention, else replicas).",
+        ),
+        enable_expert_parallel: bool = typer.Option(
+            False,
+            "--enable-expert-parallel",
+            "-ep",
+            help="vLLM: the routed experts spread over the TP x DP GPUs (EP = TP x DP).",
+        ),
+        ep_size: int = typer.Option(
+            None,
+            "--ep-size",
+            "--expert-parallel-size",
+            min=1,
+            max=1024,
+            help="SGLang: expert-parallel size (divides --tp).",
+        ),
+        enable_dp_attention: bool = typer.Option(
+            False,
+            "--enable-dp-attention",
+            help="SGLang: attention data-parallel over --dp-size ranks at TP tp/dp each.",
+        ),
+        load_balance_method: str = typer.Option(
+            None,
+            "--load-balance-method",
+            help="SGLang: how requests reach the DP ranks: round_robin (its default) or "
+            "shortest_queue.",
         ),
         router: str = typer.Option(
             "round_robin",
@@ -474,6 +508,12 @@ def add(app: typer.Typer) -> None:
                 weights_dtype,
                 quantization,
                 sglang_version,
+            )._replace(
+                enable_expert_parallel=enable_expert_parallel,
+                data_parallel_size=data_parallel_size,
+                ep_size=ep_size,
+                enable_dp_attention=enable_dp_attention,
+                load_balance_method=load_balance_method,
             ),
             replicas=replicas,
             router=router,

@@ -39,6 +39,9 @@ class EngineRequest(NamedTuple):
     # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 / SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1: a
     # max_model_len past the engine's derived limit starts, with a note (else it is refused)
     allow_long_max_model_len: bool = False
+    # expert / data parallelism (kvplan simulate): the GPUs the routed experts are spread over
+    # when that is not tp (EP, or DP-attention ranks whose MoE layers span the group)
+    expert_ranks: int | None = None
 
 
 def refuse_compressed(spec, engine: str) -> None:

@@ -279,7 +279,14 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         notes += weights_notes
         last = index == len(stages) - 1
         weights = weights_per_rank(
-            spec, stage, index == 0, last, wdtype, request.tp, sglang_mxfp4_alignment(gpu)
+            spec,
+            stage,
+            index == 0,
+            last,
+            wdtype,
+            request.tp,
+            sglang_mxfp4_alignment(gpu),
+            request.expert_ranks,
         ).total_bytes
         context = INIT_CONTEXT_BYTES[1 if request.tp * request.pp == 1 else 2]
         free_before = int(gpu.usable_memory_bytes - context)

@@ -526,6 +526,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
                 block_size=block_size,
                 enforce_eager=request.enforce_eager,
                 subtract_cuda_graphs=request.vllm_version != "0.19",
+                expert_ranks=request.expert_ranks,
             )
             for i in range(len(stages))
         ]

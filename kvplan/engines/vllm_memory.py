@@ -119,9 +119,11 @@ def weights_per_rank(
     wdtype: str,
     tp: int,
     mxfp4_align: tuple[int, int] | None = None,
+    expert_ranks: int | None = None,
 ) -> WeightsBreakdown:
     """What one rank of one pipeline stage holds after loading. `mxfp4_align`: the
-    (intermediate, hidden) multiples an mxfp4 expert is padded to (None: none)."""
+    (intermediate, hidden) multiples an mxfp4 expert is padded to (None: none); `expert_ranks`:
+    the GPUs the routed experts are spread over (EP, or DP ranks' TP; None: tp)."""
     model_bytes = ELEMENT_BYTES[spec.dtype]
     layers = 0.0
     mla_copies = 0.0
@@ -135,7 +137,7 @@ def weights_per_rank(
         for part, count in layer.params:
             share = count if part in REPLICATED_PARTS else count / tp
             if part == "experts":
-                share *= expert_pad
+                share = count / (expert_ranks or tp) * expert_pad
             layers += _part_bytes(spec, wdtype, part, share)
         attn = layer.attention
         if attn is None:
@@ -203,6 +205,7 @@ def stage_memory(
     block_size: int,
     enforce_eager: bool = False,
     subtract_cuda_graphs: bool = False,
+    expert_ranks: int | None = None,
 ) -> StageMemory:
     """determine_available_memory on one rank of stage `index`."""
     pp = len(stages)
@@ -210,7 +213,9 @@ def stage_memory(
     stage = stages[index]
     tokens = max_num_batched_tokens
     b = ELEMENT_BYTES[spec.dtype]
-    weights = weights_per_rank(spec, stage, first, last, wdtype, tp, mxfp4_alignment(gpu))
+    weights = weights_per_rank(
+        spec, stage, first, last, wdtype, tp, mxfp4_alignment(gpu), expert_ranks
+    )
     persistent = 0
     if not first:  # IntermediateTensors buffers (hidden states and residual) for the stage input
         persistent += 2 * tokens * spec.hidden_size * b

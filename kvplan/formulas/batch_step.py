@@ -37,9 +37,12 @@ from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
     p2p_time_s,
     pipeline_bubble_fraction,
+    ring_allreduce_time_s,
+    tp_allreduce_bytes,
     tp_comm_time_per_decode_step_s,
 )
 from kvplan.formulas.dtypes import KvFormat
+from kvplan.formulas.expert_parallel import dp_gather_time_s, ep_alltoall_time_s
 from kvplan.formulas.flops import (
     attention_flops_per_decode_token,
     causal_keys_attended,
@@ -168,7 +171,16 @@ class StepModel:
 
     `weights_dtype` is a resolved weights format (resolve_weights_dtype); `rates` the device's
     datasheet bandwidth and bf16 peak, `fp8_flop_per_s` its fp8 peak (None: none); `link` an
-    Interconnect for TP/PP (None at tp = pp = 1)."""
+    Interconnect for TP/PP (None at tp = pp = 1).
+
+    Expert and data parallelism (kvplan.simulate.setup.parallel_layout): `tp` is the attention
+    (and dense layers') TP of one rank; the routed experts are spread over `moe_ranks` GPUs (None:
+    tp), as EP where `ep` > 1 (each MoE layer's all-reduce replaced by dispatch + combine
+    all-to-alls, expert_parallel.ep_alltoall_time_s); `dp` DP-attention ranks step in lockstep,
+    each attending its own batch while the MoE layers run on the gathered batch (a step of
+    `num_tokens` on this rank is priced with dp x num_tokens through the experts unless
+    `step(shape, gathered_tokens=...)` says otherwise; without EP the gather and reduce-scatter
+    are charged, expert_parallel.dp_gather_time_s)."""
 
     def __init__(
         self,
@@ -185,8 +197,12 @@ class StepModel:
         cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
         fp8_flop_per_s: float | None = None,
         dsa_delta_us: dict | None = None,
+        moe_ranks: int | None = None,
+        ep: int = 1,
+        dp: int = 1,
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
+        self.moe_ranks, self.ep, self.dp = moe_ranks or tp, ep, dp
         self.link, self.achieved, self.host = link, achieved, host
         self.async_scheduling = async_scheduling
         self.cuda_graph_max_tokens = cuda_graph_max_tokens
@@ -220,7 +236,9 @@ class StepModel:
         self.dense_flop_per_token = 2 * matmul_params(self.dense_spec) / tp - (
             self.head_flop_per_sample
         )
-        self.expert_flop_per_token = 2 * (matmul_params(spec) - matmul_params(self.dense_spec)) / tp
+        self.expert_flop_per_token = (
+            2 * (matmul_params(spec) - matmul_params(self.dense_spec)) / self.moe_ranks
+        )
         self.floors = _Floors.of(spec, achieved.floors_s)
         self.dsa = _DsaModule.of(spec, fmt, tp, dsa_delta_us)
         # the DSA module's tables time the indexer's key cache: not read again in the MLA base
@@ -231,22 +249,40 @@ class StepModel:
             if g.kind is CacheKind.STATE
         )
         self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
-        self._weights: dict[int, tuple[float, float]] = {}
+        self._weights: dict[object, tuple[float, float]] = {}
         self._span_base: dict[int, BatchStepTime] = {}
 
     # ---- the terms --------------------------------------------------------------------------
-    def weights_bytes(self, num_tokens: int) -> tuple[float, float]:
+    def weights_bytes(
+        self, num_tokens: int, gathered_tokens: int | None = None
+    ) -> tuple[float, float]:
         """(dense, expert) weight bytes one rank streams in a step of `num_tokens` tokens: the
-        input embedding is a lookup of the tokens' rows, MoE layers read the experts touched."""
-        cached = self._weights.get(num_tokens)
+        input embedding is a lookup of the tokens' rows, MoE layers read the experts touched by
+        `gathered_tokens` (None: dp x num_tokens), this rank's 1/moe_ranks of them (uniform
+        routing: the expected touched experts among the ones it holds)."""
+        moe_tokens = self._gathered(num_tokens, gathered_tokens)
+        # keyed by the tokens alone where the MoE layers see the step's own (no DP attention)
+        key = num_tokens if moe_tokens == num_tokens else (num_tokens, moe_tokens)
+        cached = self._weights.get(key)
         if cached is None:
-            total = weight_bytes_read_per_decode_step(self.spec, self.weights_dtype, num_tokens)
             dense = weight_bytes_read_per_decode_step(
                 self.dense_spec, self.weights_dtype, num_tokens
             )
-            cached = (dense / self.tp, (total - dense) / self.tp)
-            self._weights[num_tokens] = cached
+            total = weight_bytes_read_per_decode_step(self.spec, self.weights_dtype, moe_tokens)
+            dense_moe = (
+                dense
+                if moe_tokens == num_tokens
+                else weight_bytes_read_per_decode_step(
+                    self.dense_spec, self.weights_dtype, moe_tokens
+                )
+            )
+            cached = (dense / self.tp, (total - dense_moe) / self.moe_ranks)
+            self._weights[key] = cached
         return cached
+
+    def _gathered(self, num_tokens: int, gathered_tokens: int | None) -> int:
+        """The tokens the MoE layers of a rank's step see."""
+        return self.dp * num_tokens if gathered_tokens is None else gathered_tokens
 
     def decode_attention_s(self, num_decodes: int, context_sum: float) -> tuple[float, bool]:
         """Seconds of `num_decodes` decodes attending `context_sum` tokens in all, and whether
@@ -295,17 +331,20 @@ class StepModel:
             )
         return seconds
 
-    def gemm_s(self, num_tokens: int, num_sampled: int | None = None) -> tuple[float, float]:
+    def gemm_s(
+        self, num_tokens: int, num_sampled: int | None = None, gathered_tokens: int | None = None
+    ) -> tuple[float, float]:
         """(weight-bound, compute-bound) seconds of the step's GEMMs over `num_tokens` tokens,
         `num_sampled` of which reach the head (None: all): the dense ones and the experts',
-        each on its own roofline."""
-        dense_bytes, expert_bytes = self.weights_bytes(num_tokens)
+        each on its own roofline; the experts over `gathered_tokens` (weights_bytes)."""
+        dense_bytes, expert_bytes = self.weights_bytes(num_tokens, gathered_tokens)
+        moe_tokens = self._gathered(num_tokens, gathered_tokens)
         weights_s = matmul_s = 0.0
         sampled = num_tokens if num_sampled is None else num_sampled
         dense_flops = self.dense_flop_per_token * num_tokens + self.head_flop_per_sample * sampled
-        expert_flops = self.expert_flop_per_token * num_tokens
+        expert_flops = self.expert_flop_per_token * moe_tokens
         expert_slowdown = (
-            curve_value(self.expert_curve, num_tokens * self.tokens_per_expert)
+            curve_value(self.expert_curve, moe_tokens * self.tokens_per_expert)
             if self.expert_curve
             else 1.0
         )
@@ -325,26 +364,51 @@ class StepModel:
 
     def comm_s(self, num_tokens: int) -> float:
         """TP all-reduces of one forward: the comm formula at the achieved bus bandwidth, with a
-        per-hop latency that makes a small message cost one measured all-reduce call."""
-        if self.tp <= 1:
-            return 0.0
-        hops = 2 * (self.tp - 1)
-        return tp_comm_time_per_decode_step_s(
-            self.spec,
-            num_tokens,
-            self.tp,
-            self.link.one_way_bytes_per_s * self.achieved.link,
-            self.achieved.allreduce_call_s / hops,
-        )
+        per-hop latency that makes a small message cost one measured all-reduce call. With EP
+        the MoE layers' all-reduces are dispatch + combine all-to-alls instead; DP attention
+        without EP adds each MoE layer's all-gather and reduce-scatter."""
+        if self.ep <= 1 and self.dp <= 1:
+            if self.tp <= 1:
+                return 0.0
+            hops = 2 * (self.tp - 1)
+            return tp_comm_time_per_decode_step_s(
+                self.spec,
+                num_tokens,
+                self.tp,
+                self.link.one_way_bytes_per_s * self.achieved.link,
+                self.achieved.allreduce_call_s / hops,
+            )
+        one_way = self.link.one_way_bytes_per_s * self.achieved.link
+        moe_layers = self.spec.moe.num_layers if self.spec.moe else 0
+        seconds = 0.0
+        if self.tp > 1:  # attention's all-reduce in every layer, the MLP's in the dense ones
+            hops = 2 * (self.tp - 1)
+            calls = 2 * self.spec.num_layers - (moe_layers if self.ep > 1 else 0)
+            seconds += calls * ring_allreduce_time_s(
+                tp_allreduce_bytes(self.spec, num_tokens),
+                self.tp,
+                one_way,
+                self.achieved.allreduce_call_s / hops,
+            )
+        if self.ep > 1:  # the attention TP group's ranks hold the same tokens: each sends its share
+            seconds += ep_alltoall_time_s(
+                self.spec, -(-num_tokens // self.tp), self.ep, one_way, self.link.latency_s
+            )
+        elif self.dp > 1:
+            seconds += dp_gather_time_s(
+                self.spec, num_tokens, self.dp, one_way, self.link.latency_s
+            )
+        return seconds
 
     # ---- one step ---------------------------------------------------------------------------
-    def step(self, shape: BatchShape) -> BatchStepTime:
-        """The time of one step running `shape`."""
+    def step(self, shape: BatchShape, gathered_tokens: int | None = None) -> BatchStepTime:
+        """The time of one step running `shape`; `gathered_tokens`: the tokens the MoE layers
+        see across the DP-attention ranks (None: dp x this rank's)."""
         num_seqs = shape.num_decodes + len(shape.prefill_chunks)
         if self.pp > 1 and num_seqs > 1:
             gpu = self._pipelined(shape, min(self.pp, num_seqs))
         else:
-            gpu = self._forward(shape, 1.0)
+            gpu = self._forward(shape, 1.0, gathered_tokens)
         sampler_s = shape.num_sampled * self.sampler_bytes_per_sequence / self.sampler_bandwidth
         host_s = self.host.per_step_s + self.host.per_request_s * num_seqs
         gpu_s = sum(gpu) + sampler_s
@@ -354,11 +418,13 @@ class StepModel:
             weights_s, matmul_s, kv_read_s, attention_s, sampler_s, comm_s, launch_s, host_s, total
         )
 
-    def _forward(self, shape: BatchShape, layer_share: float) -> tuple[float, ...]:
+    def _forward(
+        self, shape: BatchShape, layer_share: float, gathered_tokens: int | None = None
+    ) -> tuple[float, ...]:
         """(weights, matmul, kv_read, attention, comm, launch) seconds of a forward over
         `layer_share` of the layers (1: the whole model)."""
         num_tokens = max(1, shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
-        weights_s, matmul_s = self.gemm_s(num_tokens, max(1, shape.num_sampled))
+        weights_s, matmul_s = self.gemm_s(num_tokens, max(1, shape.num_sampled), gathered_tokens)
         decode_s, kv_bound = self.decode_attention_s(shape.num_decodes, shape.decode_context_sum)
         prefill_s = sum(self.prefill_attention_s(n, c) for n, c in shape.prefill_chunks)
         if self.dsa is not None and shape.prefill_chunks:  # one module call over every chunk
@@ -443,6 +509,21 @@ class StepModel:
             )
 
         return times, kept
+
+
+def shape_tokens(shape: BatchShape) -> int:
+    """The tokens a step runs (at least one: an idle rank of a lockstep group runs a dummy)."""
+    return max(1, shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
+
+
+def lockstep_step(model: StepModel, shapes: list[BatchShape]) -> tuple[BatchStepTime, int]:
+    """One step of DP-attention ranks in lockstep, each running its own shape with the MoE
+    layers over the gathered tokens of all: (the slowest rank's step, its index). A rank with
+    nothing to run steps a one-token dummy batch (vLLM pads idle DP ranks so)."""
+    gathered = sum(shape_tokens(s) for s in shapes)
+    times = [model.step(s, gathered) for s in shapes]
+    slowest = max(range(len(times)), key=lambda i: times[i].total_s)
+    return times[slowest], slowest
 
 
 class _Floors(NamedTuple):

@@ -115,3 +115,23 @@ def dp_attention_batch_equal_reads(
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if weights(max(1, round(mid))) > mid * kv else (lo, mid)
     return (lo + hi) / 2
+
+
+def dp_gather_bytes(spec: ModelSpec, own_tokens: int, ranks: int) -> int:
+    """Bytes one DP-attention rank receives and sends per step when its MoE layers run on the
+    gathered batch without EP: the other ranks' hidden states (bf16) all-gathered before each MoE
+    layer, and their share of its output reduce-scattered back after it."""
+    if spec.moe is None or ranks <= 1:
+        return 0
+    return 2 * spec.moe.num_layers * (ranks - 1) * own_tokens * spec.hidden_size * ACTIVATION_BYTES
+
+
+def dp_gather_time_s(
+    spec: ModelSpec, own_tokens: int, ranks: int, one_way_bytes_per_s: float, latency_s: float
+) -> float:
+    """The all-gathers and reduce-scatters of one step (a ring of `ranks`): the bytes over the
+    link plus (ranks - 1) message latencies per collective, two per MoE layer."""
+    if spec.moe is None or ranks <= 1:
+        return 0.0
+    hops = 2 * spec.moe.num_layers * (ranks - 1)
+    return dp_gather_bytes(spec, own_tokens, ranks) / one_way_bytes_per_s + hops * latency_s

@@ -112,6 +112,12 @@ class PlanRequest(NamedTuple):
     # size so that the pessimistic bound at this confidence meets the targets (0.5-0.95;
     # kvplan.plans.intervals); None: the point estimate
     confidence: float | None = None
+    # expert parallelism / DP attention for every configuration, as `kvplan simulate` takes
+    # them (kvplan.simulate.setup.parallel_layout): a replica is then its group of DP ranks
+    enable_expert_parallel: bool = False
+    data_parallel_size: int = 1
+    ep_size: int | None = None
+    enable_dp_attention: bool = False
 
 
 class Config(NamedTuple):
@@ -178,6 +184,8 @@ class PlanResult(NamedTuple):
     pruned: int = 0  # configurations not bisected: they could not be among the `top` cheapest
     mem_fraction_static: float | None = None  # SGLang's, as given (launched with it)
     confidence: float | None = None  # sized on the pessimistic bound at this confidence
+    # the EP / DP flags every launch command carries, in the engine's spelling (None: none)
+    parallel_flags: str | None = None
 
 
 def plan(
@@ -188,6 +196,7 @@ def plan(
 ) -> PlanResult:
     """The Python twin of `kvplan plan MODEL --rate R --slo ...`."""
     _check(request, gpus)
+    _check_layout(spec, request)
     if request.max_model_len is not None:  # a launch the engine refuses, refused before searching
         check_max_model_len(spec, request.emit, request.max_model_len, False, allow_flag=None)
     requests = generate(request.workload._replace(request_rate=math.inf))
@@ -220,6 +229,8 @@ def plan(
         notes.append(note("plan-no-hf-id"))
     if request.emit == "sglang":
         notes.append(note("plan-sglang"))
+    if parallel_flags(request):
+        notes.append(note("plan-parallel", flags=parallel_flags(request)))
     if not candidates:
         notes.append(note("plan-none"))
     return PlanResult(
@@ -241,6 +252,7 @@ def plan(
         pruned=pruned,
         mem_fraction_static=request.mem_fraction_static,
         confidence=request.confidence,
+        parallel_flags=parallel_flags(request),
     )
 
 
@@ -449,7 +461,59 @@ def _least_usd(request: PlanRequest, config: Config, usd_per_gpu_hour: float, ra
     needed = request.rate / rate - 1e-9
     if not math.isfinite(needed):
         return math.inf
-    return math.ceil(needed) * config.tp * config.pp * usd_per_gpu_hour
+    return math.ceil(needed) * replica_gpus(request, config) * usd_per_gpu_hour
+
+
+def replica_gpus(request: PlanRequest, config: Config) -> int:
+    """The GPUs of one replica: TP x PP, times the DP size (vLLM's -dp, SGLang's --dp-size
+    alone); SGLang's DP-attention ranks share its --tp GPUs."""
+    if request.emit == "sglang" and request.enable_dp_attention:
+        return config.tp * config.pp
+    return config.tp * config.pp * request.data_parallel_size
+
+
+def parallel_flags(request: PlanRequest) -> str | None:
+    """The EP / DP options as the launch command spells them for --emit's engine."""
+    flags = []
+    if request.data_parallel_size > 1:
+        dp = "--data-parallel-size" if request.emit == "vllm" else "--dp-size"
+        flags.append(f"{dp} {request.data_parallel_size}")
+    if request.enable_expert_parallel:
+        flags.append("--enable-expert-parallel")
+    if request.enable_dp_attention:
+        flags.append("--enable-dp-attention")
+    if request.ep_size is not None:
+        flags.append(f"--ep-size {request.ep_size}")
+    return " ".join(flags) or None
+
+
+def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
+    """EP / DP options no searched TP could run (a dense model, the other engine's spelling,
+    sizes that divide nothing): refused before searching, with the first TP's reason."""
+    if parallel_flags(request) is None:
+        return
+    from kvplan.simulate.setup import parallel_layout
+
+    first = None
+    for tp in request.tps:
+        try:
+            parallel_layout(
+                spec, ServeOptions(tp=tp, engine=request.emit, **_parallel_flags(request))
+            )
+            return
+        except KvplanError as exc:
+            first = first or exc
+    raise first
+
+
+def _parallel_flags(request: PlanRequest) -> dict:
+    """The ServeOptions fields of the EP / DP options."""
+    return {
+        "enable_expert_parallel": request.enable_expert_parallel,
+        "data_parallel_size": request.data_parallel_size,
+        "ep_size": request.ep_size,
+        "enable_dp_attention": request.enable_dp_attention,
+    }
 
 
 class _Inline:
@@ -593,13 +657,13 @@ def evaluate(
     if least > bar:
         return PRUNED, cap, least
     replicas = math.ceil(request.rate / goodput - 1e-9)
-    num_gpus = replicas * config.tp * config.pp
+    num_gpus = replicas * replica_gpus(request, config)
     if num_gpus > request.max_gpus:
         return f"more than {request.max_gpus} GPUs", cap, least
     checked = memo.run(replica, requests, request, request.rate / replicas * slow)
     if not meets(checked.bench, request.slos, factors):  # between bisection points: one more
         replicas += 1
-        num_gpus = replicas * config.tp * config.pp
+        num_gpus = replicas * replica_gpus(request, config)
     operating = memo.run(replica, requests, request, request.rate / replicas)
     usd_per_hour = num_gpus * price.usd_per_gpu_hour
     mean_in = sum(r.input_tokens for r in requests) / len(requests)
@@ -657,6 +721,7 @@ def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
         async_scheduling=request.async_scheduling,
         engine=request.emit,
         mem_fraction_static=request.mem_fraction_static,
+        **_parallel_flags(request),
     )
     try:
         if config.pp > spec.num_layers:
@@ -708,10 +773,16 @@ def _run(replica: Replica, requests: list[RequestSpec], request: PlanRequest, ra
 
 
 def _simulate(replica, requests, request: PlanRequest, rate, demand, stand_in) -> _Outcome:
-    engine = make_engine(replica, request.frontend.per_token_s, demand, stand_in)
+    layout = replica.layout  # DP ranks: one engine each, routed as the engine routes them
+    ranks = 1 if layout is None else layout.dp * layout.dp_replicas
+    engines = [
+        make_engine(replica, request.frontend.per_token_s, demand, stand_in) for _ in range(ranks)
+    ]
+    engine = engines[0]
     run = cluster.run(
         requests,
-        [engine],
+        engines,
+        router="round_robin" if layout is None else layout.router,
         frontend=request.frontend,
         max_model_len=replica.config.max_model_len,
     )

@@ -24,7 +24,14 @@ from kvplan.record import NamedTuple
 from kvplan.simulate import cluster, disagg, metrics
 from kvplan.simulate.cluster import Frontend
 from kvplan.simulate.engine import Engine, pool_demand, with_stand_in, without_idle_caching
-from kvplan.simulate.setup import KV_FORMATS, Replica, ServeOptions, build_replica, make_engine
+from kvplan.simulate.setup import (
+    KV_FORMATS,
+    Replica,
+    ServeOptions,
+    build_replica,
+    make_engine,
+    parallel_layout,
+)
 from kvplan.simulate.steplog import StepRecorder
 from kvplan.simulate.workload import WorkloadSpec, generate, read_trace
 
@@ -147,6 +154,9 @@ class SimulateResult(NamedTuple):
     # request.step_log: replica 0's schedule in kvplan.simulate.steplog's format, each step
     # with its start `t_s` (kept out of the report's JSON; `--step-log FILE` writes it)
     step_log: dict | None = None
+    # expert parallelism / DP ranks (ParallelLayout._asdict() with its text); None: plain TP,
+    # and then kept out of the report's JSON
+    parallel: dict | None = None
 
 
 def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> SimulateResult:
@@ -169,6 +179,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
             raise KvplanError("--disaggregated P:D sets the replicas: drop --replicas")
         if not all(1 <= n <= MAX_REPLICAS for n in request.disaggregated):
             raise KvplanError(f"--disaggregated P:D: each between 1 and {MAX_REPLICAS:,}")
+    request, layout = _with_dp_ranks(spec, request)
     if request.step_log:
         _check_step_log(request)
     if request.warm_prefix_cache:
@@ -221,6 +232,8 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
             widen=intervals.transfer_widen(evidence, length_dist),
         ),
     ]
+    if layout is not None:
+        notes.append(_layout_note(spec, layout))
     if request.disaggregated is not None:
         t = replica.transfer
         notes.append(
@@ -242,6 +255,42 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         comparison=comparison,
         notes=unique(notes),
         step_log=None if recorder is None else _step_log(spec, request, recorder),
+        parallel=None if layout is None else {**layout._asdict(), "text": layout.text},
+    )
+
+
+def _with_dp_ranks(spec: ModelSpec, request: SimulateRequest):
+    """(the request with DP ranks as its replicas, the layout or None). Each DP rank has its own
+    scheduler and KV pool; the engines route to them (vLLM's DP coordinator: the least loaded;
+    SGLang's --load-balance-method, round robin by default) unless --router names another."""
+    layout = parallel_layout(spec, request.serve)
+    if not layout.modelled and layout.dp_replicas == 1:
+        return request, None
+    ranks = layout.dp * layout.dp_replicas
+    if ranks > 1:
+        if request.replicas != 1:
+            raise KvplanError(
+                "give the DP ranks as --data-parallel-size / --dp-size or as --replicas, not both"
+            )
+        if request.disaggregated is not None:
+            raise KvplanError("--disaggregated with DP ranks is not simulated; drop the DP size")
+        router = layout.router if request.router == "round_robin" else request.router
+        request = request._replace(replicas=ranks, router=router)
+    return request, layout
+
+
+def _layout_note(spec: ModelSpec, layout) -> Note:
+    """sim-expert-parallel (a MoE model's EP or DP-attention ranks) or sim-dp-replicas."""
+    if not layout.modelled:
+        return note("sim-dp-replicas", ranks=layout.dp_replicas, router=layout.router)
+    return note(
+        "sim-expert-parallel",
+        layout=layout.text,
+        dp=layout.dp,
+        ep=layout.ep,
+        experts_per_rank=spec.moe.num_experts / layout.expert_ranks if layout.ep > 1 else None,
+        gpus=layout.gpus,
+        router=layout.router,
     )
 
 
@@ -467,7 +516,7 @@ def _setup(gpu: GpuProfile, replica: Replica, request: SimulateRequest) -> Setup
         tp=o.tp,
         pp=o.pp,
         replicas=replicas,
-        num_gpus=o.tp * o.pp * replicas,
+        num_gpus=_num_gpus(replica, o, replicas),
         router=request.router,
         prefill_replicas=request.disaggregated[0] if request.disaggregated else None,
         decode_replicas=request.disaggregated[1] if request.disaggregated else None,
@@ -492,6 +541,14 @@ def _setup(gpu: GpuProfile, replica: Replica, request: SimulateRequest) -> Setup
         if gpu.interconnect
         else None,
     )
+
+
+def _num_gpus(replica: Replica, o: ServeOptions, replicas: int) -> int:
+    """TP x PP x replicas; DP-attention ranks share their group's GPUs (SGLang: --tp of them)."""
+    layout = replica.layout
+    if layout is None or layout.dp == 1:
+        return o.tp * o.pp * replicas
+    return layout.gpus * replicas // layout.dp
 
 
 def _workload(request: SimulateRequest) -> WorkloadSummary:

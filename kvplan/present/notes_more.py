@@ -896,3 +896,47 @@ text("fit-training-context")(
         + (f" and {len(models) - 12} more." if len(models) > 12 else ".")
     )
 )
+
+# ---- simulate: expert parallelism and DP attention (kvplan.simulate.setup.parallel_layout) -------
+text("sim-expert-parallel")(
+    lambda layout, dp, ep, experts_per_rank, gpus, router: (
+        f"Layout {layout} on {gpus} GPU(s) per group. "
+        + (
+            f"Each of the {dp} DP ranks has its own scheduler and KV pool (requests go to them "
+            f"by {router.replace('_', ' ')}) and runs attention and the dense layers on its own "
+            "batch, their weights replicated at the attention TP; the MoE layers run on the "
+            "gathered batch, priced at the rank's tokens x DP (balanced ranks): the lockstep "
+            "wait for the slowest rank and vLLM's dummy batches on idle ranks are not simulated "
+            "step by step (kvplan.formulas.batch_step.lockstep_step prices one lockstep step). "
+            if dp > 1
+            else ""
+        )
+        + (
+            f"EP {ep}: each rank holds {experts_per_rank:g} routed experts and reads the ones "
+            "its tokens touch (uniform routing: the expected share), the MoE layers' all-reduce "
+            "replaced by a dispatch and a combine all-to-all of each token's hidden state to its "
+            "top-k experts (bf16, the link's one-way bandwidth, one latency each)."
+            if ep > 1
+            else "The experts are tensor-parallel over the group; without EP each MoE layer "
+            "all-gathers the ranks' hidden states before it and reduce-scatters after it."
+        )
+        + " Expert load imbalance is not modelled."
+    )
+)
+
+text("sim-dp-replicas")(
+    lambda ranks, router: (
+        f"Data parallel size {ranks}: independent engine replicas (a dense model under vLLM's -dp, "
+        f"or SGLang's --dp-size without --enable-dp-attention), requests sent by "
+        f"{router.replace('_', ' ')}."
+    )
+)
+
+text("plan-parallel")(
+    lambda flags: (
+        f"Every configuration launched with {flags}: a replica is its group of DP ranks (vLLM: "
+        "TP x PP x DP GPUs; SGLang's --enable-dp-attention ranks share its --tp GPUs), each rank "
+        "simulated with its own scheduler and KV pool as kvplan simulate runs them "
+        "(sim-expert-parallel); a layout the model refuses is listed among the rejections."
+    )
+)

@@ -61,11 +61,14 @@ def plan_view(result: PlanResult, engine: str = "vllm") -> View:
         ("searched", searched_text(result)),
     ]
     data = jsonable(result)
+    extra = getattr(result, "parallel_flags", None)
+    if extra is None:
+        data.pop("parallel_flags", None)  # no EP / DP options: the JSON as before
     rows = []
     for c, item in zip(result.candidates, data["candidates"], strict=True):
         item["command"] = serve_command(
             engine, model_id, c, getattr(result, "mem_fraction_static", None)
-        )
+        ) + (f" {extra}" if extra else "")
         rows.append(
             {
                 **item,

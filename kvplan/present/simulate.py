@@ -216,6 +216,10 @@ def simulate_view(result: SimulateResult) -> View:
         tables.append(replica_table(result))
     data = jsonable(result._replace(step_log=None))
     data.pop("step_log")  # its own file (--step-log)
+    if result.parallel is None:
+        data.pop("parallel")  # plain TP: the JSON as before
+    else:
+        facts.insert(2, ("parallel", result.parallel["text"]))
     if result.comparison is not None:
         tables.append(comparison_table(result))
     title = f"Simulated serving of {result.model['name']} on {s.gpu}"

@@ -86,6 +86,128 @@ class ServeOptions(NamedTuple):
     quantization: str | None = None
     # SGLang's release (--engine-version): whose server defaults size the pool and limits
     sglang_version: str = "0.5"
+    # expert parallelism and DP attention (parallel_layout): vLLM's --enable-expert-parallel and
+    # --data-parallel-size, SGLang's --ep-size, --dp-size, --enable-dp-attention, its router
+    enable_expert_parallel: bool = False
+    data_parallel_size: int = 1
+    ep_size: int | None = None
+    enable_dp_attention: bool = False
+    load_balance_method: str | None = None
+
+
+# SGLang's --load-balance-method -> the router among its DP ranks (cluster.ROUTERS)
+SGLANG_LOAD_BALANCE = {"round_robin": "round_robin", "shortest_queue": "least_outstanding"}
+MAX_PARALLEL = 1024
+
+
+class ParallelLayout(NamedTuple):
+    """How one replica's GPUs split a MoE model: attention and dense layers at TP `attn_tp` on
+    each of `dp` ranks stepping in lockstep (1: no DP attention), the routed experts over
+    `expert_ranks` GPUs, as EP `ep` (1: tensor-parallel experts); `gpus` in the group.
+    `dp_replicas`: a DP size that runs independent replicas instead (a dense model under vLLM,
+    SGLang's --dp-size without --enable-dp-attention); `router`: how requests reach the ranks."""
+
+    attn_tp: int = 1
+    dp: int = 1
+    ep: int = 1
+    expert_ranks: int = 1
+    gpus: int = 1
+    dp_replicas: int = 1
+    router: str = "round_robin"
+
+    @property
+    def modelled(self) -> bool:
+        """Whether the layout departs from plain TP (the EP/DP step and pool apply)."""
+        return self.dp > 1 or self.ep > 1 or self.expert_ranks != self.attn_tp
+
+    @property
+    def text(self) -> str:
+        """'DP attention 4 x TP 2 + EP 8'."""
+        parts = [
+            f"DP attention {self.dp} x TP {self.attn_tp}" if self.dp > 1 else f"TP {self.attn_tp}"
+        ]
+        parts.append(f"EP {self.ep}" if self.ep > 1 else f"experts TP {self.expert_ranks}")
+        return " + ".join(parts)
+
+
+def parallel_layout(spec: ModelSpec, options: ServeOptions) -> ParallelLayout:
+    """The engines' EP and DP flags as a layout, each refused where the engine would refuse it
+    or kvplan does not model it. vLLM: -dp N on a MoE model runs N engine cores of TP each in
+    lockstep (TP x N GPUs, the experts over all of them; EP = TP x N with
+    --enable-expert-parallel), on a dense model N independent replicas. SGLang: --tp T GPUs,
+    --enable-dp-attention --dp-size N gives each of N ranks attention at TP T / N, the MoE
+    layers over all T (--ep-size E: EP E, dividing T); --dp-size alone N replicas."""
+    from kvplan.inputs.options import check_range
+
+    o = options
+    dp = int(
+        check_range(
+            o.data_parallel_size, what="--data-parallel-size", minimum=1, maximum=MAX_PARALLEL
+        )
+    )
+    if o.ep_size is not None:
+        check_range(o.ep_size, what="--ep-size", minimum=1, maximum=MAX_PARALLEL)
+    moe = spec.moe
+    if o.engine == "vllm":
+        for given, flag, theirs in (
+            (o.ep_size is not None, "--ep-size", "--enable-expert-parallel (EP = TP x DP)"),
+            (o.enable_dp_attention, "--enable-dp-attention", "-dp N (attention runs DP then)"),
+            (
+                o.load_balance_method is not None,
+                "--load-balance-method",
+                "none (DP is least-loaded)",
+            ),
+        ):
+            if given:
+                raise KvplanError(f"{flag} is SGLang's; with --engine vllm give {theirs}")
+        if o.enable_expert_parallel and moe is None:
+            raise KvplanError(f"--enable-expert-parallel: {spec.name} has no routed experts")
+        if moe is None:
+            return ParallelLayout(o.tp, 1, 1, o.tp, o.tp, dp)
+        group = o.tp * dp
+        ep = group if o.enable_expert_parallel else 1
+        layout = ParallelLayout(o.tp, dp, ep, group, group, 1, "least_outstanding")
+    else:
+        if o.enable_expert_parallel:
+            raise KvplanError(
+                "--enable-expert-parallel is vLLM's; with --engine sglang give --ep-size"
+            )
+        if o.load_balance_method is not None and o.load_balance_method not in SGLANG_LOAD_BALANCE:
+            raise KvplanError(
+                f"--load-balance-method {str(o.load_balance_method)[:40]!r}: kvplan simulates "
+                f"{', '.join(SGLANG_LOAD_BALANCE)}"
+            )
+        router = SGLANG_LOAD_BALANCE[o.load_balance_method or "round_robin"]
+        ep = o.ep_size or 1
+        if (ep > 1 or o.enable_dp_attention) and moe is None:
+            flag = "--ep-size" if ep > 1 else "--enable-dp-attention"
+            raise KvplanError(f"{flag}: {spec.name} has no routed experts")
+        if o.tp % ep:
+            raise KvplanError(
+                f"--ep-size {ep} must divide --tp {o.tp} (SGLang's EP group is within TP)"
+            )
+        if not o.enable_dp_attention:
+            if ep == 1:
+                return ParallelLayout(o.tp, 1, 1, o.tp, o.tp, dp, router)
+            layout = ParallelLayout(o.tp, 1, ep, o.tp, o.tp, dp, router)
+        else:
+            if dp < 2:
+                raise KvplanError("--enable-dp-attention needs --dp-size 2 or more")
+            if o.tp % dp:
+                raise KvplanError(
+                    f"--dp-size {dp} must divide --tp {o.tp}: SGLang's DP-attention ranks share "
+                    "the TP group's GPUs"
+                )
+            layout = ParallelLayout(o.tp // dp, dp, ep, o.tp, o.tp, 1, router)
+    if layout.ep > 1 and moe.num_experts % layout.ep:
+        raise KvplanError(
+            f"EP {layout.ep} must divide {spec.name}'s {moe.num_experts} routed experts"
+        )
+    if layout.modelled and o.pp > 1:
+        raise KvplanError(
+            "expert or DP-attention parallelism with --pp is not simulated; drop --pp"
+        )
+    return layout
 
 
 class Replica(NamedTuple):
@@ -99,6 +221,7 @@ class Replica(NamedTuple):
     notes: tuple[Note, ...]
     transfer: object = None  # disaggregated: the simulate.disagg.TransferModel between pools
     policy: object = None  # SGLang: its kvplan.simulate.sglang.SglangPolicy (None: vLLM)
+    layout: ParallelLayout | None = None  # EP / DP attention (parallel_layout), None: plain TP
 
 
 def batch_defaults(gpu: GpuProfile) -> tuple[int, int]:
@@ -122,6 +245,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         )
     notes: list[Note] = []
     spec.check_tp(options.tp)
+    layout = parallel_layout(spec, options)
     if options.kv_cache_dtype not in KV_FORMATS:
         raise KvplanError(
             f"--kv-cache-dtype {options.kv_cache_dtype[:40]!r}: choose {', '.join(KV_FORMATS)}"
@@ -158,6 +282,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         kv_cache_memory_bytes=options.kv_cache_memory_bytes,
         allow_long_max_model_len=options.allow_long_max_model_len,
         weights_dtype=weights_format(options),
+        expert_ranks=layout.expert_ranks if layout.modelled else None,
     )
     alloc = vllm_allocation(spec, gpu, request)
     if not alloc.fits:
@@ -181,7 +306,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
     model, wdtype = step_model(
         spec, gpu, options, KV_FORMATS[options.kv_cache_dtype],
-        min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt), notes, weights_format(options),
+        min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt), notes, weights_format(options), layout,
     )  # fmt: skip
     resolved = options._replace(
         max_num_seqs=seqs,
@@ -191,7 +316,12 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         enable_prefix_caching=prefix_caching,
     )
     tokens = alloc.kv_cache_tokens or config.num_blocks * config.block_size  # vLLM's own figure
-    return Replica(config, model, resolved, wdtype, tokens, tuple(notes))
+    return Replica(config, model, resolved, wdtype, tokens, tuple(notes), layout=_modelled(layout))
+
+
+def _modelled(layout: ParallelLayout) -> ParallelLayout | None:
+    """The layout a replica keeps: None where it is plain TP (and DP as replicas)."""
+    return layout if layout.modelled or layout.dp_replicas > 1 else None
 
 
 # --quantization methods beyond vLLM's table (engines.vllm.QUANTIZATION) that kvplan sizes:
@@ -232,11 +362,21 @@ def _max_model_len(spec: ModelSpec, options: ServeOptions) -> int:
 
 
 def step_model(
-    spec, gpu, options, kv_format: str, graph_tokens: int, notes: list, weights_dtype: str = "auto"
+    spec,
+    gpu,
+    options,
+    kv_format: str,
+    graph_tokens: int,
+    notes: list,
+    weights_dtype: str = "auto",
+    layout: ParallelLayout | None = None,
 ):
     """(the step-time model of one replica, its weights format); its notes appended. `plan`,
-    `simulate` and the comparison of GPU kinds (kvplan.plans.compare) price steps through it."""
-    if (options.tp > 1 or options.pp > 1) and gpu.interconnect is None:
+    `simulate` and the comparison of GPU kinds (kvplan.plans.compare) price steps through it;
+    `layout` (parallel_layout): one DP/EP rank's step (None: plain TP)."""
+    if layout is None or not layout.modelled:
+        layout = ParallelLayout(options.tp, 1, 1, options.tp, options.tp)
+    if (layout.gpus > 1 or options.pp > 1) and gpu.interconnect is None:
         raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
     wdtype, wnotes = resolve_weights_dtype(spec, weights_dtype)
     notes.extend(wnotes)
@@ -248,7 +388,7 @@ def step_model(
         Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak(spec.dtype)),
         wdtype,
         resolve_kv_format(kv_format, spec.dtype),
-        tp=options.tp,
+        tp=layout.attn_tp,
         pp=options.pp,
         link=gpu.interconnect,
         achieved=measured_achieved() if measured else achieved,
@@ -258,6 +398,9 @@ def step_model(
         cuda_graph_max_tokens=graph_tokens,
         # the engine's own DSA module tables (None for SGLang: vLLM's do not time its kernels)
         dsa_delta_us=None if measured or not dsa_layers(spec) else tables.dsa_delta_us,
+        moe_ranks=layout.expert_ranks,
+        ep=layout.ep,
+        dp=layout.dp,
     )
     if any(a.indexer_head_dim for a in spec.attention_layers()):
         notes.append(
@@ -391,6 +534,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     ):
         if given:
             raise KvplanError(f"{flag} is a vLLM option; the SGLang simulation does not take it")
+    layout = parallel_layout(spec, options)
     release, nearest = sglang_release(options.sglang_version)
     notes: list[Note] = []
     if nearest:
@@ -403,12 +547,13 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         sglang_version=release,
         max_model_len=max_model_len,
         kv_cache_dtype=options.kv_cache_dtype,
-        tp=options.tp,
+        tp=layout.attn_tp,  # a DP-attention rank's: its KV heads and dense layers
         pp=options.pp,
         kv_cache_memory_bytes=options.kv_cache_memory_bytes,
         allow_long_max_model_len=options.allow_long_max_model_len,
         mem_fraction_static=options.mem_fraction_static,
         weights_dtype=weights_format(options),
+        expert_ranks=layout.expert_ranks if layout.modelled else None,
     )
     alloc = sglang_allocation(spec, gpu, request)
     notes.extend(alloc.notes)
@@ -434,6 +579,8 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         max_model_len = longest
     chunk = options.max_num_batched_tokens or alloc.chunked_prefill_size
     running = options.max_num_seqs or alloc.max_running_requests
+    if layout.dp > 1:  # SGLang divides --max-running-requests among its DP-attention ranks
+        running = max(1, running // layout.dp)
     prefix_caching = options.enable_prefix_caching
     if prefix_caching is None:
         prefix_caching = True  # the radix cache; hybrids keep theirs too
@@ -454,6 +601,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         alloc.cuda_graph_max_bs,
         notes,
         weights_format(options),
+        layout,
     )
     notes.append(
         note(
@@ -481,6 +629,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         alloc.kv_cache_tokens,
         tuple(notes),
         policy=policy,
+        layout=_modelled(layout),
     )
 
 

@@ -1,0 +1,215 @@
+"""Expert parallelism and DP attention in `kvplan simulate` (kvplan.simulate.setup
+parallel_layout, the EP/DP terms of formulas.batch_step.StepModel)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvplan.anatomy.model import pp_stages
+from kvplan.engines.vllm_memory import weights_per_rank
+from kvplan.formulas.batch_step import BatchShape, StepModel, lockstep_step
+from kvplan.formulas.comm import ring_allreduce_time_s
+from kvplan.formulas.dtypes import resolve_kv_format
+from kvplan.formulas.expert_parallel import ep_alltoall_bytes
+from kvplan.formulas.step_time import Rates
+from kvplan.formulas.weights import expert_weight_bytes, weight_bytes_read_per_decode_step
+from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.sources import load_model
+from kvplan.simulate.setup import ParallelLayout, ServeOptions, parallel_layout
+
+from helpers import run_cli, run_json
+
+SMALL = ("--num-prompts", "8", "--input-len", "512", "--output-len", "32")
+
+
+def model(spec, **kw) -> StepModel:
+    gpu = load_profile("h200")
+    fmt = resolve_kv_format("auto", spec.dtype)
+    rates = Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak(spec.dtype))
+    return StepModel(spec, rates, "bf16", fmt, link=gpu.interconnect, **kw)
+
+
+def test_ep_alltoall_bytes_of_a_tiny_moe_by_hand():
+    spec = load_model("deepseek-v2-lite")  # 26 MoE layers, top-6 of 64, hidden 2048
+    assert (spec.moe.num_layers, spec.moe.top_k, spec.hidden_size) == (26, 6, 2048)
+    # dispatch + combine, 16 tokens, each to 6 experts, bf16 hidden states
+    assert ep_alltoall_bytes(spec, 16) == 2 * 26 * 16 * 6 * 2048 * 2 == 20_447_232
+    # the EP step's comm is that formula's share bound for the other 7 ranks over the link,
+    # plus one latency per all-to-all; at TP 1 there is no all-reduce left
+    m = model(spec, tp=1, moe_ranks=8, ep=8)
+    link = load_profile("h200").interconnect
+    one_way = link.one_way_bytes_per_s * m.achieved.link
+    expected = 20_447_232 * 7 / 8 / one_way + 2 * 26 * link.latency_s
+    assert m.comm_s(16) == pytest.approx(expected, rel=1e-12)
+
+
+def test_expert_weights_per_rank_with_ep_8_on_256_experts():
+    spec = load_model("deepseek-v3")
+    assert spec.moe.num_experts == 256
+    stage = pp_stages(spec, 1)[0]
+    whole = weights_per_rank(spec, stage, True, True, "fp8", 1).total_bytes
+    ep8 = weights_per_rank(spec, stage, True, True, "fp8", 1, None, 8).total_bytes
+    experts = expert_weight_bytes(spec, "fp8")
+    # a rank keeps 32 of the 256 experts: 7/8 of the experts' bytes leave it
+    assert whole - ep8 == pytest.approx(experts * 7 / 8, rel=1e-9)
+    # a one-token step reads 8 experts per MoE layer in all, 1/8 of them on average per rank
+    m = model(spec, tp=1, moe_ranks=8, ep=8, dp=1)
+    touched = weight_bytes_read_per_decode_step(
+        spec, "bf16", 1
+    ) - weight_bytes_read_per_decode_step(m.dense_spec, "bf16", 1)
+    # one expert of every MoE layer, in bf16 here: twice fp8's byte per parameter
+    per_expert = experts / 256 * 2
+    assert touched == pytest.approx(8 * per_expert, rel=1e-3)
+    assert m.weights_bytes(1)[1] == pytest.approx(touched / 8, rel=1e-12)
+
+
+def test_dp_attention_splits_8_requests_over_4_ranks_and_steps_at_the_slowest():
+    data = run_json(
+        "simulate", "deepseek-v2-lite", "--gpu", "h200", "--engine", "sglang", "--tp", "4",
+        "--dp-size", "4", "--enable-dp-attention", "--request-rate", "inf", *SMALL,
+    )  # fmt: skip
+    assert [r["requests"] for r in data["runs"][0]["engine"]["replicas"]] == [2, 2, 2, 2]
+    assert data["setup"]["num_gpus"] == 4
+    # SGLang divides --max-running-requests among the DP-attention ranks
+    data = run_json(
+        "simulate", "deepseek-v2-lite", "--gpu", "h200", "--engine", "sglang", "--tp", "4",
+        "--dp-size", "4", "--enable-dp-attention", "--max-running-requests", "64", *SMALL,
+    )  # fmt: skip
+    assert data["setup"]["max_num_seqs"] == 16
+    # one lockstep step: the MoE layers see all 8 tokens on every rank; the group waits
+    spec = load_model("deepseek-v2-lite")
+    m = model(spec, tp=1, moe_ranks=4, dp=4)
+    even = [BatchShape(2, 2 * 600.0, (), 2)] * 4
+    step, _ = lockstep_step(m, even)
+    assert step == m.step(even[0], 8) == m.step(even[0])  # balanced: dp x own tokens
+    uneven = [BatchShape(1, 600.0, (), 1), BatchShape(3, 3 * 9000.0, (), 3)] * 2
+    step, slowest = lockstep_step(m, uneven)
+    assert slowest == 1
+    assert step.total_s == max(m.step(s, 8).total_s for s in uneven) > m.step(uneven[0], 8).total_s
+    # without EP the MoE layers' gather and reduce-scatter are charged: 3 other ranks' tokens
+    gather = 2 * 26 * 3 * 2 * 2048 * 2
+    link = load_profile("h200").interconnect
+    one_way = link.one_way_bytes_per_s * m.achieved.link
+    assert m.comm_s(2) == pytest.approx(gather / one_way + 2 * 26 * 3 * link.latency_s)
+
+
+def test_layouts_of_the_engines_spellings():
+    v3 = load_model("deepseek-v3")
+    vllm = parallel_layout(
+        v3, ServeOptions(tp=8, data_parallel_size=2, enable_expert_parallel=True)
+    )
+    assert vllm == ParallelLayout(8, 2, 16, 16, 16, 1, "least_outstanding")
+    sgl = parallel_layout(
+        v3,
+        ServeOptions(
+            engine="sglang", tp=8, data_parallel_size=4, enable_dp_attention=True, ep_size=8
+        ),
+    )
+    assert sgl == ParallelLayout(2, 4, 8, 8, 8, 1, "round_robin")
+    dense = parallel_layout(load_model("llama-3.1-8b"), ServeOptions(data_parallel_size=3))
+    assert (dense.modelled, dense.dp_replicas) == (False, 3)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (("deepseek-v2-lite", "--engine", "sglang", "--tp", "4", "--ep-size", "3"), "must divide"),
+        (
+            (
+                "deepseek-v2-lite",
+                "--engine",
+                "sglang",
+                "--tp",
+                "8",
+                "--ep-size",
+                "8",
+                "--dp-size",
+                "3",
+                "--enable-dp-attention",
+            ),
+            "--dp-size 3 must divide --tp 8",
+        ),  # fmt: skip
+        (
+            ("deepseek-v2-lite", "--tp", "2", "-dp", "3", "--enable-expert-parallel"),
+            "EP 6 must divide",
+        ),  # fmt: skip
+        (("llama-3.1-8b", "--enable-expert-parallel"), "no routed experts"),
+        (("deepseek-v2-lite", "-dp", "2", "--enable-dp-attention"), "is SGLang's"),
+        (("deepseek-v2-lite", "--ep-size", "2"), "is SGLang's"),
+        (("deepseek-v2-lite", "--engine", "sglang", "--enable-expert-parallel"), "is vLLM's"),
+        (("deepseek-v2-lite", "--engine", "sglang", "--enable-dp-attention"), "2 or more"),
+        (("deepseek-v2-lite", "-dp", "2", "--replicas", "2"), "not both"),
+        (
+            (
+                "deepseek-v2-lite",
+                "--engine",
+                "sglang",
+                "--tp",
+                "2",
+                "--dp",
+                "2",
+                "--load-balance-method",
+                "minimum_tokens",
+            ),
+            "round_robin",
+        ),  # fmt: skip
+    ],
+)
+def test_bad_layouts_exit_2_with_one_line(argv, words):
+    code, out, err = run_cli("simulate", *argv, "--gpu", "h200", *SMALL)
+    assert code == 2, err
+    assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_json_states_the_layout_and_its_note():
+    data = run_json(
+        "simulate", "deepseek-v2-lite", "--gpu", "h200", "--tp", "2", "-dp", "4",
+        "--enable-expert-parallel", *SMALL,
+    )  # fmt: skip
+    assert data["parallel"]["text"] == "DP attention 4 x TP 2 + EP 8"
+    assert (data["parallel"]["dp"], data["parallel"]["ep"]) == (4, 8)
+    assert data["setup"]["num_gpus"] == 8 and data["setup"]["replicas"] == 4
+    assert "sim-expert-parallel" in [n["id"] for n in data["notes"]]
+
+
+def test_without_the_options_no_layout_in_the_json():
+    data = run_json("simulate", "deepseek-v2-lite", "--gpu", "h200", *SMALL)
+    assert "parallel" not in data
+    assert "sim-expert-parallel" not in [n["id"] for n in data["notes"]]
+
+
+def test_plan_passes_the_options_through():
+    argv = ("plan", "deepseek-v2-lite", "--gpu", "h200", "--rate", "20", "--slo", "tpot_p99=50ms",
+            "--tp", "1", "--max-num-seqs", "256", "--max-num-batched-tokens", "8192",
+            "--kv-cache-dtype", "fp8", "--num-prompts", "60", "--price", "h200=3", "--jobs", "1")  # fmt: skip
+    plain = run_json(*argv)
+    data = run_json(*argv, "-dp", "2", "--enable-expert-parallel")
+    assert "parallel_flags" not in plain
+    assert data["parallel_flags"] == "--data-parallel-size 2 --enable-expert-parallel"
+    best = data["candidates"][0]
+    assert best["num_gpus"] == 2 * best["replicas"]  # TP 1 x DP 2 GPUs a replica
+    assert best["command"].endswith("--data-parallel-size 2 --enable-expert-parallel")
+    assert "plan-parallel" in [n["id"] for n in data["notes"]]
+
+
+def test_plan_refuses_a_layout_no_tp_could_run():
+    code, _, err = run_cli(
+        "plan", "llama-3.1-8b", "--gpu", "h200", "--rate", "5", "--slo", "tpot_p99=50ms",
+        "--price", "h200=3", "--enable-expert-parallel",
+    )  # fmt: skip
+    assert code == 2 and "no routed experts" in err and len(err.strip().splitlines()) == 1
+
+
+def test_under_attention_tp_each_rank_dispatches_its_share_of_the_tokens():
+    """TP 4 + EP 4, 16 tokens: attention's all-reduce in all 27 layers and the MLP's in the one
+    dense layer stay; the 26 MoE layers' become all-to-alls of each rank's 4 tokens."""
+    spec = load_model("deepseek-v2-lite")
+    m = model(spec, tp=4, moe_ranks=4, ep=4)
+    link = load_profile("h200").interconnect
+    one_way = link.one_way_bytes_per_s * m.achieved.link
+    hops = 2 * 3
+    allreduce = (2 * 27 - 26) * ring_allreduce_time_s(
+        16 * 2048 * 2, 4, one_way, m.achieved.allreduce_call_s / hops
+    )
+    alltoall = (2 * 26 * 4 * 6 * 2048 * 2) * 3 / 4 / one_way + 2 * 26 * link.latency_s
+    assert m.comm_s(16) == pytest.approx(allreduce + alltoall, rel=1e-12)
