@@ -39,6 +39,8 @@ class EngineRequest(NamedTuple):
     # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 / SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1: a
     # max_model_len past the engine's derived limit starts, with a note (else it is refused)
     allow_long_max_model_len: bool = False
+    # vLLM -dcp: the KV cache sharded along tokens over this many ranks of the TP group
+    decode_context_parallel_size: int = 1
 
 
 def refuse_compressed(spec, engine: str) -> None:

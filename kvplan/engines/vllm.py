@@ -543,12 +543,16 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
             "fullest rank): the weights do not fit; raise --tp/--pp or --gpu-memory-utilization"
         )
     allocations = []
+    # with -dcp a rank holds every dcp-th token: vLLM sizes a request's blocks per rank for
+    # cdiv(max_model_len, dcp) tokens (AttentionSpec.max_memory_usage_bytes)
+    dcp = request.decode_context_parallel_size
+    rank_request = request._replace(max_model_len=-(-request.max_model_len // dcp))
     for stage, stage_available in zip(stages, available, strict=True):
         specs, stage_notes = layer_specs(stage, request, request.tp)
         notes += stage_notes
         if specs:
             allocations.append(
-                (specs, stage_available, allocate(specs, stage_available, request, block_size))
+                (specs, stage_available, allocate(specs, stage_available, rank_request, block_size))
             )
     if not allocations:
         raise KvplanError(f"{spec.name} has no layer that needs a KV cache")
@@ -573,13 +577,14 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     estimated = None
     if fits:
         concurrency = alloc.num_blocks / alloc.blocks_per_request
+        # "GPU KV cache size: N tokens": vLLM multiplies by dcp (kv_cache_utils)
         if request.vllm_version == "0.19":
-            tokens_logged = alloc.num_blocks // len(alloc.groups) * alloc.block_size
+            tokens_logged = alloc.num_blocks // len(alloc.groups) * alloc.block_size * dcp
         else:
             tokens_logged = int(concurrency * request.max_model_len)
     else:
         tokens_logged, concurrency = None, 0.0
-        estimated = estimated_max_model_len(specs, fewest, request, block_size)
+        estimated = estimated_max_model_len(specs, fewest, rank_request, block_size) * dcp
     notes.append(note("vllm-cache-size-definition", version=request.vllm_version))
     if request.pp > 1:
         notes.append(note("vllm-pp"))

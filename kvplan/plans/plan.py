@@ -112,6 +112,9 @@ class PlanRequest(NamedTuple):
     # size so that the pessimistic bound at this confidence meets the targets (0.5-0.95;
     # kvplan.plans.intervals); None: the point estimate
     confidence: float | None = None
+    # vLLM -dcp and --enforce-eager (SGLang --disable-cuda-graph) for every configuration
+    decode_context_parallel_size: int = 1
+    enforce_eager: bool = False
 
 
 class Config(NamedTuple):
@@ -657,6 +660,8 @@ def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
         async_scheduling=request.async_scheduling,
         engine=request.emit,
         mem_fraction_static=request.mem_fraction_static,
+        decode_context_parallel_size=request.decode_context_parallel_size,
+        enforce_eager=request.enforce_eager,
     )
     try:
         if config.pp > spec.num_layers:

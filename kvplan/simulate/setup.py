@@ -86,6 +86,10 @@ class ServeOptions(NamedTuple):
     quantization: str | None = None
     # SGLang's release (--engine-version): whose server defaults size the pool and limits
     sglang_version: str = "0.5"
+    # decode context parallelism and eager mode (vLLM -dcp / --enforce-eager, SGLang
+    # --disable-cuda-graph): the KV cache sharded along tokens over dcp ranks of the TP group
+    decode_context_parallel_size: int = 1
+    enforce_eager: bool = False
 
 
 class Replica(NamedTuple):
@@ -122,6 +126,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         )
     notes: list[Note] = []
     spec.check_tp(options.tp)
+    dcp = check_dcp(spec, options)
     if options.kv_cache_dtype not in KV_FORMATS:
         raise KvplanError(
             f"--kv-cache-dtype {options.kv_cache_dtype[:40]!r}: choose {', '.join(KV_FORMATS)}"
@@ -158,6 +163,8 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         kv_cache_memory_bytes=options.kv_cache_memory_bytes,
         allow_long_max_model_len=options.allow_long_max_model_len,
         weights_dtype=weights_format(options),
+        enforce_eager=options.enforce_eager,
+        decode_context_parallel_size=dcp,
     )
     alloc = vllm_allocation(spec, gpu, request)
     if not alloc.fits:
@@ -179,10 +186,15 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         alloc = vllm_allocation(spec, gpu, request)
     notes.extend(alloc.notes)
     config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
+    graph_tokens = 0 if options.enforce_eager else min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt)
     model, wdtype = step_model(
         spec, gpu, options, KV_FORMATS[options.kv_cache_dtype],
-        min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt), notes, weights_format(options),
+        graph_tokens, notes, weights_format(options),
     )  # fmt: skip
+    if dcp > 1:
+        notes.append(note("sim-dcp", dcp=dcp, tp=options.tp, block_size=config.block_size))
+    if options.enforce_eager:
+        notes.append(note("sim-enforce-eager", engine="vllm"))
     resolved = options._replace(
         max_num_seqs=seqs,
         max_num_batched_tokens=mnbt,
@@ -190,7 +202,8 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         block_size=config.block_size,
         enable_prefix_caching=prefix_caching,
     )
-    tokens = alloc.kv_cache_tokens or config.num_blocks * config.block_size  # vLLM's own figure
+    # vLLM's own figure (config.block_size is already the scheduler's block_size x dcp)
+    tokens = alloc.kv_cache_tokens or config.num_blocks * config.block_size
     return Replica(config, model, resolved, wdtype, tokens, tuple(notes))
 
 
@@ -250,6 +263,7 @@ def step_model(
         resolve_kv_format(kv_format, spec.dtype),
         tp=options.tp,
         pp=options.pp,
+        dcp=options.decode_context_parallel_size,
         link=gpu.interconnect,
         achieved=measured_achieved() if measured else achieved,
         fp8_flop_per_s=gpu.peak_flop_per_s.get("fp8"),
@@ -284,6 +298,42 @@ def step_model(
     return model, wdtype
 
 
+def check_dcp(spec: ModelSpec, options: ServeOptions) -> int:
+    """The decode context parallel size, checked as vLLM checks it: inside the TP group (dcp
+    divides tp) and at most tp / the model's KV heads (docs/serving/context_parallel_deployment:
+    past that a rank would hold less than one KV head's tokens); full-attention or MLA caches
+    only (kvplan models no sharded sliding-window or state group)."""
+    dcp = options.decode_context_parallel_size
+    if dcp == 1:
+        return 1
+    if options.engine == "sglang":
+        raise KvplanError(
+            "--decode-context-parallel-size is vLLM's; SGLang has no decode context parallelism"
+        )
+    if not 1 <= dcp <= 1024:
+        raise KvplanError("--decode-context-parallel-size must be between 1 and 1,024")
+    if options.tp % dcp:
+        raise KvplanError(
+            f"--decode-context-parallel-size {dcp} must divide --tensor-parallel-size "
+            f"{options.tp}: vLLM's DCP ranks are a part of the TP group"
+        )
+    layers = spec.attention_layers()
+    heads = max((a.num_kv_heads for a in layers), default=1)
+    if options.tp // heads < dcp:
+        raise KvplanError(
+            f"--decode-context-parallel-size {dcp}: vLLM allows at most tp / KV heads "
+            f"({options.tp} / {heads} = {max(1, options.tp // heads)}) for {spec.name}"
+        )
+    if any(a.kind not in (CacheKind.FULL, CacheKind.MLA) for a in layers) or spec.has_kind(
+        CacheKind.STATE
+    ):
+        raise KvplanError(
+            f"--decode-context-parallel-size with {spec.name}: kvplan models DCP for "
+            "full-attention and MLA caches only, not sliding-window or recurrent layers"
+        )
+    return dcp
+
+
 def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) -> EngineConfig:
     """The pool in blocks of the full-attention group; sliding-window groups as vLLM's
     SlidingWindowManager keeps them where their blocks map onto the pool's one to one (the
@@ -316,7 +366,9 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
         else:  # a fixed share: cdiv(window - 1, block_size) + 1 blocks
             cap = math.ceil((window - 1) / main[0].block_size) + 1
             side[(cap, main[0].block_size)] = side.get((cap, main[0].block_size), 0) + groups
-    block_size = main[0].block_size
+    # vLLM's KV cache managers count a block as block_size x dcp tokens: each of the dcp ranks
+    # holds every dcp-th token of it (the interleaved layout, cp_kv_cache_interleave_size 1)
+    block_size = main[0].block_size * options.decode_context_parallel_size
     num_blocks = usable_blocks(alloc.num_blocks, len(main))  # less vLLM's null block
     config = EngineConfig(
         max_num_seqs=seqs,
@@ -388,6 +440,10 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         (not options.enable_chunked_prefill, "--no-enable-chunked-prefill"),
         (not options.preemption, "--no-preemption"),
         (not options.continuous_batching, "--no-continuous-batching"),
+        (
+            options.decode_context_parallel_size != 1,
+            "--decode-context-parallel-size (SGLang has no decode context parallelism)",
+        ),
     ):
         if given:
             raise KvplanError(f"{flag} is a vLLM option; the SGLang simulation does not take it")
@@ -451,10 +507,12 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         gpu,
         options,
         KV_FORMATS.get(alloc.kv_cache_dtype, "auto"),
-        alloc.cuda_graph_max_bs,
+        0 if options.enforce_eager else alloc.cuda_graph_max_bs,
         notes,
         weights_format(options),
     )
+    if options.enforce_eager:
+        notes.append(note("sim-enforce-eager", engine="sglang"))
     notes.append(
         note(
             "sim-sglang",
