@@ -134,3 +134,12 @@ def test_json_shows_the_settings_and_notes():
     assert "'enforce_eager': True" in text and "sim-enforce-eager" in text
     plain = str(run_json("simulate", "Llama-3.1-8B", "--gpu", GPU, *SMALL))
     assert "'enforce_eager': False" in plain and "sim-enforce-eager" not in plain
+
+
+def test_engine_cache_size_line_counts_dcp_times_the_tokens():
+    argv = ("engine", MLA, "--gpu", GPU, "--tp", "4", "--kv-cache-memory", "10GiB")
+    code, out, err = run_cli(*argv, "--block-size", "16", "-dcp", "4")
+    assert code == 0, err
+    assert "GPU KV cache size: 1,380,800 tokens" in out  # 4 x 21,575 blocks x 16 tokens
+    code, _, err = run_cli(*argv, "-dcp", "3")
+    assert code == 2 and "must divide" in err and len(err.strip().splitlines()) == 1

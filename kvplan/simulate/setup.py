@@ -126,7 +126,9 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         )
     notes: list[Note] = []
     spec.check_tp(options.tp)
-    dcp = check_dcp(spec, options)
+    from kvplan.engines.vllm import check_dcp
+
+    dcp = check_dcp(spec, options.tp, options.decode_context_parallel_size, options.engine)
     if options.kv_cache_dtype not in KV_FORMATS:
         raise KvplanError(
             f"--kv-cache-dtype {options.kv_cache_dtype[:40]!r}: choose {', '.join(KV_FORMATS)}"
@@ -296,42 +298,6 @@ def step_model(
         )
     )
     return model, wdtype
-
-
-def check_dcp(spec: ModelSpec, options: ServeOptions) -> int:
-    """The decode context parallel size, checked as vLLM checks it: inside the TP group (dcp
-    divides tp) and at most tp / the model's KV heads (docs/serving/context_parallel_deployment:
-    past that a rank would hold less than one KV head's tokens); full-attention or MLA caches
-    only (kvplan models no sharded sliding-window or state group)."""
-    dcp = options.decode_context_parallel_size
-    if dcp == 1:
-        return 1
-    if options.engine == "sglang":
-        raise KvplanError(
-            "--decode-context-parallel-size is vLLM's; SGLang has no decode context parallelism"
-        )
-    if not 1 <= dcp <= 1024:
-        raise KvplanError("--decode-context-parallel-size must be between 1 and 1,024")
-    if options.tp % dcp:
-        raise KvplanError(
-            f"--decode-context-parallel-size {dcp} must divide --tensor-parallel-size "
-            f"{options.tp}: vLLM's DCP ranks are a part of the TP group"
-        )
-    layers = spec.attention_layers()
-    heads = max((a.num_kv_heads for a in layers), default=1)
-    if options.tp // heads < dcp:
-        raise KvplanError(
-            f"--decode-context-parallel-size {dcp}: vLLM allows at most tp / KV heads "
-            f"({options.tp} / {heads} = {max(1, options.tp // heads)}) for {spec.name}"
-        )
-    if any(a.kind not in (CacheKind.FULL, CacheKind.MLA) for a in layers) or spec.has_kind(
-        CacheKind.STATE
-    ):
-        raise KvplanError(
-            f"--decode-context-parallel-size with {spec.name}: kvplan models DCP for "
-            "full-attention and MLA caches only, not sliding-window or recurrent layers"
-        )
-    return dcp
 
 
 def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) -> EngineConfig:
