@@ -143,3 +143,14 @@ def test_engine_cache_size_line_counts_dcp_times_the_tokens():
     assert "GPU KV cache size: 1,380,800 tokens" in out  # 4 x 21,575 blocks x 16 tokens
     code, _, err = run_cli(*argv, "-dcp", "3")
     assert code == 2 and "must divide" in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_passes_dcp_to_every_configuration():
+    data = run_json(
+        "plan", MLA, "--gpu", GPU, "--rate", "2", "--tp", "2,4", "-dcp", "4",
+        "--num-prompts", "50", "--max-num-seqs", "128", "--kv-cache-dtype", "auto",
+        "--max-num-batched-tokens", "8192", "--slo", "ttft_p99=2s",
+    )  # fmt: skip
+    text = str(data)
+    assert "must divide --tensor-parallel-size 2" in text  # TP 2 ruled out, TP 4 planned
+    assert "'tp': 4" in text
