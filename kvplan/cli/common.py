@@ -297,3 +297,26 @@ def render(view, fmt, out: Path | None = None) -> str:
         for words in view.notes:
             typer.echo(f"note: {terminal_text(words)}", err=True)
     return render_view(view, fmt)
+
+
+def dcp_option():
+    """vLLM's --decode-context-parallel-size / -dcp (SGLang has none)."""
+    return typer.Option(
+        1,
+        "--decode-context-parallel-size",
+        "-dcp",
+        "--dcp",
+        help="vLLM: shard the KV cache along tokens over this many ranks of the TP group "
+        "(divides --tp, at most tp / KV heads).",
+    )
+
+
+def enforce_eager_option():
+    """vLLM's --enforce-eager, SGLang's --disable-cuda-graph."""
+    return typer.Option(
+        False,
+        "--enforce-eager",
+        "--disable-cuda-graph",
+        help="No CUDA graphs: every step pays the eager per-layer launch cost (vLLM: no graph "
+        "memory).",
+    )

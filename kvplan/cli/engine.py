@@ -24,6 +24,7 @@ ONLY = {
         "--quantization",
         "--enforce-eager",
         "--vllm-version",
+        "--decode-context-parallel-size",
     ),
     "sglang": ("--mem-fraction-static", "--sglang-version"),
     "llama.cpp": (
@@ -150,6 +151,14 @@ def add(app: typer.Typer) -> None:
             None,
             "--enforce-eager/--no-enforce-eager",
             help="vLLM: no CUDA graphs (no graph-memory estimate).",
+        ),
+        dcp: int = typer.Option(
+            1,
+            "--decode-context-parallel-size",
+            "-dcp",
+            "--dcp",
+            help="vLLM: shard the KV cache along tokens over this many ranks of the TP group "
+            "(the cache size line counts dcp x the tokens).",
         ),
         vllm_version: str = typer.Option(
             None,
@@ -289,7 +298,7 @@ def add(app: typer.Typer) -> None:
         its start-up log; llama.cpp and Ollama add the offload, the decode ceiling and what
         fits."""
         from kvplan.engines import ENGINES, EngineRequest, engine_allocation
-        from kvplan.inputs.options import parse_bytes
+        from kvplan.inputs.options import check_range, parse_bytes
         from kvplan.present.engines import engine_view
 
         if engine not in ENGINES:
@@ -330,6 +339,7 @@ def add(app: typer.Typer) -> None:
             "--quantization": quantization is not None,
             "--enforce-eager": enforce_eager is not None,
             "--vllm-version": vllm_version is not None,
+            "--decode-context-parallel-size": dcp != 1,
             "--allow-long-max-model-len": allow_long,
         }
         # the old spelling, --engine llama.cpp --ollama V: Ollama's answer, with a note
@@ -432,6 +442,9 @@ def add(app: typer.Typer) -> None:
             quantization=quantization,
             weights_dtype=weights_dtype,
             enforce_eager=bool(enforce_eager),
+            decode_context_parallel_size=int(
+                check_range(dcp, what="--decode-context-parallel-size", minimum=1, maximum=1024)
+            ),
             vllm_version=vllm_version if vllm_version is not None else "0.19",
             tp=tp,
             pp=pp,

@@ -124,12 +124,14 @@ def add(app: typer.Typer) -> None:
             "meets the targets; default: the point estimate.",
         ),
         seed: int = typer.Option(0, "--seed", min=0, max=2**31, help="Random seed."),
+        dcp: int = c.dcp_option(),
+        enforce_eager: bool = c.enforce_eager_option(),
         fmt: c.OutputFormat = c.format_option(),
         out: Path = c.out_option(),
     ) -> None:
         """The cheapest deployments (GPU kind, TP/PP, replicas, KV dtype, batch limits) that
         serve a request rate within latency targets."""
-        from kvplan.inputs.options import parse_tokens
+        from kvplan.inputs.options import check_range, parse_tokens
         from kvplan.inputs.prices import parse_price
         from kvplan.plans.plan import PlanRequest, parse_slo, plan
         from kvplan.present.plan import plan_view
@@ -181,6 +183,10 @@ def add(app: typer.Typer) -> None:
             data_parallel_size=data_parallel_size,
             ep_size=ep_size,
             enable_dp_attention=enable_dp_attention,
+            decode_context_parallel_size=check_range(
+                dcp, what="--decode-context-parallel-size", minimum=1, maximum=1024
+            ),
+            enforce_eager=enforce_eager,
         )
         gpus = list({g.key: g for g in (c.load_gpu(name) for name in gpu)}.values())
         result = plan(c.load_model(model), gpus, request, progress=_progress)

@@ -83,8 +83,12 @@ def serve_flags(
     weights_dtype="auto",
     quantization=None,
     sglang_version="0.5",
+    dcp=1,
+    enforce_eager=False,
 ):
-    from kvplan.inputs.options import parse_bytes
+    from kvplan.inputs.options import check_range, parse_bytes
+
+    check_range(dcp, what="--decode-context-parallel-size", minimum=1, maximum=1024)
     from kvplan.simulate.setup import ServeOptions
 
     return ServeOptions(
@@ -113,6 +117,8 @@ def serve_flags(
         weights_dtype=weights_dtype,
         quantization=quantization,
         sglang_version=sglang_version,
+        decode_context_parallel_size=int(dcp),
+        enforce_eager=enforce_eager,
     )
 
 
@@ -437,6 +443,8 @@ def add(app: typer.Typer) -> None:
             "preemptions, finishes, each step's start), the format of scripts/step_log.py; "
             "one --request-rate, vLLM's scheduler.",
         ),
+        dcp: int = c.dcp_option(),
+        enforce_eager: bool = c.enforce_eager_option(),
         fmt: c.OutputFormat = c.format_option(),
         out: Path = c.out_option(),
     ) -> None:
@@ -514,6 +522,8 @@ def add(app: typer.Typer) -> None:
                 ep_size=ep_size,
                 enable_dp_attention=enable_dp_attention,
                 load_balance_method=load_balance_method,
+                decode_context_parallel_size=dcp,
+                enforce_eager=enforce_eager,
             ),
             replicas=replicas,
             router=router,

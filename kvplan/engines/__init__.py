@@ -42,6 +42,8 @@ class EngineRequest(NamedTuple):
     # expert / data parallelism (kvplan simulate): the GPUs the routed experts are spread over
     # when that is not tp (EP, or DP-attention ranks whose MoE layers span the group)
     expert_ranks: int | None = None
+    # vLLM -dcp: the KV cache sharded along tokens over this many ranks of the TP group
+    decode_context_parallel_size: int = 1
 
 
 def refuse_compressed(spec, engine: str) -> None:

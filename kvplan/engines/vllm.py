@@ -451,6 +451,41 @@ def resolve_batch(request: EngineRequest, gpu: GpuProfile) -> tuple[int, int]:
     return min(seqs, tokens), tokens
 
 
+def check_dcp(spec: ModelSpec, tp: int, dcp: int, engine: str = "vllm") -> int:
+    """The decode context parallel size, checked as vLLM checks it: inside the TP group (dcp
+    divides tp) and at most tp / the model's KV heads (docs/serving/context_parallel_deployment:
+    past that a rank would hold less than one KV head's tokens); full-attention or MLA caches
+    only (kvplan models no sharded sliding-window or state group)."""
+    if dcp == 1:
+        return 1
+    if engine == "sglang":
+        raise KvplanError(
+            "--decode-context-parallel-size is vLLM's; SGLang has no decode context parallelism"
+        )
+    if not 1 <= dcp <= 1024:
+        raise KvplanError("--decode-context-parallel-size must be between 1 and 1,024")
+    if tp % dcp:
+        raise KvplanError(
+            f"--decode-context-parallel-size {dcp} must divide --tensor-parallel-size "
+            f"{tp}: vLLM's DCP ranks are a part of the TP group"
+        )
+    layers = spec.attention_layers()
+    heads = max((a.num_kv_heads for a in layers), default=1)
+    if tp // heads < dcp:
+        raise KvplanError(
+            f"--decode-context-parallel-size {dcp}: vLLM allows at most tp / KV heads "
+            f"({tp} / {heads} = {max(1, tp // heads)}) for {spec.name}"
+        )
+    if any(a.kind not in (CacheKind.FULL, CacheKind.MLA) for a in layers) or spec.has_kind(
+        CacheKind.STATE
+    ):
+        raise KvplanError(
+            f"--decode-context-parallel-size with {spec.name}: kvplan models DCP for "
+            "full-attention and MLA caches only, not sliding-window or recurrent layers"
+        )
+    return dcp
+
+
 def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> VllmResult:
     from kvplan.engines import refuse_compressed
 
@@ -474,6 +509,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
             f"no MiniMaxM3 architecture); give --vllm-version {GQA_INDEXER_FROM}"
         )
     spec.check_tp(request.tp)
+    check_dcp(spec, request.tp, request.decode_context_parallel_size)
     dtype, dtype_notes = model_dtype(spec, request.dtype, gpu)
     spec = spec._replace(dtype=dtype)
     wdtype, weights_notes = weights_format(spec, request)
@@ -544,12 +580,16 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
             "fullest rank): the weights do not fit; raise --tp/--pp or --gpu-memory-utilization"
         )
     allocations = []
+    # with -dcp a rank holds every dcp-th token: vLLM sizes a request's blocks per rank for
+    # cdiv(max_model_len, dcp) tokens (AttentionSpec.max_memory_usage_bytes)
+    dcp = request.decode_context_parallel_size
+    rank_request = request._replace(max_model_len=-(-request.max_model_len // dcp))
     for stage, stage_available in zip(stages, available, strict=True):
         specs, stage_notes = layer_specs(stage, request, request.tp)
         notes += stage_notes
         if specs:
             allocations.append(
-                (specs, stage_available, allocate(specs, stage_available, request, block_size))
+                (specs, stage_available, allocate(specs, stage_available, rank_request, block_size))
             )
     if not allocations:
         raise KvplanError(f"{spec.name} has no layer that needs a KV cache")
@@ -574,13 +614,14 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     estimated = None
     if fits:
         concurrency = alloc.num_blocks / alloc.blocks_per_request
+        # "GPU KV cache size: N tokens": vLLM multiplies by dcp (kv_cache_utils)
         if request.vllm_version == "0.19":
-            tokens_logged = alloc.num_blocks // len(alloc.groups) * alloc.block_size
+            tokens_logged = alloc.num_blocks // len(alloc.groups) * alloc.block_size * dcp
         else:
             tokens_logged = int(concurrency * request.max_model_len)
     else:
         tokens_logged, concurrency = None, 0.0
-        estimated = estimated_max_model_len(specs, fewest, request, block_size)
+        estimated = estimated_max_model_len(specs, fewest, rank_request, block_size) * dcp
     notes.append(note("vllm-cache-size-definition", version=request.vllm_version))
     if request.pp > 1:
         notes.append(note("vllm-pp"))

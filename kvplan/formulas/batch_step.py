@@ -35,6 +35,8 @@ import math
 from kvplan.anatomy.model import KEPT, CacheKind, ModelSpec
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
+    dcp_allgather_bytes,
+    dcp_allgather_time_s,
     p2p_time_s,
     pipeline_bubble_fraction,
     ring_allreduce_time_s,
@@ -200,12 +202,20 @@ class StepModel:
         moe_ranks: int | None = None,
         ep: int = 1,
         dp: int = 1,
+        dcp: int = 1,
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
         self.moe_ranks, self.ep, self.dp = moe_ranks or tp, ep, dp
         self.link, self.achieved, self.host = link, achieved, host
         self.async_scheduling = async_scheduling
         self.cuda_graph_max_tokens = cuda_graph_max_tokens
+        # vLLM -dcp: each rank reads 1/dcp of every decode's cache, then the ranks all-gather
+        # their partial outputs and LSEs (attention layers x one all-gather per decode step)
+        self.dcp = dcp
+        self._dcp_layers = [
+            (a.num_q_heads * dcp // tp, a.mla_kv_lora_rank or a.v_head_dim or a.head_dim)
+            for a in spec.attention_layers()
+        ]
         bw, bf16 = rates.bandwidth_bytes_per_s, rates.peak_flop_per_s
         key = _format_key(weights_dtype)
         gemm_peak = (fp8_flop_per_s or bf16) if key in ("fp8", "int8") else bf16
@@ -289,7 +299,7 @@ class StepModel:
         reading the cache bounds it. Windowed layers hold min(s, W) per sequence, at the mean."""
         if not num_decodes:
             return 0.0, True
-        seconds, memory = self._decode_attention(num_decodes, context_sum, max, min)
+        seconds, memory = self._decode_attention(num_decodes, context_sum / self.dcp, max, min)
         return seconds, memory >= seconds
 
     def _decode_attention(self, num_decodes: int, context_sum, maximum, minimum):
@@ -400,6 +410,27 @@ class StepModel:
             )
         return seconds
 
+    def dcp_bytes(self, num_decodes: int) -> float:
+        """Bytes one rank receives in a step's DCP all-gathers (all attention layers)."""
+        return sum(
+            dcp_allgather_bytes(num_decodes, heads, width, self.dcp)
+            for heads, width in self._dcp_layers
+        )
+
+    def dcp_comm_s(self, num_decodes: int) -> float:
+        """The DCP all-gathers of a step's decodes, at the achieved link bandwidth, each call
+        at least one measured all-reduce call's latency."""
+        if self.dcp <= 1 or not num_decodes:
+            return 0.0
+        rate = self.link.one_way_bytes_per_s * self.achieved.link
+        latency_s = self.achieved.allreduce_call_s / (self.dcp - 1)
+        return sum(
+            dcp_allgather_time_s(
+                dcp_allgather_bytes(num_decodes, heads, width, self.dcp), self.dcp, rate, latency_s
+            )
+            for heads, width in self._dcp_layers
+        )
+
     # ---- one step ---------------------------------------------------------------------------
     def step(self, shape: BatchShape, gathered_tokens: int | None = None) -> BatchStepTime:
         """The time of one step running `shape`; `gathered_tokens`: the tokens the MoE layers
@@ -443,7 +474,7 @@ class StepModel:
             matmul_s * layer_share,
             (decode_s if kv_bound else 0.0) * layer_share,
             ((0.0 if kv_bound else decode_s) + prefill_s) * layer_share,
-            self.comm_s(num_tokens) * layer_share,
+            (self.comm_s(num_tokens) + self.dcp_comm_s(shape.num_decodes)) * layer_share,
             per_layer * self.spec.num_layers * layer_share,
         )
 
@@ -490,7 +521,7 @@ class StepModel:
             base = self.step(BatchShape(num_decodes, 0, (), num_decodes))
             self._span_base[num_decodes] = base
         fixed = base.weights_s + base.matmul_s + base.sampler_s + base.comm_s + base.launch_s
-        attention, _ = self._decode_attention(num_decodes, sums, np.maximum, np.minimum)
+        attention, _ = self._decode_attention(num_decodes, sums / self.dcp, np.maximum, np.minimum)
         attention = attention + np.zeros_like(sums)  # an array even without attention
         gpu = fixed + attention
         times = np.maximum(gpu, base.host_s) if self.async_scheduling else gpu + base.host_s

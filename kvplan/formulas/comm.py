@@ -46,6 +46,29 @@ def tp_comm_time_per_decode_step_s(
     )
 
 
+LSE_BYTES = 4  # the log-sum-exp of each query head's partial attention, fp32
+
+
+def dcp_allgather_bytes(
+    num_decodes: int, num_heads: int, head_dim: int, dcp: int, dtype_bytes: int = ACTIVATION_BYTES
+) -> float:
+    """Bytes one rank receives in one attention layer's DCP all-gather of the partial outputs
+    and their LSEs: B x H x (d x dtype + LSE) x (dcp - 1) / dcp, B the decodes, H the query
+    heads the DCP group attends together, d the output width per head (MLA: the latent)."""
+    if dcp <= 1:
+        return 0.0
+    return num_decodes * num_heads * (head_dim * dtype_bytes + LSE_BYTES) * (dcp - 1) / dcp
+
+
+def dcp_allgather_time_s(
+    message_bytes: float, dcp: int, one_way_bytes_per_s: float, latency_s: float
+) -> float:
+    """One ring all-gather over dcp ranks: the received bytes / B + (dcp - 1) x a."""
+    if dcp <= 1:
+        return 0.0
+    return message_bytes / one_way_bytes_per_s + (dcp - 1) * latency_s
+
+
 def pipeline_bubble_fraction(stages: int, microbatches: int) -> float:
     """GPipe/1F1B bubble: (p - 1) / (m + p - 1) of a step is idle."""
     return (stages - 1) / (microbatches + stages - 1)

@@ -118,6 +118,9 @@ class PlanRequest(NamedTuple):
     data_parallel_size: int = 1
     ep_size: int | None = None
     enable_dp_attention: bool = False
+    # vLLM -dcp and --enforce-eager (SGLang --disable-cuda-graph) for every configuration
+    decode_context_parallel_size: int = 1
+    enforce_eager: bool = False
 
 
 class Config(NamedTuple):
@@ -722,6 +725,8 @@ def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
         engine=request.emit,
         mem_fraction_static=request.mem_fraction_static,
         **_parallel_flags(request),
+        decode_context_parallel_size=request.decode_context_parallel_size,
+        enforce_eager=request.enforce_eager,
     )
     try:
         if config.pp > spec.num_layers:

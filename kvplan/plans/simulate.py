@@ -107,6 +107,9 @@ class Setup(NamedTuple):
     interconnect_bytes_per_s: float | None = None  # per GPU, both directions together
     # whose rules: the vLLM version, or the SGLang release kvplan knows that was applied
     engine_version: str | None = None
+    # vLLM -dcp (1: off) and --enforce-eager / SGLang --disable-cuda-graph
+    decode_context_parallel_size: int = 1
+    enforce_eager: bool = False
 
 
 class WorkloadSummary(NamedTuple):
@@ -540,6 +543,8 @@ def _setup(gpu: GpuProfile, replica: Replica, request: SimulateRequest) -> Setup
         interconnect_bytes_per_s=gpu.interconnect.bandwidth_bytes_per_s
         if gpu.interconnect
         else None,
+        decode_context_parallel_size=o.decode_context_parallel_size,
+        enforce_eager=o.enforce_eager,
     )
 
 

@@ -51,6 +51,25 @@ text("sim-kernel-tables")(
     )
 )
 
+text("sim-dcp")(
+    lambda dcp, tp, block_size: (
+        f"Decode context parallelism (-dcp {dcp}, inside the TP {tp} group): each rank holds "
+        f"every {dcp}th token of a request's cache, so the pool holds {dcp}x the tokens and "
+        f"the scheduler counts blocks of {block_size} tokens; a decode reads 1/{dcp} of its "
+        "context per rank, then the ranks all-gather their partial outputs and LSEs once per "
+        "attention layer (charged on the interconnect); prefill attention is priced as without "
+        "DCP."
+    )
+)
+text("sim-enforce-eager")(
+    lambda engine: (
+        "No CUDA graphs ("
+        + ("--enforce-eager" if engine == "vllm" else "--disable-cuda-graph")
+        + "): every step pays the eager per-layer CPU dispatch cost"
+        + (", and no CUDA-graph memory is taken from the KV pool." if engine == "vllm" else ".")
+    )
+)
+
 # ---- deployments: TP within a node, PP across nodes, DP attention with EP ----------------------
 text("node-size-assumed")(
     lambda gpu, gpus: (

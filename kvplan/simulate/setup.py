@@ -93,6 +93,10 @@ class ServeOptions(NamedTuple):
     ep_size: int | None = None
     enable_dp_attention: bool = False
     load_balance_method: str | None = None
+    # decode context parallelism and eager mode (vLLM -dcp / --enforce-eager, SGLang
+    # --disable-cuda-graph): the KV cache sharded along tokens over dcp ranks of the TP group
+    decode_context_parallel_size: int = 1
+    enforce_eager: bool = False
 
 
 # SGLang's --load-balance-method -> the router among its DP ranks (cluster.ROUTERS)
@@ -246,6 +250,9 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     notes: list[Note] = []
     spec.check_tp(options.tp)
     layout = parallel_layout(spec, options)
+    from kvplan.engines.vllm import check_dcp
+
+    dcp = check_dcp(spec, options.tp, options.decode_context_parallel_size, options.engine)
     if options.kv_cache_dtype not in KV_FORMATS:
         raise KvplanError(
             f"--kv-cache-dtype {options.kv_cache_dtype[:40]!r}: choose {', '.join(KV_FORMATS)}"
@@ -283,6 +290,8 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         allow_long_max_model_len=options.allow_long_max_model_len,
         weights_dtype=weights_format(options),
         expert_ranks=layout.expert_ranks if layout.modelled else None,
+        enforce_eager=options.enforce_eager,
+        decode_context_parallel_size=dcp,
     )
     alloc = vllm_allocation(spec, gpu, request)
     if not alloc.fits:
@@ -304,10 +313,15 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         alloc = vllm_allocation(spec, gpu, request)
     notes.extend(alloc.notes)
     config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
+    graph_tokens = 0 if options.enforce_eager else min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt)
     model, wdtype = step_model(
         spec, gpu, options, KV_FORMATS[options.kv_cache_dtype],
-        min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt), notes, weights_format(options), layout,
+        graph_tokens, notes, weights_format(options), layout,
     )  # fmt: skip
+    if dcp > 1:
+        notes.append(note("sim-dcp", dcp=dcp, tp=options.tp, block_size=config.block_size))
+    if options.enforce_eager:
+        notes.append(note("sim-enforce-eager", engine="vllm"))
     resolved = options._replace(
         max_num_seqs=seqs,
         max_num_batched_tokens=mnbt,
@@ -315,7 +329,8 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         block_size=config.block_size,
         enable_prefix_caching=prefix_caching,
     )
-    tokens = alloc.kv_cache_tokens or config.num_blocks * config.block_size  # vLLM's own figure
+    # vLLM's own figure (config.block_size is already the scheduler's block_size x dcp)
+    tokens = alloc.kv_cache_tokens or config.num_blocks * config.block_size
     return Replica(config, model, resolved, wdtype, tokens, tuple(notes), layout=_modelled(layout))
 
 
@@ -390,6 +405,7 @@ def step_model(
         resolve_kv_format(kv_format, spec.dtype),
         tp=layout.attn_tp,
         pp=options.pp,
+        dcp=options.decode_context_parallel_size,
         link=gpu.interconnect,
         achieved=measured_achieved() if measured else achieved,
         fp8_flop_per_s=gpu.peak_flop_per_s.get("fp8"),
@@ -459,7 +475,9 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
         else:  # a fixed share: cdiv(window - 1, block_size) + 1 blocks
             cap = math.ceil((window - 1) / main[0].block_size) + 1
             side[(cap, main[0].block_size)] = side.get((cap, main[0].block_size), 0) + groups
-    block_size = main[0].block_size
+    # vLLM's KV cache managers count a block as block_size x dcp tokens: each of the dcp ranks
+    # holds every dcp-th token of it (the interleaved layout, cp_kv_cache_interleave_size 1)
+    block_size = main[0].block_size * options.decode_context_parallel_size
     num_blocks = usable_blocks(alloc.num_blocks, len(main))  # less vLLM's null block
     config = EngineConfig(
         max_num_seqs=seqs,
@@ -531,6 +549,10 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         (not options.enable_chunked_prefill, "--no-enable-chunked-prefill"),
         (not options.preemption, "--no-preemption"),
         (not options.continuous_batching, "--no-continuous-batching"),
+        (
+            options.decode_context_parallel_size != 1,
+            "--decode-context-parallel-size (SGLang has no decode context parallelism)",
+        ),
     ):
         if given:
             raise KvplanError(f"{flag} is a vLLM option; the SGLang simulation does not take it")
@@ -598,11 +620,13 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         gpu,
         options,
         KV_FORMATS.get(alloc.kv_cache_dtype, "auto"),
-        alloc.cuda_graph_max_bs,
+        0 if options.enforce_eager else alloc.cuda_graph_max_bs,
         notes,
         weights_format(options),
         layout,
     )
+    if options.enforce_eager:
+        notes.append(note("sim-enforce-eager", engine="sglang"))
     notes.append(
         note(
             "sim-sglang",
