@@ -154,3 +154,22 @@ def test_plan_passes_dcp_to_every_configuration():
     text = str(data)
     assert "must divide --tensor-parallel-size 2" in text  # TP 2 ruled out, TP 4 planned
     assert "'tp': 4" in text
+
+
+def test_plan_launch_commands_carry_dcp_and_eager():
+    data = run_json(
+        "plan", MLA, "--gpu", GPU, "--rate", "2", "--tp", "4", "-dcp", "4", "--enforce-eager",
+        "--num-prompts", "50", "--max-num-seqs", "128", "--kv-cache-dtype", "auto",
+        "--max-num-batched-tokens", "8192", "--slo", "ttft_p99=2s",
+    )  # fmt: skip
+    assert data["mode_flags"] == "--decode-context-parallel-size 4 --enforce-eager"
+    assert data["candidates"], data["rejections"]
+    for c in data["candidates"]:
+        assert c["command"].endswith(" --decode-context-parallel-size 4 --enforce-eager")
+    plain = run_json(
+        "plan", MLA, "--gpu", GPU, "--rate", "2", "--tp", "4",
+        "--num-prompts", "50", "--max-num-seqs", "128", "--kv-cache-dtype", "auto",
+        "--max-num-batched-tokens", "8192", "--slo", "ttft_p99=2s",
+    )  # fmt: skip
+    assert "mode_flags" not in plain
+    assert all("context-parallel" not in c["command"] for c in plain["candidates"])

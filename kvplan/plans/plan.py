@@ -189,6 +189,8 @@ class PlanResult(NamedTuple):
     confidence: float | None = None  # sized on the pessimistic bound at this confidence
     # the EP / DP flags every launch command carries, in the engine's spelling (None: none)
     parallel_flags: str | None = None
+    # the -dcp / eager-mode flags every launch command carries besides (None: none)
+    mode_flags: str | None = None
 
 
 def plan(
@@ -256,6 +258,7 @@ def plan(
         mem_fraction_static=request.mem_fraction_static,
         confidence=request.confidence,
         parallel_flags=parallel_flags(request),
+        mode_flags=mode_flags(request),
     )
 
 
@@ -487,6 +490,17 @@ def parallel_flags(request: PlanRequest) -> str | None:
         flags.append("--enable-dp-attention")
     if request.ep_size is not None:
         flags.append(f"--ep-size {request.ep_size}")
+    return " ".join(flags) or None
+
+
+def mode_flags(request: PlanRequest) -> str | None:
+    """The -dcp and eager-mode options as the launch command spells them for --emit's engine
+    (SGLang has no -dcp: plan rules such configurations out)."""
+    flags = []
+    if request.decode_context_parallel_size > 1:
+        flags.append(f"--decode-context-parallel-size {request.decode_context_parallel_size}")
+    if request.enforce_eager:
+        flags.append("--enforce-eager" if request.emit == "vllm" else "--disable-cuda-graph")
     return " ".join(flags) or None
 
 

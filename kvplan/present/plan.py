@@ -61,9 +61,11 @@ def plan_view(result: PlanResult, engine: str = "vllm") -> View:
         ("searched", searched_text(result)),
     ]
     data = jsonable(result)
-    extra = getattr(result, "parallel_flags", None)
-    if extra is None:
-        data.pop("parallel_flags", None)  # no EP / DP options: the JSON as before
+    flags = [getattr(result, k, None) for k in ("parallel_flags", "mode_flags")]
+    for key, given in zip(("parallel_flags", "mode_flags"), flags, strict=True):
+        if given is None:
+            data.pop(key, None)  # not given: the JSON as before
+    extra = " ".join(f for f in flags if f)
     rows = []
     for c, item in zip(result.candidates, data["candidates"], strict=True):
         item["command"] = serve_command(
