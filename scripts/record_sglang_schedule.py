@@ -13,11 +13,10 @@ An idle pass of the event loop (no batch) takes no step time.
 
 What had to be faked on a CPU: `sgl_kernel` (a CUDA extension imported by the MoE and
 quantization layers that schedule_batch.py pulls in through ModelConfig; never called here),
+torchvision where it is absent (the image transforms of multimodal configs ModelConfig imports),
 and `attention_backend="torch_native"` so `write_cache_indices` takes its Python path, not the
-Triton kernel. Needs sglang's source (`pip download sglang==0.5.6.post2 --no-deps`, unzip) on
-PYTHONPATH and, in a throwaway venv, pybase64 aiohttp triton psutil pyzmq fastapi safetensors
-openai partial_json_parser transformers torchvision dill sentencepiece compressed_tensors
-msgspec setproctitle einops.
+Triton kernel. Needs, in a venv of its own (as .ci/run builds it): torch==2.13.0 (CPU),
+`sglang==0.5.6.post2 --no-deps` and `-r scripts/sglang_scheduler_requirements.txt`.
 
     python scripts/record_sglang_schedule.py [SCENARIO.json ...] [--check] [--out DIR]
 """
@@ -48,6 +47,8 @@ MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 MAX_PREFILL_TOKENS = 16384
 MAX_STEPS = 100_000
+# imported by the modules the scheduler pulls in, never called on this path: faked where absent
+FAKED = ("sgl_kernel", "torchvision")
 
 
 class _Anything:
@@ -78,10 +79,13 @@ class _FakeModule(types.ModuleType):
         return _Anything()
 
 
-class _FakeCudaExtensions(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports of sgl_kernel (CUDA only) answered by fake modules."""
+class _FakeImports(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports of packages the scheduler's modules import but never call, answered by fake
+    modules: sgl_kernel (CUDA only) and torchvision (image transforms of the multimodal
+    configs that model_config.py imports; PyPI's torchvision pins a torch of its own)."""
 
-    names = ("sgl_kernel",)
+    def __init__(self, names: tuple[str, ...]):
+        self.names = names
 
     def find_spec(self, name, path, target=None):
         if name.split(".")[0] in self.names:
@@ -110,8 +114,9 @@ def sglang_version() -> str:
 
 def record(sc: dict) -> list[dict]:
     """The step log of SGLang's scheduler over scenario `sc` (its JSON form)."""
-    if importlib.util.find_spec("sgl_kernel") is None:
-        sys.meta_path.insert(0, _FakeCudaExtensions())
+    missing = tuple(name for name in FAKED if importlib.util.find_spec(name) is None)
+    if missing and not any(isinstance(f, _FakeImports) for f in sys.meta_path):
+        sys.meta_path.insert(0, _FakeImports(missing))
     from types import SimpleNamespace
 
     import torch
