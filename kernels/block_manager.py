@@ -108,6 +108,26 @@ class BlockManager:
         return len(self.blocks) - len(self.free_queue)
 
     @property
+    def num_uncached_free_blocks(self) -> int:
+        """Free blocks outside the prefix cache (a radix cache's allocator's available size)."""
+        return sum(1 for b in self.free_queue if self.blocks[b].hash is None)
+
+    def evict_free(self, num_blocks: int) -> int:
+        """Take up to `num_blocks` free cached blocks out of the prefix cache, least recently
+        freed first, as a radix cache evicts leaves ahead of need; they stay free, first in
+        line. How many it took out."""
+        evicted = []
+        for block_id in self.free_queue:
+            if len(evicted) >= num_blocks:
+                break
+            if self.blocks[block_id].hash is not None:
+                evicted.append(block_id)
+        for block_id in reversed(evicted):
+            self._forget(self.blocks[block_id])
+            self.free_queue.move_to_end(block_id, last=False)
+        return len(evicted)
+
+    @property
     def num_cached_free_blocks(self) -> int:
         return sum(1 for i in self.free_queue if self.blocks[i].hash is not None)
 
@@ -450,13 +470,17 @@ class BlockManager:
         block_id, _ = self.free_queue.popitem(last=False)
         block = self.blocks[block_id]
         if block.hash is not None:  # evict: the least recently freed cached block
-            copies = self.cached[block.hash]
-            del copies[block_id]  # another copy of the same contents stays findable
-            if not copies:
-                del self.cached[block.hash]
-            block.hash = block.parent_hash = block.token_ids = block.extra_key = None
+            self._forget(block)
         block.ref_count = 1
         return block_id
+
+    def _forget(self, block: Block) -> None:
+        """Take a free block out of the prefix cache."""
+        copies = self.cached[block.hash]
+        del copies[block.block_id]  # another copy of the same contents stays findable
+        if not copies:
+            del self.cached[block.hash]
+        block.hash = block.parent_hash = block.token_ids = block.extra_key = None
 
     def _cache_full_blocks(self, seq: Sequence, start_block: int, upto: int | None = None) -> None:
         if not self.enable_prefix_caching:

@@ -111,6 +111,13 @@ class CountingPool:
     def num_free_blocks(self) -> int:
         return self.num_blocks - self.num_used_blocks
 
+    @property
+    def num_uncached_free_blocks(self) -> int:
+        return self.num_free_blocks
+
+    def evict_free(self, num_blocks: int) -> int:
+        return 0  # nothing is cached
+
     def allocate(self, seq_id, token_ids, extra_key: bytes = b"", hit=None) -> int:
         if seq_id in self.held:
             raise ValueError(f"sequence {seq_id!r} already exists")
@@ -896,6 +903,11 @@ class Engine:
             self.blocked = False  # the queue's head may fit now
 
     # ---- blocks -----------------------------------------------------------------------------
+    def output_limit(self, input_tokens: int, max_model_len: int) -> int:
+        """The most outputs a request of `input_tokens` may produce (0: the prompt is refused):
+        vLLM's, up to max_model_len in all."""
+        return max_model_len - input_tokens
+
     def _extend(self, r: Req, upto: int) -> bool:
         """Hand the block manager r's tokens up to position `upto`; False when blocks run out."""
         if upto <= r.synced:

@@ -24,8 +24,22 @@ schedule_policy.py's `PrefillAdder`, main of April 2026), with its defaults (no
    to the back of the queue, where they recompute, and sets new_token_ratio to
    (outputs decoded + 20 x requests) / (max_new_tokens + 1) over the requests left, at most 1.
 
+4. The radix cache (page 1) holds what prefill computed, once the batch that computed it ran:
+   a request's prompt (with its outputs so far, for one recomputed after a retraction) enters
+   it after each prefill batch (cache_unfinished_req), so a request matched in the same batch
+   finds none of it; the tokens decoding computes never do (cache_finished_req inserts the
+   request's last prefill input, `fill_ids`, and frees the rest; retract_decode inserts
+   nothing, and evicts ahead of the next decode steps). A match leaves the prompt's last token
+   to compute (`max_prefix_len = input_len - 1`) and is locked (no longer evictable) while the
+   batch forms. Tokens outside the tree are allocated before any the tree holds is evicted.
+5. A request's outputs stop at max_req_len - prompt - 1 (init_req_max_new_tokens), where
+   max_req_len = min(context length, pool tokens) - 1; a prompt of max_req_len - 5 tokens or
+   more is refused (`output_limit`, as the step log applies it; `kvplan simulate` caps prompt +
+   outputs at the pool's limit in setup and at max_model_len as vLLM does, 2 tokens more).
+
 The pool, the prefix cache, the decode cohort and the step log are kvplan.simulate.engine's;
-only the choice of what each step runs differs. max_new_tokens is the request's output length
+only the choice of what each step runs, what enters the prefix cache and the output limit
+differ. max_new_tokens is the request's output length
 (what `vllm bench serve` sends as max_tokens).
 """
 
@@ -67,6 +81,9 @@ class SglangEngine(Engine):
 
     def __init__(self, config, model, frontend_per_token_s, demand_blocks=None, observer=None,
                  policy: SglangPolicy = SglangPolicy()):  # fmt: skip
+        # tokens outside the radix cache go back to the allocator's free list and are taken
+        # first; the tree's are evicted only when that list runs out
+        config = config._replace(free_uncached_first=True)
         super().__init__(config, model, frontend_per_token_s, demand_blocks, observer)
         self.policy = policy
         self.ratio = policy.init_new_token_ratio
@@ -84,6 +101,42 @@ class SglangEngine(Engine):
         # since the last decode step: whether a prefill step ran, and who joined the decodes
         self.prefilled = False
         self.joined: list[tuple[Req, int]] = []  # (request, the step of its first token)
+        self.fill_end: dict[int, int] = {}  # request -> tokens its last prefill covers
+
+    # ---- what a request may ask for ----------------------------------------------------------
+    def output_limit(self, input_tokens: int, max_model_len: int) -> int:
+        """init_req_max_new_tokens' cap on outputs (0: the prompt is refused)."""
+        pool_tokens = self.config.num_blocks * self.config.block_size
+        max_req_len = min(max_model_len - 1, pool_tokens - 1)
+        if input_tokens >= max_req_len - 5:  # max_req_input_len: an error reply
+            return 0
+        return max_req_len - input_tokens - 1
+
+    # ---- the radix cache: prefill's tokens, after their batch ----------------------------------
+    def _extend(self, r: Req, upto: int) -> bool:
+        """Hand the block manager r's tokens up to `upto`, outside the prefix cache: what a
+        prefill batch computed enters it after the batch (`_insert`), decodes' tokens never."""
+        if upto <= r.synced:
+            return True
+        try:
+            self.bm.append_tokens(r.rid, self.ids(r, r.synced, upto), cache=False)
+        except NoFreeBlocksError:
+            return False
+        r.synced = upto
+        return True
+
+    def _insert(self, r: Req) -> None:
+        """cache_unfinished_req / cache_finished_req: r's prefill tokens so far into the tree."""
+        self.bm.cache_blocks(r.rid, min(self.fill_end.get(r.rid, 0), r.synced))
+
+    def _finish(self, r: Req, j: int) -> None:
+        if r.rid in self.fill_end and r.state != DECODE:
+            self._insert(r)  # before its blocks are freed
+        super()._finish(r, j)
+
+    def _release(self, r: Req) -> None:
+        super()._release(r)
+        self.fill_end.pop(r.rid, None)
 
     # ---- the KV budget ------------------------------------------------------------------------
     def _join_cohort(self, r: Req, j: int) -> None:
@@ -119,19 +172,22 @@ class SglangEngine(Engine):
     def _free_tokens(self) -> int:
         return self.bm.num_free_blocks * self.block_size
 
-    def _head_need(self, r: Req) -> tuple[int, int, list]:
-        """(tokens to compute, cached prefix tokens, token ids) for r's prefill now."""
+    def _head_need(self, r: Req) -> tuple[int, int, list, int]:
+        """(tokens to compute, cached prefix tokens, token ids, cached prefix tokens now free)
+        for r's prefill now."""
         key = (r.rid, r.num_tokens, self.step_index, self.bm.num_free_blocks)
         if self.head_memo[0] == key:
             return self.head_memo[1]
         self.head_memo = (key, self._head_need_now(r))
         return self.head_memo[1]
 
-    def _head_need_now(self, r: Req) -> tuple[int, int, list]:
+    def _head_need_now(self, r: Req) -> tuple[int, int, list, int]:
         ids = self.ids(r, 0, r.num_tokens)
-        cap = (r.num_tokens - 1) // self.block_size * self.block_size
-        hits = min(self.bm.cached_prefix_tokens(ids[:-1]), cap) if cap else 0
-        return r.num_tokens - hits, hits, ids
+        hits = self.bm.cached_prefix_tokens(ids)  # whole blocks within the first len - 1
+        # hit blocks no running request holds: evictable until the match is locked
+        blocks = -(-r.num_tokens // self.block_size)
+        free_hits = self.bm.blocks_to_allocate(ids) - (blocks - hits // self.block_size)
+        return r.num_tokens - hits, hits, ids, free_hits * self.block_size
 
     def _head_total(self, r: Req, extend: int) -> int:
         """PrefillAdder.add_one_req's `total_tokens`: prompt + expected outputs + a page."""
@@ -157,6 +213,9 @@ class SglangEngine(Engine):
                 finished = self._advance(j, self.model.step(shape), chunks, decoded=False)
             finally:
                 self.prefill_finishing = False
+            for r, _ in chunks:  # the batch ran: its prefill tokens enter the tree
+                if r.rid in self.fill_end:
+                    self._insert(r)
             self.prefilled = True
             self.joined += [(r, j) for r, _ in chunks if r.state == DECODE]
             return finished
@@ -235,9 +294,9 @@ class SglangEngine(Engine):
             if rem_input <= 0 or rem_chunk <= 0:
                 break
             r = self.waiting[0]
-            extend, hits, ids = self._head_need(r)
+            extend, hits, ids, free_hits = self._head_need(r)
             total = self._head_total(r, extend)
-            if total >= rem_total:  # NO_TOKEN
+            if total >= rem_total - free_hits:  # NO_TOKEN, with the match locked
                 self.full = True
                 break
             if extend >= rem_input and chunks:
@@ -250,12 +309,15 @@ class SglangEngine(Engine):
                 if n <= 0:
                     break
                 self.chunked = r
-            try:
-                self.bm.allocate(r.rid, ids[: hits + n])
-            except NoFreeBlocksError:
+            new_blocks = -(-(hits + n) // self.block_size) - hits // self.block_size
+            if new_blocks > self.bm.num_free_blocks - free_hits // self.block_size:
                 self.chunked = None if self.chunked is r else self.chunked
                 break
+            # the match, then this batch's tokens outside the tree until the batch ran
+            self.bm.allocate(r.rid, ids[:hits], hit=(0, self.bm.prefix_blocks(ids)))
+            self.bm.append_tokens(r.rid, ids[hits : hits + n], cache=False)
             self.waiting.popleft()
+            self.fill_end[r.rid] = r.num_tokens
             if r.admit_s < 0:
                 r.admit_s = self.clock_s
             self.queried_tokens += r.num_tokens
@@ -264,7 +326,7 @@ class SglangEngine(Engine):
             self._schedule_admitted(r, n, 0, chunks)
             rem_input -= n
             rem_chunk -= n
-            rem_total -= n + policy.page_size
+            rem_total -= n + policy.page_size + free_hits  # the match stays locked
             if rem_total <= 0:  # budget_state after the add: NO_TOKEN
                 self.full = True
         if alone:
@@ -288,6 +350,7 @@ class SglangEngine(Engine):
             if need <= self.bm.num_free_blocks:
                 break
             self._requeue(decoding.pop(), d, front=False)
+            self._evict_ahead(len(decoding) * RETRACT_DECODE_STEPS)
         chunked = self.chunked
         if chunked is not None and sum(1 for r in crossing.values() if r.state == DECODE) > (
             self.bm.num_free_blocks
@@ -298,6 +361,13 @@ class SglangEngine(Engine):
         targets = sum(r.target for r in decoding)
         self.ratio = min(1.0, (outputs + RETRACT_DECODE_STEPS * len(decoding)) / (targets + 1))
         return True
+
+    def _evict_ahead(self, num_tokens: int) -> None:
+        """release_req's evict_from_tree_cache: when fewer tokens than the next decode steps of
+        the requests left need are outside the radix cache, evict that many from it (the
+        retracted request's own prompt first, its leaf the least recently used)."""
+        if self.bm.num_uncached_free_blocks * self.block_size < num_tokens:
+            self.bm.evict_free(-(-num_tokens // self.block_size))
 
     # ---- runs of decode-only steps ------------------------------------------------------------
     def _quiet(self) -> bool:
@@ -319,8 +389,8 @@ class SglangEngine(Engine):
         if len(self.running) >= self.config.max_num_seqs:
             return False
         rem_total = self._free_tokens() - self._reserved_tokens(self.ratio)
-        extend, _, _ = self._head_need(self.waiting[0])
-        return 0 < rem_total and self._head_total(self.waiting[0], extend) < rem_total
+        extend, _, _, free_hits = self._head_need(self.waiting[0])
+        return 0 < rem_total and self._head_total(self.waiting[0], extend) < rem_total - free_hits
 
     def _after_decode_span(self, steps: int) -> None:
         policy = self.policy
