@@ -107,25 +107,16 @@ class BlockManager:
     def num_used_blocks(self) -> int:
         return len(self.blocks) - len(self.free_queue)
 
-    @property
-    def num_uncached_free_blocks(self) -> int:
-        """Free blocks outside the prefix cache (a radix cache's allocator's available size)."""
-        return sum(1 for b in self.free_queue if self.blocks[b].hash is None)
+    def cached_free_blocks(self):
+        """The free blocks the prefix cache holds, least recently freed first."""
+        return (b for b in self.free_queue if self.blocks[b].hash is not None)
 
-    def evict_free(self, num_blocks: int) -> int:
-        """Take up to `num_blocks` free cached blocks out of the prefix cache, least recently
-        freed first, as a radix cache evicts leaves ahead of need; they stay free, first in
-        line. How many it took out."""
-        evicted = []
-        for block_id in self.free_queue:
-            if len(evicted) >= num_blocks:
-                break
-            if self.blocks[block_id].hash is not None:
-                evicted.append(block_id)
-        for block_id in reversed(evicted):
+    def evict(self, block_ids: list[int]) -> None:
+        """Take these free cached blocks out of the prefix cache, as a radix cache evicts a
+        leaf ahead of need; they stay free, first in line, in this order."""
+        for block_id in reversed(block_ids):
             self._forget(self.blocks[block_id])
             self.free_queue.move_to_end(block_id, last=False)
-        return len(evicted)
 
     @property
     def num_cached_free_blocks(self) -> int:

@@ -29,15 +29,12 @@ FIXTURES = sorted((DATA / "sched_fixtures_sglang").glob("*/*.json"))
 RECORDER = Path(__file__).parent.parent / "scripts" / "record_sglang_schedule.py"
 
 # scenario -> why kvplan's SGLang engine does not yet schedule it as SGLang does (xfail, strict)
-EVICTION = (
-    "SGLang's radix cache evicts whole leaves, least recently matched first; kvplan's pool "
-    "evicts block by block in the order blocks were freed, so after an eviction a match can "
-    "differ by part of a node (first step that differs: {})"
-)
 KNOWN: dict[str, str] = {
-    "prefix_mix_1": EVICTION.format("2225, request 24 hits 81 tokens more in kvplan"),
-    "prefix_mix_3": EVICTION.format("2994, request 16 hits 5 tokens fewer in kvplan"),
-    "prefix_mix_7": EVICTION.format("895, request 5 hits 3 tokens more in kvplan"),
+    "prefix_mix_7": (
+        "SGLang evicts the least recently matched leaf (match_prefix and insert touch the "
+        "path); kvplan the node whose blocks were freed first: at step 2303 request 2, "
+        "recomputed after a retraction, finds 19+ tokens fewer in kvplan"
+    ),
 }
 # the scenarios shared with vLLM's harness that SGLang can express (record_sglang_schedule.py)
 SHARED = (
@@ -217,3 +214,22 @@ def test_a_prefill_batch_finds_none_of_its_own_tokens_in_the_cache():
     log = _sglang_log("prefix_mix_6")
     assert _entry(log, 67)["scheduled"] == {"8": 387, "9": 125}
     assert _entry(log, 68)["scheduled"] == {"9": 283}
+
+
+def test_the_tree_evicts_whole_leaves():
+    """prefix_mix_3, step 2994: every node of prefix 0 was evicted whole before request 16
+    (494 tokens of it) came, so 16 computes all 607 (512 + 95). Evicted block by block, 5
+    tokens of a node stayed and 16 computed 512 + 90."""
+    log = _sglang_log("prefix_mix_3")
+    assert _entry(log, 2993)["scheduled"] == {"16": 512}
+    assert _entry(log, 2994)["scheduled"] == {"16": 95, "17": 94, "18": 40}
+
+
+def test_a_match_splits_the_node_it_ends_in():
+    """random_resume_whole_blocks: request 27 matched 500 tokens of request 25's node
+    [418, 821) of prefix 0, splitting it; the leaf [500, 821) is evicted alone, so request 34
+    (500 tokens of prefix 0) still matches 500 at step 1365 and computes 200 + 179. With the
+    node evicted whole, 34 matched 418 and computed 200 + 200 + 61."""
+    log = _sglang_log("random_resume_whole_blocks")
+    assert _entry(log, 1365)["scheduled"] == {"34": 200}
+    assert _entry(log, 1366)["scheduled"] == {"34": 179, "35": 21}

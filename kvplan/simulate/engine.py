@@ -111,12 +111,13 @@ class CountingPool:
     def num_free_blocks(self) -> int:
         return self.num_blocks - self.num_used_blocks
 
-    @property
-    def num_uncached_free_blocks(self) -> int:
-        return self.num_free_blocks
+    num_cached_free_blocks = 0  # nothing is cached
 
-    def evict_free(self, num_blocks: int) -> int:
-        return 0  # nothing is cached
+    def cached_free_blocks(self):
+        return iter(())  # nothing is cached
+
+    def evict(self, block_ids) -> None:
+        return None
 
     def allocate(self, seq_id, token_ids, extra_key: bytes = b"", hit=None) -> int:
         if seq_id in self.held:
@@ -903,6 +904,10 @@ class Engine:
             self.blocked = False  # the queue's head may fit now
 
     # ---- blocks -----------------------------------------------------------------------------
+    def _span_free_blocks(self) -> int:
+        """The free blocks a run of decode steps may take."""
+        return self.bm.num_free_blocks
+
     def output_limit(self, input_tokens: int, max_model_len: int) -> int:
         """The most outputs a request of `input_tokens` may produce (0: the prompt is refused):
         vLLM's, up to max_model_len in all."""
@@ -1066,7 +1071,7 @@ class Engine:
         bs = self.block_size
         tables = 1 + len(self.windows)  # a crossing opens a block in every group
         counts = [len(b) * tables for b in self.buckets]
-        free = self.bm.num_free_blocks
+        free = self._span_free_blocks()
         full_cycles = steps // bs
         need = full_cycles * self.num_decodes * tables
         need += sum(counts[(j + i) % bs] for i in range(steps % bs))

@@ -31,7 +31,10 @@ schedule_policy.py's `PrefillAdder`, main of April 2026), with its defaults (no
    request's last prefill input, `fill_ids`, and frees the rest; retract_decode inserts
    nothing, and evicts ahead of the next decode steps). A match leaves the prompt's last token
    to compute (`max_prefix_len = input_len - 1`) and is locked (no longer evictable) while the
-   batch forms. Tokens outside the tree are allocated before any the tree holds is evicted.
+   batch forms. Tokens outside the tree are allocated first; an allocation of n tokens (a
+   prefill batch's, once it formed; a decode step's) that finds fewer outside the tree evicts
+   at least n from it, whole leaves (what one insert added, split where a match ended), here
+   the node freed first (SGLang: the leaf matched least recently).
 5. A request's outputs stop at max_req_len - prompt - 1 (init_req_max_new_tokens), where
    max_req_len = min(context length, pool tokens) - 1; a prompt of max_req_len - 5 tokens or
    more is refused (`output_limit`, as the step log applies it; `kvplan simulate` caps prompt +
@@ -46,7 +49,7 @@ differ. max_new_tokens is the request's output length
 from __future__ import annotations
 
 from kvplan.formulas.batch_step import BatchShape
-from kvplan.kernels.block_manager import NoFreeBlocksError
+from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
 from kvplan.record import NamedTuple
 from kvplan.simulate.engine import DECODE, Engine, Req, _Unservable
 
@@ -102,6 +105,7 @@ class SglangEngine(Engine):
         self.prefilled = False
         self.joined: list[tuple[Req, int]] = []  # (request, the step of its first token)
         self.fill_end: dict[int, int] = {}  # request -> tokens its last prefill covers
+        self.node_of: dict[int, list] = {}  # cached block -> the blocks inserted with it
 
     # ---- what a request may ask for ----------------------------------------------------------
     def output_limit(self, input_tokens: int, max_model_len: int) -> int:
@@ -126,8 +130,59 @@ class SglangEngine(Engine):
         return True
 
     def _insert(self, r: Req) -> None:
-        """cache_unfinished_req / cache_finished_req: r's prefill tokens so far into the tree."""
-        self.bm.cache_blocks(r.rid, min(self.fill_end.get(r.rid, 0), r.synced))
+        """cache_unfinished_req / cache_finished_req: r's prefill tokens so far into the tree;
+        the blocks this adds are one node (a leaf, evicted whole)."""
+        upto = min(self.fill_end.get(r.rid, 0), r.synced)
+        if not isinstance(self.bm, BlockManager):
+            self.bm.cache_blocks(r.rid, upto)
+            return
+        table = [b for b in self.bm.block_table(r.rid) if b is not None]
+        before = [b for b in table if self.bm.blocks[b].hash is None]
+        self.bm.cache_blocks(r.rid, upto)
+        node = [b for b in before if self.bm.blocks[b].hash is not None]
+        for b in node:
+            self.node_of[b] = node
+
+    def _split(self, matched: list) -> None:
+        """A match that ends inside a node splits it there: two nodes, evicted apart."""
+        node = self.node_of.get(matched[-1]) if matched else None
+        if node is None:
+            return
+        cut = node.index(matched[-1]) + 1
+        if cut < len(node):
+            head, tail = node[:cut], node[cut:]
+            for b in head:
+                self.node_of[b] = head
+            for b in tail:
+                self.node_of[b] = tail
+
+    def _evict_for(self, num_tokens: int) -> None:
+        """evict_from_tree_cache: when fewer than `num_tokens` free tokens are outside the tree,
+        evict at least that many from it, whole leaves, the least recently freed first."""
+        bm = self.bm
+        if (bm.num_free_blocks - bm.num_cached_free_blocks) * self.block_size >= num_tokens:
+            return
+        evicted = 0
+        while evicted < num_tokens:
+            first = next(bm.cached_free_blocks(), None)
+            if first is None:
+                return
+            node = self.node_of.get(first, [first])
+            leaf = [
+                b
+                for b in node
+                if self.node_of.get(b) is node
+                and bm.blocks[b].ref_count == 0
+                and bm.blocks[b].hash is not None
+            ] or [first]
+            for b in leaf:
+                self.node_of.pop(b, None)
+            bm.evict(leaf)
+            evicted += len(leaf) * self.block_size
+
+    def _span_free_blocks(self) -> int:
+        """A run of decode steps takes only blocks outside the tree (evicting is per step)."""
+        return self.bm.num_free_blocks - self.bm.num_cached_free_blocks
 
     def _finish(self, r: Req, j: int) -> None:
         if r.rid in self.fill_end and r.state != DECODE:
@@ -270,11 +325,18 @@ class SglangEngine(Engine):
         rem_chunk = config.max_num_batched_tokens
         rem_total = self._free_tokens() - self._reserved_tokens(self.ratio)
         chunks: list[tuple[Req, int]] = []
+        # the batch's new tokens, allocated once it is formed (prepare_for_extend), after every
+        # match: (request, tokens up to), and the blocks they take
+        pending: list[tuple[Req, int]] = []
+        room = self.bm.num_free_blocks
         if self.chunked is not None:  # add_chunked_req: the next chunk, within the KV budget
             r = self.chunked
             n = min(r.num_tokens - r.computed, rem_chunk, int(rem_total))
-            if n <= 0 or not self._extend(r, r.computed + n):
+            cost = self.bm.append_cost(r.rid, n) if n > 0 else 0
+            if n <= 0 or cost > room:
                 return chunks  # not this time: the running requests decode first
+            room -= cost
+            pending.append((r, r.computed + n))
             chunks.append((r, n))
             if r.computed + n >= r.num_tokens:
                 self.chunked = None
@@ -295,6 +357,8 @@ class SglangEngine(Engine):
                 break
             r = self.waiting[0]
             extend, hits, ids, free_hits = self._head_need(r)
+            matched = self.bm.prefix_blocks(ids)
+            self._split(matched)  # match_prefix splits the node its match ends in
             total = self._head_total(r, extend)
             if total >= rem_total - free_hits:  # NO_TOKEN, with the match locked
                 self.full = True
@@ -310,25 +374,32 @@ class SglangEngine(Engine):
                     break
                 self.chunked = r
             new_blocks = -(-(hits + n) // self.block_size) - hits // self.block_size
-            if new_blocks > self.bm.num_free_blocks - free_hits // self.block_size:
+            if new_blocks > room - free_hits // self.block_size:
                 self.chunked = None if self.chunked is r else self.chunked
                 break
-            # the match, then this batch's tokens outside the tree until the batch ran
-            self.bm.allocate(r.rid, ids[:hits], hit=(0, self.bm.prefix_blocks(ids)))
-            self.bm.append_tokens(r.rid, ids[hits : hits + n], cache=False)
+            room -= new_blocks + free_hits // self.block_size
+            # the match now (locked); this batch's tokens after it formed, outside the tree
+            # until the batch ran
+            self.bm.allocate(r.rid, ids[:hits], hit=(0, matched))
+            pending.append((r, hits + n))
             self.waiting.popleft()
             self.fill_end[r.rid] = r.num_tokens
             if r.admit_s < 0:
                 r.admit_s = self.clock_s
             self.queried_tokens += r.num_tokens
             self.hit_tokens += hits
-            r.computed, r.synced = hits, hits + n
+            r.computed, r.synced = hits, hits
             self._schedule_admitted(r, n, 0, chunks)
             rem_input -= n
             rem_chunk -= n
             rem_total -= n + policy.page_size + free_hits  # the match stays locked
             if rem_total <= 0:  # budget_state after the add: NO_TOKEN
                 self.full = True
+        if pending:  # alloc_for_extend: the batch's tokens at once, evicting ahead if short
+            self._evict_for(sum(upto - r.synced for r, upto in pending))
+            for r, upto in pending:
+                if not self._extend(r, upto):
+                    raise AssertionError("the batch was sized to fit the pool")
         if alone:
             self.full = False
         return chunks
@@ -340,6 +411,7 @@ class SglangEngine(Engine):
         chunk), the chunked request is retracted instead: the simulator's way through."""
         d = self.decode_index
         crossing = self.buckets[d % self.block_size]
+        self._evict_for(self.num_decodes)  # check_decode_mem: one token per decoding request
         if sum(1 for r in crossing.values() if r.state == DECODE) <= self.bm.num_free_blocks:
             return False
         decoding = [r for r in self.running if r.state == DECODE]
@@ -350,7 +422,7 @@ class SglangEngine(Engine):
             if need <= self.bm.num_free_blocks:
                 break
             self._requeue(decoding.pop(), d, front=False)
-            self._evict_ahead(len(decoding) * RETRACT_DECODE_STEPS)
+            self._evict_for(len(decoding) * RETRACT_DECODE_STEPS)  # release_req
         chunked = self.chunked
         if chunked is not None and sum(1 for r in crossing.values() if r.state == DECODE) > (
             self.bm.num_free_blocks
@@ -361,13 +433,6 @@ class SglangEngine(Engine):
         targets = sum(r.target for r in decoding)
         self.ratio = min(1.0, (outputs + RETRACT_DECODE_STEPS * len(decoding)) / (targets + 1))
         return True
-
-    def _evict_ahead(self, num_tokens: int) -> None:
-        """release_req's evict_from_tree_cache: when fewer tokens than the next decode steps of
-        the requests left need are outside the radix cache, evict that many from it (the
-        retracted request's own prompt first, its leaf the least recently used)."""
-        if self.bm.num_uncached_free_blocks * self.block_size < num_tokens:
-            self.bm.evict_free(-(-num_tokens // self.block_size))
 
     # ---- runs of decode-only steps ------------------------------------------------------------
     def _quiet(self) -> bool:
