@@ -29,13 +29,7 @@ FIXTURES = sorted((DATA / "sched_fixtures_sglang").glob("*/*.json"))
 RECORDER = Path(__file__).parent.parent / "scripts" / "record_sglang_schedule.py"
 
 # scenario -> why kvplan's SGLang engine does not yet schedule it as SGLang does (xfail, strict)
-KNOWN: dict[str, str] = {
-    "prefix_mix_7": (
-        "SGLang evicts the least recently matched leaf (match_prefix and insert touch the "
-        "path); kvplan the node whose blocks were freed first: at step 2303 request 2, "
-        "recomputed after a retraction, finds 19+ tokens fewer in kvplan"
-    ),
-}
+KNOWN: dict[str, str] = {}
 # the scenarios shared with vLLM's harness that SGLang can express (record_sglang_schedule.py)
 SHARED = (
     "steady",
@@ -233,3 +227,29 @@ def test_a_match_splits_the_node_it_ends_in():
     log = _sglang_log("random_resume_whole_blocks")
     assert _entry(log, 1365)["scheduled"] == {"34": 200}
     assert _entry(log, 1366)["scheduled"] == {"34": 179, "35": 21}
+
+
+def test_the_tree_evicts_the_leaf_used_least_recently():
+    """prefix_mix_7, step 2303: request 2, retracted at step 534, recomputes 493 tokens; the
+    nodes its match needs were matched and inserted (finishes touch their path) more recently
+    than the leaves evicted before them. Evicting the node freed first, kvplan lost
+    some of them and computed a 512-token chunk."""
+    log = _sglang_log("prefix_mix_7")
+    assert _entry(log, 534)["preempted"] == ["2"]
+    assert log[-1]["step"] == 2303 and log[-1]["scheduled"] == {"2": 493}
+
+
+def test_a_request_finished_in_its_prefill_batch_leaves_its_prompt_cached():
+    """cache_finished_req inserts a request that finishes in its prefill batch (one output):
+    request 1 (its first 200 tokens request 0's whole prompt) computes 100 of 300, request 3
+    (request 2's 150-token prompt again) 1. kvplan freed such a request before the batch's
+    tokens entered the tree: 1 computed 256 (a chunk) and 2 had to wait."""
+    log = _sglang_log("prefix_after_one_token")
+    assert _entry(log, 0) == {
+        "step": 0,
+        "scheduled": {"0": 200},
+        "preempted": [],
+        "finished": ["0"],
+    }
+    assert _entry(log, 3)["scheduled"] == {"1": 100, "2": 150}
+    assert _entry(log, 6)["scheduled"] == {"3": 1}

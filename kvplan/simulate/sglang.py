@@ -33,8 +33,8 @@ schedule_policy.py's `PrefillAdder`, main of April 2026), with its defaults (no
    to compute (`max_prefix_len = input_len - 1`) and is locked (no longer evictable) while the
    batch forms. Tokens outside the tree are allocated first; an allocation of n tokens (a
    prefill batch's, once it formed; a decode step's) that finds fewer outside the tree evicts
-   at least n from it, whole leaves (what one insert added, split where a match ended), here
-   the node freed first (SGLang: the leaf matched least recently).
+   at least n from it, whole leaves (what one insert added, split where a match ended), the
+   one used least recently first (a match, or an insert, uses every node on its path).
 5. A request's outputs stop at max_req_len - prompt - 1 (init_req_max_new_tokens), where
    max_req_len = min(context length, pool tokens) - 1; a prompt of max_req_len - 5 tokens or
    more is refused (`output_limit`, as the step log applies it; `kvplan simulate` caps prompt +
@@ -78,6 +78,16 @@ class SglangPolicy(NamedTuple):
         return (self.init_new_token_ratio - self.min_new_token_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
 
 
+class _Node:
+    """A radix-tree node over the pool's blocks: what one insert added (split where a match
+    ended), its last use and its first block's position in its sequence."""
+
+    __slots__ = ("blocks", "access", "depth")
+
+    def __init__(self, blocks: list, access: int, depth: int):
+        self.blocks, self.access, self.depth = blocks, access, depth
+
+
 class SglangEngine(Engine):
     """An Engine whose steps are SGLang's: a prefill batch alone when one can be formed, else a
     decode step for every running request."""
@@ -105,7 +115,8 @@ class SglangEngine(Engine):
         self.prefilled = False
         self.joined: list[tuple[Req, int]] = []  # (request, the step of its first token)
         self.fill_end: dict[int, int] = {}  # request -> tokens its last prefill covers
-        self.node_of: dict[int, list] = {}  # cached block -> the blocks inserted with it
+        self.node_of: dict[int, _Node] = {}  # cached block -> its radix-tree node
+        self.tick = 0  # the tree's clock: a node's last use
 
     # ---- what a request may ask for ----------------------------------------------------------
     def output_limit(self, input_tokens: int, max_model_len: int) -> int:
@@ -131,50 +142,64 @@ class SglangEngine(Engine):
 
     def _insert(self, r: Req) -> None:
         """cache_unfinished_req / cache_finished_req: r's prefill tokens so far into the tree;
-        the blocks this adds are one node (a leaf, evicted whole)."""
+        the blocks this adds are one node (a leaf), and the path to it is touched."""
         upto = min(self.fill_end.get(r.rid, 0), r.synced)
         if not isinstance(self.bm, BlockManager):
             self.bm.cache_blocks(r.rid, upto)
             return
         table = [b for b in self.bm.block_table(r.rid) if b is not None]
-        before = [b for b in table if self.bm.blocks[b].hash is None]
+        before = {b for b in table if self.bm.blocks[b].hash is None}
         self.bm.cache_blocks(r.rid, upto)
-        node = [b for b in before if self.bm.blocks[b].hash is not None]
-        for b in node:
-            self.node_of[b] = node
+        self.tick += 1
+        new = [b for b in table if b in before and self.bm.blocks[b].hash is not None]
+        if new:
+            node = _Node(new, self.tick, table.index(new[0]))
+            for b in new:
+                self.node_of[b] = node
+        self._touch(table)
+
+    def _touch(self, blocks) -> None:
+        """match_prefix / insert: every node on the path was used now."""
+        for b in blocks:
+            node = self.node_of.get(b)
+            if node is not None:
+                node.access = self.tick
 
     def _split(self, matched: list) -> None:
-        """A match that ends inside a node splits it there: two nodes, evicted apart."""
+        """match_prefix: a match that ends inside a node splits it there (two nodes, evicted
+        apart); the path is touched."""
+        self.tick += 1
         node = self.node_of.get(matched[-1]) if matched else None
-        if node is None:
-            return
-        cut = node.index(matched[-1]) + 1
-        if cut < len(node):
-            head, tail = node[:cut], node[cut:]
-            for b in head:
-                self.node_of[b] = head
-            for b in tail:
-                self.node_of[b] = tail
+        if node is not None:
+            cut = node.blocks.index(matched[-1]) + 1
+            if cut < len(node.blocks):
+                head = _Node(node.blocks[:cut], self.tick, node.depth)
+                tail = _Node(node.blocks[cut:], self.tick, node.depth + cut)
+                for part in (head, tail):
+                    for b in part.blocks:
+                        self.node_of[b] = part
+        self._touch(matched)
 
     def _evict_for(self, num_tokens: int) -> None:
         """evict_from_tree_cache: when fewer than `num_tokens` free tokens are outside the tree,
-        evict at least that many from it, whole leaves, the least recently freed first."""
+        evict at least that many from it, whole leaves, the least recently used first (a
+        node's parent is used whenever it is, so the deeper of two goes first on a tie)."""
         bm = self.bm
         if (bm.num_free_blocks - bm.num_cached_free_blocks) * self.block_size >= num_tokens:
             return
         evicted = 0
         while evicted < num_tokens:
-            first = next(bm.cached_free_blocks(), None)
-            if first is None:
+            free = list(bm.cached_free_blocks())
+            if not free:
                 return
-            node = self.node_of.get(first, [first])
-            leaf = [
-                b
-                for b in node
-                if self.node_of.get(b) is node
-                and bm.blocks[b].ref_count == 0
-                and bm.blocks[b].hash is not None
-            ] or [first]
+            nodes = {id(n): n for n in map(self.node_of.get, free) if n is not None}
+            leaves = []
+            for node in nodes.values():
+                cached = [b for b in node.blocks if self.node_of.get(b) is node]
+                cached = [b for b in cached if bm.blocks[b].hash is not None]
+                if cached and all(bm.blocks[b].ref_count == 0 for b in cached):
+                    leaves.append((node.access, -node.depth, cached))
+            leaf = min(leaves)[2] if leaves else [free[0]]
             for b in leaf:
                 self.node_of.pop(b, None)
             bm.evict(leaf)
@@ -183,11 +208,6 @@ class SglangEngine(Engine):
     def _span_free_blocks(self) -> int:
         """A run of decode steps takes only blocks outside the tree (evicting is per step)."""
         return self.bm.num_free_blocks - self.bm.num_cached_free_blocks
-
-    def _finish(self, r: Req, j: int) -> None:
-        if r.rid in self.fill_end and r.state != DECODE:
-            self._insert(r)  # before its blocks are freed
-        super()._finish(r, j)
 
     def _release(self, r: Req) -> None:
         super()._release(r)
@@ -200,6 +220,8 @@ class SglangEngine(Engine):
         self.ends_array = None
 
     def _finish(self, r: Req, j: int) -> None:
+        if r.rid in self.fill_end:  # cache_finished_req, before its blocks are freed
+            self._insert(r)
         super()._finish(r, j)
         if self.prefill_finishing:  # get_next_batch_to_run filters the last (extend) batch first
             self.full = False
@@ -336,6 +358,9 @@ class SglangEngine(Engine):
             if n <= 0 or cost > room:
                 return chunks  # not this time: the running requests decode first
             room -= cost
+            if isinstance(self.bm, BlockManager):  # init_next_round_input matches it again
+                self.tick += 1
+                self._touch(self.bm.block_table(r.rid))
             pending.append((r, r.computed + n))
             chunks.append((r, n))
             if r.computed + n >= r.num_tokens:
