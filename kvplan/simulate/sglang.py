@@ -180,15 +180,16 @@ class SglangEngine(Engine):
                         self.node_of[b] = part
         self._touch(matched)
 
-    def _evict_for(self, num_tokens: int) -> None:
-        """evict_from_tree_cache: when fewer than `num_tokens` free tokens are outside the tree,
+    def _evict_for(self, num_blocks: int) -> None:
+        """evict_from_tree_cache: when fewer than `num_blocks` free blocks are outside the tree,
         evict at least that many from it, whole leaves, the least recently used first (a
-        node's parent is used whenever it is, so the deeper of two goes first on a tie)."""
+        node's parent is used whenever it is, so the deeper of two goes first on a tie).
+        SGLang counts tokens (page 1); the simulated pool may count coarser blocks."""
         bm = self.bm
-        if (bm.num_free_blocks - bm.num_cached_free_blocks) * self.block_size >= num_tokens:
+        if bm.num_free_blocks - bm.num_cached_free_blocks >= num_blocks:
             return
         evicted = 0
-        while evicted < num_tokens:
+        while evicted < num_blocks:
             free = list(bm.cached_free_blocks())
             if not free:
                 return
@@ -203,7 +204,7 @@ class SglangEngine(Engine):
             for b in leaf:
                 self.node_of.pop(b, None)
             bm.evict(leaf)
-            evicted += len(leaf) * self.block_size
+            evicted += len(leaf)
 
     def _span_free_blocks(self) -> int:
         """A run of decode steps takes only blocks outside the tree (evicting is per step)."""
@@ -421,7 +422,7 @@ class SglangEngine(Engine):
             if rem_total <= 0:  # budget_state after the add: NO_TOKEN
                 self.full = True
         if pending:  # alloc_for_extend: the batch's tokens at once, evicting ahead if short
-            self._evict_for(sum(upto - r.synced for r, upto in pending))
+            self._evict_for(sum(self.bm.append_cost(r.rid, upto - r.synced) for r, upto in pending))
             for r, upto in pending:
                 if not self._extend(r, upto):
                     raise AssertionError("the batch was sized to fit the pool")
@@ -436,7 +437,8 @@ class SglangEngine(Engine):
         chunk), the chunked request is retracted instead: the simulator's way through."""
         d = self.decode_index
         crossing = self.buckets[d % self.block_size]
-        self._evict_for(self.num_decodes)  # check_decode_mem: one token per decoding request
+        # check_decode_mem: a token (here: a block where it starts one) per decoding request
+        self._evict_for(sum(1 for r in crossing.values() if r.state == DECODE))
         if sum(1 for r in crossing.values() if r.state == DECODE) <= self.bm.num_free_blocks:
             return False
         decoding = [r for r in self.running if r.state == DECODE]
@@ -447,7 +449,8 @@ class SglangEngine(Engine):
             if need <= self.bm.num_free_blocks:
                 break
             self._requeue(decoding.pop(), d, front=False)
-            self._evict_for(len(decoding) * RETRACT_DECODE_STEPS)  # release_req
+            tokens = len(decoding) * RETRACT_DECODE_STEPS  # release_req
+            self._evict_for(-(-tokens // self.block_size))
         chunked = self.chunked
         if chunked is not None and sum(1 for r in crossing.values() if r.state == DECODE) > (
             self.bm.num_free_blocks
