@@ -1,9 +1,10 @@
 """Type-check kvplan with mypy: `python scripts/typecheck.py [mypy options]` (CI runs it).
 
 The configuration is pyproject.toml's [tool.mypy]. What this adds to `python -m mypy` is the
-folders setup.py ships inside the package: kernels/ is imported as `kvplan.kernels`, a mapping
-mypy cannot follow (it names a file's module by its folders), so `python -m mypy` alone reports
-every `kvplan.kernels` import as missing and never checks the kernels. Here each file of a
+folders setup.py ships inside the package: kernels/ is imported as `kvplan.kernels` (and
+model_configs/, hardware_profiles/ likewise), a mapping mypy cannot follow (it names a file's
+module by its folders), so `python -m mypy` alone reports every `kvplan.kernels` import as
+missing and never checks the kernels. Here each file of a
 mapped folder is handed to mypy under its installed module name. Exit status: mypy's (0 clean,
 1 type errors, 2 a usage error).
 """
@@ -18,8 +19,12 @@ from mypy.main import process_options
 from mypy.modulefinder import BuildSource
 
 ROOT = Path(__file__).resolve().parent.parent
-# setup.py's MAPPED, for the folders with Python code in them
-MAPPED = {"kvplan.kernels": "kernels"}
+# setup.py's MAPPED
+MAPPED = {
+    "kvplan.kernels": "kernels",
+    "kvplan.model_configs": "model_configs",
+    "kvplan.hardware_profiles": "hardware_profiles",
+}
 
 
 def mapped_sources() -> list[BuildSource]:

@@ -134,7 +134,7 @@ class BatchShape(NamedTuple):
     prefill chunks as (new tokens, tokens already cached before the chunk)."""
 
     num_decodes: int = 0
-    decode_context_sum: int = 0
+    decode_context_sum: float = 0  # a float for a micro-batch's share (_pipelined)
     prefill_chunks: tuple[tuple[int, int], ...] = ()
     num_sampled: int = 0  # sequences that sample a token this step
 

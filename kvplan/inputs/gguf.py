@@ -14,6 +14,7 @@ tensors from every shard.
 
 from __future__ import annotations
 
+import builtins
 import re
 import struct
 from collections import Counter
@@ -465,7 +466,9 @@ class Keys:
             raise KvplanError(f"{self.source}: {self.arch}.{key} is an array, expected a number")
         return self._checked(key, value, minimum)
 
-    def per_layer(self, key: str, n: int, default: int | None = None) -> list[int]:
+    def per_layer(
+        self, key: str, n: builtins.int, default: builtins.int | None = None
+    ) -> list[builtins.int]:
         """A key that is one number for every layer or an array of exactly one per layer
         (llama.cpp's get_key_or_arr refuses an array of any other length)."""
         value = self.raw(key)
@@ -477,7 +480,7 @@ class Keys:
             return [self._checked(key, v, 0) for v in value]
         return [self.int(key, default)] * n
 
-    def _checked(self, key: str, value, minimum: int) -> int:
+    def _checked(self, key: str, value, minimum: builtins.int) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise KvplanError(f"{self.source}: {self.arch}.{key} must be a whole number")
         maximum = KEY_MAXIMUM.get(key, MAX_DIM)

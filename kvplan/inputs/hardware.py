@@ -529,7 +529,7 @@ def bundled_profiles() -> dict[str, GpuProfile]:
     return {stem: bundled_profile(stem) for stem in stems}
 
 
-def bundled_prices() -> object:
+def bundled_prices() -> dict | None:
     """prices.yaml's data, as read (kvplan.inputs.prices validates it)."""
     return _compiled()["prices"]
 

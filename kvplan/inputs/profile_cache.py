@@ -41,7 +41,7 @@ def compile_bundled(folder: Path) -> dict:
     profile in file order winning a name (as a scan of the profiles in order finds it)."""
     from kvplan.inputs.hardware import load_yaml, parse_profile
 
-    profiles, prices, names = {}, None, {}
+    profiles, prices, names = {}, None, {}  # type: dict, dict | None, dict[str, str]
     for path in sorted(folder.glob("*.yaml")):
         data = load_yaml(path)
         if path.stem == PRICES:

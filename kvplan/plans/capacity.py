@@ -199,7 +199,7 @@ def capacity(
             LongestContext(b, capped, memory, "positions" if capped < memory else "memory")
         )
 
-    notes = model_notes(spec, tp) + wnotes
+    notes: list[Note | None] = [*model_notes(spec, tp), *wnotes]
     notes.append(fmt.note)
     notes.append(
         budget_note(

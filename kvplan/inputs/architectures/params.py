@@ -239,6 +239,7 @@ class Counter:
         shared block's output (hidden x hidden) and its own LoRA adapters (the shared blocks
         themselves are counted once, in edges())."""
         f, h = self.f, self.b.hidden
+        assert state is not None, "every Zamba2 layer has its Mamba-2 mixer"
         parts = {"mixer": mixer_params(f, state, h, self.fam.mixer_norm_default), "norms": h}
         if attention is not None:
             rank = f.int("adapter_rank", default=128)
