@@ -170,6 +170,22 @@ def test_plots_are_written(tmp_path):
     assert plot.stat().st_size > 1000 and timeline.stat().st_size > 1000
 
 
+def test_plot_of_a_trace(tmp_path):
+    """A trace has no request rate (its own arrival times): the throughput plot places the run
+    at its achieved rate (it was float(None), an internal error, until mypy saw it)."""
+    trace, plot = tmp_path / "trace.jsonl", tmp_path / "rate.png"
+    trace.write_text(
+        "".join(
+            f'{{"arrival_s": {i / 10}, "input_tokens": 200, "output_tokens": 20}}\n'
+            for i in range(20)
+        )
+    )
+    code, _, err = run_cli("simulate", "qwen3-8b", "--gpu", "h100", "--trace", str(trace),
+                           "--plot", str(plot))  # fmt: skip
+    assert code == 0, err
+    assert plot.stat().st_size > 1000
+
+
 # ---- plan -----------------------------------------------------------------------------------
 def test_slo_parsing():
     assert parse_slo("ttft_p99=2s") == Slo("ttft", "p99", 2.0)

@@ -55,7 +55,12 @@ from kvplan.formulas.kv import cache_groups
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
 from kvplan.formulas.step_time import Rates, bound, curve_value, time_floor_s
 from kvplan.formulas.weights import weight_bytes_read_per_decode_step
-from kvplan.inputs.kernel_tables import Achieved, datasheet_achieved, host_overheads_data
+from kvplan.inputs.kernel_tables import (
+    Achieved,
+    DsaGrids,
+    datasheet_achieved,
+    host_overheads_data,
+)
 from kvplan.record import NamedTuple
 
 LOGIT_BYTES = 4  # the sampler works on fp32 logits
@@ -198,7 +203,7 @@ class StepModel:
         async_scheduling: bool = False,
         cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
         fp8_flop_per_s: float | None = None,
-        dsa_delta_us: dict | None = None,
+        dsa_delta_us: DsaGrids | None = None,
         moe_ranks: int | None = None,
         ep: int = 1,
         dp: int = 1,
