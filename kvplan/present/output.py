@@ -186,7 +186,7 @@ def remove_temporaries() -> None:
             _discard(tmp)
 
 
-def _filled(path: Path, shown: Path, write: Callable[[Path], None]) -> Path:
+def _filled(path: Path, shown: Path, write: Callable[[Path], object]) -> Path:
     """A complete temporary file for `path`: written by `write`, with the mode the target has
     (or a new file's)."""
     try:
@@ -250,7 +250,7 @@ class _Batch:
         self.staged: list[_Staged] = []
         self.after: list[tuple[str, str]] = []  # ("stderr" | "stdout", text), after the renames
 
-    def stage(self, path: Path, shown: Path, write: Callable[[Path], None]) -> None:
+    def stage(self, path: Path, shown: Path, write: Callable[[Path], object]) -> None:
         if any(s.path == path for s in self.staged):
             raise KvplanError(
                 f"{shown} is written twice by one command; give each output its own file"
