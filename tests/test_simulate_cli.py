@@ -187,6 +187,19 @@ def test_plot_of_a_trace(tmp_path):
 
 
 # ---- plan -----------------------------------------------------------------------------------
+def test_ep_flags_with_no_tp_are_refused_as_without_them():
+    """_check_layout raised its first refusal, None when there was no TP to try: `raise None`,
+    a TypeError (mypy saw it). With no TP the search space is empty, flags or not."""
+    from kvplan.inputs.sources import load_model
+    from kvplan.plans.plan import plan
+
+    spec, gpu = load_model("qwen3-30b-a3b"), bundled_profiles()["h100-sxm"]
+    slos = (Slo("ttft", "p99", 2.0),)
+    for flags in ({}, {"enable_expert_parallel": True}):
+        with pytest.raises(KvplanError, match="the search space is empty"):
+            plan(spec, [gpu], PlanRequest(rate=1.0, slos=slos, tps=(), **flags))
+
+
 def test_slo_parsing():
     assert parse_slo("ttft_p99=2s") == Slo("ttft", "p99", 2.0)
     assert parse_slo("tpot_p99=50ms").limit_s == pytest.approx(0.05)

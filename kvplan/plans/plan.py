@@ -170,7 +170,7 @@ class Candidate(NamedTuple):
 
 class Rejection(NamedTuple):
     reason: str
-    count: int
+    count: int  # type: ignore[assignment]  # how many were rejected; shadows tuple.count
 
 
 class PlanResult(NamedTuple):
@@ -211,7 +211,7 @@ def plan(
     if len(configs) > MAX_CONFIGS:
         raise KvplanError(f"{len(configs):,} configurations: at most {MAX_CONFIGS:,}")
     outcomes = _run_all(spec, gpus, request, configs, requests, request.jobs, progress)
-    candidates, reasons, pruned = [], Counter(), 0
+    candidates, reasons, pruned = [], Counter[str](), 0
     for outcome in outcomes:
         if outcome == PRUNED:  # (a reason is never this word)
             pruned += 1
@@ -458,6 +458,8 @@ def _usd_floor(gpus, request: PlanRequest, config: Config, saturated) -> float:
     if not cap > 0:
         return -math.inf
     price = price_for(gpus[config.gpu_index], request.prices)
+    if price is None:  # _prepare rules out a GPU without a price: nothing to prune by
+        return -math.inf
     return _least_usd(request, config, price.usd_per_gpu_hour, cap)
 
 
@@ -520,7 +522,8 @@ def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
             return
         except KvplanError as exc:
             first = first or exc
-    raise first
+    if first is not None:  # no TP at all: the search space is empty, refused as without flags
+        raise first
 
 
 def _parallel_flags(request: PlanRequest) -> dict:
