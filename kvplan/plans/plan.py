@@ -268,8 +268,12 @@ def factors_for(gpu: GpuProfile, request: PlanRequest) -> dict | None:
     'ttft'/'tpot'/'itl'/'e2el' multiply those latencies; None: the point estimate."""
     if request.confidence is None:
         return None
+    return _factors(gpu, request, request.confidence)
+
+
+def _factors(gpu: GpuProfile, request: PlanRequest, confidence: float) -> dict:
     evidence = intervals.evidence_for(gpu, request.emit)
-    out = intervals.pessimistic_factors(evidence, request.workload.length_dist, request.confidence)
+    out = intervals.pessimistic_factors(evidence, request.workload.length_dist, confidence)
     out["itl"] = out["tpot"]
     return out
 
@@ -278,7 +282,11 @@ def _confidence_note(gpus: list[GpuProfile], request: PlanRequest) -> Note:
     if request.confidence is None:
         return note("plan-point-estimate")
     per_gpu = tuple(
-        (gpu.name, intervals.evidence_for(gpu, request.emit), factors_for(gpu, request)["rate"])
+        (
+            gpu.name,
+            intervals.evidence_for(gpu, request.emit),
+            _factors(gpu, request, request.confidence)["rate"],
+        )
         for gpu in gpus
     )
     return note("plan-confidence", confidence=request.confidence, gpus=per_gpu)
