@@ -168,7 +168,7 @@ def render_rich(report: View, terminal: Terminal) -> str:
         file=buffer,
         width=width,
         force_terminal=colour,
-        color_system=terminal.colour,  # type: ignore[arg-type]  # one of rich's names (tty.py)
+        color_system=terminal.colour,
         no_color=not colour,
         legacy_windows=False,
         emoji=False,
