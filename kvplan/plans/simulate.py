@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec
@@ -375,8 +376,8 @@ def _toggled(request: SimulateRequest, replica: Replica) -> tuple[SimulateReques
     field = COMPARISONS[request.compare]
     assert field is not None, "a serve flag (the router is toggled above)"
     on = bool(getattr(replica.options, field))
-    toggled = request.serve._replace(**{field: not on})  # type: ignore[arg-type]  # a bool flag
-    return request._replace(serve=toggled), on
+    flag: dict[str, Any] = {field: not on}  # a bool option named at run time
+    return request._replace(serve=request.serve._replace(**flag)), on
 
 
 def transfer_model(
