@@ -23,7 +23,7 @@ from kvplan.formulas.batch_step import (
     measured_achieved,
 )
 from kvplan.formulas.dtypes import resolve_kv_format
-from kvplan.formulas.step_time import Rates
+from kvplan.formulas.step_time import Rates, measurable, op_rates_of
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.inputs.kernel_tables import tables_for
@@ -398,6 +398,14 @@ def step_model(
     measured = gpu.vendor == "measured"
     tables = tables_for(gpu, options.engine)
     achieved = tables.achieved
+    # a measured profile with per-operator curves prices every layer it can lay out (dense
+    # attention + MLP in a plain float format) through them: the model kvplan measure checks
+    per_op = (
+        measured
+        and gpu.measured is not None
+        and wdtype in ("fp32", "bf16", "fp16")
+        and measurable(spec)
+    )
     model = StepModel(
         spec,
         Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak(spec.dtype)),
@@ -417,6 +425,9 @@ def step_model(
         moe_ranks=layout.expert_ranks,
         ep=layout.ep,
         dp=layout.dp,
+        op_rates=op_rates_of(gpu, wdtype) if per_op else None,
+        op_dtype=wdtype,
+        op_gather_kv=bool(per_op and gpu.measured.gather_kv),
     )
     if any(a.indexer_head_dim for a in spec.attention_layers()):
         notes.append(
@@ -430,7 +441,9 @@ def step_model(
             else note("sim-dsa-dense", gpu=gpu.name, engine=options.engine)
         )
     notes.append(
-        note("sim-achieved-measured")
+        note("sim-measured-ops", dtype=gpu.measured.dtype, weights=wdtype)
+        if per_op
+        else note("sim-achieved-measured")
         if measured
         else note(
             "sim-kernel-tables",
