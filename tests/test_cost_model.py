@@ -202,3 +202,39 @@ def test_python_twin_matches_the_step_model(measured):
     assert run.bench.mean_ttft_ms / 1e3 >= prefill
     decode = model.step(BatchShape(1, 65, (), 1)).total_s
     assert run.bench.mean_tpot_ms / 1e3 == pytest.approx(decode, rel=0.05)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_one_kv_vocabulary_per_engine_the_pool_and_the_step_read_alike(engine):
+    """Every --kv-cache-dtype spelling an engine takes is read through one table: the bytes a
+    token takes in the engine's pages are the bytes the step time reads (vLLM's per-token-head
+    caches with their fp32 scales, nvfp4 with its fp8 scale per 16 values)."""
+    from kvplan.engines import sglang, vllm
+    from kvplan.simulate.setup import kv_format_name
+
+    module = vllm if engine == "vllm" else sglang
+    spec = load_model("llama-3.1-8b")
+    attn = spec.layers[0].attention
+    for spelling in module.KV_CACHE_FORMATS:
+        if spelling == "fp8_ds_mla":  # MLA's own layout, refused for GQA layers
+            continue
+        step = resolve_kv_format(kv_format_name(engine, spelling), spec.dtype)
+        if engine == "vllm":
+            pool = vllm.attention_bytes_per_token(attn, spelling, spec.dtype, 1)
+        else:
+            pool = attn.kv_bytes_per_token(sglang.kv_format(spelling, spec.dtype))
+        assert pool == attn.kv_bytes_per_token(step), spelling
+    with pytest.raises(Exception, match="choose"):
+        kv_format_name(engine, "fp9")
+
+
+def test_nvfp4_and_per_token_head_caches_by_hand():
+    """Llama-3.1-8B, 8 KV heads of 128: nvfp4 stores 64 packed bytes and 8 fp8 scales per head
+    vector, K and V: 8 x 2 x 72 = 1,152 B per token per layer; the per-token-head caches 128
+    bytes and one fp32 scale: 8 x 2 x 132 = 2,112 B."""
+    from kvplan.engines import vllm
+
+    attn = load_model("llama-3.1-8b").layers[0].attention
+    assert vllm.attention_bytes_per_token(attn, "nvfp4", "bf16", 1) == 8 * 2 * (64 + 8)
+    for spelling in vllm.PER_TOKEN_HEAD_KV:
+        assert vllm.attention_bytes_per_token(attn, spelling, "bf16", 1) == 8 * 2 * 132
