@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-from kvplan.anatomy.model import KEPT, CacheKind, ModelSpec, distinct_layers
+from kvplan.anatomy.model import KEPT, CacheKind, Layer, ModelSpec, distinct_layers
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
     dcp_allgather_bytes,
@@ -514,17 +514,19 @@ class StepModel:
         activations, cache writes and gathers) to weights_s or kv_read_s by what they move, and
         every launch's fixed cost to launch_s. Decodes attend their mean context, rounded.
         Without `head`: the layers alone, the forward `kvplan measure` times and predicts."""
-        rates = self.op_rates
+        rates, dtype = self.op_rates, self.op_dtype
+        assert rates is not None and dtype is not None, "a measured profile's curves, given"
         num_decodes = shape.num_decodes
         context = round(shape.decode_context_sum / self.dcp / num_decodes) if num_decodes else 0
         terms = [0.0] * 5
+        parts: list[tuple[tuple[Layer, ...], int, int]]
         parts = [((layer,), 0, count) for layer, count in self._op_layers]
         if head:  # the embedding and the head
             parts.append(((), max(1, shape.num_sampled), 1))
         for layers, sampled, count in parts:
             ops = batch_ops(
                 self.spec._replace(layers=layers),
-                self.op_dtype,
+                dtype,
                 self.fmt,
                 num_decodes,
                 context,
@@ -542,7 +544,8 @@ class StepModel:
                 else:
                     terms[2 if t.bound == "memory" else 3] += body
                 terms[4] += t.overhead_s * count
-        return tuple(terms)
+        weights_s, matmul_s, kv_read_s, attention_s, launch_s = terms
+        return weights_s, matmul_s, kv_read_s, attention_s, launch_s
 
     def _forward_ops(self, shape: BatchShape, layer_share: float) -> tuple[float, ...]:
         """_forward's terms from the measured per-operator model (forward_ops_s)."""
