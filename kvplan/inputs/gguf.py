@@ -242,7 +242,9 @@ def _reader_class():
             swapped = self.byte_order == "S"
             big = swapped == (sys.byteorder == "little")
             unpack = struct.Struct(">Q" if big else "<Q").unpack_from
-            buffer, end = memoryview(self.data), len(self.data)
+            # a memmap exports a buffer; numpy's stub says so (__buffer__) from Python 3.12 only
+            buffer = memoryview(self.data)  # type: ignore[arg-type]
+            end = len(self.data)
             for _ in range(count):
                 if offs + 8 > end:
                     raise _Bound("truncated or corrupt GGUF: a string array runs past its end")

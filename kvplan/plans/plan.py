@@ -556,7 +556,7 @@ class _Inline:
     def submit(self, fn, *args):
         import concurrent.futures as futures
 
-        future = futures.Future()
+        future: futures.Future = futures.Future()
         try:
             future.set_result(fn(*args))
         except BaseException as exc:  # noqa: BLE001 (raised again by .result())

@@ -31,10 +31,15 @@ only the choice of what each step runs differs. max_new_tokens is the request's 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvplan.formulas.batch_step import BatchShape
 from kvplan.kernels.block_manager import NoFreeBlocksError
 from kvplan.record import NamedTuple
 from kvplan.simulate.engine import DECODE, Engine, Req, _Unservable
+
+if TYPE_CHECKING:  # numpy is imported where the arrays are made
+    import numpy as np
 
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness 1.0
@@ -79,7 +84,7 @@ class SglangEngine(Engine):
         self.prefill_finishing = False  # finishes now are of a prefill batch
         self.decode_log: list[int] = []
         self.ends: dict[int, int] = {}  # decoding request -> the decode step after its last
-        self.ends_array = None  # the same as an array, until the cohort changes
+        self.ends_array: np.ndarray | None = None  # the same as an array, until it changes
         self.head_memo: tuple = (None, None)  # (request, step) -> _head_need, within one step
         # since the last decode step: whether a prefill step ran, and who joined the decodes
         self.prefilled = False

@@ -128,8 +128,10 @@ class Counter:
         return 2 * h * width + ((width + h) if bias else 0)
 
     def per_expert(self) -> int:
-        h = self.moe_info["latent"] or self.b.hidden
-        w = self.moe_info["width"]
+        info = self.moe_info
+        assert info is not None, "asked of a model with routed experts"
+        h = info["latent"] or self.b.hidden
+        w = info["width"]
         if self.fam.expert_bias:  # fused gate_up with biases, down with bias (gpt-oss)
             return h * 2 * w + 2 * w + w * h + h
         return self.mlp(w, bias=False, h=h)
