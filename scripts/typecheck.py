@@ -9,6 +9,7 @@ mapped folder is handed to mypy under its installed module name. Exit status: my
 1 type errors, 2 a usage error).
 """
 
+import ast
 import sys
 import time
 from pathlib import Path
@@ -19,18 +20,23 @@ from mypy.main import process_options
 from mypy.modulefinder import BuildSource
 
 ROOT = Path(__file__).resolve().parent.parent
-# setup.py's MAPPED
-MAPPED = {
-    "kvplan.kernels": "kernels",
-    "kvplan.model_configs": "model_configs",
-    "kvplan.hardware_profiles": "hardware_profiles",
-}
+
+
+def setup_mapping() -> dict[str, str]:
+    """setup.py's MAPPED (package -> folder), read from its source: one home for the mapping."""
+    tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "MAPPED" for t in node.targets
+        ):
+            return ast.literal_eval(node.value)
+    raise SystemExit("setup.py has no MAPPED: scripts/typecheck.py cannot find kernels/")
 
 
 def mapped_sources() -> list[BuildSource]:
     """One BuildSource per .py file of each mapped folder, named as installed."""
     sources = []
-    for package, folder in MAPPED.items():
+    for package, folder in setup_mapping().items():
         for path in sorted((ROOT / folder).rglob("*.py")):
             parts = path.relative_to(ROOT / folder).with_suffix("").parts
             if parts[-1] == "__init__":
@@ -56,7 +62,11 @@ def main(argv: list[str]) -> int:
     files = len({line.split(":", 1)[0] for line in messages if ": error: " in line})
     seconds = time.perf_counter() - start
     if errors:
-        print(f"Found {errors} errors in {files} files (checked {len(sources)} source files)")
+        plural = ("s" if errors != 1 else "", "s" if files != 1 else "")
+        print(
+            f"Found {errors} error{plural[0]} in {files} file{plural[1]} "
+            f"(checked {len(sources)} source files)"
+        )
         return 1
     print(f"Success: no issues found in {len(sources)} source files ({seconds:.0f} s)")
     return 0
