@@ -139,7 +139,7 @@ def engine_versions(engine: str, engine_version: str | None, vllm_version: str |
 def mem_fraction_static_value(value: float | None) -> float | None:
     """SGLang's --mem-fraction-static, a fraction in (0, 1): the range the engines' own
     check in kvplan.engines.sglang takes (0.05 to 1), refused at the edge as one line."""
-    return c.fraction(value, "--mem-fraction-static")
+    return None if value is None else c.fraction(value, "--mem-fraction-static")
 
 
 def length_law(

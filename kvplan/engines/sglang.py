@@ -258,8 +258,10 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     spec = spec._replace(dtype=dtype)
     version, _ = sglang_release(request.sglang_version)
     default = default_mem_fraction(spec, gpu, request.tp, request.pp, version)
-    given = request.mem_fraction_static is not None
-    fraction = request.mem_fraction_static if given else default.mem_fraction_static
+    fraction = request.mem_fraction_static
+    given = fraction is not None
+    if fraction is None:
+        fraction = default.mem_fraction_static
     if not 0.05 <= fraction <= 1:
         raise KvplanError("--mem-fraction-static must be between 0.05 and 1")
     stages = pp_stages(spec, request.pp)
@@ -353,11 +355,12 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         allocated = FP8_NSA_LATENT_BYTES
         notes.append(note("sglang-nsa-fp8-layout", allocated=FP8_NSA_LATENT_BYTES))
     cell = allocated * layers + indexer * len(indexed) if mla else profile_cell
-    full_tokens = swa_tokens = None
+    full_tokens: int | None = None
+    swa_tokens: int | None = None
     if n_swa and n_full:  # HybridSWAPoolConfigurator
+        assert full_layer is not None and swa_layer is not None, "both pools, not MLA"
         full_bytes, swa_bytes = full_layer * n_full, swa_layer * n_swa
-        full_tokens = rest // (full_bytes + SWA_FULL_TOKENS_RATIO * swa_bytes)
-        full_tokens = int(full_tokens) // page * page
+        full_tokens = int(rest // (full_bytes + SWA_FULL_TOKENS_RATIO * swa_bytes)) // page * page
         swa_tokens = int(full_tokens * SWA_FULL_TOKENS_RATIO) // page * page
         tokens = full_tokens
         notes.append(note("sglang-swa", swa=n_swa, full=n_full, ratio=SWA_FULL_TOKENS_RATIO))

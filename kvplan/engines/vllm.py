@@ -108,8 +108,10 @@ class LayerSpec(NamedTuple):
         if self.kind is CacheKind.STATE:
             return 1  # mamba_cache_mode "none": one state page per request
         if self.kind is CacheKind.SLIDING:
+            assert self.window is not None, "a windowed layer has a window"
             return math.ceil(min(self.window - 1 + mnbt, max_model_len) / block_size) + 1
         if self.kind is CacheKind.CHUNKED:
+            assert self.window is not None, "a windowed layer has a window"
             return math.ceil(min(self.window + mnbt, max_model_len) / block_size)
         return math.ceil(max_model_len / block_size)
 
@@ -216,6 +218,7 @@ def allocate(
 ) -> Allocation:
     """Grouping, page unification and block counts for one rank's layers."""
     mnbt, mml = request.max_num_batched_tokens, request.max_model_len
+    assert mnbt is not None, "vllm_allocation fills in the engine's default first"
     attention = [s for s in specs if s.kind is not CacheKind.STATE]
     states = [s for s in specs if s.kind is CacheKind.STATE]
     if (

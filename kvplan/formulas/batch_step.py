@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-from kvplan.anatomy.model import KEPT, CacheKind, ModelSpec, distinct_layers
+from kvplan.anatomy.model import KEPT, CacheKind, Layer, ModelSpec, distinct_layers
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
     dcp_allgather_bytes,
@@ -64,7 +64,12 @@ from kvplan.formulas.step_time import (
     time_floor_s,
 )
 from kvplan.formulas.weights import weight_bytes_read_per_decode_step
-from kvplan.inputs.kernel_tables import Achieved, datasheet_achieved, host_overheads_data
+from kvplan.inputs.kernel_tables import (
+    Achieved,
+    DsaGrids,
+    datasheet_achieved,
+    host_overheads_data,
+)
 from kvplan.record import NamedTuple
 
 LOGIT_BYTES = 4  # the sampler works on fp32 logits
@@ -143,7 +148,7 @@ class BatchShape(NamedTuple):
     prefill chunks as (new tokens, tokens already cached before the chunk)."""
 
     num_decodes: int = 0
-    decode_context_sum: int = 0
+    decode_context_sum: float = 0  # a float for a micro-batch's share (_pipelined)
     prefill_chunks: tuple[tuple[int, int], ...] = ()
     num_sampled: int = 0  # sequences that sample a token this step
 
@@ -207,7 +212,7 @@ class StepModel:
         async_scheduling: bool = False,
         cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
         fp8_flop_per_s: float | None = None,
-        dsa_delta_us: dict | None = None,
+        dsa_delta_us: DsaGrids | None = None,
         moe_ranks: int | None = None,
         ep: int = 1,
         dp: int = 1,
@@ -509,17 +514,19 @@ class StepModel:
         activations, cache writes and gathers) to weights_s or kv_read_s by what they move, and
         every launch's fixed cost to launch_s. Decodes attend their mean context, rounded.
         Without `head`: the layers alone, the forward `kvplan measure` times and predicts."""
-        rates = self.op_rates
+        rates, dtype = self.op_rates, self.op_dtype
+        assert rates is not None and dtype is not None, "a measured profile's curves, given"
         num_decodes = shape.num_decodes
         context = round(shape.decode_context_sum / self.dcp / num_decodes) if num_decodes else 0
         terms = [0.0] * 5
+        parts: list[tuple[tuple[Layer, ...], int, int]]
         parts = [((layer,), 0, count) for layer, count in self._op_layers]
         if head:  # the embedding and the head
             parts.append(((), max(1, shape.num_sampled), 1))
         for layers, sampled, count in parts:
             ops = batch_ops(
                 self.spec._replace(layers=layers),
-                self.op_dtype,
+                dtype,
                 self.fmt,
                 num_decodes,
                 context,
@@ -537,7 +544,8 @@ class StepModel:
                 else:
                     terms[2 if t.bound == "memory" else 3] += body
                 terms[4] += t.overhead_s * count
-        return tuple(terms)
+        weights_s, matmul_s, kv_read_s, attention_s, launch_s = terms
+        return weights_s, matmul_s, kv_read_s, attention_s, launch_s
 
     def _forward_ops(self, shape: BatchShape, layer_share: float) -> tuple[float, ...]:
         """_forward's terms from the measured per-operator model (forward_ops_s)."""

@@ -243,7 +243,12 @@ def step_time(ops: list[Op], rates: OpRates) -> OpsStepTime:
     overhead = sum(t.overhead_s for t in times)
     shares = {"memory": memory, "compute": compute, "overhead": overhead}
     return OpsStepTime(
-        memory + compute + overhead, memory, compute, overhead, max(shares, key=shares.get), times
+        memory + compute + overhead,
+        memory,
+        compute,
+        overhead,
+        max(shares, key=shares.__getitem__),
+        times,
     )
 
 

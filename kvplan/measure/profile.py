@@ -77,7 +77,7 @@ def derive(
 
     figures: list[Figure] = []
     streams = {p.key: p.bytes / median(p.key) for p in probes if p.kind == "stream"}
-    bandwidth_probe = max(streams, key=streams.get)
+    bandwidth_probe = max(streams, key=streams.__getitem__)
     bandwidth = streams[bandwidth_probe]
     matvec = by_key["matmul:m=1"]
     matmul_bandwidth = matvec.bytes / median(matvec.key)

@@ -80,7 +80,7 @@ def sweep_for(request: MeasureRequest, info: dict) -> Sweep:
             if request.quick
             else ((1, 1024), (1, 8192), (1, 32768), (8, 4096), (8, 32768), (64, 4096), (128, 2048))
         )
-        prefill = (1024, 4096) if request.quick else (512, 2048, 8192)
+        prefill: tuple[int, ...] = (1024, 4096) if request.quick else (512, 2048, 8192)
         plan = pr.ProbePlan(
             stream_bytes=max(4 * cache, 1 << 30),
             skinny_matrix_bytes=max(8 * cache, 512 << 20),
@@ -199,9 +199,9 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def error(predicted: float | None, measured: float) -> float | None:
+def error(predicted: float, measured: float) -> float:
     """predicted / measured - 1: positive when the model predicts too slow a step."""
-    return None if predicted is None else predicted / measured - 1
+    return predicted / measured - 1
 
 
 def measure(request: MeasureRequest, progress: Progress | None = None) -> MeasureResult:
@@ -472,7 +472,7 @@ def _point(phase, batch, context, ops, timing, rates, roofline, sheet_rates) -> 
         flat,
         error(flat, measured),
         sheet,
-        error(sheet, measured),
+        error(sheet, measured) if sheet is not None else None,
         sum(op.weight_bytes for op in ops),
         sum(op.kv_bytes for op in ops),
         sum(op.flops for op in ops),

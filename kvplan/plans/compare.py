@@ -114,15 +114,14 @@ def compare(spec: ModelSpec, gpus: list[GpuProfile], request: CompareRequest) ->
     if request.users is not None and not 1 <= request.users <= 1 << 30:
         raise KvplanError("--users must be between 1 and 1,073,741,824")
     rows, notes = [], []
-    kv_dtype = weights_dtype = None
+    kinds_seen: tuple[str, str] | None = None
     for gpu in gpus:
         row, kinds, row_notes = _row(spec, gpu, request)
         rows.append(row)
         notes += row_notes
         if kinds:
-            kv_dtype, weights_dtype = kinds
-    if kv_dtype is None:
-        kv_dtype, weights_dtype = request.kv_dtype, request.weights_dtype
+            kinds_seen = kinds
+    kv_dtype, weights_dtype = kinds_seen or (request.kv_dtype, request.weights_dtype)
     fixed = (request.tp, request.pp, request.dp_attention) != (None, None, None)
     layout = layout_text(Deployment(request.tp or 1, request.pp or 1, request.dp_attention or 1))
     notes.append(
@@ -233,7 +232,7 @@ class Priced(NamedTuple):
     """One layout's full replica: the floor and plan's step model."""
 
     batch: int
-    ceiling_tokens_per_s: float
+    ceiling_tokens_per_s: float | None
     tpot_floor_s: float
     tokens_per_s_per_gpu_floor: float
     tpot_s: float
@@ -401,18 +400,19 @@ def verdict(rows: list[CompareRow], context_len: int, users: int | None) -> Note
     if not fitting:
         return note("compare-none", context_len=context_len, gpus=out)
     most = max(fitting, key=lambda r: r.tokens_per_s_per_gpu or 0.0)
-    priced = sorted(
-        (r for r in fitting if r.usd_per_million_output_tokens is not None),
-        key=lambda r: r.usd_per_million_output_tokens,
+    costs = sorted(
+        (
+            (r.usd_per_million_output_tokens, r)
+            for r in fitting
+            if r.usd_per_million_output_tokens is not None
+        ),
+        key=lambda pair: pair[0],
     )
-    cheapest = priced[0] if priced else None
+    cheapest = costs[0][1] if costs else None
     # kinds within TIE of the cheapest: closer than the step model can tell apart
-    tied = [
-        r
-        for r in priced
-        if r.usd_per_million_output_tokens <= (1 + TIE) * priced[0].usd_per_million_output_tokens
-    ]
-    fewest = min(fitting, key=lambda r: r.gpus_needed) if users else None
+    tied = [r for usd, r in costs if usd <= (1 + TIE) * costs[0][0]]
+    # gpus_needed: set on every row where there are users
+    fewest = min(fitting, key=lambda r: r.gpus_needed or 0) if users else None
     return note(
         "compare-verdict",
         context_len=context_len,

@@ -170,7 +170,7 @@ class Candidate(NamedTuple):
 
 class Rejection(NamedTuple):
     reason: str
-    count: int
+    count: int  # type: ignore[assignment]  # how many were rejected; shadows tuple.count
 
 
 class PlanResult(NamedTuple):
@@ -211,7 +211,7 @@ def plan(
     if len(configs) > MAX_CONFIGS:
         raise KvplanError(f"{len(configs):,} configurations: at most {MAX_CONFIGS:,}")
     outcomes = _run_all(spec, gpus, request, configs, requests, request.jobs, progress)
-    candidates, reasons, pruned = [], Counter(), 0
+    candidates, reasons, pruned = [], Counter[str](), 0
     for outcome in outcomes:
         if outcome == PRUNED:  # (a reason is never this word)
             pruned += 1
@@ -268,8 +268,12 @@ def factors_for(gpu: GpuProfile, request: PlanRequest) -> dict | None:
     'ttft'/'tpot'/'itl'/'e2el' multiply those latencies; None: the point estimate."""
     if request.confidence is None:
         return None
+    return _factors(gpu, request, request.confidence)
+
+
+def _factors(gpu: GpuProfile, request: PlanRequest, confidence: float) -> dict:
     evidence = intervals.evidence_for(gpu, request.emit)
-    out = intervals.pessimistic_factors(evidence, request.workload.length_dist, request.confidence)
+    out = intervals.pessimistic_factors(evidence, request.workload.length_dist, confidence)
     out["itl"] = out["tpot"]
     return out
 
@@ -278,7 +282,11 @@ def _confidence_note(gpus: list[GpuProfile], request: PlanRequest) -> Note:
     if request.confidence is None:
         return note("plan-point-estimate")
     per_gpu = tuple(
-        (gpu.name, intervals.evidence_for(gpu, request.emit), factors_for(gpu, request)["rate"])
+        (
+            gpu.name,
+            intervals.evidence_for(gpu, request.emit),
+            _factors(gpu, request, request.confidence)["rate"],
+        )
         for gpu in gpus
     )
     return note("plan-confidence", confidence=request.confidence, gpus=per_gpu)
@@ -458,6 +466,8 @@ def _usd_floor(gpus, request: PlanRequest, config: Config, saturated) -> float:
     if not cap > 0:
         return -math.inf
     price = price_for(gpus[config.gpu_index], request.prices)
+    if price is None:  # _prepare rules out a GPU without a price: nothing to prune by
+        return -math.inf
     return _least_usd(request, config, price.usd_per_gpu_hour, cap)
 
 
@@ -520,7 +530,8 @@ def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
             return
         except KvplanError as exc:
             first = first or exc
-    raise first
+    if first is not None:  # no TP at all: the search space is empty, refused as without flags
+        raise first
 
 
 def _parallel_flags(request: PlanRequest) -> dict:
@@ -545,7 +556,7 @@ class _Inline:
     def submit(self, fn, *args):
         import concurrent.futures as futures
 
-        future = futures.Future()
+        future: futures.Future = futures.Future()
         try:
             future.set_result(fn(*args))
         except BaseException as exc:  # noqa: BLE001 (raised again by .result())

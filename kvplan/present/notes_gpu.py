@@ -43,7 +43,7 @@ text("sim-kernel-tables")(
         "Each operation runs at the fraction of the datasheet rate the engine's own kernel "
         f"reaches, from the measured kernel tables {tables} (NVIDIA aiconfigurator's silicon "
         f"tables; evidence {evidence}: for {gpu} "
-        + KERNEL_TABLE_WORDS.get(evidence, evidence).format(engine=engine)
+        + (KERNEL_TABLE_WORDS.get(evidence) or evidence).format(engine=engine)
         + "): dense GEMMs and attention by the medians of their tables, fused-MoE experts by a "
         "curve of the tokens each expert gets; CUDA-graph steps pay 32 us per layer, larger "
         "steps 0.8 ms per layer of CPU dispatch; the API server 15.6 ms per request and 46 us "

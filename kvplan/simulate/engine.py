@@ -279,7 +279,7 @@ class Req:
         self.last_client_s = 0.0  # ... and the last
         self.admit_s = -1.0  # when the engine first scheduled it
         self.remote = LOCAL  # a decode engine's request whose prompt KV comes from a prefill one
-        self.peer = None  # disaggregated: what the cluster links to this request
+        self.peer: Req | None = None  # disaggregated: the prefill engine's request it continues
 
     @property
     def num_tokens(self) -> int:
@@ -338,6 +338,7 @@ class Engine:
         self.observer = observer
         pool = config.num_blocks if demand_blocks is None else min(config.num_blocks, demand_blocks)
         counted = not config.enable_prefix_caching or stand_in  # no token ids needed
+        self.bm: CountingPool | BlockManager
         if not config.enable_prefix_caching:  # nothing is shared or kept: count blocks
             self.bm = CountingPool(config.num_blocks, config.block_size)
         elif stand_in:
@@ -886,7 +887,7 @@ class Engine:
             self.blocked_need = cost
             raise NoFreeBlocksError("the groups' blocks do not fit")
         full, spans = hit
-        entries = [(r.rid, ids, b"", (0, full))]
+        entries: list[tuple] = [(r.rid, ids, b"", (0, full))]  # seq ids: rid, then per window
         for i, (key, span) in enumerate(zip(self.window_keys, spans, strict=True)):
             entries.append((("window", i, r.rid), ids, key, span))
         self.bm.allocate_groups(entries)

@@ -33,7 +33,9 @@ from kvplan.units import GIB
 
 if TYPE_CHECKING:  # the simulator and the engines' allocators load where a replica is built,
     # not for a step model (kvplan capacity --gpu)
+    from kvplan.simulate.disagg import TransferModel
     from kvplan.simulate.engine import Engine, EngineConfig
+    from kvplan.simulate.sglang import SglangPolicy
 
 LARGE_GPU_BYTES = 70 * GIB  # get_batch_defaults: device memory >= 70 GiB ...
 LARGE_DEFAULTS = (8192, 1024)  # ... and not an A100: max_num_batched_tokens, max_num_seqs
@@ -202,7 +204,7 @@ def parallel_layout(spec: ModelSpec, options: ServeOptions) -> ParallelLayout:
                     "the TP group's GPUs"
                 )
             layout = ParallelLayout(o.tp // dp, dp, ep, o.tp, o.tp, 1, router)
-    if layout.ep > 1 and moe.num_experts % layout.ep:
+    if layout.ep > 1 and moe is not None and moe.num_experts % layout.ep:  # none: refused above
         raise KvplanError(
             f"EP {layout.ep} must divide {spec.name}'s {moe.num_experts} routed experts"
         )
@@ -222,8 +224,8 @@ class Replica(NamedTuple):
     weights_dtype: str
     kv_cache_tokens: int
     notes: tuple[Note, ...]
-    transfer: object = None  # disaggregated: the simulate.disagg.TransferModel between pools
-    policy: object = None  # SGLang: its kvplan.simulate.sglang.SglangPolicy (None: vLLM)
+    transfer: TransferModel | None = None  # disaggregated: the model of moving KV between pools
+    policy: SglangPolicy | None = None  # SGLang's (None: vLLM)
     layout: ParallelLayout | None = None  # EP / DP attention (parallel_layout), None: plain TP
 
 
