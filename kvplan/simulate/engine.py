@@ -90,6 +90,10 @@ class EngineConfig(NamedTuple):
     # vLLM 0.32 on: a window's blocks are dropped on the processed-token basis, so with async
     # scheduling the tokens of the step still in flight keep theirs one step longer
     window_processed_drops: bool = False
+    # speculative decoding (kvplan.simulate.speculative): the k drafted tokens each decode
+    # schedules besides its own (they count in the token budget) and the slots its blocks
+    # hold ahead of them (vLLM's num_lookahead_tokens); 0: no speculation
+    spec_lookahead: int = 0
 
 
 WAITING, PREFILL, DECODE, DONE, HELD = 0, 1, 2, 3, 4  # HELD: prefilled, blocks kept for a transfer
@@ -362,6 +366,10 @@ class Engine:
         # requests with window tables that joined the cohort since the last step: their first
         # decode allocation drops what their prefill's window has left
         self.joined: list[Req] = []
+        # speculative decoding: decodes that joined since the last step, whose first decode
+        # allocates its lookahead slots (later ones do at each block crossing)
+        self.lookahead = config.spec_lookahead
+        self.spec_joined: list[Req] = []
         # disaggregated serving
         self.prefill_only = prefill_only
         self.held = 0  # prefill: requests handed off whose blocks wait for the decode side
@@ -513,8 +521,8 @@ class Engine:
         preempted = False
         # 1. running: decodes whose next token opens a block (or whose window leaves one), in
         # admission order
-        bs = self.block_size
-        crossing = self.buckets[d % bs]
+        bs, lookahead = self.block_size, self.lookahead
+        crossing = self.buckets[(d + lookahead) % bs]
         if self.windows:
             touched = {id(r): r for r in crossing.values()}
             touched.update((id(r), r) for r in self.joined)
@@ -535,13 +543,22 @@ class Engine:
                 if r.windowed:
                     flight = 1 if d > r.j0 else self._chunk_in_flight(r, j)
                     self._drop_window_blocks(r, position, flight)
-                if position % bs:
+                if (position + lookahead) % bs:
                     continue
-                while not self._extend(r, position + 1):
+                while not self._extend(r, position + 1 + lookahead):
                     preempted = True
                     if self._preempt_last(d) is r:
                         break
-        budget -= self.num_decodes
+        if self.spec_joined:  # their first decode's lookahead slots
+            for r in sorted(self.spec_joined, key=_admit_order):
+                if r.state != DECODE:
+                    continue
+                while not self._extend(r, r.c0 + (d - r.j0) + 1 + lookahead):
+                    preempted = True
+                    if self._preempt_last(d) is r:
+                        break
+            self.spec_joined.clear()
+        budget -= self.num_decodes * (1 + lookahead)  # each verifies its k drafted tokens too
         chunks: list[tuple[Req, int]] = []
         for r in list(self.prefilling):
             if budget <= 0:
@@ -1003,6 +1020,8 @@ class Engine:
         self.context_sum += r.c0 + 1
         if r.windowed:
             self.joined.append(r)
+        if self.lookahead:
+            self.spec_joined.append(r)
 
     def _leave_cohort(self, r: Req, j: int) -> None:
         """r stops decoding before step j (finished after j - 1, or preempted at j)."""
@@ -1039,7 +1058,7 @@ class Engine:
         import numpy as np
 
         j = self.decode_index  # the cohort's clock
-        if self.joined and self._lagged_drops:
+        if (self.joined and self._lagged_drops) or self.spec_joined:
             return None
         while self.finish_heap:
             top = self.finish_heap[0]
@@ -1051,17 +1070,17 @@ class Engine:
         steps = last - j + 1
         if steps < MIN_SPAN:
             return None
-        bs = self.block_size
+        bs, lookahead = self.block_size, self.lookahead
         tables = 1 + len(self.windows)  # a crossing opens a block in every group
         counts = [len(b) * tables for b in self.buckets]
         free = self.bm.num_free_blocks
         full_cycles = steps // bs
         need = full_cycles * self.num_decodes * tables
-        need += sum(counts[(j + i) % bs] for i in range(steps % bs))
+        need += sum(counts[(j + i + lookahead) % bs] for i in range(steps % bs))
         if need > free:  # shorten to what the pool holds without preempting (drops ignored)
             steps, need = 0, 0
             while steps < last - j + 1:
-                extra = counts[(j + steps) % bs]
+                extra = counts[(j + steps + lookahead) % bs]
                 if need + extra > free:
                     break
                 need += extra
@@ -1075,7 +1094,7 @@ class Engine:
                 return None
             free_bound, lag = free, int(self._lagged_drops)
             for i in range(steps):
-                free_bound -= counts[(j + i) % bs]
+                free_bound -= counts[(j + i + lookahead) % bs]
                 for w in self.drop_windows:
                     tables = self.windows.count(w)
                     free_bound += tables * len(self.buckets[(j + i - w + 1 - lag) % bs])
@@ -1093,10 +1112,10 @@ class Engine:
             return None
         times, ends, totals = times[:steps], ends[:steps], terms(steps)
         # hand the block manager every decode's tokens that crossed into a new block
-        for residue in {(j + i) % bs for i in range(min(steps, bs))}:
+        for residue in {(j + i + lookahead) % bs for i in range(min(steps, bs))}:
             for r in list(self.buckets[residue].values()):
                 position = r.c0 + (j + steps - 1 - r.j0)
-                if not self._extend(r, position + 1):
+                if not self._extend(r, position + 1 + lookahead):
                     raise AssertionError("the span was sized to fit the pool")
         if self.windows:  # the windows' drops, step by step in admission order (freed blocks
             # join the free queue's tail, behind every block the span took from its head)
