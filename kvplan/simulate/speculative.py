@@ -465,7 +465,7 @@ class SpeculativeStepModel:
             base, attention = model.span_parts(tokens, sums * self.topk)
             head = 0.0 if self.draft is not None else self._head_s(tokens)
             # every term but attention is the same at any context (StepModel.span_parts)
-            fixed = _gpu_only(base._replace(kv_read_s=0.0, attention_s=0.0))
+            fixed = _gpu_only(base._replace(kv_read_s=0.0, attention_s=0.0, sampler_s=0.0))
             fixed = _linear((fixed, share))
             fixed = fixed._replace(weights_s=fixed.weights_s + head, total_s=fixed.total_s + head)
             draft_times = fixed.total_s + share * attention
