@@ -111,6 +111,17 @@ text("sim-speculative")(
     )
 )
 
+text("plan-speculative")(
+    lambda layouts, engine: (
+        f"Every layout is searched without speculative decoding and with {layouts} "
+        "speculative layout(s) (the model's MTP layers, or the one given), priced as `kvplan "
+        "simulate` prices them (sim-speculative: the expected tokens per round at the "
+        "acceptance given, else an assumed 0.7 per drafted token); each candidate's launch "
+        f"command carries its {'--speculative-config' if engine == 'vllm' else '--speculative-*'} "
+        "flags. --speculative off searches without."
+    )
+)
+
 # ---- deployments: TP within a node, PP across nodes, DP attention with EP ----------------------
 text("node-size-assumed")(
     lambda gpu, gpus: (

@@ -707,12 +707,12 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         max_model_len = longest
     chunk = options.max_num_batched_tokens or alloc.chunked_prefill_size
     running = options.max_num_seqs or alloc.max_running_requests
-    if speculation is not None and options.max_num_seqs is None:
+    if speculation is not None:
         from kvplan.simulate.speculative import SGLANG_SPEC_RUNNING
 
-        running = SGLANG_SPEC_RUNNING  # server_args: 48 when speculating and not given
-        # ... and the overlap scheduler off (spec v1)
-        options = options._replace(async_scheduling=False)
+        if options.max_num_seqs is None:  # server_args: 48 when speculating and not given
+            running = SGLANG_SPEC_RUNNING
+        options = options._replace(async_scheduling=False)  # the overlap scheduler off (spec v1)
     if layout.dp > 1:  # SGLang divides --max-running-requests among its DP-attention ranks
         running = max(1, running // layout.dp)
     prefix_caching = options.enable_prefix_caching
