@@ -341,3 +341,46 @@ def test_refusals_in_python(llama):
             '{"method": "ngram", "num_speculative_tokens": 2, "synthetic_acceptance_length": 2.0}',
             llama,
         )
+
+
+# ---- plan --------------------------------------------------------------------------------------
+PLAN = (
+    "plan", "deepseek-v3", "--gpu", "h200", "--rate", "2", "--slo", "tpot_p99=60ms",
+    "--tp", "8", "--num-prompts", "20", "--input-len", "1000", "--output-len", "100",
+    "--max-num-seqs", "64", "--max-num-batched-tokens", "8192", "--kv-cache-dtype", "auto",
+    "--jobs", "1",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("emit", "flags"),
+    [
+        ("vllm", ["--speculative-config", '{"method":"mtp","num_speculative_tokens":1}']),
+        (
+            "sglang",
+            [
+                "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "1",
+                "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "2",
+            ],
+        ),
+    ],
+)  # fmt: skip
+def test_plan_searches_mtp_layouts_and_launches_them(emit, flags):
+    data = run_json(*PLAN, "--emit", emit, "--spec-accept", "0.85", "--no-prune")
+    assert data["searched"] == 2  # the one layout, without and with its MTP layer
+    by_spec = {tuple(c.get("speculative") or ()): c for c in data["candidates"]}
+    assert set(by_spec) == {(), tuple(flags)}
+    mtp = by_spec[tuple(flags)]
+    assert mtp["spec_tokens_per_round"] == pytest.approx(1.85)
+    # the draft's round pays: more goodput per replica than without at 0.85 acceptance
+    assert mtp["goodput_rps"] > by_spec[()]["goodput_rps"]
+    assert all(part in mtp["command"] for part in flags)  # shell-quoted, the JSON intact
+    assert "plan-speculative" in {n["id"] for n in data["notes"]}
+
+
+def test_plan_without_speculation():
+    data = run_json(*PLAN, "--speculative", "off")
+    assert data["searched"] == 1
+    assert all("speculative" not in c for c in data["candidates"])
+    code, out, err = run_cli(*PLAN, "--speculative", "off", "--spec-accept", "0.5")
+    assert code == 2 and "prices speculative layouts" in err
