@@ -320,7 +320,11 @@ def parse_accept(text: str | None, length: float | None, request: SpecDecode):
         return value, "length", None
     positions = request.positions
     if text is not None:
-        parts = [p.strip() for p in str(text).split(",")]
+        from kvplan.inputs.options import ascii_number
+
+        parts = [p.strip() for p in ascii_number(text, "--spec-accept").split(",")]
+        if len(parts) > MAX_DRAFT_TOKENS:
+            raise KvplanError(f"--spec-accept: at most {MAX_DRAFT_TOKENS} per-position rates")
         try:
             values = tuple(float(p) for p in parts)
         except ValueError:
@@ -330,7 +334,9 @@ def parse_accept(text: str | None, length: float | None, request: SpecDecode):
         if len(values) == 1:
             rate = values[0]
             if math.isnan(rate) or not 0.0 < rate <= 1.0:
-                raise KvplanError(f"--spec-accept {rate}: a per-token acceptance rate in (0, 1]")
+                raise KvplanError(
+                    f"--spec-accept {parts[0]}: a per-token acceptance rate in (0, 1]"
+                )
             return expected_tokens_per_round(k, rate), "rate", rate
         positions = check_positions(values, k)
     if positions is not None:
