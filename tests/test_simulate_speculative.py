@@ -384,3 +384,21 @@ def test_plan_without_speculation():
     assert all("speculative" not in c for c in data["candidates"])
     code, out, err = run_cli(*PLAN, "--speculative", "off", "--spec-accept", "0.5")
     assert code == 2 and "prices speculative layouts" in err
+
+
+def test_a_measured_profile_prices_a_verification_as_its_chunks():
+    # the per-operator model (a `kvplan measure` profile) has no decode of k + 1 queries: a
+    # verification is priced as the (k + 1)-token chunks over each cache that it is
+    from pathlib import Path
+
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.simulate.setup import step_model
+
+    gpu = load_profile(str(Path(__file__).parent / "data" / "measured_cpu_profile.yaml"))
+    spec = load_model("qwen2.5-3b")
+    spec = spec._replace(layers=spec.layers[:2])
+    model, _ = step_model(spec, gpu, ServeOptions(), "auto", 512, [])
+    assert model.op_rates is not None
+    verify = model.step(BatchShape(4, 4 * 1001, (), 16), None, 4)  # 1,000 cached + 1 each
+    chunks = model.step(BatchShape(0, 0, ((4, 1000),) * 4, 16))
+    assert verify == chunks
