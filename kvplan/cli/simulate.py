@@ -415,7 +415,7 @@ def add(app: typer.Typer) -> None:
         engine_version: str = typer.Option(
             None,
             "--engine-version",
-            help="The engine's release whose rules and defaults apply: vLLM 0.8 on (default "
+            help="The engine's release whose rules and defaults apply: vLLM 0.6 on (default "
             "0.19), SGLang 0.4 or 0.5 (default; another runs with the nearest, noted).",
         ),
         vllm_version: str = typer.Option(
@@ -445,6 +445,12 @@ def add(app: typer.Typer) -> None:
         ),
         dcp: int = c.dcp_option(),
         enforce_eager: bool = c.enforce_eager_option(),
+        num_scheduler_steps: int = typer.Option(
+            1,
+            "--num-scheduler-steps",
+            help="vLLM V0's multi-step scheduling (--engine-version 0.6 to 0.8): one scheduler "
+            "pass per this many decode steps.",
+        ),
         speculative_config: str = c.speculative_config_option(),
         speculative_algorithm: str = c.speculative_algorithm_option(),
         speculative_num_steps: int = c.speculative_int_option(
@@ -538,6 +544,7 @@ def add(app: typer.Typer) -> None:
                 load_balance_method=load_balance_method,
                 decode_context_parallel_size=dcp,
                 enforce_eager=enforce_eager,
+                num_scheduler_steps=num_scheduler_steps,
                 **c.speculative_fields(
                     speculative_config,
                     speculative_algorithm,

@@ -212,6 +212,7 @@ class StepModel:
         ep: int = 1,
         dp: int = 1,
         dcp: int = 1,
+        scheduler_steps: int = 1,
         op_rates: OpRates | None = None,
         op_dtype: str | None = None,
         op_gather_kv: bool = False,
@@ -226,6 +227,9 @@ class StepModel:
         self.moe_ranks, self.ep, self.dp = moe_ranks or tp, ep, dp
         self.link, self.achieved, self.host = link, achieved, host
         self.async_scheduling = async_scheduling
+        # vLLM V0's multi-step scheduling (--num-scheduler-steps N): one scheduler pass and
+        # output processing for N decode-only steps, overlapped with them: each pays 1/N of it
+        self.scheduler_steps = scheduler_steps
         self.cuda_graph_max_tokens = cuda_graph_max_tokens
         # vLLM -dcp: each rank reads 1/dcp of every decode's cache, then the ranks all-gather
         # their partial outputs and LSEs (attention layers x one all-gather per decode step)
@@ -469,6 +473,8 @@ class StepModel:
             gpu = self._forward(shape, 1.0, gathered_tokens, queries)
         sampler_s = shape.num_sampled * self.sampler_bytes_per_sequence / self.sampler_bandwidth
         host_s = self.host.per_step_s + self.host.per_request_s * num_seqs
+        if self.scheduler_steps > 1 and not shape.prefill_chunks:
+            host_s /= self.scheduler_steps
         gpu_s = sum(gpu) + sampler_s
         total = max(gpu_s, host_s) if self.async_scheduling else gpu_s + host_s
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = gpu

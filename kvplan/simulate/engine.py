@@ -95,6 +95,9 @@ class EngineConfig(NamedTuple):
     # schedules besides its own (they count in the token budget) and the slots its blocks
     # hold ahead of them (vLLM's num_lookahead_tokens); 0: no speculation
     spec_lookahead: int = 0
+    # vLLM V0's multi-step scheduling (--num-scheduler-steps N, 0.6-0.8): while decodes run,
+    # the scheduler admits only every N decode steps (a window of N runs unscheduled)
+    scheduler_steps: int = 1
 
 
 class RequestState(IntEnum):
@@ -596,9 +599,10 @@ class Engine:
             chunks.append((r, n))
             budget -= n
         # 2. waiting, only if nobody was preempted: first the requests whose KV has arrived
-        if not preempted and self.ready:
+        scheduled = not self._in_window()
+        if scheduled and not preempted and self.ready:
             budget = self._admit_received(budget, chunks)
-        if not preempted and self.waiting and self._may_admit():
+        if scheduled and not preempted and self.waiting and self._may_admit():
             budget = self._admit_waiting(budget, chunks)
         # async: the last step's output is processed only now, its finished requests freed
         released = self._release_lingering()
@@ -1063,10 +1067,17 @@ class Engine:
         return d if self.decode_log is None else self.decode_log[d]
 
     # ---- runs of decode-only steps ----------------------------------------------------------
+    def _in_window(self) -> bool:
+        """Multi-step scheduling: decode steps run inside a window of N, none admitted there."""
+        n = self.config.scheduler_steps
+        return n > 1 and self.num_decodes > 0 and self.decode_index % n != 0
+
     def _quiet(self) -> bool:
         """Nothing but decodes can happen this step: no prefill, and no admission possible."""
         if self.prefilling or not self.num_decodes or self.lingering:
             return False
+        if self._in_window():
+            return True
         if self.ready and self._seat_free():
             return False
         return not (len(self.waiting) > self.receiving and self._may_admit())
@@ -1086,6 +1097,9 @@ class Engine:
                 break
             heapq.heappop(self.finish_heap)
         last = self.finish_heap[0][0]  # the first decode to finish does so in step `last`
+        n = self.config.scheduler_steps
+        if n > 1:  # a multi-step window ends at the next multiple of N: admission then
+            last = min(last, j + (n - j % n) - 1)
         steps = last - j + 1
         if steps < MIN_SPAN:
             return None

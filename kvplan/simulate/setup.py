@@ -107,6 +107,8 @@ class ServeOptions(NamedTuple):
     speculative_draft_model_path: str | None = None
     spec_accept: str | None = None
     spec_accept_length: float | None = None
+    # vLLM V0's multi-step scheduling (--num-scheduler-steps, 0.6-0.8; 1: off)
+    num_scheduler_steps: int = 1
 
 
 # SGLang's --load-balance-method -> the router among its DP ranks (cluster.ROUTERS)
@@ -260,6 +262,9 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         )
     notes: list[Note] = []
     spec.check_tp(options.tp)
+    v0 = check_multi_step(options)
+    if v0 is not None:
+        notes.append(v0)
     layout = parallel_layout(spec, options)
     from kvplan.engines.vllm import check_dcp
 
@@ -517,6 +522,7 @@ def step_model(
         moe_ranks=layout.expert_ranks,
         ep=layout.ep,
         dp=layout.dp,
+        scheduler_steps=options.num_scheduler_steps,
         op_rates=op_rates_of(gpu, wdtype) if per_op else None,
         op_dtype=wdtype,
         op_gather_kv=bool(per_op and gpu.measured.gather_kv),
@@ -602,6 +608,7 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
         window_groups=tuple(windows),
         window_admission_cap=_minor(options.vllm_version) >= WINDOW_CAP_FROM,
         window_processed_drops=_minor(options.vllm_version) >= WINDOW_CAP_FROM,
+        scheduler_steps=options.num_scheduler_steps,
     )
     longest = -(-max_model_len // block_size)
     longest += side_blocks(config, max_model_len) + window_blocks(config, max_model_len)
@@ -627,9 +634,42 @@ def _minor(version: str) -> tuple[int, int]:
         major, minor = (int(part) for part in str(version).split(".")[:2])
     except ValueError:
         major = minor = -1
-    if not (0, 8) <= (major, minor) <= (9, 999):  # V1's scheduler: 0.8 on
-        raise KvplanError(f"--vllm-version {str(version)[:20]!r}: a vLLM version from 0.8, as 0.19")
+    if not V0_FROM <= (major, minor) <= (9, 999):  # V0 0.6-0.7 run with V1's 0.8 rules
+        raise KvplanError(f"--vllm-version {str(version)[:20]!r}: a vLLM version from 0.6, as 0.19")
     return major, minor
+
+
+V0_FROM = (0, 6)  # the oldest release kvplan takes (V0; run with 0.8's V1 rules, noted)
+V1_FROM = (0, 8)  # V1's scheduler is the default
+MULTI_STEP_UNTIL = (0, 8)  # --num-scheduler-steps: V0 only, gone with V0 after 0.8
+MAX_SCHEDULER_STEPS = 64
+
+
+def check_multi_step(options: ServeOptions) -> Note | None:
+    """vLLM V0's --num-scheduler-steps, refused where the engine has none; the note of a V0
+    release run with V1's rules (None: a V1 release and no multi-step)."""
+    steps = options.num_scheduler_steps
+    if (
+        isinstance(steps, bool)
+        or not isinstance(steps, int)
+        or not 1 <= steps <= MAX_SCHEDULER_STEPS
+    ):
+        raise KvplanError(f"--num-scheduler-steps {steps}: between 1 and {MAX_SCHEDULER_STEPS}")
+    version = _minor(options.vllm_version)
+    if steps > 1 and options.engine != "vllm":
+        raise KvplanError(
+            "--num-scheduler-steps is vLLM V0's multi-step scheduling; SGLang has none"
+        )
+    if steps > 1 and version > MULTI_STEP_UNTIL:
+        raise KvplanError(
+            f"--num-scheduler-steps is vLLM V0's (0.6-0.8); vLLM {options.vllm_version} runs V1, "
+            "which has no multi-step scheduling: give --engine-version 0.6, 0.7 or 0.8"
+        )
+    if steps > 1 and options.speculative_config is not None:
+        raise KvplanError("vLLM's multi-step scheduling does not run with speculative decoding")
+    if version < V1_FROM or steps > 1:
+        return note("sim-vllm-v0", version=options.vllm_version, steps=steps)
+    return None
 
 
 # SGLang's page is one token; the simulated pool counts blocks of this many (prefix hits and
@@ -657,6 +697,10 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         (
             options.decode_context_parallel_size != 1,
             "--decode-context-parallel-size (SGLang has no decode context parallelism)",
+        ),
+        (
+            options.num_scheduler_steps != 1,
+            "--num-scheduler-steps (vLLM V0's multi-step scheduling; SGLang has none)",
         ),
     ):
         if given:
