@@ -394,6 +394,8 @@ class SpeculativeStepModel:
         self.head_flop_per_token = 2 * spec.head_params / target.tp
 
     def __getattr__(self, name):  # the target's coefficients (async_scheduling, dp, ...)
+        if name.startswith("__") or name == "target":  # copies and pickles: not the target's
+            raise AttributeError(name)
         return getattr(self.target, name)
 
     # ---- the draft --------------------------------------------------------------------------
