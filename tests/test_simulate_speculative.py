@@ -67,8 +67,11 @@ def test_acceptance_one_yields_k_plus_one_tokens_a_round(llama, h100, options):
     shape = BatchShape(32, 32 * 2000, (), 32)
     verify = model.target.step(BatchShape(32, 32 * 2000, (), 32 * 4), None, 4)
     draft = model.draft_step(32, 32 * 2000)
-    # one decode step is a quarter of 3 draft steps and one verification of 4 tokens each
-    assert model.step(shape).total_s == pytest.approx((3 * draft.total_s + verify.total_s) / 4)
+    first = model.draft_step(32, 32 * 2000, first=True)
+    # one decode step is a quarter of 3 draft steps (the first over the 4 positions the last
+    # verification settled) and one verification of 4 tokens each
+    expected = (first.total_s + 2 * draft.total_s + verify.total_s) / 4
+    assert model.step(shape).total_s == pytest.approx(expected)
 
 
 def test_acceptance_zero_is_one_token_a_round_and_slower_than_plain(llama, h100):
@@ -79,8 +82,32 @@ def test_acceptance_zero_is_one_token_a_round_and_slower_than_plain(llama, h100)
     shape = BatchShape(32, 32 * 2000, (), 32)
     verify = spec.target.step(BatchShape(32, 32 * 2000, (), 128), None, 4)
     draft = spec.draft_step(32, 32 * 2000)
-    assert spec.step(shape).total_s == pytest.approx(3 * draft.total_s + verify.total_s)
+    first = spec.draft_step(32, 32 * 2000, first=True)
+    expected = first.total_s + 2 * draft.total_s + verify.total_s
+    assert spec.step(shape).total_s == pytest.approx(expected)
     assert spec.step(shape).total_s > plain.step(shape).total_s
+
+
+def test_the_first_draft_forward_runs_the_settled_positions(h100):
+    # a draft model at batch 256: its first forward runs 4 positions per sequence (1,024
+    # tokens, past the GEMMs' ridge), the other two 256 tokens; each samples one per sequence
+    target = load_model("llama-3.1-70b")
+    opts = ServeOptions(
+        tp=4,
+        speculative_config='{"model": "llama-3.1-8b", "num_speculative_tokens": 3}',
+        spec_accept="1",
+    )
+    m = build_replica(target, h100, opts).model
+    context = 256 * 1000
+    first = m.draft_step(256, context, first=True)
+    draft = m.draft_step(256, context)
+    assert first.total_s > draft.total_s
+    assert first == m.draft.step(BatchShape(256, context, (), 256), None, 4)._replace(
+        sampler_s=0.0, host_s=0.0, total_s=first.total_s
+    )
+    verify = m.target.step(BatchShape(256, context, (), 1024), None, 4)
+    step = m.step(BatchShape(256, context, (), 256))
+    assert step.total_s == pytest.approx((first.total_s + 2 * draft.total_s + verify.total_s) / 4)
 
 
 def test_verification_reads_each_cache_once_and_runs_every_token(llama, h100):
@@ -111,9 +138,15 @@ def test_a_mixed_step_charges_the_chunk_in_full(llama, h100):
 def test_a_decode_span_prices_each_step_as_one_step_does(llama, h100):
     import numpy as np
 
-    for config, accept in ((EAGLE3, "0.7"), (NGRAM, "0.5")):
+    draft_model = '{"model": "llama-3.1-8b", "num_speculative_tokens": 2}'
+    for model, config, accept in (
+        (llama, EAGLE3, "0.7"),
+        (llama, NGRAM, "0.5"),
+        (load_model("llama-3.1-70b"), draft_model, "0.6"),
+    ):
+        tp = 4 if model is not llama else 1
         m = build_replica(
-            llama, h100, ServeOptions(speculative_config=config, spec_accept=accept)
+            model, h100, ServeOptions(tp=tp, speculative_config=config, spec_accept=accept)
         ).model
         sums = 24 * 1500 + 24 * np.arange(5, dtype=float)
         times, kept = m.decode_span_s(24, sums)

@@ -71,10 +71,14 @@ def tokens_per_round_from_positions(position_rates) -> float:
     return 1.0 + sum(position_rates)
 
 
-def speculative_round_s(draft_step_s, verify_step_s, draft_tokens: int):
-    """One round's seconds: k draft steps, then one verification, k * t_draft + t_verify
-    (floats, or numpy arrays of a decode span's steps)."""
-    return draft_tokens * draft_step_s + verify_step_s
+def speculative_round_s(draft_step_s, verify_step_s, draft_tokens: int, first_draft_s=None):
+    """One round's seconds: k draft steps, then one verification, k * t_draft + t_verify;
+    with `first_draft_s` the first draft step takes that instead (the simulator's first runs
+    the k + 1 positions the last verification settled): t_first + (k - 1) * t_draft + t_verify.
+    Floats, or numpy arrays of a decode span's steps."""
+    if first_draft_s is None:
+        first_draft_s = draft_step_s
+    return first_draft_s + (draft_tokens - 1) * draft_step_s + verify_step_s
 
 
 def speculative_time_per_token_s(

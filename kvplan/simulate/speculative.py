@@ -404,25 +404,35 @@ class SpeculativeStepModel:
             self.head_bytes, self.head_flop_per_token * num_tokens, self.target.dense_rates
         )
 
-    def draft_step(self, num_decodes: int, context_sum: float) -> BatchStepTime:
-        """One draft forward over the decodes' topk branches (GPU terms; n-gram: host)."""
+    def draft_step(
+        self, num_decodes: int, context_sum: float, first: bool = False
+    ) -> BatchStepTime:
+        """One draft forward (GPU terms; n-gram: host work): over the decodes' topk branches,
+        or (`first`) the round's first, over the k + 1 positions the verification just settled
+        (vLLM's EAGLE/draft proposers and SGLang's draft extend run the accepted tokens
+        through the draft before drafting on), sampling one token per sequence."""
         method = self.speculation.request.method
-        tokens = num_decodes * self.topk
         if method == "ngram":
             host = self.target.host.per_request_s * num_decodes / self.k
             return BatchStepTime(0, 0, 0, 0, 0, 0, 0, host, host)
-        shape = BatchShape(tokens, context_sum * self.topk, (), tokens)
+        shape, queries = self._draft_shape(num_decodes, context_sum, first)
         if self.draft is not None:
-            terms = self.draft.step(shape)
-            return _gpu_only(terms)
+            return _gpu_only(self.draft.step(shape, None, queries)._replace(sampler_s=0.0))
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = self.target._forward(
-            shape, self.share
+            shape, self.share, None, queries
         )
-        weights_s += self._head_s(tokens)
+        weights_s += self._head_s(shape.num_sampled)
         gpu = weights_s + matmul_s + kv_read_s + attention_s + comm_s + launch_s
         return BatchStepTime(
             weights_s, matmul_s, kv_read_s, attention_s, 0, comm_s, launch_s, 0, gpu
         )
+
+    def _draft_shape(self, num_decodes: int, context_sum, first: bool):
+        """(the draft forward's shape, its queries per sequence)."""
+        if first:
+            return BatchShape(num_decodes, context_sum, (), num_decodes), self.queries
+        tokens = num_decodes * self.topk
+        return BatchShape(tokens, context_sum * self.topk, (), tokens), 1
 
     # ---- the step ---------------------------------------------------------------------------
     def step(
@@ -435,7 +445,8 @@ class SpeculativeStepModel:
         decodes = BatchShape(b, shape.decode_context_sum, (), b * self.queries)
         verify = self.target.step(decodes, gathered, self.queries)
         draft = self.draft_step(b, shape.decode_context_sum)
-        one = _round(verify, draft, self.k, self.speculation.tokens_per_round)
+        first = self.draft_step(b, shape.decode_context_sum, first=True)
+        one = _round(verify, draft, first, self.k, self.speculation.tokens_per_round)
         if not shape.prefill_chunks:
             return one
         mixed = self.target.step(
@@ -458,39 +469,47 @@ class SpeculativeStepModel:
             return np.array([t.total_s for t in steps]), kept_steps
         e, k = self.speculation.tokens_per_round, self.k
         times, verify_kept = self.target.decode_span_s(num_decodes, sums, self.queries)
-        method = self.speculation.request.method
-        if method == "ngram":
-            draft = self.draft_step(num_decodes, 0.0)
-            draft_times = np.full_like(sums, draft.total_s)
-
-            def draft_kept(n: int) -> BatchStepTime:
-                return _linear((draft, float(n)))
-        else:
-            model, share = (
-                (self.draft, 1.0) if self.draft is not None else (self.target, self.share)
-            )
-            tokens = num_decodes * self.topk
-            base, attention = model.span_parts(tokens, sums * self.topk)
-            head = 0.0 if self.draft is not None else self._head_s(tokens)
-            # every term but attention is the same at any context (StepModel.span_parts)
-            fixed = _gpu_only(base._replace(kv_read_s=0.0, attention_s=0.0, sampler_s=0.0))
-            fixed = _linear((fixed, share))
-            fixed = fixed._replace(weights_s=fixed.weights_s + head, total_s=fixed.total_s + head)
-            draft_times = fixed.total_s + share * attention
-
-            def draft_kept(n: int) -> BatchStepTime:
-                seconds = float(share * attention[:n].sum())
-                out = _linear((fixed, float(n)))
-                return out._replace(
-                    kv_read_s=out.kv_read_s + seconds, total_s=out.total_s + seconds
-                )
-
-        token_times = speculative_round_s(draft_times, times, k) / e
+        draft_times, draft_kept = self._draft_span(num_decodes, sums, False)
+        first_times, first_kept = self._draft_span(num_decodes, sums, True)
+        token_times = speculative_round_s(draft_times, times, k, first_times) / e
 
         def kept(n: int) -> BatchStepTime:
-            return _linear((verify_kept(n), 1.0 / e), (draft_kept(n), k / e))
+            return _linear(
+                (verify_kept(n), 1.0 / e), (draft_kept(n), (k - 1) / e), (first_kept(n), 1.0 / e)
+            )
 
         return token_times, kept
+
+    def _draft_span(self, num_decodes: int, sums, first: bool):
+        """draft_step at each of a decode span's context sums: (times, an array; the terms of
+        the first n, a function)."""
+        import numpy as np
+
+        if self.speculation.request.method == "ngram":
+            draft = self.draft_step(num_decodes, 0.0)
+            return np.full_like(sums, draft.total_s), lambda n: _linear((draft, float(n)))
+        model, share = (self.draft, 1.0) if self.draft is not None else (self.target, self.share)
+        shape, queries = self._draft_shape(num_decodes, 0.0, first)
+        scale = 1 if first else self.topk
+        base, attention = model.span_parts(shape.num_decodes, sums * scale, queries)
+        head = 0.0 if self.draft is not None else self._head_s(shape.num_sampled)
+        # every term but attention is the same at any context (StepModel.span_parts); span_parts
+        # samples every query position, a draft forward one per sequence: its own GEMMs here
+        weights_s, matmul_s = model.gemm_s(queries * shape.num_decodes, shape.num_sampled)
+        fixed = _gpu_only(
+            base._replace(weights_s=weights_s, matmul_s=matmul_s, kv_read_s=0.0)._replace(
+                attention_s=0.0, sampler_s=0.0
+            )
+        )
+        fixed = _linear((fixed, share))
+        fixed = fixed._replace(weights_s=fixed.weights_s + head, total_s=fixed.total_s + head)
+
+        def kept(n: int) -> BatchStepTime:
+            seconds = float(share * attention[:n].sum())
+            out = _linear((fixed, float(n)))
+            return out._replace(kv_read_s=out.kv_read_s + seconds, total_s=out.total_s + seconds)
+
+        return fixed.total_s + share * attention, kept
 
 
 def _gpu_only(terms: BatchStepTime) -> BatchStepTime:
@@ -504,11 +523,14 @@ def _linear(*pairs) -> BatchStepTime:
     return BatchStepTime(*(sum(w * getattr(t, f) for t, w in pairs) for f in BatchStepTime._fields))
 
 
-def _round(verify: BatchStepTime, draft: BatchStepTime, k: int, e: float) -> BatchStepTime:
-    """One decode step's share of a round: (k drafts + the verification) / E, term by term;
-    the total is techniques.speculative_round_s / E."""
-    out = _linear((verify, 1.0 / e), (draft, k / e))
-    return out._replace(total_s=speculative_round_s(draft.total_s, verify.total_s, k) / e)
+def _round(
+    verify: BatchStepTime, draft: BatchStepTime, first: BatchStepTime, k: int, e: float
+) -> BatchStepTime:
+    """One decode step's share of a round: (the first draft forward + k - 1 more + the
+    verification) / E, term by term; the total is techniques.speculative_round_s / E."""
+    out = _linear((verify, 1.0 / e), (draft, (k - 1) / e), (first, 1.0 / e))
+    total = speculative_round_s(draft.total_s, verify.total_s, k, first.total_s)
+    return out._replace(total_s=total / e)
 
 
 def requested(spec: ModelSpec, options) -> SpecDecode | None:
