@@ -111,6 +111,11 @@ class Setup(NamedTuple):
     # vLLM -dcp (1: off) and --enforce-eager / SGLang --disable-cuda-graph
     decode_context_parallel_size: int = 1
     enforce_eager: bool = False
+    # speculative decoding (kvplan.simulate.speculative): method, num_steps, topk,
+    # verify_tokens, draft, tokens_per_round, acceptance, draft_weight_bytes (per GPU),
+    # draft_kv_bytes_per_token (per GPU), launch (the engine's flags); None: none, and then kept
+    # out of the report's JSON
+    speculative: dict | None = None
 
 
 class WorkloadSummary(NamedTuple):
@@ -556,7 +561,30 @@ def _setup(gpu: GpuProfile, replica: Replica, request: SimulateRequest) -> Setup
         else None,
         decode_context_parallel_size=o.decode_context_parallel_size,
         enforce_eager=o.enforce_eager,
+        speculative=_speculative(replica),
     )
+
+
+def _speculative(replica: Replica) -> dict | None:
+    from kvplan.simulate.speculative import launch_flags
+
+    sp = replica.speculation
+    if sp is None:
+        return None
+    r = sp.request
+    return {
+        "method": r.method,
+        "num_steps": r.num_steps,
+        "topk": r.topk,
+        "verify_tokens": r.verify_tokens,
+        "draft": r.draft,
+        "tokens_per_round": sp.tokens_per_round,
+        "acceptance": sp.acceptance,
+        "acceptance_rate": sp.acceptance_rate,
+        "draft_weight_bytes": sp.draft_weight_bytes,
+        "draft_kv_bytes_per_token": sp.draft_kv_bytes_per_token,
+        "launch": launch_flags(r, replica.options.engine),
+    }
 
 
 def _num_gpus(replica: Replica, o: ServeOptions, replicas: int) -> int:

@@ -804,6 +804,23 @@ text("ollama-newer")(
         f"defaults are taken as {known}'s; check them against that release's notes."
     )
 )
+text("sim-vllm-v0")(
+    lambda version, steps: (
+        f"vLLM {version} runs the V0 engine"
+        + (
+            f" with multi-step scheduling (--num-scheduler-steps {steps}): the scheduler passes "
+            f"and output processing of {steps} decode-only steps overlap them (each pays 1/{steps} "
+            f"of the host time), and while decodes run requests are admitted only every {steps} "
+            "decode steps (a request finished inside a window leaves at its last token, not at "
+            "the window's end)"
+            if steps > 1
+            else ""
+        )
+        + ". kvplan simulates V0 releases with the rules of its V1 scheduler at 0.8 (running "
+        "requests first, chunked prefill), the nearest it models; V0's own scheduler "
+        "(prefills first, its defaults) is not modelled."
+    )
+)
 # ---- simulate: SGLang's scheduler ---------------------------------------------------------------
 text("sim-sglang-version-nearest")(
     lambda given, rules: (

@@ -217,6 +217,23 @@ def simulate_view(result: SimulateResult) -> View:
         tables.append(replica_table(result))
     data = jsonable(result._replace(step_log=None))
     data.pop("step_log")  # its own file (--step-log)
+    if s.speculative is None:
+        data["setup"].pop("speculative")  # no speculative decoding: the JSON as before
+    else:
+        sp = s.speculative
+        facts.insert(
+            3,
+            (
+                "speculative",
+                f"{sp['method']}{' ' + sp['draft'] if sp['draft'] else ''}: "
+                f"{sp['num_steps']} draft step(s)"
+                + (f" x {sp['topk']} branches" if sp["topk"] > 1 else "")
+                + f", {sp['verify_tokens']} tokens verified, "
+                f"{sp['tokens_per_round']:.2f} tokens per round ({sp['acceptance']}); "
+                f"draft {f.gib_text(sp['draft_weight_bytes'])} weights per GPU "
+                f"({' '.join(sp['launch'])})",
+            ),
+        )
     if result.parallel is None:
         data.pop("parallel")  # plain TP: the JSON as before
     else:
