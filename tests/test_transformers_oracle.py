@@ -365,21 +365,25 @@ def test_per_layer_config_overriding_what_kvplan_does_not_read_is_refused():
 
 
 @pytest.mark.parametrize(
-    "file, named",
+    "file, extra, named",
     [
-        # refused with the type and what it declares first, not only the symptom
+        # every real config answers now; one carrying a field nobody's model code reads is
+        # refused with the type and the field, not only the symptom
         (
             "moonshotai--Kimi-K3.json",
-            "KimiLinearConfig does not read: .*latent_moe_use_norm.*routed_expert_hidden_size",
+            {"latent_moe_rank": 512},
+            "kimi_linear config has fields neither .* reads: latent_moe_rank",
         ),
     ],
 )
-def test_real_configs_it_cannot_size_are_refused_by_name(file, named):
+def test_real_configs_it_cannot_size_are_refused_by_name(file, extra, named):
     """What kvplan does not build is an error naming it, never a plain-attention guess."""
     from kvplan.errors import KvplanError
 
+    raw = json.loads((REAL / file).read_text())
+    raw["text_config"].update(extra)
     with pytest.raises(KvplanError, match=named):
-        build_model(json.loads((REAL / file).read_text()), file)
+        build_model(raw, file)
 
 
 def test_a_sliding_window_switched_off_is_full_attention_in_any_family():

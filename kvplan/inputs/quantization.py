@@ -77,7 +77,14 @@ def _compressed_tensors(qc: dict) -> tuple[str | None, str]:
         if kind == "float" and bits == 8:
             formats.add("fp8-tensor" if strategy in ("tensor", "channel") else "fp8")
         elif kind == "float" and bits == 4:
-            formats.add("nvfp4")
+            # nvfp4: an fp8 scale per 16 values; mxfp4 (format "mxfp4-pack-quantized",
+            # Kimi-K3): a uint8 e8m0 scale per 32
+            if size in (None, 16):
+                formats.add("nvfp4")
+            elif size == 32:
+                formats.add("mxfp4")
+            else:
+                return None, f"4-bit floats in groups of {clean(repr(size))[:20]}"
         elif kind == "int" and bits in (4, 8):
             if strategy == "group" and not (_whole(size) and 0 < size <= MAX_GROUP_SIZE):
                 return None, f"group_size {clean(repr(size))[:20]}"
