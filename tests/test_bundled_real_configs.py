@@ -1,0 +1,70 @@
+"""The real 2026 configs bundled in model_configs/ (issue 29) are the files tests/data/real_configs/
+holds and SOURCES.md traces, byte for byte, under the aliases and Hub ids people type."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvplan.inputs.sources import bundled_models, load_model
+
+from helpers import REPO
+
+REAL = REPO / "tests" / "data" / "real_configs"
+BUNDLED = {
+    "deepseek-v4-flash": "deepseek-ai--DeepSeek-V4-Flash.json",
+    "deepseek-v4-pro": "deepseek-ai--DeepSeek-V4-Pro.json",
+    "kimi-k3": "moonshotai--Kimi-K3.json",
+    "minimax-m3": "MiniMaxAI--MiniMax-M3.json",
+    "glm-5.1": "zai-org--GLM-5.1.json",
+    "glm-5.2-fp8": "isim--glm-5.2-fp8.json",
+    "glm-5.3": "zai-org--GLM-5.3.json",
+    "qwen3.5-122b-a10b": "Qwen--Qwen3.5-122B-A10B.json",
+    "qwen3.5-397b-a17b": "Qwen--Qwen3.5-397B-A17B.json",
+    "qwen3.6-35b-a3b": "Qwen--Qwen3.6-35B-A3B.json",
+    "qwen3.6-27b-nvfp4": "nvidia--Qwen3.6-27B-NVFP4.json",
+    "qwen3.8-2.4t-a95b": "Qwen--Qwen3.8-2.4T-A95B.json",
+    "qwen3-vl-32b": "Qwen--Qwen3-VL-32B-Instruct.json",
+    "gemma-4-31b": "transformers5-roundtrip--Gemma-4-31B-IT.json",
+    "gemma-4-31b-nvfp4": "nvidia--Gemma-4-31B-IT-NVFP4.json",
+    "step-3.7-flash": "stepfun-ai--Step-3.7-Flash.json",
+    "llama-3.3-nemotron-super-49b": "nvidia--Llama-3_3-Nemotron-Super-49B-v1.json",
+    "nemotron-3-super-120b": "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json",
+    "laguna-xs.2-fp8": "poolside--Laguna-XS.2-FP8.json",
+    "laguna-s-2.1-fp8": "poolside--Laguna-S-2.1-FP8.json",
+    "exaone-4.0-32b": "LGAI-EXAONE--EXAONE-4.0-32B.json",
+    "olmo-3.1-32b": "allenai--Olmo-3.1-32B-Instruct.json",
+    "smollm3-3b": "HuggingFaceTB--SmolLM3-3B.json",
+    "lfm2-1.2b": "LiquidAI--LFM2-1.2B.json",
+    "lfm2.5-vl-1.6b": "LiquidAI--LFM2.5-VL-1.6B.json",
+    "mimo-7b": "XiaomiMiMo--MiMo-7B-Base.json",
+}
+
+
+@pytest.mark.parametrize("alias", sorted(BUNDLED))
+def test_bundled_copy_is_the_traced_file(alias):
+    bundled = REPO / "model_configs" / bundled_models()[alias].file
+    assert bundled.read_bytes() == (REAL / BUNDLED[alias]).read_bytes()
+    assert bundled.name in (REPO / "model_configs" / "PROVENANCE.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "name, alias",
+    [
+        ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-v4-flash"),
+        ("moonshotai/Kimi-K3", "kimi-k3"),
+        ("MiniMaxAI/MiniMax-M3", "minimax-m3"),
+        ("google/gemma-4-31B-it", "gemma-4-31b"),
+        ("Qwen/Qwen3.5-397B-A17B", "qwen3.5-397b-a17b"),
+        ("nvidia/Llama-3_3-Nemotron-Super-49B-v1", "llama-3.3-nemotron-super-49b"),
+        ("HuggingFaceTB/SmolLM3-3B", "smollm3-3b"),
+    ],
+)
+def test_hub_ids_resolve_offline_to_the_bundled_file(name, alias):
+    by_id, by_alias = load_model(name), load_model(alias)
+    assert by_id.params_total == by_alias.params_total
+    assert by_id.layers == by_alias.layers
+
+
+def test_the_kimi_k3_alias_answers_what_the_file_answers():
+    """Refused before issue 29's last step; now the count the test of vLLM's K3 code holds."""
+    assert load_model("kimi-k3").params_total == 2_779_484_393_568
