@@ -3,8 +3,13 @@ holds and SOURCES.md traces, byte for byte, under the aliases and Hub ids people
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from kvplan.formulas.dtypes import KvFormat
+from kvplan.formulas.kv import kv_bytes_per_sequence
+from kvplan.inputs.architectures import build_model
 from kvplan.inputs.sources import bundled_models, load_model
 
 from helpers import REPO
@@ -68,3 +73,24 @@ def test_hub_ids_resolve_offline_to_the_bundled_file(name, alias):
 def test_the_kimi_k3_alias_answers_what_the_file_answers():
     """Refused before issue 29's last step; now the count the test of vLLM's K3 code holds."""
     assert load_model("kimi-k3").params_total == 2_779_484_393_568
+
+
+@pytest.mark.parametrize(
+    "file, layers, kv_heads, head_dim",
+    [
+        # head_dim 128 is stated: hidden 5,120 / 64 heads would say 80
+        ("Qwen--Qwen3-VL-32B-Instruct.json", 64, 8, 128),
+        ("Qwen--Qwen3-VL-8B-Instruct.json", 36, 8, 128),
+        ("transformers5-roundtrip--Qwen3-VL-30B-A3B-Instruct.json", 48, 4, 128),
+        # sliding_window 32,768 with use_sliding_window false: every layer holds every token
+        ("XiaomiMiMo--MiMo-7B-Base.json", 36, 8, 128),
+    ],
+)
+def test_cache_of_real_configs_transformers_cannot_run_shrunk(file, layers, kv_heads, head_dim):
+    """The real configs whose shrunk copy transformers 5.24 does not run (Qwen3-VL's text config
+    has no causal-LM class; MiMo is remote code): K and V of every layer from the file's fields,
+    in its bf16, held for the whole context."""
+
+    spec = build_model(json.loads((REAL / file).read_text()), file)
+    per_token = layers * 2 * kv_heads * head_dim * 2
+    assert kv_bytes_per_sequence(spec, 131_072, KvFormat("bf16")) == 131_072 * per_token
