@@ -31,6 +31,14 @@ class Quantization(NamedTuple):
     notes: tuple[Note, ...] = ()
 
 
+def parts_without(quant: Quantization, dropped: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The parts an ignore list leaves quantized, less `dropped` (a family whose modules the
+    list names differently); a quantization without a list keeps its format's default scope."""
+    if quant.format is None or quant.parts is None:
+        return quant.parts  # nothing quantized, or the format's own default scope
+    return tuple(p for p in quant.parts if p not in dropped)
+
+
 def _excluded_parts(patterns) -> set[str]:
     """Parts an ignore / modules_to_not_convert list keeps unquantized."""
     excluded = set()

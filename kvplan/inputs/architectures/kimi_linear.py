@@ -33,10 +33,9 @@ vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py; KimiK3Config in vl
 
 from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, MoE, State, StateKind
 from kvplan.errors import KvplanError
-from kvplan.formulas.weights import QUANTIZABLE_PARTS
 from kvplan.inputs.architectures.structure import CONFIG_METADATA, summed_parts
 from kvplan.inputs.fields import Fields
-from kvplan.inputs.quantization import read_quantization
+from kvplan.inputs.quantization import parts_without, read_quantization
 from kvplan.notes import note
 
 FAMILY = "MoE, KDA linear-attention / MLA hybrid"
@@ -278,14 +277,12 @@ def build_kimi_linear(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
     notes = [] if declared is not None else [note("no-dtype")]
     quant = read_quantization(top, f.data, name, hint)
     notes.extend(quant.notes)
-    quantized = quant.parts
-    if quant.format is not None:
-        # KDA is the self_attn module here: an ignore list that keeps self_attn unquantized keeps
-        # it too; the latent projections are unquantized ReplicatedLinears in vLLM's model
-        quantized = quant.parts if quant.parts is not None else QUANTIZABLE_PARTS
-        if "attention" not in quantized:
-            quantized = tuple(p for p in quantized if p != "mixer")
-        quantized = tuple(p for p in quantized if p != "expert_projections")
+    # KDA is the self_attn module here: an ignore list that keeps self_attn unquantized keeps it
+    # too; the latent projections are unquantized ReplicatedLinears in vLLM's model
+    kept = ("expert_projections",)
+    if quant.parts is not None and "attention" not in quant.parts:
+        kept += ("mixer",)
+    quantized = parts_without(quant, kept)
     if top.get("vision_config") is not None:
         notes.append(note("vision-excluded"))
     mtp = f.int("num_nextn_predict_layers", default=0, minimum=0)
