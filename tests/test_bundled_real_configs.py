@@ -94,3 +94,17 @@ def test_cache_of_real_configs_transformers_cannot_run_shrunk(file, layers, kv_h
     spec = build_model(json.loads((REAL / file).read_text()), file)
     per_token = layers * 2 * kv_heads * head_dim * 2
     assert kv_bytes_per_sequence(spec, 131_072, KvFormat("bf16")) == 131_072 * per_token
+
+
+def test_full_attention_interval_beside_layer_types_is_read_when_it_agrees():
+    """Qwen3.5/3.6/3.8 write full_attention_interval 4 beside the layer_types derived from it:
+    read, no structure note. An interval that disagrees changes nothing transformers or vLLM
+    build (they follow layer_types) and stays named in the note."""
+    raw = json.loads((REAL / "Qwen--Qwen3.8-2.4T-A95B.json").read_text())
+    assert raw["full_attention_interval"] == 4
+    spec = build_model(raw, "q")
+    assert "structure-unread" not in {n.id for n in spec.notes}
+    other = build_model(dict(raw, full_attention_interval=3), "q")
+    assert other.layers == spec.layers
+    unread = [n for n in other.notes if n.id == "structure-unread"]
+    assert unread and "full_attention_interval" in str(unread[0].values)
