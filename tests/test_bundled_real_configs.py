@@ -108,3 +108,12 @@ def test_full_attention_interval_beside_layer_types_is_read_when_it_agrees():
     assert other.layers == spec.layers
     unread = [n for n in other.notes if n.id == "structure-unread"]
     assert unread and "full_attention_interval" in str(unread[0].values)
+
+
+def test_nemotron_3_super_mtp_pattern_is_the_unbuilt_mtp_layer():
+    """mtp_hybrid_override_pattern ("*E": the MTP layer's attention and MoE, in the legacy
+    letters) describes the multi-token-prediction layer outside num_hidden_layers, which kvplan
+    does not build, as mtp_layers_block_type does for Nemotron-3-Ultra: no structure note."""
+    spec = load_model("nemotron-3-super-120b")
+    assert "structure-unread" not in {n.id for n in spec.notes}
+    assert spec.params_total == 120_668_687_360  # transformers 5.24, the real/ oracle entry
