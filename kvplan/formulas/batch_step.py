@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-from kvplan.anatomy.model import KEPT, CacheKind, ModelSpec
+from kvplan.anatomy.model import KEPT, CacheKind, ModelSpec, distinct_layers
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
     dcp_allgather_bytes,
@@ -53,7 +53,16 @@ from kvplan.formulas.flops import (
 )
 from kvplan.formulas.kv import cache_groups
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
-from kvplan.formulas.step_time import Rates, bound, curve_value, time_floor_s
+from kvplan.formulas.step_time import (
+    OpKind,
+    OpRates,
+    Rates,
+    batch_ops,
+    bound,
+    curve_value,
+    step_time,
+    time_floor_s,
+)
 from kvplan.formulas.weights import weight_bytes_read_per_decode_step
 from kvplan.inputs.kernel_tables import Achieved, datasheet_achieved, host_overheads_data
 from kvplan.record import NamedTuple
@@ -203,8 +212,17 @@ class StepModel:
         ep: int = 1,
         dp: int = 1,
         dcp: int = 1,
+        op_rates: OpRates | None = None,
+        op_dtype: str | None = None,
+        op_gather_kv: bool = False,
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
+        self.fmt = fmt
+        # a measured profile's per-operator curves (kvplan measure): the forward is priced
+        # operator by operator (step_time.batch_ops at these rates, in `op_dtype`), the model
+        # that `kvplan measure --check` validates; None: the kernel tables' fractions
+        self.op_rates, self.op_dtype, self.op_gather_kv = op_rates, op_dtype, op_gather_kv
+        self._op_layers = distinct_layers(spec.layers)
         self.moe_ranks, self.ep, self.dp = moe_ranks or tp, ep, dp
         self.link, self.achieved, self.host = link, achieved, host
         self.async_scheduling = async_scheduling
@@ -454,6 +472,8 @@ class StepModel:
     ) -> tuple[float, ...]:
         """(weights, matmul, kv_read, attention, comm, launch) seconds of a forward over
         `layer_share` of the layers (1: the whole model)."""
+        if self.op_rates is not None:
+            return self._forward_ops(shape, layer_share)
         num_tokens = max(1, shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
         weights_s, matmul_s = self.gemm_s(num_tokens, max(1, shape.num_sampled), gathered_tokens)
         decode_s, kv_bound = self.decode_attention_s(shape.num_decodes, shape.decode_context_sum)
@@ -476,6 +496,56 @@ class StepModel:
             ((0.0 if kv_bound else decode_s) + prefill_s) * layer_share,
             (self.comm_s(num_tokens) + self.dcp_comm_s(shape.num_decodes)) * layer_share,
             per_layer * self.spec.num_layers * layer_share,
+        )
+
+    def forward_ops_s(
+        self, shape: BatchShape, head: bool = True
+    ) -> tuple[float, float, float, float, float]:
+        """(weights, matmul, kv_read, attention, launch) seconds of a whole forward over `shape`
+        priced operator by operator at the measured curves: each distinct layer's operators
+        (step_time.batch_ops) once, times its count, then the embedding lookup and the head over
+        the sampled positions. GEMMs are charged to weights_s or matmul_s by the roof that binds
+        each, attention to kv_read_s or attention_s, the other streaming operators (norms,
+        activations, cache writes and gathers) to weights_s or kv_read_s by what they move, and
+        every launch's fixed cost to launch_s. Decodes attend their mean context, rounded.
+        Without `head`: the layers alone, the forward `kvplan measure` times and predicts."""
+        rates = self.op_rates
+        num_decodes = shape.num_decodes
+        context = round(shape.decode_context_sum / self.dcp / num_decodes) if num_decodes else 0
+        terms = [0.0] * 5
+        parts = [((layer,), 0, count) for layer, count in self._op_layers]
+        if head:  # the embedding and the head
+            parts.append(((), max(1, shape.num_sampled), 1))
+        for layers, sampled, count in parts:
+            ops = batch_ops(
+                self.spec._replace(layers=layers),
+                self.op_dtype,
+                self.fmt,
+                num_decodes,
+                context,
+                shape.prefill_chunks,
+                num_sampled=sampled,
+                tp=self.tp,
+                gather_kv=self.op_gather_kv,
+            )
+            for op, t in zip(ops, step_time(ops, rates).ops, strict=True):
+                body = (t.time_s - t.overhead_s) * count
+                if op.kind is OpKind.MATMUL:
+                    terms[0 if t.bound == "memory" else 1] += body
+                elif op.kind is OpKind.ELEMENTWISE:
+                    terms[2 if op.kv_bytes else 0] += body
+                else:
+                    terms[2 if t.bound == "memory" else 3] += body
+                terms[4] += t.overhead_s * count
+        return tuple(terms)
+
+    def _forward_ops(self, shape: BatchShape, layer_share: float) -> tuple[float, ...]:
+        """_forward's terms from the measured per-operator model (forward_ops_s)."""
+        weights_s, matmul_s, kv_read_s, attention_s, launch_s = self.forward_ops_s(shape)
+        num_tokens = max(1, shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
+        comm_s = self.comm_s(num_tokens) + self.dcp_comm_s(shape.num_decodes)
+        return tuple(
+            t * layer_share for t in (weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s)
         )
 
     def _pipelined(self, shape: BatchShape, microbatches: int) -> tuple[float, ...]:
@@ -507,7 +577,7 @@ class StepModel:
         import numpy as np
 
         sums = np.asarray(context_sums, dtype=float)
-        if self.pp > 1 and num_decodes > 1:
+        if (self.pp > 1 and num_decodes > 1) or self.op_rates is not None:
             steps = [self.step(BatchShape(num_decodes, float(x), (), num_decodes)) for x in sums]
 
             def kept_steps(k: int) -> BatchStepTime:

@@ -214,23 +214,6 @@ def figures_of(profile: GpuProfile) -> dict[str, tuple[float, float]]:
     return out
 
 
-def rates_of(profile: GpuProfile, dtype: str) -> OpRates:
-    """A profile's per-operator rates: its measured curves where it has them, else the
-    datasheet's flat roofline (bandwidth and the `dtype` peak, no launch cost)."""
-    m = profile.measured
-    if m is not None:
-        return OpRates(
-            profile.memory_bandwidth_bytes_per_s,
-            m.matmul_bandwidth_bytes_per_s,
-            m.matmul_flop_per_s,
-            m.decode_attention_flop_per_s,
-            m.prefill_attention_flop_per_s,
-            m.overhead_s,
-            m.matmul_overhead_s,
-        )
-    return OpRates.flat(profile.memory_bandwidth_bytes_per_s, profile.peak(dtype))
-
-
 def _mapping(points) -> list[str]:
     return [f"    {int(size)}: {value:.6e}" for size, value in points]
 

@@ -22,6 +22,7 @@ from kvplan.formulas.step_time import (
     OpsStepTime,
     decode_ops,
     layer_shape,
+    op_rates_of,
     prefill_ops,
     scale_bytes,
     step_time,
@@ -30,7 +31,7 @@ from kvplan.inputs.sources import load_bundled, load_model
 from kvplan.kernels.paged_attention import available_impls
 from kvplan.measure import probes as pr
 from kvplan.measure.device import choose_profile, default_threads, detect
-from kvplan.measure.profile import DeviceProfile, derive, rates_of
+from kvplan.measure.profile import DeviceProfile, derive
 from kvplan.measure.timing import Clock, Item, Progress, time_rounds
 from kvplan.measure.workload import Workload, truncate
 from kvplan.notes import Note, note, unique
@@ -332,7 +333,7 @@ def _measure_once(request: MeasureRequest, progress: Progress | None) -> Measure
     sheet_rates = None
     if datasheet is not None:
         try:
-            sheet_rates = rates_of(datasheet, dtype)
+            sheet_rates = op_rates_of(datasheet, dtype)
         except KvplanError:
             sheet_rates = None
     steps: list[tuple[str, int, int, list[Op], str]] = [

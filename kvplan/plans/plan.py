@@ -317,9 +317,9 @@ def _check_kv_cache_dtypes(request: PlanRequest) -> None:
     """A kv-cache-dtype the engine has no such name for is a typo, refused before the search
     (it used to rule out every configuration, one by one, and answer "none meet the targets")."""
     from kvplan.engines.sglang import KV_CACHE_DTYPES as SGLANG_KV_CACHE_DTYPES
-    from kvplan.simulate.setup import KV_FORMATS
+    from kvplan.engines.vllm import KV_CACHE_DTYPES as VLLM_KV_CACHE_DTYPES
 
-    known = SGLANG_KV_CACHE_DTYPES if request.emit == "sglang" else tuple(KV_FORMATS)
+    known = SGLANG_KV_CACHE_DTYPES if request.emit == "sglang" else VLLM_KV_CACHE_DTYPES
     for kv in request.kv_cache_dtypes:
         if kv not in known:
             raise KvplanError(f"--kv-cache-dtype {kv[:40]!r}: choose {', '.join(known)}")

@@ -25,10 +25,10 @@ from kvplan.simulate import cluster, disagg, metrics
 from kvplan.simulate.cluster import Frontend
 from kvplan.simulate.engine import Engine, pool_demand, with_stand_in, without_idle_caching
 from kvplan.simulate.setup import (
-    KV_FORMATS,
     Replica,
     ServeOptions,
     build_replica,
+    kv_format_name,
     make_engine,
     parallel_layout,
 )
@@ -380,7 +380,9 @@ def transfer_model(
     every decode rank must hold (formulas.comm.kv_transfer_bytes), each rank's share over its own
     link (kv_transfer_time_s)."""
     link = choose_link(gpu, request.link, request.network_gbps)
-    fmt = resolve_kv_format(KV_FORMATS[replica.options.kv_cache_dtype], spec.dtype)
+    fmt = resolve_kv_format(
+        kv_format_name(replica.options.engine, replica.options.kv_cache_dtype), spec.dtype
+    )
     tp, ranks = replica.options.tp, replica.options.tp * replica.options.pp
 
     def bytes_of(tokens: int) -> float:

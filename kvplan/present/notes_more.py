@@ -378,8 +378,21 @@ text("sim-dsa-dense")(
 )
 text("sim-achieved-measured")(
     lambda: (
-        "The profile is measured (kvplan measure): its rates are achieved ones, and each kernel "
-        "family runs at its measured ratio to the dense matmul and copy kernels."
+        "The profile is measured (kvplan measure), but its per-operator curves lay out only "
+        "dense attention + MLP layers with weights in a plain float format; this model is not "
+        "one, so its rates are taken as achieved ones and each kernel family runs at the H100 "
+        "SXM's measured ratio to the dense matmul and copy kernels (not checked on this device)."
+    )
+)
+text("sim-measured-ops")(
+    lambda dtype, weights: (
+        "The profile is measured (kvplan measure): every operator of a step (each layer's "
+        "GEMMs over the step's tokens, one decode-attention call, each prefill chunk's causal "
+        "attention, norms, activations and cache writes, the head over the sampled positions) "
+        "runs at the device's measured curve at its shape plus its measured launch cost: the "
+        "per-operator model `kvplan measure --check` validates. The curves were measured in "
+        f"{dtype}; this run's weights are {weights}. The scheduler's CPU costs are vLLM's "
+        "(BLIS), not measured here."
     )
 )
 text("sim-prefix-caching-off-hybrid")(

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from enum import IntEnum
 
 from kvplan.formulas.batch_step import TERMS, BatchShape, StepModel
 from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
@@ -92,9 +93,27 @@ class EngineConfig(NamedTuple):
     window_processed_drops: bool = False
 
 
-WAITING, PREFILL, DECODE, DONE, HELD = 0, 1, 2, 3, 4  # HELD: prefilled, blocks kept for a transfer
-# a decode engine's remote request: no KV yet, its blocks allocated and the KV on its way, arrived
-LOCAL, NEEDS_KV, RECEIVING, RECEIVED = 0, 1, 2, 3
+class RequestState(IntEnum):
+    """Where a request is in an engine (ints underneath: the hot loop compares them)."""
+
+    WAITING = 0  # queued, or preempted back to the queue
+    PREFILL = 1  # its prompt (or what preemption dropped) being computed, chunk by chunk
+    DECODE = 2  # one token a step
+    DONE = 3
+    HELD = 4  # prefilled, its blocks kept for a transfer (disaggregated prefill)
+
+
+class KvSource(IntEnum):
+    """Where a decode engine's request gets its KV from (disaggregated serving)."""
+
+    LOCAL = 0  # computed here
+    NEEDS_KV = 1  # remote: no KV yet
+    RECEIVING = 2  # its blocks allocated, the KV on its way
+    RECEIVED = 3
+
+
+WAITING, PREFILL, DECODE, DONE, HELD = RequestState
+LOCAL, NEEDS_KV, RECEIVING, RECEIVED = KvSource
 
 
 class CountingPool:

@@ -23,7 +23,7 @@ from kvplan.formulas.batch_step import (
     measured_achieved,
 )
 from kvplan.formulas.dtypes import resolve_kv_format
-from kvplan.formulas.step_time import Rates
+from kvplan.formulas.step_time import Rates, measurable, op_rates_of
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.inputs.kernel_tables import tables_for
@@ -39,19 +39,18 @@ LARGE_GPU_BYTES = 70 * GIB  # get_batch_defaults: device memory >= 70 GiB ...
 LARGE_DEFAULTS = (8192, 1024)  # ... and not an A100: max_num_batched_tokens, max_num_seqs
 SMALL_DEFAULTS = (2048, 256)
 DEFAULT_MAX_MODEL_LEN = 8192  # when the config states no max_position_embeddings
-# vLLM kv-cache-dtype spellings -> the element format the step time reads
-KV_FORMATS = {
-    "auto": "auto",
-    "bfloat16": "bf16",
-    "float16": "fp16",
-    "fp8": "fp8",
-    "fp8_e4m3": "fp8",
-    "fp8_e5m2": "fp8",
-    "fp8_ds_mla": "fp8",
-    "int8_per_token_head": "int8",
-    "fp8_per_token_head": "fp8",
-    "nvfp4": "int4",
-}
+
+
+def kv_format_name(engine: str, kv_cache_dtype: str) -> str:
+    """The KV format the step time reads for an engine's --kv-cache-dtype spelling, from the
+    engine's one vocabulary table (the one its allocation reads): "auto" for the model's."""
+    from kvplan.engines.sglang import KV_CACHE_FORMATS as SGLANG
+    from kvplan.engines.vllm import KV_CACHE_FORMATS as VLLM
+
+    table = SGLANG if engine == "sglang" else VLLM
+    if kv_cache_dtype not in table:
+        raise KvplanError(f"--kv-cache-dtype {kv_cache_dtype[:40]!r}: choose {', '.join(table)}")
+    return table[kv_cache_dtype] or "auto"
 
 
 class ServeOptions(NamedTuple):
@@ -253,10 +252,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     from kvplan.engines.vllm import check_dcp
 
     dcp = check_dcp(spec, options.tp, options.decode_context_parallel_size, options.engine)
-    if options.kv_cache_dtype not in KV_FORMATS:
-        raise KvplanError(
-            f"--kv-cache-dtype {options.kv_cache_dtype[:40]!r}: choose {', '.join(KV_FORMATS)}"
-        )
+    kv_format_name(options.engine, options.kv_cache_dtype)  # a typo refused before any work
     mnbt_default, seqs_default = batch_defaults(gpu)
     max_model_len = _max_model_len(spec, options)
     mnbt = options.max_num_batched_tokens or mnbt_default
@@ -315,7 +311,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
     graph_tokens = 0 if options.enforce_eager else min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt)
     model, wdtype = step_model(
-        spec, gpu, options, KV_FORMATS[options.kv_cache_dtype],
+        spec, gpu, options, kv_format_name("vllm", options.kv_cache_dtype),
         graph_tokens, notes, weights_format(options), layout,
     )  # fmt: skip
     if dcp > 1:
@@ -398,6 +394,14 @@ def step_model(
     measured = gpu.vendor == "measured"
     tables = tables_for(gpu, options.engine)
     achieved = tables.achieved
+    # a measured profile with per-operator curves prices every layer it can lay out (dense
+    # attention + MLP in a plain float format) through them: the model kvplan measure checks
+    per_op = (
+        measured
+        and gpu.measured is not None
+        and wdtype in ("fp32", "bf16", "fp16")
+        and measurable(spec)
+    )
     model = StepModel(
         spec,
         Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak(spec.dtype)),
@@ -417,6 +421,9 @@ def step_model(
         moe_ranks=layout.expert_ranks,
         ep=layout.ep,
         dp=layout.dp,
+        op_rates=op_rates_of(gpu, wdtype) if per_op else None,
+        op_dtype=wdtype,
+        op_gather_kv=bool(per_op and gpu.measured.gather_kv),
     )
     if any(a.indexer_head_dim for a in spec.attention_layers()):
         notes.append(
@@ -430,7 +437,9 @@ def step_model(
             else note("sim-dsa-dense", gpu=gpu.name, engine=options.engine)
         )
     notes.append(
-        note("sim-achieved-measured")
+        note("sim-measured-ops", dtype=gpu.measured.dtype, weights=wdtype)
+        if per_op
+        else note("sim-achieved-measured")
         if measured
         else note(
             "sim-kernel-tables",
@@ -619,7 +628,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         spec,
         gpu,
         options,
-        KV_FORMATS.get(alloc.kv_cache_dtype, "auto"),
+        kv_format_name("sglang", alloc.kv_cache_dtype),
         0 if options.enforce_eager else alloc.cuda_graph_max_bs,
         notes,
         weights_format(options),
