@@ -28,8 +28,8 @@ from collections import Counter
 # file, or builds it without reading fields that change it (tests/test_transformers_oracle.py,
 # tests/test_kimi_linear.py); they decide before transformers' own count
 CITED = {
-    # vLLM's Kimi-K3 model code (KimiLinearConfig in transformers 5.24 drops its latent MoE,
-    # output gate, attention residuals and full-rank KDA gate)
+    # vLLM 0.32.0's Kimi-K3 model code, vllm/models/kimi_k3 (KimiLinearConfig in transformers
+    # 5.24 drops its latent MoE, output gate, attention residuals and full-rank KDA gate)
     "moonshotai--Kimi-K3.json": 2_779_484_393_568,
     "XiaomiMiMo--MiMo-7B-Base.json": 7_622_619_136,
     "stepfun-ai--Step-3.7-Flash.json": 195_844_496_640,

