@@ -220,12 +220,9 @@ text("compare-best-layout")(
 )
 text("compare-priced-at-floor")(
     lambda gpu, dp_attention: (
-        f"{gpu}: tokens/s and $/M at the 100% floor, not the step model: "
-        + (
-            f"DP attention over {dp_attention} ranks, which plan's step model does not lay out."
-            if dp_attention > 1
-            else "its profile has no interconnect figure for the step model's all-reduces."
-        )
+        f"{gpu}: tokens/s and $/M at the 100% floor, not the step model: its profile has no "
+        "interconnect figure for the step model's "
+        + (f"all-to-alls between {dp_attention} EP ranks." if dp_attention > 1 else "all-reduces.")
     )
 )
 text("compare-none")(
