@@ -281,7 +281,7 @@ def build_kimi_linear(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
     notes.extend(quant.notes)
     # KDA is the self_attn module here: an ignore list that keeps self_attn unquantized keeps it
     # too; the latent projections are unquantized ReplicatedLinears in vLLM's model
-    kept = ("expert_projections",)
+    kept: tuple[str, ...] = ("expert_projections",)
     if quant.parts is not None and "attention" not in quant.parts:
         kept += ("mixer",)
     quantized = parts_without(quant, kept)
