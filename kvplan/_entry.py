@@ -16,9 +16,14 @@ until the handlers are set, so what is left there is the interpreter's own start
 finding the package, before any line of kvplan runs. The `kvplan` script pip writes imports
 this module first; its window is that import, about a millisecond."""
 
-import _signal
 import os
 import sys
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; mypy reads it as True
+if TYPE_CHECKING:  # typeshed has no stub for the C module; `signal` re-exports its names
+    import signal as _signal
+else:
+    import _signal
 
 SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
 _NAMES = {_signal.SIGTERM: "SIGTERM", _signal.SIGINT: "SIGINT", _signal.SIGHUP: "SIGHUP"}

@@ -382,6 +382,19 @@ def test_quark_fp8_and_mxfp4_configs():
     assert unread.format is None and unread.notes[0].id == "quant-unread"
 
 
+@pytest.mark.parametrize("group, fmt", [(16, "nvfp4"), (None, "nvfp4"), (32, "mxfp4"), (64, None)])
+def test_compressed_tensors_4_bit_floats_by_their_group(group, fmt):
+    """compressed-tensors writes nvfp4 (nvfp4-pack-quantized: an fp8 scale per 16 values) and
+    mxfp4 (mxfp4-pack-quantized, Kimi-K3: a uint8 e8m0 scale per 32) as the same float 4-bit
+    weights; the group size tells them apart, and another size is named, not guessed."""
+    weights = {"num_bits": 4, "type": "float", "strategy": "group", "group_size": group}
+    qc = {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": weights}}}
+    quant = read_quantization({"quantization_config": qc}, {}, "x")
+    assert quant.format == fmt
+    if fmt is None:
+        assert quant.notes[0].id == "quant-unread"
+
+
 # ---- GPUs runs name, and the link ----------------------------------------------------------
 
 
@@ -465,7 +478,7 @@ def test_engine_version_picks_the_release_and_says_when_it_is_only_the_nearest()
         (["--engine", "sglang", "--engine-version", "0.4." + "9" * 60], "SGLang version"),
         (["--engine", "sglang", "--vllm-version", "0.13"], "--vllm-version"),
         (["--engine-version", "0.13", "--vllm-version", "0.13"], "not both"),
-        (["--engine-version", "0.5"], "--vllm-version"),  # a vLLM version from 0.8
+        (["--engine-version", "0.5"], "--vllm-version"),  # a vLLM version from 0.6
     ],
 )
 def test_bad_engine_versions_are_one_line(args, needle):

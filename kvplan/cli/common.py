@@ -79,6 +79,45 @@ def batch_option(default: str = "1", help: str = BATCH_HELP) -> Any:
     return typer.Option(default, "--batch", help=help)
 
 
+# The engines' serve flags, each spelled once: vLLM's spellings, then SGLang's where it names
+# the flag otherwise. `kvplan engine`, `simulate` and `plan` declare every one of them through
+# serve_option, so a flag is accepted under the same names wherever it is taken.
+SERVE_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "tp": (("--tensor-parallel-size", "--tp"), ()),
+    "pp": (("--pipeline-parallel-size", "--pp"), ()),
+    "max_num_seqs": (("--max-num-seqs",), ("--max-running-requests",)),
+    "max_num_batched_tokens": (("--max-num-batched-tokens",), ("--chunked-prefill-size",)),
+    "max_model_len": (("--max-model-len",), ("--context-length",)),
+    "kv_cache_dtype": (("--kv-cache-dtype",), ()),
+    "gpu_memory_utilization": (("--gpu-memory-utilization", "--gpu-mem-util"), ()),
+    "mem_fraction_static": ((), ("--mem-fraction-static",)),
+    "quantization": (("--quantization", "-q"), ()),
+    "kv_cache_memory": (("--kv-cache-memory",), ()),
+    "block_size": (("--block-size",), ("--page-size",)),
+    "data_parallel_size": (("--data-parallel-size", "-dp"), ("--dp-size", "--dp")),
+    "enable_expert_parallel": (("--enable-expert-parallel", "-ep"), ()),
+    "ep_size": ((), ("--ep-size", "--expert-parallel-size")),
+    "enable_dp_attention": ((), ("--enable-dp-attention",)),
+}
+
+
+def serve_option(
+    name: str,
+    default: Any,
+    help: str,
+    *,
+    engines: tuple[str, ...] = ("vllm", "sglang"),
+    extra: tuple[str, ...] = (),
+    **kwargs: Any,
+) -> Any:
+    """The engines' serve flag `name` (SERVE_FLAGS) with this command's default and help,
+    spelled as each of `engines` spells it; `extra`: more spellings this command takes beside
+    the engines' (kvplan engine's --ctx)."""
+    vllm, sglang = SERVE_FLAGS[name]
+    spellings = (vllm if "vllm" in engines else ()) + (sglang if "sglang" in engines else ())
+    return typer.Option(default, *spellings, *extra, help=help, **kwargs)
+
+
 def tp_option(default: int | None = 1) -> Any:
     return typer.Option(
         default,
@@ -320,3 +359,67 @@ def enforce_eager_option():
         help="No CUDA graphs: every step pays the eager per-layer launch cost (vLLM: no graph "
         "memory).",
     )
+
+
+def speculative_config_option():
+    """vLLM's --speculative-config JSON."""
+    return typer.Option(
+        None,
+        "--speculative-config",
+        help='vLLM\'s speculative decoding as vllm serve takes it: \'{"method": "mtp", '
+        '"num_speculative_tokens": 1}\' (eagle, eagle3, draft_model, ngram; "model": a draft).',
+    )
+
+
+def speculative_algorithm_option():
+    return typer.Option(
+        None,
+        "--speculative-algorithm",
+        help="SGLang's speculative decoding: EAGLE, EAGLE3, NEXTN (MTP), STANDALONE, NGRAM.",
+    )
+
+
+def speculative_int_option(flag: str, what: str):
+    return typer.Option(None, flag, help=f"SGLang's {what} (unset: SGLang's default).")
+
+
+def speculative_draft_option():
+    return typer.Option(
+        None,
+        "--speculative-draft-model-path",
+        help="SGLang's draft model or EAGLE head (a bundled name or path for STANDALONE).",
+    )
+
+
+def spec_accept_option():
+    return typer.Option(
+        None,
+        "--spec-accept",
+        help="Speculative acceptance: a per-token rate in (0, 1], or per-position rates as "
+        "vLLM's spec-decode metrics print them (0.82,0.61,0.43); unset: 0.7, noted.",
+    )
+
+
+def spec_accept_length_option():
+    return typer.Option(
+        None,
+        "--spec-accept-length",
+        help="Speculative acceptance as a mean acceptance length (vLLM's 'Mean acceptance "
+        "length', SGLang's 'accept len'): tokens per round, 1 to k + 1.",
+    )
+
+
+def speculative_fields(
+    config, algorithm, num_steps, topk, draft_tokens, draft_path, accept, accept_length
+) -> dict:
+    """The ServeOptions fields of the speculative flags."""
+    return {
+        "speculative_config": config,
+        "speculative_algorithm": algorithm,
+        "speculative_num_steps": num_steps,
+        "speculative_eagle_topk": topk,
+        "speculative_num_draft_tokens": draft_tokens,
+        "speculative_draft_model_path": draft_path,
+        "spec_accept": accept,
+        "spec_accept_length": accept_length,
+    }

@@ -54,6 +54,7 @@ def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:
 
 def _stored_note(spec: ModelSpec) -> Note:
     stored = spec.stored
+    assert stored is not None, "a note on stored weights for a model that has them"
     if stored.file_type:  # a GGUF
         return note("weights-gguf", file_type=stored.file_type, weights_bytes=stored.total_bytes)
     return note("weights-stored", weights_bytes=stored.total_bytes)
@@ -67,6 +68,7 @@ def _scope(spec: ModelSpec, fmt: WeightFormat) -> frozenset[str]:
 
 def _quant_note(dtype: str, spec: ModelSpec) -> Note:
     fmt = weight_format(dtype)
+    assert fmt is not None, f"{dtype} is a quantized format"
     scope = sorted(_scope(spec, fmt) & set(spec.param_parts))
     return note(
         "weights-quantized",
@@ -97,6 +99,7 @@ _WEIGHT_BYTES: dict[tuple, tuple] = {}
 
 def _weight_bytes(spec: ModelSpec, dtype: str) -> int:
     if dtype == "checkpoint":
+        assert spec.stored is not None, "'checkpoint' is offered only with stored weights"
         return spec.stored.total_bytes
     if dtype in ELEMENT_BYTES and dtype != "fp8":
         return spec.params_total * ELEMENT_BYTES[dtype]
@@ -127,6 +130,7 @@ def part_bytes_per_param(spec: ModelSpec, dtype: str, part: str) -> float:
     """Bytes one parameter of `part` takes in the weights format `dtype` (scales included)."""
     if dtype == "checkpoint":
         stored = spec.stored
+        assert stored is not None, "'checkpoint' is offered only with stored weights"
         if stored.part_bytes:  # the file says which tensors are which part (a GGUF)
             count = spec.param_parts.get(part, 0)
             return stored.part_bytes.get(part, 0) / count if count else 0.0
@@ -134,6 +138,7 @@ def part_bytes_per_param(spec: ModelSpec, dtype: str, part: str) -> float:
     if dtype in ELEMENT_BYTES and dtype != "fp8":
         return ELEMENT_BYTES[dtype]
     fmt = weight_format(dtype)
+    assert fmt is not None, f"{dtype} is a quantized format (plain ones returned above)"
     return fmt.bytes_per_param if part in _scope(spec, fmt) else ELEMENT_BYTES[spec.dtype]
 
 

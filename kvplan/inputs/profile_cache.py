@@ -41,7 +41,9 @@ def compile_bundled(folder: Path) -> dict:
     profile in file order winning a name (as a scan of the profiles in order finds it)."""
     from kvplan.inputs.hardware import load_yaml, parse_profile
 
-    profiles, prices, names = {}, None, {}
+    profiles: dict[str, object] = {}
+    prices: object = None
+    names: dict[str, str] = {}
     for path in sorted(folder.glob("*.yaml")):
         data = load_yaml(path)
         if path.stem == PRICES:

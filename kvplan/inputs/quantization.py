@@ -4,6 +4,7 @@ What it cannot read it names, and a name that says "FP8"/"AWQ"/... with no quant
 is flagged: the weights are then counted unquantized, and the output says so."""
 
 import re
+from typing import TypeGuard
 
 from kvplan.formulas.weights import QUANTIZABLE_PARTS
 from kvplan.inputs.text import clean
@@ -20,7 +21,7 @@ NAME_SAYS_QUANTIZED = (
 MAX_GROUP_SIZE = 1 << 20  # real groups are 32 to 128 values; a larger one is corrupt
 
 
-def _whole(value) -> bool:
+def _whole(value) -> TypeGuard[int]:
     """An integer as JSON spells one (true and 4.0 are not)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -29,6 +30,14 @@ class Quantization(NamedTuple):
     format: str | None  # a kvplan weights dtype name, None when not quantized (or unreadable)
     parts: tuple[str, ...] | None  # the parts it covers; None: the format's default
     notes: tuple[Note, ...] = ()
+
+
+def parts_without(quant: Quantization, dropped: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The parts an ignore list leaves quantized, less `dropped` (a family whose modules the
+    list names differently); a quantization without a list keeps its format's default scope."""
+    if quant.format is None or quant.parts is None:
+        return quant.parts  # nothing quantized, or the format's own default scope
+    return tuple(p for p in quant.parts if p not in dropped)
 
 
 def _excluded_parts(patterns) -> set[str]:
@@ -77,7 +86,14 @@ def _compressed_tensors(qc: dict) -> tuple[str | None, str]:
         if kind == "float" and bits == 8:
             formats.add("fp8-tensor" if strategy in ("tensor", "channel") else "fp8")
         elif kind == "float" and bits == 4:
-            formats.add("nvfp4")
+            # nvfp4: an fp8 scale per 16 values; mxfp4 (format "mxfp4-pack-quantized",
+            # Kimi-K3): a uint8 e8m0 scale per 32
+            if size in (None, 16):
+                formats.add("nvfp4")
+            elif size == 32:
+                formats.add("mxfp4")
+            else:
+                return None, f"4-bit floats in groups of {clean(repr(size))[:20]}"
         elif kind == "int" and bits in (4, 8):
             if strategy == "group" and not (_whole(size) and 0 < size <= MAX_GROUP_SIZE):
                 return None, f"group_size {clean(repr(size))[:20]}"
@@ -187,8 +203,7 @@ def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quant
     ignore = qc.get("modules_to_not_convert") or qc.get("ignore") or qc.get("ignored_layers")
     if method == "fp8":
         block = qc.get("weight_block_size")
-        fmt = "fp8" if block else "fp8-tensor"
-        return Quantization(fmt, _parts(ignore))
+        return Quantization("fp8" if block else "fp8-tensor", _parts(ignore))
     if method == "mxfp4":
         return Quantization("mxfp4", None)
     if method == "fbgemm_fp8":

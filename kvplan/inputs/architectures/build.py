@@ -335,6 +335,8 @@ class Builder(FamilyLayouts):
             self._check_window_letters([p.mixer for p in layers])
             if self.family.layer_rule == "lfm2":  # Lfm2Config: layer_types wins over it
                 f.has("full_attn_idxs")
+            if self.family.layer_rule == "interval_full":
+                self._check_interval([p.mixer for p in layers])
             single = any(p.ffn in ("dense", "moe") for p in layers)
             if single:  # each layer is one kind: mixers have no MLP of their own
                 return [p if p.mixer == "none" else Plan(p.mixer, "none") for p in layers]
@@ -343,6 +345,17 @@ class Builder(FamilyLayouts):
         if not self.attention_layers_possible:  # Mamba: every layer is one mixer, nothing else
             return [Plan("state", "none")] * num_layers
         return self._assign_ffn(self._rule_mixers(num_layers))
+
+    def _check_interval(self, mixers: list[str]) -> None:
+        """Qwen3-Next/Qwen3.5 write full_attention_interval beside the layer_types it was
+        derived from; transformers and vLLM build layer_types. An interval that says the same
+        is read; one that disagrees stays unread, and the structure note names it."""
+        interval = self.f.data.get("full_attention_interval")
+        if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+            return
+        derived = ["full" if (i + 1) % interval == 0 else "state" for i in range(len(mixers))]
+        if mixers == derived:
+            self.f.has("full_attention_interval")
 
     def per_layer_lists(self, plans: list[Plan]) -> list[Plan]:
         """Per-layer lists beside the layer pattern: `indexer_types` (GLM-5: "full" layers run
@@ -561,7 +574,7 @@ class Builder(FamilyLayouts):
         if isinstance(f.raw("moe_layer_freq"), list):  # one 0/1 per layer (MiMo-V2, MiniMax-M3)
             flags = f.int_list("moe_layer_freq", length=n)
             f.has("first_k_dense_replace")  # the same layers, written twice
-            return [bool(v) for v in flags]
+            return [bool(v) for v in flags or []]  # a list: checked just above
         if f.has("first_k_dense_replace"):
             first = f.int("first_k_dense_replace", minimum=0)
             freq = f.int("moe_layer_freq", default=1)
@@ -605,9 +618,9 @@ class Builder(FamilyLayouts):
             f.has("no_rope_layers")
             f.has("no_rope_layer_interval")
         self.window = f.window("sliding_window", default=fam.window)
-        if fam.swa_fields and f.window("sliding_window_size"):
+        if fam.swa_fields and (swa_window := f.window("sliding_window_size")):
             # MiMoV2FlashConfig: the window attends sliding_window_size tokens plus the query
-            self.window = f.window("sliding_window_size") + 1
+            self.window = swa_window + 1
         switch = fam.window_switch or (
             "use_sliding_window" if f.has("use_sliding_window") else None
         )
@@ -624,6 +637,7 @@ class Builder(FamilyLayouts):
         if fam.sparse_config:
             self._sparse_attention_config()
         state = read_state(f, self.model_type, self.hidden, self.dtype)
+        self.state: State | None
         self.state, self.state_source = state if state else (None, "")
         self.attention_layers_possible = self.model_type != "mamba2" and self.model_type != "mamba"
         self.num_experts = f.opt_int(*EXPERT_COUNT, minimum=0) or 0
@@ -663,7 +677,7 @@ class Builder(FamilyLayouts):
             kv_lora = f.int("kv_lora_rank", why="the MLA latent width")
             rope = f.int("qk_rope_head_dim", why="the MLA latent width")
             nope = f.int("qk_nope_head_dim", why="the MLA parameter count")
-            v_dim = f.int("v_head_dim", why="the MLA parameter count")
+            mla_v_dim = f.int("v_head_dim", why="the MLA parameter count")
             window = None
             if kind != "full":
                 raise KvplanError(f"{f.source}: {kind} layers with an MLA latent are not supported")
@@ -674,7 +688,7 @@ class Builder(FamilyLayouts):
                 head_dim=kv_lora + rope,
                 head_dim_v=0,
                 qk_head_dim=nope + rope,
-                v_head_dim=v_dim,
+                v_head_dim=mla_v_dim,
                 window=window,
                 mla_kv_lora_rank=kv_lora,
                 mla_rope_dim=rope,
@@ -691,7 +705,7 @@ class Builder(FamilyLayouts):
         head_dim, kv, shared_kv_proj = self.head_dim, self.kv, False
         if kind == "full":
             head_dim, kv, shared_kv_proj = self._global_attention()
-        v_dim = None  # as wide as the keys unless the family says otherwise
+        v_dim: int | None = None  # as wide as the keys unless the family says otherwise
         if self.family.swa_fields:
             head_dim, kv, v_dim = self._swa_attention(kind, head_dim, kv)
         given = dict(overrides)
@@ -716,7 +730,7 @@ class Builder(FamilyLayouts):
             window=size if cache_kind.windowed else None,
             shared_kv_proj=shared_kv_proj,
             sinks=self._sinks(kind),
-            indexer_head_dim=self.indexer_dim if self.gqa_indexer else 0,
+            indexer_head_dim=(self.indexer_dim or 0) if self.gqa_indexer else 0,
             indexer_num_heads=self.indexer_heads if self.gqa_indexer else 0,
         )
 
@@ -882,7 +896,7 @@ class Builder(FamilyLayouts):
 
     def position_keys(self) -> PositionKeys:
         """The length keys engines read (vLLM's and SGLang's lists) and the rope scaling."""
-        lengths = []
+        lengths: list[tuple[str, int]] = []
         for key in ENGINE_LENGTH_KEYS:
             value = self.f.window(key)
             if value:
