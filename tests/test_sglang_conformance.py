@@ -253,3 +253,24 @@ def test_a_request_finished_in_its_prefill_batch_leaves_its_prompt_cached():
     }
     assert _entry(log, 3)["scheduled"] == {"1": 100, "2": 150}
     assert _entry(log, 6)["scheduled"] == {"3": 1}
+
+
+def test_a_finished_request_holds_its_seat_until_the_next_decode_step():
+    """seat_until_filtered (4 seats): request 12 finishes in decode step 730; prefill steps
+    731-733 follow with no decode step between, so 12 is still in running_batch and with 10,
+    13 and 14 fills the 4 seats: 15 waits, and is admitted after decode step 734 filtered 12.
+    kvplan freed the seat at the finish and admitted 15 in step 733."""
+    log = _sglang_log("seat_until_filtered")
+    assert _entry(log, 730)["finished"] == ["12"]
+    assert _entry(log, 733)["scheduled"] == {"14": 29}
+    assert set(_entry(log, 734)["scheduled"]) == {"10", "13", "14"}
+
+
+def test_an_idle_pass_filters_the_finished_requests():
+    """idle_pass_filters (4 seats): request 0 finishes in step 13 and the loop then passes
+    idle until step 22, filtering it out of the running batch, so its seat is free again
+    when 1-4 arrive: 3 and 4 prefill together in step 27. Holding the seat until a decode
+    step would admit only 3."""
+    log = _sglang_log("idle_pass_filters")
+    assert _entry(log, 13)["finished"] == ["0"]
+    assert _entry(log, 27)["scheduled"] == {"3": 89, "4": 39}

@@ -17,7 +17,8 @@ schedule_policy.py's `PrefillAdder`, main of April 2026), with its defaults (no
    A request that finds no seat or no tokens (NO_TOKEN) marks the running batch full
    (`batch_is_full`): no admission is tried again until the running batch shrinks (a request
    finishes or is retracted, or a chunk of the chunked prompt ran) or was empty when the batch
-   formed. SGLang notices a decode's finish one decode step later; the simulation at once.
+   formed. A request that finishes in a decode step keeps its seat (and the batch its
+   `batch_is_full`) until the next decode step's filter, or an idle pass, removes it.
 3. Otherwise every running request decodes one token. new_token_ratio starts at 0.7 and falls by
    (0.7 - 0.098) / 600 per decode step to 0.098. When the pool cannot hold the next tokens the
    scheduler retracts requests (fewest outputs first, then longest prompt; at least one stays)
@@ -111,6 +112,8 @@ class SglangEngine(Engine):
         # a decode finished since the last decode step: update_running_batch's filter_batch
         # clears batch_is_full at the next decode step, after that step's prefill attempt
         self.shrunk = False
+        # decode finishes since then: still in running_batch (holding a seat) until that filter
+        self.unfiltered = 0
         self.prefill_finishing = False  # finishes now are of a prefill batch
         self.decode_log: list[int] = []
         self.ends: dict[int, int] = {}  # decoding request -> the decode step after its last
@@ -123,6 +126,13 @@ class SglangEngine(Engine):
         self.fill_end: dict[int, int] = {}  # request -> tokens its last prefill covers
         self.node_of: dict[int, _Node] = {}  # cached block -> its radix-tree node
         self.tick = 0  # the tree's clock: a node's last use
+
+    def admit(self, req: Req, now: float) -> None:
+        if not self.has_work and now > self.clock_s:
+            # the event loop passed idle since the last step: update_running_batch filtered the
+            # finished requests out of the running batch (seats and batch_is_full cleared)
+            self.unfiltered, self.shrunk, self.full = 0, False, False
+        super().admit(req, now)
 
     # ---- what a request may ask for ----------------------------------------------------------
     def output_limit(self, input_tokens: int, max_model_len: int) -> int:
@@ -236,6 +246,7 @@ class SglangEngine(Engine):
             self.full = False
         else:
             self.shrunk = True
+            self.unfiltered += 1
 
     def _leave_cohort(self, r: Req, j: int) -> None:
         super()._leave_cohort(r, j)
@@ -310,6 +321,7 @@ class SglangEngine(Engine):
                 raise _Unservable(self.chunked or self.waiting[0])
             return []
         shrunk, self.shrunk = self.shrunk, False
+        self.unfiltered = 0
         retracted = self._make_room()
         if retracted or shrunk:  # update_running_batch: the batch is smaller than it was
             self.full = False
@@ -344,10 +356,13 @@ class SglangEngine(Engine):
 
     def _prefill_batch(self) -> list[tuple[Req, int]]:
         """PrefillAdder: the chunked request's next chunk, then waiting requests in order."""
-        if self.full and self.shrunk and not self.num_decodes:
-            # update_running_batch on an empty batch clears batch_is_full; the loop's pass
-            # with no batch takes no step, and the next pass tries the prefill again
+        seated = len(self.running) + self.unfiltered >= self.config.max_num_seqs
+        if (self.full or seated) and self.shrunk and not self.num_decodes:
+            # no seat, or batch_is_full, and nothing decoding: the pass forms no batch, and
+            # update_running_batch filters the finished requests out (the batch is empty),
+            # clearing batch_is_full; that pass takes no step, the next tries the prefill
             self.full, self.shrunk = False, False
+            self.unfiltered = 0
         if (self.full or not self.waiting) and self.chunked is None:
             return []
         policy, config = self.policy, self.config
@@ -381,7 +396,7 @@ class SglangEngine(Engine):
             rem_chunk -= n
             rem_total -= n + policy.page_size
         while self.waiting and self.chunked is None and not self.full:
-            if len(self.running) >= config.max_num_seqs:
+            if len(self.running) + self.unfiltered >= config.max_num_seqs:
                 self.full = True
                 break
             if rem_total <= 0:  # NO_TOKEN
@@ -487,7 +502,7 @@ class SglangEngine(Engine):
     def _head_fits(self) -> bool:
         """Whether the queue's head would be admitted now: a seat, and its prompt, expected
         outputs and a page within the KV budget (PrefillAdder.add_one_req's first test)."""
-        if len(self.running) >= self.config.max_num_seqs:
+        if len(self.running) + self.unfiltered >= self.config.max_num_seqs:
             return False
         rem_total = self._free_tokens() - self._reserved_tokens(self.ratio)
         extend, _, _, free_hits = self._head_need(self.waiting[0])
