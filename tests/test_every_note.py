@@ -188,7 +188,7 @@ def measure_replayed(*argv: str) -> Invocation:
     command = cli(*MEASURE, *argv)
 
     def run(d: Path) -> None:
-        pytest.importorskip("torch")
+        torch = pytest.importorskip("torch")
         import kvplan.measure.run as measure_run
         from kvplan.measure.timing import Timing
 
@@ -205,6 +205,7 @@ def measure_replayed(*argv: str) -> Invocation:
             "time_rounds": time_rounds,
         }
         real = {name: getattr(measure_run, name) for name in replayed}
+        threads = torch.get_num_threads()  # measure sets torch's, for the process
         for name, fn in replayed.items():
             setattr(measure_run, name, fn)
         try:
@@ -212,6 +213,7 @@ def measure_replayed(*argv: str) -> Invocation:
         finally:
             for name, fn in real.items():
                 setattr(measure_run, name, fn)
+            torch.set_num_threads(threads)
 
     return run
 
