@@ -21,6 +21,9 @@ For each kernel family the fraction is the median over the table's shapes of
 roofline time / measured time, where the roofline uses the datasheet rates:
   - compute side: FLOPs / dense peak, over the compute-bound shapes (large token counts);
   - memory side: bytes / memory bandwidth, over the memory-bound shapes (few tokens).
+Only rows timed in a CUDA graph, as the engines replay their decode steps, count: a GEMM format
+whose rows time the host's dispatch (`host_timed`: aiconfigurator's vLLM block-fp8 rows) takes
+the pair of the same kernel graph-timed in the GPU's other-engine table, else the H100's.
 Needs pyarrow (not a kvplan dependency): run it from a throwaway environment.
 """
 
@@ -119,8 +122,8 @@ def newest(root: Path, gpu: str, op: str, engine: str, name: str) -> str | None:
 # dispatch, 55 us a call on an H100 host, 150-250 us on B200/B300/GB200/GB300, whatever the
 # shape. A format is taken as timed by the host when its fastest call at <= 16 tokens is over
 # HOST_TIMED_FACTOR times the table's fastest bf16 call there (bf16 is graph-timed in every
-# collector): graph-timed formats measure 1.4-8.2x (H100 vLLM 0.14 block-fp8 8.2x, 20.5 us),
-# host-timed ones 22-176x.
+# collector): graph-timed formats measure 1.4-8.3x (H100 vLLM 0.14 block-fp8 8.3x, 20.5 us),
+# host-timed ones 22-171x.
 HOST_TIMED_FACTOR = 15
 # The same kernel timed by the other engine's collector in a graph, by kernel_source: vLLM's
 # DeepGemmFp8BlockScaledMMKernel (vllm/model_executor/kernels/linear/scaled_mm/deep_gemm.py: a
@@ -670,8 +673,11 @@ def main() -> None:
     bw, peaks = DATASHEET[args.gpu]
     v, g = args.version, args.gpu
     print(f"{g}, vLLM {v}: (compute fraction, memory fraction), medians")
+    gemm_pairs, host = dense_pairs(table(args.data, g, "gemm", "gemm_perf", v), bw, peaks, "vllm")
+    for dtype, why in host.items():
+        print(f"  gemm       {dtype:10} no pair: its rows {why}")
     for name, result in (
-        ("gemm", gemm(table(args.data, g, "gemm", "gemm_perf", v), bw, peaks)),
+        ("gemm", gemm_pairs),
         ("moe", moe(table(args.data, g, "moe", "moe_perf", v), bw, peaks)),
         (
             "attention",
