@@ -53,6 +53,15 @@ PRINTED_ACCEPT = {
 }
 
 
+# external runs whose checkpoint the bundled config of their id does not describe, replayed on a
+# bundled config that does (their records stay as they are): Kimi-K2-Thinking is Kimi-K2's text
+# model with INT4 (QAT, compressed-tensors, group 32) experts, the format and layers of the bundled
+# Kimi-K2.5's text model; moonshotai/Kimi-K2-Thinking would resolve to the FP8 Kimi-K2-Instruct
+STAND_IN = {
+    "vllmrecipes-kimi-k2-thinking-h200-tp8-dcp8-random-8000-4000-rate100": "moonshotai/Kimi-K2.5",
+}
+
+
 def features_of(serve_cmd: str) -> list[str]:
     """The issue-28 features a serve command asks for, by its flags as written."""
     names = {arg.split("=", 1)[0].split(".", 1)[0] for arg in shlex.split(serve_cmd)}
@@ -61,12 +70,19 @@ def features_of(serve_cmd: str) -> list[str]:
 
 def load_runs() -> list[dict]:
     """The feature runs (module docstring): the new file's, then the external file's."""
-    runs = json.loads(FEATURES_PATH.read_text(encoding="utf-8"))["cases"]
+    runs = [
+        dict(case, collection="features file")
+        for case in json.loads(FEATURES_PATH.read_text(encoding="utf-8"))["cases"]
+    ]
     for case in json.loads(EXTERNAL_PATH.read_text(encoding="utf-8"))["cases"]:
         if not features_of(case["serve_cmd"]) or case.get("num_prompts") is None:
             continue
-        case = dict(case, spec_accept_length=PRINTED_ACCEPT.get(case["id"]))
-        runs.append(case)
+        case = dict(
+            case,
+            spec_accept_length=PRINTED_ACCEPT.get(case["id"]),
+            kvplan_model=STAND_IN.get(case["id"]),
+        )
+        runs.append(dict(case, collection="external file"))
     return runs
 
 
@@ -86,6 +102,7 @@ def row_of(case: dict, label: str, length: float | None) -> dict:
         "source": case["source"].split(" (")[0],
         "gpu family": case["gpu_family"],
         "engine": case["engine"],
+        "records": case["collection"],
     }
     row: dict = {"id": case["id"], "url": case["url"], "replay": label, "groups": groups}
     row["features"] = features_of(case["serve_cmd"])
@@ -124,7 +141,7 @@ def summarise(rows: list[dict]) -> list[dict]:
             groups.append((f"feature: {feature}", members))
     if spec_docs:
         groups.append(("speculative, again at a source's acceptance", spec_docs))
-    for kind in ("gpu family", "engine", "source"):
+    for kind in ("gpu family", "engine", "source", "records"):
         for name in sorted({r["groups"][kind] for r in done}):
             groups.append((f"{kind}: {name}", [r for r in done if r["groups"][kind] == name]))
     out = []
