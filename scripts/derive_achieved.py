@@ -21,6 +21,9 @@ For each kernel family the fraction is the median over the table's shapes of
 roofline time / measured time, where the roofline uses the datasheet rates:
   - compute side: FLOPs / dense peak, over the compute-bound shapes (large token counts);
   - memory side: bytes / memory bandwidth, over the memory-bound shapes (few tokens).
+Only rows timed in a CUDA graph, as the engines replay their decode steps, count: a GEMM format
+whose rows time the host's dispatch (`host_timed`: aiconfigurator's vLLM block-fp8 rows) takes
+the pair of the same kernel graph-timed in the GPU's other-engine table, else the H100's.
 Needs pyarrow (not a kvplan dependency): run it from a throwaway environment.
 """
 
@@ -110,6 +113,84 @@ def newest(root: Path, gpu: str, op: str, engine: str, name: str) -> str | None:
         return tuple(int(x) if x.isdigit() else -1 for x in v.replace("post", ".").split("."))
 
     return max(versions, key=key) if versions else None
+
+
+# A row is a kernel's time only where a CUDA graph replayed it, as vLLM and SGLang replay their
+# decode steps. aiconfigurator's vLLM GEMM collector times block-fp8 eagerly
+# (collector/vllm/collect_gemm.py, `use_cuda_graph=gemm_type != "fp8_block"`, since 4bed48d96,
+# 2026-05-11; the wheel's vLLM 0.24.0 tables, d5bad971c): each call then waits for vLLM's Python
+# dispatch, 55 us a call on an H100 host, 150-250 us on B200/B300/GB200/GB300, whatever the
+# shape. A format is taken as timed by the host when its fastest call at <= 16 tokens is over
+# HOST_TIMED_FACTOR times the table's fastest bf16 call there (bf16 is graph-timed in every
+# collector): graph-timed formats measure 1.4-8.3x (H100 vLLM 0.14 block-fp8 8.3x, 20.5 us),
+# host-timed ones 22-171x.
+HOST_TIMED_FACTOR = 15
+# The same kernel timed by the other engine's collector in a graph, by kernel_source: vLLM's
+# DeepGemmFp8BlockScaledMMKernel (vllm/model_executor/kernels/linear/scaled_mm/deep_gemm.py: a
+# per-token-group quant, then deep_gemm.fp8_gemm_nt) and SGLang's collector (a per-token-group
+# quant, then deep_gemm gemm_nt_f8f8bf16): one DeepGEMM kernel. vLLM selects it for
+# Fp8LinearMethod on Hopper and Blackwell (its start-up log: "Selected
+# DeepGemmFp8BlockScaledMMKernel for Fp8LinearMethod").
+SAME_KERNEL = {
+    ("vllm", "DeepGemmFp8BlockScaledMMKernel"): ("sglang", "sglang_deepgemm_gemm_nt_f8f8bf16"),
+    ("sglang", "sglang_deepgemm_gemm_nt_f8f8bf16"): ("vllm", "DeepGemmFp8BlockScaledMMKernel"),
+}
+
+
+def host_timed(rows) -> set:
+    """The GEMM formats of one table whose rows time the host's dispatch, not the kernel (their
+    fastest call at <= 16 tokens over HOST_TIMED_FACTOR times the fastest bf16 call)."""
+    fastest: dict = {}
+    for r in rows:
+        if r["m"] <= 16:
+            fastest[r["gemm_dtype"]] = min(r["latency"], fastest.get(r["gemm_dtype"], math.inf))
+    if "bfloat16" not in fastest:
+        return set()
+    limit = HOST_TIMED_FACTOR * fastest["bfloat16"]
+    return {dtype for dtype, latency in fastest.items() if latency > limit}
+
+
+def _gemm_kernel(rows, dtype: str) -> str | None:
+    """The kernel that served the format's rows at the shapes `gemm` reads (one, or None)."""
+    sources = {
+        r.get("kernel_source")
+        for r in rows
+        if r["gemm_dtype"] == dtype and r["n"] * r["k"] >= 16e6 and (r["m"] <= 16 or r["m"] >= 4096)
+    }
+    return sources.pop() if len(sources) == 1 else None
+
+
+def dense_pairs(rows, bw, peaks, engine: str, other_rows=None) -> tuple[dict, dict]:
+    """({gemm dtype: (compute, memory)}, {gemm dtype: why}) for one table's GEMM rows. A format
+    timed by the host (`host_timed`) takes the pair of the same kernel in `other_rows` (this
+    GPU's table of the other engine) where that table timed it in a graph; else it has no pair
+    (the caller borrows), and `why` says which."""
+    host = host_timed(rows)
+    pairs = gemm([r for r in rows if r["gemm_dtype"] not in host], bw, peaks)
+    why = {}
+    for dtype in sorted(host):
+        kernel = _gemm_kernel(rows, dtype)
+        twin = SAME_KERNEL.get((engine, kernel))
+        floor_us = min(r["latency"] for r in rows if r["gemm_dtype"] == dtype and r["m"] <= 16)
+        reason = (
+            f"were timed without a CUDA graph ({floor_us * 1e3:.0f} us a call at <= 16 tokens, "
+            "the host's dispatch)"
+        )
+        other = [r for r in other_rows or () if r["gemm_dtype"] == dtype]
+        if (
+            twin
+            and other
+            and dtype not in host_timed(other_rows)
+            and _gemm_kernel(other, dtype) == twin[1]
+        ):
+            pairs.update(gemm(other, bw, peaks))
+            why[dtype] = (
+                f"{reason}; the pair of the same kernel ({kernel}: {twin[1]}), graph-timed in "
+                f"this GPU's {ENGINE_WORDS[twin[0]]} table"
+            )
+        else:
+            why[dtype] = reason
+    return pairs, why
 
 
 def gemm(rows, bw, peaks) -> dict:
@@ -410,8 +491,12 @@ def floors_for_kept(root: Path, gpu: str) -> tuple[dict, str]:
         versions[f"{op}/{name}"] = v
         return table(root, gpu, op, name, v, "vllm")
 
+    gemm_rows = rows("gemm", "gemm_perf")
+    if gemm_rows is not None:
+        host = host_timed(gemm_rows)
+        gemm_rows = [r for r in gemm_rows if r["gemm_dtype"] not in host]
     floors = small_shape_floors(
-        gemm=rows("gemm", "gemm_perf"),
+        gemm=gemm_rows,
         moe=rows("moe", "moe_perf"),
         attention=rows("attention", "generation_attention_perf"),
     )
@@ -449,8 +534,15 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
     if gemm_rows is None:
         return None
     gemm_rows = [r for r in gemm_rows if r["gemm_dtype"] in GEMM_FORMATS]
-    dense = {GEMM_FORMATS[k]: _round(v) for k, v in gemm(gemm_rows, bw, peaks).items()}
-    floors.update(small_shape_floors(gemm=gemm_rows))
+    other_engine = "sglang" if engine == "vllm" else "vllm"
+    other_version = newest(root, gpu, "gemm", other_engine, "gemm_perf")
+    other_rows = (
+        table(root, gpu, "gemm", "gemm_perf", other_version, other_engine) if other_version else []
+    )
+    pairs, why = dense_pairs(gemm_rows, bw, peaks, engine, other_rows)
+    dense = {GEMM_FORMATS[k]: _round(v) for k, v in pairs.items()}
+    host = host_timed(gemm_rows)
+    floors.update(small_shape_floors(gemm=[r for r in gemm_rows if r["gemm_dtype"] not in host]))
     moe_rows = rows("moe", "moe_perf") or []
     moe_rows = [r for r in moe_rows if r["moe_dtype"] in MOE_FORMATS]
     experts = {MOE_FORMATS[k]: _round(v) for k, v in moe(moe_rows, bw, peaks).items()}
@@ -484,11 +576,22 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
             return fallback
         return own
 
+    for dtype, reason in why.items():
+        if GEMM_FORMATS[dtype] in dense:
+            borrowed.append(
+                f"dense {GEMM_FORMATS[dtype]}: this table's rows {reason} "
+                f"(gemm/gemm_perf {other_version})"
+            )
     for kind, own in (("dense", dense), ("experts", experts)):
         for fmt, pair in h100[kind].items():
             if fmt not in own:
                 own[fmt] = pair
-                borrowed.append(f"{kind} {fmt}: the H100 SXM's (no such rows in the table)")
+                reasons = [w for d, w in why.items() if kind == "dense" and GEMM_FORMATS[d] == fmt]
+                borrowed.append(
+                    f"{kind} {fmt}: the H100 SXM's; this table's rows {reasons[0]}"
+                    if reasons
+                    else f"{kind} {fmt}: the H100 SXM's (no such rows in the table)"
+                )
     ref = dict((x, y) for x, y in h100["experts_curve"]["bf16"])
     for fmt, h100_curve in h100["experts_curve"].items():
         if fmt in curve:
@@ -570,8 +673,11 @@ def main() -> None:
     bw, peaks = DATASHEET[args.gpu]
     v, g = args.version, args.gpu
     print(f"{g}, vLLM {v}: (compute fraction, memory fraction), medians")
+    gemm_pairs, host = dense_pairs(table(args.data, g, "gemm", "gemm_perf", v), bw, peaks, "vllm")
+    for dtype, why in host.items():
+        print(f"  gemm       {dtype:10} no pair: its rows {why}")
     for name, result in (
-        ("gemm", gemm(table(args.data, g, "gemm", "gemm_perf", v), bw, peaks)),
+        ("gemm", gemm_pairs),
         ("moe", moe(table(args.data, g, "moe", "moe_perf", v), bw, peaks)),
         (
             "attention",

@@ -1,0 +1,107 @@
+"""scripts/derive_achieved.py's GEMM rule on small synthetic tables: rows timed without a CUDA
+graph (aiconfigurator's vLLM block-fp8 rows) time the host's dispatch at small m, so they give
+no fraction; the same kernel timed in a graph by the other engine's collector does."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from kvplan.inputs.kernel_tables import FOLDER, available
+
+from helpers import REPO
+
+BW = 8e12  # bytes/s
+PEAKS = {"bf16": 2.25e15, "fp8": 4.5e15}  # FLOP/s
+SHAPES = [(m, n, k) for m in (1, 8, 16, 4096, 8192) for n in (4096, 8192) for k in (4096, 16384)]
+
+
+def _derive():
+    spec = importlib.util.spec_from_file_location(
+        "derive_achieved", REPO / "scripts/derive_achieved.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rows(derive, dtype, kernel, memory, compute, floor_s, peak):
+    """A table's rows of one format: each call max(floor, weights / (memory x BW), FLOPs /
+    (compute x peak)), in the parquet's units (latency in ms)."""
+    out = []
+    for m, n, k in SHAPES:
+        seconds = max(
+            floor_s, n * k * derive.BYTES[dtype] / (memory * BW), 2 * m * n * k / (compute * peak)
+        )
+        out.append(
+            {
+                "gemm_dtype": dtype,
+                "kernel_source": kernel,
+                "m": m,
+                "n": n,
+                "k": k,
+                "latency": seconds * 1e3,
+            }  # fmt: skip
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def tables():
+    d = _derive()
+    bf16 = _rows(d, "bfloat16", "torch.nn.functional.linear", 0.7, 0.7, 2e-6, PEAKS["bf16"])
+    deep_gemm = ("DeepGemmFp8BlockScaledMMKernel", "sglang_deepgemm_gemm_nt_f8f8bf16")
+    # vLLM's collector: block-fp8 eagerly, each call at least the host's 150 us
+    vllm = bf16 + _rows(d, "fp8_block", deep_gemm[0], 0.5, 0.6, 150e-6, PEAKS["fp8"])
+    # SGLang's: the same DeepGEMM kernel in a CUDA graph, a 4 us launch
+    sglang = bf16 + _rows(d, "fp8_block", deep_gemm[1], 0.5, 0.6, 4e-6, PEAKS["fp8"])
+    return d, vllm, sglang
+
+
+def test_host_timed_rows_alone_give_a_fraction_the_kernel_never_had(tables):
+    d, vllm, _ = tables
+    compute, memory = d.gemm(vllm, BW, PEAKS)["fp8_block"]
+    assert memory < 0.1  # 0.5 is the kernel's; the host's 150 us set every small call
+    assert d.host_timed(vllm) == {"fp8_block"}
+
+
+def test_a_host_timed_format_takes_the_same_kernel_timed_in_a_graph(tables):
+    d, vllm, sglang = tables
+    assert d.host_timed(sglang) == set()
+    pairs, why = d.dense_pairs(vllm, BW, PEAKS, "vllm", sglang)
+    compute, memory = pairs["fp8_block"]
+    assert memory == pytest.approx(0.5, rel=0.02) and compute == pytest.approx(0.6, rel=0.02)
+    assert pairs["bfloat16"] == d.gemm(vllm, BW, PEAKS)["bfloat16"]  # graph-timed: as before
+    assert "without a CUDA graph" in why["fp8_block"] and "SGLang" in why["fp8_block"]
+
+
+def test_without_the_same_kernel_elsewhere_a_host_timed_format_has_no_pair(tables):
+    d, vllm, sglang = tables
+    other_kernel = [dict(r, kernel_source="something_else") for r in sglang]
+    for other in (None, other_kernel, vllm):  # none, another kernel, host-timed there too
+        pairs, why = d.dense_pairs(vllm, BW, PEAKS, "vllm", other)
+        assert "fp8_block" not in pairs and "bfloat16" in pairs
+        assert "without a CUDA graph" in why["fp8_block"] and "SGLang" not in why["fp8_block"]
+
+
+def test_a_slow_kernel_timed_in_a_graph_is_its_own_pair(tables):
+    """vLLM 0.14's H100 block-fp8 path measured 20.5 us at its smallest (8.3x bf16's, graph-
+    timed): slow, but the kernel's, so the rule keeps it."""
+    d, _, _ = tables
+    bf16 = _rows(d, "bfloat16", "vllm_default", 0.7, 0.7, 2.5e-6, PEAKS["bf16"])
+    slow = bf16 + _rows(d, "fp8_block", "vllm_default", 0.25, 0.25, 20.5e-6, PEAKS["fp8"])
+    assert d.host_timed(slow) == set()
+    pairs, why = d.dense_pairs(slow, BW, PEAKS, "vllm", None)
+    assert pairs == d.gemm(slow, BW, PEAKS) and not why
+
+
+def test_no_shipped_table_streams_dense_weights_at_a_few_percent():
+    """A dense GEMM's memory fraction under 0.15 is the host's dispatch, not a kernel (the vLLM
+    0.24 Blackwell tables had 0.02-0.04 for block-fp8 before the rule)."""
+    for (gpu, engine), versions in available().items():
+        for version in versions:
+            doc = json.loads((FOLDER / f"{gpu}.{engine}.{version}.json").read_text())
+            for fmt, (_, memory) in doc["achieved"]["dense"].items():
+                assert memory >= 0.15, (gpu, engine, version, fmt)
