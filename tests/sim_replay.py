@@ -1,0 +1,215 @@
+"""Published serving runs replayed through `kvplan simulate` with the flags their servers ran.
+
+A run's `serve_cmd` (vllm serve / sglang.launch_server, as printed) becomes kvplan simulate's own
+arguments: every flag kvplan simulate takes is passed as written (a few engine spellings that
+kvplan spells otherwise are renamed: -tp and --tp-size to --tp, SGLang's --ep to --ep-size, vLLM's
+dotted --speculative-config.KEY VALUE gathered into one JSON); flags that change nothing kvplan
+prices (ports, parsers, templates, names) are dropped; any other flag is an error that names it,
+so a run whose flags kvplan cannot express is never replayed silently without them. The workload
+is the bench's, as tests/sim_cases.py replays the other published runs: ShareGPT as the stand-in
+at the run's mean lengths, the random dataset at fixed lengths at its means, its prompt count,
+request rate and concurrency limit. Nothing is fitted per run."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import shlex
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+from kvplan.errors import KvplanError
+
+DATA = Path(__file__).resolve().parent / "data"
+FEATURES_PATH = DATA / "sim_bench_cases_features.json"
+EXTERNAL_PATH = DATA / "sim_bench_cases_external.json"
+METRICS = ("output_throughput", "median_tpot_ms", "median_ttft_ms")
+
+# the engine's spelling -> kvplan simulate's, where they differ
+RENAMED = {
+    "-tp": "--tp",
+    "--tp-size": "--tp",
+    "--tensor-parallel-size": "--tp",
+    "--ep": "--ep-size",
+    "--dp": "--dp-size",
+}
+# flags kvplan simulate takes as the engines spell them: name -> takes a value
+TAKEN = {
+    "--tp": True,
+    "--pp": True,
+    "--pipeline-parallel-size": True,
+    "--data-parallel-size": True,
+    "-dp": True,
+    "--dp-size": True,
+    "--enable-expert-parallel": False,
+    "--ep-size": True,
+    "--enable-dp-attention": False,
+    "--load-balance-method": True,
+    "--max-num-seqs": True,
+    "--max-running-requests": True,
+    "--max-num-batched-tokens": True,
+    "--chunked-prefill-size": True,
+    "--max-model-len": True,
+    "--context-length": True,
+    "--kv-cache-dtype": True,
+    "--gpu-memory-utilization": True,
+    "--mem-fraction-static": True,
+    "--quantization": True,
+    "--block-size": True,
+    "--enable-prefix-caching": False,
+    "--no-enable-prefix-caching": False,
+    "--async-scheduling": False,
+    "--decode-context-parallel-size": True,
+    "-dcp": True,
+    "--enforce-eager": False,
+    "--disable-cuda-graph": False,
+    "--speculative-config": True,
+    "--speculative-algorithm": True,
+    "--speculative-num-steps": True,
+    "--speculative-eagle-topk": True,
+    "--speculative-num-draft-tokens": True,
+    "--speculative-draft-model-path": True,
+}
+# flags that change nothing kvplan prices: name -> takes a value
+DROPPED = {
+    "--host": True,
+    "--port": True,
+    "--model": True,
+    "--model-path": True,
+    "--served-model-name": True,
+    "--trust-remote-code": False,
+    "--tool-call-parser": True,
+    "--reasoning-parser": True,
+    "--enable-auto-tool-choice": False,
+    "--chat-template": True,
+    "--chat-template-content-format": True,
+    "--tokenizer-mode": True,
+    "--watchdog-timeout": True,
+    "--disable-log-requests": False,
+}
+# flags kvplan does not model but that leave the schedule, the layout and the CUDA-graph sizes
+# as they are (kernel speed only): dropped, and the run's record says so in `notes`
+NOT_MODELLED = {"--enable-torch-compile": False}
+
+
+def _flag_value(argv: list[str], i: int) -> tuple[str, str | None, int]:
+    """(flag, its inline value or None, index after it) of argv[i] (--flag=value or --flag)."""
+    arg = argv[i]
+    if arg.startswith("--") and "=" in arg:
+        name, value = arg.split("=", 1)
+        return name, value, i + 1
+    return arg, None, i + 1
+
+
+def serve_argv(serve_cmd: str) -> list[str]:
+    """The kvplan simulate arguments of a printed serve command (module docstring); raises
+    KvplanError naming the first flag kvplan cannot express."""
+    argv = shlex.split(serve_cmd)
+    while argv and "=" in argv[0] and not argv[0].startswith("-"):  # VAR=value prefixes
+        argv.pop(0)
+    if argv[:2] == ["vllm", "serve"]:
+        argv = argv[3:]  # the model is positional
+    elif "sglang.launch_server" in argv:
+        argv = argv[argv.index("sglang.launch_server") + 1 :]
+    elif argv[:2] == ["sglang", "serve"]:
+        argv = argv[2:]
+    else:
+        raise KvplanError(f"not a vllm serve or sglang.launch_server command: {serve_cmd[:60]}")
+    out: list[str] = []
+    speculative: dict = {}
+    i = 0
+    while i < len(argv):
+        name, inline, i = _flag_value(argv, i)
+        if name.startswith("--speculative-config."):  # vLLM's dotted form of the JSON
+            value = inline if inline is not None else argv[i]
+            i += inline is None
+            key = name.split(".", 1)[1]
+            speculative[key] = int(value) if value.isdigit() else value
+            continue
+        name = RENAMED.get(name, name)
+        for table in (TAKEN, DROPPED, NOT_MODELLED):
+            if name in table:
+                value = None
+                if table[name] and inline is None:
+                    value, i = argv[i], i + 1
+                elif table[name]:
+                    value = inline
+                if table is TAKEN:
+                    out += [name] if value is None else [name, value]
+                break
+        else:
+            raise KvplanError(f"{name}: a serve flag kvplan simulate does not take")
+    if speculative:
+        out += ["--speculative-config", json.dumps(speculative)]
+    return out
+
+
+def workload_argv(case: dict) -> list[str]:
+    """The bench's workload as kvplan simulate arguments (tests/sim_cases.py's convention)."""
+    argv = [
+        "--num-prompts",
+        str(case["num_prompts"]),
+        "--input-len",
+        str(round(case["input_len"])),
+        "--output-len",
+        str(round(case["output_len"])),
+        "--length-dist",
+        "sharegpt" if case["dataset"] == "sharegpt" else "fixed",
+        "--seed",
+        "0",
+    ]
+    rate = case.get("request_rate")
+    argv += ["--request-rate", "inf" if rate is None else f"{rate:g}"]
+    if case.get("max_concurrency"):
+        argv += ["--max-concurrency", str(case["max_concurrency"])]
+    return argv
+
+
+def simulate_argv(case: dict, accept_length: float | None = None) -> list[str]:
+    """The whole `kvplan simulate` command line of a run: model, GPU, engine and version, the
+    serve flags, the run's `replay_flags` (a checkpoint format the bundled config does not state:
+    notes say why), the workload and, for a speculative run, the acceptance length given (else
+    the one the run reported, else kvplan's default)."""
+    model = case.get("kvplan_model") or case["model"]
+    argv = ["simulate", model, "--gpu", case["gpu_profile"], "--engine", case["engine"]]
+    version = case.get("engine_version")
+    if version:
+        argv += ["--engine-version", version]
+    argv += serve_argv(case["serve_cmd"]) + list(case.get("replay_flags") or ())
+    argv += workload_argv(case)
+    length = accept_length if accept_length is not None else case.get("spec_accept_length")
+    if length is not None:
+        argv += ["--spec-accept-length", f"{length:g}"]
+    return argv
+
+
+def replay(case: dict, accept_length: float | None = None) -> dict:
+    """Run kvplan simulate in-process on the run's command line; its first run's `bench`,
+    `bench_interval` and the notes' ids. Raises KvplanError with the CLI's one-line message."""
+    from kvplan.cli import main
+
+    argv = simulate_argv(case, accept_length) + ["--format", "json"]
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    if code != 0:
+        lines = [line for line in err.getvalue().splitlines() if line.strip()]
+        raise KvplanError(lines[-1] if lines else f"kvplan simulate exited {code}")
+    doc = json.loads(out.getvalue())
+    run = doc["runs"][0]
+    return {"bench": run["bench"], "bench_interval": run.get("bench_interval") or {}}
+
+
+def relative_error(simulated: float, measured: float) -> float:
+    return (simulated - measured) / measured
+
+
+def inside(interval: list[float] | None, value: float) -> bool | None:
+    if not interval or any(v is None or not math.isfinite(v) for v in interval):
+        return None
+    return interval[0] <= value <= interval[1]
