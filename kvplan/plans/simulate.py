@@ -243,6 +243,9 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
     ]
     if layout is not None:
         notes.append(_layout_note(spec, layout))
+    o = replica.options
+    if o.engine == "sglang" and o.enable_dp_attention and o.data_parallel_size < 2:
+        notes.append(note("sim-dp-attention-off", tp=o.tp))
     if request.disaggregated is not None:
         t = replica.transfer
         assert t is not None, "a disaggregated replica has its transfer model"

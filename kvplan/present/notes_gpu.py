@@ -62,6 +62,12 @@ text("sim-dcp")(
         "DCP."
     )
 )
+text("sim-dp-attention-off")(
+    lambda tp: (
+        f"--enable-dp-attention with --dp-size 1: SGLang turns DP attention off "
+        f"(server_args' _handle_data_parallelism) and serves plain TP {tp}, as simulated here."
+    )
+)
 text("sim-enforce-eager")(
     lambda engine: (
         "No CUDA graphs ("

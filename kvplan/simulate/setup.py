@@ -205,13 +205,13 @@ def parallel_layout(spec: ModelSpec, options: ServeOptions) -> ParallelLayout:
             raise KvplanError(
                 f"--ep-size {ep} must divide --tp {o.tp} (SGLang's EP group is within TP)"
             )
-        if not o.enable_dp_attention:
+        # SGLang turns DP attention off at --dp-size 1 (server_args._handle_data_parallelism):
+        # the flag alone runs plain TP, as written (plans.simulate says so in a note)
+        if not o.enable_dp_attention or dp < 2:
             if ep == 1:
                 return ParallelLayout(o.tp, 1, 1, o.tp, o.tp, dp, router)
             layout = ParallelLayout(o.tp, 1, ep, o.tp, o.tp, dp, router)
         else:
-            if dp < 2:
-                raise KvplanError("--enable-dp-attention needs --dp-size 2 or more")
             if o.tp % dp:
                 raise KvplanError(
                     f"--dp-size {dp} must divide --tp {o.tp}: SGLang's DP-attention ranks share "
