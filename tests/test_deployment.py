@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.formulas.dtypes import resolve_kv_format
+from kvplan.dtypes import resolve_kv_format
 from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes, weights_bytes_per_gpu
 from kvplan.inputs.hardware import bundled_profiles, load_profile
 from kvplan.inputs.sources import bundled_models, load_model

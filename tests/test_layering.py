@@ -32,14 +32,6 @@ EXTERNAL = {"model_configs", "hardware_profiles"}  # data folders (files, no cod
 
 # (importing module, imported module): the edges that break the order today, each to be cut.
 ALLOWED = {
-    # anatomy takes the byte-per-element table and KvFormat from formulas.dtypes (ModelSpec's
-    # byte counts); the table belongs below both
-    ("kvplan.anatomy.model", "kvplan.formulas.dtypes"),
-    # inputs reads dtype names and byte sizes from formulas.dtypes (configs, safetensors, GGUF)
-    ("kvplan.inputs.architectures.build", "kvplan.formulas.dtypes"),
-    ("kvplan.inputs.architectures.mixers", "kvplan.formulas.dtypes"),
-    ("kvplan.inputs.checkpoint", "kvplan.formulas.dtypes"),
-    ("kvplan.inputs.gguf", "kvplan.formulas.dtypes"),
     # a GPU profile computes its ridge point and Apple's default working set with formulas
     ("kvplan.inputs.hardware", "kvplan.formulas.roofline"),
     ("kvplan.inputs.hardware", "kvplan.formulas.offload"),

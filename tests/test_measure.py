@@ -15,8 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kvplan.dtypes import KvFormat  # noqa: E402
 from kvplan.errors import KvplanError  # noqa: E402
-from kvplan.formulas.dtypes import KvFormat  # noqa: E402
 from kvplan.formulas.step_time import (  # noqa: E402
     Op,
     OpKind,

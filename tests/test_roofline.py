@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvplan.anatomy.model import MoE
-from kvplan.formulas.dtypes import KvFormat
+from kvplan.dtypes import KvFormat
 from kvplan.formulas.flops import (
     causal_keys_attended,
     flops_per_decode_token,
@@ -214,7 +214,7 @@ def test_measures_operators_add_up_to_the_planners_step(model, batch, context):
     """kvplan measure predicts per operator (formulas.step_time.decode_ops); the planner's
     decode_step is the same accounting: the layers' operators plus what lies outside them (the
     lm_head and final norm, the B embedding rows looked up)."""
-    from kvplan.formulas.dtypes import resolve_kv_format
+    from kvplan.dtypes import resolve_kv_format
     from kvplan.formulas.flops import matmul_params
     from kvplan.formulas.step_time import Rates, decode_ops, decode_step, layer_shape
 

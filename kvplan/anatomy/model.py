@@ -8,8 +8,8 @@ The value types are NamedTuples: immutable, and cheap to define (the CLI's start
 from collections import Counter
 from enum import Enum
 
+from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.notes import Note
 from kvplan.record import NamedTuple
 

@@ -9,8 +9,8 @@ from typing import Any
 import typer
 
 from kvplan.cli import signals
+from kvplan.dtypes import WEIGHT_DTYPE_HELP
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import WEIGHT_DTYPE_HELP
 from kvplan.present.escape import error_line, terminal_text
 from kvplan.present.render import OutputFormat
 

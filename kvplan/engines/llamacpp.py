@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from kvplan import __version__
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec
-from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import (
+from kvplan.dtypes import (
     GGML_CACHE_QUANTS,
     LLAMA_CACHE_TYPES,
     ggml_row_bytes,
     ggml_type,
 )
+from kvplan.errors import KvplanError
 from kvplan.formulas.offload import first_gpu_layer, output_on_gpu, two_memory_step_time_s
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique

@@ -12,11 +12,11 @@ from collections import Counter
 
 from kvplan import __version__
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, pp_stages
+from kvplan.dtypes import KvFormat
 from kvplan.engines import EngineRequest
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.vllm_memory import StageMemory, batch_defaults, stage_memory
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique

@@ -9,7 +9,7 @@ a the probability that the target accepts one drafted token, r a low-rank cache'
 from __future__ import annotations
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
-from kvplan.formulas.dtypes import KvFormat
+from kvplan.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.formulas.step_time import Rates, Step, decode_step, floor_step
 

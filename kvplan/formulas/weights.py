@@ -7,8 +7,8 @@ headers were read (kvplan.inputs.checkpoint), their bytes are the weights, exact
 """
 
 from kvplan.anatomy.model import KEPT, ModelSpec
+from kvplan.dtypes import ELEMENT_BYTES, WEIGHT_DTYPE_HELP, WeightFormat, weight_format
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import ELEMENT_BYTES, WEIGHT_DTYPE_HELP, WeightFormat, weight_format
 from kvplan.notes import Note, note
 
 QUANTIZABLE_PARTS = (

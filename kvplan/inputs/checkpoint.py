@@ -16,8 +16,8 @@ from collections import Counter
 from pathlib import Path
 
 from kvplan.anatomy.model import StoredWeights
+from kvplan.dtypes import SAFETENSORS_DTYPE_BYTES
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import SAFETENSORS_DTYPE_BYTES
 from kvplan.inputs.text import clean
 
 MAX_HEADER_BYTES = 64 * 2**20  # a safetensors header of a large MoE is a few MB

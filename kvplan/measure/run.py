@@ -14,8 +14,8 @@ import time
 
 import torch
 
+from kvplan.dtypes import KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.step_time import (
     Op,
     OpRates,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
+from kvplan.dtypes import KvFormat, resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_requests_per_s, kv_transfer_time_s
-from kvplan.formulas.dtypes import KvFormat, resolve_kv_format
 from kvplan.formulas.kv import kv_bytes_per_token
 from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
 from kvplan.inputs.hardware import GpuProfile, choose_link

@@ -23,8 +23,8 @@ Everything the user fixes (--tp, --pp, --dp-attention) is kept.
 from __future__ import annotations
 
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
+from kvplan.dtypes import KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note
 from kvplan.plans.pool import Budget, budget, max_sequences

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.dtypes import ELEMENT_BYTES, KvFormat, resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import (
     p2p_time_s,
@@ -11,7 +12,6 @@ from kvplan.formulas.comm import (
     tp_allreduce_bytes,
     tp_comm_time_per_decode_step_s,
 )
-from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat, resolve_kv_format
 from kvplan.formulas.expert_parallel import (
     dp_attention_batch_equal_reads,
     dp_attention_decode_step,
