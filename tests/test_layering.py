@@ -36,9 +36,6 @@ ALLOWED = {
     ("kvplan.inputs.hardware", "kvplan.formulas.roofline"),
     ("kvplan.inputs.hardware", "kvplan.formulas.offload"),
     ("kvplan.inputs.local_gpu", "kvplan.formulas.offload"),
-    # a checkpoint's quantized parts and a source's weight bytes come from formulas.weights
-    ("kvplan.inputs.quantization", "kvplan.formulas.weights"),
-    ("kvplan.inputs.sources", "kvplan.formulas.weights"),
     # the Hub cache is written with the presenters' atomic write (issue 27: inputs -> present)
     ("kvplan.inputs.hub", "kvplan.present.output"),
     # measure --baseline compares through the presenters' JSON (issue 27: the JSON round trip)

@@ -270,6 +270,20 @@ class StoredWeights(NamedTuple):
         return self.text_bytes
 
 
+# The parameter parts (ModelSpec.param_parts keys) a quantized checkpoint quantizes unless its
+# config narrows them (quantized_parts): the linear layers; embeddings, lm_head, norms and routers
+# stay in the model dtype.
+QUANTIZABLE_PARTS = (
+    "attention",
+    "mlp",
+    "experts",
+    "shared_experts",
+    "mixer",
+    "expert_projections",
+    "shared_blocks",
+)
+
+
 class ModelSpec(NamedTuple):
     """Everything kvplan derives from a config.json: layers, parameters, dtypes, notes."""
 
