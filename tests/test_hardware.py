@@ -8,6 +8,7 @@ import re
 import pytest
 
 from kvplan.errors import KvplanError
+from kvplan.formulas.roofline import ridge_flop_per_byte
 from kvplan.inputs.hardware import bundled_profiles, load_profile
 
 from helpers import run_cli, run_json
@@ -54,7 +55,7 @@ def test_profiles_are_physically_plausible(key):
     """Ranges the datasheets support (docs/hardware-profiles.md): bandwidth, dense peaks, ridge,
     memory, and the memory the device reports against the nominal figure."""
     p = bundled_profiles()[key]
-    ridge = p.ridge_flop_per_byte("bf16")
+    ridge = ridge_flop_per_byte(p.peak("bf16"), p.memory_bandwidth_bytes_per_s)
     assert p.source
     if p.vendor == "CPU":
         # a host for llama.cpp's offload: DDR bandwidth and a vector-unit peak, no reported total
@@ -122,7 +123,10 @@ def test_user_yaml_numbers_are_coerced(tmp_path):
     path = tmp_path / "gpu.yaml"
     path.write_text(GOOD)  # PyYAML reads 100e12 as a string
     p = load_profile(str(path))
-    assert p.peak("bf16") == 100e12 and p.ridge_flop_per_byte() == 100
+    assert (
+        p.peak("bf16") == 100e12
+        and ridge_flop_per_byte(p.peak("bf16"), p.memory_bandwidth_bytes_per_s) == 100
+    )
 
 
 @pytest.mark.parametrize(

@@ -32,10 +32,6 @@ EXTERNAL = {"model_configs", "hardware_profiles"}  # data folders (files, no cod
 
 # (importing module, imported module): the edges that break the order today, each to be cut.
 ALLOWED = {
-    # a GPU profile computes its ridge point and Apple's default working set with formulas
-    ("kvplan.inputs.hardware", "kvplan.formulas.roofline"),
-    ("kvplan.inputs.hardware", "kvplan.formulas.offload"),
-    ("kvplan.inputs.local_gpu", "kvplan.formulas.offload"),
     # the Hub cache is written with the presenters' atomic write (issue 27: inputs -> present)
     ("kvplan.inputs.hub", "kvplan.present.output"),
     # measure --baseline compares through the presenters' JSON (issue 27: the JSON round trip)
