@@ -149,7 +149,7 @@ def add(app: typer.Typer) -> None:
                 dp_attention=dp_attention,
             )
             result = compare(spec, profiles, compare_request)
-            from kvplan.present.output import all_or_nothing
+            from kvplan.atomic import all_or_nothing
 
             with all_or_nothing():  # the chart and what is printed, or neither
                 if plot is not None:
@@ -196,7 +196,7 @@ def add(app: typer.Typer) -> None:
         else:  # counted as the engine will page it
             engine = emit_flags.partition("-")[0]
             result = capacity_for_launch(spec, profile, request, engine, block_size is not None)
-        from kvplan.present.output import all_or_nothing
+        from kvplan.atomic import all_or_nothing
 
         with all_or_nothing():  # the chart and what is printed, or neither
             if plot is not None:

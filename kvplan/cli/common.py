@@ -156,7 +156,7 @@ def output_path(value: object, what: str = "output") -> Path:
     trailing '/', so `--out ./r.md/` (a folder's spelling) would write a file `r.md`."""
     if isinstance(value, Path):  # a default, not typed
         return value
-    from kvplan.present.output import check_spelling
+    from kvplan.atomic import check_spelling
 
     return Path(check_spelling(str(value), what))
 
@@ -282,7 +282,7 @@ def render(view, fmt, out: Path | None = None) -> str:
 
     fmt = OutputFormat(fmt)
     if fmt is OutputFormat.table:
-        from kvplan.present.output import is_stdout
+        from kvplan.atomic import is_stdout
         from kvplan.present.tty import PIPE_WIDTH, Terminal, detect
 
         terminal = detect() if is_stdout(out) else Terminal(PIPE_WIDTH, rich=False, colour=None)

@@ -4,7 +4,7 @@ Python's default for SIGTERM and SIGHUP is to die on the spot: no `finally` runs
 processes of `kvplan plan` were left running (adopted by PID 1, holding the caller's pipes) and a
 chart being written left its `.name.XXXX.tmp`. Here SIGTERM, SIGHUP and SIGINT raise `Stopped` (a
 SystemExit, so nothing that catches Exception swallows it) in the main thread; on its way out
-every `finally` runs (the process pool ends its workers, kvplan.present.output removes the
+every `finally` runs (the process pool ends its workers, kvplan.atomic removes the
 temporary files and the outputs of an unfinished `all_or_nothing()` block) and `kvplan.cli.main`
 prints `error: stopped by SIGTERM` and exits 128 + the signal's number (143; SIGINT 130, SIGHUP
 129). A second signal during that cleanup is ignored: the cleanup is bounded, and the first

@@ -472,7 +472,7 @@ def _discard(path: Path) -> None:
 
 def _save(path: Path, text: str) -> None:
     """Best effort: a cache that cannot be written is no error."""
-    from kvplan.present.output import write_atomic
+    from kvplan.atomic import write_atomic
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
