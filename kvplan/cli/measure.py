@@ -189,7 +189,7 @@ def add(app: typer.Typer) -> None:
         if baseline is None:
             result = _with_progress(lambda progress: measure(request, progress))
         else:
-            from kvplan.measure.baseline import measure_against
+            from kvplan.measure.run import measure_against
 
             result, comparison = _with_progress(
                 lambda progress: measure_against(
