@@ -213,16 +213,14 @@ def capacity(
     if pp > 1:
         notes.append(note("capacity-pp", pp=pp))
     if gpus is not None and gpus > replicas * d.gpus:
-        notes.append(
-            note("gpus-idle", num_gpus=gpus, used=replicas * d.gpus, layout=layout_text(d))
-        )
+        notes.append(note("gpus-idle", num_gpus=gpus, used=replicas * d.gpus, layout=d))
     if replicas > 1:
         notes.append(
             note(
                 "capacity-replicas",
                 num_gpus=request.num_gpus,
                 replicas=replicas,
-                layout=layout_text(d),
+                layout=d,
             )
         )
     if plan.pool_bytes <= 0:
@@ -392,7 +390,7 @@ def _engine_seats(
         "launch-engine-seats",
         planned=per_replica,
         held=held,
-        layout=layout_text(Deployment(result.tp, result.pp)),
+        layout=Deployment(result.tp, result.pp),
     )
     return result._replace(
         max_concurrency=held * result.replicas,

@@ -124,7 +124,7 @@ def compare(spec: ModelSpec, gpus: list[GpuProfile], request: CompareRequest) ->
     if kv_dtype is None:
         kv_dtype, weights_dtype = request.kv_dtype, request.weights_dtype
     fixed = (request.tp, request.pp, request.dp_attention) != (None, None, None)
-    layout = layout_text(Deployment(request.tp or 1, request.pp or 1, request.dp_attention or 1))
+    layout = Deployment(request.tp or 1, request.pp or 1, request.dp_attention or 1)
     notes.append(
         note("compare-columns", context_len=request.context_len, layout=layout if fixed else None)
     )
@@ -214,8 +214,8 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
             note(
                 "compare-best-layout",
                 gpu=gpu.name,
-                layout=row.layout,
-                weighed=list(row.layouts_weighed),
+                layout=deployment_of(cap),
+                weighed=[deployment_of(c) for c, _ in tried],
                 tokens_per_s_per_gpu=[p.tokens_per_s_per_gpu for _, p in tried],
             )
         )
@@ -392,7 +392,7 @@ def verdict(rows: list[CompareRow], context_len: int, users: int | None) -> Note
         most=most.gpu,
         most_tokens_per_s_per_gpu=most.tokens_per_s_per_gpu,
         most_users_per_gpu=most.users_per_gpu,
-        most_layout=most.layout,
+        most_layout=Deployment(most.tp, most.pp, most.dp_attention),
         cheapest=cheapest.gpu if cheapest else None,
         cheapest_usd=cheapest.usd_per_million_output_tokens if cheapest else None,
         tied=[r.gpu for r in tied] if len(tied) > 1 else [],

@@ -237,7 +237,8 @@ text("capacity-pp")(
 )
 text("capacity-replicas")(
     lambda num_gpus, replicas, layout: (
-        f"{num_gpus} GPUs = {replicas} replicas of {layout}; concurrency summed over replicas."
+        f"{num_gpus} GPUs = {replicas} replicas of {f.layout_text(layout)}; concurrency summed "
+        "over replicas."
     )
 )
 text("capacity-no-room")(

@@ -680,13 +680,19 @@ text("deployment-none-fits")(
 text("deployment-on-gpus")(
     lambda layout, gpu, num_gpus, replicas, context_len, users, others: (
         f"On {num_gpus:,} x {gpu}: "
-        + (f"{replicas:,} replicas of {layout}" if replicas > 1 else layout)
+        + (
+            f"{replicas:,} replicas of {f.layout_text(layout)}"
+            if replicas > 1
+            else f.layout_text(layout)
+        )
         + f", the layout holding the most {context_len:,}-token sequences on them ({users:,})"
         + (
             "; also weighed: "
             + "; ".join(
-                f"{n:,} x {name} {count:,}" if n > 1 else f"{name} {count:,}"
-                for name, n, count in others
+                f"{n:,} x {f.layout_text(d)} {count:,}"
+                if n > 1
+                else f"{f.layout_text(d)} {count:,}"
+                for d, n, count in others
             )
             if others
             else ""
@@ -697,13 +703,14 @@ text("deployment-on-gpus")(
 text("launch-engine-seats")(
     lambda planned, held, layout: (
         f"vLLM's own allocation of these flags holds {held:,} max_model_len requests per "
-        f"replica of {layout}, not the {planned:,} the engine-free plan counts (its page layout "
+        f"replica of {f.layout_text(layout)}, not the {planned:,} the engine-free plan counts (its page layout "
         "differs, e.g. fp8_ds_mla for a DSA model's fp8 cache): the launch carries vLLM's count."
     )
 )
 text("gpus-idle")(
     lambda num_gpus, used, layout: (
-        f"{num_gpus - used:,} of the {num_gpus:,} GPUs stay idle: replicas of {layout} use {used:,}."
+        f"{num_gpus - used:,} of the {num_gpus:,} GPUs stay idle: replicas of {f.layout_text(layout)} "
+        f"use {used:,}."
     )
 )
 text("roofline-ops")(
