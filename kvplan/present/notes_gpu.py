@@ -4,7 +4,7 @@ kvplan.present.notes' one table, loaded on the first note beyond the core's, bef
 kvplan.present.notes_more (start-up: a --gpu command reads this file alone)."""
 
 from kvplan.present import format as f
-from kvplan.present.notes import text
+from kvplan.present.note_registry import text
 
 # ---- roofline ---------------------------------------------------------------------------------
 text("roofline-terms")(

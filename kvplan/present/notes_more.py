@@ -3,7 +3,7 @@ the engines' memory terms, simulate and plan, deployments, comparisons, measure)
 kvplan.present.notes' one table, loaded only when one of them is printed (start-up)."""
 
 from kvplan.present import format as f
-from kvplan.present.notes import text
+from kvplan.present.note_registry import text
 from kvplan.present.notes_gpu import EVIDENCE_WORDS
 
 # ---- GGUF, llama.cpp and Ollama -------------------------------------------------------------------
