@@ -649,7 +649,7 @@ def quant_choices(
 
 def llamacpp_allocation(spec: ModelSpec, gpu: GpuProfile, r: LlamaCppRequest) -> LlamaCppResult:
     """The Python twin of `kvplan engine MODEL --engine llama.cpp`."""
-    from kvplan.engines import refuse_gqa_indexer
+    from kvplan.engines.request import refuse_gqa_indexer
 
     refuse_gqa_indexer(spec, "llama.cpp")
     s, notes = resolve_settings(spec, r)
