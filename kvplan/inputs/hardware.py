@@ -504,9 +504,37 @@ def _profiles_dir() -> Path:
 def _compiled() -> dict:
     """The bundled profiles as hardware_profiles/bundled.json holds them (or as their YAML reads,
     when a file changed since it was compiled: kvplan.inputs.profile_cache)."""
+    return read_bundled(_profiles_dir())
+
+
+def read_bundled(folder: Path) -> dict:
+    """The profiles of `folder`: its compiled file while every YAML is the one it was compiled
+    from, else the YAML files through the strict loader."""
     from kvplan.inputs.profile_cache import read_compiled
 
-    return read_compiled(_profiles_dir())
+    return read_compiled(folder) or compile_bundled(folder)
+
+
+def compile_bundled(folder: Path) -> dict:
+    """Every YAML in `folder` through the strict loader: {"files": {name: crc32}, "profiles":
+    {stem: data}, "prices": data, "names": {lower-case name, key or alias: stem}}, the first
+    profile in file order winning a name (as a scan of the profiles in order finds it)."""
+    import json
+
+    from kvplan.inputs.profile_cache import PRICES, digests, render
+
+    profiles, prices, names = {}, None, {}
+    for path in sorted(folder.glob("*.yaml")):
+        data = load_yaml(path)
+        if path.stem == PRICES:
+            prices = data
+            continue
+        profiles[path.stem] = data
+        profile = parse_profile(data, path.name, path.stem)
+        for name in (profile.key, profile.name.lower(), *profile.aliases):
+            names.setdefault(name, path.stem)
+    compiled = {"files": digests(folder), "profiles": profiles, "prices": prices, "names": names}
+    return json.loads(render(compiled))  # the values a read of the file gives, in YAML order
 
 
 @cache
