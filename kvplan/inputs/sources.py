@@ -313,8 +313,7 @@ def attach_checkpoint(spec, source: str):
     (kvplan.formulas.weights compares them with the config's count where they are used)."""
     found = None
     if source.startswith("hub:"):
-        from kvplan.inputs.checkpoint import hub_checkpoint
-        from kvplan.inputs.hub import deadline_s
+        from kvplan.inputs.hub import deadline_s, hub_checkpoint
 
         found = hub_checkpoint(spec.hf_id, spec.num_layers, deadline_s())
         if found is None:
