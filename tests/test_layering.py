@@ -1,7 +1,8 @@
-"""The package edges hold to one order: a module imports only from packages below its own (or
-its own package). Every import counts, the function-level ones too (parsed with ast, nothing is
-imported). The edges that break the order today are listed one by one below, each named; a new
-one fails, and so does an entry that is no longer needed (delete it)."""
+"""The package edges hold to one order (docs/architecture.md): a module imports only from packages
+below its own (or its own package). Every import counts, the function-level ones too (parsed with
+ast, nothing is imported); an edge against the order fails unless ALLOWED names it with its
+reason, and so does an entry that is no longer needed (delete it). No kvplan modules import each
+other in a loop either, however deep the import sits."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = {"kvplan": ROOT / "kvplan", "kvplan.kernels": ROOT / "kernels"}
 
 # Lowest first. Packages of one rank do not import each other. "shared" is kvplan's own modules
-# that every layer uses (kvplan/__init__.py: the version; errors, record, units, processes; notes:
-# the note ids and values, not their words); the entry points (_entry, __main__, cli_docs) rank with cli.
+# that every layer uses (kvplan/__init__.py: the version; errors, record, units, processes, dtypes,
+# atomic, early_stop; notes: the note ids and values, not their words); the entry points (_entry,
+# __main__, cli_docs) rank with cli.
 RANK = {
     "shared": 0,
     "anatomy": 1,
@@ -133,3 +135,76 @@ def test_the_allow_list_names_only_live_edges():
 def test_the_parser_sees_function_level_imports():
     path = ROOT / "kvplan" / "inputs" / "hub.py"  # `_save` imports kvplan.atomic in its body
     assert "kvplan.atomic" in _imports(path, "kvplan.inputs.hub")
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Every kvplan module and the kvplan modules it imports, at module level or inside a
+    function (`from a import b` is a.b where a.b is a module, else a)."""
+    modules = _all_modules()
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        targets = set()
+        for name in _imports(path, module):
+            target = name if name in modules else name.rpartition(".")[0]
+            if target in modules and target != module:
+                targets.add(target)
+        graph[module] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    groups.append(sorted(group))
+    return groups
+
+
+def test_no_import_cycles_among_kvplan_modules():
+    """A function-level import hides a cycle from Python (it runs late) but not from a reader:
+    each module's imports, at any depth, form no loop."""
+    cycles = _cycles(_module_graph())
+    assert not cycles, "import cycles (move the shared piece to a module both import):\n" + (
+        "\n".join("  " + " <-> ".join(group) for group in cycles)
+    )
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
