@@ -184,6 +184,42 @@ def test_workload_prefill_writes_its_kv_where_decode_reads_it():
     assert torch.isfinite(written).all()
 
 
+def test_a_workload_draws_from_its_seed_and_leaves_the_callers_rng_alone():
+    """Workload seeds its own draws (the same weights for the same seed) inside a forked RNG:
+    the caller's random stream goes on as if nothing had been drawn."""
+    spec = truncate(spec_from(SMALL), 1)
+    torch.manual_seed(1234)
+    expected = torch.rand(3)
+    torch.manual_seed(1234)
+    first = Workload(spec, "fp32", "cpu", 64, attention_impl="torch")
+    assert torch.equal(torch.rand(3), expected)
+    second = Workload(spec, "fp32", "cpu", 64, attention_impl="torch", seed=0)
+    other = Workload(spec, "fp32", "cpu", 64, attention_impl="torch", seed=1)
+    weights = [w.layers[0]["weights"] for w in (first, second, other)]
+    name = next(iter(weights[0]))
+    assert torch.equal(weights[0][name], weights[1][name])
+    assert not torch.equal(weights[0][name], weights[2][name])
+
+
+def test_a_measure_run_puts_the_callers_thread_count_back(monkeypatch):
+    """measure sets its own thread layout for the run and restores the caller's after it, even
+    when the run fails."""
+    import kvplan.measure.run as run
+
+    seen = []
+
+    def failing(request, progress, began, device, tolerance, threads, busy):
+        seen.append(torch.get_num_threads())
+        raise KvplanError("stopped")
+
+    monkeypatch.setattr(run, "_measure_on", failing)
+    before = torch.get_num_threads()
+    target = 1 if before != 1 else 2
+    with pytest.raises(KvplanError):
+        run.measure(run.MeasureRequest(device="cpu", threads=target))
+    assert seen == [target] and torch.get_num_threads() == before
+
+
 # ---- the profile rules -------------------------------------------------------------------------
 def _timing(seconds: float) -> Timing:
     return Timing(seconds, seconds * 0.95, seconds * 1.05, 7)

@@ -305,7 +305,23 @@ def _measure_once(request: MeasureRequest, progress: Progress | None) -> Measure
     threads = request.threads
     if threads is None:
         threads, busy = default_threads() if device == "cpu" else (torch.get_num_threads(), None)
-    torch.set_num_threads(threads)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)  # this run's layout; the caller's comes back after it
+    try:
+        return _measure_on(request, progress, began, device, tolerance, threads, busy)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _measure_on(
+    request: MeasureRequest,
+    progress: Progress | None,
+    began: float,
+    device: str,
+    tolerance: float,
+    threads: int,
+    busy: float | None,
+) -> MeasureResult:
     info = detect(device, threads, busy)
     datasheet = choose_profile(info, request.gpu)
     spec = load_model(request.model) if request.model else load_bundled(DEFAULT_MODEL[device])
