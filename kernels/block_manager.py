@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
-from collections import OrderedDict
+from collections import OrderedDict, abc
 
 NONE_HASH = b"\x00" * 32  # parent of block 0
 
@@ -41,7 +41,9 @@ def block_hash(parent: bytes, token_ids: tuple[int, ...], extra_key: bytes = b""
     return hashlib.sha256(parent + payload + b"|" + extra_key).digest()
 
 
-def block_hashes(token_ids: list[int], block_size: int, extra_key: bytes = b"") -> list[bytes]:
+def block_hashes(
+    token_ids: abc.Sequence[int], block_size: int, extra_key: bytes = b""
+) -> list[bytes]:
     """Hashes of every full block of `token_ids` (a partial last block is never hashed)."""
     hashes, parent = [], NONE_HASH
     for start in range(0, len(token_ids) - block_size + 1, block_size):
@@ -145,7 +147,7 @@ class BlockManager:
     def allocate(
         self,
         seq_id,
-        token_ids: list[int],
+        token_ids: abc.Sequence[int],
         extra_key: bytes = b"",
         hit: tuple | None = None,
     ) -> int:
@@ -161,7 +163,8 @@ class BlockManager:
         request's KV-cache groups: every sequence's cached blocks are taken first (so none is
         evicted by another's new blocks), then each one's new blocks in turn. `entries`:
         (seq_id, token_ids, extra_key, hit); returns each one's hit tokens."""
-        plans, needed_total, reusable_total = [], 0, 0
+        plans: list[tuple] = []
+        needed_total, reusable_total = 0, 0
         for seq_id, token_ids, extra_key, hit in entries:
             if seq_id in self.seqs or any(seq_id == plan[0] for plan in plans):
                 raise ValueError(f"sequence {seq_id!r} already exists")
@@ -201,11 +204,13 @@ class BlockManager:
         first, blocks = hit
         return (first, list(blocks)) if blocks else (0, [])
 
-    def prefix_blocks(self, token_ids: list[int], extra_key: bytes = b"") -> list[int]:
+    def prefix_blocks(self, token_ids: abc.Sequence[int], extra_key: bytes = b"") -> list[int]:
         """The cached blocks of the longest cached prefix (within the first len - 1 tokens)."""
         return self._prefix_hits(token_ids, extra_key) if self.enable_prefix_caching else []
 
-    def _chain(self, token_ids: list[int], extra_key: bytes, num_blocks: int) -> list[tuple]:
+    def _chain(
+        self, token_ids: abc.Sequence[int], extra_key: bytes, num_blocks: int
+    ) -> list[tuple[bytes, tuple[int, ...], bytes]]:
         """(hash, tokens, parent hash) of each of the first `num_blocks` full blocks."""
         chain, parent, size = [], NONE_HASH, self.block_size
         for start in range(0, min(num_blocks * size, len(token_ids) - size + 1), size):
@@ -228,7 +233,11 @@ class BlockManager:
         )
 
     def window_hit(
-        self, token_ids: list[int], window_blocks: int, extra_key: bytes = b"", max_blocks=None
+        self,
+        token_ids: abc.Sequence[int],
+        window_blocks: int,
+        extra_key: bytes = b"",
+        max_blocks=None,
     ) -> tuple[int, list[int]]:
         """A sliding-window sequence's prefix hit as vLLM's SlidingWindowManager finds it:
         searching back from the prefix's last block (at most `max_blocks`, within the first
@@ -261,11 +270,11 @@ class BlockManager:
             return
         seq = self.seqs[seq_id]
         start, table = 0, seq.block_table
-        while start < len(table) and (table[start] is None or self.blocks[table[start]].hash):
+        while start < len(table) and ((held := table[start]) is None or self.blocks[held].hash):
             start += 1
         self._cache_full_blocks(seq, start, num_tokens)
 
-    def _prefix_hits(self, token_ids: list[int], extra_key: bytes) -> list[int]:
+    def _prefix_hits(self, token_ids: abc.Sequence[int], extra_key: bytes) -> list[int]:
         """Cached blocks for the longest prefix of full blocks, never the whole prompt: the last
         token is always computed (its logits start decoding), so only blocks within the first
         len - 1 tokens can hit."""
@@ -283,7 +292,7 @@ class BlockManager:
         return hits
 
     def blocks_to_allocate(
-        self, token_ids: list[int], extra_key: bytes = b"", hit: tuple | None = None
+        self, token_ids: abc.Sequence[int], extra_key: bytes = b"", hit: tuple | None = None
     ) -> int:
         """Free blocks a new sequence of `token_ids` would take: its blocks past the cached
         prefix, plus the cached prefix blocks that sit in the free queue (vLLM's
@@ -337,7 +346,7 @@ class BlockManager:
             del self.cached[block.hash]
         block.hash = block.parent_hash = block.token_ids = block.extra_key = None
 
-    def cached_prefix_tokens(self, token_ids: list[int], extra_key: bytes = b"") -> int:
+    def cached_prefix_tokens(self, token_ids: abc.Sequence[int], extra_key: bytes = b"") -> int:
         """Tokens of `token_ids` a new sequence would find in the prefix cache (whole blocks);
         changes nothing. A scheduler asks before deciding how many tokens to compute."""
         if not self.enable_prefix_caching:
@@ -345,7 +354,7 @@ class BlockManager:
         return len(self._prefix_hits(token_ids, extra_key)) * self.block_size
 
     def append_tokens(
-        self, seq_id, token_ids: list[int], cache: bool = True
+        self, seq_id, token_ids: abc.Sequence[int], cache: bool = True
     ) -> list[tuple[int, int]]:
         """Append several tokens at once (a prefill chunk, or decode steps caught up): the same
         blocks, copies and cached hashes as calling append_token for each, in one pass. All or
@@ -357,18 +366,16 @@ class BlockManager:
         held = len(seq.block_table)
         start = len(seq.token_ids)
         needed = -(-(start + len(token_ids)) // self.block_size) - held
-        partial_shared = bool(
-            start % self.block_size
-            and seq.block_table[-1] is not None
-            and self.blocks[seq.block_table[-1]].ref_count > 1
-        )
+        last_id = seq.block_table[-1] if start % self.block_size else None
+        shared_id = last_id if last_id is not None and self.blocks[last_id].ref_count > 1 else None
+        partial_shared = shared_id is not None
         if needed + partial_shared > self.num_free_blocks:
             raise NoFreeBlocksError(
                 f"need {needed + partial_shared} blocks, {self.num_free_blocks} free"
             )
         copies = []
-        if partial_shared:  # shared partial block: copy before writing
-            last = self.blocks[seq.block_table[-1]]
+        if shared_id is not None:  # shared partial block: copy before writing
+            last = self.blocks[shared_id]
             dst = self._pop_free()
             last.ref_count -= 1
             seq.block_table[-1] = dst
@@ -391,7 +398,9 @@ class BlockManager:
                 raise NoFreeBlocksError("no free block to append into")
             seq.block_table.append(self._pop_free())
         else:
-            last = self.blocks[seq.block_table[-1]]
+            last_id = seq.block_table[-1]
+            assert last_id is not None, "a window never drops the block being written"
+            last = self.blocks[last_id]
             if last.ref_count > 1:  # shared partial block: copy before writing
                 if not self.free_queue:
                     raise NoFreeBlocksError("no free block for copy-on-write")
@@ -463,7 +472,7 @@ class BlockManager:
             return
         tokens = len(seq.token_ids) if upto is None else min(upto, len(seq.token_ids))
         full = tokens // self.block_size
-        parent = NONE_HASH
+        parent: bytes | None = NONE_HASH
         if start_block > 0:
             before = seq.block_table[start_block - 1]
             if before is None:  # dropped by a window: the chain from the tokens
@@ -484,10 +493,11 @@ class BlockManager:
         for index in range(start_block, full):
             chunk = tuple(token_ids[index * size : (index + 1) * size])
             h = block_hash(parent, chunk, extra_key)
-            if table[index] is None:  # dropped by a window (vLLM skips its null blocks)
+            block_id = table[index]
+            if block_id is None:  # dropped by a window (vLLM skips its null blocks)
                 parent = h
                 continue
-            block = blocks[table[index]]
+            block = blocks[block_id]
             if block.hash is None:
                 block.hash, block.parent_hash, block.token_ids = h, parent, chunk
                 block.extra_key = extra_key

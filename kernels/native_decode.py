@@ -189,7 +189,7 @@ def native_decode_attention(
     fp32 [B, Hq, D]. Inputs are validated by the caller (check_inputs); the kernel itself checks
     that every table entry it reads names a block of the cache."""
     state = status()
-    if not state.available:
+    if not state.available or _LIBRARY is None:
         raise RuntimeError(f"the native decode kernel is unavailable: {state.reason}")
     group = query.shape[1] // num_kv_heads
     num_blocks, block_size = key_cache.shape[:2]

@@ -221,7 +221,7 @@ class _Gather:
 
     def __call__(self, ids, scale, batch: int, tokens: int):
         """The blocks `ids` as fp32 [B, T, Hkv, D], dequantized with their scales."""
-        if self.flat is not None:
+        if self.buf is not None:  # set with self.flat
             raw = torch.index_select(self.flat, 0, ids, out=self.buf[: ids.numel()])
         else:
             raw = torch.index_select(self.cache, 0, ids)  # contiguous [n, block_size, Hkv, D]

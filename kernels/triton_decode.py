@@ -238,7 +238,7 @@ def triton_decode_attention(
     if key_cache.dtype == torch.int8 and (k_scale is None or torch.as_tensor(k_scale).dim() != 3):
         raise ValueError("int8 caches need per-token scales [num_blocks, block_size, Hkv]")
     mode, ks, vs = 0, torch.ones(1, device=device), torch.ones(1, device=device)
-    scale_strides = (0, 0, 0)
+    scale_strides: tuple[int, ...] = (0, 0, 0)
     if k_scale is not None:
         ks = torch.as_tensor(k_scale, dtype=torch.float32, device=device)
         vs = torch.as_tensor(v_scale, dtype=torch.float32, device=device)

@@ -1,4 +1,8 @@
-import _signal
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; mypy reads it as True
+if TYPE_CHECKING:  # typeshed has no stub for the C module; `signal` re-exports its names
+    import signal as _signal
+else:
+    import _signal
 
 # first: hold SIGTERM, SIGINT and SIGHUP while the entry point loads; main() sets its handlers and
 # lets them through (see kvplan/_entry.py)

@@ -17,10 +17,15 @@ finding the package, before any line of kvplan runs. The `kvplan` script pip wri
 this module first (and kvplan/early_stop.py, the handler kvplan.cli.signals knows too); its
 window is that import, about a millisecond."""
 
-import _signal
 import sys
 
 from kvplan.early_stop import SIGNALS, stop_early
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; mypy reads it as True
+if TYPE_CHECKING:  # typeshed has no stub for the C module; `signal` re-exports its names
+    import signal as _signal
+else:
+    import _signal
 
 
 def main(mask: set | None = None) -> None:

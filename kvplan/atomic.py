@@ -81,7 +81,7 @@ def check_spelling(raw: str, what: str = "output") -> str:
     return raw
 
 
-def check_target(path: Path, what: str = "output") -> Path:
+def check_target(path: Path | str, what: str = "output") -> Path:
     """The folder must exist and the target, if it exists, must be a regular file (a symbolic link
     is judged by what it points to). Returns `path` as a Path."""
     check_spelling(str(path), what)
@@ -119,7 +119,7 @@ def check_outputs(outputs: dict[str, Path | str | None]) -> None:
     write would silently replace the first). None and '-' (standard output) are skipped."""
     seen: list[tuple[Path, str, Path | str]] = []
     for what, path in outputs.items():
-        if is_stdout(path):
+        if path is None or is_stdout(path):
             continue
         check_target(path, what)
         real = resolved(path)
@@ -183,7 +183,7 @@ def remove_temporaries() -> None:
             _discard(tmp)
 
 
-def _filled(path: Path, shown: Path, write: Callable[[Path], None]) -> Path:
+def _filled(path: Path, shown: Path, write: Callable[[Path], object]) -> Path:
     """A complete temporary file for `path`: written by `write`, with the mode the target has
     (or a new file's)."""
     try:
@@ -214,7 +214,7 @@ def _discarded_on_failure(tmp: Path, shown: Path):
 
 
 def write_atomic(
-    path: Path, write: Callable[[Path], None], what: str = "output", *, alone: bool = False
+    path: Path, write: Callable[[Path], object], what: str = "output", *, alone: bool = False
 ) -> None:
     """Call `write(temporary_path)`, then rename the temporary file over `path`; inside
     `all_or_nothing()` (unless `alone`: a cache, not an output) the rename waits for the others."""
@@ -247,7 +247,7 @@ class _Batch:
         self.staged: list[_Staged] = []
         self.after: list[tuple[str, str]] = []  # ("stderr" | "stdout", text), after the renames
 
-    def stage(self, path: Path, shown: Path, write: Callable[[Path], None]) -> None:
+    def stage(self, path: Path, shown: Path, write: Callable[[Path], object]) -> None:
         if any(s.path == path for s in self.staged):
             raise KvplanError(
                 f"{shown} is written twice by one command; give each output its own file"
@@ -328,6 +328,7 @@ class all_or_nothing:  # noqa: N801 (used as a function: `with all_or_nothing():
         if self.outer:
             return
         batch, _BATCH = _BATCH, None
+        assert batch is not None, "__enter__ of the outermost block made it"
         if kind is None:
             batch.commit()
         else:

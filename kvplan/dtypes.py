@@ -20,7 +20,7 @@ ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 LLAMA_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 GGML_CACHE_QUANTS = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
-KV_DTYPES = ("auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4", *GGML_CACHE_QUANTS)
+KV_DTYPES = ("auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4", "nvfp4", *GGML_CACHE_QUANTS)
 # "checkpoint": the weights as the model file stores them (safetensors headers, a GGUF's tensor
 # table): exact bytes, each tensor in its own type with its scales
 WEIGHT_DTYPE_HELP = (
@@ -33,6 +33,7 @@ SUB_BYTE_SCALE_ZERO_BYTES = 4  # fp16 scale + fp16 zero-point per group (KIVI-st
 # Bits per value of the sub-byte integer formats. int3 and int2 are what-if formats (kvplan whatif),
 # not engine dtypes: --kv-dtype offers int4 at most.
 SUB_BYTE_BITS = {"int4": 4, "int3": 3, "int2": 2}
+NVFP4_BLOCK = 16  # values per fp8 scale in an nvfp4 cache
 
 _TORCH_DTYPE_NAMES = {
     "float32": "fp32",
@@ -217,6 +218,8 @@ class KvFormat(NamedTuple):
             return width * ELEMENT_BYTES[self.name]
         if self.name == "int8":
             return width + INT8_SCALE_BYTES
+        if self.name == "nvfp4":  # packed fp4 plus one fp8 scale per 16 values (vLLM's layout)
+            return width // 2 + width // NVFP4_BLOCK
         if self.name in SUB_BYTE_BITS:
             groups = math.ceil(width / self.group_size)
             packed = math.ceil(width * SUB_BYTE_BITS[self.name] / 8)
@@ -237,6 +240,8 @@ class KvFormat(NamedTuple):
             return note("kv-fp8")
         if self.name == "int8":
             return note("kv-int8")
+        if self.name == "nvfp4":
+            return note("kv-nvfp4")
         if self.name == "int4" and not self.full_precision_tokens:
             return note("kv-int4", group_size=self.group_size)
         if self.name in GGML_CACHE_QUANTS:

@@ -3,8 +3,13 @@ CLI's kvplan.cli.signals takes over from it, and counts it as a default): one li
 signal's number. Only the C module `_signal` is used: `import signal` builds its enums first
 (5 ms), a window in which a Ctrl-C was still a traceback."""
 
-import _signal
 import os
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; mypy reads it as True
+if TYPE_CHECKING:  # typeshed has no stub for the C module; `signal` re-exports its names
+    import signal as _signal
+else:
+    import _signal
 
 SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
 _NAMES = {_signal.SIGTERM: "SIGTERM", _signal.SIGINT: "SIGINT", _signal.SIGHUP: "SIGHUP"}

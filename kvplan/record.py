@@ -48,12 +48,14 @@ def _new(cls, *args, **kwargs):
     return _tuple_new(cls, values)
 
 
-@classmethod
 def _make(cls, iterable):
     result = _tuple_new(cls, iterable)
     if len(result) != len(cls._fields):
         raise TypeError(f"Expected {len(cls._fields)} arguments, got {len(result)}")
     return result
+
+
+_make_classmethod = classmethod(_make)
 
 
 def _replace(self, /, **kwargs):
@@ -108,7 +110,7 @@ class _RecordMeta(type):
             "__match_args__": fields,
             "_fields": fields,
             "_field_defaults": defaults,
-            "_make": _make,
+            "_make": _make_classmethod,
             "_replace": _replace,
             "_asdict": _asdict,
         }

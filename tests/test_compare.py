@@ -18,6 +18,27 @@ from kvplan.simulate.setup import ServeOptions, build_replica
 from helpers import run_cli, run_json
 
 
+def test_a_dp_attention_row_is_the_simulators_rank_on_the_same_flags():
+    """Issue 27: a DP-attention layout is priced by the step model simulate and plan run for
+    vLLM's `--tp 1 -dp N --enable-expert-parallel` (each rank its own batch, the experts over
+    the gathered tokens), not by the 100% floor: capacity's comparison and plan do not price
+    one layout two ways."""
+    data = run_json("capacity", "deepseek-v3", "--gpu", "h200", "--gpu", "h100", "--ctx", "32k")
+    row = data["rows"][0]
+    assert row["layout"] == "DP attention 8 + EP 8" and row["priced_by"] == "step"
+    spec = load_bundled("deepseek-v3")
+    options = ServeOptions(tp=1, data_parallel_size=8, enable_expert_parallel=True)
+    replica = build_replica(spec, load_profile("h200"), options)
+    per_rank = min(row["users_per_replica"] // 8, replica.options.max_num_seqs)
+    assert row["batch"] == per_rank * 8
+    step = replica.model.step(BatchShape(per_rank, per_rank * 32768, (), per_rank))
+    tpot = max(step.total_s, per_rank * Frontend().per_token_s)
+    assert row["tpot_s"] == pytest.approx(tpot)
+    assert row["tokens_per_s_per_gpu"] == pytest.approx(per_rank * 8 / tpot / 8)
+    assert row["tpot_s"] > row["tpot_floor_s"]
+    assert "or floor" not in data["verdict"]["text"]
+
+
 def test_each_row_is_what_capacity_roofline_and_plans_step_model_say_for_that_gpu():
     """Each kind on its best layout: capacity at that layout, the roofline's floor, and the TPOT
     of plan's own replica model (simulate.setup.build_replica) at the batch the layout holds."""

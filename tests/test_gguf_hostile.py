@@ -4,12 +4,15 @@ llama.cpp's reading (that layer keeps no cache)."""
 
 from __future__ import annotations
 
+import json
+
 import gguf
 import numpy as np
 import pytest
 
 from kvplan.inputs.sources import load_model
 
+from gguf_fixtures import bundled, convert, tensors_for, write_gguf
 from helpers import run_cli
 
 # A Llama-3.1-8B-shaped header: 32 layers, 32 query heads over 8 KV heads, width 4096.
@@ -126,3 +129,35 @@ def test_split_count_is_bounded(tmp_path):
     # The name and split.count must agree (a renamed shard).
     path = write(tmp_path / "one.gguf", split__count=("u64", 2**31))
     assert "split.count says 2147483648 parts" in error_of(path)
+
+
+def test_a_pattern_that_is_not_a_number_is_an_error(tmp_path):
+    """gemma4 has no period of its own: a sliding_window_pattern that is neither a whole number
+    nor flags is refused in one line (mypy saw the None period; it was an internal error)."""
+    _, keys = convert(bundled("gemma-3-27b"))
+    keys["attention.sliding_window_pattern"] = 6.5
+    path = tmp_path / "m.gguf"
+    write_gguf(path, "gemma4", keys, tensors_for("gemma4", keys))
+    assert "gemma4.attention.sliding_window_pattern must be a whole number" in error_of(str(path))
+
+
+def test_a_token_list_of_numbers_is_not_a_vocabulary(tmp_path):
+    """tokenizer.ggml.tokens as a short array of numbers (read as a list, not as an array of
+    strings' length) is not a vocabulary size: the size comes from token_embd.weight (it was
+    int(list), an internal error, until mypy saw the object there)."""
+    path = tmp_path / "m.gguf"
+    writer_keys = dict(BASE)
+    writer_keys.pop("llama.vocab_size")
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for key, (_, value) in writer_keys.items():
+        writer.add_uint32(key, value)
+    writer.add_array("tokenizer.ggml.tokens", [1, 2, 3])
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    code, out, err = run_cli("size", str(path), "--format", "json")
+    assert code == 0, err
+    # 32 layers x K and V x 8 KV heads x 128 wide x 2 bytes (f16)
+    assert json.loads(out)["model"]["kv_bytes_per_token"] == 32 * 2 * 8 * 128 * 2

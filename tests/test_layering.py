@@ -59,13 +59,26 @@ def _package(module: str, packages: set[str]) -> str:
     return PACKAGE_OF_MODULE.get(parts[1], "shared")
 
 
-def _imports(path: Path, module: str) -> set[str]:
+def _type_only(tree: ast.AST) -> set[int]:
+    """The nodes under `if TYPE_CHECKING:` (imports for annotations, which never run)."""
+    inside = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for statement in node.body:
+                inside.update(id(sub) for sub in ast.walk(statement))
+    return inside
+
+
+def _imports(path: Path, module: str, type_only: bool = True) -> set[str]:
     """Every kvplan module `path` imports, at any depth (`from a import b` names a.b where b is
-    a module, else a)."""
+    a module, else a); without `type_only`, not those under `if TYPE_CHECKING:`."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    skipped = set() if type_only else _type_only(tree)
     found = set()
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -139,12 +152,13 @@ def test_the_parser_sees_function_level_imports():
 
 def _module_graph() -> dict[str, set[str]]:
     """Every kvplan module and the kvplan modules it imports, at module level or inside a
-    function (`from a import b` is a.b where a.b is a module, else a)."""
+    function (`from a import b` is a.b where a.b is a module, else a). Imports for annotations
+    alone (`if TYPE_CHECKING:`) never run and make no cycle; the layer order still holds them."""
     modules = _all_modules()
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
         targets = set()
-        for name in _imports(path, module):
+        for name in _imports(path, module, type_only=False):
             target = name if name in modules else name.rpartition(".")[0]
             if target in modules and target != module:
                 targets.add(target)
@@ -202,6 +216,12 @@ def test_no_import_cycles_among_kvplan_modules():
     assert not cycles, "import cycles (move the shared piece to a module both import):\n" + (
         "\n".join("  " + " <-> ".join(group) for group in cycles)
     )
+
+
+def test_imports_for_annotations_alone_are_told_apart():
+    path = ROOT / "kvplan" / "engines" / "request.py"  # LlamaCppRequest for a field's type
+    assert "kvplan.engines.llamacpp" in _imports(path, "kvplan.engines.request")
+    assert "kvplan.engines.llamacpp" not in _imports(path, "kvplan.engines.request", False)
 
 
 def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import():

@@ -170,7 +170,36 @@ def test_plots_are_written(tmp_path):
     assert plot.stat().st_size > 1000 and timeline.stat().st_size > 1000
 
 
+def test_plot_of_a_trace(tmp_path):
+    """A trace has no request rate (its own arrival times): the throughput plot places the run
+    at its achieved rate (it was float(None), an internal error, until mypy saw it)."""
+    trace, plot = tmp_path / "trace.jsonl", tmp_path / "rate.png"
+    trace.write_text(
+        "".join(
+            f'{{"arrival_s": {i / 10}, "input_tokens": 200, "output_tokens": 20}}\n'
+            for i in range(20)
+        )
+    )
+    code, _, err = run_cli("simulate", "qwen3-8b", "--gpu", "h100", "--trace", str(trace),
+                           "--plot", str(plot))  # fmt: skip
+    assert code == 0, err
+    assert plot.stat().st_size > 1000
+
+
 # ---- plan -----------------------------------------------------------------------------------
+def test_ep_flags_with_no_tp_are_refused_as_without_them():
+    """_check_layout raised its first refusal, None when there was no TP to try: `raise None`,
+    a TypeError (mypy saw it). With no TP the search space is empty, flags or not."""
+    from kvplan.inputs.sources import load_model
+    from kvplan.plans.plan import plan
+
+    spec, gpu = load_model("qwen3-30b-a3b"), bundled_profiles()["h100-sxm"]
+    slos = (Slo("ttft", "p99", 2.0),)
+    for flags in ({}, {"enable_expert_parallel": True}):
+        with pytest.raises(KvplanError, match="the search space is empty"):
+            plan(spec, [gpu], PlanRequest(rate=1.0, slos=slos, tps=(), **flags))
+
+
 def test_slo_parsing():
     assert parse_slo("ttft_p99=2s") == Slo("ttft", "p99", 2.0)
     assert parse_slo("tpot_p99=50ms").limit_s == pytest.approx(0.05)

@@ -129,6 +129,7 @@ class Attention(NamedTuple):
     def tokens_held(self, context_len: int) -> int:
         """Tokens this layer keeps for one sequence at `context_len`: s, or min(s, window)."""
         if self.kind.windowed:
+            assert self.window is not None, "a windowed kind has a window"
             return min(context_len, self.window)
         return context_len
 

@@ -55,7 +55,7 @@ def _ascii_numbers() -> None:
     try:  # typer 0.2x carries its own copy of click
         from typer._click import types
     except ImportError:
-        from click import types
+        from click import types  # type: ignore[no-redef]  # the same module, before typer 0.20
     base = getattr(types, "_NumberParamTypeBase", None)  # click 8's; the options' own parsers
     if base is None or getattr(base.convert, "kvplan_ascii", False):  # still check the rest
         return
@@ -77,7 +77,7 @@ def _ascii_numbers() -> None:
             raise KvplanError(f"{what} {value[:40]!r} is beyond a float's range (about 1.8e308)")
         return number
 
-    ascii_convert.kvplan_ascii = True
+    ascii_convert.kvplan_ascii = True  # type: ignore[attr-defined]  # a mark on the function
     base.convert = ascii_convert
 
 
@@ -172,7 +172,8 @@ def main(argv: list[str] | None = None) -> None:
             if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):  # click usage errors
                 moved = _moved(argv, exc)
                 if moved:
-                    typer.echo(f"error: {argv[0]} has no {exc.option_name}: {moved}", err=True)
+                    option = getattr(exc, "option_name", "")  # set where _moved found one
+                    typer.echo(f"error: {argv[0]} has no {option}: {moved}", err=True)
                     sys.exit(2)
                 message = " ".join(exc.format_message().split())
                 typer.echo(error_line(f"{message} (kvplan --help)"), err=True)

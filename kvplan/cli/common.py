@@ -320,3 +320,67 @@ def enforce_eager_option():
         help="No CUDA graphs: every step pays the eager per-layer launch cost (vLLM: no graph "
         "memory).",
     )
+
+
+def speculative_config_option():
+    """vLLM's --speculative-config JSON."""
+    return typer.Option(
+        None,
+        "--speculative-config",
+        help='vLLM\'s speculative decoding as vllm serve takes it: \'{"method": "mtp", '
+        '"num_speculative_tokens": 1}\' (eagle, eagle3, draft_model, ngram; "model": a draft).',
+    )
+
+
+def speculative_algorithm_option():
+    return typer.Option(
+        None,
+        "--speculative-algorithm",
+        help="SGLang's speculative decoding: EAGLE, EAGLE3, NEXTN (MTP), STANDALONE, NGRAM.",
+    )
+
+
+def speculative_int_option(flag: str, what: str):
+    return typer.Option(None, flag, help=f"SGLang's {what} (unset: SGLang's default).")
+
+
+def speculative_draft_option():
+    return typer.Option(
+        None,
+        "--speculative-draft-model-path",
+        help="SGLang's draft model or EAGLE head (a bundled name or path for STANDALONE).",
+    )
+
+
+def spec_accept_option():
+    return typer.Option(
+        None,
+        "--spec-accept",
+        help="Speculative acceptance: a per-token rate in (0, 1], or per-position rates as "
+        "vLLM's spec-decode metrics print them (0.82,0.61,0.43); unset: 0.7, noted.",
+    )
+
+
+def spec_accept_length_option():
+    return typer.Option(
+        None,
+        "--spec-accept-length",
+        help="Speculative acceptance as a mean acceptance length (vLLM's 'Mean acceptance "
+        "length', SGLang's 'accept len'): tokens per round, 1 to k + 1.",
+    )
+
+
+def speculative_fields(
+    config, algorithm, num_steps, topk, draft_tokens, draft_path, accept, accept_length
+) -> dict:
+    """The ServeOptions fields of the speculative flags."""
+    return {
+        "speculative_config": config,
+        "speculative_algorithm": algorithm,
+        "speculative_num_steps": num_steps,
+        "speculative_eagle_topk": topk,
+        "speculative_num_draft_tokens": draft_tokens,
+        "speculative_draft_model_path": draft_path,
+        "spec_accept": accept,
+        "spec_accept_length": accept_length,
+    }

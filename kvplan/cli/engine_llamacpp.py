@@ -50,12 +50,12 @@ def ollama_request(gpu, deprecated: bool = False, **o):
     from kvplan.dtypes import ggml_type
     from kvplan.engines.ollama import OLLAMA_VERSION, OllamaRequest, parse_env, parse_version
     from kvplan.inputs.options import parse_bytes
-    from kvplan.notes import note
+    from kvplan.notes import Note, note
 
     version = o["version"] or OLLAMA_VERSION
     parse_version(version)  # a one-line error for a malformed version
     env = parse_env(o["env"])
-    notes = ()
+    notes: tuple[Note, ...] = ()
     if deprecated:
         notes = (note("ollama-flag-deprecated", version=version),)
         if o.get("parallel") is not None:
@@ -64,7 +64,7 @@ def ollama_request(gpu, deprecated: bool = False, **o):
         if k and v and k != v:
             raise KvplanError("Ollama sets one cache type for K and V: give -ctk and -ctv alike")
         if k or v:
-            env.setdefault("OLLAMA_KV_CACHE_TYPE", k or v)
+            env.setdefault("OLLAMA_KV_CACHE_TYPE", str(k or v))
         if o.get("flash_attn") in ("on", "off"):
             env.setdefault("OLLAMA_FLASH_ATTENTION", "1" if o["flash_attn"] == "on" else "0")
     num_ctx = parse_ctx_size(o["num_ctx"])

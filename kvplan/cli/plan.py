@@ -126,6 +126,26 @@ def add(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", min=0, max=2**31, help="Random seed."),
         dcp: int = c.dcp_option(),
         enforce_eager: bool = c.enforce_eager_option(),
+        speculative: str = typer.Option(
+            "auto",
+            "--speculative",
+            help="auto: search each layout without speculative decoding and with the model's "
+            "MTP layers (or the layout given); off: without.",
+        ),
+        speculative_config: str = c.speculative_config_option(),
+        speculative_algorithm: str = c.speculative_algorithm_option(),
+        speculative_num_steps: int = c.speculative_int_option(
+            "--speculative-num-steps", "draft steps per round"
+        ),
+        speculative_eagle_topk: int = c.speculative_int_option(
+            "--speculative-eagle-topk", "branches per draft step"
+        ),
+        speculative_num_draft_tokens: int = c.speculative_int_option(
+            "--speculative-num-draft-tokens", "tokens verified per round"
+        ),
+        speculative_draft_model_path: str = c.speculative_draft_option(),
+        spec_accept: str = c.spec_accept_option(),
+        spec_accept_length: float = c.spec_accept_length_option(),
         fmt: c.OutputFormat = c.format_option(),
         out: Path = c.out_option(),
     ) -> None:
@@ -187,6 +207,17 @@ def add(app: typer.Typer) -> None:
                 dcp, what="--decode-context-parallel-size", minimum=1, maximum=1024
             ),
             enforce_eager=enforce_eager,
+            speculative=speculative,
+            **c.speculative_fields(
+                speculative_config,
+                speculative_algorithm,
+                speculative_num_steps,
+                speculative_eagle_topk,
+                speculative_num_draft_tokens,
+                speculative_draft_model_path,
+                spec_accept,
+                spec_accept_length,
+            ),
         )
         gpus = list({g.key: g for g in (c.load_gpu(name) for name in gpu)}.values())
         result = plan(c.load_model(model), gpus, request, progress=_progress)

@@ -139,7 +139,7 @@ def engine_versions(engine: str, engine_version: str | None, vllm_version: str |
 def mem_fraction_static_value(value: float | None) -> float | None:
     """SGLang's --mem-fraction-static, a fraction in (0, 1): the range the engines' own
     check in kvplan.engines.sglang takes (0.05 to 1), refused at the edge as one line."""
-    return c.fraction(value, "--mem-fraction-static")
+    return None if value is None else c.fraction(value, "--mem-fraction-static")
 
 
 def length_law(
@@ -415,7 +415,7 @@ def add(app: typer.Typer) -> None:
         engine_version: str = typer.Option(
             None,
             "--engine-version",
-            help="The engine's release whose rules and defaults apply: vLLM 0.8 on (default "
+            help="The engine's release whose rules and defaults apply: vLLM 0.6 on (default "
             "0.19), SGLang 0.4 or 0.5 (default; another runs with the nearest, noted).",
         ),
         vllm_version: str = typer.Option(
@@ -445,6 +445,26 @@ def add(app: typer.Typer) -> None:
         ),
         dcp: int = c.dcp_option(),
         enforce_eager: bool = c.enforce_eager_option(),
+        num_scheduler_steps: int = typer.Option(
+            1,
+            "--num-scheduler-steps",
+            help="vLLM V0's multi-step scheduling (--engine-version 0.6 to 0.8): one scheduler "
+            "pass per this many decode steps.",
+        ),
+        speculative_config: str = c.speculative_config_option(),
+        speculative_algorithm: str = c.speculative_algorithm_option(),
+        speculative_num_steps: int = c.speculative_int_option(
+            "--speculative-num-steps", "draft steps per round"
+        ),
+        speculative_eagle_topk: int = c.speculative_int_option(
+            "--speculative-eagle-topk", "branches per draft step"
+        ),
+        speculative_num_draft_tokens: int = c.speculative_int_option(
+            "--speculative-num-draft-tokens", "tokens verified per round"
+        ),
+        speculative_draft_model_path: str = c.speculative_draft_option(),
+        spec_accept: str = c.spec_accept_option(),
+        spec_accept_length: float = c.spec_accept_length_option(),
         fmt: c.OutputFormat = c.format_option(),
         out: Path = c.out_option(),
     ) -> None:
@@ -525,6 +545,17 @@ def add(app: typer.Typer) -> None:
                 load_balance_method=load_balance_method,
                 decode_context_parallel_size=dcp,
                 enforce_eager=enforce_eager,
+                num_scheduler_steps=num_scheduler_steps,
+                **c.speculative_fields(
+                    speculative_config,
+                    speculative_algorithm,
+                    speculative_num_steps,
+                    speculative_eagle_topk,
+                    speculative_num_draft_tokens,
+                    speculative_draft_model_path,
+                    spec_accept,
+                    spec_accept_length,
+                ),
             ),
             replicas=replicas,
             router=router,

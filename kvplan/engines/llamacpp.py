@@ -348,7 +348,7 @@ def _v_width(attns: list[Attention], s: Settings) -> tuple[int | None, list[Note
 
 
 class LayerCache(NamedTuple):
-    index: int
+    index: int  # type: ignore[assignment]  # the layer's number; shadows tuple.index (unused)
     kind: str  # kv | swa | recurrent
     k_bytes: int
     v_bytes: int
@@ -366,7 +366,9 @@ def layer_caches(spec: ModelSpec, s: Settings, swa_full: bool) -> tuple[list[Lay
         a = layer.attention
         if a is not None:
             windowed = a.kind.windowed and s.build >= 5429
-            cells = swa_cells(s, a.window, swa_full) if windowed else s.n_ctx_seq
+            cells = (
+                swa_cells(s, a.window or 0, swa_full) if windowed else s.n_ctx_seq
+            )  # a window: set
             k_row, v_row = layer_row_bytes(a, s, v_max)
             kind = "swa" if windowed else "kv"
             out.append(LayerCache(il, kind, s.n_stream * cells * k_row, s.n_stream * cells * v_row))
@@ -396,7 +398,7 @@ def build_caches(
 ) -> list[Cache]:
     caches = []
     attns = [a for a in spec.attention_layers()]
-    windows = [a.window for a in attns if a.kind.windowed]
+    windows = [a.window for a in attns if a.kind.windowed and a.window is not None]  # all
     for kind in ("kv", "swa", "recurrent"):
         rows = [c for c in per_layer if c.kind == kind]
         if not rows:
@@ -444,7 +446,7 @@ class Weights(NamedTuple):
 def model_weights(spec: ModelSpec, weights_type: str | None) -> tuple[Weights, list[Note]]:
     """Block-by-block weight bytes: the GGUF's own bytes, or every parameter in `weights_type`
     (a config.json defaults to f16, as convert_hf_to_gguf writes it)."""
-    notes = []
+    notes: list[Note] = []
     if spec.stored is not None and weights_type is None:
         st = spec.stored
         per_param = {
@@ -529,7 +531,7 @@ def decode_ceiling(
     gpu = host = 0.0
     on_gpu = [il >= p.first_gpu_layer for il in range(p.num_layers)]
     for il, layer in enumerate(spec.layers):
-        read = w.layers[il]
+        read: float = w.layers[il]
         if moe and w.expert_layers[il]:
             read -= w.expert_layers[il] * (1 - moe.top_k / moe.num_experts)
         cache = 0.0
@@ -669,8 +671,10 @@ def llamacpp_allocation(spec: ModelSpec, gpu: GpuProfile, r: LlamaCppRequest) ->
     per_layer, cache_notes = layer_caches(spec, s, r.swa_full)
     notes += cache_notes
     max_ngl = largest_gpu_layers(m, s, w)
-    auto = r.n_gpu_layers is None
-    ngl = max_ngl if auto else r.n_gpu_layers
+    ngl = r.n_gpu_layers
+    auto = ngl is None
+    if ngl is None:
+        ngl = max_ngl
     if auto:
         notes.append(note("llamacpp-ngl-auto", n_gpu_layers=ngl, layers=spec.num_layers + 1))
     p = placement(spec.num_layers, ngl, r.build, auto)

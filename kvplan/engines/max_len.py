@@ -50,7 +50,7 @@ class EngineMaxLen(NamedTuple):
 def _keys(spec: ModelSpec) -> PositionKeys:
     if spec.positions is not None:
         return spec.positions
-    lengths = ()
+    lengths: tuple[tuple[str, int], ...] = ()
     if spec.max_position_embeddings:
         lengths = (("max_position_embeddings", spec.max_position_embeddings),)
     return PositionKeys(lengths)

@@ -8,11 +8,15 @@ Since v0.30 Ollama runs upstream llama-server with `-c num_ctx*num_parallel -np 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from kvplan.errors import KvplanError
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
 from kvplan.units import GIB
+
+if TYPE_CHECKING:
+    from kvplan.inputs.hardware import GpuProfile
 
 OLLAMA_VERSION = "0.33"
 OLLAMA_ENV = (
@@ -140,7 +144,7 @@ class OllamaRequest(NamedTuple):
     num_gpu: int | None = None  # the request's num_gpu option, layers (None: the most that fit)
     gpu_memory_bytes: float | None = None  # what the GPU may use (a Mac's iogpu.wired_limit_mb)
     weights_type: str | None = None  # a config.json's weights in this ggml type (default f16)
-    host: object = None  # GpuProfile of the CPU side (None: a Mac's unified memory)
+    host: GpuProfile | None = None  # the CPU side (None: a Mac's unified memory)
     device: str | None = None
     notes: tuple[Note, ...] = ()  # said by the caller (the deprecated --ollama spelling)
 

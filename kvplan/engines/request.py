@@ -3,8 +3,14 @@ refused by name); kvplan.engines.engine_allocation dispatches to the engine's mo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
+
+if TYPE_CHECKING:  # imported by the engine that needs them (start-up)
+    from kvplan.engines.llamacpp import LlamaCppRequest
+    from kvplan.engines.ollama import OllamaRequest
 
 ENGINES = ("vllm", "sglang", "llama.cpp", "ollama")
 
@@ -25,8 +31,8 @@ class EngineRequest(NamedTuple):
     hybrid_kv_cache_manager: bool = True
     hybrid_chunked: bool = True
     mem_fraction_static: float | None = None
-    llamacpp: object = None  # kvplan.engines.llamacpp.LlamaCppRequest for --engine llama.cpp
-    ollama: object = None  # kvplan.engines.ollama.OllamaRequest for --engine ollama
+    llamacpp: LlamaCppRequest | None = None  # for --engine llama.cpp
+    ollama: OllamaRequest | None = None  # for --engine ollama
     dtype: str = "auto"  # the engine's --dtype: auto, bfloat16, float16, float32 (and aliases)
     weights_dtype: str = "auto"  # kvplan's spelling of the checkpoint's weights format
     quantization: str | None = None  # vLLM's --quantization (fp8 online, awq, gptq, ...)

@@ -84,17 +84,25 @@ RESERVED_FLOOR_MIB = 10 * 1024  # on GPUs above 60 GiB
 MLA_PIECEWISE_MIB = 1536
 MAX_PREFILL_TOKENS = 16384
 VIT_BASELINE_LAYERS, VIT_BASELINE_HIDDEN = 24, 1024  # ViT-L/14, adjust_mem_fraction_for_vlm
-_ELEMENT_DTYPE = {
+# SGLang's --kv-cache-dtype spellings -> the format kvplan's formulas store a value in (None: the
+# model dtype): the one table its allocation and the step time (kvplan.simulate.setup) read
+KV_CACHE_FORMATS = {
     "auto": None,
+    "bf16": "bf16",
     "bfloat16": "bf16",
     "float16": "fp16",
     "fp8": "fp8",
     "fp8_e4m3": "fp8",
     "fp8_e5m2": "fp8",
 }
-KV_CACHE_DTYPES = tuple(_ELEMENT_DTYPE)  # --kv-cache-dtype values kvplan sizes
+KV_CACHE_DTYPES = tuple(KV_CACHE_FORMATS)  # --kv-cache-dtype values kvplan sizes
 # What SGLang's command line accepts (server_args.py, --kv-cache-dtype choices)
 CLI_KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1")
+
+
+def kv_format(kv_cache_dtype: str, model_dtype: str) -> KvFormat:
+    """The format of a --kv-cache-dtype spelling (KV_CACHE_FORMATS; auto: the model dtype)."""
+    return KvFormat(KV_CACHE_FORMATS[kv_cache_dtype] or model_dtype)
 
 
 def piecewise_graph_tokens(max_tokens: int) -> int:
@@ -236,10 +244,10 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     from kvplan.engines.request import refuse_gqa_indexer
 
     refuse_gqa_indexer(spec, "SGLang")
-    if request.kv_cache_dtype not in _ELEMENT_DTYPE:
+    if request.kv_cache_dtype not in KV_CACHE_FORMATS:
         raise KvplanError(
             f"--kv-cache-dtype {request.kv_cache_dtype[:40]!r} is not an SGLang kv-cache-dtype "
-            f"({', '.join(_ELEMENT_DTYPE)})"
+            f"({', '.join(KV_CACHE_FORMATS)})"
         )
     spec.check_tp(request.tp)
     too_long = check_max_model_len(
@@ -250,8 +258,10 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     spec = spec._replace(dtype=dtype)
     version, _ = sglang_release(request.sglang_version)
     default = default_mem_fraction(spec, gpu, request.tp, request.pp, version)
-    given = request.mem_fraction_static is not None
-    fraction = request.mem_fraction_static if given else default.mem_fraction_static
+    fraction = request.mem_fraction_static
+    given = fraction is not None
+    if fraction is None:
+        fraction = default.mem_fraction_static
     if not 0.05 <= fraction <= 1:
         raise KvplanError("--mem-fraction-static must be between 0.05 and 1")
     stages = pp_stages(spec, request.pp)
@@ -266,7 +276,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     if a.indexer_head_dim and kv_dtype == "auto":  # _set_default_nsa_kv_cache_dtype
         kv_dtype = "fp8_e4m3" if gpu_generation(gpu) >= 10 else "bfloat16"
         notes.append(note("sglang-dsa-dtype", dtype=kv_dtype))
-    fmt = KvFormat(_ELEMENT_DTYPE[kv_dtype] or dtype)
+    fmt = kv_format(kv_dtype, dtype)
     elem = ELEMENT_BYTES[fmt.name]
     page = request.block_size or (DSA_PAGE_SIZE if a.indexer_head_dim else 1)
     layers = len(attn)
@@ -345,11 +355,12 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         allocated = FP8_NSA_LATENT_BYTES
         notes.append(note("sglang-nsa-fp8-layout", allocated=FP8_NSA_LATENT_BYTES))
     cell = allocated * layers + indexer * len(indexed) if mla else profile_cell
-    full_tokens = swa_tokens = None
+    full_tokens: int | None = None
+    swa_tokens: int | None = None
     if n_swa and n_full:  # HybridSWAPoolConfigurator
+        assert full_layer is not None and swa_layer is not None, "both pools, not MLA"
         full_bytes, swa_bytes = full_layer * n_full, swa_layer * n_swa
-        full_tokens = rest // (full_bytes + SWA_FULL_TOKENS_RATIO * swa_bytes)
-        full_tokens = int(full_tokens) // page * page
+        full_tokens = int(rest // (full_bytes + SWA_FULL_TOKENS_RATIO * swa_bytes)) // page * page
         swa_tokens = int(full_tokens * SWA_FULL_TOKENS_RATIO) // page * page
         tokens = full_tokens
         notes.append(note("sglang-swa", swa=n_swa, full=n_full, ratio=SWA_FULL_TOKENS_RATIO))

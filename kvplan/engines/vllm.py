@@ -52,35 +52,29 @@ QUANTIZATION = {
     "mxfp4": "mxfp4",
     "experts_int8": "int8",
 }
-KV_CACHE_DTYPES = (
-    "auto",
-    "bfloat16",
-    "float16",
-    "fp8",
-    "fp8_e4m3",
-    "fp8_e5m2",
-    "fp8_ds_mla",
-    "int8_per_token_head",
-    "fp8_per_token_head",
-    "nvfp4",
-)
-PER_TOKEN_HEAD_KV = ("int8_per_token_head", "fp8_per_token_head")  # not for MLA layers
-# What a launch command may pass as --kv-cache-dtype: the values every release's CacheDType
-# literal carries (vllm/config/cache.py). float16, int8 and the per-token-head and fp4 caches
-# come and go between releases, so a command for the v0.19.0 image uses none of them.
-CLI_KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
-# vLLM's kv-cache-dtype spellings -> kvplan's element dtypes (None: the model dtype)
-_ELEMENT_DTYPE = {
+# vLLM's --kv-cache-dtype spellings -> the format kvplan's formulas store a value in (None: the
+# model dtype): the one table both the allocation (attention_bytes_per_token) and the step time
+# (kvplan.simulate.setup) read. The per-token-head caches hold a byte per value and an fp32
+# scale per head vector, kvplan's "int8" bytes; fp8_ds_mla is MLA's 656-byte layout in the
+# allocation (FP8_DS_MLA_BYTES), read as its fp8 values by the step time.
+KV_CACHE_FORMATS = {
     "auto": None,
     "bfloat16": "bf16",
     "float16": "fp16",
     "fp8": "fp8",
     "fp8_e4m3": "fp8",
     "fp8_e5m2": "fp8",
-    "int8_per_token_head": "fp8",  # one byte per value, like fp8
-    "fp8_per_token_head": "fp8",
+    "fp8_ds_mla": "fp8",
+    "int8_per_token_head": "int8",
+    "fp8_per_token_head": "int8",
+    "nvfp4": "nvfp4",
 }
-PER_TOKEN_HEAD_SCALE_BYTES = 4  # fp32 scale per token per KV head, for K and for V
+KV_CACHE_DTYPES = tuple(KV_CACHE_FORMATS)
+PER_TOKEN_HEAD_KV = ("int8_per_token_head", "fp8_per_token_head")  # not for MLA layers
+# What a launch command may pass as --kv-cache-dtype: the values every release's CacheDType
+# literal carries (vllm/config/cache.py). float16, int8 and the per-token-head and fp4 caches
+# come and go between releases, so a command for the v0.19.0 image uses none of them.
+CLI_KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 FP8_DS_MLA_BYTES = 656  # 512 fp8 latent + 16 B of fp32 scales + 64 bf16 rope values
 INDEXER_QUANT_BLOCK = 128  # the indexer key's values per fp32 scale
 INDEXER_SCALE_BYTES = 4
@@ -114,8 +108,10 @@ class LayerSpec(NamedTuple):
         if self.kind is CacheKind.STATE:
             return 1  # mamba_cache_mode "none": one state page per request
         if self.kind is CacheKind.SLIDING:
+            assert self.window is not None, "a windowed layer has a window"
             return math.ceil(min(self.window - 1 + mnbt, max_model_len) / block_size) + 1
         if self.kind is CacheKind.CHUNKED:
+            assert self.window is not None, "a windowed layer has a window"
             return math.ceil(min(self.window + mnbt, max_model_len) / block_size)
         return math.ceil(max_model_len / block_size)
 
@@ -136,8 +132,9 @@ def gqa_indexer_bytes_per_token(attn: Attention) -> int:
     )
 
 
-def _nvfp4_width(width: int) -> int:
-    return width // 2 + width // 16  # packed fp4 plus one fp8 scale per 16 values
+def kv_format(kv_cache_dtype: str, model_dtype: str) -> KvFormat:
+    """The format of a --kv-cache-dtype spelling (KV_CACHE_FORMATS; auto: the model dtype)."""
+    return KvFormat(KV_CACHE_FORMATS.get(kv_cache_dtype) or model_dtype)
 
 
 def attention_bytes_per_token(
@@ -150,22 +147,13 @@ def attention_bytes_per_token(
         if kv_cache_dtype == "fp8_ds_mla":
             latent = FP8_DS_MLA_BYTES
         else:
-            fmt = KvFormat(_ELEMENT_DTYPE.get(kv_cache_dtype) or model_dtype)
-            latent = fmt.head_vector_bytes(attn.head_dim)
+            latent = kv_format(kv_cache_dtype, model_dtype).head_vector_bytes(attn.head_dim)
         return latent + indexer_bytes_per_token(attn)
     if kv_cache_dtype == "fp8_ds_mla":
         raise KvplanError("--kv-cache-dtype fp8_ds_mla is only for MLA models")
-    heads = attn.kv_heads_per_rank(tp)
     indexer = gqa_indexer_bytes_per_token(attn)  # at its own dtype, not the cache's
     attn = attn._replace(indexer_head_dim=0)  # K and V alone
-    if kv_cache_dtype == "nvfp4":
-        per_token = heads * (_nvfp4_width(attn.head_dim) + _nvfp4_width(attn.head_dim_v))
-    else:
-        per_token = attn.kv_bytes_per_token(
-            KvFormat(_ELEMENT_DTYPE.get(kv_cache_dtype) or model_dtype), tp
-        )
-    if kv_cache_dtype in PER_TOKEN_HEAD_KV:
-        per_token += 2 * heads * PER_TOKEN_HEAD_SCALE_BYTES
+    per_token = attn.kv_bytes_per_token(kv_format(kv_cache_dtype, model_dtype), tp)
     # the indexer key's spec needs the same token slots as K and V (both full attention), so
     # vLLM's UniformTypeKVCacheSpecs puts it in the layer's group: its bytes count as the layer's
     return per_token + indexer
@@ -230,6 +218,7 @@ def allocate(
 ) -> Allocation:
     """Grouping, page unification and block counts for one rank's layers."""
     mnbt, mml = request.max_num_batched_tokens, request.max_model_len
+    assert mnbt is not None, "vllm_allocation fills in the engine's default first"
     attention = [s for s in specs if s.kind is not CacheKind.STATE]
     states = [s for s in specs if s.kind is CacheKind.STATE]
     if (

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-from kvplan.anatomy.model import KEPT, CacheKind, ModelSpec
+from kvplan.anatomy.model import KEPT, CacheKind, Layer, ModelSpec, distinct_layers
 from kvplan.dtypes import KvFormat
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
@@ -53,9 +53,23 @@ from kvplan.formulas.flops import (
 )
 from kvplan.formulas.kv import cache_groups
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
-from kvplan.formulas.step_time import Rates, bound, curve_value, time_floor_s
+from kvplan.formulas.step_time import (
+    OpKind,
+    OpRates,
+    Rates,
+    batch_ops,
+    bound,
+    curve_value,
+    step_time,
+    time_floor_s,
+)
 from kvplan.formulas.weights import weight_bytes_read_per_decode_step
-from kvplan.inputs.kernel_tables import Achieved, datasheet_achieved, host_overheads_data
+from kvplan.inputs.kernel_tables import (
+    Achieved,
+    DsaGrids,
+    datasheet_achieved,
+    host_overheads_data,
+)
 from kvplan.record import NamedTuple
 
 LOGIT_BYTES = 4  # the sampler works on fp32 logits
@@ -134,7 +148,7 @@ class BatchShape(NamedTuple):
     prefill chunks as (new tokens, tokens already cached before the chunk)."""
 
     num_decodes: int = 0
-    decode_context_sum: int = 0
+    decode_context_sum: float = 0  # a float for a micro-batch's share (_pipelined)
     prefill_chunks: tuple[tuple[int, int], ...] = ()
     num_sampled: int = 0  # sequences that sample a token this step
 
@@ -198,16 +212,29 @@ class StepModel:
         async_scheduling: bool = False,
         cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
         fp8_flop_per_s: float | None = None,
-        dsa_delta_us: dict | None = None,
+        dsa_delta_us: DsaGrids | None = None,
         moe_ranks: int | None = None,
         ep: int = 1,
         dp: int = 1,
         dcp: int = 1,
+        scheduler_steps: int = 1,
+        op_rates: OpRates | None = None,
+        op_dtype: str | None = None,
+        op_gather_kv: bool = False,
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
+        self.fmt = fmt
+        # a measured profile's per-operator curves (kvplan measure): the forward is priced
+        # operator by operator (step_time.batch_ops at these rates, in `op_dtype`), the model
+        # that `kvplan measure --check` validates; None: the kernel tables' fractions
+        self.op_rates, self.op_dtype, self.op_gather_kv = op_rates, op_dtype, op_gather_kv
+        self._op_layers = distinct_layers(spec.layers)
         self.moe_ranks, self.ep, self.dp = moe_ranks or tp, ep, dp
         self.link, self.achieved, self.host = link, achieved, host
         self.async_scheduling = async_scheduling
+        # vLLM V0's multi-step scheduling (--num-scheduler-steps N): one scheduler pass and
+        # output processing for N decode-only steps, overlapped with them: each pays 1/N of it
+        self.scheduler_steps = scheduler_steps
         self.cuda_graph_max_tokens = cuda_graph_max_tokens
         # vLLM -dcp: each rank reads 1/dcp of every decode's cache, then the ranks all-gather
         # their partial outputs and LSEs (attention layers x one all-gather per decode step)
@@ -260,7 +287,7 @@ class StepModel:
         )
         self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
         self._weights: dict[object, tuple[float, float]] = {}
-        self._span_base: dict[int, BatchStepTime] = {}
+        self._span_base: dict[tuple[int, int], BatchStepTime] = {}
 
     # ---- the terms --------------------------------------------------------------------------
     def weights_bytes(
@@ -294,15 +321,21 @@ class StepModel:
         """The tokens the MoE layers of a rank's step see."""
         return self.dp * num_tokens if gathered_tokens is None else gathered_tokens
 
-    def decode_attention_s(self, num_decodes: int, context_sum: float) -> tuple[float, bool]:
+    def decode_attention_s(
+        self, num_decodes: int, context_sum: float, queries: int = 1
+    ) -> tuple[float, bool]:
         """Seconds of `num_decodes` decodes attending `context_sum` tokens in all, and whether
-        reading the cache bounds it. Windowed layers hold min(s, W) per sequence, at the mean."""
+        reading the cache bounds it. Windowed layers hold min(s, W) per sequence, at the mean.
+        `queries`: query tokens per decode (a speculative verification's k + 1), each cache
+        read once, the FLOPs `queries` times."""
         if not num_decodes:
             return 0.0, True
-        seconds, memory = self._decode_attention(num_decodes, context_sum / self.dcp, max, min)
+        seconds, memory = self._decode_attention(
+            num_decodes, context_sum / self.dcp, max, min, queries
+        )
         return seconds, memory >= seconds
 
-    def _decode_attention(self, num_decodes: int, context_sum, maximum, minimum):
+    def _decode_attention(self, num_decodes: int, context_sum, maximum, minimum, queries=1):
         """(seconds, the seconds of the cache reads) of the decodes' attention: the recurrent
         state, each group on its roofline, the DSA module's delta. One body for a float
         `context_sum` (with max and min) and for an array of them, one per step of a decode span
@@ -315,7 +348,7 @@ class StepModel:
             rates = self.mla_rates if g.mla else self.attention_rates
             read_s = g.kv_bytes_per_token * keys / rates.bandwidth_bytes_per_s
             seconds = seconds + maximum(
-                read_s, g.decode_flop_per_key * keys / rates.peak_flop_per_s
+                read_s, queries * g.decode_flop_per_key * keys / rates.peak_flop_per_s
             )
             memory = memory + read_s
         if self.dsa is not None:  # the sparse module's cost over the MLA roofline (or saving)
@@ -432,16 +465,21 @@ class StepModel:
         )
 
     # ---- one step ---------------------------------------------------------------------------
-    def step(self, shape: BatchShape, gathered_tokens: int | None = None) -> BatchStepTime:
+    def step(
+        self, shape: BatchShape, gathered_tokens: int | None = None, queries: int = 1
+    ) -> BatchStepTime:
         """The time of one step running `shape`; `gathered_tokens`: the tokens the MoE layers
-        see across the DP-attention ranks (None: dp x this rank's)."""
+        see across the DP-attention ranks (None: dp x this rank's); `queries`: tokens each
+        decode runs (a speculative verification: k drafted + 1, kvplan.simulate.speculative)."""
         num_seqs = shape.num_decodes + len(shape.prefill_chunks)
         if self.pp > 1 and num_seqs > 1:
-            gpu = self._pipelined(shape, min(self.pp, num_seqs))
+            gpu = self._pipelined(shape, min(self.pp, num_seqs), queries)
         else:
-            gpu = self._forward(shape, 1.0, gathered_tokens)
+            gpu = self._forward(shape, 1.0, gathered_tokens, queries)
         sampler_s = shape.num_sampled * self.sampler_bytes_per_sequence / self.sampler_bandwidth
         host_s = self.host.per_step_s + self.host.per_request_s * num_seqs
+        if self.scheduler_steps > 1 and not shape.prefill_chunks:
+            host_s /= self.scheduler_steps
         gpu_s = sum(gpu) + sampler_s
         total = max(gpu_s, host_s) if self.async_scheduling else gpu_s + host_s
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = gpu
@@ -450,13 +488,21 @@ class StepModel:
         )
 
     def _forward(
-        self, shape: BatchShape, layer_share: float, gathered_tokens: int | None = None
+        self,
+        shape: BatchShape,
+        layer_share: float,
+        gathered_tokens: int | None = None,
+        queries: int = 1,
     ) -> tuple[float, ...]:
         """(weights, matmul, kv_read, attention, comm, launch) seconds of a forward over
         `layer_share` of the layers (1: the whole model)."""
-        num_tokens = max(1, shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
+        if self.op_rates is not None:
+            return self._forward_ops(_as_chunks(shape, queries), layer_share)
+        num_tokens = max(1, queries * shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
         weights_s, matmul_s = self.gemm_s(num_tokens, max(1, shape.num_sampled), gathered_tokens)
-        decode_s, kv_bound = self.decode_attention_s(shape.num_decodes, shape.decode_context_sum)
+        decode_s, kv_bound = self.decode_attention_s(
+            shape.num_decodes, shape.decode_context_sum, queries
+        )
         prefill_s = sum(self.prefill_attention_s(n, c) for n, c in shape.prefill_chunks)
         if self.dsa is not None and shape.prefill_chunks:  # one module call over every chunk
             count = len(shape.prefill_chunks)
@@ -478,7 +524,60 @@ class StepModel:
             per_layer * self.spec.num_layers * layer_share,
         )
 
-    def _pipelined(self, shape: BatchShape, microbatches: int) -> tuple[float, ...]:
+    def forward_ops_s(
+        self, shape: BatchShape, head: bool = True
+    ) -> tuple[float, float, float, float, float]:
+        """(weights, matmul, kv_read, attention, launch) seconds of a whole forward over `shape`
+        priced operator by operator at the measured curves: each distinct layer's operators
+        (step_time.batch_ops) once, times its count, then the embedding lookup and the head over
+        the sampled positions. GEMMs are charged to weights_s or matmul_s by the roof that binds
+        each, attention to kv_read_s or attention_s, the other streaming operators (norms,
+        activations, cache writes and gathers) to weights_s or kv_read_s by what they move, and
+        every launch's fixed cost to launch_s. Decodes attend their mean context, rounded.
+        Without `head`: the layers alone, the forward `kvplan measure` times and predicts."""
+        rates, dtype = self.op_rates, self.op_dtype
+        assert rates is not None and dtype is not None, "a measured profile's curves, given"
+        num_decodes = shape.num_decodes
+        context = round(shape.decode_context_sum / self.dcp / num_decodes) if num_decodes else 0
+        terms = [0.0] * 5
+        parts: list[tuple[tuple[Layer, ...], int, int]]
+        parts = [((layer,), 0, count) for layer, count in self._op_layers]
+        if head:  # the embedding and the head
+            parts.append(((), max(1, shape.num_sampled), 1))
+        for layers, sampled, count in parts:
+            ops = batch_ops(
+                self.spec._replace(layers=layers),
+                dtype,
+                self.fmt,
+                num_decodes,
+                context,
+                shape.prefill_chunks,
+                num_sampled=sampled,
+                tp=self.tp,
+                gather_kv=self.op_gather_kv,
+            )
+            for op, t in zip(ops, step_time(ops, rates).ops, strict=True):
+                body = (t.time_s - t.overhead_s) * count
+                if op.kind is OpKind.MATMUL:
+                    terms[0 if t.bound == "memory" else 1] += body
+                elif op.kind is OpKind.ELEMENTWISE:
+                    terms[2 if op.kv_bytes else 0] += body
+                else:
+                    terms[2 if t.bound == "memory" else 3] += body
+                terms[4] += t.overhead_s * count
+        weights_s, matmul_s, kv_read_s, attention_s, launch_s = terms
+        return weights_s, matmul_s, kv_read_s, attention_s, launch_s
+
+    def _forward_ops(self, shape: BatchShape, layer_share: float) -> tuple[float, ...]:
+        """_forward's terms from the measured per-operator model (forward_ops_s)."""
+        weights_s, matmul_s, kv_read_s, attention_s, launch_s = self.forward_ops_s(shape)
+        num_tokens = max(1, shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
+        comm_s = self.comm_s(num_tokens) + self.dcp_comm_s(shape.num_decodes)
+        return tuple(
+            t * layer_share for t in (weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s)
+        )
+
+    def _pipelined(self, shape: BatchShape, microbatches: int, queries: int = 1) -> tuple:
         """m micro-batches through pp stages: (m + pp - 1) stage times, the idle share being
         pipeline_bubble_fraction(pp, m); each stage boundary passes activations point to point."""
         m = microbatches
@@ -488,9 +587,9 @@ class StepModel:
             prefill_chunks=tuple((-(-n // m), c) for n, c in shape.prefill_chunks),
             num_sampled=-(-shape.num_sampled // m),
         )
-        stage = self._forward(micro, 1.0 / self.pp)
+        stage = self._forward(micro, 1.0 / self.pp, None, queries)
         scale = m / (1.0 - pipeline_bubble_fraction(self.pp, m))  # = m + pp - 1
-        tokens = micro.num_decodes + sum(n for n, _ in micro.prefill_chunks)
+        tokens = queries * micro.num_decodes + sum(n for n, _ in micro.prefill_chunks)
         hops_s = (self.pp - 1) * p2p_time_s(
             tokens * self.spec.hidden_size * ACTIVATION_BYTES,
             self.link.one_way_bytes_per_s * self.achieved.link,
@@ -499,16 +598,21 @@ class StepModel:
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = (t * scale for t in stage)
         return weights_s, matmul_s, kv_read_s, attention_s, comm_s + hops_s, launch_s
 
-    def decode_span_s(self, num_decodes: int, context_sums):
+    def decode_span_s(self, num_decodes: int, context_sums, queries: int = 1):
         """Consecutive decode-only steps of the same `num_decodes` sequences whose attended
         context sums are `context_sums` (a numpy array): (their step times, an array; the
         terms of the run, a function of how many of its steps are kept that returns a
-        BatchStepTime of sums). The terms of `step`, the attention ones for many steps at once."""
+        BatchStepTime of sums). The terms of `step`, the attention ones for many steps at once;
+        `queries` tokens per decode (step's)."""
         import numpy as np
 
         sums = np.asarray(context_sums, dtype=float)
-        if self.pp > 1 and num_decodes > 1:
-            steps = [self.step(BatchShape(num_decodes, float(x), (), num_decodes)) for x in sums]
+        sampled = queries * num_decodes
+        if (self.pp > 1 and num_decodes > 1) or self.op_rates is not None:
+            steps = [
+                self.step(BatchShape(num_decodes, float(x), (), sampled), None, queries)
+                for x in sums
+            ]
 
             def kept_steps(k: int) -> BatchStepTime:
                 return BatchStepTime(
@@ -516,13 +620,8 @@ class StepModel:
                 )
 
             return np.array([t.total_s for t in steps]), kept_steps
-        base = self._span_base.get(num_decodes)
-        if base is None:  # every term but attention depends on the batch size alone
-            base = self.step(BatchShape(num_decodes, 0, (), num_decodes))
-            self._span_base[num_decodes] = base
+        base, attention = self.span_parts(num_decodes, sums, queries)
         fixed = base.weights_s + base.matmul_s + base.sampler_s + base.comm_s + base.launch_s
-        attention, _ = self._decode_attention(num_decodes, sums / self.dcp, np.maximum, np.minimum)
-        attention = attention + np.zeros_like(sums)  # an array even without attention
         gpu = fixed + attention
         times = np.maximum(gpu, base.host_s) if self.async_scheduling else gpu + base.host_s
 
@@ -540,6 +639,31 @@ class StepModel:
             )
 
         return times, kept
+
+    def span_parts(self, num_decodes: int, sums, queries: int = 1):
+        """(the step of `num_decodes` decodes with no context, whose every term but attention
+        is the same at any context; the attention seconds at each of `sums`, an array)."""
+        import numpy as np
+
+        key = (num_decodes, queries)
+        base = self._span_base.get(key)
+        if base is None:  # every term but attention depends on the batch size alone
+            shape = BatchShape(num_decodes, 0, (), queries * num_decodes)
+            base = self._span_base[key] = self.step(shape, None, queries)
+        attention, _ = self._decode_attention(
+            num_decodes, np.asarray(sums, dtype=float) / self.dcp, np.maximum, np.minimum, queries
+        )
+        return base, attention + np.zeros_like(sums, dtype=float)  # an array without attention
+
+
+def _as_chunks(shape: BatchShape, queries: int) -> BatchShape:
+    """A speculative verification's decodes (`queries` tokens each over its cache) as the
+    prefill chunks they are, for the per-operator model; the shape itself at one query."""
+    if queries <= 1 or not shape.num_decodes:
+        return shape
+    mean = round(shape.decode_context_sum / shape.num_decodes) - 1  # cached before the token
+    chunks = ((queries, max(0, mean)),) * shape.num_decodes + tuple(shape.prefill_chunks)
+    return BatchShape(0, 0, chunks, shape.num_sampled)
 
 
 def shape_tokens(shape: BatchShape) -> int:

@@ -47,7 +47,7 @@ def dp_attention_decode_step(
     """One decode step of `batch_size` sequences spread over `ranks`, on the busiest rank."""
     dense = without_routed_experts(spec)
     own = -(-batch_size // ranks)
-    flops = own * flops_per_decode_token(dense, context_len)
+    flops: float = own * flops_per_decode_token(dense, context_len)
     expert_flops = flops_per_decode_token(spec, context_len) - flops_per_decode_token(
         dense, context_len
     )
@@ -66,7 +66,7 @@ def dp_attention_prefill_step(
 ) -> Step:
     """Prefill of one sequence on its rank; its tokens' expert work is spread over the ranks."""
     dense = without_routed_experts(spec)
-    flops = prefill_flops(dense, num_tokens)
+    flops: float = prefill_flops(dense, num_tokens)
     flops += (prefill_flops(spec, num_tokens) - flops) / ranks
     dense_read = weight_bytes_read_per_decode_step(dense, weights_dtype, num_tokens)
     expert_read = weight_bytes_read_per_decode_step(

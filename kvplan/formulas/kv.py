@@ -35,6 +35,7 @@ class CacheGroup(NamedTuple):
 
     def tokens_held(self, context_len: int) -> int:
         if self.kind.windowed:
+            assert self.window is not None, "a windowed group has a window"
             return min(context_len, self.window)
         return 0 if self.kind is CacheKind.STATE else context_len
 
@@ -111,9 +112,10 @@ def _group_layers(layers: tuple, fmt: KvFormat, tp: int) -> tuple[CacheGroup, ..
             entry[2] += count
         if layer.state is not None:
             st = layer.state
-            key = ("state", st.label(), st)
+            state_key = ("state", st.label(), st)
             entry = groups.setdefault(
-                key, [st.label(), CacheKind.STATE, 0, 0, 0, None, 0, st.bytes_per_sequence(tp)]
+                state_key,
+                [st.label(), CacheKind.STATE, 0, 0, 0, None, 0, st.bytes_per_sequence(tp)],
             )
             entry[2] += count
     return tuple(CacheGroup(*values) for values in groups.values())
@@ -160,8 +162,10 @@ def paged_tokens_held(group: CacheGroup, context_len: int, block_size: int) -> i
         return 0
     blocks = -(-context_len // block_size)
     if group.kind is CacheKind.SLIDING:
+        assert group.window is not None, "a windowed group has a window"
         blocks = min(blocks, -(-group.window // block_size) + 1)
     elif group.kind is CacheKind.CHUNKED:
+        assert group.window is not None, "a windowed group has a window"
         blocks = min(blocks, -(-group.window // block_size))
     return blocks * block_size
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from enum import Enum
 
-from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec
+from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, distinct_layers
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.errors import KvplanError
 from kvplan.formulas.flops import (
@@ -243,7 +243,12 @@ def step_time(ops: list[Op], rates: OpRates) -> OpsStepTime:
     overhead = sum(t.overhead_s for t in times)
     shares = {"memory": memory, "compute": compute, "overhead": overhead}
     return OpsStepTime(
-        memory + compute + overhead, memory, compute, overhead, max(shares, key=shares.get), times
+        memory + compute + overhead,
+        memory,
+        compute,
+        overhead,
+        max(shares, key=shares.__getitem__),
+        times,
     )
 
 
@@ -332,14 +337,34 @@ def _matmul(m: Matrix, tokens: int, weight_bytes: int, act_bytes: int) -> Op:
     )
 
 
+def _rank_matrices(spec: ModelSpec, shape: LayerShape, tp: int) -> tuple[Matrix, ...]:
+    """One tensor-parallel rank's share of a layer's matrices, as vLLM splits them: q|k|v and
+    gate|up by output features (the KV heads at max(1, Hkv // tp), replicated below one per
+    rank), o and down by input features."""
+    if tp == 1:
+        return shape.matrices
+    attn, h = shape.attention, spec.hidden_size
+    qkv, o, *mlp = shape.matrices
+    q_width = -(-attn.num_q_heads // tp) * attn.qk_head_dim
+    kv_width = attn.kv_heads_per_rank(tp) * (attn.head_dim + attn.head_dim_v)
+    rank = [
+        Matrix(qkv.name, q_width + kv_width, h),
+        Matrix(o.name, h, -(-o.cols // tp)),
+        Matrix(mlp[0].name, -(-mlp[0].rows // tp), h),
+        Matrix(mlp[1].name, h, -(-mlp[1].cols // tp)),
+    ]
+    return tuple(rank)
+
+
 def _layer_ops(
-    spec: ModelSpec, layer: Layer, tokens: int, attention: list[Op], dtype: str
+    spec: ModelSpec, layer: Layer, tokens: int, attention: list[Op], dtype: str, tp: int = 1
 ) -> list[Op]:
-    """The operators of one layer over `tokens` rows, in execution order."""
+    """The operators of one layer over `tokens` rows on one of `tp` ranks, in execution
+    order."""
     shape = layer_shape(spec, layer)
     p = ELEMENT_BYTES[dtype]
-    h, w = spec.hidden_size, shape.mlp_width
-    qkv, o, *mlp = shape.matrices
+    h, w = spec.hidden_size, -(-shape.mlp_width // tp)
+    qkv, o, *mlp = _rank_matrices(spec, shape, tp)
     # two norms (read + write) and two residual adds (read 2, write 1); the norm weights and
     # biases are read once
     norms = Op("norms", OpKind.ELEMENTWISE, 0, 0, shape.other_params * p, 0, 10 * tokens * h * p, 4)
@@ -359,6 +384,99 @@ def _layer_ops(
     ]
 
 
+def measurable(spec: ModelSpec) -> bool:
+    """Whether every layer is one the per-operator model lays out (dense attention + MLP, the
+    layers `kvplan measure` times); MoE, MLA and recurrent layers are not."""
+    try:
+        for layer, _ in distinct_layers(spec.layers):
+            layer_shape(spec, layer)
+    except KvplanError:
+        return False
+    return True
+
+
+def batch_ops(
+    spec: ModelSpec,
+    dtype: str,
+    fmt: KvFormat,
+    num_decodes: int = 0,
+    decode_context: int = 0,
+    prefill_chunks: tuple[tuple[int, int], ...] = (),
+    num_sampled: int = 0,
+    tp: int = 1,
+    gather_kv: bool = False,
+) -> list[Op]:
+    """Every operator of one forward over a mixed batch, on one of `tp` ranks: `num_decodes`
+    sequences decoding one token each at `decode_context` tokens, and prefill chunks as (new
+    tokens, tokens cached before the chunk); weights and activations in the plain `dtype`, the
+    cache in `fmt`. Each layer's GEMMs run once over every token of the step; each decode
+    layer runs one attention call over all decodes, each chunk its own causal attention over
+    its cached tokens and itself, writing its K and V. `num_sampled` > 0 adds the input
+    embedding's lookup and the output head over the sampled positions (a whole model's
+    forward; `kvplan measure` times the layers alone).
+
+    With `gather_kv` the decode attention is two operators, as a kernel that first gathers the
+    pages into a cache-sized buffer runs it (kvplan's torch path): the gather streams the KV,
+    the attention computes on what the gather left in cache. Without it (a fused paged kernel),
+    one operator does both. A decode step (`decode_ops`) and a prompt's prefill (`prefill_ops`)
+    are the two pure shapes; `simulate` and `plan` price every step of a measured profile
+    through this list, so the operators `kvplan measure --check` validates are the ones the
+    simulator runs."""
+    p = ELEMENT_BYTES[dtype]
+    tokens = num_decodes + sum(n for n, _ in prefill_chunks)
+    ops: list[Op] = []
+    if num_sampled:
+        h = spec.hidden_size
+        ops.append(Op("embedding", OpKind.ELEMENTWISE, 0, 0, 0, 0, 2 * tokens * h * p, 1))
+    for layer in spec.layers:
+        one = _one_layer(spec, layer)
+        attn = layer_shape(spec, layer).attention
+        q_heads = -(-attn.num_q_heads // tp)
+        q_out_per_token = q_heads * (attn.qk_head_dim + attn.v_head_dim) * p
+        attention: list[Op] = []
+        if num_decodes:
+            kv = num_decodes * kv_bytes_per_sequence(one, decode_context, fmt, tp)
+            flops = num_decodes * attention_flops_per_decode_token(one, decode_context)
+            if gather_kv:
+                attention.append(Op("kv_gather", OpKind.ELEMENTWISE, 0, 0, 0, kv, 0, 2))
+            attention.append(
+                Op(
+                    "attention",
+                    OpKind.DECODE_ATTENTION,
+                    num_decodes * attn.tokens_held(decode_context),
+                    flops * q_heads // attn.num_q_heads,
+                    0,
+                    0 if gather_kv else kv,
+                    num_decodes * q_out_per_token,
+                )
+            )
+        for new, cached in prefill_chunks:
+            end = cached + new
+            # the chunk's queries over the cached keys and themselves (causal)
+            flops = prefill_flops(one, end) - prefill_flops(one, cached)
+            flops -= 2 * matmul_params(one) * new
+            written = kv_bytes_per_sequence(one, new, fmt, tp)
+            # K and V written to the cache (and read from the projection: as many bytes again
+            # when the cache keeps the compute dtype, as it does in `kvplan measure`)
+            attention.append(Op("kv_write", OpKind.ELEMENTWISE, 0, 0, 0, written, written, 2))
+            attention.append(
+                Op(
+                    "attention",
+                    OpKind.PREFILL_ATTENTION,
+                    new,
+                    flops * q_heads // attn.num_q_heads,
+                    0,
+                    kv_bytes_per_sequence(one, end, fmt, tp),
+                    new * q_out_per_token,
+                )
+            )
+        ops += _layer_ops(spec, layer, tokens, attention, dtype, tp)
+    if num_sampled:
+        vocab = -(-spec.head_params // spec.hidden_size // tp)
+        ops.append(_matmul(Matrix("lm_head", vocab, spec.hidden_size), num_sampled, p, p))
+    return ops
+
+
 def decode_ops(
     spec: ModelSpec,
     batch_size: int,
@@ -367,53 +485,31 @@ def decode_ops(
     fmt: KvFormat,
     gather_kv: bool = False,
 ) -> list[Op]:
-    """Every layer's operators for one decode step of `batch_size` sequences at `context_len`
-    (weights and activations in the plain `dtype`, the cache in `fmt`). With `gather_kv` the
-    attention is two operators, as a kernel that first gathers the pages into a cache-sized
-    buffer runs it (kvplan's torch path): the gather streams the KV, the attention computes on
-    what the gather left in cache. Without it (a fused paged kernel), one operator does both."""
-    p = ELEMENT_BYTES[dtype]
-    ops = []
-    for layer in spec.layers:
-        one = _one_layer(spec, layer)
-        attn = layer_shape(spec, layer).attention
-        kv = batch_size * kv_bytes_per_sequence(one, context_len, fmt)
-        attention = Op(
-            "attention",
-            OpKind.DECODE_ATTENTION,
-            batch_size * attn.tokens_held(context_len),
-            batch_size * attention_flops_per_decode_token(one, context_len),
-            0,
-            0 if gather_kv else kv,
-            batch_size * attn.num_q_heads * (attn.qk_head_dim + attn.v_head_dim) * p,
-        )
-        gather = [Op("kv_gather", OpKind.ELEMENTWISE, 0, 0, 0, kv, 0, 2)] if gather_kv else []
-        ops += _layer_ops(spec, layer, batch_size, [*gather, attention], dtype)
-    return ops
+    """Every layer's operators for one decode step of `batch_size` sequences at `context_len`:
+    batch_ops' decode-only shape."""
+    return batch_ops(
+        spec, dtype, fmt, num_decodes=batch_size, decode_context=context_len, gather_kv=gather_kv
+    )
 
 
 def prefill_ops(spec: ModelSpec, num_tokens: int, dtype: str, fmt: KvFormat) -> list[Op]:
     """Every layer's operators for the prefill of one `num_tokens` prompt: causal attention, and
-    its K and V written to the cache."""
-    p = ELEMENT_BYTES[dtype]
-    ops = []
-    for layer in spec.layers:
-        one = _one_layer(spec, layer)
-        attn = layer_shape(spec, layer).attention
-        flops = prefill_flops(one, num_tokens) - 2 * matmul_params(one) * num_tokens
-        q_out = num_tokens * attn.num_q_heads * (attn.qk_head_dim + attn.v_head_dim) * p
-        attention = Op(
-            "attention",
-            OpKind.PREFILL_ATTENTION,
-            num_tokens,
-            flops,
-            0,
-            kv_bytes_per_sequence(one, num_tokens, fmt),
-            q_out,
+    its K and V written to the cache (batch_ops' one-chunk shape)."""
+    return batch_ops(spec, dtype, fmt, prefill_chunks=((num_tokens, 0),))
+
+
+def op_rates_of(profile, dtype: str) -> OpRates:
+    """A profile's per-operator rates (a GpuProfile): its measured curves where it has them,
+    else the datasheet's flat roofline (bandwidth and the `dtype` peak, no launch cost)."""
+    m = profile.measured
+    if m is not None:
+        return OpRates(
+            profile.memory_bandwidth_bytes_per_s,
+            m.matmul_bandwidth_bytes_per_s,
+            m.matmul_flop_per_s,
+            m.decode_attention_flop_per_s,
+            m.prefill_attention_flop_per_s,
+            m.overhead_s,
+            m.matmul_overhead_s,
         )
-        kv = kv_bytes_per_sequence(one, num_tokens, fmt)
-        # K and V written to the cache (and read from the projection: as many bytes again when
-        # the cache keeps the compute dtype, as it does in `kvplan measure`)
-        write = Op("kv_write", OpKind.ELEMENTWISE, 0, 0, 0, kv, kv, 2)
-        ops += _layer_ops(spec, layer, num_tokens, [write, attention], dtype)
-    return ops
+    return OpRates.flat(profile.memory_bandwidth_bytes_per_s, profile.peak(dtype))

@@ -8,6 +8,8 @@ a the probability that the target accepts one drafted token, r a low-rank cache'
 
 from __future__ import annotations
 
+import math
+
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence
@@ -62,10 +64,46 @@ def verify_step(
     return floor_step(batch_size, context_len, step.flops, num_bytes, rates)
 
 
+def tokens_per_round_from_positions(position_rates) -> float:
+    """Tokens a round yields per sequence from per-position acceptance rates, as vLLM's
+    spec-decode metrics print them (position i: the share of rounds whose i-th drafted token
+    was accepted, every one before it too): 1 + Σ_i rate_i, vLLM's "Mean acceptance length"."""
+    return 1.0 + sum(position_rates)
+
+
+def speculative_round_s(draft_step_s, verify_step_s, draft_tokens: int, first_draft_s=None):
+    """One round's seconds: k draft steps, then one verification, k * t_draft + t_verify;
+    with `first_draft_s` the first draft step takes that instead (the simulator's first runs
+    the k + 1 positions the last verification settled): t_first + (k - 1) * t_draft + t_verify.
+    Floats, or numpy arrays of a decode span's steps."""
+    if first_draft_s is None:
+        first_draft_s = draft_step_s
+    return first_draft_s + (draft_tokens - 1) * draft_step_s + verify_step_s
+
+
 def speculative_time_per_token_s(
     draft_step_s: float, verify_step_s: float, draft_tokens: int, acceptance: float
 ) -> float:
     """Time per output token of one sequence: a round (k draft steps, then one verification)
     divided by the tokens it yields, (k * t_draft + t_verify) / E[tokens per round]."""
-    round_s = draft_tokens * draft_step_s + verify_step_s
+    round_s = speculative_round_s(draft_step_s, verify_step_s, draft_tokens)
     return round_s / expected_tokens_per_round(draft_tokens, acceptance)
+
+
+def speculative_pool_blocks(
+    num_blocks: int,
+    available_bytes: float,
+    draft_weight_bytes: float,
+    target_kv_bytes_per_token: float,
+    draft_kv_bytes_per_token: float,
+) -> int:
+    """Blocks of a KV pool that also holds a draft: the draft's weights come out of the
+    memory the pool had, and every block holds the draft's layers beside the target's (vLLM
+    registers the draft's attention layers in the same KV cache groups; SGLang's draft pool
+    has as many tokens as the target's):
+    floor(N x (A - W_draft) / A x KV_target / (KV_target + KV_draft))."""
+    if available_bytes <= draft_weight_bytes:
+        return 0
+    memory = (available_bytes - draft_weight_bytes) / available_bytes
+    split = target_kv_bytes_per_token / (target_kv_bytes_per_token + draft_kv_bytes_per_token)
+    return math.floor(num_blocks * memory * split)

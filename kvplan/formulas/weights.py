@@ -46,6 +46,7 @@ def _stored_notes(spec: ModelSpec) -> list[Note]:
     """The checkpoint's bytes as the weights; a safetensors checkpoint more than 1% off the
     config's own count (in its quantization_config's format, else its torch_dtype) says so."""
     stored = spec.stored
+    assert stored is not None, "a note on stored weights for a model that has them"
     if stored.file_type:  # a GGUF
         return [note("weights-gguf", file_type=stored.file_type, weights_bytes=stored.total_bytes)]
     notes = [note("weights-stored", weights_bytes=stored.total_bytes)]
@@ -71,6 +72,7 @@ def _scope(spec: ModelSpec, fmt: WeightFormat) -> frozenset[str]:
 
 def _quant_note(dtype: str, spec: ModelSpec) -> Note:
     fmt = weight_format(dtype)
+    assert fmt is not None, f"{dtype} is a quantized format"
     scope = sorted(_scope(spec, fmt) & set(spec.param_parts))
     return note(
         "weights-quantized",
@@ -101,6 +103,7 @@ _WEIGHT_BYTES: dict[tuple, tuple] = {}
 
 def _weight_bytes(spec: ModelSpec, dtype: str) -> int:
     if dtype == "checkpoint":
+        assert spec.stored is not None, "'checkpoint' is offered only with stored weights"
         return spec.stored.total_bytes
     if dtype in ELEMENT_BYTES and dtype != "fp8":
         return spec.params_total * ELEMENT_BYTES[dtype]
@@ -131,6 +134,7 @@ def part_bytes_per_param(spec: ModelSpec, dtype: str, part: str) -> float:
     """Bytes one parameter of `part` takes in the weights format `dtype` (scales included)."""
     if dtype == "checkpoint":
         stored = spec.stored
+        assert stored is not None, "'checkpoint' is offered only with stored weights"
         if stored.part_bytes:  # the file says which tensors are which part (a GGUF)
             count = spec.param_parts.get(part, 0)
             return stored.part_bytes.get(part, 0) / count if count else 0.0
@@ -138,6 +142,7 @@ def part_bytes_per_param(spec: ModelSpec, dtype: str, part: str) -> float:
     if dtype in ELEMENT_BYTES and dtype != "fp8":
         return ELEMENT_BYTES[dtype]
     fmt = weight_format(dtype)
+    assert fmt is not None, f"{dtype} is a quantized format (plain ones returned above)"
     return fmt.bytes_per_param if part in _scope(spec, fmt) else ELEMENT_BYTES[spec.dtype]
 
 

@@ -12,7 +12,6 @@ import os
 import re
 import stat
 import struct
-from collections import Counter
 from pathlib import Path
 
 from kvplan.anatomy.model import StoredWeights
@@ -76,7 +75,7 @@ def header_length(path: Path, head: bytes) -> int:
     return length
 
 
-def parse_header(raw: bytes, source: str) -> dict[str, tuple[str, list]]:
+def parse_header(raw: bytes, source: str) -> dict[str, tuple]:
     """{tensor name: (dtype, shape)} from a safetensors header's JSON (the shapes are checked
     when they are priced, by _tensor_bytes)."""
     try:
@@ -85,7 +84,7 @@ def parse_header(raw: bytes, source: str) -> dict[str, tuple[str, list]]:
         raise KvplanError(f"{source}: the safetensors header is not valid JSON") from None
     if not isinstance(header, dict):
         raise KvplanError(f"{source}: the safetensors header is not a mapping")
-    out = {}
+    out: dict[str, tuple] = {}  # (dtype, shape) as the JSON has them: _tensor_bytes checks
     for name, info in header.items():
         if name == "__metadata__":
             continue
@@ -192,10 +191,11 @@ def summarize(tensors: dict[str, tuple[str, list]], num_layers: int, source: str
     if len(tensors) > MAX_TENSORS:
         raise TooLarge(f"{source}: more than {MAX_TENSORS:,} tensors")
     text = vision = skipped = 0.0
-    by_dtype: Counter = Counter()
+    by_dtype: dict[str, float] = {}
     for name, (dtype, shape) in tensors.items():
         size = _tensor_bytes(name, dtype, shape, source)
-        by_dtype[str(dtype).upper()] += size
+        key = str(dtype).upper()
+        by_dtype[key] = by_dtype.get(key, 0) + size
         layer = LAYER_INDEX.search(name)
         if VISION.search(name):
             vision += size

@@ -6,6 +6,7 @@ null field reads as absent.
 
 from __future__ import annotations
 
+import builtins
 import math
 from typing import Any
 
@@ -71,10 +72,10 @@ class Fields:
             raise KvplanError(f"{self.source}: config lacks {names[0]}{reason}")
         return default
 
-    def opt_int(self, *names: str, minimum: int = 1) -> int | None:
+    def opt_int(self, *names: str, minimum: builtins.int = 1) -> builtins.int | None:
         return self.int(*names, default=None, minimum=minimum)
 
-    def window(self, name: str, default: Any = None) -> int | None:
+    def window(self, name: str, default: Any = None) -> builtins.int | None:
         """A window size: null or 0 disables it (vLLM treats 0 as disabled)."""
         self.read.add(name)
         if name not in self.data:
@@ -104,7 +105,9 @@ class Fields:
             raise KvplanError(f"{self.source}: field {name} must be a number, got {shown(value)}")
         return float(value)
 
-    def int_list(self, name: str, length: int | None = None, minimum: int = 0) -> list[int] | None:
+    def int_list(
+        self, name: str, length: builtins.int | None = None, minimum: builtins.int = 0
+    ) -> list[builtins.int] | None:
         self.read.add(name)
         value = self.data.get(name)
         if value is None:
@@ -122,7 +125,7 @@ class Fields:
             )
         return out
 
-    def str_list(self, name: str, length: int | None = None) -> list[str] | None:
+    def str_list(self, name: str, length: builtins.int | None = None) -> list[str] | None:
         self.read.add(name)
         value = self.data.get(name)
         if value is None:
@@ -146,7 +149,7 @@ class Fields:
             raise KvplanError(f"{self.source}: field {name} must be a string, got {shown(value)}")
         return value
 
-    def _check_int(self, name: str, value: Any, minimum: int) -> int:
+    def _check_int(self, name: str, value: Any, minimum: builtins.int) -> builtins.int:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise KvplanError(f"{self.source}: field {name} must be an integer, got {shown(value)}")
         if isinstance(value, float):

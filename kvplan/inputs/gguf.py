@@ -14,6 +14,7 @@ tensors from every shard.
 
 from __future__ import annotations
 
+import builtins
 import re
 import struct
 from collections import Counter
@@ -241,7 +242,9 @@ def _reader_class():
             swapped = self.byte_order == "S"
             big = swapped == (sys.byteorder == "little")
             unpack = struct.Struct(">Q" if big else "<Q").unpack_from
-            buffer, end = memoryview(self.data), len(self.data)
+            # a memmap exports a buffer; numpy's stub says so (__buffer__) from Python 3.12 only
+            buffer = memoryview(self.data)  # type: ignore[arg-type]
+            end = len(self.data)
             for _ in range(count):
                 if offs + 8 > end:
                     raise _Bound("truncated or corrupt GGUF: a string array runs past its end")
@@ -465,7 +468,9 @@ class Keys:
             raise KvplanError(f"{self.source}: {self.arch}.{key} is an array, expected a number")
         return self._checked(key, value, minimum)
 
-    def per_layer(self, key: str, n: int, default: int | None = None) -> list[int]:
+    def per_layer(
+        self, key: str, n: builtins.int, default: builtins.int | None = None
+    ) -> list[builtins.int]:
         """A key that is one number for every layer or an array of exactly one per layer
         (llama.cpp's get_key_or_arr refuses an array of any other length)."""
         value = self.raw(key)
@@ -477,7 +482,7 @@ class Keys:
             return [self._checked(key, v, 0) for v in value]
         return [self.int(key, default)] * n
 
-    def _checked(self, key: str, value, minimum: int) -> int:
+    def _checked(self, key: str, value, minimum: builtins.int) -> builtins.int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise KvplanError(f"{self.source}: {self.arch}.{key} must be a whole number")
         maximum = KEY_MAXIMUM.get(key, MAX_DIM)
@@ -551,7 +556,7 @@ def tensor_totals(model: GgufModel, num_layers: int) -> TensorTotals:
     params: Counter = Counter()
     part_bytes: Counter = Counter()
     type_bytes: Counter = Counter()
-    layer_params = [Counter() for _ in range(num_layers)]
+    layer_params: list[Counter] = [Counter() for _ in range(num_layers)]
     layer_bytes = [0] * num_layers
     experts: Counter = Counter()
     for t in model.tensors:
@@ -655,6 +660,11 @@ def _swa_plans(keys: Keys, n_all: int, n_layer: int) -> list[LayerPlan]:
                 f"{keys.source}: GGUF lacks {keys.arch}.attention.sliding_window_pattern"
             )
         p = pattern if isinstance(pattern, int) else period
+        if p is None:  # an architecture without a period of its own (gemma4): a number or flags
+            raise KvplanError(
+                f"{keys.source}: {keys.arch}.attention.sliding_window_pattern must be a whole "
+                "number or one flag per layer"
+            )
         flags = [il < n_layer and _swa(il, p) for il in range(n_all)]
     if window is None and window_default is None:
         raise KvplanError(f"{keys.source}: GGUF lacks {keys.arch}.attention.sliding_window")
@@ -815,7 +825,8 @@ def gguf_model_spec(model: GgufModel, name: str, source: str) -> ModelSpec:
     if nextn and arch not in MLA_ARCHS:
         notes.append(note("gguf-nextn-layers", layers=nextn))
     token_embd = next((t for t in model.tensors if t.name == "token_embd.weight"), None)
-    vocab = keys.int("vocab_size", 0) or model.metadata.get("tokenizer.ggml.tokens")
+    tokens = model.metadata.get("tokenizer.ggml.tokens")  # its length (ArrayLength) when strings
+    vocab = keys.int("vocab_size", 0) or (tokens if isinstance(tokens, int) else 0)
     what = "the tokenizer's token list"
     if not vocab and token_embd is not None and len(token_embd.shape) == 2:
         vocab, what = token_embd.shape[1], "token_embd.weight's vocabulary side"
@@ -831,7 +842,7 @@ def gguf_model_spec(model: GgufModel, name: str, source: str) -> ModelSpec:
         model_type=f"gguf:{arch}",
         family=f"GGUF {arch} ({totals.stored.file_type})",
         hidden_size=n_embd,
-        vocab_size=int(vocab or 0),
+        vocab_size=int(vocab),
         layers=tuple(layers),
         param_parts={k: v for k, v in totals.params.items() if v},
         dtype="fp16",  # llama.cpp's default cache type and compute precision

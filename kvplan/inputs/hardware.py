@@ -10,6 +10,7 @@ import math
 import re
 from functools import cache, lru_cache
 from pathlib import Path
+from typing import Literal, overload
 
 from kvplan.errors import KvplanError
 from kvplan.inputs.files import user_path
@@ -146,6 +147,51 @@ MAX_SPREAD = 100.0
 MAX_ROUNDS = 10_000
 
 
+# _number's result type by its flags: required (the default) never None, integer an int
+@overload
+def _number(
+    data: dict,
+    key: str,
+    source: str,
+    *,
+    required: Literal[True] = ...,
+    integer: Literal[False] = ...,
+    maximum: float = ...,
+    minimum: float = ...,
+) -> float: ...
+@overload
+def _number(
+    data: dict,
+    key: str,
+    source: str,
+    *,
+    required: Literal[True] = ...,
+    integer: Literal[True],
+    maximum: float = ...,
+    minimum: float = ...,
+) -> int: ...
+@overload
+def _number(
+    data: dict,
+    key: str,
+    source: str,
+    *,
+    required: Literal[False],
+    integer: Literal[False] = ...,
+    maximum: float = ...,
+    minimum: float = ...,
+) -> float | None: ...
+@overload
+def _number(
+    data: dict,
+    key: str,
+    source: str,
+    *,
+    required: Literal[False],
+    integer: Literal[True],
+    maximum: float = ...,
+    minimum: float = ...,
+) -> int | None: ...
 def _number(
     data: dict,
     key: str,
@@ -523,7 +569,9 @@ def compile_bundled(folder: Path) -> dict:
 
     from kvplan.inputs.profile_cache import PRICES, digests, render
 
-    profiles, prices, names = {}, None, {}
+    profiles: dict[str, object] = {}
+    prices: object = None
+    names: dict[str, str] = {}
     for path in sorted(folder.glob("*.yaml")):
         data = load_yaml(path)
         if path.stem == PRICES:
@@ -549,7 +597,7 @@ def bundled_profiles() -> dict[str, GpuProfile]:
     return {stem: bundled_profile(stem) for stem in stems}
 
 
-def bundled_prices() -> object:
+def bundled_prices() -> dict | None:
     """prices.yaml's data, as read (kvplan.inputs.prices validates it)."""
     return _compiled()["prices"]
 

@@ -178,7 +178,8 @@ def _opener(deadline: Deadline):
     class Tls(urllib.request.HTTPSHandler):
         def https_open(self, req):
             connection = _watched(http.client.HTTPSConnection, deadline)
-            return self.do_open(connection, req, context=self._context)
+            context = self._context  # type: ignore[attr-defined]  # urllib's own, not in typeshed
+            return self.do_open(connection, req, context=context)
 
     return urllib.request.build_opener(_NoRedirect, Plain, Tls)
 

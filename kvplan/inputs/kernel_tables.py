@@ -223,6 +223,7 @@ def tables_for(profile, engine: str = "vllm", engine_version: str | None = None)
     if version is None:  # this GPU's tables exist for the other engine only
         use = next(e for e in ENGINES if available().get((gpu, e)))
         version = _pick(gpu, use, None)
+        assert version is not None, "check_table_key: every key has tables for an engine"
         if evidence == "own":
             evidence = "other-engine"
     doc = _load(gpu, use, version)

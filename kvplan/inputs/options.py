@@ -3,6 +3,7 @@ edge: token counts (8k, 128k, 1m), lists of them, whole numbers, fractions and s
 
 import math
 import re
+from typing import TypeVar
 
 from kvplan.errors import KvplanError
 from kvplan.units import GB, GIB, KB, KIB, MB, MIB, TB, TIB, TOKENS_K
@@ -128,7 +129,10 @@ def parse_int_list(text: str, *, what: str, minimum: int = 1, maximum: int = 1 <
     ]
 
 
-def check_range(value: float, *, what: str, minimum: float, maximum: float) -> float:
+_Number = TypeVar("_Number", int, float)
+
+
+def check_range(value: _Number, *, what: str, minimum: float, maximum: float) -> _Number:
     """A number typed by a person, finite and within [minimum, maximum]."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise KvplanError(f"{what} {value!r} is not a finite number")

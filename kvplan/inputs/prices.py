@@ -28,7 +28,7 @@ def default_prices() -> dict[str, Price]:
     return prices_from(bundled_prices())
 
 
-def prices_from(data: object) -> dict[str, Price]:
+def prices_from(data: dict | None) -> dict[str, Price]:
     """prices.yaml's data (as the strict loader or hardware_profiles/bundled.json holds it) ->
     profile key -> price."""
     prices = {}

@@ -4,6 +4,7 @@ What it cannot read it names, and a name that says "FP8"/"AWQ"/... with no quant
 is flagged: the weights are then counted unquantized, and the output says so."""
 
 import re
+from typing import TypeGuard
 
 from kvplan.anatomy.model import QUANTIZABLE_PARTS
 from kvplan.inputs.text import clean
@@ -20,7 +21,7 @@ NAME_SAYS_QUANTIZED = (
 MAX_GROUP_SIZE = 1 << 20  # real groups are 32 to 128 values; a larger one is corrupt
 
 
-def _whole(value) -> bool:
+def _whole(value) -> TypeGuard[int]:
     """An integer as JSON spells one (true and 4.0 are not)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -187,8 +188,7 @@ def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quant
     ignore = qc.get("modules_to_not_convert") or qc.get("ignore") or qc.get("ignored_layers")
     if method == "fp8":
         block = qc.get("weight_block_size")
-        fmt = "fp8" if block else "fp8-tensor"
-        return Quantization(fmt, _parts(ignore))
+        return Quantization("fp8" if block else "fp8-tensor", _parts(ignore))
     if method == "mxfp4":
         return Quantization("mxfp4", None)
     if method == "fbgemm_fp8":

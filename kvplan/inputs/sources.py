@@ -12,7 +12,7 @@ from pathlib import Path
 from kvplan.errors import KvplanError
 from kvplan.inputs.files import user_path
 from kvplan.inputs.text import clean
-from kvplan.notes import note
+from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
 
 MAX_CONFIG_BYTES = 8 * 2**20  # the largest real config.json is a few hundred KB
@@ -162,6 +162,7 @@ def resolve(model: str) -> ModelArgument:
         if gguf and not path.is_dir():
             return ModelArgument("gguf", text, path)
         variant = None if bundled else resolve_variant(model)
+        instead: str | None
         if bundled is not None:
             instead = f"bundled:{bundled.alias}"
         elif variant is not None:
@@ -189,6 +190,7 @@ def load_config(model: str | ModelArgument) -> tuple[dict, str, str]:
     if arg.kind == "gguf":
         raise KvplanError(f"{arg.text}: a GGUF file has no config.json (load it with load_model)")
     if arg.kind == "path":
+        assert arg.path is not None, "a path argument has its path"
         try:
             return _load_path(arg.path)
         except KvplanError as exc:
@@ -201,6 +203,7 @@ def load_config(model: str | ModelArgument) -> tuple[dict, str, str]:
                 "from another folder for it)"
             ) from None
     if arg.kind == "bundled":
+        assert arg.bundled is not None, "a bundled argument has its bundled model"
         text = (_bundled_dir() / arg.bundled.file).read_text(encoding="utf-8")
         return (
             parse_config_text(text, arg.bundled.alias),
@@ -208,6 +211,7 @@ def load_config(model: str | ModelArgument) -> tuple[dict, str, str]:
             f"bundled:{arg.bundled.file}",
         )
     if arg.kind == "variant":
+        assert arg.bundled is not None, "a variant argument has its bundled model"
         text = (_bundled_dir() / arg.bundled.file).read_text(encoding="utf-8")
         return parse_config_text(text, arg.text), arg.text, f"variant:{arg.bundled.alias}"
     from kvplan.inputs.hub import fetch_config
@@ -289,8 +293,10 @@ def load_model(model: str | ModelArgument, checkpoint: bool = True):
 
     raw, name, source = load_config(arg)
     spec = build_model(raw, name, source)
-    hf_id, notes = None, ()
+    hf_id: str | None = None
+    notes: tuple[Note, ...] = ()
     if arg.kind == "bundled":
+        assert arg.bundled is not None, "a bundled argument has its bundled model"
         if _looks_like_repo_id(arg.text):
             hf_id = arg.text  # the id the user named, as engines load it
         else:
@@ -298,6 +304,7 @@ def load_model(model: str | ModelArgument, checkpoint: bool = True):
     elif arg.kind == "hub":
         hf_id = arg.text
     elif arg.kind == "variant":
+        assert arg.bundled is not None, "a variant argument has its bundled model"
         hf_id = arg.text
         notes = (note("variant-resolved", repo_id=hf_id, alias=arg.bundled.alias),)
     else:  # a local path: the output names the file it read, and what it was read instead of

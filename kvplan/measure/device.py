@@ -31,7 +31,8 @@ def _cpu_caches() -> dict:
 
 
 def _cpu_model_and_flags() -> tuple[str, set[str]]:
-    name, flags = "", set()
+    name = ""
+    flags: set[str] = set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name") and not name:

@@ -283,8 +283,8 @@ def _spawned_worker(rank: int, parent: int, *args) -> None:
     _worker(rank, *args)
 
 
-def run_distributed(request: DistributedRequest) -> DistributedResult:
-    """The Python twin of `kvplan measure --distributed`."""
+def run_distributed(request: DistributedRequest) -> DistributedResult | None:
+    """The Python twin of `kvplan measure --distributed` (None on a torchrun rank but 0)."""
     if request.nproc < 2 or request.nproc > 64:
         raise KvplanError("--nproc must be between 2 and 64")
     if request.device not in ("cpu", "cuda"):

@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 
@@ -98,7 +100,7 @@ def matmul_probes(device: str, dtype: str, plan: ProbePlan) -> list[Probe]:
                 Item(
                     f"matmul:m={m}",
                     f"matmul {m} x {PROBE_K} x {rows}",
-                    lambda x=x: F.linear(x, big),
+                    partial(F.linear, x, big),
                     cold,
                 ),
             )
@@ -113,7 +115,7 @@ def matmul_probes(device: str, dtype: str, plan: ProbePlan) -> list[Probe]:
                 Item(
                     f"matmul_cache:m={m}",
                     f"matmul {m} rows, in cache",
-                    lambda x=x: F.linear(x, small),
+                    partial(F.linear, x, small),
                 ),
             )
         )
@@ -130,7 +132,7 @@ def matmul_probes(device: str, dtype: str, plan: ProbePlan) -> list[Probe]:
                 Item(
                     f"matmul_bandwidth:k={k}",
                     f"matmul 1 x {k} x {w.shape[0]}",
-                    lambda x=x, w=w: F.linear(x, w),
+                    partial(F.linear, x, w),
                     cold,
                 ),
             )
@@ -147,7 +149,7 @@ def matmul_probes(device: str, dtype: str, plan: ProbePlan) -> list[Probe]:
             Item(
                 "matmul_start",
                 "matmul 1 row, cold, small",
-                lambda x=x: F.linear(x, small),
+                partial(F.linear, x, small),
                 True,
             ),
         )
@@ -164,7 +166,7 @@ def matmul_probes(device: str, dtype: str, plan: ProbePlan) -> list[Probe]:
                 Item(
                     f"matmul:m={m}",
                     f"matmul {m} x {plan.square}^2",
-                    lambda x=x: F.linear(x, square),
+                    partial(F.linear, x, square),
                     cold,
                 ),
             )

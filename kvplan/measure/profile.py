@@ -77,7 +77,7 @@ def derive(
 
     figures: list[Figure] = []
     streams = {p.key: p.bytes / median(p.key) for p in probes if p.kind == "stream"}
-    bandwidth_probe = max(streams, key=streams.get)
+    bandwidth_probe = max(streams, key=streams.__getitem__)
     bandwidth = streams[bandwidth_probe]
     matvec = by_key["matmul:m=1"]
     matmul_bandwidth = matvec.bytes / median(matvec.key)
@@ -212,23 +212,6 @@ def figures_of(profile: GpuProfile) -> dict[str, tuple[float, float]]:
     out["overhead"] = (m.overhead_s, float(spread.get("overhead", 0.0)))
     out["matmul_overhead"] = (m.matmul_overhead_s, float(spread.get("matmul_overhead", 0.0)))
     return out
-
-
-def rates_of(profile: GpuProfile, dtype: str) -> OpRates:
-    """A profile's per-operator rates: its measured curves where it has them, else the
-    datasheet's flat roofline (bandwidth and the `dtype` peak, no launch cost)."""
-    m = profile.measured
-    if m is not None:
-        return OpRates(
-            profile.memory_bandwidth_bytes_per_s,
-            m.matmul_bandwidth_bytes_per_s,
-            m.matmul_flop_per_s,
-            m.decode_attention_flop_per_s,
-            m.prefill_attention_flop_per_s,
-            m.overhead_s,
-            m.matmul_overhead_s,
-        )
-    return OpRates.flat(profile.memory_bandwidth_bytes_per_s, profile.peak(dtype))
 
 
 def _mapping(points) -> list[str]:

@@ -22,6 +22,7 @@ from kvplan.formulas.step_time import (
     OpsStepTime,
     decode_ops,
     layer_shape,
+    op_rates_of,
     prefill_ops,
     scale_bytes,
     step_time,
@@ -31,7 +32,7 @@ from kvplan.kernels.paged_attention import available_impls
 from kvplan.measure import baseline
 from kvplan.measure import probes as pr
 from kvplan.measure.device import choose_profile, default_threads, detect
-from kvplan.measure.profile import DeviceProfile, derive, rates_of
+from kvplan.measure.profile import DeviceProfile, derive
 from kvplan.measure.timing import Clock, Item, Progress, time_rounds
 from kvplan.measure.workload import Workload, truncate
 from kvplan.notes import Note, note, unique
@@ -80,7 +81,7 @@ def sweep_for(request: MeasureRequest, info: dict) -> Sweep:
             if request.quick
             else ((1, 1024), (1, 8192), (1, 32768), (8, 4096), (8, 32768), (64, 4096), (128, 2048))
         )
-        prefill = (1024, 4096) if request.quick else (512, 2048, 8192)
+        prefill: tuple[int, ...] = (1024, 4096) if request.quick else (512, 2048, 8192)
         plan = pr.ProbePlan(
             stream_bytes=max(4 * cache, 1 << 30),
             skinny_matrix_bytes=max(8 * cache, 512 << 20),
@@ -199,9 +200,9 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def error(predicted: float | None, measured: float) -> float | None:
+def error(predicted: float, measured: float) -> float:
     """predicted / measured - 1: positive when the model predicts too slow a step."""
-    return None if predicted is None else predicted / measured - 1
+    return predicted / measured - 1
 
 
 def measure(request: MeasureRequest, progress: Progress | None = None) -> MeasureResult:
@@ -366,7 +367,7 @@ def _measure_on(
     sheet_rates = None
     if datasheet is not None:
         try:
-            sheet_rates = rates_of(datasheet, dtype)
+            sheet_rates = op_rates_of(datasheet, dtype)
         except KvplanError:
             sheet_rates = None
     steps: list[tuple[str, int, int, list[Op], str]] = [
@@ -505,7 +506,7 @@ def _point(phase, batch, context, ops, timing, rates, roofline, sheet_rates) -> 
         flat,
         error(flat, measured),
         sheet,
-        error(sheet, measured),
+        error(sheet, measured) if sheet is not None else None,
         sum(op.weight_bytes for op in ops),
         sum(op.kv_bytes for op in ops),
         sum(op.flops for op in ops),

@@ -6,6 +6,8 @@ max concurrency = floor(budget / paged bytes per sequence), on the most loaded p
 
 from __future__ import annotations
 
+from typing import Any
+
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.dtypes import KvFormat, resolve_kv_format
@@ -199,7 +201,7 @@ def capacity(
             LongestContext(b, capped, memory, "positions" if capped < memory else "memory")
         )
 
-    notes = model_notes(spec, tp) + wnotes
+    notes: list[Note | None] = [*model_notes(spec, tp), *wnotes]
     notes.append(fmt.note)
     notes.append(
         budget_note(
@@ -457,7 +459,7 @@ def fit_remedies(
     except KvplanError:
         pass  # no layout holds one sequence with these dtypes
     for row in what_if:
-        if row.kind == "weights_dtype" and row.max_concurrency >= 1:
+        if row.kind == "weights_dtype" and row.weights_dtype and row.max_concurrency >= 1:
             out.append(
                 Remedy(
                     "weights_dtype",
@@ -494,7 +496,7 @@ def resolve_deployment(
 ) -> DeploymentChoice:
     """The layout the request fixes, or the one kvplan chooses for its context; when no layout
     holds one sequence, one GPU, with the reason as a note (the answer is then 0)."""
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         block_size=request.block_size,
         reserve_bytes=request.reserve_bytes,
         max_num_batched_tokens=request.max_num_batched_tokens,
@@ -528,7 +530,11 @@ def resolve_deployment(
 
 
 def kv_transfer(
-    spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest, fmt: KvFormat, notes: list[Note]
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    request: CapacityRequest,
+    fmt: KvFormat,
+    notes: list[Note | None],
 ) -> KvTransfer | None:
     """Disaggregated prefill/decode: one request's KV moved to a decode replica of TP ranks."""
     try:
@@ -539,6 +545,7 @@ def kv_transfer(
         notes.append(note("transfer-no-link", reason=str(exc)))
         return None
     tp = request.tp
+    assert tp is not None, "the caller gives the deployment's TP"
     moved = kv_transfer_bytes(spec, request.context_len, fmt, tp)
     whole = kv_transfer_bytes(spec, request.context_len, fmt, 1)
     if moved > whole:

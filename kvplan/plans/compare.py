@@ -40,7 +40,7 @@ from kvplan.plans.deployment import (
 from kvplan.plans.roofline import decode_floor
 from kvplan.record import NamedTuple
 from kvplan.simulate.frontend import Frontend
-from kvplan.simulate.setup import ServeOptions, batch_defaults, step_model
+from kvplan.simulate.setup import ServeOptions, batch_defaults, parallel_layout, step_model
 
 MAX_GPU_KINDS = 64
 # Two kinds whose $/M tokens differ by less than this are a tie: the step model's median
@@ -114,15 +114,14 @@ def compare(spec: ModelSpec, gpus: list[GpuProfile], request: CompareRequest) ->
     if request.users is not None and not 1 <= request.users <= 1 << 30:
         raise KvplanError("--users must be between 1 and 1,073,741,824")
     rows, notes = [], []
-    kv_dtype = weights_dtype = None
+    kinds_seen: tuple[str, str] | None = None
     for gpu in gpus:
         row, kinds, row_notes = _row(spec, gpu, request)
         rows.append(row)
         notes += row_notes
         if kinds:
-            kv_dtype, weights_dtype = kinds
-    if kv_dtype is None:
-        kv_dtype, weights_dtype = request.kv_dtype, request.weights_dtype
+            kinds_seen = kinds
+    kv_dtype, weights_dtype = kinds_seen or (request.kv_dtype, request.weights_dtype)
     fixed = (request.tp, request.pp, request.dp_attention) != (None, None, None)
     layout = Deployment(request.tp or 1, request.pp or 1, request.dp_attention or 1)
     notes.append(
@@ -233,7 +232,7 @@ class Priced(NamedTuple):
     """One layout's full replica: the floor and plan's step model."""
 
     batch: int
-    ceiling_tokens_per_s: float
+    ceiling_tokens_per_s: float | None
     tpot_floor_s: float
     tokens_per_s_per_gpu_floor: float
     tpot_s: float
@@ -293,20 +292,26 @@ def pareto_points(
             cap = capacity(spec, gpu, base, brief=True)
         except KvplanError:
             continue
-        if not cap.fits or cap.dp_attention > 1:
+        if not cap.fits:
             continue
         points = []
         for c in layouts(spec, gpu, cap, base, request):
             d_gpus = c.num_gpus // c.replicas
-            top = seats(gpu, max(1, c.max_concurrency // c.replicas))
+            top = seats_per_rank(gpu, c)
             batches = sorted({1 << k for k in range(top.bit_length()) if 1 << k < top} | {top})
             for b in batches:
                 try:
                     tpot = decode_tpot_s(spec, gpu, c, request, b, request.context_len)
                 except KvplanError:
                     break
+                replica_batch = b * _ranks(c)
                 points.append(
-                    ParetoPoint(layout_text(deployment_of(c)), b, 1 / tpot, b / tpot / d_gpus)
+                    ParetoPoint(
+                        layout_text(deployment_of(c)),
+                        replica_batch,
+                        1 / tpot,
+                        replica_batch / tpot / d_gpus,
+                    )
                 )
         if points:
             out[gpu.name] = points
@@ -323,18 +328,40 @@ def seats(gpu: GpuProfile, users_per_replica: int) -> int:
     return max(1, min(users_per_replica, batch_defaults(gpu)[1]))
 
 
+def _ranks(cap) -> int:
+    """The DP-attention ranks of a layout (1: none)."""
+    return cap.dp_attention if cap.dp_attention > 1 else 1
+
+
+def seats_per_rank(gpu: GpuProfile, cap) -> int:
+    """Sequences each engine core of a full replica decodes: what its share of the pool holds,
+    at most vLLM's max_num_seqs (a DP-attention rank is an engine core of its own)."""
+    ranks = _ranks(cap)
+    return seats(gpu, max(1, cap.max_concurrency // cap.replicas // ranks))
+
+
 def decode_tpot_s(
     spec, gpu, cap, request, batch: int, context_len: int, notes: list | None = None
 ) -> float:
-    """A decode step of `batch` sequences at `context_len` on the replica `cap` lays out, by
-    plan's step model; the API server's streaming pace bounds it, as in the simulator. The
-    model's notes (whose kernel tables it runs at) go to `notes`."""
-    options = ServeOptions(tp=cap.tp, pp=cap.pp)
+    """A decode step of `batch` sequences per engine core at `context_len` on the replica `cap`
+    lays out, by plan's step model; the API server's streaming pace bounds it, as in the
+    simulator. A DP-attention layout runs as vLLM's `--tp 1 -dp N --enable-expert-parallel`:
+    each rank attends its own `batch`, the experts run over every rank's tokens (the
+    simulator's layout, kvplan.simulate.setup.parallel_layout). The model's notes (whose kernel
+    tables it runs at) go to `notes`."""
+    ranks = _ranks(cap)
+    options = ServeOptions(
+        tp=cap.tp,
+        pp=cap.pp,
+        data_parallel_size=ranks,
+        enable_expert_parallel=ranks > 1,
+    )
     seqs = batch_defaults(gpu)[1]
     model, _ = step_model(
         spec, gpu, options, request.kv_dtype,
         min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, batch_defaults(gpu)[0]),
         notes if notes is not None else [], weights_dtype=request.weights_dtype,
+        layout=parallel_layout(spec, options) if ranks > 1 else None,
     )  # fmt: skip
     step = model.step(BatchShape(batch, batch * context_len, (), batch))
     return max(step.total_s, batch * Frontend().per_token_s)
@@ -352,17 +379,22 @@ def _priced(spec, gpu, cap, request, notes: list | None = None) -> Priced:
     )  # fmt: skip
     floor_per_gpu = floor.tokens_per_s / d_gpus
     batch, tpot, by = per_replica, floor.time_floor_s, "floor"
-    if dp is None:  # the step model has no DP-attention ranks: those layouts keep the floor
-        try:
-            batch = seats(gpu, per_replica)
-            tpot = decode_tpot_s(spec, gpu, cap, request, batch, request.context_len, notes)
-            by = "step"
-        except KvplanError:  # a profile without an interconnect figure for TP/PP
-            batch, tpot = per_replica, floor.time_floor_s
+    try:
+        per_rank = seats_per_rank(gpu, cap)
+        tpot = decode_tpot_s(spec, gpu, cap, request, per_rank, request.context_len, notes)
+        batch, by = per_rank * _ranks(cap), "step"
+    except KvplanError:  # a profile without an interconnect figure for TP/PP/EP
+        batch, tpot = per_replica, floor.time_floor_s
     per_gpu = batch / tpot / d_gpus if by == "step" else floor_per_gpu
     return Priced(
         batch, floor.ceiling_tokens_per_s, floor.time_floor_s, floor_per_gpu, tpot, per_gpu, by
     )
+
+
+def _deployment(row: CompareRow) -> Deployment:
+    """The layout of a row that fits (only a row that fits none has no TP, PP or DP)."""
+    assert row.tp is not None and row.pp is not None and row.dp_attention is not None, row.gpu
+    return Deployment(row.tp, row.pp, row.dp_attention)
 
 
 def verdict(rows: list[CompareRow], context_len: int, users: int | None) -> Note:
@@ -374,25 +406,26 @@ def verdict(rows: list[CompareRow], context_len: int, users: int | None) -> Note
     if not fitting:
         return note("compare-none", context_len=context_len, gpus=out)
     most = max(fitting, key=lambda r: r.tokens_per_s_per_gpu or 0.0)
-    priced = sorted(
-        (r for r in fitting if r.usd_per_million_output_tokens is not None),
-        key=lambda r: r.usd_per_million_output_tokens,
+    costs = sorted(
+        (
+            (r.usd_per_million_output_tokens, r)
+            for r in fitting
+            if r.usd_per_million_output_tokens is not None
+        ),
+        key=lambda pair: pair[0],
     )
-    cheapest = priced[0] if priced else None
+    cheapest = costs[0][1] if costs else None
     # kinds within TIE of the cheapest: closer than the step model can tell apart
-    tied = [
-        r
-        for r in priced
-        if r.usd_per_million_output_tokens <= (1 + TIE) * priced[0].usd_per_million_output_tokens
-    ]
-    fewest = min(fitting, key=lambda r: r.gpus_needed) if users else None
+    tied = [r for usd, r in costs if usd <= (1 + TIE) * costs[0][0]]
+    # gpus_needed: set on every row where there are users
+    fewest = min(fitting, key=lambda r: r.gpus_needed or 0) if users else None
     return note(
         "compare-verdict",
         context_len=context_len,
         most=most.gpu,
         most_tokens_per_s_per_gpu=most.tokens_per_s_per_gpu,
         most_users_per_gpu=most.users_per_gpu,
-        most_layout=Deployment(most.tp, most.pp, most.dp_attention),
+        most_layout=_deployment(most),
         cheapest=cheapest.gpu if cheapest else None,
         cheapest_usd=cheapest.usd_per_million_output_tokens if cheapest else None,
         tied=[r.gpu for r in tied] if len(tied) > 1 else [],

@@ -12,6 +12,7 @@ Every TP degree within the node stays one click away, with its per-GPU weights a
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
@@ -176,7 +177,7 @@ def explore_data(spec: ModelSpec, gpus: list[GpuProfile]) -> ExploreResult:
         "weights_bytes": weights_total,
         "cache_to_weights": hook_seq / weights_total if weights_total else None,
     }
-    notes = model_notes(spec, 1) + wnotes
+    notes: list[Note | None] = [*model_notes(spec, 1), *wnotes]
     notes += [
         note("explore-capacity", gpu_mem_util=GPU_MEM_UTIL, block_size=BLOCK_SIZE),
         note("explore-deployment", context_len=long_ctx),
@@ -285,7 +286,7 @@ def _act2(spec: ModelSpec, base: KvFormat) -> dict:
     mla = any(a.kind is CacheKind.MLA for a in attn)
     heads_q = attn[0].num_q_heads if attn else 0
     kinds = {g.kind for g in cache_groups(spec, base)}
-    act2 = {
+    act2: dict[str, Any] = {
         "applies": bool(attn) and not mla,
         "mla": mla,
         "query_heads": heads_q,
@@ -328,7 +329,8 @@ class _PerSequence:
     Shared by every GPU kind (the cache does not depend on the GPU)."""
 
     def __init__(self, spec: ModelSpec, contexts: list[int]):
-        self.spec, self.contexts, self.cache = spec, contexts, {}
+        self.spec, self.contexts = spec, contexts
+        self.cache: dict = {}
 
     def bytes(self, tp: int, pp: int, fmt: KvFormat) -> list[int]:
         key = (tp, pp, fmt)
@@ -461,7 +463,7 @@ def _choices(values: list[tuple[str, float | None]], correct: str) -> list[QuizC
             continue
         if value not in out or key == correct:
             out[value] = QuizChoice(key, value, key == correct)
-    return sorted(out.values(), key=lambda c: c.value)
+    return [out[value] for value in sorted(out)]  # the values are distinct
 
 
 def _quiz(

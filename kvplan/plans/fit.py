@@ -104,7 +104,10 @@ def fit(gpu, request: FitRequest = FitRequest()) -> FitResult:
         ),
     )
     capacity = request.gpu_memory_bytes or gpu.usable_memory_bytes
-    rows, too_large, notes, shortened = [], [], [], []
+    rows: list[FitRow] = []
+    too_large: list[TooLarge] = []
+    notes: list[Note] = []
+    shortened: list[tuple[str, int | None]] = []
     for name, spec in _models(request.models, too_large):
         try:
             fitting, smallest, skipped = _model_rows(name, spec, gpu, capacity, request)

@@ -66,6 +66,9 @@ class Launch(NamedTuple):
     long_context: bool = False
     gpu_products: tuple[str, ...] = ()  # the names the driver reports for the GPU planned
     checkpoint_bytes: int = 0  # the weights on disk (sizes the model-cache volume)
+    # speculative decoding: the engine's flags and values (kvplan.simulate.speculative's
+    # launch_flags), each value one shell word
+    speculative: tuple[str, ...] = ()
 
 
 def kv_cache_dtype(p: Launch, engine: str) -> str:

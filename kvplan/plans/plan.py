@@ -121,6 +121,20 @@ class PlanRequest(NamedTuple):
     # vLLM -dcp and --enforce-eager (SGLang --disable-cuda-graph) for every configuration
     decode_context_parallel_size: int = 1
     enforce_eager: bool = False
+    # speculative decoding (kvplan.simulate.speculative): "auto" searches each layout without
+    # it and, for a model with MTP layers, with them (k = its MTP layers); "off" without it.
+    # A speculative layout given as `kvplan simulate` takes it (vLLM's --speculative-config,
+    # SGLang's --speculative-* flags) is searched beside none instead of MTP. The acceptance:
+    # spec_accept / spec_accept_length (unset: an assumed 0.7 per token, noted)
+    speculative: str = "auto"
+    speculative_config: str | None = None
+    speculative_algorithm: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    speculative_draft_model_path: str | None = None
+    spec_accept: str | None = None
+    spec_accept_length: float | None = None
 
 
 class Config(NamedTuple):
@@ -130,6 +144,7 @@ class Config(NamedTuple):
     kv_cache_dtype: str
     max_num_seqs: int
     max_num_batched_tokens: int
+    speculative: int = 0  # an index into speculative_layouts(): 0 is none
 
 
 class OperatingPoint(NamedTuple):
@@ -166,11 +181,15 @@ class Candidate(NamedTuple):
     usd_per_million_output_tokens: float
     operating_point: OperatingPoint
     max_model_len: int
+    # speculative decoding: the launch flags in --emit's spelling and the tokens per round
+    # (None: none)
+    speculative: list[str] | None = None
+    spec_tokens_per_round: float | None = None
 
 
 class Rejection(NamedTuple):
     reason: str
-    count: int
+    count: int  # type: ignore[assignment]  # how many were rejected; shadows tuple.count
 
 
 class PlanResult(NamedTuple):
@@ -204,14 +223,15 @@ def plan(
     _check_layout(spec, request)
     if request.max_model_len is not None:  # a launch the engine refuses, refused before searching
         check_max_model_len(spec, request.emit, request.max_model_len, False, allow_flag=None)
+    _check_speculative(spec, request)
     requests = generate(request.workload._replace(request_rate=math.inf))
-    configs = search_space(gpus, request)
+    configs = search_space(gpus, request, len(speculative_layouts(spec, request)))
     if not configs:
         raise KvplanError("the search space is empty")
     if len(configs) > MAX_CONFIGS:
         raise KvplanError(f"{len(configs):,} configurations: at most {MAX_CONFIGS:,}")
     outcomes = _run_all(spec, gpus, request, configs, requests, request.jobs, progress)
-    candidates, reasons, pruned = [], Counter(), 0
+    candidates, reasons, pruned = [], Counter[str](), 0
     for outcome in outcomes:
         if outcome == PRUNED:  # (a reason is never this word)
             pruned += 1
@@ -236,6 +256,9 @@ def plan(
         notes.append(note("plan-sglang"))
     if parallel_flags(request):
         notes.append(note("plan-parallel", flags=parallel_flags(request)))
+    layouts = speculative_layouts(spec, request)
+    if len(layouts) > 1:
+        notes.append(note("plan-speculative", layouts=len(layouts) - 1, engine=request.emit))
     if not candidates:
         notes.append(note("plan-none"))
     return PlanResult(
@@ -268,8 +291,12 @@ def factors_for(gpu: GpuProfile, request: PlanRequest) -> dict | None:
     'ttft'/'tpot'/'itl'/'e2el' multiply those latencies; None: the point estimate."""
     if request.confidence is None:
         return None
+    return _factors(gpu, request, request.confidence)
+
+
+def _factors(gpu: GpuProfile, request: PlanRequest, confidence: float) -> dict:
     evidence = intervals.evidence_for(gpu, request.emit)
-    out = intervals.pessimistic_factors(evidence, request.workload.length_dist, request.confidence)
+    out = intervals.pessimistic_factors(evidence, request.workload.length_dist, confidence)
     out["itl"] = out["tpot"]
     return out
 
@@ -278,7 +305,11 @@ def _confidence_note(gpus: list[GpuProfile], request: PlanRequest) -> Note:
     if request.confidence is None:
         return note("plan-point-estimate")
     per_gpu = tuple(
-        (gpu.name, intervals.evidence_for(gpu, request.emit), factors_for(gpu, request)["rate"])
+        (
+            gpu.name,
+            intervals.evidence_for(gpu, request.emit),
+            _factors(gpu, request, request.confidence)["rate"],
+        )
         for gpu in gpus
     )
     return note("plan-confidence", confidence=request.confidence, gpus=per_gpu)
@@ -317,17 +348,18 @@ def _check_kv_cache_dtypes(request: PlanRequest) -> None:
     """A kv-cache-dtype the engine has no such name for is a typo, refused before the search
     (it used to rule out every configuration, one by one, and answer "none meet the targets")."""
     from kvplan.engines.sglang import KV_CACHE_DTYPES as SGLANG_KV_CACHE_DTYPES
-    from kvplan.simulate.setup import KV_FORMATS
+    from kvplan.engines.vllm import KV_CACHE_DTYPES as VLLM_KV_CACHE_DTYPES
 
-    known = SGLANG_KV_CACHE_DTYPES if request.emit == "sglang" else tuple(KV_FORMATS)
+    known = SGLANG_KV_CACHE_DTYPES if request.emit == "sglang" else VLLM_KV_CACHE_DTYPES
     for kv in request.kv_cache_dtypes:
         if kv not in known:
             raise KvplanError(f"--kv-cache-dtype {kv[:40]!r}: choose {', '.join(known)}")
 
 
-def search_space(gpus: list[GpuProfile], request: PlanRequest) -> list[Config]:
-    """Every combination of the options, skipping (for vLLM, which refuses it) max_num_seqs
-    above the token budget; SGLang's running requests are not tied to its chunk size."""
+def search_space(gpus: list[GpuProfile], request: PlanRequest, layouts: int = 1) -> list[Config]:
+    """Every combination of the options (and of `layouts` speculative layouts), skipping (for
+    vLLM, which refuses it) max_num_seqs above the token budget; SGLang's running requests are
+    not tied to its chunk size."""
     configs = []
     for index in range(len(gpus)):
         for tp in request.tps:
@@ -336,8 +368,53 @@ def search_space(gpus: list[GpuProfile], request: PlanRequest) -> list[Config]:
                     for budget in request.max_num_batched_tokens:
                         for seqs in request.max_num_seqs:
                             if seqs <= budget or request.emit == "sglang":
-                                configs.append(Config(index, tp, pp, kv, seqs, budget))
+                                for sp in range(layouts):
+                                    configs.append(Config(index, tp, pp, kv, seqs, budget, sp))
     return configs
+
+
+SPECULATIVE_FIELDS = (
+    "speculative_config",
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "speculative_draft_model_path",
+)
+
+
+def speculative_layouts(spec: ModelSpec, request: PlanRequest) -> list[dict]:
+    """The ServeOptions fields of each speculative layout searched, none first: the one given,
+    else (speculative "auto") the model's MTP layers where it has them, in --emit's spelling."""
+    from kvplan.simulate.speculative import mtp_layers
+
+    if request.speculative not in ("auto", "off"):
+        raise KvplanError(f"--speculative {request.speculative[:20]!r}: choose auto or off")
+    accept = {"spec_accept": request.spec_accept, "spec_accept_length": request.spec_accept_length}
+    given = {k: getattr(request, k) for k in SPECULATIVE_FIELDS if getattr(request, k) is not None}
+    if given:
+        if request.speculative == "off":
+            raise KvplanError("--speculative off: drop the speculative flags")
+        return [{}, {**given, **accept}]
+    layers = mtp_layers(spec)
+    if request.speculative == "off" or not layers:
+        if request.spec_accept is not None or request.spec_accept_length is not None:
+            raise KvplanError(
+                "--spec-accept prices speculative layouts: give one (--speculative-config, "
+                "--speculative-algorithm) or plan a model with MTP layers"
+            )
+        return [{}]
+    mtp: dict[str, object]
+    if request.emit == "vllm":
+        mtp = {"speculative_config": f'{{"method": "mtp", "num_speculative_tokens": {layers}}}'}
+    else:
+        mtp = {
+            "speculative_algorithm": "EAGLE",
+            "speculative_num_steps": layers,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": layers + 1,
+        }
+    return [{}, {**mtp, **accept}]
 
 
 def _groups(configs: list[Config]) -> list[list[Config]]:
@@ -458,6 +535,8 @@ def _usd_floor(gpus, request: PlanRequest, config: Config, saturated) -> float:
     if not cap > 0:
         return -math.inf
     price = price_for(gpus[config.gpu_index], request.prices)
+    if price is None:  # _prepare rules out a GPU without a price: nothing to prune by
+        return -math.inf
     return _least_usd(request, config, price.usd_per_gpu_hour, cap)
 
 
@@ -520,7 +599,21 @@ def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
             return
         except KvplanError as exc:
             first = first or exc
-    raise first
+    if first is not None:  # no TP at all: the search space is empty, refused as without flags
+        raise first
+
+
+def _check_speculative(spec: ModelSpec, request: PlanRequest) -> None:
+    """A speculative layout or acceptance no configuration could run: refused before
+    searching."""
+    from kvplan.simulate import speculative
+
+    for layout in speculative_layouts(spec, request)[1:]:
+        options = ServeOptions(engine=request.emit, **layout)
+        asked = speculative.requested(spec, options)
+        if asked is None:
+            continue
+        speculative.parse_accept(options.spec_accept, options.spec_accept_length, asked)
 
 
 def _parallel_flags(request: PlanRequest) -> dict:
@@ -545,7 +638,7 @@ class _Inline:
     def submit(self, fn, *args):
         import concurrent.futures as futures
 
-        future = futures.Future()
+        future: futures.Future = futures.Future()
         try:
             future.set_result(fn(*args))
         except BaseException as exc:  # noqa: BLE001 (raised again by .result())
@@ -718,8 +811,20 @@ def evaluate(
             operating.engine.preemptions,
         ),
         max_model_len=replica.options.max_model_len,
+        speculative=_spec_flags(replica, request.emit),
+        spec_tokens_per_round=replica.speculation.tokens_per_round
+        if replica.speculation is not None
+        else None,
     )
     return candidate, cap, least
+
+
+def _spec_flags(replica: Replica, engine: str) -> list[str] | None:
+    if replica.speculation is None:
+        return None
+    from kvplan.simulate.speculative import launch_flags
+
+    return launch_flags(replica.speculation.request, engine)
 
 
 def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
@@ -741,6 +846,7 @@ def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
         **_parallel_flags(request),
         decode_context_parallel_size=request.decode_context_parallel_size,
         enforce_eager=request.enforce_eager,
+        **speculative_layouts(spec, request)[config.speculative],
     )
     try:
         if config.pp > spec.num_layers:

@@ -37,7 +37,7 @@ def budget(
     weights = weights_bytes_per_gpu(spec, wdtype, tp, pp, dp_attention)
     if reserve_bytes is None:
         rank_tp = 1 if dp_attention > 1 else tp
-        reserve = runtime_reserve_bytes(spec, max_num_batched_tokens, rank_tp)
+        reserve: float = runtime_reserve_bytes(spec, max_num_batched_tokens, rank_tp)
     else:
         reserve = reserve_bytes
     return Budget(usable, weights, reserve, usable - weights - reserve)

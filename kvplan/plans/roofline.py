@@ -202,6 +202,7 @@ def tp_where_comm_dominates(
     """The smallest valid TP degree at which a decode step's all-reduces take longer than its
     memory/compute floor (0 when none up to 64 does)."""
     link = gpu.interconnect
+    assert link is not None, "asked only of a GPU with an interconnect (roofline)"
     device_rates = rates(gpu, compute_dtype(wdtype))
     for tp in (2, 4, 8, 16, 32, 64):
         try:

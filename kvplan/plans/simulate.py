@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec
@@ -25,10 +26,10 @@ from kvplan.simulate import cluster, disagg, metrics
 from kvplan.simulate.cluster import Frontend
 from kvplan.simulate.engine import Engine, pool_demand, with_stand_in, without_idle_caching
 from kvplan.simulate.setup import (
-    KV_FORMATS,
     Replica,
     ServeOptions,
     build_replica,
+    kv_format_name,
     make_engine,
     parallel_layout,
 )
@@ -110,6 +111,11 @@ class Setup(NamedTuple):
     # vLLM -dcp (1: off) and --enforce-eager / SGLang --disable-cuda-graph
     decode_context_parallel_size: int = 1
     enforce_eager: bool = False
+    # speculative decoding (kvplan.simulate.speculative): method, num_steps, topk,
+    # verify_tokens, draft, tokens_per_round, acceptance, draft_weight_bytes (per GPU),
+    # draft_kv_bytes_per_token (per GPU), launch (the engine's flags); None: none, and then kept
+    # out of the report's JSON
+    speculative: dict | None = None
 
 
 class WorkloadSummary(NamedTuple):
@@ -239,6 +245,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         notes.append(_layout_note(spec, layout))
     if request.disaggregated is not None:
         t = replica.transfer
+        assert t is not None, "a disaggregated replica has its transfer model"
         notes.append(
             note(
                 "sim-disaggregated",
@@ -291,7 +298,9 @@ def _layout_note(spec: ModelSpec, layout) -> Note:
         layout=layout.text,
         dp=layout.dp,
         ep=layout.ep,
-        experts_per_rank=spec.moe.num_experts / layout.expert_ranks if layout.ep > 1 else None,
+        experts_per_rank=spec.moe.num_experts / layout.expert_ranks
+        if layout.ep > 1 and spec.moe is not None  # EP needs experts: parallel_layout
+        else None,
         gpus=layout.gpus,
         router=layout.router,
     )
@@ -368,9 +377,12 @@ def _toggled(request: SimulateRequest, replica: Replica) -> tuple[SimulateReques
     if request.compare == "cache-aware-routing":
         on = request.router == "cache_aware"
         return request._replace(router="round_robin" if on else "cache_aware"), on
+    assert request.compare is not None, "called for --compare"
     field = COMPARISONS[request.compare]
+    assert field is not None, "a serve flag (the router is toggled above)"
     on = bool(getattr(replica.options, field))
-    return request._replace(serve=request.serve._replace(**{field: not on})), on
+    flag: dict[str, Any] = {field: not on}  # a bool option named at run time
+    return request._replace(serve=request.serve._replace(**flag)), on
 
 
 def transfer_model(
@@ -380,7 +392,9 @@ def transfer_model(
     every decode rank must hold (formulas.comm.kv_transfer_bytes), each rank's share over its own
     link (kv_transfer_time_s)."""
     link = choose_link(gpu, request.link, request.network_gbps)
-    fmt = resolve_kv_format(KV_FORMATS[replica.options.kv_cache_dtype], spec.dtype)
+    fmt = resolve_kv_format(
+        kv_format_name(replica.options.engine, replica.options.kv_cache_dtype), spec.dtype
+    )
     tp, ranks = replica.options.tp, replica.options.tp * replica.options.pp
 
     def bytes_of(tokens: int) -> float:
@@ -476,6 +490,7 @@ def _settle_steps(steps: list[dict], engine: Engine, finished) -> None:
 
 def _run_disaggregated(replica: Replica, requests, request: SimulateRequest, rate) -> Run:
     """P prefill and D decode replicas of the same build, the KV moved between them."""
+    assert request.disaggregated is not None and replica.transfer is not None
     num_prefill, num_decode = request.disaggregated
     demand = pool_demand(replica.config, requests)
     per_token = request.frontend.per_token_s
@@ -523,15 +538,16 @@ def _setup(gpu: GpuProfile, replica: Replica, request: SimulateRequest) -> Setup
         router=request.router,
         prefill_replicas=request.disaggregated[0] if request.disaggregated else None,
         decode_replicas=request.disaggregated[1] if request.disaggregated else None,
-        max_num_seqs=o.max_num_seqs,
-        max_num_batched_tokens=o.max_num_batched_tokens,
-        max_model_len=o.max_model_len,
+        # resolved: the engine config holds the same values as the options, typed as set
+        max_num_seqs=replica.config.max_num_seqs,
+        max_num_batched_tokens=replica.config.max_num_batched_tokens,
+        max_model_len=replica.config.max_model_len,
         block_size=replica.config.block_size,
         num_blocks=replica.config.num_blocks,
         kv_cache_tokens=replica.kv_cache_tokens,
         kv_cache_dtype=o.kv_cache_dtype,
         weights_dtype=replica.weights_dtype,
-        enable_prefix_caching=o.enable_prefix_caching,
+        enable_prefix_caching=replica.config.enable_prefix_caching,
         enable_chunked_prefill=o.enable_chunked_prefill,
         preemption=o.preemption,
         continuous_batching=o.continuous_batching,
@@ -545,7 +561,30 @@ def _setup(gpu: GpuProfile, replica: Replica, request: SimulateRequest) -> Setup
         else None,
         decode_context_parallel_size=o.decode_context_parallel_size,
         enforce_eager=o.enforce_eager,
+        speculative=_speculative(replica),
     )
+
+
+def _speculative(replica: Replica) -> dict | None:
+    from kvplan.simulate.speculative import launch_flags
+
+    sp = replica.speculation
+    if sp is None:
+        return None
+    r = sp.request
+    return {
+        "method": r.method,
+        "num_steps": r.num_steps,
+        "topk": r.topk,
+        "verify_tokens": r.verify_tokens,
+        "draft": r.draft,
+        "tokens_per_round": sp.tokens_per_round,
+        "acceptance": sp.acceptance,
+        "acceptance_rate": sp.acceptance_rate,
+        "draft_weight_bytes": sp.draft_weight_bytes,
+        "draft_kv_bytes_per_token": sp.draft_kv_bytes_per_token,
+        "launch": launch_flags(r, replica.options.engine),
+    }
 
 
 def _num_gpus(replica: Replica, o: ServeOptions, replicas: int) -> int:

@@ -93,10 +93,10 @@ def size(spec: ModelSpec, request: SizeRequest) -> SizeResult:
     spec.check_tp(request.tp)
     if not request.contexts or not request.batches or not request.kv_dtypes:
         raise KvplanError("size needs at least one context, one batch size and one KV dtype")
-    rows = len(request.contexts) * len(request.batches) * len(request.kv_dtypes)
-    if rows > MAX_ROWS:
+    row_count = len(request.contexts) * len(request.batches) * len(request.kv_dtypes)
+    if row_count > MAX_ROWS:
         raise KvplanError(
-            f"{rows:,} rows (contexts x batches x KV dtypes): at most {MAX_ROWS:,} in one table"
+            f"{row_count:,} rows (contexts x batches x KV dtypes): at most {MAX_ROWS:,} in one table"
         )
     wdtype, wnotes = resolve_weights_dtype(spec, request.weights_dtype)
     weights_total = weight_bytes(spec, wdtype)
@@ -105,7 +105,9 @@ def size(spec: ModelSpec, request: SizeRequest) -> SizeResult:
         resolve_kv_format(name, spec.dtype, request.kv_group_size)
         for name in dict.fromkeys(request.kv_dtypes)
     ]
-    rows, breakdown, notes = [], [], model_notes(spec, request.tp) + wnotes
+    rows: list[SizeRow] = []
+    breakdown: list[BreakdownRow] = []
+    notes: list[Note | None] = [*model_notes(spec, request.tp), *wnotes]
     positions = spec.max_position_embeddings
     past = [c for c in request.contexts if positions and c > positions]
     if past:

@@ -70,7 +70,7 @@ class worker_pool:  # noqa: N801 (used as a function: `with worker_pool(n) as po
             try:
                 self.pool.submit(int).result()
             finally:
-                if before is not None:
+                if before is not None and mask is not None:  # blocked above
                     mask(signal.SIG_SETMASK, before)
         except BaseException:
             self.terminate()

@@ -122,7 +122,9 @@ def render_markdown(result: DesignResult, plots: dict[str, str] | None = None) -
                 f"{row.ceiling_tokens_per_s:,.0f} tok/s | {row.batch_equal_reads:.1f} |"
             )
         out.append("")
-    transfers = [(o, r) for o in result.options for r in o.per_context if r.kv_transfer]
+    transfers = [
+        (o, r, r.kv_transfer) for o in result.options for r in o.per_context if r.kv_transfer
+    ]
     if transfers:
         out += [
             "### Disaggregated prefill and decode",
@@ -133,8 +135,7 @@ def render_markdown(result: DesignResult, plots: dict[str, str] | None = None) -
             "| option | context | KV per request | transfer time | requests/s the links sustain |",
             "|---|---:|---:|---:|---:|",
         ]
-        for o, r in transfers:
-            t = r.kv_transfer
+        for o, r, t in transfers:
             out.append(
                 f"| {_md_option_name(o)} over {md_text(t.link)}"
                 f"{notes.cite('transfer-replication', tp=o.tp)} | "
@@ -185,6 +186,7 @@ def _comparison(result: DesignResult, notes: Footnotes) -> list[str]:
         if not row.fits:
             out.append(f"| {md_text(row.gpu)} | does not fit | — | 0 | 0 | — | — | — | — |")
             continue
+        assert row.tpot_floor_s is not None and row.tpot_s is not None, "a kind that fits is priced"
         usd = f.usd(row.usd_per_million_output_tokens)
         out.append(
             f"| {md_text(row.gpu)} | {md_text(row.layout)} | {row.gpus_per_replica:,} | "

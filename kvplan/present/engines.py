@@ -187,7 +187,7 @@ def sglang_log_lines(r: SglangResult) -> list[str]:
     from kvplan.engines.sglang import MAX_PREFILL_TOKENS
 
     lines = []
-    if r.weights_bytes is not None:
+    if r.weights_bytes is not None and r.free_before_load_bytes is not None:  # set together
         after = r.free_before_load_bytes - r.weights_bytes
         lines.append(
             f"Load weight end. dtype={_TORCH_DTYPES.get(r.dtype, r.dtype)}, avail mem="
@@ -221,6 +221,7 @@ def sglang_log_lines(r: SglangResult) -> list[str]:
             (r.swa_tokens, swa_layers, r.swa_layer_bytes_per_token),
         )
         for tokens, count, layer_bytes in pools:
+            assert tokens is not None and layer_bytes is not None, "both pools are sized"
             size = (tokens + page) * count * (layer_bytes // 2)  # K, and V the same
             lines.append(_kv_line(tokens, size, size))
     else:

@@ -83,9 +83,12 @@ def engine_args(p: Launch, engine: str) -> list[str]:
     else:
         n = p.dp_attention
         args += [f"--tp-size {n}", f"--dp-size {n}", "--enable-dp-attention"]
+    optional: tuple[tuple[str, int | None], ...]
     optional = (("pp", p.pp if p.pp > 1 else None), ("block", p.block_size))
     optional += (("tokens", p.max_num_batched_tokens),)
     args += [f"{flag[key]} {value}" for key, value in optional if value is not None]
+    spec = p.speculative
+    args += [f"{spec[i]} {shell_word(spec[i + 1])}" for i in range(0, len(spec), 2)]
     return args
 
 

@@ -152,7 +152,7 @@ def measure_view(result, comparison=None) -> View:
     data["summary"] = summary_line(data)
     identity, cond, check = result.identity, result.conditions, result.check
     rates = result.profile.rates
-    facts = [
+    facts: list[Fact | tuple[str, str]] = [
         ("device", _device_fact(identity)),
         (
             "software",
@@ -373,7 +373,7 @@ def distributed_view(result) -> View:
         Column("predicted_profile_s", "profile (ms)", f.ms3),
     ]
     check = result.check
-    facts = [
+    facts: list[Fact | tuple[str, str]] = [
         ("ranks", f"{result.ranks} ({result.backend}, {result.device})"),
         (
             "link (calibrated)",

@@ -98,6 +98,12 @@ text("kv-fp8")(lambda: "fp8 KV: e4m3 with per-tensor scales (two fp32 per layer,
 text("kv-int8")(
     lambda: "int8 KV: one fp32 scale per token per head for K and for V (vLLM int8_per_token_head)."
 )
+text("kv-nvfp4")(
+    lambda: (
+        "nvfp4 KV: 4-bit values two to a byte and one fp8 scale per 16 values (vLLM's nvfp4 "
+        "cache, 0.5625 bytes a value)."
+    )
+)
 text("kv-int4")(
     lambda group_size: (
         f"int4 KV: asymmetric, an fp16 scale and an fp16 zero-point per group of "

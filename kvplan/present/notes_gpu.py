@@ -4,6 +4,7 @@ kvplan.present.notes' one table, loaded on the first note beyond the core's, bef
 kvplan.present.notes_more (start-up: a --gpu command reads this file alone)."""
 
 from kvplan.present import format as f
+from kvplan.present.format import gib_text
 from kvplan.present.note_registry import text
 
 # ---- roofline ---------------------------------------------------------------------------------
@@ -44,7 +45,7 @@ text("sim-kernel-tables")(
         "Each operation runs at the fraction of the datasheet rate the engine's own kernel "
         f"reaches, from the measured kernel tables {tables} (NVIDIA aiconfigurator's silicon "
         f"tables; evidence {evidence}: for {gpu} "
-        + KERNEL_TABLE_WORDS.get(evidence, evidence).format(engine=engine)
+        + (KERNEL_TABLE_WORDS.get(evidence) or evidence).format(engine=engine)
         + "): dense GEMMs and attention by the medians of their tables, fused-MoE experts by a "
         "curve of the tokens each expert gets; CUDA-graph steps pay 32 us per layer, larger "
         "steps 0.8 ms per layer of CPU dispatch; the API server 15.6 ms per request and 46 us "
@@ -68,6 +69,57 @@ text("sim-enforce-eager")(
         + ("--enforce-eager" if engine == "vllm" else "--disable-cuda-graph")
         + "): every step pays the eager per-layer CPU dispatch cost"
         + (", and no CUDA-graph memory is taken from the KV pool." if engine == "vllm" else ".")
+    )
+)
+
+_SPEC_DRAFT = {
+    "mtp": "the checkpoint's MTP layer (one layer + the target's LM head per draft step)",
+    "eagle": "an EAGLE head priced as one target-width decoder layer + the target's LM head",
+    "eagle3": "an EAGLE-3 head priced as one target-width decoder layer + the target's LM head",
+    "ngram": "n-gram lookup on the host (one more per-request host pass a round, no GPU work)",
+}
+_SPEC_ACCEPTANCE = {
+    "rate": "from the per-token acceptance rate {rate:g}, (1 - a^(k+1)) / (1 - a)",
+    "positions": "1 + the sum of the per-position acceptance rates given",
+    "length": "the mean acceptance length given",
+    "assumed": "ASSUMED: no acceptance given, a per-token rate of {rate:g} (whatif's default); "
+    "give --spec-accept or --spec-accept-length from the engine's metrics",
+}
+text("sim-speculative")(
+    lambda engine, method, draft, steps, topk, verify, tokens_per_round, acceptance, rate, weights_bytes, kv_bytes_per_token: (
+        f"Speculative decoding ({method}"
+        + (f", draft {draft}" if draft else "")
+        + f"): each round runs {steps} draft step(s)"
+        + (f" of {topk} branches" if topk > 1 else "")
+        + f" and one target forward verifying {verify} tokens per sequence (each cache read "
+        f"once), and yields {tokens_per_round:.2f} tokens per sequence, the expected value "
+        "(never sampled: runs are deterministic), "
+        + _SPEC_ACCEPTANCE[acceptance].format(rate=rate or 0.0)
+        + ". Each decode step is 1/E of a round (E tokens per round); a prefill chunk in it is "
+        "charged what it adds to the verification. The draft: "
+        + _SPEC_DRAFT.get(method, f"{draft} priced by its own step model at the target's TP")
+        + f"; its weights ({gib_text(weights_bytes)} per GPU) and KV cache "
+        f"({kv_bytes_per_token:,.0f} B per token per GPU) come out of the pool"
+        + (
+            f", and every running request holds {verify - 1} lookahead slot(s) and "
+            f"schedules {verify} tokens of the budget (vLLM's num_lookahead_tokens)."
+            if engine == "vllm"
+            else "; SGLang's own --mem-fraction-static adjustments for a draft are not "
+            "modelled, and its overlap scheduler is off (spec v1)."
+        )
+        + " vLLM bench's ITL is per streamed chunk (a round's tokens arrive together): "
+        "kvplan's ITL is per token, like its TPOT."
+    )
+)
+
+text("plan-speculative")(
+    lambda layouts, engine: (
+        f"Every layout is searched without speculative decoding and with {layouts} "
+        "speculative layout(s) (the model's MTP layers, or the one given), priced as `kvplan "
+        "simulate` prices them (sim-speculative: the expected tokens per round at the "
+        "acceptance given, else an assumed 0.7 per drafted token); each candidate's launch "
+        f"command carries its {'--speculative-config' if engine == 'vllm' else '--speculative-*'} "
+        "flags. --speculative off searches without."
     )
 )
 
@@ -221,12 +273,9 @@ text("compare-best-layout")(
 )
 text("compare-priced-at-floor")(
     lambda gpu, dp_attention: (
-        f"{gpu}: tokens/s and $/M at the 100% floor, not the step model: "
-        + (
-            f"DP attention over {dp_attention} ranks, which plan's step model does not lay out."
-            if dp_attention > 1
-            else "its profile has no interconnect figure for the step model's all-reduces."
-        )
+        f"{gpu}: tokens/s and $/M at the 100% floor, not the step model: its profile has no "
+        "interconnect figure for the step model's "
+        + (f"all-to-alls between {dp_attention} EP ranks." if dp_attention > 1 else "all-reduces.")
     )
 )
 text("compare-none")(

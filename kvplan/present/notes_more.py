@@ -378,8 +378,21 @@ text("sim-dsa-dense")(
 )
 text("sim-achieved-measured")(
     lambda: (
-        "The profile is measured (kvplan measure): its rates are achieved ones, and each kernel "
-        "family runs at its measured ratio to the dense matmul and copy kernels."
+        "The profile is measured (kvplan measure), but its per-operator curves lay out only "
+        "dense attention + MLP layers with weights in a plain float format; this model is not "
+        "one, so its rates are taken as achieved ones and each kernel family runs at the H100 "
+        "SXM's measured ratio to the dense matmul and copy kernels (not checked on this device)."
+    )
+)
+text("sim-measured-ops")(
+    lambda dtype, weights: (
+        "The profile is measured (kvplan measure): every operator of a step (each layer's "
+        "GEMMs over the step's tokens, one decode-attention call, each prefill chunk's causal "
+        "attention, norms, activations and cache writes, the head over the sampled positions) "
+        "runs at the device's measured curve at its shape plus its measured launch cost: the "
+        "per-operator model `kvplan measure --check` validates. The curves were measured in "
+        f"{dtype}; this run's weights are {weights}. The scheduler's CPU costs are vLLM's "
+        "(BLIS), not measured here."
     )
 )
 text("sim-prefix-caching-off-hybrid")(
@@ -796,6 +809,23 @@ text("ollama-newer")(
     lambda version, known: (
         f"Ollama {version} is newer than the releases kvplan's rules follow (up to {known}): its "
         f"defaults are taken as {known}'s; check them against that release's notes."
+    )
+)
+text("sim-vllm-v0")(
+    lambda version, steps: (
+        f"vLLM {version} runs the V0 engine"
+        + (
+            f" with multi-step scheduling (--num-scheduler-steps {steps}): the scheduler passes "
+            f"and output processing of {steps} decode-only steps overlap them (each pays 1/{steps} "
+            f"of the host time), and while decodes run requests are admitted only every {steps} "
+            "decode steps (a request finished inside a window leaves at its last token, not at "
+            "the window's end)"
+            if steps > 1
+            else ""
+        )
+        + ". kvplan simulates V0 releases with the rules of its V1 scheduler at 0.8 (running "
+        "requests first, chunked prefill), the nearest it models; V0's own scheduler "
+        "(prefills first, its defaults) is not modelled."
     )
 )
 # ---- simulate: SGLang's scheduler ---------------------------------------------------------------

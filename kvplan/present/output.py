@@ -13,7 +13,7 @@ from kvplan.present.escape import terminal_text
 
 def write_text(text: str, path: Path | str | None, what: str = "output") -> None:
     """`text` to standard output (None or '-') or atomically to `path`."""
-    if is_stdout(path):
+    if path is None or is_stdout(path):
         if not after_renames("stdout", text):
             write_stdout(text)
         return

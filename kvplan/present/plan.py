@@ -25,6 +25,7 @@ def serve_command(
         pp=c.pp,
         max_num_batched_tokens=c.max_num_batched_tokens,
         gpus=c.tp * c.pp,
+        speculative=tuple(getattr(c, "speculative", None) or ()),
     )
     return one_line(check_launch(launch, engine), engine)
 
@@ -62,6 +63,10 @@ def plan_view(result: PlanResult, engine: str = "vllm") -> View:
         ("searched", searched_text(result)),
     ]
     data = jsonable(result)
+    for item in data["candidates"]:
+        if item.get("speculative") is None:  # no speculative decoding: the JSON as before
+            item.pop("speculative", None)
+            item.pop("spec_tokens_per_round", None)
     flags = [getattr(result, k, None) for k in ("parallel_flags", "mode_flags")]
     for key, given in zip(("parallel_flags", "mode_flags"), flags, strict=True):
         if given is None:
@@ -75,7 +80,9 @@ def plan_view(result: PlanResult, engine: str = "vllm") -> View:
         rows.append(
             {
                 **item,
-                "config": f"{c.gpu} TP{c.tp}" + (f" PP{c.pp}" if c.pp > 1 else ""),
+                "config": f"{c.gpu} TP{c.tp}"
+                + (f" PP{c.pp}" if c.pp > 1 else "")
+                + (_spec_text(c) if getattr(c, "speculative", None) else ""),
                 "kv": c.kv_cache_dtype,
                 "p99_ttft_ms": c.operating_point.p99_ttft_ms,
                 "p99_tpot_ms": c.operating_point.p99_tpot_ms,
@@ -124,3 +131,21 @@ def plan_view(result: PlanResult, engine: str = "vllm") -> View:
         tables,
         data=data,
     )
+
+
+def _spec_text(c: Candidate) -> str:
+    """' + mtp k=1 (1.70/round)': the candidate's speculative layout."""
+    if not c.speculative:
+        return ""
+    flags = dict(zip(c.speculative[::2], c.speculative[1::2], strict=True))
+    if "--speculative-config" in flags:
+        import json
+
+        config = json.loads(flags["--speculative-config"])
+        method, k = config["method"], config["num_speculative_tokens"]
+    else:
+        method = flags["--speculative-algorithm"].lower()
+        if method == "eagle" and "--speculative-draft-model-path" not in flags:
+            method = "mtp"  # SGLang runs the checkpoint's MTP layers as EAGLE
+        k = flags.get("--speculative-num-steps", flags.get("--speculative-num-draft-tokens"))
+    return f" + {method} k={k} ({c.spec_tokens_per_round:.2f}/round)"

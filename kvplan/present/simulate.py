@@ -90,6 +90,7 @@ def interval_facts(run: Run) -> list[tuple[str, str]]:
 def _disagg_row(run: Run) -> dict:
     """One run's transfers and pools, for the bench block and for the table."""
     d = run.disaggregated
+    assert d is not None, "called for disaggregated runs"
     return {
         "request_rate": run.bench.request_rate,
         "transfers": d.transfers,
@@ -177,7 +178,7 @@ def simulate_view(result: SimulateResult) -> View:
         deployment += f", {s.replicas} replicas, {s.router} router)"
     else:
         deployment += ")"
-    if s.interconnect and s.tp * s.pp > 1:
+    if s.interconnect and s.interconnect_bytes_per_s is not None and s.tp * s.pp > 1:
         deployment += f", {s.interconnect} ({f.gbps_text(s.interconnect_bytes_per_s)} per GPU)"
     facts = [
         ("model", result.model["hf_id"] or result.model["name"]),
@@ -216,6 +217,23 @@ def simulate_view(result: SimulateResult) -> View:
         tables.append(replica_table(result))
     data = jsonable(result._replace(step_log=None))
     data.pop("step_log")  # its own file (--step-log)
+    if s.speculative is None:
+        data["setup"].pop("speculative")  # no speculative decoding: the JSON as before
+    else:
+        sp = s.speculative
+        facts.insert(
+            3,
+            (
+                "speculative",
+                f"{sp['method']}{' ' + sp['draft'] if sp['draft'] else ''}: "
+                f"{sp['num_steps']} draft step(s)"
+                + (f" x {sp['topk']} branches" if sp["topk"] > 1 else "")
+                + f", {sp['verify_tokens']} tokens verified, "
+                f"{sp['tokens_per_round']:.2f} tokens per round ({sp['acceptance']}); "
+                f"draft {f.gib_text(sp['draft_weight_bytes'])} weights per GPU "
+                f"({' '.join(sp['launch'])})",
+            ),
+        )
     if result.parallel is None:
         data.pop("parallel")  # plain TP: the JSON as before
     else:
@@ -302,6 +320,7 @@ def replica_table(result: SimulateResult) -> Table:
 
 def comparison_table(result: SimulateResult) -> Table:
     c = result.comparison
+    assert c is not None, "called for --compare"
     rows = []
     for label, on, runs in (
         ("as set", c.baseline_on, result.runs),
@@ -320,6 +339,15 @@ def comparison_table(result: SimulateResult) -> Table:
     if c.technique == "cache-aware-routing":
         columns.append(Column("replica_hit_rates", "hits by replica", f.text, "left"))
     return Table(f"with and without {c.technique}", columns, rows)
+
+
+def _offered_rate(run: Run, fastest: float) -> float:
+    """A run's x on the throughput plot: its request rate; "inf" at the fastest achieved rate,
+    a trace (its own arrival times, no rate) at its achieved rate."""
+    rate = run.bench.request_rate
+    if rate is None:
+        return run.bench.request_throughput
+    return fastest if rate == "inf" else float(rate)
 
 
 def simulate_plots(result: SimulateResult, plot: Path | None, timeline: Path | None) -> None:
@@ -342,9 +370,8 @@ def simulate_plots(result: SimulateResult, plot: Path | None, timeline: Path | N
         lat.set_ylabel("latency (ms)")
         lat.grid(True, which="both", alpha=0.3)
         lat.legend(fontsize=8)
-        offered = [r.bench.request_rate for r in runs]
         thr.plot(
-            [float(o) if o != "inf" else max(x) for o in offered],
+            [_offered_rate(r, max(x)) for r in runs],
             [r.bench.output_throughput for r in runs],
             marker="o",
         )

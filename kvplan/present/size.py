@@ -32,7 +32,7 @@ def size_view(result: SizeResult) -> View:
     weights_rank = m.weights_bytes / tp
     first_dtype = result.rows[0].kv_dtype
     layer_desc = ", ".join(f"{g.num_layers} × {g.cache}" for g in m.layer_groups)
-    facts = [
+    facts: list[Fact | tuple[str, str]] = [
         Fact(
             "model",
             f"{m.name} ({m.model_type}; {m.family})",

@@ -163,8 +163,9 @@ def render_rich(report: View, terminal: Terminal) -> str:
 
     width = terminal.width or FALLBACK_WIDTH
     colour = terminal.colour is not None
+    buffer = io.StringIO()
     console = Console(
-        file=io.StringIO(),
+        file=buffer,
         width=width,
         force_terminal=colour,
         color_system=terminal.colour,
@@ -197,7 +198,7 @@ def render_rich(report: View, terminal: Terminal) -> str:
         for number, words in zip(numbers, report.notes, strict=True):
             grid.add_row(number, Text(terminal_text(words)))
         console.print(grid)
-    return "\n".join(_rstrip(line) for line in console.file.getvalue().split("\n"))
+    return "\n".join(_rstrip(line) for line in buffer.getvalue().split("\n"))
 
 
 def _rstrip(line: str) -> str:

@@ -5,9 +5,14 @@ TERM=dumb. Small on purpose: a pipe decides here and never imports the rich rend
 import os
 import sys
 from collections.abc import Mapping
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from kvplan.record import NamedTuple
+
+if TYPE_CHECKING:  # the names rich's Console takes (a string annotation: nothing at run time)
+    from typing import Literal
+
+    Colour = Literal["standard", "256", "truecolor"]
 
 PIPE_WIDTH = 100  # a pipe has no width: prose columns are stacked past this (or $COLUMNS)
 FALLBACK_WIDTH = 80  # FORCE_COLOR into a pipe, and a terminal that reports no size
@@ -17,7 +22,9 @@ MIN_WIDTH = 40  # narrower than this, layouts stop making sense: lines may wrap
 class Terminal(NamedTuple):
     width: int | None  # columns; None: no limit
     rich: bool  # a terminal (or FORCE_COLOR): rich tables fitted to the width
-    colour: str | None  # rich's colour system ("standard", "256", "truecolor"); None: no colour
+    colour: (
+        "Colour | None"  # rich's colour system ("standard", "256", "truecolor"); None: no colour
+    )
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:
@@ -56,6 +63,7 @@ def detect(stream: TextIO | None = None, environ: Mapping[str, str] | None = Non
     dumb = environ.get("TERM", "") == "dumb"
     if _flag(environ, "NO_COLOR") or (dumb and not force):
         return Terminal(width, rich=True, colour=None)
+    colour: Colour
     if environ.get("COLORTERM", "") in ("truecolor", "24bit"):
         colour = "truecolor"
     elif "256" in environ.get("TERM", ""):

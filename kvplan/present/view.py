@@ -94,7 +94,7 @@ class Fact(NamedTuple):
 
 class View(NamedTuple):
     title: str
-    facts: list[Fact | tuple[str, str]] = []
+    facts: Sequence[Fact | tuple[str, str]] = []
     tables: list[Table] = []
     notes: list[str] = []
     data: dict = {}

@@ -31,6 +31,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Callable
 
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
@@ -49,8 +50,8 @@ class TransferModel(NamedTuple):
     link: str
     one_way_bytes_per_s: float
     latency_s: float
-    bytes_of: object  # tokens -> bytes
-    seconds_of: object  # bytes -> seconds
+    bytes_of: Callable[[int], float]  # tokens -> bytes
+    seconds_of: Callable[[float], float]  # bytes -> seconds
 
 
 class Transfer(NamedTuple):
@@ -129,6 +130,7 @@ def run(
                     size = bytes_cache[tokens] = transfer.bytes_of(tokens)
                 seconds = transfer.seconds_of(size)
                 source = r.peer
+                assert source is not None, "a request asking for KV came from a prefill engine"
                 p = source.replica
                 start = max(asked_s, link_free[d], send_free[p])
                 end = start + seconds

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from enum import IntEnum
 
 from kvplan.formulas.batch_step import TERMS, BatchShape, StepModel
 from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
@@ -90,11 +91,36 @@ class EngineConfig(NamedTuple):
     # vLLM 0.32 on: a window's blocks are dropped on the processed-token basis, so with async
     # scheduling the tokens of the step still in flight keep theirs one step longer
     window_processed_drops: bool = False
+    # speculative decoding (kvplan.simulate.speculative): the k drafted tokens each decode
+    # schedules besides its own (they count in the token budget) and the slots its blocks
+    # hold ahead of them (vLLM's num_lookahead_tokens); 0: no speculation
+    spec_lookahead: int = 0
+    # vLLM V0's multi-step scheduling (--num-scheduler-steps N, 0.6-0.8): while decodes run,
+    # the scheduler admits only every N decode steps (a window of N runs unscheduled)
+    scheduler_steps: int = 1
 
 
-WAITING, PREFILL, DECODE, DONE, HELD = 0, 1, 2, 3, 4  # HELD: prefilled, blocks kept for a transfer
-# a decode engine's remote request: no KV yet, its blocks allocated and the KV on its way, arrived
-LOCAL, NEEDS_KV, RECEIVING, RECEIVED = 0, 1, 2, 3
+class RequestState(IntEnum):
+    """Where a request is in an engine (ints underneath: the hot loop compares them)."""
+
+    WAITING = 0  # queued, or preempted back to the queue
+    PREFILL = 1  # its prompt (or what preemption dropped) being computed, chunk by chunk
+    DECODE = 2  # one token a step
+    DONE = 3
+    HELD = 4  # prefilled, its blocks kept for a transfer (disaggregated prefill)
+
+
+class KvSource(IntEnum):
+    """Where a decode engine's request gets its KV from (disaggregated serving)."""
+
+    LOCAL = 0  # computed here
+    NEEDS_KV = 1  # remote: no KV yet
+    RECEIVING = 2  # its blocks allocated, the KV on its way
+    RECEIVED = 3
+
+
+WAITING, PREFILL, DECODE, DONE, HELD = RequestState
+LOCAL, NEEDS_KV, RECEIVING, RECEIVED = KvSource
 
 
 class CountingPool:
@@ -260,7 +286,7 @@ class Req:
         self.last_client_s = 0.0  # ... and the last
         self.admit_s = -1.0  # when the engine first scheduled it
         self.remote = LOCAL  # a decode engine's request whose prompt KV comes from a prefill one
-        self.peer = None  # disaggregated: what the cluster links to this request
+        self.peer: Req | None = None  # disaggregated: the prefill engine's request it continues
 
     @property
     def num_tokens(self) -> int:
@@ -319,6 +345,7 @@ class Engine:
         self.observer = observer
         pool = config.num_blocks if demand_blocks is None else min(config.num_blocks, demand_blocks)
         counted = not config.enable_prefix_caching or stand_in  # no token ids needed
+        self.bm: CountingPool | BlockManager
         if not config.enable_prefix_caching:  # nothing is shared or kept: count blocks
             self.bm = CountingPool(config.num_blocks, config.block_size)
         elif stand_in:
@@ -362,6 +389,10 @@ class Engine:
         # requests with window tables that joined the cohort since the last step: their first
         # decode allocation drops what their prefill's window has left
         self.joined: list[Req] = []
+        # speculative decoding: decodes that joined since the last step, whose first decode
+        # allocates its lookahead slots (later ones do at each block crossing)
+        self.lookahead = config.spec_lookahead
+        self.spec_joined: list[Req] = []
         # disaggregated serving
         self.prefill_only = prefill_only
         self.held = 0  # prefill: requests handed off whose blocks wait for the decode side
@@ -513,8 +544,8 @@ class Engine:
         preempted = False
         # 1. running: decodes whose next token opens a block (or whose window leaves one), in
         # admission order
-        bs = self.block_size
-        crossing = self.buckets[d % bs]
+        bs, lookahead = self.block_size, self.lookahead
+        crossing = self.buckets[(d + lookahead) % bs]
         if self.windows:
             touched = {id(r): r for r in crossing.values()}
             touched.update((id(r), r) for r in self.joined)
@@ -535,13 +566,22 @@ class Engine:
                 if r.windowed:
                     flight = 1 if d > r.j0 else self._chunk_in_flight(r, j)
                     self._drop_window_blocks(r, position, flight)
-                if position % bs:
+                if (position + lookahead) % bs:
                     continue
-                while not self._extend(r, position + 1):
+                while not self._extend(r, position + 1 + lookahead):
                     preempted = True
                     if self._preempt_last(d) is r:
                         break
-        budget -= self.num_decodes
+        if self.spec_joined:  # their first decode's lookahead slots
+            for r in sorted(self.spec_joined, key=_admit_order):
+                if r.state != DECODE:
+                    continue
+                while not self._extend(r, r.c0 + (d - r.j0) + 1 + lookahead):
+                    preempted = True
+                    if self._preempt_last(d) is r:
+                        break
+            self.spec_joined.clear()
+        budget -= self.num_decodes * (1 + lookahead)  # each verifies its k drafted tokens too
         chunks: list[tuple[Req, int]] = []
         for r in list(self.prefilling):
             if budget <= 0:
@@ -560,9 +600,10 @@ class Engine:
             chunks.append((r, n))
             budget -= n
         # 2. waiting, only if nobody was preempted: first the requests whose KV has arrived
-        if not preempted and self.ready:
+        scheduled = not self._in_window()
+        if scheduled and not preempted and self.ready:
             budget = self._admit_received(budget, chunks)
-        if not preempted and self.waiting and self._may_admit():
+        if scheduled and not preempted and self.waiting and self._may_admit():
             budget = self._admit_waiting(budget, chunks)
         # async: the last step's output is processed only now, its finished requests freed
         released = self._release_lingering()
@@ -867,7 +908,7 @@ class Engine:
             self.blocked_need = cost
             raise NoFreeBlocksError("the groups' blocks do not fit")
         full, spans = hit
-        entries = [(r.rid, ids, b"", (0, full))]
+        entries: list[tuple] = [(r.rid, ids, b"", (0, full))]  # seq ids: rid, then per window
         for i, (key, span) in enumerate(zip(self.window_keys, spans, strict=True)):
             entries.append((("window", i, r.rid), ids, key, span))
         self.bm.allocate_groups(entries)
@@ -1003,6 +1044,8 @@ class Engine:
         self.context_sum += r.c0 + 1
         if r.windowed:
             self.joined.append(r)
+        if self.lookahead:
+            self.spec_joined.append(r)
 
     def _leave_cohort(self, r: Req, j: int) -> None:
         """r stops decoding before step j (finished after j - 1, or preempted at j)."""
@@ -1025,10 +1068,17 @@ class Engine:
         return d if self.decode_log is None else self.decode_log[d]
 
     # ---- runs of decode-only steps ----------------------------------------------------------
+    def _in_window(self) -> bool:
+        """Multi-step scheduling: decode steps run inside a window of N, none admitted there."""
+        n = self.config.scheduler_steps
+        return n > 1 and self.num_decodes > 0 and self.decode_index % n != 0
+
     def _quiet(self) -> bool:
         """Nothing but decodes can happen this step: no prefill, and no admission possible."""
         if self.prefilling or not self.num_decodes or self.lingering:
             return False
+        if self._in_window():
+            return True
         if self.ready and self._seat_free():
             return False
         return not (len(self.waiting) > self.receiving and self._may_admit())
@@ -1039,7 +1089,7 @@ class Engine:
         import numpy as np
 
         j = self.decode_index  # the cohort's clock
-        if self.joined and self._lagged_drops:
+        if (self.joined and self._lagged_drops) or self.spec_joined:
             return None
         while self.finish_heap:
             top = self.finish_heap[0]
@@ -1048,20 +1098,23 @@ class Engine:
                 break
             heapq.heappop(self.finish_heap)
         last = self.finish_heap[0][0]  # the first decode to finish does so in step `last`
+        n = self.config.scheduler_steps
+        if n > 1:  # a multi-step window ends at the next multiple of N: admission then
+            last = min(last, j + (n - j % n) - 1)
         steps = last - j + 1
         if steps < MIN_SPAN:
             return None
-        bs = self.block_size
+        bs, lookahead = self.block_size, self.lookahead
         tables = 1 + len(self.windows)  # a crossing opens a block in every group
         counts = [len(b) * tables for b in self.buckets]
         free = self.bm.num_free_blocks
         full_cycles = steps // bs
         need = full_cycles * self.num_decodes * tables
-        need += sum(counts[(j + i) % bs] for i in range(steps % bs))
+        need += sum(counts[(j + i + lookahead) % bs] for i in range(steps % bs))
         if need > free:  # shorten to what the pool holds without preempting (drops ignored)
             steps, need = 0, 0
             while steps < last - j + 1:
-                extra = counts[(j + steps) % bs]
+                extra = counts[(j + steps + lookahead) % bs]
                 if need + extra > free:
                     break
                 need += extra
@@ -1075,7 +1128,7 @@ class Engine:
                 return None
             free_bound, lag = free, int(self._lagged_drops)
             for i in range(steps):
-                free_bound -= counts[(j + i) % bs]
+                free_bound -= counts[(j + i + lookahead) % bs]
                 for w in self.drop_windows:
                     tables = self.windows.count(w)
                     free_bound += tables * len(self.buckets[(j + i - w + 1 - lag) % bs])
@@ -1093,10 +1146,10 @@ class Engine:
             return None
         times, ends, totals = times[:steps], ends[:steps], terms(steps)
         # hand the block manager every decode's tokens that crossed into a new block
-        for residue in {(j + i) % bs for i in range(min(steps, bs))}:
+        for residue in {(j + i + lookahead) % bs for i in range(min(steps, bs))}:
             for r in list(self.buckets[residue].values()):
                 position = r.c0 + (j + steps - 1 - r.j0)
-                if not self._extend(r, position + 1):
+                if not self._extend(r, position + 1 + lookahead):
                     raise AssertionError("the span was sized to fit the pool")
         if self.windows:  # the windows' drops, step by step in admission order (freed blocks
             # join the free queue's tail, behind every block the span took from its head)

@@ -23,7 +23,7 @@ from kvplan.formulas.batch_step import (
     dsa_layers,
     measured_achieved,
 )
-from kvplan.formulas.step_time import Rates
+from kvplan.formulas.step_time import Rates, measurable, op_rates_of
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.inputs.kernel_tables import tables_for
@@ -33,25 +33,27 @@ from kvplan.units import GIB
 
 if TYPE_CHECKING:  # the simulator and the engines' allocators load where a replica is built,
     # not for a step model (kvplan capacity --gpu)
+    from kvplan.simulate.disagg import TransferModel
     from kvplan.simulate.engine import Engine, EngineConfig
+    from kvplan.simulate.sglang import SglangPolicy
+    from kvplan.simulate.speculative import Speculation
 
 LARGE_GPU_BYTES = 70 * GIB  # get_batch_defaults: device memory >= 70 GiB ...
 LARGE_DEFAULTS = (8192, 1024)  # ... and not an A100: max_num_batched_tokens, max_num_seqs
 SMALL_DEFAULTS = (2048, 256)
 DEFAULT_MAX_MODEL_LEN = 8192  # when the config states no max_position_embeddings
-# vLLM kv-cache-dtype spellings -> the element format the step time reads
-KV_FORMATS = {
-    "auto": "auto",
-    "bfloat16": "bf16",
-    "float16": "fp16",
-    "fp8": "fp8",
-    "fp8_e4m3": "fp8",
-    "fp8_e5m2": "fp8",
-    "fp8_ds_mla": "fp8",
-    "int8_per_token_head": "int8",
-    "fp8_per_token_head": "fp8",
-    "nvfp4": "int4",
-}
+
+
+def kv_format_name(engine: str, kv_cache_dtype: str) -> str:
+    """The KV format the step time reads for an engine's --kv-cache-dtype spelling, from the
+    engine's one vocabulary table (the one its allocation reads): "auto" for the model's."""
+    from kvplan.engines.sglang import KV_CACHE_FORMATS as SGLANG
+    from kvplan.engines.vllm import KV_CACHE_FORMATS as VLLM
+
+    table = SGLANG if engine == "sglang" else VLLM
+    if kv_cache_dtype not in table:
+        raise KvplanError(f"--kv-cache-dtype {kv_cache_dtype[:40]!r}: choose {', '.join(table)}")
+    return table[kv_cache_dtype] or "auto"
 
 
 class ServeOptions(NamedTuple):
@@ -97,6 +99,19 @@ class ServeOptions(NamedTuple):
     # --disable-cuda-graph): the KV cache sharded along tokens over dcp ranks of the TP group
     decode_context_parallel_size: int = 1
     enforce_eager: bool = False
+    # speculative decoding (kvplan.simulate.speculative): vLLM's --speculative-config JSON as
+    # typed, or SGLang's --speculative-* flags; the acceptance as kvplan's --spec-accept (a
+    # per-token rate, or per-position rates "0.8,0.6") or --spec-accept-length
+    speculative_config: str | None = None
+    speculative_algorithm: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    speculative_draft_model_path: str | None = None
+    spec_accept: str | None = None
+    spec_accept_length: float | None = None
+    # vLLM V0's multi-step scheduling (--num-scheduler-steps, 0.6-0.8; 1: off)
+    num_scheduler_steps: int = 1
 
 
 # SGLang's --load-balance-method -> the router among its DP ranks (cluster.ROUTERS)
@@ -203,7 +218,7 @@ def parallel_layout(spec: ModelSpec, options: ServeOptions) -> ParallelLayout:
                     "the TP group's GPUs"
                 )
             layout = ParallelLayout(o.tp // dp, dp, ep, o.tp, o.tp, 1, router)
-    if layout.ep > 1 and moe.num_experts % layout.ep:
+    if layout.ep > 1 and moe is not None and moe.num_experts % layout.ep:  # none: refused above
         raise KvplanError(
             f"EP {layout.ep} must divide {spec.name}'s {moe.num_experts} routed experts"
         )
@@ -223,8 +238,9 @@ class Replica(NamedTuple):
     weights_dtype: str
     kv_cache_tokens: int
     notes: tuple[Note, ...]
-    transfer: object = None  # disaggregated: the simulate.disagg.TransferModel between pools
-    policy: object = None  # SGLang: its kvplan.simulate.sglang.SglangPolicy (None: vLLM)
+    speculation: Speculation | None = None  # speculative decoding (None: none)
+    transfer: TransferModel | None = None  # disaggregated: the model of moving KV between pools
+    policy: SglangPolicy | None = None  # SGLang's (None: vLLM)
     layout: ParallelLayout | None = None  # EP / DP attention (parallel_layout), None: plain TP
 
 
@@ -249,14 +265,14 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         )
     notes: list[Note] = []
     spec.check_tp(options.tp)
+    v0 = check_multi_step(options)
+    if v0 is not None:
+        notes.append(v0)
     layout = parallel_layout(spec, options)
     from kvplan.engines.vllm import check_dcp
 
     dcp = check_dcp(spec, options.tp, options.decode_context_parallel_size, options.engine)
-    if options.kv_cache_dtype not in KV_FORMATS:
-        raise KvplanError(
-            f"--kv-cache-dtype {options.kv_cache_dtype[:40]!r}: choose {', '.join(KV_FORMATS)}"
-        )
+    kv_format_name(options.engine, options.kv_cache_dtype)  # a typo refused before any work
     mnbt_default, seqs_default = batch_defaults(gpu)
     max_model_len = _max_model_len(spec, options)
     mnbt = options.max_num_batched_tokens or mnbt_default
@@ -312,12 +328,19 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         request = request._replace(max_model_len=max_model_len)
         alloc = vllm_allocation(spec, gpu, request)
     notes.extend(alloc.notes)
+    fmt_name = kv_format_name("vllm", options.kv_cache_dtype)
+    speculation, draft = _speculation(spec, gpu, options, fmt_name, layout.attn_tp)
+    if speculation is not None:  # the draft's weights and KV layers share the pool
+        alloc = _with_draft(alloc, speculation, options, spec, fmt_name, layout.attn_tp)
     config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
     graph_tokens = 0 if options.enforce_eager else min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt)
     model, wdtype = step_model(
-        spec, gpu, options, KV_FORMATS[options.kv_cache_dtype],
-        graph_tokens, notes, weights_format(options), layout,
+        spec, gpu, options, fmt_name, graph_tokens, notes, weights_format(options), layout,
     )  # fmt: skip
+    if speculation is not None:
+        config = config._replace(spec_lookahead=speculation.lookahead)
+        model = _speculative_model(model, speculation, draft, gpu, options, fmt_name, graph_tokens)
+        notes.append(_spec_note(speculation, options.engine))
     if dcp > 1:
         notes.append(note("sim-dcp", dcp=dcp, tp=options.tp, block_size=config.block_size))
     if options.enforce_eager:
@@ -331,7 +354,84 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     )
     # vLLM's own figure (config.block_size is already the scheduler's block_size x dcp)
     tokens = alloc.kv_cache_tokens or config.num_blocks * config.block_size
-    return Replica(config, model, resolved, wdtype, tokens, tuple(notes), layout=_modelled(layout))
+    return Replica(
+        config,
+        model,
+        resolved,
+        wdtype,
+        tokens,
+        tuple(notes),
+        speculation=speculation,
+        layout=_modelled(layout),
+    )
+
+
+def _speculation(spec, gpu, options, fmt_name: str, tp: int):
+    """(the replica's Speculation, the draft model's spec) or (None, None)."""
+    from kvplan.simulate import speculative
+
+    request = speculative.requested(spec, options)
+    if request is None:
+        return None, None
+    fmt = resolve_kv_format(fmt_name, spec.dtype)
+    wdtype = resolve_weights_dtype(spec, weights_format(options))[0]
+    return speculative.resolve(spec, request, options, fmt, wdtype, tp)
+
+
+def _with_draft(alloc, speculation, options, spec, fmt_name: str, tp: int):
+    """The allocation with the draft's weights out of the pool's memory and its KV layers in
+    every block (techniques.speculative_pool_blocks); a given --kv-cache-memory holds the KV
+    alone, so only the split applies. kv_cache_tokens scales with the blocks."""
+    from kvplan.formulas.kv import kv_bytes_per_token
+    from kvplan.formulas.techniques import speculative_pool_blocks
+
+    target = kv_bytes_per_token(spec, resolve_kv_format(fmt_name, spec.dtype), tp)
+    weights = 0.0 if options.kv_cache_memory_bytes is not None else speculation.draft_weight_bytes
+    blocks = speculative_pool_blocks(
+        alloc.num_blocks,
+        alloc.available_kv_bytes,
+        weights,
+        target,
+        speculation.draft_kv_bytes_per_token,
+    )
+    if blocks <= 0:
+        raise KvplanError("the draft's weights leave no memory for the KV cache")
+    tokens = alloc.kv_cache_tokens
+    if tokens is not None:
+        tokens = int(tokens * blocks / alloc.num_blocks)
+    return alloc._replace(num_blocks=blocks, kv_cache_tokens=tokens)
+
+
+def _speculative_model(model, speculation, draft, gpu, options, fmt_name, graph_tokens):
+    """The target's step model drafting and verifying (kvplan.simulate.speculative)."""
+    from kvplan.simulate.speculative import SpeculativeStepModel
+
+    draft_model = None
+    if draft is not None:  # a draft model at the target's TP, its own checkpoint's format
+        plain = options._replace(
+            enable_expert_parallel=False, data_parallel_size=1, ep_size=None,
+            enable_dp_attention=False, decode_context_parallel_size=1, pp=1,
+        )  # fmt: skip
+        draft_model, _ = step_model(draft, gpu, plain, fmt_name, graph_tokens, [], "auto")
+    return SpeculativeStepModel(model, speculation, draft_model)
+
+
+def _spec_note(speculation, engine: str) -> Note:
+    r = speculation.request
+    return note(
+        "sim-speculative",
+        engine=engine,
+        method=r.method,
+        draft=r.draft,
+        steps=r.num_steps,
+        topk=r.topk,
+        verify=r.verify_tokens,
+        tokens_per_round=speculation.tokens_per_round,
+        acceptance=speculation.acceptance,
+        rate=speculation.acceptance_rate,
+        weights_bytes=speculation.draft_weight_bytes,
+        kv_bytes_per_token=speculation.draft_kv_bytes_per_token,
+    )
 
 
 def _modelled(layout: ParallelLayout) -> ParallelLayout | None:
@@ -398,6 +498,14 @@ def step_model(
     measured = gpu.vendor == "measured"
     tables = tables_for(gpu, options.engine)
     achieved = tables.achieved
+    # a measured profile with per-operator curves prices every layer it can lay out (dense
+    # attention + MLP in a plain float format) through them: the model kvplan measure checks
+    per_op = (
+        measured
+        and gpu.measured is not None
+        and wdtype in ("fp32", "bf16", "fp16")
+        and measurable(spec)
+    )
     model = StepModel(
         spec,
         Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak(spec.dtype)),
@@ -417,6 +525,10 @@ def step_model(
         moe_ranks=layout.expert_ranks,
         ep=layout.ep,
         dp=layout.dp,
+        scheduler_steps=options.num_scheduler_steps,
+        op_rates=op_rates_of(gpu, wdtype) if per_op else None,
+        op_dtype=wdtype,
+        op_gather_kv=bool(per_op and gpu.measured.gather_kv),
     )
     if any(a.indexer_head_dim for a in spec.attention_layers()):
         notes.append(
@@ -430,7 +542,9 @@ def step_model(
             else note("sim-dsa-dense", gpu=gpu.name, engine=options.engine)
         )
     notes.append(
-        note("sim-achieved-measured")
+        note("sim-measured-ops", dtype=gpu.measured.dtype, weights=wdtype)
+        if per_op
+        else note("sim-achieved-measured")
         if measured
         else note(
             "sim-kernel-tables",
@@ -497,6 +611,7 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
         window_groups=tuple(windows),
         window_admission_cap=_minor(options.vllm_version) >= WINDOW_CAP_FROM,
         window_processed_drops=_minor(options.vllm_version) >= WINDOW_CAP_FROM,
+        scheduler_steps=options.num_scheduler_steps,
     )
     longest = -(-max_model_len // block_size)
     longest += side_blocks(config, max_model_len) + window_blocks(config, max_model_len)
@@ -522,9 +637,42 @@ def _minor(version: str) -> tuple[int, int]:
         major, minor = (int(part) for part in str(version).split(".")[:2])
     except ValueError:
         major = minor = -1
-    if not (0, 8) <= (major, minor) <= (9, 999):  # V1's scheduler: 0.8 on
-        raise KvplanError(f"--vllm-version {str(version)[:20]!r}: a vLLM version from 0.8, as 0.19")
+    if not V0_FROM <= (major, minor) <= (9, 999):  # V0 0.6-0.7 run with V1's 0.8 rules
+        raise KvplanError(f"--vllm-version {str(version)[:20]!r}: a vLLM version from 0.6, as 0.19")
     return major, minor
+
+
+V0_FROM = (0, 6)  # the oldest release kvplan takes (V0; run with 0.8's V1 rules, noted)
+V1_FROM = (0, 8)  # V1's scheduler is the default
+MULTI_STEP_UNTIL = (0, 8)  # --num-scheduler-steps: V0 only, gone with V0 after 0.8
+MAX_SCHEDULER_STEPS = 64
+
+
+def check_multi_step(options: ServeOptions) -> Note | None:
+    """vLLM V0's --num-scheduler-steps, refused where the engine has none; the note of a V0
+    release run with V1's rules (None: a V1 release and no multi-step)."""
+    steps = options.num_scheduler_steps
+    if (
+        isinstance(steps, bool)
+        or not isinstance(steps, int)
+        or not 1 <= steps <= MAX_SCHEDULER_STEPS
+    ):
+        raise KvplanError(f"--num-scheduler-steps {steps}: between 1 and {MAX_SCHEDULER_STEPS}")
+    version = _minor(options.vllm_version)
+    if steps > 1 and options.engine != "vllm":
+        raise KvplanError(
+            "--num-scheduler-steps is vLLM V0's multi-step scheduling; SGLang has none"
+        )
+    if steps > 1 and version > MULTI_STEP_UNTIL:
+        raise KvplanError(
+            f"--num-scheduler-steps is vLLM V0's (0.6-0.8); vLLM {options.vllm_version} runs V1, "
+            "which has no multi-step scheduling: give --engine-version 0.6, 0.7 or 0.8"
+        )
+    if steps > 1 and options.speculative_config is not None:
+        raise KvplanError("vLLM's multi-step scheduling does not run with speculative decoding")
+    if version < V1_FROM or steps > 1:
+        return note("sim-vllm-v0", version=options.vllm_version, steps=steps)
+    return None
 
 
 # SGLang's page is one token; the simulated pool counts blocks of this many (prefix hits and
@@ -553,6 +701,10 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
             options.decode_context_parallel_size != 1,
             "--decode-context-parallel-size (SGLang has no decode context parallelism)",
         ),
+        (
+            options.num_scheduler_steps != 1,
+            "--num-scheduler-steps (vLLM V0's multi-step scheduling; SGLang has none)",
+        ),
     ):
         if given:
             raise KvplanError(f"{flag} is a vLLM option; the SGLang simulation does not take it")
@@ -579,6 +731,16 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     )
     alloc = sglang_allocation(spec, gpu, request)
     notes.extend(alloc.notes)
+    fmt_name = kv_format_name("sglang", alloc.kv_cache_dtype)
+    speculation, draft = _speculation(spec, gpu, options, fmt_name, layout.attn_tp)
+    if speculation is not None:
+        if layout.dp > 1 and speculation.request.method in ("draft_model", "ngram"):
+            raise KvplanError(
+                "SGLang runs STANDALONE and NGRAM speculative decoding without DP attention"
+            )
+        # the draft's pool holds as many tokens as the target's (its weights first)
+        blocks = speculative_pool_tokens(alloc, speculation, options, spec, fmt_name, layout)
+        alloc = alloc._replace(kv_cache_tokens=blocks)
     block = max(alloc.block_size, SGLANG_SIM_BLOCK)
     # a pool below the context length: SGLang starts with max_req_len = pool - 1 and cuts
     # max_new_tokens to max_req_len - prompt - 1, so prompt + outputs <= pool - 2; admission
@@ -601,6 +763,12 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         max_model_len = longest
     chunk = options.max_num_batched_tokens or alloc.chunked_prefill_size
     running = options.max_num_seqs or alloc.max_running_requests
+    if speculation is not None:
+        from kvplan.simulate.speculative import SGLANG_SPEC_RUNNING
+
+        if options.max_num_seqs is None:  # server_args: 48 when speculating and not given
+            running = SGLANG_SPEC_RUNNING
+        options = options._replace(async_scheduling=False)  # the overlap scheduler off (spec v1)
     if layout.dp > 1:  # SGLang divides --max-running-requests among its DP-attention ranks
         running = max(1, running // layout.dp)
     prefix_caching = options.enable_prefix_caching
@@ -615,16 +783,13 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         enable_prefix_caching=prefix_caching,
     )
     # async_scheduling stands for SGLang's overlap scheduler (on by default)
+    graph_tokens = 0 if options.enforce_eager else alloc.cuda_graph_max_bs
     model, wdtype = step_model(
-        spec,
-        gpu,
-        options,
-        KV_FORMATS.get(alloc.kv_cache_dtype, "auto"),
-        0 if options.enforce_eager else alloc.cuda_graph_max_bs,
-        notes,
-        weights_format(options),
-        layout,
-    )
+        spec, gpu, options, fmt_name, graph_tokens, notes, weights_format(options), layout,
+    )  # fmt: skip
+    if speculation is not None:
+        model = _speculative_model(model, speculation, draft, gpu, options, fmt_name, graph_tokens)
+        notes.append(_spec_note(speculation, "sglang"))
     if options.enforce_eager:
         notes.append(note("sim-enforce-eager", engine="sglang"))
     notes.append(
@@ -652,9 +817,30 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         wdtype,
         alloc.kv_cache_tokens,
         tuple(notes),
+        speculation=speculation,
         policy=policy,
         layout=_modelled(layout),
     )
+
+
+def speculative_pool_tokens(alloc, speculation, options, spec, fmt_name, layout) -> int:
+    """SGLang's pool in tokens with a draft beside it (techniques.speculative_pool_blocks over
+    single-token pages)."""
+    from kvplan.formulas.kv import kv_bytes_per_token
+    from kvplan.formulas.techniques import speculative_pool_blocks
+
+    target = kv_bytes_per_token(spec, resolve_kv_format(fmt_name, spec.dtype), layout.attn_tp)
+    weights = 0.0 if options.kv_cache_memory_bytes is not None else speculation.draft_weight_bytes
+    tokens = speculative_pool_blocks(
+        alloc.kv_cache_tokens,
+        alloc.pool_bytes,
+        weights,
+        target,
+        speculation.draft_kv_bytes_per_token,
+    )
+    if tokens <= 0:
+        raise KvplanError("the draft's weights leave no memory for the KV cache")
+    return tokens
 
 
 def make_engine(

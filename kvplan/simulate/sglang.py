@@ -31,10 +31,15 @@ only the choice of what each step runs differs. max_new_tokens is the request's 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvplan.formulas.batch_step import BatchShape
 from kvplan.kernels.block_manager import NoFreeBlocksError
 from kvplan.record import NamedTuple
 from kvplan.simulate.engine import DECODE, Engine, Req, _Unservable
+
+if TYPE_CHECKING:  # numpy is imported where the arrays are made
+    import numpy as np
 
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness 1.0
@@ -77,13 +82,14 @@ class SglangEngine(Engine):
         # clears batch_is_full at the next decode step, after that step's prefill attempt
         self.shrunk = False
         self.prefill_finishing = False  # finishes now are of a prefill batch
-        self.decode_log = []
+        self.decode_log: list[int] = []
         self.ends: dict[int, int] = {}  # decoding request -> the decode step after its last
-        self.ends_array = None  # the same as an array, until the cohort changes
+        self.ends_array: np.ndarray | None = None  # the same as an array, until it changes
         self.head_memo: tuple = (None, None)  # (request, step) -> _head_need, within one step
         # since the last decode step: whether a prefill step ran, and who joined the decodes
         self.prefilled = False
-        self.joined: list[tuple[Req, int]] = []  # (request, the step of its first token)
+        # (request, the step of its first token); Engine.joined is another list (windowed ones)
+        self.joined_at: list[tuple[Req, int]] = []
 
     # ---- the KV budget ------------------------------------------------------------------------
     def _join_cohort(self, r: Req, j: int) -> None:
@@ -119,7 +125,7 @@ class SglangEngine(Engine):
     def _free_tokens(self) -> int:
         return self.bm.num_free_blocks * self.block_size
 
-    def _head_need(self, r: Req) -> tuple[int, int, list]:
+    def _head_need(self, r: Req) -> tuple[int, int, list[int] | range]:
         """(tokens to compute, cached prefix tokens, token ids) for r's prefill now."""
         key = (r.rid, r.num_tokens, self.step_index, self.bm.num_free_blocks)
         if self.head_memo[0] == key:
@@ -127,7 +133,7 @@ class SglangEngine(Engine):
         self.head_memo = (key, self._head_need_now(r))
         return self.head_memo[1]
 
-    def _head_need_now(self, r: Req) -> tuple[int, int, list]:
+    def _head_need_now(self, r: Req) -> tuple[int, int, list[int] | range]:
         ids = self.ids(r, 0, r.num_tokens)
         cap = (r.num_tokens - 1) // self.block_size * self.block_size
         hits = min(self.bm.cached_prefix_tokens(ids[:-1]), cap) if cap else 0
@@ -158,7 +164,7 @@ class SglangEngine(Engine):
             finally:
                 self.prefill_finishing = False
             self.prefilled = True
-            self.joined += [(r, j) for r, _ in chunks if r.state == DECODE]
+            self.joined_at += [(r, j) for r, _ in chunks if r.state == DECODE]
             return finished
         if not self.num_decodes:
             if self.chunked is not None or self.waiting:  # nothing runs, nothing will free
@@ -176,7 +182,7 @@ class SglangEngine(Engine):
         for r in list(self.buckets[d % self.block_size].values()):
             if r.state == DECODE and not self._extend(r, r.c0 + (d - r.j0) + 1):
                 raise _Unservable(r)  # alone in the pool and still out of room
-        self.joined = [(r, p) for r, p in self.joined if r.state == DECODE]  # not retracted
+        self.joined_at = [(r, p) for r, p in self.joined_at if r.state == DECODE]  # not retracted
         shape = BatchShape(self.num_decodes, self.context_sum, (), self.num_decodes)
         finished = self._advance(j, self.model.step(shape), [], decoded=True)
         self._settle_gaps(j, len(self.decode_log) - 1)
@@ -188,14 +194,14 @@ class SglangEngine(Engine):
         step), not from step q - 1. Recorded as explicit gaps; q's own weight is cleared."""
         if not self.prefilled:
             return
-        continuing = self.log.decode_tokens[q] - len(self.joined)
+        continuing = self.log.decode_tokens[q] - len(self.joined_at)
         self.log.decode_tokens[q] = 0
         if position > 0 and continuing > 0:  # decode step q's position in decode_log
             self.resume_gaps.append((self.decode_log[position - 1], q, continuing))
-        for _, p in self.joined:
+        for _, p in self.joined_at:
             self.resume_gaps.append((p, q, 1))
         self.prefilled = False
-        self.joined = []
+        self.joined_at = []
 
     def _prefill_batch(self) -> list[tuple[Req, int]]:
         """PrefillAdder: the chunked request's next chunk, then waiting requests in order."""

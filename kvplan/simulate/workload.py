@@ -166,9 +166,9 @@ def bench_random_lengths(
         inputs = rng.randint(lo_in, hi_in + 1, size=num)
         outputs = rng.randint(lo_out, hi_out + 1, size=num)
     else:
-        rng = np.random.default_rng(seed)
-        inputs = rng.integers(lo_in, hi_in + 1, size=num)
-        outputs = rng.integers(lo_out, hi_out + 1, size=num)
+        generator = np.random.default_rng(seed)
+        inputs = generator.integers(lo_in, hi_in + 1, size=num)
+        outputs = generator.integers(lo_out, hi_out + 1, size=num)
     return [int(x) for x in inputs], [int(x) for x in outputs]
 
 

@@ -561,7 +561,7 @@ class Builder(FamilyLayouts):
         if isinstance(f.raw("moe_layer_freq"), list):  # one 0/1 per layer (MiMo-V2, MiniMax-M3)
             flags = f.int_list("moe_layer_freq", length=n)
             f.has("first_k_dense_replace")  # the same layers, written twice
-            return [bool(v) for v in flags]
+            return [bool(v) for v in flags or []]  # a list: checked just above
         if f.has("first_k_dense_replace"):
             first = f.int("first_k_dense_replace", minimum=0)
             freq = f.int("moe_layer_freq", default=1)
@@ -605,9 +605,9 @@ class Builder(FamilyLayouts):
             f.has("no_rope_layers")
             f.has("no_rope_layer_interval")
         self.window = f.window("sliding_window", default=fam.window)
-        if fam.swa_fields and f.window("sliding_window_size"):
+        if fam.swa_fields and (swa_window := f.window("sliding_window_size")):
             # MiMoV2FlashConfig: the window attends sliding_window_size tokens plus the query
-            self.window = f.window("sliding_window_size") + 1
+            self.window = swa_window + 1
         switch = fam.window_switch or (
             "use_sliding_window" if f.has("use_sliding_window") else None
         )
@@ -624,6 +624,7 @@ class Builder(FamilyLayouts):
         if fam.sparse_config:
             self._sparse_attention_config()
         state = read_state(f, self.model_type, self.hidden, self.dtype)
+        self.state: State | None
         self.state, self.state_source = state if state else (None, "")
         self.attention_layers_possible = self.model_type != "mamba2" and self.model_type != "mamba"
         self.num_experts = f.opt_int(*EXPERT_COUNT, minimum=0) or 0
@@ -663,7 +664,7 @@ class Builder(FamilyLayouts):
             kv_lora = f.int("kv_lora_rank", why="the MLA latent width")
             rope = f.int("qk_rope_head_dim", why="the MLA latent width")
             nope = f.int("qk_nope_head_dim", why="the MLA parameter count")
-            v_dim = f.int("v_head_dim", why="the MLA parameter count")
+            mla_v_dim = f.int("v_head_dim", why="the MLA parameter count")
             window = None
             if kind != "full":
                 raise KvplanError(f"{f.source}: {kind} layers with an MLA latent are not supported")
@@ -674,7 +675,7 @@ class Builder(FamilyLayouts):
                 head_dim=kv_lora + rope,
                 head_dim_v=0,
                 qk_head_dim=nope + rope,
-                v_head_dim=v_dim,
+                v_head_dim=mla_v_dim,
                 window=window,
                 mla_kv_lora_rank=kv_lora,
                 mla_rope_dim=rope,
@@ -691,7 +692,7 @@ class Builder(FamilyLayouts):
         head_dim, kv, shared_kv_proj = self.head_dim, self.kv, False
         if kind == "full":
             head_dim, kv, shared_kv_proj = self._global_attention()
-        v_dim = None  # as wide as the keys unless the family says otherwise
+        v_dim: int | None = None  # as wide as the keys unless the family says otherwise
         if self.family.swa_fields:
             head_dim, kv, v_dim = self._swa_attention(kind, head_dim, kv)
         given = dict(overrides)
@@ -716,7 +717,7 @@ class Builder(FamilyLayouts):
             window=size if cache_kind.windowed else None,
             shared_kv_proj=shared_kv_proj,
             sinks=self._sinks(kind),
-            indexer_head_dim=self.indexer_dim if self.gqa_indexer else 0,
+            indexer_head_dim=(self.indexer_dim or 0) if self.gqa_indexer else 0,
             indexer_num_heads=self.indexer_heads if self.gqa_indexer else 0,
         )
 
@@ -882,7 +883,7 @@ class Builder(FamilyLayouts):
 
     def position_keys(self) -> PositionKeys:
         """The length keys engines read (vLLM's and SGLang's lists) and the rope scaling."""
-        lengths = []
+        lengths: list[tuple[str, int]] = []
         for key in ENGINE_LENGTH_KEYS:
             value = self.f.window(key)
             if value:

@@ -63,7 +63,7 @@ def _layer_types(f: Fields, linear: dict, n: int) -> list[str]:
     kda_layers, else every 4th layer (0-indexed, not the first) full."""
     types = f.str_list("layer_types")
     if types is None and "full_attn_layers" in linear and "kda_layers" in linear:
-        types = [None] * n
+        listed: list[str | None] = [None] * n
         for key, kind in (
             ("full_attn_layers", "full_attention"),
             ("kda_layers", "linear_attention"),
@@ -76,12 +76,13 @@ def _layer_types(f: Fields, linear: dict, n: int) -> list[str]:
                     f"{f.source}: linear_attn_config {key} must list layer numbers from 1 to {n}"
                 )
             for i in ids:
-                types[i - 1] = kind
-        if None in types:
+                listed[i - 1] = kind
+        if None in listed:
             raise KvplanError(
-                f"{f.source}: linear_attn_config names layer {types.index(None) + 1} in neither "
+                f"{f.source}: linear_attn_config names layer {listed.index(None) + 1} in neither "
                 "full_attn_layers nor kda_layers"
             )
+        types = [kind for kind in listed if kind is not None]  # all of them, checked above
     if types is None:
         types = ["full_attention" if i and i % 4 == 0 else "linear_attention" for i in range(n)]
     if len(types) != n:

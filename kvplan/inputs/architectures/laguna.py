@@ -100,8 +100,8 @@ def build_laguna(f: Fields, top: dict, name: str, hint: str, dtype_name) -> Mode
     }
     layers, cache = [], {}
     for q, kind, mlp in zip(per_layer, types, mlp_types, strict=True):
-        key = (q, kind, mlp)
-        if key not in cache:
+        shape = (q, kind, mlp)
+        if shape not in cache:
             sliding = kind == "sliding_attention"
             a = Attention(
                 CacheKind.SLIDING if sliding else CacheKind.FULL,
@@ -114,8 +114,8 @@ def build_laguna(f: Fields, top: dict, name: str, hint: str, dtype_name) -> Mode
                 window=window if sliding else None,
             )
             params = (("attention", attention_params(q)),) + ffn[mlp] + (("norms", 2 * h),)
-            cache[key] = Layer(a, None, tuple((k, v) for k, v in params if v))
-        layers.append(cache[key])
+            cache[shape] = Layer(a, None, tuple((k, v) for k, v in params if v))
+        layers.append(cache[shape])
     parts = summed_parts(layers, vocab, h, tied)
     notes = [] if declared is not None else [note("no-dtype")]
     quant = read_quantization(top, f.data, name, hint)

@@ -3,9 +3,14 @@ block_configs, MiniMax-M3's sparse_attention_config, Step-3.x's sliding heads, M
 sliding-layer shapes and sinks, EXAONE-4.0's lettered window pattern. Each reads its fields and
 refuses what it does not build, by name."""
 
+from typing import TYPE_CHECKING
+
 from kvplan.errors import KvplanError
 from kvplan.inputs.fields import MAX_LAYERS, Fields
 from kvplan.record import NamedTuple
+
+if TYPE_CHECKING:
+    from kvplan.inputs.architectures.families import Family
 
 
 class Plan(NamedTuple):
@@ -46,6 +51,17 @@ SPARSE_BENIGN = (
 class FamilyLayouts:
     """Methods of Builder for the families whose layers are not one uniform block."""
 
+    # Builder's own attributes, read here (declared for the type checker; set by Builder)
+    f: Fields
+    family: "Family"
+    heads: int
+    kv: int
+    head_dim: int
+    hidden: int
+    decided: list[tuple[str, str]]
+    gqa_indexer: list[bool] | None
+    indexer_dim: int | None
+
     def _block_configs(self) -> list[Plan]:
         """DeciLM / Nemotron-NAS (Llama-3.x-Nemotron Super/Ultra): one block per layer, its
         attention absent (`no_op`) or GQA with num_attention_heads // n_heads_in_group KV heads,
@@ -77,6 +93,7 @@ class FamilyLayouts:
                     raise KvplanError(
                         f"{where}.{part} sets {', '.join(unbuilt)}, which kvplan does not build"
                     )
+            overrides: tuple[tuple[str, int], ...]
             if attention.bool("no_op", False):
                 mixer, overrides = "none", ()
             else:

@@ -22,7 +22,9 @@ def state_dtype(f: Fields, dtype: str) -> str:
     return model_dtype_name(named) if named else dtype
 
 
-def _mamba2(f, intermediate, heads, head_dim, state, groups, kernel, dtype, used) -> State:
+def _mamba2(
+    f, intermediate, heads, head_dim, state, groups, kernel, dtype, used
+) -> tuple[State, str]:
     if heads * head_dim != intermediate:
         raise KvplanError(
             f"{f.source}: Mamba-2 heads x head_dim = {heads * head_dim} != intermediate "

@@ -128,8 +128,10 @@ class Counter:
         return 2 * h * width + ((width + h) if bias else 0)
 
     def per_expert(self) -> int:
-        h = self.moe_info["latent"] or self.b.hidden
-        w = self.moe_info["width"]
+        info = self.moe_info
+        assert info is not None, "asked of a model with routed experts"
+        h = info["latent"] or self.b.hidden
+        w = info["width"]
         if self.fam.expert_bias:  # fused gate_up with biases, down with bias (gpt-oss)
             return h * 2 * w + 2 * w + w * h + h
         return self.mlp(w, bias=False, h=h)
@@ -239,6 +241,7 @@ class Counter:
         shared block's output (hidden x hidden) and its own LoRA adapters (the shared blocks
         themselves are counted once, in edges())."""
         f, h = self.f, self.b.hidden
+        assert state is not None, "every Zamba2 layer has its Mamba-2 mixer"
         parts = {"mixer": mixer_params(f, state, h, self.fam.mixer_norm_default), "norms": h}
         if attention is not None:
             rank = f.int("adapter_rank", default=128)

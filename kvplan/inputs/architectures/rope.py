@@ -47,7 +47,7 @@ def _table(
     factor = rope_factor(params, field, source)
     factor = 1.0 if factor is None else factor
     original = params.get("original_max_position_embeddings")
-    length = positions
+    length: float = positions  # a factor makes it a float; int() below
     if kind in _TIMES_FACTOR:
         length = positions * factor
     elif kind in _ORIGINAL_TIMES_FACTOR and isinstance(original, int) and original > 0:

@@ -1,0 +1,649 @@
+"""Speculative decoding in `simulate` and `plan`, as vLLM and SGLang spell and run it.
+
+Spellings (both resolve to one `SpecDecode`):
+- vLLM: `--speculative-config '<JSON>'` as `vllm serve` takes it (vllm/config/speculative.py,
+  SpeculativeConfig): `method` mtp (and the per-model MTP names vLLM folds into it:
+  deepseek_mtp, glm4_moe_mtp, ...), eagle, eagle3, draft_model, ngram (without `method`:
+  ngram when `model` is "ngram", else draft_model); `model`; `num_speculative_tokens` (k; for
+  mtp the checkpoint's num_nextn_predict_layers when not given). vLLM's own acceptance keys
+  (`rejection_sample_method: "synthetic"` with `synthetic_acceptance_rates` or
+  `synthetic_acceptance_length`) are read as the acceptance.
+- SGLang: `--speculative-algorithm EAGLE|EAGLE3|NEXTN|STANDALONE|NGRAM` (NEXTN is EAGLE;
+  EAGLE with no draft path on a model with MTP layers runs them), `--speculative-num-steps`,
+  `--speculative-eagle-topk`, `--speculative-num-draft-tokens` (all three unset: SGLang 0.5's
+  auto_choose_speculative_params, (5, 4, 8) for Llama, (3, 1, 4) otherwise; topk 1 forces
+  draft tokens = steps + 1), `--speculative-draft-model-path`; NGRAM verifies
+  --speculative-num-draft-tokens (12, its max match window) tokens with no draft forward.
+
+A round, per running sequence: k draft forwards (topk branches each), then one target forward
+verifying `verify_tokens` tokens (k + 1 for a chain) with each cache read once
+(StepModel.step(queries=...)). It yields E tokens, the expected value (never sampled, so a run
+is deterministic): (1 - a^(k+1)) / (1 - a) for a per-token acceptance rate a
+(techniques.expected_tokens_per_round), 1 + the sum of per-position rates, or a mean acceptance
+length as vLLM's spec-decode metrics ("Mean acceptance length") and SGLang's log ("accept
+len") print it. The simulator steps token by token: each decode step is 1/E of a round
+(techniques.speculative_round_s / E), a prefill chunk in it is charged in full.
+
+The draft: a draft model (bundled name or path) is priced by its own StepModel at the target's
+TP; an MTP or EAGLE head as `layers` of the target's layers plus the target's LM head; n-gram
+lookup as host work only (one more per-request host pass a round).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from kvplan.anatomy.model import ModelSpec
+from kvplan.errors import KvplanError
+from kvplan.formulas.batch_step import TERMS, BatchShape, BatchStepTime, StepModel
+from kvplan.formulas.step_time import time_floor_s
+from kvplan.formulas.techniques import (
+    expected_tokens_per_round,
+    speculative_round_s,
+    tokens_per_round_from_positions,
+)
+from kvplan.formulas.weights import part_bytes_per_param
+from kvplan.record import NamedTuple
+
+METHODS = ("mtp", "eagle", "eagle3", "draft_model", "ngram")
+# vLLM's per-model MTP method names (MTPModelTypes), each folded into "mtp" with a warning
+VLLM_MTP_NAMES = frozenset(
+    {
+        "mtp",
+        "deepseek_mtp",
+        "mimo_mtp",
+        "mimo_v2_mtp",
+        "glm4_moe_mtp",
+        "glm4_moe_lite_mtp",
+        "ernie_mtp",
+        "nemotron_h_mtp",
+        "qwen3_next_mtp",
+        "qwen3_5_mtp",
+        "longcat_flash_mtp",
+        "pangu_ultra_moe_mtp",
+        "step3p5_mtp",
+        "minimax_m3_mtp",
+    }
+)
+VLLM_METHODS = {**dict.fromkeys(VLLM_MTP_NAMES, "mtp"), "ngram_gpu": "ngram"}
+VLLM_METHODS.update({m: m for m in ("eagle", "eagle3", "draft_model", "ngram")})
+# SpeculativeConfig keys kvplan reads, and the ones it accepts that do not change the step
+VLLM_KEYS = (
+    "method",
+    "model",
+    "num_speculative_tokens",
+    "draft_tensor_parallel_size",
+    "rejection_sample_method",
+    "synthetic_acceptance_rates",
+    "synthetic_acceptance_length",
+)
+VLLM_IGNORED = (
+    "prompt_lookup_max",
+    "prompt_lookup_min",
+    "quantization",
+    "revision",
+    "code_revision",
+    "max_model_len",
+    "draft_sample_method",
+    "disable_padded_drafter_batch",
+    "enforce_eager",
+    "use_local_argmax_reduction",
+    "kv_cache_dtype",
+    "attention_backend",
+    "moe_backend",
+)
+SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+# SGLang 0.5's auto_choose_speculative_params: (num_steps, eagle_topk, num_draft_tokens)
+SGLANG_AUTO_LLAMA = (5, 4, 8)  # LlamaForCausalLM, Grok-1
+SGLANG_AUTO = (3, 1, 4)  # DeepSeek V2/V3, GPT-OSS, GLM-4 MoE, STANDALONE, the rest
+SGLANG_NGRAM_DRAFT_TOKENS = 12  # speculative_ngram_max_match_window_size
+SGLANG_NGRAM_TOPK = 10  # speculative_ngram_max_bfs_breadth
+SGLANG_SPEC_RUNNING = 48  # max_running_requests when speculating and not given
+MAX_DRAFT_TOKENS = 64
+ASSUMED_ACCEPTANCE = 0.7  # per drafted token, when no acceptance is given (whatif's default)
+
+
+class SpecDecode(NamedTuple):
+    """What an engine's speculative flags ask for, as one request."""
+
+    method: str  # mtp, eagle, eagle3, draft_model, ngram
+    num_steps: int  # k: draft forwards per round (vLLM num_speculative_tokens)
+    topk: int = 1  # SGLang's draft tree: branches per draft step
+    verify_tokens: int = 2  # tokens per sequence the target verifies (k + 1 for a chain)
+    draft: str | None = None  # the draft model or head as given
+    # vLLM's synthetic acceptance keys, where given: per-position rates or a mean length
+    positions: tuple[float, ...] | None = None
+    length: float | None = None
+
+
+class Speculation(NamedTuple):
+    """A replica's speculative decoding, resolved (SI numbers; per GPU where a size)."""
+
+    request: SpecDecode
+    tokens_per_round: float  # E: tokens a round yields per sequence
+    acceptance: str  # how E was given: rate, positions, length, assumed
+    acceptance_rate: float | None  # the per-token rate, where one was given or assumed
+    draft_layers: int  # MTP / EAGLE: target-shaped layers one draft forward runs
+    draft_weight_bytes: float  # the draft's weights on one GPU
+    draft_kv_bytes_per_token: float  # the draft's KV cache per token on one GPU
+    lookahead: int  # slots a running request holds ahead (verify_tokens - 1)
+
+
+def parse_vllm(text: str, spec: ModelSpec) -> SpecDecode:
+    """`--speculative-config '<JSON>'` -> SpecDecode, refused where vLLM refuses or kvplan
+    does not model it."""
+    try:
+        config = json.loads(text)
+    except (ValueError, RecursionError):
+        raise KvplanError(
+            "--speculative-config must be JSON, as vllm serve takes it: "
+            '\'{"method": "mtp", "num_speculative_tokens": 1}\''
+        ) from None
+    if not isinstance(config, dict):
+        raise KvplanError("--speculative-config must be a JSON object")
+    unknown = [k for k in config if k not in VLLM_KEYS and k not in VLLM_IGNORED]
+    if unknown:
+        raise KvplanError(
+            f"--speculative-config: key {str(unknown[0])[:40]!r} is not one kvplan reads "
+            f"({', '.join(VLLM_KEYS + VLLM_IGNORED)})"
+        )
+    model = config.get("model")
+    if model is not None and not isinstance(model, str):
+        raise KvplanError("--speculative-config: model must be a string")
+    method = config.get("method")
+    if method is None:
+        method = "ngram" if model in ("ngram", "[ngram]") else "draft_model"
+        if model is None:
+            raise KvplanError("--speculative-config: give a method or a draft model")
+    if not isinstance(method, str) or method not in VLLM_METHODS:
+        raise KvplanError(
+            f"--speculative-config: method {str(method)[:40]!r}: kvplan simulates "
+            f"{', '.join(METHODS)} (and vLLM's MTP names)"
+        )
+    method = VLLM_METHODS[method]
+    k = config.get("num_speculative_tokens")
+    if k is None:
+        if method != "mtp":
+            raise KvplanError(f"--speculative-config: method {method} needs num_speculative_tokens")
+        k = mtp_layers(spec) or 1
+    k = _count(k, "num_speculative_tokens")
+    draft_tp = config.get("draft_tensor_parallel_size")
+    if draft_tp is not None and (isinstance(draft_tp, bool) or not isinstance(draft_tp, int)):
+        raise KvplanError("--speculative-config: draft_tensor_parallel_size must be an integer")
+    if method in ("eagle", "eagle3") and model is None:
+        raise KvplanError(f"--speculative-config: method {method} needs the head as model")
+    if method == "draft_model" and model is None:
+        raise KvplanError("--speculative-config: method draft_model needs a model")
+    positions, length = _synthetic(config, k)
+    return SpecDecode(
+        method,
+        k,
+        1,
+        k + 1,
+        None if method in ("mtp", "ngram") else model,
+        positions,
+        length,
+    )
+
+
+def _count(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise KvplanError(f"--speculative-config: {what} must be an integer")
+    if not 1 <= value <= MAX_DRAFT_TOKENS:
+        raise KvplanError(f"{what} {value} must be between 1 and {MAX_DRAFT_TOKENS}")
+    return value
+
+
+def _synthetic(config: dict, k: int):
+    """vLLM's synthetic acceptance: (per-position rates, mean length), at most one given."""
+    rates = config.get("synthetic_acceptance_rates")
+    length = config.get("synthetic_acceptance_length")
+    if rates is None and length is None:
+        return None, None
+    if config.get("rejection_sample_method") != "synthetic":
+        raise KvplanError(
+            "--speculative-config: synthetic acceptance keys need "
+            '"rejection_sample_method": "synthetic", as vLLM requires'
+        )
+    if (rates is None) == (length is None):
+        raise KvplanError(
+            "--speculative-config: give synthetic_acceptance_rates or "
+            "synthetic_acceptance_length, not both"
+        )
+    if rates is not None:
+        if not isinstance(rates, list) or not all(_number(r) for r in rates):
+            raise KvplanError(
+                "--speculative-config: synthetic_acceptance_rates is a list of numbers"
+            )
+        return check_positions(tuple(float(r) for r in rates), k), None
+    if length is None or not _number(length):
+        raise KvplanError("--speculative-config: synthetic_acceptance_length is a number")
+    return None, check_length(float(length), k)
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def parse_sglang(
+    algorithm: str,
+    num_steps: int | None,
+    topk: int | None,
+    num_draft_tokens: int | None,
+    draft_path: str | None,
+    spec: ModelSpec,
+) -> SpecDecode:
+    """SGLang's --speculative-* flags -> SpecDecode, with server_args' defaults."""
+    name = str(algorithm).strip().upper()
+    if name not in SGLANG_ALGORITHMS:
+        raise KvplanError(
+            f"--speculative-algorithm {str(algorithm)[:40]!r}: choose "
+            f"{', '.join(SGLANG_ALGORITHMS)}"
+        )
+    for value, flag in (
+        (num_steps, "--speculative-num-steps"),
+        (topk, "--speculative-eagle-topk"),
+        (num_draft_tokens, "--speculative-num-draft-tokens"),
+    ):
+        if value is not None and not 1 <= value <= MAX_DRAFT_TOKENS:
+            raise KvplanError(f"{flag} {value} must be between 1 and {MAX_DRAFT_TOKENS}")
+    if name == "NGRAM":
+        tokens = num_draft_tokens or SGLANG_NGRAM_DRAFT_TOKENS
+        if tokens < 2:
+            raise KvplanError("--speculative-num-draft-tokens must be at least 2 for NGRAM")
+        return SpecDecode("ngram", tokens - 1, SGLANG_NGRAM_TOPK, tokens, None)
+    if name == "NEXTN" or (name == "EAGLE" and draft_path in (None, spec.hf_id, spec.name)):
+        if not mtp_layers(spec):
+            if name == "NEXTN":
+                raise KvplanError(f"--speculative-algorithm NEXTN: {spec.name} has no MTP layers")
+            raise KvplanError("--speculative-algorithm EAGLE needs --speculative-draft-model-path")
+        method = "mtp"
+    elif name == "STANDALONE":
+        if draft_path is None:
+            raise KvplanError(
+                "--speculative-algorithm STANDALONE needs --speculative-draft-model-path"
+            )
+        method = "draft_model"
+    else:
+        if draft_path is None:
+            raise KvplanError(
+                f"--speculative-algorithm {name} needs --speculative-draft-model-path"
+            )
+        method = name.lower()
+    if num_steps is None:
+        if topk is not None or num_draft_tokens is not None:
+            raise KvplanError(
+                "give --speculative-num-steps with --speculative-eagle-topk and "
+                "--speculative-num-draft-tokens, or none of them (SGLang's defaults)"
+            )
+        llama = spec.model_type == "llama" and method != "draft_model"
+        num_steps, topk, num_draft_tokens = SGLANG_AUTO_LLAMA if llama else SGLANG_AUTO
+    topk = topk or 1
+    if topk == 1 or num_draft_tokens is None:  # server_args: a chain verifies steps + 1
+        num_draft_tokens = num_steps + 1
+    return SpecDecode(
+        method, num_steps, topk, num_draft_tokens, None if method == "mtp" else draft_path
+    )
+
+
+def check_positions(rates: tuple[float, ...], k: int) -> tuple[float, ...]:
+    if len(rates) != k:
+        raise KvplanError(
+            f"give one acceptance rate per drafted position: {k} for {k} drafted tokens, "
+            f"not {len(rates)}"
+        )
+    if not all(0.0 <= r <= 1.0 for r in rates):
+        raise KvplanError("each per-position acceptance rate must be between 0 and 1")
+    return rates
+
+
+def check_length(length: float, k: int) -> float:
+    if math.isnan(length) or not 1.0 <= length <= k + 1:
+        raise KvplanError(
+            f"mean acceptance length {length}: between 1 and {k + 1} (k + 1) for {k} drafted tokens"
+        )
+    return length
+
+
+def parse_accept(text: str | None, length: float | None, request: SpecDecode):
+    """The acceptance as given: kvplan's --spec-accept (a per-token rate in (0, 1], or
+    per-position rates "0.8,0.6,0.4" as vLLM's metrics print them) or --spec-accept-length
+    (vLLM's "Mean acceptance length", SGLang's "accept len"), or vLLM's synthetic keys.
+    (tokens per round, how it was given, the rate or None)."""
+    given = [x for x in (text, length, request.positions, request.length) if x is not None]
+    if len(given) > 1:
+        raise KvplanError("give the acceptance once: --spec-accept, --spec-accept-length or vLLM's")
+    k = request.num_steps
+    given_length = length if length is not None else request.length
+    if given_length is not None:
+        return check_length(float(given_length), k), "length", None
+    positions = request.positions
+    if text is not None:
+        from kvplan.inputs.options import ascii_number
+
+        parts = [p.strip() for p in ascii_number(text, "--spec-accept").split(",")]
+        if len(parts) > MAX_DRAFT_TOKENS:
+            raise KvplanError(f"--spec-accept: at most {MAX_DRAFT_TOKENS} per-position rates")
+        try:
+            values = tuple(float(p) for p in parts)
+        except ValueError:
+            raise KvplanError(
+                f"--spec-accept {str(text)[:40]!r}: a rate in (0, 1] or one per drafted position"
+            ) from None
+        if len(values) == 1:
+            rate = values[0]
+            if math.isnan(rate) or not 0.0 < rate <= 1.0:
+                raise KvplanError(
+                    f"--spec-accept {parts[0]}: a per-token acceptance rate in (0, 1]"
+                )
+            return expected_tokens_per_round(k, rate), "rate", rate
+        positions = check_positions(values, k)
+    if positions is not None:
+        return tokens_per_round_from_positions(positions), "positions", None
+    return expected_tokens_per_round(k, ASSUMED_ACCEPTANCE), "assumed", ASSUMED_ACCEPTANCE
+
+
+def mtp_layers(spec: ModelSpec) -> int:
+    """The checkpoint's MTP layers (num_nextn_predict_layers and the like), 0 if none."""
+    for n in spec.notes:
+        if n.id == "mtp-excluded":
+            return int(dict(n.values).get("layers", 0))
+    return 0
+
+
+def layer_weight_bytes(spec: ModelSpec, weights_dtype: str) -> float:
+    """Bytes of one of the model's last (MoE where it has MoE) layers: its attention, norms and
+    MLP or MoE share, plus an MTP/EAGLE block's 2h x h projection of [embedding; hidden]."""
+    parts = spec.param_parts
+    attention_layers = max(1, len(spec.attention_layers()))
+    total = (
+        parts.get("attention", 0)
+        / attention_layers
+        * part_bytes_per_param(spec, weights_dtype, "attention")
+    )
+    total += (
+        parts.get("norms", 0) / spec.num_layers * part_bytes_per_param(spec, weights_dtype, "norms")
+    )
+    if spec.moe is not None:
+        for part in ("experts", "router", "shared_experts"):
+            per_layer = parts.get(part, 0) / spec.moe.num_layers
+            total += per_layer * part_bytes_per_param(spec, weights_dtype, part)
+    else:
+        total += (
+            parts.get("mlp", 0) / spec.num_layers * part_bytes_per_param(spec, weights_dtype, "mlp")
+        )
+    projection = 2 * spec.hidden_size * spec.hidden_size
+    return total + projection * part_bytes_per_param(spec, weights_dtype, "attention")
+
+
+class SpeculativeStepModel:
+    """The target's StepModel with each decode step one E-th of a speculative round:
+    (k draft steps + one verification of verify_tokens per sequence) / E; a prefill chunk in
+    the step costs what it adds to the verification. Everything else is the target's."""
+
+    def __init__(self, target: StepModel, speculation: Speculation, draft: StepModel | None):
+        self.target, self.speculation, self.draft = target, speculation, draft
+        r = speculation.request
+        self.k, self.topk, self.queries = r.num_steps, r.topk, r.verify_tokens
+        self.share = speculation.draft_layers / target.spec.num_layers
+        spec = target.spec
+        self.head_bytes = (
+            spec.head_params * part_bytes_per_param(spec, target.weights_dtype, "lm_head")
+        ) / target.tp
+        self.head_flop_per_token = 2 * spec.head_params / target.tp
+
+    def __getattr__(self, name):  # the target's coefficients (async_scheduling, dp, ...)
+        if name.startswith("__") or name == "target":  # copies and pickles: not the target's
+            raise AttributeError(name)
+        return getattr(self.target, name)
+
+    # ---- the draft --------------------------------------------------------------------------
+    def _head_s(self, num_tokens: int) -> float:
+        return time_floor_s(
+            self.head_bytes, self.head_flop_per_token * num_tokens, self.target.dense_rates
+        )
+
+    def draft_step(
+        self, num_decodes: int, context_sum: float, first: bool = False
+    ) -> BatchStepTime:
+        """One draft forward (GPU terms; n-gram: host work): over the decodes' topk branches,
+        or (`first`) the round's first, over the k + 1 positions the verification just settled
+        (vLLM's EAGLE/draft proposers and SGLang's draft extend run the accepted tokens
+        through the draft before drafting on), sampling one token per sequence."""
+        method = self.speculation.request.method
+        if method == "ngram":
+            host = self.target.host.per_request_s * num_decodes / self.k
+            return BatchStepTime(0, 0, 0, 0, 0, 0, 0, host, host)
+        shape, queries = self._draft_shape(num_decodes, context_sum, first)
+        if self.draft is not None:
+            return _gpu_only(self.draft.step(shape, None, queries)._replace(sampler_s=0.0))
+        weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = self.target._forward(
+            shape, self.share, None, queries
+        )
+        weights_s += self._head_s(shape.num_sampled)
+        gpu = weights_s + matmul_s + kv_read_s + attention_s + comm_s + launch_s
+        return BatchStepTime(
+            weights_s, matmul_s, kv_read_s, attention_s, 0, comm_s, launch_s, 0, gpu
+        )
+
+    def _draft_shape(self, num_decodes: int, context_sum, first: bool):
+        """(the draft forward's shape, its queries per sequence)."""
+        if first:
+            return BatchShape(num_decodes, context_sum, (), num_decodes), self.queries
+        tokens = num_decodes * self.topk
+        return BatchShape(tokens, context_sum * self.topk, (), tokens), 1
+
+    # ---- the step ---------------------------------------------------------------------------
+    def step(
+        self, shape: BatchShape, gathered_tokens: int | None = None, queries: int = 1
+    ) -> BatchStepTime:
+        if not shape.num_decodes:
+            return self.target.step(shape, gathered_tokens)
+        b = shape.num_decodes
+        gathered = None if gathered_tokens is None else gathered_tokens * self.queries
+        decodes = BatchShape(b, shape.decode_context_sum, (), b * self.queries)
+        verify = self.target.step(decodes, gathered, self.queries)
+        draft = self.draft_step(b, shape.decode_context_sum)
+        first = self.draft_step(b, shape.decode_context_sum, first=True)
+        one = _round(verify, draft, first, self.k, self.speculation.tokens_per_round)
+        if not shape.prefill_chunks:
+            return one
+        mixed = self.target.step(
+            shape._replace(num_sampled=b * self.queries + len(shape.prefill_chunks)),
+            gathered,
+            self.queries,
+        )
+        return _linear((one, 1.0), (mixed, 1.0), (verify, -1.0))
+
+    def decode_span_s(self, num_decodes: int, context_sums, queries: int = 1):
+        import numpy as np
+
+        sums = np.asarray(context_sums, dtype=float)
+        if self.target.pp > 1 and num_decodes > 1:
+            steps = [self.step(BatchShape(num_decodes, float(x), (), num_decodes)) for x in sums]
+
+            def kept_steps(n: int) -> BatchStepTime:
+                return _linear(*((t, 1.0) for t in steps[:n]))
+
+            return np.array([t.total_s for t in steps]), kept_steps
+        e, k = self.speculation.tokens_per_round, self.k
+        times, verify_kept = self.target.decode_span_s(num_decodes, sums, self.queries)
+        draft_times, draft_kept = self._draft_span(num_decodes, sums, False)
+        first_times, first_kept = self._draft_span(num_decodes, sums, True)
+        token_times = speculative_round_s(draft_times, times, k, first_times) / e
+
+        def kept(n: int) -> BatchStepTime:
+            return _linear(
+                (verify_kept(n), 1.0 / e), (draft_kept(n), (k - 1) / e), (first_kept(n), 1.0 / e)
+            )
+
+        return token_times, kept
+
+    def _draft_span(self, num_decodes: int, sums, first: bool):
+        """draft_step at each of a decode span's context sums: (times, an array; the terms of
+        the first n, a function)."""
+        import numpy as np
+
+        if self.speculation.request.method == "ngram":
+            draft = self.draft_step(num_decodes, 0.0)
+            return np.full_like(sums, draft.total_s), lambda n: _linear((draft, float(n)))
+        model, share = (self.draft, 1.0) if self.draft is not None else (self.target, self.share)
+        shape, queries = self._draft_shape(num_decodes, 0.0, first)
+        scale = 1 if first else self.topk
+        base, attention = model.span_parts(shape.num_decodes, sums * scale, queries)
+        head = 0.0 if self.draft is not None else self._head_s(shape.num_sampled)
+        # every term but attention is the same at any context (StepModel.span_parts); span_parts
+        # samples every query position, a draft forward one per sequence: its own GEMMs here
+        weights_s, matmul_s = model.gemm_s(queries * shape.num_decodes, shape.num_sampled)
+        fixed = _gpu_only(
+            base._replace(weights_s=weights_s, matmul_s=matmul_s, kv_read_s=0.0)._replace(
+                attention_s=0.0, sampler_s=0.0
+            )
+        )
+        fixed = _linear((fixed, share))
+        fixed = fixed._replace(weights_s=fixed.weights_s + head, total_s=fixed.total_s + head)
+
+        def kept(n: int) -> BatchStepTime:
+            seconds = float(share * attention[:n].sum())
+            out = _linear((fixed, float(n)))
+            return out._replace(kv_read_s=out.kv_read_s + seconds, total_s=out.total_s + seconds)
+
+        return fixed.total_s + share * attention, kept
+
+
+def _gpu_only(terms: BatchStepTime) -> BatchStepTime:
+    """A step's GPU terms alone (a draft forward runs inside the engine step: no host pass)."""
+    gpu = sum(getattr(terms, f) for f in TERMS)
+    return terms._replace(host_s=0.0, total_s=gpu)
+
+
+def _linear(*pairs) -> BatchStepTime:
+    """Σ weight x terms, field by field."""
+    return BatchStepTime(*(sum(w * getattr(t, f) for t, w in pairs) for f in BatchStepTime._fields))
+
+
+def _round(
+    verify: BatchStepTime, draft: BatchStepTime, first: BatchStepTime, k: int, e: float
+) -> BatchStepTime:
+    """One decode step's share of a round: (the first draft forward + k - 1 more + the
+    verification) / E, term by term; the total is techniques.speculative_round_s / E."""
+    out = _linear((verify, 1.0 / e), (draft, (k - 1) / e), (first, 1.0 / e))
+    total = speculative_round_s(draft.total_s, verify.total_s, k, first.total_s)
+    return out._replace(total_s=total / e)
+
+
+def requested(spec: ModelSpec, options) -> SpecDecode | None:
+    """The speculative decoding a replica's ServeOptions ask for (None: none), in the engine's
+    spelling: vLLM's --speculative-config, SGLang's --speculative-* flags."""
+    sglang_flags = (
+        options.speculative_num_steps,
+        options.speculative_eagle_topk,
+        options.speculative_num_draft_tokens,
+        options.speculative_draft_model_path,
+    )
+    if options.speculative_config is not None:
+        if options.engine == "sglang":
+            raise KvplanError(
+                "--speculative-config is vLLM's; SGLang takes --speculative-algorithm and "
+                "--speculative-num-steps/-eagle-topk/-num-draft-tokens"
+            )
+        if options.speculative_algorithm is not None or any(x is not None for x in sglang_flags):
+            raise KvplanError(
+                "give --speculative-config or SGLang's --speculative-* flags, not both"
+            )
+        return parse_vllm(options.speculative_config, spec)
+    if options.speculative_algorithm is None:
+        if any(x is not None for x in sglang_flags):
+            raise KvplanError("the --speculative-* flags need --speculative-algorithm")
+        if options.spec_accept is not None or options.spec_accept_length is not None:
+            raise KvplanError(
+                "--spec-accept prices speculative decoding: give --speculative-config (vLLM) "
+                "or --speculative-algorithm (SGLang)"
+            )
+        return None
+    if options.engine != "sglang":
+        raise KvplanError(
+            "--speculative-algorithm is SGLang's; vLLM takes --speculative-config '<JSON>'"
+        )
+    return parse_sglang(options.speculative_algorithm, *sglang_flags, spec)
+
+
+def resolve(
+    spec: ModelSpec, request: SpecDecode, options, fmt, weights_dtype: str, tp: int
+) -> tuple[Speculation, ModelSpec | None]:
+    """(the replica's Speculation, the draft model's spec for draft_model), its sizes per GPU."""
+    from kvplan.formulas.kv import kv_bytes_per_token
+    from kvplan.formulas.weights import resolve_weights_dtype, weights_bytes_per_gpu
+
+    e, how, rate = parse_accept(options.spec_accept, options.spec_accept_length, request)
+    draft_spec = None
+    layers, weight_bytes, kv_bytes = 0, 0.0, 0.0
+    if request.method == "mtp":
+        count = mtp_layers(spec)
+        if not count:
+            raise KvplanError(
+                f"{spec.name} has no MTP layers (num_nextn_predict_layers) for method mtp"
+            )
+        layers = 1  # each draft step runs one MTP layer (the next, or the last again)
+        last = spec.attention_layers()[-1]
+        weight_bytes = count * layer_weight_bytes(spec, weights_dtype) / tp
+        kv_bytes = count * last.kv_bytes_per_token(fmt, tp)
+    elif request.method in ("eagle", "eagle3"):
+        layers = 1  # one decoder layer at the target's width, the target's LM head
+        dense = spec._replace(moe=None) if spec.moe is None else _dense_layer_spec(spec)
+        weight_bytes = layer_weight_bytes(dense, weights_dtype) / tp
+        kv_bytes = spec.attention_layers()[-1].kv_bytes_per_token(fmt, tp)
+    elif request.method == "draft_model":
+        from kvplan.inputs.sources import load_model
+
+        if request.draft is None:
+            raise KvplanError('--speculative-config: draft_model needs a "model"')
+        draft_spec = load_model(request.draft, checkpoint=False)
+        if draft_spec.vocab_size != spec.vocab_size:
+            raise KvplanError(
+                f"the draft {draft_spec.name} has a vocabulary of {draft_spec.vocab_size:,}, "
+                f"the target {spec.vocab_size:,}: vLLM and SGLang need the same tokenizer"
+            )
+        draft_spec.check_tp(tp)
+        draft_wdtype = resolve_weights_dtype(draft_spec, "auto")[0]
+        weight_bytes = weights_bytes_per_gpu(draft_spec, draft_wdtype, tp)
+        kv_bytes = kv_bytes_per_token(draft_spec, fmt, tp)
+    speculation = Speculation(
+        request, e, how, rate, layers, weight_bytes, kv_bytes, request.verify_tokens - 1
+    )
+    return speculation, draft_spec
+
+
+def _dense_layer_spec(spec: ModelSpec) -> ModelSpec:
+    """An EAGLE head on a MoE target: a dense layer of the target's width, its MLP as wide as
+    the config's dense intermediate size (else 4 x hidden)."""
+    width = spec.intermediate_size or 4 * spec.hidden_size
+    parts = {k: v for k, v in spec.param_parts.items() if k not in ("experts", "router")}
+    parts.pop("shared_experts", None)
+    parts["mlp"] = 3 * spec.hidden_size * width * spec.num_layers
+    return spec._replace(moe=None, param_parts=parts)
+
+
+def launch_flags(request: SpecDecode, engine: str) -> list[str]:
+    """The flags that ask the engine for this speculative decoding."""
+    if engine == "vllm":
+        config: dict = {"method": request.method}
+        if request.draft is not None:
+            config["model"] = request.draft
+        config["num_speculative_tokens"] = request.num_steps
+        return ["--speculative-config", json.dumps(config, separators=(",", ":"))]
+    algorithm = {"mtp": "EAGLE", "eagle": "EAGLE", "eagle3": "EAGLE3"}.get(request.method)
+    algorithm = algorithm or {"draft_model": "STANDALONE", "ngram": "NGRAM"}[request.method]
+    flags = ["--speculative-algorithm", algorithm]
+    if request.method != "ngram":
+        flags += [
+            "--speculative-num-steps",
+            str(request.num_steps),
+            "--speculative-eagle-topk",
+            str(request.topk),
+        ]
+    flags += ["--speculative-num-draft-tokens", str(request.verify_tokens)]
+    if request.draft is not None:
+        flags += ["--speculative-draft-model-path", request.draft]
+    return flags
