@@ -72,6 +72,7 @@ PER_LAYER_LIST_KEYS = (
     "hybrid_layer_pattern",
     "moe_layer_freq",
     "mlp_layer_types",
+    "indexer_types",  # GLM-5.3: full / shared indexer per layer
 )
 EXPERT_COUNT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k")

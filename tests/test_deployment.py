@@ -92,7 +92,9 @@ def test_tensor_parallelism_never_leaves_the_node(gpu):
             assert "does not fit" in str(exc), model
             continue
         assert r.tp <= profile.gpus_per_node, (model, r.tp)
-        assert r.fits
+        # a model too large for every layout searched (Qwen3.8-2.4T's 4.8 TB of bf16 weights on
+        # 32 H100 NVL) is shown on one GPU, saying so
+        assert r.fits or "deployment-none-fits" in {n.id for n in r.notes}, model
 
 
 def test_a_profile_without_node_size_gets_eight_and_a_note(tmp_path):

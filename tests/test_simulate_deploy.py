@@ -382,6 +382,19 @@ def test_quark_fp8_and_mxfp4_configs():
     assert unread.format is None and unread.notes[0].id == "quant-unread"
 
 
+@pytest.mark.parametrize("group, fmt", [(16, "nvfp4"), (None, "nvfp4"), (32, "mxfp4"), (64, None)])
+def test_compressed_tensors_4_bit_floats_by_their_group(group, fmt):
+    """compressed-tensors writes nvfp4 (nvfp4-pack-quantized: an fp8 scale per 16 values) and
+    mxfp4 (mxfp4-pack-quantized, Kimi-K3: a uint8 e8m0 scale per 32) as the same float 4-bit
+    weights; the group size tells them apart, and another size is named, not guessed."""
+    weights = {"num_bits": 4, "type": "float", "strategy": "group", "group_size": group}
+    qc = {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": weights}}}
+    quant = read_quantization({"quantization_config": qc}, {}, "x")
+    assert quant.format == fmt
+    if fmt is None:
+        assert quant.notes[0].id == "quant-unread"
+
+
 # ---- GPUs runs name, and the link ----------------------------------------------------------
 
 

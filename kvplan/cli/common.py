@@ -79,6 +79,45 @@ def batch_option(default: str = "1", help: str = BATCH_HELP) -> Any:
     return typer.Option(default, "--batch", help=help)
 
 
+# The engines' serve flags, each spelled once: vLLM's spellings, then SGLang's where it names
+# the flag otherwise. `kvplan engine`, `simulate` and `plan` declare every one of them through
+# serve_option, so a flag is accepted under the same names wherever it is taken.
+SERVE_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "tp": (("--tensor-parallel-size", "--tp"), ()),
+    "pp": (("--pipeline-parallel-size", "--pp"), ()),
+    "max_num_seqs": (("--max-num-seqs",), ("--max-running-requests",)),
+    "max_num_batched_tokens": (("--max-num-batched-tokens",), ("--chunked-prefill-size",)),
+    "max_model_len": (("--max-model-len",), ("--context-length",)),
+    "kv_cache_dtype": (("--kv-cache-dtype",), ()),
+    "gpu_memory_utilization": (("--gpu-memory-utilization", "--gpu-mem-util"), ()),
+    "mem_fraction_static": ((), ("--mem-fraction-static",)),
+    "quantization": (("--quantization", "-q"), ()),
+    "kv_cache_memory": (("--kv-cache-memory",), ()),
+    "block_size": (("--block-size",), ("--page-size",)),
+    "data_parallel_size": (("--data-parallel-size", "-dp"), ("--dp-size", "--dp")),
+    "enable_expert_parallel": (("--enable-expert-parallel", "-ep"), ()),
+    "ep_size": ((), ("--ep-size", "--expert-parallel-size")),
+    "enable_dp_attention": ((), ("--enable-dp-attention",)),
+}
+
+
+def serve_option(
+    name: str,
+    default: Any,
+    help: str,
+    *,
+    engines: tuple[str, ...] = ("vllm", "sglang"),
+    extra: tuple[str, ...] = (),
+    **kwargs: Any,
+) -> Any:
+    """The engines' serve flag `name` (SERVE_FLAGS) with this command's default and help,
+    spelled as each of `engines` spells it; `extra`: more spellings this command takes beside
+    the engines' (kvplan engine's --ctx)."""
+    vllm, sglang = SERVE_FLAGS[name]
+    spellings = (vllm if "vllm" in engines else ()) + (sglang if "sglang" in engines else ())
+    return typer.Option(default, *spellings, *extra, help=help, **kwargs)
+
+
 def tp_option(default: int | None = 1) -> Any:
     return typer.Option(
         default,

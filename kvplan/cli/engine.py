@@ -58,11 +58,10 @@ def _flags() -> tuple[Flag, ...]:
         Flag(
             "max_model_len",
             str,
-            typer.Option(
+            c.serve_option(
+                "max_model_len",
                 None,
-                "--max-model-len",
-                "--context-length",
-                "--ctx",
+                extra=("--ctx",),
                 help="Longest request the engine admits (8192, 8k, 128k; default 8k). llama.cpp: "
                 "as -c.",
             ),
@@ -77,10 +76,10 @@ def _flags() -> tuple[Flag, ...]:
         Flag(
             "kv_cache_dtype",
             str,
-            typer.Option(
+            c.serve_option(
+                "kv_cache_dtype",
                 None,
-                "--kv-cache-dtype",
-                "--kv-dtype",
+                extra=("--kv-dtype",),
                 help="The engine's kv-cache-dtype (vLLM: auto, bfloat16, fp8, fp8_e4m3, "
                 "fp8_ds_mla, nvfp4, ...; SGLang: auto, bfloat16, fp8_e4m3, ...).",
             ),
@@ -91,10 +90,9 @@ def _flags() -> tuple[Flag, ...]:
         Flag(
             "block_size",
             int,
-            typer.Option(
+            c.serve_option(
+                "block_size",
                 None,
-                "--block-size",
-                "--page-size",
                 min=1,
                 max=4096,
                 help="Tokens per block (vLLM 16, MLA 64; SGLang page size 1).",
@@ -105,9 +103,10 @@ def _flags() -> tuple[Flag, ...]:
         Flag(
             "max_num_batched_tokens",
             int,
-            typer.Option(
+            c.serve_option(
+                "max_num_batched_tokens",
                 None,
-                "--max-num-batched-tokens",
+                engines=(VLLM,),
                 min=1,
                 max=1 << 24,
                 help="vLLM: the token budget per step (1 to 16,777,216; default 8192 on GPUs of "
@@ -119,9 +118,10 @@ def _flags() -> tuple[Flag, ...]:
         Flag(
             "max_num_seqs",
             int,
-            typer.Option(
+            c.serve_option(
+                "max_num_seqs",
                 None,
-                "--max-num-seqs",
+                engines=(VLLM,),
                 min=1,
                 max=1 << 20,
                 help="vLLM: requests per step (1 to 1,048,576; default 1024 on GPUs of 70 GiB or "
@@ -146,10 +146,9 @@ def _flags() -> tuple[Flag, ...]:
         Flag(
             "quantization",
             str,
-            typer.Option(
+            c.serve_option(
+                "quantization",
                 None,
-                "--quantization",
-                "-q",
                 help="vLLM: the quantization method (fp8 quantizes a bf16 checkpoint online; awq, "
                 "gptq, mxfp4, ...).",
             ),
@@ -204,10 +203,9 @@ def _flags() -> tuple[Flag, ...]:
         Flag(
             "tp",
             int,
-            typer.Option(
+            c.serve_option(
+                "tp",
                 1,
-                "--tensor-parallel-size",
-                "--tp",
                 min=1,
                 max=c.MAX_TP,
                 help="Tensor-parallel size.",
@@ -218,10 +216,9 @@ def _flags() -> tuple[Flag, ...]:
         Flag(
             "pp",
             int,
-            typer.Option(
+            c.serve_option(
+                "pp",
                 1,
-                "--pipeline-parallel-size",
-                "--pp",
                 min=1,
                 max=c.MAX_TP,
                 help="Pipeline-parallel size.",
@@ -232,10 +229,9 @@ def _flags() -> tuple[Flag, ...]:
         Flag(
             "gpu_mem_util",
             float,
-            typer.Option(
+            c.serve_option(
+                "gpu_memory_utilization",
                 None,
-                "--gpu-memory-utilization",
-                "--gpu-mem-util",
                 help="vLLM: fraction of GPU memory the engine may use (0.05 to 1; default 0.9).",
             ),
             "--gpu-memory-utilization",
@@ -256,9 +252,9 @@ def _flags() -> tuple[Flag, ...]:
         Flag(
             "mem_fraction_static",
             float,
-            typer.Option(
+            c.serve_option(
+                "mem_fraction_static",
                 None,
-                "--mem-fraction-static",
                 help="SGLang: fraction of memory for weights and KV pool (0.05 to 1; default 0.9).",
             ),
             "--mem-fraction-static",
@@ -267,9 +263,9 @@ def _flags() -> tuple[Flag, ...]:
         Flag(
             "kv_cache_memory",
             str,
-            typer.Option(
+            c.serve_option(
+                "kv_cache_memory",
                 None,
-                "--kv-cache-memory",
                 help="The available KV memory the engine logged (19.53GiB): exact block counts.",
             ),
             "--kv-cache-memory",

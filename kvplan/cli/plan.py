@@ -51,19 +51,19 @@ def add(app: typer.Typer) -> None:
             max=100_000,
             help="Requests per simulated run (20 to 100,000).",
         ),
-        tp: str = typer.Option("1,2,4,8", "--tp", help="Tensor-parallel sizes to try."),
-        pp: str = typer.Option("1", "--pp", help="Pipeline-parallel sizes to try."),
-        kv_cache_dtype: str = typer.Option(
-            "auto,fp8", "--kv-cache-dtype", help="vLLM kv-cache-dtypes to try."
+        tp: str = c.serve_option("tp", "1,2,4,8", "Tensor-parallel sizes to try."),
+        pp: str = c.serve_option("pp", "1", "Pipeline-parallel sizes to try."),
+        kv_cache_dtype: str = c.serve_option(
+            "kv_cache_dtype", "auto,fp8", "The engine's kv-cache-dtypes to try."
         ),
-        max_num_seqs: str = typer.Option(
-            "64,128,256,512,1024", "--max-num-seqs", help="max_num_seqs values to try."
+        max_num_seqs: str = c.serve_option(
+            "max_num_seqs", "64,128,256,512,1024", "max_num_seqs values to try."
         ),
-        max_num_batched_tokens: str = typer.Option(
-            "2048,8192", "--max-num-batched-tokens", help="Token budgets per step to try."
+        max_num_batched_tokens: str = c.serve_option(
+            "max_num_batched_tokens", "2048,8192", "Token budgets per step to try."
         ),
-        max_model_len: str = typer.Option(
-            None, "--max-model-len", help="Longest request (default: the model's, or what fits)."
+        max_model_len: str = c.serve_option(
+            "max_model_len", None, "Longest request (default: the model's, or what fits)."
         ),
         price: list[str] = typer.Option(
             [], "--price", help="USD per GPU-hour for a GPU: h100=2.49. Repeat the option."
@@ -75,39 +75,35 @@ def add(app: typer.Typer) -> None:
         emit: str = typer.Option(
             "vllm", "--emit", help="Engine simulated and launched: vllm or sglang."
         ),
-        mem_fraction_static: float = typer.Option(
+        mem_fraction_static: float = c.serve_option(
+            "mem_fraction_static",
             None,
-            "--mem-fraction-static",
             help="With --emit sglang: SGLang's pool fraction for every configuration (0.05 to "
             "1; default SGLang's own), printed in the launch command.",
         ),
         async_scheduling: bool = typer.Option(
             True, "--async-scheduling/--no-async-scheduling", help="vLLM async scheduling."
         ),
-        data_parallel_size: int = typer.Option(
+        data_parallel_size: int = c.serve_option(
+            "data_parallel_size",
             1,
-            "--data-parallel-size",
-            "-dp",
-            "--dp-size",
-            "--dp",
             min=1,
             max=1024,
             help="DP ranks per replica, as kvplan simulate takes them (vLLM's -dp, SGLang's "
             "--dp-size).",
         ),
-        enable_expert_parallel: bool = typer.Option(
-            False, "--enable-expert-parallel", "-ep", help="vLLM: EP = TP x DP."
+        enable_expert_parallel: bool = c.serve_option(
+            "enable_expert_parallel", False, "vLLM: EP = TP x DP."
         ),
-        ep_size: int = typer.Option(
+        ep_size: int = c.serve_option(
+            "ep_size",
             None,
-            "--ep-size",
-            "--expert-parallel-size",
             min=1,
             max=1024,
             help="SGLang: expert-parallel size.",
         ),
-        enable_dp_attention: bool = typer.Option(
-            False, "--enable-dp-attention", help="SGLang: attention data-parallel over --dp-size."
+        enable_dp_attention: bool = c.serve_option(
+            "enable_dp_attention", False, "SGLang: attention data-parallel over --dp-size."
         ),
         jobs: int = typer.Option(0, "--jobs", min=0, max=256, help="Processes (0: one per core)."),
         prune: bool = typer.Option(

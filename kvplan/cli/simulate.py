@@ -264,41 +264,32 @@ def add(app: typer.Typer) -> None:
             help="A server reused across runs: the shared prefixes (--prefix-len) are in the "
             "prefix cache before the first request.",
         ),
-        tp: int = typer.Option(
-            1, "--tensor-parallel-size", "--tp", min=1, max=c.MAX_TP, help="Tensor-parallel size."
-        ),
-        pp: int = typer.Option(
-            1, "--pipeline-parallel-size", "--pp", min=1, max=c.MAX_TP, help="Pipeline stages."
-        ),
+        tp: int = c.serve_option("tp", 1, "Tensor-parallel size.", min=1, max=c.MAX_TP),
+        pp: int = c.serve_option("pp", 1, "Pipeline stages.", min=1, max=c.MAX_TP),
         replicas: int = typer.Option(1, "--replicas", min=1, max=1024, help="Engine replicas."),
-        data_parallel_size: int = typer.Option(
+        data_parallel_size: int = c.serve_option(
+            "data_parallel_size",
             1,
-            "--data-parallel-size",
-            "-dp",
-            "--dp-size",
-            "--dp",
             min=1,
             max=1024,
             help="DP ranks: vLLM's -dp (MoE: engine cores of TP each in lockstep; dense: "
             "replicas), SGLang's --dp-size (ranks with --enable-dp-attention, else replicas).",
         ),
-        enable_expert_parallel: bool = typer.Option(
+        enable_expert_parallel: bool = c.serve_option(
+            "enable_expert_parallel",
             False,
-            "--enable-expert-parallel",
-            "-ep",
             help="vLLM: the routed experts spread over the TP x DP GPUs (EP = TP x DP).",
         ),
-        ep_size: int = typer.Option(
+        ep_size: int = c.serve_option(
+            "ep_size",
             None,
-            "--ep-size",
-            "--expert-parallel-size",
             min=1,
             max=1024,
             help="SGLang: expert-parallel size (divides --tp).",
         ),
-        enable_dp_attention: bool = typer.Option(
+        enable_dp_attention: bool = c.serve_option(
+            "enable_dp_attention",
             False,
-            "--enable-dp-attention",
             help="SGLang: attention data-parallel over --dp-size ranks at TP tp/dp each.",
         ),
         load_balance_method: str = typer.Option(
@@ -338,57 +329,58 @@ def add(app: typer.Typer) -> None:
             help="Scheduler to simulate: vllm (V1) or sglang (prefill batches first, "
             "new_token_ratio admission).",
         ),
-        max_num_seqs: int = typer.Option(
+        max_num_seqs: int = c.serve_option(
+            "max_num_seqs",
             None,
-            "--max-num-seqs",
-            "--max-running-requests",
             min=1,
             max=1 << 20,
             help="Running requests at most.",
         ),
-        max_num_batched_tokens: int = typer.Option(
+        max_num_batched_tokens: int = c.serve_option(
+            "max_num_batched_tokens",
             None,
-            "--max-num-batched-tokens",
-            "--chunked-prefill-size",
             min=1,
             max=1 << 24,
             help="Tokens per step at most (SGLang: per prefill batch chunk).",
         ),
-        max_model_len: str = typer.Option(
+        max_model_len: str = c.serve_option(
+            "max_model_len",
             None,
-            "--max-model-len",
             help="Longest request (default: the model's, at most what the engine derives).",
         ),
         allow_long: bool = c.allow_long_option(),
-        kv_cache_dtype: str = typer.Option(
-            "auto", "--kv-cache-dtype", help="vLLM kv-cache-dtype: auto, fp8, bfloat16, ..."
+        kv_cache_dtype: str = c.serve_option(
+            "kv_cache_dtype", "auto", "The engine's kv-cache-dtype: auto, fp8, bfloat16, ..."
         ),
-        gpu_mem_util: float = typer.Option(
+        gpu_mem_util: float = c.serve_option(
+            "gpu_memory_utilization",
             0.9,
-            "--gpu-memory-utilization",
-            "--gpu-mem-util",
             help="Fraction of GPU memory vLLM may use (0.05 to 1).",
         ),
-        mem_fraction_static: float = typer.Option(
+        mem_fraction_static: float = c.serve_option(
+            "mem_fraction_static",
             None,
-            "--mem-fraction-static",
             help="SGLang: fraction of memory for weights and KV pool (0.05 to 1; default "
             "SGLang's own for the GPU and TP).",
         ),
-        quantization: str = typer.Option(
+        quantization: str = c.serve_option(
+            "quantization",
             None,
-            "--quantization",
-            "-q",
             help="The engine's quantization method (fp8, fbgemm_fp8, awq, gptq, mxfp4, ...): "
             "the weights' format instead of the checkpoint's.",
         ),
         weights_dtype: str = c.weights_dtype_option(),
-        kv_cache_memory: str = typer.Option(
-            None, "--kv-cache-memory", help="KV memory per GPU as the engine logged it: 19.5GiB."
+        kv_cache_memory: str = c.serve_option(
+            "kv_cache_memory", None, "KV memory per GPU as the engine logged it: 19.5GiB."
         ),
-        block_size: int = typer.Option(
-            None, "--block-size", min=1, max=4096, help="Tokens per KV block (vLLM 16, MLA 64)."
-        ),
+        block_size: int = c.serve_option(
+            "block_size",
+            None,
+            "vLLM: tokens per KV block (16, MLA 64).",
+            engines=("vllm",),
+            min=1,
+            max=4096,
+        ),  # fmt: skip
         prefix_caching: bool = typer.Option(
             None,
             "--enable-prefix-caching/--no-enable-prefix-caching",

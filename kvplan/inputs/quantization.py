@@ -32,6 +32,14 @@ class Quantization(NamedTuple):
     notes: tuple[Note, ...] = ()
 
 
+def parts_without(quant: Quantization, dropped: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The parts an ignore list leaves quantized, less `dropped` (a family whose modules the
+    list names differently); a quantization without a list keeps its format's default scope."""
+    if quant.format is None or quant.parts is None:
+        return quant.parts  # nothing quantized, or the format's own default scope
+    return tuple(p for p in quant.parts if p not in dropped)
+
+
 def _excluded_parts(patterns) -> set[str]:
     """Parts an ignore / modules_to_not_convert list keeps unquantized."""
     excluded = set()
@@ -78,7 +86,14 @@ def _compressed_tensors(qc: dict) -> tuple[str | None, str]:
         if kind == "float" and bits == 8:
             formats.add("fp8-tensor" if strategy in ("tensor", "channel") else "fp8")
         elif kind == "float" and bits == 4:
-            formats.add("nvfp4")
+            # nvfp4: an fp8 scale per 16 values; mxfp4 (format "mxfp4-pack-quantized",
+            # Kimi-K3): a uint8 e8m0 scale per 32
+            if size in (None, 16):
+                formats.add("nvfp4")
+            elif size == 32:
+                formats.add("mxfp4")
+            else:
+                return None, f"4-bit floats in groups of {clean(repr(size))[:20]}"
         elif kind == "int" and bits in (4, 8):
             if strategy == "group" and not (_whole(size) and 0 < size <= MAX_GROUP_SIZE):
                 return None, f"group_size {clean(repr(size))[:20]}"

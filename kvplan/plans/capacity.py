@@ -220,7 +220,7 @@ def capacity(
         notes.append(
             note(
                 "capacity-replicas",
-                num_gpus=request.num_gpus,
+                num_gpus=replicas * d.gpus,  # --users sizes the replicas with no --num-gpus
                 replicas=replicas,
                 layout=d,
             )

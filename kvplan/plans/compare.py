@@ -223,8 +223,6 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
         n for n in model_notes if n.id == "sim-kernel-tables" and n.value("evidence") != "own"
     ]
     notes += borrowed[:1]
-    if priced.priced_by == "floor":
-        notes.append(note("compare-priced-at-floor", gpu=gpu.name, dp_attention=cap.dp_attention))
     return row, (cap.kv_dtype, cap.weights_dtype), notes
 
 

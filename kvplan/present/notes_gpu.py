@@ -271,13 +271,6 @@ text("compare-best-layout")(
         "GPUs that fit leave room for few sequences beside the weights). Fix a layout with --tp."
     )
 )
-text("compare-priced-at-floor")(
-    lambda gpu, dp_attention: (
-        f"{gpu}: tokens/s and $/M at the 100% floor, not the step model: its profile has no "
-        "interconnect figure for the step model's "
-        + (f"all-to-alls between {dp_attention} EP ranks." if dp_attention > 1 else "all-reduces.")
-    )
-)
 text("compare-none")(
     lambda context_len, gpus: (
         f"None of {', '.join(gpus)} holds one {context_len:,}-token sequence beside the weights "

