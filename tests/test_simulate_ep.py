@@ -8,10 +8,10 @@ import json
 import pytest
 
 from kvplan.anatomy.model import pp_stages
+from kvplan.dtypes import resolve_kv_format
 from kvplan.engines.vllm_memory import weights_per_rank
 from kvplan.formulas.batch_step import BatchShape, StepModel, lockstep_step
 from kvplan.formulas.comm import ring_allreduce_time_s
-from kvplan.formulas.dtypes import resolve_kv_format
 from kvplan.formulas.expert_parallel import ep_alltoall_bytes
 from kvplan.formulas.step_time import Rates
 from kvplan.formulas.weights import expert_weight_bytes, weight_bytes_read_per_decode_step

@@ -14,9 +14,9 @@ from typing import Any
 
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.dtypes import resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_time_s
-from kvplan.formulas.dtypes import resolve_kv_format
 from kvplan.inputs.hardware import GpuProfile, choose_link, with_interconnect
 from kvplan.notes import Note, note, unique
 from kvplan.plans import intervals

@@ -14,6 +14,7 @@ import math
 from typing import TYPE_CHECKING
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.dtypes import resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
     CUDA_GRAPH_MAX_TOKENS,
@@ -22,7 +23,6 @@ from kvplan.formulas.batch_step import (
     dsa_layers,
     measured_achieved,
 )
-from kvplan.formulas.dtypes import resolve_kv_format
 from kvplan.formulas.step_time import Rates, measurable, op_rates_of
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
