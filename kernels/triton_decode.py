@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kvplan.kernels.paged_attention import check_inputs
+from kvplan.kernels.paged_inputs import check_inputs
 
 MIN_DOT_ROWS = 16  # tl.dot needs M, N, K >= 16
 

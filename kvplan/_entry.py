@@ -14,28 +14,18 @@ which a Ctrl-C was still a traceback. `kvplan/__init__.py` imports nothing for t
 `python -m kvplan` holds the signals (a signal mask) from the first line of kvplan/__main__.py
 until the handlers are set, so what is left there is the interpreter's own start-up and runpy
 finding the package, before any line of kvplan runs. The `kvplan` script pip writes imports
-this module first; its window is that import, about a millisecond."""
+this module first (and kvplan/early_stop.py, the handler kvplan.cli.signals knows too); its
+window is that import, about a millisecond."""
 
-import os
 import sys
+
+from kvplan.early_stop import SIGNALS, stop_early
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; mypy reads it as True
 if TYPE_CHECKING:  # typeshed has no stub for the C module; `signal` re-exports its names
     import signal as _signal
 else:
     import _signal
-
-SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
-_NAMES = {_signal.SIGTERM: "SIGTERM", _signal.SIGINT: "SIGINT", _signal.SIGHUP: "SIGHUP"}
-
-
-def stop_early(signum, frame) -> None:
-    """A signal before the CLI's own handlers: one line, exit 128 + the signal's number."""
-    try:
-        os.write(2, f"error: stopped by {_NAMES.get(signum, signum)}\n".encode())
-    except OSError:
-        pass
-    os._exit(128 + signum)
 
 
 def main(mask: set | None = None) -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvplan.inputs.profile_cache import COMPILED, compile_bundled, render
+from kvplan.inputs.hardware import compile_bundled
+from kvplan.inputs.profile_cache import COMPILED, render
 
 FOLDER = Path(__file__).resolve().parent.parent / "hardware_profiles"
 

@@ -1,8 +1,10 @@
 """The golden cases: every planning command, for every bundled model, on two GPU profiles.
 
-tests/golden/<model>.json pins each case's JSON output (or its one-line error). A refactoring step
-must leave them byte-identical; a step that changes a number on purpose regenerates them with
-`python scripts/golden.py` and says why in CHANGELOG.md.
+tests/golden/<model>.json pins each case's JSON output (or its one-line error), each note as its
+id and values, `{"id", "values"}`, not its words: a change to a note's wording moves no golden
+file, and every note is still rendered while the cases run (a text that fails on a real instance
+fails the golden test). A refactoring step must leave them byte-identical; a step that changes a
+number on purpose regenerates them with `python scripts/golden.py` and says why in CHANGELOG.md.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from kvplan.cli import main
+from kvplan.notes import Note
+from kvplan.present import view
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 GPUS = ("h100", "h200")
@@ -127,18 +131,50 @@ def cases(model: str) -> dict[str, list[str]]:
     return out
 
 
+PINNED = "\x00note "  # what a note's words are, while a case runs: its id and values (_pinned)
+
+
+def _pinned(item: Note) -> str:
+    """A note as its id and values, after its words are rendered (a text that fails on this real
+    instance fails here)."""
+    words(item)
+    values = {key: view.jsonable(value) for key, value in item.values}
+    return PINNED + json.dumps([item.id, values], sort_keys=True)
+
+
+words = view.note_text  # the real renderer
+
+
+def _notes_as_values(data: object) -> object:
+    """{"id", "text"} notes, their text `_pinned`, as {"id", "values"}."""
+    if isinstance(data, dict):
+        text = data.get("text")
+        if set(data) == {"id", "text"} and isinstance(text, str) and text.startswith(PINNED):
+            note_id, values = json.loads(text[len(PINNED) :])
+            return {"id": note_id, "values": values}
+        return {key: _notes_as_values(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_notes_as_values(item) for item in data]
+    return data
+
+
 def run(argv: list[str]) -> object:
-    """The JSON a command prints, or {"exit": code, "error": stderr} when it fails."""
+    """The JSON a command prints (its notes as id and values), or {"exit": code, "error": stderr}
+    when it fails."""
     out, err = io.StringIO(), io.StringIO()
     code = 0
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            main([*argv, "--format", "json"])
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 0
+    view.note_text = _pinned
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                main([*argv, "--format", "json"])
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 0
+    finally:
+        view.note_text = words
     if code and not out.getvalue():
         return {"exit": code, "error": err.getvalue().strip()}
-    data = json.loads(out.getvalue())
+    data = _notes_as_values(json.loads(out.getvalue()))
     if code:  # an answer that is no (capacity's fits: NO exits 1), printed whole
         data["exit"] = code
     return data
@@ -151,10 +187,13 @@ def explore_digest(model: str) -> dict[str, str]:
     from kvplan.plans.explore import explore_data
     from kvplan.present.explore_page import explore_json
 
+    view.note_text = _pinned
     try:
         data = explore_json(explore_data(load_model(model), [load_profile(g) for g in GPUS]))
     except Exception as exc:  # noqa: BLE001 - pinned as text
         return {"error": f"{exc.__class__.__name__}: {exc}"}
+    finally:
+        view.note_text = words
     return {
         key: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
         for key, value in data.items()

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
+from kvplan.dtypes import KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence, kv_bytes_per_token, state_bytes_per_sequence
 from kvplan.inputs.sources import bundled_models, load_model
 from kvplan.present.notes import note_texts

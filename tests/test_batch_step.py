@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from kvplan.dtypes import KvFormat
 from kvplan.formulas.batch_step import (
     ACHIEVED_DATASHEET,
     HOST_OVERHEADS,
@@ -15,7 +16,6 @@ from kvplan.formulas.batch_step import (
     StepModel,
     measured_achieved,
 )
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.step_time import Rates, curve_value
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.kernel_tables import tables_for

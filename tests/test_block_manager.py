@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import kvplan.kernels.block_manager as bm_module
-from kvplan.formulas.dtypes import KvFormat
+from kvplan.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_token, paged_bytes_per_sequence
 from kvplan.inputs.sources import load_model
 from kvplan.kernels import BlockManager, NoFreeBlocksError

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kvplan.formulas.dtypes import KvFormat
+from kvplan.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.inputs.architectures import build_model
 from kvplan.inputs.sources import bundled_models, load_model

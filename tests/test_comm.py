@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvplan.dtypes import KvFormat
 from kvplan.formulas.comm import (
     kv_transfer_bytes,
     kv_transfer_requests_per_s,
@@ -14,7 +15,6 @@ from kvplan.formulas.comm import (
     tp_allreduce_bytes,
     tp_comm_time_per_decode_step_s,
 )
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.inputs.sources import load_model
 
 from helpers import run_json

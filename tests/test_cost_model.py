@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from kvplan.dtypes import resolve_kv_format
 from kvplan.formulas.batch_step import TERMS, BatchShape
-from kvplan.formulas.dtypes import resolve_kv_format
 from kvplan.formulas.step_time import (
     OpKind,
     OpRates,

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvplan.dtypes import KvFormat
 from kvplan.formulas.batch_step import StepModel
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.step_time import Rates
 from kvplan.inputs.sources import load_model
 from kvplan.simulate import cluster

@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
+from kvplan.dtypes import KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.inputs.architectures import build_model
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.formulas.dtypes import resolve_kv_format
+from kvplan.dtypes import resolve_kv_format
 from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes, weights_bytes_per_gpu
 from kvplan.inputs.hardware import bundled_profiles, load_profile
 from kvplan.inputs.sources import bundled_models, load_model
@@ -162,3 +162,24 @@ def test_emit_launches_the_chosen_deployment():
         "capacity", "deepseek-v3", "--gpu", "h100", "--ctx", "32k", "--emit", "sglang"
     )
     assert "--enable-dp-attention" in out and "--dp-size 16" in out
+
+
+def test_layout_notes_carry_the_deployment_and_the_presenter_words_it():
+    """A plan's note holds the layout as a Deployment (numbers), not as text it formatted; the
+    note's words name it as every presenter does."""
+    from kvplan.notes import Note
+    from kvplan.present.notes import note_text
+
+    chosen = cap("llama-3.1-70b", "h100", 32768, num_gpus=16)
+    given = cap("llama-3.1-70b", "h100", 32768, num_gpus=16, tp=4)
+    layouts = {n.id: n.value("layout") for n in chosen.notes + given.notes}
+    assert layouts["deployment-on-gpus"] == Deployment(8, 2)
+    assert layouts["capacity-replicas"] == Deployment(4)
+    for n in chosen.notes + given.notes:
+        for _, value in n.values:
+            assert not isinstance(value, str) or "TP " not in value, (n.id, value)
+    replicas = next(n for n in given.notes if n.id == "capacity-replicas")
+    assert note_text(replicas) == "16 GPUs = 4 replicas of TP 4; concurrency summed over replicas."
+    assert note_text(
+        Note("gpus-idle", (("num_gpus", 6), ("used", 4), ("layout", Deployment(2, 2))))
+    ) == ("2 of the 6 GPUs stay idle: replicas of TP 2 x PP 2 use 4.")

@@ -104,7 +104,7 @@ FORMULA_MODULES = [
     "kvplan.formulas.roofline",
     "kvplan.formulas.step_time",
     "kvplan.formulas.comm",
-    "kvplan.formulas.dtypes",
+    "kvplan.dtypes",
     "kvplan.formulas.offload",
     "kvplan.formulas.techniques",
 ]

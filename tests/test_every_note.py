@@ -568,6 +568,18 @@ INVOCATIONS: dict[str, Invocation] = {
         "simulate", "qwen3-30b-a3b", "--gpu", "h100", "--tp", "2", "-dp", "2", "-ep", *SMALL
     ),
     "simulate dp replicas": cli(*SIM, "-dp", "2", *SMALL),
+    "simulate sglang dp attention alone": cli(
+        "simulate",
+        "qwen3-30b-a3b",
+        "--gpu",
+        "h100",
+        "--engine",
+        "sglang",
+        "--tp",
+        "2",
+        "--enable-dp-attention",
+        *SMALL,
+    ),  # fmt: skip
     "simulate disaggregated": cli(
         "simulate", "gemma-3-27b", "--gpu", "h100", "--disaggregated", "1:1", *SMALL
     ),
@@ -809,6 +821,7 @@ SOURCES: dict[str, str] = {
     "sim-dcp": "simulate dcp eager",
     "sim-disaggregated": "simulate disaggregated",
     "sim-dp-replicas": "simulate dp replicas",
+    "sim-dp-attention-off": "simulate sglang dp attention alone",
     "sim-dsa-dense": "simulate dsa untabled",
     "sim-dsa-tables": "simulate dsa",
     "sim-enforce-eager": "simulate dcp eager",

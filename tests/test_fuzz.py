@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvplan.dtypes import KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.inputs.architectures import build_model
 from kvplan.inputs.sources import parse_config_text

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kvplan.formulas.dtypes import GGML_TYPES, LLAMA_CACHE_TYPES, KvFormat, ggml_row_bytes
+from kvplan.dtypes import GGML_TYPES, LLAMA_CACHE_TYPES, KvFormat, ggml_row_bytes
 from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
 from kvplan.inputs.sources import load_model
 

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from kvplan.errors import KvplanError
+from kvplan.formulas.roofline import ridge_flop_per_byte
 from kvplan.inputs.hardware import bundled_profiles, load_profile
 
 from helpers import run_cli, run_json
@@ -54,7 +55,7 @@ def test_profiles_are_physically_plausible(key):
     """Ranges the datasheets support (docs/hardware-profiles.md): bandwidth, dense peaks, ridge,
     memory, and the memory the device reports against the nominal figure."""
     p = bundled_profiles()[key]
-    ridge = p.ridge_flop_per_byte("bf16")
+    ridge = ridge_flop_per_byte(p.peak("bf16"), p.memory_bandwidth_bytes_per_s)
     assert p.source
     if p.vendor == "CPU":
         # a host for llama.cpp's offload: DDR bandwidth and a vector-unit peak, no reported total
@@ -122,7 +123,10 @@ def test_user_yaml_numbers_are_coerced(tmp_path):
     path = tmp_path / "gpu.yaml"
     path.write_text(GOOD)  # PyYAML reads 100e12 as a string
     p = load_profile(str(path))
-    assert p.peak("bf16") == 100e12 and p.ridge_flop_per_byte() == 100
+    assert (
+        p.peak("bf16") == 100e12
+        and ridge_flop_per_byte(p.peak("bf16"), p.memory_bandwidth_bytes_per_s) == 100
+    )
 
 
 @pytest.mark.parametrize(
@@ -217,9 +221,9 @@ def test_the_compiled_profiles_are_the_yaml_read_by_the_strict_loader():
     """hardware_profiles/bundled.json (`python scripts/compile_profiles.py` writes it) holds what
     the strict loader reads from every bundled YAML, and each profile and price parsed from it
     equals the one parsed from its YAML file."""
-    from kvplan.inputs.hardware import _profiles_dir, load_yaml, parse_profile
+    from kvplan.inputs.hardware import _profiles_dir, compile_bundled, load_yaml, parse_profile
     from kvplan.inputs.prices import default_prices, prices_from
-    from kvplan.inputs.profile_cache import COMPILED, compile_bundled, render
+    from kvplan.inputs.profile_cache import COMPILED, render
 
     folder = _profiles_dir()
     written = (folder / COMPILED).read_text(encoding="utf-8")
@@ -254,7 +258,7 @@ def test_a_yaml_edited_since_compiling_is_read_from_the_yaml(tmp_path):
     to the strict loader, so an edited profile takes effect before it is recompiled."""
     import shutil
 
-    from kvplan.inputs.hardware import _profiles_dir
+    from kvplan.inputs.hardware import _profiles_dir, read_bundled
     from kvplan.inputs.profile_cache import COMPILED, read_compiled
 
     shutil.copytree(_profiles_dir(), tmp_path / "p")
@@ -263,12 +267,13 @@ def test_a_yaml_edited_since_compiling_is_read_from_the_yaml(tmp_path):
     h200 = folder / "h200-sxm.yaml"
     h200.write_text(h200.read_text().replace("sm_count: 132", "sm_count: 133"))
     (folder / "x1.yaml").write_text((folder / "l4.yaml").read_text().replace("L4", "X1"))
-    fresh = read_compiled(folder)
+    assert read_compiled(folder) is None  # stale: the YAML files are read instead
+    fresh = read_bundled(folder)
     assert fresh["profiles"]["h200-sxm"]["sm_count"] == 133
     assert fresh["names"]["x1"] == "x1"
     (folder / "x1.yaml").unlink()
     (folder / COMPILED).write_text("{not json")
-    assert "x1" not in read_compiled(folder)["profiles"]
+    assert "x1" not in read_bundled(folder)["profiles"]
 
 
 def test_the_package_data_ships_the_compiled_profiles():

@@ -290,7 +290,7 @@ def test_confirm_with_a_baseline_measures_at_most_twice_and_counts_its_runs(monk
     monkeypatch.setattr(
         bl,
         "from_json",
-        lambda data: baseline({k: Figure(**v) for k, v in data["probe_timings"].items()}),
+        lambda data: baseline({k: Figure(**v) for k, v in data.probe_timings.items()}),
     )
     then = baseline({"bandwidth": Figure(10.0, 0.0, 9, True)})
     for first, second, passed, regressions, whys in (
@@ -302,7 +302,7 @@ def test_confirm_with_a_baseline_measures_at_most_twice_and_counts_its_runs(monk
         queue = [first, second, result(True, 10.0), result(True, 10.0)]
         monkeypatch.setattr(run, "_measure_once", lambda request, progress, q=queue: q.pop(0))
         request = run.MeasureRequest(check=True, confirm=True)
-        final, comparison = bl.measure_against(request, then, 0.05, False)
+        final, comparison = run.measure_against(request, then, 0.05, False)
         assert len(queue) == 2, "more than two runs"
         assert final.conditions["runs"] == 2
         assert final.check.passed is second.check.passed  # the second run decides the check

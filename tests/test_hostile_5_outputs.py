@@ -2,7 +2,7 @@
 first (`report`'s plan-roofline.png), which then blocked the retry (kvplan never overwrites a chart
 the user did not name); now a failure leaves none of the run's files, a failure while renaming
 puts a replaced file back, and the retry succeeds. `report`, `simulate` and `measure` write
-through one mechanism, kvplan.present.output.all_or_nothing.
+through one mechanism, kvplan.present.atomic.all_or_nothing.
 
 The full disk is simulated: `open` answers ENOSPC for the Nth temporary file, after a few bytes
 (matplotlib, PIL and kvplan's text writes all open through it), so no real disk is filled."""
@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from kvplan import atomic
 from kvplan.errors import KvplanError
 from kvplan.present import output
 
@@ -168,9 +169,9 @@ def test_a_failed_rename_puts_the_replaced_file_back(tmp_path, monkeypatch):
         real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(KvplanError, match="cannot write .*b.txt"), output.all_or_nothing():
+    with pytest.raises(KvplanError, match="cannot write .*b.txt"), atomic.all_or_nothing():
         output.write_text("new", first)
         output.write_text("new", second)
     monkeypatch.undo()
     assert first.read_text() == "old" and _files(tmp_path) == ["a.txt"]
-    assert output._TEMPORARY == {}
+    assert atomic._TEMPORARY == {}

@@ -123,8 +123,8 @@ def test_an_output_path_that_names_no_file_is_refused(tmp_path, monkeypatch, com
 
 
 def test_a_path_spelled_as_a_folder_is_refused_before_any_work(tmp_path):
+    from kvplan.atomic import check_outputs
     from kvplan.errors import KvplanError
-    from kvplan.present.output import check_outputs
 
     with pytest.raises(KvplanError, match="ends with '/'"):
         check_outputs({"--out": f"{tmp_path}/r.md/"})

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from kvplan import atomic
 from kvplan.present import output
 
 from helpers import REPO, default_signals
@@ -275,11 +276,11 @@ def test_sigterm_while_a_chart_is_written_leaves_nothing(tmp_path, argv, hang_at
 def test_a_signal_inside_a_block_removes_what_it_staged(tmp_path):
     from kvplan.cli.signals import Stopped
 
-    with pytest.raises(Stopped), output.all_or_nothing():
+    with pytest.raises(Stopped), atomic.all_or_nothing():
         output.write_text("one", tmp_path / "a.txt")
         output.write_text("two", tmp_path / "b.txt")
         raise Stopped(signal.SIGTERM)
-    assert list(tmp_path.iterdir()) == [] and output._TEMPORARY == {}
+    assert list(tmp_path.iterdir()) == [] and atomic._TEMPORARY == {}
 
 
 def test_two_signals_in_one_long_c_call_stop_as_the_first_that_came():

@@ -411,3 +411,20 @@ def test_a_hugging_face_cache_snapshot_reads_through_its_links(tmp_path):
     os.symlink("../../blobs/index", snap / "model.safetensors.index.json")
     data = run_json("size", str(snap))
     assert data["model"]["weights_bytes"] == 128256 * 4096 * 2
+
+
+def test_a_checkpoint_far_from_the_configs_count_says_so_where_its_bytes_are_used(tmp_path):
+    """The check sits with the weights notes (kvplan.formulas.weights), not in the loader: it
+    shows where the checkpoint's bytes are the weights, and not under an explicit dtype."""
+    from helpers import run_cli
+
+    folder = _checkpoint(tmp_path, {"model.safetensors": SHARD})  # one layer of Llama-3.1-8B
+    code, out, err = run_cli("size", folder, "--format", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    differs = [n for n in data["notes"] if n["id"] == "checkpoint-differs"]
+    assert data["model"]["weights_bytes"] == 128256 * 4096 * 2 + 4096 * 4096 + 32 * 32 * 4
+    assert len(differs) == 1 and "in bf16 gives 14.96 GiB" in differs[0]["text"], differs
+    code, out, err = run_cli("size", folder, "--weights-dtype", "bf16", "--format", "json")
+    assert code == 0, err
+    assert "checkpoint-differs" not in [n["id"] for n in json.loads(out)["notes"]]

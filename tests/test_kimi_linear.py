@@ -12,8 +12,8 @@ import json
 import pytest
 
 from kvplan.anatomy.model import StateKind
+from kvplan.dtypes import KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence, state_bytes_per_sequence
 from kvplan.inputs.architectures import build_model
 

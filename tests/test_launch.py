@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import yaml
 
-from kvplan.present.launch import Launch, emit, one_line
+from kvplan.plans.launch import Launch, check_launch
+from kvplan.present.launch import emit, one_line
 
 from helpers import run_cli
 
@@ -193,7 +194,7 @@ def test_kv_spellings_are_the_engines_own():
     """Every --kv-cache-dtype an emit can print is one the engine's command line takes, by the
     engines' own lists: vLLM's CacheDType literal (vllm/config/cache.py; the values every
     release carries) and SGLang's --kv-cache-dtype choices (python/sglang/srt/server_args.py)."""
-    from kvplan.present.launch import KV_CACHE_DTYPE
+    from kvplan.plans.launch import KV_CACHE_DTYPE
 
     vllm_cli = {"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"}
     sglang_cli = {"auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"}
@@ -225,10 +226,12 @@ def test_a_split_gguf_is_not_handed_to_vllm():
     import pytest
 
     from kvplan.errors import KvplanError
-    from kvplan.present.launch import Launch, command, docker
+    from kvplan.present.launch import command
 
     split = Launch("./m/Model-00001-of-00002.gguf", 8192, "auto", 4, None, model_is_local=True)
-    for form in (command, docker):
+    for target in ("vllm", "vllm-docker"):
         with pytest.raises(KvplanError, match="llama-gguf-split --merge"):
-            form(split, "vllm")
-    assert "vllm serve ./m/model.gguf" in command(split._replace(model_id="./m/model.gguf"), "vllm")
+            check_launch(split, target)
+    merged = check_launch(split._replace(model_id="./m/model.gguf"), "vllm")
+    assert "vllm serve ./m/model.gguf" in command(merged, "vllm")
+    assert check_launch(split, "sglang") == split  # SGLang takes the first part

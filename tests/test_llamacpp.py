@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from kvplan.engines.llamacpp import LlamaCppRequest, llamacpp_allocation
-from kvplan.formulas.offload import apple_default_working_set_bytes
 from kvplan.inputs.hardware import bundled_profiles, load_profile
+from kvplan.inputs.local_gpu import apple_default_working_set_bytes
 from kvplan.inputs.sources import load_model
 from kvplan.present.engines import llamacpp_log_lines
 from kvplan.units import GIB, MIB

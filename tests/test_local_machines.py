@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kvplan.errors import KvplanError
-from kvplan.formulas.offload import apple_default_working_set_bytes
 from kvplan.inputs.hardware import bundled_profiles, load_profile
+from kvplan.inputs.local_gpu import apple_default_working_set_bytes
 from kvplan.units import GIB, MIB
 
 from helpers import run_cli
@@ -316,7 +316,7 @@ def test_local_on_a_mac_reads_its_memory_and_takes_the_chip_sold_with_it(monkeyp
     name, memory, how = local._apple_device()
     assert (name, memory) == ("Apple M3 Max", 27 * GIB)  # 3/4 of 36 GiB
     monkeypatch.setattr(local, "read_local_device", lambda: (name, memory, how))
-    gpu = local.local_profile()
+    gpu = load_profile("local")
     assert gpu.usable_memory_bytes == 27 * GIB
     assert (gpu.sm_count, gpu.memory_bandwidth_bytes_per_s) == (30, 300e9)  # the 30-core part
     sysctl["iogpu.wired_limit_mb"] = "30720"  # raised by hand: 30 GiB

@@ -15,8 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kvplan.dtypes import KvFormat  # noqa: E402
 from kvplan.errors import KvplanError  # noqa: E402
-from kvplan.formulas.dtypes import KvFormat  # noqa: E402
 from kvplan.formulas.step_time import (  # noqa: E402
     Op,
     OpKind,
@@ -182,6 +182,42 @@ def test_workload_prefill_writes_its_kv_where_decode_reads_it():
     k_cache, _ = work.layers[0]["cache"]
     written = k_cache[table[0].long()].reshape(-1, 2, 32)[:40]
     assert torch.isfinite(written).all()
+
+
+def test_a_workload_draws_from_its_seed_and_leaves_the_callers_rng_alone():
+    """Workload seeds its own draws (the same weights for the same seed) inside a forked RNG:
+    the caller's random stream goes on as if nothing had been drawn."""
+    spec = truncate(spec_from(SMALL), 1)
+    torch.manual_seed(1234)
+    expected = torch.rand(3)
+    torch.manual_seed(1234)
+    first = Workload(spec, "fp32", "cpu", 64, attention_impl="torch")
+    assert torch.equal(torch.rand(3), expected)
+    second = Workload(spec, "fp32", "cpu", 64, attention_impl="torch", seed=0)
+    other = Workload(spec, "fp32", "cpu", 64, attention_impl="torch", seed=1)
+    weights = [w.layers[0]["weights"] for w in (first, second, other)]
+    name = next(iter(weights[0]))
+    assert torch.equal(weights[0][name], weights[1][name])
+    assert not torch.equal(weights[0][name], weights[2][name])
+
+
+def test_a_measure_run_puts_the_callers_thread_count_back(monkeypatch):
+    """measure sets its own thread layout for the run and restores the caller's after it, even
+    when the run fails."""
+    import kvplan.measure.run as run
+
+    seen = []
+
+    def failing(request, progress, began, device, tolerance, threads, busy):
+        seen.append(torch.get_num_threads())
+        raise KvplanError("stopped")
+
+    monkeypatch.setattr(run, "_measure_on", failing)
+    before = torch.get_num_threads()
+    target = 1 if before != 1 else 2
+    with pytest.raises(KvplanError):
+        run.measure(run.MeasureRequest(device="cpu", threads=target))
+    assert seen == [target] and torch.get_num_threads() == before
 
 
 # ---- the profile rules -------------------------------------------------------------------------
@@ -637,6 +673,39 @@ def test_a_measure_json_baseline_round_trips():
     assert base.figures["decode:batch=1,tokens=64"] == Figure(0.02, 0.03, 7, False)
 
 
+def test_a_run_is_compared_as_its_json_reads_without_the_round_trip():
+    """measure --baseline builds the current run's figures from the typed result itself (the
+    presenters' JSON is above measure): the same Baseline as from the JSON it writes."""
+    from kvplan.measure.profile import DeviceProfile
+    from kvplan.measure.profile import Figure as ProfileFigure
+    from kvplan.measure.run import Check, MeasureResult
+    from kvplan.present.view import jsonable
+
+    figures = (
+        ProfileFigure("bandwidth", "stream", 1 << 24, 1.5e10, 1.4e10, "bytes_per_s", 0.02, True),
+        ProfileFigure("matmul:m=4", "matmul", 4, 2e11, 2e11, "flop_per_s", 0.05),
+        ProfileFigure("matmul_overhead", "overhead", 0, 3e-5, 4e-5, "s", 0.1),
+    )
+    point = Point(**dict.fromkeys(Point._fields, 0.0))._replace(
+        phase="decode", batch_size=2, context_len=64, measured_s=0.01, spread=0.03, ops=()
+    )
+    result = MeasureResult(
+        {"kind": "cpu", "cpu_model": "X", "cpu_threads": 2},
+        {"rounds": 5, "model": "m", "layers": 1, "dtype": "fp32", "attention_impl": "torch"},
+        DeviceProfile(None, figures, "stream"),
+        None,
+        (point,),
+        Check(True, 0.15, 0.3, 0.05, 0.1, 1, (), ()),
+        {},
+        (),
+    )
+    typed = from_json(result)
+    assert typed == from_json(json.loads(json.dumps(jsonable(result))))
+    assert typed.figures["decode:batch=2,tokens=64"] == Figure(0.01, 0.03, 5, False)
+    assert typed.figures["matmul:m=4"] == Figure(2e11, 0.05, 5, True)
+    assert typed.figures["matmul_start"] == Figure(4e-5, 0.1, 5, False)  # the probe's raw time
+
+
 # ---- real runs (slow) ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def small_model(tmp_path_factory):
@@ -869,11 +938,11 @@ def test_confirm_without_the_check_gating_never_measures_again_for_a_miss(monkey
     monkeypatch.setattr(
         bl,
         "from_json",
-        lambda data: _baseline({k: Figure(**v) for k, v in data["probe_timings"].items()}),
+        lambda data: _baseline(dict(data.probe_timings)),
     )
     same = {"bandwidth": Figure(10.0, 0.0, 9, True)}
     left = _queue(monkeypatch, _run_result(False, 0.48, same), _run_result(True, figures=same))
-    result, comparison = bl.measure_against(run.MeasureRequest(confirm=True), then, 0.05, False)
+    result, comparison = run.measure_against(run.MeasureRequest(confirm=True), then, 0.05, False)
     assert len(left) == 1 and comparison.passed and result.conditions["runs"] == 1
 
 
@@ -887,7 +956,7 @@ def test_confirm_takes_one_second_run_for_a_miss_and_a_regression_together(monke
     monkeypatch.setattr(
         bl,
         "from_json",
-        lambda data: _baseline({k: Figure(**v) for k, v in data["probe_timings"].items()}),
+        lambda data: _baseline(dict(data.probe_timings)),
     )
     slow = {"bandwidth": Figure(5.0, 0.0, 9, True)}
     first, second = _run_result(False, 0.48, slow), _run_result(False, 0.52, slow)
@@ -895,7 +964,7 @@ def test_confirm_takes_one_second_run_for_a_miss_and_a_regression_together(monke
     second = second._replace(conditions={"runs": 1, "elapsed_s": 40.0})
     left = _queue(monkeypatch, first, second, _run_result(True), _run_result(True))
     request = run.MeasureRequest(check=True, confirm=True)
-    result, comparison = bl.measure_against(request, then, 0.05, False)
+    result, comparison = run.measure_against(request, then, 0.05, False)
     assert len(left) == 2 and not result.check.passed and comparison.regressions == 1
     assert result.conditions["runs"] == 2 and result.conditions["elapsed_s"] == 70.0
     whys = [dict(n.values)["why"] for n in result.notes if n.id == "measure-confirm"]
@@ -912,12 +981,12 @@ def test_confirm_counts_a_regression_only_when_the_same_figure_regresses_twice(m
     monkeypatch.setattr(
         bl,
         "from_json",
-        lambda data: _baseline({k: Figure(**v) for k, v in data["probe_timings"].items()}),
+        lambda data: _baseline(dict(data.probe_timings)),
     )
 
     def against(*figure_sets):
         _queue(monkeypatch, *[_run_result(True, figures=f) for f in figure_sets])
-        return bl.measure_against(run.MeasureRequest(confirm=True), then, 0.05, False)
+        return run.measure_against(run.MeasureRequest(confirm=True), then, 0.05, False)
 
     result, comparison = against(slow_bw, slow_mm)  # load: a different figure each time
     assert comparison.passed and result.conditions["runs"] == 2

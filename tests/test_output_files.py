@@ -16,6 +16,7 @@ import types
 
 import pytest
 
+from kvplan import atomic
 from kvplan.present import output
 
 from helpers import one_line_error, run_cli
@@ -69,18 +70,18 @@ def test_a_device_node_is_refused(tmp_path, monkeypatch, mode):
     with pytest.raises(KvplanError, match="is a device, not a regular file"):
         output.write_text("text", target, "--out")
     with pytest.raises(KvplanError, match="is a device"):
-        output.check_outputs({"--json": target})
+        atomic.check_outputs({"--json": target})
     monkeypatch.undo()
     assert not target.exists() and leftovers(tmp_path) == []
 
 
 def test_special_kinds_by_mode():
-    assert output._special_kind(stat.S_IFCHR | 0o666) == "a device"
-    assert output._special_kind(stat.S_IFBLK | 0o660) == "a device"
-    assert output._special_kind(stat.S_IFIFO | 0o644) == "a FIFO (named pipe)"
-    assert output._special_kind(stat.S_IFSOCK | 0o755) == "a socket"
-    assert output._special_kind(stat.S_IFREG | 0o644) is None
-    assert output._special_kind(stat.S_IFDIR | 0o755) is None
+    assert atomic._special_kind(stat.S_IFCHR | 0o666) == "a device"
+    assert atomic._special_kind(stat.S_IFBLK | 0o660) == "a device"
+    assert atomic._special_kind(stat.S_IFIFO | 0o644) == "a FIFO (named pipe)"
+    assert atomic._special_kind(stat.S_IFSOCK | 0o755) == "a socket"
+    assert atomic._special_kind(stat.S_IFREG | 0o644) is None
+    assert atomic._special_kind(stat.S_IFDIR | 0o755) is None
 
 
 # ---- symbolic links ---------------------------------------------------------------------------
@@ -243,5 +244,5 @@ def test_measure_refuses_a_fifo_and_two_outputs_on_one_file(tmp_path, no_measuri
 
 
 def test_check_outputs_skips_standard_output_and_allows_distinct_files(tmp_path):
-    output.check_outputs({"--out": None, "--json": "-", "--plot": tmp_path / "a.png"})
-    output.check_outputs({"--plot": tmp_path / "a.png", "--timeline": tmp_path / "b.png"})
+    atomic.check_outputs({"--out": None, "--json": "-", "--plot": tmp_path / "a.png"})
+    atomic.check_outputs({"--plot": tmp_path / "a.png", "--timeline": tmp_path / "b.png"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.formulas.dtypes import KvFormat
+from kvplan.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence, kv_bytes_per_token
 from kvplan.formulas.roofline import batch_equal_memory as batch_equal
 from kvplan.inputs.sources import load_model

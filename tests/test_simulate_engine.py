@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvplan.dtypes import KvFormat
 from kvplan.formulas.batch_step import BatchShape, StepModel
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.step_time import Rates
 from kvplan.inputs.sources import load_model
 from kvplan.kernels.block_manager import BlockManager

@@ -3,13 +3,15 @@ parallel_layout, the EP/DP terms of formulas.batch_step.StepModel)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kvplan.anatomy.model import pp_stages
+from kvplan.dtypes import resolve_kv_format
 from kvplan.engines.vllm_memory import weights_per_rank
 from kvplan.formulas.batch_step import BatchShape, StepModel, lockstep_step
 from kvplan.formulas.comm import ring_allreduce_time_s
-from kvplan.formulas.dtypes import resolve_kv_format
 from kvplan.formulas.expert_parallel import ep_alltoall_bytes
 from kvplan.formulas.step_time import Rates
 from kvplan.formulas.weights import expert_weight_bytes, weight_bytes_read_per_decode_step
@@ -137,7 +139,6 @@ def test_layouts_of_the_engines_spellings():
         (("deepseek-v2-lite", "-dp", "2", "--enable-dp-attention"), "is SGLang's"),
         (("deepseek-v2-lite", "--ep-size", "2"), "is SGLang's"),
         (("deepseek-v2-lite", "--engine", "sglang", "--enable-expert-parallel"), "is vLLM's"),
-        (("deepseek-v2-lite", "--engine", "sglang", "--enable-dp-attention"), "2 or more"),
         (("deepseek-v2-lite", "-dp", "2", "--replicas", "2"), "not both"),
         (
             (
@@ -213,3 +214,18 @@ def test_under_attention_tp_each_rank_dispatches_its_share_of_the_tokens():
     )
     alltoall = (2 * 26 * 4 * 6 * 2048 * 2) * 3 / 4 / one_way + 2 * 26 * link.latency_s
     assert m.comm_s(16) == pytest.approx(allreduce + alltoall, rel=1e-12)
+
+
+def test_sglang_dp_attention_without_dp_size_runs_as_plain_tp():
+    """SGLang turns DP attention off at --dp-size 1 (server_args._handle_data_parallelism):
+    the flag alone is taken as written and runs the plain TP layout, with a note (published
+    runs launch it so)."""
+    argv = ("deepseek-v2-lite", "--engine", "sglang", "--tp", "2", "--gpu", "h200", *SMALL)
+    code, out, err = run_cli("simulate", *argv, "--enable-dp-attention", "--format", "json")
+    assert code == 0, err
+    alone = json.loads(out)
+    code, out, err = run_cli("simulate", *argv, "--format", "json")
+    plain = json.loads(out)
+    assert alone["runs"][0]["bench"] == plain["runs"][0]["bench"]
+    ids = {n["id"] for n in alone["notes"]}
+    assert "sim-dp-attention-off" in ids and "sim-expert-parallel" not in ids

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from kvplan.dtypes import KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence, state_bytes_per_sequence
 from kvplan.inputs.sources import load_model
 from kvplan.plans.size import SizeRequest, size

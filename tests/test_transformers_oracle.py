@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from kvplan.formulas.dtypes import KvFormat
+from kvplan.dtypes import KvFormat
 from kvplan.inputs.architectures import build_model
 from kvplan.inputs.sources import bundled_models, load_model
 

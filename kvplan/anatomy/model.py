@@ -8,8 +8,8 @@ The value types are NamedTuples: immutable, and cheap to define (the CLI's start
 from collections import Counter
 from enum import Enum
 
+from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.notes import Note
 from kvplan.record import NamedTuple
 
@@ -269,6 +269,20 @@ class StoredWeights(NamedTuple):
     @property
     def total_bytes(self) -> int:
         return self.text_bytes
+
+
+# The parameter parts (ModelSpec.param_parts keys) a quantized checkpoint quantizes unless its
+# config narrows them (quantized_parts): the linear layers; embeddings, lm_head, norms and routers
+# stay in the model dtype.
+QUANTIZABLE_PARTS = (
+    "attention",
+    "mlp",
+    "experts",
+    "shared_experts",
+    "mixer",
+    "expert_projections",
+    "shared_blocks",
+)
 
 
 class ModelSpec(NamedTuple):

@@ -112,7 +112,7 @@ def add(app: typer.Typer) -> None:
         from kvplan.present.render import OutputFormat
 
         if emit_flags is not None:  # the engines' launch modules load for --emit alone
-            from kvplan.present.launch import TARGETS
+            from kvplan.plans.launch import TARGETS
 
             if emit_flags not in TARGETS:
                 raise KvplanError(f"--emit {emit_flags[:40]!r}: choose {', '.join(TARGETS)}")
@@ -149,7 +149,7 @@ def add(app: typer.Typer) -> None:
                 dp_attention=dp_attention,
             )
             result = compare(spec, profiles, compare_request)
-            from kvplan.present.output import all_or_nothing
+            from kvplan.atomic import all_or_nothing
 
             with all_or_nothing():  # the chart and what is printed, or neither
                 if plot is not None:
@@ -196,7 +196,7 @@ def add(app: typer.Typer) -> None:
         else:  # counted as the engine will page it
             engine = emit_flags.partition("-")[0]
             result = capacity_for_launch(spec, profile, request, engine, block_size is not None)
-        from kvplan.present.output import all_or_nothing
+        from kvplan.atomic import all_or_nothing
 
         with all_or_nothing():  # the chart and what is printed, or neither
             if plot is not None:
@@ -209,10 +209,12 @@ def add(app: typer.Typer) -> None:
                     plot,
                 )
             if emit_flags is not None:
+                from kvplan.plans.launch import check_launch
                 from kvplan.present.launch import emit
 
                 launch = launch_of(result, spec, profile, model, max_num_batched_tokens, block_size)
-                c.emit(emit(launch, emit_flags, spec.name, spec, allow_long))
+                launch = check_launch(launch, emit_flags, spec, allow_long)
+                c.emit(emit(launch, emit_flags, spec.name))
                 return
             c.emit(c.render(capacity_view(result), fmt or OutputFormat.table))
         if not result.fits:

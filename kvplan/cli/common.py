@@ -9,8 +9,8 @@ from typing import Any
 import typer
 
 from kvplan.cli import signals
+from kvplan.dtypes import WEIGHT_DTYPE_HELP
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import WEIGHT_DTYPE_HELP
 from kvplan.present.escape import error_line, terminal_text
 from kvplan.present.render import OutputFormat
 
@@ -195,7 +195,7 @@ def output_path(value: object, what: str = "output") -> Path:
     trailing '/', so `--out ./r.md/` (a folder's spelling) would write a file `r.md`."""
     if isinstance(value, Path):  # a default, not typed
         return value
-    from kvplan.present.output import check_spelling
+    from kvplan.atomic import check_spelling
 
     return Path(check_spelling(str(value), what))
 
@@ -321,7 +321,7 @@ def render(view, fmt, out: Path | None = None) -> str:
 
     fmt = OutputFormat(fmt)
     if fmt is OutputFormat.table:
-        from kvplan.present.output import is_stdout
+        from kvplan.atomic import is_stdout
         from kvplan.present.tty import PIPE_WIDTH, Terminal, detect
 
         terminal = detect() if is_stdout(out) else Terminal(PIPE_WIDTH, rich=False, colour=None)

@@ -47,8 +47,8 @@ def ollama_request(gpu, deprecated: bool = False, **o):
     """--engine ollama's options: its version, OLLAMA_* variables, the request's num_ctx (as
     --ctx) and num_gpu (as -ngl). `deprecated`: the old `--engine llama.cpp --ollama` spelling,
     whose -np, -ctk/-ctv and -fa become the variables Ollama reads them from."""
+    from kvplan.dtypes import ggml_type
     from kvplan.engines.ollama import OLLAMA_VERSION, OllamaRequest, parse_env, parse_version
-    from kvplan.formulas.dtypes import ggml_type
     from kvplan.inputs.options import parse_bytes
     from kvplan.notes import Note, note
 
@@ -89,8 +89,8 @@ def ollama_request(gpu, deprecated: bool = False, **o):
 
 
 def llamacpp_request(spec, gpu, **o):
+    from kvplan.dtypes import ggml_type
     from kvplan.engines.llamacpp import LLAMA_CPP_BUILD, LlamaCppRequest
-    from kvplan.formulas.dtypes import ggml_type
     from kvplan.inputs.options import parse_bytes
 
     ctx = parse_ctx_size(o["ctx_size"])

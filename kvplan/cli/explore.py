@@ -42,9 +42,10 @@ def add(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Write the interactive cache explorer: one self-contained HTML page."""
+        from kvplan.atomic import check_outputs
         from kvplan.plans.explore import explore_data
         from kvplan.present import explore_page as page
-        from kvplan.present.output import check_outputs, unnamed_path
+        from kvplan.present.output import unnamed_path
 
         if fmt is PageFormat.html and out is None:  # the default page: never overwritten silently
             out = unnamed_path(

@@ -112,7 +112,7 @@ def add(app: typer.Typer) -> None:
         fmt: c.OutputFormat = c.format_option(),
     ) -> None:
         """Profile this device, predict a model's steps through the planner, measure them."""
-        from kvplan.present.output import check_outputs
+        from kvplan.atomic import check_outputs
 
         # every file it will write, checked before minutes of measuring
         check_outputs(
@@ -189,7 +189,7 @@ def add(app: typer.Typer) -> None:
         if baseline is None:
             result = _with_progress(lambda progress: measure(request, progress))
         else:
-            from kvplan.measure.baseline import measure_against
+            from kvplan.measure.run import measure_against
 
             result, comparison = _with_progress(
                 lambda progress: measure_against(
@@ -238,7 +238,7 @@ def _write_outputs(view, result, json_out, save_profile, junit_path, fmt, junit)
     """--json, --save-profile, --junit-xml and the table: all of them, or none."""
     import json
 
-    from kvplan.present.output import all_or_nothing
+    from kvplan.atomic import all_or_nothing
 
     with all_or_nothing():
         if json_out is not None:
@@ -289,7 +289,7 @@ def _distributed(
     if result is None:  # a torchrun rank other than 0: rank 0 reports
         return
     view = distributed_view(result)
-    from kvplan.present.output import all_or_nothing
+    from kvplan.atomic import all_or_nothing
 
     with all_or_nothing():  # --json, --junit-xml and the table: all of them, or none
         if json_out is not None:

@@ -35,9 +35,9 @@ def add(app: typer.Typer) -> None:
         """A design-doc section in Markdown: anatomy, KV table, capacity, roofline, decision order."""
         import json
 
+        from kvplan.atomic import all_or_nothing, check_outputs, is_stdout
         from kvplan.plans.design import DesignRequest, design_report
         from kvplan.present.design import design_json, render_markdown, write_plots
-        from kvplan.present.output import all_or_nothing, check_outputs, is_stdout
 
         if fmt not in ("markdown", "json"):
             raise KvplanError(f"--format {fmt!r}: report prints markdown or json")

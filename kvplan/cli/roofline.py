@@ -54,7 +54,7 @@ def add(app: typer.Typer) -> None:
             ops=ops,
         )
         view = roofline_view(roofline(c.load_model(model), profile, request))
-        from kvplan.present.output import all_or_nothing
+        from kvplan.atomic import all_or_nothing
 
         with all_or_nothing():  # the chart and the table, or neither
             if plot is not None:

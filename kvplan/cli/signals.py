@@ -4,13 +4,13 @@ Python's default for SIGTERM and SIGHUP is to die on the spot: no `finally` runs
 processes of `kvplan plan` were left running (adopted by PID 1, holding the caller's pipes) and a
 chart being written left its `.name.XXXX.tmp`. Here SIGTERM, SIGHUP and SIGINT raise `Stopped` (a
 SystemExit, so nothing that catches Exception swallows it) in the main thread; on its way out
-every `finally` runs (the process pool ends its workers, kvplan.present.output removes the
+every `finally` runs (the process pool ends its workers, kvplan.atomic removes the
 temporary files and the outputs of an unfinished `all_or_nothing()` block) and `kvplan.cli.main`
 prints `error: stopped by SIGTERM` and exits 128 + the signal's number (143; SIGINT 130, SIGHUP
 129). A second signal during that cleanup is ignored: the cleanup is bounded, and the first
 signal's exit stands, through to the end of the process (the handlers are not put back after a
 stop). A signal the caller set to be ignored (nohup, a background job's SIGINT)
-stays ignored; the entry point's early handler (kvplan/_entry.py) counts as a default, so no
+stays ignored; the entry point's early handler (kvplan/early_stop.py) counts as a default, so no
 signal falls into the gap between the two.
 
 The `signal` module is already loaded by typer and rich, so installing costs no start-up."""
@@ -18,7 +18,7 @@ The `signal` module is already loaded by typer and rich, so installing costs no 
 import os
 import signal
 
-from kvplan._entry import stop_early
+from kvplan.early_stop import stop_early
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 

@@ -462,9 +462,10 @@ def add(app: typer.Typer) -> None:
     ) -> None:
         """A discrete-event simulation of vLLM serving a request stream, reported as
         `vllm bench serve` reports a real run."""
+        from kvplan.atomic import all_or_nothing, check_outputs, is_stdout
         from kvplan.inputs.options import check_range, parse_tokens
         from kvplan.plans.simulate import SimulateRequest, simulate
-        from kvplan.present.output import all_or_nothing, check_outputs, is_stdout, write_text
+        from kvplan.present.output import write_text
         from kvplan.present.simulate import simulate_plots, simulate_view, step_log_text
         from kvplan.simulate.workload import WorkloadSpec
 

@@ -1,102 +1,13 @@
 """Engine allocators: predict what vLLM, SGLang and llama.cpp allocate and log, from the config
-(or GGUF) alone."""
+(or GGUF) alone. The request and the shared refusals live in kvplan.engines.request, which each
+engine's module imports; this package's `engine_allocation` picks the module."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from kvplan.engines.request import ENGINES, EngineRequest
 from kvplan.errors import KvplanError
-from kvplan.record import NamedTuple
 
-if TYPE_CHECKING:  # imported by the engine that needs them (start-up)
-    from kvplan.engines.llamacpp import LlamaCppRequest
-    from kvplan.engines.ollama import OllamaRequest
-
-ENGINES = ("vllm", "sglang", "llama.cpp", "ollama")
-
-
-class EngineRequest(NamedTuple):
-    engine: str = "vllm"
-    max_model_len: int = 8192
-    kv_cache_dtype: str = "auto"
-    block_size: int | None = None
-    max_num_batched_tokens: int | None = None  # None: the engine's default for the GPU
-    tp: int = 1
-    pp: int = 1
-    gpu_mem_util: float = 0.9
-    kv_cache_memory_bytes: int | None = None  # what the engine logged as available KV memory
-    # vLLM's hybrid KV-cache manager (on by default): off, windowed layers of a model that also
-    # has full ones are stored as full attention. hybrid_chunked False is
-    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 (off for chunked models only).
-    hybrid_kv_cache_manager: bool = True
-    hybrid_chunked: bool = True
-    mem_fraction_static: float | None = None
-    llamacpp: LlamaCppRequest | None = None  # for --engine llama.cpp
-    ollama: OllamaRequest | None = None  # for --engine ollama
-    dtype: str = "auto"  # the engine's --dtype: auto, bfloat16, float16, float32 (and aliases)
-    weights_dtype: str = "auto"  # kvplan's spelling of the checkpoint's weights format
-    quantization: str | None = None  # vLLM's --quantization (fp8 online, awq, gptq, ...)
-    max_num_seqs: int | None = None  # None: the engine's default for the GPU
-    enforce_eager: bool = False  # vLLM: no CUDA graphs (no graph-memory estimate)
-    vllm_version: str = "0.19"
-    # whose server defaults SGLang's pool takes: a release kvplan knows (engines.sglang
-    # SGLANG_VERSIONS: "0.4", "0.5"), resolved by sglang_release
-    sglang_version: str = "0.5"
-    # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 / SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1: a
-    # max_model_len past the engine's derived limit starts, with a note (else it is refused)
-    allow_long_max_model_len: bool = False
-    # expert / data parallelism (kvplan simulate): the GPUs the routed experts are spread over
-    # when that is not tp (EP, or DP-attention ranks whose MoE layers span the group)
-    expert_ranks: int | None = None
-    # vLLM -dcp: the KV cache sharded along tokens over this many ranks of the TP group
-    decode_context_parallel_size: int = 1
-
-
-def refuse_compressed(spec, engine: str) -> None:
-    """Compressed attention entries beside a sliding window (DeepSeek-V4's CSA/HCA) have no page
-    layout modelled for the engines: refused by name rather than priced as plain MLA."""
-    compressed = [a for a in spec.attention_layers() if a.compress_ratio]
-    if compressed:
-        ratios = sorted({a.compress_ratio for a in compressed})
-        layout = (
-            # vllm/models/deepseek_v4/attention.py and compressor.py (vLLM 0.32): MLAAttentionSpec
-            # pages with tokens_per_state = the ratio, a DeepseekV4SWACache per layer, indexer
-            # caches per ratio and the compressor's SlidingWindowMLASpec states (block 4 or 8)
-            " (vLLM 0.32 allocates compressed MLA pages per ratio, a sliding-window cache per "
-            "layer, indexer pages and the compressor's state pages; vLLM 0.19.1 has no "
-            "DeepSeek-V4 model)"
-            if engine == "vLLM"
-            # sglang/srt/mem_cache/deepseek_v4_memory_pool.py (sglang 0.5.14)
-            else " (SGLang 0.5.14 keeps them in its own DeepSeek-V4 memory pool)"
-            if engine == "SGLang"
-            else ""
-        )
-        raise KvplanError(
-            f"{spec.name}: {len(compressed)} layers keep compressed attention entries (1 per "
-            f"{' or '.join(map(str, ratios))} tokens beside a sliding window, DeepSeek-V4's "
-            f"CSA/HCA); what {engine} allocates for them is not modelled yet{layout} (kvplan "
-            "size and capacity give the architecture's bytes)"
-        )
-
-
-def refuse_gqa_indexer(spec, engine: str) -> None:
-    """A key-only indexer cache beside GQA (MiniMax-M3) has no page layout modelled for this
-    engine (vLLM's is, kvplan.engines.vllm): refused by name rather than priced as DSA's
-    indexer beside MLA. Compressed attention is refused first."""
-    refuse_compressed(spec, engine)
-    layers = [a for a in spec.attention_layers() if a.gqa_indexer]
-    if layers:
-        # sglang 0.5.14's sglang/srt/models has no MiniMax-M3 (minimax_m2.py is the newest)
-        why = (
-            "SGLang 0.5.14 has no MiniMax-M3 model (checked its sglang/srt/models)"
-            if engine == "SGLang"
-            else f"what {engine} allocates for it is not modelled yet"
-        )
-        raise KvplanError(
-            f"{spec.name}: {len(layers)} layers keep a key-only indexer cache beside K and V "
-            f"({layers[0].indexer_head_dim} wide, MiniMax-M3's lightning indexer); {why} (kvplan "
-            "size and capacity give the architecture's bytes)"
-        )
+__all__ = ["ENGINES", "EngineRequest", "engine_allocation"]
 
 
 def engine_allocation(spec, gpu, request: EngineRequest):

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from kvplan import __version__
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec
-from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import (
+from kvplan.dtypes import (
     GGML_CACHE_QUANTS,
     LLAMA_CACHE_TYPES,
     ggml_row_bytes,
     ggml_type,
 )
+from kvplan.errors import KvplanError
 from kvplan.formulas.offload import first_gpu_layer, output_on_gpu, two_memory_step_time_s
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
@@ -651,7 +651,7 @@ def quant_choices(
 
 def llamacpp_allocation(spec: ModelSpec, gpu: GpuProfile, r: LlamaCppRequest) -> LlamaCppResult:
     """The Python twin of `kvplan engine MODEL --engine llama.cpp`."""
-    from kvplan.engines import refuse_gqa_indexer
+    from kvplan.engines.request import refuse_gqa_indexer
 
     refuse_gqa_indexer(spec, "llama.cpp")
     s, notes = resolve_settings(spec, r)

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
-from kvplan.engines import EngineRequest
+from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.engines.max_len import check_max_model_len
+from kvplan.engines.request import EngineRequest
 from kvplan.engines.vllm import DTYPES, gpu_generation, indexer_bytes_per_token
 from kvplan.engines.vllm_memory import mxfp4_alignment, weights_per_rank
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
@@ -241,7 +241,7 @@ def _mamba_bytes_per_request(stage: ModelSpec, tp: int) -> tuple[int, int]:
 
 
 def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> SglangResult:
-    from kvplan.engines import refuse_gqa_indexer
+    from kvplan.engines.request import refuse_gqa_indexer
 
     refuse_gqa_indexer(spec, "SGLang")
     if request.kv_cache_dtype not in KV_CACHE_FORMATS:

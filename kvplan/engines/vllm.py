@@ -12,11 +12,11 @@ from collections import Counter
 
 from kvplan import __version__
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, pp_stages
-from kvplan.engines import EngineRequest
+from kvplan.dtypes import KvFormat
 from kvplan.engines.max_len import check_max_model_len
+from kvplan.engines.request import EngineRequest
 from kvplan.engines.vllm_memory import StageMemory, batch_defaults, stage_memory
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
@@ -476,7 +476,7 @@ def check_dcp(spec: ModelSpec, tp: int, dcp: int, engine: str = "vllm") -> int:
 
 
 def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> VllmResult:
-    from kvplan.engines import refuse_compressed
+    from kvplan.engines.request import refuse_compressed
 
     refuse_compressed(spec, "vLLM")
     if request.kv_cache_dtype not in KV_CACHE_DTYPES:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
-from kvplan.formulas.dtypes import ELEMENT_BYTES
+from kvplan.dtypes import ELEMENT_BYTES
 from kvplan.formulas.memory import (
     DEFAULT_SM_COUNT,
     ActivationPeak,

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 
 from kvplan.anatomy.model import KEPT, CacheKind, Layer, ModelSpec, distinct_layers
+from kvplan.dtypes import KvFormat
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
     dcp_allgather_bytes,
@@ -43,7 +44,6 @@ from kvplan.formulas.comm import (
     tp_allreduce_bytes,
     tp_comm_time_per_decode_step_s,
 )
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.expert_parallel import dp_gather_time_s, ep_alltoall_time_s
 from kvplan.formulas.flops import (
     attention_flops_per_decode_token,
@@ -110,7 +110,7 @@ def measured_achieved(achieved: Achieved = ACHIEVED_DATASHEET) -> Achieved:
 
 
 def _format_key(weights_dtype: str) -> str:
-    """The kernel tables' format key of a resolved weights dtype (formulas.dtypes.weight_format
+    """The kernel tables' format key of a resolved weights dtype (kvplan.dtypes.weight_format
     names): fp8 (block scales) -> "fp8"; per-tensor fp8 and int8 -> "int8" (the tables' fp8 rows
     without block scales, derive_achieved.GEMM_FORMATS); int4 at any group size (GPTQ, AWQ,
     compressed-tensors' int4-g32-sym: vLLM's W4A16 kernels) and mxfp4 -> "4bit"; the rest

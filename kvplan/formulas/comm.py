@@ -9,7 +9,7 @@ one direction is half.
 from __future__ import annotations
 
 from kvplan.anatomy.model import ModelSpec
-from kvplan.formulas.dtypes import KvFormat
+from kvplan.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence
 
 ACTIVATION_BYTES = 2  # bf16 activations on the wire

@@ -7,7 +7,7 @@ batch that is routed to them: 1/N of the expert FLOPs and of the experts the bat
 all-to-alls per MoE layer move each token's hidden state to its top-k experts' ranks and back.
 
 >>> from kvplan.inputs.sources import load_model
->>> from kvplan.formulas.dtypes import resolve_kv_format
+>>> from kvplan.dtypes import resolve_kv_format
 >>> from kvplan.formulas.step_time import Rates
 >>> spec = load_model("deepseek-v3")
 >>> fmt = resolve_kv_format("auto", spec.dtype)
@@ -19,7 +19,7 @@ all-to-alls per MoE layer move each token's hidden state to its top-k experts' r
 from __future__ import annotations
 
 from kvplan.anatomy.model import ModelSpec
-from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat
+from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.formulas.flops import flops_per_decode_token, prefill_flops
 from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.formulas.roofline import MAX_BATCH_SEARCH

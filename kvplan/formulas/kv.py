@@ -5,7 +5,7 @@ tokens, B batch. For a full-attention layer stack: bytes_per_token = 2 * L * Hkv
 """
 
 from kvplan.anatomy.model import KEPT, CacheKind, ModelSpec, distinct_layers
-from kvplan.formulas.dtypes import KvFormat
+from kvplan.dtypes import KvFormat
 from kvplan.record import NamedTuple
 
 

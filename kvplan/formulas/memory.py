@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from kvplan.anatomy.model import KEPT, CacheKind, ModelSpec
-from kvplan.formulas.dtypes import ELEMENT_BYTES
+from kvplan.dtypes import ELEMENT_BYTES
 from kvplan.record import NamedTuple
 from kvplan.units import GIB
 

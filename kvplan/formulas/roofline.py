@@ -5,7 +5,7 @@ Notation: f(s) FLOPs per decode token at context s, KV(s) cache bytes per sequen
 """
 
 from kvplan.anatomy.model import KEPT, ModelSpec, distinct_layers
-from kvplan.formulas.dtypes import KvFormat
+from kvplan.dtypes import KvFormat
 from kvplan.formulas.flops import _decode_flop_per_key, flops_per_decode_token, matmul_params
 from kvplan.formulas.kv import cache_groups, kv_bytes_per_sequence
 from kvplan.formulas.weights import (  # B_mem lives with the weights: `size` needs no FLOPs

@@ -16,8 +16,8 @@ import math
 from enum import Enum
 
 from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, distinct_layers
+from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.formulas.flops import (
     attention_flops_per_decode_token,
     flops_per_decode_token,

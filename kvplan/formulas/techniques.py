@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
-from kvplan.formulas.dtypes import KvFormat
+from kvplan.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.formulas.step_time import Rates, Step, decode_step, floor_step
 

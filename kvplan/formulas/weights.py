@@ -6,20 +6,10 @@ in the model dtype, as real quantized checkpoints keep them. When the checkpoint
 headers were read (kvplan.inputs.checkpoint), their bytes are the weights, exactly.
 """
 
-from kvplan.anatomy.model import KEPT, ModelSpec
+from kvplan.anatomy.model import KEPT, QUANTIZABLE_PARTS, ModelSpec
+from kvplan.dtypes import ELEMENT_BYTES, WEIGHT_DTYPE_HELP, WeightFormat, weight_format
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import ELEMENT_BYTES, WEIGHT_DTYPE_HELP, WeightFormat, weight_format
 from kvplan.notes import Note, note
-
-QUANTIZABLE_PARTS = (
-    "attention",
-    "mlp",
-    "experts",
-    "shared_experts",
-    "mixer",
-    "expert_projections",
-    "shared_blocks",
-)
 
 
 def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:
@@ -29,7 +19,7 @@ def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:
     notes: list[Note] = []
     if key == "auto":
         if spec.stored is not None:
-            notes.append(_stored_note(spec))
+            notes += _stored_notes(spec)
             return "checkpoint", notes
         quant = spec.weights_quantization
         if quant:
@@ -42,7 +32,7 @@ def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:
                 "--weights-dtype checkpoint needs the model file's tensor headers (a GGUF file, "
                 "or a folder or Hub repository with safetensors)"
             )
-        notes.append(_stored_note(spec))
+        notes += _stored_notes(spec)
         return key, notes
     fmt = weight_format(key) if key not in ("fp32", "bf16", "fp16") else None
     if key not in ELEMENT_BYTES and fmt is None:
@@ -52,12 +42,26 @@ def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:
     return key, notes
 
 
-def _stored_note(spec: ModelSpec) -> Note:
+def _stored_notes(spec: ModelSpec) -> list[Note]:
+    """The checkpoint's bytes as the weights; a safetensors checkpoint more than 1% off the
+    config's own count (in its quantization_config's format, else its torch_dtype) says so."""
     stored = spec.stored
     assert stored is not None, "a note on stored weights for a model that has them"
     if stored.file_type:  # a GGUF
-        return note("weights-gguf", file_type=stored.file_type, weights_bytes=stored.total_bytes)
-    return note("weights-stored", weights_bytes=stored.total_bytes)
+        return [note("weights-gguf", file_type=stored.file_type, weights_bytes=stored.total_bytes)]
+    notes = [note("weights-stored", weights_bytes=stored.total_bytes)]
+    config_dtype = spec.weights_quantization or spec.dtype
+    config_bytes = weight_bytes(spec, config_dtype)
+    if config_bytes and abs(stored.text_bytes - config_bytes) > 0.01 * config_bytes:
+        notes.append(
+            note(
+                "checkpoint-differs",
+                checkpoint_bytes=stored.text_bytes,
+                config_bytes=config_bytes,
+                config_dtype=config_dtype,
+            )
+        )
+    return notes
 
 
 def _scope(spec: ModelSpec, fmt: WeightFormat) -> frozenset[str]:

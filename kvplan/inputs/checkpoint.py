@@ -15,8 +15,8 @@ import struct
 from pathlib import Path
 
 from kvplan.anatomy.model import StoredWeights
+from kvplan.dtypes import SAFETENSORS_DTYPE_BYTES
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import SAFETENSORS_DTYPE_BYTES
 from kvplan.inputs.text import clean
 
 MAX_HEADER_BYTES = 64 * 2**20  # a safetensors header of a large MoE is a few MB
@@ -226,14 +226,3 @@ def local_checkpoint(folder: Path, num_layers: int) -> StoredWeights | None:
     if not tensors:  # not the weights: 0 bytes would be priced as the model
         raise KvplanError(f"{folder}: its safetensors headers list no tensors")
     return summarize(tensors, num_layers, f"{folder} ({len(shards)} safetensors headers)")
-
-
-def hub_checkpoint(repo_id: str, num_layers: int, limit_s: float) -> StoredWeights | None:
-    """The weights of a Hub repository from its safetensors headers (HTTP range requests); None
-    when it has none, or the Hub does not answer within `limit_s` seconds."""
-    from kvplan.inputs.hub import fetch_safetensors_headers
-
-    tensors = fetch_safetensors_headers(repo_id, limit_s)
-    if not tensors:
-        return None
-    return summarize(tensors, num_layers, f"hub:{repo_id} (safetensors headers)")

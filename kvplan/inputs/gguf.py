@@ -30,8 +30,8 @@ from kvplan.anatomy.model import (
     StateKind,
     StoredWeights,
 )
+from kvplan.dtypes import GGML_TYPE_BY_ID, ggml_tensor_bytes
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import GGML_TYPE_BY_ID, ggml_tensor_bytes
 from kvplan.inputs.checkpoint import MAX_TENSOR_ELEMENTS
 from kvplan.inputs.fields import FIELD_MAXIMUM, MAX_DIM, MAX_LAYERS
 from kvplan.inputs.files import user_path

@@ -1,8 +1,8 @@
 """Hardware profiles: YAML files in hardware_profiles/ (or a user's file in the same schema),
 read by a strict loader (no aliases, bounded size and depth, no duplicate keys) and validated and
 coerced on load (PyYAML reads `4.8e12` as a string). The bundled files are read precompiled
-(hardware_profiles/bundled.json, kvplan.inputs.profile_cache), one profile parsed per name asked. `--gpu local` reads the device in front of
-you (kvplan.inputs.local_gpu)."""
+(hardware_profiles/bundled.json, kvplan.inputs.profile_cache), one profile parsed per name asked. `--gpu local` is the device in front of
+you (kvplan.inputs.local_gpu reads it) with the nearest bundled profile's peaks (local_profile)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Literal, overload
 
 from kvplan.errors import KvplanError
-from kvplan.formulas.roofline import ridge_flop_per_byte
 from kvplan.inputs.files import user_path
 from kvplan.inputs.kernel_tables import parse_field
 from kvplan.inputs.text import clean
 from kvplan.record import NamedTuple
-from kvplan.units import GBIT
+from kvplan.units import GBIT, GIB
 
 PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 REPORTED_BASIS = ("exact", "measured", "estimated", "device")  # device: read from this machine
@@ -131,10 +130,6 @@ class GpuProfile(NamedTuple):
         the model anywhere)."""
         name = self.name.upper()
         return any(re.search(rf"\b{re.escape(m.upper())}\b", name) for m in models)
-
-    def ridge_flop_per_byte(self, dtype: str = "bf16") -> float:
-        """I* = peak FLOP/s / memory bandwidth: below it a kernel is memory-bound."""
-        return ridge_flop_per_byte(self.peak(dtype), self.memory_bandwidth_bytes_per_s)
 
 
 # No device, memory or link is slower or smaller than a million per second (or bytes): below it a
@@ -358,8 +353,7 @@ def configuration_names(profile: GpuProfile) -> list[str]:
 def with_memory(profile: GpuProfile, ram_bytes: float, how: str = "") -> GpuProfile:
     """The profile for one memory size: the chip of the configuration sold with it (cores,
     bandwidth), and the GPU's share of the memory by macOS's working-set rule."""
-    from kvplan.formulas.offload import apple_default_working_set_bytes
-    from kvplan.units import GIB
+    from kvplan.inputs.local_gpu import apple_default_working_set_bytes
 
     gib = round(ram_bytes / GIB)
     config = next((c for c in profile.memory_configurations if c.memory_gib == gib), None)
@@ -403,8 +397,6 @@ def _configured(name: str) -> GpuProfile | None:
             + ", ".join(configuration_names(base))
             + " (or --gpu-memory where the command takes it)"
         )
-    from kvplan.units import GIB
-
     return with_memory(base, gib * GIB)
 
 
@@ -558,9 +550,39 @@ def _profiles_dir() -> Path:
 def _compiled() -> dict:
     """The bundled profiles as hardware_profiles/bundled.json holds them (or as their YAML reads,
     when a file changed since it was compiled: kvplan.inputs.profile_cache)."""
+    return read_bundled(_profiles_dir())
+
+
+def read_bundled(folder: Path) -> dict:
+    """The profiles of `folder`: its compiled file while every YAML is the one it was compiled
+    from, else the YAML files through the strict loader."""
     from kvplan.inputs.profile_cache import read_compiled
 
-    return read_compiled(_profiles_dir())
+    return read_compiled(folder) or compile_bundled(folder)
+
+
+def compile_bundled(folder: Path) -> dict:
+    """Every YAML in `folder` through the strict loader: {"files": {name: crc32}, "profiles":
+    {stem: data}, "prices": data, "names": {lower-case name, key or alias: stem}}, the first
+    profile in file order winning a name (as a scan of the profiles in order finds it)."""
+    import json
+
+    from kvplan.inputs.profile_cache import PRICES, digests, render
+
+    profiles: dict[str, object] = {}
+    prices: object = None
+    names: dict[str, str] = {}
+    for path in sorted(folder.glob("*.yaml")):
+        data = load_yaml(path)
+        if path.stem == PRICES:
+            prices = data
+            continue
+        profiles[path.stem] = data
+        profile = parse_profile(data, path.name, path.stem)
+        for name in (profile.key, profile.name.lower(), *profile.aliases):
+            names.setdefault(name, path.stem)
+    compiled = {"files": digests(folder), "profiles": profiles, "prices": prices, "names": names}
+    return json.loads(render(compiled))  # the values a read of the file gives, in YAML order
 
 
 @cache
@@ -586,6 +608,63 @@ def find_bundled(name: str) -> GpuProfile | None:
     return None if stem is None else bundled_profile(stem)
 
 
+def nearest_profile(name: str, memory_bytes: int) -> GpuProfile | None:
+    """A bundled profile whose match names contain the device name, else whose name appears in
+    it; among several, the one whose memory is closest."""
+    lowered = name.lower()
+    candidates = [
+        p
+        for p in bundled_profiles().values()
+        if any(m.lower() == lowered for m in p.match_names)
+        or p.name.lower() in lowered
+        or any(alias in lowered.split() for alias in p.aliases)
+    ]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda p: abs(p.usable_memory_bytes - memory_bytes))
+
+
+def local_profile() -> GpuProfile:
+    """`--gpu local`: the device this machine reports (kvplan.inputs.local_gpu) with the nearest
+    bundled profile's peaks and bandwidth."""
+    from kvplan.inputs import local_gpu
+
+    name, memory, how = local_gpu.read_local_device()
+    name = clean(name)[:100]
+    near = nearest_profile(name, memory)
+    basis = "device"
+    if how == "nvml":  # NVML's total is not CUDA's: pin it to the profile's, else estimate
+        if (
+            near is not None
+            and 0 <= memory - near.usable_memory_bytes <= local_gpu.NVML_GAP_MAX_BYTES
+        ):
+            memory = int(near.usable_memory_bytes)
+            how = f"NVML, matched to {near.name}'s CUDA total ({near.memory_reported_basis})"
+        else:
+            memory -= local_gpu.NVML_CUDA_GAP_BYTES
+            basis = "estimated"
+            how = "NVML total less ~600 MiB (NVML counts memory CUDA does not offer)"
+    if near is None:
+        raise KvplanError(
+            f"--gpu local found {name!r} ({memory / GIB:,.2f} GiB) but no bundled profile "
+            "matches it: write one (docs/hardware-profiles.md) or measure one with kvplan "
+            "measure --save-profile"
+        )
+    if near.memory_configurations:  # a Mac: the chip sold with this memory (cores, bandwidth)
+        ram = local_gpu.mac_memory_bytes()
+        if ram is not None:
+            near = with_memory(near, ram)
+    return near._replace(
+        key="local",
+        name=f"{name} (local)",
+        memory_reported_bytes=float(memory),
+        memory_reported_basis=basis,
+        memory_reported_source=f"read from this machine: {how}",
+        source=f"{near.source} — peaks and bandwidth of the nearest profile, {near.name}",
+        path="local",
+    )
+
+
 def load_profile(name: str, allow_bare: bool = False) -> GpuProfile:
     """A profile key (h100-sxm), an alias (h100), a profile name ('H100 SXM'), a YAML path, or
     `local` (the GPU of this machine, with the nearest profile's peaks). A chip sold with
@@ -601,8 +680,6 @@ def load_profile(name: str, allow_bare: bool = False) -> GpuProfile:
             "kvplan capacity MODEL --gpu all (here, name one GPU or repeat --gpu)"
         )
     if name.strip().lower() == "local":
-        from kvplan.inputs.local_gpu import local_profile
-
         return local_profile()
     path = user_path(name)
     if name.endswith((".yaml", ".yml")) or path.is_file():

@@ -19,9 +19,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvplan.errors import KvplanError
 from kvplan.inputs.text import clean
+
+if TYPE_CHECKING:
+    from kvplan.anatomy.model import StoredWeights
 
 DEFAULT_DEADLINE_S = 10.0
 MAX_CONFIG_BYTES = 2 * 2**20
@@ -473,7 +477,7 @@ def _discard(path: Path) -> None:
 
 def _save(path: Path, text: str) -> None:
     """Best effort: a cache that cannot be written is no error."""
-    from kvplan.present.output import write_atomic
+    from kvplan.atomic import write_atomic
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -539,3 +543,14 @@ def fetch_safetensors_headers(repo_id: str, limit_s: float) -> dict[str, tuple[s
         raise
     except (HubFailure, KvplanError, ValueError, AttributeError, TypeError, RecursionError):
         return None  # no answer in time, or a malformed index or header: weights from the config
+
+
+def hub_checkpoint(repo_id: str, num_layers: int, limit_s: float) -> StoredWeights | None:
+    """The weights of a Hub repository from its safetensors headers (HTTP range requests); None
+    when it has none, or the Hub does not answer within `limit_s` seconds."""
+    from kvplan.inputs import checkpoint
+
+    tensors = fetch_safetensors_headers(repo_id, limit_s)
+    if not tensors:
+        return None
+    return checkpoint.summarize(tensors, num_layers, f"hub:{repo_id} (safetensors headers)")

@@ -1,6 +1,7 @@
-"""`--gpu local`: the GPU of this machine. Its memory is read from the device (the total CUDA
-reports, via torch; else NVML's total, via nvidia-ml-py); its peaks and bandwidth come from the
-nearest bundled profile (matched by the device's name and memory), said so in the profile."""
+"""`--gpu local`: the GPU of this machine, as the device reports it (its name, and the total CUDA
+reports, via torch; else NVML's total, via nvidia-ml-py; on a Mac, macOS's working set), and
+macOS's rule for a Mac GPU's share of unified memory. kvplan.inputs.hardware.local_profile
+matches the device to the nearest bundled profile, which gives its peaks and bandwidth."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ import platform
 import subprocess
 
 from kvplan.errors import KvplanError
-from kvplan.inputs.hardware import GpuProfile, bundled_profiles
-from kvplan.inputs.text import clean
 from kvplan.units import GIB, MIB
 
 # NVML's (nvidia-smi's) total exceeds what CUDA reports by 470-720 MiB (H100 470, H200 615,
@@ -68,8 +67,6 @@ def _sysctl(name: str) -> str:
 
 def _apple_device() -> tuple[str, int, str]:
     """A Mac without torch: hw.memsize and macOS's working-set rule, or iogpu.wired_limit_mb."""
-    from kvplan.formulas.offload import apple_default_working_set_bytes
-
     ram = _sysctl("hw.memsize")
     if not (ram.isascii() and ram.isdigit()):
         raise KvplanError("--gpu local: sysctl hw.memsize gave no memory size; name a profile")
@@ -93,53 +90,24 @@ def _apple_chip() -> str:
         return platform.processor() or "Apple silicon"
 
 
-def nearest_profile(name: str, memory_bytes: int) -> GpuProfile | None:
-    """A bundled profile whose match names contain the device name, else whose name appears in
-    it; among several, the one whose memory is closest."""
-    lowered = name.lower()
-    candidates = [
-        p
-        for p in bundled_profiles().values()
-        if any(m.lower() == lowered for m in p.match_names)
-        or p.name.lower() in lowered
-        or any(alias in lowered.split() for alias in p.aliases)
-    ]
-    if not candidates:
-        return None
-    return min(candidates, key=lambda p: abs(p.usable_memory_bytes - memory_bytes))
+def mac_memory_bytes() -> int | None:
+    """A Mac's unified memory (sysctl hw.memsize), None where it cannot be read."""
+    ram = _sysctl("hw.memsize")
+    return int(ram) if ram.isascii() and ram.isdigit() else None
 
 
-def local_profile() -> GpuProfile:
-    name, memory, how = read_local_device()
-    name = clean(name)[:100]
-    near = nearest_profile(name, memory)
-    basis = "device"
-    if how == "nvml":  # NVML's total is not CUDA's: pin it to the profile's, else estimate
-        if near is not None and 0 <= memory - near.usable_memory_bytes <= NVML_GAP_MAX_BYTES:
-            memory = int(near.usable_memory_bytes)
-            how = f"NVML, matched to {near.name}'s CUDA total ({near.memory_reported_basis})"
-        else:
-            memory -= NVML_CUDA_GAP_BYTES
-            basis = "estimated"
-            how = "NVML total less ~600 MiB (NVML counts memory CUDA does not offer)"
-    if near is None:
-        raise KvplanError(
-            f"--gpu local found {name!r} ({memory / GIB:,.2f} GiB) but no bundled profile "
-            "matches it: write one (docs/hardware-profiles.md) or measure one with kvplan "
-            "measure --save-profile"
-        )
-    if near.memory_configurations:  # a Mac: the chip sold with this memory (cores, bandwidth)
-        ram = _sysctl("hw.memsize")
-        if ram.isascii() and ram.isdigit():
-            from kvplan.inputs.hardware import with_memory
-
-            near = with_memory(near, int(ram))
-    return near._replace(
-        key="local",
-        name=f"{name} (local)",
-        memory_reported_bytes=float(memory),
-        memory_reported_basis=basis,
-        memory_reported_source=f"read from this machine: {how}",
-        source=f"{near.source} — peaks and bandwidth of the nearest profile, {near.name}",
-        path="local",
-    )
+def apple_default_working_set_bytes(
+    unified_memory_bytes: float, wired_limit_mb: int | None = None
+) -> float:
+    """Metal's recommendedMaxWorkingSetSize, the GPU's share of a Mac's unified memory, on
+    macOS 14/15: 2/3 of the memory up to 32 GiB, 3/4 above, as ggml's Metal backend prints it
+    (`ggml_metal_init: recommendedMaxWorkingSetSize`): 22906.50 MB on 32 GiB (2/3); 28991.03 MB
+    on 36 GiB, 51539.61 MB on 64 GiB, 103079.22 MB on 128 GiB (3/4), in public llama.cpp logs;
+    10.67 GiB on a 16 GB M4 (exo PR #1672). Apple sells no size between 32 and 36 GB, so the
+    step lies in (32, 36] GiB. `sudo sysctl iogpu.wired_limit_mb=<MiB>` replaces it (Metal
+    then reports that many MiB, llmfit PR #754; 0 means unset); macOS 26 defaults higher (an
+    M5 Max 128 GB reports 107.52 GiB, antirez/ds4 PR #893), not modelled."""
+    if wired_limit_mb:
+        return float(wired_limit_mb * MIB)
+    share = 2 / 3 if unified_memory_bytes <= 32 * GIB else 3 / 4
+    return unified_memory_bytes * share

@@ -3,10 +3,11 @@ loader reads from each bundled file (the GPU profiles and prices.yaml), the name
 answers to, and each file's CRC-32. Reading it takes ~2 ms of CPU where the pure-Python loader
 took ~190 ms for the 41 files, which every `--gpu` command paid.
 
-`python scripts/compile_profiles.py` writes it; tests/test_hardware.py re-reads every YAML with
-the strict loader and compares. The file is a cache, never a second home of a number: when a YAML
-was edited, added or removed since it was written (a digest differs), the YAML files are read
-through the strict loader instead. Users' own files always go through the strict loader."""
+`python scripts/compile_profiles.py` writes it (kvplan.inputs.hardware.compile_bundled reads the
+YAML files through the strict loader); tests/test_hardware.py re-reads every YAML with the strict
+loader and compares. The file is a cache, never a second home of a number: when a YAML was edited,
+added or removed since it was written (a digest differs), the YAML files are read through the
+strict loader instead. Users' own files always go through the strict loader."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ COMPILED = "bundled.json"
 PRICES = "prices"  # prices.yaml: GPU-hour prices (kvplan.inputs.prices), not a profile
 
 
-def _digests(folder: Path) -> dict[str, str]:
+def digests(folder: Path) -> dict[str, str]:
     """Each YAML's CRC-32: to notice an edit, not a security boundary (whoever can edit a bundled
     YAML can edit the JSON beside it). zlib is loaded already; hashlib's OpenSSL costs ~7 ms."""
     return {
@@ -35,39 +36,17 @@ def _plain(value: object) -> str:
     raise TypeError(f"a {type(value).__name__} in a bundled profile has no JSON form")
 
 
-def compile_bundled(folder: Path) -> dict:
-    """Every YAML in `folder` through the strict loader: {"files": {name: crc32}, "profiles":
-    {stem: data}, "prices": data, "names": {lower-case name, key or alias: stem}}, the first
-    profile in file order winning a name (as a scan of the profiles in order finds it)."""
-    from kvplan.inputs.hardware import load_yaml, parse_profile
-
-    profiles: dict[str, object] = {}
-    prices: object = None
-    names: dict[str, str] = {}
-    for path in sorted(folder.glob("*.yaml")):
-        data = load_yaml(path)
-        if path.stem == PRICES:
-            prices = data
-            continue
-        profiles[path.stem] = data
-        profile = parse_profile(data, path.name, path.stem)
-        for name in (profile.key, profile.name.lower(), *profile.aliases):
-            names.setdefault(name, path.stem)
-    compiled = {"files": _digests(folder), "profiles": profiles, "prices": prices, "names": names}
-    return json.loads(render(compiled))  # the values a read of the file gives, in YAML order
-
-
 def render(compiled: dict) -> str:
     return json.dumps(compiled, indent=1, default=_plain) + "\n"
 
 
-def read_compiled(folder: Path) -> dict:
-    """The compiled file if every YAML beside it is the one it was compiled from, else a fresh
-    compilation of the YAML files."""
+def read_compiled(folder: Path) -> dict | None:
+    """The compiled file if every YAML beside it is the one it was compiled from, else None (then
+    kvplan.inputs.hardware.compile_bundled reads the YAML files)."""
     try:
         compiled = json.loads((folder / COMPILED).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         compiled = None
-    if not isinstance(compiled, dict) or compiled.get("files") != _digests(folder):
-        return compile_bundled(folder)
+    if not isinstance(compiled, dict) or compiled.get("files") != digests(folder):
+        return None
     return compiled

@@ -6,7 +6,7 @@ is flagged: the weights are then counted unquantized, and the output says so."""
 import re
 from typing import TypeGuard
 
-from kvplan.formulas.weights import QUANTIZABLE_PARTS
+from kvplan.anatomy.model import QUANTIZABLE_PARTS
 from kvplan.inputs.text import clean
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple

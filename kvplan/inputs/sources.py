@@ -316,13 +316,11 @@ def load_model(model: str | ModelArgument, checkpoint: bool = True):
 
 
 def attach_checkpoint(spec, source: str):
-    """The checkpoint's safetensors headers, when they can be read, become the weight bytes."""
-    from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
-
+    """The checkpoint's safetensors headers, when they can be read, become the weight bytes
+    (kvplan.formulas.weights compares them with the config's count where they are used)."""
     found = None
     if source.startswith("hub:"):
-        from kvplan.inputs.checkpoint import hub_checkpoint
-        from kvplan.inputs.hub import deadline_s
+        from kvplan.inputs.hub import deadline_s, hub_checkpoint
 
         found = hub_checkpoint(spec.hf_id, spec.num_layers, deadline_s())
         if found is None:
@@ -335,25 +333,12 @@ def attach_checkpoint(spec, source: str):
         found = local_checkpoint(Path(source).parent, spec.num_layers)
     if found is None:
         return spec
-    wdtype, _ = resolve_weights_dtype(spec, "auto")  # the config's reading (nothing stored yet)
-    from_config = weight_bytes(spec, wdtype)
-    notes = [
-        note(
-            "checkpoint-weights",
-            source=found.source,
-            tensors=found.num_tensors,
-            text_bytes=found.text_bytes,
-            vision_bytes=found.vision_bytes,
-            skipped_bytes=found.skipped_bytes,
-        )
-    ]
-    if from_config and abs(found.text_bytes - from_config) > 0.01 * from_config:
-        notes.append(
-            note(
-                "checkpoint-differs",
-                checkpoint_bytes=found.text_bytes,
-                config_bytes=from_config,
-                config_dtype=wdtype,
-            )
-        )
-    return spec._replace(stored=found, notes=spec.notes + tuple(notes))
+    weights = note(
+        "checkpoint-weights",
+        source=found.source,
+        tensors=found.num_tensors,
+        text_bytes=found.text_bytes,
+        vision_bytes=found.vision_bytes,
+        skipped_bytes=found.skipped_bytes,
+    )
+    return spec._replace(stored=found, notes=(*spec.notes, weights))

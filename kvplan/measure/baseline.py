@@ -125,34 +125,42 @@ def _figure_number(value, what: str, maximum: float = math.inf) -> float:
     return number
 
 
-def from_json(data: dict, path: str = "") -> Baseline:
-    conditions = data["conditions"]
+def from_json(data, path: str = "") -> Baseline:
+    """A measure run's figures: from its JSON (a dict), or from the typed result it is written
+    from (kvplan.measure.run.MeasureResult; the same fields, read as attributes)."""
+    conditions = _get(data, "conditions")
     rounds = conditions["rounds"]
     if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
         raise BadFigure(f"conditions.rounds = {str(rounds)[:20]} is not a whole number of rounds")
     runs = rounds
-    if not isinstance(data["identity"], dict):
+    identity = _get(data, "identity")
+    if not isinstance(identity, dict):
         raise BadFigure("identity is not a mapping")
     figures = {}
-    for f in data["profile"]["figures"]:
-        key = str(f["key"])
-        spread = _figure_number(f["spread"], f"{key}: spread", MAX_SPREAD)
+    for f in _get(_get(data, "profile"), "figures"):
+        key = str(_get(f, "key"))
+        spread = _figure_number(_get(f, "spread"), f"{key}: spread", MAX_SPREAD)
         if key in RESIDUALS:  # compared as the raw time its probe measured
-            value = _figure_number(f["probe_value"], f"{key}: probe_value")
+            value = _figure_number(_get(f, "probe_value"), f"{key}: probe_value")
             figures[RESIDUALS[key]] = Figure(value, spread, runs, False)
         else:
-            value = _figure_number(f["value"], f"{key}: value")
-            figures[key] = Figure(value, spread, runs, f["unit"] != "s")
-    for point in data["points"]:
+            value = _figure_number(_get(f, "value"), f"{key}: value")
+            figures[key] = Figure(value, spread, runs, _get(f, "unit") != "s")
+    for point in _get(data, "points"):
         key = point_key(point)
         figures[key] = Figure(
-            _figure_number(point["measured_s"], f"{key}: measured_s"),
-            _figure_number(point["spread"], f"{key}: spread", MAX_SPREAD),
+            _figure_number(_get(point, "measured_s"), f"{key}: measured_s"),
+            _figure_number(_get(point, "spread"), f"{key}: spread", MAX_SPREAD),
             runs,
             False,
         )
     workload = {k: conditions[k] for k in ("model", "layers", "dtype", "attention_impl")}
-    return Baseline(path, "measure-json", data["identity"], workload, figures)
+    return Baseline(path, "measure-json", identity, workload, figures)
+
+
+def _get(data, key: str):
+    """A field of a JSON object (dict) or of a typed record."""
+    return data[key] if isinstance(data, dict) else getattr(data, key)
 
 
 def point_key(point) -> str:
@@ -223,22 +231,6 @@ def confirmed(first: Comparison, second: Comparison) -> Comparison:
         regressions=sum(1 for c in changes if c.verdict == "regression"),
         within_noise=sum(1 for c in changes if c.verdict in ("within noise", "not confirmed")),
     )
-
-
-def measure_against(
-    request, base: Baseline, max_regression: float, allow_other_device: bool, progress=None
-):
-    """The Python twin of `kvplan measure --baseline FILE`: (the run, its comparison). With
-    `request.confirm`, a run that fails (a regression, or a missed check when `request.check`)
-    is measured once more, from scratch: the comparisons are `confirmed` and the check is the
-    second run's; the second run is the one returned."""
-    from kvplan.measure.run import confirmed_run
-    from kvplan.present.view import jsonable
-
-    def against(result) -> Comparison:
-        return compare(from_json(jsonable(result)), base, max_regression, allow_other_device)
-
-    return confirmed_run(request, progress, against)
 
 
 def _unit(key: str) -> str:

@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from kvplan.dtypes import KvFormat
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import (
     p2p_time_s,
@@ -36,7 +37,6 @@ from kvplan.formulas.comm import (
     ring_allreduce_time_s,
     tp_allreduce_bytes,
 )
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.inputs.sources import load_model
 from kvplan.measure.timing import summarize

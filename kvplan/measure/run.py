@@ -14,8 +14,8 @@ import time
 
 import torch
 
+from kvplan.dtypes import KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.formulas.step_time import (
     Op,
     OpRates,
@@ -29,6 +29,7 @@ from kvplan.formulas.step_time import (
 )
 from kvplan.inputs.sources import load_bundled, load_model
 from kvplan.kernels.paged_attention import available_impls
+from kvplan.measure import baseline
 from kvplan.measure import probes as pr
 from kvplan.measure.device import choose_profile, default_threads, detect
 from kvplan.measure.profile import DeviceProfile, derive
@@ -224,13 +225,11 @@ def confirmed_run(request: MeasureRequest, progress: Progress | None = None, aga
     check_missed = request.check and not result.check.passed
     regressed = comparison is not None and not comparison.passed
     if request.confirm and (check_missed or regressed):
-        from kvplan.measure.baseline import confirmed
-
         second = _measure_once(request, progress)
         first = ()
         if comparison is not None:
             first = tuple(c.key for c in comparison.changes if c.verdict == "regression")
-            comparison = confirmed(comparison, against(second))
+            comparison = baseline.confirmed(comparison, against(second))
         result = remeasured(
             result,
             second,
@@ -239,6 +238,25 @@ def confirmed_run(request: MeasureRequest, progress: Progress | None = None, aga
             regressed_first=first,
         )
     return result, comparison
+
+
+def measure_against(
+    request: MeasureRequest,
+    base: baseline.Baseline,
+    max_regression: float,
+    allow_other_device: bool,
+    progress: Progress | None = None,
+):
+    """The Python twin of `kvplan measure --baseline FILE`: (the run, its comparison). With
+    `request.confirm`, a run that fails (a regression, or a missed check when `request.check`)
+    is measured once more, from scratch: the comparisons are `confirmed` and the check is the
+    second run's; the second run is the one returned."""
+
+    def against(result: MeasureResult) -> baseline.Comparison:
+        current = baseline.from_json(result)
+        return baseline.compare(current, base, max_regression, allow_other_device)
+
+    return confirmed_run(request, progress, against)
 
 
 def remeasured(
@@ -288,7 +306,23 @@ def _measure_once(request: MeasureRequest, progress: Progress | None) -> Measure
     threads = request.threads
     if threads is None:
         threads, busy = default_threads() if device == "cpu" else (torch.get_num_threads(), None)
-    torch.set_num_threads(threads)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)  # this run's layout; the caller's comes back after it
+    try:
+        return _measure_on(request, progress, began, device, tolerance, threads, busy)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _measure_on(
+    request: MeasureRequest,
+    progress: Progress | None,
+    began: float,
+    device: str,
+    tolerance: float,
+    threads: int,
+    busy: float | None,
+) -> MeasureResult:
     info = detect(device, threads, busy)
     datasheet = choose_profile(info, request.gpu)
     spec = load_model(request.model) if request.model else load_bundled(DEFAULT_MODEL[device])

@@ -65,7 +65,15 @@ class Workload:
         attention_impl: str = "auto",
         seed: int = 0,
     ):
-        torch.manual_seed(seed)
+        # the weights and caches are drawn from `seed` without touching the caller's RNG state
+        cuda = [torch.device(device).index or 0] if device.startswith("cuda") else []
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(seed)
+            self._build(spec, dtype, device, max_kv_tokens, attention_impl)
+
+    def _build(
+        self, spec: ModelSpec, dtype: str, device: str, max_kv_tokens: int, attention_impl: str
+    ) -> None:
         self.spec, self.device, self.impl = spec, device, attention_impl
         self.dt = DTYPES[dtype]
         h = spec.hidden_size

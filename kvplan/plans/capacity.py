@@ -10,9 +10,9 @@ from typing import Any
 
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
+from kvplan.dtypes import KvFormat, resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_requests_per_s, kv_transfer_time_s
-from kvplan.formulas.dtypes import KvFormat, resolve_kv_format
 from kvplan.formulas.kv import kv_bytes_per_token
 from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
 from kvplan.inputs.hardware import GpuProfile, choose_link
@@ -215,16 +215,14 @@ def capacity(
     if pp > 1:
         notes.append(note("capacity-pp", pp=pp))
     if gpus is not None and gpus > replicas * d.gpus:
-        notes.append(
-            note("gpus-idle", num_gpus=gpus, used=replicas * d.gpus, layout=layout_text(d))
-        )
+        notes.append(note("gpus-idle", num_gpus=gpus, used=replicas * d.gpus, layout=d))
     if replicas > 1:
         notes.append(
             note(
                 "capacity-replicas",
                 num_gpus=replicas * d.gpus,  # --users sizes the replicas with no --num-gpus
                 replicas=replicas,
-                layout=layout_text(d),
+                layout=d,
             )
         )
     if plan.pool_bytes <= 0:
@@ -394,7 +392,7 @@ def _engine_seats(
         "launch-engine-seats",
         planned=per_replica,
         held=held,
-        layout=layout_text(Deployment(result.tp, result.pp)),
+        layout=Deployment(result.tp, result.pp),
     )
     return result._replace(
         max_concurrency=held * result.replicas,

@@ -3,7 +3,7 @@ layer holding every token, and averaged over a 128k sequence, windows held)."""
 
 from __future__ import annotations
 
-from kvplan.formulas.dtypes import KvFormat
+from kvplan.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence, kv_bytes_per_token, state_bytes_per_sequence
 from kvplan.inputs.sources import bundled_models, load_bundled
 from kvplan.notes import Note, note

@@ -123,7 +123,7 @@ def compare(spec: ModelSpec, gpus: list[GpuProfile], request: CompareRequest) ->
             kinds_seen = kinds
     kv_dtype, weights_dtype = kinds_seen or (request.kv_dtype, request.weights_dtype)
     fixed = (request.tp, request.pp, request.dp_attention) != (None, None, None)
-    layout = layout_text(Deployment(request.tp or 1, request.pp or 1, request.dp_attention or 1))
+    layout = Deployment(request.tp or 1, request.pp or 1, request.dp_attention or 1)
     notes.append(
         note("compare-columns", context_len=request.context_len, layout=layout if fixed else None)
     )
@@ -213,8 +213,8 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
             note(
                 "compare-best-layout",
                 gpu=gpu.name,
-                layout=row.layout,
-                weighed=list(row.layouts_weighed),
+                layout=deployment_of(cap),
+                weighed=[deployment_of(c) for c, _ in tried],
                 tokens_per_s_per_gpu=[p.tokens_per_s_per_gpu for _, p in tried],
             )
         )
@@ -389,6 +389,12 @@ def _priced(spec, gpu, cap, request, notes: list | None = None) -> Priced:
     )
 
 
+def _deployment(row: CompareRow) -> Deployment:
+    """The layout of a row that fits (only a row that fits none has no TP, PP or DP)."""
+    assert row.tp is not None and row.pp is not None and row.dp_attention is not None, row.gpu
+    return Deployment(row.tp, row.pp, row.dp_attention)
+
+
 def verdict(rows: list[CompareRow], context_len: int, users: int | None) -> Note:
     """One line: the kind with the most decode throughput per GPU (its floor with the replica
     full), the cheapest per token where prices are known, the fewest GPUs for --users, and the
@@ -417,7 +423,7 @@ def verdict(rows: list[CompareRow], context_len: int, users: int | None) -> Note
         most=most.gpu,
         most_tokens_per_s_per_gpu=most.tokens_per_s_per_gpu,
         most_users_per_gpu=most.users_per_gpu,
-        most_layout=most.layout,
+        most_layout=_deployment(most),
         cheapest=cheapest.gpu if cheapest else None,
         cheapest_usd=cheapest.usd_per_million_output_tokens if cheapest else None,
         tied=[r.gpu for r in tied] if len(tied) > 1 else [],

@@ -23,8 +23,8 @@ Everything the user fixes (--tp, --pp, --dp-attention) is kept.
 from __future__ import annotations
 
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
+from kvplan.dtypes import KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import KvFormat
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note
 from kvplan.plans.pool import Budget, budget, max_sequences
@@ -243,7 +243,7 @@ def choose_deployment(
         notes.append(
             note(
                 "deployment-on-gpus",
-                layout=layout_text(best.deployment),
+                layout=best.deployment,
                 gpu=gpu.name,
                 num_gpus=num_gpus,
                 replicas=num_gpus // best.deployment.gpus,
@@ -251,7 +251,7 @@ def choose_deployment(
                 users=best.users * (num_gpus // best.deployment.gpus),
                 others=[
                     (
-                        layout_text(c.deployment),
+                        c.deployment,
                         num_gpus // c.deployment.gpus,
                         c.users * (num_gpus // c.deployment.gpus),
                     )
@@ -276,7 +276,7 @@ def choose_deployment(
         notes.append(
             note(
                 "deployment-for-users",
-                layout=layout_text(best.deployment),
+                layout=best.deployment,
                 gpu=gpu.name,
                 gpus=best.deployment.gpus,
                 replicas=-(-users_target // best.users),
@@ -297,13 +297,13 @@ def choose_deployment(
         notes.append(
             note(
                 "deployment-chosen",
-                layout=layout_text(best.deployment),
+                layout=best.deployment,
                 gpu=gpu.name,
                 gpus=fewest,
                 nodes=_nodes(best.deployment, node),
                 context_len=context_len,
                 users=best.users,
-                others=[(layout_text(c.deployment), c.users) for c in ranked[1:]],
+                others=[(c.deployment, c.users) for c in ranked[1:]],
             )
         )
     notes += _layout_notes(spec, best.deployment, node)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from kvplan import __version__
 from kvplan.anatomy.model import ModelSpec
+from kvplan.dtypes import resolve_kv_format
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import resolve_kv_format
 from kvplan.formulas.kv import gqa_saving_factor, kv_bytes_per_sequence, kv_bytes_per_token
 from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
 from kvplan.inputs.hardware import GpuProfile

@@ -16,8 +16,8 @@ from typing import Any
 
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
+from kvplan.dtypes import ELEMENT_BYTES, KvFormat, resolve_kv_format
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat, resolve_kv_format
 from kvplan.formulas.kv import (
     cache_groups,
     kv_bytes_per_sequence,

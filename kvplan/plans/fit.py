@@ -82,7 +82,7 @@ def _check(r: FitRequest) -> None:
         raise KvplanError(f"--cache-type {r.cache_type!r}: one of {', '.join(CACHE_TYPES)}")
     if not r.weights_types:
         raise KvplanError("--weights-type: at least one ggml type")
-    from kvplan.formulas.dtypes import ggml_type
+    from kvplan.dtypes import ggml_type
 
     for name in r.weights_types:
         ggml_type(name)  # a known ggml type, or a one-line error
@@ -94,7 +94,7 @@ def fit(gpu, request: FitRequest = FitRequest()) -> FitResult:
     from kvplan.engines.llamacpp import LLAMA_CPP_BUILD
 
     _check(request)
-    from kvplan.formulas.dtypes import ggml_type
+    from kvplan.dtypes import ggml_type
 
     request = request._replace(
         contexts=tuple(sorted(set(request.contexts))),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kvplan.formulas.roofline import ridge_flop_per_byte
 from kvplan.inputs.hardware import bundled_profiles, configuration_names
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
@@ -38,8 +39,12 @@ def gpus() -> GpusResult:
             p.memory_reported_bytes,
             p.memory_bandwidth_bytes_per_s,
             p.peak("bf16"),
-            p.ridge_flop_per_byte("bf16"),
-            p.ridge_flop_per_byte("fp8") if "fp8" in p.peak_flop_per_s else None,
+            ridge_flop_per_byte(p.peak("bf16"), p.memory_bandwidth_bytes_per_s),
+            (
+                ridge_flop_per_byte(p.peak("fp8"), p.memory_bandwidth_bytes_per_s)
+                if "fp8" in p.peak_flop_per_s
+                else None
+            ),
             ", ".join(configuration_names(p)),
         )
         for key, p in bundled_profiles().items()

@@ -4,7 +4,7 @@ utilization - weights per GPU - reserve) and whole paged sequences on every pipe
 from __future__ import annotations
 
 from kvplan.anatomy.model import ModelSpec
-from kvplan.formulas.dtypes import KvFormat
+from kvplan.dtypes import KvFormat
 from kvplan.formulas.kv import paged_bytes_per_sequence, sequences_in_pool
 from kvplan.formulas.memory import runtime_reserve_bytes
 from kvplan.formulas.weights import weights_bytes_per_gpu

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.dtypes import ELEMENT_BYTES, KvFormat, resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import (
     p2p_time_s,
@@ -11,7 +12,6 @@ from kvplan.formulas.comm import (
     tp_allreduce_bytes,
     tp_comm_time_per_decode_step_s,
 )
-from kvplan.formulas.dtypes import ELEMENT_BYTES, KvFormat, resolve_kv_format
 from kvplan.formulas.expert_parallel import (
     dp_attention_batch_equal_reads,
     dp_attention_decode_step,
@@ -175,9 +175,8 @@ def rates(gpu: GpuProfile, dtype: str) -> Rates:
 
 
 def gpu_point(gpu: GpuProfile, dtype: str = "bf16") -> GpuPoint:
-    return GpuPoint(
-        gpu.name, gpu.ridge_flop_per_byte(dtype), gpu.peak(dtype), gpu.memory_bandwidth_bytes_per_s
-    )
+    peak, bandwidth = gpu.peak(dtype), gpu.memory_bandwidth_bytes_per_s
+    return GpuPoint(gpu.name, ridge_flop_per_byte(peak, bandwidth), peak, bandwidth)
 
 
 def device(gpu: GpuProfile) -> DeviceResult:
@@ -256,7 +255,7 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
     stage_link = _link(gpu, d.gpus <= node)
     cdtype = gpu.tensor_dtype(compute_dtype(wdtype))
     device_rates = rates(gpu, cdtype)
-    ridge = gpu.ridge_flop_per_byte(cdtype)
+    ridge = ridge_flop_per_byte(gpu.peak(cdtype), gpu.memory_bandwidth_bytes_per_s)
     bw = gpu.memory_bandwidth_bytes_per_s
     pool = rank_budget(spec, gpu, wdtype, d, request.gpu_mem_util).pool_bytes
     prefill_len = request.contexts[0]

@@ -14,9 +14,9 @@ from typing import Any
 
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.dtypes import resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_time_s
-from kvplan.formulas.dtypes import resolve_kv_format
 from kvplan.inputs.hardware import GpuProfile, choose_link, with_interconnect
 from kvplan.notes import Note, note, unique
 from kvplan.plans import intervals
@@ -243,6 +243,9 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
     ]
     if layout is not None:
         notes.append(_layout_note(spec, layout))
+    o = replica.options
+    if o.engine == "sglang" and o.enable_dp_attention and o.data_parallel_size < 2:
+        notes.append(note("sim-dp-attention-off", tp=o.tp))
     if request.disaggregated is not None:
         t = replica.transfer
         assert t is not None, "a disaggregated replica has its transfer model"

@@ -2,8 +2,8 @@
 
 from kvplan import __version__
 from kvplan.anatomy.model import ModelSpec
+from kvplan.dtypes import resolve_kv_format
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import resolve_kv_format
 from kvplan.formulas.kv import (
     cache_groups,
     gqa_saving_factor,

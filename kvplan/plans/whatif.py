@@ -13,8 +13,8 @@ import math
 
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
+from kvplan.dtypes import resolve_kv_format
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import resolve_kv_format
 from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.formulas.roofline import ceiling_tokens_per_s, compute_dtype
 from kvplan.formulas.step_time import Rates, Step, bound, decode_step, prefill_step, time_floor_s

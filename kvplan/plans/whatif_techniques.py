@@ -15,8 +15,8 @@ import math
 from typing import Any
 
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, State, StateKind
+from kvplan.dtypes import SUB_BYTE_BITS, KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import SUB_BYTE_BITS, KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence, state_bytes_per_sequence
 from kvplan.formulas.techniques import expected_tokens_per_round, kept_tokens
 from kvplan.inputs.options import parse_tokens

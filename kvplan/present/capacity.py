@@ -15,7 +15,7 @@ from kvplan.present import format as f
 from kvplan.present.view import Column, Fact, Table, Verdict, View, jsonable, judged, ref, view
 
 if TYPE_CHECKING:  # the engines' launch modules load for --emit alone
-    from kvplan.present.launch import Launch
+    from kvplan.plans.launch import Launch
 
 
 def scenario(row: WhatIfRow, ctx: int) -> str:
@@ -249,7 +249,7 @@ def launch_of(
             f"an engine would refuse to start with --max-model-len {result.context_len}; "
             f"what fits: {would}"
         )
-    from kvplan.present.launch import Launch
+    from kvplan.plans.launch import Launch
 
     source = spec.source or ""
     local = bool(source) and not source.startswith(("bundled:", "hub:", "variant:"))

@@ -113,3 +113,11 @@ def count(value: float) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.2f}{suffix}"
     return f"{value:.0f}"
+
+
+def layout_text(deployment: Any) -> str:
+    """A deployment in words, 'TP 8 x PP 2' (kvplan.plans.deployment.layout_text, whose words the
+    plans' layout fields hold too), for a note that carries the Deployment itself."""
+    from kvplan.plans.deployment import layout_text as words
+
+    return words(deployment)

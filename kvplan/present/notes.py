@@ -9,20 +9,7 @@ from collections.abc import Callable, Iterable
 
 from kvplan.notes import Note
 from kvplan.present import format as f
-
-TEXTS: dict[str, Callable[..., str]] = {}
-
-
-def text(note_id: str):
-    """Register the text of `note_id` (a function of the note's values)."""
-
-    def register(fn: Callable[..., str]) -> Callable[..., str]:
-        if note_id in TEXTS:
-            raise ValueError(f"note {note_id!r} has two texts")
-        TEXTS[note_id] = fn
-        return fn
-
-    return register
+from kvplan.present.note_registry import TEXTS, text
 
 
 def note_text(item: Note) -> str:
@@ -243,7 +230,8 @@ text("capacity-pp")(
 )
 text("capacity-replicas")(
     lambda num_gpus, replicas, layout: (
-        f"{num_gpus} GPUs = {replicas} replicas of {layout}; concurrency summed over replicas."
+        f"{num_gpus} GPUs = {replicas} replicas of {f.layout_text(layout)}; concurrency summed "
+        "over replicas."
     )
 )
 text("capacity-no-room")(

@@ -3,8 +3,9 @@ GPU kinds side by side, deployments, explore, engine's vLLM terms): registered i
 kvplan.present.notes' one table, loaded on the first note beyond the core's, before
 kvplan.present.notes_more (start-up: a --gpu command reads this file alone)."""
 
+from kvplan.present import format as f
 from kvplan.present.format import gib_text
-from kvplan.present.notes import text
+from kvplan.present.note_registry import text
 
 # ---- roofline ---------------------------------------------------------------------------------
 text("roofline-terms")(
@@ -60,6 +61,12 @@ text("sim-dcp")(
         "context per rank, then the ranks all-gather their partial outputs and LSEs once per "
         "attention layer (charged on the interconnect); prefill attention is priced as without "
         "DCP."
+    )
+)
+text("sim-dp-attention-off")(
+    lambda tp: (
+        f"--enable-dp-attention with --dp-size 1: SGLang turns DP attention off "
+        f"(server_args' _handle_data_parallelism) and serves plain TP {tp}, as simulated here."
     )
 )
 text("sim-enforce-eager")(
@@ -134,11 +141,11 @@ text("node-size-assumed")(
 def _deployment_chosen(layout, gpu, gpus, nodes, context_len, users, others):
     where = "one node" if nodes == 1 else f"{nodes} nodes"
     out = (
-        f"Deployment {layout} on {gpus} x {gpu} ({where}): the fewest GPUs that hold one "
+        f"Deployment {f.layout_text(layout)} on {gpus} x {gpu} ({where}): the fewest GPUs that hold one "
         f"{context_len:,}-token sequence beside the weights; it holds {users:,}."
     )
     if others:
-        weighed = "; ".join(f"{name} {count:,}" for name, count in others)
+        weighed = "; ".join(f"{f.layout_text(d)} {count:,}" for d, count in others)
         out += f" Also weighed at {gpus} GPUs: {weighed}."
     return out + " Fix any of it with --tp, --pp or --dp-attention."
 
@@ -196,7 +203,7 @@ text("explore-mla-replicated")(
 text("compare-columns")(
     lambda context_len, layout=None: (
         (
-            f"Every GPU kind on {layout}, the layout given"
+            f"Every GPU kind on {f.layout_text(layout)}, the layout given"
             if layout
             else "Each GPU kind on the deployment kvplan chooses: of the fewest GPUs that hold "
             f"one {context_len:,}-token sequence and the wider TPs within a node, the one that "
@@ -230,7 +237,7 @@ def _compare_verdict(
     out = (
         f"At {context_len:,} tokens {most} decodes the most per GPU "
         f"({most_tokens_per_s_per_gpu:,.0f} tok/s by {model} with the replica full, "
-        f"{most_users_per_gpu:,.1f} sequences per GPU, {most_layout})"
+        f"{most_users_per_gpu:,.1f} sequences per GPU, {f.layout_text(most_layout)})"
     )
     if tied:
         spread = tied_usd[-1] / tied_usd[0] - 1
@@ -261,9 +268,9 @@ def _compare_verdict(
 text("compare-verdict")(_compare_verdict)
 text("compare-best-layout")(
     lambda gpu, layout, weighed, tokens_per_s_per_gpu: (
-        f"{gpu} on {layout}, its best layout: of "
+        f"{gpu} on {f.layout_text(layout)}, its best layout: of "
         + ", ".join(
-            f"{w} ({t:,.0f} tok/s per GPU)"
+            f"{f.layout_text(w)} ({t:,.0f} tok/s per GPU)"
             for w, t in zip(weighed, tokens_per_s_per_gpu, strict=True)
         )
         + ", the most tokens/s per GPU by plan's step model with the replica full (the fewest "
@@ -279,7 +286,7 @@ text("compare-none")(
 )
 text("deployment-for-users")(
     lambda layout, gpu, gpus, replicas, total, users_target, context_len, users: (
-        f"Deployment {layout} on {gpus} x {gpu} per replica: {replicas:,} replica(s) of it "
+        f"Deployment {f.layout_text(layout)} on {gpus} x {gpu} per replica: {replicas:,} replica(s) of it "
         f"serve {users_target:,} sequences of {context_len:,} tokens on {total:,} GPUs, the fewest "
         f"of any layout kvplan weighs (one replica holds {users:,}). Fix any of it with --tp, "
         "--pp or --dp-attention."

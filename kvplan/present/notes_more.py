@@ -3,7 +3,7 @@ the engines' memory terms, simulate and plan, deployments, comparisons, measure)
 kvplan.present.notes' one table, loaded only when one of them is printed (start-up)."""
 
 from kvplan.present import format as f
-from kvplan.present.notes import text
+from kvplan.present.note_registry import text
 from kvplan.present.notes_gpu import EVIDENCE_WORDS
 
 # ---- GGUF, llama.cpp and Ollama -------------------------------------------------------------------
@@ -693,13 +693,19 @@ text("deployment-none-fits")(
 text("deployment-on-gpus")(
     lambda layout, gpu, num_gpus, replicas, context_len, users, others: (
         f"On {num_gpus:,} x {gpu}: "
-        + (f"{replicas:,} replicas of {layout}" if replicas > 1 else layout)
+        + (
+            f"{replicas:,} replicas of {f.layout_text(layout)}"
+            if replicas > 1
+            else f.layout_text(layout)
+        )
         + f", the layout holding the most {context_len:,}-token sequences on them ({users:,})"
         + (
             "; also weighed: "
             + "; ".join(
-                f"{n:,} x {name} {count:,}" if n > 1 else f"{name} {count:,}"
-                for name, n, count in others
+                f"{n:,} x {f.layout_text(d)} {count:,}"
+                if n > 1
+                else f"{f.layout_text(d)} {count:,}"
+                for d, n, count in others
             )
             if others
             else ""
@@ -710,13 +716,14 @@ text("deployment-on-gpus")(
 text("launch-engine-seats")(
     lambda planned, held, layout: (
         f"vLLM's own allocation of these flags holds {held:,} max_model_len requests per "
-        f"replica of {layout}, not the {planned:,} the engine-free plan counts (its page layout "
+        f"replica of {f.layout_text(layout)}, not the {planned:,} the engine-free plan counts (its page layout "
         "differs, e.g. fp8_ds_mla for a DSA model's fp8 cache): the launch carries vLLM's count."
     )
 )
 text("gpus-idle")(
     lambda num_gpus, used, layout: (
-        f"{num_gpus - used:,} of the {num_gpus:,} GPUs stay idle: replicas of {layout} use {used:,}."
+        f"{num_gpus - used:,} of the {num_gpus:,} GPUs stay idle: replicas of {f.layout_text(layout)} "
+        f"use {used:,}."
     )
 )
 text("roofline-ops")(

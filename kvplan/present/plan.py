@@ -3,9 +3,10 @@ GPUs they need, their goodput, their cost, and the command that launches each re
 
 from __future__ import annotations
 
+from kvplan.plans.launch import Launch, check_launch
 from kvplan.plans.plan import Candidate, PlanResult
 from kvplan.present import format as f
-from kvplan.present.launch import Launch, one_line
+from kvplan.present.launch import one_line
 from kvplan.present.view import Column, Table, View, jsonable, view
 
 
@@ -26,7 +27,7 @@ def serve_command(
         gpus=c.tp * c.pp,
         speculative=tuple(getattr(c, "speculative", None) or ()),
     )
-    return one_line(launch, engine)
+    return one_line(check_launch(launch, engine), engine)
 
 
 def searched_text(result: PlanResult) -> str:

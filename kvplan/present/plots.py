@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kvplan.atomic import check_target, write_atomic
 from kvplan.errors import KvplanError
 from kvplan.present.format import tokens
-from kvplan.present.output import check_target, write_atomic
 from kvplan.units import TFLOP
 
 

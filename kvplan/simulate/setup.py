@@ -14,6 +14,7 @@ import math
 from typing import TYPE_CHECKING
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.dtypes import resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
     CUDA_GRAPH_MAX_TOKENS,
@@ -22,7 +23,6 @@ from kvplan.formulas.batch_step import (
     dsa_layers,
     measured_achieved,
 )
-from kvplan.formulas.dtypes import resolve_kv_format
 from kvplan.formulas.step_time import Rates, measurable, op_rates_of
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
@@ -205,13 +205,13 @@ def parallel_layout(spec: ModelSpec, options: ServeOptions) -> ParallelLayout:
             raise KvplanError(
                 f"--ep-size {ep} must divide --tp {o.tp} (SGLang's EP group is within TP)"
             )
-        if not o.enable_dp_attention:
+        # SGLang turns DP attention off at --dp-size 1 (server_args._handle_data_parallelism):
+        # the flag alone runs plain TP, as written (plans.simulate says so in a note)
+        if not o.enable_dp_attention or dp < 2:
             if ep == 1:
                 return ParallelLayout(o.tp, 1, 1, o.tp, o.tp, dp, router)
             layout = ParallelLayout(o.tp, 1, ep, o.tp, o.tp, dp, router)
         else:
-            if dp < 2:
-                raise KvplanError("--enable-dp-attention needs --dp-size 2 or more")
             if o.tp % dp:
                 raise KvplanError(
                     f"--dp-size {dp} must divide --tp {o.tp}: SGLang's DP-attention ranks share "

@@ -13,8 +13,8 @@ declares structure kvplan cannot read is refused (exit 2), never printed as plai
 from collections import Counter
 
 from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, PositionKeys, State
+from kvplan.dtypes import model_dtype_name
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import model_dtype_name
 from kvplan.inputs.architectures.families import ALIASES, FAMILIES, Family
 from kvplan.inputs.architectures.layouts import FamilyLayouts, Plan
 from kvplan.inputs.architectures.mixers import lightning_state, read_state

@@ -115,7 +115,7 @@ def compress_rates(f: Fields) -> dict[str, int]:
 
 
 def build_deepseek_v4(f: Fields, top: dict, name: str, hint: str, dtype_name) -> ModelSpec:
-    """`dtype_name` turns the declared torch dtype into kvplan's name (formulas.dtypes)."""
+    """`dtype_name` turns the declared torch dtype into kvplan's name (kvplan.dtypes)."""
     h = f.int("hidden_size", why="the parameter count")
     n = f.int("num_hidden_layers", why="the layer count")
     heads = f.int("num_attention_heads", why="attention heads")

@@ -120,7 +120,7 @@ def _layer_types(f: Fields, linear: dict, n: int) -> list[str]:
 
 
 def build_kimi_linear(f: Fields, top: dict, name: str, hint: str, dtype_name) -> ModelSpec:
-    """`dtype_name` turns the declared torch dtype into kvplan's name (formulas.dtypes)."""
+    """`dtype_name` turns the declared torch dtype into kvplan's name (kvplan.dtypes)."""
     h = f.int("hidden_size", why="the parameter count")
     n = f.int("num_hidden_layers", why="the layer count")
     heads = f.int("num_attention_heads", why="attention heads")

@@ -3,8 +3,8 @@ DeltaNet, lightning linear attention) and its parameters. Detection goes by the 
 declares, whatever its model_type; each reader names the fields it used."""
 
 from kvplan.anatomy.model import State, StateKind
+from kvplan.dtypes import model_dtype_name
 from kvplan.errors import KvplanError
-from kvplan.formulas.dtypes import model_dtype_name
 from kvplan.inputs.fields import Fields
 
 # Fields whose presence says a config has a recurrent state, by reader.
