@@ -89,6 +89,7 @@ def computed():
     return SCRIPT.compute()
 
 
+@pytest.mark.slow  # replays 38 runs: 17 s
 def test_every_run_replays_or_is_refused_in_one_line(computed):
     rows, _ = computed
     by_id = {(r["id"], r["replay"]): r for r in rows}
@@ -104,6 +105,7 @@ def test_every_run_replays_or_is_refused_in_one_line(computed):
             assert (case["id"], "docs acceptance") in by_id
 
 
+@pytest.mark.slow  # replays 38 runs: 17 s
 def test_the_docs_table_is_what_the_script_computes(computed):
     _, summary = computed
     text = (REPO / "docs/simulate.md").read_text(encoding="utf-8")
