@@ -109,6 +109,17 @@ class BlockManager:
     def num_used_blocks(self) -> int:
         return len(self.blocks) - len(self.free_queue)
 
+    def cached_free_blocks(self):
+        """The free blocks the prefix cache holds, least recently freed first."""
+        return (b for b in self.free_queue if self.blocks[b].hash is not None)
+
+    def evict(self, block_ids: list[int]) -> None:
+        """Take these free cached blocks out of the prefix cache, as a radix cache evicts a
+        leaf ahead of need; they stay free, first in line, in this order."""
+        for block_id in reversed(block_ids):
+            self._forget(self.blocks[block_id])
+            self.free_queue.move_to_end(block_id, last=False)
+
     @property
     def num_cached_free_blocks(self) -> int:
         return sum(1 for i in self.free_queue if self.blocks[i].hash is not None)
@@ -459,13 +470,20 @@ class BlockManager:
         block_id, _ = self.free_queue.popitem(last=False)
         block = self.blocks[block_id]
         if block.hash is not None:  # evict: the least recently freed cached block
-            copies = self.cached[block.hash]
-            del copies[block_id]  # another copy of the same contents stays findable
-            if not copies:
-                del self.cached[block.hash]
-            block.hash = block.parent_hash = block.token_ids = block.extra_key = None
+            self._forget(block)
         block.ref_count = 1
         return block_id
+
+    def _forget(self, block: Block) -> None:
+        """Take a free block out of the prefix cache."""
+        key = block.hash
+        if key is None:
+            return
+        copies = self.cached[key]
+        del copies[block.block_id]  # another copy of the same contents stays findable
+        if not copies:
+            del self.cached[key]
+        block.hash = block.parent_hash = block.token_ids = block.extra_key = None
 
     def _cache_full_blocks(self, seq: Sequence, start_block: int, upto: int | None = None) -> None:
         if not self.enable_prefix_caching:

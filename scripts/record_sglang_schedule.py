@@ -13,11 +13,10 @@ An idle pass of the event loop (no batch) takes no step time.
 
 What had to be faked on a CPU: `sgl_kernel` (a CUDA extension imported by the MoE and
 quantization layers that schedule_batch.py pulls in through ModelConfig; never called here),
+torchvision where it is absent (the image transforms of multimodal configs ModelConfig imports),
 and `attention_backend="torch_native"` so `write_cache_indices` takes its Python path, not the
-Triton kernel. Needs sglang's source (`pip download sglang==0.5.6.post2 --no-deps`, unzip) on
-PYTHONPATH and, in a throwaway venv, pybase64 aiohttp triton psutil pyzmq fastapi safetensors
-openai partial_json_parser transformers torchvision dill sentencepiece compressed_tensors
-msgspec setproctitle einops.
+Triton kernel. Needs, in a venv of its own (as .ci/run builds it): torch==2.13.0 (CPU),
+`sglang==0.5.6.post2 --no-deps` and `-r scripts/sglang_scheduler_requirements.txt`.
 
     python scripts/record_sglang_schedule.py [SCENARIO.json ...] [--check] [--out DIR]
 """
@@ -38,16 +37,37 @@ from step_fixtures import write_or_check
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "tests" / "data" / "sched_scenarios"
 FIXTURES = ROOT / "tests" / "data" / "sched_fixtures_sglang"
-# the scenarios SGLang can express (no async scheduling, sliding windows, caching off, or
-# vLLM-only admission rules)
-SGLANG_SCENARIOS = ("steady", "burst", "pool_exhaustion", "long_prompt", "seat_limit")
-# and the SGLang-only ones (tight pools where new_token_ratio, retraction and batch_is_full decide)
+# the scenarios SGLang can express (not async scheduling, sliding windows or caching off)
+SGLANG_SCENARIOS = (
+    "steady",
+    "burst",
+    "pool_exhaustion",
+    "long_prompt",
+    "seat_limit",
+    "budget_limit",
+    "full_isl_admission",
+    "full_isl_burst",
+    "idle_gap",
+    "max_model_len",
+    "recompute_outputs",
+    "random_resume_whole_blocks",
+    "same_prompt",
+    "shared_prefix",
+    "shared_prefixes_tight",
+)
+# and the SGLang-only ones (tight pools where new_token_ratio, retraction and batch_is_full
+# decide; random shared prefixes, where the radix cache decides)
 SGLANG_ONLY = ROOT / "tests" / "data" / "sched_scenarios_sglang"
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 MAX_PREFILL_TOKENS = 16384
 MAX_STEPS = 100_000
+# token ids: a prefix's, a request's own prompt tokens, and its outputs (one id per request,
+# so that no request's outputs match another's in the radix cache)
+PREFIX_BASE, REQUEST_BASE, OUTPUT_BASE, VOCAB = 10**4, 10**6, 10**8, 10**9
+# imported by the modules the scheduler pulls in, never called on this path: faked where absent
+FAKED = ("sgl_kernel", "torchvision")
 
 
 class _Anything:
@@ -78,10 +98,13 @@ class _FakeModule(types.ModuleType):
         return _Anything()
 
 
-class _FakeCudaExtensions(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports of sgl_kernel (CUDA only) answered by fake modules."""
+class _FakeImports(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports of packages the scheduler's modules import but never call, answered by fake
+    modules: sgl_kernel (CUDA only) and torchvision (image transforms of the multimodal
+    configs that model_config.py imports; PyPI's torchvision pins a torch of its own)."""
 
-    names = ("sgl_kernel",)
+    def __init__(self, names: tuple[str, ...]):
+        self.names = names
 
     def find_spec(self, name, path, target=None):
         if name.split(".")[0] in self.names:
@@ -108,10 +131,22 @@ def sglang_version() -> str:
         return sglang.__version__
 
 
+def prompt_ids(i: int, item: dict) -> list[int]:
+    """Request i's prompt: its prefix's first prefix_len tokens (requests of one prefix_id
+    share them), then tokens of its own (no prefix hits between requests beyond that)."""
+    shared = item.get("prefix_len", 0) if item.get("prefix_id", -1) >= 0 else 0
+    prefix = PREFIX_BASE * (item.get("prefix_id", -1) + 1)
+    own = REQUEST_BASE * (i + 1)
+    return list(range(prefix, prefix + shared)) + list(
+        range(own + shared, own + item["prompt_len"])
+    )
+
+
 def record(sc: dict) -> list[dict]:
     """The step log of SGLang's scheduler over scenario `sc` (its JSON form)."""
-    if importlib.util.find_spec("sgl_kernel") is None:
-        sys.meta_path.insert(0, _FakeCudaExtensions())
+    missing = tuple(name for name in FAKED if importlib.util.find_spec(name) is None)
+    if missing and not any(isinstance(f, _FakeImports) for f in sys.meta_path):
+        sys.meta_path.insert(0, _FakeImports(missing))
     from types import SimpleNamespace
 
     import torch
@@ -131,8 +166,6 @@ def record(sc: dict) -> list[dict]:
     requests = []
     for item in sc["requests"]:
         requests += [item] * item.get("repeat", 1)
-    if any(r.get("prefix_id", -1) >= 0 for r in requests):
-        raise SystemExit(f"{sc['name']}: shared prefixes are not recorded yet")
     pool_tokens = (sc["num_blocks"] - 1) * sc["block_size"]
     seats, chunk = sc["max_num_seqs"], sc["max_num_batched_tokens"]
     args = ServerArgs(
@@ -190,6 +223,8 @@ def record(sc: dict) -> list[dict]:
         enable_overlap=False,
         decode_mem_cache_buf_multiplier=1,
         forward_ct=0,
+        # TpModelWorker: the longest request, prompt and outputs (init_req_max_new_tokens)
+        max_req_len=min(sc["max_model_len"] - 1, pool_tokens - 1),
         server_args=args,
         current_scheduler_metrics_enabled=lambda: False,
         _add_request_to_queue=lambda req, is_retracted=False: s.waiting_queue.append(req),
@@ -201,10 +236,12 @@ def record(sc: dict) -> list[dict]:
             i, item = pending.pop(0)
             params = SamplingParams(max_new_tokens=item["output_len"], ignore_eos=True)
             params.normalize(None)
-            params.verify(10**7)
-            base = 10**6 * (i + 1)  # distinct prompts: no prefix hits between requests
-            prompt = list(range(base, base + item["prompt_len"]))
-            s.waiting_queue.append(Req(str(i), "", prompt, params, vocab_size=10**7))
+            params.verify(VOCAB)
+            req = Req(str(i), "", prompt_ids(i, item), params, vocab_size=VOCAB)
+            if item["prompt_len"] >= s.max_req_len - 5:  # max_req_input_len: an error reply
+                raise SystemExit(f"{sc['name']}: request {i}'s prompt is over SGLang's limit")
+            s.init_req_max_new_tokens(req)  # as handle_generate_request does
+            s.waiting_queue.append(req)
         before = {r.rid for r in s.running_batch.reqs}
         batch = s.get_next_batch_to_run()
         retracted = sorted((r.rid for r in s.waiting_queue if r.rid in before), key=int)
@@ -223,7 +260,7 @@ def record(sc: dict) -> list[dict]:
                 if extend and r.is_chunked > 0:
                     r.is_chunked -= 1
                     continue
-                r.output_ids.append(7)
+                r.output_ids.append(OUTPUT_BASE + int(r.rid))
                 r.check_finished()
                 if r.finished():
                     release_kv_cache(r, cache)
@@ -231,7 +268,7 @@ def record(sc: dict) -> list[dict]:
                 elif extend:
                     cache.cache_unfinished_req(r)
             entry["free_tokens"] = int(allocator.available_size())
-            batch.output_ids = torch.full((len(batch.reqs),), 7, dtype=torch.int64)
+            batch.output_ids = torch.tensor([OUTPUT_BASE + int(r.rid) for r in batch.reqs])
             s.last_batch = batch
             log.append(entry)
         elif not pending and not s.waiting_queue and s.chunked_req is None:

@@ -78,6 +78,22 @@ def test_freed_cached_blocks_stay_hits_until_evicted_lru():
     assert m.allocate("e", [1, 2, 3, 4, 6]) == 4  # the prefix blocks survived
 
 
+def test_evicted_blocks_stay_free_and_are_taken_first():
+    """evict(): free cached blocks leave the prefix cache ahead of need (a radix cache's leaf),
+    stay free, and are the next blocks allocated, before the other cached ones."""
+    m = BlockManager(num_blocks=6, block_size=2)
+    m.allocate("a", [1, 2, 3, 4, 5, 6])
+    m.free("a")  # freed last block first: [5,6], [3,4], [1,2] join the tail in that order
+    assert list(m.cached_free_blocks()) == list(m.free_queue)[-3:]
+    tail = list(m.cached_free_blocks())[0]  # [5,6]: the least recently freed cached block
+    m.evict([tail])
+    assert m.num_free_blocks == 6 and m.num_cached_free_blocks == 2
+    assert m.cached_prefix_tokens([1, 2, 3, 4, 5, 6, 7]) == 4  # [5,6] is gone, [1..4] stay
+    m.allocate("b", [9, 9])
+    assert m.block_table("b") == [tail]  # the evicted block goes first
+    assert m.cached_prefix_tokens([1, 2, 3, 4, 5]) == 4
+
+
 def test_a_fully_cached_prompt_still_computes_its_last_token():
     m = BlockManager(num_blocks=8, block_size=2)
     m.allocate("a", [1, 2, 3, 4])

@@ -30,6 +30,24 @@ RECORDER = Path(__file__).parent.parent / "scripts" / "record_sglang_schedule.py
 
 # scenario -> why kvplan's SGLang engine does not yet schedule it as SGLang does (xfail, strict)
 KNOWN: dict[str, str] = {}
+# the scenarios shared with vLLM's harness that SGLang can express (record_sglang_schedule.py)
+SHARED = (
+    "steady",
+    "burst",
+    "pool_exhaustion",
+    "long_prompt",
+    "seat_limit",
+    "budget_limit",
+    "full_isl_admission",
+    "full_isl_burst",
+    "idle_gap",
+    "max_model_len",
+    "recompute_outputs",
+    "random_resume_whole_blocks",
+    "same_prompt",
+    "shared_prefix",
+    "shared_prefixes_tight",
+)
 
 
 def _scenario_path(name: str) -> Path:
@@ -53,14 +71,7 @@ def test_kvplan_schedules_every_step_as_sglang(path):
 
 
 def test_the_fixtures_cover_the_sglang_scenarios():
-    assert {p.stem for p in FIXTURES} >= {
-        "steady",
-        "burst",
-        "pool_exhaustion",
-        "long_prompt",
-        "seat_limit",
-        *(p.stem for p in SGLANG_ONLY.glob("*.json")),
-    }
+    assert {p.stem for p in FIXTURES} >= {*SHARED, *(p.stem for p in SGLANG_ONLY.glob("*.json"))}
     for path in FIXTURES:
         assert json.loads(path.read_text())["sglang_version"] == path.parent.name
 
@@ -122,3 +133,144 @@ def test_a_finish_clears_batch_is_full_only_at_the_next_decode_step():
     assert set(log[finish + 1]["scheduled"]) == {"5", "6", "7"}
     assert log[finish + 2]["scheduled"] == {"10": 60, "11": 60}
     assert any(e["preempted"] for e in log)  # the scenario retracts, too
+
+
+def _sglang_log(name: str) -> list[dict]:
+    return steplog.sglang_step_log(steplog.load_scenario(_scenario_path(name)))
+
+
+def _entry(log: list[dict], step: int) -> dict:
+    return next(e for e in log if e["step"] == step)
+
+
+def test_a_match_leaves_only_the_prompts_last_token_to_compute():
+    """SGLang matches up to input_len - 1 tokens: the same 128-token prompt again computes one
+    token. kvplan dropped the last token twice (127 looked up, 126 found) and computed 2."""
+    log = _sglang_log("same_prompt")
+    assert [_entry(log, k)["scheduled"] for k in (0, 1)] == [{"0": 128}, {"1": 1}]
+
+
+def test_outputs_stop_at_sglangs_max_req_len():
+    """init_req_max_new_tokens: outputs <= max_req_len - prompt - 1, max_req_len = context - 1:
+    a 900-token prompt at max_model_len 1,024 makes 122 tokens (vLLM: 124)."""
+    log = _sglang_log("max_model_len")
+    made = sum(e["scheduled"].get("0", 0) for e in log) - 900 + 1  # the prefill samples one
+    assert made == 1024 - 1 - 900 - 1
+    scenario = steplog.load_scenario(SCENARIOS / "max_model_len.json")
+    vllm = steplog.step_log(scenario)
+    assert sum(e["scheduled"].get("0", 0) for e in vllm) - 900 + 1 == 1024 - 900
+
+    # max_req_input_len = 1,023 - 5: a 1,017-token prompt makes 5 tokens, 1,018 is refused
+    def one(prompt_len):
+        request = scenario.requests[0]._replace(prompt_len=prompt_len)
+        return steplog.sglang_step_log(scenario._replace(requests=(request,)))
+
+    assert len(one(1017)) == 6  # two prefill chunks (512 a step), then 4 decode steps
+    with pytest.raises(KvplanError, match="over the engine's limit"):
+        one(1018)
+
+
+def test_decoded_tokens_never_enter_the_radix_cache():
+    """recompute_outputs: request 3 (40-token prompt) is retracted after 317 outputs; SGLang
+    recomputes 317 of its 357 tokens (only the prompt, inserted after its prefill, is in the
+    tree; retract_decode and cache_finished_req insert no decoded token). kvplan cached the
+    outputs, evicted part of the prompt instead, and recomputed 330."""
+    log = _sglang_log("recompute_outputs")
+    assert _entry(log, 318)["preempted"] == ["3"]
+    assert _entry(log, 401)["scheduled"] == {"3": 317, "4": 40, "5": 40}
+
+
+def test_a_retraction_evicts_ahead_of_the_next_decodes():
+    """shared_prefixes_tight: retracting request 5 leaves 5 requests decoding; fewer than
+    5 x 20 tokens are outside the tree, so release_req evicts 100 tokens from it, request 5's
+    own 72 prompt tokens (its shared 128-token prefix stays locked by the others). It later
+    recomputes 142 = 200 + 70 outputs - 128; without the eviction kvplan kept the 72 and
+    recomputed 70."""
+    log = _sglang_log("shared_prefixes_tight")
+    assert _entry(log, 75)["preempted"] == ["5"]
+    assert _entry(log, 85)["scheduled"]["5"] == 142
+
+
+def test_a_matched_prefix_is_locked_before_the_budget_check():
+    """random_resume_whole_blocks, step 1354: request 34's match is cached but unused
+    (evictable); PrefillAdder locks it before comparing the request with rem_total_tokens,
+    which then falls by the match: 34 does not fit. kvplan counted the match as free and
+    admitted 34 a step early."""
+    log = _sglang_log("random_resume_whole_blocks")
+    assert _entry(log, 1354)["scheduled"] == {"33": 66}
+
+
+def test_a_prefill_batch_finds_none_of_its_own_tokens_in_the_cache():
+    """prefix_mix_6, step 67: request 8's last chunk and request 9 (528 prompt tokens in
+    common) run in one batch; the tree holds only 8's first chunk (283 tokens, inserted after
+    step 66), so 9 matches 283 and computes 125 + 283. kvplan matched the 528 that 8's chunk
+    was computing in the same batch, and computed 125 + 38."""
+    log = _sglang_log("prefix_mix_6")
+    assert _entry(log, 67)["scheduled"] == {"8": 387, "9": 125}
+    assert _entry(log, 68)["scheduled"] == {"9": 283}
+
+
+def test_the_tree_evicts_whole_leaves():
+    """prefix_mix_3, step 2994: every node of prefix 0 was evicted whole before request 16
+    (494 tokens of it) came, so 16 computes all 607 (512 + 95). Evicted block by block, 5
+    tokens of a node stayed and 16 computed 512 + 90."""
+    log = _sglang_log("prefix_mix_3")
+    assert _entry(log, 2993)["scheduled"] == {"16": 512}
+    assert _entry(log, 2994)["scheduled"] == {"16": 95, "17": 94, "18": 40}
+
+
+def test_a_match_splits_the_node_it_ends_in():
+    """random_resume_whole_blocks: request 27 matched 500 tokens of request 25's node
+    [418, 821) of prefix 0, splitting it; the leaf [500, 821) is evicted alone, so request 34
+    (500 tokens of prefix 0) still matches 500 at step 1365 and computes 200 + 179. With the
+    node evicted whole, 34 matched 418 and computed 200 + 200 + 61."""
+    log = _sglang_log("random_resume_whole_blocks")
+    assert _entry(log, 1365)["scheduled"] == {"34": 200}
+    assert _entry(log, 1366)["scheduled"] == {"34": 179, "35": 21}
+
+
+def test_the_tree_evicts_the_leaf_used_least_recently():
+    """prefix_mix_7, step 2303: request 2, retracted at step 534, recomputes 493 tokens; the
+    nodes its match needs were matched and inserted (finishes touch their path) more recently
+    than the leaves evicted before them. Evicting the node freed first, kvplan lost
+    some of them and computed a 512-token chunk."""
+    log = _sglang_log("prefix_mix_7")
+    assert _entry(log, 534)["preempted"] == ["2"]
+    assert log[-1]["step"] == 2303 and log[-1]["scheduled"] == {"2": 493}
+
+
+def test_a_request_finished_in_its_prefill_batch_leaves_its_prompt_cached():
+    """cache_finished_req inserts a request that finishes in its prefill batch (one output):
+    request 1 (its first 200 tokens request 0's whole prompt) computes 100 of 300, request 3
+    (request 2's 150-token prompt again) 1. kvplan freed such a request before the batch's
+    tokens entered the tree: 1 computed 256 (a chunk) and 2 had to wait."""
+    log = _sglang_log("prefix_after_one_token")
+    assert _entry(log, 0) == {
+        "step": 0,
+        "scheduled": {"0": 200},
+        "preempted": [],
+        "finished": ["0"],
+    }
+    assert _entry(log, 3)["scheduled"] == {"1": 100, "2": 150}
+    assert _entry(log, 6)["scheduled"] == {"3": 1}
+
+
+def test_a_finished_request_holds_its_seat_until_the_next_decode_step():
+    """seat_until_filtered (4 seats): request 12 finishes in decode step 730; prefill steps
+    731-733 follow with no decode step between, so 12 is still in running_batch and with 10,
+    13 and 14 fills the 4 seats: 15 waits, and is admitted after decode step 734 filtered 12.
+    kvplan freed the seat at the finish and admitted 15 in step 733."""
+    log = _sglang_log("seat_until_filtered")
+    assert _entry(log, 730)["finished"] == ["12"]
+    assert _entry(log, 733)["scheduled"] == {"14": 29}
+    assert set(_entry(log, 734)["scheduled"]) == {"10", "13", "14"}
+
+
+def test_an_idle_pass_filters_the_finished_requests():
+    """idle_pass_filters (4 seats): request 0 finishes in step 13 and the loop then passes
+    idle until step 22, filtering it out of the running batch, so its seat is free again
+    when 1-4 arrive: 3 and 4 prefill together in step 27. Holding the seat until a decode
+    step would admit only 3."""
+    log = _sglang_log("idle_pass_filters")
+    assert _entry(log, 13)["finished"] == ["0"]
+    assert _entry(log, 27)["scheduled"] == {"3": 89, "4": 39}

@@ -137,6 +137,14 @@ class CountingPool:
     def num_free_blocks(self) -> int:
         return self.num_blocks - self.num_used_blocks
 
+    num_cached_free_blocks = 0  # nothing is cached
+
+    def cached_free_blocks(self):
+        return iter(())  # nothing is cached
+
+    def evict(self, block_ids) -> None:
+        return None
+
     def allocate(self, seq_id, token_ids, extra_key: bytes = b"", hit=None) -> int:
         if seq_id in self.held:
             raise ValueError(f"sequence {seq_id!r} already exists")
@@ -937,6 +945,15 @@ class Engine:
             self.blocked = False  # the queue's head may fit now
 
     # ---- blocks -----------------------------------------------------------------------------
+    def _span_free_blocks(self) -> int:
+        """The free blocks a run of decode steps may take."""
+        return self.bm.num_free_blocks
+
+    def output_limit(self, input_tokens: int, max_model_len: int) -> int:
+        """The most outputs a request of `input_tokens` may produce (0: the prompt is refused):
+        vLLM's, up to max_model_len in all."""
+        return max_model_len - input_tokens
+
     def _extend(self, r: Req, upto: int) -> bool:
         """Hand the block manager r's tokens up to position `upto`; False when blocks run out."""
         if upto <= r.synced:
@@ -1107,7 +1124,7 @@ class Engine:
         bs, lookahead = self.block_size, self.lookahead
         tables = 1 + len(self.windows)  # a crossing opens a block in every group
         counts = [len(b) * tables for b in self.buckets]
-        free = self.bm.num_free_blocks
+        free = self._span_free_blocks()
         full_cycles = steps // bs
         need = full_cycles * self.num_decodes * tables
         need += sum(counts[(j + i + lookahead) % bs] for i in range(steps % bs))

@@ -17,15 +17,33 @@ schedule_policy.py's `PrefillAdder`, main of April 2026), with its defaults (no
    A request that finds no seat or no tokens (NO_TOKEN) marks the running batch full
    (`batch_is_full`): no admission is tried again until the running batch shrinks (a request
    finishes or is retracted, or a chunk of the chunked prompt ran) or was empty when the batch
-   formed. SGLang notices a decode's finish one decode step later; the simulation at once.
+   formed. A request that finishes in a decode step keeps its seat (and the batch its
+   `batch_is_full`) until the next decode step's filter, or an idle pass, removes it.
 3. Otherwise every running request decodes one token. new_token_ratio starts at 0.7 and falls by
    (0.7 - 0.098) / 600 per decode step to 0.098. When the pool cannot hold the next tokens the
    scheduler retracts requests (fewest outputs first, then longest prompt; at least one stays)
    to the back of the queue, where they recompute, and sets new_token_ratio to
    (outputs decoded + 20 x requests) / (max_new_tokens + 1) over the requests left, at most 1.
 
+4. The radix cache (page 1) holds what prefill computed, once the batch that computed it ran:
+   a request's prompt (with its outputs so far, for one recomputed after a retraction) enters
+   it after each prefill batch (cache_unfinished_req), so a request matched in the same batch
+   finds none of it; the tokens decoding computes never do (cache_finished_req inserts the
+   request's last prefill input, `fill_ids`, and frees the rest; retract_decode inserts
+   nothing, and evicts ahead of the next decode steps). A match leaves the prompt's last token
+   to compute (`max_prefix_len = input_len - 1`) and is locked (no longer evictable) while the
+   batch forms. Tokens outside the tree are allocated first; an allocation of n tokens (a
+   prefill batch's, once it formed; a decode step's) that finds fewer outside the tree evicts
+   at least n from it, whole leaves (what one insert added, split where a match ended), the
+   one used least recently first (a match, or an insert, uses every node on its path).
+5. A request's outputs stop at max_req_len - prompt - 1 (init_req_max_new_tokens), where
+   max_req_len = min(context length, pool tokens) - 1; a prompt of max_req_len - 5 tokens or
+   more is refused (`output_limit`, as the step log applies it; `kvplan simulate` caps prompt +
+   outputs at the pool's limit in setup and at max_model_len as vLLM does, 2 tokens more).
+
 The pool, the prefix cache, the decode cohort and the step log are kvplan.simulate.engine's;
-only the choice of what each step runs differs. max_new_tokens is the request's output length
+only the choice of what each step runs, what enters the prefix cache and the output limit
+differ. max_new_tokens is the request's output length
 (what `vllm bench serve` sends as max_tokens).
 """
 
@@ -34,7 +52,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvplan.formulas.batch_step import BatchShape
-from kvplan.kernels.block_manager import NoFreeBlocksError
+from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
 from kvplan.record import NamedTuple
 from kvplan.simulate.engine import DECODE, Engine, Req, _Unservable
 
@@ -66,12 +84,25 @@ class SglangPolicy(NamedTuple):
         return (self.init_new_token_ratio - self.min_new_token_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
 
 
+class _Node:
+    """A radix-tree node over the pool's blocks: what one insert added (split where a match
+    ended), its last use and its first block's position in its sequence."""
+
+    __slots__ = ("blocks", "access", "depth")
+
+    def __init__(self, blocks: list, access: int, depth: int):
+        self.blocks, self.access, self.depth = blocks, access, depth
+
+
 class SglangEngine(Engine):
     """An Engine whose steps are SGLang's: a prefill batch alone when one can be formed, else a
     decode step for every running request."""
 
     def __init__(self, config, model, frontend_per_token_s, demand_blocks=None, observer=None,
                  policy: SglangPolicy = SglangPolicy()):  # fmt: skip
+        # tokens outside the radix cache go back to the allocator's free list and are taken
+        # first; the tree's are evicted only when that list runs out
+        config = config._replace(free_uncached_first=True)
         super().__init__(config, model, frontend_per_token_s, demand_blocks, observer)
         self.policy = policy
         self.ratio = policy.init_new_token_ratio
@@ -81,6 +112,8 @@ class SglangEngine(Engine):
         # a decode finished since the last decode step: update_running_batch's filter_batch
         # clears batch_is_full at the next decode step, after that step's prefill attempt
         self.shrunk = False
+        # decode finishes since then: still in running_batch (holding a seat) until that filter
+        self.unfiltered = 0
         self.prefill_finishing = False  # finishes now are of a prefill batch
         self.decode_log: list[int] = []
         self.ends: dict[int, int] = {}  # decoding request -> the decode step after its last
@@ -90,6 +123,114 @@ class SglangEngine(Engine):
         self.prefilled = False
         # (request, the step of its first token); Engine.joined is another list (windowed ones)
         self.joined_at: list[tuple[Req, int]] = []
+        self.fill_end: dict[int, int] = {}  # request -> tokens its last prefill covers
+        self.node_of: dict[int, _Node] = {}  # cached block -> its radix-tree node
+        self.tick = 0  # the tree's clock: a node's last use
+
+    def admit(self, req: Req, now: float) -> None:
+        if not self.has_work and now > self.clock_s:
+            # the event loop passed idle since the last step: update_running_batch filtered the
+            # finished requests out of the running batch (seats and batch_is_full cleared)
+            self.unfiltered, self.shrunk, self.full = 0, False, False
+        super().admit(req, now)
+
+    # ---- what a request may ask for ----------------------------------------------------------
+    def output_limit(self, input_tokens: int, max_model_len: int) -> int:
+        """init_req_max_new_tokens' cap on outputs (0: the prompt is refused)."""
+        pool_tokens = self.config.num_blocks * self.config.block_size
+        max_req_len = min(max_model_len - 1, pool_tokens - 1)
+        if input_tokens >= max_req_len - 5:  # max_req_input_len: an error reply
+            return 0
+        return max_req_len - input_tokens - 1
+
+    # ---- the radix cache: prefill's tokens, after their batch ----------------------------------
+    def _extend(self, r: Req, upto: int) -> bool:
+        """Hand the block manager r's tokens up to `upto`, outside the prefix cache: what a
+        prefill batch computed enters it after the batch (`_insert`), decodes' tokens never."""
+        if upto <= r.synced:
+            return True
+        try:
+            self.bm.append_tokens(r.rid, self.ids(r, r.synced, upto), cache=False)
+        except NoFreeBlocksError:
+            return False
+        r.synced = upto
+        return True
+
+    def _insert(self, r: Req) -> None:
+        """cache_unfinished_req / cache_finished_req: r's prefill tokens so far into the tree;
+        the blocks this adds are one node (a leaf), and the path to it is touched."""
+        upto = min(self.fill_end.get(r.rid, 0), r.synced)
+        if not isinstance(self.bm, BlockManager):
+            self.bm.cache_blocks(r.rid, upto)
+            return
+        table = [b for b in self.bm.block_table(r.rid) if b is not None]
+        before = {b for b in table if self.bm.blocks[b].hash is None}
+        self.bm.cache_blocks(r.rid, upto)
+        self.tick += 1
+        new = [b for b in table if b in before and self.bm.blocks[b].hash is not None]
+        if new:
+            node = _Node(new, self.tick, table.index(new[0]))
+            for b in new:
+                self.node_of[b] = node
+        self._touch(table)
+
+    def _touch(self, blocks) -> None:
+        """match_prefix / insert: every node on the path was used now."""
+        for b in blocks:
+            node = self.node_of.get(b)
+            if node is not None:
+                node.access = self.tick
+
+    def _split(self, matched: list) -> None:
+        """match_prefix: a match that ends inside a node splits it there (two nodes, evicted
+        apart); the path is touched."""
+        self.tick += 1
+        node = self.node_of.get(matched[-1]) if matched else None
+        if node is not None:
+            cut = node.blocks.index(matched[-1]) + 1
+            if cut < len(node.blocks):
+                head = _Node(node.blocks[:cut], self.tick, node.depth)
+                tail = _Node(node.blocks[cut:], self.tick, node.depth + cut)
+                for part in (head, tail):
+                    for b in part.blocks:
+                        self.node_of[b] = part
+        self._touch(matched)
+
+    def _evict_for(self, num_blocks: int) -> None:
+        """evict_from_tree_cache: when fewer than `num_blocks` free blocks are outside the tree,
+        evict at least that many from it, whole leaves, the least recently used first (a
+        node's parent is used whenever it is, so the deeper of two goes first on a tie).
+        SGLang counts tokens (page 1); the simulated pool may count coarser blocks."""
+        bm = self.bm
+        if not isinstance(bm, BlockManager):  # prefix caching off: nothing in a tree
+            return
+        if bm.num_free_blocks - bm.num_cached_free_blocks >= num_blocks:
+            return
+        evicted = 0
+        while evicted < num_blocks:
+            free = list(bm.cached_free_blocks())
+            if not free:
+                return
+            nodes = {id(n): n for n in map(self.node_of.get, free) if n is not None}
+            leaves = []
+            for node in nodes.values():
+                cached = [b for b in node.blocks if self.node_of.get(b) is node]
+                cached = [b for b in cached if bm.blocks[b].hash is not None]
+                if cached and all(bm.blocks[b].ref_count == 0 for b in cached):
+                    leaves.append((node.access, -node.depth, cached))
+            leaf = min(leaves)[2] if leaves else [free[0]]
+            for b in leaf:
+                self.node_of.pop(b, None)
+            bm.evict(leaf)
+            evicted += len(leaf)
+
+    def _span_free_blocks(self) -> int:
+        """A run of decode steps takes only blocks outside the tree (evicting is per step)."""
+        return self.bm.num_free_blocks - self.bm.num_cached_free_blocks
+
+    def _release(self, r: Req) -> None:
+        super()._release(r)
+        self.fill_end.pop(r.rid, None)
 
     # ---- the KV budget ------------------------------------------------------------------------
     def _join_cohort(self, r: Req, j: int) -> None:
@@ -98,11 +239,14 @@ class SglangEngine(Engine):
         self.ends_array = None
 
     def _finish(self, r: Req, j: int) -> None:
+        if r.rid in self.fill_end:  # cache_finished_req, before its blocks are freed
+            self._insert(r)
         super()._finish(r, j)
         if self.prefill_finishing:  # get_next_batch_to_run filters the last (extend) batch first
             self.full = False
         else:
             self.shrunk = True
+            self.unfiltered += 1
 
     def _leave_cohort(self, r: Req, j: int) -> None:
         super()._leave_cohort(r, j)
@@ -125,19 +269,22 @@ class SglangEngine(Engine):
     def _free_tokens(self) -> int:
         return self.bm.num_free_blocks * self.block_size
 
-    def _head_need(self, r: Req) -> tuple[int, int, list[int] | range]:
-        """(tokens to compute, cached prefix tokens, token ids) for r's prefill now."""
+    def _head_need(self, r: Req) -> tuple[int, int, list[int] | range, int]:
+        """(tokens to compute, cached prefix tokens, token ids, cached prefix tokens now free)
+        for r's prefill now."""
         key = (r.rid, r.num_tokens, self.step_index, self.bm.num_free_blocks)
         if self.head_memo[0] == key:
             return self.head_memo[1]
         self.head_memo = (key, self._head_need_now(r))
         return self.head_memo[1]
 
-    def _head_need_now(self, r: Req) -> tuple[int, int, list[int] | range]:
+    def _head_need_now(self, r: Req) -> tuple[int, int, list[int] | range, int]:
         ids = self.ids(r, 0, r.num_tokens)
-        cap = (r.num_tokens - 1) // self.block_size * self.block_size
-        hits = min(self.bm.cached_prefix_tokens(ids[:-1]), cap) if cap else 0
-        return r.num_tokens - hits, hits, ids
+        hits = self.bm.cached_prefix_tokens(ids)  # whole blocks within the first len - 1
+        # hit blocks no running request holds: evictable until the match is locked
+        blocks = -(-r.num_tokens // self.block_size)
+        free_hits = self.bm.blocks_to_allocate(ids) - (blocks - hits // self.block_size)
+        return r.num_tokens - hits, hits, ids, free_hits * self.block_size
 
     def _head_total(self, r: Req, extend: int) -> int:
         """PrefillAdder.add_one_req's `total_tokens`: prompt + expected outputs + a page."""
@@ -163,6 +310,9 @@ class SglangEngine(Engine):
                 finished = self._advance(j, self.model.step(shape), chunks, decoded=False)
             finally:
                 self.prefill_finishing = False
+            for r, _ in chunks:  # the batch ran: its prefill tokens enter the tree
+                if r.rid in self.fill_end:
+                    self._insert(r)
             self.prefilled = True
             self.joined_at += [(r, j) for r, _ in chunks if r.state == DECODE]
             return finished
@@ -171,6 +321,7 @@ class SglangEngine(Engine):
                 raise _Unservable(self.chunked or self.waiting[0])
             return []
         shrunk, self.shrunk = self.shrunk, False
+        self.unfiltered = 0
         retracted = self._make_room()
         if retracted or shrunk:  # update_running_batch: the batch is smaller than it was
             self.full = False
@@ -205,10 +356,13 @@ class SglangEngine(Engine):
 
     def _prefill_batch(self) -> list[tuple[Req, int]]:
         """PrefillAdder: the chunked request's next chunk, then waiting requests in order."""
-        if self.full and self.shrunk and not self.num_decodes:
-            # update_running_batch on an empty batch clears batch_is_full; the loop's pass
-            # with no batch takes no step, and the next pass tries the prefill again
+        seated = len(self.running) + self.unfiltered >= self.config.max_num_seqs
+        if (self.full or seated) and self.shrunk and not self.num_decodes:
+            # no seat, or batch_is_full, and nothing decoding: the pass forms no batch, and
+            # update_running_batch filters the finished requests out (the batch is empty),
+            # clearing batch_is_full; that pass takes no step, the next tries the prefill
             self.full, self.shrunk = False, False
+            self.unfiltered = 0
         if (self.full or not self.waiting) and self.chunked is None:
             return []
         policy, config = self.policy, self.config
@@ -217,11 +371,21 @@ class SglangEngine(Engine):
         rem_chunk = config.max_num_batched_tokens
         rem_total = self._free_tokens() - self._reserved_tokens(self.ratio)
         chunks: list[tuple[Req, int]] = []
+        # the batch's new tokens, allocated once it is formed (prepare_for_extend), after every
+        # match: (request, tokens up to), and the blocks they take
+        pending: list[tuple[Req, int]] = []
+        room = self.bm.num_free_blocks
         if self.chunked is not None:  # add_chunked_req: the next chunk, within the KV budget
             r = self.chunked
             n = min(r.num_tokens - r.computed, rem_chunk, int(rem_total))
-            if n <= 0 or not self._extend(r, r.computed + n):
+            cost = self.bm.append_cost(r.rid, n) if n > 0 else 0
+            if n <= 0 or cost > room:
                 return chunks  # not this time: the running requests decode first
+            room -= cost
+            if isinstance(self.bm, BlockManager):  # init_next_round_input matches it again
+                self.tick += 1
+                self._touch(self.bm.block_table(r.rid))
+            pending.append((r, r.computed + n))
             chunks.append((r, n))
             if r.computed + n >= r.num_tokens:
                 self.chunked = None
@@ -232,7 +396,7 @@ class SglangEngine(Engine):
             rem_chunk -= n
             rem_total -= n + policy.page_size
         while self.waiting and self.chunked is None and not self.full:
-            if len(self.running) >= config.max_num_seqs:
+            if len(self.running) + self.unfiltered >= config.max_num_seqs:
                 self.full = True
                 break
             if rem_total <= 0:  # NO_TOKEN
@@ -241,9 +405,11 @@ class SglangEngine(Engine):
             if rem_input <= 0 or rem_chunk <= 0:
                 break
             r = self.waiting[0]
-            extend, hits, ids = self._head_need(r)
+            extend, hits, ids, free_hits = self._head_need(r)
+            matched = self.bm.prefix_blocks(ids)
+            self._split(matched)  # match_prefix splits the node its match ends in
             total = self._head_total(r, extend)
-            if total >= rem_total:  # NO_TOKEN
+            if total >= rem_total - free_hits:  # NO_TOKEN, with the match locked
                 self.full = True
                 break
             if extend >= rem_input and chunks:
@@ -256,23 +422,33 @@ class SglangEngine(Engine):
                 if n <= 0:
                     break
                 self.chunked = r
-            try:
-                self.bm.allocate(r.rid, ids[: hits + n])
-            except NoFreeBlocksError:
+            new_blocks = -(-(hits + n) // self.block_size) - hits // self.block_size
+            if new_blocks > room - free_hits // self.block_size:
                 self.chunked = None if self.chunked is r else self.chunked
                 break
+            room -= new_blocks + free_hits // self.block_size
+            # the match now (locked); this batch's tokens after it formed, outside the tree
+            # until the batch ran
+            self.bm.allocate(r.rid, ids[:hits], hit=(0, matched))
+            pending.append((r, hits + n))
             self.waiting.popleft()
+            self.fill_end[r.rid] = r.num_tokens
             if r.admit_s < 0:
                 r.admit_s = self.clock_s
             self.queried_tokens += r.num_tokens
             self.hit_tokens += hits
-            r.computed, r.synced = hits, hits + n
+            r.computed, r.synced = hits, hits
             self._schedule_admitted(r, n, 0, chunks)
             rem_input -= n
             rem_chunk -= n
-            rem_total -= n + policy.page_size
+            rem_total -= n + policy.page_size + free_hits  # the match stays locked
             if rem_total <= 0:  # budget_state after the add: NO_TOKEN
                 self.full = True
+        if pending:  # alloc_for_extend: the batch's tokens at once, evicting ahead if short
+            self._evict_for(sum(self.bm.append_cost(r.rid, upto - r.synced) for r, upto in pending))
+            for r, upto in pending:
+                if not self._extend(r, upto):
+                    raise AssertionError("the batch was sized to fit the pool")
         if alone:
             self.full = False
         return chunks
@@ -284,6 +460,8 @@ class SglangEngine(Engine):
         chunk), the chunked request is retracted instead: the simulator's way through."""
         d = self.decode_index
         crossing = self.buckets[d % self.block_size]
+        # check_decode_mem: a token (here: a block where it starts one) per decoding request
+        self._evict_for(sum(1 for r in crossing.values() if r.state == DECODE))
         if sum(1 for r in crossing.values() if r.state == DECODE) <= self.bm.num_free_blocks:
             return False
         decoding = [r for r in self.running if r.state == DECODE]
@@ -294,6 +472,8 @@ class SglangEngine(Engine):
             if need <= self.bm.num_free_blocks:
                 break
             self._requeue(decoding.pop(), d, front=False)
+            tokens = len(decoding) * RETRACT_DECODE_STEPS  # release_req
+            self._evict_for(-(-tokens // self.block_size))
         chunked = self.chunked
         if chunked is not None and sum(1 for r in crossing.values() if r.state == DECODE) > (
             self.bm.num_free_blocks
@@ -322,11 +502,11 @@ class SglangEngine(Engine):
     def _head_fits(self) -> bool:
         """Whether the queue's head would be admitted now: a seat, and its prompt, expected
         outputs and a page within the KV budget (PrefillAdder.add_one_req's first test)."""
-        if len(self.running) >= self.config.max_num_seqs:
+        if len(self.running) + self.unfiltered >= self.config.max_num_seqs:
             return False
         rem_total = self._free_tokens() - self._reserved_tokens(self.ratio)
-        extend, _, _ = self._head_need(self.waiting[0])
-        return 0 < rem_total and self._head_total(self.waiting[0], extend) < rem_total
+        extend, _, _, free_hits = self._head_need(self.waiting[0])
+        return 0 < rem_total and self._head_total(self.waiting[0], extend) < rem_total - free_hits
 
     def _after_decode_span(self, steps: int) -> None:
         policy = self.policy

@@ -238,7 +238,10 @@ def _run_log(scenario: Scenario, step_s: float, config: EngineConfig, engine_cls
                 log[-1]["finished"] = sorted((str(r.rid) for r in done), key=int)
         else:
             spec = pending.popleft()
-            target = min(spec.output_tokens, scenario.max_model_len - spec.input_tokens)
+            limit = engine.output_limit(spec.input_tokens, scenario.max_model_len)
+            if limit <= 0:
+                raise KvplanError(f"request {spec.rid}'s prompt is over the engine's limit")
+            target = min(spec.output_tokens, limit)
             engine.admit(Req(spec, spec.arrival_s, spec.arrival_s, target), spec.arrival_s)
     return log
 
