@@ -169,6 +169,10 @@ def main(argv: list[str] | None = None) -> None:
             typer.echo(error_line(exc), err=True)
             sys.exit(2)
         except Exception as exc:
+            stop = signals.stopped()
+            if stop is not None:  # what a stop left behind: a lock whose release it cut short
+                _say(f"error: {stop.message}")  # ("cannot release un-acquired lock"), ...
+                sys.exit(stop.code)
             if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):  # click usage errors
                 moved = _moved(argv, exc)
                 if moved:
