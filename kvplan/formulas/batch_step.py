@@ -228,7 +228,8 @@ class StepModel:
         # operator by operator (step_time.batch_ops at these rates, in `op_dtype`), the model
         # that `kvplan measure --check` validates; None: the kernel tables' fractions
         self.op_rates, self.op_dtype, self.op_gather_kv = op_rates, op_dtype, op_gather_kv
-        self._op_layers = distinct_layers(spec.layers)
+        # each kind of layer once with its count (measured profiles only)
+        self._op_layers = distinct_layers(spec.layers) if op_rates is not None else ()
         self.moe_ranks, self.ep, self.dp = moe_ranks or tp, ep, dp
         self.link, self.achieved, self.host = link, achieved, host
         self.async_scheduling = async_scheduling
