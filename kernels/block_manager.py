@@ -273,17 +273,20 @@ class BlockManager:
                 return index, run[::-1]
         return 0, run[::-1]
 
-    def cache_blocks(self, seq_id, num_tokens: int) -> None:
+    def cache_blocks(self, seq_id, num_tokens: int, merge: bool = False) -> None:
         """Enter the full blocks among the sequence's first `num_tokens` tokens into the prefix
         cache: blocks filled with cache=False become findable once their KV exists (vLLM's
-        cache_blocks after a remote KV load; until then another request must not hit them)."""
+        cache_blocks after a remote KV load; until then another request must not hit them).
+        With `merge`, a block whose contents the cache already holds is not entered: the
+        sequence takes the cached copy and frees its own (SGLang's radix cache keeps one copy:
+        cache_unfinished_req frees the duplicates an insert found in the tree)."""
         if not self.enable_prefix_caching:
             return
         seq = self.seqs[seq_id]
         start, table = 0, seq.block_table
         while start < len(table) and ((held := table[start]) is None or self.blocks[held].hash):
             start += 1
-        self._cache_full_blocks(seq, start, num_tokens)
+        self._cache_full_blocks(seq, start, num_tokens, merge)
 
     def _prefix_hits(self, token_ids: abc.Sequence[int], extra_key: bytes) -> list[int]:
         """Cached blocks for the longest prefix of full blocks, never the whole prompt: the last
@@ -485,7 +488,9 @@ class BlockManager:
             del self.cached[key]
         block.hash = block.parent_hash = block.token_ids = block.extra_key = None
 
-    def _cache_full_blocks(self, seq: Sequence, start_block: int, upto: int | None = None) -> None:
+    def _cache_full_blocks(
+        self, seq: Sequence, start_block: int, upto: int | None = None, merge: bool = False
+    ) -> None:
         if not self.enable_prefix_caching:
             return
         tokens = len(seq.token_ids) if upto is None else min(upto, len(seq.token_ids))
@@ -517,10 +522,17 @@ class BlockManager:
                 continue
             block = blocks[block_id]
             if block.hash is None:
+                copies = cached.get(h)
+                if merge and copies is not None:  # the cached copy replaces this one
+                    kept = next(iter(copies))
+                    self._touch(kept)
+                    table[index] = kept
+                    self._release_blocks([block_id])
+                    parent = h
+                    continue
                 block.hash, block.parent_hash, block.token_ids = h, parent, chunk
                 block.extra_key = extra_key
                 # duplicates are not merged (vLLM v1 neither): each copy is registered
-                copies = cached.get(h)
                 if copies is None:
                     cached[h] = {block.block_id: None}
                 else:

@@ -267,6 +267,7 @@ def record(sc: dict) -> list[dict]:
                     entry["finished"].append(r.rid)
                 elif extend:
                     cache.cache_unfinished_req(r)
+            entry["finished"].sort(key=int)  # the batch's order is no part of the schedule
             entry["free_tokens"] = int(allocator.available_size())
             batch.output_ids = torch.tensor([OUTPUT_BASE + int(r.rid) for r in batch.reqs])
             s.last_batch = batch

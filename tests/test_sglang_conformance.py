@@ -274,3 +274,74 @@ def test_an_idle_pass_filters_the_finished_requests():
     log = _sglang_log("idle_pass_filters")
     assert _entry(log, 13)["finished"] == ["0"]
     assert _entry(log, 27)["scheduled"] == {"3": 89, "4": 39}
+
+
+def test_the_kv_budget_charges_no_page():
+    """PrefillAdder charges a request extend_input_len + min(max_new_tokens, 4,096) and checks
+    total_tokens >= rem_total_tokens, no page added (0.5.6.post2). budget_without_a_page, step
+    341: 761 tokens free or evictable less 181.04 expected for the running requests leave
+    579.96; request 14 needs 522 + 57 = 579 and prefills. kvplan charged a page more (580)
+    and decoded instead."""
+    log = _sglang_log("budget_without_a_page")
+    assert _entry(log, 341)["scheduled"] == {"14": 256}
+
+
+def test_a_readmitted_request_is_charged_its_max_new_tokens_in_full():
+    """_update_prefill_budget charges min(max_new_tokens, 4,096), not the outputs left: request
+    8, retracted at step 1909 and admitted again at step 3066 (249 tokens to compute), leaves
+    no room for request 15 in that batch (budget_counts_max_new_tokens). Charged the outputs
+    left, kvplan added 7 tokens of 15's."""
+    log = _sglang_log("budget_counts_max_new_tokens")
+    assert _entry(log, 1909)["preempted"] == ["8"]
+    assert _entry(log, 3066)["scheduled"] == {"8": 249}
+
+
+def test_a_match_beside_an_unfinished_chunk_keeps_its_prefix_cached():
+    """match_beside_a_chunk: while request 12's prompt runs in chunks, each prefill pass still
+    reaches the waiting loop, and init_next_round_input matches the head (request 13, whose 57
+    tokens of prefix 2 are cached) before it is refused: the match makes those tokens the
+    most recently used, and the tree evicts request 2's finished prompt instead. 13 then
+    computes 592 - 57 (its last chunk 23 tokens, at step 425). kvplan matched no one beside a
+    chunk, evicted the 57 and computed 80 more."""
+    log = _sglang_log("match_beside_a_chunk")
+    assert _entry(log, 425)["scheduled"] == {"13": 23, "14": 105}
+
+
+def test_a_refused_head_is_matched_first():
+    """match_of_a_refused_head: a prefill attempt between decode steps (the head has a seat
+    but not the tokens) matches request 12's 38 tokens of prefix 1 before NO_TOKEN refuses
+    it, so later evictions take older leaves first, and 12 computes 368 - 38 = 330 at step
+    642. kvplan decided that attempt without a match, evicted the 38 and computed 368."""
+    log = _sglang_log("match_of_a_refused_head")
+    assert _entry(log, 642)["scheduled"] == {"12": 330}
+
+
+def test_an_insert_frees_the_tokens_the_tree_already_holds():
+    """insert_frees_duplicates: requests 0 and 1 prefill in one batch, 1's 172-token prompt the
+    first 172 tokens of 0's; cache_unfinished_req inserts 0 first, then 1 finds its tokens in
+    the tree and frees its own copies (free 1,250 = 1,536 - 286 after step 0, not 1,078).
+    kvplan kept both copies, and with 172 tokens fewer admitted request 3 only after it."""
+    log = _sglang_log("insert_frees_duplicates")
+    assert _entry(log, 0)["scheduled"] == {"0": 286, "1": 172}
+    assert _entry(log, 7)["scheduled"] == {"3": 343}
+
+
+def test_a_run_of_decode_steps_filters_the_finished_requests():
+    """decode_run_filters (4 seats): request 0 finishes in decode step 29 and nothing waits;
+    decode step 30's update_running_batch filters it, so its seat is free when request 4
+    arrives at step 40 and prefills at once. kvplan's run of decode steps 30-39 left the
+    seat taken, and 4 waited a decode step."""
+    log = _sglang_log("decode_run_filters")
+    assert _entry(log, 29)["finished"] == ["0"]
+    assert _entry(log, 40)["scheduled"] == {"4": 256}
+
+
+def test_a_prefill_merged_into_unfiltered_finishes_keeps_batch_is_full():
+    """prefill_keeps_full_flag: request 0, the only one decoding, finishes in step 20; step 21
+    prefills request 1 and finds no tokens for request 2 (NO_TOKEN: batch_is_full). The
+    running batch still holds 0, so the prefill batch merges into it and the flag stays: step
+    22 decodes (its filter clears the flag), 2 prefills in step 23. kvplan took the batch for
+    a fresh running batch, cleared the flag and prefilled 2 in step 22."""
+    log = _sglang_log("prefill_keeps_full_flag")
+    assert _entry(log, 20)["finished"] == ["0"]
+    assert [_entry(log, k)["scheduled"] for k in (21, 22, 23)] == [{"1": 100}, {"1": 1}, {"2": 400}]

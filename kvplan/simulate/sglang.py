@@ -13,12 +13,18 @@ schedule_policy.py's `PrefillAdder`, main of April 2026), with its defaults (no
      the next prefill batches (one chunked request at a time);
    - KV budget: free + evictable tokens minus what the running requests are expected to still
      need, min(max_new_tokens - outputs, 4096) x new_token_ratio each, must exceed the new
-     request's prompt + min(max_new_tokens, 4096) + one page.
+     request's tokens to compute + min(max_new_tokens - outputs, 4096) (no page more); an
+     admitted request then takes its tokens and min(max_new_tokens, 4096) in full (outputs
+     made before a retraction included) from the budget.
    A request that finds no seat or no tokens (NO_TOKEN) marks the running batch full
    (`batch_is_full`): no admission is tried again until the running batch shrinks (a request
    finishes or is retracted, or a chunk of the chunked prompt ran) or was empty when the batch
-   formed. A request that finishes in a decode step keeps its seat (and the batch its
-   `batch_is_full`) until the next decode step's filter, or an idle pass, removes it.
+   formed (and held no finished request: a prefill batch merged into a running batch that
+   still holds one keeps the flag). A request that finishes in a decode step keeps its seat
+   (and the batch its `batch_is_full`) until the next decode step's filter (the first of a
+   run of decode steps), or an idle pass, removes it. Every prefill attempt that reaches the
+   waiting loop (beside an unfinished chunk too) matches the head before deciding, admitted
+   or refused: the match uses its path in the radix cache.
 3. Otherwise every running request decodes one token. new_token_ratio starts at 0.7 and falls by
    (0.7 - 0.098) / 600 per decode step to 0.098. When the pool cannot hold the next tokens the
    scheduler retracts requests (fewest outputs first, then longest prompt; at least one stays)
@@ -30,7 +36,9 @@ schedule_policy.py's `PrefillAdder`, main of April 2026), with its defaults (no
    it after each prefill batch (cache_unfinished_req), so a request matched in the same batch
    finds none of it; the tokens decoding computes never do (cache_finished_req inserts the
    request's last prefill input, `fill_ids`, and frees the rest; retract_decode inserts
-   nothing, and evicts ahead of the next decode steps). A match leaves the prompt's last token
+   nothing, and evicts ahead of the next decode steps); an insert frees the request's copies
+   of tokens the tree already holds (a request matched in the same batch, or a prompt's last
+   token), the request taking the tree's. A match leaves the prompt's last token
    to compute (`max_prefix_len = input_len - 1`) and is locked (no longer evictable) while the
    batch forms. Tokens outside the tree are allocated first; an allocation of n tokens (a
    prefill batch's, once it formed; a decode step's) that finds fewer outside the tree evicts
@@ -163,11 +171,16 @@ class SglangEngine(Engine):
         if not isinstance(self.bm, BlockManager):
             self.bm.cache_blocks(r.rid, upto)
             return
-        table = [b for b in self.bm.block_table(r.rid) if b is not None]
-        before = {b for b in table if self.bm.blocks[b].hash is None}
-        self.bm.cache_blocks(r.rid, upto)
+        bm = self.bm
+        own = {b for b in bm.block_table(r.rid) if b is not None and bm.blocks[b].hash is None}
+        # what the tree already holds replaces r's copies, which are freed
+        bm.cache_blocks(r.rid, upto, merge=True)
+        table = [b for b in bm.block_table(r.rid) if b is not None]
+        new = [b for b in table if b in own and bm.blocks[b].hash is not None]
+        held = table[: table.index(new[0])] if new else table[: upto // self.block_size]
+        if held:  # the insert splits the node its path leaves the tree in
+            self._split(held)
         self.tick += 1
-        new = [b for b in table if b in before and self.bm.blocks[b].hash is not None]
         if new:
             node = _Node(new, self.tick, table.index(new[0]))
             for b in new:
@@ -287,8 +300,8 @@ class SglangEngine(Engine):
         return r.num_tokens - hits, hits, ids, free_hits * self.block_size
 
     def _head_total(self, r: Req, extend: int) -> int:
-        """PrefillAdder.add_one_req's `total_tokens`: prompt + expected outputs + a page."""
-        return extend + min(r.target - r.outputs, CLIP_MAX_NEW_TOKENS) + self.policy.page_size
+        """PrefillAdder.add_one_req's `total_tokens`: tokens to compute + outputs left."""
+        return extend + min(r.target - r.outputs, CLIP_MAX_NEW_TOKENS)
 
     # ---- one step -----------------------------------------------------------------------------
     def step(self, horizon_s: float) -> list[Req]:
@@ -366,7 +379,9 @@ class SglangEngine(Engine):
         if (self.full or not self.waiting) and self.chunked is None:
             return []
         policy, config = self.policy, self.config
-        alone = not self.num_decodes  # the batch becomes the running batch, its flag cleared
+        # the batch becomes the running batch, its flag cleared, unless that still holds a
+        # request finished since the last decode step (merged into it, the flag stays)
+        alone = not self.num_decodes and not self.unfiltered
         rem_input = policy.max_prefill_tokens
         rem_chunk = config.max_num_batched_tokens
         rem_total = self._free_tokens() - self._reserved_tokens(self.ratio)
@@ -389,20 +404,16 @@ class SglangEngine(Engine):
             chunks.append((r, n))
             if r.computed + n >= r.num_tokens:
                 self.chunked = None
-                rem_total -= min(r.target - r.outputs, CLIP_MAX_NEW_TOKENS)
+                rem_total -= min(r.target, CLIP_MAX_NEW_TOKENS)  # max_new_tokens, in full
             else:  # the next round filters the chunked request out of the batch: it shrank
                 self.full = False
+                self._match_head()
             rem_input -= n
             rem_chunk -= n
-            rem_total -= n + policy.page_size
+            rem_total -= n
         while self.waiting and self.chunked is None and not self.full:
             if len(self.running) + self.unfiltered >= config.max_num_seqs:
                 self.full = True
-                break
-            if rem_total <= 0:  # NO_TOKEN
-                self.full = True
-                break
-            if rem_input <= 0 or rem_chunk <= 0:
                 break
             r = self.waiting[0]
             extend, hits, ids, free_hits = self._head_need(r)
@@ -416,7 +427,7 @@ class SglangEngine(Engine):
                 break
             if extend <= rem_chunk:
                 n = extend
-                rem_total -= min(r.target - r.outputs, CLIP_MAX_NEW_TOKENS)
+                rem_total -= min(r.target, CLIP_MAX_NEW_TOKENS)  # max_new_tokens, in full
             else:
                 n = rem_chunk // policy.page_size * policy.page_size
                 if n <= 0:
@@ -441,9 +452,11 @@ class SglangEngine(Engine):
             self._schedule_admitted(r, n, 0, chunks)
             rem_input -= n
             rem_chunk -= n
-            rem_total -= n + policy.page_size + free_hits  # the match stays locked
+            rem_total -= n + free_hits  # the match stays locked
             if rem_total <= 0:  # budget_state after the add: NO_TOKEN
                 self.full = True
+            elif rem_input <= 0 or rem_chunk <= 0:  # OTHER: the next is not matched
+                break
         if pending:  # alloc_for_extend: the batch's tokens at once, evicting ahead if short
             self._evict_for(sum(self.bm.append_cost(r.rid, upto - r.synced) for r, upto in pending))
             for r, upto in pending:
@@ -452,6 +465,16 @@ class SglangEngine(Engine):
         if alone:
             self.full = False
         return chunks
+
+    def _match_head(self) -> None:
+        """A chunk that does not finish its prompt still leaves the waiting loop its turn: the
+        head, given a seat, is matched (its path used, the node its match ends in split) and then
+        refused (no chunk budget left, or NO_TOKEN, which the next round's filter clears)."""
+        if not self.waiting or self.full or not isinstance(self.bm, BlockManager):
+            return
+        if len(self.running) + self.unfiltered >= self.config.max_num_seqs:
+            return  # batch_is_full before the match, cleared by the next round's filter
+        self._split(self.bm.prefix_blocks(self._head_need(self.waiting[0])[2]))
 
     def _make_room(self) -> bool:
         """check_decode_mem / retract_decode: free the blocks the next decode step needs; True
@@ -505,10 +528,14 @@ class SglangEngine(Engine):
         if len(self.running) + self.unfiltered >= self.config.max_num_seqs:
             return False
         rem_total = self._free_tokens() - self._reserved_tokens(self.ratio)
-        extend, _, _, free_hits = self._head_need(self.waiting[0])
+        extend, _, ids, free_hits = self._head_need(self.waiting[0])
+        if isinstance(self.bm, BlockManager):  # init_next_round_input matches it, even refused
+            self._split(self.bm.prefix_blocks(ids))
         return 0 < rem_total and self._head_total(self.waiting[0], extend) < rem_total - free_hits
 
     def _after_decode_span(self, steps: int) -> None:
+        if steps and self.shrunk:  # the first step's update_running_batch filtered the finishes
+            self.shrunk, self.full, self.unfiltered = False, False, 0
         policy = self.policy
         self.ratio = max(
             self.ratio - policy.new_token_ratio_decay * steps, policy.min_new_token_ratio
