@@ -30,7 +30,21 @@ RECORDER = Path(__file__).parent.parent / "scripts" / "record_sglang_schedule.py
 
 # scenario -> why kvplan's SGLang engine does not yet schedule it as SGLang does (xfail, strict)
 KNOWN: dict[str, str] = {}
-# the scenarios shared with vLLM's harness that SGLang can express (record_sglang_schedule.py)
+
+
+def _recorder():
+    """scripts/record_sglang_schedule.py, imported (its module level imports nothing of SGLang)."""
+    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
+    sys.path.insert(0, scripts)
+    try:
+        import record_sglang_schedule
+    finally:
+        sys.path.remove(scripts)
+    return record_sglang_schedule
+
+
+# the scenarios shared with vLLM's harness that SGLang can express: the recorder's own list
+SHARED = _recorder().SGLANG_SCENARIOS
 SHARED = (
     "steady",
     "burst",

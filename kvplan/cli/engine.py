@@ -3,6 +3,7 @@ spelling."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from typing import Any
@@ -45,8 +46,10 @@ class Flag(NamedTuple):
     instead: dict[str, str] = {}
 
 
+@functools.cache
 def _flags() -> tuple[Flag, ...]:
-    """Every option, in the order `--help` lists them."""
+    """Every option, in the order `--help` lists them (built once: the signature and the
+    applies-to checks read the same declarations)."""
     return (
         Flag("model", str, c.model_argument()),
         Flag(
