@@ -12,6 +12,14 @@
 Events are taken in time order; an engine steps when its clock is earliest. A run of decode-only
 steps stops before the next arrival, so the router and the queues always see the replicas' state
 at their last step boundary.
+
+DP-attention ranks (`lockstep` > 1: each run of that many engines is one group) step together:
+every rank joins each MoE layer's all-to-all or all-gather, so a step lasts as long as the
+slowest rank's and a rank with nothing to run steps a dummy batch while any rank of its group
+has work (vLLM: DPEngineCoreProc.run_busy_loop runs execute_dummy_batch when its scheduler ran
+nothing and the wave is on; SGLang: prepare_mlp_sync_batch gathers every rank's token count each
+step and gives an idle rank an idle batch while any count is above 0). Each rank's own scheduler
+decides its batch (`Lockstep`).
 """
 
 from __future__ import annotations
@@ -21,7 +29,9 @@ import math
 from collections import deque
 
 from kvplan.errors import KvplanError
+from kvplan.formulas.batch_step import BatchShape, lockstep_step
 from kvplan.record import NamedTuple
+from kvplan.simulate import engine as engine_rules
 from kvplan.simulate.engine import Engine, Req, _Unservable
 from kvplan.simulate.frontend import Frontend
 from kvplan.simulate.workload import RequestSpec, prompt_token_ids
@@ -43,8 +53,10 @@ def run(
     max_concurrency: int | None = None,
     frontend: Frontend = Frontend(),
     max_model_len: int | None = None,
+    lockstep: int = 1,
 ) -> ClusterRun:
-    """Serve `requests` on `engines` until every request finishes."""
+    """Serve `requests` on `engines` until every request finishes; `lockstep` > 1: the engines
+    are DP-attention ranks, each run of `lockstep` of them stepping together (Lockstep)."""
     if router not in ROUTERS:
         raise KvplanError(f"--router {router!r}: choose {', '.join(ROUTERS)}")
     arrivals: list = []  # (server arrival, rid, dispatch, spec)
@@ -65,11 +77,16 @@ def run(
             heapq.heappush(arrivals, (start + frontend.request_s, spec.rid, start, spec))
 
     dispatch(0.0)
-    coupled = max_concurrency is not None and len(engines) > 1
-    while arrivals or done or any(e.has_work for e in engines):
+    units: list = (
+        list(engines)
+        if lockstep <= 1
+        else [Lockstep(engines[i : i + lockstep]) for i in range(0, len(engines), lockstep)]
+    )
+    coupled = max_concurrency is not None and len(units) > 1
+    while arrivals or done or any(e.has_work for e in units):
         next_arrival = arrivals[0][0] if arrivals else math.inf
         next_done = done[0][0] if done else math.inf
-        busy = [e for e in engines if e.has_work]
+        busy = [e for e in units if e.has_work]
         engine = min(busy, key=_clock) if busy else None
         if engine is not None and engine.clock_s < min(next_arrival, next_done):
             horizon = next_arrival
@@ -111,8 +128,93 @@ def run(
     return ClusterRun(finished, failed, engines)
 
 
-def _clock(engine: Engine) -> float:
+def _clock(engine) -> float:
     return engine.clock_s
+
+
+class Lockstep:
+    """DP-attention ranks that run every forward together. Each step every rank's scheduler
+    plans its own batch (Engine.plan_step); the step is priced by batch_step.lockstep_step
+    over all the ranks' shapes (the MoE layers over the sum of their tokens, a rank with
+    nothing to run as a one-token dummy) and lasts as long as the slowest rank's; every rank
+    settles its batch at that time (its terms the slowest rank's). When every rank with work
+    could run decode-only steps, they run as one span (Engine.span_steps): as many steps as the
+    rank nearest an event allows, each as long as the slowest rank's step then."""
+
+    def __init__(self, ranks: list[Engine]):
+        self.ranks = ranks
+        self.model = ranks[0].model
+
+    @property
+    def has_work(self) -> bool:
+        return any(r.has_work for r in self.ranks)
+
+    @property
+    def clock_s(self) -> float:
+        return max(r.clock_s for r in self.ranks)
+
+    def step(self, horizon_s: float) -> list[Req]:
+        start = self.clock_s
+        for r in self.ranks:  # one clock: a rank idle so far joins the group's next step
+            r.clock_s = start
+        active = [r for r in self.ranks if r.has_work]
+        if all([r._quiet() for r in active]):  # each asked, as its own loop would
+            done = self._span(active, horizon_s)
+            if done is not None:
+                return done
+        finished: list[Req] = []
+        planned: list[tuple[BatchShape, object]] = []
+        for r in active:
+            plan = r.plan_step()
+            if isinstance(plan, list):
+                finished += plan
+            else:
+                planned.append(plan)
+        if not planned:  # nothing ran anywhere (a preemption, a stall): no forward
+            return finished
+        shapes = [shape for shape, _ in planned]
+        shapes += [BatchShape()] * (len(self.ranks) - len(planned))  # idle ranks' dummies
+        timing, _ = lockstep_step(self.model, shapes)
+        for _, settle in planned:
+            finished += settle(timing)  # type: ignore[operator]
+        self._sync()
+        return finished
+
+    def _span(self, active: list[Engine], horizon_s: float):
+        """A run of decode-only steps on every rank with work, or None (fewer than MIN_SPAN)."""
+        import numpy as np
+
+        limits = [r.span_steps() for r in active]
+        if any(n is None for n in limits):
+            return None
+        steps = min(n for n in limits if n is not None)
+        # the MoE layers' tokens: every rank's decodes, one dummy token per idle rank
+        gathered = sum(r.num_decodes for r in active) + len(self.ranks) - len(active)
+        runs = [
+            self.model.decode_span_s(r.num_decodes, r.span_sums(steps), 1, gathered) for r in active
+        ]
+        times = np.max([t for t, _ in runs], axis=0)
+        if len(active) < len(self.ranks):
+            dummy = self.model.step(BatchShape(), gathered).total_s
+            times = np.maximum(times, dummy)
+        starts = self.clock_s + np.cumsum(times) - times
+        steps = int(np.searchsorted(starts, horizon_s, side="left"))
+        if steps < engine_rules.MIN_SPAN:
+            return None
+        times = times[:steps]
+        # the terms of the rank slowest over the run stand for the step's
+        slowest = max(range(len(runs)), key=lambda i: float(runs[i][0][:steps].sum()))
+        terms = runs[slowest][1]
+        finished: list[Req] = []
+        for r in active:
+            finished += r.commit_span(times, terms)
+        self._sync()
+        return finished
+
+    def _sync(self) -> None:
+        end = self.clock_s
+        for r in self.ranks:
+            r.clock_s = end
 
 
 def _route(router: str, spec: RequestSpec, engines: list[Engine], outstanding, turn) -> int:

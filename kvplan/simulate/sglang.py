@@ -304,11 +304,7 @@ class SglangEngine(Engine):
         return extend + min(r.target - r.outputs, CLIP_MAX_NEW_TOKENS)
 
     # ---- one step -----------------------------------------------------------------------------
-    def step(self, horizon_s: float) -> list[Req]:
-        if self._quiet():
-            done = self._decode_span(horizon_s)
-            if done is not None:
-                return done
+    def plan_step(self):
         j = self.step_index
         chunks = self._prefill_batch()
         if chunks:
@@ -318,17 +314,7 @@ class SglangEngine(Engine):
                 tuple((n, r.computed) for r, n in chunks),
                 sum(1 for r, n in chunks if r.computed + n >= r.num_tokens),
             )
-            self.prefill_finishing = True
-            try:
-                finished = self._advance(j, self.model.step(shape), chunks, decoded=False)
-            finally:
-                self.prefill_finishing = False
-            for r, _ in chunks:  # the batch ran: its prefill tokens enter the tree
-                if r.rid in self.fill_end:
-                    self._insert(r)
-            self.prefilled = True
-            self.joined_at += [(r, j) for r, _ in chunks if r.state == DECODE]
-            return finished
+            return shape, lambda timing: self._settle_prefill(j, timing, chunks)
         if not self.num_decodes:
             if self.chunked is not None or self.waiting:  # nothing runs, nothing will free
                 raise _Unservable(self.chunked or self.waiting[0])
@@ -348,7 +334,25 @@ class SglangEngine(Engine):
                 raise _Unservable(r)  # alone in the pool and still out of room
         self.joined_at = [(r, p) for r, p in self.joined_at if r.state == DECODE]  # not retracted
         shape = BatchShape(self.num_decodes, self.context_sum, (), self.num_decodes)
-        finished = self._advance(j, self.model.step(shape), [], decoded=True)
+        return shape, lambda timing: self._settle_decode(j, timing)
+
+    def _settle_prefill(self, j: int, timing, chunks) -> list[Req]:
+        """Prefill batch j ran in `timing`: its chunks advance, its prompts enter the tree."""
+        self.prefill_finishing = True
+        try:
+            finished = self._advance(j, timing, chunks, decoded=False)
+        finally:
+            self.prefill_finishing = False
+        for r, _ in chunks:  # the batch ran: its prefill tokens enter the tree
+            if r.rid in self.fill_end:
+                self._insert(r)
+        self.prefilled = True
+        self.joined_at += [(r, j) for r, _ in chunks if r.state == DECODE]
+        return finished
+
+    def _settle_decode(self, j: int, timing) -> list[Req]:
+        """Decode step j ran in `timing`: every running request took a token."""
+        finished = self._advance(j, timing, [], decoded=True)
         self._settle_gaps(j, len(self.decode_log) - 1)
         return finished
 
