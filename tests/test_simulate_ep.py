@@ -22,6 +22,7 @@ from kvplan.simulate import cluster
 from kvplan.simulate.engine import Engine, EngineConfig
 from kvplan.simulate.frontend import Frontend
 from kvplan.simulate.setup import ParallelLayout, ServeOptions, parallel_layout
+from kvplan.simulate.sglang import SglangEngine
 from kvplan.simulate.workload import RequestSpec
 
 from helpers import run_cli, run_json
@@ -275,3 +276,33 @@ def test_two_dp_ranks_step_together_at_the_slower_ranks_time():
         [RequestSpec(0, 0.0, 100, 4)], [Engine(cfg, m, 0.0)], frontend=Frontend(0.0, 0.0)
     )
     assert alone.engines[0].log.end_s[-1] < ranks[0].log.end_s[-1]
+
+
+def test_the_engines_lockstep_rules():
+    """How a DP-attention group runs a step (Engine.lockstep_rules): (eagerly, MoE tokens
+    padded to the largest rank's). vLLM: the CUDA-graph mode is the minimum over the ranks (one
+    rank past the largest graph runs all eagerly), under graphs every rank padded to the
+    largest count. SGLang: an extend batch on any rank runs all eagerly, its gather summed;
+    a decode step pads to the largest where 2 x sum > ranks x max (MAX_LEN)."""
+    m = model(load_model("deepseek-v2-lite"), tp=1, moe_ranks=2, dp=2)
+    cfg = EngineConfig(8, 8192, 4096, 1024, 16)
+    prefill, small_prefill = BatchShape(0, 0, ((600, 0),), 1), BatchShape(0, 0, ((64, 0),), 1)
+    decodes = [BatchShape(n, 100.0 * n, (), n) for n in (1, 3, 4, 10)]
+    vllm = Engine(cfg, m, 0.0)
+    assert m.cuda_graph_max_tokens == 512
+    assert vllm.lockstep_rules([prefill, decodes[0]]) == (True, False)  # 600 > 512
+    assert vllm.lockstep_rules([small_prefill, decodes[0]]) == (False, True)
+    assert vllm.lockstep_rules([decodes[1], BatchShape()]) == (False, True)
+    sglang = SglangEngine(cfg, m, 0.0)
+    assert sglang.lockstep_rules([small_prefill, decodes[0]]) == (True, False)
+    assert sglang.lockstep_rules([decodes[2], decodes[2]]) == (False, True)  # 16 > 8
+    assert sglang.lockstep_rules([decodes[3]] + [BatchShape()] * 3) == (False, False)  # 26 < 40
+    # priced: padded, the MoE layers see 2 x 3 tokens; an idle rank's dummy adds its token
+    assert lockstep_step(m, [decodes[1], decodes[0]], 0, True)[0] == m.step(decodes[1], 6)
+    assert lockstep_step(m, [decodes[1]], 1, False)[0] == m.step(decodes[1], 4)
+    # eagerly: every layer's kernels dispatched from the CPU (HostOverheads.eager_per_layer_s)
+    eager = m.without_graphs()
+    assert eager.step(decodes[0], 2).launch_s == pytest.approx(
+        m.host.eager_per_layer_s * m.spec.num_layers
+    )
+    assert m.step(decodes[0], 2).launch_s == pytest.approx(m.host.per_layer_s * m.spec.num_layers)

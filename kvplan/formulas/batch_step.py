@@ -30,6 +30,7 @@ m = min(pp, sequences) micro-batches and a step takes (m + pp − 1) stage times
 
 from __future__ import annotations
 
+import copy
 import math
 
 from kvplan.anatomy.model import KEPT, CacheKind, Layer, ModelSpec, distinct_layers
@@ -289,6 +290,18 @@ class StepModel:
         self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
         self._weights: dict[object, tuple[float, float]] = {}
         self._span_base: dict[tuple[int, int, int | None], BatchStepTime] = {}
+
+    def without_graphs(self) -> StepModel:
+        """This model with every step run eagerly (no CUDA graph at any size): a DP-attention
+        rank whose group runs a step without graphs (cluster.Lockstep). Built once."""
+        twin = self.__dict__.get("_eager")
+        if twin is None:
+            twin = copy.copy(self)
+            twin.cuda_graph_max_tokens = 0
+            twin._span_base = {}
+            twin._eager = twin
+            self._eager = twin
+        return twin
 
     # ---- the terms --------------------------------------------------------------------------
     def weights_bytes(
@@ -680,18 +693,31 @@ def shape_tokens(shape: BatchShape) -> int:
     return max(1, shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
 
 
-def lockstep_step(model: StepModel, shapes: list[BatchShape]) -> tuple[BatchStepTime, int]:
+def lockstep_step(
+    model: StepModel, shapes: list[BatchShape], idle_ranks: int = 0, pad_to_max: bool = False
+) -> tuple[BatchStepTime, int]:
     """One step of DP-attention ranks in lockstep, each running its own shape with the MoE
-    layers over the gathered tokens of all: (the slowest rank's step, its index). Every rank
-    joins every MoE layer's dispatch/combine (or all-gather) each step, so none finishes
-    before the slowest; a rank with nothing to run steps a one-token dummy batch (an empty
-    BatchShape here: vLLM's DPEngineCoreProc.execute_dummy_batch, SGLang's idle batch from
-    prepare_mlp_sync_batch). The MoE layers see the sum of the ranks' tokens (vLLM's
-    num_tokens_across_dp, SGLang's global_num_tokens)."""
-    gathered = sum(shape_tokens(s) for s in shapes)
+    layers over the gathered tokens of all: (the slowest rank's step, its index in `shapes`).
+    Every rank joins every MoE layer's dispatch/combine (or all-gather) each step, so none
+    finishes before the slowest. `idle_ranks` ranks with nothing to run step a one-token dummy
+    batch (vLLM's DPEngineCoreProc.execute_dummy_batch, SGLang's idle batch from
+    prepare_mlp_sync_batch): its token joins the MoE layers, its forward (the same layers over
+    one token, no attention, nothing sampled) is never the slowest. The MoE layers see the sum
+    of the ranks' tokens (vLLM's num_tokens_across_dp, SGLang's global_num_tokens), or with
+    `pad_to_max` every rank's padded to the largest (vLLM under CUDA graphs, SGLang's MAX_LEN
+    gather): lockstep_gathered_tokens. `model` prices every rank (StepModel.without_graphs where
+    the group runs eagerly)."""
+    tokens = [shape_tokens(s) for s in shapes] + [1] * idle_ranks
+    gathered = lockstep_gathered_tokens(tokens, pad_to_max)
     times = [model.step(s, gathered) for s in shapes]
     slowest = max(range(len(times)), key=lambda i: times[i].total_s)
     return times[slowest], slowest
+
+
+def lockstep_gathered_tokens(tokens: list[int], pad_to_max: bool) -> int:
+    """The tokens a lockstep step's MoE layers see on every rank, from each rank's `tokens`:
+    their sum, or (`pad_to_max`) the ranks x the largest."""
+    return len(tokens) * max(tokens) if pad_to_max else sum(tokens)
 
 
 class _Floors(NamedTuple):

@@ -29,7 +29,12 @@ import math
 from collections import deque
 
 from kvplan.errors import KvplanError
-from kvplan.formulas.batch_step import BatchShape, lockstep_step
+from kvplan.formulas.batch_step import (
+    BatchShape,
+    lockstep_gathered_tokens,
+    lockstep_step,
+    shape_tokens,
+)
 from kvplan.record import NamedTuple
 from kvplan.simulate import engine as engine_rules
 from kvplan.simulate.engine import Engine, Req, _Unservable
@@ -135,8 +140,9 @@ def _clock(engine) -> float:
 class Lockstep:
     """DP-attention ranks that run every forward together. Each step every rank's scheduler
     plans its own batch (Engine.plan_step); the step is priced by batch_step.lockstep_step
-    over all the ranks' shapes (the MoE layers over the sum of their tokens, a rank with
-    nothing to run as a one-token dummy) and lasts as long as the slowest rank's; every rank
+    over all the ranks' shapes (the MoE layers over the ranks' tokens, a rank with nothing to
+    run as a one-token dummy, eagerly and padded as the engine's lockstep_rules say) and lasts
+    as long as the slowest rank's; every rank
     settles its batch at that time (its terms the slowest rank's). When every rank with work
     could run decode-only steps, they run as one span (Engine.span_steps): as many steps as the
     rank nearest an event allows, each as long as the slowest rank's step then."""
@@ -173,8 +179,10 @@ class Lockstep:
         if not planned:  # nothing ran anywhere (a preemption, a stall): no forward
             return finished
         shapes = [shape for shape, _ in planned]
-        shapes += [BatchShape()] * (len(self.ranks) - len(planned))  # idle ranks' dummies
-        timing, _ = lockstep_step(self.model, shapes)
+        idle = len(self.ranks) - len(planned)  # ranks stepping a dummy batch
+        eager, pad = self.ranks[0].lockstep_rules(shapes + [BatchShape()] * idle)
+        model = self.model.without_graphs() if eager else self.model
+        timing, _ = lockstep_step(model, shapes, idle, pad)
         for _, settle in planned:
             finished += settle(timing)  # type: ignore[operator]
         self._sync()
@@ -188,15 +196,15 @@ class Lockstep:
         if any(n is None for n in limits):
             return None
         steps = min(n for n in limits if n is not None)
-        # the MoE layers' tokens: every rank's decodes, one dummy token per idle rank
-        gathered = sum(r.num_decodes for r in active) + len(self.ranks) - len(active)
-        runs = [
-            self.model.decode_span_s(r.num_decodes, r.span_sums(steps), 1, gathered) for r in active
-        ]
-        times = np.max([t for t, _ in runs], axis=0)
-        if len(active) < len(self.ranks):
-            dummy = self.model.step(BatchShape(), gathered).total_s
-            times = np.maximum(times, dummy)
+        # every step of the span runs the same batch sizes: the same rules, the same tokens
+        # through the MoE layers (each rank's decodes, one dummy token per idle rank)
+        shapes = [BatchShape(r.num_decodes, 0, (), r.num_decodes) for r in active]
+        shapes += [BatchShape()] * (len(self.ranks) - len(active))
+        eager, pad = self.ranks[0].lockstep_rules(shapes)
+        model = self.model.without_graphs() if eager else self.model
+        gathered = lockstep_gathered_tokens([shape_tokens(s) for s in shapes], pad)
+        runs = [model.decode_span_s(r.num_decodes, r.span_sums(steps), 1, gathered) for r in active]
+        times = np.max([t for t, _ in runs], axis=0)  # an idle rank's dummy is never slowest
         starts = self.clock_s + np.cumsum(times) - times
         steps = int(np.searchsorted(starts, horizon_s, side="left"))
         if steps < engine_rules.MIN_SPAN:

@@ -52,7 +52,7 @@ import heapq
 from collections import deque
 from enum import IntEnum
 
-from kvplan.formulas.batch_step import TERMS, BatchShape, StepModel
+from kvplan.formulas.batch_step import TERMS, BatchShape, StepModel, shape_tokens
 from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
 from kvplan.record import NamedTuple
 from kvplan.simulate.workload import RequestSpec, output_token_ids, prompt_token_ids
@@ -534,6 +534,17 @@ class Engine:
         moved = (-(-num_tokens // self.block_size) * self.block_size) - hits
         self.kv_requests.append((r, self.clock_s, moved))
         return True
+
+    def lockstep_rules(self, shapes: list[BatchShape]) -> tuple[bool, bool]:
+        """How a step of DP-attention ranks running `shapes` together runs (cluster.Lockstep):
+        (eagerly, its MoE tokens padded to the largest rank's). vLLM syncs the ranks first
+        (vllm/v1/worker/dp_utils.py, coordinate_batch_across_dp): the step's CUDA-graph mode is
+        the minimum over the ranks, so one rank with more tokens than the largest graph runs
+        every rank eagerly; under graphs every rank is padded to the largest token count
+        (should_dp_pad)."""
+        limit = self.model.cuda_graph_max_tokens
+        eager = any(shape_tokens(s) > limit for s in shapes)
+        return eager, not eager
 
     @property
     def outstanding(self) -> int:

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvplan.formulas.batch_step import BatchShape
+from kvplan.formulas.batch_step import BatchShape, shape_tokens
 from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
 from kvplan.record import NamedTuple
 from kvplan.simulate.engine import DECODE, Engine, Req, _Unservable
@@ -302,6 +302,18 @@ class SglangEngine(Engine):
     def _head_total(self, r: Req, extend: int) -> int:
         """PrefillAdder.add_one_req's `total_tokens`: tokens to compute + outputs left."""
         return extend + min(r.target - r.outputs, CLIP_MAX_NEW_TOKENS)
+
+    def lockstep_rules(self, shapes: list[BatchShape]) -> tuple[bool, bool]:
+        """SGLang's DP-attention step (scheduler_dp_attn_mixin.prepare_mlp_sync_batch_raw):
+        can_cuda_graph is the minimum over the ranks and an extend (prefill) batch cannot run a
+        graph, so a prefill on any rank, or a rank past the graphs' largest batch, runs every
+        rank eagerly; the MoE gather pads every rank to the largest count (DpPaddingMode
+        MAX_LEN) in a decode step where 2 x sum > ranks x max, and sums them otherwise and with
+        a prefill in the step (SUM_LEN)."""
+        tokens = [shape_tokens(s) for s in shapes]
+        extend = any(s.prefill_chunks for s in shapes)
+        eager = extend or max(tokens) > self.model.cuda_graph_max_tokens
+        return eager, not extend and 2 * sum(tokens) > len(tokens) * max(tokens)
 
     # ---- one step -----------------------------------------------------------------------------
     def plan_step(self):

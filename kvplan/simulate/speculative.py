@@ -398,6 +398,16 @@ class SpeculativeStepModel:
             raise AttributeError(name)
         return getattr(self.target, name)
 
+    def without_graphs(self) -> SpeculativeStepModel:
+        """The target and draft run eagerly (StepModel.without_graphs). Built once."""
+        twin = self.__dict__.get("_eager")
+        if twin is None:
+            draft = self.draft.without_graphs() if self.draft is not None else None
+            twin = SpeculativeStepModel(self.target.without_graphs(), self.speculation, draft)
+            twin.__dict__["_eager"] = twin
+            self.__dict__["_eager"] = twin
+        return twin
+
     # ---- the draft --------------------------------------------------------------------------
     def _head_s(self, num_tokens: int) -> float:
         return time_floor_s(
