@@ -290,11 +290,12 @@ class StepModel:
         self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
         self._weights: dict[object, tuple[float, float]] = {}
         self._span_base: dict[tuple[int, int, int | None], BatchStepTime] = {}
+        self._eager: StepModel | None = None  # without_graphs
 
     def without_graphs(self) -> StepModel:
         """This model with every step run eagerly (no CUDA graph at any size): a DP-attention
         rank whose group runs a step without graphs (cluster.Lockstep). Built once."""
-        twin = self.__dict__.get("_eager")
+        twin = self._eager
         if twin is None:
             twin = copy.copy(self)
             twin.cuda_graph_max_tokens = 0

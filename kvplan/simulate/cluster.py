@@ -27,10 +27,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Callable
 
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
     BatchShape,
+    BatchStepTime,
     lockstep_gathered_tokens,
     lockstep_step,
     shape_tokens,
@@ -169,7 +171,7 @@ class Lockstep:
             if done is not None:
                 return done
         finished: list[Req] = []
-        planned: list[tuple[BatchShape, object]] = []
+        planned: list[tuple[BatchShape, Callable[[BatchStepTime], list[Req]]]] = []
         for r in active:
             plan = r.plan_step()
             if isinstance(plan, list):
@@ -184,7 +186,7 @@ class Lockstep:
         model = self.model.without_graphs() if eager else self.model
         timing, _ = lockstep_step(model, shapes, idle, pad)
         for _, settle in planned:
-            finished += settle(timing)  # type: ignore[operator]
+            finished += settle(timing)
         self._sync()
         return finished
 
