@@ -50,6 +50,14 @@ class EngineRequest(NamedTuple):
     expert_ranks: int | None = None
     # vLLM -dcp: the KV cache sharded along tokens over this many ranks of the TP group
     decode_context_parallel_size: int = 1
+    # the engines' attention backend flags as typed (None: the engine's own choice): vLLM's and
+    # SGLang's --attention-backend; SGLang's per-phase and DSA (--nsa-*-backend) choices
+    attention_backend: str | None = None
+    prefill_attention_backend: str | None = None
+    decode_attention_backend: str | None = None
+    nsa_prefill_backend: str | None = None
+    nsa_decode_backend: str | None = None
+    speculative_eagle_topk: int | None = None  # SGLang picks its default backend by it
 
 
 def refuse_compressed(spec, engine: str) -> None:
