@@ -635,6 +635,26 @@ def measurable(spec: ModelSpec) -> bool:
     return True
 
 
+# layer_shape per spec and distinct layer (None: laid out coarsely), held with the spec: a roofline
+# sweep or a capacity comparison lays out the same layers at every batch and context
+_SHAPES: dict[tuple, tuple] = {}
+
+
+def _shape_or_none(spec: ModelSpec, layer: Layer) -> LayerShape | None:
+    key = (id(spec), id(layer))
+    kept = _SHAPES.get(key)
+    if kept is not None and kept[0] is spec and kept[1] is layer:
+        return kept[2]
+    try:
+        shape: LayerShape | None = layer_shape(spec, layer)
+    except KvplanError:
+        shape = None
+    if len(_SHAPES) >= KEPT:
+        del _SHAPES[next(iter(_SHAPES))]
+    _SHAPES[key] = (spec, layer, shape)
+    return shape
+
+
 def step_ops(
     spec: ModelSpec,
     dtype: str,
@@ -694,9 +714,8 @@ def step_ops(
             prefill_chunks,
             gather_kv,
         )
-        try:
-            shape = layer_shape(spec, layer)
-        except KvplanError:
+        shape = _shape_or_none(spec, layer)
+        if shape is None:
             ops = _coarse_layer_ops(spec, layer, tokens, routed, attention, states, part_bytes)
         else:
             ops = _dense_layer_ops(spec, shape, layer, tokens, attention, part_bytes, p, split)
