@@ -337,9 +337,42 @@ def layer_shape(spec: ModelSpec, layer: Layer) -> LayerShape:
     return LayerShape(attn, matrices, width, gated, other)
 
 
+def _op(
+    name: str,
+    kind: OpKind,
+    size: int,
+    flops: float,
+    weight_bytes: float,
+    kv_bytes: float,
+    activation_bytes: float,
+    launches: int = 1,
+    width: int = 0,
+    elementwise_flops: float = 0.0,
+) -> Op:
+    """Op(...), built without the record's keyword handling (the floor builds thousands)."""
+    return _tuple_new(
+        Op,
+        (
+            name,
+            kind,
+            size,
+            flops,
+            weight_bytes,
+            kv_bytes,
+            activation_bytes,
+            launches,
+            width,
+            elementwise_flops,
+        ),
+    )
+
+
+_tuple_new = tuple.__new__
+
+
 def _matmul(m: Matrix, tokens: int, weight_bytes: float, act_bytes: int) -> Op:
     """A GEMM of `tokens` rows through `m`, its weights at `weight_bytes` per parameter."""
-    return Op(
+    return _op(
         m.name,
         OpKind.MATMUL,
         tokens,
@@ -376,8 +409,10 @@ def _rank_matrices(spec: ModelSpec, shape: LayerShape, tp: int) -> tuple[Matrix,
 _PART_BYTES: dict[tuple, tuple] = {}
 
 
-def _part_bytes(spec: ModelSpec, dtype: str) -> dict[str, float]:
-    """{part: bytes per parameter in `dtype`} for every part of the spec and its layers."""
+def _part_bytes(spec: ModelSpec, dtype: str) -> tuple[dict[str, float], tuple, float]:
+    """({part: bytes per parameter in `dtype`} for every part of the spec and its layers, the
+    parameters outside the layers (_model_parts), the bytes a checkpoint stores outside its named
+    parts)."""
     key = (id(spec), dtype)
     kept = _PART_BYTES.get(key)
     if kept is not None and kept[0] is spec:
@@ -386,6 +421,11 @@ def _part_bytes(spec: ModelSpec, dtype: str) -> dict[str, float]:
     for layer, _ in distinct_layers(spec.layers):
         parts.update(part for part, _ in layer.params)
     found = {part: part_bytes_per_param(spec, dtype, part) for part in parts}
+    # the parameters outside the layers, and the bytes a checkpoint stores outside its parts
+    unnamed = weight_bytes(spec, dtype) - sum(
+        n * found[part] for part, n in spec.param_parts.items()
+    )
+    found = (found, _model_parts(spec), unnamed if abs(unnamed) >= 1 else 0.0)
     if len(_PART_BYTES) >= KEPT:
         del _PART_BYTES[next(iter(_PART_BYTES))]
     _PART_BYTES[key] = (spec, found)
@@ -455,9 +495,9 @@ def _attention_ops(
             kv = num_decodes * _cache_bytes(attention_groups, decode_context)
             flops = num_decodes * _decode_flop_per_key(attn) * attn.tokens_held(decode_context)
             if gather_kv:
-                attention.append(Op("kv_gather", OpKind.ELEMENTWISE, 0, 0, 0, kv, 0, 2))
+                attention.append(_op("kv_gather", OpKind.ELEMENTWISE, 0, 0, 0, kv, 0, 2))
             attention.append(
-                Op(
+                _op(
                     "attention",
                     OpKind.DECODE_ATTENTION,
                     num_decodes * attn.tokens_held(decode_context),
@@ -480,9 +520,9 @@ def _attention_ops(
             before = _cache_bytes(attention_groups, cached)
             # K and V written to the cache (and read from the projection: as many bytes again
             # when the cache keeps the compute dtype, as it does in `kvplan measure`)
-            attention.append(Op("kv_write", OpKind.ELEMENTWISE, 0, 0, 0, written, written, 2))
+            attention.append(_op("kv_write", OpKind.ELEMENTWISE, 0, 0, 0, written, written, 2))
             attention.append(
-                Op(
+                _op(
                     "attention",
                     OpKind.PREFILL_ATTENTION,
                     new,
@@ -496,7 +536,7 @@ def _attention_ops(
     if state_groups:
         held = _cache_bytes(state_groups, 0)
         sequences = num_decodes + len(prefill_chunks)
-        states.append(Op("state", OpKind.ELEMENTWISE, 0, 0, 0, sequences * held, 0, 1))
+        states.append(_op("state", OpKind.ELEMENTWISE, 0, 0, 0, sequences * held, 0, 1))
     return attention, states
 
 
@@ -522,7 +562,7 @@ def _dense_layer_ops(
     other_bytes -= (whole[2].params + whole[3].params) * mlp_b
     # two norms (read + write) and two residual adds (read 2, write 1); the norm weights and
     # biases are read once (and priced by the floor at 2 FLOPs per parameter per token)
-    norms = Op(
+    norms = _op(
         "norms",
         OpKind.ELEMENTWISE,
         0,
@@ -536,7 +576,7 @@ def _dense_layer_ops(
     )
     # silu(gate) * up: read + write, then read 2 + write 1; a plain MLP's activation: read + write
     act_bytes = (5 if shape.gated else 2) * tokens * w * p
-    activation = Op(
+    activation = _op(
         "activation", OpKind.ELEMENTWISE, 0, 0, 0, 0, act_bytes, 2 if shape.gated else 1
     )
     return [
@@ -572,13 +612,13 @@ def _coarse_layer_ops(
         stored = count * part_bytes[part]
         if part == "norms":
             ops.append(
-                Op("norms", OpKind.ELEMENTWISE, 0, 0, stored, 0, 0, 1, 0, 2 * tokens * count)
+                _op("norms", OpKind.ELEMENTWISE, 0, 0, stored, 0, 0, 1, 0, 2 * tokens * count)
             )
         elif part == "experts" and moe is not None:
             touched = moe.expected_experts_touched(moe_tokens)
             ppe = moe.params_per_expert
             ops.append(
-                Op(
+                _op(
                     "experts",
                     OpKind.MATMUL,
                     tokens,
@@ -592,7 +632,7 @@ def _coarse_layer_ops(
             )
         else:
             name = "attention_proj" if part == "attention" else part
-            ops.append(Op(name, OpKind.MATMUL, tokens, 2 * tokens * count, stored, 0, 0, 1, h))
+            ops.append(_op(name, OpKind.MATMUL, tokens, 2 * tokens * count, stored, 0, 0, 1, h))
         if part == "attention":
             ops += attention
             placed = True
@@ -615,11 +655,18 @@ def _model_parts(spec: ModelSpec) -> tuple[tuple[str, int], ...]:
 
 def _share(op: Op, tp: int) -> Op:
     """An operator split evenly over `tp` ranks: its FLOPs, weights and activations / tp."""
-    return op._replace(
-        flops=op.flops / tp,
-        weight_bytes=op.weight_bytes / tp,
-        activation_bytes=op.activation_bytes / tp,
-        elementwise_flops=op.elementwise_flops / tp,
+    name, kind, size, flops, weights, kv, activations, launches, width, extra = op
+    return _op(
+        name,
+        kind,
+        size,
+        flops / tp,
+        weights / tp,
+        kv,
+        activations / tp,
+        launches,
+        width,
+        extra / tp,
     )
 
 
@@ -682,7 +729,7 @@ def step_ops(
     weights the stored checkpoint holds outside its named parts are read. `moe_tokens`: the
     tokens the MoE layers route (the step's own by default)."""
     p = _activation_bytes(spec, dtype)
-    part_bytes = _part_bytes(spec, dtype)
+    part_bytes, model_parts, unnamed = _part_bytes(spec, dtype)
     tokens = num_decodes + sum(n for n, _ in prefill_chunks)
     routed = tokens if moe_tokens is None else moe_tokens
     split = 1 if even_split else tp
@@ -691,7 +738,7 @@ def step_ops(
     if num_sampled:
         h = spec.hidden_size
         rows = min(tokens, spec.vocab_size) * h if spec.embedding_lookup_params else 0
-        embedding = Op(
+        embedding = _op(
             "embedding",
             OpKind.ELEMENTWISE,
             0,
@@ -725,24 +772,21 @@ def step_ops(
             ops = [op if id(op) in cache_ops else _share(op, tp) for op in ops]
         groups.append((ops, count))
     if whole_model:
-        for part, n in _model_parts(spec):
+        for part, n in model_parts:
             kind = OpKind.ELEMENTWISE if part == "norms" else OpKind.MATMUL
             flops = 0 if part == "norms" else 2 * tokens * n
             extra = 2 * tokens * n if part == "norms" else 0
             stored = n * part_bytes[part]
-            head.append(Op(part, kind, tokens, flops, stored, 0, 0, 1, 0, extra))
-        unnamed = weight_bytes(spec, dtype) - sum(
-            n * part_bytes[part] for part, n in spec.param_parts.items()
-        )
-        if abs(unnamed) >= 1:  # a checkpoint's tensors outside the named parts
-            head.append(Op("weights_other", OpKind.ELEMENTWISE, 0, 0, unnamed, 0, 0, 0))
+            head.append(_op(part, kind, tokens, flops, stored, 0, 0, 1, 0, extra))
+        if unnamed:  # a checkpoint's tensors outside the named parts
+            head.append(_op("weights_other", OpKind.ELEMENTWISE, 0, 0, unnamed, 0, 0, 0, 0, 0))
     if num_sampled:
         h = spec.hidden_size
         head_part = "lm_head" if "lm_head" in spec.param_parts else "embedding"
         vocab = -(-spec.head_params // h // split)
         if even_split:
             head.append(
-                Op(
+                _op(
                     "lm_head",
                     OpKind.MATMUL,
                     num_sampled,
@@ -833,8 +877,12 @@ def floor_sums(groups: list[tuple[list[Op], int]]) -> tuple[float, float]:
     flops = 0.0
     num_bytes = 0.0
     for ops, count in groups:
-        flops += count * sum(op.flops + op.elementwise_flops for op in ops)
-        num_bytes += count * sum(op.weight_bytes + op.kv_bytes for op in ops)
+        group_flops = group_bytes = 0
+        for op in ops:
+            group_flops += op[3] + op[9]  # flops + elementwise_flops
+            group_bytes += op[4] + op[5]  # weight_bytes + kv_bytes
+        flops += count * group_flops
+        num_bytes += count * group_bytes
     return flops, num_bytes
 
 
