@@ -560,6 +560,11 @@ def _attention_ops(
     return attention, states
 
 
+# a dense layer's rank matrices and the bytes it stores beyond them, per layer, weights format
+# (its bytes-per-parameter table, held) and split
+_DENSE: dict[tuple, tuple] = {}
+
+
 def _dense_layer_ops(
     spec: ModelSpec,
     shape: LayerShape,
@@ -575,13 +580,20 @@ def _dense_layer_ops(
     over `tokens` rows on one of `split` ranks (or split evenly over `share`), in execution
     order."""
     h, w = spec.hidden_size, -(-shape.mlp_width // split)
-    qkv, o, *mlp = _rank_matrices(spec, shape, split)
     attn_b, mlp_b = part_bytes["attention"], part_bytes["mlp"]
-    whole = shape.matrices
-    # norm weights, biases, sinks: the bytes the layer stores beyond its matrices
-    stored = sum(count * part_bytes[part] for part, count in layer.params)
-    other_bytes = stored - (whole[0].params + whole[1].params) * attn_b
-    other_bytes -= (whole[2].params + whole[3].params) * mlp_b
+    key = (id(layer), id(part_bytes), split)
+    kept = _DENSE.get(key)
+    if kept is None or kept[0] is not layer or kept[1] is not part_bytes:
+        whole = shape.matrices
+        # norm weights, biases, sinks: the bytes the layer stores beyond its matrices
+        stored = sum(count * part_bytes[part] for part, count in layer.params)
+        other_bytes = stored - (whole[0].params + whole[1].params) * attn_b
+        other_bytes -= (whole[2].params + whole[3].params) * mlp_b
+        kept = (layer, part_bytes, _rank_matrices(spec, shape, split), other_bytes)
+        if len(_DENSE) >= KEPT:
+            del _DENSE[next(iter(_DENSE))]
+        _DENSE[key] = kept
+    (qkv, o, *mlp), other_bytes = kept[2], kept[3]
     # two norms (read + write) and two residual adds (read 2, write 1); the norm weights and
     # biases are read once (and priced by the floor at 2 FLOPs per parameter per token)
     norms = _op(
