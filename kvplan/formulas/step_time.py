@@ -440,12 +440,12 @@ def _part_bytes(spec: ModelSpec, dtype: str) -> tuple[dict[str, float], tuple, f
     parts = set(spec.param_parts) | {"attention", "mlp", "embedding", "lm_head"}
     for layer, _ in distinct_layers(spec.layers):
         parts.update(part for part, _ in layer.params)
-    found = {part: part_bytes_per_param(spec, dtype, part) for part in parts}
+    per_param = {part: part_bytes_per_param(spec, dtype, part) for part in parts}
     # the parameters outside the layers, and the bytes a checkpoint stores outside its parts
     unnamed = weight_bytes(spec, dtype) - sum(
-        n * found[part] for part, n in spec.param_parts.items()
+        n * per_param[part] for part, n in spec.param_parts.items()
     )
-    found = (found, _model_parts(spec), unnamed if abs(unnamed) >= 1 else 0.0)
+    found = (per_param, _model_parts(spec), unnamed if abs(unnamed) >= 1 else 0.0)
     if len(_PART_BYTES) >= KEPT:
         del _PART_BYTES[next(iter(_PART_BYTES))]
     _PART_BYTES[key] = (spec, found)
@@ -916,7 +916,8 @@ def floor_sums(groups: list[tuple[list[Op], int]]) -> tuple[float, float]:
     flops = 0.0
     num_bytes = 0.0
     for ops, count in groups:
-        group_flops = group_bytes = 0
+        group_flops: float = 0  # an int while every term is one: exact sums
+        group_bytes: float = 0
         for op in ops:
             group_flops += op[3] + op[9]  # flops + elementwise_flops
             group_bytes += op[4] + op[5]  # weight_bytes + kv_bytes
