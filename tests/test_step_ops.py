@@ -182,3 +182,35 @@ def test_dp_attention_floor_is_the_operator_lists_sums(name):
         experts = read(spec, wd, context) - read(dense, wd, context)
         kv = kv_bytes_per_sequence(spec, context, fmt, 1)
         _close(pre.bytes, read(dense, wd, context) + experts / ranks + kv)
+
+
+def test_cache_groups_keep_each_layers_own_bytes():
+    """A stack of full-attention layers holds s x (the sum of its layers' bytes per token): the
+    groups may not merge layers that differ in what they hold (MiniMax-M3's 3 plain layers and
+    57 with an indexer key were one group of the first layer's 2,048 B/token at bf16)."""
+    from kvplan.anatomy.model import CacheKind
+    from kvplan.formulas.kv import kv_bytes_per_token
+
+    checked = 0
+    for name in MODELS:
+        spec = load_model(name)
+        layers = [layer for layer in spec.layers if layer.attention is not None]
+        if (
+            any(
+                layer.state is not None
+                or layer.attention.kind.windowed
+                or layer.attention.compress_ratio
+                or layer.attention.kind is CacheKind.STATE
+                for layer in spec.layers
+                if layer.attention is not None or layer.state is not None
+            )
+            or not layers
+        ):
+            continue
+        fmt = resolve_kv_format("auto", spec.dtype)
+        assert kv_bytes_per_sequence(spec, 1000, fmt) == 1000 * kv_bytes_per_token(spec, fmt), name
+        checked += 1
+    assert checked > 40
+    spec = load_model("minimax-m3")
+    fmt = resolve_kv_format("auto", spec.dtype)
+    assert kv_bytes_per_sequence(spec, 1000, fmt) == 1000 * (60 * 2048 + 57 * 256)
