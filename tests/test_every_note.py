@@ -409,6 +409,20 @@ INVOCATIONS: dict[str, Invocation] = {
         "--kv-cache-memory",
         "50GiB",
     ),  # fmt: skip
+    "vllm deepseek-v4": cli(
+        "engine",
+        f"{REAL}/deepseek-ai--DeepSeek-V4-Flash.json",
+        "--engine",
+        "vllm",
+        "--gpu",
+        "h200",
+        "--tp",
+        "8",
+        "--kv-cache-memory",
+        "60GiB",
+        "--vllm-version",
+        "0.32",
+    ),  # fmt: skip
     "vllm minimax-m3": cli(
         "engine",
         f"{REAL}/MiniMaxAI--MiniMax-M3.json",
@@ -866,8 +880,10 @@ SOURCES: dict[str, str] = {
     "vision-absent": "whatif maverick",
     "vision-excluded": "size untied wrapper",
     "vllm-cache-size-definition": "vllm dsa fp8 tp8",
+    "vllm-compressed-layout": "vllm deepseek-v4",
     "vllm-cuda-graph-estimate": "vllm dsa fp8 tp8",
     "vllm-cuda-graphs-subtracted": "vllm fp16 pp2 0.21",
+    "vllm-dsv4-fp8-ds-mla": "vllm deepseek-v4",
     "vllm-fp8-ds-mla": "vllm dsa fp8 tp8",
     "vllm-gqa-indexer": "vllm minimax-m3",
     "vllm-hma-off": "vllm hybrid manager off",

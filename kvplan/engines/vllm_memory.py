@@ -42,6 +42,11 @@ UNQUANTIZED_PARTS = ("embedding", "lm_head", "norms", "router")
 LARGE_GPU_BYTES = 70 * GIB  # get_batch_defaults: the larger defaults from 70 GiB, A100 excepted
 # (max_num_seqs, max_num_batched_tokens) for `vllm serve` (OPENAI_API_SERVER usage context)
 LARGE_GPU_DEFAULTS = (1024, 8192)
+# vLLM 0.32 adds a tier from 160 GiB (B200, B300): 16384 tokens (arg_utils.get_batch_defaults;
+# 0.21.0 has none)
+HUGE_GPU_BYTES = 160 * GIB
+HUGE_GPU_DEFAULTS = (1024, 16384)
+HUGE_GPU_FROM = "0.32"
 SMALL_GPU_DEFAULTS = (256, 2048)
 # Activation formats that quantize each linear layer's input (w8a8, fp8 dynamic).
 QUANTIZED_ACTIVATION_WEIGHTS = ("fp8", "int8")
@@ -54,8 +59,10 @@ CUDA_GRAPH_BASE_BYTES = int(0.24 * GIB)
 CUDA_GRAPH_PER_LAYER_BYTES = int(0.018 * GIB)
 
 
-def batch_defaults(gpu: GpuProfile) -> tuple[int, int]:
+def batch_defaults(gpu: GpuProfile, version: str = "0.19") -> tuple[int, int]:
     """vLLM's default (max_num_seqs, max_num_batched_tokens) for an API server on this GPU."""
+    if version == HUGE_GPU_FROM and gpu.usable_memory_bytes >= HUGE_GPU_BYTES:
+        return HUGE_GPU_DEFAULTS
     large = gpu.usable_memory_bytes >= LARGE_GPU_BYTES and "a100" not in gpu.name.lower()
     return LARGE_GPU_DEFAULTS if large else SMALL_GPU_DEFAULTS
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvplan.engines.vllm import VllmResult
+from kvplan.engines.vllm import NULL_BLOCK_CHECK_FROM, VllmResult
 from kvplan.present import format as f
 from kvplan.present.view import Column, Fact, Table, Verdict, View, jsonable, judged, view
 from kvplan.units import GIB, MIB
@@ -50,6 +50,23 @@ def vllm_log_lines(r: VllmResult) -> list[str]:
             f"Maximum concurrency for {r.max_model_len:,} tokens per request: "
             f"{r.max_concurrency:.2f}x"
         )
+    elif r.engine_version == NULL_BLOCK_CHECK_FROM:
+        # kv_cache_utils._check_enough_kv_cache_memory, 0.32: format_gib, the memory less the
+        # null block, the CPU remark
+        estimate = (
+            f"Based on the available memory, the estimated maximum model length is "
+            f"{r.estimated_max_model_len}. "
+            if r.estimated_max_model_len
+            else ""
+        )
+        lines.append(
+            f"ValueError: To serve at least one request with the model's max seq len "
+            f"({r.max_model_len}), ({f.vllm_gib(r.required_bytes_per_request)} GiB KV cache is "
+            f"needed, which is larger than the available KV cache memory "
+            f"({f.vllm_gib(r.check_bytes)} GiB). {estimate}Try increasing "
+            "`gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or "
+            "decreasing `max_model_len` when initializing the engine."
+        )
     else:
         lines.append(
             f"ValueError: To serve at least one request with the model's max seq len "
@@ -93,6 +110,36 @@ def vllm_memory_rows(r: VllmResult) -> list[dict]:
     ]
 
 
+def _packed(r: VllmResult) -> bool:
+    """DeepSeek-V4's packed layout: groups of several page sizes sharing one block."""
+    return bool(r.groups) and hasattr(r.groups[0], "label")
+
+
+def _page_facts(r: VllmResult) -> list[tuple[str, str]]:
+    if _packed(r):
+        return [
+            (
+                "block",
+                f"{r.page_bytes:,} B: one block of every group's pages side by side "
+                f"(engine block {r.block_size} tokens)",
+            ),
+            ("groups", f"{r.num_groups} groups, the pages of up to {r.group_size} caches each"),
+        ]
+    return [
+        (
+            "page",
+            f"{r.page_bytes:,} B per block of {r.block_size} tokens over all {r.group_size} layers"
+            if r.uniform_type
+            else f"{r.page_bytes:,} B per layer per block of {r.block_size} tokens",
+        ),
+        (
+            "groups",
+            f"{r.num_groups} group{'s' if r.num_groups != 1 else ''} of {r.group_size} layers"
+            + (f" ({r.padding_layers} padding layers)" if r.padding_layers else ""),
+        ),
+    ]
+
+
 def vllm_view(r: VllmResult) -> View:
     lines = vllm_log_lines(r)
     facts = [
@@ -107,17 +154,7 @@ def vllm_view(r: VllmResult) -> View:
             f"max_num_seqs {r.max_num_seqs:,}, max_num_batched_tokens {r.max_num_batched_tokens:,}",
         ),
         ("available KV memory", f"{f.gib_text(r.available_kv_bytes)} per GPU"),
-        (
-            "page",
-            f"{r.page_bytes:,} B per block of {r.block_size} tokens over all {r.group_size} layers"
-            if r.uniform_type
-            else f"{r.page_bytes:,} B per layer per block of {r.block_size} tokens",
-        ),
-        (
-            "groups",
-            f"{r.num_groups} group{'s' if r.num_groups != 1 else ''} of {r.group_size} layers"
-            + (f" ({r.padding_layers} padding layers)" if r.padding_layers else ""),
-        ),
+        *_page_facts(r),
         ("num_blocks", f"{r.num_blocks:,}"),
         ("blocks per request", f"{r.blocks_per_request:,} at max_model_len {r.max_model_len:,}"),
         ("needed per request", f.gib_text(r.required_bytes_per_request)),
@@ -153,19 +190,20 @@ def vllm_view(r: VllmResult) -> View:
                 memory_rows,
             )
         )
-    tables.append(
-        Table(
-            "KV-cache groups",
-            [
-                Column("group", "group", f.integer),
-                Column("kind", "spec", f.text, "left"),
-                Column("window", "window", f.integer),
-                Column("block_size", "block (tokens)", f.integer),
-                Column("layers", "layers", f.integer),
-            ],
-            data["groups"],
-        )
-    )
+    columns = [
+        Column("group", "group", f.integer),
+        Column("kind", "spec", f.text, "left"),
+        Column("window", "window", f.integer),
+        Column("block_size", "block (tokens)", f.integer),
+        Column("layers", "layers", f.integer),
+    ]
+    if _packed(r):
+        columns += [
+            Column("page_bytes", "bytes in a block", f.integer),
+            Column("pages_per_request", "blocks a request", f.integer),
+            Column("label", "caches", f.text, "left"),
+        ]
+    tables.append(Table("KV-cache groups", columns, data["groups"]))
     title = f"vLLM {r.engine_version} allocation for {r.model['name']} on {r.gpu}"
     return view(title, r, facts, tables, data=data)
 

@@ -263,6 +263,12 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         raise KvplanError(
             "--mem-fraction-static is SGLang's; with --engine vllm give --gpu-memory-utilization"
         )
+    if any(a.compress_ratio for a in spec.attention_layers()):
+        raise KvplanError(
+            f"{spec.name}: kvplan simulate does not model vLLM's block tables for DeepSeek-V4's "
+            "compressed caches (five packed groups, the compressors' states); kvplan engine "
+            "--engine vllm --vllm-version 0.32 gives its allocation"
+        )
     notes: list[Note] = []
     spec.check_tp(options.tp)
     v0 = check_multi_step(options)
