@@ -600,3 +600,21 @@ def test_sglang_still_refuses_the_minimax_m3_indexer():
         "8",
     )
     assert code == 2 and "SGLang 0.5.14 has no MiniMax-M3 model" in err
+
+
+def test_vllm_0_32_holds_back_one_block_of_a_uniform_type_group():
+    """0.32's fit check plans against the memory less the null block, one block of the pool
+    (_pool_bytes_per_block: the widest group's pages). GLM-5.3's one uniform-type group's block
+    already covers all 78 layers, so exactly one request plus that block fits, a byte less does
+    not (not 78 blocks held back)."""
+    spec = load_model(str(REPO / "tests/data/real_configs/zai-org--GLM-5.3.json"), checkpoint=False)
+    h200 = load_profile("h200")
+
+    def alloc(memory):
+        request = EngineRequest(vllm_version="0.32", kv_cache_memory_bytes=memory, tp=8)
+        return engine_allocation(spec, h200, request)
+
+    r = alloc(50 * (1 << 30))
+    assert r.uniform_type and r.pool_block_bytes == r.page_bytes
+    just = r.required_bytes_per_request + r.page_bytes
+    assert alloc(just).fits and not alloc(just - 1).fits
