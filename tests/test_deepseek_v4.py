@@ -112,7 +112,7 @@ def test_what_it_cannot_know_is_refused_by_name(change, named):
     "engine, named",
     [
         ("vllm", "vLLM 0.19 has no DeepSeek-V4 model"),  # 0.32's: tests/test_vllm_dsv4.py
-        ("sglang", "keep compressed attention entries"),
+        ("sglang", "give --kv-cache-memory"),  # its pools: tests/test_sglang_dsv4.py
         ("llama.cpp", "keep compressed attention entries"),
     ],
 )

@@ -423,6 +423,18 @@ INVOCATIONS: dict[str, Invocation] = {
         "--vllm-version",
         "0.32",
     ),  # fmt: skip
+    "sglang deepseek-v4": cli(
+        "engine",
+        f"{REAL}/deepseek-ai--DeepSeek-V4-Flash.json",
+        "--engine",
+        "sglang",
+        "--gpu",
+        "h200",
+        "--tp",
+        "8",
+        "--kv-cache-memory",
+        "60GiB",
+    ),  # fmt: skip
     "vllm minimax-m3": cli(
         "engine",
         f"{REAL}/MiniMaxAI--MiniMax-M3.json",
@@ -879,6 +891,8 @@ SOURCES: dict[str, str] = {
     "variant-resolved": "size instruct variant",
     "vision-absent": "whatif maverick",
     "vision-excluded": "size untied wrapper",
+    "sglang-dsv4-dtype": "sglang deepseek-v4",
+    "sglang-dsv4-pools": "sglang deepseek-v4",
     "vllm-cache-size-definition": "vllm dsa fp8 tp8",
     "vllm-compressed-layout": "vllm deepseek-v4",
     "vllm-cuda-graph-estimate": "vllm dsa fp8 tp8",

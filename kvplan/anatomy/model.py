@@ -84,6 +84,9 @@ class Attention(NamedTuple):
     # compressed key (`compressed_indexer_dim` wide) at the same ratio (0: not compressed)
     compress_ratio: int = 0
     compressed_indexer_dim: int = 0
+    # DeepSeek-V4: the RoPE part of `head_dim` (qk_rope_head_dim), which the engines store in bf16
+    # beside the fp8 NoPE part of a row (0: not stated)
+    compressed_rope_dim: int = 0
 
     @property
     def gqa_indexer(self) -> bool:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kvplan.anatomy.model import ModelSpec
+from kvplan.anatomy.model import Attention, ModelSpec
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 
@@ -56,6 +56,7 @@ SWA_BLOCK_SIZE = 64  # DeepseekV4SWACache(block_size=64)
 FP8_DS_MLA_STATE_BYTES = 584  # 448 fp8 NoPE + 64 bf16 RoPE + 8 B of UE8M0 scales
 FP8_DS_MLA_ALIGNMENT = 576  # pages padded to a multiple of this (FlashMLA's packing stride)
 HEAD_DIM = 512  # the only head size FLASHMLA_SPARSE_DSV4 takes (get_supported_head_sizes)
+ROPE_DIM = 64  # of it RoPE: the 584-byte row is 448 fp8 NoPE + 64 bf16 RoPE + 8 B of scales
 COMPRESSOR_BLOCK_SIZE = {4: 4, 128: 8}  # CompressorStateCache: the only ratios it takes
 COMPRESSOR_STATE_BYTES = 4  # fp32 kv and score states
 INDEXER_RATIO = 4  # only C4A layers run the sparse indexer
@@ -68,6 +69,18 @@ def indexer_key_bytes(width: int) -> int:
     """The fp8 indexer key of the DSA/DeepSeek-V4 indexer caches: `width` fp8 values and one fp32
     scale per 128 (132 B for a 128-wide key; 0 without one)."""
     return width + width // INDEXER_QUANT_BLOCK * INDEXER_SCALE_BYTES if width else 0
+
+
+def check_row_layout(spec: ModelSpec, attn: Attention, engine: str) -> None:
+    """The engines' DeepSeek-V4 rows are 584 bytes (448 fp8 NoPE values, 64 bf16 RoPE values,
+    8 B of scales): vLLM hard-codes it (attention.py:876-878) and FLASHMLA_SPARSE_DSV4 takes
+    head_dim 512 only; SGLang 0.5.14 asserts it (DeepSeekV4SingleKVPool.create_buffer)."""
+    if (attn.head_dim, attn.compressed_rope_dim) != (HEAD_DIM, ROPE_DIM) or attn.window is None:
+        raise KvplanError(
+            f"{spec.name}: {engine}'s DeepSeek-V4 cache rows hold head_dim {HEAD_DIM} with "
+            f"{ROPE_DIM} RoPE values beside a sliding window (584 B: 448 fp8, {ROPE_DIM} bf16, "
+            f"8 B of scales), not head_dim {attn.head_dim} with {attn.compressed_rope_dim}"
+        )
 
 
 def padded_page_bytes(block_size: int, tokens_per_state: int, state_bytes: int) -> int:
@@ -102,11 +115,7 @@ def layer_caches(spec: ModelSpec) -> list[LayerCache]:
         if attn is None:
             continue
         ratio = attn.compress_ratio
-        if attn.head_dim != HEAD_DIM or attn.window is None:
-            raise KvplanError(
-                f"{spec.name}: vLLM 0.32's DeepSeek-V4 attention takes head_dim {HEAD_DIM} beside a "
-                f"sliding window (FLASHMLA_SPARSE_DSV4), not {attn.head_dim}"
-            )
+        check_row_layout(spec, attn, "vLLM 0.32")
         if ratio and ratio not in COMPRESSOR_BLOCK_SIZE:
             raise KvplanError(
                 f"{spec.name}: compress ratio {ratio}: vLLM 0.32's DeepSeek-V4 compressor takes "

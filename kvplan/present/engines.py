@@ -10,7 +10,7 @@ from kvplan.present.view import Column, Fact, Table, Verdict, View, jsonable, ju
 from kvplan.units import GIB, MIB
 
 if TYPE_CHECKING:  # SGLang's and llama.cpp's modules load where their engine is asked for
-    from kvplan.engines.sglang import SglangResult
+    from kvplan.engines.sglang import SglangCompressedResult, SglangResult
 
 
 def vllm_profile_lines(r: VllmResult) -> list[str]:
@@ -297,10 +297,52 @@ def sglang_view(r: SglangResult) -> View:
     return view(f"SGLang allocation for {r.model['name']} on {r.gpu}", r, facts, [table], data=data)
 
 
+def sglang_compressed_log_lines(r: SglangCompressedResult) -> list[str]:
+    """SGLang 0.5.14's DeepSeek-V4 pool lines (pool_configurator.py DSV4PoolConfigurator,
+    deepseek_v4_memory_pool.py DeepSeekV4TokenToKVPool), in its wording."""
+    p = r.pools
+    return [
+        f"DSV4 memory calculation: bytes_per_full_token={p.bytes_per_full_token:.2f}, "
+        f"available_bytes={p.available_bytes / (1 << 30):.2f} GB, full_token={p.full_tokens}",
+        f"DSV4 pool sizes: full={p.full_tokens}, swa={p.swa_tokens}, c4={p.c4_tokens}, "
+        f"c128={p.c128_tokens}, c4_state={p.c4_state_pool_size}, "
+        f"c128_state={p.c128_state_pool_size}",
+        f"Initialize DeepSeekV4TokenToKVPool with max_num_reqs={p.max_running_requests} "
+        f"swa_size={p.swa_tokens} c4_size={p.c4_tokens} c4_logical_size={p.c128_tokens * 32} "
+        f"c128_size={p.c128_tokens} c4_state_pool_size={p.c4_state_pool_size} "
+        f"c128_state_pool_size={p.c128_state_pool_size}",
+    ]
+
+
+def sglang_compressed_view(r: SglangCompressedResult) -> View:
+    lines = sglang_compressed_log_lines(r)
+    p = r.pools
+    facts = [
+        ("engine", f"SGLang {r.engine_version} rules (DeepSeek-V4 pools)"),
+        ("model / GPU", f"{r.model['name']} on {r.gpu}, TP {r.tp} x PP {r.pp}"),
+        ("dtypes", f"model {r.dtype}, kv-cache-dtype {r.kv_cache_dtype}"),
+        ("pool", f"{f.gib_text(p.available_bytes)} per GPU"),
+        ("bytes per full token", f"{p.bytes_per_full_token:,.2f} B over {p.layers} layers"),
+        ("max_total_num_tokens", f"{r.kv_cache_tokens:,} (page {r.block_size})"),
+        ("max_running_requests", f"{r.max_running_requests:,}"),
+        ("concurrency", f"{r.max_concurrency:.2f} requests of {r.max_model_len:,} tokens"),
+    ]
+    data = jsonable(r)
+    data["log_lines"] = lines
+    table = Table(
+        "log lines",
+        [Column("line", "what SGLang logs", f.text, "left")],
+        [{"line": line} for line in lines],
+    )
+    return view(f"SGLang allocation for {r.model['name']} on {r.gpu}", r, facts, [table], data=data)
+
+
 def engine_view(result) -> View:
     if result.engine in ("llama.cpp", "ollama"):
         return llamacpp_view(result)
-    return vllm_view(result) if result.engine == "vllm" else sglang_view(result)
+    if result.engine == "vllm":
+        return vllm_view(result)
+    return sglang_compressed_view(result) if hasattr(result, "pools") else sglang_view(result)
 
 
 # ---- llama.cpp ---------------------------------------------------------------------------------
