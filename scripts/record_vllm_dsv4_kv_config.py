@@ -14,11 +14,10 @@ customize_attention_spec with the backend the layer reports on Hopper (FLASHMLA_
 SWA backend, the V4 indexer, the compressor); the kv-cache dtype through
 _resolve_dsv4_kv_cache_dtype. vLLM's get_kv_cache_configs then groups them
 (_get_packed_kv_cache_groups), sizes the block and counts the blocks; no weights are loaded and no
-model runs. Two inputs are stated here, not computed by vLLM: the engine block size 256 (the
-only kernel block the V4 sparse-MLA and indexer backends take, so
-_preferred_block_size_for_backends picks it) and the tokens in flight, 2 x
-max_num_batched_tokens (VllmConfig.max_in_flight_tokens with async scheduling, on by default at
-PP 1). What vLLM decided goes to tests/data/vllm_dsv4_kv_config/<version>.json;
+model runs. The engine block size is vLLM's own choice over those backends
+(_preferred_block_size_for_backends: 256); one input is stated here, not computed by vLLM: the
+tokens in flight, 2 x max_num_batched_tokens (VllmConfig.max_in_flight_tokens with async
+scheduling, on by default at PP 1). What vLLM decided goes to tests/data/vllm_dsv4_kv_config/<version>.json;
 tests/test_vllm_dsv4.py checks kvplan's engine against every record.
 """
 
@@ -45,7 +44,6 @@ from vllm.v1.worker.utils import customize_attention_spec
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "tests" / "data" / "vllm_dsv4_kv_config"
 GIB = 1 << 30
-ENGINE_BLOCK_SIZE = 256
 ASYNC_BATCHES = 2
 
 # (bundled config, KV memory in GiB, max_model_len, max_num_batched_tokens, --kv-cache-dtype)
@@ -72,11 +70,29 @@ def _patch_current_config() -> None:
         module.get_current_vllm_config = _Context
 
 
+def engine_block_size() -> int:
+    """Platform._preferred_block_size_for_backends over the backends the layers report
+    (update_block_size_for_backend, no --block-size): vLLM's own choice."""
+    from contextlib import nullcontext
+
+    import vllm.config.vllm as config_module
+    from vllm.platforms.interface import Platform
+
+    config_module.set_current_vllm_config = lambda _config: nullcontext()
+    backends = [
+        sparse_swa.DeepseekSparseSWABackend,
+        DeepseekV4FlashMLABackend,
+        DeepseekV4IndexerBackend,
+        compressor.CompressorBackend,
+    ]
+    return Platform._preferred_block_size_for_backends(backends, 16, SimpleNamespace())
+
+
 def layer_specs(name: str, kv_cache_dtype: str) -> dict:
     """Every cache of the model's layers, as vLLM's classes build them, in registration order."""
     _patch_current_config()
     hf = json.loads((REPO / "model_configs" / f"{name}.json").read_text())
-    cache_config = SimpleNamespace(block_size=ENGINE_BLOCK_SIZE, cache_dtype=kv_cache_dtype)
+    cache_config = SimpleNamespace(block_size=engine_block_size(), cache_dtype=kv_cache_dtype)
     dtype_str, torch_dtype = attention._resolve_dsv4_kv_cache_dtype(
         True, kv_cache_dtype, cache_config
     )  # FLASHMLA_SPARSE_DSV4: the fp8_ds_mla layout; writes cache_dtype back
