@@ -28,7 +28,7 @@ from kvplan.formulas.memory import (
     non_torch_bytes,
     rotary_cache_bytes,
 )
-from kvplan.formulas.weights import part_bytes_per_param
+from kvplan.formulas.weights import expert_tp_padding, part_bytes_per_param
 from kvplan.inputs.architectures.params import indexer_params
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.record import NamedTuple
@@ -127,19 +127,27 @@ def weights_per_rank(
     tp: int,
     mxfp4_align: tuple[int, int] | None = None,
     expert_ranks: int | None = None,
+    expert_floor: bool = False,
 ) -> WeightsBreakdown:
     """What one rank of one pipeline stage holds after loading. `mxfp4_align`: the
     (intermediate, hidden) multiples an mxfp4 expert is padded to (None: none); `expert_ranks`:
-    the GPUs the routed experts are spread over (EP, or DP ranks' TP; None: tp)."""
+    the GPUs the routed experts are spread over (EP, or DP ranks' TP; None: tp);
+    `expert_floor`: vLLM's Kimi-K3 per-rank expert width floor applies (TP without EP)."""
     model_bytes = ELEMENT_BYTES[spec.dtype]
     layers = 0.0
     mla_copies = 0.0
     expert_pad = 1.0
-    if mxfp4_align and wdtype == "mxfp4" and spec.moe and spec.moe.expert_intermediate_size:
-        width, hidden = spec.moe.expert_intermediate_size / tp, spec.hidden_size
-        expert_pad = (
-            _round_up(width, mxfp4_align[0]) * _round_up(hidden, mxfp4_align[1]) / (width * hidden)
-        )
+    if spec.moe and spec.moe.expert_intermediate_size:
+        width = spec.moe.expert_intermediate_size / tp
+        padded = width
+        if expert_floor and expert_ranks is None:
+            padded *= expert_tp_padding(spec, tp)
+        hidden_pad = 1.0
+        if mxfp4_align and wdtype == "mxfp4":
+            padded = _round_up(padded, mxfp4_align[0])
+            hidden = spec.hidden_size
+            hidden_pad = _round_up(hidden, mxfp4_align[1]) / hidden
+        expert_pad = padded / width * hidden_pad
     for layer in stage.layers:
         for part, count in layer.params:
             share = count if part in REPLICATED_PARTS else count / tp
@@ -220,8 +228,12 @@ def stage_memory(
     stage = stages[index]
     tokens = max_num_batched_tokens
     b = ELEMENT_BYTES[spec.dtype]
+    # compressed-tensors mxfp4 experts (Kimi-K3) keep the checkpoint's widths: its MoE method
+    # has no maybe_roundup_sizes (compressed_tensors_moe_w4a4_mxfp4.py, vLLM 0.32); the mxfp4
+    # method's Marlin/FlashInfer rounding is quantization/mxfp4.py's
+    align = None if spec.weights_method == "compressed-tensors" else mxfp4_alignment(gpu)
     weights = weights_per_rank(
-        spec, stage, first, last, wdtype, tp, mxfp4_alignment(gpu), expert_ranks
+        spec, stage, first, last, wdtype, tp, align, expert_ranks, expert_floor=True
     )
     persistent = 0
     if not first:  # IntermediateTensors buffers (hidden states and residual) for the stage input
