@@ -210,6 +210,7 @@ def test_b200_takes_0_32s_larger_token_budget():
         (("--gpu", "rtx-pro-6000"), "SM120"),
         (("--block-size", "64"), "256-token blocks"),
         (("--pp", "2"), "PP 1"),
+        (("--disable-hybrid-kv-cache-manager",), "unify_hybrid_kv_cache_specs"),
         (("--vllm-version", "0.21"), "group_and_unify_kv_cache_specs"),
     ],
 )

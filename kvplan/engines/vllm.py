@@ -731,6 +731,11 @@ def _refuse_compressed_setup(spec: ModelSpec, gpu: GpuProfile, request: EngineRe
             f"{name}: kvplan models vLLM's DeepSeek-V4 cache at PP 1 without decode context "
             "parallelism (per-stage projections of its packed groups are not modelled)"
         )
+    if not request.hybrid_kv_cache_manager:
+        raise KvplanError(
+            f"{name}: --disable-hybrid-kv-cache-manager makes vLLM unify DeepSeek-V4's sliding "
+            "caches into full ones (unify_hybrid_kv_cache_specs), which kvplan does not model"
+        )
     if request.kv_cache_memory_bytes is None:
         raise KvplanError(
             f"{name}: kvplan does not estimate vLLM's available KV memory for DeepSeek-V4 (its "
