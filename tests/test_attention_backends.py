@@ -191,3 +191,16 @@ def test_plan_refuses_an_unknown_backend_before_searching():
         "--emit", "sglang", "--attention-backend", "FLASHMLA",
     )  # fmt: skip
     assert code == 2 and out == "" and err.count("\n") == 1 and "flashmla" in err
+
+
+@pytest.mark.parametrize(
+    ("engine", "extra"),
+    [("vllm", ("--vllm-version", "0.32", "--attention-backend", "FLASHMLA_SPARSE")),
+     ("sglang", ("--nsa-decode-backend", "tilelang"))],
+)  # fmt: skip
+def test_deepseek_v4_pools_refuse_a_backend_rather_than_ignore_it(engine, extra):
+    code, out, err = run_cli(
+        "engine", "deepseek-v4-flash", "--engine", engine, "--gpu", "h200", "--tp", "8",
+        "--kv-cache-memory", "50GiB", *extra,
+    )  # fmt: skip
+    assert code == 2 and out == "" and err.count("\n") == 1 and "DeepSeek-V4" in err

@@ -95,3 +95,24 @@ def refuse_gqa_indexer(spec, engine: str) -> None:
             f"({layers[0].indexer_head_dim} wide, MiniMax-M3's lightning indexer); {why} (kvplan "
             "size and capacity give the architecture's bytes)"
         )
+
+
+def refuse_backends_for_compressed(request: EngineRequest, engine: str) -> None:
+    """DeepSeek-V4's compressed pools (vLLM 0.32, SGLang 0.5.14) are modelled for the engines'
+    own DeepSeek-V4 attention only: a given attention-backend flag is refused, not ignored."""
+    given = [
+        f"--{name.replace('_', '-')}"
+        for name in (
+            "attention_backend",
+            "prefill_attention_backend",
+            "decode_attention_backend",
+            "nsa_prefill_backend",
+            "nsa_decode_backend",
+        )
+        if getattr(request, name) is not None
+    ]
+    if given:
+        raise KvplanError(
+            f"{given[0]}: kvplan models DeepSeek-V4's pools for {engine}'s own DeepSeek-V4 "
+            "attention only, not another backend's"
+        )

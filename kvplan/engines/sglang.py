@@ -461,6 +461,9 @@ def sglang_compressed_allocation(
     spec: ModelSpec, gpu: GpuProfile, request: EngineRequest
 ) -> SglangCompressedResult:
     """DeepSeek-V4 in SGLang 0.5.14 from the pool memory the engine logged."""
+    from kvplan.engines.request import refuse_backends_for_compressed
+
+    refuse_backends_for_compressed(request, "SGLang")
     name = spec.name
     dtype = request.kv_cache_dtype
     if sglang_release(request.sglang_version)[0] != "0.5":

@@ -14,7 +14,7 @@ from kvplan import __version__
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, pp_stages
 from kvplan.dtypes import KvFormat
 from kvplan.engines.max_len import check_max_model_len
-from kvplan.engines.request import EngineRequest
+from kvplan.engines.request import EngineRequest, refuse_backends_for_compressed
 from kvplan.engines.vllm_compressed import (
     ENGINE_BLOCK_SIZE,
     PackedGroup,
@@ -849,6 +849,7 @@ def compressed_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineReque
     """DeepSeek-V4's caches as vLLM 0.32 packs them (kvplan.engines.vllm_compressed), from the
     available KV memory the engine logged."""
     _refuse_compressed_setup(spec, gpu, request)
+    refuse_backends_for_compressed(request, "vLLM")
     spec.check_tp(request.tp)
     dtype, dtype_notes = model_dtype(spec, request.dtype, gpu)
     spec = spec._replace(dtype=dtype)
