@@ -7,6 +7,7 @@ Quantized formats carry their scales explicitly so the byte count is what an eng
 
 import math
 import re
+from functools import lru_cache
 
 from kvplan.errors import KvplanError
 from kvplan.notes import Note, note
@@ -264,8 +265,10 @@ class KvFormat(NamedTuple):
         return None
 
 
+@lru_cache(maxsize=64)
 def resolve_kv_format(name: str, model_dtype: str, group_size: int = 32) -> KvFormat:
-    """'auto' -> the model dtype; validates the name and the int4 group size."""
+    """'auto' -> the model dtype; validates the name and the int4 group size. Kept (a pure
+    function of its arguments): a comparison of GPU kinds asks it of every layout."""
     key = str(name).strip().lower()
     if key not in KV_DTYPES:
         raise KvplanError(

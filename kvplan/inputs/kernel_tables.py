@@ -205,6 +205,14 @@ def tables_for(profile, engine: str = "vllm", engine_version: str | None = None)
     """The kernel tables a run of `engine` on `profile` uses (see the module's docstring): the
     asked version where there is a file for it, else the newest."""
     field = getattr(profile, "kernel_tables", None) or {}
+    return _tables_for(tuple(sorted(field.items())), engine, engine_version)
+
+
+@cache
+def _tables_for(items: tuple, engine: str, engine_version: str | None) -> KernelTables:
+    """tables_for by the profile's `kernel_tables` field alone (as sorted items), kept: a
+    comparison of GPU kinds prices over a hundred layouts."""
+    field = dict(items)
     own_gpu = field.get(engine)
     others = [e for e in ENGINES if e != engine]
     if own_gpu:

@@ -158,18 +158,18 @@ def candidates(spec: ModelSpec, node: int, max_gpus: int) -> list[Deployment]:
     at the node's largest valid TP; DP attention for MoE models over 2..node ranks, then whole
     nodes."""
     tps = valid_tps(spec, node)
-    out = [Deployment(tp, 1) for tp in tps]
+    out = [Deployment(tp, 1, 1) for tp in tps if tp <= max_gpus]
     if tps:
         top = tps[-1]
         for pp in range(2, min(MAX_PP, spec.num_layers) + 1):
             if top * pp <= max_gpus:
-                out.append(Deployment(top, pp))
+                out.append(Deployment(top, pp, 1))
     if spec.moe is not None:
         sizes = [n for n in (2, 4, 8, 16, 32, 64) if n < node] + [
             node * k for k in range(1, max_gpus // node + 1)
         ]
         out += [Deployment(1, 1, n) for n in sizes if n <= max_gpus]
-    return [d for d in out if d.gpus <= max_gpus]
+    return out
 
 
 def choose_deployment(
@@ -323,9 +323,10 @@ def _fewest_first(layouts: list[Deployment], score) -> list[Candidate]:
     ones left unscored: the default choice looks no further (`capacity --gpu all` weighs about
     20 layouts per kind, most of them pipelines far wider than the one chosen). Every layout
     when none fits."""
+    sized = [(d.gpus, d) for d in layouts]
     scored: list[Candidate] = []
-    for gpus in sorted({d.gpus for d in layouts}):
-        group = [score(d) for d in layouts if d.gpus == gpus]
+    for gpus in sorted({n for n, _ in sized}):
+        group = [score(d) for n, d in sized if n == gpus]
         if any(c.users >= 1 for c in group):
             return group
         scored += group
