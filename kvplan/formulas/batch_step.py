@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-from kvplan.anatomy.model import KEPT, CacheKind, Layer, ModelSpec, distinct_layers
+from kvplan.anatomy.model import CacheKind, Layer, ModelSpec, distinct_layers, kept_per_spec
 from kvplan.dtypes import KvFormat
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
@@ -745,19 +745,17 @@ class _Shape(NamedTuple):
 
 # A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred
 # for one model); its shape depends on the model alone and its groups on the model, the format,
-# tp and the indexer alone: the last KEPT of each are kept, each with the spec it came from
-# (immutable; holding it keeps its id from being reused).
-_SHAPES: dict[int, tuple] = {}
+# tp and the indexer alone: both are kept per spec (kvplan.anatomy.model.kept_per_spec).
+_SHAPES: dict[tuple, tuple] = {}
 _GROUPS: dict[tuple, tuple] = {}
 
 
 def _shape(spec: ModelSpec) -> _Shape:
-    kept = _SHAPES.get(id(spec))
-    if kept is None or kept[0] is not spec:
+    def build() -> _Shape:
         dense = spec._replace(
             moe=None, param_parts={k: v for k, v in spec.param_parts.items() if k != "experts"}
         )
-        shape = _Shape(
+        return _Shape(
             dense,
             matmul_params(spec),
             matmul_params(dense),
@@ -765,23 +763,21 @@ def _shape(spec: ModelSpec) -> _Shape:
             len(spec.attention_layers()),
             spec.moe.num_layers if spec.moe else 0,
         )
-        if len(_SHAPES) >= KEPT:
-            del _SHAPES[next(iter(_SHAPES))]
-        kept = _SHAPES[id(spec)] = (spec, shape)
-    return kept[1]
+
+    return kept_per_spec(_SHAPES, spec, (), build)
 
 
 def _groups(spec: ModelSpec, fmt: KvFormat, tp: int, indexer_keys: bool = True) -> list[_Group]:
     """Attention layers grouped by window and kind, with their KV bytes per token (the layers'
     own formula; without a DSA indexer's keys where `indexer_keys` is False) and FLOPs per
     attended key (from flops, one layer at a time)."""
-    key = (id(spec), fmt, tp, indexer_keys)
-    kept = _GROUPS.get(key)
-    if kept is None or kept[0] is not spec:
-        if len(_GROUPS) >= KEPT:
-            del _GROUPS[next(iter(_GROUPS))]
-        kept = _GROUPS[key] = (spec, tuple(_group_layers(spec, fmt, tp, indexer_keys)))
-    return list(kept[1])
+    groups = kept_per_spec(
+        _GROUPS,
+        spec,
+        (fmt, tp, indexer_keys),
+        lambda: tuple(_group_layers(spec, fmt, tp, indexer_keys)),
+    )
+    return list(groups)
 
 
 def _group_layers(spec: ModelSpec, fmt: KvFormat, tp: int, indexer_keys: bool) -> list[_Group]:

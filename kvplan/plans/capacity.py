@@ -171,7 +171,7 @@ def capacity(
     tp = 1 if d.dp_attention > 1 else d.tp  # a rank's TP
     pp, blk = d.pp, request.block_size
     stages = pp_stages(spec, pp)
-    plan = _rank_budget(spec, gpu, wdtype, d, request)
+    plan = choice.budget  # _rank_budget of d, as the choice weighed it
     pool = max(0.0, plan.pool_bytes)
     gpus = request.num_gpus
     if gpus is not None and gpus % d.gpus and choice.chosen_by == "given":
@@ -190,7 +190,7 @@ def capacity(
 
     per_token = max(kv_bytes_per_token(st, fmt, tp) for st in stages)
     kv_tokens = int(pool // (per_token * blk)) * blk if per_token else None
-    max_conc = concurrency(fmt, ctx)
+    max_conc = choice.users * replicas  # concurrency(fmt, ctx), as the choice counted it
     positions = spec.max_position_embeddings
     fits = plan.pool_bytes > 0 and max_conc >= 1
     full = not (brief and fits)  # the parts a brief plan leaves out
