@@ -71,8 +71,10 @@ INT4_DEFAULT_GROUP = 128  # GPTQ/AWQ's usual group
 _INT = r"int(?P<bits>[248])(?:-g(?P<group>\d{1,5}))?(?P<sym>-sym)?"  # compiled on use
 
 
+@lru_cache(maxsize=64)
 def weight_format(name: str) -> WeightFormat | None:
     """The storage of a quantized weights dtype name; None for a plain dtype (fp32, bf16, fp16).
+    Kept (a pure function of the name): weight bytes ask it of every layout priced.
 
     fp8: 1 byte + a fp32 scale per 128x128 block; fp8-tensor: per-tensor or per-channel scales
     (< 0.1%, not counted); int{4,8}[-gN][-sym]: bits/8 + (an fp16 scale + a zero-point of `bits`
