@@ -28,6 +28,11 @@ def _new(cls, *args, **kwargs):
     given = len(args)
     if not kwargs and given == len(cls._fields):
         return _tuple_new(cls, args)
+    if not given and len(kwargs) == len(cls._fields):  # every field by name
+        try:
+            return _tuple_new(cls, [kwargs[name] for name in cls._fields])
+        except KeyError:
+            pass  # a name that is no field: the general path below says which
     template = cls._template  # each field's default, _MISSING for the required ones
     if given > len(template):
         raise TypeError(
