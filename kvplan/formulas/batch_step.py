@@ -277,7 +277,7 @@ class StepModel:
         # the head runs on the sampled positions only (vLLM's logits_indices: a prefill chunk's
         # last token, each decode), the rest of the dense GEMMs on every token
         self.head_flop_per_sample = 2 * spec.head_params / tp
-        self.dense_flop_per_token = 2 * shape.dense_matmul_params / tp - (self.head_flop_per_sample)
+        self.dense_flop_per_token = 2 * shape.dense_matmul_params / tp - self.head_flop_per_sample
         self.expert_flop_per_token = (
             2 * (shape.matmul_params - shape.dense_matmul_params) / self.moe_ranks
         )
