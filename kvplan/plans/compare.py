@@ -29,7 +29,7 @@ from kvplan.formulas.batch_step import CUDA_GRAPH_MAX_TOKENS, BatchShape
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.inputs.prices import price_for
 from kvplan.notes import Note, note, unique
-from kvplan.plans.capacity import CapacityRequest, capacity
+from kvplan.plans.capacity import CapacityRequest, CapacityResult, capacity
 from kvplan.plans.deployment import (
     Deployment,
     deployment_of,
@@ -163,14 +163,17 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
             why += f" on {layout}"
         return empty._replace(why_not=why), None, []
     model_notes: list[Note] = []
-    tried = []  # (layout, its step-model pricing, its Priced or None, tokens/s per GPU)
+    # (layout, its step-model pricing, its Priced or None, tokens/s per GPU)
+    tried: list[tuple[CapacityResult, tuple[int, float] | None, Priced | None, float]] = []
     for c in layouts(spec, gpu, cap, base, request):
         stepped = _stepped(spec, gpu, c, request, model_notes)
         # the floor is priced for the row's layout alone, and for one the step model cannot
         # price (it ranks such a layout); every layout is priced by the same rule either way
-        full = None if stepped else _priced(spec, gpu, c, request, stepped)
-        per_gpu = full.tokens_per_s_per_gpu if full else _step_per_gpu(c, stepped)
-        tried.append((c, stepped, full, per_gpu))
+        if stepped is None:
+            floored = _priced(spec, gpu, c, request, None)
+            tried.append((c, None, floored, floored.tokens_per_s_per_gpu))
+        else:
+            tried.append((c, stepped, None, _step_per_gpu(c, stepped)))
     # the most tokens/s per GPU; of equals, the fewest GPUs (the first tried)
     cap, stepped, full, _ = max(tried, key=lambda t: t[3])
     priced = full or _priced(spec, gpu, cap, request, stepped)
