@@ -33,7 +33,7 @@ def test_golden_catalog():
 def test_a_notes_words_move_no_golden_and_a_broken_text_fails_the_case(monkeypatch):
     """The goldens hold a note's id and values: new words leave a case's pinned JSON as it was,
     while a text that fails on the case's real instance fails the case."""
-    from kvplan.present.note_registry import TEXTS
+    from kvplan.present.notes.registry import TEXTS
 
     argv = ["capacity", "llama-3.1-8b", "--gpu", "h100", "--ctx", "32k"]
     before = run(argv)

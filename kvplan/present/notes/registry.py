@@ -1,6 +1,6 @@
 """The one table of note words, keyed by note id: `text(id)` registers a note's words (a function
-of its values). The word modules (kvplan.present.notes, notes_gpu, notes_more) register into it;
-kvplan.present.notes looks a note up, importing the others on first use (start-up)."""
+of its values). Each family module of kvplan.present.notes registers its notes' words here when it
+is imported; kvplan.present.notes imports a family on the first note of it that is printed."""
 
 from collections.abc import Callable
 

@@ -1,0 +1,24 @@
+"""The words every engine shares: the dtype it loads, a max_model_len past the config's. Made in
+kvplan/engines/vllm.py, sglang.py and max_len.py."""
+
+from kvplan.present.notes.registry import text
+
+text("engine-long-max-model-len")(
+    lambda engine, max_model_len, limit, key, variable: (
+        f"{max_model_len:,} tokens is past the {limit:,} {engine} derives from the config "
+        f"({key}): {engine} starts with it only under {variable}, and positions past "
+        f"{limit:,} may give NaN (RoPE) or out-of-bounds errors (learned positions)."
+    )
+)
+text("engine-dtype-downcast")(
+    lambda engine, dtype: (
+        f"--dtype auto: {engine} does not serve the config's dtype as is; it loads the model in "
+        f"{dtype}, and kv-cache-dtype auto follows."
+    )
+)
+text("engine-dtype-cast")(
+    lambda config, dtype: (
+        f"--dtype {dtype} overrides the config's {config}: the weights load in {dtype} and "
+        "kv_cache_dtype auto stores the cache in it too."
+    )
+)

@@ -1,0 +1,62 @@
+"""The words of SGLang's pools. Made in kvplan/engines/sglang.py."""
+
+from kvplan.present import format as f
+from kvplan.present.notes.registry import text
+
+text("sglang-rules")(
+    lambda version, fraction, given: (
+        f"Rules of SGLang {version} "
+        + (
+            "(main, April 2026: pool_configurator, model_runner_kv_cache_mixin)"
+            if version == "0.5"
+            else "(the 0.4 releases' server_args defaults: mem_fraction_static by TP)"
+        )
+        + f"; mem_fraction_static {fraction}"
+        + (
+            ""
+            if given
+            else " (SGLang's own default for this GPU and layout: its server_args heuristic)"
+        )
+        + "."
+    )
+)
+text("sglang-pool")(
+    lambda free_before_bytes, fraction, weights_bytes, pool_bytes: (
+        f"Pool: free memory before loading {f.gib_text(free_before_bytes)} (what the device "
+        "reports less the CUDA context and communicators, as measured on H100) x "
+        f"{fraction} - weights {f.gib_text(weights_bytes)} = {f.gib_text(pool_bytes)}."
+    )
+)
+text("sglang-swa")(
+    lambda swa, full, ratio: (
+        f"Hybrid SWA: {swa} windowed and {full} full layers share the pool "
+        f"(swa_full_tokens_ratio {ratio})."
+    )
+)
+text("sglang-dsa-dtype")(
+    lambda dtype: (
+        f"DeepSeek sparse attention: SGLang picks kv-cache-dtype {dtype} for it on this GPU "
+        "(fp8_e4m3 from Blackwell on, bfloat16 before) and 64-token pages."
+    )
+)
+text("sglang-nsa-fp8-layout")(
+    lambda allocated: (
+        f"fp8 DSA pool: each latent is stored in {allocated} B (fp8 values, fp32 scales, bf16 "
+        "rope) while SGLang's profile divides the pool by 576 B per layer, so the pool it "
+        "allocates is larger than the memory it budgeted; cell_size_bytes is the allocated size."
+    )
+)
+text("sglang-mamba")(
+    lambda ratio, ssm: (
+        f"Linear-attention hybrid: the state pool takes rest x {ratio}/(1 + {ratio}) first "
+        f"(mamba_full_memory_ratio), with {ssm} SSM states and bf16 conv states; the KV pool "
+        "covers the full-attention layers only."
+    )
+)
+text("sglang-partial-indexer")(
+    lambda layers, of: (
+        f"Only {layers} of the {of} layers run their own DSA indexer (indexer_types), so only they "
+        "are counted an indexer key; whether SGLang's NSA pool allocates one on every layer was "
+        "not checked against an SGLang log for this model."
+    )
+)

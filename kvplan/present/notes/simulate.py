@@ -1,0 +1,363 @@
+"""The words of the simulator: the engine's scheduler, the step model's kernel tables, speculative
+decoding, DCP, expert and data parallelism, disaggregation, its known weak spots and its
+intervals. Made in kvplan/plans/simulate.py and kvplan/simulate/setup.py."""
+
+from kvplan.present import format as f
+from kvplan.present.format import gib_text
+from kvplan.present.notes.registry import text
+
+# the evidence class of a GPU's kernel tables in words (sim-interval's)
+EVIDENCE_WORDS = {
+    "own": "this GPU's own measured kernel tables for this engine",
+    "other-engine": "this GPU's kernel tables measured for the other engine",
+    "borrowed": "another GPU's kernel tables (the profile names which)",
+    "datasheet": "no kernel tables: another GPU's fractions on this GPU's datasheet rates",
+}
+# whose tables the GPU runs on, in sim-kernel-tables' words ("for H200 ...")
+KERNEL_TABLE_WORDS = {
+    "own": "its own",
+    "other-engine": "its own but for the other engine (none measured for {engine})",
+    "borrowed": "another GPU's, named by its profile",
+    "datasheet": "none of its own: the H100 SXM's, on its datasheet rates",
+}
+text("sim-kernel-tables")(
+    lambda gpu, engine, tables, evidence: (
+        "Each operation runs at the fraction of the datasheet rate the engine's own kernel "
+        f"reaches, from the measured kernel tables {tables} (NVIDIA aiconfigurator's silicon "
+        f"tables; evidence {evidence}: for {gpu} "
+        + (KERNEL_TABLE_WORDS.get(evidence) or evidence).format(engine=engine)
+        + "): dense GEMMs and attention by the medians of their tables, fused-MoE experts by a "
+        "curve of the tokens each expert gets; CUDA-graph steps pay 32 us per layer, larger "
+        "steps 0.8 ms per layer of CPU dispatch; the API server 15.6 ms per request and 46 us "
+        "per streamed token (BLIS)."
+    )
+)
+text("sim-dcp")(
+    lambda dcp, tp, block_size: (
+        f"Decode context parallelism (-dcp {dcp}, inside the TP {tp} group): each rank holds "
+        f"every {dcp}th token of a request's cache, so the pool holds {dcp}x the tokens and "
+        f"the scheduler counts blocks of {block_size} tokens; a decode reads 1/{dcp} of its "
+        "context per rank, then the ranks all-gather their partial outputs and LSEs once per "
+        "attention layer (charged on the interconnect); prefill attention is priced as without "
+        "DCP."
+    )
+)
+text("sim-dp-attention-off")(
+    lambda tp: (
+        f"--enable-dp-attention with --dp-size 1: SGLang turns DP attention off "
+        f"(server_args' _handle_data_parallelism) and serves plain TP {tp}, as simulated here."
+    )
+)
+text("sim-enforce-eager")(
+    lambda engine: (
+        "No CUDA graphs ("
+        + ("--enforce-eager" if engine == "vllm" else "--disable-cuda-graph")
+        + "): every step pays the eager per-layer CPU dispatch cost"
+        + (", and no CUDA-graph memory is taken from the KV pool." if engine == "vllm" else ".")
+    )
+)
+_SPEC_DRAFT = {
+    "mtp": "the checkpoint's MTP layer (one layer + the target's LM head per draft step)",
+    "eagle": "an EAGLE head priced as one target-width decoder layer + the target's LM head",
+    "eagle3": "an EAGLE-3 head priced as one target-width decoder layer + the target's LM head",
+    "ngram": "n-gram lookup on the host (one more per-request host pass a round, no GPU work)",
+}
+_SPEC_ACCEPTANCE = {
+    "rate": "from the per-token acceptance rate {rate:g}, (1 - a^(k+1)) / (1 - a)",
+    "positions": "1 + the sum of the per-position acceptance rates given",
+    "length": "the mean acceptance length given",
+    "assumed": "ASSUMED: no acceptance given, a per-token rate of {rate:g} (whatif's default); "
+    "give --spec-accept or --spec-accept-length from the engine's metrics",
+}
+text("sim-speculative")(
+    lambda engine, method, draft, steps, topk, verify, tokens_per_round, acceptance, rate, weights_bytes, kv_bytes_per_token: (
+        f"Speculative decoding ({method}"
+        + (f", draft {draft}" if draft else "")
+        + f"): each round runs {steps} draft step(s)"
+        + (f" of {topk} branches" if topk > 1 else "")
+        + f" and one target forward verifying {verify} tokens per sequence (each cache read "
+        f"once), and yields {tokens_per_round:.2f} tokens per sequence, the expected value "
+        "(never sampled: runs are deterministic), "
+        + _SPEC_ACCEPTANCE[acceptance].format(rate=rate or 0.0)
+        + ". Each decode step is 1/E of a round (E tokens per round); a prefill chunk in it is "
+        "charged what it adds to the verification. The draft: "
+        + _SPEC_DRAFT.get(method, f"{draft} priced by its own step model at the target's TP")
+        + f"; its weights ({gib_text(weights_bytes)} per GPU) and KV cache "
+        f"({kv_bytes_per_token:,.0f} B per token per GPU) come out of the pool"
+        + (
+            f", and every running request holds {verify - 1} lookahead slot(s) and "
+            f"schedules {verify} tokens of the budget (vLLM's num_lookahead_tokens)."
+            if engine == "vllm"
+            else "; SGLang's own --mem-fraction-static adjustments for a draft are not "
+            "modelled, and its overlap scheduler is off (spec v1)."
+        )
+        + " vLLM bench's ITL is per streamed chunk (a round's tokens arrive together): "
+        "kvplan's ITL is per token, like its TPOT."
+    )
+)
+text("sim-engine")(
+    lambda version: (
+        f"The engine is vLLM {version}'s V1 scheduler as kvplan reads it: running requests first "
+        "(decodes one token each, prefill continuations take what the budget leaves), then waiting "
+        "ones first come first served with head-of-line blocking, only in steps that preempted "
+        "nobody; preemption by recompute of the last admitted; blocks and prefix hits from "
+        "kvplan.kernels' block manager; one forward per step timed by formulas.batch_step."
+    )
+)
+text("sim-step-terms")(
+    lambda shares: (
+        "Where the engine's time went (simulated, last rate): "
+        + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.0%}" for k, v in shares)
+        + "."
+    )
+)
+text("sim-dsa-tables")(
+    lambda gpu, layers, tables: (
+        f"Sparse attention (DSA) on {layers} layers: each is priced as dense MLA plus what "
+        "DeepSeek-V3.2's DSA module costs over DeepSeek-V3's MLA module in vLLM 0.19 on the "
+        f"{tables} (NVIDIA aiconfigurator's module tables, taken for {gpu}; read at the step's "
+        "batch, length and heads on a rank): more at short contexts (the indexer and top-k), "
+        "less at long ones (2,048 keys attended, not all)."
+    )
+)
+text("sim-dsa-dense")(
+    lambda gpu, engine: (
+        f"Sparse attention (DSA) is priced as the dense MLA it builds on: kvplan has no {engine} "
+        f"DSA module tables for {gpu}, so the indexer's and top-k's cost and the long-context "
+        "saving are not modelled (vLLM's on H100 and H200 cost 2-3x MLA's at short contexts; "
+        "vLLM runs DSA on Hopper and datacenter Blackwell only)."
+    )
+)
+text("sim-achieved-measured")(
+    lambda: (
+        "The profile is measured (kvplan measure), but its per-operator curves lay out only "
+        "dense attention + MLP layers with weights in a plain float format; this model is not "
+        "one, so its rates are taken as achieved ones and each kernel family runs at the H100 "
+        "SXM's measured ratio to the dense matmul and copy kernels (not checked on this device)."
+    )
+)
+text("sim-measured-ops")(
+    lambda dtype, weights: (
+        "The profile is measured (kvplan measure): every operator of a step (each layer's "
+        "GEMMs over the step's tokens, one decode-attention call, each prefill chunk's causal "
+        "attention, norms, activations and cache writes, the head over the sampled positions) "
+        "runs at the device's measured curve at its shape plus its measured launch cost: the "
+        "per-operator model `kvplan measure --check` validates. The curves were measured in "
+        f"{dtype}; this run's weights are {weights}. The scheduler's CPU costs are vLLM's "
+        "(BLIS), not measured here."
+    )
+)
+text("sim-prefix-caching-off-hybrid")(
+    lambda: "Prefix caching is off: vLLM turns it off by default for models with recurrent state."
+)
+text("sim-max-model-len-reduced")(
+    lambda configured, estimated: (
+        f"kvplan's KV pool estimate cannot hold one {configured:,}-token request, which would "
+        f"stop vLLM at start-up; simulated with max_model_len {estimated:,} (the pool is what "
+        "matters here). Pass --max-model-len or --kv-cache-memory (the engine's logged figure) "
+        "to pin it."
+    )
+)
+text("sim-weak-general")(
+    lambda: (
+        "Known weak spots: the API server's per-request costs (chat templates, tokenizers, HTTP) "
+        "vary by model and server, so TTFT at low load is underestimated (published runs show "
+        "40-60 ms where kvplan says 20-30 ms); KV pools rest on kvplan's memory estimate; "
+        "queueing amplifies step-time errors near saturation."
+    )
+)
+text("sim-weak-moe")(
+    lambda: (
+        "MoE: fused-MoE kernels reach about a fifth of the GEMM peak (measured), expert load is "
+        "taken as uniform, and the small per-layer kernels of large tensor-parallel MoE models "
+        "are undercounted: decode at small batch is underestimated (DeepSeek-R1 on 8 H200: "
+        "about half the measured TPOT)."
+    )
+)
+text("sim-weak-mla")(
+    lambda: (
+        "MLA: decode attention is counted absorbed over the latent and prefill un-absorbed; "
+        "FlashMLA's 64-token blocks are assumed."
+    )
+)
+text("sim-weak-hybrid")(
+    lambda: (
+        "Sliding-window and recurrent-state layer groups hold a fixed share per request (the "
+        "window's blocks, one state block), reserved when the request is admitted."
+    )
+)
+text("sim-weak-pp")(
+    lambda: (
+        "Pipeline parallelism is a micro-batched pipeline of pp stages with its bubble; vLLM's "
+        "own batch queue across stages is not modelled request by request."
+    )
+)
+text("sim-sharegpt")(
+    lambda: (
+        "sharegpt lengths are a lognormal stand-in (sigma 1, filtered as the bench filters "
+        "ShareGPT: input and output >= 4, input <= 1024, total <= 2048) at the given means, not "
+        "the dataset itself: a run's duration follows its longest requests. Use --trace for "
+        "real per-request lengths."
+    )
+)
+text("sim-frontend-bound")(
+    lambda: (
+        "The API server was busy more than 80% of the run: it streams every token in turn, so "
+        "clients see its pace rather than the engine's (more API servers or replicas help)."
+    )
+)
+text("sim-preemptions")(
+    lambda: (
+        "Requests were preempted (the KV pool ran out): each recomputes its prompt and outputs "
+        "when readmitted, and its TPOT includes the wait."
+    )
+)
+text("sim-disaggregated")(
+    lambda link, one_way_bytes_per_s, latency_s, ranks: (
+        "Disaggregated as vLLM's NixlConnector runs behind its proxy: the prefill replica runs the "
+        "prompt with max_tokens 1 and keeps its blocks until the decode replica has read them; the "
+        "decode replica allocates the prompt's blocks when the request reaches its queue's head, "
+        f"pulls the KV over {link} ({f.gbps_text(one_way_bytes_per_s)} one way per GPU, "
+        f"{f.us_text(latency_s)} latency, its {ranks} rank(s) in parallel; a transfer holds the "
+        "prefill replica's outgoing and the decode replica's incoming links, each side first come "
+        "first served), then recomputes the last prompt token and "
+        "samples the first token the client sees. TTFT therefore ends on the decode replica "
+        "(prefill, its response, the decode queue, the transfer, one decode step), as vllm bench "
+        "serve measures it through the proxy; the prefill replica's own first token is reported "
+        "beside it."
+    )
+)
+text("sim-weak-disagg-hybrid")(
+    lambda: (
+        "With a KV connector, vLLM up to at least 0.18 turns its hybrid KV cache manager off (it logs "
+        '"Turning off hybrid kv cache manager because `--kv-transfer-config` is set"). Every '
+        "sliding-window layer then holds, and the connector moves, the whole context, so the pools are "
+        "smaller than simulated here, and Mamba hybrids may not start. kvplan sizes both pools with the "
+        "hybrid manager on (--no-disable-hybrid-kv-cache-manager, for a connector that supports it). "
+        "Pass --kv-cache-memory with the logged figure to pin the pool."
+    )
+)
+text("sim-outputs-capped")(
+    lambda requests, limit: (
+        f"{requests:,} request(s) asked for more output than max_model_len {limit:,} leaves after "
+        "their prompt: the engine stops them at the limit, so they generate fewer tokens than "
+        "asked (as vLLM does; raise --max-model-len to let them run)."
+    )
+)
+text("sim-vllm-v0")(
+    lambda version, steps: (
+        f"vLLM {version} runs the V0 engine"
+        + (
+            f" with multi-step scheduling (--num-scheduler-steps {steps}): the scheduler passes "
+            f"and output processing of {steps} decode-only steps overlap them (each pays 1/{steps} "
+            f"of the host time), and while decodes run requests are admitted only every {steps} "
+            "decode steps (a request finished inside a window leaves at its last token, not at "
+            "the window's end)"
+            if steps > 1
+            else ""
+        )
+        + ". kvplan simulates V0 releases with the rules of its V1 scheduler at 0.8 (running "
+        "requests first, chunked prefill), the nearest it models; V0's own scheduler "
+        "(prefills first, its defaults) is not modelled."
+    )
+)
+text("sim-sglang-version-nearest")(
+    lambda given, rules: (
+        f"SGLang {given} is not a release kvplan models: simulated with the rules and defaults "
+        f"of SGLang {rules}, the nearest one it knows (docs/simulate.md lists them)."
+    )
+)
+text("sim-sglang")(
+    lambda max_prefill_tokens, page, block, swa: (
+        "The engine is SGLang's scheduler as kvplan reads it (main of April 2026, default flags): "
+        "a step is a prefill batch alone whenever one can be formed (the running requests do not "
+        "decode in it), else a decode step for every running request; admission first come "
+        f"first served within max_prefill_tokens {max_prefill_tokens:,} and chunked_prefill_size "
+        "per batch, and within the KV pool less what the running requests are expected to still "
+        "need (new_token_ratio from 0.7 down to 0.098); when the pool runs out, retraction of the "
+        "requests with the fewest outputs. "
+        + (
+            f"SGLang's page is {page} token{'s' if page != 1 else ''}; the simulated pool counts "
+            f"blocks of {block} tokens (at most {block - 1} tokens less per request). "
+            if block != page
+            else ""
+        )
+        + (
+            "The sliding-window layers' own pool is not a limit here (only the full-attention "
+            "pool is)."
+            if swa
+            else ""
+        )
+    )
+)
+text("sim-sglang-pool-caps")(
+    lambda context, tokens, longest: (
+        f"SGLang's KV pool ({tokens:,} tokens) is smaller than the context length ({context:,}): "
+        f"SGLang starts anyway with max_req_len {tokens - 1:,}, refuses prompts of "
+        f"{tokens - 6:,} tokens or more and cuts max_new_tokens so that prompt + outputs stay "
+        f"within {tokens - 2:,}; the simulation caps requests at {longest:,} tokens (prompt + "
+        "outputs, which with a page fit the simulated pool's whole blocks)."
+    )
+)
+text("sim-weak-sglang")(
+    lambda: (
+        "SGLang: the kernel times are SGLang's own measured tables where the GPU has them (else "
+        "vLLM's, or the datasheet: the kernel-tables note says which), and the schedule is "
+        "SGLang's (step for step against SGLang 0.5.6.post2's own scheduler on 8 scenarios). On "
+        "14 published SGLang runs (tests/data/sim_bench_cases_sglang.json, held out) dense and "
+        "Qwen3 MoE models came within 1-36% on throughput and TPOT, while gpt-oss on SGLang "
+        "0.5.3-0.5.4 and DeepSeek-V3.2 on 0.5.6 measured 2-19 times slower than simulated. "
+        "Median errors: throughput 22%, TPOT 32%, TTFT 36%."
+    )
+)
+text("sim-interval")(
+    lambda evidence, calibrated, widen: (
+        f"Intervals (bench_interval in JSON): where 80% of real runs fall, from how far "
+        f"published runs priced like this one ({EVIDENCE_WORDS.get(evidence.split('/')[0], evidence)}) "
+        "landed from kvplan's figures: "
+        + (
+            "calibrated on runs of this class (kvplan/data/intervals.json). "
+            if calibrated
+            else "too few published runs of this class to calibrate it: the spread of every "
+            "class but GPUs' own tables, widened by half. Loudly unsure. "
+        )
+        + (
+            f"Widened {widen:.2f}x: too few of those runs had this workload's length distribution. "
+            if widen > 1
+            else ""
+        )
+        + "The interval need not hold the point: kvplan has been faster than most real runs."
+    )
+)
+text("sim-expert-parallel")(
+    lambda layout, dp, ep, experts_per_rank, gpus, router: (
+        f"Layout {layout} on {gpus} GPU(s) per group. "
+        + (
+            f"Each of the {dp} DP ranks has its own scheduler and KV pool (requests go to them "
+            f"by {router.replace('_', ' ')}) and runs attention and the dense layers on its own "
+            "batch, their weights replicated at the attention TP; the MoE layers run on the "
+            "gathered batch, priced at the rank's tokens x DP (balanced ranks): the lockstep "
+            "wait for the slowest rank and vLLM's dummy batches on idle ranks are not simulated "
+            "step by step (kvplan.formulas.batch_step.lockstep_step prices one lockstep step). "
+            if dp > 1
+            else ""
+        )
+        + (
+            f"EP {ep}: each rank holds {experts_per_rank:g} routed experts and reads the ones "
+            "its tokens touch (uniform routing: the expected share), the MoE layers' all-reduce "
+            "replaced by a dispatch and a combine all-to-all of each token's hidden state to its "
+            "top-k experts (bf16, the link's one-way bandwidth, one latency each)."
+            if ep > 1
+            else "The experts are tensor-parallel over the group; without EP each MoE layer "
+            "all-gathers the ranks' hidden states before it and reduce-scatters after it."
+        )
+        + " Expert load imbalance is not modelled."
+    )
+)
+text("sim-dp-replicas")(
+    lambda ranks, router: (
+        f"Data parallel size {ranks}: independent engine replicas (a dense model under vLLM's -dp, "
+        f"or SGLang's --dp-size without --enable-dp-attention), requests sent by "
+        f"{router.replace('_', ' ')}."
+    )
+)
