@@ -86,6 +86,9 @@ class Attention(NamedTuple):
     # compressed key (`compressed_indexer_dim` wide) at the same ratio (0: not compressed)
     compress_ratio: int = 0
     compressed_indexer_dim: int = 0
+    # DeepSeek-V4: the RoPE part of `head_dim` (qk_rope_head_dim), which the engines store in bf16
+    # beside the fp8 NoPE part of a row (0: not stated)
+    compressed_rope_dim: int = 0
 
     @property
     def gqa_indexer(self) -> bool:
@@ -148,6 +151,8 @@ class Attention(NamedTuple):
         if self.kind is CacheKind.MLA:
             indexer = f" + indexer {self.indexer_head_dim}" if self.indexer_head_dim else ""
             return f"MLA latent {self.mla_kv_lora_rank}+{self.mla_rope_dim}{indexer}"
+        if self.indexer_head_dim:
+            return f"full attention + indexer key {self.indexer_head_dim}"
         return "full attention"
 
 
@@ -233,6 +238,10 @@ class MoE(NamedTuple):
     num_layers: int
     expert_intermediate_size: int = 0
     shared_intermediate_size: int = 0  # all shared experts of one layer together (0: none)
+    # vLLM's Kimi-K3 MoE raises each TP rank's expert width to this (its config's
+    # min_moe_intermediate_per_partition, 256 unless stated) when TP > 1 without expert
+    # parallelism (0: no such floor)
+    tp_min_intermediate: int = 0
 
     def expected_experts_touched(self, batch_size: int) -> float:
         """Distinct experts a batch of tokens touches per MoE layer under uniform routing:
@@ -304,6 +313,9 @@ class ModelSpec(NamedTuple):
     # The checkpoint's weights format from its quantization_config (a kvplan weights dtype name:
     # fp8, int4-g32-sym, nvfp4, mxfp4, ...) and the parts it covers (None: the format's default)
     weights_quantization: str | None = None
+    # its quant_method where the engines' kernels depend on it (mxfp4: "mxfp4", gpt-oss's, or
+    # "compressed-tensors", Kimi-K3's, which vLLM does not pad); None when not read
+    weights_method: str | None = None
     vision_params: int = 0  # excluded from the counts; engines load it
     # (layers, hidden size) of the config's vision_config, as engines read it; None without one
     vision_tower: tuple[int, int] | None = None

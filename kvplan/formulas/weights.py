@@ -157,6 +157,19 @@ def part_bytes_per_param(spec: ModelSpec, dtype: str, part: str) -> float:
     return fmt.bytes_per_param if part in _scope(spec, fmt) else ELEMENT_BYTES[spec.dtype]
 
 
+def expert_tp_padding(spec: ModelSpec, tp: int) -> float:
+    """How much wider each TP rank's routed experts are than 1/tp of them: vLLM's Kimi-K3 MoE
+    (vllm/models/kimi_k3/nvidia/model.py:595-604, vLLM 0.32) raises the per-rank expert width
+    moe_intermediate_size / tp to min_moe_intermediate_per_partition when it falls below it,
+    with TP > 1 and no expert parallelism: Kimi-K3 at TP 16, 3,072 / 16 = 192 -> 256 (x4/3);
+    at TP 24, 128 -> 256 (x2). 1.0 for every other model and layout."""
+    moe = spec.moe
+    if moe is None or not moe.tp_min_intermediate or tp <= 1 or not moe.expert_intermediate_size:
+        return 1.0
+    width = moe.expert_intermediate_size // tp
+    return max(1.0, moe.tp_min_intermediate / width) if width else 1.0
+
+
 def weights_bytes_per_gpu(
     spec: ModelSpec, dtype: str, tp: int = 1, pp: int = 1, dp_attention: int = 1
 ) -> float:
@@ -173,7 +186,8 @@ def weights_bytes_per_gpu(
     if dp_attention > 1:
         experts = expert_weight_bytes(spec, dtype)
         return total - experts + experts / dp_attention
-    return total / (tp * pp)
+    padded = expert_weight_bytes(spec, dtype) * (expert_tp_padding(spec, tp) - 1)
+    return (total + padded) / (tp * pp)
 
 
 def expert_weight_bytes(spec: ModelSpec, dtype: str) -> float:

@@ -255,6 +255,12 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     from kvplan.engines import EngineRequest
     from kvplan.engines.vllm import vllm_allocation
 
+    if any(a.compress_ratio for a in spec.attention_layers()):
+        raise KvplanError(
+            f"{spec.name}: kvplan simulate does not model the engines' block tables for "
+            "DeepSeek-V4's compressed caches (vLLM's packed groups, SGLang's compressed pools); "
+            "kvplan engine gives their allocation"
+        )
     if options.engine == "sglang":
         return build_sglang_replica(spec, gpu, options)
     if options.engine != "vllm":
