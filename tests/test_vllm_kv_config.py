@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from kvplan.engines import EngineRequest, engine_allocation
+from kvplan.engines.vllm_schedule import window_in_flight_tokens
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
 
@@ -71,6 +72,9 @@ def test_there_are_records_for_two_releases():
 def test_kvplan_allocates_as_vllm(release, case):
     result = _kvplan(release, case)
     assert result.required_bytes_per_request == case["required_bytes_per_request"]
+    if "max_in_flight_tokens" in case:  # 0.32: what vLLM's VllmConfig derived at the defaults
+        flight = window_in_flight_tokens(case["max_num_batched_tokens"], RULES[release])
+        assert flight == case["max_in_flight_tokens"]
     if "error" in case:
         assert not result.fits
         assert result.estimated_max_model_len == case["estimated_max_model_len"]
