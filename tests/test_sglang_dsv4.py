@@ -93,6 +93,31 @@ def test_pools_equal_sglangs_own_configurator(case):
     )
 
 
+@pytest.mark.slow
+def test_sglang_still_sizes_as_recorded(tmp_path):
+    """SGLang's own configurator re-run (scripts/record_sglang_dsv4_pools.py) must give the
+    records: KVPLAN_SGLANG_PYTHON (a Python with torch and transformers) and
+    KVPLAN_SGLANG_PATH (the unpacked sglang-0.5.14 wheel and dill/orjson, os.pathsep-joined)
+    name it; skipped without them."""
+    import os
+    import subprocess
+
+    python, path = os.environ.get("KVPLAN_SGLANG_PYTHON"), os.environ.get("KVPLAN_SGLANG_PATH")
+    if not python or not path:
+        pytest.skip("KVPLAN_SGLANG_PYTHON and KVPLAN_SGLANG_PATH name an SGLang wheel to run")
+    run = subprocess.run(
+        [python, str(REPO / "scripts" / "record_sglang_dsv4_pools.py"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    fresh = json.loads((tmp_path / RECORDS.name).read_text())
+    assert fresh["cases"] == json.loads(RECORDS.read_text())["cases"]
+
+
 def test_flash_prints_sglangs_pool_lines():
     """Flash at 60 GiB: 15,897.45 B a full token (2,511.2 + 3,066 + 91.25 + 693 + 1,075.2 +
     8,192 + 268.8), 4,052,480 full tokens."""
