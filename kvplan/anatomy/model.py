@@ -6,7 +6,9 @@ The value types are NamedTuples: immutable, and cheap to define (the CLI's start
 """
 
 from collections import Counter
+from collections.abc import Callable
 from enum import Enum
+from typing import TypeVar
 
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.errors import KvplanError
@@ -457,6 +459,7 @@ class ModelSpec(NamedTuple):
 # of at each node's TP (1 to 8) and KV format; at 256 the oldest were dropped and rebuilt over
 # and over (about 450 rebuilds of the cache groups in `capacity llama-3.1-8b --gpu all`).
 KEPT = 4096
+T = TypeVar("T")
 _DISTINCT: dict[int, tuple] = {}
 _ATTENTION: dict[int, tuple] = {}
 _STAGES: dict[tuple, tuple] = {}
@@ -485,6 +488,17 @@ def _keep(cache: dict, key: object, value: tuple) -> None:
     if len(cache) >= KEPT:
         del cache[next(iter(cache))]
     cache[key] = value
+
+
+def kept_per_spec(cache: dict, spec: ModelSpec, key: tuple, build: Callable[[], T]) -> T:
+    """build()'s answer for `spec` and `key` (the other immutable inputs), kept in `cache` as
+    the answers above are: with the spec (its id is not reused while it is held), the oldest
+    dropped past KEPT."""
+    kept = cache.get((id(spec), *key))
+    if kept is None or kept[0] is not spec:
+        kept = (spec, build())
+        _keep(cache, (id(spec), *key), kept)
+    return kept[1]
 
 
 def pp_stages(spec: ModelSpec, pp: int) -> list[ModelSpec]:

@@ -6,7 +6,7 @@ in the model dtype, as real quantized checkpoints keep them. When the checkpoint
 headers were read (kvplan.inputs.checkpoint), their bytes are the weights, exactly.
 """
 
-from kvplan.anatomy.model import KEPT, QUANTIZABLE_PARTS, ModelSpec
+from kvplan.anatomy.model import KEPT, QUANTIZABLE_PARTS, ModelSpec, kept_per_spec
 from kvplan.dtypes import ELEMENT_BYTES, WEIGHT_DTYPE_HELP, WeightFormat, weight_format
 from kvplan.errors import KvplanError
 from kvplan.notes import Note, note
@@ -14,18 +14,29 @@ from kvplan.notes import Note, note
 
 def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:
     """'auto' follows the checkpoint: its tensor headers when read, else its quantization_config,
-    else its torch_dtype. An explicit name is validated (plain or quantized format)."""
+    else its torch_dtype. An explicit name is validated (plain or quantized format). Kept per
+    spec and name: a comparison of GPU kinds resolves it for every layout it prices."""
+    dtype, notes = kept_per_spec(
+        _RESOLVED, spec, (str(name),), lambda: _resolve_weights_dtype(spec, name)
+    )
+    return dtype, list(notes)
+
+
+_RESOLVED: dict[tuple, tuple] = {}
+
+
+def _resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, tuple[Note, ...]]:
     key = str(name).strip().lower()
     notes: list[Note] = []
     if key == "auto":
         if spec.stored is not None:
             notes += _stored_notes(spec)
-            return "checkpoint", notes
+            return "checkpoint", tuple(notes)
         quant = spec.weights_quantization
         if quant:
             notes.append(_quant_note(quant, spec))
-            return quant, notes
-        return spec.dtype, notes
+            return quant, tuple(notes)
+        return spec.dtype, tuple(notes)
     if key == "checkpoint":
         if spec.stored is None:
             raise KvplanError(
@@ -33,13 +44,13 @@ def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:
                 "or a folder or Hub repository with safetensors)"
             )
         notes += _stored_notes(spec)
-        return key, notes
+        return key, tuple(notes)
     fmt = weight_format(key) if key not in ("fp32", "bf16", "fp16") else None
     if key not in ELEMENT_BYTES and fmt is None:
         raise KvplanError(f"unknown weights dtype {key[:40]!r}; choose from {WEIGHT_DTYPE_HELP}")
     if fmt is not None:
         notes.append(_quant_note(key, spec))
-    return key, notes
+    return key, tuple(notes)
 
 
 def _stored_notes(spec: ModelSpec) -> list[Note]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
@@ -536,7 +536,10 @@ def step_model(
         op_dtype=wdtype,
         op_gather_kv=bool(per_op and gpu.measured.gather_kv),
     )
-    if any(a.indexer_head_dim for a in spec.attention_layers()):
+    if any(
+        layer.attention and layer.attention.indexer_head_dim
+        for layer, _ in distinct_layers(spec.layers)
+    ):
         notes.append(
             note(
                 "sim-dsa-tables",
