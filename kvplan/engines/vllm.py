@@ -40,6 +40,21 @@ from kvplan.units import GIB
 # max-length estimate plan against the memory less the null block BlockPool holds back
 VLLM_VERSIONS = ("0.19", "0.21", "0.32")
 NULL_BLOCK_CHECK_FROM = "0.32"
+
+
+def allocation_release(version: str) -> str:
+    """The release whose allocator rules apply to vLLM `version` ("0.24.1"): the newest release
+    kvplan models that is not newer than it, 0.19's for anything older (the allocator kvplan
+    checked on 0.19.1 is the one V1 had since 0.8). `kvplan engine` takes only the releases
+    themselves; `simulate` runs any version it takes on its nearest allocator."""
+    try:
+        given = tuple(int(part) for part in str(version).split(".")[:2])
+    except ValueError:
+        return VLLM_VERSIONS[0]
+    known = [r for r in VLLM_VERSIONS if tuple(int(p) for p in r.split(".")) <= given]
+    return known[-1] if known else VLLM_VERSIONS[0]
+
+
 DEFAULT_BLOCK_SIZE = 16
 # --dtype spellings -> kvplan's names ("auto": the config's, float32 downcast, see model_dtype)
 DTYPES = {
