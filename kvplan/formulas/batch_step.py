@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import math
 
-from kvplan.anatomy.model import KEPT, CacheKind, Layer, ModelSpec, distinct_layers
+from kvplan.anatomy.model import CacheKind, Layer, ModelSpec, distinct_layers, kept_per_spec
 from kvplan.dtypes import KvFormat
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
@@ -47,9 +47,7 @@ from kvplan.formulas.comm import (
     tp_comm_time_per_decode_step_s,
 )
 from kvplan.formulas.expert_parallel import dp_gather_time_s, ep_alltoall_time_s
-from kvplan.formulas.flops import (
-    causal_keys_attended,
-)
+from kvplan.formulas.flops import causal_keys_attended
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
 from kvplan.formulas.step_time import (
     OpKind,
@@ -82,7 +80,14 @@ ACHIEVED_DATASHEET = datasheet_achieved()
 def dsa_layers(spec: ModelSpec) -> list:
     """The attention layers the DSA module prices (a sparse indexer of their own); none: the
     GPU's DSA tables are never read for this model."""
-    return [a for a in spec.attention_layers() if a.indexer_head_dim and not a.gqa_indexer]
+    if not any(_own_indexer(layer.attention) for layer, _ in distinct_layers(spec.layers)):
+        return []  # most models: each kind of layer looked at once
+    return [a for a in spec.attention_layers() if _own_indexer(a)]
+
+
+def _own_indexer(attn) -> bool:
+    """An attention layer with a sparse indexer of its own (DSA's, not a GQA indexer)."""
+    return attn is not None and bool(attn.indexer_head_dim) and not attn.gqa_indexer
 
 
 def measured_achieved(achieved: Achieved = ACHIEVED_DATASHEET) -> Achieved:
@@ -240,7 +245,7 @@ class StepModel:
         self.dcp = dcp
         self._dcp_layers = [
             (a.num_q_heads * dcp // tp, a.mla_kv_lora_rank or a.v_head_dim or a.head_dim)
-            for a in spec.attention_layers()
+            for a in (spec.attention_layers() if dcp > 1 else ())
         ]
         bw, bf16 = rates.bandwidth_bytes_per_s, rates.peak_flop_per_s
         key = _format_key(weights_dtype)
@@ -263,7 +268,7 @@ class StepModel:
         self.attention_rates = Rates(bw * achieved.attention[1], bf16 * achieved.attention[0])
         self.mla_rates = Rates(bw * achieved.mla[1], bf16 * achieved.mla[0])
         self.sampler_bandwidth = bw * achieved.dense["bf16"][1]
-        self.floors = _Floors.of(spec, achieved.floors_s)
+        self.floors = _Floors.of(_shape(spec), achieved.floors_s)
         self.dsa = _DsaModule.of(spec, fmt, tp, dsa_delta_us)
         # every byte and FLOP below is a sum over the step's operator list (step_time.step_ops),
         # by kernel kind; the DSA module's tables time the indexer's key cache: not read again
@@ -727,32 +732,55 @@ class _Floors(NamedTuple):
     attention_s: float = 0.0
 
     @classmethod
-    def of(cls, spec: ModelSpec, floors_s: dict) -> _Floors:
+    def of(cls, shape: _Shape, floors_s: dict) -> _Floors:
         if not floors_s:
             return cls()
-        launches = gemm_launches(spec)
-        attention_layers = sum(1 for layer in spec.layers if layer.attention is not None)
-        moe_layers = spec.moe.num_layers if spec.moe else 0
         return cls(
-            dense_s=launches * floors_s.get("gemm", 0.0),
-            experts_s=moe_layers * floors_s.get("moe", 0.0),
-            attention_s=attention_layers * floors_s.get("attention", 0.0),
+            dense_s=shape.gemm_launches * floors_s.get("gemm", 0.0),
+            experts_s=shape.moe_layers * floors_s.get("moe", 0.0),
+            attention_s=shape.attention_layers * floors_s.get("attention", 0.0),
         )
 
 
 def gemm_launches(spec: ModelSpec) -> int:
     """Dense GEMM kernels one forward launches (the head included; see _Floors)."""
     launches = 1  # the head
-    for layer in spec.layers:
+    for layer, count in distinct_layers(spec.layers):  # each kind of layer once, times its count
         attn = layer.attention
         if attn is not None:
-            launches += 5 if attn.kind is CacheKind.MLA else 2
+            launches += (5 if attn.kind is CacheKind.MLA else 2) * count
         elif layer.state is not None:
-            launches += 2
+            launches += 2 * count
     moe_layers = spec.moe.num_layers if spec.moe else 0
     shared = 2 if spec.moe and spec.moe.shared_intermediate_size else 0
     launches += 2 * (spec.num_layers - moe_layers) + moe_layers * (1 + shared)
     return launches
+
+
+class _Shape(NamedTuple):
+    """What a step model's floors take from the model alone, whatever the GPU, format or
+    layout."""
+
+    gemm_launches: int
+    attention_layers: int
+    moe_layers: int
+
+
+# A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred
+# for one model); its shape depends on the model alone: kept per spec
+# (kvplan.anatomy.model.kept_per_spec).
+_SHAPES: dict[tuple, tuple] = {}
+
+
+def _shape(spec: ModelSpec) -> _Shape:
+    def build() -> _Shape:
+        return _Shape(
+            gemm_launches(spec),
+            len(spec.attention_layers()),
+            spec.moe.num_layers if spec.moe else 0,
+        )
+
+    return kept_per_spec(_SHAPES, spec, (), build)
 
 
 class _Coefficients(NamedTuple):
@@ -770,10 +798,7 @@ class _Coefficients(NamedTuple):
     state_bytes_per_sequence: float  # recurrent state read and written per sequence, one rank
 
 
-# A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred
-# for one model), and its coefficients depend on the model, the formats, tp and the indexer
-# alone: the last KEPT are kept, each with the spec it came from (immutable; holding it keeps its
-# id from being reused).
+# its coefficients depend on the model, the formats, tp and the indexer alone: kept per spec
 _COEFFICIENTS: dict[tuple, tuple] = {}
 
 
@@ -785,14 +810,12 @@ def _coefficients(
     those one token touches, E * (1 - (1 - k/E)^T) per layer), the attention and state operators
     of one decode at one cached token and one one-token chunk on one of `tp` ranks (per cached
     key; without a DSA indexer's keys where `indexer_keys` is False)."""
-    key = (id(spec), weights_dtype, fmt, tp, indexer_keys)
-    kept = _COEFFICIENTS.get(key)
-    if kept is None or kept[0] is not spec:
-        if len(_COEFFICIENTS) >= KEPT:
-            del _COEFFICIENTS[next(iter(_COEFFICIENTS))]
-        found = _sum_ops(spec, weights_dtype, fmt, tp, indexer_keys)
-        kept = _COEFFICIENTS[key] = (spec, found)
-    return kept[1]
+    return kept_per_spec(
+        _COEFFICIENTS,
+        spec,
+        (weights_dtype, fmt, tp, indexer_keys),
+        lambda: _sum_ops(spec, weights_dtype, fmt, tp, indexer_keys),
+    )
 
 
 def _sum_ops(
