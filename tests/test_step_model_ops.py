@@ -102,9 +102,8 @@ def _compressed_bytes(spec, fmt, tp, context):
 def test_step_models_attention_is_the_operator_lists_sums(name):
     """Each decode's cache read (every group's keys held at its context, the recurrent state per
     sequence) and attention FLOPs, and a prefill chunk's causal FLOPs and its cached and written
-    KV. Pinned differences: DeepSeek-V4's compressed entries, which the step's attention does not
-    read (the op list reads every one; the model attends a top-k of them); and a chunk longer
-    than a window, whose every token StepModel writes (the op list: the window's)."""
+    KV (every new token's, a windowed layer's too). Pinned difference: DeepSeek-V4's compressed
+    entries, which the step's attention does not read (the op list reads every one)."""
     spec = load_model(name)
     rng = random.Random(name + "/attention")
     for _, _, _, tp, _, _, kv in _shapes(spec, name):
@@ -143,14 +142,10 @@ def test_step_models_attention_is_the_operator_lists_sums(name):
             g.kv_bytes_per_token * (end if g.window is None else min(end, g.window + new))
             for g in m.groups
         )
-        # the op list writes a windowed layer's min(chunk, window) tokens
-        unwritten = sum(
-            g.kv_bytes_per_token * max(0, new - g.window) for g in m.groups if g.window is not None
-        )
         compressed = _compressed_bytes(spec, fmt, tp, cached) + _compressed_bytes(
             spec, fmt, tp, new
         )
-        _close(held - unwritten, prefill_kv - compressed)
+        _close(held, prefill_kv - compressed)
 
 
 def test_dsa_tables_leave_the_indexer_keys_to_the_dsa_module():

@@ -484,6 +484,19 @@ def _cache_bytes(groups: tuple, context_len: int) -> int:
     return sum(g.bytes_per_sequence(context_len) for g in groups)
 
 
+def _written_bytes(groups: tuple, new_tokens: int) -> int:
+    """The cache bytes a prefill chunk of `new_tokens` writes: every new token's K and V, a
+    windowed layer's too (vLLM's reshape_and_cache and SGLang's set_kv_buffer store each token
+    of the chunk before the blocks that leave the window are freed), and the compressed entries
+    it completes."""
+    written = 0
+    for g in groups:
+        written += g.bytes_per_sequence(new_tokens)
+        if g.kind.windowed and g.window is not None and new_tokens > g.window:
+            written += g.num_layers * g.bytes_per_token_per_layer * (new_tokens - g.window)
+    return written
+
+
 def _attention_ops(
     layer: Layer,
     fmt: KvFormat,
@@ -536,7 +549,7 @@ def _attention_ops(
             keys = causal_keys_attended(end, window, chunked) - causal_keys_attended(
                 cached, window, chunked
             )
-            written = _cache_bytes(attention_groups, new)
+            written = _written_bytes(attention_groups, new)
             before = _cache_bytes(attention_groups, cached)
             # K and V written to the cache (and read from the projection: as many bytes again
             # when the cache keeps the compute dtype, as it does in `kvplan measure`)
