@@ -5,6 +5,7 @@ quantities (dense weights and GEMMs, the experts touched, each cache group's KV 
 FLOPs, the recurrent state) is that list's sum over the operators of its kind at the step's
 shape; the two differences that remain are pinned by name."""
 
+import copy
 import random
 
 import pytest
@@ -146,6 +147,11 @@ def test_step_models_attention_is_the_operator_lists_sums(name):
             spec, fmt, tp, new
         )
         _close(held, prefill_kv - compressed)
+        # the chunk's state read and written as the op list's: once per chunk
+        stateless = copy.copy(m)
+        stateless.state_bytes_per_sequence = 0.0
+        chunk_state_s = m.prefill_attention_s(new, cached) - stateless.prefill_attention_s(new, cached)
+        _close(chunk_state_s * m.attention_rates.bandwidth_bytes_per_s, state_kv / (decodes + 1))
 
 
 def test_dsa_tables_leave_the_indexer_keys_to_the_dsa_module():

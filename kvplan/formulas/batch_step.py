@@ -365,8 +365,10 @@ class StepModel:
 
     def prefill_attention_s(self, new_tokens: int, cached_tokens: int) -> float:
         """Seconds of one prefill chunk's causal attention over the cached tokens and itself
-        (the cached KV read and the chunk's written once)."""
-        seconds = 0.0
+        (the cached KV read and the chunk's written once: every new token's, a window's too),
+        and the recurrent state read and written once per chunk (the chunk scan starts from
+        the cached state and leaves its own), as the operator list charges it."""
+        seconds = self.state_bytes_per_sequence / self.attention_rates.bandwidth_bytes_per_s
         end = cached_tokens + new_tokens
         for g in self.groups:
             held = end if g.window is None else min(end, g.window + new_tokens)
