@@ -29,7 +29,16 @@ REL = 1e-9
 def _old_decode(spec, batch, context, wdtype, fmt, tp):
     flops = batch * flops_per_decode_token(spec, context) / tp
     weights = weight_bytes_read_per_decode_step(spec, wdtype, batch) / tp
-    return flops, weights + batch * kv_bytes_per_sequence(spec, context, fmt, tp)
+    # DeepSeek-V4: the compressed entries a decode reads (the indexer's keys, the top-k), not holds
+    compressed = 0
+    for a in spec.attention_layers():
+        if a.compress_ratio:
+            entries, parts = a.compressed_entries(context), a.compressed_entry_parts(fmt)
+            picked = min(entries, a.compressed_topk) if a.compressed_topk else entries
+            indexed = entries if a.compressed_topk and entries > a.compressed_topk else 0
+            compressed += picked * parts[0] + indexed * parts[1] - entries * sum(parts)
+    held = kv_bytes_per_sequence(spec, context, fmt, tp)
+    return flops, weights + batch * (held + compressed)
 
 
 def _old_prefill(spec, tokens, wdtype, fmt, tp):

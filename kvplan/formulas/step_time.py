@@ -18,8 +18,8 @@ from enum import Enum
 from kvplan.anatomy.model import KEPT, Attention, CacheKind, Layer, ModelSpec, distinct_layers
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.flops import _decode_flop_per_key, causal_keys_attended
-from kvplan.formulas.kv import _group_layers
+from kvplan.formulas.flops import _decode_flop_per_key, causal_keys_attended, decode_keys_attended
+from kvplan.formulas.kv import _group_layers, compressed_read_bytes
 from kvplan.formulas.weights import part_bytes_per_param, weight_bytes
 from kvplan.record import NamedTuple
 
@@ -526,14 +526,20 @@ def _attention_ops(
 
         if num_decodes:
             kv = num_decodes * _cache_bytes(attention_groups, decode_context)
-            flops = num_decodes * _decode_flop_per_key(attn) * attn.tokens_held(decode_context)
+            keys = decode_keys_attended(attn, decode_context)
+            if attn.compress_ratio:  # DeepSeek-V4: the compressed entries it reads, not holds
+                entries = attn.compressed_entries(decode_context)
+                parts = attn.compressed_entry_parts(fmt)
+                read = compressed_read_bytes(entries, attn.compressed_topk, *parts)
+                kv += num_decodes * (read - entries * sum(parts))
+            flops = num_decodes * _decode_flop_per_key(attn) * keys
             if gather_kv:
                 attention.append(_op("kv_gather", OpKind.ELEMENTWISE, 0, 0, 0, kv, 0, 2))
             attention.append(
                 _op(
                     "attention",
                     OpKind.DECODE_ATTENTION,
-                    num_decodes * attn.tokens_held(decode_context),
+                    num_decodes * keys,
                     share(flops),
                     0,
                     0 if gather_kv else kv,
