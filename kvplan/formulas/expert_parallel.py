@@ -20,10 +20,8 @@ from __future__ import annotations
 
 from kvplan.anatomy.model import ModelSpec
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
-from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.formulas.roofline import MAX_BATCH_SEARCH
 from kvplan.formulas.step_time import Op, Rates, Step, floor_step, floor_sums, step_ops
-from kvplan.formulas.weights import weight_bytes_read_per_decode_step
 
 ACTIVATION_BYTES = ELEMENT_BYTES["bf16"]  # hidden states cross the all-to-all in bf16
 
