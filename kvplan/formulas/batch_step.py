@@ -277,7 +277,7 @@ class StepModel:
         self.expert_flop_per_token = (
             2 * (matmul_params(spec) - matmul_params(self.dense_spec)) / self.moe_ranks
         )
-        self.floors = _Floors.of(spec, achieved.floors_s)
+        self.floors = _Floors.of(spec, achieved.floors_s, weights_dtype, self.moe_ranks // ep, ep)
         self.dsa = _DsaModule.of(spec, fmt, tp, dsa_delta_us)
         # the DSA module's tables time the indexer's key cache: not read again in the MLA base
         self.groups = _groups(spec, fmt, tp, indexer_keys=self.dsa is None)
@@ -696,6 +696,18 @@ class _Floors(NamedTuple):
         fused MoE      1 per MoE layer
         attention      1 per attention layer (one kernel for the step's decodes and chunks)
 
+    A launch pays the floor of the kernel its weights format runs where the tables measured that
+    format (`gemm_fp8`, `moe_fp8`, ...: `_floor_format`), else the family's smallest: a
+    block-fp8 GEMM is a per-token-group activation quant and then DeepGEMM (4.2 us at one token
+    on a B200 under SGLang, against bf16's 1.8 us), a block-fp8 fused MoE 16.5 us against
+    bf16's 13.6 us. The head, the routers and MLA's two absorbed BMMs stay at the family's
+    smallest (unquantized, or a kernel no table times), as does a format without rows (mxfp4's
+    experts: the tables' 4-bit rows time W4A16 kernels, not gpt-oss's). Where the tables timed
+    the model's own fused MoE (hidden x expert width, experts x top-k, format, the experts' TP
+    and EP split: `moe_shape_key`), its floor is that kernel's smallest time at 1-16 tokens:
+    DeepSeek-R1's at TP 8 in block fp8 takes 35 us on a B200 under SGLang (router top-k and
+    permutation included), where the smallest fused MoE of any shape takes 13.6 us.
+
     All-reduces are floored already: comm_s charges each call the tables' smallest message."""
 
     dense_s: float = 0.0
@@ -703,17 +715,54 @@ class _Floors(NamedTuple):
     attention_s: float = 0.0
 
     @classmethod
-    def of(cls, spec: ModelSpec, floors_s: dict) -> _Floors:
+    def of(
+        cls,
+        spec: ModelSpec,
+        floors_s: dict,
+        weights_dtype: str = "bf16",
+        moe_tp: int = 1,
+        moe_ep: int = 1,
+    ) -> _Floors:
         if not floors_s:
             return cls()
         launches = gemm_launches(spec)
+        quantized = quantized_gemm_launches(spec)
         attention_layers = sum(1 for layer in spec.layers if layer.attention is not None)
         moe_layers = spec.moe.num_layers if spec.moe else 0
+        fmt = _floor_format(weights_dtype)
+        gemm = floors_s.get("gemm", 0.0)
+        gemm_quantized = floors_s.get(f"gemm_{fmt}", gemm) if fmt else gemm
+        moe = floors_s.get("moe", 0.0)
+        if fmt:
+            moe = floors_s.get(f"moe_{fmt}", moe)
+            if spec.moe:
+                shape = moe_shape_key(fmt, spec, moe_tp, moe_ep)
+                moe = floors_s.get(shape, moe)
         return cls(
-            dense_s=launches * floors_s.get("gemm", 0.0),
-            experts_s=moe_layers * floors_s.get("moe", 0.0),
+            dense_s=(launches - quantized) * gemm + quantized * gemm_quantized,
+            experts_s=moe_layers * moe,
             attention_s=attention_layers * floors_s.get("attention", 0.0),
         )
+
+
+def moe_shape_key(fmt: str, spec: ModelSpec, moe_tp: int, moe_ep: int) -> str:
+    """The kernel tables' floors_s key of this model's fused MoE in format `fmt` with its experts
+    split `moe_tp` ways (each expert's width) and `moe_ep` ways (the experts):
+    scripts/derive_achieved.py's moe_shape_key."""
+    moe = spec.moe
+    assert moe is not None
+    return (
+        f"moe_{fmt}_{spec.hidden_size}x{moe.expert_intermediate_size}_"
+        f"{moe.num_experts}x{moe.top_k}_tp{moe_tp}_ep{moe_ep}"
+    )
+
+
+def _floor_format(weights_dtype: str) -> str | None:
+    """The kernel tables' format key whose floors a launch in `weights_dtype` pays (None: the
+    family's smallest): `_format_key`'s, but for mxfp4 (its experts run an MXFP4 kernel the
+    tables' 4-bit W4A16 rows do not time; its dense layers stay bf16) and nvfp4 (no rows)."""
+    key = str(weights_dtype).lower()
+    return None if key in ("mxfp4", "nvfp4") else _format_key(key)
 
 
 def gemm_launches(spec: ModelSpec) -> int:
@@ -729,6 +778,17 @@ def gemm_launches(spec: ModelSpec) -> int:
     shared = 2 if spec.moe and spec.moe.shared_intermediate_size else 0
     launches += 2 * (spec.num_layers - moe_layers) + moe_layers * (1 + shared)
     return launches
+
+
+def quantized_gemm_launches(spec: ModelSpec) -> int:
+    """Of `gemm_launches`, those a quantized checkpoint runs in its weights format: all but the
+    head, the MoE routers and MLA's two absorbed BMMs (an fp8 checkpoint leaves the head and the
+    router gate unquantized)."""
+    moe_layers = spec.moe.num_layers if spec.moe else 0
+    mla_layers = sum(
+        1 for layer in spec.layers if layer.attention and layer.attention.kind is CacheKind.MLA
+    )
+    return gemm_launches(spec) - 1 - moe_layers - 2 * mla_layers
 
 
 # A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred
