@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from kvplan.dtypes import KvFormat
 from kvplan.formulas.batch_step import StepModel
 from kvplan.formulas.step_time import Rates
+from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
 from kvplan.simulate import cluster
 from kvplan.simulate import engine as engine_module
@@ -142,3 +143,115 @@ def test_a_long_steady_decode_is_advanced_in_spans_and_matches_stepping(monkeypa
         patch.setattr(engine_module, "MIN_SPAN", 1 << 62)
         slow = _outcome(*_serve("vllm", requests, cfg, None))
     _same(fast, slow)
+
+
+DP_MODEL = StepModel(
+    load_model("deepseek-v2-lite"),
+    Rates(4.8e12, 989.4e12),
+    "bf16",
+    KvFormat("bf16"),
+    tp=1,
+    link=load_profile("h200").interconnect,
+    moe_ranks=2,
+    dp=2,
+)
+
+
+def _serve_lockstep(kind, requests, cfg, concurrency, router):
+    cls = SglangEngine if kind == "sglang" else Engine
+    ranks = [cls(cfg, DP_MODEL, FRONTEND.per_token_s) for _ in range(2)]
+    run = cluster.run(
+        requests,
+        ranks,
+        router=router,
+        max_concurrency=concurrency,
+        frontend=FRONTEND,
+        max_model_len=cfg.max_model_len,
+        lockstep=2,
+    )
+    return ranks, run
+
+
+def _lockstep_outcome(ranks, run):
+    per_request = sorted(
+        (r.rid, r.outputs, r.preemptions, r.first_step, r.last_step, r.replica)
+        + (r.first_client_s, r.last_client_s)
+        for r in run.finished
+    )
+    logs = [(list(r.log.decode_tokens), list(r.log.running), list(r.log.end_s)) for r in ranks]
+    return per_request, logs
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    items=requests_strategy,
+    kind=st.sampled_from(["vllm", "sglang"]),
+    seats=st.integers(1, 16),
+    spare_blocks=st.integers(0, 400),
+    concurrency=st.sampled_from([None, 1, 4]),
+    router=st.sampled_from(["round_robin", "least_outstanding"]),
+)
+def test_dp_lockstep_spans_are_the_same_run_as_stepping(
+    monkeypatch, items, kind, seats, spare_blocks, concurrency, router
+):
+    """Two DP-attention ranks in lockstep (cluster.Lockstep): their decode-only spans, each as
+    long as the rank nearest an event allows and each step as long as the slower rank's, give
+    the same run as stepping the group one step at a time."""
+    requests = [RequestSpec(i, a, p, o) for i, (a, p, o) in enumerate(sorted(items))]
+    longest = max(p + o for _, p, o in items)
+    block_size = 16
+    room = longest + (block_size + 1 if kind == "sglang" else 0)
+    cfg = EngineConfig(
+        max_num_seqs=seats,
+        max_num_batched_tokens=512,
+        max_model_len=longest,
+        num_blocks=math.ceil(room / block_size) + 1 + spare_blocks // block_size,
+        block_size=block_size,
+    )
+    fast_ranks, fast_run = _serve_lockstep(kind, requests, cfg, concurrency, router)
+    fast_requests, fast_logs = _lockstep_outcome(fast_ranks, fast_run)
+    with monkeypatch.context() as patch:
+        patch.setattr(engine_module, "MIN_SPAN", 1 << 62)
+        slow_requests, slow_logs = _lockstep_outcome(
+            *_serve_lockstep(kind, requests, cfg, concurrency, router)
+        )
+    for (tokens, running, ends), (slow_tokens, slow_running, slow_ends) in zip(
+        fast_logs, slow_logs, strict=True
+    ):
+        assert tokens == slow_tokens and running == slow_running
+        assert ends == pytest.approx(slow_ends, rel=1e-9, abs=1e-12)
+    assert len(fast_requests) == len(slow_requests) == len(requests)
+    for a, b in zip(fast_requests, slow_requests, strict=True):
+        assert a[:6] == b[:6]
+        assert a[6:] == pytest.approx(b[6:], rel=1e-9, abs=1e-12)
+
+
+def test_a_long_dp_decode_runs_in_lockstep_spans(monkeypatch):
+    """Two ranks decoding unequal batches for 1,500 steps: spans must run (fewer span calls
+    than steps) and agree with stepping."""
+    requests = [RequestSpec(i, 0.0, 300 + 700 * (i % 2), 1500) for i in range(12)]
+    cfg = EngineConfig(64, 8192, 4096, 1 << 14, 16)
+    calls = []
+    original = cluster.Lockstep._span
+
+    def counted(self, active, horizon_s):
+        result = original(self, active, horizon_s)
+        calls.append(result is not None)
+        return result
+
+    with monkeypatch.context() as patch:
+        patch.setattr(cluster.Lockstep, "_span", counted)
+        fast = _lockstep_outcome(*_serve_lockstep("vllm", requests, cfg, None, "round_robin"))
+    steps = len(fast[1][0][0])
+    assert steps >= 1500 and 0 < sum(calls) < steps / 10
+    with monkeypatch.context() as patch:
+        patch.setattr(engine_module, "MIN_SPAN", 1 << 62)
+        slow = _lockstep_outcome(*_serve_lockstep("vllm", requests, cfg, None, "round_robin"))
+    for a, b in zip(fast[0], slow[0], strict=True):
+        assert a[:6] == b[:6] and a[6:] == pytest.approx(b[6:], rel=1e-9)
+    for a, b in zip(fast[1], slow[1], strict=True):
+        assert a[:2] == b[:2] and a[2] == pytest.approx(b[2], rel=1e-9)

@@ -4,20 +4,26 @@ parallel_layout, the EP/DP terms of formulas.batch_step.StepModel)."""
 from __future__ import annotations
 
 import json
+from itertools import accumulate
 
 import pytest
 
 from kvplan.anatomy.model import pp_stages
 from kvplan.dtypes import resolve_kv_format
 from kvplan.engines.vllm_memory import weights_per_rank
-from kvplan.formulas.batch_step import BatchShape, StepModel, lockstep_step
+from kvplan.formulas.batch_step import BatchShape, StepModel, lockstep_step, shape_tokens
 from kvplan.formulas.comm import ring_allreduce_time_s
 from kvplan.formulas.expert_parallel import ep_alltoall_bytes
 from kvplan.formulas.step_time import Rates
 from kvplan.formulas.weights import expert_weight_bytes, weight_bytes_read_per_decode_step
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
+from kvplan.simulate import cluster
+from kvplan.simulate.engine import Engine, EngineConfig
+from kvplan.simulate.frontend import Frontend
 from kvplan.simulate.setup import ParallelLayout, ServeOptions, parallel_layout
+from kvplan.simulate.sglang import SglangEngine
+from kvplan.simulate.workload import RequestSpec
 
 from helpers import run_cli, run_json
 
@@ -229,3 +235,74 @@ def test_sglang_dp_attention_without_dp_size_runs_as_plain_tp():
     assert alone["runs"][0]["bench"] == plain["runs"][0]["bench"]
     ids = {n["id"] for n in alone["notes"]}
     assert "sim-dp-attention-off" in ids and "sim-expert-parallel" not in ids
+
+
+def test_two_dp_ranks_step_together_at_the_slower_ranks_time():
+    """cluster.Lockstep by hand: rank 0 serves a 100-token prompt, rank 1 a 100,000-token one,
+    4 outputs each. Every step both ranks' requests advance (the prefills in step 0, one token
+    each in steps 1-3), and each step lasts as long as the slower rank's forward with the MoE
+    layers over both ranks' tokens (its all-gather and reduce-scatter included), the other
+    rank waiting for it."""
+    spec = load_model("deepseek-v2-lite")
+    m = model(spec, tp=1, moe_ranks=2, dp=2)
+    cfg = EngineConfig(8, 1 << 17, 1 << 17, 8192, 16)
+    ranks = [Engine(cfg, m, 0.0) for _ in range(2)]
+    requests = [RequestSpec(0, 0.0, 100, 4), RequestSpec(1, 0.0, 100_000, 4)]
+    run = cluster.run(requests, ranks, lockstep=2, frontend=Frontend(0.0, 0.0))
+    shapes = [  # (rank 0's, rank 1's) shape of each step
+        (BatchShape(0, 0, ((100, 0),), 1), BatchShape(0, 0, ((100_000, 0),), 1))
+    ] + [(BatchShape(1, 100 + k, (), 1), BatchShape(1, 100_000 + k, (), 1)) for k in (1, 2, 3)]
+    gathered = [100_100, 2, 2, 2]  # the tokens each step's MoE layers see on both ranks
+    expected = [
+        max(m.step(a, g).total_s, m.step(b, g).total_s)
+        for (a, b), g in zip(shapes, gathered, strict=True)
+    ]
+    for (a, b), g, t in zip(shapes, gathered, expected, strict=True):
+        # the long-context rank is the slower one; its time includes the gather's comm
+        assert t == m.step(b, g).total_s > m.step(a, g).total_s
+        assert m.step(b, g).comm_s == pytest.approx(m.comm_s(shape_tokens(b)))
+    for rank in ranks:
+        assert rank.log.duration_s == pytest.approx(expected, rel=1e-12)
+        assert rank.log.end_s == pytest.approx(list(accumulate(expected)), rel=1e-12)
+        assert rank.log.emitted == [1, 1, 1, 1]  # one token a step on each rank
+    assert sorted(
+        (r.rid, r.replica, r.first_step, r.last_step, r.outputs) for r in run.finished
+    ) == [
+        (0, 0, 0, 3, 4),
+        (1, 1, 0, 3, 4),
+    ]
+    # apart, rank 0's decode steps would take its own (shorter) time
+    alone = cluster.run(
+        [RequestSpec(0, 0.0, 100, 4)], [Engine(cfg, m, 0.0)], frontend=Frontend(0.0, 0.0)
+    )
+    assert alone.engines[0].log.end_s[-1] < ranks[0].log.end_s[-1]
+
+
+def test_the_engines_lockstep_rules():
+    """How a DP-attention group runs a step (Engine.lockstep_rules): (eagerly, MoE tokens
+    padded to the largest rank's). vLLM: the CUDA-graph mode is the minimum over the ranks (one
+    rank past the largest graph runs all eagerly), under graphs every rank padded to the
+    largest count. SGLang: an extend batch on any rank runs all eagerly, its gather summed;
+    a decode step pads to the largest where 2 x sum > ranks x max (MAX_LEN)."""
+    m = model(load_model("deepseek-v2-lite"), tp=1, moe_ranks=2, dp=2)
+    cfg = EngineConfig(8, 8192, 4096, 1024, 16)
+    prefill, small_prefill = BatchShape(0, 0, ((600, 0),), 1), BatchShape(0, 0, ((64, 0),), 1)
+    decodes = [BatchShape(n, 100.0 * n, (), n) for n in (1, 3, 4, 10)]
+    vllm = Engine(cfg, m, 0.0)
+    assert m.cuda_graph_max_tokens == 512
+    assert vllm.lockstep_rules([prefill, decodes[0]]) == (True, False)  # 600 > 512
+    assert vllm.lockstep_rules([small_prefill, decodes[0]]) == (False, True)
+    assert vllm.lockstep_rules([decodes[1], BatchShape()]) == (False, True)
+    sglang = SglangEngine(cfg, m, 0.0)
+    assert sglang.lockstep_rules([small_prefill, decodes[0]]) == (True, False)
+    assert sglang.lockstep_rules([decodes[2], decodes[2]]) == (False, True)  # 16 > 8
+    assert sglang.lockstep_rules([decodes[3]] + [BatchShape()] * 3) == (False, False)  # 26 < 40
+    # priced: padded, the MoE layers see 2 x 3 tokens; an idle rank's dummy adds its token
+    assert lockstep_step(m, [decodes[1], decodes[0]], 0, True)[0] == m.step(decodes[1], 6)
+    assert lockstep_step(m, [decodes[1]], 1, False)[0] == m.step(decodes[1], 4)
+    # eagerly: every layer's kernels dispatched from the CPU (HostOverheads.eager_per_layer_s)
+    eager = m.without_graphs()
+    assert eager.step(decodes[0], 2).launch_s == pytest.approx(
+        m.host.eager_per_layer_s * m.spec.num_layers
+    )
+    assert m.step(decodes[0], 2).launch_s == pytest.approx(m.host.per_layer_s * m.spec.num_layers)

@@ -30,6 +30,7 @@ m = min(pp, sequences) micro-batches and a step takes (m + pp − 1) stage times
 
 from __future__ import annotations
 
+import copy
 import math
 
 from kvplan.anatomy.model import KEPT, CacheKind, Layer, ModelSpec, distinct_layers
@@ -288,7 +289,20 @@ class StepModel:
         )
         self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
         self._weights: dict[object, tuple[float, float]] = {}
-        self._span_base: dict[tuple[int, int], BatchStepTime] = {}
+        self._span_base: dict[tuple[int, int, int | None], BatchStepTime] = {}
+        self._eager: StepModel | None = None  # without_graphs
+
+    def without_graphs(self) -> StepModel:
+        """This model with every step run eagerly (no CUDA graph at any size): a DP-attention
+        rank whose group runs a step without graphs (cluster.Lockstep). Built once."""
+        twin = self._eager
+        if twin is None:
+            twin = copy.copy(self)
+            twin.cuda_graph_max_tokens = 0
+            twin._span_base = {}
+            twin._eager = twin
+            self._eager = twin
+        return twin
 
     # ---- the terms --------------------------------------------------------------------------
     def weights_bytes(
@@ -599,19 +613,25 @@ class StepModel:
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = (t * scale for t in stage)
         return weights_s, matmul_s, kv_read_s, attention_s, comm_s + hops_s, launch_s
 
-    def decode_span_s(self, num_decodes: int, context_sums, queries: int = 1):
+    def decode_span_s(
+        self,
+        num_decodes: int,
+        context_sums,
+        queries: int = 1,
+        gathered_tokens: int | None = None,
+    ):
         """Consecutive decode-only steps of the same `num_decodes` sequences whose attended
         context sums are `context_sums` (a numpy array): (their step times, an array; the
         terms of the run, a function of how many of its steps are kept that returns a
         BatchStepTime of sums). The terms of `step`, the attention ones for many steps at once;
-        `queries` tokens per decode (step's)."""
+        `queries` tokens per decode, `gathered_tokens` the MoE layers' (step's)."""
         import numpy as np
 
         sums = np.asarray(context_sums, dtype=float)
         sampled = queries * num_decodes
         if (self.pp > 1 and num_decodes > 1) or self.op_rates is not None:
             steps = [
-                self.step(BatchShape(num_decodes, float(x), (), sampled), None, queries)
+                self.step(BatchShape(num_decodes, float(x), (), sampled), gathered_tokens, queries)
                 for x in sums
             ]
 
@@ -621,7 +641,7 @@ class StepModel:
                 )
 
             return np.array([t.total_s for t in steps]), kept_steps
-        base, attention = self.span_parts(num_decodes, sums, queries)
+        base, attention = self.span_parts(num_decodes, sums, queries, gathered_tokens)
         fixed = base.weights_s + base.matmul_s + base.sampler_s + base.comm_s + base.launch_s
         gpu = fixed + attention
         times = np.maximum(gpu, base.host_s) if self.async_scheduling else gpu + base.host_s
@@ -641,16 +661,18 @@ class StepModel:
 
         return times, kept
 
-    def span_parts(self, num_decodes: int, sums, queries: int = 1):
+    def span_parts(
+        self, num_decodes: int, sums, queries: int = 1, gathered_tokens: int | None = None
+    ):
         """(the step of `num_decodes` decodes with no context, whose every term but attention
         is the same at any context; the attention seconds at each of `sums`, an array)."""
         import numpy as np
 
-        key = (num_decodes, queries)
+        key = (num_decodes, queries, gathered_tokens)
         base = self._span_base.get(key)
         if base is None:  # every term but attention depends on the batch size alone
             shape = BatchShape(num_decodes, 0, (), queries * num_decodes)
-            base = self._span_base[key] = self.step(shape, None, queries)
+            base = self._span_base[key] = self.step(shape, gathered_tokens, queries)
         attention, _ = self._decode_attention(
             num_decodes, np.asarray(sums, dtype=float) / self.dcp, np.maximum, np.minimum, queries
         )
@@ -672,14 +694,31 @@ def shape_tokens(shape: BatchShape) -> int:
     return max(1, shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
 
 
-def lockstep_step(model: StepModel, shapes: list[BatchShape]) -> tuple[BatchStepTime, int]:
+def lockstep_step(
+    model: StepModel, shapes: list[BatchShape], idle_ranks: int = 0, pad_to_max: bool = False
+) -> tuple[BatchStepTime, int]:
     """One step of DP-attention ranks in lockstep, each running its own shape with the MoE
-    layers over the gathered tokens of all: (the slowest rank's step, its index). A rank with
-    nothing to run steps a one-token dummy batch (vLLM pads idle DP ranks so)."""
-    gathered = sum(shape_tokens(s) for s in shapes)
+    layers over the gathered tokens of all: (the slowest rank's step, its index in `shapes`).
+    Every rank joins every MoE layer's dispatch/combine (or all-gather) each step, so none
+    finishes before the slowest. `idle_ranks` ranks with nothing to run step a one-token dummy
+    batch (vLLM's DPEngineCoreProc.execute_dummy_batch, SGLang's idle batch from
+    prepare_mlp_sync_batch): its token joins the MoE layers, its forward (the same layers over
+    one token, no attention, nothing sampled) is never the slowest. The MoE layers see the sum
+    of the ranks' tokens (vLLM's num_tokens_across_dp, SGLang's global_num_tokens), or with
+    `pad_to_max` every rank's padded to the largest (vLLM under CUDA graphs, SGLang's MAX_LEN
+    gather): lockstep_gathered_tokens. `model` prices every rank (StepModel.without_graphs where
+    the group runs eagerly)."""
+    tokens = [shape_tokens(s) for s in shapes] + [1] * idle_ranks
+    gathered = lockstep_gathered_tokens(tokens, pad_to_max)
     times = [model.step(s, gathered) for s in shapes]
     slowest = max(range(len(times)), key=lambda i: times[i].total_s)
     return times[slowest], slowest
+
+
+def lockstep_gathered_tokens(tokens: list[int], pad_to_max: bool) -> int:
+    """The tokens a lockstep step's MoE layers see on every rank, from each rank's `tokens`:
+    their sum, or (`pad_to_max`) the ranks x the largest."""
+    return len(tokens) * max(tokens) if pad_to_max else sum(tokens)
 
 
 class _Floors(NamedTuple):

@@ -463,6 +463,7 @@ def run_once(
             max_concurrency=request.max_concurrency,
             frontend=request.frontend,
             max_model_len=replica.config.max_model_len,
+            lockstep=replica.layout.dp if replica.layout is not None else 1,
         )
         return engines, result
 

@@ -12,6 +12,14 @@
 Events are taken in time order; an engine steps when its clock is earliest. A run of decode-only
 steps stops before the next arrival, so the router and the queues always see the replicas' state
 at their last step boundary.
+
+DP-attention ranks (`lockstep` > 1: each run of that many engines is one group) step together:
+every rank joins each MoE layer's all-to-all or all-gather, so a step lasts as long as the
+slowest rank's and a rank with nothing to run steps a dummy batch while any rank of its group
+has work (vLLM: DPEngineCoreProc.run_busy_loop runs execute_dummy_batch when its scheduler ran
+nothing and the wave is on; SGLang: prepare_mlp_sync_batch gathers every rank's token count each
+step and gives an idle rank an idle batch while any count is above 0). Each rank's own scheduler
+decides its batch (`Lockstep`).
 """
 
 from __future__ import annotations
@@ -19,9 +27,18 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Callable
 
 from kvplan.errors import KvplanError
+from kvplan.formulas.batch_step import (
+    BatchShape,
+    BatchStepTime,
+    lockstep_gathered_tokens,
+    lockstep_step,
+    shape_tokens,
+)
 from kvplan.record import NamedTuple
+from kvplan.simulate import engine as engine_rules
 from kvplan.simulate.engine import Engine, Req, _Unservable
 from kvplan.simulate.frontend import Frontend
 from kvplan.simulate.workload import RequestSpec, prompt_token_ids
@@ -43,8 +60,10 @@ def run(
     max_concurrency: int | None = None,
     frontend: Frontend = Frontend(),
     max_model_len: int | None = None,
+    lockstep: int = 1,
 ) -> ClusterRun:
-    """Serve `requests` on `engines` until every request finishes."""
+    """Serve `requests` on `engines` until every request finishes; `lockstep` > 1: the engines
+    are DP-attention ranks, each run of `lockstep` of them stepping together (Lockstep)."""
     if router not in ROUTERS:
         raise KvplanError(f"--router {router!r}: choose {', '.join(ROUTERS)}")
     arrivals: list = []  # (server arrival, rid, dispatch, spec)
@@ -65,11 +84,16 @@ def run(
             heapq.heappush(arrivals, (start + frontend.request_s, spec.rid, start, spec))
 
     dispatch(0.0)
-    coupled = max_concurrency is not None and len(engines) > 1
-    while arrivals or done or any(e.has_work for e in engines):
+    units: list = (
+        list(engines)
+        if lockstep <= 1
+        else [Lockstep(engines[i : i + lockstep]) for i in range(0, len(engines), lockstep)]
+    )
+    coupled = max_concurrency is not None and len(units) > 1
+    while arrivals or done or any(e.has_work for e in units):
         next_arrival = arrivals[0][0] if arrivals else math.inf
         next_done = done[0][0] if done else math.inf
-        busy = [e for e in engines if e.has_work]
+        busy = [e for e in units if e.has_work]
         engine = min(busy, key=_clock) if busy else None
         if engine is not None and engine.clock_s < min(next_arrival, next_done):
             horizon = next_arrival
@@ -111,8 +135,96 @@ def run(
     return ClusterRun(finished, failed, engines)
 
 
-def _clock(engine: Engine) -> float:
+def _clock(engine) -> float:
     return engine.clock_s
+
+
+class Lockstep:
+    """DP-attention ranks that run every forward together. Each step every rank's scheduler
+    plans its own batch (Engine.plan_step); the step is priced by batch_step.lockstep_step
+    over all the ranks' shapes (the MoE layers over the ranks' tokens, a rank with nothing to
+    run as a one-token dummy, eagerly and padded as the engine's lockstep_rules say) and lasts
+    as long as the slowest rank's; every rank
+    settles its batch at that time (its terms the slowest rank's). When every rank with work
+    could run decode-only steps, they run as one span (Engine.span_steps): as many steps as the
+    rank nearest an event allows, each as long as the slowest rank's step then."""
+
+    def __init__(self, ranks: list[Engine]):
+        self.ranks = ranks
+        self.model = ranks[0].model
+
+    @property
+    def has_work(self) -> bool:
+        return any(r.has_work for r in self.ranks)
+
+    @property
+    def clock_s(self) -> float:
+        return max(r.clock_s for r in self.ranks)
+
+    def step(self, horizon_s: float) -> list[Req]:
+        start = self.clock_s
+        for r in self.ranks:  # one clock: a rank idle so far joins the group's next step
+            r.clock_s = start
+        active = [r for r in self.ranks if r.has_work]
+        if all([r._quiet() for r in active]):  # each asked, as its own loop would
+            done = self._span(active, horizon_s)
+            if done is not None:
+                return done
+        finished: list[Req] = []
+        planned: list[tuple[BatchShape, Callable[[BatchStepTime], list[Req]]]] = []
+        for r in active:
+            plan = r.plan_step()
+            if isinstance(plan, list):
+                finished += plan
+            else:
+                planned.append(plan)
+        if not planned:  # nothing ran anywhere (a preemption, a stall): no forward
+            return finished
+        shapes = [shape for shape, _ in planned]
+        idle = len(self.ranks) - len(planned)  # ranks stepping a dummy batch
+        eager, pad = self.ranks[0].lockstep_rules(shapes + [BatchShape()] * idle)
+        model = self.model.without_graphs() if eager else self.model
+        timing, _ = lockstep_step(model, shapes, idle, pad)
+        for _, settle in planned:
+            finished += settle(timing)
+        self._sync()
+        return finished
+
+    def _span(self, active: list[Engine], horizon_s: float):
+        """A run of decode-only steps on every rank with work, or None (fewer than MIN_SPAN)."""
+        import numpy as np
+
+        limits = [r.span_steps() for r in active]
+        if any(n is None for n in limits):
+            return None
+        steps = min(n for n in limits if n is not None)
+        # every step of the span runs the same batch sizes: the same rules, the same tokens
+        # through the MoE layers (each rank's decodes, one dummy token per idle rank)
+        shapes = [BatchShape(r.num_decodes, 0, (), r.num_decodes) for r in active]
+        shapes += [BatchShape()] * (len(self.ranks) - len(active))
+        eager, pad = self.ranks[0].lockstep_rules(shapes)
+        model = self.model.without_graphs() if eager else self.model
+        gathered = lockstep_gathered_tokens([shape_tokens(s) for s in shapes], pad)
+        runs = [model.decode_span_s(r.num_decodes, r.span_sums(steps), 1, gathered) for r in active]
+        times = np.max([t for t, _ in runs], axis=0)  # an idle rank's dummy is never slowest
+        starts = self.clock_s + np.cumsum(times) - times
+        steps = int(np.searchsorted(starts, horizon_s, side="left"))
+        if steps < engine_rules.MIN_SPAN:
+            return None
+        times = times[:steps]
+        # the terms of the rank slowest over the run stand for the step's
+        slowest = max(range(len(runs)), key=lambda i: float(runs[i][0][:steps].sum()))
+        terms = runs[slowest][1]
+        finished: list[Req] = []
+        for r in active:
+            finished += r.commit_span(times, terms)
+        self._sync()
+        return finished
+
+    def _sync(self) -> None:
+        end = self.clock_s
+        for r in self.ranks:
+            r.clock_s = end
 
 
 def _route(router: str, spec: RequestSpec, engines: list[Engine], outstanding, turn) -> int:

@@ -52,7 +52,7 @@ import heapq
 from collections import deque
 from enum import IntEnum
 
-from kvplan.formulas.batch_step import TERMS, BatchShape, StepModel
+from kvplan.formulas.batch_step import TERMS, BatchShape, StepModel, shape_tokens
 from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
 from kvplan.record import NamedTuple
 from kvplan.simulate.workload import RequestSpec, output_token_ids, prompt_token_ids
@@ -535,6 +535,17 @@ class Engine:
         self.kv_requests.append((r, self.clock_s, moved))
         return True
 
+    def lockstep_rules(self, shapes: list[BatchShape]) -> tuple[bool, bool]:
+        """How a step of DP-attention ranks running `shapes` together runs (cluster.Lockstep):
+        (eagerly, its MoE tokens padded to the largest rank's). vLLM syncs the ranks first
+        (vllm/v1/worker/dp_utils.py, coordinate_batch_across_dp): the step's CUDA-graph mode is
+        the minimum over the ranks, so one rank with more tokens than the largest graph runs
+        every rank eagerly; under graphs every rank is padded to the largest token count
+        (should_dp_pad)."""
+        limit = self.model.cuda_graph_max_tokens
+        eager = any(shape_tokens(s) > limit for s in shapes)
+        return eager, not eager
+
     @property
     def outstanding(self) -> int:
         return len(self.running) + len(self.waiting)
@@ -547,6 +558,17 @@ class Engine:
             done = self._decode_span(horizon_s)
             if done is not None:
                 return done
+        planned = self.plan_step()
+        if isinstance(planned, list):
+            return planned
+        shape, commit = planned
+        return commit(self.model.step(shape))
+
+    def plan_step(self):
+        """Schedule the next step: (its BatchShape, a function that settles it given its
+        BatchStepTime and returns the requests finished), or the finished requests of a step
+        that ran nothing (a list). A DP-attention group (cluster.Lockstep) schedules every rank
+        before it prices the step they run together."""
         j, d = self.step_index, self.decode_index
         budget = self.config.max_num_batched_tokens
         preempted = False
@@ -626,8 +648,7 @@ class Engine:
         )
         if not shape.num_decodes and not chunks:
             return self._idle_step(preempted or released)
-        timing = self.model.step(shape)
-        return self._advance(j, timing, chunks)
+        return shape, lambda timing: self._advance(j, timing, chunks)
 
     def _advance(self, j: int, timing, chunks, decoded: bool = True) -> list[Req]:
         """Settle step j: its chunks, and (`decoded`) one token for every decode."""
@@ -1105,6 +1126,27 @@ class Engine:
         no step starts at or after `horizon_s`. None when fewer than MIN_SPAN steps qualify."""
         import numpy as np
 
+        steps = self.span_steps()
+        if steps is None:
+            return None
+        times, terms = self.model.decode_span_s(self.num_decodes, self.span_sums(steps))
+        ends = self.clock_s + np.cumsum(times)
+        starts = ends - times
+        steps = int(np.searchsorted(starts, horizon_s, side="left"))  # steps starting before
+        if steps < MIN_SPAN:
+            return None
+        return self.commit_span(times[:steps], terms)
+
+    def span_sums(self, steps: int):
+        """The context sums the decodes attend in each of the next `steps` decode-only steps."""
+        import numpy as np
+
+        return self.context_sum + self.num_decodes * np.arange(steps, dtype=float)
+
+    def span_steps(self) -> int | None:
+        """How many decode-only steps can run together from now (ignoring arrivals): until
+        the first finish, the end of a multi-step window, or what the pool holds without
+        preempting. None when fewer than MIN_SPAN."""
         j = self.decode_index  # the cohort's clock
         if (self.joined and self._lagged_drops) or self.spec_joined:
             return None
@@ -1154,14 +1196,18 @@ class Engine:
                     break
             if steps < MIN_SPAN:
                 return None
-        sums = self.context_sum + self.num_decodes * np.arange(steps, dtype=float)
-        times, terms = self.model.decode_span_s(self.num_decodes, sums)
+        return steps
+
+    def commit_span(self, times, terms) -> list[Req]:
+        """Run the next len(`times`) decode-only steps (span_steps allows them), each taking
+        its time in `times` (a numpy array), `terms(steps)` their BatchStepTime sums."""
+        import numpy as np
+
+        j = self.decode_index
+        bs, lookahead = self.block_size, self.lookahead
+        steps = len(times)
         ends = self.clock_s + np.cumsum(times)
-        starts = ends - times
-        steps = int(np.searchsorted(starts, horizon_s, side="left"))  # steps starting before
-        if steps < MIN_SPAN:
-            return None
-        times, ends, totals = times[:steps], ends[:steps], terms(steps)
+        totals = terms(steps)
         # hand the block manager every decode's tokens that crossed into a new block
         for residue in {(j + i + lookahead) % bs for i in range(min(steps, bs))}:
             for r in list(self.buckets[residue].values()):

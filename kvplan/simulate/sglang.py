@@ -59,7 +59,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvplan.formulas.batch_step import BatchShape
+from kvplan.formulas.batch_step import BatchShape, shape_tokens
 from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
 from kvplan.record import NamedTuple
 from kvplan.simulate.engine import DECODE, Engine, Req, _Unservable
@@ -303,12 +303,20 @@ class SglangEngine(Engine):
         """PrefillAdder.add_one_req's `total_tokens`: tokens to compute + outputs left."""
         return extend + min(r.target - r.outputs, CLIP_MAX_NEW_TOKENS)
 
+    def lockstep_rules(self, shapes: list[BatchShape]) -> tuple[bool, bool]:
+        """SGLang's DP-attention step (scheduler_dp_attn_mixin.prepare_mlp_sync_batch_raw):
+        can_cuda_graph is the minimum over the ranks and an extend (prefill) batch cannot run a
+        graph, so a prefill on any rank, or a rank past the graphs' largest batch, runs every
+        rank eagerly; the MoE gather pads every rank to the largest count (DpPaddingMode
+        MAX_LEN) in a decode step where 2 x sum > ranks x max, and sums them otherwise and with
+        a prefill in the step (SUM_LEN)."""
+        tokens = [shape_tokens(s) for s in shapes]
+        extend = any(s.prefill_chunks for s in shapes)
+        eager = extend or max(tokens) > self.model.cuda_graph_max_tokens
+        return eager, not extend and 2 * sum(tokens) > len(tokens) * max(tokens)
+
     # ---- one step -----------------------------------------------------------------------------
-    def step(self, horizon_s: float) -> list[Req]:
-        if self._quiet():
-            done = self._decode_span(horizon_s)
-            if done is not None:
-                return done
+    def plan_step(self):
         j = self.step_index
         chunks = self._prefill_batch()
         if chunks:
@@ -318,17 +326,7 @@ class SglangEngine(Engine):
                 tuple((n, r.computed) for r, n in chunks),
                 sum(1 for r, n in chunks if r.computed + n >= r.num_tokens),
             )
-            self.prefill_finishing = True
-            try:
-                finished = self._advance(j, self.model.step(shape), chunks, decoded=False)
-            finally:
-                self.prefill_finishing = False
-            for r, _ in chunks:  # the batch ran: its prefill tokens enter the tree
-                if r.rid in self.fill_end:
-                    self._insert(r)
-            self.prefilled = True
-            self.joined_at += [(r, j) for r, _ in chunks if r.state == DECODE]
-            return finished
+            return shape, lambda timing: self._settle_prefill(j, timing, chunks)
         if not self.num_decodes:
             if self.chunked is not None or self.waiting:  # nothing runs, nothing will free
                 raise _Unservable(self.chunked or self.waiting[0])
@@ -348,7 +346,25 @@ class SglangEngine(Engine):
                 raise _Unservable(r)  # alone in the pool and still out of room
         self.joined_at = [(r, p) for r, p in self.joined_at if r.state == DECODE]  # not retracted
         shape = BatchShape(self.num_decodes, self.context_sum, (), self.num_decodes)
-        finished = self._advance(j, self.model.step(shape), [], decoded=True)
+        return shape, lambda timing: self._settle_decode(j, timing)
+
+    def _settle_prefill(self, j: int, timing, chunks) -> list[Req]:
+        """Prefill batch j ran in `timing`: its chunks advance, its prompts enter the tree."""
+        self.prefill_finishing = True
+        try:
+            finished = self._advance(j, timing, chunks, decoded=False)
+        finally:
+            self.prefill_finishing = False
+        for r, _ in chunks:  # the batch ran: its prefill tokens enter the tree
+            if r.rid in self.fill_end:
+                self._insert(r)
+        self.prefilled = True
+        self.joined_at += [(r, j) for r, _ in chunks if r.state == DECODE]
+        return finished
+
+    def _settle_decode(self, j: int, timing) -> list[Req]:
+        """Decode step j ran in `timing`: every running request took a token."""
+        finished = self._advance(j, timing, [], decoded=True)
         self._settle_gaps(j, len(self.decode_log) - 1)
         return finished
 

@@ -398,6 +398,16 @@ class SpeculativeStepModel:
             raise AttributeError(name)
         return getattr(self.target, name)
 
+    def without_graphs(self) -> SpeculativeStepModel:
+        """The target and draft run eagerly (StepModel.without_graphs). Built once."""
+        twin = self.__dict__.get("_eager")
+        if twin is None:
+            draft = self.draft.without_graphs() if self.draft is not None else None
+            twin = SpeculativeStepModel(self.target.without_graphs(), self.speculation, draft)
+            twin.__dict__["_eager"] = twin
+            self.__dict__["_eager"] = twin
+        return twin
+
     # ---- the draft --------------------------------------------------------------------------
     def _head_s(self, num_tokens: int) -> float:
         return time_floor_s(
@@ -456,19 +466,29 @@ class SpeculativeStepModel:
         )
         return _linear((one, 1.0), (mixed, 1.0), (verify, -1.0))
 
-    def decode_span_s(self, num_decodes: int, context_sums, queries: int = 1):
+    def decode_span_s(
+        self,
+        num_decodes: int,
+        context_sums,
+        queries: int = 1,
+        gathered_tokens: int | None = None,
+    ):
         import numpy as np
 
         sums = np.asarray(context_sums, dtype=float)
         if self.target.pp > 1 and num_decodes > 1:
-            steps = [self.step(BatchShape(num_decodes, float(x), (), num_decodes)) for x in sums]
+            steps = [
+                self.step(BatchShape(num_decodes, float(x), (), num_decodes), gathered_tokens)
+                for x in sums
+            ]
 
             def kept_steps(n: int) -> BatchStepTime:
                 return _linear(*((t, 1.0) for t in steps[:n]))
 
             return np.array([t.total_s for t in steps]), kept_steps
         e, k = self.speculation.tokens_per_round, self.k
-        times, verify_kept = self.target.decode_span_s(num_decodes, sums, self.queries)
+        gathered = None if gathered_tokens is None else gathered_tokens * self.queries
+        times, verify_kept = self.target.decode_span_s(num_decodes, sums, self.queries, gathered)
         draft_times, draft_kept = self._draft_span(num_decodes, sums, False)
         first_times, first_kept = self._draft_span(num_decodes, sums, True)
         token_times = speculative_round_s(draft_times, times, k, first_times) / e
