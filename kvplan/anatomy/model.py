@@ -146,6 +146,8 @@ class Attention(NamedTuple):
         if self.kind is CacheKind.MLA:
             indexer = f" + indexer {self.indexer_head_dim}" if self.indexer_head_dim else ""
             return f"MLA latent {self.mla_kv_lora_rank}+{self.mla_rope_dim}{indexer}"
+        if self.indexer_head_dim:
+            return f"full attention + indexer key {self.indexer_head_dim}"
         return "full attention"
 
 

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from kvplan.anatomy.model import ModelSpec
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
-from kvplan.formulas.flops import flops_per_decode_token, prefill_flops
 from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.formulas.roofline import MAX_BATCH_SEARCH
-from kvplan.formulas.step_time import Rates, Step, floor_step
+from kvplan.formulas.step_time import Op, Rates, Step, floor_step, floor_sums, step_ops
 from kvplan.formulas.weights import weight_bytes_read_per_decode_step
 
 ACTIVATION_BYTES = ELEMENT_BYTES["bf16"]  # hidden states cross the all-to-all in bf16
@@ -33,6 +32,18 @@ def without_routed_experts(spec: ModelSpec) -> ModelSpec:
     """The model a DP-attention rank runs whole: everything but the routed experts."""
     parts = {k: v for k, v in spec.param_parts.items() if k != "experts"}
     return spec._replace(moe=None, param_parts=parts)
+
+
+def _dp_attention_floor(
+    own: list[tuple[list[Op], int]], batch: list[tuple[list[Op], int]], ranks: int
+) -> tuple[float, float]:
+    """(FLOPs, bytes) of a DP-attention rank: every operator but the routed experts over its
+    own sequences (`own`), and 1/N of the routed experts' over the whole batch's (`batch`)."""
+    flops, num_bytes = floor_sums(
+        [([op for op in ops if op.name != "experts"], n) for ops, n in own]
+    )
+    routed = floor_sums([([op for op in ops if op.name == "experts"], n) for ops, n in batch])
+    return flops + routed[0] / ranks, num_bytes + routed[1] / ranks
 
 
 def dp_attention_decode_step(
@@ -45,19 +56,20 @@ def dp_attention_decode_step(
     ranks: int,
 ) -> Step:
     """One decode step of `batch_size` sequences spread over `ranks`, on the busiest rank."""
-    dense = without_routed_experts(spec)
     own = -(-batch_size // ranks)
-    flops: float = own * flops_per_decode_token(dense, context_len)
-    expert_flops = flops_per_decode_token(spec, context_len) - flops_per_decode_token(
-        dense, context_len
-    )
-    flops += batch_size * expert_flops / ranks
-    dense_read = weight_bytes_read_per_decode_step(dense, weights_dtype, own)
-    expert_read = weight_bytes_read_per_decode_step(
-        spec, weights_dtype, batch_size
-    ) - weight_bytes_read_per_decode_step(dense, weights_dtype, batch_size)
-    num_bytes = dense_read + expert_read / ranks
-    num_bytes += own * kv_bytes_per_sequence(spec, context_len, fmt, 1)
+
+    def ops(sequences: int) -> list[tuple[list[Op], int]]:
+        return step_ops(
+            spec,
+            weights_dtype,
+            fmt,
+            num_decodes=sequences,
+            decode_context=context_len,
+            num_sampled=sequences,
+            whole_model=True,
+        )
+
+    flops, num_bytes = _dp_attention_floor(ops(own), ops(batch_size), ranks)
     return floor_step(own, context_len, flops, num_bytes, rates)
 
 
@@ -65,14 +77,15 @@ def dp_attention_prefill_step(
     spec: ModelSpec, rates: Rates, num_tokens: int, weights_dtype: str, fmt: KvFormat, ranks: int
 ) -> Step:
     """Prefill of one sequence on its rank; its tokens' expert work is spread over the ranks."""
-    dense = without_routed_experts(spec)
-    flops: float = prefill_flops(dense, num_tokens)
-    flops += (prefill_flops(spec, num_tokens) - flops) / ranks
-    dense_read = weight_bytes_read_per_decode_step(dense, weights_dtype, num_tokens)
-    expert_read = weight_bytes_read_per_decode_step(
-        spec, weights_dtype, num_tokens
-    ) - weight_bytes_read_per_decode_step(dense, weights_dtype, num_tokens)
-    num_bytes = dense_read + expert_read / ranks + kv_bytes_per_sequence(spec, num_tokens, fmt, 1)
+    ops = step_ops(
+        spec,
+        weights_dtype,
+        fmt,
+        prefill_chunks=((num_tokens, 0),),
+        num_sampled=num_tokens,
+        whole_model=True,
+    )
+    flops, num_bytes = _dp_attention_floor(ops, ops, ranks)
     return floor_step(1, num_tokens, flops, num_bytes, rates)
 
 

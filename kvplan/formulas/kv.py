@@ -89,7 +89,16 @@ def _group_layers(layers: tuple, fmt: KvFormat, tp: int) -> tuple[CacheGroup, ..
     for layer, count in repeats:  # once per distinct layer: setdefault's list is cheap
         if layer.attention is not None:
             a = layer.attention
-            key = ("attn", a.label(), a.kv_heads_per_rank(tp), a.head_dim, a.head_dim_v)
+            # the indexer's key (MiniMax-M3's sparse layers) is part of what a layer holds per
+            # token: layers with and without one are two groups
+            key = (
+                "attn",
+                a.label(),
+                a.kv_heads_per_rank(tp),
+                a.head_dim,
+                a.head_dim_v,
+                a.indexer_head_dim,
+            )
             entry = groups.setdefault(
                 key,
                 [

@@ -15,17 +15,12 @@ from __future__ import annotations
 import math
 from enum import Enum
 
-from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec, distinct_layers
+from kvplan.anatomy.model import KEPT, Attention, CacheKind, Layer, ModelSpec, distinct_layers
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.flops import (
-    attention_flops_per_decode_token,
-    flops_per_decode_token,
-    matmul_params,
-    prefill_flops,
-)
-from kvplan.formulas.kv import kv_bytes_per_sequence
-from kvplan.formulas.weights import weight_bytes_read_per_decode_step
+from kvplan.formulas.flops import _decode_flop_per_key, causal_keys_attended
+from kvplan.formulas.kv import _group_layers
+from kvplan.formulas.weights import part_bytes_per_param, weight_bytes
 from kvplan.record import NamedTuple
 
 
@@ -84,12 +79,35 @@ def decode_step(
     fmt: KvFormat,
     tp: int = 1,
 ) -> Step:
-    """One decode step of `batch_size` sequences at `context_len`, per GPU:
-    FLOPs = B * f(s) / tp; bytes = weights read per step / tp + B * KV(s) per rank."""
-    flops = batch_size * flops_per_decode_token(spec, context_len) / tp
-    weights = weight_bytes_read_per_decode_step(spec, weights_dtype, batch_size) / tp
-    num_bytes = weights + batch_size * kv_bytes_per_sequence(spec, context_len, fmt, tp)
+    """One decode step of `batch_size` sequences at `context_len`, per GPU, at its floor: the
+    sums of the whole model's operators (step_ops, split evenly over `tp`): FLOPs = B * f(s) / tp;
+    bytes = weights read per step / tp + B * KV(s) per rank."""
+    key = (id(spec), batch_size, context_len, weights_dtype, fmt, tp)
+    kept = _DECODE_SUMS.get(key)
+    if kept is not None and kept[0] is spec:
+        flops, num_bytes = kept[1]
+    else:
+        groups = step_ops(
+            spec,
+            weights_dtype,
+            fmt,
+            num_decodes=batch_size,
+            decode_context=context_len,
+            num_sampled=batch_size,
+            tp=tp,
+            even_split=True,
+            whole_model=True,
+        )
+        flops, num_bytes = floor_sums(groups)
+        if len(_DECODE_SUMS) >= KEPT:
+            del _DECODE_SUMS[next(iter(_DECODE_SUMS))]
+        _DECODE_SUMS[key] = (spec, (flops, num_bytes))
     return floor_step(batch_size, context_len, flops, num_bytes, rates)
+
+
+# decode_step's sums per spec and shape, held with the spec: `capacity --gpu all` asks the same
+# step of the GPU kinds that share a batch (90 distinct of 137 for llama-3.1-8b)
+_DECODE_SUMS: dict[tuple, tuple] = {}
 
 
 def prefill_step(
@@ -100,10 +118,20 @@ def prefill_step(
     fmt: KvFormat,
     tp: int = 1,
 ) -> Step:
-    """Prefill of one sequence of `num_tokens`: weights read once, the KV written once."""
-    flops = prefill_flops(spec, num_tokens) / tp
-    weights = weight_bytes_read_per_decode_step(spec, weights_dtype, num_tokens) / tp
-    num_bytes = weights + kv_bytes_per_sequence(spec, num_tokens, fmt, tp)
+    """Prefill of one sequence of `num_tokens` at its floor: weights read once, the KV written
+    once. The head runs over every prompt token here (the floor's rule since it was written;
+    engines compute the logits of the last token only)."""
+    groups = step_ops(
+        spec,
+        weights_dtype,
+        fmt,
+        prefill_chunks=((num_tokens, 0),),
+        num_sampled=num_tokens,
+        tp=tp,
+        even_split=True,
+        whole_model=True,
+    )
+    flops, num_bytes = floor_sums(groups)
     return floor_step(1, num_tokens, flops, num_bytes, rates)
 
 
@@ -135,6 +163,10 @@ class Op(NamedTuple):
     activation_bytes: float
     launches: int = 1
     width: int = 0  # a GEMM's input features: how long the weight rows it streams are
+    # FLOPs of a streaming operator's parameters (norm weights, biases: 2 per parameter per
+    # token, the floor's rule for every parameter): the datasheet floor counts them at the
+    # peak; the per-operator model prices a streaming operator by its bytes alone
+    elementwise_flops: float = 0.0
 
     @property
     def bytes(self) -> float:
@@ -318,13 +350,47 @@ def layer_shape(spec: ModelSpec, layer: Layer) -> LayerShape:
     return LayerShape(attn, matrices, width, gated, other)
 
 
-def _one_layer(spec: ModelSpec, layer: Layer) -> ModelSpec:
-    """The spec of one layer alone (no embeddings, no head): what a layer's formulas read."""
-    return spec._replace(layers=(layer,), param_parts=dict(layer.params), moe=None)
+def _op(
+    name: str,
+    kind: OpKind,
+    size: int,
+    flops: float,
+    weight_bytes: float,
+    kv_bytes: float,
+    activation_bytes: float,
+    launches: int = 1,
+    width: int = 0,
+    elementwise_flops: float = 0.0,
+    share: int = 1,
+) -> Op:
+    """Op(...), built without the record's keyword handling (the floor builds thousands); with
+    `share` > 1, its FLOPs, weights and activations split evenly over that many ranks."""
+    if share != 1:
+        flops, weight_bytes = flops / share, weight_bytes / share
+        activation_bytes, elementwise_flops = activation_bytes / share, elementwise_flops / share
+    return _tuple_new(
+        Op,
+        (
+            name,
+            kind,
+            size,
+            flops,
+            weight_bytes,
+            kv_bytes,
+            activation_bytes,
+            launches,
+            width,
+            elementwise_flops,
+        ),
+    )
 
 
-def _matmul(m: Matrix, tokens: int, weight_bytes: int, act_bytes: int) -> Op:
-    return Op(
+_tuple_new = tuple.__new__
+
+
+def _matmul(m: Matrix, tokens: int, weight_bytes: float, act_bytes: int, share: int = 1) -> Op:
+    """A GEMM of `tokens` rows through `m`, its weights at `weight_bytes` per parameter."""
+    return _op(
         m.name,
         OpKind.MATMUL,
         tokens,
@@ -334,6 +400,8 @@ def _matmul(m: Matrix, tokens: int, weight_bytes: int, act_bytes: int) -> Op:
         tokens * (m.rows + m.cols) * act_bytes,
         1,
         m.cols,
+        0,
+        share,
     )
 
 
@@ -356,43 +424,427 @@ def _rank_matrices(spec: ModelSpec, shape: LayerShape, tp: int) -> tuple[Matrix,
     return tuple(rank)
 
 
-def _layer_ops(
-    spec: ModelSpec, layer: Layer, tokens: int, attention: list[Op], dtype: str, tp: int = 1
+# Bytes per parameter of each part in a weights dtype, per spec (held with it, so that its id is
+# not reused): a roofline sweep asks the same spec and dtype at every batch and context.
+_PART_BYTES: dict[tuple, tuple] = {}
+
+
+def _part_bytes(spec: ModelSpec, dtype: str) -> tuple[dict[str, float], tuple, float]:
+    """({part: bytes per parameter in `dtype`} for every part of the spec and its layers, the
+    parameters outside the layers (_model_parts), the bytes a checkpoint stores outside its named
+    parts)."""
+    key = (id(spec), dtype)
+    kept = _PART_BYTES.get(key)
+    if kept is not None and kept[0] is spec:
+        return kept[1]
+    parts = set(spec.param_parts) | {"attention", "mlp", "embedding", "lm_head"}
+    for layer, _ in distinct_layers(spec.layers):
+        parts.update(part for part, _ in layer.params)
+    per_param = {part: part_bytes_per_param(spec, dtype, part) for part in parts}
+    # the parameters outside the layers, and the bytes a checkpoint stores outside its parts
+    unnamed = weight_bytes(spec, dtype) - sum(
+        n * per_param[part] for part, n in spec.param_parts.items()
+    )
+    found = (per_param, _model_parts(spec), unnamed if abs(unnamed) >= 1 else 0.0)
+    if len(_PART_BYTES) >= KEPT:
+        del _PART_BYTES[next(iter(_PART_BYTES))]
+    _PART_BYTES[key] = (spec, found)
+    return found
+
+
+def _activation_bytes(spec: ModelSpec, dtype: str) -> int:
+    """Bytes of one activation element: the weights' plain dtype, else the model's (quantized
+    weights dequantize into it)."""
+    return ELEMENT_BYTES[dtype] if dtype in ELEMENT_BYTES else ELEMENT_BYTES[spec.dtype]
+
+
+# A layer's cache groups (its attention's, its state's), per distinct layer, format and tp: held
+# with the layer (immutable; holding it keeps its id from being reused).
+_LAYER_GROUPS: dict[tuple, tuple] = {}
+
+
+def _layer_groups(layer: Layer, fmt: KvFormat, tp: int) -> tuple[tuple, tuple]:
+    """(attention groups, state groups) of one layer's cache on one of `tp` ranks."""
+    key = (id(layer), fmt, tp)
+    kept = _LAYER_GROUPS.get(key)
+    if kept is not None and kept[0] is layer:
+        return kept[1]
+    groups = _group_layers((layer,), fmt, tp)
+    found = (
+        tuple(g for g in groups if g.kind is not CacheKind.STATE),
+        tuple(g for g in groups if g.kind is CacheKind.STATE),
+    )
+    if len(_LAYER_GROUPS) >= KEPT:
+        del _LAYER_GROUPS[next(iter(_LAYER_GROUPS))]
+    _LAYER_GROUPS[key] = (layer, found)
+    return found
+
+
+def _cache_bytes(groups: tuple, context_len: int) -> int:
+    return sum(g.bytes_per_sequence(context_len) for g in groups)
+
+
+def _attention_ops(
+    layer: Layer,
+    fmt: KvFormat,
+    tp: int,
+    even: bool,
+    act_bytes: int,
+    num_decodes: int,
+    decode_context: int,
+    prefill_chunks: tuple[tuple[int, int], ...],
+    gather_kv: bool,
+) -> tuple[list[Op], list[Op]]:
+    """(attention operators, state operators) of one layer on one of `tp` ranks. Decode
+    attention reads each decode's cache at `decode_context`; a prefill chunk writes its K and V
+    and attends causally over the tokens cached before it and itself (the chunk's own K and V
+    re-read as activations: the cache bytes are those written and those cached before). A
+    recurrent state is read and written in place: its bytes counted once per sequence. With
+    `even`, the FLOPs are split evenly over the ranks (the datasheet floor's rule)."""
+    attn = layer.attention
+    attention_groups, state_groups = _layer_groups(layer, fmt, tp)
+    attention: list[Op] = []
+    if attn is not None:
+        q_heads = -(-attn.num_q_heads // tp)
+        q_out_per_token = q_heads * (attn.qk_head_dim + attn.v_head_dim) * act_bytes
+
+        def share(flops: int) -> float:
+            return flops / tp if even else flops * q_heads // attn.num_q_heads
+
+        if num_decodes:
+            kv = num_decodes * _cache_bytes(attention_groups, decode_context)
+            flops = num_decodes * _decode_flop_per_key(attn) * attn.tokens_held(decode_context)
+            if gather_kv:
+                attention.append(_op("kv_gather", OpKind.ELEMENTWISE, 0, 0, 0, kv, 0, 2))
+            attention.append(
+                _op(
+                    "attention",
+                    OpKind.DECODE_ATTENTION,
+                    num_decodes * attn.tokens_held(decode_context),
+                    share(flops),
+                    0,
+                    0 if gather_kv else kv,
+                    num_decodes * q_out_per_token,
+                )
+            )
+        window = attn.window if attn.kind.windowed else None
+        chunked = attn.kind is CacheKind.CHUNKED
+        per_key = 2 * attn.num_q_heads * (attn.qk_head_dim + attn.v_head_dim)
+        for new, cached in prefill_chunks:
+            end = cached + new
+            # the chunk's queries over the cached keys and themselves (causal)
+            keys = causal_keys_attended(end, window, chunked) - causal_keys_attended(
+                cached, window, chunked
+            )
+            written = _cache_bytes(attention_groups, new)
+            before = _cache_bytes(attention_groups, cached)
+            # K and V written to the cache (and read from the projection: as many bytes again
+            # when the cache keeps the compute dtype, as it does in `kvplan measure`)
+            attention.append(_op("kv_write", OpKind.ELEMENTWISE, 0, 0, 0, written, written, 2))
+            attention.append(
+                _op(
+                    "attention",
+                    OpKind.PREFILL_ATTENTION,
+                    new,
+                    share(per_key * keys),
+                    0,
+                    before,
+                    _cache_bytes(attention_groups, end) - before + new * q_out_per_token,
+                )
+            )
+    states: list[Op] = []
+    if state_groups:
+        held = _cache_bytes(state_groups, 0)
+        sequences = num_decodes + len(prefill_chunks)
+        states.append(_op("state", OpKind.ELEMENTWISE, 0, 0, 0, sequences * held, 0, 1))
+    return attention, states
+
+
+# a dense layer's rank matrices and the bytes it stores beyond them, per layer, weights format
+# (its bytes-per-parameter table, held) and split
+_DENSE: dict[tuple, tuple] = {}
+
+
+def _dense_layer_ops(
+    spec: ModelSpec,
+    shape: LayerShape,
+    layer: Layer,
+    tokens: int,
+    attention: list[Op],
+    part_bytes: dict[str, float],
+    p: int,
+    split: int,
+    share: int = 1,
 ) -> list[Op]:
-    """The operators of one layer over `tokens` rows on one of `tp` ranks, in execution
+    """The operators of a dense attention + MLP layer, laid out from its widths (`layer_shape`),
+    over `tokens` rows on one of `split` ranks (or split evenly over `share`), in execution
     order."""
-    shape = layer_shape(spec, layer)
-    p = ELEMENT_BYTES[dtype]
-    h, w = spec.hidden_size, -(-shape.mlp_width // tp)
-    qkv, o, *mlp = _rank_matrices(spec, shape, tp)
+    h, w = spec.hidden_size, -(-shape.mlp_width // split)
+    attn_b, mlp_b = part_bytes["attention"], part_bytes["mlp"]
+    key = (id(layer), id(part_bytes), split)
+    kept = _DENSE.get(key)
+    if kept is None or kept[0] is not layer or kept[1] is not part_bytes:
+        whole = shape.matrices
+        # norm weights, biases, sinks: the bytes the layer stores beyond its matrices
+        stored = sum(count * part_bytes[part] for part, count in layer.params)
+        other_bytes = stored - (whole[0].params + whole[1].params) * attn_b
+        other_bytes -= (whole[2].params + whole[3].params) * mlp_b
+        kept = (layer, part_bytes, _rank_matrices(spec, shape, split), other_bytes)
+        if len(_DENSE) >= KEPT:
+            del _DENSE[next(iter(_DENSE))]
+        _DENSE[key] = kept
+    (qkv, o, *mlp), other_bytes = kept[2], kept[3]
     # two norms (read + write) and two residual adds (read 2, write 1); the norm weights and
-    # biases are read once
-    norms = Op("norms", OpKind.ELEMENTWISE, 0, 0, shape.other_params * p, 0, 10 * tokens * h * p, 4)
+    # biases are read once (and priced by the floor at 2 FLOPs per parameter per token)
+    norms = _op(
+        "norms",
+        OpKind.ELEMENTWISE,
+        0,
+        0,
+        other_bytes,
+        0,
+        10 * tokens * h * p,
+        4,
+        0,
+        2 * tokens * shape.other_params,
+        share,
+    )
     # silu(gate) * up: read + write, then read 2 + write 1; a plain MLP's activation: read + write
     act_bytes = (5 if shape.gated else 2) * tokens * w * p
-    activation = Op(
-        "activation", OpKind.ELEMENTWISE, 0, 0, 0, 0, act_bytes, 2 if shape.gated else 1
-    )
+    launches = 2 if shape.gated else 1
+    activation = _op("activation", OpKind.ELEMENTWISE, 0, 0, 0, 0, act_bytes, launches, 0, 0, share)
     return [
         norms,
-        _matmul(qkv, tokens, p, p),
+        _matmul(qkv, tokens, attn_b, p, share),
         *attention,
-        _matmul(o, tokens, p, p),
-        _matmul(mlp[0], tokens, p, p),
+        _matmul(o, tokens, attn_b, p, share),
+        _matmul(mlp[0], tokens, mlp_b, p, share),
         activation,
-        _matmul(mlp[1], tokens, p, p),
+        _matmul(mlp[1], tokens, mlp_b, p, share),
     ]
 
 
+def _coarse_layer_ops(
+    spec: ModelSpec,
+    layer: Layer,
+    tokens: int,
+    moe_tokens: int,
+    attention: list[Op],
+    states: list[Op],
+    part_bytes: dict[str, float],
+    share: int = 1,
+) -> list[Op]:
+    """A layer the widths do not lay out (MoE, MLA, DSA, recurrent, linear attention, gated or
+    compressed attention): one operator per parameter part, 2 FLOPs per parameter per token
+    (routed experts: the top-k's), its weights read once (routed experts: those the batch's
+    `moe_tokens` touch, E * (1 - (1 - k/E)^T) per layer under uniform routing), the attention
+    operators after the attention projections and the state's after the mixer. Their
+    activations are not laid out."""
+    h, moe = spec.hidden_size, spec.moe
+    ops: list[Op] = []
+    placed = False
+    for part, count in layer.params:
+        stored = count * part_bytes[part]
+        if part == "norms":
+            ops.append(
+                _op(
+                    "norms",
+                    OpKind.ELEMENTWISE,
+                    0,
+                    0,
+                    stored,
+                    0,
+                    0,
+                    1,
+                    0,
+                    2 * tokens * count,
+                    share,
+                )
+            )
+        elif part == "experts" and moe is not None:
+            touched = moe.expected_experts_touched(moe_tokens)
+            ppe = moe.params_per_expert
+            ops.append(
+                _op(
+                    "experts",
+                    OpKind.MATMUL,
+                    tokens,
+                    2 * tokens * moe.top_k * ppe,
+                    touched * ppe * part_bytes["experts"],
+                    0,
+                    0,
+                    1,
+                    h,
+                    0,
+                    share,
+                )
+            )
+        else:
+            name = "attention_proj" if part == "attention" else part
+            flops = 2 * tokens * count
+            ops.append(_op(name, OpKind.MATMUL, tokens, flops, stored, 0, 0, 1, h, 0, share))
+        if part == "attention":
+            ops += attention
+            placed = True
+        elif part == "mixer":
+            ops += states
+            states = []
+    return ops + states + ([] if placed else attention)
+
+
+def _model_parts(spec: ModelSpec) -> tuple[tuple[str, int], ...]:
+    """The parameters outside the layers, the embedding and the head (the final norm, DeepSeek-V4's
+    hyper-connection head, ...): param_parts less what the layers hold."""
+    left = {k: v for k, v in spec.param_parts.items() if k not in ("embedding", "lm_head")}
+    for layer, count in distinct_layers(spec.layers):
+        for part, n in layer.params:
+            if part in left:
+                left[part] -= n * count
+    return tuple((part, n) for part, n in left.items() if n)
+
+
 def measurable(spec: ModelSpec) -> bool:
-    """Whether every layer is one the per-operator model lays out (dense attention + MLP, the
-    layers `kvplan measure` times); MoE, MLA and recurrent layers are not."""
+    """Whether every layer is one the per-operator model lays out matrix by matrix (dense
+    attention + MLP, the layers `kvplan measure` times); MoE, MLA and recurrent layers are laid
+    out coarsely, one operator per parameter part, and are not measured."""
     try:
         for layer, _ in distinct_layers(spec.layers):
             layer_shape(spec, layer)
     except KvplanError:
         return False
     return True
+
+
+# layer_shape per spec and distinct layer (None: laid out coarsely), held with the spec: a roofline
+# sweep or a capacity comparison lays out the same layers at every batch and context
+_SHAPES: dict[tuple, tuple] = {}
+
+
+def _shape_or_none(spec: ModelSpec, layer: Layer) -> LayerShape | None:
+    key = (id(spec), id(layer))
+    kept = _SHAPES.get(key)
+    if kept is not None and kept[0] is spec and kept[1] is layer:
+        return kept[2]
+    try:
+        shape: LayerShape | None = layer_shape(spec, layer)
+    except KvplanError:
+        shape = None
+    if len(_SHAPES) >= KEPT:
+        del _SHAPES[next(iter(_SHAPES))]
+    _SHAPES[key] = (spec, layer, shape)
+    return shape
+
+
+def step_ops(
+    spec: ModelSpec,
+    dtype: str,
+    fmt: KvFormat,
+    num_decodes: int = 0,
+    decode_context: int = 0,
+    prefill_chunks: tuple[tuple[int, int], ...] = (),
+    num_sampled: int = 0,
+    tp: int = 1,
+    gather_kv: bool = False,
+    even_split: bool = False,
+    whole_model: bool = False,
+    moe_tokens: int | None = None,
+) -> list[tuple[list[Op], int]]:
+    """batch_ops as (operators, how many times they run): each distinct layer's operators once
+    with its count, then the embedding, the parameters outside the layers and the head, once
+    each. What the floor sums (floor_sums) without repeating a deep stack's layers.
+
+    `dtype` is the weights' (a plain or quantized format, or 'checkpoint'): each part's weights
+    at its own bytes per parameter; activations in the plain dtype (or the model's). With
+    `even_split` every operator's FLOPs and weights are split evenly over the `tp` ranks (the
+    datasheet floor's and the memory plan's rule), else matrix by matrix as vLLM shards them;
+    the cache is always the rank's own (KV heads replicated below one per rank). With
+    `whole_model` the parameters outside the layers (the final norm, ...) run too, and the
+    weights the stored checkpoint holds outside its named parts are read. `moe_tokens`: the
+    tokens the MoE layers route (the step's own by default)."""
+    p = _activation_bytes(spec, dtype)
+    part_bytes, model_parts, unnamed = _part_bytes(spec, dtype)
+    tokens = num_decodes + sum(n for n, _ in prefill_chunks)
+    routed = tokens if moe_tokens is None else moe_tokens
+    split = 1 if even_split else tp
+    share = tp if even_split else 1
+    groups: list[tuple[list[Op], int]] = []
+    head: list[Op] = []
+    if num_sampled:
+        h = spec.hidden_size
+        rows = min(tokens, spec.vocab_size) * h if spec.embedding_lookup_params else 0
+        embedding = _op(
+            "embedding",
+            OpKind.ELEMENTWISE,
+            0,
+            0,
+            rows * part_bytes["embedding"],
+            0,
+            2 * tokens * h * p - rows * p,
+            1,
+            0,
+            0,
+            share,
+        )
+        groups.append(([embedding], 1))
+    for layer, count in distinct_layers(spec.layers):
+        attention, states = _attention_ops(
+            layer,
+            fmt,
+            tp,
+            even_split,
+            p,
+            num_decodes,
+            decode_context,
+            prefill_chunks,
+            gather_kv,
+        )
+        shape = _shape_or_none(spec, layer)
+        if shape is None:
+            ops = _coarse_layer_ops(
+                spec, layer, tokens, routed, attention, states, part_bytes, share
+            )
+        else:
+            ops = _dense_layer_ops(
+                spec, shape, layer, tokens, attention, part_bytes, p, split, share
+            )
+            ops += states
+        groups.append((ops, count))
+    if whole_model:
+        for part, n in model_parts:
+            kind = OpKind.ELEMENTWISE if part == "norms" else OpKind.MATMUL
+            flops = 0 if part == "norms" else 2 * tokens * n
+            extra = 2 * tokens * n if part == "norms" else 0
+            stored = n * part_bytes[part]
+            head.append(_op(part, kind, tokens, flops, stored, 0, 0, 1, 0, extra, share))
+        if unnamed:  # a checkpoint's tensors outside the named parts
+            head.append(
+                _op("weights_other", OpKind.ELEMENTWISE, 0, 0, unnamed, 0, 0, 0, 0, 0, share)
+            )
+    if num_sampled:
+        h = spec.hidden_size
+        head_part = "lm_head" if "lm_head" in spec.param_parts else "embedding"
+        vocab = -(-spec.head_params // h // split)
+        if even_split:
+            head.append(
+                _op(
+                    "lm_head",
+                    OpKind.MATMUL,
+                    num_sampled,
+                    2 * num_sampled * spec.head_params,
+                    spec.head_params * part_bytes[head_part],
+                    0,
+                    num_sampled * (spec.head_params // h + h) * p,
+                    1,
+                    h,
+                    0,
+                    share,
+                )
+            )
+        else:
+            head.append(_matmul(Matrix("lm_head", vocab, h), num_sampled, part_bytes[head_part], p))
+    if head:
+        groups.append((head, 1))
+    return groups
 
 
 def batch_ops(
@@ -405,15 +857,23 @@ def batch_ops(
     num_sampled: int = 0,
     tp: int = 1,
     gather_kv: bool = False,
+    even_split: bool = False,
+    whole_model: bool = False,
 ) -> list[Op]:
     """Every operator of one forward over a mixed batch, on one of `tp` ranks: `num_decodes`
     sequences decoding one token each at `decode_context` tokens, and prefill chunks as (new
-    tokens, tokens cached before the chunk); weights and activations in the plain `dtype`, the
-    cache in `fmt`. Each layer's GEMMs run once over every token of the step; each decode
-    layer runs one attention call over all decodes, each chunk its own causal attention over
-    its cached tokens and itself, writing its K and V. `num_sampled` > 0 adds the input
-    embedding's lookup and the output head over the sampled positions (a whole model's
-    forward; `kvplan measure` times the layers alone).
+    tokens, tokens cached before the chunk); weights in `dtype`, the cache in `fmt`. Each
+    layer's GEMMs run once over every token of the step; each decode layer runs one attention
+    call over all decodes, each chunk its own causal attention over its cached tokens and
+    itself, writing its K and V. `num_sampled` > 0 adds the input embedding's lookup and the
+    output head over the sampled positions (a whole model's forward; `kvplan measure` times the
+    layers alone).
+
+    Dense attention + MLP layers are laid out matrix by matrix from their widths (the layers
+    `kvplan measure` times); every other layer (MoE, MLA, DSA, recurrent and linear attention,
+    attention-free) one operator per parameter part (`_coarse_layer_ops`), each counting its
+    bytes and FLOPs once. The datasheet floor (`decode_step`, `prefill_step`) is this list's
+    sums.
 
     With `gather_kv` the decode attention is two operators, as a kernel that first gathers the
     pages into a cache-sized buffer runs it (kvplan's torch path): the gather streams the KV,
@@ -422,59 +882,48 @@ def batch_ops(
     are the two pure shapes; `simulate` and `plan` price every step of a measured profile
     through this list, so the operators `kvplan measure --check` validates are the ones the
     simulator runs."""
-    p = ELEMENT_BYTES[dtype]
-    tokens = num_decodes + sum(n for n, _ in prefill_chunks)
-    ops: list[Op] = []
-    if num_sampled:
-        h = spec.hidden_size
-        ops.append(Op("embedding", OpKind.ELEMENTWISE, 0, 0, 0, 0, 2 * tokens * h * p, 1))
+    groups = step_ops(
+        spec,
+        dtype,
+        fmt,
+        num_decodes,
+        decode_context,
+        prefill_chunks,
+        num_sampled,
+        tp,
+        gather_kv,
+        even_split,
+        whole_model,
+    )
+    first = 1 if num_sampled else 0
+    distinct = distinct_layers(spec.layers)
+    by_layer = {
+        id(layer): ops for (layer, _), (ops, _) in zip(distinct, groups[first:], strict=False)
+    }
+    ops: list[Op] = list(groups[0][0]) if num_sampled else []
     for layer in spec.layers:
-        one = _one_layer(spec, layer)
-        attn = layer_shape(spec, layer).attention
-        q_heads = -(-attn.num_q_heads // tp)
-        q_out_per_token = q_heads * (attn.qk_head_dim + attn.v_head_dim) * p
-        attention: list[Op] = []
-        if num_decodes:
-            kv = num_decodes * kv_bytes_per_sequence(one, decode_context, fmt, tp)
-            flops = num_decodes * attention_flops_per_decode_token(one, decode_context)
-            if gather_kv:
-                attention.append(Op("kv_gather", OpKind.ELEMENTWISE, 0, 0, 0, kv, 0, 2))
-            attention.append(
-                Op(
-                    "attention",
-                    OpKind.DECODE_ATTENTION,
-                    num_decodes * attn.tokens_held(decode_context),
-                    flops * q_heads // attn.num_q_heads,
-                    0,
-                    0 if gather_kv else kv,
-                    num_decodes * q_out_per_token,
-                )
-            )
-        for new, cached in prefill_chunks:
-            end = cached + new
-            # the chunk's queries over the cached keys and themselves (causal)
-            flops = prefill_flops(one, end) - prefill_flops(one, cached)
-            flops -= 2 * matmul_params(one) * new
-            written = kv_bytes_per_sequence(one, new, fmt, tp)
-            # K and V written to the cache (and read from the projection: as many bytes again
-            # when the cache keeps the compute dtype, as it does in `kvplan measure`)
-            attention.append(Op("kv_write", OpKind.ELEMENTWISE, 0, 0, 0, written, written, 2))
-            attention.append(
-                Op(
-                    "attention",
-                    OpKind.PREFILL_ATTENTION,
-                    new,
-                    flops * q_heads // attn.num_q_heads,
-                    0,
-                    kv_bytes_per_sequence(one, end, fmt, tp),
-                    new * q_out_per_token,
-                )
-            )
-        ops += _layer_ops(spec, layer, tokens, attention, dtype, tp)
-    if num_sampled:
-        vocab = -(-spec.head_params // spec.hidden_size // tp)
-        ops.append(_matmul(Matrix("lm_head", vocab, spec.hidden_size), num_sampled, p, p))
+        ops += by_layer[id(layer)]
+    for tail, _ in groups[first + len(distinct) :]:
+        ops += tail
     return ops
+
+
+def floor_sums(groups: list[tuple[list[Op], int]]) -> tuple[float, float]:
+    """(FLOPs, bytes) of the datasheet floor over a step's operators: every FLOP at the peak
+    (a streaming operator's parameters at 2 FLOPs each per token, as every parameter), and the
+    bytes that must cross memory once: the weights and the cache (activations are taken to stay
+    on chip)."""
+    flops = 0.0
+    num_bytes = 0.0
+    for ops, count in groups:
+        group_flops: float = 0  # an int while every term is one: exact sums
+        group_bytes: float = 0
+        for op in ops:
+            group_flops += op[3] + op[9]  # flops + elementwise_flops
+            group_bytes += op[4] + op[5]  # weight_bytes + kv_bytes
+        flops += count * group_flops
+        num_bytes += count * group_bytes
+    return flops, num_bytes
 
 
 def decode_ops(

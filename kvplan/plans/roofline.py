@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvplan import __version__
-from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat, resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import (
@@ -32,6 +32,7 @@ from kvplan.formulas.step_time import (
     bound,
     decode_ops,
     decode_step,
+    layer_shape,
     prefill_step,
     time_floor_s,
 )
@@ -463,17 +464,19 @@ def operator_rows(
             f"roofline --ops: weights in {wdtype} are not laid out per operator; pass "
             "--weights-dtype bf16 (or fp8) for the plain layout"
         )
+    for layer, _ in distinct_layers(spec.layers):
+        try:  # the layers the widths lay out matrix by matrix; others only coarsely
+            layer_shape(spec, layer)
+        except KvplanError as exc:
+            raise KvplanError(
+                f"roofline --ops: {exc} (dense attention + MLP models only)"
+            ) from None
     context_len = request.contexts[0]
     whole = kv_bytes_per_sequence(spec, context_len, fmt, 1)
     kv_share = kv_bytes_per_sequence(spec, context_len, fmt, tp) / whole if whole else 0.0
     rows = []
     for batch_size in request.batches:
-        try:
-            ops = decode_ops(spec, batch_size, context_len, wdtype, fmt)
-        except KvplanError as exc:
-            raise KvplanError(
-                f"roofline --ops: {exc} (dense attention + MLP models only)"
-            ) from None
+        ops = decode_ops(spec, batch_size, context_len, wdtype, fmt)
         summed: dict[str, list] = {}
         for op in ops:
             entry = summed.setdefault(op.name, [0, 0.0, 0.0, 0.0, 0.0])

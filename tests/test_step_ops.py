@@ -1,0 +1,216 @@
+"""One cost model: the datasheet floor (decode_step, prefill_step) is the sums of the step's
+operator list (step_time.step_ops), on every bundled model and on random batch shapes, equal to
+the aggregate formulas it replaced (FLOPs f(s), weights read per step, the cache per sequence)."""
+
+import random
+
+import pytest
+
+from kvplan.dtypes import resolve_kv_format
+from kvplan.errors import KvplanError
+from kvplan.formulas.flops import flops_per_decode_token, prefill_flops
+from kvplan.formulas.kv import kv_bytes_per_sequence
+from kvplan.formulas.step_time import (
+    Rates,
+    batch_ops,
+    decode_step,
+    floor_sums,
+    prefill_step,
+    step_ops,
+)
+from kvplan.formulas.weights import weight_bytes_read_per_decode_step
+from kvplan.inputs.sources import bundled_models, load_model
+
+RATES = Rates(3.35e12, 989e12)
+MODELS = sorted(bundled_models())
+REL = 1e-9
+
+
+def _old_decode(spec, batch, context, wdtype, fmt, tp):
+    flops = batch * flops_per_decode_token(spec, context) / tp
+    weights = weight_bytes_read_per_decode_step(spec, wdtype, batch) / tp
+    return flops, weights + batch * kv_bytes_per_sequence(spec, context, fmt, tp)
+
+
+def _old_prefill(spec, tokens, wdtype, fmt, tp):
+    flops = prefill_flops(spec, tokens) / tp
+    weights = weight_bytes_read_per_decode_step(spec, wdtype, tokens) / tp
+    return flops, weights + kv_bytes_per_sequence(spec, tokens, fmt, tp)
+
+
+def _shapes(name, n=6):
+    """Seeded random (batch, context, prefill tokens, tp, weights dtype, kv dtype)."""
+    rng = random.Random(name)
+    spec = load_model(name)
+    tps = [t for t in (1, 2, 4, 8) if _valid_tp(spec, t)]
+    wdtypes = [spec.dtype, "fp8", "int4", "nvfp4", spec.weights_quantization or spec.dtype]
+    for _ in range(n):
+        yield (
+            rng.choice([1, 2, 3, 7, 16, 64, 255, 1024, 4096]),
+            rng.choice([1, 17, 512, 4096, 8191, 32768, 131072, 1_000_000]),
+            rng.choice([1, 100, 2048, 8192, 65536]),
+            rng.choice(tps),
+            rng.choice(wdtypes),
+            rng.choice(["auto", "fp8", "int4", "nvfp4", "q4_0"]),
+        )
+
+
+def _valid_tp(spec, tp):
+    try:
+        spec.check_tp(tp)
+    except Exception:
+        return False
+    return True
+
+
+def _close(a, b):
+    assert a == pytest.approx(b, rel=REL, abs=1e-6)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_floor_is_the_operator_lists_sums_on_every_bundled_model(name):
+    spec = load_model(name)
+    for batch, context, tokens, tp, wdtype, kv in _shapes(name):
+        fmt = resolve_kv_format(kv, spec.dtype)
+        try:  # a block format that does not divide a head width: refused by both
+            kv_bytes_per_sequence(spec, 1, fmt, tp)
+        except KvplanError:
+            with pytest.raises(KvplanError):
+                decode_step(spec, RATES, batch, context, wdtype, fmt, tp)
+            continue
+        step = decode_step(spec, RATES, batch, context, wdtype, fmt, tp)
+        flops, num_bytes = _old_decode(spec, batch, context, wdtype, fmt, tp)
+        _close(step.flops, flops)
+        _close(step.bytes, num_bytes)
+        pre = prefill_step(spec, RATES, tokens, wdtype, fmt, tp)
+        flops, num_bytes = _old_prefill(spec, tokens, wdtype, fmt, tp)
+        _close(pre.flops, flops)
+        _close(pre.bytes, num_bytes)
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "deepseek-v3.2", "qwen3.5-35b-a3b", "kimi-k3"])
+def test_the_flat_list_and_the_counted_groups_hold_the_same_operators(name):
+    """batch_ops (one entry per layer, in order) is step_ops with each distinct layer repeated."""
+    spec = load_model(name)
+    fmt = resolve_kv_format("auto", spec.dtype)
+    shape = dict(num_decodes=5, decode_context=3000, prefill_chunks=((512, 1024),), num_sampled=6)
+    flat = batch_ops(spec, spec.dtype, fmt, whole_model=True, **shape)
+    groups = step_ops(spec, spec.dtype, fmt, whole_model=True, **shape)
+    assert floor_sums([(flat, 1)]) == pytest.approx(floor_sums(groups), rel=1e-12)
+    assert len(flat) == sum(len(ops) * count for ops, count in groups)
+    assert flat[0].name == "embedding" and flat[-1].name == "lm_head"
+
+
+def test_every_layer_kind_has_operators():
+    """MoE (router, the experts the batch touches, shared experts), MLA with the DSA indexer's
+    keys, sliding windows, recurrent states, attention-free layers: each laid out."""
+    names = {
+        op.name
+        for model in ("deepseek-v3.2", "qwen3.5-35b-a3b", "lfm2-1.2b", "gpt-oss-20b")
+        for ops, _ in step_ops(
+            load_model(model),
+            "bf16",
+            resolve_kv_format("auto", "bf16"),
+            num_decodes=4,
+            decode_context=100,
+            num_sampled=4,
+            whole_model=True,
+        )
+        for op in ops
+    }
+    assert {"router", "experts", "shared_experts", "mixer", "state", "attention"} <= names
+
+
+def test_experts_read_are_those_the_batch_touches():
+    spec = load_model("qwen3-30b-a3b")
+    fmt = resolve_kv_format("auto", spec.dtype)
+    moe = spec.moe
+    for batch in (1, 8, 512):
+        ops = batch_ops(spec, "bf16", fmt, num_decodes=batch, decode_context=10)
+        experts = [op for op in ops if op.name == "experts"]
+        assert len(experts) == moe.num_layers
+        touched = moe.expected_experts_touched(batch)
+        assert experts[0].weight_bytes == pytest.approx(touched * moe.params_per_expert * 2)
+        assert experts[0].flops == 2 * batch * moe.top_k * moe.params_per_expert
+
+
+def test_bundled_models_hold_nothing_outside_their_named_parts():
+    """The floor's list reads no 'weights_other' on a config (only a checkpoint's headers can
+    hold tensors outside the named parts), and what lies outside the layers is the final norm
+    and a few model-level widths."""
+    for name in MODELS:
+        spec = load_model(name)
+        fmt = resolve_kv_format("auto", spec.dtype)
+        groups = step_ops(
+            spec, spec.dtype, fmt, num_decodes=1, decode_context=1, num_sampled=1, whole_model=True
+        )
+        tail = {op.name: op for op in groups[-1][0]}
+        assert "weights_other" not in tail, name
+        for op_name, op in tail.items():
+            if op_name not in ("lm_head",):
+                assert op.weight_bytes <= 64 * spec.hidden_size * 4, (name, op_name)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-30b-a3b", "kimi-k3", "gpt-oss-120b"])
+def test_dp_attention_floor_is_the_operator_lists_sums(name):
+    """A DP-attention rank: its own sequences' operators but the routed experts, and 1/N of
+    the experts the whole batch touches, equal to the aggregate it replaced."""
+    from kvplan.formulas.expert_parallel import (
+        dp_attention_decode_step,
+        dp_attention_prefill_step,
+        without_routed_experts,
+    )
+
+    spec = load_model(name)
+    dense = without_routed_experts(spec)
+    fmt = resolve_kv_format("auto", spec.dtype)
+    rng = random.Random(name)
+    for _ in range(5):
+        batch, context, ranks = rng.choice([1, 5, 64, 999]), rng.choice([1, 4096]), 8
+        wd = rng.choice(["bf16", "fp8", "int4"])
+        own = -(-batch // ranks)
+        step = dp_attention_decode_step(spec, RATES, batch, context, wd, fmt, ranks)
+        expert = flops_per_decode_token(spec, context) - flops_per_decode_token(dense, context)
+        _close(step.flops, own * flops_per_decode_token(dense, context) + batch * expert / ranks)
+        read = weight_bytes_read_per_decode_step
+        experts = read(spec, wd, batch) - read(dense, wd, batch)
+        kv = own * kv_bytes_per_sequence(spec, context, fmt, 1)
+        _close(step.bytes, read(dense, wd, own) + experts / ranks + kv)
+        pre = dp_attention_prefill_step(spec, RATES, context, wd, fmt, ranks)
+        flops = prefill_flops(dense, context)
+        _close(pre.flops, flops + (prefill_flops(spec, context) - flops) / ranks)
+        experts = read(spec, wd, context) - read(dense, wd, context)
+        kv = kv_bytes_per_sequence(spec, context, fmt, 1)
+        _close(pre.bytes, read(dense, wd, context) + experts / ranks + kv)
+
+
+def test_cache_groups_keep_each_layers_own_bytes():
+    """A stack of full-attention layers holds s x (the sum of its layers' bytes per token): the
+    groups may not merge layers that differ in what they hold (MiniMax-M3's 3 plain layers and
+    57 with an indexer key were one group of the first layer's 2,048 B/token at bf16)."""
+    from kvplan.anatomy.model import CacheKind
+    from kvplan.formulas.kv import kv_bytes_per_token
+
+    checked = 0
+    for name in MODELS:
+        spec = load_model(name)
+        layers = [layer for layer in spec.layers if layer.attention is not None]
+        if (
+            any(
+                layer.state is not None
+                or layer.attention.kind.windowed
+                or layer.attention.compress_ratio
+                or layer.attention.kind is CacheKind.STATE
+                for layer in spec.layers
+                if layer.attention is not None or layer.state is not None
+            )
+            or not layers
+        ):
+            continue
+        fmt = resolve_kv_format("auto", spec.dtype)
+        assert kv_bytes_per_sequence(spec, 1000, fmt) == 1000 * kv_bytes_per_token(spec, fmt), name
+        checked += 1
+    assert checked > 40
+    spec = load_model("minimax-m3")
+    fmt = resolve_kv_format("auto", spec.dtype)
+    assert kv_bytes_per_sequence(spec, 1000, fmt) == 1000 * (60 * 2048 + 57 * 256)
