@@ -7,6 +7,7 @@ Quantized formats carry their scales explicitly so the byte count is what an eng
 
 import math
 import re
+from functools import lru_cache
 
 from kvplan.errors import KvplanError
 from kvplan.notes import Note, note
@@ -70,8 +71,10 @@ INT4_DEFAULT_GROUP = 128  # GPTQ/AWQ's usual group
 _INT = r"int(?P<bits>[248])(?:-g(?P<group>\d{1,5}))?(?P<sym>-sym)?"  # compiled on use
 
 
+@lru_cache(maxsize=64)
 def weight_format(name: str) -> WeightFormat | None:
     """The storage of a quantized weights dtype name; None for a plain dtype (fp32, bf16, fp16).
+    Kept (a pure function of the name): weight bytes ask it of every layout priced.
 
     fp8: 1 byte + a fp32 scale per 128x128 block; fp8-tensor: per-tensor or per-channel scales
     (< 0.1%, not counted); int{4,8}[-gN][-sym]: bits/8 + (an fp16 scale + a zero-point of `bits`
@@ -264,8 +267,10 @@ class KvFormat(NamedTuple):
         return None
 
 
+@lru_cache(maxsize=64)
 def resolve_kv_format(name: str, model_dtype: str, group_size: int = 32) -> KvFormat:
-    """'auto' -> the model dtype; validates the name and the int4 group size."""
+    """'auto' -> the model dtype; validates the name and the int4 group size. Kept (a pure
+    function of its arguments): a comparison of GPU kinds asks it of every layout."""
     key = str(name).strip().lower()
     if key not in KV_DTYPES:
         raise KvplanError(

@@ -19,8 +19,8 @@ class Note(NamedTuple):
 def note(note_id: str, **values: Any) -> Note:
     """A note with its values, frozen (lists become tuples) so notes can be compared and hashed."""
     frozen = tuple(
-        (key, tuple(value) if isinstance(value, list) else value) for key, value in values.items()
-    )
+        [(key, tuple(value) if isinstance(value, list) else value) for key, value in values.items()]
+    )  # a list first: faster than tuple() of a generator (a note is made per layout and GPU)
     return Note(note_id, frozen)
 
 

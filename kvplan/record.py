@@ -13,38 +13,56 @@ typing.NamedTuple's behaviour.
         y: int = 0
 """
 
+import collections
 from operator import itemgetter
 from typing import TYPE_CHECKING
+
+# the C descriptor collections.namedtuple reads its fields with (twice a property's speed), where
+# this Python has it
+_TUPLEGETTER = getattr(collections, "_tuplegetter", None)
+
+
+def _field(index: int):
+    doc = f"Alias for field number {index}"
+    if _TUPLEGETTER is not None:
+        return _TUPLEGETTER(index, doc)
+    return property(itemgetter(index), doc=doc)
+
 
 _tuple_new = tuple.__new__
 _MISSING = object()
 _RESERVED = frozenset(
     ("__new__", "__init__", "__slots__", "__getnewargs__", "_fields", "_field_defaults", "_make",
-     "_replace", "_asdict", "_source")
+     "_replace", "_asdict", "_source", "_positions", "_template", "_required")
 )  # fmt: skip
 
 
 def _new(cls, *args, **kwargs):
-    fields = cls._fields
-    if not kwargs and len(args) == len(fields):
+    given = len(args)
+    if not kwargs and given == len(cls._fields):
         return _tuple_new(cls, args)
-    if len(args) > len(fields):
+    if not given and len(kwargs) == len(cls._fields):  # every field by name
+        try:
+            return _tuple_new(cls, [kwargs[name] for name in cls._fields])
+        except KeyError:
+            pass  # a name that is no field: the general path below says which
+    template = cls._template  # each field's default, _MISSING for the required ones
+    if given > len(template):
         raise TypeError(
-            f"{cls.__name__}() takes {len(fields)} positional arguments but {len(args)} were given"
+            f"{cls.__name__}() takes {len(template)} positional arguments but {given} were given"
         )
-    values = list(args)
-    defaults = cls._field_defaults
-    for name in fields[len(args) :]:
-        if name in kwargs:
-            values.append(kwargs.pop(name))
-        elif name in defaults:
-            values.append(defaults[name])
-        else:
-            raise TypeError(f"{cls.__name__}() missing required argument: {name!r}")
+    values = [*args, *template[given:]]
     if kwargs:
-        name = next(iter(kwargs))
-        where = "multiple values for" if name in fields else "an unexpected keyword"
-        raise TypeError(f"{cls.__name__}() got {where} argument {name!r}")
+        positions = cls._positions
+        for name, value in kwargs.items():
+            index = positions.get(name, -1)
+            if index < given:  # -1: no such field
+                where = "multiple values for" if index >= 0 else "an unexpected keyword"
+                raise TypeError(f"{cls.__name__}() got {where} argument {name!r}")
+            values[index] = value
+    for index in range(given, cls._required):  # the required fields come first
+        if values[index] is _MISSING:
+            raise TypeError(f"{cls.__name__}() missing required argument: {cls._fields[index]!r}")
     return _tuple_new(cls, values)
 
 
@@ -59,12 +77,15 @@ _make_classmethod = classmethod(_make)
 
 
 def _replace(self, /, **kwargs):
-    result = self._make(
-        [kwargs.pop(name, value) for name, value in zip(self._fields, self, strict=True)]
-    )
-    if kwargs:
-        raise ValueError(f"Got unexpected field names: {list(kwargs)!r}")
-    return result
+    values = list(self)
+    positions = self._positions
+    for name, value in kwargs.items():
+        index = positions.get(name)
+        if index is None:
+            unexpected = [name for name in kwargs if name not in positions]
+            raise ValueError(f"Got unexpected field names: {unexpected!r}")
+        values[index] = value
+    return _tuple_new(type(self), values)
 
 
 def _asdict(self):
@@ -110,12 +131,17 @@ class _RecordMeta(type):
             "__match_args__": fields,
             "_fields": fields,
             "_field_defaults": defaults,
+            # for _new and _replace: a field's position, the defaults by position, and how many
+            # fields (the first ones) have none
+            "_positions": {field: index for index, field in enumerate(fields)},
+            "_template": tuple(defaults.get(field, _MISSING) for field in fields),
+            "_required": len(fields) - len(defaults),
             "_make": _make_classmethod,
             "_replace": _replace,
             "_asdict": _asdict,
         }
         for index, field in enumerate(fields):
-            body[field] = property(itemgetter(index), doc=f"Alias for field number {index}")
+            body[field] = _field(index)
         for key, value in namespace.items():
             if key in _RESERVED:
                 raise AttributeError(f"{name}: cannot overwrite NamedTuple attribute {key}")

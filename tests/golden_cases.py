@@ -128,6 +128,18 @@ def cases(model: str) -> dict[str, list[str]]:
         "1,32",
     ]
     out["report"] = ["report", model, "--gpu", "h100", "--gpu", "h200", "--ctx", "8k,32k"]
+    if model.startswith("deepseek-v4"):
+        # the engines' DeepSeek-V4 layouts need the memory the engine logged; vLLM 0.32's packed
+        # layout of the compressed caches, from the memory vLLM logged
+        out["vllm-0.32-h200"] = [
+            *("engine", model, "--engine", "vllm", "--gpu", "h200", "--vllm-version", "0.32"),
+            *("--kv-cache-memory", "60GiB", "--ctx", "128k"),
+        ]
+        # SGLang 0.5.14's DeepSeek-V4 pools, from the pool memory it logged
+        out["sglang-dsv4-h200"] = [
+            *("engine", model, "--engine", "sglang", "--gpu", "h200", "--tp", "8"),
+            *("--kv-cache-memory", "60GiB", "--ctx", "128k"),
+        ]
     return out
 
 

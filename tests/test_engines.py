@@ -13,7 +13,7 @@ from kvplan.inputs.options import parse_bytes
 from kvplan.inputs.sources import load_model
 from kvplan.present.engines import engine_view
 
-from helpers import REPO, llama_like, run_cli, run_json, spec_from
+from helpers import REPO, llama_like, one_line_error, run_cli, run_json, spec_from
 
 H100 = load_profile("h100")
 
@@ -575,19 +575,17 @@ def test_vllm_minimax_m3_refused_where_the_release_has_no_model():
     assert "--vllm-version 0.32" in err and len(err.strip().splitlines()) == 1
 
 
-def test_vllm_deepseek_v4_refusal_names_what_vllm_allocates():
-    code, _, err = run_cli(
-        "engine",
-        str(REPO / "tests/data/real_configs/deepseek-ai--DeepSeek-V4-Flash.json"),
-        "--engine",
-        "vllm",
-        "--gpu",
-        "h200",
-        "--tp",
-        "8",
-    )
-    assert code == 2 and "41 layers keep compressed attention" in err
-    assert "vLLM 0.32 allocates compressed MLA pages per ratio" in err
+def test_vllm_deepseek_v4_before_0_32_is_refused_by_release():
+    """vLLM 0.19 has no DeepSeek-V4 model; 0.21.0's groups its caches another way
+    (group_and_unify_kv_cache_specs): both name the release kvplan models (tests/test_vllm_dsv4.py
+    holds 0.32's allocation)."""
+    flash = str(REPO / "tests/data/real_configs/deepseek-ai--DeepSeek-V4-Flash.json")
+    for version, why in (("0.19", "no DeepSeek-V4 model"), ("0.21", "group_and_unify")):
+        code, _, err = run_cli(
+            "engine", flash, "--engine", "vllm", "--gpu", "h200", "--vllm-version", version
+        )
+        one_line_error(code, err, why)
+        assert "--vllm-version 0.32" in err
 
 
 def test_sglang_still_refuses_the_minimax_m3_indexer():
@@ -602,3 +600,21 @@ def test_sglang_still_refuses_the_minimax_m3_indexer():
         "8",
     )
     assert code == 2 and "SGLang 0.5.14 has no MiniMax-M3 model" in err
+
+
+def test_vllm_0_32_holds_back_one_block_of_a_uniform_type_group():
+    """0.32's fit check plans against the memory less the null block, one block of the pool
+    (_pool_bytes_per_block: the widest group's pages). GLM-5.3's one uniform-type group's block
+    already covers all 78 layers, so exactly one request plus that block fits, a byte less does
+    not (not 78 blocks held back)."""
+    spec = load_model(str(REPO / "tests/data/real_configs/zai-org--GLM-5.3.json"), checkpoint=False)
+    h200 = load_profile("h200")
+
+    def alloc(memory):
+        request = EngineRequest(vllm_version="0.32", kv_cache_memory_bytes=memory, tp=8)
+        return engine_allocation(spec, h200, request)
+
+    r = alloc(50 * (1 << 30))
+    assert r.uniform_type and r.pool_block_bytes == r.page_bytes
+    just = r.required_bytes_per_request + r.page_bytes
+    assert alloc(just).fits and not alloc(just - 1).fits

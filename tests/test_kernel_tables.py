@@ -87,3 +87,28 @@ def test_each_engine_gets_its_own_tables_where_the_wheel_has_them():
     assert (vllm.engine, sglang.engine) == ("vllm", "sglang")
     assert vllm.achieved != sglang.achieved and sglang.dsa_delta_us is None
     assert tables_for(load_profile("b200"), "vllm").achieved != vllm.achieved
+
+
+def test_dsa_grids_are_read_only_when_a_model_asks_for_them():
+    """The DSA module grids are nine tenths of the H100/H200 files' bytes: they sit in dsa/ and
+    are parsed on first use (a model with DSA layers), and the wheel ships them."""
+    from pathlib import Path
+
+    from kvplan.inputs import kernel_tables
+
+    h200 = tables_for(load_profile("h200"), "vllm")
+    assert h200.dsa_file == "h200_sxm.vllm.0.14.0.json"
+    assert "dsa" not in json.loads((FOLDER / h200.dsa_file).read_text())
+    kernel_tables._dsa.cache_clear()
+    tables_for(load_profile("h100"), "vllm")
+    assert kernel_tables._dsa.cache_info().currsize == 0  # not read for the tables alone
+    grids = h200.dsa_delta_us
+    assert grids is not None and grids.delta_us and kernel_tables._dsa.cache_info().currsize == 1
+    assert tables_for(load_profile("b200"), "vllm").dsa_file is None
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    line = next(
+        line
+        for line in pyproject.read_text(encoding="utf-8").splitlines()
+        if line.startswith('"kvplan" =')
+    )
+    assert '"data/kernel_tables/dsa/*.json"' in line

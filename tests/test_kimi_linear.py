@@ -292,3 +292,62 @@ def test_shrunk_copy_against_a_transformers_forward_pass():
             channels, kernel = conv_state.shape[1:]
             assert conv == channels * (kernel - 1)  # transformers keeps the whole kernel
             assert ssm == recurrent[0].numel() and recurrent.dtype == torch.float32
+
+
+def test_k3_experts_per_tp_rank_as_vllm_0_32_loads_them():
+    """vllm/models/kimi_k3/nvidia/model.py:595-604 (vLLM 0.32.0, commit 5df63a720): with TP > 1
+    and no expert parallelism each rank's expert width moe_intermediate_size / tp is raised to
+    min_moe_intermediate_per_partition (256 unless the config states it): 3,072 / 12 = 256
+    stays, / 16 = 192 -> 256, / 24 = 128 -> 256. Its compressed-tensors mxfp4 experts are not
+    rounded further (CompressedTensorsW4A4Mxfp4MoEMethod has no maybe_roundup_sizes), so a B200
+    at TP 8 keeps 384, where gpt-oss's mxfp4 method would round to 512."""
+    from kvplan.anatomy.model import pp_stages
+    from kvplan.engines.vllm_memory import weights_per_rank
+    from kvplan.formulas.weights import (
+        expert_tp_padding,
+        part_bytes_per_param,
+        weights_bytes_per_gpu,
+    )
+
+    raw = json.loads(K3.read_text())
+    spec = build_model(raw, "k3")
+    assert spec.moe.tp_min_intermediate == 256 and spec.weights_method == "compressed-tensors"
+    assert [expert_tp_padding(spec, tp) for tp in (1, 8, 12, 16, 24)] == [1, 1, 1, 256 / 192, 2]
+    experts = spec.param_parts["experts"] * part_bytes_per_param(spec, "mxfp4", "experts")
+    plain = weights_bytes_per_gpu(spec, "mxfp4", 12)
+    assert weights_bytes_per_gpu(spec, "mxfp4", 16) == pytest.approx(
+        (plain * 12 + experts / 3) / 16, rel=1e-12
+    )
+    stage = pp_stages(spec, 1)[0]
+
+    def expert_bytes(tp, align=None, ranks=None):
+        full = weights_per_rank(spec, stage, True, True, "mxfp4", tp, align, ranks, True)
+        none = weights_per_rank(spec._replace(moe=spec.moe._replace(tp_min_intermediate=0)),
+                                stage, True, True, "mxfp4", tp, None, ranks)  # fmt: skip
+        return full.layers_bytes - none.layers_bytes  # the padding alone
+
+    assert expert_bytes(12) == 0
+    assert expert_bytes(24) == pytest.approx(experts / 24, rel=1e-9)  # twice 1/24 of them
+    assert expert_bytes(24, ranks=24) == 0  # expert parallelism: no floor
+    raw["text_config"]["min_moe_intermediate_per_partition"] = 128
+    assert expert_tp_padding(build_model(raw, "k3-128"), 24) == 1
+
+
+def test_k3_on_b200_keeps_the_checkpoints_expert_width():
+    """The engine's weights on a B200 at TP 8 equal an H100's: no FlashInfer 256 rounding of
+    compressed-tensors mxfp4 experts (384 stays 384)."""
+    from kvplan.anatomy.model import pp_stages
+    from kvplan.engines.vllm_memory import stage_memory
+    from kvplan.inputs.hardware import load_profile
+
+    spec = build_model(json.loads(K3.read_text()), "k3")
+    stages = pp_stages(spec, 1)
+
+    def weights(gpu):
+        return stage_memory(
+            spec, stages, 0, load_profile(gpu), gpu_memory_utilization=0.9, wdtype="mxfp4",
+            tp=8, max_num_batched_tokens=8192, max_num_seqs=256, max_model_len=8192,
+            block_size=16,
+        ).weights.layers_bytes  # fmt: skip
+
+    assert weights("b200") == weights("h100")

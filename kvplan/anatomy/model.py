@@ -6,7 +6,9 @@ The value types are NamedTuples: immutable, and cheap to define (the CLI's start
 """
 
 from collections import Counter
+from collections.abc import Callable
 from enum import Enum
+from typing import TypeVar
 
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.errors import KvplanError
@@ -84,6 +86,9 @@ class Attention(NamedTuple):
     # compressed key (`compressed_indexer_dim` wide) at the same ratio (0: not compressed)
     compress_ratio: int = 0
     compressed_indexer_dim: int = 0
+    # DeepSeek-V4: the RoPE part of `head_dim` (qk_rope_head_dim), which the engines store in bf16
+    # beside the fp8 NoPE part of a row (0: not stated)
+    compressed_rope_dim: int = 0
 
     @property
     def gqa_indexer(self) -> bool:
@@ -233,6 +238,10 @@ class MoE(NamedTuple):
     num_layers: int
     expert_intermediate_size: int = 0
     shared_intermediate_size: int = 0  # all shared experts of one layer together (0: none)
+    # vLLM's Kimi-K3 MoE raises each TP rank's expert width to this (its config's
+    # min_moe_intermediate_per_partition, 256 unless stated) when TP > 1 without expert
+    # parallelism (0: no such floor)
+    tp_min_intermediate: int = 0
 
     def expected_experts_touched(self, batch_size: int) -> float:
         """Distinct experts a batch of tokens touches per MoE layer under uniform routing:
@@ -304,6 +313,9 @@ class ModelSpec(NamedTuple):
     # The checkpoint's weights format from its quantization_config (a kvplan weights dtype name:
     # fp8, int4-g32-sym, nvfp4, mxfp4, ...) and the parts it covers (None: the format's default)
     weights_quantization: str | None = None
+    # its quant_method where the engines' kernels depend on it (mxfp4: "mxfp4", gpt-oss's, or
+    # "compressed-tensors", Kimi-K3's, which vLLM does not pad); None when not read
+    weights_method: str | None = None
     vision_params: int = 0  # excluded from the counts; engines load it
     # (layers, hidden size) of the config's vision_config, as engines read it; None without one
     vision_tower: tuple[int, int] | None = None
@@ -444,6 +456,7 @@ class ModelSpec(NamedTuple):
 # of at each node's TP (1 to 8) and KV format; at 256 the oldest were dropped and rebuilt over
 # and over (about 450 rebuilds of the cache groups in `capacity llama-3.1-8b --gpu all`).
 KEPT = 4096
+T = TypeVar("T")
 _DISTINCT: dict[int, tuple] = {}
 _ATTENTION: dict[int, tuple] = {}
 _STAGES: dict[tuple, tuple] = {}
@@ -472,6 +485,17 @@ def _keep(cache: dict, key: object, value: tuple) -> None:
     if len(cache) >= KEPT:
         del cache[next(iter(cache))]
     cache[key] = value
+
+
+def kept_per_spec(cache: dict, spec: ModelSpec, key: tuple, build: Callable[[], T]) -> T:
+    """build()'s answer for `spec` and `key` (the other immutable inputs), kept in `cache` as
+    the answers above are: with the spec (its id is not reused while it is held), the oldest
+    dropped past KEPT."""
+    kept = cache.get((id(spec), *key))
+    if kept is None or kept[0] is not spec:
+        kept = (spec, build())
+        _keep(cache, (id(spec), *key), kept)
+    return kept[1]
 
 
 def pp_stages(spec: ModelSpec, pp: int) -> list[ModelSpec]:

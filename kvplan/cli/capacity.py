@@ -108,7 +108,6 @@ def add(app: typer.Typer) -> None:
             concurrency_curve,
         )
         from kvplan.plans.deployment import deployment_of, layout_text
-        from kvplan.present.capacity import capacity_view, launch_of
         from kvplan.present.render import OutputFormat
 
         if emit_flags is not None:  # the engines' launch modules load for --emit alone
@@ -166,6 +165,8 @@ def add(app: typer.Typer) -> None:
             return
         if overrides:
             raise KvplanError("--price prices a comparison: pass two or more --gpu (or --gpu all)")
+        from kvplan.present.capacity import capacity_view, launch_of  # one kind's presenter
+
         profile = profiles[0]
         request = CapacityRequest(
             context_len=c.one_context(ctx),

@@ -18,8 +18,10 @@ def engine_allocation(spec, gpu, request: EngineRequest):
 
         return vllm_allocation(spec, gpu, request)
     if request.engine == "sglang":
-        from kvplan.engines.sglang import sglang_allocation
+        from kvplan.engines.sglang import sglang_allocation, sglang_compressed_allocation
 
+        if any(a.compress_ratio for a in spec.attention_layers()):  # DeepSeek-V4
+            return sglang_compressed_allocation(spec, gpu, request)
         return sglang_allocation(spec, gpu, request)
     if request.engine == "llama.cpp":
         from kvplan.engines.llamacpp import LlamaCppRequest, llamacpp_allocation

@@ -54,28 +54,18 @@ class EngineRequest(NamedTuple):
 
 def refuse_compressed(spec, engine: str) -> None:
     """Compressed attention entries beside a sliding window (DeepSeek-V4's CSA/HCA) have no page
-    layout modelled for the engines: refused by name rather than priced as plain MLA."""
+    layout modelled for this engine (vLLM 0.32's and SGLang 0.5.14's are:
+    kvplan.engines.vllm_compressed, sglang_compressed): refused by name rather than priced as
+    plain MLA."""
     compressed = [a for a in spec.attention_layers() if a.compress_ratio]
     if compressed:
         ratios = sorted({a.compress_ratio for a in compressed})
-        layout = (
-            # vllm/models/deepseek_v4/attention.py and compressor.py (vLLM 0.32): MLAAttentionSpec
-            # pages with tokens_per_state = the ratio, a DeepseekV4SWACache per layer, indexer
-            # caches per ratio and the compressor's SlidingWindowMLASpec states (block 4 or 8)
-            " (vLLM 0.32 allocates compressed MLA pages per ratio, a sliding-window cache per "
-            "layer, indexer pages and the compressor's state pages; vLLM 0.19.1 has no "
-            "DeepSeek-V4 model)"
-            if engine == "vLLM"
-            # sglang/srt/mem_cache/deepseek_v4_memory_pool.py (sglang 0.5.14)
-            else " (SGLang 0.5.14 keeps them in its own DeepSeek-V4 memory pool)"
-            if engine == "SGLang"
-            else ""
-        )
         raise KvplanError(
             f"{spec.name}: {len(compressed)} layers keep compressed attention entries (1 per "
             f"{' or '.join(map(str, ratios))} tokens beside a sliding window, DeepSeek-V4's "
-            f"CSA/HCA); what {engine} allocates for them is not modelled yet{layout} (kvplan "
-            "size and capacity give the architecture's bytes)"
+            f"CSA/HCA); what {engine} allocates for them is not modelled yet (kvplan size and "
+            "capacity give the architecture's bytes; kvplan engine --engine vllm or sglang "
+            "gives those engines')"
         )
 
 

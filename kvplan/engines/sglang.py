@@ -21,6 +21,9 @@ from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.request import EngineRequest
+from kvplan.engines.sglang_compressed import KV_CACHE_DTYPES as DSV4_KV_CACHE_DTYPES
+from kvplan.engines.sglang_compressed import PAGE_SIZE as DSV4_PAGE_SIZE
+from kvplan.engines.sglang_compressed import Dsv4Pools, dsv4_pools
 from kvplan.engines.vllm import DTYPES, gpu_generation, indexer_bytes_per_token
 from kvplan.engines.vllm_memory import mxfp4_alignment, weights_per_rank
 from kvplan.errors import KvplanError
@@ -240,7 +243,124 @@ def _mamba_bytes_per_request(stage: ModelSpec, tp: int) -> tuple[int, int]:
     return conv, ssm
 
 
+class SglangCompressedResult(NamedTuple):
+    """DeepSeek-V4's pools in SGLang 0.5.14 (kvplan.engines.sglang_compressed)."""
+
+    kvplan_version: str
+    engine: str
+    engine_version: str
+    model: dict
+    gpu: str
+    tp: int
+    pp: int
+    max_model_len: int
+    dtype: str
+    kv_cache_dtype: str
+    block_size: int
+    pools: Dsv4Pools
+    kv_cache_tokens: int  # max_total_num_tokens: the full pool
+    max_running_requests: int
+    max_concurrency: float
+    fits: bool
+    notes: tuple[Note, ...]
+
+
+DSV4_SGLANG_VERSION = "0.5.14"
+DSV4_SGLANG_GENERATIONS = (9, 10, 12)  # CUDA GPUs the dsv4 attention backend serves
+
+
+def sglang_compressed_allocation(
+    spec: ModelSpec, gpu: GpuProfile, request: EngineRequest
+) -> SglangCompressedResult:
+    """DeepSeek-V4 in SGLang 0.5.14 from the pool memory the engine logged."""
+    name = spec.name
+    dtype = request.kv_cache_dtype
+    if sglang_release(request.sglang_version)[0] != "0.5":
+        raise KvplanError(
+            f"{name}: SGLang {request.sglang_version} has no DeepSeek-V4 pools; kvplan models "
+            f"{DSV4_SGLANG_VERSION}'s"
+        )
+    if dtype == "bfloat16":
+        raise KvplanError(
+            f"--kv-cache-dtype bfloat16 with {name}: SGLang 0.5.14 accepts it for DeepSeek-V4, "
+            "but kvplan does not model that pool (its fp8 rows are asserted 584 B); give "
+            "fp8_e4m3 or auto"
+        )
+    if dtype not in DSV4_KV_CACHE_DTYPES:
+        raise KvplanError(
+            f"--kv-cache-dtype {dtype} with {name}: SGLang 0.5.14 refuses it (AssertionError: "
+            f'"{dtype} is not supported for DeepseekV4ForCausalLM"; fp8_e4m3 or bfloat16)'
+        )
+    if gpu_generation(gpu) not in DSV4_SGLANG_GENERATIONS:
+        raise KvplanError(
+            f"{name} on {gpu.name}: kvplan models SGLang's DeepSeek-V4 pools on NVIDIA Hopper "
+            "and Blackwell only (its ROCm and NPU pools differ)"
+        )
+    if request.block_size not in (None, DSV4_PAGE_SIZE):
+        raise KvplanError(
+            f"--page-size {request.block_size} with {name}: SGLang 0.5.14 sets page_size "
+            f"{DSV4_PAGE_SIZE} for DeepSeek-V4 whatever is given (apply_deepseek_v4_defaults)"
+        )
+    if request.pp != 1:
+        raise KvplanError(f"{name}: kvplan models SGLang's DeepSeek-V4 pools at PP 1 only")
+    if request.kv_cache_memory_bytes is None:
+        raise KvplanError(
+            f"{name}: kvplan does not estimate SGLang's pool memory for DeepSeek-V4 (its fp4 "
+            "experts and replicated compressor and indexer projections are not modelled); give "
+            '--kv-cache-memory with the available_bytes of SGLang\'s "DSV4 memory calculation" '
+            "line"
+        )
+    spec.check_tp(request.tp)
+    too_long = check_max_model_len(
+        spec, "sglang", request.max_model_len, request.allow_long_max_model_len
+    )
+    model_dtype, dtype_notes = sglang_model_dtype(spec, request.dtype)
+    pools = dsv4_pools(spec, request.kv_cache_memory_bytes)
+    if pools.full_tokens <= 0:
+        raise KvplanError(
+            f"{name}: {request.kv_cache_memory_bytes / GIB:,.2f} GiB holds no page of SGLang's "
+            "DeepSeek-V4 pools"
+        )
+    notes = [
+        *spec.source_notes,
+        *([too_long] if too_long else []),
+        *dtype_notes,
+        note(
+            "sglang-dsv4-pools",
+            version=DSV4_SGLANG_VERSION,
+            bytes_per_full_token=pools.bytes_per_full_token,
+            layers=pools.layers,
+            c4_layers=pools.c4_layers,
+            c128_layers=pools.c128_layers,
+        ),
+    ]
+    if dtype == "auto":
+        notes.append(note("sglang-dsv4-dtype"))
+    full = pools.full_tokens
+    return SglangCompressedResult(
+        kvplan_version=__version__,
+        engine="sglang",
+        engine_version=DSV4_SGLANG_VERSION,
+        model={"name": name},
+        gpu=gpu.name,
+        tp=request.tp,
+        pp=request.pp,
+        max_model_len=request.max_model_len,
+        dtype=model_dtype,
+        kv_cache_dtype="fp8_e4m3",
+        block_size=DSV4_PAGE_SIZE,
+        pools=pools,
+        kv_cache_tokens=full,
+        max_running_requests=pools.max_running_requests,
+        max_concurrency=full / request.max_model_len,
+        fits=full >= request.max_model_len,
+        notes=unique(notes),
+    )
+
+
 def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> SglangResult:
+    """SGLang's token pool (DeepSeek-V4's compressed pools: sglang_compressed_allocation,
+    refused here)."""
     from kvplan.engines.request import refuse_gqa_indexer
 
     refuse_gqa_indexer(spec, "SGLang")

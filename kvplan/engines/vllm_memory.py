@@ -28,7 +28,7 @@ from kvplan.formulas.memory import (
     non_torch_bytes,
     rotary_cache_bytes,
 )
-from kvplan.formulas.weights import part_bytes_per_param
+from kvplan.formulas.weights import expert_tp_padding, part_bytes_per_param
 from kvplan.inputs.architectures.params import indexer_params
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.record import NamedTuple
@@ -42,6 +42,11 @@ UNQUANTIZED_PARTS = ("embedding", "lm_head", "norms", "router")
 LARGE_GPU_BYTES = 70 * GIB  # get_batch_defaults: the larger defaults from 70 GiB, A100 excepted
 # (max_num_seqs, max_num_batched_tokens) for `vllm serve` (OPENAI_API_SERVER usage context)
 LARGE_GPU_DEFAULTS = (1024, 8192)
+# vLLM 0.32 adds a tier from 160 GiB (B200, B300): 16384 tokens (arg_utils.get_batch_defaults;
+# 0.21.0 has none)
+HUGE_GPU_BYTES = 160 * GIB
+HUGE_GPU_DEFAULTS = (1024, 16384)
+HUGE_GPU_FROM = "0.32"
 SMALL_GPU_DEFAULTS = (256, 2048)
 # Activation formats that quantize each linear layer's input (w8a8, fp8 dynamic).
 QUANTIZED_ACTIVATION_WEIGHTS = ("fp8", "int8")
@@ -54,8 +59,10 @@ CUDA_GRAPH_BASE_BYTES = int(0.24 * GIB)
 CUDA_GRAPH_PER_LAYER_BYTES = int(0.018 * GIB)
 
 
-def batch_defaults(gpu: GpuProfile) -> tuple[int, int]:
+def batch_defaults(gpu: GpuProfile, version: str = "0.19") -> tuple[int, int]:
     """vLLM's default (max_num_seqs, max_num_batched_tokens) for an API server on this GPU."""
+    if version == HUGE_GPU_FROM and gpu.usable_memory_bytes >= HUGE_GPU_BYTES:
+        return HUGE_GPU_DEFAULTS
     large = gpu.usable_memory_bytes >= LARGE_GPU_BYTES and "a100" not in gpu.name.lower()
     return LARGE_GPU_DEFAULTS if large else SMALL_GPU_DEFAULTS
 
@@ -120,19 +127,27 @@ def weights_per_rank(
     tp: int,
     mxfp4_align: tuple[int, int] | None = None,
     expert_ranks: int | None = None,
+    expert_floor: bool = False,
 ) -> WeightsBreakdown:
     """What one rank of one pipeline stage holds after loading. `mxfp4_align`: the
     (intermediate, hidden) multiples an mxfp4 expert is padded to (None: none); `expert_ranks`:
-    the GPUs the routed experts are spread over (EP, or DP ranks' TP; None: tp)."""
+    the GPUs the routed experts are spread over (EP, or DP ranks' TP; None: tp);
+    `expert_floor`: vLLM's Kimi-K3 per-rank expert width floor applies (TP without EP)."""
     model_bytes = ELEMENT_BYTES[spec.dtype]
     layers = 0.0
     mla_copies = 0.0
     expert_pad = 1.0
-    if mxfp4_align and wdtype == "mxfp4" and spec.moe and spec.moe.expert_intermediate_size:
-        width, hidden = spec.moe.expert_intermediate_size / tp, spec.hidden_size
-        expert_pad = (
-            _round_up(width, mxfp4_align[0]) * _round_up(hidden, mxfp4_align[1]) / (width * hidden)
-        )
+    if spec.moe and spec.moe.expert_intermediate_size:
+        width = spec.moe.expert_intermediate_size / tp
+        padded = width
+        if expert_floor and expert_ranks is None:
+            padded *= expert_tp_padding(spec, tp)
+        hidden_pad = 1.0
+        if mxfp4_align and wdtype == "mxfp4":
+            padded = _round_up(padded, mxfp4_align[0])
+            hidden = spec.hidden_size
+            hidden_pad = _round_up(hidden, mxfp4_align[1]) / hidden
+        expert_pad = padded / width * hidden_pad
     for layer in stage.layers:
         for part, count in layer.params:
             share = count if part in REPLICATED_PARTS else count / tp
@@ -213,8 +228,12 @@ def stage_memory(
     stage = stages[index]
     tokens = max_num_batched_tokens
     b = ELEMENT_BYTES[spec.dtype]
+    # compressed-tensors mxfp4 experts (Kimi-K3) keep the checkpoint's widths: its MoE method
+    # has no maybe_roundup_sizes (compressed_tensors_moe_w4a4_mxfp4.py, vLLM 0.32); the mxfp4
+    # method's Marlin/FlashInfer rounding is quantization/mxfp4.py's
+    align = None if spec.weights_method == "compressed-tensors" else mxfp4_alignment(gpu)
     weights = weights_per_rank(
-        spec, stage, first, last, wdtype, tp, mxfp4_alignment(gpu), expert_ranks
+        spec, stage, first, last, wdtype, tp, align, expert_ranks, expert_floor=True
     )
     persistent = 0
     if not first:  # IntermediateTensors buffers (hidden states and residual) for the stage input

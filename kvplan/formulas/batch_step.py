@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 import math
 
-from kvplan.anatomy.model import KEPT, CacheKind, Layer, ModelSpec, distinct_layers
+from kvplan.anatomy.model import CacheKind, Layer, ModelSpec, distinct_layers, kept_per_spec
 from kvplan.dtypes import KvFormat
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
@@ -85,7 +85,14 @@ ACHIEVED_DATASHEET = datasheet_achieved()
 def dsa_layers(spec: ModelSpec) -> list:
     """The attention layers the DSA module prices (a sparse indexer of their own); none: the
     GPU's DSA tables are never read for this model."""
-    return [a for a in spec.attention_layers() if a.indexer_head_dim and not a.gqa_indexer]
+    if not any(_own_indexer(layer.attention) for layer, _ in distinct_layers(spec.layers)):
+        return []  # most models: each kind of layer looked at once
+    return [a for a in spec.attention_layers() if _own_indexer(a)]
+
+
+def _own_indexer(attn) -> bool:
+    """An attention layer with a sparse indexer of its own (DSA's, not a GQA indexer)."""
+    return attn is not None and bool(attn.indexer_head_dim) and not attn.gqa_indexer
 
 
 def measured_achieved(achieved: Achieved = ACHIEVED_DATASHEET) -> Achieved:
@@ -243,7 +250,7 @@ class StepModel:
         self.dcp = dcp
         self._dcp_layers = [
             (a.num_q_heads * dcp // tp, a.mla_kv_lora_rank or a.v_head_dim or a.head_dim)
-            for a in spec.attention_layers()
+            for a in (spec.attention_layers() if dcp > 1 else ())
         ]
         bw, bf16 = rates.bandwidth_bytes_per_s, rates.peak_flop_per_s
         key = _format_key(weights_dtype)
@@ -266,19 +273,16 @@ class StepModel:
         self.attention_rates = Rates(bw * achieved.attention[1], bf16 * achieved.attention[0])
         self.mla_rates = Rates(bw * achieved.mla[1], bf16 * achieved.mla[0])
         self.sampler_bandwidth = bw * achieved.dense["bf16"][1]
-        self.dense_spec = spec._replace(
-            moe=None, param_parts={k: v for k, v in spec.param_parts.items() if k != "experts"}
-        )
+        shape = _shape(spec)
+        self.dense_spec = shape.dense_spec
         # the head runs on the sampled positions only (vLLM's logits_indices: a prefill chunk's
         # last token, each decode), the rest of the dense GEMMs on every token
         self.head_flop_per_sample = 2 * spec.head_params / tp
-        self.dense_flop_per_token = 2 * matmul_params(self.dense_spec) / tp - (
-            self.head_flop_per_sample
-        )
+        self.dense_flop_per_token = 2 * shape.dense_matmul_params / tp - self.head_flop_per_sample
         self.expert_flop_per_token = (
-            2 * (matmul_params(spec) - matmul_params(self.dense_spec)) / self.moe_ranks
+            2 * (shape.matmul_params - shape.dense_matmul_params) / self.moe_ranks
         )
-        self.floors = _Floors.of(spec, achieved.floors_s, weights_dtype, self.moe_ranks // ep, ep)
+        self.floors = _Floors.of(shape, achieved.floors_s, weights_dtype, self.moe_ranks // ep, ep)
         self.dsa = _DsaModule.of(spec, fmt, tp, dsa_delta_us)
         # the DSA module's tables time the indexer's key cache: not read again in the MLA base
         self.groups = _groups(spec, fmt, tp, indexer_keys=self.dsa is None)
@@ -756,7 +760,7 @@ class _Floors(NamedTuple):
     @classmethod
     def of(
         cls,
-        spec: ModelSpec,
+        shape: _Shape,
         floors_s: dict,
         weights_dtype: str = "bf16",
         moe_tp: int = 1,
@@ -764,36 +768,34 @@ class _Floors(NamedTuple):
     ) -> _Floors:
         if not floors_s:
             return cls()
-        launches = gemm_launches(spec)
-        quantized = quantized_gemm_launches(spec)
-        attention_layers = sum(1 for layer in spec.layers if layer.attention is not None)
-        moe_layers = spec.moe.num_layers if spec.moe else 0
         fmt = _floor_format(weights_dtype)
         gemm = floors_s.get("gemm", 0.0)
         gemm_quantized = floors_s.get(f"gemm_{fmt}", gemm) if fmt else gemm
         moe = floors_s.get("moe", 0.0)
         if fmt:
             moe = floors_s.get(f"moe_{fmt}", moe)
-            if spec.moe:
-                shape = moe_shape_key(fmt, spec, moe_tp, moe_ep)
-                moe = floors_s.get(shape, moe)
+            if shape.moe_shape:
+                moe = floors_s.get(moe_shape_key(fmt, shape.moe_shape, moe_tp, moe_ep), moe)
+        quantized = shape.quantized_gemm_launches
         return cls(
-            dense_s=(launches - quantized) * gemm + quantized * gemm_quantized,
-            experts_s=moe_layers * moe,
-            attention_s=attention_layers * floors_s.get("attention", 0.0),
+            dense_s=(shape.gemm_launches - quantized) * gemm + quantized * gemm_quantized,
+            experts_s=shape.moe_layers * moe,
+            attention_s=shape.attention_layers * floors_s.get("attention", 0.0),
         )
 
 
-def moe_shape_key(fmt: str, spec: ModelSpec, moe_tp: int, moe_ep: int) -> str:
-    """The kernel tables' floors_s key of this model's fused MoE in format `fmt` with its experts
-    split `moe_tp` ways (each expert's width) and `moe_ep` ways (the experts):
-    scripts/derive_achieved.py's moe_shape_key."""
+def moe_shape_key(fmt: str, moe_shape: str, moe_tp: int, moe_ep: int) -> str:
+    """The kernel tables' floors_s key of a fused MoE of shape `moe_shape` (_Shape.moe_shape) in
+    format `fmt` with its experts split `moe_tp` ways (each expert's width) and `moe_ep` ways
+    (the experts): scripts/derive_achieved.py's moe_shape_key."""
+    return f"moe_{fmt}_{moe_shape}_tp{moe_tp}_ep{moe_ep}"
+
+
+def _moe_shape(spec: ModelSpec) -> str:
     moe = spec.moe
-    assert moe is not None
-    return (
-        f"moe_{fmt}_{spec.hidden_size}x{moe.expert_intermediate_size}_"
-        f"{moe.num_experts}x{moe.top_k}_tp{moe_tp}_ep{moe_ep}"
-    )
+    if moe is None:
+        return ""
+    return f"{spec.hidden_size}x{moe.expert_intermediate_size}_{moe.num_experts}x{moe.top_k}"
 
 
 def _floor_format(weights_dtype: str) -> str | None:
@@ -807,12 +809,12 @@ def _floor_format(weights_dtype: str) -> str | None:
 def gemm_launches(spec: ModelSpec) -> int:
     """Dense GEMM kernels one forward launches (the head included; see _Floors)."""
     launches = 1  # the head
-    for layer in spec.layers:
+    for layer, count in distinct_layers(spec.layers):  # each kind of layer once, times its count
         attn = layer.attention
         if attn is not None:
-            launches += 5 if attn.kind is CacheKind.MLA else 2
+            launches += (5 if attn.kind is CacheKind.MLA else 2) * count
         elif layer.state is not None:
-            launches += 2
+            launches += 2 * count
     moe_layers = spec.moe.num_layers if spec.moe else 0
     shared = 2 if spec.moe and spec.moe.shared_intermediate_size else 0
     launches += 2 * (spec.num_layers - moe_layers) + moe_layers * (1 + shared)
@@ -830,41 +832,84 @@ def quantized_gemm_launches(spec: ModelSpec) -> int:
     return gemm_launches(spec) - 1 - moe_layers - 2 * mla_layers
 
 
+class _Shape(NamedTuple):
+    """What a step model takes from the model alone, whatever the GPU, format or layout."""
+
+    dense_spec: ModelSpec  # the model without its routed experts
+    matmul_params: int  # flops.matmul_params of the model
+    dense_matmul_params: int  # ... of dense_spec
+    gemm_launches: int
+    quantized_gemm_launches: int  # of gemm_launches, those in the weights format
+    attention_layers: int
+    moe_layers: int
+    moe_shape: str  # the fused MoE's <hidden>x<width>_<experts>x<top-k> ("": none)
+
+
 # A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred
-# for one model), and its groups depend on the model, the format, tp and the indexer alone: the
-# last KEPT are kept, each with the spec it came from (immutable; holding it keeps its id
-# from being reused).
+# for one model); its shape depends on the model alone and its groups on the model, the format,
+# tp and the indexer alone: both are kept per spec (kvplan.anatomy.model.kept_per_spec).
+_SHAPES: dict[tuple, tuple] = {}
 _GROUPS: dict[tuple, tuple] = {}
+
+
+def _shape(spec: ModelSpec) -> _Shape:
+    def build() -> _Shape:
+        dense = spec._replace(
+            moe=None, param_parts={k: v for k, v in spec.param_parts.items() if k != "experts"}
+        )
+        return _Shape(
+            dense,
+            matmul_params(spec),
+            matmul_params(dense),
+            gemm_launches(spec),
+            quantized_gemm_launches(spec),
+            len(spec.attention_layers()),
+            spec.moe.num_layers if spec.moe else 0,
+            _moe_shape(spec),
+        )
+
+    return kept_per_spec(_SHAPES, spec, (), build)
 
 
 def _groups(spec: ModelSpec, fmt: KvFormat, tp: int, indexer_keys: bool = True) -> list[_Group]:
     """Attention layers grouped by window and kind, with their KV bytes per token (the layers'
     own formula; without a DSA indexer's keys where `indexer_keys` is False) and FLOPs per
     attended key (from flops, one layer at a time)."""
-    key = (id(spec), fmt, tp, indexer_keys)
-    kept = _GROUPS.get(key)
-    if kept is None or kept[0] is not spec:
-        if len(_GROUPS) >= KEPT:
-            del _GROUPS[next(iter(_GROUPS))]
-        kept = _GROUPS[key] = (spec, tuple(_group_layers(spec, fmt, tp, indexer_keys)))
-    return list(kept[1])
+    groups = kept_per_spec(
+        _GROUPS,
+        spec,
+        (fmt, tp, indexer_keys),
+        lambda: tuple(_group_layers(spec, fmt, tp, indexer_keys)),
+    )
+    return list(groups)
 
 
 def _group_layers(spec: ModelSpec, fmt: KvFormat, tp: int, indexer_keys: bool) -> list[_Group]:
-    by_key: dict[tuple, list[float]] = {}
-    for layer in spec.layers:
+    # each distinct layer's terms once (the builder shares one object among the layers of a
+    # kind), added layer by layer in order as before
+    terms: dict[int, tuple] = {}
+    for layer, _ in distinct_layers(spec.layers):
         attn = layer.attention
         if attn is None:
             continue
         one = spec._replace(layers=(layer,))
         window = attn.window if attn.kind.windowed else None
-        key = (window, attn.kind is CacheKind.CHUNKED, attn.kind is CacheKind.MLA)
-        entry = by_key.setdefault(key, [0.0, 0.0, 0.0])
-        entry[0] += attn.kv_bytes_per_token(fmt, tp) - (
-            0 if indexer_keys else attn.indexer_bytes_per_token(fmt)
+        terms[id(layer)] = (
+            (window, attn.kind is CacheKind.CHUNKED, attn.kind is CacheKind.MLA),
+            attn.kv_bytes_per_token(fmt, tp)
+            - (0 if indexer_keys else attn.indexer_bytes_per_token(fmt)),
+            attention_flops_per_decode_token(one, 1) / tp,
+            (prefill_flops(one, 1) - 2 * matmul_params(one)) / tp,
         )
-        entry[1] += attention_flops_per_decode_token(one, 1) / tp
-        entry[2] += (prefill_flops(one, 1) - 2 * matmul_params(one)) / tp
+    by_key: dict[tuple, list[float]] = {}
+    for layer in spec.layers:
+        if layer.attention is None:
+            continue
+        key, kv, dec, pre = terms[id(layer)]
+        entry = by_key.setdefault(key, [0.0, 0.0, 0.0])
+        entry[0] += kv
+        entry[1] += dec
+        entry[2] += pre
     return [
         _Group(window, chunked, mla, kv, dec, pre)
         for (window, chunked, mla), (kv, dec, pre) in by_key.items()

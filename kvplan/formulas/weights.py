@@ -6,7 +6,7 @@ in the model dtype, as real quantized checkpoints keep them. When the checkpoint
 headers were read (kvplan.inputs.checkpoint), their bytes are the weights, exactly.
 """
 
-from kvplan.anatomy.model import KEPT, QUANTIZABLE_PARTS, ModelSpec
+from kvplan.anatomy.model import KEPT, QUANTIZABLE_PARTS, ModelSpec, kept_per_spec
 from kvplan.dtypes import ELEMENT_BYTES, WEIGHT_DTYPE_HELP, WeightFormat, weight_format
 from kvplan.errors import KvplanError
 from kvplan.notes import Note, note
@@ -14,18 +14,29 @@ from kvplan.notes import Note, note
 
 def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:
     """'auto' follows the checkpoint: its tensor headers when read, else its quantization_config,
-    else its torch_dtype. An explicit name is validated (plain or quantized format)."""
+    else its torch_dtype. An explicit name is validated (plain or quantized format). Kept per
+    spec and name: a comparison of GPU kinds resolves it for every layout it prices."""
+    dtype, notes = kept_per_spec(
+        _RESOLVED, spec, (str(name),), lambda: _resolve_weights_dtype(spec, name)
+    )
+    return dtype, list(notes)
+
+
+_RESOLVED: dict[tuple, tuple] = {}
+
+
+def _resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, tuple[Note, ...]]:
     key = str(name).strip().lower()
     notes: list[Note] = []
     if key == "auto":
         if spec.stored is not None:
             notes += _stored_notes(spec)
-            return "checkpoint", notes
+            return "checkpoint", tuple(notes)
         quant = spec.weights_quantization
         if quant:
             notes.append(_quant_note(quant, spec))
-            return quant, notes
-        return spec.dtype, notes
+            return quant, tuple(notes)
+        return spec.dtype, tuple(notes)
     if key == "checkpoint":
         if spec.stored is None:
             raise KvplanError(
@@ -33,13 +44,13 @@ def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:
                 "or a folder or Hub repository with safetensors)"
             )
         notes += _stored_notes(spec)
-        return key, notes
+        return key, tuple(notes)
     fmt = weight_format(key) if key not in ("fp32", "bf16", "fp16") else None
     if key not in ELEMENT_BYTES and fmt is None:
         raise KvplanError(f"unknown weights dtype {key[:40]!r}; choose from {WEIGHT_DTYPE_HELP}")
     if fmt is not None:
         notes.append(_quant_note(key, spec))
-    return key, notes
+    return key, tuple(notes)
 
 
 def _stored_notes(spec: ModelSpec) -> list[Note]:
@@ -146,6 +157,19 @@ def part_bytes_per_param(spec: ModelSpec, dtype: str, part: str) -> float:
     return fmt.bytes_per_param if part in _scope(spec, fmt) else ELEMENT_BYTES[spec.dtype]
 
 
+def expert_tp_padding(spec: ModelSpec, tp: int) -> float:
+    """How much wider each TP rank's routed experts are than 1/tp of them: vLLM's Kimi-K3 MoE
+    (vllm/models/kimi_k3/nvidia/model.py:595-604, vLLM 0.32) raises the per-rank expert width
+    moe_intermediate_size / tp to min_moe_intermediate_per_partition when it falls below it,
+    with TP > 1 and no expert parallelism: Kimi-K3 at TP 16, 3,072 / 16 = 192 -> 256 (x4/3);
+    at TP 24, 128 -> 256 (x2). 1.0 for every other model and layout."""
+    moe = spec.moe
+    if moe is None or not moe.tp_min_intermediate or tp <= 1 or not moe.expert_intermediate_size:
+        return 1.0
+    width = moe.expert_intermediate_size // tp
+    return max(1.0, moe.tp_min_intermediate / width) if width else 1.0
+
+
 def weights_bytes_per_gpu(
     spec: ModelSpec, dtype: str, tp: int = 1, pp: int = 1, dp_attention: int = 1
 ) -> float:
@@ -162,7 +186,8 @@ def weights_bytes_per_gpu(
     if dp_attention > 1:
         experts = expert_weight_bytes(spec, dtype)
         return total - experts + experts / dp_attention
-    return total / (tp * pp)
+    padded = expert_weight_bytes(spec, dtype) * (expert_tp_padding(spec, tp) - 1)
+    return (total + padded) / (tp * pp)
 
 
 def expert_weight_bytes(spec: ModelSpec, dtype: str) -> float:

@@ -2,9 +2,10 @@
 
 kvplan/data/kernel_tables/<gpu>.<engine>.<version>.json each hold what `Achieved` holds (the
 fractions of the datasheet rates an engine's kernels reach, the fused-MoE curve, the all-reduce
-call cost, the small-shape floor of each kernel family) and, where measured, the DSA-minus-MLA module grids, with their provenance
-(`source`, `derived_by`: scripts/derive_achieved.py --write-tables). host_overheads.json holds
-the per-step, per-request and per-layer host costs.
+call cost, the small-shape floor of each kernel family) with their provenance (`source`,
+`derived_by`: scripts/derive_achieved.py --write-tables); where measured, the DSA-minus-MLA
+module grids are in dsa/ under the same name (nine tenths of the bytes: read only for a model
+with DSA layers). host_overheads.json holds the per-step, per-request and per-layer host costs.
 
 A profile names its tables in one field, never by its name:
 
@@ -28,6 +29,7 @@ from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 
 FOLDER = Path(__file__).resolve().parent.parent / "data" / "kernel_tables"
+DSA_FOLDER = FOLDER / "dsa"
 ENGINES = ("vllm", "sglang")
 DATASHEET_TABLES = "h100_sxm"  # a GPU without tables runs at the H100's fractions
 DATASHEET_VERSION = "0.14.0"  # ... of vLLM 0.14.0 (the tables kvplan's goldens were made with)
@@ -71,7 +73,7 @@ class KernelTables(NamedTuple):
     """The tables one run uses, with where they came from."""
 
     achieved: Achieved
-    dsa_delta_us: DsaGrids | None
+    dsa_file: str | None  # the DSA module grids' file in DSA_FOLDER (None: none for this run)
     evidence: str  # one of EVIDENCE
     borrowed_from: str | None  # the tables' GPU where it is not the profile's
     source: str  # the data file's provenance
@@ -80,6 +82,11 @@ class KernelTables(NamedTuple):
     engine: str  # the engine the tables measured
     engine_version: str
     asked_version: str | None  # the version asked for (None: the newest there is)
+
+    @property
+    def dsa_delta_us(self) -> DsaGrids | None:
+        """The DSA module grids, read on first use (None: none for this run)."""
+        return None if self.dsa_file is None else _dsa(self.dsa_file)
 
     @property
     def floors_s(self) -> dict:
@@ -153,10 +160,12 @@ def _achieved(gpu: str, engine: str, version: str) -> Achieved:
 
 
 @cache
-def _dsa(gpu: str, engine: str, version: str) -> DsaGrids | None:
-    d = _load(gpu, engine, version).get("dsa")
-    if not d:
-        return None
+def _dsa(name: str) -> DsaGrids:
+    path = DSA_FOLDER / name
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise KvplanError(f"kernel tables dsa/{path.name}: {exc}") from None
     return DsaGrids(
         batches={k: tuple(v) for k, v in d["batches"].items()},
         lengths={k: tuple(v) for k, v in d["lengths"].items()},
@@ -166,6 +175,12 @@ def _dsa(gpu: str, engine: str, version: str) -> DsaGrids | None:
         },
         engine_version=d["version"],
     )
+
+
+def _dsa_file(gpu: str, engine: str, version: str) -> str | None:
+    """The name of the DSA module grids measured with these tables (None: there are none)."""
+    name = f"{gpu}.{engine}.{version}.json"
+    return name if (DSA_FOLDER / name).is_file() else None
 
 
 def _pick(gpu: str, engine: str, asked: str | None) -> str | None:
@@ -205,6 +220,14 @@ def tables_for(profile, engine: str = "vllm", engine_version: str | None = None)
     """The kernel tables a run of `engine` on `profile` uses (see the module's docstring): the
     asked version where there is a file for it, else the newest."""
     field = getattr(profile, "kernel_tables", None) or {}
+    return _tables_for(tuple(sorted(field.items())), engine, engine_version)
+
+
+@cache
+def _tables_for(items: tuple, engine: str, engine_version: str | None) -> KernelTables:
+    """tables_for by the profile's `kernel_tables` field alone (as sorted items), kept: a
+    comparison of GPU kinds prices over a hundred layouts."""
+    field = dict(items)
     own_gpu = field.get(engine)
     others = [e for e in ENGINES if e != engine]
     if own_gpu:
@@ -231,7 +254,7 @@ def tables_for(profile, engine: str = "vllm", engine_version: str | None = None)
         achieved=_achieved(gpu, use, version),
         # DSA module grids only for the engine and GPU kind they timed (SGLang runs its own
         # kernels; a datasheet GPU may not run vLLM's DSA at all)
-        dsa_delta_us=_dsa(gpu, use, version)
+        dsa_file=_dsa_file(gpu, use, version)
         if use == engine and evidence in ("own", "borrowed")
         else None,
         evidence=evidence,

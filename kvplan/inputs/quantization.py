@@ -30,6 +30,7 @@ class Quantization(NamedTuple):
     format: str | None  # a kvplan weights dtype name, None when not quantized (or unreadable)
     parts: tuple[str, ...] | None  # the parts it covers; None: the format's default
     notes: tuple[Note, ...] = ()
+    method: str | None = None  # the quant_method (compressed-tensors, mxfp4, fp8, ...)
 
 
 def parts_without(quant: Quantization, dropped: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -205,7 +206,7 @@ def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quant
         block = qc.get("weight_block_size")
         return Quantization("fp8" if block else "fp8-tensor", _parts(ignore))
     if method == "mxfp4":
-        return Quantization("mxfp4", None)
+        return Quantization("mxfp4", None, method=method)
     if method == "fbgemm_fp8":
         return _fbgemm_fp8(qc, top, text)
     if method == "quark":
@@ -214,7 +215,7 @@ def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quant
         fmt, why = _compressed_tensors(qc)
         if fmt is None:
             return Quantization(None, None, (note("quant-unread", method=method, why=why),))
-        return Quantization(fmt, _parts(ignore))
+        return Quantization(fmt, _parts(ignore), method=method)
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
         bits = qc.get("bits", qc.get("w_bit", 4))
         size = qc.get("group_size", qc.get("q_group_size", 128))

@@ -159,8 +159,9 @@ def capacity(
     spec: ModelSpec, gpu: GpuProfile, request: CapacityRequest, *, brief: bool = False
 ) -> CapacityResult:
     """The Python twin of `kvplan capacity MODEL --gpu GPU` (engine-free). `brief`: a plan that
-    fits leaves longest_context empty (its searches are the costliest part; the comparison of
-    GPU kinds, kvplan.plans.compare, reads none of it); everything else is the same."""
+    fits leaves longest_context and what_if empty, paging and kv_transfer None, and no note of
+    the KV transfer (the comparison of GPU kinds, kvplan.plans.compare, reads none of them and
+    sizes over a hundred layouts); everything else is the same."""
     require_cache(spec, "concurrency")
     validate(request)
     wdtype, wnotes = resolve_weights_dtype(spec, request.weights_dtype)
@@ -170,7 +171,7 @@ def capacity(
     tp = 1 if d.dp_attention > 1 else d.tp  # a rank's TP
     pp, blk = d.pp, request.block_size
     stages = pp_stages(spec, pp)
-    plan = _rank_budget(spec, gpu, wdtype, d, request)
+    plan = choice.budget  # _rank_budget of d, as the choice weighed it
     pool = max(0.0, plan.pool_bytes)
     gpus = request.num_gpus
     if gpus is not None and gpus % d.gpus and choice.chosen_by == "given":
@@ -189,11 +190,12 @@ def capacity(
 
     per_token = max(kv_bytes_per_token(st, fmt, tp) for st in stages)
     kv_tokens = int(pool // (per_token * blk)) * blk if per_token else None
-    max_conc = concurrency(fmt, ctx)
+    max_conc = choice.users * replicas  # concurrency(fmt, ctx), as the choice counted it
     positions = spec.max_position_embeddings
     fits = plan.pool_bytes > 0 and max_conc >= 1
+    full = not (brief and fits)  # the parts a brief plan leaves out
     longest = []
-    for b in () if brief and fits else request.batch_sizes:
+    for b in request.batch_sizes if full else ():
         per_rank = -(-b // d.dp_attention)  # DP-attention ranks share the batch
         memory = max_context_at_batch(stages, pool, per_rank, fmt, tp, blk)
         capped = min(memory, positions) if positions else memory
@@ -239,16 +241,16 @@ def capacity(
         )
 
     what_if = []
-    for name in WHAT_IF_KV_DTYPES:
+    for name in WHAT_IF_KV_DTYPES if full else ():
         alt = resolve_kv_format(name, spec.dtype, request.kv_group_size)
         what_if.append(WhatIfRow("kv_dtype", alt.name, ctx, concurrency(alt, ctx)))
-    for name in narrower_weights(spec, wdtype):
+    for name in narrower_weights(spec, wdtype) if full else ():
         held = weights_concurrency(spec, gpu, request, d, name, fmt, ctx) * replicas
         what_if.append(WhatIfRow("weights_dtype", fmt.name, ctx, held, weights_dtype=name))
-    for kind, factor in (("half_context", 0.5), ("double_context", 2)):
+    for kind, factor in (("half_context", 0.5), ("double_context", 2)) if full else ():
         c = max(1, int(ctx * factor))
         what_if.append(WhatIfRow(kind, fmt.name, c, concurrency(fmt, c)))
-    if request.prefix_tokens:
+    if request.prefix_tokens and full:
         what_if.append(
             WhatIfRow(
                 "prefix",
@@ -259,7 +261,7 @@ def capacity(
             )
         )
     paging = None
-    if request.mean_len:
+    if request.mean_len and full:
         contiguous = concurrency(fmt, ctx)  # reserves --ctx per sequence
         paged = concurrency(fmt, request.mean_len)
         paging = Paging(
@@ -309,7 +311,7 @@ def capacity(
         fits=fits,
         what_if=what_if,
         paging=paging,
-        kv_transfer=kv_transfer(spec, gpu, request._replace(tp=tp), fmt, notes),
+        kv_transfer=kv_transfer(spec, gpu, request._replace(tp=tp), fmt, notes) if full else None,
         remedies=remedies,
         notes=unique(notes),
     )

@@ -2,18 +2,27 @@
 budget's note, and the model's summary (anatomy, parameters, weights) that size, report and
 models print."""
 
-from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers, kept_per_spec
 from kvplan.errors import KvplanError
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
 
 
 def model_notes(spec: ModelSpec, tp: int) -> list[Note]:
-    """Notes that travel with every number computed for this model at this TP degree."""
+    """Notes that travel with every number computed for this model at this TP degree (kept
+    per spec and TP: a comparison of GPU kinds asks for them at every layout)."""
+    return list(kept_per_spec(_MODEL_NOTES, spec, (tp,), lambda: tuple(_model_notes(spec, tp))))
+
+
+_MODEL_NOTES: dict[tuple, tuple] = {}
+
+
+def _model_notes(spec: ModelSpec, tp: int) -> list[Note]:
     notes = list(spec.notes)
     if tp > 1:
-        for attn in spec.attention_layers():
-            if attn.kind is not CacheKind.MLA and attn.num_kv_heads < tp:
+        for layer, _ in distinct_layers(spec.layers):  # in order, each kind of layer once
+            attn = layer.attention
+            if attn is not None and attn.kind is not CacheKind.MLA and attn.num_kv_heads < tp:
                 notes.append(note("tp-kv-replicated", tp=tp, kv_heads=attn.num_kv_heads))
                 break
         if spec.has_kind(CacheKind.MLA):

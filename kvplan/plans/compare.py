@@ -29,7 +29,7 @@ from kvplan.formulas.batch_step import CUDA_GRAPH_MAX_TOKENS, BatchShape
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.inputs.prices import price_for
 from kvplan.notes import Note, note, unique
-from kvplan.plans.capacity import CapacityRequest, capacity
+from kvplan.plans.capacity import CapacityRequest, CapacityResult, capacity
 from kvplan.plans.deployment import (
     Deployment,
     deployment_of,
@@ -163,12 +163,20 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
             why += f" on {layout}"
         return empty._replace(why_not=why), None, []
     model_notes: list[Note] = []
-    tried = [
-        (c, _priced(spec, gpu, c, request, model_notes))
-        for c in layouts(spec, gpu, cap, base, request)
-    ]
+    # (layout, its step-model pricing, its Priced or None, tokens/s per GPU)
+    tried: list[tuple[CapacityResult, tuple[int, float] | None, Priced | None, float]] = []
+    for c in layouts(spec, gpu, cap, base, request):
+        stepped = _stepped(spec, gpu, c, request, model_notes)
+        # the floor is priced for the row's layout alone, and for one the step model cannot
+        # price (it ranks such a layout); every layout is priced by the same rule either way
+        if stepped is None:
+            floored = _priced(spec, gpu, c, request, None)
+            tried.append((c, None, floored, floored.tokens_per_s_per_gpu))
+        else:
+            tried.append((c, stepped, None, _step_per_gpu(c, stepped)))
     # the most tokens/s per GPU; of equals, the fewest GPUs (the first tried)
-    cap, priced = max(tried, key=lambda t: t[1].tokens_per_s_per_gpu)
+    cap, stepped, full, _ = max(tried, key=lambda t: t[3])
+    priced = full or _priced(spec, gpu, cap, request, stepped)
     d_gpus = cap.num_gpus // cap.replicas  # one replica
     per_replica = cap.max_concurrency // cap.replicas
     replicas = math.ceil(request.users / per_replica) if request.users and per_replica else None
@@ -192,7 +200,7 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
         tpot_s=priced.tpot_s,
         tokens_per_s_per_user=1.0 / priced.tpot_s,
         tokens_per_s_per_gpu=per_gpu_tps,
-        layouts_weighed=tuple(layout_text(deployment_of(c)) for c, _ in tried),
+        layouts_weighed=tuple(layout_text(deployment_of(c)) for c, *_ in tried),
         priced_by=priced.priced_by,
         replicas_needed=replicas,
         gpus_needed=gpus_needed,
@@ -214,8 +222,8 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
                 "compare-best-layout",
                 gpu=gpu.name,
                 layout=deployment_of(cap),
-                weighed=[deployment_of(c) for c, _ in tried],
-                tokens_per_s_per_gpu=[p.tokens_per_s_per_gpu for _, p in tried],
+                weighed=[deployment_of(c) for c, *_ in tried],
+                tokens_per_s_per_gpu=[per_gpu for *_, per_gpu in tried],
             )
         )
     # a kind without kernel tables of its own runs at another GPU's: say whose
@@ -365,7 +373,25 @@ def decode_tpot_s(
     return max(step.total_s, batch * Frontend().per_token_s)
 
 
-def _priced(spec, gpu, cap, request, notes: list | None = None) -> Priced:
+def _stepped(spec, gpu, cap, request, notes: list | None = None) -> tuple[int, float] | None:
+    """(sequences, TPOT) of the full replica `cap` lays out by plan's step model; None for a
+    profile without an interconnect figure for its TP/PP/EP (the floor prices it)."""
+    try:
+        per_rank = seats_per_rank(gpu, cap)
+        tpot = decode_tpot_s(spec, gpu, cap, request, per_rank, request.context_len, notes)
+    except KvplanError:
+        return None
+    return per_rank * _ranks(cap), tpot
+
+
+def _step_per_gpu(cap, stepped: tuple[int, float]) -> float:
+    """Tokens/s per GPU of a full replica priced by the step model."""
+    batch, tpot = stepped
+    return batch / tpot / (cap.num_gpus // cap.replicas)
+
+
+def _priced(spec, gpu, cap, request, stepped: tuple[int, float] | None) -> Priced:
+    """The layout's floor beside its step-model pricing (`stepped`, from _stepped)."""
     d_gpus = cap.num_gpus // cap.replicas
     per_replica = max(1, cap.max_concurrency // cap.replicas)
     dp = cap.dp_attention if cap.dp_attention > 1 else None
@@ -376,14 +402,10 @@ def _priced(spec, gpu, cap, request, notes: list | None = None) -> Priced:
         cap.tp, cap.pp, dp,
     )  # fmt: skip
     floor_per_gpu = floor.tokens_per_s / d_gpus
-    batch, tpot, by = per_replica, floor.time_floor_s, "floor"
-    try:
-        per_rank = seats_per_rank(gpu, cap)
-        tpot = decode_tpot_s(spec, gpu, cap, request, per_rank, request.context_len, notes)
-        batch, by = per_rank * _ranks(cap), "step"
-    except KvplanError:  # a profile without an interconnect figure for TP/PP/EP
-        batch, tpot = per_replica, floor.time_floor_s
-    per_gpu = batch / tpot / d_gpus if by == "step" else floor_per_gpu
+    if stepped is None:
+        batch, tpot, by, per_gpu = per_replica, floor.time_floor_s, "floor", floor_per_gpu
+    else:
+        (batch, tpot), by, per_gpu = stepped, "step", _step_per_gpu(cap, stepped)
     return Priced(
         batch, floor.ceiling_tokens_per_s, floor.time_floor_s, floor_per_gpu, tpot, per_gpu, by
     )

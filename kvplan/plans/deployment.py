@@ -22,7 +22,7 @@ Everything the user fixes (--tp, --pp, --dp-attention) is kept.
 
 from __future__ import annotations
 
-from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
+from kvplan.anatomy.model import CacheKind, ModelSpec, kept_per_spec, pp_stages
 from kvplan.dtypes import KvFormat
 from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import GpuProfile
@@ -55,7 +55,7 @@ class Deployment(NamedTuple):
 class Candidate(NamedTuple):
     deployment: Deployment
     users: int  # sequences of the context one replica holds
-    pool_bytes_per_gpu: float
+    budget: Budget  # one rank's (the KV pool per GPU: budget.pool_bytes)
 
 
 class DeploymentChoice(NamedTuple):
@@ -66,6 +66,7 @@ class DeploymentChoice(NamedTuple):
     chosen_by: str  # given | fewest-gpus | most-users | fewest-total-gpus | most-users-on-gpus
     weighed: tuple[Candidate, ...]  # the other deployments of the same size, most users first
     notes: tuple[Note, ...]
+    budget: Budget  # one rank's budget on `deployment` (its pool holds `users` per replica)
 
 
 def gpus_per_node(gpu: GpuProfile) -> tuple[int, list[Note]]:
@@ -156,20 +157,31 @@ def valid_tps(spec: ModelSpec, node: int) -> list[int]:
 def candidates(spec: ModelSpec, node: int, max_gpus: int) -> list[Deployment]:
     """Every layout kvplan weighs: TP within the node (powers of two the heads allow); PP only
     at the node's largest valid TP; DP attention for MoE models over 2..node ranks, then whole
-    nodes."""
+    nodes. Kept per model, node and size (`capacity --gpu all` asks it of every GPU kind)."""
+    return list(
+        kept_per_spec(
+            _CANDIDATES, spec, (node, max_gpus), lambda: tuple(_candidates(spec, node, max_gpus))
+        )
+    )
+
+
+_CANDIDATES: dict[tuple, tuple] = {}
+
+
+def _candidates(spec: ModelSpec, node: int, max_gpus: int) -> list[Deployment]:
     tps = valid_tps(spec, node)
-    out = [Deployment(tp, 1) for tp in tps]
+    out = [Deployment(tp, 1, 1) for tp in tps if tp <= max_gpus]
     if tps:
         top = tps[-1]
         for pp in range(2, min(MAX_PP, spec.num_layers) + 1):
             if top * pp <= max_gpus:
-                out.append(Deployment(top, pp))
+                out.append(Deployment(top, pp, 1))
     if spec.moe is not None:
         sizes = [n for n in (2, 4, 8, 16, 32, 64) if n < node] + [
             node * k for k in range(1, max_gpus // node + 1)
         ]
         out += [Deployment(1, 1, n) for n in sizes if n <= max_gpus]
-    return [d for d in out if d.gpus <= max_gpus]
+    return out
 
 
 def choose_deployment(
@@ -202,7 +214,7 @@ def choose_deployment(
             spec, gpu, wdtype, d, gpu_mem_util, reserve_bytes, max_num_batched_tokens
         )
         users = replica_sequences(spec, d, plan.pool_bytes, context_len, fmt, block_size)
-        return Candidate(d, users if plan.pool_bytes > 0 else 0, plan.pool_bytes)
+        return Candidate(d, users if plan.pool_bytes > 0 else 0, plan)
 
     if tp is not None or pp is not None or dp_attention is not None:
         d = Deployment(tp or 1, pp or 1, dp_attention or 1)
@@ -216,6 +228,7 @@ def choose_deployment(
             "given",
             (),
             tuple(notes + _layout_notes(spec, d, node)),
+            picked.budget,
         )
     if gpu.interconnect is None:
         pool = [score(Deployment())]
@@ -315,6 +328,7 @@ def choose_deployment(
         chosen_by,
         tuple(ranked[1:]),
         tuple(notes),
+        best.budget,
     )
 
 
@@ -323,9 +337,10 @@ def _fewest_first(layouts: list[Deployment], score) -> list[Candidate]:
     ones left unscored: the default choice looks no further (`capacity --gpu all` weighs about
     20 layouts per kind, most of them pipelines far wider than the one chosen). Every layout
     when none fits."""
+    sized = [(d.gpus, d) for d in layouts]
     scored: list[Candidate] = []
-    for gpus in sorted({d.gpus for d in layouts}):
-        group = [score(d) for d in layouts if d.gpus == gpus]
+    for gpus in sorted({n for n, _ in sized}):
+        group = [score(d) for n, d in sized if n == gpus]
         if any(c.users >= 1 for c in group):
             return group
         scored += group

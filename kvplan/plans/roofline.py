@@ -433,7 +433,7 @@ def decode_floor(
     s*, B_read, the pool): its decode row's floor and tokens/s and its one-sequence ceiling.
     The same numbers and the same errors as that roofline() call."""
     wdtype, _ = resolve_weights_dtype_checked(spec, weights_dtype)
-    fmt = resolve_kv_format(kv_dtype, spec.dtype, RooflineRequest().kv_group_size)
+    fmt = resolve_kv_format(kv_dtype, spec.dtype, RooflineRequest._field_defaults["kv_group_size"])
     d = Deployment(tp or 1, pp or 1, dp_attention or 1)
     check_deployment(spec, d)
     node, _ = gpus_per_node(gpu)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvplan.engines.vllm import VllmResult
+from kvplan.engines.vllm import NULL_BLOCK_CHECK_FROM, VllmResult
 from kvplan.present import format as f
 from kvplan.present.view import Column, Fact, Table, Verdict, View, jsonable, judged, view
 from kvplan.units import GIB, MIB
 
 if TYPE_CHECKING:  # SGLang's and llama.cpp's modules load where their engine is asked for
-    from kvplan.engines.sglang import SglangResult
+    from kvplan.engines.sglang import SglangCompressedResult, SglangResult
 
 
 def vllm_profile_lines(r: VllmResult) -> list[str]:
@@ -49,6 +49,23 @@ def vllm_log_lines(r: VllmResult) -> list[str]:
         lines.append(
             f"Maximum concurrency for {r.max_model_len:,} tokens per request: "
             f"{r.max_concurrency:.2f}x"
+        )
+    elif r.engine_version == NULL_BLOCK_CHECK_FROM:
+        # kv_cache_utils._check_enough_kv_cache_memory, 0.32: format_gib, the memory less the
+        # null block, the CPU remark
+        estimate = (
+            f"Based on the available memory, the estimated maximum model length is "
+            f"{r.estimated_max_model_len}. "
+            if r.estimated_max_model_len
+            else ""
+        )
+        lines.append(
+            f"ValueError: To serve at least one request with the model's max seq len "
+            f"({r.max_model_len}), ({f.vllm_gib(r.required_bytes_per_request)} GiB KV cache is "
+            f"needed, which is larger than the available KV cache memory "
+            f"({f.vllm_gib(r.check_bytes)} GiB). {estimate}Try increasing "
+            "`gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or "
+            "decreasing `max_model_len` when initializing the engine."
         )
     else:
         lines.append(
@@ -93,6 +110,36 @@ def vllm_memory_rows(r: VllmResult) -> list[dict]:
     ]
 
 
+def _packed(r: VllmResult) -> bool:
+    """DeepSeek-V4's packed layout: groups of several page sizes sharing one block."""
+    return bool(r.groups) and hasattr(r.groups[0], "label")
+
+
+def _page_facts(r: VllmResult) -> list[tuple[str, str]]:
+    if _packed(r):
+        return [
+            (
+                "block",
+                f"{r.page_bytes:,} B: one block of every group's pages side by side "
+                f"(engine block {r.block_size} tokens)",
+            ),
+            ("groups", f"{r.num_groups} groups, the pages of up to {r.group_size} caches each"),
+        ]
+    return [
+        (
+            "page",
+            f"{r.page_bytes:,} B per block of {r.block_size} tokens over all {r.group_size} layers"
+            if r.uniform_type
+            else f"{r.page_bytes:,} B per layer per block of {r.block_size} tokens",
+        ),
+        (
+            "groups",
+            f"{r.num_groups} group{'s' if r.num_groups != 1 else ''} of {r.group_size} layers"
+            + (f" ({r.padding_layers} padding layers)" if r.padding_layers else ""),
+        ),
+    ]
+
+
 def vllm_view(r: VllmResult) -> View:
     lines = vllm_log_lines(r)
     facts = [
@@ -107,17 +154,7 @@ def vllm_view(r: VllmResult) -> View:
             f"max_num_seqs {r.max_num_seqs:,}, max_num_batched_tokens {r.max_num_batched_tokens:,}",
         ),
         ("available KV memory", f"{f.gib_text(r.available_kv_bytes)} per GPU"),
-        (
-            "page",
-            f"{r.page_bytes:,} B per block of {r.block_size} tokens over all {r.group_size} layers"
-            if r.uniform_type
-            else f"{r.page_bytes:,} B per layer per block of {r.block_size} tokens",
-        ),
-        (
-            "groups",
-            f"{r.num_groups} group{'s' if r.num_groups != 1 else ''} of {r.group_size} layers"
-            + (f" ({r.padding_layers} padding layers)" if r.padding_layers else ""),
-        ),
+        *_page_facts(r),
         ("num_blocks", f"{r.num_blocks:,}"),
         ("blocks per request", f"{r.blocks_per_request:,} at max_model_len {r.max_model_len:,}"),
         ("needed per request", f.gib_text(r.required_bytes_per_request)),
@@ -153,19 +190,20 @@ def vllm_view(r: VllmResult) -> View:
                 memory_rows,
             )
         )
-    tables.append(
-        Table(
-            "KV-cache groups",
-            [
-                Column("group", "group", f.integer),
-                Column("kind", "spec", f.text, "left"),
-                Column("window", "window", f.integer),
-                Column("block_size", "block (tokens)", f.integer),
-                Column("layers", "layers", f.integer),
-            ],
-            data["groups"],
-        )
-    )
+    columns = [
+        Column("group", "group", f.integer),
+        Column("kind", "spec", f.text, "left"),
+        Column("window", "window", f.integer),
+        Column("block_size", "block (tokens)", f.integer),
+        Column("layers", "layers", f.integer),
+    ]
+    if _packed(r):
+        columns += [
+            Column("page_bytes", "bytes in a block", f.integer),
+            Column("pages_per_request", "blocks a request", f.integer),
+            Column("label", "caches", f.text, "left"),
+        ]
+    tables.append(Table("KV-cache groups", columns, data["groups"]))
     title = f"vLLM {r.engine_version} allocation for {r.model['name']} on {r.gpu}"
     return view(title, r, facts, tables, data=data)
 
@@ -259,10 +297,52 @@ def sglang_view(r: SglangResult) -> View:
     return view(f"SGLang allocation for {r.model['name']} on {r.gpu}", r, facts, [table], data=data)
 
 
+def sglang_compressed_log_lines(r: SglangCompressedResult) -> list[str]:
+    """SGLang 0.5.14's DeepSeek-V4 pool lines (pool_configurator.py DSV4PoolConfigurator,
+    deepseek_v4_memory_pool.py DeepSeekV4TokenToKVPool), in its wording."""
+    p = r.pools
+    return [
+        f"DSV4 memory calculation: bytes_per_full_token={p.bytes_per_full_token:.2f}, "
+        f"available_bytes={p.available_bytes / (1 << 30):.2f} GB, full_token={p.full_tokens}",
+        f"DSV4 pool sizes: full={p.full_tokens}, swa={p.swa_tokens}, c4={p.c4_tokens}, "
+        f"c128={p.c128_tokens}, c4_state={p.c4_state_pool_size}, "
+        f"c128_state={p.c128_state_pool_size}",
+        f"Initialize DeepSeekV4TokenToKVPool with max_num_reqs={p.max_running_requests} "
+        f"swa_size={p.swa_tokens} c4_size={p.c4_tokens} c4_logical_size={p.c128_tokens * 32} "
+        f"c128_size={p.c128_tokens} c4_state_pool_size={p.c4_state_pool_size} "
+        f"c128_state_pool_size={p.c128_state_pool_size}",
+    ]
+
+
+def sglang_compressed_view(r: SglangCompressedResult) -> View:
+    lines = sglang_compressed_log_lines(r)
+    p = r.pools
+    facts = [
+        ("engine", f"SGLang {r.engine_version} rules (DeepSeek-V4 pools)"),
+        ("model / GPU", f"{r.model['name']} on {r.gpu}, TP {r.tp} x PP {r.pp}"),
+        ("dtypes", f"model {r.dtype}, kv-cache-dtype {r.kv_cache_dtype}"),
+        ("pool", f"{f.gib_text(p.available_bytes)} per GPU"),
+        ("bytes per full token", f"{p.bytes_per_full_token:,.2f} B over {p.layers} layers"),
+        ("max_total_num_tokens", f"{r.kv_cache_tokens:,} (page {r.block_size})"),
+        ("max_running_requests", f"{r.max_running_requests:,}"),
+        ("concurrency", f"{r.max_concurrency:.2f} requests of {r.max_model_len:,} tokens"),
+    ]
+    data = jsonable(r)
+    data["log_lines"] = lines
+    table = Table(
+        "log lines",
+        [Column("line", "what SGLang logs", f.text, "left")],
+        [{"line": line} for line in lines],
+    )
+    return view(f"SGLang allocation for {r.model['name']} on {r.gpu}", r, facts, [table], data=data)
+
+
 def engine_view(result) -> View:
     if result.engine in ("llama.cpp", "ollama"):
         return llamacpp_view(result)
-    return vllm_view(result) if result.engine == "vllm" else sglang_view(result)
+    if result.engine == "vllm":
+        return vllm_view(result)
+    return sglang_compressed_view(result) if hasattr(result, "pools") else sglang_view(result)
 
 
 # ---- llama.cpp ---------------------------------------------------------------------------------

@@ -135,9 +135,14 @@ def note_json(items) -> list[dict]:
     return out
 
 
+_PLAIN = (str, int, float, bool, type(None))  # JSON as they are (exact types: not an IntEnum)
+
+
 def jsonable(value: Any) -> Any:
     """A typed result as JSON data: NamedTuples become objects, enums their values, notes
     {"id", "text"} objects."""
+    if type(value) in _PLAIN:  # most of a result's values: no further checks
+        return value
     if isinstance(value, Note):
         return {"id": value.id, "text": note_text(value)}
     if hasattr(value, "_asdict"):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
@@ -255,6 +255,12 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     from kvplan.engines import EngineRequest
     from kvplan.engines.vllm import vllm_allocation
 
+    if any(a.compress_ratio for a in spec.attention_layers()):
+        raise KvplanError(
+            f"{spec.name}: kvplan simulate does not model the engines' block tables for "
+            "DeepSeek-V4's compressed caches (vLLM's packed groups, SGLang's compressed pools); "
+            "kvplan engine gives their allocation"
+        )
     if options.engine == "sglang":
         return build_sglang_replica(spec, gpu, options)
     if options.engine != "vllm":
@@ -530,7 +536,10 @@ def step_model(
         op_dtype=wdtype,
         op_gather_kv=bool(per_op and gpu.measured.gather_kv),
     )
-    if any(a.indexer_head_dim for a in spec.attention_layers()):
+    if any(
+        layer.attention and layer.attention.indexer_head_dim
+        for layer, _ in distinct_layers(spec.layers)
+    ):
         notes.append(
             note(
                 "sim-dsa-tables",

@@ -220,6 +220,7 @@ def build_deepseek_v4(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
                 kv_one_copy=True,
                 compress_ratio=r,
                 compressed_indexer_dim=idx_dim if indexer else 0,
+                compressed_rope_dim=rope,
                 indexer_num_heads=idx_heads if indexer else 0,
             )
             params = (
@@ -294,6 +295,7 @@ def build_deepseek_v4(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
         tied_embeddings=tied,
         max_position_embeddings=max_positions or None,
         weights_quantization=quant.format,
+        weights_method=quant.method,
         quantized_parts=quant.parts,
         notes=tuple(notes),
     )

@@ -69,6 +69,9 @@ LINEAR_KEYS = (
     "use_full_rank_gate",
 )
 
+# vLLM 0.32's default min_moe_intermediate_per_partition for Kimi-K3 (its MoE's getattr default)
+K3_MIN_WIDTH = 256
+
 
 def _linear_config(f: Fields) -> tuple[dict, list[str]]:
     """linear_attn_config and the keys in it transformers does not read."""
@@ -155,6 +158,8 @@ def build_kimi_linear(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
     ):
         f.has(key)
     latent = f.opt_int("routed_expert_hidden_size")  # Kimi-K3: experts at a latent width
+    # vLLM's Kimi-K3 MoE: the least expert width per TP rank (vllm/models/kimi_k3/nvidia/model.py)
+    min_width = f.int("min_moe_intermediate_per_partition", default=K3_MIN_WIDTH, minimum=1)
     latent_norm = f.bool("latent_moe_use_norm", False)
     output_gate = f.bool("mla_use_output_gate", False)
     attn_res = f.opt_int("attn_res_block_size")
@@ -308,6 +313,8 @@ def build_kimi_linear(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
             num_layers=sparse,
             expert_intermediate_size=moe_width,
             shared_intermediate_size=moe_width * shared,
+            # vLLM's Kimi-K3 MoE (latent experts): vllm/models/kimi_k3/nvidia/model.py:595-604
+            tp_min_intermediate=min_width if latent else 0,
         )
         if sparse
         else None
@@ -326,6 +333,7 @@ def build_kimi_linear(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
         tied_embeddings=tied,
         max_position_embeddings=positions or None,
         weights_quantization=quant.format,
+        weights_method=quant.method,
         quantized_parts=quantized,
         notes=tuple(notes),
         intermediate_size=dense_width if "dense" in mlp_types else None,

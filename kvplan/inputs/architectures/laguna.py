@@ -146,6 +146,7 @@ def build_laguna(f: Fields, top: dict, name: str, hint: str, dtype_name) -> Mode
         tied_embeddings=tied,
         max_position_embeddings=f.window("max_position_embeddings") or None,
         weights_quantization=quant.format,
+        weights_method=quant.method,
         quantized_parts=quant.parts,
         notes=tuple(notes),
         intermediate_size=dense_width if "dense" in mlp_types else None,

@@ -53,6 +53,25 @@ text("sglang-mamba")(
         "covers the full-attention layers only."
     )
 )
+text("sglang-dsv4-pools")(
+    lambda version, bytes_per_full_token, layers, c4_layers, c128_layers: (
+        f"DeepSeek-V4 in SGLang {version} (DSV4PoolConfigurator): the pool memory is split by "
+        f"{bytes_per_full_token:,.2f} B a full token over {layers} layers: a sliding-window row of "
+        f"584 B for a tenth of the tokens (swa_full_tokens_ratio 0.1) on every layer, a 584-B "
+        f"compressed row per 4 tokens with a 132-B indexer key on {c4_layers} layers and per 128 "
+        f"on {c128_layers}, and the compressors' fp32 ring states (8 and 128 slots per "
+        "window of the SWA tokens); page 256, max_running_requests min(256, tokens // 2). The "
+        "concurrency counts the full pool's tokens; the SWA and state pools (a tenth of them) "
+        "are not checked per request. Read from SGLang's source (sglang-0.5.14 wheel), not "
+        "checked against an SGLang log."
+    )
+)
+text("sglang-dsv4-dtype")(
+    lambda: (
+        "--kv-cache-dtype auto: SGLang 0.5.14 serves DeepSeek-V4 with an fp8_e4m3 cache "
+        "(apply_deepseek_v4_defaults)."
+    )
+)
 text("sglang-partial-indexer")(
     lambda layers, of: (
         f"Only {layers} of the {of} layers run their own DSA indexer (indexer_types), so only they "

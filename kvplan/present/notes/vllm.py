@@ -84,6 +84,27 @@ text("vllm-uniform-type")(
         "was not checked against a vLLM log for this model."
     )
 )
+text("vllm-compressed-layout")(
+    lambda caches, layers, groups, block_bytes, in_flight, max_num_batched_tokens: (
+        f"DeepSeek-V4 in vLLM 0.32: its {layers} layers register {caches} caches (per layer a "
+        "sliding-window cache of 64-token blocks; per compressed layer its compressed entries in "
+        "256-token blocks and the compressor's fp32 states; per 1/4 layer the indexer's keys and "
+        "its compressor's states), all replicated on every TP rank; "
+        f"_get_packed_kv_cache_groups packs them into {groups} groups whose pages share one "
+        f"block of {block_bytes:,} B (the widest group). A sliding cache is counted for "
+        f"min(window - 1 + {in_flight:,}, max_model_len) tokens a request: the tokens in flight "
+        f"are 2 x max_num_batched_tokens {max_num_batched_tokens:,} (async scheduling, on by "
+        "default). Read from vLLM 0.32.0's source (vllm/models/deepseek_v4, "
+        "vllm/v1/core/kv_cache_utils.py; commit 5df63a720), not checked against a vLLM log."
+    )
+)
+text("vllm-dsv4-fp8-ds-mla")(
+    lambda given: (
+        f"--kv-cache-dtype {given}: vLLM 0.32 stores DeepSeek-V4's cache in the fp8_ds_mla "
+        "layout on FLASHMLA_SPARSE_DSV4 (584 B a token or compressed entry: 448 fp8 values, 64 "
+        "bf16 RoPE values, 8 B of scales; pages padded to a multiple of 576 B)."
+    )
+)
 text("vllm-gqa-indexer")(
     lambda layers, width, block_size: (
         f"MiniMax-M3: {layers} layers' lightning indexer keeps its own key-only cache, one bf16 "
