@@ -55,12 +55,12 @@ GPU_PROFILES = (
     (r"MI325X", "mi325x", "CDNA3"),
     (r"(?i)MI300X", "mi300x", "CDNA3"),
 )
-# serve flags kvplan's simulation cannot express yet, and what it would need
+# serve flags kvplan's simulation cannot express yet, and what it would need (the attention
+# backend flags, --attention-backend and --nsa-*-backend, are taken since issue 28)
 NEEDS = (
     (r"--enable-dp-attention|--dp(-size)?\b", "DP attention (--dp, --enable-dp-attention)"),
     (r"--ep(-size)?\b", "expert parallelism (--ep)"),
     (r"--speculative-", "speculative decoding"),
-    (r"--attention-backend|--nsa-(prefill|decode)-backend", "kernel backend choice"),
     (r"--mem-fraction-static", "SGLang --mem-fraction-static"),
     (r"SGLANG_ROCM_FUSED_DECODE_MLA=0|SGLANG_USE_AITER=0", "ROCm kernel switches"),
 )

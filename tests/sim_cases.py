@@ -30,6 +30,16 @@ ASYNC_DEFAULT_FROM = (0, 12)  # vLLM turned async scheduling on by default in 0.
 METRICS = ("output_throughput", "median_tpot_ms", "median_ttft_ms")
 
 
+# the engines' attention-backend flags -> ServeOptions' fields
+BACKEND_FLAGS = {
+    "--attention-backend": "attention_backend",
+    "--prefill-attention-backend": "prefill_attention_backend",
+    "--decode-attention-backend": "decode_attention_backend",
+    "--nsa-prefill-backend": "nsa_prefill_backend",
+    "--nsa-decode-backend": "nsa_decode_backend",
+}
+
+
 def load_cases(path: Path = CASES_PATH) -> list[dict]:
     return json.loads(path.read_text(encoding="utf-8"))["cases"]
 
@@ -50,6 +60,8 @@ def serve_options(case: dict) -> ServeOptions:
                 options = options._replace(max_num_seqs=int(argv[i + 1]))
             elif arg == "--chunked-prefill-size":
                 options = options._replace(max_num_batched_tokens=int(argv[i + 1]))
+            elif arg in BACKEND_FLAGS:
+                options = options._replace(**{BACKEND_FLAGS[arg]: argv[i + 1]})
         return options
     version = case.get("engine_version") or case.get("vllm_version")
     if version is None:  # not stated (some external runs): kvplan's default vLLM version
@@ -67,6 +79,8 @@ def serve_options(case: dict) -> ServeOptions:
             options = options._replace(async_scheduling=True)
         elif arg == "--gpu-memory-utilization":
             options = options._replace(gpu_mem_util=float(argv[i + 1]))
+        elif arg == "--attention-backend":
+            options = options._replace(attention_backend=argv[i + 1])
     return options
 
 

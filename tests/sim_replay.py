@@ -70,6 +70,11 @@ TAKEN = {
     "--speculative-eagle-topk": True,
     "--speculative-num-draft-tokens": True,
     "--speculative-draft-model-path": True,
+    "--attention-backend": True,
+    "--prefill-attention-backend": True,
+    "--decode-attention-backend": True,
+    "--nsa-prefill-backend": True,
+    "--nsa-decode-backend": True,
 }
 # flags that change nothing kvplan prices: name -> takes a value
 DROPPED = {

@@ -539,6 +539,33 @@ INVOCATIONS: dict[str, Invocation] = {
         *SMALL,
     ),  # fmt: skip
     "simulate dsa": cli("simulate", "deepseek-v3.2", "--gpu", "h200", "--tp", "8", *SMALL),
+    "simulate attention backend": cli(
+        "simulate", "llama-3.1-8b", "--gpu", "h100", "--attention-backend", "FLASHINFER", *SMALL
+    ),
+    "engine sglang flashmla": cli(
+        "engine",
+        "deepseek-v3",
+        "--engine",
+        "sglang",
+        "--gpu",
+        "h200",
+        "--tp",
+        "8",
+        "--attention-backend",
+        "flashmla",
+    ),  # fmt: skip
+    "engine vllm flashmla": cli(
+        "engine",
+        "deepseek-v3",
+        "--engine",
+        "vllm",
+        "--gpu",
+        "h200",
+        "--tp",
+        "8",
+        "--attention-backend",
+        "FLASHMLA",
+    ),  # fmt: skip
     "simulate dsa untabled": cli(
         "simulate", "deepseek-v3.2", "--gpu", "mi300x", "--tp", "8", *SMALL
     ),
@@ -851,6 +878,9 @@ SOURCES: dict[str, str] = {
     "sim-dsa-dense": "simulate dsa untabled",
     "sim-dsa-tables": "simulate dsa",
     "sim-enforce-eager": "simulate dcp eager",
+    "sim-attention-kernels": "simulate attention backend",
+    "sglang-attention": "engine sglang flashmla",
+    "vllm-attention": "engine vllm flashmla",
     "sim-engine": "simulate measured profile",
     "sim-expert-parallel": "simulate expert parallel",
     "sim-frontend-bound": "simulate frontend bound",
@@ -948,6 +978,8 @@ CHOOSE_WORDS = {
     ("roofline-ops", "tp"),  # TP 1: unsaid
     ("compare-columns", "context_len"),  # a layout given: no context in the words
     ("sim-enforce-eager", "engine"),  # the engine's flag: --enforce-eager, --disable-cuda-graph
+    ("sglang-attention", "forced"),  # whether the backend forced the page: said in words
+    ("sglang-attention", "graphs"),  # CUDA graphs off: said in words
     ("plan-speculative", "engine"),  # the engine's flags: --speculative-config or -*
     ("deployment-chosen", "nodes"),  # "one node"
     ("deployment-on-gpus", "replicas"),  # one replica: unsaid

@@ -71,8 +71,11 @@ def test_serve_flags_become_kvplan_arguments():
         "--tp", "8", "--dp-size", "8", "--enable-dp-attention", "--ep-size", "8",
         "--context-length", "32768",
     ]  # fmt: skip
-    with pytest.raises(KvplanError, match="--attention-backend"):
-        serve_argv("sglang serve --model-path X --tp 8 --attention-backend triton")
+    assert serve_argv("sglang serve --model-path X --tp 8 --attention-backend triton") == [
+        "--tp", "8", "--attention-backend", "triton",
+    ]  # fmt: skip
+    with pytest.raises(KvplanError, match="--moe-runner-backend"):
+        serve_argv("sglang serve --model-path X --tp 8 --moe-runner-backend triton")
 
 
 def test_a_speculative_replay_passes_the_printed_acceptance():

@@ -98,7 +98,27 @@ SERVE_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "enable_expert_parallel": (("--enable-expert-parallel", "-ep"), ()),
     "ep_size": ((), ("--ep-size", "--expert-parallel-size")),
     "enable_dp_attention": ((), ("--enable-dp-attention",)),
+    "attention_backend": (("--attention-backend",), ()),  # SGLang spells it the same
+    "prefill_attention_backend": ((), ("--prefill-attention-backend",)),
+    "decode_attention_backend": ((), ("--decode-attention-backend",)),
+    "nsa_prefill_backend": ((), ("--nsa-prefill-backend",)),
+    "nsa_decode_backend": ((), ("--nsa-decode-backend",)),
 }
+# the attention-backend flags (SERVE_FLAGS' names) and each one's help
+ATTENTION_BACKEND_FLAGS = {
+    "attention_backend": "The engine's attention kernels as it names them (vLLM: FLASH_ATTN, "
+    "FLASHINFER, FLASHMLA, ..., auto; SGLang: fa3, flashinfer, triton, flashmla, trtllm_mla, "
+    "...): the page size they force and the backends the engine refuses for the model and GPU.",
+    "prefill_attention_backend": "SGLang: the prefill phase's attention backend.",
+    "decode_attention_backend": "SGLang: the decode phase's attention backend.",
+    "nsa_prefill_backend": "SGLang, DeepSeek sparse attention models: the prefill NSA kernels.",
+    "nsa_decode_backend": "SGLang, DeepSeek sparse attention models: the decode NSA kernels.",
+}
+
+
+def attention_backend_option(name: str) -> Any:
+    """One of the attention-backend flags (ATTENTION_BACKEND_FLAGS), as the engines spell it."""
+    return serve_option(name, None, ATTENTION_BACKEND_FLAGS[name])
 
 
 def serve_option(

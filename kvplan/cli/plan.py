@@ -122,6 +122,11 @@ def add(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", min=0, max=2**31, help="Random seed."),
         dcp: int = c.dcp_option(),
         enforce_eager: bool = c.enforce_eager_option(),
+        attention_backend: str = c.attention_backend_option("attention_backend"),
+        prefill_attention_backend: str = c.attention_backend_option("prefill_attention_backend"),
+        decode_attention_backend: str = c.attention_backend_option("decode_attention_backend"),
+        nsa_prefill_backend: str = c.attention_backend_option("nsa_prefill_backend"),
+        nsa_decode_backend: str = c.attention_backend_option("nsa_decode_backend"),
         speculative: str = typer.Option(
             "auto",
             "--speculative",
@@ -203,6 +208,11 @@ def add(app: typer.Typer) -> None:
                 dcp, what="--decode-context-parallel-size", minimum=1, maximum=1024
             ),
             enforce_eager=enforce_eager,
+            attention_backend=attention_backend,
+            prefill_attention_backend=prefill_attention_backend,
+            decode_attention_backend=decode_attention_backend,
+            nsa_prefill_backend=nsa_prefill_backend,
+            nsa_decode_backend=nsa_decode_backend,
             speculative=speculative,
             **c.speculative_fields(
                 speculative_config,

@@ -437,6 +437,11 @@ def add(app: typer.Typer) -> None:
         ),
         dcp: int = c.dcp_option(),
         enforce_eager: bool = c.enforce_eager_option(),
+        attention_backend: str = c.attention_backend_option("attention_backend"),
+        prefill_attention_backend: str = c.attention_backend_option("prefill_attention_backend"),
+        decode_attention_backend: str = c.attention_backend_option("decode_attention_backend"),
+        nsa_prefill_backend: str = c.attention_backend_option("nsa_prefill_backend"),
+        nsa_decode_backend: str = c.attention_backend_option("nsa_decode_backend"),
         num_scheduler_steps: int = typer.Option(
             1,
             "--num-scheduler-steps",
@@ -538,6 +543,11 @@ def add(app: typer.Typer) -> None:
                 decode_context_parallel_size=dcp,
                 enforce_eager=enforce_eager,
                 num_scheduler_steps=num_scheduler_steps,
+                attention_backend=attention_backend,
+                prefill_attention_backend=prefill_attention_backend,
+                decode_attention_backend=decode_attention_backend,
+                nsa_prefill_backend=nsa_prefill_backend,
+                nsa_decode_backend=nsa_decode_backend,
                 **c.speculative_fields(
                     speculative_config,
                     speculative_algorithm,

@@ -50,6 +50,14 @@ class EngineRequest(NamedTuple):
     expert_ranks: int | None = None
     # vLLM -dcp: the KV cache sharded along tokens over this many ranks of the TP group
     decode_context_parallel_size: int = 1
+    # the engines' attention backend flags as typed (None: the engine's own choice): vLLM's and
+    # SGLang's --attention-backend; SGLang's per-phase and DSA (--nsa-*-backend) choices
+    attention_backend: str | None = None
+    prefill_attention_backend: str | None = None
+    decode_attention_backend: str | None = None
+    nsa_prefill_backend: str | None = None
+    nsa_decode_backend: str | None = None
+    speculative_eagle_topk: int | None = None  # SGLang picks its default backend by it
 
 
 def refuse_compressed(spec, engine: str) -> None:
@@ -86,4 +94,25 @@ def refuse_gqa_indexer(spec, engine: str) -> None:
             f"{spec.name}: {len(layers)} layers keep a key-only indexer cache beside K and V "
             f"({layers[0].indexer_head_dim} wide, MiniMax-M3's lightning indexer); {why} (kvplan "
             "size and capacity give the architecture's bytes)"
+        )
+
+
+def refuse_backends_for_compressed(request: EngineRequest, engine: str) -> None:
+    """DeepSeek-V4's compressed pools (vLLM 0.32, SGLang 0.5.14) are modelled for the engines'
+    own DeepSeek-V4 attention only: a given attention-backend flag is refused, not ignored."""
+    given = [
+        f"--{name.replace('_', '-')}"
+        for name in (
+            "attention_backend",
+            "prefill_attention_backend",
+            "decode_attention_backend",
+            "nsa_prefill_backend",
+            "nsa_decode_backend",
+        )
+        if getattr(request, name) is not None
+    ]
+    if given:
+        raise KvplanError(
+            f"{given[0]}: kvplan models DeepSeek-V4's pools for {engine}'s own DeepSeek-V4 "
+            "attention only, not another backend's"
         )

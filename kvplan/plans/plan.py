@@ -121,6 +121,13 @@ class PlanRequest(NamedTuple):
     # vLLM -dcp and --enforce-eager (SGLang --disable-cuda-graph) for every configuration
     decode_context_parallel_size: int = 1
     enforce_eager: bool = False
+    # the attention-backend flags for every configuration, as the engines spell them
+    # (kvplan.simulate.setup.ServeOptions' fields of the same names; None: not given)
+    attention_backend: str | None = None
+    prefill_attention_backend: str | None = None
+    decode_attention_backend: str | None = None
+    nsa_prefill_backend: str | None = None
+    nsa_decode_backend: str | None = None
     # speculative decoding (kvplan.simulate.speculative): "auto" searches each layout without
     # it and, for a model with MTP layers, with them (k = its MTP layers); "off" without it.
     # A speculative layout given as `kvplan simulate` takes it (vLLM's --speculative-config,
@@ -208,7 +215,7 @@ class PlanResult(NamedTuple):
     confidence: float | None = None  # sized on the pessimistic bound at this confidence
     # the EP / DP flags every launch command carries, in the engine's spelling (None: none)
     parallel_flags: str | None = None
-    # the -dcp / eager-mode flags every launch command carries besides (None: none)
+    # the -dcp / eager-mode / attention-backend flags every launch command carries besides
     mode_flags: str | None = None
 
 
@@ -221,6 +228,7 @@ def plan(
     """The Python twin of `kvplan plan MODEL --rate R --slo ...`."""
     _check(request, gpus)
     _check_layout(spec, request)
+    _check_backends(request)
     if request.max_model_len is not None:  # a launch the engine refuses, refused before searching
         check_max_model_len(spec, request.emit, request.max_model_len, False, allow_flag=None)
     _check_speculative(spec, request)
@@ -580,7 +588,40 @@ def mode_flags(request: PlanRequest) -> str | None:
         flags.append(f"--decode-context-parallel-size {request.decode_context_parallel_size}")
     if request.enforce_eager:
         flags.append("--enforce-eager" if request.emit == "vllm" else "--disable-cuda-graph")
+    for name, value in _backend_flags(request).items():
+        if value is not None:
+            flags.append(f"--{name.replace('_', '-')} {value}")
     return " ".join(flags) or None
+
+
+BACKEND_FIELDS = (
+    "attention_backend",
+    "prefill_attention_backend",
+    "decode_attention_backend",
+    "nsa_prefill_backend",
+    "nsa_decode_backend",
+)
+
+
+def _check_backends(request: PlanRequest) -> None:
+    """Attention-backend names --emit's engine does not take, refused before searching (which
+    model and GPU a known backend runs on is each configuration's to rule on)."""
+    if request.emit == "sglang":
+        from kvplan.engines.sglang import check_sglang_backends
+
+        check_sglang_backends(request)
+        return
+    from kvplan.engines.vllm import vllm_backend_name
+
+    for name in BACKEND_FIELDS[1:]:
+        if getattr(request, name) is not None:
+            raise KvplanError(f"--{name.replace('_', '-')} is SGLang's; give --emit sglang")
+    vllm_backend_name(request.attention_backend)
+
+
+def _backend_flags(request: PlanRequest) -> dict:
+    """The attention-backend fields of the request, for ServeOptions (same names)."""
+    return {name: getattr(request, name) for name in BACKEND_FIELDS}
 
 
 def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
@@ -846,6 +887,7 @@ def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
         **_parallel_flags(request),
         decode_context_parallel_size=request.decode_context_parallel_size,
         enforce_eager=request.enforce_eager,
+        **_backend_flags(request),
         **speculative_layouts(spec, request)[config.speculative],
     )
     try:

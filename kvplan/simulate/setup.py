@@ -112,6 +112,13 @@ class ServeOptions(NamedTuple):
     spec_accept_length: float | None = None
     # vLLM V0's multi-step scheduling (--num-scheduler-steps, 0.6-0.8; 1: off)
     num_scheduler_steps: int = 1
+    # the attention backend flags as typed (None: the engine's own choice): vLLM's and SGLang's
+    # --attention-backend, SGLang's --prefill-/--decode-attention-backend and --nsa-*-backend
+    attention_backend: str | None = None
+    prefill_attention_backend: str | None = None
+    decode_attention_backend: str | None = None
+    nsa_prefill_backend: str | None = None
+    nsa_decode_backend: str | None = None
 
 
 # SGLang's --load-balance-method -> the router among its DP ranks (cluster.ROUTERS)
@@ -269,6 +276,14 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         raise KvplanError(
             "--mem-fraction-static is SGLang's; with --engine vllm give --gpu-memory-utilization"
         )
+    for flag, given in (
+        ("--prefill-attention-backend", options.prefill_attention_backend),
+        ("--decode-attention-backend", options.decode_attention_backend),
+        ("--nsa-prefill-backend", options.nsa_prefill_backend),
+        ("--nsa-decode-backend", options.nsa_decode_backend),
+    ):
+        if given is not None:
+            raise KvplanError(f"{flag} is SGLang's; vLLM takes one --attention-backend")
     notes: list[Note] = []
     spec.check_tp(options.tp)
     v0 = check_multi_step(options)
@@ -314,6 +329,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         expert_ranks=layout.expert_ranks if layout.modelled else None,
         enforce_eager=options.enforce_eager,
         decode_context_parallel_size=dcp,
+        attention_backend=options.attention_backend,
     )
     alloc = vllm_allocation(spec, gpu, request)
     if not alloc.fits:
@@ -482,6 +498,18 @@ def _max_model_len(spec: ModelSpec, options: ServeOptions) -> int:
     return default_max_model_len(spec, options.engine, default)
 
 
+def given_backends(options) -> str:
+    """The attention-backend flags given, as typed ("--attention-backend triton"), or ""."""
+    flags = (
+        ("--attention-backend", options.attention_backend),
+        ("--prefill-attention-backend", options.prefill_attention_backend),
+        ("--decode-attention-backend", options.decode_attention_backend),
+        ("--nsa-prefill-backend", options.nsa_prefill_backend),
+        ("--nsa-decode-backend", options.nsa_decode_backend),
+    )
+    return " ".join(f"{flag} {value}" for flag, value in flags if value is not None)
+
+
 def step_model(
     spec,
     gpu,
@@ -536,6 +564,9 @@ def step_model(
         op_dtype=wdtype,
         op_gather_kv=bool(per_op and gpu.measured.gather_kv),
     )
+    backends = given_backends(options)
+    if backends and not measured:
+        notes.append(note("sim-attention-kernels", backends=backends, tables=tables.label))
     if any(
         layer.attention and layer.attention.indexer_head_dim
         for layer, _ in distinct_layers(spec.layers)
@@ -737,6 +768,12 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         mem_fraction_static=options.mem_fraction_static,
         weights_dtype=weights_format(options),
         expert_ranks=layout.expert_ranks if layout.modelled else None,
+        attention_backend=options.attention_backend,
+        prefill_attention_backend=options.prefill_attention_backend,
+        decode_attention_backend=options.decode_attention_backend,
+        nsa_prefill_backend=options.nsa_prefill_backend,
+        nsa_decode_backend=options.nsa_decode_backend,
+        speculative_eagle_topk=options.speculative_eagle_topk,
     )
     alloc = sglang_allocation(spec, gpu, request)
     notes.extend(alloc.notes)

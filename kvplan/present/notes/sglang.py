@@ -79,3 +79,23 @@ text("sglang-partial-indexer")(
         "not checked against an SGLang log for this model."
     )
 )
+text("sglang-attention")(
+    lambda prefill, decode, nsa_prefill, nsa_decode, page, forced, graphs: (
+        "Attention backend: "
+        + (
+            f"{prefill}"
+            if prefill == decode
+            else f"{prefill or 'the release default'} for prefill, "
+            f"{decode or 'the release default'} for decode"
+        )
+        + (f" (DSA kernels: {nsa_prefill} prefill, {nsa_decode} decode)" if nsa_prefill else "")
+        + (
+            f"; it takes {page}-token pages, so SGLang sets page_size {page} and the pool rounds "
+            "down to whole pages"
+            if forced
+            else f"; page_size {page}"
+        )
+        + ("" if graphs else "; it turns CUDA graphs off (every step runs eagerly)")
+        + " (sglang 0.5.9 server_args.py, _handle_attention_backend_compatibility)."
+    )
+)

@@ -361,3 +361,12 @@ text("sim-dp-replicas")(
         f"{router.replace('_', ' ')}."
     )
 )
+text("sim-attention-kernels")(
+    lambda backends, tables: (
+        f"{backends}: the kernel tables ({tables}) time attention with the kernels NVIDIA's "
+        "aiconfigurator measured for the engine (where it timed several for one shape, the "
+        "fastest), not per attention backend, so this backend's kernels run at those rates here; "
+        "how much faster or slower they are is not known to kvplan. What the backend changes "
+        "that kvplan models: its page size and whether CUDA graphs stay on."
+    )
+)

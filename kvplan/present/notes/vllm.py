@@ -116,3 +116,10 @@ text("vllm-gqa-indexer")(
         "MiniMaxM3SparseForCausalLM (model_type minimax_m3_text)."
     )
 )
+text("vllm-attention")(
+    lambda backend, block_size: (
+        f"Attention backend {backend} (--attention-backend): block size {block_size}, vLLM "
+        "0.19's default 16 where the backend's kernels take it, else their smallest size "
+        "(get_preferred_block_size; FLASHMLA 64, FLASHINFER_MLA 32, CUTLASS_MLA 128)."
+    )
+)
