@@ -15,9 +15,9 @@ SWA backend, the V4 indexer, the compressor); the kv-cache dtype through
 _resolve_dsv4_kv_cache_dtype. vLLM's get_kv_cache_configs then groups them
 (_get_packed_kv_cache_groups), sizes the block and counts the blocks; no weights are loaded and no
 model runs. The engine block size is vLLM's own choice over those backends
-(_preferred_block_size_for_backends: 256); one input is stated here, not computed by vLLM: the
-tokens in flight, 2 x max_num_batched_tokens (VllmConfig.max_in_flight_tokens with async
-scheduling, on by default at PP 1). What vLLM decided goes to tests/data/vllm_dsv4_kv_config/<version>.json;
+(_preferred_block_size_for_backends: 256); the tokens in flight a sliding cache is sized for are
+vLLM's own VllmConfig.max_in_flight_tokens over a GPU server's scheduling (async scheduling on,
+PP 1: record_vllm_kv_config.GPU_SCHEDULING), recorded with each case. What vLLM decided goes to tests/data/vllm_dsv4_kv_config/<version>.json;
 tests/test_vllm_dsv4.py checks kvplan's engine against every record.
 """
 
@@ -41,10 +41,12 @@ from vllm.v1.core import kv_cache_utils
 from vllm.v1.kv_cache_layout import KVCacheLayout
 from vllm.v1.worker.utils import customize_attention_spec
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record_vllm_kv_config import GPU_SCHEDULING, with_vllm_properties  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "tests" / "data" / "vllm_dsv4_kv_config"
 GIB = 1 << 30
-ASYNC_BATCHES = 2
 
 # (bundled config, KV memory in GiB, max_model_len, max_num_batched_tokens, --kv-cache-dtype)
 CASES = [
@@ -177,29 +179,33 @@ def fake_vllm_config(max_model_len: int, max_num_batched_tokens: int):
         kv_cache_max_concurrency=None,
         get_resolved_kv_cache_layout=lambda: KVCacheLayout.BLHNC,
     )
-    return SimpleNamespace(
-        model_config=SimpleNamespace(
-            max_model_len=max_model_len,
-            original_max_model_len=max_model_len,
-            hf_config=SimpleNamespace(model_type="deepseek_v4"),
-        ),
-        scheduler_config=SimpleNamespace(
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_encoder_input_tokens=max_num_batched_tokens,
-            disable_hybrid_kv_cache_manager=False,
-        ),
-        cache_config=cache_config,
-        parallel_config=SimpleNamespace(
-            decode_context_parallel_size=1,
-            prefill_context_parallel_size=1,
-            tensor_parallel_size=1,
-        ),
-        attention_config=SimpleNamespace(hisparse_config=None),
-        device_config=SimpleNamespace(device_type="cuda"),
-        kv_transfer_config=None,
-        speculative_config=None,
-        max_in_flight_tokens=ASYNC_BATCHES * max_num_batched_tokens,
-        num_prefill_lookahead_tokens=0,
+    return with_vllm_properties(
+        {
+            "model_config": SimpleNamespace(
+                max_model_len=max_model_len,
+                original_max_model_len=max_model_len,
+                hf_config=SimpleNamespace(model_type="deepseek_v4"),
+            ),
+            "scheduler_config": SimpleNamespace(
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_num_encoder_input_tokens=max_num_batched_tokens,
+                disable_hybrid_kv_cache_manager=False,
+                async_scheduling=GPU_SCHEDULING["async_scheduling"],
+            ),
+            "cache_config": cache_config,
+            "parallel_config": SimpleNamespace(
+                decode_context_parallel_size=1,
+                prefill_context_parallel_size=1,
+                tensor_parallel_size=1,
+                pipeline_parallel_size=GPU_SCHEDULING["pipeline_parallel_size"],
+            ),
+            "attention_config": SimpleNamespace(hisparse_config=None),
+            "device_config": SimpleNamespace(device_type="cuda"),
+            "kv_transfer_config": None,
+            "speculative_config": None,
+            "use_v2_model_runner": GPU_SCHEDULING["use_v2_model_runner"],
+            "num_prefill_lookahead_tokens": 0,
+        }
     )
 
 
@@ -213,6 +219,7 @@ def record(name: str, memory_gib: float, max_model_len: int, mnbt: int, kv: str)
         "kv_cache_memory_bytes": memory_bytes,
         "max_model_len": max_model_len,
         "max_num_batched_tokens": mnbt,
+        "max_in_flight_tokens": config.max_in_flight_tokens,
         "caches": len(specs),
         "page_bytes": sorted({s.page_size_bytes for s in specs.values()}),
     }

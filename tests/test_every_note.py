@@ -409,6 +409,18 @@ INVOCATIONS: dict[str, Invocation] = {
         "--kv-cache-memory",
         "50GiB",
     ),  # fmt: skip
+    "vllm gemma 0.32": cli(
+        "engine",
+        "gemma-3-27b",
+        "--engine",
+        "vllm",
+        "--gpu",
+        "h200",
+        "--ctx",
+        "32k",
+        "--vllm-version",
+        "0.32",
+    ),  # fmt: skip
     "vllm deepseek-v4": cli(
         "engine",
         f"{REAL}/deepseek-ai--DeepSeek-V4-Flash.json",
@@ -938,6 +950,7 @@ SOURCES: dict[str, str] = {
     "vllm-rules": "vllm dsa fp8 tp8",
     "vllm-state-block": "vllm nemotron",
     "vllm-uniform-type": "vllm glm-5.3",
+    "vllm-window-in-flight": "vllm gemma 0.32",
     "weights-gguf": "size gguf phi3",
     "weights-quantized": "size deepseek-v4",
     "weights-stored": "size checkpoint folder",

@@ -24,7 +24,7 @@ from kvplan.engines import EngineRequest, engine_allocation
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
 
-from helpers import one_line_error, run_cli
+from helpers import REPO, one_line_error, run_cli
 
 GIB = 1 << 30
 
@@ -55,6 +55,67 @@ def test_pool_sizes_by_hand(model, layers, l4, l128, memory):
     assert (p.c4_state_pool_size, p.c128_state_pool_size) == (swa // 128 * 8, swa // 128 * 128)
     assert r.max_running_requests == min(256, full // 2)
     assert r.kv_cache_tokens == full and r.kv_cache_dtype == "fp8_e4m3"
+
+
+RECORDS = REPO / "tests" / "data" / "sglang_dsv4_pools" / "0.5.14.json"
+
+
+@pytest.mark.parametrize(
+    "case",
+    json.loads(RECORDS.read_text())["cases"],
+    ids=lambda c: f"{c['model']}@{c['available_bytes']}",
+)
+def test_pools_equal_sglangs_own_configurator(case):
+    """scripts/record_sglang_dsv4_pools.py ran SGLang 0.5.14's own DSV4PoolConfigurator (and
+    apply_deepseek_v4_defaults) from the released wheel on a CPU: kvplan's pools are its."""
+    assert (case["page_size"], case["kv_cache_dtype"]) == (256, "fp8_e4m3")
+    assert case["swa_full_tokens_ratio"] == 0.1 and case["max_running_requests_default"] == 256
+    spec = load_model(str(REPO / "model_configs" / f"{case['model']}.json"), checkpoint=False)
+    request = EngineRequest(engine="sglang", kv_cache_memory_bytes=case["available_bytes"], tp=8)
+    r = engine_allocation(spec, load_profile("h200"), request)
+    p = r.pools
+    assert p.bytes_per_full_token == pytest.approx(case["bytes_per_full_token"], rel=1e-15)
+    got = (p.full_tokens, p.swa_tokens, p.c4_tokens, p.c128_tokens)
+    assert got == (
+        case["full_tokens"],
+        case["swa_tokens"],
+        case["c4_tokens"],
+        case["c128_tokens"],
+    )
+    assert (p.c4_state_pool_size, p.c128_state_pool_size) == (
+        case["c4_state_pool_size"],
+        case["c128_state_pool_size"],
+    )
+    assert (p.layers, p.c4_layers, p.c128_layers) == (
+        case["layers"],
+        case["c4_layers"],
+        case["c128_layers"],
+    )
+
+
+@pytest.mark.slow
+def test_sglang_still_sizes_as_recorded(tmp_path):
+    """SGLang's own configurator re-run (scripts/record_sglang_dsv4_pools.py) must give the
+    records: KVPLAN_SGLANG_PYTHON (a Python with torch and transformers) and
+    KVPLAN_SGLANG_PATH (the unpacked sglang-0.5.14 wheel and dill/orjson, os.pathsep-joined)
+    name it; skipped without them."""
+    import os
+    import subprocess
+
+    python, path = os.environ.get("KVPLAN_SGLANG_PYTHON"), os.environ.get("KVPLAN_SGLANG_PATH")
+    if not python or not path:
+        pytest.skip("KVPLAN_SGLANG_PYTHON and KVPLAN_SGLANG_PATH name an SGLang wheel to run")
+    run = subprocess.run(
+        [python, str(REPO / "scripts" / "record_sglang_dsv4_pools.py"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    fresh = json.loads((tmp_path / RECORDS.name).read_text())
+    assert fresh["cases"] == json.loads(RECORDS.read_text())["cases"]
 
 
 def test_flash_prints_sglangs_pool_lines():

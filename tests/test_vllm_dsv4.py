@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from kvplan.engines import EngineRequest, engine_allocation
+from kvplan.engines.vllm_schedule import window_in_flight_tokens
 from kvplan.errors import KvplanError
 from kvplan.inputs.architectures import build_model
 from kvplan.inputs.hardware import load_profile
@@ -155,6 +156,8 @@ def test_kvplan_packs_as_vllm_does(case):
     )
     assert r.page_bytes == case["bytes_per_block"]
     assert r.required_bytes_per_request == case["required_bytes_per_request"]
+    flight = window_in_flight_tokens(case["max_num_batched_tokens"], "0.32")
+    assert flight == case["max_in_flight_tokens"]  # vLLM's VllmConfig.max_in_flight_tokens
     got = [(g.block_size, g.layers, g.page_bytes, g.pages_per_request) for g in r.groups]
     want = [
         (g["block_size"], g["layers"], g["page_bytes"], g["pages_per_request"])
@@ -220,6 +223,23 @@ def test_what_vllm_0_32_refuses_or_kvplan_does_not_model(args, named):
         *("--vllm-version", "0.32", "--kv-cache-memory", "60GiB", *args),
     )
     one_line_error(code, err, named)
+
+
+def test_tp_past_the_output_groups_fails_as_vllm_does():
+    """vLLM 0.32 splits DeepSeek-V4's grouped output projection into o_groups // tp groups a
+    rank (DeepseekV4Attention.n_local_groups) without a check: Flash's 8 groups at TP 16 leave
+    none, and vLLM's start-up dies dividing by that count (ZeroDivisionError). Pro has 16
+    groups, so TP 16 starts; Flash starts at TP 8."""
+    flash = load_model("deepseek-v4-flash", checkpoint=False)
+    assert {a.output_groups for a in flash.attention_layers()} == {8}
+    code, _, err = run_cli(
+        *("engine", "deepseek-v4-flash", "--engine", "vllm", "--gpu", "h200", "--tp", "16"),
+        *("--vllm-version", "0.32", "--kv-cache-memory", "60GiB"),
+    )
+    one_line_error(code, err, "ZeroDivisionError: integer division or modulo by zero")
+    assert "o_groups // tp = 8 // 16 = 0" in err and "at most --tp 8" in err
+    assert _allocate("deepseek-v4-flash", 60 * GIB, 131_072, 8192, tp=8).fits
+    assert _allocate("deepseek-v4-pro", 60 * GIB, 131_072, 8192, tp=16).fits
 
 
 def test_the_memory_is_asked_for_not_guessed():

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from kvplan.engines import EngineRequest, engine_allocation
+from kvplan.engines.vllm_schedule import window_in_flight_tokens
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
 
@@ -71,6 +72,9 @@ def test_there_are_records_for_two_releases():
 def test_kvplan_allocates_as_vllm(release, case):
     result = _kvplan(release, case)
     assert result.required_bytes_per_request == case["required_bytes_per_request"]
+    if "max_in_flight_tokens" in case:  # 0.32: what vLLM's VllmConfig derived at the defaults
+        flight = window_in_flight_tokens(case["max_num_batched_tokens"], RULES[release])
+        assert flight == case["max_in_flight_tokens"]
     if "error" in case:
         assert not result.fits
         assert result.estimated_max_model_len == case["estimated_max_model_len"]
@@ -112,3 +116,29 @@ def test_vllm_still_allocates_as_recorded(tmp_path, index):
         return
     recorded = json.loads(known[-1].read_text())["cases"]
     assert fresh["cases"] == recorded, version
+
+
+@pytest.mark.parametrize(
+    "release, pp, in_flight",
+    [("0.19", 1, 1024), ("0.21", 1, 1024), ("0.32", 1, 2 * 1024), ("0.32", 2, 3 * 1024)],
+)
+def test_a_window_holds_the_tokens_in_flight_of_its_release(release, pp, in_flight):
+    """gemma-2-9b (window 4,096, full and sliding layers alternating: one group each) at 8,192
+    tokens and a 1,024-token budget: a request's sliding blocks cover the window and the tokens
+    in flight, one budget before 0.32 (max_num_batched_tokens), from 0.32
+    max_concurrent_batches budgets (async scheduling on: PP + 1 under Model Runner V2)."""
+    spec = load_model(str(CONFIGS / "gemma-2-9b-it.json"), checkpoint=False)
+    request = EngineRequest(
+        engine="vllm",
+        kv_cache_memory_bytes=20 << 30,
+        max_model_len=8192,
+        max_num_batched_tokens=1024,
+        vllm_version=release,
+        pp=pp,
+    )
+    result = engine_allocation(spec, H100, request)
+    sliding = -(-(4096 - 1 + in_flight) // 16) + 1
+    assert result.blocks_per_request == 8192 // 16 + sliding
+    assert window_in_flight_tokens(1024, release, pp) == in_flight
+    ids = {n.id for n in result.notes}
+    assert ("vllm-window-in-flight" in ids) == (release == "0.32")

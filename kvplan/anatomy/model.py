@@ -89,6 +89,9 @@ class Attention(NamedTuple):
     # DeepSeek-V4: the RoPE part of `head_dim` (qk_rope_head_dim), which the engines store in bf16
     # beside the fp8 NoPE part of a row (0: not stated)
     compressed_rope_dim: int = 0
+    # DeepSeek-V4's grouped output projection (o_groups: wo_a holds one block per group, which
+    # vLLM splits over the TP ranks; 0: not grouped)
+    output_groups: int = 0
 
     @property
     def gqa_indexer(self) -> bool:

@@ -1,5 +1,7 @@
 """SGLang 0.5.14's pools for DeepSeek-V4's compressed attention, read from its source (the
-`sglang-0.5.14` wheel; paths below are in that tree).
+`sglang-0.5.14` wheel; paths below are in that tree) and checked against its own
+`DSV4PoolConfigurator` run on a CPU (scripts/record_sglang_dsv4_pools.py, Flash and Pro at two
+memory sizes each: every pool size equal).
 
 `apply_deepseek_v4_defaults` (srt/arg_groups/deepseek_v4_hook.py) sets, on CUDA: the dsv4
 attention backend, page_size 256 (whatever --page-size says), kv-cache-dtype fp8_e4m3 for

@@ -20,11 +20,15 @@ from kvplan.engines.vllm_compressed import (
     PackedGroup,
     allocate_compressed,
     compressed_max_model_len,
-    in_flight_tokens,
     indexer_key_bytes,
     layer_caches,
 )
 from kvplan.engines.vllm_memory import StageMemory, batch_defaults, stage_memory
+from kvplan.engines.vllm_schedule import (
+    IN_FLIGHT_BATCHES_FROM,
+    max_concurrent_batches,
+    window_in_flight_tokens,
+)
 from kvplan.errors import KvplanError
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
@@ -36,6 +40,21 @@ from kvplan.units import GIB
 # max-length estimate plan against the memory less the null block BlockPool holds back
 VLLM_VERSIONS = ("0.19", "0.21", "0.32")
 NULL_BLOCK_CHECK_FROM = "0.32"
+
+
+def allocation_release(version: str) -> str:
+    """The release whose allocator rules apply to vLLM `version` ("0.24.1"): the newest release
+    kvplan models that is not newer than it, 0.19's for anything older (the allocator kvplan
+    checked on 0.19.1 is the one V1 had since 0.8). `kvplan engine` takes only the releases
+    themselves; `simulate` runs any version it takes on its nearest allocator."""
+    try:
+        given = tuple(int(part) for part in str(version).split(".")[:2])
+    except ValueError:
+        return VLLM_VERSIONS[0]
+    known = [r for r in VLLM_VERSIONS if tuple(int(p) for p in r.split(".")) <= given]
+    return known[-1] if known else VLLM_VERSIONS[0]
+
+
 DEFAULT_BLOCK_SIZE = 16
 # --dtype spellings -> kvplan's names ("auto": the config's, float32 downcast, see model_dtype)
 DTYPES = {
@@ -198,16 +217,17 @@ class LayerSpec(NamedTuple):
             self.state_bytes if self.kind is CacheKind.STATE else block_size * self.bytes_per_token
         )
 
-    def blocks_per_request(self, max_model_len: int, block_size: int, mnbt: int) -> int:
-        """vLLM's max_memory_usage_bytes / page_size for one request."""
+    def blocks_per_request(self, max_model_len: int, block_size: int, in_flight: int) -> int:
+        """vLLM's max_memory_usage_bytes / page_size for one request; a window holds `in_flight`
+        tokens besides its own (vllm_schedule.window_in_flight_tokens)."""
         if self.kind is CacheKind.STATE:
             return 1  # mamba_cache_mode "none": one state page per request
         if self.kind is CacheKind.SLIDING:
             assert self.window is not None, "a windowed layer has a window"
-            return math.ceil(min(self.window - 1 + mnbt, max_model_len) / block_size) + 1
+            return math.ceil(min(self.window - 1 + in_flight, max_model_len) / block_size) + 1
         if self.kind is CacheKind.CHUNKED:
             assert self.window is not None, "a windowed layer has a window"
-            return math.ceil(min(self.window + mnbt, max_model_len) / block_size)
+            return math.ceil(min(self.window + in_flight, max_model_len) / block_size)
         return math.ceil(max_model_len / block_size)
 
 
@@ -313,6 +333,7 @@ def allocate(
     """Grouping, page unification and block counts for one rank's layers."""
     mnbt, mml = request.max_num_batched_tokens, request.max_model_len
     assert mnbt is not None, "vllm_allocation fills in the engine's default first"
+    flight = window_in_flight_tokens(mnbt, request.vllm_version, request.pp)
     attention = [s for s in specs if s.kind is not CacheKind.STATE]
     states = [s for s in specs if s.kind is CacheKind.STATE]
     if (
@@ -324,7 +345,7 @@ def allocate(
         # (GLM-5.3: a DSA indexer key on some layers only): one group, one block covers every
         # layer, its page the sum of theirs
         sample = attention[0]
-        per_request = sample.blocks_per_request(mml, block_size, mnbt)
+        per_request = sample.blocks_per_request(mml, block_size, flight)
         block_bytes = block_size * sum(s.bytes_per_token for s in attention)
         group = Group(sample.kind, sample.window, block_size, len(specs))
         return Allocation(
@@ -387,7 +408,7 @@ def allocate(
             padding.append(Padding(key[0], pad, pad / n * 100))
         sample = next(s for s in specs if key_of(s) == key)
         blk = block_of.get(key, block_size)
-        per_request = sample.blocks_per_request(mml, blk, mnbt)
+        per_request = sample.blocks_per_request(mml, blk, flight)
         blocks_per_request += num_groups * per_request
         groups += [Group(key[0], sample.window, blk, group_size)] * num_groups
     # _max_memory_usage_bytes_from_groups: every group holds group_size layers' pages, padding
@@ -735,6 +756,16 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     notes.append(note("vllm-cache-size-definition", version=request.vllm_version))
     if request.pp > 1:
         notes.append(note("vllm-pp"))
+    windowed = any(s.kind in (CacheKind.SLIDING, CacheKind.CHUNKED) for s in specs)
+    if windowed and request.vllm_version == IN_FLIGHT_BATCHES_FROM:
+        notes.append(
+            note(
+                "vllm-window-in-flight",
+                in_flight=window_in_flight_tokens(tokens, request.vllm_version, request.pp),
+                batches=max_concurrent_batches(request.pp),
+                max_num_batched_tokens=tokens,
+            )
+        )
     return VllmResult(
         kvplan_version=__version__,
         engine="vllm",
@@ -845,12 +876,35 @@ def _refuse_compressed_setup(spec: ModelSpec, gpu: GpuProfile, request: EngineRe
         )
 
 
+def check_output_groups(spec: ModelSpec, tp: int) -> None:
+    """vLLM 0.32 gives each rank o_groups // tp of DeepSeek-V4's output-projection groups
+    (DeepseekV4Attention.n_local_groups, models/deepseek_v4/attention.py:219-220) and checks
+    nothing: past o_groups a rank holds none, and the first division by that count fails the
+    start-up with ZeroDivisionError (wo_a's fp8 blocks regrouped for DeepGEMM, r = wq.size(0) //
+    bmm_batch_size in fp8_utils.deepgemm_post_process_fp8_weight_block; heads_per_group =
+    n_local_heads // n_local_groups in DeepseekV4FlashMLAAttention._o_proj)."""
+    groups = max((a.output_groups for a in spec.attention_layers()), default=0)
+    if groups and tp > groups:
+        raise KvplanError(
+            f"--tp {tp} with {spec.name}: vLLM 0.32 fails at start-up with ZeroDivisionError: "
+            f"integer division or modulo by zero (each rank gets o_groups // tp = {groups} // "
+            f"{tp} = 0 output-projection groups, DeepseekV4Attention.n_local_groups); at most "
+            f"--tp {groups}"
+        )
+    if groups and groups % tp:
+        raise KvplanError(
+            f"--tp {tp} with {spec.name}: it does not divide o_groups {groups}, and kvplan does "
+            "not model how vLLM 0.32 splits the grouped output projection then"
+        )
+
+
 def compressed_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> VllmResult:
     """DeepSeek-V4's caches as vLLM 0.32 packs them (kvplan.engines.vllm_compressed), from the
     available KV memory the engine logged."""
     _refuse_compressed_setup(spec, gpu, request)
     refuse_backends_for_compressed(request, "vLLM")
     spec.check_tp(request.tp)
+    check_output_groups(spec, request.tp)
     dtype, dtype_notes = model_dtype(spec, request.dtype, gpu)
     spec = spec._replace(dtype=dtype)
     wdtype, _ = weights_format(spec, request)
@@ -861,7 +915,7 @@ def compressed_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineReque
     available = request.kv_cache_memory_bytes
     assert available is not None, "refused above without it"
     mml = request.max_model_len
-    flight = in_flight_tokens(tokens)
+    flight = window_in_flight_tokens(tokens, request.vllm_version, request.pp)
     caches = layer_caches(spec)
     alloc = allocate_compressed(caches, available, mml, flight)
     check = available - alloc.bytes_per_block  # the null block BlockPool holds back

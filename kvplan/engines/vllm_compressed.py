@@ -40,7 +40,8 @@ max_memory_usage_pages`): `ceil(max_model_len / block)` for full specs,
 `ceil(min(window - 1 + in-flight tokens, max_model_len) / block) + 1` for sliding ones
 (`SlidingWindowSpec.max_admission_blocks_per_request`), where the in-flight tokens are
 `max_concurrent_batches x max_num_batched_tokens` (`VllmConfig.max_in_flight_tokens`,
-`config/vllm.py:577-598`: 2 batches with async scheduling, on by default at PP 1).
+`config/vllm.py:577-598`: 2 batches with async scheduling, on by default at PP 1;
+`kvplan.engines.vllm_schedule.window_in_flight_tokens`).
 """
 
 from __future__ import annotations
@@ -62,7 +63,6 @@ COMPRESSOR_STATE_BYTES = 4  # fp32 kv and score states
 INDEXER_RATIO = 4  # only C4A layers run the sparse indexer
 INDEXER_QUANT_BLOCK = 128  # the indexer key's values per fp32 scale
 INDEXER_SCALE_BYTES = 4
-ASYNC_BATCHES = 2  # max_concurrent_batches with async scheduling, V1 runner at PP 1 (V2: pp + 1)
 
 
 def indexer_key_bytes(width: int) -> int:
@@ -308,8 +308,3 @@ def compressed_max_model_len(
         else:
             hi = mid - 1
     return best
-
-
-def in_flight_tokens(max_num_batched_tokens: int) -> int:
-    """VllmConfig.max_in_flight_tokens at PP 1 with async scheduling (vLLM 0.32's default)."""
-    return ASYNC_BATCHES * max_num_batched_tokens

@@ -52,6 +52,7 @@ import heapq
 from collections import deque
 from enum import IntEnum
 
+from kvplan.engines.vllm_schedule import max_concurrent_batches
 from kvplan.formulas.batch_step import TERMS, BatchShape, StepModel, shape_tokens
 from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
 from kvplan.record import NamedTuple
@@ -926,7 +927,7 @@ class Engine:
         """vLLM 0.32's SlidingWindowSpec.max_admission_blocks_per_request: the window and the
         tokens in flight (a batch per concurrent step), never past max_model_len."""
         config = self.config
-        batches = 2 if config.async_scheduling else 1
+        batches = max_concurrent_batches(1, config.async_scheduling)  # one stage simulated
         tokens = min(window - 1 + batches * config.max_num_batched_tokens, config.max_model_len)
         return -(-tokens // self.block_size) + 1
 

@@ -260,7 +260,7 @@ def batch_defaults(gpu: GpuProfile) -> tuple[int, int]:
 def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
     """Resolve the defaults, size the KV pool, and build the step-time model."""
     from kvplan.engines import EngineRequest
-    from kvplan.engines.vllm import vllm_allocation
+    from kvplan.engines.vllm import allocation_release, vllm_allocation
 
     if any(a.compress_ratio for a in spec.attention_layers()):
         raise KvplanError(
@@ -330,6 +330,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         enforce_eager=options.enforce_eager,
         decode_context_parallel_size=dcp,
         attention_backend=options.attention_backend,
+        vllm_version=allocation_release(options.vllm_version),
     )
     alloc = vllm_allocation(spec, gpu, request)
     if not alloc.fits:

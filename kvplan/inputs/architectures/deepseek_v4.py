@@ -222,6 +222,7 @@ def build_deepseek_v4(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
                 compressed_indexer_dim=idx_dim if indexer else 0,
                 compressed_rope_dim=rope,
                 indexer_num_heads=idx_heads if indexer else 0,
+                output_groups=o_groups,
             )
             params = (
                 ("attention", attention_params + compressor),

@@ -52,6 +52,16 @@ text("vllm-cache-size-definition")(
         else '"GPU KV cache size" uses the 0.21 definition: int(concurrency x max_model_len).'
     )
 )
+text("vllm-window-in-flight")(
+    lambda in_flight, batches, max_num_batched_tokens: (
+        f"vLLM 0.32 sizes a request's sliding-window (or chunked-local) blocks for the window "
+        f"plus the tokens in flight, {in_flight:,}: {batches} concurrent batches of "
+        f"max_num_batched_tokens {max_num_batched_tokens:,} (VllmConfig.max_in_flight_tokens; "
+        "async scheduling, on by default under Model Runner V2, adds one batch to the pipeline's "
+        "stages). With --no-async-scheduling it is one batch per stage; vLLM 0.19 and 0.21 "
+        "count one token budget."
+    )
+)
 text("vllm-pp")(
     lambda: "PP: each stage is grouped on its own layers; every rank takes the minimum num_blocks."
 )

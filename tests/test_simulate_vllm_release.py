@@ -1,0 +1,52 @@
+"""`simulate --vllm-version V` sizes its pool with the allocator of V's release: the newest
+release `kvplan engine` models that is not newer than V (0.19's for older ones)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvplan.cli.common import load_gpu, load_model
+from kvplan.engines import EngineRequest
+from kvplan.engines.vllm import VLLM_VERSIONS, allocation_release, vllm_allocation
+from kvplan.simulate.engine import usable_blocks
+from kvplan.simulate.setup import ServeOptions, build_replica
+from kvplan.units import GIB
+
+
+@pytest.mark.parametrize(
+    ("given", "release"),
+    [
+        ("0.6", "0.19"),
+        ("0.11.0", "0.19"),
+        ("0.19.1", "0.19"),
+        ("0.20", "0.19"),
+        ("0.21.0", "0.21"),
+        ("0.24.1", "0.21"),
+        ("0.32.0", "0.32"),
+        ("0.40", "0.32"),
+    ],
+)
+def test_allocation_release_is_the_newest_not_newer(given, release):
+    assert release in VLLM_VERSIONS
+    assert allocation_release(given) == release
+
+
+@pytest.mark.parametrize("version", ["0.19", "0.24", "0.32"])
+def test_simulate_pool_is_the_engines_allocation_of_that_release(version):
+    # gemma-3-27b: sliding layers, whose per-request blocks the releases count differently
+    # (0.32 covers 2 x max_num_batched_tokens in flight), and 0.21+ subtract CUDA graphs
+    spec, gpu = load_model("gemma-3-27b"), load_gpu("h100-sxm")
+    options = ServeOptions(
+        max_model_len=32768, vllm_version=version, kv_cache_memory_bytes=20 * GIB
+    )
+    replica = build_replica(spec, gpu, options)
+    request = EngineRequest(
+        max_model_len=32768,
+        max_num_batched_tokens=replica.config.max_num_batched_tokens,
+        kv_cache_memory_bytes=20 * GIB,
+        vllm_version=allocation_release(version),
+    )
+    alloc = vllm_allocation(spec, gpu, request)
+    assert replica.kv_cache_tokens == alloc.kv_cache_tokens
+    # one group (the sliding and full layers share a page size): less vLLM's null block
+    assert replica.config.num_blocks == usable_blocks(alloc.num_blocks, 1) == alloc.num_blocks - 1
