@@ -410,16 +410,15 @@ def test_dsa_base_reads_the_latent_and_the_module_the_indexer_keys():
 
 
 def test_the_layer_groups_are_computed_once_per_model(llama8, monkeypatch):
-    """`capacity --gpu all` builds a step model for every layout of every GPU kind: the layer
-    grouping is kept per model, format and TP, not walked again per GPU."""
+    """`capacity --gpu all` builds a step model for every layout of every GPU kind: the
+    coefficients summed from the operator list are kept per model, formats and TP, not laid out
+    again per GPU."""
     import kvplan.formulas.batch_step as batch_step
 
     calls = []
-    real = batch_step._group_layers
-    monkeypatch.setattr(batch_step, "_GROUPS", {})
-    monkeypatch.setattr(
-        batch_step, "_group_layers", lambda *args: calls.append(args[2]) or real(*args)
-    )
+    real = batch_step._sum_ops
+    monkeypatch.setattr(batch_step, "_COEFFICIENTS", {})
+    monkeypatch.setattr(batch_step, "_sum_ops", lambda *args: calls.append(args[3]) or real(*args))
     first = model(llama8).groups
     for bandwidth in (1e12, 2e12, 8e12):  # other GPUs, the same model
         assert StepModel(llama8, Rates(bandwidth, PEAK), "bf16", KvFormat("bf16")).groups == first

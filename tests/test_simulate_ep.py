@@ -62,9 +62,10 @@ def test_expert_weights_per_rank_with_ep_8_on_256_experts():
     assert whole - ep8 == pytest.approx(experts * 7 / 8, rel=1e-9)
     # a one-token step reads 8 experts per MoE layer in all, 1/8 of them on average per rank
     m = model(spec, tp=1, moe_ranks=8, ep=8, dp=1)
-    touched = weight_bytes_read_per_decode_step(
-        spec, "bf16", 1
-    ) - weight_bytes_read_per_decode_step(m.dense_spec, "bf16", 1)
+    touched = weight_bytes_read_per_decode_step(spec, "bf16", 1) - (
+        weight_bytes_read_per_decode_step(spec._replace(moe=None), "bf16", 1)
+        - expert_weight_bytes(spec, "bf16")
+    )
     # one expert of every MoE layer, in bf16 here: twice fp8's byte per parameter
     per_expert = experts / 256 * 2
     assert touched == pytest.approx(8 * per_expert, rel=1e-3)

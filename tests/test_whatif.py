@@ -196,15 +196,18 @@ def test_users_and_tpot_by_hand():
 
 
 def test_prefix_hit_prefills_only_the_rest():
-    """Prefill is compute-bound: 2 P_m n plus 2 H_q (d + d_v) per causal key per layer."""
+    """Prefill is compute-bound: 2 (P_m - P_head) n, the head over the last token, plus
+    2 H_q (d + d_v) per causal key per layer. A hit computes none of the prefix's: its rest
+    computes the last token's logits."""
     got = rows(price("prefix=16000"))
-    matmul = LLAMA70.params_total - VOCAB * HIDDEN_70B
+    head = VOCAB * HIDDEN_70B
+    layers = LLAMA70.params_total - 2 * head  # the lookup table and the head left out
 
     def flops(n):
-        return 2 * matmul * n + LAYERS * 2 * 64 * 256 * n * (n + 1) // 2
+        return 2 * layers * n + 2 * head + LAYERS * 2 * 64 * 256 * n * (n + 1) // 2
 
     assert got["baseline"].ttft_floor_s == pytest.approx(flops(S) / 4 / PEAK, rel=1e-12)
-    rest = flops(S) - flops(16000)
+    rest = flops(S) - flops(16000) + 2 * head
     assert got["prefix=16000"].ttft_floor_s == pytest.approx(rest / 4 / PEAK, rel=1e-12)
 
 

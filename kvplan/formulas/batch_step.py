@@ -24,8 +24,9 @@ fixed cost of a layer scales with what it launches (a MoE layer at TP 8 launches
 fused MoE, shared-expert GEMMs, MLA's five GEMMs and an attention kernel, each a few to tens of
 microseconds at one token). With pipeline parallelism the batch is cut into
 m = min(pp, sequences) micro-batches and a step takes (m + pp − 1) stage times
-(`comm.pipeline_bubble_fraction`). The FLOP and byte counts come from `flops`, `weights`, `kv` and
-`comm`; each roofline is `step_time.time_floor_s`.
+(`comm.pipeline_bubble_fraction`). The FLOP and byte counts are the operator list's
+(`step_time.step_ops`, the floor's), summed by kernel kind once per model (`_coefficients`), and
+`comm`'s; each roofline is `step_time.time_floor_s`.
 """
 
 from __future__ import annotations
@@ -46,13 +47,7 @@ from kvplan.formulas.comm import (
     tp_comm_time_per_decode_step_s,
 )
 from kvplan.formulas.expert_parallel import dp_gather_time_s, ep_alltoall_time_s
-from kvplan.formulas.flops import (
-    attention_flops_per_decode_token,
-    causal_keys_attended,
-    matmul_params,
-    prefill_flops,
-)
-from kvplan.formulas.kv import cache_groups
+from kvplan.formulas.flops import causal_keys_attended
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
 from kvplan.formulas.step_time import (
     OpKind,
@@ -61,10 +56,10 @@ from kvplan.formulas.step_time import (
     batch_ops,
     bound,
     curve_value,
+    step_ops,
     step_time,
     time_floor_s,
 )
-from kvplan.formulas.weights import weight_bytes_read_per_decode_step
 from kvplan.inputs.kernel_tables import (
     Achieved,
     DsaGrids,
@@ -273,24 +268,22 @@ class StepModel:
         self.attention_rates = Rates(bw * achieved.attention[1], bf16 * achieved.attention[0])
         self.mla_rates = Rates(bw * achieved.mla[1], bf16 * achieved.mla[0])
         self.sampler_bandwidth = bw * achieved.dense["bf16"][1]
-        shape = _shape(spec)
-        self.dense_spec = shape.dense_spec
+        self.floors = _Floors.of(
+            _shape(spec), achieved.floors_s, weights_dtype, self.moe_ranks // ep, ep
+        )
+        self.dsa = _DsaModule.of(spec, fmt, tp, dsa_delta_us)
+        # every byte and FLOP below is a sum over the step's operator list (step_time.step_ops),
+        # by kernel kind; the DSA module's tables time the indexer's key cache: not read again
+        # in the MLA base
+        coef = _coefficients(spec, weights_dtype, fmt, tp, indexer_keys=self.dsa is None)
+        self.coefficients = coef
         # the head runs on the sampled positions only (vLLM's logits_indices: a prefill chunk's
         # last token, each decode), the rest of the dense GEMMs on every token
-        self.head_flop_per_sample = 2 * spec.head_params / tp
-        self.dense_flop_per_token = 2 * shape.dense_matmul_params / tp - self.head_flop_per_sample
-        self.expert_flop_per_token = (
-            2 * (shape.matmul_params - shape.dense_matmul_params) / self.moe_ranks
-        )
-        self.floors = _Floors.of(shape, achieved.floors_s, weights_dtype, self.moe_ranks // ep, ep)
-        self.dsa = _DsaModule.of(spec, fmt, tp, dsa_delta_us)
-        # the DSA module's tables time the indexer's key cache: not read again in the MLA base
-        self.groups = _groups(spec, fmt, tp, indexer_keys=self.dsa is None)
-        self.state_bytes_per_sequence = sum(
-            g.bytes_per_sequence(0)
-            for g in cache_groups(spec, fmt, tp)
-            if g.kind is CacheKind.STATE
-        )
+        self.head_flop_per_sample = coef.head_flop_per_sample / tp
+        self.dense_flop_per_token = coef.dense_flop_per_token / tp
+        self.expert_flop_per_token = coef.expert_flop_per_token / self.moe_ranks
+        self.groups = list(coef.groups)
+        self.state_bytes_per_sequence = coef.state_bytes_per_sequence
         self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
         self._weights: dict[object, tuple[float, float]] = {}
         self._span_base: dict[tuple[int, int, int | None], BatchStepTime] = {}
@@ -321,18 +314,13 @@ class StepModel:
         key = num_tokens if moe_tokens == num_tokens else (num_tokens, moe_tokens)
         cached = self._weights.get(key)
         if cached is None:
-            dense = weight_bytes_read_per_decode_step(
-                self.dense_spec, self.weights_dtype, num_tokens
+            coef = self.coefficients
+            moe = self.spec.moe
+            dense = (
+                coef.dense_bytes + min(num_tokens, self.spec.vocab_size) * coef.embedding_row_bytes
             )
-            total = weight_bytes_read_per_decode_step(self.spec, self.weights_dtype, moe_tokens)
-            dense_moe = (
-                dense
-                if moe_tokens == num_tokens
-                else weight_bytes_read_per_decode_step(
-                    self.dense_spec, self.weights_dtype, moe_tokens
-                )
-            )
-            cached = (dense / self.tp, (total - dense_moe) / self.moe_ranks)
+            touched = moe.expected_experts_touched(moe_tokens) if moe is not None else 0.0
+            cached = (dense / self.tp, touched * coef.expert_bytes_per_touched / self.moe_ranks)
             self._weights[key] = cached
         return cached
 
@@ -833,11 +821,9 @@ def quantized_gemm_launches(spec: ModelSpec) -> int:
 
 
 class _Shape(NamedTuple):
-    """What a step model takes from the model alone, whatever the GPU, format or layout."""
+    """What a step model's floors take from the model alone, whatever the GPU, format or
+    layout."""
 
-    dense_spec: ModelSpec  # the model without its routed experts
-    matmul_params: int  # flops.matmul_params of the model
-    dense_matmul_params: int  # ... of dense_spec
     gemm_launches: int
     quantized_gemm_launches: int  # of gemm_launches, those in the weights format
     attention_layers: int
@@ -846,21 +832,14 @@ class _Shape(NamedTuple):
 
 
 # A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred
-# for one model); its shape depends on the model alone and its groups on the model, the format,
-# tp and the indexer alone: both are kept per spec (kvplan.anatomy.model.kept_per_spec).
+# for one model); its shape depends on the model alone: kept per spec
+# (kvplan.anatomy.model.kept_per_spec).
 _SHAPES: dict[tuple, tuple] = {}
-_GROUPS: dict[tuple, tuple] = {}
 
 
 def _shape(spec: ModelSpec) -> _Shape:
     def build() -> _Shape:
-        dense = spec._replace(
-            moe=None, param_parts={k: v for k, v in spec.param_parts.items() if k != "experts"}
-        )
         return _Shape(
-            dense,
-            matmul_params(spec),
-            matmul_params(dense),
             gemm_launches(spec),
             quantized_gemm_launches(spec),
             len(spec.attention_layers()),
@@ -871,49 +850,110 @@ def _shape(spec: ModelSpec) -> _Shape:
     return kept_per_spec(_SHAPES, spec, (), build)
 
 
-def _groups(spec: ModelSpec, fmt: KvFormat, tp: int, indexer_keys: bool = True) -> list[_Group]:
-    """Attention layers grouped by window and kind, with their KV bytes per token (the layers'
-    own formula; without a DSA indexer's keys where `indexer_keys` is False) and FLOPs per
-    attended key (from flops, one layer at a time)."""
-    groups = kept_per_spec(
-        _GROUPS,
+class _Coefficients(NamedTuple):
+    """A step's bytes and FLOPs by kernel kind, summed from its operator list (step_time.step_ops)
+    and linear in what a step runs: the whole model's (one copy; StepModel splits it over its
+    ranks), the cache's per rank."""
+
+    dense_bytes: float  # every weight but the embedding's rows and the routed experts
+    embedding_row_bytes: float  # per token looked up (0: a tied embedding, read as the head)
+    expert_bytes_per_touched: float  # per expert touched in every MoE layer (all layers)
+    dense_flop_per_token: float  # the dense GEMMs and norm parameters, the head left out
+    head_flop_per_sample: float
+    expert_flop_per_token: float  # the top-k routed experts of every MoE layer
+    groups: tuple[_Group, ...]  # attention layers by window and kind, one rank's
+    state_bytes_per_sequence: float  # recurrent state read and written per sequence, one rank
+
+
+# its coefficients depend on the model, the formats, tp and the indexer alone: kept per spec
+_COEFFICIENTS: dict[tuple, tuple] = {}
+
+
+def _coefficients(
+    spec: ModelSpec, weights_dtype: str, fmt: KvFormat, tp: int, indexer_keys: bool = True
+) -> _Coefficients:
+    """The step's coefficients from the operator list: the weights and GEMMs of a whole-model
+    one-token step (one rank's at tp 1; the embedding a lookup of the token's row, the experts
+    those one token touches, E * (1 - (1 - k/E)^T) per layer), the attention and state operators
+    of one decode at one cached token and one one-token chunk on one of `tp` ranks (per cached
+    key; without a DSA indexer's keys where `indexer_keys` is False)."""
+    return kept_per_spec(
+        _COEFFICIENTS,
         spec,
-        (fmt, tp, indexer_keys),
-        lambda: tuple(_group_layers(spec, fmt, tp, indexer_keys)),
+        (weights_dtype, fmt, tp, indexer_keys),
+        lambda: _sum_ops(spec, weights_dtype, fmt, tp, indexer_keys),
     )
-    return list(groups)
 
 
-def _group_layers(spec: ModelSpec, fmt: KvFormat, tp: int, indexer_keys: bool) -> list[_Group]:
-    # each distinct layer's terms once (the builder shares one object among the layers of a
-    # kind), added layer by layer in order as before
-    terms: dict[int, tuple] = {}
-    for layer, _ in distinct_layers(spec.layers):
-        attn = layer.attention
-        if attn is None:
-            continue
-        one = spec._replace(layers=(layer,))
-        window = attn.window if attn.kind.windowed else None
-        terms[id(layer)] = (
-            (window, attn.kind is CacheKind.CHUNKED, attn.kind is CacheKind.MLA),
-            attn.kv_bytes_per_token(fmt, tp)
-            - (0 if indexer_keys else attn.indexer_bytes_per_token(fmt)),
-            attention_flops_per_decode_token(one, 1) / tp,
-            (prefill_flops(one, 1) - 2 * matmul_params(one)) / tp,
-        )
+def _sum_ops(
+    spec: ModelSpec, weights_dtype: str, fmt: KvFormat, tp: int, indexer_keys: bool
+) -> _Coefficients:
+    dense_bytes = row_bytes = expert_bytes = dense_flops = head_flops = expert_flops = 0.0
+    whole = step_ops(
+        spec,
+        weights_dtype,
+        fmt,
+        num_decodes=1,
+        decode_context=1,
+        num_sampled=1,
+        even_split=True,
+        whole_model=True,
+    )
+    for ops, count in whole:
+        for op in ops:
+            if op.kind in (OpKind.DECODE_ATTENTION, OpKind.PREFILL_ATTENTION):
+                continue  # the attention groups' below
+            if op.name == "embedding":
+                row_bytes += count * op.weight_bytes
+            elif op.name == "experts":
+                expert_bytes += count * op.weight_bytes
+                expert_flops += count * op.flops
+            elif op.name == "lm_head":
+                dense_bytes += count * op.weight_bytes
+                head_flops += count * op.flops
+            else:
+                dense_bytes += count * op.weight_bytes
+                dense_flops += count * (op.flops + op.elementwise_flops)
+    if spec.moe is not None:
+        expert_bytes /= spec.moe.expected_experts_touched(1)
+    # one decode at one cached token and one one-token chunk: per cached key
+    cache = step_ops(
+        spec,
+        weights_dtype,
+        fmt,
+        num_decodes=1,
+        decode_context=1,
+        prefill_chunks=((1, 0),),
+        tp=tp,
+        even_split=True,
+    )
     by_key: dict[tuple, list[float]] = {}
-    for layer in spec.layers:
-        if layer.attention is None:
-            continue
-        key, kv, dec, pre = terms[id(layer)]
-        entry = by_key.setdefault(key, [0.0, 0.0, 0.0])
-        entry[0] += kv
-        entry[1] += dec
-        entry[2] += pre
-    return [
+    state = 0.0
+    for (layer, count), (ops, _) in zip(distinct_layers(spec.layers), cache, strict=True):
+        attn = layer.attention
+        entry = [0.0, 0.0, 0.0]  # a layer without attention has no attention operator
+        if attn is not None:
+            window = attn.window if attn.kind.windowed else None
+            entry = by_key.setdefault(
+                (window, attn.kind is CacheKind.CHUNKED, attn.kind is CacheKind.MLA),
+                [0.0, 0.0, 0.0],
+            )
+        for op in ops:
+            if op.kind is OpKind.DECODE_ATTENTION:
+                indexer = 0 if indexer_keys or attn is None else attn.indexer_bytes_per_token(fmt)
+                entry[0] += count * (op.kv_bytes - indexer)
+                entry[1] += count * op.flops
+            elif op.kind is OpKind.PREFILL_ATTENTION:
+                entry[2] += count * op.flops
+            elif op.name == "state":  # the decode's and the chunk's sequences
+                state += count * op.kv_bytes / 2
+    groups = tuple(
         _Group(window, chunked, mla, kv, dec, pre)
         for (window, chunked, mla), (kv, dec, pre) in by_key.items()
-    ]
+    )
+    return _Coefficients(
+        dense_bytes, row_bytes, expert_bytes, dense_flops, head_flops, expert_flops, groups, state
+    )
 
 
 class _DsaModule:

@@ -76,13 +76,14 @@ def dp_attention_decode_step(
 def dp_attention_prefill_step(
     spec: ModelSpec, rates: Rates, num_tokens: int, weights_dtype: str, fmt: KvFormat, ranks: int
 ) -> Step:
-    """Prefill of one sequence on its rank; its tokens' expert work is spread over the ranks."""
+    """Prefill of one sequence on its rank; its tokens' expert work is spread over the ranks,
+    the head runs over its last position (prefill_step)."""
     ops = step_ops(
         spec,
         weights_dtype,
         fmt,
         prefill_chunks=((num_tokens, 0),),
-        num_sampled=num_tokens,
+        num_sampled=1,
         whole_model=True,
     )
     flops, num_bytes = _dp_attention_floor(ops, ops, ranks)

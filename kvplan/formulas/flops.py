@@ -52,9 +52,12 @@ def causal_keys_attended(num_tokens: int, window: int | None, chunked: bool = Fa
 
 
 def prefill_flops(spec: ModelSpec, num_tokens: int) -> int:
-    """FLOPs to prefill `num_tokens`: 2*P_m*n + causal attention (what FlashAttention computes,
-    skipping masked tiles). Prefill MLA runs un-absorbed: per-head d_qk = nope + rope, d_v."""
-    total = 2 * matmul_params(spec) * num_tokens
+    """FLOPs to prefill `num_tokens`: 2*(P_m - P_head)*n + 2*P_head + causal attention (what
+    FlashAttention computes, skipping masked tiles): the head computes the logits of the last
+    position only, the one sampled (vLLM's logits_indices, SGLang's LogitsProcessor). Prefill MLA
+    runs un-absorbed: per-head d_qk = nope + rope, d_v."""
+    head = spec.head_params if num_tokens else 0
+    total = 2 * (matmul_params(spec) - head) * num_tokens + 2 * head
     for attn in spec.attention_layers():
         keys = causal_keys_attended(
             num_tokens,

@@ -119,14 +119,14 @@ def prefill_step(
     tp: int = 1,
 ) -> Step:
     """Prefill of one sequence of `num_tokens` at its floor: weights read once, the KV written
-    once. The head runs over every prompt token here (the floor's rule since it was written;
-    engines compute the logits of the last token only)."""
+    once, the head over the last position only (the one sampled: vLLM's logits_indices, SGLang's
+    LogitsProcessor on each sequence's last token)."""
     groups = step_ops(
         spec,
         weights_dtype,
         fmt,
         prefill_chunks=((num_tokens, 0),),
-        num_sampled=num_tokens,
+        num_sampled=1,
         tp=tp,
         even_split=True,
         whole_model=True,

@@ -167,14 +167,16 @@ def decode_time(p: Pricer, sc: Scenario, batch_size: int) -> tuple[float, Step]:
 
 def prefill_time_s(p: Pricer, sc: Scenario) -> float:
     """Prefill floor of one sequence of --ctx tokens; with a prefix hit, only the tokens after it
-    (the FLOPs of the whole less those of the prefix; the prefix's cache is still read)."""
+    (the FLOPs of the whole less those of the prefix but its head: the hit computes no logits, the
+    rest its last token's; the prefix's cache is still read)."""
     models = [(sc.read, p.wdtype)] + ([(sc.draft, p.draft_wdtype)] if sc.draft else [])
     total = 0.0
     for model, wdtype in models:
         whole = prefill_step(model, p.rates, p.context_len, wdtype, sc.fmt, p.tp)
         if sc.prefix_tokens:
             cached = prefill_step(model, p.rates, sc.prefix_tokens, wdtype, sc.fmt, p.tp)
-            total += time_floor_s(whole.bytes, whole.flops - cached.flops, p.rates)
+            hit_flops = cached.flops - 2 * model.head_params / p.tp
+            total += time_floor_s(whole.bytes, whole.flops - hit_flops, p.rates)
         else:
             total += whole.time_floor_s
     return total

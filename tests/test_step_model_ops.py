@@ -1,0 +1,171 @@
+"""One cost model for every command: simulate's and plan's step (batch_step.StepModel) takes its
+bytes and FLOPs by kernel kind from the same operator list as the datasheet floor
+(step_time.step_ops). On every bundled model and seeded random step shapes, each of its terms'
+quantities (dense weights and GEMMs, the experts touched, each cache group's KV and attention
+FLOPs, the recurrent state) is that list's sum over the operators of its kind at the step's
+shape; the two differences that remain are pinned by name."""
+
+import random
+
+import pytest
+
+from kvplan.anatomy.model import CacheKind
+from kvplan.dtypes import resolve_kv_format
+from kvplan.errors import KvplanError
+from kvplan.formulas.batch_step import StepModel
+from kvplan.formulas.flops import causal_keys_attended
+from kvplan.formulas.kv import cache_groups
+from kvplan.formulas.step_time import OpKind, Rates, step_ops
+from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.kernel_tables import tables_for
+from kvplan.inputs.sources import bundled_models, load_model
+
+RATES = Rates(3.35e12, 989e12)
+MODELS = sorted(bundled_models())
+ATTENTION = (OpKind.DECODE_ATTENTION, OpKind.PREFILL_ATTENTION)
+
+
+def _close(a, b):
+    assert a == pytest.approx(b, rel=1e-9, abs=1e-6)
+
+
+def _shapes(spec, name, n=4):
+    """Seeded random (tokens, sampled, gathered MoE tokens, tp, moe ranks, weights, kv dtype)."""
+    rng = random.Random(name)
+    tps = [t for t in (1, 2, 4, 8) if _valid_tp(spec, t)]
+    wdtypes = [spec.dtype, "fp8", "int4", "nvfp4", spec.weights_quantization or spec.dtype]
+    for _ in range(n):
+        tokens = rng.choice([1, 3, 64, 511, 4096, 300_000])
+        tp = rng.choice(tps)
+        yield (
+            tokens,
+            rng.randint(1, min(tokens, 64)),
+            tokens * rng.choice([1, 1, 4]),
+            tp,
+            tp * rng.choice([1, 1, 2, 8]),
+            rng.choice(wdtypes),
+            rng.choice(["auto", "fp8", "int4", "nvfp4", "q4_0"]),
+        )
+
+
+def _valid_tp(spec, tp):
+    try:
+        spec.check_tp(tp)
+    except Exception:
+        return False
+    return True
+
+
+def _sums(groups, pick):
+    """(weight bytes, FLOPs with a streaming operator's, KV bytes) of the operators `pick` takes."""
+    weights = flops = kv = 0.0
+    for ops, count in groups:
+        for op in ops:
+            if pick(op):
+                weights += count * op.weight_bytes
+                flops += count * (op.flops + op.elementwise_flops)
+                kv += count * op.kv_bytes
+    return weights, flops, kv
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_step_models_weights_and_gemms_are_the_operator_lists_sums(name):
+    """Dense weights at the step's tokens (the embedding a lookup of their rows), the experts the
+    gathered tokens touch on this rank, the dense GEMMs over every token and the head over the
+    sampled ones, the experts' GEMMs over the gathered tokens."""
+    spec = load_model(name)
+    for tokens, sampled, gathered, tp, moe_ranks, wdtype, _ in _shapes(spec, name):
+        m = StepModel(spec, RATES, wdtype, resolve_kv_format("auto", spec.dtype), tp=tp,
+                      moe_ranks=moe_ranks, dp=gathered // tokens)  # fmt: skip
+        fmt = m.fmt
+        step = step_ops(spec, wdtype, fmt, num_decodes=tokens, decode_context=1,
+                        num_sampled=sampled, even_split=True, whole_model=True)  # fmt: skip
+        routed = step_ops(spec, wdtype, fmt, num_decodes=gathered, decode_context=1,
+                          num_sampled=1, even_split=True, whole_model=True)  # fmt: skip
+        dense = _sums(step, lambda op: op.name != "experts" and op.kind not in ATTENTION)
+        experts = _sums(routed, lambda op: op.name == "experts")
+        dense_bytes, expert_bytes = m.weights_bytes(tokens, gathered)
+        _close(dense_bytes, dense[0] / tp)
+        _close(expert_bytes, experts[0] / moe_ranks)
+        _close(m.dense_flop_per_token * tokens + m.head_flop_per_sample * sampled, dense[1] / tp)
+        _close(m.expert_flop_per_token * gathered, experts[1] / moe_ranks)
+        assert bool(expert_bytes) == (spec.moe is not None)
+
+
+def _compressed_bytes(spec, fmt, tp, context):
+    """DeepSeek-V4's compressed entries per sequence (what StepModel's attention leaves out)."""
+    groups = cache_groups(spec, fmt, tp)
+    return sum(g.num_layers * g.compressed_bytes(context) for g in groups if g.compress_ratio)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_step_models_attention_is_the_operator_lists_sums(name):
+    """Each decode's cache read (every group's keys held at its context, the recurrent state per
+    sequence) and attention FLOPs, and a prefill chunk's causal FLOPs and its cached and written
+    KV. Pinned differences: DeepSeek-V4's compressed entries, which the step's attention does not
+    read (the op list reads every one; the model attends a top-k of them); and a chunk longer
+    than a window, whose every token StepModel writes (the op list: the window's)."""
+    spec = load_model(name)
+    rng = random.Random(name + "/attention")
+    for _, _, _, tp, _, _, kv in _shapes(spec, name):
+        try:
+            fmt = resolve_kv_format(kv, spec.dtype)
+            m = StepModel(spec, RATES, spec.dtype, fmt, tp=tp)
+        except KvplanError:  # a block format that does not divide a head width
+            continue
+        decodes = rng.choice([1, 5, 256])
+        context = rng.choice([1, 17, 4096, 131_072])
+        new, cached = rng.choice([(1, 0), (100, 17), (2048, 0), (512, 8192), (8192, 4096)])
+        ops = step_ops(spec, spec.dtype, fmt, num_decodes=decodes, decode_context=context,
+                       prefill_chunks=((new, cached),), tp=tp, even_split=True)  # fmt: skip
+        _, decode_flops, decode_kv = _sums(ops, lambda op: op.kind is OpKind.DECODE_ATTENTION)
+        _, _, state_kv = _sums(ops, lambda op: op.name == "state")
+        _, prefill_flops, prefill_kv = _sums(
+            ops, lambda op: op.kind is OpKind.PREFILL_ATTENTION or op.name == "kv_write"
+        )
+
+        def keys(g, length):
+            return length if g.window is None else min(length, g.window)
+
+        kv_read = sum(g.kv_bytes_per_token * decodes * keys(g, context) for g in m.groups)
+        _close(kv_read, decode_kv - decodes * _compressed_bytes(spec, fmt, tp, context))
+        _close(m.state_bytes_per_sequence * (decodes + 1), state_kv)
+        flops = sum(g.decode_flop_per_key * decodes * keys(g, context) for g in m.groups)
+        _close(flops, decode_flops)
+        end = new + cached
+        attended = sum(
+            g.prefill_flop_per_key
+            * (causal_keys_attended(end, g.window, g.chunked) - causal_keys_attended(cached, g.window, g.chunked))
+            for g in m.groups
+        )  # fmt: skip
+        _close(attended, prefill_flops)
+        held = sum(
+            g.kv_bytes_per_token * (end if g.window is None else min(end, g.window + new))
+            for g in m.groups
+        )
+        # the op list writes a windowed layer's min(chunk, window) tokens
+        unwritten = sum(
+            g.kv_bytes_per_token * max(0, new - g.window) for g in m.groups if g.window is not None
+        )
+        compressed = _compressed_bytes(spec, fmt, tp, cached) + _compressed_bytes(
+            spec, fmt, tp, new
+        )
+        _close(held - unwritten, prefill_kv - compressed)
+
+
+def test_dsa_tables_leave_the_indexer_keys_to_the_dsa_module():
+    """With the GPU's DSA tables the indexer's key cache is theirs: the MLA group reads the
+    operator list's KV less the indexer's keys; without them, all of it."""
+    spec = load_model("deepseek-v3.2")
+    fmt = resolve_kv_format("auto", spec.dtype)
+    tables = tables_for(load_profile("h200-sxm"), "vllm").dsa_delta_us
+    with_tables = StepModel(spec, RATES, "fp8", fmt, tp=8, dsa_delta_us=tables)
+    bare = StepModel(spec, RATES, "fp8", fmt, tp=8)
+    assert with_tables.dsa is not None and bare.dsa is None
+    indexer = sum(a.indexer_bytes_per_token(fmt) for a in spec.attention_layers())
+    assert indexer > 0
+    (g,), (b,) = with_tables.groups, bare.groups
+    assert g.kv_bytes_per_token == b.kv_bytes_per_token - indexer
+    ops = step_ops(spec, "fp8", fmt, num_decodes=1, decode_context=1, tp=8, even_split=True)
+    assert b.kv_bytes_per_token == _sums(ops, lambda op: op.kind is OpKind.DECODE_ATTENTION)[2]
+    assert CacheKind.MLA is spec.attention_layers()[0].kind
