@@ -462,17 +462,44 @@ def _round(pair) -> list:
 def small_shape_floors(gemm=None, moe=None, attention=None) -> dict:
     """The smallest measured time of a kernel of each family at 1-16 tokens (seconds), from a
     GEMM, fused-MoE and generation-attention table's rows (None or empty: no floor for it).
-    The step model charges every launch of the family at least this (formulas/batch_step.py)."""
+    The step model charges every launch of the family at least this (formulas/batch_step.py).
+
+    Per weights format too (`gemm_fp8`, `moe_4bit`, ... by GEMM_FORMATS / MOE_FORMATS): the
+    smallest kernel of that format's rows, which is the kernel a launch in that format runs. A
+    block-fp8 GEMM row of SGLang's collector times a per-token-group activation quant and then
+    DeepGEMM (collector/sglang/collect_gemm.py), a fused-MoE row the router's top-k, the token
+    permutation and both expert GEMMs (collect_moe.py: `select_experts` / `TopK` inside the timed
+    call); all graph-timed (collector/helper.py, benchmark_with_power). The family floor (the
+    smallest of any format) stays for the launches that run unquantized (router, head)."""
     out = {}
-    for name, rows, tokens in (
-        ("gemm", gemm, "m"),
-        ("moe", moe, "num_tokens"),
-        ("attention", attention, "batch_size"),
+    for name, rows, tokens, dtype_key, formats in (
+        ("gemm", gemm, "m", "gemm_dtype", GEMM_FORMATS),
+        ("moe", moe, "num_tokens", "moe_dtype", MOE_FORMATS),
+        ("attention", attention, "batch_size", None, None),
     ):
-        small = [r["latency"] * 1e-3 for r in rows or () if r[tokens] <= 16]
+        small = [r for r in rows or () if r[tokens] <= 16]
         if small:
-            out[name] = min(small)
+            out[name] = min(r["latency"] * 1e-3 for r in small)
+        for dtype, fmt in (formats or {}).items():
+            own = [r["latency"] * 1e-3 for r in small if r[dtype_key] == dtype]
+            if own:
+                out[f"{name}_{fmt}"] = min(own)
+    for r in moe or ():
+        if r["num_tokens"] <= 16 and r["moe_dtype"] in MOE_FORMATS:
+            key = moe_shape_key(
+                MOE_FORMATS[r["moe_dtype"]],
+                *(r[k] for k in ("hidden_size", "inter_size", "num_experts", "topk")),
+                *(r[k] for k in ("moe_tp_size", "moe_ep_size")),
+            )
+            out[key] = min(out.get(key, math.inf), r["latency"] * 1e-3)
     return out
+
+
+def moe_shape_key(fmt, hidden, inter, experts, topk, moe_tp, moe_ep) -> str:
+    """The floors_s key of one fused-MoE shape (kvplan.formulas.batch_step reads the same):
+    the smallest time the table measured for that shape, format and split at 1-16 tokens, over
+    its routing distributions (balanced, power-law)."""
+    return f"moe_{fmt}_{hidden}x{inter}_{experts}x{topk}_tp{moe_tp}_ep{moe_ep}"
 
 
 def floors_for_kept(root: Path, gpu: str) -> tuple[dict, str]:

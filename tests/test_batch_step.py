@@ -94,6 +94,80 @@ def test_small_shape_floors_charge_every_launch_of_a_moe_layer():
         assert getattr(step, term) == getattr(old, term)
 
 
+def test_a_quantized_launch_pays_its_formats_floor():
+    """DeepSeek-R1 (block fp8) at TP 8, one decode, floors above every roofline: of the 486 GEMM
+    launches, the 305 in fp8 (per MLA layer q_a+kv_a, q_b and o; 3 dense MLPs x 2; 58 shared
+    experts x 2) pay the fp8 floor, the head, 58 routers and 61 x 2 absorbed BMMs the family's;
+    the 58 fused MoEs the fp8 one. In bf16 or mxfp4 (whose experts no 4-bit row times) every
+    launch pays the family's."""
+    spec = load_model("deepseek-r1")
+    h200 = load_profile("h200")
+    floors = {"gemm": 40e-6, "gemm_fp8": 100e-6, "moe": 90e-6, "moe_fp8": 200e-6,
+              "moe_4bit": 300e-6, "attention": 30e-6}  # fmt: skip
+    achieved = ACHIEVED_DATASHEET._replace(floors_s=floors)
+    rates = Rates(h200.memory_bandwidth_bytes_per_s, 989.4e12)
+    kw = dict(tp=8, link=h200.interconnect, achieved=achieved)
+    shape = BatchShape(1, 1000, (), 1)
+
+    def gemms_s(dtype):
+        step = StepModel(spec, rates, dtype, KvFormat("bf16"), **kw).step(shape)
+        return step.weights_s + step.matmul_s
+
+    fp8 = 61 * 3 + 3 * 2 + 58 * 2
+    plain = 1 + 58 + 61 * 2
+    assert gemms_s("fp8") == pytest.approx(fp8 * 100e-6 + plain * 40e-6 + 58 * 200e-6)
+    assert gemms_s("bf16") == pytest.approx((fp8 + plain) * 40e-6 + 58 * 90e-6)
+    assert gemms_s("mxfp4") == pytest.approx((fp8 + plain) * 40e-6 + 58 * 90e-6)
+    # per-tensor fp8 runs the tables' "fp8" rows (key int8): none here, the family's floor
+    assert gemms_s("fp8-tensor") == gemms_s("bf16")
+
+
+def test_the_b200_sglang_tables_floor_deepseek_r1_by_its_format():
+    """On the shipped SGLang B200 table a block-fp8 DeepSeek-R1 step of one token pays more for
+    its GEMMs than the same model in bf16 would at the same floors (4.2 vs 1.8 us per launch)."""
+    spec = load_model("deepseek-r1")
+    b200 = load_profile("b200")
+    achieved = tables_for(b200, "sglang").achieved
+    assert achieved.floors_s["gemm_fp8"] > achieved.floors_s["gemm"]
+    rates = Rates(b200.memory_bandwidth_bytes_per_s, 2.25e15)
+    kw = dict(tp=8, link=b200.interconnect, achieved=achieved)
+    fp8 = StepModel(spec, rates, "fp8", KvFormat("bf16"), **kw)
+    family = StepModel(
+        spec, rates, "fp8", KvFormat("bf16"),
+        **{**kw, "achieved": achieved._replace(floors_s={
+            k: v for k, v in achieved.floors_s.items() if "_" not in k})},
+    )  # fmt: skip
+    assert fp8.floors.dense_s - family.floors.dense_s == pytest.approx(
+        305 * (achieved.floors_s["gemm_fp8"] - achieved.floors_s["gemm"])
+    )
+    # the table timed DeepSeek-R1's own fused MoE (7,168 x 2,048, 256 experts, top 8) at TP 8
+    own = achieved.floors_s["moe_fp8_7168x2048_256x8_tp8_ep1"]
+    assert own > achieved.floors_s["moe_fp8"]
+    assert fp8.floors.experts_s == pytest.approx(58 * own)
+
+
+def test_a_moe_floor_is_the_models_own_shape_where_the_tables_timed_it():
+    """The fused MoE's floor is the one of the model's own shape, format and split where the
+    floors hold it (key: hidden x width, experts x top-k, TP and EP of the experts), else the
+    format's smallest, else the family's."""
+    spec = load_model("deepseek-r1")
+    h200 = load_profile("h200")
+    rates = Rates(h200.memory_bandwidth_bytes_per_s, 989.4e12)
+    floors = {"gemm": 1e-6, "moe": 10e-6, "moe_fp8": 20e-6, "attention": 1e-6,
+              "moe_fp8_7168x2048_256x8_tp8_ep1": 50e-6,
+              "moe_fp8_7168x2048_256x8_tp1_ep8": 70e-6}  # fmt: skip
+    achieved = ACHIEVED_DATASHEET._replace(floors_s=floors)
+
+    def experts_s(dtype, **kw):
+        kw = {"tp": 8, "link": h200.interconnect, "achieved": achieved, **kw}
+        return StepModel(spec, rates, dtype, KvFormat("bf16"), **kw).floors.experts_s
+
+    assert experts_s("fp8") == pytest.approx(58 * 50e-6)
+    assert experts_s("fp8", moe_ranks=8, ep=8) == pytest.approx(58 * 70e-6)
+    assert experts_s("fp8", tp=4, moe_ranks=4) == pytest.approx(58 * 20e-6)  # no tp4 row
+    assert experts_s("bf16") == pytest.approx(58 * 10e-6)
+
+
 def test_prefill_chunk_attention_is_the_causal_triangle(llama8):
     """A chunk of n tokens after p cached ones: each layer 2 x 32 heads x (128 + 128) FLOPs per
     attended key, keys = (p+n)(p+n+1)/2 - p(p+1)/2; compute-bound at this size. The GEMMs run

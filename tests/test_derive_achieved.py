@@ -105,3 +105,77 @@ def test_no_shipped_table_streams_dense_weights_at_a_few_percent():
             doc = json.loads((FOLDER / f"{gpu}.{engine}.{version}.json").read_text())
             for fmt, (_, memory) in doc["achieved"]["dense"].items():
                 assert memory >= 0.15, (gpu, engine, version, fmt)
+
+
+def test_floors_are_per_weights_format_as_well_as_per_family():
+    """Each family's floor is the smallest kernel of any format at 1-16 tokens; each format of
+    GEMM_FORMATS / MOE_FORMATS gets its own (the kernel a launch in that format runs), rows at
+    more tokens and formats kvplan does not key (nvfp4) give none."""
+    d = _derive()
+    gemm = [
+        {"gemm_dtype": "bfloat16", "m": 1, "latency": 1.8e-3},
+        {"gemm_dtype": "fp8_block", "m": 4, "latency": 4.2e-3},
+        {"gemm_dtype": "fp8_block", "m": 64, "latency": 3.0e-3},  # more tokens: not a floor
+        {"gemm_dtype": "nvfp4", "m": 1, "latency": 1.5e-3},
+    ]
+    shape = {"hidden_size": 2048, "inter_size": 768, "num_experts": 128, "topk": 8,
+             "moe_tp_size": 1, "moe_ep_size": 1}  # fmt: skip
+    moe = [
+        {**shape, "moe_dtype": "bfloat16", "num_tokens": 1, "latency": 13.6e-3},
+        {**shape, "moe_dtype": "fp8_block", "num_tokens": 16, "latency": 16.5e-3},
+        {**shape, "moe_dtype": "int4_wo", "num_tokens": 2, "latency": 34.1e-3},
+    ]
+    floors = d.small_shape_floors(gemm=gemm, moe=moe)
+    per_shape = {k: v for k, v in floors.items() if k.count("_") > 1}
+    assert per_shape == pytest.approx(
+        {
+            "moe_bf16_2048x768_128x8_tp1_ep1": 13.6e-6,
+            "moe_fp8_2048x768_128x8_tp1_ep1": 16.5e-6,
+            "moe_4bit_2048x768_128x8_tp1_ep1": 34.1e-6,
+        }  # fmt: skip
+    )
+    floors = {k: v for k, v in floors.items() if k not in per_shape}
+    assert floors == pytest.approx(
+        {
+            "gemm": 1.5e-6,
+            "gemm_bf16": 1.8e-6,
+            "gemm_fp8": 4.2e-6,
+            "moe": 13.6e-6,
+            "moe_bf16": 13.6e-6,
+            "moe_fp8": 16.5e-6,
+            "moe_4bit": 34.1e-6,
+        }
+    )
+
+
+def test_shipped_format_floors_are_at_least_the_familys():
+    """Every `<family>_<format>` floor of a shipped table is a kernel of that family, so never
+    below the family's smallest; the SGLang B200 table's block-fp8 GEMM (activation quant +
+    DeepGEMM) and fused MoE are above its bf16 ones."""
+    for (gpu, engine), versions in available().items():
+        for version in versions:
+            floors = json.loads((FOLDER / f"{gpu}.{engine}.{version}.json").read_text())["floors_s"]
+            for key, value in floors.items():
+                family = key.split("_")[0]
+                if family != key:
+                    assert value >= floors[family], (gpu, engine, version, key)
+    b200 = json.loads((FOLDER / "b200_sxm.sglang.0.5.14.json").read_text())["floors_s"]
+    assert b200["gemm_fp8"] > 2 * b200["gemm_bf16"]
+    assert b200["moe_fp8"] > b200["moe_bf16"]
+
+
+def test_a_moe_shape_gets_its_own_floor():
+    """Each fused-MoE shape, format and split of the table gets the smallest time measured for
+    it at 1-16 tokens, over the routing distributions, under the key the step model reads."""
+    d = _derive()
+    shape = {"hidden_size": 7168, "inter_size": 2048, "num_experts": 256, "topk": 8,
+             "moe_tp_size": 8, "moe_ep_size": 1, "moe_dtype": "fp8_block"}  # fmt: skip
+    moe = [
+        {**shape, "num_tokens": 1, "latency": 36.1e-3, "distribution": "balanced"},
+        {**shape, "num_tokens": 1, "latency": 35.3e-3, "distribution": "power_law_1.01"},
+        {**shape, "num_tokens": 64, "latency": 20e-3, "distribution": "balanced"},
+        {**shape, "moe_dtype": "nvfp4", "num_tokens": 1, "latency": 1e-3},  # not keyed
+    ]
+    floors = d.small_shape_floors(moe=moe)
+    assert floors["moe_fp8_7168x2048_256x8_tp8_ep1"] == pytest.approx(35.3e-6)
+    assert [k for k in floors if k.count("_") > 1] == ["moe_fp8_7168x2048_256x8_tp8_ep1"]

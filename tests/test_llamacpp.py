@@ -15,7 +15,7 @@ from kvplan.inputs.sources import load_model
 from kvplan.present.engines import llamacpp_log_lines
 from kvplan.units import GIB, MIB
 
-from gguf_fixtures import bundled, convert, tensors_for, write_gguf
+from gguf_fixtures import CONFIGS, bundled, convert, tensors_for, write_gguf
 from helpers import run_cli
 
 LOGS = json.loads((Path(__file__).parent / "data" / "llamacpp_logs.json").read_text())["entries"]
@@ -215,3 +215,48 @@ def test_the_engine_command_on_a_mac_and_a_24gb_gpu(tmp_path):
     )
     data = json.loads(out)
     assert code == 0 and data["log_lines"] and data["recommended"] is not None
+
+
+def _convertible():
+    names = []
+    for name in json.loads((CONFIGS / "index.json").read_text())["models"]:
+        try:
+            convert(bundled(name))
+        except (ValueError, KeyError):  # an architecture the fixture writer does not convert
+            continue
+        names.append(name)
+    return names
+
+
+def test_anatomy_op_list_placed_gives_the_decode_split(tmp_path):
+    """The anatomy's operator list (step_ops: one decode at 4k, the head sampled, the whole
+    model), placed block by block by -ngl's rule, reads the same bytes from each memory as
+    llama.cpp's own decode step, for every bundled model the fixture writer converts to a GGUF
+    of one weight type, with an f16 cache, at half and full offload."""
+    from kvplan.dtypes import KvFormat
+    from kvplan.engines.llamacpp import decode_ceiling, model_weights, placement, resolve_settings
+    from kvplan.formulas.offload import placed_bytes
+    from kvplan.formulas.step_time import ops_by_layer, step_ops
+
+    names = _convertible()
+    assert len(names) >= 30, names
+    for name in names:
+        spec = _gguf(name, tmp_path)
+        s, _ = resolve_settings(spec, LlamaCppRequest(ctx_size=4096, parallel=1))
+        w, _ = model_weights(spec, None)
+        groups = step_ops(
+            spec, "checkpoint", KvFormat("fp16"), 1, 4096, num_sampled=1, whole_model=True
+        )
+        layers = ops_by_layer(spec, groups, 1)
+        n = spec.num_layers
+        for ngl in (n // 2, n + 1):
+            p = placement(n, ngl, s.build, False)
+            old = decode_ceiling(spec, w, s, p, 4096, 1e12, 1e11, False)
+            gpu, host = placed_bytes(layers, n, p.first_gpu_layer, p.output_on_gpu)
+            assert gpu == pytest.approx(old.gpu_read_bytes, rel=1e-12), (name, ngl)
+            assert host == pytest.approx(old.host_read_bytes, rel=1e-12), (name, ngl)
+            # -nkvo: every cache in host memory, the weights where -ngl puts them
+            old = decode_ceiling(spec, w, s, p, 4096, 1e12, 1e11, True)
+            gpu, host = placed_bytes(layers, n, p.first_gpu_layer, p.output_on_gpu, False)
+            assert gpu == pytest.approx(old.gpu_read_bytes, rel=1e-12), (name, ngl)
+            assert host == pytest.approx(old.host_read_bytes, rel=1e-12), (name, ngl)

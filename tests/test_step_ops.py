@@ -199,6 +199,39 @@ def test_dp_attention_floor_is_the_operator_lists_sums(name):
         _close(pre.bytes, read(dense, wd, context) + experts / ranks + kv)
 
 
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-30b-a3b", "kimi-k3", "gpt-oss-120b"])
+def test_dp_attention_batch_equal_reads_is_the_operator_lists_crossover(name):
+    """B_read of a DP-attention rank from the operator list equals the crossover of the
+    aggregate it replaced: the dense model's weights at the rank's own sequences plus 1/N of
+    the experts the whole batch touches, against the rank's KV reads."""
+    from kvplan.formulas.expert_parallel import (
+        dp_attention_batch_equal_reads,
+        without_routed_experts,
+    )
+    from kvplan.formulas.roofline import MAX_BATCH_SEARCH
+
+    spec = load_model(name)
+    dense = without_routed_experts(spec)
+    fmt = resolve_kv_format("auto", spec.dtype)
+    read = weight_bytes_read_per_decode_step
+    rng = random.Random(name)
+    for _ in range(3):
+        context, ranks = rng.choice([1024, 32768]), rng.choice([2, 8])
+        wd = rng.choice(["bf16", "fp8"])
+        kv = kv_bytes_per_sequence(spec, context, fmt, 1)
+
+        def weights(own: int, ranks: int = ranks, wd: str = wd) -> float:
+            batch = own * ranks
+            experts = read(spec, wd, batch) - read(dense, wd, batch)
+            return read(dense, wd, own) + experts / ranks
+
+        lo, hi = 0.0, float(MAX_BATCH_SEARCH)
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if weights(max(1, round(mid))) > mid * kv else (lo, mid)
+        _close(dp_attention_batch_equal_reads(spec, context, wd, fmt, ranks), (lo + hi) / 2)
+
+
 def test_cache_groups_keep_each_layers_own_bytes():
     """A stack of full-attention layers holds s x (the sum of its layers' bytes per token): the
     groups may not merge layers that differ in what they hold (MiniMax-M3's 3 plain layers and

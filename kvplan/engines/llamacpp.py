@@ -25,7 +25,13 @@ from kvplan.dtypes import (
     ggml_type,
 )
 from kvplan.errors import KvplanError
-from kvplan.formulas.offload import first_gpu_layer, output_on_gpu, two_memory_step_time_s
+from kvplan.formulas.offload import (
+    first_gpu_layer,
+    output_on_gpu,
+    placed_bytes,
+    two_memory_step_time_s,
+)
+from kvplan.formulas.step_time import Op, OpKind
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
 from kvplan.record import NamedTuple
@@ -515,21 +521,24 @@ def memory_split(
 
 
 # ---- decode ------------------------------------------------------------------------------------
-def decode_ceiling(
-    spec: ModelSpec,
-    w: Weights,
-    s: Settings,
-    p: Placement,
-    context_len: int,
-    gpu_bw: float,
-    host_bw: float,
-    nkvo: bool,
-) -> Decode:
-    """One sequence's decode step at `context_len`: every weight it reads (experts: top_k of E)
-    and its own cache, each from the memory that holds it."""
+def decode_step_ops(
+    spec: ModelSpec, w: Weights, s: Settings, context_len: int
+) -> list[tuple[int, list[Op]]]:
+    """One sequence's decode step as operators by layer index (step_time.ops_by_layer's layout:
+    -1 the token embedding, 0..L-1 the blocks, L the output layer), in llama.cpp's own bytes:
+    each block's stored weights (routed experts: top_k of E read), its cache in -ctk/-ctv's
+    ggml rows (recurrent state in f32), one row of token_embd, the output layer whole.
+
+    step_time.step_ops lays out the same step from the anatomy and gives the same split for a
+    GGUF of one weight type with an f16 cache (tests/test_llamacpp.py); it cannot give
+    llama.cpp's bytes in general: a mixed-quant GGUF stores each block at its own bytes (not
+    per-part averages), -ctk and -ctv may differ, state is f32 whatever the cache type, and a
+    tied token_embd is still read (one row) from host memory."""
     moe = spec.moe
-    gpu = host = 0.0
-    on_gpu = [il >= p.first_gpu_layer for il in range(p.num_layers)]
+    layers: list[tuple[int, list[Op]]] = []
+    if spec.vocab_size:  # one embedding row
+        row = w.embedding / spec.vocab_size
+        layers.append((-1, [Op("embedding", OpKind.ELEMENTWISE, 0, 0, row, 0, 0)]))
     for il, layer in enumerate(spec.layers):
         read: float = w.layers[il]
         if moe and w.expert_layers[il]:
@@ -541,19 +550,32 @@ def decode_ceiling(
             cache += a.tokens_held(context_len) * (k + v)
         if layer.state is not None:
             cache += sum(layer.state.elements()) * STATE_ELEMENT_BYTES
-        if on_gpu[il]:
-            gpu += read
-        else:
-            host += read
-        if on_gpu[il] and not nkvo:
-            gpu += cache
-        else:
-            host += cache
-    if p.output_on_gpu:
-        gpu += w.output
-    else:
-        host += w.output
-    host += w.embedding / spec.vocab_size if spec.vocab_size else 0  # one embedding row
+        layers.append((il, [Op("block", OpKind.ELEMENTWISE, 0, 0, read, cache, 0)]))
+    output = Op("output", OpKind.ELEMENTWISE, 0, 0, w.output, 0, 0)
+    layers.append((spec.num_layers, [output]))
+    return layers
+
+
+def decode_ceiling(
+    spec: ModelSpec,
+    w: Weights,
+    s: Settings,
+    p: Placement,
+    context_len: int,
+    gpu_bw: float,
+    host_bw: float,
+    nkvo: bool,
+) -> Decode:
+    """One sequence's decode step at `context_len`: every weight it reads (experts: top_k of E)
+    and its own cache, each from the memory that holds it (decode_step_ops placed by
+    offload.placed_bytes)."""
+    gpu, host = placed_bytes(
+        decode_step_ops(spec, w, s, context_len),
+        p.num_layers,
+        p.first_gpu_layer,
+        p.output_on_gpu,
+        cache_on_gpu=not nkvo,
+    )
     step = two_memory_step_time_s(gpu, gpu_bw, host, host_bw)
     return Decode(context_len, gpu, host, step, 1 / step)
 

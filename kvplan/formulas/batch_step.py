@@ -275,7 +275,9 @@ class StepModel:
         self.attention_rates = Rates(bw * achieved.attention[1], bf16 * achieved.attention[0])
         self.mla_rates = Rates(bw * achieved.mla[1], bf16 * achieved.mla[0])
         self.sampler_bandwidth = bw * achieved.dense["bf16"][1]
-        self.floors = _Floors.of(_shape(spec), achieved.floors_s)
+        self.floors = _Floors.of(
+            _shape(spec), achieved.floors_s, weights_dtype, self.moe_ranks // ep, ep
+        )
         self.dsa = _DsaModule.of(spec, fmt, tp, dsa_delta_us)
         # every byte and FLOP below is a sum over the step's operator list (step_time.step_ops),
         # by kernel kind; the DSA module's tables time the indexer's key cache: not read again
@@ -751,6 +753,18 @@ class _Floors(NamedTuple):
         fused MoE      1 per MoE layer
         attention      1 per attention layer (one kernel for the step's decodes and chunks)
 
+    A launch pays the floor of the kernel its weights format runs where the tables measured that
+    format (`gemm_fp8`, `moe_fp8`, ...: `_floor_format`), else the family's smallest: a
+    block-fp8 GEMM is a per-token-group activation quant and then DeepGEMM (4.2 us at one token
+    on a B200 under SGLang, against bf16's 1.8 us), a block-fp8 fused MoE 16.5 us against
+    bf16's 13.6 us. The head, the routers and MLA's two absorbed BMMs stay at the family's
+    smallest (unquantized, or a kernel no table times), as does a format without rows (mxfp4's
+    experts: the tables' 4-bit rows time W4A16 kernels, not gpt-oss's). Where the tables timed
+    the model's own fused MoE (hidden x expert width, experts x top-k, format, the experts' TP
+    and EP split: `moe_shape_key`), its floor is that kernel's smallest time at 1-16 tokens:
+    DeepSeek-R1's at TP 8 in block fp8 takes 35 us on a B200 under SGLang (router top-k and
+    permutation included), where the smallest fused MoE of any shape takes 13.6 us.
+
     All-reduces are floored already: comm_s charges each call the tables' smallest message."""
 
     dense_s: float = 0.0
@@ -758,14 +772,52 @@ class _Floors(NamedTuple):
     attention_s: float = 0.0
 
     @classmethod
-    def of(cls, shape: _Shape, floors_s: dict) -> _Floors:
+    def of(
+        cls,
+        shape: _Shape,
+        floors_s: dict,
+        weights_dtype: str = "bf16",
+        moe_tp: int = 1,
+        moe_ep: int = 1,
+    ) -> _Floors:
         if not floors_s:
             return cls()
+        fmt = _floor_format(weights_dtype)
+        gemm = floors_s.get("gemm", 0.0)
+        gemm_quantized = floors_s.get(f"gemm_{fmt}", gemm) if fmt else gemm
+        moe = floors_s.get("moe", 0.0)
+        if fmt:
+            moe = floors_s.get(f"moe_{fmt}", moe)
+            if shape.moe_shape:
+                moe = floors_s.get(moe_shape_key(fmt, shape.moe_shape, moe_tp, moe_ep), moe)
+        quantized = shape.quantized_gemm_launches
         return cls(
-            dense_s=shape.gemm_launches * floors_s.get("gemm", 0.0),
-            experts_s=shape.moe_layers * floors_s.get("moe", 0.0),
+            dense_s=(shape.gemm_launches - quantized) * gemm + quantized * gemm_quantized,
+            experts_s=shape.moe_layers * moe,
             attention_s=shape.attention_layers * floors_s.get("attention", 0.0),
         )
+
+
+def moe_shape_key(fmt: str, moe_shape: str, moe_tp: int, moe_ep: int) -> str:
+    """The kernel tables' floors_s key of a fused MoE of shape `moe_shape` (_Shape.moe_shape) in
+    format `fmt` with its experts split `moe_tp` ways (each expert's width) and `moe_ep` ways
+    (the experts): scripts/derive_achieved.py's moe_shape_key."""
+    return f"moe_{fmt}_{moe_shape}_tp{moe_tp}_ep{moe_ep}"
+
+
+def _moe_shape(spec: ModelSpec) -> str:
+    moe = spec.moe
+    if moe is None:
+        return ""
+    return f"{spec.hidden_size}x{moe.expert_intermediate_size}_{moe.num_experts}x{moe.top_k}"
+
+
+def _floor_format(weights_dtype: str) -> str | None:
+    """The kernel tables' format key whose floors a launch in `weights_dtype` pays (None: the
+    family's smallest): `_format_key`'s, but for mxfp4 (its experts run an MXFP4 kernel the
+    tables' 4-bit W4A16 rows do not time; its dense layers stay bf16) and nvfp4 (no rows)."""
+    key = str(weights_dtype).lower()
+    return None if key in ("mxfp4", "nvfp4") else _format_key(key)
 
 
 def gemm_launches(spec: ModelSpec) -> int:
@@ -783,13 +835,26 @@ def gemm_launches(spec: ModelSpec) -> int:
     return launches
 
 
+def quantized_gemm_launches(spec: ModelSpec) -> int:
+    """Of `gemm_launches`, those a quantized checkpoint runs in its weights format: all but the
+    head, the MoE routers and MLA's two absorbed BMMs (an fp8 checkpoint leaves the head and the
+    router gate unquantized)."""
+    moe_layers = spec.moe.num_layers if spec.moe else 0
+    mla_layers = sum(
+        1 for layer in spec.layers if layer.attention and layer.attention.kind is CacheKind.MLA
+    )
+    return gemm_launches(spec) - 1 - moe_layers - 2 * mla_layers
+
+
 class _Shape(NamedTuple):
     """What a step model's floors take from the model alone, whatever the GPU, format or
     layout."""
 
     gemm_launches: int
+    quantized_gemm_launches: int  # of gemm_launches, those in the weights format
     attention_layers: int
     moe_layers: int
+    moe_shape: str  # the fused MoE's <hidden>x<width>_<experts>x<top-k> ("": none)
 
 
 # A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred
@@ -802,8 +867,10 @@ def _shape(spec: ModelSpec) -> _Shape:
     def build() -> _Shape:
         return _Shape(
             gemm_launches(spec),
+            quantized_gemm_launches(spec),
             len(spec.attention_layers()),
             spec.moe.num_layers if spec.moe else 0,
+            _moe_shape(spec),
         )
 
     return kept_per_spec(_SHAPES, spec, (), build)

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 from kvplan.anatomy.model import ModelSpec
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
-from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.formulas.roofline import MAX_BATCH_SEARCH
 from kvplan.formulas.step_time import Op, Rates, Step, floor_step, floor_sums, step_ops
-from kvplan.formulas.weights import weight_bytes_read_per_decode_step
 
 ACTIVATION_BYTES = ELEMENT_BYTES["bf16"]  # hidden states cross the all-to-all in bf16
 
@@ -113,16 +111,37 @@ def dp_attention_batch_equal_reads(
     spec: ModelSpec, context_len: int, weights_dtype: str, fmt: KvFormat, ranks: int
 ) -> float:
     """B_read for one DP-attention rank: the sequences per rank at which its KV reads equal its
-    weight reads (its dense weights, and its share of the experts the whole batch touches)."""
-    dense = without_routed_experts(spec)
-    kv = kv_bytes_per_sequence(spec, context_len, fmt, 1)
+    weight reads (its dense weights, and its share of the experts the whole batch touches),
+    from the sums of the step's operators (step_ops): the KV bytes of one sequence's decode,
+    and per rank the weights of every operator but the routed experts over its own sequences
+    plus 1/N of the routed experts the whole batch's tokens touch."""
+
+    def ops(sequences: int, routed: int) -> list[tuple[list[Op], int]]:
+        return step_ops(
+            spec,
+            weights_dtype,
+            fmt,
+            num_decodes=sequences,
+            decode_context=context_len,
+            num_sampled=sequences,
+            whole_model=True,
+            moe_tokens=routed,
+        )
+
+    kv = sum(n * op.kv_bytes for group, n in ops(1, 1) for op in group)
+    read: dict[int, float] = {}
 
     def weights(per_rank: int) -> float:
-        batch = per_rank * ranks
-        experts = weight_bytes_read_per_decode_step(
-            spec, weights_dtype, batch
-        ) - weight_bytes_read_per_decode_step(dense, weights_dtype, batch)
-        return weight_bytes_read_per_decode_step(dense, weights_dtype, per_rank) + experts / ranks
+        if per_rank not in read:
+            own = routed = 0.0
+            for group, n in ops(per_rank, per_rank * ranks):
+                for op in group:
+                    if op.name == "experts":
+                        routed += n * op.weight_bytes
+                    else:
+                        own += n * op.weight_bytes
+            read[per_rank] = own + routed / ranks
+        return read[per_rank]
 
     lo, hi = 0.0, float(MAX_BATCH_SEARCH)
     for _ in range(200):

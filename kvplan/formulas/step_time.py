@@ -914,17 +914,27 @@ def batch_ops(
         even_split,
         whole_model,
     )
+    ops: list[Op] = []
+    for _, layer_ops in ops_by_layer(spec, groups, num_sampled):
+        ops += layer_ops
+    return ops
+
+
+def ops_by_layer(
+    spec: ModelSpec, groups: list[tuple[list[Op], int]], num_sampled: int
+) -> list[tuple[int, list[Op]]]:
+    """step_ops' groups in layer order, each with its layer index: -1 for the input embedding
+    (with `num_sampled`), 0..L-1 for the blocks, L for the head and the parameters outside the
+    layers (what a layer offload places block by block)."""
     first = 1 if num_sampled else 0
     distinct = distinct_layers(spec.layers)
     by_layer = {
         id(layer): ops for (layer, _), (ops, _) in zip(distinct, groups[first:], strict=False)
     }
-    ops: list[Op] = list(groups[0][0]) if num_sampled else []
-    for layer in spec.layers:
-        ops += by_layer[id(layer)]
-    for tail, _ in groups[first + len(distinct) :]:
-        ops += tail
-    return ops
+    out: list[tuple[int, list[Op]]] = [(-1, groups[0][0])] if num_sampled else []
+    out += [(il, by_layer[id(layer)]) for il, layer in enumerate(spec.layers)]
+    out += [(len(spec.layers), tail) for tail, _ in groups[first + len(distinct) :]]
+    return out
 
 
 def floor_sums(groups: list[tuple[list[Op], int]]) -> tuple[float, float]:

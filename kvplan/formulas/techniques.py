@@ -13,7 +13,7 @@ import math
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence
-from kvplan.formulas.step_time import Rates, Step, decode_step, floor_step
+from kvplan.formulas.step_time import Op, OpKind, Rates, Step, decode_step, floor_step
 
 
 def kept_tokens(context_len: int, keep_fraction: float) -> int:
@@ -33,6 +33,15 @@ def lowrank_reconstruction_flops_per_decode_token(spec: ModelSpec, context_len: 
             per_key = 2 * attn.num_kv_heads * attn.head_dim * attn.qk_head_dim
             total += per_key * attn.tokens_held(context_len)
     return total
+
+
+def lowrank_reconstruction_op(spec: ModelSpec, context_len: int, num_tokens: int, tp: int) -> Op:
+    """The key rebuild of `num_tokens` decode tokens (each sequence's, or a verification's k + 1
+    per sequence) as an operator of the step, on one of `tp` ranks: FLOPs only (the latent it
+    multiplies is the cache the attention already reads), priced with the step's other
+    operators (floor_sums)."""
+    flops = num_tokens * (lowrank_reconstruction_flops_per_decode_token(spec, context_len) / tp)
+    return Op("key_rebuild", OpKind.DECODE_ATTENTION, num_tokens * context_len, flops, 0, 0, 0)
 
 
 def expected_tokens_per_round(draft_tokens: int, acceptance: float) -> float:

@@ -17,10 +17,19 @@ from kvplan.dtypes import resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.formulas.kv import kv_bytes_per_sequence
 from kvplan.formulas.roofline import ceiling_tokens_per_s, compute_dtype
-from kvplan.formulas.step_time import Rates, Step, bound, decode_step, prefill_step, time_floor_s
+from kvplan.formulas.step_time import (
+    Op,
+    Rates,
+    Step,
+    bound,
+    decode_step,
+    floor_sums,
+    prefill_step,
+    time_floor_s,
+)
 from kvplan.formulas.techniques import (
     expected_tokens_per_round,
-    lowrank_reconstruction_flops_per_decode_token,
+    lowrank_reconstruction_op,
     speculative_time_per_token_s,
     verify_step,
 )
@@ -137,30 +146,37 @@ class Pricer(NamedTuple):
     block_size: int
 
 
-def _with_flops(step: Step, extra_flops: float, rates: Rates) -> Step:
-    flops = step.flops + extra_flops
+def _with_ops(step: Step, ops: list[Op], rates: Rates) -> Step:
+    """The step with more operators in its list (their floor sums added to its own)."""
+    extra_flops, extra_bytes = floor_sums([(ops, 1)])
+    flops, num_bytes = step.flops + extra_flops, step.bytes + extra_bytes
     return step._replace(
         flops=flops,
-        time_floor_s=time_floor_s(step.bytes, flops, rates),
-        bound=bound(step.bytes, flops, rates),
+        bytes=num_bytes,
+        time_floor_s=time_floor_s(num_bytes, flops, rates),
+        bound=bound(num_bytes, flops, rates),
     )
 
 
 def decode_time(p: Pricer, sc: Scenario, batch_size: int) -> tuple[float, Step]:
-    """(time per output token of one sequence, the decode step; with a draft, the verification)."""
-    extra = 0.0
-    if sc.lowrank:
-        extra = lowrank_reconstruction_flops_per_decode_token(sc.read, sc.read_tokens) / p.tp
+    """(time per output token of one sequence, the decode step; with a draft, the verification);
+    a low-rank cache adds its key rebuild to the step's operators."""
+
+    def rebuild(tokens: int) -> list[Op]:
+        if not sc.lowrank:
+            return []
+        return [lowrank_reconstruction_op(sc.read, sc.read_tokens, tokens, p.tp)]
+
     if sc.draft is None:
         step = decode_step(sc.read, p.rates, batch_size, sc.read_tokens, p.wdtype, sc.fmt, p.tp)
-        step = _with_flops(step, batch_size * extra, p.rates)
+        step = _with_ops(step, rebuild(batch_size), p.rates)
         return step.time_floor_s, step
     k = sc.draft_tokens
     draft = decode_step(sc.draft, p.rates, batch_size, sc.read_tokens, p.draft_wdtype, sc.fmt, p.tp)
     verify = verify_step(
         sc.read, p.rates, batch_size, sc.read_tokens, p.wdtype, sc.fmt, k + 1, p.tp
     )
-    verify = _with_flops(verify, batch_size * (k + 1) * extra, p.rates)
+    verify = _with_ops(verify, rebuild(batch_size * (k + 1)), p.rates)
     tpot = speculative_time_per_token_s(draft.time_floor_s, verify.time_floor_s, k, sc.acceptance)
     return tpot, verify
 
