@@ -3,8 +3,9 @@ bytes and FLOPs by kernel kind from the same operator list as the datasheet floo
 (step_time.step_ops). On every bundled model and seeded random step shapes, each of its terms'
 quantities (dense weights and GEMMs, the experts touched, each cache group's KV and attention
 FLOPs, the recurrent state) is that list's sum over the operators of its kind at the step's
-shape; the two differences that remain are pinned by name."""
+shape, with no exception."""
 
+import copy
 import random
 
 import pytest
@@ -14,7 +15,7 @@ from kvplan.dtypes import resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import StepModel
 from kvplan.formulas.flops import causal_keys_attended
-from kvplan.formulas.kv import cache_groups
+from kvplan.formulas.kv import compressed_read_bytes
 from kvplan.formulas.step_time import OpKind, Rates, step_ops
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.kernel_tables import tables_for
@@ -92,19 +93,12 @@ def test_step_models_weights_and_gemms_are_the_operator_lists_sums(name):
         assert bool(expert_bytes) == (spec.moe is not None)
 
 
-def _compressed_bytes(spec, fmt, tp, context):
-    """DeepSeek-V4's compressed entries per sequence (what StepModel's attention leaves out)."""
-    groups = cache_groups(spec, fmt, tp)
-    return sum(g.num_layers * g.compressed_bytes(context) for g in groups if g.compress_ratio)
-
-
 @pytest.mark.parametrize("name", MODELS)
 def test_step_models_attention_is_the_operator_lists_sums(name):
     """Each decode's cache read (every group's keys held at its context, the recurrent state per
     sequence) and attention FLOPs, and a prefill chunk's causal FLOPs and its cached and written
-    KV. Pinned differences: DeepSeek-V4's compressed entries, which the step's attention does not
-    read (the op list reads every one; the model attends a top-k of them); and a chunk longer
-    than a window, whose every token StepModel writes (the op list: the window's)."""
+    KV (every new token's, a windowed layer's too), DeepSeek-V4's compressed entries (a decode's:
+    those its indexer scores and its top-k; a chunk's: all cached and its own). No exceptions."""
     spec = load_model(name)
     rng = random.Random(name + "/attention")
     for _, _, _, tp, _, _, kv in _shapes(spec, name):
@@ -127,11 +121,36 @@ def test_step_models_attention_is_the_operator_lists_sums(name):
         def keys(g, length):
             return length if g.window is None else min(length, g.window)
 
-        kv_read = sum(g.kv_bytes_per_token * decodes * keys(g, context) for g in m.groups)
-        _close(kv_read, decode_kv - decodes * _compressed_bytes(spec, fmt, tp, context))
+        def compressed(g, length, kv_bytes, index_bytes):
+            if not g.compress_ratio:
+                return 0
+            return compressed_read_bytes(
+                length // g.compress_ratio, g.compressed_topk, kv_bytes, index_bytes
+            )
+
+        kv_read = sum(
+            decodes
+            * (
+                g.kv_bytes_per_token * keys(g, context)
+                + compressed(
+                    g, context, g.compressed_kv_bytes_per_entry, g.compressed_index_bytes_per_entry
+                )
+            )
+            for g in m.groups
+        )
+        _close(kv_read, decode_kv)
         _close(m.state_bytes_per_sequence * (decodes + 1), state_kv)
-        flops = sum(g.decode_flop_per_key * decodes * keys(g, context) for g in m.groups)
+        flops = sum(
+            g.decode_flop_per_key * decodes * (keys(g, context) + compressed(g, context, 1, 0))
+            for g in m.groups
+        )
         _close(flops, decode_flops)
+        # the step's own pricing reads those bytes
+        _, memory = m._decode_attention(decodes, decodes * context, max, min)
+        bw = m.attention_rates.bandwidth_bytes_per_s
+        state = decodes * m.state_bytes_per_sequence
+        if m.dsa is None and not any(g.mla for g in m.groups):
+            _close(memory * bw, kv_read + state)
         end = new + cached
         attended = sum(
             g.prefill_flop_per_key
@@ -143,14 +162,20 @@ def test_step_models_attention_is_the_operator_lists_sums(name):
             g.kv_bytes_per_token * (end if g.window is None else min(end, g.window + new))
             for g in m.groups
         )
-        # the op list writes a windowed layer's min(chunk, window) tokens
-        unwritten = sum(
-            g.kv_bytes_per_token * max(0, new - g.window) for g in m.groups if g.window is not None
+        held += sum(
+            (g.compressed_kv_bytes_per_entry + g.compressed_index_bytes_per_entry)
+            * (cached // g.compress_ratio + new // g.compress_ratio)
+            for g in m.groups
+            if g.compress_ratio
         )
-        compressed = _compressed_bytes(spec, fmt, tp, cached) + _compressed_bytes(
-            spec, fmt, tp, new
+        _close(held, prefill_kv)
+        # the chunk's state read and written as the op list's: once per chunk
+        stateless = copy.copy(m)
+        stateless.state_bytes_per_sequence = 0.0
+        chunk_state_s = m.prefill_attention_s(new, cached) - stateless.prefill_attention_s(
+            new, cached
         )
-        _close(held - unwritten, prefill_kv - compressed)
+        _close(chunk_state_s * m.attention_rates.bandwidth_bytes_per_s, state_kv / (decodes + 1))
 
 
 def test_dsa_tables_leave_the_indexer_keys_to_the_dsa_module():

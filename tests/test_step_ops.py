@@ -9,7 +9,7 @@ import pytest
 from kvplan.dtypes import resolve_kv_format
 from kvplan.errors import KvplanError
 from kvplan.formulas.flops import flops_per_decode_token, prefill_flops
-from kvplan.formulas.kv import kv_bytes_per_sequence
+from kvplan.formulas.kv import cache_groups, kv_bytes_per_sequence
 from kvplan.formulas.step_time import (
     Rates,
     batch_ops,
@@ -29,13 +29,28 @@ REL = 1e-9
 def _old_decode(spec, batch, context, wdtype, fmt, tp):
     flops = batch * flops_per_decode_token(spec, context) / tp
     weights = weight_bytes_read_per_decode_step(spec, wdtype, batch) / tp
-    return flops, weights + batch * kv_bytes_per_sequence(spec, context, fmt, tp)
+    # DeepSeek-V4: the compressed entries a decode reads (the indexer's keys, the top-k), not holds
+    compressed = 0
+    for a in spec.attention_layers():
+        if a.compress_ratio:
+            entries, parts = a.compressed_entries(context), a.compressed_entry_parts(fmt)
+            picked = min(entries, a.compressed_topk) if a.compressed_topk else entries
+            indexed = entries if a.compressed_topk and entries > a.compressed_topk else 0
+            compressed += picked * parts[0] + indexed * parts[1] - entries * sum(parts)
+    held = kv_bytes_per_sequence(spec, context, fmt, tp)
+    return flops, weights + batch * (held + compressed)
 
 
 def _old_prefill(spec, tokens, wdtype, fmt, tp):
     flops = prefill_flops(spec, tokens) / tp
     weights = weight_bytes_read_per_decode_step(spec, wdtype, tokens) / tp
-    return flops, weights + kv_bytes_per_sequence(spec, tokens, fmt, tp)
+    # every token's K and V written, a windowed layer's too (it keeps the window's after)
+    beyond = sum(
+        g.num_layers * g.bytes_per_token_per_layer * max(0, tokens - g.window)
+        for g in cache_groups(spec, fmt, tp)
+        if g.kind.windowed
+    )
+    return flops, weights + kv_bytes_per_sequence(spec, tokens, fmt, tp) + beyond
 
 
 def _shapes(name, n=6):
@@ -180,7 +195,7 @@ def test_dp_attention_floor_is_the_operator_lists_sums(name):
         flops = prefill_flops(dense, context)
         _close(pre.flops, flops + (prefill_flops(spec, context) - flops) / ranks)
         experts = read(spec, wd, context) - read(dense, wd, context)
-        kv = kv_bytes_per_sequence(spec, context, fmt, 1)
+        kv = _old_prefill(spec, context, wd, fmt, 1)[1] - read(spec, wd, context)
         _close(pre.bytes, read(dense, wd, context) + experts / ranks + kv)
 
 

@@ -86,6 +86,9 @@ class Attention(NamedTuple):
     # compressed key (`compressed_indexer_dim` wide) at the same ratio (0: not compressed)
     compress_ratio: int = 0
     compressed_indexer_dim: int = 0
+    # the compressed entries a CSA layer's query attends, picked by its indexer (`index_topk`;
+    # 0: every entry, as an HCA layer attends)
+    compressed_topk: int = 0
     # DeepSeek-V4: the RoPE part of `head_dim` (qk_rope_head_dim), which the engines store in bf16
     # beside the fp8 NoPE part of a row (0: not stated)
     compressed_rope_dim: int = 0
@@ -118,10 +121,15 @@ class Attention(NamedTuple):
     def compressed_bytes_per_entry(self, fmt: KvFormat) -> int:
         """One compressed entry of a DeepSeek-V4 compressed layer: the compressed KV vector plus
         the indexer's compressed key where the layer has one (0 for an uncompressed layer)."""
+        return sum(self.compressed_entry_parts(fmt))
+
+    def compressed_entry_parts(self, fmt: KvFormat) -> tuple[int, int]:
+        """(the compressed KV vector's bytes, the indexer's compressed key's) of one entry:
+        compressed_bytes_per_entry's two parts, which a decode reads in different numbers."""
         if not self.compress_ratio:
-            return 0
+            return 0, 0
         indexer = self.compressed_indexer_dim
-        return fmt.head_vector_bytes(self.head_dim) + (
+        return fmt.head_vector_bytes(self.head_dim), (
             fmt.head_vector_bytes(indexer) if indexer else 0
         )
 

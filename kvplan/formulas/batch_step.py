@@ -48,6 +48,7 @@ from kvplan.formulas.comm import (
 )
 from kvplan.formulas.expert_parallel import dp_gather_time_s, ep_alltoall_time_s
 from kvplan.formulas.flops import causal_keys_attended
+from kvplan.formulas.kv import compressed_read_bytes
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
 from kvplan.formulas.step_time import (
     OpKind,
@@ -183,6 +184,12 @@ class _Group(NamedTuple):
     kv_bytes_per_token: float  # all layers of the group, one rank
     decode_flop_per_key: float  # all layers of the group, one rank
     prefill_flop_per_key: float
+    # DeepSeek-V4 compressed layers (0: none): one entry per `compress_ratio` tokens, of which a
+    # decode reads compressed_read_bytes (the indexer's keys of all, the `compressed_topk` picked)
+    compress_ratio: int = 0
+    compressed_topk: int = 0
+    compressed_kv_bytes_per_entry: float = 0.0  # all layers of the group
+    compressed_index_bytes_per_entry: float = 0.0
 
 
 class StepModel:
@@ -353,7 +360,20 @@ class StepModel:
         for g in self.groups:
             keys = context_sum if g.window is None else num_decodes * minimum(mean, g.window)
             rates = self.mla_rates if g.mla else self.attention_rates
-            read_s = g.kv_bytes_per_token * keys / rates.bandwidth_bytes_per_s
+            kv_bytes = g.kv_bytes_per_token * keys
+            if g.compress_ratio:  # the compressed entries read, and attended beside the window
+                entries = mean // g.compress_ratio
+                kv_bytes = kv_bytes + num_decodes * compressed_read_bytes(
+                    entries,
+                    g.compressed_topk,
+                    g.compressed_kv_bytes_per_entry,
+                    g.compressed_index_bytes_per_entry,
+                    minimum,
+                )
+                keys = keys + num_decodes * compressed_read_bytes(
+                    entries, g.compressed_topk, 1, 0, minimum
+                )
+            read_s = kv_bytes / rates.bandwidth_bytes_per_s
             seconds = seconds + maximum(
                 read_s, queries * g.decode_flop_per_key * keys / rates.peak_flop_per_s
             )
@@ -367,8 +387,10 @@ class StepModel:
 
     def prefill_attention_s(self, new_tokens: int, cached_tokens: int) -> float:
         """Seconds of one prefill chunk's causal attention over the cached tokens and itself
-        (the cached KV read and the chunk's written once)."""
-        seconds = 0.0
+        (the cached KV read and the chunk's written once: every new token's, a window's too),
+        and the recurrent state read and written once per chunk (the chunk scan starts from
+        the cached state and leaves its own), as the operator list charges it."""
+        seconds = self.state_bytes_per_sequence / self.attention_rates.bandwidth_bytes_per_s
         end = cached_tokens + new_tokens
         for g in self.groups:
             held = end if g.window is None else min(end, g.window + new_tokens)
@@ -376,9 +398,13 @@ class StepModel:
                 cached_tokens, g.window, g.chunked
             )
             rates = self.mla_rates if g.mla else self.attention_rates
-            seconds += time_floor_s(
-                g.kv_bytes_per_token * held, g.prefill_flop_per_key * keys, rates
-            )
+            kv_bytes = g.kv_bytes_per_token * held
+            if g.compress_ratio:  # the compressed entries cached before, and the chunk's own
+                entries = cached_tokens // g.compress_ratio + new_tokens // g.compress_ratio
+                kv_bytes += entries * (
+                    g.compressed_kv_bytes_per_entry + g.compressed_index_bytes_per_entry
+                )
+            seconds += time_floor_s(kv_bytes, g.prefill_flop_per_key * keys, rates)
         return seconds
 
     def gemm_s(
@@ -931,13 +957,22 @@ def _sum_ops(
     state = 0.0
     for (layer, count), (ops, _) in zip(distinct_layers(spec.layers), cache, strict=True):
         attn = layer.attention
-        entry = [0.0, 0.0, 0.0]  # a layer without attention has no attention operator
+        entry = [0.0] * 5  # a layer without attention has no attention operator
         if attn is not None:
             window = attn.window if attn.kind.windowed else None
             entry = by_key.setdefault(
-                (window, attn.kind is CacheKind.CHUNKED, attn.kind is CacheKind.MLA),
-                [0.0, 0.0, 0.0],
+                (
+                    window,
+                    attn.kind is CacheKind.CHUNKED,
+                    attn.kind is CacheKind.MLA,
+                    attn.compress_ratio,
+                    attn.compressed_topk,
+                ),
+                [0.0] * 5,
             )
+            kv_entry, index_entry = attn.compressed_entry_parts(fmt)
+            entry[3] += count * kv_entry
+            entry[4] += count * index_entry
         for op in ops:
             if op.kind is OpKind.DECODE_ATTENTION:
                 indexer = 0 if indexer_keys or attn is None else attn.indexer_bytes_per_token(fmt)
@@ -948,8 +983,10 @@ def _sum_ops(
             elif op.name == "state":  # the decode's and the chunk's sequences
                 state += count * op.kv_bytes / 2
     groups = tuple(
-        _Group(window, chunked, mla, kv, dec, pre)
-        for (window, chunked, mla), (kv, dec, pre) in by_key.items()
+        _Group(window, chunked, mla, kv, dec, pre, ratio, topk, kv_entry, index_entry)
+        for (window, chunked, mla, ratio, topk), (kv, dec, pre, kv_entry, index_entry) in (
+            by_key.items()
+        )
     )
     return _Coefficients(
         dense_bytes, row_bytes, expert_bytes, dense_flops, head_flops, expert_flops, groups, state

@@ -6,6 +6,7 @@ lookup, not a matmul), H_q query heads, d_qk / d_v per-head widths, W window, s 
 """
 
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, distinct_layers
+from kvplan.formulas.kv import compressed_read_bytes
 
 
 def matmul_params(spec: ModelSpec) -> int:
@@ -23,12 +24,26 @@ def _decode_flop_per_key(attn: Attention) -> int:
 
 
 def attention_flops_per_decode_token(spec: ModelSpec, context_len: int) -> int:
-    """Attention FLOPs for one new token attending to `context_len` cached positions."""
+    """Attention FLOPs for one new token attending to `context_len` cached positions (the keys
+    held, and a DeepSeek-V4 layer's compressed entries it attends: decode_keys_attended)."""
     return sum(
-        _decode_flop_per_key(layer.attention) * layer.attention.tokens_held(context_len) * count
+        _decode_flop_per_key(layer.attention)
+        * decode_keys_attended(layer.attention, context_len)
+        * count
         for layer, count in distinct_layers(spec.layers)  # each kind of layer once, times its count
         if layer.attention is not None
     )
+
+
+def decode_keys_attended(attn: Attention, context_len: int) -> int:
+    """Keys one decode's query attends in a layer: those held (tokens_held) and, on a
+    DeepSeek-V4 compressed layer, the compressed entries it reads (compressed_read_bytes of one
+    byte each: a CSA layer's top-k, an HCA layer's every one)."""
+    keys = attn.tokens_held(context_len)
+    if attn.compress_ratio:
+        entries = attn.compressed_entries(context_len)
+        keys += compressed_read_bytes(entries, attn.compressed_topk, 1, 0)
+    return keys
 
 
 def flops_per_decode_token(spec: ModelSpec, context_len: int) -> int:

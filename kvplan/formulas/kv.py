@@ -59,6 +59,20 @@ class CacheGroup(NamedTuple):
         )
 
 
+def compressed_read_bytes(entries, topk: int, kv_bytes: float, index_bytes: float, minimum=min):
+    """Bytes one decode reads of a DeepSeek-V4 compressed layer's `entries` (beside its window),
+    as vLLM 0.32 runs it: an HCA layer (`topk` 0) attends every entry (models/deepseek_v4/
+    sparse_mla.py:405, num_compressed = (position + 1) // compress_ratio); a CSA layer's indexer
+    scores every entry's compressed key, and the attention reads the `topk` it picks
+    (attention.py:947 topk_tokens = index_topk; nvidia/flashmla.py:193-262, extra_k_cache with
+    extra_topk_length) — unless the entries are no more than `topk`, when the indexer is skipped
+    and every entry is attended (attention.py:1086-1105). `entries` and the result a float or an
+    array (with np.minimum) alike."""
+    if not topk:
+        return entries * kv_bytes
+    return minimum(entries, topk) * kv_bytes + (entries > topk) * entries * index_bytes
+
+
 # A model's groups depend on its layers, the format and tp alone, and `capacity --gpu all` asks
 # for one model's about 7,000 times (every layout, GPU, context and pipeline stage): the last
 # KEPT are kept, each with the layer tuple it came from (immutable; holding it keeps its id from

@@ -18,8 +18,8 @@ from enum import Enum
 from kvplan.anatomy.model import KEPT, Attention, CacheKind, Layer, ModelSpec, distinct_layers
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.flops import _decode_flop_per_key, causal_keys_attended
-from kvplan.formulas.kv import _group_layers
+from kvplan.formulas.flops import _decode_flop_per_key, causal_keys_attended, decode_keys_attended
+from kvplan.formulas.kv import _group_layers, compressed_read_bytes
 from kvplan.formulas.weights import part_bytes_per_param, weight_bytes
 from kvplan.record import NamedTuple
 
@@ -484,6 +484,19 @@ def _cache_bytes(groups: tuple, context_len: int) -> int:
     return sum(g.bytes_per_sequence(context_len) for g in groups)
 
 
+def _written_bytes(groups: tuple, new_tokens: int) -> int:
+    """The cache bytes a prefill chunk of `new_tokens` writes: every new token's K and V, a
+    windowed layer's too (vLLM's reshape_and_cache and SGLang's set_kv_buffer store each token
+    of the chunk before the blocks that leave the window are freed), and the compressed entries
+    it completes."""
+    written = 0
+    for g in groups:
+        written += g.bytes_per_sequence(new_tokens)
+        if g.kind.windowed and g.window is not None and new_tokens > g.window:
+            written += g.num_layers * g.bytes_per_token_per_layer * (new_tokens - g.window)
+    return written
+
+
 def _attention_ops(
     layer: Layer,
     fmt: KvFormat,
@@ -513,14 +526,20 @@ def _attention_ops(
 
         if num_decodes:
             kv = num_decodes * _cache_bytes(attention_groups, decode_context)
-            flops = num_decodes * _decode_flop_per_key(attn) * attn.tokens_held(decode_context)
+            keys = decode_keys_attended(attn, decode_context)
+            if attn.compress_ratio:  # DeepSeek-V4: the compressed entries it reads, not holds
+                entries = attn.compressed_entries(decode_context)
+                parts = attn.compressed_entry_parts(fmt)
+                read = compressed_read_bytes(entries, attn.compressed_topk, *parts)
+                kv += num_decodes * (read - entries * sum(parts))
+            flops = num_decodes * _decode_flop_per_key(attn) * keys
             if gather_kv:
                 attention.append(_op("kv_gather", OpKind.ELEMENTWISE, 0, 0, 0, kv, 0, 2))
             attention.append(
                 _op(
                     "attention",
                     OpKind.DECODE_ATTENTION,
-                    num_decodes * attn.tokens_held(decode_context),
+                    num_decodes * keys,
                     share(flops),
                     0,
                     0 if gather_kv else kv,
@@ -536,7 +555,7 @@ def _attention_ops(
             keys = causal_keys_attended(end, window, chunked) - causal_keys_attended(
                 cached, window, chunked
             )
-            written = _cache_bytes(attention_groups, new)
+            written = _written_bytes(attention_groups, new)
             before = _cache_bytes(attention_groups, cached)
             # K and V written to the cache (and read from the projection: as many bytes again
             # when the cache keeps the compute dtype, as it does in `kvplan measure`)

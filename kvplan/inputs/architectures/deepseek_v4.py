@@ -25,12 +25,11 @@ from kvplan.notes import note
 FAMILY = "MoE, compressed sparse attention (CSA/HCA) beside sliding windows"
 DEFAULT_RATES = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
 # Fields that change nothing kvplan counts: the router's scoring, clamps, rope of the compressed
-# branch, the indexer's top-k (how many entries are read, not stored), Sinkhorn iterations
+# branch, Sinkhorn iterations
 READ_AS_BENIGN = (
     "scoring_func",
     "swiglu_limit",
     "compress_rope_theta",
-    "index_topk",
     "hc_sinkhorn_iters",
     "hc_eps",
     "routed_scaling_factor",
@@ -135,6 +134,8 @@ def build_deepseek_v4(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
     window = f.int("sliding_window", why="the sliding window")
     idx_heads = f.int("index_n_heads", why="the indexer")
     idx_dim = f.int("index_head_dim", why="the indexer")
+    # the compressed entries a CSA query attends (what a decode reads, not what is stored)
+    idx_topk = f.int("index_topk", why="the entries a compressed sparse attention layer reads")
     hc = f.int("hc_mult", why="the hyper-connections")
     vocab = f.int("vocab_size", why="the parameter count")
     experts = f.int("n_routed_experts", why="the experts")
@@ -220,6 +221,7 @@ def build_deepseek_v4(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
                 kv_one_copy=True,
                 compress_ratio=r,
                 compressed_indexer_dim=idx_dim if indexer else 0,
+                compressed_topk=idx_topk if indexer else 0,
                 compressed_rope_dim=rope,
                 indexer_num_heads=idx_heads if indexer else 0,
                 output_groups=o_groups,
