@@ -76,3 +76,33 @@ def test_plain_dp_replicas_still_read_as_replicas():
     assert code == 0, err
     line = next(x for x in out.splitlines() if x.strip().startswith("deployment"))
     assert "x 2 (TP 1, PP 1, 2 replicas" in line, line
+
+
+# ---- 4. a KV memory below one block ------------------------------------------------------------
+# vLLM 0.32 with --kv-cache-memory 1B (llama) exited 0 and printed the per-request ValueError
+# with "(-0.0 GiB)"; the memory less the null block is <= 0, so vLLM raises "No available memory
+# for the cache blocks" first. DeepSeek-V4 already said so; every model does now.
+@pytest.mark.parametrize("memory", ["1B", "2MiB"])  # 2 MiB: exactly llama's null block
+def test_vllm_032_memory_within_the_null_block_is_refused(memory):
+    code, _, err = run_cli(
+        "engine", "llama-3.1-8b", "--vllm-version", "0.32", "--kv-cache-memory", memory
+    )
+    one_line_error(code, err, "null block (2,097,152 B a block)")
+
+
+def test_vllm_032_one_block_beside_the_null_block_still_answers():
+    code, out, err = run_cli(
+        "engine", "llama-3.1-8b", "--vllm-version", "0.32", "--kv-cache-memory", "3MiB"
+    )
+    assert code == 0, err
+    assert "num_blocks           1" in out  # 3 MiB / 2 MiB a block: 1 block, the null one apart
+
+
+# SGLang with --kv-cache-memory 1B printed "KV Cache is allocated. #tokens: 0" and exit 0; SGLang
+# raises "Not enough memory" when max_total_num_tokens <= 0, before logging the allocation.
+@pytest.mark.parametrize("memory", ["1B", "100KiB"])  # llama: 131,072 B a token
+def test_sglang_pool_of_no_token_is_refused(memory):
+    code, _, err = run_cli(
+        "engine", "llama-3.1-8b", "--engine", "sglang", "--kv-cache-memory", memory
+    )
+    one_line_error(code, err, "Not enough memory")

@@ -691,6 +691,12 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         notes.append(note("sglang-swa", swa=n_swa, full=n_full, ratio=SWA_FULL_TOKENS_RATIO))
     else:
         tokens = rest // profile_cell // page * page
+    if tokens <= 0:
+        # model_runner_kv_cache_mixin: RuntimeError before "KV Cache is allocated" is logged
+        raise KvplanError(
+            f"SGLang would refuse to start: {rest / GIB:,.2f} GiB holds no page of its KV pool "
+            '("Not enough memory. Please try to increase --mem-fraction-static.")'
+        )
     running = min(max(int(tokens / request.max_model_len * 512), 2048), 4096)
     running = min(running, max(tokens // 2, 1))
     if max_mamba is not None:

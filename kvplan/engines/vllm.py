@@ -727,7 +727,15 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     specs, fewest, alloc = min(allocations, key=lambda a: a[2].num_blocks)
     if request.vllm_version == NULL_BLOCK_CHECK_FROM:
         # one block of every group's layers (a uniform-type page already covers them all)
-        fewest -= alloc.page_bytes if alloc.uniform_type else alloc.group_size * alloc.page_bytes
+        null_block = alloc.page_bytes if alloc.uniform_type else alloc.group_size * alloc.page_bytes
+        if fewest - null_block <= 0:
+            # _check_enough_kv_cache_memory raises "No available memory for the cache blocks"
+            # before the per-request check whose line the presenter would print with -0.0 GiB
+            raise KvplanError(
+                f"vLLM would refuse to start: {fewest / GIB:,.2f} GiB holds no block beside the "
+                f"null block ({null_block:,} B a block)"
+            )
+        fewest -= null_block
     fits = alloc.required_bytes <= fewest
     if any(s.kind is CacheKind.STATE for s in specs) and alloc.block_size != block_size:
         notes.append(note("vllm-state-block", block_size=alloc.block_size))
