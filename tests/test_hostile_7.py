@@ -30,6 +30,8 @@ SMALL = ("--num-prompts", "5")
         ("--engine", "sglang", "--engine-version", ""),
         ("--engine", "sglang", "--engine-version", "0.٥"),
         ("--engine", "sglang", "--engine-version", "0. 5"),
+        ("--vllm-version", "0." + "9" * 5000),  # int() of 5,000 digits raises ValueError
+        ("--engine", "sglang", "--engine-version", "0." + "9" * 5000),
     ],
 )
 def test_an_odd_engine_version_is_refused_as_typed(argv):

@@ -53,8 +53,9 @@ def sglang_release(version: str) -> tuple[str, bool]:
     """'0.5.8.post1' -> ('0.5', False): the known release whose rules apply, and whether it is
     only the nearest one (a release kvplan does not know runs with its neighbour's rules)."""
     text = str(version).strip().lower().lstrip("v")
-    # ASCII digits only: int() also takes '٥', ' 5' and '0_5', which no release spells
-    match = re.match(r"([0-9]+)\.([0-9]+)(?:$|[.a-z+-])", text)
+    # ASCII digits only (int() also takes '٥', ' 5' and '0_5'), and few: int() of 5,000 digits
+    # raises ValueError
+    match = re.match(r"([0-9]{1,4})\.([0-9]{1,4})(?:$|[.a-z+-])", text)
     major, minor = (int(match[1]), int(match[2])) if match else (-1, -1)
     if major != 0 or not 1 <= minor <= 99 or len(text) > 40:
         raise KvplanError(
