@@ -108,3 +108,18 @@ def test_sglang_pool_of_no_token_is_refused(memory):
         "engine", "llama-3.1-8b", "--engine", "sglang", "--kv-cache-memory", memory
     )
     one_line_error(code, err, "Not enough memory")
+
+
+# ---- 5. vLLM's backend names are looked up as typed, in any case --------------------------------
+# kvplan stripped the value; vLLM's AttentionConfig.validate_backend_before does
+# AttentionBackendEnum[value.upper()] with no strip, so "FLASH_ATTN " fails to start vLLM.
+@pytest.mark.parametrize("backend", ["FLASH_ATTN ", " FLASH_ATTN", " auto"])
+def test_vllm_backend_with_spaces_is_refused(backend):
+    code, _, err = run_cli("engine", "llama-3.1-8b", "--attention-backend", backend)
+    one_line_error(code, err, "is not a vLLM attention backend")
+
+
+@pytest.mark.parametrize("backend", ["flash_attn", "Flash_Attn", "AUTO", "auto"])
+def test_vllm_backend_in_any_case_runs(backend):
+    code, _, err = run_cli("engine", "llama-3.1-8b", "--attention-backend", backend)
+    assert code == 0, err

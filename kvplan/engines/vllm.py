@@ -152,10 +152,11 @@ def _backend_takes(sizes: tuple, block_size: int) -> bool:
 
 def vllm_backend_name(backend: str | None) -> str | None:
     """A --attention-backend value as vLLM parses it (AttentionConfig.validate_backend_before:
-    any case; "auto": None, vLLM's own choice); an unknown name refused, listing the known."""
-    if backend is None or str(backend).strip().lower() == "auto":
+    any case; "auto": None, vLLM's own choice); an unknown name refused, listing the known.
+    Not stripped: vLLM looks up AttentionBackendEnum[value.upper()], so " FLASH_ATTN" fails."""
+    if backend is None or str(backend).lower() == "auto":
         return None
-    name = str(backend).strip().upper()
+    name = str(backend).upper()
     if name not in VLLM_ATTENTION_BACKENDS:
         raise KvplanError(
             f"--attention-backend {str(backend)[:40]!r} is not a vLLM attention backend; choose "
