@@ -629,6 +629,7 @@ INVOCATIONS: dict[str, Invocation] = {
         *SMALL,
     ),  # fmt: skip
     "simulate vllm v0": cli(*SIM, "--engine-version", "0.7", "--num-scheduler-steps", "4", *SMALL),
+    "simulate vllm newer": cli(*SIM, "--vllm-version", "1.0", *SMALL),
     "simulate expert parallel": cli(
         "simulate", "qwen3-30b-a3b", "--gpu", "h100", "--tp", "2", "-dp", "2", "-ep", *SMALL
     ),
@@ -910,6 +911,7 @@ SOURCES: dict[str, str] = {
     "sim-speculative": "simulate speculative",
     "sim-step-terms": "simulate measured profile",
     "sim-vllm-v0": "simulate vllm v0",
+    "sim-vllm-version-newer": "simulate vllm newer",
     "sim-weak-disagg-hybrid": "simulate disaggregated",
     "sim-weak-general": "simulate measured profile",
     "sim-weak-hybrid": "simulate hybrid pp sharegpt",

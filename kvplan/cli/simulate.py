@@ -132,8 +132,10 @@ def engine_versions(engine: str, engine_version: str | None, vllm_version: str |
             raise KvplanError(
                 "--vllm-version is vLLM's; with --engine sglang give --engine-version"
             )
-        return "0.19", engine_version or "0.5"
-    return engine_version or vllm_version or "0.19", "0.5"
+        return "0.19", "0.5" if engine_version is None else engine_version
+    # `is None`, not `or`: an empty --vllm-version '' is refused as typed, not read as 0.19
+    given = engine_version if engine_version is not None else vllm_version
+    return "0.19" if given is None else given, "0.5"
 
 
 def mem_fraction_static_value(value: float | None) -> float | None:

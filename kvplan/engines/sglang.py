@@ -16,6 +16,8 @@ allocated, profile_cell_size_bytes what the token count uses.
 
 from __future__ import annotations
 
+import re
+
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
@@ -51,11 +53,10 @@ def sglang_release(version: str) -> tuple[str, bool]:
     """'0.5.8.post1' -> ('0.5', False): the known release whose rules apply, and whether it is
     only the nearest one (a release kvplan does not know runs with its neighbour's rules)."""
     text = str(version).strip().lower().lstrip("v")
-    parts = text.split(".")
-    try:
-        major, minor = int(parts[0]), int(parts[1])
-    except (ValueError, IndexError):
-        major = minor = -1
+    # ASCII digits only (int() also takes '٥', ' 5' and '0_5'), and few: int() of 5,000 digits
+    # raises ValueError
+    match = re.match(r"([0-9]{1,4})\.([0-9]{1,4})(?:$|[.a-z+-])", text)
+    major, minor = (int(match[1]), int(match[2])) if match else (-1, -1)
     if major != 0 or not 1 <= minor <= 99 or len(text) > 40:
         raise KvplanError(
             f"SGLang version {str(version)[:20]!r}: give a release such as 0.4.6 or 0.5.8"
@@ -691,6 +692,12 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         notes.append(note("sglang-swa", swa=n_swa, full=n_full, ratio=SWA_FULL_TOKENS_RATIO))
     else:
         tokens = rest // profile_cell // page * page
+    if tokens <= 0:
+        # model_runner_kv_cache_mixin: RuntimeError before "KV Cache is allocated" is logged
+        raise KvplanError(
+            f"SGLang would refuse to start: {rest / GIB:,.2f} GiB holds no page of its KV pool "
+            '("Not enough memory. Please try to increase --mem-fraction-static.")'
+        )
     running = min(max(int(tokens / request.max_model_len * 512), 2048), 4096)
     running = min(running, max(tokens // 2, 1))
     if max_mamba is not None:

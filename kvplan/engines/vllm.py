@@ -152,10 +152,11 @@ def _backend_takes(sizes: tuple, block_size: int) -> bool:
 
 def vllm_backend_name(backend: str | None) -> str | None:
     """A --attention-backend value as vLLM parses it (AttentionConfig.validate_backend_before:
-    any case; "auto": None, vLLM's own choice); an unknown name refused, listing the known."""
-    if backend is None or str(backend).strip().lower() == "auto":
+    any case; "auto": None, vLLM's own choice); an unknown name refused, listing the known.
+    Not stripped: vLLM looks up AttentionBackendEnum[value.upper()], so " FLASH_ATTN" fails."""
+    if backend is None or str(backend).lower() == "auto":
         return None
-    name = str(backend).strip().upper()
+    name = str(backend).upper()
     if name not in VLLM_ATTENTION_BACKENDS:
         raise KvplanError(
             f"--attention-backend {str(backend)[:40]!r} is not a vLLM attention backend; choose "
@@ -727,7 +728,15 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     specs, fewest, alloc = min(allocations, key=lambda a: a[2].num_blocks)
     if request.vllm_version == NULL_BLOCK_CHECK_FROM:
         # one block of every group's layers (a uniform-type page already covers them all)
-        fewest -= alloc.page_bytes if alloc.uniform_type else alloc.group_size * alloc.page_bytes
+        null_block = alloc.page_bytes if alloc.uniform_type else alloc.group_size * alloc.page_bytes
+        if fewest - null_block <= 0:
+            # _check_enough_kv_cache_memory raises "No available memory for the cache blocks"
+            # before the per-request check whose line the presenter would print with -0.0 GiB
+            raise KvplanError(
+                f"vLLM would refuse to start: {fewest / GIB:,.2f} GiB holds no block beside the "
+                f"null block ({null_block:,} B a block)"
+            )
+        fewest -= null_block
     fits = alloc.required_bytes <= fewest
     if any(s.kind is CacheKind.STATE for s in specs) and alloc.block_size != block_size:
         notes.append(note("vllm-state-block", block_size=alloc.block_size))

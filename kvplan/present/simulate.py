@@ -174,6 +174,10 @@ def simulate_view(result: SimulateResult) -> View:
             f"; disaggregated: {s.prefill_replicas} prefill + {s.decode_replicas} decode "
             f"replicas, {s.router} router)"
         )
+    elif result.parallel is not None and result.parallel["dp"] > 1:
+        # DP ranks in lockstep share one replica's GPUs (SGLang's --enable-dp-attention: TP T
+        # over T GPUs, not T x N): "2 replicas" of "TP 2" on 2 GPUs read as 4 GPUs
+        deployment += f", {s.replicas} DP ranks in lockstep, {s.router} router)"
     elif s.replicas > 1:
         deployment += f", {s.replicas} replicas, {s.router} router)"
     else:
@@ -186,7 +190,9 @@ def simulate_view(result: SimulateResult) -> View:
         ("engine", _engine_fact(s)),
         (
             "KV cache",
-            f"{s.kv_cache_tokens:,} tokens per replica ({s.num_blocks:,} blocks of "
+            f"{s.kv_cache_tokens:,} tokens per "
+            f"{'DP rank' if result.parallel is not None and result.parallel['dp'] > 1 else 'replica'}"
+            f" ({s.num_blocks:,} blocks of "
             f"{s.block_size}), kv-cache-dtype {s.kv_cache_dtype}, weights {s.weights_dtype}",
         ),
         (

@@ -11,6 +11,7 @@ except for models with recurrent state, gpu_memory_utilization 0.9.
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING
 
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
@@ -289,6 +290,9 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     v0 = check_multi_step(options)
     if v0 is not None:
         notes.append(v0)
+    newer = newer_than_modelled(options.vllm_version)
+    if newer is not None:
+        notes.append(newer)
     layout = parallel_layout(spec, options)
     from kvplan.engines.vllm import check_dcp
 
@@ -674,13 +678,23 @@ WINDOW_CAP_FROM = (0, 32)
 
 def _minor(version: str) -> tuple[int, int]:
     """'0.13' or '0.19.1' -> (0, 13)."""
-    try:
-        major, minor = (int(part) for part in str(version).split(".")[:2])
-    except ValueError:
-        major = minor = -1
+    # ASCII digits only: int() also takes '٢٤', ' 24' and '2_4', which no vLLM release spells
+    match = re.fullmatch(r"([0-9]{1,4})\.([0-9]{1,4})(?:\.[0-9A-Za-z.+-]{0,20})?", str(version))
+    major, minor = (int(match[1]), int(match[2])) if match else (-1, -1)
     if not V0_FROM <= (major, minor) <= (9, 999):  # V0 0.6-0.7 run with V1's 0.8 rules
         raise KvplanError(f"--vllm-version {str(version)[:20]!r}: a vLLM version from 0.6, as 0.19")
     return major, minor
+
+
+def newer_than_modelled(version: str) -> Note | None:
+    """The note of a vLLM release newer than the newest kvplan models (1.0, 0.999): it runs
+    with the newest one's rules, said so rather than printed as that release's own."""
+    from kvplan.engines.vllm import VLLM_VERSIONS
+
+    newest = VLLM_VERSIONS[-1]
+    if _minor(version) <= tuple(int(part) for part in newest.split(".")):
+        return None
+    return note("sim-vllm-version-newer", given=str(version)[:20], rules=newest)
 
 
 V0_FROM = (0, 6)  # the oldest release kvplan takes (V0; run with 0.8's V1 rules, noted)

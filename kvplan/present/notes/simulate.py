@@ -261,6 +261,13 @@ text("sim-vllm-v0")(
         "(prefills first, its defaults) is not modelled."
     )
 )
+text("sim-vllm-version-newer")(
+    lambda given, rules: (
+        f"vLLM {given} is newer than the releases kvplan models: simulated with the scheduler "
+        f"and allocator rules of vLLM {rules}, the newest it knows; what changed since is not "
+        "modelled."
+    )
+)
 text("sim-sglang-version-nearest")(
     lambda given, rules: (
         f"SGLang {given} is not a release kvplan models: simulated with the rules and defaults "
