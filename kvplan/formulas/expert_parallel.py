@@ -37,11 +37,36 @@ def _dp_attention_floor(
 ) -> tuple[float, float]:
     """(FLOPs, bytes) of a DP-attention rank: every operator but the routed experts over its
     own sequences (`own`), and 1/N of the routed experts' over the whole batch's (`batch`)."""
-    flops, num_bytes = floor_sums(
-        [([op for op in ops if op.name != "experts"], n) for ops, n in own]
-    )
-    routed = floor_sums([([op for op in ops if op.name == "experts"], n) for ops, n in batch])
+    flops, num_bytes = floor_sums(_routed(own, False))
+    routed = floor_sums(_routed(batch, True))
     return flops + routed[0] / ranks, num_bytes + routed[1] / ranks
+
+
+def _routed(groups: list[tuple[list[Op], int]], routed: bool) -> list[tuple[list[Op], int]]:
+    """The operators of `groups` that are (`routed`) or are not the routed experts, in order."""
+    return [([op for op in ops if (op.name == "experts") == routed], n) for ops, n in groups]
+
+
+def _decode_ops(
+    spec: ModelSpec,
+    weights_dtype: str,
+    fmt: KvFormat,
+    sequences: int,
+    context_len: int,
+    moe_tokens: int | None = None,
+) -> list[tuple[list[Op], int]]:
+    """A whole model's decode of `sequences` at `context_len` (step_ops), the routed experts
+    touched by `moe_tokens` tokens (default: the sequences')."""
+    return step_ops(
+        spec,
+        weights_dtype,
+        fmt,
+        num_decodes=sequences,
+        decode_context=context_len,
+        num_sampled=sequences,
+        whole_model=True,
+        moe_tokens=moe_tokens,
+    )
 
 
 def dp_attention_decode_step(
@@ -55,19 +80,11 @@ def dp_attention_decode_step(
 ) -> Step:
     """One decode step of `batch_size` sequences spread over `ranks`, on the busiest rank."""
     own = -(-batch_size // ranks)
-
-    def ops(sequences: int) -> list[tuple[list[Op], int]]:
-        return step_ops(
-            spec,
-            weights_dtype,
-            fmt,
-            num_decodes=sequences,
-            decode_context=context_len,
-            num_sampled=sequences,
-            whole_model=True,
-        )
-
-    flops, num_bytes = _dp_attention_floor(ops(own), ops(batch_size), ranks)
+    flops, num_bytes = _dp_attention_floor(
+        _decode_ops(spec, weights_dtype, fmt, own, context_len),
+        _decode_ops(spec, weights_dtype, fmt, batch_size, context_len),
+        ranks,
+    )
     return floor_step(own, context_len, flops, num_bytes, rates)
 
 
@@ -115,31 +132,15 @@ def dp_attention_batch_equal_reads(
     from the sums of the step's operators (step_ops): the KV bytes of one sequence's decode,
     and per rank the weights of every operator but the routed experts over its own sequences
     plus 1/N of the routed experts the whole batch's tokens touch."""
-
-    def ops(sequences: int, routed: int) -> list[tuple[list[Op], int]]:
-        return step_ops(
-            spec,
-            weights_dtype,
-            fmt,
-            num_decodes=sequences,
-            decode_context=context_len,
-            num_sampled=sequences,
-            whole_model=True,
-            moe_tokens=routed,
-        )
-
-    kv = sum(n * op.kv_bytes for group, n in ops(1, 1) for op in group)
+    one = _decode_ops(spec, weights_dtype, fmt, 1, context_len)
+    kv = sum(n * op.kv_bytes for group, n in one for op in group)
     read: dict[int, float] = {}
 
     def weights(per_rank: int) -> float:
         if per_rank not in read:
-            own = routed = 0.0
-            for group, n in ops(per_rank, per_rank * ranks):
-                for op in group:
-                    if op.name == "experts":
-                        routed += n * op.weight_bytes
-                    else:
-                        own += n * op.weight_bytes
+            ops = _decode_ops(spec, weights_dtype, fmt, per_rank, context_len, per_rank * ranks)
+            own = sum(n * op.weight_bytes for group, n in _routed(ops, False) for op in group)
+            routed = sum(n * op.weight_bytes for group, n in _routed(ops, True) for op in group)
             read[per_rank] = own + routed / ranks
         return read[per_rank]
 
