@@ -8,6 +8,7 @@ the "GPU KV cache size" and "Maximum concurrency" log lines; the start-up error.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 
 from kvplan import __version__
@@ -42,16 +43,24 @@ VLLM_VERSIONS = ("0.19", "0.21", "0.32")
 NULL_BLOCK_CHECK_FROM = "0.32"
 
 
+# a release as vLLM spells one: ASCII digits only (int() also takes '٢٤', ' 24' and '2_4'),
+# and few (int() of 5,000 digits raises)
+_RELEASE = re.compile(r"([0-9]{1,4})\.([0-9]{1,4})(?:\.[0-9A-Za-z.+-]{0,20})?")
+
+
+def release_minor(version: str) -> tuple[int, int] | None:
+    """'0.13' or '0.19.1' -> (0, 13); None for what no vLLM release spells."""
+    match = _RELEASE.fullmatch(str(version))
+    return (int(match[1]), int(match[2])) if match else None
+
+
 def allocation_release(version: str) -> str:
     """The release whose allocator rules apply to vLLM `version` ("0.24.1"): the newest release
     kvplan models that is not newer than it, 0.19's for anything older (the allocator kvplan
     checked on 0.19.1 is the one V1 had since 0.8). `kvplan engine` takes only the releases
     themselves; `simulate` runs any version it takes on its nearest allocator."""
-    try:
-        given = tuple(int(part) for part in str(version).split(".")[:2])
-    except ValueError:
-        return VLLM_VERSIONS[0]
-    known = [r for r in VLLM_VERSIONS if tuple(int(p) for p in r.split(".")) <= given]
+    given = release_minor(version) or (0, 0)
+    known = [r for r in VLLM_VERSIONS if (release_minor(r) or (0, 0)) <= given]
     return known[-1] if known else VLLM_VERSIONS[0]
 
 

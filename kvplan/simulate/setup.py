@@ -11,7 +11,6 @@ except for models with recurrent state, gpu_memory_utilization 0.9.
 from __future__ import annotations
 
 import math
-import re
 from typing import TYPE_CHECKING
 
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
@@ -677,10 +676,10 @@ WINDOW_CAP_FROM = (0, 32)
 
 
 def _minor(version: str) -> tuple[int, int]:
-    """'0.13' or '0.19.1' -> (0, 13)."""
-    # ASCII digits only: int() also takes '٢٤', ' 24' and '2_4', which no vLLM release spells
-    match = re.fullmatch(r"([0-9]{1,4})\.([0-9]{1,4})(?:\.[0-9A-Za-z.+-]{0,20})?", str(version))
-    major, minor = (int(match[1]), int(match[2])) if match else (-1, -1)
+    """'0.13' or '0.19.1' -> (0, 13), a release simulate takes."""
+    from kvplan.engines.vllm import release_minor
+
+    major, minor = release_minor(version) or (-1, -1)
     if not V0_FROM <= (major, minor) <= (9, 999):  # V0 0.6-0.7 run with V1's 0.8 rules
         raise KvplanError(f"--vllm-version {str(version)[:20]!r}: a vLLM version from 0.6, as 0.19")
     return major, minor
@@ -692,7 +691,7 @@ def newer_than_modelled(version: str) -> Note | None:
     from kvplan.engines.vllm import VLLM_VERSIONS
 
     newest = VLLM_VERSIONS[-1]
-    if _minor(version) <= tuple(int(part) for part in newest.split(".")):
+    if _minor(version) <= _minor(newest):
         return None
     return note("sim-vllm-version-newer", given=str(version)[:20], rules=newest)
 
