@@ -42,7 +42,7 @@ from vllm.v1.kv_cache_layout import KVCacheLayout
 from vllm.v1.worker.utils import customize_attention_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record_vllm_kv_config import GPU_SCHEDULING, with_vllm_properties  # noqa: E402
+from record_vllm_kv_config import fake_vllm_config as base_fake_vllm_config  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "tests" / "data" / "vllm_dsv4_kv_config"
@@ -167,45 +167,11 @@ def layer_specs(name: str, kv_cache_dtype: str) -> dict:
 
 
 def fake_vllm_config(max_model_len: int, max_num_batched_tokens: int):
-    """The fields kv_cache_utils reads, at a GPU server's defaults (prefix caching on, no
-    connector, no speculative decoding), with the block-outermost layout the V4 indexer asks for
-    (DeepseekV4IndexerBackend.supported_kv_cache_layouts: BLHNC first)."""
-    cache_config = SimpleNamespace(
-        mamba_cache_mode="align",
-        num_gpu_blocks_override=None,
-        enable_prefix_caching=True,
-        prefix_cache_retention_interval=None,
-        kv_cache_size_tokens=None,
-        kv_cache_max_concurrency=None,
-        get_resolved_kv_cache_layout=lambda: KVCacheLayout.BLHNC,
-    )
-    return with_vllm_properties(
-        {
-            "model_config": SimpleNamespace(
-                max_model_len=max_model_len,
-                original_max_model_len=max_model_len,
-                hf_config=SimpleNamespace(model_type="deepseek_v4"),
-            ),
-            "scheduler_config": SimpleNamespace(
-                max_num_batched_tokens=max_num_batched_tokens,
-                max_num_encoder_input_tokens=max_num_batched_tokens,
-                disable_hybrid_kv_cache_manager=False,
-                async_scheduling=GPU_SCHEDULING["async_scheduling"],
-            ),
-            "cache_config": cache_config,
-            "parallel_config": SimpleNamespace(
-                decode_context_parallel_size=1,
-                prefill_context_parallel_size=1,
-                tensor_parallel_size=1,
-                pipeline_parallel_size=GPU_SCHEDULING["pipeline_parallel_size"],
-            ),
-            "attention_config": SimpleNamespace(hisparse_config=None),
-            "device_config": SimpleNamespace(device_type="cuda"),
-            "kv_transfer_config": None,
-            "speculative_config": None,
-            "use_v2_model_runner": GPU_SCHEDULING["use_v2_model_runner"],
-            "num_prefill_lookahead_tokens": 0,
-        }
+    """record_vllm_kv_config's stand-in VllmConfig, with the block-outermost layout the V4
+    indexer asks for (DeepseekV4IndexerBackend.supported_kv_cache_layouts: BLHNC first) and
+    the model type vLLM branches on."""
+    return base_fake_vllm_config(
+        max_model_len, max_num_batched_tokens, KVCacheLayout.BLHNC, model_type="deepseek_v4"
     )
 
 

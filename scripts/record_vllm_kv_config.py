@@ -206,18 +206,22 @@ def with_vllm_properties(fields: dict) -> SimpleNamespace:
     return type("GpuVllmConfig", (SimpleNamespace,), props)(**fields)
 
 
-def fake_vllm_config(max_model_len: int, max_num_batched_tokens: int):
+def fake_vllm_config(
+    max_model_len: int, max_num_batched_tokens: int, layout=None, model_type: str | None = None
+):
     """The fields kv_cache_utils reads from a VllmConfig (0.19: a few; 0.32: more, and a
     resolved KV-cache layout), at a GPU server's defaults: prefix caching on, no connector,
     no speculative decoding, Mamba cache mode as the release defaults it for prefix caching,
-    async scheduling on at PP 1 (GPU_SCHEDULING)."""
-    layout = None
-    try:  # 0.32: the engine core resolves a layout before sizing the pool
-        from vllm.v1.kv_cache_layout import KVCacheLayout
+    async scheduling on at PP 1 (GPU_SCHEDULING). `layout` is the one the model's backends
+    resolve (default: FlashAttention's, where the release has layouts); `model_type` the
+    hf_config's, for a release that branches on it (DeepSeek-V4)."""
+    if layout is None:
+        try:  # 0.32: the engine core resolves a layout before sizing the pool
+            from vllm.v1.kv_cache_layout import KVCacheLayout
 
-        layout = KVCacheLayout.BLNHC  # FlashAttention's [num_blocks, block_size, heads, dim]
-    except ImportError:
-        pass
+            layout = KVCacheLayout.BLNHC  # FlashAttention's [num_blocks, block_size, heads, dim]
+        except ImportError:
+            pass
     cache_config = SimpleNamespace(
         mamba_cache_mode="none" if layout is None else "align",
         num_gpu_blocks_override=None,
@@ -230,7 +234,13 @@ def fake_vllm_config(max_model_len: int, max_num_batched_tokens: int):
     return with_vllm_properties(
         {
             "model_config": SimpleNamespace(
-                max_model_len=max_model_len, original_max_model_len=max_model_len
+                max_model_len=max_model_len,
+                original_max_model_len=max_model_len,
+                **(
+                    {}
+                    if model_type is None
+                    else {"hf_config": SimpleNamespace(model_type=model_type)}
+                ),
             ),
             "scheduler_config": SimpleNamespace(
                 max_num_batched_tokens=max_num_batched_tokens,
