@@ -498,15 +498,21 @@ def _keep(cache: dict, key: object, value: tuple) -> None:
     cache[key] = value
 
 
+def kept_with(cache: dict, holder: object, key: tuple, build: Callable[[], T]) -> T:
+    """build()'s answer for `holder` (an immutable input, told by its identity) and `key` (the
+    other immutable inputs), kept in `cache` with the holder (its id is not reused while it is
+    held), the oldest dropped past KEPT."""
+    kept = cache.get((id(holder), *key))
+    if kept is None or kept[0] is not holder:
+        kept = (holder, build())
+        _keep(cache, (id(holder), *key), kept)
+    return kept[1]
+
+
 def kept_per_spec(cache: dict, spec: ModelSpec, key: tuple, build: Callable[[], T]) -> T:
     """build()'s answer for `spec` and `key` (the other immutable inputs), kept in `cache` as
-    the answers above are: with the spec (its id is not reused while it is held), the oldest
-    dropped past KEPT."""
-    kept = cache.get((id(spec), *key))
-    if kept is None or kept[0] is not spec:
-        kept = (spec, build())
-        _keep(cache, (id(spec), *key), kept)
-    return kept[1]
+    the answers above are (kept_with)."""
+    return kept_with(cache, spec, key, build)
 
 
 def pp_stages(spec: ModelSpec, pp: int) -> list[ModelSpec]:

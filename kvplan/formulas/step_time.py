@@ -15,7 +15,16 @@ from __future__ import annotations
 import math
 from enum import Enum
 
-from kvplan.anatomy.model import KEPT, Attention, CacheKind, Layer, ModelSpec, distinct_layers
+from kvplan.anatomy.model import (
+    KEPT,
+    Attention,
+    CacheKind,
+    Layer,
+    ModelSpec,
+    distinct_layers,
+    kept_per_spec,
+    kept_with,
+)
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.errors import KvplanError
 from kvplan.formulas.flops import _decode_flop_per_key, causal_keys_attended, decode_keys_attended
@@ -82,26 +91,24 @@ def decode_step(
     """One decode step of `batch_size` sequences at `context_len`, per GPU, at its floor: the
     sums of the whole model's operators (step_ops, split evenly over `tp`): FLOPs = B * f(s) / tp;
     bytes = weights read per step / tp + B * KV(s) per rank."""
-    key = (id(spec), batch_size, context_len, weights_dtype, fmt, tp)
-    kept = _DECODE_SUMS.get(key)
-    if kept is not None and kept[0] is spec:
-        flops, num_bytes = kept[1]
-    else:
-        groups = step_ops(
-            spec,
-            weights_dtype,
-            fmt,
-            num_decodes=batch_size,
-            decode_context=context_len,
-            num_sampled=batch_size,
-            tp=tp,
-            even_split=True,
-            whole_model=True,
-        )
-        flops, num_bytes = floor_sums(groups)
-        if len(_DECODE_SUMS) >= KEPT:
-            del _DECODE_SUMS[next(iter(_DECODE_SUMS))]
-        _DECODE_SUMS[key] = (spec, (flops, num_bytes))
+    flops, num_bytes = kept_per_spec(
+        _DECODE_SUMS,
+        spec,
+        (batch_size, context_len, weights_dtype, fmt, tp),
+        lambda: floor_sums(
+            step_ops(
+                spec,
+                weights_dtype,
+                fmt,
+                num_decodes=batch_size,
+                decode_context=context_len,
+                num_sampled=batch_size,
+                tp=tp,
+                even_split=True,
+                whole_model=True,
+            )
+        ),
+    )
     return floor_step(batch_size, context_len, flops, num_bytes, rates)
 
 
@@ -433,10 +440,10 @@ def _part_bytes(spec: ModelSpec, dtype: str) -> tuple[dict[str, float], tuple, f
     """({part: bytes per parameter in `dtype`} for every part of the spec and its layers, the
     parameters outside the layers (_model_parts), the bytes a checkpoint stores outside its named
     parts)."""
-    key = (id(spec), dtype)
-    kept = _PART_BYTES.get(key)
-    if kept is not None and kept[0] is spec:
-        return kept[1]
+    return kept_per_spec(_PART_BYTES, spec, (dtype,), lambda: _find_part_bytes(spec, dtype))
+
+
+def _find_part_bytes(spec: ModelSpec, dtype: str) -> tuple[dict[str, float], tuple, float]:
     parts = set(spec.param_parts) | {"attention", "mlp", "embedding", "lm_head"}
     for layer, _ in distinct_layers(spec.layers):
         parts.update(part for part, _ in layer.params)
@@ -445,11 +452,7 @@ def _part_bytes(spec: ModelSpec, dtype: str) -> tuple[dict[str, float], tuple, f
     unnamed = weight_bytes(spec, dtype) - sum(
         n * per_param[part] for part, n in spec.param_parts.items()
     )
-    found = (per_param, _model_parts(spec), unnamed if abs(unnamed) >= 1 else 0.0)
-    if len(_PART_BYTES) >= KEPT:
-        del _PART_BYTES[next(iter(_PART_BYTES))]
-    _PART_BYTES[key] = (spec, found)
-    return found
+    return (per_param, _model_parts(spec), unnamed if abs(unnamed) >= 1 else 0.0)
 
 
 def _activation_bytes(spec: ModelSpec, dtype: str) -> int:
@@ -465,19 +468,15 @@ _LAYER_GROUPS: dict[tuple, tuple] = {}
 
 def _layer_groups(layer: Layer, fmt: KvFormat, tp: int) -> tuple[tuple, tuple]:
     """(attention groups, state groups) of one layer's cache on one of `tp` ranks."""
-    key = (id(layer), fmt, tp)
-    kept = _LAYER_GROUPS.get(key)
-    if kept is not None and kept[0] is layer:
-        return kept[1]
+    return kept_with(_LAYER_GROUPS, layer, (fmt, tp), lambda: _split_groups(layer, fmt, tp))
+
+
+def _split_groups(layer: Layer, fmt: KvFormat, tp: int) -> tuple[tuple, tuple]:
     groups = _group_layers((layer,), fmt, tp)
-    found = (
+    return (
         tuple(g for g in groups if g.kind is not CacheKind.STATE),
         tuple(g for g in groups if g.kind is CacheKind.STATE),
     )
-    if len(_LAYER_GROUPS) >= KEPT:
-        del _LAYER_GROUPS[next(iter(_LAYER_GROUPS))]
-    _LAYER_GROUPS[key] = (layer, found)
-    return found
 
 
 def _cache_bytes(groups: tuple, context_len: int) -> int:
@@ -740,18 +739,15 @@ _SHAPES: dict[tuple, tuple] = {}
 
 
 def _shape_or_none(spec: ModelSpec, layer: Layer) -> LayerShape | None:
-    key = (id(spec), id(layer))
-    kept = _SHAPES.get(key)
-    if kept is not None and kept[0] is spec and kept[1] is layer:
-        return kept[2]
+    # the spec holds its layers, so a layer's id is not reused while the entry is kept
+    return kept_per_spec(_SHAPES, spec, (id(layer),), lambda: _try_layer_shape(spec, layer))
+
+
+def _try_layer_shape(spec: ModelSpec, layer: Layer) -> LayerShape | None:
     try:
-        shape: LayerShape | None = layer_shape(spec, layer)
+        return layer_shape(spec, layer)
     except KvplanError:
-        shape = None
-    if len(_SHAPES) >= KEPT:
-        del _SHAPES[next(iter(_SHAPES))]
-    _SHAPES[key] = (spec, layer, shape)
-    return shape
+        return None
 
 
 def step_ops(
