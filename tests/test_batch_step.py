@@ -438,3 +438,42 @@ def test_quantized_experts_run_on_their_formats_kernels(dtype, key):
     spec = load_model("qwen3-30b-a3b")
     m = StepModel(spec, Rates(BW, PEAK), dtype, KvFormat("bf16"))
     assert m.expert_curve == ACHIEVED_DATASHEET.experts_curve.get(key)  # int8: a pair, no curve
+
+
+def test_moe_kernel_s_interpolates_a_shapes_measured_curve():
+    """Linear between the measured token counts, the first point's time below it, and past the
+    last point that point's time per token (compute-bound: linear in tokens)."""
+    from kvplan.formulas.batch_step import moe_kernel_s
+
+    curve = ((1, 30e-6), (16, 150e-6), (64, 300e-6))
+    assert moe_kernel_s(curve, 1) == pytest.approx(30e-6)
+    assert moe_kernel_s(curve, 0.5) == pytest.approx(30e-6)
+    assert moe_kernel_s(curve, 8.5) == pytest.approx(90e-6)  # halfway from 1 to 16
+    assert moe_kernel_s(curve, 40) == pytest.approx(225e-6)
+    assert moe_kernel_s(curve, 128) == pytest.approx(600e-6)
+
+
+def test_a_models_own_moe_shape_curve_prices_its_experts():
+    """DeepSeek-R1 (block fp8) at TP 8: where the tables timed its fused MoE (7168 x 2048,
+    256 experts, top 8, fp8, TP 8) the experts' term is its 58 MoE layers x the curve at the
+    step's tokens, instead of the roofline, median curve and floor; a curve of another shape,
+    format or split is not read."""
+    spec = load_model("deepseek-r1")
+    h200 = load_profile("h200")
+    rates = Rates(h200.memory_bandwidth_bytes_per_s, 989.4e12)
+    fmt = KvFormat("bf16")
+    key = "moe_fp8_7168x2048_256x8_tp8_ep1"
+    kw = dict(tp=8, link=h200.interconnect)
+    timed = StepModel(
+        spec, rates, "fp8", fmt, moe_curves_s={key: ((1, 40e-6), (16, 100e-6), (32, 160e-6))}, **kw
+    )
+    free = StepModel(spec, rates, "fp8", fmt, moe_curves_s={key: ((1, 0.0), (32, 0.0))}, **kw)
+    plain = StepModel(spec, rates, "fp8", fmt, **kw)
+    other = {"moe_fp8_7168x2048_256x8_tp4_ep1": timed.moe_curve,
+             "moe_bf16_7168x2048_256x8_tp8_ep1": timed.moe_curve}  # fmt: skip
+    elsewhere = StepModel(spec, rates, "fp8", fmt, moe_curves_s=other, **kw)
+    for tokens, per_layer_s in ((1, 40e-6), (8, 40e-6 + 60e-6 * 7 / 15), (24, 130e-6)):
+        experts_s = sum(timed.gemm_s(tokens)) - sum(free.gemm_s(tokens))
+        assert experts_s == pytest.approx(58 * per_layer_s, rel=1e-9)
+        assert elsewhere.gemm_s(tokens) == plain.gemm_s(tokens)
+        assert sum(plain.gemm_s(tokens)) > sum(free.gemm_s(tokens))  # its experts priced too
