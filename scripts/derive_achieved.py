@@ -459,7 +459,7 @@ def _round(pair) -> list:
     return [round(pair[0], 2), round(pair[1], 2)]
 
 
-def small_shape_floors(gemm=None, moe=None, attention=None) -> dict:
+def small_shape_floors(gemm=None, moe=None, attention=None, mla=None, mla_bmm=None) -> dict:
     """The smallest measured time of a kernel of each family at 1-16 tokens (seconds), from a
     GEMM, fused-MoE and generation-attention table's rows (None or empty: no floor for it).
     The step model charges every launch of the family at least this (formulas/batch_step.py).
@@ -484,6 +484,15 @@ def small_shape_floors(gemm=None, moe=None, attention=None) -> dict:
             own = [r["latency"] * 1e-3 for r in small if r[dtype_key] == dtype]
             if own:
                 out[f"{name}_{fmt}"] = min(own)
+    # MLA's decode kernel (trtllm_mla on Blackwell, FlashAttention's MLA on Hopper under SGLang)
+    # and its two absorbed BMMs (W_UK before, W_UV after: mla_gen_pre / mla_gen_post), at 1-16
+    # sequences or tokens: an MLA layer launches these, not a GQA attention kernel and GEMMs
+    small = [r["latency"] * 1e-3 for r in mla or () if r["batch_size"] <= 16]
+    if small:
+        out["attention_mla"] = min(small)
+    small = [r["latency"] * 1e-3 for r in mla_bmm or () if r["num_tokens"] <= 16]
+    if small:
+        out["gemm_mla_bmm"] = min(small)
     for r in moe or ():
         if r["num_tokens"] <= 16 and r["moe_dtype"] in MOE_FORMATS:
             key = moe_shape_key(
@@ -590,6 +599,8 @@ def floors_for_kept(root: Path, gpu: str) -> tuple[dict, dict, str]:
         gemm=gemm_rows,
         moe=moe_rows,
         attention=rows("attention", "generation_attention_perf"),
+        mla=rows("mla", "generation_mla_perf"),
+        mla_bmm=rows("mla_bmm", "mla_bmm_perf"),
     )
     floors["allreduce"] = doc["achieved"]["allreduce_call_s"]
 
@@ -650,6 +661,7 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
     floors.update(small_shape_floors(attention=gen))
     mctx, mgen = rows("mla", "context_mla_perf"), rows("mla", "generation_mla_perf")
     ml = mla(mctx, mgen, bw, peaks)["mla"] if mctx and mgen else None
+    floors.update(small_shape_floors(mla=mgen, mla_bmm=rows("mla_bmm", "mla_bmm_perf")))
     comm = rows("comm", "custom_allreduce_perf")
     call_s, link = None, None
     if comm and link_one_way:

@@ -769,6 +769,11 @@ class _Floors(NamedTuple):
         fused MoE      1 per MoE layer
         attention      1 per attention layer (one kernel for the step's decodes and chunks)
 
+    An MLA layer's attention kernel pays the tables' smallest MLA decode kernel
+    (`attention_mla`: SGLang's trtllm_mla on a B200, 8.4 us at 1-16 sequences, against 4.3 us
+    for the smallest GQA kernel) and its two absorbed BMMs the smallest of those (`gemm_mla_bmm`,
+    3.9 us, against a 1.8 us GEMM), where the tables timed them; else the family's.
+
     A launch pays the floor of the kernel its weights format runs where the tables measured that
     format (`gemm_fp8`, `moe_fp8`, ...: `_floor_format`), else the family's smallest: a
     block-fp8 GEMM is a per-token-group activation quant and then DeepGEMM (4.2 us at one token
@@ -807,10 +812,16 @@ class _Floors(NamedTuple):
             if shape.moe_shape:
                 moe = floors_s.get(moe_shape_key(fmt, shape.moe_shape, moe_tp, moe_ep), moe)
         quantized = shape.quantized_gemm_launches
+        bmms = 2 * shape.mla_layers  # MLA's absorbed BMMs, of the unquantized launches
+        attention = floors_s.get("attention", 0.0)
+        mla = shape.mla_layers
         return cls(
-            dense_s=(shape.gemm_launches - quantized) * gemm + quantized * gemm_quantized,
+            dense_s=(shape.gemm_launches - quantized - bmms) * gemm
+            + bmms * floors_s.get("gemm_mla_bmm", gemm)
+            + quantized * gemm_quantized,
             experts_s=shape.moe_layers * moe,
-            attention_s=shape.attention_layers * floors_s.get("attention", 0.0),
+            attention_s=(shape.attention_layers - mla) * attention
+            + mla * floors_s.get("attention_mla", attention),
         )
 
 
@@ -877,15 +888,18 @@ def gemm_launches(spec: ModelSpec) -> int:
     return launches
 
 
+def _mla_layers(spec: ModelSpec) -> int:
+    return sum(
+        1 for layer in spec.layers if layer.attention and layer.attention.kind is CacheKind.MLA
+    )
+
+
 def quantized_gemm_launches(spec: ModelSpec) -> int:
     """Of `gemm_launches`, those a quantized checkpoint runs in its weights format: all but the
     head, the MoE routers and MLA's two absorbed BMMs (an fp8 checkpoint leaves the head and the
     router gate unquantized)."""
     moe_layers = spec.moe.num_layers if spec.moe else 0
-    mla_layers = sum(
-        1 for layer in spec.layers if layer.attention and layer.attention.kind is CacheKind.MLA
-    )
-    return gemm_launches(spec) - 1 - moe_layers - 2 * mla_layers
+    return gemm_launches(spec) - 1 - moe_layers - 2 * _mla_layers(spec)
 
 
 class _Shape(NamedTuple):
@@ -897,6 +911,7 @@ class _Shape(NamedTuple):
     attention_layers: int
     moe_layers: int
     moe_shape: str  # the fused MoE's <hidden>x<width>_<experts>x<top-k> ("": none)
+    mla_layers: int = 0  # of attention_layers, those of MLA
 
 
 # A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred
@@ -913,6 +928,7 @@ def _shape(spec: ModelSpec) -> _Shape:
             len(spec.attention_layers()),
             spec.moe.num_layers if spec.moe else 0,
             _moe_shape(spec),
+            _mla_layers(spec),
         )
 
     return kept_per_spec(_SHAPES, spec, (), build)
