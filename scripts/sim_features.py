@@ -97,6 +97,9 @@ def row_of(case: dict, label: str, length: float | None) -> dict:
     if case.get("gpu_profile") is None:
         row["refused"] = "no GPU profile"
         return row
+    if case.get("record_mismatch"):  # the record's serve command is not the one that ran
+        row["refused"] = "the serve command this block ran is not recorded"
+        return row
     try:
         sim = replay(case, length)
     except KvplanError as exc:
