@@ -368,6 +368,17 @@ text("sim-dp-replicas")(
         f"{router.replace('_', ' ')}."
     )
 )
+text("sim-moe-kernels")(
+    lambda flag, tables, moe: (
+        f"{flag}: the kernel tables ({tables}) time the MoE layers with the expert kernels NVIDIA's "
+        "aiconfigurator measured for the engine's default MoE path, not per MoE backend, so this "
+        "backend's kernels run at those rates here; how much faster or slower they are is not "
+        "known to kvplan. kvplan checks the name and the launches the engine refuses for it, "
+        "nothing else."
+        if moe
+        else f"{flag}: the model has no routed experts, so the engine's MoE backend is not used."
+    )
+)
 text("sim-attention-kernels")(
     lambda backends, tables: (
         f"{backends}: the kernel tables ({tables}) time attention with the kernels NVIDIA's "
