@@ -380,6 +380,12 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     if speculation is not None:  # the draft's weights and KV layers share the pool
         alloc = _with_draft(alloc, speculation, options, spec, fmt_name, layout.attn_tp)
     config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
+    if config.prefill_first and (layout.modelled or speculation is not None):
+        raise KvplanError(
+            "kvplan models vLLM V0's prefill-first scheduling (--engine-version "
+            f"{str(options.vllm_version)[:20]}, --no-enable-chunked-prefill) for one engine "
+            "without DP/EP ranks or speculative decoding"
+        )
     graph_tokens = 0 if options.enforce_eager else min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt)
     model, wdtype = step_model(
         spec, gpu, options, fmt_name, graph_tokens, notes, weights_format(options), layout,
@@ -694,6 +700,7 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
         window_admission_cap=_minor(options.vllm_version) >= WINDOW_CAP_FROM,
         window_processed_drops=_minor(options.vllm_version) >= WINDOW_CAP_FROM,
         scheduler_steps=options.num_scheduler_steps,
+        prefill_first=v0_prefill_first(options),
     )
     longest = -(-max_model_len // block_size)
     longest += side_blocks(config, max_model_len) + window_blocks(config, max_model_len)
@@ -741,6 +748,12 @@ MULTI_STEP_UNTIL = (0, 8)  # --num-scheduler-steps: V0 only, gone with V0 after 
 MAX_SCHEDULER_STEPS = 64
 
 
+def v0_prefill_first(options: ServeOptions) -> bool:
+    """Whether the replica runs vLLM V0's Scheduler._schedule_default (V0 releases 0.6, 0.7
+    with chunked prefill off): a step that admits prompts runs them alone."""
+    return _minor(options.vllm_version) < V1_FROM and not options.enable_chunked_prefill
+
+
 def check_multi_step(options: ServeOptions) -> Note | None:
     """vLLM V0's --num-scheduler-steps, refused where the engine has none; the note of a V0
     release run with V1's rules (None: a V1 release and no multi-step)."""
@@ -764,7 +777,12 @@ def check_multi_step(options: ServeOptions) -> Note | None:
     if steps > 1 and options.speculative_config is not None:
         raise KvplanError("vLLM's multi-step scheduling does not run with speculative decoding")
     if version < V1_FROM or steps > 1:
-        return note("sim-vllm-v0", version=options.vllm_version, steps=steps)
+        return note(
+            "sim-vllm-v0",
+            version=options.vllm_version,
+            steps=steps,
+            prefill_first=v0_prefill_first(options),
+        )
     return None
 
 
