@@ -178,3 +178,46 @@ def test_the_split_rule_by_hand():
     with pytest.raises(KvplanError, match="= 96 is not divisible"):
         check_expert_split(spec, False, 16)
     check_expert_split(load_model("qwen3-30b-a3b"), False, 16)  # bf16 checkpoint
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("engine", "qwen3-30b-a3b", "--gpu", "h100", "--moe-backend", "\u0663"),
+        (
+            "engine",
+            "qwen3-30b-a3b",
+            "--gpu",
+            "h100",
+            "--engine",
+            "sglang",
+            "--moe-runner-backend",
+            "a" * 100_000,
+        ),  # fmt: skip
+        ("engine", "qwen3-30b-a3b", "--gpu", "h100", "--moe-backend", "tri\nton"),
+        (
+            "plan",
+            "qwen3-30b-a3b",
+            "--gpu",
+            "h100",
+            "--rate",
+            "1",
+            "--slo",
+            "ttft_p99=5s",
+            "--moe-backend",
+            "",
+        ),  # fmt: skip
+        (
+            "simulate",
+            "llama-3.1-8b",
+            "--gpu",
+            "h100",
+            "--engine-version",
+            "\u0660.\u0667",
+            "--no-enable-chunked-prefill",
+        ),  # fmt: skip
+    ],
+)
+def test_hostile_input_is_one_line(argv):
+    code, out, err = run_cli(*argv)
+    assert code == 2 and out == "" and err.count("\n") == 1 and len(err) < 400, err
