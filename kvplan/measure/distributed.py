@@ -16,6 +16,13 @@ the reduction term is taken out; R is measured by a local add at the largest cal
 The KV transfer is a + M / B with a and B fitted to point-to-point sends of 1 and 16 MiB (a
 gloo all-reduce's effective bandwidth is not a send's). With --gpu PROFILE, the profile's link
 figures predict too.
+
+Rounds and the check: every operation is timed in `rounds` rounds of interleaved samples; a
+row's time is the median of its round times, and its noise two standard errors of its median
+error, from how far each round's own fitted link and measurement disagree across the rounds.
+The gate's limits are widened by that noise; a row noisier than the tolerance is reported as
+noisy, not judged; a self-test (links 10x too fast and too slow must fail) keeps a run too noisy
+to see a wrong link from passing.
 """
 
 from __future__ import annotations
@@ -508,7 +515,7 @@ def analyse(request: DistributedRequest, results: dict) -> DistributedResult:
         sheet = load_profile(request.gpu).interconnect
     rounds, spreads = ratio_spreads(n, results)
 
-    def rows_of(faster: float = 1.0) -> tuple[list[LinkRow], list[LinkRow]]:
+    def link_rows(faster: float = 1.0) -> tuple[list[LinkRow], list[LinkRow]]:
         """(calibration rows, predicted rows) with the link's bandwidths x `faster`."""
         predicted = predict(n, results, link, faster)
 
@@ -571,12 +578,12 @@ def analyse(request: DistributedRequest, results: dict) -> DistributedResult:
         )
         return cal, reported
 
-    calibration, rows = rows_of()
+    calibration, rows = link_rows()
     median_err, worst_err, failures, allowance = judge(rows, request.tolerance)
     # the self-test: the same rows, with their noise, predicted by a link 10x off
     mutations = []
     for name, factor in MUTATIONS:
-        mutated_median, mutated_worst, missed, _ = judge(rows_of(factor)[1], request.tolerance)
+        mutated_median, mutated_worst, missed, _ = judge(link_rows(factor)[1], request.tolerance)
         mutations.append(LinkMutation(name, factor, mutated_median, mutated_worst, bool(missed)))
         if not missed:
             failures.append(
@@ -666,7 +673,7 @@ def analyse(request: DistributedRequest, results: dict) -> DistributedResult:
         send_latency,
         send_bandwidth,
         tuple(rows),
-        calibration,
+        tuple(calibration),
         check,
         results,
         tuple(notes),
