@@ -384,7 +384,7 @@ def distributed_view(result) -> View:
         Column("measured_s", "measured (ms)", f.ms3),
         Column("predicted_s", "predicted (ms)", f.ms3),
         Column("error", "error", f.percent),
-        Column("spread", "spread", f.percent),
+        Column("spread", "spread", lambda v: f"{v:.1%}"),
         Column("noise", "noise", lambda v: f"±{v:.1%}"),
         Column("judged", "judged", lambda v: "yes" if v else "noisy, not judged"),
         Column("predicted_alpha_beta_s", "alpha-beta only (ms)", f.ms3),
