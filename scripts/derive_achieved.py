@@ -459,7 +459,7 @@ def _round(pair) -> list:
     return [round(pair[0], 2), round(pair[1], 2)]
 
 
-def small_shape_floors(gemm=None, moe=None, attention=None) -> dict:
+def small_shape_floors(gemm=None, moe=None, attention=None, mla=None, mla_bmm=None) -> dict:
     """The smallest measured time of a kernel of each family at 1-16 tokens (seconds), from a
     GEMM, fused-MoE and generation-attention table's rows (None or empty: no floor for it).
     The step model charges every launch of the family at least this (formulas/batch_step.py).
@@ -484,6 +484,15 @@ def small_shape_floors(gemm=None, moe=None, attention=None) -> dict:
             own = [r["latency"] * 1e-3 for r in small if r[dtype_key] == dtype]
             if own:
                 out[f"{name}_{fmt}"] = min(own)
+    # MLA's decode kernel (trtllm_mla on Blackwell, FlashAttention's MLA on Hopper under SGLang)
+    # and its two absorbed BMMs (W_UK before, W_UV after: mla_gen_pre / mla_gen_post), at 1-16
+    # sequences or tokens: an MLA layer launches these, not a GQA attention kernel and GEMMs
+    small = [r["latency"] * 1e-3 for r in mla or () if r["batch_size"] <= 16]
+    if small:
+        out["attention_mla"] = min(small)
+    small = [r["latency"] * 1e-3 for r in mla_bmm or () if r["num_tokens"] <= 16]
+    if small:
+        out["gemm_mla_bmm"] = min(small)
     for r in moe or ():
         if r["num_tokens"] <= 16 and r["moe_dtype"] in MOE_FORMATS:
             key = moe_shape_key(
@@ -495,6 +504,69 @@ def small_shape_floors(gemm=None, moe=None, attention=None) -> dict:
     return out
 
 
+# The routing the per-shape curves are read at: aiconfigurator's own default (sdk/config.py,
+# workload_distribution "power_law", with the models' alpha 1.01), a skewed router's load
+MOE_CURVE_DISTRIBUTION = "power_law_1.01"
+
+
+def moe_shape_curves(rows) -> dict:
+    """{moe_shape_key: [[tokens, seconds], ...]} from one fused-MoE table's rows: each shape's
+    time at every token count the table measured (1-16,384), format and TP/EP split, under
+    MOE_CURVE_DISTRIBUTION routing (the fastest kernel where several timed a shape: `table`).
+    The step model reads the model's own shape there, interpolated at the step's tokens
+    (kvplan.formulas.batch_step.moe_kernel_s); seconds to four significant figures."""
+    out: dict = {}
+    for r in rows or ():
+        if r["distribution"] != MOE_CURVE_DISTRIBUTION or r["moe_dtype"] not in MOE_FORMATS:
+            continue
+        key = moe_shape_key(
+            MOE_FORMATS[r["moe_dtype"]],
+            *(r[k] for k in ("hidden_size", "inter_size", "num_experts", "topk")),
+            *(r[k] for k in ("moe_tp_size", "moe_ep_size")),
+        )
+        out.setdefault(key, {})[r["num_tokens"]] = float(f"{r['latency'] * 1e-3:.4g}")
+    return {k: [[t, v[t]] for t in sorted(v)] for k, v in sorted(out.items())}
+
+
+MOE_TOKENS = (1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024,
+              1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)  # fmt: skip
+MOE_MAX_RANKS = 16  # the splits kept: moe_tp x moe_ep up to two nodes of eight
+
+
+def write_moe_curves(name: str, curves: dict, source: str) -> Path:
+    """kernel_tables/moe/<name>: the per-shape fused-MoE curves beside their table file, one
+    shape a line, microseconds on the shared token axis (null: not measured), read only for a
+    MoE model. Splits over MOE_MAX_RANKS ranks are left out."""
+    import json
+
+    def ranks(key: str) -> int:
+        tp, ep = key.rsplit("_tp", 1)[1].split("_ep")
+        return int(tp) * int(ep)
+
+    lines = []
+    for key, points in curves.items():
+        if ranks(key) > MOE_MAX_RANKS:
+            continue
+        at = dict((t, s) for t, s in points)
+        us = [float(f"{at[t] * 1e6:.4g}") if t in at else None for t in MOE_TOKENS]
+        lines.append(f" {json.dumps(key)}: {json.dumps(us, separators=(',', ':'))}")
+    head = {
+        "source": source,
+        "derived_by": "scripts/derive_achieved.py DATA --write-tables (moe_shape_curves): each "
+        "fused-MoE shape's time per forward of one layer on one rank, under "
+        f"{MOE_CURVE_DISTRIBUTION} routing, fastest kernel per shape, splits of at most "
+        f"{MOE_MAX_RANKS} ranks",
+        "distribution": MOE_CURVE_DISTRIBUTION,
+        "tokens": list(MOE_TOKENS),
+    }
+    body = json.dumps(head, indent=1)[:-2] + ',\n "us": {\n' + ",\n".join(lines) + "\n }\n}\n"
+    path = TABLES / "moe" / name
+    path.parent.mkdir(exist_ok=True)
+    json.loads(body)  # well-formed
+    path.write_text(body)
+    return path
+
+
 def moe_shape_key(fmt, hidden, inter, experts, topk, moe_tp, moe_ep) -> str:
     """The floors_s key of one fused-MoE shape (kvplan.formulas.batch_step reads the same):
     the smallest time the table measured for that shape, format and split at 1-16 tokens, over
@@ -502,10 +574,10 @@ def moe_shape_key(fmt, hidden, inter, experts, topk, moe_tp, moe_ep) -> str:
     return f"moe_{fmt}_{hidden}x{inter}_{experts}x{topk}_tp{moe_tp}_ep{moe_ep}"
 
 
-def floors_for_kept(root: Path, gpu: str) -> tuple[dict, str]:
-    """(floors, provenance) for a kept vLLM 0.14.0 file (aiconfigurator@095f58a5's fractions, not
-    in the wheel): the floors of the wheel's newest vLLM tables of that GPU, the all-reduce floor
-    the file's own call cost."""
+def floors_for_kept(root: Path, gpu: str) -> tuple[dict, dict, str]:
+    """(floors, per-shape MoE curves, provenance) for a kept vLLM 0.14.0 file
+    (aiconfigurator@095f58a5's fractions, not in the wheel): the floors and curves of the
+    wheel's newest vLLM tables of that GPU, the all-reduce floor the file's own call cost."""
     import json
 
     doc = json.loads((TABLES / f"{gpu}.vllm.0.14.0.json").read_text())
@@ -522,19 +594,23 @@ def floors_for_kept(root: Path, gpu: str) -> tuple[dict, str]:
     if gemm_rows is not None:
         host = host_timed(gemm_rows)
         gemm_rows = [r for r in gemm_rows if r["gemm_dtype"] not in host]
+    moe_rows = rows("moe", "moe_perf")
     floors = small_shape_floors(
         gemm=gemm_rows,
-        moe=rows("moe", "moe_perf"),
+        moe=moe_rows,
         attention=rows("attention", "generation_attention_perf"),
+        mla=rows("mla", "generation_mla_perf"),
+        mla_bmm=rows("mla_bmm", "mla_bmm_perf"),
     )
     floors["allreduce"] = doc["achieved"]["allreduce_call_s"]
+
     source = (
         "aiconfigurator-core 0.12.0 (PyPI wheel), "
         f"aiconfigurator_core/systems/data/{gpu}/<op>/vllm/<version>; versions per table: "
         + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
         + "; allreduce: this file's allreduce_call_s"
     )
-    return floors, source
+    return floors, moe_shape_curves(moe_rows), source
 
 
 def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
@@ -585,6 +661,7 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
     floors.update(small_shape_floors(attention=gen))
     mctx, mgen = rows("mla", "context_mla_perf"), rows("mla", "generation_mla_perf")
     ml = mla(mctx, mgen, bw, peaks)["mla"] if mctx and mgen else None
+    floors.update(small_shape_floors(mla=mgen, mla_bmm=rows("mla_bmm", "mla_bmm_perf")))
     comm = rows("comm", "custom_allreduce_perf")
     call_s, link = None, None
     if comm and link_one_way:
@@ -656,6 +733,7 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
         f"rates from hardware_profiles/{TABLE_GPUS[gpu][0]}.yaml",
         "borrowed": borrowed,
         "floors_s": {k: round(v, 9) for k, v in floors.items()},
+        "moe_curves": moe_shape_curves(moe_rows),
         "achieved": achieved,
     }
 
@@ -667,7 +745,8 @@ def write_tables(root: Path) -> list[Path]:
     for gpu in KEPT_VLLM_FILES:  # their fractions stay; their floors come from the wheel
         path = TABLES / f"{gpu}.vllm.0.14.0.json"
         doc = json.loads(path.read_text())
-        floors, source = floors_for_kept(root, gpu)
+        floors, curves, source = floors_for_kept(root, gpu)
+        written.append(write_moe_curves(path.name, curves, source))
         doc["floors_s"] = {k: round(v, 9) for k, v in floors.items()}
         doc["floors_source"] = source
         path.write_text(json.dumps(doc, indent=1) + "\n")
@@ -678,8 +757,10 @@ def write_tables(root: Path) -> list[Path]:
             if doc is None:
                 continue
             path = TABLES / f"{gpu}.{engine}.{doc['engine_version']}.json"
+            curves = doc.pop("moe_curves")
             path.write_text(json.dumps(doc, indent=1) + "\n")
             written.append(path)
+            written.append(write_moe_curves(path.name, curves, doc["source"]))
     return written
 
 

@@ -135,7 +135,8 @@ def test_the_b200_sglang_tables_floor_deepseek_r1_by_its_format():
     family = StepModel(
         spec, rates, "fp8", KvFormat("bf16"),
         **{**kw, "achieved": achieved._replace(floors_s={
-            k: v for k, v in achieved.floors_s.items() if "_" not in k})},
+            k: v for k, v in achieved.floors_s.items()
+            if "_" not in k or k in ("gemm_mla_bmm", "attention_mla")})},
     )  # fmt: skip
     assert fp8.floors.dense_s - family.floors.dense_s == pytest.approx(
         305 * (achieved.floors_s["gemm_fp8"] - achieved.floors_s["gemm"])
@@ -438,3 +439,74 @@ def test_quantized_experts_run_on_their_formats_kernels(dtype, key):
     spec = load_model("qwen3-30b-a3b")
     m = StepModel(spec, Rates(BW, PEAK), dtype, KvFormat("bf16"))
     assert m.expert_curve == ACHIEVED_DATASHEET.experts_curve.get(key)  # int8: a pair, no curve
+
+
+def test_moe_kernel_s_interpolates_a_shapes_measured_curve():
+    """Linear between the measured token counts, the first point's time below it, and past the
+    last point that point's time per token (compute-bound: linear in tokens)."""
+    from kvplan.formulas.batch_step import moe_kernel_s
+
+    curve = ((1, 30e-6), (16, 150e-6), (64, 300e-6))
+    assert moe_kernel_s(curve, 1) == pytest.approx(30e-6)
+    assert moe_kernel_s(curve, 0.5) == pytest.approx(30e-6)
+    assert moe_kernel_s(curve, 8.5) == pytest.approx(90e-6)  # halfway from 1 to 16
+    assert moe_kernel_s(curve, 40) == pytest.approx(225e-6)
+    assert moe_kernel_s(curve, 128) == pytest.approx(600e-6)
+
+
+def test_a_models_own_moe_shape_curve_prices_its_experts():
+    """DeepSeek-R1 (block fp8) at TP 8: where the tables timed its fused MoE (7168 x 2048,
+    256 experts, top 8, fp8, TP 8) the experts' term is its 58 MoE layers x the curve at the
+    step's tokens, instead of the roofline, median curve and floor; a curve of another shape,
+    format or split is not read."""
+    spec = load_model("deepseek-r1")
+    h200 = load_profile("h200")
+    rates = Rates(h200.memory_bandwidth_bytes_per_s, 989.4e12)
+    fmt = KvFormat("bf16")
+    key = "moe_fp8_7168x2048_256x8_tp8_ep1"
+    kw = dict(tp=8, link=h200.interconnect)
+    timed = StepModel(
+        spec, rates, "fp8", fmt, moe_curves_s={key: ((1, 40e-6), (16, 100e-6), (32, 160e-6))}, **kw
+    )
+    free = StepModel(spec, rates, "fp8", fmt, moe_curves_s={key: ((1, 0.0), (32, 0.0))}, **kw)
+    plain = StepModel(spec, rates, "fp8", fmt, **kw)
+    other = {"moe_fp8_7168x2048_256x8_tp4_ep1": timed.moe_curve,
+             "moe_bf16_7168x2048_256x8_tp8_ep1": timed.moe_curve}  # fmt: skip
+    elsewhere = StepModel(spec, rates, "fp8", fmt, moe_curves_s=other, **kw)
+    for tokens, per_layer_s in ((1, 40e-6), (8, 40e-6 + 60e-6 * 7 / 15), (24, 130e-6)):
+        experts_s = sum(timed.gemm_s(tokens)) - sum(free.gemm_s(tokens))
+        assert experts_s == pytest.approx(58 * per_layer_s, rel=1e-9)
+        assert elsewhere.gemm_s(tokens) == plain.gemm_s(tokens)
+        assert sum(plain.gemm_s(tokens)) > sum(free.gemm_s(tokens))  # its experts priced too
+
+
+def test_an_mla_layer_pays_the_mla_kernels_floors():
+    """DeepSeek-R1 at TP 8, one decode, floors above every roofline: its 61 MLA layers pay the
+    MLA decode kernel's floor (`attention_mla`) instead of the GQA kernel's, and their 2 x 61
+    absorbed BMMs the BMMs' floor (`gemm_mla_bmm`) instead of the GEMM family's; a table
+    without those keys charges the family floors as before."""
+    spec = load_model("deepseek-r1")
+    h200 = load_profile("h200")
+    rates = Rates(h200.memory_bandwidth_bytes_per_s, 989.4e12)
+    base = {"gemm": 40e-6, "moe": 90e-6, "attention": 30e-6}
+    mla = {**base, "attention_mla": 50e-6, "gemm_mla_bmm": 45e-6}
+    kw = dict(tp=8, link=h200.interconnect)
+    shape = BatchShape(1, 1000, (), 1)
+    steps = [
+        StepModel(
+            spec,
+            rates,
+            "fp8",
+            KvFormat("bf16"),
+            achieved=ACHIEVED_DATASHEET._replace(floors_s=floors),
+            **kw,
+        ).step(shape)
+        for floors in (base, mla)
+    ]
+    old, new = steps
+    gemms = 61 * 5 + 3 * 2 + 58 * (1 + 2) + 1
+    assert new.weights_s + new.matmul_s == pytest.approx(
+        (gemms - 122) * 40e-6 + 122 * 45e-6 + 58 * 90e-6, rel=1e-9
+    )
+    assert new.kv_read_s + new.attention_s == pytest.approx(61 * 50e-6, rel=1e-9)
+    assert old.kv_read_s + old.attention_s == pytest.approx(61 * 30e-6, rel=1e-9)

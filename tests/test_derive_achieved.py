@@ -179,3 +179,45 @@ def test_a_moe_shape_gets_its_own_floor():
     floors = d.small_shape_floors(moe=moe)
     assert floors["moe_fp8_7168x2048_256x8_tp8_ep1"] == pytest.approx(35.3e-6)
     assert [k for k in floors if k.count("_") > 1] == ["moe_fp8_7168x2048_256x8_tp8_ep1"]
+
+
+def test_a_moe_shape_gets_its_own_curve_over_tokens():
+    """Each fused-MoE shape, format and split gets its time at every token count measured, under
+    aiconfigurator's default routing (power law 1.01), under the floors' key, in seconds to
+    four significant figures; other routings and formats without a key are left out."""
+    d = _derive()
+    shape = {"hidden_size": 7168, "inter_size": 2048, "num_experts": 384, "topk": 8,
+             "moe_tp_size": 8, "moe_ep_size": 1, "moe_dtype": "int4_wo"}  # fmt: skip
+    moe = [
+        {**shape, "num_tokens": 16, "latency": 0.14704, "distribution": "power_law_1.01"},
+        {**shape, "num_tokens": 1, "latency": 0.030371, "distribution": "power_law_1.01"},
+        {**shape, "num_tokens": 16, "latency": 0.161, "distribution": "balanced"},
+        {
+            **shape,
+            "moe_dtype": "nvfp4",
+            "num_tokens": 1,
+            "latency": 1e-3,
+            "distribution": "power_law_1.01",
+        },  # fmt: skip
+    ]
+    assert d.moe_shape_curves(moe) == {
+        "moe_4bit_7168x2048_384x8_tp8_ep1": [[1, 3.037e-05], [16, 0.000147]]
+    }
+
+
+def test_every_shipped_table_has_its_moe_curves_beside_it():
+    """Each GPU's table file has a moe/ file of the same name, from the same tables (`source`),
+    on one token axis; and the shapes the step model reads for the runs it is checked on are
+    there (Kimi-K2.5's INT4 experts at TP 8 on an H200 under SGLang: Marlin's W4A16 kernel)."""
+    from kvplan.inputs.kernel_tables import MOE_FOLDER, moe_curves
+
+    for (gpu, engine), versions in available().items():
+        for version in versions:
+            name = f"{gpu}.{engine}.{version}.json"
+            doc = json.loads((MOE_FOLDER / name).read_text())
+            table = json.loads((FOLDER / name).read_text())
+            assert doc["source"] == table.get("floors_source", table["source"]), name
+            assert doc["tokens"][0] == 1 and doc["tokens"] == sorted(doc["tokens"])
+            assert all(len(row) == len(doc["tokens"]) for row in doc["us"].values()), name
+    kimi = moe_curves("h200_sxm.sglang.0.5.14.json")["moe_4bit_7168x2048_384x8_tp8_ep1"]
+    assert kimi[0] == (1, pytest.approx(30.37e-6)) and kimi[4] == (16, pytest.approx(147.0e-6))

@@ -112,3 +112,15 @@ def test_dsa_grids_are_read_only_when_a_model_asks_for_them():
         if line.startswith('"kvplan" =')
     )
     assert '"data/kernel_tables/dsa/*.json"' in line
+    assert '"data/kernel_tables/moe/*.json"' in pyproject.read_text(encoding="utf-8")
+
+
+def test_moe_shape_curves_are_read_only_on_the_gpu_that_timed_them():
+    """A GPU's own (or other-engine, or named borrowed) tables bring their per-shape fused-MoE
+    curves; a GPU on the datasheet fallback does not take the H100's absolute times."""
+    own = tables_for(load_profile("h200"), "sglang")
+    assert own.moe_file == "h200_sxm.sglang.0.5.14.json"
+    assert "moe_4bit_7168x2048_384x8_tp8_ep1" in own.moe_curves_s
+    fallback = tables_for(load_profile("mi300x"), "sglang")
+    assert fallback.evidence == "datasheet"
+    assert fallback.moe_file is None and fallback.moe_curves_s == {}

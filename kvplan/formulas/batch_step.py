@@ -228,6 +228,7 @@ class StepModel:
         dp: int = 1,
         dcp: int = 1,
         scheduler_steps: int = 1,
+        moe_curves_s: dict | None = None,
         op_rates: OpRates | None = None,
         op_dtype: str | None = None,
         op_gather_kv: bool = False,
@@ -277,6 +278,12 @@ class StepModel:
         self.sampler_bandwidth = bw * achieved.dense["bf16"][1]
         self.floors = _Floors.of(
             _shape(spec), achieved.floors_s, weights_dtype, self.moe_ranks // ep, ep
+        )
+        # the model's own fused MoE (shape, format, split) as the GPU's tables timed it at
+        # each token count (None: not timed; the roofline, curve and floor above price it)
+        self.moe_layers = spec.moe.num_layers if spec.moe else 0
+        self.moe_curve = _own_moe_curve(
+            spec, moe_curves_s or {}, weights_dtype, self.moe_ranks // ep, ep
         )
         self.dsa = _DsaModule.of(spec, fmt, tp, dsa_delta_us)
         # every byte and FLOP below is a sum over the step's operator list (step_time.step_ops),
@@ -424,14 +431,23 @@ class StepModel:
             if self.expert_curve
             else 1.0
         )
-        for num_bytes, flops, rates, slowdown, floor_s in (
-            (dense_bytes, dense_flops, self.dense_rates, 1.0, self.floors.dense_s),
-            (expert_bytes, expert_flops, self.expert_rates, expert_slowdown, self.floors.experts_s),
+        for num_bytes, flops, rates, slowdown, floor_s, curve in (
+            (dense_bytes, dense_flops, self.dense_rates, 1.0, self.floors.dense_s, None),
+            (
+                expert_bytes,
+                expert_flops,
+                self.expert_rates,
+                expert_slowdown,
+                self.floors.experts_s,
+                self.moe_curve,
+            ),
         ):
             if not num_bytes and not flops:
                 continue
             # every GEMM launched takes at least the smallest GEMM (fused MoE) measured
             seconds = max(time_floor_s(num_bytes, flops, rates) * slowdown, floor_s)
+            if curve is not None:  # the model's own fused MoE, timed: every MoE layer's call
+                seconds = self.moe_layers * moe_kernel_s(curve, moe_tokens)
             if bound(num_bytes, flops, rates) == "memory":
                 weights_s += seconds
             else:
@@ -753,6 +769,11 @@ class _Floors(NamedTuple):
         fused MoE      1 per MoE layer
         attention      1 per attention layer (one kernel for the step's decodes and chunks)
 
+    An MLA layer's attention kernel pays the tables' smallest MLA decode kernel
+    (`attention_mla`: SGLang's trtllm_mla on a B200, 8.4 us at 1-16 sequences, against 4.3 us
+    for the smallest GQA kernel) and its two absorbed BMMs the smallest of those (`gemm_mla_bmm`,
+    3.9 us, against a 1.8 us GEMM), where the tables timed them; else the family's.
+
     A launch pays the floor of the kernel its weights format runs where the tables measured that
     format (`gemm_fp8`, `moe_fp8`, ...: `_floor_format`), else the family's smallest: a
     block-fp8 GEMM is a per-token-group activation quant and then DeepGEMM (4.2 us at one token
@@ -791,11 +812,43 @@ class _Floors(NamedTuple):
             if shape.moe_shape:
                 moe = floors_s.get(moe_shape_key(fmt, shape.moe_shape, moe_tp, moe_ep), moe)
         quantized = shape.quantized_gemm_launches
+        bmms = 2 * shape.mla_layers  # MLA's absorbed BMMs, of the unquantized launches
+        attention = floors_s.get("attention", 0.0)
+        mla = shape.mla_layers
         return cls(
-            dense_s=(shape.gemm_launches - quantized) * gemm + quantized * gemm_quantized,
+            dense_s=(shape.gemm_launches - quantized - bmms) * gemm
+            + bmms * floors_s.get("gemm_mla_bmm", gemm)
+            + quantized * gemm_quantized,
             experts_s=shape.moe_layers * moe,
-            attention_s=shape.attention_layers * floors_s.get("attention", 0.0),
+            attention_s=(shape.attention_layers - mla) * attention
+            + mla * floors_s.get("attention_mla", attention),
         )
+
+
+def moe_kernel_s(curve: tuple, tokens: float) -> float:
+    """Seconds of one fused-MoE layer over `tokens` tokens, from its shape's measured
+    (tokens, seconds) points (kernel tables' moe/ files): linear between the two measured
+    token counts around it, the first point's time below it, and past the last point that
+    point's time per token times the tokens (the kernel is compute-bound there, linear)."""
+    first_tokens, first_s = curve[0]
+    if tokens <= first_tokens:
+        return first_s
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False):
+        if tokens <= x1:
+            return y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)
+    last_tokens, last_s = curve[-1]
+    return last_s * tokens / last_tokens
+
+
+def _own_moe_curve(
+    spec: ModelSpec, curves_s: dict, weights_dtype: str, moe_tp: int, moe_ep: int
+) -> tuple | None:
+    """The measured curve of the model's own fused MoE in its weights format and split (None:
+    no MoE, a format no table times by shape, or a shape the tables lack)."""
+    fmt = _floor_format(weights_dtype)
+    if spec.moe is None or fmt is None or not curves_s:
+        return None
+    return curves_s.get(moe_shape_key(fmt, _shape(spec).moe_shape, moe_tp, moe_ep)) or None
 
 
 def moe_shape_key(fmt: str, moe_shape: str, moe_tp: int, moe_ep: int) -> str:
@@ -835,15 +888,18 @@ def gemm_launches(spec: ModelSpec) -> int:
     return launches
 
 
+def _mla_layers(spec: ModelSpec) -> int:
+    return sum(
+        1 for layer in spec.layers if layer.attention and layer.attention.kind is CacheKind.MLA
+    )
+
+
 def quantized_gemm_launches(spec: ModelSpec) -> int:
     """Of `gemm_launches`, those a quantized checkpoint runs in its weights format: all but the
     head, the MoE routers and MLA's two absorbed BMMs (an fp8 checkpoint leaves the head and the
     router gate unquantized)."""
     moe_layers = spec.moe.num_layers if spec.moe else 0
-    mla_layers = sum(
-        1 for layer in spec.layers if layer.attention and layer.attention.kind is CacheKind.MLA
-    )
-    return gemm_launches(spec) - 1 - moe_layers - 2 * mla_layers
+    return gemm_launches(spec) - 1 - moe_layers - 2 * _mla_layers(spec)
 
 
 class _Shape(NamedTuple):
@@ -855,6 +911,7 @@ class _Shape(NamedTuple):
     attention_layers: int
     moe_layers: int
     moe_shape: str  # the fused MoE's <hidden>x<width>_<experts>x<top-k> ("": none)
+    mla_layers: int = 0  # of attention_layers, those of MLA
 
 
 # A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred
@@ -871,6 +928,7 @@ def _shape(spec: ModelSpec) -> _Shape:
             len(spec.attention_layers()),
             spec.moe.num_layers if spec.moe else 0,
             _moe_shape(spec),
+            _mla_layers(spec),
         )
 
     return kept_per_spec(_SHAPES, spec, (), build)

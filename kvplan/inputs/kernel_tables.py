@@ -5,7 +5,7 @@ fractions of the datasheet rates an engine's kernels reach, the fused-MoE curve,
 call cost, the small-shape floor of each kernel family) with their provenance (`source`,
 `derived_by`: scripts/derive_achieved.py --write-tables); where measured, the DSA-minus-MLA
 module grids are in dsa/ under the same name (nine tenths of the bytes: read only for a model
-with DSA layers). host_overheads.json holds the per-step, per-request and per-layer host costs.
+with DSA layers), each fused-MoE shape's time by tokens in moe/ (read only for a MoE model). host_overheads.json holds the per-step, per-request and per-layer host costs.
 
 A profile names its tables in one field, never by its name:
 
@@ -30,6 +30,7 @@ from kvplan.record import NamedTuple
 
 FOLDER = Path(__file__).resolve().parent.parent / "data" / "kernel_tables"
 DSA_FOLDER = FOLDER / "dsa"
+MOE_FOLDER = FOLDER / "moe"
 ENGINES = ("vllm", "sglang")
 DATASHEET_TABLES = "h100_sxm"  # a GPU without tables runs at the H100's fractions
 DATASHEET_VERSION = "0.14.0"  # ... of vLLM 0.14.0 (the tables kvplan's goldens were made with)
@@ -74,6 +75,8 @@ class KernelTables(NamedTuple):
 
     achieved: Achieved
     dsa_file: str | None  # the DSA module grids' file in DSA_FOLDER (None: none for this run)
+    # the per-shape fused-MoE curves' file in MOE_FOLDER (None: none, or not this GPU's kernels)
+    moe_file: str | None
     evidence: str  # one of EVIDENCE
     borrowed_from: str | None  # the tables' GPU where it is not the profile's
     source: str  # the data file's provenance
@@ -87,6 +90,12 @@ class KernelTables(NamedTuple):
     def dsa_delta_us(self) -> DsaGrids | None:
         """The DSA module grids, read on first use (None: none for this run)."""
         return None if self.dsa_file is None else _dsa(self.dsa_file)
+
+    @property
+    def moe_curves_s(self) -> dict:
+        """moe_shape_key -> ((tokens, seconds), ...), read on first use ({}: none for this
+        run)."""
+        return {} if self.moe_file is None else moe_curves(self.moe_file)
 
     @property
     def floors_s(self) -> dict:
@@ -177,6 +186,27 @@ def _dsa(name: str) -> DsaGrids:
     )
 
 
+@cache
+def moe_curves(name: str) -> dict:
+    """A moe/ file's curves: moe_shape_key -> ((tokens, seconds), ...), the token counts the
+    kernel was timed at (scripts/derive_achieved.py write_moe_curves)."""
+    path = MOE_FOLDER / name
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise KvplanError(f"kernel tables moe/{path.name}: {exc}") from None
+    tokens = d["tokens"]
+    return {
+        key: tuple((t, us * 1e-6) for t, us in zip(tokens, row, strict=True) if us is not None)
+        for key, row in d["us"].items()
+    }
+
+
+def _moe_file(gpu: str, engine: str, version: str) -> str | None:
+    name = f"{gpu}.{engine}.{version}.json"
+    return name if (MOE_FOLDER / name).is_file() else None
+
+
 def _dsa_file(gpu: str, engine: str, version: str) -> str | None:
     """The name of the DSA module grids measured with these tables (None: there are none)."""
     name = f"{gpu}.{engine}.{version}.json"
@@ -257,6 +287,8 @@ def _tables_for(items: tuple, engine: str, engine_version: str | None) -> Kernel
         dsa_file=_dsa_file(gpu, use, version)
         if use == engine and evidence in ("own", "borrowed")
         else None,
+        # the shapes' absolute times hold on the GPU that ran them (not on a datasheet GPU's)
+        moe_file=_moe_file(gpu, use, version) if evidence != "datasheet" else None,
         evidence=evidence,
         borrowed_from=borrowed,
         source=doc["source"],
