@@ -262,3 +262,22 @@ def test_cache_groups_keep_each_layers_own_bytes():
     spec = load_model("minimax-m3")
     fmt = resolve_kv_format("auto", spec.dtype)
     assert kv_bytes_per_sequence(spec, 1000, fmt) == 1000 * (60 * 2048 + 57 * 256)
+
+
+@pytest.mark.parametrize("name", ["gemma-2-9b", "qwen3-4b", "llama-3.1-8b"])
+def test_the_input_embedding_is_a_gather_of_one_row_per_token_tied_or_not(name):
+    """The engines gather one row of the input table per token (vLLM's and SGLang's embedding
+    lookup, llama.cpp's ggml_get_rows on token_embd), whether or not the head reuses the table:
+    a tied model reads the rows and, as its head, the whole table."""
+    spec = load_model(name)
+    fmt = resolve_kv_format("auto", spec.dtype)
+    h, p = spec.hidden_size, 2  # bf16
+    for batch in (1, 7, 300):
+        groups = step_ops(spec, "bf16", fmt, num_decodes=batch, decode_context=100,
+                          num_sampled=batch, whole_model=True)  # fmt: skip
+        (embedding,), _ = groups[0]
+        assert embedding.name == "embedding"
+        assert embedding.weight_bytes == batch * h * p
+        head = next(op for op in groups[-1][0] if op.name == "lm_head")
+        assert head.weight_bytes == spec.vocab_size * h * p
+    assert spec.tied_embeddings == (name != "llama-3.1-8b")

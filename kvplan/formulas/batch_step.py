@@ -882,7 +882,7 @@ class _Coefficients(NamedTuple):
     ranks), the cache's per rank."""
 
     dense_bytes: float  # every weight but the embedding's rows and the routed experts
-    embedding_row_bytes: float  # per token looked up (0: a tied embedding, read as the head)
+    embedding_row_bytes: float  # per token looked up (a tied table's too: the head reads it whole)
     expert_bytes_per_touched: float  # per expert touched in every MoE layer (all layers)
     dense_flop_per_token: float  # the dense GEMMs and norm parameters, the head left out
     head_flop_per_sample: float

@@ -29,7 +29,7 @@ from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.errors import KvplanError
 from kvplan.formulas.flops import _decode_flop_per_key, causal_keys_attended, decode_keys_attended
 from kvplan.formulas.kv import _group_layers, compressed_read_bytes
-from kvplan.formulas.weights import part_bytes_per_param, weight_bytes
+from kvplan.formulas.weights import embedding_rows_read, part_bytes_per_param, weight_bytes
 from kvplan.record import NamedTuple
 
 
@@ -786,7 +786,7 @@ def step_ops(
     head: list[Op] = []
     if num_sampled:
         h = spec.hidden_size
-        rows = min(tokens, spec.vocab_size) * h if spec.embedding_lookup_params else 0
+        rows = embedding_rows_read(spec, tokens)
         embedding = _op(
             "embedding",
             OpKind.ELEMENTWISE,
