@@ -281,3 +281,55 @@ def test_the_input_embedding_is_a_gather_of_one_row_per_token_tied_or_not(name):
         head = next(op for op in groups[-1][0] if op.name == "lm_head")
         assert head.weight_bytes == spec.vocab_size * h * p
     assert spec.tied_embeddings == (name != "llama-3.1-8b")
+
+
+@pytest.mark.parametrize("name", ["deepseek-v4-flash", "deepseek-v4-pro"])
+def test_deepseek_v4_indexer_scores_every_compressed_key(name):
+    """A CSA layer's indexer scores each compressed key with index_n_heads x index_head_dim
+    (q.k, 2 FLOPs a multiply-add) per query token: a decode at s every s // 4 entry, a prefill
+    token at position p its p // 4; skipped (vLLM) while the entries are within the top-k."""
+    import json
+    from pathlib import Path
+
+    from kvplan.formulas.flops import attention_flops_per_decode_token
+
+    spec = load_model(name)
+    config = json.loads(
+        (
+            Path(__file__).parents[1] / "model_configs" / f"{spec.hf_id.split('/')[-1]}.json"
+        ).read_text()
+    )
+    csa = config["compress_ratios"][: config["num_hidden_layers"]].count(4)
+    per_key = 2 * config["index_n_heads"] * config["index_head_dim"]
+    topk = config["index_topk"]
+    without = spec._replace(
+        layers=tuple(
+            layer._replace(attention=layer.attention._replace(indexer_num_heads=0))
+            for layer in spec.layers
+        )
+    )
+    for s in (1, 2048, 4 * topk, 4 * topk + 4, 131_072):
+        extra = attention_flops_per_decode_token(spec, s) - attention_flops_per_decode_token(
+            without, s
+        )
+        assert extra == (csa * per_key * (s // 4) if s // 4 > topk else 0), s
+    for n in (100, 4 * topk, 5000):
+        extra = prefill_flops(spec, n) - prefill_flops(without, n)
+        scored = sum(p // 4 for p in range(1, n + 1)) if n // 4 > topk else 0
+        assert extra == csa * per_key * scored, n
+
+
+def test_deepseek_v4_asymptotic_intensity_is_over_the_kv_a_decode_reads():
+    """I_inf(s) = f(s) / KV(s) with KV(s) what a decode step reads (the step's own KV bytes per
+    sequence): a CSA layer reads its top-k entries and every indexer key, not what it holds."""
+    from kvplan.formulas.roofline import asymptotic_intensity
+
+    spec = load_model("deepseek-v4-flash")
+    fmt = resolve_kv_format("auto", spec.dtype)
+    for s in (1000, 65_536, 1_000_000):
+        groups = step_ops(spec, spec.dtype, fmt, num_decodes=1, decode_context=s)
+        read = sum(n * op.kv_bytes for ops, n in groups for op in ops)
+        assert read < kv_bytes_per_sequence(spec, s, fmt) or s // 4 <= 512
+        assert asymptotic_intensity(spec, s, fmt) == pytest.approx(
+            flops_per_decode_token(spec, s) / read, rel=1e-12
+        )

@@ -47,7 +47,7 @@ from kvplan.formulas.comm import (
     tp_comm_time_per_decode_step_s,
 )
 from kvplan.formulas.expert_parallel import dp_gather_time_s, ep_alltoall_time_s
-from kvplan.formulas.flops import causal_keys_attended
+from kvplan.formulas.flops import causal_keys_attended, indexer_flop_per_key, prefill_indexed_keys
 from kvplan.formulas.kv import compressed_read_bytes
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
 from kvplan.formulas.step_time import (
@@ -190,6 +190,8 @@ class _Group(NamedTuple):
     compressed_topk: int = 0
     compressed_kv_bytes_per_entry: float = 0.0  # all layers of the group
     compressed_index_bytes_per_entry: float = 0.0
+    # DeepSeek-V4's indexer: FLOPs scoring one compressed key, all layers of the group, one rank
+    compressed_index_flop_per_entry: float = 0.0
 
 
 class StepModel:
@@ -373,10 +375,13 @@ class StepModel:
                 keys = keys + num_decodes * compressed_read_bytes(
                     entries, g.compressed_topk, 1, 0, minimum
                 )
+            flops = g.decode_flop_per_key * keys
+            if g.compressed_index_flop_per_entry:  # the indexer scores the keys it reads
+                flops = flops + num_decodes * compressed_read_bytes(
+                    entries, g.compressed_topk, 0, g.compressed_index_flop_per_entry, minimum
+                )
             read_s = kv_bytes / rates.bandwidth_bytes_per_s
-            seconds = seconds + maximum(
-                read_s, queries * g.decode_flop_per_key * keys / rates.peak_flop_per_s
-            )
+            seconds = seconds + maximum(read_s, queries * flops / rates.peak_flop_per_s)
             memory = memory + read_s
         if self.dsa is not None:  # the sparse module's cost over the MLA roofline (or saving)
             delta = self.dsa.delta_s("decode", num_decodes, mean)
@@ -404,7 +409,12 @@ class StepModel:
                 kv_bytes += entries * (
                     g.compressed_kv_bytes_per_entry + g.compressed_index_bytes_per_entry
                 )
-            seconds += time_floor_s(kv_bytes, g.prefill_flop_per_key * keys, rates)
+            flops = g.prefill_flop_per_key * keys
+            if g.compressed_index_flop_per_entry:  # the indexer scores each token's keys
+                flops += g.compressed_index_flop_per_entry * prefill_indexed_keys(
+                    g.compress_ratio, g.compressed_topk, new_tokens, cached_tokens
+                )
+            seconds += time_floor_s(kv_bytes, flops, rates)
         return seconds
 
     def gemm_s(
@@ -957,7 +967,7 @@ def _sum_ops(
     state = 0.0
     for (layer, count), (ops, _) in zip(distinct_layers(spec.layers), cache, strict=True):
         attn = layer.attention
-        entry = [0.0] * 5  # a layer without attention has no attention operator
+        entry = [0.0] * 6  # a layer without attention has no attention operator
         if attn is not None:
             window = attn.window if attn.kind.windowed else None
             entry = by_key.setdefault(
@@ -968,11 +978,12 @@ def _sum_ops(
                     attn.compress_ratio,
                     attn.compressed_topk,
                 ),
-                [0.0] * 5,
+                [0.0] * 6,
             )
             kv_entry, index_entry = attn.compressed_entry_parts(fmt)
             entry[3] += count * kv_entry
             entry[4] += count * index_entry
+            entry[5] += count * indexer_flop_per_key(attn) / tp  # split as the floor splits
         for op in ops:
             if op.kind is OpKind.DECODE_ATTENTION:
                 indexer = 0 if indexer_keys or attn is None else attn.indexer_bytes_per_token(fmt)
@@ -983,8 +994,8 @@ def _sum_ops(
             elif op.name == "state":  # the decode's and the chunk's sequences
                 state += count * op.kv_bytes / 2
     groups = tuple(
-        _Group(window, chunked, mla, kv, dec, pre, ratio, topk, kv_entry, index_entry)
-        for (window, chunked, mla, ratio, topk), (kv, dec, pre, kv_entry, index_entry) in (
+        _Group(window, chunked, mla, kv, dec, pre, ratio, topk, kv_entry, index_entry, indexer)
+        for (window, chunked, mla, ratio, topk), (kv, dec, pre, kv_entry, index_entry, indexer) in (
             by_key.items()
         )
     )

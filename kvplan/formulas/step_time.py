@@ -27,8 +27,14 @@ from kvplan.anatomy.model import (
 )
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.flops import _decode_flop_per_key, causal_keys_attended, decode_keys_attended
-from kvplan.formulas.kv import _group_layers, compressed_read_bytes
+from kvplan.formulas.flops import (
+    _decode_flop_per_key,
+    causal_keys_attended,
+    decode_indexer_flops,
+    decode_keys_attended,
+    prefill_indexer_flops,
+)
+from kvplan.formulas.kv import _group_layers, compressed_read_excess_bytes
 from kvplan.formulas.weights import embedding_rows_read, part_bytes_per_param, weight_bytes
 from kvplan.record import NamedTuple
 
@@ -526,12 +532,12 @@ def _attention_ops(
         if num_decodes:
             kv = num_decodes * _cache_bytes(attention_groups, decode_context)
             keys = decode_keys_attended(attn, decode_context)
-            if attn.compress_ratio:  # DeepSeek-V4: the compressed entries it reads, not holds
-                entries = attn.compressed_entries(decode_context)
-                parts = attn.compressed_entry_parts(fmt)
-                read = compressed_read_bytes(entries, attn.compressed_topk, *parts)
-                kv += num_decodes * (read - entries * sum(parts))
+            # DeepSeek-V4: the compressed entries it reads, not holds
+            kv += num_decodes * compressed_read_excess_bytes(attn, fmt, decode_context)
             flops = num_decodes * _decode_flop_per_key(attn) * keys
+            # DeepSeek-V4's indexer: its heads score every compressed key (replicated on each
+            # rank in vLLM; the floor's even split divides it as every FLOP)
+            indexer = num_decodes * decode_indexer_flops(attn, decode_context)
             if gather_kv:
                 attention.append(_op("kv_gather", OpKind.ELEMENTWISE, 0, 0, 0, kv, 0, 2))
             attention.append(
@@ -539,7 +545,7 @@ def _attention_ops(
                     "attention",
                     OpKind.DECODE_ATTENTION,
                     num_decodes * keys,
-                    share(flops),
+                    share(flops) + (indexer / tp if even else indexer),
                     0,
                     0 if gather_kv else kv,
                     num_decodes * q_out_per_token,
@@ -554,6 +560,7 @@ def _attention_ops(
             keys = causal_keys_attended(end, window, chunked) - causal_keys_attended(
                 cached, window, chunked
             )
+            indexer = prefill_indexer_flops(attn, new, cached)
             written = _written_bytes(attention_groups, new)
             before = _cache_bytes(attention_groups, cached)
             # K and V written to the cache (and read from the projection: as many bytes again
@@ -564,7 +571,7 @@ def _attention_ops(
                     "attention",
                     OpKind.PREFILL_ATTENTION,
                     new,
-                    share(per_key * keys),
+                    share(per_key * keys) + (indexer / tp if even else indexer),
                     0,
                     before,
                     _cache_bytes(attention_groups, end) - before + new * q_out_per_token,
