@@ -260,3 +260,17 @@ def test_anatomy_op_list_placed_gives_the_decode_split(tmp_path):
             gpu, host = placed_bytes(layers, n, p.first_gpu_layer, p.output_on_gpu, False)
             assert gpu == pytest.approx(old.gpu_read_bytes, rel=1e-12), (name, ngl)
             assert host == pytest.approx(old.host_read_bytes, rel=1e-12), (name, ngl)
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "gemma-3-4b", "qwen3-30b-a3b"])
+def test_the_output_layer_holds_the_final_norm_from_a_config_as_from_its_gguf(name, tmp_path):
+    """The output layer llama.cpp places (-ngl's block L) is the head and output_norm: from a
+    config priced in the weight type with the norm in F32 (as convert_hf_to_gguf.py writes it),
+    the same bytes as the GGUF's own tensors."""
+    from kvplan.engines.llamacpp import model_weights
+
+    config = load_model(name)
+    gguf = _gguf(name, tmp_path, "F16")
+    assert model_weights(config, "f16")[0].output == model_weights(gguf, None)[0].output
+    head = config.param_parts.get("lm_head") or config.param_parts["embedding"]
+    assert model_weights(config, "f16")[0].output == 2 * head + 4 * config.hidden_size

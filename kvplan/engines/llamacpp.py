@@ -441,6 +441,9 @@ def build_caches(
 
 
 # ---- weights, placement, memory ----------------------------------------------------------------
+GGUF_NORM_BYTES = 4  # a norm's weights in a GGUF: F32, whatever the weight type
+
+
 class Weights(NamedTuple):
     layers: list[int]  # bytes per block
     embedding: int  # token_embd: always in host memory
@@ -477,7 +480,12 @@ def model_weights(spec: ModelSpec, weights_type: str | None) -> tuple[Weights, l
     experts = [round(dict(layer.params).get("experts", 0) * per) for layer in spec.layers]
     embedding = round(spec.param_parts.get("embedding", 0) * per)
     head = round(spec.param_parts.get("lm_head", 0) * per) or embedding
-    return Weights(layers, embedding, head, experts, name), notes
+    # the final norm (output_norm: the norms outside the blocks, as the GGUF path counts them),
+    # in F32 as convert_hf_to_gguf.py writes every norm and 1-D tensor ("Most of the codebase
+    # that takes in 1D tensors or norms only handles F32 tensors")
+    final_norm = spec.param_parts.get("norms", 0) - _layer_part_bytes(spec, "norms", {"norms": 1})
+    output = head + round(final_norm * GGUF_NORM_BYTES)
+    return Weights(layers, embedding, output, experts, name), notes
 
 
 def _layer_part_bytes(spec: ModelSpec, part: str, per_param: dict) -> float:
