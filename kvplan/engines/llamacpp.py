@@ -47,7 +47,10 @@ DEFAULT_BATCH = 2048
 DEFAULT_UBATCH = 512
 SERVER_AUTO_PARALLEL = 4  # llama-server -np auto: 4 sequences, unified cache
 RESERVE_BYTES = GIB  # --fit's default target margin per device (-fitt 1024 MiB)
-STATE_ELEMENT_BYTES = 4  # recurrent R/S state: f32, whatever -ctk/-ctv say
+# the recurrent R/S state: f32, whatever -ctk/-ctv say (src/llama-model.cpp create_memory:
+# llama_memory_recurrent(*this, GGML_TYPE_F32, GGML_TYPE_F32, ...); State.held_in's dtypes)
+STATE_DTYPES = ("fp32", "fp32")
+STATE_ELEMENT_BYTES = 4
 LOGIT_BYTES = 4  # f32 logits per vocabulary entry per sequence (the output buffer)
 # Weight types offered when choosing a quantization (llama-quantize's main types).
 WEIGHT_CHOICES = ("q8_0", "q6_K", "q5_K", "q4_K", "iq4_xs", "q3_K", "q2_K")
@@ -557,7 +560,7 @@ def decode_step_ops(
             k, v = layer_row_bytes(a, s)
             cache += a.tokens_held(context_len) * (k + v)
         if layer.state is not None:
-            cache += sum(layer.state.elements()) * STATE_ELEMENT_BYTES
+            cache += layer.state.held_in(STATE_DTYPES).bytes_per_sequence()
         layers.append((il, [Op("block", OpKind.ELEMENTWISE, 0, 0, read, cache, 0)]))
     output = Op("output", OpKind.ELEMENTWISE, 0, 0, w.output, 0, 0)
     layers.append((spec.num_layers, [output]))

@@ -233,6 +233,7 @@ class StepModel:
         op_rates: OpRates | None = None,
         op_dtype: str | None = None,
         op_gather_kv: bool = False,
+        state_dtypes: tuple[str, str] | None = None,
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
         self.fmt = fmt
@@ -284,7 +285,8 @@ class StepModel:
         # every byte and FLOP below is a sum over the step's operator list (step_time.step_ops),
         # by kernel kind; the DSA module's tables time the indexer's key cache: not read again
         # in the MLA base
-        coef = _coefficients(spec, weights_dtype, fmt, tp, indexer_keys=self.dsa is None)
+        # a recurrent state in the engine's own dtypes (`state_dtypes`, State.held_in)
+        coef = _coefficients(spec, weights_dtype, fmt, tp, self.dsa is None, state_dtypes)
         self.coefficients = coef
         # the head runs on the sampled positions only (vLLM's logits_indices: a prefill chunk's
         # last token, each decode), the rest of the dense GEMMs on every token
@@ -906,23 +908,34 @@ _COEFFICIENTS: dict[tuple, tuple] = {}
 
 
 def _coefficients(
-    spec: ModelSpec, weights_dtype: str, fmt: KvFormat, tp: int, indexer_keys: bool = True
+    spec: ModelSpec,
+    weights_dtype: str,
+    fmt: KvFormat,
+    tp: int,
+    indexer_keys: bool = True,
+    state_dtypes: tuple[str, str] | None = None,
 ) -> _Coefficients:
     """The step's coefficients from the operator list: the weights and GEMMs of a whole-model
     one-token step (one rank's at tp 1; the embedding a lookup of the token's row, the experts
     those one token touches, E * (1 - (1 - k/E)^T) per layer), the attention and state operators
     of one decode at one cached token and one one-token chunk on one of `tp` ranks (per cached
-    key; without a DSA indexer's keys where `indexer_keys` is False)."""
+    key; without a DSA indexer's keys where `indexer_keys` is False), a recurrent state in
+    `state_dtypes` (State.held_in)."""
     return kept_per_spec(
         _COEFFICIENTS,
         spec,
-        (weights_dtype, fmt, tp, indexer_keys),
-        lambda: _sum_ops(spec, weights_dtype, fmt, tp, indexer_keys),
+        (weights_dtype, fmt, tp, indexer_keys, state_dtypes),
+        lambda: _sum_ops(spec, weights_dtype, fmt, tp, indexer_keys, state_dtypes),
     )
 
 
 def _sum_ops(
-    spec: ModelSpec, weights_dtype: str, fmt: KvFormat, tp: int, indexer_keys: bool
+    spec: ModelSpec,
+    weights_dtype: str,
+    fmt: KvFormat,
+    tp: int,
+    indexer_keys: bool,
+    state_dtypes: tuple[str, str] | None,
 ) -> _Coefficients:
     dense_bytes = row_bytes = expert_bytes = dense_flops = head_flops = expert_flops = 0.0
     whole = step_ops(
@@ -962,6 +975,7 @@ def _sum_ops(
         prefill_chunks=((1, 0),),
         tp=tp,
         even_split=True,
+        state_dtypes=state_dtypes,
     )
     by_key: dict[tuple, list[float]] = {}
     state = 0.0

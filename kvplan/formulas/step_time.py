@@ -472,12 +472,24 @@ def _activation_bytes(spec: ModelSpec, dtype: str) -> int:
 _LAYER_GROUPS: dict[tuple, tuple] = {}
 
 
-def _layer_groups(layer: Layer, fmt: KvFormat, tp: int) -> tuple[tuple, tuple]:
-    """(attention groups, state groups) of one layer's cache on one of `tp` ranks."""
-    return kept_with(_LAYER_GROUPS, layer, (fmt, tp), lambda: _split_groups(layer, fmt, tp))
+def _layer_groups(
+    layer: Layer, fmt: KvFormat, tp: int, state_dtypes: tuple[str, str] | None = None
+) -> tuple[tuple, tuple]:
+    """(attention groups, state groups) of one layer's cache on one of `tp` ranks, its
+    recurrent state in `state_dtypes` (State.held_in)."""
+    return kept_with(
+        _LAYER_GROUPS,
+        layer,
+        (fmt, tp, state_dtypes),
+        lambda: _split_groups(layer, fmt, tp, state_dtypes),
+    )
 
 
-def _split_groups(layer: Layer, fmt: KvFormat, tp: int) -> tuple[tuple, tuple]:
+def _split_groups(
+    layer: Layer, fmt: KvFormat, tp: int, state_dtypes: tuple[str, str] | None
+) -> tuple[tuple, tuple]:
+    if layer.state is not None and state_dtypes is not None:
+        layer = layer._replace(state=layer.state.held_in(state_dtypes))
     groups = _group_layers((layer,), fmt, tp)
     return (
         tuple(g for g in groups if g.kind is not CacheKind.STATE),
@@ -512,6 +524,7 @@ def _attention_ops(
     decode_context: int,
     prefill_chunks: tuple[tuple[int, int], ...],
     gather_kv: bool,
+    state_dtypes: tuple[str, str] | None = None,
 ) -> tuple[list[Op], list[Op]]:
     """(attention operators, state operators) of one layer on one of `tp` ranks. Decode
     attention reads each decode's cache at `decode_context`; a prefill chunk writes its K and V
@@ -520,7 +533,7 @@ def _attention_ops(
     recurrent state is read and written in place: its bytes counted once per sequence. With
     `even`, the FLOPs are split evenly over the ranks (the datasheet floor's rule)."""
     attn = layer.attention
-    attention_groups, state_groups = _layer_groups(layer, fmt, tp)
+    attention_groups, state_groups = _layer_groups(layer, fmt, tp, state_dtypes)
     attention: list[Op] = []
     if attn is not None:
         q_heads = -(-attn.num_q_heads // tp)
@@ -770,6 +783,7 @@ def step_ops(
     even_split: bool = False,
     whole_model: bool = False,
     moe_tokens: int | None = None,
+    state_dtypes: tuple[str, str] | None = None,
 ) -> list[tuple[list[Op], int]]:
     """batch_ops as (operators, how many times they run): each distinct layer's operators once
     with its count, then the embedding, the parameters outside the layers and the head, once
@@ -782,7 +796,8 @@ def step_ops(
     the cache is always the rank's own (KV heads replicated below one per rank). With
     `whole_model` the parameters outside the layers (the final norm, ...) run too, and the
     weights the stored checkpoint holds outside its named parts are read. `moe_tokens`: the
-    tokens the MoE layers route (the step's own by default)."""
+    tokens the MoE layers route (the step's own by default). `state_dtypes`: the (conv, SSM)
+    dtypes the engine keeps a recurrent state in (State.held_in; None: as the spec holds it)."""
     p = _activation_bytes(spec, dtype)
     part_bytes, model_parts, unnamed = _part_bytes(spec, dtype)
     tokens = num_decodes + sum(n for n, _ in prefill_chunks)
@@ -819,6 +834,7 @@ def step_ops(
             decode_context,
             prefill_chunks,
             gather_kv,
+            state_dtypes,
         )
         shape = _shape_or_none(spec, layer)
         if shape is None:
