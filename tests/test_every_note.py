@@ -554,6 +554,9 @@ INVOCATIONS: dict[str, Invocation] = {
     "simulate attention backend": cli(
         "simulate", "llama-3.1-8b", "--gpu", "h100", "--attention-backend", "FLASHINFER", *SMALL
     ),
+    "simulate moe backend": cli(
+        "simulate", "qwen3-30b-a3b", "--gpu", "h100", "--moe-backend", "triton", *SMALL
+    ),
     "engine sglang flashmla": cli(
         "engine",
         "deepseek-v3",
@@ -892,6 +895,7 @@ SOURCES: dict[str, str] = {
     "sim-dsa-tables": "simulate dsa",
     "sim-enforce-eager": "simulate dcp eager",
     "sim-attention-kernels": "simulate attention backend",
+    "sim-moe-kernels": "simulate moe backend",
     "sglang-attention": "engine sglang flashmla",
     "vllm-attention": "engine vllm flashmla",
     "sim-engine": "simulate measured profile",
