@@ -260,3 +260,45 @@ def test_anatomy_op_list_placed_gives_the_decode_split(tmp_path):
             gpu, host = placed_bytes(layers, n, p.first_gpu_layer, p.output_on_gpu, False)
             assert gpu == pytest.approx(old.gpu_read_bytes, rel=1e-12), (name, ngl)
             assert host == pytest.approx(old.host_read_bytes, rel=1e-12), (name, ngl)
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "gemma-3-4b", "qwen3-30b-a3b"])
+def test_the_output_layer_holds_the_final_norm_from_a_config_as_from_its_gguf(name, tmp_path):
+    """The output layer llama.cpp places (-ngl's block L) is the head and output_norm: from a
+    config priced in the weight type with the norm in F32 (as convert_hf_to_gguf.py writes it),
+    the same bytes as the GGUF's own tensors."""
+    from kvplan.engines.llamacpp import model_weights
+
+    config = load_model(name)
+    gguf = _gguf(name, tmp_path, "F16")
+    assert model_weights(config, "f16")[0].output == model_weights(gguf, None)[0].output
+    head = config.param_parts.get("lm_head") or config.param_parts["embedding"]
+    assert model_weights(config, "f16")[0].output == 2 * head + 4 * config.hidden_size
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "qwen3-30b-a3b"])
+def test_offloaded_decode_reads_each_blocks_own_stored_bytes(name, tmp_path):
+    """The placed operators are step_ops' list carrying llama.cpp's bytes: a mixed-quant GGUF
+    stores blocks of one kind at their own types, and each block reads its own (here every
+    block made a different size), the routed experts top_k of E, the cache in ggml rows."""
+    from kvplan.engines.llamacpp import decode_ceiling, model_weights, placement, resolve_settings
+
+    spec = _gguf(name, tmp_path)
+    stored = spec.stored
+    sizes = tuple(b + 4096 * il for il, b in enumerate(stored.layer_bytes))
+    spec = spec._replace(stored=stored._replace(layer_bytes=sizes))
+    s, _ = resolve_settings(spec, LlamaCppRequest(ctx_size=4096, parallel=1, cache_type_k="q8_0"))
+    w, _ = model_weights(spec, None)
+    n, moe = spec.num_layers, spec.moe
+    unread = [e * (1 - moe.top_k / moe.num_experts) if moe else 0 for e in w.expert_layers]
+    a = spec.layers[0].attention
+    row = a.num_kv_heads * a.head_dim
+    cache = 1000 * (row // 32 * 34 + row * 2)  # q8_0 K, f16 V
+    for ngl in (1, n // 2, n + 1):
+        p = placement(n, ngl, s.build, False)
+        d = decode_ceiling(spec, w, s, p, 1000, 1e12, 1e11, False)
+        on_gpu = range(p.first_gpu_layer, n)
+        gpu = sum(sizes[il] - unread[il] + cache for il in on_gpu) + w.output
+        host = sum(sizes[il] - unread[il] + cache for il in range(p.first_gpu_layer))
+        assert d.gpu_read_bytes == pytest.approx(gpu, rel=1e-12)
+        assert d.host_read_bytes == pytest.approx(host + w.embedding / spec.vocab_size, rel=1e-12)

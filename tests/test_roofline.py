@@ -240,7 +240,7 @@ def test_measures_operators_add_up_to_the_planners_step(model, batch, context):
     other = sum(layer_shape(spec, layer).other_params for layer in spec.layers)
     expected_flops = sum(op.flops for op in ops) + 2 * batch * (outside + other)
     assert step.flops == pytest.approx(expected_flops, rel=1e-12)
-    rows = batch * spec.hidden_size if spec.embedding_lookup_params else 0
+    rows = batch * spec.hidden_size  # one embedding row per token, a tied table's too
     expected = sum(op.weight_bytes + op.kv_bytes for op in ops) + (outside + rows) * p
     assert step.bytes == pytest.approx(expected, rel=1e-12)
 

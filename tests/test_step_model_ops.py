@@ -142,6 +142,8 @@ def test_step_models_attention_is_the_operator_lists_sums(name):
         _close(m.state_bytes_per_sequence * (decodes + 1), state_kv)
         flops = sum(
             g.decode_flop_per_key * decodes * (keys(g, context) + compressed(g, context, 1, 0))
+            # DeepSeek-V4's indexer scores the compressed keys whose bytes it reads
+            + decodes * compressed(g, context, 0, g.compressed_index_flop_per_entry)
             for g in m.groups
         )
         _close(flops, decode_flops)
@@ -156,6 +158,13 @@ def test_step_models_attention_is_the_operator_lists_sums(name):
             g.prefill_flop_per_key
             * (causal_keys_attended(end, g.window, g.chunked) - causal_keys_attended(cached, g.window, g.chunked))
             for g in m.groups
+        )  # fmt: skip
+        # DeepSeek-V4's indexer: the token at position p scores p // ratio compressed keys, unless
+        # the chunk ends within the top-k entries (vLLM skips the indexer)
+        attended += sum(
+            g.compressed_index_flop_per_entry * sum(p // g.compress_ratio for p in range(cached + 1, end + 1))
+            for g in m.groups
+            if g.compressed_index_flop_per_entry and end // g.compress_ratio > g.compressed_topk
         )  # fmt: skip
         _close(attended, prefill_flops)
         held = sum(

@@ -262,3 +262,100 @@ def test_cache_groups_keep_each_layers_own_bytes():
     spec = load_model("minimax-m3")
     fmt = resolve_kv_format("auto", spec.dtype)
     assert kv_bytes_per_sequence(spec, 1000, fmt) == 1000 * (60 * 2048 + 57 * 256)
+
+
+@pytest.mark.parametrize("name", ["gemma-2-9b", "qwen3-4b", "llama-3.1-8b"])
+def test_the_input_embedding_is_a_gather_of_one_row_per_token_tied_or_not(name):
+    """The engines gather one row of the input table per token (vLLM's and SGLang's embedding
+    lookup, llama.cpp's ggml_get_rows on token_embd), whether or not the head reuses the table:
+    a tied model reads the rows and, as its head, the whole table."""
+    spec = load_model(name)
+    fmt = resolve_kv_format("auto", spec.dtype)
+    h, p = spec.hidden_size, 2  # bf16
+    for batch in (1, 7, 300):
+        groups = step_ops(spec, "bf16", fmt, num_decodes=batch, decode_context=100,
+                          num_sampled=batch, whole_model=True)  # fmt: skip
+        (embedding,), _ = groups[0]
+        assert embedding.name == "embedding"
+        assert embedding.weight_bytes == batch * h * p
+        head = next(op for op in groups[-1][0] if op.name == "lm_head")
+        assert head.weight_bytes == spec.vocab_size * h * p
+    assert spec.tied_embeddings == (name != "llama-3.1-8b")
+
+
+@pytest.mark.parametrize("name", ["deepseek-v4-flash", "deepseek-v4-pro"])
+def test_deepseek_v4_indexer_scores_every_compressed_key(name):
+    """A CSA layer's indexer scores each compressed key with index_n_heads x index_head_dim
+    (q.k, 2 FLOPs a multiply-add) per query token: a decode at s every s // 4 entry, a prefill
+    token at position p its p // 4; skipped (vLLM) while the entries are within the top-k."""
+    import json
+    from pathlib import Path
+
+    from kvplan.formulas.flops import attention_flops_per_decode_token
+
+    spec = load_model(name)
+    config = json.loads(
+        (
+            Path(__file__).parents[1] / "model_configs" / f"{spec.hf_id.split('/')[-1]}.json"
+        ).read_text()
+    )
+    csa = config["compress_ratios"][: config["num_hidden_layers"]].count(4)
+    per_key = 2 * config["index_n_heads"] * config["index_head_dim"]
+    topk = config["index_topk"]
+    without = spec._replace(
+        layers=tuple(
+            layer._replace(attention=layer.attention._replace(indexer_num_heads=0))
+            for layer in spec.layers
+        )
+    )
+    for s in (1, 2048, 4 * topk, 4 * topk + 4, 131_072):
+        extra = attention_flops_per_decode_token(spec, s) - attention_flops_per_decode_token(
+            without, s
+        )
+        assert extra == (csa * per_key * (s // 4) if s // 4 > topk else 0), s
+    for n in (100, 4 * topk, 5000):
+        extra = prefill_flops(spec, n) - prefill_flops(without, n)
+        scored = sum(p // 4 for p in range(1, n + 1)) if n // 4 > topk else 0
+        assert extra == csa * per_key * scored, n
+
+
+def test_deepseek_v4_asymptotic_intensity_is_over_the_kv_a_decode_reads():
+    """I_inf(s) = f(s) / KV(s) with KV(s) what a decode step reads (the step's own KV bytes per
+    sequence): a CSA layer reads its top-k entries and every indexer key, not what it holds."""
+    from kvplan.formulas.roofline import asymptotic_intensity
+
+    spec = load_model("deepseek-v4-flash")
+    fmt = resolve_kv_format("auto", spec.dtype)
+    for s in (1000, 65_536, 1_000_000):
+        groups = step_ops(spec, spec.dtype, fmt, num_decodes=1, decode_context=s)
+        read = sum(n * op.kv_bytes for ops, n in groups for op in ops)
+        assert read < kv_bytes_per_sequence(spec, s, fmt) or s // 4 <= 512
+        assert asymptotic_intensity(spec, s, fmt) == pytest.approx(
+            flops_per_decode_token(spec, s) / read, rel=1e-12
+        )
+
+
+@pytest.mark.parametrize("name", ["qwen3-next-80b-a3b", "nemotron-h-56b", "lfm2-1.2b", "kimi-k3"])
+def test_the_step_reads_the_recurrent_state_in_the_engines_own_dtypes(name):
+    """A decode reads its recurrent state in the dtypes the engine keeps it: the spec's (the
+    config's, vLLM's choice) by default; SGLang's bf16 conv and fp32 SSM, the bytes its pool
+    is sized by (engines.sglang), under --engine sglang; never the KV cache's format."""
+    from kvplan.engines.sglang import _mamba_bytes_per_request
+    from kvplan.formulas.batch_step import StepModel
+    from kvplan.simulate.setup import engine_state_dtypes
+
+    spec = load_model(name)
+    for kv in ("auto", "fp8"):
+        fmt = resolve_kv_format(kv, spec.dtype)
+        for tp in (1, 2):
+            ops = step_ops(spec, spec.dtype, fmt, num_decodes=3, decode_context=50, tp=tp)
+            state = sum(n * op.kv_bytes for group, n in ops for op in group if op.name == "state")
+            assert state == 3 * sum(s.bytes_per_sequence(tp) for s in spec.state_layers())
+            sglang = engine_state_dtypes("sglang")
+            ops = step_ops(spec, spec.dtype, fmt, num_decodes=3, decode_context=50, tp=tp,
+                           state_dtypes=sglang)  # fmt: skip
+            state = sum(n * op.kv_bytes for group, n in ops for op in group if op.name == "state")
+            assert state == 3 * sum(_mamba_bytes_per_request(spec, tp))
+            model = StepModel(spec, RATES, spec.dtype, fmt, tp=tp, state_dtypes=sglang)
+            assert model.state_bytes_per_sequence == sum(_mamba_bytes_per_request(spec, tp))
+    assert engine_state_dtypes("vllm") is None

@@ -216,6 +216,15 @@ class State(NamedTuple):
         conv, ssm = self.elements(tp)
         return conv * ELEMENT_BYTES[self.conv_dtype] + ssm * ELEMENT_BYTES[self.ssm_dtype]
 
+    def held_in(self, dtypes: tuple[str, str] | None) -> "State":
+        """This state as an engine keeps it: `dtypes` (conv, SSM) the engine's own (SGLang's
+        bf16 and fp32, llama.cpp's f32 r_l and s_l), None as the spec holds it (the config's
+        mamba_ssm_cache_dtype / mamba_ssm_dtype, else the model dtype: vLLM's choice; a GGUF's
+        f32)."""
+        if dtypes is None or dtypes == (self.conv_dtype, self.ssm_dtype):
+            return self
+        return self._replace(conv_dtype=dtypes[0], ssm_dtype=dtypes[1])
+
     def split_heads(self) -> int:
         """The head count tensor parallelism divides."""
         if self.kind in (StateKind.MAMBA1, StateKind.SHORT_CONV):

@@ -21,6 +21,7 @@ from kvplan.anatomy.model import Attention, CacheKind, ModelSpec
 from kvplan.dtypes import (
     GGML_CACHE_QUANTS,
     LLAMA_CACHE_TYPES,
+    KvFormat,
     ggml_row_bytes,
     ggml_type,
 )
@@ -31,7 +32,7 @@ from kvplan.formulas.offload import (
     placed_bytes,
     two_memory_step_time_s,
 )
-from kvplan.formulas.step_time import Op, OpKind
+from kvplan.formulas.step_time import Op, OpKind, ops_by_layer, step_ops
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
 from kvplan.record import NamedTuple
@@ -47,7 +48,10 @@ DEFAULT_BATCH = 2048
 DEFAULT_UBATCH = 512
 SERVER_AUTO_PARALLEL = 4  # llama-server -np auto: 4 sequences, unified cache
 RESERVE_BYTES = GIB  # --fit's default target margin per device (-fitt 1024 MiB)
-STATE_ELEMENT_BYTES = 4  # recurrent R/S state: f32, whatever -ctk/-ctv say
+# the recurrent R/S state: f32, whatever -ctk/-ctv say (src/llama-model.cpp create_memory:
+# llama_memory_recurrent(*this, GGML_TYPE_F32, GGML_TYPE_F32, ...); State.held_in's dtypes)
+STATE_DTYPES = ("fp32", "fp32")
+STATE_ELEMENT_BYTES = 4
 LOGIT_BYTES = 4  # f32 logits per vocabulary entry per sequence (the output buffer)
 # Weight types offered when choosing a quantization (llama-quantize's main types).
 WEIGHT_CHOICES = ("q8_0", "q6_K", "q5_K", "q4_K", "iq4_xs", "q3_K", "q2_K")
@@ -441,6 +445,9 @@ def build_caches(
 
 
 # ---- weights, placement, memory ----------------------------------------------------------------
+GGUF_NORM_BYTES = 4  # a norm's weights in a GGUF: F32, whatever the weight type
+
+
 class Weights(NamedTuple):
     layers: list[int]  # bytes per block
     embedding: int  # token_embd: always in host memory
@@ -477,7 +484,12 @@ def model_weights(spec: ModelSpec, weights_type: str | None) -> tuple[Weights, l
     experts = [round(dict(layer.params).get("experts", 0) * per) for layer in spec.layers]
     embedding = round(spec.param_parts.get("embedding", 0) * per)
     head = round(spec.param_parts.get("lm_head", 0) * per) or embedding
-    return Weights(layers, embedding, head, experts, name), notes
+    # the final norm (output_norm: the norms outside the blocks, as the GGUF path counts them),
+    # in F32 as convert_hf_to_gguf.py writes every norm and 1-D tensor ("Most of the codebase
+    # that takes in 1D tensors or norms only handles F32 tensors")
+    final_norm = spec.param_parts.get("norms", 0) - _layer_part_bytes(spec, "norms", {"norms": 1})
+    output = head + round(final_norm * GGUF_NORM_BYTES)
+    return Weights(layers, embedding, output, experts, name), notes
 
 
 def _layer_part_bytes(spec: ModelSpec, part: str, per_param: dict) -> float:
@@ -524,36 +536,84 @@ def memory_split(
 def decode_step_ops(
     spec: ModelSpec, w: Weights, s: Settings, context_len: int
 ) -> list[tuple[int, list[Op]]]:
-    """One sequence's decode step as operators by layer index (step_time.ops_by_layer's layout:
-    -1 the token embedding, 0..L-1 the blocks, L the output layer), in llama.cpp's own bytes:
-    each block's stored weights (routed experts: top_k of E read), its cache in -ctk/-ctv's
-    ggml rows (recurrent state in f32), one row of token_embd, the output layer whole.
-
-    step_time.step_ops lays out the same step from the anatomy and gives the same split for a
-    GGUF of one weight type with an f16 cache (tests/test_llamacpp.py); it cannot give
-    llama.cpp's bytes in general: a mixed-quant GGUF stores each block at its own bytes (not
-    per-part averages), -ctk and -ctv may differ, state is f32 whatever the cache type, and a
-    tied token_embd is still read (one row) from host memory."""
+    """One sequence's decode step as operators by layer index: the anatomy's operator list
+    (step_time.step_ops: one decode at `context_len`, the head sampled, the whole model, the
+    recurrent state in llama.cpp's f32) laid out by step_time.ops_by_layer (-1 the token
+    embedding, 0..L-1 the blocks, L the output layer), each carrying llama.cpp's own bytes:
+    one row of token_embd (a tied one too), each block's stored weights (Weights.layers: a
+    mixed-quant GGUF stores each block at its own bytes, not per-part averages; routed experts
+    top_k of E of Weights.expert_layers), its cache in -ctk's and -ctv's ggml rows, the output
+    layer whole (Weights.output). For a GGUF of one weight type and an f16 cache, step_ops'
+    own bytes are these (tests/test_llamacpp.py)."""
+    groups = step_ops(
+        spec,
+        spec.dtype,
+        KvFormat("fp16"),
+        num_decodes=1,
+        decode_context=context_len,
+        num_sampled=1,
+        whole_model=True,
+        state_dtypes=STATE_DTYPES,
+    )
     moe = spec.moe
     layers: list[tuple[int, list[Op]]] = []
-    if spec.vocab_size:  # one embedding row
-        row = w.embedding / spec.vocab_size
-        layers.append((-1, [Op("embedding", OpKind.ELEMENTWISE, 0, 0, row, 0, 0)]))
-    for il, layer in enumerate(spec.layers):
-        read: float = w.layers[il]
-        if moe and w.expert_layers[il]:
-            read -= w.expert_layers[il] * (1 - moe.top_k / moe.num_experts)
-        cache = 0.0
-        a = layer.attention
-        if a is not None:
-            k, v = layer_row_bytes(a, s)
-            cache += a.tokens_held(context_len) * (k + v)
-        if layer.state is not None:
-            cache += sum(layer.state.elements()) * STATE_ELEMENT_BYTES
-        layers.append((il, [Op("block", OpKind.ELEMENTWISE, 0, 0, read, cache, 0)]))
-    output = Op("output", OpKind.ELEMENTWISE, 0, 0, w.output, 0, 0)
-    layers.append((spec.num_layers, [output]))
+    # each kind of block's operators once (its blocks share them): llama.cpp's cache rows, the
+    # routed experts' top_k of E (Weights.expert_layers: the same for every block of a kind),
+    # the other weights as its first block stores them
+    kinds: dict[int, tuple[list[Op], list[Op], list[Op], int]] = {}
+    for il, ops in ops_by_layer(spec, groups, 1):
+        if il < 0:  # one row of token_embd
+            row = w.embedding / spec.vocab_size if spec.vocab_size else 0.0
+            layers.append((il, [_weighing(op, row) for op in ops]))
+            continue
+        if il >= spec.num_layers:  # the output layer: the head and the final norm
+            layers.append((il, _carrying(ops, w.output)))
+            continue
+        experts = w.expert_layers[il]
+        stored = w.layers[il] - experts
+        kind = kinds.get(id(ops))
+        if kind is None:
+            a = spec.layers[il].attention
+            cache = 0
+            if a is not None:
+                k, v = layer_row_bytes(a, s)
+                cache = a.tokens_held(context_len) * (k + v)
+            touched = experts * moe.top_k / moe.num_experts if moe and experts else 0.0
+            own = [
+                op._replace(kv_bytes=cache) if op.kind is OpKind.DECODE_ATTENTION else op
+                for op in ops
+                if op.name != "experts"
+            ]
+            routed = [_weighing(op, touched) for op in ops if op.name == "experts"]
+            kind = kinds[id(ops)] = _carrying(own, stored) + routed, own, routed, stored
+        block, own, routed, first = kind
+        if stored != first:  # a mixed-quant GGUF stores blocks of one kind at their own types
+            block = _carrying(own, stored) + routed
+        layers.append((il, block))
     return layers
+
+
+_new_op = tuple.__new__
+
+
+def _weighing(op: Op, weight_bytes: float) -> Op:
+    """`op` reading `weight_bytes` of weights (Op's fields in order; the floor builds thousands)."""
+    return _new_op(Op, (*op[:4], weight_bytes, *op[5:]))
+
+
+def _carrying(ops: list[Op], weight_bytes: int) -> list[Op]:
+    """`ops` with their weights scaled to `weight_bytes` in all (a GGUF's own bytes for what
+    the anatomy prices at per-part averages), in whole bytes, the last reading operator taking
+    the remainder (the sums stay exact); one more operator carries them where the operators
+    read none."""
+    anatomy = sum(op[4] for op in ops)
+    if not anatomy:
+        return [*ops, Op("weights", OpKind.ELEMENTWISE, 0, 0, weight_bytes, 0, 0)]
+    scale = weight_bytes / anatomy
+    out = [_weighing(op, round(op[4] * scale)) for op in ops]
+    last = max(i for i, op in enumerate(ops) if op[4])
+    out[last] = _weighing(out[last], weight_bytes - (sum(op[4] for op in out) - out[last][4]))
+    return out
 
 
 def decode_ceiling(

@@ -71,6 +71,8 @@ SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio
 MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio: state pool = rest x r / (1 + r)
 MAMBA_SSM_DTYPE = "fp32"  # SGLang's default SSM state dtype (config mamba_ssm_dtype overrides)
 MAMBA_CONV_DTYPE = "bf16"
+# the (conv, SSM) dtypes SGLang keeps a recurrent state in (State.held_in): its step reads them
+STATE_DTYPES = (MAMBA_CONV_DTYPE, MAMBA_SSM_DTYPE)
 FP8_NSA_LATENT_BYTES = 656  # 512 fp8 + 4 fp32 scales + 64 bf16 rope (calculate_mla_kv_cache_dim)
 DSA_PAGE_SIZE = 64  # "Setting page size to 64 for DeepSeek DSA." (1 on ROCm)
 # SGLang's attention backends (sglang 0.5.9, python/sglang/srt/server_args.py): what

@@ -47,7 +47,7 @@ from kvplan.formulas.comm import (
     tp_comm_time_per_decode_step_s,
 )
 from kvplan.formulas.expert_parallel import dp_gather_time_s, ep_alltoall_time_s
-from kvplan.formulas.flops import causal_keys_attended
+from kvplan.formulas.flops import causal_keys_attended, indexer_flop_per_key, prefill_indexed_keys
 from kvplan.formulas.kv import compressed_read_bytes
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
 from kvplan.formulas.step_time import (
@@ -190,6 +190,8 @@ class _Group(NamedTuple):
     compressed_topk: int = 0
     compressed_kv_bytes_per_entry: float = 0.0  # all layers of the group
     compressed_index_bytes_per_entry: float = 0.0
+    # DeepSeek-V4's indexer: FLOPs scoring one compressed key, all layers of the group, one rank
+    compressed_index_flop_per_entry: float = 0.0
 
 
 class StepModel:
@@ -232,6 +234,7 @@ class StepModel:
         op_rates: OpRates | None = None,
         op_dtype: str | None = None,
         op_gather_kv: bool = False,
+        state_dtypes: tuple[str, str] | None = None,
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
         self.fmt = fmt
@@ -289,7 +292,8 @@ class StepModel:
         # every byte and FLOP below is a sum over the step's operator list (step_time.step_ops),
         # by kernel kind; the DSA module's tables time the indexer's key cache: not read again
         # in the MLA base
-        coef = _coefficients(spec, weights_dtype, fmt, tp, indexer_keys=self.dsa is None)
+        # a recurrent state in the engine's own dtypes (`state_dtypes`, State.held_in)
+        coef = _coefficients(spec, weights_dtype, fmt, tp, self.dsa is None, state_dtypes)
         self.coefficients = coef
         # the head runs on the sampled positions only (vLLM's logits_indices: a prefill chunk's
         # last token, each decode), the rest of the dense GEMMs on every token
@@ -380,10 +384,13 @@ class StepModel:
                 keys = keys + num_decodes * compressed_read_bytes(
                     entries, g.compressed_topk, 1, 0, minimum
                 )
+            flops = g.decode_flop_per_key * keys
+            if g.compressed_index_flop_per_entry:  # the indexer scores the keys it reads
+                flops = flops + num_decodes * compressed_read_bytes(
+                    entries, g.compressed_topk, 0, g.compressed_index_flop_per_entry, minimum
+                )
             read_s = kv_bytes / rates.bandwidth_bytes_per_s
-            seconds = seconds + maximum(
-                read_s, queries * g.decode_flop_per_key * keys / rates.peak_flop_per_s
-            )
+            seconds = seconds + maximum(read_s, queries * flops / rates.peak_flop_per_s)
             memory = memory + read_s
         if self.dsa is not None:  # the sparse module's cost over the MLA roofline (or saving)
             delta = self.dsa.delta_s("decode", num_decodes, mean)
@@ -411,7 +418,12 @@ class StepModel:
                 kv_bytes += entries * (
                     g.compressed_kv_bytes_per_entry + g.compressed_index_bytes_per_entry
                 )
-            seconds += time_floor_s(kv_bytes, g.prefill_flop_per_key * keys, rates)
+            flops = g.prefill_flop_per_key * keys
+            if g.compressed_index_flop_per_entry:  # the indexer scores each token's keys
+                flops += g.compressed_index_flop_per_entry * prefill_indexed_keys(
+                    g.compress_ratio, g.compressed_topk, new_tokens, cached_tokens
+                )
+            seconds += time_floor_s(kv_bytes, flops, rates)
         return seconds
 
     def gemm_s(
@@ -940,7 +952,7 @@ class _Coefficients(NamedTuple):
     ranks), the cache's per rank."""
 
     dense_bytes: float  # every weight but the embedding's rows and the routed experts
-    embedding_row_bytes: float  # per token looked up (0: a tied embedding, read as the head)
+    embedding_row_bytes: float  # per token looked up (a tied table's too: the head reads it whole)
     expert_bytes_per_touched: float  # per expert touched in every MoE layer (all layers)
     dense_flop_per_token: float  # the dense GEMMs and norm parameters, the head left out
     head_flop_per_sample: float
@@ -954,23 +966,34 @@ _COEFFICIENTS: dict[tuple, tuple] = {}
 
 
 def _coefficients(
-    spec: ModelSpec, weights_dtype: str, fmt: KvFormat, tp: int, indexer_keys: bool = True
+    spec: ModelSpec,
+    weights_dtype: str,
+    fmt: KvFormat,
+    tp: int,
+    indexer_keys: bool = True,
+    state_dtypes: tuple[str, str] | None = None,
 ) -> _Coefficients:
     """The step's coefficients from the operator list: the weights and GEMMs of a whole-model
     one-token step (one rank's at tp 1; the embedding a lookup of the token's row, the experts
     those one token touches, E * (1 - (1 - k/E)^T) per layer), the attention and state operators
     of one decode at one cached token and one one-token chunk on one of `tp` ranks (per cached
-    key; without a DSA indexer's keys where `indexer_keys` is False)."""
+    key; without a DSA indexer's keys where `indexer_keys` is False), a recurrent state in
+    `state_dtypes` (State.held_in)."""
     return kept_per_spec(
         _COEFFICIENTS,
         spec,
-        (weights_dtype, fmt, tp, indexer_keys),
-        lambda: _sum_ops(spec, weights_dtype, fmt, tp, indexer_keys),
+        (weights_dtype, fmt, tp, indexer_keys, state_dtypes),
+        lambda: _sum_ops(spec, weights_dtype, fmt, tp, indexer_keys, state_dtypes),
     )
 
 
 def _sum_ops(
-    spec: ModelSpec, weights_dtype: str, fmt: KvFormat, tp: int, indexer_keys: bool
+    spec: ModelSpec,
+    weights_dtype: str,
+    fmt: KvFormat,
+    tp: int,
+    indexer_keys: bool,
+    state_dtypes: tuple[str, str] | None,
 ) -> _Coefficients:
     dense_bytes = row_bytes = expert_bytes = dense_flops = head_flops = expert_flops = 0.0
     whole = step_ops(
@@ -1010,12 +1033,13 @@ def _sum_ops(
         prefill_chunks=((1, 0),),
         tp=tp,
         even_split=True,
+        state_dtypes=state_dtypes,
     )
     by_key: dict[tuple, list[float]] = {}
     state = 0.0
     for (layer, count), (ops, _) in zip(distinct_layers(spec.layers), cache, strict=True):
         attn = layer.attention
-        entry = [0.0] * 5  # a layer without attention has no attention operator
+        entry = [0.0] * 6  # a layer without attention has no attention operator
         if attn is not None:
             window = attn.window if attn.kind.windowed else None
             entry = by_key.setdefault(
@@ -1026,11 +1050,12 @@ def _sum_ops(
                     attn.compress_ratio,
                     attn.compressed_topk,
                 ),
-                [0.0] * 5,
+                [0.0] * 6,
             )
             kv_entry, index_entry = attn.compressed_entry_parts(fmt)
             entry[3] += count * kv_entry
             entry[4] += count * index_entry
+            entry[5] += count * indexer_flop_per_key(attn) / tp  # split as the floor splits
         for op in ops:
             if op.kind is OpKind.DECODE_ATTENTION:
                 indexer = 0 if indexer_keys or attn is None else attn.indexer_bytes_per_token(fmt)
@@ -1041,8 +1066,8 @@ def _sum_ops(
             elif op.name == "state":  # the decode's and the chunk's sequences
                 state += count * op.kv_bytes / 2
     groups = tuple(
-        _Group(window, chunked, mla, kv, dec, pre, ratio, topk, kv_entry, index_entry)
-        for (window, chunked, mla, ratio, topk), (kv, dec, pre, kv_entry, index_entry) in (
+        _Group(window, chunked, mla, kv, dec, pre, ratio, topk, kv_entry, index_entry, indexer)
+        for (window, chunked, mla, ratio, topk), (kv, dec, pre, kv_entry, index_entry, indexer) in (
             by_key.items()
         )
     )

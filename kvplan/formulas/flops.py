@@ -25,10 +25,14 @@ def _decode_flop_per_key(attn: Attention) -> int:
 
 def attention_flops_per_decode_token(spec: ModelSpec, context_len: int) -> int:
     """Attention FLOPs for one new token attending to `context_len` cached positions (the keys
-    held, and a DeepSeek-V4 layer's compressed entries it attends: decode_keys_attended)."""
+    held, and a DeepSeek-V4 layer's compressed entries it attends: decode_keys_attended), and
+    DeepSeek-V4's indexer scoring its compressed keys (decode_indexer_flops)."""
     return sum(
-        _decode_flop_per_key(layer.attention)
-        * decode_keys_attended(layer.attention, context_len)
+        (
+            _decode_flop_per_key(layer.attention)
+            * decode_keys_attended(layer.attention, context_len)
+            + decode_indexer_flops(layer.attention, context_len)
+        )
         * count
         for layer, count in distinct_layers(spec.layers)  # each kind of layer once, times its count
         if layer.attention is not None
@@ -44,6 +48,58 @@ def decode_keys_attended(attn: Attention, context_len: int) -> int:
         entries = attn.compressed_entries(context_len)
         keys += compressed_read_bytes(entries, attn.compressed_topk, 1, 0)
     return keys
+
+
+def indexer_flop_per_key(attn: Attention) -> int:
+    """FLOPs DeepSeek-V4's indexer spends on one compressed key for one query token:
+    2 * index heads * index head dim, its heads' q.k scores (transformers'
+    DeepseekV4IndexerScorer, q [B, S, H, d] @ compressed_kv^T -> [B, S, H, T]; vLLM 0.32's
+    SparseAttnIndexer, fp8_fp4_mqa_logits / fp8_fp4_paged_mqa_logits of index_n_heads x
+    index_head_dim, models/deepseek_v4/attention.py:948-949). The heads' weighting and the
+    top-k add a few FLOPs per key, not counted. 0 for a layer without the indexer."""
+    if not attn.compressed_topk:
+        return 0
+    return 2 * attn.indexer_num_heads * attn.compressed_indexer_dim
+
+
+def decode_indexer_flops(attn: Attention, context_len: int) -> int:
+    """FLOPs of the indexer for one decode at `context_len`: it scores every compressed entry,
+    unless the entries are no more than its top-k and it is skipped (vLLM 0.32
+    models/deepseek_v4/attention.py:1084-1105, max_seq_len // compress_ratio <= topk_tokens):
+    compressed_read_bytes of indexer_flop_per_key per indexed key, as the step reads their keys."""
+    per_key = indexer_flop_per_key(attn)
+    if not per_key:
+        return 0
+    entries = attn.compressed_entries(context_len)
+    return compressed_read_bytes(entries, attn.compressed_topk, 0, per_key)
+
+
+def prefill_indexer_flops(attn: Attention, new_tokens: int, cached_tokens: int) -> int:
+    """FLOPs of the indexer over a prefill chunk of `new_tokens` after `cached_tokens`:
+    indexer_flop_per_key for each key prefill_indexed_keys counts."""
+    per_key = indexer_flop_per_key(attn)
+    if not per_key:
+        return 0
+    return per_key * prefill_indexed_keys(
+        attn.compress_ratio, attn.compressed_topk, new_tokens, cached_tokens
+    )
+
+
+def prefill_indexed_keys(ratio: int, topk: int, new_tokens: int, cached_tokens: int) -> int:
+    """Compressed keys DeepSeek-V4's indexer scores over a prefill chunk: the token at position
+    p (1-based) scores floor(p / ratio) (vLLM 0.32 v1/attention/backends/mla/indexer.py:
+    217-229, balanced_prefill_row_shard's cost of a row, (first_key + row) // compress_ratio);
+    none where the chunk ends within `topk` entries (models/deepseek_v4/attention.py:1084-1105
+    skips the indexer)."""
+    end = cached_tokens + new_tokens
+    if end // ratio <= topk:
+        return 0
+
+    def through(n: int) -> int:  # the sum of p // ratio for p = 1..n
+        q, rest = divmod(n, ratio)
+        return ratio * q * (q - 1) // 2 + q * (rest + 1)
+
+    return through(end) - through(cached_tokens)
 
 
 def flops_per_decode_token(spec: ModelSpec, context_len: int) -> int:
@@ -70,7 +126,8 @@ def prefill_flops(spec: ModelSpec, num_tokens: int) -> int:
     """FLOPs to prefill `num_tokens`: 2*(P_m - P_head)*n + 2*P_head + causal attention (what
     FlashAttention computes, skipping masked tiles): the head computes the logits of the last
     position only, the one sampled (vLLM's logits_indices, SGLang's LogitsProcessor). Prefill MLA
-    runs un-absorbed: per-head d_qk = nope + rope, d_v."""
+    runs un-absorbed: per-head d_qk = nope + rope, d_v. DeepSeek-V4's indexer scores each
+    token's compressed keys (prefill_indexer_flops)."""
     head = spec.head_params if num_tokens else 0
     total = 2 * (matmul_params(spec) - head) * num_tokens + 2 * head
     for attn in spec.attention_layers():
@@ -80,4 +137,5 @@ def prefill_flops(spec: ModelSpec, num_tokens: int) -> int:
             chunked=attn.kind is CacheKind.CHUNKED,
         )
         total += 2 * attn.num_q_heads * (attn.qk_head_dim + attn.v_head_dim) * keys
+        total += prefill_indexer_flops(attn, num_tokens, 0)
     return total

@@ -4,7 +4,7 @@ Notation (docs/formulas.md): L layers, Hkv KV heads, d head_dim, p bytes per ele
 tokens, B batch. For a full-attention layer stack: bytes_per_token = 2 * L * Hkv * d * p.
 """
 
-from kvplan.anatomy.model import KEPT, CacheKind, ModelSpec, distinct_layers
+from kvplan.anatomy.model import KEPT, Attention, CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import KvFormat
 from kvplan.record import NamedTuple
 
@@ -71,6 +71,30 @@ def compressed_read_bytes(entries, topk: int, kv_bytes: float, index_bytes: floa
     if not topk:
         return entries * kv_bytes
     return minimum(entries, topk) * kv_bytes + (entries > topk) * entries * index_bytes
+
+
+def compressed_read_excess_bytes(attn: Attention, fmt: KvFormat, context_len: int) -> int:
+    """What one decode reads of a DeepSeek-V4 compressed layer's entries less what the layer
+    holds of them (compressed_read_bytes - entries x entry bytes; negative where a CSA layer's
+    top-k is fewer than it holds, 0 for a layer that is not compressed)."""
+    if not attn.compress_ratio:
+        return 0
+    entries = attn.compressed_entries(context_len)
+    parts = attn.compressed_entry_parts(fmt)
+    return compressed_read_bytes(entries, attn.compressed_topk, *parts) - entries * sum(parts)
+
+
+def kv_read_bytes_per_decode(spec: ModelSpec, context_len: int, fmt: KvFormat, tp: int = 1) -> int:
+    """KV bytes one decode reads of its sequence's cache at `context_len` on one rank: what the
+    sequence holds (kv_bytes_per_sequence), a DeepSeek-V4 compressed layer's entries as a decode
+    reads them rather than as held (compressed_read_excess_bytes; the step's operator list reads
+    the same)."""
+    held = kv_bytes_per_sequence(spec, context_len, fmt, tp)
+    return held + sum(
+        count * compressed_read_excess_bytes(layer.attention, fmt, context_len)
+        for layer, count in distinct_layers(spec.layers)
+        if layer.attention is not None and layer.attention.compress_ratio
+    )
 
 
 # A model's groups depend on its layers, the format and tp alone, and `capacity --gpu all` asks

@@ -4,10 +4,10 @@ the critical context s*, the throughput ceiling BW/(s*k), and B_read.
 Notation: f(s) FLOPs per decode token at context s, KV(s) cache bytes per sequence, BW bandwidth.
 """
 
-from kvplan.anatomy.model import KEPT, ModelSpec, distinct_layers
+from kvplan.anatomy.model import KEPT, ModelSpec
 from kvplan.dtypes import KvFormat
-from kvplan.formulas.flops import _decode_flop_per_key, flops_per_decode_token, matmul_params
-from kvplan.formulas.kv import cache_groups, kv_bytes_per_sequence
+from kvplan.formulas.flops import attention_flops_per_decode_token, matmul_params
+from kvplan.formulas.kv import kv_read_bytes_per_decode
 from kvplan.formulas.weights import (  # B_mem lives with the weights: `size` needs no FLOPs
     batch_equal_memory,  # noqa: F401 (kvplan.formulas.roofline.batch_equal_memory, as before)
     weight_bytes_read_per_decode_step,
@@ -31,12 +31,10 @@ def compute_dtype(weights_dtype: str) -> str:
 
 
 def asymptotic_intensity(spec: ModelSpec, context_len: int, fmt: KvFormat, tp: int = 1) -> float:
-    """I_inf(s) = f(s) / KV(s): decode intensity as B -> infinity (weights amortised away)."""
-    return (
-        flops_per_decode_token(spec, context_len)
-        / tp
-        / kv_bytes_per_sequence(spec, context_len, fmt, tp)
-    )
+    """I_inf(s) = f(s) / KV_read(s): decode intensity as B -> infinity (weights amortised away),
+    over the KV a decode reads (kv_read_bytes_per_decode: what it holds, a DeepSeek-V4
+    compressed layer's entries as read)."""
+    return _intensity(spec, fmt, tp)(context_len)
 
 
 def critical_context_len(spec: ModelSpec, ridge: float, fmt: KvFormat, tp: int = 1) -> int | None:
@@ -58,9 +56,9 @@ def critical_context_len(spec: ModelSpec, ridge: float, fmt: KvFormat, tp: int =
 
 
 def _intensity(spec: ModelSpec, fmt: KvFormat, tp: int):
-    """asymptotic_intensity(spec, s, fmt, tp) as a function of s alone, the same sums in the
-    same order (the same float), with what does not depend on s taken out of the bisection, and
-    each answer kept: the bisections of the GPU kinds (each its own ridge) share their first
+    """asymptotic_intensity(spec, s, fmt, tp) as a function of s alone, f(s) / tp / KV_read(s)
+    (f(s) = flops_per_decode_token's exact integer sum), with what does not depend on s taken out
+    of the bisection, and each answer kept: the bisections of the GPU kinds (each its own ridge) share their first
     steps. Kept per spec, format and tp, with the spec (holding it keeps its id from being
     reused)."""
     key = (id(spec), fmt, tp)
@@ -68,19 +66,13 @@ def _intensity(spec: ModelSpec, fmt: KvFormat, tp: int):
     if kept is not None and kept[0] is spec:
         return kept[1]
     matmul_flops = 2 * matmul_params(spec)
-    layers = [
-        (_decode_flop_per_key(layer.attention), layer.attention.tokens_held, count)
-        for layer, count in distinct_layers(spec.layers)
-        if layer.attention is not None
-    ]
-    groups = cache_groups(spec, fmt, tp)
     values: dict[int, float] = {}
 
     def intensity(s: int) -> float:
         found = values.get(s)
         if found is None:
-            attention = sum(per_key * held(s) * count for per_key, held, count in layers)
-            kv = sum(g.bytes_per_sequence(s) for g in groups)
+            attention = attention_flops_per_decode_token(spec, s)
+            kv = kv_read_bytes_per_decode(spec, s, fmt, tp)
             found = values[s] = (matmul_flops + attention) / tp / kv
         return found
 
@@ -118,7 +110,7 @@ def batch_equal_reads(
 def _batch_equal_reads(
     spec: ModelSpec, context_len: int, weights_dtype: str, fmt: KvFormat, tp: int
 ) -> float:
-    kv = kv_bytes_per_sequence(spec, context_len, fmt, tp)
+    kv = kv_read_bytes_per_decode(spec, context_len, fmt, tp)
     lo, hi = 0.0, MAX_BATCH_SEARCH
     read: dict[
         int, float

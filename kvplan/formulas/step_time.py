@@ -27,9 +27,15 @@ from kvplan.anatomy.model import (
 )
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.flops import _decode_flop_per_key, causal_keys_attended, decode_keys_attended
-from kvplan.formulas.kv import _group_layers, compressed_read_bytes
-from kvplan.formulas.weights import part_bytes_per_param, weight_bytes
+from kvplan.formulas.flops import (
+    _decode_flop_per_key,
+    causal_keys_attended,
+    decode_indexer_flops,
+    decode_keys_attended,
+    prefill_indexer_flops,
+)
+from kvplan.formulas.kv import _group_layers, compressed_read_excess_bytes
+from kvplan.formulas.weights import embedding_rows_read, part_bytes_per_param, weight_bytes
 from kvplan.record import NamedTuple
 
 
@@ -466,12 +472,24 @@ def _activation_bytes(spec: ModelSpec, dtype: str) -> int:
 _LAYER_GROUPS: dict[tuple, tuple] = {}
 
 
-def _layer_groups(layer: Layer, fmt: KvFormat, tp: int) -> tuple[tuple, tuple]:
-    """(attention groups, state groups) of one layer's cache on one of `tp` ranks."""
-    return kept_with(_LAYER_GROUPS, layer, (fmt, tp), lambda: _split_groups(layer, fmt, tp))
+def _layer_groups(
+    layer: Layer, fmt: KvFormat, tp: int, state_dtypes: tuple[str, str] | None = None
+) -> tuple[tuple, tuple]:
+    """(attention groups, state groups) of one layer's cache on one of `tp` ranks, its
+    recurrent state in `state_dtypes` (State.held_in)."""
+    return kept_with(
+        _LAYER_GROUPS,
+        layer,
+        (fmt, tp, state_dtypes),
+        lambda: _split_groups(layer, fmt, tp, state_dtypes),
+    )
 
 
-def _split_groups(layer: Layer, fmt: KvFormat, tp: int) -> tuple[tuple, tuple]:
+def _split_groups(
+    layer: Layer, fmt: KvFormat, tp: int, state_dtypes: tuple[str, str] | None
+) -> tuple[tuple, tuple]:
+    if layer.state is not None and state_dtypes is not None:
+        layer = layer._replace(state=layer.state.held_in(state_dtypes))
     groups = _group_layers((layer,), fmt, tp)
     return (
         tuple(g for g in groups if g.kind is not CacheKind.STATE),
@@ -506,6 +524,7 @@ def _attention_ops(
     decode_context: int,
     prefill_chunks: tuple[tuple[int, int], ...],
     gather_kv: bool,
+    state_dtypes: tuple[str, str] | None = None,
 ) -> tuple[list[Op], list[Op]]:
     """(attention operators, state operators) of one layer on one of `tp` ranks. Decode
     attention reads each decode's cache at `decode_context`; a prefill chunk writes its K and V
@@ -514,7 +533,7 @@ def _attention_ops(
     recurrent state is read and written in place: its bytes counted once per sequence. With
     `even`, the FLOPs are split evenly over the ranks (the datasheet floor's rule)."""
     attn = layer.attention
-    attention_groups, state_groups = _layer_groups(layer, fmt, tp)
+    attention_groups, state_groups = _layer_groups(layer, fmt, tp, state_dtypes)
     attention: list[Op] = []
     if attn is not None:
         q_heads = -(-attn.num_q_heads // tp)
@@ -526,12 +545,12 @@ def _attention_ops(
         if num_decodes:
             kv = num_decodes * _cache_bytes(attention_groups, decode_context)
             keys = decode_keys_attended(attn, decode_context)
-            if attn.compress_ratio:  # DeepSeek-V4: the compressed entries it reads, not holds
-                entries = attn.compressed_entries(decode_context)
-                parts = attn.compressed_entry_parts(fmt)
-                read = compressed_read_bytes(entries, attn.compressed_topk, *parts)
-                kv += num_decodes * (read - entries * sum(parts))
+            # DeepSeek-V4: the compressed entries it reads, not holds
+            kv += num_decodes * compressed_read_excess_bytes(attn, fmt, decode_context)
             flops = num_decodes * _decode_flop_per_key(attn) * keys
+            # DeepSeek-V4's indexer: its heads score every compressed key (replicated on each
+            # rank in vLLM; the floor's even split divides it as every FLOP)
+            indexer = num_decodes * decode_indexer_flops(attn, decode_context)
             if gather_kv:
                 attention.append(_op("kv_gather", OpKind.ELEMENTWISE, 0, 0, 0, kv, 0, 2))
             attention.append(
@@ -539,7 +558,7 @@ def _attention_ops(
                     "attention",
                     OpKind.DECODE_ATTENTION,
                     num_decodes * keys,
-                    share(flops),
+                    share(flops) + (indexer / tp if even else indexer),
                     0,
                     0 if gather_kv else kv,
                     num_decodes * q_out_per_token,
@@ -554,6 +573,7 @@ def _attention_ops(
             keys = causal_keys_attended(end, window, chunked) - causal_keys_attended(
                 cached, window, chunked
             )
+            indexer = prefill_indexer_flops(attn, new, cached)
             written = _written_bytes(attention_groups, new)
             before = _cache_bytes(attention_groups, cached)
             # K and V written to the cache (and read from the projection: as many bytes again
@@ -564,7 +584,7 @@ def _attention_ops(
                     "attention",
                     OpKind.PREFILL_ATTENTION,
                     new,
-                    share(per_key * keys),
+                    share(per_key * keys) + (indexer / tp if even else indexer),
                     0,
                     before,
                     _cache_bytes(attention_groups, end) - before + new * q_out_per_token,
@@ -763,6 +783,7 @@ def step_ops(
     even_split: bool = False,
     whole_model: bool = False,
     moe_tokens: int | None = None,
+    state_dtypes: tuple[str, str] | None = None,
 ) -> list[tuple[list[Op], int]]:
     """batch_ops as (operators, how many times they run): each distinct layer's operators once
     with its count, then the embedding, the parameters outside the layers and the head, once
@@ -775,7 +796,8 @@ def step_ops(
     the cache is always the rank's own (KV heads replicated below one per rank). With
     `whole_model` the parameters outside the layers (the final norm, ...) run too, and the
     weights the stored checkpoint holds outside its named parts are read. `moe_tokens`: the
-    tokens the MoE layers route (the step's own by default)."""
+    tokens the MoE layers route (the step's own by default). `state_dtypes`: the (conv, SSM)
+    dtypes the engine keeps a recurrent state in (State.held_in; None: as the spec holds it)."""
     p = _activation_bytes(spec, dtype)
     part_bytes, model_parts, unnamed = _part_bytes(spec, dtype)
     tokens = num_decodes + sum(n for n, _ in prefill_chunks)
@@ -786,7 +808,7 @@ def step_ops(
     head: list[Op] = []
     if num_sampled:
         h = spec.hidden_size
-        rows = min(tokens, spec.vocab_size) * h if spec.embedding_lookup_params else 0
+        rows = embedding_rows_read(spec, tokens)
         embedding = _op(
             "embedding",
             OpKind.ELEMENTWISE,
@@ -812,6 +834,7 @@ def step_ops(
             decode_context,
             prefill_chunks,
             gather_kv,
+            state_dtypes,
         )
         shape = _shape_or_none(spec, layer)
         if shape is None:

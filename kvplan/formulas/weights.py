@@ -126,19 +126,28 @@ def _weight_bytes(spec: ModelSpec, dtype: str) -> int:
 
 def weight_bytes_read_per_decode_step(spec: ModelSpec, dtype: str, batch_size: int) -> float:
     """Weight bytes one decode step streams: every weight, except that the input-embedding table
-    is a lookup of `batch_size` rows and MoE layers read only the experts the batch touches
+    is a lookup of `batch_size` rows (a tied table: read whole as the head, and its rows again
+    by the lookup) and MoE layers read only the experts the batch touches
     (expected count under uniform routing)."""
     read = float(weight_bytes(spec, dtype))
     embedding_bytes = part_bytes_per_param(spec, dtype, "embedding")
-    rows = (
-        min(batch_size, spec.vocab_size) * spec.hidden_size if spec.embedding_lookup_params else 0
-    )
+    rows = embedding_rows_read(spec, batch_size)
     read -= (spec.embedding_lookup_params - rows) * embedding_bytes
     if spec.moe is not None:
         idle = spec.moe.num_experts - spec.moe.expected_experts_touched(batch_size)
         expert_bytes = part_bytes_per_param(spec, dtype, "experts")
         read -= idle * spec.moe.params_per_expert * spec.moe.num_layers * expert_bytes
     return read
+
+
+def embedding_rows_read(spec: ModelSpec, num_tokens: int) -> int:
+    """Parameters of the input embedding a step of `num_tokens` gathers: one row of `hidden`
+    per token, at most the whole table (vLLM's VocabParallelEmbedding and SGLang's index the
+    table; llama.cpp's ggml_get_rows on token_embd). A tied table is gathered the same way: the
+    head reads it whole as well, and the gather is a read of its own."""
+    if not spec.param_parts.get("embedding", 0):
+        return 0
+    return min(num_tokens, spec.vocab_size) * spec.hidden_size
 
 
 def part_bytes_per_param(spec: ModelSpec, dtype: str, part: str) -> float:

@@ -549,6 +549,17 @@ def given_backends(options, moe: bool = False) -> str:
     return " ".join(f"{flag} {value}" for flag, value in flags if value is not None)
 
 
+def engine_state_dtypes(engine: str) -> tuple[str, str] | None:
+    """The (conv, SSM) dtypes an engine keeps a recurrent state in: SGLang's own
+    (engines.sglang.STATE_DTYPES, the ones its pool is sized by); vLLM's are the spec's (None:
+    the config's mamba_ssm_cache_dtype / mamba_ssm_dtype, else the model dtype)."""
+    if engine == "sglang":
+        from kvplan.engines.sglang import STATE_DTYPES
+
+        return STATE_DTYPES
+    return None
+
+
 def step_model(
     spec,
     gpu,
@@ -604,6 +615,7 @@ def step_model(
         op_rates=op_rates_of(gpu, wdtype) if per_op else None,
         op_dtype=wdtype,
         op_gather_kv=bool(per_op and gpu.measured.gather_kv),
+        state_dtypes=engine_state_dtypes(options.engine),
     )
     backends = given_backends(options)
     if backends and not measured:
