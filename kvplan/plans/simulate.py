@@ -635,8 +635,6 @@ def _workload(request: SimulateRequest) -> WorkloadSummary:
 def _weak_spots(spec: ModelSpec, runs: list[Run], request: SimulateRequest) -> list[Note]:
     """Where this model of the engine is known to be weak, for this case."""
     notes = [note("sim-weak-general")]
-    if spec.moe is not None:
-        notes.append(note("sim-weak-moe"))
     if spec.has_kind(CacheKind.MLA):
         notes.append(note("sim-weak-mla"))
     if spec.has_kind(CacheKind.STATE) or spec.has_kind(CacheKind.SLIDING):

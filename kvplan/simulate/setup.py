@@ -617,6 +617,8 @@ def step_model(
         op_gather_kv=bool(per_op and gpu.measured.gather_kv),
         state_dtypes=engine_state_dtypes(options.engine),
     )
+    if spec.moe is not None:
+        notes.append(note("sim-weak-moe", timed=tables.label if model.moe_curve else None))
     backends = given_backends(options)
     if backends and not measured:
         notes.append(note("sim-attention-kernels", backends=backends, tables=tables.label))

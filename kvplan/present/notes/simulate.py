@@ -26,8 +26,9 @@ text("sim-kernel-tables")(
         f"reaches, from the measured kernel tables {tables} (NVIDIA aiconfigurator's silicon "
         f"tables; evidence {evidence}: for {gpu} "
         + (KERNEL_TABLE_WORDS.get(evidence) or evidence).format(engine=engine)
-        + "): dense GEMMs and attention by the medians of their tables, fused-MoE experts by a "
-        "curve of the tokens each expert gets; CUDA-graph steps pay 32 us per layer, larger "
+        + "): dense GEMMs and attention by the medians of their tables, fused-MoE experts by "
+        "the model's own timed shape where the tables have it (the MoE note says), else a curve "
+        "of the tokens each expert gets; CUDA-graph steps pay 32 us per layer, larger "
         "steps 0.8 ms per layer of CPU dispatch; the API server 15.6 ms per request and 46 us "
         "per streamed token (BLIS)."
     )
@@ -167,11 +168,20 @@ text("sim-weak-general")(
     )
 )
 text("sim-weak-moe")(
-    lambda: (
-        "MoE: fused-MoE kernels reach about a fifth of the GEMM peak (measured), expert load is "
-        "taken as uniform, and the small per-layer kernels of large tensor-parallel MoE models "
-        "are undercounted: decode at small batch is underestimated (DeepSeek-R1 on 8 H200: "
-        "about half the measured TPOT)."
+    lambda timed: (
+        (
+            f"MoE: the model's own fused-MoE shape, format and split was timed in the kernel "
+            f"tables ({timed}) at the token counts a step runs, with aiconfigurator's "
+            "power-law expert routing; "
+            if timed
+            else "MoE: the kernel tables time no fused MoE of this model's shape, format and "
+            "split, so its experts run at the tables' median MoE fraction of the roofline "
+            "(about a fifth of the GEMM peak), expert load taken as uniform; "
+        )
+        + "published runs of large tensor-parallel MoE models are slower than the sum of their "
+        "kernels at small and middle batches (DeepSeek-R1 on 8 B200, SGLang: 9.2 / 17.5 / 42.0 ms "
+        "measured TPOT at 1 / 16 / 100 in flight, 7.2 / 11.2 / 18.5 ms simulated), so decode "
+        "there is underestimated."
     )
 )
 text("sim-weak-mla")(
