@@ -61,7 +61,7 @@ def record_distributed_run() -> None:
         return analyse(request, results)
 
     distributed.analyse = analyse_kept
-    distributed.run_distributed(distributed.DistributedRequest(runs=9))
+    distributed.run_distributed(distributed.DistributedRequest())  # the --quick defaults
     _dump(recorded, "measure_distributed_cpu.json")
 
 

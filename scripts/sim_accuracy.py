@@ -7,8 +7,11 @@ For every case in tests/data/sim_bench_cases.json (or the held-out file, or FILE
 simulated output throughput, median TPOT and median TTFT, the relative error, the medians of
 the absolute errors, and the terms that dominated the simulated engine time; then, per source,
 GPU family and engine, the median |error| of each and how many runs the simulation finished
-faster than the real one. Cases marked `expressible: false` (tests/data/README.md) are listed,
-not simulated. Nothing is fitted per case."""
+faster than the real one, and for the runs replayed from their serve commands (the external
+file: tests/sim_replay.py) the share whose measured value lies inside the 80% interval
+(`bench_interval`). A run kvplan cannot express is listed with what simulate lacks for it,
+computed from the record and what simulate takes today (sim_replay.needs), not simulated.
+Nothing is fitted per case."""
 
 from __future__ import annotations
 
@@ -29,8 +32,10 @@ from sim_cases import (  # noqa: E402
     gpu_name,
     load_cases,
     relative_error,
+    replayed_from_serve_cmd,
     run_case,
 )
+from sim_replay import inside, needs  # noqa: E402
 
 # the GPU family of the bundled GPUStack runs, which carry no `gpu_family` field
 FAMILY_OF_PROFILE = {"a100-80gb-sxm": "Ampere", "h100": "Hopper", "h200": "Hopper"}
@@ -64,6 +69,13 @@ def group_summary(rows: list[dict]) -> dict[str, dict[str, dict]]:
             for metric in METRICS:
                 errors = [abs(r[metric]["error"]) for r in members if metric in r]
                 entry[metric] = statistics.median(errors) if errors else None
+            for metric in METRICS:
+                hits = [
+                    r[metric]["inside"]
+                    for r in members
+                    if r.get(metric, {}).get("inside") is not None
+                ]
+                entry[f"{metric}_covered"] = (sum(hits), len(hits))
             entry["sim_faster"] = sum(
                 1 for r in members if r.get("output_throughput", {}).get("error", 0) > 0
             )
@@ -74,16 +86,20 @@ def group_summary(rows: list[dict]) -> dict[str, dict[str, dict]]:
 def print_summary(summary: dict[str, dict[str, dict]]) -> None:
     print()
     print(
-        f"{'group':52} {'runs':>5} " + " ".join(f"{m[:18]:>18}" for m in METRICS) + "  sim faster"
+        f"{'group':52} {'runs':>5} "
+        + " ".join(f"{m[:18]:>18}" for m in METRICS)
+        + "  sim faster  80% interval holds (thr / TPOT / TTFT)"
     )
     for kind, entries in summary.items():
         for name, entry in entries.items():
             cells = " ".join(
                 f"{'-':>18}" if entry[m] is None else f"{entry[m]:>18.0%}" for m in METRICS
             )
+            cover = " / ".join("{}/{}".format(*entry.get(f"{m}_covered", (0, 0))) for m in METRICS)
             label = f"{kind}: {name}"
             print(
-                f"{label[:52]:52} {entry['runs']:>5} {cells}  {entry['sim_faster']:>4}/{entry['runs']}"
+                f"{label[:52]:52} {entry['runs']:>5} {cells}  "
+                f"{entry['sim_faster']:>4}/{entry['runs']:<5} {cover}"
             )
 
 
@@ -115,8 +131,10 @@ def main() -> None:
             continue
         if args.split and case.get("split") != args.split:
             continue
-        if case.get("expressible") is False:
-            print(f"{case['id'][:58]:58} not simulated: needs {', '.join(case['needs'])}")
+        lacks = needs(case) if replayed_from_serve_cmd(case) else []
+        if lacks:
+            print(f"{case['id'][:58]:58} not simulated: needs {'; '.join(lacks)}")
+            rows.append({"id": case["id"], "url": case["url"], "needs": lacks})
             continue
         start = time.perf_counter()
         try:
@@ -135,9 +153,10 @@ def main() -> None:
                 continue
             error = relative_error(simulated, measured)
             row[metric] = {"measured": measured, "simulated": simulated, "error": error}
+            if "bench_interval" in sim:
+                row[metric]["inside"] = inside(sim["bench_interval"].get(metric), measured)
             cells.append(f"{measured:>10.1f} {simulated:>10.1f} {error:>+7.0%}")
-        result = sim["result"]
-        shares = result.runs[0].engine.step_time_shares
+        shares = sim["step_time_shares"]
         top = sorted(shares.items(), key=lambda kv: -kv[1])[:3]
         row["dominant"] = {k: v for k, v in top}
         print(
@@ -148,7 +167,12 @@ def main() -> None:
             + f"  ({seconds:.1f} s)"
         )
         rows.append(row)
-    done = [r for r in rows if "error" not in r]
+    done = [r for r in rows if "error" not in r and "needs" not in r]
+    print(
+        f"simulated {len(done)}; not simulated {len(rows) - len(done)} "
+        f"({sum('needs' in r for r in rows)} for what simulate lacks, "
+        f"{sum('error' in r for r in rows)} refused by the simulation)"
+    )
     medians = {m: statistics.median(abs(r[m]["error"]) for r in done if m in r) for m in METRICS}
     print("median |error|: " + ", ".join(f"{m} {v:.1%}" for m, v in medians.items()))
     summary = group_summary(done)

@@ -5,8 +5,8 @@ decoding or decode context parallelism (issue 28), every one held out.
 
 The runs: every case of tests/data/sim_bench_cases_features.json (collected for this, split
 validate: nothing was fitted or chosen on them) and the cases of
-tests/data/sim_bench_cases_external.json whose serve command uses one of those features (kept
-there with expressible: false; their records are not changed here). Each is replayed through
+tests/data/sim_bench_cases_external.json whose serve command uses one of those features (their
+records, with the acceptance length a block printed, are not changed here). Each is replayed through
 `kvplan simulate` with its own serve flags (tests/sim_replay.py); a speculative run with the
 acceptance length it printed, else kvplan's default (0.7 per drafted token), and where a source
 gives an acceptance for that draft (`spec_accept_length_docs`) once more at it. Printed: per
@@ -45,14 +45,6 @@ FEATURE_FLAGS = {
     "dcp": ("-dcp", "--dcp", "--decode-context-parallel-size"),
 }
 FEATURE_ORDER = ("ep", "dp-attention", "dp", "speculative", "dcp")
-# the acceptance length printed in the result blocks of external runs (sglang.bench_serving's
-# "Accept length"), which the external file's schema has no field for
-PRINTED_ACCEPT = {
-    "sglcb-deepseek-v3-mi300x-tp8-sharegpt-10-c1-L362": 2.61,
-    "sglcb-deepseek-v3_2-b200-tp8-sharegpt-10-c1-L464": 2.46,
-}
-
-
 # external runs whose checkpoint the bundled config of their id does not describe, replayed on a
 # bundled config that does (their records stay as they are): Kimi-K2-Thinking is Kimi-K2's text
 # model with INT4 (QAT, compressed-tensors, group 32) experts, the format and layers of the bundled
@@ -77,11 +69,7 @@ def load_runs() -> list[dict]:
     for case in json.loads(EXTERNAL_PATH.read_text(encoding="utf-8"))["cases"]:
         if not features_of(case["serve_cmd"]) or case.get("num_prompts") is None:
             continue
-        case = dict(
-            case,
-            spec_accept_length=PRINTED_ACCEPT.get(case["id"]),
-            kvplan_model=STAND_IN.get(case["id"]),
-        )
+        case = dict(case, kvplan_model=STAND_IN.get(case["id"]))
         runs.append(dict(case, collection="external file"))
     return runs
 
@@ -108,6 +96,9 @@ def row_of(case: dict, label: str, length: float | None) -> dict:
     row["features"] = features_of(case["serve_cmd"])
     if case.get("gpu_profile") is None:
         row["refused"] = "no GPU profile"
+        return row
+    if case.get("record_mismatch"):  # the record's serve command is not the one that ran
+        row["refused"] = "the serve command this block ran is not recorded"
         return row
     try:
         sim = replay(case, length)

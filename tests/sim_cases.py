@@ -108,8 +108,27 @@ def gpu_name(case: dict) -> str:
     return case.get("gpu_profile") or GPUS[case["gpu"].split()[0]]
 
 
+def replayed_from_serve_cmd(case: dict) -> bool:
+    """The published runs recorded with a kvplan profile key (`gpu_profile`: the external and
+    feature files) replay their serve command's flags as written (tests/sim_replay.py); the
+    GPUStack files' runs keep the options above."""
+    return "gpu_profile" in case
+
+
 def run_case(case: dict) -> dict:
-    """Simulated bench numbers for one case."""
+    """Simulated bench numbers for one case (and, for a replayed one, its `bench_interval`
+    and step-time shares)."""
+    if replayed_from_serve_cmd(case):
+        from sim_replay import accept_length, replay
+
+        sim = replay(case, accept_length(case))
+        bench = sim["bench"]
+        return {
+            "result": None,
+            "bench_interval": sim["bench_interval"],
+            "step_time_shares": sim["step_time_shares"],
+            **{m: bench.get(m) for m in (*METRICS, "request_throughput")},
+        }
     from kvplan.inputs.hardware import load_profile
     from kvplan.inputs.sources import load_model
     from kvplan.plans.simulate import simulate
@@ -120,6 +139,7 @@ def run_case(case: dict) -> dict:
     bench = result.runs[0].bench
     return {
         "result": result,
+        "step_time_shares": result.runs[0].engine.step_time_shares,
         "output_throughput": bench.output_throughput,
         "request_throughput": bench.request_throughput,
         "median_tpot_ms": bench.median_tpot_ms,

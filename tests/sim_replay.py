@@ -96,6 +96,12 @@ DROPPED = {
 # flags kvplan does not model but that leave the schedule, the layout and the CUDA-graph sizes
 # as they are (kernel speed only): dropped, and the run's record says so in `notes`
 NOT_MODELLED = {"--enable-torch-compile": False}
+# environment switches written before the command that choose among kernels of the same step
+# (ROCm: AITER kernels, the fused MLA decode kernel): kernel speed only, which the datasheet
+# class has no tables for; dropped, and any other VAR=value prefix refuses the run
+NOT_MODELLED_ENV = {"SGLANG_USE_AITER", "SGLANG_ROCM_FUSED_DECODE_MLA"}
+# what a serve command asks for that needs an acceptance length to simulate
+SPECULATIVE_FLAGS = ("--speculative-config", "--speculative-algorithm")
 
 
 def _flag_value(argv: list[str], i: int) -> tuple[str, str | None, int]:
@@ -112,7 +118,9 @@ def serve_argv(serve_cmd: str) -> list[str]:
     KvplanError naming the first flag kvplan cannot express."""
     argv = shlex.split(serve_cmd)
     while argv and "=" in argv[0] and not argv[0].startswith("-"):  # VAR=value prefixes
-        argv.pop(0)
+        var = argv.pop(0).split("=", 1)[0]
+        if var not in NOT_MODELLED_ENV:
+            raise KvplanError(f"{var}: an environment switch kvplan simulate does not model")
     if argv[:2] == ["vllm", "serve"]:
         argv = argv[3:]  # the model is positional
     elif "sglang.launch_server" in argv:
@@ -207,7 +215,55 @@ def replay(case: dict, accept_length: float | None = None) -> dict:
         raise KvplanError(lines[-1] if lines else f"kvplan simulate exited {code}")
     doc = json.loads(out.getvalue())
     run = doc["runs"][0]
-    return {"bench": run["bench"], "bench_interval": run.get("bench_interval") or {}}
+    return {
+        "bench": run["bench"],
+        "bench_interval": run.get("bench_interval") or {},
+        "step_time_shares": (run.get("engine") or {}).get("step_time_shares") or {},
+    }
+
+
+def is_speculative(case: dict) -> bool:
+    names = {arg.split("=", 1)[0].split(".", 1)[0] for arg in shlex.split(case["serve_cmd"])}
+    return bool(names & set(SPECULATIVE_FLAGS))
+
+
+def accept_length(case: dict) -> float | None:
+    """A speculative run's acceptance length as its source states it: the one its result block
+    printed (`spec_accept_length`), else one a source gives for that draft
+    (`spec_accept_length_docs`); None where no source states one."""
+    if case.get("spec_accept_length") is not None:
+        return case["spec_accept_length"]
+    docs = case.get("spec_accept_length_docs")
+    return docs["length"] if docs else None
+
+
+def needs(case: dict) -> list[str]:
+    """Why kvplan simulate cannot replay a published run, computed from the record and what
+    simulate takes today (empty: it replays): no GPU profile for the run's GPU; a checkpoint
+    whose config kvplan does not bundle (`bundled_config_differs` where the id would resolve to
+    another checkpoint's config, a fact of the record); a record whose serve command is not the
+    one its block ran (`record_mismatch`, likewise); a serve flag or environment switch
+    simulate does not take (the replay's own refusal); a speculative run whose source states no
+    acceptance length. A run that passes these may still be refused by the simulation itself
+    (its memory model, say): that one-line message is printed where it runs."""
+    from kvplan.inputs.sources import resolve_variant
+
+    out = []
+    if case.get("gpu_profile") is None:
+        out.append(f"a GPU profile for {case['gpu']}")
+    if case.get("record_mismatch"):
+        out.append(case["record_mismatch"])
+    if case.get("bundled_config_differs"):
+        out.append(case["bundled_config_differs"])
+    elif not case.get("kvplan_model") and resolve_variant(case["model"]) is None:
+        out.append(f"a model config for {case['model']} (not bundled)")
+    try:
+        serve_argv(case["serve_cmd"])
+    except KvplanError as exc:
+        out.append(str(exc))
+    if is_speculative(case) and accept_length(case) is None:
+        out.append("an acceptance length for the speculative run (its source states none)")
+    return out
 
 
 def relative_error(simulated: float, measured: float) -> float:

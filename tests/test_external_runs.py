@@ -17,13 +17,15 @@ from kvplan.inputs.sources import resolve_variant
 
 from helpers import REPO
 from sim_cases import HELDOUT, load_cases, run_case
+from sim_replay import needs
 
 CASES = load_cases(HELDOUT["external"])
 FIELDS = {
     "id", "url", "source", "engine", "engine_version", "vllm_version", "gpu", "gpu_profile",
     "gpu_family", "tp", "pp", "dp", "ep", "model", "serve_cmd", "bench_cmd", "dataset",
     "input_len", "output_len", "num_prompts", "max_concurrency", "request_rate", "measured",
-    "expressible", "needs", "notes", "split",
+    "spec_accept_length", "spec_accept_length_docs", "bundled_config_differs", "record_mismatch",
+    "notes", "split",
 }  # fmt: skip
 MEASURED = {
     "request_throughput", "output_throughput", "output_throughput_per_gpu", "median_ttft_ms",
@@ -52,7 +54,8 @@ def test_every_run_has_the_schema_and_finite_numbers():
         for value in (case["input_len"], case["output_len"], *case["measured"].values()):
             assert isinstance(value, int | float) and math.isfinite(value) and value > 0, case["id"]
         assert min(case["tp"], case["pp"], case["dp"], case["ep"]) >= 1
-        assert case["expressible"] == (not case["needs"]), case["id"]
+        length = case["spec_accept_length"]
+        assert length is None or (isinstance(length, float) and length >= 1), case["id"]
 
 
 def test_split_is_the_rule_fixed_in_advance():
@@ -65,12 +68,37 @@ def test_split_is_the_rule_fixed_in_advance():
 
 def test_models_and_gpus_resolve_or_are_listed_as_needed():
     for case in CASES:
+        lacks = needs(case)
         if case["gpu_profile"] is None:
-            assert any("GPU profile" in need for need in case["needs"]), case["id"]
+            assert any("GPU profile" in need for need in lacks), case["id"]
         else:
             load_profile(case["gpu_profile"])
-        if resolve_variant(case["model"]) is None:
-            assert any("config" in need for need in case["needs"]), case["id"]
+        if resolve_variant(case["model"]) is None or case["bundled_config_differs"]:
+            assert any("config" in need for need in lacks), case["id"]
+
+
+def test_needs_are_what_simulate_lacks_today():
+    """Computed from the record and the replay, never stored: the EP, DP-attention,
+    --mem-fraction-static and ROCm-switch runs replay; a flag simulate does not take names
+    itself; a speculative run replays only with an acceptance length its source printed."""
+    by_id = {c["id"]: c for c in CASES}
+    for cid in (
+        "sglcb-minimax-m2.5-b200-tp8-random-1000-1000-c1-L422",  # --ep 8 --mem-fraction-static
+        "sglcb-kimi-k2-b200-tp8-sharegpt-1000-c100-L449",  # --dp 4 --ep 4 --enable-dp-attention
+        "sglcb-kimi-k2.5-nogpu-tp4-random-1000-1000-c1-L1149",  # ROCm switches, MI350X
+        "sglcb-deepseek-v3-mi300x-tp8-sharegpt-10-c1-L362",  # EAGLE, printed acceptance 2.61
+    ):
+        assert needs(by_id[cid]) == [], cid
+    h800 = by_id["vllmrecipes-kimi-k2-h800x16-dp16-ep-random-1000-512-rate1"]
+    assert needs(h800) == ["--data-parallel-size-local: a serve flag kvplan simulate does not take"]
+    spec = dict(by_id["sglcb-deepseek-v3-mi300x-tp8-sharegpt-10-c1-L362"], spec_accept_length=None)
+    assert needs(spec) == ["an acceptance length for the speculative run (its source states none)"]
+    rocm = dict(
+        h800,
+        serve_cmd="FOO=1 "
+        + by_id["sglcb-kimi-k2.5-nogpu-tp4-random-1000-1000-c1-L1149"]["serve_cmd"],
+    )
+    assert any(need.startswith("FOO: an environment switch") for need in needs(rocm))
 
 
 def test_copied_numbers_agree_with_each_other():
@@ -90,9 +118,9 @@ def test_copied_numbers_agree_with_each_other():
 
 
 def test_coverage():
-    expressible = [c for c in CASES if c["expressible"]]
-    assert len(expressible) >= 40
-    assert {c["gpu_family"] for c in expressible} >= {"Hopper", "Blackwell", "CDNA3"}
+    expressible = [c for c in CASES if not needs(c)]
+    assert len(expressible) >= 70
+    assert {c["gpu_family"] for c in expressible} >= {"Hopper", "Blackwell", "CDNA3", "CDNA4"}
     assert {c["engine"] for c in CASES} == {"vllm", "sglang"}
 
 
@@ -125,7 +153,7 @@ def test_group_summary_counts_and_medians():
 def test_every_expressible_run_simulates_or_says_why():
     simulated = 0
     for case in CASES:
-        if not case["expressible"]:
+        if needs(case):
             continue
         try:
             sim = run_case(case)
@@ -134,4 +162,4 @@ def test_every_expressible_run_simulates_or_says_why():
             continue
         assert math.isfinite(sim["output_throughput"]) and sim["output_throughput"] > 0
         simulated += 1
-    assert simulated >= 35
+    assert simulated >= 65

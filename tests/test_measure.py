@@ -33,11 +33,11 @@ from kvplan.formulas.weights import weight_bytes  # noqa: E402
 from kvplan.inputs.hardware import load_profile  # noqa: E402
 from kvplan.inputs.sources import load_model  # noqa: E402
 from kvplan.measure import device as dev  # noqa: E402
-from kvplan.measure.baseline import Baseline, Figure, compare, from_json, noise  # noqa: E402
+from kvplan.measure.baseline import Baseline, Figure, compare, from_json  # noqa: E402
 from kvplan.measure.probes import Probe  # noqa: E402
 from kvplan.measure.profile import derive, figures_of, profile_yaml  # noqa: E402
 from kvplan.measure.run import MUTATIONS, Point, _check  # noqa: E402
-from kvplan.measure.timing import Clock, Item, Timing, summarize, time_rounds  # noqa: E402
+from kvplan.measure.timing import Clock, Item, Timing, noise, summarize, time_rounds  # noqa: E402
 from kvplan.measure.workload import Workload, truncate  # noqa: E402
 from kvplan.present.measure import check_text, failed_parts, junit_xml, summary_line  # noqa: E402
 

@@ -103,6 +103,7 @@ SERVE_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "decode_attention_backend": ((), ("--decode-attention-backend",)),
     "nsa_prefill_backend": ((), ("--nsa-prefill-backend",)),
     "nsa_decode_backend": ((), ("--nsa-decode-backend",)),
+    "moe_backend": (("--moe-backend",), ("--moe-runner-backend",)),
 }
 # the attention-backend flags (SERVE_FLAGS' names) and each one's help
 ATTENTION_BACKEND_FLAGS = {
@@ -114,11 +115,19 @@ ATTENTION_BACKEND_FLAGS = {
     "nsa_prefill_backend": "SGLang, DeepSeek sparse attention models: the prefill NSA kernels.",
     "nsa_decode_backend": "SGLang, DeepSeek sparse attention models: the decode NSA kernels.",
 }
+# the kernel-backend flags: the attention ones and the MoE runner's (each engine's spelling)
+BACKEND_FLAGS = {
+    **ATTENTION_BACKEND_FLAGS,
+    "moe_backend": "The MoE kernels as the engine names them (vLLM --moe-backend: auto, triton, "
+    "deep_gemm, cutlass, flashinfer_trtllm, ...; SGLang --moe-runner-backend: auto, triton, "
+    "triton_kernel, flashinfer_trtllm, flashinfer_cutlass, flashinfer_mxfp4, ...): the names "
+    "and launches the engine refuses; MoE times stay on kvplan's default kernel tables.",
+}
 
 
-def attention_backend_option(name: str) -> Any:
-    """One of the attention-backend flags (ATTENTION_BACKEND_FLAGS), as the engines spell it."""
-    return serve_option(name, None, ATTENTION_BACKEND_FLAGS[name])
+def backend_option(name: str) -> Any:
+    """One of the kernel-backend flags (BACKEND_FLAGS), as the engines spell it."""
+    return serve_option(name, None, BACKEND_FLAGS[name])
 
 
 def serve_option(

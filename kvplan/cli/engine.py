@@ -267,11 +267,11 @@ def _flags() -> tuple[Flag, ...]:
             Flag(
                 name,
                 str,
-                c.attention_backend_option(name),
+                c.backend_option(name),
                 f"--{name.replace('_', '-')}",
-                SERVERS if name == "attention_backend" else (SGLANG,),
+                SERVERS if name in ("attention_backend", "moe_backend") else (SGLANG,),
             )
-            for name in c.ATTENTION_BACKEND_FLAGS
+            for name in c.BACKEND_FLAGS
         ),
         Flag(
             "kv_cache_memory",
@@ -701,7 +701,7 @@ def _server(o) -> None:
         hybrid_kv_cache_manager=not o.disable_hma,
         mem_fraction_static=c.fraction(o.mem_fraction_static, "--mem-fraction-static"),
         sglang_version=o.sglang_version if o.sglang_version is not None else "0.5",
-        **{name: getattr(o, name) for name in c.ATTENTION_BACKEND_FLAGS},
+        **{name: getattr(o, name) for name in c.BACKEND_FLAGS},
     )
     result = engine_allocation(spec, c.load_gpu(o.gpu), request)
     c.emit(c.render(engine_view(result), o.fmt))

@@ -282,7 +282,9 @@ def _distributed(
             gpu=gpu,
             timeout_s=timeout,
             context_len=2048 if quick else 8192,
-            runs=9 if quick else 25,
+            # rounds x samples per round: 50-60 s (quick) on 2 busy cores
+            rounds=15,
+            runs=6 if quick else 8,
             tolerance=tolerance if tolerance is not None else DEFAULT_TOLERANCE,
         )
     )

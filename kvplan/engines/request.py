@@ -57,6 +57,8 @@ class EngineRequest(NamedTuple):
     decode_attention_backend: str | None = None
     nsa_prefill_backend: str | None = None
     nsa_decode_backend: str | None = None
+    # vLLM's --moe-backend / SGLang's --moe-runner-backend as typed (kvplan.engines.moe_backend)
+    moe_backend: str | None = None
     speculative_eagle_topk: int | None = None  # SGLang picks its default backend by it
 
 

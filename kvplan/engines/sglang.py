@@ -22,6 +22,7 @@ from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.engines.max_len import check_max_model_len
+from kvplan.engines.moe_backend import moe_backend_name
 from kvplan.engines.request import EngineRequest
 from kvplan.engines.sglang_compressed import KV_CACHE_DTYPES as DSV4_KV_CACHE_DTYPES
 from kvplan.engines.sglang_compressed import PAGE_SIZE as DSV4_PAGE_SIZE
@@ -465,6 +466,7 @@ def sglang_compressed_allocation(
     from kvplan.engines.request import refuse_backends_for_compressed
 
     refuse_backends_for_compressed(request, "SGLang")
+    moe_backend_name("sglang", request.moe_backend, sglang_release(request.sglang_version)[0])
     name = spec.name
     dtype = request.kv_cache_dtype
     if sglang_release(request.sglang_version)[0] != "0.5":
@@ -569,6 +571,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     notes = [*spec.source_notes, *([too_long] if too_long else []), *dtype_notes]
     spec = spec._replace(dtype=dtype)
     version, _ = sglang_release(request.sglang_version)
+    moe_backend_name("sglang", request.moe_backend, version)
     default = default_mem_fraction(spec, gpu, request.tp, request.pp, version)
     fraction = request.mem_fraction_static
     given = fraction is not None

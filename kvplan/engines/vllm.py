@@ -15,6 +15,7 @@ from kvplan import __version__
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, pp_stages
 from kvplan.dtypes import KvFormat
 from kvplan.engines.max_len import check_max_model_len
+from kvplan.engines.moe_backend import check_vllm_moe_backend, moe_backend_name
 from kvplan.engines.request import EngineRequest, refuse_backends_for_compressed
 from kvplan.engines.vllm_compressed import (
     ENGINE_BLOCK_SIZE,
@@ -627,6 +628,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         )
     if not 0.05 <= request.gpu_mem_util <= 1:
         raise KvplanError("--gpu-memory-utilization must be between 0.05 and 1")
+    moe_backend = moe_backend_name("vllm", request.moe_backend, request.vllm_version)
     if any(a.compress_ratio for a in spec.attention_layers()):
         return compressed_allocation(spec, gpu, request)
     indexed = [a for a in spec.attention_layers() if a.gqa_indexer]
@@ -641,6 +643,9 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     dtype, dtype_notes = model_dtype(spec, request.dtype, gpu)
     spec = spec._replace(dtype=dtype)
     wdtype, weights_notes = weights_format(spec, request)
+    check_vllm_moe_backend(
+        moe_backend, spec, gpu, wdtype, gpu_generation(gpu), request.vllm_version
+    )
     seqs, tokens = resolve_batch(request, gpu)
     request = request._replace(max_num_seqs=seqs, max_num_batched_tokens=tokens)
     backend, backend_block = vllm_attention_backend(

@@ -17,12 +17,8 @@ from kvplan.inputs.files import user_path
 from kvplan.inputs.hardware import MAX_ROUNDS, MAX_SPREAD, load_profile
 from kvplan.measure.device import device_key
 from kvplan.measure.profile import figures_of
+from kvplan.measure.timing import noise
 from kvplan.record import NamedTuple
-
-# the standard error of a median is ~1.2533 sigma / sqrt(n), and the p20-p80 range is ~1.683
-# sigma of a normal sample: 2 standard errors = NOISE_FACTOR x spread / sqrt(n)
-NOISE_FACTOR = 2 * 1.2533 * 2 / 1.683
-
 
 # Figures that are the difference of two measurements (matmul_overhead: the first small matmul's
 # time less its streaming estimate from another probe, ~50 of ~250 us on a CPU) swing by 60-170%
@@ -72,10 +68,6 @@ class Comparison(NamedTuple):
     @property
     def passed(self) -> bool:
         return self.regressions == 0
-
-
-def noise(spread: float, runs: int) -> float:
-    return NOISE_FACTOR * spread / math.sqrt(max(1, runs))
 
 
 def load_baseline(path: str) -> Baseline:

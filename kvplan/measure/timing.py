@@ -19,6 +19,17 @@ from collections.abc import Callable
 
 from kvplan.record import NamedTuple
 
+# the standard error of a median is ~1.2533 sigma / sqrt(n), and the p20-p80 range is ~1.683
+# sigma of a normal sample: 2 standard errors = NOISE_FACTOR x spread / sqrt(n)
+NOISE_FACTOR = 2 * 1.2533 * 2 / 1.683
+
+
+def noise(spread: float, runs: int) -> float:
+    """Two standard errors of a median of `runs` values whose spread (half the p20-p80 range
+    relative to the median, Timing.spread) is `spread`: how far the median may sit from the
+    truth by chance alone (relative)."""
+    return NOISE_FACTOR * spread / math.sqrt(max(1, runs))
+
 
 class Timing(NamedTuple):
     median_s: float

@@ -128,6 +128,8 @@ class PlanRequest(NamedTuple):
     decode_attention_backend: str | None = None
     nsa_prefill_backend: str | None = None
     nsa_decode_backend: str | None = None
+    # vLLM's --moe-backend / SGLang's --moe-runner-backend for every configuration
+    moe_backend: str | None = None
     # speculative decoding (kvplan.simulate.speculative): "auto" searches each layout without
     # it and, for a model with MTP layers, with them (k = its MTP layers); "off" without it.
     # A speculative layout given as `kvplan simulate` takes it (vLLM's --speculative-config,
@@ -588,9 +590,16 @@ def mode_flags(request: PlanRequest) -> str | None:
         flags.append(f"--decode-context-parallel-size {request.decode_context_parallel_size}")
     if request.enforce_eager:
         flags.append("--enforce-eager" if request.emit == "vllm" else "--disable-cuda-graph")
+    from kvplan.engines.moe_backend import MOE_BACKEND_FLAG
+
     for name, value in _backend_flags(request).items():
         if value is not None:
-            flags.append(f"--{name.replace('_', '-')} {value}")
+            flag = (
+                MOE_BACKEND_FLAG[request.emit]
+                if name == "moe_backend"
+                else f"--{name.replace('_', '-')}"
+            )
+            flags.append(f"{flag} {value}")
     return " ".join(flags) or None
 
 
@@ -600,23 +609,28 @@ BACKEND_FIELDS = (
     "decode_attention_backend",
     "nsa_prefill_backend",
     "nsa_decode_backend",
+    "moe_backend",
 )
 
 
 def _check_backends(request: PlanRequest) -> None:
-    """Attention-backend names --emit's engine does not take, refused before searching (which
+    """Kernel-backend names --emit's engine does not take, refused before searching (which
     model and GPU a known backend runs on is each configuration's to rule on)."""
+    from kvplan.engines.moe_backend import moe_backend_name
+
     if request.emit == "sglang":
         from kvplan.engines.sglang import check_sglang_backends
 
         check_sglang_backends(request)
+        moe_backend_name("sglang", request.moe_backend, "0.5")
         return
-    from kvplan.engines.vllm import vllm_backend_name
+    from kvplan.engines.vllm import VLLM_VERSIONS, vllm_backend_name
 
-    for name in BACKEND_FIELDS[1:]:
+    for name in BACKEND_FIELDS[1:-1]:
         if getattr(request, name) is not None:
             raise KvplanError(f"--{name.replace('_', '-')} is SGLang's; give --emit sglang")
     vllm_backend_name(request.attention_backend)
+    moe_backend_name("vllm", request.moe_backend, VLLM_VERSIONS[0])
 
 
 def _backend_flags(request: PlanRequest) -> dict:

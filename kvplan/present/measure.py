@@ -349,13 +349,28 @@ def junit_xml(data: dict) -> str:
 
 
 # ---- --distributed --------------------------------------------------------------------------
+def distributed_check_text(check: dict) -> str:
+    """The gate's figures and limits: the median and worst |error| over the judged rows, the
+    limits widened by the noise the rounds measured, the rows not judged, the self-test."""
+    tolerance = check["tolerance"]
+    noisy = len(check["noisy"])
+    return (
+        f"median |error| {check['median_abs_error']:.1%} (<= {tolerance:.0%} + "
+        f"{check['allowance']:.1%} noise), worst {check['worst_abs_error']:.1%} (<= "
+        f"{2 * tolerance:.0%} + its noise) over {check['judged']} judged"
+        + (f", {noisy} noisy, not judged" if noisy else "")
+        + f"; {check['rounds']} rounds, between-round spread {check['spread']:.1%} (times), "
+        f"{check['error_spread']:.1%} (errors); self-test "
+        f"{sum(1 for m in check['mutations'] if m['caught'])}/{len(check['mutations'])} caught"
+    )
+
+
 def distributed_summary(data: dict) -> str:
     check = data["check"]
     return (
         f"kvplan measure --distributed: {'PASS' if check['passed'] else 'FAIL (prediction check)'}"
-        f" | {data['ranks']} ranks, {data['backend']} | {len(data['rows'])} operations: median "
-        f"|error| {check['median_abs_error']:.1%}, worst {check['worst_abs_error']:.1%} (limits "
-        f"{check['tolerance']:.0%}/{2 * check['tolerance']:.0%})"
+        f" | {data['ranks']} ranks, {data['backend']} | {len(data['rows'])} operations: "
+        + distributed_check_text(check)
     )
 
 
@@ -369,6 +384,9 @@ def distributed_view(result) -> View:
         Column("measured_s", "measured (ms)", f.ms3),
         Column("predicted_s", "predicted (ms)", f.ms3),
         Column("error", "error", f.percent),
+        Column("spread", "spread", lambda v: f"{v:.1%}"),
+        Column("noise", "noise", lambda v: f"±{v:.1%}"),
+        Column("judged", "judged", lambda v: "yes" if v else "noisy, not judged"),
         Column("predicted_alpha_beta_s", "alpha-beta only (ms)", f.ms3),
         Column("predicted_profile_s", "profile (ms)", f.ms3),
     ]
@@ -386,14 +404,13 @@ def distributed_view(result) -> View:
         ),
         (
             "check",
-            ("passed" if check.passed else "FAILED")
-            + f": median |error| {check.median_abs_error:.1%} (<= {check.tolerance:.0%}), worst "
-            f"{check.worst_abs_error:.1%} (<= {2 * check.tolerance:.0%})",
+            ("passed" if check.passed else "FAILED") + ": " + distributed_check_text(data["check"]),
         ),
     ]
+    calibration_columns = [c for c in columns if c.key != "judged"]
     tables = [
         Table("predicted (calibrated on other sizes) vs measured", columns, rows_of(result.rows)),
-        Table("calibration (not checked)", columns, rows_of(result.calibration)),
+        Table("calibration (not checked)", calibration_columns, rows_of(result.calibration)),
     ]
     return View("kvplan measure --distributed", facts, tables, note_texts(result.notes), data)
 
@@ -402,9 +419,17 @@ def distributed_junit_xml(data: dict) -> str:
     check = data["check"]
     cases = []
     for row in data["rows"]:
-        failed = abs(row["error"]) > 2 * check["tolerance"]
-        message = quoteattr(f"error {row['error']:+.1%}")
-        body = f"<failure message={message}/>" if failed else ""
+        limit = 2 * check["tolerance"] + row["noise"]
+        failed = row["judged"] and abs(row["error"]) > limit
+        message = quoteattr(f"error {row['error']:+.1%} beyond {limit:.1%}")
+        skipped = quoteattr(f"noisy, not judged: noise ±{row['noise']:.1%}")
+        body = (
+            f"<failure message={message}/>"
+            if failed
+            else f"<skipped message={skipped}/>"
+            if not row["judged"]
+            else ""
+        )
         cases.append(
             f'    <testcase classname="kvplan.measure.distributed" '
             f'name={quoteattr(row["operation"])} time="{row["measured_s"]:.6f}">{body}</testcase>'

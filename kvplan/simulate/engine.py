@@ -99,6 +99,10 @@ class EngineConfig(NamedTuple):
     # vLLM V0's multi-step scheduling (--num-scheduler-steps N, 0.6-0.8): while decodes run,
     # the scheduler admits only every N decode steps (a window of N runs unscheduled)
     scheduler_steps: int = 1
+    # vLLM V0's Scheduler._schedule_default (chunked prefill off, 0.6-0.7): prompts admitted
+    # in a step run alone ("Don't schedule decodes if prefills are scheduled"); the running
+    # requests decode only in steps that admit none
+    prefill_first: bool = False
 
 
 class RequestState(IntEnum):
@@ -378,7 +382,11 @@ class Engine:
         # decode steps run (the cohort's clock); equal to step_index where every step decodes
         # (vLLM), behind it where some steps only prefill (SGLang), which decode_log then maps
         self.decode_index = 0
-        self.decode_log: list[int] | None = None
+        self.decode_log: list[int] | None = [] if config.prefill_first else None
+        # since the last decode step: whether a prefill-only step ran, and who joined the
+        # decodes in one, with the step of their first token (SGLang's steps and V0's)
+        self.prefilled = False
+        self.joined_at: list[tuple[Req, int]] = []
         self.clock_s = 0.0
         self.client_s = 0.0  # the API server's clock (it streams each step's tokens in turn)
         self.admitted = 0
@@ -573,6 +581,18 @@ class Engine:
         j, d = self.step_index, self.decode_index
         budget = self.config.max_num_batched_tokens
         preempted = False
+        prefill_first = self.config.prefill_first
+        if prefill_first and self.waiting and not self._in_window() and self._may_admit():
+            chunks_first: list[tuple[Req, int]] = []
+            self._admit_waiting(budget, chunks_first)
+            if chunks_first:  # V0's _schedule_default: the prompts alone, no decodes
+                shape = BatchShape(
+                    0,
+                    0,
+                    tuple((n, r.computed) for r, n in chunks_first),
+                    len(chunks_first),
+                )
+                return shape, lambda timing: self._settle_prefill_only(j, timing, chunks_first)
         # 1. running: decodes whose next token opens a block (or whose window leaves one), in
         # admission order
         bs, lookahead = self.block_size, self.lookahead
@@ -634,7 +654,13 @@ class Engine:
         scheduled = not self._in_window()
         if scheduled and not preempted and self.ready:
             budget = self._admit_received(budget, chunks)
-        if scheduled and not preempted and self.waiting and self._may_admit():
+        if (
+            scheduled
+            and not preempted
+            and self.waiting
+            and not prefill_first  # V0 admits in its own step, above
+            and self._may_admit()
+        ):
             budget = self._admit_waiting(budget, chunks)
         # async: the last step's output is processed only now, its finished requests freed
         released = self._release_lingering()
@@ -649,7 +675,41 @@ class Engine:
         )
         if not shape.num_decodes and not chunks:
             return self._idle_step(preempted or released)
+        if prefill_first:
+            return shape, lambda timing: self._settle_decode_after(j, timing, chunks)
         return shape, lambda timing: self._advance(j, timing, chunks)
+
+    def _settle_prefill_only(self, j: int, timing, chunks) -> list[Req]:
+        """A prefill-only step j ran: its prompts advance; the decodes waited."""
+        finished = self._advance(j, timing, chunks, decoded=False)
+        self.prefilled = True
+        self.joined_at += [(r, j) for r, _ in chunks if r.state == DECODE]
+        return finished
+
+    def _settle_decode_after(self, j: int, timing, chunks) -> list[Req]:
+        """A decode step j of an engine with prefill-only steps: its gaps settled."""
+        self.joined_at = [(r, p) for r, p in self.joined_at if r.state == DECODE]
+        finished = self._advance(j, timing, chunks)
+        assert self.decode_log is not None
+        self._settle_gaps(j, len(self.decode_log) - 1)
+        return finished
+
+    def _settle_gaps(self, q: int, position: int) -> None:
+        """Decode step q (log index) followed prefill-only steps: its tokens' previous tokens
+        came from the decode step before them (or, for requests that joined since, from their
+        prefill step), not from step q - 1. Recorded as explicit gaps; q's own weight is
+        cleared."""
+        if not self.prefilled:
+            return
+        assert self.decode_log is not None
+        continuing = self.log.decode_tokens[q] - len(self.joined_at)
+        self.log.decode_tokens[q] = 0
+        if position > 0 and continuing > 0:  # decode step q's position in decode_log
+            self.resume_gaps.append((self.decode_log[position - 1], q, continuing))
+        for _, p in self.joined_at:
+            self.resume_gaps.append((p, q, 1))
+        self.prefilled = False
+        self.joined_at = []
 
     def _advance(self, j: int, timing, chunks, decoded: bool = True) -> list[Req]:
         """Settle step j: its chunks, and (`decoded`) one token for every decode."""
@@ -1101,7 +1161,11 @@ class Engine:
         r.epoch += 1
 
     def _after_decode_span(self, steps: int) -> None:
-        """What a run of `steps` decode-only steps changes besides the cohort."""
+        """What a run of `steps` decode-only steps changes besides the cohort: after
+        prefill-only steps (V0), the first one's gaps."""
+        if self.config.prefill_first:
+            assert self.decode_log is not None
+            self._settle_gaps(self.step_index - steps, len(self.decode_log) - steps)
 
     def _log_index(self, d: int) -> int:
         """The step (log index) that ran decode step d."""

@@ -119,6 +119,8 @@ class ServeOptions(NamedTuple):
     decode_attention_backend: str | None = None
     nsa_prefill_backend: str | None = None
     nsa_decode_backend: str | None = None
+    # vLLM's --moe-backend / SGLang's --moe-runner-backend as typed (None: the engine's choice)
+    moe_backend: str | None = None
 
 
 # SGLang's --load-balance-method -> the router among its DP ranks (cluster.ROUTERS)
@@ -157,6 +159,18 @@ class ParallelLayout(NamedTuple):
 
 
 def parallel_layout(spec: ModelSpec, options: ServeOptions) -> ParallelLayout:
+    """The engines' EP and DP flags as a layout (_layout), and the split of each expert it
+    makes refused where the engines refuse it (engines.moe_backend.check_expert_split: the ranks
+    sharing an expert are its expert ranks over EP)."""
+    from kvplan.engines.moe_backend import check_expert_split
+
+    layout = _layout(spec, options)
+    weights_given = options.quantization is not None or options.weights_dtype != "auto"
+    check_expert_split(spec, weights_given, layout.expert_ranks // max(1, layout.ep))
+    return layout
+
+
+def _layout(spec: ModelSpec, options: ServeOptions) -> ParallelLayout:
     """The engines' EP and DP flags as a layout, each refused where the engine would refuse it
     or kvplan does not model it. vLLM: -dp N on a MoE model runs N engine cores of TP each in
     lockstep (TP x N GPUs, the experts over all of them; EP = TP x N with
@@ -286,6 +300,12 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
             raise KvplanError(f"{flag} is SGLang's; vLLM takes one --attention-backend")
     notes: list[Note] = []
     spec.check_tp(options.tp)
+    if options.moe_backend is not None and _minor(options.vllm_version) < MOE_BACKEND_FROM:
+        raise KvplanError(
+            f"--moe-backend: kvplan knows vLLM's MoE backends from 0.19; vLLM "
+            f"{str(options.vllm_version)[:20]} chose its MoE kernels by VLLM_* environment "
+            "variables (--moe-backend came with vllm#33807, early 2026)"
+        )
     v0 = check_multi_step(options)
     if v0 is not None:
         notes.append(v0)
@@ -333,6 +353,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         enforce_eager=options.enforce_eager,
         decode_context_parallel_size=dcp,
         attention_backend=options.attention_backend,
+        moe_backend=options.moe_backend,
         vllm_version=allocation_release(options.vllm_version),
     )
     alloc = vllm_allocation(spec, gpu, request)
@@ -359,6 +380,12 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     if speculation is not None:  # the draft's weights and KV layers share the pool
         alloc = _with_draft(alloc, speculation, options, spec, fmt_name, layout.attn_tp)
     config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
+    if config.prefill_first and (layout.modelled or speculation is not None):
+        raise KvplanError(
+            "kvplan models vLLM V0's prefill-first scheduling (--engine-version "
+            f"{str(options.vllm_version)[:20]}, --no-enable-chunked-prefill) for one engine "
+            "without DP/EP ranks or speculative decoding"
+        )
     graph_tokens = 0 if options.enforce_eager else min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt)
     model, wdtype = step_model(
         spec, gpu, options, fmt_name, graph_tokens, notes, weights_format(options), layout,
@@ -502,14 +529,22 @@ def _max_model_len(spec: ModelSpec, options: ServeOptions) -> int:
     return default_max_model_len(spec, options.engine, default)
 
 
-def given_backends(options) -> str:
-    """The attention-backend flags given, as typed ("--attention-backend triton"), or ""."""
+def given_backends(options, moe: bool = False) -> str:
+    """The attention-backend flags given, as typed ("--attention-backend triton"), or "";
+    `moe`: the MoE runner's flag instead, in the engine's spelling ("--moe-runner-backend
+    triton")."""
+    from kvplan.engines.moe_backend import MOE_BACKEND_FLAG
+
     flags = (
-        ("--attention-backend", options.attention_backend),
-        ("--prefill-attention-backend", options.prefill_attention_backend),
-        ("--decode-attention-backend", options.decode_attention_backend),
-        ("--nsa-prefill-backend", options.nsa_prefill_backend),
-        ("--nsa-decode-backend", options.nsa_decode_backend),
+        ((MOE_BACKEND_FLAG.get(options.engine, "--moe-backend"), options.moe_backend),)
+        if moe
+        else (
+            ("--attention-backend", options.attention_backend),
+            ("--prefill-attention-backend", options.prefill_attention_backend),
+            ("--decode-attention-backend", options.decode_attention_backend),
+            ("--nsa-prefill-backend", options.nsa_prefill_backend),
+            ("--nsa-decode-backend", options.nsa_decode_backend),
+        )
     )
     return " ".join(f"{flag} {value}" for flag, value in flags if value is not None)
 
@@ -571,6 +606,15 @@ def step_model(
     backends = given_backends(options)
     if backends and not measured:
         notes.append(note("sim-attention-kernels", backends=backends, tables=tables.label))
+    if options.moe_backend is not None and not measured:
+        notes.append(
+            note(
+                "sim-moe-kernels",
+                flag=given_backends(options, moe=True),
+                tables=tables.label,
+                moe=spec.moe is not None,
+            )
+        )
     if any(
         layer.attention and layer.attention.indexer_head_dim
         for layer, _ in distinct_layers(spec.layers)
@@ -656,6 +700,7 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
         window_admission_cap=_minor(options.vllm_version) >= WINDOW_CAP_FROM,
         window_processed_drops=_minor(options.vllm_version) >= WINDOW_CAP_FROM,
         scheduler_steps=options.num_scheduler_steps,
+        prefill_first=v0_prefill_first(options),
     )
     longest = -(-max_model_len // block_size)
     longest += side_blocks(config, max_model_len) + window_blocks(config, max_model_len)
@@ -696,10 +741,17 @@ def newer_than_modelled(version: str) -> Note | None:
     return note("sim-vllm-version-newer", given=str(version)[:20], rules=newest)
 
 
+MOE_BACKEND_FROM = (0, 19)  # the oldest release whose --moe-backend names kvplan knows
 V0_FROM = (0, 6)  # the oldest release kvplan takes (V0; run with 0.8's V1 rules, noted)
 V1_FROM = (0, 8)  # V1's scheduler is the default
 MULTI_STEP_UNTIL = (0, 8)  # --num-scheduler-steps: V0 only, gone with V0 after 0.8
 MAX_SCHEDULER_STEPS = 64
+
+
+def v0_prefill_first(options: ServeOptions) -> bool:
+    """Whether the replica runs vLLM V0's Scheduler._schedule_default (V0 releases 0.6, 0.7
+    with chunked prefill off): a step that admits prompts runs them alone."""
+    return _minor(options.vllm_version) < V1_FROM and not options.enable_chunked_prefill
 
 
 def check_multi_step(options: ServeOptions) -> Note | None:
@@ -725,7 +777,12 @@ def check_multi_step(options: ServeOptions) -> Note | None:
     if steps > 1 and options.speculative_config is not None:
         raise KvplanError("vLLM's multi-step scheduling does not run with speculative decoding")
     if version < V1_FROM or steps > 1:
-        return note("sim-vllm-v0", version=options.vllm_version, steps=steps)
+        return note(
+            "sim-vllm-v0",
+            version=options.vllm_version,
+            steps=steps,
+            prefill_first=v0_prefill_first(options),
+        )
     return None
 
 
@@ -738,6 +795,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     """An SGLang replica with `python -m sglang.launch_server`'s defaults: the KV pool and
     limits from kvplan's SGLang allocator model, SGLang's scheduler (kvplan.simulate.sglang)."""
     from kvplan.engines import EngineRequest
+    from kvplan.engines.moe_backend import check_sglang_moe_backend
     from kvplan.engines.sglang import sglang_allocation, sglang_release
     from kvplan.simulate.engine import EngineConfig
     from kvplan.simulate.sglang import MAX_PREFILL_TOKENS, SglangPolicy
@@ -787,9 +845,11 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         decode_attention_backend=options.decode_attention_backend,
         nsa_prefill_backend=options.nsa_prefill_backend,
         nsa_decode_backend=options.nsa_decode_backend,
+        moe_backend=options.moe_backend,
         speculative_eagle_topk=options.speculative_eagle_topk,
     )
     alloc = sglang_allocation(spec, gpu, request)
+    check_sglang_moe_backend(options.moe_backend, options.quantization, options.tp, options.ep_size)
     notes.extend(alloc.notes)
     fmt_name = kv_format_name("sglang", alloc.kv_cache_dtype)
     speculation, draft = _speculation(spec, gpu, options, fmt_name, layout.attn_tp)

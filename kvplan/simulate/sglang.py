@@ -127,10 +127,8 @@ class SglangEngine(Engine):
         self.ends: dict[int, int] = {}  # decoding request -> the decode step after its last
         self.ends_array: np.ndarray | None = None  # the same as an array, until it changes
         self.head_memo: tuple = (None, None)  # (request, step) -> _head_need, within one step
-        # since the last decode step: whether a prefill step ran, and who joined the decodes
-        self.prefilled = False
-        # (request, the step of its first token); Engine.joined is another list (windowed ones)
-        self.joined_at: list[tuple[Req, int]] = []
+        # prefilled / joined_at (Engine's): whether a prefill step ran since the last decode
+        # step, and (request, the step of its first token) of who joined the decodes in it
         self.fill_end: dict[int, int] = {}  # request -> tokens its last prefill covers
         self.node_of: dict[int, _Node] = {}  # cached block -> its radix-tree node
         self.tick = 0  # the tree's clock: a node's last use
@@ -367,21 +365,6 @@ class SglangEngine(Engine):
         finished = self._advance(j, timing, [], decoded=True)
         self._settle_gaps(j, len(self.decode_log) - 1)
         return finished
-
-    def _settle_gaps(self, q: int, position: int) -> None:
-        """Decode step q (log index) followed prefill steps: its tokens' previous tokens came
-        from the decode step before them (or, for requests that joined since, from their prefill
-        step), not from step q - 1. Recorded as explicit gaps; q's own weight is cleared."""
-        if not self.prefilled:
-            return
-        continuing = self.log.decode_tokens[q] - len(self.joined_at)
-        self.log.decode_tokens[q] = 0
-        if position > 0 and continuing > 0:  # decode step q's position in decode_log
-            self.resume_gaps.append((self.decode_log[position - 1], q, continuing))
-        for _, p in self.joined_at:
-            self.resume_gaps.append((p, q, 1))
-        self.prefilled = False
-        self.joined_at = []
 
     def _prefill_batch(self) -> list[tuple[Req, int]]:
         """PrefillAdder: the chunked request's next chunk, then waiting requests in order."""

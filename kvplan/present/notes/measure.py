@@ -122,14 +122,41 @@ text("check-link-worst")(
     )
 )
 text("distributed-method")(
-    lambda ranks, backend, device, runs, latency_s, bandwidth, calibration: (
-        f"{ranks} ranks, {backend} on {device}, loopback TCP rendezvous; medians of {runs} runs "
-        "after a warm-up, a barrier before each sample. The alpha-beta link "
+    lambda ranks, backend, device, runs, rounds, latency_s, bandwidth, calibration: (
+        f"{ranks} ranks, {backend} on {device}, loopback TCP rendezvous; after a warm-up, "
+        f"{rounds} rounds of {runs} interleaved samples of every operation (a barrier before "
+        "each sample, the order rotated each round); a round's time is its 25th-percentile "
+        "sample (load only ever slows a call), an operation's time the median of its round "
+        "times. The alpha-beta link "
         f"({f.us_text(latency_s, 1)} per ring step, {f.gbps_text(bandwidth, 2)} one way) is "
         "fitted to all-reduces of "
         + ", ".join(f"{size:,}" for size in calibration)
         + " bytes, none of them a reported size; the reported all-reduces (ring: "
         "2(N-1) a + 2(N-1)/N M / B) and the KV transfer (a + M / B) are predictions."
+    )
+)
+text("distributed-rounds")(
+    lambda rounds, spread, error_spread, allowance, tolerance, noisy, mutations: (
+        f"The check allows for the noise its {rounds} rounds measured. Between rounds the "
+        f"operations' times spread by {spread:.1%} (median over the operations, half the "
+        "p20-p80 range of their round times), but load that slows a whole round slows its "
+        "calibration alike: predicted by each round's own fitted link, the rows' predicted / "
+        f"measured spread by {error_spread:.1%} (median). A row's noise is two standard errors "
+        "of its median error (1.25 sigma / sqrt(rounds), sigma from its spread); the median "
+        "|error| may reach the tolerance plus the judged rows' median noise "
+        f"({tolerance:.0%} + {allowance:.1%}), a row twice the tolerance plus its own noise. "
+        + (
+            f"Noisy, not judged (noise above the {tolerance:.0%} tolerance: its rounds disagree "
+            "more than the check can allow): " + "; ".join(noisy) + ". "
+            if noisy
+            else "Every row judged (none noisier than the tolerance). "
+        )
+        + "Self-test, the same rows predicted by a wrong link: "
+        + "; ".join(
+            f"{name}, median |error| {median:.1%}, worst {worst:.1%}"
+            for name, median, worst in mutations
+        )
+        + "."
     )
 )
 text("distributed-reduce")(

@@ -245,7 +245,7 @@ text("sim-outputs-capped")(
     )
 )
 text("sim-vllm-v0")(
-    lambda version, steps: (
+    lambda version, steps, prefill_first=False: (
         f"vLLM {version} runs the V0 engine"
         + (
             f" with multi-step scheduling (--num-scheduler-steps {steps}): the scheduler passes "
@@ -256,9 +256,19 @@ text("sim-vllm-v0")(
             if steps > 1
             else ""
         )
-        + ". kvplan simulates V0 releases with the rules of its V1 scheduler at 0.8 (running "
-        "requests first, chunked prefill), the nearest it models; V0's own scheduler "
-        "(prefills first, its defaults) is not modelled."
+        + (
+            ". With chunked prefill off it runs V0's Scheduler._schedule_default: a step that "
+            "admits prompts runs them alone and the running requests decode only in steps that "
+            "admit none (their inter-token gaps span those steps); V0's other defaults "
+            "(max_num_seqs, max_num_batched_tokens, when chunked prefill is on by default) and "
+            "its admission watermark are kvplan's V1 ones here."
+            if prefill_first
+            else ". kvplan simulates V0 releases with chunked prefill (kvplan's default) with the "
+            "rules of its V1 scheduler at 0.8 (running requests first, chunked prefill), the "
+            "nearest it models; V0's own defaults (when chunked prefill is on by default, "
+            "max_num_seqs, max_num_batched_tokens) are not modelled. --no-enable-chunked-prefill "
+            "runs V0's prefill-first scheduling."
+        )
     )
 )
 text("sim-vllm-version-newer")(
@@ -366,6 +376,17 @@ text("sim-dp-replicas")(
         f"Data parallel size {ranks}: independent engine replicas (a dense model under vLLM's -dp, "
         f"or SGLang's --dp-size without --enable-dp-attention), requests sent by "
         f"{router.replace('_', ' ')}."
+    )
+)
+text("sim-moe-kernels")(
+    lambda flag, tables, moe: (
+        f"{flag}: the kernel tables ({tables}) time the MoE layers with the expert kernels NVIDIA's "
+        "aiconfigurator measured for the engine's default MoE path, not per MoE backend, so this "
+        "backend's kernels run at those rates here; how much faster or slower they are is not "
+        "known to kvplan. kvplan checks the name and the launches the engine refuses for it, "
+        "nothing else."
+        if moe
+        else f"{flag}: the model has no routed experts, so the engine's MoE backend is not used."
     )
 )
 text("sim-attention-kernels")(

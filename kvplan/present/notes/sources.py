@@ -28,7 +28,9 @@ text("model-path")(_model_path)
 text("variant-resolved")(
     lambda repo_id, alias: (
         f"{repo_id} was resolved offline to the bundled {alias} config: the same architecture "
-        "(an instruction-tuned or dated variant); pass a path to its own config.json if it differs."
+        "(an instruction-tuned, thinking or dated variant), so its KV figures hold; its own weights "
+        f"format was not read (a variant may be quantized differently): the weights shown are "
+        f"{alias}'s. Pass a path to its own config.json, or --weights-dtype, for its weights."
     )
 )
 text("quant-name-only")(

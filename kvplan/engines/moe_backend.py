@@ -1,0 +1,197 @@
+"""The engines' MoE kernel switches and the expert splits they refuse.
+
+vLLM's --moe-backend (config/kernel.py KernelConfig.moe_backend, a Literal, so argparse takes
+its names exactly as spelled) and SGLang's --moe-runner-backend (server_args.py
+MOE_RUNNER_BACKEND_CHOICES): the names each release takes, and the launches the engine refuses
+for the weights format, the GPU or the layout. Whatever backend is named, kvplan times the MoE
+layers on its default kernel tables (note sim-moe-kernels).
+
+A block-quantized FP8 checkpoint's experts split over the ranks that share an expert (TP without
+EP) must keep whole 128-wide blocks: both engines stop at weight creation otherwise
+(check_expert_split)."""
+
+from __future__ import annotations
+
+from kvplan.errors import KvplanError
+
+# how each engine spells the flag
+MOE_BACKEND_FLAG = {"vllm": "--moe-backend", "sglang": "--moe-runner-backend"}
+
+# vLLM config/kernel.py MoEBackend: as vllm#33807 added --moe-backend (early 2026; the 0.19
+# line), then with deep_gemm_mega_moe and emulation (the literal of the 0.20/0.21 line and of the
+# newest kernel.py read, kvplan's 0.32)
+_VLLM_019 = (
+    "auto",
+    "triton",
+    "deep_gemm",
+    "cutlass",
+    "flashinfer_trtllm",
+    "flashinfer_cutlass",
+    "flashinfer_cutedsl",
+    "marlin",
+    "aiter",
+)
+VLLM_MOE_BACKENDS = {
+    "0.19": _VLLM_019,
+    "0.21": (*_VLLM_019[:4], "deep_gemm_mega_moe", *_VLLM_019[4:], "emulation"),
+}
+VLLM_MOE_BACKENDS["0.32"] = VLLM_MOE_BACKENDS["0.21"]
+# fused_moe/oracle: what each weights class maps a user's backend to (map_unquantized_backend,
+# map_fp8_backend); another name raises "moe_backend='X' is not supported for ... MoE"
+VLLM_UNQUANTIZED_MOE = ("triton", "flashinfer_trtllm", "flashinfer_cutlass", "aiter")
+VLLM_FP8_MOE = (
+    "triton",
+    "deep_gemm",
+    "cutlass",
+    "flashinfer_trtllm",
+    "flashinfer_cutlass",
+    "marlin",
+    "aiter",
+)
+UNQUANTIZED = ("bf16", "fp16", "fp32")
+FP8 = ("fp8", "fp8-tensor")
+
+# SGLang 0.5 (server_args.py of the 0.5.9 line, the lists kvplan's attention backends come from);
+# 0.4 had no such flag (--enable-ep-moe, --enable-deepep-moe, --enable-flashinfer-*-moe instead)
+SGLANG_MOE_RUNNER_BACKENDS = (
+    "auto",
+    "deep_gemm",
+    "triton",
+    "triton_kernel",
+    "flashinfer_trtllm",
+    "flashinfer_cutlass",
+    "flashinfer_mxfp4",
+    "flashinfer_cutedsl",
+    "cutlass",
+)
+# _handle_moe_kernel_config: the --quantization values each FlashInfer runner takes (None: none)
+SGLANG_CUTLASS_QUANT = ("modelopt_fp4", "modelopt_fp8", None)
+SGLANG_TRTLLM_QUANT = ("modelopt_fp4", "fp8", "modelopt_fp8", "compressed-tensors", None)
+
+FP8_BLOCK_N = 128  # weight_block_size [128, 128]: DeepSeek-V3/R1, Qwen3, MiniMax-M2 FP8
+
+
+def _choices(names: tuple[str, ...]) -> str:
+    return ", ".join(repr(n) for n in names)
+
+
+def moe_backend_name(engine: str, value: str | None, version: str) -> str | None:
+    """The backend as the engine's argument parser takes it (None: not given), refused with its
+    own words where it refuses the name. `version`: vLLM's allocator release (VLLM_VERSIONS) or
+    SGLang's ("0.4", "0.5")."""
+    if value is None:
+        return None
+    flag = MOE_BACKEND_FLAG[engine]
+    name = str(value)
+    if engine == "sglang":
+        if version == "0.4":
+            raise KvplanError(
+                f"{flag} is SGLang 0.5's; 0.4 chose its MoE kernels with --enable-ep-moe, "
+                "--enable-deepep-moe and --enable-flashinfer-*-moe flags, which kvplan does not "
+                "take"
+            )
+        names: tuple[str, ...] = SGLANG_MOE_RUNNER_BACKENDS
+    else:
+        names = VLLM_MOE_BACKENDS[version]
+    if name not in names:
+        raise KvplanError(
+            f"argument {flag}: invalid choice: {name[:40]!r} (choose from {_choices(names)})"
+        )
+    return name
+
+
+def check_vllm_moe_backend(
+    name: str | None, spec, gpu, wdtype: str, generation: int, version: str = "0.19"
+) -> None:
+    """vLLM's refusals of a --moe-backend at start-up: a backend its oracle does not map for
+    the experts' format (fused_moe/oracle: unquantized, FP8), or whose kernels the device does not
+    run ('does not support the deployment configuration')."""
+    if name is None or name == "auto" or spec.moe is None:
+        return
+    if wdtype == "checkpoint":  # the tensor headers read: the format the config states
+        wdtype = spec.weights_quantization or spec.dtype
+    if wdtype in UNQUANTIZED and name not in VLLM_UNQUANTIZED_MOE:
+        raise KvplanError(
+            f"moe_backend={name!r} is not supported for unquantized MoE. Expected one of "
+            f"{list(VLLM_UNQUANTIZED_MOE)} (vLLM {version}, {spec.name}'s experts are {wdtype})"
+        )
+    if wdtype in FP8 and name not in VLLM_FP8_MOE:
+        raise KvplanError(
+            f"moe_backend={name!r} is not supported for FP8 MoE. Expected one of "
+            f"{list(VLLM_FP8_MOE)} (vLLM {version})"
+        )
+    amd = gpu.device_vendor.upper() == "AMD"
+    why = None
+    if name == "aiter" and not amd:
+        why = "AITER's kernels run on ROCm only"
+    elif amd and name.startswith(("flashinfer", "deep_gemm", "cutlass")):
+        why = f"{name}'s kernels are CUDA's"
+    elif name == "flashinfer_trtllm" and generation != 10:
+        why = "FlashInfer's TRT-LLM MoE kernels run on datacenter Blackwell (SM100) only"
+    elif name in ("deep_gemm", "deep_gemm_mega_moe") and generation not in (9, 10):
+        why = "DeepGEMM runs on Hopper (SM90) and Blackwell (SM100) only"
+    elif name == "deep_gemm" and wdtype in FP8 and wdtype != "fp8":
+        why = "DeepGEMM takes block-quantized FP8 only"
+    if why:
+        raise KvplanError(
+            f"vLLM refuses --moe-backend {name} on {gpu.name}: the MoE backend does not support "
+            f"the deployment configuration ({why})"
+        )
+
+
+def check_sglang_moe_backend(
+    name: str | None, quantization: str | None, tp: int, ep_size: int | None
+) -> None:
+    """SGLang's ServerArgs._handle_moe_kernel_config asserts (0.5.9-line server_args.py), on
+    --quantization as typed (None: not given) and the EP size."""
+    if name is None:
+        return
+    quant = None if quantization is None else str(quantization).strip().lower()
+    ep = ep_size or 1
+    if name == "flashinfer_cutlass":
+        if quant not in SGLANG_CUTLASS_QUANT:
+            raise KvplanError(
+                f"SGLang refuses --moe-runner-backend flashinfer_cutlass: Invalid quantization "
+                f"{quant[:40]!r}. FlashInfer Cutlass MOE supports only: 'modelopt_fp4', "
+                "'modelopt_fp8', or bfloat16 (None)."
+            )
+        if ep not in (1, tp):
+            raise KvplanError(
+                "SGLang refuses --moe-runner-backend flashinfer_cutlass: The expert parallel "
+                f"size must be 1 or the same as the tensor parallel size (--ep-size {ep}, "
+                f"--tp {tp})"
+            )
+    if name == "flashinfer_trtllm" and quant not in SGLANG_TRTLLM_QUANT:
+        raise KvplanError(
+            f"SGLang refuses --moe-runner-backend flashinfer_trtllm: Invalid quantization "
+            f"{quant!r}. FlashInfer TRTLLM MOE supports only: 'modelopt_fp4', 'fp8', "
+            "'modelopt_fp8', 'compressed-tensors', or bfloat16 (None)."
+        )
+    if name == "cutlass" and quant in ("fp8", "mxfp8") and ep != 1:
+        raise KvplanError(
+            "SGLang refuses --moe-runner-backend cutlass: FP8/MXFP8 Cutlass MoE is only "
+            f"supported with ep_size == 1 (--ep-size {ep})"
+        )
+
+
+def check_expert_split(spec, weights_given: bool, moe_tp: int) -> None:
+    """Block-FP8 experts split `moe_tp` ways (the ranks sharing each expert: TP without EP,
+    vLLM's TP x DP, SGLang's TP / EP): each rank's share of the intermediate width must be whole
+    128-wide blocks, else vLLM and SGLang stop in Fp8MoEMethod.create_weights. With EP each rank
+    keeps whole experts (moe_tp 1). `weights_given`: the checkpoint's format is overridden
+    (--quantization, --weights-dtype), so its blocks do not apply."""
+    moe = spec.moe
+    if moe is None or weights_given or spec.weights_quantization != "fp8" or moe_tp <= 1:
+        return
+    parts = spec.quantized_parts
+    if parts is not None and "experts" not in parts:
+        return
+    width = moe.expert_intermediate_size // moe_tp
+    if moe.expert_intermediate_size and width % FP8_BLOCK_N:
+        raise KvplanError(
+            f"The output_size of gate's and up's weight = {width} is not divisible by weight "
+            f"quantization block_n = {FP8_BLOCK_N}: {spec.name}'s experts "
+            f"({moe.expert_intermediate_size} wide, FP8 blocks of {FP8_BLOCK_N}) split "
+            f"{moe_tp} ways; the engines stop at weight loading (expert parallelism keeps "
+            "them whole)"
+        )
