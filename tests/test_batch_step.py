@@ -45,25 +45,34 @@ def test_decode_of_one_sequence_term_by_term(llama8):
     step = model(llama8).step(BatchShape(1, 1000, (), 1))
     vocab, hidden = 128256, 4096
     weights = (llama8.params_total - vocab * hidden + hidden) * 2  # one embedding row looked up
-    assert step.weights_s == pytest.approx(weights / (BW * DENSE_M), rel=1e-9)
-    assert step.matmul_s == 0.0  # one token: far below the ridge
+    assert step.terms_s["weights_s"] == pytest.approx(weights / (BW * DENSE_M), rel=1e-9)
+    assert step.terms_s["matmul_s"] == 0.0  # one token: far below the ridge
     kv_per_token = 32 * 8 * 128 * 2 * 2  # K and V, bf16
     # reading 1,000 tokens' KV (49 us) is below 32 launches of the smallest decode-attention
     # kernel the H100's tables measured: the step pays the launches, in attention_s
     roofline_s = 1000 * kv_per_token / (BW * ATTN_M)
     floor_s = 32 * ACHIEVED_DATASHEET.floors_s["attention"]
     assert roofline_s < floor_s
-    assert step.kv_read_s == 0.0
-    assert step.attention_s == pytest.approx(floor_s, rel=1e-9)
+    assert step.terms_s["kv_read_s"] == 0.0
+    assert step.terms_s["attention_s"] == pytest.approx(floor_s, rel=1e-9)
     unfloored = model(llama8, achieved=ACHIEVED_DATASHEET._replace(floors_s={}))
     one = unfloored.step(BatchShape(1, 1000, (), 1))
-    assert one.kv_read_s == pytest.approx(roofline_s, rel=1e-9)
-    assert one.weights_s == step.weights_s  # 129 GEMM launches x 2.5 us < streaming 16 GB
-    assert step.launch_s == pytest.approx(32 * HOST_OVERHEADS.per_layer_s)
-    assert step.host_s == pytest.approx(HOST_OVERHEADS.per_step_s + HOST_OVERHEADS.per_request_s)
-    assert step.sampler_s == pytest.approx(3 * vocab * 4 / (BW * DENSE_M))
-    gpu = step.weights_s + step.attention_s + step.launch_s + step.sampler_s
-    assert step.total_s == pytest.approx(gpu + step.host_s)
+    assert one.terms_s["kv_read_s"] == pytest.approx(roofline_s, rel=1e-9)
+    assert (
+        one.terms_s["weights_s"] == step.terms_s["weights_s"]
+    )  # 129 GEMM launches x 2.5 us < streaming 16 GB
+    assert step.terms_s["launch_s"] == pytest.approx(32 * HOST_OVERHEADS.per_layer_s)
+    assert step.terms_s["host_s"] == pytest.approx(
+        HOST_OVERHEADS.per_step_s + HOST_OVERHEADS.per_request_s
+    )
+    assert step.terms_s["sampler_s"] == pytest.approx(3 * vocab * 4 / (BW * DENSE_M))
+    gpu = (
+        step.terms_s["weights_s"]
+        + step.terms_s["attention_s"]
+        + step.terms_s["launch_s"]
+        + step.terms_s["sampler_s"]
+    )
+    assert step.total_s == pytest.approx(gpu + step.terms_s["host_s"])
 
 
 def test_small_shape_floors_charge_every_launch_of_a_moe_layer():
@@ -85,13 +94,17 @@ def test_small_shape_floors_charge_every_launch_of_a_moe_layer():
     step, old = floored.step(shape), plain.step(shape)
     gemms = 61 * 5 + 3 * 2 + 58 * (1 + 2) + 1
     dense_s, experts_s = gemms * 40e-6, 58 * 90e-6
-    assert old.weights_s < dense_s  # the rooflines are below the floors: the floors bind
-    assert step.weights_s + step.matmul_s == pytest.approx(dense_s + experts_s, rel=1e-9)
-    assert step.kv_read_s + step.attention_s == pytest.approx(61 * 30e-6, rel=1e-9)
-    assert old.kv_read_s + old.attention_s < 61 * 30e-6
+    assert old.terms_s["weights_s"] < dense_s  # the rooflines are below the floors: the floors bind
+    assert step.terms_s["weights_s"] + step.terms_s["matmul_s"] == pytest.approx(
+        dense_s + experts_s, rel=1e-9
+    )
+    assert step.terms_s["kv_read_s"] + step.terms_s["attention_s"] == pytest.approx(
+        61 * 30e-6, rel=1e-9
+    )
+    assert old.terms_s["kv_read_s"] + old.terms_s["attention_s"] < 61 * 30e-6
     # the other terms do not move
     for term in ("sampler_s", "comm_s", "launch_s", "host_s"):
-        assert getattr(step, term) == getattr(old, term)
+        assert step.terms_s[term] == old.terms_s[term]
 
 
 def test_a_quantized_launch_pays_its_formats_floor():
@@ -111,7 +124,7 @@ def test_a_quantized_launch_pays_its_formats_floor():
 
     def gemms_s(dtype):
         step = StepModel(spec, rates, dtype, KvFormat("bf16"), **kw).step(shape)
-        return step.weights_s + step.matmul_s
+        return step.terms_s["weights_s"] + step.terms_s["matmul_s"]
 
     fp8 = 61 * 3 + 3 * 2 + 58 * 2
     plain = 1 + 58 + 61 * 2
@@ -177,25 +190,25 @@ def test_prefill_chunk_attention_is_the_causal_triangle(llama8):
     keys = (p + n) * (p + n + 1) // 2 - p * (p + 1) // 2
     flops = 32 * 2 * 32 * 256 * keys
     step = model(llama8).step(BatchShape(0, 0, ((n, p),), 1))
-    assert step.attention_s == pytest.approx(flops / (PEAK * ATTN_C), rel=1e-9)
+    assert step.terms_s["attention_s"] == pytest.approx(flops / (PEAK * ATTN_C), rel=1e-9)
     head = 128256 * 4096
     gemm = 2 * (llama8.params_total - 2 * head) * n + 2 * head * 1
-    assert step.matmul_s == pytest.approx(gemm / (PEAK * DENSE_C), rel=1e-9)
+    assert step.terms_s["matmul_s"] == pytest.approx(gemm / (PEAK * DENSE_C), rel=1e-9)
 
 
 def test_steps_beyond_the_cuda_graph_sizes_pay_eager_dispatch(llama8):
     m = model(llama8)
     graphed = m.step(BatchShape(512, 512 * 100, (), 512))
     eager = m.step(BatchShape(513, 513 * 100, (), 513))
-    assert graphed.launch_s == pytest.approx(32 * HOST_OVERHEADS.per_layer_s)
-    assert eager.launch_s == pytest.approx(32 * HOST_OVERHEADS.eager_per_layer_s)
+    assert graphed.terms_s["launch_s"] == pytest.approx(32 * HOST_OVERHEADS.per_layer_s)
+    assert eager.terms_s["launch_s"] == pytest.approx(32 * HOST_OVERHEADS.eager_per_layer_s)
 
 
 def test_async_scheduling_overlaps_the_host(llama8):
     shape = BatchShape(8, 8000, (), 8)
     sync, overlapped = model(llama8).step(shape), model(llama8, async_scheduling=True).step(shape)
-    gpu = sync.total_s - sync.host_s
-    assert overlapped.total_s == pytest.approx(max(gpu, sync.host_s))
+    gpu = sync.total_s - sync.terms_s["host_s"]
+    assert overlapped.total_s == pytest.approx(max(gpu, sync.terms_s["host_s"]))
 
 
 def test_tensor_parallel_all_reduce_by_hand(llama8):
@@ -208,7 +221,7 @@ def test_tensor_parallel_all_reduce_by_hand(llama8):
     one = 2 * 3 / 4 * message / (link.one_way_bytes_per_s * ACHIEVED_DATASHEET.link)
     one += ACHIEVED_DATASHEET.allreduce_call_s
     step = m.step(BatchShape(tokens, tokens * 500, (), tokens))
-    assert step.comm_s == pytest.approx(2 * 32 * one, rel=1e-9)
+    assert step.terms_s["comm_s"] == pytest.approx(2 * 32 * one, rel=1e-9)
 
 
 def test_moe_reads_the_experts_a_batch_touches():
@@ -224,7 +237,7 @@ def test_moe_reads_the_experts_a_batch_touches():
     slowdown = ACHIEVED_DATASHEET.experts_curve["bf16"][0][1]
     dense_bytes, _ = m.weights_bytes(1)
     step = m.step(BatchShape(1, 100, (), 1))
-    assert step.weights_s == pytest.approx(
+    assert step.terms_s["weights_s"] == pytest.approx(
         dense_bytes / (BW * DENSE_M) + experts_1 / BW * slowdown, rel=1e-9
     )
 
@@ -268,7 +281,7 @@ def test_pipeline_takes_m_plus_p_minus_one_stage_times(llama8):
     two = piped.step(shape)
     # each of 2 micro-batches streams a stage's half of the weights: 3 stage times of W/2 (the
     # embedding lookup reads 32 rows per micro-batch instead of 64: a 1e-5 difference)
-    assert two.weights_s == pytest.approx(3 * one.weights_s / 2, rel=1e-4)
+    assert two.terms_s["weights_s"] == pytest.approx(3 * one.terms_s["weights_s"] / 2, rel=1e-4)
 
 
 def test_a_run_of_decode_steps_equals_the_steps_one_by_one(llama8):
@@ -280,8 +293,8 @@ def test_a_run_of_decode_steps_equals_the_steps_one_by_one(llama8):
         singles = [m.step(BatchShape(10, s, (), 10)) for s in sums]
         assert times == pytest.approx([s.total_s for s in singles], rel=1e-9)
         assert terms(4).total_s == pytest.approx(sum(s.total_s for s in singles), rel=1e-9)
-        assert terms(4).kv_read_s + terms(4).attention_s == pytest.approx(
-            sum(s.kv_read_s + s.attention_s for s in singles), rel=1e-9
+        assert terms(4).terms_s["kv_read_s"] + terms(4).terms_s["attention_s"] == pytest.approx(
+            sum(s.terms_s["kv_read_s"] + s.terms_s["attention_s"] for s in singles), rel=1e-9
         )
 
 
@@ -337,7 +350,9 @@ def test_dsa_layers_add_vllms_module_difference_from_the_gpus_tables():
     ]
     shape = BatchShape(16, 16 * 512, (), 16)
     one, two = plain.step(shape), dsa.step(shape)
-    added = (two.kv_read_s + two.attention_s) - (one.kv_read_s + one.attention_s)
+    added = (two.terms_s["kv_read_s"] + two.terms_s["attention_s"]) - (
+        one.terms_s["kv_read_s"] + one.terms_s["attention_s"]
+    )
     # the module's cell times the indexer's keys (128 bf16 values a token a layer), which the
     # dense-MLA base then no longer reads (it did, twice with the cell)
     indexer_read_s = (
@@ -366,7 +381,7 @@ def test_dsa_saves_at_long_contexts_and_never_goes_negative():
                   dsa_delta_us=dsa_tables_for(h200))  # fmt: skip
     assert m.dsa.delta_s("decode", 256, 131072) < 0
     step = m.step(BatchShape(256, 256 * 131072, (), 256))
-    assert step.kv_read_s >= 0 and step.attention_s >= 0
+    assert step.terms_s["kv_read_s"] >= 0 and step.terms_s["attention_s"] >= 0
 
 
 def test_dsa_batches_past_the_tables_grow_by_the_last_sequences_cost():
@@ -505,8 +520,12 @@ def test_an_mla_layer_pays_the_mla_kernels_floors():
     ]
     old, new = steps
     gemms = 61 * 5 + 3 * 2 + 58 * (1 + 2) + 1
-    assert new.weights_s + new.matmul_s == pytest.approx(
+    assert new.terms_s["weights_s"] + new.terms_s["matmul_s"] == pytest.approx(
         (gemms - 122) * 40e-6 + 122 * 45e-6 + 58 * 90e-6, rel=1e-9
     )
-    assert new.kv_read_s + new.attention_s == pytest.approx(61 * 50e-6, rel=1e-9)
-    assert old.kv_read_s + old.attention_s == pytest.approx(61 * 30e-6, rel=1e-9)
+    assert new.terms_s["kv_read_s"] + new.terms_s["attention_s"] == pytest.approx(
+        61 * 50e-6, rel=1e-9
+    )
+    assert old.terms_s["kv_read_s"] + old.terms_s["attention_s"] == pytest.approx(
+        61 * 30e-6, rel=1e-9
+    )

@@ -346,7 +346,7 @@ def _steps(rates, measured_by_ops):
     for i, (ops, factor) in enumerate(measured_by_ops):
         key = f"p{i}"
         steps.append(("decode", 1, 1, ops, key))
-        timings[key] = _timing(step_time(ops, rates).time_s * factor)
+        timings[key] = _timing(step_time(ops, rates).total_s * factor)
     return steps, timings
 
 

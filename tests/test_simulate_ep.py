@@ -261,7 +261,7 @@ def test_two_dp_ranks_step_together_at_the_slower_ranks_time():
     for (a, b), g, t in zip(shapes, gathered, expected, strict=True):
         # the long-context rank is the slower one; its time includes the gather's comm
         assert t == m.step(b, g).total_s > m.step(a, g).total_s
-        assert m.step(b, g).comm_s == pytest.approx(m.comm_s(shape_tokens(b)))
+        assert m.step(b, g).terms_s["comm_s"] == pytest.approx(m.comm_s(shape_tokens(b)))
     for rank in ranks:
         assert rank.log.duration_s == pytest.approx(expected, rel=1e-12)
         assert rank.log.end_s == pytest.approx(list(accumulate(expected)), rel=1e-12)
@@ -303,7 +303,9 @@ def test_the_engines_lockstep_rules():
     assert lockstep_step(m, [decodes[1]], 1, False)[0] == m.step(decodes[1], 4)
     # eagerly: every layer's kernels dispatched from the CPU (HostOverheads.eager_per_layer_s)
     eager = m.without_graphs()
-    assert eager.step(decodes[0], 2).launch_s == pytest.approx(
+    assert eager.step(decodes[0], 2).terms_s["launch_s"] == pytest.approx(
         m.host.eager_per_layer_s * m.spec.num_layers
     )
-    assert m.step(decodes[0], 2).launch_s == pytest.approx(m.host.per_layer_s * m.spec.num_layers)
+    assert m.step(decodes[0], 2).terms_s["launch_s"] == pytest.approx(
+        m.host.per_layer_s * m.spec.num_layers
+    )

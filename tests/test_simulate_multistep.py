@@ -23,11 +23,11 @@ def test_decode_steps_pay_a_share_of_the_host_time():
     eight = build_replica(spec, gpu, options._replace(num_scheduler_steps=8)).model
     host = HOST_OVERHEADS.per_step_s + 16 * HOST_OVERHEADS.per_request_s
     decodes = BatchShape(16, 16 * 1000, (), 16)
-    assert one.step(decodes).host_s == pytest.approx(host)
-    assert eight.step(decodes).host_s == pytest.approx(host / 8)
+    assert one.step(decodes).terms_s["host_s"] == pytest.approx(host)
+    assert eight.step(decodes).terms_s["host_s"] == pytest.approx(host / 8)
     assert one.step(decodes).total_s - eight.step(decodes).total_s == pytest.approx(host * 7 / 8)
     mixed = BatchShape(16, 16 * 1000, ((256, 0),), 17)  # a prefill chunk: scheduled in full
-    assert eight.step(mixed).host_s == one.step(mixed).host_s
+    assert eight.step(mixed).terms_s["host_s"] == one.step(mixed).terms_s["host_s"]
 
 
 def _first_chunk_step(scheduler_steps: int, arrival_step: int) -> int:

@@ -54,9 +54,10 @@ from kvplan.formulas.step_time import (
     OpKind,
     OpRates,
     Rates,
+    StepTime,
     batch_ops,
-    bound,
     curve_value,
+    roofs_s,
     step_ops,
     step_time,
     time_floor_s,
@@ -157,24 +158,36 @@ class BatchShape(NamedTuple):
     num_sampled: int = 0  # sequences that sample a token this step
 
 
-class BatchStepTime(NamedTuple):
-    """One engine step's time by term, as StepModel prices it (seconds, per GPU; the
-    per-operator sum of `kvplan measure` is step_time.OpsStepTime). Each roofline term is charged
-    to the roof that bounds it: weights_s or matmul_s for the GEMMs, kv_read_s or attention_s for
-    attention."""
-
-    weights_s: float
-    matmul_s: float
-    kv_read_s: float
-    attention_s: float
-    sampler_s: float
-    comm_s: float
-    launch_s: float
-    host_s: float
-    total_s: float
+# the engine step's terms (step_time.StepTime's terms_s): each roofline term is charged to the
+# roof that bounds it, weights_s or matmul_s for the GEMMs, kv_read_s or attention_s for
+# attention; the GPU's terms, then the CPU's
+GPU_TERMS = ("weights_s", "matmul_s", "kv_read_s", "attention_s", "sampler_s", "comm_s", "launch_s")
+ENGINE_TERMS = (*GPU_TERMS, "host_s")
 
 
-TERMS = ("weights_s", "matmul_s", "kv_read_s", "attention_s", "sampler_s", "comm_s", "launch_s")
+def engine_step_time(
+    weights_s: float,
+    matmul_s: float,
+    kv_read_s: float,
+    attention_s: float,
+    sampler_s: float,
+    comm_s: float,
+    launch_s: float,
+    host_s: float,
+    total_s: float,
+) -> StepTime:
+    """An engine step's StepTime from its terms (ENGINE_TERMS) and its total."""
+    terms = {
+        "weights_s": weights_s,
+        "matmul_s": matmul_s,
+        "kv_read_s": kv_read_s,
+        "attention_s": attention_s,
+        "sampler_s": sampler_s,
+        "comm_s": comm_s,
+        "launch_s": launch_s,
+        "host_s": host_s,
+    }
+    return StepTime(total_s, terms, None, None, None, None, ())
 
 
 class _Group(NamedTuple):
@@ -304,7 +317,7 @@ class StepModel:
         self.state_bytes_per_sequence = coef.state_bytes_per_sequence
         self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
         self._weights: dict[object, tuple[float, float]] = {}
-        self._span_base: dict[tuple[int, int, int | None], BatchStepTime] = {}
+        self._span_base: dict[tuple[int, int, int | None], StepTime] = {}
         self._eager: StepModel | None = None  # without_graphs
 
     def without_graphs(self) -> StepModel:
@@ -457,10 +470,11 @@ class StepModel:
             if not num_bytes and not flops:
                 continue
             # every GEMM launched takes at least the smallest GEMM (fused MoE) measured
-            seconds = max(time_floor_s(num_bytes, flops, rates) * slowdown, floor_s)
+            memory_s, compute_s = roofs_s(num_bytes, flops, rates)
+            seconds = max(max(memory_s, compute_s) * slowdown, floor_s)
             if curve is not None:  # the model's own fused MoE, timed: every MoE layer's call
                 seconds = self.moe_layers * moe_kernel_s(curve, moe_tokens)
-            if bound(num_bytes, flops, rates) == "memory":
+            if memory_s >= compute_s:  # the weights' roof binds (`bound`)
                 weights_s += seconds
             else:
                 matmul_s += seconds
@@ -528,7 +542,7 @@ class StepModel:
     # ---- one step ---------------------------------------------------------------------------
     def step(
         self, shape: BatchShape, gathered_tokens: int | None = None, queries: int = 1
-    ) -> BatchStepTime:
+    ) -> StepTime:
         """The time of one step running `shape`; `gathered_tokens`: the tokens the MoE layers
         see across the DP-attention ranks (None: dp x this rank's); `queries`: tokens each
         decode runs (a speculative verification: k drafted + 1, kvplan.simulate.speculative)."""
@@ -544,7 +558,7 @@ class StepModel:
         gpu_s = sum(gpu) + sampler_s
         total = max(gpu_s, host_s) if self.async_scheduling else gpu_s + host_s
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = gpu
-        return BatchStepTime(
+        return engine_step_time(
             weights_s, matmul_s, kv_read_s, attention_s, sampler_s, comm_s, launch_s, host_s, total
         )
 
@@ -669,7 +683,7 @@ class StepModel:
         """Consecutive decode-only steps of the same `num_decodes` sequences whose attended
         context sums are `context_sums` (a numpy array): (their step times, an array; the
         terms of the run, a function of how many of its steps are kept that returns a
-        BatchStepTime of sums). The terms of `step`, the attention ones for many steps at once;
+        StepTime of sums). The terms of `step`, the attention ones for many steps at once;
         `queries` tokens per decode, `gathered_tokens` the MoE layers' (step's)."""
         import numpy as np
 
@@ -681,27 +695,32 @@ class StepModel:
                 for x in sums
             ]
 
-            def kept_steps(k: int) -> BatchStepTime:
-                return BatchStepTime(
-                    *(sum(getattr(t, f) for t in steps[:k]) for f in BatchStepTime._fields)
+            def kept_steps(k: int) -> StepTime:
+                kept = steps[:k]
+                return StepTime(
+                    sum(t.total_s for t in kept),
+                    {f: sum(t.terms_s[f] for t in kept) for f in ENGINE_TERMS},
                 )
 
             return np.array([t.total_s for t in steps]), kept_steps
         base, attention = self.span_parts(num_decodes, sums, queries, gathered_tokens)
-        fixed = base.weights_s + base.matmul_s + base.sampler_s + base.comm_s + base.launch_s
+        terms = base.terms_s
+        weights_s, matmul_s, sampler_s = terms["weights_s"], terms["matmul_s"], terms["sampler_s"]
+        comm_s, launch_s, host_s = terms["comm_s"], terms["launch_s"], terms["host_s"]
+        fixed = weights_s + matmul_s + sampler_s + comm_s + launch_s
         gpu = fixed + attention
-        times = np.maximum(gpu, base.host_s) if self.async_scheduling else gpu + base.host_s
+        times = np.maximum(gpu, host_s) if self.async_scheduling else gpu + host_s
 
-        def kept(k: int) -> BatchStepTime:
-            return BatchStepTime(
-                base.weights_s * k,
-                base.matmul_s * k,
+        def kept(k: int) -> StepTime:
+            return engine_step_time(
+                weights_s * k,
+                matmul_s * k,
                 float(attention[:k].sum()),
                 0.0,
-                base.sampler_s * k,
-                base.comm_s * k,
-                base.launch_s * k,
-                base.host_s * k,
+                sampler_s * k,
+                comm_s * k,
+                launch_s * k,
+                host_s * k,
                 float(times[:k].sum()),
             )
 
@@ -742,7 +761,7 @@ def shape_tokens(shape: BatchShape) -> int:
 
 def lockstep_step(
     model: StepModel, shapes: list[BatchShape], idle_ranks: int = 0, pad_to_max: bool = False
-) -> tuple[BatchStepTime, int]:
+) -> tuple[StepTime, int]:
     """One step of DP-attention ranks in lockstep, each running its own shape with the MoE
     layers over the gathered tokens of all: (the slowest rank's step, its index in `shapes`).
     Every rank joins every MoE layer's dispatch/combine (or all-gather) each step, so none

@@ -21,7 +21,7 @@ from __future__ import annotations
 from kvplan.anatomy.model import ModelSpec
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.formulas.roofline import MAX_BATCH_SEARCH
-from kvplan.formulas.step_time import Op, Rates, Step, floor_step, floor_sums, step_ops
+from kvplan.formulas.step_time import Op, Rates, StepTime, floor_step, floor_sums, step_ops
 
 ACTIVATION_BYTES = ELEMENT_BYTES["bf16"]  # hidden states cross the all-to-all in bf16
 
@@ -77,7 +77,7 @@ def dp_attention_decode_step(
     weights_dtype: str,
     fmt: KvFormat,
     ranks: int,
-) -> Step:
+) -> StepTime:
     """One decode step of `batch_size` sequences spread over `ranks`, on the busiest rank."""
     own = -(-batch_size // ranks)
     flops, num_bytes = _dp_attention_floor(
@@ -90,7 +90,7 @@ def dp_attention_decode_step(
 
 def dp_attention_prefill_step(
     spec: ModelSpec, rates: Rates, num_tokens: int, weights_dtype: str, fmt: KvFormat, ranks: int
-) -> Step:
+) -> StepTime:
     """Prefill of one sequence on its rank; its tokens' expert work is spread over the ranks,
     the head runs over its last position (prefill_step)."""
     ops = step_ops(

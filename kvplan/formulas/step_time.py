@@ -8,6 +8,9 @@ Per operator (`decode_ops`, `prefill_ops`, `step_time`): a step is the list of o
 runs, laid out from the widths the config states (`layer_shape`); each operator takes
 max(bytes / BW, FLOPs / throughput(shape)) + launches x overhead, and the step is their sum.
 `kvplan measure` predicts through this with a profile measured on the device, and checks it.
+
+The engine step of `simulate` and `plan` (batch_step.StepModel) prices the same operator list at
+the achieved rates of the engine's kernels. All three evaluators return one type, `StepTime`.
 """
 
 from __future__ import annotations
@@ -46,42 +49,89 @@ class Rates(NamedTuple):
     peak_flop_per_s: float
 
 
+def roofs_s(num_bytes: float, flops: float, rates: Rates) -> tuple[float, float]:
+    """The two roofs: (bytes / BW, FLOPs / peak)."""
+    return num_bytes / rates.bandwidth_bytes_per_s, flops / rates.peak_flop_per_s
+
+
 def time_floor_s(num_bytes: float, flops: float, rates: Rates) -> float:
     """Roofline time floor: max(bytes / BW, FLOPs / peak)."""
-    return max(num_bytes / rates.bandwidth_bytes_per_s, flops / rates.peak_flop_per_s)
+    return max(roofs_s(num_bytes, flops, rates))
 
 
 def bound(num_bytes: float, flops: float, rates: Rates) -> str:
     """Which roof limits: 'memory' when moving the bytes takes at least as long as the FLOPs."""
-    memory_s = num_bytes / rates.bandwidth_bytes_per_s
-    return "memory" if memory_s >= flops / rates.peak_flop_per_s else "compute"
+    memory_s, compute_s = roofs_s(num_bytes, flops, rates)
+    return "memory" if memory_s >= compute_s else "compute"
 
 
-class Step(NamedTuple):
-    batch_size: int
-    context_len: int
-    flops: float
-    bytes: float
-    time_floor_s: float
-    bound: str
+class StepTime(NamedTuple):
+    """One step's time as an evaluator prices it (seconds, per GPU): its total and its terms by
+    name, each in seconds. The three evaluators and their terms:
+
+        the datasheet floor (floor_step: decode_step, prefill_step, the DP-attention rank of
+            expert_parallel, the verification of techniques): memory_s (bytes / bandwidth),
+            compute_s (FLOPs / peak); the roofs overlap, so the total is the larger of the two
+        per operator (step_time, `kvplan measure`): memory_s and compute_s (the operators
+            whose bytes, or whose throughput, bind each, less their launches), overhead_s (every
+            launch's fixed cost); the total is their sum
+        the engine step (batch_step.StepModel: simulate, plan): weights_s, matmul_s (the GEMMs,
+            by the roof that binds each), kv_read_s, attention_s (attention, likewise),
+            sampler_s, comm_s, launch_s (batch_step.GPU_TERMS), host_s (the CPU's scheduling);
+            the total is the GPU terms plus host_s, or the larger of the two (async scheduling)
+
+    `bound` is the largest term (the roof that binds). The FLOPs and bytes counted (the floor's
+    every FLOP and the bytes that cross memory; the per-operator model's FLOPs and bytes it
+    priced, activations included), the sequences and context of the step (the floor's), and
+    the operators' own times (the per-operator model's) are there where the evaluator knows
+    them, None (or no operators) where it does not."""
+
+    total_s: float
+    terms_s: dict[str, float]
+    flops: float | None = None
+    bytes: float | None = None
+    batch_size: int | None = None
+    context_len: int | None = None
+    ops: tuple[OpTime, ...] = ()
+
+    @property
+    def bound(self) -> str:
+        """The name of the largest term less its unit (the first of equals): memory, compute,
+        overhead, weights, kv_read, ..."""
+        terms = self.terms_s
+        return max(terms, key=terms.__getitem__).removesuffix("_s")
 
     @property
     def intensity(self) -> float:
-        return self.flops / self.bytes
+        """FLOPs per byte of what the evaluator counted."""
+        flops, num_bytes = self.counts()
+        return flops / num_bytes
+
+    def counts(self) -> tuple[float, float]:
+        """(FLOPs, bytes) the evaluator counted; refuses a step whose evaluator counts none
+        (the engine step's terms are timed from sums kept per kernel kind)."""
+        if self.flops is None or self.bytes is None:
+            raise ValueError("this step's evaluator counts no FLOPs or bytes")
+        return self.flops, self.bytes
+
+
+FLOOR_TERMS = ("memory_s", "compute_s")
 
 
 def floor_step(
     batch_size: int, context_len: int, flops: float, num_bytes: float, rates: Rates
-) -> Step:
+) -> StepTime:
     """A step of `flops` and `num_bytes` at its roofline floor (decode, prefill, the DP-attention
-    rank of expert_parallel, the verification of techniques)."""
-    return Step(
-        batch_size,
-        context_len,
+    rank of expert_parallel, the verification of techniques): time_floor_s, its terms the two
+    roofs (FLOOR_TERMS), its bound the larger (`bound`: memory on a tie)."""
+    memory_s, compute_s = roofs_s(num_bytes, flops, rates)
+    return StepTime(
+        max(memory_s, compute_s),
+        {"memory_s": memory_s, "compute_s": compute_s},
         flops,
         num_bytes,
-        time_floor_s(num_bytes, flops, rates),
-        bound(num_bytes, flops, rates),
+        batch_size,
+        context_len,
     )
 
 
@@ -93,7 +143,7 @@ def decode_step(
     weights_dtype: str,
     fmt: KvFormat,
     tp: int = 1,
-) -> Step:
+) -> StepTime:
     """One decode step of `batch_size` sequences at `context_len`, per GPU, at its floor: the
     sums of the whole model's operators (step_ops, split evenly over `tp`): FLOPs = B * f(s) / tp;
     bytes = weights read per step / tp + B * KV(s) per rank."""
@@ -130,7 +180,7 @@ def prefill_step(
     weights_dtype: str,
     fmt: KvFormat,
     tp: int = 1,
-) -> Step:
+) -> StepTime:
     """Prefill of one sequence of `num_tokens` at its floor: weights read once, the KV written
     once, the head over the last position only (the one sampled: vLLM's logits_indices, SGLang's
     LogitsProcessor on each sequence's last token)."""
@@ -269,30 +319,23 @@ def op_time(op: Op, rates: OpRates) -> OpTime:
     )
 
 
-class OpsStepTime(NamedTuple):
-    """A step's predicted time as the sum of its operators (`step_time`), split by the term that
-    bounds each operator; the engine step of simulate and plan is batch_step.BatchStepTime."""
-
-    time_s: float
-    memory_bound_s: float  # time of the operators whose bytes bind
-    compute_bound_s: float  # time of the operators whose throughput binds
-    overhead_s: float
-    bound: str  # memory | compute | overhead: the largest share
-    ops: tuple[OpTime, ...]
+OPS_TERMS = ("memory_s", "compute_s", "overhead_s")
 
 
-def step_time(ops: list[Op], rates: OpRates) -> OpsStepTime:
+def step_time(ops: list[Op], rates: OpRates) -> StepTime:
+    """A step's predicted time as the sum of its operators' (op_time), by the term that bounds
+    each operator (OPS_TERMS), with the operators' own times."""
     times = tuple(op_time(op, rates) for op in ops)
     memory = sum(t.time_s - t.overhead_s for t in times if t.bound == "memory")
     compute = sum(t.time_s - t.overhead_s for t in times if t.bound == "compute")
     overhead = sum(t.overhead_s for t in times)
-    shares = {"memory": memory, "compute": compute, "overhead": overhead}
-    return OpsStepTime(
+    return StepTime(
         memory + compute + overhead,
-        memory,
-        compute,
-        overhead,
-        max(shares, key=shares.__getitem__),
+        {"memory_s": memory, "compute_s": compute, "overhead_s": overhead},
+        sum(op.flops for op in ops),
+        sum(op.bytes for op in ops),
+        None,
+        None,
         times,
     )
 

@@ -13,7 +13,7 @@ import math
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.dtypes import KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence
-from kvplan.formulas.step_time import Op, OpKind, Rates, Step, decode_step, floor_step
+from kvplan.formulas.step_time import Op, OpKind, Rates, StepTime, decode_step, floor_step
 
 
 def kept_tokens(context_len: int, keep_fraction: float) -> int:
@@ -62,15 +62,15 @@ def verify_step(
     fmt: KvFormat,
     tokens_per_sequence: int,
     tp: int = 1,
-) -> Step:
+) -> StepTime:
     """The target's verification of `tokens_per_sequence` tokens per sequence (k drafted + 1) in
     one forward pass: the FLOPs and weight reads of batch x tokens decode tokens, but each
     sequence's cache read once: decode_step(B * t) less (B * t - B) * KV(s) bytes."""
     tokens = batch_size * tokens_per_sequence
     step = decode_step(spec, rates, tokens, context_len, weights_dtype, fmt, tp)
     reread = (tokens - batch_size) * kv_bytes_per_sequence(spec, context_len, fmt, tp)
-    num_bytes = step.bytes - reread
-    return floor_step(batch_size, context_len, step.flops, num_bytes, rates)
+    flops, num_bytes = step.counts()
+    return floor_step(batch_size, context_len, flops, num_bytes - reread, rates)
 
 
 def tokens_per_round_from_positions(position_rates) -> float:

@@ -19,7 +19,7 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.step_time import (
     Op,
     OpRates,
-    OpsStepTime,
+    StepTime,
     decode_ops,
     layer_shape,
     op_rates_of,
@@ -479,9 +479,9 @@ def _probes(device: str, dtype: str, sweep: Sweep, workload: Workload, model) ->
 
 
 def _point(phase, batch, context, ops, timing, rates, roofline, sheet_rates) -> Point:
-    predicted: OpsStepTime = step_time(ops, rates)
-    flat = step_time(ops, roofline).time_s
-    sheet = step_time(ops, sheet_rates).time_s if sheet_rates is not None else None
+    predicted: StepTime = step_time(ops, rates)
+    flat = step_time(ops, roofline).total_s
+    sheet = step_time(ops, sheet_rates).total_s if sheet_rates is not None else None
     shares: dict[str, list] = {}
     for t in predicted.ops:
         entry = shares.setdefault(t.name, [0.0, {}])
@@ -497,12 +497,12 @@ def _point(phase, batch, context, ops, timing, rates, roofline, sheet_rates) -> 
         timing.p20_s,
         timing.p80_s,
         timing.spread,
-        predicted.time_s,
-        error(predicted.time_s, measured),
+        predicted.total_s,
+        error(predicted.total_s, measured),
         predicted.bound,
-        predicted.memory_bound_s,
-        predicted.compute_bound_s,
-        predicted.overhead_s,
+        predicted.terms_s["memory_s"],
+        predicted.terms_s["compute_s"],
+        predicted.terms_s["overhead_s"],
         flat,
         error(flat, measured),
         sheet,
@@ -551,7 +551,7 @@ def _check(points, steps, timings, rates, tolerance: float, with_profile: bool) 
     mutations = []
     for name, weights, kv in MUTATIONS:
         errors = [
-            error(step_time(scale_bytes(ops, weights, kv), rates).time_s, timings[key].typical_s)
+            error(step_time(scale_bytes(ops, weights, kv), rates).total_s, timings[key].typical_s)
             for _, _, _, ops, key in steps
         ]
         med, worst = gate_errors(errors)

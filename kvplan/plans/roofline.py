@@ -214,7 +214,7 @@ def tp_where_comm_dominates(
         comm = tp_comm_time_per_decode_step_s(
             spec, batch_size, tp, link.one_way_bytes_per_s, link.latency_s
         )
-        if comm > floor.time_floor_s:
+        if comm > floor.total_s:
             return tp
     return 0
 
@@ -272,19 +272,20 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
                 spec, device_rates, batch_size, context_len, wdtype, fmt, tp, pp, dp,
                 tp_link, stage_link,
             )  # fmt: skip
-            total = step.time_floor_s + comm
+            total = step.total_s + comm
+            flops, num_bytes = step.counts()
             decode_rows.append(
                 DecodeRow(
                     batch_size,
                     context_len,
-                    step.flops,
-                    step.bytes,
+                    flops,
+                    num_bytes,
                     step.intensity,
                     total,
-                    step.time_floor_s,
+                    step.total_s,
                     comm,
                     batch_size / total,
-                    "communication" if comm > step.time_floor_s else step.bound,
+                    "communication" if comm > step.total_s else step.bound,
                     batch_size <= holds,
                     holds,
                 )
@@ -367,9 +368,7 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
         kv_dtype=fmt.name,
         compute_dtype=cdtype,
         link_name=tp_link.name if link else None,
-        prefill=PrefillPoint(
-            prefill_len, pre.flops, pre.bytes, pre.intensity, pre.time_floor_s, pre.bound
-        ),
+        prefill=PrefillPoint(prefill_len, *pre.counts(), pre.intensity, pre.total_s, pre.bound),
         decode=decode_rows,
         per_context=per_context,
         asymptotic_intensity_flop_per_byte=summary.asymptotic_intensity_flop_per_byte,
@@ -393,9 +392,9 @@ def _decode_step_comm(
         step = dp_attention_decode_step(
             spec, device_rates, batch_size, context_len, wdtype, fmt, dp
         )
-        comm = ep_alltoall_time_s(
-            spec, step.batch_size, dp, tp_link.one_way_bytes_per_s, tp_link.latency_s
-        )
+        own = step.batch_size  # the busiest rank's sequences
+        assert own is not None, "a floor step"
+        comm = ep_alltoall_time_s(spec, own, dp, tp_link.one_way_bytes_per_s, tp_link.latency_s)
     else:
         step = decode_step(spec, device_rates, batch_size, context_len, wdtype, fmt, tp)
     if tp > 1:
@@ -447,7 +446,7 @@ def decode_floor(
     step, comm = _decode_step_comm(
         spec, device_rates, batch_size, context_len, wdtype, fmt, tp, pp, dp, tp_link, stage_link
     )
-    total = step.time_floor_s + comm
+    total = step.total_s + comm
     kv = kv_bytes_per_sequence(spec, context_len, fmt, tp)
     ceiling = ceiling_tokens_per_s(gpu.memory_bandwidth_bytes_per_s, kv) if kv else None
     return DecodeFloor(total, batch_size / total, ceiling)

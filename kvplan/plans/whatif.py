@@ -20,9 +20,9 @@ from kvplan.formulas.roofline import ceiling_tokens_per_s, compute_dtype
 from kvplan.formulas.step_time import (
     Op,
     Rates,
-    Step,
-    bound,
+    StepTime,
     decode_step,
+    floor_step,
     floor_sums,
     prefill_step,
     time_floor_s,
@@ -146,19 +146,17 @@ class Pricer(NamedTuple):
     block_size: int
 
 
-def _with_ops(step: Step, ops: list[Op], rates: Rates) -> Step:
-    """The step with more operators in its list (their floor sums added to its own)."""
+def _with_ops(step: StepTime, ops: list[Op], rates: Rates) -> StepTime:
+    """The floor step with more operators in its list (their floor sums added to its own)."""
     extra_flops, extra_bytes = floor_sums([(ops, 1)])
-    flops, num_bytes = step.flops + extra_flops, step.bytes + extra_bytes
-    return step._replace(
-        flops=flops,
-        bytes=num_bytes,
-        time_floor_s=time_floor_s(num_bytes, flops, rates),
-        bound=bound(num_bytes, flops, rates),
+    flops, num_bytes = step.counts()
+    assert step.batch_size is not None and step.context_len is not None, "a floor step"
+    return floor_step(
+        step.batch_size, step.context_len, flops + extra_flops, num_bytes + extra_bytes, rates
     )
 
 
-def decode_time(p: Pricer, sc: Scenario, batch_size: int) -> tuple[float, Step]:
+def decode_time(p: Pricer, sc: Scenario, batch_size: int) -> tuple[float, StepTime]:
     """(time per output token of one sequence, the decode step; with a draft, the verification);
     a low-rank cache adds its key rebuild to the step's operators."""
 
@@ -170,14 +168,14 @@ def decode_time(p: Pricer, sc: Scenario, batch_size: int) -> tuple[float, Step]:
     if sc.draft is None:
         step = decode_step(sc.read, p.rates, batch_size, sc.read_tokens, p.wdtype, sc.fmt, p.tp)
         step = _with_ops(step, rebuild(batch_size), p.rates)
-        return step.time_floor_s, step
+        return step.total_s, step
     k = sc.draft_tokens
     draft = decode_step(sc.draft, p.rates, batch_size, sc.read_tokens, p.draft_wdtype, sc.fmt, p.tp)
     verify = verify_step(
         sc.read, p.rates, batch_size, sc.read_tokens, p.wdtype, sc.fmt, k + 1, p.tp
     )
     verify = _with_ops(verify, rebuild(batch_size * (k + 1)), p.rates)
-    tpot = speculative_time_per_token_s(draft.time_floor_s, verify.time_floor_s, k, sc.acceptance)
+    tpot = speculative_time_per_token_s(draft.total_s, verify.total_s, k, sc.acceptance)
     return tpot, verify
 
 
@@ -191,10 +189,11 @@ def prefill_time_s(p: Pricer, sc: Scenario) -> float:
         whole = prefill_step(model, p.rates, p.context_len, wdtype, sc.fmt, p.tp)
         if sc.prefix_tokens:
             cached = prefill_step(model, p.rates, sc.prefix_tokens, wdtype, sc.fmt, p.tp)
-            hit_flops = cached.flops - 2 * model.head_params / p.tp
-            total += time_floor_s(whole.bytes, whole.flops - hit_flops, p.rates)
+            flops, num_bytes = whole.counts()
+            hit_flops = cached.counts()[0] - 2 * model.head_params / p.tp
+            total += time_floor_s(num_bytes, flops - hit_flops, p.rates)
         else:
-            total += whole.time_floor_s
+            total += whole.total_s
     return total
 
 

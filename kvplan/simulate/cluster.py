@@ -32,11 +32,11 @@ from collections.abc import Callable
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
     BatchShape,
-    BatchStepTime,
     lockstep_gathered_tokens,
     lockstep_step,
     shape_tokens,
 )
+from kvplan.formulas.step_time import StepTime
 from kvplan.record import NamedTuple
 from kvplan.simulate import engine as engine_rules
 from kvplan.simulate.engine import Engine, Req, _Unservable
@@ -171,7 +171,7 @@ class Lockstep:
             if done is not None:
                 return done
         finished: list[Req] = []
-        planned: list[tuple[BatchShape, Callable[[BatchStepTime], list[Req]]]] = []
+        planned: list[tuple[BatchShape, Callable[[StepTime], list[Req]]]] = []
         for r in active:
             plan = r.plan_step()
             if isinstance(plan, list):

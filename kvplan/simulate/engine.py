@@ -53,7 +53,7 @@ from collections import deque
 from enum import IntEnum
 
 from kvplan.engines.vllm_schedule import max_concurrent_batches
-from kvplan.formulas.batch_step import TERMS, BatchShape, StepModel, shape_tokens
+from kvplan.formulas.batch_step import ENGINE_TERMS, BatchShape, StepModel, shape_tokens
 from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
 from kvplan.record import NamedTuple
 from kvplan.simulate.workload import RequestSpec, output_token_ids, prompt_token_ids
@@ -426,7 +426,7 @@ class Engine:
         self.preemptions = 0
         self.hit_tokens = 0
         self.queried_tokens = 0
-        self.term_s = dict.fromkeys((*TERMS, "host_s"), 0.0)
+        self.term_s = dict.fromkeys(ENGINE_TERMS, 0.0)
         self.busy_s = 0.0
         self.peak_used = 0
         self.last_step_s = 0.0
@@ -575,7 +575,7 @@ class Engine:
 
     def plan_step(self):
         """Schedule the next step: (its BatchShape, a function that settles it given its
-        BatchStepTime and returns the requests finished), or the finished requests of a step
+        StepTime and returns the requests finished), or the finished requests of a step
         that ran nothing (a list). A DP-attention group (cluster.Lockstep) schedules every rank
         before it prices the step they run together."""
         j, d = self.step_index, self.decode_index
@@ -716,8 +716,9 @@ class Engine:
         if self.observer is not None:
             self.observer(self, 1, self.num_decodes if decoded else 0, chunks)
         duration = timing.total_s
-        for key in self.term_s:
-            self.term_s[key] += getattr(timing, key)
+        term_s = self.term_s
+        for key, seconds in timing.terms_s.items():
+            term_s[key] += seconds
         self.busy_s += duration
         end = self.clock_s + duration
         self.clock_s = end
@@ -1265,7 +1266,7 @@ class Engine:
 
     def commit_span(self, times, terms) -> list[Req]:
         """Run the next len(`times`) decode-only steps (span_steps allows them), each taking
-        its time in `times` (a numpy array), `terms(steps)` their BatchStepTime sums."""
+        its time in `times` (a numpy array), `terms(steps)` their StepTime of sums."""
         import numpy as np
 
         j = self.decode_index
@@ -1303,8 +1304,9 @@ class Engine:
         client = cumulative + np.maximum.accumulate(
             np.maximum(ends - (cumulative - per_token), self.client_s)
         )
-        for key in self.term_s:
-            self.term_s[key] += getattr(totals, key)
+        term_s = self.term_s
+        for key, seconds in totals.terms_s.items():
+            term_s[key] += seconds
         self.busy_s += totals.total_s
         log = self.log
         log.end_s.extend(ends.tolist())

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from kvplan.formulas.batch_step import TERMS
+from kvplan.formulas.batch_step import ENGINE_TERMS
 from kvplan.record import NamedTuple
 from kvplan.units import MS
 
@@ -244,7 +244,7 @@ def _peak_overlap(starts, ends) -> int:
 def engine_stats(run, duration: float, frontend_per_token_s: float) -> EngineStats:
     import numpy as np
 
-    replicas, terms = [], dict.fromkeys((*TERMS, "host_s"), 0.0)
+    replicas, terms = [], dict.fromkeys(ENGINE_TERMS, 0.0)
     weighted_running = weighted_waiting = busy = 0.0
     frontend_busy = 0.0
     per_replica_requests = [0] * len(run.engines)

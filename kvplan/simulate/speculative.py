@@ -36,8 +36,14 @@ import math
 
 from kvplan.anatomy.model import ModelSpec
 from kvplan.errors import KvplanError
-from kvplan.formulas.batch_step import TERMS, BatchShape, BatchStepTime, StepModel
-from kvplan.formulas.step_time import time_floor_s
+from kvplan.formulas.batch_step import (
+    ENGINE_TERMS,
+    GPU_TERMS,
+    BatchShape,
+    StepModel,
+    engine_step_time,
+)
+from kvplan.formulas.step_time import StepTime, time_floor_s
 from kvplan.formulas.techniques import (
     expected_tokens_per_round,
     speculative_round_s,
@@ -414,9 +420,7 @@ class SpeculativeStepModel:
             self.head_bytes, self.head_flop_per_token * num_tokens, self.target.dense_rates
         )
 
-    def draft_step(
-        self, num_decodes: int, context_sum: float, first: bool = False
-    ) -> BatchStepTime:
+    def draft_step(self, num_decodes: int, context_sum: float, first: bool = False) -> StepTime:
         """One draft forward (GPU terms; n-gram: host work): over the decodes' topk branches,
         or (`first`) the round's first, over the k + 1 positions the verification just settled
         (vLLM's EAGLE/draft proposers and SGLang's draft extend run the accepted tokens
@@ -424,16 +428,16 @@ class SpeculativeStepModel:
         method = self.speculation.request.method
         if method == "ngram":
             host = self.target.host.per_request_s * num_decodes / self.k
-            return BatchStepTime(0, 0, 0, 0, 0, 0, 0, host, host)
+            return engine_step_time(0, 0, 0, 0, 0, 0, 0, host, host)
         shape, queries = self._draft_shape(num_decodes, context_sum, first)
         if self.draft is not None:
-            return _gpu_only(self.draft.step(shape, None, queries)._replace(sampler_s=0.0))
+            return _gpu_only(_with(self.draft.step(shape, None, queries), sampler_s=0.0))
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = self.target._forward(
             shape, self.share, None, queries
         )
         weights_s += self._head_s(shape.num_sampled)
         gpu = weights_s + matmul_s + kv_read_s + attention_s + comm_s + launch_s
-        return BatchStepTime(
+        return engine_step_time(
             weights_s, matmul_s, kv_read_s, attention_s, 0, comm_s, launch_s, 0, gpu
         )
 
@@ -447,7 +451,7 @@ class SpeculativeStepModel:
     # ---- the step ---------------------------------------------------------------------------
     def step(
         self, shape: BatchShape, gathered_tokens: int | None = None, queries: int = 1
-    ) -> BatchStepTime:
+    ) -> StepTime:
         if not shape.num_decodes:
             return self.target.step(shape, gathered_tokens)
         b = shape.num_decodes
@@ -482,7 +486,7 @@ class SpeculativeStepModel:
                 for x in sums
             ]
 
-            def kept_steps(n: int) -> BatchStepTime:
+            def kept_steps(n: int) -> StepTime:
                 return _linear(*((t, 1.0) for t in steps[:n]))
 
             return np.array([t.total_s for t in steps]), kept_steps
@@ -493,7 +497,7 @@ class SpeculativeStepModel:
         first_times, first_kept = self._draft_span(num_decodes, sums, True)
         token_times = speculative_round_s(draft_times, times, k, first_times) / e
 
-        def kept(n: int) -> BatchStepTime:
+        def kept(n: int) -> StepTime:
             return _linear(
                 (verify_kept(n), 1.0 / e), (draft_kept(n), (k - 1) / e), (first_kept(n), 1.0 / e)
             )
@@ -517,35 +521,47 @@ class SpeculativeStepModel:
         # samples every query position, a draft forward one per sequence: its own GEMMs here
         weights_s, matmul_s = model.gemm_s(queries * shape.num_decodes, shape.num_sampled)
         fixed = _gpu_only(
-            base._replace(weights_s=weights_s, matmul_s=matmul_s, kv_read_s=0.0)._replace(
-                attention_s=0.0, sampler_s=0.0
+            _with(
+                base,
+                weights_s=weights_s,
+                matmul_s=matmul_s,
+                kv_read_s=0.0,
+                attention_s=0.0,
+                sampler_s=0.0,
             )
         )
         fixed = _linear((fixed, share))
-        fixed = fixed._replace(weights_s=fixed.weights_s + head, total_s=fixed.total_s + head)
+        fixed = _with(fixed, fixed.total_s + head, weights_s=fixed.terms_s["weights_s"] + head)
 
-        def kept(n: int) -> BatchStepTime:
+        def kept(n: int) -> StepTime:
             seconds = float(share * attention[:n].sum())
             out = _linear((fixed, float(n)))
-            return out._replace(kv_read_s=out.kv_read_s + seconds, total_s=out.total_s + seconds)
+            return _with(out, out.total_s + seconds, kv_read_s=out.terms_s["kv_read_s"] + seconds)
 
         return fixed.total_s + share * attention, kept
 
 
-def _gpu_only(terms: BatchStepTime) -> BatchStepTime:
+def _with(step: StepTime, total_s: float | None = None, **terms_s: float) -> StepTime:
+    """The step with the terms named replaced (and its total, given one)."""
+    total = step.total_s if total_s is None else total_s
+    return step._replace(total_s=total, terms_s={**step.terms_s, **terms_s})
+
+
+def _gpu_only(step: StepTime) -> StepTime:
     """A step's GPU terms alone (a draft forward runs inside the engine step: no host pass)."""
-    gpu = sum(getattr(terms, f) for f in TERMS)
-    return terms._replace(host_s=0.0, total_s=gpu)
+    gpu = sum(step.terms_s[f] for f in GPU_TERMS)
+    return _with(step, gpu, host_s=0.0)
 
 
-def _linear(*pairs) -> BatchStepTime:
-    """Σ weight x terms, field by field."""
-    return BatchStepTime(*(sum(w * getattr(t, f) for t, w in pairs) for f in BatchStepTime._fields))
+def _linear(*pairs) -> StepTime:
+    """Σ weight x terms, term by term, and the total likewise."""
+    return StepTime(
+        sum(w * t.total_s for t, w in pairs),
+        {f: sum(w * t.terms_s[f] for t, w in pairs) for f in ENGINE_TERMS},
+    )
 
 
-def _round(
-    verify: BatchStepTime, draft: BatchStepTime, first: BatchStepTime, k: int, e: float
-) -> BatchStepTime:
+def _round(verify: StepTime, draft: StepTime, first: StepTime, k: int, e: float) -> StepTime:
     """One decode step's share of a round: (the first draft forward + k - 1 more + the
     verification) / E, term by term; the total is techniques.speculative_round_s / E."""
     out = _linear((verify, 1.0 / e), (draft, (k - 1) / e), (first, 1.0 / e))

@@ -21,7 +21,8 @@ from collections import deque
 from pathlib import Path
 
 from kvplan.errors import KvplanError
-from kvplan.formulas.batch_step import BatchStepTime
+from kvplan.formulas.batch_step import engine_step_time
+from kvplan.formulas.step_time import StepTime
 from kvplan.record import NamedTuple
 from kvplan.simulate.engine import DECODE, Engine, EngineConfig, Req, usable_blocks
 from kvplan.simulate.setup import FULL_ISL_FROM, UNCACHED_FIRST_FROM, WINDOW_CAP_FROM
@@ -157,10 +158,10 @@ class FixedStep:
     def __init__(self, step_s: float):
         self.step_s = step_s
 
-    def _time(self, steps: int) -> BatchStepTime:
-        return BatchStepTime(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, self.step_s * steps)
+    def _time(self, steps: int) -> StepTime:
+        return engine_step_time(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, self.step_s * steps)
 
-    def step(self, shape) -> BatchStepTime:
+    def step(self, shape) -> StepTime:
         return self._time(1)
 
     def decode_span_s(self, num_decodes: int, context_sums):
