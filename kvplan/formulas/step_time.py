@@ -35,6 +35,7 @@ from kvplan.formulas.flops import (
     causal_keys_attended,
     decode_indexer_flops,
     decode_keys_attended,
+    prefill_compressed_keys,
     prefill_indexer_flops,
 )
 from kvplan.formulas.kv import _group_layers, compressed_read_excess_bytes
@@ -591,8 +592,9 @@ def _attention_ops(
             # DeepSeek-V4: the compressed entries it reads, not holds
             kv += num_decodes * compressed_read_excess_bytes(attn, fmt, decode_context)
             flops = num_decodes * _decode_flop_per_key(attn) * keys
-            # DeepSeek-V4's indexer: its heads score every compressed key (replicated on each
-            # rank in vLLM; the floor's even split divides it as every FLOP)
+            # a sparse indexer: its heads score every key (DeepSeek-V4's compressed ones, DSA's
+            # every cached one; replicated on each rank in vLLM; the floor's even split divides
+            # it as every FLOP)
             indexer = num_decodes * decode_indexer_flops(attn, decode_context)
             if gather_kv:
                 attention.append(_op("kv_gather", OpKind.ELEMENTWISE, 0, 0, 0, kv, 0, 2))
@@ -610,13 +612,16 @@ def _attention_ops(
         window = attn.window if attn.kind.windowed else None
         chunked = attn.kind is CacheKind.CHUNKED
         per_key = 2 * attn.num_q_heads * (attn.qk_head_dim + attn.v_head_dim)
+        longest = max((new + cached for new, cached in prefill_chunks), default=0)
         for new, cached in prefill_chunks:
             end = cached + new
             # the chunk's queries over the cached keys and themselves (causal)
             keys = causal_keys_attended(end, window, chunked) - causal_keys_attended(
                 cached, window, chunked
             )
-            indexer = prefill_indexer_flops(attn, new, cached)
+            # DeepSeek-V4: and the compressed entries each token attends
+            keys += prefill_compressed_keys(attn.compress_ratio, attn.compressed_topk, new, cached)
+            indexer = prefill_indexer_flops(attn, new, cached, longest, num_decodes)
             written = _written_bytes(attention_groups, new)
             before = _cache_bytes(attention_groups, cached)
             # K and V written to the cache (and read from the projection: as many bytes again
