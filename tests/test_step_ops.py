@@ -448,7 +448,13 @@ def test_deepseek_v4_prefill_attends_the_compressed_entries(name):
         attention = prefill_flops(bare, n) - prefill_flops(plain, n)
         assert attention == per_key * compressed, n
         # and the plain layers' windows, as before
-        assert prefill_flops(plain, n) - prefill_flops(
-            plain._replace(layers=tuple(layer._replace(attention=None) for layer in plain.layers)),
-            n,
-        ) == per_key * window_keys
+        assert (
+            prefill_flops(plain, n)
+            - prefill_flops(
+                plain._replace(
+                    layers=tuple(layer._replace(attention=None) for layer in plain.layers)
+                ),
+                n,
+            )
+            == per_key * window_keys
+        )
