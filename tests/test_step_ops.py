@@ -458,3 +458,31 @@ def test_deepseek_v4_prefill_attends_the_compressed_entries(name):
             )
             == per_key * window_keys
         )
+
+
+def test_minimax_m3_indexer_scores_every_cached_key_of_its_sparse_layers():
+    """MiniMax-M3's sparse layers (sparse_attention_freq) score every cached token's index key
+    with sparse_num_index_heads x sparse_index_dim per query token, at any length (no dense
+    short-prefill skip); its index heads are its KV heads, split over the ranks as they are."""
+    spec = load_model("minimax-m3")
+    config = _config(spec)
+    sparse = config.get("text_config", config)["sparse_attention_config"]
+    layers = sum(sparse["sparse_attention_freq"])
+    per_key = 2 * sparse["sparse_num_index_heads"] * sparse["sparse_index_dim"]
+    bare = _without_indexer(spec)
+    fmt = resolve_kv_format("auto", spec.dtype)
+    for batch, s, tp in ((1, 1, 1), (4, 4096, 4)):
+        extra = (
+            decode_step(spec, RATES, batch, s, spec.dtype, fmt, tp).flops
+            - decode_step(bare, RATES, batch, s, spec.dtype, fmt, tp).flops
+        )
+        assert extra == pytest.approx(batch * layers * per_key * s / tp, rel=REL), s
+    for n in (100, 3000):
+        assert (
+            prefill_flops(spec, n) - prefill_flops(bare, n) == layers * per_key * n * (n + 1) // 2
+        )
+    # one rank of 8 holds one of the 4 index heads (as its KV head): a quarter of the scores
+    kw = dict(num_decodes=2, decode_context=1000, tp=8)
+    ranked = sum(op.flops for op in batch_ops(spec, spec.dtype, fmt, **kw))
+    ranked -= sum(op.flops for op in batch_ops(bare, spec.dtype, fmt, **kw))
+    assert ranked == layers * 2 * 1000 * per_key // 4

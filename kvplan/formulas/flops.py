@@ -60,11 +60,16 @@ def indexer_flop_per_key(attn: Attention) -> int:
     DSA (and GLM-5's) every cached token's key (DeepSeek-V3.2-Exp's reference
     inference/model.py Indexer.forward, index_score = fp8_index(q_fp8, weights, k_cache[:bsz,
     :end_pos], ...), q [b, m, index_n_heads, index_head_dim] . k [b, n, index_head_dim]; vLLM's
-    layers/sparse_attn_indexer.py, the same two DeepGEMM kernels over each query's keys). The heads' weighting and the top-k add a few FLOPs per key, not
-    counted. 0 for a layer without its own indexer (MiniMax-M3's GQA indexer is not counted)."""
+    layers/sparse_attn_indexer.py, the same two DeepGEMM kernels over each query's keys);
+    MiniMax-M3's sparse layers every cached token's key too (sparse_num_index_heads, its KV
+    heads, score each token's index key, and the top-k picks blocks by their largest score,
+    sparse_score_type "max": AMD ATOM's models/minimax_m3.py, minimax_m3_index_topk and
+    minimax_m3_index_topk_decode over index_cache at every prefill and decode). The heads'
+    weighting and the top-k add a few FLOPs per key, not counted. 0 for a layer without its own
+    indexer."""
     if attn.compressed_topk:
         return 2 * attn.indexer_num_heads * attn.compressed_indexer_dim
-    if attn.indexer_topk:
+    if attn.indexer_head_dim:
         return 2 * attn.indexer_num_heads * attn.indexer_head_dim
     return 0
 
@@ -74,8 +79,9 @@ def decode_indexer_flops(attn: Attention, context_len: int) -> int:
     compressed entry, unless the entries are no more than its top-k and it is skipped (vLLM 0.32
     models/deepseek_v4/attention.py:1084-1105, max_seq_len // compress_ratio <= topk_tokens):
     compressed_read_bytes of indexer_flop_per_key per indexed key, as the step reads their keys.
-    DSA's scores every cached token, the decode's own included, at any context (vLLM's
-    sparse_attn_indexer runs fp8_fp4_paged_mqa_logits over seq_lens for every decode)."""
+    DSA's (and MiniMax-M3's) scores every cached token, the decode's own included, at any
+    context (vLLM's sparse_attn_indexer runs fp8_fp4_paged_mqa_logits over seq_lens for every
+    decode)."""
     per_key = indexer_flop_per_key(attn)
     if not per_key:
         return 0
@@ -96,17 +102,18 @@ def prefill_indexer_flops(
     indexer_flop_per_key for each key it scores. DeepSeek-V4's: the keys prefill_indexed_keys
     counts. DSA's: the token at position p (1-based) scores p keys, causally (vLLM's
     sparse_attn_indexer, fp8_fp4_mqa_logits over [cu_seqlen_ks, cu_seqlen_ke)), unless the
-    step is prefills alone (`batch_decodes` 0) that all end within the top-k (the longest at
+    step is prefills alone (`batch_decodes` 0) that all end within DSA's top-k (the longest at
     `batch_end`, this chunk's end if longer): then vLLM prefills with dense MHA and skips the
     indexer's scoring (layers/attention/sparse_mla_attention.py, use_dense_mha =
     prefill_max_seq_len <= topk_tokens; models/deepseek_v32/attention.py's
-    enable_short_prefill_scoring_skip, its num_decode_tokens == 0 guard)."""
+    enable_short_prefill_scoring_skip, its num_decode_tokens == 0 guard; MiniMax-M3 scores
+    every chunk)."""
     per_key = indexer_flop_per_key(attn)
     if not per_key:
         return 0
     end = cached_tokens + new_tokens
     if not attn.compress_ratio:
-        if not batch_decodes and max(end, batch_end) <= attn.indexer_topk:
+        if attn.indexer_topk and not batch_decodes and max(end, batch_end) <= attn.indexer_topk:
             return 0
         return per_key * (
             causal_keys_attended(end, None) - causal_keys_attended(cached_tokens, None)

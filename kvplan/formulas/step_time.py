@@ -586,6 +586,16 @@ def _attention_ops(
         def share(flops: int) -> float:
             return flops / tp if even else flops * q_heads // attn.num_q_heads
 
+        def indexer_share(flops: int) -> float:
+            # DSA's and DeepSeek-V4's indexer is replicated on each rank in vLLM; MiniMax-M3's
+            # index heads are its KV heads and split as they do (the floor's even split divides
+            # every FLOP)
+            if even:
+                return flops / tp
+            if attn.gqa_indexer:
+                return flops * attn.kv_heads_per_rank(tp) // attn.num_kv_heads
+            return flops
+
         if num_decodes:
             kv = num_decodes * _cache_bytes(attention_groups, decode_context)
             keys = decode_keys_attended(attn, decode_context)
@@ -593,8 +603,7 @@ def _attention_ops(
             kv += num_decodes * compressed_read_excess_bytes(attn, fmt, decode_context)
             flops = num_decodes * _decode_flop_per_key(attn) * keys
             # a sparse indexer: its heads score every key (DeepSeek-V4's compressed ones, DSA's
-            # every cached one; replicated on each rank in vLLM; the floor's even split divides
-            # it as every FLOP)
+            # and MiniMax-M3's every cached one)
             indexer = num_decodes * decode_indexer_flops(attn, decode_context)
             if gather_kv:
                 attention.append(_op("kv_gather", OpKind.ELEMENTWISE, 0, 0, 0, kv, 0, 2))
@@ -603,7 +612,7 @@ def _attention_ops(
                     "attention",
                     OpKind.DECODE_ATTENTION,
                     num_decodes * keys,
-                    share(flops) + (indexer / tp if even else indexer),
+                    share(flops) + indexer_share(indexer),
                     0,
                     0 if gather_kv else kv,
                     num_decodes * q_out_per_token,
@@ -632,7 +641,7 @@ def _attention_ops(
                     "attention",
                     OpKind.PREFILL_ATTENTION,
                     new,
-                    share(per_key * keys) + (indexer / tp if even else indexer),
+                    share(per_key * keys) + indexer_share(indexer),
                     0,
                     before,
                     _cache_bytes(attention_groups, end) - before + new * q_out_per_token,
