@@ -338,27 +338,41 @@ def test_deepseek_v4_asymptotic_intensity_is_over_the_kv_a_decode_reads():
 @pytest.mark.parametrize("name", ["qwen3-next-80b-a3b", "nemotron-h-56b", "lfm2-1.2b", "kimi-k3"])
 def test_the_step_reads_the_recurrent_state_in_the_engines_own_dtypes(name):
     """A decode reads its recurrent state in the dtypes the engine keeps it: the spec's (the
-    config's, vLLM's choice) by default; SGLang's bf16 conv and fp32 SSM, the bytes its pool
-    is sized by (engines.sglang), under --engine sglang; never the KV cache's format."""
+    config's) by default; SGLang's bf16 conv and fp32 SSM, the bytes its pool is sized by
+    (engines.sglang), under --engine sglang; vLLM's, the bytes its state pages are sized by
+    (engines.vllm.layer_specs), under --engine vllm at each release; never the KV cache's
+    format."""
+    from kvplan.anatomy.model import CacheKind
+    from kvplan.engines import EngineRequest
     from kvplan.engines.sglang import _mamba_bytes_per_request
+    from kvplan.engines.vllm import layer_specs
     from kvplan.formulas.batch_step import StepModel
-    from kvplan.simulate.setup import engine_state_dtypes
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.simulate.setup import ServeOptions, engine_state_dtypes
 
     spec = load_model(name)
+    h100 = load_profile("h100")
+    sglang = engine_state_dtypes(spec, h100, ServeOptions(engine="sglang"))
     for kv in ("auto", "fp8"):
         fmt = resolve_kv_format(kv, spec.dtype)
         for tp in (1, 2):
             ops = step_ops(spec, spec.dtype, fmt, num_decodes=3, decode_context=50, tp=tp)
             state = sum(n * op.kv_bytes for group, n in ops for op in group if op.name == "state")
             assert state == 3 * sum(s.bytes_per_sequence(tp) for s in spec.state_layers())
-            sglang = engine_state_dtypes("sglang")
             ops = step_ops(spec, spec.dtype, fmt, num_decodes=3, decode_context=50, tp=tp,
                            state_dtypes=sglang)  # fmt: skip
             state = sum(n * op.kv_bytes for group, n in ops for op in group if op.name == "state")
             assert state == 3 * sum(_mamba_bytes_per_request(spec, tp))
             model = StepModel(spec, RATES, spec.dtype, fmt, tp=tp, state_dtypes=sglang)
             assert model.state_bytes_per_sequence == sum(_mamba_bytes_per_request(spec, tp))
-    assert engine_state_dtypes("vllm") is None
+            for version in ("0.19", "0.21", "0.32"):
+                vllm = engine_state_dtypes(spec, h100, ServeOptions(vllm_version=version))
+                model = StepModel(spec, RATES, spec.dtype, fmt, tp=tp, state_dtypes=vllm)
+                pages, _ = layer_specs(spec, EngineRequest(vllm_version=version), tp)
+                assert model.state_bytes_per_sequence == sum(
+                    p.state_bytes for p in pages if p.kind is CacheKind.STATE
+                )
+    assert engine_state_dtypes(load_model("llama-3.1-8b"), h100, ServeOptions()) is None
 
 
 def _config(spec):

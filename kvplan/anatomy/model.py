@@ -193,6 +193,9 @@ class State(NamedTuple):
     key_dim: int = 0
     conv_dtype: str = "bf16"
     ssm_dtype: str = "bf16"
+    # the config field that named ssm_dtype (mamba_ssm_cache_dtype, mamba_ssm_dtype), "" when
+    # none did and ssm_dtype is the model dtype: engines honour a field by architecture
+    ssm_dtype_field: str = ""
 
     def elements(self, tp: int = 1) -> tuple[int, int]:
         """(conv elements, ssm elements) one rank stores for one sequence."""
@@ -221,9 +224,9 @@ class State(NamedTuple):
 
     def held_in(self, dtypes: tuple[str, str] | None) -> "State":
         """This state as an engine keeps it: `dtypes` (conv, SSM) the engine's own (SGLang's
-        bf16 and fp32, llama.cpp's f32 r_l and s_l), None as the spec holds it (the config's
-        mamba_ssm_cache_dtype / mamba_ssm_dtype, else the model dtype: vLLM's choice; a GGUF's
-        f32)."""
+        bf16 and fp32, llama.cpp's f32 r_l and s_l, vLLM's by architecture and release:
+        engines.vllm.state_dtypes), None as the spec holds it (the config's
+        mamba_ssm_cache_dtype / mamba_ssm_dtype, else the model dtype; a GGUF's f32)."""
         if dtypes is None or dtypes == (self.conv_dtype, self.ssm_dtype):
             return self
         return self._replace(conv_dtype=dtypes[0], ssm_dtype=dtypes[1])

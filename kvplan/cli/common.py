@@ -89,6 +89,8 @@ SERVE_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "max_num_batched_tokens": (("--max-num-batched-tokens",), ("--chunked-prefill-size",)),
     "max_model_len": (("--max-model-len",), ("--context-length",)),
     "kv_cache_dtype": (("--kv-cache-dtype",), ()),
+    "mamba_cache_dtype": (("--mamba-cache-dtype",), ()),
+    "mamba_ssm_cache_dtype": (("--mamba-ssm-cache-dtype",), ()),
     "gpu_memory_utilization": (("--gpu-memory-utilization", "--gpu-mem-util"), ()),
     "mem_fraction_static": ((), ("--mem-fraction-static",)),
     "quantization": (("--quantization", "-q"), ()),
@@ -123,6 +125,21 @@ BACKEND_FLAGS = {
     "triton_kernel, flashinfer_trtllm, flashinfer_cutlass, flashinfer_mxfp4, ...): the names "
     "and launches the engine refuses; MoE times stay on kvplan's default kernel tables.",
 }
+
+
+# vLLM's recurrent-state dtype flags (engines.vllm.state_dtypes) and each one's help
+MAMBA_DTYPE_FLAGS = {
+    "mamba_cache_dtype": "vLLM: the recurrent state's dtype, conv and SSM (auto: the model "
+    "dtype; float32, float16; bfloat16 from 0.32).",
+    "mamba_ssm_cache_dtype": "vLLM: the SSM state's dtype alone (auto: the architecture's, "
+    "Nemotron-H float32 from 0.21, else --mamba-cache-dtype's; float32, float16; bfloat16 "
+    "from 0.32).",
+}
+
+
+def mamba_dtype_option(name: str) -> Any:
+    """One of vLLM's recurrent-state dtype flags (MAMBA_DTYPE_FLAGS), as vLLM spells it."""
+    return serve_option(name, None, MAMBA_DTYPE_FLAGS[name], engines=("vllm",))
 
 
 def backend_option(name: str) -> Any:

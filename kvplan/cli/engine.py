@@ -31,6 +31,8 @@ KV_HINTS = {
     OLLAMA: " (its cache: --ollama-env OLLAMA_KV_CACHE_TYPE)",
 }
 WEIGHTS_HINTS = {LLAMACPP: " (its weights: --weights-type)"}
+# a vLLM-only serve flag's name in errors: its vLLM spelling
+SERVE_SPELLING = {name: c.SERVE_FLAGS[name][0][0] for name in c.MAMBA_DTYPE_FLAGS}
 
 
 class Flag(NamedTuple):
@@ -145,6 +147,10 @@ def _flags() -> tuple[Flag, ...]:
             "--dtype",
             SERVERS,
             WEIGHTS_HINTS,
+        ),
+        *(
+            Flag(name, str, c.mamba_dtype_option(name), SERVE_SPELLING[name], (VLLM,))
+            for name in c.MAMBA_DTYPE_FLAGS
         ),
         Flag(
             "quantization",
@@ -682,6 +688,10 @@ def _server(o) -> None:
         max_num_batched_tokens=o.max_num_batched_tokens,
         max_num_seqs=o.max_num_seqs,
         dtype=o.dtype if o.dtype is not None else "auto",
+        mamba_cache_dtype="auto" if o.mamba_cache_dtype is None else o.mamba_cache_dtype,
+        mamba_ssm_cache_dtype="auto"
+        if o.mamba_ssm_cache_dtype is None
+        else o.mamba_ssm_cache_dtype,
         quantization=o.quantization,
         weights_dtype=o.weights_dtype,
         enforce_eager=bool(o.enforce_eager),

@@ -439,6 +439,8 @@ def add(app: typer.Typer) -> None:
         ),
         dcp: int = c.dcp_option(),
         enforce_eager: bool = c.enforce_eager_option(),
+        mamba_cache_dtype: str = c.mamba_dtype_option("mamba_cache_dtype"),
+        mamba_ssm_cache_dtype: str = c.mamba_dtype_option("mamba_ssm_cache_dtype"),
         attention_backend: str = c.backend_option("attention_backend"),
         prefill_attention_backend: str = c.backend_option("prefill_attention_backend"),
         decode_attention_backend: str = c.backend_option("decode_attention_backend"),
@@ -545,6 +547,10 @@ def add(app: typer.Typer) -> None:
                 load_balance_method=load_balance_method,
                 decode_context_parallel_size=dcp,
                 enforce_eager=enforce_eager,
+                mamba_cache_dtype="auto" if mamba_cache_dtype is None else mamba_cache_dtype,
+                mamba_ssm_cache_dtype="auto"
+                if mamba_ssm_cache_dtype is None
+                else mamba_ssm_cache_dtype,
                 num_scheduler_steps=num_scheduler_steps,
                 attention_backend=attention_backend,
                 prefill_attention_backend=prefill_attention_backend,

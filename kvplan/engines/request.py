@@ -39,6 +39,9 @@ class EngineRequest(NamedTuple):
     max_num_seqs: int | None = None  # None: the engine's default for the GPU
     enforce_eager: bool = False  # vLLM: no CUDA graphs (no graph-memory estimate)
     vllm_version: str = "0.19"
+    # vLLM's --mamba-cache-dtype / --mamba-ssm-cache-dtype as typed (engines.vllm.state_dtypes)
+    mamba_cache_dtype: str = "auto"
+    mamba_ssm_cache_dtype: str = "auto"
     # whose server defaults SGLang's pool takes: a release kvplan knows (engines.sglang
     # SGLANG_VERSIONS: "0.4", "0.5"), resolved by sglang_release
     sglang_version: str = "0.5"

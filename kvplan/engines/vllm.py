@@ -12,7 +12,7 @@ import re
 from collections import Counter
 
 from kvplan import __version__
-from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, pp_stages
+from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, State, StateKind, pp_stages
 from kvplan.dtypes import KvFormat
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.moe_backend import check_vllm_moe_backend, moe_backend_name
@@ -113,6 +113,69 @@ PER_TOKEN_HEAD_KV = ("int8_per_token_head", "fp8_per_token_head")  # not for MLA
 # literal carries (vllm/config/cache.py). float16, int8 and the per-token-head and fp4 caches
 # come and go between releases, so a command for the v0.19.0 image uses none of them.
 CLI_KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+# --mamba-cache-dtype / --mamba-ssm-cache-dtype spellings -> kvplan's names (None: "auto"). Each
+# release's MambaDType literal (vllm/config/cache.py; 0.19.1 :24, 0.21.0 :35: auto, float32,
+# float16; 0.32.0 :62 adds bfloat16); the CacheConfig defaults are "auto" (0.19.1 :101-105).
+MAMBA_DTYPES = {"auto": None, "float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+MAMBA_BF16_FROM = "0.32"
+# The per-architecture hooks (MODELS_CONFIG_MAP, vllm/model_executor/models/config.py) that set
+# mamba_ssm_cache_dtype from the config when the flag is "auto": model_type prefix -> (the
+# field the hook reads, its default without one by release, None: stays "auto").
+# NemotronHForCausalLMConfig (NemotronH, NemotronHPuzzle; the Nano VL V2's text config from
+# 0.21): getattr(hf_config, "mamba_ssm_cache_dtype", default), the default "float16" on 0.19.1
+# (config.py:483-500) and DEFAULT_MAMBA_SSM_CACHE_DTYPE = "float32" on 0.21.0 (:409-435) and
+# 0.32.0 (:712-739). Qwen3_5ForConditionalGenerationConfig: hf_text_config.mamba_ssm_dtype when
+# set (0.19.1 :663-686, 0.21.0 :606-629, 0.32.0 :853-877). Every other architecture leaves it
+# "auto" whatever its config says.
+SSM_DTYPE_HOOKS: dict[str, tuple[str, dict[str, str | None]]] = {
+    "nemotron_h": ("mamba_ssm_cache_dtype", {"0.19": "fp16", "0.21": "fp32", "0.32": "fp32"}),
+    "qwen3_5": ("mamba_ssm_dtype", {"0.19": None, "0.21": None, "0.32": None}),
+}
+
+
+def _mamba_flag(flag: str, value: str, version: str) -> str | None:
+    """A --mamba-*-dtype value as vLLM's parser takes it (the literal's spellings, exactly)."""
+    key = str(value)
+    if key not in MAMBA_DTYPES or (key == "bfloat16" and version != MAMBA_BF16_FROM):
+        takes = [k for k in MAMBA_DTYPES if k != "bfloat16" or version == MAMBA_BF16_FROM]
+        raise KvplanError(f"{flag} {str(value)[:40]!r}: vLLM {version} takes {', '.join(takes)}")
+    return MAMBA_DTYPES[key]
+
+
+def state_dtypes(state: State, model_type: str, model_dtype: str, request) -> tuple[str, str]:
+    """The (conv, SSM) dtypes vLLM keeps `state` in (MambaStateDtypeCalculator,
+    vllm/model_executor/layers/mamba/mamba_utils.py): the conv state in --mamba-cache-dtype,
+    "auto" the model dtype (--dtype resolved); the SSM state in --mamba-ssm-cache-dtype, "auto"
+    the architecture's hook (SSM_DTYPE_HOOKS) or else the conv dtype (_mamba_state_dtype,
+    0.19.1 :55-67, 0.21.0 :84-96, 0.32.0 :98-110). A lightning (linear attention) state is one
+    tensor in the conv dtype (linear_attention_state_dtype), a short convolution the conv
+    state alone; KDA keeps its recurrent state in float32 (kda_state_dtype)."""
+    version = request.vllm_version
+    conv = _mamba_flag("--mamba-cache-dtype", request.mamba_cache_dtype, version) or model_dtype
+    ssm = _mamba_flag("--mamba-ssm-cache-dtype", request.mamba_ssm_cache_dtype, version)
+    if state.kind in (StateKind.LIGHTNING, StateKind.SHORT_CONV):
+        if state.kind is StateKind.LIGHTNING and conv == "fp32" and version == "0.19":
+            # 0.19.1 mamba_utils.py:27-28
+            raise KvplanError("vLLM 0.19 refuses a float32 linear-attention (MiniMax) state")
+        return conv, conv
+    if state.kind is StateKind.KDA:
+        if ssm is not None:
+            # Kimi-Linear's layer drops the flag (0.32.0 kimi_gdn_linear_attn.py:157-164),
+            # Kimi-K3's takes float32 or bfloat16 (models/kimi_k3/nvidia/kda.py:548-556), and
+            # 0.19/0.21 keep float32 whatever it says (kda_state_dtype)
+            raise KvplanError(
+                "--mamba-ssm-cache-dtype on a KDA model: which vLLM layer honours it is not "
+                "modelled; leave it auto (float32)"
+            )
+        return conv, "fp32"
+    if ssm is None:
+        hook = next((h for k, h in SSM_DTYPE_HOOKS.items() if model_type.startswith(k)), None)
+        if hook is not None:
+            field, default = hook
+            ssm = state.ssm_dtype if state.ssm_dtype_field == field else default[version]
+    return conv, ssm or conv
+
+
 FP8_DS_MLA_BYTES = 656  # 512 fp8 latent + 16 B of fp32 scales + 64 bf16 rope values
 # MiniMax-M3 (vllm/models/minimax_m3, vLLM 0.32): the lightning indexer's key cache
 # (MiniMaxM3IndexerCache.get_kv_cache_spec, common/indexer.py) is an MLAAttentionSpec of one
@@ -309,7 +372,10 @@ def layer_specs(spec: ModelSpec, request: EngineRequest, tp: int) -> tuple[list[
                 )
             )
         if layer.state is not None:
-            specs.append(LayerSpec(CacheKind.STATE, None, 0, layer.state.bytes_per_sequence(tp)))
+            kept = layer.state.held_in(
+                state_dtypes(layer.state, spec.model_type, spec.dtype, request)
+            )
+            specs.append(LayerSpec(CacheKind.STATE, None, 0, kept.bytes_per_sequence(tp)))
     return specs, notes
 
 
@@ -628,6 +694,9 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         )
     if not 0.05 <= request.gpu_mem_util <= 1:
         raise KvplanError("--gpu-memory-utilization must be between 0.05 and 1")
+    # vLLM's argument parser takes these whatever the model (state_dtypes applies them)
+    _mamba_flag("--mamba-cache-dtype", request.mamba_cache_dtype, request.vllm_version)
+    _mamba_flag("--mamba-ssm-cache-dtype", request.mamba_ssm_cache_dtype, request.vllm_version)
     moe_backend = moe_backend_name("vllm", request.moe_backend, request.vllm_version)
     if any(a.compress_ratio for a in spec.attention_layers()):
         return compressed_allocation(spec, gpu, request)

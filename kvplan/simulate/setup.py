@@ -66,6 +66,9 @@ class ServeOptions(NamedTuple):
     max_num_batched_tokens: int | None = None
     max_model_len: int | None = None
     kv_cache_dtype: str = "auto"
+    # vLLM's --mamba-cache-dtype / --mamba-ssm-cache-dtype (engines.vllm.state_dtypes)
+    mamba_cache_dtype: str = "auto"
+    mamba_ssm_cache_dtype: str = "auto"
     gpu_mem_util: float = 0.9
     kv_cache_memory_bytes: int | None = None
     block_size: int | None = None
@@ -283,6 +286,14 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
             "kvplan engine gives their allocation"
         )
     if options.engine == "sglang":
+        for vllm_flag, value in (
+            ("--mamba-cache-dtype", options.mamba_cache_dtype),
+            ("--mamba-ssm-cache-dtype", options.mamba_ssm_cache_dtype),
+        ):
+            if value != "auto":
+                raise KvplanError(
+                    f"{vllm_flag} is vLLM's; SGLang keeps bf16 conv and fp32 SSM states"
+                )
         return build_sglang_replica(spec, gpu, options)
     if options.engine != "vllm":
         raise KvplanError(f"--engine {options.engine[:40]!r}: choose vllm or sglang")
@@ -355,6 +366,8 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         attention_backend=options.attention_backend,
         moe_backend=options.moe_backend,
         vllm_version=allocation_release(options.vllm_version),
+        mamba_cache_dtype=options.mamba_cache_dtype,
+        mamba_ssm_cache_dtype=options.mamba_ssm_cache_dtype,
     )
     alloc = vllm_allocation(spec, gpu, request)
     if not alloc.fits:
@@ -549,15 +562,27 @@ def given_backends(options, moe: bool = False) -> str:
     return " ".join(f"{flag} {value}" for flag, value in flags if value is not None)
 
 
-def engine_state_dtypes(engine: str) -> tuple[str, str] | None:
+def engine_state_dtypes(spec, gpu, options) -> tuple[str, str] | None:
     """The (conv, SSM) dtypes an engine keeps a recurrent state in: SGLang's own
-    (engines.sglang.STATE_DTYPES, the ones its pool is sized by); vLLM's are the spec's (None:
-    the config's mamba_ssm_cache_dtype / mamba_ssm_dtype, else the model dtype)."""
-    if engine == "sglang":
+    (engines.sglang.STATE_DTYPES, the ones its pool is sized by); vLLM's by architecture,
+    release and --mamba-*-dtype flags (engines.vllm.state_dtypes, what its pages are sized by);
+    None for a model without one."""
+    if options.engine == "sglang":
         from kvplan.engines.sglang import STATE_DTYPES
 
         return STATE_DTYPES
-    return None
+    state = next(iter(spec.state_layers()), None)
+    if state is None:
+        return None
+    from kvplan.engines import EngineRequest
+    from kvplan.engines.vllm import allocation_release, model_dtype, state_dtypes
+
+    request = EngineRequest(
+        mamba_cache_dtype=options.mamba_cache_dtype,
+        mamba_ssm_cache_dtype=options.mamba_ssm_cache_dtype,
+        vllm_version=allocation_release(options.vllm_version),
+    )
+    return state_dtypes(state, spec.model_type, model_dtype(spec, "auto", gpu)[0], request)
 
 
 def step_model(
@@ -615,7 +640,7 @@ def step_model(
         op_rates=op_rates_of(gpu, wdtype) if per_op else None,
         op_dtype=wdtype,
         op_gather_kv=bool(per_op and gpu.measured.gather_kv),
-        state_dtypes=engine_state_dtypes(options.engine),
+        state_dtypes=engine_state_dtypes(spec, gpu, options),
     )
     if spec.moe is not None:
         notes.append(note("sim-weak-moe", timed=tables.label if model.moe_curve else None))

@@ -15,11 +15,20 @@ ZAMBA_MAMBA_FIELDS = ("n_mamba_heads", "mamba_headdim", "mamba_ngroups")
 JAMBA_MAMBA_FIELDS = ("mamba_d_state", "mamba_expand", "mamba_d_conv")
 
 
+SSM_DTYPE_FIELDS = ("mamba_ssm_cache_dtype", "mamba_ssm_dtype")
+
+
+def ssm_dtype_field(f: Fields) -> str:
+    """The config field naming the SSM state's dtype (mamba_ssm_cache_dtype, Nemotron-H's;
+    mamba_ssm_dtype, Qwen3.5's), "" if none does. Which field an engine honours, and its
+    default without one, is the engine's (engines.vllm.state_dtypes)."""
+    return next((k for k in SSM_DTYPE_FIELDS if f.string(k)), "")
+
+
 def state_dtype(f: Fields, dtype: str) -> str:
-    """The SSM state's dtype: the config's mamba_ssm_cache_dtype / mamba_ssm_dtype, else the
-    model dtype (vLLM's default)."""
-    named = f.string("mamba_ssm_cache_dtype") or f.string("mamba_ssm_dtype")
-    return model_dtype_name(named) if named else dtype
+    """The SSM state's dtype the config names (ssm_dtype_field), else the model dtype."""
+    field = ssm_dtype_field(f)
+    return model_dtype_name(f.string(field)) if field else dtype
 
 
 def _mamba2(
@@ -42,6 +51,7 @@ def _mamba2(
         num_groups=groups,
         conv_dtype=dtype,
         ssm_dtype=state_dtype(f, dtype),
+        ssm_dtype_field=ssm_dtype_field(f),
     ), used
 
 
@@ -68,6 +78,7 @@ def read_state(f: Fields, model_type: str, hidden: int, dtype: str) -> tuple[Sta
             key_dim=f.int("linear_key_head_dim", why="the Gated DeltaNet state"),
             conv_dtype=dtype,
             ssm_dtype=state_dtype(f, dtype),
+            ssm_dtype_field=ssm_dtype_field(f),
         )
         return state, "Gated DeltaNet from linear_num_key_heads/linear_num_value_heads/head dims"
     if any(f.has(k) for k in NEMOTRON_MAMBA_FIELDS):
@@ -141,6 +152,7 @@ def read_state(f: Fields, model_type: str, hidden: int, dtype: str) -> tuple[Sta
             state_size=f.int("mamba_d_state", default=16),
             conv_dtype=dtype,
             ssm_dtype=state_dtype(f, dtype),
+            ssm_dtype_field=ssm_dtype_field(f),
         )
         return state, "Mamba-1 from mamba_expand/mamba_d_state/mamba_d_conv"
     if model_type == "mamba" or (f.has("state_size") and f.has("conv_kernel")):
@@ -151,6 +163,7 @@ def read_state(f: Fields, model_type: str, hidden: int, dtype: str) -> tuple[Sta
             state_size=f.int("state_size", default=16),
             conv_dtype=dtype,
             ssm_dtype=state_dtype(f, dtype),
+            ssm_dtype_field=ssm_dtype_field(f),
         )
         return state, "Mamba-1 from intermediate_size/state_size/conv_kernel"
     return None
@@ -166,6 +179,7 @@ def lightning_state(f: Fields, heads: int, head_dim: int, dtype: str) -> State:
         key_dim=head_dim,
         conv_dtype=dtype,
         ssm_dtype=state_dtype(f, dtype),
+        ssm_dtype_field=ssm_dtype_field(f),
     )
 
 
