@@ -409,7 +409,8 @@ def test_dsa_batches_past_the_tables_grow_by_the_last_sequences_cost():
 def test_dsa_base_reads_the_latent_and_the_module_the_indexer_keys():
     """With DSA tables the dense-MLA base reads each token's MLA latent only (576 values a layer,
     bf16: 1,152 bytes); the indexer's keys (128 more) are the module's, whose table already times
-    them. Without tables the base reads both (1,408 bytes), as the capacity formula stores them.
+    them, and scores them. Without tables the base reads both (1,408 bytes), as the capacity
+    formula stores them, and prices the indexer's scores per key.
     At 256 sequences of 4,096 tokens held that double read was 6 ms of a 70 ms H200 step."""
     spec = load_model("deepseek-v3.2")
     h200 = load_profile("h200")
@@ -420,7 +421,9 @@ def test_dsa_base_reads_the_latent_and_the_module_the_indexer_keys():
     layers = spec.num_layers
     assert [g.kv_bytes_per_token for g in plain.groups] == [layers * (576 + 128) * 2]
     assert [g.kv_bytes_per_token for g in dsa.groups] == [layers * 576 * 2]
-    assert [g.decode_flop_per_key for g in dsa.groups] == [
+    # the indexer's scores (64 heads x 128 per key, replicated, split as the floor splits every
+    # FLOP over the 8 ranks) are the module's too; without tables the base prices them per key
+    assert [g.decode_flop_per_key + layers * 2 * 64 * 128 / 8 for g in dsa.groups] == [
         g.decode_flop_per_key for g in plain.groups
     ]
 

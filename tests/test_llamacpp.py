@@ -276,6 +276,25 @@ def test_the_output_layer_holds_the_final_norm_from_a_config_as_from_its_gguf(na
     assert model_weights(config, "f16")[0].output == 2 * head + 4 * config.hidden_size
 
 
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "gemma-3-4b", "qwen3-30b-a3b"])
+def test_a_configs_block_norms_are_f32_as_a_gguf_holds_them(name):
+    """Each block's norms (attn_norm and ffn_norm; Gemma-3's post-attention and post-FFN norms
+    too) priced from a config in F32, as convert_hf_to_gguf.py writes every norm, the rest in the
+    weight type: counted by hand from the config. (Qwen3's and Gemma-3's per-head q_norm and
+    k_norm are counted in the attention part, and priced with it.)"""
+    from kvplan.engines.llamacpp import model_weights
+
+    config = load_model(name)
+    raw = bundled(name)
+    h = raw.get("text_config", raw)["hidden_size"]
+    norms = {"llama-3.1-8b": 2 * h, "qwen3-30b-a3b": 2 * h, "gemma-3-4b": 4 * h}[name]
+    for weight_type, bits in (("f16", 16), ("q8_0", 8.5)):
+        w = model_weights(config, weight_type)[0]
+        for il, layer in enumerate(config.layers):
+            params = sum(n for _, n in layer.params)
+            assert w.layers[il] == round(bits / 8 * (params - norms) + 4 * norms), il
+
+
 @pytest.mark.parametrize("name", ["llama-3.1-8b", "qwen3-30b-a3b"])
 def test_offloaded_decode_reads_each_blocks_own_stored_bytes(name, tmp_path):
     """The placed operators are step_ops' list carrying llama.cpp's bytes: a mixed-quant GGUF

@@ -159,6 +159,14 @@ def test_step_models_attention_is_the_operator_lists_sums(name):
             * (causal_keys_attended(end, g.window, g.chunked) - causal_keys_attended(cached, g.window, g.chunked))
             for g in m.groups
         )  # fmt: skip
+        # DeepSeek-V4: the token at position p attends its p // ratio compressed entries too, a
+        # CSA layer's top-k of them
+        attended += sum(
+            g.prefill_flop_per_key
+            * sum(min(p // g.compress_ratio, g.compressed_topk or p) for p in range(cached + 1, end + 1))
+            for g in m.groups
+            if g.compress_ratio
+        )  # fmt: skip
         # DeepSeek-V4's indexer: the token at position p scores p // ratio compressed keys, unless
         # the chunk ends within the top-k entries (vLLM skips the indexer)
         attended += sum(

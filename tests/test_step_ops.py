@@ -373,3 +373,130 @@ def test_the_step_reads_the_recurrent_state_in_the_engines_own_dtypes(name):
                     p.state_bytes for p in pages if p.kind is CacheKind.STATE
                 )
     assert engine_state_dtypes(load_model("llama-3.1-8b"), h100, ServeOptions()) is None
+
+
+def _config(spec):
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "model_configs" / f"{spec.hf_id.split('/')[-1]}.json"
+    return json.loads(path.read_text())
+
+
+def _without_indexer(spec):
+    """The spec with its indexers' heads removed: their FLOPs 0, nothing else changed."""
+    return spec._replace(
+        layers=tuple(
+            layer
+            if layer.attention is None
+            else layer._replace(attention=layer.attention._replace(indexer_num_heads=0))
+            for layer in spec.layers
+        )
+    )
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3.2", "glm-5"])
+def test_dsa_indexer_scores_every_cached_key_on_the_floor(name):
+    """DSA's lightning indexer (index_n_heads x index_head_dim, every layer) scores every cached
+    key per query token: a decode at s its s keys, a prefill token at position p its p; a step of
+    prefills alone that all end within index_topk runs dense (vLLM) and scores none, a step with
+    a decode scores every chunk."""
+    spec = load_model(name)
+    config = _config(spec)
+    per_key = 2 * config["index_n_heads"] * config["index_head_dim"]
+    layers, topk = config["num_hidden_layers"], config["index_topk"]
+    bare = _without_indexer(spec)
+    fmt = resolve_kv_format("auto", spec.dtype)
+    for batch, s, tp in ((1, 1, 1), (8, 2048, 1), (3, 100_000, 8)):
+        extra = (
+            decode_step(spec, RATES, batch, s, spec.dtype, fmt, tp).flops
+            - decode_step(bare, RATES, batch, s, spec.dtype, fmt, tp).flops
+        )
+        assert extra == pytest.approx(batch * layers * per_key * s / tp, rel=REL), s
+    for n in (100, topk, topk + 1, 9000):
+        extra = (
+            prefill_step(spec, RATES, n, spec.dtype, fmt).flops
+            - prefill_step(bare, RATES, n, spec.dtype, fmt).flops
+        )
+        scored = sum(range(1, n + 1)) if n > topk else 0
+        assert extra == layers * per_key * scored, n
+        assert prefill_flops(spec, n) - prefill_flops(bare, n) == layers * per_key * scored
+    # a mixed step: a decode at 50 and a chunk of 100 after 20 cached scores both; without the
+    # decode, the chunk (ending at 120) is skipped
+    for decodes, scored in ((1, 50 + sum(range(21, 121))), (0, 0)):
+        kw = dict(num_decodes=decodes, decode_context=50, prefill_chunks=((100, 20),))
+        with_ = floor_sums(step_ops(spec, spec.dtype, fmt, **kw))[0]
+        without = floor_sums(step_ops(bare, spec.dtype, fmt, **kw))[0]
+        assert with_ - without == layers * per_key * scored, decodes
+
+
+@pytest.mark.parametrize("name", ["deepseek-v4-flash", "deepseek-v4-pro"])
+def test_deepseek_v4_prefill_attends_the_compressed_entries(name):
+    """A DeepSeek-V4 prefill token at position p attends its window's min(p, W) keys and the
+    compressed entries it holds, p // ratio: all of an HCA layer's (ratio 128), a CSA layer's
+    (ratio 4) index_topk of them; each key 2 x heads x (head_dim + head_dim) FLOPs (shared KV).
+    Counted by brute force from the config, the indexer's scores (test above) apart."""
+    spec = load_model(name)
+    config = _config(spec)
+    ratios = config["compress_ratios"][: config["num_hidden_layers"]]
+    window, topk = config["sliding_window"], config["index_topk"]
+    per_key = 2 * config["num_attention_heads"] * 2 * config["head_dim"]
+    plain = spec._replace(
+        layers=tuple(
+            layer._replace(
+                attention=layer.attention._replace(
+                    compress_ratio=0, compressed_topk=0, compressed_indexer_dim=0
+                )
+            )
+            for layer in spec.layers
+        )
+    )
+    bare = _without_indexer(spec)
+    for n in (100, 4 * topk, 5000, 70_000):
+        compressed = sum(
+            sum(min(p // r, topk) if r == 4 else p // r for p in range(1, n + 1))
+            for r in ratios
+            if r
+        )
+        window_keys = len(ratios) * sum(min(p, window) for p in range(1, n + 1))
+        attention = prefill_flops(bare, n) - prefill_flops(plain, n)
+        assert attention == per_key * compressed, n
+        # and the plain layers' windows, as before
+        assert (
+            prefill_flops(plain, n)
+            - prefill_flops(
+                plain._replace(
+                    layers=tuple(layer._replace(attention=None) for layer in plain.layers)
+                ),
+                n,
+            )
+            == per_key * window_keys
+        )
+
+
+def test_minimax_m3_indexer_scores_every_cached_key_of_its_sparse_layers():
+    """MiniMax-M3's sparse layers (sparse_attention_freq) score every cached token's index key
+    with sparse_num_index_heads x sparse_index_dim per query token, at any length (no dense
+    short-prefill skip); its index heads are its KV heads, split over the ranks as they are."""
+    spec = load_model("minimax-m3")
+    config = _config(spec)
+    sparse = config.get("text_config", config)["sparse_attention_config"]
+    layers = sum(sparse["sparse_attention_freq"])
+    per_key = 2 * sparse["sparse_num_index_heads"] * sparse["sparse_index_dim"]
+    bare = _without_indexer(spec)
+    fmt = resolve_kv_format("auto", spec.dtype)
+    for batch, s, tp in ((1, 1, 1), (4, 4096, 4)):
+        extra = (
+            decode_step(spec, RATES, batch, s, spec.dtype, fmt, tp).flops
+            - decode_step(bare, RATES, batch, s, spec.dtype, fmt, tp).flops
+        )
+        assert extra == pytest.approx(batch * layers * per_key * s / tp, rel=REL), s
+    for n in (100, 3000):
+        assert (
+            prefill_flops(spec, n) - prefill_flops(bare, n) == layers * per_key * n * (n + 1) // 2
+        )
+    # one rank of 8 holds one of the 4 index heads (as its KV head): a quarter of the scores
+    kw = dict(num_decodes=2, decode_context=1000, tp=8)
+    ranked = sum(op.flops for op in batch_ops(spec, spec.dtype, fmt, **kw))
+    ranked -= sum(op.flops for op in batch_ops(bare, spec.dtype, fmt, **kw))
+    assert ranked == layers * 2 * 1000 * per_key // 4

@@ -17,7 +17,7 @@ b10309) and the builds where each changed:
 from __future__ import annotations
 
 from kvplan import __version__
-from kvplan.anatomy.model import Attention, CacheKind, ModelSpec
+from kvplan.anatomy.model import Attention, CacheKind, Layer, ModelSpec
 from kvplan.dtypes import (
     GGML_CACHE_QUANTS,
     LLAMA_CACHE_TYPES,
@@ -458,7 +458,8 @@ class Weights(NamedTuple):
 
 def model_weights(spec: ModelSpec, weights_type: str | None) -> tuple[Weights, list[Note]]:
     """Block-by-block weight bytes: the GGUF's own bytes, or every parameter in `weights_type`
-    (a config.json defaults to f16, as convert_hf_to_gguf writes it)."""
+    (a config.json defaults to f16, as convert_hf_to_gguf writes it), the norms (the blocks'
+    and the final one) in F32 as it writes them."""
     notes: list[Note] = []
     if spec.stored is not None and weights_type is None:
         st = spec.stored
@@ -480,7 +481,15 @@ def model_weights(spec: ModelSpec, weights_type: str | None) -> tuple[Weights, l
     if spec.stored is None:
         notes.append(note("llamacpp-weights-estimated", weights_type=name, bits=bits))
     per = bits / 8
-    layers = [round(sum(c for _, c in layer.params) * per) for layer in spec.layers]
+    # each block's norms (attn_norm, ffn_norm, q_norm, ...) in F32 as convert_hf_to_gguf.py
+    # writes them (below), the rest in the weight type
+    layers = [
+        round(
+            (sum(c for _, c in layer.params) - _norms(layer)) * per
+            + _norms(layer) * GGUF_NORM_BYTES
+        )
+        for layer in spec.layers
+    ]
     experts = [round(dict(layer.params).get("experts", 0) * per) for layer in spec.layers]
     embedding = round(spec.param_parts.get("embedding", 0) * per)
     head = round(spec.param_parts.get("lm_head", 0) * per) or embedding
@@ -490,6 +499,11 @@ def model_weights(spec: ModelSpec, weights_type: str | None) -> tuple[Weights, l
     final_norm = spec.param_parts.get("norms", 0) - _layer_part_bytes(spec, "norms", {"norms": 1})
     output = head + round(final_norm * GGUF_NORM_BYTES)
     return Weights(layers, embedding, output, experts, name), notes
+
+
+def _norms(layer: Layer) -> int:
+    """A block's norm parameters (its `norms` part)."""
+    return dict(layer.params).get("norms", 0)
 
 
 def _layer_part_bytes(spec: ModelSpec, part: str, per_param: dict) -> float:

@@ -47,7 +47,12 @@ from kvplan.formulas.comm import (
     tp_comm_time_per_decode_step_s,
 )
 from kvplan.formulas.expert_parallel import dp_gather_time_s, ep_alltoall_time_s
-from kvplan.formulas.flops import causal_keys_attended, indexer_flop_per_key, prefill_indexed_keys
+from kvplan.formulas.flops import (
+    causal_keys_attended,
+    indexer_flop_per_key,
+    prefill_compressed_keys,
+    prefill_indexed_keys,
+)
 from kvplan.formulas.kv import compressed_read_bytes
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
 from kvplan.formulas.step_time import (
@@ -431,6 +436,10 @@ class StepModel:
                 kv_bytes += entries * (
                     g.compressed_kv_bytes_per_entry + g.compressed_index_bytes_per_entry
                 )
+            # DeepSeek-V4: the compressed entries each token attends
+            keys += prefill_compressed_keys(
+                g.compress_ratio, g.compressed_topk, new_tokens, cached_tokens
+            )
             flops = g.prefill_flop_per_key * keys
             if g.compressed_index_flop_per_entry:  # the indexer scores each token's keys
                 flops += g.compressed_index_flop_per_entry * prefill_indexed_keys(
@@ -1074,14 +1083,20 @@ def _sum_ops(
             kv_entry, index_entry = attn.compressed_entry_parts(fmt)
             entry[3] += count * kv_entry
             entry[4] += count * index_entry
-            entry[5] += count * indexer_flop_per_key(attn) / tp  # split as the floor splits
+            if attn.compress_ratio:  # DeepSeek-V4's: split as the floor splits
+                entry[5] += count * indexer_flop_per_key(attn) / tp
+        # a DSA indexer's FLOPs, one key's at the decode and at the chunk (with the DSA module's
+        # tables the module times the indexer: not priced again; without, per key with the MLA)
+        dsa = 0.0
+        if not indexer_keys and attn is not None and not attn.compress_ratio:
+            dsa = indexer_flop_per_key(attn) / tp
         for op in ops:
             if op.kind is OpKind.DECODE_ATTENTION:
                 indexer = 0 if indexer_keys or attn is None else attn.indexer_bytes_per_token(fmt)
                 entry[0] += count * (op.kv_bytes - indexer)
-                entry[1] += count * op.flops
+                entry[1] += count * (op.flops - dsa)
             elif op.kind is OpKind.PREFILL_ATTENTION:
-                entry[2] += count * op.flops
+                entry[2] += count * (op.flops - dsa)
             elif op.name == "state":  # the decode's and the chunk's sequences
                 state += count * op.kv_bytes / 2
     groups = tuple(

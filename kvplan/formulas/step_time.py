@@ -35,6 +35,7 @@ from kvplan.formulas.flops import (
     causal_keys_attended,
     decode_indexer_flops,
     decode_keys_attended,
+    prefill_compressed_keys,
     prefill_indexer_flops,
 )
 from kvplan.formulas.kv import _group_layers, compressed_read_excess_bytes
@@ -585,14 +586,24 @@ def _attention_ops(
         def share(flops: int) -> float:
             return flops / tp if even else flops * q_heads // attn.num_q_heads
 
+        def indexer_share(flops: int) -> float:
+            # DSA's and DeepSeek-V4's indexer is replicated on each rank in vLLM; MiniMax-M3's
+            # index heads are its KV heads and split as they do (the floor's even split divides
+            # every FLOP)
+            if even:
+                return flops / tp
+            if attn.gqa_indexer:
+                return flops * attn.kv_heads_per_rank(tp) // attn.num_kv_heads
+            return flops
+
         if num_decodes:
             kv = num_decodes * _cache_bytes(attention_groups, decode_context)
             keys = decode_keys_attended(attn, decode_context)
             # DeepSeek-V4: the compressed entries it reads, not holds
             kv += num_decodes * compressed_read_excess_bytes(attn, fmt, decode_context)
             flops = num_decodes * _decode_flop_per_key(attn) * keys
-            # DeepSeek-V4's indexer: its heads score every compressed key (replicated on each
-            # rank in vLLM; the floor's even split divides it as every FLOP)
+            # a sparse indexer: its heads score every key (DeepSeek-V4's compressed ones, DSA's
+            # and MiniMax-M3's every cached one)
             indexer = num_decodes * decode_indexer_flops(attn, decode_context)
             if gather_kv:
                 attention.append(_op("kv_gather", OpKind.ELEMENTWISE, 0, 0, 0, kv, 0, 2))
@@ -601,7 +612,7 @@ def _attention_ops(
                     "attention",
                     OpKind.DECODE_ATTENTION,
                     num_decodes * keys,
-                    share(flops) + (indexer / tp if even else indexer),
+                    share(flops) + indexer_share(indexer),
                     0,
                     0 if gather_kv else kv,
                     num_decodes * q_out_per_token,
@@ -610,13 +621,16 @@ def _attention_ops(
         window = attn.window if attn.kind.windowed else None
         chunked = attn.kind is CacheKind.CHUNKED
         per_key = 2 * attn.num_q_heads * (attn.qk_head_dim + attn.v_head_dim)
+        longest = max((new + cached for new, cached in prefill_chunks), default=0)
         for new, cached in prefill_chunks:
             end = cached + new
             # the chunk's queries over the cached keys and themselves (causal)
             keys = causal_keys_attended(end, window, chunked) - causal_keys_attended(
                 cached, window, chunked
             )
-            indexer = prefill_indexer_flops(attn, new, cached)
+            # DeepSeek-V4: and the compressed entries each token attends
+            keys += prefill_compressed_keys(attn.compress_ratio, attn.compressed_topk, new, cached)
+            indexer = prefill_indexer_flops(attn, new, cached, longest, num_decodes)
             written = _written_bytes(attention_groups, new)
             before = _cache_bytes(attention_groups, cached)
             # K and V written to the cache (and read from the projection: as many bytes again
@@ -627,7 +641,7 @@ def _attention_ops(
                     "attention",
                     OpKind.PREFILL_ATTENTION,
                     new,
-                    share(per_key * keys) + (indexer / tp if even else indexer),
+                    share(per_key * keys) + indexer_share(indexer),
                     0,
                     before,
                     _cache_bytes(attention_groups, end) - before + new * q_out_per_token,

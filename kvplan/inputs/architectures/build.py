@@ -696,6 +696,8 @@ class Builder(FamilyLayouts):
                 indexer_num_heads=(
                     f.int("index_n_heads", why="the indexer") if self.indexer_dim else 0
                 ),
+                # transformers' DeepseekV32Config and GlmMoeDsaConfig default: 2,048
+                indexer_topk=f.int("index_topk", default=2048) if self.indexer_dim else 0,
                 mla_q_lora_rank=self._q_lora() or 0,
             )
         cache_kind = CacheKind(kind)
@@ -785,7 +787,9 @@ class Builder(FamilyLayouts):
                     kind = "full" if p.mixer == "hybrid" else p.mixer
                     attention = self.attention(kind, p.overrides)
                     if not p.indexer:  # reuses an earlier layer's top-k: no indexer, no key
-                        attention = attention._replace(indexer_head_dim=0, indexer_num_heads=0)
+                        attention = attention._replace(
+                            indexer_head_dim=0, indexer_num_heads=0, indexer_topk=0
+                        )
                 if p.mixer in ("state", "hybrid"):
                     state = self.layer_state()
                 cache[key] = Layer(attention, state, counter.layer(p, attention, state))
