@@ -76,8 +76,9 @@ class Attention(NamedTuple):
     # per token per layer, beside the MLA latent (0: none).
     indexer_head_dim: int = 0
     indexer_num_heads: int = 0  # the indexer's query heads (its weights, not its cache)
-    # DSA's top-k (index_topk): the keys its indexer picks for the MLA to attend; a prefill that
-    # ends within it runs dense and skips the indexer (0: no DSA indexer)
+    # DSA's top-k (index_topk): the keys its indexer (or, on a layer that shares an earlier
+    # layer's picks, GLM-5.3's, that layer's) picks for the MLA to attend, all a decode reads of
+    # the latents; a prefill that ends within it runs dense and skips the indexer (0: not DSA)
     indexer_topk: int = 0
     mla_q_lora_rank: int = 0  # MLA query down-projection width (0: none, queries from hidden)
     shared_kv_proj: bool = False  # V is K's projection (no v_proj weights; the cache holds both)

@@ -787,9 +787,9 @@ class Builder(FamilyLayouts):
                     kind = "full" if p.mixer == "hybrid" else p.mixer
                     attention = self.attention(kind, p.overrides)
                     if not p.indexer:  # reuses an earlier layer's top-k: no indexer, no key
-                        attention = attention._replace(
-                            indexer_head_dim=0, indexer_num_heads=0, indexer_topk=0
-                        )
+                        # (it attends that top-k all the same: vLLM's deepseek_v2.py hands a
+                        # skip layer the shared topk_indices_buffer)
+                        attention = attention._replace(indexer_head_dim=0, indexer_num_heads=0)
                 if p.mixer in ("state", "hybrid"):
                     state = self.layer_state()
                 cache[key] = Layer(attention, state, counter.layer(p, attention, state))
