@@ -130,6 +130,15 @@ def test_step_models_attention_is_the_operator_lists_sums(name):
 
         def latents(g, length):  # DSA without tables: the top-k's latents alone
             held = keys(g, length)
+            if g.attended_block:  # MiniMax-M3: the top-k blocks, the local (last) one among them
+                blocks = -(-held // g.attended_block)
+                if blocks <= g.attended_topk:
+                    return held
+                return (
+                    (g.attended_topk - 1) * g.attended_block
+                    + held
+                    - (blocks - 1) * g.attended_block
+                )
             return min(held, g.attended_topk) if g.attended_topk else held
 
         kv_read = sum(

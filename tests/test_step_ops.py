@@ -41,6 +41,15 @@ def _old_decode(spec, batch, context, wdtype, fmt, tp):
         if a.indexer_topk:
             latent = fmt.head_vector_bytes(a.mla_kv_lora_rank + a.mla_rope_dim)
             compressed -= (context - min(context, a.indexer_topk)) * latent
+        # MiniMax-M3: the K and V of the top-k blocks, the local (last, partial) one among them
+        if a.sparse_topk_blocks:
+            block, topk = a.sparse_block_size, a.sparse_topk_blocks
+            blocks = -(-context // block)
+            picked = context
+            if blocks > topk:
+                picked = (topk - 1) * block + context - (blocks - 1) * block
+            kv = a.kv_bytes_per_token(fmt, tp) - a.indexer_bytes_per_token(fmt)
+            compressed -= (context - picked) * kv
     held = kv_bytes_per_sequence(spec, context, fmt, tp)
     return flops, weights + batch * (held + compressed)
 

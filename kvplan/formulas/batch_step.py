@@ -53,7 +53,7 @@ from kvplan.formulas.flops import (
     prefill_compressed_keys,
     prefill_indexed_keys,
 )
-from kvplan.formulas.kv import compressed_read_bytes, topk_read_bytes
+from kvplan.formulas.kv import block_topk_tokens, compressed_read_bytes, topk_read_bytes
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
 from kvplan.formulas.step_time import (
     OpKind,
@@ -217,6 +217,9 @@ class _Group(NamedTuple):
     attended_topk: int = 0
     index_bytes_per_token: float = 0.0
     index_flop_per_key: float = 0.0
+    # MiniMax-M3's sparse layers: `attended_topk` blocks of this many tokens (block_topk_tokens;
+    # 0: DSA's tokens)
+    attended_block: int = 0
 
 
 class StepModel:
@@ -398,7 +401,11 @@ class StepModel:
             rates = self.mla_rates if g.mla else self.attention_rates
             kv_bytes = g.kv_bytes_per_token * keys
             attended = keys
-            if g.attended_topk:  # DSA: the top-k's latents, every token's indexer key
+            if g.attended_block:  # MiniMax-M3: the top-k blocks' K and V, every indexer key
+                picked = block_topk_tokens(mean, g.attended_block, g.attended_topk, minimum)
+                attended = num_decodes * picked
+                kv_bytes = g.kv_bytes_per_token * attended + g.index_bytes_per_token * keys
+            elif g.attended_topk:  # DSA: the top-k's latents, every token's indexer key
                 attended = num_decodes * minimum(mean, g.attended_topk)
                 kv_bytes = topk_read_bytes(
                     keys, num_decodes * g.attended_topk, g.kv_bytes_per_token,
@@ -1083,17 +1090,21 @@ def _sum_ops(
     for (layer, count), (ops, _) in zip(distinct_layers(spec.layers), cache, strict=True):
         attn = layer.attention
         entry = [0.0] * 8  # a layer without attention has no attention operator
-        # a DSA layer's indexer (its key's bytes and one key's FLOPs at the decode and at the
-        # chunk): with the DSA module's tables the module times it, not priced again; without,
-        # per key beside the MLA's top-k (the group's attended_topk)
+        # a sparse layer's indexer (its key's bytes and one key's FLOPs at the decode and at the
+        # chunk): with the DSA module's tables the module times a DSA layer's, not priced again;
+        # without (and MiniMax-M3's), per key beside the top-k (the group's attended_topk)
         dsa = indexer = 0.0
-        topk = 0
+        topk = block = 0
         if attn is not None and attn.indexer_topk:
             dsa = indexer_flop_per_key(attn) / tp
             indexer = attn.indexer_bytes_per_token(fmt)
             # the tables time a layer with an indexer of its own over dense MLA; a layer that
             # shares another's picks (GLM-5.3's) is not theirs: its top-k priced here
             topk = 0 if not indexer_keys and _own_indexer(attn) else attn.indexer_topk
+        elif attn is not None and attn.sparse_topk_blocks:  # MiniMax-M3 (no DSA tables)
+            dsa = indexer_flop_per_key(attn) / tp
+            indexer = attn.indexer_bytes_per_token(fmt)
+            topk, block = attn.sparse_topk_blocks, attn.sparse_block_size
         if attn is not None:
             window = attn.window if attn.kind.windowed else None
             entry = by_key.setdefault(
@@ -1104,6 +1115,7 @@ def _sum_ops(
                     attn.compress_ratio,
                     attn.compressed_topk,
                     topk,
+                    block,
                 ),
                 [0.0] * 8,
             )
@@ -1126,9 +1138,9 @@ def _sum_ops(
     groups = tuple(
         _Group(
             window, chunked, mla, kv, dec, pre, ratio, ctopk, kv_entry, index_entry,
-            indexer_flops, topk, index_bytes, index_flops,
+            indexer_flops, topk, index_bytes, index_flops, block,
         )
-        for (window, chunked, mla, ratio, ctopk, topk), (
+        for (window, chunked, mla, ratio, ctopk, topk, block), (
             kv, dec, pre, kv_entry, index_entry, indexer_flops, index_bytes, index_flops,
         ) in by_key.items()
     )  # fmt: skip

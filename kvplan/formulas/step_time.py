@@ -600,8 +600,8 @@ def _attention_ops(
             kv = num_decodes * _cache_bytes(attention_groups, decode_context)
             keys = decode_keys_attended(attn, decode_context)
             # a sparse layer reads fewer than it holds: DeepSeek-V4's compressed entries, DSA's
-            # top-k latents
-            kv += num_decodes * decode_read_excess_bytes(attn, fmt, decode_context)
+            # top-k latents, MiniMax-M3's top-k blocks
+            kv += num_decodes * decode_read_excess_bytes(attn, fmt, decode_context, tp)
             flops = num_decodes * _decode_flop_per_key(attn) * keys
             # a sparse indexer: its heads score every key (DeepSeek-V4's compressed ones, DSA's
             # and MiniMax-M3's every cached one)
