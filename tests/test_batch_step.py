@@ -409,8 +409,9 @@ def test_dsa_batches_past_the_tables_grow_by_the_last_sequences_cost():
 def test_dsa_base_reads_the_latent_and_the_module_the_indexer_keys():
     """With DSA tables the dense-MLA base reads each token's MLA latent only (576 values a layer,
     bf16: 1,152 bytes); the indexer's keys (128 more) are the module's, whose table already times
-    them, and scores them. Without tables the base reads both (1,408 bytes), as the capacity
-    formula stores them, and prices the indexer's scores per key.
+    them, and scores them. Without tables the base reads both, as a decode reads them: the
+    latents of the index_topk tokens picked (1,152 bytes each, absorbed MLA FLOPs) and every
+    token's indexer key (256 bytes, its scores), as the capacity formula stores them.
     At 256 sequences of 4,096 tokens held that double read was 6 ms of a 70 ms H200 step."""
     spec = load_model("deepseek-v3.2")
     h200 = load_profile("h200")
@@ -419,13 +420,20 @@ def test_dsa_base_reads_the_latent_and_the_module_the_indexer_keys():
     plain = StepModel(spec, rates, "fp8", fmt, tp=8, link=link)
     dsa = StepModel(spec, rates, "fp8", fmt, tp=8, link=link, dsa_delta_us=dsa_tables_for(h200))
     layers = spec.num_layers
-    assert [g.kv_bytes_per_token for g in plain.groups] == [layers * (576 + 128) * 2]
-    assert [g.kv_bytes_per_token for g in dsa.groups] == [layers * 576 * 2]
+    assert [(g.kv_bytes_per_token, g.index_bytes_per_token) for g in plain.groups] == [
+        (layers * 576 * 2, layers * 128 * 2)
+    ]
+    assert [(g.kv_bytes_per_token, g.attended_topk) for g in dsa.groups] == [(layers * 576 * 2, 0)]
     # the indexer's scores (64 heads x 128 per key, replicated, split as the floor splits every
     # FLOP over the 8 ranks) are the module's too; without tables the base prices them per key
-    assert [g.decode_flop_per_key + layers * 2 * 64 * 128 / 8 for g in dsa.groups] == [
+    assert [g.decode_flop_per_key for g in dsa.groups] == [
         g.decode_flop_per_key for g in plain.groups
     ]
+    assert [g.index_flop_per_key for g in plain.groups] == [layers * 2 * 64 * 128 / 8]
+    # at 4,096 tokens held the base without tables reads 2,048 latents and 4,096 indexer keys
+    _, memory = plain._decode_attention(256, 256 * 4096, max, min)
+    read = memory * plain.mla_rates.bandwidth_bytes_per_s
+    assert read == pytest.approx(256 * layers * 2 * (2048 * 576 + 4096 * 128), rel=1e-12)
 
 
 def test_the_layer_groups_are_computed_once_per_model(llama8, monkeypatch):

@@ -128,10 +128,24 @@ def test_step_models_attention_is_the_operator_lists_sums(name):
                 length // g.compress_ratio, g.compressed_topk, kv_bytes, index_bytes
             )
 
+        def latents(g, length):  # DSA without tables: the top-k's latents alone
+            held = keys(g, length)
+            if g.attended_block:  # MiniMax-M3: the top-k blocks, the local (last) one among them
+                blocks = -(-held // g.attended_block)
+                if blocks <= g.attended_topk:
+                    return held
+                return (
+                    (g.attended_topk - 1) * g.attended_block
+                    + held
+                    - (blocks - 1) * g.attended_block
+                )
+            return min(held, g.attended_topk) if g.attended_topk else held
+
         kv_read = sum(
             decodes
             * (
-                g.kv_bytes_per_token * keys(g, context)
+                g.kv_bytes_per_token * latents(g, context)
+                + g.index_bytes_per_token * keys(g, context)  # DSA: every key's indexer key
                 + compressed(
                     g, context, g.compressed_kv_bytes_per_entry, g.compressed_index_bytes_per_entry
                 )
@@ -141,7 +155,9 @@ def test_step_models_attention_is_the_operator_lists_sums(name):
         _close(kv_read, decode_kv)
         _close(m.state_bytes_per_sequence * (decodes + 1), state_kv)
         flops = sum(
-            g.decode_flop_per_key * decodes * (keys(g, context) + compressed(g, context, 1, 0))
+            g.decode_flop_per_key * decodes * (latents(g, context) + compressed(g, context, 1, 0))
+            # DSA's indexer scores every held key
+            + g.index_flop_per_key * decodes * keys(g, context)
             # DeepSeek-V4's indexer scores the compressed keys whose bytes it reads
             + decodes * compressed(g, context, 0, g.compressed_index_flop_per_entry)
             for g in m.groups
@@ -176,7 +192,8 @@ def test_step_models_attention_is_the_operator_lists_sums(name):
         )  # fmt: skip
         _close(attended, prefill_flops)
         held = sum(
-            g.kv_bytes_per_token * (end if g.window is None else min(end, g.window + new))
+            (g.kv_bytes_per_token + g.index_bytes_per_token)
+            * (end if g.window is None else min(end, g.window + new))
             for g in m.groups
         )
         held += sum(
@@ -197,7 +214,8 @@ def test_step_models_attention_is_the_operator_lists_sums(name):
 
 def test_dsa_tables_leave_the_indexer_keys_to_the_dsa_module():
     """With the GPU's DSA tables the indexer's key cache is theirs: the MLA group reads the
-    operator list's KV less the indexer's keys; without them, all of it."""
+    operator list's KV less the indexer's keys, every latent (the tables time DSA over dense
+    MLA); without them, all of it, the latents of the top-k and every indexer key."""
     spec = load_model("deepseek-v3.2")
     fmt = resolve_kv_format("auto", spec.dtype)
     tables = tables_for(load_profile("h200-sxm"), "vllm").dsa_delta_us
@@ -207,7 +225,17 @@ def test_dsa_tables_leave_the_indexer_keys_to_the_dsa_module():
     indexer = sum(a.indexer_bytes_per_token(fmt) for a in spec.attention_layers())
     assert indexer > 0
     (g,), (b,) = with_tables.groups, bare.groups
-    assert g.kv_bytes_per_token == b.kv_bytes_per_token - indexer
+    assert g.kv_bytes_per_token == b.kv_bytes_per_token
+    assert (g.attended_topk, g.index_bytes_per_token) == (0, 0)
+    assert (b.attended_topk, b.index_bytes_per_token) == (2048, indexer)
     ops = step_ops(spec, "fp8", fmt, num_decodes=1, decode_context=1, tp=8, even_split=True)
-    assert b.kv_bytes_per_token == _sums(ops, lambda op: op.kind is OpKind.DECODE_ATTENTION)[2]
+    read = _sums(ops, lambda op: op.kind is OpKind.DECODE_ATTENTION)[2]
+    assert b.kv_bytes_per_token + b.index_bytes_per_token == read
+    # at 32k the MLA group with the tables reads every latent, without them the top-k's
+    long = step_ops(spec, "fp8", fmt, num_decodes=1, decode_context=32_768, tp=8, even_split=True)
+    read = _sums(long, lambda op: op.kind is OpKind.DECODE_ATTENTION)[2]
+    assert read == 2048 * b.kv_bytes_per_token + 32_768 * indexer
+    assert with_tables._decode_attention(1, 32_768, max, min)[1] > bare._decode_attention(
+        1, 32_768, max, min
+    )[1] - with_tables.dsa.delta_s("decode", 1, 32_768)
     assert CacheKind.MLA is spec.attention_layers()[0].kind

@@ -29,7 +29,7 @@ REL = 1e-9
 def _old_decode(spec, batch, context, wdtype, fmt, tp):
     flops = batch * flops_per_decode_token(spec, context) / tp
     weights = weight_bytes_read_per_decode_step(spec, wdtype, batch) / tp
-    # DeepSeek-V4: the compressed entries a decode reads (the indexer's keys, the top-k), not holds
+    # what a sparse layer's decode reads less what it holds
     compressed = 0
     for a in spec.attention_layers():
         if a.compress_ratio:
@@ -37,6 +37,19 @@ def _old_decode(spec, batch, context, wdtype, fmt, tp):
             picked = min(entries, a.compressed_topk) if a.compressed_topk else entries
             indexed = entries if a.compressed_topk and entries > a.compressed_topk else 0
             compressed += picked * parts[0] + indexed * parts[1] - entries * sum(parts)
+        # DSA (DeepSeek-V3.2, GLM-5): the latents of the index_topk picked, not of every token
+        if a.indexer_topk:
+            latent = fmt.head_vector_bytes(a.mla_kv_lora_rank + a.mla_rope_dim)
+            compressed -= (context - min(context, a.indexer_topk)) * latent
+        # MiniMax-M3: the K and V of the top-k blocks, the local (last, partial) one among them
+        if a.sparse_topk_blocks:
+            block, topk = a.sparse_block_size, a.sparse_topk_blocks
+            blocks = -(-context // block)
+            picked = context
+            if blocks > topk:
+                picked = (topk - 1) * block + context - (blocks - 1) * block
+            kv = a.kv_bytes_per_token(fmt, tp) - a.indexer_bytes_per_token(fmt)
+            compressed -= (context - picked) * kv
     held = kv_bytes_per_sequence(spec, context, fmt, tp)
     return flops, weights + batch * (held + compressed)
 

@@ -76,9 +76,15 @@ class Attention(NamedTuple):
     # per token per layer, beside the MLA latent (0: none).
     indexer_head_dim: int = 0
     indexer_num_heads: int = 0  # the indexer's query heads (its weights, not its cache)
-    # DSA's top-k (index_topk): the keys its indexer picks for the MLA to attend; a prefill that
-    # ends within it runs dense and skips the indexer (0: no DSA indexer)
+    # DSA's top-k (index_topk): the keys its indexer (or, on a layer that shares an earlier
+    # layer's picks, GLM-5.3's, that layer's) picks for the MLA to attend, all a decode reads of
+    # the latents; a prefill that ends within it runs dense and skips the indexer (0: not DSA)
     indexer_topk: int = 0
+    # MiniMax-M3's block-sparse layers: per query token the indexer picks `sparse_topk_blocks`
+    # blocks of `sparse_block_size` tokens, the query's own (local) block always among them, and
+    # the attention reads and attends those alone (0: not block-sparse)
+    sparse_block_size: int = 0
+    sparse_topk_blocks: int = 0
     mla_q_lora_rank: int = 0  # MLA query down-projection width (0: none, queries from hidden)
     shared_kv_proj: bool = False  # V is K's projection (no v_proj weights; the cache holds both)
     sinks: bool = False  # one learned sink logit per query head (gpt-oss, MiMo-V2 sliding layers)

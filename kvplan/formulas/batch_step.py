@@ -53,7 +53,7 @@ from kvplan.formulas.flops import (
     prefill_compressed_keys,
     prefill_indexed_keys,
 )
-from kvplan.formulas.kv import compressed_read_bytes
+from kvplan.formulas.kv import block_topk_tokens, compressed_read_bytes, topk_read_bytes
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
 from kvplan.formulas.step_time import (
     OpKind,
@@ -210,6 +210,16 @@ class _Group(NamedTuple):
     compressed_index_bytes_per_entry: float = 0.0
     # DeepSeek-V4's indexer: FLOPs scoring one compressed key, all layers of the group, one rank
     compressed_index_flop_per_entry: float = 0.0
+    # DSA layers priced without the DSA module's tables (0: none): a decode reads and attends
+    # the latents of `attended_topk` tokens at most (topk_read_bytes), and its indexer reads and
+    # scores every held token's key, these bytes and FLOPs per key (all layers of the group, one
+    # rank), which kv_bytes_per_token and decode_flop_per_key then leave out
+    attended_topk: int = 0
+    index_bytes_per_token: float = 0.0
+    index_flop_per_key: float = 0.0
+    # MiniMax-M3's sparse layers: `attended_topk` blocks of this many tokens (block_topk_tokens;
+    # 0: DSA's tokens)
+    attended_block: int = 0
 
 
 class StepModel:
@@ -390,6 +400,17 @@ class StepModel:
             keys = context_sum if g.window is None else num_decodes * minimum(mean, g.window)
             rates = self.mla_rates if g.mla else self.attention_rates
             kv_bytes = g.kv_bytes_per_token * keys
+            attended = keys
+            if g.attended_block:  # MiniMax-M3: the top-k blocks' K and V, every indexer key
+                picked = block_topk_tokens(mean, g.attended_block, g.attended_topk, minimum)
+                attended = num_decodes * picked
+                kv_bytes = g.kv_bytes_per_token * attended + g.index_bytes_per_token * keys
+            elif g.attended_topk:  # DSA: the top-k's latents, every token's indexer key
+                attended = num_decodes * minimum(mean, g.attended_topk)
+                kv_bytes = topk_read_bytes(
+                    keys, num_decodes * g.attended_topk, g.kv_bytes_per_token,
+                    g.index_bytes_per_token, minimum,
+                )  # fmt: skip
             if g.compress_ratio:  # the compressed entries read, and attended beside the window
                 entries = mean // g.compress_ratio
                 kv_bytes = kv_bytes + num_decodes * compressed_read_bytes(
@@ -399,10 +420,10 @@ class StepModel:
                     g.compressed_index_bytes_per_entry,
                     minimum,
                 )
-                keys = keys + num_decodes * compressed_read_bytes(
+                attended = keys = keys + num_decodes * compressed_read_bytes(
                     entries, g.compressed_topk, 1, 0, minimum
                 )
-            flops = g.decode_flop_per_key * keys
+            flops = g.decode_flop_per_key * attended + g.index_flop_per_key * keys
             if g.compressed_index_flop_per_entry:  # the indexer scores the keys it reads
                 flops = flops + num_decodes * compressed_read_bytes(
                     entries, g.compressed_topk, 0, g.compressed_index_flop_per_entry, minimum
@@ -430,7 +451,8 @@ class StepModel:
                 cached_tokens, g.window, g.chunked
             )
             rates = self.mla_rates if g.mla else self.attention_rates
-            kv_bytes = g.kv_bytes_per_token * held
+            # (a DSA group priced without tables: its indexer keys beside the latents)
+            kv_bytes = (g.kv_bytes_per_token + g.index_bytes_per_token) * held
             if g.compress_ratio:  # the compressed entries cached before, and the chunk's own
                 entries = cached_tokens // g.compress_ratio + new_tokens // g.compress_ratio
                 kv_bytes += entries * (
@@ -1067,7 +1089,22 @@ def _sum_ops(
     state = 0.0
     for (layer, count), (ops, _) in zip(distinct_layers(spec.layers), cache, strict=True):
         attn = layer.attention
-        entry = [0.0] * 6  # a layer without attention has no attention operator
+        entry = [0.0] * 8  # a layer without attention has no attention operator
+        # a sparse layer's indexer (its key's bytes and one key's FLOPs at the decode and at the
+        # chunk): with the DSA module's tables the module times a DSA layer's, not priced again;
+        # without (and MiniMax-M3's), per key beside the top-k (the group's attended_topk)
+        dsa = indexer = 0.0
+        topk = block = 0
+        if attn is not None and attn.indexer_topk:
+            dsa = indexer_flop_per_key(attn) / tp
+            indexer = attn.indexer_bytes_per_token(fmt)
+            # the tables time a layer with an indexer of its own over dense MLA; a layer that
+            # shares another's picks (GLM-5.3's) is not theirs: its top-k priced here
+            topk = 0 if not indexer_keys and _own_indexer(attn) else attn.indexer_topk
+        elif attn is not None and attn.sparse_topk_blocks:  # MiniMax-M3 (no DSA tables)
+            dsa = indexer_flop_per_key(attn) / tp
+            indexer = attn.indexer_bytes_per_token(fmt)
+            topk, block = attn.sparse_topk_blocks, attn.sparse_block_size
         if attn is not None:
             window = attn.window if attn.kind.windowed else None
             entry = by_key.setdefault(
@@ -1077,34 +1114,36 @@ def _sum_ops(
                     attn.kind is CacheKind.MLA,
                     attn.compress_ratio,
                     attn.compressed_topk,
+                    topk,
+                    block,
                 ),
-                [0.0] * 6,
+                [0.0] * 8,
             )
             kv_entry, index_entry = attn.compressed_entry_parts(fmt)
             entry[3] += count * kv_entry
             entry[4] += count * index_entry
             if attn.compress_ratio:  # DeepSeek-V4's: split as the floor splits
                 entry[5] += count * indexer_flop_per_key(attn) / tp
-        # a DSA indexer's FLOPs, one key's at the decode and at the chunk (with the DSA module's
-        # tables the module times the indexer: not priced again; without, per key with the MLA)
-        dsa = 0.0
-        if not indexer_keys and attn is not None and not attn.compress_ratio:
-            dsa = indexer_flop_per_key(attn) / tp
+            if topk:
+                entry[6] += count * indexer
+                entry[7] += count * dsa
         for op in ops:
             if op.kind is OpKind.DECODE_ATTENTION:
-                indexer = 0 if indexer_keys or attn is None else attn.indexer_bytes_per_token(fmt)
                 entry[0] += count * (op.kv_bytes - indexer)
                 entry[1] += count * (op.flops - dsa)
             elif op.kind is OpKind.PREFILL_ATTENTION:
-                entry[2] += count * (op.flops - dsa)
+                entry[2] += count * (op.flops - (0.0 if indexer_keys else dsa))
             elif op.name == "state":  # the decode's and the chunk's sequences
                 state += count * op.kv_bytes / 2
     groups = tuple(
-        _Group(window, chunked, mla, kv, dec, pre, ratio, topk, kv_entry, index_entry, indexer)
-        for (window, chunked, mla, ratio, topk), (kv, dec, pre, kv_entry, index_entry, indexer) in (
-            by_key.items()
+        _Group(
+            window, chunked, mla, kv, dec, pre, ratio, ctopk, kv_entry, index_entry,
+            indexer_flops, topk, index_bytes, index_flops, block,
         )
-    )
+        for (window, chunked, mla, ratio, ctopk, topk, block), (
+            kv, dec, pre, kv_entry, index_entry, indexer_flops, index_bytes, index_flops,
+        ) in by_key.items()
+    )  # fmt: skip
     return _Coefficients(
         dense_bytes, row_bytes, expert_bytes, dense_flops, head_flops, expert_flops, groups, state
     )

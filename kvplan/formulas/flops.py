@@ -6,7 +6,7 @@ lookup, not a matmul), H_q query heads, d_qk / d_v per-head widths, W window, s 
 """
 
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, distinct_layers
-from kvplan.formulas.kv import compressed_read_bytes
+from kvplan.formulas.kv import block_topk_tokens, compressed_read_bytes, topk_read_bytes
 
 
 def matmul_params(spec: ModelSpec) -> int:
@@ -41,10 +41,17 @@ def attention_flops_per_decode_token(spec: ModelSpec, context_len: int) -> int:
 
 
 def decode_keys_attended(attn: Attention, context_len: int) -> int:
-    """Keys one decode's query attends in a layer: those held (tokens_held) and, on a
-    DeepSeek-V4 compressed layer, the compressed entries it reads (compressed_read_bytes of one
-    byte each: a CSA layer's top-k, an HCA layer's every one)."""
+    """Keys one decode's query attends in a layer: those held (tokens_held), a DSA layer's
+    top-k of them (topk_read_bytes of one byte each, min(s, index_topk): vLLM's sparse MLA
+    attends the indexer's picks alone), a MiniMax-M3 sparse layer's top-k blocks
+    (block_topk_tokens) and, on a DeepSeek-V4 compressed layer, the compressed
+    entries it reads (compressed_read_bytes of one byte each: a CSA layer's top-k, an HCA
+    layer's every one)."""
     keys = attn.tokens_held(context_len)
+    if attn.indexer_topk:
+        keys = topk_read_bytes(keys, attn.indexer_topk, 1, 0)
+    if attn.sparse_topk_blocks:  # MiniMax-M3: the top-k blocks' tokens
+        keys = block_topk_tokens(keys, attn.sparse_block_size, attn.sparse_topk_blocks)
     if attn.compress_ratio:
         entries = attn.compressed_entries(context_len)
         keys += compressed_read_bytes(entries, attn.compressed_topk, 1, 0)

@@ -73,27 +73,67 @@ def compressed_read_bytes(entries, topk: int, kv_bytes: float, index_bytes: floa
     return minimum(entries, topk) * kv_bytes + (entries > topk) * entries * index_bytes
 
 
-def compressed_read_excess_bytes(attn: Attention, fmt: KvFormat, context_len: int) -> int:
-    """What one decode reads of a DeepSeek-V4 compressed layer's entries less what the layer
-    holds of them (compressed_read_bytes - entries x entry bytes; negative where a CSA layer's
-    top-k is fewer than it holds, 0 for a layer that is not compressed)."""
-    if not attn.compress_ratio:
-        return 0
-    entries = attn.compressed_entries(context_len)
-    parts = attn.compressed_entry_parts(fmt)
-    return compressed_read_bytes(entries, attn.compressed_topk, *parts) - entries * sum(parts)
+def topk_read_bytes(tokens, topk: int, kv_bytes: float, index_bytes: float, minimum=min):
+    """Bytes one decode reads of a DSA layer's `tokens` cached tokens (DeepSeek-V3.2, GLM-5), as
+    vLLM runs it: its indexer scores every cached token's key (layers/sparse_attn_indexer.py,
+    fp8_fp4_paged_mqa_logits over seq_lens), and the sparse MLA reads only the latents of the
+    `topk` tokens it picks (v1/attention/backends/mla/flashmla_sparse.py: flash_mla_with_kvcache
+    with indices=topk_indices, index_topk of them per query token, -1 padding where the sequence
+    holds fewer): min(tokens, topk) x kv_bytes + tokens x index_bytes. `tokens` and the result a
+    float or an array (with np.minimum) alike."""
+    return minimum(tokens, topk) * kv_bytes + tokens * index_bytes
+
+
+def block_topk_tokens(tokens, block: int, topk: int, minimum=min):
+    """Tokens a MiniMax-M3 sparse layer's query attends of the `tokens` it may: the `topk`
+    blocks of `block` tokens its indexer picks, its own (local, partial) block forced among them
+    (vLLM's models/minimax_m3/common/ops/index_topk.py, _topk_index_kernel: valid_blocks =
+    ceil(causal_len / block), the local block pinned to 1e29 and the init blocks to 1e30 inside
+    the top-k, min(valid_blocks, topk) ids stored): every token while ceil(s / block) <= topk,
+    else (topk - 1) full blocks and the tail. `tokens` a float or an array (with np.minimum)
+    alike."""
+    tail = tokens - block * (-(-tokens // block) - 1)  # the local block's tokens, 1..block
+    return minimum(tokens, (topk - 1) * block + tail)
+
+
+def decode_read_excess_bytes(attn: Attention, fmt: KvFormat, context_len: int, tp: int = 1) -> int:
+    """What one decode reads of a layer's cache less what the layer holds (0 but for a sparse
+    layer; negative where it reads fewer than it holds): a DeepSeek-V4 compressed layer's entries
+    as compressed_read_bytes reads them, a DSA layer's latents as topk_read_bytes reads them, a
+    MiniMax-M3 sparse layer's K and V of the blocks block_topk_tokens counts (its indexer key of
+    every token, as held)."""
+    if attn.sparse_topk_blocks:
+        held = attn.tokens_held(context_len)
+        kv = attn.kv_bytes_per_token(fmt, tp) - attn.indexer_bytes_per_token(fmt)
+        picked = block_topk_tokens(held, attn.sparse_block_size, attn.sparse_topk_blocks)
+        return (picked - held) * kv
+    if attn.compress_ratio:
+        entries = attn.compressed_entries(context_len)
+        parts = attn.compressed_entry_parts(fmt)
+        return compressed_read_bytes(entries, attn.compressed_topk, *parts) - entries * sum(parts)
+    if attn.indexer_topk:
+        held = attn.tokens_held(context_len)
+        latent = fmt.head_vector_bytes(attn.head_dim)
+        return topk_read_bytes(held, attn.indexer_topk, latent, 0) - held * latent
+    return 0
 
 
 def kv_read_bytes_per_decode(spec: ModelSpec, context_len: int, fmt: KvFormat, tp: int = 1) -> int:
     """KV bytes one decode reads of its sequence's cache at `context_len` on one rank: what the
-    sequence holds (kv_bytes_per_sequence), a DeepSeek-V4 compressed layer's entries as a decode
-    reads them rather than as held (compressed_read_excess_bytes; the step's operator list reads
-    the same)."""
+    sequence holds (kv_bytes_per_sequence), a sparse layer's as a decode reads them rather than
+    as held (decode_read_excess_bytes: a DeepSeek-V4 compressed layer's entries, a DSA layer's
+    top-k latents, a MiniMax-M3 sparse layer's top-k blocks; the step's operator list reads the
+    same)."""
     held = kv_bytes_per_sequence(spec, context_len, fmt, tp)
     return held + sum(
-        count * compressed_read_excess_bytes(layer.attention, fmt, context_len)
+        count * decode_read_excess_bytes(layer.attention, fmt, context_len, tp)
         for layer, count in distinct_layers(spec.layers)
-        if layer.attention is not None and layer.attention.compress_ratio
+        if layer.attention is not None
+        and (
+            layer.attention.compress_ratio
+            or layer.attention.indexer_topk
+            or layer.attention.sparse_topk_blocks
+        )
     )
 
 

@@ -83,7 +83,8 @@ def _intensity(spec: ModelSpec, fmt: KvFormat, tp: int):
 
 
 def ceiling_tokens_per_s(bandwidth_bytes_per_s: float, kv_bytes_per_seq: float) -> float:
-    """BW / (s * k): the decode token rate no batch size can beat (every KV byte read per token)."""
+    """BW / (s * k): the decode token rate no batch size can beat (every KV byte a decode reads
+    per token: kv_read_bytes_per_decode, a sparse layer's top-k rather than all it holds)."""
     return bandwidth_bytes_per_s / kv_bytes_per_seq
 
 

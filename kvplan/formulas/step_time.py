@@ -38,7 +38,7 @@ from kvplan.formulas.flops import (
     prefill_compressed_keys,
     prefill_indexer_flops,
 )
-from kvplan.formulas.kv import _group_layers, compressed_read_excess_bytes
+from kvplan.formulas.kv import _group_layers, decode_read_excess_bytes
 from kvplan.formulas.weights import embedding_rows_read, part_bytes_per_param, weight_bytes
 from kvplan.record import NamedTuple
 
@@ -599,8 +599,9 @@ def _attention_ops(
         if num_decodes:
             kv = num_decodes * _cache_bytes(attention_groups, decode_context)
             keys = decode_keys_attended(attn, decode_context)
-            # DeepSeek-V4: the compressed entries it reads, not holds
-            kv += num_decodes * compressed_read_excess_bytes(attn, fmt, decode_context)
+            # a sparse layer reads fewer than it holds: DeepSeek-V4's compressed entries, DSA's
+            # top-k latents, MiniMax-M3's top-k blocks
+            kv += num_decodes * decode_read_excess_bytes(attn, fmt, decode_context, tp)
             flops = num_decodes * _decode_flop_per_key(attn) * keys
             # a sparse indexer: its heads score every key (DeepSeek-V4's compressed ones, DSA's
             # and MiniMax-M3's every cached one)

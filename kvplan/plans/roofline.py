@@ -18,7 +18,7 @@ from kvplan.formulas.expert_parallel import (
     dp_attention_prefill_step,
     ep_alltoall_time_s,
 )
-from kvplan.formulas.kv import kv_bytes_per_sequence
+from kvplan.formulas.kv import kv_bytes_per_sequence, kv_read_bytes_per_decode
 from kvplan.formulas.roofline import (
     asymptotic_intensity,
     batch_equal_reads,
@@ -298,7 +298,9 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
                 context_len,
                 kv,
                 asymptotic_intensity(spec, context_len, fmt, tp) if kv else None,
-                ceiling_tokens_per_s(bw, kv) if kv else None,
+                ceiling_tokens_per_s(bw, kv_read_bytes_per_decode(spec, context_len, fmt, tp))
+                if kv
+                else None,
                 (
                     dp_attention_batch_equal_reads(spec, context_len, wdtype, fmt, dp)
                     if dp > 1
@@ -448,7 +450,8 @@ def decode_floor(
     )
     total = step.total_s + comm
     kv = kv_bytes_per_sequence(spec, context_len, fmt, tp)
-    ceiling = ceiling_tokens_per_s(gpu.memory_bandwidth_bytes_per_s, kv) if kv else None
+    read = kv_read_bytes_per_decode(spec, context_len, fmt, tp) if kv else 0
+    ceiling = ceiling_tokens_per_s(gpu.memory_bandwidth_bytes_per_s, read) if read else None
     return DecodeFloor(total, batch_size / total, ceiling)
 
 

@@ -17,7 +17,11 @@ from typing import Any
 from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, State, StateKind
 from kvplan.dtypes import SUB_BYTE_BITS, KvFormat
 from kvplan.errors import KvplanError
-from kvplan.formulas.kv import kv_bytes_per_sequence, state_bytes_per_sequence
+from kvplan.formulas.kv import (
+    kv_bytes_per_sequence,
+    kv_read_bytes_per_decode,
+    state_bytes_per_sequence,
+)
 from kvplan.formulas.techniques import expected_tokens_per_round, kept_tokens
 from kvplan.inputs.options import parse_tokens
 from kvplan.record import NamedTuple
@@ -467,12 +471,13 @@ def stored_bytes(sc: Scenario, batch_size: int) -> int:
 
 def read_bytes_per_token(sc: Scenario, tp: int = 1) -> float:
     """KV bytes read (per rank) for one output token of one sequence: its cache at the tokens a
-    step reads; with a draft, the target's once and the draft's k times per round, over the
+    step reads, as a decode reads it (kv_read_bytes_per_decode: a sparse layer's top-k, not all
+    it holds); with a draft, the target's once and the draft's k times per round, over the
     tokens a round yields."""
-    target = kv_bytes_per_sequence(sc.read, sc.read_tokens, sc.fmt, tp)
+    target = kv_read_bytes_per_decode(sc.read, sc.read_tokens, sc.fmt, tp)
     if sc.draft is None:
         return float(target)
-    draft = kv_bytes_per_sequence(sc.draft, sc.read_tokens, sc.fmt, tp)
+    draft = kv_read_bytes_per_decode(sc.draft, sc.read_tokens, sc.fmt, tp)
     per_round = target + sc.draft_tokens * draft
     return per_round / expected_tokens_per_round(sc.draft_tokens, sc.acceptance)
 

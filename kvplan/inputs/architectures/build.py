@@ -634,6 +634,8 @@ class Builder(FamilyLayouts):
             else None
         )
         self.gqa_indexer: list[bool] | None = None  # per layer: a key-only indexer (MiniMax-M3)
+        # MiniMax-M3's (block size, top-k blocks) a sparse layer attends (None: dense)
+        self.sparse_blocks = None
         if fam.sparse_config:
             self._sparse_attention_config()
         state = read_state(f, self.model_type, self.hidden, self.dtype)
@@ -734,6 +736,12 @@ class Builder(FamilyLayouts):
             sinks=self._sinks(kind),
             indexer_head_dim=(self.indexer_dim or 0) if self.gqa_indexer else 0,
             indexer_num_heads=self.indexer_heads if self.gqa_indexer else 0,
+            sparse_block_size=self.sparse_blocks[0]
+            if self.gqa_indexer and self.sparse_blocks
+            else 0,
+            sparse_topk_blocks=self.sparse_blocks[1]
+            if self.gqa_indexer and self.sparse_blocks
+            else 0,
         )
 
     def _global_attention(self) -> tuple[int, int, bool]:
@@ -787,8 +795,14 @@ class Builder(FamilyLayouts):
                     kind = "full" if p.mixer == "hybrid" else p.mixer
                     attention = self.attention(kind, p.overrides)
                     if not p.indexer:  # reuses an earlier layer's top-k: no indexer, no key
+                        # (it attends that top-k all the same: vLLM's deepseek_v2.py hands a
+                        # skip layer the shared topk_indices_buffer); MiniMax-M3's dense layers
+                        # attend every block
                         attention = attention._replace(
-                            indexer_head_dim=0, indexer_num_heads=0, indexer_topk=0
+                            indexer_head_dim=0,
+                            indexer_num_heads=0,
+                            sparse_block_size=0,
+                            sparse_topk_blocks=0,
                         )
                 if p.mixer in ("state", "hybrid"):
                     state = self.layer_state()

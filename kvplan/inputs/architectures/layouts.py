@@ -55,6 +55,7 @@ class FamilyLayouts:
     f: Fields
     family: "Family"
     heads: int
+    sparse_blocks: tuple[int, int] | None
     kv: int
     head_dim: int
     hidden: int
@@ -150,6 +151,15 @@ class FamilyLayouts:
         self.indexer_heads = cfg.opt_int("sparse_num_index_heads") or f.int(
             "index_n_heads", default=4
         )
+        # what a sparse layer reads: the top-k blocks, the query's own (local) block forced among
+        # them (vLLM's models/minimax_m3/common/ops/index_topk.py, _topk_index_kernel); without a
+        # local block the tail block may or may not be picked: counted dense, as held
+        block = cfg.opt_int("sparse_block_size")
+        topk = cfg.opt_int("sparse_topk_blocks")
+        local = cfg.opt_int("sparse_local_block", minimum=0)
+        cfg.opt_int("sparse_init_block", minimum=0)  # pinned inside the top-k: the same count
+        if block and topk and local:
+            self.sparse_blocks = (block, topk)
         unread = sorted(k for k in given if k not in cfg.read)
         if unread:
             raise KvplanError(

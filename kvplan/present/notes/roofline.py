@@ -63,7 +63,8 @@ text("roofline-pp")(
 text("roofline-terms")(
     lambda: (
         "I_inf is the intensity a decode step approaches as the batch grows (each sequence "
-        "brings its own cache to read); ceiling is BW/(s x k), the decode rate no batch beats; "
+        "brings its own cache to read); ceiling is BW/(s x k), the decode rate no batch beats "
+        "(s x k: the KV one decode reads, a sparse layer's top-k rather than all it holds); "
         "s* is the context above which no batch reaches the ridge. kvplan explain TERM says "
         "more."
     )
