@@ -530,12 +530,6 @@ def kept_with(cache: dict, holder: object, key: tuple, build: Callable[[], T]) -
     return kept[1]
 
 
-def kept_per_spec(cache: dict, spec: ModelSpec, key: tuple, build: Callable[[], T]) -> T:
-    """build()'s answer for `spec` and `key` (the other immutable inputs), kept in `cache` as
-    the answers above are (kept_with)."""
-    return kept_with(cache, spec, key, build)
-
-
 def pp_stages(spec: ModelSpec, pp: int) -> list[ModelSpec]:
     """Split the layers into `pp` pipeline stages the way vLLM does (get_pp_indices): an even
     share each, the remainder given to the stages just before the last."""

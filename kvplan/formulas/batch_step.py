@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import math
 
-from kvplan.anatomy.model import CacheKind, Layer, ModelSpec, distinct_layers, kept_per_spec
+from kvplan.anatomy.model import CacheKind, Layer, ModelSpec, distinct_layers, kept_with
 from kvplan.dtypes import KvFormat
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
@@ -502,9 +502,11 @@ class StepModel:
                 continue
             # every GEMM launched takes at least the smallest GEMM (fused MoE) measured
             memory_s, compute_s = roofs_s(num_bytes, flops, rates)
-            seconds = max(max(memory_s, compute_s) * slowdown, floor_s)
-            if curve is not None:  # the model's own fused MoE, timed: every MoE layer's call
-                seconds = self.moe_layers * moe_kernel_s(curve, moe_tokens)
+            seconds = (
+                self.moe_layers * moe_kernel_s(curve, moe_tokens)  # the model's own MoE, timed
+                if curve is not None
+                else max(max(memory_s, compute_s) * slowdown, floor_s)
+            )
             if memory_s >= compute_s:  # the weights' roof binds (`bound`)
                 weights_s += seconds
             else:
@@ -978,7 +980,7 @@ class _Shape(NamedTuple):
 
 # A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred
 # for one model); its shape depends on the model alone: kept per spec
-# (kvplan.anatomy.model.kept_per_spec).
+# (kvplan.anatomy.model.kept_with).
 _SHAPES: dict[tuple, tuple] = {}
 
 
@@ -993,7 +995,7 @@ def _shape(spec: ModelSpec) -> _Shape:
             _mla_layers(spec),
         )
 
-    return kept_per_spec(_SHAPES, spec, (), build)
+    return kept_with(_SHAPES, spec, (), build)
 
 
 class _Coefficients(NamedTuple):
@@ -1029,7 +1031,7 @@ def _coefficients(
     of one decode at one cached token and one one-token chunk on one of `tp` ranks (per cached
     key; without a DSA indexer's keys where `indexer_keys` is False), a recurrent state in
     `state_dtypes` (State.held_in)."""
-    return kept_per_spec(
+    return kept_with(
         _COEFFICIENTS,
         spec,
         (weights_dtype, fmt, tp, indexer_keys, state_dtypes),

@@ -25,7 +25,6 @@ from kvplan.anatomy.model import (
     Layer,
     ModelSpec,
     distinct_layers,
-    kept_per_spec,
     kept_with,
 )
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
@@ -148,7 +147,7 @@ def decode_step(
     """One decode step of `batch_size` sequences at `context_len`, per GPU, at its floor: the
     sums of the whole model's operators (step_ops, split evenly over `tp`): FLOPs = B * f(s) / tp;
     bytes = weights read per step / tp + B * KV(s) per rank."""
-    flops, num_bytes = kept_per_spec(
+    flops, num_bytes = kept_with(
         _DECODE_SUMS,
         spec,
         (batch_size, context_len, weights_dtype, fmt, tp),
@@ -490,7 +489,7 @@ def _part_bytes(spec: ModelSpec, dtype: str) -> tuple[dict[str, float], tuple, f
     """({part: bytes per parameter in `dtype`} for every part of the spec and its layers, the
     parameters outside the layers (_model_parts), the bytes a checkpoint stores outside its named
     parts)."""
-    return kept_per_spec(_PART_BYTES, spec, (dtype,), lambda: _find_part_bytes(spec, dtype))
+    return kept_with(_PART_BYTES, spec, (dtype,), lambda: _find_part_bytes(spec, dtype))
 
 
 def _find_part_bytes(spec: ModelSpec, dtype: str) -> tuple[dict[str, float], tuple, float]:
@@ -818,7 +817,7 @@ _SHAPES: dict[tuple, tuple] = {}
 
 def _shape_or_none(spec: ModelSpec, layer: Layer) -> LayerShape | None:
     # the spec holds its layers, so a layer's id is not reused while the entry is kept
-    return kept_per_spec(_SHAPES, spec, (id(layer),), lambda: _try_layer_shape(spec, layer))
+    return kept_with(_SHAPES, spec, (id(layer),), lambda: _try_layer_shape(spec, layer))
 
 
 def _try_layer_shape(spec: ModelSpec, layer: Layer) -> LayerShape | None:

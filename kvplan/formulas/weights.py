@@ -6,7 +6,7 @@ in the model dtype, as real quantized checkpoints keep them. When the checkpoint
 headers were read (kvplan.inputs.checkpoint), their bytes are the weights, exactly.
 """
 
-from kvplan.anatomy.model import KEPT, QUANTIZABLE_PARTS, ModelSpec, kept_per_spec
+from kvplan.anatomy.model import KEPT, QUANTIZABLE_PARTS, ModelSpec, kept_with
 from kvplan.dtypes import ELEMENT_BYTES, WEIGHT_DTYPE_HELP, WeightFormat, weight_format
 from kvplan.errors import KvplanError
 from kvplan.notes import Note, note
@@ -16,7 +16,7 @@ def resolve_weights_dtype(spec: ModelSpec, name: str) -> tuple[str, list[Note]]:
     """'auto' follows the checkpoint: its tensor headers when read, else its quantization_config,
     else its torch_dtype. An explicit name is validated (plain or quantized format). Kept per
     spec and name: a comparison of GPU kinds resolves it for every layout it prices."""
-    dtype, notes = kept_per_spec(
+    dtype, notes = kept_with(
         _RESOLVED, spec, (str(name),), lambda: _resolve_weights_dtype(spec, name)
     )
     return dtype, list(notes)

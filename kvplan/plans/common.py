@@ -2,7 +2,7 @@
 budget's note, and the model's summary (anatomy, parameters, weights) that size, report and
 models print."""
 
-from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers, kept_per_spec
+from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers, kept_with
 from kvplan.errors import KvplanError
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
@@ -11,7 +11,7 @@ from kvplan.record import NamedTuple
 def model_notes(spec: ModelSpec, tp: int) -> list[Note]:
     """Notes that travel with every number computed for this model at this TP degree (kept
     per spec and TP: a comparison of GPU kinds asks for them at every layout)."""
-    return list(kept_per_spec(_MODEL_NOTES, spec, (tp,), lambda: tuple(_model_notes(spec, tp))))
+    return list(kept_with(_MODEL_NOTES, spec, (tp,), lambda: tuple(_model_notes(spec, tp))))
 
 
 _MODEL_NOTES: dict[tuple, tuple] = {}

@@ -22,7 +22,7 @@ Everything the user fixes (--tp, --pp, --dp-attention) is kept.
 
 from __future__ import annotations
 
-from kvplan.anatomy.model import CacheKind, ModelSpec, kept_per_spec, pp_stages
+from kvplan.anatomy.model import CacheKind, ModelSpec, kept_with, pp_stages
 from kvplan.dtypes import KvFormat
 from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import GpuProfile
@@ -159,7 +159,7 @@ def candidates(spec: ModelSpec, node: int, max_gpus: int) -> list[Deployment]:
     at the node's largest valid TP; DP attention for MoE models over 2..node ranks, then whole
     nodes. Kept per model, node and size (`capacity --gpu all` asks it of every GPU kind)."""
     return list(
-        kept_per_spec(
+        kept_with(
             _CANDIDATES, spec, (node, max_gpus), lambda: tuple(_candidates(spec, node, max_gpus))
         )
     )
