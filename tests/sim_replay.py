@@ -6,9 +6,11 @@ kvplan spells otherwise are renamed: -tp and --tp-size to --tp, SGLang's --ep to
 dotted --speculative-config.KEY VALUE gathered into one JSON); flags that change nothing kvplan
 prices (ports, parsers, templates, names) are dropped; any other flag is an error that names it,
 so a run whose flags kvplan cannot express is never replayed silently without them. The workload
-is the bench's, as tests/sim_cases.py replays the other published runs: ShareGPT as the stand-in
-at the run's mean lengths, the random dataset at fixed lengths at its means, its prompt count,
-request rate and concurrency limit. Nothing is fitted per run."""
+is the bench command's, read as its client reads it (`bench_workload`): the random dataset as
+that client draws it (SGLang's bench_serving: U[max(1, L r), L] per request from numpy seeded with
+its --seed, default 1 and r = 0; vllm bench serve: [L(1 - r), L(1 + r)], r = 0 fixed), with the
+command's lengths, range ratio, seed, prompt count, request rate and concurrency limit; ShareGPT
+as the stand-in at the run's mean lengths. Nothing is fitted per run."""
 
 from __future__ import annotations
 
@@ -158,20 +160,103 @@ def serve_argv(serve_cmd: str) -> list[str]:
     return out
 
 
+# the bench clients' flags kvplan reads (argparse takes any unique prefix: --num-prompt)
+BENCH_FLAGS = (
+    "--dataset-name",
+    "--random-input-len",
+    "--random-output-len",
+    "--random-range-ratio",
+    "--num-prompts",
+    "--max-concurrency",
+    "--request-rate",
+    "--seed",
+)
+# flags of the bench clients that exist but change nothing kvplan replays
+BENCH_OTHER = (
+    "--backend",
+    "--model",
+    "--model-path",
+    "--host",
+    "--port",
+    "--base-url",
+    "--endpoint",
+    "--dataset-path",
+    "--trust-remote-code",
+    "--tokenizer",
+    "--ignore-eos",
+)
+
+
+# the clients' random-dataset lengths where the command gives none (sglang.bench_serving 0.5,
+# vllm bench serve: --random-input-len 1024; --random-output-len 1024 and 128)
+BENCH_DEFAULT_LENS = {"sglang": ("1024", "1024"), "vllm": ("1024", "128")}
+
+
+def bench_client(bench_cmd: str) -> str | None:
+    """Whose bench client a command runs: `sglang` for sglang.bench_serving (and the cookbook's
+    `sglang serve --backend ...` misprint of it: its flags are bench_serving's, and its runs'
+    printed mean input lengths are bench_serving's seeded draws), `vllm` for vllm bench serve
+    and benchmark_serving.py; None for no command."""
+    words = shlex.split(bench_cmd)[:4] if bench_cmd else []
+    head = " ".join(words)
+    if "sglang" in head:
+        return "sglang"
+    if "vllm" in head or "benchmark_serving" in head:
+        return "vllm"
+    return None
+
+
+def bench_flags(bench_cmd: str) -> dict[str, str | None]:
+    """The flags of a bench command that kvplan replays, by full name: argparse's unique-prefix
+    abbreviations (`--num-prompt`, `--random-input`) expanded, `--flag=value` split."""
+    out: dict[str, str | None] = {}
+    argv = shlex.split(bench_cmd)
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        i += 1
+        if not word.startswith("--"):
+            continue
+        name, _, inline = word.partition("=")
+        known = [f for f in BENCH_FLAGS + BENCH_OTHER if f == name] or [
+            f for f in BENCH_FLAGS + BENCH_OTHER if f.startswith(name)
+        ]
+        if len(known) != 1:
+            raise KvplanError(f"{name}: a bench flag the replay does not read")
+        value = inline or None
+        if not inline and i < len(argv) and not argv[i].startswith("--"):
+            value = argv[i]
+            i += 1
+        if known[0] in BENCH_FLAGS:
+            out[known[0]] = value
+    return out
+
+
 def workload_argv(case: dict) -> list[str]:
-    """The bench's workload as kvplan simulate arguments (tests/sim_cases.py's convention)."""
-    argv = [
-        "--num-prompts",
-        str(case["num_prompts"]),
-        "--input-len",
-        str(round(case["input_len"])),
-        "--output-len",
-        str(round(case["output_len"])),
-        "--length-dist",
-        "sharegpt" if case["dataset"] == "sharegpt" else "fixed",
-        "--seed",
-        "0",
-    ]
+    """The bench's workload as kvplan simulate arguments (see the module's docstring)."""
+    client = bench_client(case.get("bench_cmd") or "")
+    flags = bench_flags(case["bench_cmd"]) if client else {}
+    argv = ["--num-prompts", str(case["num_prompts"])]
+    if case["dataset"] == "random" and client:
+        argv += ["--dataset-name", "random", "--bench-client", client]
+        default_in, default_out = BENCH_DEFAULT_LENS[client]
+        argv += ["--input-len", flags.get("--random-input-len") or default_in]
+        argv += ["--output-len", flags.get("--random-output-len") or default_out]
+        if flags.get("--random-range-ratio") is not None:
+            argv += ["--random-range-ratio", flags["--random-range-ratio"] or ""]
+        if flags.get("--seed") is not None:
+            argv += ["--seed", flags["--seed"] or ""]
+    else:
+        argv += [
+            "--input-len",
+            str(round(case["input_len"])),
+            "--output-len",
+            str(round(case["output_len"])),
+            "--length-dist",
+            "sharegpt" if case["dataset"] == "sharegpt" else "fixed",
+            "--seed",
+            "0",
+        ]
     rate = case.get("request_rate")
     argv += ["--request-rate", "inf" if rate is None else f"{rate:g}"]
     if case.get("max_concurrency"):

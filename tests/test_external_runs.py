@@ -163,3 +163,52 @@ def test_every_expressible_run_simulates_or_says_why():
         assert math.isfinite(sim["output_throughput"]) and sim["output_throughput"] > 0
         simulated += 1
     assert simulated >= 65
+
+
+def _replayed_random_runs():
+    from sim_replay import EXTERNAL_PATH, FEATURES_PATH, bench_client
+
+    for path in (FEATURES_PATH, EXTERNAL_PATH):
+        for case in load_cases(path):
+            if case["dataset"] == "random" and bench_client(case.get("bench_cmd") or ""):
+                yield case
+
+
+def test_random_workload_is_the_clients_own_draw():
+    """The replay draws a random-dataset run's lengths as its bench client drew them: the mean
+    input the client printed (totals / completed) is the replayed draw's within one token (a
+    special token some tokenizers drop or add) for SGLang's U[1, L] seeded 1 (another seed or
+    the fixed law misses by tens to hundreds); within 0.2% for vLLM's fixed L, whose client decodes
+    and re-encodes the drawn ids (a few tokens merge) after taking off the special tokens the
+    server adds back. Outputs are the server's (end of
+    sequence, a one-token offset in some engines' counts), within 1.5 tokens."""
+    from kvplan.simulate.workload import BENCH_DEFAULT_SEED, BENCH_RANDOM, bench_random_lengths
+
+    from sim_replay import workload_argv
+
+    checked = 0
+    for case in _replayed_random_runs():
+        argv = workload_argv(case)
+        opts = dict(zip(argv[::2], argv[1::2]))
+        assert opts["--dataset-name"] == "random"
+        law = BENCH_RANDOM[opts["--bench-client"]]
+        seed = int(opts.get("--seed", BENCH_DEFAULT_SEED[law]))
+        ratio = float(opts.get("--random-range-ratio", 0.0))
+        inputs, outputs = bench_random_lengths(
+            law,
+            int(opts["--input-len"]),
+            int(opts["--output-len"]),
+            ratio,
+            int(opts["--num-prompts"]),
+            seed,
+        )
+        completed = case["measured"].get("completed") or case["num_prompts"]
+        if completed != case["num_prompts"]:
+            continue  # failed requests leave a total over an unknown subset
+        mean_input = sum(inputs) / len(inputs)
+        tolerance = 0.002 * mean_input if law == "vllm-random" else 1.05
+        assert abs(mean_input - case["input_len"]) <= tolerance, case["id"]
+        if law == "sglang-random":
+            assert abs(sum(outputs) / len(outputs) - case["output_len"]) <= 1.5, case["id"]
+        checked += 1
+    assert checked >= 60
