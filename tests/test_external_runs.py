@@ -189,7 +189,7 @@ def test_random_workload_is_the_clients_own_draw():
     checked = 0
     for case in _replayed_random_runs():
         argv = workload_argv(case)
-        opts = dict(zip(argv[::2], argv[1::2]))
+        opts = dict(zip(argv[::2], argv[1::2], strict=True))
         assert opts["--dataset-name"] == "random"
         law = BENCH_RANDOM[opts["--bench-client"]]
         seed = int(opts.get("--seed", BENCH_DEFAULT_SEED[law]))
