@@ -795,8 +795,10 @@ def test_a_quick_run_end_to_end(small_model, tmp_path):
         str(junit),
     )
     assert code == 0, err
-    assert err.strip().splitlines()[-1].startswith("kvplan measure: ")
+    # no --check, no --baseline: nothing gates the run, whatever its check showed
+    assert err.strip().splitlines()[-1].startswith("kvplan measure: NOT GATED (")
     data = json.loads(out.read_text())
+    assert data["verdict"]["outcome"] == "NOT GATED" and data["verdict"]["exit_code"] == 0
     for point in data["points"]:
         for key in (
             "phase",
@@ -825,6 +827,8 @@ def test_a_quick_run_end_to_end(small_model, tmp_path):
         "measure", "--model", small_model, "--quick", "--rounds", "3", "--baseline", str(out)
     )
     assert code in (0, 3), err  # a shared machine may drift; 3 only when beyond its noise
+    word = "kvplan measure: PASS (baseline" if code == 0 else "kvplan measure: FAIL (regression)"
+    assert err.strip().splitlines()[-1].startswith(word), err
     faster = json.loads(out.read_text())
     for figure in faster["profile"]["figures"]:
         figure["value"] = figure["value"] * 3 if figure["unit"] != "s" else figure["value"] / 3
@@ -893,6 +897,11 @@ def test_check_fails_with_a_profile_whose_bandwidth_is_3x_wrong(small_model, tmp
     assert code == 1, err
     data = json.loads(text)
     assert any(n["id"] == "check-profile-off" for n in data["notes"])
+    assert data["check"]["profile_checked"] and "profile" in data["verdict"]["failed"]
+    assert (
+        data["summary"].startswith("kvplan measure: FAIL (") and "--gpu profile" in data["summary"]
+    )
+    assert data["summary"] == err.strip().splitlines()[-1]
 
 
 # ---- the CI recipes in docs/measure.md -------------------------------------------------------------
