@@ -59,8 +59,9 @@ def test_every_run_has_the_schema_and_finite_numbers():
 
 
 def test_split_is_the_rule_fixed_in_advance():
-    """calibrate when the first byte of sha256(id) is even (tests/data/README.md)."""
-    for case in CASES:
+    """calibrate when the first byte of sha256(id) is even (tests/data/README.md), in the
+    external file and the GPUStack vLLM and SGLang files alike."""
+    for case in [*CASES, *load_cases(HELDOUT["vllm"]), *load_cases(HELDOUT["sglang"])]:
         even = hashlib.sha256(case["id"].encode()).digest()[0] % 2 == 0
         assert case["split"] == ("calibrate" if even else "validate"), case["id"]
     assert {c["split"] for c in CASES} == {"calibrate", "validate"}
