@@ -167,12 +167,14 @@ def test_every_expressible_run_simulates_or_says_why():
 
 
 def _replayed_random_runs():
-    from sim_replay import EXTERNAL_PATH, FEATURES_PATH, bench_client
+    from sim_replay import EXTERNAL_PATH, FEATURES_PATH, bench_client, bench_flags, drawn_outputs
 
     for path in (FEATURES_PATH, EXTERNAL_PATH):
         for case in load_cases(path):
-            if case["dataset"] == "random" and bench_client(case.get("bench_cmd") or ""):
-                yield case
+            client = bench_client(case.get("bench_cmd") or "")
+            if case["dataset"] == "random" and client:
+                if drawn_outputs(client, bench_flags(case["bench_cmd"])):
+                    yield case
 
 
 def test_random_workload_is_the_clients_own_draw():
