@@ -918,6 +918,7 @@ SOURCES: dict[str, str] = {
     "sim-speculative": "simulate speculative",
     "sim-step-terms": "simulate measured profile",
     "sim-vllm-v0": "simulate vllm v0",
+    "sim-vllm-v0-defaults": "simulate vllm v0",
     "sim-vllm-version-newer": "simulate vllm newer",
     "sim-weak-disagg-hybrid": "simulate disaggregated",
     "sim-weak-general": "simulate measured profile",
