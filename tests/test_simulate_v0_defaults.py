@@ -53,6 +53,26 @@ def test_each_release_resolves_its_own_defaults(version, max_model_len, expected
     assert _limits(setup) == expected
 
 
+@pytest.mark.parametrize(
+    ("gpu", "version", "expected"),
+    [
+        # EngineArgs._set_default_args_v1 of 0.8.0-0.8.3: 8,192 tokens only on a GPU named
+        # H100/H200, 1,024 seats everywhere; 0.8.4: 256 seats off those; 0.8.5 (and "0.8"):
+        # the larger pair from 70 GiB, an 80 GB A100 included; 0.9 on: A100 excepted
+        ("a100", "0.8.0", (2048, 1024)),
+        ("a100", "0.8.4", (2048, 256)),
+        ("a100", "0.8", (8192, 1024)),
+        ("a100", "0.9", (2048, 256)),
+        ("b200", "0.8.3", (2048, 1024)),
+        ("b200", "0.19", (8192, 1024)),
+        ("b200", "0.32", (16384, 1024)),  # get_batch_defaults' tier from 160 GiB
+    ],
+)
+def test_v1_releases_resolve_their_own_serve_defaults(gpu, version, expected):
+    setup = _setup("--engine-version", version, "--max-model-len", "8192", gpu=gpu)
+    assert (setup["max_num_batched_tokens"], setup["max_num_seqs"]) == expected
+
+
 def test_flags_given_win_over_v0_defaults():
     setup = _setup(
         "--engine-version", "0.7", "--max-model-len", "65536", "--no-enable-chunked-prefill",

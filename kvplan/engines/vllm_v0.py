@@ -49,17 +49,23 @@ INTERLEAVED_FROM = {"gemma2": (0, 6, 0), "cohere2": (0, 7, 0)}
 _PATCH = re.compile(r"([0-9]{1,4})\.([0-9]{1,4})(?:\.([0-9]{1,4}))?(?:[.+-][0-9A-Za-z.+-]{0,20})?")
 
 
-def v0_release(version: str) -> tuple[int, int, int] | None:
-    """'0.6' -> (0, 6, 6) (the minor's last release), '0.6.3' -> (0, 6, 3),
-    '0.6.6.post1' -> (0, 6, 6); None for a release whose default engine is V1 (0.8 on)."""
+def release_patch(version: str) -> tuple[int, int, int | None] | None:
+    """'0.8' -> (0, 8, None), '0.8.4' and '0.8.4.post1' -> (0, 8, 4); None for what no vLLM
+    release spells."""
     match = _PATCH.fullmatch(str(version))
     if match is None:
         return None
-    minor = (int(match[1]), int(match[2]))
-    if minor not in V0_RELEASES:
+    return int(match[1]), int(match[2]), None if match[3] is None else int(match[3])
+
+
+def v0_release(version: str) -> tuple[int, int, int] | None:
+    """'0.6' -> (0, 6, 6) (the minor's last release), '0.6.3' -> (0, 6, 3),
+    '0.6.6.post1' -> (0, 6, 6); None for a release whose default engine is V1 (0.8 on)."""
+    parts = release_patch(version)
+    if parts is None or parts[:2] not in V0_RELEASES:
         return None
-    patch = LAST_PATCH[minor] if match[3] is None else int(match[3])
-    return (*minor, patch)
+    major, minor, patch = parts
+    return major, minor, LAST_PATCH[(major, minor)] if patch is None else patch
 
 
 class V0Defaults(NamedTuple):

@@ -1,11 +1,13 @@
 """An engine replica as vLLM would start it: its defaults on this GPU, its KV pool (kvplan's vLLM
 allocator model) and its step-time model (formulas.batch_step).
 
-vLLM's defaults for `vllm serve` (vllm/engine/arg_utils.py, get_batch_defaults, ~v0.11 on): on a
-GPU with >= 70 GiB that is not an A100, max_num_batched_tokens 8192 and max_num_seqs 1024; else 2048
-and 256. max_num_seqs is capped at max_num_batched_tokens, which must be at least max_num_seqs.
-Chunked prefill is always on in V1 (off: max_num_batched_tokens = max_model_len), prefix caching on
-except for models with recurrent state, gpu_memory_utilization 0.9.
+vLLM's defaults for `vllm serve` by release: V1's (0.8 on, engines.vllm.serve_batch_defaults:
+from 0.9, on a GPU with >= 70 GiB that is not an A100, max_num_batched_tokens 8192 and max_num_seqs
+1024, else 2048 and 256; 0.32 adds 16384 tokens from 160 GiB; 0.8.x by its own rules), V0's for
+0.6 and 0.7 (engines.vllm_v0). max_num_seqs is capped at max_num_batched_tokens under V1, which
+must be at least max_num_seqs. Chunked prefill is always on in V1 (off: max_num_batched_tokens =
+max_model_len), prefix caching on except for models with recurrent state, gpu_memory_utilization
+0.9.
 """
 
 from __future__ import annotations
@@ -38,9 +40,6 @@ if TYPE_CHECKING:  # the simulator and the engines' allocators load where a repl
     from kvplan.simulate.sglang import SglangPolicy
     from kvplan.simulate.speculative import Speculation
 
-LARGE_GPU_BYTES = 70 * GIB  # get_batch_defaults: device memory >= 70 GiB ...
-LARGE_DEFAULTS = (8192, 1024)  # ... and not an A100: max_num_batched_tokens, max_num_seqs
-SMALL_DEFAULTS = (2048, 256)
 DEFAULT_MAX_MODEL_LEN = 8192  # when the config states no max_position_embeddings
 
 
@@ -273,10 +272,13 @@ class Replica(NamedTuple):
     layout: ParallelLayout | None = None  # EP / DP attention (parallel_layout), None: plain TP
 
 
-def batch_defaults(gpu: GpuProfile) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) of `vllm serve` on this GPU."""
-    large = gpu.usable_memory_bytes >= LARGE_GPU_BYTES and "a100" not in gpu.name.lower()
-    return LARGE_DEFAULTS if large else SMALL_DEFAULTS
+def batch_defaults(gpu: GpuProfile, version: str = "0.19") -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of `vllm serve` on this GPU, V1 releases
+    (engines.vllm.serve_batch_defaults)."""
+    from kvplan.engines.vllm import serve_batch_defaults
+
+    seqs, tokens = serve_batch_defaults(gpu, version)
+    return tokens, seqs
 
 
 def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_model_len: int):
@@ -292,7 +294,7 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
         raise KvplanError("give --preemption-mode or --no-preemption, not both")
     given_mnbt, given_seqs = options.max_num_batched_tokens, options.max_num_seqs
     if release is None:
-        mnbt_default, seqs_default = batch_defaults(gpu)
+        mnbt_default, seqs_default = batch_defaults(gpu, options.vllm_version)
         chunked = options.enable_chunked_prefill is not False  # V1 always chunks
         mnbt = given_mnbt or (mnbt_default if chunked else max(max_model_len, mnbt_default))
         seqs = given_seqs or min(seqs_default, mnbt)
