@@ -73,6 +73,19 @@ def test_v1_releases_resolve_their_own_serve_defaults(gpu, version, expected):
     assert (setup["max_num_batched_tokens"], setup["max_num_seqs"]) == expected
 
 
+def test_a_08_run_that_vllm_sends_to_v0_says_so():
+    # 0.8.0's _is_v1_supported_oracle falls back to V0 for fp8 KV; kvplan keeps V1's rules
+    run = run_json(
+        "simulate", "llama-3.1-8b", "--gpu", "h100", *SMALL, "--engine-version", "0.8",
+        "--kv-cache-dtype", "fp8",
+    )  # fmt: skip
+    words = next(n["text"] for n in run["notes"] if n["id"] == "sim-vllm-08-v0")
+    assert "--kv-cache-dtype fp8" in words and "not applied" in words
+    assert run["setup"]["max_num_seqs"] == 1024  # V1's, as the note says
+    plain = run_json("simulate", "llama-3.1-8b", "--gpu", "h100", *SMALL, "--engine-version", "0.8")
+    assert all(n["id"] != "sim-vllm-08-v0" for n in plain["notes"])
+
+
 def test_flags_given_win_over_v0_defaults():
     setup = _setup(
         "--engine-version", "0.7", "--max-model-len", "65536", "--no-enable-chunked-prefill",

@@ -152,6 +152,25 @@ def v0_defaults(
     return V0Defaults(chunked, budget, V0_MAX_NUM_SEQS, prefix, why)
 
 
+def v08_v0_fallback(
+    version: str, *, kv_cache_dtype: str, pp: int, scheduler_steps: int, vendor: str
+) -> tuple[str, ...]:
+    """What, of the flags kvplan takes, sends vLLM 0.8.0 to its V0 engine
+    (EngineArgs._is_v1_supported_oracle: a --kv-cache-dtype other than auto, --pp above 1,
+    multi-step scheduling, a device other than CUDA); () for another release or none of them.
+    Later 0.8 patches take some of them on V1 (0.8.5: fp8 KV with FlashAttention 3)."""
+    parts = release_patch(version)
+    if parts is None or parts[:2] != (0, 8):
+        return ()
+    flags = (
+        (kv_cache_dtype != "auto", f"--kv-cache-dtype {kv_cache_dtype}"),
+        (pp > 1, f"--pp {pp}"),
+        (scheduler_steps > 1, f"--num-scheduler-steps {scheduler_steps}"),
+        (vendor != "NVIDIA", f"a {vendor} device"),
+    )
+    return tuple(text for given, text in flags if given)
+
+
 def watermark_blocks(num_gpu_blocks: int) -> int:
     """BlockSpaceManager.watermark_blocks: the free blocks admission leaves untouched."""
     return int(WATERMARK * num_gpu_blocks)

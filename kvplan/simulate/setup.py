@@ -298,7 +298,21 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
         chunked = options.enable_chunked_prefill is not False  # V1 always chunks
         mnbt = given_mnbt or (mnbt_default if chunked else max(max_model_len, mnbt_default))
         seqs = given_seqs or min(seqs_default, mnbt)
-        return options._replace(enable_chunked_prefill=chunked), mnbt, seqs, None
+        fallback = vllm_v0.v08_v0_fallback(
+            options.vllm_version,
+            kv_cache_dtype=options.kv_cache_dtype,
+            pp=options.pp,
+            scheduler_steps=options.num_scheduler_steps,
+            vendor=gpu.device_vendor,
+        )
+        return (
+            options._replace(enable_chunked_prefill=chunked),
+            mnbt,
+            seqs,
+            note("sim-vllm-08-v0", version=options.vllm_version, flags=fallback)
+            if fallback
+            else None,
+        )
     speculative = (
         options.speculative_config is not None or options.speculative_algorithm is not None
     )
@@ -891,6 +905,7 @@ def check_multi_step(options: ServeOptions) -> Note | None:
             version=options.vllm_version,
             steps=steps,
             prefill_first=v0_prefill_first(options),
+            v0_rules=version < V1_FROM,
         )
     return None
 

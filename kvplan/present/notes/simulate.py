@@ -255,7 +255,7 @@ text("sim-outputs-capped")(
     )
 )
 text("sim-vllm-v0")(
-    lambda version, steps, prefill_first=False: (
+    lambda version, steps, prefill_first=False, v0_rules=True: (
         f"vLLM {version} runs the V0 engine"
         + (
             f" with multi-step scheduling (--num-scheduler-steps {steps}): the scheduler passes "
@@ -275,10 +275,24 @@ text("sim-vllm-v0")(
             "V0's _schedule_chunked_prefill does (running requests, then chunked prompts, then "
             "new ones)."
         )
-        + " As V0's block manager does, a prompt is admitted only when its whole sequence's "
-        "blocks leave 1% of the pool free (the watermark); preemption is by recompute (V0's "
-        "default for one-sequence requests; swap is not simulated). The KV pool is kvplan's V1 "
-        "allocator's: V0's memory profiling is not modelled."
+        + (
+            " As V0's block manager does, a prompt is admitted only when its whole sequence's "
+            "blocks leave 1% of the pool free (the watermark); preemption is by recompute (V0's "
+            "default for one-sequence requests; swap is not simulated). The KV pool is kvplan's "
+            "V1 allocator's: V0's memory profiling is not modelled."
+            if v0_rules
+            else " kvplan applies V0's multi-step windows alone here: admission, defaults and the "
+            "KV pool are its V1 ones."
+        )
+    )
+)
+text("sim-vllm-08-v0")(
+    lambda version, flags: (
+        f"vLLM 0.8.0's engine oracle (EngineArgs._is_v1_supported_oracle) falls back to the V0 "
+        f"engine with {', '.join(flags)} (later 0.8 patches take some of these on V1); kvplan "
+        f"simulates vLLM {version} with V1's admission rules and defaults, so V0's (max_num_seqs "
+        "256, chunked prefill only above 32,768 tokens, prefix caching off) are not applied. "
+        "--engine-version 0.7 runs V0's."
     )
 )
 _V0_CHUNKED_OFF = {
