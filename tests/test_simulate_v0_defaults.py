@@ -111,6 +111,16 @@ def test_the_long_context_rule_has_v0s_exceptions():
         is True
     )
     assert _setup(*long, model="mistral-7b-v0.1")["enable_chunked_prefill"] is False
+    # a multimodal model (a vision tower): off from 0.6.2, on in 0.6.1
+    for version, on in (("0.6.1", True), ("0.6.2", False), ("0.7", False)):
+        setup = _setup(
+            "--engine-version", version, "--max-model-len", "65536", model="mistral-small-3.1-24b"
+        )
+        assert setup["enable_chunked_prefill"] is on
+    # 0.6.0 alone keeps it off when prefix caching is asked for
+    prefix = ("--max-model-len", "65536", "--enable-prefix-caching")
+    assert _limits(_setup("--engine-version", "0.6.0", *prefix)) == (False, 65536, 256, True)
+    assert _limits(_setup("--engine-version", "0.6.1", *prefix)) == (True, 512, 256, True)
 
 
 def test_the_note_says_which_defaults_ran():

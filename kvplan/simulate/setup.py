@@ -472,9 +472,9 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
     if config.prefill_first and (layout.modelled or speculation is not None):
         raise KvplanError(
-            "kvplan models vLLM V0's prefill-first scheduling (--engine-version "
-            f"{str(options.vllm_version)[:20]}, --no-enable-chunked-prefill) for one engine "
-            "without DP/EP ranks or speculative decoding"
+            "kvplan models vLLM V0's prefill-first scheduling (vLLM "
+            f"{str(options.vllm_version)[:20]} with chunked prefill off, as given or by V0's "
+            "default) for one engine without DP/EP ranks or speculative decoding"
         )
     graph_tokens = 0 if options.enforce_eager else min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt)
     model, wdtype = step_model(
