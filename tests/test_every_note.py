@@ -1013,6 +1013,7 @@ CHOOSE_WORDS = {
     ("measure-confirm", "regressions"),  # said only for a regression against a baseline
     ("vllm-memory-estimated", "tp"),  # which caveats apply (NCCL buffers, TP 8 unmeasured)
     ("vllm-memory-estimated", "pp"),
+    ("sim-vllm-v0-defaults", "why"),  # why V0 kept chunked prefill off: said in words
 }
 
 
