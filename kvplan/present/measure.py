@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from xml.sax.saxutils import quoteattr
 
+from kvplan.measure.verdict import FAIL, NOT_GATED, PASS
 from kvplan.present import format as f
 from kvplan.present.notes import note_texts
 from kvplan.present.view import (
@@ -54,6 +55,7 @@ def _parts(data: dict) -> list[str]:
     return list(data["verdict"]["check_missed"])
 
 
+NOT_GATED_WORDS = "not gated (no --check)"  # a check the run did not ask to gate it
 _MISSED_WORDS = {
     "predictions": "kvplan's predictions",
     "profile": "the --gpu profile's predictions",
@@ -99,9 +101,6 @@ def check_text(check: dict, missed: list[str], gated: bool = True) -> str:
     )
 
 
-NOT_GATED_WORDS = "not gated (no --check)"
-
-
 def _threads(count: int) -> str:
     return f"{count} thread{'s' if count != 1 else ''}"
 
@@ -125,17 +124,17 @@ def verdict_words(verdict: dict, failed_words: dict[str, str], gates: str) -> st
     """The verdict word of a CI line, with what decided it: PASS, FAIL (the gated parts that
     failed), NOT GATED (nothing asked to gate: `gates` names the options that would)."""
     outcome = verdict["outcome"]
-    if outcome == "NOT GATED":
-        return f"NOT GATED (no {gates}: the exit status is 0)"
-    if outcome == "FAIL":
+    if outcome == NOT_GATED:
+        return f"{NOT_GATED} (no {gates}: the exit status is 0)"
+    if outcome == FAIL:
         failed = [failed_words[p] for p in verdict["failed"]]
         if "self-test" in verdict["failed"] and "predictions" not in verdict["failed"]:
             at = verdict["failed"].index("self-test")
             failed[at] += "; predictions within the limits"
-        return f"FAIL ({'; '.join(failed)})"
+        return f"{FAIL} ({'; '.join(failed)})"
     if verdict["baseline_gated"] and not verdict["check_gated"]:
-        return "PASS (baseline: no regression; the prediction check not gated, no --check)"
-    return "PASS"
+        return f"{PASS} (baseline: no regression; the prediction check not gated, no --check)"
+    return PASS
 
 
 def summary_line(data: dict) -> str:
