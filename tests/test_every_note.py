@@ -239,7 +239,10 @@ def distributed_replayed(on_cuda: bool, kv_slower: float = 1.0) -> Invocation:
         if on_cuda:
             request["device"] = "cuda"
             del results["reduce"]
-        distributed_view(analyse(DistributedRequest(**request), results))
+        from kvplan.measure.verdict import distributed_verdict
+
+        result = analyse(DistributedRequest(**request), results)
+        distributed_view(result, distributed_verdict(result, check_gated=True))
 
     return run
 
