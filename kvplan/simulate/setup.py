@@ -275,37 +275,47 @@ class NodeSpan(NamedTuple):
     assumed: bool = False
 
 
+def launch_nodes(options: ServeOptions) -> int:
+    """The nodes a launch spans from its flags: --nnodes, or vLLM's --data-parallel-size /
+    --data-parallel-size-local (which must divide it), refused where they disagree."""
+    from kvplan.inputs.options import check_range
+
+    o = options
+    nodes = int(check_range(o.nnodes, what="--nnodes", minimum=1, maximum=MAX_PARALLEL))
+    local = o.data_parallel_size_local
+    if local is None:
+        return nodes
+    if o.engine != "vllm":
+        raise KvplanError(
+            "--data-parallel-size-local is vLLM's; SGLang spreads a launch with --nnodes"
+        )
+    local = int(
+        check_range(local, what="--data-parallel-size-local", minimum=1, maximum=MAX_PARALLEL)
+    )
+    dp = o.data_parallel_size
+    if dp % local:
+        raise KvplanError(
+            f"--data-parallel-size-local {local} must divide --data-parallel-size {dp} "
+            "(the DP ranks on each node)"
+        )
+    if o.nnodes != 1 and o.nnodes != dp // local:
+        raise KvplanError(
+            f"--nnodes {o.nnodes} disagrees with --data-parallel-size {dp} / "
+            f"--data-parallel-size-local {local} = {dp // local} nodes"
+        )
+    nodes = dp // local
+    return nodes
+
+
 def node_span(gpu: GpuProfile, options: ServeOptions, layout: ParallelLayout) -> NodeSpan | None:
     """The nodes one launch spans (None: one node), refused where the engine could not place
     it: vLLM's --data-parallel-size-local must divide --data-parallel-size (its DP ranks on
     each node; the nodes are the quotient), the launch's GPUs (a replica's, or DP group's, times
     its DP replicas) must split evenly over the nodes, and no node may hold more GPUs than the
     profile's gpus_per_node (a TP 16 on 8-GPU nodes needs --nnodes 2)."""
-    from kvplan.inputs.options import check_range
 
     o = options
-    nodes = int(check_range(o.nnodes, what="--nnodes", minimum=1, maximum=MAX_PARALLEL))
-    local = o.data_parallel_size_local
-    if local is not None:
-        if o.engine != "vllm":
-            raise KvplanError(
-                "--data-parallel-size-local is vLLM's; SGLang spreads a launch with --nnodes"
-            )
-        local = int(
-            check_range(local, what="--data-parallel-size-local", minimum=1, maximum=MAX_PARALLEL)
-        )
-        dp = o.data_parallel_size
-        if dp % local:
-            raise KvplanError(
-                f"--data-parallel-size-local {local} must divide --data-parallel-size {dp} "
-                "(the DP ranks on each node)"
-            )
-        if o.nnodes != 1 and o.nnodes != dp // local:
-            raise KvplanError(
-                f"--nnodes {o.nnodes} disagrees with --data-parallel-size {dp} / "
-                f"--data-parallel-size-local {local} = {dp // local} nodes"
-            )
-        nodes = dp // local
+    nodes = launch_nodes(o)
     total = layout.gpus * o.pp * layout.dp_replicas
     if total % nodes:
         raise KvplanError(f"the launch's {total} GPUs do not split evenly over {nodes} nodes")
