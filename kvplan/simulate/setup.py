@@ -321,9 +321,10 @@ def node_span(gpu: GpuProfile, options: ServeOptions, layout: ParallelLayout) ->
         raise KvplanError(f"the launch's {total} GPUs do not split evenly over {nodes} nodes")
     per = total // nodes
     if gpu.gpus_per_node and per > gpu.gpus_per_node:
+        local = max(1, gpu.gpus_per_node // (o.tp * o.pp))
         hint = (
-            "--data-parallel-size-local"
-            if o.engine == "vllm" and o.data_parallel_size > 1
+            f"--data-parallel-size-local {local}"
+            if o.engine == "vllm" and o.data_parallel_size > 1 and o.tp * o.pp <= gpu.gpus_per_node
             else f"--nnodes {-(-total // gpu.gpus_per_node)}"
         )
         raise KvplanError(
