@@ -220,3 +220,19 @@ def test_plan_takes_the_nodes_and_prints_them_in_the_launch():
         "-dp", "4", "-dpl", "3", "-ep", "--price", "h100=2",
     )  # fmt: skip
     one_line_error(code, err, "must divide")
+
+
+def test_tp8_pp2_over_two_nodes_hands_activations_over_the_network():
+    """vLLM -tp 8 -pp 2 --nnodes 2 on H100s: each stage is one node's TP 8 (its all-reduces on
+    NVLink), and the one stage boundary crosses the network: 4 tokens x 8192 x 2 B = 65,536 B at
+    50 GB/s one way plus 5 us."""
+    spec = load_model("llama-3.1-70b")
+    h100 = load_profile("h100")
+    model, _ = step_model(spec, h100, ServeOptions(tp=8, pp=2, nnodes=2), "auto", 512, [])
+    assert model.pipeline_hops_s(4) == pytest.approx(65_536 / 50e9 + 5e-6, rel=1e-12)
+    one, _ = step_model(spec, h100, ServeOptions(tp=4, pp=2), "auto", 512, [])
+    nvlink = h100.interconnect.one_way_bytes_per_s * one.achieved.link
+    assert one.pipeline_hops_s(4) == pytest.approx(65_536 / nvlink + 2e-6, rel=1e-12)
+    # TP within the node: the same all-reduces as on one node
+    alone, _ = step_model(spec, h100, ServeOptions(tp=8), "auto", 512, [])
+    assert model.tp_allreduce_s(4, 1) == pytest.approx(alone.tp_allreduce_s(4, 1))
