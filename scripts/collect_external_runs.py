@@ -1,6 +1,6 @@
 """Rebuild the SGLang-cookbook part of tests/data/sim_bench_cases_external.json.
 
-    python scripts/collect_external_runs.py COOKBOOK_GIT_DIR [--update FILE]
+    python scripts/collect_external_runs.py COOKBOOK_GIT_DIR [--update FILE [--only ID,ID]]
 
 COOKBOOK_GIT_DIR is a git clone (or bare mirror) of sgl-project/sgl-cookbook; the runs are read
 at COMMIT below. Every printed `Serving Benchmark Result` block of a `python3 -m
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import shlex
 import subprocess
@@ -60,6 +61,15 @@ GPU_PROFILES = (
 # profiles added after the runs were collected: their ids keep the "nogpu" they were given then,
 # so that the ids, and the split fixed by them, do not move
 ID_GPU = {"h800-sxm": "nogpu", "mi350x": "nogpu"}
+# runs re-collected after their ids were given (the shell-array launch of DeepSeek-V3_2.md 5.3,
+# read since; first recorded with the doc's B200 launch): they keep the ids they were first
+# collected under, so that the split fixed by the id does not move
+V32 = "docs/autoregressive/DeepSeek/DeepSeek-V3_2.md"
+ID_AS_COLLECTED = {
+    (V32, 678): "sglcb-deepseek-v3_2-nogpu-tp8-sharegpt-10-c1-L678",
+    (V32, 742): "sglcb-deepseek-v3_2-nogpu-tp8-sharegpt-2048-c1024-L742",
+    (V32, 785): "sglcb-deepseek-v3_2-nogpu-tp8-sharegpt-2048-c1024-L785",
+}
 
 
 def fenced_blocks(lines: list[str]):
@@ -78,6 +88,79 @@ def fenced_blocks(lines: list[str]):
 def joined(body: list[str]) -> str:
     parts = [line.strip() for line in body if line.strip() and not line.strip().startswith("#")]
     return re.sub(r"\s+", " ", " ".join(p.rstrip("\\").strip() for p in parts))
+
+
+def shell_array_command(body: list[str]) -> str | None:
+    """The command a block runs through a shell array, as SGLang's cookbook writes a multi-node
+    launch (DeepSeek-V3_2.md section 5.3):
+
+        export VAR=value
+        NAME=$(echo serve \\
+          --flag value ...
+        )
+        NAME=($NAME)
+        sglang "${NAME[@]}" 2>&1 | tee ...
+
+    read as `VAR=value sglang serve --flag value ...` (the exports as the command's environment
+    prefix, the program before "${NAME[@]}", the echoed words, comments dropped); None for a
+    block without one."""
+    lines = [x.strip() for x in body if x.strip() and not x.strip().startswith("#")]
+    exports = [m.group(1) for x in lines if (m := re.match(r"^export\s+(\w+=\S+)$", x))]
+    for i, line in enumerate(lines):
+        start = re.match(r"^(\w+)=\$\(echo\s+(.*)$", line)
+        if not start:
+            continue
+        name, words = start.group(1), [start.group(2)]
+        j = i + 1
+        while not words[-1].rstrip().endswith(")") and j < len(lines):
+            words.append(lines[j])
+            j += 1
+        echoed = " ".join(w.rstrip("\\").strip() for w in words).rstrip().removesuffix(")")
+        call = next((x for x in lines[j:] if f'"${{{name}[@]}}"' in x), None)
+        if call is None:
+            return None
+        program = call.split(f'"${{{name}[@]}}"', 1)[0].strip()
+        command = " ".join([*exports, program, echoed.replace("\\", " ")])
+        return re.sub(r"\s+", " ", command).strip()
+    return None
+
+
+def uncommented(command: str) -> str:
+    """A joined command without its trailing shell comment."""
+    return re.sub(r"\s+#.*$", "", command)
+
+
+def added_flag(prose: list[str]) -> str | None:
+    """A bench flag the prose between the bench command and a result block says was added
+    ("By adding `--random-range-ratio 1`, ..."): that block ran the command with it."""
+    for line in prose:
+        m = re.search(r"(?i)\bby adding `(--[\w-]+(?:[ =][^`\s]+)?)`", line)
+        if m:
+            return m.group(1)
+    return None
+
+
+def random_draws_match(bargv: list[str], m: dict, num_prompts: int) -> bool:
+    """Whether a block's printed totals are exactly sglang.bench_serving's random-dataset draws
+    for the command's lengths, range ratio and seed (defaults 1024, 1024, 0 and 1): the
+    client's seeded numpy draws (kvplan.simulate.workload's sglang-random law) summed."""
+    from kvplan.simulate.workload import WorkloadSpec, generate
+
+    if not {"total_input_tokens", "total_output_tokens"} <= set(m):
+        return False
+    spec = WorkloadSpec(
+        num_prompts=num_prompts,
+        input_len=int(flag(bargv, "--random-input-len") or 1024),
+        output_len=int(flag(bargv, "--random-output-len") or 1024),
+        length_dist="sglang-random",
+        spread=float(flag(bargv, "--random-range-ratio") or 0.0),
+        seed=int(flag(bargv, "--seed") or 1),
+    )
+    draws = generate(spec)
+    return (
+        sum(r.input_tokens for r in draws) == m["total_input_tokens"]
+        and sum(r.output_tokens for r in draws) == m["total_output_tokens"]
+    )
 
 
 def flag(argv: list[str], *names: str) -> str | None:
@@ -105,8 +188,10 @@ def runs_in(repo: str, path: str) -> list[dict]:
     lines = text.split("\n")
     serve = bench = None
     out = []
+    end = 0  # where the last block ended: the prose since is read for an added bench flag
     for start, body in fenced_blocks(lines):
-        command = joined(body)
+        prose, end = lines[end : start - 1], start + len(body) + 1
+        command = shell_array_command(body) or joined(body)
         if (
             "launch_server" in command
             or command.startswith("sglang serve")
@@ -131,13 +216,16 @@ def runs_in(repo: str, path: str) -> list[dict]:
             before = lines[: start + k]
             hardware = next((x for x in reversed(before) if "Hardware:" in x), "")
             version = next((x for x in reversed(before) if re.search(r"(?i)sglang version", x)), "")
+            extra = added_flag(prose) if bench else None
             out.append(
                 {
                     "line": start + k + 1,
                     "hardware": hardware,
                     "version": version,
                     "serve": serve,
-                    "bench": bench,
+                    # the command as run: the printed one, its trailing comment cut, the flag
+                    "bench": f"{uncommented(bench)} {extra}" if extra else bench,
+                    "added": extra,
                     "measured": measured,
                     "path": path,
                 }
@@ -154,9 +242,20 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
     hardware = re.sub(r"^[\s\-*]*Hardware:\s*", "", raw["hardware"]).strip()
     if "," in re.sub(r"\([^)]*\)", "", hardware):
         return None, f"several GPUs named for one section: {hardware}"
-    sargv, bargv = shlex.split(serve), shlex.split(bench)
+    sargv, bargv = shlex.split(serve, comments=True), shlex.split(bench, comments=True)
     model = flag(sargv, "--model-path", "--model")
+    variable_model = model is not None and model.startswith("$")
+    if variable_model:  # a path in a shell variable: the model the bench command names
+        model = flag(bargv, "--model")
     dataset = flag(bargv, "--dataset-name") or "sharegpt"
+    num_given = flag(bargv, "--num-prompts", "--num-prompt")
+    drawn = (
+        flag(bargv, "--dataset-name") is None
+        and num_given is not None
+        and random_draws_match(bargv, m, int(num_given))
+    )
+    if drawn:
+        dataset = "random"
     if dataset not in ("random", "sharegpt"):
         return None, f"dataset {dataset}"
     if resolve_variant(model) is None:
@@ -168,6 +267,14 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
     concurrency = int(concurrency) if concurrency else None
     rate = flag(bargv, "--request-rate")
     rate = None if rate in (None, "inf") else float(rate)
+    printed_rate = m.get("printed_rate")
+    # a finite rate printed where the command gives none: the rate the client ran at (the
+    # printed command is not the whole one it ran)
+    rate_printed_only = (
+        rate is None and isinstance(printed_rate, int | float) and math.isfinite(printed_rate)
+    )
+    if rate_printed_only:
+        rate = float(printed_rate)
     printed_c = m.get("printed_concurrency")
     if printed_c not in (None, "not") and concurrency is not None and int(printed_c) != concurrency:
         return None, f"printed concurrency {printed_c} != bench's {concurrency}"
@@ -189,9 +296,15 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
     dp = int(flag(sargv, "--dp", "--dp-size") or 1)
     ep = int(flag(sargv, "--ep", "--ep-size") or 1)
     version = re.search(r"(\d+\.\d+\.\d+[\w.+]*)", raw["version"])
+    ratio = flag(bargv, "--random-range-ratio")
     notes = [
-        "sglang.bench_serving random dataset with its default --random-range-ratio: prompt and "
-        "output lengths vary per request; input_len/output_len are the printed totals / completed"
+        (
+            "sglang.bench_serving random dataset with its default --random-range-ratio: prompt "
+            "and output lengths vary per request"
+            if ratio is None
+            else f"sglang.bench_serving random dataset with --random-range-ratio {ratio}"
+        )
+        + "; input_len/output_len are the printed totals / completed"
         if dataset == "random"
         else "ShareGPT prompts"
     ]
@@ -202,9 +315,33 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
         )
     if gpu_profile == "a100-80gb-sxm":
         notes.append("the doc says A100 without a memory size; simulated as the 80 GB SXM")
-    if flag(bargv, "--dataset-name") is None:
+    if drawn:
+        notes.append(
+            "the bench command names no --dataset-name, but the block's totals "
+            f"({m['total_input_tokens']} input, {m['total_output_tokens']} generated tokens) are "
+            "exactly sglang.bench_serving's random-dataset draws for its lengths at its seed: "
+            "recorded as the random dataset"
+        )
+    elif flag(bargv, "--dataset-name") is None:
         notes.append(
             "the bench command names no --dataset-name: sglang.bench_serving's default, sharegpt"
+        )
+    if rate_printed_only:
+        notes.append(
+            f"the bench command gives no --request-rate but the block prints a traffic request "
+            f"rate of {printed_rate}: request_rate is the printed one"
+        )
+    if raw.get("added"):
+        notes.append(f"bench_cmd is the printed command with `{raw['added']}`, as the doc says")
+    if variable_model:
+        notes.append(
+            "the serve command's --model-path is a shell variable; model is the bench command's "
+            "--model"
+        )
+    if "--nnodes" in sargv:
+        notes.append(
+            f"serve_cmd is node 0's launch of {flag(sargv, '--nnodes')} nodes (each runs it "
+            "with its own --node-rank)"
         )
     if not version:
         notes.append(
@@ -219,6 +356,7 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
         else f"{num_prompts}"
     )
     cid = f"sglcb-{base}-{ID_GPU.get(gpu_profile, gpu_profile)}-tp{tp}-{dataset}-{lens}-c{concurrency or 'inf'}-L{raw['line']}"
+    cid = ID_AS_COLLECTED.get((raw["path"], raw["line"]), cid)
     completed = m["completed"]
     case = {
         "id": cid,
@@ -300,6 +438,17 @@ def main() -> None:
                 continue
             case["split"] = split_of(case["id"])
             cases.append(case)
+    if len(sys.argv) > 5 and sys.argv[2] == "--update" and sys.argv[4] == "--only":
+        # replace only the runs of these ids in FILE, each with its re-collected record
+        target, ids = Path(sys.argv[3]), sys.argv[5].split(",")
+        data = json.loads(target.read_text(encoding="utf-8"))
+        fresh = {c["id"]: c for c in cases if c["id"] in ids}
+        if set(fresh) != set(ids):
+            sys.exit(f"not collected: {', '.join(sorted(set(ids) - set(fresh)))}")
+        data["cases"] = [fresh.get(c["id"], c) for c in data["cases"]]
+        target.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"{len(fresh)} runs re-collected in {target}")
+        return
     if len(sys.argv) > 3 and sys.argv[2] == "--update":  # replace this source's runs in FILE
         target = Path(sys.argv[3])
         data = json.loads(target.read_text(encoding="utf-8"))

@@ -173,8 +173,12 @@ def main() -> None:
         f"({sum('needs' in r for r in rows)} for what simulate lacks, "
         f"{sum('error' in r for r in rows)} refused by the simulation)"
     )
-    medians = {m: statistics.median(abs(r[m]["error"]) for r in done if m in r) for m in METRICS}
-    print("median |error|: " + ", ".join(f"{m} {v:.1%}" for m, v in medians.items()))
+    errors = {m: [abs(r[m]["error"]) for r in done if m in r] for m in METRICS}
+    medians = {m: statistics.median(v) if v else None for m, v in errors.items()}
+    print(
+        "median |error|: "
+        + ", ".join(f"{m} {'-' if v is None else f'{v:.1%}'}" for m, v in medians.items())
+    )
     summary = group_summary(done)
     print_summary(summary)
     if args.json:

@@ -35,6 +35,7 @@ RENAMED = {
     "--tensor-parallel-size": "--tp",
     "--ep": "--ep-size",
     "--dp": "--dp-size",
+    "--nccl-init": "--nccl-init-addr",  # argparse's unique prefix of SGLang's alias
 }
 # flags kvplan simulate takes as the engines spell them: name -> takes a value
 TAKEN = {
@@ -45,6 +46,9 @@ TAKEN = {
     "-dp": True,
     "--dp-size": True,
     "--enable-expert-parallel": False,
+    "--nnodes": True,
+    "--data-parallel-size-local": True,
+    "-dpl": True,
     "--ep-size": True,
     "--enable-dp-attention": False,
     "--load-balance-method": True,
@@ -59,6 +63,7 @@ TAKEN = {
     "--mem-fraction-static": True,
     "--quantization": True,
     "--block-size": True,
+    "--page-size": True,
     "--enable-prefix-caching": False,
     "--no-enable-prefix-caching": False,
     "--async-scheduling": False,
@@ -94,6 +99,23 @@ DROPPED = {
     "--tokenizer-mode": True,
     "--watchdog-timeout": True,
     "--disable-log-requests": False,
+    "--log-requests": False,
+    "--enable-metrics": False,
+    "--allow-auto-truncate": False,  # cuts prompts over the context length: none here
+    # where the nodes of a multi-node launch meet, and which one this is: kvplan simulate
+    # takes them as written, but a printed command leaves them as shell variables ($RANK)
+    "--node-rank": True,
+    "--dist-init-addr": True,
+    "--nccl-init-addr": True,
+    "--master-addr": True,
+    "--master-port": True,
+    "--data-parallel-address": True,
+    "-dpa": True,
+    "--data-parallel-rpc-port": True,
+    "-dpp": True,
+    "--data-parallel-start-rank": True,
+    "-dpr": True,
+    "--headless": False,
 }
 # flags kvplan does not model but that leave the schedule, the layout and the CUDA-graph sizes
 # as they are (kernel speed only): dropped, and the run's record says so in `notes`
@@ -102,6 +124,10 @@ NOT_MODELLED = {"--enable-torch-compile": False}
 # (ROCm: AITER kernels, the fused MLA decode kernel): kernel speed only, which the datasheet
 # class has no tables for; dropped, and any other VAR=value prefix refuses the run
 NOT_MODELLED_ENV = {"SGLANG_USE_AITER", "SGLANG_ROCM_FUSED_DECODE_MLA"}
+# environment switches that change nothing kvplan prices in the launch they precede: the SMs
+# of DeepEP's low-latency combine (no DeepEP without --moe-a2a-backend deepep) and the CPU
+# affinity of SGLang's processes (host-side placement)
+NO_EFFECT_ENV = {"SGLANG_DEEPEP_LL_COMBINE_SEND_NUM_SMS", "SGLANG_SET_CPU_AFFINITY"}
 # what a serve command asks for that needs an acceptance length to simulate
 SPECULATIVE_FLAGS = ("--speculative-config", "--speculative-algorithm")
 
@@ -121,7 +147,7 @@ def serve_argv(serve_cmd: str) -> list[str]:
     argv = shlex.split(serve_cmd)
     while argv and "=" in argv[0] and not argv[0].startswith("-"):  # VAR=value prefixes
         var = argv.pop(0).split("=", 1)[0]
-        if var not in NOT_MODELLED_ENV:
+        if var not in NOT_MODELLED_ENV | NO_EFFECT_ENV:
             raise KvplanError(f"{var}: an environment switch kvplan simulate does not model")
     if argv[:2] == ["vllm", "serve"]:
         argv = argv[3:]  # the model is positional

@@ -645,6 +645,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "simulate", "qwen3-30b-a3b", "--gpu", "h100", "--tp", "2", "-dp", "2", "-ep", *SMALL
     ),
     "simulate dp replicas": cli(*SIM, "-dp", "2", *SMALL),
+    "simulate two nodes": cli(*SIM, "--tp", "16", "--nnodes", "2", *SMALL),
     "simulate sglang dp attention alone": cli(
         "simulate",
         "qwen3-30b-a3b",
@@ -899,6 +900,7 @@ SOURCES: dict[str, str] = {
     "sim-dcp": "simulate dcp eager",
     "sim-disaggregated": "simulate disaggregated",
     "sim-dp-replicas": "simulate dp replicas",
+    "sim-multinode": "simulate two nodes",
     "sim-dp-attention-off": "simulate sglang dp attention alone",
     "sim-dsa-dense": "simulate dsa untabled",
     "sim-dsa-tables": "simulate dsa",
@@ -1003,6 +1005,7 @@ CHOOSE_WORDS = {
     ("sim-speculative", "acceptance"),  # how the rate was chosen, said in words
     ("sim-dp-replicas", "router"),  # round_robin: the router said in words
     ("sim-expert-parallel", "router"),
+    ("sim-multinode", "assumed"),  # the profile's network or kvplan's default: said in words
     ("indexer-cache", "layers"),  # every layer: "every layer", no count
     ("indexer-cache", "of"),
     ("roofline-ops", "tp"),  # TP 1: unsaid

@@ -90,8 +90,19 @@ def test_needs_are_what_simulate_lacks_today():
         "sglcb-deepseek-v3-mi300x-tp8-sharegpt-10-c1-L362",  # EAGLE, printed acceptance 2.61
     ):
         assert needs(by_id[cid]) == [], cid
+    # the multi-node launches: vLLM's DP over two nodes (--data-parallel-size-local), SGLang's
+    # TP 16 over two (--nnodes 2, a shell-array launch the collector reads)
     h800 = by_id["vllmrecipes-kimi-k2-h800x16-dp16-ep-random-1000-512-rate1"]
-    assert needs(h800) == ["--data-parallel-size-local: a serve flag kvplan simulate does not take"]
+    assert needs(h800) == []
+    for cid in (
+        "sglcb-deepseek-v3_2-nogpu-tp8-sharegpt-10-c1-L678",
+        "sglcb-deepseek-v3_2-nogpu-tp8-sharegpt-2048-c1024-L742",
+        "sglcb-deepseek-v3_2-nogpu-tp8-sharegpt-2048-c1024-L785",
+    ):
+        assert needs(by_id[cid]) == [], cid
+        assert "--nnodes 2" in by_id[cid]["serve_cmd"] and by_id[cid]["tp"] == 16
+    odd = dict(h800, serve_cmd=h800["serve_cmd"] + " --kv-transfer-config {}")
+    assert needs(odd) == ["--kv-transfer-config: a serve flag kvplan simulate does not take"]
     spec = dict(by_id["sglcb-deepseek-v3-mi300x-tp8-sharegpt-10-c1-L362"], spec_accept_length=None)
     assert needs(spec) == ["an acceptance length for the speculative run (its source states none)"]
     rocm = dict(

@@ -396,6 +396,58 @@ def dcp_option():
     )
 
 
+def nnodes_option():
+    """The nodes one launch spans: SGLang's --nnodes, vLLM's (its multiprocessing multi-node
+    flag; with Ray vLLM takes none, so kvplan asks for it)."""
+    return typer.Option(
+        1,
+        "--nnodes",
+        min=1,
+        max=1024,
+        help="Nodes the launch spans (SGLang, vLLM): collectives between them priced on the "
+        "profile's inter-node network (--network-gbps overrides).",
+    )
+
+
+def dp_local_option():
+    """vLLM's --data-parallel-size-local / -dpl."""
+    return typer.Option(
+        None,
+        "--data-parallel-size-local",
+        "-dpl",
+        min=1,
+        max=1024,
+        help="vLLM: DP ranks on each node (divides --data-parallel-size; the nodes are the "
+        "quotient).",
+    )
+
+
+def launch_only_option(*names: str, flag: bool = False):
+    """A multi-node launch flag that changes nothing kvplan prices (addresses, ports, a
+    node's rank, Ray or multiprocessing): taken as the engines spell it."""
+    return typer.Option(
+        False if flag else None,
+        *names,
+        help="Accepted as the engine spells it; changes nothing kvplan prices.",
+    )
+
+
+def check_launch_ranks(nnodes: int, node_rank: str | None, dp: int, start_rank: str | None) -> None:
+    """--node-rank within --nnodes, --data-parallel-start-rank within --data-parallel-size
+    (one-line errors; the values change nothing priced)."""
+    from kvplan.inputs.options import ascii_number
+
+    for value, what, limit in (
+        (node_rank, "--node-rank", nnodes),
+        (start_rank, "--data-parallel-start-rank", dp),
+    ):
+        if value is None:
+            continue
+        text = ascii_number(str(value), what).strip()
+        if not text.isdigit() or int(text) >= limit:
+            raise KvplanError(f"{what} {text[:20]!r} must be an integer from 0 to {limit - 1}")
+
+
 def enforce_eager_option():
     """vLLM's --enforce-eager, SGLang's --disable-cuda-graph."""
     return typer.Option(

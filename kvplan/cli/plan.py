@@ -105,6 +105,8 @@ def add(app: typer.Typer) -> None:
         enable_dp_attention: bool = c.serve_option(
             "enable_dp_attention", False, "SGLang: attention data-parallel over --dp-size."
         ),
+        nnodes: int = c.nnodes_option(),
+        data_parallel_size_local: int = c.dp_local_option(),
         jobs: int = typer.Option(0, "--jobs", min=0, max=256, help="Processes (0: one per core)."),
         prune: bool = typer.Option(
             True,
@@ -205,6 +207,8 @@ def add(app: typer.Typer) -> None:
             data_parallel_size=data_parallel_size,
             ep_size=ep_size,
             enable_dp_attention=enable_dp_attention,
+            nnodes=nnodes,
+            data_parallel_size_local=data_parallel_size_local,
             decode_context_parallel_size=check_range(
                 dcp, what="--decode-context-parallel-size", minimum=1, maximum=1024
             ),

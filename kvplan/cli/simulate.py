@@ -294,6 +294,17 @@ def add(app: typer.Typer) -> None:
             False,
             help="SGLang: attention data-parallel over --dp-size ranks at TP tp/dp each.",
         ),
+        nnodes: int = c.nnodes_option(),
+        node_rank: str = c.launch_only_option("--node-rank"),
+        dist_init_addr: str = c.launch_only_option("--dist-init-addr", "--nccl-init-addr"),
+        master_addr: str = c.launch_only_option("--master-addr"),
+        master_port: str = c.launch_only_option("--master-port"),
+        distributed_executor_backend: str = c.launch_only_option("--distributed-executor-backend"),
+        data_parallel_size_local: int = c.dp_local_option(),
+        data_parallel_address: str = c.launch_only_option("--data-parallel-address", "-dpa"),
+        data_parallel_rpc_port: str = c.launch_only_option("--data-parallel-rpc-port", "-dpp"),
+        data_parallel_start_rank: str = c.launch_only_option("--data-parallel-start-rank", "-dpr"),
+        headless: bool = c.launch_only_option("--headless", flag=True),
         load_balance_method: str = typer.Option(
             None,
             "--load-balance-method",
@@ -378,8 +389,8 @@ def add(app: typer.Typer) -> None:
         block_size: int = c.serve_option(
             "block_size",
             None,
-            "vLLM: tokens per KV block (16, MLA 64).",
-            engines=("vllm",),
+            "vLLM: tokens per KV block (16, MLA 64); SGLang --page-size: tokens per page "
+            "(the attention backends may force their own).",
             min=1,
             max=4096,
         ),  # fmt: skip
@@ -504,6 +515,7 @@ def add(app: typer.Typer) -> None:
         rates = parse_rates(request_rate)
         if network_gbps is not None:
             check_range(network_gbps, what="--network-gbps", minimum=0.001, maximum=1_000_000)
+        c.check_launch_ranks(nnodes, node_rank, data_parallel_size, data_parallel_start_rank)
         if trace is not None and request_rate != "inf":
             raise KvplanError("--trace sets the arrival times; leave out --request-rate")
         from kvplan.simulate.workload import BENCH_DEFAULT_SEED
@@ -574,6 +586,8 @@ def add(app: typer.Typer) -> None:
                 nsa_prefill_backend=nsa_prefill_backend,
                 nsa_decode_backend=nsa_decode_backend,
                 moe_backend=moe_backend,
+                nnodes=nnodes,
+                data_parallel_size_local=data_parallel_size_local,
                 **c.speculative_fields(
                     speculative_config,
                     speculative_algorithm,

@@ -38,15 +38,24 @@ from kvplan.anatomy.model import CacheKind, Layer, ModelSpec, distinct_layers, k
 from kvplan.dtypes import KvFormat
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
+    ALLREDUCES_PER_LAYER,
     dcp_allgather_bytes,
     dcp_allgather_time_s,
     p2p_time_s,
     pipeline_bubble_fraction,
     ring_allreduce_time_s,
     tp_allreduce_bytes,
-    tp_comm_time_per_decode_step_s,
+    two_level_allgather_time_s,
+    two_level_allreduce_time_s,
 )
-from kvplan.formulas.expert_parallel import dp_gather_time_s, ep_alltoall_time_s
+from kvplan.formulas.expert_parallel import (
+    ACTIVATION_BYTES as A2A_BYTES,
+)
+from kvplan.formulas.expert_parallel import (
+    dp_gather_time_s,
+    ep_alltoall_time_s,
+    ep_alltoall_two_link_time_s,
+)
 from kvplan.formulas.flops import (
     causal_keys_attended,
     indexer_flop_per_key,
@@ -236,7 +245,15 @@ class StepModel:
     each attending its own batch while the MoE layers run on the gathered batch (a step of
     `num_tokens` on this rank is priced with dp x num_tokens through the experts unless
     `step(shape, gathered_tokens=...)` says otherwise; without EP the gather and reduce-scatter
-    are charged, expert_parallel.dp_gather_time_s)."""
+    are charged, expert_parallel.dp_gather_time_s).
+
+    A replica over several nodes (`node_gpus` of its GPUs to a node, `network` the inter-node
+    link; None: one node): a collective whose group spans nodes is priced on both links, the
+    network's part at its datasheet rate and latency (no measured inter-node table): TP
+    all-reduces in two levels (comm.two_level_allreduce_time_s), the DP gather likewise
+    (comm.two_level_allgather_time_s), the EP all-to-alls split by destination
+    (expert_parallel.ep_alltoall_two_link_time_s), the pipeline hops between nodes over the
+    network. Ranks are numbered node by node, as the engines place them."""
 
     def __init__(
         self,
@@ -263,8 +280,13 @@ class StepModel:
         op_dtype: str | None = None,
         op_gather_kv: bool = False,
         state_dtypes: tuple[str, str] | None = None,
+        network=None,
+        node_gpus: int | None = None,
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
+        # the inter-node link and the replica's GPUs per node (None: the replica is one node)
+        self.network = network if node_gpus else None
+        self.node_gpus = node_gpus if network is not None else None
         self.fmt = fmt
         # a measured profile's per-operator curves (kvplan measure): the forward is priced
         # operator by operator (step_time.batch_ops at these rates, in `op_dtype`), the model
@@ -517,39 +539,105 @@ class StepModel:
         """TP all-reduces of one forward: the comm formula at the achieved bus bandwidth, with a
         per-hop latency that makes a small message cost one measured all-reduce call. With EP
         the MoE layers' all-reduces are dispatch + combine all-to-alls instead; DP attention
-        without EP adds each MoE layer's all-gather and reduce-scatter."""
+        without EP adds each MoE layer's all-gather and reduce-scatter. Collectives whose group
+        spans nodes are priced on both links (the class docstring)."""
         if self.ep <= 1 and self.dp <= 1:
-            if self.tp <= 1:
-                return 0.0
-            hops = 2 * (self.tp - 1)
-            return tp_comm_time_per_decode_step_s(
-                self.spec,
-                num_tokens,
-                self.tp,
-                self.link.one_way_bytes_per_s * self.achieved.link,
-                self.achieved.allreduce_call_s / hops,
-            )
+            return self.tp_allreduce_s(num_tokens, ALLREDUCES_PER_LAYER * self.spec.num_layers)
         one_way = self.link.one_way_bytes_per_s * self.achieved.link
         moe_layers = self.spec.moe.num_layers if self.spec.moe else 0
-        seconds = 0.0
-        if self.tp > 1:  # attention's all-reduce in every layer, the MLP's in the dense ones
-            hops = 2 * (self.tp - 1)
-            calls = 2 * self.spec.num_layers - (moe_layers if self.ep > 1 else 0)
-            seconds += calls * ring_allreduce_time_s(
-                tp_allreduce_bytes(self.spec, num_tokens),
-                self.tp,
-                one_way,
-                self.achieved.allreduce_call_s / hops,
-            )
+        # attention's all-reduce in every layer, the MLP's in the dense ones
+        calls = 2 * self.spec.num_layers - (moe_layers if self.ep > 1 else 0)
+        seconds = self.tp_allreduce_s(num_tokens, calls)
+        node = self.node_gpus
         if self.ep > 1:  # the attention TP group's ranks hold the same tokens: each sends its share
-            seconds += ep_alltoall_time_s(
-                self.spec, -(-num_tokens // self.tp), self.ep, one_way, self.link.latency_s
-            )
+            own = -(-num_tokens // self.tp)
+            if node is not None and self.ep > node:
+                seconds += ep_alltoall_two_link_time_s(
+                    self.spec,
+                    own,
+                    self.ep,
+                    node,
+                    one_way,
+                    self._network.one_way_bytes_per_s,
+                    self._network.latency_s,
+                )
+            else:
+                seconds += ep_alltoall_time_s(self.spec, own, self.ep, one_way, self.link.latency_s)
         elif self.dp > 1:
-            seconds += dp_gather_time_s(
-                self.spec, num_tokens, self.dp, one_way, self.link.latency_s
-            )
+            if node is not None and self.dp * self.tp > node:
+                received = (self.dp - 1) * num_tokens * self.spec.hidden_size * A2A_BYTES
+                seconds += (
+                    2
+                    * moe_layers
+                    * two_level_allgather_time_s(
+                        received,
+                        self.dp,
+                        max(1, node // self.tp),
+                        node,
+                        one_way,
+                        self.link.latency_s,
+                        self._network.one_way_bytes_per_s,
+                        self._network.latency_s,
+                    )
+                )
+            else:
+                seconds += dp_gather_time_s(
+                    self.spec, num_tokens, self.dp, one_way, self.link.latency_s
+                )
         return seconds
+
+    @property
+    def _network(self):
+        """The inter-node link, asked for only where a group spans nodes (node_gpus set)."""
+        assert self.network is not None, "a replica over several nodes has its network"
+        return self.network
+
+    def tp_allreduce_s(self, num_tokens: int, calls: int) -> float:
+        """`calls` all-reduces of `num_tokens` hidden states over the TP group: the ring at the
+        achieved intra-node bus bandwidth, each call at least one measured call's latency;
+        a group spanning nodes in two levels (comm.two_level_allreduce_time_s), the network's
+        part at its datasheet rate and per-message latency."""
+        if self.tp <= 1 or calls <= 0:
+            return 0.0
+        one_way = self.link.one_way_bytes_per_s * self.achieved.link
+        message = tp_allreduce_bytes(self.spec, num_tokens)
+        node = self.node_gpus
+        if node is None or self.tp <= node:
+            hops = 2 * (self.tp - 1)
+            return calls * ring_allreduce_time_s(
+                message, self.tp, one_way, self.achieved.allreduce_call_s / hops
+            )
+        intra_latency = self.achieved.allreduce_call_s / (2 * (node - 1)) if node > 1 else 0.0
+        return calls * two_level_allreduce_time_s(
+            message,
+            node,
+            self.tp // node,
+            one_way,
+            intra_latency,
+            self._network.one_way_bytes_per_s,
+            self._network.latency_s,
+        )
+
+    def pipeline_hops_s(self, tokens: int) -> float:
+        """The activations of `tokens` passed point to point across the (pp - 1) stage
+        boundaries: over the network where a boundary is between nodes (every one where a
+        stage spans nodes, else one per node boundary), else the intra-node link."""
+        message = tokens * self.spec.hidden_size * ACTIVATION_BYTES
+        intra = p2p_time_s(
+            message, self.link.one_way_bytes_per_s * self.achieved.link, self.link.latency_s
+        )
+        crossing = 0
+        if self.node_gpus is not None:
+            if self.tp > self.node_gpus:
+                crossing = self.pp - 1
+            else:
+                crossing = min(self.pp - 1, -(-self.tp * self.pp // self.node_gpus) - 1)
+        inter = (
+            p2p_time_s(message, self._network.one_way_bytes_per_s, self._network.latency_s)
+            if crossing
+            else 0.0
+        )
+        return (self.pp - 1 - crossing) * intra + crossing * inter
 
     def dcp_bytes(self, num_decodes: int) -> float:
         """Bytes one rank receives in a step's DCP all-gathers (all attention layers)."""
@@ -698,11 +786,7 @@ class StepModel:
         stage = self._forward(micro, 1.0 / self.pp, None, queries)
         scale = m / (1.0 - pipeline_bubble_fraction(self.pp, m))  # = m + pp - 1
         tokens = queries * micro.num_decodes + sum(n for n, _ in micro.prefill_chunks)
-        hops_s = (self.pp - 1) * p2p_time_s(
-            tokens * self.spec.hidden_size * ACTIVATION_BYTES,
-            self.link.one_way_bytes_per_s * self.achieved.link,
-            self.link.latency_s,
-        )
+        hops_s = self.pipeline_hops_s(tokens)
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = (t * scale for t in stage)
         return weights_s, matmul_s, kv_read_s, attention_s, comm_s + hops_s, launch_s
 

@@ -31,6 +31,66 @@ def ring_allreduce_time_s(
     return steps / ranks * message_bytes / one_way_bytes_per_s + steps * latency_s
 
 
+def two_level_allreduce_time_s(
+    message_bytes: float,
+    per_node: int,
+    nodes: int,
+    intra_one_way_bytes_per_s: float,
+    intra_latency_s: float,
+    inter_one_way_bytes_per_s: float,
+    inter_latency_s: float,
+) -> float:
+    """An all-reduce over `per_node` x `nodes` ranks that spans nodes, done in two levels (the
+    hierarchical all-reduce of Jia et al. 2018, arXiv:1807.11205 section 3.3; NCCL's rings and
+    trees across nodes move the same bytes over the network): a ring reduce-scatter and
+    all-gather among the node's `per_node` ranks over the intra-node link (ring_allreduce_time_s
+    of M at per_node ranks), and between them a ring all-reduce of each rank's 1/per_node shard
+    among the `nodes` ranks that hold the same shard, each over its own network link
+    (ring_allreduce_time_s of M / per_node at `nodes` ranks):
+
+        t = 2(g-1)/g x M / B_intra + 2(g-1) x a_intra + 2(n-1)/n x (M/g) / B_inter + 2(n-1) x a_inter
+
+    with g = per_node, n = nodes; one node (n = 1) is the plain ring."""
+    intra = ring_allreduce_time_s(
+        message_bytes, per_node, intra_one_way_bytes_per_s, intra_latency_s
+    )
+    if nodes <= 1:
+        return intra
+    return intra + ring_allreduce_time_s(
+        message_bytes / per_node, nodes, inter_one_way_bytes_per_s, inter_latency_s
+    )
+
+
+def two_level_allgather_time_s(
+    received_bytes: float,
+    ranks: int,
+    ranks_per_node: int,
+    gpus_per_node: int,
+    intra_one_way_bytes_per_s: float,
+    intra_latency_s: float,
+    inter_one_way_bytes_per_s: float,
+    inter_latency_s: float,
+) -> float:
+    """A ring all-gather (or reduce-scatter) in which each of `ranks` ranks receives
+    `received_bytes` (the other ranks' (ranks - 1) equal shares), the ranks `ranks_per_node` to
+    a node: the shares of the node's own ranks over the intra-node link, (ranks_per_node - 1)
+    shares and as many latencies; the other nodes' shares enter the node once and are spread
+    over its `gpus_per_node` network links (every GPU of a node holds its rank's data, and each
+    has its own link), (ranks - ranks_per_node) shares / gpus_per_node per link, one latency per
+    other node; then forwarded within the node (counted in the intra part's rate). One node:
+    the plain ring, received_bytes / B + (ranks - 1) x a."""
+    if ranks <= 1:
+        return 0.0
+    share = received_bytes / (ranks - 1)
+    local = max(1, min(ranks_per_node, ranks))
+    if local >= ranks:
+        return received_bytes / intra_one_way_bytes_per_s + (ranks - 1) * intra_latency_s
+    nodes = -(-ranks // local)
+    intra = (local - 1) * share / intra_one_way_bytes_per_s + (local - 1) * intra_latency_s
+    inter = (ranks - local) * share / max(1, gpus_per_node) / inter_one_way_bytes_per_s
+    return intra + inter + (nodes - 1) * inter_latency_s
+
+
 def tp_allreduce_bytes(spec: ModelSpec, batch_size: int) -> int:
     """One TP all-reduce in a decode step: batch x hidden activations."""
     return batch_size * spec.hidden_size * ACTIVATION_BYTES

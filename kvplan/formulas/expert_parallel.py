@@ -124,6 +124,42 @@ def ep_alltoall_time_s(
     return remote / one_way_bytes_per_s + 2 * spec.moe.num_layers * latency_s
 
 
+def ep_alltoall_bytes_by_link(
+    spec: ModelSpec, tokens: int, ranks: int, ranks_per_node: int
+) -> tuple[float, float]:
+    """(bytes over the intra-node link, bytes over the network) one rank sends per step for
+    `tokens` of its own (ep_alltoall_bytes) when the `ranks` EP ranks sit `ranks_per_node` to a
+    node: routing spreads each token's top-k copies evenly over the ranks, so (ranks_per_node
+    - 1) / ranks of them go to the rank's node-mates and (ranks - ranks_per_node) / ranks to
+    ranks on other nodes, one copy per (token, expert): no per-node deduplication (DeepEP's
+    normal kernels send a token once per node; kvplan does not model that)."""
+    if spec.moe is None or ranks <= 1:
+        return 0.0, 0.0
+    total = ep_alltoall_bytes(spec, tokens)
+    local = max(1, min(ranks_per_node, ranks))
+    return total * (local - 1) / ranks, total * (ranks - local) / ranks
+
+
+def ep_alltoall_two_link_time_s(
+    spec: ModelSpec,
+    tokens: int,
+    ranks: int,
+    ranks_per_node: int,
+    intra_one_way_bytes_per_s: float,
+    inter_one_way_bytes_per_s: float,
+    inter_latency_s: float,
+) -> float:
+    """The all-to-alls of one step when the EP ranks span nodes: each rank's bytes to its
+    node-mates over the intra-node link and to other nodes over its own network link at once
+    (ep_alltoall_bytes_by_link), the slower of the two, plus one network latency per all-to-all
+    (dispatch and combine per MoE layer). One node: ep_alltoall_time_s."""
+    if spec.moe is None or ranks <= 1:
+        return 0.0
+    intra, inter = ep_alltoall_bytes_by_link(spec, tokens, ranks, ranks_per_node)
+    seconds = max(intra / intra_one_way_bytes_per_s, inter / inter_one_way_bytes_per_s)
+    return seconds + 2 * spec.moe.num_layers * inter_latency_s
+
+
 def dp_attention_batch_equal_reads(
     spec: ModelSpec, context_len: int, weights_dtype: str, fmt: KvFormat, ranks: int
 ) -> float:

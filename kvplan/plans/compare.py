@@ -356,11 +356,17 @@ def decode_tpot_s(
     simulator's layout, kvplan.simulate.setup.parallel_layout). The model's notes (whose kernel
     tables it runs at) go to `notes`."""
     ranks = _ranks(cap)
+    # a replica past one node spans the nodes the deployment gives it (kvplan.plans.deployment:
+    # DP-attention ranks a node's worth to a node, TP within a node and stages across them)
+    node = gpus_per_node(gpu)[0]
+    gpus = cap.tp * cap.pp * ranks
     options = ServeOptions(
         tp=cap.tp,
         pp=cap.pp,
         data_parallel_size=ranks,
         enable_expert_parallel=ranks > 1,
+        data_parallel_size_local=min(ranks, node) if ranks > node else None,
+        nnodes=-(-gpus // node) if ranks == 1 and gpus > node else 1,
     )
     seqs = batch_defaults(gpu)[1]
     model, _ = step_model(

@@ -118,6 +118,11 @@ class PlanRequest(NamedTuple):
     data_parallel_size: int = 1
     ep_size: int | None = None
     enable_dp_attention: bool = False
+    # a launch over several nodes for every configuration (kvplan.simulate.setup.node_span):
+    # --nnodes, vLLM's --data-parallel-size-local; a configuration whose GPUs do not split over
+    # them, or put more on a node than the profile's gpus_per_node, is ruled out
+    nnodes: int = 1
+    data_parallel_size_local: int | None = None
     # vLLM -dcp and --enforce-eager (SGLang --disable-cuda-graph) for every configuration
     decode_context_parallel_size: int = 1
     enforce_eager: bool = False
@@ -579,6 +584,10 @@ def parallel_flags(request: PlanRequest) -> str | None:
         flags.append("--enable-dp-attention")
     if request.ep_size is not None:
         flags.append(f"--ep-size {request.ep_size}")
+    if request.data_parallel_size_local is not None:
+        flags.append(f"--data-parallel-size-local {request.data_parallel_size_local}")
+    if request.nnodes > 1:
+        flags.append(f"--nnodes {request.nnodes}")
     return " ".join(flags) or None
 
 
@@ -643,7 +652,9 @@ def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
     sizes that divide nothing): refused before searching, with the first TP's reason."""
     if parallel_flags(request) is None:
         return
-    from kvplan.simulate.setup import parallel_layout
+    from kvplan.simulate.setup import launch_nodes, parallel_layout
+
+    launch_nodes(ServeOptions(engine=request.emit, **_parallel_flags(request)))
 
     first = None
     for tp in request.tps:
@@ -678,6 +689,8 @@ def _parallel_flags(request: PlanRequest) -> dict:
         "data_parallel_size": request.data_parallel_size,
         "ep_size": request.ep_size,
         "enable_dp_attention": request.enable_dp_attention,
+        "nnodes": request.nnodes,
+        "data_parallel_size_local": request.data_parallel_size_local,
     }
 
 
@@ -925,6 +938,10 @@ def _reason(message: str) -> str:
         return "TP does not divide the heads"
     if "no memory is left" in message or "cannot hold one" in message:
         return "weights or one max-length request do not fit"
+    if "GPUs on one node" in message:
+        return "more GPUs on a node than the profile's gpus_per_node"
+    if "do not split evenly over" in message:
+        return "the GPUs do not split evenly over the nodes"
     return message.split(";")[0][:80]
 
 

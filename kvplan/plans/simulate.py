@@ -26,11 +26,13 @@ from kvplan.simulate import cluster, disagg, metrics
 from kvplan.simulate.cluster import Frontend
 from kvplan.simulate.engine import Engine, pool_demand, with_stand_in, without_idle_caching
 from kvplan.simulate.setup import (
+    ParallelLayout,
     Replica,
     ServeOptions,
     build_replica,
     kv_format_name,
     make_engine,
+    node_span,
     parallel_layout,
 )
 from kvplan.simulate.steplog import StepRecorder
@@ -111,6 +113,12 @@ class Setup(NamedTuple):
     # vLLM -dcp (1: off) and --enforce-eager / SGLang --disable-cuda-graph
     decode_context_parallel_size: int = 1
     enforce_eager: bool = False
+    # a launch over several nodes (kvplan.simulate.setup.node_span): the nodes, GPUs on each,
+    # and the inter-node link priced (kept out of the report's JSON at one node)
+    nodes: int = 1
+    node_gpus: int | None = None
+    network: str | None = None
+    network_bytes_per_s: float | None = None  # per GPU, both directions together
     # speculative decoding (kvplan.simulate.speculative): method, num_steps, topk,
     # verify_tokens, draft, tokens_per_round, acceptance, draft_weight_bytes (per GPU),
     # draft_kv_bytes_per_token (per GPU), launch (the engine's flags); None: none, and then kept
@@ -181,8 +189,16 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         raise KvplanError(f"--router {request.router!r}: choose {', '.join(cluster.ROUTERS)}")
     if request.compare is not None and request.compare not in COMPARISONS:
         raise KvplanError(f"--compare {request.compare!r}: choose {', '.join(COMPARISONS)}")
-    if request.disaggregated is None and (request.link != "network" or request.network_gbps):
-        raise KvplanError("--link and --network-gbps price the KV transfer of --disaggregated P:D")
+    spans = request.serve.nnodes != 1 or request.serve.data_parallel_size_local is not None
+    if request.disaggregated is None and request.link != "network":
+        raise KvplanError("--link prices the KV transfer of --disaggregated P:D")
+    if request.disaggregated is None and request.network_gbps and not spans:
+        raise KvplanError(
+            "--network-gbps prices the KV transfer of --disaggregated P:D, or the link between "
+            "the nodes of --nnodes / --data-parallel-size-local"
+        )
+    if request.network_gbps and spans:  # the cluster's own link between the launch's nodes
+        gpu = gpu._replace(network=choose_link(gpu, "network", request.network_gbps))
     if request.disaggregated is not None:
         if request.replicas != 1:
             raise KvplanError("--disaggregated P:D sets the replicas: drop --replicas")
@@ -533,7 +549,13 @@ def _run_disaggregated(replica: Replica, requests, request: SimulateRequest, rat
 def _setup(gpu: GpuProfile, replica: Replica, request: SimulateRequest) -> Setup:
     o = replica.options
     replicas = sum(request.disaggregated) if request.disaggregated else request.replicas
+    layout = replica.layout or ParallelLayout(o.tp, gpus=o.tp)
+    span = node_span(gpu, o, layout)
     return Setup(
+        nodes=1 if span is None else span.nodes,
+        node_gpus=None if span is None else span.node_gpus,
+        network=None if span is None else span.network.name,
+        network_bytes_per_s=None if span is None else span.network.bandwidth_bytes_per_s,
         gpu=gpu.name,
         tp=o.tp,
         pp=o.pp,

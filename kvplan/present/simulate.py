@@ -184,6 +184,11 @@ def simulate_view(result: SimulateResult) -> View:
         deployment += ")"
     if s.interconnect and s.interconnect_bytes_per_s is not None and s.tp * s.pp > 1:
         deployment += f", {s.interconnect} ({f.gbps_text(s.interconnect_bytes_per_s)} per GPU)"
+    if s.nodes > 1 and s.network_bytes_per_s is not None:
+        deployment += (
+            f"; over {s.nodes} nodes of {s.node_gpus} GPUs, {s.network} "
+            f"({f.gbps_text(s.network_bytes_per_s)} per GPU) between them"
+        )
     facts = [
         ("model", result.model["hf_id"] or result.model["name"]),
         ("deployment", deployment),
@@ -223,6 +228,9 @@ def simulate_view(result: SimulateResult) -> View:
         tables.append(replica_table(result))
     data = jsonable(result._replace(step_log=None))
     data.pop("step_log")  # its own file (--step-log)
+    if s.nodes == 1:  # one node: the JSON as before
+        for key in ("nodes", "node_gpus", "network", "network_bytes_per_s"):
+            data["setup"].pop(key)
     if s.speculative is None:
         data["setup"].pop("speculative")  # no speculative decoding: the JSON as before
     else:

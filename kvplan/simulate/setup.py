@@ -27,7 +27,7 @@ from kvplan.formulas.batch_step import (
 )
 from kvplan.formulas.step_time import Rates, measurable, op_rates_of
 from kvplan.formulas.weights import resolve_weights_dtype
-from kvplan.inputs.hardware import GpuProfile
+from kvplan.inputs.hardware import GpuProfile, Interconnect
 from kvplan.inputs.kernel_tables import tables_for
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
@@ -128,6 +128,11 @@ class ServeOptions(NamedTuple):
     # (GiB of CPU memory per GPU; None: 4), kvplan.engines.vllm_v0
     preemption_mode: str | None = None
     swap_space: float | None = None
+    # deployments over several nodes (node_span): the nodes one launch spans (SGLang's and
+    # vLLM's --nnodes), or vLLM's DP ranks per node (--data-parallel-size-local: nodes =
+    # --data-parallel-size / it)
+    nnodes: int = 1
+    data_parallel_size_local: int | None = None
 
 
 # SGLang's --load-balance-method -> the router among its DP ranks (cluster.ROUTERS)
@@ -255,6 +260,111 @@ def _layout(spec: ModelSpec, options: ServeOptions) -> ParallelLayout:
             "expert or DP-attention parallelism with --pp is not simulated; drop --pp"
         )
     return layout
+
+
+# the inter-node link where a profile states none: the bundled datacenter profiles' figure (one
+# 400 Gb/s InfiniBand NDR NIC per GPU, hardware_profiles/h100-sxm.yaml), said in a note
+DEFAULT_NETWORK = Interconnect(
+    "assumed 400G InfiniBand NDR per GPU (the profile states no network)", 100e9, 5e-6
+)
+
+
+class NodeSpan(NamedTuple):
+    """A launch over several nodes: `nodes` of `node_gpus` GPUs each, joined by `network`
+    (`assumed`: the profile states none, DEFAULT_NETWORK)."""
+
+    nodes: int
+    node_gpus: int
+    network: Interconnect
+    assumed: bool = False
+
+
+def launch_nodes(options: ServeOptions) -> int:
+    """The nodes a launch spans from its flags: --nnodes, or vLLM's --data-parallel-size /
+    --data-parallel-size-local (which must divide it), refused where they disagree."""
+    from kvplan.inputs.options import check_range
+
+    o = options
+    nodes = int(check_range(o.nnodes, what="--nnodes", minimum=1, maximum=MAX_PARALLEL))
+    local = o.data_parallel_size_local
+    if local is None:
+        return nodes
+    if o.engine != "vllm":
+        raise KvplanError(
+            "--data-parallel-size-local is vLLM's; SGLang spreads a launch with --nnodes"
+        )
+    local = int(
+        check_range(local, what="--data-parallel-size-local", minimum=1, maximum=MAX_PARALLEL)
+    )
+    dp = o.data_parallel_size
+    if dp % local:
+        raise KvplanError(
+            f"--data-parallel-size-local {local} must divide --data-parallel-size {dp} "
+            "(the DP ranks on each node)"
+        )
+    if o.nnodes != 1 and o.nnodes != dp // local:
+        raise KvplanError(
+            f"--nnodes {o.nnodes} disagrees with --data-parallel-size {dp} / "
+            f"--data-parallel-size-local {local} = {dp // local} nodes"
+        )
+    nodes = dp // local
+    return nodes
+
+
+def node_span(gpu: GpuProfile, options: ServeOptions, layout: ParallelLayout) -> NodeSpan | None:
+    """The nodes one launch spans (None: one node), refused where the engine could not place
+    it: vLLM's --data-parallel-size-local must divide --data-parallel-size (its DP ranks on
+    each node; the nodes are the quotient), the launch's GPUs (a replica's, or DP group's, times
+    its DP replicas) must split evenly over the nodes, and no node may hold more GPUs than the
+    profile's gpus_per_node (a TP 16 on 8-GPU nodes needs --nnodes 2)."""
+
+    o = options
+    nodes = launch_nodes(o)
+    total = layout.gpus * o.pp * layout.dp_replicas
+    if total % nodes:
+        raise KvplanError(f"the launch's {total} GPUs do not split evenly over {nodes} nodes")
+    per = total // nodes
+    if gpu.gpus_per_node and per > gpu.gpus_per_node:
+        local = max(1, gpu.gpus_per_node // (o.tp * o.pp))
+        hint = (
+            f"--data-parallel-size-local {local}"
+            if o.engine == "vllm" and o.data_parallel_size > 1 and o.tp * o.pp <= gpu.gpus_per_node
+            else f"--nnodes {-(-total // gpu.gpus_per_node)}"
+        )
+        raise KvplanError(
+            f"the launch puts {per} GPUs on one node, but one {gpu.name} node holds "
+            f"{gpu.gpus_per_node} (its profile's gpus_per_node): give the nodes it spans ({hint})"
+        )
+    if nodes == 1:
+        return None
+    if gpu.network is None:
+        return NodeSpan(nodes, per, DEFAULT_NETWORK, True)
+    return NodeSpan(nodes, per, gpu.network)
+
+
+def span_note(span: NodeSpan, layout: ParallelLayout, options: ServeOptions) -> Note:
+    """sim-multinode: which collectives cross nodes and the link they are priced on."""
+    node = span.node_gpus
+    crossing = []
+    if layout.attn_tp > node:
+        crossing.append(f"TP {layout.attn_tp} all-reduces (two levels: {node} GPUs x "
+                        f"{layout.attn_tp // node} nodes)")  # fmt: skip
+    if layout.ep > node:
+        crossing.append(f"EP {layout.ep} all-to-alls")
+    elif layout.dp > 1 and layout.dp * layout.attn_tp > node:
+        crossing.append(f"the DP-attention gather over {layout.dp} ranks")
+    if options.pp > 1 and layout.attn_tp * options.pp > node:
+        crossing.append("pipeline hops between nodes")
+    return note(
+        "sim-multinode",
+        nodes=span.nodes,
+        node_gpus=node,
+        network=span.network.name,
+        one_way_bytes_per_s=span.network.one_way_bytes_per_s,
+        latency_s=span.network.latency_s,
+        crossing=tuple(crossing),
+        assumed=span.assumed,
+    )
 
 
 class Replica(NamedTuple):
@@ -554,6 +664,8 @@ def _speculative_model(model, speculation, draft, gpu, options, fmt_name, graph_
         plain = options._replace(
             enable_expert_parallel=False, data_parallel_size=1, ep_size=None,
             enable_dp_attention=False, decode_context_parallel_size=1, pp=1,
+            data_parallel_size_local=None,
+            nnodes=options.nnodes if options.data_parallel_size_local is None else 1,
         )  # fmt: skip
         draft_model, _ = step_model(draft, gpu, plain, fmt_name, graph_tokens, [], "auto")
     return SpeculativeStepModel(model, speculation, draft_model)
@@ -675,10 +787,19 @@ def step_model(
     """(the step-time model of one replica, its weights format); its notes appended. `plan`,
     `simulate` and the comparison of GPU kinds (kvplan.plans.compare) price steps through it;
     `layout` (parallel_layout): one DP/EP rank's step (None: plain TP)."""
+    span_layout = layout if layout is not None else ParallelLayout(options.tp, gpus=options.tp)
     if layout is None or not layout.modelled:
         layout = ParallelLayout(options.tp, 1, 1, options.tp, options.tp)
     if (layout.gpus > 1 or options.pp > 1) and gpu.interconnect is None:
         raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
+    span = node_span(gpu, options, span_layout)
+    if span is not None:
+        if options.decode_context_parallel_size > 1 and layout.attn_tp > span.node_gpus:
+            raise KvplanError(
+                "decode context parallelism in a TP group that spans nodes is not simulated; "
+                "drop -dcp or keep TP within a node"
+            )
+        notes.append(span_note(span, layout, options))
     wdtype, wnotes = resolve_weights_dtype(spec, weights_dtype)
     notes.extend(wnotes)
     measured = gpu.vendor == "measured"
@@ -718,6 +839,8 @@ def step_model(
         op_dtype=wdtype,
         op_gather_kv=bool(per_op and gpu.measured.gather_kv),
         state_dtypes=engine_state_dtypes(spec, gpu, options),
+        network=None if span is None else span.network,
+        node_gpus=None if span is None else span.node_gpus,
     )
     if spec.moe is not None:
         notes.append(note("sim-weak-moe", timed=tables.label if model.moe_curve else None))
@@ -929,7 +1052,6 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
             options.gpu_mem_util != 0.9,
             "--gpu-memory-utilization (SGLang's is --mem-fraction-static)",
         ),
-        (options.block_size is not None, "--block-size"),
         (options.enable_chunked_prefill is False, "--no-enable-chunked-prefill"),
         (options.preemption_mode is not None, "--preemption-mode"),
         (options.swap_space is not None, "--swap-space"),
@@ -963,6 +1085,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         pp=options.pp,
         kv_cache_memory_bytes=options.kv_cache_memory_bytes,
         allow_long_max_model_len=options.allow_long_max_model_len,
+        block_size=options.block_size,  # --page-size (the backends may force theirs)
         mem_fraction_static=options.mem_fraction_static,
         weights_dtype=weights_format(options),
         expert_ranks=layout.expert_ranks if layout.modelled else None,

@@ -444,6 +444,32 @@ text("sim-expert-parallel")(
         + " Expert load imbalance is not modelled."
     )
 )
+text("sim-multinode")(
+    lambda nodes, node_gpus, network, one_way_bytes_per_s, latency_s, crossing, assumed: (
+        f"The launch spans {nodes} nodes of {node_gpus} GPU(s), ranks numbered node by node as "
+        "the engines place them. "
+        + (
+            "Crossing nodes: " + "; ".join(crossing) + ", priced on the inter-node link "
+            if crossing
+            else "No collective of a replica crosses nodes (each TP group and DP group fits one "
+            "node); the inter-node link would be "
+        )
+        + f"{network} ({f.gbps_text(one_way_bytes_per_s)} one way per GPU, "
+        f"{f.us_text(latency_s)} per message) at its datasheet rate: kvplan has no measured "
+        "inter-node all-reduce or all-to-all table. TP all-reduces across nodes run in two levels "
+        "(reduce-scatter and all-gather within the node, a ring all-reduce of each GPU's shard "
+        "across nodes: kvplan.formulas.comm.two_level_allreduce_time_s); EP all-to-alls send "
+        "each token's expert copies bound for other nodes over the GPU's own network link, one "
+        "copy per expert (DeepEP's one-copy-per-node dispatch is not modelled)."
+        + (
+            " The GPU's profile states no inter-node network: kvplan assumed the bundled "
+            "datacenter profiles' 400 Gb/s InfiniBand NDR per GPU; give --network-gbps for "
+            "the cluster's own."
+            if assumed
+            else ""
+        )
+    )
+)
 text("sim-dp-replicas")(
     lambda ranks, router: (
         f"Data parallel size {ranks}: independent engine replicas (a dense model under vLLM's -dp, "
