@@ -562,6 +562,73 @@ def given_backends(options, moe: bool = False) -> str:
     return " ".join(f"{flag} {value}" for flag, value in flags if value is not None)
 
 
+def backend_kernels(spec, gpu, options, tables):
+    """(the BackendKernels of the attention backends the flags name that the GPU's tables timed
+    from their own rows, or None; the flags whose backend they did not time, as typed). A flag
+    that names the engine's own default for this model and GPU (SGLang's
+    _handle_attention_backend_compatibility pick) keeps the default tables, as does no flag."""
+    from kvplan.formulas.batch_step import BackendKernels
+
+    mla = any(a.kind is CacheKind.MLA for a in spec.attention_layers())
+    kind = "mla" if mla else "mha"
+    if options.engine == "sglang":
+        from kvplan.engines.sglang import SGLANG_TRTLLM_MLA_MODELS, _default_sglang_backend
+        from kvplan.engines.vllm import gpu_generation
+
+        both = options.attention_backend
+        named = {
+            "decode": (
+                "--decode-attention-backend" if options.decode_attention_backend else
+                "--attention-backend", options.decode_attention_backend or both,
+            ),
+            "prefill": (
+                "--prefill-attention-backend" if options.prefill_attention_backend else
+                "--attention-backend", options.prefill_attention_backend or both,
+            ),
+        }  # fmt: skip
+        attn = spec.attention_layers()
+        default = None
+        if attn and not attn[0].indexer_head_dim:
+            default = _default_sglang_backend(spec, gpu, options.tp, options.speculative_eagle_topk)
+            if mla and gpu_generation(gpu) == 10 and spec.model_type in SGLANG_TRTLLM_MLA_MODELS:
+                default = "trtllm_mla"
+    else:
+        from kvplan.engines.vllm import vllm_backend_name
+
+        name = vllm_backend_name(options.attention_backend)
+        named = {p: ("--attention-backend", name) for p in ("decode", "prefill")}
+        default = None
+    typed = {  # the flags' values as written (vLLM takes any case)
+        "--attention-backend": options.attention_backend,
+        "--prefill-attention-backend": options.prefill_attention_backend,
+        "--decode-attention-backend": options.decode_attention_backend,
+    }
+    timed: dict = {"decode": {}, "prefill": {}}
+    # DSA's NSA kernels: no per-backend rows (the DSA module tables are vLLM's)
+    untimed = [
+        f"{flag} {value}"
+        for flag, value in (
+            ("--nsa-prefill-backend", options.nsa_prefill_backend),
+            ("--nsa-decode-backend", options.nsa_decode_backend),
+        )
+        if value is not None
+    ]
+    measured = tables.attention_backends
+    for phase, (flag, name) in named.items():
+        if name is None or name == default:
+            continue
+        timing = measured.get((kind, name))
+        if timing is None:
+            given = f"{flag} {typed[flag]}"
+            if given not in untimed:
+                untimed.append(given)
+        else:
+            timed[phase][mla] = timing
+    if not timed["decode"] and not timed["prefill"]:
+        return None, untimed
+    return BackendKernels(timed["decode"], timed["prefill"]), untimed
+
+
 def engine_state_dtypes(spec, gpu, options) -> tuple[str, str] | None:
     """The (conv, SSM) dtypes an engine keeps a recurrent state in: SGLang's own
     (engines.sglang.STATE_DTYPES, the ones its pool is sized by); vLLM's by architecture,
@@ -609,6 +676,7 @@ def step_model(
     achieved = tables.achieved
     # a measured profile with per-operator curves prices every layer it can lay out (dense
     # attention + MLP in a plain float format) through them: the model kvplan measure checks
+    kernels, untimed = (None, []) if measured else backend_kernels(spec, gpu, options, tables)
     per_op = (
         measured
         and gpu.measured is not None
@@ -641,12 +709,37 @@ def step_model(
         op_dtype=wdtype,
         op_gather_kv=bool(per_op and gpu.measured.gather_kv),
         state_dtypes=engine_state_dtypes(spec, gpu, options),
+        backend_kernels=kernels,
     )
     if spec.moe is not None:
         notes.append(note("sim-weak-moe", timed=tables.label if model.moe_curve else None))
-    backends = given_backends(options)
-    if backends and not measured:
-        notes.append(note("sim-attention-kernels", backends=backends, tables=tables.label))
+    if untimed:
+        notes.append(
+            note(
+                "sim-attention-kernels",
+                backends=" ".join(untimed),
+                tables=tables.label,
+                kind="MLA"
+                if any(a.kind is CacheKind.MLA for a in spec.attention_layers())
+                else "GQA/MHA",
+            )
+        )
+    if kernels is not None:
+        phases: dict = {}  # backend -> (its timing, the phases it runs)
+        for phase, by_kind in (("decode", kernels.decode), ("prefill", kernels.prefill)):
+            for t in by_kind.values():
+                phases.setdefault(t.backend, (t, []))[1].append(phase)
+        notes.append(
+            note(
+                "sim-attention-timed",
+                backends=", ".join(
+                    f"{' and '.join(used)}: {name} ({t.kind.upper()} kernels, {t.rows:,} rows)"
+                    for name, (t, used) in phases.items()
+                ),
+                tables=tables.label,
+                version=next(iter(phases.values()))[0].version,
+            )
+        )
     if options.moe_backend is not None and not measured:
         notes.append(
             note(

@@ -1,0 +1,115 @@
+"""Attention timed per backend: the kernel tables' attention/ files (scripts/derive_achieved.py
+attention_backends), picked by the backend the serve flags name, read at the step's KV bytes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from kvplan.formulas.batch_step import decode_call_s
+from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.kernel_tables import attention_backends, tables_for
+from kvplan.inputs.sources import load_model
+from kvplan.simulate.setup import ServeOptions, backend_kernels
+
+from helpers import run_json
+
+
+def pick(model: str, gpu: str, engine: str, **flags):
+    spec, profile = load_model(model), load_profile(gpu)
+    options = ServeOptions(engine=engine, **flags)
+    return backend_kernels(spec, profile, options, tables_for(profile, engine))
+
+
+def test_a_named_backend_with_rows_is_timed_from_its_own_rows():
+    kernels, untimed = pick("llama-3.1-8b", "h100", "sglang", attention_backend="triton")
+    assert untimed == []
+    decode, prefill = kernels.decode[False], kernels.prefill[False]
+    assert decode.backend == prefill.backend == "triton" and decode.kind == "mha"
+    assert decode.kernel_source == ("triton",) and decode.version == "0.5.14"
+    # the H100's SGLang triton rows read the cache at a smaller share of the bandwidth than
+    # the default tables' kernels (fa3's, the fastest there)
+    default = tables_for(load_profile("h100"), "sglang").achieved.attention
+    assert decode.pair[1] < default[1]
+
+
+def test_the_engines_default_backend_keeps_the_default_tables():
+    # SGLang on Hopper picks fa3 for a GQA model, on a B200 trtllm_mha
+    assert pick("llama-3.1-8b", "h100", "sglang", attention_backend="fa3") == (None, [])
+    assert pick("llama-3.1-8b", "b200", "sglang", attention_backend="trtllm_mha") == (None, [])
+    assert pick("llama-3.1-8b", "b200", "sglang") == (None, [])
+
+
+def test_selection_by_gpu_engine_and_phase():
+    kernels, _ = pick("llama-3.1-8b", "b200", "vllm", attention_backend="triton_attn")
+    assert kernels.decode[False].backend == "TRITON_ATTN"
+    assert kernels.decode[False].kernel_source == ("vllm_triton_attn",)
+    kernels, _ = pick("llama-3.1-8b", "b200", "sglang", decode_attention_backend="flashinfer")
+    assert kernels.decode[False].backend == "flashinfer" and kernels.prefill == {}
+    # one GPU's rows, not another's: the B300's triton floor is its own
+    b200, _ = pick("llama-3.1-8b", "b200", "sglang", attention_backend="triton")
+    b300, _ = pick("llama-3.1-8b", "b300", "sglang", attention_backend="triton")
+    assert b200.decode[False].floor_s != b300.decode[False].floor_s
+
+
+def test_a_backend_without_rows_is_named_as_not_timed():
+    # SGLang's B200 MLA rows are trtllm_mla's alone: triton's MLA kernels were never timed
+    kernels, untimed = pick("glm-4.7-flash", "b200", "sglang", attention_backend="triton")
+    assert kernels is None and untimed == ["--attention-backend triton"]
+    # vLLM's H100 rows: FLASH_ATTN's only
+    assert pick("llama-3.1-8b", "h100", "vllm", attention_backend="FLASHINFER") == (
+        None,
+        ["--attention-backend FLASHINFER"],
+    )
+    doc = run_json(
+        "simulate", "glm-4.7-flash", "--gpu", "b200", "--engine", "sglang",
+        "--attention-backend", "triton", "--num-prompts", "2", "--input-len", "64",
+        "--output-len", "4",
+    )  # fmt: skip
+    ids = [n["id"] for n in doc["notes"]]
+    assert "sim-attention-kernels" in ids and "sim-attention-timed" not in ids
+    words = next(n["text"] for n in doc["notes"] if n["id"] == "sim-attention-kernels")
+    assert "--attention-backend triton" in words and "MLA" in words and "not known" in words
+
+
+def test_a_timed_backend_changes_the_step_and_says_so():
+    def run(*extra):
+        return run_json(
+            "simulate", "llama-3.1-8b", "--gpu", "h100", "--engine", "sglang", *extra,
+            "--num-prompts", "6", "--input-len", "4000", "--output-len", "32",
+            "--max-concurrency", "1",
+        )  # fmt: skip
+
+    default, triton = run(), run("--attention-backend", "triton")
+    assert triton["runs"][0]["bench"]["median_tpot_ms"] > default["runs"][0]["bench"][
+        "median_tpot_ms"
+    ]
+    words = next(n["text"] for n in triton["notes"] if n["id"] == "sim-attention-timed")
+    assert "decode and prefill: triton (MHA kernels" in words and "0.5.14" in words
+
+
+CURVE = ((16384.0, 1e-5), (65536.0, 4e-5), (262144.0, 4e-5))
+
+
+def test_the_decode_curve_is_pinned_at_its_rows_and_log_linear_between():
+    assert decode_call_s(CURVE, 65536.0) == pytest.approx(4e-5)
+    # halfway in log(bytes) between two rows: the geometric mean of their times
+    assert decode_call_s(CURVE, 32768.0) == pytest.approx(math.sqrt(1e-5 * 4e-5))
+    # beyond either end: the nearest row's time, never extrapolated
+    assert decode_call_s(CURVE, 10.0) == pytest.approx(1e-5)
+    assert decode_call_s(CURVE, 1e12) == pytest.approx(4e-5)
+    # the array path (a decode span's steps at once) reads the same values
+    sizes = np.array([10.0, 16384.0, 32768.0, 65536.0, 1e12])
+    scalar = [decode_call_s(CURVE, float(x)) for x in sizes]
+    assert np.allclose(decode_call_s(CURVE, sizes, np.maximum), scalar)
+
+
+def test_the_shipped_curve_is_read_at_its_own_rows():
+    timing = attention_backends("b200_sxm.sglang.0.5.14.json")[("mha", "triton")]
+    for size, seconds in timing.decode_curve:
+        assert decode_call_s(timing.decode_curve, size) == pytest.approx(seconds)
+    (x0, y0), (x1, y1) = timing.decode_curve[3:5]
+    between = decode_call_s(timing.decode_curve, math.sqrt(x0 * x1))
+    assert between == pytest.approx(math.sqrt(y0 * y1))
