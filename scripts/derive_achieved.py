@@ -786,8 +786,8 @@ BACKEND_OF_SOURCE = {
              "vllm_flashinfer_fiprefill": "FLASHINFER"},
 }  # fmt: skip
 HOPPER = ("h100_sxm", "h200_sxm")
-# decode curve: KV bytes one kernel call reads, in power-of-two buckets from 2^14 (16 KiB)
-DECODE_CURVE_LOW = 2**14
+# decode calls: KV bytes each sequence of a call reads, in power-of-two buckets from 2^12 (4 KiB)
+DECODE_CURVE_LOW = 2**12
 
 
 def _backend_of(engine: str, gpu: str, source: str) -> str | None:
@@ -806,22 +806,31 @@ def _kv_bytes(r: dict, mla: bool) -> float:
     return r["batch_size"] * context * r["num_key_value_heads"] * r["head_dim"] * 2 * size
 
 
-def decode_curve(rows, mla: bool) -> list:
-    """[[KV bytes per call, seconds], ...]: the median measured time of one decode-attention
-    call over the rows reading about that many bytes (power-of-two buckets of the bytes read,
-    full attention rows, bf16 or fp8 cache), seconds to four significant figures; buckets of
-    fewer than 3 rows left out. Not monotone by construction: a bucket's rows are other shapes
-    than its neighbours' (heads, batch), as the table measured them."""
+def decode_curves(rows, mla: bool) -> dict:
+    """{batch: [[KV bytes per sequence, seconds], ...]}: per batch size the table timed, the
+    median measured time of one decode-attention call over the rows whose sequences each read
+    about that many bytes (power-of-two buckets; full attention rows, bf16 or fp8 cache),
+    seconds to four significant figures; buckets of fewer than 2 rows left out. By batch as
+    well as bytes: at the same bytes a call over many short sequences takes several times one
+    over a few long ones (H100 fa3 at 4 MiB: 10 us for 1-32 sequences, 50-190 us for
+    256-1,024)."""
     buckets: dict = {}
     for r in rows:
         if r.get("window_size") not in (None, 0):
             continue
-        b = _kv_bytes(r, mla)
-        key = 2 ** max(round(math.log2(max(b, 1))), round(math.log2(DECODE_CURVE_LOW)))
-        buckets.setdefault(key, []).append(r["latency"] * 1e-3)
-    return [
-        [k, float(f"{statistics.median(v):.4g}")] for k, v in sorted(buckets.items()) if len(v) >= 3
-    ]
+        per_sequence = _kv_bytes(r, mla) / r["batch_size"]
+        key = 2 ** max(round(math.log2(max(per_sequence, 1))), round(math.log2(DECODE_CURVE_LOW)))
+        buckets.setdefault(r["batch_size"], {}).setdefault(key, []).append(r["latency"] * 1e-3)
+    out = {}
+    for batch, by_bytes in sorted(buckets.items()):
+        curve = [
+            [k, float(f"{statistics.median(v):.4g}")]
+            for k, v in sorted(by_bytes.items())
+            if len(v) >= 2
+        ]
+        if curve:
+            out[str(batch)] = curve
+    return out
 
 
 def attention_backends(root: Path, gpu: str, engine: str) -> dict | None:
@@ -866,7 +875,7 @@ def attention_backends(root: Path, gpu: str, engine: str) -> dict | None:
                 "rows": {"prefill": len(pre), "decode": len(dec)},
                 "pair": None if compute is None or memory is None else _round((compute, memory)),
                 "floor_s": round(min(small), 9) if small else None,
-                "decode_curve": decode_curve(full_dec, kind == "mla"),
+                "decode_calls": decode_curves(full_dec, kind == "mla"),
             }
             out[f"{kind}:{name}"] = entry
     return out or None
@@ -891,8 +900,8 @@ def write_attention_backends(root: Path, names: list[str]) -> list[Path]:
             "derived_by": "scripts/derive_achieved.py DATA --write-tables (attention_backends): "
             "per backend (kernel_source -> the engine's flag name, BACKEND_OF_SOURCE), its own "
             "rows only: the (compute, memory) fractions of `attention`/`mla` over full-attention "
-            "rows, the smallest decode call at 1-16 sequences, and the median decode call by KV "
-            f"bytes read (power-of-two buckets); datasheet rates from hardware_profiles/"
+            "rows, the smallest decode call at 1-16 sequences, and the median decode call by "
+            "batch and KV bytes per sequence (decode_calls: power-of-two buckets); datasheet rates from hardware_profiles/"
             f"{TABLE_GPUS[gpu][0]}.yaml",
             "backends": backends,
         }

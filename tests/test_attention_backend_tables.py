@@ -90,26 +90,37 @@ def test_a_timed_backend_changes_the_step_and_says_so():
     assert "decode and prefill: triton (MHA kernels" in words and "0.5.14" in words
 
 
-CURVE = ((16384.0, 1e-5), (65536.0, 4e-5), (262144.0, 4e-5))
+# two measured batches, two bucket sizes each: (batch, ((bytes per sequence, seconds), ...))
+CALLS = (
+    (1, ((4096.0, 1e-5), (16384.0, 4e-5))),
+    (4, ((4096.0, 2e-5), (16384.0, 8e-5))),
+)
 
 
-def test_the_decode_curve_is_pinned_at_its_rows_and_log_linear_between():
-    assert decode_call_s(CURVE, 65536.0) == pytest.approx(4e-5)
-    # halfway in log(bytes) between two rows: the geometric mean of their times
-    assert decode_call_s(CURVE, 32768.0) == pytest.approx(math.sqrt(1e-5 * 4e-5))
-    # beyond either end: the nearest row's time, never extrapolated
-    assert decode_call_s(CURVE, 10.0) == pytest.approx(1e-5)
-    assert decode_call_s(CURVE, 1e12) == pytest.approx(4e-5)
+def test_the_decode_calls_are_pinned_at_their_rows_and_log_linear_between():
+    assert decode_call_s(CALLS, 1, 4096.0) == pytest.approx(1e-5)
+    assert decode_call_s(CALLS, 4, 4 * 16384.0) == pytest.approx(8e-5)
+    # halfway in log(bytes per sequence) between two rows: the geometric mean of their times
+    assert decode_call_s(CALLS, 1, 8192.0) == pytest.approx(math.sqrt(1e-5 * 4e-5))
+    # halfway in log(batch) between two measured batches, at one row's bytes per sequence
+    assert decode_call_s(CALLS, 2, 2 * 4096.0) == pytest.approx(math.sqrt(1e-5 * 2e-5))
+    # beyond any end: the nearest row's time, never extrapolated
+    assert decode_call_s(CALLS, 1, 10.0) == pytest.approx(1e-5)
+    assert decode_call_s(CALLS, 64, 64 * 1e9) == pytest.approx(8e-5)
     # the array path (a decode span's steps at once) reads the same values
-    sizes = np.array([10.0, 16384.0, 32768.0, 65536.0, 1e12])
-    scalar = [decode_call_s(CURVE, float(x)) for x in sizes]
-    assert np.allclose(decode_call_s(CURVE, sizes, np.maximum), scalar)
+    sizes = np.array([10.0, 3 * 4096.0, 3 * 9000.0, 3 * 16384.0, 1e12])
+    scalar = [decode_call_s(CALLS, 3, float(x)) for x in sizes]
+    assert np.allclose(decode_call_s(CALLS, 3, sizes, np.maximum), scalar)
 
 
-def test_the_shipped_curve_is_read_at_its_own_rows():
+def test_the_shipped_calls_are_read_at_their_own_rows():
     timing = attention_backends("b200_sxm.sglang.0.5.14.json")[("mha", "triton")]
-    for size, seconds in timing.decode_curve:
-        assert decode_call_s(timing.decode_curve, size) == pytest.approx(seconds)
-    (x0, y0), (x1, y1) = timing.decode_curve[3:5]
-    between = decode_call_s(timing.decode_curve, math.sqrt(x0 * x1))
+    for batch, curve in timing.decode_calls:
+        for per_sequence, seconds in curve:
+            assert decode_call_s(timing.decode_calls, batch, batch * per_sequence) == (
+                pytest.approx(seconds)
+            )
+    batch, curve = timing.decode_calls[0]
+    (x0, y0), (x1, y1) = curve[3:5]
+    between = decode_call_s(timing.decode_calls, batch, batch * math.sqrt(x0 * x1))
     assert between == pytest.approx(math.sqrt(y0 * y1))

@@ -233,17 +233,36 @@ class BackendKernels(NamedTuple):
     prefill: dict[bool, BackendTiming]
 
 
-def decode_call_s(curve: tuple, kv_bytes, maximum=max):
-    """Seconds of one decode-attention call reading `kv_bytes` (a float, or an array with
-    np.maximum), from a backend's measured (bytes, seconds) points: linear in log(bytes) and
-    log(seconds) between them, the nearest point's time beyond either end."""
+def decode_call_s(calls: tuple, batch: int, kv_bytes, maximum=max):
+    """Seconds of one decode-attention call over `batch` sequences reading `kv_bytes` in all
+    (a float, or an array with np.maximum), from a backend's measured calls (BackendTiming.
+    decode_calls): along each measured batch, linear in log(bytes per sequence) and log(seconds)
+    between its points; between two measured batches, linear in log(batch) and log(seconds);
+    the nearest point's time beyond any end (never extrapolated)."""
+    per_sequence = kv_bytes / max(batch, 1)
+    below = [c for c in calls if c[0] <= batch] or calls[:1]
+    above = [c for c in calls if c[0] >= batch] or calls[-1:]
+    (b0, curve0), (b1, curve1) = below[-1], above[0]
     if maximum is max:
-        return curve_value(curve, kv_bytes)
-    import numpy as np
+        y0 = curve_value(curve0, per_sequence)
+        y1 = y0 if b1 == b0 else curve_value(curve1, per_sequence)
+        log = math.log
+        exp = math.exp
+    else:
+        import numpy as np
 
-    xs = np.log([x for x, _ in curve])
-    ys = np.log([y for _, y in curve])
-    return np.exp(np.interp(np.log(np.maximum(kv_bytes, 1.0)), xs, ys))
+        def at(curve):
+            xs = np.log([x for x, _ in curve])
+            ys = np.log([y for _, y in curve])
+            return np.exp(np.interp(np.log(np.maximum(per_sequence, 1.0)), xs, ys))
+
+        y0 = at(curve0)
+        y1 = y0 if b1 == b0 else at(curve1)
+        log, exp = np.log, np.exp
+    if b1 == b0:
+        return y0
+    t = math.log(batch / b0) / math.log(b1 / b0)
+    return exp(log(y0) + t * (log(y1) - log(y0)))
 
 
 class StepModel:
@@ -350,8 +369,8 @@ class StepModel:
             for mla, timing in backend_kernels.decode.items():
                 if timing.floor_s is not None and floors_s:
                     floors_s["attention_mla" if mla else "attention"] = timing.floor_s
-                if timing.decode_curve:
-                    self.decode_curves[mla] = timing.decode_curve
+                if timing.decode_calls:
+                    self.decode_curves[mla] = timing.decode_calls
         self.floors = _Floors.of(_shape(spec), floors_s, weights_dtype, self.moe_ranks // ep, ep)
         # the model's own fused MoE (shape, format, split) as the GPU's tables timed it at
         # each token count (None: not timed; the roofline, curve and floor above price it)
@@ -476,7 +495,8 @@ class StepModel:
             curve = self.decode_curves.get(g.mla)
             if curve and g.layers:  # a named backend: at least its measured calls' time
                 group_s = maximum(
-                    group_s, g.layers * decode_call_s(curve, kv_bytes / g.layers, maximum)
+                    group_s,
+                    g.layers * decode_call_s(curve, num_decodes, kv_bytes / g.layers, maximum),
                 )
             seconds = seconds + group_s
             memory = memory + read_s

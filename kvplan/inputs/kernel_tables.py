@@ -225,8 +225,9 @@ class BackendTiming(NamedTuple):
     # its rows hold no shape that side needs: the default tables' pair stands)
     pair: tuple[float, float] | None
     floor_s: float | None  # its smallest decode call at 1-16 sequences
-    # ((KV bytes read by one decode call, seconds), ...): the median call, by bytes
-    decode_curve: tuple
+    # ((batch, ((KV bytes per sequence, seconds), ...)), ...): the median decode call by the
+    # sequences in it and the bytes each reads, batches ascending
+    decode_calls: tuple
     kernel_source: tuple  # aiconfigurator's kernel_source names read
     version: str  # the engine version the rows were measured on
     rows: int  # prefill + decode rows
@@ -248,7 +249,10 @@ def attention_backends(name: str) -> dict:
             backend=backend,
             pair=tuple(e["pair"]) if e["pair"] else None,
             floor_s=e["floor_s"],
-            decode_curve=tuple((float(x), float(y)) for x, y in e["decode_curve"]),
+            decode_calls=tuple(
+                (int(batch), tuple((float(x), float(y)) for x, y in curve))
+                for batch, curve in sorted(e["decode_calls"].items(), key=lambda kv: int(kv[0]))
+            ),
             kernel_source=tuple(e["kernel_source"]),
             version=e["version"],
             rows=e["rows"]["prefill"] + e["rows"]["decode"],

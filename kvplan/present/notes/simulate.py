@@ -413,7 +413,8 @@ text("sim-attention-timed")(
     lambda backends, tables, version: (
         f"Attention timed per backend from its own kernels in the kernel tables ({tables}; "
         f"aiconfigurator's rows measured on engine version {version}): {backends}. Each decode "
-        "call takes at least the median measured call reading as many KV bytes (interpolated), "
+        "call takes at least the median measured call over as many sequences reading as many KV "
+        "bytes each (interpolated), "
         "its smallest call at 1-16 sequences, and the backend's own fractions of the datasheet "
         "rates; a phase not listed runs the default tables' kernels."
     )
