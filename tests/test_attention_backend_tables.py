@@ -20,7 +20,7 @@ from helpers import run_json
 def pick(model: str, gpu: str, engine: str, **flags):
     spec, profile = load_model(model), load_profile(gpu)
     options = ServeOptions(engine=engine, **flags)
-    return backend_kernels(spec, profile, options, tables_for(profile, engine))
+    return backend_kernels(spec, profile, options, tables_for(profile, engine))[:2]
 
 
 def test_a_named_backend_with_rows_is_timed_from_its_own_rows():
@@ -30,16 +30,33 @@ def test_a_named_backend_with_rows_is_timed_from_its_own_rows():
     assert decode.backend == prefill.backend == "triton" and decode.kind == "mha"
     assert decode.kernel_source == ("triton",) and decode.version == "0.5.14"
     # the H100's SGLang triton rows read the cache at a smaller share of the bandwidth than
-    # the default tables' kernels (fa3's, the fastest there)
-    default = tables_for(load_profile("h100"), "sglang").achieved.attention
-    assert decode.pair[1] < default[1]
+    # fa3's, SGLang's own pick there
+    default, _ = pick("llama-3.1-8b", "h100", "sglang")
+    assert decode.pair[1] < default.decode[False].pair[1]
 
 
-def test_the_engines_default_backend_keeps_the_default_tables():
-    # SGLang on Hopper picks fa3 for a GQA model, on a B200 trtllm_mha
-    assert pick("llama-3.1-8b", "h100", "sglang", attention_backend="fa3") == (None, [])
-    assert pick("llama-3.1-8b", "b200", "sglang", attention_backend="trtllm_mha") == (None, [])
-    assert pick("llama-3.1-8b", "b200", "sglang") == (None, [])
+@pytest.mark.parametrize(
+    ("model", "gpu", "engine", "backend"),
+    [
+        ("llama-3.1-8b", "h100", "sglang", "fa3"),  # SGLang: Hopper fa3
+        ("llama-3.1-8b", "b200", "sglang", "trtllm_mha"),  # SM100: trtllm_mha for MHA
+        ("deepseek-v3", "b200", "sglang", "trtllm_mla"),  # DeepSeek-V3 on SM100
+        ("llama-3.1-8b", "h100", "vllm", "FLASH_ATTN"),  # vLLM: FlashAttention first
+        ("llama-3.1-8b", "b200", "vllm", "FLASHINFER"),  # ... FlashInfer first on SM10x
+    ],
+)
+def test_no_flag_runs_the_engines_own_pick_from_its_rows(model, gpu, engine, backend):
+    kernels, untimed = pick(model, gpu, engine)
+    assert untimed == [] and {t.backend for t in kernels.decode.values()} == {backend}
+    # naming the engine's own pick is the same run
+    assert pick(model, gpu, engine, attention_backend=backend) == (kernels, [])
+
+
+def test_an_engine_pick_without_rows_keeps_the_default_tables():
+    # SGLang's pick for a non-DeepSeek MLA model on SM100 is flashinfer: no MLA rows of it
+    assert pick("glm-4.7-flash", "b200", "sglang") == (None, [])
+    # vLLM's MLA tables time whole modules, not the attention kernel
+    assert pick("deepseek-v3", "h200", "vllm") == (None, [])
 
 
 def test_selection_by_gpu_engine_and_phase():
@@ -47,7 +64,9 @@ def test_selection_by_gpu_engine_and_phase():
     assert kernels.decode[False].backend == "TRITON_ATTN"
     assert kernels.decode[False].kernel_source == ("vllm_triton_attn",)
     kernels, _ = pick("llama-3.1-8b", "b200", "sglang", decode_attention_backend="flashinfer")
-    assert kernels.decode[False].backend == "flashinfer" and kernels.prefill == {}
+    # decode named, prefill the engine's own pick (trtllm_mha on SM100)
+    assert kernels.decode[False].backend == "flashinfer"
+    assert kernels.prefill[False].backend == "trtllm_mha"
     # one GPU's rows, not another's: the B300's triton floor is its own
     b200, _ = pick("llama-3.1-8b", "b200", "sglang", attention_backend="triton")
     b300, _ = pick("llama-3.1-8b", "b300", "sglang", attention_backend="triton")
@@ -58,11 +77,10 @@ def test_a_backend_without_rows_is_named_as_not_timed():
     # SGLang's B200 MLA rows are trtllm_mla's alone: triton's MLA kernels were never timed
     kernels, untimed = pick("glm-4.7-flash", "b200", "sglang", attention_backend="triton")
     assert kernels is None and untimed == ["--attention-backend triton"]
-    # vLLM's H100 rows: FLASH_ATTN's only
-    assert pick("llama-3.1-8b", "h100", "vllm", attention_backend="FLASHINFER") == (
-        None,
-        ["--attention-backend FLASHINFER"],
-    )
+    # vLLM's H100 rows: FLASH_ATTN's only; FLASHINFER runs as vLLM's own pick (FLASH_ATTN)
+    kernels, untimed = pick("llama-3.1-8b", "h100", "vllm", attention_backend="flashinfer")
+    assert untimed == ["--attention-backend flashinfer"]  # as typed
+    assert kernels == pick("llama-3.1-8b", "h100", "vllm")[0]
     doc = run_json(
         "simulate", "glm-4.7-flash", "--gpu", "b200", "--engine", "sglang",
         "--attention-backend", "triton", "--num-prompts", "2", "--input-len", "64",

@@ -563,10 +563,13 @@ def given_backends(options, moe: bool = False) -> str:
 
 
 def backend_kernels(spec, gpu, options, tables):
-    """(the BackendKernels of the attention backends the flags name that the GPU's tables timed
-    from their own rows, or None; the flags whose backend they did not time, as typed). A flag
-    that names the engine's own default for this model and GPU (SGLang's
-    _handle_attention_backend_compatibility pick) keeps the default tables, as does no flag."""
+    """(the BackendKernels of the attention backends a run uses that the GPU's tables timed
+    from their own rows, or None; the flags whose backend they did not time, as typed; the
+    named backends they timed: backend -> (BackendTiming, [phase, ...])). A phase
+    with no backend named runs the engine's own pick for this model and GPU (SGLang's
+    _handle_attention_backend_compatibility, vLLM's _get_backend_priorities), from its rows
+    where they exist, else on the default tables (no note: nothing was named); a named backend
+    without rows runs as that pick does and is named as not timed."""
     from kvplan.formulas.batch_step import BackendKernels
 
     mla = any(a.kind is CacheKind.MLA for a in spec.attention_layers())
@@ -593,11 +596,13 @@ def backend_kernels(spec, gpu, options, tables):
             if mla and gpu_generation(gpu) == 10 and spec.model_type in SGLANG_TRTLLM_MLA_MODELS:
                 default = "trtllm_mla"
     else:
-        from kvplan.engines.vllm import vllm_backend_name
+        from kvplan.engines.vllm import gpu_generation, vllm_backend_name
 
         name = vllm_backend_name(options.attention_backend)
         named = {p: ("--attention-backend", name) for p in ("decode", "prefill")}
-        default = None
+        # platforms/cuda.py _get_backend_priorities: FlashInfer first on SM10x, else
+        # FlashAttention (MLA: vLLM's MLA tables time modules, not kernels: none read)
+        default = None if mla else "FLASHINFER" if gpu_generation(gpu) == 10 else "FLASH_ATTN"
     typed = {  # the flags' values as written (vLLM takes any case)
         "--attention-backend": options.attention_backend,
         "--prefill-attention-backend": options.prefill_attention_backend,
@@ -614,19 +619,24 @@ def backend_kernels(spec, gpu, options, tables):
         if value is not None
     ]
     measured = tables.attention_backends
+    named_timed: dict = {}
     for phase, (flag, name) in named.items():
-        if name is None or name == default:
-            continue
-        timing = measured.get((kind, name))
-        if timing is None:
-            given = f"{flag} {typed[flag]}"
-            if given not in untimed:
-                untimed.append(given)
+        timing = measured.get((kind, name)) if name is not None else None
+        if timing is None:  # the engine's own pick, where its rows exist
+            if name is not None and name != default:
+                given = f"{flag} {typed[flag]}"
+                if given not in untimed:
+                    untimed.append(given)
+            if default is not None and (kind, default) in measured:
+                timed[phase][mla] = measured[(kind, default)]
+        elif name == default:
+            timed[phase][mla] = timing
         else:
             timed[phase][mla] = timing
+            named_timed.setdefault(name, (timing, []))[1].append(phase)
     if not timed["decode"] and not timed["prefill"]:
-        return None, untimed
-    return BackendKernels(timed["decode"], timed["prefill"]), untimed
+        return None, untimed, named_timed
+    return BackendKernels(timed["decode"], timed["prefill"]), untimed, named_timed
 
 
 def engine_state_dtypes(spec, gpu, options) -> tuple[str, str] | None:
@@ -676,7 +686,9 @@ def step_model(
     achieved = tables.achieved
     # a measured profile with per-operator curves prices every layer it can lay out (dense
     # attention + MLP in a plain float format) through them: the model kvplan measure checks
-    kernels, untimed = (None, []) if measured else backend_kernels(spec, gpu, options, tables)
+    kernels, untimed, named_timed = (
+        (None, [], {}) if measured else backend_kernels(spec, gpu, options, tables)
+    )
     per_op = (
         measured
         and gpu.measured is not None
@@ -724,11 +736,8 @@ def step_model(
                 else "GQA/MHA",
             )
         )
-    if kernels is not None:
-        phases: dict = {}  # backend -> (its timing, the phases it runs)
-        for phase, by_kind in (("decode", kernels.decode), ("prefill", kernels.prefill)):
-            for t in by_kind.values():
-                phases.setdefault(t.backend, (t, []))[1].append(phase)
+    if named_timed:
+        phases = named_timed
         notes.append(
             note(
                 "sim-attention-timed",

@@ -403,8 +403,9 @@ text("sim-attention-kernels")(
     lambda backends, tables, kind: (
         f"{backends}: the kernel tables ({tables}) hold no kernel rows of this backend for "
         f"{kind} attention (NVIDIA's aiconfigurator did not time it on this GPU for this engine), "
-        "so its attention runs at the tables' default kernels here (where they timed several "
-        "for one shape, the fastest); how much faster or slower it is, is not known to kvplan. "
+        "so its attention runs at the kernels of the engine's own pick for this model and GPU "
+        "here (its rows where the tables hold them, else the tables' fastest kernel per shape); "
+        "how much faster or slower it is, is not known to kvplan. "
         "What the backend changes that kvplan models: its page size and whether CUDA graphs "
         "stay on."
     )
