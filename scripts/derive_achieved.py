@@ -866,7 +866,9 @@ def attention_backends(root: Path, gpu: str, engine: str) -> dict | None:
             full_pre = [r for r in pre if r.get("window_size") in (None, 0)]
             full_dec = [r for r in dec if r.get("window_size") in (None, 0)]
             derive = mla if kind == "mla" else attention
-            compute, memory = derive(full_pre, full_dec, bw, peaks)[kind.replace("mha", "attention")]
+            compute, memory = derive(full_pre, full_dec, bw, peaks)[
+                kind.replace("mha", "attention")
+            ]
             small = [r["latency"] * 1e-3 for r in full_dec if r["batch_size"] <= 16]
             entry = {
                 "kind": kind,

@@ -3,14 +3,16 @@ attention_backends), picked by the backend the serve flags name, read at the ste
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kvplan.formulas.batch_step import decode_call_s
 from kvplan.inputs.hardware import load_profile
-from kvplan.inputs.kernel_tables import attention_backends, tables_for
+from kvplan.inputs.kernel_tables import ATTENTION_FOLDER, attention_backends, tables_for
 from kvplan.inputs.sources import load_model
 from kvplan.simulate.setup import ServeOptions, backend_kernels
 
@@ -41,7 +43,7 @@ def test_a_named_backend_with_rows_is_timed_from_its_own_rows():
         ("llama-3.1-8b", "h100", "sglang", "fa3"),  # SGLang: Hopper fa3
         ("llama-3.1-8b", "b200", "sglang", "trtllm_mha"),  # SM100: trtllm_mha for MHA
         ("deepseek-v3", "b200", "sglang", "trtllm_mla"),  # DeepSeek-V3 on SM100
-        ("llama-3.1-8b", "h100", "vllm", "FLASH_ATTN"),  # vLLM: FlashAttention first
+        ("llama-3.1-8b", "a100", "vllm", "FLASH_ATTN"),  # vLLM: FlashAttention first
         ("llama-3.1-8b", "b200", "vllm", "FLASHINFER"),  # ... FlashInfer first on SM10x
     ],
 )
@@ -53,6 +55,10 @@ def test_no_flag_runs_the_engines_own_pick_from_its_rows(model, gpu, engine, bac
 
 
 def test_an_engine_pick_without_rows_keeps_the_default_tables():
+    # vLLM's H100 tables are 0.14.0's, its FLASH_ATTN rows 0.24.0's: the pick keeps the tables
+    tables = tables_for(load_profile("h100"), "vllm")
+    assert tables.attention_backends[("mha", "FLASH_ATTN")].version != tables.engine_version
+    assert pick("llama-3.1-8b", "h100", "vllm") == (None, [])
     # SGLang's pick for a non-DeepSeek MLA model on SM100 is flashinfer: no MLA rows of it
     assert pick("glm-4.7-flash", "b200", "sglang") == (None, [])
     # vLLM's MLA tables time whole modules, not the attention kernel
@@ -101,9 +107,9 @@ def test_a_timed_backend_changes_the_step_and_says_so():
         )  # fmt: skip
 
     default, triton = run(), run("--attention-backend", "triton")
-    assert triton["runs"][0]["bench"]["median_tpot_ms"] > default["runs"][0]["bench"][
-        "median_tpot_ms"
-    ]
+    assert (
+        triton["runs"][0]["bench"]["median_tpot_ms"] > default["runs"][0]["bench"]["median_tpot_ms"]
+    )
     words = next(n["text"] for n in triton["notes"] if n["id"] == "sim-attention-timed")
     assert "decode and prefill: triton (MHA kernels" in words and "0.5.14" in words
 
@@ -142,3 +148,13 @@ def test_the_shipped_calls_are_read_at_their_own_rows():
     (x0, y0), (x1, y1) = curve[3:5]
     between = decode_call_s(timing.decode_calls, batch, batch * math.sqrt(x0 * x1))
     assert between == pytest.approx(math.sqrt(y0 * y1))
+
+
+def test_the_files_carry_their_provenance_and_ship():
+    doc = json.loads((ATTENTION_FOLDER / "b200_sxm.sglang.0.5.14.json").read_text())
+    assert doc["source"].startswith("aiconfigurator-core 0.12.0")
+    assert "attention_backends" in doc["derived_by"]
+    # only this GPU and engine's own tables bring them (a datasheet GPU has none)
+    assert tables_for(load_profile("mi300x"), "sglang").attention_backends == {}
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    assert '"data/kernel_tables/attention/*.json"' in pyproject.read_text(encoding="utf-8")

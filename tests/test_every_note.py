@@ -557,8 +557,15 @@ INVOCATIONS: dict[str, Invocation] = {
         "simulate", "llama-3.1-8b", "--gpu", "h100", "--attention-backend", "FLASHINFER", *SMALL
     ),
     "simulate attention backend timed": cli(
-        "simulate", "llama-3.1-8b", "--gpu", "h100", "--engine", "sglang",
-        "--attention-backend", "triton", *SMALL,
+        "simulate",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100",
+        "--engine",
+        "sglang",
+        "--attention-backend",
+        "triton",
+        *SMALL,
     ),  # fmt: skip
     "simulate moe backend": cli(
         "simulate", "qwen3-30b-a3b", "--gpu", "h100", "--moe-backend", "triton", *SMALL

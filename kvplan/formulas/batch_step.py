@@ -243,26 +243,17 @@ def decode_call_s(calls: tuple, batch: int, kv_bytes, maximum=max):
     below = [c for c in calls if c[0] <= batch] or calls[:1]
     above = [c for c in calls if c[0] >= batch] or calls[-1:]
     (b0, curve0), (b1, curve1) = below[-1], above[0]
+    t = 0.0 if b1 == b0 else math.log(batch / b0) / math.log(b1 / b0)
     if maximum is max:
         y0 = curve_value(curve0, per_sequence)
         y1 = y0 if b1 == b0 else curve_value(curve1, per_sequence)
-        log = math.log
-        exp = math.exp
-    else:
-        import numpy as np
+        return math.exp(math.log(y0) + t * math.log(y1 / y0))
+    import numpy as np
 
-        def at(curve):
-            xs = np.log([x for x, _ in curve])
-            ys = np.log([y for _, y in curve])
-            return np.exp(np.interp(np.log(np.maximum(per_sequence, 1.0)), xs, ys))
-
-        y0 = at(curve0)
-        y1 = y0 if b1 == b0 else at(curve1)
-        log, exp = np.log, np.exp
-    if b1 == b0:
-        return y0
-    t = math.log(batch / b0) / math.log(b1 / b0)
-    return exp(log(y0) + t * (log(y1) - log(y0)))
+    at = np.log(np.maximum(per_sequence, 1.0))
+    log_y0 = np.interp(at, np.log([x for x, _ in curve0]), np.log([y for _, y in curve0]))
+    log_y1 = np.interp(at, np.log([x for x, _ in curve1]), np.log([y for _, y in curve1]))
+    return np.exp(log_y0 + t * (log_y1 - log_y0))
 
 
 class StepModel:
@@ -359,13 +350,13 @@ class StepModel:
         floors_s = achieved.floors_s
         if backend_kernels is not None:
             floors_s = dict(floors_s)
-            for phase, rates in (
+            for phase, by_kind in (
                 (backend_kernels.decode, self.decode_rates),
                 (backend_kernels.prefill, self.prefill_rates),
             ):
                 for mla, timing in phase.items():
                     if timing.pair:
-                        rates[mla] = Rates(bw * timing.pair[1], bf16 * timing.pair[0])
+                        by_kind[mla] = Rates(bw * timing.pair[1], bf16 * timing.pair[0])
             for mla, timing in backend_kernels.decode.items():
                 if timing.floor_s is not None and floors_s:
                     floors_s["attention_mla" if mla else "attention"] = timing.floor_s

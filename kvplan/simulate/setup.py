@@ -568,8 +568,9 @@ def backend_kernels(spec, gpu, options, tables):
     named backends they timed: backend -> (BackendTiming, [phase, ...])). A phase
     with no backend named runs the engine's own pick for this model and GPU (SGLang's
     _handle_attention_backend_compatibility, vLLM's _get_backend_priorities), from its rows
-    where they exist, else on the default tables (no note: nothing was named); a named backend
-    without rows runs as that pick does and is named as not timed."""
+    where they exist on the tables' own engine version, else on the default tables (no note:
+    nothing was named); a named backend without rows runs as that pick does and is named as not
+    timed."""
     from kvplan.formulas.batch_step import BackendKernels
 
     mla = any(a.kind is CacheKind.MLA for a in spec.attention_layers())
@@ -619,6 +620,14 @@ def backend_kernels(spec, gpu, options, tables):
         if value is not None
     ]
     measured = tables.attention_backends
+
+    def own_pick(backend):
+        """The engine's own pick's rows where they were measured on the tables' own engine
+        version (vLLM's H100/H200 tables are 0.14.0's, their per-backend rows 0.24.0's: the
+        pick keeps the tables there), else None."""
+        timing = measured.get((kind, backend)) if backend is not None else None
+        return timing if timing is not None and timing.version == tables.engine_version else None
+
     named_timed: dict = {}
     for phase, (flag, name) in named.items():
         timing = measured.get((kind, name)) if name is not None else None
@@ -627,10 +636,11 @@ def backend_kernels(spec, gpu, options, tables):
                 given = f"{flag} {typed[flag]}"
                 if given not in untimed:
                     untimed.append(given)
-            if default is not None and (kind, default) in measured:
-                timed[phase][mla] = measured[(kind, default)]
+            if own_pick(default) is not None:
+                timed[phase][mla] = own_pick(default)
         elif name == default:
-            timed[phase][mla] = timing
+            if own_pick(default) is not None:
+                timed[phase][mla] = timing
         else:
             timed[phase][mla] = timing
             named_timed.setdefault(name, (timing, []))[1].append(phase)
