@@ -406,7 +406,12 @@ def attention(context_rows, generation_rows, bw, peaks) -> dict:
         kv = r["batch_size"] * context * r["num_key_value_heads"] * r["head_dim"] * 2 * 2
         if kv >= 256e6:
             memory.append(kv / (r["latency"] * 1e-3) / bw)
-    return {"attention": (statistics.median(compute), statistics.median(memory))}
+    return {"attention": (_median(compute), _median(memory))}
+
+
+def _median(values) -> float | None:
+    """The median, None for no values (a backend whose rows hold no shape that side needs)."""
+    return statistics.median(values) if values else None
 
 
 def mla(context_rows, generation_rows, bw, peaks) -> dict:
@@ -430,7 +435,7 @@ def mla(context_rows, generation_rows, bw, peaks) -> dict:
         latent = r["batch_size"] * (r["isl"] + r["step"]) * 576 * 2
         if latent >= 256e6:
             memory.append(latent / (r["latency"] * 1e-3) / bw)
-    return {"mla": (statistics.median(compute), statistics.median(memory))}
+    return {"mla": (_median(compute), _median(memory))}
 
 
 def allreduce(rows, one_way_bytes_per_s: float, backend: str | None = "vllm_graph") -> dict:
@@ -761,6 +766,151 @@ def write_tables(root: Path) -> list[Path]:
             path.write_text(json.dumps(doc, indent=1) + "\n")
             written.append(path)
             written.append(write_moe_curves(path.name, curves, doc["source"]))
+    written += write_attention_backends(root, sorted(p.name for p in TABLES.glob("*.*.*.json")))
+    return written
+
+
+# --- per attention backend (kvplan.inputs.kernel_tables.attention_backends) -------------------
+# aiconfigurator's kernel_source of an attention or MLA row -> the backend name the engine's
+# flag takes (SGLang --attention-backend / --prefill- / --decode-attention-backend; vLLM
+# --attention-backend), per engine; a source not here is no flag's (vLLM's fa4 is FLASH_ATTN
+# with VLLM_FLASH_ATTN_VERSION=4; SGLang's A100 "flash_attention" rows name no backend) and is
+# left out. SGLang's "flash_attention" on Hopper is its FlashAttentionBackend, the "fa3" flag.
+BACKEND_OF_SOURCE = {
+    "sglang": {"triton": "triton", "flashinfer": "flashinfer", "fa3": "fa3",
+               "trtllm_mha": "trtllm_mha", "trtllm_mla": "trtllm_mla"},
+    "vllm": {"vllm_flash_attn_fa3": "FLASH_ATTN", "vllm_flash_attn_fa2": "FLASH_ATTN",
+             "vllm_flash_attn": "FLASH_ATTN", "vllm_triton_attn": "TRITON_ATTN",
+             "vllm_flashinfer": "FLASHINFER", "vllm_flashinfer_trtllmdecode": "FLASHINFER",
+             "vllm_flashinfer_trtllmprefill": "FLASHINFER", "vllm_flashinfer_fidecode": "FLASHINFER",
+             "vllm_flashinfer_fiprefill": "FLASHINFER"},
+}  # fmt: skip
+HOPPER = ("h100_sxm", "h200_sxm")
+# decode calls: KV bytes each sequence of a call reads, in power-of-two buckets from 2^12 (4 KiB)
+DECODE_CURVE_LOW = 2**12
+
+
+def _backend_of(engine: str, gpu: str, source: str) -> str | None:
+    if engine == "sglang" and source == "flash_attention" and gpu in HOPPER:
+        return "fa3"
+    return BACKEND_OF_SOURCE[engine].get(source)
+
+
+def _kv_bytes(r: dict, mla: bool) -> float:
+    """KV bytes one generation row's kernel reads: every sequence's cached keys and values
+    (MLA: its 576-wide latent), bf16 or fp8."""
+    size = 1 if r["kv_cache_dtype"] == "fp8" else 2
+    context = r["isl"] + r["step"]
+    if mla:
+        return r["batch_size"] * context * 576 * size
+    return r["batch_size"] * context * r["num_key_value_heads"] * r["head_dim"] * 2 * size
+
+
+def decode_curves(rows, mla: bool) -> dict:
+    """{batch: [[KV bytes per sequence, seconds], ...]}: per batch size the table timed, the
+    median measured time of one decode-attention call over the rows whose sequences each read
+    about that many bytes (power-of-two buckets; full attention rows, bf16 or fp8 cache),
+    seconds to four significant figures; buckets of fewer than 2 rows left out. By batch as
+    well as bytes: at the same bytes a call over many short sequences takes several times one
+    over a few long ones (H100 fa3 at 4 MiB: 10 us for 1-32 sequences, 50-190 us for
+    256-1,024)."""
+    buckets: dict = {}
+    for r in rows:
+        if r.get("window_size") not in (None, 0):
+            continue
+        per_sequence = _kv_bytes(r, mla) / r["batch_size"]
+        key = 2 ** max(round(math.log2(max(per_sequence, 1))), round(math.log2(DECODE_CURVE_LOW)))
+        buckets.setdefault(r["batch_size"], {}).setdefault(key, []).append(r["latency"] * 1e-3)
+    out = {}
+    for batch, by_bytes in sorted(buckets.items()):
+        curve = [
+            [k, float(f"{statistics.median(v):.4g}")]
+            for k, v in sorted(by_bytes.items())
+            if len(v) >= 2
+        ]
+        if curve:
+            out[str(batch)] = curve
+    return out
+
+
+def attention_backends(root: Path, gpu: str, engine: str) -> dict | None:
+    """{backend: entry} of one GPU and engine from its attention (GQA/MHA) and MLA kernel
+    tables, each backend from its own rows only (no fastest-of-several: `table` picks that):
+    kind (mha, mla), the kernel sources and table versions read, the rows, the (compute,
+    memory) pair as `attention` / `mla` derive it (None where its rows have no shape that
+    side needs), the smallest decode call at 1-16 sequences (floor_s) and the decode curve
+    (decode_curve). vLLM's MLA tables time whole modules (projections included), not the
+    kernel: not read here."""
+    import pyarrow.parquet as pq
+
+    bw, peaks, _ = datasheet(gpu)
+    out: dict = {}
+    for kind, op, ctx_name, gen_name in (
+        ("mha", "attention", "context_attention_perf", "generation_attention_perf"),
+        ("mla", "mla", "context_mla_perf", "generation_mla_perf"),
+    ):
+        version = newest(root, gpu, op, engine, gen_name)
+        if version is None or newest(root, gpu, op, engine, ctx_name) != version:
+            continue
+        folder = root / gpu / op / engine / version
+        ctx = pq.read_table(folder / f"{ctx_name}.parquet").to_pylist()
+        gen = pq.read_table(folder / f"{gen_name}.parquet").to_pylist()
+        by: dict = {}
+        for phase, rows in (("prefill", ctx), ("decode", gen)):
+            for r in rows:
+                name = _backend_of(engine, gpu, r["kernel_source"])
+                if name is not None:
+                    by.setdefault(name, {"prefill": [], "decode": []})[phase].append(r)
+        for name, phases in sorted(by.items()):
+            pre, dec = phases["prefill"], phases["decode"]
+            full_pre = [r for r in pre if r.get("window_size") in (None, 0)]
+            full_dec = [r for r in dec if r.get("window_size") in (None, 0)]
+            derive = mla if kind == "mla" else attention
+            compute, memory = derive(full_pre, full_dec, bw, peaks)[
+                kind.replace("mha", "attention")
+            ]
+            small = [r["latency"] * 1e-3 for r in full_dec if r["batch_size"] <= 16]
+            entry = {
+                "kind": kind,
+                "kernel_source": sorted({r["kernel_source"] for r in pre + dec}),
+                "version": version,
+                "rows": {"prefill": len(pre), "decode": len(dec)},
+                "pair": None if compute is None or memory is None else _round((compute, memory)),
+                "floor_s": round(min(small), 9) if small else None,
+                "decode_calls": decode_curves(full_dec, kind == "mla"),
+            }
+            out[f"{kind}:{name}"] = entry
+    return out or None
+
+
+def write_attention_backends(root: Path, names: list[str]) -> list[Path]:
+    """kernel_tables/attention/<name>: the per-backend attention entries of the tables file
+    <name> (<gpu>.<engine>.<version>.json), with their provenance."""
+    import json
+
+    written = []
+    for name in names:
+        gpu, engine = name.split(".")[:2]
+        backends = attention_backends(root, gpu, engine)
+        if not backends:
+            continue
+        versions = sorted({e["version"] for e in backends.values()})
+        doc = {
+            "source": "aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/systems/data/"
+            f"{gpu}/{{attention,mla}}/{engine}/<version>/{{context,generation}}_"
+            f"{{attention,mla}}_perf.parquet; versions {', '.join(versions)}",
+            "derived_by": "scripts/derive_achieved.py DATA --write-tables (attention_backends): "
+            "per backend (kernel_source -> the engine's flag name, BACKEND_OF_SOURCE), its own "
+            "rows only: the (compute, memory) fractions of `attention`/`mla` over full-attention "
+            "rows, the smallest decode call at 1-16 sequences, and the median decode call by "
+            "batch and KV bytes per sequence (decode_calls: power-of-two buckets); datasheet rates from hardware_profiles/"
+            f"{TABLE_GPUS[gpu][0]}.yaml",
+            "backends": backends,
+        }
+        path = TABLES / "attention" / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        written.append(path)
     return written
 
 
@@ -773,7 +923,17 @@ def main() -> None:
     parser.add_argument(
         "--write-tables", action="store_true", help="write kvplan/data/kernel_tables/*.json"
     )
+    parser.add_argument(
+        "--write-attention-backends",
+        action="store_true",
+        help="write kvplan/data/kernel_tables/attention/*.json only",
+    )
     args = parser.parse_args()
+    if args.write_attention_backends:
+        names = sorted(p.name for p in TABLES.glob("*.*.*.json"))
+        for path in write_attention_backends(args.data, names):
+            print(f"wrote {path}")
+        return
     if args.write_tables:
         for path in write_tables(args.data):
             print(f"wrote {path}")

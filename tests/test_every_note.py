@@ -559,6 +559,17 @@ INVOCATIONS: dict[str, Invocation] = {
     "simulate attention backend": cli(
         "simulate", "llama-3.1-8b", "--gpu", "h100", "--attention-backend", "FLASHINFER", *SMALL
     ),
+    "simulate attention backend timed": cli(
+        "simulate",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100",
+        "--engine",
+        "sglang",
+        "--attention-backend",
+        "triton",
+        *SMALL,
+    ),  # fmt: skip
     "simulate moe backend": cli(
         "simulate", "qwen3-30b-a3b", "--gpu", "h100", "--moe-backend", "triton", *SMALL
     ),
@@ -906,6 +917,7 @@ SOURCES: dict[str, str] = {
     "sim-dsa-tables": "simulate dsa",
     "sim-enforce-eager": "simulate dcp eager",
     "sim-attention-kernels": "simulate attention backend",
+    "sim-attention-timed": "simulate attention backend timed",
     "sim-moe-kernels": "simulate moe backend",
     "sglang-attention": "engine sglang flashmla",
     "vllm-attention": "engine vllm flashmla",

@@ -78,6 +78,7 @@ from kvplan.formulas.step_time import (
 )
 from kvplan.inputs.kernel_tables import (
     Achieved,
+    BackendTiming,
     DsaGrids,
     datasheet_achieved,
     host_overheads_data,
@@ -229,6 +230,39 @@ class _Group(NamedTuple):
     # MiniMax-M3's sparse layers: `attended_topk` blocks of this many tokens (block_topk_tokens;
     # 0: DSA's tokens)
     attended_block: int = 0
+    layers: int = 0  # the attention layers of the group on a rank (one kernel call each)
+
+
+class BackendKernels(NamedTuple):
+    """The attention backends a run's flags name, timed from their own kernels (the kernel
+    tables' attention/ files), by phase: MLA (True) or GQA/MHA (False) -> BackendTiming. A kind
+    absent from a phase runs on the default tables' pair and floor."""
+
+    decode: dict[bool, BackendTiming]
+    prefill: dict[bool, BackendTiming]
+
+
+def decode_call_s(calls: tuple, batch: int, kv_bytes, maximum=max):
+    """Seconds of one decode-attention call over `batch` sequences reading `kv_bytes` in all
+    (a float, or an array with np.maximum), from a backend's measured calls (BackendTiming.
+    decode_calls): along each measured batch, linear in log(bytes per sequence) and log(seconds)
+    between its points; between two measured batches, linear in log(batch) and log(seconds);
+    the nearest point's time beyond any end (never extrapolated)."""
+    per_sequence = kv_bytes / max(batch, 1)
+    below = [c for c in calls if c[0] <= batch] or calls[:1]
+    above = [c for c in calls if c[0] >= batch] or calls[-1:]
+    (b0, curve0), (b1, curve1) = below[-1], above[0]
+    t = 0.0 if b1 == b0 else math.log(batch / b0) / math.log(b1 / b0)
+    if maximum is max:
+        y0 = curve_value(curve0, per_sequence)
+        y1 = y0 if b1 == b0 else curve_value(curve1, per_sequence)
+        return math.exp(math.log(y0) + t * math.log(y1 / y0))
+    import numpy as np
+
+    at = np.log(np.maximum(per_sequence, 1.0))
+    log_y0 = np.interp(at, np.log([x for x, _ in curve0]), np.log([y for _, y in curve0]))
+    log_y1 = np.interp(at, np.log([x for x, _ in curve1]), np.log([y for _, y in curve1]))
+    return np.exp(log_y0 + t * (log_y1 - log_y0))
 
 
 class StepModel:
@@ -280,8 +314,12 @@ class StepModel:
         op_dtype: str | None = None,
         op_gather_kv: bool = False,
         state_dtypes: tuple[str, str] | None = None,
+<<<<<<< HEAD
         network=None,
         node_gpus: int | None = None,
+=======
+        backend_kernels: BackendKernels | None = None,
+>>>>>>> attnbackend
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
         # the inter-node link and the replica's GPUs per node (None: the replica is one node)
@@ -329,9 +367,27 @@ class StepModel:
         self.attention_rates = Rates(bw * achieved.attention[1], bf16 * achieved.attention[0])
         self.mla_rates = Rates(bw * achieved.mla[1], bf16 * achieved.mla[0])
         self.sampler_bandwidth = bw * achieved.dense["bf16"][1]
-        self.floors = _Floors.of(
-            _shape(spec), achieved.floors_s, weights_dtype, self.moe_ranks // ep, ep
-        )
+        # each phase's attention kernels by kind (MLA or not): the default tables' pair, or
+        # the backend the flags name, from its own rows (pair, floor, decode calls by bytes)
+        self.decode_rates = {False: self.attention_rates, True: self.mla_rates}
+        self.prefill_rates = dict(self.decode_rates)
+        self.decode_curves: dict[bool, tuple] = {}
+        floors_s = achieved.floors_s
+        if backend_kernels is not None:
+            floors_s = dict(floors_s)
+            for phase, by_kind in (
+                (backend_kernels.decode, self.decode_rates),
+                (backend_kernels.prefill, self.prefill_rates),
+            ):
+                for mla, timing in phase.items():
+                    if timing.pair:
+                        by_kind[mla] = Rates(bw * timing.pair[1], bf16 * timing.pair[0])
+            for mla, timing in backend_kernels.decode.items():
+                if timing.floor_s is not None and floors_s:
+                    floors_s["attention_mla" if mla else "attention"] = timing.floor_s
+                if timing.decode_calls:
+                    self.decode_curves[mla] = timing.decode_calls
+        self.floors = _Floors.of(_shape(spec), floors_s, weights_dtype, self.moe_ranks // ep, ep)
         # the model's own fused MoE (shape, format, split) as the GPU's tables timed it at
         # each token count (None: not timed; the roofline, curve and floor above price it)
         self.moe_layers = spec.moe.num_layers if spec.moe else 0
@@ -420,7 +476,7 @@ class StepModel:
         seconds = memory = state / self.attention_rates.bandwidth_bytes_per_s
         for g in self.groups:
             keys = context_sum if g.window is None else num_decodes * minimum(mean, g.window)
-            rates = self.mla_rates if g.mla else self.attention_rates
+            rates = self.decode_rates[g.mla]
             kv_bytes = g.kv_bytes_per_token * keys
             attended = keys
             if g.attended_block:  # MiniMax-M3: the top-k blocks' K and V, every indexer key
@@ -451,7 +507,14 @@ class StepModel:
                     entries, g.compressed_topk, 0, g.compressed_index_flop_per_entry, minimum
                 )
             read_s = kv_bytes / rates.bandwidth_bytes_per_s
-            seconds = seconds + maximum(read_s, queries * flops / rates.peak_flop_per_s)
+            group_s = maximum(read_s, queries * flops / rates.peak_flop_per_s)
+            curve = self.decode_curves.get(g.mla)
+            if curve and g.layers:  # a named backend: at least its measured calls' time
+                group_s = maximum(
+                    group_s,
+                    g.layers * decode_call_s(curve, num_decodes, kv_bytes / g.layers, maximum),
+                )
+            seconds = seconds + group_s
             memory = memory + read_s
         if self.dsa is not None:  # the sparse module's cost over the MLA roofline (or saving)
             delta = self.dsa.delta_s("decode", num_decodes, mean)
@@ -472,7 +535,7 @@ class StepModel:
             keys = causal_keys_attended(end, g.window, g.chunked) - causal_keys_attended(
                 cached_tokens, g.window, g.chunked
             )
-            rates = self.mla_rates if g.mla else self.attention_rates
+            rates = self.prefill_rates[g.mla]
             # (a DSA group priced without tables: its indexer keys beside the latents)
             kv_bytes = (g.kv_bytes_per_token + g.index_bytes_per_token) * held
             if g.compress_ratio:  # the compressed entries cached before, and the chunk's own
@@ -1175,7 +1238,7 @@ def _sum_ops(
     state = 0.0
     for (layer, count), (ops, _) in zip(distinct_layers(spec.layers), cache, strict=True):
         attn = layer.attention
-        entry = [0.0] * 8  # a layer without attention has no attention operator
+        entry = [0.0] * 9  # a layer without attention has no attention operator
         # a sparse layer's indexer (its key's bytes and one key's FLOPs at the decode and at the
         # chunk): with the DSA module's tables the module times a DSA layer's, not priced again;
         # without (and MiniMax-M3's), per key beside the top-k (the group's attended_topk)
@@ -1203,8 +1266,9 @@ def _sum_ops(
                     topk,
                     block,
                 ),
-                [0.0] * 8,
+                [0.0] * 9,
             )
+            entry[8] += count
             kv_entry, index_entry = attn.compressed_entry_parts(fmt)
             entry[3] += count * kv_entry
             entry[4] += count * index_entry
@@ -1224,10 +1288,10 @@ def _sum_ops(
     groups = tuple(
         _Group(
             window, chunked, mla, kv, dec, pre, ratio, ctopk, kv_entry, index_entry,
-            indexer_flops, topk, index_bytes, index_flops, block,
+            indexer_flops, topk, index_bytes, index_flops, block, int(layers),
         )
         for (window, chunked, mla, ratio, ctopk, topk, block), (
-            kv, dec, pre, kv_entry, index_entry, indexer_flops, index_bytes, index_flops,
+            kv, dec, pre, kv_entry, index_entry, indexer_flops, index_bytes, index_flops, layers,
         ) in by_key.items()
     )  # fmt: skip
     return _Coefficients(

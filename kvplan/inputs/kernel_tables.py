@@ -5,7 +5,10 @@ fractions of the datasheet rates an engine's kernels reach, the fused-MoE curve,
 call cost, the small-shape floor of each kernel family) with their provenance (`source`,
 `derived_by`: scripts/derive_achieved.py --write-tables); where measured, the DSA-minus-MLA
 module grids are in dsa/ under the same name (nine tenths of the bytes: read only for a model
-with DSA layers), each fused-MoE shape's time by tokens in moe/ (read only for a MoE model). host_overheads.json holds the per-step, per-request and per-layer host costs.
+with DSA layers), each fused-MoE shape's time by tokens in moe/ (read only for a MoE model),
+each attention backend's own kernels in attention/ (read only where a flag names a backend:
+`attention_backends`). host_overheads.json holds the per-step, per-request and per-layer host
+costs.
 
 A profile names its tables in one field, never by its name:
 
@@ -31,6 +34,7 @@ from kvplan.record import NamedTuple
 FOLDER = Path(__file__).resolve().parent.parent / "data" / "kernel_tables"
 DSA_FOLDER = FOLDER / "dsa"
 MOE_FOLDER = FOLDER / "moe"
+ATTENTION_FOLDER = FOLDER / "attention"
 ENGINES = ("vllm", "sglang")
 DATASHEET_TABLES = "h100_sxm"  # a GPU without tables runs at the H100's fractions
 DATASHEET_VERSION = "0.14.0"  # ... of vLLM 0.14.0 (the tables kvplan's goldens were made with)
@@ -96,6 +100,15 @@ class KernelTables(NamedTuple):
         """moe_shape_key -> ((tokens, seconds), ...), read on first use ({}: none for this
         run)."""
         return {} if self.moe_file is None else moe_curves(self.moe_file)
+
+    @property
+    def attention_backends(self) -> dict:
+        """(kind, backend) -> BackendTiming of this GPU and engine's per-backend attention
+        kernels, read on first use ({}: none measured, or not this GPU's and engine's)."""
+        if self.evidence not in ("own", "borrowed"):
+            return {}
+        name = f"{self.gpu}.{self.engine}.{self.engine_version}.json"
+        return attention_backends(name) if (ATTENTION_FOLDER / name).is_file() else {}
 
     @property
     def floors_s(self) -> dict:
@@ -200,6 +213,51 @@ def moe_curves(name: str) -> dict:
         key: tuple((t, us * 1e-6) for t, us in zip(tokens, row, strict=True) if us is not None)
         for key, row in d["us"].items()
     }
+
+
+class BackendTiming(NamedTuple):
+    """One attention backend's own kernels on one GPU under one engine (attention/ files,
+    scripts/derive_achieved.py attention_backends): kind "mha" (GQA/MHA tables) or "mla"."""
+
+    kind: str
+    backend: str  # the name the engine's flag takes ("triton", "FLASH_ATTN")
+    # (compute, memory) fractions of the datasheet rates over the backend's own rows (None:
+    # its rows hold no shape that side needs: the default tables' pair stands)
+    pair: tuple[float, float] | None
+    floor_s: float | None  # its smallest decode call at 1-16 sequences
+    # ((batch, ((KV bytes per sequence, seconds), ...)), ...): the median decode call by the
+    # sequences in it and the bytes each reads, batches ascending
+    decode_calls: tuple
+    kernel_source: tuple  # aiconfigurator's kernel_source names read
+    version: str  # the engine version the rows were measured on
+    rows: int  # prefill + decode rows
+
+
+@cache
+def attention_backends(name: str) -> dict:
+    """An attention/ file's backends: (kind, backend) -> BackendTiming."""
+    path = ATTENTION_FOLDER / name
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise KvplanError(f"kernel tables attention/{path.name}: {exc}") from None
+    out = {}
+    for key, e in d["backends"].items():
+        kind, backend = key.split(":", 1)
+        out[(kind, backend)] = BackendTiming(
+            kind=kind,
+            backend=backend,
+            pair=tuple(e["pair"]) if e["pair"] else None,
+            floor_s=e["floor_s"],
+            decode_calls=tuple(
+                (int(batch), tuple((float(x), float(y)) for x, y in curve))
+                for batch, curve in sorted(e["decode_calls"].items(), key=lambda kv: int(kv[0]))
+            ),
+            kernel_source=tuple(e["kernel_source"]),
+            version=e["version"],
+            rows=e["rows"]["prefill"] + e["rows"]["decode"],
+        )
+    return out
 
 
 def _moe_file(gpu: str, engine: str, version: str) -> str | None:

@@ -751,6 +751,93 @@ def given_backends(options, moe: bool = False) -> str:
     return " ".join(f"{flag} {value}" for flag, value in flags if value is not None)
 
 
+def backend_kernels(spec, gpu, options, tables):
+    """(the BackendKernels of the attention backends a run uses that the GPU's tables timed
+    from their own rows, or None; the flags whose backend they did not time, as typed; the
+    named backends they timed: backend -> (BackendTiming, [phase, ...])). A phase
+    with no backend named runs the engine's own pick for this model and GPU (SGLang's
+    _handle_attention_backend_compatibility, vLLM's _get_backend_priorities), from its rows
+    where they exist on the tables' own engine version, else on the default tables (no note:
+    nothing was named); a named backend without rows runs as that pick does and is named as not
+    timed."""
+    from kvplan.formulas.batch_step import BackendKernels
+
+    mla = any(a.kind is CacheKind.MLA for a in spec.attention_layers())
+    kind = "mla" if mla else "mha"
+    if options.engine == "sglang":
+        from kvplan.engines.sglang import SGLANG_TRTLLM_MLA_MODELS, _default_sglang_backend
+        from kvplan.engines.vllm import gpu_generation
+
+        both = options.attention_backend
+        named = {
+            "decode": (
+                "--decode-attention-backend" if options.decode_attention_backend else
+                "--attention-backend", options.decode_attention_backend or both,
+            ),
+            "prefill": (
+                "--prefill-attention-backend" if options.prefill_attention_backend else
+                "--attention-backend", options.prefill_attention_backend or both,
+            ),
+        }  # fmt: skip
+        attn = spec.attention_layers()
+        default = None
+        if attn and not attn[0].indexer_head_dim:
+            default = _default_sglang_backend(spec, gpu, options.tp, options.speculative_eagle_topk)
+            if mla and gpu_generation(gpu) == 10 and spec.model_type in SGLANG_TRTLLM_MLA_MODELS:
+                default = "trtllm_mla"
+    else:
+        from kvplan.engines.vllm import gpu_generation, vllm_backend_name
+
+        name = vllm_backend_name(options.attention_backend)
+        named = {p: ("--attention-backend", name) for p in ("decode", "prefill")}
+        # platforms/cuda.py _get_backend_priorities: FlashInfer first on SM10x, else
+        # FlashAttention (MLA: vLLM's MLA tables time modules, not kernels: none read)
+        default = None if mla else "FLASHINFER" if gpu_generation(gpu) == 10 else "FLASH_ATTN"
+    typed = {  # the flags' values as written (vLLM takes any case)
+        "--attention-backend": options.attention_backend,
+        "--prefill-attention-backend": options.prefill_attention_backend,
+        "--decode-attention-backend": options.decode_attention_backend,
+    }
+    timed: dict = {"decode": {}, "prefill": {}}
+    # DSA's NSA kernels: no per-backend rows (the DSA module tables are vLLM's)
+    untimed = [
+        f"{flag} {value}"
+        for flag, value in (
+            ("--nsa-prefill-backend", options.nsa_prefill_backend),
+            ("--nsa-decode-backend", options.nsa_decode_backend),
+        )
+        if value is not None
+    ]
+    measured = tables.attention_backends
+
+    def own_pick(backend):
+        """The engine's own pick's rows where they were measured on the tables' own engine
+        version (vLLM's H100/H200 tables are 0.14.0's, their per-backend rows 0.24.0's: the
+        pick keeps the tables there), else None."""
+        timing = measured.get((kind, backend)) if backend is not None else None
+        return timing if timing is not None and timing.version == tables.engine_version else None
+
+    named_timed: dict = {}
+    for phase, (flag, name) in named.items():
+        timing = measured.get((kind, name)) if name is not None else None
+        if timing is None:  # the engine's own pick, where its rows exist
+            if name is not None and name != default:
+                given = f"{flag} {typed[flag]}"
+                if given not in untimed:
+                    untimed.append(given)
+            if own_pick(default) is not None:
+                timed[phase][mla] = own_pick(default)
+        elif name == default:
+            if own_pick(default) is not None:
+                timed[phase][mla] = timing
+        else:
+            timed[phase][mla] = timing
+            named_timed.setdefault(name, (timing, []))[1].append(phase)
+    if not timed["decode"] and not timed["prefill"]:
+        return None, untimed, named_timed
+    return BackendKernels(timed["decode"], timed["prefill"]), untimed, named_timed
+
+
 def engine_state_dtypes(spec, gpu, options) -> tuple[str, str] | None:
     """The (conv, SSM) dtypes an engine keeps a recurrent state in: SGLang's own
     (engines.sglang.STATE_DTYPES, the ones its pool is sized by); vLLM's by architecture,
@@ -807,6 +894,9 @@ def step_model(
     achieved = tables.achieved
     # a measured profile with per-operator curves prices every layer it can lay out (dense
     # attention + MLP in a plain float format) through them: the model kvplan measure checks
+    kernels, untimed, named_timed = (
+        (None, [], {}) if measured else backend_kernels(spec, gpu, options, tables)
+    )
     per_op = (
         measured
         and gpu.measured is not None
@@ -841,12 +931,34 @@ def step_model(
         state_dtypes=engine_state_dtypes(spec, gpu, options),
         network=None if span is None else span.network,
         node_gpus=None if span is None else span.node_gpus,
+        backend_kernels=kernels,
     )
     if spec.moe is not None:
         notes.append(note("sim-weak-moe", timed=tables.label if model.moe_curve else None))
-    backends = given_backends(options)
-    if backends and not measured:
-        notes.append(note("sim-attention-kernels", backends=backends, tables=tables.label))
+    if untimed:
+        notes.append(
+            note(
+                "sim-attention-kernels",
+                backends=" ".join(untimed),
+                tables=tables.label,
+                kind="MLA"
+                if any(a.kind is CacheKind.MLA for a in spec.attention_layers())
+                else "GQA/MHA",
+            )
+        )
+    if named_timed:
+        phases = named_timed
+        notes.append(
+            note(
+                "sim-attention-timed",
+                backends=", ".join(
+                    f"{' and '.join(used)}: {name} ({t.kind.upper()} kernels, {t.rows:,} rows)"
+                    for name, (t, used) in phases.items()
+                ),
+                tables=tables.label,
+                version=next(iter(phases.values()))[0].version,
+            )
+        )
     if options.moe_backend is not None and not measured:
         notes.append(
             note(

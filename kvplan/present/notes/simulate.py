@@ -489,11 +489,23 @@ text("sim-moe-kernels")(
     )
 )
 text("sim-attention-kernels")(
-    lambda backends, tables: (
-        f"{backends}: the kernel tables ({tables}) time attention with the kernels NVIDIA's "
-        "aiconfigurator measured for the engine (where it timed several for one shape, the "
-        "fastest), not per attention backend, so this backend's kernels run at those rates here; "
-        "how much faster or slower they are is not known to kvplan. What the backend changes "
-        "that kvplan models: its page size and whether CUDA graphs stay on."
+    lambda backends, tables, kind: (
+        f"{backends}: the kernel tables ({tables}) hold no kernel rows of this backend for "
+        f"{kind} attention (NVIDIA's aiconfigurator did not time it on this GPU for this engine), "
+        "so its attention runs at the kernels of the engine's own pick for this model and GPU "
+        "here (its rows where the tables hold them, else the tables' fastest kernel per shape); "
+        "how much faster or slower it is, is not known to kvplan. "
+        "What the backend changes that kvplan models: its page size and whether CUDA graphs "
+        "stay on."
+    )
+)
+text("sim-attention-timed")(
+    lambda backends, tables, version: (
+        f"Attention timed per backend from its own kernels in the kernel tables ({tables}; "
+        f"aiconfigurator's rows measured on engine version {version}): {backends}. Each decode "
+        "call takes at least the median measured call over as many sequences reading as many KV "
+        "bytes each (interpolated), "
+        "its smallest call at 1-16 sequences, and the backend's own fractions of the datasheet "
+        "rates; a phase not listed runs the default tables' kernels."
     )
 )

@@ -1,0 +1,160 @@
+"""Attention timed per backend: the kernel tables' attention/ files (scripts/derive_achieved.py
+attention_backends), picked by the backend the serve flags name, read at the step's KV bytes."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvplan.formulas.batch_step import decode_call_s
+from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.kernel_tables import ATTENTION_FOLDER, attention_backends, tables_for
+from kvplan.inputs.sources import load_model
+from kvplan.simulate.setup import ServeOptions, backend_kernels
+
+from helpers import run_json
+
+
+def pick(model: str, gpu: str, engine: str, **flags):
+    spec, profile = load_model(model), load_profile(gpu)
+    options = ServeOptions(engine=engine, **flags)
+    return backend_kernels(spec, profile, options, tables_for(profile, engine))[:2]
+
+
+def test_a_named_backend_with_rows_is_timed_from_its_own_rows():
+    kernels, untimed = pick("llama-3.1-8b", "h100", "sglang", attention_backend="triton")
+    assert untimed == []
+    decode, prefill = kernels.decode[False], kernels.prefill[False]
+    assert decode.backend == prefill.backend == "triton" and decode.kind == "mha"
+    assert decode.kernel_source == ("triton",) and decode.version == "0.5.14"
+    # the H100's SGLang triton rows read the cache at a smaller share of the bandwidth than
+    # fa3's, SGLang's own pick there
+    default, _ = pick("llama-3.1-8b", "h100", "sglang")
+    assert decode.pair[1] < default.decode[False].pair[1]
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "engine", "backend"),
+    [
+        ("llama-3.1-8b", "h100", "sglang", "fa3"),  # SGLang: Hopper fa3
+        ("llama-3.1-8b", "b200", "sglang", "trtllm_mha"),  # SM100: trtllm_mha for MHA
+        ("deepseek-v3", "b200", "sglang", "trtllm_mla"),  # DeepSeek-V3 on SM100
+        ("llama-3.1-8b", "a100", "vllm", "FLASH_ATTN"),  # vLLM: FlashAttention first
+        ("llama-3.1-8b", "b200", "vllm", "FLASHINFER"),  # ... FlashInfer first on SM10x
+    ],
+)
+def test_no_flag_runs_the_engines_own_pick_from_its_rows(model, gpu, engine, backend):
+    kernels, untimed = pick(model, gpu, engine)
+    assert untimed == [] and {t.backend for t in kernels.decode.values()} == {backend}
+    # naming the engine's own pick is the same run
+    assert pick(model, gpu, engine, attention_backend=backend) == (kernels, [])
+
+
+def test_an_engine_pick_without_rows_keeps_the_default_tables():
+    # vLLM's H100 tables are 0.14.0's, its FLASH_ATTN rows 0.24.0's: the pick keeps the tables
+    tables = tables_for(load_profile("h100"), "vllm")
+    assert tables.attention_backends[("mha", "FLASH_ATTN")].version != tables.engine_version
+    assert pick("llama-3.1-8b", "h100", "vllm") == (None, [])
+    # SGLang's pick for a non-DeepSeek MLA model on SM100 is flashinfer: no MLA rows of it
+    assert pick("glm-4.7-flash", "b200", "sglang") == (None, [])
+    # vLLM's MLA tables time whole modules, not the attention kernel
+    assert pick("deepseek-v3", "h200", "vllm") == (None, [])
+
+
+def test_selection_by_gpu_engine_and_phase():
+    kernels, _ = pick("llama-3.1-8b", "b200", "vllm", attention_backend="triton_attn")
+    assert kernels.decode[False].backend == "TRITON_ATTN"
+    assert kernels.decode[False].kernel_source == ("vllm_triton_attn",)
+    kernels, _ = pick("llama-3.1-8b", "b200", "sglang", decode_attention_backend="flashinfer")
+    # decode named, prefill the engine's own pick (trtllm_mha on SM100)
+    assert kernels.decode[False].backend == "flashinfer"
+    assert kernels.prefill[False].backend == "trtllm_mha"
+    # one GPU's rows, not another's: the B300's triton floor is its own
+    b200, _ = pick("llama-3.1-8b", "b200", "sglang", attention_backend="triton")
+    b300, _ = pick("llama-3.1-8b", "b300", "sglang", attention_backend="triton")
+    assert b200.decode[False].floor_s != b300.decode[False].floor_s
+
+
+def test_a_backend_without_rows_is_named_as_not_timed():
+    # SGLang's B200 MLA rows are trtllm_mla's alone: triton's MLA kernels were never timed
+    kernels, untimed = pick("glm-4.7-flash", "b200", "sglang", attention_backend="triton")
+    assert kernels is None and untimed == ["--attention-backend triton"]
+    # vLLM's H100 rows: FLASH_ATTN's only; FLASHINFER runs as vLLM's own pick (FLASH_ATTN)
+    kernels, untimed = pick("llama-3.1-8b", "h100", "vllm", attention_backend="flashinfer")
+    assert untimed == ["--attention-backend flashinfer"]  # as typed
+    assert kernels == pick("llama-3.1-8b", "h100", "vllm")[0]
+    doc = run_json(
+        "simulate", "glm-4.7-flash", "--gpu", "b200", "--engine", "sglang",
+        "--attention-backend", "triton", "--num-prompts", "2", "--input-len", "64",
+        "--output-len", "4",
+    )  # fmt: skip
+    ids = [n["id"] for n in doc["notes"]]
+    assert "sim-attention-kernels" in ids and "sim-attention-timed" not in ids
+    words = next(n["text"] for n in doc["notes"] if n["id"] == "sim-attention-kernels")
+    assert "--attention-backend triton" in words and "MLA" in words and "not known" in words
+
+
+def test_a_timed_backend_changes_the_step_and_says_so():
+    def run(*extra):
+        return run_json(
+            "simulate", "llama-3.1-8b", "--gpu", "h100", "--engine", "sglang", *extra,
+            "--num-prompts", "6", "--input-len", "4000", "--output-len", "32",
+            "--max-concurrency", "1",
+        )  # fmt: skip
+
+    default, triton = run(), run("--attention-backend", "triton")
+    assert (
+        triton["runs"][0]["bench"]["median_tpot_ms"] > default["runs"][0]["bench"]["median_tpot_ms"]
+    )
+    words = next(n["text"] for n in triton["notes"] if n["id"] == "sim-attention-timed")
+    assert "decode and prefill: triton (MHA kernels" in words and "0.5.14" in words
+
+
+# two measured batches, two bucket sizes each: (batch, ((bytes per sequence, seconds), ...))
+CALLS = (
+    (1, ((4096.0, 1e-5), (16384.0, 4e-5))),
+    (4, ((4096.0, 2e-5), (16384.0, 8e-5))),
+)
+
+
+def test_the_decode_calls_are_pinned_at_their_rows_and_log_linear_between():
+    assert decode_call_s(CALLS, 1, 4096.0) == pytest.approx(1e-5)
+    assert decode_call_s(CALLS, 4, 4 * 16384.0) == pytest.approx(8e-5)
+    # halfway in log(bytes per sequence) between two rows: the geometric mean of their times
+    assert decode_call_s(CALLS, 1, 8192.0) == pytest.approx(math.sqrt(1e-5 * 4e-5))
+    # halfway in log(batch) between two measured batches, at one row's bytes per sequence
+    assert decode_call_s(CALLS, 2, 2 * 4096.0) == pytest.approx(math.sqrt(1e-5 * 2e-5))
+    # beyond any end: the nearest row's time, never extrapolated
+    assert decode_call_s(CALLS, 1, 10.0) == pytest.approx(1e-5)
+    assert decode_call_s(CALLS, 64, 64 * 1e9) == pytest.approx(8e-5)
+    # the array path (a decode span's steps at once) reads the same values
+    sizes = np.array([10.0, 3 * 4096.0, 3 * 9000.0, 3 * 16384.0, 1e12])
+    scalar = [decode_call_s(CALLS, 3, float(x)) for x in sizes]
+    assert np.allclose(decode_call_s(CALLS, 3, sizes, np.maximum), scalar)
+
+
+def test_the_shipped_calls_are_read_at_their_own_rows():
+    timing = attention_backends("b200_sxm.sglang.0.5.14.json")[("mha", "triton")]
+    for batch, curve in timing.decode_calls:
+        for per_sequence, seconds in curve:
+            assert decode_call_s(timing.decode_calls, batch, batch * per_sequence) == (
+                pytest.approx(seconds)
+            )
+    batch, curve = timing.decode_calls[0]
+    (x0, y0), (x1, y1) = curve[3:5]
+    between = decode_call_s(timing.decode_calls, batch, batch * math.sqrt(x0 * x1))
+    assert between == pytest.approx(math.sqrt(y0 * y1))
+
+
+def test_the_files_carry_their_provenance_and_ship():
+    doc = json.loads((ATTENTION_FOLDER / "b200_sxm.sglang.0.5.14.json").read_text())
+    assert doc["source"].startswith("aiconfigurator-core 0.12.0")
+    assert "attention_backends" in doc["derived_by"]
+    # only this GPU and engine's own tables bring them (a datasheet GPU has none)
+    assert tables_for(load_profile("mi300x"), "sglang").attention_backends == {}
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    assert '"data/kernel_tables/attention/*.json"' in pyproject.read_text(encoding="utf-8")
