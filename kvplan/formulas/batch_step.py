@@ -314,12 +314,9 @@ class StepModel:
         op_dtype: str | None = None,
         op_gather_kv: bool = False,
         state_dtypes: tuple[str, str] | None = None,
-<<<<<<< HEAD
         network=None,
         node_gpus: int | None = None,
-=======
         backend_kernels: BackendKernels | None = None,
->>>>>>> attnbackend
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
         # the inter-node link and the replica's GPUs per node (None: the replica is one node)
