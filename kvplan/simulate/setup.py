@@ -506,6 +506,12 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
             f"{str(options.vllm_version)[:20]} chose its MoE kernels by VLLM_* environment "
             "variables (--moe-backend came with vllm#33807, early 2026)"
         )
+    if options.attention_backend is not None and _minor(options.vllm_version) < MOE_BACKEND_FROM:
+        raise KvplanError(
+            f"--attention-backend with vLLM {str(options.vllm_version)[:20]}: kvplan knows "
+            "vLLM's attention backends from 0.19 (the flag came with vllm#26315, late 2025; "
+            "before it the VLLM_ATTENTION_BACKEND environment variable chose them)"
+        )
     max_model_len = _max_model_len(spec, options)
     options, mnbt, seqs, v0_note = _batch_limits(spec, gpu, options, max_model_len)
     v0 = check_multi_step(options)
