@@ -68,28 +68,6 @@ def v0_release(version: str) -> tuple[int, int, int] | None:
     return major, minor, LAST_PATCH[(major, minor)] if patch is None else patch
 
 
-def check_release_exists(version: str) -> None:
-    """Refuse a patch past the last release of a minor kvplan reads by its patches (0.6.6.post1,
-    0.7.3, 0.8.5.post1): '0.6.9' is no vLLM release, and would run as 0.6.6's rules unsaid."""
-    from kvplan.engines.vllm import V08_LAST_PATCH
-
-    parts = release_patch(version)
-    last = None if parts is None else {**LAST_PATCH, (0, 8): V08_LAST_PATCH}.get(parts[:2])
-    if parts is None or last is None:
-        return
-    minor = f"{parts[0]}.{parts[1]}"
-    if parts[2] is None and str(version) != minor:  # '0.6.x', '0.6.99999': no patch read
-        raise KvplanError(
-            f"--vllm-version {str(version)[:20]!r} is no vLLM release; give {minor} (its last "
-            f"release, {minor}.{last}) or a release from {minor}.0 to {minor}.{last}"
-        )
-    if parts[2] is not None and parts[2] > last:
-        raise KvplanError(
-            f"--vllm-version {str(version)[:20]!r}: vLLM {minor}'s releases end at "
-            f"{minor}.{last}; give one of them, or {minor} for the last"
-        )
-
-
 class V0Defaults(NamedTuple):
     """What a V0 release resolves for the flags left out."""
 

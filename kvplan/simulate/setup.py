@@ -1091,7 +1091,7 @@ def _minor(version: str) -> tuple[int, int]:
     major, minor = release_minor(version) or (-1, -1)
     if not V0_FROM <= (major, minor) <= (9, 999):  # V0 0.6-0.7 run with V1's 0.8 rules
         raise KvplanError(f"--vllm-version {str(version)[:20]!r}: a vLLM version from 0.6, as 0.19")
-    from kvplan.engines.vllm_v0 import check_release_exists
+    from kvplan.engines.vllm import check_release_exists
 
     check_release_exists(version)
     return major, minor
