@@ -72,8 +72,12 @@ def test_the_python_twin_takes_the_release():
 
 
 def test_no_option_and_the_default_release_give_the_same_answer():
-    """--engine-version 0.19 is the release plan runs without the option: the same JSON."""
-    assert _plan() == _plan("--engine-version", "0.19")
+    """--engine-version 0.19 is the release plan runs without the option: the same JSON, with
+    the release and its image named."""
+    named = _plan("--engine-version", "0.19")
+    assert named.pop("engine_version") == "0.19"
+    assert named.pop("image") == "vllm/vllm-openai:v0.19.0"
+    assert _plan() == named
 
 
 def test_unknown_releases_run_with_the_nearest_rules_and_say_so():
@@ -118,3 +122,24 @@ def test_v0_launch_prints_no_flag_kvplan_does_not_plan_for_v0():
 def test_simulate_names_the_flag_given():
     code, _, err = run_cli("simulate", "qwen3-8b", "--engine-version", "bogus")
     assert code == 2 and err.startswith("error: --engine-version 'bogus'")
+
+
+def test_the_image_is_the_release_named():
+    """vLLM's image tag of the release: a patch as given, a minor alone the patch whose rules
+    ran (V0's last, 0.7.3; 0.8.5), else its first; none without the option (the JSON as
+    before), none for SGLang (its tags name a CUDA build as well)."""
+    args = ("--max-model-len", "8192", "--max-num-batched-tokens", "8192")
+    for version, image in (
+        ("0.7", "v0.7.3"),
+        ("0.6.3", "v0.6.3"),
+        ("0.8", "v0.8.5"),
+        ("0.21", "v0.21.0"),
+    ):
+        data = _plan(*args, "--engine-version", version)
+        assert data["image"] == f"vllm/vllm-openai:{image}" and data["engine_version"] == version
+    default = _plan(*args)
+    assert "image" not in default and "engine_version" not in default
+    sglang = _plan(*args, "--emit", "sglang", "--engine-version", "0.4")
+    assert "image" not in sglang and sglang["engine_version"] == "0.4"
+    code, out, _ = run_cli(*BASE, *args, "--engine-version", "0.7")
+    assert code == 0 and "vllm/vllm-openai:v0.7.3" in out

@@ -227,6 +227,8 @@ class PlanResult(NamedTuple):
     parallel_flags: str | None = None
     # the -dcp / eager-mode / attention-backend flags every launch command carries besides
     mode_flags: str | None = None
+    # --engine-version as given: the release simulated and launched (None: the default)
+    engine_version: str | None = None
 
 
 def plan(
@@ -306,6 +308,7 @@ def plan(
         confidence=request.confidence,
         parallel_flags=parallel_flags(request),
         mode_flags=mode_flags(request),
+        engine_version=request.engine_version,
     )
 
 
