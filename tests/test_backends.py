@@ -41,17 +41,23 @@ def one_line_refusal(code: int, out: str, err: str) -> str:
     return err
 
 
-def test_simulate_carries_the_record_to_the_engines_allocator(monkeypatch):
-    import kvplan.engines.sglang as sglang
-
-    seen = []
-    real = sglang.sglang_allocation
+def records_reaching(monkeypatch, module, name: str) -> list[Backends]:
+    """The Backends of every request the allocator `module.name` is called with (it still runs)."""
+    seen: list[Backends] = []
+    real = getattr(module, name)
 
     def spy(spec, gpu, request):
         seen.append(request.backends)
         return real(spec, gpu, request)
 
-    monkeypatch.setattr(sglang, "sglang_allocation", spy)
+    monkeypatch.setattr(module, name, spy)
+    return seen
+
+
+def test_simulate_carries_the_record_to_the_engines_allocator(monkeypatch):
+    import kvplan.engines.sglang as sglang
+
+    seen = records_reaching(monkeypatch, sglang, "sglang_allocation")
     doc = run_json(
         "simulate", "qwen3-30b-a3b", "--gpu", "h100", "--engine", "sglang",
         *argv_of(SGLANG_FLAGS), *SMALL,
@@ -79,14 +85,7 @@ def test_simulate_carries_the_record_to_the_engines_allocator(monkeypatch):
 def test_engine_carries_the_record(monkeypatch):
     import kvplan.engines.vllm as vllm
 
-    seen = []
-    real = vllm.vllm_allocation
-
-    def spy(spec, gpu, request):
-        seen.append(request.backends)
-        return real(spec, gpu, request)
-
-    monkeypatch.setattr(vllm, "vllm_allocation", spy)
+    seen = records_reaching(monkeypatch, vllm, "vllm_allocation")
     code, _, err = run_cli("engine", "qwen3-30b-a3b", "--gpu", "h100", *argv_of(VLLM_FLAGS))
     assert code == 0, err
     assert seen == [Backends(attention_backend="FLASH_ATTN", moe_backend="triton")]

@@ -67,17 +67,6 @@ FIRST_RELEASE: dict[str, dict[str, str]] = {
 # vLLM --attention-backend values newer than the flag, lower case: the first release taking
 # each (auto: config/attention.py; a name: AttentionBackendEnum in attention/backends/registry.py)
 VLLM_NAME_FROM = {"auto": "0.18", "flashinfer_mla_sparse": "0.17"}
-# what the other engine takes where a flag is one engine's
-INSTEAD = {
-    "vllm": {
-        "prefill_attention_backend": "vLLM takes one --attention-backend",
-        "decode_attention_backend": "vLLM takes one --attention-backend",
-        "nsa_prefill_backend": "vLLM takes one --attention-backend",
-        "nsa_decode_backend": "vLLM takes one --attention-backend",
-        "moe_runner_backend": "vLLM spells it --moe-backend",
-    },
-    "sglang": {"moe_backend": "SGLang spells it --moe-runner-backend"},
-}
 # what an engine read before its release took the flag
 BEFORE = {
     ("vllm", "attention_backend"): "; vLLM read the VLLM_ATTENTION_BACKEND environment variable, "
@@ -143,9 +132,12 @@ def check_backends(backends: Backends, engine: str, version: str) -> None:
         first = FIRST_RELEASE[name]
         if engine not in first:
             (owner,) = first
-            raise KvplanError(
-                f"{flag_of(name)} is {ENGINE_NAMES[owner]}'s; {INSTEAD[engine][name]}"
+            instead = (
+                f"spells it {flag_of(moe_field(engine))}"
+                if name in MOE_FIELDS
+                else "takes one --attention-backend"
             )
+            raise KvplanError(f"{flag_of(name)} is {ENGINE_NAMES[owner]}'s; {name_of} {instead}")
         if older_than(version, first[engine]):
             raise KvplanError(
                 f"{flag_of(name)}: {name_of} {str(version)[:20]} has no such flag (it came with "
