@@ -101,6 +101,10 @@ def test_plan_emits_each_flag_in_the_engines_spelling(emit, flags):
     )  # fmt: skip
     assert doc["mode_flags"] == " ".join(argv_of(flags))
     assert doc["candidates"], "the flags are taken: configurations were simulated"
+    command = doc["candidates"][0]["command"]
+    assert command.endswith(" " + " ".join(argv_of(flags))), command
+    other = "--moe-runner-backend" if emit == "vllm" else "--moe-backend"
+    assert other not in command
 
 
 @pytest.mark.parametrize(
