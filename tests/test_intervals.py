@@ -82,11 +82,10 @@ def test_stored_classes_and_calibration_runs_are_not_held_out():
             q10, q90 = entry["log_ratio"][family]
             assert q10 < q90, (name, family)
     assert {c["id"] for c in load_cases(CASES_PATH)} <= calibration
-    assert all(
-        c.get("split") != "validate"
-        for c in load_cases(HELDOUT["external"])
-        if c["id"] in calibration
-    )
+    for name in ("vllm", "sglang", "external"):
+        split = {c["id"]: c["split"] for c in load_cases(HELDOUT[name])}
+        assert {i for i, s in split.items() if s == "calibrate"} <= calibration, name
+        assert {i for i, s in split.items() if s == "validate"} <= heldout, name
 
 
 def _rows(evidence, values, length_dist="fixed", engine="vllm"):
