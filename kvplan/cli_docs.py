@@ -16,7 +16,7 @@ OUTPUT = [
     "  terminal's): long text columns are stacked under the table, low-priority columns are hidden",
     "  and named in a line under it (`--format csv` or `json` has every column), long facts and",
     "  notes wrap with a hanging indent, and verdicts are coloured (fits, does not fit, lossless,",
-    "  CHECK FAILED). `NO_COLOR` turns colour off, `TERM=dumb` too; `FORCE_COLOR` turns it on, even",
+    "  FAILED). `NO_COLOR` turns colour off, `TERM=dumb` too; `FORCE_COLOR` turns it on, even",
     "  into a pipe. Piped or redirected, the table is plain aligned text with every column (long text",
     "  columns stacked under it past `$COLUMNS`, else 100 columns) and no escape codes.",
     "- `markdown`. Facts and tables as Markdown tables; every note is a footnote cited where it",

@@ -239,7 +239,10 @@ def distributed_replayed(on_cuda: bool, kv_slower: float = 1.0) -> Invocation:
         if on_cuda:
             request["device"] = "cuda"
             del results["reduce"]
-        distributed_view(analyse(DistributedRequest(**request), results))
+        from kvplan.measure.verdict import distributed_verdict
+
+        result = analyse(DistributedRequest(**request), results)
+        distributed_view(result, distributed_verdict(result, check_gated=True))
 
     return run
 
@@ -635,6 +638,9 @@ INVOCATIONS: dict[str, Invocation] = {
     ),  # fmt: skip
     "simulate vllm v0": cli(*SIM, "--engine-version", "0.7", "--num-scheduler-steps", "4", *SMALL),
     "simulate vllm newer": cli(*SIM, "--vllm-version", "1.0", *SMALL),
+    "simulate vllm 0.8 fp8": cli(
+        *SIM, "--engine-version", "0.8", "--kv-cache-dtype", "fp8", *SMALL
+    ),  # fmt: skip
     "simulate expert parallel": cli(
         "simulate", "qwen3-30b-a3b", "--gpu", "h100", "--tp", "2", "-dp", "2", "-ep", *SMALL
     ),
@@ -918,6 +924,8 @@ SOURCES: dict[str, str] = {
     "sim-speculative": "simulate speculative",
     "sim-step-terms": "simulate measured profile",
     "sim-vllm-v0": "simulate vllm v0",
+    "sim-vllm-v0-defaults": "simulate vllm v0",
+    "sim-vllm-08-v0": "simulate vllm 0.8 fp8",
     "sim-vllm-version-newer": "simulate vllm newer",
     "sim-weak-disagg-hybrid": "simulate disaggregated",
     "sim-weak-general": "simulate measured profile",
@@ -1008,6 +1016,7 @@ CHOOSE_WORDS = {
     ("measure-confirm", "regressions"),  # said only for a regression against a baseline
     ("vllm-memory-estimated", "tp"),  # which caveats apply (NCCL buffers, TP 8 unmeasured)
     ("vllm-memory-estimated", "pp"),
+    ("sim-vllm-v0-defaults", "why"),  # why V0 kept chunked prefill off: said in words
 }
 
 

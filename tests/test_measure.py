@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 import types
 import xml.etree.ElementTree as ET
@@ -38,8 +39,9 @@ from kvplan.measure.probes import Probe  # noqa: E402
 from kvplan.measure.profile import derive, figures_of, profile_yaml  # noqa: E402
 from kvplan.measure.run import MUTATIONS, Point, _check  # noqa: E402
 from kvplan.measure.timing import Clock, Item, Timing, noise, summarize, time_rounds  # noqa: E402
+from kvplan.measure.verdict import verdict_of  # noqa: E402
 from kvplan.measure.workload import Workload, truncate  # noqa: E402
-from kvplan.present.measure import check_text, failed_parts, junit_xml, summary_line  # noqa: E402
+from kvplan.present.measure import check_text, junit_xml, summary_line, verdict_json  # noqa: E402
 
 from helpers import FITS_OR_NOT, run_cli, spec_from  # noqa: E402
 
@@ -535,7 +537,10 @@ def test_summary_statistics():
 
 
 # ---- presentation ----------------------------------------------------------------------------------
-def _data(errors, caught=True, regressions=0):
+def _data(errors, caught=True, regressions=0, check_gated=True, baseline=True):
+    """A measure JSON's fields the presenters read, from synthetic point errors: the check's
+    figures and failure notes follow from them as kvplan.measure.run._check makes them, and the
+    verdict from those (no timing)."""
     points = [
         {
             "phase": "decode",
@@ -547,20 +552,31 @@ def _data(errors, caught=True, regressions=0):
         }
         for i, e in enumerate(errors)
     ]
-    return {
+    median = statistics.median(abs(e) for e in errors)
+    worst = max(abs(e) for e in errors)
+    ids = (
+        (["check-median"] if median > 0.15 else [])
+        + (["check-worst"] if worst > 0.3 else [])
+        + ([] if caught else ["check-mutation-missed"])
+    )
+    data = {
         "identity": {"kind": "cpu", "name": "CPU X"},
         "conditions": {"threads": 1, "elapsed_s": 12.5},
         "points": points,
         "check": {
-            "passed": caught,
+            "passed": not ids,
             "tolerance": 0.15,
             "worst_tolerance": 0.3,
-            "median_abs_error": 0.05,
-            "worst_abs_error": max(abs(e) for e in errors),
+            "median_abs_error": median,
+            "worst_abs_error": worst,
             "memory_bound_points": 1,
             "mutations": [{"name": "KV x10", "caught": caught, "median_abs_error": 0.4}],
+            "failures": [{"id": i, "text": i} for i in ids],
         },
-        "baseline": {
+        "verdict": verdict_json(verdict_of(ids, check_gated, regressions if baseline else None)),
+    }
+    if baseline:
+        data["baseline"] = {
             "regressions": regressions,
             "within_noise": 0,
             "max_regression": 0.05,
@@ -572,49 +588,94 @@ def _data(errors, caught=True, regressions=0):
                     "noise": 0.01,
                 }
             ],
-        },
-    }
+        }
+    return data
 
 
 def test_the_check_line_says_which_check_failed_what_it_means_and_what_to_do():
     """Issue 30 #11: a 5.4% median error with a weak self-test mutation read "check FAILED",
     as if kvplan were wrong on the machine."""
-    weak = _data([0.054], caught=False)["check"]
-    weak["mutations"][0]["name"] = "weights x2"
-    assert failed_parts(weak) == ["self-test"]
-    text = check_text(weak)
+    weak = _data([0.054], caught=False)
+    weak["check"]["mutations"][0]["name"] = "weights x2"
+    assert weak["verdict"]["check_missed"] == ["self-test"] and weak["verdict"]["blind"]
+    text = check_text(weak["check"], ["self-test"])
     assert text.startswith("FAILED (kvplan's self-test, not its predictions)")
-    assert "the predictions are within the limits on this device (median |error| 5.0%" in text
+    assert "the predictions are within the limits on this device (median |error| 5.4%" in text
     assert "with weights x2 on purpose the gate would still pass" in text
+    assert "it is blind, not passed" in text
     assert "Nothing here says kvplan is wrong on this machine" in text and "--confirm" in text
-    off = _data([0.5], caught=True)["check"]
-    off["passed"] = False
-    assert failed_parts(off) == ["predictions"]
-    assert check_text(off).startswith("FAILED (kvplan's predictions vs this device)")
-    assert check_text(_data([0.01])["check"]).startswith("passed: median |error| 5.0%")
+    off = _data([0.5], caught=True)
+    assert off["verdict"]["check_missed"] == ["predictions"]
+    assert check_text(off["check"], ["predictions"]).startswith(
+        "FAILED (kvplan's predictions vs this device)"
+    )
+    assert check_text(_data([0.01])["check"], []).startswith("passed: median |error| 1.0%")
+    # without --check the same check gates nothing, and says so
+    assert check_text(off["check"], ["predictions"], gated=False).startswith(
+        "not gated (no --check), it would have failed (kvplan's predictions vs this device)"
+    )
+    assert check_text(_data([0.01])["check"], [], gated=False).startswith(
+        "not gated (no --check), passed: median"
+    )
 
 
 def test_junit_xml_has_a_case_per_point_and_criterion():
-    root = ET.fromstring(junit_xml(_data([0.05, -0.45])))
+    root = ET.fromstring(junit_xml(_data([0.05, 0.02, -0.45])))
     suite = root.find("testsuite")
     cases = suite.findall("testcase")
-    assert len(cases) == 2 + 2 + 1 + 1  # points, median + memory-bound, a mutation, a figure
+    assert len(cases) == 3 + 2 + 1 + 1  # points, median + memory-bound, a mutation, a figure
     failed = [c.get("name") for c in cases if c.find("failure") is not None]
-    assert failed == ["decode batch 1, 2048 tokens"]
+    assert failed == ["decode batch 1, 3072 tokens"]
     assert suite.get("failures") == "1"
     regressed = ET.fromstring(junit_xml(_data([0.0], regressions=1)))
     assert regressed.find("testsuite").get("failures") == "1"
+    # without --check the check's cases are skipped, with what they showed; a regression fails
+    ungated = junit_xml(_data([0.05, 0.02, -0.45], check_gated=False))
+    ungated = ET.fromstring(ungated).find("testsuite")
+    assert ungated.get("failures") == "0" and ungated.get("skipped") == "6"
+    (point,) = [c for c in ungated.findall("testcase") if c.get("name").endswith("3072 tokens")]
+    assert point.find("skipped").get("message") == (
+        "not gated (no --check): it would fail: predicted 5.500 ms, measured 10.000 ms: error "
+        "-45.0% beyond 30%"
+    )
 
 
 def test_the_ci_line_says_what_failed():
     assert summary_line(_data([0.01])).startswith("kvplan measure: PASS | cpu CPU X, 1 thread |")
-    # a self-test alone is the gate's sensitivity, not a wrong prediction (issue 30 #11)
+    # a self-test alone is the gate's sensitivity, not a wrong prediction (issue 30 #11), and a
+    # blind gate is not a pass
     line = summary_line(_data([0.01], caught=False))
-    assert "FAIL (self-test: the gate could not see wrong bytes here; predictions passed)" in line
-    missed = _data([0.01, 0.9], caught=False)
-    missed["check"]["mutations"][0]["caught"] = True
+    assert line.startswith(
+        "kvplan measure: FAIL (self-test: the gate is blind here, it could not see wrong bytes; "
+        "predictions within the limits) |"
+    )
+    missed = _data([0.01, 0.9])
     assert "FAIL (prediction check: predictions vs this device)" in summary_line(missed)
     assert "FAIL (regression)" in summary_line(_data([0.01], regressions=1))
+    both = summary_line(_data([0.01, 0.9], regressions=1))
+    assert "FAIL (prediction check: predictions vs this device; regression) |" in both
+
+
+def test_a_check_without_check_gates_nothing_and_the_ci_line_says_so():
+    """Issue 32's CI log: `measure --baseline` without --check printed "FAIL (self-test: ...)"
+    and exited 0. The check is reported, not gated, and the line says what was and was not."""
+    line = summary_line(_data([0.01], caught=False, check_gated=False))
+    assert line.startswith(
+        "kvplan measure: PASS (baseline: no regression; the prediction check not gated, no "
+        "--check) | cpu CPU X, 1 thread | not gated (no --check): 1 points:"
+    )
+    assert (
+        "self-test 0/1 caught | not gated, it would fail: blind, the check could not see wrong"
+        in line
+    )
+    assert "FAIL" not in line
+    plain = summary_line(_data([0.01, 0.9], check_gated=False, baseline=False))
+    assert plain.startswith("kvplan measure: NOT GATED (no --check or --baseline: the exit")
+    assert (
+        "caught | not gated, it would fail: the predictions missed" in plain and "FAIL" not in plain
+    )
+    regressed = summary_line(_data([0.01, 0.9], regressions=2, check_gated=False))
+    assert regressed.startswith("kvplan measure: FAIL (regression) |")
 
 
 # ---- the command line ------------------------------------------------------------------------------
@@ -734,8 +795,10 @@ def test_a_quick_run_end_to_end(small_model, tmp_path):
         str(junit),
     )
     assert code == 0, err
-    assert err.strip().splitlines()[-1].startswith("kvplan measure: ")
+    # no --check, no --baseline: nothing gates the run, whatever its check showed
+    assert err.strip().splitlines()[-1].startswith("kvplan measure: NOT GATED (")
     data = json.loads(out.read_text())
+    assert data["verdict"]["outcome"] == "NOT GATED" and data["verdict"]["exit_code"] == 0
     for point in data["points"]:
         for key in (
             "phase",
@@ -764,6 +827,8 @@ def test_a_quick_run_end_to_end(small_model, tmp_path):
         "measure", "--model", small_model, "--quick", "--rounds", "3", "--baseline", str(out)
     )
     assert code in (0, 3), err  # a shared machine may drift; 3 only when beyond its noise
+    word = "kvplan measure: PASS (baseline" if code == 0 else "kvplan measure: FAIL (regression)"
+    assert err.strip().splitlines()[-1].startswith(word), err
     faster = json.loads(out.read_text())
     for figure in faster["profile"]["figures"]:
         figure["value"] = figure["value"] * 3 if figure["unit"] != "s" else figure["value"] / 3
@@ -832,6 +897,11 @@ def test_check_fails_with_a_profile_whose_bandwidth_is_3x_wrong(small_model, tmp
     assert code == 1, err
     data = json.loads(text)
     assert any(n["id"] == "check-profile-off" for n in data["notes"])
+    assert data["check"]["profile_checked"] and "profile" in data["verdict"]["failed"]
+    assert (
+        data["summary"].startswith("kvplan measure: FAIL (") and "--gpu profile" in data["summary"]
+    )
+    assert data["summary"] == err.strip().splitlines()[-1]
 
 
 # ---- the CI recipes in docs/measure.md -------------------------------------------------------------

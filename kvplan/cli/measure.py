@@ -1,7 +1,9 @@
 """kvplan measure.
 
-Exit codes: 0 pass; 1 the prediction check failed (--check); 3 a regression against --baseline
-(when the check did not fail); 2 bad input."""
+Exit codes (kvplan.measure.verdict, the one source of the exit status and the CI line's verdict
+word): 0 passed, or nothing gated the run; 1 the prediction check failed (--check), its self-test
+included: a blind check is a failure; 3 a regression against --baseline (when the check did not
+fail); 2 bad input."""
 
 from __future__ import annotations
 
@@ -18,11 +20,11 @@ from kvplan.present.escape import terminal_text
 
 EXAMPLE = (
     "Example: kvplan measure --quick --check --json measure.json --baseline last.json "
-    "--max-regression 5% --junit-xml measure.xml. Exit codes: 0 passed, 1 the prediction check "
-    "failed, 3 a regression against the baseline, 2 bad input."
+    "--max-regression 5% --junit-xml measure.xml. Exit codes: 0 passed (or NOT GATED: neither "
+    "--check nor --baseline), 1 the prediction check failed (a miss, or a self-test that shows "
+    "the check blind), 3 a regression against the baseline, 2 bad input. The last line on "
+    "stderr starts with the verdict the exit code follows: PASS, FAIL (...) or NOT GATED."
 )
-EXIT_CHECK_FAILED = 1
-EXIT_REGRESSION = 3
 
 DEFAULT_TIMEOUT_S = 60.0  # --distributed: seconds before a collective gives up
 DEFAULT_MAX_REGRESSION = "5%"
@@ -196,16 +198,21 @@ def add(app: typer.Typer) -> None:
                     request, base, regression, allow_other_device, progress
                 )
             )
+        from kvplan.measure.verdict import measure_verdict
         from kvplan.present.measure import junit_xml as junit
         from kvplan.present.measure import measure_view
 
-        view = measure_view(result, comparison)
+        verdict = measure_verdict(result, comparison, check_gated=check)
+        view = measure_view(result, comparison, verdict)
         _write_outputs(view, result, json_out, save_profile, junit_xml, fmt, junit)
-        typer.echo(terminal_text(view.data["summary"]), err=True)
-        if check and not result.check.passed:
-            raise typer.Exit(EXIT_CHECK_FAILED)
-        if comparison is not None and not comparison.passed:
-            raise typer.Exit(EXIT_REGRESSION)
+        _finish(view.data["summary"], verdict.exit_code)
+
+
+def _finish(summary: str, exit_code: int) -> None:
+    """The CI line last on stderr, then the exit status: both from the one verdict."""
+    typer.echo(terminal_text(summary), err=True)
+    if exit_code:
+        raise typer.Exit(exit_code)
 
 
 def _refuse_with_distributed(given: dict[str, bool]) -> None:
@@ -290,7 +297,10 @@ def _distributed(
     )
     if result is None:  # a torchrun rank other than 0: rank 0 reports
         return
-    view = distributed_view(result)
+    from kvplan.measure.verdict import distributed_verdict
+
+    verdict = distributed_verdict(result, check_gated=check)
+    view = distributed_view(result, verdict)
     from kvplan.atomic import all_or_nothing
 
     with all_or_nothing():  # --json, --junit-xml and the table: all of them, or none
@@ -299,9 +309,7 @@ def _distributed(
         if junit_path is not None:
             c.emit(distributed_junit_xml(view.data), junit_path)
         c.emit(c.render(view, fmt))
-    typer.echo(terminal_text(view.data["summary"]), err=True)
-    if check and not result.check.passed:
-        raise typer.Exit(EXIT_CHECK_FAILED)
+    _finish(view.data["summary"], verdict.exit_code)
 
 
 def _with_progress(run):

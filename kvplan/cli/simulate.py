@@ -391,10 +391,13 @@ def add(app: typer.Typer) -> None:
         prefix_caching: bool = typer.Option(
             None,
             "--enable-prefix-caching/--no-enable-prefix-caching",
-            help="Prefix caching (default on, off for models with recurrent state).",
+            help="Prefix caching (default on, off for models with recurrent state and vLLM V0 0.6-0.7).",
         ),
         chunked_prefill: bool = typer.Option(
-            True, "--enable-chunked-prefill/--no-enable-chunked-prefill", help="Chunked prefill."
+            None,
+            "--enable-chunked-prefill/--no-enable-chunked-prefill",
+            help="Chunked prefill (default: the engine's; vLLM V0 0.6-0.7 only above a "
+            "32,768-token max_model_len).",
         ),
         async_scheduling: bool = typer.Option(
             True,
@@ -410,6 +413,17 @@ def add(app: typer.Typer) -> None:
             True,
             "--continuous-batching/--no-continuous-batching",
             help="Admit requests every step (off: a new batch when the last one ends).",
+        ),
+        preemption_mode: str = typer.Option(
+            None,
+            "--preemption-mode",
+            help="vLLM V0 (0.6-0.7): recompute (its default for the bench's one-sequence "
+            "requests); swap is refused (not simulated).",
+        ),
+        swap_space: float = typer.Option(
+            None,
+            "--swap-space",
+            help="vLLM: CPU swap space per GPU in GiB (default 4); V0 uses it only to swap.",
         ),
         engine_version: str = typer.Option(
             None,
@@ -552,6 +566,8 @@ def add(app: typer.Typer) -> None:
                 if mamba_ssm_cache_dtype is None
                 else mamba_ssm_cache_dtype,
                 num_scheduler_steps=num_scheduler_steps,
+                preemption_mode=preemption_mode,
+                swap_space=swap_space,
                 backends=backends,
                 **c.speculative_fields(
                     speculative_config,

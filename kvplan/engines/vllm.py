@@ -25,7 +25,14 @@ from kvplan.engines.vllm_compressed import (
     indexer_key_bytes,
     layer_caches,
 )
-from kvplan.engines.vllm_memory import StageMemory, batch_defaults, stage_memory
+from kvplan.engines.vllm_memory import (
+    LARGE_GPU_BYTES,
+    LARGE_GPU_DEFAULTS,
+    SMALL_GPU_DEFAULTS,
+    StageMemory,
+    batch_defaults,
+    stage_memory,
+)
 from kvplan.engines.vllm_schedule import (
     IN_FLIGHT_BATCHES_FROM,
     max_concurrent_batches,
@@ -63,6 +70,33 @@ def allocation_release(version: str) -> str:
     given = release_minor(version) or (0, 0)
     known = [r for r in VLLM_VERSIONS if (release_minor(r) or (0, 0)) <= given]
     return known[-1] if known else VLLM_VERSIONS[0]
+
+
+# vLLM 0.8's V1 defaults for `vllm serve` (EngineArgs._set_default_args_v1, OPENAI_API_SERVER),
+# before get_batch_defaults' rule (vllm_memory.batch_defaults, 0.9.0 on): 0.8.0-0.8.3 give 8,192
+# tokens on a GPU named H100 or H200, else 2,048, and 1,024 seqs everywhere; 0.8.4 256 seqs off
+# those two; 0.8.5 the larger pair from 70 GiB of device memory (A100 80GB included). "0.8" runs
+# as 0.8.5, the minor's last release.
+V08_LAST_PATCH = 5
+V08_NAMED_GPUS = ("h100", "h200")
+
+
+def serve_batch_defaults(gpu: GpuProfile, version: str) -> tuple[int, int]:
+    """`vllm serve`'s default (max_num_seqs, max_num_batched_tokens) of a V1 release (0.8 on) on
+    this GPU; from 0.9 those of the nearest release kvplan models (batch_defaults)."""
+    from kvplan.engines.vllm_v0 import release_patch
+
+    parts = release_patch(version) or (0, 0, None)
+    if parts[:2] != (0, 8):
+        return batch_defaults(gpu, allocation_release(version))
+    patch = V08_LAST_PATCH if parts[2] is None else parts[2]
+    small, large = SMALL_GPU_DEFAULTS, LARGE_GPU_DEFAULTS
+    named = any(n in gpu.name.lower() for n in V08_NAMED_GPUS)
+    if patch <= 3:
+        return large[0], large[1] if named else small[1]
+    if patch == 4:
+        return large if named else small
+    return large if gpu.usable_memory_bytes >= LARGE_GPU_BYTES else small
 
 
 DEFAULT_BLOCK_SIZE = 16

@@ -179,6 +179,7 @@ class Check(NamedTuple):
     memory_bound_points: int
     mutations: tuple[Mutation, ...]
     failures: tuple[Note, ...]
+    profile_checked: bool = False  # a --gpu profile's predictions were judged too
 
 
 class MeasureResult(NamedTuple):
@@ -559,12 +560,11 @@ def _check(points, steps, timings, rates, tolerance: float, with_profile: bool) 
         mutations.append(Mutation(name, weights, kv, med, worst, caught))
         if not caught:
             failures.append(note("check-mutation-missed", mutation=name, median=med, worst=worst))
-    if with_profile:
-        off = [p for p in points if p.error_datasheet is not None]
-        if off:
-            med, worst = gate_errors([p.error_datasheet for p in off])
-            if med > tolerance or worst > worst_tolerance:
-                failures.append(note("check-profile-off", median=med, worst=worst))
+    off = [p for p in points if p.error_datasheet is not None] if with_profile else []
+    if off:
+        med, worst = gate_errors([p.error_datasheet for p in off])
+        if med > tolerance or worst > worst_tolerance:
+            failures.append(note("check-profile-off", median=med, worst=worst))
     return Check(
         not failures,
         tolerance,
@@ -574,4 +574,5 @@ def _check(points, steps, timings, rates, tolerance: float, with_profile: bool) 
         memory_points,
         tuple(mutations),
         tuple(failures),
+        bool(off),
     )

@@ -552,7 +552,7 @@ def _setup(gpu: GpuProfile, replica: Replica, request: SimulateRequest) -> Setup
         kv_cache_dtype=o.kv_cache_dtype,
         weights_dtype=replica.weights_dtype,
         enable_prefix_caching=replica.config.enable_prefix_caching,
-        enable_chunked_prefill=o.enable_chunked_prefill,
+        enable_chunked_prefill=o.enable_chunked_prefill is not False,  # resolved by build_replica
         preemption=o.preemption,
         continuous_batching=o.continuous_batching,
         async_scheduling=o.async_scheduling,

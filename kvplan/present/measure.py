@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from xml.sax.saxutils import quoteattr
 
+from kvplan.measure.verdict import FAIL, NOT_GATED, PASS
 from kvplan.present import format as f
 from kvplan.present.notes import note_texts
 from kvplan.present.view import (
@@ -49,26 +50,22 @@ def _device_fact(identity: dict) -> str:
     )
 
 
-def failed_parts(check: dict) -> list[str]:
-    """Which of the gate's questions failed, in the user's terms: "predictions" (kvplan's
-    predictions miss this device's steps), "profile" (the --gpu profile's do), "self-test" (the
-    gate's own sensitivity: it could not have seen wrong bytes on these points). A dict of the
-    Check (jsonable); "profile" is read from its failure notes when they are there."""
-    out = []
-    if (
-        check["median_abs_error"] > check["tolerance"]
-        or check["worst_abs_error"] > check["worst_tolerance"]
-    ):
-        out.append("predictions")
-    if any(n.get("id") == "check-profile-off" for n in check.get("failures", ())):
-        out.append("profile")
-    if not check["memory_bound_points"] or not all(m["caught"] for m in check["mutations"]):
-        out.append("self-test")
-    return out
+def _parts(data: dict) -> list[str]:
+    """The check's failed parts ("predictions", "profile", "self-test"), from the verdict."""
+    return list(data["verdict"]["check_missed"])
 
 
-def check_text(check: dict) -> str:
-    """The check in words: what failed, what it means, what to do."""
+NOT_GATED_WORDS = "not gated (no --check)"  # a check the run did not ask to gate it
+_MISSED_WORDS = {
+    "predictions": "kvplan's predictions",
+    "profile": "the --gpu profile's predictions",
+}
+
+
+def check_text(check: dict, missed: list[str], gated: bool = True) -> str:
+    """The check in words: what failed, what it means, what to do. `missed`: the check's failed
+    parts (kvplan.measure.verdict.check_missed); `gated`: whether --check gates the run (else
+    the words say so, and say that nothing failed the run)."""
     errors = (
         f"median |error| {check['median_abs_error']:.1%} (<= {check['tolerance']:.0%}), worst "
         f"{check['worst_abs_error']:.1%} (<= {check['worst_tolerance']:.0%})"
@@ -78,32 +75,29 @@ def check_text(check: dict) -> str:
         f"{check['memory_bound_points']} memory-bound point(s), self-test {caught}/"
         f"{len(check['mutations'])} mutations caught"
     )
-    if check["passed"]:
-        return f"passed: {errors}, {sensitivity}"
-    parts = failed_parts(check)
-    if "predictions" in parts or "profile" in parts:
-        what = " and ".join(
-            {"predictions": "kvplan's predictions", "profile": "the --gpu profile's predictions"}[p]
-            for p in parts
-            if p != "self-test"
-        )
+    if not missed:
+        return ("" if gated else NOT_GATED_WORDS + ", ") + f"passed: {errors}, {sensitivity}"
+    failed = "FAILED" if gated else NOT_GATED_WORDS + ", it would have failed"
+    if "predictions" in missed or "profile" in missed:
+        what = " and ".join(_MISSED_WORDS[p] for p in missed if p != "self-test")
         return (
-            f"FAILED ({what} vs this device): {errors}; {sensitivity}. The step-time model, fed "
+            f"{failed} ({what} vs this device): {errors}; {sensitivity}. The step-time model, fed "
             "this machine's own probes, does not predict its steps within the limits. On a "
             "shared machine rerun with --confirm (a miss must show twice); if it misses again, "
             "the --json file says which operators are off"
         )
-    missed = [m["name"] for m in check["mutations"] if not m["caught"]]
+    not_caught = [m["name"] for m in check["mutations"] if not m["caught"]]
     cause = (
-        f"with {', '.join(missed)} on purpose the gate would still pass"
-        if missed
+        f"with {', '.join(not_caught)} on purpose the gate would still pass"
+        if not_caught
         else "no point is memory-bound, so wrong bytes could not show"
     )
     return (
-        f"FAILED (kvplan's self-test, not its predictions): the predictions are within the limits "
-        f"on this device ({errors}), but {cause}: on this machine these points cannot see such "
-        "a mistake, so this run cannot vouch for the gate. Nothing here says kvplan is wrong "
-        "on this machine; rerun with --confirm, or without --quick (more points)"
+        f"{failed} (kvplan's self-test, not its predictions): the predictions are within the "
+        f"limits on this device ({errors}), but {cause}: on this machine these points cannot see "
+        "such a mistake, so this run cannot vouch for the gate (it is blind, not passed). "
+        "Nothing here says kvplan is wrong on this machine; rerun with --confirm, or without "
+        "--quick (more points)"
     )
 
 
@@ -111,28 +105,59 @@ def _threads(count: int) -> str:
     return f"{count} thread{'s' if count != 1 else ''}"
 
 
+# the gated parts that failed, in the CI line's words
+_FAILED_WORDS = {
+    "predictions": "prediction check: predictions vs this device",
+    "profile": "prediction check: the --gpu profile vs this device",
+    "self-test": "self-test: the gate is blind here, it could not see wrong bytes",
+    "baseline": "regression",
+}
+# the check's failed parts when --check did not gate it: said, never called a failure
+_NOT_GATED_MISSED = {
+    "predictions": "the predictions missed",
+    "profile": "the --gpu profile missed",
+    "self-test": "blind, the check could not see wrong bytes here",
+}
+
+
+def verdict_words(verdict: dict, failed_words: dict[str, str], gates: str) -> str:
+    """The verdict word of a CI line, with what decided it: PASS, FAIL (the gated parts that
+    failed), NOT GATED (nothing asked to gate: `gates` names the options that would)."""
+    outcome = verdict["outcome"]
+    if outcome == NOT_GATED:
+        return f"{NOT_GATED} (no {gates}: the exit status is 0)"
+    if outcome == FAIL:
+        failed = [failed_words[p] for p in verdict["failed"]]
+        if "self-test" in verdict["failed"] and "predictions" not in verdict["failed"]:
+            at = verdict["failed"].index("self-test")
+            failed[at] += "; predictions within the limits"
+        return f"{FAIL} ({'; '.join(failed)})"
+    if verdict["baseline_gated"] and not verdict["check_gated"]:
+        return f"{PASS} (baseline: no regression; the prediction check not gated, no --check)"
+    return PASS
+
+
 def summary_line(data: dict) -> str:
-    """One line for a CI log: the verdict, the device, the errors, the self-test, the baseline."""
-    check, comparison = data["check"], data.get("baseline")
-    verdict = "PASS"
-    parts = failed_parts(check) if not check["passed"] else []
-    if parts and parts != ["self-test"]:
-        verdict = "FAIL (prediction check: predictions vs this device)"
-    elif parts:
-        verdict = "FAIL (self-test: the gate could not see wrong bytes here; predictions passed)"
-    elif not check["passed"]:
-        verdict = "FAIL (prediction check)"
-    elif comparison and comparison["regressions"]:
-        verdict = "FAIL (regression)"
+    """One line for a CI log: the verdict (the word the exit status follows), the device, the
+    errors, the self-test, the baseline. A check that did not gate the run says so."""
+    check, comparison, verdict = data["check"], data.get("baseline"), data["verdict"]
     identity = data["identity"]
     name = identity.get("nvml_name") or identity["name"]
     caught = sum(1 for m in check["mutations"] if m["caught"])
+    missed = ""
+    if not verdict["check_gated"] and verdict["check_missed"]:
+        missed = " | not gated, it would fail: " + "; ".join(
+            _NOT_GATED_MISSED[p] for p in verdict["check_missed"]
+        )
     line = (
-        f"kvplan measure: {verdict} | {identity['kind']} {name}, "
-        f"{_threads(data['conditions']['threads'])} | {len(data['points'])} points: median "
+        f"kvplan measure: {verdict_words(verdict, _FAILED_WORDS, '--check or --baseline')} | "
+        f"{identity['kind']} {name}, {_threads(data['conditions']['threads'])} | "
+        + ("" if verdict["check_gated"] else NOT_GATED_WORDS + ": ")
+        + f"{len(data['points'])} points: median "
         f"|error| {check['median_abs_error']:.1%}, worst {check['worst_abs_error']:.1%} (limits "
         f"{check['tolerance']:.0%}/{check['worst_tolerance']:.0%}) | memory-bound points "
         f"{check['memory_bound_points']} | self-test {caught}/{len(check['mutations'])} caught"
+        + missed
     )
     if comparison:
         line += (
@@ -144,11 +169,19 @@ def summary_line(data: dict) -> str:
     return line
 
 
-def measure_view(result, comparison=None) -> View:
+def verdict_json(verdict) -> dict:
+    """The verdict as JSON: its fields, and whether the check was blind."""
+    return {**jsonable(verdict), "blind": verdict.blind}
+
+
+def measure_view(result, comparison, verdict) -> View:
+    """The run (kvplan.measure.run.MeasureResult), its comparison with a baseline (or None) and
+    its verdict (kvplan.measure.verdict.Verdict: the CI line's word, the exit status)."""
     data = jsonable(result)
     if comparison is not None:
         data["baseline"] = {**jsonable(comparison), "passed": comparison.passed}
     data["notes"] = note_json(result.notes)
+    data["verdict"] = verdict_json(verdict)
     data["summary"] = summary_line(data)
     identity, cond, check = result.identity, result.conditions, result.check
     rates = result.profile.rates
@@ -182,11 +215,14 @@ def measure_view(result, comparison=None) -> View:
         ("profile compared", result.datasheet["name"] if result.datasheet else "none matched"),
         Fact(
             "check",
-            check_text(jsonable(check)),
-            # a self-test alone is the gate's sensitivity, not a wrong prediction: yellow
+            check_text(data["check"], _parts(data), verdict.check_gated),
+            # a self-test alone is the gate's sensitivity, not a wrong prediction, and a check
+            # that does not gate the run fails nothing: yellow
             verdict=judged(
                 check.passed,
-                Verdict.warn if failed_parts(jsonable(check)) == ["self-test"] else Verdict.bad,
+                Verdict.warn
+                if _parts(data) == ["self-test"] or not verdict.check_gated
+                else Verdict.bad,
             ),
         ),
     ]
@@ -282,18 +318,49 @@ def measure_view(result, comparison=None) -> View:
     return View(title, facts, tables, note_texts(result.notes), data)
 
 
+def _junit(suite: str, cases: list[str], elapsed: float | None = None) -> str:
+    """The XML around the test cases, with their counts of failures and skips."""
+    failures = sum(1 for c in cases if "<failure" in c)
+    skipped = sum(1 for c in cases if "<skipped" in c)
+    time = "" if elapsed is None else f' time="{elapsed:.3f}"'
+    counts = f'tests="{len(cases)}" failures="{failures}" skipped="{skipped}"{time}'
+    return "\n".join(
+        [
+            '<?xml version="1.0" encoding="UTF-8"?>',
+            f"<testsuites {counts}>",
+            f"  <testsuite name={quoteattr(suite)} {counts}>",
+            *cases,
+            "  </testsuite>",
+            "</testsuites>",
+            "",
+        ]
+    )
+
+
+def _case(classname: str, name: str, seconds: float, failure: str | None, gated: bool) -> str:
+    """A test case: failed with `failure`'s words when it gates the run; a criterion of a check
+    that does not gate it (no --check) is skipped, with what it showed."""
+    if not gated:
+        shown = f"{NOT_GATED_WORDS}: " + (f"it would fail: {failure}" if failure else "it passed")
+        body = f"<skipped message={quoteattr(shown)}/>"
+    else:
+        body = f"<failure message={quoteattr(failure)}/>" if failure else ""
+    return (
+        f"    <testcase classname={quoteattr(classname)} name={quoteattr(name)} "
+        f'time="{seconds:.6f}">{body}</testcase>'
+    )
+
+
 def junit_xml(data: dict) -> str:
     """JUnit XML: a test case per point (failed beyond the worst-point tolerance), per criterion
-    of the gate, per mutation of the self-test, and per baseline figure."""
-    check = data["check"]
+    of the gate (the --gpu profile's too, where it was judged), per mutation of the self-test,
+    and per baseline figure. Without --check the check's cases are skipped, not failed: the
+    failures are exactly what sets the exit status."""
+    check, gated = data["check"], data["verdict"]["check_gated"]
     cases = []
 
     def case(classname: str, name: str, seconds: float = 0.0, failure: str | None = None):
-        body = f"<failure message={quoteattr(failure)}/>" if failure else ""
-        cases.append(
-            f"    <testcase classname={quoteattr(classname)} name={quoteattr(name)} "
-            f'time="{seconds:.6f}">{body}</testcase>'
-        )
+        cases.append(_case(classname, name, seconds, failure, gated))
 
     for p in data["points"]:
         name = f"{p['phase']} batch {p['batch_size']}, {p['context_len']} tokens"
@@ -315,6 +382,11 @@ def junit_xml(data: dict) -> str:
         "a memory-bound point",
         failure=None if check["memory_bound_points"] else "no point is memory-bound",
     )
+    if check.get("profile_checked"):
+        off = [n["text"] for n in check["failures"] if n["id"] == "check-profile-off"]
+        case(
+            "kvplan.measure.gate", "the --gpu profile's predictions", failure=" ".join(off) or None
+        )
     for m in check["mutations"]:
         case(
             "kvplan.measure.self_test",
@@ -325,27 +397,18 @@ def junit_xml(data: dict) -> str:
         )
     comparison = data.get("baseline")
     for c in comparison["changes"] if comparison else []:
-        case(
-            "kvplan.measure.baseline",
-            c["key"],
-            failure=f"worse by {c['worse_by']:.1%} (noise ±{c['noise']:.1%})"
-            if c["verdict"] == "regression"
-            else None,
+        cases.append(
+            _case(
+                "kvplan.measure.baseline",
+                c["key"],
+                0.0,
+                f"worse by {c['worse_by']:.1%} (noise ±{c['noise']:.1%})"
+                if c["verdict"] == "regression"
+                else None,
+                gated=True,
+            )
         )
-    failures = sum(1 for c in cases if "<failure" in c)
-    elapsed = data["conditions"]["elapsed_s"]
-    return "\n".join(
-        [
-            '<?xml version="1.0" encoding="UTF-8"?>',
-            f'<testsuites tests="{len(cases)}" failures="{failures}" time="{elapsed:.3f}">',
-            f'  <testsuite name="kvplan measure" tests="{len(cases)}" failures="{failures}" '
-            f'time="{elapsed:.3f}">',
-            *cases,
-            "  </testsuite>",
-            "</testsuites>",
-            "",
-        ]
-    )
+    return _junit("kvplan measure", cases, data["conditions"]["elapsed_s"])
 
 
 # ---- --distributed --------------------------------------------------------------------------
@@ -365,18 +428,41 @@ def distributed_check_text(check: dict) -> str:
     )
 
 
+_DISTRIBUTED_FAILED = {
+    "predictions": "prediction check: predictions vs the link",
+    "self-test": "self-test: the check is blind here, it could not see a 10x wrong link",
+}
+_DISTRIBUTED_NOT_GATED = {
+    "predictions": "the predictions missed",
+    "self-test": "blind, the check could not see a 10x wrong link here",
+}
+
+
 def distributed_summary(data: dict) -> str:
-    check = data["check"]
+    """The CI line of --distributed: the verdict (the word the exit status follows), the ranks,
+    the check's figures; a check that did not gate the run (no --check) says so."""
+    check, verdict = data["check"], data["verdict"]
+    missed = ""
+    if not verdict["check_gated"] and verdict["check_missed"]:
+        missed = " | not gated, it would fail: " + "; ".join(
+            _DISTRIBUTED_NOT_GATED[p] for p in verdict["check_missed"]
+        )
     return (
-        f"kvplan measure --distributed: {'PASS' if check['passed'] else 'FAIL (prediction check)'}"
-        f" | {data['ranks']} ranks, {data['backend']} | {len(data['rows'])} operations: "
+        f"kvplan measure --distributed: {verdict_words(verdict, _DISTRIBUTED_FAILED, '--check')}"
+        f" | {data['ranks']} ranks, {data['backend']} | "
+        + ("" if verdict["check_gated"] else NOT_GATED_WORDS + ": ")
+        + f"{len(data['rows'])} operations: "
         + distributed_check_text(check)
+        + missed
     )
 
 
-def distributed_view(result) -> View:
+def distributed_view(result, verdict) -> View:
+    """The --distributed run (kvplan.measure.distributed.DistributedResult) and its verdict
+    (kvplan.measure.verdict.distributed_verdict)."""
     data = jsonable(result)
     data["notes"] = note_json(result.notes)
+    data["verdict"] = verdict_json(verdict)
     data["summary"] = distributed_summary(data)
     columns = [
         Column("operation", "operation", f.text, "left"),
@@ -391,6 +477,18 @@ def distributed_view(result) -> View:
         Column("predicted_profile_s", "profile (ms)", f.ms3),
     ]
     check = result.check
+    missed = verdict.check_missed
+    if not missed:
+        said = "passed"
+    elif verdict.check_gated:
+        said = "FAILED (" + " and ".join(_DISTRIBUTED_FAILED[p] for p in missed) + ")"
+    else:
+        said = (
+            NOT_GATED_WORDS
+            + ", it would have failed ("
+            + "; ".join(_DISTRIBUTED_NOT_GATED[p] for p in missed)
+            + ")"
+        )
     facts: list[Fact | tuple[str, str]] = [
         ("ranks", f"{result.ranks} ({result.backend}, {result.device})"),
         (
@@ -402,9 +500,15 @@ def distributed_view(result) -> View:
                 else ""
             ),
         ),
-        (
+        Fact(
             "check",
-            ("passed" if check.passed else "FAILED") + ": " + distributed_check_text(data["check"]),
+            said + ": " + distributed_check_text(data["check"]),
+            verdict=judged(
+                check.passed,
+                Verdict.warn
+                if list(missed) == ["self-test"] or not verdict.check_gated
+                else Verdict.bad,
+            ),
         ),
     ]
     calibration_columns = [c for c in columns if c.key != "judged"]
@@ -416,34 +520,55 @@ def distributed_view(result) -> View:
 
 
 def distributed_junit_xml(data: dict) -> str:
-    check = data["check"]
+    """A test case per predicted row (failed beyond twice the tolerance plus its noise; skipped
+    when noisy, not judged), the median criterion and each mutation of the self-test: the
+    failures are exactly what sets the exit status (without --check, skipped)."""
+    check, gated = data["check"], data["verdict"]["check_gated"]
     cases = []
     for row in data["rows"]:
         limit = 2 * check["tolerance"] + row["noise"]
-        failed = row["judged"] and abs(row["error"]) > limit
-        message = quoteattr(f"error {row['error']:+.1%} beyond {limit:.1%}")
-        skipped = quoteattr(f"noisy, not judged: noise ±{row['noise']:.1%}")
-        body = (
-            f"<failure message={message}/>"
-            if failed
-            else f"<skipped message={skipped}/>"
-            if not row["judged"]
-            else ""
-        )
+        if not row["judged"]:
+            skipped = quoteattr(f"noisy, not judged: noise ±{row['noise']:.1%}")
+            cases.append(
+                f'    <testcase classname="kvplan.measure.distributed" '
+                f'name={quoteattr(row["operation"])} time="{row["measured_s"]:.6f}">'
+                f"<skipped message={skipped}/></testcase>"
+            )
+            continue
+        failed = abs(row["error"]) > limit
+        message = f"error {row['error']:+.1%} beyond {limit:.1%}"
         cases.append(
-            f'    <testcase classname="kvplan.measure.distributed" '
-            f'name={quoteattr(row["operation"])} time="{row["measured_s"]:.6f}">{body}</testcase>'
+            _case(
+                "kvplan.measure.distributed",
+                row["operation"],
+                row["measured_s"],
+                message if failed else None,
+                gated,
+            )
         )
-    failures = sum(1 for c in cases if "<failure" in c)
-    return "\n".join(
-        [
-            '<?xml version="1.0" encoding="UTF-8"?>',
-            f'<testsuites tests="{len(cases)}" failures="{failures}">',
-            f'  <testsuite name="kvplan measure --distributed" tests="{len(cases)}" '
-            f'failures="{failures}">',
-            *cases,
-            "  </testsuite>",
-            "</testsuites>",
-            "",
-        ]
-    )
+    if check["judged"]:
+        median_limit = check["tolerance"] + check["allowance"]
+        cases.append(
+            _case(
+                "kvplan.measure.distributed.gate",
+                "median |error|",
+                0.0,
+                None
+                if check["median_abs_error"] <= median_limit
+                else f"{check['median_abs_error']:.1%} > {median_limit:.1%}",
+                gated,
+            )
+        )
+    for m in check["mutations"]:
+        cases.append(
+            _case(
+                "kvplan.measure.distributed.self_test",
+                f"{m['name']} is caught",
+                0.0,
+                None
+                if m["caught"]
+                else f"the check passes with {m['name']}: median {m['median_abs_error']:.1%}",
+                gated,
+            )
+        )
+    return _junit("kvplan measure --distributed", cases)

@@ -421,8 +421,11 @@ def _engine_fact(s) -> str:
             f"mem_fraction_static {s.mem_fraction_static:g}, "
             f"{'overlap' if s.async_scheduling else 'no overlap'} scheduling"
         )
+    from kvplan.engines.vllm_v0 import v0_release
+
+    kind = "V1" if v0_release(str(s.engine_version)) is None else "V0"
     return (
-        f"vLLM V1 scheduler ({s.engine_version} rules): max_num_seqs {s.max_num_seqs:,}, "
+        f"vLLM {kind} scheduler ({s.engine_version} rules): max_num_seqs {s.max_num_seqs:,}, "
         f"max_num_batched_tokens "
         f"{s.max_num_batched_tokens:,}, max_model_len {s.max_model_len:,}, "
         f"{'async' if s.async_scheduling else 'synchronous'} scheduling"

@@ -103,6 +103,10 @@ class EngineConfig(NamedTuple):
     # in a step run alone ("Don't schedule decodes if prefills are scheduled"); the running
     # requests decode only in steps that admit none
     prefill_first: bool = False
+    # vLLM V0's BlockSpaceManager.can_allocate (0.6-0.7): a waiting request is admitted only when
+    # the free blocks less its whole sequence's blocks (prefix hits counted too) leave this many
+    # (int(0.01 x num_gpu_blocks)); 0: no watermark (V1)
+    admission_watermark_blocks: int = 0
 
 
 class RequestState(IntEnum):
@@ -840,6 +844,8 @@ class Engine:
             cap = (num_tokens - 1) // self.block_size * self.block_size  # at most num_tokens - 1
             remaining = r.target - r.outputs
             try:
+                if config.admission_watermark_blocks:
+                    self._check_watermark(num_tokens)
                 if self.windows:
                     hit = self._hybrid_hit(ids)
                     hits = len(hit[0]) * self.block_size
@@ -906,6 +912,18 @@ class Engine:
         if skipped:
             self.waiting.extendleft(reversed(skipped))
         return budget
+
+    def _check_watermark(self, num_tokens: int) -> None:
+        """V0's can_allocate: the whole sequence's blocks, hits included, must leave the
+        watermark free. A sequence that could never leave it (V0 ignores it, FINISHED_IGNORED)
+        is held to the plain fit instead."""
+        mark = self.config.admission_watermark_blocks
+        whole = -(-num_tokens // self.block_size)
+        if self.config.num_blocks - whole < mark:  # AllocStatus.NEVER: not modelled
+            return
+        if self.bm.num_free_blocks - whole < mark:
+            self.blocked_need = whole + mark
+            raise NoFreeBlocksError("V0's watermark")
 
     def _admit_received(self, budget: int, chunks: list) -> int:
         """Decode: schedule the queued requests whose KV has arrived, in queue order, ahead of

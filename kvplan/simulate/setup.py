@@ -1,11 +1,13 @@
 """An engine replica as vLLM would start it: its defaults on this GPU, its KV pool (kvplan's vLLM
 allocator model) and its step-time model (formulas.batch_step).
 
-vLLM's defaults for `vllm serve` (vllm/engine/arg_utils.py, get_batch_defaults, ~v0.11 on): on a
-GPU with >= 70 GiB that is not an A100, max_num_batched_tokens 8192 and max_num_seqs 1024; else 2048
-and 256. max_num_seqs is capped at max_num_batched_tokens, which must be at least max_num_seqs.
-Chunked prefill is always on in V1 (off: max_num_batched_tokens = max_model_len), prefix caching on
-except for models with recurrent state, gpu_memory_utilization 0.9.
+vLLM's defaults for `vllm serve` by release: V1's (0.8 on, engines.vllm.serve_batch_defaults:
+from 0.9, on a GPU with >= 70 GiB that is not an A100, max_num_batched_tokens 8192 and max_num_seqs
+1024, else 2048 and 256; 0.32 adds 16384 tokens from 160 GiB; 0.8.x by its own rules), V0's for
+0.6 and 0.7 (engines.vllm_v0). max_num_seqs is capped at max_num_batched_tokens under V1, which
+must be at least max_num_seqs. Chunked prefill is always on in V1 (off: max_num_batched_tokens =
+max_model_len), prefix caching on except for models with recurrent state, gpu_memory_utilization
+0.9.
 """
 
 from __future__ import annotations
@@ -39,9 +41,6 @@ if TYPE_CHECKING:  # the simulator and the engines' allocators load where a repl
     from kvplan.simulate.sglang import SglangPolicy
     from kvplan.simulate.speculative import Speculation
 
-LARGE_GPU_BYTES = 70 * GIB  # get_batch_defaults: device memory >= 70 GiB ...
-LARGE_DEFAULTS = (8192, 1024)  # ... and not an A100: max_num_batched_tokens, max_num_seqs
-SMALL_DEFAULTS = (2048, 256)
 DEFAULT_MAX_MODEL_LEN = 8192  # when the config states no max_position_embeddings
 
 
@@ -74,7 +73,8 @@ class ServeOptions(NamedTuple):
     kv_cache_memory_bytes: int | None = None
     block_size: int | None = None
     enable_prefix_caching: bool | None = None
-    enable_chunked_prefill: bool = True
+    # None: the engine's default (V1: on; V0: kvplan.engines.vllm_v0's rule of its release)
+    enable_chunked_prefill: bool | None = None
     async_scheduling: bool = True  # the default from vLLM 0.12 on
     preemption: bool = True
     continuous_batching: bool = True
@@ -118,6 +118,10 @@ class ServeOptions(NamedTuple):
     num_scheduler_steps: int = 1
     # the kernel-backend flags as typed (kvplan.engines.backends; none: the engine's own choice)
     backends: Backends = Backends()
+    # vLLM V0's --preemption-mode (None: recompute for one-sequence requests) and --swap-space
+    # (GiB of CPU memory per GPU; None: 4), kvplan.engines.vllm_v0
+    preemption_mode: str | None = None
+    swap_space: float | None = None
 
 
 # SGLang's --load-balance-method -> the router among its DP ranks (cluster.ROUTERS)
@@ -262,10 +266,85 @@ class Replica(NamedTuple):
     layout: ParallelLayout | None = None  # EP / DP attention (parallel_layout), None: plain TP
 
 
-def batch_defaults(gpu: GpuProfile) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) of `vllm serve` on this GPU."""
-    large = gpu.usable_memory_bytes >= LARGE_GPU_BYTES and "a100" not in gpu.name.lower()
-    return LARGE_DEFAULTS if large else SMALL_DEFAULTS
+def batch_defaults(gpu: GpuProfile, version: str = "0.19") -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of `vllm serve` on this GPU, V1 releases
+    (engines.vllm.serve_batch_defaults)."""
+    from kvplan.engines.vllm import serve_batch_defaults
+
+    seqs, tokens = serve_batch_defaults(gpu, version)
+    return tokens, seqs
+
+
+def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_model_len: int):
+    """(the options with chunked prefill and, for V0, prefix caching resolved,
+    max_num_batched_tokens, max_num_seqs, the note of V0's defaults or None): vLLM V0's own
+    (kvplan.engines.vllm_v0) for 0.6 and 0.7, `vllm serve`'s V1 ones (batch_defaults) from 0.8."""
+    from kvplan.engines import vllm_v0
+
+    release = vllm_v0.v0_release(options.vllm_version)
+    vllm_v0.check_preemption_mode(options.preemption_mode, release)
+    vllm_v0.check_swap_space(options.swap_space)
+    if options.preemption_mode is not None and not options.preemption:
+        raise KvplanError("give --preemption-mode or --no-preemption, not both")
+    given_mnbt, given_seqs = options.max_num_batched_tokens, options.max_num_seqs
+    if release is None:
+        mnbt_default, seqs_default = batch_defaults(gpu, options.vllm_version)
+        chunked = options.enable_chunked_prefill is not False  # V1 always chunks
+        mnbt = given_mnbt or (mnbt_default if chunked else max(max_model_len, mnbt_default))
+        seqs = given_seqs or min(seqs_default, mnbt)
+        fallback = vllm_v0.v08_v0_fallback(
+            options.vllm_version,
+            kv_cache_dtype=options.kv_cache_dtype,
+            pp=options.pp,
+            scheduler_steps=options.num_scheduler_steps,
+            vendor=gpu.device_vendor,
+        )
+        return (
+            options._replace(enable_chunked_prefill=chunked),
+            mnbt,
+            seqs,
+            note("sim-vllm-08-v0", version=options.vllm_version, flags=fallback)
+            if fallback
+            else None,
+        )
+    speculative = (
+        options.speculative_config is not None or options.speculative_algorithm is not None
+    )
+    defaults = vllm_v0.v0_defaults(
+        release,
+        spec,
+        max_model_len,
+        chunked_given=options.enable_chunked_prefill,
+        prefix_caching_given=options.enable_prefix_caching,
+        vendor=gpu.device_vendor,
+        speculative=speculative,
+        scheduler_steps=options.num_scheduler_steps,
+    )
+    vllm_v0.check_multi_step_chunked(
+        release, options.num_scheduler_steps, defaults.enable_chunked_prefill, options.pp
+    )
+    chunked_defaulted = options.enable_chunked_prefill is None
+    options = options._replace(
+        enable_chunked_prefill=defaults.enable_chunked_prefill,
+        enable_prefix_caching=defaults.enable_prefix_caching,
+    )
+    mnbt = given_mnbt or defaults.max_num_batched_tokens
+    seqs = given_seqs or defaults.max_num_seqs  # V0 does not cap it at the token budget
+    return (
+        options,
+        mnbt,
+        seqs,
+        note(
+            "sim-vllm-v0-defaults",
+            release=".".join(map(str, release)),
+            max_num_seqs=seqs if given_seqs is None else None,
+            max_num_batched_tokens=mnbt if given_mnbt is None else None,
+            chunked=defaults.enable_chunked_prefill,
+            defaulted=chunked_defaulted,
+            why=defaults.chunked_off_because,
+            max_model_len=max_model_len,
+        ),
+    )
 
 
 def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
@@ -304,9 +383,13 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
             "names and refusals (the fused-MoE oracles) from 0.19 on: give --engine-version 0.19 "
             "or later"
         )
+    max_model_len = _max_model_len(spec, options)
+    options, mnbt, seqs, v0_note = _batch_limits(spec, gpu, options, max_model_len)
     v0 = check_multi_step(options)
     if v0 is not None:
         notes.append(v0)
+    if v0_note is not None:
+        notes.append(v0_note)
     newer = newer_than_modelled(options.vllm_version)
     if newer is not None:
         notes.append(newer)
@@ -315,12 +398,6 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
 
     dcp = check_dcp(spec, options.tp, options.decode_context_parallel_size, options.engine)
     kv_format_name(options.engine, options.kv_cache_dtype)  # a typo refused before any work
-    mnbt_default, seqs_default = batch_defaults(gpu)
-    max_model_len = _max_model_len(spec, options)
-    mnbt = options.max_num_batched_tokens or mnbt_default
-    if not options.enable_chunked_prefill and options.max_num_batched_tokens is None:
-        mnbt = max(max_model_len, mnbt_default)
-    seqs = options.max_num_seqs or min(seqs_default, mnbt)
     if mnbt < seqs:
         raise KvplanError(
             f"--max-num-batched-tokens ({mnbt:,}) must be at least --max-num-seqs ({seqs:,}), "
@@ -381,9 +458,9 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
     if config.prefill_first and (layout.modelled or speculation is not None):
         raise KvplanError(
-            "kvplan models vLLM V0's prefill-first scheduling (--engine-version "
-            f"{str(options.vllm_version)[:20]}, --no-enable-chunked-prefill) for one engine "
-            "without DP/EP ranks or speculative decoding"
+            "kvplan models vLLM V0's prefill-first scheduling (vLLM "
+            f"{str(options.vllm_version)[:20]} with chunked prefill off, as given or by V0's "
+            "default) for one engine without DP/EP ranks or speculative decoding"
         )
     graph_tokens = 0 if options.enforce_eager else min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, mnbt)
     model, wdtype = step_model(
@@ -665,7 +742,10 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
     SlidingWindowManager keeps them where their blocks map onto the pool's one to one (the
     full group's block size, a whole number of window groups per full group), other windowed
     and state groups as a fixed share per request (their steady-state blocks)."""
+    from kvplan.engines.vllm_v0 import v0_release, watermark_blocks
     from kvplan.simulate.engine import EngineConfig, side_blocks, usable_blocks, window_blocks
+
+    v0 = v0_release(options.vllm_version) is not None
 
     full = (CacheKind.FULL, CacheKind.MLA)
     main = [g for g in alloc.groups if g.kind in full]
@@ -709,13 +789,15 @@ def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) ->
         preemption=options.preemption,
         continuous_batching=options.continuous_batching,
         async_scheduling=options.async_scheduling,
-        reserve_full_isl=_minor(options.vllm_version) >= FULL_ISL_FROM,
+        # V0's block manager allocates a prompt's every block on admission (can_allocate)
+        reserve_full_isl=v0 or _minor(options.vllm_version) >= FULL_ISL_FROM,
         free_uncached_first=_minor(options.vllm_version) >= UNCACHED_FIRST_FROM,
         window_groups=tuple(windows),
         window_admission_cap=_minor(options.vllm_version) >= WINDOW_CAP_FROM,
         window_processed_drops=_minor(options.vllm_version) >= WINDOW_CAP_FROM,
         scheduler_steps=options.num_scheduler_steps,
         prefill_first=v0_prefill_first(options),
+        admission_watermark_blocks=watermark_blocks(num_blocks) if v0 else 0,
     )
     longest = -(-max_model_len // block_size)
     longest += side_blocks(config, max_model_len) + window_blocks(config, max_model_len)
@@ -766,7 +848,7 @@ MAX_SCHEDULER_STEPS = 64
 def v0_prefill_first(options: ServeOptions) -> bool:
     """Whether the replica runs vLLM V0's Scheduler._schedule_default (V0 releases 0.6, 0.7
     with chunked prefill off): a step that admits prompts runs them alone."""
-    return _minor(options.vllm_version) < V1_FROM and not options.enable_chunked_prefill
+    return _minor(options.vllm_version) < V1_FROM and options.enable_chunked_prefill is False
 
 
 def check_multi_step(options: ServeOptions) -> Note | None:
@@ -797,6 +879,7 @@ def check_multi_step(options: ServeOptions) -> Note | None:
             version=options.vllm_version,
             steps=steps,
             prefill_first=v0_prefill_first(options),
+            v0_rules=version < V1_FROM,
         )
     return None
 
@@ -821,7 +904,9 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
             "--gpu-memory-utilization (SGLang's is --mem-fraction-static)",
         ),
         (options.block_size is not None, "--block-size"),
-        (not options.enable_chunked_prefill, "--no-enable-chunked-prefill"),
+        (options.enable_chunked_prefill is False, "--no-enable-chunked-prefill"),
+        (options.preemption_mode is not None, "--preemption-mode"),
+        (options.swap_space is not None, "--swap-space"),
         (not options.preemption, "--no-preemption"),
         (not options.continuous_batching, "--no-continuous-batching"),
         (
@@ -940,6 +1025,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         max_model_len=max_model_len,
         block_size=block,
         enable_prefix_caching=prefix_caching,
+        enable_chunked_prefill=True,  # SGLang's chunked prefill (--no-... refused above)
         kv_cache_dtype=alloc.kv_cache_dtype,
     )
     policy = SglangPolicy(page_size=alloc.block_size)

@@ -85,39 +85,40 @@ text("measure-confirm")(
 )
 text("check-median")(
     lambda error, tolerance: (
-        f"CHECK FAILED (predictions vs this device): the median |error| is {error:.1%}, above "
+        f"The check misses (predictions vs this device): the median |error| is {error:.1%}, above "
         f"the {tolerance:.0%} tolerance."
     )
 )
 text("check-worst")(
     lambda error, tolerance, phase, batch, context: (
-        f"CHECK FAILED (predictions vs this device): {phase} at batch {batch}, {context:,} "
+        f"The check misses (predictions vs this device): {phase} at batch {batch}, {context:,} "
         f"tokens is off by {error:+.1%}, beyond the worst-point tolerance of {tolerance:.0%}."
     )
 )
 text("check-no-memory-point")(
     lambda: (
-        "CHECK FAILED (kvplan's self-test, not its predictions): no point is memory-bound, so "
-        "wrong bytes could not show: add a batch-1 decode point."
+        "The check is blind (kvplan's self-test, not its predictions): no point is memory-bound, "
+        "so wrong bytes could not show: add a batch-1 decode point."
     )
 )
 text("check-mutation-missed")(
     lambda mutation, median, worst: (
-        f"CHECK FAILED (kvplan's self-test, not its predictions): with {mutation} on purpose "
-        f"the gate would still pass (median {median:.1%}, worst {worst:.1%}), so on this "
+        f"The check is blind (kvplan's self-test, not its predictions): with {mutation} on "
+        f"purpose the gate would still pass (median {median:.1%}, worst {worst:.1%}), so on this "
         "device these points cannot see such a mistake. The predictions are judged by the "
         "median and worst |error| of the check line."
     )
 )
 text("check-profile-off")(
     lambda median, worst: (
-        f"CHECK FAILED (the --gpu profile vs this device): the given profile's predictions miss "
+        f"The check misses (the --gpu profile vs this device): the given profile's predictions "
+        f"miss "
         f"by a median {median:.1%} (worst {worst:.1%})."
     )
 )
 text("check-link-worst")(
     lambda operation, error, tolerance: (
-        f"CHECK FAILED: {operation} is off by {error:+.1%}, beyond the worst-point tolerance of "
+        f"The check misses: {operation} is off by {error:+.1%}, beyond the worst-point tolerance of "
         f"{tolerance:.0%}."
     )
 )

@@ -255,7 +255,7 @@ text("sim-outputs-capped")(
     )
 )
 text("sim-vllm-v0")(
-    lambda version, steps, prefill_first=False: (
+    lambda version, steps, prefill_first=False, v0_rules=True: (
         f"vLLM {version} runs the V0 engine"
         + (
             f" with multi-step scheduling (--num-scheduler-steps {steps}): the scheduler passes "
@@ -269,16 +269,79 @@ text("sim-vllm-v0")(
         + (
             ". With chunked prefill off it runs V0's Scheduler._schedule_default: a step that "
             "admits prompts runs them alone and the running requests decode only in steps that "
-            "admit none (their inter-token gaps span those steps); V0's other defaults "
-            "(max_num_seqs, max_num_batched_tokens, when chunked prefill is on by default) and "
-            "its admission watermark are kvplan's V1 ones here."
+            "admit none (their inter-token gaps span those steps)."
             if prefill_first
-            else ". kvplan simulates V0 releases with chunked prefill (kvplan's default) with the "
-            "rules of its V1 scheduler at 0.8 (running requests first, chunked prefill), the "
-            "nearest it models; V0's own defaults (when chunked prefill is on by default, "
-            "max_num_seqs, max_num_batched_tokens) are not modelled. --no-enable-chunked-prefill "
-            "runs V0's prefill-first scheduling."
+            else ". With chunked prefill on it runs kvplan's V1 scheduler, which orders a step as "
+            "V0's _schedule_chunked_prefill does (running requests, then chunked prompts, then "
+            "new ones)."
         )
+        + (
+            " As V0's block manager does, a prompt is admitted only when its whole sequence's "
+            "blocks leave 1% of the pool free (the watermark); preemption is by recompute (V0's "
+            "default for one-sequence requests; swap is not simulated). The KV pool is kvplan's "
+            "V1 allocator's: V0's memory profiling is not modelled."
+            if v0_rules
+            else " kvplan applies V0's multi-step windows alone here: admission, defaults and the "
+            "KV pool are its V1 ones."
+        )
+    )
+)
+text("sim-vllm-08-v0")(
+    lambda version, flags: (
+        f"vLLM 0.8.0's engine oracle (EngineArgs._is_v1_supported_oracle) falls back to the V0 "
+        f"engine with {', '.join(flags)} (later 0.8 patches take some of these on V1); kvplan "
+        f"simulates vLLM {version} with V1's admission rules and defaults, so V0's (max_num_seqs "
+        "256, chunked prefill only above 32,768 tokens, prefix caching off) are not applied. "
+        "--engine-version 0.7 runs V0's."
+    )
+)
+_V0_CHUNKED_OFF = {
+    "short": "max_model_len {max_model_len:,} is not above 32,768",
+    "multimodal": "V0 keeps it off for multimodal models",
+    "rocm": "V0 keeps it off on ROCm from 0.6.5",
+    "not-gpu": "V0 turns it on only on a GPU",
+    "sliding": "V0 keeps it off for a model with a sliding window",
+    "speculative": "V0 keeps it off with speculative decoding",
+    "prefix-caching": "0.6.0 keeps it off with prefix caching",
+    "state": "V0 keeps it off for recurrent-state layers before 0.6.3",
+}
+
+
+def _v0_chunked(chunked, defaulted, why, max_model_len) -> str:
+    if not defaulted:
+        return f"chunked prefill {'on' if chunked else 'off'} as given"
+    if chunked:
+        return f"chunked prefill on by default (max_model_len {max_model_len:,} > 32,768 on a GPU)"
+    reason = _V0_CHUNKED_OFF.get(why, "")
+    return "chunked prefill off by default" + (
+        f" ({reason.format(max_model_len=max_model_len)})" if reason else ""
+    )
+
+
+text("sim-vllm-v0-defaults")(
+    lambda release, max_num_seqs, max_num_batched_tokens, chunked, defaulted, why, max_model_len: (
+        f"vLLM {release}'s V0 defaults applied (vllm/engine/arg_utils.py "
+        "EngineArgs.create_engine_config, vllm/config.py SchedulerConfig): "
+        + ", ".join(
+            part
+            for part in (
+                _v0_chunked(chunked, defaulted, why, max_model_len),
+                f"max_num_seqs {max_num_seqs:,}" if max_num_seqs is not None else "",
+                (
+                    f"max_num_batched_tokens {max_num_batched_tokens:,}"
+                    + (
+                        " (its chunked-prefill budget)"
+                        if chunked and max_num_batched_tokens < max(max_model_len, 2048)
+                        else " (max(max_model_len, 2,048))"
+                    )
+                )
+                if max_num_batched_tokens is not None
+                else "",
+                "prefix caching off unless --enable-prefix-caching",
+            )
+            if part
+        )
+        + ". docs/simulate.md lists each release's defaults."
     )
 )
 text("sim-vllm-version-newer")(

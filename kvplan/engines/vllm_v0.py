@@ -1,0 +1,220 @@
+"""vLLM V0's own serving defaults and admission rules (releases 0.6.x and 0.7.x), as their source
+states them. Read from the wheels' `vllm/engine/arg_utils.py`, `vllm/config.py` and
+`vllm/core/{scheduler,block_manager}.py` (0.6.0 to 0.6.6.post1, 0.7.0 to 0.7.3); 0.8.0 made V1 the
+default (`envs.VLLM_USE_V1` defaults to "1"), and kvplan runs 0.8 with V1's rules.
+
+- `max_num_seqs`: 256 (`EngineArgs.max_num_seqs = 256` to 0.6.4; from 0.6.5
+  `EngineArgs.__post_init__`: `256 if not envs.VLLM_USE_V1 else 1024`).
+- Chunked prefill on by default (`EngineArgs.create_engine_config`) when `max_model_len > 32768`
+  on a GPU and none of the exceptions below holds; off otherwise.
+- `max_num_batched_tokens` (`SchedulerConfig.__init__` / `__post_init__`): chunked prefill off:
+  `max(max_model_len, 2048)`; on: 512 to 0.6.4, 2,048 from 0.6.5; from 0.6.3 chunked prefill with
+  multi-step scheduling (`num_scheduler_steps > 1`) takes `max(max_model_len, 2048)`.
+- Prefix caching off by default (`enable_prefix_caching: bool = False` to 0.6.4; from 0.6.5
+  `bool(envs.VLLM_USE_V1)`, False under V0).
+- Admission (`BlockSpaceManager.can_allocate`): a prompt is admitted when the free blocks less its
+  whole prompt's blocks (prefix hits not subtracted) leave the watermark, `int(0.01 x
+  num_gpu_blocks)`; a chunked prompt's blocks are all allocated on admission.
+- Preemption (`Scheduler._preempt`): `--preemption-mode` unset: RECOMPUTE for a sequence group of
+  one sequence (every `vllm bench serve` request), SWAP for several (beam search, n > 1);
+  "swap": SWAP; any other string: RECOMPUTE. `--swap-space` 4 GiB of CPU memory per GPU; a swap
+  out that finds it full raises "Aborted due to the lack of CPU swap space" (`_swap_out`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.errors import KvplanError
+from kvplan.record import NamedTuple
+
+V0_RELEASES = ((0, 6), (0, 7))  # the minors whose default engine is V0
+# a minor given without its patch runs as its last release's rules
+LAST_PATCH = {(0, 6): 6, (0, 7): 3}  # 0.6.6.post1, 0.7.3
+V0_MAX_NUM_SEQS = 256
+LONG_CONTEXT_TOKENS = 32768  # use_long_context = max_model_len > 32768
+NO_CHUNK_MIN_TOKENS = 2048  # max(max_model_len, 2048) without chunked prefill
+CHUNKED_BUDGET_UNTIL_0_6_4 = 512
+CHUNKED_BUDGET_FROM_0_6_5 = 2048
+WATERMARK = 0.01  # BlockSpaceManager(watermark=0.01)
+SWAP_SPACE_GIB = 4.0  # EngineArgs.swap_space
+MAX_SWAP_SPACE_GIB = 1 << 20
+PREEMPTION_MODES = ("recompute", "swap")
+# model types V0's ModelConfig treats as interleaved sliding window (the window dropped from the
+# scheduler's view, `get_sliding_window()` None): gemma2 from 0.6.5, cohere2 from 0.7.0 (before
+# 0.6.5 gemma2's window was disabled too, `disable_sliding_window = True`)
+INTERLEAVED_FROM = {"gemma2": (0, 6, 0), "cohere2": (0, 7, 0)}
+
+_PATCH = re.compile(r"([0-9]{1,4})\.([0-9]{1,4})(?:\.([0-9]{1,4}))?(?:[.+-][0-9A-Za-z.+-]{0,20})?")
+
+
+def release_patch(version: str) -> tuple[int, int, int | None] | None:
+    """'0.8' -> (0, 8, None), '0.8.4' and '0.8.4.post1' -> (0, 8, 4); None for what no vLLM
+    release spells."""
+    match = _PATCH.fullmatch(str(version))
+    if match is None:
+        return None
+    return int(match[1]), int(match[2]), None if match[3] is None else int(match[3])
+
+
+def v0_release(version: str) -> tuple[int, int, int] | None:
+    """'0.6' -> (0, 6, 6) (the minor's last release), '0.6.3' -> (0, 6, 3),
+    '0.6.6.post1' -> (0, 6, 6); None for a release whose default engine is V1 (0.8 on)."""
+    parts = release_patch(version)
+    if parts is None or parts[:2] not in V0_RELEASES:
+        return None
+    major, minor, patch = parts
+    return major, minor, LAST_PATCH[(major, minor)] if patch is None else patch
+
+
+class V0Defaults(NamedTuple):
+    """What a V0 release resolves for the flags left out."""
+
+    enable_chunked_prefill: bool
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    enable_prefix_caching: bool
+    # why chunked prefill is off by default (None: on, or given): a word kvplan's notes render
+    chunked_off_because: str | None = None
+
+
+def chunked_prefill_default(
+    release: tuple[int, int, int],
+    spec: ModelSpec,
+    max_model_len: int,
+    *,
+    vendor: str,
+    prefix_caching: bool,
+    speculative: bool,
+) -> tuple[bool, str | None]:
+    """(whether V0 turns chunked prefill on, the first reason it does not), as
+    `EngineArgs.create_engine_config` decides when --enable-chunked-prefill is not given."""
+    multimodal = spec.vision_tower is not None
+    if multimodal and release >= (0, 6, 2):  # "disabled by default in V0" for multimodal models
+        return False, "multimodal"
+    if max_model_len <= LONG_CONTEXT_TOKENS:
+        return False, "short"
+    if vendor not in ("NVIDIA", "AMD"):  # is_gpu: device_type "cuda" (CUDA or ROCm)
+        return False, "not-gpu"
+    if vendor == "AMD" and release >= (0, 6, 5):  # `not current_platform.is_rocm()`
+        return False, "rocm"
+    interleaved = release >= INTERLEAVED_FROM.get(spec.model_type, (9, 9, 9))
+    if spec.has_kind(CacheKind.SLIDING) and not interleaved:  # get_sliding_window() is not None
+        return False, "sliding"
+    if speculative:
+        return False, "speculative"
+    if prefix_caching and release < (0, 6, 1):  # 0.6.0: `not self.enable_prefix_caching`
+        return False, "prefix-caching"
+    if spec.has_kind(CacheKind.STATE) and release < (0, 6, 3):  # seqlen-agnostic layers
+        return False, "state"
+    return True, None
+
+
+def max_num_batched_tokens_default(
+    release: tuple[int, int, int], max_model_len: int, chunked: bool, scheduler_steps: int = 1
+) -> int:
+    """SchedulerConfig's default token budget of a V0 release."""
+    whole = max(max_model_len, NO_CHUNK_MIN_TOKENS)
+    if not chunked:
+        return whole
+    if scheduler_steps > 1 and release >= (0, 6, 3):  # multi-step chunked prefill: no chunking
+        return whole
+    return CHUNKED_BUDGET_FROM_0_6_5 if release >= (0, 6, 5) else CHUNKED_BUDGET_UNTIL_0_6_4
+
+
+def v0_defaults(
+    release: tuple[int, int, int],
+    spec: ModelSpec,
+    max_model_len: int,
+    *,
+    chunked_given: bool | None,
+    prefix_caching_given: bool | None,
+    vendor: str,
+    speculative: bool,
+    scheduler_steps: int = 1,
+) -> V0Defaults:
+    """A V0 release's resolution of --enable-chunked-prefill, --max-num-batched-tokens,
+    --max-num-seqs and --enable-prefix-caching (None: not given)."""
+    prefix = bool(prefix_caching_given)  # off unless asked for
+    why = None
+    chunked = chunked_given
+    if chunked is None:
+        chunked, why = chunked_prefill_default(
+            release,
+            spec,
+            max_model_len,
+            vendor=vendor,
+            prefix_caching=prefix,
+            speculative=speculative,
+        )
+    budget = max_num_batched_tokens_default(release, max_model_len, chunked, scheduler_steps)
+    return V0Defaults(chunked, budget, V0_MAX_NUM_SEQS, prefix, why)
+
+
+def v08_v0_fallback(
+    version: str, *, kv_cache_dtype: str, pp: int, scheduler_steps: int, vendor: str
+) -> tuple[str, ...]:
+    """What, of the flags kvplan takes, sends vLLM 0.8.0 to its V0 engine
+    (EngineArgs._is_v1_supported_oracle: a --kv-cache-dtype other than auto, --pp above 1,
+    multi-step scheduling, a device other than CUDA); () for another release or none of them.
+    Later 0.8 patches take some of them on V1 (0.8.5: fp8 KV with FlashAttention 3)."""
+    parts = release_patch(version)
+    if parts is None or parts[:2] != (0, 8):
+        return ()
+    flags = (
+        (kv_cache_dtype != "auto", f"--kv-cache-dtype {kv_cache_dtype}"),
+        (pp > 1, f"--pp {pp}"),
+        (scheduler_steps > 1, f"--num-scheduler-steps {scheduler_steps}"),
+        (vendor != "NVIDIA", f"a {vendor} device"),
+    )
+    return tuple(text for given, text in flags if given)
+
+
+def watermark_blocks(num_gpu_blocks: int) -> int:
+    """BlockSpaceManager.watermark_blocks: the free blocks admission leaves untouched."""
+    return int(WATERMARK * num_gpu_blocks)
+
+
+def check_preemption_mode(mode: str | None, release: tuple[int, int, int] | None) -> None:
+    """--preemption-mode as V0 takes it, refused where kvplan cannot run it: a V1 release (which
+    preempts by recompute only), a mode other than recompute or swap, and swap (see
+    docs/simulate.md: the GPU profiles state no host link to price the copies)."""
+    if mode is None:
+        return
+    name = str(mode).strip().lower()
+    if name not in PREEMPTION_MODES:
+        raise KvplanError(f"--preemption-mode {str(mode)[:40]!r}: choose recompute or swap")
+    if release is None:
+        raise KvplanError(
+            "--preemption-mode is vLLM V0's (0.6, 0.7); V1 preempts by recompute only "
+            "(0.8 falls back to V0 when it is given): give --engine-version 0.7"
+        )
+    if name == "swap":
+        raise KvplanError(
+            "--preemption-mode swap is not simulated: the GPU profiles state no host link to "
+            "price V0's block copies to the --swap-space pool; leave it out for recompute"
+        )
+
+
+def check_multi_step_chunked(release: tuple[int, int, int], steps: int, chunked: bool, pp: int):
+    """EngineArgs.create_engine_config's refusals of multi-step scheduling with chunked prefill:
+    any before 0.6.3, with pipeline parallelism from 0.6.3."""
+    if steps <= 1 or not chunked:
+        return
+    if release < (0, 6, 3):
+        raise KvplanError(
+            f"vLLM {'.'.join(map(str, release))} refuses chunked prefill with multi-step "
+            "(--num-scheduler-steps > 1; allowed from 0.6.3): add --no-enable-chunked-prefill"
+        )
+    if pp > 1:
+        raise KvplanError("vLLM V0 refuses multi-step chunked prefill with --pp above 1")
+
+
+def check_swap_space(gib: float | None) -> None:
+    """--swap-space in GiB of CPU memory per GPU: a number from 0."""
+    if gib is None:
+        return
+    value = float(gib)
+    if not 0 <= value <= MAX_SWAP_SPACE_GIB:  # NaN fails both
+        raise KvplanError(f"--swap-space {gib}: GiB of CPU memory per GPU, from 0")
