@@ -96,11 +96,26 @@ def test_bad_versions_are_one_line_errors():
         ("--engine-version", "0.5"),  # before vLLM 0.6
         ("--engine-version", ""),
         ("--emit", "sglang", "--engine-version", "1.0"),
-        ("--engine-version", "0.6", "--attention-backend", "FLASH_ATTN"),
+        ("--engine-version", "0.6", "--data-parallel-size", "2"),
     ):
         code, out, err = run_cli(*BASE, *extra)
         assert code == 2 and out == "", extra
         assert err.startswith("error:") and err.count("\n") == 1, err
+
+
+def test_backend_flags_are_checked_against_the_release_named():
+    """A kernel-backend flag the named release does not take is refused as simulate refuses it
+    (kvplan.engines.backends), where the default release takes it."""
+    for extra, needle in (
+        (("--attention-backend", "FLASH_ATTN"), "vLLM 0.6 has no such flag (it came with 0.13)"),
+        (("--attention-backend", "auto"), "vLLM 0.13 has no such backend"),
+        (("--emit", "sglang", "--moe-runner-backend", "triton"), "SGLang 0.4 has no such flag"),
+    ):
+        version = {"FLASH_ATTN": "0.6", "auto": "0.13", "triton": "0.4"}[extra[-1]]
+        code, _, err = run_cli(*BASE, *extra, "--engine-version", version)
+        assert code == 2 and needle in err and err.count("\n") == 1, err
+    code, _, err = run_cli(*BASE, "--attention-backend", "auto", "--top", "1")
+    assert code == 0, err
 
 
 def test_v0_launch_prints_no_flag_kvplan_does_not_plan_for_v0():

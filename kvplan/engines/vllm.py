@@ -731,7 +731,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     # vLLM's argument parser takes these whatever the model (state_dtypes applies them)
     _mamba_flag("--mamba-cache-dtype", request.mamba_cache_dtype, request.vllm_version)
     _mamba_flag("--mamba-ssm-cache-dtype", request.mamba_ssm_cache_dtype, request.vllm_version)
-    moe_backend = moe_backend_name("vllm", request.moe_backend, request.vllm_version)
+    moe_backend = moe_backend_name("vllm", request.backends.moe_backend, request.vllm_version)
     if any(a.compress_ratio for a in spec.attention_layers()):
         return compressed_allocation(spec, gpu, request)
     indexed = [a for a in spec.attention_layers() if a.gqa_indexer]
@@ -752,7 +752,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     seqs, tokens = resolve_batch(request, gpu)
     request = request._replace(max_num_seqs=seqs, max_num_batched_tokens=tokens)
     backend, backend_block = vllm_attention_backend(
-        spec, gpu, request.attention_backend, request.block_size
+        spec, gpu, request.backends.attention_backend, request.block_size
     )
     # update_block_size_for_backend leaves hybrid (Mamba) models at 16 before unifying pages, and
     # MiniMax-M3's indexer takes 128-token blocks whatever the attention backend

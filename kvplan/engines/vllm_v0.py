@@ -212,16 +212,15 @@ def check_multi_step_chunked(release: tuple[int, int, int], steps: int, chunked:
 
 
 # The launch flags kvplan prints for V1 engines only (data parallelism, expert parallelism,
-# multi-node launches, decode context parallelism, the kernel-backend flags and the
-# --speculative-config JSON): kvplan plans a V0 release as one TP x PP engine without them.
+# multi-node launches, decode context parallelism and the --speculative-config JSON): kvplan
+# plans a V0 release as one TP x PP engine without them (the kernel-backend flags' releases are
+# kvplan.engines.backends')
 V1_LAUNCH_FLAGS = (
     "--data-parallel-size",
     "--enable-expert-parallel",
     "--data-parallel-size-local",
     "--nnodes",
     "--decode-context-parallel-size",
-    "--attention-backend",
-    "--moe-backend",
     "--speculative-config",
 )
 

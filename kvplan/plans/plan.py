@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from kvplan import __version__
 from kvplan.anatomy.model import ModelSpec
+from kvplan.engines.backends import Backends, check_backends
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import BatchShape
@@ -129,15 +130,9 @@ class PlanRequest(NamedTuple):
     # vLLM -dcp and --enforce-eager (SGLang --disable-cuda-graph) for every configuration
     decode_context_parallel_size: int = 1
     enforce_eager: bool = False
-    # the attention-backend flags for every configuration, as the engines spell them
-    # (kvplan.simulate.setup.ServeOptions' fields of the same names; None: not given)
-    attention_backend: str | None = None
-    prefill_attention_backend: str | None = None
-    decode_attention_backend: str | None = None
-    nsa_prefill_backend: str | None = None
-    nsa_decode_backend: str | None = None
-    # vLLM's --moe-backend / SGLang's --moe-runner-backend for every configuration
-    moe_backend: str | None = None
+    # the kernel-backend flags for every configuration, as `kvplan simulate` takes them
+    # (kvplan.engines.backends; none: the engine's own choice)
+    backends: Backends = Backends()
     # speculative decoding (kvplan.simulate.speculative): "auto" searches each layout without
     # it and, for a model with MTP layers, with them (k = its MTP layers); "off" without it.
     # A speculative layout given as `kvplan simulate` takes it (vLLM's --speculative-config,
@@ -611,52 +606,27 @@ def mode_flags(request: PlanRequest) -> str | None:
         flags.append(f"--decode-context-parallel-size {request.decode_context_parallel_size}")
     if request.enforce_eager:
         flags.append("--enforce-eager" if request.emit == "vllm" else "--disable-cuda-graph")
-    from kvplan.engines.moe_backend import MOE_BACKEND_FLAG
-
-    for name, value in _backend_flags(request).items():
-        if value is not None:
-            flag = (
-                MOE_BACKEND_FLAG[request.emit]
-                if name == "moe_backend"
-                else f"--{name.replace('_', '-')}"
-            )
-            flags.append(f"{flag} {value}")
+    flags.extend(f"{flag} {value}" for flag, value in request.backends.given())
     return " ".join(flags) or None
 
 
-BACKEND_FIELDS = (
-    "attention_backend",
-    "prefill_attention_backend",
-    "decode_attention_backend",
-    "nsa_prefill_backend",
-    "nsa_decode_backend",
-    "moe_backend",
-)
-
-
 def _check_backends(request: PlanRequest) -> None:
-    """Kernel-backend names --emit's engine does not take, refused before searching (which
-    model and GPU a known backend runs on is each configuration's to rule on)."""
+    """Kernel-backend flags and names --emit's engine does not take, refused before searching
+    (which model and GPU a known backend runs on is each configuration's to rule on)."""
     from kvplan.engines.moe_backend import moe_backend_name
 
+    release = ServeOptions(**release_fields(request))  # --engine-version, or the default
+    version = release.sglang_version if request.emit == "sglang" else release.vllm_version
+    check_backends(request.backends, request.emit, version)
+    moe_backend_name(request.emit, request.backends.moe(request.emit), version)
     if request.emit == "sglang":
         from kvplan.engines.sglang import check_sglang_backends
 
-        check_sglang_backends(request)
-        moe_backend_name("sglang", request.moe_backend, "0.5")
+        check_sglang_backends(request.backends)
         return
-    from kvplan.engines.vllm import VLLM_VERSIONS, vllm_backend_name
+    from kvplan.engines.vllm import vllm_backend_name
 
-    for name in BACKEND_FIELDS[1:-1]:
-        if getattr(request, name) is not None:
-            raise KvplanError(f"--{name.replace('_', '-')} is SGLang's; give --emit sglang")
-    vllm_backend_name(request.attention_backend)
-    moe_backend_name("vllm", request.moe_backend, VLLM_VERSIONS[0])
-
-
-def _backend_flags(request: PlanRequest) -> dict:
-    """The attention-backend fields of the request, for ServeOptions (same names)."""
-    return {name: getattr(request, name) for name in BACKEND_FIELDS}
+    vllm_backend_name(request.backends.attention_backend)
 
 
 def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
@@ -741,8 +711,6 @@ def _check_release(request: PlanRequest) -> None:
         "--data-parallel-size-local": request.data_parallel_size_local is not None,
         "--nnodes": request.nnodes > 1,
         "--decode-context-parallel-size": request.decode_context_parallel_size > 1,
-        "--attention-backend": request.attention_backend is not None,
-        "--moe-backend": request.moe_backend is not None,
         "--speculative-config": any(getattr(request, k) is not None for k in SPECULATIVE_FIELDS),
     }
     check_v0_launch(request.engine_version, tuple(flag for flag, on in given.items() if on))
@@ -1026,7 +994,7 @@ def _options(spec: ModelSpec, request: PlanRequest, config: Config) -> ServeOpti
         **_parallel_flags(request),
         decode_context_parallel_size=request.decode_context_parallel_size,
         enforce_eager=request.enforce_eager,
-        **_backend_flags(request),
+        backends=request.backends,
         **speculative_layouts(spec, request)[config.speculative],
     )
 

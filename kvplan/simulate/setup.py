@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import resolve_kv_format
+from kvplan.engines.backends import Backends, check_backends
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
     CUDA_GRAPH_MAX_TOKENS,
@@ -115,15 +116,8 @@ class ServeOptions(NamedTuple):
     spec_accept_length: float | None = None
     # vLLM V0's multi-step scheduling (--num-scheduler-steps, 0.6-0.8; 1: off)
     num_scheduler_steps: int = 1
-    # the attention backend flags as typed (None: the engine's own choice): vLLM's and SGLang's
-    # --attention-backend, SGLang's --prefill-/--decode-attention-backend and --nsa-*-backend
-    attention_backend: str | None = None
-    prefill_attention_backend: str | None = None
-    decode_attention_backend: str | None = None
-    nsa_prefill_backend: str | None = None
-    nsa_decode_backend: str | None = None
-    # vLLM's --moe-backend / SGLang's --moe-runner-backend as typed (None: the engine's choice)
-    moe_backend: str | None = None
+    # the kernel-backend flags as typed (kvplan.engines.backends; none: the engine's own choice)
+    backends: Backends = Backends()
     # vLLM V0's --preemption-mode (None: recompute for one-sequence requests) and --swap-space
     # (GiB of CPU memory per GPU; None: 4), kvplan.engines.vllm_v0
     preemption_mode: str | None = None
@@ -490,21 +484,14 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         raise KvplanError(
             "--mem-fraction-static is SGLang's; with --engine vllm give --gpu-memory-utilization"
         )
-    for flag, given in (
-        ("--prefill-attention-backend", options.prefill_attention_backend),
-        ("--decode-attention-backend", options.decode_attention_backend),
-        ("--nsa-prefill-backend", options.nsa_prefill_backend),
-        ("--nsa-decode-backend", options.nsa_decode_backend),
-    ):
-        if given is not None:
-            raise KvplanError(f"{flag} is SGLang's; vLLM takes one --attention-backend")
+    check_backends(options.backends, "vllm", options.vllm_version)
     notes: list[Note] = []
     spec.check_tp(options.tp)
-    if options.moe_backend is not None and _minor(options.vllm_version) < MOE_BACKEND_FROM:
+    if options.backends.moe_backend is not None and _minor(options.vllm_version) < MOE_BACKEND_FROM:
         raise KvplanError(
-            f"--moe-backend: kvplan knows vLLM's MoE backends from 0.19; vLLM "
-            f"{str(options.vllm_version)[:20]} chose its MoE kernels by VLLM_* environment "
-            "variables (--moe-backend came with vllm#33807, early 2026)"
+            f"--moe-backend: vLLM {str(options.vllm_version)[:20]} takes it, but kvplan knows its "
+            "names and refusals (the fused-MoE oracles) from 0.19 on: give --engine-version 0.19 "
+            "or later"
         )
     max_model_len = _max_model_len(spec, options)
     options, mnbt, seqs, v0_note = _batch_limits(spec, gpu, options, max_model_len)
@@ -548,8 +535,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         expert_ranks=layout.expert_ranks if layout.modelled else None,
         enforce_eager=options.enforce_eager,
         decode_context_parallel_size=dcp,
-        attention_backend=options.attention_backend,
-        moe_backend=options.moe_backend,
+        backends=options.backends,
         vllm_version=allocation_release(options.vllm_version),
         mamba_cache_dtype=options.mamba_cache_dtype,
         mamba_ssm_cache_dtype=options.mamba_ssm_cache_dtype,
@@ -733,20 +719,8 @@ def given_backends(options, moe: bool = False) -> str:
     """The attention-backend flags given, as typed ("--attention-backend triton"), or "";
     `moe`: the MoE runner's flag instead, in the engine's spelling ("--moe-runner-backend
     triton")."""
-    from kvplan.engines.moe_backend import MOE_BACKEND_FLAG
-
-    flags = (
-        ((MOE_BACKEND_FLAG.get(options.engine, "--moe-backend"), options.moe_backend),)
-        if moe
-        else (
-            ("--attention-backend", options.attention_backend),
-            ("--prefill-attention-backend", options.prefill_attention_backend),
-            ("--decode-attention-backend", options.decode_attention_backend),
-            ("--nsa-prefill-backend", options.nsa_prefill_backend),
-            ("--nsa-decode-backend", options.nsa_decode_backend),
-        )
-    )
-    return " ".join(f"{flag} {value}" for flag, value in flags if value is not None)
+    given = options.backends.given(attention=not moe, moe=moe)
+    return " ".join(f"{flag} {value}" for flag, value in given)
 
 
 def backend_kernels(spec, gpu, options, tables):
@@ -766,15 +740,15 @@ def backend_kernels(spec, gpu, options, tables):
         from kvplan.engines.sglang import SGLANG_TRTLLM_MLA_MODELS, _default_sglang_backend
         from kvplan.engines.vllm import gpu_generation
 
-        both = options.attention_backend
+        both = options.backends.attention_backend
         named = {
             "decode": (
-                "--decode-attention-backend" if options.decode_attention_backend else
-                "--attention-backend", options.decode_attention_backend or both,
+                "--decode-attention-backend" if options.backends.decode_attention_backend else
+                "--attention-backend", options.backends.decode_attention_backend or both,
             ),
             "prefill": (
-                "--prefill-attention-backend" if options.prefill_attention_backend else
-                "--attention-backend", options.prefill_attention_backend or both,
+                "--prefill-attention-backend" if options.backends.prefill_attention_backend else
+                "--attention-backend", options.backends.prefill_attention_backend or both,
             ),
         }  # fmt: skip
         attn = spec.attention_layers()
@@ -786,23 +760,23 @@ def backend_kernels(spec, gpu, options, tables):
     else:
         from kvplan.engines.vllm import gpu_generation, vllm_backend_name
 
-        name = vllm_backend_name(options.attention_backend)
+        name = vllm_backend_name(options.backends.attention_backend)
         named = {p: ("--attention-backend", name) for p in ("decode", "prefill")}
         # platforms/cuda.py _get_backend_priorities: FlashInfer first on SM10x, else
         # FlashAttention (MLA: vLLM's MLA tables time modules, not kernels: none read)
         default = None if mla else "FLASHINFER" if gpu_generation(gpu) == 10 else "FLASH_ATTN"
     typed = {  # the flags' values as written (vLLM takes any case)
-        "--attention-backend": options.attention_backend,
-        "--prefill-attention-backend": options.prefill_attention_backend,
-        "--decode-attention-backend": options.decode_attention_backend,
+        "--attention-backend": options.backends.attention_backend,
+        "--prefill-attention-backend": options.backends.prefill_attention_backend,
+        "--decode-attention-backend": options.backends.decode_attention_backend,
     }
     timed: dict = {"decode": {}, "prefill": {}}
     # DSA's NSA kernels: no per-backend rows (the DSA module tables are vLLM's)
     untimed = [
         f"{flag} {value}"
         for flag, value in (
-            ("--nsa-prefill-backend", options.nsa_prefill_backend),
-            ("--nsa-decode-backend", options.nsa_decode_backend),
+            ("--nsa-prefill-backend", options.backends.nsa_prefill_backend),
+            ("--nsa-decode-backend", options.backends.nsa_decode_backend),
         )
         if value is not None
     ]
@@ -957,7 +931,7 @@ def step_model(
                 version=next(iter(phases.values()))[0].version,
             )
         )
-    if options.moe_backend is not None and not measured:
+    if options.backends.moe(options.engine) is not None and not measured:
         notes.append(
             note(
                 "sim-moe-kernels",
@@ -1203,6 +1177,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     ):
         if given:
             raise KvplanError(f"{flag} is a vLLM option; the SGLang simulation does not take it")
+    check_backends(options.backends, "sglang", options.sglang_version)
     layout = parallel_layout(spec, options)
     release, _nearest = sglang_release(options.sglang_version)
     notes: list[Note] = release_notes("sglang", options.sglang_version)
@@ -1220,16 +1195,13 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         mem_fraction_static=options.mem_fraction_static,
         weights_dtype=weights_format(options),
         expert_ranks=layout.expert_ranks if layout.modelled else None,
-        attention_backend=options.attention_backend,
-        prefill_attention_backend=options.prefill_attention_backend,
-        decode_attention_backend=options.decode_attention_backend,
-        nsa_prefill_backend=options.nsa_prefill_backend,
-        nsa_decode_backend=options.nsa_decode_backend,
-        moe_backend=options.moe_backend,
+        backends=options.backends,
         speculative_eagle_topk=options.speculative_eagle_topk,
     )
     alloc = sglang_allocation(spec, gpu, request)
-    check_sglang_moe_backend(options.moe_backend, options.quantization, options.tp, options.ep_size)
+    check_sglang_moe_backend(
+        options.backends.moe_runner_backend, options.quantization, options.tp, options.ep_size
+    )
     notes.extend(alloc.notes)
     fmt_name = kv_format_name("sglang", alloc.kv_cache_dtype)
     speculation, draft = _speculation(spec, gpu, options, fmt_name, layout.attn_tp)
