@@ -428,6 +428,27 @@ def render(view, fmt, out: Path | None = None) -> str:
     return render_view(view, fmt)
 
 
+def engine_version_option():
+    """--engine-version: the release of the engine simulated (simulate's --engine, plan's
+    --emit) whose rules and defaults apply; checked by check_engine_version."""
+    return typer.Option(
+        None,
+        "--engine-version",
+        help="The engine's release whose rules and defaults apply: vLLM 0.6 on (default "
+        "0.19), SGLang 0.4 or 0.5 (default; another runs with the nearest, noted).",
+    )
+
+
+def check_engine_version(engine: str, version: str | None) -> str | None:
+    """--engine-version as given, or a one-line error for what no release of `engine` spells
+    (kvplan.simulate.setup.check_engine_version)."""
+    from kvplan.simulate.setup import check_engine_version as check
+
+    if version is not None:
+        check(engine, version)
+    return version
+
+
 def dcp_option():
     """vLLM's --decode-context-parallel-size / -dcp (SGLang has none)."""
     return typer.Option(

@@ -80,6 +80,7 @@ def add(app: typer.Typer) -> None:
         emit: str = typer.Option(
             "vllm", "--emit", help="Engine simulated and launched: vllm or sglang."
         ),
+        engine_version: str = c.engine_version_option(),
         mem_fraction_static: float = c.serve_option(
             "mem_fraction_static",
             None,
@@ -163,6 +164,7 @@ def add(app: typer.Typer) -> None:
 
         if emit not in ("vllm", "sglang"):
             raise KvplanError(f"--emit {emit!r}: choose vllm or sglang")
+        c.check_engine_version(emit, engine_version)
         from kvplan.simulate.workload import MIN_RATE
 
         if not MIN_RATE <= rate <= 1e6:
@@ -198,6 +200,7 @@ def add(app: typer.Typer) -> None:
             max_gpus=max_gpus,
             top=top,
             emit=emit,
+            engine_version=engine_version,
             async_scheduling=async_scheduling,
             jobs=jobs,
             prune=prune,

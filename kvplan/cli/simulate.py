@@ -131,6 +131,7 @@ def engine_versions(engine: str, engine_version: str | None, vllm_version: str |
     --vllm-version spelling."""
     if engine_version is not None and vllm_version is not None:
         raise KvplanError("give --engine-version or --vllm-version, not both")
+    c.check_engine_version(engine, engine_version)
     if engine == "sglang":
         if vllm_version is not None:
             raise KvplanError(
@@ -436,12 +437,7 @@ def add(app: typer.Typer) -> None:
             "--swap-space",
             help="vLLM: CPU swap space per GPU in GiB (default 4); V0 uses it only to swap.",
         ),
-        engine_version: str = typer.Option(
-            None,
-            "--engine-version",
-            help="The engine's release whose rules and defaults apply: vLLM 0.6 on (default "
-            "0.19), SGLang 0.4 or 0.5 (default; another runs with the nearest, noted).",
-        ),
+        engine_version: str = c.engine_version_option(),
         vllm_version: str = typer.Option(
             None,
             "--vllm-version",

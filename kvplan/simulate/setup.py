@@ -500,9 +500,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         notes.append(v0)
     if v0_note is not None:
         notes.append(v0_note)
-    newer = newer_than_modelled(options.vllm_version)
-    if newer is not None:
-        notes.append(newer)
+    notes.extend(release_notes("vllm", options.vllm_version))
     layout = parallel_layout(spec, options)
     from kvplan.engines.vllm import check_dcp
 
@@ -1052,14 +1050,39 @@ UNCACHED_FIRST_FROM = (0, 24)  # BlockPool.free_blocks: uncached blocks reused f
 WINDOW_CAP_FROM = (0, 32)
 
 
-def _minor(version: str) -> tuple[int, int]:
+def _minor(version: str, flag: str = "--vllm-version") -> tuple[int, int]:
     """'0.13' or '0.19.1' -> (0, 13), a release simulate takes."""
     from kvplan.engines.vllm import release_minor
 
     major, minor = release_minor(version) or (-1, -1)
     if not V0_FROM <= (major, minor) <= (9, 999):  # V0 0.6-0.7 run with V1's 0.8 rules
-        raise KvplanError(f"--vllm-version {str(version)[:20]!r}: a vLLM version from 0.6, as 0.19")
+        raise KvplanError(f"{flag} {str(version)[:20]!r}: a vLLM version from 0.6, as 0.19")
     return major, minor
+
+
+def check_engine_version(engine: str, version: str) -> None:
+    """--engine-version (simulate's, plan's): a release of `engine` kvplan runs, exactly or
+    with the nearest known one's rules (noted where the replica is built), or a one-line error
+    for what no release spells."""
+    if engine == "sglang":
+        from kvplan.engines.sglang import sglang_release
+
+        sglang_release(version)
+    else:
+        _minor(version, "--engine-version")
+
+
+def release_notes(engine: str, version: str) -> list[Note]:
+    """The notes of a release kvplan does not model itself, whatever the configuration: a
+    vLLM release newer than the newest modelled, an SGLang release run with the nearest known
+    one's rules (the notes build_replica gives)."""
+    if engine != "sglang":
+        newer = newer_than_modelled(version)
+        return [] if newer is None else [newer]
+    from kvplan.engines.sglang import sglang_release
+
+    release, nearest = sglang_release(version)
+    return [note("sim-sglang-version-nearest", given=version, rules=release)] if nearest else []
 
 
 def newer_than_modelled(version: str) -> Note | None:
@@ -1156,12 +1179,8 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
             raise KvplanError(f"{flag} is a vLLM option; the SGLang simulation does not take it")
     check_backends(options.backends, "sglang", options.sglang_version)
     layout = parallel_layout(spec, options)
-    release, nearest = sglang_release(options.sglang_version)
-    notes: list[Note] = []
-    if nearest:
-        notes.append(
-            note("sim-sglang-version-nearest", given=options.sglang_version, rules=release)
-        )
+    release, _nearest = sglang_release(options.sglang_version)
+    notes: list[Note] = release_notes("sglang", options.sglang_version)
     max_model_len = _max_model_len(spec, options)
     request = EngineRequest(
         engine="sglang",
