@@ -12,6 +12,7 @@ import math
 import shlex
 from pathlib import Path
 
+from kvplan.engines.backends import ATTENTION_FIELDS, Backends, flag_of
 from kvplan.plans.simulate import SimulateRequest
 from kvplan.simulate.setup import ServeOptions
 from kvplan.simulate.workload import WorkloadSpec
@@ -30,14 +31,8 @@ ASYNC_DEFAULT_FROM = (0, 12)  # vLLM turned async scheduling on by default in 0.
 METRICS = ("output_throughput", "median_tpot_ms", "median_ttft_ms")
 
 
-# the engines' attention-backend flags -> ServeOptions' fields
-BACKEND_FLAGS = {
-    "--attention-backend": "attention_backend",
-    "--prefill-attention-backend": "prefill_attention_backend",
-    "--decode-attention-backend": "decode_attention_backend",
-    "--nsa-prefill-backend": "nsa_prefill_backend",
-    "--nsa-decode-backend": "nsa_decode_backend",
-}
+# the engines' attention-backend flags -> their Backends fields
+BACKEND_FLAGS = {flag_of(name): name for name in ATTENTION_FIELDS}
 
 
 def load_cases(path: Path = CASES_PATH) -> list[dict]:
@@ -61,7 +56,8 @@ def serve_options(case: dict) -> ServeOptions:
             elif arg == "--chunked-prefill-size":
                 options = options._replace(max_num_batched_tokens=int(argv[i + 1]))
             elif arg in BACKEND_FLAGS:
-                options = options._replace(**{BACKEND_FLAGS[arg]: argv[i + 1]})
+                backends = options.backends._replace(**{BACKEND_FLAGS[arg]: argv[i + 1]})
+                options = options._replace(backends=backends)
         return options
     version = case.get("engine_version") or case.get("vllm_version")
     if version is None:  # not stated (some external runs): kvplan's default vLLM version
@@ -80,7 +76,7 @@ def serve_options(case: dict) -> ServeOptions:
         elif arg == "--gpu-memory-utilization":
             options = options._replace(gpu_mem_util=float(argv[i + 1]))
         elif arg == "--attention-backend":
-            options = options._replace(attention_backend=argv[i + 1])
+            options = options._replace(backends=Backends(attention_backend=argv[i + 1]))
     return options
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvplan.engines.backends import Backends
 from kvplan.formulas.batch_step import decode_call_s
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.kernel_tables import ATTENTION_FOLDER, attention_backends, tables_for
@@ -21,7 +22,7 @@ from helpers import run_json
 
 def pick(model: str, gpu: str, engine: str, **flags):
     spec, profile = load_model(model), load_profile(gpu)
-    options = ServeOptions(engine=engine, **flags)
+    options = ServeOptions(engine=engine, backends=Backends(**flags))
     return backend_kernels(spec, profile, options, tables_for(profile, engine))[:2]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kvplan.engines import EngineRequest
+from kvplan.engines.backends import Backends
 from kvplan.engines.sglang import sglang_allocation
 from kvplan.engines.vllm import vllm_allocation
 from kvplan.errors import KvplanError
@@ -41,7 +42,7 @@ def test_sglang_page_moves_the_pool_as_the_engine_rounds_it(dsv3, backend, gpu, 
     request = EngineRequest(
         engine="sglang",
         tp=8,
-        attention_backend=backend,
+        backends=Backends(attention_backend=backend),
         kv_cache_memory_bytes=DSV3_CELL * 1000 + 5,
     )
     alloc = sglang_allocation(dsv3, load_profile(gpu), request)
@@ -53,7 +54,7 @@ def test_sglang_page_moves_the_pool_as_the_engine_rounds_it(dsv3, backend, gpu, 
 
 def test_sglang_trtllm_mla_keeps_a_given_page_of_32(dsv3):
     request = EngineRequest(
-        engine="sglang", tp=8, attention_backend="trtllm_mla", block_size=32,
+        engine="sglang", tp=8, backends=Backends(attention_backend="trtllm_mla"), block_size=32,
         kv_cache_memory_bytes=DSV3_CELL * 1000,
     )  # fmt: skip
     alloc = sglang_allocation(dsv3, load_profile("b200"), request)
@@ -67,7 +68,9 @@ def test_vllm_backend_block_size_moves_the_blocks(dsv3):
     blocks = {}
     for backend in ("FLASHMLA", "triton_mla", "CUTLASS_MLA"):
         gpu = load_profile("b200" if backend == "CUTLASS_MLA" else "h200")
-        request = EngineRequest(tp=8, attention_backend=backend, kv_cache_memory_bytes=memory)
+        request = EngineRequest(
+            tp=8, backends=Backends(attention_backend=backend), kv_cache_memory_bytes=memory
+        )
         alloc = vllm_allocation(dsv3, gpu, request)
         blocks[backend] = (alloc.block_size, alloc.num_blocks)
     assert blocks == {"FLASHMLA": (64, 100), "triton_mla": (16, 400), "CUTLASS_MLA": (128, 50)}
@@ -76,13 +79,13 @@ def test_vllm_backend_block_size_moves_the_blocks(dsv3):
 def test_vllm_refuses_a_backend_as_its_selector_does(dsv3):
     with pytest.raises(KvplanError, match=r"Reason: \['non-MLA not supported'\]"):
         vllm_allocation(load_model("llama-3.1-8b"), load_profile("h100"),
-                        EngineRequest(attention_backend="FLASHMLA"))  # fmt: skip
+                        EngineRequest(backends=Backends(attention_backend="FLASHMLA")))  # fmt: skip
     with pytest.raises(KvplanError, match="compute capability not supported"):
         vllm_allocation(dsv3, load_profile("h200"),
-                        EngineRequest(tp=8, attention_backend="CUTLASS_MLA"))  # fmt: skip
+                        EngineRequest(tp=8, backends=Backends(attention_backend="CUTLASS_MLA")))  # fmt: skip
     with pytest.raises(KvplanError, match="block_size not supported"):
         vllm_allocation(dsv3, load_profile("h200"),
-                        EngineRequest(tp=8, attention_backend="FLASHMLA", block_size=16))  # fmt: skip
+                        EngineRequest(tp=8, backends=Backends(attention_backend="FLASHMLA"), block_size=16))  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -144,7 +147,7 @@ def test_torch_native_turns_sglang_cuda_graphs_off():
     alloc = sglang_allocation(
         load_model("llama-3.1-8b"),
         load_profile("h100"),
-        EngineRequest(engine="sglang", attention_backend="torch_native"),
+        EngineRequest(engine="sglang", backends=Backends(attention_backend="torch_native")),
     )
     assert alloc.cuda_graph_max_bs == 0
 

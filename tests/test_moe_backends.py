@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from kvplan.engines import EngineRequest, engine_allocation
+from kvplan.engines.backends import Backends
 from kvplan.engines.moe_backend import check_expert_split
 from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import load_profile
@@ -89,9 +90,11 @@ def test_a_dense_model_notes_the_flag_is_unused():
         ),  # fmt: skip
         (
             ("--engine", "sglang", "--engine-version", "0.4.6", "--moe-runner-backend", "triton"),
-            "SGLang 0.5's",
+            "SGLang 0.4.6 has no such flag (it came with 0.5)",
         ),  # fmt: skip
-        (("--vllm-version", "0.8", "--moe-backend", "triton"), "from 0.19"),
+        (("--vllm-version", "0.8", "--moe-backend", "triton"), "no such flag (it came with 0.17)"),
+        # 0.17 and 0.18 take the flag; kvplan reads the oracles that refuse names from 0.19
+        (("--vllm-version", "0.18", "--moe-backend", "triton"), "from 0.19 on"),
     ],
 )
 def test_refused_backends_are_one_line_errors(argv, words):
@@ -101,7 +104,9 @@ def test_refused_backends_are_one_line_errors(argv, words):
 
 
 def test_vllm_021_takes_its_own_names():
-    request = EngineRequest(engine="vllm", vllm_version="0.21", moe_backend="emulation")
+    request = EngineRequest(
+        engine="vllm", vllm_version="0.21", backends=Backends(moe_backend="emulation")
+    )
     with pytest.raises(KvplanError, match="not supported for unquantized MoE"):
         engine_allocation(load_model("qwen3-30b-a3b"), load_profile("h100"), request)
     with pytest.raises(KvplanError, match="invalid choice: 'emulation'"):
@@ -114,9 +119,11 @@ def test_fp8_experts_take_the_fp8_oracle_names():
     spec, h200 = load_model("minimax-m2.5"), load_profile("h200")
     request = EngineRequest(engine="vllm", tp=4, max_model_len=4096)
     for ok in ("triton", "deep_gemm", "cutlass", "marlin"):
-        engine_allocation(spec, h200, request._replace(moe_backend=ok))
+        engine_allocation(spec, h200, request._replace(backends=Backends(moe_backend=ok)))
     with pytest.raises(KvplanError, match="not supported for FP8 MoE"):
-        engine_allocation(spec, h200, request._replace(moe_backend="flashinfer_cutedsl"))
+        engine_allocation(
+            spec, h200, request._replace(backends=Backends(moe_backend="flashinfer_cutedsl"))
+        )
 
 
 def test_plan_emit_carries_each_engines_spelling():
@@ -124,7 +131,7 @@ def test_plan_emit_carries_each_engines_spelling():
         doc = run_json(
             "plan", "qwen3-30b-a3b", "--gpu", "h100", "--rate", "1", "--slo", "ttft_p99=5s",
             "--tp", "1", "--max-num-seqs", "64", "--num-prompts", "20", "--input-len", "256",
-            "--output-len", "32", "--emit", emit, "--moe-backend", "triton",
+            "--output-len", "32", "--emit", emit, flag, "triton",
         )  # fmt: skip
         assert doc["mode_flags"] == f"{flag} triton"
 

@@ -478,7 +478,8 @@ def test_engine_version_picks_the_release_and_says_when_it_is_only_the_nearest()
         (["--engine", "sglang", "--engine-version", "0.4." + "9" * 60], "SGLang version"),
         (["--engine", "sglang", "--vllm-version", "0.13"], "--vllm-version"),
         (["--engine-version", "0.13", "--vllm-version", "0.13"], "not both"),
-        (["--engine-version", "0.5"], "--vllm-version"),  # a vLLM version from 0.6
+        (["--engine-version", "0.5"], "--engine-version '0.5'"),  # vLLM from 0.6: the flag given
+        (["--vllm-version", "0.5"], "--vllm-version '0.5'"),
     ],
 )
 def test_bad_engine_versions_are_one_line(args, needle):

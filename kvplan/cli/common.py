@@ -2,6 +2,7 @@
 in every command (with their ranges checked at the edge), and writing the output."""
 
 import functools
+import inspect
 import math
 import re
 from pathlib import Path
@@ -106,26 +107,69 @@ SERVE_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "decode_attention_backend": ((), ("--decode-attention-backend",)),
     "nsa_prefill_backend": ((), ("--nsa-prefill-backend",)),
     "nsa_decode_backend": ((), ("--nsa-decode-backend",)),
-    "moe_backend": (("--moe-backend",), ("--moe-runner-backend",)),
+    "moe_backend": (("--moe-backend",), ()),
+    "moe_runner_backend": ((), ("--moe-runner-backend",)),
 }
 # the attention-backend flags (SERVE_FLAGS' names) and each one's help
 ATTENTION_BACKEND_FLAGS = {
-    "attention_backend": "The engine's attention kernels as it names them (vLLM: FLASH_ATTN, "
-    "FLASHINFER, FLASHMLA, ..., auto; SGLang: fa3, flashinfer, triton, flashmla, trtllm_mla, "
-    "...): the page size they force and the backends the engine refuses for the model and GPU.",
-    "prefill_attention_backend": "SGLang: the prefill phase's attention backend.",
-    "decode_attention_backend": "SGLang: the decode phase's attention backend.",
-    "nsa_prefill_backend": "SGLang, DeepSeek sparse attention models: the prefill NSA kernels.",
-    "nsa_decode_backend": "SGLang, DeepSeek sparse attention models: the decode NSA kernels.",
+    "attention_backend": "The engine's attention kernels as it names them (vLLM from 0.13: "
+    "FLASH_ATTN, FLASHINFER, FLASHMLA, ..., auto from 0.18; SGLang: fa3, flashinfer, triton, "
+    "flashmla, trtllm_mla, ...): the page size they force and the backends the engine refuses "
+    "for the model and GPU.",
+    "prefill_attention_backend": "SGLang (from 0.4.9.post5): the prefill phase's attention "
+    "backend.",
+    "decode_attention_backend": "SGLang (from 0.4.9.post5): the decode phase's attention backend.",
+    "nsa_prefill_backend": "SGLang (from 0.5.4), DeepSeek sparse attention models: the prefill "
+    "NSA kernels.",
+    "nsa_decode_backend": "SGLang (from 0.5.4), DeepSeek sparse attention models: the decode "
+    "NSA kernels.",
 }
-# the kernel-backend flags: the attention ones and the MoE runner's (each engine's spelling)
+# the kernel-backend flags (SERVE_FLAGS' names, kvplan.engines.backends.Backends' fields): the
+# attention ones and each engine's MoE kernel flag
 BACKEND_FLAGS = {
     **ATTENTION_BACKEND_FLAGS,
-    "moe_backend": "The MoE kernels as the engine names them (vLLM --moe-backend: auto, triton, "
-    "deep_gemm, cutlass, flashinfer_trtllm, ...; SGLang --moe-runner-backend: auto, triton, "
-    "triton_kernel, flashinfer_trtllm, flashinfer_cutlass, flashinfer_mxfp4, ...): the names "
-    "and launches the engine refuses; MoE times stay on kvplan's default kernel tables.",
+    "moe_backend": "vLLM (0.19 on): the MoE kernels as vLLM names them (auto, triton, "
+    "deep_gemm, cutlass, flashinfer_trtllm, ...): the names and launches vLLM refuses; MoE times "
+    "stay on kvplan's default kernel tables.",
+    "moe_runner_backend": "SGLang (0.5): the MoE kernels as SGLang names them (auto, triton, "
+    "triton_kernel, flashinfer_trtllm, flashinfer_cutlass, flashinfer_mxfp4, ...): the names and "
+    "launches SGLang refuses; MoE times stay on kvplan's default kernel tables.",
 }
+
+
+def backends_of(values: dict[str, Any]) -> Any:
+    """The kernel-backend flags given (`values`: BACKEND_FLAGS' names to the options' values,
+    more keys ignored) as the one record every request carries."""
+    from kvplan.engines.backends import Backends
+
+    return Backends(**{name: values[name] for name in BACKEND_FLAGS})
+
+
+def with_backends(fn):
+    """Command `fn` with the kernel-backend flags (BACKEND_FLAGS, as the engines spell them) as
+    its options in place of its `backends` parameter, which receives them as one Backends
+    record (backends_of): plan and simulate declare and build them here, once."""
+    signature = inspect.signature(fn)
+    params = []
+    for param in signature.parameters.values():
+        if param.name != "backends":
+            params.append(param)
+            continue
+        params.extend(
+            inspect.Parameter(name, param.kind, default=backend_option(name), annotation=str)
+            for name in BACKEND_FLAGS
+        )
+
+    @functools.wraps(fn)
+    def wrapper(**options: Any) -> Any:
+        backends = backends_of(options)
+        rest = {k: v for k, v in options.items() if k not in BACKEND_FLAGS}
+        return fn(**rest, backends=backends)
+
+    wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    annotations = {k: v for k, v in fn.__annotations__.items() if k != "backends"}
+    wrapper.__annotations__ = {**annotations, **dict.fromkeys(BACKEND_FLAGS, str)}
+    return wrapper
 
 
 # vLLM's recurrent-state dtype flags (engines.vllm.state_dtypes) and each one's help
@@ -383,6 +427,27 @@ def render(view, fmt, out: Path | None = None) -> str:
         for words in view.notes:
             typer.echo(f"note: {terminal_text(words)}", err=True)
     return render_view(view, fmt)
+
+
+def engine_version_option():
+    """--engine-version: the release of the engine simulated (simulate's --engine, plan's
+    --emit) whose rules and defaults apply; checked by check_engine_version."""
+    return typer.Option(
+        None,
+        "--engine-version",
+        help="The engine's release whose rules and defaults apply: vLLM 0.6 on (default "
+        "0.19), SGLang 0.4 or 0.5 (default; another runs with the nearest, noted).",
+    )
+
+
+def check_engine_version(engine: str, version: str | None) -> str | None:
+    """--engine-version as given, or a one-line error for what no release of `engine` spells
+    (kvplan.simulate.setup.check_engine_version)."""
+    from kvplan.simulate.setup import check_engine_version as check
+
+    if version is not None:
+        check(engine, version)
+    return version
 
 
 def dcp_option():

@@ -52,6 +52,8 @@ class Flag(NamedTuple):
 def _flags() -> tuple[Flag, ...]:
     """Every option, in the order `--help` lists them (built once: the signature and the
     applies-to checks read the same declarations)."""
+    from kvplan.engines.backends import FIRST_RELEASE
+
     return (
         Flag("model", str, c.model_argument()),
         Flag(
@@ -275,7 +277,7 @@ def _flags() -> tuple[Flag, ...]:
                 str,
                 c.backend_option(name),
                 f"--{name.replace('_', '-')}",
-                SERVERS if name in ("attention_backend", "moe_backend") else (SGLANG,),
+                tuple(FIRST_RELEASE[name]),  # the engines that take it
             )
             for name in c.BACKEND_FLAGS
         ),
@@ -711,7 +713,7 @@ def _server(o) -> None:
         hybrid_kv_cache_manager=not o.disable_hma,
         mem_fraction_static=c.fraction(o.mem_fraction_static, "--mem-fraction-static"),
         sglang_version=o.sglang_version if o.sglang_version is not None else "0.5",
-        **{name: getattr(o, name) for name in c.BACKEND_FLAGS},
+        backends=c.backends_of(vars(o)),
     )
     result = engine_allocation(spec, c.load_gpu(o.gpu), request)
     c.emit(c.render(engine_view(result), o.fmt))

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from kvplan.cli import common as c
 from kvplan.errors import KvplanError
+
+if TYPE_CHECKING:
+    from kvplan.engines.backends import Backends
 
 EXAMPLE = (
     "Example: kvplan plan llama-3.1-70b --gpu h200 --rate 50 --input-len 2k --output-len 500 "
@@ -25,6 +29,7 @@ def _ints(text: str, what: str, maximum: int) -> tuple[int, ...]:
 def add(app: typer.Typer) -> None:
     @app.command("plan", epilog=EXAMPLE)
     @c.command
+    @c.with_backends
     def plan_cmd(
         model: str = c.model_argument(),
         rate: float = typer.Option(..., "--rate", help="Requests per second to serve in all."),
@@ -75,6 +80,7 @@ def add(app: typer.Typer) -> None:
         emit: str = typer.Option(
             "vllm", "--emit", help="Engine simulated and launched: vllm or sglang."
         ),
+        engine_version: str = c.engine_version_option(),
         mem_fraction_static: float = c.serve_option(
             "mem_fraction_static",
             None,
@@ -124,12 +130,7 @@ def add(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", min=0, max=2**31, help="Random seed."),
         dcp: int = c.dcp_option(),
         enforce_eager: bool = c.enforce_eager_option(),
-        attention_backend: str = c.backend_option("attention_backend"),
-        prefill_attention_backend: str = c.backend_option("prefill_attention_backend"),
-        decode_attention_backend: str = c.backend_option("decode_attention_backend"),
-        nsa_prefill_backend: str = c.backend_option("nsa_prefill_backend"),
-        nsa_decode_backend: str = c.backend_option("nsa_decode_backend"),
-        moe_backend: str = c.backend_option("moe_backend"),
+        backends: Backends = None,  # type: ignore[assignment]  # its flags: c.with_backends
         speculative: str = typer.Option(
             "auto",
             "--speculative",
@@ -163,6 +164,7 @@ def add(app: typer.Typer) -> None:
 
         if emit not in ("vllm", "sglang"):
             raise KvplanError(f"--emit {emit!r}: choose vllm or sglang")
+        c.check_engine_version(emit, engine_version)
         from kvplan.simulate.workload import MIN_RATE
 
         if not MIN_RATE <= rate <= 1e6:
@@ -198,6 +200,7 @@ def add(app: typer.Typer) -> None:
             max_gpus=max_gpus,
             top=top,
             emit=emit,
+            engine_version=engine_version,
             async_scheduling=async_scheduling,
             jobs=jobs,
             prune=prune,
@@ -213,12 +216,7 @@ def add(app: typer.Typer) -> None:
                 dcp, what="--decode-context-parallel-size", minimum=1, maximum=1024
             ),
             enforce_eager=enforce_eager,
-            attention_backend=attention_backend,
-            prefill_attention_backend=prefill_attention_backend,
-            decode_attention_backend=decode_attention_backend,
-            nsa_prefill_backend=nsa_prefill_backend,
-            nsa_decode_backend=nsa_decode_backend,
-            moe_backend=moe_backend,
+            backends=backends,
             speculative=speculative,
             **c.speculative_fields(
                 speculative_config,

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from kvplan.cli import common as c
 from kvplan.errors import KvplanError
+
+if TYPE_CHECKING:
+    from kvplan.engines.backends import Backends
 
 EXAMPLE = (
     "Example: kvplan simulate qwen3-8b --gpu h100 --num-prompts 1000 --request-rate 2,4,8,inf "
@@ -127,6 +131,7 @@ def engine_versions(engine: str, engine_version: str | None, vllm_version: str |
     --vllm-version spelling."""
     if engine_version is not None and vllm_version is not None:
         raise KvplanError("give --engine-version or --vllm-version, not both")
+    c.check_engine_version(engine, engine_version)
     if engine == "sglang":
         if vllm_version is not None:
             raise KvplanError(
@@ -186,6 +191,7 @@ def length_law(
 def add(app: typer.Typer) -> None:
     @app.command("simulate", epilog=EXAMPLE)
     @c.command
+    @c.with_backends
     def simulate_cmd(
         model: str = c.model_argument(),
         gpu: str = c.gpu_option(),
@@ -431,12 +437,7 @@ def add(app: typer.Typer) -> None:
             "--swap-space",
             help="vLLM: CPU swap space per GPU in GiB (default 4); V0 uses it only to swap.",
         ),
-        engine_version: str = typer.Option(
-            None,
-            "--engine-version",
-            help="The engine's release whose rules and defaults apply: vLLM 0.6 on (default "
-            "0.19), SGLang 0.4 or 0.5 (default; another runs with the nearest, noted).",
-        ),
+        engine_version: str = c.engine_version_option(),
         vllm_version: str = typer.Option(
             None,
             "--vllm-version",
@@ -466,12 +467,7 @@ def add(app: typer.Typer) -> None:
         enforce_eager: bool = c.enforce_eager_option(),
         mamba_cache_dtype: str = c.mamba_dtype_option("mamba_cache_dtype"),
         mamba_ssm_cache_dtype: str = c.mamba_dtype_option("mamba_ssm_cache_dtype"),
-        attention_backend: str = c.backend_option("attention_backend"),
-        prefill_attention_backend: str = c.backend_option("prefill_attention_backend"),
-        decode_attention_backend: str = c.backend_option("decode_attention_backend"),
-        nsa_prefill_backend: str = c.backend_option("nsa_prefill_backend"),
-        nsa_decode_backend: str = c.backend_option("nsa_decode_backend"),
-        moe_backend: str = c.backend_option("moe_backend"),
+        backends: Backends = None,  # type: ignore[assignment]  # its flags: c.with_backends
         num_scheduler_steps: int = typer.Option(
             1,
             "--num-scheduler-steps",
@@ -587,12 +583,7 @@ def add(app: typer.Typer) -> None:
                 num_scheduler_steps=num_scheduler_steps,
                 preemption_mode=preemption_mode,
                 swap_space=swap_space,
-                attention_backend=attention_backend,
-                prefill_attention_backend=prefill_attention_backend,
-                decode_attention_backend=decode_attention_backend,
-                nsa_prefill_backend=nsa_prefill_backend,
-                nsa_decode_backend=nsa_decode_backend,
-                moe_backend=moe_backend,
+                backends=backends,
                 nnodes=nnodes,
                 data_parallel_size_local=data_parallel_size_local,
                 **c.speculative_fields(

@@ -13,6 +13,12 @@ __all__ = ["ENGINES", "EngineRequest", "engine_allocation"]
 def engine_allocation(spec, gpu, request: EngineRequest):
     """The Python twin of `kvplan engine MODEL --engine vllm|sglang|llama.cpp|ollama`: a typed
     result."""
+    from kvplan.engines.backends import check_backends
+
+    if request.engine not in ENGINES:
+        raise KvplanError(f"unknown engine {request.engine!r}; choose from {', '.join(ENGINES)}")
+    version = request.sglang_version if request.engine == "sglang" else request.vllm_version
+    check_backends(request.backends, request.engine, version)
     if request.engine == "vllm":
         from kvplan.engines.vllm import vllm_allocation
 
@@ -27,8 +33,6 @@ def engine_allocation(spec, gpu, request: EngineRequest):
         from kvplan.engines.llamacpp import LlamaCppRequest, llamacpp_allocation
 
         return llamacpp_allocation(spec, gpu, request.llamacpp or LlamaCppRequest())
-    if request.engine == "ollama":
-        from kvplan.engines.ollama import OllamaRequest, ollama_allocation
+    from kvplan.engines.ollama import OllamaRequest, ollama_allocation
 
-        return ollama_allocation(spec, gpu, request.ollama or OllamaRequest())
-    raise KvplanError(f"unknown engine {request.engine!r}; choose from {', '.join(ENGINES)}")
+    return ollama_allocation(spec, gpu, request.ollama or OllamaRequest())

@@ -12,14 +12,13 @@ EP) must keep whole 128-wide blocks: both engines stop at weight creation otherw
 
 from __future__ import annotations
 
+from kvplan.engines.backends import flag_of, moe_field
 from kvplan.errors import KvplanError
 
-# how each engine spells the flag
-MOE_BACKEND_FLAG = {"vllm": "--moe-backend", "sglang": "--moe-runner-backend"}
-
-# vLLM config/kernel.py MoEBackend: as vllm#33807 added --moe-backend (early 2026; the 0.19
-# line), then with deep_gemm_mega_moe and emulation (the literal of the 0.20/0.21 line and of the
-# newest kernel.py read, kvplan's 0.32)
+# vLLM config/kernel.py MoEBackend: as vllm#33807 added --moe-backend (early 2026; the same
+# literal in 0.17, 0.18 and 0.19, whose fused_moe oracles kvplan reads from 0.19 on), then with
+# deep_gemm_mega_moe and emulation (the literal of the 0.20/0.21 line and of the newest
+# kernel.py read, kvplan's 0.32)
 _VLLM_019 = (
     "auto",
     "triton",
@@ -81,15 +80,9 @@ def moe_backend_name(engine: str, value: str | None, version: str) -> str | None
     SGLang's ("0.4", "0.5")."""
     if value is None:
         return None
-    flag = MOE_BACKEND_FLAG[engine]
+    flag = flag_of(moe_field(engine))
     name = str(value)
-    if engine == "sglang":
-        if version == "0.4":
-            raise KvplanError(
-                f"{flag} is SGLang 0.5's; 0.4 chose its MoE kernels with --enable-ep-moe, "
-                "--enable-deepep-moe and --enable-flashinfer-*-moe flags, which kvplan does not "
-                "take"
-            )
+    if engine == "sglang":  # 0.4 has no such flag (engines.backends.check_backends)
         names: tuple[str, ...] = SGLANG_MOE_RUNNER_BACKENDS
     else:
         names = VLLM_MOE_BACKENDS[version]

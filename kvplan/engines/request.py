@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvplan.engines.backends import Backends
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 
@@ -53,15 +54,9 @@ class EngineRequest(NamedTuple):
     expert_ranks: int | None = None
     # vLLM -dcp: the KV cache sharded along tokens over this many ranks of the TP group
     decode_context_parallel_size: int = 1
-    # the engines' attention backend flags as typed (None: the engine's own choice): vLLM's and
-    # SGLang's --attention-backend; SGLang's per-phase and DSA (--nsa-*-backend) choices
-    attention_backend: str | None = None
-    prefill_attention_backend: str | None = None
-    decode_attention_backend: str | None = None
-    nsa_prefill_backend: str | None = None
-    nsa_decode_backend: str | None = None
-    # vLLM's --moe-backend / SGLang's --moe-runner-backend as typed (kvplan.engines.moe_backend)
-    moe_backend: str | None = None
+    # the engines' kernel-backend flags as typed (kvplan.engines.backends; none: the engine's own
+    # choice)
+    backends: Backends = Backends()
     speculative_eagle_topk: int | None = None  # SGLang picks its default backend by it
 
 
@@ -105,17 +100,7 @@ def refuse_gqa_indexer(spec, engine: str) -> None:
 def refuse_backends_for_compressed(request: EngineRequest, engine: str) -> None:
     """DeepSeek-V4's compressed pools (vLLM 0.32, SGLang 0.5.14) are modelled for the engines'
     own DeepSeek-V4 attention only: a given attention-backend flag is refused, not ignored."""
-    given = [
-        f"--{name.replace('_', '-')}"
-        for name in (
-            "attention_backend",
-            "prefill_attention_backend",
-            "decode_attention_backend",
-            "nsa_prefill_backend",
-            "nsa_decode_backend",
-        )
-        if getattr(request, name) is not None
-    ]
+    given = [flag for flag, _ in request.backends.given(moe=False)]
     if given:
         raise KvplanError(
             f"{given[0]}: kvplan models DeepSeek-V4's pools for {engine}'s own DeepSeek-V4 "

@@ -21,6 +21,7 @@ import re
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
+from kvplan.engines.backends import ATTENTION_FIELDS, Backends, flag_of
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.moe_backend import moe_backend_name
 from kvplan.engines.request import EngineRequest
@@ -259,19 +260,17 @@ def _checked_backend(flag: str, value: str | None, choices: tuple[str, ...]) -> 
     return value
 
 
-def check_sglang_backends(flags) -> tuple[str | None, ...]:
-    """(attention, prefill, decode, NSA prefill, NSA decode) backends of anything with the
-    EngineRequest fields of those names, each refused unless SGLang's argparse takes it."""
-    return (
-        _checked_backend("--attention-backend", flags.attention_backend,
-                         SGLANG_ATTENTION_BACKENDS),
-        _checked_backend("--prefill-attention-backend", flags.prefill_attention_backend,
-                         SGLANG_ATTENTION_BACKENDS),
-        _checked_backend("--decode-attention-backend", flags.decode_attention_backend,
-                         SGLANG_ATTENTION_BACKENDS),
-        _checked_backend("--nsa-prefill-backend", flags.nsa_prefill_backend, SGLANG_NSA_BACKENDS),
-        _checked_backend("--nsa-decode-backend", flags.nsa_decode_backend, SGLANG_NSA_BACKENDS),
-    )  # fmt: skip
+def check_sglang_backends(backends: Backends) -> tuple[str | None, ...]:
+    """(attention, prefill, decode, NSA prefill, NSA decode) backends given, each refused unless
+    SGLang's argparse takes it."""
+    return tuple(
+        _checked_backend(
+            flag_of(name),
+            getattr(backends, name),
+            SGLANG_NSA_BACKENDS if name.startswith("nsa") else SGLANG_ATTENTION_BACKENDS,
+        )
+        for name in ATTENTION_FIELDS
+    )
 
 
 def _default_sglang_backend(spec: ModelSpec, gpu: GpuProfile, tp: int, topk: int | None) -> str:
@@ -306,7 +305,7 @@ def sglang_attention(
     _handle_attention_backend_compatibility, _set_default_nsa_backends, _handle_page_size;
     layers/attention/attention_registry.py), refused as SGLang refuses them. Release 0.4: a given
     backend forces its page as 0.5.9 does; the default backend is not modelled (page 1)."""
-    backend, prefill, decode, nsa_prefill, nsa_decode = check_sglang_backends(request)
+    backend, prefill, decode, nsa_prefill, nsa_decode = check_sglang_backends(request.backends)
     given = any(x is not None for x in (backend, prefill, decode, nsa_prefill, nsa_decode))
     attn = spec.attention_layers()[0]
     mla = attn.kind is CacheKind.MLA
@@ -468,7 +467,9 @@ def sglang_compressed_allocation(
     from kvplan.engines.request import refuse_backends_for_compressed
 
     refuse_backends_for_compressed(request, "SGLang")
-    moe_backend_name("sglang", request.moe_backend, sglang_release(request.sglang_version)[0])
+    moe_backend_name(
+        "sglang", request.backends.moe_runner_backend, sglang_release(request.sglang_version)[0]
+    )
     name = spec.name
     dtype = request.kv_cache_dtype
     if sglang_release(request.sglang_version)[0] != "0.5":
@@ -573,7 +574,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     notes = [*spec.source_notes, *([too_long] if too_long else []), *dtype_notes]
     spec = spec._replace(dtype=dtype)
     version, _ = sglang_release(request.sglang_version)
-    moe_backend_name("sglang", request.moe_backend, version)
+    moe_backend_name("sglang", request.backends.moe_runner_backend, version)
     default = default_mem_fraction(spec, gpu, request.tp, request.pp, version)
     fraction = request.mem_fraction_static
     given = fraction is not None

@@ -81,7 +81,7 @@ V08_LAST_PATCH = 5
 V08_NAMED_GPUS = ("h100", "h200")
 
 
-def check_release_exists(version: str) -> None:
+def check_release_exists(version: str, flag: str = "--vllm-version") -> None:
     """Refuse a patch past the last release of a minor kvplan reads by its patches (0.6.6.post1,
     0.7.3, 0.8.5.post1): '0.6.9' is no vLLM release, and would run as 0.6.6's rules unsaid."""
     from kvplan.engines.vllm_v0 import LAST_PATCH, release_patch
@@ -93,12 +93,12 @@ def check_release_exists(version: str) -> None:
     minor = f"{parts[0]}.{parts[1]}"
     if parts[2] is None and str(version) != minor:  # '0.6.x', '0.6.99999': no patch read
         raise KvplanError(
-            f"--vllm-version {str(version)[:20]!r} is no vLLM release; give {minor} (its last "
+            f"{flag} {str(version)[:20]!r} is no vLLM release; give {minor} (its last "
             f"release, {minor}.{last}) or a release from {minor}.0 to {minor}.{last}"
         )
     if parts[2] is not None and parts[2] > last:
         raise KvplanError(
-            f"--vllm-version {str(version)[:20]!r}: vLLM {minor}'s releases end at "
+            f"{flag} {str(version)[:20]!r}: vLLM {minor}'s releases end at "
             f"{minor}.{last}; give one of them, or {minor} for the last"
         )
 
@@ -753,7 +753,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     # vLLM's argument parser takes these whatever the model (state_dtypes applies them)
     _mamba_flag("--mamba-cache-dtype", request.mamba_cache_dtype, request.vllm_version)
     _mamba_flag("--mamba-ssm-cache-dtype", request.mamba_ssm_cache_dtype, request.vllm_version)
-    moe_backend = moe_backend_name("vllm", request.moe_backend, request.vllm_version)
+    moe_backend = moe_backend_name("vllm", request.backends.moe_backend, request.vllm_version)
     if any(a.compress_ratio for a in spec.attention_layers()):
         return compressed_allocation(spec, gpu, request)
     indexed = [a for a in spec.attention_layers() if a.gqa_indexer]
@@ -774,7 +774,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     seqs, tokens = resolve_batch(request, gpu)
     request = request._replace(max_num_seqs=seqs, max_num_batched_tokens=tokens)
     backend, backend_block = vllm_attention_backend(
-        spec, gpu, request.attention_backend, request.block_size
+        spec, gpu, request.backends.attention_backend, request.block_size
     )
     # update_block_size_for_backend leaves hybrid (Mamba) models at 16 before unifying pages, and
     # MiniMax-M3's indexer takes 128-token blocks whatever the attention backend

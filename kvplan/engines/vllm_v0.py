@@ -211,6 +211,34 @@ def check_multi_step_chunked(release: tuple[int, int, int], steps: int, chunked:
         raise KvplanError("vLLM V0 refuses multi-step chunked prefill with --pp above 1")
 
 
+# The launch flags kvplan prints for V1 engines only (data parallelism, expert parallelism,
+# multi-node launches, decode context parallelism and the --speculative-config JSON): kvplan
+# plans a V0 release as one TP x PP engine without them (the kernel-backend flags' releases are
+# kvplan.engines.backends')
+V1_LAUNCH_FLAGS = (
+    "--data-parallel-size",
+    "--enable-expert-parallel",
+    "--data-parallel-size-local",
+    "--nnodes",
+    "--decode-context-parallel-size",
+    "--speculative-config",
+)
+
+
+def check_v0_launch(version: str, flags: tuple[str, ...]) -> None:
+    """A launch of a V0 release (0.6, 0.7) with a flag of V1_LAUNCH_FLAGS, refused as one line
+    (kvplan neither simulates nor prints it for V0)."""
+    release = v0_release(version)
+    given = [flag for flag in flags if flag in V1_LAUNCH_FLAGS]
+    if release is None or not given:
+        return
+    raise KvplanError(
+        f"{given[0]}: kvplan plans vLLM V0 releases (0.6, 0.7; --engine-version "
+        f"{str(version)[:20]}) as one TP x PP engine without it; drop it or give "
+        "--engine-version 0.8 or later"
+    )
+
+
 def check_swap_space(gib: float | None) -> None:
     """--swap-space in GiB of CPU memory per GPU: a number from 0."""
     if gib is None:

@@ -12,11 +12,11 @@ import os
 
 from kvplan.engines import sglang as sglang_engine
 from kvplan.engines import vllm as vllm_engine
+from kvplan.engines.backends import ENGINE_NAMES
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 
 TARGETS = ("vllm", "sglang", "vllm-docker", "sglang-docker", "vllm-k8s", "sglang-k8s")
-ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 
 # KV dtype (kvplan's name, or an engine spelling `kvplan plan` passes on) -> --kv-cache-dtype,
 # only where the engine's command line takes it (CLI_KV_CACHE_DTYPES)

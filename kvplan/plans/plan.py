@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from kvplan import __version__
 from kvplan.anatomy.model import ModelSpec
+from kvplan.engines.backends import Backends, check_backends
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import BatchShape
@@ -103,6 +104,9 @@ class PlanRequest(NamedTuple):
     max_gpus: int = 1024
     top: int = 10
     emit: str = "vllm"  # the engine whose launch command is printed
+    # --engine-version: the release of --emit's engine whose defaults and admission rules every
+    # configuration is simulated with (None: the default release, vLLM 0.19 / SGLang 0.5)
+    engine_version: str | None = None
     async_scheduling: bool = True
     jobs: int = 0  # worker processes (0: one per core)
     frontend: Frontend = Frontend()
@@ -126,15 +130,9 @@ class PlanRequest(NamedTuple):
     # vLLM -dcp and --enforce-eager (SGLang --disable-cuda-graph) for every configuration
     decode_context_parallel_size: int = 1
     enforce_eager: bool = False
-    # the attention-backend flags for every configuration, as the engines spell them
-    # (kvplan.simulate.setup.ServeOptions' fields of the same names; None: not given)
-    attention_backend: str | None = None
-    prefill_attention_backend: str | None = None
-    decode_attention_backend: str | None = None
-    nsa_prefill_backend: str | None = None
-    nsa_decode_backend: str | None = None
-    # vLLM's --moe-backend / SGLang's --moe-runner-backend for every configuration
-    moe_backend: str | None = None
+    # the kernel-backend flags for every configuration, as `kvplan simulate` takes them
+    # (kvplan.engines.backends; none: the engine's own choice)
+    backends: Backends = Backends()
     # speculative decoding (kvplan.simulate.speculative): "auto" searches each layout without
     # it and, for a model with MTP layers, with them (k = its MTP layers); "off" without it.
     # A speculative layout given as `kvplan simulate` takes it (vLLM's --speculative-config,
@@ -224,6 +222,8 @@ class PlanResult(NamedTuple):
     parallel_flags: str | None = None
     # the -dcp / eager-mode / attention-backend flags every launch command carries besides
     mode_flags: str | None = None
+    # --engine-version as given: the release simulated and launched (None: the default)
+    engine_version: str | None = None
 
 
 def plan(
@@ -234,6 +234,7 @@ def plan(
 ) -> PlanResult:
     """The Python twin of `kvplan plan MODEL --rate R --slo ...`."""
     _check(request, gpus)
+    _check_release(request)
     _check_layout(spec, request)
     _check_backends(request)
     if request.max_model_len is not None:  # a launch the engine refuses, refused before searching
@@ -247,14 +248,16 @@ def plan(
         raise KvplanError(f"{len(configs):,} configurations: at most {MAX_CONFIGS:,}")
     outcomes = _run_all(spec, gpus, request, configs, requests, request.jobs, progress)
     candidates, reasons, pruned = [], Counter[str](), 0
-    for outcome in outcomes:
+    found: list[tuple[Candidate, Config]] = []
+    for config, outcome in zip(configs, outcomes, strict=True):
         if outcome == PRUNED:  # (a reason is never this word)
             pruned += 1
         elif isinstance(outcome, str):
             reasons[outcome] += 1
         else:
-            candidates.append(outcome)
-    candidates.sort(key=lambda c: (c.usd_per_hour, c.num_gpus, -c.goodput_rps))
+            found.append((outcome, config))
+    found.sort(key=lambda f: (f[0].usd_per_hour, f[0].num_gpus, -f[0].goodput_rps))
+    candidates = [c for c, _config in found]
     mean_in = sum(r.input_tokens for r in requests) / len(requests)
     mean_out = sum(r.output_tokens for r in requests) / len(requests)
     notes = [
@@ -276,6 +279,9 @@ def plan(
         notes.append(note("plan-speculative", layouts=len(layouts) - 1, engine=request.emit))
     if not candidates:
         notes.append(note("plan-none"))
+    if request.engine_version is not None:
+        listed = [config for _c, config in found[: request.top]]
+        notes.extend(_release_notes(spec, gpus, request, listed or configs[:RELEASE_TRIES]))
     return PlanResult(
         kvplan_version=__version__,
         model={"name": spec.name, "hf_id": spec.hf_id},
@@ -297,6 +303,7 @@ def plan(
         confidence=request.confidence,
         parallel_flags=parallel_flags(request),
         mode_flags=mode_flags(request),
+        engine_version=request.engine_version,
     )
 
 
@@ -412,7 +419,7 @@ def speculative_layouts(spec: ModelSpec, request: PlanRequest) -> list[dict]:
             raise KvplanError("--speculative off: drop the speculative flags")
         return [{}, {**given, **accept}]
     layers = mtp_layers(spec)
-    if request.speculative == "off" or not layers:
+    if request.speculative == "off" or not layers or _vllm_v0(request):
         if request.spec_accept is not None or request.spec_accept_length is not None:
             raise KvplanError(
                 "--spec-accept prices speculative layouts: give one (--speculative-config, "
@@ -599,52 +606,27 @@ def mode_flags(request: PlanRequest) -> str | None:
         flags.append(f"--decode-context-parallel-size {request.decode_context_parallel_size}")
     if request.enforce_eager:
         flags.append("--enforce-eager" if request.emit == "vllm" else "--disable-cuda-graph")
-    from kvplan.engines.moe_backend import MOE_BACKEND_FLAG
-
-    for name, value in _backend_flags(request).items():
-        if value is not None:
-            flag = (
-                MOE_BACKEND_FLAG[request.emit]
-                if name == "moe_backend"
-                else f"--{name.replace('_', '-')}"
-            )
-            flags.append(f"{flag} {value}")
+    flags.extend(f"{flag} {value}" for flag, value in request.backends.given())
     return " ".join(flags) or None
 
 
-BACKEND_FIELDS = (
-    "attention_backend",
-    "prefill_attention_backend",
-    "decode_attention_backend",
-    "nsa_prefill_backend",
-    "nsa_decode_backend",
-    "moe_backend",
-)
-
-
 def _check_backends(request: PlanRequest) -> None:
-    """Kernel-backend names --emit's engine does not take, refused before searching (which
-    model and GPU a known backend runs on is each configuration's to rule on)."""
+    """Kernel-backend flags and names --emit's engine does not take, refused before searching
+    (which model and GPU a known backend runs on is each configuration's to rule on)."""
     from kvplan.engines.moe_backend import moe_backend_name
 
+    release = ServeOptions(**release_fields(request))  # --engine-version, or the default
+    version = release.sglang_version if request.emit == "sglang" else release.vllm_version
+    check_backends(request.backends, request.emit, version)
+    moe_backend_name(request.emit, request.backends.moe(request.emit), version)
     if request.emit == "sglang":
         from kvplan.engines.sglang import check_sglang_backends
 
-        check_sglang_backends(request)
-        moe_backend_name("sglang", request.moe_backend, "0.5")
+        check_sglang_backends(request.backends)
         return
-    from kvplan.engines.vllm import VLLM_VERSIONS, vllm_backend_name
+    from kvplan.engines.vllm import vllm_backend_name
 
-    for name in BACKEND_FIELDS[1:-1]:
-        if getattr(request, name) is not None:
-            raise KvplanError(f"--{name.replace('_', '-')} is SGLang's; give --emit sglang")
-    vllm_backend_name(request.attention_backend)
-    moe_backend_name("vllm", request.moe_backend, VLLM_VERSIONS[0])
-
-
-def _backend_flags(request: PlanRequest) -> dict:
-    """The attention-backend fields of the request, for ServeOptions (same names)."""
-    return {name: getattr(request, name) for name in BACKEND_FIELDS}
+    vllm_backend_name(request.backends.attention_backend)
 
 
 def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
@@ -654,13 +636,21 @@ def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
         return
     from kvplan.simulate.setup import launch_nodes, parallel_layout
 
-    launch_nodes(ServeOptions(engine=request.emit, **_parallel_flags(request)))
+    launch_nodes(
+        ServeOptions(engine=request.emit, **release_fields(request), **_parallel_flags(request))
+    )
 
     first = None
     for tp in request.tps:
         try:
             parallel_layout(
-                spec, ServeOptions(tp=tp, engine=request.emit, **_parallel_flags(request))
+                spec,
+                ServeOptions(
+                    tp=tp,
+                    engine=request.emit,
+                    **release_fields(request),
+                    **_parallel_flags(request),
+                ),
             )
             return
         except KvplanError as exc:
@@ -675,11 +665,82 @@ def _check_speculative(spec: ModelSpec, request: PlanRequest) -> None:
     from kvplan.simulate import speculative
 
     for layout in speculative_layouts(spec, request)[1:]:
-        options = ServeOptions(engine=request.emit, **layout)
+        options = ServeOptions(engine=request.emit, **release_fields(request), **layout)
         asked = speculative.requested(spec, options)
         if asked is None:
             continue
         speculative.parse_accept(options.spec_accept, options.spec_accept_length, asked)
+
+
+def release_fields(request: PlanRequest) -> dict:
+    """The ServeOptions field of --engine-version: --emit's release (none given: the
+    ServeOptions default, vLLM 0.19 / SGLang 0.5)."""
+    if request.engine_version is None:
+        return {}
+    key = "sglang_version" if request.emit == "sglang" else "vllm_version"
+    return {key: request.engine_version}
+
+
+def _vllm_v0(request: PlanRequest) -> bool:
+    """Whether the plan simulates and launches a vLLM V0 release (0.6, 0.7)."""
+    from kvplan.engines.vllm_v0 import v0_release
+
+    return (
+        request.emit == "vllm"
+        and request.engine_version is not None
+        and v0_release(request.engine_version) is not None
+    )
+
+
+def _check_release(request: PlanRequest) -> None:
+    """--engine-version: a release of --emit's engine (one a release spells; a release kvplan
+    does not model runs with the nearest one's rules, noted), and for a vLLM V0 release no
+    option whose launch flag plan would print for a V1 engine only."""
+    if request.engine_version is None:
+        return
+    from kvplan.simulate.setup import check_engine_version
+
+    check_engine_version(request.emit, request.engine_version)
+    if not _vllm_v0(request):
+        return
+    from kvplan.engines.vllm_v0 import check_v0_launch
+
+    given = {
+        "--data-parallel-size": request.data_parallel_size > 1,
+        "--enable-expert-parallel": request.enable_expert_parallel,
+        "--data-parallel-size-local": request.data_parallel_size_local is not None,
+        "--nnodes": request.nnodes > 1,
+        "--decode-context-parallel-size": request.decode_context_parallel_size > 1,
+        "--speculative-config": any(getattr(request, k) is not None for k in SPECULATIVE_FIELDS),
+    }
+    check_v0_launch(request.engine_version, tuple(flag for flag, on in given.items() if on))
+
+
+RELEASE_TRIES = 20  # with none listed: the first configurations whose replica builds say it
+RELEASE_NOTES = (  # the notes of the release a replica is built with (--engine-version)
+    "sim-vllm-v0",
+    "sim-vllm-v0-defaults",
+    "sim-vllm-08-v0",
+    "sim-vllm-version-newer",
+    "sim-sglang-version-nearest",
+)
+
+
+def _release_notes(spec, gpus, request: PlanRequest, listed: list[Config]) -> tuple[Note, ...]:
+    """What --engine-version's release ran with: the release notes of the `listed`
+    configurations' replicas (the same notes simulate gives; those that cannot be built are
+    skipped), and those of a release kvplan does not model itself whatever the configuration."""
+    from kvplan.simulate.setup import release_notes
+
+    notes = release_notes(request.emit, request.engine_version or "")
+    for config in listed:
+        try:
+            options = _options(spec, request, config)
+            replica = build_replica(spec, gpus[config.gpu_index], options)
+        except KvplanError:
+            continue
+        notes.extend(n for n in replica.notes if n.id in RELEASE_NOTES)
+    return unique(notes)
 
 
 def _parallel_flags(request: PlanRequest) -> dict:
@@ -901,22 +962,7 @@ def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
     price = price_for(gpu, request.prices)
     if price is None:
         return f"no price for {gpu.name} (give --price {gpu.key}=USD)"
-    options = ServeOptions(
-        tp=config.tp,
-        pp=config.pp,
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        max_model_len=request.max_model_len,
-        kv_cache_dtype=config.kv_cache_dtype,  # both engines' simulations take fp8
-        async_scheduling=request.async_scheduling,
-        engine=request.emit,
-        mem_fraction_static=request.mem_fraction_static,
-        **_parallel_flags(request),
-        decode_context_parallel_size=request.decode_context_parallel_size,
-        enforce_eager=request.enforce_eager,
-        **_backend_flags(request),
-        **speculative_layouts(spec, request)[config.speculative],
-    )
+    options = _options(spec, request, config)
     try:
         if config.pp > spec.num_layers:
             return "more pipeline stages than layers"
@@ -932,6 +978,27 @@ def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
     return replica, price
 
 
+def _options(spec: ModelSpec, request: PlanRequest, config: Config) -> ServeOptions:
+    """The serve options one configuration is simulated with."""
+    return ServeOptions(
+        tp=config.tp,
+        pp=config.pp,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_model_len=request.max_model_len,
+        kv_cache_dtype=config.kv_cache_dtype,  # both engines' simulations take fp8
+        async_scheduling=request.async_scheduling,
+        engine=request.emit,
+        **release_fields(request),
+        mem_fraction_static=request.mem_fraction_static,
+        **_parallel_flags(request),
+        decode_context_parallel_size=request.decode_context_parallel_size,
+        enforce_eager=request.enforce_eager,
+        backends=request.backends,
+        **speculative_layouts(spec, request)[config.speculative],
+    )
+
+
 def _reason(message: str) -> str:
     """A refusal from building the replica, as a short reason that groups well."""
     if "does not divide" in message or "neither divides" in message:
@@ -942,6 +1009,8 @@ def _reason(message: str) -> str:
         return "more GPUs on a node than the profile's gpus_per_node"
     if "do not split evenly over" in message:
         return "the GPUs do not split evenly over the nodes"
+    if message.startswith("without chunked prefill"):  # V0's default below 32,768 tokens
+        return "chunked prefill off and a token budget below max_model_len"
     return message.split(";")[0][:80]
 
 

@@ -12,8 +12,33 @@ from __future__ import annotations
 from kvplan.plans.launch import Launch, kv_cache_dtype, mount_source, weights_setting
 from kvplan.present.escape import shell_word, yaml_string
 
-VLLM_IMAGE = "vllm/vllm-openai:v0.19.0"  # the release whose rules kvplan models
+VLLM_REPOSITORY = "vllm/vllm-openai"  # vLLM's image, tagged v + the release (v0.8.5)
+VLLM_IMAGE = f"{VLLM_REPOSITORY}:v0.19.0"  # the release whose rules kvplan models
 SGLANG_IMAGE = "lmsysorg/sglang:latest"  # pin the tag you test with
+
+
+def vllm_image(version: str) -> str:
+    """The vLLM image of the release `version` names (--engine-version): a patch as given
+    (0.6.3 -> v0.6.3, 0.6.6.post1 -> v0.6.6.post1); a minor alone the patch whose rules kvplan
+    runs for it (V0's last: 0.6 -> v0.6.6, 0.7 -> v0.7.3; 0.8 -> v0.8.5), else its first
+    (0.21 -> v0.21.0)."""
+    import re
+
+    from kvplan.engines.vllm import V08_LAST_PATCH
+    from kvplan.engines.vllm_v0 import LAST_PATCH, release_patch
+
+    parts = release_patch(version)
+    if parts is None:
+        raise ValueError(f"not a vLLM release: {version[:20]!r}")
+    major, minor, patch = parts
+    post = re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+)?", str(version))
+    if post is not None:
+        return f"{VLLM_REPOSITORY}:v{version}"
+    if patch is None:
+        patch = LAST_PATCH.get((major, minor), V08_LAST_PATCH if (major, minor) == (0, 8) else 0)
+    return f"{VLLM_REPOSITORY}:v{major}.{minor}.{patch}"
+
+
 VLLM_PORT, SGLANG_PORT = 8000, 30000
 CONTAINER_MODEL_DIR = "/model"  # where a local model folder is mounted in the container
 

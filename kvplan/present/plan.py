@@ -6,7 +6,7 @@ from __future__ import annotations
 from kvplan.plans.launch import Launch, check_launch
 from kvplan.plans.plan import Candidate, PlanResult
 from kvplan.present import format as f
-from kvplan.present.launch import one_line
+from kvplan.present.launch import one_line, vllm_image
 from kvplan.present.view import Column, Table, View, jsonable, view
 
 
@@ -72,6 +72,11 @@ def plan_view(result: PlanResult, engine: str = "vllm") -> View:
         if given is None:
             data.pop(key, None)  # not given: the JSON as before
     extra = " ".join(f for f in flags if f)
+    version = getattr(result, "engine_version", None)
+    if version is None:
+        data.pop("engine_version", None)  # not given: the JSON as before
+    elif engine == "vllm":  # SGLang's tags name a CUDA build too (v0.4.6.post1-cu124): none
+        data["image"] = vllm_image(version)
     rows = []
     for c, item in zip(result.candidates, data["candidates"], strict=True):
         item["command"] = serve_command(
@@ -100,6 +105,8 @@ def plan_view(result: PlanResult, engine: str = "vllm") -> View:
             )
         )
         facts.append(("launch each replica", rows[0]["command"]))
+        if "image" in data:
+            facts.append(("image", data["image"]))
     table = Table(
         "configurations that meet the targets, cheapest first",
         [

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import resolve_kv_format
+from kvplan.engines.backends import Backends, check_backends
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
     CUDA_GRAPH_MAX_TOKENS,
@@ -115,15 +116,8 @@ class ServeOptions(NamedTuple):
     spec_accept_length: float | None = None
     # vLLM V0's multi-step scheduling (--num-scheduler-steps, 0.6-0.8; 1: off)
     num_scheduler_steps: int = 1
-    # the attention backend flags as typed (None: the engine's own choice): vLLM's and SGLang's
-    # --attention-backend, SGLang's --prefill-/--decode-attention-backend and --nsa-*-backend
-    attention_backend: str | None = None
-    prefill_attention_backend: str | None = None
-    decode_attention_backend: str | None = None
-    nsa_prefill_backend: str | None = None
-    nsa_decode_backend: str | None = None
-    # vLLM's --moe-backend / SGLang's --moe-runner-backend as typed (None: the engine's choice)
-    moe_backend: str | None = None
+    # the kernel-backend flags as typed (kvplan.engines.backends; none: the engine's own choice)
+    backends: Backends = Backends()
     # vLLM V0's --preemption-mode (None: recompute for one-sequence requests) and --swap-space
     # (GiB of CPU memory per GPU; None: 4), kvplan.engines.vllm_v0
     preemption_mode: str | None = None
@@ -490,27 +484,14 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         raise KvplanError(
             "--mem-fraction-static is SGLang's; with --engine vllm give --gpu-memory-utilization"
         )
-    for flag, given in (
-        ("--prefill-attention-backend", options.prefill_attention_backend),
-        ("--decode-attention-backend", options.decode_attention_backend),
-        ("--nsa-prefill-backend", options.nsa_prefill_backend),
-        ("--nsa-decode-backend", options.nsa_decode_backend),
-    ):
-        if given is not None:
-            raise KvplanError(f"{flag} is SGLang's; vLLM takes one --attention-backend")
+    check_backends(options.backends, "vllm", options.vllm_version)
     notes: list[Note] = []
     spec.check_tp(options.tp)
-    if options.moe_backend is not None and _minor(options.vllm_version) < MOE_BACKEND_FROM:
+    if options.backends.moe_backend is not None and _minor(options.vllm_version) < MOE_BACKEND_FROM:
         raise KvplanError(
-            f"--moe-backend: kvplan knows vLLM's MoE backends from 0.19; vLLM "
-            f"{str(options.vllm_version)[:20]} chose its MoE kernels by VLLM_* environment "
-            "variables (--moe-backend came with vllm#33807, early 2026)"
-        )
-    if options.attention_backend is not None and _minor(options.vllm_version) < MOE_BACKEND_FROM:
-        raise KvplanError(
-            f"--attention-backend with vLLM {str(options.vllm_version)[:20]}: kvplan knows "
-            "vLLM's attention backends from 0.19 (the flag came with vllm#26315, late 2025; "
-            "before it the VLLM_ATTENTION_BACKEND environment variable chose them)"
+            f"--moe-backend: vLLM {str(options.vllm_version)[:20]} takes it, but kvplan knows its "
+            "names and refusals (the fused-MoE oracles) from 0.19 on: give --engine-version 0.19 "
+            "or later"
         )
     max_model_len = _max_model_len(spec, options)
     options, mnbt, seqs, v0_note = _batch_limits(spec, gpu, options, max_model_len)
@@ -519,9 +500,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         notes.append(v0)
     if v0_note is not None:
         notes.append(v0_note)
-    newer = newer_than_modelled(options.vllm_version)
-    if newer is not None:
-        notes.append(newer)
+    notes.extend(release_notes("vllm", options.vllm_version))
     layout = parallel_layout(spec, options)
     from kvplan.engines.vllm import check_dcp
 
@@ -556,8 +535,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         expert_ranks=layout.expert_ranks if layout.modelled else None,
         enforce_eager=options.enforce_eager,
         decode_context_parallel_size=dcp,
-        attention_backend=options.attention_backend,
-        moe_backend=options.moe_backend,
+        backends=options.backends,
         vllm_version=allocation_release(options.vllm_version),
         mamba_cache_dtype=options.mamba_cache_dtype,
         mamba_ssm_cache_dtype=options.mamba_ssm_cache_dtype,
@@ -741,20 +719,8 @@ def given_backends(options, moe: bool = False) -> str:
     """The attention-backend flags given, as typed ("--attention-backend triton"), or "";
     `moe`: the MoE runner's flag instead, in the engine's spelling ("--moe-runner-backend
     triton")."""
-    from kvplan.engines.moe_backend import MOE_BACKEND_FLAG
-
-    flags = (
-        ((MOE_BACKEND_FLAG.get(options.engine, "--moe-backend"), options.moe_backend),)
-        if moe
-        else (
-            ("--attention-backend", options.attention_backend),
-            ("--prefill-attention-backend", options.prefill_attention_backend),
-            ("--decode-attention-backend", options.decode_attention_backend),
-            ("--nsa-prefill-backend", options.nsa_prefill_backend),
-            ("--nsa-decode-backend", options.nsa_decode_backend),
-        )
-    )
-    return " ".join(f"{flag} {value}" for flag, value in flags if value is not None)
+    given = options.backends.given(attention=not moe, moe=moe)
+    return " ".join(f"{flag} {value}" for flag, value in given)
 
 
 def backend_kernels(spec, gpu, options, tables):
@@ -774,15 +740,15 @@ def backend_kernels(spec, gpu, options, tables):
         from kvplan.engines.sglang import SGLANG_TRTLLM_MLA_MODELS, _default_sglang_backend
         from kvplan.engines.vllm import gpu_generation
 
-        both = options.attention_backend
+        both = options.backends.attention_backend
         named = {
             "decode": (
-                "--decode-attention-backend" if options.decode_attention_backend else
-                "--attention-backend", options.decode_attention_backend or both,
+                "--decode-attention-backend" if options.backends.decode_attention_backend else
+                "--attention-backend", options.backends.decode_attention_backend or both,
             ),
             "prefill": (
-                "--prefill-attention-backend" if options.prefill_attention_backend else
-                "--attention-backend", options.prefill_attention_backend or both,
+                "--prefill-attention-backend" if options.backends.prefill_attention_backend else
+                "--attention-backend", options.backends.prefill_attention_backend or both,
             ),
         }  # fmt: skip
         attn = spec.attention_layers()
@@ -794,23 +760,23 @@ def backend_kernels(spec, gpu, options, tables):
     else:
         from kvplan.engines.vllm import gpu_generation, vllm_backend_name
 
-        name = vllm_backend_name(options.attention_backend)
+        name = vllm_backend_name(options.backends.attention_backend)
         named = {p: ("--attention-backend", name) for p in ("decode", "prefill")}
         # platforms/cuda.py _get_backend_priorities: FlashInfer first on SM10x, else
         # FlashAttention (MLA: vLLM's MLA tables time modules, not kernels: none read)
         default = None if mla else "FLASHINFER" if gpu_generation(gpu) == 10 else "FLASH_ATTN"
     typed = {  # the flags' values as written (vLLM takes any case)
-        "--attention-backend": options.attention_backend,
-        "--prefill-attention-backend": options.prefill_attention_backend,
-        "--decode-attention-backend": options.decode_attention_backend,
+        "--attention-backend": options.backends.attention_backend,
+        "--prefill-attention-backend": options.backends.prefill_attention_backend,
+        "--decode-attention-backend": options.backends.decode_attention_backend,
     }
     timed: dict = {"decode": {}, "prefill": {}}
     # DSA's NSA kernels: no per-backend rows (the DSA module tables are vLLM's)
     untimed = [
         f"{flag} {value}"
         for flag, value in (
-            ("--nsa-prefill-backend", options.nsa_prefill_backend),
-            ("--nsa-decode-backend", options.nsa_decode_backend),
+            ("--nsa-prefill-backend", options.backends.nsa_prefill_backend),
+            ("--nsa-decode-backend", options.backends.nsa_decode_backend),
         )
         if value is not None
     ]
@@ -965,7 +931,7 @@ def step_model(
                 version=next(iter(phases.values()))[0].version,
             )
         )
-    if options.moe_backend is not None and not measured:
+    if options.backends.moe(options.engine) is not None and not measured:
         notes.append(
             note(
                 "sim-moe-kernels",
@@ -1084,17 +1050,42 @@ UNCACHED_FIRST_FROM = (0, 24)  # BlockPool.free_blocks: uncached blocks reused f
 WINDOW_CAP_FROM = (0, 32)
 
 
-def _minor(version: str) -> tuple[int, int]:
+def _minor(version: str, flag: str = "--vllm-version") -> tuple[int, int]:
     """'0.13' or '0.19.1' -> (0, 13), a release simulate takes."""
     from kvplan.engines.vllm import release_minor
 
     major, minor = release_minor(version) or (-1, -1)
     if not V0_FROM <= (major, minor) <= (9, 999):  # V0 0.6-0.7 run with V1's 0.8 rules
-        raise KvplanError(f"--vllm-version {str(version)[:20]!r}: a vLLM version from 0.6, as 0.19")
+        raise KvplanError(f"{flag} {str(version)[:20]!r}: a vLLM version from 0.6, as 0.19")
     from kvplan.engines.vllm import check_release_exists
 
-    check_release_exists(version)
+    check_release_exists(version, flag)
     return major, minor
+
+
+def check_engine_version(engine: str, version: str) -> None:
+    """--engine-version (simulate's, plan's): a release of `engine` kvplan runs, exactly or
+    with the nearest known one's rules (noted where the replica is built), or a one-line error
+    for what no release spells."""
+    if engine == "sglang":
+        from kvplan.engines.sglang import sglang_release
+
+        sglang_release(version)
+    else:
+        _minor(version, "--engine-version")
+
+
+def release_notes(engine: str, version: str) -> list[Note]:
+    """The notes of a release kvplan does not model itself, whatever the configuration: a
+    vLLM release newer than the newest modelled, an SGLang release run with the nearest known
+    one's rules (the notes build_replica gives)."""
+    if engine != "sglang":
+        newer = newer_than_modelled(version)
+        return [] if newer is None else [newer]
+    from kvplan.engines.sglang import sglang_release
+
+    release, nearest = sglang_release(version)
+    return [note("sim-sglang-version-nearest", given=version, rules=release)] if nearest else []
 
 
 def newer_than_modelled(version: str) -> Note | None:
@@ -1189,13 +1180,10 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     ):
         if given:
             raise KvplanError(f"{flag} is a vLLM option; the SGLang simulation does not take it")
+    check_backends(options.backends, "sglang", options.sglang_version)
     layout = parallel_layout(spec, options)
-    release, nearest = sglang_release(options.sglang_version)
-    notes: list[Note] = []
-    if nearest:
-        notes.append(
-            note("sim-sglang-version-nearest", given=options.sglang_version, rules=release)
-        )
+    release, _nearest = sglang_release(options.sglang_version)
+    notes: list[Note] = release_notes("sglang", options.sglang_version)
     max_model_len = _max_model_len(spec, options)
     request = EngineRequest(
         engine="sglang",
@@ -1210,16 +1198,13 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         mem_fraction_static=options.mem_fraction_static,
         weights_dtype=weights_format(options),
         expert_ranks=layout.expert_ranks if layout.modelled else None,
-        attention_backend=options.attention_backend,
-        prefill_attention_backend=options.prefill_attention_backend,
-        decode_attention_backend=options.decode_attention_backend,
-        nsa_prefill_backend=options.nsa_prefill_backend,
-        nsa_decode_backend=options.nsa_decode_backend,
-        moe_backend=options.moe_backend,
+        backends=options.backends,
         speculative_eagle_topk=options.speculative_eagle_topk,
     )
     alloc = sglang_allocation(spec, gpu, request)
-    check_sglang_moe_backend(options.moe_backend, options.quantization, options.tp, options.ep_size)
+    check_sglang_moe_backend(
+        options.backends.moe_runner_backend, options.quantization, options.tp, options.ep_size
+    )
     notes.extend(alloc.notes)
     fmt_name = kv_format_name("sglang", alloc.kv_cache_dtype)
     speculation, draft = _speculation(spec, gpu, options, fmt_name, layout.attn_tp)
