@@ -140,7 +140,7 @@ def test_memory_per_gpu_is_tp16s():
 def test_the_simulated_run_says_it_spans_nodes():
     doc = run_json(
         "simulate", "llama-3.1-8b", "--gpu", "h100", "--tp", "16", "--nnodes", "2",
-        "--node-rank", "0", "--dist-init-addr", "10.0.0.1:5000", *SMALL,
+        "--node-rank", "0", "--master-addr", "10.0.0.1", "--master-port", "5000", *SMALL,
     )  # fmt: skip
     setup = doc["setup"]
     assert (setup["nodes"], setup["node_gpus"], setup["num_gpus"]) == (2, 8, 16)

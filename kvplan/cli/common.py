@@ -4,6 +4,7 @@ in every command (with their ranges checked at the edge), and writing the output
 import functools
 import inspect
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -497,20 +498,56 @@ def launch_only_option(*names: str, flag: bool = False):
     )
 
 
-def check_launch_ranks(nnodes: int, node_rank: str | None, dp: int, start_rank: str | None) -> None:
-    """--node-rank within --nnodes, --data-parallel-start-rank within --data-parallel-size
-    (one-line errors; the values change nothing priced)."""
+# vLLM's ParallelConfig.distributed_executor_backend (DistributedExecutorBackend, 0.19)
+DISTRIBUTED_EXECUTOR_BACKENDS = ("ray", "mp", "uni", "external_launcher")
+# the launch-only flags one engine's parser takes and the other's refuses (vLLM's EngineArgs and
+# serve parser; SGLang's ServerArgs: --dist-init-addr, alias --nccl-init-addr); both take
+# --nnodes and --node-rank
+VLLM_LAUNCH_FLAGS = (
+    "--master-addr",
+    "--master-port",
+    "--distributed-executor-backend",
+    "--data-parallel-address",
+    "--data-parallel-rpc-port",
+    "--data-parallel-start-rank",
+    "--headless",
+)
+SGLANG_LAUNCH_FLAGS = ("--dist-init-addr",)
+MAX_PORT = 65535
+
+
+def _launch_int(value: object, what: str, low: int, high: int) -> None:
+    """An integer launch flag as the engines' int() reads it, within [low, high]; a few digits
+    at most (int() of 4,301 digits raises)."""
     from kvplan.inputs.options import ascii_number
 
-    for value, what, limit in (
-        (node_rank, "--node-rank", nnodes),
-        (start_rank, "--data-parallel-start-rank", dp),
-    ):
-        if value is None:
-            continue
-        text = ascii_number(str(value), what).strip()
-        if not text.isdigit() or int(text) >= limit:
-            raise KvplanError(f"{what} {text[:20]!r} must be an integer from 0 to {limit - 1}")
+    text = ascii_number(str(value), what).strip()
+    if re.fullmatch(r"[0-9]{1,12}", text) is None or not low <= int(text) <= high:
+        raise KvplanError(f"{what} {text[:20]!r} must be an integer from {low:,} to {high:,}")
+
+
+def check_launch_flags(engine: str, nnodes: int, dp: int, given: dict[str, Any]) -> None:
+    """The launch-only flags (`given`: flag -> value, None or False when left out), refused as
+    the engine would refuse them, one line each: another engine's flag, --node-rank beyond
+    --nnodes, --data-parallel-start-rank beyond --data-parallel-size, a port outside 1-65535, an
+    executor backend vLLM does not know. The values change nothing priced."""
+    others = {"vllm": SGLANG_LAUNCH_FLAGS, "sglang": VLLM_LAUNCH_FLAGS}.get(engine, ())
+    for flag in others:
+        if given.get(flag) not in (None, False):
+            whose = "vLLM's" if flag in VLLM_LAUNCH_FLAGS else "SGLang's"
+            raise KvplanError(f"{flag} is {whose}; --engine {engine} does not take it")
+    for flag, limit in (("--node-rank", nnodes), ("--data-parallel-start-rank", dp)):
+        if given.get(flag) is not None:
+            _launch_int(given[flag], flag, 0, limit - 1)
+    for flag in ("--master-port", "--data-parallel-rpc-port"):
+        if given.get(flag) is not None:
+            _launch_int(given[flag], flag, 1, MAX_PORT)
+    backend = given.get("--distributed-executor-backend")
+    if backend is not None and backend not in DISTRIBUTED_EXECUTOR_BACKENDS:
+        raise KvplanError(
+            f"--distributed-executor-backend {str(backend)[:40]!r}: choose from "
+            f"{', '.join(DISTRIBUTED_EXECUTOR_BACKENDS)}"
+        )
 
 
 def enforce_eager_option():

@@ -511,7 +511,14 @@ def add(app: typer.Typer) -> None:
         rates = parse_rates(request_rate)
         if network_gbps is not None:
             check_range(network_gbps, what="--network-gbps", minimum=0.001, maximum=1_000_000)
-        c.check_launch_ranks(nnodes, node_rank, data_parallel_size, data_parallel_start_rank)
+        c.check_launch_flags(engine, nnodes, data_parallel_size, {
+            "--node-rank": node_rank, "--dist-init-addr": dist_init_addr,
+            "--master-addr": master_addr, "--master-port": master_port,
+            "--distributed-executor-backend": distributed_executor_backend,
+            "--data-parallel-address": data_parallel_address,
+            "--data-parallel-rpc-port": data_parallel_rpc_port,
+            "--data-parallel-start-rank": data_parallel_start_rank, "--headless": headless,
+        })  # fmt: skip
         if trace is not None and request_rate != "inf":
             raise KvplanError("--trace sets the arrival times; leave out --request-rate")
         from kvplan.simulate.workload import BENCH_DEFAULT_SEED

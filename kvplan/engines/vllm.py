@@ -81,6 +81,28 @@ V08_LAST_PATCH = 5
 V08_NAMED_GPUS = ("h100", "h200")
 
 
+def check_release_exists(version: str, flag: str = "--vllm-version") -> None:
+    """Refuse a patch past the last release of a minor kvplan reads by its patches (0.6.6.post1,
+    0.7.3, 0.8.5.post1): '0.6.9' is no vLLM release, and would run as 0.6.6's rules unsaid."""
+    from kvplan.engines.vllm_v0 import LAST_PATCH, release_patch
+
+    parts = release_patch(version)
+    last = None if parts is None else {**LAST_PATCH, (0, 8): V08_LAST_PATCH}.get(parts[:2])
+    if parts is None or last is None:
+        return
+    minor = f"{parts[0]}.{parts[1]}"
+    if parts[2] is None and str(version) != minor:  # '0.6.x', '0.6.99999': no patch read
+        raise KvplanError(
+            f"{flag} {str(version)[:20]!r} is no vLLM release; give {minor} (its last "
+            f"release, {minor}.{last}) or a release from {minor}.0 to {minor}.{last}"
+        )
+    if parts[2] is not None and parts[2] > last:
+        raise KvplanError(
+            f"{flag} {str(version)[:20]!r}: vLLM {minor}'s releases end at "
+            f"{minor}.{last}; give one of them, or {minor} for the last"
+        )
+
+
 def serve_batch_defaults(gpu: GpuProfile, version: str) -> tuple[int, int]:
     """`vllm serve`'s default (max_num_seqs, max_num_batched_tokens) of a V1 release (0.8 on) on
     this GPU; from 0.9 those of the nearest release kvplan models (batch_defaults)."""

@@ -1057,6 +1057,9 @@ def _minor(version: str, flag: str = "--vllm-version") -> tuple[int, int]:
     major, minor = release_minor(version) or (-1, -1)
     if not V0_FROM <= (major, minor) <= (9, 999):  # V0 0.6-0.7 run with V1's 0.8 rules
         raise KvplanError(f"{flag} {str(version)[:20]!r}: a vLLM version from 0.6, as 0.19")
+    from kvplan.engines.vllm import check_release_exists
+
+    check_release_exists(version, flag)
     return major, minor
 
 

@@ -218,22 +218,32 @@ class SglangEngine(Engine):
         if bm.num_free_blocks - bm.num_cached_free_blocks >= num_blocks:
             return
         evicted = 0
+        # evicting a leaf changes no other node's blocks, so the leaves found once are the
+        # ones a fresh look would find, less those evicted: taken in order, found again only
+        # when spent (a fresh look per leaf made a full pool's eviction quadratic)
+        leaves: list = []
         while evicted < num_blocks:
-            free = list(bm.cached_free_blocks())
-            if not free:
-                return
-            nodes = {id(n): n for n in map(self.node_of.get, free) if n is not None}
-            leaves = []
-            for node in nodes.values():
-                cached = [b for b in node.blocks if self.node_of.get(b) is node]
-                cached = [b for b in cached if bm.blocks[b].hash is not None]
-                if cached and all(bm.blocks[b].ref_count == 0 for b in cached):
-                    leaves.append((node.access, -node.depth, cached))
-            leaf = min(leaves)[2] if leaves else [free[0]]
+            if not leaves:
+                free = list(bm.cached_free_blocks())
+                if not free:
+                    return
+                leaves = sorted(self._free_leaves(bm, free), reverse=True)
+            leaf = leaves.pop()[2] if leaves else [free[0]]
             for b in leaf:
                 self.node_of.pop(b, None)
             bm.evict(leaf)
             evicted += len(leaf)
+
+    def _free_leaves(self, bm: BlockManager, free: list) -> list:
+        """(access, -depth, blocks) of each node whose cached blocks are all free."""
+        nodes = {id(n): n for n in map(self.node_of.get, free) if n is not None}
+        leaves = []
+        for node in nodes.values():
+            cached = [b for b in node.blocks if self.node_of.get(b) is node]
+            cached = [b for b in cached if bm.blocks[b].hash is not None]
+            if cached and all(bm.blocks[b].ref_count == 0 for b in cached):
+                leaves.append((node.access, -node.depth, cached))
+        return leaves
 
     def _span_free_blocks(self) -> int:
         """A run of decode steps takes only blocks outside the tree (evicting is per step)."""
