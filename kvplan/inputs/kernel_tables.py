@@ -149,13 +149,17 @@ def check_table_key(key: str, where: str) -> str:
     return key
 
 
-@cache
-def _load(gpu: str, engine: str, version: str) -> dict:
-    path = FOLDER / f"{gpu}.{engine}.{version}.json"
+def _read(path: Path) -> dict:
+    """A kernel-table file's JSON, or one line naming the file (relative to FOLDER)."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise KvplanError(f"kernel tables {path.name}: {exc}") from None
+        raise KvplanError(f"kernel tables {path.relative_to(FOLDER)}: {exc}") from None
+
+
+@cache
+def _load(gpu: str, engine: str, version: str) -> dict:
+    return _read(FOLDER / f"{gpu}.{engine}.{version}.json")
 
 
 def _pairs(d: dict) -> dict:
@@ -183,11 +187,7 @@ def _achieved(gpu: str, engine: str, version: str) -> Achieved:
 
 @cache
 def _dsa(name: str) -> DsaGrids:
-    path = DSA_FOLDER / name
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise KvplanError(f"kernel tables dsa/{path.name}: {exc}") from None
+    d = _read(DSA_FOLDER / name)
     return DsaGrids(
         batches={k: tuple(v) for k, v in d["batches"].items()},
         lengths={k: tuple(v) for k, v in d["lengths"].items()},
@@ -203,11 +203,7 @@ def _dsa(name: str) -> DsaGrids:
 def moe_curves(name: str) -> dict:
     """A moe/ file's curves: moe_shape_key -> ((tokens, seconds), ...), the token counts the
     kernel was timed at (scripts/derive_achieved.py write_moe_curves)."""
-    path = MOE_FOLDER / name
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise KvplanError(f"kernel tables moe/{path.name}: {exc}") from None
+    d = _read(MOE_FOLDER / name)
     tokens = d["tokens"]
     return {
         key: tuple((t, us * 1e-6) for t, us in zip(tokens, row, strict=True) if us is not None)
@@ -236,11 +232,7 @@ class BackendTiming(NamedTuple):
 @cache
 def attention_backends(name: str) -> dict:
     """An attention/ file's backends: (kind, backend) -> BackendTiming."""
-    path = ATTENTION_FOLDER / name
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise KvplanError(f"kernel tables attention/{path.name}: {exc}") from None
+    d = _read(ATTENTION_FOLDER / name)
     out = {}
     for key, e in d["backends"].items():
         kind, backend = key.split(":", 1)
