@@ -54,6 +54,19 @@ def llama_like(**overrides) -> dict:
     return config
 
 
+# the model of tests/data/recorded/measure_cpu_quick.json: two small fp32 layers
+# (scripts/record_measure_runs.py records its timings)
+RECORDED_MEASURE_MODEL = llama_like(
+    hidden_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=512,
+    vocab_size=1000,
+    torch_dtype="float32",
+)
+
+
 def mamba2_config(**overrides) -> dict:
     config = {
         "model_type": "mamba2",

@@ -28,7 +28,14 @@ import pytest
 
 from kvplan.present.notes import all_texts, note_text
 
-from helpers import REPO, llama_like, mamba2_config, run_cli, serve_locally
+from helpers import (
+    RECORDED_MEASURE_MODEL,
+    REPO,
+    llama_like,
+    mamba2_config,
+    run_cli,
+    serve_locally,
+)
 
 REAL = REPO / "tests/data/real_configs"
 RECORDED = REPO / "tests/data/recorded"
@@ -40,15 +47,7 @@ ONE_PLAN = ("--tp", "1", "--kv-cache-dtype", "auto", "--max-num-seqs", "64")
 ONE_PLAN += ("--max-num-batched-tokens", "2048")
 MEASURE = ("measure", "--model", "{d}/measure-model.json", "--quick", "--rounds", "3")
 # the model measured: two small fp32 layers (scripts/record_measure_runs.py records its timings)
-MEASURE_MODEL = llama_like(
-    hidden_size=256,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    intermediate_size=512,
-    vocab_size=1000,
-    torch_dtype="float32",
-)
+MEASURE_MODEL = RECORDED_MEASURE_MODEL
 
 
 # ---- the inputs, written once ------------------------------------------------------------------

@@ -34,7 +34,7 @@ from kvplan.present.measure import (
 )
 from kvplan.present.notes import all_texts
 
-from helpers import llama_like, run_cli
+from helpers import RECORDED_MEASURE_MODEL, run_cli
 
 RECORDED = Path(__file__).parent / "data" / "recorded"
 
@@ -218,15 +218,7 @@ def _junit_agrees(xml: Path, code: int) -> None:
     assert (int(suite.get("failures")) > 0) == (code != 0), (code, xml.read_text())
 
 
-MODEL = llama_like(
-    hidden_size=256,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    intermediate_size=512,
-    vocab_size=1000,
-    torch_dtype="float32",
-)  # the model of tests/data/recorded/measure_cpu_quick.json (scripts/record_measure_runs.py)
+MODEL = RECORDED_MEASURE_MODEL
 
 
 @pytest.fixture
