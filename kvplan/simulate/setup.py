@@ -493,7 +493,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
             "names and refusals (the fused-MoE oracles) from 0.19 on: give --engine-version 0.19 "
             "or later"
         )
-    max_model_len = _max_model_len(spec, options)
+    max_model_len = resolved_max_model_len(spec, options)
     options, mnbt, seqs, v0_note = _batch_limits(spec, gpu, options, max_model_len)
     v0 = check_multi_step(options)
     if v0 is not None:
@@ -705,7 +705,7 @@ def weights_format(options: ServeOptions) -> str:
     return methods[method]
 
 
-def _max_model_len(spec: ModelSpec, options: ServeOptions) -> int:
+def resolved_max_model_len(spec: ModelSpec, options: ServeOptions) -> int:
     """The given length, else the model's positions, at most the length the engine derives."""
     from kvplan.engines.max_len import default_max_model_len
 
@@ -1184,7 +1184,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     layout = parallel_layout(spec, options)
     release, _nearest = sglang_release(options.sglang_version)
     notes: list[Note] = release_notes("sglang", options.sglang_version)
-    max_model_len = _max_model_len(spec, options)
+    max_model_len = resolved_max_model_len(spec, options)
     request = EngineRequest(
         engine="sglang",
         sglang_version=release,
