@@ -723,6 +723,28 @@ def given_backends(options, moe: bool = False) -> str:
     return " ".join(f"{flag} {value}" for flag, value in given)
 
 
+def nsa_flags(options) -> list[str]:
+    """SGLang's --nsa-prefill-backend / --nsa-decode-backend as given ("--nsa-decode-backend fa3")."""
+    return [
+        f"{flag} {value}"
+        for flag, value in (
+            ("--nsa-prefill-backend", options.backends.nsa_prefill_backend),
+            ("--nsa-decode-backend", options.backends.nsa_decode_backend),
+        )
+        if value is not None
+    ]
+
+
+def ignored_nsa_flags(spec, options) -> list[str]:
+    """The NSA backend flags given for a model without DeepSeek sparse attention: SGLang reads
+    them for DSA models only (server_args sets and reads the NSA backends in its DeepSeek NSA
+    branch; the nsa attention backend runs DSA models only, kvplan.engines.sglang), so they
+    change nothing."""
+    if options.engine != "sglang" or any(a.indexer_head_dim for a in spec.attention_layers()):
+        return []
+    return nsa_flags(options)
+
+
 def backend_kernels(spec, gpu, options, tables):
     """(the BackendKernels of the attention backends a run uses that the GPU's tables timed
     from their own rows, or None; the flags whose backend they did not time, as typed; the
@@ -771,15 +793,9 @@ def backend_kernels(spec, gpu, options, tables):
         "--decode-attention-backend": options.backends.decode_attention_backend,
     }
     timed: dict = {"decode": {}, "prefill": {}}
-    # DSA's NSA kernels: no per-backend rows (the DSA module tables are vLLM's)
-    untimed = [
-        f"{flag} {value}"
-        for flag, value in (
-            ("--nsa-prefill-backend", options.backends.nsa_prefill_backend),
-            ("--nsa-decode-backend", options.backends.nsa_decode_backend),
-        )
-        if value is not None
-    ]
+    # DSA's NSA kernels: no per-backend rows (the DSA module tables are vLLM's); for a model
+    # without DSA SGLang never reads the flags (ignored_nsa_flags), so nothing is untimed
+    untimed = [] if ignored_nsa_flags(spec, options) else nsa_flags(options)
     measured = tables.attention_backends
 
     def own_pick(backend):
@@ -907,6 +923,9 @@ def step_model(
     )
     if spec.moe is not None:
         notes.append(note("sim-weak-moe", timed=tables.label if model.moe_curve else None))
+    ignored = ignored_nsa_flags(spec, options)
+    if ignored:
+        notes.append(note("sim-nsa-backend-ignored", flags=" ".join(ignored)))
     if untimed:
         notes.append(
             note(
