@@ -28,7 +28,7 @@ from kvplan.formulas.batch_step import (
 )
 from kvplan.formulas.step_time import Rates, measurable, op_rates_of
 from kvplan.formulas.weights import resolve_weights_dtype
-from kvplan.inputs.hardware import GpuProfile, Interconnect
+from kvplan.inputs.hardware import GpuProfile, Interconnect, inter_node_link
 from kvplan.inputs.kernel_tables import tables_for
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
@@ -256,13 +256,6 @@ def _layout(spec: ModelSpec, options: ServeOptions) -> ParallelLayout:
     return layout
 
 
-# the inter-node link where a profile states none: the bundled datacenter profiles' figure (one
-# 400 Gb/s InfiniBand NDR NIC per GPU, hardware_profiles/h100-sxm.yaml), said in a note
-DEFAULT_NETWORK = Interconnect(
-    "assumed 400G InfiniBand NDR per GPU (the profile states no network)", 100e9, 5e-6
-)
-
-
 class NodeSpan(NamedTuple):
     """A launch over several nodes: `nodes` of `node_gpus` GPUs each, joined by `network`
     (`assumed`: the profile states none, DEFAULT_NETWORK)."""
@@ -331,9 +324,8 @@ def node_span(gpu: GpuProfile, options: ServeOptions, layout: ParallelLayout) ->
         )
     if nodes == 1:
         return None
-    if gpu.network is None:
-        return NodeSpan(nodes, per, DEFAULT_NETWORK, True)
-    return NodeSpan(nodes, per, gpu.network)
+    network, assumed = inter_node_link(gpu)
+    return NodeSpan(nodes, per, network, assumed)
 
 
 def span_note(span: NodeSpan, layout: ParallelLayout, options: ServeOptions) -> Note:
