@@ -207,3 +207,38 @@ def test_deepseek_v4_pools_refuse_a_backend_rather_than_ignore_it(engine, extra)
         "--kv-cache-memory", "50GiB", *extra,
     )  # fmt: skip
     assert code == 2 and out == "" and err.count("\n") == 1 and "DeepSeek-V4" in err
+
+
+def test_nsa_flags_are_ignored_for_a_model_without_dsa_and_untimed_for_one_with_it():
+    """SGLang reads --nsa-prefill-backend / --nsa-decode-backend for DeepSeek sparse attention
+    models only: for Llama-3.1-8B they change nothing (the same figures as without them) and
+    are named as ignored, not as untimed; for DeepSeek-V3.2 they pick its DSA kernels, which
+    the tables did not time."""
+    small = ("--num-prompts", "8", "--input-len", "128", "--output-len", "8")
+    nsa = ("--nsa-prefill-backend", "flashmla_sparse", "--nsa-decode-backend", "fa3")
+    plain = run_json("simulate", "llama-3.1-8b", "--gpu", "h100", "--engine", "sglang", *small)
+    given = run_json(
+        "simulate", "llama-3.1-8b", "--gpu", "h100", "--engine", "sglang", *nsa, *small
+    )
+    notes = {n["id"]: n["text"] for n in given["notes"]}
+    assert "sim-attention-kernels" not in notes
+    assert notes["sim-nsa-backend-ignored"].startswith(
+        "--nsa-prefill-backend flashmla_sparse --nsa-decode-backend fa3: ignored for this model"
+    )
+    assert "not known" not in notes["sim-nsa-backend-ignored"]
+    assert {k: v for k, v in given.items() if k != "notes"} == {
+        k: v for k, v in plain.items() if k != "notes"
+    }
+    extra = [n["id"] for n in given["notes"] if n not in plain["notes"]]
+    # (a backend flag given: the engine note names the backend SGLang runs, its own pick)
+    assert extra == ["sglang-attention", "sim-nsa-backend-ignored"]
+    assert "Attention backend: fa3;" in notes["sglang-attention"]
+    dsa = run_json(
+        "simulate", "deepseek-v3.2", "--gpu", "h200", "--tp", "8", "--engine", "sglang",
+        *nsa, *small,
+    )  # fmt: skip
+    notes = {n["id"]: n["text"] for n in dsa["notes"]}
+    assert "sim-nsa-backend-ignored" not in notes
+    assert notes["sim-attention-kernels"].startswith(
+        "--nsa-prefill-backend flashmla_sparse --nsa-decode-backend fa3:"
+    )

@@ -75,10 +75,11 @@ def test_simulate_carries_the_record_to_the_engines_allocator(monkeypatch):
     notes = {n["id"]: n["text"] for n in doc["notes"]}
     # the notes quote the flags as given, in the engine's spelling: the attention note names
     # those whose backend the H100's SGLang tables did not time (fa3 for prefill is SGLang's
-    # own pick there, timed from its rows, so not named)
-    assert notes["sim-attention-kernels"].startswith(
-        "--nsa-prefill-backend flashmla_sparse --nsa-decode-backend fa3 "
-        "--decode-attention-backend flashinfer:"
+    # own pick there, timed from its rows, so not named); the NSA flags, which SGLang reads
+    # for DSA models only, are named as ignored for this model, not as untimed
+    assert notes["sim-attention-kernels"].startswith("--decode-attention-backend flashinfer:")
+    assert notes["sim-nsa-backend-ignored"].startswith(
+        "--nsa-prefill-backend flashmla_sparse --nsa-decode-backend fa3: ignored for this model"
     )
     assert notes["sim-moe-kernels"].startswith("--moe-runner-backend triton:")
 

@@ -558,6 +558,18 @@ INVOCATIONS: dict[str, Invocation] = {
     "simulate attention backend": cli(
         "simulate", "llama-3.1-8b", "--gpu", "h100", "--attention-backend", "FLASHINFER", *SMALL
     ),
+    "roofline network assumed": cli("roofline", "llama-3.1-70b", "--gpu", "rtx-4090", "--tp", "16"),
+    "simulate nsa backend ignored": cli(
+        "simulate",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100",
+        "--engine",
+        "sglang",
+        "--nsa-decode-backend",
+        "fa3",
+        *SMALL,
+    ),  # fmt: skip
     "simulate attention backend timed": cli(
         "simulate",
         "llama-3.1-8b",
@@ -917,6 +929,8 @@ SOURCES: dict[str, str] = {
     "sim-enforce-eager": "simulate dcp eager",
     "sim-attention-kernels": "simulate attention backend",
     "sim-attention-timed": "simulate attention backend timed",
+    "sim-nsa-backend-ignored": "simulate nsa backend ignored",
+    "node-network-assumed": "roofline network assumed",
     "sim-moe-kernels": "simulate moe backend",
     "sglang-attention": "engine sglang flashmla",
     "vllm-attention": "engine vllm flashmla",

@@ -16,10 +16,9 @@ from kvplan.formulas.comm import (
     two_level_allreduce_time_s,
 )
 from kvplan.formulas.expert_parallel import ep_alltoall_bytes_by_link, ep_alltoall_two_link_time_s
-from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.hardware import DEFAULT_NETWORK, load_profile
 from kvplan.inputs.sources import load_model
 from kvplan.simulate.setup import (
-    DEFAULT_NETWORK,
     ServeOptions,
     build_replica,
     node_span,

@@ -53,6 +53,35 @@ def test_v0_release_runs_v0_rules_in_every_configuration():
     )
 
 
+def test_v0_without_budgets_searches_the_release_default():
+    """No --max-num-batched-tokens: a V0 release searches its own default budget for the
+    max_model_len (chunked prefill off at 32,768: the budget is max_model_len), where 2048 and
+    8192 would both be ruled out; an explicit grid is still searched as given."""
+    mimo = ("--max-model-len", "32768", "--engine-version", "0.6")
+    found = _plan(*mimo)  # BASE's model and options, with MiMo-7B swapped in below
+    code, out, err = run_cli(
+        *(a if a != "qwen3-8b" else "mimo-7b" for a in BASE), *mimo, "--format", "json"
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["searched"] == 1 and data["feasible"] == 1 and data["rejections"] == []
+    assert [c["max_num_batched_tokens"] for c in data["candidates"]] == [32768]
+    assert [c["max_num_batched_tokens"] for c in found["candidates"]] == [32768]
+    given = run_cli(
+        *(a if a != "qwen3-8b" else "mimo-7b" for a in BASE),
+        *mimo,
+        *("--max-num-batched-tokens", "2048,8192", "--format", "json"),
+    )
+    assert given[0] == 0, given[2]
+    grid = json.loads(given[1])
+    assert grid["searched"] == 2 and grid["feasible"] == 0
+    # above 32,768 tokens V0 chunks: its default budget (2,048 from 0.6.5) is searched
+    above = _plan("--max-model-len", "40960", "--engine-version", "0.6")
+    assert [c["max_num_batched_tokens"] for c in above["candidates"]] == [2048]
+    # V1 without budgets: the default grid
+    assert _plan("--max-model-len", "32768")["searched"] == 2
+
+
 def test_the_python_twin_takes_the_release():
     spec, gpu = load_model("qwen3-8b"), load_profile("h100")
     request = PlanRequest(

@@ -287,3 +287,44 @@ def test_decode_floor_refuses_what_roofline_refuses():
         with pytest.raises(KvplanError) as slim:
             decode_floor(spec, profile, 8192, 1, "auto", "auto", tp, 1, dp)
         assert str(slim.value) == str(full.value)
+
+
+@pytest.mark.parametrize(("tp", "pp"), [(16, 1), (8, 2)])
+def test_traffic_between_nodes_without_a_network_figure_runs_on_the_assumed_network(tp, pp):
+    """RTX 4090 nodes hold 8 GPUs and the profile states no network: a TP 16 group's
+    all-reduces, or the stage hop of 8 x 2 GPUs, cross nodes and are priced on the network
+    simulate and plan assume (DEFAULT_NETWORK, noted), not on the intra-node PCIe link: the
+    same figures as a profile stating that network, other figures than one whose network is
+    the PCIe link."""
+    from kvplan.inputs.hardware import DEFAULT_NETWORK, Interconnect
+
+    spec, gpu = load_model("llama-3.1-70b"), load_profile("rtx-4090")
+    assert gpu.network is None and gpu.gpus_per_node == 8
+    request = RooflineRequest(contexts=(8192,), batches=(1, 8), tp=tp, pp=pp)
+    assumed = roofline(spec, gpu, request)
+    stated = roofline(spec, gpu._replace(network=Interconnect("a 400G NIC", 100e9, 5e-6)), request)
+    pcie = roofline(spec, gpu._replace(network=gpu.interconnect), request)
+    comm = [[r.comm_s for r in result.decode] for result in (assumed, stated, pcie)]
+    assert comm[0] == comm[1] and all(a != b for a, b in zip(comm[0], comm[2], strict=True))
+    assert [n.id for n in assumed.notes].count("node-network-assumed") == 1
+    assert "node-network-assumed" not in [n.id for n in stated.notes]
+    told = next(n for n in assumed.notes if n.id == "node-network-assumed")
+    assert told.value("network") == DEFAULT_NETWORK.name and told.value("nodes") == 2
+    if tp > 8:
+        assert assumed.link_name == DEFAULT_NETWORK.name
+
+
+def test_a_layout_within_a_node_prices_no_network():
+    spec, gpu = load_model("llama-3.1-70b"), load_profile("rtx-4090")
+    result = roofline(spec, gpu, RooflineRequest(contexts=(8192,), batches=(1,), tp=4, pp=2))
+    assert "node-network-assumed" not in [n.id for n in result.notes]
+    assert result.link_name == gpu.interconnect.name
+
+
+def test_the_comparison_notes_the_assumed_network_of_a_kind_without_one():
+    doc = run_json(
+        "capacity", "llama-3.1-70b", "--gpu", "rtx-4090", "--gpu", "h100", "--ctx", "8k",
+        "--tp", "16",
+    )  # fmt: skip
+    told = [n["text"] for n in doc["notes"] if n["id"] == "node-network-assumed"]
+    assert len(told) == 1 and "RTX 4090's profile states no inter-node network" in told[0]

@@ -64,8 +64,11 @@ def add(app: typer.Typer) -> None:
         max_num_seqs: str = c.serve_option(
             "max_num_seqs", "64,128,256,512,1024", "max_num_seqs values to try."
         ),
-        max_num_batched_tokens: str = c.serve_option(
-            "max_num_batched_tokens", "2048,8192", "Token budgets per step to try."
+        max_num_batched_tokens: str | None = c.serve_option(
+            "max_num_batched_tokens",
+            None,
+            "Token budgets per step to try (default: 2048,8192; with a vLLM V0 "
+            "--engine-version, that release's own default for the max model length).",
         ),
         max_model_len: str = c.serve_option(
             "max_model_len", None, "Longest request (default: the model's, or what fits)."
@@ -190,9 +193,9 @@ def add(app: typer.Typer) -> None:
             pps=_ints(pp, "--pp", c.MAX_TP),
             kv_cache_dtypes=c.dtype_list(kv_cache_dtype),
             max_num_seqs=_ints(max_num_seqs, "--max-num-seqs", 1 << 20),
-            max_num_batched_tokens=_ints(
-                max_num_batched_tokens, "--max-num-batched-tokens", 1 << 24
-            ),
+            max_num_batched_tokens=()
+            if max_num_batched_tokens is None
+            else _ints(max_num_batched_tokens, "--max-num-batched-tokens", 1 << 24),
             max_model_len=c.one_context(max_model_len, "--max-model-len")
             if max_model_len
             else None,

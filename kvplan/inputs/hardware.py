@@ -504,6 +504,21 @@ def choose_link(gpu: GpuProfile, which: str, gbps: float | None = None) -> Inter
     return link
 
 
+# the inter-node link where a profile states none: the bundled datacenter profiles' figure (one
+# 400 Gb/s InfiniBand NDR NIC per GPU, hardware_profiles/h100-sxm.yaml); every command that
+# prices traffic between nodes takes it from inter_node_link, and says so in a note
+DEFAULT_NETWORK = Interconnect(
+    "assumed 400G InfiniBand NDR per GPU (the profile states no network)", 100e9, 5e-6
+)
+
+
+def inter_node_link(gpu: GpuProfile) -> tuple[Interconnect, bool]:
+    """The link between nodes: the profile's network, else DEFAULT_NETWORK (assumed: True)."""
+    if gpu.network is None:
+        return DEFAULT_NETWORK, True
+    return gpu.network, False
+
+
 INTERCONNECT_LATENCY_S = 2e-6  # a given intra-node link: the profiles' NVLink/xGMI figure
 
 

@@ -231,6 +231,8 @@ def _row(spec: ModelSpec, gpu: GpuProfile, request: CompareRequest):
         n for n in model_notes if n.id == "sim-kernel-tables" and n.value("evidence") != "own"
     ]
     notes += borrowed[:1]
+    if priced.network_note is not None:
+        notes.append(priced.network_note)
     return row, (cap.kv_dtype, cap.weights_dtype), notes
 
 
@@ -244,6 +246,7 @@ class Priced(NamedTuple):
     tpot_s: float
     tokens_per_s_per_gpu: float
     priced_by: str  # "step": plan's step model; "floor": 100% of bandwidth and peak
+    network_note: Note | None = None  # node-network-assumed (the floor's, roofline.decode_floor)
 
 
 def _base_request(request: CompareRequest) -> CapacityRequest:
@@ -413,8 +416,9 @@ def _priced(spec, gpu, cap, request, stepped: tuple[int, float] | None) -> Price
     else:
         (batch, tpot), by, per_gpu = stepped, "step", _step_per_gpu(cap, stepped)
     return Priced(
-        batch, floor.ceiling_tokens_per_s, floor.time_floor_s, floor_per_gpu, tpot, per_gpu, by
-    )
+        batch, floor.ceiling_tokens_per_s, floor.time_floor_s, floor_per_gpu, tpot, per_gpu, by,
+        floor.network_note,
+    )  # fmt: skip
 
 
 def _deployment(row: CompareRow) -> Deployment:

@@ -98,7 +98,10 @@ class PlanRequest(NamedTuple):
     pps: tuple[int, ...] = (1,)
     kv_cache_dtypes: tuple[str, ...] = DEFAULT_KV
     max_num_seqs: tuple[int, ...] = DEFAULT_SEQS
-    max_num_batched_tokens: tuple[int, ...] = DEFAULT_BUDGETS
+    # () (none given): DEFAULT_BUDGETS, and for a vLLM V0 release that release's own default
+    # budget for the max_model_len (V0 turns chunked prefill off below 32,768 tokens, where
+    # neither default budget would admit a max-length prompt)
+    max_num_batched_tokens: tuple[int, ...] = ()
     max_model_len: int | None = None
     prices: dict = {}  # profile key -> USD per GPU-hour (overrides)
     max_gpus: int = 1024
@@ -241,7 +244,7 @@ def plan(
         check_max_model_len(spec, request.emit, request.max_model_len, False, allow_flag=None)
     _check_speculative(spec, request)
     requests = generate(request.workload._replace(request_rate=math.inf))
-    configs = search_space(gpus, request, len(speculative_layouts(spec, request)))
+    configs = search_space(gpus, request, len(speculative_layouts(spec, request)), spec)
     if not configs:
         raise KvplanError("the search space is empty")
     if len(configs) > MAX_CONFIGS:
@@ -378,16 +381,47 @@ def _check_kv_cache_dtypes(request: PlanRequest) -> None:
             raise KvplanError(f"--kv-cache-dtype {kv[:40]!r}: choose {', '.join(known)}")
 
 
-def search_space(gpus: list[GpuProfile], request: PlanRequest, layouts: int = 1) -> list[Config]:
+def token_budgets(
+    spec: ModelSpec | None, gpu: GpuProfile | None, request: PlanRequest
+) -> tuple[int, ...]:
+    """The token budgets searched on `gpu`: the ones given, else DEFAULT_BUDGETS, else (a vLLM
+    V0 release, none given) the release's own default for the max_model_len, as its
+    SchedulerConfig resolves it (chunked prefill on or off by the release's rule)."""
+    if request.max_num_batched_tokens:
+        return request.max_num_batched_tokens
+    if not _vllm_v0(request) or spec is None or gpu is None:
+        return DEFAULT_BUDGETS
+    from kvplan.engines import vllm_v0
+    from kvplan.simulate.setup import resolved_max_model_len
+
+    release = vllm_v0.v0_release(str(request.engine_version))
+    assert release is not None
+    options = ServeOptions(max_model_len=request.max_model_len, **release_fields(request))
+    defaults = vllm_v0.v0_defaults(
+        release,
+        spec,
+        resolved_max_model_len(spec, options),
+        chunked_given=None,
+        prefix_caching_given=None,
+        vendor=gpu.device_vendor,
+        speculative=False,  # V0 plans search no speculative layout (speculative_layouts)
+    )
+    return (defaults.max_num_batched_tokens,)
+
+
+def search_space(
+    gpus: list[GpuProfile], request: PlanRequest, layouts: int = 1, spec: ModelSpec | None = None
+) -> list[Config]:
     """Every combination of the options (and of `layouts` speculative layouts), skipping (for
     vLLM, which refuses it) max_num_seqs above the token budget; SGLang's running requests are
     not tied to its chunk size."""
     configs = []
     for index in range(len(gpus)):
+        budgets = token_budgets(spec, gpus[index], request)
         for tp in request.tps:
             for pp in request.pps:
                 for kv in request.kv_cache_dtypes:
-                    for budget in request.max_num_batched_tokens:
+                    for budget in budgets:
                         for seqs in request.max_num_seqs:
                             if seqs <= budget or request.emit == "sglang":
                                 for sp in range(layouts):

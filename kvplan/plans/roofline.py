@@ -36,7 +36,7 @@ from kvplan.formulas.step_time import (
     prefill_step,
     time_floor_s,
 )
-from kvplan.inputs.hardware import GpuProfile
+from kvplan.inputs.hardware import GpuProfile, Interconnect, inter_node_link
 from kvplan.notes import Note, note, unique
 from kvplan.plans.common import model_notes
 from kvplan.plans.deployment import (
@@ -252,8 +252,9 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
     link = gpu.interconnect
     if d.gpus > 1 and link is None:
         raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
-    tp_link = _link(gpu, tp <= node)
-    stage_link = _link(gpu, d.gpus <= node)
+    tp_link, stage_link, network_note = (
+        _links(gpu, node, tp, pp, d.gpus) if link is not None else (None, None, None)
+    )
     cdtype = gpu.tensor_dtype(compute_dtype(wdtype))
     device_rates = rates(gpu, cdtype)
     ridge = ridge_flop_per_byte(gpu.peak(cdtype), gpu.memory_bandwidth_bytes_per_s)
@@ -324,6 +325,8 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
             raise KvplanError("roofline --ops: DP attention is not laid out per operator; use --tp")
         operators = operator_rows(spec, device_rates, request, wdtype, fmt, tp)
     notes = model_notes(spec, tp) + wnotes + list(choice.notes)
+    if network_note is not None:
+        notes.append(network_note)
     if operators is not None:
         notes.append(note("roofline-ops", tp=tp))
     notes += [
@@ -344,6 +347,7 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
     if spec.has_kind(CacheKind.STATE):
         notes.append(note("roofline-state"))
     if tp > 1 or dp > 1:
+        assert tp_link is not None, "more than one GPU has an interconnect (checked above)"
         notes.append(
             note(
                 "roofline-tp",
@@ -369,7 +373,7 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
         weights_dtype=wdtype,
         kv_dtype=fmt.name,
         compute_dtype=cdtype,
-        link_name=tp_link.name if link else None,
+        link_name=tp_link.name if tp_link is not None else None,
         prefill=PrefillPoint(prefill_len, *pre.counts(), pre.intensity, pre.total_s, pre.bound),
         decode=decode_rows,
         per_context=per_context,
@@ -416,6 +420,8 @@ class DecodeFloor(NamedTuple):
     time_floor_s: float  # memory/compute floor plus communication
     tokens_per_s: float
     ceiling_tokens_per_s: float | None  # one sequence, BW / (s x k)
+    # node-network-assumed where traffic between nodes is priced on the assumed network
+    network_note: Note | None = None
 
 
 def decode_floor(
@@ -442,8 +448,9 @@ def decode_floor(
     tp, pp = (1 if dp > 1 else d.tp), d.pp
     if d.gpus > 1 and gpu.interconnect is None:
         raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
-    tp_link = _link(gpu, tp <= node)
-    stage_link = _link(gpu, d.gpus <= node)
+    tp_link, stage_link, network_note = (
+        _links(gpu, node, tp, pp, d.gpus) if gpu.interconnect is not None else (None, None, None)
+    )
     device_rates = rates(gpu, gpu.tensor_dtype(compute_dtype(wdtype)))
     step, comm = _decode_step_comm(
         spec, device_rates, batch_size, context_len, wdtype, fmt, tp, pp, dp, tp_link, stage_link
@@ -452,7 +459,7 @@ def decode_floor(
     kv = kv_bytes_per_sequence(spec, context_len, fmt, tp)
     read = kv_read_bytes_per_decode(spec, context_len, fmt, tp) if kv else 0
     ceiling = ceiling_tokens_per_s(gpu.memory_bandwidth_bytes_per_s, read) if read else None
-    return DecodeFloor(total, batch_size / total, ceiling)
+    return DecodeFloor(total, batch_size / total, ceiling, network_note)
 
 
 def operator_rows(
@@ -514,12 +521,29 @@ def operator_rows(
     return rows
 
 
-def _link(gpu: GpuProfile, within_node: bool):
-    """The interconnect within a node; the network (or, without a figure, the interconnect)
-    across nodes."""
-    if within_node or gpu.network is None:
-        return gpu.interconnect
-    return gpu.network
+def _links(
+    gpu: GpuProfile, node: int, tp: int, pp: int, gpus: int
+) -> tuple[Interconnect, Interconnect, Note | None]:
+    """(the link of the TP group, the link between pipeline stages of a replica of `gpus`, a
+    note where traffic priced on one of them crosses nodes on a profile that states no
+    network): the interconnect within a node, the network between nodes (inter_node_link: the
+    profile's, else the assumed one that simulate and plan price with)."""
+    assert gpu.interconnect is not None
+    network, assumed = inter_node_link(gpu)
+    tp_link = gpu.interconnect if tp <= node else network
+    stage_link = gpu.interconnect if gpus <= node else network
+    crosses = tp > node or (pp > 1 and gpus > node)
+    told = None
+    if assumed and crosses:
+        told = note(
+            "node-network-assumed",
+            gpu=gpu.name,
+            nodes=-(-gpus // node),
+            network=network.name,
+            one_way_bytes_per_s=network.one_way_bytes_per_s,
+            latency_s=network.latency_s,
+        )
+    return tp_link, stage_link, told
 
 
 def resolve_weights_dtype_checked(spec: ModelSpec, name: str):

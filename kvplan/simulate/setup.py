@@ -28,7 +28,7 @@ from kvplan.formulas.batch_step import (
 )
 from kvplan.formulas.step_time import Rates, measurable, op_rates_of
 from kvplan.formulas.weights import resolve_weights_dtype
-from kvplan.inputs.hardware import GpuProfile, Interconnect
+from kvplan.inputs.hardware import GpuProfile, Interconnect, inter_node_link
 from kvplan.inputs.kernel_tables import tables_for
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
@@ -256,13 +256,6 @@ def _layout(spec: ModelSpec, options: ServeOptions) -> ParallelLayout:
     return layout
 
 
-# the inter-node link where a profile states none: the bundled datacenter profiles' figure (one
-# 400 Gb/s InfiniBand NDR NIC per GPU, hardware_profiles/h100-sxm.yaml), said in a note
-DEFAULT_NETWORK = Interconnect(
-    "assumed 400G InfiniBand NDR per GPU (the profile states no network)", 100e9, 5e-6
-)
-
-
 class NodeSpan(NamedTuple):
     """A launch over several nodes: `nodes` of `node_gpus` GPUs each, joined by `network`
     (`assumed`: the profile states none, DEFAULT_NETWORK)."""
@@ -331,9 +324,8 @@ def node_span(gpu: GpuProfile, options: ServeOptions, layout: ParallelLayout) ->
         )
     if nodes == 1:
         return None
-    if gpu.network is None:
-        return NodeSpan(nodes, per, DEFAULT_NETWORK, True)
-    return NodeSpan(nodes, per, gpu.network)
+    network, assumed = inter_node_link(gpu)
+    return NodeSpan(nodes, per, network, assumed)
 
 
 def span_note(span: NodeSpan, layout: ParallelLayout, options: ServeOptions) -> Note:
@@ -493,7 +485,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
             "names and refusals (the fused-MoE oracles) from 0.19 on: give --engine-version 0.19 "
             "or later"
         )
-    max_model_len = _max_model_len(spec, options)
+    max_model_len = resolved_max_model_len(spec, options)
     options, mnbt, seqs, v0_note = _batch_limits(spec, gpu, options, max_model_len)
     v0 = check_multi_step(options)
     if v0 is not None:
@@ -705,7 +697,7 @@ def weights_format(options: ServeOptions) -> str:
     return methods[method]
 
 
-def _max_model_len(spec: ModelSpec, options: ServeOptions) -> int:
+def resolved_max_model_len(spec: ModelSpec, options: ServeOptions) -> int:
     """The given length, else the model's positions, at most the length the engine derives."""
     from kvplan.engines.max_len import default_max_model_len
 
@@ -721,6 +713,28 @@ def given_backends(options, moe: bool = False) -> str:
     triton")."""
     given = options.backends.given(attention=not moe, moe=moe)
     return " ".join(f"{flag} {value}" for flag, value in given)
+
+
+def nsa_flags(options) -> list[str]:
+    """SGLang's --nsa-prefill-backend / --nsa-decode-backend as given ("--nsa-decode-backend fa3")."""
+    return [
+        f"{flag} {value}"
+        for flag, value in (
+            ("--nsa-prefill-backend", options.backends.nsa_prefill_backend),
+            ("--nsa-decode-backend", options.backends.nsa_decode_backend),
+        )
+        if value is not None
+    ]
+
+
+def ignored_nsa_flags(spec, options) -> list[str]:
+    """The NSA backend flags given for a model without DeepSeek sparse attention: SGLang reads
+    them for DSA models only (server_args sets and reads the NSA backends in its DeepSeek NSA
+    branch; the nsa attention backend runs DSA models only, kvplan.engines.sglang), so they
+    change nothing."""
+    if options.engine != "sglang" or any(a.indexer_head_dim for a in spec.attention_layers()):
+        return []
+    return nsa_flags(options)
 
 
 def backend_kernels(spec, gpu, options, tables):
@@ -771,15 +785,9 @@ def backend_kernels(spec, gpu, options, tables):
         "--decode-attention-backend": options.backends.decode_attention_backend,
     }
     timed: dict = {"decode": {}, "prefill": {}}
-    # DSA's NSA kernels: no per-backend rows (the DSA module tables are vLLM's)
-    untimed = [
-        f"{flag} {value}"
-        for flag, value in (
-            ("--nsa-prefill-backend", options.backends.nsa_prefill_backend),
-            ("--nsa-decode-backend", options.backends.nsa_decode_backend),
-        )
-        if value is not None
-    ]
+    # DSA's NSA kernels: no per-backend rows (the DSA module tables are vLLM's); for a model
+    # without DSA SGLang never reads the flags (ignored_nsa_flags), so nothing is untimed
+    untimed = [] if ignored_nsa_flags(spec, options) else nsa_flags(options)
     measured = tables.attention_backends
 
     def own_pick(backend):
@@ -907,6 +915,9 @@ def step_model(
     )
     if spec.moe is not None:
         notes.append(note("sim-weak-moe", timed=tables.label if model.moe_curve else None))
+    ignored = ignored_nsa_flags(spec, options)
+    if ignored:
+        notes.append(note("sim-nsa-backend-ignored", flags=" ".join(ignored)))
     if untimed:
         notes.append(
             note(
@@ -1184,7 +1195,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     layout = parallel_layout(spec, options)
     release, _nearest = sglang_release(options.sglang_version)
     notes: list[Note] = release_notes("sglang", options.sglang_version)
-    max_model_len = _max_model_len(spec, options)
+    max_model_len = resolved_max_model_len(spec, options)
     request = EngineRequest(
         engine="sglang",
         sglang_version=release,

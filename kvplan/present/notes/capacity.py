@@ -92,6 +92,15 @@ text("tp-crosses-nodes")(
         "the inter-node network (engines keep TP within a node; prefer PP across nodes)."
     )
 )
+text("node-network-assumed")(
+    lambda gpu, nodes, network, one_way_bytes_per_s, latency_s: (
+        f"The layout spans {nodes} nodes, and {gpu}'s profile states no inter-node network: "
+        f"the traffic between nodes is priced on {network}: "
+        f"{f.gbps_text(one_way_bytes_per_s)} one way per GPU, {f.us_text(latency_s)} per "
+        "message, the bundled datacenter profiles' figure and the one simulate and plan assume. "
+        "Give a profile with a network figure for your cluster's own link."
+    )
+)
 text("pp-across-nodes")(
     lambda pp, nodes: (
         f"{pp} pipeline stages over {nodes} nodes: each stage holds its layers' weights and "

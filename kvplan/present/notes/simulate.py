@@ -499,6 +499,13 @@ text("sim-attention-kernels")(
         "stay on."
     )
 )
+text("sim-nsa-backend-ignored")(
+    lambda flags: (
+        f"{flags}: ignored for this model, as SGLang ignores it: SGLang reads the NSA backends "
+        "for DeepSeek sparse attention (DSA) models only, and this model has none, so the flag "
+        "changes nothing in the launch or in these figures"
+    )
+)
 text("sim-attention-timed")(
     lambda backends, tables, version: (
         f"Attention timed per backend from its own kernels in the kernel tables ({tables}; "
