@@ -45,14 +45,11 @@ from kvplan.formulas.comm import (
     pipeline_bubble_fraction,
     ring_allreduce_time_s,
     tp_allreduce_bytes,
-    two_level_allgather_time_s,
     two_level_allreduce_time_s,
 )
 from kvplan.formulas.expert_parallel import (
-    ACTIVATION_BYTES as A2A_BYTES,
-)
-from kvplan.formulas.expert_parallel import (
     dp_gather_time_s,
+    dp_gather_two_level_time_s,
     ep_alltoall_time_s,
     ep_alltoall_two_link_time_s,
 )
@@ -285,7 +282,7 @@ class StepModel:
     link; None: one node): a collective whose group spans nodes is priced on both links, the
     network's part at its datasheet rate and latency (no measured inter-node table): TP
     all-reduces in two levels (comm.two_level_allreduce_time_s), the DP gather likewise
-    (comm.two_level_allgather_time_s), the EP all-to-alls split by destination
+    (expert_parallel.dp_gather_two_level_time_s), the EP all-to-alls split by destination
     (expert_parallel.ep_alltoall_two_link_time_s), the pipeline hops between nodes over the
     network. Ranks are numbered node by node, as the engines place them."""
 
@@ -625,20 +622,16 @@ class StepModel:
                 seconds += ep_alltoall_time_s(self.spec, own, self.ep, one_way, self.link.latency_s)
         elif self.dp > 1:
             if node is not None and self.dp * self.tp > node:
-                received = (self.dp - 1) * num_tokens * self.spec.hidden_size * A2A_BYTES
-                seconds += (
-                    2
-                    * moe_layers
-                    * two_level_allgather_time_s(
-                        received,
-                        self.dp,
-                        max(1, node // self.tp),
-                        node,
-                        one_way,
-                        self.link.latency_s,
-                        self._network.one_way_bytes_per_s,
-                        self._network.latency_s,
-                    )
+                seconds += dp_gather_two_level_time_s(
+                    self.spec,
+                    num_tokens,
+                    self.dp,
+                    max(1, node // self.tp),
+                    node,
+                    one_way,
+                    self.link.latency_s,
+                    self._network.one_way_bytes_per_s,
+                    self._network.latency_s,
                 )
             else:
                 seconds += dp_gather_time_s(

@@ -9,10 +9,10 @@ one direction is half.
 from __future__ import annotations
 
 from kvplan.anatomy.model import ModelSpec
-from kvplan.dtypes import KvFormat
+from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence
 
-ACTIVATION_BYTES = 2  # bf16 activations on the wire
+ACTIVATION_BYTES = ELEMENT_BYTES["bf16"]  # hidden states cross every link in bf16
 ALLREDUCES_PER_LAYER = 2  # Megatron TP: after attention's output projection and the MLP's down
 
 

@@ -19,11 +19,10 @@ all-to-alls per MoE layer move each token's hidden state to its top-k experts' r
 from __future__ import annotations
 
 from kvplan.anatomy.model import ModelSpec
-from kvplan.dtypes import ELEMENT_BYTES, KvFormat
+from kvplan.dtypes import KvFormat
+from kvplan.formulas.comm import ACTIVATION_BYTES, two_level_allgather_time_s
 from kvplan.formulas.roofline import MAX_BATCH_SEARCH
 from kvplan.formulas.step_time import Op, Rates, StepTime, floor_step, floor_sums, step_ops
-
-ACTIVATION_BYTES = ELEMENT_BYTES["bf16"]  # hidden states cross the all-to-all in bf16
 
 
 def without_routed_experts(spec: ModelSpec) -> ModelSpec:
@@ -187,13 +186,19 @@ def dp_attention_batch_equal_reads(
     return (lo + hi) / 2
 
 
+def dp_gather_collective_bytes(spec: ModelSpec, own_tokens: int, ranks: int) -> int:
+    """Bytes one DP-attention rank receives in one all-gather (or sends in one reduce-scatter)
+    of a MoE layer's hidden states (bf16): the other ranks' `own_tokens` each."""
+    return (ranks - 1) * own_tokens * spec.hidden_size * ACTIVATION_BYTES
+
+
 def dp_gather_bytes(spec: ModelSpec, own_tokens: int, ranks: int) -> int:
     """Bytes one DP-attention rank receives and sends per step when its MoE layers run on the
     gathered batch without EP: the other ranks' hidden states (bf16) all-gathered before each MoE
     layer, and their share of its output reduce-scattered back after it."""
     if spec.moe is None or ranks <= 1:
         return 0
-    return 2 * spec.moe.num_layers * (ranks - 1) * own_tokens * spec.hidden_size * ACTIVATION_BYTES
+    return 2 * spec.moe.num_layers * dp_gather_collective_bytes(spec, own_tokens, ranks)
 
 
 def dp_gather_time_s(
@@ -205,3 +210,35 @@ def dp_gather_time_s(
         return 0.0
     hops = 2 * spec.moe.num_layers * (ranks - 1)
     return dp_gather_bytes(spec, own_tokens, ranks) / one_way_bytes_per_s + hops * latency_s
+
+
+def dp_gather_two_level_time_s(
+    spec: ModelSpec,
+    own_tokens: int,
+    ranks: int,
+    ranks_per_node: int,
+    gpus_per_node: int,
+    intra_one_way_bytes_per_s: float,
+    intra_latency_s: float,
+    inter_one_way_bytes_per_s: float,
+    inter_latency_s: float,
+) -> float:
+    """dp_gather_time_s when the DP ranks span nodes, `ranks_per_node` of them to a node of
+    `gpus_per_node` GPUs: each collective (two per MoE layer) in two levels
+    (comm.two_level_allgather_time_s)."""
+    if spec.moe is None or ranks <= 1:
+        return 0.0
+    return (
+        2
+        * spec.moe.num_layers
+        * two_level_allgather_time_s(
+            dp_gather_collective_bytes(spec, own_tokens, ranks),
+            ranks,
+            ranks_per_node,
+            gpus_per_node,
+            intra_one_way_bytes_per_s,
+            intra_latency_s,
+            inter_one_way_bytes_per_s,
+            inter_latency_s,
+        )
+    )
