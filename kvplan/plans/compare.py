@@ -40,7 +40,7 @@ from kvplan.plans.deployment import (
 from kvplan.plans.roofline import decode_floor
 from kvplan.record import NamedTuple
 from kvplan.simulate.frontend import Frontend
-from kvplan.simulate.setup import ServeOptions, batch_defaults, parallel_layout, step_model
+from kvplan.simulate.setup import ServeOptions, parallel_layout, step_model
 
 MAX_GPU_KINDS = 64
 # Two kinds whose $/M tokens differ by less than this are a tie: the step model's median
@@ -103,6 +103,14 @@ class CompareResult(NamedTuple):
     verdict: Note
     notes: tuple[Note, ...]
     pricing_model: str = "step"  # tokens/s and $/M: plan's step model at the full replica
+
+
+def _serve_defaults(gpu) -> tuple[int, int]:
+    """`vllm serve`'s (max_num_seqs, max_num_batched_tokens) on this GPU at simulate's default
+    release."""
+    from kvplan.engines.vllm import serve_batch_defaults
+
+    return serve_batch_defaults(gpu, ServeOptions().vllm_version)
 
 
 def compare(spec: ModelSpec, gpus: list[GpuProfile], request: CompareRequest) -> CompareResult:
@@ -334,7 +342,7 @@ def wider_tps(spec: ModelSpec, gpu: GpuProfile, tp: int) -> list[int]:
 
 def seats(gpu: GpuProfile, users_per_replica: int) -> int:
     """Sequences one replica decodes at once: what it holds, at most vLLM's max_num_seqs."""
-    return max(1, min(users_per_replica, batch_defaults(gpu)[1]))
+    return max(1, min(users_per_replica, _serve_defaults(gpu)[0]))
 
 
 def _ranks(cap) -> int:
@@ -371,10 +379,10 @@ def decode_tpot_s(
         data_parallel_size_local=min(ranks, node) if ranks > node else None,
         nnodes=-(-gpus // node) if ranks == 1 and gpus > node else 1,
     )
-    seqs = batch_defaults(gpu)[1]
+    seqs = _serve_defaults(gpu)[0]
     model, _ = step_model(
         spec, gpu, options, request.kv_dtype,
-        min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, batch_defaults(gpu)[0]),
+        min(2 * seqs, CUDA_GRAPH_MAX_TOKENS, _serve_defaults(gpu)[1]),
         notes if notes is not None else [], weights_dtype=request.weights_dtype,
         layout=parallel_layout(spec, options) if ranks > 1 else None,
     )  # fmt: skip

@@ -368,15 +368,6 @@ class Replica(NamedTuple):
     layout: ParallelLayout | None = None  # EP / DP attention (parallel_layout), None: plain TP
 
 
-def batch_defaults(gpu: GpuProfile, version: str = "0.19") -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) of `vllm serve` on this GPU, V1 releases
-    (engines.vllm.serve_batch_defaults)."""
-    from kvplan.engines.vllm import serve_batch_defaults
-
-    seqs, tokens = serve_batch_defaults(gpu, version)
-    return tokens, seqs
-
-
 def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_model_len: int):
     """(the options with chunked prefill and, for V0, prefix caching resolved,
     max_num_batched_tokens, max_num_seqs, the note of V0's defaults or None): vLLM V0's own
@@ -390,7 +381,9 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
         raise KvplanError("give --preemption-mode or --no-preemption, not both")
     given_mnbt, given_seqs = options.max_num_batched_tokens, options.max_num_seqs
     if release is None:
-        mnbt_default, seqs_default = batch_defaults(gpu, options.vllm_version)
+        from kvplan.engines.vllm import serve_batch_defaults
+
+        seqs_default, mnbt_default = serve_batch_defaults(gpu, options.vllm_version)
         chunked = options.enable_chunked_prefill is not False  # V1 always chunks
         mnbt = given_mnbt or (mnbt_default if chunked else max(max_model_len, mnbt_default))
         seqs = given_seqs or min(seqs_default, mnbt)
