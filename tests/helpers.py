@@ -67,6 +67,21 @@ RECORDED_MEASURE_MODEL = llama_like(
 )
 
 
+def synthetic_measure_points(errors) -> list[dict]:
+    """A measure JSON's decode points with these relative errors (10 ms measured each)."""
+    return [
+        {
+            "phase": "decode",
+            "batch_size": 1,
+            "context_len": 1024 * (i + 1),
+            "measured_s": 0.01,
+            "predicted_s": 0.01 * (1 + e),
+            "error": e,
+        }
+        for i, e in enumerate(errors)
+    ]
+
+
 def mamba2_config(**overrides) -> dict:
     config = {
         "model_type": "mamba2",

@@ -43,7 +43,7 @@ from kvplan.measure.verdict import verdict_of  # noqa: E402
 from kvplan.measure.workload import Workload, truncate  # noqa: E402
 from kvplan.present.measure import check_text, junit_xml, summary_line, verdict_json  # noqa: E402
 
-from helpers import FITS_OR_NOT, run_cli, spec_from  # noqa: E402
+from helpers import FITS_OR_NOT, run_cli, spec_from, synthetic_measure_points  # noqa: E402
 
 SMALL = {
     "model_type": "llama",
@@ -541,17 +541,7 @@ def _data(errors, caught=True, regressions=0, check_gated=True, baseline=True):
     """A measure JSON's fields the presenters read, from synthetic point errors: the check's
     figures and failure notes follow from them as kvplan.measure.run._check makes them, and the
     verdict from those (no timing)."""
-    points = [
-        {
-            "phase": "decode",
-            "batch_size": 1,
-            "context_len": 1024 * (i + 1),
-            "measured_s": 0.01,
-            "predicted_s": 0.01 * (1 + e),
-            "error": e,
-        }
-        for i, e in enumerate(errors)
-    ]
+    points = synthetic_measure_points(errors)
     median = statistics.median(abs(e) for e in errors)
     worst = max(abs(e) for e in errors)
     ids = (

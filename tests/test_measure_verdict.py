@@ -34,7 +34,7 @@ from kvplan.present.measure import (
 )
 from kvplan.present.notes import all_texts
 
-from helpers import RECORDED_MEASURE_MODEL, run_cli
+from helpers import RECORDED_MEASURE_MODEL, run_cli, synthetic_measure_points
 
 RECORDED = Path(__file__).parent / "data" / "recorded"
 
@@ -101,17 +101,7 @@ def _measure_data(missed, check_gated, regressions) -> dict:
     data = {
         "identity": {"kind": "cpu", "name": "CPU X"},
         "conditions": {"threads": 1, "elapsed_s": 9.0},
-        "points": [
-            {
-                "phase": "decode",
-                "batch_size": 1,
-                "context_len": 1024 * (i + 1),
-                "measured_s": 0.01,
-                "predicted_s": 0.01 * (1 + e),
-                "error": e,
-            }
-            for i, e in enumerate(errors)
-        ],
+        "points": synthetic_measure_points(errors),
         "check": {
             "passed": not ids,
             "tolerance": 0.15,
