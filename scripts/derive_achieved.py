@@ -847,19 +847,21 @@ def _prefill_dtype_rows(rows, kv: str, dtype_key: str) -> list:
 
 
 def prefill_curves(rows, mla: bool) -> dict:
-    """{kv dtype: {"<qk head dim>x<v head dim>": {units: [[prompt tokens, seconds], ...]}}}: per
-    cache dtype and head shape (MLA's rows: DeepSeek's 192x128 per head), the median measured
-    time of one causal prefill (context) call with no cached tokens, by the call's parallel
-    units (sequences x query heads on the rank, power-of-two buckets) and prompt tokens per
-    sequence (the table's own lengths), over the full-attention rows (any KV-head count);
-    seconds to four significant figures."""
+    """{kv dtype: {"<qk head dim>x<v head dim>[/w<window>]": {units: [[prompt tokens, seconds],
+    ...]}}}: per cache dtype and head shape (MLA's rows: DeepSeek's 192x128 per head; a sliding
+    window's rows under their own key), the median measured time of one causal prefill
+    (context) call with no cached tokens, by the call's parallel units (sequences x query heads
+    on the rank, power-of-two buckets) and prompt tokens per sequence (the table's own
+    lengths), over any KV-head count; seconds to four significant figures."""
     out: dict = {}
     dtype_key = "mla_dtype" if mla else "attn_dtype"
-    rows = [r for r in rows if r.get("window_size") in (None, 0) and r.get("step", 0) == 0]
+    rows = [r for r in rows if r.get("step", 0) == 0]
     for kv in ("bfloat16", "fp8"):
         buckets: dict = {}
         for r in _prefill_dtype_rows(rows, kv, dtype_key):
             head = "192x128" if mla else f"{r['head_dim']}x{r['head_dim']}"
+            if r.get("window_size"):
+                head += f"/w{r['window_size']}"
             units = 2 ** round(math.log2(r["batch_size"] * r["num_heads"]))
             cell = buckets.setdefault(head, {}).setdefault(units, {})
             cell.setdefault(r["isl"], []).append(r["latency"] * 1e-3)

@@ -84,7 +84,7 @@ def test_the_curves_are_medians_by_units_and_tokens_per_cache_dtype():
         _row(1, 8, 1024, 0.020),  # 8 units
         _row(2, 4, 1024, 0.024),  # 8 units as well: the median of the two
         _row(8, 8, 1024, 0.050),  # 64 units
-        _row(1, 8, 1024, 9.0, window=128),  # a sliding window: not a full-attention call
+        _row(1, 8, 1024, 0.009, window=128),  # a sliding window: its own key
         _row(1, 8, 1024, 0.030, head_dim=64),  # another head shape
         _row(1, 8, 1024, 0.031, kv="fp8", attn="fp8"),  # fp8 cache, fp8 math only
         _row(1, 6, 1024, 0.026),  # 6 units: the bucket of 8 (2^round(log2 6))
@@ -95,6 +95,7 @@ def test_the_curves_are_medians_by_units_and_tokens_per_cache_dtype():
         "64": [[1024, 0.00005]],
     }
     assert curves["bfloat16"]["64x64"] == {"8": [[1024, 0.00003]]}
+    assert curves["bfloat16"]["128x128/w128"] == {"8": [[1024, 0.000009]]}
     # an fp8 cache takes bf16 attention math where timed, else the fp8 rows
     assert curves["fp8"]["128x128"] == {"8": [[1024, 0.000031]]}
     mixed = derive.prefill_curves([*rows, _row(1, 8, 1024, 0.040, kv="fp8")], mla=False)
@@ -113,13 +114,13 @@ def _timing(prefill_calls) -> BackendTiming:
     )  # fmt: skip
 
 
-def _model(prefill_calls=None) -> StepModel:
+def _model(prefill_calls=None, model="llama-3.1-8b") -> StepModel:
     """Llama-3.1-8B (32 layers, 32 query heads of 128) on one H100-like GPU, bf16 cache."""
     kernels = None
     if prefill_calls is not None:
         kernels = BackendKernels(decode={}, prefill={False: _timing(prefill_calls)})
     return StepModel(
-        load_model("llama-3.1-8b"),
+        load_model(model),
         Rates(3.35e12, 989e12),
         "bf16",
         resolve_kv_format("auto", "bf16"),
@@ -183,3 +184,28 @@ def test_the_note_says_which_priced_the_prefill():
     # DeepSeek-V3.2's DSA layers under SGLang: no rows time the sparse prefill
     dsa = words("deepseek-v3.2", "b200", "--tp", "8")
     assert dsa.startswith("Prefill attention at the fractions") and "sparse layers" in dsa
+
+
+def test_a_sliding_window_reads_its_own_windows_rows():
+    # gpt-oss-20b: 12 sliding layers (window 128) and 12 full ones, 64 query heads of 64
+    window_calls = ((64, ((1024.0, 30e-6), (4096.0, 90e-6))),)
+    model = _model({"bfloat16": {"64x64": CALLS, "64x64/w128": window_calls}}, "gpt-oss-20b")
+    sliding, full = sorted(model.groups, key=lambda g: g.window is None)
+    assert (sliding.window, sliding.layers, full.layers, full.heads) == (128, 12, 12, 64.0)
+    # a 1,024-token prompt under a 128 window attends 128 x 129 / 2 + 896 x 128 keys: the
+    # window's row at 1,024 tokens; the full layers at 64 units, twice 32's measured time
+    assert equivalent_prompt_tokens(128 * 129 / 2 + 896 * 128, 128) == pytest.approx(1024)
+    assert model.prefill_chunks_attention_s(((1024, 0),)) == pytest.approx(
+        12 * 30e-6 + 12 * 2 * 40e-6
+    )
+    # past the window's longest row: its time per windowed key (linear in tokens past it)
+    assert prefill_call_s(window_calls, 64, 8192, 128) == pytest.approx(
+        90e-6 * (8256 + (8192 - 128) * 128) / (8256 + (4096 - 128) * 128)
+    )
+    # without the window's rows: the full-attention calls at the prompt of as many keys
+    plain = _model({"bfloat16": {"64x64": CALLS}}, "gpt-oss-20b")
+    keys = 128 * 129 / 2 + 896 * 128
+    n = equivalent_prompt_tokens(keys)
+    assert plain.prefill_chunks_attention_s(((1024, 0),)) == pytest.approx(
+        12 * 2 * prefill_call_s(CALLS, 32, n) + 12 * 2 * 40e-6
+    )

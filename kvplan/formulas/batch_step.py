@@ -266,21 +266,25 @@ def decode_call_s(calls: tuple, batch: int, kv_bytes, maximum=max):
     return np.exp(log_y0 + t * (log_y1 - log_y0))
 
 
-def equivalent_prompt_tokens(keys: float) -> float:
-    """The prompt tokens n whose causal attention attends `keys` keys in all (n(n+1)/2 = keys):
-    a chunk over cached tokens, or a window, as the no-cache prompt of the same work."""
+def equivalent_prompt_tokens(keys: float, window: int | None = None) -> float:
+    """The prompt tokens n whose causal attention attends `keys` keys in all (n(n+1)/2, or
+    under a sliding `window` W: W(W+1)/2 + (n - W)W past W): a chunk over cached tokens, or a
+    window under a full-attention call, as the no-cache prompt of the same work."""
+    if window is not None and keys > window * (window + 1) / 2:
+        return window + (keys - window * (window + 1) / 2) / window
     return (math.sqrt(8.0 * keys + 1.0) - 1.0) / 2.0
 
 
-def prefill_call_s(calls: tuple, units: float, tokens: float) -> float:
+def prefill_call_s(calls: tuple, units: float, tokens: float, window: int | None = None) -> float:
     """Seconds of one prefill-attention call of `units` parallel units (sequences x query heads
     on the rank) over `tokens` prompt tokens each, from a backend's measured calls
-    (BackendTiming.prefill_calls, one head shape): along each measured unit count, linear in
-    log(tokens) and log(seconds) between its points, its first point's time below them, and
-    past its last its last point's time per key attended times the keys (the kernel is
-    compute-bound there); between two measured unit counts, linear in log(units) and
-    log(seconds); below the first its time, past the last that count's time per unit times
-    the units (a full GPU: work-linear)."""
+    (BackendTiming.prefill_calls, one head shape; a sliding `window`'s own rows where the
+    call's keys are capped at it): along each measured unit count, linear in log(tokens) and
+    log(seconds) between its points, its first point's time below them, and past its last its
+    last point's time per key attended times the keys (the kernel is compute-bound there);
+    between two measured unit counts, linear in log(units) and log(seconds); below the first
+    its time, past the last that count's time per unit times the units (a full GPU:
+    work-linear)."""
     below = [c for c in calls if c[0] <= units] or calls[:1]
     above = [c for c in calls if c[0] >= units] or calls[-1:]
     (u0, curve0), (u1, curve1) = below[-1], above[0]
@@ -289,7 +293,9 @@ def prefill_call_s(calls: tuple, units: float, tokens: float) -> float:
         last_tokens, last_s = curve[-1]
         if tokens <= last_tokens:
             return curve_value(curve, tokens)
-        return last_s * tokens * (tokens + 1) / (last_tokens * (last_tokens + 1))
+        return last_s * (
+            causal_keys_attended(tokens, window) / causal_keys_attended(last_tokens, window)
+        )
 
     y0 = along(curve0)
     if u1 == u0:
@@ -586,6 +592,14 @@ class StepModel:
             return "backend"
         return "" if group.head_shape in calls else "shape"
 
+    def _window_calls(self, group: _Group) -> tuple | None:
+        """A sliding-window group's own measured calls (its window's rows), None where the
+        backend timed none at its window: the full-attention calls then time it at the prompt
+        of as many keys."""
+        if group.window is None or group.chunked:
+            return None
+        return self.prefill_calls[group.mla].get(f"{group.head_shape}/w{group.window}")
+
     def prefill_chunks_attention_s(self, chunks) -> float:
         """Seconds of a step's prefill chunks' causal attention, each (new tokens, tokens cached
         before it) over its cached tokens and itself (the cached KV read and the chunk's written
@@ -596,7 +610,8 @@ class StepModel:
         dtype and head shape (prefill_calls_of), its layers x one call over all the chunks
         (prefill_call_s: the chunks x the heads on a rank as the call's units, the tokens whose
         causal attention attends as many keys as a chunk does on average as its prompt
-        tokens), and at least the chunks' KV read at the backend's memory fraction; else each
+        tokens; a sliding window's own rows where the backend timed that window), and at least
+        the chunks' KV read at the backend's memory fraction; else each
         chunk on the roofline of the fractions (max of the KV read and the FLOPs), as the
         operator list charges it."""
         state_s = self.state_bytes_per_sequence / self.attention_rates.bandwidth_bytes_per_s
@@ -635,8 +650,15 @@ class StepModel:
             if calls is None:
                 seconds += roofline_s
                 continue
-            tokens = equivalent_prompt_tokens(keys_sum / len(chunks))
-            call_s = prefill_call_s(calls, len(chunks) * g.heads, tokens)
+            units = len(chunks) * g.heads
+            windowed = self._window_calls(g)
+            if windowed is not None:  # the window's own rows, at the prompt of as many keys
+                tokens = equivalent_prompt_tokens(keys_sum / len(chunks), g.window)
+                call_s = prefill_call_s(windowed, units, tokens, g.window)
+            else:
+                call_s = prefill_call_s(
+                    calls, units, equivalent_prompt_tokens(keys_sum / len(chunks))
+                )
             seconds += max(g.layers * call_s, read_bytes / rates.bandwidth_bytes_per_s)
         return seconds
 
