@@ -183,7 +183,7 @@ def test_the_note_says_which_priced_the_prefill():
     assert "32 GQA/MHA layers (128x128): trtllm_mha's" in timed and "fractions" not in timed
     # DeepSeek-V3.2's DSA layers under SGLang: no rows time the sparse prefill
     dsa = words("deepseek-v3.2", "b200", "--tp", "8")
-    assert dsa.startswith("Prefill attention at the fractions") and "sparse layers" in dsa
+    assert dsa.startswith("Prefill attention at the kernel tables") and "sparse layers" in dsa
 
 
 def test_a_sliding_window_reads_its_own_windows_rows():

@@ -522,8 +522,9 @@ text("sim-prefill-attention")(
             if timed
             else "",
             (
-                f"Prefill attention at the fractions of the datasheet rates (the roofline of its "
-                f"FLOPs and KV read, no measured call time) for {fractions}."
+                f"Prefill attention at the kernel tables' ({tables}) fractions of the datasheet "
+                f"rates (the roofline of its FLOPs and KV read, no measured call time) for "
+                f"{fractions}."
             )
             if fractions
             else "",
