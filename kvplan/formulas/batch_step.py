@@ -293,9 +293,8 @@ def prefill_call_s(calls: tuple, units: float, tokens: float, window: int | None
         last_tokens, last_s = curve[-1]
         if tokens <= last_tokens:
             return curve_value(curve, tokens)
-        return last_s * (
-            causal_keys_attended(tokens, window) / causal_keys_attended(last_tokens, window)
-        )
+        keys = causal_keys_attended(round(tokens), window)
+        return last_s * keys / causal_keys_attended(round(last_tokens), window)
 
     y0 = along(curve0)
     if u1 == u0:
