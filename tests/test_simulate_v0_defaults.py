@@ -202,7 +202,10 @@ def test_preemption_mode_recompute_and_swap_space_run():
     ("args", "needle"),
     [
         (("--engine-version", "0.7", "--preemption-mode", "evict"), "choose recompute or swap"),
-        (("--engine-version", "0.7", "--preemption-mode", "swap"), "swap is not simulated"),
+        (
+            ("--engine-version", "0.7", "--preemption-mode", "swap", "--gpu", "b200"),
+            "profile states no host_link",
+        ),
         (("--preemption-mode", "recompute"), "V1 preempts by recompute only"),
         (("--engine-version", "0.7", "--swap-space", "-1"), "--swap-space -1.0"),
         (("--engine-version", "0.7", "--swap-space", "nan"), "--swap-space nan"),

@@ -444,7 +444,7 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
 
 def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
     """Resolve the defaults, size the KV pool, and build the step-time model."""
-    from kvplan.engines import EngineRequest
+    from kvplan.engines import EngineRequest, vllm_v0
     from kvplan.engines.vllm import allocation_release, vllm_allocation
 
     if any(a.compress_ratio for a in spec.attention_layers()):
@@ -548,7 +548,21 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     speculation, draft = _speculation(spec, gpu, options, fmt_name, layout.attn_tp)
     if speculation is not None:  # the draft's weights and KV layers share the pool
         alloc = _with_draft(alloc, speculation, options, spec, fmt_name, layout.attn_tp)
-    config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
+    pool, why = _v0_pool(spec, gpu, alloc, request, options, speculation)
+    if pool is not None:
+        notes.append(
+            note(
+                "sim-vllm-v0-pool",
+                gpu_blocks=pool.num_gpu_blocks,
+                cpu_blocks=pool.num_cpu_blocks,
+                block_bytes=pool.block_bytes,
+                available_bytes=pool.available_bytes,
+                swap=vllm_v0.swaps(options.preemption_mode),
+            )
+        )
+    if vllm_v0.swaps(options.preemption_mode):
+        vllm_v0.check_swap(gpu.name, gpu.host_link is not None, pool is not None, why)
+    config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options, pool, gpu)
     if config.prefill_first and (layout.modelled or speculation is not None):
         raise KvplanError(
             "kvplan models vLLM V0's prefill-first scheduling (vLLM "
@@ -574,8 +588,13 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         block_size=config.block_size,
         enable_prefix_caching=prefix_caching,
     )
-    # vLLM's own figure (config.block_size is already the scheduler's block_size x dcp)
-    tokens = alloc.kv_cache_tokens or config.num_blocks * config.block_size
+    # vLLM's own figure (config.block_size is already the scheduler's block_size x dcp); V0's
+    # pool holds num_gpu_blocks x block_size tokens
+    tokens = (
+        config.num_blocks * config.block_size
+        if pool is not None
+        else alloc.kv_cache_tokens or config.num_blocks * config.block_size
+    )
     return Replica(
         config,
         model,
@@ -974,15 +993,82 @@ def step_model(
     return model, wdtype
 
 
-def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) -> EngineConfig:
+def _v0_pool(spec, gpu, alloc, request, options, speculation):
+    """(V0's own KV pool for a V0 release (kvplan.engines.vllm_v0.v0_pool), None and why not
+    where kvplan keeps its V1 allocator's pool): on every rank the memory the profile left
+    (vllm_memory.stage_memory's terms with the CUDA graphs not subtracted, or
+    --kv-cache-memory) over CacheEngine's block, every attention layer of the rank in one."""
+    from kvplan.anatomy.model import pp_stages
+    from kvplan.engines import vllm_v0
+    from kvplan.engines.vllm import attention_bytes_per_token
+
+    if vllm_v0.v0_release(options.vllm_version) is None:
+        return None, "a V1 release"
+    if not vllm_v0.v0_pool_applies(spec):
+        return None, (
+            f"{spec.name} has layers other than full K/V attention (sliding windows, MLA or "
+            "recurrent states), whose V0 cache kvplan does not model"
+        )
+    if speculation is not None:
+        return None, "V0's speculative decoding (a draft model's cache) is not modelled"
+    stages = pp_stages(spec._replace(dtype=alloc.dtype), options.pp)
+    if alloc.memory is not None:
+        available = [m.available_bytes for m in alloc.memory]
+    else:
+        available = [request.kv_cache_memory_bytes] * len(stages)
+    block_size = options.block_size or vllm_v0.V0_BLOCK_SIZE
+    sizes = [
+        vllm_v0.cache_block_bytes(
+            [
+                attention_bytes_per_token(a, request.kv_cache_dtype, alloc.dtype, options.tp)
+                for a in stage.attention_layers()
+            ],
+            block_size,
+        )
+        for stage in stages
+    ]
+    swap_gib = vllm_v0.SWAP_SPACE_GIB if options.swap_space is None else options.swap_space
+    pool = vllm_v0.v0_pool(available, sizes, swap_gib)
+    vllm_v0.check_v0_pool(pool, block_size, request.max_model_len)
+    return pool, ""
+
+
+def _engine_config(
+    alloc, max_model_len, seqs, mnbt, prefix_caching, options, pool=None, gpu=None
+) -> EngineConfig:
     """The pool in blocks of the full-attention group; sliding-window groups as vLLM's
     SlidingWindowManager keeps them where their blocks map onto the pool's one to one (the
     full group's block size, a whole number of window groups per full group), other windowed
-    and state groups as a fixed share per request (their steady-state blocks)."""
+    and state groups as a fixed share per request (their steady-state blocks). `pool`: V0's own
+    (kvplan.engines.vllm_v0.V0Pool), all its blocks usable (no null block), with its CPU pool
+    and `gpu`'s host link where --preemption-mode swap is given."""
     from kvplan.engines.vllm_v0 import v0_release, watermark_blocks
     from kvplan.simulate.engine import EngineConfig, side_blocks, usable_blocks, window_blocks
 
     v0 = v0_release(options.vllm_version) is not None
+    if pool is not None:
+        from kvplan.engines.vllm_v0 import V0_BLOCK_SIZE, swaps
+
+        swap = swaps(options.preemption_mode) and gpu is not None and gpu.host_link is not None
+        return EngineConfig(
+            max_num_seqs=seqs,
+            max_num_batched_tokens=mnbt,
+            max_model_len=max_model_len,
+            num_blocks=pool.num_gpu_blocks,
+            block_size=options.block_size or V0_BLOCK_SIZE,
+            enable_prefix_caching=prefix_caching,
+            enable_chunked_prefill=options.enable_chunked_prefill,
+            preemption=options.preemption,
+            continuous_batching=options.continuous_batching,
+            async_scheduling=options.async_scheduling,
+            reserve_full_isl=True,  # can_allocate: the whole prompt's blocks on admission
+            scheduler_steps=options.num_scheduler_steps,
+            prefill_first=v0_prefill_first(options),
+            admission_watermark_blocks=watermark_blocks(pool.num_gpu_blocks),
+            swap_cpu_blocks=pool.num_cpu_blocks if swap else -1,
+            swap_block_bytes=pool.block_bytes,
+            host_link_one_way_bytes_per_s=gpu.host_link.one_way_bytes_per_s if swap else 0.0,
+        )
 
     full = (CacheKind.FULL, CacheKind.MLA)
     main = [g for g in alloc.groups if g.kind in full]

@@ -278,11 +278,31 @@ text("sim-vllm-v0")(
         + (
             " As V0's block manager does, a prompt is admitted only when its whole sequence's "
             "blocks leave 1% of the pool free (the watermark); preemption is by recompute (V0's "
-            "default for one-sequence requests; swap is not simulated). The KV pool is kvplan's "
-            "V1 allocator's: V0's memory profiling is not modelled."
+            "default for one-sequence requests) or, with --preemption-mode swap, by swapping to "
+            "the CPU pool. The KV pool is V0's own where a note says so, else kvplan's V1 "
+            "allocator's."
             if v0_rules
             else " kvplan applies V0's multi-step windows alone here: admission, defaults and the "
             "KV pool are its V1 ones."
+        )
+    )
+)
+text("sim-vllm-v0-pool")(
+    lambda gpu_blocks, cpu_blocks, block_bytes, available_bytes, swap: (
+        f"V0's own KV pool (vllm/worker/worker.py determine_num_available_blocks): "
+        f"{available_bytes / 2**30:,.2f} GiB left after the profile run (total x "
+        "gpu_memory_utilization less weights, the profile batch's activation peak and non-torch "
+        "memory; the CUDA graphs are captured after, not subtracted) over a block of "
+        f"{block_bytes:,} B (CacheEngine.get_cache_block_size: K and V of every attention layer "
+        f"of the rank): # GPU blocks {gpu_blocks:,}, # CPU blocks {cpu_blocks:,} (--swap-space "
+        "over the same block)"
+        + (
+            ". --preemption-mode swap: a preempted request's blocks are copied to the CPU pool "
+            "and back before it runs again (swapped requests before new prompts), each copy "
+            "taking blocks x block bytes over the host link's one-way bandwidth (added to the "
+            "step's time); a full CPU pool aborts the run as V0 does."
+            if swap
+            else "."
         )
     )
 )
