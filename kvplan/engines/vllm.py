@@ -833,6 +833,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
                 enforce_eager=request.enforce_eager,
                 subtract_cuda_graphs=request.vllm_version != "0.19",
                 expert_ranks=request.expert_ranks,
+                v0_sampler=request.v0_profile,
             )
             for i in range(len(stages))
         ]

@@ -191,20 +191,24 @@ class V0Pool(NamedTuple):
     available_bytes: int  # "the rest of the memory reserved for KV Cache", on that rank
 
 
-# the cache kinds CacheEngine sizes as K and V per token per layer (MLA's latent cache, 0.7's
-# use_mla with its 256-byte alignment, and recurrent states are not modelled for V0)
-V0_POOL_KINDS = (CacheKind.FULL,)
-
-
-def v0_pool_applies(spec: ModelSpec) -> bool:
-    """Whether kvplan sizes V0's own pool for this model: every attention layer full K/V
-    attention and no recurrent state."""
+def v0_pool_applies(spec: ModelSpec, release: tuple[int, int, int], max_model_len: int) -> bool:
+    """Whether kvplan sizes V0's own pool for this model: every attention layer K/V attention
+    (CacheEngine lays out K and V per token per layer; MLA's latent cache, 0.7's use_mla with
+    its 256-byte alignment, and recurrent states are not modelled), its windows, if any, either
+    dropped from V0's scheduler view (an interleaved model, INTERLEAVED_FROM) or no shorter than
+    max_model_len (so V0's block manager never recycles a block of one)."""
     layers = spec.attention_layers()
-    return (
-        bool(layers)
-        and all(a.kind in V0_POOL_KINDS for a in layers)
-        and not spec.has_kind(CacheKind.STATE)
-    )
+    if not layers or spec.has_kind(CacheKind.STATE):
+        return False
+    interleaved = release >= INTERLEAVED_FROM.get(spec.model_type, (9, 9, 9))
+    for a in layers:
+        if a.kind is CacheKind.FULL:
+            continue
+        if a.kind is not CacheKind.SLIDING or a.window is None:
+            return False
+        if not interleaved and a.window < max_model_len:
+            return False
+    return True
 
 
 def cache_block_bytes(layer_bytes_per_token: list[int], block_size: int) -> int:

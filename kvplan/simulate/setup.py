@@ -511,6 +511,10 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         kv_cache_dtype=options.kv_cache_dtype,
         block_size=options.block_size,
         max_num_batched_tokens=mnbt,
+        # V0's profile run is max_num_seqs prompts (ModelRunner.profile_run): its own 256, not
+        # the V1 default the allocator would take
+        max_num_seqs=seqs if vllm_v0.v0_release(options.vllm_version) else None,
+        v0_profile=vllm_v0.v0_release(options.vllm_version) is not None,
         tp=options.tp,
         pp=options.pp,
         gpu_mem_util=options.gpu_mem_util,
@@ -1002,12 +1006,14 @@ def _v0_pool(spec, gpu, alloc, request, options, speculation):
     from kvplan.engines import vllm_v0
     from kvplan.engines.vllm import attention_bytes_per_token
 
-    if vllm_v0.v0_release(options.vllm_version) is None:
+    release = vllm_v0.v0_release(options.vllm_version)
+    if release is None:
         return None, "a V1 release"
-    if not vllm_v0.v0_pool_applies(spec):
+    if not vllm_v0.v0_pool_applies(spec, release, request.max_model_len):
         return None, (
-            f"{spec.name} has layers other than full K/V attention (sliding windows, MLA or "
-            "recurrent states), whose V0 cache kvplan does not model"
+            f"{spec.name} has layers other than K/V attention V0 keeps whole (MLA, recurrent "
+            "states, or a sliding window shorter than max_model_len), whose V0 cache kvplan "
+            "does not model"
         )
     if speculation is not None:
         return None, "V0's speculative decoding (a draft model's cache) is not modelled"
