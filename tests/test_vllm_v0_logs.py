@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from kvplan.anatomy.model import pp_stages
-from kvplan.engines import EngineRequest
-from kvplan.engines import vllm_v0
+from kvplan.engines import EngineRequest, vllm_v0
 from kvplan.engines.vllm import attention_bytes_per_token, vllm_allocation
 from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import load_profile
