@@ -952,6 +952,7 @@ SOURCES: dict[str, str] = {
     "sim-step-terms": "simulate measured profile",
     "sim-vllm-v0": "simulate vllm v0",
     "sim-vllm-v0-defaults": "simulate vllm v0",
+    "sim-vllm-v0-pool": "simulate vllm v0",
     "sim-vllm-08-v0": "simulate vllm 0.8 fp8",
     "sim-vllm-version-newer": "simulate vllm newer",
     "sim-weak-disagg-hybrid": "simulate disaggregated",

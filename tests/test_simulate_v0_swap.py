@@ -113,7 +113,7 @@ def test_simulate_aborts_on_a_full_swap_space():
     ("args", "needle"),
     [
         (("--gpu", "b200"), "B200's profile states no host_link"),
-        (("--model", "gemma-2-9b"), "V0's own KV pool only"),
+        (("--model", "deepseek-v2-lite"), "V0's own KV pool only"),
     ],
 )
 def test_swap_is_refused_where_it_cannot_be_priced_or_sized(args, needle):
