@@ -661,7 +661,7 @@ INVOCATIONS: dict[str, Invocation] = {
     "simulate vllm v0": cli(*SIM, "--engine-version", "0.7", "--num-scheduler-steps", "4", *SMALL),
     "simulate vllm newer": cli(*SIM, "--vllm-version", "1.0", *SMALL),
     "simulate vllm 0.8 fp8": cli(
-        *SIM, "--engine-version", "0.8", "--kv-cache-dtype", "fp8", *SMALL
+        *SIM, "--engine-version", "0.8.0", "--kv-cache-dtype", "fp8", *SMALL
     ),  # fmt: skip
     "simulate expert parallel": cli(
         "simulate", "qwen3-30b-a3b", "--gpu", "h100", "--tp", "2", "-dp", "2", "-ep", *SMALL

@@ -39,7 +39,7 @@ from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 from kvplan.units import GIB
 
-V0_RELEASES = ((0, 6), (0, 7))  # the minors whose default engine is V0
+V0_RELEASES = ((0, 6), (0, 7))  # the minors whose default engine is V0 (0.8: v08_v0_fallback)
 # a minor given without its patch runs as its last release's rules
 LAST_PATCH = {(0, 6): 6, (0, 7): 3}  # 0.6.6.post1, 0.7.3
 V0_MAX_NUM_SEQS = 256
@@ -104,6 +104,8 @@ def chunked_prefill_default(
     multimodal = spec.vision_tower is not None
     if multimodal and release >= (0, 6, 2):  # "disabled by default in V0" for multimodal models
         return False, "multimodal"
+    if spec.has_kind(CacheKind.MLA) and release >= (0, 8, 0):  # 0.8's _set_default_args_v0
+        return False, "mla"
     if max_model_len <= LONG_CONTEXT_TOKENS:
         return False, "short"
     if vendor not in ("NVIDIA", "AMD"):  # is_gpu: device_type "cuda" (CUDA or ROCm)
@@ -163,23 +165,51 @@ def v0_defaults(
     return V0Defaults(chunked, budget, V0_MAX_NUM_SEQS, prefix, why)
 
 
+V08_LAST_PATCH = 5  # "0.8" runs as 0.8.5
+
+
 def v08_v0_fallback(
-    version: str, *, kv_cache_dtype: str, pp: int, scheduler_steps: int, vendor: str
+    version: str,
+    *,
+    kv_cache_dtype: str,
+    pp: int,
+    scheduler_steps: int,
+    vendor: str,
+    preemption_mode: str | None = None,
+    speculative: bool = False,
+    hopper: bool = False,
 ) -> tuple[str, ...]:
-    """What, of the flags kvplan takes, sends vLLM 0.8.0 to its V0 engine
-    (EngineArgs._is_v1_supported_oracle: a --kv-cache-dtype other than auto, --pp above 1,
-    multi-step scheduling, a device other than CUDA); () for another release or none of them.
-    Later 0.8 patches take some of them on V1 (0.8.5: fp8 KV with FlashAttention 3)."""
+    """What, of the flags kvplan takes, sends vLLM 0.8 to its V0 engine
+    (EngineArgs._is_v1_supported_oracle, with VLLM_USE_V1 unset): --preemption-mode given,
+    multi-step scheduling, a --kv-cache-dtype other than auto, --pp above 1 (the mp executor,
+    not Ray), a device other than CUDA; from 0.8.5 (read in its wheel) fp8 KV stays on V1 where
+    FlashAttention 3 runs it (`flash_attn_supports_fp8`: compute capability 9, Hopper), and
+    speculative decoding falls back (ngram and EAGLE are "experimental on VLLM_USE_V1=1",
+    `_warn_or_fallback`; other methods unsupported). () for another release or none of them.
+    Conditions kvplan cannot decide from flags (a V0-only architecture, compute capability
+    below 8.0, --dtype float32, LoRA/prompt adapters, structured-output backends) are not
+    checked."""
     parts = release_patch(version)
     if parts is None or parts[:2] != (0, 8):
         return ()
+    patch = V08_LAST_PATCH if parts[2] is None else parts[2]
+    fp8_on_v1 = patch >= 5 and kv_cache_dtype.startswith("fp8") and hopper
     flags = (
-        (kv_cache_dtype != "auto", f"--kv-cache-dtype {kv_cache_dtype}"),
-        (pp > 1, f"--pp {pp}"),
+        (preemption_mode is not None, f"--preemption-mode {str(preemption_mode)[:20]}"),
         (scheduler_steps > 1, f"--num-scheduler-steps {scheduler_steps}"),
+        (kv_cache_dtype != "auto" and not fp8_on_v1, f"--kv-cache-dtype {kv_cache_dtype}"),
+        (pp > 1, f"--pp {pp}"),
         (vendor != "NVIDIA", f"a {vendor} device"),
+        (speculative and patch >= 5, "speculative decoding"),
     )
     return tuple(text for given, text in flags if given)
+
+
+def v08_release(version: str) -> tuple[int, int, int]:
+    """The 0.8 patch whose V0 engine runs a fallback: '0.8' -> (0, 8, 5)."""
+    parts = release_patch(version)
+    assert parts is not None and parts[:2] == (0, 8), version
+    return 0, 8, V08_LAST_PATCH if parts[2] is None else parts[2]
 
 
 class V0Pool(NamedTuple):

@@ -308,11 +308,12 @@ text("sim-vllm-v0-pool")(
 )
 text("sim-vllm-08-v0")(
     lambda version, flags: (
-        f"vLLM 0.8.0's engine oracle (EngineArgs._is_v1_supported_oracle) falls back to the V0 "
-        f"engine with {', '.join(flags)} (later 0.8 patches take some of these on V1); kvplan "
-        f"simulates vLLM {version} with V1's admission rules and defaults, so V0's (max_num_seqs "
-        "256, chunked prefill only above 32,768 tokens, prefix caching off) are not applied. "
-        "--engine-version 0.7 runs V0's."
+        f"vLLM {version}'s engine oracle (EngineArgs._is_v1_supported_oracle, VLLM_USE_V1 unset) "
+        f"falls back to the V0 engine with {', '.join(flags)}: kvplan simulates it with V0's "
+        "rules (0.8's _set_default_args_v0: max_num_seqs 256, chunked prefill only above 32,768 "
+        "tokens and not for MLA or multimodal models, prefix caching off; V0's admission, "
+        "preemption and KV pool). Fallbacks kvplan cannot decide from flags (a V0-only "
+        "architecture, compute capability below 8.0) are not checked."
     )
 )
 _V0_CHUNKED_OFF = {
@@ -324,6 +325,7 @@ _V0_CHUNKED_OFF = {
     "speculative": "V0 keeps it off with speculative decoding",
     "prefix-caching": "0.6.0 keeps it off with prefix caching",
     "state": "V0 keeps it off for recurrent-state layers before 0.6.3",
+    "mla": "0.8's V0 keeps it off for MLA models",
 }
 
 
