@@ -836,7 +836,7 @@ def decode_curves(rows, mla: bool) -> dict:
 # prefill calls: the parallel units of a call (sequences x query heads on the rank) in power-of-two
 # buckets; the kernel's grid is sequences x heads x query tiles, so at one prompt length a call
 # over 8 sequences of 8 heads takes what one over 1 sequence of 64 heads does (B200 SGLang
-# trtllm_mha, head dim 128, 1,024 tokens: 39.0-49.3 us over every split of 64 units, 57.0 us for
+# trtllm_mha, head dim 128, 1,024 tokens: 39.0-50.4 us over every split of 64 units, 57.0 us for
 # 64 sequences of one head)
 def _prefill_dtype_rows(rows, kv: str, dtype_key: str) -> list:
     """The rows a `kv` cache's prefill runs on: that cache dtype with bf16 attention math where
