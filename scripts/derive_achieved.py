@@ -86,15 +86,23 @@ KVPLAN_H100_BF16_EXPERTS = (0.19, 0.69)
 
 
 def table(
-    root: Path, gpu: str, op: str, name: str, version: str, engine: str = "vllm"
+    root: Path,
+    gpu: str,
+    op: str,
+    name: str,
+    version: str,
+    engine: str = "vllm",
+    fastest: bool = True,
 ) -> list[dict]:
     """The rows of one table; where several kernels timed one shape (a newer table times each
-    backend the engine can pick), the fastest, as the engine's autotuned default would be."""
+    backend the engine can pick), the fastest, as the engine's autotuned default would be.
+    `fastest` False: every row (a table whose kernels are steps of one operation, not
+    alternatives: the Gated DeltaNet table's conv update and state update)."""
     import pyarrow.parquet as pq
 
     path = root / gpu / op / engine / version / f"{name}.parquet"
     rows = pq.read_table(path).to_pylist()
-    if len({r.get("kernel_source") for r in rows}) <= 1:
+    if not fastest or len({r.get("kernel_source") for r in rows}) <= 1:
         return rows
     best: dict = {}
     for r in rows:
@@ -509,6 +517,67 @@ def small_shape_floors(gemm=None, moe=None, attention=None, mla=None, mla_bmm=No
     return out
 
 
+# The graph-timed one-row kernels of the wheel's tables that stand for a decode layer's small
+# launches (norms, rotary, cache writes, activations, conv-state updates): each a single small
+# kernel whose time at 1-16 tokens is its launch and latency, not its bytes
+SMALL_KERNELS = {
+    "causal_conv1d_update",  # linear_attention/gdn_perf: the conv-state update of one decode
+    "static_scaled_fp8_quant",  # quantize/scale_matrix_perf (vLLM): one row read, one written
+}
+# the recurrent state update of a Gated DeltaNet decode (gating fused in), the kernel a
+# linear-attention layer launches in place of an attention kernel
+GDN_DECODE_KERNEL = "fused_recurrent_gated_delta_rule_packed_decode"
+# a one-row kernel slower than this many times the GPU's fastest GEMM timed the host's dispatch
+SMALL_HOST_FACTOR = 2
+
+
+def small_kernel_floors(gdn=None, quantize=None, gemm_floor_s: float | None = None) -> dict:
+    """The floors of the launches no GEMM, MoE or attention table times (seconds): `elementwise`,
+    the smallest time at 1-16 tokens of the SMALL_KERNELS the tables time (SGLang's and vLLM's
+    causal_conv1d_update in the Gated DeltaNet table; vLLM's static_scaled_fp8_quant), and
+    `recurrent`, the smallest Gated DeltaNet decode state update at 1-16 sequences.
+
+    A kernel that moves one row cannot take longer than the table's fastest GEMM unless the
+    host's dispatch was timed: a kernel whose fastest call is over SMALL_HOST_FACTOR times
+    `gemm_floor_s` (the GPU's fastest graph-timed GEMM at <= 16 tokens) is left out. That drops
+    SGLang's quantize rows (7-8 us at every width from 32 to 16,384 columns, flat, where SGLang's
+    own profile of the kernel at one token reads 2.7 us: sgl-project/sglang#5432) and the A100's
+    SGLang 0.5.10 Gated DeltaNet rows (6.4 us for a conv update, 2.6x its fastest GEMM); the
+    graph-timed ones measure 0.6-1.3x it (1.5-1.9 us on H100, H200, B200, B300)."""
+
+    def kept(latencies: list) -> list:
+        if not latencies:
+            return []
+        if gemm_floor_s is not None and min(latencies) > SMALL_HOST_FACTOR * gemm_floor_s:
+            return []
+        return latencies
+
+    def gdn_rows(kernel: str) -> list:
+        return [
+            r["latency"] * 1e-3
+            for r in gdn or ()
+            if r["phase"] == "generation" and r["batch_size"] <= 16 and r["kernel_source"] == kernel
+        ]
+
+    out = {}
+    conv = kept(gdn_rows("causal_conv1d_update"))
+    quant = kept(
+        [
+            r["latency"] * 1e-3
+            for r in quantize or ()
+            if r["m"] <= 16 and r["kernel_source"] in SMALL_KERNELS
+        ]
+    )
+    if conv or quant:
+        out["elementwise"] = min(conv + quant)
+    # the state update moves a state, not a row: it is kept where the same table's conv update,
+    # timed by the same collector, is
+    recurrent = gdn_rows(GDN_DECODE_KERNEL) if conv else []
+    if recurrent:
+        out["recurrent"] = min(recurrent)
+    return out
+
+
 # The routing the per-shape curves are read at: aiconfigurator's own default (sdk/config.py,
 # workload_distribution "power_law", with the models' alpha 1.01), a skewed router's load
 MOE_CURVE_DISTRIBUTION = "power_law_1.01"
@@ -588,12 +657,12 @@ def floors_for_kept(root: Path, gpu: str) -> tuple[dict, dict, str]:
     doc = json.loads((TABLES / f"{gpu}.vllm.0.14.0.json").read_text())
     versions = {}
 
-    def rows(op, name):
+    def rows(op, name, fastest=True):
         v = newest(root, gpu, op, "vllm", name)
         if v is None:
             return None
         versions[f"{op}/{name}"] = v
-        return table(root, gpu, op, name, v, "vllm")
+        return table(root, gpu, op, name, v, "vllm", fastest)
 
     gemm_rows = rows("gemm", "gemm_perf")
     if gemm_rows is not None:
@@ -606,6 +675,13 @@ def floors_for_kept(root: Path, gpu: str) -> tuple[dict, dict, str]:
         attention=rows("attention", "generation_attention_perf"),
         mla=rows("mla", "generation_mla_perf"),
         mla_bmm=rows("mla_bmm", "mla_bmm_perf"),
+    )
+    floors.update(
+        small_kernel_floors(
+            rows("linear_attention", "gdn_perf", fastest=False),
+            rows("quantize", "scale_matrix_perf"),
+            floors.get("gemm"),
+        )
     )
     floors["allreduce"] = doc["achieved"]["allreduce_call_s"]
 
@@ -631,12 +707,12 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
     h100 = json.loads((TABLES / DATASHEET_FILE).read_text())["achieved"]
     versions, borrowed, floors = {}, [], {}
 
-    def rows(op, name):
+    def rows(op, name, fastest=True):
         v = newest(root, gpu, op, engine, name)
         if v is None:
             return None
         versions[f"{op}/{name}"] = v
-        return table(root, gpu, op, name, v, engine)
+        return table(root, gpu, op, name, v, engine, fastest)
 
     gemm_rows = rows("gemm", "gemm_perf")
     if gemm_rows is None:
@@ -667,6 +743,13 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
     mctx, mgen = rows("mla", "context_mla_perf"), rows("mla", "generation_mla_perf")
     ml = mla(mctx, mgen, bw, peaks)["mla"] if mctx and mgen else None
     floors.update(small_shape_floors(mla=mgen, mla_bmm=rows("mla_bmm", "mla_bmm_perf")))
+    floors.update(
+        small_kernel_floors(
+            rows("linear_attention", "gdn_perf", fastest=False),
+            rows("quantize", "scale_matrix_perf"),
+            floors.get("gemm"),
+        )
+    )
     comm = rows("comm", "custom_allreduce_perf")
     call_s, link = None, None
     if comm and link_one_way:

@@ -12,7 +12,8 @@ time. Per GPU, for a step of T tokens (decodes plus prefill-chunk tokens):
            + prefill attention    Σ_chunks max(cached + chunk KV / BW·f_m, causal FLOPs / peak·f_c)
            + sampler              sequences x vocab x fp32 logit copies / BW·f_m
            + TP all-reduces       2 per layer over T x hidden activations (comm)
-           + launches             L x per-layer cost (CUDA graph up to 512 tokens, else eager)
+           + launches             max(L x per-layer cost, small kernels x their floor) under a
+                                  CUDA graph (up to 512 tokens), else L x the eager per-layer cost
     t_host = per-step + per-request scheduler work on the CPU
     t_step = t_gpu + t_host (synchronous scheduling) or max(t_gpu, t_host) (async scheduling)
 
@@ -878,13 +879,17 @@ class StepModel:
             if num_tokens <= self.cuda_graph_max_tokens
             else self.host.eager_per_layer_s
         )
+        launch_s = per_layer * self.spec.num_layers
+        if num_tokens <= self.cuda_graph_max_tokens and self.floors.small_s is not None:
+            # at least the small kernels the layers launch, as the tables time them (_Floors)
+            launch_s = max(launch_s, self.floors.small_s)
         return (
             weights_s * layer_share,
             matmul_s * layer_share,
             (decode_s if kv_bound else 0.0) * layer_share,
             ((0.0 if kv_bound else decode_s) + prefill_s) * layer_share,
             (self.comm_s(num_tokens) + self.dcp_comm_s(shape.num_decodes)) * layer_share,
-            per_layer * self.spec.num_layers * layer_share,
+            launch_s * layer_share,
         )
 
     def forward_ops_s(
@@ -1101,11 +1106,21 @@ class _Floors(NamedTuple):
     DeepSeek-R1's at TP 8 in block fp8 takes 35 us on a B200 under SGLang (router top-k and
     permutation included), where the smallest fused MoE of any shape takes 13.6 us.
 
-    All-reduces are floored already: comm_s charges each call the tables' smallest message."""
+    All-reduces are floored already: comm_s charges each call the tables' smallest message.
+
+        small kernels  `small_launches` (norms, rotary, cache writes, activations, conv-state
+                       updates) at `elementwise`, the smallest graph-timed one-row kernel of the
+                       tables (1.4-2.0 us: SGLang's and vLLM's causal_conv1d_update, vLLM's
+                       static fp8 quant), and each recurrent layer's state update at `recurrent`,
+                       the Gated DeltaNet decode update the tables time (4.1-4.4 us); a floor under the launch term, whose per-layer
+                       constant (HostOverheads.per_layer_s, 32 us) is above it for every bundled
+                       model at the shipped floors (DeepSeek-R1: 487 launches x 1.68 us on a
+                       B200 under SGLang, 13.4 us a layer)."""
 
     dense_s: float = 0.0
     experts_s: float = 0.0
     attention_s: float = 0.0
+    small_s: float | None = None  # the small launches' (None: the tables time none)
 
     @classmethod
     def of(
@@ -1130,6 +1145,7 @@ class _Floors(NamedTuple):
         bmms = 2 * shape.mla_layers  # MLA's absorbed BMMs, of the unquantized launches
         attention = floors_s.get("attention", 0.0)
         mla = shape.mla_layers
+        small = floors_s.get("elementwise")
         return cls(
             dense_s=(shape.gemm_launches - quantized - bmms) * gemm
             + bmms * floors_s.get("gemm_mla_bmm", gemm)
@@ -1137,6 +1153,10 @@ class _Floors(NamedTuple):
             experts_s=shape.moe_layers * moe,
             attention_s=(shape.attention_layers - mla) * attention
             + mla * floors_s.get("attention_mla", attention),
+            small_s=None
+            if small is None
+            else shape.small_launches * small
+            + shape.recurrent_layers * floors_s.get("recurrent", small),
         )
 
 
@@ -1203,6 +1223,42 @@ def gemm_launches(spec: ModelSpec) -> int:
     return launches
 
 
+def small_launches(spec: ModelSpec) -> int:
+    """Kernels one decode forward launches that no family of `_Floors` counts, each a single
+    small kernel (its time at a few tokens is its launch and latency, not its bytes), as
+    SGLang 0.5's model code launches them under a CUDA graph (python/sglang/srt/models/
+    llama.py, qwen3_moe.py, deepseek_v2.py, qwen3_next.py; layers/layernorm.py):
+
+        every layer        2: the fused residual-add + RMSNorm before attention and before the MLP
+        GQA attention      2: rotary embedding, KV-cache write
+        MLA attention      4: q_a and kv_a RMSNorms, rotary embedding, KV-cache write
+        recurrent state    2: causal conv1d state update, gated RMSNorm of the output (the state
+                           update itself: `recurrent_layers`, its own floor)
+        dense MLP          1: SiLU-and-mul
+        MoE, shared expert 2: its SiLU-and-mul, the add of the shared and routed outputs
+        the forward        2: embedding lookup, final RMSNorm
+
+    Not counted here: what a family's floor already times (GEMMs with their per-token-group
+    activation quant, the fused MoE with its top-k, alignment, activation and sum, the attention
+    kernel, all-reduces); per-head q/k RMSNorms (Qwen3's), which the anatomy does not record."""
+    launches = 2 + 2 * spec.num_layers
+    for layer, count in distinct_layers(spec.layers):
+        attn = layer.attention
+        if attn is not None:
+            launches += (4 if attn.kind is CacheKind.MLA else 2) * count
+        elif layer.state is not None:
+            launches += 2 * count
+    moe_layers = spec.moe.num_layers if spec.moe else 0
+    shared = 2 if spec.moe and spec.moe.shared_intermediate_size else 0
+    launches += (spec.num_layers - moe_layers) + moe_layers * shared
+    return launches
+
+
+def recurrent_layers(spec: ModelSpec) -> int:
+    """Layers whose decode runs a recurrent state update in place of an attention kernel."""
+    return sum(1 for layer in spec.layers if layer.attention is None and layer.state is not None)
+
+
 def _mla_layers(spec: ModelSpec) -> int:
     return sum(
         1 for layer in spec.layers if layer.attention and layer.attention.kind is CacheKind.MLA
@@ -1227,6 +1283,8 @@ class _Shape(NamedTuple):
     moe_layers: int
     moe_shape: str  # the fused MoE's <hidden>x<width>_<experts>x<top-k> ("": none)
     mla_layers: int = 0  # of attention_layers, those of MLA
+    small_launches: int = 0  # small kernels of a decode forward no family counts
+    recurrent_layers: int = 0  # layers running a recurrent state update instead of attention
 
 
 # A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred
@@ -1244,6 +1302,8 @@ def _shape(spec: ModelSpec) -> _Shape:
             spec.moe.num_layers if spec.moe else 0,
             _moe_shape(spec),
             _mla_layers(spec),
+            small_launches(spec),
+            recurrent_layers(spec),
         )
 
     return kept_with(_SHAPES, spec, (), build)
