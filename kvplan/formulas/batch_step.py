@@ -43,9 +43,8 @@ from kvplan.formulas.comm import (
     dcp_allgather_time_s,
     p2p_time_s,
     pipeline_bubble_fraction,
-    ring_allreduce_time_s,
     tp_allreduce_bytes,
-    two_level_allreduce_time_s,
+    tp_allreduce_time_s,
 )
 from kvplan.formulas.expert_parallel import (
     dp_gather_time_s,
@@ -281,7 +280,7 @@ class StepModel:
     A replica over several nodes (`node_gpus` of its GPUs to a node, `network` the inter-node
     link; None: one node): a collective whose group spans nodes is priced on both links, the
     network's part at its datasheet rate and latency (no measured inter-node table): TP
-    all-reduces in two levels (comm.two_level_allreduce_time_s), the DP gather likewise
+    all-reduces in two levels (comm.tp_allreduce_time_s), the DP gather likewise
     (expert_parallel.dp_gather_two_level_time_s), the EP all-to-alls split by destination
     (expert_parallel.ep_alltoall_two_link_time_s), the pipeline hops between nodes over the
     network. Ranks are numbered node by node, as the engines place them."""
@@ -646,29 +645,29 @@ class StepModel:
         return self.network
 
     def tp_allreduce_s(self, num_tokens: int, calls: int) -> float:
-        """`calls` all-reduces of `num_tokens` hidden states over the TP group: the ring at the
-        achieved intra-node bus bandwidth, each call at least one measured call's latency;
-        a group spanning nodes in two levels (comm.two_level_allreduce_time_s), the network's
-        part at its datasheet rate and per-message latency."""
+        """`calls` all-reduces of `num_tokens` hidden states over the TP group, each priced by
+        comm.tp_allreduce_time_s: the ring at the achieved intra-node bus bandwidth, its
+        per-hop latency such that the ring within a node costs at least one measured call's
+        latency; a group spanning nodes in two levels, the network's part at its datasheet
+        rate and per-message latency."""
         if self.tp <= 1 or calls <= 0:
             return 0.0
         one_way = self.link.one_way_bytes_per_s * self.achieved.link
-        message = tp_allreduce_bytes(self.spec, num_tokens)
         node = self.node_gpus
-        if node is None or self.tp <= node:
-            hops = 2 * (self.tp - 1)
-            return calls * ring_allreduce_time_s(
-                message, self.tp, one_way, self.achieved.allreduce_call_s / hops
-            )
-        intra_latency = self.achieved.allreduce_call_s / (2 * (node - 1)) if node > 1 else 0.0
-        return calls * two_level_allreduce_time_s(
-            message,
+        if node is not None and self.tp <= node:
+            node = None
+        local = self.tp if node is None else node
+        hops = 2 * (local - 1)
+        intra_latency = self.achieved.allreduce_call_s / hops if hops else 0.0
+        network = self._network if node is not None else None
+        return calls * tp_allreduce_time_s(
+            tp_allreduce_bytes(self.spec, num_tokens),
+            self.tp,
             node,
-            self.tp // node,
             one_way,
             intra_latency,
-            self._network.one_way_bytes_per_s,
-            self._network.latency_s,
+            network.one_way_bytes_per_s if network is not None else 0.0,
+            network.latency_s if network is not None else 0.0,
         )
 
     def pipeline_hops_s(self, tokens: int) -> float:

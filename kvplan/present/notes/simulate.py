@@ -458,7 +458,7 @@ text("sim-multinode")(
         f"{f.us_text(latency_s)} per message) at its datasheet rate: kvplan has no measured "
         "inter-node all-reduce or all-to-all table. TP all-reduces across nodes run in two levels "
         "(reduce-scatter and all-gather within the node, a ring all-reduce of each GPU's shard "
-        "across nodes: kvplan.formulas.comm.two_level_allreduce_time_s); EP all-to-alls send "
+        "across nodes: kvplan.formulas.comm.tp_allreduce_time_s); EP all-to-alls send "
         "each token's expert copies bound for other nodes over the GPU's own network link, one "
         "copy per expert (DeepEP's one-copy-per-node dispatch is not modelled)."
         + (
