@@ -833,13 +833,59 @@ def decode_curves(rows, mla: bool) -> dict:
     return out
 
 
+# prefill calls: the parallel units of a call (sequences x query heads on the rank) in power-of-two
+# buckets; the kernel's grid is sequences x heads x query tiles, so at one prompt length a call
+# over 8 sequences of 8 heads takes what one over 1 sequence of 64 heads does (B200 SGLang
+# trtllm_mha, head dim 128, 1,024 tokens: 39.0-50.4 us over every split of 64 units, 57.0 us for
+# 64 sequences of one head)
+def _prefill_dtype_rows(rows, kv: str, dtype_key: str) -> list:
+    """The rows a `kv` cache's prefill runs on: that cache dtype with bf16 attention math where
+    the backend timed it, else its own (trtllm_mha pairs an fp8 cache with fp8 attention only)."""
+    own = [r for r in rows if r["kv_cache_dtype"] == kv]
+    bf16 = [r for r in own if r.get(dtype_key, "bfloat16") == "bfloat16"]
+    return bf16 or own
+
+
+def prefill_curves(rows, mla: bool) -> dict:
+    """{kv dtype: {"<qk head dim>x<v head dim>[/w<window>]": {units: [[prompt tokens, seconds],
+    ...]}}}: per cache dtype and head shape (MLA's rows: DeepSeek's 192x128 per head; a sliding
+    window's rows under their own key), the median measured time of one causal prefill
+    (context) call with no cached tokens, by the call's parallel units (sequences x query heads
+    on the rank, power-of-two buckets) and prompt tokens per sequence (the table's own
+    lengths), over any KV-head count; seconds to four significant figures."""
+    out: dict = {}
+    dtype_key = "mla_dtype" if mla else "attn_dtype"
+    rows = [r for r in rows if r.get("step", 0) == 0]
+    for kv in ("bfloat16", "fp8"):
+        buckets: dict = {}
+        for r in _prefill_dtype_rows(rows, kv, dtype_key):
+            head = "192x128" if mla else f"{r['head_dim']}x{r['head_dim']}"
+            if r.get("window_size"):
+                head += f"/w{r['window_size']}"
+            units = 2 ** round(math.log2(r["batch_size"] * r["num_heads"]))
+            cell = buckets.setdefault(head, {}).setdefault(units, {})
+            cell.setdefault(r["isl"], []).append(r["latency"] * 1e-3)
+        if buckets:
+            out[kv] = {
+                head: {
+                    str(units): [
+                        [isl, float(f"{statistics.median(v):.4g}")]
+                        for isl, v in sorted(by_isl.items())
+                    ]
+                    for units, by_isl in sorted(by_units.items())
+                }
+                for head, by_units in sorted(buckets.items())
+            }
+    return out
+
+
 def attention_backends(root: Path, gpu: str, engine: str) -> dict | None:
     """{backend: entry} of one GPU and engine from its attention (GQA/MHA) and MLA kernel
     tables, each backend from its own rows only (no fastest-of-several: `table` picks that):
     kind (mha, mla), the kernel sources and table versions read, the rows, the (compute,
     memory) pair as `attention` / `mla` derive it (None where its rows have no shape that
-    side needs), the smallest decode call at 1-16 sequences (floor_s) and the decode curve
-    (decode_curve). vLLM's MLA tables time whole modules (projections included), not the
+    side needs), the smallest decode call at 1-16 sequences (floor_s), the decode curve
+    (decode_calls) and the prefill curves (prefill_calls). vLLM's MLA tables time whole modules (projections included), not the
     kernel: not read here."""
     import pyarrow.parquet as pq
 
@@ -878,15 +924,34 @@ def attention_backends(root: Path, gpu: str, engine: str) -> dict | None:
                 "pair": None if compute is None or memory is None else _round((compute, memory)),
                 "floor_s": round(min(small), 9) if small else None,
                 "decode_calls": decode_curves(full_dec, kind == "mla"),
+                "prefill_calls": prefill_curves(pre, kind == "mla"),
             }
             out[f"{kind}:{name}"] = entry
     return out or None
 
 
+def _compact_prefill_calls(doc: dict) -> str:
+    """The attention/ file's text: indented, but each backend's prefill curves of one cache dtype
+    and head shape on one line (thousands of points)."""
+    import json
+
+    compact = {}
+    for name, entry in doc["backends"].items():
+        for kv, heads in entry["prefill_calls"].items():
+            for head, curves in heads.items():
+                mark = f"@{name}@{kv}@{head}@"
+                compact[json.dumps(mark)] = json.dumps(curves, separators=(",", ":"))
+                heads[head] = mark
+    text = json.dumps(doc, indent=1) + "\n"
+    for mark, body in compact.items():
+        text = text.replace(mark, body)
+    json.loads(text)  # well-formed
+    return text
+
+
 def write_attention_backends(root: Path, names: list[str]) -> list[Path]:
     """kernel_tables/attention/<name>: the per-backend attention entries of the tables file
     <name> (<gpu>.<engine>.<version>.json), with their provenance."""
-    import json
 
     written = []
     for name in names:
@@ -903,13 +968,15 @@ def write_attention_backends(root: Path, names: list[str]) -> list[Path]:
             "per backend (kernel_source -> the engine's flag name, BACKEND_OF_SOURCE), its own "
             "rows only: the (compute, memory) fractions of `attention`/`mla` over full-attention "
             "rows, the smallest decode call at 1-16 sequences, and the median decode call by "
-            "batch and KV bytes per sequence (decode_calls: power-of-two buckets); datasheet rates from hardware_profiles/"
+            "batch and KV bytes per sequence (decode_calls: power-of-two buckets), and the median "
+            "prefill call by cache dtype, head shape, sequences x query heads (power-of-two "
+            "buckets) and prompt tokens (prefill_calls); datasheet rates from hardware_profiles/"
             f"{TABLE_GPUS[gpu][0]}.yaml",
             "backends": backends,
         }
         path = TABLES / "attention" / name
         path.parent.mkdir(exist_ok=True)
-        path.write_text(json.dumps(doc, indent=1) + "\n")
+        path.write_text(_compact_prefill_calls(doc))
         written.append(path)
     return written
 
