@@ -1032,6 +1032,7 @@ CHOOSE_WORDS = {
     ("sim-speculative", "acceptance"),  # how the rate was chosen, said in words
     ("sim-dp-replicas", "router"),  # round_robin: the router said in words
     ("sim-expert-parallel", "router"),
+    ("sim-expert-parallel", "engine"),  # SGLang's gather rules said in words
     ("sim-multinode", "assumed"),  # the profile's network or kvplan's default: said in words
     ("indexer-cache", "layers"),  # every layer: "every layer", no count
     ("indexer-cache", "of"),

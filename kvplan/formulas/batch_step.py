@@ -44,9 +44,8 @@ from kvplan.formulas.comm import (
     dcp_allgather_time_s,
     p2p_time_s,
     pipeline_bubble_fraction,
-    ring_allreduce_time_s,
     tp_allreduce_bytes,
-    two_level_allreduce_time_s,
+    tp_allreduce_time_s,
 )
 from kvplan.formulas.expert_parallel import (
     dp_gather_time_s,
@@ -323,7 +322,7 @@ class StepModel:
     A replica over several nodes (`node_gpus` of its GPUs to a node, `network` the inter-node
     link; None: one node): a collective whose group spans nodes is priced on both links, the
     network's part at its datasheet rate and latency (no measured inter-node table): TP
-    all-reduces in two levels (comm.two_level_allreduce_time_s), the DP gather likewise
+    all-reduces in two levels (comm.tp_allreduce_time_s), the DP gather likewise
     (expert_parallel.dp_gather_two_level_time_s), the EP all-to-alls split by destination
     (expert_parallel.ep_alltoall_two_link_time_s), the pipeline hops between nodes over the
     network. Ranks are numbered node by node, as the engines place them."""
@@ -356,6 +355,7 @@ class StepModel:
         network=None,
         node_gpus: int | None = None,
         backend_kernels: BackendKernels | None = None,
+        dp_gather_full: bool = False,
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
         # the inter-node link and the replica's GPUs per node (None: the replica is one node)
@@ -369,6 +369,10 @@ class StepModel:
         # each kind of layer once with its count (measured profiles only)
         self._op_layers = distinct_layers(spec.layers) if op_rates is not None else ()
         self.moe_ranks, self.ep, self.dp = moe_ranks or tp, ep, dp
+        # SGLang's DP attention (no --moe-a2a-backend): every layer's MLP, dense ones included,
+        # runs on the buffer gathered over the whole TP group (communicator.py, ScatterMode
+        # FULL), even with --ep-size; False: vLLM's, the MoE layers' gather alone
+        self.dp_gather_full = dp_gather_full
         self.link, self.achieved, self.host = link, achieved, host
         self.async_scheduling = async_scheduling
         # vLLM V0's multi-step scheduling (--num-scheduler-steps N): one scheduler pass and
@@ -453,7 +457,7 @@ class StepModel:
         self.state_bytes_per_sequence = coef.state_bytes_per_sequence
         self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
         self._weights: dict[object, tuple[float, float]] = {}
-        self._span_base: dict[tuple[int, int, int | None], StepTime] = {}
+        self._span_base: dict[tuple[int, int, int | None, bool], StepTime] = {}
         self._eager: StepModel | None = None  # without_graphs
 
     def without_graphs(self) -> StepModel:
@@ -705,14 +709,19 @@ class StepModel:
                 matmul_s += seconds
         return weights_s, matmul_s
 
-    def comm_s(self, num_tokens: int) -> float:
+    def comm_s(
+        self, num_tokens: int, gathered_tokens: int | None = None, padded: bool = False
+    ) -> float:
         """TP all-reduces of one forward: the comm formula at the achieved bus bandwidth, with a
         per-hop latency that makes a small message cost one measured all-reduce call. With EP
         the MoE layers' all-reduces are dispatch + combine all-to-alls instead; DP attention
-        without EP adds each MoE layer's all-gather and reduce-scatter. Collectives whose group
-        spans nodes are priced on both links (the class docstring)."""
+        without EP adds each MoE layer's all-gather and reduce-scatter; SGLang's DP attention
+        gathers before every layer's MLP (sglang_dp_comm_s). Collectives whose group spans nodes
+        are priced on both links (the class docstring)."""
         if self.ep <= 1 and self.dp <= 1:
             return self.tp_allreduce_s(num_tokens, ALLREDUCES_PER_LAYER * self.spec.num_layers)
+        if self.dp > 1 and self.dp_gather_full:
+            return self.sglang_dp_comm_s(num_tokens, gathered_tokens, padded)
         one_way = self.link.one_way_bytes_per_s * self.achieved.link
         moe_layers = self.spec.moe.num_layers if self.spec.moe else 0
         # attention's all-reduce in every layer, the MLP's in the dense ones
@@ -752,6 +761,67 @@ class StepModel:
                 )
         return seconds
 
+    def sglang_dp_comm_s(
+        self, num_tokens: int, gathered_tokens: int | None = None, padded: bool = False
+    ) -> float:
+        """The collectives of one SGLang DP-attention forward (sglang/srt/layers/dp_attention.py,
+        communicator.py; no --moe-a2a-backend): before every layer's MLP (dense and MoE: both
+        run in ScatterMode FULL, at TP over the whole group of G = dp x attention-TP GPUs) the
+        ranks' hidden states are gathered into one buffer of `gathered_tokens` rows, and after
+        it the output goes back to each rank:
+
+        - `padded` (DpPaddingMode.MAX_LEN: a decode step whose ranks are balanced enough, every
+          rank's rows padded to the largest): all_gather_into_tensor, then reduce_scatter_tensor
+          over the G GPUs (dp_gather_time_s of the padded rows per GPU, at every layer); with
+          attention TP > 1, a reduce-scatter within the attention TP group before the gather and
+          an all-gather after the scatter: one all-reduce of the rank's tokens at attention TP.
+        - else (SUM_LEN: every step with a prefill, and unbalanced decodes): the buffer of the
+          summed rows zero-filled but for the rank's own, then all-reduced over the G GPUs
+          (_dp_gather_via_all_reduce), and after the MLP its output all-reduced again
+          (tensor_model_parallel_all_reduce) and the rank's rows copied out (dp_scatter): two
+          all-reduces of gathered_tokens x hidden bf16 per layer (comm.tp_allreduce_time_s, as
+          a TP all-reduce is priced), attention's own reduction folded into the first."""
+        group = self.dp * self.tp
+        gathered = self._gathered(num_tokens, gathered_tokens)
+        layers = self.spec.num_layers
+        one_way = self.link.one_way_bytes_per_s * self.achieved.link
+        node = self.node_gpus if self.node_gpus is not None and group > self.node_gpus else None
+        network = self._network if node is not None else None
+        if padded:
+            rows = -(-gathered // group)  # each GPU's slice of the padded buffer
+            seconds = self.tp_allreduce_s(num_tokens, layers)
+            if node is not None and network is not None:
+                return seconds + dp_gather_two_level_time_s(
+                    self.spec,
+                    rows,
+                    group,
+                    node,
+                    node,
+                    one_way,
+                    self.link.latency_s,
+                    network.one_way_bytes_per_s,
+                    network.latency_s,
+                    layers,
+                )
+            return seconds + dp_gather_time_s(
+                self.spec, rows, group, one_way, self.link.latency_s, layers
+            )
+        local = group if node is None else node
+        intra_latency = self.achieved.allreduce_call_s / (2 * (local - 1)) if local > 1 else 0.0
+        return (
+            2
+            * layers
+            * tp_allreduce_time_s(
+                tp_allreduce_bytes(self.spec, gathered),
+                group,
+                node,
+                one_way,
+                intra_latency,
+                network.one_way_bytes_per_s if network is not None else 0.0,
+                network.latency_s if network is not None else 0.0,
+            )
+        )
+
     @property
     def _network(self):
         """The inter-node link, asked for only where a group spans nodes (node_gpus set)."""
@@ -759,29 +829,29 @@ class StepModel:
         return self.network
 
     def tp_allreduce_s(self, num_tokens: int, calls: int) -> float:
-        """`calls` all-reduces of `num_tokens` hidden states over the TP group: the ring at the
-        achieved intra-node bus bandwidth, each call at least one measured call's latency;
-        a group spanning nodes in two levels (comm.two_level_allreduce_time_s), the network's
-        part at its datasheet rate and per-message latency."""
+        """`calls` all-reduces of `num_tokens` hidden states over the TP group, each priced by
+        comm.tp_allreduce_time_s: the ring at the achieved intra-node bus bandwidth, its
+        per-hop latency such that the ring within a node costs at least one measured call's
+        latency; a group spanning nodes in two levels, the network's part at its datasheet
+        rate and per-message latency."""
         if self.tp <= 1 or calls <= 0:
             return 0.0
         one_way = self.link.one_way_bytes_per_s * self.achieved.link
-        message = tp_allreduce_bytes(self.spec, num_tokens)
         node = self.node_gpus
-        if node is None or self.tp <= node:
-            hops = 2 * (self.tp - 1)
-            return calls * ring_allreduce_time_s(
-                message, self.tp, one_way, self.achieved.allreduce_call_s / hops
-            )
-        intra_latency = self.achieved.allreduce_call_s / (2 * (node - 1)) if node > 1 else 0.0
-        return calls * two_level_allreduce_time_s(
-            message,
+        if node is not None and self.tp <= node:
+            node = None
+        local = self.tp if node is None else node
+        hops = 2 * (local - 1)
+        intra_latency = self.achieved.allreduce_call_s / hops if hops else 0.0
+        network = self._network if node is not None else None
+        return calls * tp_allreduce_time_s(
+            tp_allreduce_bytes(self.spec, num_tokens),
+            self.tp,
             node,
-            self.tp // node,
             one_way,
             intra_latency,
-            self._network.one_way_bytes_per_s,
-            self._network.latency_s,
+            network.one_way_bytes_per_s if network is not None else 0.0,
+            network.latency_s if network is not None else 0.0,
         )
 
     def pipeline_hops_s(self, tokens: int) -> float:
@@ -828,16 +898,22 @@ class StepModel:
 
     # ---- one step ---------------------------------------------------------------------------
     def step(
-        self, shape: BatchShape, gathered_tokens: int | None = None, queries: int = 1
+        self,
+        shape: BatchShape,
+        gathered_tokens: int | None = None,
+        queries: int = 1,
+        padded: bool = False,
     ) -> StepTime:
         """The time of one step running `shape`; `gathered_tokens`: the tokens the MoE layers
         see across the DP-attention ranks (None: dp x this rank's); `queries`: tokens each
-        decode runs (a speculative verification: k drafted + 1, kvplan.simulate.speculative)."""
+        decode runs (a speculative verification: k drafted + 1, kvplan.simulate.speculative);
+        `padded`: the gathered tokens are every rank's padded to the largest (SGLang's
+        MAX_LEN gather, comm_s)."""
         num_seqs = shape.num_decodes + len(shape.prefill_chunks)
         if self.pp > 1 and num_seqs > 1:
             gpu = self._pipelined(shape, min(self.pp, num_seqs), queries)
         else:
-            gpu = self._forward(shape, 1.0, gathered_tokens, queries)
+            gpu = self._forward(shape, 1.0, gathered_tokens, queries, padded)
         sampler_s = shape.num_sampled * self.sampler_bytes_per_sequence / self.sampler_bandwidth
         host_s = self.host.per_step_s + self.host.per_request_s * num_seqs
         if self.scheduler_steps > 1 and not shape.prefill_chunks:
@@ -855,11 +931,14 @@ class StepModel:
         layer_share: float,
         gathered_tokens: int | None = None,
         queries: int = 1,
+        padded: bool = False,
     ) -> tuple[float, ...]:
         """(weights, matmul, kv_read, attention, comm, launch) seconds of a forward over
         `layer_share` of the layers (1: the whole model)."""
         if self.op_rates is not None:
-            return self._forward_ops(_as_chunks(shape, queries), layer_share)
+            return self._forward_ops(
+                _as_chunks(shape, queries), layer_share, gathered_tokens, padded
+            )
         num_tokens = max(1, queries * shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
         weights_s, matmul_s = self.gemm_s(num_tokens, max(1, shape.num_sampled), gathered_tokens)
         decode_s, kv_bound = self.decode_attention_s(
@@ -888,7 +967,8 @@ class StepModel:
             matmul_s * layer_share,
             (decode_s if kv_bound else 0.0) * layer_share,
             ((0.0 if kv_bound else decode_s) + prefill_s) * layer_share,
-            (self.comm_s(num_tokens) + self.dcp_comm_s(shape.num_decodes)) * layer_share,
+            (self.comm_s(num_tokens, gathered_tokens, padded) + self.dcp_comm_s(shape.num_decodes))
+            * layer_share,
             launch_s * layer_share,
         )
 
@@ -936,11 +1016,19 @@ class StepModel:
         weights_s, matmul_s, kv_read_s, attention_s, launch_s = terms
         return weights_s, matmul_s, kv_read_s, attention_s, launch_s
 
-    def _forward_ops(self, shape: BatchShape, layer_share: float) -> tuple[float, ...]:
+    def _forward_ops(
+        self,
+        shape: BatchShape,
+        layer_share: float,
+        gathered_tokens: int | None = None,
+        padded: bool = False,
+    ) -> tuple[float, ...]:
         """_forward's terms from the measured per-operator model (forward_ops_s)."""
         weights_s, matmul_s, kv_read_s, attention_s, launch_s = self.forward_ops_s(shape)
         num_tokens = max(1, shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
-        comm_s = self.comm_s(num_tokens) + self.dcp_comm_s(shape.num_decodes)
+        comm_s = self.comm_s(num_tokens, gathered_tokens, padded) + self.dcp_comm_s(
+            shape.num_decodes
+        )
         return tuple(
             t * layer_share for t in (weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s)
         )
@@ -968,6 +1056,7 @@ class StepModel:
         context_sums,
         queries: int = 1,
         gathered_tokens: int | None = None,
+        padded: bool = False,
     ):
         """Consecutive decode-only steps of the same `num_decodes` sequences whose attended
         context sums are `context_sums` (a numpy array): (their step times, an array; the
@@ -980,7 +1069,9 @@ class StepModel:
         sampled = queries * num_decodes
         if (self.pp > 1 and num_decodes > 1) or self.op_rates is not None:
             steps = [
-                self.step(BatchShape(num_decodes, float(x), (), sampled), gathered_tokens, queries)
+                self.step(
+                    BatchShape(num_decodes, float(x), (), sampled), gathered_tokens, queries, padded
+                )
                 for x in sums
             ]
 
@@ -992,7 +1083,7 @@ class StepModel:
                 )
 
             return np.array([t.total_s for t in steps]), kept_steps
-        base, attention = self.span_parts(num_decodes, sums, queries, gathered_tokens)
+        base, attention = self.span_parts(num_decodes, sums, queries, gathered_tokens, padded)
         terms = base.terms_s
         weights_s, matmul_s, sampler_s = terms["weights_s"], terms["matmul_s"], terms["sampler_s"]
         comm_s, launch_s, host_s = terms["comm_s"], terms["launch_s"], terms["host_s"]
@@ -1016,17 +1107,22 @@ class StepModel:
         return times, kept
 
     def span_parts(
-        self, num_decodes: int, sums, queries: int = 1, gathered_tokens: int | None = None
+        self,
+        num_decodes: int,
+        sums,
+        queries: int = 1,
+        gathered_tokens: int | None = None,
+        padded: bool = False,
     ):
         """(the step of `num_decodes` decodes with no context, whose every term but attention
         is the same at any context; the attention seconds at each of `sums`, an array)."""
         import numpy as np
 
-        key = (num_decodes, queries, gathered_tokens)
+        key = (num_decodes, queries, gathered_tokens, padded)
         base = self._span_base.get(key)
         if base is None:  # every term but attention depends on the batch size alone
             shape = BatchShape(num_decodes, 0, (), queries * num_decodes)
-            base = self._span_base[key] = self.step(shape, gathered_tokens, queries)
+            base = self._span_base[key] = self.step(shape, gathered_tokens, queries, padded)
         attention, _ = self._decode_attention(
             num_decodes, np.asarray(sums, dtype=float) / self.dcp, np.maximum, np.minimum, queries
         )
@@ -1064,7 +1160,7 @@ def lockstep_step(
     the group runs eagerly)."""
     tokens = [shape_tokens(s) for s in shapes] + [1] * idle_ranks
     gathered = lockstep_gathered_tokens(tokens, pad_to_max)
-    times = [model.step(s, gathered) for s in shapes]
+    times = [model.step(s, gathered, padded=pad_to_max) for s in shapes]
     slowest = max(range(len(times)), key=lambda i: times[i].total_s)
     return times[slowest], slowest
 

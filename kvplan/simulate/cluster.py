@@ -211,7 +211,9 @@ class Lockstep:
         eager, pad = self.ranks[0].lockstep_rules(shapes)
         model = self.model.without_graphs() if eager else self.model
         gathered = lockstep_gathered_tokens([shape_tokens(s) for s in shapes], pad)
-        runs = [model.decode_span_s(r.num_decodes, r.span_sums(steps), 1, gathered) for r in active]
+        runs = [
+            model.decode_span_s(r.num_decodes, r.span_sums(steps), 1, gathered, pad) for r in active
+        ]
         times = np.max([t for t, _ in runs], axis=0)  # an idle rank's dummy is never slowest
         starts = self.clock_s + np.cumsum(times) - times
         steps = int(np.searchsorted(starts, horizon_s, side="left"))

@@ -970,6 +970,8 @@ def step_model(
         network=None if span is None else span.network,
         node_gpus=None if span is None else span.node_gpus,
         backend_kernels=kernels,
+        # SGLang's DP attention gathers before every layer's MLP (StepModel.sglang_dp_comm_s)
+        dp_gather_full=options.engine == "sglang" and layout.dp > 1,
     )
     if spec.moe is not None:
         notes.append(note("sim-weak-moe", timed=tables.label if model.moe_curve else None))
@@ -1311,7 +1313,12 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     from kvplan.engines.moe_backend import check_sglang_moe_backend
     from kvplan.engines.sglang import sglang_allocation, sglang_release
     from kvplan.simulate.engine import EngineConfig
-    from kvplan.simulate.sglang import MAX_PREFILL_TOKENS, SglangPolicy
+    from kvplan.simulate.sglang import (
+        DP_ATTENTION_CONSERVATIVENESS,
+        INIT_NEW_TOKEN_RATIO,
+        MAX_PREFILL_TOKENS,
+        SglangPolicy,
+    )
 
     for given, flag in (
         (
@@ -1400,6 +1407,9 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         options = options._replace(async_scheduling=False)  # the overlap scheduler off (spec v1)
     if layout.dp > 1:  # SGLang divides --max-running-requests among its DP-attention ranks
         running = max(1, running // layout.dp)
+        # and, in server_args._handle_data_parallelism, the chunked prefill size ("adjusted to
+        # avoid MoE kernel issues": each rank's prefill batch, the MoE layers seeing the sum)
+        chunk = max(1, chunk // layout.dp)
     prefix_caching = options.enable_prefix_caching
     if prefix_caching is None:
         prefix_caching = True  # the radix cache; hybrids keep theirs too
@@ -1439,7 +1449,12 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         enable_chunked_prefill=True,  # SGLang's chunked prefill (--no-... refused above)
         kv_cache_dtype=alloc.kv_cache_dtype,
     )
-    policy = SglangPolicy(page_size=alloc.block_size)
+    policy = SglangPolicy(
+        page_size=alloc.block_size,
+        # DP attention scales schedule_conservativeness by 0.3: admission reserves less
+        init_new_token_ratio=INIT_NEW_TOKEN_RATIO
+        * (DP_ATTENTION_CONSERVATIVENESS if layout.dp > 1 else 1.0),
+    )
     return Replica(
         config,
         model,

@@ -442,26 +442,47 @@ text("sim-interval")(
     )
 )
 text("sim-expert-parallel")(
-    lambda layout, dp, ep, experts_per_rank, gpus, router: (
+    lambda layout, dp, ep, experts_per_rank, gpus, router, engine="vllm": (
         f"Layout {layout} on {gpus} GPU(s) per group. "
         + (
             f"Each of the {dp} DP ranks has its own scheduler and KV pool (requests go to them "
             f"by {router.replace('_', ' ')}) and runs attention and the dense layers on its own "
             "batch, their weights replicated at the attention TP; the MoE layers run on the "
-            "gathered batch, priced at the rank's tokens x DP (balanced ranks): the lockstep "
-            "wait for the slowest rank and vLLM's dummy batches on idle ranks are not simulated "
-            "step by step (kvplan.formulas.batch_step.lockstep_step prices one lockstep step). "
+            "gathered batch. The ranks step in lockstep, each step as long as the slowest "
+            "rank's, an idle rank running a one-token dummy "
+            "(kvplan.formulas.batch_step.lockstep_step). "
             if dp > 1
             else ""
         )
         + (
+            "SGLang's DP attention (no --moe-a2a-backend, so with or without --ep-size): before "
+            "every layer's MLP, dense ones included, the ranks' hidden states are gathered over "
+            "the whole group and after it handed back: in a step with a prefill, or with "
+            "unbalanced ranks, two all-reduces of the summed rows (SUM_LEN); in balanced decode "
+            "steps an all-gather and a reduce-scatter of the rows padded to the largest rank's "
+            "(MAX_LEN). With DP attention SGLang divides chunked_prefill_size by the DP size "
+            "and multiplies schedule_conservativeness by 0.3 (server_args). "
+            if dp > 1 and engine == "sglang"
+            else ""
+        )
+        + (
             f"EP {ep}: each rank holds {experts_per_rank:g} routed experts and reads the ones "
-            "its tokens touch (uniform routing: the expected share), the MoE layers' all-reduce "
-            "replaced by a dispatch and a combine all-to-all of each token's hidden state to its "
-            "top-k experts (bf16, the link's one-way bandwidth, one latency each)."
+            "its tokens touch (uniform routing: the expected share)"
+            + (
+                "."
+                if dp > 1 and engine == "sglang"
+                else ", the MoE layers' all-reduce replaced by a dispatch and a combine "
+                "all-to-all of each token's hidden state to its top-k experts (bf16, the link's "
+                "one-way bandwidth, one latency each)."
+            )
             if ep > 1
-            else "The experts are tensor-parallel over the group; without EP each MoE layer "
-            "all-gathers the ranks' hidden states before it and reduce-scatters after it."
+            else "The experts are tensor-parallel over the group"
+            + (
+                "."
+                if dp > 1 and engine == "sglang"
+                else "; without EP each MoE layer all-gathers the ranks' hidden states before "
+                "it and reduce-scatters after it."
+            )
         )
         + " Expert load imbalance is not modelled."
     )
@@ -480,7 +501,7 @@ text("sim-multinode")(
         f"{f.us_text(latency_s)} per message) at its datasheet rate: kvplan has no measured "
         "inter-node all-reduce or all-to-all table. TP all-reduces across nodes run in two levels "
         "(reduce-scatter and all-gather within the node, a ring all-reduce of each GPU's shard "
-        "across nodes: kvplan.formulas.comm.two_level_allreduce_time_s); EP all-to-alls send "
+        "across nodes: kvplan.formulas.comm.tp_allreduce_time_s); EP all-to-alls send "
         "each token's expert copies bound for other nodes over the GPU's own network link, one "
         "copy per expert (DeepEP's one-copy-per-node dispatch is not modelled)."
         + (
