@@ -65,10 +65,14 @@ ID_GPU = {"h800-sxm": "nogpu", "mi350x": "nogpu"}
 # read since; first recorded with the doc's B200 launch): they keep the ids they were first
 # collected under, so that the split fixed by the id does not move
 V32 = "docs/autoregressive/DeepSeek/DeepSeek-V3_2.md"
+G4 = "docs/autoregressive/Google/Gemma4.md"
 ID_AS_COLLECTED = {
     (V32, 678): "sglcb-deepseek-v3_2-nogpu-tp8-sharegpt-10-c1-L678",
     (V32, 742): "sglcb-deepseek-v3_2-nogpu-tp8-sharegpt-2048-c1024-L742",
     (V32, 785): "sglcb-deepseek-v3_2-nogpu-tp8-sharegpt-2048-c1024-L785",
+    # first collected with the page's "Hardware: H200" line; the section heading says MI300X
+    (G4, 871): "sglcb-gemma4-h200-sxm-tp1-random-1024-1024-c1-L871",
+    (G4, 898): "sglcb-gemma4-h200-sxm-tp1-random-1024-1024-c100-L898",
 }
 
 
@@ -188,6 +192,15 @@ def runs_in(repo: str, path: str) -> list[dict]:
     lines = text.split("\n")
     serve = bench = None
     out = []
+    # each line's nearest markdown heading at or above it (a section may name its own GPU)
+    headings, heading = [], ""
+    in_fence = False
+    for line in lines:
+        if line.lstrip().startswith("```"):
+            in_fence = not in_fence
+        elif not in_fence and line.startswith("#"):
+            heading = line
+        headings.append(heading)
     end = 0  # where the last block ended: the prose since is read for an added bench flag
     for start, body in fenced_blocks(lines):
         prose, end = lines[end : start - 1], start + len(body) + 1
@@ -221,6 +234,7 @@ def runs_in(repo: str, path: str) -> list[dict]:
                 {
                     "line": start + k + 1,
                     "hardware": hardware,
+                    "heading": headings[start + k - 1],
                     "version": version,
                     "serve": serve,
                     # the command as run: the printed one, its trailing comment cut, the flag
@@ -290,6 +304,16 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
     gpu_profile, family = next(
         ((key, fam) for pat, key, fam in GPU_PROFILES if re.search(pat, hardware)), ("?", "?")
     )
+    # a section heading that names a GPU ("gemma-4-26B-A4B-it (MoE, 1x MI300X, TP=1)") is the
+    # GPU of its blocks, whatever the page's test-environment Hardware line above it says
+    heading = re.sub(r"^#+\s*", "", raw.get("heading", "")).strip()
+    heading_gpu = next(
+        ((key, fam) for pat, key, fam in GPU_PROFILES if re.search(pat, heading)), None
+    )
+    gpu_from_heading = heading_gpu is not None and heading_gpu[0] != gpu_profile
+    if gpu_from_heading:
+        assert heading_gpu is not None
+        (gpu_profile, family), hardware = heading_gpu, heading
     if gpu_profile == "?":
         return None, f"GPU {hardware} unknown"
     tp = int(flag(sargv, "--tp", "--tp-size") or 1)
@@ -349,6 +373,19 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
         )
     if "median_tpot_ms" not in m:
         notes.append("the block prints no median TPOT")
+    if gpu_from_heading:
+        page_gpu = re.sub(r"^[\s\-*]*Hardware:\s*", "", raw["hardware"]).strip()
+        notes.append(
+            f"the GPU is the section heading's ({heading}); the page's Hardware line says "
+            f"{page_gpu}"
+        )
+    bench_model = flag(bargv, "--model")
+    mismatch = None
+    if not variable_model and bench_model is not None and bench_model != model:
+        mismatch = (
+            f"the bench ran --model {bench_model} but the nearest server command before it serves "
+            f"{model}: that command is not the one this block ran (the doc prints none beside it)"
+        )
     base = Path(raw["path"]).stem.lower()
     lens = (
         f"{flag(bargv, '--random-input-len') or 1024}-{flag(bargv, '--random-output-len') or 1024}"
@@ -399,7 +436,7 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
         "spec_accept_length": m.get("accept_length"),
         "spec_accept_length_docs": None,
         "bundled_config_differs": None,
-        "record_mismatch": None,
+        "record_mismatch": mismatch,
         "notes": "; ".join(notes),
     }
     return case, ""
