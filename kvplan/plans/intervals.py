@@ -63,13 +63,21 @@ def family_of(key: str) -> tuple[str, bool] | None:
     return None
 
 
-def evidence_for(gpu, engine: str) -> str:
+# the class of runs whose serving path has a part kvplan does not time, whatever its kernel
+# tables (SGLang's detokenizer on Moonshot's tokenizer: kvplan.engines.sglang.detokenizer_untimed)
+UNTIMED = "untimed"
+
+
+def evidence_for(gpu, engine: str, untimed: bool = False) -> str:
     """The interval class of a run on `gpu` under `engine`: the evidence class of the kernel
     rates it is priced at (the profile's `kernel_tables` field, kvplan.inputs.kernel_tables),
-    as "class/engine" where the table calibrated that engine on its own, else the class."""
-    evidence = tables_for(gpu, engine).evidence
+    as "class/engine" where the table calibrated that engine on its own, else the class. An
+    `untimed` run (a part of its serving path kvplan does not time) takes the UNTIMED class
+    instead wherever the table has one (scripts/calibrate_intervals.py writes it)."""
+    classes = table()["classes"]
+    evidence = UNTIMED if untimed and UNTIMED in classes else tables_for(gpu, engine).evidence
     specific = f"{evidence}/{engine}"
-    return specific if specific in table()["classes"] else evidence
+    return specific if specific in classes else evidence
 
 
 @cache
