@@ -202,8 +202,20 @@ def runs_in(repo: str, path: str) -> list[dict]:
             heading = line
         headings.append(heading)
     end = 0  # where the last block ended: the prose since is read for an added bench flag
+    # a bold label line ("**Latency Benchmark (Text)**") names what the blocks under it run; a
+    # section that prints a result under a label without its bench command ran the page's
+    # command under the same label (Gemma4.md prints them once, for its first model)
+    bench_label, bench_of_label = None, {}
     for start, body in fenced_blocks(lines):
         prose, end = lines[end : start - 1], start + len(body) + 1
+        label = next(
+            (
+                x.strip()
+                for x in reversed(lines[: start - 1])
+                if re.match(r"^\*\*[^*]+\*\*\s*$", x.strip()) or x.startswith("#")
+            ),
+            None,
+        )
         command = shell_array_command(body) or joined(body)
         if (
             "launch_server" in command
@@ -215,7 +227,9 @@ def runs_in(repo: str, path: str) -> list[dict]:
         if "sglang.bench_serving" in command or (
             command.startswith("sglang serve") and "--dataset-name" in command
         ):  # Llama3.1.md prints its bench commands under the server's name
-            bench = command
+            bench, bench_label = command, label
+            if label and label.startswith("**"):
+                bench_of_label[label] = command
         for k, line in enumerate(body):
             if "Serving Benchmark Result" not in line:
                 continue
@@ -229,7 +243,10 @@ def runs_in(repo: str, path: str) -> list[dict]:
             before = lines[: start + k]
             hardware = next((x for x in reversed(before) if "Hardware:" in x), "")
             version = next((x for x in reversed(before) if re.search(r"(?i)sglang version", x)), "")
-            extra = added_flag(prose) if bench else None
+            run_bench = bench
+            if label != bench_label and label in bench_of_label:
+                run_bench = bench_of_label[label]
+            extra = added_flag(prose) if run_bench else None
             out.append(
                 {
                     "line": start + k + 1,
@@ -238,7 +255,8 @@ def runs_in(repo: str, path: str) -> list[dict]:
                     "version": version,
                     "serve": serve,
                     # the command as run: the printed one, its trailing comment cut, the flag
-                    "bench": f"{uncommented(bench)} {extra}" if extra else bench,
+                    "bench": f"{uncommented(run_bench)} {extra}" if extra else run_bench,
+                    "bench_label": label if run_bench is not bench else None,
                     "added": extra,
                     "measured": measured,
                     "path": path,
@@ -373,6 +391,11 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
         )
     if "median_tpot_ms" not in m:
         notes.append("the block prints no median TPOT")
+    if raw.get("bench_label"):
+        notes.append(
+            f"the section prints no bench command under {raw['bench_label'].strip('*')}: "
+            "bench_cmd is the page's command under that label"
+        )
     if gpu_from_heading:
         page_gpu = re.sub(r"^[\s\-*]*Hardware:\s*", "", raw["hardware"]).strip()
         notes.append(

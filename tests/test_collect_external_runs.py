@@ -4,6 +4,7 @@ environment line, and GLM-5's H200 runs with the BF16 ROCm launch a section abov
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 from helpers import REPO
@@ -70,3 +71,57 @@ def test_a_bench_of_another_checkpoint_than_the_server_is_a_record_mismatch():
     assert "--model zai-org/GLM-5-FP8" in case["record_mismatch"]
     same = collect.case_of({**glm, "bench": bench.replace("GLM-5-FP8", "GLM-5")})[0]
     assert same is not None and same["record_mismatch"] is None
+
+
+def test_a_result_under_a_label_without_its_bench_command_takes_the_pages_same_label_command(
+    tmp_path, monkeypatch
+):
+    """Gemma4.md prints its bench commands once, under the first model's labels; later sections
+    print results under the same labels: each takes the page's command of its label, not the
+    nearest one above (the first model's image bench)."""
+    page = "\n".join(
+        [
+            "- Hardware: H200",
+            "#### gemma-4-E2B-it (1x H200, TP=1)",
+            "```bash",
+            "sglang serve --model-path google/gemma-4-E2B-it",
+            "```",
+            "**Latency Benchmark (Text)**",
+            "```bash",
+            "python3 -m sglang.bench_serving --backend sglang --dataset-name random "
+            "--num-prompts 10 --max-concurrency 1",
+            "```",
+            "**Latency Benchmark (Image)**",
+            "```bash",
+            "python3 -m sglang.bench_serving --backend sglang-oai-chat --dataset-name image "
+            "--num-prompts 10 --max-concurrency 1",
+            "```",
+            "#### gemma-4-26B-A4B-it (MoE, 1x H200, TP=1)",
+            "```bash",
+            "sglang serve --model-path google/gemma-4-26B-A4B-it",
+            "```",
+            "**Latency Benchmark (Text)**",
+            "```",
+            "============ Serving Benchmark Result ============",
+            "Max request concurrency:                 1",
+            "Successful requests:                     10",
+            "==================================================",
+            "```",
+        ]
+    )
+    repo = tmp_path / "cookbook"
+    path = "docs/autoregressive/Google/Gemma4.md"
+    (repo / path).parent.mkdir(parents=True)
+    (repo / path).write_text(page + "\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git[:3], "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "page"], check=True)
+    head = subprocess.run(
+        [*git[:3], "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    monkeypatch.setattr(collect, "COMMIT", head)
+    (run,) = collect.runs_in(str(repo), path)
+    assert "--dataset-name random" in run["bench"] and "image" not in run["bench"]
+    assert run["bench_label"] == "**Latency Benchmark (Text)**"
+    assert run["serve"] == "sglang serve --model-path google/gemma-4-26B-A4B-it"
