@@ -409,7 +409,7 @@ text("sim-weak-detokenizer")(
         "path 10x and 23-35x faster), and kvplan does not time it. Published runs of Kimi-K2.5 "
         "on 8 H200 (SGLang 0.5.6.post2, random dataset) streamed 258 and 254 tok/s at 16 and "
         "100 in flight while their fastest second reached 1,103 and 1,199 tok/s; Kimi-K2 on 8 "
-        "B200 (SGLang 0.5.6.post1, ShareGPT) streamed 1,111 tok/s at 100. Figures above such "
+        "B200 (SGLang 0.5.6.post1, ShareGPT) streamed 1,113 tok/s at 100. Figures above such "
         "rates may be the GPUs' pace rather than what a client receives."
     )
 )
