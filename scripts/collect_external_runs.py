@@ -7,7 +7,11 @@ at COMMIT below. Every printed `Serving Benchmark Result` block of a `python3 -m
 sglang.bench_serving` run on the random or ShareGPT dataset whose server command serves a
 bundled model is kept, its numbers copied from the block as printed; its `serve_cmd` and
 `bench_cmd` are the nearest preceding code blocks that start a server and run the bench
-(backslash continuations joined). A block whose printed concurrency or request count disagrees
+(backslash continuations joined), except that a block printed under a bold label
+("**Latency Benchmark (Text)**") with no bench command since that label takes the page's
+command under the same label; its GPU is the one its section heading names, else the page's
+"Hardware:" line; a bench command naming another --model than the server's sets
+record_mismatch (the server command is not the one that ran). A block whose printed concurrency or request count disagrees
 with that bench command is dropped (the pairing is wrong), and so is a block whose output
 throughput differs from its generated tokens / duration by more than 5% (it contradicts itself). Every run
 is kept: what kvplan simulate lacks for one is computed when it is replayed (tests/sim_replay.py
