@@ -664,7 +664,7 @@ INVOCATIONS: dict[str, Invocation] = {
     "simulate vllm v0": cli(*SIM, "--engine-version", "0.7", "--num-scheduler-steps", "4", *SMALL),
     "simulate vllm newer": cli(*SIM, "--vllm-version", "1.0", *SMALL),
     "simulate vllm 0.8 fp8": cli(
-        *SIM, "--engine-version", "0.8", "--kv-cache-dtype", "fp8", *SMALL
+        *SIM, "--engine-version", "0.8.0", "--kv-cache-dtype", "fp8", *SMALL
     ),  # fmt: skip
     "simulate expert parallel": cli(
         "simulate", "qwen3-30b-a3b", "--gpu", "h100", "--tp", "2", "-dp", "2", "-ep", *SMALL
@@ -955,6 +955,7 @@ SOURCES: dict[str, str] = {
     "sim-step-terms": "simulate measured profile",
     "sim-vllm-v0": "simulate vllm v0",
     "sim-vllm-v0-defaults": "simulate vllm v0",
+    "sim-vllm-v0-pool": "simulate vllm v0",
     "sim-vllm-08-v0": "simulate vllm 0.8 fp8",
     "sim-vllm-version-newer": "simulate vllm newer",
     "sim-weak-disagg-hybrid": "simulate disaggregated",

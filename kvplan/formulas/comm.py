@@ -21,6 +21,12 @@ def p2p_time_s(message_bytes: float, one_way_bytes_per_s: float, latency_s: floa
     return latency_s + message_bytes / one_way_bytes_per_s
 
 
+def host_copy_time_s(num_blocks: int, block_bytes: float, one_way_bytes_per_s: float) -> float:
+    """Copying KV blocks between GPU and host memory one way (vLLM V0's swap out or in):
+    blocks x block bytes / the host link's one-way bandwidth."""
+    return p2p_time_s(num_blocks * block_bytes, one_way_bytes_per_s, 0.0)
+
+
 def ring_allreduce_time_s(
     message_bytes: float, ranks: int, one_way_bytes_per_s: float, latency_s: float
 ) -> float:

@@ -122,6 +122,9 @@ class ServeOptions(NamedTuple):
     # (GiB of CPU memory per GPU; None: 4), kvplan.engines.vllm_v0
     preemption_mode: str | None = None
     swap_space: float | None = None
+    # resolved, not a flag: vLLM 0.8 runs its V0 engine for these options (_batch_limits,
+    # engines.vllm_v0.v08_v0_fallback), so V0's rules apply
+    v0_engine: bool = False
     # deployments over several nodes (node_span): the nodes one launch spans (SGLang's and
     # vLLM's --nnodes), or vLLM's DP ranks per node (--data-parallel-size-local: nodes =
     # --data-parallel-size / it)
@@ -373,8 +376,25 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
     max_num_batched_tokens, max_num_seqs, the note of V0's defaults or None): vLLM V0's own
     (kvplan.engines.vllm_v0) for 0.6 and 0.7, `vllm serve`'s V1 ones (batch_defaults) from 0.8."""
     from kvplan.engines import vllm_v0
+    from kvplan.engines.vllm import gpu_generation
 
+    speculative = (
+        options.speculative_config is not None or options.speculative_algorithm is not None
+    )
     release = vllm_v0.v0_release(options.vllm_version)
+    fallback = vllm_v0.v08_v0_fallback(
+        options.vllm_version,
+        kv_cache_dtype=options.kv_cache_dtype,
+        pp=options.pp,
+        scheduler_steps=options.num_scheduler_steps,
+        vendor=gpu.device_vendor,
+        preemption_mode=options.preemption_mode,
+        speculative=speculative,
+        hopper=gpu_generation(gpu) == 9,
+    )
+    if fallback:  # 0.8's engine oracle: the V0 engine, with V0's rules
+        release = vllm_v0.v08_release(options.vllm_version)
+        options = options._replace(v0_engine=True)
     vllm_v0.check_preemption_mode(options.preemption_mode, release)
     vllm_v0.check_swap_space(options.swap_space)
     if options.preemption_mode is not None and not options.preemption:
@@ -387,24 +407,7 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
         chunked = options.enable_chunked_prefill is not False  # V1 always chunks
         mnbt = given_mnbt or (mnbt_default if chunked else max(max_model_len, mnbt_default))
         seqs = given_seqs or min(seqs_default, mnbt)
-        fallback = vllm_v0.v08_v0_fallback(
-            options.vllm_version,
-            kv_cache_dtype=options.kv_cache_dtype,
-            pp=options.pp,
-            scheduler_steps=options.num_scheduler_steps,
-            vendor=gpu.device_vendor,
-        )
-        return (
-            options._replace(enable_chunked_prefill=chunked),
-            mnbt,
-            seqs,
-            note("sim-vllm-08-v0", version=options.vllm_version, flags=fallback)
-            if fallback
-            else None,
-        )
-    speculative = (
-        options.speculative_config is not None or options.speculative_algorithm is not None
-    )
+        return options._replace(enable_chunked_prefill=chunked), mnbt, seqs, None
     defaults = vllm_v0.v0_defaults(
         release,
         spec,
@@ -425,6 +428,13 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
     )
     mnbt = given_mnbt or defaults.max_num_batched_tokens
     seqs = given_seqs or defaults.max_num_seqs  # V0 does not cap it at the token budget
+    if fallback:
+        return (
+            options,
+            mnbt,
+            seqs,
+            note("sim-vllm-08-v0", version=options.vllm_version, flags=fallback),
+        )
     return (
         options,
         mnbt,
@@ -444,7 +454,7 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
 
 def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
     """Resolve the defaults, size the KV pool, and build the step-time model."""
-    from kvplan.engines import EngineRequest
+    from kvplan.engines import EngineRequest, vllm_v0
     from kvplan.engines.vllm import allocation_release, vllm_allocation
 
     if any(a.compress_ratio for a in spec.attention_layers()):
@@ -511,6 +521,10 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         kv_cache_dtype=options.kv_cache_dtype,
         block_size=options.block_size,
         max_num_batched_tokens=mnbt,
+        # V0's profile run is max_num_seqs prompts (ModelRunner.profile_run): its own 256, not
+        # the V1 default the allocator would take
+        max_num_seqs=seqs if v0_rules(options) else None,
+        v0_profile=v0_rules(options) is not None,
         tp=options.tp,
         pp=options.pp,
         gpu_mem_util=options.gpu_mem_util,
@@ -548,7 +562,21 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     speculation, draft = _speculation(spec, gpu, options, fmt_name, layout.attn_tp)
     if speculation is not None:  # the draft's weights and KV layers share the pool
         alloc = _with_draft(alloc, speculation, options, spec, fmt_name, layout.attn_tp)
-    config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
+    pool, why = _v0_pool(spec, gpu, alloc, request, options, speculation)
+    if pool is not None:
+        notes.append(
+            note(
+                "sim-vllm-v0-pool",
+                gpu_blocks=pool.num_gpu_blocks,
+                cpu_blocks=pool.num_cpu_blocks,
+                block_bytes=pool.block_bytes,
+                available_bytes=pool.available_bytes,
+                swap=vllm_v0.swaps(options.preemption_mode),
+            )
+        )
+    if vllm_v0.swaps(options.preemption_mode):
+        vllm_v0.check_swap(gpu.name, gpu.host_link is not None, pool is not None, why)
+    config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options, pool, gpu)
     if config.prefill_first and (layout.modelled or speculation is not None):
         raise KvplanError(
             "kvplan models vLLM V0's prefill-first scheduling (vLLM "
@@ -574,8 +602,13 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         block_size=config.block_size,
         enable_prefix_caching=prefix_caching,
     )
-    # vLLM's own figure (config.block_size is already the scheduler's block_size x dcp)
-    tokens = alloc.kv_cache_tokens or config.num_blocks * config.block_size
+    # vLLM's own figure (config.block_size is already the scheduler's block_size x dcp); V0's
+    # pool holds num_gpu_blocks x block_size tokens
+    tokens = (
+        config.num_blocks * config.block_size
+        if pool is not None
+        else alloc.kv_cache_tokens or config.num_blocks * config.block_size
+    )
     return Replica(
         config,
         model,
@@ -974,15 +1007,84 @@ def step_model(
     return model, wdtype
 
 
-def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) -> EngineConfig:
+def _v0_pool(spec, gpu, alloc, request, options, speculation):
+    """(V0's own KV pool for a V0 release (kvplan.engines.vllm_v0.v0_pool), None and why not
+    where kvplan keeps its V1 allocator's pool): on every rank the memory the profile left
+    (vllm_memory.stage_memory's terms with the CUDA graphs not subtracted, or
+    --kv-cache-memory) over CacheEngine's block, every attention layer of the rank in one."""
+    from kvplan.anatomy.model import pp_stages
+    from kvplan.engines import vllm_v0
+    from kvplan.engines.vllm import attention_bytes_per_token
+
+    release = v0_rules(options)
+    if release is None:
+        return None, "a V1 release"
+    if not vllm_v0.v0_pool_applies(spec, release, request.max_model_len):
+        return None, (
+            f"{spec.name} has layers other than K/V attention V0 keeps whole (MLA, recurrent "
+            "states, or a sliding window shorter than max_model_len), whose V0 cache kvplan "
+            "does not model"
+        )
+    if speculation is not None:
+        return None, "V0's speculative decoding (a draft model's cache) is not modelled"
+    stages = pp_stages(spec._replace(dtype=alloc.dtype), options.pp)
+    if alloc.memory is not None:
+        available = [m.available_bytes for m in alloc.memory]
+    else:
+        available = [request.kv_cache_memory_bytes] * len(stages)
+    block_size = options.block_size or vllm_v0.V0_BLOCK_SIZE
+    sizes = [
+        vllm_v0.cache_block_bytes(
+            [
+                attention_bytes_per_token(a, request.kv_cache_dtype, alloc.dtype, options.tp)
+                for a in stage.attention_layers()
+            ],
+            block_size,
+        )
+        for stage in stages
+    ]
+    swap_gib = vllm_v0.SWAP_SPACE_GIB if options.swap_space is None else options.swap_space
+    pool = vllm_v0.v0_pool(available, sizes, swap_gib)
+    vllm_v0.check_v0_pool(pool, block_size, request.max_model_len)
+    return pool, ""
+
+
+def _engine_config(
+    alloc, max_model_len, seqs, mnbt, prefix_caching, options, pool=None, gpu=None
+) -> EngineConfig:
     """The pool in blocks of the full-attention group; sliding-window groups as vLLM's
     SlidingWindowManager keeps them where their blocks map onto the pool's one to one (the
     full group's block size, a whole number of window groups per full group), other windowed
-    and state groups as a fixed share per request (their steady-state blocks)."""
-    from kvplan.engines.vllm_v0 import v0_release, watermark_blocks
+    and state groups as a fixed share per request (their steady-state blocks). `pool`: V0's own
+    (kvplan.engines.vllm_v0.V0Pool), all its blocks usable (no null block), with its CPU pool
+    and `gpu`'s host link where --preemption-mode swap is given."""
+    from kvplan.engines.vllm_v0 import watermark_blocks
     from kvplan.simulate.engine import EngineConfig, side_blocks, usable_blocks, window_blocks
 
-    v0 = v0_release(options.vllm_version) is not None
+    v0 = v0_rules(options) is not None
+    if pool is not None:
+        from kvplan.engines.vllm_v0 import V0_BLOCK_SIZE, swaps
+
+        swap = swaps(options.preemption_mode) and gpu is not None and gpu.host_link is not None
+        return EngineConfig(
+            max_num_seqs=seqs,
+            max_num_batched_tokens=mnbt,
+            max_model_len=max_model_len,
+            num_blocks=pool.num_gpu_blocks,
+            block_size=options.block_size or V0_BLOCK_SIZE,
+            enable_prefix_caching=prefix_caching,
+            enable_chunked_prefill=options.enable_chunked_prefill,
+            preemption=options.preemption,
+            continuous_batching=options.continuous_batching,
+            async_scheduling=options.async_scheduling,
+            reserve_full_isl=True,  # can_allocate: the whole prompt's blocks on admission
+            scheduler_steps=options.num_scheduler_steps,
+            prefill_first=v0_prefill_first(options),
+            admission_watermark_blocks=watermark_blocks(pool.num_gpu_blocks),
+            swap_cpu_blocks=pool.num_cpu_blocks if swap else -1,
+            swap_block_bytes=pool.block_bytes,
+            host_link_one_way_bytes_per_s=gpu.host_link.one_way_bytes_per_s if swap else 0.0,
+        )
 
     full = (CacheKind.FULL, CacheKind.MLA)
     main = [g for g in alloc.groups if g.kind in full]
@@ -1105,15 +1207,28 @@ def newer_than_modelled(version: str) -> Note | None:
 
 MOE_BACKEND_FROM = (0, 19)  # the oldest release whose --moe-backend names kvplan knows
 V0_FROM = (0, 6)  # the oldest release kvplan takes (V0; run with 0.8's V1 rules, noted)
-V1_FROM = (0, 8)  # V1's scheduler is the default
 MULTI_STEP_UNTIL = (0, 8)  # --num-scheduler-steps: V0 only, gone with V0 after 0.8
 MAX_SCHEDULER_STEPS = 64
 
 
+def v0_rules(options: ServeOptions) -> tuple[int, int, int] | None:
+    """The vLLM V0 release whose rules the replica runs: a V0 release (0.6, 0.7), or the 0.8
+    patch whose engine oracle fell back to V0 (options.v0_engine); None for V1."""
+    from kvplan.engines import vllm_v0
+
+    if options.engine != "vllm":
+        return None
+    release = vllm_v0.v0_release(options.vllm_version)
+    if release is None and options.v0_engine:
+        release = vllm_v0.v08_release(options.vllm_version)
+    return release
+
+
 def v0_prefill_first(options: ServeOptions) -> bool:
-    """Whether the replica runs vLLM V0's Scheduler._schedule_default (V0 releases 0.6, 0.7
-    with chunked prefill off): a step that admits prompts runs them alone."""
-    return _minor(options.vllm_version) < V1_FROM and options.enable_chunked_prefill is False
+    """Whether the replica runs vLLM V0's Scheduler._schedule_default (V0 releases 0.6, 0.7,
+    and 0.8's V0 fallback, with chunked prefill off): a step that admits prompts runs them
+    alone."""
+    return v0_rules(options) is not None and options.enable_chunked_prefill is False
 
 
 def check_multi_step(options: ServeOptions) -> Note | None:
@@ -1138,13 +1253,14 @@ def check_multi_step(options: ServeOptions) -> Note | None:
         )
     if steps > 1 and options.speculative_config is not None:
         raise KvplanError("vLLM's multi-step scheduling does not run with speculative decoding")
-    if version < V1_FROM or steps > 1:
+    v0 = v0_rules(options) is not None
+    if v0 or steps > 1:
         return note(
             "sim-vllm-v0",
             version=options.vllm_version,
             steps=steps,
             prefill_first=v0_prefill_first(options),
-            v0_rules=version < V1_FROM,
+            v0_rules=v0,
         )
     return None
 

@@ -279,21 +279,42 @@ text("sim-vllm-v0")(
         + (
             " As V0's block manager does, a prompt is admitted only when its whole sequence's "
             "blocks leave 1% of the pool free (the watermark); preemption is by recompute (V0's "
-            "default for one-sequence requests; swap is not simulated). The KV pool is kvplan's "
-            "V1 allocator's: V0's memory profiling is not modelled."
+            "default for one-sequence requests) or, with --preemption-mode swap, by swapping to "
+            "the CPU pool. The KV pool is V0's own where a note says so, else kvplan's V1 "
+            "allocator's."
             if v0_rules
             else " kvplan applies V0's multi-step windows alone here: admission, defaults and the "
             "KV pool are its V1 ones."
         )
     )
 )
+text("sim-vllm-v0-pool")(
+    lambda gpu_blocks, cpu_blocks, block_bytes, available_bytes, swap: (
+        f"V0's own KV pool (vllm/worker/worker.py determine_num_available_blocks): "
+        f"{available_bytes / 2**30:,.2f} GiB left after the profile run (total x "
+        "gpu_memory_utilization less weights, the profile batch's activation peak and non-torch "
+        "memory; the CUDA graphs are captured after, not subtracted) over a block of "
+        f"{block_bytes:,} B (CacheEngine.get_cache_block_size: K and V of every attention layer "
+        f"of the rank): # GPU blocks {gpu_blocks:,}, # CPU blocks {cpu_blocks:,} (--swap-space "
+        "over the same block)"
+        + (
+            ". --preemption-mode swap: a preempted request's blocks are copied to the CPU pool "
+            "and back before it runs again (swapped requests before new prompts), each copy "
+            "taking blocks x block bytes over the host link's one-way bandwidth (added to the "
+            "step's time); a full CPU pool aborts the run as V0 does."
+            if swap
+            else "."
+        )
+    )
+)
 text("sim-vllm-08-v0")(
     lambda version, flags: (
-        f"vLLM 0.8.0's engine oracle (EngineArgs._is_v1_supported_oracle) falls back to the V0 "
-        f"engine with {', '.join(flags)} (later 0.8 patches take some of these on V1); kvplan "
-        f"simulates vLLM {version} with V1's admission rules and defaults, so V0's (max_num_seqs "
-        "256, chunked prefill only above 32,768 tokens, prefix caching off) are not applied. "
-        "--engine-version 0.7 runs V0's."
+        f"vLLM {version}'s engine oracle (EngineArgs._is_v1_supported_oracle, VLLM_USE_V1 unset) "
+        f"falls back to the V0 engine with {', '.join(flags)}: kvplan simulates it with V0's "
+        "rules (0.8's _set_default_args_v0: max_num_seqs 256, chunked prefill only above 32,768 "
+        "tokens and not for MLA or multimodal models, prefix caching off; V0's admission, "
+        "preemption and KV pool). Fallbacks kvplan cannot decide from flags (a V0-only "
+        "architecture, compute capability below 8.0) are not checked."
     )
 )
 _V0_CHUNKED_OFF = {
@@ -305,6 +326,7 @@ _V0_CHUNKED_OFF = {
     "speculative": "V0 keeps it off with speculative decoding",
     "prefix-caching": "0.6.0 keeps it off with prefix caching",
     "state": "V0 keeps it off for recurrent-state layers before 0.6.3",
+    "mla": "0.8's V0 keeps it off for MLA models",
 }
 
 
