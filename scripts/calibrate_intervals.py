@@ -41,7 +41,6 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from sim_accuracy import groups  # noqa: E402
 
-from kvplan.engines.sglang import detokenizer_untimed  # noqa: E402
 from kvplan.errors import KvplanError  # noqa: E402
 from kvplan.inputs.hardware import load_profile  # noqa: E402
 from kvplan.inputs.kernel_tables import tables_for  # noqa: E402
@@ -74,8 +73,8 @@ def evidence(case: dict) -> str:
     intervals.UNTIMED for a run whose serving path has a part kvplan does not time (SGLang's
     detokenizer on Moonshot's tokenizer), as kvplan.plans.intervals.evidence_for picks it."""
     engine = case.get("engine", "vllm")
-    if engine == "sglang" and detokenizer_untimed(
-        load_model(case.get("kvplan_model") or case["model"], checkpoint=False)
+    if intervals.untimed(
+        load_model(case.get("kvplan_model") or case["model"], checkpoint=False), engine
     ):
         return intervals.UNTIMED
     return tables_for(load_profile(gpu_name(case)), engine).evidence

@@ -15,7 +15,6 @@ from typing import Any
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.dtypes import resolve_kv_format
-from kvplan.engines.sglang import detokenizer_untimed
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_time_s
 from kvplan.inputs.hardware import GpuProfile, choose_link, with_interconnect
@@ -232,11 +231,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         comparison = Comparison(
             request.compare, was_on, _runs(other, toggled._replace(step_log=False))[0]
         )
-    evidence = intervals.evidence_for(
-        gpu,
-        request.serve.engine,
-        untimed=request.serve.engine == "sglang" and detokenizer_untimed(spec),
-    )
+    evidence = intervals.evidence_for(gpu, request.serve.engine, spec)
     length_dist = request.workload.length_dist
     runs = [
         r._replace(bench_interval=intervals.bench_interval(r.bench, evidence, length_dist))
@@ -670,8 +665,8 @@ def _weak_spots(spec: ModelSpec, runs: list[Run], request: SimulateRequest) -> l
         notes.append(note("sim-weak-pp"))
     if request.serve.engine == "sglang":
         notes.append(note("sim-weak-sglang"))
-        if detokenizer_untimed(spec):
-            notes.append(note("sim-weak-detokenizer"))
+    if intervals.untimed(spec, request.serve.engine):
+        notes.append(note("sim-weak-detokenizer"))
     if request.trace is None and request.workload.length_dist == "sharegpt":
         notes.append(note("sim-sharegpt"))
     pools = [r.engine for r in runs]
