@@ -205,13 +205,17 @@ def transfer_widen(scores: list[float]) -> float:
 def build(rows: list[dict]) -> dict:
     """Per evidence class, and per class and engine where that has MIN_RUNS runs of its own.
     A class with too few takes every run that is not "own" (where those are MIN_RUNS or
-    more, else every run), its half-width times WIDEN."""
+    more, else every run), its half-width times WIDEN. Untimed runs (a part of the serving path
+    kvplan does not time) pool only into their own class: how far they land says nothing about
+    kernel tables borrowed or missing."""
     classes = {}
-    not_own = [r for r in rows if r["evidence"] != "own"]
+    timed = [r for r in rows if r["evidence"] != intervals.UNTIMED]
+    not_own = [r for r in timed if r["evidence"] != "own"]
     for cls in CLASSES:
         members = [r for r in rows if r["evidence"] == cls]
         pool = rows if cls == "own" else not_own  # the non-own runs and the class's own
-        classes[cls] = _entry(members, pool if len(pool) >= MIN_RUNS else rows)
+        fallback = rows if cls == intervals.UNTIMED else timed
+        classes[cls] = _entry(members, pool if len(pool) >= MIN_RUNS else fallback)
         for engine in sorted({r["groups"]["engine"] for r in members}):
             subset = [r for r in members if r["groups"]["engine"] == engine]
             if len(subset) >= MIN_RUNS:
