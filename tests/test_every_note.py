@@ -932,6 +932,7 @@ SOURCES: dict[str, str] = {
     "sim-enforce-eager": "simulate dcp eager",
     "sim-attention-kernels": "simulate attention backend",
     "sim-attention-timed": "simulate attention backend timed",
+    "sim-prefill-attention": "simulate attention backend timed",
     "sim-nsa-backend-ignored": "simulate nsa backend ignored",
     "node-network-assumed": "roofline network assumed",
     "sim-moe-kernels": "simulate moe backend",

@@ -12,7 +12,8 @@ time. Per GPU, for a step of T tokens (decodes plus prefill-chunk tokens):
            + prefill attention    Σ_chunks max(cached + chunk KV / BW·f_m, causal FLOPs / peak·f_c)
            + sampler              sequences x vocab x fp32 logit copies / BW·f_m
            + TP all-reduces       2 per layer over T x hidden activations (comm)
-           + launches             L x per-layer cost (CUDA graph up to 512 tokens, else eager)
+           + launches             max(L x per-layer cost, small kernels x their floor) under a
+                                  CUDA graph (up to 512 tokens), else L x the eager per-layer cost
     t_host = per-step + per-request scheduler work on the CPU
     t_step = t_gpu + t_host (synchronous scheduling) or max(t_gpu, t_host) (async scheduling)
 
@@ -228,6 +229,10 @@ class _Group(NamedTuple):
     # 0: DSA's tokens)
     attended_block: int = 0
     layers: int = 0  # the attention layers of the group on a rank (one kernel call each)
+    # the kernel's shape: "<qk head dim>x<v head dim>" and the query heads on a rank (the
+    # prefill calls' keys: BackendTiming.prefill_calls)
+    head_shape: str = ""
+    heads: float = 0.0
 
 
 class BackendKernels(NamedTuple):
@@ -260,6 +265,43 @@ def decode_call_s(calls: tuple, batch: int, kv_bytes, maximum=max):
     log_y0 = np.interp(at, np.log([x for x, _ in curve0]), np.log([y for _, y in curve0]))
     log_y1 = np.interp(at, np.log([x for x, _ in curve1]), np.log([y for _, y in curve1]))
     return np.exp(log_y0 + t * (log_y1 - log_y0))
+
+
+def equivalent_prompt_tokens(keys: float, window: int | None = None) -> float:
+    """The prompt tokens n whose causal attention attends `keys` keys in all (n(n+1)/2, or
+    under a sliding `window` W: W(W+1)/2 + (n - W)W past W): a chunk over cached tokens, or a
+    window under a full-attention call, as the no-cache prompt of the same work."""
+    if window is not None and keys > window * (window + 1) / 2:
+        return window + (keys - window * (window + 1) / 2) / window
+    return (math.sqrt(8.0 * keys + 1.0) - 1.0) / 2.0
+
+
+def prefill_call_s(calls: tuple, units: float, tokens: float, window: int | None = None) -> float:
+    """Seconds of one prefill-attention call of `units` parallel units (sequences x query heads
+    on the rank) over `tokens` prompt tokens each, from a backend's measured calls
+    (BackendTiming.prefill_calls, one head shape; a sliding `window`'s own rows where the
+    call's keys are capped at it): along each measured unit count, linear in log(tokens) and
+    log(seconds) between its points, its first point's time below them, and past its last its
+    last point's time per key attended times the keys (the kernel is compute-bound there);
+    between two measured unit counts, linear in log(units) and log(seconds); below the first
+    its time, past the last that count's time per unit times the units (a full GPU:
+    work-linear)."""
+    below = [c for c in calls if c[0] <= units] or calls[:1]
+    above = [c for c in calls if c[0] >= units] or calls[-1:]
+    (u0, curve0), (u1, curve1) = below[-1], above[0]
+
+    def along(curve) -> float:
+        last_tokens, last_s = curve[-1]
+        if tokens <= last_tokens:
+            return curve_value(curve, tokens)
+        keys = causal_keys_attended(round(tokens), window)
+        return last_s * keys / causal_keys_attended(round(last_tokens), window)
+
+    y0 = along(curve0)
+    if u1 == u0:
+        return y0 * max(1.0, units / u0)
+    t = math.log(units / u0) / math.log(u1 / u0)
+    return math.exp(math.log(y0) + t * math.log(along(curve1) / y0))
 
 
 class StepModel:
@@ -381,6 +423,13 @@ class StepModel:
                     floors_s["attention_mla" if mla else "attention"] = timing.floor_s
                 if timing.decode_calls:
                     self.decode_curves[mla] = timing.decode_calls
+        # the prefill backend's measured calls in the cache's dtype, by kind and head shape
+        # (none: the fractions price the chunks; prefill_timing says which each group got)
+        self.prefill_calls: dict[bool, dict] = {}
+        cache_dtype = "fp8" if fmt.name.startswith("fp8") else "bfloat16"
+        for mla, timing in (backend_kernels.prefill if backend_kernels else {}).items():
+            if timing.prefill_calls.get(cache_dtype):
+                self.prefill_calls[mla] = timing.prefill_calls[cache_dtype]
         self.floors = _Floors.of(_shape(spec), floors_s, weights_dtype, self.moe_ranks // ep, ep)
         # the model's own fused MoE (shape, format, split) as the GPU's tables timed it at
         # each token count (None: not timed; the roofline, curve and floor above price it)
@@ -518,35 +567,99 @@ class StepModel:
         return maximum(seconds, self.floors.attention_s), memory
 
     def prefill_attention_s(self, new_tokens: int, cached_tokens: int) -> float:
-        """Seconds of one prefill chunk's causal attention over the cached tokens and itself
-        (the cached KV read and the chunk's written once: every new token's, a window's too),
-        and the recurrent state read and written once per chunk (the chunk scan starts from
-        the cached state and leaves its own), as the operator list charges it."""
-        seconds = self.state_bytes_per_sequence / self.attention_rates.bandwidth_bytes_per_s
-        end = cached_tokens + new_tokens
+        """Seconds of one prefill chunk's attention (prefill_chunks_attention_s of it alone)."""
+        return self.prefill_chunks_attention_s(((new_tokens, cached_tokens),))
+
+    def prefill_calls_of(self, group: _Group) -> tuple | None:
+        """The measured prefill calls that time a group's chunks (None: the fractions do): the
+        prefill backend's (BackendTiming.prefill_calls) at the group's kind, cache dtype and head
+        shape, for a dense group (full, sliding or chunked window, MLA): not DSA's top-k or
+        DeepSeek-V4's compressed entries, nor MiniMax-M3's blocks, which those rows never ran."""
+        if self.prefill_fractions_why(group):
+            return None
+        return self.prefill_calls[group.mla][group.head_shape]
+
+    def prefill_fractions_why(self, group: _Group) -> str:
+        """Why a group's prefill attention is priced at the fractions ("": it is not, its
+        backend's measured calls time it): "sparse" (DSA's top-k, DeepSeek-V4's compressed
+        entries, MiniMax-M3's blocks: the rows time dense attention), "backend" (no prefill rows
+        of this kind for the backend, or none in the cache's dtype), "shape" (none at the
+        group's head shape)."""
+        if group.compress_ratio or group.attended_topk or not group.layers:
+            return "sparse"
+        calls = self.prefill_calls.get(group.mla)
+        if not calls:
+            return "backend"
+        return "" if group.head_shape in calls else "shape"
+
+    def _window_calls(self, group: _Group) -> tuple | None:
+        """A sliding-window group's own measured calls (its window's rows), None where the
+        backend timed none at its window: the full-attention calls then time it at the prompt
+        of as many keys."""
+        if group.window is None or group.chunked:
+            return None
+        return self.prefill_calls[group.mla].get(f"{group.head_shape}/w{group.window}")
+
+    def prefill_chunks_attention_s(self, chunks) -> float:
+        """Seconds of a step's prefill chunks' causal attention, each (new tokens, tokens cached
+        before it) over its cached tokens and itself (the cached KV read and the chunk's written
+        once: every new token's, a window's too), and the recurrent state read and written once
+        per chunk (the chunk scan starts from the cached state and leaves its own).
+
+        Each group of layers: where the prefill backend's calls were measured at its kind, cache
+        dtype and head shape (prefill_calls_of), its layers x one call over all the chunks
+        (prefill_call_s: the chunks x the heads on a rank as the call's units, the tokens whose
+        causal attention attends as many keys as a chunk does on average as its prompt
+        tokens; a sliding window's own rows where the backend timed that window), and at least
+        the chunks' KV read at the backend's memory fraction; else each
+        chunk on the roofline of the fractions (max of the KV read and the FLOPs), as the
+        operator list charges it."""
+        state_s = self.state_bytes_per_sequence / self.attention_rates.bandwidth_bytes_per_s
+        seconds = len(chunks) * state_s
         for g in self.groups:
-            held = end if g.window is None else min(end, g.window + new_tokens)
-            keys = causal_keys_attended(end, g.window, g.chunked) - causal_keys_attended(
-                cached_tokens, g.window, g.chunked
-            )
             rates = self.prefill_rates[g.mla]
-            # (a DSA group priced without tables: its indexer keys beside the latents)
-            kv_bytes = (g.kv_bytes_per_token + g.index_bytes_per_token) * held
-            if g.compress_ratio:  # the compressed entries cached before, and the chunk's own
-                entries = cached_tokens // g.compress_ratio + new_tokens // g.compress_ratio
-                kv_bytes += entries * (
-                    g.compressed_kv_bytes_per_entry + g.compressed_index_bytes_per_entry
+            calls = self.prefill_calls_of(g)
+            roofline_s = read_bytes = keys_sum = 0.0
+            for new_tokens, cached_tokens in chunks:
+                end = cached_tokens + new_tokens
+                held = end if g.window is None else min(end, g.window + new_tokens)
+                keys = causal_keys_attended(end, g.window, g.chunked) - causal_keys_attended(
+                    cached_tokens, g.window, g.chunked
                 )
-            # DeepSeek-V4: the compressed entries each token attends
-            keys += prefill_compressed_keys(
-                g.compress_ratio, g.compressed_topk, new_tokens, cached_tokens
-            )
-            flops = g.prefill_flop_per_key * keys
-            if g.compressed_index_flop_per_entry:  # the indexer scores each token's keys
-                flops += g.compressed_index_flop_per_entry * prefill_indexed_keys(
+                # (a DSA group priced without tables: its indexer keys beside the latents)
+                kv_bytes = (g.kv_bytes_per_token + g.index_bytes_per_token) * held
+                if g.compress_ratio:  # the compressed entries cached before, and the chunk's own
+                    entries = cached_tokens // g.compress_ratio + new_tokens // g.compress_ratio
+                    kv_bytes += entries * (
+                        g.compressed_kv_bytes_per_entry + g.compressed_index_bytes_per_entry
+                    )
+                keys_sum += keys
+                read_bytes += kv_bytes
+                if calls is not None:
+                    continue
+                # DeepSeek-V4: the compressed entries each token attends
+                keys += prefill_compressed_keys(
                     g.compress_ratio, g.compressed_topk, new_tokens, cached_tokens
                 )
-            seconds += time_floor_s(kv_bytes, flops, rates)
+                flops = g.prefill_flop_per_key * keys
+                if g.compressed_index_flop_per_entry:  # the indexer scores each token's keys
+                    flops += g.compressed_index_flop_per_entry * prefill_indexed_keys(
+                        g.compress_ratio, g.compressed_topk, new_tokens, cached_tokens
+                    )
+                roofline_s += time_floor_s(kv_bytes, flops, rates)
+            if calls is None:
+                seconds += roofline_s
+                continue
+            units = len(chunks) * g.heads
+            windowed = self._window_calls(g)
+            if windowed is not None:  # the window's own rows, at the prompt of as many keys
+                tokens = equivalent_prompt_tokens(keys_sum / len(chunks), g.window)
+                call_s = prefill_call_s(windowed, units, tokens, g.window)
+            else:
+                call_s = prefill_call_s(
+                    calls, units, equivalent_prompt_tokens(keys_sum / len(chunks))
+                )
+            seconds += max(g.layers * call_s, read_bytes / rates.bandwidth_bytes_per_s)
         return seconds
 
     def gemm_s(
@@ -752,7 +865,9 @@ class StepModel:
         decode_s, kv_bound = self.decode_attention_s(
             shape.num_decodes, shape.decode_context_sum, queries
         )
-        prefill_s = sum(self.prefill_attention_s(n, c) for n, c in shape.prefill_chunks)
+        prefill_s = (
+            self.prefill_chunks_attention_s(shape.prefill_chunks) if shape.prefill_chunks else 0.0
+        )
         if self.dsa is not None and shape.prefill_chunks:  # one module call over every chunk
             count = len(shape.prefill_chunks)
             mean_chunk = sum(n for n, _ in shape.prefill_chunks) / count
@@ -764,13 +879,17 @@ class StepModel:
             if num_tokens <= self.cuda_graph_max_tokens
             else self.host.eager_per_layer_s
         )
+        launch_s = per_layer * self.spec.num_layers
+        if num_tokens <= self.cuda_graph_max_tokens and self.floors.small_s is not None:
+            # at least the small kernels the layers launch, as the tables time them (_Floors)
+            launch_s = max(launch_s, self.floors.small_s)
         return (
             weights_s * layer_share,
             matmul_s * layer_share,
             (decode_s if kv_bound else 0.0) * layer_share,
             ((0.0 if kv_bound else decode_s) + prefill_s) * layer_share,
             (self.comm_s(num_tokens) + self.dcp_comm_s(shape.num_decodes)) * layer_share,
-            per_layer * self.spec.num_layers * layer_share,
+            launch_s * layer_share,
         )
 
     def forward_ops_s(
@@ -987,11 +1106,21 @@ class _Floors(NamedTuple):
     DeepSeek-R1's at TP 8 in block fp8 takes 35 us on a B200 under SGLang (router top-k and
     permutation included), where the smallest fused MoE of any shape takes 13.6 us.
 
-    All-reduces are floored already: comm_s charges each call the tables' smallest message."""
+    All-reduces are floored already: comm_s charges each call the tables' smallest message.
+
+        small kernels  `small_launches` (norms, rotary, cache writes, activations, conv-state
+                       updates) at `elementwise`, the smallest graph-timed one-row kernel of the
+                       tables (1.4-2.0 us: SGLang's and vLLM's causal_conv1d_update, vLLM's
+                       static fp8 quant), and each recurrent layer's state update at `recurrent`,
+                       the Gated DeltaNet decode update the tables time (4.1-4.4 us); a floor under the launch term, whose per-layer
+                       constant (HostOverheads.per_layer_s, 32 us) is above it for every bundled
+                       model at the shipped floors (DeepSeek-R1: 487 launches x 1.68 us on a
+                       B200 under SGLang, 13.4 us a layer)."""
 
     dense_s: float = 0.0
     experts_s: float = 0.0
     attention_s: float = 0.0
+    small_s: float | None = None  # the small launches' (None: the tables time none)
 
     @classmethod
     def of(
@@ -1016,6 +1145,7 @@ class _Floors(NamedTuple):
         bmms = 2 * shape.mla_layers  # MLA's absorbed BMMs, of the unquantized launches
         attention = floors_s.get("attention", 0.0)
         mla = shape.mla_layers
+        small = floors_s.get("elementwise")
         return cls(
             dense_s=(shape.gemm_launches - quantized - bmms) * gemm
             + bmms * floors_s.get("gemm_mla_bmm", gemm)
@@ -1023,6 +1153,10 @@ class _Floors(NamedTuple):
             experts_s=shape.moe_layers * moe,
             attention_s=(shape.attention_layers - mla) * attention
             + mla * floors_s.get("attention_mla", attention),
+            small_s=None
+            if small is None
+            else shape.small_launches * small
+            + shape.recurrent_layers * floors_s.get("recurrent", small),
         )
 
 
@@ -1089,6 +1223,42 @@ def gemm_launches(spec: ModelSpec) -> int:
     return launches
 
 
+def small_launches(spec: ModelSpec) -> int:
+    """Kernels one decode forward launches that no family of `_Floors` counts, each a single
+    small kernel (its time at a few tokens is its launch and latency, not its bytes), as
+    SGLang 0.5's model code launches them under a CUDA graph (python/sglang/srt/models/
+    llama.py, qwen3_moe.py, deepseek_v2.py, qwen3_next.py; layers/layernorm.py):
+
+        every layer        2: the fused residual-add + RMSNorm before attention and before the MLP
+        GQA attention      2: rotary embedding, KV-cache write
+        MLA attention      4: q_a and kv_a RMSNorms, rotary embedding, KV-cache write
+        recurrent state    2: causal conv1d state update, gated RMSNorm of the output (the state
+                           update itself: `recurrent_layers`, its own floor)
+        dense MLP          1: SiLU-and-mul
+        MoE, shared expert 2: its SiLU-and-mul, the add of the shared and routed outputs
+        the forward        2: embedding lookup, final RMSNorm
+
+    Not counted here: what a family's floor already times (GEMMs with their per-token-group
+    activation quant, the fused MoE with its top-k, alignment, activation and sum, the attention
+    kernel, all-reduces); per-head q/k RMSNorms (Qwen3's), which the anatomy does not record."""
+    launches = 2 + 2 * spec.num_layers
+    for layer, count in distinct_layers(spec.layers):
+        attn = layer.attention
+        if attn is not None:
+            launches += (4 if attn.kind is CacheKind.MLA else 2) * count
+        elif layer.state is not None:
+            launches += 2 * count
+    moe_layers = spec.moe.num_layers if spec.moe else 0
+    shared = 2 if spec.moe and spec.moe.shared_intermediate_size else 0
+    launches += (spec.num_layers - moe_layers) + moe_layers * shared
+    return launches
+
+
+def recurrent_layers(spec: ModelSpec) -> int:
+    """Layers whose decode runs a recurrent state update in place of an attention kernel."""
+    return sum(1 for layer in spec.layers if layer.attention is None and layer.state is not None)
+
+
 def _mla_layers(spec: ModelSpec) -> int:
     return sum(
         1 for layer in spec.layers if layer.attention and layer.attention.kind is CacheKind.MLA
@@ -1113,6 +1283,8 @@ class _Shape(NamedTuple):
     moe_layers: int
     moe_shape: str  # the fused MoE's <hidden>x<width>_<experts>x<top-k> ("": none)
     mla_layers: int = 0  # of attention_layers, those of MLA
+    small_launches: int = 0  # small kernels of a decode forward no family counts
+    recurrent_layers: int = 0  # layers running a recurrent state update instead of attention
 
 
 # A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred
@@ -1130,6 +1302,8 @@ def _shape(spec: ModelSpec) -> _Shape:
             spec.moe.num_layers if spec.moe else 0,
             _moe_shape(spec),
             _mla_layers(spec),
+            small_launches(spec),
+            recurrent_layers(spec),
         )
 
     return kept_with(_SHAPES, spec, (), build)
@@ -1255,6 +1429,8 @@ def _sum_ops(
                     attn.compressed_topk,
                     topk,
                     block,
+                    f"{attn.qk_head_dim}x{attn.v_head_dim}",
+                    max(1.0, attn.num_q_heads / tp),
                 ),
                 [0.0] * 9,
             )
@@ -1278,9 +1454,9 @@ def _sum_ops(
     groups = tuple(
         _Group(
             window, chunked, mla, kv, dec, pre, ratio, ctopk, kv_entry, index_entry,
-            indexer_flops, topk, index_bytes, index_flops, block, int(layers),
+            indexer_flops, topk, index_bytes, index_flops, block, int(layers), head_shape, heads,
         )
-        for (window, chunked, mla, ratio, ctopk, topk, block), (
+        for (window, chunked, mla, ratio, ctopk, topk, block, head_shape, heads), (
             kv, dec, pre, kv_entry, index_entry, indexer_flops, index_bytes, index_flops, layers,
         ) in by_key.items()
     )  # fmt: skip

@@ -844,6 +844,38 @@ def backend_kernels(spec, gpu, options, tables):
     return BackendKernels(timed["decode"], timed["prefill"]), untimed, named_timed
 
 
+def prefill_attention_note(model, kernels, tables: str) -> Note:
+    """`sim-prefill-attention`: which prefill attention each kind of attention layer got, the
+    backend's measured calls or the fractions of the datasheet rates, and why the fractions
+    (StepModel.prefill_fractions_why)."""
+    timed, fractions = [], []
+    for g in model.groups:
+        if not g.layers:
+            continue
+        kind = "MLA" if g.mla else "GQA/MHA"
+        what = f"{g.layers} {kind} layer{'s' if g.layers != 1 else ''} ({g.head_shape})"
+        why = model.prefill_fractions_why(g)
+        timing = kernels.prefill.get(g.mla) if kernels is not None else None
+        if not why and timing is not None:
+            timed.append(f"{what}: {timing.backend}'s, measured on engine version {timing.version}")
+        else:
+            fractions.append(f"{what}: {PREFILL_FRACTIONS_WHY[why or 'backend']}")
+    return note(
+        "sim-prefill-attention",
+        timed="; ".join(timed) or None,
+        fractions="; ".join(fractions) or None,
+        tables=tables,
+    )
+
+
+PREFILL_FRACTIONS_WHY = {
+    "sparse": "sparse layers (DSA top-k, compressed or block-sparse), which the rows never ran",
+    "backend": "the tables hold no prefill calls of the backend that runs it (for this kind, "
+    "cache dtype and the tables' engine version)",
+    "shape": "the tables hold no prefill calls of its backend at this head shape",
+}
+
+
 def engine_state_dtypes(spec, gpu, options) -> tuple[str, str] | None:
     """The (conv, SSM) dtypes an engine keeps a recurrent state in: SGLang's own
     (engines.sglang.STATE_DTYPES, the ones its pool is sized by); vLLM's by architecture,
@@ -955,6 +987,8 @@ def step_model(
                 else "GQA/MHA",
             )
         )
+    if not measured and spec.attention_layers():
+        notes.append(prefill_attention_note(model, kernels, tables.label))
     if named_timed:
         phases = named_timed
         notes.append(

@@ -541,6 +541,32 @@ text("sim-nsa-backend-ignored")(
         "changes nothing in the launch or in these figures"
     )
 )
+text("sim-prefill-attention")(
+    lambda timed, fractions, tables: " ".join(
+        part
+        for part in (
+            (
+                f"Prefill attention timed from its backend's measured prefill calls in the "
+                f"kernel tables ({tables}; aiconfigurator's context-attention rows): {timed}. A "
+                "step's chunks run as one call over their sequences x the query heads on a "
+                "rank, each chunk as the prompt whose causal attention attends as many keys (a "
+                "chunk over cached tokens or a window as the prompt of the same work), "
+                "interpolated between measured calls, work-linear past the largest, and at "
+                "least the chunks' KV read."
+            )
+            if timed
+            else "",
+            (
+                f"Prefill attention at the kernel tables' ({tables}) fractions of the datasheet "
+                f"rates (the roofline of its FLOPs and KV read, no measured call time) for "
+                f"{fractions}."
+            )
+            if fractions
+            else "",
+        )
+        if part
+    )
+)
 text("sim-attention-timed")(
     lambda backends, tables, version: (
         f"Attention timed per backend from its own kernels in the kernel tables ({tables}; "
