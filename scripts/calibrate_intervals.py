@@ -44,6 +44,7 @@ from sim_accuracy import groups  # noqa: E402
 from kvplan.errors import KvplanError  # noqa: E402
 from kvplan.inputs.hardware import load_profile  # noqa: E402
 from kvplan.inputs.kernel_tables import tables_for  # noqa: E402
+from kvplan.inputs.sources import load_model  # noqa: E402
 from kvplan.plans import intervals  # noqa: E402
 
 from sim_cases import (  # noqa: E402
@@ -58,6 +59,7 @@ from sim_cases import (  # noqa: E402
 from sim_replay import needs  # noqa: E402
 
 MIN_RUNS = 6
+CLASSES = ("own", "other-engine", "borrowed", "datasheet", intervals.UNTIMED)
 WIDEN = 1.5
 FAMILY_OF_METRIC = {
     "output_throughput": "throughput",
@@ -67,8 +69,15 @@ FAMILY_OF_METRIC = {
 
 
 def evidence(case: dict) -> str:
-    """The run's evidence class (kvplan.inputs.kernel_tables), before any interval exists."""
-    return tables_for(load_profile(gpu_name(case)), case.get("engine", "vllm")).evidence
+    """The run's evidence class (kvplan.inputs.kernel_tables), before any interval exists;
+    intervals.UNTIMED for a run whose serving path has a part kvplan does not time (SGLang's
+    detokenizer on Moonshot's tokenizer), as kvplan.plans.intervals.evidence_for picks it."""
+    engine = case.get("engine", "vllm")
+    if intervals.untimed(
+        load_model(case.get("kvplan_model") or case["model"], checkpoint=False), engine
+    ):
+        return intervals.UNTIMED
+    return tables_for(load_profile(gpu_name(case)), engine).evidence
 
 
 def _published() -> list[dict]:
@@ -108,6 +117,10 @@ def log_ratios(cases: list[dict]) -> list[dict]:
             {
                 "id": case["id"],
                 "evidence": evidence(case),
+                # the kernel tables' class, which an untimed run takes until the file has one
+                "tables_evidence": tables_for(
+                    load_profile(gpu_name(case)), case.get("engine", "vllm")
+                ).evidence,
                 "groups": groups(case),
                 "length_dist": length_dist,
                 "workload": intervals.workload_kind(length_dist),
@@ -192,13 +205,17 @@ def transfer_widen(scores: list[float]) -> float:
 def build(rows: list[dict]) -> dict:
     """Per evidence class, and per class and engine where that has MIN_RUNS runs of its own.
     A class with too few takes every run that is not "own" (where those are MIN_RUNS or
-    more, else every run), its half-width times WIDEN."""
+    more, else every run), its half-width times WIDEN. Untimed runs (a part of the serving path
+    kvplan does not time) pool only into their own class: how far they land says nothing about
+    kernel tables borrowed or missing."""
     classes = {}
-    not_own = [r for r in rows if r["evidence"] != "own"]
-    for cls in ("own", "other-engine", "borrowed", "datasheet"):
+    timed = [r for r in rows if r["evidence"] != intervals.UNTIMED]
+    not_own = [r for r in timed if r["evidence"] != "own"]
+    for cls in CLASSES:
         members = [r for r in rows if r["evidence"] == cls]
         pool = rows if cls == "own" else not_own  # the non-own runs and the class's own
-        classes[cls] = _entry(members, pool if len(pool) >= MIN_RUNS else rows)
+        fallback = rows if cls == intervals.UNTIMED else timed
+        classes[cls] = _entry(members, pool if len(pool) >= MIN_RUNS else fallback)
         for engine in sorted({r["groups"]["engine"] for r in members}):
             subset = [r for r in members if r["groups"]["engine"] == engine]
             if len(subset) >= MIN_RUNS:
@@ -235,8 +252,10 @@ def coverage(rows: list[dict]) -> None:
     """Held-out share inside the 80% interval, per metric, overall and per group."""
 
     def key(r):
-        specific = f"{r['evidence']}/{r['groups']['engine']}"
-        return specific if specific in intervals.table()["classes"] else r["evidence"]
+        classes = intervals.table()["classes"]
+        cls = r["evidence"] if r["evidence"] in classes else r["tables_evidence"]
+        specific = f"{cls}/{r['groups']['engine']}"
+        return specific if specific in classes else cls
 
     def inside(r, metric):
         family = FAMILY_OF_METRIC[metric]
@@ -261,7 +280,7 @@ def coverage(rows: list[dict]) -> None:
     for kind in ("engine", "gpu family", "source"):
         for name in sorted({r["groups"].get(kind, "?") for r in rows}):
             line(f"{kind}: {name}", [r for r in rows if r["groups"].get(kind, "?") == name])
-    for cls in ("own", "other-engine", "borrowed", "datasheet"):
+    for cls in CLASSES:
         members = [r for r in rows if r["evidence"] == cls]
         if members:
             line(f"evidence: {cls}", members)

@@ -7,7 +7,11 @@ at COMMIT below. Every printed `Serving Benchmark Result` block of a `python3 -m
 sglang.bench_serving` run on the random or ShareGPT dataset whose server command serves a
 bundled model is kept, its numbers copied from the block as printed; its `serve_cmd` and
 `bench_cmd` are the nearest preceding code blocks that start a server and run the bench
-(backslash continuations joined). A block whose printed concurrency or request count disagrees
+(backslash continuations joined), except that a block printed under a bold label
+("**Latency Benchmark (Text)**") with no bench command since that label takes the page's
+command under the same label; its GPU is the one its section heading names, else the page's
+"Hardware:" line; a bench command naming another --model than the server's sets
+record_mismatch (the server command is not the one that ran). A block whose printed concurrency or request count disagrees
 with that bench command is dropped (the pairing is wrong), and so is a block whose output
 throughput differs from its generated tokens / duration by more than 5% (it contradicts itself). Every run
 is kept: what kvplan simulate lacks for one is computed when it is replayed (tests/sim_replay.py
@@ -65,10 +69,14 @@ ID_GPU = {"h800-sxm": "nogpu", "mi350x": "nogpu"}
 # read since; first recorded with the doc's B200 launch): they keep the ids they were first
 # collected under, so that the split fixed by the id does not move
 V32 = "docs/autoregressive/DeepSeek/DeepSeek-V3_2.md"
+G4 = "docs/autoregressive/Google/Gemma4.md"
 ID_AS_COLLECTED = {
     (V32, 678): "sglcb-deepseek-v3_2-nogpu-tp8-sharegpt-10-c1-L678",
     (V32, 742): "sglcb-deepseek-v3_2-nogpu-tp8-sharegpt-2048-c1024-L742",
     (V32, 785): "sglcb-deepseek-v3_2-nogpu-tp8-sharegpt-2048-c1024-L785",
+    # first collected with the page's "Hardware: H200" line; the section heading says MI300X
+    (G4, 871): "sglcb-gemma4-h200-sxm-tp1-random-1024-1024-c1-L871",
+    (G4, 898): "sglcb-gemma4-h200-sxm-tp1-random-1024-1024-c100-L898",
 }
 
 
@@ -188,9 +196,30 @@ def runs_in(repo: str, path: str) -> list[dict]:
     lines = text.split("\n")
     serve = bench = None
     out = []
+    # each line's nearest markdown heading at or above it (a section may name its own GPU)
+    headings, heading = [], ""
+    in_fence = False
+    for line in lines:
+        if line.lstrip().startswith("```"):
+            in_fence = not in_fence
+        elif not in_fence and line.startswith("#"):
+            heading = line
+        headings.append(heading)
     end = 0  # where the last block ended: the prose since is read for an added bench flag
+    # a bold label line ("**Latency Benchmark (Text)**") names what the blocks under it run; a
+    # section that prints a result under a label without its bench command ran the page's
+    # command under the same label (Gemma4.md prints them once, for its first model)
+    bench_label, bench_of_label = None, {}
     for start, body in fenced_blocks(lines):
         prose, end = lines[end : start - 1], start + len(body) + 1
+        label = next(
+            (
+                x.strip()
+                for x in reversed(lines[: start - 1])
+                if re.match(r"^\*\*[^*]+\*\*\s*$", x.strip()) or x.startswith("#")
+            ),
+            None,
+        )
         command = shell_array_command(body) or joined(body)
         if (
             "launch_server" in command
@@ -202,7 +231,9 @@ def runs_in(repo: str, path: str) -> list[dict]:
         if "sglang.bench_serving" in command or (
             command.startswith("sglang serve") and "--dataset-name" in command
         ):  # Llama3.1.md prints its bench commands under the server's name
-            bench = command
+            bench, bench_label = command, label
+            if label and label.startswith("**"):
+                bench_of_label[label] = command
         for k, line in enumerate(body):
             if "Serving Benchmark Result" not in line:
                 continue
@@ -216,15 +247,20 @@ def runs_in(repo: str, path: str) -> list[dict]:
             before = lines[: start + k]
             hardware = next((x for x in reversed(before) if "Hardware:" in x), "")
             version = next((x for x in reversed(before) if re.search(r"(?i)sglang version", x)), "")
-            extra = added_flag(prose) if bench else None
+            run_bench = bench
+            if label != bench_label and label in bench_of_label:
+                run_bench = bench_of_label[label]
+            extra = added_flag(prose) if run_bench else None
             out.append(
                 {
                     "line": start + k + 1,
                     "hardware": hardware,
+                    "heading": headings[start + k - 1],
                     "version": version,
                     "serve": serve,
                     # the command as run: the printed one, its trailing comment cut, the flag
-                    "bench": f"{uncommented(bench)} {extra}" if extra else bench,
+                    "bench": f"{uncommented(run_bench)} {extra}" if extra else run_bench,
+                    "bench_label": label if run_bench is not bench else None,
                     "added": extra,
                     "measured": measured,
                     "path": path,
@@ -290,6 +326,16 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
     gpu_profile, family = next(
         ((key, fam) for pat, key, fam in GPU_PROFILES if re.search(pat, hardware)), ("?", "?")
     )
+    # a section heading that names a GPU ("gemma-4-26B-A4B-it (MoE, 1x MI300X, TP=1)") is the
+    # GPU of its blocks, whatever the page's test-environment Hardware line above it says
+    heading = re.sub(r"^#+\s*", "", raw.get("heading", "")).strip()
+    heading_gpu = next(
+        ((key, fam) for pat, key, fam in GPU_PROFILES if re.search(pat, heading)), None
+    )
+    gpu_from_heading = heading_gpu is not None and heading_gpu[0] != gpu_profile
+    if gpu_from_heading:
+        assert heading_gpu is not None
+        (gpu_profile, family), hardware = heading_gpu, heading
     if gpu_profile == "?":
         return None, f"GPU {hardware} unknown"
     tp = int(flag(sargv, "--tp", "--tp-size") or 1)
@@ -349,6 +395,24 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
         )
     if "median_tpot_ms" not in m:
         notes.append("the block prints no median TPOT")
+    if raw.get("bench_label"):
+        notes.append(
+            f"the section prints no bench command under {raw['bench_label'].strip('*')}: "
+            "bench_cmd is the page's command under that label"
+        )
+    if gpu_from_heading:
+        page_gpu = re.sub(r"^[\s\-*]*Hardware:\s*", "", raw["hardware"]).strip()
+        notes.append(
+            f"the GPU is the section heading's ({heading}); the page's Hardware line says "
+            f"{page_gpu}"
+        )
+    bench_model = flag(bargv, "--model")
+    mismatch = None
+    if not variable_model and bench_model is not None and bench_model != model:
+        mismatch = (
+            f"the bench ran --model {bench_model} but the nearest server command before it serves "
+            f"{model}: that command is not the one this block ran (the doc prints none beside it)"
+        )
     base = Path(raw["path"]).stem.lower()
     lens = (
         f"{flag(bargv, '--random-input-len') or 1024}-{flag(bargv, '--random-output-len') or 1024}"
@@ -399,7 +463,7 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
         "spec_accept_length": m.get("accept_length"),
         "spec_accept_length_docs": None,
         "bundled_config_differs": None,
-        "record_mismatch": None,
+        "record_mismatch": mismatch,
         "notes": "; ".join(notes),
     }
     return case, ""

@@ -555,6 +555,9 @@ INVOCATIONS: dict[str, Invocation] = {
         *SMALL,
     ),  # fmt: skip
     "simulate dsa": cli("simulate", "deepseek-v3.2", "--gpu", "h200", "--tp", "8", *SMALL),
+    "simulate sglang kimi": cli(
+        "simulate", "kimi-k2.5", "--gpu", "h200", "--tp", "8", "--engine", "sglang", *SMALL
+    ),
     "simulate attention backend": cli(
         "simulate", "llama-3.1-8b", "--gpu", "h100", "--attention-backend", "FLASHINFER", *SMALL
     ),
@@ -963,6 +966,7 @@ SOURCES: dict[str, str] = {
     "sim-weak-moe": "simulate measured moe",
     "sim-weak-pp": "simulate hybrid pp sharegpt",
     "sim-weak-sglang": "simulate sglang",
+    "sim-weak-detokenizer": "simulate sglang kimi",
     "sliding-held": "size untied wrapper",
     "state-fixed": "size mamba2",
     "structure-read": "size unknown family",

@@ -24,6 +24,8 @@ import calibrate_intervals as cal  # noqa: E402
 from sim_cases import CASES_PATH, HELDOUT, load_cases  # noqa: E402
 
 CLASSES = ("own", "other-engine", "borrowed", "datasheet")
+# classes the calibration writes where it has runs of them (cal.CLASSES)
+WRITTEN = (*CLASSES, intervals.UNTIMED)
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +70,43 @@ def test_evidence_classes():
     assert intervals.evidence_for(load_profile("mi300x"), "vllm") == "datasheet"
 
 
+def test_an_untimed_run_takes_the_untimed_class_where_the_table_has_one(monkeypatch):
+    """SGLang's detokenizer on Moonshot's tokenizer is a serving path kvplan does not time: a
+    run of such a model under SGLang takes intervals.UNTIMED (and "untimed/sglang" where
+    calibrated per engine) whatever its GPU's tables, and its tables' class while the file has
+    no such class; under vLLM, or for another model, the tables' class."""
+    h200, table = load_profile("h200"), intervals.table()
+    kimi = load_model("moonshotai/Kimi-K2.5", checkpoint=False)
+    deepseek = load_model("deepseek-ai/DeepSeek-V3", checkpoint=False)
+    tables_class = intervals.evidence_for(h200, "sglang")
+    entry = table["classes"]["datasheet"]
+    without = {**table, "classes": {k: v for k, v in table["classes"].items() if k != "untimed"}}
+    monkeypatch.setattr(intervals, "table", lambda: without)
+    assert intervals.evidence_for(h200, "sglang", kimi) == tables_class
+    with_class = {**table, "classes": {**without["classes"], "untimed": entry}}
+    monkeypatch.setattr(intervals, "table", lambda: with_class)
+    assert intervals.evidence_for(h200, "sglang", kimi) == "untimed"
+    assert intervals.evidence_for(h200, "sglang", deepseek) == tables_class
+    assert intervals.evidence_for(h200, "vllm", kimi) == intervals.evidence_for(h200, "vllm")
+    assert intervals.evidence_for(h200, "sglang") == tables_class
+    per_engine = {**table, "classes": {**with_class["classes"], "untimed/sglang": entry}}
+    monkeypatch.setattr(intervals, "table", lambda: per_engine)
+    assert intervals.evidence_for(h200, "sglang", kimi) == "untimed/sglang"
+
+
+def test_calibration_puts_sglang_runs_of_moonshots_tokenizer_in_the_untimed_class():
+    kimi = {"engine": "sglang", "model": "moonshotai/Kimi-K2.5", "gpu_profile": "h200-sxm"}
+    assert cal.evidence(kimi) == intervals.UNTIMED
+    assert cal.evidence({**kimi, "engine": "vllm"}) == "own"
+    deepseek = {**kimi, "model": "deepseek-ai/DeepSeek-V3"}
+    assert cal.evidence(deepseek) == "own"
+
+
 def test_stored_classes_and_calibration_runs_are_not_held_out():
     doc = intervals.table()
     assert set(CLASSES) <= set(doc["classes"])
-    assert all(name.split("/")[0] in CLASSES for name in doc["classes"])
+    assert all(name.split("/")[0] in WRITTEN for name in doc["classes"])
+    assert set(cal.CLASSES) == set(WRITTEN)
     calibration = {c["id"] for c in cal.calibration_cases()}
     heldout = {c["id"] for c in cal.heldout_cases()}
     assert not calibration & heldout

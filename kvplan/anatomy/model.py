@@ -360,6 +360,10 @@ class ModelSpec(NamedTuple):
     quantized_parts: tuple[str, ...] | None = None
     # The weights as the model file stores them (kvplan.inputs.checkpoint, kvplan.inputs.gguf)
     stored: StoredWeights | None = None
+    # The model_type the checkpoint's config.json writes at its top where it differs from the
+    # layers' (kimi_k2 and kimi_k25, whose layers are read as deepseek_v3): engines key paths
+    # that follow the checkpoint rather than its layers on it (its tokenizer, say)
+    config_model_type: str | None = None
     # Distinct rotary tables (positions, rotary_dim) engines precompute and keep on every rank.
     rope_tables: tuple[tuple[int, int], ...] = ()
     # The length keys and rope scaling engines derive their longest request from (None: only

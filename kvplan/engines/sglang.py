@@ -124,6 +124,20 @@ SGLANG_MHA_BACKENDS = ("trtllm_mha",)
 # _handle_model_specific_adjustments: DeepseekV3ForCausalLM (DeepSeek-V3/R1, Kimi-K2) and
 # KimiK25ForConditionalGeneration run trtllm_mla on SM100 when no backend is given
 SGLANG_TRTLLM_MLA_MODELS = ("deepseek_v3", "kimi_k2", "kimi_k25")
+# model_types whose checkpoints ship Moonshot's tiktoken tokenizer (tokenization_kimi.py's
+# TikTokenTokenizer, a transformers slow tokenizer): SGLang's one detokenizer process decodes
+# every streamed token of them through transformers' slow decode path, which kvplan does not time
+# (SGLang's environ: "Kimi tiktoken: ... the ITL can differ by +10x under high batch size";
+# PRs #16427 and #25309 made that path 10x and 23-35x faster)
+KIMI_TIKTOKEN_MODEL_TYPES = ("kimi_k2", "kimi_k25")
+
+
+def detokenizer_untimed(spec: ModelSpec) -> bool:
+    """Whether SGLang's detokenizer runs this model's tokenizer on a CPU path kvplan does not
+    time (KIMI_TIKTOKEN_MODEL_TYPES): its streamed rate may be the detokenizer's, not the GPU's."""
+    return (spec.config_model_type or spec.model_type) in KIMI_TIKTOKEN_MODEL_TYPES
+
+
 # Device memory in use before SGLang measures "free before load" (after NCCL init): the CUDA
 # context, and the communicators once ranks talk (vLLM 0.19's init snapshot on H100 SXM).
 INIT_CONTEXT_BYTES = {1: int(0.51 * GIB), 2: int(1.52 * GIB)}

@@ -30,6 +30,7 @@ from functools import cache
 from pathlib import Path
 from statistics import NormalDist
 
+from kvplan.engines.sglang import detokenizer_untimed
 from kvplan.errors import KvplanError
 from kvplan.inputs.kernel_tables import tables_for
 
@@ -63,13 +64,28 @@ def family_of(key: str) -> tuple[str, bool] | None:
     return None
 
 
-def evidence_for(gpu, engine: str) -> str:
+# the class of runs whose serving path has a part kvplan does not time, whatever its kernel
+# tables (SGLang's detokenizer on Moonshot's tokenizer: kvplan.engines.sglang.detokenizer_untimed)
+UNTIMED = "untimed"
+
+
+def untimed(spec, engine: str) -> bool:
+    """Whether serving `spec` under `engine` runs a part kvplan does not time (the UNTIMED
+    class): SGLang's detokenizer on Moonshot's tokenizer."""
+    return engine == "sglang" and detokenizer_untimed(spec)
+
+
+def evidence_for(gpu, engine: str, spec=None) -> str:
     """The interval class of a run on `gpu` under `engine`: the evidence class of the kernel
     rates it is priced at (the profile's `kernel_tables` field, kvplan.inputs.kernel_tables),
-    as "class/engine" where the table calibrated that engine on its own, else the class."""
-    evidence = tables_for(gpu, engine).evidence
+    as "class/engine" where the table calibrated that engine on its own, else the class. A run
+    of `spec` with a part kvplan does not time (untimed) takes the UNTIMED class instead
+    wherever the table has one (scripts/calibrate_intervals.py writes it)."""
+    classes = table()["classes"]
+    is_untimed = spec is not None and untimed(spec, engine) and UNTIMED in classes
+    evidence = UNTIMED if is_untimed else tables_for(gpu, engine).evidence
     specific = f"{evidence}/{engine}"
-    return specific if specific in table()["classes"] else evidence
+    return specific if specific in classes else evidence
 
 
 @cache

@@ -269,7 +269,7 @@ def plan(
         note("plan-replicas"),
         note("plan-prices"),
         *([note("plan-pruned", pruned=pruned, top=request.top)] if pruned else []),
-        _confidence_note(gpus, request),
+        _confidence_note(spec, gpus, request),
     ]
     if not spec.hf_id:
         notes.append(note("plan-no-hf-id"))
@@ -310,30 +310,30 @@ def plan(
     )
 
 
-def factors_for(gpu: GpuProfile, request: PlanRequest) -> dict | None:
+def factors_for(spec: ModelSpec, gpu: GpuProfile, request: PlanRequest) -> dict | None:
     """How much slower than simulated a real replica may be at the plan's confidence: 'rate'
     divides the rate one replica sustains (the real rate R runs like the simulated R * rate),
     'ttft'/'tpot'/'itl'/'e2el' multiply those latencies; None: the point estimate."""
     if request.confidence is None:
         return None
-    return _factors(gpu, request, request.confidence)
+    return _factors(spec, gpu, request, request.confidence)
 
 
-def _factors(gpu: GpuProfile, request: PlanRequest, confidence: float) -> dict:
-    evidence = intervals.evidence_for(gpu, request.emit)
+def _factors(spec: ModelSpec, gpu: GpuProfile, request: PlanRequest, confidence: float) -> dict:
+    evidence = intervals.evidence_for(gpu, request.emit, spec)
     out = intervals.pessimistic_factors(evidence, request.workload.length_dist, confidence)
     out["itl"] = out["tpot"]
     return out
 
 
-def _confidence_note(gpus: list[GpuProfile], request: PlanRequest) -> Note:
+def _confidence_note(spec: ModelSpec, gpus: list[GpuProfile], request: PlanRequest) -> Note:
     if request.confidence is None:
         return note("plan-point-estimate")
     per_gpu = tuple(
         (
             gpu.name,
-            intervals.evidence_for(gpu, request.emit),
-            _factors(gpu, request, request.confidence)["rate"],
+            intervals.evidence_for(gpu, request.emit, spec),
+            _factors(spec, gpu, request, request.confidence)["rate"],
         )
         for gpu in gpus
     )
@@ -901,7 +901,7 @@ def evaluate(
         return prepared, kept, -math.inf
     replica, price = prepared
     gpu = gpus[config.gpu_index]
-    factors = factors_for(gpu, request)
+    factors = factors_for(spec, gpu, request)
     slow = factors["rate"] if factors else 1.0
     cap = bracket
     if cap is None:
@@ -1005,7 +1005,7 @@ def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
         return _reason(str(exc))
     replica = replica._replace(config=without_idle_caching(replica.config, requests))
     floor = latency_floor(replica, requests, request.frontend)
-    factors = factors_for(gpu, request) or {}
+    factors = factors_for(spec, gpu, request) or {}
     for slo in request.slos:
         if slo.metric in floor and floor[slo.metric] * factors.get(slo.metric, 1) > slo.limit_s:
             return f"{slo.metric} at zero load above its target"

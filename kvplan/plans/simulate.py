@@ -231,7 +231,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         comparison = Comparison(
             request.compare, was_on, _runs(other, toggled._replace(step_log=False))[0]
         )
-    evidence = intervals.evidence_for(gpu, request.serve.engine)
+    evidence = intervals.evidence_for(gpu, request.serve.engine, spec)
     length_dist = request.workload.length_dist
     runs = [
         r._replace(bench_interval=intervals.bench_interval(r.bench, evidence, length_dist))
@@ -666,6 +666,8 @@ def _weak_spots(spec: ModelSpec, runs: list[Run], request: SimulateRequest) -> l
         notes.append(note("sim-weak-pp"))
     if request.serve.engine == "sglang":
         notes.append(note("sim-weak-sglang"))
+    if intervals.untimed(spec, request.serve.engine):
+        notes.append(note("sim-weak-detokenizer"))
     if request.trace is None and request.workload.length_dist == "sharegpt":
         notes.append(note("sim-sharegpt"))
     pools = [r.engine for r in runs]

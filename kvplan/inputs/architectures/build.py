@@ -828,6 +828,7 @@ class Builder(FamilyLayouts):
         return ModelSpec(
             name=name,
             model_type=self.model_type,
+            config_model_type=self.top_type if self.top_type != self.model_type else None,
             family="MoE beside a dense MLP, local/global hybrid"
             if self.moe_block
             else self.family.label,

@@ -12,6 +12,7 @@ EVIDENCE_WORDS = {
     "other-engine": "this GPU's kernel tables measured for the other engine",
     "borrowed": "another GPU's kernel tables (the profile names which)",
     "datasheet": "no kernel tables: another GPU's fractions on this GPU's datasheet rates",
+    "untimed": "a part of the serving path kvplan does not time, the detokenizer note says which",
 }
 # whose tables the GPU runs on, in sim-kernel-tables' words ("for H200 ...")
 KERNEL_TABLE_WORDS = {
@@ -420,6 +421,18 @@ text("sim-weak-sglang")(
         "Qwen3 MoE models came within 1-36% on throughput and TPOT, while gpt-oss on SGLang "
         "0.5.3-0.5.4 and DeepSeek-V3.2 on 0.5.6 measured 2-19 times slower than simulated. "
         "Median errors: throughput 22%, TPOT 32%, TTFT 36%."
+    )
+)
+text("sim-weak-detokenizer")(
+    lambda: (
+        "Detokenizer: SGLang streams every token of this model through one CPU process that "
+        "decodes Moonshot's tiktoken tokenizer on transformers' slow path (SGLang's own words: "
+        "the ITL can differ by +10x under high batch size; its PRs #16427 and #25309 made that "
+        "path 10x and 23-35x faster), and kvplan does not time it. Published runs of Kimi-K2.5 "
+        "on 8 H200 (SGLang 0.5.6.post2, random dataset) streamed 258 and 254 tok/s at 16 and "
+        "100 in flight while their fastest second reached 1,103 and 1,199 tok/s; Kimi-K2 on 8 "
+        "B200 (SGLang 0.5.6.post1, ShareGPT) streamed 1,113 tok/s at 100. Figures above such "
+        "rates may be the GPUs' pace rather than what a client receives."
     )
 )
 text("sim-interval")(
