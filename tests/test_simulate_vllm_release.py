@@ -7,7 +7,8 @@ import pytest
 
 from kvplan.cli.common import load_gpu, load_model
 from kvplan.engines import EngineRequest
-from kvplan.engines.vllm import VLLM_VERSIONS, allocation_release, vllm_allocation
+from kvplan.engines.releases import VLLM_VERSIONS
+from kvplan.engines.vllm import allocation_release, vllm_allocation
 from kvplan.simulate.engine import usable_blocks
 from kvplan.simulate.setup import ServeOptions, build_replica
 from kvplan.units import GIB
@@ -50,3 +51,18 @@ def test_simulate_pool_is_the_engines_allocation_of_that_release(version):
     assert replica.kv_cache_tokens == alloc.kv_cache_tokens
     # one group (the sliding and full layers share a page size): less vLLM's null block
     assert replica.config.num_blocks == usable_blocks(alloc.num_blocks, 1) == alloc.num_blocks - 1
+
+
+def test_each_engine_has_one_default_release_that_kvplan_models():
+    """One default release per engine (engines.releases), one kvplan models, taken by every
+    command that is given none."""
+    from kvplan.cli.simulate import engine_versions
+    from kvplan.engines.releases import SGLANG_VERSION, SGLANG_VERSIONS, VLLM_VERSION
+    from kvplan.present.launch import VLLM_IMAGE, vllm_image
+    from kvplan.simulate.setup import ServeOptions
+
+    assert VLLM_VERSION in VLLM_VERSIONS and SGLANG_VERSION in SGLANG_VERSIONS
+    assert EngineRequest().vllm_version == ServeOptions().vllm_version == VLLM_VERSION
+    assert EngineRequest().sglang_version == ServeOptions().sglang_version == SGLANG_VERSION
+    assert engine_versions("vllm", None, None) == (VLLM_VERSION, SGLANG_VERSION)
+    assert VLLM_IMAGE == vllm_image(VLLM_VERSION)

@@ -108,7 +108,7 @@ class PlanRequest(NamedTuple):
     top: int = 10
     emit: str = "vllm"  # the engine whose launch command is printed
     # --engine-version: the release of --emit's engine whose defaults and admission rules every
-    # configuration is simulated with (None: the default release, vLLM 0.19 / SGLang 0.5)
+    # configuration is simulated with (None: the default release, engines.releases)
     engine_version: str | None = None
     async_scheduling: bool = True
     jobs: int = 0  # worker processes (0: one per core)
@@ -708,7 +708,7 @@ def _check_speculative(spec: ModelSpec, request: PlanRequest) -> None:
 
 def release_fields(request: PlanRequest) -> dict:
     """The ServeOptions field of --engine-version: --emit's release (none given: the
-    ServeOptions default, vLLM 0.19 / SGLang 0.5)."""
+    ServeOptions default, engines.releases VLLM_VERSION / SGLANG_VERSION)."""
     if request.engine_version is None:
         return {}
     key = "sglang_version" if request.emit == "sglang" else "vllm_version"
