@@ -86,15 +86,23 @@ KVPLAN_H100_BF16_EXPERTS = (0.19, 0.69)
 
 
 def table(
-    root: Path, gpu: str, op: str, name: str, version: str, engine: str = "vllm"
+    root: Path,
+    gpu: str,
+    op: str,
+    name: str,
+    version: str,
+    engine: str = "vllm",
+    fastest: bool = True,
 ) -> list[dict]:
     """The rows of one table; where several kernels timed one shape (a newer table times each
-    backend the engine can pick), the fastest, as the engine's autotuned default would be."""
+    backend the engine can pick), the fastest, as the engine's autotuned default would be.
+    `fastest` False: every row (a table whose kernels are steps of one operation, not
+    alternatives: the Gated DeltaNet table's conv update and state update)."""
     import pyarrow.parquet as pq
 
     path = root / gpu / op / engine / version / f"{name}.parquet"
     rows = pq.read_table(path).to_pylist()
-    if len({r.get("kernel_source") for r in rows}) <= 1:
+    if not fastest or len({r.get("kernel_source") for r in rows}) <= 1:
         return rows
     best: dict = {}
     for r in rows:
@@ -509,6 +517,67 @@ def small_shape_floors(gemm=None, moe=None, attention=None, mla=None, mla_bmm=No
     return out
 
 
+# The graph-timed one-row kernels of the wheel's tables that stand for a decode layer's small
+# launches (norms, rotary, cache writes, activations, conv-state updates): each a single small
+# kernel whose time at 1-16 tokens is its launch and latency, not its bytes
+SMALL_KERNELS = {
+    "causal_conv1d_update",  # linear_attention/gdn_perf: the conv-state update of one decode
+    "static_scaled_fp8_quant",  # quantize/scale_matrix_perf (vLLM): one row read, one written
+}
+# the recurrent state update of a Gated DeltaNet decode (gating fused in), the kernel a
+# linear-attention layer launches in place of an attention kernel
+GDN_DECODE_KERNEL = "fused_recurrent_gated_delta_rule_packed_decode"
+# a one-row kernel slower than this many times the GPU's fastest GEMM timed the host's dispatch
+SMALL_HOST_FACTOR = 2
+
+
+def small_kernel_floors(gdn=None, quantize=None, gemm_floor_s: float | None = None) -> dict:
+    """The floors of the launches no GEMM, MoE or attention table times (seconds): `elementwise`,
+    the smallest time at 1-16 tokens of the SMALL_KERNELS the tables time (SGLang's and vLLM's
+    causal_conv1d_update in the Gated DeltaNet table; vLLM's static_scaled_fp8_quant), and
+    `recurrent`, the smallest Gated DeltaNet decode state update at 1-16 sequences.
+
+    A kernel that moves one row cannot take longer than the table's fastest GEMM unless the
+    host's dispatch was timed: a kernel whose fastest call is over SMALL_HOST_FACTOR times
+    `gemm_floor_s` (the GPU's fastest graph-timed GEMM at <= 16 tokens) is left out. That drops
+    SGLang's quantize rows (7-8 us at every width from 32 to 16,384 columns, flat, where SGLang's
+    own profile of the kernel at one token reads 2.7 us: sgl-project/sglang#5432) and the A100's
+    SGLang 0.5.10 Gated DeltaNet rows (6.4 us for a conv update, 2.6x its fastest GEMM); the
+    graph-timed ones measure 0.6-1.3x it (1.5-1.9 us on H100, H200, B200, B300)."""
+
+    def kept(latencies: list) -> list:
+        if not latencies:
+            return []
+        if gemm_floor_s is not None and min(latencies) > SMALL_HOST_FACTOR * gemm_floor_s:
+            return []
+        return latencies
+
+    def gdn_rows(kernel: str) -> list:
+        return [
+            r["latency"] * 1e-3
+            for r in gdn or ()
+            if r["phase"] == "generation" and r["batch_size"] <= 16 and r["kernel_source"] == kernel
+        ]
+
+    out = {}
+    conv = kept(gdn_rows("causal_conv1d_update"))
+    quant = kept(
+        [
+            r["latency"] * 1e-3
+            for r in quantize or ()
+            if r["m"] <= 16 and r["kernel_source"] in SMALL_KERNELS
+        ]
+    )
+    if conv or quant:
+        out["elementwise"] = min(conv + quant)
+    # the state update moves a state, not a row: it is kept where the same table's conv update,
+    # timed by the same collector, is
+    recurrent = gdn_rows(GDN_DECODE_KERNEL) if conv else []
+    if recurrent:
+        out["recurrent"] = min(recurrent)
+    return out
+
+
 # The routing the per-shape curves are read at: aiconfigurator's own default (sdk/config.py,
 # workload_distribution "power_law", with the models' alpha 1.01), a skewed router's load
 MOE_CURVE_DISTRIBUTION = "power_law_1.01"
@@ -588,12 +657,12 @@ def floors_for_kept(root: Path, gpu: str) -> tuple[dict, dict, str]:
     doc = json.loads((TABLES / f"{gpu}.vllm.0.14.0.json").read_text())
     versions = {}
 
-    def rows(op, name):
+    def rows(op, name, fastest=True):
         v = newest(root, gpu, op, "vllm", name)
         if v is None:
             return None
         versions[f"{op}/{name}"] = v
-        return table(root, gpu, op, name, v, "vllm")
+        return table(root, gpu, op, name, v, "vllm", fastest)
 
     gemm_rows = rows("gemm", "gemm_perf")
     if gemm_rows is not None:
@@ -606,6 +675,13 @@ def floors_for_kept(root: Path, gpu: str) -> tuple[dict, dict, str]:
         attention=rows("attention", "generation_attention_perf"),
         mla=rows("mla", "generation_mla_perf"),
         mla_bmm=rows("mla_bmm", "mla_bmm_perf"),
+    )
+    floors.update(
+        small_kernel_floors(
+            rows("linear_attention", "gdn_perf", fastest=False),
+            rows("quantize", "scale_matrix_perf"),
+            floors.get("gemm"),
+        )
     )
     floors["allreduce"] = doc["achieved"]["allreduce_call_s"]
 
@@ -631,12 +707,12 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
     h100 = json.loads((TABLES / DATASHEET_FILE).read_text())["achieved"]
     versions, borrowed, floors = {}, [], {}
 
-    def rows(op, name):
+    def rows(op, name, fastest=True):
         v = newest(root, gpu, op, engine, name)
         if v is None:
             return None
         versions[f"{op}/{name}"] = v
-        return table(root, gpu, op, name, v, engine)
+        return table(root, gpu, op, name, v, engine, fastest)
 
     gemm_rows = rows("gemm", "gemm_perf")
     if gemm_rows is None:
@@ -667,6 +743,13 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
     mctx, mgen = rows("mla", "context_mla_perf"), rows("mla", "generation_mla_perf")
     ml = mla(mctx, mgen, bw, peaks)["mla"] if mctx and mgen else None
     floors.update(small_shape_floors(mla=mgen, mla_bmm=rows("mla_bmm", "mla_bmm_perf")))
+    floors.update(
+        small_kernel_floors(
+            rows("linear_attention", "gdn_perf", fastest=False),
+            rows("quantize", "scale_matrix_perf"),
+            floors.get("gemm"),
+        )
+    )
     comm = rows("comm", "custom_allreduce_perf")
     call_s, link = None, None
     if comm and link_one_way:
@@ -833,13 +916,59 @@ def decode_curves(rows, mla: bool) -> dict:
     return out
 
 
+# prefill calls: the parallel units of a call (sequences x query heads on the rank) in power-of-two
+# buckets; the kernel's grid is sequences x heads x query tiles, so at one prompt length a call
+# over 8 sequences of 8 heads takes what one over 1 sequence of 64 heads does (B200 SGLang
+# trtllm_mha, head dim 128, 1,024 tokens: 39.0-50.4 us over every split of 64 units, 57.0 us for
+# 64 sequences of one head)
+def _prefill_dtype_rows(rows, kv: str, dtype_key: str) -> list:
+    """The rows a `kv` cache's prefill runs on: that cache dtype with bf16 attention math where
+    the backend timed it, else its own (trtllm_mha pairs an fp8 cache with fp8 attention only)."""
+    own = [r for r in rows if r["kv_cache_dtype"] == kv]
+    bf16 = [r for r in own if r.get(dtype_key, "bfloat16") == "bfloat16"]
+    return bf16 or own
+
+
+def prefill_curves(rows, mla: bool) -> dict:
+    """{kv dtype: {"<qk head dim>x<v head dim>[/w<window>]": {units: [[prompt tokens, seconds],
+    ...]}}}: per cache dtype and head shape (MLA's rows: DeepSeek's 192x128 per head; a sliding
+    window's rows under their own key), the median measured time of one causal prefill
+    (context) call with no cached tokens, by the call's parallel units (sequences x query heads
+    on the rank, power-of-two buckets) and prompt tokens per sequence (the table's own
+    lengths), over any KV-head count; seconds to four significant figures."""
+    out: dict = {}
+    dtype_key = "mla_dtype" if mla else "attn_dtype"
+    rows = [r for r in rows if r.get("step", 0) == 0]
+    for kv in ("bfloat16", "fp8"):
+        buckets: dict = {}
+        for r in _prefill_dtype_rows(rows, kv, dtype_key):
+            head = "192x128" if mla else f"{r['head_dim']}x{r['head_dim']}"
+            if r.get("window_size"):
+                head += f"/w{r['window_size']}"
+            units = 2 ** round(math.log2(r["batch_size"] * r["num_heads"]))
+            cell = buckets.setdefault(head, {}).setdefault(units, {})
+            cell.setdefault(r["isl"], []).append(r["latency"] * 1e-3)
+        if buckets:
+            out[kv] = {
+                head: {
+                    str(units): [
+                        [isl, float(f"{statistics.median(v):.4g}")]
+                        for isl, v in sorted(by_isl.items())
+                    ]
+                    for units, by_isl in sorted(by_units.items())
+                }
+                for head, by_units in sorted(buckets.items())
+            }
+    return out
+
+
 def attention_backends(root: Path, gpu: str, engine: str) -> dict | None:
     """{backend: entry} of one GPU and engine from its attention (GQA/MHA) and MLA kernel
     tables, each backend from its own rows only (no fastest-of-several: `table` picks that):
     kind (mha, mla), the kernel sources and table versions read, the rows, the (compute,
     memory) pair as `attention` / `mla` derive it (None where its rows have no shape that
-    side needs), the smallest decode call at 1-16 sequences (floor_s) and the decode curve
-    (decode_curve). vLLM's MLA tables time whole modules (projections included), not the
+    side needs), the smallest decode call at 1-16 sequences (floor_s), the decode curve
+    (decode_calls) and the prefill curves (prefill_calls). vLLM's MLA tables time whole modules (projections included), not the
     kernel: not read here."""
     import pyarrow.parquet as pq
 
@@ -878,15 +1007,34 @@ def attention_backends(root: Path, gpu: str, engine: str) -> dict | None:
                 "pair": None if compute is None or memory is None else _round((compute, memory)),
                 "floor_s": round(min(small), 9) if small else None,
                 "decode_calls": decode_curves(full_dec, kind == "mla"),
+                "prefill_calls": prefill_curves(pre, kind == "mla"),
             }
             out[f"{kind}:{name}"] = entry
     return out or None
 
 
+def _compact_prefill_calls(doc: dict) -> str:
+    """The attention/ file's text: indented, but each backend's prefill curves of one cache dtype
+    and head shape on one line (thousands of points)."""
+    import json
+
+    compact = {}
+    for name, entry in doc["backends"].items():
+        for kv, heads in entry["prefill_calls"].items():
+            for head, curves in heads.items():
+                mark = f"@{name}@{kv}@{head}@"
+                compact[json.dumps(mark)] = json.dumps(curves, separators=(",", ":"))
+                heads[head] = mark
+    text = json.dumps(doc, indent=1) + "\n"
+    for mark, body in compact.items():
+        text = text.replace(mark, body)
+    json.loads(text)  # well-formed
+    return text
+
+
 def write_attention_backends(root: Path, names: list[str]) -> list[Path]:
     """kernel_tables/attention/<name>: the per-backend attention entries of the tables file
     <name> (<gpu>.<engine>.<version>.json), with their provenance."""
-    import json
 
     written = []
     for name in names:
@@ -903,13 +1051,15 @@ def write_attention_backends(root: Path, names: list[str]) -> list[Path]:
             "per backend (kernel_source -> the engine's flag name, BACKEND_OF_SOURCE), its own "
             "rows only: the (compute, memory) fractions of `attention`/`mla` over full-attention "
             "rows, the smallest decode call at 1-16 sequences, and the median decode call by "
-            "batch and KV bytes per sequence (decode_calls: power-of-two buckets); datasheet rates from hardware_profiles/"
+            "batch and KV bytes per sequence (decode_calls: power-of-two buckets), and the median "
+            "prefill call by cache dtype, head shape, sequences x query heads (power-of-two "
+            "buckets) and prompt tokens (prefill_calls); datasheet rates from hardware_profiles/"
             f"{TABLE_GPUS[gpu][0]}.yaml",
             "backends": backends,
         }
         path = TABLES / "attention" / name
         path.parent.mkdir(exist_ok=True)
-        path.write_text(json.dumps(doc, indent=1) + "\n")
+        path.write_text(_compact_prefill_calls(doc))
         written.append(path)
     return written
 

@@ -14,7 +14,11 @@ from kvplan.formulas.batch_step import (
     HOST_OVERHEADS,
     BatchShape,
     StepModel,
+    _Floors,
+    _shape,
     measured_achieved,
+    recurrent_layers,
+    small_launches,
 )
 from kvplan.formulas.step_time import Rates, curve_value
 from kvplan.inputs.hardware import load_profile
@@ -540,3 +544,58 @@ def test_an_mla_layer_pays_the_mla_kernels_floors():
     assert old.terms_s["kv_read_s"] + old.terms_s["attention_s"] == pytest.approx(
         61 * 30e-6, rel=1e-9
     )
+
+
+@pytest.mark.parametrize(
+    "name, small, recurrent",
+    [
+        # 32 GQA layers: 2 norms + rotary + KV write + SiLU-and-mul each; embedding, final norm
+        ("llama-3.1-8b", 2 + 32 * (2 + 2 + 1), 0),
+        # 61 MLA layers (q_a and kv_a norms, rotary, KV write), 3 dense MLPs, 58 MoE layers with a
+        # shared expert (its activation and the shared + routed add)
+        ("deepseek-v3", 2 + 61 * (2 + 4) + 3 + 58 * 2, 0),
+        # 48 GQA layers, every one MoE without a shared expert: the fused MoE times the rest
+        ("qwen3-30b-a3b", 2 + 48 * (2 + 2), 0),
+        # 12 full-attention and 36 Gated DeltaNet layers (conv update, gated norm), all MoE with a
+        # shared expert; the 36 state updates counted apart
+        ("qwen3-next-80b-a3b", 2 + 48 * 2 + 12 * 2 + 36 * 2 + 48 * 2, 36),
+    ],
+)
+def test_small_launches_follow_the_layers_anatomy(name, small, recurrent):
+    spec = load_model(name)
+    assert small_launches(spec) == small
+    assert recurrent_layers(spec) == recurrent
+
+
+def test_the_small_launches_floor_is_their_count_times_the_tables_kernel():
+    """_Floors.small_s: the small launches at `elementwise`, the state updates at
+    `recurrent` (else `elementwise`); None where the tables time no small kernel."""
+    spec = load_model("qwen3-next-80b-a3b")
+    shape = _shape(spec)
+    both = _Floors.of(shape, {"elementwise": 2e-6, "recurrent": 5e-6})
+    assert both.small_s == pytest.approx(290 * 2e-6 + 36 * 5e-6)
+    assert _Floors.of(shape, {"elementwise": 2e-6}).small_s == pytest.approx(326 * 2e-6)
+    assert _Floors.of(shape, {"gemm": 2e-6}).small_s is None
+    assert _Floors.of(shape, {}).small_s is None
+
+
+def test_the_launch_term_is_at_least_the_small_kernels_floor():
+    """Under a CUDA graph the launch term is the per-layer constant or, where it is more, the
+    small launches at their floor; eagerly, the eager constant alone. At the shipped SGLang B200
+    floors DeepSeek-R1's small kernels (487 x 1.68 us) stay under the constant (61 x 32 us)."""
+    spec = load_model("deepseek-r1")
+    b200 = load_profile("b200")
+    achieved = tables_for(b200, "sglang").achieved
+    rates = Rates(b200.memory_bandwidth_bytes_per_s, 2.25e15)
+    kw = dict(tp=8, link=b200.interconnect)
+    shape = BatchShape(1, 1000, (), 1)
+    shipped = StepModel(spec, rates, "fp8", KvFormat("bf16"), achieved=achieved, **kw)
+    assert shipped.floors.small_s == pytest.approx(487 * achieved.floors_s["elementwise"])
+    constant = 61 * HOST_OVERHEADS.per_layer_s
+    assert shipped.floors.small_s < constant
+    assert shipped.step(shape).terms_s["launch_s"] == pytest.approx(constant)
+    slow = achieved._replace(floors_s={**achieved.floors_s, "elementwise": 10e-6})
+    floored = StepModel(spec, rates, "fp8", KvFormat("bf16"), achieved=slow, **kw)
+    assert floored.step(shape).terms_s["launch_s"] == pytest.approx(487 * 10e-6)
+    eager = floored.without_graphs().step(shape).terms_s["launch_s"]
+    assert eager == pytest.approx(61 * HOST_OVERHEADS.eager_per_layer_s)

@@ -221,3 +221,60 @@ def test_every_shipped_table_has_its_moe_curves_beside_it():
             assert all(len(row) == len(doc["tokens"]) for row in doc["us"].values()), name
     kimi = moe_curves("h200_sxm.sglang.0.5.14.json")["moe_4bit_7168x2048_384x8_tp8_ep1"]
     assert kimi[0] == (1, pytest.approx(30.37e-6)) and kimi[4] == (16, pytest.approx(147.0e-6))
+
+
+def _gdn(kernel, batch, latency_ms, phase="generation"):
+    return {"phase": phase, "batch_size": batch, "kernel_source": kernel, "latency": latency_ms}
+
+
+def test_small_kernel_floors_are_the_smallest_graph_timed_one_row_kernels():
+    """`elementwise` is the smallest conv-state update or vLLM static fp8 quant at 1-16 tokens,
+    `recurrent` the smallest Gated DeltaNet state update there; larger batches, prefill
+    rows and other kernels do not count."""
+    derive = _derive()
+    gdn = [
+        _gdn("causal_conv1d_update", 1, 0.0019),
+        _gdn("causal_conv1d_update", 16, 0.0021),
+        _gdn("causal_conv1d_update", 32, 0.0009),  # past 16 sequences
+        _gdn("causal_conv1d_fn", 1, 0.0005, phase="context"),
+        _gdn(derive.GDN_DECODE_KERNEL, 4, 0.0042),
+        _gdn(derive.GDN_DECODE_KERNEL, 64, 0.0030),
+    ]
+    quant = [
+        {"m": 1, "kernel_source": "static_scaled_fp8_quant", "latency": 0.0017},
+        {"m": 64, "kernel_source": "static_scaled_fp8_quant", "latency": 0.0010},
+        {"m": 1, "kernel_source": "sglang", "latency": 0.0005},  # not a SMALL_KERNELS kernel
+    ]
+    floors = derive.small_kernel_floors(gdn, quant, gemm_floor_s=1.8e-6)
+    assert floors == pytest.approx({"elementwise": 1.7e-6, "recurrent": 4.2e-6})
+    assert derive.small_kernel_floors(gdn, None, 1.8e-6)["elementwise"] == pytest.approx(1.9e-6)
+    assert derive.small_kernel_floors(None, None, 1.8e-6) == {}
+
+
+def test_small_kernels_slower_than_twice_the_fastest_gemm_timed_the_host():
+    """A one-row kernel over SMALL_HOST_FACTOR times the GPU's fastest GEMM timed the host's
+    dispatch (the A100's SGLang 0.5.10 rows: 6.4 us against a 2.5 us GEMM): no floor from it,
+    nor from the state update its collector timed alongside."""
+    derive = _derive()
+    gdn = [_gdn("causal_conv1d_update", 1, 0.0064), _gdn(derive.GDN_DECODE_KERNEL, 1, 0.0067)]
+    assert derive.small_kernel_floors(gdn, None, gemm_floor_s=2.5e-6) == {}
+    # the same rows next to a slower GEMM are kernel times
+    assert set(derive.small_kernel_floors(gdn, None, gemm_floor_s=4e-6)) == {
+        "elementwise",
+        "recurrent",
+    }
+
+
+def test_shipped_small_kernel_floors_are_a_few_microseconds():
+    """Every shipped table with an `elementwise` floor holds it at 1-3 us (a graph-timed launch
+    of a one-row kernel), and a `recurrent` floor only beside one."""
+    seen = 0
+    for path in FOLDER.glob("*.*.*.json"):
+        floors = json.loads(path.read_text())["floors_s"]
+        if "elementwise" in floors:
+            seen += 1
+            assert 1e-6 < floors["elementwise"] < 3e-6, path.name
+        if "recurrent" in floors:
+            assert "elementwise" in floors, path.name
+            assert floors["elementwise"] < floors["recurrent"] < 6e-6, path.name
+    assert seen >= 10

@@ -661,7 +661,7 @@ INVOCATIONS: dict[str, Invocation] = {
     "simulate vllm v0": cli(*SIM, "--engine-version", "0.7", "--num-scheduler-steps", "4", *SMALL),
     "simulate vllm newer": cli(*SIM, "--vllm-version", "1.0", *SMALL),
     "simulate vllm 0.8 fp8": cli(
-        *SIM, "--engine-version", "0.8", "--kv-cache-dtype", "fp8", *SMALL
+        *SIM, "--engine-version", "0.8.0", "--kv-cache-dtype", "fp8", *SMALL
     ),  # fmt: skip
     "simulate expert parallel": cli(
         "simulate", "qwen3-30b-a3b", "--gpu", "h100", "--tp", "2", "-dp", "2", "-ep", *SMALL
@@ -929,6 +929,7 @@ SOURCES: dict[str, str] = {
     "sim-enforce-eager": "simulate dcp eager",
     "sim-attention-kernels": "simulate attention backend",
     "sim-attention-timed": "simulate attention backend timed",
+    "sim-prefill-attention": "simulate attention backend timed",
     "sim-nsa-backend-ignored": "simulate nsa backend ignored",
     "node-network-assumed": "roofline network assumed",
     "sim-moe-kernels": "simulate moe backend",
@@ -952,6 +953,7 @@ SOURCES: dict[str, str] = {
     "sim-step-terms": "simulate measured profile",
     "sim-vllm-v0": "simulate vllm v0",
     "sim-vllm-v0-defaults": "simulate vllm v0",
+    "sim-vllm-v0-pool": "simulate vllm v0",
     "sim-vllm-08-v0": "simulate vllm 0.8 fp8",
     "sim-vllm-version-newer": "simulate vllm newer",
     "sim-weak-disagg-hybrid": "simulate disaggregated",
@@ -1030,6 +1032,7 @@ CHOOSE_WORDS = {
     ("sim-speculative", "acceptance"),  # how the rate was chosen, said in words
     ("sim-dp-replicas", "router"),  # round_robin: the router said in words
     ("sim-expert-parallel", "router"),
+    ("sim-expert-parallel", "engine"),  # SGLang's gather rules said in words
     ("sim-multinode", "assumed"),  # the profile's network or kvplan's default: said in words
     ("indexer-cache", "layers"),  # every layer: "every layer", no count
     ("indexer-cache", "of"),

@@ -12,8 +12,8 @@ from kvplan.engines.vllm import vllm_allocation
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import (
     ring_allreduce_time_s,
+    tp_allreduce_time_s,
     two_level_allgather_time_s,
-    two_level_allreduce_time_s,
 )
 from kvplan.formulas.expert_parallel import ep_alltoall_bytes_by_link, ep_alltoall_two_link_time_s
 from kvplan.inputs.hardware import DEFAULT_NETWORK, load_profile
@@ -41,12 +41,16 @@ def test_two_level_allreduce_by_hand():
     intra = 2 * 7 / 8 * 114_688 / 200e9 + 14 * 2e-6  # 1.00352 us + 28 us
     inter = 2 * 1 / 2 * 14_336 / 50e9 + 2 * 5e-6  # 0.28672 us + 10 us
     assert intra + inter == pytest.approx(39.29024e-6, rel=1e-12)
-    got = two_level_allreduce_time_s(m, 8, 2, 200e9, 2e-6, 50e9, 5e-6)
+    got = tp_allreduce_time_s(m, 16, 8, 200e9, 2e-6, 50e9, 5e-6)
     assert got == pytest.approx(39.29024e-6, rel=1e-12)
-    # one node is the plain ring; priced as one NVLink ring of 16 it would be 43.8 us less
-    assert two_level_allreduce_time_s(m, 8, 1, 200e9, 2e-6, 50e9, 5e-6) == pytest.approx(
-        ring_allreduce_time_s(m, 8, 200e9, 2e-6)
-    )
+    # a TP within one node is the plain ring, the network unused: TP 8 = 1.00352 + 28 us,
+    # TP 4 = 2 x 3/4 x M / 200e9 + 6 x 2 us = 0.86016 + 12 us; no node size: one node
+    for tp, node, expected in ((8, 8, 29.00352e-6), (4, 8, 12.86016e-6), (16, None, None)):
+        got = tp_allreduce_time_s(m, tp, node, 200e9, 2e-6, 50e9, 5e-6)
+        assert got == pytest.approx(
+            expected or ring_allreduce_time_s(m, 16, 200e9, 2e-6), rel=1e-12
+        )
+        assert got == pytest.approx(ring_allreduce_time_s(m, tp, 200e9, 2e-6), rel=1e-12)
     assert ring_allreduce_time_s(m, 16, 200e9, 2e-6) == pytest.approx(
         2 * 15 / 16 * m / 200e9 + 30 * 2e-6
     )
@@ -66,7 +70,12 @@ def test_simulated_tp16_prices_its_allreduces_across_the_nodes():
     a = model.achieved
     nvlink = H800.interconnect.one_way_bytes_per_s * a.link
     m = 8 * spec.hidden_size * 2
-    one = two_level_allreduce_time_s(m, 8, 2, nvlink, a.allreduce_call_s / 14, 50e9, 5e-6)
+    intra = 2 * 7 / 8 * m / nvlink + a.allreduce_call_s  # 14 hops: one measured call
+    inter = 2 * 1 / 2 * (m / 8) / 50e9 + 2 * 5e-6
+    one = intra + inter
+    assert one == pytest.approx(
+        tp_allreduce_time_s(m, 16, 8, nvlink, a.allreduce_call_s / 14, 50e9, 5e-6), rel=1e-12
+    )
     assert model.tp_allreduce_s(8, 1) == pytest.approx(one, rel=1e-12)
     assert model.comm_s(8) == pytest.approx(2 * spec.num_layers * one, rel=1e-12)
     # the same TP 16 as if it were one NVLink domain is cheaper: the network is not NVLink
@@ -235,3 +244,52 @@ def test_tp8_pp2_over_two_nodes_hands_activations_over_the_network():
     # TP within the node: the same all-reduces as on one node
     alone, _ = step_model(spec, h100, ServeOptions(tp=8), "auto", 512, [])
     assert model.tp_allreduce_s(4, 1) == pytest.approx(alone.tp_allreduce_s(4, 1))
+
+
+def test_roofline_and_the_comparison_price_tp16_over_two_nodes_in_two_levels():
+    """roofline (and capacity --gpu's comparison, through decode_floor) prices a TP 16 group on
+    8-GPU H800 nodes as simulate does, in two levels at the datasheet rates: one decode token of
+    Llama-3.1-70B is M = 8192 x 2 = 16,384 B per all-reduce; within the node a ring of 8 at 200
+    GB/s one way and 2 us a hop (2 x 7/8 x M / 200e9 + 14 x 2 us = 28.14336 us), across the
+    two nodes each GPU's 2,048 B shard in a ring of 2 at 50 GB/s and 5 us (0.04096 + 10 us):
+    38.18432 us, 2 x 80 layers of them a step. Before, it was a flat ring of 16 over the
+    network (2 x 15/16 x M / 50e9 + 30 x 5 us = 150.6144 us)."""
+    from kvplan.plans.roofline import RooflineRequest, decode_floor, roofline
+
+    spec = load_model("llama-3.1-70b")
+    assert (spec.hidden_size, spec.num_layers) == (8192, 80)
+    one = 2 * 7 / 8 * 16_384 / 200e9 + 14 * 2e-6 + 2 * 1 / 2 * 2_048 / 50e9 + 2 * 5e-6
+    assert one == pytest.approx(38.18432e-6, rel=1e-12)
+    assert tp_allreduce_time_s(16_384, 16, 8, 200e9, 2e-6, 50e9, 5e-6) == pytest.approx(one)
+    request = RooflineRequest(contexts=(8192,), batches=(1,), tp=16)
+    result = roofline(spec, H800, request)
+    assert result.decode[0].comm_s == pytest.approx(160 * one, rel=1e-12)
+    floor = decode_floor(spec, H800, 8192, 1, "auto", "auto", 16, 1, None)
+    assert floor.time_floor_s == result.decode[0].time_floor_s
+    told = next(n for n in result.notes if n.id == "roofline-tp")
+    assert told.value("node_gpus") == 8 and told.value("network") == H800.network.name
+    # TP 8 fits the node: the plain ring, no network term, as before
+    within = roofline(spec, H800, request._replace(tp=8))
+    ring = 2 * 7 / 8 * 16_384 / 200e9 + 14 * 2e-6
+    assert within.decode[0].comm_s == pytest.approx(160 * ring, rel=1e-12)
+    assert "node_gpus" not in dict(next(n for n in within.notes if n.id == "roofline-tp").values)
+
+
+def test_the_tp_sweep_prices_tp_above_a_node_on_the_network():
+    """tp_where_comm_dominates sweeps TP 2..64 with the same price: up to the node the
+    interconnect alone (the network changes nothing), above it two levels (a slower network
+    makes communication dominate at the first TP that spans nodes)."""
+    from kvplan.inputs.hardware import Interconnect
+    from kvplan.plans.roofline import tp_where_comm_dominates
+
+    spec = load_model("llama-3.1-70b")
+    fmt = resolve_kv_format("auto", spec.dtype)
+    args = (spec, H800, 64, 8192, "bf16", fmt)
+    at_ib = tp_where_comm_dominates(*args, 8)
+    slow = H800._replace(network=Interconnect("1 Gb/s", 0.25e9, 1e-3))
+    assert tp_where_comm_dominates(spec, slow, 64, 8192, "bf16", fmt, 8) == 16
+    assert at_ib != 16
+    # nodes of 64: every TP of the sweep within one node, the network unused
+    assert tp_where_comm_dominates(spec, slow, 64, 8192, "bf16", fmt, 64) == (
+        tp_where_comm_dominates(*args, 64)
+    )

@@ -310,8 +310,9 @@ def test_traffic_between_nodes_without_a_network_figure_runs_on_the_assumed_netw
     assert "node-network-assumed" not in [n.id for n in stated.notes]
     told = next(n for n in assumed.notes if n.id == "node-network-assumed")
     assert told.value("network") == DEFAULT_NETWORK.name and told.value("nodes") == 2
-    if tp > 8:
-        assert assumed.link_name == DEFAULT_NETWORK.name
+    # the TP group's own link within a node, the network between nodes (the sweep's too)
+    assert assumed.link_name == gpu.interconnect.name
+    assert assumed.network_name == DEFAULT_NETWORK.name and assumed.gpus_per_node == 8
 
 
 def test_a_layout_within_a_node_prices_no_network():

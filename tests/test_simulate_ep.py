@@ -309,3 +309,63 @@ def test_the_engines_lockstep_rules():
     assert m.step(decodes[0], 2).terms_s["launch_s"] == pytest.approx(
         m.host.per_layer_s * m.spec.num_layers
     )
+
+
+def test_sglang_dp_attention_gathers_before_every_layer_by_its_padding_mode():
+    """SGLang's DP attention (dp_attention.py, communicator.py; no --moe-a2a-backend): every
+    layer's MLP (DeepSeek-V2-Lite: 1 dense + 26 MoE = 27) runs on the buffer gathered over the
+    4 GPUs. A prefill step, or unbalanced decodes (SUM_LEN): the summed rows all-reduced before
+    the MLP and its output all-reduced after, two ring all-reduces of G x 2048 x 2 B per layer.
+    Balanced decodes (MAX_LEN, padded to the largest rank): all-gather then reduce-scatter of
+    the padded buffer, each GPU receiving the other 3 slices. vLLM's gather (the MoE layers
+    alone, the rank's own tokens) is unchanged."""
+    spec = load_model("deepseek-v2-lite")
+    assert (spec.num_layers, spec.moe.num_layers, spec.hidden_size) == (27, 26, 2048)
+    m = model(spec, tp=1, moe_ranks=4, dp=4, dp_gather_full=True)
+    link = load_profile("h200").interconnect
+    one_way = link.one_way_bytes_per_s * m.achieved.link
+    call = m.achieved.allreduce_call_s  # the ring of 4: 6 hops of call / 6
+    # SUM_LEN, 100 tokens summed over the ranks: 2 x 27 all-reduces of 409,600 B
+    message = 100 * 2048 * 2
+    allreduce = 2 * 3 / 4 * message / one_way + call
+    assert m.comm_s(40, 100) == pytest.approx(2 * 27 * allreduce, rel=1e-12)
+    # MAX_LEN, 4 ranks padded to 40: each GPU receives 3 x 40 rows in the gather and sends as
+    # many in the reduce-scatter, (4 - 1) latencies each
+    padded = 2 * 27 * (3 * 40 * 2048 * 2 / one_way + 3 * link.latency_s)
+    assert m.comm_s(40, 160, padded=True) == pytest.approx(padded, rel=1e-12)
+    # the step carries it, and a lockstep step of balanced decodes is priced padded
+    decodes = [BatchShape(40, 4000.0, (), 40)] * 4
+    step, _ = lockstep_step(m, decodes, 0, True)
+    assert step.terms_s["comm_s"] == pytest.approx(padded, rel=1e-12)
+    # vLLM's rule on the same layout: the 26 MoE layers' gather of the rank's 40 tokens
+    v = model(spec, tp=1, moe_ranks=4, dp=4)
+    vllm = 2 * 26 * (3 * 40 * 2048 * 2 / one_way + 3 * link.latency_s)
+    assert v.comm_s(40, 160, padded=True) == v.comm_s(40) == pytest.approx(vllm, rel=1e-12)
+
+
+def test_sglang_dp_attention_divides_the_chunk_and_the_conservativeness():
+    """server_args._handle_data_parallelism with --enable-dp-attention: chunked_prefill_size
+    // dp_size (8,192 on an H200 -> 1,024 a rank at --dp 8) and schedule_conservativeness x 0.3
+    (new_token_ratio from 0.7 x 0.3 = 0.21); its StepModel gathers before every layer."""
+    from kvplan.simulate.setup import build_replica
+
+    spec = load_model("deepseek-v2-lite")
+    gpu = load_profile("h200")
+    base = dict(engine="sglang", tp=8)
+    plain = build_replica(spec, gpu, ServeOptions(**base))
+    dp = build_replica(
+        spec, gpu, ServeOptions(**base, data_parallel_size=8, enable_dp_attention=True)
+    )
+    assert plain.config.max_num_batched_tokens == 8192
+    assert dp.config.max_num_batched_tokens == 8192 // 8 == 1024
+    assert plain.policy.init_new_token_ratio == pytest.approx(0.7)
+    assert dp.policy.init_new_token_ratio == pytest.approx(0.21)
+    assert dp.model.dp_gather_full and not plain.model.dp_gather_full
+    given = build_replica(
+        spec,
+        gpu,
+        ServeOptions(
+            **base, data_parallel_size=4, enable_dp_attention=True, max_num_batched_tokens=4096
+        ),
+    )
+    assert given.config.max_num_batched_tokens == 1024

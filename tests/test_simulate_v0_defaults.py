@@ -69,16 +69,29 @@ def test_v1_releases_resolve_their_own_serve_defaults(gpu, version, expected):
     assert (setup["max_num_batched_tokens"], setup["max_num_seqs"]) == expected
 
 
-def test_a_08_run_that_vllm_sends_to_v0_says_so():
-    # 0.8.0's _is_v1_supported_oracle falls back to V0 for fp8 KV; kvplan keeps V1's rules
-    run = run_json(
-        "simulate", "llama-3.1-8b", "--gpu", "h100", *SMALL, "--engine-version", "0.8",
-        "--kv-cache-dtype", "fp8",
-    )  # fmt: skip
-    words = next(n["text"] for n in run["notes"] if n["id"] == "sim-vllm-08-v0")
-    assert "--kv-cache-dtype fp8" in words and "not applied" in words
-    assert run["setup"]["max_num_seqs"] == 1024  # V1's, as the note says
-    plain = run_json("simulate", "llama-3.1-8b", "--gpu", "h100", *SMALL, "--engine-version", "0.8")
+def test_a_08_run_that_vllm_sends_to_v0_runs_v0s_rules():
+    # 0.8's _is_v1_supported_oracle falls back to V0 for fp8 KV (0.8.5: unless FlashAttention 3
+    # runs it, on Hopper); kvplan then runs V0's rules: 0.8's _set_default_args_v0 and V0's pool
+    def run(version, gpu, *extra):
+        return run_json(
+            "simulate", "llama-3.1-8b", "--gpu", gpu, *SMALL, "--engine-version", version, *extra
+        )
+
+    fallback = run("0.8.0", "h100", "--kv-cache-dtype", "fp8")
+    words = next(n["text"] for n in fallback["notes"] if n["id"] == "sim-vllm-08-v0")
+    assert "--kv-cache-dtype fp8" in words and "V0's rules" in words
+    assert fallback["setup"]["max_num_seqs"] == 256  # V0's, not V1's 1,024
+    assert any(n["id"] == "sim-vllm-v0-pool" for n in fallback["notes"])
+    # 0.8.5 keeps fp8 KV on V1 on an H100 (FA3), not on an A100 (FA2)
+    hopper = run("0.8", "h100", "--kv-cache-dtype", "fp8")
+    assert all(n["id"] != "sim-vllm-08-v0" for n in hopper["notes"])
+    assert hopper["setup"]["max_num_seqs"] == 1024
+    ampere = run("0.8", "a100-80gb-sxm", "--kv-cache-dtype", "fp8")
+    assert any(n["id"] == "sim-vllm-08-v0" for n in ampere["notes"])
+    # --preemption-mode sends 0.8 to V0 too: there it runs (it was refused before)
+    swap = run("0.8", "h100", "--preemption-mode", "swap")
+    assert swap["setup"]["max_num_seqs"] == 256
+    plain = run("0.8", "h100")
     assert all(n["id"] != "sim-vllm-08-v0" for n in plain["notes"])
 
 
@@ -186,7 +199,10 @@ def test_preemption_mode_recompute_and_swap_space_run():
     ("args", "needle"),
     [
         (("--engine-version", "0.7", "--preemption-mode", "evict"), "choose recompute or swap"),
-        (("--engine-version", "0.7", "--preemption-mode", "swap"), "swap is not simulated"),
+        (
+            ("--engine-version", "0.7", "--preemption-mode", "swap", "--gpu", "b200"),
+            "profile states no host_link",
+        ),
         (("--preemption-mode", "recompute"), "V1 preempts by recompute only"),
         (("--engine-version", "0.7", "--swap-space", "-1"), "--swap-space -1.0"),
         (("--engine-version", "0.7", "--swap-space", "nan"), "--swap-space nan"),

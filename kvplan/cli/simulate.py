@@ -431,7 +431,8 @@ def add(app: typer.Typer) -> None:
             None,
             "--preemption-mode",
             help="vLLM V0 (0.6-0.7): recompute (its default for the bench's one-sequence "
-            "requests); swap is refused (not simulated).",
+            "requests) or swap (blocks copied to the --swap-space CPU pool over the GPU "
+            "profile's host link).",
         ),
         swap_space: float = typer.Option(
             None,

@@ -59,6 +59,9 @@ class EngineRequest(NamedTuple):
     # choice)
     backends: Backends = Backends()
     speculative_eagle_topk: int | None = None  # SGLang picks its default backend by it
+    # vLLM V0's profile run (0.6, 0.7), whose sampler takes top-k/top-p (formulas.memory
+    # v0_sampler_bytes)
+    v0_profile: bool = False
 
 
 def refuse_compressed(spec, engine: str) -> None:

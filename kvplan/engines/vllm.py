@@ -74,15 +74,14 @@ def allocation_release(version: str) -> str:
 # before get_batch_defaults' rule (vllm_memory.batch_defaults, 0.9.0 on): 0.8.0-0.8.3 give 8,192
 # tokens on a GPU named H100 or H200, else 2,048, and 1,024 seqs everywhere; 0.8.4 256 seqs off
 # those two; 0.8.5 the larger pair from 70 GiB of device memory (A100 80GB included). "0.8" runs
-# as 0.8.5, the minor's last release.
-V08_LAST_PATCH = 5
+# as 0.8.5, the minor's last release (vllm_v0.V08_LAST_PATCH).
 V08_NAMED_GPUS = ("h100", "h200")
 
 
 def check_release_exists(version: str, flag: str = "--vllm-version") -> None:
     """Refuse a patch past the last release of a minor kvplan reads by its patches (0.6.6.post1,
     0.7.3, 0.8.5.post1): '0.6.9' is no vLLM release, and would run as 0.6.6's rules unsaid."""
-    from kvplan.engines.vllm_v0 import LAST_PATCH, release_patch
+    from kvplan.engines.vllm_v0 import LAST_PATCH, V08_LAST_PATCH, release_patch
 
     parts = release_patch(version)
     last = None if parts is None else {**LAST_PATCH, (0, 8): V08_LAST_PATCH}.get(parts[:2])
@@ -104,7 +103,7 @@ def check_release_exists(version: str, flag: str = "--vllm-version") -> None:
 def serve_batch_defaults(gpu: GpuProfile, version: str) -> tuple[int, int]:
     """`vllm serve`'s default (max_num_seqs, max_num_batched_tokens) of a V1 release (0.8 on) on
     this GPU; from 0.9 those of the nearest release kvplan models (batch_defaults)."""
-    from kvplan.engines.vllm_v0 import release_patch
+    from kvplan.engines.vllm_v0 import V08_LAST_PATCH, release_patch
 
     parts = release_patch(version) or (0, 0, None)
     if parts[:2] != (0, 8):
@@ -831,6 +830,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
                 enforce_eager=request.enforce_eager,
                 subtract_cuda_graphs=request.vllm_version != "0.19",
                 expert_ranks=request.expert_ranks,
+                v0_sampler=request.v0_profile,
             )
             for i in range(len(stages))
         ]

@@ -222,8 +222,11 @@ def stage_memory(
     enforce_eager: bool = False,
     subtract_cuda_graphs: bool = False,
     expert_ranks: int | None = None,
+    v0_sampler: bool = False,
 ) -> StageMemory:
-    """determine_available_memory on one rank of stage `index`."""
+    """determine_available_memory on one rank of stage `index` (`v0_sampler`: vLLM V0's
+    profile run, whose sampler peaks higher; V0's determine_num_available_blocks takes the same
+    terms otherwise)."""
     pp = len(stages)
     first, last = index == 0, index == pp - 1
     stage = stages[index]
@@ -254,6 +257,7 @@ def stage_memory(
         quantized_activations=wdtype in QUANTIZED_ACTIVATION_WEIGHTS,
         mla_bytes=mla_workspace_bytes(stage, max_model_len, seqs, block_size, tp, b),
         persistent_bytes=persistent,
+        v0_sampler=v0_sampler,
     )
     non_torch = non_torch_bytes(tp, pp)
     requested = requested_bytes(gpu, gpu_memory_utilization)

@@ -19,6 +19,15 @@ default (`envs.VLLM_USE_V1` defaults to "1"), and kvplan runs 0.8 with V1's rule
   one sequence (every `vllm bench serve` request), SWAP for several (beam search, n > 1);
   "swap": SWAP; any other string: RECOMPUTE. `--swap-space` 4 GiB of CPU memory per GPU; a swap
   out that finds it full raises "Aborted due to the lack of CPU swap space" (`_swap_out`).
+- KV pool (`vllm/worker/worker.py` `Worker.determine_num_available_blocks`, 0.6.6.post1 and
+  0.7.3): available = total x gpu_memory_utilization - (weights + the profile run's torch
+  peak + non-torch memory), the profile run being max_num_seqs prompts of
+  max_num_batched_tokens // max_num_seqs tokens (`ModelRunner.profile_run`);
+  num_gpu_blocks = int(available // block bytes), num_cpu_blocks = int(swap_space x GiB //
+  block bytes), a block being every attention layer's K and V for block_size tokens
+  (`CacheEngine.get_cache_block_size`); the executor takes each figure's minimum over the
+  workers. CUDA graphs are captured after the cache is allocated (`initialize_cache` ->
+  `_warm_up_model`), so their memory is not subtracted; V0 has no null block.
 """
 
 from __future__ import annotations
@@ -28,8 +37,9 @@ import re
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
+from kvplan.units import GIB
 
-V0_RELEASES = ((0, 6), (0, 7))  # the minors whose default engine is V0
+V0_RELEASES = ((0, 6), (0, 7))  # the minors whose default engine is V0 (0.8: v08_v0_fallback)
 # a minor given without its patch runs as its last release's rules
 LAST_PATCH = {(0, 6): 6, (0, 7): 3}  # 0.6.6.post1, 0.7.3
 V0_MAX_NUM_SEQS = 256
@@ -39,6 +49,7 @@ CHUNKED_BUDGET_UNTIL_0_6_4 = 512
 CHUNKED_BUDGET_FROM_0_6_5 = 2048
 WATERMARK = 0.01  # BlockSpaceManager(watermark=0.01)
 SWAP_SPACE_GIB = 4.0  # EngineArgs.swap_space
+V0_BLOCK_SIZE = 16  # CudaPlatform.check_and_update_config: block_size None -> 16
 MAX_SWAP_SPACE_GIB = 1 << 20
 PREEMPTION_MODES = ("recompute", "swap")
 # model types V0's ModelConfig treats as interleaved sliding window (the window dropped from the
@@ -93,6 +104,8 @@ def chunked_prefill_default(
     multimodal = spec.vision_tower is not None
     if multimodal and release >= (0, 6, 2):  # "disabled by default in V0" for multimodal models
         return False, "multimodal"
+    if spec.has_kind(CacheKind.MLA) and release >= (0, 8, 0):  # 0.8's _set_default_args_v0
+        return False, "mla"
     if max_model_len <= LONG_CONTEXT_TOKENS:
         return False, "short"
     if vendor not in ("NVIDIA", "AMD"):  # is_gpu: device_type "cuda" (CUDA or ROCm)
@@ -152,23 +165,119 @@ def v0_defaults(
     return V0Defaults(chunked, budget, V0_MAX_NUM_SEQS, prefix, why)
 
 
+V08_LAST_PATCH = 5  # "0.8" runs as 0.8.5
+
+
 def v08_v0_fallback(
-    version: str, *, kv_cache_dtype: str, pp: int, scheduler_steps: int, vendor: str
+    version: str,
+    *,
+    kv_cache_dtype: str,
+    pp: int,
+    scheduler_steps: int,
+    vendor: str,
+    preemption_mode: str | None = None,
+    speculative: bool = False,
+    hopper: bool = False,
 ) -> tuple[str, ...]:
-    """What, of the flags kvplan takes, sends vLLM 0.8.0 to its V0 engine
-    (EngineArgs._is_v1_supported_oracle: a --kv-cache-dtype other than auto, --pp above 1,
-    multi-step scheduling, a device other than CUDA); () for another release or none of them.
-    Later 0.8 patches take some of them on V1 (0.8.5: fp8 KV with FlashAttention 3)."""
+    """What, of the flags kvplan takes, sends vLLM 0.8 to its V0 engine
+    (EngineArgs._is_v1_supported_oracle, with VLLM_USE_V1 unset): --preemption-mode given,
+    multi-step scheduling, a --kv-cache-dtype other than auto, --pp above 1 (the mp executor,
+    not Ray), a device other than CUDA; from 0.8.5 (read in its wheel) fp8 KV stays on V1 where
+    FlashAttention 3 runs it (`flash_attn_supports_fp8`: compute capability 9, Hopper), and
+    speculative decoding falls back (ngram and EAGLE are "experimental on VLLM_USE_V1=1",
+    `_warn_or_fallback`; other methods unsupported). () for another release or none of them.
+    Conditions kvplan cannot decide from flags (a V0-only architecture, compute capability
+    below 8.0, --dtype float32, LoRA/prompt adapters, structured-output backends) are not
+    checked."""
     parts = release_patch(version)
     if parts is None or parts[:2] != (0, 8):
         return ()
+    patch = V08_LAST_PATCH if parts[2] is None else parts[2]
+    fp8_on_v1 = patch >= 5 and kv_cache_dtype.startswith("fp8") and hopper
     flags = (
-        (kv_cache_dtype != "auto", f"--kv-cache-dtype {kv_cache_dtype}"),
-        (pp > 1, f"--pp {pp}"),
+        (preemption_mode is not None, f"--preemption-mode {str(preemption_mode)[:20]}"),
         (scheduler_steps > 1, f"--num-scheduler-steps {scheduler_steps}"),
+        (kv_cache_dtype != "auto" and not fp8_on_v1, f"--kv-cache-dtype {kv_cache_dtype}"),
+        (pp > 1, f"--pp {pp}"),
         (vendor != "NVIDIA", f"a {vendor} device"),
+        (speculative and patch >= 5, "speculative decoding"),
     )
     return tuple(text for given, text in flags if given)
+
+
+def v08_release(version: str) -> tuple[int, int, int]:
+    """The 0.8 patch whose V0 engine runs a fallback: '0.8' -> (0, 8, 5)."""
+    parts = release_patch(version)
+    assert parts is not None and parts[:2] == (0, 8), version
+    return 0, 8, V08_LAST_PATCH if parts[2] is None else parts[2]
+
+
+class V0Pool(NamedTuple):
+    """V0's KV pools, as `# GPU blocks: N, # CPU blocks: M` logs them (0.7: `# cuda blocks`)."""
+
+    block_bytes: int  # one block on the fullest rank: every attention layer's K and V
+    num_gpu_blocks: int
+    num_cpu_blocks: int
+    available_bytes: int  # "the rest of the memory reserved for KV Cache", on that rank
+
+
+def v0_pool_applies(spec: ModelSpec, release: tuple[int, int, int], max_model_len: int) -> bool:
+    """Whether kvplan sizes V0's own pool for this model: every attention layer K/V attention
+    (CacheEngine lays out K and V per token per layer; MLA's latent cache, 0.7's use_mla with
+    its 256-byte alignment, and recurrent states are not modelled), its windows, if any, either
+    dropped from V0's scheduler view (an interleaved model, INTERLEAVED_FROM) or no shorter than
+    max_model_len (so V0's block manager never recycles a block of one)."""
+    layers = spec.attention_layers()
+    if not layers or spec.has_kind(CacheKind.STATE):
+        return False
+    interleaved = release >= INTERLEAVED_FROM.get(spec.model_type, (9, 9, 9))
+    for a in layers:
+        if a.kind is CacheKind.FULL:
+            continue
+        if a.kind is not CacheKind.SLIDING or a.window is None:
+            return False
+        if not interleaved and a.window < max_model_len:
+            return False
+    return True
+
+
+def cache_block_bytes(layer_bytes_per_token: list[int], block_size: int) -> int:
+    """CacheEngine.get_cache_block_size on one rank: block_size tokens of K and V in every
+    attention layer it holds (each layer's bytes a token as vLLM lays them out,
+    engines.vllm.attention_bytes_per_token: kv heads split over TP, at least one a rank)."""
+    return block_size * sum(layer_bytes_per_token)
+
+
+def v0_pool(available_bytes: list[int], block_bytes: list[int], swap_space_gib: float) -> V0Pool:
+    """determine_num_available_blocks on every rank (one entry a pipeline stage), the executor
+    keeping the minimum: num_gpu_blocks = int(available // block bytes), num_cpu_blocks =
+    int(swap_space_bytes // block bytes), both at least 0."""
+    rows = [
+        (max(int(avail // size), 0), max(int(swap_space_gib * GIB // size), 0), size, avail)
+        for avail, size in zip(available_bytes, block_bytes, strict=True)
+        if size > 0
+    ]
+    if not rows:
+        raise KvplanError("no attention layer needs a KV cache block")
+    gpu = min(rows, key=lambda r: r[0])
+    return V0Pool(gpu[2], gpu[0], min(r[1] for r in rows), int(gpu[3]))
+
+
+def check_v0_pool(pool: V0Pool, block_size: int, max_model_len: int) -> None:
+    """worker.raise_if_cache_size_invalid: V0 refuses to start without a block, or when one
+    max_model_len request does not fit the pool."""
+    if pool.num_gpu_blocks <= 0:
+        raise KvplanError(
+            "vLLM V0 would refuse to start: no available memory for the cache blocks "
+            f"({pool.available_bytes / GIB:,.2f} GiB left); raise --gpu-memory-utilization"
+        )
+    if max_model_len > block_size * pool.num_gpu_blocks:
+        raise KvplanError(
+            f"vLLM V0 would refuse to start: max_model_len {max_model_len:,} is larger than the "
+            f"{block_size * pool.num_gpu_blocks:,} tokens its KV cache holds "
+            f"({pool.num_gpu_blocks:,} blocks); lower --max-model-len or raise "
+            "--gpu-memory-utilization"
+        )
 
 
 def watermark_blocks(num_gpu_blocks: int) -> int:
@@ -178,8 +287,8 @@ def watermark_blocks(num_gpu_blocks: int) -> int:
 
 def check_preemption_mode(mode: str | None, release: tuple[int, int, int] | None) -> None:
     """--preemption-mode as V0 takes it, refused where kvplan cannot run it: a V1 release (which
-    preempts by recompute only), a mode other than recompute or swap, and swap (see
-    docs/simulate.md: the GPU profiles state no host link to price the copies)."""
+    preempts by recompute only) and a mode other than recompute or swap (swap's own refusals
+    are check_swap's)."""
     if mode is None:
         return
     name = str(mode).strip().lower()
@@ -190,11 +299,25 @@ def check_preemption_mode(mode: str | None, release: tuple[int, int, int] | None
             "--preemption-mode is vLLM V0's (0.6, 0.7); V1 preempts by recompute only "
             "(0.8 falls back to V0 when it is given): give --engine-version 0.7"
         )
-    if name == "swap":
+
+
+def swaps(mode: str | None) -> bool:
+    """Whether V0 preempts every request by swapping: --preemption-mode swap (unset: recompute
+    for the one-sequence requests `vllm bench serve` sends)."""
+    return mode is not None and str(mode).strip().lower() == "swap"
+
+
+def check_swap(gpu_name: str, host_link_given: bool, pool_modelled: bool, why: str) -> None:
+    """--preemption-mode swap where kvplan cannot price or size it, refused as one line: a GPU
+    profile without a host_link (the copies' bandwidth), or a pool kvplan does not size as V0
+    does (`why`)."""
+    if not host_link_given:
         raise KvplanError(
-            "--preemption-mode swap is not simulated: the GPU profiles state no host link to "
-            "price V0's block copies to the --swap-space pool; leave it out for recompute"
+            f"--preemption-mode swap: {gpu_name}'s profile states no host_link (the PCIe link "
+            "V0's swap copies run over); add host_link to the profile or leave the flag out"
         )
+    if not pool_modelled:
+        raise KvplanError(f"--preemption-mode swap is simulated on V0's own KV pool only: {why}")
 
 
 def check_multi_step_chunked(release: tuple[int, int, int], steps: int, chunked: bool, pp: int):

@@ -12,7 +12,8 @@ time. Per GPU, for a step of T tokens (decodes plus prefill-chunk tokens):
            + prefill attention    Σ_chunks max(cached + chunk KV / BW·f_m, causal FLOPs / peak·f_c)
            + sampler              sequences x vocab x fp32 logit copies / BW·f_m
            + TP all-reduces       2 per layer over T x hidden activations (comm)
-           + launches             L x per-layer cost (CUDA graph up to 512 tokens, else eager)
+           + launches             max(L x per-layer cost, small kernels x their floor) under a
+                                  CUDA graph (up to 512 tokens), else L x the eager per-layer cost
     t_host = per-step + per-request scheduler work on the CPU
     t_step = t_gpu + t_host (synchronous scheduling) or max(t_gpu, t_host) (async scheduling)
 
@@ -43,9 +44,8 @@ from kvplan.formulas.comm import (
     dcp_allgather_time_s,
     p2p_time_s,
     pipeline_bubble_fraction,
-    ring_allreduce_time_s,
     tp_allreduce_bytes,
-    two_level_allreduce_time_s,
+    tp_allreduce_time_s,
 )
 from kvplan.formulas.expert_parallel import (
     dp_gather_time_s,
@@ -228,6 +228,10 @@ class _Group(NamedTuple):
     # 0: DSA's tokens)
     attended_block: int = 0
     layers: int = 0  # the attention layers of the group on a rank (one kernel call each)
+    # the kernel's shape: "<qk head dim>x<v head dim>" and the query heads on a rank (the
+    # prefill calls' keys: BackendTiming.prefill_calls)
+    head_shape: str = ""
+    heads: float = 0.0
 
 
 class BackendKernels(NamedTuple):
@@ -262,6 +266,43 @@ def decode_call_s(calls: tuple, batch: int, kv_bytes, maximum=max):
     return np.exp(log_y0 + t * (log_y1 - log_y0))
 
 
+def equivalent_prompt_tokens(keys: float, window: int | None = None) -> float:
+    """The prompt tokens n whose causal attention attends `keys` keys in all (n(n+1)/2, or
+    under a sliding `window` W: W(W+1)/2 + (n - W)W past W): a chunk over cached tokens, or a
+    window under a full-attention call, as the no-cache prompt of the same work."""
+    if window is not None and keys > window * (window + 1) / 2:
+        return window + (keys - window * (window + 1) / 2) / window
+    return (math.sqrt(8.0 * keys + 1.0) - 1.0) / 2.0
+
+
+def prefill_call_s(calls: tuple, units: float, tokens: float, window: int | None = None) -> float:
+    """Seconds of one prefill-attention call of `units` parallel units (sequences x query heads
+    on the rank) over `tokens` prompt tokens each, from a backend's measured calls
+    (BackendTiming.prefill_calls, one head shape; a sliding `window`'s own rows where the
+    call's keys are capped at it): along each measured unit count, linear in log(tokens) and
+    log(seconds) between its points, its first point's time below them, and past its last its
+    last point's time per key attended times the keys (the kernel is compute-bound there);
+    between two measured unit counts, linear in log(units) and log(seconds); below the first
+    its time, past the last that count's time per unit times the units (a full GPU:
+    work-linear)."""
+    below = [c for c in calls if c[0] <= units] or calls[:1]
+    above = [c for c in calls if c[0] >= units] or calls[-1:]
+    (u0, curve0), (u1, curve1) = below[-1], above[0]
+
+    def along(curve) -> float:
+        last_tokens, last_s = curve[-1]
+        if tokens <= last_tokens:
+            return curve_value(curve, tokens)
+        keys = causal_keys_attended(round(tokens), window)
+        return last_s * keys / causal_keys_attended(round(last_tokens), window)
+
+    y0 = along(curve0)
+    if u1 == u0:
+        return y0 * max(1.0, units / u0)
+    t = math.log(units / u0) / math.log(u1 / u0)
+    return math.exp(math.log(y0) + t * math.log(along(curve1) / y0))
+
+
 class StepModel:
     """Per-model, per-device coefficients of the step time, computed once from the formulas.
 
@@ -281,7 +322,7 @@ class StepModel:
     A replica over several nodes (`node_gpus` of its GPUs to a node, `network` the inter-node
     link; None: one node): a collective whose group spans nodes is priced on both links, the
     network's part at its datasheet rate and latency (no measured inter-node table): TP
-    all-reduces in two levels (comm.two_level_allreduce_time_s), the DP gather likewise
+    all-reduces in two levels (comm.tp_allreduce_time_s), the DP gather likewise
     (expert_parallel.dp_gather_two_level_time_s), the EP all-to-alls split by destination
     (expert_parallel.ep_alltoall_two_link_time_s), the pipeline hops between nodes over the
     network. Ranks are numbered node by node, as the engines place them."""
@@ -314,6 +355,7 @@ class StepModel:
         network=None,
         node_gpus: int | None = None,
         backend_kernels: BackendKernels | None = None,
+        dp_gather_full: bool = False,
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
         # the inter-node link and the replica's GPUs per node (None: the replica is one node)
@@ -327,6 +369,10 @@ class StepModel:
         # each kind of layer once with its count (measured profiles only)
         self._op_layers = distinct_layers(spec.layers) if op_rates is not None else ()
         self.moe_ranks, self.ep, self.dp = moe_ranks or tp, ep, dp
+        # SGLang's DP attention (no --moe-a2a-backend): every layer's MLP, dense ones included,
+        # runs on the buffer gathered over the whole TP group (communicator.py, ScatterMode
+        # FULL), even with --ep-size; False: vLLM's, the MoE layers' gather alone
+        self.dp_gather_full = dp_gather_full
         self.link, self.achieved, self.host = link, achieved, host
         self.async_scheduling = async_scheduling
         # vLLM V0's multi-step scheduling (--num-scheduler-steps N): one scheduler pass and
@@ -381,6 +427,13 @@ class StepModel:
                     floors_s["attention_mla" if mla else "attention"] = timing.floor_s
                 if timing.decode_calls:
                     self.decode_curves[mla] = timing.decode_calls
+        # the prefill backend's measured calls in the cache's dtype, by kind and head shape
+        # (none: the fractions price the chunks; prefill_timing says which each group got)
+        self.prefill_calls: dict[bool, dict] = {}
+        cache_dtype = "fp8" if fmt.name.startswith("fp8") else "bfloat16"
+        for mla, timing in (backend_kernels.prefill if backend_kernels else {}).items():
+            if timing.prefill_calls.get(cache_dtype):
+                self.prefill_calls[mla] = timing.prefill_calls[cache_dtype]
         self.floors = _Floors.of(_shape(spec), floors_s, weights_dtype, self.moe_ranks // ep, ep)
         # the model's own fused MoE (shape, format, split) as the GPU's tables timed it at
         # each token count (None: not timed; the roofline, curve and floor above price it)
@@ -404,7 +457,7 @@ class StepModel:
         self.state_bytes_per_sequence = coef.state_bytes_per_sequence
         self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
         self._weights: dict[object, tuple[float, float]] = {}
-        self._span_base: dict[tuple[int, int, int | None], StepTime] = {}
+        self._span_base: dict[tuple[int, int, int | None, bool], StepTime] = {}
         self._eager: StepModel | None = None  # without_graphs
 
     def without_graphs(self) -> StepModel:
@@ -518,35 +571,99 @@ class StepModel:
         return maximum(seconds, self.floors.attention_s), memory
 
     def prefill_attention_s(self, new_tokens: int, cached_tokens: int) -> float:
-        """Seconds of one prefill chunk's causal attention over the cached tokens and itself
-        (the cached KV read and the chunk's written once: every new token's, a window's too),
-        and the recurrent state read and written once per chunk (the chunk scan starts from
-        the cached state and leaves its own), as the operator list charges it."""
-        seconds = self.state_bytes_per_sequence / self.attention_rates.bandwidth_bytes_per_s
-        end = cached_tokens + new_tokens
+        """Seconds of one prefill chunk's attention (prefill_chunks_attention_s of it alone)."""
+        return self.prefill_chunks_attention_s(((new_tokens, cached_tokens),))
+
+    def prefill_calls_of(self, group: _Group) -> tuple | None:
+        """The measured prefill calls that time a group's chunks (None: the fractions do): the
+        prefill backend's (BackendTiming.prefill_calls) at the group's kind, cache dtype and head
+        shape, for a dense group (full, sliding or chunked window, MLA): not DSA's top-k or
+        DeepSeek-V4's compressed entries, nor MiniMax-M3's blocks, which those rows never ran."""
+        if self.prefill_fractions_why(group):
+            return None
+        return self.prefill_calls[group.mla][group.head_shape]
+
+    def prefill_fractions_why(self, group: _Group) -> str:
+        """Why a group's prefill attention is priced at the fractions ("": it is not, its
+        backend's measured calls time it): "sparse" (DSA's top-k, DeepSeek-V4's compressed
+        entries, MiniMax-M3's blocks: the rows time dense attention), "backend" (no prefill rows
+        of this kind for the backend, or none in the cache's dtype), "shape" (none at the
+        group's head shape)."""
+        if group.compress_ratio or group.attended_topk or not group.layers:
+            return "sparse"
+        calls = self.prefill_calls.get(group.mla)
+        if not calls:
+            return "backend"
+        return "" if group.head_shape in calls else "shape"
+
+    def _window_calls(self, group: _Group) -> tuple | None:
+        """A sliding-window group's own measured calls (its window's rows), None where the
+        backend timed none at its window: the full-attention calls then time it at the prompt
+        of as many keys."""
+        if group.window is None or group.chunked:
+            return None
+        return self.prefill_calls[group.mla].get(f"{group.head_shape}/w{group.window}")
+
+    def prefill_chunks_attention_s(self, chunks) -> float:
+        """Seconds of a step's prefill chunks' causal attention, each (new tokens, tokens cached
+        before it) over its cached tokens and itself (the cached KV read and the chunk's written
+        once: every new token's, a window's too), and the recurrent state read and written once
+        per chunk (the chunk scan starts from the cached state and leaves its own).
+
+        Each group of layers: where the prefill backend's calls were measured at its kind, cache
+        dtype and head shape (prefill_calls_of), its layers x one call over all the chunks
+        (prefill_call_s: the chunks x the heads on a rank as the call's units, the tokens whose
+        causal attention attends as many keys as a chunk does on average as its prompt
+        tokens; a sliding window's own rows where the backend timed that window), and at least
+        the chunks' KV read at the backend's memory fraction; else each
+        chunk on the roofline of the fractions (max of the KV read and the FLOPs), as the
+        operator list charges it."""
+        state_s = self.state_bytes_per_sequence / self.attention_rates.bandwidth_bytes_per_s
+        seconds = len(chunks) * state_s
         for g in self.groups:
-            held = end if g.window is None else min(end, g.window + new_tokens)
-            keys = causal_keys_attended(end, g.window, g.chunked) - causal_keys_attended(
-                cached_tokens, g.window, g.chunked
-            )
             rates = self.prefill_rates[g.mla]
-            # (a DSA group priced without tables: its indexer keys beside the latents)
-            kv_bytes = (g.kv_bytes_per_token + g.index_bytes_per_token) * held
-            if g.compress_ratio:  # the compressed entries cached before, and the chunk's own
-                entries = cached_tokens // g.compress_ratio + new_tokens // g.compress_ratio
-                kv_bytes += entries * (
-                    g.compressed_kv_bytes_per_entry + g.compressed_index_bytes_per_entry
+            calls = self.prefill_calls_of(g)
+            roofline_s = read_bytes = keys_sum = 0.0
+            for new_tokens, cached_tokens in chunks:
+                end = cached_tokens + new_tokens
+                held = end if g.window is None else min(end, g.window + new_tokens)
+                keys = causal_keys_attended(end, g.window, g.chunked) - causal_keys_attended(
+                    cached_tokens, g.window, g.chunked
                 )
-            # DeepSeek-V4: the compressed entries each token attends
-            keys += prefill_compressed_keys(
-                g.compress_ratio, g.compressed_topk, new_tokens, cached_tokens
-            )
-            flops = g.prefill_flop_per_key * keys
-            if g.compressed_index_flop_per_entry:  # the indexer scores each token's keys
-                flops += g.compressed_index_flop_per_entry * prefill_indexed_keys(
+                # (a DSA group priced without tables: its indexer keys beside the latents)
+                kv_bytes = (g.kv_bytes_per_token + g.index_bytes_per_token) * held
+                if g.compress_ratio:  # the compressed entries cached before, and the chunk's own
+                    entries = cached_tokens // g.compress_ratio + new_tokens // g.compress_ratio
+                    kv_bytes += entries * (
+                        g.compressed_kv_bytes_per_entry + g.compressed_index_bytes_per_entry
+                    )
+                keys_sum += keys
+                read_bytes += kv_bytes
+                if calls is not None:
+                    continue
+                # DeepSeek-V4: the compressed entries each token attends
+                keys += prefill_compressed_keys(
                     g.compress_ratio, g.compressed_topk, new_tokens, cached_tokens
                 )
-            seconds += time_floor_s(kv_bytes, flops, rates)
+                flops = g.prefill_flop_per_key * keys
+                if g.compressed_index_flop_per_entry:  # the indexer scores each token's keys
+                    flops += g.compressed_index_flop_per_entry * prefill_indexed_keys(
+                        g.compress_ratio, g.compressed_topk, new_tokens, cached_tokens
+                    )
+                roofline_s += time_floor_s(kv_bytes, flops, rates)
+            if calls is None:
+                seconds += roofline_s
+                continue
+            units = len(chunks) * g.heads
+            windowed = self._window_calls(g)
+            if windowed is not None:  # the window's own rows, at the prompt of as many keys
+                tokens = equivalent_prompt_tokens(keys_sum / len(chunks), g.window)
+                call_s = prefill_call_s(windowed, units, tokens, g.window)
+            else:
+                call_s = prefill_call_s(
+                    calls, units, equivalent_prompt_tokens(keys_sum / len(chunks))
+                )
+            seconds += max(g.layers * call_s, read_bytes / rates.bandwidth_bytes_per_s)
         return seconds
 
     def gemm_s(
@@ -592,14 +709,19 @@ class StepModel:
                 matmul_s += seconds
         return weights_s, matmul_s
 
-    def comm_s(self, num_tokens: int) -> float:
+    def comm_s(
+        self, num_tokens: int, gathered_tokens: int | None = None, padded: bool = False
+    ) -> float:
         """TP all-reduces of one forward: the comm formula at the achieved bus bandwidth, with a
         per-hop latency that makes a small message cost one measured all-reduce call. With EP
         the MoE layers' all-reduces are dispatch + combine all-to-alls instead; DP attention
-        without EP adds each MoE layer's all-gather and reduce-scatter. Collectives whose group
-        spans nodes are priced on both links (the class docstring)."""
+        without EP adds each MoE layer's all-gather and reduce-scatter; SGLang's DP attention
+        gathers before every layer's MLP (sglang_dp_comm_s). Collectives whose group spans nodes
+        are priced on both links (the class docstring)."""
         if self.ep <= 1 and self.dp <= 1:
             return self.tp_allreduce_s(num_tokens, ALLREDUCES_PER_LAYER * self.spec.num_layers)
+        if self.dp > 1 and self.dp_gather_full:
+            return self.sglang_dp_comm_s(num_tokens, gathered_tokens, padded)
         one_way = self.link.one_way_bytes_per_s * self.achieved.link
         moe_layers = self.spec.moe.num_layers if self.spec.moe else 0
         # attention's all-reduce in every layer, the MLP's in the dense ones
@@ -639,6 +761,67 @@ class StepModel:
                 )
         return seconds
 
+    def sglang_dp_comm_s(
+        self, num_tokens: int, gathered_tokens: int | None = None, padded: bool = False
+    ) -> float:
+        """The collectives of one SGLang DP-attention forward (sglang/srt/layers/dp_attention.py,
+        communicator.py; no --moe-a2a-backend): before every layer's MLP (dense and MoE: both
+        run in ScatterMode FULL, at TP over the whole group of G = dp x attention-TP GPUs) the
+        ranks' hidden states are gathered into one buffer of `gathered_tokens` rows, and after
+        it the output goes back to each rank:
+
+        - `padded` (DpPaddingMode.MAX_LEN: a decode step whose ranks are balanced enough, every
+          rank's rows padded to the largest): all_gather_into_tensor, then reduce_scatter_tensor
+          over the G GPUs (dp_gather_time_s of the padded rows per GPU, at every layer); with
+          attention TP > 1, a reduce-scatter within the attention TP group before the gather and
+          an all-gather after the scatter: one all-reduce of the rank's tokens at attention TP.
+        - else (SUM_LEN: every step with a prefill, and unbalanced decodes): the buffer of the
+          summed rows zero-filled but for the rank's own, then all-reduced over the G GPUs
+          (_dp_gather_via_all_reduce), and after the MLP its output all-reduced again
+          (tensor_model_parallel_all_reduce) and the rank's rows copied out (dp_scatter): two
+          all-reduces of gathered_tokens x hidden bf16 per layer (comm.tp_allreduce_time_s, as
+          a TP all-reduce is priced), attention's own reduction folded into the first."""
+        group = self.dp * self.tp
+        gathered = self._gathered(num_tokens, gathered_tokens)
+        layers = self.spec.num_layers
+        one_way = self.link.one_way_bytes_per_s * self.achieved.link
+        node = self.node_gpus if self.node_gpus is not None and group > self.node_gpus else None
+        network = self._network if node is not None else None
+        if padded:
+            rows = -(-gathered // group)  # each GPU's slice of the padded buffer
+            seconds = self.tp_allreduce_s(num_tokens, layers)
+            if node is not None and network is not None:
+                return seconds + dp_gather_two_level_time_s(
+                    self.spec,
+                    rows,
+                    group,
+                    node,
+                    node,
+                    one_way,
+                    self.link.latency_s,
+                    network.one_way_bytes_per_s,
+                    network.latency_s,
+                    layers,
+                )
+            return seconds + dp_gather_time_s(
+                self.spec, rows, group, one_way, self.link.latency_s, layers
+            )
+        local = group if node is None else node
+        intra_latency = self.achieved.allreduce_call_s / (2 * (local - 1)) if local > 1 else 0.0
+        return (
+            2
+            * layers
+            * tp_allreduce_time_s(
+                tp_allreduce_bytes(self.spec, gathered),
+                group,
+                node,
+                one_way,
+                intra_latency,
+                network.one_way_bytes_per_s if network is not None else 0.0,
+                network.latency_s if network is not None else 0.0,
+            )
+        )
+
     @property
     def _network(self):
         """The inter-node link, asked for only where a group spans nodes (node_gpus set)."""
@@ -646,29 +829,29 @@ class StepModel:
         return self.network
 
     def tp_allreduce_s(self, num_tokens: int, calls: int) -> float:
-        """`calls` all-reduces of `num_tokens` hidden states over the TP group: the ring at the
-        achieved intra-node bus bandwidth, each call at least one measured call's latency;
-        a group spanning nodes in two levels (comm.two_level_allreduce_time_s), the network's
-        part at its datasheet rate and per-message latency."""
+        """`calls` all-reduces of `num_tokens` hidden states over the TP group, each priced by
+        comm.tp_allreduce_time_s: the ring at the achieved intra-node bus bandwidth, its
+        per-hop latency such that the ring within a node costs at least one measured call's
+        latency; a group spanning nodes in two levels, the network's part at its datasheet
+        rate and per-message latency."""
         if self.tp <= 1 or calls <= 0:
             return 0.0
         one_way = self.link.one_way_bytes_per_s * self.achieved.link
-        message = tp_allreduce_bytes(self.spec, num_tokens)
         node = self.node_gpus
-        if node is None or self.tp <= node:
-            hops = 2 * (self.tp - 1)
-            return calls * ring_allreduce_time_s(
-                message, self.tp, one_way, self.achieved.allreduce_call_s / hops
-            )
-        intra_latency = self.achieved.allreduce_call_s / (2 * (node - 1)) if node > 1 else 0.0
-        return calls * two_level_allreduce_time_s(
-            message,
+        if node is not None and self.tp <= node:
+            node = None
+        local = self.tp if node is None else node
+        hops = 2 * (local - 1)
+        intra_latency = self.achieved.allreduce_call_s / hops if hops else 0.0
+        network = self._network if node is not None else None
+        return calls * tp_allreduce_time_s(
+            tp_allreduce_bytes(self.spec, num_tokens),
+            self.tp,
             node,
-            self.tp // node,
             one_way,
             intra_latency,
-            self._network.one_way_bytes_per_s,
-            self._network.latency_s,
+            network.one_way_bytes_per_s if network is not None else 0.0,
+            network.latency_s if network is not None else 0.0,
         )
 
     def pipeline_hops_s(self, tokens: int) -> float:
@@ -715,16 +898,22 @@ class StepModel:
 
     # ---- one step ---------------------------------------------------------------------------
     def step(
-        self, shape: BatchShape, gathered_tokens: int | None = None, queries: int = 1
+        self,
+        shape: BatchShape,
+        gathered_tokens: int | None = None,
+        queries: int = 1,
+        padded: bool = False,
     ) -> StepTime:
         """The time of one step running `shape`; `gathered_tokens`: the tokens the MoE layers
         see across the DP-attention ranks (None: dp x this rank's); `queries`: tokens each
-        decode runs (a speculative verification: k drafted + 1, kvplan.simulate.speculative)."""
+        decode runs (a speculative verification: k drafted + 1, kvplan.simulate.speculative);
+        `padded`: the gathered tokens are every rank's padded to the largest (SGLang's
+        MAX_LEN gather, comm_s)."""
         num_seqs = shape.num_decodes + len(shape.prefill_chunks)
         if self.pp > 1 and num_seqs > 1:
             gpu = self._pipelined(shape, min(self.pp, num_seqs), queries)
         else:
-            gpu = self._forward(shape, 1.0, gathered_tokens, queries)
+            gpu = self._forward(shape, 1.0, gathered_tokens, queries, padded)
         sampler_s = shape.num_sampled * self.sampler_bytes_per_sequence / self.sampler_bandwidth
         host_s = self.host.per_step_s + self.host.per_request_s * num_seqs
         if self.scheduler_steps > 1 and not shape.prefill_chunks:
@@ -742,17 +931,22 @@ class StepModel:
         layer_share: float,
         gathered_tokens: int | None = None,
         queries: int = 1,
+        padded: bool = False,
     ) -> tuple[float, ...]:
         """(weights, matmul, kv_read, attention, comm, launch) seconds of a forward over
         `layer_share` of the layers (1: the whole model)."""
         if self.op_rates is not None:
-            return self._forward_ops(_as_chunks(shape, queries), layer_share)
+            return self._forward_ops(
+                _as_chunks(shape, queries), layer_share, gathered_tokens, padded
+            )
         num_tokens = max(1, queries * shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
         weights_s, matmul_s = self.gemm_s(num_tokens, max(1, shape.num_sampled), gathered_tokens)
         decode_s, kv_bound = self.decode_attention_s(
             shape.num_decodes, shape.decode_context_sum, queries
         )
-        prefill_s = sum(self.prefill_attention_s(n, c) for n, c in shape.prefill_chunks)
+        prefill_s = (
+            self.prefill_chunks_attention_s(shape.prefill_chunks) if shape.prefill_chunks else 0.0
+        )
         if self.dsa is not None and shape.prefill_chunks:  # one module call over every chunk
             count = len(shape.prefill_chunks)
             mean_chunk = sum(n for n, _ in shape.prefill_chunks) / count
@@ -764,13 +958,18 @@ class StepModel:
             if num_tokens <= self.cuda_graph_max_tokens
             else self.host.eager_per_layer_s
         )
+        launch_s = per_layer * self.spec.num_layers
+        if num_tokens <= self.cuda_graph_max_tokens and self.floors.small_s is not None:
+            # at least the small kernels the layers launch, as the tables time them (_Floors)
+            launch_s = max(launch_s, self.floors.small_s)
         return (
             weights_s * layer_share,
             matmul_s * layer_share,
             (decode_s if kv_bound else 0.0) * layer_share,
             ((0.0 if kv_bound else decode_s) + prefill_s) * layer_share,
-            (self.comm_s(num_tokens) + self.dcp_comm_s(shape.num_decodes)) * layer_share,
-            per_layer * self.spec.num_layers * layer_share,
+            (self.comm_s(num_tokens, gathered_tokens, padded) + self.dcp_comm_s(shape.num_decodes))
+            * layer_share,
+            launch_s * layer_share,
         )
 
     def forward_ops_s(
@@ -817,11 +1016,19 @@ class StepModel:
         weights_s, matmul_s, kv_read_s, attention_s, launch_s = terms
         return weights_s, matmul_s, kv_read_s, attention_s, launch_s
 
-    def _forward_ops(self, shape: BatchShape, layer_share: float) -> tuple[float, ...]:
+    def _forward_ops(
+        self,
+        shape: BatchShape,
+        layer_share: float,
+        gathered_tokens: int | None = None,
+        padded: bool = False,
+    ) -> tuple[float, ...]:
         """_forward's terms from the measured per-operator model (forward_ops_s)."""
         weights_s, matmul_s, kv_read_s, attention_s, launch_s = self.forward_ops_s(shape)
         num_tokens = max(1, shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
-        comm_s = self.comm_s(num_tokens) + self.dcp_comm_s(shape.num_decodes)
+        comm_s = self.comm_s(num_tokens, gathered_tokens, padded) + self.dcp_comm_s(
+            shape.num_decodes
+        )
         return tuple(
             t * layer_share for t in (weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s)
         )
@@ -849,6 +1056,7 @@ class StepModel:
         context_sums,
         queries: int = 1,
         gathered_tokens: int | None = None,
+        padded: bool = False,
     ):
         """Consecutive decode-only steps of the same `num_decodes` sequences whose attended
         context sums are `context_sums` (a numpy array): (their step times, an array; the
@@ -861,7 +1069,9 @@ class StepModel:
         sampled = queries * num_decodes
         if (self.pp > 1 and num_decodes > 1) or self.op_rates is not None:
             steps = [
-                self.step(BatchShape(num_decodes, float(x), (), sampled), gathered_tokens, queries)
+                self.step(
+                    BatchShape(num_decodes, float(x), (), sampled), gathered_tokens, queries, padded
+                )
                 for x in sums
             ]
 
@@ -873,7 +1083,7 @@ class StepModel:
                 )
 
             return np.array([t.total_s for t in steps]), kept_steps
-        base, attention = self.span_parts(num_decodes, sums, queries, gathered_tokens)
+        base, attention = self.span_parts(num_decodes, sums, queries, gathered_tokens, padded)
         terms = base.terms_s
         weights_s, matmul_s, sampler_s = terms["weights_s"], terms["matmul_s"], terms["sampler_s"]
         comm_s, launch_s, host_s = terms["comm_s"], terms["launch_s"], terms["host_s"]
@@ -897,17 +1107,22 @@ class StepModel:
         return times, kept
 
     def span_parts(
-        self, num_decodes: int, sums, queries: int = 1, gathered_tokens: int | None = None
+        self,
+        num_decodes: int,
+        sums,
+        queries: int = 1,
+        gathered_tokens: int | None = None,
+        padded: bool = False,
     ):
         """(the step of `num_decodes` decodes with no context, whose every term but attention
         is the same at any context; the attention seconds at each of `sums`, an array)."""
         import numpy as np
 
-        key = (num_decodes, queries, gathered_tokens)
+        key = (num_decodes, queries, gathered_tokens, padded)
         base = self._span_base.get(key)
         if base is None:  # every term but attention depends on the batch size alone
             shape = BatchShape(num_decodes, 0, (), queries * num_decodes)
-            base = self._span_base[key] = self.step(shape, gathered_tokens, queries)
+            base = self._span_base[key] = self.step(shape, gathered_tokens, queries, padded)
         attention, _ = self._decode_attention(
             num_decodes, np.asarray(sums, dtype=float) / self.dcp, np.maximum, np.minimum, queries
         )
@@ -945,7 +1160,7 @@ def lockstep_step(
     the group runs eagerly)."""
     tokens = [shape_tokens(s) for s in shapes] + [1] * idle_ranks
     gathered = lockstep_gathered_tokens(tokens, pad_to_max)
-    times = [model.step(s, gathered) for s in shapes]
+    times = [model.step(s, gathered, padded=pad_to_max) for s in shapes]
     slowest = max(range(len(times)), key=lambda i: times[i].total_s)
     return times[slowest], slowest
 
@@ -987,11 +1202,21 @@ class _Floors(NamedTuple):
     DeepSeek-R1's at TP 8 in block fp8 takes 35 us on a B200 under SGLang (router top-k and
     permutation included), where the smallest fused MoE of any shape takes 13.6 us.
 
-    All-reduces are floored already: comm_s charges each call the tables' smallest message."""
+    All-reduces are floored already: comm_s charges each call the tables' smallest message.
+
+        small kernels  `small_launches` (norms, rotary, cache writes, activations, conv-state
+                       updates) at `elementwise`, the smallest graph-timed one-row kernel of the
+                       tables (1.4-2.0 us: SGLang's and vLLM's causal_conv1d_update, vLLM's
+                       static fp8 quant), and each recurrent layer's state update at `recurrent`,
+                       the Gated DeltaNet decode update the tables time (4.1-4.4 us); a floor under the launch term, whose per-layer
+                       constant (HostOverheads.per_layer_s, 32 us) is above it for every bundled
+                       model at the shipped floors (DeepSeek-R1: 487 launches x 1.68 us on a
+                       B200 under SGLang, 13.4 us a layer)."""
 
     dense_s: float = 0.0
     experts_s: float = 0.0
     attention_s: float = 0.0
+    small_s: float | None = None  # the small launches' (None: the tables time none)
 
     @classmethod
     def of(
@@ -1016,6 +1241,7 @@ class _Floors(NamedTuple):
         bmms = 2 * shape.mla_layers  # MLA's absorbed BMMs, of the unquantized launches
         attention = floors_s.get("attention", 0.0)
         mla = shape.mla_layers
+        small = floors_s.get("elementwise")
         return cls(
             dense_s=(shape.gemm_launches - quantized - bmms) * gemm
             + bmms * floors_s.get("gemm_mla_bmm", gemm)
@@ -1023,6 +1249,10 @@ class _Floors(NamedTuple):
             experts_s=shape.moe_layers * moe,
             attention_s=(shape.attention_layers - mla) * attention
             + mla * floors_s.get("attention_mla", attention),
+            small_s=None
+            if small is None
+            else shape.small_launches * small
+            + shape.recurrent_layers * floors_s.get("recurrent", small),
         )
 
 
@@ -1089,6 +1319,42 @@ def gemm_launches(spec: ModelSpec) -> int:
     return launches
 
 
+def small_launches(spec: ModelSpec) -> int:
+    """Kernels one decode forward launches that no family of `_Floors` counts, each a single
+    small kernel (its time at a few tokens is its launch and latency, not its bytes), as
+    SGLang 0.5's model code launches them under a CUDA graph (python/sglang/srt/models/
+    llama.py, qwen3_moe.py, deepseek_v2.py, qwen3_next.py; layers/layernorm.py):
+
+        every layer        2: the fused residual-add + RMSNorm before attention and before the MLP
+        GQA attention      2: rotary embedding, KV-cache write
+        MLA attention      4: q_a and kv_a RMSNorms, rotary embedding, KV-cache write
+        recurrent state    2: causal conv1d state update, gated RMSNorm of the output (the state
+                           update itself: `recurrent_layers`, its own floor)
+        dense MLP          1: SiLU-and-mul
+        MoE, shared expert 2: its SiLU-and-mul, the add of the shared and routed outputs
+        the forward        2: embedding lookup, final RMSNorm
+
+    Not counted here: what a family's floor already times (GEMMs with their per-token-group
+    activation quant, the fused MoE with its top-k, alignment, activation and sum, the attention
+    kernel, all-reduces); per-head q/k RMSNorms (Qwen3's), which the anatomy does not record."""
+    launches = 2 + 2 * spec.num_layers
+    for layer, count in distinct_layers(spec.layers):
+        attn = layer.attention
+        if attn is not None:
+            launches += (4 if attn.kind is CacheKind.MLA else 2) * count
+        elif layer.state is not None:
+            launches += 2 * count
+    moe_layers = spec.moe.num_layers if spec.moe else 0
+    shared = 2 if spec.moe and spec.moe.shared_intermediate_size else 0
+    launches += (spec.num_layers - moe_layers) + moe_layers * shared
+    return launches
+
+
+def recurrent_layers(spec: ModelSpec) -> int:
+    """Layers whose decode runs a recurrent state update in place of an attention kernel."""
+    return sum(1 for layer in spec.layers if layer.attention is None and layer.state is not None)
+
+
 def _mla_layers(spec: ModelSpec) -> int:
     return sum(
         1 for layer in spec.layers if layer.attention and layer.attention.kind is CacheKind.MLA
@@ -1113,6 +1379,8 @@ class _Shape(NamedTuple):
     moe_layers: int
     moe_shape: str  # the fused MoE's <hidden>x<width>_<experts>x<top-k> ("": none)
     mla_layers: int = 0  # of attention_layers, those of MLA
+    small_launches: int = 0  # small kernels of a decode forward no family counts
+    recurrent_layers: int = 0  # layers running a recurrent state update instead of attention
 
 
 # A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred
@@ -1130,6 +1398,8 @@ def _shape(spec: ModelSpec) -> _Shape:
             spec.moe.num_layers if spec.moe else 0,
             _moe_shape(spec),
             _mla_layers(spec),
+            small_launches(spec),
+            recurrent_layers(spec),
         )
 
     return kept_with(_SHAPES, spec, (), build)
@@ -1255,6 +1525,8 @@ def _sum_ops(
                     attn.compressed_topk,
                     topk,
                     block,
+                    f"{attn.qk_head_dim}x{attn.v_head_dim}",
+                    max(1.0, attn.num_q_heads / tp),
                 ),
                 [0.0] * 9,
             )
@@ -1278,9 +1550,9 @@ def _sum_ops(
     groups = tuple(
         _Group(
             window, chunked, mla, kv, dec, pre, ratio, ctopk, kv_entry, index_entry,
-            indexer_flops, topk, index_bytes, index_flops, block, int(layers),
+            indexer_flops, topk, index_bytes, index_flops, block, int(layers), head_shape, heads,
         )
-        for (window, chunked, mla, ratio, ctopk, topk, block), (
+        for (window, chunked, mla, ratio, ctopk, topk, block, head_shape, heads), (
             kv, dec, pre, kv_entry, index_entry, indexer_flops, index_bytes, index_flops, layers,
         ) in by_key.items()
     )  # fmt: skip

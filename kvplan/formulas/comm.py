@@ -21,6 +21,12 @@ def p2p_time_s(message_bytes: float, one_way_bytes_per_s: float, latency_s: floa
     return latency_s + message_bytes / one_way_bytes_per_s
 
 
+def host_copy_time_s(num_blocks: int, block_bytes: float, one_way_bytes_per_s: float) -> float:
+    """Copying KV blocks between GPU and host memory one way (vLLM V0's swap out or in):
+    blocks x block bytes / the host link's one-way bandwidth."""
+    return p2p_time_s(num_blocks * block_bytes, one_way_bytes_per_s, 0.0)
+
+
 def ring_allreduce_time_s(
     message_bytes: float, ranks: int, one_way_bytes_per_s: float, latency_s: float
 ) -> float:
@@ -31,33 +37,39 @@ def ring_allreduce_time_s(
     return steps / ranks * message_bytes / one_way_bytes_per_s + steps * latency_s
 
 
-def two_level_allreduce_time_s(
+def tp_allreduce_time_s(
     message_bytes: float,
-    per_node: int,
-    nodes: int,
+    ranks: int,
+    node_gpus: int | None,
     intra_one_way_bytes_per_s: float,
     intra_latency_s: float,
-    inter_one_way_bytes_per_s: float,
-    inter_latency_s: float,
+    inter_one_way_bytes_per_s: float = 0.0,
+    inter_latency_s: float = 0.0,
 ) -> float:
-    """An all-reduce over `per_node` x `nodes` ranks that spans nodes, done in two levels (the
-    hierarchical all-reduce of Jia et al. 2018, arXiv:1807.11205 section 3.3; NCCL's rings and
-    trees across nodes move the same bytes over the network): a ring reduce-scatter and
-    all-gather among the node's `per_node` ranks over the intra-node link (ring_allreduce_time_s
-    of M at per_node ranks), and between them a ring all-reduce of each rank's 1/per_node shard
-    among the `nodes` ranks that hold the same shard, each over its own network link
-    (ring_allreduce_time_s of M / per_node at `nodes` ranks):
+    """One TP all-reduce of `message_bytes` over `ranks` GPUs placed node by node, `node_gpus`
+    to a node (None: all on one node), the price simulate, roofline, capacity's comparison and
+    the TP sweep all use. Within one node (ranks <= node_gpus) the ring over the intra-node
+    link (ring_allreduce_time_s). Spanning n = ceil(ranks / g) nodes of g = node_gpus GPUs, in
+    two levels (the hierarchical all-reduce of Jia et al. 2018, arXiv:1807.11205 section 3.3;
+    NCCL's rings and trees across nodes move the same bytes over the network): a ring
+    reduce-scatter and all-gather among the node's g ranks over the intra-node link
+    (ring_allreduce_time_s of M at g ranks), and between them a ring all-reduce of each rank's
+    1/g shard among the n ranks that hold the same shard, each over its own network link
+    (ring_allreduce_time_s of M / g at n ranks):
 
         t = 2(g-1)/g x M / B_intra + 2(g-1) x a_intra + 2(n-1)/n x (M/g) / B_inter + 2(n-1) x a_inter
 
-    with g = per_node, n = nodes; one node (n = 1) is the plain ring."""
+    `intra_latency_s` and `inter_latency_s` are per message (per ring step)."""
+    if node_gpus is None or ranks <= node_gpus:
+        return ring_allreduce_time_s(
+            message_bytes, ranks, intra_one_way_bytes_per_s, intra_latency_s
+        )
+    nodes = -(-ranks // node_gpus)
     intra = ring_allreduce_time_s(
-        message_bytes, per_node, intra_one_way_bytes_per_s, intra_latency_s
+        message_bytes, node_gpus, intra_one_way_bytes_per_s, intra_latency_s
     )
-    if nodes <= 1:
-        return intra
     return intra + ring_allreduce_time_s(
-        message_bytes / per_node, nodes, inter_one_way_bytes_per_s, inter_latency_s
+        message_bytes / node_gpus, nodes, inter_one_way_bytes_per_s, inter_latency_s
     )
 
 
@@ -97,12 +109,27 @@ def tp_allreduce_bytes(spec: ModelSpec, batch_size: int) -> int:
 
 
 def tp_comm_time_per_decode_step_s(
-    spec: ModelSpec, batch_size: int, tp: int, one_way_bytes_per_s: float, latency_s: float
+    spec: ModelSpec,
+    batch_size: int,
+    tp: int,
+    one_way_bytes_per_s: float,
+    latency_s: float,
+    node_gpus: int | None = None,
+    inter_one_way_bytes_per_s: float = 0.0,
+    inter_latency_s: float = 0.0,
 ) -> float:
-    """All layers' all-reduces of one decode step (not overlapped with compute)."""
+    """All layers' all-reduces of one decode step (not overlapped with compute), each priced
+    by tp_allreduce_time_s: within a node on the intra-node link, over nodes of `node_gpus`
+    GPUs in two levels with the network's rate and latency."""
     count = ALLREDUCES_PER_LAYER * spec.num_layers
-    return count * ring_allreduce_time_s(
-        tp_allreduce_bytes(spec, batch_size), tp, one_way_bytes_per_s, latency_s
+    return count * tp_allreduce_time_s(
+        tp_allreduce_bytes(spec, batch_size),
+        tp,
+        node_gpus,
+        one_way_bytes_per_s,
+        latency_s,
+        inter_one_way_bytes_per_s,
+        inter_latency_s,
     )
 
 

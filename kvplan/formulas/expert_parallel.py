@@ -192,24 +192,34 @@ def dp_gather_collective_bytes(spec: ModelSpec, own_tokens: int, ranks: int) -> 
     return (ranks - 1) * own_tokens * spec.hidden_size * ACTIVATION_BYTES
 
 
-def dp_gather_bytes(spec: ModelSpec, own_tokens: int, ranks: int) -> int:
+def dp_gather_bytes(spec: ModelSpec, own_tokens: int, ranks: int, layers: int | None = None) -> int:
     """Bytes one DP-attention rank receives and sends per step when its MoE layers run on the
-    gathered batch without EP: the other ranks' hidden states (bf16) all-gathered before each MoE
-    layer, and their share of its output reduce-scattered back after it."""
+    gathered batch without EP: the other ranks' hidden states (bf16) all-gathered before each
+    gathered layer, and their share of its output reduce-scattered back after it. `layers`:
+    the layers whose MLP runs on the gathered batch (None: the MoE layers, vLLM's; SGLang
+    gathers before every layer's MLP, dense ones included)."""
     if spec.moe is None or ranks <= 1:
         return 0
-    return 2 * spec.moe.num_layers * dp_gather_collective_bytes(spec, own_tokens, ranks)
+    count = spec.moe.num_layers if layers is None else layers
+    return 2 * count * dp_gather_collective_bytes(spec, own_tokens, ranks)
 
 
 def dp_gather_time_s(
-    spec: ModelSpec, own_tokens: int, ranks: int, one_way_bytes_per_s: float, latency_s: float
+    spec: ModelSpec,
+    own_tokens: int,
+    ranks: int,
+    one_way_bytes_per_s: float,
+    latency_s: float,
+    layers: int | None = None,
 ) -> float:
     """The all-gathers and reduce-scatters of one step (a ring of `ranks`): the bytes over the
-    link plus (ranks - 1) message latencies per collective, two per MoE layer."""
+    link plus (ranks - 1) message latencies per collective, two per gathered layer (`layers`,
+    dp_gather_bytes)."""
     if spec.moe is None or ranks <= 1:
         return 0.0
-    hops = 2 * spec.moe.num_layers * (ranks - 1)
-    return dp_gather_bytes(spec, own_tokens, ranks) / one_way_bytes_per_s + hops * latency_s
+    count = spec.moe.num_layers if layers is None else layers
+    hops = 2 * count * (ranks - 1)
+    return dp_gather_bytes(spec, own_tokens, ranks, count) / one_way_bytes_per_s + hops * latency_s
 
 
 def dp_gather_two_level_time_s(
@@ -222,15 +232,16 @@ def dp_gather_two_level_time_s(
     intra_latency_s: float,
     inter_one_way_bytes_per_s: float,
     inter_latency_s: float,
+    layers: int | None = None,
 ) -> float:
     """dp_gather_time_s when the DP ranks span nodes, `ranks_per_node` of them to a node of
-    `gpus_per_node` GPUs: each collective (two per MoE layer) in two levels
-    (comm.two_level_allgather_time_s)."""
+    `gpus_per_node` GPUs: each collective (two per gathered layer, dp_gather_bytes) in two
+    levels (comm.two_level_allgather_time_s)."""
     if spec.moe is None or ranks <= 1:
         return 0.0
     return (
         2
-        * spec.moe.num_layers
+        * (spec.moe.num_layers if layers is None else layers)
         * two_level_allgather_time_s(
             dp_gather_collective_bytes(spec, own_tokens, ranks),
             ranks,

@@ -77,6 +77,19 @@ def sampler_bytes(num_seqs: int, vocab: int, act_bytes: int, sm_count: int) -> i
     )
 
 
+# vLLM V0's profile run (0.6, 0.7: ModelRunner.profile_run samples with top_p 0.99 and top_k
+# vocab - 1) peaks inside sampler.py _apply_top_k_top_p, at its scatter: alive per logit the
+# caller's logits (model dtype), the fp32 logits, the sorted values (fp32) and indices (int64),
+# the top-k mask (bool), softmax and cumsum (fp32 each), the top-p mask (bool) and the output
+# (fp32): 4 + 4 + 8 + 1 + 4 + 4 + 1 + 4 bytes besides the model dtype's
+V0_SAMPLER_FP32_LOGIT_BYTES = 30
+
+
+def v0_sampler_bytes(num_seqs: int, vocab: int, act_bytes: int) -> int:
+    """vLLM V0's sampler in its profile run: S x V logits, (b + 30) bytes each at the peak."""
+    return num_seqs * vocab * (act_bytes + V0_SAMPLER_FP32_LOGIT_BYTES)
+
+
 def mlp_matrices(spec: ModelSpec) -> int:
     """3 for a gated MLP (gate, up, down), 2 for up/down, read from the parameter count."""
     width = spec.intermediate_size
@@ -143,20 +156,23 @@ def activation_peak(
     quantized_activations: bool = False,
     mla_bytes: int = 0,
     persistent_bytes: int = 0,
+    v0_sampler: bool = False,
 ) -> ActivationPeak:
     """The profiling run's torch peak (see the module docstring); `sampler` False on pipeline
     ranks before the last, `moe_workspace` False for MoE backends without a persistent
-    workspace, `quantized_activations` for w8a8/fp8 linears (a 1-byte copy of each input)."""
+    workspace, `quantized_activations` for w8a8/fp8 linears (a 1-byte copy of each input),
+    `v0_sampler` for vLLM V0's sampler (v0_sampler_bytes) in place of V1's."""
     b = ELEMENT_BYTES[spec.dtype] if act_bytes is None else act_bytes
     tokens, hidden = max_num_batched_tokens, spec.hidden_size
     seqs = min(max_num_seqs, tokens)
     sampler_phase = 0
     if sampler:
-        sampler_phase = (
-            sampler_bytes(seqs, spec.vocab_size, b, sm_count)
-            + tokens * hidden * b
-            + 2 * seqs * hidden * b
+        logits = (
+            v0_sampler_bytes(seqs, spec.vocab_size, b)
+            if v0_sampler
+            else sampler_bytes(seqs, spec.vocab_size, b, sm_count)
         )
+        sampler_phase = logits + tokens * hidden * b + 2 * seqs * hidden * b
     widths = [mlp_matrices(spec) * (spec.intermediate_size or 0)]
     workspace = 0
     if spec.moe is not None:

@@ -87,6 +87,9 @@ class GpuProfile(NamedTuple):
     # {engine: tables key} or {"borrowed": key}: the measured kernel tables it runs at
     # (kvplan.inputs.kernel_tables); {}: the H100 SXM's vLLM fractions on its datasheet rates
     kernel_tables: dict = {}
+    # the GPU's link to host memory (PCIe generation and lanes, as its datasheet states them):
+    # what vLLM V0's swap preemption copies blocks over (None: the profile states none)
+    host_link: Interconnect | None = None
 
     @property
     def device_vendor(self) -> str:
@@ -310,6 +313,7 @@ def parse_profile(data: object, source: str, key: str = "") -> GpuProfile:
         measured=_measured(data.get("measured"), source),
         memory_configurations=_configurations(data, source),
         kernel_tables=parse_field(data.get("kernel_tables"), source),
+        host_link=_link(data, "host_link", source),
     )
 
 

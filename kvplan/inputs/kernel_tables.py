@@ -227,6 +227,18 @@ class BackendTiming(NamedTuple):
     kernel_source: tuple  # aiconfigurator's kernel_source names read
     version: str  # the engine version the rows were measured on
     rows: int  # prefill + decode rows
+    # {cache dtype ("bfloat16", "fp8"): {"<qk head dim>x<v head dim>": ((units, ((prompt
+    # tokens, seconds), ...)), ...)}}: the median prefill call with no cached tokens by the
+    # call's sequences x query heads on the rank (units, ascending) and prompt tokens per sequence
+    prefill_calls: dict = {}
+
+
+def _curves(by_key: dict) -> tuple:
+    """((key, ((x, y), ...)), ...) from {"key": [[x, y], ...]}, keys ascending as numbers."""
+    return tuple(
+        (int(key), tuple((float(x), float(y)) for x, y in curve))
+        for key, curve in sorted(by_key.items(), key=lambda kv: int(kv[0]))
+    )
 
 
 @cache
@@ -248,6 +260,10 @@ def attention_backends(name: str) -> dict:
             kernel_source=tuple(e["kernel_source"]),
             version=e["version"],
             rows=e["rows"]["prefill"] + e["rows"]["decode"],
+            prefill_calls={
+                kv: {head: _curves(by_units) for head, by_units in heads.items()}
+                for kv, heads in e.get("prefill_calls", {}).items()
+            },
         )
     return out
 

@@ -17,6 +17,7 @@ from kvplan.formulas.expert_parallel import (
     dp_attention_decode_step,
     dp_attention_prefill_step,
     ep_alltoall_time_s,
+    ep_alltoall_two_link_time_s,
 )
 from kvplan.formulas.kv import kv_bytes_per_sequence, kv_read_bytes_per_decode
 from kvplan.formulas.roofline import (
@@ -140,7 +141,11 @@ class RooflineResult(NamedTuple):
     weights_dtype: str
     kv_dtype: str
     compute_dtype: str
-    link_name: str | None
+    link_name: str | None  # the intra-node link (None: one GPU without one)
+    # the link between nodes that a TP group above `gpus_per_node` GPUs (the sweep's, or the
+    # layout's) also runs on (comm.tp_allreduce_time_s): the profile's network, else assumed
+    network_name: str | None
+    gpus_per_node: int
     prefill: PrefillPoint
     decode: list[DecodeRow]
     per_context: list[ContextRow]
@@ -198,12 +203,21 @@ def device(gpu: GpuProfile) -> DeviceResult:
 
 
 def tp_where_comm_dominates(
-    spec: ModelSpec, gpu: GpuProfile, batch_size: int, context_len: int, wdtype: str, fmt: KvFormat
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    batch_size: int,
+    context_len: int,
+    wdtype: str,
+    fmt: KvFormat,
+    node: int,
 ) -> int:
     """The smallest valid TP degree at which a decode step's all-reduces take longer than its
-    memory/compute floor (0 when none up to 64 does)."""
+    memory/compute floor (0 when none up to 64 does), each TP's all-reduces priced as
+    simulate prices them (comm.tp_allreduce_time_s): within a node of `node` GPUs on the
+    interconnect, above it in two levels over the inter-node network."""
     link = gpu.interconnect
     assert link is not None, "asked only of a GPU with an interconnect (roofline)"
+    network, _ = inter_node_link(gpu)
     device_rates = rates(gpu, compute_dtype(wdtype))
     for tp in (2, 4, 8, 16, 32, 64):
         try:
@@ -212,7 +226,14 @@ def tp_where_comm_dominates(
             continue
         floor = decode_step(spec, device_rates, batch_size, context_len, wdtype, fmt, tp)
         comm = tp_comm_time_per_decode_step_s(
-            spec, batch_size, tp, link.one_way_bytes_per_s, link.latency_s
+            spec,
+            batch_size,
+            tp,
+            link.one_way_bytes_per_s,
+            link.latency_s,
+            node,
+            network.one_way_bytes_per_s,
+            network.latency_s,
         )
         if comm > floor.total_s:
             return tp
@@ -252,8 +273,8 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
     link = gpu.interconnect
     if d.gpus > 1 and link is None:
         raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
-    tp_link, stage_link, network_note = (
-        _links(gpu, node, tp, pp, d.gpus) if link is not None else (None, None, None)
+    links, network_note = (
+        _links(gpu, node, tp, pp, dp, d.gpus) if link is not None else (None, None)
     )
     cdtype = gpu.tensor_dtype(compute_dtype(wdtype))
     device_rates = rates(gpu, cdtype)
@@ -270,9 +291,8 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
         holds = replica_sequences(spec, d, pool, context_len, fmt) if pool > 0 else 0
         for batch_size in request.batches:
             step, comm = _decode_step_comm(
-                spec, device_rates, batch_size, context_len, wdtype, fmt, tp, pp, dp,
-                tp_link, stage_link,
-            )  # fmt: skip
+                spec, device_rates, batch_size, context_len, wdtype, fmt, tp, pp, dp, links
+            )
             total = step.total_s + comm
             flops, num_bytes = step.counts()
             decode_rows.append(
@@ -317,7 +337,7 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
     comm_dominates_tp = None
     if link is not None:
         comm_dominates_tp = tp_where_comm_dominates(
-            spec, gpu, request.batches[-1], request.contexts[0], wdtype, fmt
+            spec, gpu, request.batches[-1], request.contexts[0], wdtype, fmt, node
         )
     operators = None
     if request.ops:
@@ -347,14 +367,25 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
     if spec.has_kind(CacheKind.STATE):
         notes.append(note("roofline-state"))
     if tp > 1 or dp > 1:
-        assert tp_link is not None, "more than one GPU has an interconnect (checked above)"
+        assert links is not None, "more than one GPU has an interconnect (checked above)"
+        across = (  # the network's part where the group spans nodes
+            {
+                "node_gpus": node,
+                "network": links.network.name,
+                "network_one_way_bytes_per_s": links.network.one_way_bytes_per_s,
+                "network_latency_s": links.network.latency_s,
+            }
+            if max(tp, dp) > node
+            else {}
+        )
         notes.append(
             note(
                 "roofline-tp",
                 tp=max(tp, dp),
-                link=tp_link.name,
-                one_way_bytes_per_s=tp_link.one_way_bytes_per_s,
-                latency_s=tp_link.latency_s,
+                link=links.intra.name,
+                one_way_bytes_per_s=links.intra.one_way_bytes_per_s,
+                latency_s=links.intra.latency_s,
+                **across,
             )
         )
     if any(not row.fits for row in decode_rows):
@@ -373,7 +404,9 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
         weights_dtype=wdtype,
         kv_dtype=fmt.name,
         compute_dtype=cdtype,
-        link_name=tp_link.name if tp_link is not None else None,
+        link_name=links.intra.name if links is not None else None,
+        network_name=links.network.name if links is not None else None,
+        gpus_per_node=node,
         prefill=PrefillPoint(prefill_len, *pre.counts(), pre.intensity, pre.total_s, pre.bound),
         decode=decode_rows,
         per_context=per_context,
@@ -389,29 +422,53 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
 
 
 def _decode_step_comm(
-    spec, device_rates, batch_size, context_len, wdtype, fmt, tp, pp, dp, tp_link, stage_link
+    spec, device_rates, batch_size, context_len, wdtype, fmt, tp, pp, dp, links: _Links | None
 ):
     """One decode step's memory/compute floor and its communication time (all-reduces,
-    all-to-alls, stage hand-offs) on a replica of TP `tp` x PP `pp` or DP attention `dp`."""
+    all-to-alls, stage hand-offs) on a replica of TP `tp` x PP `pp` or DP attention `dp`, each
+    collective whose group spans nodes priced on both links as simulate prices it: the TP
+    all-reduces by comm.tp_allreduce_time_s, the EP all-to-alls split by destination
+    (expert_parallel.ep_alltoall_two_link_time_s)."""
     comm = 0.0
     if dp > 1:
         step = dp_attention_decode_step(
             spec, device_rates, batch_size, context_len, wdtype, fmt, dp
         )
         own = step.batch_size  # the busiest rank's sequences
-        assert own is not None, "a floor step"
-        comm = ep_alltoall_time_s(spec, own, dp, tp_link.one_way_bytes_per_s, tp_link.latency_s)
+        assert own is not None and links is not None, "a floor step over linked GPUs"
+        intra, network = links.intra, links.network
+        if dp > links.node:
+            comm = ep_alltoall_two_link_time_s(
+                spec,
+                own,
+                dp,
+                links.node,
+                intra.one_way_bytes_per_s,
+                network.one_way_bytes_per_s,
+                network.latency_s,
+            )
+        else:
+            comm = ep_alltoall_time_s(spec, own, dp, intra.one_way_bytes_per_s, intra.latency_s)
     else:
         step = decode_step(spec, device_rates, batch_size, context_len, wdtype, fmt, tp)
     if tp > 1:
+        assert links is not None, "TP over GPUs that have an interconnect"
         comm = tp_comm_time_per_decode_step_s(
-            spec, batch_size, tp, tp_link.one_way_bytes_per_s, tp_link.latency_s
+            spec,
+            batch_size,
+            tp,
+            links.intra.one_way_bytes_per_s,
+            links.intra.latency_s,
+            links.node,
+            links.network.one_way_bytes_per_s,
+            links.network.latency_s,
         )
     if pp > 1:  # each stage boundary passes the batch's activations once per token
+        assert links is not None, "PP over GPUs that have an interconnect"
         comm += (pp - 1) * p2p_time_s(
             tp_allreduce_bytes(spec, batch_size),
-            stage_link.one_way_bytes_per_s,
-            stage_link.latency_s,
+            links.stage.one_way_bytes_per_s,
+            links.stage.latency_s,
         )
     return step, comm
 
@@ -448,12 +505,12 @@ def decode_floor(
     tp, pp = (1 if dp > 1 else d.tp), d.pp
     if d.gpus > 1 and gpu.interconnect is None:
         raise KvplanError(f"{gpu.name}'s profile has no interconnect figure for TP/PP")
-    tp_link, stage_link, network_note = (
-        _links(gpu, node, tp, pp, d.gpus) if gpu.interconnect is not None else (None, None, None)
+    links, network_note = (
+        _links(gpu, node, tp, pp, dp, d.gpus) if gpu.interconnect is not None else (None, None)
     )
     device_rates = rates(gpu, gpu.tensor_dtype(compute_dtype(wdtype)))
     step, comm = _decode_step_comm(
-        spec, device_rates, batch_size, context_len, wdtype, fmt, tp, pp, dp, tp_link, stage_link
+        spec, device_rates, batch_size, context_len, wdtype, fmt, tp, pp, dp, links
     )
     total = step.total_s + comm
     kv = kv_bytes_per_sequence(spec, context_len, fmt, tp)
@@ -521,18 +578,28 @@ def operator_rows(
     return rows
 
 
+class _Links(NamedTuple):
+    """The links a replica's collectives run on: `intra` within a node of `node` GPUs, the
+    inter-node `network` (the profile's, else the assumed one), `stage` between pipeline
+    stages (the network where the replica spans nodes)."""
+
+    intra: Interconnect
+    network: Interconnect
+    node: int
+    stage: Interconnect
+
+
 def _links(
-    gpu: GpuProfile, node: int, tp: int, pp: int, gpus: int
-) -> tuple[Interconnect, Interconnect, Note | None]:
-    """(the link of the TP group, the link between pipeline stages of a replica of `gpus`, a
-    note where traffic priced on one of them crosses nodes on a profile that states no
-    network): the interconnect within a node, the network between nodes (inter_node_link: the
-    profile's, else the assumed one that simulate and plan price with)."""
+    gpu: GpuProfile, node: int, tp: int, pp: int, dp: int, gpus: int
+) -> tuple[_Links, Note | None]:
+    """(the replica's links, a note where traffic priced on the network crosses nodes on a
+    profile that states none): the interconnect within a node, the network between nodes
+    (inter_node_link: the profile's, else the assumed one that simulate and plan price
+    with)."""
     assert gpu.interconnect is not None
     network, assumed = inter_node_link(gpu)
-    tp_link = gpu.interconnect if tp <= node else network
     stage_link = gpu.interconnect if gpus <= node else network
-    crosses = tp > node or (pp > 1 and gpus > node)
+    crosses = tp > node or dp > node or (pp > 1 and gpus > node)
     told = None
     if assumed and crosses:
         told = note(
@@ -543,7 +610,7 @@ def _links(
             one_way_bytes_per_s=network.one_way_bytes_per_s,
             latency_s=network.latency_s,
         )
-    return tp_link, stage_link, told
+    return _Links(gpu.interconnect, network, node, stage_link), told
 
 
 def resolve_weights_dtype_checked(spec: ModelSpec, name: str):

@@ -258,7 +258,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         ),
     ]
     if layout is not None:
-        notes.append(_layout_note(spec, layout))
+        notes.append(_layout_note(spec, layout, request.serve.engine))
     o = replica.options
     if o.engine == "sglang" and o.enable_dp_attention and o.data_parallel_size < 2:
         notes.append(note("sim-dp-attention-off", tp=o.tp))
@@ -308,7 +308,7 @@ def _with_dp_ranks(spec: ModelSpec, request: SimulateRequest):
     return request, layout
 
 
-def _layout_note(spec: ModelSpec, layout) -> Note:
+def _layout_note(spec: ModelSpec, layout, engine: str = "vllm") -> Note:
     """sim-expert-parallel (a MoE model's EP or DP-attention ranks) or sim-dp-replicas."""
     if not layout.modelled:
         return note("sim-dp-replicas", ranks=layout.dp_replicas, router=layout.router)
@@ -322,6 +322,7 @@ def _layout_note(spec: ModelSpec, layout) -> Note:
         else None,
         gpus=layout.gpus,
         router=layout.router,
+        engine=engine,
     )
 
 

@@ -25,8 +25,7 @@ def vllm_image(version: str) -> str:
     (0.21 -> v0.21.0)."""
     import re
 
-    from kvplan.engines.vllm import V08_LAST_PATCH
-    from kvplan.engines.vllm_v0 import LAST_PATCH, release_patch
+    from kvplan.engines.vllm_v0 import LAST_PATCH, V08_LAST_PATCH, release_patch
 
     parts = release_patch(version)
     if parts is None:

@@ -78,7 +78,8 @@ def roofline_view(result: RooflineResult) -> View:
                     if result.tp_where_comm_dominates
                     else "none up to 64"
                 )
-                + f" (batch {result.comm_batch_size}, {result.link_name})",
+                + f" (batch {result.comm_batch_size}, {result.link_name}; above "
+                f"{result.gpus_per_node} GPUs in two levels over {result.network_name})",
             )
         )
     for row in result.per_context:

@@ -192,7 +192,7 @@ def simulate_view(result: SimulateResult) -> View:
     facts = [
         ("model", result.model["hf_id"] or result.model["name"]),
         ("deployment", deployment),
-        ("engine", _engine_fact(s)),
+        ("engine", _engine_fact(s, result.notes)),
         (
             "KV cache",
             f"{s.kv_cache_tokens:,} tokens per "
@@ -420,7 +420,7 @@ def simulate_plots(result: SimulateResult, plot: Path | None, timeline: Path | N
         _save(fig, timeline)
 
 
-def _engine_fact(s) -> str:
+def _engine_fact(s, notes=()) -> str:
     if s.engine == "sglang":
         return (
             f"SGLang {s.engine_version} scheduler: max_running_requests {s.max_num_seqs:,}, "
@@ -431,7 +431,8 @@ def _engine_fact(s) -> str:
         )
     from kvplan.engines.vllm_v0 import v0_release
 
-    kind = "V1" if v0_release(str(s.engine_version)) is None else "V0"
+    fallback = any(n.id == "sim-vllm-08-v0" for n in notes)  # 0.8's engine oracle chose V0
+    kind = "V1" if v0_release(str(s.engine_version)) is None and not fallback else "V0"
     return (
         f"vLLM {kind} scheduler ({s.engine_version} rules): max_num_seqs {s.max_num_seqs:,}, "
         f"max_num_batched_tokens "

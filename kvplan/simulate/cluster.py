@@ -39,7 +39,7 @@ from kvplan.formulas.batch_step import (
 from kvplan.formulas.step_time import StepTime
 from kvplan.record import NamedTuple
 from kvplan.simulate import engine as engine_rules
-from kvplan.simulate.engine import Engine, Req, _Unservable
+from kvplan.simulate.engine import Engine, Req, SwapSpaceExhausted, _Unservable
 from kvplan.simulate.frontend import Frontend
 from kvplan.simulate.workload import RequestSpec, prompt_token_ids
 
@@ -108,6 +108,12 @@ def run(
                 raise KvplanError(
                     f"request {exc.req.rid} ({exc.req.num_tokens:,} tokens) does not fit the KV "
                     "pool even alone; lower --max-model-len or raise the KV memory"
+                ) from None
+            except SwapSpaceExhausted as exc:  # vLLM V0's Scheduler._swap_out
+                raise KvplanError(
+                    f'vLLM V0 would abort at {exc.at_s:,.2f} s of the run: "Aborted due to the '
+                    f'lack of CPU swap space" (request {exc.rid} needs {exc.need:,} CPU blocks to '
+                    f"swap out, {exc.free:,} of {exc.total:,} free); raise --swap-space"
                 ) from None
         elif next_done <= next_arrival:
             _, _, r = heapq.heappop(done)
@@ -205,7 +211,9 @@ class Lockstep:
         eager, pad = self.ranks[0].lockstep_rules(shapes)
         model = self.model.without_graphs() if eager else self.model
         gathered = lockstep_gathered_tokens([shape_tokens(s) for s in shapes], pad)
-        runs = [model.decode_span_s(r.num_decodes, r.span_sums(steps), 1, gathered) for r in active]
+        runs = [
+            model.decode_span_s(r.num_decodes, r.span_sums(steps), 1, gathered, pad) for r in active
+        ]
         times = np.max([t for t, _ in runs], axis=0)  # an idle rank's dummy is never slowest
         starts = self.clock_s + np.cumsum(times) - times
         steps = int(np.searchsorted(starts, horizon_s, side="left"))

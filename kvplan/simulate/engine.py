@@ -49,11 +49,13 @@ whose step samples the request's first token.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from enum import IntEnum
 
 from kvplan.engines.vllm_schedule import max_concurrent_batches
 from kvplan.formulas.batch_step import ENGINE_TERMS, BatchShape, StepModel, shape_tokens
+from kvplan.formulas.comm import host_copy_time_s
 from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
 from kvplan.record import NamedTuple
 from kvplan.simulate.workload import RequestSpec, output_token_ids, prompt_token_ids
@@ -107,6 +109,31 @@ class EngineConfig(NamedTuple):
     # the free blocks less its whole sequence's blocks (prefix hits counted too) leave this many
     # (int(0.01 x num_gpu_blocks)); 0: no watermark (V1)
     admission_watermark_blocks: int = 0
+    # vLLM V0's --preemption-mode swap (Scheduler._preempt_by_swap): the CPU pool's blocks
+    # (swap_space // block bytes; -1: preemption recomputes), one block's bytes and the host
+    # link's one-way bytes/s the copies run at (formulas.comm.host_copy_time_s)
+    swap_cpu_blocks: int = -1
+    swap_block_bytes: int = 0
+    host_link_one_way_bytes_per_s: float = 0.0
+
+
+class SwapSpaceExhausted(Exception):
+    """vLLM V0's Scheduler._swap_out: "Aborted due to the lack of CPU swap space" (the engine
+    stops: RuntimeError)."""
+
+    def __init__(self, rid: int, need: int, free: int, total: int, at_s: float):
+        super().__init__(
+            f"request {rid} needs {need:,} CPU blocks to swap out, {free:,} of {total:,} free"
+        )
+        self.rid, self.need, self.free, self.total, self.at_s = rid, need, free, total, at_s
+
+
+def append_blocks_touched(slots: int, new_tokens: int, block_size: int) -> int:
+    """V0's BlockTable.get_num_blocks_touched_by_append_slots: 1 + ceil((new - first chunk) /
+    block_size), the first chunk being what the last block has left (a whole block when it is
+    full); at least 1 for one token even when it fits the last block."""
+    first = block_size - slots % block_size
+    return 1 + math.ceil((new_tokens - first) / block_size)
 
 
 class RequestState(IntEnum):
@@ -117,6 +144,7 @@ class RequestState(IntEnum):
     DECODE = 2  # one token a step
     DONE = 3
     HELD = 4  # prefilled, its blocks kept for a transfer (disaggregated prefill)
+    SWAPPED = 5  # V0's swap preemption: its blocks in the CPU pool until swapped back in
 
 
 class KvSource(IntEnum):
@@ -128,7 +156,7 @@ class KvSource(IntEnum):
     RECEIVED = 3
 
 
-WAITING, PREFILL, DECODE, DONE, HELD = RequestState
+WAITING, PREFILL, DECODE, DONE, HELD, SWAPPED = RequestState
 LOCAL, NEEDS_KV, RECEIVING, RECEIVED = KvSource
 
 
@@ -428,6 +456,16 @@ class Engine:
         self.resume_gaps: list[tuple[int, int, int]] = []
         self.finished: list[Req] = []
         self.preemptions = 0
+        # V0's swap preemption: the swapped queue (FCFS), the CPU pool's free blocks, the copy
+        # time the next step pays, and what was copied
+        self.swapped: deque[Req] = deque()
+        self.cpu_free_blocks = max(config.swap_cpu_blocks, 0)
+        self.swap_pending_s = 0.0
+        self.swap_outs = 0
+        self.swap_ins = 0
+        self.swapped_out_blocks = 0
+        self.swapped_in_blocks = 0
+        self.swap_s = 0.0
         self.hit_tokens = 0
         self.queried_tokens = 0
         self.term_s = dict.fromkeys(ENGINE_TERMS, 0.0)
@@ -473,7 +511,7 @@ class Engine:
     def has_work(self) -> bool:
         """Whether a step can run now; an engine whose queue waits only on transfers (blocks
         held for one, or KV still arriving) has none until `release` or `kv_received`."""
-        if self.running or self.ready:
+        if self.running or self.ready or self.swapped:
             return True
         if self.stalled or len(self.waiting) <= self.receiving:
             return False
@@ -561,7 +599,7 @@ class Engine:
 
     @property
     def outstanding(self) -> int:
-        return len(self.running) + len(self.waiting)
+        return len(self.running) + len(self.waiting) + len(self.swapped)
 
     # ---- one step ---------------------------------------------------------------------------
     def step(self, horizon_s: float) -> list[Req]:
@@ -586,7 +624,13 @@ class Engine:
         budget = self.config.max_num_batched_tokens
         preempted = False
         prefill_first = self.config.prefill_first
-        if prefill_first and self.waiting and not self._in_window() and self._may_admit():
+        if (
+            prefill_first
+            and self.waiting
+            and not self.swapped  # V0: "If any requests are swapped, prioritized swapped requests"
+            and not self._in_window()
+            and self._may_admit()
+        ):
             chunks_first: list[tuple[Req, int]] = []
             self._admit_waiting(budget, chunks_first)
             if chunks_first:  # V0's _schedule_default: the prompts alone, no decodes
@@ -654,6 +698,9 @@ class Engine:
                 continue
             chunks.append((r, n))
             budget -= n
+        # V0's _schedule_swapped, only if nobody was preempted: swapped requests back in, FCFS
+        swapped_in = self._swap_in(budget, d) if self.swapped and not preempted else []
+        budget -= len(swapped_in)
         # 2. waiting, only if nobody was preempted: first the requests whose KV has arrived
         scheduled = not self._in_window()
         if scheduled and not preempted and self.ready:
@@ -679,9 +726,29 @@ class Engine:
         )
         if not shape.num_decodes and not chunks:
             return self._idle_step(preempted or released)
+        if self.swap_pending_s or swapped_in:
+            return shape, lambda timing: self._settle_swaps(j, timing, chunks, swapped_in)
         if prefill_first:
             return shape, lambda timing: self._settle_decode_after(j, timing, chunks)
         return shape, lambda timing: self._advance(j, timing, chunks)
+
+    def _settle_swaps(self, j: int, timing, chunks, swapped_in: list) -> list[Req]:
+        """Step j with V0's swap copies: they run before its forward (the worker's
+        execute_worker swaps blocks first), so the step takes their time too; a request
+        swapped back in takes its first token since at j, its last one before at the step it
+        was swapped out after (an inter-token gap across the steps between)."""
+        copy_s, self.swap_pending_s = self.swap_pending_s, 0.0
+        self.swap_s += copy_s
+        timing = timing._replace(total_s=timing.total_s + copy_s)
+        resumed = [(r, r.last_step) for r in swapped_in]
+        if self.config.prefill_first:
+            finished = self._settle_decode_after(j, timing, chunks)
+        else:
+            finished = self._advance(j, timing, chunks)
+        decoding = [last for r, last in resumed if r.first_step >= 0 and last >= 0]
+        self.log.decode_tokens[j] -= len(decoding)
+        self.resume_gaps.extend((last, j, 1) for last in decoding)
+        return finished
 
     def _settle_prefill_only(self, j: int, timing, chunks) -> list[Req]:
         """A prefill-only step j ran: its prompts advance; the decodes waited."""
@@ -814,7 +881,7 @@ class Engine:
         if self.held or self.receiving:  # until a release, an arrival or a new request
             self.stalled = True
             return []
-        raise _Unservable(self.waiting[0])
+        raise _Unservable(self.waiting[0] if self.waiting else self.swapped[0])
 
     # ---- admission --------------------------------------------------------------------------
     def _seat_free(self) -> bool:
@@ -1094,15 +1161,16 @@ class Engine:
         self.blocked = False
 
     def _preempt_last(self, j: int) -> Req:
-        """Preempt the last-admitted running request (recompute: all its blocks freed)."""
+        """Preempt the last-admitted running request (recompute: all its blocks freed; V0's
+        swap mode: its blocks copied to the CPU pool)."""
+        if self.config.swap_cpu_blocks >= 0:
+            return self._swap_out(self.running[-1], j)
         return self._requeue(self.running[-1], j, front=True)
 
-    def _requeue(self, victim: Req, j: int, front: bool) -> Req:
-        """Stop a running request before decode step j, free all its blocks and queue it again
-        (at the head, or at the back) to recompute its prompt and outputs."""
-        decoded = False
+    def _stop_running(self, victim: Req, j: int) -> None:
+        """Take a running request out of the batch before decode step j, its tokens computed
+        so far handed to the block manager."""
         if victim.state == DECODE:
-            decoded = j > victim.j0  # it decoded in the step before
             self._leave_cohort(victim, j)
         else:
             self.prefilling.remove(victim)
@@ -1112,6 +1180,77 @@ class Engine:
             self.running.remove(victim)
         if victim.computed > victim.synced:  # decodes since its last new block: a full block
             self._extend(victim, victim.computed)  # is cached as vLLM caches it (it fits)
+
+    def _swap_out(self, victim: Req, j: int) -> Req:
+        """V0's Scheduler._preempt_by_swap before decode step j: `can_swap_out` asks the CPU
+        pool for the victim's full blocks plus the blocks its unseen tokens touch
+        (BlockSpaceManager._can_swap), else V0 aborts (SwapSpaceExhausted); its every block is
+        copied out (the next step pays host_copy_time_s) and freed on the GPU, and it waits in
+        the swapped queue with its tokens kept."""
+        self._stop_running(victim, j)
+        bs = self.block_size
+        held = -(-victim.synced // bs)
+        need = victim.synced // bs
+        need += append_blocks_touched(victim.synced, victim.num_tokens - victim.synced, bs)
+        if need > self.cpu_free_blocks:
+            raise SwapSpaceExhausted(
+                victim.rid, need, self.cpu_free_blocks, self.config.swap_cpu_blocks, self.clock_s
+            )
+        self._release(victim)
+        self.cpu_free_blocks -= held
+        victim.state = SWAPPED
+        victim.preemptions += 1
+        self.preemptions += 1
+        self.swap_outs += 1
+        self.swapped_out_blocks += held
+        self.swap_pending_s += self._copy_s(held)
+        self.swapped.append(victim)
+        return victim
+
+    def _copy_s(self, blocks: int) -> float:
+        config = self.config
+        return host_copy_time_s(
+            blocks, config.swap_block_bytes, config.host_link_one_way_bytes_per_s
+        )
+
+    def _swap_in(self, budget: int, d: int) -> list[Req]:
+        """V0's _schedule_swapped at decode step d: from the head of the swapped queue while
+        `can_swap_in` holds (the GPU's free blocks less the full blocks and those the unseen
+        tokens touch leave the watermark), a token of budget and a seat remain. Each request's
+        blocks are copied back (the step pays the copy), it rejoins the batch at its end and
+        runs its next token in this step (a prompt cut by the swap, its next chunk next step)."""
+        bs = self.block_size
+        back: list[Req] = []
+        while self.swapped and budget > len(back) and self._seat_free():
+            r = self.swapped[0]
+            touched = r.synced // bs + append_blocks_touched(r.synced, r.num_tokens - r.synced, bs)
+            if self.bm.num_free_blocks - touched < self.config.admission_watermark_blocks:
+                break
+            self.swapped.popleft()
+            held = -(-r.synced // bs)
+            self.bm.allocate(r.rid, self.ids(r, 0, r.synced))
+            self.cpu_free_blocks += held
+            self.swap_ins += 1
+            self.swapped_in_blocks += held
+            self.swap_pending_s += self._copy_s(held)
+            self.admitted += 1
+            r.admit_seq = self.admitted  # self.running.extend: at the end of the batch
+            self.running.append(r)
+            if r.outputs == 0:  # swapped out mid-prompt (chunked prefill)
+                r.state = PREFILL
+                self.prefilling.append(r)
+                continue
+            self._join_cohort(r, d)
+            if not self._extend(r, r.computed + 1):  # _append_slots: touched counted it
+                raise AssertionError("can_swap_in counted the new token's block")
+            back.append(r)
+        return back
+
+    def _requeue(self, victim: Req, j: int, front: bool) -> Req:
+        """Stop a running request before decode step j, free all its blocks and queue it again
+        (at the head, or at the back) to recompute its prompt and outputs."""
+        decoded = victim.state == DECODE and j > victim.j0  # it decoded in the step before
+        self._stop_running(victim, j)
         if decoded and self.config.async_scheduling and victim.computed % self.block_size == 0:
             # async: a block is cached once the output of the step that filled it is processed;
             # that step's output comes after this preemption, so its last block is not kept
@@ -1198,6 +1337,8 @@ class Engine:
     def _quiet(self) -> bool:
         """Nothing but decodes can happen this step: no prefill, and no admission possible."""
         if self.prefilling or not self.num_decodes or self.lingering:
+            return False
+        if self.swapped or self.swap_pending_s:  # V0's swapped queue is looked at every step
             return False
         if self._in_window():
             return True

@@ -123,6 +123,9 @@ class ServeOptions(NamedTuple):
     # (GiB of CPU memory per GPU; None: 4), kvplan.engines.vllm_v0
     preemption_mode: str | None = None
     swap_space: float | None = None
+    # resolved, not a flag: vLLM 0.8 runs its V0 engine for these options (_batch_limits,
+    # engines.vllm_v0.v08_v0_fallback), so V0's rules apply
+    v0_engine: bool = False
     # deployments over several nodes (node_span): the nodes one launch spans (SGLang's and
     # vLLM's --nnodes), or vLLM's DP ranks per node (--data-parallel-size-local: nodes =
     # --data-parallel-size / it)
@@ -374,8 +377,25 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
     max_num_batched_tokens, max_num_seqs, the note of V0's defaults or None): vLLM V0's own
     (kvplan.engines.vllm_v0) for 0.6 and 0.7, `vllm serve`'s V1 ones (batch_defaults) from 0.8."""
     from kvplan.engines import vllm_v0
+    from kvplan.engines.vllm import gpu_generation
 
+    speculative = (
+        options.speculative_config is not None or options.speculative_algorithm is not None
+    )
     release = vllm_v0.v0_release(options.vllm_version)
+    fallback = vllm_v0.v08_v0_fallback(
+        options.vllm_version,
+        kv_cache_dtype=options.kv_cache_dtype,
+        pp=options.pp,
+        scheduler_steps=options.num_scheduler_steps,
+        vendor=gpu.device_vendor,
+        preemption_mode=options.preemption_mode,
+        speculative=speculative,
+        hopper=gpu_generation(gpu) == 9,
+    )
+    if fallback:  # 0.8's engine oracle: the V0 engine, with V0's rules
+        release = vllm_v0.v08_release(options.vllm_version)
+        options = options._replace(v0_engine=True)
     vllm_v0.check_preemption_mode(options.preemption_mode, release)
     vllm_v0.check_swap_space(options.swap_space)
     if options.preemption_mode is not None and not options.preemption:
@@ -388,24 +408,7 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
         chunked = options.enable_chunked_prefill is not False  # V1 always chunks
         mnbt = given_mnbt or (mnbt_default if chunked else max(max_model_len, mnbt_default))
         seqs = given_seqs or min(seqs_default, mnbt)
-        fallback = vllm_v0.v08_v0_fallback(
-            options.vllm_version,
-            kv_cache_dtype=options.kv_cache_dtype,
-            pp=options.pp,
-            scheduler_steps=options.num_scheduler_steps,
-            vendor=gpu.device_vendor,
-        )
-        return (
-            options._replace(enable_chunked_prefill=chunked),
-            mnbt,
-            seqs,
-            note("sim-vllm-08-v0", version=options.vllm_version, flags=fallback)
-            if fallback
-            else None,
-        )
-    speculative = (
-        options.speculative_config is not None or options.speculative_algorithm is not None
-    )
+        return options._replace(enable_chunked_prefill=chunked), mnbt, seqs, None
     defaults = vllm_v0.v0_defaults(
         release,
         spec,
@@ -426,6 +429,13 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
     )
     mnbt = given_mnbt or defaults.max_num_batched_tokens
     seqs = given_seqs or defaults.max_num_seqs  # V0 does not cap it at the token budget
+    if fallback:
+        return (
+            options,
+            mnbt,
+            seqs,
+            note("sim-vllm-08-v0", version=options.vllm_version, flags=fallback),
+        )
     return (
         options,
         mnbt,
@@ -445,7 +455,7 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
 
 def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
     """Resolve the defaults, size the KV pool, and build the step-time model."""
-    from kvplan.engines import EngineRequest
+    from kvplan.engines import EngineRequest, vllm_v0
     from kvplan.engines.vllm import allocation_release, vllm_allocation
 
     if any(a.compress_ratio for a in spec.attention_layers()):
@@ -512,6 +522,10 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         kv_cache_dtype=options.kv_cache_dtype,
         block_size=options.block_size,
         max_num_batched_tokens=mnbt,
+        # V0's profile run is max_num_seqs prompts (ModelRunner.profile_run): its own 256, not
+        # the V1 default the allocator would take
+        max_num_seqs=seqs if v0_rules(options) else None,
+        v0_profile=v0_rules(options) is not None,
         tp=options.tp,
         pp=options.pp,
         gpu_mem_util=options.gpu_mem_util,
@@ -549,7 +563,21 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     speculation, draft = _speculation(spec, gpu, options, fmt_name, layout.attn_tp)
     if speculation is not None:  # the draft's weights and KV layers share the pool
         alloc = _with_draft(alloc, speculation, options, spec, fmt_name, layout.attn_tp)
-    config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options)
+    pool, why = _v0_pool(spec, gpu, alloc, request, options, speculation)
+    if pool is not None:
+        notes.append(
+            note(
+                "sim-vllm-v0-pool",
+                gpu_blocks=pool.num_gpu_blocks,
+                cpu_blocks=pool.num_cpu_blocks,
+                block_bytes=pool.block_bytes,
+                available_bytes=pool.available_bytes,
+                swap=vllm_v0.swaps(options.preemption_mode),
+            )
+        )
+    if vllm_v0.swaps(options.preemption_mode):
+        vllm_v0.check_swap(gpu.name, gpu.host_link is not None, pool is not None, why)
+    config = _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options, pool, gpu)
     if config.prefill_first and (layout.modelled or speculation is not None):
         raise KvplanError(
             "kvplan models vLLM V0's prefill-first scheduling (vLLM "
@@ -575,8 +603,13 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         block_size=config.block_size,
         enable_prefix_caching=prefix_caching,
     )
-    # vLLM's own figure (config.block_size is already the scheduler's block_size x dcp)
-    tokens = alloc.kv_cache_tokens or config.num_blocks * config.block_size
+    # vLLM's own figure (config.block_size is already the scheduler's block_size x dcp); V0's
+    # pool holds num_gpu_blocks x block_size tokens
+    tokens = (
+        config.num_blocks * config.block_size
+        if pool is not None
+        else alloc.kv_cache_tokens or config.num_blocks * config.block_size
+    )
     return Replica(
         config,
         model,
@@ -812,6 +845,38 @@ def backend_kernels(spec, gpu, options, tables):
     return BackendKernels(timed["decode"], timed["prefill"]), untimed, named_timed
 
 
+def prefill_attention_note(model, kernels, tables: str) -> Note:
+    """`sim-prefill-attention`: which prefill attention each kind of attention layer got, the
+    backend's measured calls or the fractions of the datasheet rates, and why the fractions
+    (StepModel.prefill_fractions_why)."""
+    timed, fractions = [], []
+    for g in model.groups:
+        if not g.layers:
+            continue
+        kind = "MLA" if g.mla else "GQA/MHA"
+        what = f"{g.layers} {kind} layer{'s' if g.layers != 1 else ''} ({g.head_shape})"
+        why = model.prefill_fractions_why(g)
+        timing = kernels.prefill.get(g.mla) if kernels is not None else None
+        if not why and timing is not None:
+            timed.append(f"{what}: {timing.backend}'s, measured on engine version {timing.version}")
+        else:
+            fractions.append(f"{what}: {PREFILL_FRACTIONS_WHY[why or 'backend']}")
+    return note(
+        "sim-prefill-attention",
+        timed="; ".join(timed) or None,
+        fractions="; ".join(fractions) or None,
+        tables=tables,
+    )
+
+
+PREFILL_FRACTIONS_WHY = {
+    "sparse": "sparse layers (DSA top-k, compressed or block-sparse), which the rows never ran",
+    "backend": "the tables hold no prefill calls of the backend that runs it (for this kind, "
+    "cache dtype and the tables' engine version)",
+    "shape": "the tables hold no prefill calls of its backend at this head shape",
+}
+
+
 def engine_state_dtypes(spec, gpu, options) -> tuple[str, str] | None:
     """The (conv, SSM) dtypes an engine keeps a recurrent state in: SGLang's own
     (engines.sglang.STATE_DTYPES, the ones its pool is sized by); vLLM's by architecture,
@@ -906,6 +971,8 @@ def step_model(
         network=None if span is None else span.network,
         node_gpus=None if span is None else span.node_gpus,
         backend_kernels=kernels,
+        # SGLang's DP attention gathers before every layer's MLP (StepModel.sglang_dp_comm_s)
+        dp_gather_full=options.engine == "sglang" and layout.dp > 1,
     )
     if spec.moe is not None:
         notes.append(note("sim-weak-moe", timed=tables.label if model.moe_curve else None))
@@ -923,6 +990,8 @@ def step_model(
                 else "GQA/MHA",
             )
         )
+    if not measured and spec.attention_layers():
+        notes.append(prefill_attention_note(model, kernels, tables.label))
     if named_timed:
         phases = named_timed
         notes.append(
@@ -975,15 +1044,84 @@ def step_model(
     return model, wdtype
 
 
-def _engine_config(alloc, max_model_len, seqs, mnbt, prefix_caching, options) -> EngineConfig:
+def _v0_pool(spec, gpu, alloc, request, options, speculation):
+    """(V0's own KV pool for a V0 release (kvplan.engines.vllm_v0.v0_pool), None and why not
+    where kvplan keeps its V1 allocator's pool): on every rank the memory the profile left
+    (vllm_memory.stage_memory's terms with the CUDA graphs not subtracted, or
+    --kv-cache-memory) over CacheEngine's block, every attention layer of the rank in one."""
+    from kvplan.anatomy.model import pp_stages
+    from kvplan.engines import vllm_v0
+    from kvplan.engines.vllm import attention_bytes_per_token
+
+    release = v0_rules(options)
+    if release is None:
+        return None, "a V1 release"
+    if not vllm_v0.v0_pool_applies(spec, release, request.max_model_len):
+        return None, (
+            f"{spec.name} has layers other than K/V attention V0 keeps whole (MLA, recurrent "
+            "states, or a sliding window shorter than max_model_len), whose V0 cache kvplan "
+            "does not model"
+        )
+    if speculation is not None:
+        return None, "V0's speculative decoding (a draft model's cache) is not modelled"
+    stages = pp_stages(spec._replace(dtype=alloc.dtype), options.pp)
+    if alloc.memory is not None:
+        available = [m.available_bytes for m in alloc.memory]
+    else:
+        available = [request.kv_cache_memory_bytes] * len(stages)
+    block_size = options.block_size or vllm_v0.V0_BLOCK_SIZE
+    sizes = [
+        vllm_v0.cache_block_bytes(
+            [
+                attention_bytes_per_token(a, request.kv_cache_dtype, alloc.dtype, options.tp)
+                for a in stage.attention_layers()
+            ],
+            block_size,
+        )
+        for stage in stages
+    ]
+    swap_gib = vllm_v0.SWAP_SPACE_GIB if options.swap_space is None else options.swap_space
+    pool = vllm_v0.v0_pool(available, sizes, swap_gib)
+    vllm_v0.check_v0_pool(pool, block_size, request.max_model_len)
+    return pool, ""
+
+
+def _engine_config(
+    alloc, max_model_len, seqs, mnbt, prefix_caching, options, pool=None, gpu=None
+) -> EngineConfig:
     """The pool in blocks of the full-attention group; sliding-window groups as vLLM's
     SlidingWindowManager keeps them where their blocks map onto the pool's one to one (the
     full group's block size, a whole number of window groups per full group), other windowed
-    and state groups as a fixed share per request (their steady-state blocks)."""
-    from kvplan.engines.vllm_v0 import v0_release, watermark_blocks
+    and state groups as a fixed share per request (their steady-state blocks). `pool`: V0's own
+    (kvplan.engines.vllm_v0.V0Pool), all its blocks usable (no null block), with its CPU pool
+    and `gpu`'s host link where --preemption-mode swap is given."""
+    from kvplan.engines.vllm_v0 import watermark_blocks
     from kvplan.simulate.engine import EngineConfig, side_blocks, usable_blocks, window_blocks
 
-    v0 = v0_release(options.vllm_version) is not None
+    v0 = v0_rules(options) is not None
+    if pool is not None:
+        from kvplan.engines.vllm_v0 import V0_BLOCK_SIZE, swaps
+
+        swap = swaps(options.preemption_mode) and gpu is not None and gpu.host_link is not None
+        return EngineConfig(
+            max_num_seqs=seqs,
+            max_num_batched_tokens=mnbt,
+            max_model_len=max_model_len,
+            num_blocks=pool.num_gpu_blocks,
+            block_size=options.block_size or V0_BLOCK_SIZE,
+            enable_prefix_caching=prefix_caching,
+            enable_chunked_prefill=options.enable_chunked_prefill,
+            preemption=options.preemption,
+            continuous_batching=options.continuous_batching,
+            async_scheduling=options.async_scheduling,
+            reserve_full_isl=True,  # can_allocate: the whole prompt's blocks on admission
+            scheduler_steps=options.num_scheduler_steps,
+            prefill_first=v0_prefill_first(options),
+            admission_watermark_blocks=watermark_blocks(pool.num_gpu_blocks),
+            swap_cpu_blocks=pool.num_cpu_blocks if swap else -1,
+            swap_block_bytes=pool.block_bytes,
+            host_link_one_way_bytes_per_s=gpu.host_link.one_way_bytes_per_s if swap else 0.0,
+        )
 
     full = (CacheKind.FULL, CacheKind.MLA)
     main = [g for g in alloc.groups if g.kind in full]
@@ -1106,15 +1244,28 @@ def newer_than_modelled(version: str) -> Note | None:
 
 MOE_BACKEND_FROM = (0, 19)  # the oldest release whose --moe-backend names kvplan knows
 V0_FROM = (0, 6)  # the oldest release kvplan takes (V0; run with 0.8's V1 rules, noted)
-V1_FROM = (0, 8)  # V1's scheduler is the default
 MULTI_STEP_UNTIL = (0, 8)  # --num-scheduler-steps: V0 only, gone with V0 after 0.8
 MAX_SCHEDULER_STEPS = 64
 
 
+def v0_rules(options: ServeOptions) -> tuple[int, int, int] | None:
+    """The vLLM V0 release whose rules the replica runs: a V0 release (0.6, 0.7), or the 0.8
+    patch whose engine oracle fell back to V0 (options.v0_engine); None for V1."""
+    from kvplan.engines import vllm_v0
+
+    if options.engine != "vllm":
+        return None
+    release = vllm_v0.v0_release(options.vllm_version)
+    if release is None and options.v0_engine:
+        release = vllm_v0.v08_release(options.vllm_version)
+    return release
+
+
 def v0_prefill_first(options: ServeOptions) -> bool:
-    """Whether the replica runs vLLM V0's Scheduler._schedule_default (V0 releases 0.6, 0.7
-    with chunked prefill off): a step that admits prompts runs them alone."""
-    return _minor(options.vllm_version) < V1_FROM and options.enable_chunked_prefill is False
+    """Whether the replica runs vLLM V0's Scheduler._schedule_default (V0 releases 0.6, 0.7,
+    and 0.8's V0 fallback, with chunked prefill off): a step that admits prompts runs them
+    alone."""
+    return v0_rules(options) is not None and options.enable_chunked_prefill is False
 
 
 def check_multi_step(options: ServeOptions) -> Note | None:
@@ -1139,13 +1290,14 @@ def check_multi_step(options: ServeOptions) -> Note | None:
         )
     if steps > 1 and options.speculative_config is not None:
         raise KvplanError("vLLM's multi-step scheduling does not run with speculative decoding")
-    if version < V1_FROM or steps > 1:
+    v0 = v0_rules(options) is not None
+    if v0 or steps > 1:
         return note(
             "sim-vllm-v0",
             version=options.vllm_version,
             steps=steps,
             prefill_first=v0_prefill_first(options),
-            v0_rules=version < V1_FROM,
+            v0_rules=v0,
         )
     return None
 
@@ -1162,7 +1314,12 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     from kvplan.engines.moe_backend import check_sglang_moe_backend
     from kvplan.engines.sglang import sglang_allocation, sglang_release
     from kvplan.simulate.engine import EngineConfig
-    from kvplan.simulate.sglang import MAX_PREFILL_TOKENS, SglangPolicy
+    from kvplan.simulate.sglang import (
+        DP_ATTENTION_CONSERVATIVENESS,
+        INIT_NEW_TOKEN_RATIO,
+        MAX_PREFILL_TOKENS,
+        SglangPolicy,
+    )
 
     for given, flag in (
         (
@@ -1251,6 +1408,9 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         options = options._replace(async_scheduling=False)  # the overlap scheduler off (spec v1)
     if layout.dp > 1:  # SGLang divides --max-running-requests among its DP-attention ranks
         running = max(1, running // layout.dp)
+        # and, in server_args._handle_data_parallelism, the chunked prefill size ("adjusted to
+        # avoid MoE kernel issues": each rank's prefill batch, the MoE layers seeing the sum)
+        chunk = max(1, chunk // layout.dp)
     prefix_caching = options.enable_prefix_caching
     if prefix_caching is None:
         prefix_caching = True  # the radix cache; hybrids keep theirs too
@@ -1290,7 +1450,12 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         enable_chunked_prefill=True,  # SGLang's chunked prefill (--no-... refused above)
         kv_cache_dtype=alloc.kv_cache_dtype,
     )
-    policy = SglangPolicy(page_size=alloc.block_size)
+    policy = SglangPolicy(
+        page_size=alloc.block_size,
+        # DP attention scales schedule_conservativeness by 0.3: admission reserves less
+        init_new_token_ratio=INIT_NEW_TOKEN_RATIO
+        * (DP_ATTENTION_CONSERVATIVENESS if layout.dp > 1 else 1.0),
+    )
     return Replica(
         config,
         model,

@@ -69,6 +69,9 @@ if TYPE_CHECKING:  # numpy is imported where the arrays are made
 
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness 1.0
+# server_args._handle_data_parallelism with DP attention on (0.4 to main): schedule_conservativeness
+# x 0.3 (init and min new_token_ratio scale with it) and chunked_prefill_size // dp_size
+DP_ATTENTION_CONSERVATIVENESS = 0.3
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
 NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
 RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS

@@ -450,14 +450,18 @@ class SpeculativeStepModel:
 
     # ---- the step ---------------------------------------------------------------------------
     def step(
-        self, shape: BatchShape, gathered_tokens: int | None = None, queries: int = 1
+        self,
+        shape: BatchShape,
+        gathered_tokens: int | None = None,
+        queries: int = 1,
+        padded: bool = False,
     ) -> StepTime:
         if not shape.num_decodes:
-            return self.target.step(shape, gathered_tokens)
+            return self.target.step(shape, gathered_tokens, padded=padded)
         b = shape.num_decodes
         gathered = None if gathered_tokens is None else gathered_tokens * self.queries
         decodes = BatchShape(b, shape.decode_context_sum, (), b * self.queries)
-        verify = self.target.step(decodes, gathered, self.queries)
+        verify = self.target.step(decodes, gathered, self.queries, padded)
         draft = self.draft_step(b, shape.decode_context_sum)
         first = self.draft_step(b, shape.decode_context_sum, first=True)
         one = _round(verify, draft, first, self.k, self.speculation.tokens_per_round)
@@ -467,6 +471,7 @@ class SpeculativeStepModel:
             shape._replace(num_sampled=b * self.queries + len(shape.prefill_chunks)),
             gathered,
             self.queries,
+            padded,
         )
         return _linear((one, 1.0), (mixed, 1.0), (verify, -1.0))
 
@@ -476,13 +481,16 @@ class SpeculativeStepModel:
         context_sums,
         queries: int = 1,
         gathered_tokens: int | None = None,
+        padded: bool = False,
     ):
         import numpy as np
 
         sums = np.asarray(context_sums, dtype=float)
         if self.target.pp > 1 and num_decodes > 1:
             steps = [
-                self.step(BatchShape(num_decodes, float(x), (), num_decodes), gathered_tokens)
+                self.step(
+                    BatchShape(num_decodes, float(x), (), num_decodes), gathered_tokens, 1, padded
+                )
                 for x in sums
             ]
 
@@ -492,7 +500,9 @@ class SpeculativeStepModel:
             return np.array([t.total_s for t in steps]), kept_steps
         e, k = self.speculation.tokens_per_round, self.k
         gathered = None if gathered_tokens is None else gathered_tokens * self.queries
-        times, verify_kept = self.target.decode_span_s(num_decodes, sums, self.queries, gathered)
+        times, verify_kept = self.target.decode_span_s(
+            num_decodes, sums, self.queries, gathered, padded
+        )
         draft_times, draft_kept = self._draft_span(num_decodes, sums, False)
         first_times, first_kept = self._draft_span(num_decodes, sums, True)
         token_times = speculative_round_s(draft_times, times, k, first_times) / e

@@ -45,11 +45,22 @@ text("roofline-state")(
     )
 )
 text("roofline-tp")(
-    lambda tp, link, one_way_bytes_per_s, latency_s: (
+    lambda tp, link, one_way_bytes_per_s, latency_s, node_gpus=None, network=None, network_one_way_bytes_per_s=None, network_latency_s=None: (
         f"Per GPU at TP {tp}: FLOPs, weights and KV heads divided by {tp}; each layer adds 2 "
         f"ring all-reduces of batch x hidden bf16 activations over {link} "
         f"({f.gbps_text(one_way_bytes_per_s)} one way, {f.us_text(latency_s)} "
         "per message), not overlapped with compute."
+        + (
+            f" The group spans {-(-tp // node_gpus)} nodes of {node_gpus} GPUs: each "
+            f"all-reduce runs in two levels, as simulate prices it (reduce-scatter and "
+            f"all-gather within the node over {link}, a ring all-reduce of each GPU's "
+            f"1/{node_gpus} shard across the nodes over {network}, "
+            f"{f.gbps_text(network_one_way_bytes_per_s)} one way, "
+            f"{f.us_text(network_latency_s)} per message; "
+            "kvplan.formulas.comm.tp_allreduce_time_s)."
+            if node_gpus is not None
+            else ""
+        )
     )
 )
 text("roofline-pp")(

@@ -278,21 +278,42 @@ text("sim-vllm-v0")(
         + (
             " As V0's block manager does, a prompt is admitted only when its whole sequence's "
             "blocks leave 1% of the pool free (the watermark); preemption is by recompute (V0's "
-            "default for one-sequence requests; swap is not simulated). The KV pool is kvplan's "
-            "V1 allocator's: V0's memory profiling is not modelled."
+            "default for one-sequence requests) or, with --preemption-mode swap, by swapping to "
+            "the CPU pool. The KV pool is V0's own where a note says so, else kvplan's V1 "
+            "allocator's."
             if v0_rules
             else " kvplan applies V0's multi-step windows alone here: admission, defaults and the "
             "KV pool are its V1 ones."
         )
     )
 )
+text("sim-vllm-v0-pool")(
+    lambda gpu_blocks, cpu_blocks, block_bytes, available_bytes, swap: (
+        f"V0's own KV pool (vllm/worker/worker.py determine_num_available_blocks): "
+        f"{available_bytes / 2**30:,.2f} GiB left after the profile run (total x "
+        "gpu_memory_utilization less weights, the profile batch's activation peak and non-torch "
+        "memory; the CUDA graphs are captured after, not subtracted) over a block of "
+        f"{block_bytes:,} B (CacheEngine.get_cache_block_size: K and V of every attention layer "
+        f"of the rank): # GPU blocks {gpu_blocks:,}, # CPU blocks {cpu_blocks:,} (--swap-space "
+        "over the same block)"
+        + (
+            ". --preemption-mode swap: a preempted request's blocks are copied to the CPU pool "
+            "and back before it runs again (swapped requests before new prompts), each copy "
+            "taking blocks x block bytes over the host link's one-way bandwidth (added to the "
+            "step's time); a full CPU pool aborts the run as V0 does."
+            if swap
+            else "."
+        )
+    )
+)
 text("sim-vllm-08-v0")(
     lambda version, flags: (
-        f"vLLM 0.8.0's engine oracle (EngineArgs._is_v1_supported_oracle) falls back to the V0 "
-        f"engine with {', '.join(flags)} (later 0.8 patches take some of these on V1); kvplan "
-        f"simulates vLLM {version} with V1's admission rules and defaults, so V0's (max_num_seqs "
-        "256, chunked prefill only above 32,768 tokens, prefix caching off) are not applied. "
-        "--engine-version 0.7 runs V0's."
+        f"vLLM {version}'s engine oracle (EngineArgs._is_v1_supported_oracle, VLLM_USE_V1 unset) "
+        f"falls back to the V0 engine with {', '.join(flags)}: kvplan simulates it with V0's "
+        "rules (0.8's _set_default_args_v0: max_num_seqs 256, chunked prefill only above 32,768 "
+        "tokens and not for MLA or multimodal models, prefix caching off; V0's admission, "
+        "preemption and KV pool). Fallbacks kvplan cannot decide from flags (a V0-only "
+        "architecture, compute capability below 8.0) are not checked."
     )
 )
 _V0_CHUNKED_OFF = {
@@ -304,6 +325,7 @@ _V0_CHUNKED_OFF = {
     "speculative": "V0 keeps it off with speculative decoding",
     "prefix-caching": "0.6.0 keeps it off with prefix caching",
     "state": "V0 keeps it off for recurrent-state layers before 0.6.3",
+    "mla": "0.8's V0 keeps it off for MLA models",
 }
 
 
@@ -420,26 +442,47 @@ text("sim-interval")(
     )
 )
 text("sim-expert-parallel")(
-    lambda layout, dp, ep, experts_per_rank, gpus, router: (
+    lambda layout, dp, ep, experts_per_rank, gpus, router, engine="vllm": (
         f"Layout {layout} on {gpus} GPU(s) per group. "
         + (
             f"Each of the {dp} DP ranks has its own scheduler and KV pool (requests go to them "
             f"by {router.replace('_', ' ')}) and runs attention and the dense layers on its own "
             "batch, their weights replicated at the attention TP; the MoE layers run on the "
-            "gathered batch, priced at the rank's tokens x DP (balanced ranks): the lockstep "
-            "wait for the slowest rank and vLLM's dummy batches on idle ranks are not simulated "
-            "step by step (kvplan.formulas.batch_step.lockstep_step prices one lockstep step). "
+            "gathered batch. The ranks step in lockstep, each step as long as the slowest "
+            "rank's, an idle rank running a one-token dummy "
+            "(kvplan.formulas.batch_step.lockstep_step). "
             if dp > 1
             else ""
         )
         + (
+            "SGLang's DP attention (no --moe-a2a-backend, so with or without --ep-size): before "
+            "every layer's MLP, dense ones included, the ranks' hidden states are gathered over "
+            "the whole group and after it handed back: in a step with a prefill, or with "
+            "unbalanced ranks, two all-reduces of the summed rows (SUM_LEN); in balanced decode "
+            "steps an all-gather and a reduce-scatter of the rows padded to the largest rank's "
+            "(MAX_LEN). With DP attention SGLang divides chunked_prefill_size by the DP size "
+            "and multiplies schedule_conservativeness by 0.3 (server_args). "
+            if dp > 1 and engine == "sglang"
+            else ""
+        )
+        + (
             f"EP {ep}: each rank holds {experts_per_rank:g} routed experts and reads the ones "
-            "its tokens touch (uniform routing: the expected share), the MoE layers' all-reduce "
-            "replaced by a dispatch and a combine all-to-all of each token's hidden state to its "
-            "top-k experts (bf16, the link's one-way bandwidth, one latency each)."
+            "its tokens touch (uniform routing: the expected share)"
+            + (
+                "."
+                if dp > 1 and engine == "sglang"
+                else ", the MoE layers' all-reduce replaced by a dispatch and a combine "
+                "all-to-all of each token's hidden state to its top-k experts (bf16, the link's "
+                "one-way bandwidth, one latency each)."
+            )
             if ep > 1
-            else "The experts are tensor-parallel over the group; without EP each MoE layer "
-            "all-gathers the ranks' hidden states before it and reduce-scatters after it."
+            else "The experts are tensor-parallel over the group"
+            + (
+                "."
+                if dp > 1 and engine == "sglang"
+                else "; without EP each MoE layer all-gathers the ranks' hidden states before "
+                "it and reduce-scatters after it."
+            )
         )
         + " Expert load imbalance is not modelled."
     )
@@ -458,7 +501,7 @@ text("sim-multinode")(
         f"{f.us_text(latency_s)} per message) at its datasheet rate: kvplan has no measured "
         "inter-node all-reduce or all-to-all table. TP all-reduces across nodes run in two levels "
         "(reduce-scatter and all-gather within the node, a ring all-reduce of each GPU's shard "
-        "across nodes: kvplan.formulas.comm.two_level_allreduce_time_s); EP all-to-alls send "
+        "across nodes: kvplan.formulas.comm.tp_allreduce_time_s); EP all-to-alls send "
         "each token's expert copies bound for other nodes over the GPU's own network link, one "
         "copy per expert (DeepEP's one-copy-per-node dispatch is not modelled)."
         + (
@@ -504,6 +547,32 @@ text("sim-nsa-backend-ignored")(
         f"{flags}: ignored for this model, as SGLang ignores it: SGLang reads the NSA backends "
         "for DeepSeek sparse attention (DSA) models only, and this model has none, so the flag "
         "changes nothing in the launch or in these figures"
+    )
+)
+text("sim-prefill-attention")(
+    lambda timed, fractions, tables: " ".join(
+        part
+        for part in (
+            (
+                f"Prefill attention timed from its backend's measured prefill calls in the "
+                f"kernel tables ({tables}; aiconfigurator's context-attention rows): {timed}. A "
+                "step's chunks run as one call over their sequences x the query heads on a "
+                "rank, each chunk as the prompt whose causal attention attends as many keys (a "
+                "chunk over cached tokens or a window as the prompt of the same work), "
+                "interpolated between measured calls, work-linear past the largest, and at "
+                "least the chunks' KV read."
+            )
+            if timed
+            else "",
+            (
+                f"Prefill attention at the kernel tables' ({tables}) fractions of the datasheet "
+                f"rates (the roofline of its FLOPs and KV read, no measured call time) for "
+                f"{fractions}."
+            )
+            if fractions
+            else "",
+        )
+        if part
     )
 )
 text("sim-attention-timed")(
