@@ -104,8 +104,8 @@ def run_by_hand(arrivals, observe, **config):
     """A small engine whose schedule a test works out by hand: steps of 1 s, 8 seats, 4,096
     tokens a step and of context, 100 blocks of 16, unless `config` (EngineConfig's fields)
     says otherwise. `arrivals`: (step, prompt tokens, outputs) of each request (ids in order),
-    admitted once that many steps have run; `observe` sees every step (Engine's observer).
-    Runs to the end: (the engine, its requests)."""
+    admitted once that many steps have run; `observe` sees every step (Engine's observer, or
+    None). Runs to the end: (the engine, its requests)."""
     from kvplan.simulate.engine import Engine, EngineConfig, Req
     from kvplan.simulate.steplog import FixedStep
     from kvplan.simulate.workload import RequestSpec
