@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 
+from kvplan.engines.releases import VLLM_VERSION
 from kvplan.errors import KvplanError
 from kvplan.simulate import steplog
 
@@ -25,8 +26,8 @@ def main(argv=None) -> int:
     parser.add_argument("--fixed-step-time", default="1s", help="every step's time (1 us to 1 h)")
     parser.add_argument(
         "--vllm-version",
-        default="0.19",
-        choices=steplog.VLLM_VERSIONS,
+        default=VLLM_VERSION,
+        choices=steplog.SCHEDULE_VERSIONS,
         help="whose scheduling rules (0.18: first-chunk admission; 0.19 on: whole prompt)",
     )
     parser.add_argument("--format", choices=("text", "json"), default="text")

@@ -100,6 +100,38 @@ def mamba2_config(**overrides) -> dict:
     return config
 
 
+def run_by_hand(arrivals, observe, **config):
+    """A small engine whose schedule a test works out by hand: steps of 1 s, 8 seats, 4,096
+    tokens a step and of context, 100 blocks of 16, unless `config` (EngineConfig's fields)
+    says otherwise. `arrivals`: (step, prompt tokens, outputs) of each request (ids in order),
+    admitted once that many steps have run; `observe` sees every step (Engine's observer, or
+    None). Runs to the end: (the engine, its requests)."""
+    from kvplan.simulate.engine import Engine, EngineConfig, Req
+    from kvplan.simulate.steplog import FixedStep
+    from kvplan.simulate.workload import RequestSpec
+
+    small = dict(max_num_seqs=8, max_num_batched_tokens=4096, max_model_len=4096, num_blocks=100)
+    engine = Engine(
+        EngineConfig(**{**small, "block_size": 16, **config}),
+        FixedStep(1.0),
+        0.0,
+        observer=observe,
+    )
+    reqs = [
+        Req(RequestSpec(rid, 0.0, prompt, outputs), 0.0, 0.0, outputs)
+        for rid, (_step, prompt, outputs) in enumerate(arrivals)
+    ]
+    for req, (step, _prompt, _outputs) in sorted(
+        zip(reqs, arrivals, strict=True), key=lambda ra: ra[1][0]
+    ):
+        while engine.step_index < step:
+            engine.step(engine.clock_s + 0.5)
+        engine.admit(req, engine.clock_s)
+    while engine.has_work:
+        engine.step(engine.clock_s + 0.5)
+    return engine, reqs
+
+
 def default_signals() -> None:
     """preexec_fn for a child the test will signal: SIGTERM, SIGINT and SIGHUP at their default
     action, as in an interactive shell. A run under `nohup` (or a background job's SIGINT)

@@ -20,6 +20,9 @@ BASE = (
 )
 
 
+V07 = ("--engine-version", "0.7")
+
+
 def _plan(*extra: str) -> dict:
     code, out, err = run_cli(*BASE, *extra, "--format", "json")
     assert code == 0, err
@@ -51,6 +54,40 @@ def test_v0_release_runs_v0_rules_in_every_configuration():
         v0["candidates"][0]["operating_point"]["p99_tpot_ms"]
         > (v1["candidates"][0]["operating_point"]["p99_tpot_ms"])
     )
+
+
+def test_the_release_notes_come_from_the_replicas_the_search_built(monkeypatch):
+    """The release notes are read off the replicas the search built: nothing is built after
+    it (each listed configuration's replica was built a second time only for its notes). A
+    configuration the search never built, for want of a price, is built for them."""
+    from kvplan.plans import plan as p
+
+    run_all, build = p._run_all, p.build_replica
+
+    def search_then_no_build(*args, **kwargs):
+        answer = run_all(*args, **kwargs)
+        monkeypatch.setattr(p, "build_replica", _no_build)
+        return answer
+
+    monkeypatch.setattr(p, "_run_all", search_then_no_build)
+    data = _plan("--max-num-batched-tokens", "2048,8192", *V07)
+    assert data["feasible"] == 2
+    assert "sim-vllm-v0" in _ids(data) and "sim-vllm-v0-defaults" in _ids(data)
+
+    monkeypatch.setattr(p, "_run_all", run_all)  # no price, never built: built for its notes
+    monkeypatch.setattr(p, "build_replica", build)
+    argv = [("h100-pcie" if a == "h100" else a) for a in (*BASE, "--format", "json")]
+    code, out, err = run_cli(*argv, "--max-num-batched-tokens", "2048,8192", *V07)
+    assert code == 0, err
+    priceless = json.loads(out)
+    assert priceless["feasible"] == 0 and priceless["rejections"][0]["reason"].startswith(
+        "no price for H100 PCIe"
+    )
+    assert "sim-vllm-v0" in _ids(priceless) and "sim-vllm-v0-defaults" in _ids(priceless)
+
+
+def _no_build(*args, **kwargs):
+    raise AssertionError("a replica built after the search")
 
 
 def test_v0_without_budgets_searches_the_release_default():

@@ -46,9 +46,9 @@ def _fake_search(monkeypatch, floors: list[float], costs: list[list], top: int, 
             # a floor on the way: anywhere from the group's floor to the cost itself
             floor = floors[i] if cost is None else rng.choice([floors[i], cost])
             if floor > bar:  # the real search stops here
-                answers.append((p.PRUNED, floor))
+                answers.append((p.PRUNED, floor, None))
             else:
-                answers.append(("ruled out" if cost is None else _Cand(cost, 1, 1.0), floor))
+                answers.append(("ruled out" if cost is None else _Cand(cost, 1, 1.0), floor, None))
         return answers
 
     monkeypatch.setattr(p, "saturate", lambda spec, gpus, request, config, requests: config)
@@ -59,7 +59,7 @@ def _fake_search(monkeypatch, floors: list[float], costs: list[list], top: int, 
     )
     monkeypatch.setattr(p, "evaluate_group", evaluate_group)
     request = PlanRequest(rate=1, slos=(parse_slo("ttft_p99=1s"),), top=top, prune=prune)
-    outcomes = p._run_all(None, [None], request, configs, [], 1, None)
+    outcomes, _released = p._run_all(None, [None], request, configs, [], 1, None)
     ranked = sorted(
         ((o, c) for o, c in zip(outcomes, configs, strict=True) if isinstance(o, _Cand)),
         key=lambda oc: (oc[0].usd_per_hour, oc[0].num_gpus, -oc[0].goodput_rps),

@@ -60,7 +60,7 @@ def test_kvplan_schedules_every_step_as_vllm(path):
 def test_every_scenario_has_a_fixture_for_every_version():
     names = {p.stem for p in SCENARIOS.glob("*.json")}
     assert len(names) >= 20
-    for version in steplog.VLLM_VERSIONS:
+    for version in steplog.SCHEDULE_VERSIONS:
         recorded = {p.stem for p in FIXTURES if p.parent.name == version}
         assert recorded == names, version
         for path in FIXTURES:
@@ -119,7 +119,7 @@ def test_vllm_still_schedules_as_recorded(tmp_path, index):
         fresh = json.loads(path.read_text())
         known = DATA / "sched_fixtures" / minor / path.name
         if not known.exists():  # a version without fixtures: the newest of those recorded
-            known = DATA / "sched_fixtures" / steplog.VLLM_VERSIONS[-1] / path.name
+            known = DATA / "sched_fixtures" / steplog.SCHEDULE_VERSIONS[-1] / path.name
         assert fresh["steps"] == json.loads(known.read_text())["steps"], (version, path.stem)
         scenario = steplog.load_scenario(SCENARIOS / path.name)
         if _known(minor, path.stem) is None:

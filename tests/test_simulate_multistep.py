@@ -8,12 +8,9 @@ import pytest
 
 from kvplan.cli.common import load_gpu, load_model
 from kvplan.formulas.batch_step import HOST_OVERHEADS, BatchShape
-from kvplan.simulate.engine import Engine, EngineConfig, Req
 from kvplan.simulate.setup import ServeOptions, build_replica
-from kvplan.simulate.steplog import FixedStep
-from kvplan.simulate.workload import RequestSpec
 
-from helpers import run_cli
+from helpers import run_by_hand, run_cli
 
 
 def test_decode_steps_pay_a_share_of_the_host_time():
@@ -33,14 +30,6 @@ def test_decode_steps_pay_a_share_of_the_host_time():
 def _first_chunk_step(scheduler_steps: int, arrival_step: int) -> int:
     """The decode step at which a second request's prompt is first scheduled, when it arrives
     after `arrival_step` steps of a first request decoding alone (steps of 1 s)."""
-    config = EngineConfig(
-        max_num_seqs=8,
-        max_num_batched_tokens=256,
-        max_model_len=4096,
-        num_blocks=100,
-        block_size=16,
-        scheduler_steps=scheduler_steps,
-    )
     seen = []
 
     def observe(engine, steps, num_decodes, chunks):
@@ -48,13 +37,8 @@ def _first_chunk_step(scheduler_steps: int, arrival_step: int) -> int:
             if r.rid == 1:
                 seen.append(engine.decode_index)
 
-    engine = Engine(config, FixedStep(1.0), 0.0, observer=observe)
-    engine.admit(Req(RequestSpec(0, 0.0, 8, 40), 0.0, 0.0, 40), 0.0)
-    while engine.step_index < arrival_step:
-        engine.step(engine.clock_s + 0.5)
-    engine.admit(Req(RequestSpec(1, 0.0, 8, 5), 0.0, 0.0, 5), engine.clock_s)
-    while engine.has_work:
-        engine.step(engine.clock_s + 0.5)
+    knobs = {"max_num_batched_tokens": 256, "scheduler_steps": scheduler_steps}
+    run_by_hand([(0, 8, 40), (arrival_step, 8, 5)], observe, **knobs)
     return seen[0]
 
 

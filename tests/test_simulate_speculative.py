@@ -24,7 +24,7 @@ from kvplan.simulate.steplog import FixedStep
 from kvplan.simulate.workload import RequestSpec
 from kvplan.units import GIB
 
-from helpers import run_cli, run_json
+from helpers import run_by_hand, run_cli, run_json
 
 EAGLE3 = '{"method": "eagle3", "model": "org/eagle3-head", "num_speculative_tokens": 3}'
 NGRAM = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}'
@@ -209,14 +209,6 @@ def test_draft_model_weights_and_layers_come_out_of_the_pool(h100):
 def _run(lookahead: int, prompt: int, outputs: int) -> tuple[list[int], list[int]]:
     """One request alone over blocks of 16: (the tokens handed to the pool, the budget the
     decodes took) at every step."""
-    config = EngineConfig(
-        max_num_seqs=4,
-        max_num_batched_tokens=64,
-        max_model_len=4096,
-        num_blocks=50,
-        block_size=16,
-        spec_lookahead=lookahead,
-    )
     synced, used = [], []
 
     def observe(engine, steps, num_decodes, chunks):
@@ -224,10 +216,8 @@ def _run(lookahead: int, prompt: int, outputs: int) -> tuple[list[int], list[int
         synced.append(engine.running[0].synced if engine.running else None)
         used.append(engine.bm.num_used_blocks)
 
-    engine = Engine(config, FixedStep(1.0), 0.0, observer=observe)
-    engine.admit(Req(RequestSpec(0, 0.0, prompt, outputs), 0.0, 0.0, outputs), 0.0)
-    while engine.has_work:
-        engine.step(engine.clock_s + 0.5)
+    knobs = {"max_num_seqs": 4, "max_num_batched_tokens": 64, "num_blocks": 50}
+    run_by_hand([(0, prompt, outputs)], observe, **knobs, spec_lookahead=lookahead)
     return synced, used
 
 

@@ -11,11 +11,7 @@ import json
 
 import pytest
 
-from kvplan.simulate.engine import Engine, EngineConfig, Req
-from kvplan.simulate.steplog import FixedStep
-from kvplan.simulate.workload import RequestSpec
-
-from helpers import one_line_error, run_cli, run_json
+from helpers import one_line_error, run_by_hand, run_cli, run_json
 
 SMALL = ("--num-prompts", "4", "--input-len", "128", "--output-len", "4")
 
@@ -170,25 +166,13 @@ def test_max_num_seqs_256_caps_300_requests_in_flight(tmp_path):
 def _watermark_schedule(watermark: int) -> list[tuple[int, ...]]:
     """A pool of 100 blocks of 16: A and B, 800-token prompts (50 blocks each), one output.
     Returns the prompts each step schedules."""
-    config = EngineConfig(
-        max_num_seqs=8,
-        max_num_batched_tokens=4096,
-        max_model_len=4096,
-        num_blocks=100,
-        block_size=16,
-        enable_prefix_caching=False,
-        admission_watermark_blocks=watermark,
-    )
     steps: list[tuple[int, ...]] = []
 
     def observe(engine, count, num_decodes, chunks):
         steps.extend([tuple(r.rid for r, _ in chunks)] * count)
 
-    engine = Engine(config, FixedStep(1.0), 0.0, observer=observe)
-    for rid in (0, 1):
-        engine.admit(Req(RequestSpec(rid, 0.0, 800, 1), 0.0, 0.0, 1), 0.0)
-    while engine.has_work:
-        engine.step(engine.clock_s + 0.5)
+    knobs = {"enable_prefix_caching": False, "admission_watermark_blocks": watermark}
+    run_by_hand([(0, 800, 1), (0, 800, 1)], observe, **knobs)
     return steps
 
 

@@ -7,41 +7,21 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.simulate.engine import Engine, EngineConfig, Req
-from kvplan.simulate.steplog import FixedStep
-from kvplan.simulate.workload import RequestSpec
-
-from helpers import run_cli, run_json
+from helpers import run_by_hand, run_cli, run_json
 
 
 def _schedule(prefill_first: bool):
     """Steps of 1 s: A (8-token prompt, 5 outputs) from t = 0; B (8, 3) arrives after two
     steps. Returns each step's (decodes, prompts scheduled), A's and B's last-token times and
     the engine."""
-    config = EngineConfig(
-        max_num_seqs=8,
-        max_num_batched_tokens=4096,
-        max_model_len=4096,
-        num_blocks=100,
-        block_size=16,
-        enable_chunked_prefill=False,
-        prefill_first=prefill_first,
-    )
     steps: list[tuple[int, tuple[int, ...]]] = []
 
     def observe(engine, count, num_decodes, chunks):
         for _ in range(count):
             steps.append((num_decodes, tuple(r.rid for r, _ in chunks)))
 
-    engine = Engine(config, FixedStep(1.0), 0.0, observer=observe)
-    a = Req(RequestSpec(0, 0.0, 8, 5), 0.0, 0.0, 5)
-    b = Req(RequestSpec(1, 0.0, 8, 3), 0.0, 0.0, 3)
-    engine.admit(a, 0.0)
-    while engine.step_index < 2:
-        engine.step(engine.clock_s + 0.5)
-    engine.admit(b, engine.clock_s)
-    while engine.has_work:
-        engine.step(engine.clock_s + 0.5)
+    knobs = {"enable_chunked_prefill": False, "prefill_first": prefill_first}
+    engine, (a, b) = run_by_hand([(0, 8, 5), (2, 8, 3)], observe, **knobs)
     return steps, a.last_client_s, b.last_client_s, engine
 
 

@@ -7,17 +7,9 @@ from __future__ import annotations
 import pytest
 
 from kvplan.formulas.comm import host_copy_time_s
-from kvplan.simulate.engine import (
-    Engine,
-    EngineConfig,
-    Req,
-    SwapSpaceExhausted,
-    append_blocks_touched,
-)
-from kvplan.simulate.steplog import FixedStep
-from kvplan.simulate.workload import RequestSpec
+from kvplan.simulate.engine import SwapSpaceExhausted, append_blocks_touched
 
-from helpers import one_line_error, run_cli, run_json
+from helpers import one_line_error, run_by_hand, run_cli, run_json
 
 BLOCK_BYTES = 1_000_000
 ONE_WAY = 1e9  # bytes/s: a block copies in exactly 1 ms
@@ -26,24 +18,15 @@ ONE_WAY = 1e9  # bytes/s: a block copies in exactly 1 ms
 def _run(cpu_blocks: int):
     """A and B (16-token prompts, 40 outputs each) on 5 blocks of 16 tokens, both admitted at
     t = 0. Returns the engine, A and B."""
-    config = EngineConfig(
-        max_num_seqs=8,
-        max_num_batched_tokens=4096,
-        max_model_len=4096,
+    engine, (a, b) = run_by_hand(
+        [(0, 16, 40), (0, 16, 40)],
+        None,
         num_blocks=5,
-        block_size=16,
         enable_prefix_caching=False,
         swap_cpu_blocks=cpu_blocks,
         swap_block_bytes=BLOCK_BYTES,
         host_link_one_way_bytes_per_s=ONE_WAY,
     )
-    engine = Engine(config, FixedStep(1.0), 0.0)
-    a = Req(RequestSpec(0, 0.0, 16, 40), 0.0, 0.0, 40)
-    b = Req(RequestSpec(1, 0.0, 16, 40), 0.0, 0.0, 40)
-    engine.admit(a, 0.0)
-    engine.admit(b, 0.0)
-    while engine.has_work:
-        engine.step(engine.clock_s + 0.5)
     return engine, a, b
 
 

@@ -7,7 +7,8 @@ import pytest
 
 from kvplan.cli.common import load_gpu, load_model
 from kvplan.engines import EngineRequest
-from kvplan.engines.vllm import VLLM_VERSIONS, allocation_release, vllm_allocation
+from kvplan.engines.releases import VLLM_VERSIONS
+from kvplan.engines.vllm import allocation_release, vllm_allocation
 from kvplan.simulate.engine import usable_blocks
 from kvplan.simulate.setup import ServeOptions, build_replica
 from kvplan.units import GIB
@@ -50,3 +51,34 @@ def test_simulate_pool_is_the_engines_allocation_of_that_release(version):
     assert replica.kv_cache_tokens == alloc.kv_cache_tokens
     # one group (the sliding and full layers share a page size): less vLLM's null block
     assert replica.config.num_blocks == usable_blocks(alloc.num_blocks, 1) == alloc.num_blocks - 1
+
+
+@pytest.mark.parametrize("version", ["0.19", "0.32.0", "0.7"])
+def test_the_engine_note_names_the_release_simulated(version):
+    """The note that describes the scheduler named vLLM 0.19 whatever release ran; a V0 release
+    (0.6, 0.7) has its own note that describes its engine instead."""
+    from helpers import run_json
+
+    data = run_json("simulate", "llama-3.1-8b", "--num-prompts", "20", "--vllm-version", version)
+    notes = {n["id"]: n["text"] for n in data["notes"]}
+    assert data["setup"]["engine_version"] == version
+    if version == "0.7":
+        assert "sim-engine" not in notes
+        assert notes["sim-vllm-v0"].startswith("vLLM 0.7 runs the V0 engine")
+    else:
+        assert notes["sim-engine"].startswith(f"The engine is vLLM {version}'s V1 scheduler")
+
+
+def test_each_engine_has_one_default_release_that_kvplan_models():
+    """One default release per engine (engines.releases), one kvplan models, taken by every
+    command that is given none."""
+    from kvplan.cli.simulate import engine_versions
+    from kvplan.engines.releases import SGLANG_VERSION, SGLANG_VERSIONS, VLLM_VERSION
+    from kvplan.present.launch import VLLM_IMAGE, vllm_image
+    from kvplan.simulate.setup import ServeOptions
+
+    assert VLLM_VERSION in VLLM_VERSIONS and SGLANG_VERSION in SGLANG_VERSIONS
+    assert EngineRequest().vllm_version == ServeOptions().vllm_version == VLLM_VERSION
+    assert EngineRequest().sglang_version == ServeOptions().sglang_version == SGLANG_VERSION
+    assert engine_versions("vllm", None, None) == (VLLM_VERSION, SGLANG_VERSION)
+    assert VLLM_IMAGE == vllm_image(VLLM_VERSION)

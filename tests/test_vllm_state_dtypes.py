@@ -14,7 +14,8 @@ import pytest
 from kvplan.anatomy.model import CacheKind
 from kvplan.dtypes import ELEMENT_BYTES
 from kvplan.engines import EngineRequest, engine_allocation
-from kvplan.engines.vllm import VLLM_VERSIONS, layer_specs, state_dtypes
+from kvplan.engines.releases import VLLM_VERSIONS
+from kvplan.engines.vllm import layer_specs, state_dtypes
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import bundled_models, load_config, load_model
 

@@ -432,11 +432,13 @@ def render(view, fmt, out: Path | None = None) -> str:
 def engine_version_option():
     """--engine-version: the release of the engine simulated (simulate's --engine, plan's
     --emit) whose rules and defaults apply; checked by check_engine_version."""
+    from kvplan.engines.releases import VLLM_VERSION
+
     return typer.Option(
         None,
         "--engine-version",
         help="The engine's release whose rules and defaults apply: vLLM 0.6 on (default "
-        "0.19), SGLang 0.4 or 0.5 (default; another runs with the nearest, noted).",
+        f"{VLLM_VERSION}), SGLang 0.4 or 0.5 (default; another runs with the nearest, noted).",
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import typer
 
 from kvplan.cli import common as c
+from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 
@@ -205,8 +206,8 @@ def _flags() -> tuple[Flag, ...]:
             typer.Option(
                 None,
                 "--vllm-version",
-                help="vLLM: 0.19 (default), 0.21 (CUDA-graph memory subtracted, new cache-size "
-                "line) or 0.32 (the start-up fit check holds back the null block).",
+                help=f"vLLM: {VLLM_VERSION} (default), 0.21 (CUDA-graph memory subtracted, new "
+                "cache-size line) or 0.32 (the start-up fit check holds back the null block).",
             ),
             "--vllm-version",
             (VLLM,),
@@ -700,7 +701,7 @@ def _server(o) -> None:
         decode_context_parallel_size=int(
             check_range(o.dcp, what="--decode-context-parallel-size", minimum=1, maximum=1024)
         ),
-        vllm_version=o.vllm_version if o.vllm_version is not None else "0.19",
+        vllm_version=o.vllm_version if o.vllm_version is not None else VLLM_VERSION,
         tp=o.tp,
         pp=o.pp,
         gpu_mem_util=c.fraction(
@@ -712,7 +713,7 @@ def _server(o) -> None:
         hybrid_chunked=o.hybrid_chunked is not False,
         hybrid_kv_cache_manager=not o.disable_hma,
         mem_fraction_static=c.fraction(o.mem_fraction_static, "--mem-fraction-static"),
-        sglang_version=o.sglang_version if o.sglang_version is not None else "0.5",
+        sglang_version=o.sglang_version if o.sglang_version is not None else SGLANG_VERSION,
         backends=c.backends_of(vars(o)),
     )
     result = engine_allocation(spec, c.load_gpu(o.gpu), request)

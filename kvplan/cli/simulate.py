@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from kvplan.cli import common as c
+from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION
 from kvplan.errors import KvplanError
 
 if TYPE_CHECKING:
@@ -82,11 +83,11 @@ def serve_flags(
     continuous_batching,
     engine="vllm",
     allow_long=False,
-    vllm_version="0.19",
+    vllm_version=VLLM_VERSION,
     mem_fraction_static=None,
     weights_dtype="auto",
     quantization=None,
-    sglang_version="0.5",
+    sglang_version=SGLANG_VERSION,
     dcp=1,
     enforce_eager=False,
 ):
@@ -137,10 +138,10 @@ def engine_versions(engine: str, engine_version: str | None, vllm_version: str |
             raise KvplanError(
                 "--vllm-version is vLLM's; with --engine sglang give --engine-version"
             )
-        return "0.19", "0.5" if engine_version is None else engine_version
-    # `is None`, not `or`: an empty --vllm-version '' is refused as typed, not read as 0.19
+        return VLLM_VERSION, SGLANG_VERSION if engine_version is None else engine_version
+    # `is None`, not `or`: an empty --vllm-version '' is refused as typed, not read as the default
     given = engine_version if engine_version is not None else vllm_version
-    return "0.19" if given is None else given, "0.5"
+    return VLLM_VERSION if given is None else given, SGLANG_VERSION
 
 
 def mem_fraction_static_value(value: float | None) -> float | None:

@@ -13,6 +13,7 @@ EP) must keep whole 128-wide blocks: both engines stop at weight creation otherw
 from __future__ import annotations
 
 from kvplan.engines.backends import flag_of, moe_field
+from kvplan.engines.releases import VLLM_VERSION
 from kvplan.errors import KvplanError
 
 # vLLM config/kernel.py MoEBackend: as vllm#33807 added --moe-backend (early 2026; the same
@@ -94,7 +95,7 @@ def moe_backend_name(engine: str, value: str | None, version: str) -> str | None
 
 
 def check_vllm_moe_backend(
-    name: str | None, spec, gpu, wdtype: str, generation: int, version: str = "0.19"
+    name: str | None, spec, gpu, wdtype: str, generation: int, version: str = VLLM_VERSION
 ) -> None:
     """vLLM's refusals of a --moe-backend at start-up: a backend its oracle does not map for
     the experts' format (fused_moe/oracle: unquantized, FP8), or whose kernels the device does not

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvplan.engines.backends import Backends
+from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 
@@ -39,13 +40,13 @@ class EngineRequest(NamedTuple):
     quantization: str | None = None  # vLLM's --quantization (fp8 online, awq, gptq, ...)
     max_num_seqs: int | None = None  # None: the engine's default for the GPU
     enforce_eager: bool = False  # vLLM: no CUDA graphs (no graph-memory estimate)
-    vllm_version: str = "0.19"
+    vllm_version: str = VLLM_VERSION
     # vLLM's --mamba-cache-dtype / --mamba-ssm-cache-dtype as typed (engines.vllm.state_dtypes)
     mamba_cache_dtype: str = "auto"
     mamba_ssm_cache_dtype: str = "auto"
-    # whose server defaults SGLang's pool takes: a release kvplan knows (engines.sglang
-    # SGLANG_VERSIONS: "0.4", "0.5"), resolved by sglang_release
-    sglang_version: str = "0.5"
+    # whose server defaults SGLang's pool takes: a release kvplan knows (engines.releases
+    # SGLANG_VERSIONS), resolved by sglang_release
+    sglang_version: str = SGLANG_VERSION
     # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 / SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1: a
     # max_model_len past the engine's derived limit starts, with a note (else it is refused)
     allow_long_max_model_len: bool = False

@@ -24,6 +24,7 @@ from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.engines.backends import ATTENTION_FIELDS, Backends, flag_of
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.moe_backend import moe_backend_name
+from kvplan.engines.releases import SGLANG_VERSION, SGLANG_VERSIONS
 from kvplan.engines.request import EngineRequest
 from kvplan.engines.sglang_compressed import KV_CACHE_DTYPES as DSV4_KV_CACHE_DTYPES
 from kvplan.engines.sglang_compressed import PAGE_SIZE as DSV4_PAGE_SIZE
@@ -37,13 +38,6 @@ from kvplan.notes import Note, note, unique
 from kvplan.record import NamedTuple
 from kvplan.units import GIB, MIB
 
-SGLANG_VERSION = "0.5"
-# The releases whose server defaults kvplan models (docs/simulate.md states each one's):
-# 0.4 (server_args.py ServerArgs.__post_init__ of the 0.4 releases): mem_fraction_static by TP
-#     alone, chunked_prefill_size 2,048 below 25,000 MB of GPU memory else 8,192,
-#     cuda_graph_max_bs 160 (below 25,000 MB: 8, or 80 from TP 4);
-# 0.5 (main of April 2026): the memory-bucket heuristic of default_mem_fraction.
-SGLANG_VERSIONS = ("0.4", "0.5")
 # 0.4's mem_fraction_static: (TP at least, fraction), the first that applies
 MEM_FRACTION_04 = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
 SMALL_GPU_MIB_04 = 25_000  # 0.4's threshold on get_nvgpu_memory_capacity() (nvidia-smi, MiB)

@@ -16,6 +16,7 @@ from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, State, StateKi
 from kvplan.dtypes import KvFormat
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.moe_backend import check_vllm_moe_backend, moe_backend_name
+from kvplan.engines.releases import VLLM_VERSIONS
 from kvplan.engines.request import EngineRequest, refuse_backends_for_compressed
 from kvplan.engines.vllm_compressed import (
     ENGINE_BLOCK_SIZE,
@@ -45,9 +46,6 @@ from kvplan.notes import Note, note, unique
 from kvplan.record import NamedTuple
 from kvplan.units import GIB
 
-# 0.21: CUDA-graph memory subtracted, new cache-size line; 0.32: the start-up fit check and the
-# max-length estimate plan against the memory less the null block BlockPool holds back
-VLLM_VERSIONS = ("0.19", "0.21", "0.32")
 NULL_BLOCK_CHECK_FROM = "0.32"
 
 

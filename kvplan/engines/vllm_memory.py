@@ -20,6 +20,7 @@ import math
 
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.dtypes import ELEMENT_BYTES
+from kvplan.engines.releases import VLLM_VERSION
 from kvplan.formulas.memory import (
     DEFAULT_SM_COUNT,
     ActivationPeak,
@@ -59,7 +60,7 @@ CUDA_GRAPH_BASE_BYTES = int(0.24 * GIB)
 CUDA_GRAPH_PER_LAYER_BYTES = int(0.018 * GIB)
 
 
-def batch_defaults(gpu: GpuProfile, version: str = "0.19") -> tuple[int, int]:
+def batch_defaults(gpu: GpuProfile, version: str = VLLM_VERSION) -> tuple[int, int]:
     """vLLM's default (max_num_seqs, max_num_batched_tokens) for an API server on this GPU."""
     if version == HUGE_GPU_FROM and gpu.usable_memory_bytes >= HUGE_GPU_BYTES:
         return HUGE_GPU_DEFAULTS

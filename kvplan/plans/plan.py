@@ -108,7 +108,7 @@ class PlanRequest(NamedTuple):
     top: int = 10
     emit: str = "vllm"  # the engine whose launch command is printed
     # --engine-version: the release of --emit's engine whose defaults and admission rules every
-    # configuration is simulated with (None: the default release, vLLM 0.19 / SGLang 0.5)
+    # configuration is simulated with (None: the default release, engines.releases)
     engine_version: str | None = None
     async_scheduling: bool = True
     jobs: int = 0  # worker processes (0: one per core)
@@ -249,7 +249,7 @@ def plan(
         raise KvplanError("the search space is empty")
     if len(configs) > MAX_CONFIGS:
         raise KvplanError(f"{len(configs):,} configurations: at most {MAX_CONFIGS:,}")
-    outcomes = _run_all(spec, gpus, request, configs, requests, request.jobs, progress)
+    outcomes, released = _run_all(spec, gpus, request, configs, requests, request.jobs, progress)
     candidates, reasons, pruned = [], Counter[str](), 0
     found: list[tuple[Candidate, Config]] = []
     for config, outcome in zip(configs, outcomes, strict=True):
@@ -284,7 +284,8 @@ def plan(
         notes.append(note("plan-none"))
     if request.engine_version is not None:
         listed = [config for _c, config in found[: request.top]]
-        notes.extend(_release_notes(spec, gpus, request, listed or configs[:RELEASE_TRIES]))
+        tried = listed or configs[:RELEASE_TRIES]
+        notes.extend(_release_notes(spec, gpus, request, tried, released))
     return PlanResult(
         kvplan_version=__version__,
         model={"name": spec.name, "hf_id": spec.hf_id},
@@ -486,7 +487,8 @@ PRUNED = "pruned"  # an outcome: its search stopped, it could not be among the `
 
 
 def _run_all(spec, gpus, request, configs: list[Config], requests, workers: int, progress):
-    """Every configuration's outcome, in `configs`' order. Two passes over the groups:
+    """Every configuration's outcome, in `configs`' order, and the release notes of each one
+    whose replica was built (see _prepare; none for a pruned one). Two passes over the groups:
     1. each group's saturated run (its largest max_num_seqs): a ceiling on the goodput of every
        configuration of the group, hence a floor on its replicas and its $/hour;
     2. the groups by that floor, cheapest first, bisected in full, until a group's floor is
@@ -500,6 +502,7 @@ def _run_all(spec, gpus, request, configs: list[Config], requests, workers: int,
     groups = _groups(configs)
     workers = (workers or os.cpu_count() or 1) if len(groups) >= 2 else 1
     total, done, outcomes = len(configs), 0, {}
+    released: dict[Config, tuple[Note, ...] | None] = {}
     if progress:  # at once: the saturated runs come before any configuration is done
         progress(0, total)
     with _executor(workers) as pool:
@@ -552,7 +555,8 @@ def _run_all(spec, gpus, request, configs: list[Config], requests, workers: int,
                 if floors[index] > bar:  # ran ahead of its turn: dropped
                     cut = position
                     break
-                for config, (outcome, floor) in zip(groups[index], results[index], strict=True):
+                for config, answer in zip(groups[index], results[index], strict=True):
+                    outcome, floor, released[config] = answer
                     # pruned by this bar, whatever bar (never lower) the worker was given
                     outcome = PRUNED if floor > bar else outcome
                     outcomes[config] = outcome
@@ -569,7 +573,7 @@ def _run_all(spec, gpus, request, configs: list[Config], requests, workers: int,
             outcomes[config] = PRUNED
     if progress and done < total:
         progress(total, total)
-    return [outcomes[c] for c in configs]
+    return [outcomes[c] for c in configs], released
 
 
 def _bar(request: PlanRequest, usds: list[float]) -> float:
@@ -708,7 +712,7 @@ def _check_speculative(spec: ModelSpec, request: PlanRequest) -> None:
 
 def release_fields(request: PlanRequest) -> dict:
     """The ServeOptions field of --engine-version: --emit's release (none given: the
-    ServeOptions default, vLLM 0.19 / SGLang 0.5)."""
+    ServeOptions default, engines.releases VLLM_VERSION / SGLANG_VERSION)."""
     if request.engine_version is None:
         return {}
     key = "sglang_version" if request.emit == "sglang" else "vllm_version"
@@ -760,21 +764,31 @@ RELEASE_NOTES = (  # the notes of the release a replica is built with (--engine-
 )
 
 
-def _release_notes(spec, gpus, request: PlanRequest, listed: list[Config]) -> tuple[Note, ...]:
+def _release_notes(
+    spec, gpus, request: PlanRequest, listed: list[Config], released: dict
+) -> tuple[Note, ...]:
     """What --engine-version's release ran with: the release notes of the `listed`
-    configurations' replicas (the same notes simulate gives; those that cannot be built are
-    skipped), and those of a release kvplan does not model itself whatever the configuration."""
+    configurations' replicas (the same notes simulate gives), as the search built them
+    (`released`, from _run_all); a replica the search never tried (no price, more stages than
+    layers) is built here, and one that cannot be is skipped. Then those of a release kvplan
+    does not model itself whatever the configuration."""
     from kvplan.simulate.setup import release_notes
 
     notes = release_notes(request.emit, request.engine_version or "")
     for config in listed:
-        try:
-            options = _options(spec, request, config)
-            replica = build_replica(spec, gpus[config.gpu_index], options)
-        except KvplanError:
-            continue
-        notes.extend(n for n in replica.notes if n.id in RELEASE_NOTES)
+        found = released.get(config)
+        if found is None:
+            try:
+                options = _options(spec, request, config)
+                found = _release_of(build_replica(spec, gpus[config.gpu_index], options))
+            except KvplanError:
+                continue
+        notes.extend(found)
     return unique(notes)
+
+
+def _release_of(replica: Replica) -> tuple[Note, ...]:
+    return tuple(n for n in replica.notes if n.id in RELEASE_NOTES)
 
 
 def _parallel_flags(request: PlanRequest) -> dict:
@@ -851,7 +865,7 @@ class _Memo:
 def saturate(spec, gpus, request, config: Config, requests):
     """A group's first configuration up to its saturated run: (its _Memo entry: the run's
     _Outcome, peak running, seats; None), or (None, the reason it was ruled out before one)."""
-    prepared = _prepare(spec, gpus, request, config, requests)
+    prepared, _release = _prepare(spec, gpus, request, config, requests)
     if isinstance(prepared, str):
         return None, prepared
     replica, _price = prepared
@@ -864,16 +878,18 @@ def evaluate_group(
     spec, gpus, request, group: list[Config], requests, saturated=None, bar=math.inf
 ) -> list:
     """Each configuration of a group (largest max_num_seqs first), with shared runs: (its
-    outcome, its floor) (see evaluate); `saturated` is saturate()'s answer for the group's first
-    configuration."""
+    outcome, its floor, its replica's release notes) (see evaluate); `saturated` is saturate()'s
+    answer for the group's first configuration."""
     memo, bracket = _Memo(), None
     if saturated is not None and saturated[0] is not None:
         memo.runs[math.inf] = saturated[0]
     outcomes = []
     for config in group:
-        outcome, cap, floor = evaluate(spec, gpus, request, config, requests, memo, bracket, bar)
+        outcome, cap, floor, release = evaluate(
+            spec, gpus, request, config, requests, memo, bracket, bar
+        )
         bracket = bracket or cap
-        outcomes.append((outcome, floor))
+        outcomes.append((outcome, floor, release))
     return outcomes
 
 
@@ -888,18 +904,24 @@ def evaluate(
     bar: float = math.inf,
 ):
     """One configuration: (a Candidate, or the reason it cannot serve the targets; the rate the
-    goodput search ended at; the floor). `requests` is the workload with every request at
-    t = 0, re-timed for each rate; `bracket` caps the search (the group's largest saturated
-    rate). The floor is the least $/hour the configuration can cost, from its goodput, or from
-    the bisection's upper end where there is none (-inf where no run was needed); once a floor
-    on the way there is above `bar`, the search stops and the outcome is PRUNED with it."""
+    goodput search ended at; the floor; its replica's release notes, None where none was
+    built). `requests` is the workload with every request at t = 0, re-timed for each rate;
+    `bracket` caps the search (the group's largest saturated rate). The floor is the least
+    $/hour the configuration can cost, from its goodput, or from the bisection's upper end where
+    there is none (-inf where no run was needed); once a floor on the way there is above `bar`,
+    the search stops and the outcome is PRUNED with it."""
     memo = memo or _Memo()
-    prepared = _prepare(spec, gpus, request, config, requests)
+    prepared, release = _prepare(spec, gpus, request, config, requests)
     if isinstance(prepared, str):
         # a refusal before any run; the latency floor keeps the group's bracket
         kept = bracket if prepared.endswith("at zero load above its target") else None
-        return prepared, kept, -math.inf
+        return prepared, kept, -math.inf, release
     replica, price = prepared
+    return (*_search(request, config, gpus, requests, replica, price, memo, bracket, bar), release)
+
+
+def _search(request, config, gpus, requests, replica, price, memo, bracket, bar):
+    """evaluate's goodput search of a built replica: (outcome, cap, floor)."""
     gpu = gpus[config.gpu_index]
     factors = factors_for(spec, gpu, request)
     slow = factors["rate"] if factors else 1.0
@@ -991,25 +1013,28 @@ def _spec_flags(replica: Replica, engine: str) -> list[str] | None:
 
 
 def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
-    """A configuration's replica and price, or the reason it is ruled out before any run."""
+    """(A configuration's replica and price, or the reason it is ruled out before any run; the
+    release notes of its replica: none where the build was refused, None where none was
+    tried)."""
     gpu = gpus[config.gpu_index]
     price = price_for(gpu, request.prices)
     if price is None:
-        return f"no price for {gpu.name} (give --price {gpu.key}=USD)"
+        return f"no price for {gpu.name} (give --price {gpu.key}=USD)", None
     options = _options(spec, request, config)
     try:
         if config.pp > spec.num_layers:
-            return "more pipeline stages than layers"
+            return "more pipeline stages than layers", None
         replica = build_replica(spec, gpu, options)
     except KvplanError as exc:
-        return _reason(str(exc))
+        return _reason(str(exc)), ()  # built, and refused: no notes
+    release = _release_of(replica)
     replica = replica._replace(config=without_idle_caching(replica.config, requests))
     floor = latency_floor(replica, requests, request.frontend)
     factors = factors_for(spec, gpu, request) or {}
     for slo in request.slos:
         if slo.metric in floor and floor[slo.metric] * factors.get(slo.metric, 1) > slo.limit_s:
-            return f"{slo.metric} at zero load above its target"
-    return replica, price
+            return f"{slo.metric} at zero load above its target", release
+    return (replica, price), release
 
 
 def _options(spec: ModelSpec, request: PlanRequest, config: Config) -> ServeOptions:

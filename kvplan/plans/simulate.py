@@ -247,7 +247,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
             if capped
             else []
         ),
-        *([note("sim-engine", version="0.19")] if replica.policy is None else []),
+        *_engine_note(replica, request.serve.vllm_version),
         note("sim-step-terms", shares=tuple(sorted(shares.items(), key=lambda kv: -kv[1])[:4])),
         *_weak_spots(spec, runs, request),
         note(
@@ -390,6 +390,14 @@ def _runs(
         runs.append(run_once(replica, requests, request, rate, recorder))
         recorder = None
     return runs, capped
+
+
+def _engine_note(replica: Replica, vllm_version: str) -> list[Note]:
+    """The vLLM scheduler kvplan runs, named by the release simulated (it said 0.19 whatever
+    release ran); none for SGLang's, nor where the V0 note (sim-vllm-v0) describes the engine."""
+    if replica.policy is not None or any(n.id == "sim-vllm-v0" for n in replica.notes):
+        return []
+    return [note("sim-engine", version=vllm_version)]
 
 
 def _toggled(request: SimulateRequest, replica: Replica) -> tuple[SimulateRequest, bool]:

@@ -14,7 +14,12 @@ workers end with it:
 - in the parent, the pool's own threads start with those signals blocked, so the kernel gives
   them to the main thread: one taken by a helper thread never woke the main thread from its
   untimed wait for results, and the run went on to its end (Python runs handlers only in the
-  main thread, and only once it is awake)."""
+  main thread, and only once it is awake);
+- the pool's manager thread has finished when `terminate` returns: once its workers are gone it
+  closes its wake-up pipe, and at interpreter exit Python 3.11's concurrent.futures writes to
+  that pipe without the lock the close takes (later versions guard both with one lock, CPython
+  gh-125451): a close between the check and the write printed `Exception ignored in: <module
+  'threading'>` and an `OSError: handle is closed` traceback under the run's one line."""
 
 from __future__ import annotations
 
@@ -90,6 +95,7 @@ class worker_pool:  # noqa: N801 (used as a function: `with worker_pool(n) as po
         # the executor keeps its processes in _processes ({pid: Process}); Python 3.14's
         # terminate_workers() does the same
         processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        manager = getattr(self.pool, "_executor_manager_thread", None)  # gone after shutdown()
         for process in processes:
             if process.is_alive():
                 process.terminate()
@@ -100,3 +106,5 @@ class worker_pool:  # noqa: N801 (used as a function: `with worker_pool(n) as po
             if process.is_alive():
                 process.kill()
                 process.join(0.5)
+        if manager is not None:  # see the module's last point
+            manager.join(max(0.5, deadline - time.monotonic()))

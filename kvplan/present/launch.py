@@ -9,11 +9,12 @@ a launch that passed it.
 
 from __future__ import annotations
 
+from kvplan.engines.releases import VLLM_VERSION
 from kvplan.plans.launch import Launch, kv_cache_dtype, mount_source, weights_setting
 from kvplan.present.escape import shell_word, yaml_string
 
 VLLM_REPOSITORY = "vllm/vllm-openai"  # vLLM's image, tagged v + the release (v0.8.5)
-VLLM_IMAGE = f"{VLLM_REPOSITORY}:v0.19.0"  # the release whose rules kvplan models
+VLLM_IMAGE = f"{VLLM_REPOSITORY}:v{VLLM_VERSION}.0"  # the release kvplan models by default
 SGLANG_IMAGE = "lmsysorg/sglang:latest"  # pin the tag you test with
 
 

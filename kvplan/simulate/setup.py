@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import resolve_kv_format
 from kvplan.engines.backends import Backends, check_backends
+from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
     CUDA_GRAPH_MAX_TOKENS,
@@ -83,7 +84,7 @@ class ServeOptions(NamedTuple):
     allow_long_max_model_len: bool = False
     # whose scheduler rules: from 0.19 a request is admitted only when its whole prompt fits
     # (scheduler_reserve_full_isl); earlier versions check its first chunk
-    vllm_version: str = "0.19"
+    vllm_version: str = VLLM_VERSION
     # SGLang's --mem-fraction-static (None: SGLang's own heuristic for this GPU and layout)
     mem_fraction_static: float | None = None
     # the weights' format: kvplan's --weights-dtype spelling, or the engines' --quantization
@@ -91,7 +92,7 @@ class ServeOptions(NamedTuple):
     weights_dtype: str = "auto"
     quantization: str | None = None
     # SGLang's release (--engine-version): whose server defaults size the pool and limits
-    sglang_version: str = "0.5"
+    sglang_version: str = SGLANG_VERSION
     # expert parallelism and DP attention (parallel_layout): vLLM's --enable-expert-parallel and
     # --data-parallel-size, SGLang's --ep-size, --dp-size, --enable-dp-attention, its router
     enable_expert_parallel: bool = False
@@ -1233,7 +1234,7 @@ def release_notes(engine: str, version: str) -> list[Note]:
 def newer_than_modelled(version: str) -> Note | None:
     """The note of a vLLM release newer than the newest kvplan models (1.0, 0.999): it runs
     with the newest one's rules, said so rather than printed as that release's own."""
-    from kvplan.engines.vllm import VLLM_VERSIONS
+    from kvplan.engines.releases import VLLM_VERSIONS
 
     newest = VLLM_VERSIONS[-1]
     if _minor(version) <= _minor(newest):

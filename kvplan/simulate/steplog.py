@@ -20,6 +20,7 @@ import re
 from collections import deque
 from pathlib import Path
 
+from kvplan.engines.releases import VLLM_VERSION
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import engine_step_time
 from kvplan.formulas.step_time import StepTime
@@ -28,10 +29,10 @@ from kvplan.simulate.engine import DECODE, Engine, EngineConfig, Req, usable_blo
 from kvplan.simulate.setup import FULL_ISL_FROM, UNCACHED_FIRST_FROM, WINDOW_CAP_FROM
 from kvplan.simulate.workload import RequestSpec
 
-# vLLM versions whose recorded schedules kvplan's engine is checked against: 0.18 admits a
-# request when its first chunk fits, 0.19 on when its whole prompt does (0.19.1 and 0.32.0
-# schedule every scenario identically)
-VLLM_VERSIONS = ("0.18", "0.19", "0.32")
+# vLLM versions whose recorded schedules kvplan's engine is checked against (not the allocator
+# releases, engines.releases.VLLM_VERSIONS): 0.18 admits a request when its first chunk fits,
+# 0.19 on when its whole prompt does (0.19.1 and 0.32.0 schedule every scenario identically)
+SCHEDULE_VERSIONS = ("0.18", "0.19", "0.32")
 MIN_STEP_S, MAX_STEP_S = 1e-6, 3600.0
 MAX_REQUESTS = 10_000
 
@@ -122,15 +123,15 @@ def load_scenario(path: str | Path) -> Scenario:
 def vllm_version_tuple(version: str) -> tuple[int, int]:
     """'0.19' or '0.19.1' -> (0, 19), checked against the versions kvplan follows."""
     minor = ".".join(str(version).split(".")[:2])
-    if minor not in VLLM_VERSIONS:
+    if minor not in SCHEDULE_VERSIONS:
         raise KvplanError(
-            f"vLLM version {str(version)[:20]!r}: kvplan follows {', '.join(VLLM_VERSIONS)}"
+            f"vLLM version {str(version)[:20]!r}: kvplan follows {', '.join(SCHEDULE_VERSIONS)}"
         )
     major, sub = minor.split(".")
     return int(major), int(sub)
 
 
-def engine_config(scenario: Scenario, vllm_version: str = "0.19") -> EngineConfig:
+def engine_config(scenario: Scenario, vllm_version: str = VLLM_VERSION) -> EngineConfig:
     """The scenario's pool and limits as kvplan's engine takes them, with the scheduling
     rules of `vllm_version`."""
     windows = ((scenario.sliding_window, 1),) if scenario.sliding_window else ()
@@ -204,7 +205,9 @@ def request_specs(scenario: Scenario, step_s: float = 1.0) -> list[RequestSpec]:
     ]
 
 
-def step_log(scenario: Scenario, step_s: float = 1.0, vllm_version: str = "0.19") -> list[dict]:
+def step_log(
+    scenario: Scenario, step_s: float = 1.0, vllm_version: str = VLLM_VERSION
+) -> list[dict]:
     """Run `scenario` on kvplan's engine with `vllm_version`'s scheduling rules, every step
     taking `step_s`; the log of its steps."""
     return _run_log(scenario, step_s, engine_config(scenario, vllm_version), Engine)
