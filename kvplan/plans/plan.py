@@ -110,7 +110,7 @@ class PlanRequest(NamedTuple):
     # --engine-version: the release of --emit's engine whose defaults and admission rules every
     # configuration is simulated with (None: the default release, engines.releases)
     engine_version: str | None = None
-    async_scheduling: bool = True
+    async_scheduling: bool | None = None  # None: the engine's default for its release
     jobs: int = 0  # worker processes (0: one per core)
     frontend: Frontend = Frontend()
     prune: bool = True  # skip groups whose saturated rate cannot place them among the top
