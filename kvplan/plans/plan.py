@@ -917,10 +917,11 @@ def evaluate(
         kept = bracket if prepared.endswith("at zero load above its target") else None
         return prepared, kept, -math.inf, release
     replica, price = prepared
-    return (*_search(request, config, gpus, requests, replica, price, memo, bracket, bar), release)
+    searched = _search(spec, request, config, gpus, requests, replica, price, memo, bracket, bar)
+    return (*searched, release)
 
 
-def _search(request, config, gpus, requests, replica, price, memo, bracket, bar):
+def _search(spec, request, config, gpus, requests, replica, price, memo, bracket, bar):
     """evaluate's goodput search of a built replica: (outcome, cap, floor)."""
     gpu = gpus[config.gpu_index]
     factors = factors_for(spec, gpu, request)
