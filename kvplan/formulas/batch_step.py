@@ -1306,17 +1306,10 @@ def _floor_format(weights_dtype: str) -> str | None:
 
 def gemm_launches(spec: ModelSpec) -> int:
     """Dense GEMM kernels one forward launches (the head included; see _Floors)."""
-    launches = 1  # the head
-    for layer, count in distinct_layers(spec.layers):  # each kind of layer once, times its count
-        attn = layer.attention
-        if attn is not None:
-            launches += (5 if attn.kind is CacheKind.MLA else 2) * count
-        elif layer.state is not None:
-            launches += 2 * count
-    moe_layers = spec.moe.num_layers if spec.moe else 0
-    shared = 2 if spec.moe and spec.moe.shared_intermediate_size else 0
-    launches += 2 * (spec.num_layers - moe_layers) + moe_layers * (1 + shared)
-    return launches
+    # the head; per attention layer qkv and o (MLA: q_a+kv_a, q_b, two absorbed BMMs, o); per
+    # linear-attention layer in and out; per dense MLP gate_up and down; per MoE layer the
+    # router and a shared expert's two
+    return _launches(spec, forward=1, gqa=2, mla=5, state=2, dense=2, moe=1, shared=2)
 
 
 def small_launches(spec: ModelSpec) -> int:
@@ -1337,17 +1330,36 @@ def small_launches(spec: ModelSpec) -> int:
     Not counted here: what a family's floor already times (GEMMs with their per-token-group
     activation quant, the fused MoE with its top-k, alignment, activation and sum, the attention
     kernel, all-reduces); per-head q/k RMSNorms (Qwen3's), which the anatomy does not record."""
-    launches = 2 + 2 * spec.num_layers
-    for layer, count in distinct_layers(spec.layers):
+    return _launches(
+        spec, forward=2, every_layer=2, gqa=2, mla=4, state=2, dense=1, moe=0, shared=2
+    )
+
+
+def _launches(
+    spec: ModelSpec,
+    *,
+    forward: int,
+    gqa: int,
+    mla: int,
+    state: int,
+    dense: int,
+    moe: int,
+    shared: int,
+    every_layer: int = 0,
+) -> int:
+    """Kernels of one forward counted by layer kind: `forward` once, `every_layer` per layer,
+    per attention layer `gqa` (or `mla`), per recurrent-state layer `state`, per dense MLP
+    `dense`, per MoE layer `moe` plus `shared` where it has a shared expert."""
+    launches = forward + every_layer * spec.num_layers
+    for layer, count in distinct_layers(spec.layers):  # each kind of layer once, times its count
         attn = layer.attention
         if attn is not None:
-            launches += (4 if attn.kind is CacheKind.MLA else 2) * count
+            launches += (mla if attn.kind is CacheKind.MLA else gqa) * count
         elif layer.state is not None:
-            launches += 2 * count
+            launches += state * count
     moe_layers = spec.moe.num_layers if spec.moe else 0
-    shared = 2 if spec.moe and spec.moe.shared_intermediate_size else 0
-    launches += (spec.num_layers - moe_layers) + moe_layers * shared
-    return launches
+    with_shared = shared if spec.moe and spec.moe.shared_intermediate_size else 0
+    return launches + dense * (spec.num_layers - moe_layers) + moe_layers * (moe + with_shared)
 
 
 def recurrent_layers(spec: ModelSpec) -> int:
