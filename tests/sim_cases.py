@@ -27,7 +27,6 @@ HELDOUT = {
     "external": DATA / "sim_bench_cases_external.json",
 }
 GPUS = {"H100": "h100", "A100": "a100-80gb-sxm", "H200": "h200"}
-ASYNC_DEFAULT_FROM = (0, 12)  # vLLM turned async scheduling on by default in 0.12 (PR #27614)
 METRICS = ("output_throughput", "median_tpot_ms", "median_ttft_ms")
 
 
@@ -37,11 +36,6 @@ BACKEND_FLAGS = {flag_of(name): name for name in ATTENTION_FIELDS}
 
 def load_cases(path: Path = CASES_PATH) -> list[dict]:
     return json.loads(path.read_text(encoding="utf-8"))["cases"]
-
-
-def _version(text: str) -> tuple[int, int]:
-    major, minor = text.split(".")[:2]
-    return int(major), int(minor)
 
 
 def serve_options(case: dict) -> ServeOptions:
@@ -63,11 +57,8 @@ def serve_options(case: dict) -> ServeOptions:
     if version is None:  # not stated (some external runs): kvplan's default vLLM version
         options = ServeOptions(tp=case["tp"])
     else:
-        options = ServeOptions(
-            tp=case["tp"],
-            async_scheduling=_version(version) >= ASYNC_DEFAULT_FROM,
-            vllm_version=version,
-        )
+        # async scheduling: the release's default (engines.vllm.async_scheduling_default)
+        options = ServeOptions(tp=case["tp"], vllm_version=version)
     for i, arg in enumerate(argv):
         if arg == "--max-model-len":
             options = options._replace(max_model_len=int(argv[i + 1]))

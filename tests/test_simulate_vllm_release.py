@@ -82,3 +82,26 @@ def test_each_engine_has_one_default_release_that_kvplan_models():
     assert EngineRequest().sglang_version == ServeOptions().sglang_version == SGLANG_VERSION
     assert engine_versions("vllm", None, None) == (VLLM_VERSION, SGLANG_VERSION)
     assert VLLM_IMAGE == vllm_image(VLLM_VERSION)
+
+
+@pytest.mark.parametrize(
+    ("engine", "version", "given", "resolved"),
+    [
+        ("vllm", "0.7", None, False),  # V0: the scheduler runs between the steps
+        ("vllm", "0.11.0", None, False),  # V1 before vllm-project/vllm#27614
+        ("vllm", "0.12", None, True),
+        ("vllm", "0.19", None, True),
+        ("vllm", "0.11.0", True, True),  # --async-scheduling, as given
+        ("vllm", "0.19", False, False),  # --no-async-scheduling
+        ("sglang", "0.19", None, True),  # SGLang's overlap scheduler
+    ],
+)
+def test_async_scheduling_is_the_releases_default_unless_given(engine, version, given, resolved):
+    spec, gpu = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    options = ServeOptions(
+        engine=engine, vllm_version=version, async_scheduling=given, max_model_len=8192
+    )
+    replica = build_replica(spec, gpu, options)
+    assert replica.options.async_scheduling is resolved
+    if engine == "vllm":  # the engine's rules (lagged window drops) see the same switch
+        assert replica.config.async_scheduling is resolved

@@ -90,8 +90,10 @@ def add(app: typer.Typer) -> None:
             help="With --emit sglang: SGLang's pool fraction for every configuration (0.05 to "
             "1; default SGLang's own), printed in the launch command.",
         ),
-        async_scheduling: bool = typer.Option(
-            True, "--async-scheduling/--no-async-scheduling", help="vLLM async scheduling."
+        async_scheduling: bool | None = typer.Option(
+            None,
+            "--async-scheduling/--no-async-scheduling",
+            help="vLLM async scheduling (default: the release's, on from 0.12).",
         ),
         data_parallel_size: int = c.serve_option(
             "data_parallel_size",

@@ -412,10 +412,11 @@ def add(app: typer.Typer) -> None:
             help="Chunked prefill (default: the engine's; vLLM V0 0.6-0.7 only above a "
             "32,768-token max_model_len).",
         ),
-        async_scheduling: bool = typer.Option(
-            True,
+        async_scheduling: bool | None = typer.Option(
+            None,
             "--async-scheduling/--no-async-scheduling",
-            help="Scheduling overlapped with the GPU (vLLM's default from 0.12).",
+            help="Scheduling overlapped with the GPU (default: the engine's; vLLM from 0.12, "
+            "SGLang's overlap scheduler).",
         ),
         preemption: bool = typer.Option(
             True,

@@ -118,6 +118,20 @@ def serve_batch_defaults(gpu: GpuProfile, version: str) -> tuple[int, int]:
     return large if gpu.usable_memory_bytes >= LARGE_GPU_BYTES else small
 
 
+# the first release that turns async scheduling on by default (vllm-project/vllm#27614,
+# SchedulerConfig.async_scheduling None -> True where the executor supports it)
+ASYNC_SCHEDULING_FROM = (0, 12)
+
+
+def async_scheduling_default(version: str, v0_engine: bool) -> bool:
+    """`vllm serve`'s async scheduling when neither --async-scheduling nor its negation is given:
+    off in V0 (its scheduler runs between the steps) and in V1 before 0.12, on from 0.12."""
+    from kvplan.engines.vllm_v0 import release_patch
+
+    parts = release_patch(version)
+    return not v0_engine and parts is not None and parts[:2] >= ASYNC_SCHEDULING_FROM
+
+
 DEFAULT_BLOCK_SIZE = 16
 # --dtype spellings -> kvplan's names ("auto": the config's, float32 downcast, see model_dtype)
 DTYPES = {

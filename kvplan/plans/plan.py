@@ -110,7 +110,7 @@ class PlanRequest(NamedTuple):
     # --engine-version: the release of --emit's engine whose defaults and admission rules every
     # configuration is simulated with (None: the default release, engines.releases)
     engine_version: str | None = None
-    async_scheduling: bool = True
+    async_scheduling: bool | None = None  # None: the engine's default for its release
     jobs: int = 0  # worker processes (0: one per core)
     frontend: Frontend = Frontend()
     prune: bool = True  # skip groups whose saturated rate cannot place them among the top
@@ -917,10 +917,11 @@ def evaluate(
         kept = bracket if prepared.endswith("at zero load above its target") else None
         return prepared, kept, -math.inf, release
     replica, price = prepared
-    return (*_search(request, config, gpus, requests, replica, price, memo, bracket, bar), release)
+    searched = _search(spec, request, config, gpus, requests, replica, price, memo, bracket, bar)
+    return (*searched, release)
 
 
-def _search(request, config, gpus, requests, replica, price, memo, bracket, bar):
+def _search(spec, request, config, gpus, requests, replica, price, memo, bracket, bar):
     """evaluate's goodput search of a built replica: (outcome, cap, floor)."""
     gpu = gpus[config.gpu_index]
     factors = factors_for(spec, gpu, request)

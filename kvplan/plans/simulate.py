@@ -586,7 +586,7 @@ def _setup(gpu: GpuProfile, replica: Replica, request: SimulateRequest) -> Setup
         enable_chunked_prefill=o.enable_chunked_prefill is not False,  # resolved by build_replica
         preemption=o.preemption,
         continuous_batching=o.continuous_batching,
-        async_scheduling=o.async_scheduling,
+        async_scheduling=bool(o.async_scheduling),  # resolved by build_replica
         engine=o.engine,
         mem_fraction_static=o.mem_fraction_static,
         engine_version=o.sglang_version if o.engine == "sglang" else o.vllm_version,

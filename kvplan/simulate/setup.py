@@ -76,7 +76,9 @@ class ServeOptions(NamedTuple):
     enable_prefix_caching: bool | None = None
     # None: the engine's default (V1: on; V0: kvplan.engines.vllm_v0's rule of its release)
     enable_chunked_prefill: bool | None = None
-    async_scheduling: bool = True  # the default from vLLM 0.12 on
+    # None: the engine's default (vLLM: engines.vllm.async_scheduling_default; SGLang: its
+    # overlap scheduler, on)
+    async_scheduling: bool | None = None
     preemption: bool = True
     continuous_batching: bool = True
     engine: str = "vllm"  # or "sglang"
@@ -396,6 +398,7 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
     if fallback:  # 0.8's engine oracle: the V0 engine, with V0's rules
         release = vllm_v0.v08_release(options.vllm_version)
         options = options._replace(v0_engine=True)
+    options = options._replace(async_scheduling=async_scheduling_of(options))
     vllm_v0.check_preemption_mode(options.preemption_mode, release)
     vllm_v0.check_swap_space(options.swap_space)
     if options.preemption_mode is not None and not options.preemption:
@@ -900,6 +903,22 @@ def engine_state_dtypes(spec, gpu, options) -> tuple[str, str] | None:
     return state_dtypes(state, spec.model_type, model_dtype(spec, "auto", gpu)[0], request)
 
 
+def async_scheduling_of(options: ServeOptions) -> bool:
+    """Whether steps overlap the host's scheduling: --async-scheduling / --no-async-scheduling
+    as given, else the engine's default: SGLang's overlap scheduler (on), vLLM's
+    (engines.vllm.async_scheduling_default: off in V0, including 0.8's fallback to it, and
+    before 0.12)."""
+    if options.async_scheduling is not None:
+        return options.async_scheduling
+    if options.engine == "sglang":
+        return True
+    from kvplan.engines import vllm_v0
+    from kvplan.engines.vllm import async_scheduling_default
+
+    v0 = options.v0_engine or vllm_v0.v0_release(options.vllm_version) is not None
+    return async_scheduling_default(options.vllm_version, v0)
+
+
 def step_model(
     spec,
     gpu,
@@ -954,7 +973,7 @@ def step_model(
         achieved=measured_achieved() if measured else achieved,
         fp8_flop_per_s=gpu.peak_flop_per_s.get("fp8"),
         host=HOST_OVERHEADS,
-        async_scheduling=options.async_scheduling,
+        async_scheduling=async_scheduling_of(options),
         cuda_graph_max_tokens=graph_tokens,
         # the engine's own DSA module tables (None for SGLang: vLLM's do not time its kernels)
         dsa_delta_us=None if measured or not dsa_layers(spec) else tables.dsa_delta_us,
@@ -1322,6 +1341,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         SglangPolicy,
     )
 
+    options = options._replace(async_scheduling=async_scheduling_of(options))
     for given, flag in (
         (
             options.gpu_mem_util != 0.9,
