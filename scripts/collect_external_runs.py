@@ -13,7 +13,9 @@ command under the same label; its GPU is the one its section heading names, else
 "Hardware:" line; a bench command naming another --model than the server's sets
 record_mismatch (the server command is not the one that ran). A block whose printed concurrency or request count disagrees
 with that bench command is dropped (the pairing is wrong), and so is a block whose output
-throughput differs from its generated tokens / duration by more than 5% (it contradicts itself). Every run
+throughput differs from its generated tokens / duration by more than 5% (it contradicts itself);
+a block printed word for word in a doc the cookbook added earlier is a copy of that run, kept
+once, under the earlier doc (GLM-5.1.md reprints GLM-5.md's H200 blocks). Every run
 is kept: what kvplan simulate lacks for one is computed when it is replayed (tests/sim_replay.py
 needs()), not stored; a block's printed acceptance length is kept as spec_accept_length. The rest of the file (vLLM recipes, issue threads)
 was copied by hand; see tests/data/README.md."""
@@ -237,8 +239,9 @@ def runs_in(repo: str, path: str) -> list[dict]:
         for k, line in enumerate(body):
             if "Serving Benchmark Result" not in line:
                 continue
-            measured = {}
+            measured, printed = {}, [line]
             for row in body[k + 1 :]:
+                printed.append(row)
                 if row.startswith("=====") and measured:
                     break
                 m = re.match(r"^\s*([^:]+?):\s+(\S+)", row)
@@ -263,6 +266,7 @@ def runs_in(repo: str, path: str) -> list[dict]:
                     "bench_label": label if run_bench is not bench else None,
                     "added": extra,
                     "measured": measured,
+                    "printed": "\n".join(printed),
                     "path": path,
                 }
             )
@@ -469,10 +473,48 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
     return case, ""
 
 
+def first_added(repo: str, path: str) -> int:
+    """When a doc first entered the cookbook (its first commit's time, up to COMMIT)."""
+    times = subprocess.run(
+        ["git", "-C", repo, "log", "--format=%ct", COMMIT, "--", path],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return int(times[-1]) if times else 0
+
+
+def copies(raws: list[dict], added: dict[str, int]) -> dict[int, str]:
+    """The blocks that are copies: a result block printed word for word in another doc added
+    earlier (GLM-5.1.md prints GLM-5.md's two H200 blocks, every figure equal, under its own
+    heading) measured one run, not two; the earlier doc's keeps it. Index -> why dropped."""
+    first: dict[str, dict] = {}
+    for raw in sorted(raws, key=lambda r: (added[r["path"]], r["path"], r["line"])):
+        first.setdefault(raw["printed"], raw)
+    out = {}
+    for i, raw in enumerate(raws):
+        kept = first[raw["printed"]]
+        if kept is not raw:
+            out[i] = (
+                f"a copy: the same result block, every figure equal, as {kept['path']}"
+                f"#L{kept['line']}, which the cookbook printed first"
+            )
+    return out
+
+
 def split_of(case_id: str) -> str:
     """The rule fixed before any error was looked at: the first byte of sha256(id), even ->
     calibrate, odd -> validate."""
     return "calibrate" if hashlib.sha256(case_id.encode()).digest()[0] % 2 == 0 else "validate"
+
+
+def in_file_order(case: dict, existing: list[dict]) -> dict:
+    """A collected run as FILE writes it: its keys in the order of FILE's record of its id (else of
+    FILE's first record; the records were written in several orders), so that a run already
+    there is rewritten byte for byte."""
+    same = [c for c in existing if c["id"] == case["id"]] or existing[:1]
+    order = [k for k in same[0] if k in case] if same else []
+    return {**{k: case[k] for k in order}, **case}
 
 
 def main() -> None:
@@ -494,14 +536,16 @@ def main() -> None:
         check=True,
     ).stdout.split()
     cases, dropped = [], []
-    for path in sorted(p.split(":", 1)[1] for p in paths):
-        for raw in runs_in(repo, path):
-            case, why = case_of(raw)
-            if case is None:
-                dropped.append(f"{path}#L{raw['line']}: {why}")
-                continue
-            case["split"] = split_of(case["id"])
-            cases.append(case)
+    docs = sorted(p.split(":", 1)[1] for p in paths)
+    raws = [raw for path in docs for raw in runs_in(repo, path)]
+    copied = copies(raws, {path: first_added(repo, path) for path in docs})
+    for i, raw in enumerate(raws):
+        case, why = (None, copied[i]) if i in copied else case_of(raw)
+        if case is None:
+            dropped.append(f"{raw['path']}#L{raw['line']}: {why}")
+            continue
+        case["split"] = split_of(case["id"])
+        cases.append(case)
     if len(sys.argv) > 5 and sys.argv[2] == "--update" and sys.argv[4] == "--only":
         # replace only the runs of these ids in FILE, each with its re-collected record
         target, ids = Path(sys.argv[3]), sys.argv[5].split(",")
@@ -517,7 +561,7 @@ def main() -> None:
         target = Path(sys.argv[3])
         data = json.loads(target.read_text(encoding="utf-8"))
         others = [c for c in data["cases"] if c["source"] != SOURCE]
-        data["cases"] = cases + others
+        data["cases"] = [in_file_order(c, data["cases"]) for c in cases] + others
         target.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         print(f"{len(cases)} cookbook runs, {len(others)} others; left out:", *dropped, sep="\n")
         return

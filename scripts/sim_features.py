@@ -32,6 +32,7 @@ from sim_replay import (  # noqa: E402
     EXTERNAL_PATH,
     FEATURES_PATH,
     METRICS,
+    flag_names,
     inside,
     relative_error,
     replay,
@@ -57,6 +58,7 @@ STAND_IN = {
 def features_of(serve_cmd: str) -> list[str]:
     """The issue-28 features a serve command asks for, by its flags as written."""
     names = {arg.split("=", 1)[0].split(".", 1)[0] for arg in shlex.split(serve_cmd)}
+    names |= flag_names(serve_cmd)  # argparse's abbreviations too (--speculative-algo)
     return [f for f in FEATURE_ORDER if names & set(FEATURE_FLAGS[f])]
 
 

@@ -36,6 +36,7 @@ RENAMED = {
     "--ep": "--ep-size",
     "--dp": "--dp-size",
     "--nccl-init": "--nccl-init-addr",  # argparse's unique prefix of SGLang's alias
+    "--speculative-algo": "--speculative-algorithm",  # the same (Qwen3.5.md's NEXTN launch)
 }
 # flags kvplan simulate takes as the engines spell them: name -> takes a value
 TAKEN = {
@@ -344,9 +345,15 @@ def replay(case: dict, accept_length: float | None = None) -> dict:
     }
 
 
+def flag_names(serve_cmd: str) -> set[str]:
+    """The flags a serve command names, as kvplan spells them (RENAMED: an engine's spelling or
+    argparse's unique prefix of it), without values or vLLM's dotted keys."""
+    names = {arg.split("=", 1)[0].split(".", 1)[0] for arg in shlex.split(serve_cmd)}
+    return {RENAMED.get(name, name) for name in names}
+
+
 def is_speculative(case: dict) -> bool:
-    names = {arg.split("=", 1)[0].split(".", 1)[0] for arg in shlex.split(case["serve_cmd"])}
-    return bool(names & set(SPECULATIVE_FLAGS))
+    return bool(flag_names(case["serve_cmd"]) & set(SPECULATIVE_FLAGS))
 
 
 def accept_length(case: dict) -> float | None:

@@ -125,3 +125,29 @@ def test_a_result_under_a_label_without_its_bench_command_takes_the_pages_same_l
     assert "--dataset-name random" in run["bench"] and "image" not in run["bench"]
     assert run["bench_label"] == "**Latency Benchmark (Text)**"
     assert run["serve"] == "sglang serve --model-path google/gemma-4-26B-A4B-it"
+
+
+def test_a_block_reprinted_in_a_later_doc_is_one_run_kept_under_the_earlier_doc():
+    """GLM-5.1.md reprints GLM-5.md's two H200 result blocks word for word (every figure equal,
+    only the bench's --model renamed): one measurement, kept once, under the doc the cookbook
+    added first, whichever sorts first by name."""
+    block = "============ Serving Benchmark Result ============\nBenchmark duration (s): 35.78"
+    glm5 = raw(path="docs/autoregressive/GLM/GLM-5.md", line=437, printed=block)
+    glm51 = raw(path="docs/autoregressive/GLM/GLM-5.1.md", line=407, printed=block)
+    other = raw(path="docs/autoregressive/GLM/GLM-5.1.md", line=462, printed=block + "1")
+    added = {glm5["path"]: 100, glm51["path"]: 200}
+    dropped = collect.copies([glm51, other, glm5], added)
+    assert set(dropped) == {0}
+    assert "GLM-5.md#L437" in dropped[0]
+    # the doc added first keeps the run, not the one whose name sorts first
+    assert set(collect.copies([glm51, glm5], {glm5["path"]: 300, glm51["path"]: 200})) == {1}
+
+
+def test_update_rewrites_a_run_already_in_the_file_byte_for_byte():
+    """--update writes each run's keys in the order of the file's record of the same id (the
+    file's records were written in several orders); a new run takes the first record's order."""
+    existing = [{"id": "a", "split": "x", "model": "m"}, {"id": "b", "model": "m", "split": "y"}]
+    again = collect.in_file_order({"model": "m", "split": "y", "id": "b"}, existing)
+    assert list(again) == ["id", "model", "split"]
+    new = collect.in_file_order({"model": "n", "id": "c", "split": "z", "extra": 1}, existing)
+    assert list(new) == ["id", "split", "model", "extra"]

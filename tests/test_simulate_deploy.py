@@ -6,6 +6,7 @@ kvplan/simulate/workload.py)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 from test_simulate_engine import MODEL, NO_FRONTEND, config
 
 from kvplan.formulas.batch_step import BatchShape
+from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.quantization import read_quantization
 from kvplan.inputs.sources import load_model
@@ -28,7 +30,7 @@ from kvplan.simulate.workload import (
     random_length_bounds,
 )
 
-from helpers import one_line_error, run_cli, run_json
+from helpers import REPO, one_line_error, run_cli, run_json
 
 GPU = load_profile("h100")
 LLAMA_8B = load_model("llama-3.1-8b")
@@ -346,6 +348,28 @@ def test_fbgemm_fp8_reads_as_fp8_mlps_with_attention_kept():
     quant = read_quantization(config, {}, "Llama-3.1-405B-Instruct-FP8")
     assert quant.format == "fp8-tensor" and not quant.notes
     assert "attention" not in quant.parts and "mlp" in quant.parts
+
+
+def test_an_fp8_list_of_norms_routers_and_indexer_projections_keeps_every_part_quantized():
+    """zai-org/GLM-5-FP8's modules_to_not_convert names, per layer, its norms, the MoE router
+    ("mlp.gate", its correction bias) and the indexer's k_norm and weights projection: the
+    attention and dense MLP projections are fp8 all the same, as in glm-5.2-fp8, whose config has
+    no list, and the same architecture's weights come to the same bytes."""
+    config = json.loads((REPO / "model_configs" / "GLM-5-FP8.json").read_text())
+    quant = read_quantization(config, {}, "zai-org/GLM-5-FP8")
+    assert quant.format == "fp8" and quant.parts is None and not quant.notes
+    fp8, fp8_52 = load_model("glm-5-fp8"), load_model("glm-5.2-fp8")
+    assert resolve_weights_dtype(fp8, "auto")[0] == "fp8"
+    assert (
+        weight_bytes(fp8, "fp8") == weight_bytes(fp8_52, "fp8") < weight_bytes(fp8, "bf16") * 0.51
+    )
+    # a list that names the attention module itself still keeps the attention in 16 bits
+    named = {
+        **config["quantization_config"],
+        "modules_to_not_convert": ["model.layers.0.self_attn"],
+    }
+    quant = read_quantization({"quantization_config": named}, {}, "x")
+    assert quant.parts is not None and "attention" not in quant.parts and "mlp" in quant.parts
 
 
 def test_quark_fp8_and_mxfp4_configs():

@@ -41,6 +41,16 @@ def parts_without(quant: Quantization, dropped: tuple[str, ...]) -> tuple[str, .
     return tuple(p for p in quant.parts if p not in dropped)
 
 
+_LAYER_INDEX = re.compile(r"layers\.(\d+)\.")
+# a MoE router ("mlp.gate", "router") is no MLP projection: an exclusion list naming it keeps the
+# MLPs quantized
+_ROUTER = re.compile(r"(mlp\.gate|\.gate|router)\*?$")
+# nor are a norm, a bias or a sparse-attention indexer's weights projection the attention's
+# weights: zai-org/GLM-5-FP8 lists every layer's "self_attn.indexer.k_norm",
+# "self_attn.indexers_proj" and "mlp.gate.e_score_correction_bias" and quantizes the rest
+_SMALL_MODULE = re.compile(r"(norm|bias|indexers?_proj)\*?$")
+
+
 def _excluded_parts(patterns) -> set[str]:
     """Parts an ignore / modules_to_not_convert list keeps unquantized."""
     excluded = set()
@@ -50,6 +60,8 @@ def _excluded_parts(patterns) -> set[str]:
         patterns = ()  # a number or an object is no list of modules: nothing excluded
     for raw in patterns:
         text = str(raw).lower()
+        if _ROUTER.search(text) or _SMALL_MODULE.search(text):
+            continue  # a router, norm, bias or indexer projection is not its part's weights
         if "shared_expert" in text:
             excluded.add("shared_experts")
         elif "expert" in text:
@@ -111,12 +123,6 @@ def _compressed_tensors(qc: dict) -> tuple[str | None, str]:
     return formats.pop(), ""
 
 
-_LAYER_INDEX = re.compile(r"layers\.(\d+)\.")
-# a MoE router ("mlp.gate", "router") is no MLP projection: an exclusion list naming it keeps the
-# MLPs quantized
-_ROUTER = re.compile(r"(mlp\.gate|\.gate|router)\*?$")
-
-
 def _excluded_whole_parts(patterns, num_layers) -> set[str]:
     """Parts an exclusion list keeps unquantized in every layer: a part named per layer
     ("model.layers.0.mlp.down_proj") counts as excluded only when the list names it in all
@@ -130,8 +136,6 @@ def _excluded_whole_parts(patterns, num_layers) -> set[str]:
     layers: dict[str, set[int]] = {}
     for raw in patterns:
         text = str(raw).lower()
-        if _ROUTER.search(text):
-            continue
         parts = _excluded_parts([text])
         index = _LAYER_INDEX.search(text)
         if index is None:

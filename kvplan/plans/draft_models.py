@@ -4,7 +4,7 @@ order, and the CRC-32 of each config they were built from (kvplan.plans.whatif_t
 builds them at run time where one differs)."""
 
 CONFIG_CRC32 = {
-    "index.json": "e8d7767f",
+    "index.json": "73ac543a",
     "CodeLlama-34b-Instruct-hf.json": "c75c9588",
     "DeepSeek-R1.json": "e41265ea",
     "DeepSeek-V2-Lite.json": "0d238a1c",
@@ -16,6 +16,7 @@ CONFIG_CRC32 = {
     "GLM-4.5-Air.repr.json": "a13534f3",
     "GLM-4.7-FP8.TRIMMED.json": "644cf941",
     "GLM-4.7-Flash.TRIMMED.json": "8d55d559",
+    "GLM-5-FP8.json": "a2b0349b",
     "GLM-5.1.json": "368d9034",
     "GLM-5.3.json": "d540aa47",
     "GLM-5.json": "0ef2ac0b",
@@ -135,6 +136,7 @@ MODELS = (
     ("kimi-k2", "deepseek_v3", 163840, 1026408209408),
     ("kimi-k2.5", "deepseek_v3", 163840, 1026408209408),
     ("glm-5", "glm_moe_dsa", 154880, 743911199232),
+    ("glm-5-fp8", "glm_moe_dsa", 154880, 743911199232),
     ("glm-4.7", "glm4_moe", 151552, 352796472320),
     ("glm-4.7-flash", "glm4_moe_lite", 154880, 29943390976),
     ("glm-4.5-air", "glm4_moe", 151552, 106852245504),
