@@ -1064,6 +1064,38 @@ def write_attention_backends(root: Path, names: list[str]) -> list[Path]:
     return written
 
 
+# AMD Instinct: no aiconfigurator tables. AMD's AITER ships its GEMM tuner's per-shape kernel
+# timings (aiter/configs/*.csv: gfx, cu_num, M, N, K, ..., us, ..., bw); the decode GEMMs of
+# bf16_decode_gfx942_m1_m4_canary.csv (gfx942, 304 CUs: MI300X/MI325X) at M = 1-4 give the
+# bandwidth a dense bf16 decode GEMM reaches and the smallest GEMM time. Only weights larger than
+# the 256 MB Infinity Cache count for the fraction (a tuner's loop over a smaller weight reads it
+# from the cache, not from HBM).
+AITER_COMMIT = "e4048607a535ace3a2b51ded31b1c8c2d45c0879"
+AITER_DECODE_CSV = "aiter/configs/bf16_decode_gfx942_m1_m4_canary.csv"
+PARTIAL = TABLES / "partial"
+
+
+def aiter_decode_gemm(csv_text: str, bw: float, cache_bytes: float, cu_num: int = 304) -> dict:
+    """{"memory_fraction": median over the rows whose bf16 weights exceed `cache_bytes` of
+    (N x K x 2 B / us) / bw, "floor_s": the smallest time of any row, "rows": the rows used}."""
+    import csv
+    import io
+
+    rows = [
+        r
+        for r in csv.DictReader(io.StringIO(csv_text))
+        if int(r["cu_num"]) == cu_num and r["dtype"] == "torch.bfloat16"
+    ]
+    big = [r for r in rows if int(r["N"]) * int(r["K"]) * 2 > cache_bytes]
+    fractions = [int(r["N"]) * int(r["K"]) * 2 / (float(r["us"]) * 1e-6) / bw for r in big]
+    return {
+        "memory_fraction": round(statistics.median(fractions), 2),
+        "floor_s": min(float(r["us"]) for r in rows) * 1e-6,
+        "rows": [[int(r["M"]), int(r["N"]), int(r["K"]), float(r["us"])] for r in big],
+        "rows_total": len(rows),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("data", type=Path, help="aiconfigurator's systems/data folder")
@@ -1078,7 +1110,23 @@ def main() -> None:
         action="store_true",
         help="write kvplan/data/kernel_tables/attention/*.json only",
     )
+    parser.add_argument(
+        "--aiter-decode-gemm",
+        action="store_true",
+        help="DATA is AITER's bf16_decode_gfx942_m1_m4_canary.csv: print the MI300X figures",
+    )
     args = parser.parse_args()
+    if args.aiter_decode_gemm:
+        import yaml
+
+        profile = yaml.safe_load((PROFILES / "mi300x.yaml").read_text())
+        bw = float(profile["memory_bandwidth_bytes_per_s"])
+        got = aiter_decode_gemm(args.data.read_text(encoding="utf-8"), bw, 256e6)
+        print(
+            f"mi300x: dense bf16 memory fraction {got['memory_fraction']}, GEMM floor "
+            f"{got['floor_s']:.4e} s over {got['rows_total']} rows; rows used {got['rows']}"
+        )
+        return
     if args.write_attention_backends:
         names = sorted(p.name for p in TABLES.glob("*.*.*.json"))
         for path in write_attention_backends(args.data, names):

@@ -16,7 +16,13 @@ A profile names its tables in one field, never by its name:
     kernel_tables: {borrowed: h100_sxm}                 # another GPU's (H800: the H100's)
 
 and a profile without the field runs at the H100 SXM's vLLM fractions on its own datasheet
-rates. `tables_for` says which it got: evidence "own" (this GPU, this engine), "other-engine"
+rates. A GPU with no tables but some public kernel-level measurements names them:
+
+    kernel_tables: {partial: mi300x}                    # partial/mi300x.json
+
+and runs at the H100's fractions with the measured figures in their place (dense memory
+fractions, floors, the all-reduce call): still evidence "datasheet" (its interval class), the
+sim-kernel-tables note naming what was measured and where. `tables_for` says which it got: evidence "own" (this GPU, this engine), "other-engine"
 (this GPU, the other engine's tables: none for the simulated one), "borrowed" (another GPU's,
 named by the profile), "datasheet" (no tables: the H100's).
 """
@@ -35,6 +41,7 @@ FOLDER = Path(__file__).resolve().parent.parent / "data" / "kernel_tables"
 DSA_FOLDER = FOLDER / "dsa"
 MOE_FOLDER = FOLDER / "moe"
 ATTENTION_FOLDER = FOLDER / "attention"
+PARTIAL_FOLDER = FOLDER / "partial"  # kernel-level measurements of a GPU without tables
 ENGINES = ("vllm", "sglang")
 DATASHEET_TABLES = "h100_sxm"  # a GPU without tables runs at the H100's fractions
 DATASHEET_VERSION = "0.14.0"  # ... of vLLM 0.14.0 (the tables kvplan's goldens were made with)
@@ -89,6 +96,8 @@ class KernelTables(NamedTuple):
     engine: str  # the engine the tables measured
     engine_version: str
     asked_version: str | None  # the version asked for (None: the newest there is)
+    # what of a datasheet GPU's figures are its own kernel-level measurements, in words ("": none)
+    measured: str = ""
 
     @property
     def dsa_delta_us(self) -> DsaGrids | None:
@@ -302,14 +311,48 @@ def parse_field(value: object, where: str) -> dict:
         )
     out = {}
     for engine, key in value.items():
-        if engine not in (*ENGINES, "borrowed"):
+        if engine not in (*ENGINES, "borrowed", "partial"):
             raise KvplanError(
-                f"{where}: kernel_tables has {str(engine)[:20]!r} ({', '.join(ENGINES)}, borrowed)"
+                f"{where}: kernel_tables has {str(engine)[:20]!r} "
+                f"({', '.join(ENGINES)}, borrowed, partial)"
             )
-        out[engine] = check_table_key(str(key)[:40], f"{where}: kernel_tables.{engine}")
-    if "borrowed" in out and len(out) > 1:
-        raise KvplanError(f"{where}: kernel_tables is either its own per engine or borrowed")
+        if engine == "partial":
+            out[engine] = check_partial_key(str(key)[:40], f"{where}: kernel_tables.partial")
+        else:
+            out[engine] = check_table_key(str(key)[:40], f"{where}: kernel_tables.{engine}")
+    if ("borrowed" in out or "partial" in out) and len(out) > 1:
+        raise KvplanError(
+            f"{where}: kernel_tables is either its own per engine, borrowed or partial"
+        )
     return out
+
+
+def check_partial_key(key: str, where: str) -> str:
+    """`key` if PARTIAL_FOLDER has its measurements, else a one-line error naming the known."""
+    known = sorted(p.stem for p in PARTIAL_FOLDER.glob("*.json"))
+    if key not in known:
+        raise KvplanError(f"{where}: no kernel measurements {key!r} (known: {', '.join(known)})")
+    return key
+
+
+@cache
+def partial_doc(key: str) -> dict:
+    """partial/<key>.json: a datasheet GPU's kernel-level measurements with their provenance."""
+    return _read(PARTIAL_FOLDER / f"{key}.json")
+
+
+def with_measured(base: Achieved, measured: dict) -> Achieved:
+    """`base` (the H100's fractions) with a partial file's `measured` figures in their place:
+    dense_memory {format: memory fraction}, floors_s {family: seconds}, allreduce_call_s."""
+    dense = dict(base.dense)
+    for fmt, memory in (measured.get("dense_memory") or {}).items():
+        dense[fmt] = (dense[fmt][0], memory)
+    floors = {**base.floors_s, **(measured.get("floors_s") or {})}
+    return base._replace(
+        dense=dense,
+        floors_s=floors,
+        allreduce_call_s=measured.get("allreduce_call_s", base.allreduce_call_s),
+    )
 
 
 def tables_for(profile, engine: str = "vllm", engine_version: str | None = None) -> KernelTables:
@@ -332,6 +375,8 @@ def _tables_for(items: tuple, engine: str, engine_version: str | None) -> Kernel
         gpu = next(field[e] for e in others if field.get(e))
         use = next(e for e in others if field.get(e))
         evidence, borrowed = "other-engine", None
+    elif field.get("partial"):
+        gpu, use, evidence, borrowed = DATASHEET_TABLES, "vllm", "datasheet", DATASHEET_TABLES
     elif field.get("borrowed"):
         gpu, use, evidence, borrowed = field["borrowed"], engine, "borrowed", field["borrowed"]
     else:
@@ -346,8 +391,14 @@ def _tables_for(items: tuple, engine: str, engine_version: str | None) -> Kernel
         if evidence == "own":
             evidence = "other-engine"
     doc = _load(gpu, use, version)
+    achieved, source, measured = _achieved(gpu, use, version), doc["source"], ""
+    if field.get("partial"):
+        part = partial_doc(field["partial"])
+        achieved = with_measured(achieved, part["measured"])
+        source = f"{part['source']}; the rest: {source}"
+        measured = part["words"]
     return KernelTables(
-        achieved=_achieved(gpu, use, version),
+        achieved=achieved,
         # DSA module grids only for the engine and GPU kind they timed (SGLang runs its own
         # kernels; a datasheet GPU may not run vLLM's DSA at all)
         dsa_file=_dsa_file(gpu, use, version)
@@ -357,12 +408,13 @@ def _tables_for(items: tuple, engine: str, engine_version: str | None) -> Kernel
         moe_file=_moe_file(gpu, use, version) if evidence != "datasheet" else None,
         evidence=evidence,
         borrowed_from=borrowed,
-        source=doc["source"],
+        source=source,
         gpu=gpu,
         name=doc["name"],
         engine=use,
         engine_version=version,
         asked_version=engine_version,
+        measured=measured,
     )
 
 

@@ -1058,6 +1058,7 @@ def step_model(
             engine=options.engine,
             tables=tables.label,
             evidence=tables.evidence,
+            **({"measured": tables.measured} if tables.measured else {}),
         )
     )
     return model, wdtype

@@ -22,11 +22,17 @@ KERNEL_TABLE_WORDS = {
     "datasheet": "none of its own: the H100 SXM's, on its datasheet rates",
 }
 text("sim-kernel-tables")(
-    lambda gpu, engine, tables, evidence: (
+    lambda gpu, engine, tables, evidence, measured="": (
         "Each operation runs at the fraction of the datasheet rate the engine's own kernel "
         f"reaches, from the measured kernel tables {tables} (NVIDIA aiconfigurator's silicon "
         f"tables; evidence {evidence}: for {gpu} "
         + (KERNEL_TABLE_WORDS.get(evidence) or evidence).format(engine=engine)
+        + (
+            f"; measured on {gpu} itself at kernel level, and used in the H100's place: "
+            f"{measured}; every other figure is the H100's, transferred unmeasured"
+            if measured
+            else ""
+        )
         + "): dense GEMMs and attention by the medians of their tables, fused-MoE experts by "
         "the model's own timed shape where the tables have it (the MoE note says), else a curve "
         "of the tokens each expert gets; CUDA-graph steps pay 32 us per layer, larger "
