@@ -223,6 +223,25 @@ def test_under_attention_tp_each_rank_dispatches_its_share_of_the_tokens():
     assert m.comm_s(16) == pytest.approx(allreduce + alltoall, rel=1e-12)
 
 
+def test_sglang_ep_without_dp_attention_sums_the_experts_with_the_tp_all_reduce():
+    """SGLang's --ep-size without DP attention or --moe-a2a-backend: every TP rank holds all 16
+    tokens, runs its own experts on them, and the layer's TP all-reduce sums the partial
+    outputs: 2 x 27 all-reduces of 16 x 2048 x 2 B, as TP alone, and no all-to-all."""
+    spec = load_model("deepseek-v2-lite")
+    sglang = model(spec, tp=4, moe_ranks=4, ep=4, ep_allreduce=True)
+    one_way = load_profile("h200").interconnect.one_way_bytes_per_s * sglang.achieved.link
+    allreduce = (
+        2
+        * 27
+        * ring_allreduce_time_s(
+            16 * 2048 * 2, 4, one_way, sglang.achieved.allreduce_call_s / (2 * 3)
+        )
+    )
+    assert sglang.comm_s(16) == pytest.approx(allreduce, rel=1e-12)
+    assert sglang.comm_s(16) == pytest.approx(model(spec, tp=4).comm_s(16), rel=1e-12)
+    assert model(spec, tp=4, moe_ranks=4, ep=4).comm_s(16) != pytest.approx(allreduce)
+
+
 def test_sglang_dp_attention_without_dp_size_runs_as_plain_tp():
     """SGLang turns DP attention off at --dp-size 1 (server_args._handle_data_parallelism):
     the flag alone is taken as written and runs the plain TP layout, with a note (published

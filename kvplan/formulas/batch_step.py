@@ -356,6 +356,7 @@ class StepModel:
         node_gpus: int | None = None,
         backend_kernels: BackendKernels | None = None,
         dp_gather_full: bool = False,
+        ep_allreduce: bool = False,
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
         # the inter-node link and the replica's GPUs per node (None: the replica is one node)
@@ -373,6 +374,10 @@ class StepModel:
         # runs on the buffer gathered over the whole TP group (communicator.py, ScatterMode
         # FULL), even with --ep-size; False: vLLM's, the MoE layers' gather alone
         self.dp_gather_full = dp_gather_full
+        # SGLang's EP without DP attention (no --moe-a2a-backend): the ranks hold every token
+        # after attention's all-reduce, each runs its own experts on all of them and the TP
+        # all-reduce sums the partial outputs (deepseek_v2.py forward_normal): no all-to-all
+        self.ep_allreduce = ep_allreduce
         self.link, self.achieved, self.host = link, achieved, host
         self.async_scheduling = async_scheduling
         # vLLM V0's multi-step scheduling (--num-scheduler-steps N): one scheduler pass and
@@ -714,11 +719,12 @@ class StepModel:
     ) -> float:
         """TP all-reduces of one forward: the comm formula at the achieved bus bandwidth, with a
         per-hop latency that makes a small message cost one measured all-reduce call. With EP
-        the MoE layers' all-reduces are dispatch + combine all-to-alls instead; DP attention
+        the MoE layers' all-reduces are dispatch + combine all-to-alls instead (vLLM; SGLang
+        without DP attention keeps the all-reduces: ep_allreduce); DP attention
         without EP adds each MoE layer's all-gather and reduce-scatter; SGLang's DP attention
         gathers before every layer's MLP (sglang_dp_comm_s). Collectives whose group spans nodes
         are priced on both links (the class docstring)."""
-        if self.ep <= 1 and self.dp <= 1:
+        if self.dp <= 1 and (self.ep <= 1 or self.ep_allreduce):
             return self.tp_allreduce_s(num_tokens, ALLREDUCES_PER_LAYER * self.spec.num_layers)
         if self.dp > 1 and self.dp_gather_full:
             return self.sglang_dp_comm_s(num_tokens, gathered_tokens, padded)

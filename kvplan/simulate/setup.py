@@ -992,6 +992,7 @@ def step_model(
         backend_kernels=kernels,
         # SGLang's DP attention gathers before every layer's MLP (StepModel.sglang_dp_comm_s)
         dp_gather_full=options.engine == "sglang" and layout.dp > 1,
+        ep_allreduce=options.engine == "sglang",
     )
     if spec.moe is not None:
         notes.append(note("sim-weak-moe", timed=tables.label if model.moe_curve else None))

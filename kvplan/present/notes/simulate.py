@@ -490,6 +490,9 @@ text("sim-expert-parallel")(
             + (
                 "."
                 if dp > 1 and engine == "sglang"
+                else "; every rank holds all the tokens and the layer's TP all-reduce sums "
+                "the experts' partial outputs (SGLang without --moe-a2a-backend: no all-to-all)."
+                if engine == "sglang"
                 else ", the MoE layers' all-reduce replaced by a dispatch and a combine "
                 "all-to-all of each token's hidden state to its top-k experts (bf16, the link's "
                 "one-way bandwidth, one latency each)."
