@@ -13,6 +13,16 @@ from kvplan.inputs.architectures import build_model
 REPO = Path(__file__).resolve().parents[1]
 
 
+def load_script(name: str):
+    """scripts/<name>.py imported as a module (the scripts folder is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_cli(*argv: str) -> tuple[int, str, str]:
     """Run the CLI in-process: (exit code, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()

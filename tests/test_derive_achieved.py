@@ -4,14 +4,13 @@ no fraction; the same kernel timed in a graph by the other engine's collector do
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
 from kvplan.inputs.kernel_tables import FOLDER, available
 
-from helpers import REPO
+from helpers import load_script
 
 BW = 8e12  # bytes/s
 PEAKS = {"bf16": 2.25e15, "fp8": 4.5e15}  # FLOP/s
@@ -19,12 +18,7 @@ SHAPES = [(m, n, k) for m in (1, 8, 16, 4096, 8192) for n in (4096, 8192) for k 
 
 
 def _derive():
-    spec = importlib.util.spec_from_file_location(
-        "derive_achieved", REPO / "scripts/derive_achieved.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("derive_achieved")
 
 
 def _rows(derive, dtype, kernel, memory, compute, floor_s, peak):

@@ -5,7 +5,6 @@ schema, its split rule, the copied numbers' internal consistency, and the per-gr
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import math
 import re
 
@@ -15,7 +14,7 @@ from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import resolve_variant
 
-from helpers import REPO
+from helpers import load_script
 from sim_cases import HELDOUT, load_cases, run_case
 from sim_replay import needs
 
@@ -35,10 +34,7 @@ FAMILIES = {"Ampere", "Hopper", "Blackwell", "CDNA3", "CDNA4"}
 
 
 def _sim_accuracy():
-    spec = importlib.util.spec_from_file_location("sim_accuracy", REPO / "scripts/sim_accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("sim_accuracy")
 
 
 def test_every_run_has_the_schema_and_finite_numbers():

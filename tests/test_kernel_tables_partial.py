@@ -4,7 +4,6 @@ from the cited kernel timings (AMD AITER's gfx942 decode-GEMM table, vLLM PR 390
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 
 import pytest
@@ -20,18 +19,13 @@ from kvplan.inputs.kernel_tables import (
 )
 from kvplan.present.notes.registry import TEXTS
 
-from helpers import REPO
+from helpers import REPO, load_script
 
 MI300X_BW = 5.3e12  # the MI300X datasheet's HBM3 bandwidth (hardware_profiles/mi300x.yaml)
 
 
 def _derive():
-    spec = importlib.util.spec_from_file_location(
-        "derive_achieved", REPO / "scripts/derive_achieved.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("derive_achieved")
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])

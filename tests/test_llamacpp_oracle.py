@@ -6,7 +6,6 @@ from the binary in KVPLAN_LLAMACPP_BIN (CI builds it) and compares the same way.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -21,6 +20,7 @@ from kvplan.inputs.sources import load_model
 from kvplan.present.engines import llamacpp_log_lines
 
 from gguf_fixtures import write_gguf
+from helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 ORACLE_DIR = ROOT / "tests" / "data" / "llamacpp_oracle"
@@ -107,11 +107,7 @@ def test_live_llamacpp_matches(tmp_path):
     binary = os.environ.get("KVPLAN_LLAMACPP_BIN")
     if not binary:
         pytest.skip("KVPLAN_LLAMACPP_BIN not set (scripts/build_llamacpp.sh builds it)")
-    spec = importlib.util.spec_from_file_location(
-        "llamacpp_oracle", ROOT / "scripts" / "llamacpp_oracle.py"
-    )
-    oracle = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(oracle)
+    oracle = load_script("llamacpp_oracle")
     data = oracle.record(binary)
     build = int(data["build"].lstrip("b"))
     misses = []

@@ -5,7 +5,6 @@ fractions where no rows time a layer, and the note that says which."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pytest
@@ -21,7 +20,7 @@ from kvplan.formulas.step_time import Rates
 from kvplan.inputs.kernel_tables import BackendTiming, attention_backends
 from kvplan.inputs.sources import load_model
 
-from helpers import REPO, run_json
+from helpers import load_script, run_json
 
 # two measured unit counts (sequences x heads on a rank), two prompt lengths each:
 # (units, ((prompt tokens, seconds), ...))
@@ -62,12 +61,7 @@ def test_a_chunk_over_cached_tokens_is_the_prompt_of_as_many_keys():
 
 
 def _derive():
-    spec = importlib.util.spec_from_file_location(
-        "derive_achieved", REPO / "scripts/derive_achieved.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("derive_achieved")
 
 
 def _row(batch, heads, isl, ms, kv="bfloat16", attn="bfloat16", head_dim=128, window=0):

@@ -6,7 +6,6 @@ table docs/simulate.md prints is the one scripts/sim_features.py computes."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
@@ -15,7 +14,7 @@ import pytest
 
 from kvplan.errors import KvplanError
 
-from helpers import REPO
+from helpers import REPO, load_script
 from sim_replay import FEATURES_PATH, serve_argv, simulate_argv
 
 CASES = json.loads(FEATURES_PATH.read_text(encoding="utf-8"))["cases"]
@@ -28,14 +27,7 @@ FIELDS = {
 }  # fmt: skip
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("sim_features", REPO / "scripts/sim_features.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-SCRIPT = _script()
+SCRIPT = load_script("sim_features")
 
 
 def test_records_have_the_schema_and_are_held_out():

@@ -13,7 +13,7 @@ from kvplan.dtypes import KvFormat
 from kvplan.inputs.architectures import build_model
 from kvplan.inputs.sources import bundled_models, load_model
 
-from helpers import REPO
+from helpers import REPO, load_script
 
 ORACLE = json.loads((REPO / "tests" / "data" / "transformers_oracle.json").read_text())["models"]
 FP32 = KvFormat("fp32")
@@ -38,13 +38,7 @@ def _real_twin(file: str) -> str | None:
 def _cited_counts() -> dict[str, int]:
     """The counts cited from the engines' model code where transformers 5.24 cannot count the
     file (scripts/real_configs_scoreboard.py's CITED, their one home)."""
-    import importlib.util
-
-    path = REPO / "scripts" / "real_configs_scoreboard.py"
-    spec = importlib.util.spec_from_file_location("real_configs_scoreboard", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.CITED
+    return load_script("real_configs_scoreboard").CITED
 
 
 def oracle_entry(alias: str) -> dict | None:
