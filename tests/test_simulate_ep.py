@@ -228,7 +228,7 @@ def test_sglang_ep_without_dp_attention_sums_the_experts_with_the_tp_all_reduce(
     tokens, runs its own experts on them, and the layer's TP all-reduce sums the partial
     outputs: 2 x 27 all-reduces of 16 x 2048 x 2 B, as TP alone, and no all-to-all."""
     spec = load_model("deepseek-v2-lite")
-    sglang = model(spec, tp=4, moe_ranks=4, ep=4, ep_allreduce=True)
+    sglang = model(spec, tp=4, moe_ranks=4, ep=4, sglang_collectives=True)
     one_way = load_profile("h200").interconnect.one_way_bytes_per_s * sglang.achieved.link
     allreduce = (
         2
@@ -340,7 +340,7 @@ def test_sglang_dp_attention_gathers_before_every_layer_by_its_padding_mode():
     alone, the rank's own tokens) is unchanged."""
     spec = load_model("deepseek-v2-lite")
     assert (spec.num_layers, spec.moe.num_layers, spec.hidden_size) == (27, 26, 2048)
-    m = model(spec, tp=1, moe_ranks=4, dp=4, dp_gather_full=True)
+    m = model(spec, tp=1, moe_ranks=4, dp=4, sglang_collectives=True)
     link = load_profile("h200").interconnect
     one_way = link.one_way_bytes_per_s * m.achieved.link
     call = m.achieved.allreduce_call_s  # the ring of 4: 6 hops of call / 6

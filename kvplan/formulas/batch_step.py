@@ -355,8 +355,7 @@ class StepModel:
         network=None,
         node_gpus: int | None = None,
         backend_kernels: BackendKernels | None = None,
-        dp_gather_full: bool = False,
-        ep_allreduce: bool = False,
+        sglang_collectives: bool = False,
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
         # the inter-node link and the replica's GPUs per node (None: the replica is one node)
@@ -370,14 +369,13 @@ class StepModel:
         # each kind of layer once with its count (measured profiles only)
         self._op_layers = distinct_layers(spec.layers) if op_rates is not None else ()
         self.moe_ranks, self.ep, self.dp = moe_ranks or tp, ep, dp
-        # SGLang's DP attention (no --moe-a2a-backend): every layer's MLP, dense ones included,
-        # runs on the buffer gathered over the whole TP group (communicator.py, ScatterMode
-        # FULL), even with --ep-size; False: vLLM's, the MoE layers' gather alone
-        self.dp_gather_full = dp_gather_full
-        # SGLang's EP without DP attention (no --moe-a2a-backend): the ranks hold every token
-        # after attention's all-reduce, each runs its own experts on all of them and the TP
-        # all-reduce sums the partial outputs (deepseek_v2.py forward_normal): no all-to-all
-        self.ep_allreduce = ep_allreduce
+        # SGLang's MoE collectives (no --moe-a2a-backend; kvplan takes none): under DP
+        # attention every layer's MLP, dense ones included, runs on the buffer gathered over the
+        # whole TP group (communicator.py, ScatterMode FULL), even with --ep-size
+        # (dp_gather_full); without it, --ep-size keeps every token on every TP rank, each runs
+        # its own experts and the TP all-reduce sums the partial outputs (deepseek_v2.py
+        # forward_normal): no all-to-all. False: vLLM's all-to-alls and MoE-only gathers.
+        self.sglang_collectives = sglang_collectives
         self.link, self.achieved, self.host = link, achieved, host
         self.async_scheduling = async_scheduling
         # vLLM V0's multi-step scheduling (--num-scheduler-steps N): one scheduler pass and
@@ -714,19 +712,24 @@ class StepModel:
                 matmul_s += seconds
         return weights_s, matmul_s
 
+    @property
+    def dp_gather_full(self) -> bool:
+        """SGLang's DP attention: every layer's MLP on the gathered rows (sglang_dp_comm_s)."""
+        return self.dp > 1 and self.sglang_collectives
+
     def comm_s(
         self, num_tokens: int, gathered_tokens: int | None = None, padded: bool = False
     ) -> float:
         """TP all-reduces of one forward: the comm formula at the achieved bus bandwidth, with a
         per-hop latency that makes a small message cost one measured all-reduce call. With EP
         the MoE layers' all-reduces are dispatch + combine all-to-alls instead (vLLM; SGLang
-        without DP attention keeps the all-reduces: ep_allreduce); DP attention
+        without DP attention keeps the all-reduces: sglang_collectives); DP attention
         without EP adds each MoE layer's all-gather and reduce-scatter; SGLang's DP attention
         gathers before every layer's MLP (sglang_dp_comm_s). Collectives whose group spans nodes
         are priced on both links (the class docstring)."""
-        if self.dp <= 1 and (self.ep <= 1 or self.ep_allreduce):
+        if self.dp <= 1 and (self.ep <= 1 or self.sglang_collectives):
             return self.tp_allreduce_s(num_tokens, ALLREDUCES_PER_LAYER * self.spec.num_layers)
-        if self.dp > 1 and self.dp_gather_full:
+        if self.dp_gather_full:
             return self.sglang_dp_comm_s(num_tokens, gathered_tokens, padded)
         one_way = self.link.one_way_bytes_per_s * self.achieved.link
         moe_layers = self.spec.moe.num_layers if self.spec.moe else 0

@@ -991,8 +991,7 @@ def step_model(
         node_gpus=None if span is None else span.node_gpus,
         backend_kernels=kernels,
         # SGLang's DP attention gathers before every layer's MLP (StepModel.sglang_dp_comm_s)
-        dp_gather_full=options.engine == "sglang" and layout.dp > 1,
-        ep_allreduce=options.engine == "sglang",
+        sglang_collectives=options.engine == "sglang",
     )
     if spec.moe is not None:
         notes.append(note("sim-weak-moe", timed=tables.label if model.moe_curve else None))
