@@ -20,7 +20,9 @@ low end with probability at most floor(0.1 (n + 1)) / (n + 1) <= 0.1, above the 
 so inside with probability >= 0.8 (the plain 10th/90th percentiles of 6-25 runs under-cover).
 Where a rank falls outside 1..n (n < 9) the ends are the sample's extremes, their half-width
 times WIDEN. A class with fewer than MIN_RUNS calibration runs takes the pooled runs
-of every class but "own", its half-width times WIDEN, and is marked uncalibrated.
+of every class but "own", its half-width times WIDEN, and is marked uncalibrated. An engine's
+own entry of a class ("own/sglang") exists where that engine's runs of the class are MIN_RUNS
+from MIN_LABS labs or more; else its runs take the class's ends, pooled over engines.
 
 --coverage prints, for the held-out runs, the share whose measured value lies inside the 80%
 interval, per metric and per engine and GPU family."""
@@ -59,7 +61,12 @@ from sim_cases import (  # noqa: E402
 from sim_replay import needs  # noqa: E402
 
 MIN_RUNS = 6
-CLASSES = ("own", "other-engine", "borrowed", "datasheet", intervals.UNTIMED)
+# an engine's own entry of a class needs its calibration runs from this many labs (lab): one
+# lab's runs hold none of the spread between labs, and its narrow ends missed another lab's
+# runs (until 0.7.0 own/sglang held the SGLang cookbook's runs only, 0.70-0.92x on
+# throughput, and the GPUStack lab's SGLang runs landed 1.0-1.3x)
+MIN_LABS = 2
+CLASSES = ("own", intervals.PARTIAL, "other-engine", "borrowed", "datasheet", intervals.UNTIMED)
 WIDEN = 1.5
 FAMILY_OF_METRIC = {
     "output_throughput": "throughput",
@@ -68,16 +75,15 @@ FAMILY_OF_METRIC = {
 }
 
 
-def evidence(case: dict) -> str:
-    """The run's evidence class (kvplan.inputs.kernel_tables), before any interval exists;
+def evidence(case: dict, untimed_parts: tuple[str, ...]) -> str:
+    """The run's interval class (kvplan.plans.intervals.raw_class) before any interval exists:
     intervals.UNTIMED for a run whose serving path has a part kvplan does not time (SGLang's
-    detokenizer on Moonshot's tokenizer), as kvplan.plans.intervals.evidence_for picks it."""
+    detokenizer on Moonshot's tokenizer); intervals.PARTIAL for one priced at its GPU's own
+    tables where its simulation names parts of the step no table times (`untimed_parts`);
+    else its kernel tables' evidence class."""
     engine = case.get("engine", "vllm")
-    if intervals.untimed(
-        load_model(case.get("kvplan_model") or case["model"], checkpoint=False), engine
-    ):
-        return intervals.UNTIMED
-    return tables_for(load_profile(gpu_name(case)), engine).evidence
+    spec = load_model(case.get("kvplan_model") or case["model"], checkpoint=False)
+    return intervals.raw_class(load_profile(gpu_name(case)), engine, spec, untimed_parts)
 
 
 def _published() -> list[dict]:
@@ -116,7 +122,8 @@ def log_ratios(cases: list[dict]) -> list[dict]:
         rows.append(
             {
                 "id": case["id"],
-                "evidence": evidence(case),
+                "evidence": evidence(case, sim["untimed_parts"]),
+                "untimed_parts": list(sim["untimed_parts"]),
                 # the kernel tables' class, which an untimed run takes until the file has one
                 "tables_evidence": tables_for(
                     load_profile(gpu_name(case)), case.get("engine", "vllm")
@@ -202,8 +209,15 @@ def transfer_widen(scores: list[float]) -> float:
     return max(1.0, ordered[rank - 1])
 
 
+def lab(row: dict) -> str:
+    """Who published a run: its source without the tool it was measured with ("GPUStack
+    performance lab (vllm bench serve against SGLang)" -> "GPUStack performance lab")."""
+    return row["groups"]["source"].split(" (")[0]
+
+
 def build(rows: list[dict]) -> dict:
-    """Per evidence class, and per class and engine where that has MIN_RUNS runs of its own.
+    """Per evidence class, and per class and engine where that has MIN_RUNS runs of its own
+    from MIN_LABS labs.
     A class with too few takes every run that is not "own" (where those are MIN_RUNS or
     more, else every run), its half-width times WIDEN. Untimed runs (a part of the serving path
     kvplan does not time) pool only into their own class: how far they land says nothing about
@@ -218,7 +232,7 @@ def build(rows: list[dict]) -> dict:
         classes[cls] = _entry(members, pool if len(pool) >= MIN_RUNS else fallback)
         for engine in sorted({r["groups"]["engine"] for r in members}):
             subset = [r for r in members if r["groups"]["engine"] == engine]
-            if len(subset) >= MIN_RUNS:
+            if len(subset) >= MIN_RUNS and len({lab(r) for r in subset}) >= MIN_LABS:
                 classes[f"{cls}/{engine}"] = _entry(subset, subset)
     scores = transfer_scores(rows)
     return {
@@ -229,11 +243,13 @@ def build(rows: list[dict]) -> dict:
             "ceil(0.9 (n + 1)); where a rank is outside 1..n, the extremes with half-width "
             f"times {WIDEN}. kvplan.plans.intervals reads it. Classes with calibrated false take every non-own run (every run where those "
             f"are fewer than min_runs), half-width times {WIDEN}; 'class/engine' entries "
-            "exist where that engine has min_runs runs of the class."
+            f"exist where that engine has min_runs runs of the class from {MIN_LABS} or more "
+            "labs (one lab's runs hold none of the spread between labs)."
         ),
         "derived_by": "python scripts/calibrate_intervals.py",
         "calibration_runs": ["tests/data/sim_bench_cases.json", "external split calibrate"],
         "min_runs": MIN_RUNS,
+        "min_labs": MIN_LABS,
         "widen": WIDEN,
         "workload_widen": transfer_widen(scores),
         "workload_widen_about": (

@@ -103,8 +103,8 @@ def replayed_from_serve_cmd(case: dict) -> bool:
 
 
 def run_case(case: dict) -> dict:
-    """Simulated bench numbers for one case (and, for a replayed one, its `bench_interval`
-    and step-time shares)."""
+    """Simulated bench numbers for one case, its step-time shares and the step's parts no
+    kernel table times (and, for a replayed one, its `bench_interval`)."""
     if replayed_from_serve_cmd(case):
         from sim_replay import accept_length, replay
 
@@ -114,6 +114,7 @@ def run_case(case: dict) -> dict:
             "result": None,
             "bench_interval": sim["bench_interval"],
             "step_time_shares": sim["step_time_shares"],
+            "untimed_parts": sim["untimed_parts"],
             **{m: bench.get(m) for m in (*METRICS, "request_throughput")},
         }
     from kvplan.inputs.hardware import load_profile
@@ -127,6 +128,7 @@ def run_case(case: dict) -> dict:
     return {
         "result": result,
         "step_time_shares": result.runs[0].engine.step_time_shares,
+        "untimed_parts": result.untimed_parts,
         "output_throughput": bench.output_throughput,
         "request_throughput": bench.request_throughput,
         "median_tpot_ms": bench.median_tpot_ms,

@@ -322,7 +322,7 @@ def simulate_argv(case: dict, accept_length: float | None = None) -> list[str]:
 
 def replay(case: dict, accept_length: float | None = None) -> dict:
     """Run kvplan simulate in-process on the run's command line; its first run's `bench`,
-    `bench_interval` and the notes' ids. Raises KvplanError with the CLI's one-line message."""
+    `bench_interval`, step-time shares and the step's parts no kernel table times. Raises KvplanError with the CLI's one-line message."""
     from kvplan.cli import main
 
     argv = simulate_argv(case, accept_length) + ["--format", "json"]
@@ -342,6 +342,7 @@ def replay(case: dict, accept_length: float | None = None) -> dict:
         "bench": run["bench"],
         "bench_interval": run.get("bench_interval") or {},
         "step_time_shares": (run.get("engine") or {}).get("step_time_shares") or {},
+        "untimed_parts": tuple(doc.get("untimed_parts") or ()),
     }
 
 

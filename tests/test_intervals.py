@@ -25,7 +25,7 @@ from sim_cases import CASES_PATH, HELDOUT, load_cases  # noqa: E402
 
 CLASSES = ("own", "other-engine", "borrowed", "datasheet")
 # classes the calibration writes where it has runs of them (cal.CLASSES)
-WRITTEN = (*CLASSES, intervals.UNTIMED)
+WRITTEN = (*CLASSES, intervals.PARTIAL, intervals.UNTIMED)
 
 
 @pytest.fixture(scope="module")
@@ -100,10 +100,38 @@ def test_an_untimed_run_takes_the_untimed_class_where_the_table_has_one(monkeypa
 
 def test_calibration_puts_sglang_runs_of_moonshots_tokenizer_in_the_untimed_class():
     kimi = {"engine": "sglang", "model": "moonshotai/Kimi-K2.5", "gpu_profile": "h200-sxm"}
-    assert cal.evidence(kimi) == intervals.UNTIMED
-    assert cal.evidence({**kimi, "engine": "vllm"}) == "own"
+    assert cal.evidence(kimi, ()) == intervals.UNTIMED
+    assert cal.evidence(kimi, ("the DSA indexer",)) == intervals.UNTIMED  # untimed first
+    assert cal.evidence({**kimi, "engine": "vllm"}, ()) == "own"
     deepseek = {**kimi, "model": "deepseek-ai/DeepSeek-V3"}
-    assert cal.evidence(deepseek) == "own"
+    assert cal.evidence(deepseek, ()) == "own"
+
+
+def test_a_step_with_untimed_parts_takes_the_partial_class_on_own_tables_only():
+    """A part of the step no table times (StepModel.untimed_parts) moves a run on its GPU's own
+    tables to intervals.PARTIAL; a run on borrowed tables or none is already priced by
+    stand-ins and keeps its class."""
+    deepseek = {"engine": "sglang", "model": "deepseek-ai/DeepSeek-V3", "gpu_profile": "h200-sxm"}
+    part = ("the bf16 fused MoE of this shape and split",)
+    assert cal.evidence(deepseek, part) == intervals.PARTIAL
+    assert cal.evidence({**deepseek, "gpu_profile": "h800"}, part) == "borrowed"
+    assert cal.evidence({**deepseek, "gpu_profile": "mi300x"}, part) == "datasheet"
+    h200 = load_profile("h200")
+    assert intervals.raw_class(h200, "vllm", None, part) == intervals.PARTIAL
+    assert intervals.raw_class(h200, "vllm", None, ()) == "own"
+
+
+def test_an_engines_own_entry_needs_two_labs():
+    """class/engine entries exist only where that engine's runs of the class come from
+    MIN_LABS labs: one lab's runs hold none of the spread between labs."""
+    one_lab = _rows("own", [i / 10 for i in range(9)], engine="sglang", labs=("Lab A",))
+    two_labs = _rows("own", [i / 10 for i in range(9)], engine="vllm")
+    doc = cal.build(one_lab + two_labs)
+    assert "own/vllm" in doc["classes"] and "own/sglang" not in doc["classes"]
+    assert len(doc["classes"]["own"]["runs"]) == 18  # the sglang runs take the pooled ends
+    assert cal.lab({"groups": {"source": "GPUStack lab (vllm bench serve against SGLang)"}}) == (
+        "GPUStack lab"
+    )
 
 
 def test_stored_classes_and_calibration_runs_are_not_held_out():
@@ -127,10 +155,12 @@ def test_stored_classes_and_calibration_runs_are_not_held_out():
         assert {i for i, s in split.items() if s == "validate"} <= heldout, name
 
 
-def _rows(evidence, values, length_dist="fixed", engine="vllm"):
+def _rows(evidence, values, length_dist="fixed", engine="vllm", labs=("Lab A", "Lab B")):
+    """Calibration rows, their sources alternating between `labs`."""
     return [
         {"id": f"{evidence}-{length_dist}-{i}", "evidence": evidence,
-         "groups": {"engine": engine}, "length_dist": length_dist,
+         "groups": {"engine": engine, "source": f"{labs[i % len(labs)]} (a bench)"},
+         "length_dist": length_dist,
          "workload": intervals.workload_kind(length_dist),
          "ratios": {m: v for m in cal.FAMILY_OF_METRIC}}
         for i, v in enumerate(values)
@@ -141,7 +171,7 @@ def test_width_rule_own_class_and_pooled_widening():
     own_values = [-0.2, -0.1, 0.0, 0.1, 0.2, 0.3, 0.4]
     own, few = _rows("own", own_values), _rows("borrowed", [-1.0, -0.5])
     doc = cal.build(own + few)
-    entry = doc["classes"]["own"]
+    entry = doc["classes"]["own"]  # (from two labs: _rows alternates them)
     assert entry["calibrated"] and doc["classes"]["own/vllm"]["calibrated"]
     # 7 runs: ranks floor(0.8) = 0 and ceil(7.2) = 8 lie beyond the sample, so the extremes
     # [-0.2, 0.4] (centre 0.1, half-width 0.3) widen by 1.5: [0.1 - 0.45, 0.1 + 0.45]
@@ -250,6 +280,34 @@ def test_plan_with_confidence_needs_at_least_as_many_gpus():
     assert sure.candidates[0].goodput_rps < point.candidates[0].goodput_rps
     assert "plan-confidence" in {n.id for n in sure.notes}
     assert "plan-point-estimate" in {n.id for n in point.notes}
+    # each candidate says which class its uncertainty came from; the note lists them per GPU
+    top = sure.candidates[0]
+    assert top.interval_class == intervals.evidence_for(gpus[0], "vllm", spec, top.untimed_parts)
+    (confidence,) = [n for n in sure.notes if n.id == "plan-confidence"]
+    slow = intervals.pessimistic_factors(top.interval_class, "fixed", 0.9)["rate"]
+    assert (top.gpu, top.interval_class, slow) in confidence.value("gpus")
+
+
+def test_plan_prices_a_step_with_untimed_parts_at_the_partial_class():
+    """gpt-oss's MXFP4 experts are in no H100 table: each plan candidate names the part and
+    takes the partial class's factors where intervals.json has that class."""
+    spec, gpus = load_model("openai/gpt-oss-20b", checkpoint=False), [load_profile("h100")]
+    request = PlanRequest(
+        rate=5.0,
+        slos=(parse_slo("tpot_p99=200ms"),),
+        workload=WorkloadSpec(num_prompts=60, input_len=256, output_len=32, seed=0),
+        tps=(1,),
+        max_num_seqs=(64,),
+        max_num_batched_tokens=(8192,),
+        kv_cache_dtypes=("auto",),
+        top=1,
+        jobs=1,
+        confidence=0.8,
+    )
+    (top,) = plan(spec, gpus, request).candidates
+    assert any("fused MoE" in p for p in top.untimed_parts)
+    if intervals.PARTIAL in intervals.table()["classes"]:
+        assert top.interval_class.split("/")[0] == intervals.PARTIAL
 
 
 @pytest.mark.parametrize("value", ["0.99", "0.4", "nan"])

@@ -356,8 +356,11 @@ class StepModel:
         node_gpus: int | None = None,
         backend_kernels: BackendKernels | None = None,
         sglang_collectives: bool = False,
+        untimed_backends: tuple[str, ...] = (),
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
+        # the attention backends the flags name that the tables hold no rows of (untimed_parts)
+        self.untimed_backends = tuple(untimed_backends)
         # the inter-node link and the replica's GPUs per node (None: the replica is one node)
         self.network = network if node_gpus else None
         self.node_gpus = node_gpus if network is not None else None
@@ -462,6 +465,26 @@ class StepModel:
         self._weights: dict[object, tuple[float, float]] = {}
         self._span_base: dict[tuple[int, int, int | None, bool], StepTime] = {}
         self._eager: StepModel | None = None  # without_graphs
+
+    @property
+    def untimed_parts(self) -> tuple[str, ...]:
+        """The parts of this step no kernel table times, in words (empty: every operator has
+        the tables' own rates): a fused MoE whose shape, format and split the tables hold no
+        curve of; DSA layers without the DSA module tables; recurrent layers (Mamba, Gated
+        DeltaNet: their scans are in no table); attention backends the flags name without rows
+        of their own. Each is priced by a stand-in instead (the datasheet roofline at the tables'
+        fractions; a backend: the engine's own pick's rows), so how far the real kernel lands
+        from it is unknown (kvplan.plans.intervals: the "partial" class)."""
+        spec, parts = self.spec, []
+        if spec.moe is not None and self.moe_curve is None:
+            parts.append(f"the {self.weights_dtype} fused MoE of this shape and split")
+        if self.dsa is None and dsa_layers(spec):
+            parts.append("the DSA indexer")
+        states = sorted({s.kind.value for s in spec.state_layers()})
+        if states:
+            parts.append(f"the recurrent layers ({', '.join(states)})")
+        parts += [f"the attention under {flag}" for flag in self.untimed_backends]
+        return tuple(parts)
 
     def without_graphs(self) -> StepModel:
         """This model with every step run eagerly (no CUDA graph at any size): a DP-attention

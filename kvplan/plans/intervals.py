@@ -1,9 +1,11 @@
 """The 80% interval beside every simulated figure: how far published runs fall from kvplan's.
 
 kvplan/data/intervals.json holds, per evidence class of the kernel rates a run was priced at
-("own": this GPU's tables for this engine; "other-engine": this GPU's, measured for the other
+("own": this GPU's tables for this engine; "partial": those, but a part of the step is in
+none of them and runs on the roofline; "other-engine": this GPU's, measured for the other
 engine; "borrowed": another GPU's, named by the profile; "datasheet": none, the H100's fractions
-on this GPU's datasheet rates; kvplan.inputs.kernel_tables) and per metric family (throughput,
+on this GPU's datasheet rates; kvplan.inputs.kernel_tables; "untimed": a part of the serving path
+outside the step is not timed) and per metric family (throughput,
 ttft, tpot), the split-conformal 80% ends of log(measured / simulated) over the calibration runs
 (tests/data/README.md says which; scripts/calibrate_intervals.py writes the file): of n sorted
 values, the order statistics at 1-based ranks floor(0.1 (n + 1)) and ceil(0.9 (n + 1)), which
@@ -67,6 +69,10 @@ def family_of(key: str) -> tuple[str, bool] | None:
 # the class of runs whose serving path has a part kvplan does not time, whatever its kernel
 # tables (SGLang's detokenizer on Moonshot's tokenizer: kvplan.engines.sglang.detokenizer_untimed)
 UNTIMED = "untimed"
+# the class of runs priced at the GPU's own tables for the engine where a part of the step is in
+# none of them (StepModel.untimed_parts: a fused MoE of another shape or format, DSA's indexer,
+# recurrent layers, an attention backend without rows): the roofline prices that part
+PARTIAL = "partial"
 
 
 def untimed(spec, engine: str) -> bool:
@@ -75,15 +81,27 @@ def untimed(spec, engine: str) -> bool:
     return engine == "sglang" and detokenizer_untimed(spec)
 
 
-def evidence_for(gpu, engine: str, spec=None) -> str:
-    """The interval class of a run on `gpu` under `engine`: the evidence class of the kernel
-    rates it is priced at (the profile's `kernel_tables` field, kvplan.inputs.kernel_tables),
-    as "class/engine" where the table calibrated that engine on its own, else the class. A run
-    of `spec` with a part kvplan does not time (untimed) takes the UNTIMED class instead
-    wherever the table has one (scripts/calibrate_intervals.py writes it)."""
+def raw_class(gpu, engine: str, spec=None, untimed_parts: tuple[str, ...] = ()) -> str:
+    """The class a run belongs to, whatever intervals.json holds: UNTIMED where its serving
+    path has a part kvplan does not time (untimed); PARTIAL where the GPU's own tables for
+    this engine price it but some part of its step is in none of them (`untimed_parts`:
+    StepModel.untimed_parts); else the evidence class of the kernel rates it is priced at (the
+    profile's `kernel_tables` field, kvplan.inputs.kernel_tables)."""
+    if spec is not None and untimed(spec, engine):
+        return UNTIMED
+    evidence = tables_for(gpu, engine).evidence
+    return PARTIAL if evidence == "own" and untimed_parts else evidence
+
+
+def evidence_for(gpu, engine: str, spec=None, untimed_parts: tuple[str, ...] = ()) -> str:
+    """The interval class of a run on `gpu` under `engine` (raw_class), as "class/engine"
+    where intervals.json calibrated that engine on its own, else the class; a class the file
+    does not hold (UNTIMED, PARTIAL before scripts/calibrate_intervals.py wrote them) falls
+    back to the kernel tables' evidence class."""
     classes = table()["classes"]
-    is_untimed = spec is not None and untimed(spec, engine) and UNTIMED in classes
-    evidence = UNTIMED if is_untimed else tables_for(gpu, engine).evidence
+    evidence = raw_class(gpu, engine, spec, untimed_parts)
+    if evidence not in classes:
+        evidence = tables_for(gpu, engine).evidence
     specific = f"{evidence}/{engine}"
     return specific if specific in classes else evidence
 

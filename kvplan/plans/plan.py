@@ -200,6 +200,10 @@ class Candidate(NamedTuple):
     # (None: none)
     speculative: list[str] | None = None
     spec_tokens_per_round: float | None = None
+    # the interval class its uncertainty was taken from (kvplan.plans.intervals.evidence_for)
+    # and the parts of its step no kernel table times (StepModel.untimed_parts)
+    interval_class: str = ""
+    untimed_parts: tuple[str, ...] = ()
 
 
 class Rejection(NamedTuple):
@@ -269,7 +273,7 @@ def plan(
         note("plan-replicas"),
         note("plan-prices"),
         *([note("plan-pruned", pruned=pruned, top=request.top)] if pruned else []),
-        _confidence_note(spec, gpus, request),
+        _confidence_note(request, candidates),
     ]
     if not spec.hf_id:
         notes.append(note("plan-no-hf-id"))
@@ -311,34 +315,42 @@ def plan(
     )
 
 
-def factors_for(spec: ModelSpec, gpu: GpuProfile, request: PlanRequest) -> dict | None:
-    """How much slower than simulated a real replica may be at the plan's confidence: 'rate'
+def factors_for(
+    spec: ModelSpec, gpu: GpuProfile, request: PlanRequest, replica: Replica
+) -> dict | None:
+    """How much slower than simulated a real `replica` may be at the plan's confidence: 'rate'
     divides the rate one replica sustains (the real rate R runs like the simulated R * rate),
     'ttft'/'tpot'/'itl'/'e2el' multiply those latencies; None: the point estimate."""
     if request.confidence is None:
         return None
-    return _factors(spec, gpu, request, request.confidence)
-
-
-def _factors(spec: ModelSpec, gpu: GpuProfile, request: PlanRequest, confidence: float) -> dict:
-    evidence = intervals.evidence_for(gpu, request.emit, spec)
-    out = intervals.pessimistic_factors(evidence, request.workload.length_dist, confidence)
+    evidence = _evidence(spec, gpu, request, replica)
+    out = intervals.pessimistic_factors(evidence, request.workload.length_dist, request.confidence)
     out["itl"] = out["tpot"]
     return out
 
 
-def _confidence_note(spec: ModelSpec, gpus: list[GpuProfile], request: PlanRequest) -> Note:
+def _evidence(spec: ModelSpec, gpu: GpuProfile, request: PlanRequest, replica: Replica) -> str:
+    """The interval class of one configuration's replica (its step's untimed parts count)."""
+    return intervals.evidence_for(gpu, request.emit, spec, replica.model.untimed_parts)
+
+
+def _confidence_note(request: PlanRequest, found: list[Candidate]) -> Note:
+    """plan-confidence: per GPU kind and interval class of the configurations that met the
+    targets, how much slower than simulated a replica was taken to be."""
     if request.confidence is None:
         return note("plan-point-estimate")
-    per_gpu = tuple(
-        (
-            gpu.name,
-            intervals.evidence_for(gpu, request.emit, spec),
-            _factors(spec, gpu, request, request.confidence)["rate"],
-        )
-        for gpu in gpus
+    length_dist, confidence = request.workload.length_dist, request.confidence
+    per_gpu = {
+        (c.gpu, c.interval_class): intervals.pessimistic_factors(
+            c.interval_class, length_dist, confidence
+        )["rate"]
+        for c in found
+    }
+    return note(
+        "plan-confidence",
+        confidence=request.confidence,
+        gpus=tuple((gpu, cls, slow) for (gpu, cls), slow in per_gpu.items()),
     )
-    return note("plan-confidence", confidence=request.confidence, gpus=per_gpu)
 
 
 def _check(request: PlanRequest, gpus: list[GpuProfile]) -> None:
@@ -924,7 +936,7 @@ def evaluate(
 def _search(spec, request, config, gpus, requests, replica, price, memo, bracket, bar):
     """evaluate's goodput search of a built replica: (outcome, cap, floor)."""
     gpu = gpus[config.gpu_index]
-    factors = factors_for(spec, gpu, request)
+    factors = factors_for(spec, gpu, request, replica)
     slow = factors["rate"] if factors else 1.0
     cap = bracket
     if cap is None:
@@ -1001,6 +1013,8 @@ def _search(spec, request, config, gpus, requests, replica, price, memo, bracket
         spec_tokens_per_round=replica.speculation.tokens_per_round
         if replica.speculation is not None
         else None,
+        interval_class=_evidence(spec, gpu, request, replica),
+        untimed_parts=replica.model.untimed_parts,
     )
     return candidate, cap, least
 
@@ -1031,7 +1045,7 @@ def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
     release = _release_of(replica)
     replica = replica._replace(config=without_idle_caching(replica.config, requests))
     floor = latency_floor(replica, requests, request.frontend)
-    factors = factors_for(spec, gpu, request) or {}
+    factors = factors_for(spec, gpu, request, replica) or {}
     for slo in request.slos:
         if slo.metric in floor and floor[slo.metric] * factors.get(slo.metric, 1) > slo.limit_s:
             return f"{slo.metric} at zero load above its target", release

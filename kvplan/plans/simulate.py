@@ -174,6 +174,9 @@ class SimulateResult(NamedTuple):
     # expert parallelism / DP ranks (ParallelLayout._asdict() with its text); None: plain TP,
     # and then kept out of the report's JSON
     parallel: dict | None = None
+    # the parts of the step no kernel table times (StepModel.untimed_parts): they decide the
+    # interval class (kvplan.plans.intervals.raw_class) and the sim-interval note names them
+    untimed_parts: tuple[str, ...] = ()
 
 
 def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> SimulateResult:
@@ -231,7 +234,8 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         comparison = Comparison(
             request.compare, was_on, _runs(other, toggled._replace(step_log=False))[0]
         )
-    evidence = intervals.evidence_for(gpu, request.serve.engine, spec)
+    parts = replica.model.untimed_parts
+    evidence = intervals.evidence_for(gpu, request.serve.engine, spec, parts)
     length_dist = request.workload.length_dist
     runs = [
         r._replace(bench_interval=intervals.bench_interval(r.bench, evidence, length_dist))
@@ -253,6 +257,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         note(
             "sim-interval",
             evidence=evidence,
+            parts=parts,
             calibrated=intervals.calibrated(evidence),
             widen=intervals.transfer_widen(evidence, length_dist),
         ),
@@ -285,6 +290,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         notes=unique(notes),
         step_log=None if recorder is None else _step_log(spec, request, recorder),
         parallel=None if layout is None else {**layout._asdict(), "text": layout.text},
+        untimed_parts=parts,
     )
 
 

@@ -49,6 +49,12 @@ def text(value: Any) -> str:
 
 
 # ---- prose (number and unit together) -------------------------------------------------------
+def listing(items) -> str:
+    """ "a", "a and b", "a, b and c" """
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def gib_text(num_bytes: float, digits: int = 2) -> str:
     return f"{num_bytes / GIB:,.{digits}f} GiB"
 

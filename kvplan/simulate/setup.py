@@ -992,6 +992,7 @@ def step_model(
         backend_kernels=kernels,
         # SGLang's DP attention gathers before every layer's MLP (StepModel.sglang_dp_comm_s)
         sglang_collectives=options.engine == "sglang",
+        untimed_backends=tuple(untimed),
     )
     if spec.moe is not None:
         notes.append(note("sim-weak-moe", timed=tables.label if model.moe_curve else None))

@@ -67,9 +67,12 @@ text("plan-point-estimate")(
 text("plan-confidence")(
     lambda confidence, gpus: (
         f"Sized so the pessimistic bound at {confidence:.0%} confidence meets the targets: "
-        + "; ".join(
-            f"{name} ({evidence} kernel rates) taken as {slow:.2f}x slower than simulated"
-            for name, evidence, slow in gpus
+        + (
+            "; ".join(
+                f"{name} (interval class {evidence}) taken as {slow:.2f}x slower than simulated"
+                for name, evidence, slow in gpus
+            )
+            or "no configuration met them"
         )
         + ", each latency target checked on its own bound (kvplan/data/intervals.json); the "
         "operating point shown is the point estimate."

@@ -9,6 +9,8 @@ from kvplan.present.notes.registry import text
 # the evidence class of a GPU's kernel tables in words (sim-interval's)
 EVIDENCE_WORDS = {
     "own": "this GPU's own measured kernel tables for this engine",
+    "partial": "this GPU's own kernel tables for this engine, with a part of the step in none "
+    "of them",
     "other-engine": "this GPU's kernel tables measured for the other engine",
     "borrowed": "another GPU's kernel tables (the profile names which)",
     "datasheet": "no kernel tables: another GPU's fractions on this GPU's datasheet rates",
@@ -442,8 +444,16 @@ text("sim-weak-detokenizer")(
     )
 )
 text("sim-interval")(
-    lambda evidence, calibrated, widen: (
-        f"Intervals (bench_interval in JSON): where 80% of real runs fall, from how far "
+    lambda evidence, calibrated, widen, parts=(): (
+        (
+            f"No kernel table times {f.listing(parts)}: each is priced by a stand-in (the "
+            "datasheet roofline at the tables' fractions; a backend, the engine's own pick's "
+            "rows), and how far the real kernels land from it is not known to kvplan "
+            "(untimed_parts in JSON). "
+            if parts
+            else ""
+        )
+        + f"Intervals (bench_interval in JSON): where 80% of real runs fall, from how far "
         f"published runs priced like this one ({EVIDENCE_WORDS.get(evidence.split('/')[0], evidence)}) "
         "landed from kvplan's figures: "
         + (
