@@ -457,6 +457,27 @@ def allreduce(rows, one_way_bytes_per_s: float, backend: str | None = "vllm_grap
     return out
 
 
+def nccl_allgather_call_s(root: Path, gpu: str) -> tuple[float, str] | None:
+    """(seconds, NCCL version): NCCL's all-gather of the smallest message at the largest GPU
+    count the GPU's nccl table times (aiconfigurator's collector/collect_nccl.py runs
+    nccl-tests' all_gather_perf, fp16), the call the engines make to gather the vocab-parallel
+    head's logits over TP (SGLang's and vLLM's tensor_model_parallel_all_gather: NCCL, not the
+    custom all-reduce). None: no nccl table for this GPU."""
+    version = newest(root, gpu, "comm", "nccl", "nccl_perf")
+    if version is None:
+        return None
+    rows = [
+        r
+        for r in table(root, gpu, "comm", "nccl_perf", version, "nccl", fastest=False)
+        if r["op_name"] == "all_gather" and r["nccl_dtype"] == "half"
+    ]
+    if not rows:
+        return None
+    gpus = max(r["num_gpus"] for r in rows)
+    small = min((r for r in rows if r["num_gpus"] == gpus), key=lambda r: r["message_size"])
+    return small["latency"] * 1e-3, version
+
+
 MOE_FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "int8", "int4_wo": "4bit"}
 GEMM_FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "int8"}
 DATASHEET_FILE = "h100_sxm.vllm.0.14.0.json"  # what a GPU without a table borrows
@@ -759,6 +780,9 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
                 max(r["num_gpus"] for r in graph)
             ]
             floors["allreduce"] = call_s
+    gather = nccl_allgather_call_s(root, gpu)
+    if gather is not None:
+        versions["comm/nccl_perf (nccl)"] = gather[1]
 
     def take(name, own, fallback):
         if own is None:
@@ -805,6 +829,14 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
         "mla": _round(take("mla", ml, h100["mla"])),
         "allreduce_call_s": round(take("allreduce_call_s", call_s, h100["allreduce_call_s"]), 7),
         "link": round(take("link", link, h100["link"]), 2),
+        "allgather_call_s": round(
+            take(
+                "allgather_call_s",
+                gather[0] if gather else None,
+                h100.get("allgather_call_s", h100["allreduce_call_s"]),
+            ),
+            7,
+        ),
         "experts_curve": curve,
     }
     version = versions.get("gemm/gemm_perf")
@@ -836,6 +868,10 @@ def write_tables(root: Path) -> list[Path]:
         floors, curves, source = floors_for_kept(root, gpu)
         written.append(write_moe_curves(path.name, curves, source))
         doc["floors_s"] = {k: round(v, 9) for k, v in floors.items()}
+        gather = nccl_allgather_call_s(root, gpu)
+        if gather is not None:  # the file's own fractions stay; the all-gather is the wheel's
+            doc["achieved"]["allgather_call_s"] = round(gather[0], 7)
+            source += f"; allgather_call_s: comm/nccl_perf (nccl) {gather[1]}"
         doc["floors_source"] = source
         path.write_text(json.dumps(doc, indent=1) + "\n")
         written.append(path)
