@@ -288,13 +288,42 @@ def test_plan_with_confidence_needs_at_least_as_many_gpus():
     assert (top.gpu, top.interval_class, slow) in confidence.value("gpus")
 
 
-def test_plan_prices_a_step_with_untimed_parts_at_the_partial_class():
+def test_plan_prices_a_step_with_untimed_parts_at_the_partial_class(monkeypatch):
     """gpt-oss's MXFP4 experts are in no H100 table: each plan candidate names the part and
-    takes the partial class's factors where intervals.json has that class."""
+    is sized at the partial class's factors (not the GPU's tables' class): a wider partial
+    entry lowers the goodput it is credited with, an own-wide one raises it."""
     spec, gpus = load_model("openai/gpt-oss-20b", checkpoint=False), [load_profile("h100")]
-    request = PlanRequest(
+    request = _gpt_oss_request("tpot_p99=200ms")
+    (top,) = plan(spec, gpus, request).candidates
+    assert any("fused MoE" in p for p in top.untimed_parts)
+    assert top.interval_class == intervals.PARTIAL  # (no partial/vllm entry: one lab)
+    doc = intervals.table()
+
+    def goodput_with(partial_entry: str) -> float:
+        classes = {**doc["classes"], intervals.PARTIAL: doc["classes"][partial_entry]}
+        monkeypatch.setattr(intervals, "table", lambda: {**doc, "classes": classes})
+        (candidate,) = plan(spec, gpus, request).candidates
+        return candidate.goodput_rps
+
+    assert goodput_with("untimed") < top.goodput_rps < goodput_with("own")
+
+
+def test_the_confidence_note_when_no_configuration_meets_the_bound():
+    from kvplan.present.notes import note_text
+
+    spec, gpus = load_model("openai/gpt-oss-20b", checkpoint=False), [load_profile("h100")]
+    result = plan(spec, gpus, _gpt_oss_request("tpot_p99=1ms"))
+    assert not result.candidates
+    (confidence,) = [n for n in result.notes if n.id == "plan-confidence"]
+    assert confidence.value("gpus") == ()
+    text = note_text(confidence)
+    assert "no configuration met them" in text and "operating point" not in text
+
+
+def _gpt_oss_request(slo: str) -> PlanRequest:
+    return PlanRequest(
         rate=5.0,
-        slos=(parse_slo("tpot_p99=200ms"),),
+        slos=(parse_slo(slo),),
         workload=WorkloadSpec(num_prompts=60, input_len=256, output_len=32, seed=0),
         tps=(1,),
         max_num_seqs=(64,),
@@ -304,10 +333,6 @@ def test_plan_prices_a_step_with_untimed_parts_at_the_partial_class():
         jobs=1,
         confidence=0.8,
     )
-    (top,) = plan(spec, gpus, request).candidates
-    assert any("fused MoE" in p for p in top.untimed_parts)
-    if intervals.PARTIAL in intervals.table()["classes"]:
-        assert top.interval_class.split("/")[0] == intervals.PARTIAL
 
 
 @pytest.mark.parametrize("value", ["0.99", "0.4", "nan"])

@@ -446,10 +446,17 @@ text("sim-weak-detokenizer")(
 text("sim-interval")(
     lambda evidence, calibrated, widen, parts=(): (
         (
-            f"No kernel table times {f.listing(parts)}: each is priced by a stand-in (the "
-            "datasheet roofline at the tables' fractions; a backend, the engine's own pick's "
-            "rows), and how far the real kernels land from it is not known to kvplan "
-            "(untimed_parts in JSON). "
+            f"No kernel table times {f.listing(parts)}: kvplan prices "
+            f"{'it' if len(parts) == 1 else 'each'} by a stand-in (the datasheet roofline at "
+            "the tables' fractions"
+            + (
+                "; under a backend flag, the kernels of the engine's own pick"
+                if any(" under --" in p for p in parts)
+                else ""
+            )
+            + "), and how far the real kernels land from "
+            f"{'it' if len(parts) == 1 else 'them'} is not known to kvplan (untimed_parts in "
+            "JSON). "
             if parts
             else ""
         )
