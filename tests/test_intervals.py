@@ -262,17 +262,7 @@ def test_pessimism_grows_with_confidence(evidence):
 
 def test_plan_with_confidence_needs_at_least_as_many_gpus():
     spec, gpus = load_model("llama-3.1-8b"), [load_profile("h100")]
-    base = PlanRequest(
-        rate=40.0,
-        slos=(parse_slo("tpot_p99=40ms"),),
-        workload=WorkloadSpec(num_prompts=120, seed=0),
-        tps=(1,),
-        max_num_seqs=(64,),
-        max_num_batched_tokens=(8192,),
-        kv_cache_dtypes=("auto",),
-        top=1,
-        jobs=1,
-    )
+    base = _one_config_request(40.0, "tpot_p99=40ms", WorkloadSpec(num_prompts=120, seed=0))
     point = plan(spec, gpus, base)
     sure = plan(spec, gpus, base._replace(confidence=0.9))
     assert point.candidates and sure.candidates
@@ -321,17 +311,23 @@ def test_the_confidence_note_when_no_configuration_meets_the_bound():
 
 
 def _gpt_oss_request(slo: str) -> PlanRequest:
+    workload = WorkloadSpec(num_prompts=60, input_len=256, output_len=32, seed=0)
+    return _one_config_request(5.0, slo, workload, confidence=0.8)
+
+
+def _one_config_request(rate: float, slo: str, workload, confidence=None) -> PlanRequest:
+    """A plan over one configuration: TP 1, 64 sequences, 8,192 tokens a step, auto KV."""
     return PlanRequest(
-        rate=5.0,
+        rate=rate,
         slos=(parse_slo(slo),),
-        workload=WorkloadSpec(num_prompts=60, input_len=256, output_len=32, seed=0),
+        workload=workload,
         tps=(1,),
         max_num_seqs=(64,),
         max_num_batched_tokens=(8192,),
         kv_cache_dtypes=("auto",),
         top=1,
         jobs=1,
-        confidence=0.8,
+        confidence=confidence,
     )
 
 

@@ -172,26 +172,13 @@ def test_the_note_speaks_of_backends_only_where_a_flag_is_untimed():
     [("qwen3-8b", []), ("gpt-oss-20b", ["the mxfp4 fused MoE of this shape and split"])],
 )
 def test_json_carries_the_parts_for_simulate_and_each_plan_candidate(model, parts):
-    doc = run_json(
-        "simulate",
-        model,
-        "--gpu",
-        "h100",
-        "--num-prompts",
-        "8",
-        "--input-len",
-        "128",
-        "--output-len",
-        "8",
-    )
+    small = "--gpu h100 --input-len 128 --output-len 8".split()
+    doc = run_json("simulate", model, *small, "--num-prompts", "8")
     assert doc["untimed_parts"] == parts
     (interval,) = [n for n in doc["notes"] if n["id"] == "sim-interval"]
     assert all(p in interval["text"] for p in parts)
-    plan = run_json(
-        "plan", model, "--gpu", "h100", "--rate", "2", "--slo", "tpot_p99=200ms",
-        "--input-len", "128", "--output-len", "8", "--num-prompts", "20", "--tp", "1",
-        "--max-num-seqs", "64", "--top", "1",
-    )  # fmt: skip
+    one = "--rate 2 --slo tpot_p99=200ms --tp 1 --max-num-seqs 64 --top 1".split()
+    plan = run_json("plan", model, *small, *one, "--num-prompts", "20")
     (top,) = plan["candidates"]
     assert top["untimed_parts"] == parts
     assert top["interval_class"].split("/")[0] == ("partial" if parts else "own")
