@@ -101,7 +101,9 @@ def test_an_untimed_run_takes_the_untimed_class_where_the_table_has_one(monkeypa
 def test_calibration_puts_sglang_runs_of_moonshots_tokenizer_in_the_untimed_class():
     kimi = {"engine": "sglang", "model": "moonshotai/Kimi-K2.5", "gpu_profile": "h200-sxm"}
     assert cal.evidence(kimi, ()) == intervals.UNTIMED
-    assert cal.evidence(kimi, ("the DSA indexer",)) == intervals.UNTIMED  # untimed first
+    assert (
+        cal.evidence(kimi, ("the DSA indexer and sparse attention",)) == intervals.UNTIMED
+    )  # untimed first
     assert cal.evidence({**kimi, "engine": "vllm"}, ()) == "own"
     deepseek = {**kimi, "model": "deepseek-ai/DeepSeek-V3"}
     assert cal.evidence(deepseek, ()) == "own"

@@ -494,7 +494,7 @@ class StepModel:
         if spec.moe is not None and self.untimed_moe_backend:
             parts.append(f"the fused MoE under {self.untimed_moe_backend}")
         if self.dsa is None and dsa_layers(spec):
-            parts.append("the DSA indexer")
+            parts.append("the DSA indexer and sparse attention")
         states = sorted({s.kind.value for s in spec.state_layers()})
         if states:
             parts.append(f"the recurrent layers ({', '.join(states)})")

@@ -132,10 +132,12 @@ text("sim-dsa-tables")(
 )
 text("sim-dsa-dense")(
     lambda gpu, engine: (
-        f"Sparse attention (DSA) is priced as the dense MLA it builds on: kvplan has no {engine} "
-        f"DSA module tables for {gpu}, so the indexer's and top-k's cost and the long-context "
-        "saving are not modelled (vLLM's on H100 and H200 cost 2-3x MLA's at short contexts; "
-        "vLLM runs DSA on Hopper and datacenter Blackwell only)."
+        "Sparse attention (DSA) is priced on the roofline at the tables' MLA fractions: each "
+        "decode reads the top-k latents it attends and every cached token's indexer key, which "
+        f"its indexer scores; kvplan has no {engine} DSA module tables for {gpu}, so how far "
+        "the real indexer and sparse kernels land from that is not known (vLLM's module on H100 "
+        "and H200 costs 2-3x MLA's at short contexts; vLLM runs DSA on Hopper and datacenter "
+        "Blackwell only)."
     )
 )
 text("sim-achieved-measured")(
