@@ -53,6 +53,33 @@ def test_the_dsa_indexer_is_untimed_without_the_module_tables(gpu, engine, untim
     assert ("the DSA indexer and sparse attention" in parts) is untimed
 
 
+def test_with_dsa_tables_the_layers_that_reuse_anothers_picks_are_named():
+    """GLM-5.3: 21 layers index, 57 reuse their picks; vLLM's DSA module tables on the H200
+    time the 21 and the 57's top-k read runs on the roofline. GLM-5 (every layer indexes)
+    has nothing untimed there."""
+    spec = load_model("zai-org/GLM-5.3", checkpoint=False)
+    options = ServeOptions(tp=8, pp=2, nnodes=2)
+    replica = build_replica(spec, load_profile("h200"), options)
+    assert replica.model.dsa is not None and replica.model.dsa.layers == 21
+    assert replica.model.untimed_parts == (
+        "the sparse attention of the layers that reuse another's top-k",
+    )
+    assert _parts("zai-org/GLM-5-FP8", "h200", tp=8) == ()
+
+
+def test_dsa_without_tables_is_priced_sparse_as_its_note_says():
+    """sim-dsa-dense: the top-k latents and every indexer key on the roofline, not dense MLA:
+    at 32k tokens held DeepSeek-V3.2's decode attention is a fraction of DeepSeek-V3's."""
+    gpu, options = load_profile("b200"), ServeOptions(engine="sglang", tp=8)
+    sparse, dense = (
+        build_replica(load_model(m, checkpoint=False), gpu, options).model
+        for m in ("deepseek-ai/DeepSeek-V3.2", "deepseek-ai/DeepSeek-V3")
+    )
+    assert sparse.dsa is None
+    held = 64 * 32768
+    assert sparse.decode_attention_s(64, held)[0] < 0.3 * dense.decode_attention_s(64, held)[0]
+
+
 def test_a_fused_moe_without_its_curve_is_named_with_its_format():
     # gpt-oss's MXFP4 experts: no table times an MXFP4 fused MoE on the H100
     parts = _parts("openai/gpt-oss-20b", "h100")

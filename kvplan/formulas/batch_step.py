@@ -480,9 +480,10 @@ class StepModel:
         """The parts of this step no kernel table times, in words (empty: every operator has
         the tables' own rates): a fused MoE whose shape, format and split the tables hold no
         curve of; dense layers in a format the tables have no GEMM rows of (int4, nvfp4); DSA
-        layers without the DSA module tables; recurrent layers (Mamba, Gated DeltaNet: their
-        scans are in no table); attention backends the flags name without rows of their own; a
-        MoE backend a flag names (the tables time the engine's default MoE path only). Each is
+        layers without the DSA module tables (with them, the layers that reuse another's
+        picks); recurrent layers (Mamba, Gated DeltaNet: their scans are in no table); attention
+        backends the flags name without rows of their own; a MoE backend a flag names (the
+        tables time the engine's default MoE path only). Each is
         priced by a stand-in instead (the datasheet roofline at the tables' fractions; a backend
         flag: the kernels of the engine's own pick), so how far the real kernel lands from it is
         unknown (kvplan.plans.intervals: the "partial" class)."""
@@ -495,6 +496,10 @@ class StepModel:
             parts.append(f"the fused MoE under {self.untimed_moe_backend}")
         if self.dsa is None and dsa_layers(spec):
             parts.append("the DSA indexer and sparse attention")
+        elif self.dsa is not None and self.dsa.layers < sum(
+            1 for a in spec.attention_layers() if a.indexer_topk and not a.gqa_indexer
+        ):  # GLM-5.3's layers that reuse another's picks: their top-k read on the roofline
+            parts.append("the sparse attention of the layers that reuse another's top-k")
         states = sorted({s.kind.value for s in spec.state_layers()})
         if states:
             parts.append(f"the recurrent layers ({', '.join(states)})")
