@@ -123,6 +123,24 @@ def test_a_step_with_untimed_parts_takes_the_partial_class_on_own_tables_only():
     assert intervals.raw_class(h200, "vllm", None, ()) == "own"
 
 
+def test_a_class_the_file_lacks_falls_back_one_step_at_a_time(monkeypatch):
+    """Without an untimed class, an untimed run with untimed step parts takes the partial
+    class (not its tables' own); without a partial class either, the tables' class."""
+    h200, table = load_profile("h200"), intervals.table()
+    kimi = load_model("moonshotai/Kimi-K2.5", checkpoint=False)
+    part = ("the bf16 fused MoE of this shape and split",)
+
+    def without(*names):
+        classes = {k: v for k, v in table["classes"].items() if k.split("/")[0] not in names}
+        monkeypatch.setattr(intervals, "table", lambda: {**table, "classes": classes})
+
+    without(intervals.UNTIMED)
+    assert intervals.evidence_for(h200, "sglang", kimi, part).split("/")[0] == intervals.PARTIAL
+    assert intervals.evidence_for(h200, "sglang", kimi, ()).split("/")[0] == "own"
+    without(intervals.UNTIMED, intervals.PARTIAL)
+    assert intervals.evidence_for(h200, "sglang", kimi, part) == "own"
+
+
 def test_an_engines_own_entry_needs_two_labs():
     """class/engine entries exist only where that engine's runs of the class come from
     MIN_LABS labs: one lab's runs hold none of the spread between labs."""
