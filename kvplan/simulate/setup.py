@@ -1379,7 +1379,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     max_model_len = resolved_max_model_len(spec, options)
     request = EngineRequest(
         engine="sglang",
-        sglang_version=release,
+        sglang_version=options.sglang_version,  # the patch gates some rules (gpt-oss's pool)
         max_model_len=max_model_len,
         kv_cache_dtype=options.kv_cache_dtype,
         tp=layout.attn_tp,  # a DP-attention rank's: its KV heads and dense layers
