@@ -42,6 +42,8 @@ def serve_options(case: dict) -> ServeOptions:
     argv = shlex.split(case["serve_cmd"])
     if case.get("engine") == "sglang":  # the overlap scheduler is on by default in 0.5
         options = ServeOptions(tp=case["tp"], engine="sglang")
+        if case.get("engine_version"):  # the release as run: its patch gates some rules
+            options = options._replace(sglang_version=case["engine_version"])
         for i, arg in enumerate(argv):
             if arg == "--context-length":
                 options = options._replace(max_model_len=int(argv[i + 1]))

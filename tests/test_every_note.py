@@ -497,6 +497,16 @@ INVOCATIONS: dict[str, Invocation] = {
     "sglang gemma-3 fp16": cli(
         "engine", "gemma-3-27b", "--engine", "sglang", "--gpu", "h100", "--dtype", "float16"
     ),
+    "sglang gpt-oss 0.5.4": cli(
+        "engine",
+        "gpt-oss-120b",
+        "--engine",
+        "sglang",
+        "--sglang-version",
+        "0.5.4.post2",
+        "--gpu",
+        "h100",
+    ),  # fmt: skip
     "llama.cpp gemma-3 defaults": cli(
         "engine",
         "gemma-3-27b",
@@ -921,6 +931,8 @@ SOURCES: dict[str, str] = {
     "sglang-pool": "sglang dsa tp8",
     "sglang-rules": "sglang glm-5.3",
     "sglang-swa": "sglang gemma-3 fp16",
+    "sglang-swa-off": "sglang gpt-oss 0.5.4",
+    "sglang-triton-kernels-kept": "sglang gpt-oss 0.5.4",
     "sim-achieved-measured": "simulate measured moe",
     "sim-dcp": "simulate dcp eager",
     "sim-disaggregated": "simulate disaggregated",

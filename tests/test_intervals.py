@@ -101,7 +101,9 @@ def test_an_untimed_run_takes_the_untimed_class_where_the_table_has_one(monkeypa
 def test_calibration_puts_sglang_runs_of_moonshots_tokenizer_in_the_untimed_class():
     kimi = {"engine": "sglang", "model": "moonshotai/Kimi-K2.5", "gpu_profile": "h200-sxm"}
     assert cal.evidence(kimi, ()) == intervals.UNTIMED
-    assert cal.evidence(kimi, ("the DSA indexer",)) == intervals.UNTIMED  # untimed first
+    assert (
+        cal.evidence(kimi, ("the DSA indexer and sparse attention",)) == intervals.UNTIMED
+    )  # untimed first
     assert cal.evidence({**kimi, "engine": "vllm"}, ()) == "own"
     deepseek = {**kimi, "model": "deepseek-ai/DeepSeek-V3"}
     assert cal.evidence(deepseek, ()) == "own"
@@ -119,6 +121,24 @@ def test_a_step_with_untimed_parts_takes_the_partial_class_on_own_tables_only():
     h200 = load_profile("h200")
     assert intervals.raw_class(h200, "vllm", None, part) == intervals.PARTIAL
     assert intervals.raw_class(h200, "vllm", None, ()) == "own"
+
+
+def test_a_class_the_file_lacks_falls_back_one_step_at_a_time(monkeypatch):
+    """Without an untimed class, an untimed run with untimed step parts takes the partial
+    class (not its tables' own); without a partial class either, the tables' class."""
+    h200, table = load_profile("h200"), intervals.table()
+    kimi = load_model("moonshotai/Kimi-K2.5", checkpoint=False)
+    part = ("the bf16 fused MoE of this shape and split",)
+
+    def without(*names):
+        classes = {k: v for k, v in table["classes"].items() if k.split("/")[0] not in names}
+        monkeypatch.setattr(intervals, "table", lambda: {**table, "classes": classes})
+
+    without(intervals.UNTIMED)
+    assert intervals.evidence_for(h200, "sglang", kimi, part).split("/")[0] == intervals.PARTIAL
+    assert intervals.evidence_for(h200, "sglang", kimi, ()).split("/")[0] == "own"
+    without(intervals.UNTIMED, intervals.PARTIAL)
+    assert intervals.evidence_for(h200, "sglang", kimi, part) == "own"
 
 
 def test_an_engines_own_entry_needs_two_labs():
@@ -262,17 +282,7 @@ def test_pessimism_grows_with_confidence(evidence):
 
 def test_plan_with_confidence_needs_at_least_as_many_gpus():
     spec, gpus = load_model("llama-3.1-8b"), [load_profile("h100")]
-    base = PlanRequest(
-        rate=40.0,
-        slos=(parse_slo("tpot_p99=40ms"),),
-        workload=WorkloadSpec(num_prompts=120, seed=0),
-        tps=(1,),
-        max_num_seqs=(64,),
-        max_num_batched_tokens=(8192,),
-        kv_cache_dtypes=("auto",),
-        top=1,
-        jobs=1,
-    )
+    base = _one_config_request(40.0, "tpot_p99=40ms", WorkloadSpec(num_prompts=120, seed=0))
     point = plan(spec, gpus, base)
     sure = plan(spec, gpus, base._replace(confidence=0.9))
     assert point.candidates and sure.candidates
@@ -288,26 +298,57 @@ def test_plan_with_confidence_needs_at_least_as_many_gpus():
     assert (top.gpu, top.interval_class, slow) in confidence.value("gpus")
 
 
-def test_plan_prices_a_step_with_untimed_parts_at_the_partial_class():
+def test_plan_prices_a_step_with_untimed_parts_at_the_partial_class(monkeypatch):
     """gpt-oss's MXFP4 experts are in no H100 table: each plan candidate names the part and
-    takes the partial class's factors where intervals.json has that class."""
+    is sized at the partial class's factors (not the GPU's tables' class): a wider partial
+    entry lowers the goodput it is credited with, an own-wide one raises it."""
     spec, gpus = load_model("openai/gpt-oss-20b", checkpoint=False), [load_profile("h100")]
-    request = PlanRequest(
-        rate=5.0,
-        slos=(parse_slo("tpot_p99=200ms"),),
-        workload=WorkloadSpec(num_prompts=60, input_len=256, output_len=32, seed=0),
+    request = _gpt_oss_request("tpot_p99=200ms")
+    (top,) = plan(spec, gpus, request).candidates
+    assert any("fused MoE" in p for p in top.untimed_parts)
+    assert top.interval_class == intervals.PARTIAL  # (no partial/vllm entry: one lab)
+    doc = intervals.table()
+
+    def goodput_with(partial_entry: str) -> float:
+        classes = {**doc["classes"], intervals.PARTIAL: doc["classes"][partial_entry]}
+        monkeypatch.setattr(intervals, "table", lambda: {**doc, "classes": classes})
+        (candidate,) = plan(spec, gpus, request).candidates
+        return candidate.goodput_rps
+
+    assert goodput_with("untimed") < top.goodput_rps < goodput_with("own")
+
+
+def test_the_confidence_note_when_no_configuration_meets_the_bound():
+    from kvplan.present.notes import note_text
+
+    spec, gpus = load_model("openai/gpt-oss-20b", checkpoint=False), [load_profile("h100")]
+    result = plan(spec, gpus, _gpt_oss_request("tpot_p99=1ms"))
+    assert not result.candidates
+    (confidence,) = [n for n in result.notes if n.id == "plan-confidence"]
+    assert confidence.value("gpus") == ()
+    text = note_text(confidence)
+    assert "no configuration met them" in text and "operating point" not in text
+
+
+def _gpt_oss_request(slo: str) -> PlanRequest:
+    workload = WorkloadSpec(num_prompts=60, input_len=256, output_len=32, seed=0)
+    return _one_config_request(5.0, slo, workload, confidence=0.8)
+
+
+def _one_config_request(rate: float, slo: str, workload, confidence=None) -> PlanRequest:
+    """A plan over one configuration: TP 1, 64 sequences, 8,192 tokens a step, auto KV."""
+    return PlanRequest(
+        rate=rate,
+        slos=(parse_slo(slo),),
+        workload=workload,
         tps=(1,),
         max_num_seqs=(64,),
         max_num_batched_tokens=(8192,),
         kv_cache_dtypes=("auto",),
         top=1,
         jobs=1,
-        confidence=0.8,
+        confidence=confidence,
     )
-    (top,) = plan(spec, gpus, request).candidates
-    assert any("fused MoE" in p for p in top.untimed_parts)
-    if intervals.PARTIAL in intervals.table()["classes"]:
-        assert top.interval_class.split("/")[0] == intervals.PARTIAL
 
 
 @pytest.mark.parametrize("value", ["0.99", "0.4", "nan"])

@@ -12,6 +12,8 @@ from kvplan.inputs.sources import load_model
 from kvplan.plans import intervals
 from kvplan.simulate.setup import ServeOptions, build_replica
 
+from helpers import run_json
+
 
 def _parts(model, gpu, **options):
     spec = load_model(model, checkpoint=False)
@@ -48,13 +50,107 @@ def test_recurrent_layers_are_named_by_kind():
 )
 def test_the_dsa_indexer_is_untimed_without_the_module_tables(gpu, engine, untimed):
     parts = _parts("deepseek-ai/DeepSeek-V3.2", gpu, engine=engine, tp=8)
-    assert ("the DSA indexer" in parts) is untimed
+    assert ("the DSA indexer and sparse attention" in parts) is untimed
+
+
+def test_with_dsa_tables_the_layers_that_reuse_anothers_picks_are_named():
+    """GLM-5.3: 21 layers index, 57 reuse their picks; vLLM's DSA module tables on the H200
+    time the 21 and the 57's top-k read runs on the roofline. GLM-5 (every layer indexes)
+    has nothing untimed there."""
+    spec = load_model("zai-org/GLM-5.3", checkpoint=False)
+    options = ServeOptions(tp=8, pp=2, nnodes=2)
+    replica = build_replica(spec, load_profile("h200"), options)
+    assert replica.model.dsa is not None and replica.model.dsa.layers == 21
+    assert replica.model.untimed_parts == (
+        "the sparse attention of the layers that reuse another's top-k",
+    )
+    assert _parts("zai-org/GLM-5-FP8", "h200", tp=8) == ()
+
+
+def test_dsa_without_tables_is_priced_sparse_as_its_note_says():
+    """sim-dsa-dense: the top-k latents and every indexer key on the roofline, not dense MLA:
+    at 32k tokens held DeepSeek-V3.2's decode attention is a fraction of DeepSeek-V3's."""
+    gpu, options = load_profile("b200"), ServeOptions(engine="sglang", tp=8)
+    sparse, dense = (
+        build_replica(load_model(m, checkpoint=False), gpu, options).model
+        for m in ("deepseek-ai/DeepSeek-V3.2", "deepseek-ai/DeepSeek-V3")
+    )
+    assert sparse.dsa is None
+    held = 64 * 32768
+    assert sparse.decode_attention_s(64, held)[0] < 0.3 * dense.decode_attention_s(64, held)[0]
 
 
 def test_a_fused_moe_without_its_curve_is_named_with_its_format():
     # gpt-oss's MXFP4 experts: no table times an MXFP4 fused MoE on the H100
     parts = _parts("openai/gpt-oss-20b", "h100")
     assert any(p.startswith("the mxfp4 fused MoE") for p in parts)
+    # mxfp4 quantizes the experts alone: the dense layers stay bf16, timed
+    assert not any("dense" in p for p in parts)
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "tp"),
+    [("Qwen/Qwen3-30B-A3B", "h100", 1), ("openai/gpt-oss-20b", "h100", 1)],
+)
+def test_the_fused_moe_is_named_exactly_where_the_tables_lack_its_curve(model, gpu, tp):
+    """The part follows the step model's own curve lookup (StepModel.moe_curve) and the
+    sim-weak-moe note that says the same: Qwen3-30B-A3B's bf16 MoE is timed on the H100,
+    gpt-oss's MXFP4 one is not."""
+    spec = load_model(model, checkpoint=False)
+    replica = build_replica(spec, load_profile(gpu), ServeOptions(tp=tp))
+    named = any("fused MoE" in p for p in replica.model.untimed_parts)
+    assert named is (replica.model.moe_curve is None)
+    (weak,) = [n for n in replica.notes if n.id == "sim-weak-moe"]
+    assert (weak.value("timed") is None) is named
+    assert named is (model == "openai/gpt-oss-20b")
+    # the eager twin (DP-attention lockstep) names the same parts
+    assert replica.model.without_graphs().untimed_parts == replica.model.untimed_parts
+
+
+@pytest.mark.parametrize(
+    ("weights", "untimed"),
+    [("int4", True), ("nvfp4", True), ("fp8", False), ("int8", False), ("auto", False)],
+)
+def test_dense_layers_in_a_format_without_gemm_rows_are_named(weights, untimed):
+    """The tables time dense GEMMs in bf16, fp8 and int8 only: int4 (W4A16) and nvfp4 dense
+    layers run at the bf16 fractions, a stand-in."""
+    spec = load_model("Qwen/Qwen3-8B", checkpoint=False)
+    options = ServeOptions(weights_dtype=weights)
+    parts = build_replica(spec, load_profile("h100"), options).model.untimed_parts
+    assert (f"the {weights} dense GEMMs" in parts) is untimed
+    assert len(parts) == int(untimed)
+
+
+def test_a_moe_backend_flag_is_named_for_a_moe_model_only():
+    """The tables time the engine's default MoE path, not per MoE backend (sim-moe-kernels):
+    a flag naming another backend is an untimed part; 'auto' is the default path; a dense
+    model runs no MoE kernels at all."""
+    triton = {"engine": "sglang", "backends": Backends(moe_runner_backend="triton")}
+    assert _parts("Qwen/Qwen3-30B-A3B", "h100", **triton) == (
+        "the fused MoE under --moe-runner-backend triton",
+    )
+    auto = {"engine": "sglang", "backends": Backends(moe_runner_backend="auto")}
+    assert _parts("Qwen/Qwen3-30B-A3B", "h100", **auto) == ()
+    assert _parts("Qwen/Qwen3-8B", "h100", **triton) == ()
+    vllm = {"vllm_version": "0.19", "backends": Backends(moe_backend="triton")}
+    assert _parts("Qwen/Qwen3-30B-A3B", "h100", **vllm) == (
+        "the fused MoE under --moe-backend triton",
+    )
+
+
+def test_a_draft_models_untimed_parts_count_as_the_steps():
+    """A separate draft model runs its own forwards each round: its parts no table times are
+    the step's too, named as the draft's (the dense target here has none)."""
+    draft = '{"method": "draft_model", "model": "Qwen/Qwen3-Next-80B-A3B-Thinking", "num_speculative_tokens": 2}'
+    options = {"tp": 4, "max_model_len": 4096, "speculative_config": draft}
+    parts = _parts("Qwen/Qwen3-32B", "h200", **options)
+    assert parts == (
+        "the draft's bf16 fused MoE of this shape and split",
+        "the draft's recurrent layers (gated_deltanet)",
+    )
+    assert intervals.raw_class(load_profile("h200"), "vllm", None, parts) == intervals.PARTIAL
+    small = '{"method": "draft_model", "model": "Qwen/Qwen3-4B", "num_speculative_tokens": 2}'
+    assert _parts("Qwen/Qwen3-32B", "h200", **{**options, "speculative_config": small}) == ()
 
 
 def test_parts_decide_the_class_and_the_note_names_them():
@@ -70,10 +166,49 @@ def test_parts_decide_the_class_and_the_note_names_them():
     assert result.untimed_parts and all(isinstance(p, str) for p in result.untimed_parts)
     (interval,) = [n for n in result.notes if n.id == "sim-interval"]
     assert interval.value("parts") == result.untimed_parts
-    classes = intervals.table()["classes"]
-    if intervals.PARTIAL in classes:
-        assert interval.value("evidence").split("/")[0] == intervals.PARTIAL
+    assert interval.value("evidence") == intervals.PARTIAL  # (one lab's vLLM runs: no /vllm)
+    # its bench_interval is the partial class's, not the H100 tables' own class's
+    bench, shown = result.runs[0].bench, result.runs[0].bench_interval["output_throughput"]
+    for cls, other in ((intervals.PARTIAL, True), ("own", False)):
+        ends = intervals.interval(bench.output_throughput, "output_throughput", cls, "fixed")
+        assert (tuple(ends) == tuple(shown)) is other
     from kvplan.present.notes import note_text  # the note's words name each part
 
     text = note_text(interval)
     assert all(p in text for p in result.untimed_parts)
+    # one part, no backend flag: "it", and no words about backends
+    assert "prices it by a stand-in" in text and "backend" not in text
+
+
+def test_the_note_speaks_of_backends_only_where_a_flag_is_untimed():
+    from kvplan.notes import note
+    from kvplan.present.notes import note_text
+
+    flags = (
+        "the bf16 fused MoE of this shape and split",
+        "the attention under --attention-backend triton",
+    )
+    text = note_text(
+        note("sim-interval", evidence="partial", parts=flags, calibrated=True, widen=1.0)
+    )
+    assert "prices each by a stand-in" in text and "under a backend flag" in text
+    assert f"{flags[0]} and {flags[1]}" in text
+    plain = note_text(note("sim-interval", evidence="own", parts=(), calibrated=True, widen=1.0))
+    assert "No kernel table" not in plain
+
+
+@pytest.mark.parametrize(
+    ("model", "parts"),
+    [("qwen3-8b", []), ("gpt-oss-20b", ["the mxfp4 fused MoE of this shape and split"])],
+)
+def test_json_carries_the_parts_for_simulate_and_each_plan_candidate(model, parts):
+    small = "--gpu h100 --input-len 128 --output-len 8".split()
+    doc = run_json("simulate", model, *small, "--num-prompts", "8")
+    assert doc["untimed_parts"] == parts
+    (interval,) = [n for n in doc["notes"] if n["id"] == "sim-interval"]
+    assert all(p in interval["text"] for p in parts)
+    one = "--rate 2 --slo tpot_p99=200ms --tp 1 --max-num-seqs 64 --top 1".split()
+    plan = run_json("plan", model, *small, *one, "--num-prompts", "20")
+    (top,) = plan["candidates"]
+    assert top["untimed_parts"] == parts
+    assert top["interval_class"].split("/")[0] == ("partial" if parts else "own")

@@ -62,6 +62,25 @@ def sglang_release(version: str) -> tuple[str, bool]:
     return f"0.{nearest}", nearest != minor
 
 
+def sglang_patch(version: str) -> int | None:
+    """'0.5.3rc0' -> 3, '0.5.4.post2' -> 4: the patch of a release as given; None for a bare
+    release ('0.5'), which runs the newest rules kvplan models for it."""
+    match = re.match(r"0\.[0-9]{1,4}\.([0-9]{1,4})", str(version).strip().lower().lstrip("v"))
+    return int(match[1]) if match else None
+
+
+# _handle_model_specific_adjustments, GptOssForCausalLM (server_args.py of 0.5.3, 0.5.4.post2,
+# 0.5.6, 0.5.7, 0.5.8, 0.5.9): with no backend given it runs trtllm_mha on SM100, fa3 on SM90 and
+# triton elsewhere, and asserts one of its backends (fa4 from 0.5.4, ascend by 0.5.9)
+GPT_OSS_MODEL_TYPE = "gpt_oss"
+GPT_OSS_BACKENDS = ("triton", "trtllm_mha", "fa3")
+GPT_OSS_FA4_FROM = 4  # 0.5.4 added fa4 to the list
+# 0.5.3-0.5.7 set disable_hybrid_swa_memory for it unconditionally (one pool, every layer at
+# full length); from 0.5.8 only where trtllm_mha runs prefill or decode ("TODO: support swa kv
+# indices translation for trtllm_mha attention backend")
+GPT_OSS_HYBRID_SWA_FROM = 8
+
+
 SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio
 MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio: state pool = rest x r / (1 + r)
 MAMBA_SSM_DTYPE = "fp32"  # SGLang's default SSM state dtype (config mamba_ssm_dtype overrides)
@@ -282,8 +301,11 @@ def check_sglang_backends(backends: Backends) -> tuple[str | None, ...]:
 
 
 def _default_sglang_backend(spec: ModelSpec, gpu: GpuProfile, tp: int, topk: int | None) -> str:
-    """_handle_attention_backend_compatibility's pick when no backend is given (0.5.9)."""
+    """_handle_attention_backend_compatibility's pick when no backend is given (0.5.9), or
+    _handle_model_specific_adjustments' for gpt-oss (GPT_OSS_MODEL_TYPE)."""
     generation = gpu_generation(gpu)
+    if spec.model_type == GPT_OSS_MODEL_TYPE:
+        return "trtllm_mha" if generation == 10 else "fa3" if generation == 9 else "triton"
     hip = gpu.vendor.upper() == "AMD"
     attn = spec.attention_layers()[0]
     if attn.kind is not CacheKind.MLA:
@@ -343,11 +365,23 @@ def sglang_attention(
     if unset and version == "0.5" and mla and generation == 10:
         if spec.model_type in SGLANG_TRTLLM_MLA_MODELS and not dsa:
             backend = "trtllm_mla"
+    gpt_oss = version == "0.5" and spec.model_type == GPT_OSS_MODEL_TYPE
     if backend is None and version == "0.5":
         backend = _default_sglang_backend(spec, gpu, request.tp, request.speculative_eagle_topk)
     if backend == "fa3" and kv_cache_dtype == "fp8_e5m2":  # "FlashAttention3 only supports
         backend = "triton"  # fp8_e4m3 if using FP8; Setting attention backend to triton."
     prefill_kernel, decode_kernel = prefill or backend, decode or backend
+    if gpt_oss:
+        patch = sglang_patch(request.sglang_version)
+        supported: tuple[str, ...] = GPT_OSS_BACKENDS
+        if patch is None or patch >= GPT_OSS_FA4_FROM:
+            supported = (*supported, "fa4")
+        refused = [k for k in (prefill_kernel, decode_kernel) if k not in supported]
+        if refused:
+            raise KvplanError(
+                f"SGLang refuses this launch for {spec.name}: GptOssForCausalLM requires one "
+                f"of {list(supported)} attention backend, but got {refused[0]!r}"
+            )
     for kernel in {prefill_kernel, decode_kernel} - {None}:
         why = None
         if kernel in SGLANG_MLA_BACKENDS and not mla:
@@ -638,6 +672,12 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             sglang_mxfp4_alignment(gpu),
             request.expert_ranks,
         ).total_bytes
+        kept = triton_kernels_kept_bytes(spec, stage, gpu, request, version, wdtype)
+        if kept:
+            weights += kept
+            notes.append(
+                note("sglang-triton-kernels-kept", kept_bytes=kept, hopper=gpu_generation(gpu) == 9)
+            )
         context = INIT_CONTEXT_BYTES[1 if request.tp * request.pp == 1 else 2]
         free_before = int(gpu.usable_memory_bytes - context)
         rest = int(free_before * fraction - weights)
@@ -697,7 +737,10 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     cell = allocated * layers + indexer * len(indexed) if mla else profile_cell
     full_tokens: int | None = None
     swa_tokens: int | None = None
-    if n_swa and n_full:  # HybridSWAPoolConfigurator
+    one_pool = n_swa and n_full and gpt_oss_one_pool(spec, attention, request.sglang_version)
+    if one_pool:
+        notes.append(note("sglang-swa-off", swa=n_swa, full=n_full))
+    if n_swa and n_full and not one_pool:  # HybridSWAPoolConfigurator
         assert full_layer is not None and swa_layer is not None, "both pools, not MLA"
         full_bytes, swa_bytes = full_layer * n_full, swa_layer * n_swa
         full_tokens = int(rest // (full_bytes + SWA_FULL_TOKENS_RATIO * swa_bytes)) // page * page
@@ -755,8 +798,8 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         swa_tokens=swa_tokens,
         full_layers=n_full,
         indexer_layers=len(indexed),
-        full_layer_bytes_per_token=full_layer if n_swa and n_full else None,
-        swa_layer_bytes_per_token=swa_layer if n_swa and n_full else None,
+        full_layer_bytes_per_token=full_layer if full_tokens is not None else None,
+        swa_layer_bytes_per_token=swa_layer if full_tokens is not None else None,
         max_running_requests=running,
         max_concurrency=tokens / request.max_model_len,
         padding_layers=0,
@@ -773,3 +816,81 @@ def sglang_mxfp4_alignment(gpu: GpuProfile) -> tuple[int, int]:
     256, as vLLM's kernels there do; elsewhere its Triton kernels round the per-rank intermediate
     width up to 64 and leave the hidden size (gpt-oss-120b at TP 4: 720 -> 768)."""
     return (256, 256) if mxfp4_alignment(gpu) == (256, 256) else (64, 1)
+
+
+def gpt_oss_one_pool(spec: ModelSpec, attention: SglangAttention, version: str) -> bool:
+    """Whether SGLang keeps gpt-oss's sliding-window layers in its one full pool
+    (disable_hybrid_swa_memory, GPT_OSS_HYBRID_SWA_FROM): always before 0.5.8, then only where
+    trtllm_mha runs prefill or decode. 0.5.8 also did so for speculative decoding, which 0.5.9
+    dropped; kvplan does not model that one release's rule."""
+    release, _ = sglang_release(version)
+    if release != "0.5" or spec.model_type != GPT_OSS_MODEL_TYPE:
+        return False
+    patch = sglang_patch(version)
+    if patch is not None and patch < GPT_OSS_HYBRID_SWA_FROM:
+        return True
+    return "trtllm_mha" in (attention.prefill, attention.decode)
+
+
+# layers/quantization/mxfp4.py (Mxfp4MoEMethod, 0.5.3 to 0.5.9): with the triton_kernels MoE
+# runner (gpt-oss on CUDA below Blackwell at EP 1, where server_args picks it; SGLang cannot load
+# the checkpoint's experts without the triton_kernels package there) process_weights_after_loading
+# keeps w13_weight_scale / w2_weight_scale beside the copies _swizzle_mxfp4 makes of them, deletes
+# only the values, and holds the expert biases in fp32. triton_kernels' scale layout copies on
+# Hopper (HopperMXScaleLayout: the rows padded to 2 x num_warps x 2 x 8, num_warps 8; the columns
+# to 2) and is a view elsewhere (StridedLayout)
+TRITON_KERNELS_NUM_WARPS = 8
+HOPPER_SCALE_ROWS = 2 * TRITON_KERNELS_NUM_WARPS * 2 * 8  # 256
+HOPPER_SCALE_COLUMNS = 2
+MXFP4_BLOCK = 32  # values per scale byte
+FP32_BYTES = 4
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def triton_kernels_kept_bytes(
+    spec: ModelSpec, stage: ModelSpec, gpu: GpuProfile, request: EngineRequest, version: str,
+    wdtype: str,
+) -> int:  # fmt: skip
+    """Bytes SGLang's triton_kernels MoE keeps on a rank beyond the loaded experts (the comment
+    above): the swizzled scale copies on Hopper, and the expert biases at fp32 where the weights
+    count them at the mxfp4 rate. 0 where that runner does not run."""
+    from kvplan.formulas.weights import part_bytes_per_param
+
+    moe = spec.moe
+    generation = gpu_generation(gpu)
+    if (
+        version != "0.5"
+        or spec.model_type != GPT_OSS_MODEL_TYPE
+        or moe is None
+        or wdtype != "mxfp4"
+        or generation not in (8, 9)
+        or request.expert_ranks is not None
+    ):
+        return 0
+    runner = request.backends.moe_runner_backend
+    if runner not in (None, "auto", "triton_kernel"):
+        # Mxfp4MoEMethod without triton_kernels upcasts the experts to bf16 after loading
+        raise KvplanError(
+            f"--moe-runner-backend {runner}: SGLang upcasts {spec.name}'s mxfp4 experts to bf16 "
+            "after loading them on this GPU (layers/quantization/mxfp4.py), a load kvplan does "
+            "not model; leave it auto (triton_kernel)"
+        )
+    layers = sum(any(part == "experts" for part, _ in layer.params) for layer in stage.layers)
+    hidden = spec.hidden_size
+    width = _round_up(
+        -(-moe.expert_intermediate_size // request.tp), sglang_mxfp4_alignment(gpu)[0]
+    )
+    biases = moe.num_experts * (2 * width + hidden)  # gate_up and down, per layer
+    kept = biases * (FP32_BYTES - part_bytes_per_param(spec, wdtype, "experts"))
+    if generation == 9:
+        w13 = _round_up(2 * width, HOPPER_SCALE_ROWS) * _round_up(
+            hidden // MXFP4_BLOCK, HOPPER_SCALE_COLUMNS
+        )
+        w2 = _round_up(hidden, HOPPER_SCALE_ROWS) * _round_up(
+            width // MXFP4_BLOCK, HOPPER_SCALE_COLUMNS
+        )
+        kept += moe.num_experts * (w13 + w2)
+    return int(kept * layers)

@@ -73,6 +73,7 @@ from kvplan.formulas.step_time import (
     step_time,
     time_floor_s,
 )
+from kvplan.formulas.weights import quantized_parts
 from kvplan.inputs.kernel_tables import (
     Achieved,
     BackendTiming,
@@ -357,10 +358,13 @@ class StepModel:
         backend_kernels: BackendKernels | None = None,
         sglang_collectives: bool = False,
         untimed_backends: tuple[str, ...] = (),
+        untimed_moe_backend: str = "",
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
-        # the attention backends the flags name that the tables hold no rows of (untimed_parts)
+        # the attention backends the flags name that the tables hold no rows of, and the MoE
+        # backend flag whose kernels they do not time, as typed (untimed_parts)
         self.untimed_backends = tuple(untimed_backends)
+        self.untimed_moe_backend = untimed_moe_backend
         # the inter-node link and the replica's GPUs per node (None: the replica is one node)
         self.network = network if node_gpus else None
         self.node_gpus = node_gpus if network is not None else None
@@ -398,6 +402,11 @@ class StepModel:
         # 4-bit formats' dense layers: int4 runs dequantizing kernels near the bf16 ones; mxfp4
         # quantizes only the experts (the rest stays in the model dtype)
         dense = achieved.dense.get(key, achieved.dense["bf16"])
+        # dense layers held in a format the tables have no GEMM rows of (int4, nvfp4): they run
+        # at the bf16 fractions above (untimed_parts)
+        self.dense_untimed = bool(quantized_parts(spec, weights_dtype) - {"experts"}) and (
+            key == "bf16" or key not in achieved.dense
+        )
         experts = achieved.experts.get(key, achieved.experts["bf16"])
         self.dense_rates = Rates(bw * dense[1], gemm_peak * dense[0])
         expert_peak = gemm_peak if key in ("fp8", "int8") else bf16
@@ -470,16 +479,27 @@ class StepModel:
     def untimed_parts(self) -> tuple[str, ...]:
         """The parts of this step no kernel table times, in words (empty: every operator has
         the tables' own rates): a fused MoE whose shape, format and split the tables hold no
-        curve of; DSA layers without the DSA module tables; recurrent layers (Mamba, Gated
-        DeltaNet: their scans are in no table); attention backends the flags name without rows
-        of their own. Each is priced by a stand-in instead (the datasheet roofline at the tables'
-        fractions; a backend: the engine's own pick's rows), so how far the real kernel lands
-        from it is unknown (kvplan.plans.intervals: the "partial" class)."""
+        curve of; dense layers in a format the tables have no GEMM rows of (int4, nvfp4); DSA
+        layers without the DSA module tables (with them, the layers that reuse another's
+        picks); recurrent layers (Mamba, Gated DeltaNet: their scans are in no table); attention
+        backends the flags name without rows of their own; a MoE backend a flag names (the
+        tables time the engine's default MoE path only). Each is
+        priced by a stand-in instead (the datasheet roofline at the tables' fractions; a backend
+        flag: the kernels of the engine's own pick), so how far the real kernel lands from it is
+        unknown (kvplan.plans.intervals: the "partial" class)."""
         spec, parts = self.spec, []
+        if self.dense_untimed:
+            parts.append(f"the {self.weights_dtype} dense GEMMs")
         if spec.moe is not None and self.moe_curve is None:
             parts.append(f"the {self.weights_dtype} fused MoE of this shape and split")
+        if spec.moe is not None and self.untimed_moe_backend:
+            parts.append(f"the fused MoE under {self.untimed_moe_backend}")
         if self.dsa is None and dsa_layers(spec):
-            parts.append("the DSA indexer")
+            parts.append("the DSA indexer and sparse attention")
+        elif self.dsa is not None and self.dsa.layers < sum(
+            1 for a in spec.attention_layers() if a.indexer_topk and not a.gqa_indexer
+        ):  # GLM-5.3's layers that reuse another's picks: their top-k read on the roofline
+            parts.append("the sparse attention of the layers that reuse another's top-k")
         states = sorted({s.kind.value for s in spec.state_layers()})
         if states:
             parts.append(f"the recurrent layers ({', '.join(states)})")

@@ -81,6 +81,15 @@ def _scope(spec: ModelSpec, fmt: WeightFormat) -> frozenset[str]:
     return frozenset({"experts"}) if fmt.experts_only else frozenset(QUANTIZABLE_PARTS)
 
 
+def quantized_parts(spec: ModelSpec, dtype: str) -> frozenset[str]:
+    """The parameter parts (ModelSpec.param_parts keys, with parameters) held in the quantized
+    format `dtype` (empty for a plain float format or the checkpoint's own)."""
+    fmt = None if dtype == "checkpoint" else weight_format(dtype)
+    if fmt is None:
+        return frozenset()
+    return _scope(spec, fmt) & {part for part, count in spec.param_parts.items() if count}
+
+
 def _quant_note(dtype: str, spec: ModelSpec) -> Note:
     fmt = weight_format(dtype)
     assert fmt is not None, f"{dtype} is a quantized format"

@@ -97,9 +97,12 @@ def evidence_for(gpu, engine: str, spec=None, untimed_parts: tuple[str, ...] = (
     """The interval class of a run on `gpu` under `engine` (raw_class), as "class/engine"
     where intervals.json calibrated that engine on its own, else the class; a class the file
     does not hold (UNTIMED, PARTIAL before scripts/calibrate_intervals.py wrote them) falls
-    back to the kernel tables' evidence class."""
+    back to the next: UNTIMED to the step's class (PARTIAL with untimed parts), that to the
+    kernel tables' evidence class."""
     classes = table()["classes"]
     evidence = raw_class(gpu, engine, spec, untimed_parts)
+    if evidence not in classes:
+        evidence = raw_class(gpu, engine, None, untimed_parts)
     if evidence not in classes:
         evidence = tables_for(gpu, engine).evidence
     specific = f"{evidence}/{engine}"

@@ -745,6 +745,13 @@ def given_backends(options, moe: bool = False) -> str:
     return " ".join(f"{flag} {value}" for flag, value in given)
 
 
+def untimed_moe_flag(options) -> str:
+    """The MoE backend flag as typed ("--moe-runner-backend triton") where it names kernels
+    other than the engine's default path the kernel tables time (sim-moe-kernels), else ""."""
+    name = options.backends.moe(options.engine)
+    return "" if name is None or name.lower() == "auto" else given_backends(options, moe=True)
+
+
 def nsa_flags(options) -> list[str]:
     """SGLang's --nsa-prefill-backend / --nsa-decode-backend as given ("--nsa-decode-backend fa3")."""
     return [
@@ -993,6 +1000,7 @@ def step_model(
         # SGLang's DP attention gathers before every layer's MLP (StepModel.sglang_dp_comm_s)
         sglang_collectives=options.engine == "sglang",
         untimed_backends=tuple(untimed),
+        untimed_moe_backend=untimed_moe_flag(options) if not measured else "",
     )
     if spec.moe is not None:
         notes.append(note("sim-weak-moe", timed=tables.label if model.moe_curve else None))
@@ -1371,7 +1379,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     max_model_len = resolved_max_model_len(spec, options)
     request = EngineRequest(
         engine="sglang",
-        sglang_version=release,
+        sglang_version=options.sglang_version,  # the patch gates some rules (gpt-oss's pool)
         max_model_len=max_model_len,
         kv_cache_dtype=options.kv_cache_dtype,
         tp=layout.attn_tp,  # a DP-attention rank's: its KV heads and dense layers

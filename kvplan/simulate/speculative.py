@@ -404,6 +404,16 @@ class SpeculativeStepModel:
             raise AttributeError(name)
         return getattr(self.target, name)
 
+    @property
+    def untimed_parts(self) -> tuple[str, ...]:
+        """The target's parts no kernel table times (StepModel.untimed_parts), then a separate
+        draft model's, named as the draft's."""
+        draft = self.draft.untimed_parts if self.draft is not None else ()
+        return (
+            *self.target.untimed_parts,
+            *(f"the draft's {p.removeprefix('the ')}" for p in draft),
+        )
+
     def without_graphs(self) -> SpeculativeStepModel:
         """The target and draft run eagerly (StepModel.without_graphs). Built once."""
         twin = self.__dict__.get("_eager")

@@ -72,10 +72,12 @@ text("plan-confidence")(
                 f"{name} (interval class {evidence}) taken as {slow:.2f}x slower than simulated"
                 for name, evidence, slow in gpus
             )
-            or "no configuration met them"
+            + ", each latency target checked on its own bound (kvplan/data/intervals.json); "
+            "the operating point shown is the point estimate."
+            if gpus
+            else "no configuration met them at that bound (each taken at its own interval "
+            "class, each latency target checked on its own bound; kvplan/data/intervals.json)."
         )
-        + ", each latency target checked on its own bound (kvplan/data/intervals.json); the "
-        "operating point shown is the point estimate."
     )
 )
 text("plan-none")(

@@ -33,6 +33,27 @@ text("sglang-swa")(
         f"(swa_full_tokens_ratio {ratio})."
     )
 )
+text("sglang-swa-off")(
+    lambda swa, full: (
+        f"One pool: SGLang keeps gpt-oss's {swa} windowed layers at full length beside its "
+        f"{full} full layers (disable_hybrid_swa_memory: always before 0.5.8, then with "
+        "trtllm_mha)."
+    )
+)
+text("sglang-triton-kernels-kept")(
+    lambda kept_bytes, hopper: (
+        f"Weights include {f.gib_text(kept_bytes)} SGLang's triton_kernels MoE keeps beside the "
+        "loaded experts: "
+        + (
+            "the checkpoint's expert scales stay beside the swizzled copies Hopper's layout "
+            "makes of them, and "
+            if hopper
+            else ""
+        )
+        + "the expert biases are held in fp32 (layers/quantization/mxfp4.py, "
+        "process_weights_after_loading)."
+    )
+)
 text("sglang-dsa-dtype")(
     lambda dtype: (
         f"DeepSeek sparse attention: SGLang picks kv-cache-dtype {dtype} for it on this GPU "

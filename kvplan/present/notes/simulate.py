@@ -132,10 +132,12 @@ text("sim-dsa-tables")(
 )
 text("sim-dsa-dense")(
     lambda gpu, engine: (
-        f"Sparse attention (DSA) is priced as the dense MLA it builds on: kvplan has no {engine} "
-        f"DSA module tables for {gpu}, so the indexer's and top-k's cost and the long-context "
-        "saving are not modelled (vLLM's on H100 and H200 cost 2-3x MLA's at short contexts; "
-        "vLLM runs DSA on Hopper and datacenter Blackwell only)."
+        "Sparse attention (DSA) is priced on the roofline at the tables' MLA fractions: each "
+        "decode reads the top-k latents it attends and every cached token's indexer key, which "
+        f"its indexer scores; kvplan has no {engine} DSA module tables for {gpu}, so how far "
+        "the real indexer and sparse kernels land from that is not known (vLLM's module on H100 "
+        "and H200 costs 2-3x MLA's at short contexts; vLLM runs DSA on Hopper and datacenter "
+        "Blackwell only)."
     )
 )
 text("sim-achieved-measured")(
@@ -446,10 +448,17 @@ text("sim-weak-detokenizer")(
 text("sim-interval")(
     lambda evidence, calibrated, widen, parts=(): (
         (
-            f"No kernel table times {f.listing(parts)}: each is priced by a stand-in (the "
-            "datasheet roofline at the tables' fractions; a backend, the engine's own pick's "
-            "rows), and how far the real kernels land from it is not known to kvplan "
-            "(untimed_parts in JSON). "
+            f"No kernel table times {f.listing(parts)}: kvplan prices "
+            f"{'it' if len(parts) == 1 else 'each'} by a stand-in (the datasheet roofline at "
+            "the tables' fractions"
+            + (
+                "; under a backend flag, the kernels of the engine's own pick"
+                if any(" under --" in p for p in parts)
+                else ""
+            )
+            + "), and how far the real kernels land from "
+            f"{'it' if len(parts) == 1 else 'them'} is not known to kvplan (untimed_parts in "
+            "JSON). "
             if parts
             else ""
         )
