@@ -21,8 +21,9 @@ so inside with probability >= 0.8 (the plain 10th/90th percentiles of 6-25 runs 
 Where a rank falls outside 1..n (n < 9) the ends are the sample's extremes, their half-width
 times WIDEN. A class with fewer than MIN_RUNS calibration runs takes the pooled runs
 of every class but "own", its half-width times WIDEN, and is marked uncalibrated. An engine's
-own entry of a class ("own/sglang") exists where that engine's runs of the class are MIN_RUNS
-from MIN_LABS labs or more; else its runs take the class's ends, pooled over engines.
+own entry of a class ("own/sglang") exists where that engine's runs of the class are
+MIN_ENGINE_RUNS from MIN_LABS labs or more; else its runs take the class's ends, pooled over
+engines. Nested: a class's ends hold those of every class that knows more (nested()).
 
 --coverage prints, for the held-out runs, the share whose measured value lies inside the 80%
 interval, per metric and per engine and GPU family."""
@@ -66,7 +67,16 @@ MIN_RUNS = 6
 # runs (until 0.7.0 own/sglang held the SGLang cookbook's runs only, 0.70-0.92x on
 # throughput, and the GPUStack lab's SGLang runs landed 1.0-1.3x)
 MIN_LABS = 2
-CLASSES = ("own", intervals.PARTIAL, "other-engine", "borrowed", "datasheet", intervals.UNTIMED)
+# ... and this many runs: the smallest n whose conformal ranks floor(0.1 (n + 1)) >= 2 and
+# ceil(0.9 (n + 1)) <= n - 1 leave a run beyond each end, so that no single run sets an end (with
+# 9-18 runs the ends are the sample's extremes: one outlier decides them, and the pooled class's
+# ends, from more runs, are the better estimate; partial/sglang's 10 runs took 0.05x from one
+# GPUStack gpt-oss run on an A100 whose median TPOT was 2.5 s)
+MIN_ENGINE_RUNS = 19
+# the classes by how much a run's kernel rates are known, most first (nested: a class's ends
+# hold those of every class before it)
+EVIDENCE_ORDER = ("own", intervals.PARTIAL, "other-engine", "borrowed", "datasheet")
+CLASSES = (*EVIDENCE_ORDER, intervals.UNTIMED)
 WIDEN = 1.5
 FAMILY_OF_METRIC = {
     "output_throughput": "throughput",
@@ -215,9 +225,55 @@ def lab(row: dict) -> str:
     return row["groups"]["source"].split(" (")[0]
 
 
+def above(cls: str) -> tuple[str, ...]:
+    """The classes that know more than `cls` about a run's step (EVIDENCE_ORDER; an untimed
+    run's step is priced at its own tables, with or without untimed parts)."""
+    if cls == intervals.UNTIMED:
+        return ("own", intervals.PARTIAL)
+    return EVIDENCE_ORDER[: EVIDENCE_ORDER.index(cls)]
+
+
+def nested(classes: dict) -> dict:
+    """Each class's ends widened to hold those of every class that knows more (above), per
+    engine: a run priced with less evidence carries every uncertainty a better-evidenced run
+    carries, so its interval is never narrower on either side (without this, SGLang runs on an
+    H100's own tables with one untimed part were sized 19x slower at 90% confidence while a GPU
+    without tables was sized 3.9x). Where a class has no entry of its own for an engine but a
+    class above it has, the engine gets one: the class's pooled ends held around the engine's.
+    Entries keep the runs they were calibrated on; `held` names the classes whose ends they
+    took."""
+    out = {k: {**v, "log_ratio": dict(v["log_ratio"])} for k, v in classes.items()}
+    engines = sorted({k.split("/")[1] for k in classes if "/" in k})
+    for cls in CLASSES:
+        for engine in (None, *engines):
+            own_key = cls if engine is None else f"{cls}/{engine}"
+            base = out.get(own_key) or out[cls]
+            wider = [out.get(f"{a}/{engine}") or out[a] if engine else out[a] for a in above(cls)]
+            held = [a for a, entry in zip(above(cls), wider, strict=True) if _widens(base, entry)]
+            if not held:
+                continue
+            entry = {**base, "log_ratio": dict(base["log_ratio"]), "held": held}
+            for family, (low, high) in base["log_ratio"].items():
+                ends = [e["log_ratio"][family] for e in wider]
+                entry["log_ratio"][family] = [
+                    min([low, *(e[0] for e in ends)]),
+                    max([high, *(e[1] for e in ends)]),
+                ]
+            out[own_key] = entry
+    return out
+
+
+def _widens(base: dict, other: dict) -> bool:
+    """Whether `other`'s ends reach beyond `base`'s on any metric family."""
+    return any(
+        other["log_ratio"][f][0] < low or other["log_ratio"][f][1] > high
+        for f, (low, high) in base["log_ratio"].items()
+    )
+
+
 def build(rows: list[dict]) -> dict:
-    """Per evidence class, and per class and engine where that has MIN_RUNS runs of its own
-    from MIN_LABS labs.
+    """Per evidence class, and per class and engine where that has MIN_ENGINE_RUNS runs of its
+    own from MIN_LABS labs.
     A class with too few takes every run that is not "own" (where those are MIN_RUNS or
     more, else every run), its half-width times WIDEN. Untimed runs (a part of the serving path
     kvplan does not time) pool only into their own class: how far they land says nothing about
@@ -232,8 +288,9 @@ def build(rows: list[dict]) -> dict:
         classes[cls] = _entry(members, pool if len(pool) >= MIN_RUNS else fallback)
         for engine in sorted({r["groups"]["engine"] for r in members}):
             subset = [r for r in members if r["groups"]["engine"] == engine]
-            if len(subset) >= MIN_RUNS and len({lab(r) for r in subset}) >= MIN_LABS:
+            if len(subset) >= MIN_ENGINE_RUNS and len({lab(r) for r in subset}) >= MIN_LABS:
                 classes[f"{cls}/{engine}"] = _entry(subset, subset)
+    classes = nested(classes)
     scores = transfer_scores(rows)
     return {
         "about": (
@@ -243,13 +300,18 @@ def build(rows: list[dict]) -> dict:
             "ceil(0.9 (n + 1)); where a rank is outside 1..n, the extremes with half-width "
             f"times {WIDEN}. kvplan.plans.intervals reads it. Classes with calibrated false take every non-own run (every run where those "
             f"are fewer than min_runs), half-width times {WIDEN}; 'class/engine' entries "
-            f"exist where that engine has min_runs runs of the class from {MIN_LABS} or more "
-            "labs (one lab's runs hold none of the spread between labs)."
+            f"exist where that engine has {MIN_ENGINE_RUNS} runs of the class (no single run sets "
+            f"an end) from {MIN_LABS} or more labs (one lab's runs hold none of the spread "
+            "between labs). Nested: each class's "
+            "ends hold those of every class that knows more (own, partial, other-engine, "
+            "borrowed, datasheet; untimed holds own and partial), per engine; 'held' names "
+            "the classes an entry took ends from."
         ),
         "derived_by": "python scripts/calibrate_intervals.py",
         "calibration_runs": ["tests/data/sim_bench_cases.json", "external split calibrate"],
         "min_runs": MIN_RUNS,
         "min_labs": MIN_LABS,
+        "min_engine_runs": MIN_ENGINE_RUNS,
         "widen": WIDEN,
         "workload_widen": transfer_widen(scores),
         "workload_widen_about": (

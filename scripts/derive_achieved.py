@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -1170,6 +1171,170 @@ def gemm_calls_s(rows, calls, m: int) -> float:
     return sum(count * gemm_call_s(rows, dtype, m, n, k) for n, k, dtype, count in calls)
 
 
+# AITER's fused-MoE and block-fp8 GEMM tuner tables (aiter@AITER_COMMIT) with rows timed on
+# gfx942 at 304 CUs (MI300X/MI325X): the model-specific files under aiter/configs/model_configs
+# (us = the whole fused MoE of one layer on one rank: routing sort, both expert GEMMs, the
+# weighted sum; AITER's tuner draws each token's top-k uniformly over the file's experts, the
+# shared expert fused in as one more, e.g. 257 x 9).
+AITER_FMOE_CSVS = (
+    "aiter/configs/model_configs/a8w8_blockscale_tuned_fmoe_ds_v3.csv",
+    "aiter/configs/model_configs/a8w8_blockscale_tuned_fmoe_glm5_1.csv",
+    "aiter/configs/model_configs/mimo_v2_5_pro_tuned_fmoe.csv",
+    "aiter/configs/model_configs/qwen3_235b_bf16_tuned_fmoe.csv",
+)
+AITER_BLOCKSCALE_GEMM_CSVS = (
+    "aiter/configs/model_configs/a8w8_blockscale_tuned_gemm_ds_v3.csv",
+    "aiter/configs/model_configs/a8w8_blockscale_tuned_gemm_glm5_1.csv",
+    "aiter/configs/model_configs/a8w8_blockscale_tuned_gemm_qwen36_27b.csv",
+    "aiter/configs/model_configs/a8w8_blockscale_tuned_gemm_qwen3_vl_235b.csv",
+    "aiter/configs/model_configs/a8w8_blockscale_tuned_gemm_qwen3_vl_32b.csv",
+)
+
+
+def _aiter_rows(csv_text: str, cu_num: int) -> list:
+    """The rows of one AITER tuner table timed on gfx942 with `cu_num` CUs (a failed tune, us
+    0, left out)."""
+    import csv
+    import io
+
+    return [
+        r
+        for r in csv.DictReader(io.StringIO(csv_text))
+        if r.get("gfx", "gfx942") == "gfx942" and int(r["cu_num"]) == cu_num and float(r["us"]) > 0
+    ]
+
+
+def _aiter_moe_format(r: dict) -> str | None:
+    """kvplan's weights format of an AITER fused-MoE row: block fp8 (per 1 x 128) "fp8",
+    unquantized bf16 "bf16", any other quantization None (not read)."""
+    if r["q_type"] == "QuantType.per_1x128" and "float8" in r["q_dtype_w"]:
+        return "fp8"
+    if r["q_type"] == "QuantType.No" and r["q_dtype_w"] == "torch.bfloat16":
+        return "bf16"
+    return None
+
+
+def aiter_fmoe(csv_texts, bw: float, peaks: dict, cache_bytes: float, cu_num: int = 304) -> dict:
+    """{format: {"curve": ((tokens per expert, slowdown), ...), "floor_s", "rows", "curve_rows"}}
+    from AITER's fused-MoE tuner rows: the slowdown against the datasheet roofline (measured /
+    max(touched expert bytes / BW, FLOPs / peak), `moe_curve`'s buckets and uniform routing
+    over the row's experts) over the rows whose touched weights exceed `cache_bytes` (a
+    tuner's loop over fewer bytes reads them from the Infinity Cache); the floor is the smallest
+    time of any row at 1-16 tokens."""
+    out: dict = {}
+    for text in csv_texts:
+        for r in _aiter_rows(text, cu_num):
+            fmt = _aiter_moe_format(r)
+            if fmt is None:
+                continue
+            h, inter, experts, k, tokens = (
+                int(r[x]) for x in ("model_dim", "inter_dim", "expert", "topk", "token")
+            )
+            seconds = float(r["us"]) * 1e-6
+            touched = experts * (1 - (1 - k / experts) ** tokens)
+            weights = touched * 3 * h * inter * (1 if fmt == "fp8" else 2)
+            flops = 2 * 3 * h * inter * tokens * k
+            ideal = max(weights / bw, flops / peaks[fmt])
+            per_expert = tokens * k / experts
+            got = out.setdefault(fmt, {"buckets": {}, "floor_s": None, "rows": 0})
+            got["rows"] += 1
+            if tokens <= 16:
+                floor = got["floor_s"]
+                got["floor_s"] = seconds if floor is None else min(floor, seconds)
+            if weights > cache_bytes:
+                key = 2.0 ** round(math.log2(per_expert)) if per_expert >= 1 else 0.5
+                got["buckets"].setdefault(key, []).append(seconds / ideal)
+    return {
+        fmt: {
+            "curve": tuple(
+                (key, round(statistics.median(v), 2)) for key, v in sorted(got["buckets"].items())
+            ),
+            "floor_s": got["floor_s"],
+            "rows": got["rows"],
+            "curve_rows": sum(len(v) for v in got["buckets"].values()),
+        }
+        for fmt, got in sorted(out.items())
+    }
+
+
+def aiter_blockscale_gemm(csv_texts, peak: float, cu_num: int = 304) -> dict:
+    """{"compute_fraction": median over the rows at M >= 4,096 of (2 M N K / peak) / time,
+    "floor_s": the smallest time at M <= 16, "rows", "compute_rows"} of AITER's block-fp8
+    (a8w8, 1 x 128 activation and 128 x 128 weight scales) GEMM tuner rows. No memory side:
+    no row at M <= 16 has fp8 weights over the 256 MB Infinity Cache."""
+    rows = [r for text in csv_texts for r in _aiter_rows(text, cu_num)]
+    compute = [
+        2 * int(r["M"]) * int(r["N"]) * int(r["K"]) / peak / (float(r["us"]) * 1e-6)
+        for r in rows
+        if int(r["M"]) >= 4096
+    ]
+    return {
+        "compute_fraction": round(statistics.median(compute), 2),
+        "floor_s": min(float(r["us"]) for r in rows if int(r["M"]) <= 16) * 1e-6,
+        "rows": len(rows),
+        "compute_rows": len(compute),
+    }
+
+
+def aiter_measured(git_dir: Path, bw: float, peaks: dict) -> dict:
+    """The partial file's fused-MoE and block-fp8 GEMM figures from an AITER git directory at
+    AITER_COMMIT (`git show`): measured.experts_curve, the moe floors, gemm_fp8 and the
+    block-fp8 dense compute fraction, with the row counts they came from."""
+    import subprocess
+
+    def show(path: str) -> str:
+        return subprocess.run(
+            ["git", "--git-dir", str(git_dir), "show", f"{AITER_COMMIT}:{path}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
+    moe = aiter_fmoe([show(p) for p in AITER_FMOE_CSVS], bw, peaks, 256e6)
+    gemm = aiter_blockscale_gemm([show(p) for p in AITER_BLOCKSCALE_GEMM_CSVS], peaks["fp8"])
+    floors = {f"moe_{fmt}": got["floor_s"] for fmt, got in moe.items()}
+    floors["moe"] = min(floors.values())
+    floors["gemm_fp8"] = gemm["floor_s"]
+    return {
+        "experts_curve": {fmt: [list(p) for p in got["curve"]] for fmt, got in moe.items()},
+        "floors_s": {k: float(f"{v:.5g}") for k, v in sorted(floors.items())},
+        "dense_compute": {"fp8": gemm["compute_fraction"]},
+        "rows": {
+            **{f"moe_{fmt}": [got["rows"], got["curve_rows"]] for fmt, got in moe.items()},
+            "gemm_fp8": [gemm["rows"], gemm["compute_rows"]],
+        },
+    }
+
+
+def write_mi300x_aiter(git_dir: Path) -> Path:
+    """partial/mi300x.json with aiter_measured's figures merged into its `measured` (the other
+    figures and their provenance kept)."""
+    import json
+
+    import yaml
+
+    profile = yaml.safe_load((PROFILES / "mi300x.yaml").read_text())
+    bw = float(profile["memory_bandwidth_bytes_per_s"])
+    peaks = {k: float(v) for k, v in profile["peak_flop_per_s"].items()}
+    got = aiter_measured(git_dir, bw, peaks)
+    path = PARTIAL / "mi300x.json"
+    doc = json.loads(path.read_text())
+    measured = doc["measured"]
+    measured["experts_curve"] = got["experts_curve"]
+    measured["floors_s"] = {**measured["floors_s"], **got["floors_s"]}
+    measured["dense_compute"] = got["dense_compute"]
+    doc["aiter_rows"] = got["rows"]
+    text = json.dumps(doc, indent=1)
+    # each innermost list of numbers on one line ([0.5, 1.33], a row)
+    text = re.sub(
+        r"\[\s+([-0-9.e+]+(?:,\s+[-0-9.e+]+)*)\s+\]",
+        lambda m: "[" + re.sub(r",\s+", ", ", m[1]) + "]",
+        text,
+    )
+    path.write_text(text + "\n")
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("data", type=Path, help="aiconfigurator's systems/data folder")
@@ -1196,7 +1361,16 @@ def main() -> None:
     )
     parser.add_argument("--engine", default="sglang")
     parser.add_argument("--tokens", default="1,16")
+    parser.add_argument(
+        "--aiter-moe",
+        action="store_true",
+        help="DATA is an AITER git directory (fetch github:ROCm/aiter): merge its gfx942 "
+        "fused-MoE and block-fp8 GEMM figures into partial/mi300x.json",
+    )
     args = parser.parse_args()
+    if args.aiter_moe:
+        print(f"wrote {write_mi300x_aiter(args.data)}")
+        return
     if args.gemm_calls:
         version = newest(args.data, args.gpu, "gemm", args.engine, "gemm_perf")
         if version is None:

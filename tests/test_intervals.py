@@ -141,17 +141,60 @@ def test_a_class_the_file_lacks_falls_back_one_step_at_a_time(monkeypatch):
     assert intervals.evidence_for(h200, "sglang", kimi, part) == "own"
 
 
-def test_an_engines_own_entry_needs_two_labs():
+def test_an_engines_own_entry_needs_two_labs_and_enough_runs():
     """class/engine entries exist only where that engine's runs of the class come from
-    MIN_LABS labs: one lab's runs hold none of the spread between labs."""
-    one_lab = _rows("own", [i / 10 for i in range(9)], engine="sglang", labs=("Lab A",))
-    two_labs = _rows("own", [i / 10 for i in range(9)], engine="vllm")
-    doc = cal.build(one_lab + two_labs)
+    MIN_LABS labs (one lab's runs hold none of the spread between labs) and number
+    MIN_ENGINE_RUNS (no single run sets an end: 19 runs put the conformal ends at the 2nd and
+    18th)."""
+    n = cal.MIN_ENGINE_RUNS
+    assert cal.conformal_ranks(n) == (2, n - 1) and cal.conformal_ranks(n - 1)[0] == 1
+    values = [i / 10 for i in range(n)]
+    one_lab = _rows("own", values, engine="sglang", labs=("Lab A",))
+    two_labs = _rows("own", values, engine="vllm")
+    too_few = _rows("partial", values[:-1], engine="vllm")
+    doc = cal.build(one_lab + two_labs + too_few)
     assert "own/vllm" in doc["classes"] and "own/sglang" not in doc["classes"]
-    assert len(doc["classes"]["own"]["runs"]) == 18  # the sglang runs take the pooled ends
+    assert "partial/vllm" not in doc["classes"]
+    assert len(doc["classes"]["own"]["runs"]) == 2 * n  # the sglang runs take the pooled ends
     assert cal.lab({"groups": {"source": "GPUStack lab (vllm bench serve against SGLang)"}}) == (
         "GPUStack lab"
     )
+
+
+def test_a_class_that_knows_less_is_never_narrower():
+    """Nested classes: each class's ends hold those of every class above it (own, partial,
+    other-engine, borrowed, datasheet; untimed holds own and partial), per engine, and an
+    engine whose class above has an entry of its own gets one for each class below."""
+    n = cal.MIN_ENGINE_RUNS
+    own = _rows("own", [i / 100 for i in range(n)], engine="vllm")
+    wide = [-2.0 + i / 10 for i in range(n)]  # -2.0 .. -0.2: far below own's ends
+    partial = _rows("partial", wide, engine="sglang")
+    datasheet = _rows("datasheet", [-0.3 + i / 100 for i in range(8)], engine="vllm")
+    doc = cal.build(own + partial + datasheet)
+    classes = doc["classes"]
+
+    def ends(name):
+        return classes[name]["log_ratio"]["throughput"]
+
+    assert ends("partial/sglang")[0] == pytest.approx(-1.9)  # its own 2nd smallest
+    assert ends("partial/sglang")[1] >= ends("own")[1]  # held up to own's high end
+    assert "own" in classes["partial/sglang"]["held"]
+
+    def effective(name, engine):  # the entry kvplan.plans.intervals.evidence_for picks
+        return classes.get(f"{name}/{engine}") or classes[name]
+
+    checked = 0
+    for engine in ("vllm", "sglang"):
+        for name in cal.CLASSES:
+            for better in cal.above(name):
+                for family in intervals.FAMILIES:
+                    lo, hi = effective(name, engine)["log_ratio"][family]
+                    blo, bhi = effective(better, engine)["log_ratio"][family]
+                    assert lo <= blo and hi >= bhi, (name, better, engine, family)
+                    checked += 1
+    assert checked == 2 * 12 * len(intervals.FAMILIES)
+    # datasheet runs under SGLang reach as low as partial/sglang's: never sized less slow
+    assert effective("datasheet", "sglang")["log_ratio"]["throughput"][0] <= -1.9
 
 
 def test_stored_classes_and_calibration_runs_are_not_held_out():
@@ -191,8 +234,8 @@ def test_width_rule_own_class_and_pooled_widening():
     own_values = [-0.2, -0.1, 0.0, 0.1, 0.2, 0.3, 0.4]
     own, few = _rows("own", own_values), _rows("borrowed", [-1.0, -0.5])
     doc = cal.build(own + few)
-    entry = doc["classes"]["own"]  # (from two labs: _rows alternates them)
-    assert entry["calibrated"] and doc["classes"]["own/vllm"]["calibrated"]
+    entry = doc["classes"]["own"]
+    assert entry["calibrated"] and "own/vllm" not in doc["classes"]  # 7 < MIN_ENGINE_RUNS
     # 7 runs: ranks floor(0.8) = 0 and ceil(7.2) = 8 lie beyond the sample, so the extremes
     # [-0.2, 0.4] (centre 0.1, half-width 0.3) widen by 1.5: [0.1 - 0.45, 0.1 + 0.45]
     q10, q90 = entry["log_ratio"]["throughput"]
@@ -210,8 +253,10 @@ def test_width_rule_own_class_and_pooled_widening():
     doc = cal.build(own + many)
     assert doc["classes"]["borrowed"]["calibrated"]
     lo, hi = doc["classes"]["datasheet"]["log_ratio"]["throughput"]
-    pool = cal.quantiles([-1.0, -0.9, -0.8, -0.7, -0.6, -0.5])
-    assert (hi - lo) == pytest.approx(cal.WIDEN * (pool[1] - pool[0]))
+    pool = cal.widened(cal.quantiles([-1.0, -0.9, -0.8, -0.7, -0.6, -0.5]))
+    # the pooled, widened ends, held up to own's high end (nested: datasheet knows less)
+    assert lo == pytest.approx(pool[0]) and pool[1] < 0.55
+    assert hi == pytest.approx(doc["classes"]["own"]["log_ratio"]["throughput"][1])
 
 
 def test_conformal_rank_rule_by_hand():

@@ -41,16 +41,36 @@ def test_mi300x_selects_its_measurements_and_stays_datasheet_class(engine):
     # measured: the dense bf16 memory side and the GEMM floors; the compute side is the H100's
     assert got.dense["bf16"] == (base.dense["bf16"][0], 0.87)
     assert got.floors_s["gemm"] == got.floors_s["gemm_bf16"] == 1.7919e-06
-    # transferred unmeasured: everything else
-    assert got.dense["fp8"] == base.dense["fp8"] and got.dense["int8"] == base.dense["int8"]
+    # measured: block fp8's compute side (AITER's a8w8 block-scale GEMMs); its memory side is
+    # the H100's (no AITER row at M <= 16 reads fp8 weights over the 256 MB Infinity Cache)
+    assert got.dense["fp8"] == (0.31, base.dense["fp8"][1]) and base.dense["fp8"][0] == 0.25
+    assert got.floors_s["gemm_fp8"] == 3.0108e-06
+    # measured: the fused MoE's curve and floors in block fp8 and bf16 (AITER's fused-MoE
+    # tables); the formats AITER does not time on 304 CUs (int8, 4-bit) keep the H100's
+    measured = partial_doc("mi300x")["measured"]
+    for fmt in ("fp8", "bf16"):
+        assert got.experts_curve[fmt] == tuple(tuple(p) for p in measured["experts_curve"][fmt])
+        assert got.experts_curve[fmt] != base.experts_curve[fmt]
+    assert got.experts_curve["4bit"] == base.experts_curve["4bit"]
+    assert got.floors_s["moe_fp8"] == 6.7382e-05 and base.floors_s["moe_fp8"] == 2.3962e-05
+    assert got.floors_s["moe_bf16"] == got.floors_s["moe"] == 3.271e-05
+    assert got.floors_s["moe_int8"] == base.floors_s["moe_int8"]
     # measured: one small all-reduce call, 7.18 us (MI300 custom all-reduce, TP 4, 2 KB)
     assert got.allreduce_call_s == 7.18e-06 and base.allreduce_call_s == 4.6e-06
-    for field in ("experts", "attention", "mla", "link", "experts_curve"):
+    # transferred unmeasured: everything else
+    assert got.dense["int8"] == base.dense["int8"]
+    for field in ("experts", "attention", "mla", "link"):
         assert getattr(got, field) == getattr(base, field), field
-    assert {k: v for k, v in got.floors_s.items() if not k.startswith("gemm")} == {
-        k: v for k, v in base.floors_s.items() if not k.startswith("gemm")
-    }
-    assert got.floors_s["gemm_int8"] == base.floors_s["gemm_int8"]
+    replaced = ("gemm", "gemm_bf16", "gemm_fp8", "moe", "moe_bf16", "moe_fp8")
+
+    def kept(floors):
+        return {
+            k: v
+            for k, v in floors.items()
+            if k not in replaced and not k.startswith(("moe_fp8_", "moe_bf16_"))
+        }
+
+    assert kept(got.floors_s) == kept(base.floors_s)
     # a datasheet GPU never reads another GPU's per-shape MoE or DSA times
     assert tables.moe_file is None and tables.dsa_file is None
 
@@ -105,6 +125,93 @@ def test_the_deriver_reproduces_the_file_from_aiter_rows():
     assert got["memory_fraction"] == doc["measured"]["dense_memory"]["bf16"]
     assert got["floor_s"] == pytest.approx(doc["measured"]["floors_s"]["gemm"])
     assert got["rows"] == doc["rows"]
+
+
+FMOE_HEADER = (
+    "gfx,cu_num,token,model_dim,inter_dim,expert,topk,act_type,dtype,q_dtype_a,q_dtype_w,q_type,"
+    "use_g1u1,doweight_stage1,block_m,ksplit,us\n"
+)
+FP8_BLOCK = "torch.bfloat16,torch.float8_e4m3fnuz,torch.float8_e4m3fnuz,QuantType.per_1x128"
+
+
+def _fmoe_row(cu, tokens, shape, us, quant=FP8_BLOCK, gfx="gfx942"):
+    return f"{gfx},{cu},{tokens},{shape},ActivationType.Silu,{quant},1,0,32,0,{us}"
+
+
+def test_the_fused_moe_curve_and_floor_rederived_by_hand_from_aiter_rows():
+    derive = _derive()
+    peaks = {"fp8": 2614.9e12, "bf16": 1307.4e12}  # MI300X dense peaks (mi300x.yaml)
+    rows = [
+        # aiter@e4048607 a8w8_blockscale_tuned_fmoe_glm5_1.csv (gfx942, 304 CUs, block fp8):
+        # GLM-5.1 at TP 8, 1 token: 67.3825 us, the smallest (the floor); its 9 touched experts
+        # (9 x 3 x 6144 x 256 B = 42.5 MB) sit in the Infinity Cache: not in the curve
+        _fmoe_row(304, 1, "6144,256,257,9", 67.3825),
+        # GLM-5.1 at EP 8, 4 and 8 tokens: 21.875 and 28.7964 of 32 experts touched (uniform
+        # top 8) x 37.75 MB = 825.8 and 1087.0 MB, 155.80 and 205.10 us at 5.3 TB/s (the
+        # FLOPs' 0.92 and 1.85 us are below): slowdowns 207.6314 / 155.80 = 1.3326 at
+        # 4 x 8 / 32 = 1 token per expert and 241.8714 / 205.10 = 1.1793 at 2
+        _fmoe_row(304, 4, "6144,2048,32,8", 207.6314),
+        _fmoe_row(304, 8, "6144,2048,32,8", 241.8714),
+        # not read: another GPU's row (80 CUs), another architecture's, a failed tune (us 0), a
+        # per-token fp8 row (kvplan's int8, no curve here)
+        _fmoe_row(80, 4, "6144,2048,32,8", 1.0),
+        _fmoe_row(304, 4, "6144,2048,32,8", 1.0, gfx="gfx950"),
+        _fmoe_row(304, 16, "6144,256,256,8", 0.0),
+        _fmoe_row(
+            304,
+            4,
+            "6144,2048,32,8",
+            1.0,
+            quant="torch.bfloat16,torch.float8_e4m3fnuz,torch.float8_e4m3fnuz,QuantType.per_Token",
+        ),
+    ]
+    # a_ds_v3 table has no gfx column: DeepSeek-V3 at EP 8 (33 experts, top 9), 4 tokens:
+    # 23.7678 touched x 44.04 MB = 1046.7 MB, 197.50 us: 220.8912 / 197.50 = 1.1184 at 1.09
+    ds_v3 = FMOE_HEADER.replace("gfx,", "") + (
+        "304,4,7168,2048,33,9,ActivationType.Silu," + FP8_BLOCK + ",1,0,16,0,220.8912\n"
+    )
+    got = derive.aiter_fmoe([FMOE_HEADER + "\n".join(rows) + "\n", ds_v3], 5.3e12, peaks, 256e6)
+    assert set(got) == {"fp8"}
+    fp8 = got["fp8"]
+    # bucket 1: the median of 1.3326 and 1.1184 = 1.2255; bucket 2: 1.1793
+    assert fp8["curve"] == ((1.0, 1.23), (2.0, 1.18))
+    assert fp8["floor_s"] == pytest.approx(67.3825e-6)
+    assert (fp8["rows"], fp8["curve_rows"]) == (4, 3)
+
+
+def test_the_block_fp8_gemm_figures_rederived_by_hand_from_aiter_rows():
+    derive = _derive()
+    header = "gfx,cu_num,M,N,K,libtype,kernelId,splitK,us\n"
+    rows = [
+        # aiter@e4048607 a8w8_blockscale_tuned_gemm_ds_v3.csv, gfx942 / 304 CUs
+        "gfx942,304,2,4096,512,ck,8,0,3.4925",  # the smallest at M <= 16: the floor
+        "gfx942,304,2,7168,2048,ck,8,0,8.1045",
+        # 2 x 8192 x 256 x 7168 = 30.06 GFLOP / 2614.9 TFLOP/s = 11.497 us; / 61.0691 = 0.188
+        "gfx942,304,8192,256,7168,ck,18,0,61.0691",
+        "gfx942,80,2,4096,512,ck,8,0,1.0",  # another GPU's: not read
+    ]
+    got = derive.aiter_blockscale_gemm([header + "\n".join(rows) + "\n"], 2614.9e12)
+    assert got["compute_fraction"] == 0.19
+    assert got["floor_s"] == pytest.approx(3.4925e-6)
+    assert (got["rows"], got["compute_rows"]) == (3, 1)
+
+
+def test_the_mi300x_moe_floor_prices_a_small_deepseek_step():
+    """The measured floor binds where the roofline is below it: DeepSeek-V3's 58 MoE layers at
+    TP 8 in block fp8 pay AITER's 67.38 us each, not the H100's own kernel at that shape
+    (64.11 us: the H100 table's per-shape floor, dropped with the family's 23.96 us)."""
+    from kvplan.formulas.batch_step import _Floors, _shape
+    from kvplan.inputs.sources import load_model
+
+    spec = load_model("deepseek-ai/DeepSeek-V3")
+    got = tables_for(load_profile("mi300x"), "sglang").achieved.floors_s
+    base = datasheet_achieved().floors_s
+    shape = _shape(spec)
+    assert shape.moe_layers == 58
+    assert _Floors.of(shape, got, "fp8", 8, 1).experts_s == pytest.approx(58 * 67.382e-6)
+    assert _Floors.of(shape, base, "fp8", 8, 1).experts_s == pytest.approx(58 * 64.109e-6)
+    assert not any(k.startswith(("moe_fp8_", "moe_bf16_")) for k in got)
+    assert any(k.startswith("moe_int8_") for k in got)  # int8: no AITER rows, the H100's kept
 
 
 def test_partial_field_errors_are_one_line():

@@ -20,11 +20,12 @@ rates. A GPU with no tables but some public kernel-level measurements names them
 
     kernel_tables: {partial: mi300x}                    # partial/mi300x.json
 
-and runs at the H100's fractions with the measured figures in their place (dense memory
-fractions, floors, the all-reduce call): still evidence "datasheet" (its interval class), the
-sim-kernel-tables note naming what was measured and where. `tables_for` says which it got: evidence "own" (this GPU, this engine), "other-engine"
-(this GPU, the other engine's tables: none for the simulated one), "borrowed" (another GPU's,
-named by the profile), "datasheet" (no tables: the H100's).
+and runs at the H100's fractions with the measured figures in their place (dense memory and
+compute fractions, floors, the all-reduce call, the fused-MoE curve): still evidence
+"datasheet" (its interval class), the sim-kernel-tables note naming what was measured and where.
+`tables_for` says which it got: evidence "own" (this GPU, this engine), "other-engine" (this
+GPU, the other engine's tables: none for the simulated one), "borrowed" (another GPU's, named by
+the profile), "datasheet" (no tables: the H100's).
 """
 
 from __future__ import annotations
@@ -347,15 +348,36 @@ def partial_doc(key: str) -> dict:
 
 def with_measured(base: Achieved, measured: dict) -> Achieved:
     """`base` (the H100's fractions) with a partial file's `measured` figures in their place:
-    dense_memory {format: memory fraction}, floors_s {family: seconds}, allreduce_call_s."""
+    dense_memory {format: memory fraction}, dense_compute {format: compute fraction}, floors_s
+    {family: seconds} (a fused-MoE format's floor drops the H100's per-shape floors of that
+    format), allreduce_call_s, experts_curve {format: [[tokens per expert, slowdown], ...]} (the
+    fused-MoE kernel's own curve; the formats it lacks keep the H100's)."""
     dense = dict(base.dense)
     for fmt, memory in (measured.get("dense_memory") or {}).items():
         dense[fmt] = (dense[fmt][0], memory)
-    floors = {**base.floors_s, **(measured.get("floors_s") or {})}
+    for fmt, compute in (measured.get("dense_compute") or {}).items():
+        dense[fmt] = (compute, dense[fmt][1])
+    own_floors = measured.get("floors_s") or {}
+    # a format's fused-MoE floor measured here replaces the H100's per-shape ones of that
+    # format too (moe_fp8_<shape>: the H100's kernel at that shape, not this GPU's)
+    floors = {
+        k: v
+        for k, v in base.floors_s.items()
+        if not any(k.startswith(f"{family}_") for family in own_floors if family.startswith("moe_"))
+    }
+    floors.update(own_floors)
+    curves = {
+        **base.experts_curve,
+        **{
+            fmt: tuple((float(x), float(y)) for x, y in curve)
+            for fmt, curve in (measured.get("experts_curve") or {}).items()
+        },
+    }
     return base._replace(
         dense=dense,
         floors_s=floors,
         allreduce_call_s=measured.get("allreduce_call_s", base.allreduce_call_s),
+        experts_curve=curves,
     )
 
 
