@@ -458,6 +458,27 @@ def allreduce(rows, one_way_bytes_per_s: float, backend: str | None = "vllm_grap
     return out
 
 
+def nccl_allgather_call_s(root: Path, gpu: str) -> tuple[float, str] | None:
+    """(seconds, NCCL version): NCCL's all-gather of the smallest message at the largest GPU
+    count the GPU's nccl table times (aiconfigurator's collector/collect_nccl.py runs
+    nccl-tests' all_gather_perf, fp16), the call the engines make to gather the vocab-parallel
+    head's logits over TP (SGLang's and vLLM's tensor_model_parallel_all_gather: NCCL, not the
+    custom all-reduce). None: no nccl table for this GPU."""
+    version = newest(root, gpu, "comm", "nccl", "nccl_perf")
+    if version is None:
+        return None
+    rows = [
+        r
+        for r in table(root, gpu, "comm", "nccl_perf", version, "nccl", fastest=False)
+        if r["op_name"] == "all_gather" and r["nccl_dtype"] == "half"
+    ]
+    if not rows:
+        return None
+    gpus = max(r["num_gpus"] for r in rows)
+    small = min((r for r in rows if r["num_gpus"] == gpus), key=lambda r: r["message_size"])
+    return small["latency"] * 1e-3, version
+
+
 MOE_FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "int8", "int4_wo": "4bit"}
 GEMM_FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "int8"}
 DATASHEET_FILE = "h100_sxm.vllm.0.14.0.json"  # what a GPU without a table borrows
@@ -760,6 +781,9 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
                 max(r["num_gpus"] for r in graph)
             ]
             floors["allreduce"] = call_s
+    gather = nccl_allgather_call_s(root, gpu)
+    if gather is not None:
+        versions["comm/nccl_perf (nccl)"] = gather[1]
 
     def take(name, own, fallback):
         if own is None:
@@ -806,6 +830,14 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
         "mla": _round(take("mla", ml, h100["mla"])),
         "allreduce_call_s": round(take("allreduce_call_s", call_s, h100["allreduce_call_s"]), 7),
         "link": round(take("link", link, h100["link"]), 2),
+        "allgather_call_s": round(
+            take(
+                "allgather_call_s",
+                gather[0] if gather else None,
+                h100.get("allgather_call_s", h100["allreduce_call_s"]),
+            ),
+            7,
+        ),
         "experts_curve": curve,
     }
     version = versions.get("gemm/gemm_perf")
@@ -835,6 +867,10 @@ def write_tables(root: Path) -> list[Path]:
         path = TABLES / f"{gpu}.vllm.0.14.0.json"
         doc = json.loads(path.read_text())
         floors, curves, source = floors_for_kept(root, gpu)
+        gather = nccl_allgather_call_s(root, gpu)
+        if gather is not None:  # the file's own fractions stay; the all-gather is the wheel's
+            doc["achieved"]["allgather_call_s"] = round(gather[0], 7)
+            source += f"; allgather_call_s: comm/nccl_perf (nccl) {gather[1]}"
         written.append(write_moe_curves(path.name, curves, source))
         doc["floors_s"] = {k: round(v, 9) for k, v in floors.items()}
         doc["floors_source"] = source
@@ -1097,6 +1133,44 @@ def aiter_decode_gemm(csv_text: str, bw: float, cache_bytes: float, cu_num: int 
     }
 
 
+def gemm_call_s(rows, dtype: str, m: int, n: float, k: float) -> float:
+    """The GPU's measured time of one GEMM of `m` tokens by an n x k weight in `dtype` (a GEMM
+    table's rows: aiconfigurator's grid of n and k at each m): bilinear in log n and log k
+    between the four grid points around (n, k), at the table's m nearest below or at `m`.
+    Outside the grid, the edge row (no extrapolation). Seconds."""
+    sel = [r for r in rows if r["gemm_dtype"] == dtype]
+    ms = sorted({r["m"] for r in sel})
+    at = max([x for x in ms if x <= m] or ms[:1])
+    grid = {(r["n"], r["k"]): r["latency"] * 1e-3 for r in sel if r["m"] == at}
+    ns, ks = sorted({a for a, _ in grid}), sorted({b for _, b in grid})
+
+    def bracket(v, axis):
+        if v <= axis[0]:
+            return axis[0], axis[0], 0.0
+        if v >= axis[-1]:
+            return axis[-1], axis[-1], 0.0
+        hi = next(x for x in axis if x >= v)
+        lo = axis[axis.index(hi) - 1]
+        return lo, hi, (math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo))
+
+    n0, n1, wn = bracket(n, ns)
+    k0, k1, wk = bracket(k, ks)
+    return (
+        grid[n0, k0] * (1 - wn) * (1 - wk)
+        + grid[n1, k0] * wn * (1 - wk)
+        + grid[n0, k1] * (1 - wn) * wk
+        + grid[n1, k1] * wn * wk
+    )
+
+
+def gemm_calls_s(rows, calls, m: int) -> float:
+    """The summed measured time of `calls` ((n, k, dtype, count), ...) at `m` tokens: what the
+    GPU's table says the dense GEMMs of one step take, each at its own shape (gemm_call_s). A
+    check of the step model's dense term (max(weights / achieved bandwidth, launches x the
+    smallest GEMM), formulas/batch_step.py), not an input to it."""
+    return sum(count * gemm_call_s(rows, dtype, m, n, k) for n, k, dtype, count in calls)
+
+
 # AITER's fused-MoE and block-fp8 GEMM tuner tables (aiter@AITER_COMMIT) with rows timed on
 # gfx942 at 304 CUs (MI300X/MI325X): the model-specific files under aiter/configs/model_configs
 # (us = the whole fused MoE of one layer on one rank: routing sort, both expert GEMMs, the
@@ -1281,6 +1355,13 @@ def main() -> None:
         help="DATA is AITER's bf16_decode_gfx942_m1_m4_canary.csv: print the MI300X figures",
     )
     parser.add_argument(
+        "--gemm-calls",
+        help="N:K:DTYPE:COUNT,...: print the summed time of these GEMMs (one rank's, a table's "
+        "dtype: bfloat16, fp8_block, fp8, nvfp4) at --tokens in --gpu's --engine GEMM table",
+    )
+    parser.add_argument("--engine", default="sglang")
+    parser.add_argument("--tokens", default="1,16")
+    parser.add_argument(
         "--aiter-moe",
         action="store_true",
         help="DATA is an AITER git directory (fetch github:ROCm/aiter): merge its gfx942 "
@@ -1289,6 +1370,22 @@ def main() -> None:
     args = parser.parse_args()
     if args.aiter_moe:
         print(f"wrote {write_mi300x_aiter(args.data)}")
+        return
+    if args.gemm_calls:
+        version = newest(args.data, args.gpu, "gemm", args.engine, "gemm_perf")
+        if version is None:
+            raise SystemExit(f"no {args.engine} GEMM table for {args.gpu}")
+        rows = table(args.data, args.gpu, "gemm", "gemm_perf", version, args.engine)
+        calls = []
+        for part in args.gemm_calls.split(","):
+            n, k, dtype, count = part.split(":")
+            calls.append((float(n), float(k), dtype, int(count)))
+        for m in (int(x) for x in args.tokens.split(",")):
+            total = gemm_calls_s(rows, calls, m)
+            print(
+                f"{args.gpu} {args.engine} {version}, {m} tokens: "
+                f"{sum(c for *_, c in calls)} GEMMs, {total * 1e3:.3f} ms"
+            )
         return
     if args.aiter_decode_gemm:
         import yaml

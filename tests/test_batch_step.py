@@ -44,6 +44,13 @@ def model(spec, **kw):
     return StepModel(spec, Rates(BW, PEAK), "bf16", KvFormat("bf16"), **kw)
 
 
+def sglang_model(spec, gpu, tp: int):
+    """The step model `simulate --engine sglang --tp N` prices with (its kernel tables)."""
+    from kvplan.simulate.setup import ServeOptions, step_model
+
+    return step_model(spec, gpu, ServeOptions(tp=tp, engine="sglang"), "auto", 512, [])[0]
+
+
 def test_decode_of_one_sequence_term_by_term(llama8):
     """Llama-3.1-8B: 32 layers, 8 KV heads x 128, untied 128,256 x 4,096 embedding."""
     step = model(llama8).step(BatchShape(1, 1000, (), 1))
@@ -216,16 +223,34 @@ def test_async_scheduling_overlaps_the_host(llama8):
 
 
 def test_tensor_parallel_all_reduce_by_hand(llama8):
-    """2 all-reduces per layer of T x 4096 bf16 activations: ring bytes at the achieved bus
-    bandwidth plus one measured small-message latency each."""
+    """2 all-reduces per layer of T x 4096 bf16 activations and the embedding's one: ring bytes
+    at the achieved bus bandwidth plus one measured small-message latency each; then the head's
+    logits all-gathered: each rank receives the other 3/4 of sampled x 128,256 bf16 logits, plus
+    one measured NCCL all-gather call."""
     link = load_profile("h100").interconnect
     m = model(llama8, tp=4, link=link)
-    tokens = 64
-    message = tokens * 4096 * 2
-    one = 2 * 3 / 4 * message / (link.one_way_bytes_per_s * ACHIEVED_DATASHEET.link)
-    one += ACHIEVED_DATASHEET.allreduce_call_s
-    step = m.step(BatchShape(tokens, tokens * 500, (), tokens))
-    assert step.terms_s["comm_s"] == pytest.approx(2 * 32 * one, rel=1e-9)
+    tokens, sampled = 64, 48
+    rate = link.one_way_bytes_per_s * ACHIEVED_DATASHEET.link
+    one = 2 * 3 / 4 * tokens * 4096 * 2 / rate + ACHIEVED_DATASHEET.allreduce_call_s
+    gather = sampled * 128_256 * 2 * 3 / 4 / rate + ACHIEVED_DATASHEET.allgather_call_s
+    step = m.step(BatchShape(tokens, tokens * 500, (), sampled))
+    assert step.terms_s["comm_s"] == pytest.approx((2 * 32 + 1) * one + gather, rel=1e-9)
+    # the gather is a cost of the step's time, not only of its terms
+    assert step.total_s == pytest.approx(sum(step.terms_s.values()), rel=1e-9)
+
+
+def test_the_logits_gather_is_nccls_call_at_one_sequence():
+    """At one sampled sequence the gather is latency-bound: within 5% of the measured NCCL
+    all-gather call (B200: 16.1 us at 8 GPUs in aiconfigurator's nccl table, the custom
+    all-reduce 7 us); nothing at TP 1; under SGLang's DP attention not priced."""
+    deepseek = load_model("deepseek-r1")
+    b200 = load_profile("b200")
+    m = sglang_model(deepseek, b200, tp=8)
+    call = m.achieved.allgather_call_s
+    assert call is not None and call > m.achieved.allreduce_call_s
+    assert m.logits_gather_s(1) == pytest.approx(call, rel=0.05)
+    assert m.logits_gather_s(16) > m.logits_gather_s(1)
+    assert sglang_model(deepseek, b200, tp=1).logits_gather_s(1) == 0.0
 
 
 def test_moe_reads_the_experts_a_batch_touches():

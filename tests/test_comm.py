@@ -9,8 +9,10 @@ from kvplan.formulas.comm import (
     kv_transfer_bytes,
     kv_transfer_requests_per_s,
     kv_transfer_time_s,
+    logits_allgather_bytes,
     p2p_time_s,
     pipeline_bubble_fraction,
+    ring_allgather_time_s,
     ring_allreduce_time_s,
     tp_allreduce_bytes,
     tp_comm_time_per_decode_step_s,
@@ -37,7 +39,12 @@ def test_tp_decode_step_communication_llama70b():
     spec = load_model("llama-3.1-70b")
     assert tp_allreduce_bytes(spec, 64) == 64 * 8192 * 2
     one = ring_allreduce_time_s(64 * 8192 * 2, 8, 450e9, 2e-6)
-    assert tp_comm_time_per_decode_step_s(spec, 64, 8, 450e9, 2e-6) == pytest.approx(2 * 80 * one)
+    # two per layer and the vocab-parallel embedding's
+    assert tp_comm_time_per_decode_step_s(spec, 64, 8, 450e9, 2e-6) == pytest.approx(161 * one)
+    # the head's logits: each rank receives the other 7/8 of 64 x 128,256 bf16
+    assert logits_allgather_bytes(64, 128_256, 8) == 64 * 128_256 * 2 * 7 / 8
+    assert logits_allgather_bytes(64, 128_256, 1) == 0.0
+    assert ring_allgather_time_s(7e6, 8, 350e9, 2e-6) == pytest.approx(7e6 / 350e9 + 14e-6)
 
 
 def test_kv_transfer_counts_replication():

@@ -272,3 +272,27 @@ def test_shipped_small_kernel_floors_are_a_few_microseconds():
             assert "elementwise" in floors, path.name
             assert floors["elementwise"] < floors["recurrent"] < 6e-6, path.name
     assert seen >= 10
+
+
+def test_a_gemm_call_is_read_off_the_grid_at_its_own_shape():
+    """gemm_call_s: the grid point itself at a measured (n, k); between grid points bilinear in
+    log n and log k (at the geometric middle of a cell, the mean of its corners); the table's m
+    at or below the asked tokens; the edge row outside the grid; and gemm_calls_s the counts'
+    sum."""
+    derive = _derive()
+    us = {(1024, 1024): 4.0, (4096, 1024): 8.0, (1024, 4096): 6.0, (4096, 4096): 14.0}
+    rows = [
+        {"gemm_dtype": "bfloat16", "m": m, "n": n, "k": k, "latency": t * m / 1e3}
+        for (n, k), t in us.items()
+        for m in (1, 16)
+    ]
+    rows.append({"gemm_dtype": "fp8_block", "m": 1, "n": 1024, "k": 1024, "latency": 1.0})
+    call = derive.gemm_call_s
+    assert call(rows, "bfloat16", 1, 4096, 1024) == pytest.approx(8e-6)
+    assert call(rows, "bfloat16", 1, 2048, 2048) == pytest.approx((4 + 8 + 6 + 14) / 4 * 1e-6)
+    assert call(rows, "bfloat16", 8, 1024, 1024) == pytest.approx(4e-6)  # m 1: below 16
+    assert call(rows, "bfloat16", 16, 1024, 1024) == pytest.approx(64e-6)
+    assert call(rows, "bfloat16", 1, 65536, 512) == pytest.approx(8e-6)  # the edge (4096, 1024)
+    assert call(rows, "fp8_block", 1, 1024, 1024) == pytest.approx(1e-3)
+    calls = [(4096, 1024, "bfloat16", 3), (1024, 4096, "bfloat16", 2)]
+    assert derive.gemm_calls_s(rows, calls, 1) == pytest.approx((3 * 8 + 2 * 6) * 1e-6)

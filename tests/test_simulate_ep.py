@@ -209,14 +209,15 @@ def test_plan_refuses_a_layout_no_tp_could_run():
 
 
 def test_under_attention_tp_each_rank_dispatches_its_share_of_the_tokens():
-    """TP 4 + EP 4, 16 tokens: attention's all-reduce in all 27 layers and the MLP's in the one
-    dense layer stay; the 26 MoE layers' become all-to-alls of each rank's 4 tokens."""
+    """TP 4 + EP 4, 16 tokens: attention's all-reduce in all 27 layers, the MLP's in the one
+    dense layer and the embedding's stay; the 26 MoE layers' become all-to-alls of each rank's
+    4 tokens."""
     spec = load_model("deepseek-v2-lite")
     m = model(spec, tp=4, moe_ranks=4, ep=4)
     link = load_profile("h200").interconnect
     one_way = link.one_way_bytes_per_s * m.achieved.link
     hops = 2 * 3
-    allreduce = (2 * 27 - 26) * ring_allreduce_time_s(
+    allreduce = (2 * 27 + 1 - 26) * ring_allreduce_time_s(
         16 * 2048 * 2, 4, one_way, m.achieved.allreduce_call_s / hops
     )
     alltoall = (2 * 26 * 4 * 6 * 2048 * 2) * 3 / 4 / one_way + 2 * 26 * link.latency_s
@@ -226,16 +227,13 @@ def test_under_attention_tp_each_rank_dispatches_its_share_of_the_tokens():
 def test_sglang_ep_without_dp_attention_sums_the_experts_with_the_tp_all_reduce():
     """SGLang's --ep-size without DP attention or --moe-a2a-backend: every TP rank holds all 16
     tokens, runs its own experts on them, and the layer's TP all-reduce sums the partial
-    outputs: 2 x 27 all-reduces of 16 x 2048 x 2 B, as TP alone, and no all-to-all."""
+    outputs: 2 x 27 all-reduces of 16 x 2048 x 2 B and the embedding's, as TP alone, and no
+    all-to-all."""
     spec = load_model("deepseek-v2-lite")
     sglang = model(spec, tp=4, moe_ranks=4, ep=4, sglang_collectives=True)
     one_way = load_profile("h200").interconnect.one_way_bytes_per_s * sglang.achieved.link
-    allreduce = (
-        2
-        * 27
-        * ring_allreduce_time_s(
-            16 * 2048 * 2, 4, one_way, sglang.achieved.allreduce_call_s / (2 * 3)
-        )
+    allreduce = (2 * 27 + 1) * ring_allreduce_time_s(
+        16 * 2048 * 2, 4, one_way, sglang.achieved.allreduce_call_s / (2 * 3)
     )
     assert sglang.comm_s(16) == pytest.approx(allreduce, rel=1e-12)
     assert sglang.comm_s(16) == pytest.approx(model(spec, tp=4).comm_s(16), rel=1e-12)

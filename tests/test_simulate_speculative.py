@@ -140,10 +140,13 @@ def test_a_decode_span_prices_each_step_as_one_step_does(llama, h100):
     import numpy as np
 
     draft_model = '{"model": "llama-3.1-8b", "num_speculative_tokens": 2}'
+    seventy = load_model("llama-3.1-70b")
+    # TP 4: the steps gather the head's logits over TP, the draft model's too
     for model, config, accept in (
         (llama, EAGLE3, "0.7"),
         (llama, NGRAM, "0.5"),
-        (load_model("llama-3.1-70b"), draft_model, "0.6"),
+        (seventy, draft_model, "0.6"),
+        (seventy, EAGLE3, "0.7"),
     ):
         tp = 4 if model is not llama else 1
         m = build_replica(

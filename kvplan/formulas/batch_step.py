@@ -11,7 +11,9 @@ time. Per GPU, for a step of T tokens (decodes plus prefill-chunk tokens):
                                       L_attention·floor)
            + prefill attention    Σ_chunks max(cached + chunk KV / BW·f_m, causal FLOPs / peak·f_c)
            + sampler              sequences x vocab x fp32 logit copies / BW·f_m
-           + TP all-reduces       2 per layer over T x hidden activations (comm)
+           + TP all-reduces       2 per layer over T x hidden activations and the input
+                                  embedding's 1 (comm); the head's logits all-gathered over TP,
+                                  sequences x vocab x bf16 (logits_gather_s)
            + launches             max(L x per-layer cost, small kernels x their floor) under a
                                   CUDA graph (up to 512 tokens), else L x the eager per-layer cost
     t_host = per-step + per-request scheduler work on the CPU
@@ -39,13 +41,15 @@ from kvplan.anatomy.model import CacheKind, Layer, ModelSpec, distinct_layers, k
 from kvplan.dtypes import KvFormat
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
-    ALLREDUCES_PER_LAYER,
     dcp_allgather_bytes,
-    dcp_allgather_time_s,
+    logits_allgather_bytes,
     p2p_time_s,
     pipeline_bubble_fraction,
+    ring_allgather_time_s,
     tp_allreduce_bytes,
     tp_allreduce_time_s,
+    tp_allreduces_per_forward,
+    two_level_allgather_time_s,
 )
 from kvplan.formulas.expert_parallel import (
     dp_gather_time_s,
@@ -771,13 +775,13 @@ class StepModel:
         gathers before every layer's MLP (sglang_dp_comm_s). Collectives whose group spans nodes
         are priced on both links (the class docstring)."""
         if self.dp <= 1 and (self.ep <= 1 or self.sglang_collectives):
-            return self.tp_allreduce_s(num_tokens, ALLREDUCES_PER_LAYER * self.spec.num_layers)
+            return self.tp_allreduce_s(num_tokens, tp_allreduces_per_forward(self.spec))
         if self.dp_gather_full:
             return self.sglang_dp_comm_s(num_tokens, gathered_tokens, padded)
         one_way = self.link.one_way_bytes_per_s * self.achieved.link
         moe_layers = self.spec.moe.num_layers if self.spec.moe else 0
-        # attention's all-reduce in every layer, the MLP's in the dense ones
-        calls = 2 * self.spec.num_layers - (moe_layers if self.ep > 1 else 0)
+        # attention's all-reduce in every layer, the MLP's in the dense ones, the embedding's
+        calls = tp_allreduces_per_forward(self.spec) - (moe_layers if self.ep > 1 else 0)
         seconds = self.tp_allreduce_s(num_tokens, calls)
         node = self.node_gpus
         if self.ep > 1:  # the attention TP group's ranks hold the same tokens: each sends its share
@@ -880,6 +884,34 @@ class StepModel:
         assert self.network is not None, "a replica over several nodes has its network"
         return self.network
 
+    def logits_gather_s(self, num_sampled: int) -> float:
+        """The TP all-gather of the vocab-parallel head's logits (SGLang's LogitsProcessor and
+        vLLM's gather every rank's vocab / tp columns of each sampled position before sampling):
+        a ring all-gather of comm.logits_allgather_bytes at the achieved bus bandwidth, its
+        per-hop latency such that a small message costs one measured NCCL all-gather call
+        (the kernel tables' allgather_call_s; the all-reduce call's where a file has none); a
+        group spanning nodes in two levels (comm.two_level_allgather_time_s). None under
+        SGLang's DP attention (its head gathers over the DP group: not priced here)."""
+        if self.tp <= 1 or num_sampled <= 0 or self.dp_gather_full:
+            return 0.0
+        received = logits_allgather_bytes(num_sampled, self.spec.vocab_size, self.tp)
+        one_way = self.link.one_way_bytes_per_s * self.achieved.link
+        call_s = self.achieved.allgather_call_s or self.achieved.allreduce_call_s
+        node = self.node_gpus
+        if node is None or self.tp <= node:
+            return ring_allgather_time_s(received, self.tp, one_way, call_s / (self.tp - 1))
+        network = self._network
+        return two_level_allgather_time_s(
+            received,
+            self.tp,
+            node,
+            node,
+            one_way,
+            call_s / (node - 1) if node > 1 else 0.0,
+            network.one_way_bytes_per_s,
+            network.latency_s,
+        )
+
     def tp_allreduce_s(self, num_tokens: int, calls: int) -> float:
         """`calls` all-reduces of `num_tokens` hidden states over the TP group, each priced by
         comm.tp_allreduce_time_s: the ring at the achieved intra-node bus bandwidth, its
@@ -942,7 +974,7 @@ class StepModel:
         rate = self.link.one_way_bytes_per_s * self.achieved.link
         latency_s = self.achieved.allreduce_call_s / (self.dcp - 1)
         return sum(
-            dcp_allgather_time_s(
+            ring_allgather_time_s(
                 dcp_allgather_bytes(num_decodes, heads, width, self.dcp), self.dcp, rate, latency_s
             )
             for heads, width in self._dcp_layers
@@ -970,9 +1002,11 @@ class StepModel:
         host_s = self.host.per_step_s + self.host.per_request_s * num_seqs
         if self.scheduler_steps > 1 and not shape.prefill_chunks:
             host_s /= self.scheduler_steps
-        gpu_s = sum(gpu) + sampler_s
+        head_s = self.logits_gather_s(shape.num_sampled)
+        gpu_s = sum(gpu) + sampler_s + head_s
         total = max(gpu_s, host_s) if self.async_scheduling else gpu_s + host_s
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = gpu
+        comm_s += head_s
         return engine_step_time(
             weights_s, matmul_s, kv_read_s, attention_s, sampler_s, comm_s, launch_s, host_s, total
         )

@@ -14,6 +14,12 @@ from kvplan.formulas.kv import kv_bytes_per_sequence
 
 ACTIVATION_BYTES = ELEMENT_BYTES["bf16"]  # hidden states cross every link in bf16
 ALLREDUCES_PER_LAYER = 2  # Megatron TP: after attention's output projection and the MLP's down
+# the vocab-parallel input embedding: each rank looks up the rows of its share of the vocabulary
+# and one all-reduce sums them (vLLM's and SGLang's VocabParallelEmbedding at TP > 1)
+EMBEDDING_ALLREDUCES = 1
+# the vocab-parallel head's logits cross the TP all-gather in the head's dtype, cast to fp32 only
+# after (SGLang's LogitsProcessor._get_logits, vLLM's LogitsProcessor._gather_logits)
+LOGIT_GATHER_BYTES = ELEMENT_BYTES["bf16"]
 
 
 def p2p_time_s(message_bytes: float, one_way_bytes_per_s: float, latency_s: float) -> float:
@@ -103,6 +109,20 @@ def two_level_allgather_time_s(
     return intra + inter + (nodes - 1) * inter_latency_s
 
 
+def tp_allreduces_per_forward(spec: ModelSpec) -> int:
+    """The TP all-reduces of one forward: two per layer and the input embedding's."""
+    return ALLREDUCES_PER_LAYER * spec.num_layers + EMBEDDING_ALLREDUCES
+
+
+def logits_allgather_bytes(num_sampled: int, vocab_size: int, tp: int) -> float:
+    """Bytes one rank receives in the TP all-gather of the head's logits: each rank computed
+    its vocab / tp columns for every sampled position, and receives the others',
+    sampled x vocab x 2 bytes x (tp - 1) / tp."""
+    if tp <= 1:
+        return 0.0
+    return num_sampled * vocab_size * LOGIT_GATHER_BYTES * (tp - 1) / tp
+
+
 def tp_allreduce_bytes(spec: ModelSpec, batch_size: int) -> int:
     """One TP all-reduce in a decode step: batch x hidden activations."""
     return batch_size * spec.hidden_size * ACTIVATION_BYTES
@@ -118,10 +138,11 @@ def tp_comm_time_per_decode_step_s(
     inter_one_way_bytes_per_s: float = 0.0,
     inter_latency_s: float = 0.0,
 ) -> float:
-    """All layers' all-reduces of one decode step (not overlapped with compute), each priced
+    """The all-reduces of one decode step (every layer's and the embedding's; not overlapped
+    with compute), each priced
     by tp_allreduce_time_s: within a node on the intra-node link, over nodes of `node_gpus`
     GPUs in two levels with the network's rate and latency."""
-    count = ALLREDUCES_PER_LAYER * spec.num_layers
+    count = tp_allreduces_per_forward(spec)
     return count * tp_allreduce_time_s(
         tp_allreduce_bytes(spec, batch_size),
         tp,
@@ -147,13 +168,14 @@ def dcp_allgather_bytes(
     return num_decodes * num_heads * (head_dim * dtype_bytes + LSE_BYTES) * (dcp - 1) / dcp
 
 
-def dcp_allgather_time_s(
-    message_bytes: float, dcp: int, one_way_bytes_per_s: float, latency_s: float
+def ring_allgather_time_s(
+    received_bytes: float, ranks: int, one_way_bytes_per_s: float, latency_s: float
 ) -> float:
-    """One ring all-gather over dcp ranks: the received bytes / B + (dcp - 1) x a."""
-    if dcp <= 1:
+    """One ring all-gather over `ranks` ranks (DCP's partial outputs, the head's logits): the
+    bytes each rank receives / B + (ranks - 1) x a."""
+    if ranks <= 1:
         return 0.0
-    return message_bytes / one_way_bytes_per_s + (dcp - 1) * latency_s
+    return received_bytes / one_way_bytes_per_s + (ranks - 1) * latency_s
 
 
 def pipeline_bubble_fraction(stages: int, microbatches: int) -> float:

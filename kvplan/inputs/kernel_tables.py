@@ -70,6 +70,9 @@ class Achieved(NamedTuple):
     # op family (gemm, moe, attention, allreduce) -> the smallest time a kernel of it took at 1-16
     # tokens (seconds): the step model charges each launch at least this; {}: none measured
     floors_s: dict = {}
+    # NCCL's all-gather of a small message over the TP group (the head's logits gather);
+    # None: the all-reduce call's (a file derived before it was recorded)
+    allgather_call_s: float | None = None
 
 
 class DsaGrids(NamedTuple):
@@ -192,6 +195,7 @@ def _achieved(gpu: str, engine: str, version: str) -> Achieved:
         },
         source=doc["name"],
         floors_s=dict(doc.get("floors_s") or {}),
+        allgather_call_s=a.get("allgather_call_s"),
     )
 
 

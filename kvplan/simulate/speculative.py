@@ -538,8 +538,14 @@ class SpeculativeStepModel:
         base, attention = model.span_parts(shape.num_decodes, sums * scale, queries)
         head = 0.0 if self.draft is not None else self._head_s(shape.num_sampled)
         # every term but attention is the same at any context (StepModel.span_parts); span_parts
-        # samples every query position, a draft forward one per sequence: its own GEMMs here
+        # samples every query position, a draft forward one per sequence: its own GEMMs and
+        # logits gather here (a draft model's step gathers its samples' logits; the target's
+        # own layers as the draft, draft_step, gather none)
         weights_s, matmul_s = model.gemm_s(queries * shape.num_decodes, shape.num_sampled)
+        own_gather = model.logits_gather_s(shape.num_sampled) if self.draft is not None else 0.0
+        comm_s = (
+            base.terms_s["comm_s"] - model.logits_gather_s(queries * shape.num_decodes) + own_gather
+        )
         fixed = _gpu_only(
             _with(
                 base,
@@ -548,6 +554,7 @@ class SpeculativeStepModel:
                 kv_read_s=0.0,
                 attention_s=0.0,
                 sampler_s=0.0,
+                comm_s=comm_s,
             )
         )
         fixed = _linear((fixed, share))
