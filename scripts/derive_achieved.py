@@ -1189,10 +1189,7 @@ def gemm_grid(rows) -> dict:
     for dtype in sorted({r["gemm_dtype"] for r in kept}):
         us[GEMM_FORMATS[dtype]] = [
             [
-                [
-                    float(f"{at[dtype, m, n, k]:.3g}") if (dtype, m, n, k) in at else None
-                    for k in ks
-                ]
+                [float(f"{at[dtype, m, n, k]:.3g}") if (dtype, m, n, k) in at else None for k in ks]
                 for n in ns
             ]
             for m in GEMM_GRID_TOKENS
