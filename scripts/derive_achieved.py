@@ -887,6 +887,7 @@ def write_tables(root: Path) -> list[Path]:
             written.append(path)
             written.append(write_moe_curves(path.name, curves, doc["source"]))
     written += write_attention_backends(root, sorted(p.name for p in TABLES.glob("*.*.*.json")))
+    written += write_gemm_grids(root)
     return written
 
 
@@ -1163,6 +1164,87 @@ def gemm_call_s(rows, dtype: str, m: int, n: float, k: float) -> float:
     )
 
 
+# --- per GEMM shape at small token counts (kvplan.inputs.kernel_tables.gemm_grid) ------------
+GEMM_GRID_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # the table's m kept (all measured)
+
+
+def gemm_grid(rows) -> dict:
+    """{"m": [...], "n": [...], "k": [...], "us": {kvplan format: [[[us at each k] at each n] at
+    each m]}} from one GEMM table's rows: every (n, k) the table timed at GEMM_GRID_TOKENS, the
+    fastest kernel per shape (`table`), microseconds to three significant figures (null: not
+    timed). Formats timed by the host (`host_timed`: not in a CUDA graph) are left out; the
+    step model prices those at the pair of fractions."""
+    host = host_timed(rows)
+    kept = [
+        r
+        for r in rows
+        if r["gemm_dtype"] in GEMM_FORMATS
+        and r["gemm_dtype"] not in host
+        and r["m"] in GEMM_GRID_TOKENS
+    ]
+    ns = sorted({r["n"] for r in kept})
+    ks = sorted({r["k"] for r in kept})
+    at = {(r["gemm_dtype"], r["m"], r["n"], r["k"]): r["latency"] * 1e3 for r in kept}
+    us = {}
+    for dtype in sorted({r["gemm_dtype"] for r in kept}):
+        us[GEMM_FORMATS[dtype]] = [
+            [
+                [float(f"{at[dtype, m, n, k]:.3g}") if (dtype, m, n, k) in at else None for k in ks]
+                for n in ns
+            ]
+            for m in GEMM_GRID_TOKENS
+        ]
+    return {"m": list(GEMM_GRID_TOKENS), "n": ns, "k": ks, "us": us}
+
+
+def write_gemm_grid(root: Path, gpu: str, engine: str, name: str) -> Path | None:
+    """kernel_tables/gemm/<name>: the GPU's graph-timed GEMM of every (n, k) the engine's newest
+    table holds at GEMM_GRID_TOKENS tokens (gemm_grid), read by the step model to price each
+    dense GEMM of a small step at its own shape (None: no GEMM table)."""
+    import json
+
+    version = newest(root, gpu, "gemm", engine, "gemm_perf")
+    if version is None:
+        return None
+    grid = gemm_grid(table(root, gpu, "gemm", "gemm_perf", version, engine))
+    if not grid["us"]:
+        return None
+    head = {
+        "source": f"aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/systems/data/"
+        f"{gpu}/gemm/{engine}/{version}/gemm_perf.parquet",
+        "derived_by": "scripts/derive_achieved.py DATA --write-gemm-grids (gemm_grid): each "
+        "GEMM's measured time by tokens (m), output features (n) and input features (k), the "
+        "fastest kernel per shape, formats timed in a CUDA graph only, microseconds",
+        "m": grid["m"],
+        "n": grid["n"],
+        "k": grid["k"],
+    }
+    lines = []
+    for fmt, by_m in grid["us"].items():
+        rows = ",\n  ".join(json.dumps(block, separators=(",", ":")) for block in by_m)
+        lines.append(f" {json.dumps(fmt)}: [\n  {rows}\n ]")
+    body = json.dumps(head, indent=1)[:-2] + ',\n "us": {\n' + ",\n".join(lines) + "\n }\n}\n"
+    path = TABLES / "gemm" / name
+    path.parent.mkdir(exist_ok=True)
+    json.loads(body)  # well-formed
+    path.write_text(body)
+    return path
+
+
+def write_gemm_grids(root: Path) -> list[Path]:
+    """write_gemm_grid for every GPU and engine --write-tables writes from the wheel."""
+    written = []
+    for gpu, (_, engines) in TABLE_GPUS.items():
+        for engine in engines:
+            version = newest(root, gpu, "gemm", engine, "gemm_perf")
+            if version is None:
+                continue
+            path = write_gemm_grid(root, gpu, engine, f"{gpu}.{engine}.{version}.json")
+            if path is not None:
+                written.append(path)
+    return written
+
+
 def gemm_calls_s(rows, calls, m: int) -> float:
     """The summed measured time of `calls` ((n, k, dtype, count), ...) at `m` tokens: what the
     GPU's table says the dense GEMMs of one step take, each at its own shape (gemm_call_s). A
@@ -1367,7 +1449,16 @@ def main() -> None:
         help="DATA is an AITER git directory (fetch github:ROCm/aiter): merge its gfx942 "
         "fused-MoE and block-fp8 GEMM figures into partial/mi300x.json",
     )
+    parser.add_argument(
+        "--write-gemm-grids",
+        action="store_true",
+        help="write kvplan/data/kernel_tables/gemm/*.json only (gemm_grid)",
+    )
     args = parser.parse_args()
+    if args.write_gemm_grids:
+        for path in write_gemm_grids(args.data):
+            print(f"wrote {path}")
+        return
     if args.aiter_moe:
         print(f"wrote {write_mi300x_aiter(args.data)}")
         return

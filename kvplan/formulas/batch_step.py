@@ -63,6 +63,7 @@ from kvplan.formulas.flops import (
     prefill_compressed_keys,
     prefill_indexed_keys,
 )
+from kvplan.formulas.gemm_calls import GemmCall, dense_gemm_calls, gemm_calls_s
 from kvplan.formulas.kv import block_topk_tokens, compressed_read_bytes, topk_read_bytes
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
 from kvplan.formulas.step_time import (
@@ -82,6 +83,7 @@ from kvplan.inputs.kernel_tables import (
     Achieved,
     BackendTiming,
     DsaGrids,
+    GemmGrid,
     datasheet_achieved,
     host_overheads_data,
 )
@@ -363,6 +365,7 @@ class StepModel:
         sglang_collectives: bool = False,
         untimed_backends: tuple[str, ...] = (),
         untimed_moe_backend: str = "",
+        gemm_grid: GemmGrid | None = None,
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
         # the attention backends the flags name that the tables hold no rows of, and the MoE
@@ -413,6 +416,15 @@ class StepModel:
         )
         experts = achieved.experts.get(key, achieved.experts["bf16"])
         self.dense_rates = Rates(bw * dense[1], gemm_peak * dense[0])
+        # each dense GEMM at its own shape, timed by this GPU and engine's own GEMM table, at the
+        # token counts it holds (gemm_calls; None: not measured, a format it lacks, or layers
+        # whose matrices the widths do not lay out: the pooled term alone)
+        self.gemm_grid: GemmGrid | None = None
+        self.gemm_calls: tuple[GemmCall, ...] | None = None
+        if gemm_grid is not None and not self.dense_untimed:
+            calls = dense_gemm_calls(spec, key, quantized_parts(spec, weights_dtype), tp)
+            if calls is not None and all(c.fmt in gemm_grid.us for c in calls):
+                self.gemm_grid, self.gemm_calls = gemm_grid, calls
         expert_peak = gemm_peak if key in ("fp8", "int8") else bf16
         self.expert_curve = achieved.experts_curve.get(key) if spec.moe else None
         # with a curve, the experts run at the datasheet roofline times its slowdown; without
@@ -454,6 +466,24 @@ class StepModel:
             if timing.prefill_calls.get(cache_dtype):
                 self.prefill_calls[mla] = timing.prefill_calls[cache_dtype]
         self.floors = _Floors.of(_shape(spec), floors_s, weights_dtype, self.moe_ranks // ep, ep)
+        # MLA's two absorbed BMMs a layer: no GEMM of the table, at their floor beside the calls
+        gemm_floor_s = floors_s.get("gemm", 0.0) if floors_s else 0.0
+        self.mla_bmms_s = (
+            2 * _shape(spec).mla_layers * floors_s.get("gemm_mla_bmm", gemm_floor_s)
+            if floors_s
+            else 0.0
+        )
+        # the GEMMs' share of a forward's launches: their measured times (CUDA-graph replays)
+        # hold their launches, so the per-layer launch cost is charged on the rest (forward_s)
+        counts = _shape(spec)
+        launches = (
+            counts.gemm_launches
+            + counts.small_launches
+            + counts.attention_layers
+            + counts.moe_layers
+            + counts.recurrent_layers
+        )
+        self.gemm_launch_share = counts.gemm_launches / launches if launches else 0.0
         # the model's own fused MoE (shape, format, split) as the GPU's tables timed it at
         # each token count (None: not timed; the roofline, curve and floor above price it)
         self.moe_layers = spec.moe.num_layers if spec.moe else 0
@@ -716,6 +746,15 @@ class StepModel:
             seconds += max(g.layers * call_s, read_bytes / rates.bandwidth_bytes_per_s)
         return seconds
 
+    def dense_calls_s(self, num_tokens: int, num_sampled: int) -> float | None:
+        """Seconds of the step's dense GEMMs each at its own shape, as this GPU's GEMM table
+        timed them (gemm_calls.gemm_calls_s), MLA's absorbed BMMs at their floor; None past the
+        table's token counts or where the model's GEMMs are not laid out (gemm_calls)."""
+        if self.gemm_calls is None or self.gemm_grid is None:
+            return None
+        calls_s = gemm_calls_s(self.gemm_grid, self.gemm_calls, num_tokens, num_sampled)
+        return None if calls_s is None else calls_s + self.mla_bmms_s
+
     def gemm_s(
         self, num_tokens: int, num_sampled: int | None = None, gathered_tokens: int | None = None
     ) -> tuple[float, float]:
@@ -733,8 +772,18 @@ class StepModel:
             if self.expert_curve
             else 1.0
         )
+        # the dense GEMMs at their own shapes where timed: the larger of that and the pooled
+        # roofline (the head's and embedding's bytes past the grid, a shape it clamps)
+        calls_s = self.dense_calls_s(num_tokens, sampled) or 0.0
         for num_bytes, flops, rates, slowdown, floor_s, curve in (
-            (dense_bytes, dense_flops, self.dense_rates, 1.0, self.floors.dense_s, None),
+            (
+                dense_bytes,
+                dense_flops,
+                self.dense_rates,
+                1.0,
+                max(self.floors.dense_s, calls_s),
+                None,
+            ),
             (
                 expert_bytes,
                 expert_flops,
@@ -1045,6 +1094,12 @@ class StepModel:
             else self.host.eager_per_layer_s
         )
         launch_s = per_layer * self.spec.num_layers
+        if num_tokens <= self.cuda_graph_max_tokens and self.dense_calls_s(
+            num_tokens, max(1, shape.num_sampled)
+        ):
+            # the GEMMs' launches are in their measured times (dense_calls_s): the per-layer
+            # cost stays on the other kernels' share of the launches
+            launch_s *= 1.0 - self.gemm_launch_share
         if num_tokens <= self.cuda_graph_max_tokens and self.floors.small_s is not None:
             # at least the small kernels the layers launch, as the tables time them (_Floors)
             launch_s = max(launch_s, self.floors.small_s)

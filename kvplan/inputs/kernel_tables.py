@@ -7,7 +7,8 @@ call cost, the small-shape floor of each kernel family) with their provenance (`
 module grids are in dsa/ under the same name (nine tenths of the bytes: read only for a model
 with DSA layers), each fused-MoE shape's time by tokens in moe/ (read only for a MoE model),
 each attention backend's own kernels in attention/ (read only where a flag names a backend:
-`attention_backends`). host_overheads.json holds the per-step, per-request and per-layer host
+`attention_backends`), each GEMM shape's time at 1-256 tokens in gemm/ (`gemm_grid`: this GPU's
+and engine's own tables only). host_overheads.json holds the per-step, per-request and per-layer host
 costs.
 
 A profile names its tables in one field, never by its name:
@@ -41,6 +42,7 @@ from kvplan.record import NamedTuple
 FOLDER = Path(__file__).resolve().parent.parent / "data" / "kernel_tables"
 DSA_FOLDER = FOLDER / "dsa"
 MOE_FOLDER = FOLDER / "moe"
+GEMM_FOLDER = FOLDER / "gemm"
 ATTENTION_FOLDER = FOLDER / "attention"
 PARTIAL_FOLDER = FOLDER / "partial"  # kernel-level measurements of a GPU without tables
 ENGINES = ("vllm", "sglang")
@@ -85,6 +87,17 @@ class DsaGrids(NamedTuple):
     engine_version: str  # the engine version the module tables were measured on
 
 
+class GemmGrid(NamedTuple):
+    """A GPU's measured GEMMs by shape (gemm/ files, scripts/derive_achieved.py gemm_grid):
+    us[fmt][i][j][l] the microseconds of m[i] tokens through an n[j] x k[l] weight in kernel-table
+    format `fmt` (None: not timed)."""
+
+    m: tuple[int, ...]
+    n: tuple[int, ...]
+    k: tuple[int, ...]
+    us: dict
+
+
 class KernelTables(NamedTuple):
     """The tables one run uses, with where they came from."""
 
@@ -122,6 +135,15 @@ class KernelTables(NamedTuple):
             return {}
         name = f"{self.gpu}.{self.engine}.{self.engine_version}.json"
         return attention_backends(name) if (ATTENTION_FOLDER / name).is_file() else {}
+
+    @property
+    def gemm_grid(self) -> GemmGrid | None:
+        """This GPU and engine's GEMMs by shape at small token counts, read on first use (None:
+        not measured, or the tables are not this GPU's and engine's own)."""
+        if self.evidence != "own":
+            return None
+        name = f"{self.gpu}.{self.engine}.{self.engine_version}.json"
+        return gemm_grid(name) if (GEMM_FOLDER / name).is_file() else None
 
     @property
     def floors_s(self) -> dict:
@@ -223,6 +245,21 @@ def moe_curves(name: str) -> dict:
         key: tuple((t, us * 1e-6) for t, us in zip(tokens, row, strict=True) if us is not None)
         for key, row in d["us"].items()
     }
+
+
+@cache
+def gemm_grid(name: str) -> GemmGrid:
+    """A gemm/ file's grid (scripts/derive_achieved.py write_gemm_grid)."""
+    d = _read(GEMM_FOLDER / name)
+    return GemmGrid(
+        m=tuple(d["m"]),
+        n=tuple(d["n"]),
+        k=tuple(d["k"]),
+        us={
+            fmt: tuple(tuple(tuple(row) for row in block) for block in blocks)
+            for fmt, blocks in d["us"].items()
+        },
+    )
 
 
 class BackendTiming(NamedTuple):

@@ -990,6 +990,8 @@ def step_model(
         scheduler_steps=options.num_scheduler_steps,
         # the model's own fused-MoE shape timed on this GPU by this (or the other) engine
         moe_curves_s=None if measured or spec.moe is None else tables.moe_curves_s,
+        # each dense GEMM at its own shape, this GPU and engine's own GEMM table (small steps)
+        gemm_grid=None if measured else tables.gemm_grid,
         op_rates=op_rates_of(gpu, wdtype) if per_op else None,
         op_dtype=wdtype,
         op_gather_kv=bool(per_op and gpu.measured.gather_kv),

@@ -1,0 +1,185 @@
+"""Each dense GEMM of a step at its own shape, timed from the GPU's GEMM table.
+
+At a few tokens a dense GEMM takes far more than its weights over the achieved bandwidth: the
+GPU's tables (aiconfigurator-core 0.12.0, `kernel_tables/gemm/`, scripts/derive_achieved.py
+gemm_grid) time a 4-16 MB bf16 GEMM at one token in 5.9 us on a B200 under SGLang 0.5.14, 1.5 of
+its 8 TB/s. `dense_gemm_calls` lists the dense GEMMs one rank runs in a forward, per layer as the
+engines shard them under tensor parallelism (qkv and o; MLA's fused q_a|kv_a, q_b and o; gate|up
+and down; each MoE layer's router and shared expert; the head), and `gemm_calls_s` sums their
+measured times at the step's tokens (`gemm_call_s`: bilinear in log n and log k between the four
+grid shapes around each call, linear in tokens between the two grid token counts around the
+step's). MLA's two absorbed BMMs (kv_b split into the key and value halves, batched over the
+heads) are no GEMM of the table: they stay at their floor (batch_step._Floors).
+"""
+
+from __future__ import annotations
+
+import math
+
+from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
+from kvplan.inputs.kernel_tables import GemmGrid
+from kvplan.record import NamedTuple
+
+
+class GemmCall(NamedTuple):
+    """One dense GEMM a rank runs: `n` output by `k` input features, in kernel-table format
+    `fmt` ("bf16", "fp8", "int8"), `times` times a forward, on the step's tokens (or, `head`,
+    on the sampled positions only)."""
+
+    n: int
+    k: int
+    fmt: str
+    times: int
+    head: bool = False
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def dense_gemm_calls(
+    spec: ModelSpec, fmt: str, quantized: frozenset, tp: int
+) -> tuple[GemmCall, ...] | None:
+    """The dense GEMMs of one forward on one of `tp` ranks, as SGLang and vLLM shard them:
+    column-parallel q|k|v, q_b and gate|up by output features (KV heads at max(1, Hkv / tp)),
+    row-parallel o and down by input features, MLA's fused q_a|kv_a and the MoE router
+    replicated, the head by vocabulary. The parts in `quantized` run in `fmt`, the rest (the
+    router, the head, unquantized parts) in bf16. None where a layer holds matrices these widths
+    do not lay out exactly (recurrent and linear-attention mixers, DSA's indexer, compressed or
+    gated attention, a parameter count the widths miss): the caller keeps the pooled term."""
+    h = spec.hidden_size
+    calls: list[GemmCall] = []
+
+    def part_fmt(part: str) -> str:
+        return fmt if part in quantized else "bf16"
+
+    for layer, count in distinct_layers(spec.layers):
+        parts = dict(layer.params)
+        attn = layer.attention
+        if attn is None or layer.state is not None:
+            return None
+        if set(parts) - {"attention", "mlp", "experts", "shared_experts", "router", "norms"}:
+            return None
+        if attn.indexer_head_dim or attn.compress_ratio or attn.sparse_block_size:
+            return None
+        heads = _ceil_div(attn.num_q_heads, tp)
+        a = part_fmt("attention")
+        if attn.kind is CacheKind.MLA:
+            latent, rope = attn.mla_kv_lora_rank, attn.mla_rope_dim
+            q_lora = attn.mla_q_lora_rank
+            if not latent or not q_lora:
+                return None
+            nope = attn.qk_head_dim - rope
+            whole = (
+                h * (q_lora + latent + rope)
+                + q_lora * attn.num_q_heads * attn.qk_head_dim
+                + latent * attn.num_q_heads * (nope + attn.v_head_dim)
+                + attn.num_q_heads * attn.v_head_dim * h
+            )
+            matrices = [
+                GemmCall(q_lora + latent + rope, h, a, count),
+                GemmCall(heads * attn.qk_head_dim, q_lora, a, count),
+                GemmCall(h, heads * attn.v_head_dim, a, count),
+            ]
+        else:
+            kv_heads = max(1, attn.num_kv_heads // tp) if tp > 1 else attn.num_kv_heads
+            kv_width = attn.head_dim + (0 if attn.shared_kv_proj else attn.head_dim_v)
+            whole = (
+                h * attn.num_q_heads * attn.qk_head_dim
+                + h * attn.num_kv_heads * kv_width
+                + attn.num_q_heads * attn.v_head_dim * h
+            )
+            matrices = [
+                GemmCall(heads * attn.qk_head_dim + kv_heads * kv_width, h, a, count),
+                GemmCall(h, heads * attn.v_head_dim, a, count),
+            ]
+        # the attention part holds these matrices and a few widths more (norms, biases, sinks)
+        if not 0 <= parts.get("attention", 0) - whole <= 8 * (h + attn.num_q_heads * 256):
+            return None
+        calls += matrices
+        if "mlp" in parts:
+            width = spec.intermediate_size
+            if not width:
+                return None
+            gated = parts["mlp"] >= 3 * h * width
+            if abs(parts["mlp"] - (3 if gated else 2) * h * width) > 8 * (h + width):
+                return None
+            w, m = _ceil_div(width, tp), part_fmt("mlp")
+            calls += [GemmCall((2 if gated else 1) * w, h, m, count), GemmCall(h, w, m, count)]
+        if "experts" in parts:
+            moe = spec.moe
+            if moe is None:
+                return None
+            calls.append(GemmCall(moe.num_experts, h, "bf16", count))  # the router, replicated
+            if parts.get("shared_experts"):
+                width = moe.shared_intermediate_size
+                if not width or abs(parts["shared_experts"] - 3 * h * width) > 8 * (h + width):
+                    return None
+                w, s = _ceil_div(width, tp), part_fmt("shared_experts")
+                calls += [GemmCall(2 * w, h, s, count), GemmCall(h, w, s, count)]
+    calls.append(GemmCall(_ceil_div(spec.vocab_size, tp), h, "bf16", 1, head=True))
+    return tuple(calls)
+
+
+def gemm_call_s(grid: GemmGrid, fmt: str, tokens: int, n: int, k: int) -> float | None:
+    """Seconds of one `n` x `k` GEMM over `tokens` rows in format `fmt`, from the GPU's table:
+    at each of the two grid token counts around `tokens` (linear between them; at or below the
+    first, the first), bilinear in log n and log k between the four grid shapes around (n, k),
+    over those of them the table timed (weights renormalised). A call wider than the grid's
+    widest n (or k) is that many widest calls: time x n / n_max (a head of 154,880 rows). None:
+    past the grid's largest token count, or a format or shape the table did not time."""
+    if fmt not in grid.us or tokens > grid.m[-1]:
+        return None
+    i = next(j for j, x in enumerate(grid.m) if x >= tokens)
+    if i == 0 or grid.m[i] == tokens:
+        return _at(grid, fmt, i, n, k)
+    lo, hi = _at(grid, fmt, i - 1, n, k), _at(grid, fmt, i, n, k)
+    if lo is None or hi is None:
+        return None
+    w = (tokens - grid.m[i - 1]) / (grid.m[i] - grid.m[i - 1])
+    return lo + (hi - lo) * w
+
+
+def _bracket(v: int, axis: tuple) -> tuple[int, int, float, float]:
+    """(index below, index above, weight of the one above, scale past the last)."""
+    if v <= axis[0]:
+        return 0, 0, 0.0, 1.0
+    if v >= axis[-1]:
+        return len(axis) - 1, len(axis) - 1, 0.0, v / axis[-1]
+    hi = next(j for j, x in enumerate(axis) if x >= v)
+    lo = hi - 1
+    w = (math.log(v) - math.log(axis[lo])) / (math.log(axis[hi]) - math.log(axis[lo]))
+    return lo, hi, w, 1.0
+
+
+def _at(grid: GemmGrid, fmt: str, mi: int, n: int, k: int) -> float | None:
+    n0, n1, wn, sn = _bracket(n, grid.n)
+    k0, k1, wk, sk = _bracket(k, grid.k)
+    block = grid.us[fmt][mi]
+    total = weight = 0.0
+    for ni, kj, wt in (
+        (n0, k0, (1 - wn) * (1 - wk)),
+        (n1, k0, wn * (1 - wk)),
+        (n0, k1, (1 - wn) * wk),
+        (n1, k1, wn * wk),
+    ):
+        us = block[ni][kj]
+        if us is not None and wt > 0:
+            total, weight = total + wt * us, weight + wt
+    if weight == 0.0:
+        return None
+    return total / weight * sn * sk * 1e-6
+
+
+def gemm_calls_s(
+    grid: GemmGrid, calls: tuple[GemmCall, ...], tokens: int, sampled: int
+) -> float | None:
+    """Seconds of `calls` over a step of `tokens` tokens, `sampled` of which reach the head: the
+    sum of each call's measured time (gemm_call_s). None where any call is not timed."""
+    total = 0.0
+    for call in calls:
+        s = gemm_call_s(grid, call.fmt, sampled if call.head else tokens, call.n, call.k)
+        if s is None:
+            return None
+        total += call.times * s
+    return total

@@ -1,0 +1,207 @@
+"""Each dense GEMM at its own shape (kvplan.formulas.gemm_calls): the interpolation in the
+shipped gemm/ grids, DeepSeek-R1's per-rank call list at TP 8, its summed time on the B200's
+SGLang table at one token worked by hand from the file's entries, and how the step model uses
+it (the larger of it and the pooled term; the per-layer launch cost on the other kernels)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from kvplan.dtypes import KvFormat
+from kvplan.formulas.batch_step import StepModel
+from kvplan.formulas.gemm_calls import GemmCall, dense_gemm_calls, gemm_call_s, gemm_calls_s
+from kvplan.formulas.step_time import Rates, roofs_s
+from kvplan.formulas.weights import quantized_parts
+from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.kernel_tables import GEMM_FOLDER, gemm_grid, tables_for
+from kvplan.inputs.sources import load_model
+
+from helpers import load_script
+
+B200 = "b200_sxm.sglang.0.5.14.json"
+
+
+def _raw(name: str = B200) -> dict:
+    return json.loads((GEMM_FOLDER / name).read_text())
+
+
+def _us(raw: dict, fmt: str, m: int, n: int, k: int) -> float:
+    """The file's entry at grid point (m, n, k), microseconds."""
+    return raw["us"][fmt][raw["m"].index(m)][raw["n"].index(n)][raw["k"].index(k)]
+
+
+def test_a_grid_point_is_the_files_entry():
+    raw, grid = _raw(), gemm_grid(B200)
+    assert gemm_call_s(grid, "bf16", 1, 4096, 4096) == pytest.approx(
+        _us(raw, "bf16", 1, 4096, 4096) * 1e-6
+    )
+    assert gemm_call_s(grid, "fp8", 16, 7168, 2048) == pytest.approx(
+        _us(raw, "fp8", 16, 7168, 2048) * 1e-6
+    )
+
+
+def test_between_grid_shapes_the_time_is_bilinear_in_log_n_and_log_k():
+    raw, grid = _raw(), gemm_grid(B200)
+    # n 2112 between 2048 and 2560, k 7168 on the grid
+    wn = math.log(2112 / 2048) / math.log(2560 / 2048)
+    lo, hi = _us(raw, "fp8", 1, 2048, 7168), _us(raw, "fp8", 1, 2560, 7168)
+    assert gemm_call_s(grid, "fp8", 1, 2112, 7168) == pytest.approx(
+        (lo * (1 - wn) + hi * wn) * 1e-6
+    )
+    # both off the grid: n 3000 in (2560, 3072), k 1800 in (1536, 2048)
+    wn = math.log(3000 / 2560) / math.log(3072 / 2560)
+    wk = math.log(1800 / 1536) / math.log(2048 / 1536)
+    want = (
+        _us(raw, "bf16", 4, 2560, 1536) * (1 - wn) * (1 - wk)
+        + _us(raw, "bf16", 4, 3072, 1536) * wn * (1 - wk)
+        + _us(raw, "bf16", 4, 2560, 2048) * (1 - wn) * wk
+        + _us(raw, "bf16", 4, 3072, 2048) * wn * wk
+    )
+    assert gemm_call_s(grid, "bf16", 4, 3000, 1800) == pytest.approx(want * 1e-6)
+
+
+def test_between_grid_token_counts_the_time_is_linear_in_tokens():
+    raw, grid = _raw(), gemm_grid(B200)
+    t16, t32 = _us(raw, "bf16", 16, 4096, 4096), _us(raw, "bf16", 32, 4096, 4096)
+    assert gemm_call_s(grid, "bf16", 20, 4096, 4096) == pytest.approx(
+        (t16 + (t32 - t16) * 4 / 16) * 1e-6
+    )
+
+
+def test_past_the_grid_a_wider_call_scales_and_more_tokens_are_not_timed():
+    raw, grid = _raw(), gemm_grid(B200)
+    widest = _us(raw, "bf16", 1, 65536, 4096)
+    assert gemm_call_s(grid, "bf16", 1, 131072, 4096) == pytest.approx(2 * widest * 1e-6)
+    assert gemm_call_s(grid, "bf16", 257, 4096, 4096) is None
+    assert gemm_call_s(grid, "nvfp4", 1, 4096, 4096) is None
+
+
+def test_deepseek_r1_tp8_calls_are_its_per_rank_shapes():
+    spec = load_model("deepseek-r1")
+    calls = dense_gemm_calls(spec, "fp8", quantized_parts(spec, "fp8"), 8)
+    assert calls is not None
+    # hidden 7168; MLA q_lora 1536, kv_lora 512, rope 64, 128 heads (16 a rank) of qk 192 and
+    # v 128; dense MLP 18432 (2304 a rank, first 3 layers); 58 MoE layers: router 256 experts,
+    # shared expert 2048 (256 a rank); head 129280 / 8
+    attention = [(1536 + 512 + 64, 7168), (16 * 192, 1536), (7168, 16 * 128)]
+    want = (
+        [GemmCall(n, k, "fp8", 3) for n, k in attention]
+        + [GemmCall(2 * 2304, 7168, "fp8", 3), GemmCall(7168, 2304, "fp8", 3)]
+        + [GemmCall(n, k, "fp8", 58) for n, k in attention]
+        + [GemmCall(256, 7168, "bf16", 58)]
+        + [GemmCall(2 * 256, 7168, "fp8", 58), GemmCall(7168, 256, "fp8", 58)]
+        + [GemmCall(16160, 7168, "bf16", 1, head=True)]
+    )
+    assert calls == tuple(want)
+
+
+def test_deepseek_r1_tp8_on_the_b200_at_one_token_by_hand():
+    """The per-call sum from the file's entries, each interpolated in log n by hand (k on the
+    grid for every call but q_b's 1536 and o's 2048, both grid values)."""
+    raw, grid = _raw(), gemm_grid(B200)
+
+    def between(fmt, n, k, lo, hi):
+        w = math.log(n / lo) / math.log(hi / lo)
+        return _us(raw, fmt, 1, lo, k) * (1 - w) + _us(raw, fmt, 1, hi, k) * w
+
+    q_a_kv_a = between("fp8", 2112, 7168, 2048, 2560)
+    q_b = _us(raw, "fp8", 1, 3072, 1536)
+    o = _us(raw, "fp8", 1, 7168, 2048)
+    gate_up = between("fp8", 4608, 7168, 4096, 5120)
+    down_k = math.log(2304 / 2048) / math.log(2560 / 2048)
+    down = _us(raw, "fp8", 1, 7168, 2048) * (1 - down_k) + _us(raw, "fp8", 1, 7168, 2560) * down_k
+    router = _us(raw, "bf16", 1, 256, 7168)
+    shared = _us(raw, "fp8", 1, 512, 7168) + _us(raw, "fp8", 1, 7168, 256)
+    head = between("bf16", 16160, 7168, 12288, 16384)
+    want_us = 61 * (q_a_kv_a + q_b + o) + 3 * (gate_up + down) + 58 * (router + shared) + head
+    spec = load_model("deepseek-r1")
+    calls = dense_gemm_calls(spec, "fp8", quantized_parts(spec, "fp8"), 8)
+    assert calls is not None
+    got = gemm_calls_s(grid, calls, 1, 1)
+    assert got == pytest.approx(want_us * 1e-6)
+    assert 3.0e-3 < got < 3.6e-3  # the B200 table's 3.27 ms, against 1.85 ms pooled
+
+
+def _b200_model(spec, with_grid: bool) -> StepModel:
+    b200 = load_profile("b200")
+    tables = tables_for(b200, "sglang")
+    rates = Rates(b200.memory_bandwidth_bytes_per_s, b200.peak_flop_per_s["bf16"])
+    return StepModel(
+        spec,
+        rates,
+        "fp8",
+        KvFormat("bf16"),
+        tp=8,
+        link=b200.interconnect,
+        achieved=tables.achieved,
+        fp8_flop_per_s=b200.peak_flop_per_s.get("fp8"),
+        gemm_grid=tables.gemm_grid if with_grid else None,
+    )
+
+
+def test_the_step_model_takes_the_larger_of_the_calls_and_the_pooled_term():
+    spec = load_model("deepseek-r1")
+    timed, pooled = _b200_model(spec, True), _b200_model(spec, False)
+    calls_s = timed.dense_calls_s(1, 1)
+    assert calls_s is not None
+    assert calls_s == pytest.approx(
+        gemm_calls_s(gemm_grid(B200), timed.gemm_calls, 1, 1) + timed.mla_bmms_s
+    )
+    # at one token the calls are above the pooled term: the step's GEMMs grow by the difference
+    dense_bytes, _ = pooled.weights_bytes(1, None)
+    flops = pooled.dense_flop_per_token + pooled.head_flop_per_sample
+    memory_s, compute_s = roofs_s(dense_bytes, flops, pooled.dense_rates)
+    dense_pooled_s = max(memory_s, compute_s, pooled.floors.dense_s)
+    assert calls_s > 1.5 * dense_pooled_s
+    before, after = sum(pooled.gemm_s(1, 1)), sum(timed.gemm_s(1, 1))
+    assert after - before == pytest.approx(calls_s - dense_pooled_s, rel=1e-9)
+    # past the grid's 256 tokens the pooled term alone
+    assert timed.dense_calls_s(512, 1) is None
+    assert sum(timed.gemm_s(512, 1)) == pytest.approx(sum(pooled.gemm_s(512, 1)))
+
+
+def test_the_launch_cost_stays_on_the_kernels_other_than_the_timed_gemms():
+    from kvplan.formulas.batch_step import BatchShape, _shape
+
+    spec = load_model("deepseek-r1")
+    timed, pooled = _b200_model(spec, True), _b200_model(spec, False)
+    counts = _shape(spec)
+    share = counts.gemm_launches / (
+        counts.gemm_launches
+        + counts.small_launches
+        + counts.attention_layers
+        + counts.moe_layers
+        + counts.recurrent_layers
+    )
+    assert timed.gemm_launch_share == pytest.approx(share)
+    shape = BatchShape(num_decodes=1, decode_context_sum=1000, num_sampled=1)
+    launch_timed, launch_pooled = timed._forward(shape, 1.0)[-1], pooled._forward(shape, 1.0)[-1]
+    per_layer = pooled.host.per_layer_s * spec.num_layers
+    assert launch_pooled == pytest.approx(max(per_layer, pooled.floors.small_s or 0.0))
+    assert launch_timed == pytest.approx(max(per_layer * (1 - share), timed.floors.small_s or 0.0))
+
+
+def test_layers_the_widths_do_not_lay_out_keep_the_pooled_term():
+    spec = load_model("deepseek-v3.2")  # DSA's indexer
+    assert dense_gemm_calls(spec, "fp8", quantized_parts(spec, "fp8"), 8) is None
+    assert _b200_model(spec, True).gemm_calls is None
+
+
+def test_the_deriver_keeps_graph_timed_formats_at_the_grid_tokens():
+    derive = load_script("derive_achieved")
+    rows = [
+        {"gemm_dtype": dtype, "m": m, "n": n, "k": k, "latency": latency}
+        for dtype, latency in (("bfloat16", 0.002), ("fp8_block", 0.2))  # ms: 2 us, 200 us
+        for m in (1, 2, 300)
+        for n in (64, 128)
+        for k in (64, 128)
+    ]
+    grid = derive.gemm_grid(rows)
+    assert set(grid["us"]) == {"bf16"}  # block fp8 timed the host (100x bf16)
+    assert grid["n"] == [64, 128] and grid["k"] == [64, 128]
+    by_m = grid["us"]["bf16"]
+    assert by_m[0] == [[2.0, 2.0], [2.0, 2.0]] and by_m[1] == [[2.0, 2.0], [2.0, 2.0]]
+    assert all(v is None for block in by_m[2:] for row in block for v in row)  # 4..256
