@@ -565,6 +565,9 @@ INVOCATIONS: dict[str, Invocation] = {
         *SMALL,
     ),  # fmt: skip
     "simulate dsa": cli("simulate", "deepseek-v3.2", "--gpu", "h200", "--tp", "8", *SMALL),
+    "simulate sglang gpt-oss": cli(
+        "simulate", "gpt-oss-20b", "--gpu", "a100", "--engine", "sglang", *SMALL
+    ),
     "simulate sglang kimi": cli(
         "simulate", "kimi-k2.5", "--gpu", "h200", "--tp", "8", "--engine", "sglang", *SMALL
     ),
@@ -979,6 +982,7 @@ SOURCES: dict[str, str] = {
     "sim-weak-pp": "simulate hybrid pp sharegpt",
     "sim-weak-sglang": "simulate sglang",
     "sim-weak-detokenizer": "simulate sglang kimi",
+    "sim-weak-gpt-oss-sglang": "simulate sglang gpt-oss",
     "sliding-held": "size untied wrapper",
     "state-fixed": "size mamba2",
     "structure-read": "size unknown family",

@@ -132,3 +132,28 @@ def test_another_moe_runner_is_refused_where_sglang_would_upcast_the_experts():
         _alloc(backends=Backends(moe_runner_backend="triton"))
     named = _alloc(backends=Backends(moe_runner_backend="triton_kernel"))
     assert "sglang-triton-kernels-kept" in {n.id for n in named.notes}
+
+
+def test_gpt_oss_under_sglang_before_blackwell_says_its_experts_are_untimed():
+    """sim-weak-gpt-oss-sglang: SGLang runs gpt-oss's MXFP4 experts through triton_kernels'
+    matmul_ogs on SM80/SM90 (mxfp4.py), timed by no table; not on Blackwell, not under vLLM,
+    not for another model."""
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.sources import load_model
+    from kvplan.plans.simulate import SimulateRequest, simulate
+    from kvplan.simulate.setup import ServeOptions
+    from kvplan.simulate.workload import WorkloadSpec
+
+    def notes(model, gpu, engine):
+        request = SimulateRequest(
+            serve=ServeOptions(engine=engine),
+            workload=WorkloadSpec(num_prompts=4, input_len=64, output_len=4),
+        )
+        result = simulate(load_model(model, checkpoint=False), load_profile(gpu), request)
+        return {n.id for n in result.notes}
+
+    assert "sim-weak-gpt-oss-sglang" in notes("openai/gpt-oss-20b", "a100", "sglang")
+    assert "sim-weak-gpt-oss-sglang" in notes("openai/gpt-oss-20b", "h100", "sglang")
+    assert "sim-weak-gpt-oss-sglang" not in notes("openai/gpt-oss-20b", "b200", "sglang")
+    assert "sim-weak-gpt-oss-sglang" not in notes("openai/gpt-oss-20b", "h100", "vllm")
+    assert "sim-weak-gpt-oss-sglang" not in notes("Qwen/Qwen3-8B", "h100", "sglang")

@@ -818,6 +818,15 @@ def sglang_mxfp4_alignment(gpu: GpuProfile) -> tuple[int, int]:
     return (256, 256) if mxfp4_alignment(gpu) == (256, 256) else (64, 1)
 
 
+def gpt_oss_below_blackwell(spec: ModelSpec, gpu) -> bool:
+    """gpt-oss on an NVIDIA GPU before Blackwell (or not NVIDIA's): SGLang runs its MXFP4
+    experts through triton_kernels' matmul_ogs there (layers/quantization/mxfp4.py, 0.5.3-0.5.9),
+    a kernel no table times (note sim-weak-gpt-oss-sglang)."""
+    from kvplan.engines.vllm import gpu_generation
+
+    return spec.model_type == GPT_OSS_MODEL_TYPE and gpu_generation(gpu) < 10
+
+
 def gpt_oss_one_pool(spec: ModelSpec, attention: SglangAttention, version: str) -> bool:
     """Whether SGLang keeps gpt-oss's sliding-window layers in its one full pool
     (disable_hybrid_swa_memory, GPT_OSS_HYBRID_SWA_FROM): always before 0.5.8, then only where

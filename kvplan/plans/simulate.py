@@ -15,6 +15,7 @@ from typing import Any
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.dtypes import resolve_kv_format
+from kvplan.engines.sglang import gpt_oss_below_blackwell
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_time_s
 from kvplan.inputs.hardware import GpuProfile, choose_link, with_interconnect
@@ -253,7 +254,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         ),
         *_engine_note(replica, request.serve.vllm_version),
         note("sim-step-terms", shares=tuple(sorted(shares.items(), key=lambda kv: -kv[1])[:4])),
-        *_weak_spots(spec, runs, request),
+        *_weak_spots(spec, runs, request, gpu),
         note(
             "sim-interval",
             evidence=evidence,
@@ -669,7 +670,9 @@ def _workload(request: SimulateRequest) -> WorkloadSummary:
     )
 
 
-def _weak_spots(spec: ModelSpec, runs: list[Run], request: SimulateRequest) -> list[Note]:
+def _weak_spots(
+    spec: ModelSpec, runs: list[Run], request: SimulateRequest, gpu: GpuProfile
+) -> list[Note]:
     """Where this model of the engine is known to be weak, for this case."""
     notes = [note("sim-weak-general")]
     if spec.has_kind(CacheKind.MLA):
@@ -682,6 +685,8 @@ def _weak_spots(spec: ModelSpec, runs: list[Run], request: SimulateRequest) -> l
         notes.append(note("sim-weak-sglang"))
     if intervals.untimed(spec, request.serve.engine):
         notes.append(note("sim-weak-detokenizer"))
+    if request.serve.engine == "sglang" and gpt_oss_below_blackwell(spec, gpu):
+        notes.append(note("sim-weak-gpt-oss-sglang"))
     if request.trace is None and request.workload.length_dist == "sharegpt":
         notes.append(note("sim-sharegpt"))
     pools = [r.engine for r in runs]

@@ -445,6 +445,16 @@ text("sim-weak-detokenizer")(
         "rates may be the GPUs' pace rather than what a client receives."
     )
 )
+text("sim-weak-gpt-oss-sglang")(
+    lambda: (
+        "gpt-oss under SGLang before Blackwell: SGLang runs the MXFP4 experts through "
+        "triton_kernels' matmul_ogs (and, on Ampere, attention through its Triton backend), which "
+        "no kernel table times. Three of GPUStack's four published runs (SGLang 0.5.3-0.5.4, "
+        "1,000 ShareGPT prompts at once) measured 3-19x lower throughput than kvplan simulates "
+        "at the same KV pool (gpt-oss-20b on one A100: 266 tok/s and a 2.5 s median TPOT against 5,168 tok/s and "
+        "97 ms). Read these figures as an upper bound."
+    )
+)
 text("sim-interval")(
     lambda evidence, calibrated, widen, parts=(): (
         (
