@@ -629,6 +629,21 @@ MOE_TOKENS = (1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 
 MOE_MAX_RANKS = 16  # the splits kept: moe_tp x moe_ep up to two nodes of eight
 
 
+def write_rows_file(path: Path, head: dict, lines: list[str]) -> Path:
+    """A kernel_tables/<folder>/ file: `head`'s keys, then "us" with one pre-rendered
+    `"key": value` line each (one shape a line keeps the files diffable), checked well-formed
+    and written through a temporary file so a reader never sees half of it."""
+    import json
+
+    body = json.dumps(head, indent=1)[:-2] + ',\n "us": {\n' + ",\n".join(lines) + "\n }\n}\n"
+    json.loads(body)  # well-formed
+    path.parent.mkdir(exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(body)
+    tmp.replace(path)
+    return path
+
+
 def write_moe_curves(name: str, curves: dict, source: str) -> Path:
     """kernel_tables/moe/<name>: the per-shape fused-MoE curves beside their table file, one
     shape a line, microseconds on the shared token axis (null: not measured), read only for a
@@ -655,12 +670,7 @@ def write_moe_curves(name: str, curves: dict, source: str) -> Path:
         "distribution": MOE_CURVE_DISTRIBUTION,
         "tokens": list(MOE_TOKENS),
     }
-    body = json.dumps(head, indent=1)[:-2] + ',\n "us": {\n' + ",\n".join(lines) + "\n }\n}\n"
-    path = TABLES / "moe" / name
-    path.parent.mkdir(exist_ok=True)
-    json.loads(body)  # well-formed
-    path.write_text(body)
-    return path
+    return write_rows_file(TABLES / "moe" / name, head, lines)
 
 
 def moe_shape_key(fmt, hidden, inter, experts, topk, moe_tp, moe_ep) -> str:
@@ -1223,12 +1233,7 @@ def write_gemm_grid(root: Path, gpu: str, engine: str, name: str) -> Path | None
     for fmt, by_m in grid["us"].items():
         rows = ",\n  ".join(json.dumps(block, separators=(",", ":")) for block in by_m)
         lines.append(f" {json.dumps(fmt)}: [\n  {rows}\n ]")
-    body = json.dumps(head, indent=1)[:-2] + ',\n "us": {\n' + ",\n".join(lines) + "\n }\n}\n"
-    path = TABLES / "gemm" / name
-    path.parent.mkdir(exist_ok=True)
-    json.loads(body)  # well-formed
-    path.write_text(body)
-    return path
+    return write_rows_file(TABLES / "gemm" / name, head, lines)
 
 
 def write_gemm_grids(root: Path) -> list[Path]:

@@ -296,3 +296,22 @@ def test_a_gemm_call_is_read_off_the_grid_at_its_own_shape():
     assert call(rows, "fp8_block", 1, 1024, 1024) == pytest.approx(1e-3)
     calls = [(4096, 1024, "bfloat16", 3), (1024, 4096, "bfloat16", 2)]
     assert derive.gemm_calls_s(rows, calls, 1) == pytest.approx((3 * 8 + 2 * 6) * 1e-6)
+
+
+def test_row_files_are_written_whole_and_read_back(tmp_path, monkeypatch):
+    """write_moe_curves' file (write_rows_file): head keys, one shape a line under "us" in
+    microseconds on MOE_TOKENS (null where unmeasured), splits over MOE_MAX_RANKS ranks left
+    out, and no temporary file left beside it."""
+    derive = _derive()
+    monkeypatch.setattr(derive, "TABLES", tmp_path)
+    kept, dropped = "moe_bf16_4096x1536_128x8_tp8_ep1", "moe_bf16_4096x1536_128x8_tp32_ep1"
+    path = derive.write_moe_curves(
+        "x.sglang.0.5.json", {kept: [(1, 2.5e-5), (4, 3e-5)], dropped: [(1, 1e-5)]}, "unit"
+    )
+    doc = json.loads(path.read_text())
+    assert doc["source"] == "unit" and doc["tokens"] == list(derive.MOE_TOKENS)
+    assert list(doc["us"]) == [kept]
+    assert doc["us"][kept][:4] == [25.0, None, 30.0, None]
+    (line,) = [x for x in path.read_text().splitlines() if kept in x]  # one shape a line
+    assert line.startswith(f' "{kept}": [25.0,null,30.0,null') and line.endswith("]")
+    assert [p.name for p in path.parent.iterdir()] == ["x.sglang.0.5.json"]
