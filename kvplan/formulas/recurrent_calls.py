@@ -1,17 +1,21 @@
 """Recurrent (linear-attention) layers timed from the GPU's kernel tables.
 
 A Gated DeltaNet layer (Qwen3-Next, Qwen3.5) runs, per step, as the engines' GDN backends call
-it (SGLang's hybrid_linear_attn_backend.py, vLLM's gdn_attn.py): for the step's decodes the
-conv-state update then the fused recurrent state update, one call each over every decode; for
-its prefill chunks the causal conv over their tokens then the chunked delta rule, one varlen
-call each over every chunk. aiconfigurator-core 0.12.0 timed those kernels per GPU and engine
+it (SGLang's layers/attention/hybrid_linear_attn_backend.py; vLLM's models/qwen3_next.py, its
+v1/attention/backends/gdn_attn.py splitting a step's decodes from its prefills): for the step's
+decodes the conv-state update then the fused recurrent state update (gating fused in), one call
+each over every decode; for its prefill chunks the causal conv over their tokens then the
+chunked delta rule, one varlen call each over every chunk (the prefill's separate gating kernel
+is in no table: it is left to the small-launch floor). aiconfigurator-core 0.12.0 timed those kernels per GPU and engine
 (linear_attention/<engine>/<version>/gdn_perf.parquet), by the heads on a rank; kvplan keeps one
 layer's summed time per phase in kernel_tables/recurrent/ (scripts/derive_achieved.py
 recurrent_grid) and reads it here.
 
 Interpolation rule (`decode_us`, `prefill_us`): a decode step of n sequences is read piecewise
 linearly in n between the table's batches (1-1,024), and past the largest each further sequence
-adds what one did between the two largest (the sequences are independent); a prefill of c chunks
+adds what one did between the two largest (the sequences are independent), a speculative
+verification's k + 1 tokens a decode read as that many one-token decodes (the Gated DeltaNet
+tables time no verify kernel); a prefill of c chunks
 holding N new tokens is read as c sequences of N / c tokens, piecewise linearly along the tokens
 then along the sequences, past the table's last timed point of a row (the table stops at 2M
 tokens a call) each further token (then sequence) adding what one did between the last two. Only
