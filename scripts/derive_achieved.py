@@ -1207,6 +1207,26 @@ def gemm_grid(rows) -> dict:
     return {"m": list(GEMM_GRID_TOKENS), "n": ns, "k": ks, "us": us}
 
 
+def mla_bmm_grid(rows) -> dict:
+    """{"heads": [...], "us": {"bf16": {"pre": [[us at each head] at each m], "post": ...}}}
+    from one mla_bmm table's rows: the bf16 rows (the engines' torch.bmm; the fp8 kernels are
+    left out: which BMM an fp8 checkpoint's absorbed projections run differs by engine path) at
+    GEMM_GRID_TOKENS tokens, microseconds to three significant figures (null: not timed)."""
+    kept = [
+        r for r in rows if r.get("bmm_dtype") == "bfloat16" and r["num_tokens"] in GEMM_GRID_TOKENS
+    ]
+    heads = sorted({r["num_heads"] for r in kept})
+    at = {(r["op_name"], r["num_tokens"], r["num_heads"]): r["latency"] * 1e3 for r in kept}
+    us: dict = {}
+    for op, key in (("mla_gen_pre", "pre"), ("mla_gen_post", "post")):
+        if any(o == op for o, _, _ in at):
+            us[key] = [
+                [float(f"{at[op, m, h]:.3g}") if (op, m, h) in at else None for h in heads]
+                for m in GEMM_GRID_TOKENS
+            ]
+    return {"heads": heads, "us": {"bf16": us} if len(us) == 2 else {}}
+
+
 def write_gemm_grid(root: Path, gpu: str, engine: str, name: str) -> Path | None:
     """kernel_tables/gemm/<name>: the GPU's graph-timed GEMM of every (n, k) the engine's newest
     table holds at GEMM_GRID_TOKENS tokens (gemm_grid), read by the step model to price each
@@ -1229,6 +1249,20 @@ def write_gemm_grid(root: Path, gpu: str, engine: str, name: str) -> Path | None
         "n": grid["n"],
         "k": grid["k"],
     }
+    bmm_version = newest(root, gpu, "mla_bmm", engine, "mla_bmm_perf")
+    if bmm_version is not None:
+        bmm = mla_bmm_grid(table(root, gpu, "mla_bmm", "mla_bmm_perf", bmm_version, engine))
+        if bmm["us"]:
+            head["mla_bmm"] = {
+                "source": f"aiconfigurator_core/systems/data/{gpu}/mla_bmm/{engine}/"
+                f"{bmm_version}/mla_bmm_perf.parquet",
+                "derived_by": "mla_bmm_grid: MLA's two absorbed BMMs (pre: q_nope [heads, m, "
+                "128] x [heads, 128, 512]; post: [heads, m, 512] x [heads, 512, 128], the "
+                "DeepSeek slice the table times) in bf16 (torch.bmm) by tokens (m, as above) "
+                "and heads, microseconds (null: not timed)",
+                "heads": bmm["heads"],
+                "us": bmm["us"],
+            }
     lines = []
     for fmt, by_m in grid["us"].items():
         rows = ",\n  ".join(json.dumps(block, separators=(",", ":")) for block in by_m)

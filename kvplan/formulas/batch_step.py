@@ -63,7 +63,14 @@ from kvplan.formulas.flops import (
     prefill_compressed_keys,
     prefill_indexed_keys,
 )
-from kvplan.formulas.gemm_calls import GemmCall, dense_gemm_calls, gemm_calls_s
+from kvplan.formulas.gemm_calls import (
+    GemmCall,
+    MlaBmmCall,
+    dense_gemm_calls,
+    gemm_calls_s,
+    mla_bmm_calls,
+    mla_bmm_calls_s,
+)
 from kvplan.formulas.kv import block_topk_tokens, compressed_read_bytes, topk_read_bytes
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
 from kvplan.formulas.recurrent_calls import RecurrentKernels
@@ -428,6 +435,13 @@ class StepModel:
             calls = dense_gemm_calls(spec, key, quantized_parts(spec, weights_dtype), tp)
             if calls is not None and all(c.fmt in gemm_grid.us for c in calls):
                 self.gemm_grid, self.gemm_calls = gemm_grid, calls
+        # MLA's absorbed BMMs of a bf16 checkpoint at their own shape, timed by the GPU's
+        # mla_bmm rows (gemm_calls.mla_bmm_calls_s); empty: at their floor (mla_bmms_s below)
+        self.mla_bmm_calls: tuple[MlaBmmCall, ...] = ()
+        if self.gemm_grid is not None and key == "bf16":
+            bmms = mla_bmm_calls(spec, tp)
+            if bmms and mla_bmm_calls_s(self.gemm_grid, bmms, "bf16", 1) is not None:
+                self.mla_bmm_calls = bmms
         expert_peak = gemm_peak if key in ("fp8", "int8") else bf16
         self.expert_curve = achieved.experts_curve.get(key) if spec.moe else None
         # with a curve, the experts run at the datasheet roofline times its slowdown; without
@@ -761,12 +775,20 @@ class StepModel:
 
     def dense_calls_s(self, num_tokens: int, num_sampled: int) -> float | None:
         """Seconds of the step's dense GEMMs each at its own shape, as this GPU's GEMM table
-        timed them (gemm_calls.gemm_calls_s), MLA's absorbed BMMs at their floor; None past the
+        timed them (gemm_calls.gemm_calls_s), MLA's absorbed BMMs at their own shape from its
+        mla_bmm rows (bf16 checkpoints: mla_bmm_calls_s) or else at their floor; None past the
         table's token counts or where the model's GEMMs are not laid out (gemm_calls)."""
         if self.gemm_calls is None or self.gemm_grid is None:
             return None
         calls_s = gemm_calls_s(self.gemm_grid, self.gemm_calls, num_tokens, num_sampled)
-        return None if calls_s is None else calls_s + self.mla_bmms_s
+        if calls_s is None:
+            return None
+        bmms_s = (
+            mla_bmm_calls_s(self.gemm_grid, self.mla_bmm_calls, "bf16", num_tokens)
+            if self.mla_bmm_calls
+            else None
+        )
+        return calls_s + (self.mla_bmms_s if bmms_s is None else bmms_s)
 
     def gemm_s(
         self, num_tokens: int, num_sampled: int | None = None, gathered_tokens: int | None = None

@@ -98,6 +98,11 @@ class GemmGrid(NamedTuple):
     n: tuple[int, ...]
     k: tuple[int, ...]
     us: dict
+    # MLA's absorbed BMMs (the file's "mla_bmm": derive_achieved.py mla_bmm_grid): bmm_us[fmt]
+    # [op][i][j] the microseconds of op "pre" or "post" over m[i] tokens and bmm_heads[j] heads
+    # of the table's DeepSeek slice (None: not timed); empty: the table has no bf16 BMM rows
+    bmm_heads: tuple[int, ...] = ()
+    bmm_us: dict | None = None
 
 
 class RecurrentGrid(NamedTuple):
@@ -288,6 +293,11 @@ def gemm_grid(name: str) -> GemmGrid:
         us={
             fmt: tuple(tuple(tuple(row) for row in block) for block in blocks)
             for fmt, blocks in d["us"].items()
+        },
+        bmm_heads=tuple((d.get("mla_bmm") or {}).get("heads") or ()),
+        bmm_us={
+            fmt: {op: tuple(tuple(row) for row in rows) for op, rows in ops.items()}
+            for fmt, ops in ((d.get("mla_bmm") or {}).get("us") or {}).items()
         },
     )
 
