@@ -376,7 +376,7 @@ def needs(case: dict) -> list[str]:
     simulate does not take (the replay's own refusal); a speculative run whose source states no
     acceptance length. A run that passes these may still be refused by the simulation itself
     (its memory model, say): that one-line message is printed where it runs."""
-    from kvplan.inputs.sources import resolve_variant
+    from kvplan.inputs.sources import find_bundled
 
     out = []
     if case.get("gpu_profile") is None:
@@ -385,7 +385,7 @@ def needs(case: dict) -> list[str]:
         out.append(case["record_mismatch"])
     if case.get("bundled_config_differs"):
         out.append(case["bundled_config_differs"])
-    elif not case.get("kvplan_model") and resolve_variant(case["model"]) is None:
+    elif not case.get("kvplan_model") and find_bundled(case["model"]) is None:
         out.append(f"a model config for {case['model']} (not bundled)")
     try:
         serve_argv(case["serve_cmd"])

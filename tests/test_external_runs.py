@@ -12,7 +12,7 @@ import pytest
 
 from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import load_profile
-from kvplan.inputs.sources import resolve_variant
+from kvplan.inputs.sources import find_bundled
 
 from helpers import load_script
 from sim_cases import HELDOUT, load_cases, run_case
@@ -70,7 +70,7 @@ def test_models_and_gpus_resolve_or_are_listed_as_needed():
             assert any("GPU profile" in need for need in lacks), case["id"]
         else:
             load_profile(case["gpu_profile"])
-        if resolve_variant(case["model"]) is None or case["bundled_config_differs"]:
+        if find_bundled(case["model"]) is None or case["bundled_config_differs"]:
             assert any("config" in need for need in lacks), case["id"]
 
 
