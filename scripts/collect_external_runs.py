@@ -29,6 +29,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -277,6 +278,9 @@ def runs_in(repo: str, path: str) -> list[dict]:
                     "version": version,
                     "serve": run_serve,
                     "serve_skipped": run_serve is not serve,
+                    "written": written(repo, path, start + k + 1)
+                    if run_serve and IPC_ENV in run_serve
+                    else None,
                     # the command as run: the printed one, its trailing comment cut, the flag
                     "bench": f"{uncommented(run_bench)} {extra}" if extra else run_bench,
                     "bench_label": label if run_bench is not bench else None,
@@ -491,7 +495,36 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
         "record_mismatch": mismatch,
         "notes": "; ".join(notes),
     }
+    if IPC_ENV in serve and raw.get("written"):
+        pool = IPC_POOL_MIB[raw["written"] >= IPC_POOL_1GIB_FROM]
+        case["replay_flags"] = ["--cuda-ipc-pool-mib", str(pool)]
+        day = time.strftime("%Y-%m-%d", time.gmtime(raw["written"]))
+        case["notes"] += (
+            f"; {IPC_ENV}: the tokenizer process reserves SGLANG_MM_FEATURE_CACHE_MB on GPU 0, "
+            f"{pool} MiB by default in a build of {day} (the block's git-blame date; 4096 until "
+            "SGLang PR #22662, April 2026, 1024 after): replay_flags --cuda-ipc-pool-mib"
+        )
     return case, ""
+
+
+# SGLANG_USE_CUDA_IPC_TRANSPORT=1 reserves SGLANG_MM_FEATURE_CACHE_MB on GPU 0: 4096 by default
+# until sgl-project/sglang PR #22662 ("Reduce default SGLANG_MM_FEATURE_CACHE_MB from 4 GiB to
+# 1 GiB", opened 2026-04-13), 1024 after. A block written before that date ran a build with
+# 4096 (the cookbook's Qwen3.5 blocks, written 2026-02-16 against "main branch").
+IPC_ENV = "SGLANG_USE_CUDA_IPC_TRANSPORT=1"
+IPC_POOL_1GIB_FROM = 1776038400  # 2026-04-13 00:00 UTC
+IPC_POOL_MIB = (4096, 1024)  # before, from
+
+
+def written(repo: str, path: str, line: int) -> int:
+    """When the cookbook line `line` of `path` was written (git blame's author time at COMMIT)."""
+    out = subprocess.run(
+        ["git", "-C", repo, "blame", "--porcelain", "-L", f"{line},{line}", COMMIT, "--", path],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return int(re.search(r"^author-time (\d+)$", out, re.M)[1])
 
 
 def first_added(repo: str, path: str) -> int:

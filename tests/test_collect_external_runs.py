@@ -201,3 +201,20 @@ def test_update_rewrites_a_run_already_in_the_file_byte_for_byte():
     assert list(again) == ["id", "model", "split"]
     new = collect.in_file_order({"model": "n", "id": "c", "split": "z", "extra": 1}, existing)
     assert list(new) == ["id", "split", "model", "extra"]
+
+
+def test_the_cuda_ipc_switch_replays_with_the_pool_of_the_blocks_date():
+    """SGLANG_USE_CUDA_IPC_TRANSPORT=1 reserves SGLANG_MM_FEATURE_CACHE_MB: 4096 MiB by default
+    until SGLang PR #22662 (2026-04-13), 1024 after; the block's git-blame date picks it."""
+    serve = (
+        "SGLANG_USE_CUDA_IPC_TRANSPORT=1 python -m sglang.launch_server "
+        "--model Qwen/Qwen3.5-397B-A17B --tp 8 --mem-fraction-static 0.8"
+    )
+    base = raw(heading="#### Latency Benchmark", serve=serve, path="docs/Qwen3.5.md")
+    feb = collect.case_of({**base, "written": 1771232839})[0]  # 2026-02-16
+    assert feb is not None and feb["replay_flags"] == ["--cuda-ipc-pool-mib", "4096"]
+    assert "2026-02-16" in feb["notes"]
+    may = collect.case_of({**base, "written": collect.IPC_POOL_1GIB_FROM + 86400 * 30})[0]
+    assert may is not None and may["replay_flags"] == ["--cuda-ipc-pool-mib", "1024"]
+    plain = collect.case_of(raw())[0]
+    assert plain is not None and "replay_flags" not in plain
