@@ -106,6 +106,15 @@ def dsa_layers(spec: ModelSpec) -> list:
     return [a for a in spec.attention_layers() if _own_indexer(a)]
 
 
+def dsa_shape_timed(spec: ModelSpec, grids: DsaGrids | None) -> bool:
+    """Whether the DSA module grids time this model's DSA layers: each has the attention shape
+    the modules ran (DsaGrids.shape: DeepSeek-V3.2's)."""
+    if grids is None:
+        return False
+    layers = dsa_layers(spec)
+    return bool(layers) and all(_shape_timed(a, grids.shape) for a in layers)
+
+
 def _own_indexer(attn) -> bool:
     """An attention layer with a sparse indexer of its own (DSA's, not a GQA indexer)."""
     return attn is not None and bool(attn.indexer_head_dim) and not attn.gqa_indexer
@@ -1716,9 +1725,13 @@ def _sum_ops(
 
 class _DsaModule:
     """DeepSeek-V3.2's sparse attention (DSA: an indexer scores every cached key, a top-k picks
-    2,048, MLA attends to those) as vLLM runs it: the step model prices the layer as dense MLA,
-    and this adds what vLLM's DSA module costs over its MLA module on the same GPU (or saves, at
-    long contexts), from the GPU's kernel tables (kvplan/data/kernel_tables): per layer, read at
+    2,048, MLA attends to those) as the engine runs it: the step model prices the layer as dense
+    MLA, and this adds what the engine's DSA module costs over the dense MLA module on the same
+    GPU (or saves, at long contexts), from the GPU's and engine's kernel tables
+    (kvplan/data/kernel_tables/dsa: vLLM's DSA module less vLLM's MLA module; SGLang's DSA module
+    less vLLM's MLA module, the wheel holding no SGLang MLA module), only for layers of the
+    attention shape the modules ran (DsaGrids.shape: DeepSeek-V3.2's; GLM-5's wider heads and
+    projections are in no MLA module table to subtract, so its DSA stays untimed): per layer, read at
     the step's batch and length and the heads on a rank, bilinear in the logarithms of batch and
     heads, linear along the logarithm of the length, flat beyond the tables' ends but for the
     batch: past its largest (1,024 decodes, 256 prefills) each further sequence adds what one
@@ -1738,9 +1751,9 @@ class _DsaModule:
     @classmethod
     def of(cls, spec: ModelSpec, fmt: KvFormat, tp: int, tables):
         """The module for a model with DSA layers and a GPU with tables (None otherwise)."""
-        layers = dsa_layers(spec)
-        if not tables or not layers:
+        if not dsa_shape_timed(spec, tables):
             return None
+        layers = dsa_layers(spec)
         kv = "fp8" if fmt.name.startswith("fp8") else "bfloat16"
         return cls(tables, kv, layers[0].num_q_heads / tp, len(layers))
 
@@ -1775,6 +1788,11 @@ class _DsaModule:
             np.log(np.maximum(length, 1.0)), self._log_lengths[phase], self._row(phase, batch)
         )
         return self.layers * (float(at) if np.ndim(at) == 0 else at)
+
+
+def _shape_timed(attn, shape: dict) -> bool:
+    """Whether a DSA layer has the attention shape the module tables ran (DsaGrids.shape)."""
+    return bool(shape) and all(getattr(attn, field) == value for field, value in shape.items())
 
 
 def _log_position(axis, value: float) -> tuple[int, float]:

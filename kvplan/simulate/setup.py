@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import resolve_kv_format
-from kvplan.engines.backends import Backends, check_backends
+from kvplan.engines.backends import ENGINE_NAMES, Backends, check_backends
 from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
@@ -25,6 +25,7 @@ from kvplan.formulas.batch_step import (
     HOST_OVERHEADS,
     StepModel,
     dsa_layers,
+    dsa_shape_timed,
     measured_achieved,
 )
 from kvplan.formulas.step_time import Rates, measurable, op_rates_of
@@ -1054,9 +1055,17 @@ def step_model(
                 gpu=gpu.name,
                 layers=model.dsa.layers,
                 tables=tables.name,
+                module=f"{ENGINE_NAMES.get(tables.engine, tables.engine)} "
+                f"{model.dsa.tables.engine_version}",
             )
             if model.dsa is not None
-            else note("sim-dsa-dense", gpu=gpu.name, engine=options.engine)
+            else note(
+                "sim-dsa-dense",
+                gpu=gpu.name,
+                engine=options.engine,
+                shape=tables.dsa_file is not None
+                and not dsa_shape_timed(spec, tables.dsa_delta_us),
+            )
         )
     notes.append(
         note("sim-measured-ops", dtype=gpu.measured.dtype, weights=wdtype)
