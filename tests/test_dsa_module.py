@@ -32,7 +32,8 @@ def test_a_decode_step_adds_the_sglang_dsa_module_over_the_mla_module(b200_sglan
     adds SGLang's DSA module less the MLA module at that batch (a row of the table: no
     interpolation), and the step's decode attention is the dense-MLA base plus that."""
     m = b200_sglang
-    assert (m.dsa.kv, m.dsa.heads, m.dsa.layers) == ("fp8", 16.0, 61)
+    assert (m.dsa.kv, m.dsa.heads, m.dsa.layers, m.dsa.shape_timed) == ("fp8", 16.0, 61, True)
+    assert m.untimed_parts == ()
     per_layer_s = (SGLANG_DSA_MS[decodes] - VLLM_MLA_MS[decodes]) * 1e-3
     assert m.dsa.delta_s("decode", decodes, 2048) == pytest.approx(61 * per_layer_s, abs=61e-7)
     bare = copy.copy(m)  # the same step without its smallest-kernel floor

@@ -60,15 +60,27 @@ def test_the_dsa_indexer_is_untimed_without_the_module_tables(gpu, engine, untim
     assert ("the DSA indexer and sparse attention" in parts) is untimed
 
 
-@pytest.mark.parametrize("model", ["zai-org/GLM-5-FP8", "zai-org/GLM-5.3"])
-def test_glm5s_dsa_is_untimed_the_tables_time_deepseek_v32s_shape(model):
-    """GLM-5's heads (256 wide, 64 of them) and projections are not DeepSeek-V3.2's, whose DSA
-    module less DeepSeek-V3's MLA module the grids hold: no table holds a dense MLA module of
-    GLM-5's shape to subtract, so its DSA is priced on the roofline and named untimed."""
-    spec = load_model(model, checkpoint=False)
-    replica = build_replica(spec, load_profile("h200"), ServeOptions(tp=8, pp=2, nnodes=2))
-    assert replica.model.dsa is None
-    assert "the DSA indexer and sparse attention" in replica.model.untimed_parts
+STAND_IN = "the DSA module at this model's shape (DeepSeek-V3.2's stands in)"
+
+
+@pytest.mark.parametrize(("gpu", "engine"), [("h200", "vllm"), ("b200", "sglang")])
+def test_glm5s_dsa_takes_deepseek_v32s_grids_as_a_named_stand_in(gpu, engine):
+    """GLM-5's heads (64 of 256 wide) and projections are not DeepSeek-V3.2's, whose DSA module
+    less DeepSeek-V3's MLA module the grids hold, and no table holds a dense MLA module of
+    GLM-5's shape to subtract: the grids price it, named untimed. GLM-5.3: 21 layers index, 57
+    reuse their picks: the 21 take the grids, the 57's top-k read runs on the roofline."""
+    spec = load_model("zai-org/GLM-5-FP8", checkpoint=False)
+    model = build_replica(spec, load_profile(gpu), ServeOptions(engine=engine, tp=8)).model
+    assert model.dsa is not None and not model.dsa.shape_timed
+    assert model.untimed_parts == (STAND_IN,)
+    spec = load_model("zai-org/GLM-5.3", checkpoint=False)
+    options = ServeOptions(engine=engine, tp=8, pp=2, nnodes=2)
+    replica = build_replica(spec, load_profile(gpu), options)
+    assert replica.model.dsa is not None and replica.model.dsa.layers == 21
+    assert replica.model.untimed_parts == (
+        STAND_IN,
+        "the sparse attention of the layers that reuse another's top-k",
+    )
 
 
 def test_dsa_without_tables_is_priced_sparse_as_its_note_says():

@@ -523,8 +523,8 @@ class StepModel:
         """The parts of this step no kernel table times, in words (empty: every operator has
         the tables' own rates): a fused MoE whose shape, format and split the tables hold no
         curve of; dense layers in a format the tables have no GEMM rows of (int4, nvfp4); DSA
-        layers without the DSA module tables (with them, the layers that reuse another's
-        picks); recurrent layers (Mamba, Gated DeltaNet: their scans are in no table); attention
+        layers without the DSA module tables (with them, a DSA layer of another shape than the
+        tables' and the layers that reuse another's picks); recurrent layers (Mamba, Gated DeltaNet: their scans are in no table); attention
         backends the flags name without rows of their own; a MoE backend a flag names (the
         tables time the engine's default MoE path only). Each is
         priced by a stand-in instead (the datasheet roofline at the tables' fractions; a backend
@@ -539,7 +539,9 @@ class StepModel:
             parts.append(f"the fused MoE under {self.untimed_moe_backend}")
         if self.dsa is None and dsa_layers(spec):
             parts.append("the DSA indexer and sparse attention")
-        elif self.dsa is not None and self.dsa.layers < sum(
+        elif self.dsa is not None and not self.dsa.shape_timed:
+            parts.append("the DSA module at this model's shape (DeepSeek-V3.2's stands in)")
+        if self.dsa is not None and self.dsa.layers < sum(
             1 for a in spec.attention_layers() if a.indexer_topk and not a.gqa_indexer
         ):  # GLM-5.3's layers that reuse another's picks: their top-k read on the roofline
             parts.append("the sparse attention of the layers that reuse another's top-k")
@@ -1729,9 +1731,12 @@ class _DsaModule:
     MLA, and this adds what the engine's DSA module costs over the dense MLA module on the same
     GPU (or saves, at long contexts), from the GPU's and engine's kernel tables
     (kvplan/data/kernel_tables/dsa: vLLM's DSA module less vLLM's MLA module; SGLang's DSA module
-    less vLLM's MLA module, the wheel holding no SGLang MLA module), only for layers of the
-    attention shape the modules ran (DsaGrids.shape: DeepSeek-V3.2's; GLM-5's wider heads and
-    projections are in no MLA module table to subtract, so its DSA stays untimed): per layer, read at
+    less vLLM's MLA module, the wheel holding no SGLang MLA module). The grids time the attention
+    shape the modules ran (DsaGrids.shape: DeepSeek-V3.2's); a DSA layer of another shape (GLM-5:
+    256-wide heads, no MLA module table of its shape to subtract) takes them as a stand-in
+    (`shape_timed` False, named in untimed_parts: GLM-5's DSA module is within ~12% of
+    DeepSeek-V3.2's at TP 8 in vLLM 0.24.0's and SGLang 0.5.14's H200 and B200 decode tables).
+    Per layer, read at
     the step's batch and length and the heads on a rank, bilinear in the logarithms of batch and
     heads, linear along the logarithm of the length, flat beyond the tables' ends but for the
     batch: past its largest (1,024 decodes, 256 prefills) each further sequence adds what one
@@ -1743,6 +1748,8 @@ class _DsaModule:
 
         self.tables = grids
         self.grids, self.kv, self.heads, self.layers = grids.delta_us, kv, heads, layers
+        # the layers have the shape the modules ran (False: DeepSeek-V3.2's grids stand in)
+        self.shape_timed = True
         self._rows: dict[tuple[str, float], object] = {}
         self._log_lengths = {
             ph: np.log(np.asarray(x, dtype=float)) for ph, x in grids.lengths.items()
@@ -1751,11 +1758,13 @@ class _DsaModule:
     @classmethod
     def of(cls, spec: ModelSpec, fmt: KvFormat, tp: int, tables):
         """The module for a model with DSA layers and a GPU with tables (None otherwise)."""
-        if not dsa_shape_timed(spec, tables):
-            return None
         layers = dsa_layers(spec)
+        if not tables or not layers:
+            return None
         kv = "fp8" if fmt.name.startswith("fp8") else "bfloat16"
-        return cls(tables, kv, layers[0].num_q_heads / tp, len(layers))
+        module = cls(tables, kv, layers[0].num_q_heads / tp, len(layers))
+        module.shape_timed = dsa_shape_timed(spec, tables)
+        return module
 
     def _row(self, phase: str, batch: float):
         """The length row at (heads, batch), seconds per layer."""

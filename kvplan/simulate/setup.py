@@ -25,7 +25,6 @@ from kvplan.formulas.batch_step import (
     HOST_OVERHEADS,
     StepModel,
     dsa_layers,
-    dsa_shape_timed,
     measured_achieved,
 )
 from kvplan.formulas.step_time import Rates, measurable, op_rates_of
@@ -1057,15 +1056,10 @@ def step_model(
                 tables=tables.name,
                 module=f"{ENGINE_NAMES.get(tables.engine, tables.engine)} "
                 f"{model.dsa.tables.engine_version}",
+                stand_in=not model.dsa.shape_timed,
             )
             if model.dsa is not None
-            else note(
-                "sim-dsa-dense",
-                gpu=gpu.name,
-                engine=options.engine,
-                shape=tables.dsa_file is not None
-                and not dsa_shape_timed(spec, tables.dsa_delta_us),
-            )
+            else note("sim-dsa-dense", gpu=gpu.name, engine=options.engine)
         )
     notes.append(
         note("sim-measured-ops", dtype=gpu.measured.dtype, weights=wdtype)
