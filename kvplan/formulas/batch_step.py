@@ -115,6 +115,15 @@ def dsa_layers(spec: ModelSpec) -> list:
     return [a for a in spec.attention_layers() if _own_indexer(a)]
 
 
+def dsa_shape_timed(spec: ModelSpec, grids: DsaGrids | None) -> bool:
+    """Whether the DSA module grids time this model's DSA layers: each has the attention shape
+    the modules ran (DsaGrids.shape: DeepSeek-V3.2's)."""
+    if grids is None:
+        return False
+    layers = dsa_layers(spec)
+    return bool(layers) and all(_shape_timed(a, grids.shape) for a in layers)
+
+
 def _own_indexer(attn) -> bool:
     """An attention layer with a sparse indexer of its own (DSA's, not a GQA indexer)."""
     return attn is not None and bool(attn.indexer_head_dim) and not attn.gqa_indexer
@@ -534,9 +543,10 @@ class StepModel:
         """The parts of this step no kernel table times, in words (empty: every operator has
         the tables' own rates): a fused MoE whose shape, format and split the tables hold no
         curve of; dense layers in a format the tables have no GEMM rows of (int4, nvfp4); DSA
-        layers without the DSA module tables (with them, the layers that reuse another's
-        picks); recurrent layers the recurrent/ tables do not hold (Mamba, KDA, lightning; Gated
-        DeltaNet at a head shape on a rank, or on a GPU and engine, without rows); attention
+        layers without the DSA module tables (with them, a DSA layer of another shape than the
+        tables' and the layers that reuse another's picks); recurrent layers the recurrent/
+        tables do not hold (Mamba, KDA, lightning; Gated DeltaNet at a head shape on a rank, or
+        on a GPU and engine, without rows); attention
         backends the flags name without rows of their own; a MoE backend a flag names (the
         tables time the engine's default MoE path only). Each is
         priced by a stand-in instead (the datasheet roofline at the tables' fractions; a backend
@@ -551,7 +561,9 @@ class StepModel:
             parts.append(f"the fused MoE under {self.untimed_moe_backend}")
         if self.dsa is None and dsa_layers(spec):
             parts.append("the DSA indexer and sparse attention")
-        elif self.dsa is not None and self.dsa.layers < sum(
+        elif self.dsa is not None and not self.dsa.shape_timed:
+            parts.append("the DSA module at this model's shape (DeepSeek-V3.2's stands in)")
+        if self.dsa is not None and self.dsa.layers < sum(
             1 for a in spec.attention_layers() if a.indexer_topk and not a.gqa_indexer
         ):  # GLM-5.3's layers that reuse another's picks: their top-k read on the roofline
             parts.append("the sparse attention of the layers that reuse another's top-k")
@@ -1751,9 +1763,16 @@ def _sum_ops(
 
 class _DsaModule:
     """DeepSeek-V3.2's sparse attention (DSA: an indexer scores every cached key, a top-k picks
-    2,048, MLA attends to those) as vLLM runs it: the step model prices the layer as dense MLA,
-    and this adds what vLLM's DSA module costs over its MLA module on the same GPU (or saves, at
-    long contexts), from the GPU's kernel tables (kvplan/data/kernel_tables): per layer, read at
+    2,048, MLA attends to those) as the engine runs it: the step model prices the layer as dense
+    MLA, and this adds what the engine's DSA module costs over the dense MLA module on the same
+    GPU (or saves, at long contexts), from the GPU's and engine's kernel tables
+    (kvplan/data/kernel_tables/dsa: vLLM's DSA module less vLLM's MLA module; SGLang's DSA module
+    less vLLM's MLA module, the wheel holding no SGLang MLA module). The grids time the attention
+    shape the modules ran (DsaGrids.shape: DeepSeek-V3.2's); a DSA layer of another shape (GLM-5:
+    256-wide heads, no MLA module table of its shape to subtract) takes them as a stand-in
+    (`shape_timed` False, named in untimed_parts: GLM-5's DSA module is within ~12% of
+    DeepSeek-V3.2's at TP 8 in vLLM 0.24.0's and SGLang 0.5.14's H200 and B200 decode tables).
+    Per layer, read at
     the step's batch and length and the heads on a rank, bilinear in the logarithms of batch and
     heads, linear along the logarithm of the length, flat beyond the tables' ends but for the
     batch: past its largest (1,024 decodes, 256 prefills) each further sequence adds what one
@@ -1765,6 +1784,8 @@ class _DsaModule:
 
         self.tables = grids
         self.grids, self.kv, self.heads, self.layers = grids.delta_us, kv, heads, layers
+        # the layers have the shape the modules ran (False: DeepSeek-V3.2's grids stand in)
+        self.shape_timed = True
         self._rows: dict[tuple[str, float], object] = {}
         self._log_lengths = {
             ph: np.log(np.asarray(x, dtype=float)) for ph, x in grids.lengths.items()
@@ -1777,7 +1798,9 @@ class _DsaModule:
         if not tables or not layers:
             return None
         kv = "fp8" if fmt.name.startswith("fp8") else "bfloat16"
-        return cls(tables, kv, layers[0].num_q_heads / tp, len(layers))
+        module = cls(tables, kv, layers[0].num_q_heads / tp, len(layers))
+        module.shape_timed = dsa_shape_timed(spec, tables)
+        return module
 
     def _row(self, phase: str, batch: float):
         """The length row at (heads, batch), seconds per layer."""
@@ -1810,6 +1833,11 @@ class _DsaModule:
             np.log(np.maximum(length, 1.0)), self._log_lengths[phase], self._row(phase, batch)
         )
         return self.layers * (float(at) if np.ndim(at) == 0 else at)
+
+
+def _shape_timed(attn, shape: dict) -> bool:
+    """Whether a DSA layer has the attention shape the module tables ran (DsaGrids.shape)."""
+    return bool(shape) and all(getattr(attn, field) == value for field, value in shape.items())
 
 
 def _log_position(axis, value: float) -> tuple[int, float]:
