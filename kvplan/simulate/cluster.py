@@ -190,7 +190,7 @@ class Lockstep:
         idle = len(self.ranks) - len(planned)  # ranks stepping a dummy batch
         eager, pad = self.ranks[0].lockstep_rules(shapes + [BatchShape()] * idle)
         model = self.model.without_graphs() if eager else self.model
-        timing, _ = lockstep_step(model, shapes, idle, pad)
+        timing, _ = lockstep_step(model, shapes, idle, pad, self.ranks[0].idle_rank_tokens)
         for _, settle in planned:
             finished += settle(timing)
         self._sync()
@@ -210,7 +210,10 @@ class Lockstep:
         shapes += [BatchShape()] * (len(self.ranks) - len(active))
         eager, pad = self.ranks[0].lockstep_rules(shapes)
         model = self.model.without_graphs() if eager else self.model
-        gathered = lockstep_gathered_tokens([shape_tokens(s) for s in shapes], pad)
+        idle_tokens = self.ranks[0].idle_rank_tokens
+        gathered = lockstep_gathered_tokens(
+            [shape_tokens(s) if s.num_decodes else idle_tokens for s in shapes], pad
+        )
         runs = [
             model.decode_span_s(r.num_decodes, r.span_sums(steps), 1, gathered, pad) for r in active
         ]

@@ -366,6 +366,10 @@ class StepLog:
 class Engine:
     """One replica: `admit` requests, then `step` while `has_work`."""
 
+    # the tokens a DP-attention rank with nothing to run puts through the MoE layers: vLLM's
+    # dummy batch (DPEngineCoreProc.execute_dummy_batch) one
+    idle_rank_tokens = 1
+
     def __init__(
         self,
         config: EngineConfig,

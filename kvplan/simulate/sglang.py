@@ -60,6 +60,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvplan.formulas.batch_step import BatchShape, shape_tokens
+from kvplan.formulas.expert_parallel import sglang_dp_max_len
 from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
 from kvplan.record import NamedTuple
 from kvplan.simulate.engine import DECODE, Engine, Req, _Unservable
@@ -108,6 +109,10 @@ class _Node:
 class SglangEngine(Engine):
     """An Engine whose steps are SGLang's: a prefill batch alone when one can be formed, else a
     decode step for every running request."""
+
+    # an idle DP-attention rank runs an idle batch of no tokens (prepare_mlp_sync_batch_raw:
+    # num_tokens 0 for an idle forward mode)
+    idle_rank_tokens = 0
 
     def __init__(self, config, model, frontend_per_token_s, demand_blocks=None, observer=None,
                  policy: SglangPolicy = SglangPolicy()):  # fmt: skip
@@ -320,11 +325,12 @@ class SglangEngine(Engine):
         graph, so a prefill on any rank, or a rank past the graphs' largest batch, runs every
         rank eagerly; the MoE gather pads every rank to the largest count (DpPaddingMode
         MAX_LEN) in a decode step where 2 x sum > ranks x max, and sums them otherwise and with
-        a prefill in the step (SUM_LEN)."""
-        tokens = [shape_tokens(s) for s in shapes]
+        a prefill in the step (SUM_LEN): expert_parallel.sglang_dp_max_len, an idle rank's
+        tokens 0 (idle_rank_tokens)."""
+        tokens = [shape_tokens(s) if s.num_decodes or s.prefill_chunks else 0 for s in shapes]
         extend = any(s.prefill_chunks for s in shapes)
         eager = extend or max(tokens) > self.model.cuda_graph_max_tokens
-        return eager, not extend and 2 * sum(tokens) > len(tokens) * max(tokens)
+        return eager, sglang_dp_max_len(tokens, extend)
 
     # ---- one step -----------------------------------------------------------------------------
     def plan_step(self):

@@ -465,13 +465,18 @@ class SpeculativeStepModel:
         gathered_tokens: int | None = None,
         queries: int = 1,
         padded: bool = False,
+        gathered_sampled: int | None = None,
     ) -> StepTime:
         if not shape.num_decodes:
-            return self.target.step(shape, gathered_tokens, padded=padded)
+            return self.target.step(
+                shape, gathered_tokens, padded=padded, gathered_sampled=gathered_sampled
+            )
         b = shape.num_decodes
         gathered = None if gathered_tokens is None else gathered_tokens * self.queries
+        # the verification samples every query position (the head's gathered rows likewise)
+        sampled = None if gathered_sampled is None else gathered_sampled * self.queries
         decodes = BatchShape(b, shape.decode_context_sum, (), b * self.queries)
-        verify = self.target.step(decodes, gathered, self.queries, padded)
+        verify = self.target.step(decodes, gathered, self.queries, padded, sampled)
         draft = self.draft_step(b, shape.decode_context_sum)
         first = self.draft_step(b, shape.decode_context_sum, first=True)
         one = _round(verify, draft, first, self.k, self.speculation.tokens_per_round)
