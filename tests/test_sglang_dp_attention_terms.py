@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from kvplan.dtypes import resolve_kv_format
+from kvplan.engines.sglang import cuda_graph_batch_sizes, graph_batch_size
 from kvplan.formulas.batch_step import (
     BatchShape,
     StepModel,
@@ -21,6 +22,8 @@ from kvplan.formulas.step_time import Rates
 from kvplan.formulas.weights import quantized_parts
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
+from kvplan.simulate.engine import EngineConfig
+from kvplan.simulate.sglang import SglangEngine
 
 HIDDEN, VOCAB, LAYERS = 7168, 129_280, 61
 # DeepSeek-V3's MLP side: 3 dense MLPs of 3 x 7168 x 18432 and 58 shared experts of
@@ -114,7 +117,7 @@ def test_head_collectives_of_a_lockstep_step(sglang, vllm_rule):
     assert m.logits_gather_s(5, 6, 6) == pytest.approx(head, rel=1e-12)
     assert vllm_rule.logits_gather_s(5, 6, 6) == 0.0
     shapes = [BatchShape(5, 5000.0, (), 5), BatchShape(1, 1000.0, (), 1)]
-    step, slowest = lockstep_step(m, shapes, 6, False, idle_tokens=0)
+    step, slowest = lockstep_step(m, shapes, 6, False, gathered_tokens=6, gathered_sampled=6)
     assert slowest == 0
     assert step.terms_s["comm_s"] == pytest.approx(m.comm_s(5, 6) + head, rel=1e-12)
 
@@ -165,3 +168,42 @@ def test_gemm_calls_at_the_group_tp():
     assert plain is not None and not any(c.gathered for c in plain)
     shapes = {(c.n, c.k) for c in plain}
     assert (2 * 18432, HIDDEN) in shapes and (VOCAB, HIDDEN) in shapes
+
+
+def test_cuda_graph_batch_sizes():
+    """server_args._generate_cuda_graph_batch_sizes at --cuda-graph-max-bs 512 (an H200 at TP 8):
+    1, 2, 4, 8, 12, 16-256 by 8, 272-496 by 16, 512: 5 + 31 + 15 + 1 = 52 sizes; with speculative
+    decoding 1-8, 10-32 by 2, 40-64 by 4, 72-256 by 8, 272-512 by 16: 8 + 12 + 7 + 24 + 16 = 67."""
+    sizes = cuda_graph_batch_sizes(512)
+    assert len(sizes) == 52 and sizes[:6] == (1, 2, 4, 8, 12, 16) and sizes[-2:] == (496, 512)
+    spec_sizes = cuda_graph_batch_sizes(512, speculative=True)
+    assert len(spec_sizes) == 67 and spec_sizes[8:10] == (10, 12) and spec_sizes[-1] == 512
+    assert [graph_batch_size(n, 512) for n in (1, 3, 5, 13, 17, 257, 512, 513)] == [
+        1,
+        4,
+        8,
+        16,
+        24,
+        272,
+        512,
+        None,
+    ]
+
+
+def test_a_lockstep_step_under_graphs_replays_the_largest_ranks_size(sglang):
+    """cuda_graph_runner.replay under DP attention: every rank (an idle one too) replays the
+    graph of the smallest captured size at least the largest rank's batch and sets every rank's
+    token count to it: ranks of 5 and 1 decodes and six idle replay size 8, the MLPs and the
+    head on 8 x 8 = 64 rows, gathered padded (all_gather_into_tensor of 8 rows a GPU), whatever
+    the padding rule says eagerly (2 x 6 <= 8 x 5: SUM_LEN of 6 rows). A prefill on any rank
+    runs every rank eagerly: SUM_LEN, the idle ranks adding no tokens."""
+    engine = SglangEngine(EngineConfig(64, 8192, 4096, 1024, 64), sglang, 0.0)
+    decodes = [BatchShape(5, 5000.0, (), 5), BatchShape(1, 1000.0, (), 1)]
+    eager, pad = engine.lockstep_rules(decodes + [BatchShape()] * 6)
+    assert (eager, pad) == (False, False)
+    assert engine.lockstep_batch(decodes, 6, eager, pad) == (64, 64, True)
+    assert engine.lockstep_batch(decodes, 6, True, pad) == (6, 6, False)
+    prefill = [BatchShape(0, 0, ((300, 0),), 1), BatchShape(1, 1000.0, (), 1)]
+    eager, pad = engine.lockstep_rules(prefill + [BatchShape()] * 6)
+    assert (eager, pad) == (True, False)
+    assert engine.lockstep_batch(prefill, 6, eager, pad) == (301, 2, False)

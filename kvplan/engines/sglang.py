@@ -201,6 +201,31 @@ def piecewise_graph_tokens(max_tokens: int) -> int:
     return sum(1 for s in sizes if s <= max_tokens)
 
 
+def cuda_graph_batch_sizes(max_bs: int, speculative: bool = False) -> tuple[int, ...]:
+    """The batch sizes SGLang 0.5 captures CUDA graphs at, up to `max_bs` (--cuda-graph-max-bs;
+    server_args._generate_cuda_graph_batch_sizes): 1, 2, 4, 8, 12, then every 8 to 256, every 16
+    to 511, every 32 from 512; with speculative decoding 1-8, every 2 to 32, every 4 to 64, every
+    8 to 256, every 16 from 272. A decode batch replays the smallest one it fits."""
+    if speculative:
+        sizes = [
+            *range(1, 9),
+            *range(10, 33, 2),
+            *range(40, 65, 4),
+            *range(72, 257, 8),
+            *range(272, max_bs + 1, 16),
+        ]
+    else:
+        sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16)]
+        sizes += range(512, max_bs + 1, 32)
+    return tuple(s for s in sizes if s <= max_bs)
+
+
+def graph_batch_size(tokens: int, max_bs: int, speculative: bool = False) -> int | None:
+    """The captured batch size a decode batch of `tokens` sequences replays (the smallest one
+    at least as large, cuda_graph_runner.replay's bisect), None past the largest."""
+    return next((s for s in cuda_graph_batch_sizes(max_bs, speculative) if s >= tokens), None)
+
+
 def vlm_fraction_factor(vision_tower: tuple[int, int]) -> float:
     """adjust_mem_fraction_for_vlm's factor: 0.95 x (1 - 0.1 (L x H^2 / (24 x 1024^2) - 1)),
     the bracket kept within 0.8 and 1.05 (L, H: the vision_config's layers and hidden size)."""

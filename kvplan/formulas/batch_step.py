@@ -1409,24 +1409,28 @@ def lockstep_step(
     shapes: list[BatchShape],
     idle_ranks: int = 0,
     pad_to_max: bool = False,
-    idle_tokens: int = 1,
+    gathered_tokens: int | None = None,
+    gathered_sampled: int | None = None,
 ) -> tuple[StepTime, int]:
     """One step of DP-attention ranks in lockstep, each running its own shape with the MoE
     layers over the gathered tokens of all: (the slowest rank's step, its index in `shapes`).
     Every rank joins every MoE layer's dispatch/combine (or all-gather) each step, so none
-    finishes before the slowest. `idle_ranks` ranks with nothing to run step a dummy batch
-    (vLLM's DPEngineCoreProc.execute_dummy_batch, SGLang's idle batch from
-    prepare_mlp_sync_batch): its `idle_tokens` (vLLM's 1, SGLang's 0) join the MoE layers, its
-    forward (the same layers, no attention, nothing sampled) is never the slowest. The MoE layers see the sum
+    finishes before the slowest. `idle_ranks` ranks with nothing to run step a one-token dummy
+    batch (vLLM's DPEngineCoreProc.execute_dummy_batch): its token joins the MoE layers, its
+    forward (the same layers over one token, no attention, nothing sampled) is never the
+    slowest. `gathered_tokens` and `gathered_sampled` (the engine's Engine.lockstep_batch)
+    replace the rule below where given. The MoE layers see the sum
     of the ranks' tokens (vLLM's num_tokens_across_dp, SGLang's global_num_tokens), or with
     `pad_to_max` every rank's padded to the largest (vLLM under CUDA graphs, SGLang's MAX_LEN
     gather): lockstep_gathered_tokens. `model` prices every rank (StepModel.without_graphs where
     the group runs eagerly)."""
-    tokens = [shape_tokens(s) for s in shapes] + [idle_tokens] * idle_ranks
+    tokens = [shape_tokens(s) for s in shapes] + [1] * idle_ranks
     gathered = lockstep_gathered_tokens(tokens, pad_to_max)
+    if gathered_tokens is not None:
+        gathered = gathered_tokens
     # SGLang's DP-attention head runs on the ranks' sampled rows summed (an idle rank samples
     # none: logits_gather_s)
-    sampled = sum(s.num_sampled for s in shapes)
+    sampled = sum(s.num_sampled for s in shapes) if gathered_sampled is None else gathered_sampled
     times = [model.step(s, gathered, padded=pad_to_max, gathered_sampled=sampled) for s in shapes]
     slowest = max(range(len(times)), key=lambda i: times[i].total_s)
     return times[slowest], slowest

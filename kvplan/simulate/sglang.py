@@ -59,7 +59,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvplan.formulas.batch_step import BatchShape, shape_tokens
+from kvplan.engines.sglang import graph_batch_size
+from kvplan.formulas.batch_step import BatchShape, lockstep_gathered_tokens, shape_tokens
 from kvplan.formulas.expert_parallel import sglang_dp_max_len
 from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
 from kvplan.record import NamedTuple
@@ -109,10 +110,6 @@ class _Node:
 class SglangEngine(Engine):
     """An Engine whose steps are SGLang's: a prefill batch alone when one can be formed, else a
     decode step for every running request."""
-
-    # an idle DP-attention rank runs an idle batch of no tokens (prepare_mlp_sync_batch_raw:
-    # num_tokens 0 for an idle forward mode)
-    idle_rank_tokens = 0
 
     def __init__(self, config, model, frontend_per_token_s, demand_blocks=None, observer=None,
                  policy: SglangPolicy = SglangPolicy()):  # fmt: skip
@@ -331,6 +328,27 @@ class SglangEngine(Engine):
         extend = any(s.prefill_chunks for s in shapes)
         eager = extend or max(tokens) > self.model.cuda_graph_max_tokens
         return eager, sglang_dp_max_len(tokens, extend)
+
+    def lockstep_batch(
+        self, shapes: list[BatchShape], idle: int, eager: bool, pad: bool
+    ) -> tuple[int, int, bool]:
+        """SGLang's DP-attention gather (Engine.lockstep_batch). Under CUDA graphs every rank
+        replays the graph of the smallest captured batch size at least the largest rank's
+        batch (cuda_graph_runner.replay: bisect over capture_bs of max(global_num_tokens); an
+        idle rank too) and sets every rank's token and sampled counts to it: the MoE and MLP
+        layers and the head run on ranks x that size, gathered padded (all_gather_into_tensor).
+        Eagerly, an idle rank's batch has no tokens (prepare_mlp_sync_batch_raw), the ranks'
+        tokens are summed or padded to the largest (lockstep_rules), the head's rows summed."""
+        ranks = len(shapes) + idle
+        if not eager and self.model.dp_gather_full:
+            speculative = getattr(self.model, "speculation", None) is not None
+            size = graph_batch_size(
+                max(s.num_decodes for s in shapes), self.model.cuda_graph_max_tokens, speculative
+            )
+            if size is not None:
+                return ranks * size, ranks * size, True
+        tokens = [shape_tokens(s) for s in shapes] + [0] * idle
+        return lockstep_gathered_tokens(tokens, pad), sum(s.num_sampled for s in shapes), pad
 
     # ---- one step -----------------------------------------------------------------------------
     def plan_step(self):
