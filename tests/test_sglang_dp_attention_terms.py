@@ -207,3 +207,23 @@ def test_a_lockstep_step_under_graphs_replays_the_largest_ranks_size(sglang):
     eager, pad = engine.lockstep_rules(prefill + [BatchShape()] * 6)
     assert (eager, pad) == (True, False)
     assert engine.lockstep_batch(prefill, 6, eager, pad) == (301, 2, False)
+
+
+def test_the_mtp_draft_head_runs_over_the_group_and_gathers_its_logits(sglang):
+    """SGLang's EAGLE draft (DeepSeek's MTP layer) computes its logits with the target's
+    LogitsProcessor and vocab-parallel head: under DP attention over the 8 GPUs on the ranks'
+    gathered rows (its bf16 head 1,853,358,080 / 8 B a GPU), its logits gathered as the
+    target's are. A draft step of 5 decodes a rank (8 x 5 sampled rows gathered): the step's
+    comm holds the head's collectives of 40 rows."""
+    from kvplan.simulate.speculative import SpecDecode, Speculation, SpeculativeStepModel
+
+    mtp = SpecDecode("mtp", 1, 1, 2, None)
+    speculation = Speculation(mtp, 1.8, "length", None, 1, 0.0, 0.0, 1)
+    model = SpeculativeStepModel(sglang, speculation, None)
+    assert model.head_bytes == 1_853_358_080 / 8
+    assert model.head_flop_per_token == 2 * HEAD_PARAMS / 8
+    draft = model.draft_step(5, 5000.0)
+    layers = sglang._forward(BatchShape(5, 5000.0, (), 5), model.share, None, 1)
+    head = sglang.logits_gather_s(5, None, 40)
+    assert head == sglang.logits_gather_s(5)  # 8 ranks x 5 rows by default
+    assert draft.terms_s["comm_s"] == pytest.approx(layers[4] + head, rel=1e-12)
