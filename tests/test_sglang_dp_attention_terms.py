@@ -227,3 +227,30 @@ def test_the_mtp_draft_head_runs_over_the_group_and_gathers_its_logits(sglang):
     head = sglang.logits_gather_s(5, None, 40)
     assert head == sglang.logits_gather_s(5)  # 8 ranks x 5 rows by default
     assert draft.terms_s["comm_s"] == pytest.approx(layers[4] + head, rel=1e-12)
+
+
+def test_memory_defaults_and_weights_under_dp_attention():
+    """server_args (0.5) with --tp 8 --dp-size 8 --enable-dp-attention on an H200: the bucket of
+    the server's --tp 8 (chunked prefill 8,192, cuda_graph_max_bs 512), reserved 512 + 8,192 x
+    1.5 + 512 x 2 + 8 / 8 x 1,024 + 1,536 (MLA's piecewise graphs) = 16,384 MiB, and for DP
+    attention 512 x 8 x 3 + (512 > 300) 512 x 8 x 1.5 = 18,432 MiB more. A rank holds 1/8 of
+    the dense MLPs, shared experts and head (deepseek_v2.py), all of the attention."""
+    from kvplan.engines.sglang import default_mem_fraction
+    from kvplan.engines.vllm_memory import weights_per_rank
+
+    spec = load_model("deepseek-v3")
+    gpu = load_profile("h200")
+    mib = gpu.usable_memory_bytes / 2**20
+    plain = default_mem_fraction(spec, gpu, 8, 1)
+    dp = default_mem_fraction(spec, gpu, 8, 1, dp_attention=8)
+    assert (plain.chunked_prefill_size, plain.cuda_graph_max_bs) == (8192, 512)
+    assert (dp.chunked_prefill_size, dp.cuda_graph_max_bs) == (8192, 512)
+    assert plain.reserved_bytes == 16_384 * 2**20
+    assert dp.reserved_bytes == (16_384 + 18_432) * 2**20
+    assert dp.mem_fraction_static == round((mib - 34_816) / mib, 3)
+    whole = weights_per_rank(spec, spec, True, True, "fp8", 1, None, 8)
+    split = weights_per_rank(spec, spec, True, True, "fp8", 1, None, 8, mlp_ranks=8)
+    mlp = (spec.param_parts["mlp"] + spec.param_parts["shared_experts"]) * 7 / 8
+    head = 129_280 * HIDDEN * 2 * 7 / 8  # bf16, the vocabulary already a multiple of 64
+    assert whole.total_bytes - split.total_bytes == pytest.approx(mlp + head, rel=1e-3)
+    assert whole.lm_head_bytes - split.lm_head_bytes == pytest.approx(head, rel=1e-9)

@@ -165,6 +165,8 @@ LARGEST_BUCKET = (16384, 512)
 RESERVED_BASE_MIB = 512
 RESERVED_FLOOR_MIB = 10 * 1024  # on GPUs above 60 GiB
 MLA_PIECEWISE_MIB = 1536
+# under DP attention: MiB per captured batch size per DP rank, and more above 300 sizes
+DP_GRAPH_MIB, DP_LARGE_GRAPH_MIB = 3, 1.5
 MAX_PREFILL_TOKENS = 16384
 VIT_BASELINE_LAYERS, VIT_BASELINE_HIDDEN = 24, 1024  # ViT-L/14, adjust_mem_fraction_for_vlm
 # SGLang's --kv-cache-dtype spellings -> the format kvplan's formulas store a value in (None: the
@@ -242,10 +244,17 @@ class FractionDefault(NamedTuple):
 
 
 def default_mem_fraction(
-    spec: ModelSpec, gpu: GpuProfile, tp: int, pp: int, version: str = SGLANG_VERSION
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    tp: int,
+    pp: int,
+    version: str = SGLANG_VERSION,
+    dp_attention: int = 1,
 ) -> FractionDefault:
     """SGLang's own mem_fraction_static for this GPU and layout (its server_args heuristic),
-    at release `version` (SGLANG_VERSIONS)."""
+    at release `version` (SGLANG_VERSIONS). `tp` is the server's --tp; `dp_attention` its
+    --dp-size under --enable-dp-attention (1: off), which 0.5 reserves cuda_graph_max_bs x dp x 3
+    MiB more for ("DP attention needs more padding"), x 4.5 above 300."""
     gpu_mib = gpu.usable_memory_bytes / MIB
     if version == "0.4":
         fraction = next(f for at_least, f in MEM_FRACTION_04 if tp >= at_least)
@@ -260,6 +269,10 @@ def default_mem_fraction(
             break
     mla = spec.has_kind(CacheKind.MLA)
     reserved = RESERVED_BASE_MIB + max(chunked, 2048) * 1.5 + graphs * 2 + tp * pp / 8 * 1024
+    if dp_attention > 1:
+        reserved += (
+            graphs * dp_attention * (DP_GRAPH_MIB + (DP_LARGE_GRAPH_MIB if graphs > 300 else 0))
+        )
     if mla:
         reserved += MLA_PIECEWISE_MIB
     else:
@@ -642,7 +655,9 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     spec = spec._replace(dtype=dtype)
     version, _ = sglang_release(request.sglang_version)
     moe_backend_name("sglang", request.backends.moe_runner_backend, version)
-    default = default_mem_fraction(spec, gpu, request.tp, request.pp, version)
+    # under DP attention the server's --tp is the group's (request.tp a rank's attention TP)
+    server_tp = request.tp * request.dp_attention
+    default = default_mem_fraction(spec, gpu, server_tp, request.pp, version, request.dp_attention)
     fraction = request.mem_fraction_static
     given = fraction is not None
     if fraction is None:
@@ -696,6 +711,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             request.tp,
             sglang_mxfp4_alignment(gpu),
             request.expert_ranks,
+            mlp_ranks=server_tp if request.dp_attention > 1 else None,
         ).total_bytes
         kept = triton_kernels_kept_bytes(spec, stage, gpu, request, version, wdtype)
         if kept:
@@ -703,7 +719,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             notes.append(
                 note("sglang-triton-kernels-kept", kept_bytes=kept, hopper=gpu_generation(gpu) == 9)
             )
-        context = INIT_CONTEXT_BYTES[1 if request.tp * request.pp == 1 else 2]
+        context = INIT_CONTEXT_BYTES[1 if server_tp * request.pp == 1 else 2]
         free_before = int(gpu.usable_memory_bytes - context)
         rest = int(free_before * fraction - weights)
         notes.append(
