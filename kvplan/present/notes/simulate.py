@@ -497,7 +497,7 @@ text("sim-expert-parallel")(
             f"by {router.replace('_', ' ')}) and runs attention and the dense layers on its own "
             "batch, their weights replicated at the attention TP; the MoE layers run on the "
             "gathered batch. The ranks step in lockstep, each step as long as the slowest "
-            "rank's, an idle rank running a one-token dummy "
+            "rank's, an idle rank running a dummy batch (vLLM's of one token, SGLang's of none) "
             "(kvplan.formulas.batch_step.lockstep_step). "
             if dp > 1
             else ""
@@ -508,8 +508,11 @@ text("sim-expert-parallel")(
             "the whole group and after it handed back: in a step with a prefill, or with "
             "unbalanced ranks, two all-reduces of the summed rows (SUM_LEN); in balanced decode "
             "steps an all-gather and a reduce-scatter of the rows padded to the largest rank's "
-            "(MAX_LEN). With DP attention SGLang divides chunked_prefill_size by the DP size "
-            "and multiplies schedule_conservativeness by 0.3 (server_args). "
+            "(MAX_LEN); under CUDA graphs every rank is padded to the captured batch size of the "
+            "largest rank's batch. The dense MLPs, shared experts, router and head run over the "
+            "whole group on the gathered rows (1/G of their weights a GPU), the head's logits "
+            "all-gathered over it. With DP attention SGLang divides chunked_prefill_size by the "
+            "DP size and multiplies schedule_conservativeness by 0.3 (server_args). "
             if dp > 1 and engine == "sglang"
             else ""
         )
