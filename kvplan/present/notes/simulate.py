@@ -512,7 +512,9 @@ text("sim-expert-parallel")(
             "largest rank's batch. The dense MLPs, shared experts, router and head run over the "
             "whole group on the gathered rows (1/G of their weights a GPU), the head's logits "
             "all-gathered over it. With DP attention SGLang divides chunked_prefill_size by the "
-            "DP size and multiplies schedule_conservativeness by 0.3 (server_args). "
+            "DP size and multiplies schedule_conservativeness by 0.3 (server_args). Not priced: "
+            "the scheduler's all-gather of the ranks' batch sizes over the CPU group every step "
+            "(prepare_mlp_sync_batch_raw; no kernel table times it). "
             if dp > 1 and engine == "sglang"
             else ""
         )
