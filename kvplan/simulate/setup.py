@@ -1397,6 +1397,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         mem_fraction_static=options.mem_fraction_static,
         weights_dtype=weights_format(options),
         expert_ranks=layout.expert_ranks if layout.modelled else None,
+        dp_attention=layout.dp,
         backends=options.backends,
         speculative_eagle_topk=options.speculative_eagle_topk,
     )
