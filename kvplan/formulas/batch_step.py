@@ -63,7 +63,13 @@ from kvplan.formulas.flops import (
     prefill_compressed_keys,
     prefill_indexed_keys,
 )
-from kvplan.formulas.gemm_calls import GemmCall, dense_gemm_calls, gemm_calls_s
+from kvplan.formulas.gemm_calls import (
+    GemmCall,
+    PricedCalls,
+    dense_gemm_calls,
+    priced_calls,
+    priced_calls_s,
+)
 from kvplan.formulas.kv import block_topk_tokens, compressed_read_bytes, topk_read_bytes
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
 from kvplan.formulas.step_time import (
@@ -416,15 +422,19 @@ class StepModel:
         )
         experts = achieved.experts.get(key, achieved.experts["bf16"])
         self.dense_rates = Rates(bw * dense[1], gemm_peak * dense[0])
-        # each dense GEMM at its own shape, timed by this GPU and engine's own GEMM table, at the
-        # token counts it holds (gemm_calls; None: not measured, a format it lacks, or layers
-        # whose matrices the widths do not lay out: the pooled term alone)
+        # each dense GEMM at its own shape, timed by this GPU and engine's own GEMM table at
+        # every step size (gemm_calls; None: not measured, a format it lacks, or layers whose
+        # matrices the widths do not lay out: the pooled term alone); `_calls_s` by (tokens,
+        # sampled), as a run repeats its step sizes
         self.gemm_grid: GemmGrid | None = None
         self.gemm_calls: tuple[GemmCall, ...] | None = None
+        self._priced: PricedCalls | None = None
+        self._calls_s: dict[tuple[int, int], float] = {}
         if gemm_grid is not None and not self.dense_untimed:
             calls = dense_gemm_calls(spec, key, quantized_parts(spec, weights_dtype), tp)
-            if calls is not None and all(c.fmt in gemm_grid.us for c in calls):
-                self.gemm_grid, self.gemm_calls = gemm_grid, calls
+            priced = None if calls is None else priced_calls(gemm_grid, calls)
+            if priced is not None:
+                self.gemm_grid, self.gemm_calls, self._priced = gemm_grid, calls, priced
         expert_peak = gemm_peak if key in ("fp8", "int8") else bf16
         self.expert_curve = achieved.experts_curve.get(key) if spec.moe else None
         # with a curve, the experts run at the datasheet roofline times its slowdown; without
@@ -748,12 +758,16 @@ class StepModel:
 
     def dense_calls_s(self, num_tokens: int, num_sampled: int) -> float | None:
         """Seconds of the step's dense GEMMs each at its own shape, as this GPU's GEMM table
-        timed them (gemm_calls.gemm_calls_s), MLA's absorbed BMMs at their floor; None past the
-        table's token counts or where the model's GEMMs are not laid out (gemm_calls)."""
-        if self.gemm_calls is None or self.gemm_grid is None:
+        timed them (gemm_calls.priced_calls_s), MLA's absorbed BMMs at their floor; None where
+        the model's GEMMs are not laid out or not timed (gemm_calls)."""
+        if self._priced is None:
             return None
-        calls_s = gemm_calls_s(self.gemm_grid, self.gemm_calls, num_tokens, num_sampled)
-        return None if calls_s is None else calls_s + self.mla_bmms_s
+        key = (num_tokens, num_sampled)
+        cached = self._calls_s.get(key)
+        if cached is None:
+            cached = priced_calls_s(self._priced, num_tokens, num_sampled) + self.mla_bmms_s
+            self._calls_s[key] = cached
+        return cached
 
     def gemm_s(
         self, num_tokens: int, num_sampled: int | None = None, gathered_tokens: int | None = None
@@ -772,17 +786,18 @@ class StepModel:
             if self.expert_curve
             else 1.0
         )
-        # the dense GEMMs at their own shapes where timed: the larger of that and the pooled
-        # roofline (the head's and embedding's bytes past the grid, a shape it clamps)
-        calls_s = self.dense_calls_s(num_tokens, sampled) or 0.0
-        for num_bytes, flops, rates, slowdown, floor_s, curve in (
+        # the dense GEMMs at their own shapes where timed, at every step size: their sum alone
+        # (docs/simulate.md "Each dense GEMM at its own shape"); else the pooled roofline
+        calls_s = self.dense_calls_s(num_tokens, sampled)
+        for num_bytes, flops, rates, slowdown, floor_s, curve, timed_s in (
             (
                 dense_bytes,
                 dense_flops,
                 self.dense_rates,
                 1.0,
-                max(self.floors.dense_s, calls_s),
+                self.floors.dense_s,
                 None,
+                calls_s,
             ),
             (
                 expert_bytes,
@@ -791,17 +806,19 @@ class StepModel:
                 expert_slowdown,
                 self.floors.experts_s,
                 self.moe_curve,
+                None,
             ),
         ):
             if not num_bytes and not flops:
                 continue
             # every GEMM launched takes at least the smallest GEMM (fused MoE) measured
             memory_s, compute_s = roofs_s(num_bytes, flops, rates)
-            seconds = (
-                self.moe_layers * moe_kernel_s(curve, moe_tokens)  # the model's own MoE, timed
-                if curve is not None
-                else max(max(memory_s, compute_s) * slowdown, floor_s)
-            )
+            if timed_s is not None:
+                seconds = timed_s
+            elif curve is not None:  # the model's own MoE, timed
+                seconds = self.moe_layers * moe_kernel_s(curve, moe_tokens)
+            else:
+                seconds = max(max(memory_s, compute_s) * slowdown, floor_s)
             if memory_s >= compute_s:  # the weights' roof binds (`bound`)
                 weights_s += seconds
             else:

@@ -6,15 +6,17 @@ gemm_grid) time a 4-16 MB bf16 GEMM at one token in 5.9 us on a B200 under SGLan
 its 8 TB/s. `dense_gemm_calls` lists the dense GEMMs one rank runs in a forward, per layer as the
 engines shard them under tensor parallelism (qkv and o; MLA's fused q_a|kv_a, q_b and o; gate|up
 and down; each MoE layer's router and shared expert; the head), and `gemm_calls_s` sums their
-measured times at the step's tokens (`gemm_call_s`: bilinear in log n and log k between the four
-grid shapes around each call, linear in tokens between the two grid token counts around the
-step's). MLA's two absorbed BMMs (kv_b split into the key and value halves, batched over the
+measured times at the step's tokens, any number of them (`gemm_call_s`: bilinear in log n and
+log k between the four grid shapes around each call; log-log in tokens between the two grid
+token counts around the step's, 1 to 32,768 by powers of two; linear in tokens past the last).
+MLA's two absorbed BMMs (kv_b split into the key and value halves, batched over the
 heads) are no GEMM of the table: they stay at their floor (batch_step._Floors).
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.inputs.kernel_tables import GemmGrid
@@ -123,21 +125,38 @@ def dense_gemm_calls(
 
 def gemm_call_s(grid: GemmGrid, fmt: str, tokens: int, n: int, k: int) -> float | None:
     """Seconds of one `n` x `k` GEMM over `tokens` rows in format `fmt`, from the GPU's table:
-    at each of the two grid token counts around `tokens` (linear between them; at or below the
-    first, the first), bilinear in log n and log k between the four grid shapes around (n, k),
-    over those of them the table timed (weights renormalised). A call wider than the grid's
-    widest n (or k) is that many widest calls: time x n / n_max (a head of 154,880 rows). None:
-    past the grid's largest token count, or a format or shape the table did not time."""
-    if fmt not in grid.us or tokens > grid.m[-1]:
+    at each grid token count, bilinear in log n and log k between the four grid shapes around
+    (n, k), over those of them the table timed (weights renormalised); a call wider than the
+    grid's widest n (or k) is that many widest calls: time x n / n_max (a head of 154,880 rows).
+    Across tokens, `along_tokens_s`. None: a format or shape the table did not time."""
+    profile = call_profile(grid, fmt, n, k)
+    return None if profile is None else along_tokens_s(grid.m, profile, tokens)
+
+
+def call_profile(grid: GemmGrid, fmt: str, n: int, k: int) -> tuple[float, ...] | None:
+    """Seconds of one `n` x `k` GEMM at each of the grid's token counts (gemm_call_s; None: not
+    timed at one of them)."""
+    if fmt not in grid.us:
         return None
-    i = next(j for j, x in enumerate(grid.m) if x >= tokens)
-    if i == 0 or grid.m[i] == tokens:
-        return _at(grid, fmt, i, n, k)
-    lo, hi = _at(grid, fmt, i - 1, n, k), _at(grid, fmt, i, n, k)
-    if lo is None or hi is None:
-        return None
-    w = (tokens - grid.m[i - 1]) / (grid.m[i] - grid.m[i - 1])
-    return lo + (hi - lo) * w
+    profile = tuple(_at(grid, fmt, i, n, k) for i in range(len(grid.m)))
+    return None if any(s is None for s in profile) else profile  # type: ignore[return-value]
+
+
+def along_tokens_s(m: tuple[int, ...], profile: tuple[float, ...], tokens: int) -> float:
+    """A call's seconds at `tokens` from its seconds at the grid's token counts `m`: log-log
+    between the two grid counts around it (a power law in tokens, as the time goes from flat at
+    a few tokens to linear once compute binds); at or below the first, the first; past the
+    last (32,768 in aiconfigurator's tables), linear in tokens from the last (compute-bound)."""
+    if tokens <= m[0]:
+        return profile[0]
+    if tokens >= m[-1]:
+        return profile[-1] * tokens / m[-1]
+    i = bisect_left(m, tokens)
+    if m[i] == tokens:
+        return profile[i]
+    lo, hi = profile[i - 1], profile[i]
+    w = math.log(tokens / m[i - 1]) / math.log(m[i] / m[i - 1])
+    return lo * (hi / lo) ** w
 
 
 def _bracket(v: int, axis: tuple) -> tuple[int, int, float, float]:
@@ -171,15 +190,39 @@ def _at(grid: GemmGrid, fmt: str, mi: int, n: int, k: int) -> float | None:
     return total / weight * sn * sk * 1e-6
 
 
+class PricedCalls(NamedTuple):
+    """A rank's dense GEMMs with each call's seconds at the grid's token counts, looked up once
+    (priced_calls): `calls` ((times, head, profile), ...) over the token axis `m`."""
+
+    m: tuple[int, ...]
+    calls: tuple[tuple[int, bool, tuple[float, ...]], ...]
+
+
+def priced_calls(grid: GemmGrid, calls: tuple[GemmCall, ...]) -> PricedCalls | None:
+    """`calls` priced on `grid` at its token counts (call_profile); None where any call is not
+    timed."""
+    out = []
+    for call in calls:
+        profile = call_profile(grid, call.fmt, call.n, call.k)
+        if profile is None:
+            return None
+        out.append((call.times, call.head, profile))
+    return PricedCalls(grid.m, tuple(out))
+
+
+def priced_calls_s(priced: PricedCalls, tokens: int, sampled: int) -> float:
+    """Seconds of the priced calls over a step of `tokens` tokens, `sampled` of which reach the
+    head: the sum of each call's time at its own rows (along_tokens_s)."""
+    return sum(
+        times * along_tokens_s(priced.m, profile, sampled if head else tokens)
+        for times, head, profile in priced.calls
+    )
+
+
 def gemm_calls_s(
     grid: GemmGrid, calls: tuple[GemmCall, ...], tokens: int, sampled: int
 ) -> float | None:
     """Seconds of `calls` over a step of `tokens` tokens, `sampled` of which reach the head: the
     sum of each call's measured time (gemm_call_s). None where any call is not timed."""
-    total = 0.0
-    for call in calls:
-        s = gemm_call_s(grid, call.fmt, sampled if call.head else tokens, call.n, call.k)
-        if s is None:
-            return None
-        total += call.times * s
-    return total
+    priced = priced_calls(grid, calls)
+    return None if priced is None else priced_calls_s(priced, tokens, sampled)
