@@ -138,8 +138,13 @@ def call_profile(grid: GemmGrid, fmt: str, n: int, k: int) -> tuple[float, ...] 
     timed at one of them)."""
     if fmt not in grid.us:
         return None
-    profile = tuple(_at(grid, fmt, i, n, k) for i in range(len(grid.m)))
-    return None if any(s is None for s in profile) else profile  # type: ignore[return-value]
+    profile = []
+    for i in range(len(grid.m)):
+        s = _at(grid, fmt, i, n, k)
+        if s is None:
+            return None
+        profile.append(s)
+    return tuple(profile)
 
 
 def along_tokens_s(m: tuple[int, ...], profile: tuple[float, ...], tokens: int) -> float:
