@@ -1210,6 +1210,26 @@ def gemm_grid(rows) -> dict:
     return {"m": list(GEMM_GRID_TOKENS), "n": ns, "k": ks, "us": us}
 
 
+def mla_bmm_grid(rows) -> dict:
+    """{"heads": [...], "us": {"bf16": {"pre": [[us at each head] at each m], "post": ...}}}
+    from one mla_bmm table's rows: the bf16 rows (the engines' torch.bmm; the fp8 kernels are
+    left out: which BMM an fp8 checkpoint's absorbed projections run differs by engine path) at
+    GEMM_GRID_TOKENS tokens, microseconds to three significant figures (null: not timed)."""
+    kept = [
+        r for r in rows if r.get("bmm_dtype") == "bfloat16" and r["num_tokens"] in GEMM_GRID_TOKENS
+    ]
+    heads = sorted({r["num_heads"] for r in kept})
+    at = {(r["op_name"], r["num_tokens"], r["num_heads"]): r["latency"] * 1e3 for r in kept}
+    us: dict = {}
+    for op, key in (("mla_gen_pre", "pre"), ("mla_gen_post", "post")):
+        if any(o == op for o, _, _ in at):
+            us[key] = [
+                [float(f"{at[op, m, h]:.3g}") if (op, m, h) in at else None for h in heads]
+                for m in GEMM_GRID_TOKENS
+            ]
+    return {"heads": heads, "us": {"bf16": us} if len(us) == 2 else {}}
+
+
 def write_gemm_grid(root: Path, gpu: str, engine: str, name: str) -> Path | None:
     """kernel_tables/gemm/<name>: the GPU's graph-timed GEMM of every (n, k) the engine's newest
     table holds at GEMM_GRID_TOKENS tokens (gemm_grid), read by the step model to price each
@@ -1232,6 +1252,20 @@ def write_gemm_grid(root: Path, gpu: str, engine: str, name: str) -> Path | None
         "n": grid["n"],
         "k": grid["k"],
     }
+    bmm_version = newest(root, gpu, "mla_bmm", engine, "mla_bmm_perf")
+    if bmm_version is not None:
+        bmm = mla_bmm_grid(table(root, gpu, "mla_bmm", "mla_bmm_perf", bmm_version, engine))
+        if bmm["us"]:
+            head["mla_bmm"] = {
+                "source": f"aiconfigurator_core/systems/data/{gpu}/mla_bmm/{engine}/"
+                f"{bmm_version}/mla_bmm_perf.parquet",
+                "derived_by": "mla_bmm_grid: MLA's two absorbed BMMs (pre: q_nope [heads, m, "
+                "128] x [heads, 128, 512]; post: [heads, m, 512] x [heads, 512, 128], the "
+                "DeepSeek slice the table times) in bf16 (torch.bmm) by tokens (m, as above) "
+                "and heads, microseconds (null: not timed)",
+                "heads": bmm["heads"],
+                "us": bmm["us"],
+            }
     lines = []
     for fmt, by_m in grid["us"].items():
         rows = ",\n  ".join(json.dumps(block, separators=(",", ":")) for block in by_m)
@@ -1248,6 +1282,115 @@ def write_gemm_grids(root: Path) -> list[Path]:
             if version is None:
                 continue
             path = write_gemm_grid(root, gpu, engine, f"{gpu}.{engine}.{version}.json")
+            if path is not None:
+                written.append(path)
+    return written
+
+
+# ---- recurrent layers (kernel_tables/recurrent/) ------------------------------------------
+# The kernels one Gated DeltaNet layer runs per step, by phase, as the engines' GDN backends
+# call them (SGLang's hybrid_linear_attn_backend.py, vLLM's gdn_attn / qwen3_next.py): a decode
+# runs the conv-state update, then the recurrent state update (gating fused in); a prefill chunk
+# the causal conv over its tokens, then the chunked delta rule. The norms and projections
+# around them are in the GEMM and small-kernel terms.
+RECURRENT_KERNELS = {
+    "decode": ("generation", "causal_conv1d_update", "fused_recurrent_"),
+    "prefill": ("context", "causal_conv1d_fn", "chunk_"),
+}
+RECURRENT_TABLES = {"gated_deltanet": ("linear_attention", "gdn_perf")}
+
+
+def recurrent_grid(rows) -> dict:
+    """{"decode_batch", "prefill_batch", "prefill_tokens", "us"} from one Gated DeltaNet table's
+    rows (every kernel_source kept: `table(..., fastest=False)`): per head shape on a rank
+    ("gated_deltanet/<key heads>x<key dim>/<value heads>x<value dim>/<phase>"), the layer's
+    kernels of that phase (RECURRENT_KERNELS: the conv and the state kernel) summed at each batch
+    (decode: sequences of one token; prefill: sequences x tokens per sequence), each kernel at
+    the median over the table's models of that head shape (the kernels see the heads, not the
+    model's width), microseconds; None where a kernel was not timed at that point. A phase whose
+    state kernel the table lacks (the A100's SGLang 0.5.10 table has no chunked kernel) is left
+    out."""
+    by: dict = {}
+    for r in rows:
+        for phase, (row_phase, conv, state) in RECURRENT_KERNELS.items():
+            source = r["kernel_source"]
+            if r["phase"] != row_phase or not (source == conv or source.startswith(state)):
+                continue
+            shape = f"{r['num_k_heads']}x{r['head_k_dim']}/{r['num_v_heads']}x{r['head_v_dim']}"
+            part = "conv" if source == conv else "state"
+            at = (r["batch_size"], r["seq_len"] if phase == "prefill" else 1)
+            by.setdefault((phase, shape), {}).setdefault(at, {}).setdefault(part, []).append(
+                r["latency"] * 1e3
+            )
+    decode_batch = sorted({b for (ph, _), pts in by.items() if ph == "decode" for b, _ in pts})
+    prefill_batch = sorted({b for (ph, _), pts in by.items() if ph == "prefill" for b, _ in pts})
+    prefill_tokens = sorted({s for (ph, _), pts in by.items() if ph == "prefill" for _, s in pts})
+
+    def us(points: dict, at) -> float | None:
+        parts = points.get(at, {})
+        if set(parts) != {"conv", "state"}:
+            return None
+        return round(sum(statistics.median(v) for v in parts.values()), 3)
+
+    out: dict = {}
+    for (phase, shape), points in sorted(by.items()):
+        if not any(set(p) == {"conv", "state"} for p in points.values()):
+            continue
+        if phase == "decode":
+            out[f"gated_deltanet/{shape}/decode"] = [us(points, (b, 1)) for b in decode_batch]
+        else:
+            out[f"gated_deltanet/{shape}/prefill"] = [
+                [us(points, (b, s)) for s in prefill_tokens] for b in prefill_batch
+            ]
+    return {
+        "decode_batch": decode_batch,
+        "prefill_batch": prefill_batch,
+        "prefill_tokens": prefill_tokens,
+        "us": out,
+    }
+
+
+def write_recurrent_grid(root: Path, gpu: str, engine: str) -> Path | None:
+    """kernel_tables/recurrent/<gpu>.<engine>.<version>.json: the GPU's Gated DeltaNet layer
+    kernels by head shape, phase and batch (recurrent_grid) from the engine's newest
+    linear_attention/gdn_perf table, read by the step model to time each recurrent layer
+    (None: no table, or one without both phases)."""
+    import json
+
+    op, name = RECURRENT_TABLES["gated_deltanet"]
+    version = newest(root, gpu, op, engine, name)
+    if version is None:
+        return None
+    grid = recurrent_grid(table(root, gpu, op, name, version, engine, fastest=False))
+    phases = {key.rsplit("/", 1)[1] for key in grid["us"]}
+    if phases != {"decode", "prefill"}:
+        return None
+    head = {
+        "source": f"aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/systems/data/"
+        f"{gpu}/{op}/{engine}/{version}/{name}.parquet",
+        "derived_by": "scripts/derive_achieved.py DATA --write-recurrent-grids (recurrent_grid): "
+        "one Gated DeltaNet layer's kernels per phase summed (decode: causal_conv1d_update + the "
+        "fused recurrent state update; prefill: causal_conv1d_fn + the chunked delta rule), by "
+        "the heads on a rank (key heads x key dim / value heads x value dim), at each batch "
+        "(decode: sequences; prefill: sequences x tokens per sequence), the median over the "
+        "table's models of that head shape, microseconds",
+        "decode_batch": grid["decode_batch"],
+        "prefill_batch": grid["prefill_batch"],
+        "prefill_tokens": grid["prefill_tokens"],
+    }
+    lines = [
+        f" {json.dumps(key)}: {json.dumps(value, separators=(',', ':'))}"
+        for key, value in grid["us"].items()
+    ]
+    return write_rows_file(TABLES / "recurrent" / f"{gpu}.{engine}.{version}.json", head, lines)
+
+
+def write_recurrent_grids(root: Path) -> list[Path]:
+    """write_recurrent_grid for every GPU of TABLE_GPUS and both engines."""
+    written = []
+    for gpu in TABLE_GPUS:
+        for engine in ("vllm", "sglang"):
+            path = write_recurrent_grid(root, gpu, engine)
             if path is not None:
                 written.append(path)
     return written
@@ -1462,7 +1605,16 @@ def main() -> None:
         action="store_true",
         help="write kvplan/data/kernel_tables/gemm/*.json only (gemm_grid)",
     )
+    parser.add_argument(
+        "--write-recurrent-grids",
+        action="store_true",
+        help="write kvplan/data/kernel_tables/recurrent/*.json only (recurrent_grid)",
+    )
     args = parser.parse_args()
+    if args.write_recurrent_grids:
+        for path in write_recurrent_grids(args.data):
+            print(f"wrote {path}")
+        return
     if args.write_gemm_grids:
         for path in write_gemm_grids(args.data):
             print(f"wrote {path}")

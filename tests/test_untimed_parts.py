@@ -39,9 +39,17 @@ def test_an_attention_backend_without_rows_is_named_with_its_flag():
     )
 
 
-def test_recurrent_layers_are_named_by_kind():
-    parts = _parts("Qwen/Qwen3-Next-80B-A3B-Thinking", "b200", engine="sglang", tp=8)
-    assert "the recurrent layers (gated_deltanet)" in parts
+def test_recurrent_layers_are_named_by_kind_where_no_table_times_them():
+    """Mamba-2 is in no recurrent/ table (aiconfigurator's TRT-LLM table times only its conv
+    kernels); Gated DeltaNet is where the GPU's table of the engine holds it (B200 under SGLang),
+    not on the A100 (its SGLang 0.5.10 table has no chunked kernel: no recurrent/ file)."""
+    nano = "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
+    assert "the recurrent layers (mamba2)" in _parts(nano, "b200", engine="sglang")
+    qwen3_next = "Qwen/Qwen3-Next-80B-A3B-Thinking"
+    assert not any("recurrent" in p for p in _parts(qwen3_next, "b200", engine="sglang", tp=8))
+    assert "the recurrent layers (gated_deltanet)" in _parts(
+        qwen3_next, "a100", engine="sglang", tp=8
+    )
 
 
 @pytest.mark.parametrize(
@@ -144,10 +152,8 @@ def test_a_draft_models_untimed_parts_count_as_the_steps():
     draft = '{"method": "draft_model", "model": "Qwen/Qwen3-Next-80B-A3B-Thinking", "num_speculative_tokens": 2}'
     options = {"tp": 4, "max_model_len": 4096, "speculative_config": draft}
     parts = _parts("Qwen/Qwen3-32B", "h200", **options)
-    assert parts == (
-        "the draft's bf16 fused MoE of this shape and split",
-        "the draft's recurrent layers (gated_deltanet)",
-    )
+    # (its Gated DeltaNet layers are in the H200's vLLM recurrent/ table)
+    assert parts == ("the draft's bf16 fused MoE of this shape and split",)
     assert intervals.raw_class(load_profile("h200"), "vllm", None, parts) == intervals.PARTIAL
     small = '{"method": "draft_model", "model": "Qwen/Qwen3-4B", "num_speculative_tokens": 2}'
     assert _parts("Qwen/Qwen3-32B", "h200", **{**options, "speculative_config": small}) == ()

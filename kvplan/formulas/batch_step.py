@@ -65,13 +65,17 @@ from kvplan.formulas.flops import (
 )
 from kvplan.formulas.gemm_calls import (
     GemmCall,
+    MlaBmmCall,
     PricedCalls,
     dense_gemm_calls,
+    mla_bmm_calls,
+    mla_bmm_calls_s,
     priced_calls,
     priced_calls_s,
 )
 from kvplan.formulas.kv import block_topk_tokens, compressed_read_bytes, topk_read_bytes
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
+from kvplan.formulas.recurrent_calls import RecurrentKernels
 from kvplan.formulas.step_time import (
     OpKind,
     OpRates,
@@ -90,6 +94,7 @@ from kvplan.inputs.kernel_tables import (
     BackendTiming,
     DsaGrids,
     GemmGrid,
+    RecurrentGrid,
     datasheet_achieved,
     host_overheads_data,
 )
@@ -372,6 +377,7 @@ class StepModel:
         untimed_backends: tuple[str, ...] = (),
         untimed_moe_backend: str = "",
         gemm_grid: GemmGrid | None = None,
+        recurrent_grid: RecurrentGrid | None = None,
     ):
         self.spec, self.weights_dtype, self.tp, self.pp = spec, weights_dtype, tp, pp
         # the attention backends the flags name that the tables hold no rows of, and the MoE
@@ -435,6 +441,13 @@ class StepModel:
             priced = None if calls is None else priced_calls(gemm_grid, calls)
             if priced is not None:
                 self.gemm_grid, self.gemm_calls, self._priced = gemm_grid, calls, priced
+        # MLA's absorbed BMMs of a bf16 checkpoint at their own shape, timed by the GPU's
+        # mla_bmm rows (gemm_calls.mla_bmm_calls_s); empty: at their floor (mla_bmms_s below)
+        self.mla_bmm_calls: tuple[MlaBmmCall, ...] = ()
+        if self.gemm_grid is not None and key == "bf16":
+            bmms = mla_bmm_calls(spec, tp)
+            if bmms and mla_bmm_calls_s(self.gemm_grid, bmms, "bf16", 1) is not None:
+                self.mla_bmm_calls = bmms
         expert_peak = gemm_peak if key in ("fp8", "int8") else bf16
         self.expert_curve = achieved.experts_curve.get(key) if spec.moe else None
         # with a curve, the experts run at the datasheet roofline times its slowdown; without
@@ -514,6 +527,9 @@ class StepModel:
         self.expert_flop_per_token = coef.expert_flop_per_token / self.moe_ranks
         self.groups = list(coef.groups)
         self.state_bytes_per_sequence = coef.state_bytes_per_sequence
+        # the recurrent layers timed by this GPU's kernel tables at the heads on a rank (None:
+        # none, or not held: their state read and written once per sequence on the roofline)
+        self.recurrent = RecurrentKernels.of(spec, tp, recurrent_grid)
         self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
         self._weights: dict[object, tuple[float, float]] = {}
         self._span_base: dict[tuple[int, int, int | None, bool], StepTime] = {}
@@ -525,7 +541,8 @@ class StepModel:
         the tables' own rates): a fused MoE whose shape, format and split the tables hold no
         curve of; dense layers in a format the tables have no GEMM rows of (int4, nvfp4); DSA
         layers without the DSA module tables (with them, the layers that reuse another's
-        picks); recurrent layers (Mamba, Gated DeltaNet: their scans are in no table); attention
+        picks); recurrent layers the recurrent/ tables do not hold (Mamba, KDA, lightning; Gated
+        DeltaNet at a head shape on a rank, or on a GPU and engine, without rows); attention
         backends the flags name without rows of their own; a MoE backend a flag names (the
         tables time the engine's default MoE path only). Each is
         priced by a stand-in instead (the datasheet roofline at the tables' fractions; a backend
@@ -545,7 +562,7 @@ class StepModel:
         ):  # GLM-5.3's layers that reuse another's picks: their top-k read on the roofline
             parts.append("the sparse attention of the layers that reuse another's top-k")
         states = sorted({s.kind.value for s in spec.state_layers()})
-        if states:
+        if states and self.recurrent is None:
             parts.append(f"the recurrent layers ({', '.join(states)})")
         parts += [f"the attention under {flag}" for flag in self.untimed_backends]
         return tuple(parts)
@@ -609,8 +626,11 @@ class StepModel:
         `context_sum` (with max and min) and for an array of them, one per step of a decode span
         (with np.maximum and np.minimum)."""
         mean = context_sum / num_decodes
-        state = num_decodes * self.state_bytes_per_sequence
-        seconds = memory = state / self.attention_rates.bandwidth_bytes_per_s
+        if self.recurrent is not None:  # the layers' kernels as the tables timed them
+            seconds = memory = self.recurrent.decode_s(queries * num_decodes)
+        else:
+            state = num_decodes * self.state_bytes_per_sequence
+            seconds = memory = state / self.attention_rates.bandwidth_bytes_per_s
         for g in self.groups:
             keys = context_sum if g.window is None else num_decodes * minimum(mean, g.window)
             rates = self.decode_rates[g.mla]
@@ -708,8 +728,11 @@ class StepModel:
         the chunks' KV read at the backend's memory fraction; else each
         chunk on the roofline of the fractions (max of the KV read and the FLOPs), as the
         operator list charges it."""
-        state_s = self.state_bytes_per_sequence / self.attention_rates.bandwidth_bytes_per_s
-        seconds = len(chunks) * state_s
+        if self.recurrent is not None:  # the layers' kernels over every chunk, as timed
+            seconds = self.recurrent.prefill_s(chunks)
+        else:
+            state_s = self.state_bytes_per_sequence / self.attention_rates.bandwidth_bytes_per_s
+            seconds = len(chunks) * state_s
         for g in self.groups:
             rates = self.prefill_rates[g.mla]
             calls = self.prefill_calls_of(g)
@@ -758,14 +781,22 @@ class StepModel:
 
     def dense_calls_s(self, num_tokens: int, num_sampled: int) -> float | None:
         """Seconds of the step's dense GEMMs each at its own shape, as this GPU's GEMM table
-        timed them (gemm_calls.priced_calls_s), MLA's absorbed BMMs at their floor; None where
-        the model's GEMMs are not laid out or not timed (gemm_calls)."""
-        if self._priced is None:
+        timed them (gemm_calls.priced_calls_s), MLA's absorbed BMMs at their own shape from its
+        mla_bmm rows (bf16 checkpoints: mla_bmm_calls_s) or else at their floor; None where the
+        model's GEMMs are not laid out or not timed (gemm_calls)."""
+        if self._priced is None or self.gemm_grid is None:
             return None
         key = (num_tokens, num_sampled)
         cached = self._calls_s.get(key)
         if cached is None:
-            cached = priced_calls_s(self._priced, num_tokens, num_sampled) + self.mla_bmms_s
+            bmms_s = (
+                mla_bmm_calls_s(self.gemm_grid, self.mla_bmm_calls, "bf16", num_tokens)
+                if self.mla_bmm_calls
+                else None
+            )
+            cached = priced_calls_s(self._priced, num_tokens, num_sampled) + (
+                self.mla_bmms_s if bmms_s is None else bmms_s
+            )
             self._calls_s[key] = cached
         return cached
 

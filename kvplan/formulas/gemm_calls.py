@@ -8,9 +8,21 @@ engines shard them under tensor parallelism (qkv and o; MLA's fused q_a|kv_a, q_
 and down; each MoE layer's router and shared expert; the head), and `gemm_calls_s` sums their
 measured times at the step's tokens, any number of them (`gemm_call_s`: bilinear in log n and
 log k between the four grid shapes around each call; log-log in tokens between the two grid
-token counts around the step's, 1 to 32,768 by powers of two; linear in tokens past the last).
-MLA's two absorbed BMMs (kv_b split into the key and value halves, batched over the
-heads) are no GEMM of the table: they stay at their floor (batch_step._Floors).
+token counts around the step's, 1 to 32,768 by powers of two; linear in tokens past the last,
+`along_tokens_s`). MLA's two absorbed BMMs (kv_b split into the key and value halves, batched
+over the heads) are no GEMM of that table: the GPU's mla_bmm table times them (`mla_bmm_calls`,
+`mla_bmm_calls_s`: bf16 checkpoints; other formats keep their floor, batch_step._Floors).
+
+The mla_bmm table times one slice, DeepSeek's: pre = q_nope [heads, m, 128] x [heads, 128, 512],
+post = [heads, m, 512] x [heads, 512, 128], at 1-128 heads. A model of other widths runs the
+same batched GEMM with per-head matrices of nope x latent (pre) and latent x v (post) elements:
+it is priced as the slice at its equivalent heads, heads x (its matrix / the slice's), the
+weights and FLOPs being those of that many slice heads (aiconfigurator-core's own mla_bmm query
+scales by the head ratio likewise): GLM-4.7-Flash's 20 heads of 192 x 512 and 512 x 256 are 30
+and 40 slice heads. Between the table's head counts: linear in heads; past 128: 128's time x
+heads / 128; in tokens as gemm_call_s (along_tokens_s) over the grid counts the op's rows time
+(from one token up: to 8,192 or 16,384 on the B200's SGLang table, whose rows stop at 20,480),
+linear past the last.
 """
 
 from __future__ import annotations
@@ -231,3 +243,85 @@ def gemm_calls_s(
     sum of each call's measured time (gemm_call_s). None where any call is not timed."""
     priced = priced_calls(grid, calls)
     return None if priced is None else priced_calls_s(priced, tokens, sampled)
+
+
+# the slice the mla_bmm tables time (aiconfigurator's collector: DeepSeek's widths)
+MLA_BMM_SLICE_NOPE = 128
+MLA_BMM_SLICE_LATENT = 512
+MLA_BMM_SLICE_V = 128
+
+
+class MlaBmmCall(NamedTuple):
+    """One of MLA's absorbed BMMs a rank runs: `op` "pre" (q_nope into the latent) or "post"
+    (the latent out to v), at `heads` equivalent heads of the table's slice, `times` a forward."""
+
+    op: str
+    heads: float
+    times: int
+
+
+def mla_bmm_calls(spec: ModelSpec, tp: int) -> tuple[MlaBmmCall, ...]:
+    """The absorbed BMMs of one forward on one of `tp` ranks: two per MLA layer over its
+    ceil(Hq / tp) heads, as equivalent heads of the table's slice (module docstring)."""
+    calls: list[MlaBmmCall] = []
+    for layer, count in distinct_layers(spec.layers):
+        attn = layer.attention
+        if attn is None or attn.kind is not CacheKind.MLA or not attn.mla_kv_lora_rank:
+            continue
+        heads = _ceil_div(attn.num_q_heads, tp)
+        latent, nope = attn.mla_kv_lora_rank, attn.qk_head_dim - attn.mla_rope_dim
+        slice_pre = MLA_BMM_SLICE_NOPE * MLA_BMM_SLICE_LATENT
+        slice_post = MLA_BMM_SLICE_LATENT * MLA_BMM_SLICE_V
+        calls += [
+            MlaBmmCall("pre", heads * nope * latent / slice_pre, count),
+            MlaBmmCall("post", heads * latent * attn.v_head_dim / slice_post, count),
+        ]
+    return tuple(calls)
+
+
+def mla_bmm_call_s(grid: GemmGrid, fmt: str, op: str, tokens: int, heads: float) -> float | None:
+    """Seconds of one absorbed BMM `op` over `tokens` rows at `heads` equivalent slice heads in
+    format `fmt`, from the GPU's mla_bmm rows (module docstring's rule). None: no such rows."""
+    by_op = (grid.bmm_us or {}).get(fmt)
+    if not by_op or op not in by_op or not grid.bmm_heads:
+        return None
+    rows = by_op[op]
+
+    def at(mi: int) -> float | None:
+        axis = grid.bmm_heads
+        row = rows[mi]
+        if heads >= axis[-1]:
+            last = row[-1]
+            return None if last is None else last * heads / axis[-1]
+        hi = next(j for j, h in enumerate(axis) if h >= heads)
+        if hi == 0 or axis[hi] == heads:
+            return row[hi]
+        lo_us, hi_us = row[hi - 1], row[hi]
+        if lo_us is None or hi_us is None:
+            return None
+        w = (heads - axis[hi - 1]) / (axis[hi] - axis[hi - 1])
+        return lo_us + (hi_us - lo_us) * w
+
+    ms: list[int] = []
+    profile: list[float] = []
+    for i, m in enumerate(grid.m):  # the grid's token counts the table timed, from the first
+        us = at(i)
+        if us is None:
+            break
+        ms.append(m)
+        profile.append(us * 1e-6)
+    return along_tokens_s(tuple(ms), tuple(profile), tokens) if ms else None
+
+
+def mla_bmm_calls_s(
+    grid: GemmGrid, calls: tuple[MlaBmmCall, ...], fmt: str, tokens: int
+) -> float | None:
+    """Seconds of the absorbed BMMs `calls` over a step of `tokens` tokens (mla_bmm_call_s).
+    None where any call is not timed."""
+    total = 0.0
+    for call in calls:
+        s = mla_bmm_call_s(grid, fmt, call.op, tokens, call.heads)
+        if s is None:
+            return None
+        total += call.times * s
+    return total

@@ -992,6 +992,8 @@ def step_model(
         moe_curves_s=None if measured or spec.moe is None else tables.moe_curves_s,
         # each dense GEMM at its own shape, this GPU and engine's own GEMM table (small steps)
         gemm_grid=None if measured else tables.gemm_grid,
+        # each recurrent layer's kernels, this GPU's (own or borrowed) table of this engine
+        recurrent_grid=None if measured or not spec.state_layers() else tables.recurrent_grid,
         op_rates=op_rates_of(gpu, wdtype) if per_op else None,
         op_dtype=wdtype,
         op_gather_kv=bool(per_op and gpu.measured.gather_kv),
