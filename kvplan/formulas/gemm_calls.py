@@ -38,13 +38,15 @@ from kvplan.record import NamedTuple
 class GemmCall(NamedTuple):
     """One dense GEMM a rank runs: `n` output by `k` input features, in kernel-table format
     `fmt` ("bf16", "fp8", "int8"), `times` times a forward, on the step's tokens (or, `head`,
-    on the sampled positions only)."""
+    on the sampled positions only); `gathered`: on the rows gathered over SGLang's DP-attention
+    group (its MLPs, router and head: dense_gemm_calls' `group_tp`)."""
 
     n: int
     k: int
     fmt: str
     times: int
     head: bool = False
+    gathered: bool = False
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -52,7 +54,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def dense_gemm_calls(
-    spec: ModelSpec, fmt: str, quantized: frozenset, tp: int
+    spec: ModelSpec, fmt: str, quantized: frozenset, tp: int, group_tp: int | None = None
 ) -> tuple[GemmCall, ...] | None:
     """The dense GEMMs of one forward on one of `tp` ranks, as SGLang and vLLM shard them:
     column-parallel q|k|v, q_b and gate|up by output features (KV heads at max(1, Hkv / tp)),
@@ -60,8 +62,17 @@ def dense_gemm_calls(
     replicated, the head by vocabulary. The parts in `quantized` run in `fmt`, the rest (the
     router, the head, unquantized parts) in bf16. None where a layer holds matrices these widths
     do not lay out exactly (recurrent and linear-attention mixers, DSA's indexer, compressed or
-    gated attention, a parameter count the widths miss): the caller keeps the pooled term."""
+    gated attention, a parameter count the widths miss): the caller keeps the pooled term.
+
+    `group_tp` (SGLang's DP attention: the whole group's GPUs; None: `tp`): the dense MLPs and
+    shared experts column/row-parallel over that many GPUs, the router and the head too, all on
+    the rows gathered over the group (`gathered` calls; sglang/srt/layers/communicator.py runs
+    every layer's MLP in ScatterMode FULL, models/deepseek_v2.py shards the dense MLP and the
+    shared experts over the whole TP group, logits_processor.py gathers the sampled rows before
+    the vocab-parallel head)."""
     h = spec.hidden_size
+    mlp_tp = tp if group_tp is None else group_tp
+    gathered = group_tp is not None
     calls: list[GemmCall] = []
 
     def part_fmt(part: str) -> str:
@@ -118,20 +129,28 @@ def dense_gemm_calls(
             gated = parts["mlp"] >= 3 * h * width
             if abs(parts["mlp"] - (3 if gated else 2) * h * width) > 8 * (h + width):
                 return None
-            w, m = _ceil_div(width, tp), part_fmt("mlp")
-            calls += [GemmCall((2 if gated else 1) * w, h, m, count), GemmCall(h, w, m, count)]
+            w, m = _ceil_div(width, mlp_tp), part_fmt("mlp")
+            calls += [
+                GemmCall((2 if gated else 1) * w, h, m, count, gathered=gathered),
+                GemmCall(h, w, m, count, gathered=gathered),
+            ]
         if "experts" in parts:
             moe = spec.moe
             if moe is None:
                 return None
-            calls.append(GemmCall(moe.num_experts, h, "bf16", count))  # the router, replicated
+            # the router, replicated
+            calls.append(GemmCall(moe.num_experts, h, "bf16", count, gathered=gathered))
             if parts.get("shared_experts"):
                 width = moe.shared_intermediate_size
                 if not width or abs(parts["shared_experts"] - 3 * h * width) > 8 * (h + width):
                     return None
-                w, s = _ceil_div(width, tp), part_fmt("shared_experts")
-                calls += [GemmCall(2 * w, h, s, count), GemmCall(h, w, s, count)]
-    calls.append(GemmCall(_ceil_div(spec.vocab_size, tp), h, "bf16", 1, head=True))
+                w, s = _ceil_div(width, mlp_tp), part_fmt("shared_experts")
+                calls += [
+                    GemmCall(2 * w, h, s, count, gathered=gathered),
+                    GemmCall(h, w, s, count, gathered=gathered),
+                ]
+    head = GemmCall(_ceil_div(spec.vocab_size, mlp_tp), h, "bf16", 1, head=True, gathered=gathered)
+    calls.append(head)
     return tuple(calls)
 
 
@@ -209,10 +228,10 @@ def _at(grid: GemmGrid, fmt: str, mi: int, n: int, k: int) -> float | None:
 
 class PricedCalls(NamedTuple):
     """A rank's dense GEMMs with each call's seconds at the grid's token counts, looked up once
-    (priced_calls): `calls` ((times, head, profile), ...) over the token axis `m`."""
+    (priced_calls): `calls` ((times, head, gathered, profile), ...) over the token axis `m`."""
 
     m: tuple[int, ...]
-    calls: tuple[tuple[int, bool, tuple[float, ...]], ...]
+    calls: tuple[tuple[int, bool, bool, tuple[float, ...]], ...]
 
 
 def priced_calls(grid: GemmGrid, calls: tuple[GemmCall, ...]) -> PricedCalls | None:
@@ -223,26 +242,48 @@ def priced_calls(grid: GemmGrid, calls: tuple[GemmCall, ...]) -> PricedCalls | N
         profile = call_profile(grid, call.fmt, call.n, call.k)
         if profile is None:
             return None
-        out.append((call.times, call.head, profile))
+        out.append((call.times, call.head, call.gathered, profile))
     return PricedCalls(grid.m, tuple(out))
 
 
-def priced_calls_s(priced: PricedCalls, tokens: int, sampled: int) -> float:
+def priced_calls_s(
+    priced: PricedCalls,
+    tokens: int,
+    sampled: int,
+    gathered_tokens: int | None = None,
+    gathered_sampled: int | None = None,
+) -> float:
     """Seconds of the priced calls over a step of `tokens` tokens, `sampled` of which reach the
-    head: the sum of each call's time at its own rows (along_tokens_s)."""
-    return sum(
-        times * along_tokens_s(priced.m, profile, sampled if head else tokens)
-        for times, head, profile in priced.calls
-    )
+    head: the sum of each call's time at its own rows (along_tokens_s); a `gathered` call over
+    the group's `gathered_tokens` (its head over `gathered_sampled`; None: the rank's own)."""
+    group_tokens = tokens if gathered_tokens is None else gathered_tokens
+    group_sampled = sampled if gathered_sampled is None else gathered_sampled
+    total = 0.0
+    for times, head, gathered, profile in priced.calls:
+        if gathered:
+            rows = group_sampled if head else group_tokens
+        else:
+            rows = sampled if head else tokens
+        total += times * along_tokens_s(priced.m, profile, rows)
+    return total
 
 
 def gemm_calls_s(
-    grid: GemmGrid, calls: tuple[GemmCall, ...], tokens: int, sampled: int
+    grid: GemmGrid,
+    calls: tuple[GemmCall, ...],
+    tokens: int,
+    sampled: int,
+    gathered_tokens: int | None = None,
+    gathered_sampled: int | None = None,
 ) -> float | None:
     """Seconds of `calls` over a step of `tokens` tokens, `sampled` of which reach the head: the
-    sum of each call's measured time (gemm_call_s). None where any call is not timed."""
+    sum of each call's measured time (gemm_call_s); a `gathered` call over the group's
+    `gathered_tokens` (its head over `gathered_sampled`; None: the rank's own). None where any
+    call is not timed."""
     priced = priced_calls(grid, calls)
-    return None if priced is None else priced_calls_s(priced, tokens, sampled)
+    if priced is None:
+        return None
+    return priced_calls_s(priced, tokens, sampled, gathered_tokens, gathered_sampled)
 
 
 # the slice the mla_bmm tables time (aiconfigurator's collector: DeepSeek's widths)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import resolve_kv_format
-from kvplan.engines.backends import Backends, check_backends
+from kvplan.engines.backends import ENGINE_NAMES, Backends, check_backends
 from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
@@ -1056,6 +1056,9 @@ def step_model(
                 gpu=gpu.name,
                 layers=model.dsa.layers,
                 tables=tables.name,
+                module=f"{ENGINE_NAMES.get(tables.engine, tables.engine)} "
+                f"{model.dsa.tables.engine_version}",
+                stand_in=not model.dsa.shape_timed,
             )
             if model.dsa is not None
             else note("sim-dsa-dense", gpu=gpu.name, engine=options.engine)
@@ -1394,6 +1397,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         mem_fraction_static=options.mem_fraction_static,
         weights_dtype=weights_format(options),
         expert_ranks=layout.expert_ranks if layout.modelled else None,
+        dp_attention=layout.dp,
         backends=options.backends,
         speculative_eagle_topk=options.speculative_eagle_topk,
     )
