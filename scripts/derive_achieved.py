@@ -1286,8 +1286,11 @@ def gemm_call_s(rows, dtype: str, m: int, n: float, k: float) -> float:
     )
 
 
-# --- per GEMM shape at small token counts (kvplan.inputs.kernel_tables.gemm_grid) ------------
-GEMM_GRID_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # the table's m kept (all measured)
+# --- per GEMM shape at every token count (kvplan.inputs.kernel_tables.gemm_grid) -------------
+# the table's m kept, all measured: the powers of two from one token to its largest, 32,768
+# (past the engines' prefill chunks: SGLang's chunked_prefill_size 2,048-16,384, vLLM's
+# max_num_batched_tokens 2,048-16,384); the 1-17, 33, ... 4,353 rows between are left out
+GEMM_GRID_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
 def gemm_grid(rows) -> dict:
@@ -1342,7 +1345,7 @@ def mla_bmm_grid(rows) -> dict:
 def write_gemm_grid(root: Path, gpu: str, engine: str, name: str) -> Path | None:
     """kernel_tables/gemm/<name>: the GPU's graph-timed GEMM of every (n, k) the engine's newest
     table holds at GEMM_GRID_TOKENS tokens (gemm_grid), read by the step model to price each
-    dense GEMM of a small step at its own shape (None: no GEMM table)."""
+    dense GEMM of a step at its own shape (None: no GEMM table)."""
     import json
 
     version = newest(root, gpu, "gemm", engine, "gemm_perf")
@@ -1508,8 +1511,8 @@ def write_recurrent_grids(root: Path) -> list[Path]:
 def gemm_calls_s(rows, calls, m: int) -> float:
     """The summed measured time of `calls` ((n, k, dtype, count), ...) at `m` tokens: what the
     GPU's table says the dense GEMMs of one step take, each at its own shape (gemm_call_s). A
-    check of the step model's dense term (max(weights / achieved bandwidth, launches x the
-    smallest GEMM), formulas/batch_step.py), not an input to it."""
+    check of the step model's pooled dense term (max(weights / achieved bandwidth, launches x the
+    smallest GEMM), formulas/batch_step.py, where no grid prices the calls), not an input to it."""
     return sum(count * gemm_call_s(rows, dtype, m, n, k) for n, k, dtype, count in calls)
 
 

@@ -66,10 +66,12 @@ from kvplan.formulas.flops import (
 from kvplan.formulas.gemm_calls import (
     GemmCall,
     MlaBmmCall,
+    PricedCalls,
     dense_gemm_calls,
-    gemm_calls_s,
     mla_bmm_calls,
     mla_bmm_calls_s,
+    priced_calls,
+    priced_calls_s,
 )
 from kvplan.formulas.kv import block_topk_tokens, compressed_read_bytes, topk_read_bytes
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
@@ -439,11 +441,14 @@ class StepModel:
         )
         experts = achieved.experts.get(key, achieved.experts["bf16"])
         self.dense_rates = Rates(bw * dense[1], gemm_peak * dense[0])
-        # each dense GEMM at its own shape, timed by this GPU and engine's own GEMM table, at the
-        # token counts it holds (gemm_calls; None: not measured, a format it lacks, or layers
-        # whose matrices the widths do not lay out: the pooled term alone)
+        # each dense GEMM at its own shape, timed by this GPU and engine's own GEMM table at
+        # every step size (gemm_calls; None: not measured, a format it lacks, or layers whose
+        # matrices the widths do not lay out: the pooled term alone); `_calls_s` by (tokens,
+        # sampled), as a run repeats its step sizes
         self.gemm_grid: GemmGrid | None = None
         self.gemm_calls: tuple[GemmCall, ...] | None = None
+        self._priced: PricedCalls | None = None
+        self._calls_s: dict[tuple[int, int, int, int], float] = {}
         if gemm_grid is not None and not self.dense_untimed:
             calls = dense_gemm_calls(
                 spec,
@@ -452,8 +457,9 @@ class StepModel:
                 tp,
                 self.group_tp if self.group_tp != tp else None,
             )
-            if calls is not None and all(c.fmt in gemm_grid.us for c in calls):
-                self.gemm_grid, self.gemm_calls = gemm_grid, calls
+            priced = None if calls is None else priced_calls(gemm_grid, calls)
+            if priced is not None:
+                self.gemm_grid, self.gemm_calls, self._priced = gemm_grid, calls, priced
         # MLA's absorbed BMMs of a bf16 checkpoint at their own shape, timed by the GPU's
         # mla_bmm rows (gemm_calls.mla_bmm_calls_s); empty: at their floor (mla_bmms_s below)
         self.mla_bmm_calls: tuple[MlaBmmCall, ...] = ()
@@ -835,27 +841,29 @@ class StepModel:
         gathered_sampled: int | None = None,
     ) -> float | None:
         """Seconds of the step's dense GEMMs each at its own shape, as this GPU's GEMM table
-        timed them (gemm_calls.gemm_calls_s), MLA's absorbed BMMs at their own shape from its
-        mla_bmm rows (bf16 checkpoints: mla_bmm_calls_s) or else at their floor; None past the
-        table's token counts or where the model's GEMMs are not laid out (gemm_calls)."""
-        if self.gemm_calls is None or self.gemm_grid is None:
+        timed them (gemm_calls.priced_calls_s), MLA's absorbed BMMs at their own shape from its
+        mla_bmm rows (bf16 checkpoints: mla_bmm_calls_s) or else at their floor; None where the
+        model's GEMMs are not laid out or not timed (gemm_calls)."""
+        if self._priced is None or self.gemm_grid is None:
             return None
-        calls_s = gemm_calls_s(
-            self.gemm_grid,
-            self.gemm_calls,
-            num_tokens,
-            num_sampled,
-            self._gathered(num_tokens, gathered_tokens),
-            self._gathered_sampled(num_tokens, num_sampled, gathered_tokens, gathered_sampled),
+        group_tokens = self._gathered(num_tokens, gathered_tokens)
+        group_sampled = self._gathered_sampled(
+            num_tokens, num_sampled, gathered_tokens, gathered_sampled
         )
-        if calls_s is None:
-            return None
-        bmms_s = (
-            mla_bmm_calls_s(self.gemm_grid, self.mla_bmm_calls, "bf16", num_tokens)
-            if self.mla_bmm_calls
-            else None
-        )
-        return calls_s + (self.mla_bmms_s if bmms_s is None else bmms_s)
+        key = (num_tokens, num_sampled, group_tokens, group_sampled)
+        cached = self._calls_s.get(key)
+        if cached is None:
+            bmms_s = (
+                mla_bmm_calls_s(self.gemm_grid, self.mla_bmm_calls, "bf16", num_tokens)
+                if self.mla_bmm_calls
+                else None
+            )
+            calls_s = priced_calls_s(
+                self._priced, num_tokens, num_sampled, group_tokens, group_sampled
+            )
+            cached = calls_s + (self.mla_bmms_s if bmms_s is None else bmms_s)
+            self._calls_s[key] = cached
+        return cached
 
     def gemm_s(
         self,
@@ -885,17 +893,18 @@ class StepModel:
             if self.expert_curve
             else 1.0
         )
-        # the dense GEMMs at their own shapes where timed: the larger of that and the pooled
-        # roofline (the head's and embedding's bytes past the grid, a shape it clamps)
-        calls_s = self.dense_calls_s(num_tokens, sampled, gathered_tokens, gathered_sampled) or 0.0
-        for num_bytes, flops, rates, slowdown, floor_s, curve in (
+        # the dense GEMMs at their own shapes where timed, at every step size: their sum alone
+        # (docs/simulate.md "Each dense GEMM at its own shape"); else the pooled roofline
+        calls_s = self.dense_calls_s(num_tokens, sampled, gathered_tokens, gathered_sampled)
+        for num_bytes, flops, rates, slowdown, floor_s, curve, timed_s in (
             (
                 dense_bytes,
                 dense_flops,
                 self.dense_rates,
                 1.0,
-                max(self.floors.dense_s, calls_s),
+                self.floors.dense_s,
                 None,
+                calls_s,
             ),
             (
                 expert_bytes,
@@ -904,17 +913,19 @@ class StepModel:
                 expert_slowdown,
                 self.floors.experts_s,
                 self.moe_curve,
+                None,
             ),
         ):
             if not num_bytes and not flops:
                 continue
             # every GEMM launched takes at least the smallest GEMM (fused MoE) measured
             memory_s, compute_s = roofs_s(num_bytes, flops, rates)
-            seconds = (
-                self.moe_layers * moe_kernel_s(curve, moe_tokens)  # the model's own MoE, timed
-                if curve is not None
-                else max(max(memory_s, compute_s) * slowdown, floor_s)
-            )
+            if timed_s is not None:
+                seconds = timed_s
+            elif curve is not None:  # the model's own MoE, timed
+                seconds = self.moe_layers * moe_kernel_s(curve, moe_tokens)
+            else:
+                seconds = max(max(memory_s, compute_s) * slowdown, floor_s)
             if memory_s >= compute_s:  # the weights' roof binds (`bound`)
                 weights_s += seconds
             else:
