@@ -80,9 +80,11 @@ def test_dsa_without_tables_is_priced_sparse_as_its_note_says():
     assert sparse.decode_attention_s(64, held)[0] < 0.3 * dense.decode_attention_s(64, held)[0]
 
 
-def test_a_fused_moe_without_its_curve_is_named_with_its_format():
-    # gpt-oss's MXFP4 experts: no table times an MXFP4 fused MoE on the H100
-    parts = _parts("openai/gpt-oss-20b", "h100")
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_fused_moe_without_its_curve_is_named_with_its_format(engine):
+    # gpt-oss's MXFP4 experts: no A100 table times an MXFP4 fused MoE (aiconfigurator's
+    # w4a16_mxfp4 rows are Hopper's and Blackwell's)
+    parts = _parts("openai/gpt-oss-20b", "a100", engine=engine)
     assert any(p.startswith("the mxfp4 fused MoE") for p in parts)
     # mxfp4 quantizes the experts alone: the dense layers stay bf16, timed
     assert not any("dense" in p for p in parts)
@@ -90,19 +92,24 @@ def test_a_fused_moe_without_its_curve_is_named_with_its_format():
 
 @pytest.mark.parametrize(
     ("model", "gpu", "tp"),
-    [("Qwen/Qwen3-30B-A3B", "h100", 1), ("openai/gpt-oss-20b", "h100", 1)],
+    [
+        ("Qwen/Qwen3-30B-A3B", "h100", 1),
+        ("openai/gpt-oss-20b", "h100", 1),
+        ("openai/gpt-oss-120b", "h100", 2),
+        ("openai/gpt-oss-20b", "a100", 1),
+    ],
 )
 def test_the_fused_moe_is_named_exactly_where_the_tables_lack_its_curve(model, gpu, tp):
     """The part follows the step model's own curve lookup (StepModel.moe_curve) and the
-    sim-weak-moe note that says the same: Qwen3-30B-A3B's bf16 MoE is timed on the H100,
-    gpt-oss's MXFP4 one is not."""
+    sim-weak-moe note that says the same: Qwen3-30B-A3B's bf16 MoE and gpt-oss's MXFP4 one
+    (TP 1 and 2) are timed on the H100, gpt-oss's is not on the A100."""
     spec = load_model(model, checkpoint=False)
     replica = build_replica(spec, load_profile(gpu), ServeOptions(tp=tp))
     named = any("fused MoE" in p for p in replica.model.untimed_parts)
     assert named is (replica.model.moe_curve is None)
     (weak,) = [n for n in replica.notes if n.id == "sim-weak-moe"]
     assert (weak.value("timed") is None) is named
-    assert named is (model == "openai/gpt-oss-20b")
+    assert named is (gpu == "a100")
     # the eager twin (DP-attention lockstep) names the same parts
     assert replica.model.without_graphs().untimed_parts == replica.model.untimed_parts
 
@@ -157,7 +164,8 @@ def test_parts_decide_the_class_and_the_note_names_them():
     from kvplan.plans.simulate import SimulateRequest, simulate
     from kvplan.simulate.workload import WorkloadSpec
 
-    spec, gpu = load_model("openai/gpt-oss-20b", checkpoint=False), load_profile("h100")
+    # gpt-oss's MXFP4 experts on an A100: no table of it times an MXFP4 fused MoE
+    spec, gpu = load_model("openai/gpt-oss-20b", checkpoint=False), load_profile("a100")
     request = SimulateRequest(
         serve=ServeOptions(),
         workload=WorkloadSpec(num_prompts=8, input_len=64, output_len=8),
@@ -167,7 +175,7 @@ def test_parts_decide_the_class_and_the_note_names_them():
     (interval,) = [n for n in result.notes if n.id == "sim-interval"]
     assert interval.value("parts") == result.untimed_parts
     assert interval.value("evidence") == intervals.PARTIAL  # (one lab's vLLM runs: no /vllm)
-    # its bench_interval is the partial class's, not the H100 tables' own class's
+    # its bench_interval is the partial class's, not the A100 tables' own class's
     bench, shown = result.runs[0].bench, result.runs[0].bench_interval["output_throughput"]
     for cls, other in ((intervals.PARTIAL, True), ("own", False)):
         ends = intervals.interval(bench.output_throughput, "output_throughput", cls, "fixed")
@@ -202,7 +210,7 @@ def test_the_note_speaks_of_backends_only_where_a_flag_is_untimed():
     [("qwen3-8b", []), ("gpt-oss-20b", ["the mxfp4 fused MoE of this shape and split"])],
 )
 def test_json_carries_the_parts_for_simulate_and_each_plan_candidate(model, parts):
-    small = "--gpu h100 --input-len 128 --output-len 8".split()
+    small = "--gpu a100 --input-len 128 --output-len 8".split()
     doc = run_json("simulate", model, *small, "--num-prompts", "8")
     assert doc["untimed_parts"] == parts
     (interval,) = [n for n in doc["notes"] if n["id"] == "sim-interval"]
@@ -212,3 +220,32 @@ def test_json_carries_the_parts_for_simulate_and_each_plan_candidate(model, part
     (top,) = plan["candidates"]
     assert top["untimed_parts"] == parts
     assert top["interval_class"].split("/")[0] == ("partial" if parts else "own")
+
+
+@pytest.mark.parametrize(("engine", "table"), [("vllm", "h100_sxm.vllm.0.14.0.json"),
+                                               ("sglang", "h100_sxm.sglang.0.5.14.json")])  # fmt: skip
+def test_mxfp4_experts_read_their_own_curve_not_the_int4_rows(engine, table):
+    """gpt-oss's experts read the tables' w4a16_mxfp4 rows at their own shape and split
+    (moe_mxfp4_2880x2880_<experts>x4_tp<tp>_ep1), never the int4 W4A16 ("4bit") rows; the
+    step's fused MoE at a token count is that curve's time there."""
+    from kvplan.formulas.batch_step import moe_kernel_s
+    from kvplan.inputs.kernel_tables import moe_curves
+
+    for model, experts, tp in (("openai/gpt-oss-20b", 32, 1), ("openai/gpt-oss-120b", 128, 2)):
+        spec = load_model(model, checkpoint=False)
+        replica = build_replica(spec, load_profile("h100"), ServeOptions(tp=tp, engine=engine))
+        curve = moe_curves(table)[f"moe_mxfp4_2880x2880_{experts}x4_tp{tp}_ep1"]
+        assert replica.model.moe_curve == curve
+        assert not any(key.startswith("moe_4bit_2880x2880") for key in moe_curves(table))
+        assert moe_kernel_s(replica.model.moe_curve, 16) == curve[4][1]  # tokens 1,2,4,8,16
+
+
+def test_the_fused_moe_format_key_of_each_weights_format():
+    """Which of the tables' fused-MoE keys a model's experts read: MXFP4 and NVFP4 their own,
+    int4 at any group size the W4A16 rows ("4bit"), block fp8 "fp8"."""
+    from kvplan.formulas.batch_step import _moe_format
+
+    assert _moe_format("mxfp4") == "mxfp4"
+    assert _moe_format("nvfp4") == "nvfp4"
+    assert _moe_format("int4-g32-sym") == "4bit"
+    assert _moe_format("fp8") == "fp8"
