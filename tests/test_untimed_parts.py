@@ -249,3 +249,27 @@ def test_the_fused_moe_format_key_of_each_weights_format():
     assert _moe_format("nvfp4") == "nvfp4"
     assert _moe_format("int4-g32-sym") == "4bit"
     assert _moe_format("fp8") == "fp8"
+
+
+@pytest.mark.parametrize(
+    ("gpu", "version", "timed"),
+    [
+        ("h100", "0.10.2", False),  # Hopper before triton_kernels was a dependency: Marlin
+        ("h100", "0.11.0", False),
+        ("h100", "0.11.1", True),  # OpenAI's Triton kernels, the rows' kernel
+        ("h100", "0.19", True),
+        ("h200", "0.11.0", False),
+        ("b200", "0.10.2", True),  # Blackwell: FlashInfer's kernel, the rows' kernel
+    ],
+)
+def test_vllm_before_0_11_1_on_hopper_runs_an_mxfp4_moe_no_table_times(gpu, version, timed):
+    """vLLM's MXFP4 fused MoE on Hopper is OpenAI's Triton kernels only from 0.11.1 (PR #27370
+    made triton_kernels a dependency; before, Marlin): aiconfigurator's rows at gpt-oss's shapes
+    time the Triton kernels, so older releases leave the experts untimed there."""
+    from kvplan.engines.vllm import mxfp4_moe_rows_run
+
+    assert mxfp4_moe_rows_run(load_profile(gpu), version) is timed
+    parts = _parts("openai/gpt-oss-20b", gpu, vllm_version=version)
+    assert any(p.startswith("the mxfp4 fused MoE") for p in parts) is not timed
+    # SGLang's own rows (its Triton and Marlin kernels) are read whatever vLLM's version
+    assert _parts("openai/gpt-oss-20b", gpu, engine="sglang") == ()

@@ -745,6 +745,19 @@ def given_backends(options, moe: bool = False) -> str:
     return " ".join(f"{flag} {value}" for flag, value in given)
 
 
+def engine_moe_curves(gpu, options, tables) -> dict:
+    """The tables' per-shape fused-MoE curves of the kernels this engine release runs: all of
+    them, but under vLLM on Hopper before 0.11.1 the MXFP4 ones (`moe_mxfp4_*`: OpenAI's Triton
+    kernels, which those releases do not run; kvplan.engines.vllm.mxfp4_moe_rows_run), so
+    gpt-oss's experts stay untimed there (StepModel.untimed_parts)."""
+    from kvplan.engines.vllm import mxfp4_moe_rows_run
+
+    curves = tables.moe_curves_s
+    if options.engine != "vllm" or mxfp4_moe_rows_run(gpu, options.vllm_version):
+        return curves
+    return {k: v for k, v in curves.items() if not k.startswith("moe_mxfp4_")}
+
+
 def untimed_moe_flag(options) -> str:
     """The MoE backend flag as typed ("--moe-runner-backend triton") where it names kernels
     other than the engine's default path the kernel tables time (sim-moe-kernels), else ""."""
@@ -989,7 +1002,9 @@ def step_model(
         dp=layout.dp,
         scheduler_steps=options.num_scheduler_steps,
         # the model's own fused-MoE shape timed on this GPU by this (or the other) engine
-        moe_curves_s=None if measured or spec.moe is None else tables.moe_curves_s,
+        moe_curves_s=None
+        if measured or spec.moe is None
+        else engine_moe_curves(gpu, options, tables),
         # each dense GEMM at its own shape, this GPU and engine's own GEMM table (small steps)
         gemm_grid=None if measured else tables.gemm_grid,
         op_rates=op_rates_of(gpu, wdtype) if per_op else None,
