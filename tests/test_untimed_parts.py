@@ -222,9 +222,9 @@ def test_json_carries_the_parts_for_simulate_and_each_plan_candidate(model, part
     assert top["interval_class"].split("/")[0] == ("partial" if parts else "own")
 
 
-@pytest.mark.parametrize(("engine", "table"), [("vllm", "h100_sxm.vllm.0.14.0.json"),
-                                               ("sglang", "h100_sxm.sglang.0.5.14.json")])  # fmt: skip
-def test_mxfp4_experts_read_their_own_curve_not_the_int4_rows(engine, table):
+@pytest.mark.parametrize(("gpu", "engine", "table"), [("h100", "vllm", "h100_sxm.vllm.0.14.0.json"),
+                                                      ("b200", "sglang", "b200_sxm.sglang.0.5.14.json")])  # fmt: skip
+def test_mxfp4_experts_read_their_own_curve_not_the_int4_rows(gpu, engine, table):
     """gpt-oss's experts read the tables' w4a16_mxfp4 rows at their own shape and split
     (moe_mxfp4_2880x2880_<experts>x4_tp<tp>_ep1), never the int4 W4A16 ("4bit") rows; the
     step's fused MoE at a token count is that curve's time there."""
@@ -233,7 +233,7 @@ def test_mxfp4_experts_read_their_own_curve_not_the_int4_rows(engine, table):
 
     for model, experts, tp in (("openai/gpt-oss-20b", 32, 1), ("openai/gpt-oss-120b", 128, 2)):
         spec = load_model(model, checkpoint=False)
-        replica = build_replica(spec, load_profile("h100"), ServeOptions(tp=tp, engine=engine))
+        replica = build_replica(spec, load_profile(gpu), ServeOptions(tp=tp, engine=engine))
         curve = moe_curves(table)[f"moe_mxfp4_2880x2880_{experts}x4_tp{tp}_ep1"]
         assert replica.model.moe_curve == curve
         assert not any(key.startswith("moe_4bit_2880x2880") for key in moe_curves(table))
@@ -271,5 +271,12 @@ def test_vllm_before_0_11_1_on_hopper_runs_an_mxfp4_moe_no_table_times(gpu, vers
     assert mxfp4_moe_rows_run(load_profile(gpu), version) is timed
     parts = _parts("openai/gpt-oss-20b", gpu, vllm_version=version)
     assert any(p.startswith("the mxfp4 fused MoE") for p in parts) is not timed
-    # SGLang's own rows (its Triton and Marlin kernels) are read whatever vLLM's version
-    assert _parts("openai/gpt-oss-20b", gpu, engine="sglang") == ()
+
+
+@pytest.mark.parametrize(("gpu", "timed"), [("h100", False), ("h200", False), ("b200", True)])
+def test_sglang_before_blackwell_runs_an_mxfp4_moe_no_table_times(gpu, timed):
+    """SGLang runs gpt-oss's experts through triton_kernels' matmul_ogs before Blackwell (note
+    sim-weak-gpt-oss-sglang); its tables' w4a16_mxfp4 rows there time its own Triton fused MoE
+    and Marlin, so the experts stay untimed; on a B200 its rows time FlashInfer's kernel."""
+    parts = _parts("openai/gpt-oss-20b", gpu, engine="sglang")
+    assert any(p.startswith("the mxfp4 fused MoE") for p in parts) is not timed

@@ -745,15 +745,23 @@ def given_backends(options, moe: bool = False) -> str:
     return " ".join(f"{flag} {value}" for flag, value in given)
 
 
-def engine_moe_curves(gpu, options, tables) -> dict:
+def engine_moe_curves(spec, gpu, options, tables) -> dict:
     """The tables' per-shape fused-MoE curves of the kernels this engine release runs: all of
-    them, but under vLLM on Hopper before 0.11.1 the MXFP4 ones (`moe_mxfp4_*`: OpenAI's Triton
-    kernels, which those releases do not run; kvplan.engines.vllm.mxfp4_moe_rows_run), so
-    gpt-oss's experts stay untimed there (StepModel.untimed_parts)."""
+    them, but the MXFP4 ones (`moe_mxfp4_*`) where the engine runs another MXFP4 kernel than
+    the rows time, so gpt-oss's experts stay untimed there (StepModel.untimed_parts): vLLM on
+    Hopper before 0.11.1 (Marlin, not OpenAI's Triton kernels:
+    kvplan.engines.vllm.mxfp4_moe_rows_run), and SGLang before Blackwell (triton_kernels'
+    matmul_ogs, where its rows time its own Triton fused MoE and Marlin:
+    kvplan.engines.sglang.gpt_oss_below_blackwell, note sim-weak-gpt-oss-sglang)."""
+    from kvplan.engines.sglang import gpt_oss_below_blackwell
     from kvplan.engines.vllm import mxfp4_moe_rows_run
 
     curves = tables.moe_curves_s
-    if options.engine != "vllm" or mxfp4_moe_rows_run(gpu, options.vllm_version):
+    if options.engine == "sglang":
+        other_kernel = gpt_oss_below_blackwell(spec, gpu)
+    else:
+        other_kernel = not mxfp4_moe_rows_run(gpu, options.vllm_version)
+    if not other_kernel:
         return curves
     return {k: v for k, v in curves.items() if not k.startswith("moe_mxfp4_")}
 
@@ -1004,7 +1012,7 @@ def step_model(
         # the model's own fused-MoE shape timed on this GPU by this (or the other) engine
         moe_curves_s=None
         if measured or spec.moe is None
-        else engine_moe_curves(gpu, options, tables),
+        else engine_moe_curves(spec, gpu, options, tables),
         # each dense GEMM at its own shape, this GPU and engine's own GEMM table (small steps)
         gemm_grid=None if measured else tables.gemm_grid,
         op_rates=op_rates_of(gpu, wdtype) if per_op else None,
