@@ -8,6 +8,7 @@ import pytest
 
 from kvplan.engines.backends import Backends
 from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.kernel_tables import tables_for
 from kvplan.inputs.sources import load_model
 from kvplan.plans import intervals
 from kvplan.simulate.setup import ServeOptions, build_replica
@@ -271,6 +272,15 @@ def test_vllm_before_0_11_1_on_hopper_runs_an_mxfp4_moe_no_table_times(gpu, vers
     assert mxfp4_moe_rows_run(load_profile(gpu), version) is timed
     parts = _parts("openai/gpt-oss-20b", gpu, vllm_version=version)
     assert any(p.startswith("the mxfp4 fused MoE") for p in parts) is not timed
+    # nor does the rows' floor apply: the experts pay the family's smallest fused MoE
+    spec = load_model("openai/gpt-oss-20b", checkpoint=False)
+    options = ServeOptions(vllm_version=version)
+    replica = build_replica(spec, load_profile(gpu), options)
+    floors = tables_for(load_profile(gpu), "vllm").floors_s
+    moe_layers = spec.moe.num_layers
+    key = "moe_mxfp4_2880x2880_32x4_tp1_ep1"
+    per_layer = replica.model.floors.experts_s / moe_layers
+    assert per_layer == pytest.approx(floors[key] if timed else floors["moe"])
 
 
 @pytest.mark.parametrize(("gpu", "timed"), [("h100", False), ("h200", False), ("b200", True)])

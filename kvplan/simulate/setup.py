@@ -745,25 +745,24 @@ def given_backends(options, moe: bool = False) -> str:
     return " ".join(f"{flag} {value}" for flag, value in given)
 
 
-def engine_moe_curves(spec, gpu, options, tables) -> dict:
-    """The tables' per-shape fused-MoE curves of the kernels this engine release runs: all of
-    them, but the MXFP4 ones (`moe_mxfp4_*`) where the engine runs another MXFP4 kernel than
-    the rows time, so gpt-oss's experts stay untimed there (StepModel.untimed_parts): vLLM on
-    Hopper before 0.11.1 (Marlin, not OpenAI's Triton kernels:
-    kvplan.engines.vllm.mxfp4_moe_rows_run), and SGLang before Blackwell (triton_kernels'
-    matmul_ogs, where its rows time its own Triton fused MoE and Marlin:
-    kvplan.engines.sglang.gpt_oss_below_blackwell, note sim-weak-gpt-oss-sglang)."""
+def other_mxfp4_kernel(spec, gpu, options) -> bool:
+    """Whether the engine runs another MXFP4 fused-MoE kernel on this GPU than the tables'
+    w4a16_mxfp4 rows time, so the rows' curves and floors (`moe_mxfp4*`) do not apply and
+    gpt-oss's experts stay untimed (StepModel.untimed_parts): vLLM on Hopper before 0.11.1
+    (Marlin, not OpenAI's Triton kernels: kvplan.engines.vllm.mxfp4_moe_rows_run), and SGLang
+    before Blackwell (triton_kernels' matmul_ogs, where its rows time its own Triton fused MoE
+    and Marlin: kvplan.engines.sglang.gpt_oss_below_blackwell, note sim-weak-gpt-oss-sglang)."""
     from kvplan.engines.sglang import gpt_oss_below_blackwell
     from kvplan.engines.vllm import mxfp4_moe_rows_run
 
-    curves = tables.moe_curves_s
     if options.engine == "sglang":
-        other_kernel = gpt_oss_below_blackwell(spec, gpu)
-    else:
-        other_kernel = not mxfp4_moe_rows_run(gpu, options.vllm_version)
-    if not other_kernel:
-        return curves
-    return {k: v for k, v in curves.items() if not k.startswith("moe_mxfp4_")}
+        return gpt_oss_below_blackwell(spec, gpu)
+    return not mxfp4_moe_rows_run(gpu, options.vllm_version)
+
+
+def without_mxfp4_moe(timings: dict) -> dict:
+    """A floors or curves dict without the MXFP4 fused-MoE keys (`moe_mxfp4`, `moe_mxfp4_*`)."""
+    return {k: v for k, v in timings.items() if not k.startswith("moe_mxfp4")}
 
 
 def untimed_moe_flag(options) -> str:
@@ -977,7 +976,10 @@ def step_model(
     notes.extend(wnotes)
     measured = gpu.vendor == "measured"
     tables = tables_for(gpu, options.engine)
-    achieved = tables.achieved
+    achieved, moe_curves = tables.achieved, tables.moe_curves_s
+    if other_mxfp4_kernel(spec, gpu, options):  # the rows time another kernel than it runs
+        achieved = achieved._replace(floors_s=without_mxfp4_moe(achieved.floors_s))
+        moe_curves = without_mxfp4_moe(moe_curves)
     # a measured profile with per-operator curves prices every layer it can lay out (dense
     # attention + MLP in a plain float format) through them: the model kvplan measure checks
     kernels, untimed, named_timed = (
@@ -1010,9 +1012,7 @@ def step_model(
         dp=layout.dp,
         scheduler_steps=options.num_scheduler_steps,
         # the model's own fused-MoE shape timed on this GPU by this (or the other) engine
-        moe_curves_s=None
-        if measured or spec.moe is None
-        else engine_moe_curves(spec, gpu, options, tables),
+        moe_curves_s=None if measured or spec.moe is None else moe_curves,
         # each dense GEMM at its own shape, this GPU and engine's own GEMM table (small steps)
         gemm_grid=None if measured else tables.gemm_grid,
         op_rates=op_rates_of(gpu, wdtype) if per_op else None,
