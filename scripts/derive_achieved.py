@@ -486,8 +486,15 @@ MOE_FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "int8", "int4_wo":
 # keys (kvplan.formulas.batch_step._moe_format), never folded into the "4bit" int4 rows. MXFP4:
 # gpt-oss's experts (W4A16, aiconfigurator's w4a16_mxfp4: vLLM's OAI-triton / Marlin / FlashInfer
 # kernels, SGLang's triton / Marlin / FlashInfer ones); NVFP4: W4A4 experts (ModelOpt,
-# compressed-tensors nvfp4: FlashInfer's TRT-LLM / CUTLASS kernels, Blackwell only)
-MOE_SHAPE_FORMATS = {**MOE_FORMATS, "w4a16_mxfp4": "mxfp4", "nvfp4": "nvfp4"}
+# compressed-tensors nvfp4: FlashInfer's TRT-LLM / CUTLASS kernels, Blackwell only); MXFP4
+# experts with MXFP8 activations (w4a8_mxfp4_mxfp8: FlashInfer's TRT-LLM MoE on Blackwell, SGLang's
+# default precision for gpt-oss there: kvplan.simulate.setup.mxfp4_curves_for)
+MOE_SHAPE_FORMATS = {
+    **MOE_FORMATS,
+    "w4a16_mxfp4": "mxfp4",
+    "w4a8_mxfp4_mxfp8": "mxfp4a8",
+    "nvfp4": "nvfp4",
+}
 GEMM_FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "int8"}
 DATASHEET_FILE = "h100_sxm.vllm.0.14.0.json"  # what a GPU without a table borrows
 # the vLLM 0.14.0 files from aiconfigurator@095f58a5 that --write-tables keeps but for their floors

@@ -209,6 +209,7 @@ def test_the_4bit_fp_formats_get_curves_and_floors_of_their_own():
     d = _derive()
     assert d.MOE_SHAPE_FORMATS["w4a16_mxfp4"] == "mxfp4"
     assert d.MOE_SHAPE_FORMATS["nvfp4"] == "nvfp4"
+    assert d.MOE_SHAPE_FORMATS["w4a8_mxfp4_mxfp8"] == "mxfp4a8"
     assert "w4a16_mxfp4" not in d.MOE_FORMATS and "nvfp4" not in d.MOE_FORMATS
     shape = {"hidden_size": 2880, "inter_size": 2880, "num_experts": 128, "topk": 4,
              "moe_tp_size": 2, "moe_ep_size": 1, "distribution": "power_law_1.01"}  # fmt: skip

@@ -223,11 +223,19 @@ def test_json_carries_the_parts_for_simulate_and_each_plan_candidate(model, part
     assert top["interval_class"].split("/")[0] == ("partial" if parts else "own")
 
 
-@pytest.mark.parametrize(("gpu", "engine", "table"), [("h100", "vllm", "h100_sxm.vllm.0.14.0.json"),
-                                                      ("b200", "sglang", "b200_sxm.sglang.0.5.14.json")])  # fmt: skip
-def test_mxfp4_experts_read_their_own_curve_not_the_int4_rows(gpu, engine, table):
-    """gpt-oss's experts read the tables' w4a16_mxfp4 rows at their own shape and split
-    (moe_mxfp4_2880x2880_<experts>x4_tp<tp>_ep1), never the int4 W4A16 ("4bit") rows; the
+@pytest.mark.parametrize(
+    ("gpu", "engine", "table", "fmt"),
+    [
+        ("h100", "vllm", "h100_sxm.vllm.0.14.0.json", "mxfp4"),
+        ("b200", "vllm", "b200_sxm.vllm.0.24.0.json", "mxfp4"),
+        # SGLang on Blackwell: MXFP8 activations (the default flashinfer_mxfp4 precision)
+        ("b200", "sglang", "b200_sxm.sglang.0.5.14.json", "mxfp4a8"),
+    ],
+)
+def test_mxfp4_experts_read_their_own_curve_not_the_int4_rows(gpu, engine, table, fmt):
+    """gpt-oss's experts read the tables' MXFP4 rows of the kernel the engine runs at their own
+    shape and split (moe_<fmt>_2880x2880_<experts>x4_tp<tp>_ep1: W4A16 under vLLM, W4A8 with
+    MXFP8 activations under SGLang on Blackwell), never the int4 W4A16 ("4bit") rows; the
     step's fused MoE at a token count is that curve's time there."""
     from kvplan.formulas.batch_step import moe_kernel_s
     from kvplan.inputs.kernel_tables import moe_curves
@@ -235,10 +243,14 @@ def test_mxfp4_experts_read_their_own_curve_not_the_int4_rows(gpu, engine, table
     for model, experts, tp in (("openai/gpt-oss-20b", 32, 1), ("openai/gpt-oss-120b", 128, 2)):
         spec = load_model(model, checkpoint=False)
         replica = build_replica(spec, load_profile(gpu), ServeOptions(tp=tp, engine=engine))
-        curve = moe_curves(table)[f"moe_mxfp4_2880x2880_{experts}x4_tp{tp}_ep1"]
+        curve = moe_curves(table)[f"moe_{fmt}_2880x2880_{experts}x4_tp{tp}_ep1"]
         assert replica.model.moe_curve == curve
         assert not any(key.startswith("moe_4bit_2880x2880") for key in moe_curves(table))
         assert moe_kernel_s(replica.model.moe_curve, 16) == curve[4][1]  # tokens 1,2,4,8,16
+        other = "mxfp4a8" if fmt == "mxfp4" else "mxfp4"
+        assert replica.model.moe_curve != moe_curves(table).get(
+            f"moe_{other}_2880x2880_{experts}x4_tp{tp}_ep1"
+        )
 
 
 def test_the_fused_moe_format_key_of_each_weights_format():

@@ -761,8 +761,40 @@ def other_mxfp4_kernel(spec, gpu, options) -> bool:
 
 
 def without_mxfp4_moe(timings: dict) -> dict:
-    """A floors or curves dict without the MXFP4 fused-MoE keys (`moe_mxfp4`, `moe_mxfp4_*`)."""
+    """A floors or curves dict without the MXFP4 fused-MoE keys (`moe_mxfp4*`)."""
     return {k: v for k, v in timings.items() if not k.startswith("moe_mxfp4")}
+
+
+def mxfp8_activations(spec, gpu, options) -> bool:
+    """SGLang's gpt-oss on Blackwell: its flashinfer_mxfp4 MoE runner quantizes the activations to
+    MXFP8 at the default --flashinfer-mxfp4-moe-precision (layers/quantization/mxfp4.py:
+    mxfp8_quantize unless "bf16"), the kernel of the tables' w4a8_mxfp4_mxfp8 rows (`mxfp4a8`),
+    not of their w4a16_mxfp4 ones (the bf16 precision)."""
+    from kvplan.engines.sglang import GPT_OSS_MODEL_TYPE
+    from kvplan.engines.vllm import gpu_generation
+
+    return (
+        options.engine == "sglang"
+        and spec.model_type == GPT_OSS_MODEL_TYPE
+        and gpu_generation(gpu) == 10
+    )
+
+
+def mxfp4_timings(spec, gpu, options, timings: dict) -> dict:
+    """The tables' floors or curves with the MXFP4 fused-MoE keys (`moe_mxfp4*`) of the kernel
+    this engine runs: none where it runs another (other_mxfp4_kernel), the MXFP8-activation
+    rows' as the model's own where SGLang runs those (mxfp8_activations), else the W4A16 rows'."""
+    if other_mxfp4_kernel(spec, gpu, options):
+        return without_mxfp4_moe(timings)
+    if mxfp8_activations(spec, gpu, options):
+        kept = without_mxfp4_moe(timings)
+        a8 = {
+            "moe_mxfp4" + k.removeprefix("moe_mxfp4a8"): v
+            for k, v in timings.items()
+            if k.startswith("moe_mxfp4a8")
+        }
+        return {**kept, **a8}
+    return timings
 
 
 def untimed_moe_flag(options) -> str:
@@ -976,10 +1008,10 @@ def step_model(
     notes.extend(wnotes)
     measured = gpu.vendor == "measured"
     tables = tables_for(gpu, options.engine)
-    achieved, moe_curves = tables.achieved, tables.moe_curves_s
-    if other_mxfp4_kernel(spec, gpu, options):  # the rows time another kernel than it runs
-        achieved = achieved._replace(floors_s=without_mxfp4_moe(achieved.floors_s))
-        moe_curves = without_mxfp4_moe(moe_curves)
+    # the MXFP4 fused-MoE rows of the kernel the engine runs (none where no table times it)
+    achieved = tables.achieved
+    achieved = achieved._replace(floors_s=mxfp4_timings(spec, gpu, options, achieved.floors_s))
+    moe_curves = mxfp4_timings(spec, gpu, options, tables.moe_curves_s)
     # a measured profile with per-operator curves prices every layer it can lay out (dense
     # attention + MLP in a plain float format) through them: the model kvplan measure checks
     kernels, untimed, named_timed = (
