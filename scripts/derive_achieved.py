@@ -330,8 +330,31 @@ def compare_moe(rows, bw, peaks, pairs: dict) -> dict:
     return out
 
 
-DSA_GPUS = {"h100_sxm": "H100 SXM", "h200_sxm": "H200 SXM"}
-DSA_VERSION = "0.19.0"  # the first vLLM with MLA and DSA module tables in aiconfigurator
+# The DSA module grids (kernel_tables/dsa/<gpu>.<engine>.<version>.json, beside the tables of
+# that name). The H100 and H200 vLLM 0.14.0 ones came from vLLM 0.19.0's module tables in
+# aiconfigurator@095f58a5 (not in the wheel: kept as they are); --write-dsa writes the rest from
+# the wheel, for every GPU and engine kvplan has tables of and the wheel DSA module tables of.
+DSA_WRITE = {
+    "h100_sxm": ("sglang",),
+    "h200_sxm": ("sglang",),
+    "b200_sxm": ("vllm", "sglang"),
+    "b300_sxm": ("vllm", "sglang"),
+    "gb200": ("vllm", "sglang"),
+    "gb300": ("vllm", "sglang"),
+}
+DSA_MODEL = "deepseek-ai/DeepSeek-V3.2"
+MLA_MODEL = "deepseek-ai/DeepSeek-V3"
+# The attention shape the grids measured (DeepSeek-V3.2's; kvplan.anatomy.model.Attention's
+# names): the step model reads a file's grids only for layers of this shape
+DSA_SHAPE = {
+    "qk_head_dim": 192,
+    "v_head_dim": 128,
+    "mla_kv_lora_rank": 512,
+    "mla_q_lora_rank": 1536,
+    "indexer_head_dim": 128,
+    "indexer_num_heads": 64,
+    "indexer_topk": 2048,
+}
 
 
 def _module_grid(rows, x_key: str, batches, lengths) -> dict:
@@ -341,7 +364,9 @@ def _module_grid(rows, x_key: str, batches, lengths) -> dict:
     (the module is linear in tokens there), else its nearest measured length's."""
     out: dict = {}
     for r in rows:
-        if r["gemm_type"] != "fp8_block":
+        if r["gemm_type"] != "fp8_block" or r["batch_size"] not in batches:
+            continue
+        if r[x_key] not in lengths:
             continue
         key = (r["num_heads"], r["kv_cache_dtype"])
         out.setdefault(key, {})[(r["batch_size"], r[x_key])] = r["latency"] * 1e-3
@@ -361,37 +386,124 @@ def _module_grid(rows, x_key: str, batches, lengths) -> dict:
     return out
 
 
-def dsa_delta(root: Path, gpu: str) -> dict:
-    """DeepSeek-V3.2's sparse attention module (indexer, top-k, sparse MLA) less DeepSeek-V3's
-    dense MLA module, per layer on one rank, from vLLM's own module tables on this GPU: the same
-    projections, so the difference is what DSA adds (or saves, at long contexts). Keys: phase
-    ("decode": batch x tokens held; "prefill": sequences x prompt tokens), heads on the rank, kv
-    dtype; values: {(batch, length): seconds}."""
-    base = root / gpu
-    out = {}
-    for phase, mla_path, dsa_path, x_key in (
-        ("decode", "mla/vllm/{v}/mla_generation_module_perf.parquet",
-         "sparse_attention/vllm/{v}/dsa_generation_module_perf.parquet", "step"),
-        ("prefill", "mla/vllm/{v}/mla_context_module_perf.parquet",
-         "sparse_attention/vllm/{v}/dsa_context_module_perf.parquet", "isl"),
-    ):  # fmt: skip
-        import pyarrow.parquet as pq
+DSA_EAGER_JUMP = 3.0  # a decode batch this many times slower than the one below: not graph-timed
 
-        mla_rows = pq.read_table(base / mla_path.format(v=DSA_VERSION)).to_pylist()
+
+def _graph_batches(rows, batches) -> list:
+    """The decode batches up to the first whose median module time over the shortest lengths
+    (at most 256 tokens held) is DSA_EAGER_JUMP x the batch below's: SGLang 0.5.14's rows time
+    1,024 decodes at ~1.1 ms on every Blackwell GPU, 11x the 512's, the step outside a CUDA
+    graph (the module's kernels do not grow 11x from 512 to 1,024 sequences of 4 tokens). The
+    step model carries the last kept batch's per-sequence cost beyond (_DsaModule)."""
+    short: dict = {}
+    for r in rows:
+        if r["gemm_type"] == "fp8_block" and r["step"] <= 256:
+            short.setdefault(r["batch_size"], []).append(r["latency"])
+    kept = []
+    for b in batches:
+        if kept and b in short and kept[-1] in short:
+            if statistics.median(short[b]) > DSA_EAGER_JUMP * statistics.median(short[kept[-1]]):
+                break
+        kept.append(b)
+    return kept
+
+
+def dsa_delta(root: Path, gpu: str, engine: str = "vllm") -> tuple[dict, dict, dict, dict]:
+    """DeepSeek-V3.2's sparse attention module (indexer, top-k, sparse MLA) less DeepSeek-V3's
+    dense MLA module, per layer on one rank, on this GPU: the same projections, so the
+    difference is what DSA adds (or saves, at long contexts). The DSA module is `engine`'s own
+    (its newest sparse_attention tables); the MLA module is vLLM's at the same version as its
+    DSA tables on this GPU (the wheel holds no SGLang MLA module: SGLang's grids subtract vLLM's,
+    whose projections are the same block-fp8 GEMMs). Where several kernels timed one shape, the
+    fastest (`table`). Decode rows: isl 1, `step` tokens held; prefill rows: no cached tokens
+    (step 0), isl prompt tokens. The grid is the batches and lengths both tables measured.
+    Returns (grids, batches, lengths, provenance): grids keyed (phase ("decode": batch x tokens
+    held; "prefill": sequences x prompt tokens), heads on the rank, kv dtype) -> {(batch,
+    length): seconds}; provenance phase -> the two tables read."""
+    out: dict = {}
+    axes: dict = {"batches": {}, "lengths": {}, "source": {}}
+    mla_version = newest(root, gpu, "sparse_attention", "vllm", "dsa_generation_module_perf")
+    version = newest(root, gpu, "sparse_attention", engine, "dsa_generation_module_perf")
+    for phase, mla_name, dsa_name, x_key in (
+        ("decode", "mla_generation_module_perf", "dsa_generation_module_perf", "step"),
+        ("prefill", "mla_context_module_perf", "dsa_context_module_perf", "isl"),
+    ):
+        mla_rows = [
+            r
+            for r in table(root, gpu, "mla", mla_name, mla_version)
+            if r["model"] == MLA_MODEL
+            and r["step" if phase == "decode" else "isl"] > 0
+            and (phase == "decode" or r["step"] == 0)
+        ]
         dsa_rows = [
             r
-            for r in pq.read_table(base / dsa_path.format(v=DSA_VERSION)).to_pylist()
-            if r["model"] == "deepseek-ai/DeepSeek-V3.2"
+            for r in table(root, gpu, "sparse_attention", dsa_name, version, engine)
+            if r["model"] == DSA_MODEL
+            and r["op_name"] == dsa_name.removesuffix("_perf")
+            and (phase == "decode" or r["step"] == 0)
         ]
-        batches = sorted({r["batch_size"] for r in mla_rows + dsa_rows})
-        lengths = sorted({r[x_key] for r in mla_rows + dsa_rows})
+        batches = sorted({r["batch_size"] for r in mla_rows} & {r["batch_size"] for r in dsa_rows})
+        if phase == "decode":
+            batches = _graph_batches(dsa_rows, batches)
+        lengths = sorted({r[x_key] for r in mla_rows} & {r[x_key] for r in dsa_rows})
         mla = _module_grid(mla_rows, x_key, batches, lengths)
         dsa = _module_grid(dsa_rows, x_key, batches, lengths)
         for key in sorted(set(mla) & set(dsa)):
             out[(phase, *key)] = {
                 (b, x): dsa[key][(b, x)] - mla[key][(b, x)] for b in batches for x in lengths
             }
-    return out
+        axes["batches"][phase] = batches
+        axes["lengths"][phase] = lengths
+        axes["source"][phase] = (
+            f"{gpu}/sparse_attention/{engine}/{version}/{dsa_name}.parquet less "
+            f"{gpu}/mla/vllm/{mla_version}/{mla_name}.parquet"
+        )
+    return out, axes["batches"], axes["lengths"], {"version": version, **axes["source"]}
+
+
+def write_dsa_grids(root: Path) -> list[Path]:
+    """kernel_tables/dsa/<gpu>.<engine>.<version>.json (the name of the tables the run reads,
+    kvplan.inputs.kernel_tables._dsa_file) for every GPU and engine of DSA_WRITE: dsa_delta's
+    grids in microseconds (0.1), one (phase, heads, kv dtype) a line."""
+    import json
+
+    written = []
+    for gpu, engines in DSA_WRITE.items():
+        for engine in engines:
+            tables = sorted(
+                (p.name for p in TABLES.glob(f"{gpu}.{engine}.*.json")),
+                key=lambda n: [int(x) if x.isdigit() else -1 for x in n.split(".")[2:-1]],
+            )
+            if not tables:
+                continue
+            grids, batches, lengths, prov = dsa_delta(root, gpu, engine)
+            head = {
+                "version": prov["version"],
+                "source": "aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/systems/"
+                f"data/ {prov['decode']}; {prov['prefill']}",
+                "derived_by": "scripts/derive_achieved.py DATA --write-dsa (dsa_delta): "
+                f"{DSA_MODEL}'s DSA module less {MLA_MODEL}'s MLA module per layer on one "
+                "rank, block-fp8 weights, the fastest kernel per shape, microseconds",
+                "shape": DSA_SHAPE,
+                "batches": batches,
+                "lengths": lengths,
+            }
+            lines = []
+            for (phase, heads, kv), cells in grids.items():
+                rows = [
+                    [round(cells[(b, x)] * 1e6, 1) for x in lengths[phase]] for b in batches[phase]
+                ]
+                group = {"phase": phase, "heads": heads, "kv_dtype": kv, "rows": rows}
+                lines.append("  " + json.dumps(group, separators=(",", ":")))
+            body = json.dumps(head, indent=1)[:-2] + ',\n "delta_us": [\n'
+            body += ",\n".join(lines) + "\n ]\n}\n"
+            json.loads(body)  # well-formed
+            path = TABLES / "dsa" / tables[-1]
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(body)
+            tmp.replace(path)
+            written.append(path)
+    return written
 
 
 def attention(context_rows, generation_rows, bw, peaks) -> dict:
@@ -1225,6 +1337,26 @@ def gemm_grid(rows) -> dict:
     return {"m": list(GEMM_GRID_TOKENS), "n": ns, "k": ks, "us": us}
 
 
+def mla_bmm_grid(rows) -> dict:
+    """{"heads": [...], "us": {"bf16": {"pre": [[us at each head] at each m], "post": ...}}}
+    from one mla_bmm table's rows: the bf16 rows (the engines' torch.bmm; the fp8 kernels are
+    left out: which BMM an fp8 checkpoint's absorbed projections run differs by engine path) at
+    GEMM_GRID_TOKENS tokens, microseconds to three significant figures (null: not timed)."""
+    kept = [
+        r for r in rows if r.get("bmm_dtype") == "bfloat16" and r["num_tokens"] in GEMM_GRID_TOKENS
+    ]
+    heads = sorted({r["num_heads"] for r in kept})
+    at = {(r["op_name"], r["num_tokens"], r["num_heads"]): r["latency"] * 1e3 for r in kept}
+    us: dict = {}
+    for op, key in (("mla_gen_pre", "pre"), ("mla_gen_post", "post")):
+        if any(o == op for o, _, _ in at):
+            us[key] = [
+                [float(f"{at[op, m, h]:.3g}") if (op, m, h) in at else None for h in heads]
+                for m in GEMM_GRID_TOKENS
+            ]
+    return {"heads": heads, "us": {"bf16": us} if len(us) == 2 else {}}
+
+
 def write_gemm_grid(root: Path, gpu: str, engine: str, name: str) -> Path | None:
     """kernel_tables/gemm/<name>: the GPU's graph-timed GEMM of every (n, k) the engine's newest
     table holds at GEMM_GRID_TOKENS tokens (gemm_grid), read by the step model to price each
@@ -1247,6 +1379,20 @@ def write_gemm_grid(root: Path, gpu: str, engine: str, name: str) -> Path | None
         "n": grid["n"],
         "k": grid["k"],
     }
+    bmm_version = newest(root, gpu, "mla_bmm", engine, "mla_bmm_perf")
+    if bmm_version is not None:
+        bmm = mla_bmm_grid(table(root, gpu, "mla_bmm", "mla_bmm_perf", bmm_version, engine))
+        if bmm["us"]:
+            head["mla_bmm"] = {
+                "source": f"aiconfigurator_core/systems/data/{gpu}/mla_bmm/{engine}/"
+                f"{bmm_version}/mla_bmm_perf.parquet",
+                "derived_by": "mla_bmm_grid: MLA's two absorbed BMMs (pre: q_nope [heads, m, "
+                "128] x [heads, 128, 512]; post: [heads, m, 512] x [heads, 512, 128], the "
+                "DeepSeek slice the table times) in bf16 (torch.bmm) by tokens (m, as above) "
+                "and heads, microseconds (null: not timed)",
+                "heads": bmm["heads"],
+                "us": bmm["us"],
+            }
     lines = []
     for fmt, by_m in grid["us"].items():
         rows = ",\n  ".join(json.dumps(block, separators=(",", ":")) for block in by_m)
@@ -1263,6 +1409,115 @@ def write_gemm_grids(root: Path) -> list[Path]:
             if version is None:
                 continue
             path = write_gemm_grid(root, gpu, engine, f"{gpu}.{engine}.{version}.json")
+            if path is not None:
+                written.append(path)
+    return written
+
+
+# ---- recurrent layers (kernel_tables/recurrent/) ------------------------------------------
+# The kernels one Gated DeltaNet layer runs per step, by phase, as the engines' GDN backends
+# call them (SGLang's hybrid_linear_attn_backend.py, vLLM's gdn_attn / qwen3_next.py): a decode
+# runs the conv-state update, then the recurrent state update (gating fused in); a prefill chunk
+# the causal conv over its tokens, then the chunked delta rule. The norms and projections
+# around them are in the GEMM and small-kernel terms.
+RECURRENT_KERNELS = {
+    "decode": ("generation", "causal_conv1d_update", "fused_recurrent_"),
+    "prefill": ("context", "causal_conv1d_fn", "chunk_"),
+}
+RECURRENT_TABLES = {"gated_deltanet": ("linear_attention", "gdn_perf")}
+
+
+def recurrent_grid(rows) -> dict:
+    """{"decode_batch", "prefill_batch", "prefill_tokens", "us"} from one Gated DeltaNet table's
+    rows (every kernel_source kept: `table(..., fastest=False)`): per head shape on a rank
+    ("gated_deltanet/<key heads>x<key dim>/<value heads>x<value dim>/<phase>"), the layer's
+    kernels of that phase (RECURRENT_KERNELS: the conv and the state kernel) summed at each batch
+    (decode: sequences of one token; prefill: sequences x tokens per sequence), each kernel at
+    the median over the table's models of that head shape (the kernels see the heads, not the
+    model's width), microseconds; None where a kernel was not timed at that point. A phase whose
+    state kernel the table lacks (the A100's SGLang 0.5.10 table has no chunked kernel) is left
+    out."""
+    by: dict = {}
+    for r in rows:
+        for phase, (row_phase, conv, state) in RECURRENT_KERNELS.items():
+            source = r["kernel_source"]
+            if r["phase"] != row_phase or not (source == conv or source.startswith(state)):
+                continue
+            shape = f"{r['num_k_heads']}x{r['head_k_dim']}/{r['num_v_heads']}x{r['head_v_dim']}"
+            part = "conv" if source == conv else "state"
+            at = (r["batch_size"], r["seq_len"] if phase == "prefill" else 1)
+            by.setdefault((phase, shape), {}).setdefault(at, {}).setdefault(part, []).append(
+                r["latency"] * 1e3
+            )
+    decode_batch = sorted({b for (ph, _), pts in by.items() if ph == "decode" for b, _ in pts})
+    prefill_batch = sorted({b for (ph, _), pts in by.items() if ph == "prefill" for b, _ in pts})
+    prefill_tokens = sorted({s for (ph, _), pts in by.items() if ph == "prefill" for _, s in pts})
+
+    def us(points: dict, at) -> float | None:
+        parts = points.get(at, {})
+        if set(parts) != {"conv", "state"}:
+            return None
+        return round(sum(statistics.median(v) for v in parts.values()), 3)
+
+    out: dict = {}
+    for (phase, shape), points in sorted(by.items()):
+        if not any(set(p) == {"conv", "state"} for p in points.values()):
+            continue
+        if phase == "decode":
+            out[f"gated_deltanet/{shape}/decode"] = [us(points, (b, 1)) for b in decode_batch]
+        else:
+            out[f"gated_deltanet/{shape}/prefill"] = [
+                [us(points, (b, s)) for s in prefill_tokens] for b in prefill_batch
+            ]
+    return {
+        "decode_batch": decode_batch,
+        "prefill_batch": prefill_batch,
+        "prefill_tokens": prefill_tokens,
+        "us": out,
+    }
+
+
+def write_recurrent_grid(root: Path, gpu: str, engine: str) -> Path | None:
+    """kernel_tables/recurrent/<gpu>.<engine>.<version>.json: the GPU's Gated DeltaNet layer
+    kernels by head shape, phase and batch (recurrent_grid) from the engine's newest
+    linear_attention/gdn_perf table, read by the step model to time each recurrent layer
+    (None: no table, or one without both phases)."""
+    import json
+
+    op, name = RECURRENT_TABLES["gated_deltanet"]
+    version = newest(root, gpu, op, engine, name)
+    if version is None:
+        return None
+    grid = recurrent_grid(table(root, gpu, op, name, version, engine, fastest=False))
+    phases = {key.rsplit("/", 1)[1] for key in grid["us"]}
+    if phases != {"decode", "prefill"}:
+        return None
+    head = {
+        "source": f"aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/systems/data/"
+        f"{gpu}/{op}/{engine}/{version}/{name}.parquet",
+        "derived_by": "scripts/derive_achieved.py DATA --write-recurrent-grids (recurrent_grid): "
+        "one Gated DeltaNet layer's kernels per phase summed (decode: causal_conv1d_update + the "
+        "fused recurrent state update; prefill: causal_conv1d_fn + the chunked delta rule), by "
+        "the heads on a rank (key heads x key dim / value heads x value dim), at each batch "
+        "(decode: sequences; prefill: sequences x tokens per sequence), the median over the "
+        "table's models of that head shape, microseconds",
+        "decode_batch": grid["decode_batch"],
+        "prefill_batch": grid["prefill_batch"],
+        "prefill_tokens": grid["prefill_tokens"],
+    }
+    lines = [
+        f" {json.dumps(key)}: {json.dumps(value, separators=(',', ':'))}"
+        for key, value in grid["us"].items()
+    ]
+    return write_rows_file(TABLES / "recurrent" / f"{gpu}.{engine}.{version}.json", head, lines)
+
+
+def write_recurrent_grids(root: Path) -> list[Path]:
+    """write_recurrent_grid for every GPU of TABLE_GPUS and both engines."""
+    written = []
+    for gpu in TABLE_GPUS:
+        for engine in ("vllm", "sglang"):
+            path = write_recurrent_grid(root, gpu, engine)
             if path is not None:
                 written.append(path)
     return written
@@ -1477,7 +1732,25 @@ def main() -> None:
         action="store_true",
         help="write kvplan/data/kernel_tables/gemm/*.json only (gemm_grid)",
     )
+    parser.add_argument(
+        "--write-dsa",
+        action="store_true",
+        help="write kvplan/data/kernel_tables/dsa/*.json only (dsa_delta)",
+    )
+    parser.add_argument(
+        "--write-recurrent-grids",
+        action="store_true",
+        help="write kvplan/data/kernel_tables/recurrent/*.json only (recurrent_grid)",
+    )
     args = parser.parse_args()
+    if args.write_dsa:
+        for path in write_dsa_grids(args.data):
+            print(f"wrote {path}")
+        return
+    if args.write_recurrent_grids:
+        for path in write_recurrent_grids(args.data):
+            print(f"wrote {path}")
+        return
     if args.write_gemm_grids:
         for path in write_gemm_grids(args.data):
             print(f"wrote {path}")

@@ -40,38 +40,62 @@ def test_an_attention_backend_without_rows_is_named_with_its_flag():
     )
 
 
-def test_recurrent_layers_are_named_by_kind():
-    parts = _parts("Qwen/Qwen3-Next-80B-A3B-Thinking", "b200", engine="sglang", tp=8)
-    assert "the recurrent layers (gated_deltanet)" in parts
+def test_recurrent_layers_are_named_by_kind_where_no_table_times_them():
+    """Mamba-2 is in no recurrent/ table (aiconfigurator's TRT-LLM table times only its conv
+    kernels); Gated DeltaNet is where the GPU's table of the engine holds it (B200 under SGLang),
+    not on the A100 (its SGLang 0.5.10 table has no chunked kernel: no recurrent/ file)."""
+    nano = "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
+    assert "the recurrent layers (mamba2)" in _parts(nano, "b200", engine="sglang")
+    qwen3_next = "Qwen/Qwen3-Next-80B-A3B-Thinking"
+    assert not any("recurrent" in p for p in _parts(qwen3_next, "b200", engine="sglang", tp=8))
+    assert "the recurrent layers (gated_deltanet)" in _parts(
+        qwen3_next, "a100", engine="sglang", tp=8
+    )
 
 
 @pytest.mark.parametrize(
     ("gpu", "engine", "untimed"),
-    [("b200", "sglang", True), ("h200", "vllm", False)],  # vLLM's DSA module tables: H100/H200
+    [
+        ("b200", "sglang", False),  # the module tables: every GPU and engine the wheel timed
+        ("b200", "vllm", False),
+        ("h200", "sglang", False),
+        ("h200", "vllm", False),
+        ("gb300", "sglang", False),
+        ("mi300x", "sglang", True),  # no tables of its own: the datasheet's H100 fractions
+    ],
 )
 def test_the_dsa_indexer_is_untimed_without_the_module_tables(gpu, engine, untimed):
     parts = _parts("deepseek-ai/DeepSeek-V3.2", gpu, engine=engine, tp=8)
     assert ("the DSA indexer and sparse attention" in parts) is untimed
 
 
-def test_with_dsa_tables_the_layers_that_reuse_anothers_picks_are_named():
-    """GLM-5.3: 21 layers index, 57 reuse their picks; vLLM's DSA module tables on the H200
-    time the 21 and the 57's top-k read runs on the roofline. GLM-5 (every layer indexes)
-    has nothing untimed there."""
+STAND_IN = "the DSA module at this model's shape (DeepSeek-V3.2's stands in)"
+
+
+@pytest.mark.parametrize(("gpu", "engine"), [("h200", "vllm"), ("b200", "sglang")])
+def test_glm5s_dsa_takes_deepseek_v32s_grids_as_a_named_stand_in(gpu, engine):
+    """GLM-5's heads (64 of 256 wide) and projections are not DeepSeek-V3.2's, whose DSA module
+    less DeepSeek-V3's MLA module the grids hold, and no table holds a dense MLA module of
+    GLM-5's shape to subtract: the grids price it, named untimed. GLM-5.3: 21 layers index, 57
+    reuse their picks: the 21 take the grids, the 57's top-k read runs on the roofline."""
+    spec = load_model("zai-org/GLM-5-FP8", checkpoint=False)
+    model = build_replica(spec, load_profile(gpu), ServeOptions(engine=engine, tp=8)).model
+    assert model.dsa is not None and not model.dsa.shape_timed
+    assert model.untimed_parts == (STAND_IN,)
     spec = load_model("zai-org/GLM-5.3", checkpoint=False)
-    options = ServeOptions(tp=8, pp=2, nnodes=2)
-    replica = build_replica(spec, load_profile("h200"), options)
+    options = ServeOptions(engine=engine, tp=8, pp=2, nnodes=2)
+    replica = build_replica(spec, load_profile(gpu), options)
     assert replica.model.dsa is not None and replica.model.dsa.layers == 21
     assert replica.model.untimed_parts == (
+        STAND_IN,
         "the sparse attention of the layers that reuse another's top-k",
     )
-    assert _parts("zai-org/GLM-5-FP8", "h200", tp=8) == ()
 
 
 def test_dsa_without_tables_is_priced_sparse_as_its_note_says():
     """sim-dsa-dense: the top-k latents and every indexer key on the roofline, not dense MLA:
     at 32k tokens held DeepSeek-V3.2's decode attention is a fraction of DeepSeek-V3's."""
-    gpu, options = load_profile("b200"), ServeOptions(engine="sglang", tp=8)
+    gpu, options = load_profile("mi300x"), ServeOptions(engine="sglang", tp=8)  # no tables
     sparse, dense = (
         build_replica(load_model(m, checkpoint=False), gpu, options).model
         for m in ("deepseek-ai/DeepSeek-V3.2", "deepseek-ai/DeepSeek-V3")
@@ -152,10 +176,8 @@ def test_a_draft_models_untimed_parts_count_as_the_steps():
     draft = '{"method": "draft_model", "model": "Qwen/Qwen3-Next-80B-A3B-Thinking", "num_speculative_tokens": 2}'
     options = {"tp": 4, "max_model_len": 4096, "speculative_config": draft}
     parts = _parts("Qwen/Qwen3-32B", "h200", **options)
-    assert parts == (
-        "the draft's bf16 fused MoE of this shape and split",
-        "the draft's recurrent layers (gated_deltanet)",
-    )
+    # (its Gated DeltaNet layers are in the H200's vLLM recurrent/ table)
+    assert parts == ("the draft's bf16 fused MoE of this shape and split",)
     assert intervals.raw_class(load_profile("h200"), "vllm", None, parts) == intervals.PARTIAL
     small = '{"method": "draft_model", "model": "Qwen/Qwen3-4B", "num_speculative_tokens": 2}'
     assert _parts("Qwen/Qwen3-32B", "h200", **{**options, "speculative_config": small}) == ()

@@ -53,6 +53,9 @@ class EngineRequest(NamedTuple):
     # expert / data parallelism (kvplan simulate): the GPUs the routed experts are spread over
     # when that is not tp (EP, or DP-attention ranks whose MoE layers span the group)
     expert_ranks: int | None = None
+    # SGLang's --enable-dp-attention --dp-size N (1: off): `tp` is then a rank's attention TP, the
+    # server's --tp tp x N (its memory defaults, the MLPs' and head's split)
+    dp_attention: int = 1
     # vLLM -dcp: the KV cache sharded along tokens over this many ranks of the TP group
     decode_context_parallel_size: int = 1
     # the engines' kernel-backend flags as typed (kvplan.engines.backends; none: the engine's own

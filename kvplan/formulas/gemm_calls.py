@@ -9,7 +9,17 @@ and down; each MoE layer's router and shared expert; the head), and `gemm_calls_
 measured times at the step's tokens (`gemm_call_s`: bilinear in log n and log k between the four
 grid shapes around each call, linear in tokens between the two grid token counts around the
 step's). MLA's two absorbed BMMs (kv_b split into the key and value halves, batched over the
-heads) are no GEMM of the table: they stay at their floor (batch_step._Floors).
+heads) are no GEMM of that table: the GPU's mla_bmm table times them (`mla_bmm_calls`,
+`mla_bmm_calls_s`: bf16 checkpoints; other formats keep their floor, batch_step._Floors).
+
+The mla_bmm table times one slice, DeepSeek's: pre = q_nope [heads, m, 128] x [heads, 128, 512],
+post = [heads, m, 512] x [heads, 512, 128], at 1-128 heads. A model of other widths runs the
+same batched GEMM with per-head matrices of nope x latent (pre) and latent x v (post) elements:
+it is priced as the slice at its equivalent heads, heads x (its matrix / the slice's), the
+weights and FLOPs being those of that many slice heads (aiconfigurator-core's own mla_bmm query
+scales by the head ratio likewise): GLM-4.7-Flash's 20 heads of 192 x 512 and 512 x 256 are 30
+and 40 slice heads. Between the table's head counts: linear in heads; past 128: 128's time x
+heads / 128; in tokens as gemm_call_s.
 """
 
 from __future__ import annotations
@@ -24,13 +34,15 @@ from kvplan.record import NamedTuple
 class GemmCall(NamedTuple):
     """One dense GEMM a rank runs: `n` output by `k` input features, in kernel-table format
     `fmt` ("bf16", "fp8", "int8"), `times` times a forward, on the step's tokens (or, `head`,
-    on the sampled positions only)."""
+    on the sampled positions only); `gathered`: on the rows gathered over SGLang's DP-attention
+    group (its MLPs, router and head: dense_gemm_calls' `group_tp`)."""
 
     n: int
     k: int
     fmt: str
     times: int
     head: bool = False
+    gathered: bool = False
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -38,7 +50,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def dense_gemm_calls(
-    spec: ModelSpec, fmt: str, quantized: frozenset, tp: int
+    spec: ModelSpec, fmt: str, quantized: frozenset, tp: int, group_tp: int | None = None
 ) -> tuple[GemmCall, ...] | None:
     """The dense GEMMs of one forward on one of `tp` ranks, as SGLang and vLLM shard them:
     column-parallel q|k|v, q_b and gate|up by output features (KV heads at max(1, Hkv / tp)),
@@ -46,8 +58,17 @@ def dense_gemm_calls(
     replicated, the head by vocabulary. The parts in `quantized` run in `fmt`, the rest (the
     router, the head, unquantized parts) in bf16. None where a layer holds matrices these widths
     do not lay out exactly (recurrent and linear-attention mixers, DSA's indexer, compressed or
-    gated attention, a parameter count the widths miss): the caller keeps the pooled term."""
+    gated attention, a parameter count the widths miss): the caller keeps the pooled term.
+
+    `group_tp` (SGLang's DP attention: the whole group's GPUs; None: `tp`): the dense MLPs and
+    shared experts column/row-parallel over that many GPUs, the router and the head too, all on
+    the rows gathered over the group (`gathered` calls; sglang/srt/layers/communicator.py runs
+    every layer's MLP in ScatterMode FULL, models/deepseek_v2.py shards the dense MLP and the
+    shared experts over the whole TP group, logits_processor.py gathers the sampled rows before
+    the vocab-parallel head)."""
     h = spec.hidden_size
+    mlp_tp = tp if group_tp is None else group_tp
+    gathered = group_tp is not None
     calls: list[GemmCall] = []
 
     def part_fmt(part: str) -> str:
@@ -104,20 +125,28 @@ def dense_gemm_calls(
             gated = parts["mlp"] >= 3 * h * width
             if abs(parts["mlp"] - (3 if gated else 2) * h * width) > 8 * (h + width):
                 return None
-            w, m = _ceil_div(width, tp), part_fmt("mlp")
-            calls += [GemmCall((2 if gated else 1) * w, h, m, count), GemmCall(h, w, m, count)]
+            w, m = _ceil_div(width, mlp_tp), part_fmt("mlp")
+            calls += [
+                GemmCall((2 if gated else 1) * w, h, m, count, gathered=gathered),
+                GemmCall(h, w, m, count, gathered=gathered),
+            ]
         if "experts" in parts:
             moe = spec.moe
             if moe is None:
                 return None
-            calls.append(GemmCall(moe.num_experts, h, "bf16", count))  # the router, replicated
+            # the router, replicated
+            calls.append(GemmCall(moe.num_experts, h, "bf16", count, gathered=gathered))
             if parts.get("shared_experts"):
                 width = moe.shared_intermediate_size
                 if not width or abs(parts["shared_experts"] - 3 * h * width) > 8 * (h + width):
                     return None
-                w, s = _ceil_div(width, tp), part_fmt("shared_experts")
-                calls += [GemmCall(2 * w, h, s, count), GemmCall(h, w, s, count)]
-    calls.append(GemmCall(_ceil_div(spec.vocab_size, tp), h, "bf16", 1, head=True))
+                w, s = _ceil_div(width, mlp_tp), part_fmt("shared_experts")
+                calls += [
+                    GemmCall(2 * w, h, s, count, gathered=gathered),
+                    GemmCall(h, w, s, count, gathered=gathered),
+                ]
+    head = GemmCall(_ceil_div(spec.vocab_size, mlp_tp), h, "bf16", 1, head=True, gathered=gathered)
+    calls.append(head)
     return tuple(calls)
 
 
@@ -172,13 +201,109 @@ def _at(grid: GemmGrid, fmt: str, mi: int, n: int, k: int) -> float | None:
 
 
 def gemm_calls_s(
-    grid: GemmGrid, calls: tuple[GemmCall, ...], tokens: int, sampled: int
+    grid: GemmGrid,
+    calls: tuple[GemmCall, ...],
+    tokens: int,
+    sampled: int,
+    gathered_tokens: int | None = None,
+    gathered_sampled: int | None = None,
 ) -> float | None:
     """Seconds of `calls` over a step of `tokens` tokens, `sampled` of which reach the head: the
-    sum of each call's measured time (gemm_call_s). None where any call is not timed."""
+    sum of each call's measured time (gemm_call_s); a `gathered` call over the group's
+    `gathered_tokens` (its head over `gathered_sampled`; None: the rank's own). None where any
+    call is not timed."""
+    total = 0.0
+    group_tokens = tokens if gathered_tokens is None else gathered_tokens
+    group_sampled = sampled if gathered_sampled is None else gathered_sampled
+    for call in calls:
+        if call.gathered:
+            rows = group_sampled if call.head else group_tokens
+        else:
+            rows = sampled if call.head else tokens
+        s = gemm_call_s(grid, call.fmt, rows, call.n, call.k)
+        if s is None:
+            return None
+        total += call.times * s
+    return total
+
+
+# the slice the mla_bmm tables time (aiconfigurator's collector: DeepSeek's widths)
+MLA_BMM_SLICE_NOPE = 128
+MLA_BMM_SLICE_LATENT = 512
+MLA_BMM_SLICE_V = 128
+
+
+class MlaBmmCall(NamedTuple):
+    """One of MLA's absorbed BMMs a rank runs: `op` "pre" (q_nope into the latent) or "post"
+    (the latent out to v), at `heads` equivalent heads of the table's slice, `times` a forward."""
+
+    op: str
+    heads: float
+    times: int
+
+
+def mla_bmm_calls(spec: ModelSpec, tp: int) -> tuple[MlaBmmCall, ...]:
+    """The absorbed BMMs of one forward on one of `tp` ranks: two per MLA layer over its
+    ceil(Hq / tp) heads, as equivalent heads of the table's slice (module docstring)."""
+    calls: list[MlaBmmCall] = []
+    for layer, count in distinct_layers(spec.layers):
+        attn = layer.attention
+        if attn is None or attn.kind is not CacheKind.MLA or not attn.mla_kv_lora_rank:
+            continue
+        heads = _ceil_div(attn.num_q_heads, tp)
+        latent, nope = attn.mla_kv_lora_rank, attn.qk_head_dim - attn.mla_rope_dim
+        slice_pre = MLA_BMM_SLICE_NOPE * MLA_BMM_SLICE_LATENT
+        slice_post = MLA_BMM_SLICE_LATENT * MLA_BMM_SLICE_V
+        calls += [
+            MlaBmmCall("pre", heads * nope * latent / slice_pre, count),
+            MlaBmmCall("post", heads * latent * attn.v_head_dim / slice_post, count),
+        ]
+    return tuple(calls)
+
+
+def mla_bmm_call_s(grid: GemmGrid, fmt: str, op: str, tokens: int, heads: float) -> float | None:
+    """Seconds of one absorbed BMM `op` over `tokens` rows at `heads` equivalent slice heads in
+    format `fmt`, from the GPU's mla_bmm rows (module docstring's rule). None: no such rows, or
+    past the grid's largest token count."""
+    by_op = (grid.bmm_us or {}).get(fmt)
+    if not by_op or op not in by_op or tokens > grid.m[-1] or not grid.bmm_heads:
+        return None
+    rows = by_op[op]
+
+    def at(mi: int) -> float | None:
+        axis = grid.bmm_heads
+        row = rows[mi]
+        if heads >= axis[-1]:
+            last = row[-1]
+            return None if last is None else last * heads / axis[-1]
+        hi = next(j for j, h in enumerate(axis) if h >= heads)
+        if hi == 0 or axis[hi] == heads:
+            return row[hi]
+        lo_us, hi_us = row[hi - 1], row[hi]
+        if lo_us is None or hi_us is None:
+            return None
+        w = (heads - axis[hi - 1]) / (axis[hi] - axis[hi - 1])
+        return lo_us + (hi_us - lo_us) * w
+
+    i = next(j for j, x in enumerate(grid.m) if x >= tokens)
+    hi_us = at(i)
+    if i == 0 or grid.m[i] == tokens or hi_us is None:
+        return None if hi_us is None else hi_us * 1e-6
+    lo_us = at(i - 1)
+    if lo_us is None:
+        return None
+    w = (tokens - grid.m[i - 1]) / (grid.m[i] - grid.m[i - 1])
+    return (lo_us + (hi_us - lo_us) * w) * 1e-6
+
+
+def mla_bmm_calls_s(
+    grid: GemmGrid, calls: tuple[MlaBmmCall, ...], fmt: str, tokens: int
+) -> float | None:
+    """Seconds of the absorbed BMMs `calls` over a step of `tokens` tokens (mla_bmm_call_s).
+    None where any call is not timed."""
     total = 0.0
     for call in calls:
-        s = gemm_call_s(grid, call.fmt, sampled if call.head else tokens, call.n, call.k)
+        s = mla_bmm_call_s(grid, fmt, call.op, tokens, call.heads)
         if s is None:
             return None
         total += call.times * s

@@ -5,10 +5,11 @@ fractions of the datasheet rates an engine's kernels reach, the fused-MoE curve,
 call cost, the small-shape floor of each kernel family) with their provenance (`source`,
 `derived_by`: scripts/derive_achieved.py --write-tables); where measured, the DSA-minus-MLA
 module grids are in dsa/ under the same name (nine tenths of the bytes: read only for a model
-with DSA layers), each fused-MoE shape's time by tokens in moe/ (read only for a MoE model),
+with DSA layers; each file's `shape` the attention shape its modules ran), each fused-MoE shape's time by tokens in moe/ (read only for a MoE model),
 each attention backend's own kernels in attention/ (read only where a flag names a backend:
 `attention_backends`), each GEMM shape's time at 1-256 tokens in gemm/ (`gemm_grid`: this GPU's
-and engine's own tables only). host_overheads.json holds the per-step, per-request and per-layer host
+and engine's own tables only), each Gated DeltaNet layer's kernels by head shape, phase and batch
+in recurrent/ (`recurrent_grid`: this GPU's, or a borrowed GPU's, for the simulated engine). host_overheads.json holds the per-step, per-request and per-layer host
 costs.
 
 A profile names its tables in one field, never by its name:
@@ -44,6 +45,7 @@ DSA_FOLDER = FOLDER / "dsa"
 MOE_FOLDER = FOLDER / "moe"
 GEMM_FOLDER = FOLDER / "gemm"
 ATTENTION_FOLDER = FOLDER / "attention"
+RECURRENT_FOLDER = FOLDER / "recurrent"
 PARTIAL_FOLDER = FOLDER / "partial"  # kernel-level measurements of a GPU without tables
 ENGINES = ("vllm", "sglang")
 DATASHEET_TABLES = "h100_sxm"  # a GPU without tables runs at the H100's fractions
@@ -85,6 +87,10 @@ class DsaGrids(NamedTuple):
     lengths: dict  # phase -> (length, ...)
     delta_us: dict  # (phase, heads, kv dtype) -> ((us, ...), ...)
     engine_version: str  # the engine version the module tables were measured on
+    # the attention shape the modules ran (kvplan.anatomy.model.Attention's field names:
+    # qk_head_dim, v_head_dim, mla_kv_lora_rank, mla_q_lora_rank, indexer_head_dim,
+    # indexer_num_heads, indexer_topk): the grids time layers of this shape only
+    shape: dict = {}
 
 
 class GemmGrid(NamedTuple):
@@ -96,6 +102,26 @@ class GemmGrid(NamedTuple):
     n: tuple[int, ...]
     k: tuple[int, ...]
     us: dict
+    # MLA's absorbed BMMs (the file's "mla_bmm": derive_achieved.py mla_bmm_grid): bmm_us[fmt]
+    # [op][i][j] the microseconds of op "pre" or "post" over m[i] tokens and bmm_heads[j] heads
+    # of the table's DeepSeek slice (None: not timed); empty: the table has no bf16 BMM rows
+    bmm_heads: tuple[int, ...] = ()
+    bmm_us: dict | None = None
+
+
+class RecurrentGrid(NamedTuple):
+    """A GPU's measured recurrent-layer kernels (recurrent/ files, scripts/derive_achieved.py
+    recurrent_grid): decode[key][i] the microseconds of one layer's decode kernels at
+    decode_batch[i] sequences, prefill[key][i][j] those of its prefill kernels at
+    prefill_batch[i] sequences of prefill_tokens[j] tokens each (None: not timed); key
+    "<state kind>/<key heads>x<key dim>/<value heads>x<value dim>", the heads on one rank."""
+
+    decode_batch: tuple[int, ...]
+    prefill_batch: tuple[int, ...]
+    prefill_tokens: tuple[int, ...]
+    decode: dict
+    prefill: dict
+    source: str
 
 
 class KernelTables(NamedTuple):
@@ -144,6 +170,19 @@ class KernelTables(NamedTuple):
             return None
         name = f"{self.gpu}.{self.engine}.{self.engine_version}.json"
         return gemm_grid(name) if (GEMM_FOLDER / name).is_file() else None
+
+    @property
+    def recurrent_grid(self) -> RecurrentGrid | None:
+        """This GPU's (or the borrowed GPU's) recurrent-layer kernels as the simulated engine
+        runs them, the newest file of that GPU and engine, read on first use (None: none
+        measured, or the tables are another engine's or a datasheet GPU's stand-in)."""
+        if self.evidence not in ("own", "borrowed"):
+            return None
+        names = sorted(
+            (p.name for p in RECURRENT_FOLDER.glob(f"{self.gpu}.{self.engine}.*.json")),
+            key=lambda n: _version_key(n[len(self.gpu) + len(self.engine) + 2 : -5]),
+        )
+        return recurrent_grid(names[-1]) if names else None
 
     @property
     def floors_s(self) -> dict:
@@ -232,6 +271,7 @@ def _dsa(name: str) -> DsaGrids:
             for g in d["delta_us"]
         },
         engine_version=d["version"],
+        shape=dict(d["shape"]),
     )
 
 
@@ -259,6 +299,32 @@ def gemm_grid(name: str) -> GemmGrid:
             fmt: tuple(tuple(tuple(row) for row in block) for block in blocks)
             for fmt, blocks in d["us"].items()
         },
+        bmm_heads=tuple((d.get("mla_bmm") or {}).get("heads") or ()),
+        bmm_us={
+            fmt: {op: tuple(tuple(row) for row in rows) for op, rows in ops.items()}
+            for fmt, ops in ((d.get("mla_bmm") or {}).get("us") or {}).items()
+        },
+    )
+
+
+@cache
+def recurrent_grid(name: str) -> RecurrentGrid:
+    """A recurrent/ file's grid (scripts/derive_achieved.py write_recurrent_grid)."""
+    d = _read(RECURRENT_FOLDER / name)
+    decode, prefill = {}, {}
+    for key, value in d["us"].items():
+        shape, phase = key.rsplit("/", 1)
+        if phase == "decode":
+            decode[shape] = tuple(value)
+        else:
+            prefill[shape] = tuple(tuple(row) for row in value)
+    return RecurrentGrid(
+        decode_batch=tuple(d["decode_batch"]),
+        prefill_batch=tuple(d["prefill_batch"]),
+        prefill_tokens=tuple(d["prefill_tokens"]),
+        decode=decode,
+        prefill=prefill,
+        source=d["source"],
     )
 
 

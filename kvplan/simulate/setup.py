@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import resolve_kv_format
-from kvplan.engines.backends import Backends, check_backends
+from kvplan.engines.backends import ENGINE_NAMES, Backends, check_backends
 from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
@@ -1047,6 +1047,8 @@ def step_model(
         moe_curves_s=None if measured or spec.moe is None else moe_curves,
         # each dense GEMM at its own shape, this GPU and engine's own GEMM table (small steps)
         gemm_grid=None if measured else tables.gemm_grid,
+        # each recurrent layer's kernels, this GPU's (own or borrowed) table of this engine
+        recurrent_grid=None if measured or not spec.state_layers() else tables.recurrent_grid,
         op_rates=op_rates_of(gpu, wdtype) if per_op else None,
         op_dtype=wdtype,
         op_gather_kv=bool(per_op and gpu.measured.gather_kv),
@@ -1109,6 +1111,9 @@ def step_model(
                 gpu=gpu.name,
                 layers=model.dsa.layers,
                 tables=tables.name,
+                module=f"{ENGINE_NAMES.get(tables.engine, tables.engine)} "
+                f"{model.dsa.tables.engine_version}",
+                stand_in=not model.dsa.shape_timed,
             )
             if model.dsa is not None
             else note("sim-dsa-dense", gpu=gpu.name, engine=options.engine)
@@ -1447,6 +1452,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         mem_fraction_static=options.mem_fraction_static,
         weights_dtype=weights_format(options),
         expert_ranks=layout.expert_ranks if layout.modelled else None,
+        dp_attention=layout.dp,
         backends=options.backends,
         speculative_eagle_topk=options.speculative_eagle_topk,
     )
