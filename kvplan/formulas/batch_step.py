@@ -1524,8 +1524,9 @@ class _Floors(NamedTuple):
     block-fp8 GEMM is a per-token-group activation quant and then DeepGEMM (4.2 us at one token
     on a B200 under SGLang, against bf16's 1.8 us), a block-fp8 fused MoE 16.5 us against
     bf16's 13.6 us. The head, the routers and MLA's two absorbed BMMs stay at the family's
-    smallest (unquantized, or a kernel no table times), as does a format without rows (mxfp4's
-    experts: the tables' 4-bit rows time W4A16 kernels, not gpt-oss's). Where the tables timed
+    smallest (unquantized, or a kernel no table times), as does a format without rows. MXFP4
+    and NVFP4 experts pay their own rows' floors (`moe_mxfp4`, `moe_nvfp4`: `_moe_format`), not
+    the int4 W4A16 rows' (`moe_4bit`), where the tables timed them. Where the tables timed
     the model's own fused MoE (hidden x expert width, experts x top-k, format, the experts' TP
     and EP split: `moe_shape_key`), its floor is that kernel's smallest time at 1-16 tokens:
     DeepSeek-R1's at TP 8 in block fp8 takes 35 us on a B200 under SGLang (router top-k and
@@ -1562,10 +1563,11 @@ class _Floors(NamedTuple):
         gemm = floors_s.get("gemm", 0.0)
         gemm_quantized = floors_s.get(f"gemm_{fmt}", gemm) if fmt else gemm
         moe = floors_s.get("moe", 0.0)
-        if fmt:
-            moe = floors_s.get(f"moe_{fmt}", moe)
+        moe_fmt = _moe_format(weights_dtype)
+        if moe_fmt:
+            moe = floors_s.get(f"moe_{moe_fmt}", moe)
             if shape.moe_shape:
-                moe = floors_s.get(moe_shape_key(fmt, shape.moe_shape, moe_tp, moe_ep), moe)
+                moe = floors_s.get(moe_shape_key(moe_fmt, shape.moe_shape, moe_tp, moe_ep), moe)
         quantized = shape.quantized_gemm_launches
         bmms = 2 * shape.mla_layers  # MLA's absorbed BMMs, of the unquantized launches
         attention = floors_s.get("attention", 0.0)
@@ -1605,7 +1607,7 @@ def _own_moe_curve(
 ) -> tuple | None:
     """The measured curve of the model's own fused MoE in its weights format and split (None:
     no MoE, a format no table times by shape, or a shape the tables lack)."""
-    fmt = _floor_format(weights_dtype)
+    fmt = _moe_format(weights_dtype)
     if spec.moe is None or fmt is None or not curves_s:
         return None
     return curves_s.get(moe_shape_key(fmt, _shape(spec).moe_shape, moe_tp, moe_ep)) or None
@@ -1623,6 +1625,16 @@ def _moe_shape(spec: ModelSpec) -> str:
     if moe is None:
         return ""
     return f"{spec.hidden_size}x{moe.expert_intermediate_size}_{moe.num_experts}x{moe.top_k}"
+
+
+def _moe_format(weights_dtype: str) -> str | None:
+    """The kernel tables' format key of the fused MoE a model in `weights_dtype` runs (None: the
+    family's smallest): `_floor_format`'s, but mxfp4 and nvfp4 experts have keys of their own
+    (aiconfigurator's w4a16_mxfp4 and nvfp4 rows: scripts/derive_achieved.MOE_SHAPE_FORMATS),
+    timed only at the shapes and splits the tables hold (gpt-oss's MXFP4 experts under vLLM
+    and SGLang on Hopper and Blackwell); elsewhere no curve, and the experts stay untimed."""
+    key = str(weights_dtype).lower()
+    return key if key in ("mxfp4", "nvfp4") else _floor_format(key)
 
 
 def _floor_format(weights_dtype: str) -> str | None:
