@@ -592,6 +592,21 @@ def nccl_allgather_call_s(root: Path, gpu: str) -> tuple[float, str] | None:
 
 
 MOE_FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "int8", "int4_wo": "4bit"}
+# the 4-bit formats whose fused MoE the tables time at the models' own shapes but whose experts
+# no roofline fraction is derived for (their kernels dequantize FP4 in ways the W4A16 int4 rows'
+# bytes do not describe): only their per-shape curves and floors are written, under their own
+# keys (kvplan.formulas.batch_step._moe_format), never folded into the "4bit" int4 rows. MXFP4:
+# gpt-oss's experts (W4A16, aiconfigurator's w4a16_mxfp4: vLLM's OAI-triton / Marlin / FlashInfer
+# kernels, SGLang's triton / Marlin / FlashInfer ones); NVFP4: W4A4 experts (ModelOpt,
+# compressed-tensors nvfp4: FlashInfer's TRT-LLM / CUTLASS kernels, Blackwell only); MXFP4
+# experts with MXFP8 activations (w4a8_mxfp4_mxfp8: FlashInfer's TRT-LLM MoE on Blackwell, SGLang's
+# default precision for gpt-oss there: kvplan.simulate.setup.mxfp4_curves_for)
+MOE_SHAPE_FORMATS = {
+    **MOE_FORMATS,
+    "w4a16_mxfp4": "mxfp4",
+    "w4a8_mxfp4_mxfp8": "mxfp4a8",
+    "nvfp4": "nvfp4",
+}
 GEMM_FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "int8"}
 DATASHEET_FILE = "h100_sxm.vllm.0.14.0.json"  # what a GPU without a table borrows
 # the vLLM 0.14.0 files from aiconfigurator@095f58a5 that --write-tables keeps but for their floors
@@ -621,7 +636,7 @@ def small_shape_floors(gemm=None, moe=None, attention=None, mla=None, mla_bmm=No
     out = {}
     for name, rows, tokens, dtype_key, formats in (
         ("gemm", gemm, "m", "gemm_dtype", GEMM_FORMATS),
-        ("moe", moe, "num_tokens", "moe_dtype", MOE_FORMATS),
+        ("moe", moe, "num_tokens", "moe_dtype", MOE_SHAPE_FORMATS),
         ("attention", attention, "batch_size", None, None),
     ):
         small = [r for r in rows or () if r[tokens] <= 16]
@@ -641,9 +656,9 @@ def small_shape_floors(gemm=None, moe=None, attention=None, mla=None, mla_bmm=No
     if small:
         out["gemm_mla_bmm"] = min(small)
     for r in moe or ():
-        if r["num_tokens"] <= 16 and r["moe_dtype"] in MOE_FORMATS:
+        if r["num_tokens"] <= 16 and r["moe_dtype"] in MOE_SHAPE_FORMATS:
             key = moe_shape_key(
-                MOE_FORMATS[r["moe_dtype"]],
+                MOE_SHAPE_FORMATS[r["moe_dtype"]],
                 *(r[k] for k in ("hidden_size", "inter_size", "num_experts", "topk")),
                 *(r[k] for k in ("moe_tp_size", "moe_ep_size")),
             )
@@ -725,10 +740,10 @@ def moe_shape_curves(rows) -> dict:
     (kvplan.formulas.batch_step.moe_kernel_s); seconds to four significant figures."""
     out: dict = {}
     for r in rows or ():
-        if r["distribution"] != MOE_CURVE_DISTRIBUTION or r["moe_dtype"] not in MOE_FORMATS:
+        if r["distribution"] != MOE_CURVE_DISTRIBUTION or r["moe_dtype"] not in MOE_SHAPE_FORMATS:
             continue
         key = moe_shape_key(
-            MOE_FORMATS[r["moe_dtype"]],
+            MOE_SHAPE_FORMATS[r["moe_dtype"]],
             *(r[k] for k in ("hidden_size", "inter_size", "num_experts", "topk")),
             *(r[k] for k in ("moe_tp_size", "moe_ep_size")),
         )
@@ -871,13 +886,16 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
     dense = {GEMM_FORMATS[k]: _round(v) for k, v in pairs.items()}
     host = host_timed(gemm_rows)
     floors.update(small_shape_floors(gemm=[r for r in gemm_rows if r["gemm_dtype"] not in host]))
-    moe_rows = rows("moe", "moe_perf") or []
-    moe_rows = [r for r in moe_rows if r["moe_dtype"] in MOE_FORMATS]
+    shape_rows = rows("moe", "moe_perf") or []
+    moe_rows = [r for r in shape_rows if r["moe_dtype"] in MOE_FORMATS]
     experts = {MOE_FORMATS[k]: _round(v) for k, v in moe(moe_rows, bw, peaks).items()}
     curve = {
         MOE_FORMATS[k]: [list(p) for p in c] for k, c in moe_curve(moe_rows, bw, peaks).items()
     }
-    floors.update(small_shape_floors(moe=moe_rows))
+    # floors over every format the tables key (MOE_SHAPE_FORMATS): the family's smallest is the
+    # smallest fused MoE of any of them, as in the kept vLLM files (floors_for_kept)
+    shape_rows = [r for r in shape_rows if r["moe_dtype"] in MOE_SHAPE_FORMATS]
+    floors.update(small_shape_floors(moe=shape_rows))
     ctx, gen = (
         rows("attention", "context_attention_perf"),
         rows("attention", "generation_attention_perf"),
@@ -976,7 +994,7 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
         f"rates from hardware_profiles/{TABLE_GPUS[gpu][0]}.yaml",
         "borrowed": borrowed,
         "floors_s": {k: round(v, 9) for k, v in floors.items()},
-        "moe_curves": moe_shape_curves(moe_rows),
+        "moe_curves": moe_shape_curves(shape_rows),
         "achieved": achieved,
     }
 
@@ -1286,8 +1304,11 @@ def gemm_call_s(rows, dtype: str, m: int, n: float, k: float) -> float:
     )
 
 
-# --- per GEMM shape at small token counts (kvplan.inputs.kernel_tables.gemm_grid) ------------
-GEMM_GRID_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # the table's m kept (all measured)
+# --- per GEMM shape at every token count (kvplan.inputs.kernel_tables.gemm_grid) -------------
+# the table's m kept, all measured: the powers of two from one token to its largest, 32,768
+# (past the engines' prefill chunks: SGLang's chunked_prefill_size 2,048-16,384, vLLM's
+# max_num_batched_tokens 2,048-16,384); the 1-17, 33, ... 4,353 rows between are left out
+GEMM_GRID_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
 def gemm_grid(rows) -> dict:
@@ -1342,7 +1363,7 @@ def mla_bmm_grid(rows) -> dict:
 def write_gemm_grid(root: Path, gpu: str, engine: str, name: str) -> Path | None:
     """kernel_tables/gemm/<name>: the GPU's graph-timed GEMM of every (n, k) the engine's newest
     table holds at GEMM_GRID_TOKENS tokens (gemm_grid), read by the step model to price each
-    dense GEMM of a small step at its own shape (None: no GEMM table)."""
+    dense GEMM of a step at its own shape (None: no GEMM table)."""
     import json
 
     version = newest(root, gpu, "gemm", engine, "gemm_perf")
@@ -1508,8 +1529,8 @@ def write_recurrent_grids(root: Path) -> list[Path]:
 def gemm_calls_s(rows, calls, m: int) -> float:
     """The summed measured time of `calls` ((n, k, dtype, count), ...) at `m` tokens: what the
     GPU's table says the dense GEMMs of one step take, each at its own shape (gemm_call_s). A
-    check of the step model's dense term (max(weights / achieved bandwidth, launches x the
-    smallest GEMM), formulas/batch_step.py), not an input to it."""
+    check of the step model's pooled dense term (max(weights / achieved bandwidth, launches x the
+    smallest GEMM), formulas/batch_step.py, where no grid prices the calls), not an input to it."""
     return sum(count * gemm_call_s(rows, dtype, m, n, k) for n, k, dtype, count in calls)
 
 

@@ -66,10 +66,12 @@ from kvplan.formulas.flops import (
 from kvplan.formulas.gemm_calls import (
     GemmCall,
     MlaBmmCall,
+    PricedCalls,
     dense_gemm_calls,
-    gemm_calls_s,
     mla_bmm_calls,
     mla_bmm_calls_s,
+    priced_calls,
+    priced_calls_s,
 )
 from kvplan.formulas.kv import block_topk_tokens, compressed_read_bytes, topk_read_bytes
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
@@ -439,11 +441,14 @@ class StepModel:
         )
         experts = achieved.experts.get(key, achieved.experts["bf16"])
         self.dense_rates = Rates(bw * dense[1], gemm_peak * dense[0])
-        # each dense GEMM at its own shape, timed by this GPU and engine's own GEMM table, at the
-        # token counts it holds (gemm_calls; None: not measured, a format it lacks, or layers
-        # whose matrices the widths do not lay out: the pooled term alone)
+        # each dense GEMM at its own shape, timed by this GPU and engine's own GEMM table at
+        # every step size (gemm_calls; None: not measured, a format it lacks, or layers whose
+        # matrices the widths do not lay out: the pooled term alone); `_calls_s` by (tokens,
+        # sampled), as a run repeats its step sizes
         self.gemm_grid: GemmGrid | None = None
         self.gemm_calls: tuple[GemmCall, ...] | None = None
+        self._priced: PricedCalls | None = None
+        self._calls_s: dict[tuple[int, int, int, int], float] = {}
         if gemm_grid is not None and not self.dense_untimed:
             calls = dense_gemm_calls(
                 spec,
@@ -452,8 +457,9 @@ class StepModel:
                 tp,
                 self.group_tp if self.group_tp != tp else None,
             )
-            if calls is not None and all(c.fmt in gemm_grid.us for c in calls):
-                self.gemm_grid, self.gemm_calls = gemm_grid, calls
+            priced = None if calls is None else priced_calls(gemm_grid, calls)
+            if priced is not None:
+                self.gemm_grid, self.gemm_calls, self._priced = gemm_grid, calls, priced
         # MLA's absorbed BMMs of a bf16 checkpoint at their own shape, timed by the GPU's
         # mla_bmm rows (gemm_calls.mla_bmm_calls_s); empty: at their floor (mla_bmms_s below)
         self.mla_bmm_calls: tuple[MlaBmmCall, ...] = ()
@@ -835,27 +841,29 @@ class StepModel:
         gathered_sampled: int | None = None,
     ) -> float | None:
         """Seconds of the step's dense GEMMs each at its own shape, as this GPU's GEMM table
-        timed them (gemm_calls.gemm_calls_s), MLA's absorbed BMMs at their own shape from its
-        mla_bmm rows (bf16 checkpoints: mla_bmm_calls_s) or else at their floor; None past the
-        table's token counts or where the model's GEMMs are not laid out (gemm_calls)."""
-        if self.gemm_calls is None or self.gemm_grid is None:
+        timed them (gemm_calls.priced_calls_s), MLA's absorbed BMMs at their own shape from its
+        mla_bmm rows (bf16 checkpoints: mla_bmm_calls_s) or else at their floor; None where the
+        model's GEMMs are not laid out or not timed (gemm_calls)."""
+        if self._priced is None or self.gemm_grid is None:
             return None
-        calls_s = gemm_calls_s(
-            self.gemm_grid,
-            self.gemm_calls,
-            num_tokens,
-            num_sampled,
-            self._gathered(num_tokens, gathered_tokens),
-            self._gathered_sampled(num_tokens, num_sampled, gathered_tokens, gathered_sampled),
+        group_tokens = self._gathered(num_tokens, gathered_tokens)
+        group_sampled = self._gathered_sampled(
+            num_tokens, num_sampled, gathered_tokens, gathered_sampled
         )
-        if calls_s is None:
-            return None
-        bmms_s = (
-            mla_bmm_calls_s(self.gemm_grid, self.mla_bmm_calls, "bf16", num_tokens)
-            if self.mla_bmm_calls
-            else None
-        )
-        return calls_s + (self.mla_bmms_s if bmms_s is None else bmms_s)
+        key = (num_tokens, num_sampled, group_tokens, group_sampled)
+        cached = self._calls_s.get(key)
+        if cached is None:
+            bmms_s = (
+                mla_bmm_calls_s(self.gemm_grid, self.mla_bmm_calls, "bf16", num_tokens)
+                if self.mla_bmm_calls
+                else None
+            )
+            calls_s = priced_calls_s(
+                self._priced, num_tokens, num_sampled, group_tokens, group_sampled
+            )
+            cached = calls_s + (self.mla_bmms_s if bmms_s is None else bmms_s)
+            self._calls_s[key] = cached
+        return cached
 
     def gemm_s(
         self,
@@ -885,17 +893,18 @@ class StepModel:
             if self.expert_curve
             else 1.0
         )
-        # the dense GEMMs at their own shapes where timed: the larger of that and the pooled
-        # roofline (the head's and embedding's bytes past the grid, a shape it clamps)
-        calls_s = self.dense_calls_s(num_tokens, sampled, gathered_tokens, gathered_sampled) or 0.0
-        for num_bytes, flops, rates, slowdown, floor_s, curve in (
+        # the dense GEMMs at their own shapes where timed, at every step size: their sum alone
+        # (docs/simulate.md "Each dense GEMM at its own shape"); else the pooled roofline
+        calls_s = self.dense_calls_s(num_tokens, sampled, gathered_tokens, gathered_sampled)
+        for num_bytes, flops, rates, slowdown, floor_s, curve, timed_s in (
             (
                 dense_bytes,
                 dense_flops,
                 self.dense_rates,
                 1.0,
-                max(self.floors.dense_s, calls_s),
+                self.floors.dense_s,
                 None,
+                calls_s,
             ),
             (
                 expert_bytes,
@@ -904,17 +913,19 @@ class StepModel:
                 expert_slowdown,
                 self.floors.experts_s,
                 self.moe_curve,
+                None,
             ),
         ):
             if not num_bytes and not flops:
                 continue
             # every GEMM launched takes at least the smallest GEMM (fused MoE) measured
             memory_s, compute_s = roofs_s(num_bytes, flops, rates)
-            seconds = (
-                self.moe_layers * moe_kernel_s(curve, moe_tokens)  # the model's own MoE, timed
-                if curve is not None
-                else max(max(memory_s, compute_s) * slowdown, floor_s)
-            )
+            if timed_s is not None:
+                seconds = timed_s
+            elif curve is not None:  # the model's own MoE, timed
+                seconds = self.moe_layers * moe_kernel_s(curve, moe_tokens)
+            else:
+                seconds = max(max(memory_s, compute_s) * slowdown, floor_s)
             if memory_s >= compute_s:  # the weights' roof binds (`bound`)
                 weights_s += seconds
             else:
@@ -1513,8 +1524,9 @@ class _Floors(NamedTuple):
     block-fp8 GEMM is a per-token-group activation quant and then DeepGEMM (4.2 us at one token
     on a B200 under SGLang, against bf16's 1.8 us), a block-fp8 fused MoE 16.5 us against
     bf16's 13.6 us. The head, the routers and MLA's two absorbed BMMs stay at the family's
-    smallest (unquantized, or a kernel no table times), as does a format without rows (mxfp4's
-    experts: the tables' 4-bit rows time W4A16 kernels, not gpt-oss's). Where the tables timed
+    smallest (unquantized, or a kernel no table times), as does a format without rows. MXFP4
+    and NVFP4 experts pay their own rows' floors (`moe_mxfp4`, `moe_nvfp4`: `_moe_format`), not
+    the int4 W4A16 rows' (`moe_4bit`), where the tables timed them. Where the tables timed
     the model's own fused MoE (hidden x expert width, experts x top-k, format, the experts' TP
     and EP split: `moe_shape_key`), its floor is that kernel's smallest time at 1-16 tokens:
     DeepSeek-R1's at TP 8 in block fp8 takes 35 us on a B200 under SGLang (router top-k and
@@ -1551,10 +1563,11 @@ class _Floors(NamedTuple):
         gemm = floors_s.get("gemm", 0.0)
         gemm_quantized = floors_s.get(f"gemm_{fmt}", gemm) if fmt else gemm
         moe = floors_s.get("moe", 0.0)
-        if fmt:
-            moe = floors_s.get(f"moe_{fmt}", moe)
+        moe_fmt = _moe_format(weights_dtype)
+        if moe_fmt:
+            moe = floors_s.get(f"moe_{moe_fmt}", moe)
             if shape.moe_shape:
-                moe = floors_s.get(moe_shape_key(fmt, shape.moe_shape, moe_tp, moe_ep), moe)
+                moe = floors_s.get(moe_shape_key(moe_fmt, shape.moe_shape, moe_tp, moe_ep), moe)
         quantized = shape.quantized_gemm_launches
         bmms = 2 * shape.mla_layers  # MLA's absorbed BMMs, of the unquantized launches
         attention = floors_s.get("attention", 0.0)
@@ -1594,7 +1607,7 @@ def _own_moe_curve(
 ) -> tuple | None:
     """The measured curve of the model's own fused MoE in its weights format and split (None:
     no MoE, a format no table times by shape, or a shape the tables lack)."""
-    fmt = _floor_format(weights_dtype)
+    fmt = _moe_format(weights_dtype)
     if spec.moe is None or fmt is None or not curves_s:
         return None
     return curves_s.get(moe_shape_key(fmt, _shape(spec).moe_shape, moe_tp, moe_ep)) or None
@@ -1612,6 +1625,16 @@ def _moe_shape(spec: ModelSpec) -> str:
     if moe is None:
         return ""
     return f"{spec.hidden_size}x{moe.expert_intermediate_size}_{moe.num_experts}x{moe.top_k}"
+
+
+def _moe_format(weights_dtype: str) -> str | None:
+    """The kernel tables' format key of the fused MoE a model in `weights_dtype` runs (None: the
+    family's smallest): `_floor_format`'s, but mxfp4 and nvfp4 experts have keys of their own
+    (aiconfigurator's w4a16_mxfp4 and nvfp4 rows: scripts/derive_achieved.MOE_SHAPE_FORMATS),
+    timed only at the shapes and splits the tables hold (gpt-oss's MXFP4 experts under vLLM
+    and SGLang on Hopper and Blackwell); elsewhere no curve, and the experts stay untimed."""
+    key = str(weights_dtype).lower()
+    return key if key in ("mxfp4", "nvfp4") else _floor_format(key)
 
 
 def _floor_format(weights_dtype: str) -> str | None:

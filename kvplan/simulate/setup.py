@@ -750,6 +750,58 @@ def given_backends(options, moe: bool = False) -> str:
     return " ".join(f"{flag} {value}" for flag, value in given)
 
 
+def other_mxfp4_kernel(spec, gpu, options) -> bool:
+    """Whether the engine runs another MXFP4 fused-MoE kernel on this GPU than the tables'
+    w4a16_mxfp4 rows time, so the rows' curves and floors (`moe_mxfp4*`) do not apply and
+    gpt-oss's experts stay untimed (StepModel.untimed_parts): vLLM on Hopper before 0.11.1
+    (Marlin, not OpenAI's Triton kernels: kvplan.engines.vllm.mxfp4_moe_rows_run), and SGLang
+    before Blackwell (triton_kernels' matmul_ogs, where its rows time its own Triton fused MoE
+    and Marlin: kvplan.engines.sglang.gpt_oss_below_blackwell, note sim-weak-gpt-oss-sglang)."""
+    from kvplan.engines.sglang import gpt_oss_below_blackwell
+    from kvplan.engines.vllm import mxfp4_moe_rows_run
+
+    if options.engine == "sglang":
+        return gpt_oss_below_blackwell(spec, gpu)
+    return not mxfp4_moe_rows_run(gpu, options.vllm_version)
+
+
+def without_mxfp4_moe(timings: dict) -> dict:
+    """A floors or curves dict without the MXFP4 fused-MoE keys (`moe_mxfp4*`)."""
+    return {k: v for k, v in timings.items() if not k.startswith("moe_mxfp4")}
+
+
+def mxfp8_activations(spec, gpu, options) -> bool:
+    """SGLang's gpt-oss on Blackwell: its flashinfer_mxfp4 MoE runner quantizes the activations to
+    MXFP8 at the default --flashinfer-mxfp4-moe-precision (layers/quantization/mxfp4.py:
+    mxfp8_quantize unless "bf16"), the kernel of the tables' w4a8_mxfp4_mxfp8 rows (`mxfp4a8`),
+    not of their w4a16_mxfp4 ones (the bf16 precision)."""
+    from kvplan.engines.sglang import GPT_OSS_MODEL_TYPE
+    from kvplan.engines.vllm import gpu_generation
+
+    return (
+        options.engine == "sglang"
+        and spec.model_type == GPT_OSS_MODEL_TYPE
+        and gpu_generation(gpu) == 10
+    )
+
+
+def mxfp4_timings(spec, gpu, options, timings: dict) -> dict:
+    """The tables' floors or curves with the MXFP4 fused-MoE keys (`moe_mxfp4*`) of the kernel
+    this engine runs: none where it runs another (other_mxfp4_kernel), the MXFP8-activation
+    rows' as the model's own where SGLang runs those (mxfp8_activations), else the W4A16 rows'."""
+    if other_mxfp4_kernel(spec, gpu, options):
+        return without_mxfp4_moe(timings)
+    if mxfp8_activations(spec, gpu, options):
+        kept = without_mxfp4_moe(timings)
+        a8 = {
+            "moe_mxfp4" + k.removeprefix("moe_mxfp4a8"): v
+            for k, v in timings.items()
+            if k.startswith("moe_mxfp4a8")
+        }
+        return {**kept, **a8}
+    return timings
+
+
 def untimed_moe_flag(options) -> str:
     """The MoE backend flag as typed ("--moe-runner-backend triton") where it names kernels
     other than the engine's default path the kernel tables time (sim-moe-kernels), else ""."""
@@ -961,7 +1013,10 @@ def step_model(
     notes.extend(wnotes)
     measured = gpu.vendor == "measured"
     tables = tables_for(gpu, options.engine)
+    # the MXFP4 fused-MoE rows of the kernel the engine runs (none where no table times it)
     achieved = tables.achieved
+    achieved = achieved._replace(floors_s=mxfp4_timings(spec, gpu, options, achieved.floors_s))
+    moe_curves = mxfp4_timings(spec, gpu, options, tables.moe_curves_s)
     # a measured profile with per-operator curves prices every layer it can lay out (dense
     # attention + MLP in a plain float format) through them: the model kvplan measure checks
     kernels, untimed, named_timed = (
@@ -994,7 +1049,7 @@ def step_model(
         dp=layout.dp,
         scheduler_steps=options.num_scheduler_steps,
         # the model's own fused-MoE shape timed on this GPU by this (or the other) engine
-        moe_curves_s=None if measured or spec.moe is None else tables.moe_curves_s,
+        moe_curves_s=None if measured or spec.moe is None else moe_curves,
         # each dense GEMM at its own shape, this GPU and engine's own GEMM table (small steps)
         gemm_grid=None if measured else tables.gemm_grid,
         # each recurrent layer's kernels, this GPU's (own or borrowed) table of this engine
