@@ -330,8 +330,31 @@ def compare_moe(rows, bw, peaks, pairs: dict) -> dict:
     return out
 
 
-DSA_GPUS = {"h100_sxm": "H100 SXM", "h200_sxm": "H200 SXM"}
-DSA_VERSION = "0.19.0"  # the first vLLM with MLA and DSA module tables in aiconfigurator
+# The DSA module grids (kernel_tables/dsa/<gpu>.<engine>.<version>.json, beside the tables of
+# that name). The H100 and H200 vLLM 0.14.0 ones came from vLLM 0.19.0's module tables in
+# aiconfigurator@095f58a5 (not in the wheel: kept as they are); --write-dsa writes the rest from
+# the wheel, for every GPU and engine kvplan has tables of and the wheel DSA module tables of.
+DSA_WRITE = {
+    "h100_sxm": ("sglang",),
+    "h200_sxm": ("sglang",),
+    "b200_sxm": ("vllm", "sglang"),
+    "b300_sxm": ("vllm", "sglang"),
+    "gb200": ("vllm", "sglang"),
+    "gb300": ("vllm", "sglang"),
+}
+DSA_MODEL = "deepseek-ai/DeepSeek-V3.2"
+MLA_MODEL = "deepseek-ai/DeepSeek-V3"
+# The attention shape the grids measured (DeepSeek-V3.2's; kvplan.anatomy.model.Attention's
+# names): the step model reads a file's grids only for layers of this shape
+DSA_SHAPE = {
+    "qk_head_dim": 192,
+    "v_head_dim": 128,
+    "mla_kv_lora_rank": 512,
+    "mla_q_lora_rank": 1536,
+    "indexer_head_dim": 128,
+    "indexer_num_heads": 64,
+    "indexer_topk": 2048,
+}
 
 
 def _module_grid(rows, x_key: str, batches, lengths) -> dict:
@@ -341,7 +364,9 @@ def _module_grid(rows, x_key: str, batches, lengths) -> dict:
     (the module is linear in tokens there), else its nearest measured length's."""
     out: dict = {}
     for r in rows:
-        if r["gemm_type"] != "fp8_block":
+        if r["gemm_type"] != "fp8_block" or r["batch_size"] not in batches:
+            continue
+        if r[x_key] not in lengths:
             continue
         key = (r["num_heads"], r["kv_cache_dtype"])
         out.setdefault(key, {})[(r["batch_size"], r[x_key])] = r["latency"] * 1e-3
@@ -361,37 +386,124 @@ def _module_grid(rows, x_key: str, batches, lengths) -> dict:
     return out
 
 
-def dsa_delta(root: Path, gpu: str) -> dict:
-    """DeepSeek-V3.2's sparse attention module (indexer, top-k, sparse MLA) less DeepSeek-V3's
-    dense MLA module, per layer on one rank, from vLLM's own module tables on this GPU: the same
-    projections, so the difference is what DSA adds (or saves, at long contexts). Keys: phase
-    ("decode": batch x tokens held; "prefill": sequences x prompt tokens), heads on the rank, kv
-    dtype; values: {(batch, length): seconds}."""
-    base = root / gpu
-    out = {}
-    for phase, mla_path, dsa_path, x_key in (
-        ("decode", "mla/vllm/{v}/mla_generation_module_perf.parquet",
-         "sparse_attention/vllm/{v}/dsa_generation_module_perf.parquet", "step"),
-        ("prefill", "mla/vllm/{v}/mla_context_module_perf.parquet",
-         "sparse_attention/vllm/{v}/dsa_context_module_perf.parquet", "isl"),
-    ):  # fmt: skip
-        import pyarrow.parquet as pq
+DSA_EAGER_JUMP = 3.0  # a decode batch this many times slower than the one below: not graph-timed
 
-        mla_rows = pq.read_table(base / mla_path.format(v=DSA_VERSION)).to_pylist()
+
+def _graph_batches(rows, batches) -> list:
+    """The decode batches up to the first whose median module time over the shortest lengths
+    (at most 256 tokens held) is DSA_EAGER_JUMP x the batch below's: SGLang 0.5.14's rows time
+    1,024 decodes at ~1.1 ms on every Blackwell GPU, 11x the 512's, the step outside a CUDA
+    graph (the module's kernels do not grow 11x from 512 to 1,024 sequences of 4 tokens). The
+    step model carries the last kept batch's per-sequence cost beyond (_DsaModule)."""
+    short: dict = {}
+    for r in rows:
+        if r["gemm_type"] == "fp8_block" and r["step"] <= 256:
+            short.setdefault(r["batch_size"], []).append(r["latency"])
+    kept = []
+    for b in batches:
+        if kept and b in short and kept[-1] in short:
+            if statistics.median(short[b]) > DSA_EAGER_JUMP * statistics.median(short[kept[-1]]):
+                break
+        kept.append(b)
+    return kept
+
+
+def dsa_delta(root: Path, gpu: str, engine: str = "vllm") -> tuple[dict, dict, dict, dict]:
+    """DeepSeek-V3.2's sparse attention module (indexer, top-k, sparse MLA) less DeepSeek-V3's
+    dense MLA module, per layer on one rank, on this GPU: the same projections, so the
+    difference is what DSA adds (or saves, at long contexts). The DSA module is `engine`'s own
+    (its newest sparse_attention tables); the MLA module is vLLM's at the same version as its
+    DSA tables on this GPU (the wheel holds no SGLang MLA module: SGLang's grids subtract vLLM's,
+    whose projections are the same block-fp8 GEMMs). Where several kernels timed one shape, the
+    fastest (`table`). Decode rows: isl 1, `step` tokens held; prefill rows: no cached tokens
+    (step 0), isl prompt tokens. The grid is the batches and lengths both tables measured.
+    Returns (grids, batches, lengths, provenance): grids keyed (phase ("decode": batch x tokens
+    held; "prefill": sequences x prompt tokens), heads on the rank, kv dtype) -> {(batch,
+    length): seconds}; provenance phase -> the two tables read."""
+    out: dict = {}
+    axes: dict = {"batches": {}, "lengths": {}, "source": {}}
+    mla_version = newest(root, gpu, "sparse_attention", "vllm", "dsa_generation_module_perf")
+    version = newest(root, gpu, "sparse_attention", engine, "dsa_generation_module_perf")
+    for phase, mla_name, dsa_name, x_key in (
+        ("decode", "mla_generation_module_perf", "dsa_generation_module_perf", "step"),
+        ("prefill", "mla_context_module_perf", "dsa_context_module_perf", "isl"),
+    ):
+        mla_rows = [
+            r
+            for r in table(root, gpu, "mla", mla_name, mla_version)
+            if r["model"] == MLA_MODEL
+            and r["step" if phase == "decode" else "isl"] > 0
+            and (phase == "decode" or r["step"] == 0)
+        ]
         dsa_rows = [
             r
-            for r in pq.read_table(base / dsa_path.format(v=DSA_VERSION)).to_pylist()
-            if r["model"] == "deepseek-ai/DeepSeek-V3.2"
+            for r in table(root, gpu, "sparse_attention", dsa_name, version, engine)
+            if r["model"] == DSA_MODEL
+            and r["op_name"] == dsa_name.removesuffix("_perf")
+            and (phase == "decode" or r["step"] == 0)
         ]
-        batches = sorted({r["batch_size"] for r in mla_rows + dsa_rows})
-        lengths = sorted({r[x_key] for r in mla_rows + dsa_rows})
+        batches = sorted({r["batch_size"] for r in mla_rows} & {r["batch_size"] for r in dsa_rows})
+        if phase == "decode":
+            batches = _graph_batches(dsa_rows, batches)
+        lengths = sorted({r[x_key] for r in mla_rows} & {r[x_key] for r in dsa_rows})
         mla = _module_grid(mla_rows, x_key, batches, lengths)
         dsa = _module_grid(dsa_rows, x_key, batches, lengths)
         for key in sorted(set(mla) & set(dsa)):
             out[(phase, *key)] = {
                 (b, x): dsa[key][(b, x)] - mla[key][(b, x)] for b in batches for x in lengths
             }
-    return out
+        axes["batches"][phase] = batches
+        axes["lengths"][phase] = lengths
+        axes["source"][phase] = (
+            f"{gpu}/sparse_attention/{engine}/{version}/{dsa_name}.parquet less "
+            f"{gpu}/mla/vllm/{mla_version}/{mla_name}.parquet"
+        )
+    return out, axes["batches"], axes["lengths"], {"version": version, **axes["source"]}
+
+
+def write_dsa_grids(root: Path) -> list[Path]:
+    """kernel_tables/dsa/<gpu>.<engine>.<version>.json (the name of the tables the run reads,
+    kvplan.inputs.kernel_tables._dsa_file) for every GPU and engine of DSA_WRITE: dsa_delta's
+    grids in microseconds (0.1), one (phase, heads, kv dtype) a line."""
+    import json
+
+    written = []
+    for gpu, engines in DSA_WRITE.items():
+        for engine in engines:
+            tables = sorted(
+                (p.name for p in TABLES.glob(f"{gpu}.{engine}.*.json")),
+                key=lambda n: [int(x) if x.isdigit() else -1 for x in n.split(".")[2:-1]],
+            )
+            if not tables:
+                continue
+            grids, batches, lengths, prov = dsa_delta(root, gpu, engine)
+            head = {
+                "version": prov["version"],
+                "source": "aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/systems/"
+                f"data/ {prov['decode']}; {prov['prefill']}",
+                "derived_by": "scripts/derive_achieved.py DATA --write-dsa (dsa_delta): "
+                f"{DSA_MODEL}'s DSA module less {MLA_MODEL}'s MLA module per layer on one "
+                "rank, block-fp8 weights, the fastest kernel per shape, microseconds",
+                "shape": DSA_SHAPE,
+                "batches": batches,
+                "lengths": lengths,
+            }
+            lines = []
+            for (phase, heads, kv), cells in grids.items():
+                rows = [
+                    [round(cells[(b, x)] * 1e6, 1) for x in lengths[phase]] for b in batches[phase]
+                ]
+                group = {"phase": phase, "heads": heads, "kv_dtype": kv, "rows": rows}
+                lines.append("  " + json.dumps(group, separators=(",", ":")))
+            body = json.dumps(head, indent=1)[:-2] + ',\n "delta_us": [\n'
+            body += ",\n".join(lines) + "\n ]\n}\n"
+            json.loads(body)  # well-formed
+            path = TABLES / "dsa" / tables[-1]
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(body)
+            tmp.replace(path)
+            written.append(path)
+    return written
 
 
 def attention(context_rows, generation_rows, bw, peaks) -> dict:
@@ -480,6 +592,21 @@ def nccl_allgather_call_s(root: Path, gpu: str) -> tuple[float, str] | None:
 
 
 MOE_FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "int8", "int4_wo": "4bit"}
+# the 4-bit formats whose fused MoE the tables time at the models' own shapes but whose experts
+# no roofline fraction is derived for (their kernels dequantize FP4 in ways the W4A16 int4 rows'
+# bytes do not describe): only their per-shape curves and floors are written, under their own
+# keys (kvplan.formulas.batch_step._moe_format), never folded into the "4bit" int4 rows. MXFP4:
+# gpt-oss's experts (W4A16, aiconfigurator's w4a16_mxfp4: vLLM's OAI-triton / Marlin / FlashInfer
+# kernels, SGLang's triton / Marlin / FlashInfer ones); NVFP4: W4A4 experts (ModelOpt,
+# compressed-tensors nvfp4: FlashInfer's TRT-LLM / CUTLASS kernels, Blackwell only); MXFP4
+# experts with MXFP8 activations (w4a8_mxfp4_mxfp8: FlashInfer's TRT-LLM MoE on Blackwell, SGLang's
+# default precision for gpt-oss there: kvplan.simulate.setup.mxfp4_curves_for)
+MOE_SHAPE_FORMATS = {
+    **MOE_FORMATS,
+    "w4a16_mxfp4": "mxfp4",
+    "w4a8_mxfp4_mxfp8": "mxfp4a8",
+    "nvfp4": "nvfp4",
+}
 GEMM_FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "int8"}
 DATASHEET_FILE = "h100_sxm.vllm.0.14.0.json"  # what a GPU without a table borrows
 # the vLLM 0.14.0 files from aiconfigurator@095f58a5 that --write-tables keeps but for their floors
@@ -509,7 +636,7 @@ def small_shape_floors(gemm=None, moe=None, attention=None, mla=None, mla_bmm=No
     out = {}
     for name, rows, tokens, dtype_key, formats in (
         ("gemm", gemm, "m", "gemm_dtype", GEMM_FORMATS),
-        ("moe", moe, "num_tokens", "moe_dtype", MOE_FORMATS),
+        ("moe", moe, "num_tokens", "moe_dtype", MOE_SHAPE_FORMATS),
         ("attention", attention, "batch_size", None, None),
     ):
         small = [r for r in rows or () if r[tokens] <= 16]
@@ -529,9 +656,9 @@ def small_shape_floors(gemm=None, moe=None, attention=None, mla=None, mla_bmm=No
     if small:
         out["gemm_mla_bmm"] = min(small)
     for r in moe or ():
-        if r["num_tokens"] <= 16 and r["moe_dtype"] in MOE_FORMATS:
+        if r["num_tokens"] <= 16 and r["moe_dtype"] in MOE_SHAPE_FORMATS:
             key = moe_shape_key(
-                MOE_FORMATS[r["moe_dtype"]],
+                MOE_SHAPE_FORMATS[r["moe_dtype"]],
                 *(r[k] for k in ("hidden_size", "inter_size", "num_experts", "topk")),
                 *(r[k] for k in ("moe_tp_size", "moe_ep_size")),
             )
@@ -613,10 +740,10 @@ def moe_shape_curves(rows) -> dict:
     (kvplan.formulas.batch_step.moe_kernel_s); seconds to four significant figures."""
     out: dict = {}
     for r in rows or ():
-        if r["distribution"] != MOE_CURVE_DISTRIBUTION or r["moe_dtype"] not in MOE_FORMATS:
+        if r["distribution"] != MOE_CURVE_DISTRIBUTION or r["moe_dtype"] not in MOE_SHAPE_FORMATS:
             continue
         key = moe_shape_key(
-            MOE_FORMATS[r["moe_dtype"]],
+            MOE_SHAPE_FORMATS[r["moe_dtype"]],
             *(r[k] for k in ("hidden_size", "inter_size", "num_experts", "topk")),
             *(r[k] for k in ("moe_tp_size", "moe_ep_size")),
         )
@@ -759,13 +886,16 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
     dense = {GEMM_FORMATS[k]: _round(v) for k, v in pairs.items()}
     host = host_timed(gemm_rows)
     floors.update(small_shape_floors(gemm=[r for r in gemm_rows if r["gemm_dtype"] not in host]))
-    moe_rows = rows("moe", "moe_perf") or []
-    moe_rows = [r for r in moe_rows if r["moe_dtype"] in MOE_FORMATS]
+    shape_rows = rows("moe", "moe_perf") or []
+    moe_rows = [r for r in shape_rows if r["moe_dtype"] in MOE_FORMATS]
     experts = {MOE_FORMATS[k]: _round(v) for k, v in moe(moe_rows, bw, peaks).items()}
     curve = {
         MOE_FORMATS[k]: [list(p) for p in c] for k, c in moe_curve(moe_rows, bw, peaks).items()
     }
-    floors.update(small_shape_floors(moe=moe_rows))
+    # floors over every format the tables key (MOE_SHAPE_FORMATS): the family's smallest is the
+    # smallest fused MoE of any of them, as in the kept vLLM files (floors_for_kept)
+    shape_rows = [r for r in shape_rows if r["moe_dtype"] in MOE_SHAPE_FORMATS]
+    floors.update(small_shape_floors(moe=shape_rows))
     ctx, gen = (
         rows("attention", "context_attention_perf"),
         rows("attention", "generation_attention_perf"),
@@ -864,7 +994,7 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
         f"rates from hardware_profiles/{TABLE_GPUS[gpu][0]}.yaml",
         "borrowed": borrowed,
         "floors_s": {k: round(v, 9) for k, v in floors.items()},
-        "moe_curves": moe_shape_curves(moe_rows),
+        "moe_curves": moe_shape_curves(shape_rows),
         "achieved": achieved,
     }
 
@@ -1174,8 +1304,11 @@ def gemm_call_s(rows, dtype: str, m: int, n: float, k: float) -> float:
     )
 
 
-# --- per GEMM shape at small token counts (kvplan.inputs.kernel_tables.gemm_grid) ------------
-GEMM_GRID_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # the table's m kept (all measured)
+# --- per GEMM shape at every token count (kvplan.inputs.kernel_tables.gemm_grid) -------------
+# the table's m kept, all measured: the powers of two from one token to its largest, 32,768
+# (past the engines' prefill chunks: SGLang's chunked_prefill_size 2,048-16,384, vLLM's
+# max_num_batched_tokens 2,048-16,384); the 1-17, 33, ... 4,353 rows between are left out
+GEMM_GRID_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
 def gemm_grid(rows) -> dict:
@@ -1230,7 +1363,7 @@ def mla_bmm_grid(rows) -> dict:
 def write_gemm_grid(root: Path, gpu: str, engine: str, name: str) -> Path | None:
     """kernel_tables/gemm/<name>: the GPU's graph-timed GEMM of every (n, k) the engine's newest
     table holds at GEMM_GRID_TOKENS tokens (gemm_grid), read by the step model to price each
-    dense GEMM of a small step at its own shape (None: no GEMM table)."""
+    dense GEMM of a step at its own shape (None: no GEMM table)."""
     import json
 
     version = newest(root, gpu, "gemm", engine, "gemm_perf")
@@ -1396,8 +1529,8 @@ def write_recurrent_grids(root: Path) -> list[Path]:
 def gemm_calls_s(rows, calls, m: int) -> float:
     """The summed measured time of `calls` ((n, k, dtype, count), ...) at `m` tokens: what the
     GPU's table says the dense GEMMs of one step take, each at its own shape (gemm_call_s). A
-    check of the step model's dense term (max(weights / achieved bandwidth, launches x the
-    smallest GEMM), formulas/batch_step.py), not an input to it."""
+    check of the step model's pooled dense term (max(weights / achieved bandwidth, launches x the
+    smallest GEMM), formulas/batch_step.py, where no grid prices the calls), not an input to it."""
     return sum(count * gemm_call_s(rows, dtype, m, n, k) for n, k, dtype, count in calls)
 
 
@@ -1603,11 +1736,20 @@ def main() -> None:
         help="write kvplan/data/kernel_tables/gemm/*.json only (gemm_grid)",
     )
     parser.add_argument(
+        "--write-dsa",
+        action="store_true",
+        help="write kvplan/data/kernel_tables/dsa/*.json only (dsa_delta)",
+    )
+    parser.add_argument(
         "--write-recurrent-grids",
         action="store_true",
         help="write kvplan/data/kernel_tables/recurrent/*.json only (recurrent_grid)",
     )
     args = parser.parse_args()
+    if args.write_dsa:
+        for path in write_dsa_grids(args.data):
+            print(f"wrote {path}")
+        return
     if args.write_recurrent_grids:
         for path in write_recurrent_grids(args.data):
             print(f"wrote {path}")

@@ -118,6 +118,7 @@ def test_floors_are_per_weights_format_as_well_as_per_family():
         {**shape, "moe_dtype": "bfloat16", "num_tokens": 1, "latency": 13.6e-3},
         {**shape, "moe_dtype": "fp8_block", "num_tokens": 16, "latency": 16.5e-3},
         {**shape, "moe_dtype": "int4_wo", "num_tokens": 2, "latency": 34.1e-3},
+        {**shape, "moe_dtype": "w4a16_mxfp4", "num_tokens": 1, "latency": 36.3e-3},
     ]
     floors = d.small_shape_floors(gemm=gemm, moe=moe)
     per_shape = {k: v for k, v in floors.items() if k.count("_") > 1}
@@ -126,6 +127,7 @@ def test_floors_are_per_weights_format_as_well_as_per_family():
             "moe_bf16_2048x768_128x8_tp1_ep1": 13.6e-6,
             "moe_fp8_2048x768_128x8_tp1_ep1": 16.5e-6,
             "moe_4bit_2048x768_128x8_tp1_ep1": 34.1e-6,
+            "moe_mxfp4_2048x768_128x8_tp1_ep1": 36.3e-6,
         }  # fmt: skip
     )
     floors = {k: v for k, v in floors.items() if k not in per_shape}
@@ -138,6 +140,7 @@ def test_floors_are_per_weights_format_as_well_as_per_family():
             "moe_bf16": 13.6e-6,
             "moe_fp8": 16.5e-6,
             "moe_4bit": 34.1e-6,
+            "moe_mxfp4": 36.3e-6,
         }
     )
 
@@ -168,7 +171,7 @@ def test_a_moe_shape_gets_its_own_floor():
         {**shape, "num_tokens": 1, "latency": 36.1e-3, "distribution": "balanced"},
         {**shape, "num_tokens": 1, "latency": 35.3e-3, "distribution": "power_law_1.01"},
         {**shape, "num_tokens": 64, "latency": 20e-3, "distribution": "balanced"},
-        {**shape, "moe_dtype": "nvfp4", "num_tokens": 1, "latency": 1e-3},  # not keyed
+        {**shape, "moe_dtype": "w4afp8", "num_tokens": 1, "latency": 1e-3},  # not keyed
     ]
     floors = d.small_shape_floors(moe=moe)
     assert floors["moe_fp8_7168x2048_256x8_tp8_ep1"] == pytest.approx(35.3e-6)
@@ -188,7 +191,7 @@ def test_a_moe_shape_gets_its_own_curve_over_tokens():
         {**shape, "num_tokens": 16, "latency": 0.161, "distribution": "balanced"},
         {
             **shape,
-            "moe_dtype": "nvfp4",
+            "moe_dtype": "w4afp8",
             "num_tokens": 1,
             "latency": 1e-3,
             "distribution": "power_law_1.01",
@@ -197,6 +200,48 @@ def test_a_moe_shape_gets_its_own_curve_over_tokens():
     assert d.moe_shape_curves(moe) == {
         "moe_4bit_7168x2048_384x8_tp8_ep1": [[1, 3.037e-05], [16, 0.000147]]
     }
+
+
+def test_the_4bit_fp_formats_get_curves_and_floors_of_their_own():
+    """aiconfigurator's w4a16_mxfp4 (gpt-oss's experts) and nvfp4 fused-MoE rows are keyed under
+    formats of their own ("mxfp4", "nvfp4": MOE_SHAPE_FORMATS), never the int4 W4A16 rows'
+    "4bit", and give no roofline fraction (MOE_FORMATS, which `moe` reads, lacks them)."""
+    d = _derive()
+    assert d.MOE_SHAPE_FORMATS["w4a16_mxfp4"] == "mxfp4"
+    assert d.MOE_SHAPE_FORMATS["nvfp4"] == "nvfp4"
+    assert d.MOE_SHAPE_FORMATS["w4a8_mxfp4_mxfp8"] == "mxfp4a8"
+    assert "w4a16_mxfp4" not in d.MOE_FORMATS and "nvfp4" not in d.MOE_FORMATS
+    shape = {"hidden_size": 2880, "inter_size": 2880, "num_experts": 128, "topk": 4,
+             "moe_tp_size": 2, "moe_ep_size": 1, "distribution": "power_law_1.01"}  # fmt: skip
+    moe = [
+        {**shape, "moe_dtype": "w4a16_mxfp4", "num_tokens": 1, "latency": 0.046394},
+        {**shape, "moe_dtype": "w4a16_mxfp4", "num_tokens": 64, "latency": 0.1},
+        {**shape, "moe_dtype": "nvfp4", "num_tokens": 1, "latency": 0.02},
+        {**shape, "moe_dtype": "int4_wo", "num_tokens": 1, "latency": 0.05},
+    ]
+    assert d.moe_shape_curves(moe) == {
+        "moe_4bit_2880x2880_128x4_tp2_ep1": [[1, 5e-05]],
+        "moe_mxfp4_2880x2880_128x4_tp2_ep1": [[1, 4.639e-05], [64, 0.0001]],
+        "moe_nvfp4_2880x2880_128x4_tp2_ep1": [[1, 2e-05]],
+    }
+    floors = d.small_shape_floors(moe=moe)
+    assert floors["moe_mxfp4"] == pytest.approx(46.394e-6)
+    assert floors["moe_nvfp4"] == floors["moe"] == pytest.approx(20e-6)
+
+
+def test_shipped_mxfp4_curves_are_where_aiconfigurator_timed_them():
+    """gpt-oss's MXFP4 experts (2880x2880, 32 or 128 experts, top 4) have curves in the Hopper
+    and Blackwell files whose tables hold w4a16_mxfp4 rows, and none in the A100's (its tables
+    time no MXFP4 fused MoE): there the step leaves them untimed."""
+    from kvplan.inputs.kernel_tables import moe_curves
+
+    for name in ("h100_sxm.vllm.0.14.0.json", "h200_sxm.sglang.0.5.14.json",
+                 "b200_sxm.vllm.0.24.0.json"):  # fmt: skip
+        curves = moe_curves(name)
+        assert "moe_mxfp4_2880x2880_128x4_tp1_ep1" in curves, name
+        assert "moe_mxfp4_2880x2880_32x4_tp1_ep1" in curves, name
+    for name in ("a100_sxm.vllm.0.14.0.json", "a100_sxm.sglang.0.5.10.json"):
+        assert not any(k.startswith("moe_mxfp4") for k in moe_curves(name)), name
 
 
 def test_every_shipped_table_has_its_moe_curves_beside_it():

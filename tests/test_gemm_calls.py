@@ -1,7 +1,7 @@
 """Each dense GEMM at its own shape (kvplan.formulas.gemm_calls): the interpolation in the
 shipped gemm/ grids, DeepSeek-R1's per-rank call list at TP 8, its summed time on the B200's
 SGLang table at one token worked by hand from the file's entries, and how the step model uses
-it (the larger of it and the pooled term; the per-layer launch cost on the other kernels)."""
+it (the calls alone at every step size; the per-layer launch cost on the other kernels)."""
 
 from __future__ import annotations
 
@@ -63,19 +63,39 @@ def test_between_grid_shapes_the_time_is_bilinear_in_log_n_and_log_k():
     assert gemm_call_s(grid, "bf16", 4, 3000, 1800) == pytest.approx(want * 1e-6)
 
 
-def test_between_grid_token_counts_the_time_is_linear_in_tokens():
+def test_between_grid_token_counts_the_time_is_log_log_in_tokens():
     raw, grid = _raw(), gemm_grid(B200)
     t16, t32 = _us(raw, "bf16", 16, 4096, 4096), _us(raw, "bf16", 32, 4096, 4096)
-    assert gemm_call_s(grid, "bf16", 20, 4096, 4096) == pytest.approx(
-        (t16 + (t32 - t16) * 4 / 16) * 1e-6
+    w = math.log(20 / 16) / math.log(2)
+    assert gemm_call_s(grid, "bf16", 20, 4096, 4096) == pytest.approx(t16 * (t32 / t16) ** w * 1e-6)
+    # at a prefill chunk's size: between 4,096 and 8,192 tokens, the same rule
+    t4k, t8k = _us(raw, "fp8", 4096, 7168, 2048), _us(raw, "fp8", 8192, 7168, 2048)
+    w = math.log(6000 / 4096) / math.log(2)
+    assert gemm_call_s(grid, "fp8", 6000, 7168, 2048) == pytest.approx(
+        t4k * (t8k / t4k) ** w * 1e-6
     )
+    assert t4k < gemm_call_s(grid, "fp8", 6000, 7168, 2048) * 1e6 < t8k
 
 
-def test_past_the_grid_a_wider_call_scales_and_more_tokens_are_not_timed():
+def test_the_grid_holds_every_power_of_two_to_32768_tokens():
+    raw = _raw()
+    assert raw["m"] == [2**i for i in range(16)]
+    # past one token's flat time the table's GEMM grows with the tokens: at 32,768 a 4,096 x
+    # 4,096 bf16 GEMM (1.1 TFLOP) runs near the B200's compute peak, not its bandwidth
+    t1, t32k = _us(raw, "bf16", 1, 4096, 4096), _us(raw, "bf16", 32768, 4096, 4096)
+    assert t32k > 50 * t1
+    assert 2 * 32768 * 4096 * 4096 / (t32k * 1e-6) > 0.5 * 2.25e15
+
+
+def test_past_the_grid_a_wider_call_scales_and_more_tokens_scale_linearly():
     raw, grid = _raw(), gemm_grid(B200)
     widest = _us(raw, "bf16", 1, 65536, 4096)
     assert gemm_call_s(grid, "bf16", 1, 131072, 4096) == pytest.approx(2 * widest * 1e-6)
-    assert gemm_call_s(grid, "bf16", 257, 4096, 4096) is None
+    last = _us(raw, "bf16", 32768, 4096, 4096)
+    assert gemm_call_s(grid, "bf16", 40000, 4096, 4096) == pytest.approx(
+        last * 40000 / 32768 * 1e-6
+    )
+    assert gemm_call_s(grid, "bf16", 257, 4096, 4096) is not None  # past the old 256
     assert gemm_call_s(grid, "nvfp4", 1, 4096, 4096) is None
 
 
@@ -142,25 +162,86 @@ def _b200_model(spec, with_grid: bool) -> StepModel:
     )
 
 
-def test_the_step_model_takes_the_larger_of_the_calls_and_the_pooled_term():
+def test_the_step_model_takes_the_calls_alone_at_every_step_size():
     spec = load_model("deepseek-r1")
     timed, pooled = _b200_model(spec, True), _b200_model(spec, False)
-    calls_s = timed.dense_calls_s(1, 1)
-    assert calls_s is not None
-    assert calls_s == pytest.approx(
-        gemm_calls_s(gemm_grid(B200), timed.gemm_calls, 1, 1) + timed.mla_bmms_s
+    for tokens in (1, 256, 257, 4096, 20000):
+        calls_s = timed.dense_calls_s(tokens, 1)
+        assert calls_s is not None
+        assert calls_s == pytest.approx(
+            gemm_calls_s(gemm_grid(B200), timed.gemm_calls, tokens, 1) + timed.mla_bmms_s
+        )
+        # the dense term is the calls, in place of the pooled term: the step's GEMMs move by
+        # the difference (the experts' term is the same in both)
+        dense_bytes, _ = pooled.weights_bytes(tokens, None)
+        flops = pooled.dense_flop_per_token * tokens + pooled.head_flop_per_sample
+        memory_s, compute_s = roofs_s(dense_bytes, flops, pooled.dense_rates)
+        dense_pooled_s = max(memory_s, compute_s, pooled.floors.dense_s)
+        before, after = sum(pooled.gemm_s(tokens, 1)), sum(timed.gemm_s(tokens, 1))
+        assert after - before == pytest.approx(calls_s - dense_pooled_s, rel=1e-9)
+    # at one token the calls are far above the pooled term
+    assert timed.dense_calls_s(1, 1) > 1.5 * max(  # type: ignore[operator]
+        *roofs_s(pooled.weights_bytes(1, None)[0], pooled.dense_flop_per_token, pooled.dense_rates),
+        pooled.floors.dense_s,
     )
-    # at one token the calls are above the pooled term: the step's GEMMs grow by the difference
-    dense_bytes, _ = pooled.weights_bytes(1, None)
-    flops = pooled.dense_flop_per_token + pooled.head_flop_per_sample
-    memory_s, compute_s = roofs_s(dense_bytes, flops, pooled.dense_rates)
-    dense_pooled_s = max(memory_s, compute_s, pooled.floors.dense_s)
-    assert calls_s > 1.5 * dense_pooled_s
-    before, after = sum(pooled.gemm_s(1, 1)), sum(timed.gemm_s(1, 1))
-    assert after - before == pytest.approx(calls_s - dense_pooled_s, rel=1e-9)
-    # past the grid's 256 tokens the pooled term alone
-    assert timed.dense_calls_s(512, 1) is None
-    assert sum(timed.gemm_s(512, 1)) == pytest.approx(sum(pooled.gemm_s(512, 1)))
+
+
+def _h100_llama_8b(with_grid: bool) -> StepModel:
+    h100 = load_profile("h100-sxm")
+    tables = tables_for(h100, "sglang")
+    return StepModel(
+        load_model("llama-3.1-8b"),
+        Rates(h100.memory_bandwidth_bytes_per_s, h100.peak_flop_per_s["bf16"]),
+        "bf16",
+        KvFormat("bf16"),
+        tp=1,
+        link=h100.interconnect,
+        achieved=tables.achieved,
+        gemm_grid=tables.gemm_grid if with_grid else None,
+    )
+
+
+def test_llama_8b_prefill_of_4096_tokens_on_the_h100_by_hand():
+    """A 4,096-token prefill step of Llama-3.1-8B at TP 1 on the H100's SGLang table: hidden
+    4,096, 32 heads and 8 KV heads of 128 (q|k|v 6,144 wide), MLP 14,336 gated (gate|up
+    28,672), 32 layers, head 128,256 by 4,096 on the one sampled row. Every call at a grid
+    token count (4,096; the head at 1), its n and k on the grid but gate|up's n 28,672 (log n
+    between 16,384 and 51,200), down's k 14,336 (log k between 12,288 and 16,384) and the
+    head's n (past the widest, 65,536: 128,256 / 65,536 of it)."""
+    name = "h100_sxm.sglang.0.5.14.json"
+    raw = _raw(name)
+
+    def us(m, n, k):
+        return _us(raw, "bf16", m, n, k)
+
+    w = math.log(28672 / 16384) / math.log(51200 / 16384)
+    gate_up = us(4096, 16384, 4096) * (1 - w) + us(4096, 51200, 4096) * w
+    w = math.log(14336 / 12288) / math.log(16384 / 12288)
+    down = us(4096, 4096, 12288) * (1 - w) + us(4096, 4096, 16384) * w
+    layer = us(4096, 6144, 4096) + us(4096, 4096, 4096) + gate_up + down
+    head = us(1, 65536, 4096) * 128256 / 65536
+    want_s = (32 * layer + head) * 1e-6
+    model = _h100_llama_8b(True)
+    assert model.dense_calls_s(4096, 1) == pytest.approx(want_s)
+    # the sum is the whole dense term of the step (the calls alone)
+    weights_s, matmul_s = model.gemm_s(4096, 1)
+    assert weights_s + matmul_s == pytest.approx(want_s)
+    assert 80e-3 < want_s < 95e-3  # the H100 table's 86 ms (pooled: 78 ms)
+
+
+def test_step_time_does_not_fall_across_the_old_256_token_edge():
+    from kvplan.formulas.batch_step import BatchShape
+
+    model = _h100_llama_8b(True)
+    times = [
+        model.step(BatchShape(prefill_chunks=((t, 0),), num_sampled=1)).total_s
+        for t in range(240, 300)
+    ]
+    assert all(b >= a for a, b in zip(times, times[1:], strict=False))
+    # and the dense term moves by less than a token's share across 256 -> 257
+    d256, d257 = model.dense_calls_s(256, 1), model.dense_calls_s(257, 1)
+    assert d256 is not None and d257 is not None
+    assert 0 < d257 - d256 < 2 * d256 / 256
 
 
 def test_the_launch_cost_stays_on_the_kernels_other_than_the_timed_gemms():
@@ -204,4 +285,4 @@ def test_the_deriver_keeps_graph_timed_formats_at_the_grid_tokens():
     assert grid["n"] == [64, 128] and grid["k"] == [64, 128]
     by_m = grid["us"]["bf16"]
     assert by_m[0] == [[2.0, 2.0], [2.0, 2.0]] and by_m[1] == [[2.0, 2.0], [2.0, 2.0]]
-    assert all(v is None for block in by_m[2:] for row in block for v in row)  # 4..256
+    assert all(v is None for block in by_m[2:] for row in block for v in row)  # 4..32,768

@@ -344,10 +344,11 @@ def test_plan_with_confidence_needs_at_least_as_many_gpus():
 
 
 def test_plan_prices_a_step_with_untimed_parts_at_the_partial_class(monkeypatch):
-    """gpt-oss's MXFP4 experts are in no H100 table: each plan candidate names the part and
-    is sized at the partial class's factors (not the GPU's tables' class): a wider partial
-    entry lowers the goodput it is credited with, an own-wide one raises it."""
-    spec, gpus = load_model("openai/gpt-oss-20b", checkpoint=False), [load_profile("h100")]
+    """gpt-oss's MXFP4 experts are in no A100 table (aiconfigurator times MXFP4 fused MoE on
+    Hopper and Blackwell only): each plan candidate names the part and is sized at the partial
+    class's factors (not the GPU's tables' class): a wider partial entry lowers the goodput it
+    is credited with, an own-wide one raises it."""
+    spec, gpus = load_model("openai/gpt-oss-20b", checkpoint=False), [load_profile("a100")]
     request = _gpt_oss_request("tpot_p99=200ms")
     (top,) = plan(spec, gpus, request).candidates
     assert any("fused MoE" in p for p in top.untimed_parts)

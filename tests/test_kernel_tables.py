@@ -85,7 +85,11 @@ def test_each_engine_gets_its_own_tables_where_the_wheel_has_them():
     h100 = load_profile("h100")
     vllm, sglang = tables_for(h100, "vllm"), tables_for(h100, "sglang")
     assert (vllm.engine, sglang.engine) == ("vllm", "sglang")
-    assert vllm.achieved != sglang.achieved and sglang.dsa_delta_us is None
+    assert vllm.achieved != sglang.achieved
+    assert (vllm.dsa_file, sglang.dsa_file) == (
+        "h100_sxm.vllm.0.14.0.json",
+        "h100_sxm.sglang.0.5.14.json",
+    )
     assert tables_for(load_profile("b200"), "vllm").achieved != vllm.achieved
 
 
@@ -104,7 +108,7 @@ def test_dsa_grids_are_read_only_when_a_model_asks_for_them():
     assert kernel_tables._dsa.cache_info().currsize == 0  # not read for the tables alone
     grids = h200.dsa_delta_us
     assert grids is not None and grids.delta_us and kernel_tables._dsa.cache_info().currsize == 1
-    assert tables_for(load_profile("b200"), "vllm").dsa_file is None
+    assert tables_for(load_profile("b200"), "vllm").dsa_file == "b200_sxm.vllm.0.24.0.json"
     pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
     line = next(
         line
@@ -124,3 +128,45 @@ def test_moe_shape_curves_are_read_only_on_the_gpu_that_timed_them():
     fallback = tables_for(load_profile("mi300x"), "sglang")
     assert fallback.evidence == "datasheet"
     assert fallback.moe_file is None and fallback.moe_curves_s == {}
+
+
+@pytest.mark.parametrize(
+    "gpu,engine,dsa_file",
+    [
+        ("h100", "vllm", "h100_sxm.vllm.0.14.0.json"),  # vLLM 0.19.0's modules (095f58a5)
+        ("h200", "vllm", "h200_sxm.vllm.0.14.0.json"),
+        ("h100", "sglang", "h100_sxm.sglang.0.5.14.json"),
+        ("h200", "sglang", "h200_sxm.sglang.0.5.14.json"),
+        ("b200", "vllm", "b200_sxm.vllm.0.24.0.json"),
+        ("b200", "sglang", "b200_sxm.sglang.0.5.14.json"),
+        ("b300", "vllm", "b300_sxm.vllm.0.24.0.json"),
+        ("b300", "sglang", "b300_sxm.sglang.0.5.14.json"),
+        ("gb200", "sglang", "gb200.sglang.0.5.14.json"),
+        ("gb300", "vllm", "gb300.vllm.0.24.0.json"),
+        ("h800-sxm", "sglang", "h100_sxm.sglang.0.5.14.json"),  # borrowed: the H100's
+        ("h200-nvl", "vllm", "h200_sxm.vllm.0.14.0.json"),
+        ("a100-80gb-sxm", "sglang", None),  # the wheel times no DSA module on an A100
+        ("l40s", "vllm", None),
+        ("rtx-pro-6000", "sglang", None),
+        ("mi300x", "sglang", None),  # datasheet: the H100's vLLM fractions, no DSA module
+    ],
+)
+def test_dsa_grids_are_picked_by_the_profiles_tables_and_the_engine(gpu, engine, dsa_file):
+    """The DSA module grids of the GPU key and engine the profile's `kernel_tables` names (the
+    file beside the tables of that name), never another engine's, and each holds its engine's
+    version, the shape it timed and a grid for every (phase, heads, kv dtype) it lists."""
+    got = tables_for(load_profile(gpu), engine)
+    assert got.dsa_file == dsa_file
+    if dsa_file is None:
+        return
+    grids = got.dsa_delta_us
+    assert grids is not None and got.engine == engine
+    assert grids.shape["qk_head_dim"] == 192 and grids.shape["indexer_topk"] == 2048
+    assert {phase for phase, _, _ in grids.delta_us} == {"decode", "prefill"}
+    for (phase, _, _), rows in grids.delta_us.items():
+        assert len(rows) == len(grids.batches[phase])
+        assert {len(r) for r in rows} == {len(grids.lengths[phase])}
+    doc = json.loads((FOLDER / "dsa" / dsa_file).read_text())
+    if engine == "sglang":
+        assert grids.engine_version == got.engine_version == "0.5.14"
+        assert "sparse_attention/sglang/0.5.14/dsa_generation_module_perf" in doc["source"]

@@ -52,16 +52,25 @@ def test_between_table_heads_linear_in_heads_and_tokens():
     )
     lo, hi = _bmm(raw, "post", 4, 32), _bmm(raw, "post", 4, 48)
     assert mla_bmm_call_s(grid, "bf16", "post", 4, 40) == pytest.approx((lo + hi) / 2 * 1e-6)
+    # in tokens as the dense GEMMs: log-log between grid token counts
     t16, t32 = _bmm(raw, "pre", 16, 64), _bmm(raw, "pre", 32, 64)
+    w = math.log(20 / 16) / math.log(2)
     assert mla_bmm_call_s(grid, "bf16", "pre", 20, 64) == pytest.approx(
-        (t16 + (t32 - t16) / 4) * 1e-6
+        t16 * (t32 / t16) ** w * 1e-6
     )
-    # past the table's 128 heads: that many 128-head calls; past 256 tokens, fp8: not timed
+    # past the table's 128 heads: that many 128-head calls; fp8: not timed
     assert mla_bmm_call_s(grid, "bf16", "pre", 1, 256) == pytest.approx(
         2 * _bmm(raw, "pre", 1, 128) * 1e-6
     )
-    assert mla_bmm_call_s(grid, "bf16", "pre", 257, 16) is None
     assert mla_bmm_call_s(grid, "fp8", "pre", 1, 16) is None
+    # past the grid's last token count the op's rows time (pre: 8,192 on this table, which
+    # times no bf16 pre at 16,384), linear in tokens from it
+    timed = [m for m in raw["m"] if _bmm(raw, "pre", m, 16) is not None]
+    last = timed[-1]
+    assert last == 8192 and _bmm(raw, "pre", 16384, 16) is None
+    assert mla_bmm_call_s(grid, "bf16", "pre", 3 * last, 16) == pytest.approx(
+        3 * _bmm(raw, "pre", last, 16) * 1e-6
+    )
 
 
 def test_glm_4_7_flash_runs_its_bmms_at_30_and_40_slice_heads():
@@ -172,4 +181,4 @@ def test_the_deriver_keeps_the_bf16_rows_by_op_tokens_and_heads():
     assert set(grid["us"]) == {"bf16"}
     pre = grid["us"]["bf16"]["pre"]
     assert pre[0] == [4.0, 4.0] and pre[1] == [4.0, 4.0]
-    assert all(v is None for row in pre[2:] for v in row)  # 4..256 tokens: not timed
+    assert all(v is None for row in pre[2:] for v in row)  # 4..32,768 tokens: not timed

@@ -175,9 +175,13 @@ def test_the_note_says_which_priced_the_prefill():
 
     timed = words("llama-3.1-8b", "b200")
     assert "32 GQA/MHA layers (128x128): trtllm_mha's" in timed and "fractions" not in timed
-    # DeepSeek-V3.2's DSA layers under SGLang: no rows time the sparse prefill
-    dsa = words("deepseek-v3.2", "b200", "--tp", "8")
+    # DeepSeek-V3.2's DSA layers on a GPU without DSA module tables: no rows time the sparse
+    # prefill; with SGLang's module tables (B200) the dense-MLA base is priced at the fractions
+    # (SGLang's tables hold no MLA prefill calls) and the module adds the DSA's own cost
+    dsa = words("deepseek-v3.2", "mi300x", "--tp", "8")
     assert dsa.startswith("Prefill attention at the kernel tables") and "sparse layers" in dsa
+    dsa = words("deepseek-v3.2", "b200", "--tp", "8")
+    assert dsa.startswith("Prefill attention at the kernel tables") and "sparse layers" not in dsa
 
 
 def test_a_sliding_window_reads_its_own_windows_rows():

@@ -350,10 +350,18 @@ def test_sglang_dp_attention_gathers_before_every_layer_by_its_padding_mode():
     # many in the reduce-scatter, (4 - 1) latencies each
     padded = 2 * 27 * (3 * 40 * 2048 * 2 / one_way + 3 * link.latency_s)
     assert m.comm_s(40, 160, padded=True) == pytest.approx(padded, rel=1e-12)
-    # the step carries it, and a lockstep step of balanced decodes is priced padded
+    # the step carries it, and a lockstep step of balanced decodes is priced padded; the head's
+    # collectives beside it (logits_processor, SUM_LEN of the 160 sampled rows, never padded):
+    # their hidden states all-reduced over the 4 GPUs, then the logits (vocab / 4 columns a GPU)
+    # all-gathered, each GPU receiving 3/4 of 160 x 102,400 x 2 B
     decodes = [BatchShape(40, 4000.0, (), 40)] * 4
     step, _ = lockstep_step(m, decodes, 0, True)
-    assert step.terms_s["comm_s"] == pytest.approx(padded, rel=1e-12)
+    assert spec.vocab_size == 102_400
+    gather_call = m.achieved.allgather_call_s or call
+    head = (2 * 3 / 4 * 160 * 2048 * 2 / one_way + call) + (
+        160 * 102_400 * 2 * 3 / 4 / one_way + gather_call
+    )
+    assert step.terms_s["comm_s"] == pytest.approx(padded + head, rel=1e-12)
     # vLLM's rule on the same layout: the 26 MoE layers' gather of the rank's 40 tokens
     v = model(spec, tp=1, moe_ranks=4, dp=4)
     vllm = 2 * 26 * (3 * 40 * 2048 * 2 / one_way + 3 * link.latency_s)

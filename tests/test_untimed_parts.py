@@ -8,6 +8,7 @@ import pytest
 
 from kvplan.engines.backends import Backends
 from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.kernel_tables import tables_for
 from kvplan.inputs.sources import load_model
 from kvplan.plans import intervals
 from kvplan.simulate.setup import ServeOptions, build_replica
@@ -54,31 +55,47 @@ def test_recurrent_layers_are_named_by_kind_where_no_table_times_them():
 
 @pytest.mark.parametrize(
     ("gpu", "engine", "untimed"),
-    [("b200", "sglang", True), ("h200", "vllm", False)],  # vLLM's DSA module tables: H100/H200
+    [
+        ("b200", "sglang", False),  # the module tables: every GPU and engine the wheel timed
+        ("b200", "vllm", False),
+        ("h200", "sglang", False),
+        ("h200", "vllm", False),
+        ("gb300", "sglang", False),
+        ("mi300x", "sglang", True),  # no tables of its own: the datasheet's H100 fractions
+    ],
 )
 def test_the_dsa_indexer_is_untimed_without_the_module_tables(gpu, engine, untimed):
     parts = _parts("deepseek-ai/DeepSeek-V3.2", gpu, engine=engine, tp=8)
     assert ("the DSA indexer and sparse attention" in parts) is untimed
 
 
-def test_with_dsa_tables_the_layers_that_reuse_anothers_picks_are_named():
-    """GLM-5.3: 21 layers index, 57 reuse their picks; vLLM's DSA module tables on the H200
-    time the 21 and the 57's top-k read runs on the roofline. GLM-5 (every layer indexes)
-    has nothing untimed there."""
+STAND_IN = "the DSA module at this model's shape (DeepSeek-V3.2's stands in)"
+
+
+@pytest.mark.parametrize(("gpu", "engine"), [("h200", "vllm"), ("b200", "sglang")])
+def test_glm5s_dsa_takes_deepseek_v32s_grids_as_a_named_stand_in(gpu, engine):
+    """GLM-5's heads (64 of 256 wide) and projections are not DeepSeek-V3.2's, whose DSA module
+    less DeepSeek-V3's MLA module the grids hold, and no table holds a dense MLA module of
+    GLM-5's shape to subtract: the grids price it, named untimed. GLM-5.3: 21 layers index, 57
+    reuse their picks: the 21 take the grids, the 57's top-k read runs on the roofline."""
+    spec = load_model("zai-org/GLM-5-FP8", checkpoint=False)
+    model = build_replica(spec, load_profile(gpu), ServeOptions(engine=engine, tp=8)).model
+    assert model.dsa is not None and not model.dsa.shape_timed
+    assert model.untimed_parts == (STAND_IN,)
     spec = load_model("zai-org/GLM-5.3", checkpoint=False)
-    options = ServeOptions(tp=8, pp=2, nnodes=2)
-    replica = build_replica(spec, load_profile("h200"), options)
+    options = ServeOptions(engine=engine, tp=8, pp=2, nnodes=2)
+    replica = build_replica(spec, load_profile(gpu), options)
     assert replica.model.dsa is not None and replica.model.dsa.layers == 21
     assert replica.model.untimed_parts == (
+        STAND_IN,
         "the sparse attention of the layers that reuse another's top-k",
     )
-    assert _parts("zai-org/GLM-5-FP8", "h200", tp=8) == ()
 
 
 def test_dsa_without_tables_is_priced_sparse_as_its_note_says():
     """sim-dsa-dense: the top-k latents and every indexer key on the roofline, not dense MLA:
     at 32k tokens held DeepSeek-V3.2's decode attention is a fraction of DeepSeek-V3's."""
-    gpu, options = load_profile("b200"), ServeOptions(engine="sglang", tp=8)
+    gpu, options = load_profile("mi300x"), ServeOptions(engine="sglang", tp=8)  # no tables
     sparse, dense = (
         build_replica(load_model(m, checkpoint=False), gpu, options).model
         for m in ("deepseek-ai/DeepSeek-V3.2", "deepseek-ai/DeepSeek-V3")
@@ -88,9 +105,11 @@ def test_dsa_without_tables_is_priced_sparse_as_its_note_says():
     assert sparse.decode_attention_s(64, held)[0] < 0.3 * dense.decode_attention_s(64, held)[0]
 
 
-def test_a_fused_moe_without_its_curve_is_named_with_its_format():
-    # gpt-oss's MXFP4 experts: no table times an MXFP4 fused MoE on the H100
-    parts = _parts("openai/gpt-oss-20b", "h100")
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_fused_moe_without_its_curve_is_named_with_its_format(engine):
+    # gpt-oss's MXFP4 experts: no A100 table times an MXFP4 fused MoE (aiconfigurator's
+    # w4a16_mxfp4 rows are Hopper's and Blackwell's)
+    parts = _parts("openai/gpt-oss-20b", "a100", engine=engine)
     assert any(p.startswith("the mxfp4 fused MoE") for p in parts)
     # mxfp4 quantizes the experts alone: the dense layers stay bf16, timed
     assert not any("dense" in p for p in parts)
@@ -98,19 +117,24 @@ def test_a_fused_moe_without_its_curve_is_named_with_its_format():
 
 @pytest.mark.parametrize(
     ("model", "gpu", "tp"),
-    [("Qwen/Qwen3-30B-A3B", "h100", 1), ("openai/gpt-oss-20b", "h100", 1)],
+    [
+        ("Qwen/Qwen3-30B-A3B", "h100", 1),
+        ("openai/gpt-oss-20b", "h100", 1),
+        ("openai/gpt-oss-120b", "h100", 2),
+        ("openai/gpt-oss-20b", "a100", 1),
+    ],
 )
 def test_the_fused_moe_is_named_exactly_where_the_tables_lack_its_curve(model, gpu, tp):
     """The part follows the step model's own curve lookup (StepModel.moe_curve) and the
-    sim-weak-moe note that says the same: Qwen3-30B-A3B's bf16 MoE is timed on the H100,
-    gpt-oss's MXFP4 one is not."""
+    sim-weak-moe note that says the same: Qwen3-30B-A3B's bf16 MoE and gpt-oss's MXFP4 one
+    (TP 1 and 2) are timed on the H100, gpt-oss's is not on the A100."""
     spec = load_model(model, checkpoint=False)
     replica = build_replica(spec, load_profile(gpu), ServeOptions(tp=tp))
     named = any("fused MoE" in p for p in replica.model.untimed_parts)
     assert named is (replica.model.moe_curve is None)
     (weak,) = [n for n in replica.notes if n.id == "sim-weak-moe"]
     assert (weak.value("timed") is None) is named
-    assert named is (model == "openai/gpt-oss-20b")
+    assert named is (gpu == "a100")
     # the eager twin (DP-attention lockstep) names the same parts
     assert replica.model.without_graphs().untimed_parts == replica.model.untimed_parts
 
@@ -163,7 +187,8 @@ def test_parts_decide_the_class_and_the_note_names_them():
     from kvplan.plans.simulate import SimulateRequest, simulate
     from kvplan.simulate.workload import WorkloadSpec
 
-    spec, gpu = load_model("openai/gpt-oss-20b", checkpoint=False), load_profile("h100")
+    # gpt-oss's MXFP4 experts on an A100: no table of it times an MXFP4 fused MoE
+    spec, gpu = load_model("openai/gpt-oss-20b", checkpoint=False), load_profile("a100")
     request = SimulateRequest(
         serve=ServeOptions(),
         workload=WorkloadSpec(num_prompts=8, input_len=64, output_len=8),
@@ -173,7 +198,7 @@ def test_parts_decide_the_class_and_the_note_names_them():
     (interval,) = [n for n in result.notes if n.id == "sim-interval"]
     assert interval.value("parts") == result.untimed_parts
     assert interval.value("evidence") == intervals.PARTIAL  # (one lab's vLLM runs: no /vllm)
-    # its bench_interval is the partial class's, not the H100 tables' own class's
+    # its bench_interval is the partial class's, not the A100 tables' own class's
     bench, shown = result.runs[0].bench, result.runs[0].bench_interval["output_throughput"]
     for cls, other in ((intervals.PARTIAL, True), ("own", False)):
         ends = intervals.interval(bench.output_throughput, "output_throughput", cls, "fixed")
@@ -208,7 +233,7 @@ def test_the_note_speaks_of_backends_only_where_a_flag_is_untimed():
     [("qwen3-8b", []), ("gpt-oss-20b", ["the mxfp4 fused MoE of this shape and split"])],
 )
 def test_json_carries_the_parts_for_simulate_and_each_plan_candidate(model, parts):
-    small = "--gpu h100 --input-len 128 --output-len 8".split()
+    small = "--gpu a100 --input-len 128 --output-len 8".split()
     doc = run_json("simulate", model, *small, "--num-prompts", "8")
     assert doc["untimed_parts"] == parts
     (interval,) = [n for n in doc["notes"] if n["id"] == "sim-interval"]
@@ -218,3 +243,84 @@ def test_json_carries_the_parts_for_simulate_and_each_plan_candidate(model, part
     (top,) = plan["candidates"]
     assert top["untimed_parts"] == parts
     assert top["interval_class"].split("/")[0] == ("partial" if parts else "own")
+
+
+@pytest.mark.parametrize(
+    ("gpu", "engine", "table", "fmt"),
+    [
+        ("h100", "vllm", "h100_sxm.vllm.0.14.0.json", "mxfp4"),
+        ("b200", "vllm", "b200_sxm.vllm.0.24.0.json", "mxfp4"),
+        # SGLang on Blackwell: MXFP8 activations (the default flashinfer_mxfp4 precision)
+        ("b200", "sglang", "b200_sxm.sglang.0.5.14.json", "mxfp4a8"),
+    ],
+)
+def test_mxfp4_experts_read_their_own_curve_not_the_int4_rows(gpu, engine, table, fmt):
+    """gpt-oss's experts read the tables' MXFP4 rows of the kernel the engine runs at their own
+    shape and split (moe_<fmt>_2880x2880_<experts>x4_tp<tp>_ep1: W4A16 under vLLM, W4A8 with
+    MXFP8 activations under SGLang on Blackwell), never the int4 W4A16 ("4bit") rows; the
+    step's fused MoE at a token count is that curve's time there."""
+    from kvplan.formulas.batch_step import moe_kernel_s
+    from kvplan.inputs.kernel_tables import moe_curves
+
+    for model, experts, tp in (("openai/gpt-oss-20b", 32, 1), ("openai/gpt-oss-120b", 128, 2)):
+        spec = load_model(model, checkpoint=False)
+        replica = build_replica(spec, load_profile(gpu), ServeOptions(tp=tp, engine=engine))
+        curve = moe_curves(table)[f"moe_{fmt}_2880x2880_{experts}x4_tp{tp}_ep1"]
+        assert replica.model.moe_curve == curve
+        assert not any(key.startswith("moe_4bit_2880x2880") for key in moe_curves(table))
+        assert moe_kernel_s(replica.model.moe_curve, 16) == curve[4][1]  # tokens 1,2,4,8,16
+        other = "mxfp4a8" if fmt == "mxfp4" else "mxfp4"
+        assert replica.model.moe_curve != moe_curves(table).get(
+            f"moe_{other}_2880x2880_{experts}x4_tp{tp}_ep1"
+        )
+
+
+def test_the_fused_moe_format_key_of_each_weights_format():
+    """Which of the tables' fused-MoE keys a model's experts read: MXFP4 and NVFP4 their own,
+    int4 at any group size the W4A16 rows ("4bit"), block fp8 "fp8"."""
+    from kvplan.formulas.batch_step import _moe_format
+
+    assert _moe_format("mxfp4") == "mxfp4"
+    assert _moe_format("nvfp4") == "nvfp4"
+    assert _moe_format("int4-g32-sym") == "4bit"
+    assert _moe_format("fp8") == "fp8"
+
+
+@pytest.mark.parametrize(
+    ("gpu", "version", "timed"),
+    [
+        ("h100", "0.10.2", False),  # Hopper before triton_kernels was a dependency: Marlin
+        ("h100", "0.11.0", False),
+        ("h100", "0.11.1", True),  # OpenAI's Triton kernels, the rows' kernel
+        ("h100", "0.19", True),
+        ("h200", "0.11.0", False),
+        ("b200", "0.10.2", True),  # Blackwell: FlashInfer's kernel, the rows' kernel
+    ],
+)
+def test_vllm_before_0_11_1_on_hopper_runs_an_mxfp4_moe_no_table_times(gpu, version, timed):
+    """vLLM's MXFP4 fused MoE on Hopper is OpenAI's Triton kernels only from 0.11.1 (PR #27370
+    made triton_kernels a dependency; before, Marlin): aiconfigurator's rows at gpt-oss's shapes
+    time the Triton kernels, so older releases leave the experts untimed there."""
+    from kvplan.engines.vllm import mxfp4_moe_rows_run
+
+    assert mxfp4_moe_rows_run(load_profile(gpu), version) is timed
+    parts = _parts("openai/gpt-oss-20b", gpu, vllm_version=version)
+    assert any(p.startswith("the mxfp4 fused MoE") for p in parts) is not timed
+    # nor does the rows' floor apply: the experts pay the family's smallest fused MoE
+    spec = load_model("openai/gpt-oss-20b", checkpoint=False)
+    options = ServeOptions(vllm_version=version)
+    replica = build_replica(spec, load_profile(gpu), options)
+    floors = tables_for(load_profile(gpu), "vllm").floors_s
+    moe_layers = spec.moe.num_layers
+    key = "moe_mxfp4_2880x2880_32x4_tp1_ep1"
+    per_layer = replica.model.floors.experts_s / moe_layers
+    assert per_layer == pytest.approx(floors[key] if timed else floors["moe"])
+
+
+@pytest.mark.parametrize(("gpu", "timed"), [("h100", False), ("h200", False), ("b200", True)])
+def test_sglang_before_blackwell_runs_an_mxfp4_moe_no_table_times(gpu, timed):
+    """SGLang runs gpt-oss's experts through triton_kernels' matmul_ogs before Blackwell (note
+    sim-weak-gpt-oss-sglang); its tables' w4a16_mxfp4 rows there time its own Triton fused MoE
+    and Marlin, so the experts stay untimed; on a B200 its rows time FlashInfer's kernel."""
+    parts = _parts("openai/gpt-oss-20b", gpu, engine="sglang")
+    assert any(p.startswith("the mxfp4 fused MoE") for p in parts) is not timed

@@ -53,12 +53,18 @@ class EngineRequest(NamedTuple):
     # expert / data parallelism (kvplan simulate): the GPUs the routed experts are spread over
     # when that is not tp (EP, or DP-attention ranks whose MoE layers span the group)
     expert_ranks: int | None = None
+    # SGLang's --enable-dp-attention --dp-size N (1: off): `tp` is then a rank's attention TP, the
+    # server's --tp tp x N (its memory defaults, the MLPs' and head's split)
+    dp_attention: int = 1
     # vLLM -dcp: the KV cache sharded along tokens over this many ranks of the TP group
     decode_context_parallel_size: int = 1
     # the engines' kernel-backend flags as typed (kvplan.engines.backends; none: the engine's own
     # choice)
     backends: Backends = Backends()
     speculative_eagle_topk: int | None = None  # SGLang picks its default backend by it
+    # SGLANG_USE_CUDA_IPC_TRANSPORT=1: the multimodal feature pool (SGLANG_MM_FEATURE_CACHE_MB)
+    # the tokenizer process reserves on GPU 0 at start-up (0: the switch is off)
+    cuda_ipc_pool_bytes: int = 0
     # vLLM V0's profile run (0.6, 0.7), whose sampler takes top-k/top-p (formulas.memory
     # v0_sampler_bytes)
     v0_profile: bool = False

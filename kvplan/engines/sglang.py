@@ -165,6 +165,8 @@ LARGEST_BUCKET = (16384, 512)
 RESERVED_BASE_MIB = 512
 RESERVED_FLOOR_MIB = 10 * 1024  # on GPUs above 60 GiB
 MLA_PIECEWISE_MIB = 1536
+# under DP attention: MiB per captured batch size per DP rank, and more above 300 sizes
+DP_GRAPH_MIB, DP_LARGE_GRAPH_MIB = 3, 1.5
 MAX_PREFILL_TOKENS = 16384
 VIT_BASELINE_LAYERS, VIT_BASELINE_HIDDEN = 24, 1024  # ViT-L/14, adjust_mem_fraction_for_vlm
 # SGLang's --kv-cache-dtype spellings -> the format kvplan's formulas store a value in (None: the
@@ -201,6 +203,31 @@ def piecewise_graph_tokens(max_tokens: int) -> int:
     return sum(1 for s in sizes if s <= max_tokens)
 
 
+def cuda_graph_batch_sizes(max_bs: int, speculative: bool = False) -> tuple[int, ...]:
+    """The batch sizes SGLang 0.5 captures CUDA graphs at, up to `max_bs` (--cuda-graph-max-bs;
+    server_args._generate_cuda_graph_batch_sizes): 1, 2, 4, 8, 12, then every 8 to 256, every 16
+    to 511, every 32 from 512; with speculative decoding 1-8, every 2 to 32, every 4 to 64, every
+    8 to 256, every 16 from 272. A decode batch replays the smallest one it fits."""
+    if speculative:
+        sizes = [
+            *range(1, 9),
+            *range(10, 33, 2),
+            *range(40, 65, 4),
+            *range(72, 257, 8),
+            *range(272, max_bs + 1, 16),
+        ]
+    else:
+        sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16)]
+        sizes += range(512, max_bs + 1, 32)
+    return tuple(s for s in sizes if s <= max_bs)
+
+
+def graph_batch_size(tokens: int, max_bs: int, speculative: bool = False) -> int | None:
+    """The captured batch size a decode batch of `tokens` sequences replays (the smallest one
+    at least as large, cuda_graph_runner.replay's bisect), None past the largest."""
+    return next((s for s in cuda_graph_batch_sizes(max_bs, speculative) if s >= tokens), None)
+
+
 def vlm_fraction_factor(vision_tower: tuple[int, int]) -> float:
     """adjust_mem_fraction_for_vlm's factor: 0.95 x (1 - 0.1 (L x H^2 / (24 x 1024^2) - 1)),
     the bracket kept within 0.8 and 1.05 (L, H: the vision_config's layers and hidden size)."""
@@ -217,10 +244,17 @@ class FractionDefault(NamedTuple):
 
 
 def default_mem_fraction(
-    spec: ModelSpec, gpu: GpuProfile, tp: int, pp: int, version: str = SGLANG_VERSION
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    tp: int,
+    pp: int,
+    version: str = SGLANG_VERSION,
+    dp_attention: int = 1,
 ) -> FractionDefault:
     """SGLang's own mem_fraction_static for this GPU and layout (its server_args heuristic),
-    at release `version` (SGLANG_VERSIONS)."""
+    at release `version` (SGLANG_VERSIONS). `tp` is the server's --tp; `dp_attention` its
+    --dp-size under --enable-dp-attention (1: off), which 0.5 reserves cuda_graph_max_bs x dp x 3
+    MiB more for ("DP attention needs more padding"), x 4.5 above 300."""
     gpu_mib = gpu.usable_memory_bytes / MIB
     if version == "0.4":
         fraction = next(f for at_least, f in MEM_FRACTION_04 if tp >= at_least)
@@ -235,6 +269,10 @@ def default_mem_fraction(
             break
     mla = spec.has_kind(CacheKind.MLA)
     reserved = RESERVED_BASE_MIB + max(chunked, 2048) * 1.5 + graphs * 2 + tp * pp / 8 * 1024
+    if dp_attention > 1:
+        reserved += (
+            graphs * dp_attention * (DP_GRAPH_MIB + (DP_LARGE_GRAPH_MIB if graphs > 300 else 0))
+        )
     if mla:
         reserved += MLA_PIECEWISE_MIB
     else:
@@ -597,6 +635,20 @@ def sglang_compressed_allocation(
     )
 
 
+def cuda_ipc_held_bytes(spec: ModelSpec, pool_bytes: int) -> int:
+    """What SGLANG_USE_CUDA_IPC_TRANSPORT=1 holds on GPU 0 before the scheduler measures its free
+    memory: the tokenizer process's multimodal processor (BaseMultimodalProcessor.__init__)
+    allocates its MmItemMemoryPool of `pool_bytes` there, in a CUDA context of its own
+    (INIT_CONTEXT_BYTES[1]); a text-only model builds no multimodal processor and holds
+    nothing. SGLang takes the free memory as the minimum over ranks, so every rank's pool
+    shrinks by it. The launch starts the schedulers and then the tokenizer manager
+    (_launch_subprocesses), which reserves the pool while the schedulers import and initialise
+    NCCL: kvplan takes the reservation as made before "free before load" is measured."""
+    if not pool_bytes or not spec.vision_params:
+        return 0
+    return pool_bytes + INIT_CONTEXT_BYTES[1]
+
+
 def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> SglangResult:
     """SGLang's token pool (DeepSeek-V4's compressed pools: sglang_compressed_allocation,
     refused here)."""
@@ -617,7 +669,9 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     spec = spec._replace(dtype=dtype)
     version, _ = sglang_release(request.sglang_version)
     moe_backend_name("sglang", request.backends.moe_runner_backend, version)
-    default = default_mem_fraction(spec, gpu, request.tp, request.pp, version)
+    # under DP attention the server's --tp is the group's (request.tp a rank's attention TP)
+    server_tp = request.tp * request.dp_attention
+    default = default_mem_fraction(spec, gpu, server_tp, request.pp, version, request.dp_attention)
     fraction = request.mem_fraction_static
     given = fraction is not None
     if fraction is None:
@@ -671,6 +725,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             request.tp,
             sglang_mxfp4_alignment(gpu),
             request.expert_ranks,
+            mlp_ranks=server_tp if request.dp_attention > 1 else None,
         ).total_bytes
         kept = triton_kernels_kept_bytes(spec, stage, gpu, request, version, wdtype)
         if kept:
@@ -678,9 +733,21 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             notes.append(
                 note("sglang-triton-kernels-kept", kept_bytes=kept, hopper=gpu_generation(gpu) == 9)
             )
-        context = INIT_CONTEXT_BYTES[1 if request.tp * request.pp == 1 else 2]
+        context = INIT_CONTEXT_BYTES[1 if server_tp * request.pp == 1 else 2]
         free_before = int(gpu.usable_memory_bytes - context)
+        held = cuda_ipc_held_bytes(spec, request.cuda_ipc_pool_bytes)
+        free_before -= held
         rest = int(free_before * fraction - weights)
+        if request.cuda_ipc_pool_bytes:
+            notes.append(
+                note(
+                    "sglang-cuda-ipc-pool",
+                    pool_bytes=request.cuda_ipc_pool_bytes,
+                    held_bytes=held,
+                    fraction=fraction,
+                    later_bytes=rest - int(held * (1 - fraction)),
+                )
+            )
         notes.append(
             note(
                 "sglang-pool",

@@ -579,6 +579,31 @@ def estimated_max_model_len(specs, available_bytes, request, block_size) -> int:
     return lo
 
 
+# vLLM's MXFP4 fused MoE on Hopper (quantization/mxfp4.py, get_mxfp4_backend): OpenAI's Triton
+# kernels (triton_kernels' matmul_ogs) where that package imports, else Marlin. It became a
+# dependency of vLLM with PR #27370 (merged 2025-10-22, "users have to install triton_kernels
+# manually to access this code-path"), first released in 0.11.1; before it a pip install ran
+# Marlin (issue #26582, 0.11.0: "Failed to import Triton kernels").
+OAI_TRITON_MXFP4_FROM = (0, 11, 1)
+
+
+def _release_patch(version: str) -> tuple[int, int, int]:
+    """'0.11.0' -> (0, 11, 0); '0.11' or '0.11.1rc2' -> (0, 11, 0) / (0, 11, 1)."""
+    match = re.match(r"([0-9]{1,4})\.([0-9]{1,4})(?:\.([0-9]{1,4}))?", str(version))
+    if not match:
+        return (0, 0, 0)
+    return (int(match[1]), int(match[2]), int(match[3] or 0))
+
+
+def mxfp4_moe_rows_run(gpu: GpuProfile, version: str) -> bool:
+    """Whether vLLM `version` runs, on this GPU, the MXFP4 fused-MoE kernel aiconfigurator's vLLM
+    w4a16_mxfp4 rows time: on Hopper those rows time OpenAI's Triton kernels at gpt-oss's
+    shapes (vLLM 0.24.0's OAITritonMxfp4Experts; 0.19.0's on the H200), which releases before
+    OAI_TRITON_MXFP4_FROM do not run there (Marlin, in no table at those shapes). Elsewhere the
+    rows time the kernel the release picks (Blackwell: FlashInfer's; Ada: Marlin)."""
+    return gpu_generation(gpu) != 9 or _release_patch(version) >= OAI_TRITON_MXFP4_FROM
+
+
 def gpu_generation(gpu: GpuProfile) -> int:
     """The CUDA compute-capability major vLLM picks backends by (0: not an NVIDIA GPU)."""
     name = gpu.name.upper()

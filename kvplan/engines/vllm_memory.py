@@ -129,11 +129,14 @@ def weights_per_rank(
     mxfp4_align: tuple[int, int] | None = None,
     expert_ranks: int | None = None,
     expert_floor: bool = False,
+    mlp_ranks: int | None = None,
 ) -> WeightsBreakdown:
     """What one rank of one pipeline stage holds after loading. `mxfp4_align`: the
     (intermediate, hidden) multiples an mxfp4 expert is padded to (None: none); `expert_ranks`:
     the GPUs the routed experts are spread over (EP, or DP ranks' TP; None: tp);
-    `expert_floor`: vLLM's Kimi-K3 per-rank expert width floor applies (TP without EP)."""
+    `expert_floor`: vLLM's Kimi-K3 per-rank expert width floor applies (TP without EP);
+    `mlp_ranks`: the GPUs the dense MLPs, shared experts and head are split over (SGLang's DP
+    attention: the whole TP group, models/deepseek_v2.py; None: tp)."""
     model_bytes = ELEMENT_BYTES[spec.dtype]
     layers = 0.0
     mla_copies = 0.0
@@ -152,6 +155,8 @@ def weights_per_rank(
     for layer in stage.layers:
         for part, count in layer.params:
             share = count if part in REPLICATED_PARTS else count / tp
+            if part in ("mlp", "shared_experts"):
+                share = count / (mlp_ranks or tp)
             if part == "experts":
                 share = count / (expert_ranks or tp) * expert_pad
             layers += _part_bytes(spec, wdtype, part, share)
@@ -185,8 +190,10 @@ def weights_per_rank(
     if last:
         final_norms = _part_bytes(spec, wdtype, "norms", edges.get("norms", 0))
         if not spec.tied_embeddings or not first:  # a tied head on its own stage is loaded again
-            bias = max(edges.get("lm_head", 0) - spec.vocab_size * spec.hidden_size, 0) / tp
-            lm_head = _part_bytes(spec, wdtype, "lm_head", vocab_rows + bias)
+            head_ranks = mlp_ranks or tp
+            bias = max(edges.get("lm_head", 0) - spec.vocab_size * spec.hidden_size, 0)
+            rows = padded_vocab(spec.vocab_size) * spec.hidden_size / head_ranks
+            lm_head = _part_bytes(spec, wdtype, "lm_head", rows + bias / head_ranks)
         lm_head += final_norms
     rotary = float(rotary_cache_bytes(spec, model_bytes))
     total = layers + embedding + lm_head + vision + mla_copies + rotary

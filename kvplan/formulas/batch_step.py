@@ -66,10 +66,12 @@ from kvplan.formulas.flops import (
 from kvplan.formulas.gemm_calls import (
     GemmCall,
     MlaBmmCall,
+    PricedCalls,
     dense_gemm_calls,
-    gemm_calls_s,
     mla_bmm_calls,
     mla_bmm_calls_s,
+    priced_calls,
+    priced_calls_s,
 )
 from kvplan.formulas.kv import block_topk_tokens, compressed_read_bytes, topk_read_bytes
 from kvplan.formulas.memory import SAMPLER_FP32_TENSORS
@@ -113,6 +115,15 @@ def dsa_layers(spec: ModelSpec) -> list:
     if not any(_own_indexer(layer.attention) for layer, _ in distinct_layers(spec.layers)):
         return []  # most models: each kind of layer looked at once
     return [a for a in spec.attention_layers() if _own_indexer(a)]
+
+
+def dsa_shape_timed(spec: ModelSpec, grids: DsaGrids | None) -> bool:
+    """Whether the DSA module grids time this model's DSA layers: each has the attention shape
+    the modules ran (DsaGrids.shape: DeepSeek-V3.2's)."""
+    if grids is None:
+        return False
+    layers = dsa_layers(spec)
+    return bool(layers) and all(_shape_timed(a, grids.shape) for a in layers)
 
 
 def _own_indexer(attn) -> bool:
@@ -400,6 +411,10 @@ class StepModel:
         # its own experts and the TP all-reduce sums the partial outputs (deepseek_v2.py
         # forward_normal): no all-to-all. False: vLLM's all-to-alls and MoE-only gathers.
         self.sglang_collectives = sglang_collectives
+        # the GPUs SGLang's DP attention runs every layer's MLP (dense MLP, shared experts), the
+        # router and the head over, on the rows gathered over them (dp x attention TP; the
+        # attention TP elsewhere): models/deepseek_v2.py shards them over the whole TP group
+        self.group_tp = dp * tp if dp > 1 and sglang_collectives else tp
         self.link, self.achieved, self.host = link, achieved, host
         self.async_scheduling = async_scheduling
         # vLLM V0's multi-step scheduling (--num-scheduler-steps N): one scheduler pass and
@@ -426,15 +441,25 @@ class StepModel:
         )
         experts = achieved.experts.get(key, achieved.experts["bf16"])
         self.dense_rates = Rates(bw * dense[1], gemm_peak * dense[0])
-        # each dense GEMM at its own shape, timed by this GPU and engine's own GEMM table, at the
-        # token counts it holds (gemm_calls; None: not measured, a format it lacks, or layers
-        # whose matrices the widths do not lay out: the pooled term alone)
+        # each dense GEMM at its own shape, timed by this GPU and engine's own GEMM table at
+        # every step size (gemm_calls; None: not measured, a format it lacks, or layers whose
+        # matrices the widths do not lay out: the pooled term alone); `_calls_s` by (tokens,
+        # sampled), as a run repeats its step sizes
         self.gemm_grid: GemmGrid | None = None
         self.gemm_calls: tuple[GemmCall, ...] | None = None
+        self._priced: PricedCalls | None = None
+        self._calls_s: dict[tuple[int, int, int, int], float] = {}
         if gemm_grid is not None and not self.dense_untimed:
-            calls = dense_gemm_calls(spec, key, quantized_parts(spec, weights_dtype), tp)
-            if calls is not None and all(c.fmt in gemm_grid.us for c in calls):
-                self.gemm_grid, self.gemm_calls = gemm_grid, calls
+            calls = dense_gemm_calls(
+                spec,
+                key,
+                quantized_parts(spec, weights_dtype),
+                tp,
+                self.group_tp if self.group_tp != tp else None,
+            )
+            priced = None if calls is None else priced_calls(gemm_grid, calls)
+            if priced is not None:
+                self.gemm_grid, self.gemm_calls, self._priced = gemm_grid, calls, priced
         # MLA's absorbed BMMs of a bf16 checkpoint at their own shape, timed by the GPU's
         # mla_bmm rows (gemm_calls.mla_bmm_calls_s); empty: at their floor (mla_bmms_s below)
         self.mla_bmm_calls: tuple[MlaBmmCall, ...] = ()
@@ -516,8 +541,15 @@ class StepModel:
         self.coefficients = coef
         # the head runs on the sampled positions only (vLLM's logits_indices: a prefill chunk's
         # last token, each decode), the rest of the dense GEMMs on every token
-        self.head_flop_per_sample = coef.head_flop_per_sample / tp
-        self.dense_flop_per_token = coef.dense_flop_per_token / tp
+        # under SGLang's DP attention (group_tp > tp) the MLPs and the head run over the group on
+        # the gathered rows: their weights split over group_tp GPUs, their FLOPs over the group's
+        # tokens (mlp_flop_per_gathered_token; the head's over the group's sampled rows)
+        grouped = self.group_tp != tp
+        self.head_flop_per_sample = coef.head_flop_per_sample / self.group_tp
+        moved_flops = coef.mlp_flop_per_token if grouped else 0.0
+        self.dense_flop_per_token = (coef.dense_flop_per_token - moved_flops) / tp
+        self.mlp_flop_per_gathered_token = moved_flops / self.group_tp
+        self.group_dense_bytes = coef.mlp_bytes + coef.head_bytes if grouped else 0.0
         self.expert_flop_per_token = coef.expert_flop_per_token / self.moe_ranks
         self.groups = list(coef.groups)
         self.state_bytes_per_sequence = coef.state_bytes_per_sequence
@@ -534,9 +566,10 @@ class StepModel:
         """The parts of this step no kernel table times, in words (empty: every operator has
         the tables' own rates): a fused MoE whose shape, format and split the tables hold no
         curve of; dense layers in a format the tables have no GEMM rows of (int4, nvfp4); DSA
-        layers without the DSA module tables (with them, the layers that reuse another's
-        picks); recurrent layers the recurrent/ tables do not hold (Mamba, KDA, lightning; Gated
-        DeltaNet at a head shape on a rank, or on a GPU and engine, without rows); attention
+        layers without the DSA module tables (with them, a DSA layer of another shape than the
+        tables' and the layers that reuse another's picks); recurrent layers the recurrent/
+        tables do not hold (Mamba, KDA, lightning; Gated DeltaNet at a head shape on a rank, or
+        on a GPU and engine, without rows); attention
         backends the flags name without rows of their own; a MoE backend a flag names (the
         tables time the engine's default MoE path only). Each is
         priced by a stand-in instead (the datasheet roofline at the tables' fractions; a backend
@@ -551,7 +584,9 @@ class StepModel:
             parts.append(f"the fused MoE under {self.untimed_moe_backend}")
         if self.dsa is None and dsa_layers(spec):
             parts.append("the DSA indexer and sparse attention")
-        elif self.dsa is not None and self.dsa.layers < sum(
+        elif self.dsa is not None and not self.dsa.shape_timed:
+            parts.append("the DSA module at this model's shape (DeepSeek-V3.2's stands in)")
+        if self.dsa is not None and self.dsa.layers < sum(
             1 for a in spec.attention_layers() if a.indexer_topk and not a.gqa_indexer
         ):  # GLM-5.3's layers that reuse another's picks: their top-k read on the roofline
             parts.append("the sparse attention of the layers that reuse another's top-k")
@@ -580,7 +615,8 @@ class StepModel:
         """(dense, expert) weight bytes one rank streams in a step of `num_tokens` tokens: the
         input embedding is a lookup of the tokens' rows, MoE layers read the experts touched by
         `gathered_tokens` (None: dp x num_tokens), this rank's 1/moe_ranks of them (uniform
-        routing: the expected touched experts among the ones it holds)."""
+        routing: the expected touched experts among the ones it holds); under SGLang's DP
+        attention the MLPs' and the head's 1/group_tp."""
         moe_tokens = self._gathered(num_tokens, gathered_tokens)
         # keyed by the tokens alone where the MoE layers see the step's own (no DP attention)
         key = num_tokens if moe_tokens == num_tokens else (num_tokens, moe_tokens)
@@ -589,16 +625,40 @@ class StepModel:
             coef = self.coefficients
             moe = self.spec.moe
             dense = (
-                coef.dense_bytes + min(num_tokens, self.spec.vocab_size) * coef.embedding_row_bytes
+                coef.dense_bytes
+                - self.group_dense_bytes
+                + min(num_tokens, self.spec.vocab_size) * coef.embedding_row_bytes
             )
             touched = moe.expected_experts_touched(moe_tokens) if moe is not None else 0.0
-            cached = (dense / self.tp, touched * coef.expert_bytes_per_touched / self.moe_ranks)
+            cached = (
+                dense / self.tp + self.group_dense_bytes / self.group_tp,
+                touched * coef.expert_bytes_per_touched / self.moe_ranks,
+            )
             self._weights[key] = cached
         return cached
 
     def _gathered(self, num_tokens: int, gathered_tokens: int | None) -> int:
         """The tokens the MoE layers of a rank's step see."""
         return self.dp * num_tokens if gathered_tokens is None else gathered_tokens
+
+    def _gathered_sampled(
+        self,
+        num_tokens: int,
+        num_sampled: int,
+        gathered_tokens: int | None,
+        gathered_sampled: int | None,
+    ) -> int:
+        """The sampled rows SGLang's DP-attention head runs on (its logits gather sums the
+        ranks' sampled positions, unpadded: LogitsMetadata's DpPaddingMode.SUM_LEN): the given
+        `gathered_sampled`, else the rank's own scaled as its tokens are (dp x where
+        `gathered_tokens` is None too). The rank's own outside SGLang's DP attention."""
+        if self.group_tp == self.tp:
+            return num_sampled
+        if gathered_sampled is not None:
+            return gathered_sampled
+        if gathered_tokens is None:
+            return self.dp * num_sampled
+        return max(num_sampled, round(num_sampled * gathered_tokens / max(1, num_tokens)))
 
     def decode_attention_s(
         self, num_decodes: int, context_sum: float, queries: int = 1
@@ -773,51 +833,78 @@ class StepModel:
             seconds += max(g.layers * call_s, read_bytes / rates.bandwidth_bytes_per_s)
         return seconds
 
-    def dense_calls_s(self, num_tokens: int, num_sampled: int) -> float | None:
+    def dense_calls_s(
+        self,
+        num_tokens: int,
+        num_sampled: int,
+        gathered_tokens: int | None = None,
+        gathered_sampled: int | None = None,
+    ) -> float | None:
         """Seconds of the step's dense GEMMs each at its own shape, as this GPU's GEMM table
-        timed them (gemm_calls.gemm_calls_s), MLA's absorbed BMMs at their own shape from its
-        mla_bmm rows (bf16 checkpoints: mla_bmm_calls_s) or else at their floor; None past the
-        table's token counts or where the model's GEMMs are not laid out (gemm_calls)."""
-        if self.gemm_calls is None or self.gemm_grid is None:
+        timed them (gemm_calls.priced_calls_s), MLA's absorbed BMMs at their own shape from its
+        mla_bmm rows (bf16 checkpoints: mla_bmm_calls_s) or else at their floor; None where the
+        model's GEMMs are not laid out or not timed (gemm_calls)."""
+        if self._priced is None or self.gemm_grid is None:
             return None
-        calls_s = gemm_calls_s(self.gemm_grid, self.gemm_calls, num_tokens, num_sampled)
-        if calls_s is None:
-            return None
-        bmms_s = (
-            mla_bmm_calls_s(self.gemm_grid, self.mla_bmm_calls, "bf16", num_tokens)
-            if self.mla_bmm_calls
-            else None
+        group_tokens = self._gathered(num_tokens, gathered_tokens)
+        group_sampled = self._gathered_sampled(
+            num_tokens, num_sampled, gathered_tokens, gathered_sampled
         )
-        return calls_s + (self.mla_bmms_s if bmms_s is None else bmms_s)
+        key = (num_tokens, num_sampled, group_tokens, group_sampled)
+        cached = self._calls_s.get(key)
+        if cached is None:
+            bmms_s = (
+                mla_bmm_calls_s(self.gemm_grid, self.mla_bmm_calls, "bf16", num_tokens)
+                if self.mla_bmm_calls
+                else None
+            )
+            calls_s = priced_calls_s(
+                self._priced, num_tokens, num_sampled, group_tokens, group_sampled
+            )
+            cached = calls_s + (self.mla_bmms_s if bmms_s is None else bmms_s)
+            self._calls_s[key] = cached
+        return cached
 
     def gemm_s(
-        self, num_tokens: int, num_sampled: int | None = None, gathered_tokens: int | None = None
+        self,
+        num_tokens: int,
+        num_sampled: int | None = None,
+        gathered_tokens: int | None = None,
+        gathered_sampled: int | None = None,
     ) -> tuple[float, float]:
         """(weight-bound, compute-bound) seconds of the step's GEMMs over `num_tokens` tokens,
         `num_sampled` of which reach the head (None: all): the dense ones and the experts',
-        each on its own roofline; the experts over `gathered_tokens` (weights_bytes)."""
+        each on its own roofline; the experts over `gathered_tokens` (weights_bytes), and under
+        SGLang's DP attention the MLPs over them too, the head over `gathered_sampled`
+        (_gathered_sampled)."""
         dense_bytes, expert_bytes = self.weights_bytes(num_tokens, gathered_tokens)
         moe_tokens = self._gathered(num_tokens, gathered_tokens)
         weights_s = matmul_s = 0.0
         sampled = num_tokens if num_sampled is None else num_sampled
-        dense_flops = self.dense_flop_per_token * num_tokens + self.head_flop_per_sample * sampled
+        head_rows = self._gathered_sampled(num_tokens, sampled, gathered_tokens, gathered_sampled)
+        dense_flops = (
+            self.dense_flop_per_token * num_tokens
+            + self.mlp_flop_per_gathered_token * moe_tokens
+            + self.head_flop_per_sample * head_rows
+        )
         expert_flops = self.expert_flop_per_token * moe_tokens
         expert_slowdown = (
             curve_value(self.expert_curve, moe_tokens * self.tokens_per_expert)
             if self.expert_curve
             else 1.0
         )
-        # the dense GEMMs at their own shapes where timed: the larger of that and the pooled
-        # roofline (the head's and embedding's bytes past the grid, a shape it clamps)
-        calls_s = self.dense_calls_s(num_tokens, sampled) or 0.0
-        for num_bytes, flops, rates, slowdown, floor_s, curve in (
+        # the dense GEMMs at their own shapes where timed, at every step size: their sum alone
+        # (docs/simulate.md "Each dense GEMM at its own shape"); else the pooled roofline
+        calls_s = self.dense_calls_s(num_tokens, sampled, gathered_tokens, gathered_sampled)
+        for num_bytes, flops, rates, slowdown, floor_s, curve, timed_s in (
             (
                 dense_bytes,
                 dense_flops,
                 self.dense_rates,
                 1.0,
-                max(self.floors.dense_s, calls_s),
+                self.floors.dense_s,
                 None,
+                calls_s,
             ),
             (
                 expert_bytes,
@@ -826,17 +913,19 @@ class StepModel:
                 expert_slowdown,
                 self.floors.experts_s,
                 self.moe_curve,
+                None,
             ),
         ):
             if not num_bytes and not flops:
                 continue
             # every GEMM launched takes at least the smallest GEMM (fused MoE) measured
             memory_s, compute_s = roofs_s(num_bytes, flops, rates)
-            seconds = (
-                self.moe_layers * moe_kernel_s(curve, moe_tokens)  # the model's own MoE, timed
-                if curve is not None
-                else max(max(memory_s, compute_s) * slowdown, floor_s)
-            )
+            if timed_s is not None:
+                seconds = timed_s
+            elif curve is not None:  # the model's own MoE, timed
+                seconds = self.moe_layers * moe_kernel_s(curve, moe_tokens)
+            else:
+                seconds = max(max(memory_s, compute_s) * slowdown, floor_s)
             if memory_s >= compute_s:  # the weights' roof binds (`bound`)
                 weights_s += seconds
             else:
@@ -968,32 +1057,80 @@ class StepModel:
         assert self.network is not None, "a replica over several nodes has its network"
         return self.network
 
-    def logits_gather_s(self, num_sampled: int) -> float:
+    def logits_gather_s(
+        self,
+        num_sampled: int,
+        gathered_tokens: int | None = None,
+        gathered_sampled: int | None = None,
+    ) -> float:
         """The TP all-gather of the vocab-parallel head's logits (SGLang's LogitsProcessor and
         vLLM's gather every rank's vocab / tp columns of each sampled position before sampling):
         a ring all-gather of comm.logits_allgather_bytes at the achieved bus bandwidth, its
         per-hop latency such that a small message costs one measured NCCL all-gather call
         (the kernel tables' allgather_call_s; the all-reduce call's where a file has none); a
-        group spanning nodes in two levels (comm.two_level_allgather_time_s). None under
-        SGLang's DP attention (its head gathers over the DP group: not priced here)."""
-        if self.tp <= 1 or num_sampled <= 0 or self.dp_gather_full:
+        group spanning nodes in two levels (comm.two_level_allgather_time_s).
+
+        Under SGLang's DP attention (logits_processor._get_logits, no --enable-dp-lm-head) the
+        head is vocab-parallel over the whole group of G = dp x attention-TP GPUs: the ranks'
+        sampled hidden states are first gathered into one buffer of their summed rows
+        (dp_gather_replicate, DpPaddingMode.SUM_LEN: zero-filled but for the rank's own, then
+        all-reduced over the G GPUs: comm.tp_allreduce_bytes of the summed rows), the head runs
+        on every row (gemm_s), its logits all-gathered over the G GPUs (logits_allgather_bytes
+        of the summed rows at G), and the rank's rows copied out (dp_scatter: no traffic)."""
+        if num_sampled <= 0:
             return 0.0
-        received = logits_allgather_bytes(num_sampled, self.spec.vocab_size, self.tp)
+        if self.dp_gather_full:
+            rows = self._gathered_sampled(
+                max(1, num_sampled), num_sampled, gathered_tokens, gathered_sampled
+            )
+            return self._allgather_s(
+                logits_allgather_bytes(rows, self.spec.vocab_size, self.group_tp), self.group_tp
+            ) + self._group_allreduce_s(tp_allreduce_bytes(self.spec, rows), self.group_tp)
+        if self.tp <= 1:
+            return 0.0
+        return self._allgather_s(
+            logits_allgather_bytes(num_sampled, self.spec.vocab_size, self.tp), self.tp
+        )
+
+    def _allgather_s(self, received: float, ranks: int) -> float:
+        """A ring all-gather over `ranks` GPUs of which each receives `received` bytes
+        (logits_gather_s)."""
         one_way = self.link.one_way_bytes_per_s * self.achieved.link
         call_s = self.achieved.allgather_call_s or self.achieved.allreduce_call_s
         node = self.node_gpus
-        if node is None or self.tp <= node:
-            return ring_allgather_time_s(received, self.tp, one_way, call_s / (self.tp - 1))
+        if node is None or ranks <= node:
+            return ring_allgather_time_s(received, ranks, one_way, call_s / (ranks - 1))
         network = self._network
         return two_level_allgather_time_s(
             received,
-            self.tp,
+            ranks,
             node,
             node,
             one_way,
             call_s / (node - 1) if node > 1 else 0.0,
             network.one_way_bytes_per_s,
             network.latency_s,
+        )
+
+    def _group_allreduce_s(self, message_bytes: float, ranks: int) -> float:
+        """One all-reduce of `message_bytes` over `ranks` GPUs, priced as a TP all-reduce is
+        (comm.tp_allreduce_time_s: the achieved bus bandwidth, a small message one measured
+        call; a group spanning nodes in two levels)."""
+        if ranks <= 1:
+            return 0.0
+        one_way = self.link.one_way_bytes_per_s * self.achieved.link
+        node = self.node_gpus if self.node_gpus is not None and ranks > self.node_gpus else None
+        network = self._network if node is not None else None
+        local = ranks if node is None else node
+        intra_latency = self.achieved.allreduce_call_s / (2 * (local - 1)) if local > 1 else 0.0
+        return tp_allreduce_time_s(
+            message_bytes,
+            ranks,
+            node,
+            one_way,
+            intra_latency,
+            network.one_way_bytes_per_s if network is not None else 0.0,
+            network.latency_s if network is not None else 0.0,
         )
 
     def tp_allreduce_s(self, num_tokens: int, calls: int) -> float:
@@ -1071,22 +1208,24 @@ class StepModel:
         gathered_tokens: int | None = None,
         queries: int = 1,
         padded: bool = False,
+        gathered_sampled: int | None = None,
     ) -> StepTime:
         """The time of one step running `shape`; `gathered_tokens`: the tokens the MoE layers
         see across the DP-attention ranks (None: dp x this rank's); `queries`: tokens each
         decode runs (a speculative verification: k drafted + 1, kvplan.simulate.speculative);
         `padded`: the gathered tokens are every rank's padded to the largest (SGLang's
-        MAX_LEN gather, comm_s)."""
+        MAX_LEN gather, comm_s); `gathered_sampled`: the ranks' sampled positions summed (the
+        rows SGLang's DP-attention head runs on; None: _gathered_sampled)."""
         num_seqs = shape.num_decodes + len(shape.prefill_chunks)
         if self.pp > 1 and num_seqs > 1:
             gpu = self._pipelined(shape, min(self.pp, num_seqs), queries)
         else:
-            gpu = self._forward(shape, 1.0, gathered_tokens, queries, padded)
+            gpu = self._forward(shape, 1.0, gathered_tokens, queries, padded, gathered_sampled)
         sampler_s = shape.num_sampled * self.sampler_bytes_per_sequence / self.sampler_bandwidth
         host_s = self.host.per_step_s + self.host.per_request_s * num_seqs
         if self.scheduler_steps > 1 and not shape.prefill_chunks:
             host_s /= self.scheduler_steps
-        head_s = self.logits_gather_s(shape.num_sampled)
+        head_s = self.logits_gather_s(shape.num_sampled, gathered_tokens, gathered_sampled)
         gpu_s = sum(gpu) + sampler_s + head_s
         total = max(gpu_s, host_s) if self.async_scheduling else gpu_s + host_s
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = gpu
@@ -1102,6 +1241,7 @@ class StepModel:
         gathered_tokens: int | None = None,
         queries: int = 1,
         padded: bool = False,
+        gathered_sampled: int | None = None,
     ) -> tuple[float, ...]:
         """(weights, matmul, kv_read, attention, comm, launch) seconds of a forward over
         `layer_share` of the layers (1: the whole model)."""
@@ -1110,7 +1250,9 @@ class StepModel:
                 _as_chunks(shape, queries), layer_share, gathered_tokens, padded
             )
         num_tokens = max(1, queries * shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
-        weights_s, matmul_s = self.gemm_s(num_tokens, max(1, shape.num_sampled), gathered_tokens)
+        weights_s, matmul_s = self.gemm_s(
+            num_tokens, max(1, shape.num_sampled), gathered_tokens, gathered_sampled
+        )
         decode_s, kv_bound = self.decode_attention_s(
             shape.num_decodes, shape.decode_context_sum, queries
         )
@@ -1321,22 +1463,33 @@ def shape_tokens(shape: BatchShape) -> int:
 
 
 def lockstep_step(
-    model: StepModel, shapes: list[BatchShape], idle_ranks: int = 0, pad_to_max: bool = False
+    model: StepModel,
+    shapes: list[BatchShape],
+    idle_ranks: int = 0,
+    pad_to_max: bool = False,
+    gathered_tokens: int | None = None,
+    gathered_sampled: int | None = None,
 ) -> tuple[StepTime, int]:
     """One step of DP-attention ranks in lockstep, each running its own shape with the MoE
     layers over the gathered tokens of all: (the slowest rank's step, its index in `shapes`).
     Every rank joins every MoE layer's dispatch/combine (or all-gather) each step, so none
     finishes before the slowest. `idle_ranks` ranks with nothing to run step a one-token dummy
-    batch (vLLM's DPEngineCoreProc.execute_dummy_batch, SGLang's idle batch from
-    prepare_mlp_sync_batch): its token joins the MoE layers, its forward (the same layers over
-    one token, no attention, nothing sampled) is never the slowest. The MoE layers see the sum
+    batch (vLLM's DPEngineCoreProc.execute_dummy_batch): its token joins the MoE layers, its
+    forward (the same layers over one token, no attention, nothing sampled) is never the
+    slowest. `gathered_tokens` and `gathered_sampled` (the engine's Engine.lockstep_batch)
+    replace the rule below where given. The MoE layers see the sum
     of the ranks' tokens (vLLM's num_tokens_across_dp, SGLang's global_num_tokens), or with
     `pad_to_max` every rank's padded to the largest (vLLM under CUDA graphs, SGLang's MAX_LEN
     gather): lockstep_gathered_tokens. `model` prices every rank (StepModel.without_graphs where
     the group runs eagerly)."""
     tokens = [shape_tokens(s) for s in shapes] + [1] * idle_ranks
     gathered = lockstep_gathered_tokens(tokens, pad_to_max)
-    times = [model.step(s, gathered, padded=pad_to_max) for s in shapes]
+    if gathered_tokens is not None:
+        gathered = gathered_tokens
+    # SGLang's DP-attention head runs on the ranks' sampled rows summed (an idle rank samples
+    # none: logits_gather_s)
+    sampled = sum(s.num_sampled for s in shapes) if gathered_sampled is None else gathered_sampled
+    times = [model.step(s, gathered, padded=pad_to_max, gathered_sampled=sampled) for s in shapes]
     slowest = max(range(len(times)), key=lambda i: times[i].total_s)
     return times[slowest], slowest
 
@@ -1371,8 +1524,9 @@ class _Floors(NamedTuple):
     block-fp8 GEMM is a per-token-group activation quant and then DeepGEMM (4.2 us at one token
     on a B200 under SGLang, against bf16's 1.8 us), a block-fp8 fused MoE 16.5 us against
     bf16's 13.6 us. The head, the routers and MLA's two absorbed BMMs stay at the family's
-    smallest (unquantized, or a kernel no table times), as does a format without rows (mxfp4's
-    experts: the tables' 4-bit rows time W4A16 kernels, not gpt-oss's). Where the tables timed
+    smallest (unquantized, or a kernel no table times), as does a format without rows. MXFP4
+    and NVFP4 experts pay their own rows' floors (`moe_mxfp4`, `moe_nvfp4`: `_moe_format`), not
+    the int4 W4A16 rows' (`moe_4bit`), where the tables timed them. Where the tables timed
     the model's own fused MoE (hidden x expert width, experts x top-k, format, the experts' TP
     and EP split: `moe_shape_key`), its floor is that kernel's smallest time at 1-16 tokens:
     DeepSeek-R1's at TP 8 in block fp8 takes 35 us on a B200 under SGLang (router top-k and
@@ -1409,10 +1563,11 @@ class _Floors(NamedTuple):
         gemm = floors_s.get("gemm", 0.0)
         gemm_quantized = floors_s.get(f"gemm_{fmt}", gemm) if fmt else gemm
         moe = floors_s.get("moe", 0.0)
-        if fmt:
-            moe = floors_s.get(f"moe_{fmt}", moe)
+        moe_fmt = _moe_format(weights_dtype)
+        if moe_fmt:
+            moe = floors_s.get(f"moe_{moe_fmt}", moe)
             if shape.moe_shape:
-                moe = floors_s.get(moe_shape_key(fmt, shape.moe_shape, moe_tp, moe_ep), moe)
+                moe = floors_s.get(moe_shape_key(moe_fmt, shape.moe_shape, moe_tp, moe_ep), moe)
         quantized = shape.quantized_gemm_launches
         bmms = 2 * shape.mla_layers  # MLA's absorbed BMMs, of the unquantized launches
         attention = floors_s.get("attention", 0.0)
@@ -1452,7 +1607,7 @@ def _own_moe_curve(
 ) -> tuple | None:
     """The measured curve of the model's own fused MoE in its weights format and split (None:
     no MoE, a format no table times by shape, or a shape the tables lack)."""
-    fmt = _floor_format(weights_dtype)
+    fmt = _moe_format(weights_dtype)
     if spec.moe is None or fmt is None or not curves_s:
         return None
     return curves_s.get(moe_shape_key(fmt, _shape(spec).moe_shape, moe_tp, moe_ep)) or None
@@ -1470,6 +1625,16 @@ def _moe_shape(spec: ModelSpec) -> str:
     if moe is None:
         return ""
     return f"{spec.hidden_size}x{moe.expert_intermediate_size}_{moe.num_experts}x{moe.top_k}"
+
+
+def _moe_format(weights_dtype: str) -> str | None:
+    """The kernel tables' format key of the fused MoE a model in `weights_dtype` runs (None: the
+    family's smallest): `_floor_format`'s, but mxfp4 and nvfp4 experts have keys of their own
+    (aiconfigurator's w4a16_mxfp4 and nvfp4 rows: scripts/derive_achieved.MOE_SHAPE_FORMATS),
+    timed only at the shapes and splits the tables hold (gpt-oss's MXFP4 experts under vLLM
+    and SGLang on Hopper and Blackwell); elsewhere no curve, and the experts stay untimed."""
+    key = str(weights_dtype).lower()
+    return key if key in ("mxfp4", "nvfp4") else _floor_format(key)
 
 
 def _floor_format(weights_dtype: str) -> str | None:
@@ -1593,6 +1758,11 @@ def _shape(spec: ModelSpec) -> _Shape:
     return kept_with(_SHAPES, spec, (), build)
 
 
+# the operators of a layer's MLP side (step_time.step_ops names): a dense MLP laid out from its
+# widths or coarse, and a MoE layer's shared experts (the router and routed experts apart)
+MLP_OPS = frozenset({"mlp", "shared_experts", "gate_up", "up", "down", "activation"})
+
+
 class _Coefficients(NamedTuple):
     """A step's bytes and FLOPs by kernel kind, summed from its operator list (step_time.step_ops)
     and linear in what a step runs: the whole model's (one copy; StepModel splits it over its
@@ -1606,6 +1776,11 @@ class _Coefficients(NamedTuple):
     expert_flop_per_token: float  # the top-k routed experts of every MoE layer
     groups: tuple[_Group, ...]  # attention layers by window and kind, one rank's
     state_bytes_per_sequence: float  # recurrent state read and written per sequence, one rank
+    # of dense_bytes and dense_flop_per_token, the MLPs' (dense MLP, shared experts: the GEMMs
+    # SGLang's DP attention runs over its whole group on the gathered rows), and the head's bytes
+    mlp_bytes: float
+    mlp_flop_per_token: float
+    head_bytes: float
 
 
 # its coefficients depend on the model, the formats, tp and the indexer alone: kept per spec
@@ -1643,6 +1818,7 @@ def _sum_ops(
     state_dtypes: tuple[str, str] | None,
 ) -> _Coefficients:
     dense_bytes = row_bytes = expert_bytes = dense_flops = head_flops = expert_flops = 0.0
+    mlp_bytes = mlp_flops = head_bytes = 0.0
     whole = step_ops(
         spec,
         weights_dtype,
@@ -1664,10 +1840,14 @@ def _sum_ops(
                 expert_flops += count * op.flops
             elif op.name == "lm_head":
                 dense_bytes += count * op.weight_bytes
+                head_bytes += count * op.weight_bytes
                 head_flops += count * op.flops
             else:
                 dense_bytes += count * op.weight_bytes
                 dense_flops += count * (op.flops + op.elementwise_flops)
+                if op.name in MLP_OPS:
+                    mlp_bytes += count * op.weight_bytes
+                    mlp_flops += count * (op.flops + op.elementwise_flops)
     if spec.moe is not None:
         expert_bytes /= spec.moe.expected_experts_touched(1)
     # one decode at one cached token and one one-token chunk: per cached key
@@ -1745,15 +1925,32 @@ def _sum_ops(
         ) in by_key.items()
     )  # fmt: skip
     return _Coefficients(
-        dense_bytes, row_bytes, expert_bytes, dense_flops, head_flops, expert_flops, groups, state
+        dense_bytes,
+        row_bytes,
+        expert_bytes,
+        dense_flops,
+        head_flops,
+        expert_flops,
+        groups,
+        state,
+        mlp_bytes,
+        mlp_flops,
+        head_bytes,
     )
 
 
 class _DsaModule:
     """DeepSeek-V3.2's sparse attention (DSA: an indexer scores every cached key, a top-k picks
-    2,048, MLA attends to those) as vLLM runs it: the step model prices the layer as dense MLA,
-    and this adds what vLLM's DSA module costs over its MLA module on the same GPU (or saves, at
-    long contexts), from the GPU's kernel tables (kvplan/data/kernel_tables): per layer, read at
+    2,048, MLA attends to those) as the engine runs it: the step model prices the layer as dense
+    MLA, and this adds what the engine's DSA module costs over the dense MLA module on the same
+    GPU (or saves, at long contexts), from the GPU's and engine's kernel tables
+    (kvplan/data/kernel_tables/dsa: vLLM's DSA module less vLLM's MLA module; SGLang's DSA module
+    less vLLM's MLA module, the wheel holding no SGLang MLA module). The grids time the attention
+    shape the modules ran (DsaGrids.shape: DeepSeek-V3.2's); a DSA layer of another shape (GLM-5:
+    256-wide heads, no MLA module table of its shape to subtract) takes them as a stand-in
+    (`shape_timed` False, named in untimed_parts: GLM-5's DSA module is within ~12% of
+    DeepSeek-V3.2's at TP 8 in vLLM 0.24.0's and SGLang 0.5.14's H200 and B200 decode tables).
+    Per layer, read at
     the step's batch and length and the heads on a rank, bilinear in the logarithms of batch and
     heads, linear along the logarithm of the length, flat beyond the tables' ends but for the
     batch: past its largest (1,024 decodes, 256 prefills) each further sequence adds what one
@@ -1765,6 +1962,8 @@ class _DsaModule:
 
         self.tables = grids
         self.grids, self.kv, self.heads, self.layers = grids.delta_us, kv, heads, layers
+        # the layers have the shape the modules ran (False: DeepSeek-V3.2's grids stand in)
+        self.shape_timed = True
         self._rows: dict[tuple[str, float], object] = {}
         self._log_lengths = {
             ph: np.log(np.asarray(x, dtype=float)) for ph, x in grids.lengths.items()
@@ -1777,7 +1976,9 @@ class _DsaModule:
         if not tables or not layers:
             return None
         kv = "fp8" if fmt.name.startswith("fp8") else "bfloat16"
-        return cls(tables, kv, layers[0].num_q_heads / tp, len(layers))
+        module = cls(tables, kv, layers[0].num_q_heads / tp, len(layers))
+        module.shape_timed = dsa_shape_timed(spec, tables)
+        return module
 
     def _row(self, phase: str, batch: float):
         """The length row at (heads, batch), seconds per layer."""
@@ -1810,6 +2011,11 @@ class _DsaModule:
             np.log(np.maximum(length, 1.0)), self._log_lengths[phase], self._row(phase, batch)
         )
         return self.layers * (float(at) if np.ndim(at) == 0 else at)
+
+
+def _shape_timed(attn, shape: dict) -> bool:
+    """Whether a DSA layer has the attention shape the module tables ran (DsaGrids.shape)."""
+    return bool(shape) and all(getattr(attn, field) == value for field, value in shape.items())
 
 
 def _log_position(axis, value: float) -> tuple[int, float]:

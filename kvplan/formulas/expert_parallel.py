@@ -186,6 +186,15 @@ def dp_attention_batch_equal_reads(
     return (lo + hi) / 2
 
 
+def sglang_dp_max_len(tokens: list[int], extend: bool) -> bool:
+    """Whether SGLang's DP-attention gather pads every rank's rows to the largest rank's
+    (DpPaddingMode.MAX_LEN: all_gather_into_tensor of ranks x max rows) rather than summing
+    them (SUM_LEN: all-reduce of sum rows), from each rank's `tokens` (0 for an idle rank,
+    prepare_mlp_sync_batch_raw) and whether any rank runs a prefill (is_extend_in_batch):
+    dp_attention.DpPaddingMode.get_dp_padding_mode, MAX_LEN where 2 x sum > ranks x max."""
+    return not extend and 2 * sum(tokens) > len(tokens) * max(tokens)
+
+
 def dp_gather_collective_bytes(spec: ModelSpec, own_tokens: int, ranks: int) -> int:
     """Bytes one DP-attention rank receives in one all-gather (or sends in one reduce-scatter)
     of a MoE layer's hidden states (bf16): the other ranks' `own_tokens` each."""

@@ -6,10 +6,11 @@ gemm_grid) time a 4-16 MB bf16 GEMM at one token in 5.9 us on a B200 under SGLan
 its 8 TB/s. `dense_gemm_calls` lists the dense GEMMs one rank runs in a forward, per layer as the
 engines shard them under tensor parallelism (qkv and o; MLA's fused q_a|kv_a, q_b and o; gate|up
 and down; each MoE layer's router and shared expert; the head), and `gemm_calls_s` sums their
-measured times at the step's tokens (`gemm_call_s`: bilinear in log n and log k between the four
-grid shapes around each call, linear in tokens between the two grid token counts around the
-step's). MLA's two absorbed BMMs (kv_b split into the key and value halves, batched over the
-heads) are no GEMM of that table: the GPU's mla_bmm table times them (`mla_bmm_calls`,
+measured times at the step's tokens, any number of them (`gemm_call_s`: bilinear in log n and
+log k between the four grid shapes around each call; log-log in tokens between the two grid
+token counts around the step's, 1 to 32,768 by powers of two; linear in tokens past the last,
+`along_tokens_s`). MLA's two absorbed BMMs (kv_b split into the key and value halves, batched
+over the heads) are no GEMM of that table: the GPU's mla_bmm table times them (`mla_bmm_calls`,
 `mla_bmm_calls_s`: bf16 checkpoints; other formats keep their floor, batch_step._Floors).
 
 The mla_bmm table times one slice, DeepSeek's: pre = q_nope [heads, m, 128] x [heads, 128, 512],
@@ -19,12 +20,15 @@ it is priced as the slice at its equivalent heads, heads x (its matrix / the sli
 weights and FLOPs being those of that many slice heads (aiconfigurator-core's own mla_bmm query
 scales by the head ratio likewise): GLM-4.7-Flash's 20 heads of 192 x 512 and 512 x 256 are 30
 and 40 slice heads. Between the table's head counts: linear in heads; past 128: 128's time x
-heads / 128; in tokens as gemm_call_s.
+heads / 128; in tokens as gemm_call_s (along_tokens_s) over the grid counts the op's rows time
+(from one token up: to 8,192 or 16,384 on the B200's SGLang table, whose rows stop at 20,480),
+linear past the last.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.inputs.kernel_tables import GemmGrid
@@ -34,13 +38,15 @@ from kvplan.record import NamedTuple
 class GemmCall(NamedTuple):
     """One dense GEMM a rank runs: `n` output by `k` input features, in kernel-table format
     `fmt` ("bf16", "fp8", "int8"), `times` times a forward, on the step's tokens (or, `head`,
-    on the sampled positions only)."""
+    on the sampled positions only); `gathered`: on the rows gathered over SGLang's DP-attention
+    group (its MLPs, router and head: dense_gemm_calls' `group_tp`)."""
 
     n: int
     k: int
     fmt: str
     times: int
     head: bool = False
+    gathered: bool = False
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -48,7 +54,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def dense_gemm_calls(
-    spec: ModelSpec, fmt: str, quantized: frozenset, tp: int
+    spec: ModelSpec, fmt: str, quantized: frozenset, tp: int, group_tp: int | None = None
 ) -> tuple[GemmCall, ...] | None:
     """The dense GEMMs of one forward on one of `tp` ranks, as SGLang and vLLM shard them:
     column-parallel q|k|v, q_b and gate|up by output features (KV heads at max(1, Hkv / tp)),
@@ -56,8 +62,17 @@ def dense_gemm_calls(
     replicated, the head by vocabulary. The parts in `quantized` run in `fmt`, the rest (the
     router, the head, unquantized parts) in bf16. None where a layer holds matrices these widths
     do not lay out exactly (recurrent and linear-attention mixers, DSA's indexer, compressed or
-    gated attention, a parameter count the widths miss): the caller keeps the pooled term."""
+    gated attention, a parameter count the widths miss): the caller keeps the pooled term.
+
+    `group_tp` (SGLang's DP attention: the whole group's GPUs; None: `tp`): the dense MLPs and
+    shared experts column/row-parallel over that many GPUs, the router and the head too, all on
+    the rows gathered over the group (`gathered` calls; sglang/srt/layers/communicator.py runs
+    every layer's MLP in ScatterMode FULL, models/deepseek_v2.py shards the dense MLP and the
+    shared experts over the whole TP group, logits_processor.py gathers the sampled rows before
+    the vocab-parallel head)."""
     h = spec.hidden_size
+    mlp_tp = tp if group_tp is None else group_tp
+    gathered = group_tp is not None
     calls: list[GemmCall] = []
 
     def part_fmt(part: str) -> str:
@@ -114,40 +129,70 @@ def dense_gemm_calls(
             gated = parts["mlp"] >= 3 * h * width
             if abs(parts["mlp"] - (3 if gated else 2) * h * width) > 8 * (h + width):
                 return None
-            w, m = _ceil_div(width, tp), part_fmt("mlp")
-            calls += [GemmCall((2 if gated else 1) * w, h, m, count), GemmCall(h, w, m, count)]
+            w, m = _ceil_div(width, mlp_tp), part_fmt("mlp")
+            calls += [
+                GemmCall((2 if gated else 1) * w, h, m, count, gathered=gathered),
+                GemmCall(h, w, m, count, gathered=gathered),
+            ]
         if "experts" in parts:
             moe = spec.moe
             if moe is None:
                 return None
-            calls.append(GemmCall(moe.num_experts, h, "bf16", count))  # the router, replicated
+            # the router, replicated
+            calls.append(GemmCall(moe.num_experts, h, "bf16", count, gathered=gathered))
             if parts.get("shared_experts"):
                 width = moe.shared_intermediate_size
                 if not width or abs(parts["shared_experts"] - 3 * h * width) > 8 * (h + width):
                     return None
-                w, s = _ceil_div(width, tp), part_fmt("shared_experts")
-                calls += [GemmCall(2 * w, h, s, count), GemmCall(h, w, s, count)]
-    calls.append(GemmCall(_ceil_div(spec.vocab_size, tp), h, "bf16", 1, head=True))
+                w, s = _ceil_div(width, mlp_tp), part_fmt("shared_experts")
+                calls += [
+                    GemmCall(2 * w, h, s, count, gathered=gathered),
+                    GemmCall(h, w, s, count, gathered=gathered),
+                ]
+    head = GemmCall(_ceil_div(spec.vocab_size, mlp_tp), h, "bf16", 1, head=True, gathered=gathered)
+    calls.append(head)
     return tuple(calls)
 
 
 def gemm_call_s(grid: GemmGrid, fmt: str, tokens: int, n: int, k: int) -> float | None:
     """Seconds of one `n` x `k` GEMM over `tokens` rows in format `fmt`, from the GPU's table:
-    at each of the two grid token counts around `tokens` (linear between them; at or below the
-    first, the first), bilinear in log n and log k between the four grid shapes around (n, k),
-    over those of them the table timed (weights renormalised). A call wider than the grid's
-    widest n (or k) is that many widest calls: time x n / n_max (a head of 154,880 rows). None:
-    past the grid's largest token count, or a format or shape the table did not time."""
-    if fmt not in grid.us or tokens > grid.m[-1]:
+    at each grid token count, bilinear in log n and log k between the four grid shapes around
+    (n, k), over those of them the table timed (weights renormalised); a call wider than the
+    grid's widest n (or k) is that many widest calls: time x n / n_max (a head of 154,880 rows).
+    Across tokens, `along_tokens_s`. None: a format or shape the table did not time."""
+    profile = call_profile(grid, fmt, n, k)
+    return None if profile is None else along_tokens_s(grid.m, profile, tokens)
+
+
+def call_profile(grid: GemmGrid, fmt: str, n: int, k: int) -> tuple[float, ...] | None:
+    """Seconds of one `n` x `k` GEMM at each of the grid's token counts (gemm_call_s; None: not
+    timed at one of them)."""
+    if fmt not in grid.us:
         return None
-    i = next(j for j, x in enumerate(grid.m) if x >= tokens)
-    if i == 0 or grid.m[i] == tokens:
-        return _at(grid, fmt, i, n, k)
-    lo, hi = _at(grid, fmt, i - 1, n, k), _at(grid, fmt, i, n, k)
-    if lo is None or hi is None:
-        return None
-    w = (tokens - grid.m[i - 1]) / (grid.m[i] - grid.m[i - 1])
-    return lo + (hi - lo) * w
+    profile = []
+    for i in range(len(grid.m)):
+        s = _at(grid, fmt, i, n, k)
+        if s is None:
+            return None
+        profile.append(s)
+    return tuple(profile)
+
+
+def along_tokens_s(m: tuple[int, ...], profile: tuple[float, ...], tokens: int) -> float:
+    """A call's seconds at `tokens` from its seconds at the grid's token counts `m`: log-log
+    between the two grid counts around it (a power law in tokens, as the time goes from flat at
+    a few tokens to linear once compute binds); at or below the first, the first; past the
+    last (32,768 in aiconfigurator's tables), linear in tokens from the last (compute-bound)."""
+    if tokens <= m[0]:
+        return profile[0]
+    if tokens >= m[-1]:
+        return profile[-1] * tokens / m[-1]
+    i = bisect_left(m, tokens)
+    if m[i] == tokens:
+        return profile[i]
+    lo, hi = profile[i - 1], profile[i]
+    w = math.log(tokens / m[i - 1]) / math.log(m[i] / m[i - 1])
+    return lo * (hi / lo) ** w
 
 
 def _bracket(v: int, axis: tuple) -> tuple[int, int, float, float]:
@@ -181,18 +226,64 @@ def _at(grid: GemmGrid, fmt: str, mi: int, n: int, k: int) -> float | None:
     return total / weight * sn * sk * 1e-6
 
 
+class PricedCalls(NamedTuple):
+    """A rank's dense GEMMs with each call's seconds at the grid's token counts, looked up once
+    (priced_calls): `calls` ((times, head, gathered, profile), ...) over the token axis `m`."""
+
+    m: tuple[int, ...]
+    calls: tuple[tuple[int, bool, bool, tuple[float, ...]], ...]
+
+
+def priced_calls(grid: GemmGrid, calls: tuple[GemmCall, ...]) -> PricedCalls | None:
+    """`calls` priced on `grid` at its token counts (call_profile); None where any call is not
+    timed."""
+    out = []
+    for call in calls:
+        profile = call_profile(grid, call.fmt, call.n, call.k)
+        if profile is None:
+            return None
+        out.append((call.times, call.head, call.gathered, profile))
+    return PricedCalls(grid.m, tuple(out))
+
+
+def priced_calls_s(
+    priced: PricedCalls,
+    tokens: int,
+    sampled: int,
+    gathered_tokens: int | None = None,
+    gathered_sampled: int | None = None,
+) -> float:
+    """Seconds of the priced calls over a step of `tokens` tokens, `sampled` of which reach the
+    head: the sum of each call's time at its own rows (along_tokens_s); a `gathered` call over
+    the group's `gathered_tokens` (its head over `gathered_sampled`; None: the rank's own)."""
+    group_tokens = tokens if gathered_tokens is None else gathered_tokens
+    group_sampled = sampled if gathered_sampled is None else gathered_sampled
+    total = 0.0
+    for times, head, gathered, profile in priced.calls:
+        if gathered:
+            rows = group_sampled if head else group_tokens
+        else:
+            rows = sampled if head else tokens
+        total += times * along_tokens_s(priced.m, profile, rows)
+    return total
+
+
 def gemm_calls_s(
-    grid: GemmGrid, calls: tuple[GemmCall, ...], tokens: int, sampled: int
+    grid: GemmGrid,
+    calls: tuple[GemmCall, ...],
+    tokens: int,
+    sampled: int,
+    gathered_tokens: int | None = None,
+    gathered_sampled: int | None = None,
 ) -> float | None:
     """Seconds of `calls` over a step of `tokens` tokens, `sampled` of which reach the head: the
-    sum of each call's measured time (gemm_call_s). None where any call is not timed."""
-    total = 0.0
-    for call in calls:
-        s = gemm_call_s(grid, call.fmt, sampled if call.head else tokens, call.n, call.k)
-        if s is None:
-            return None
-        total += call.times * s
-    return total
+    sum of each call's measured time (gemm_call_s); a `gathered` call over the group's
+    `gathered_tokens` (its head over `gathered_sampled`; None: the rank's own). None where any
+    call is not timed."""
+    priced = priced_calls(grid, calls)
+    if priced is None:
+        return None
+    return priced_calls_s(priced, tokens, sampled, gathered_tokens, gathered_sampled)
 
 
 # the slice the mla_bmm tables time (aiconfigurator's collector: DeepSeek's widths)
@@ -231,10 +322,9 @@ def mla_bmm_calls(spec: ModelSpec, tp: int) -> tuple[MlaBmmCall, ...]:
 
 def mla_bmm_call_s(grid: GemmGrid, fmt: str, op: str, tokens: int, heads: float) -> float | None:
     """Seconds of one absorbed BMM `op` over `tokens` rows at `heads` equivalent slice heads in
-    format `fmt`, from the GPU's mla_bmm rows (module docstring's rule). None: no such rows, or
-    past the grid's largest token count."""
+    format `fmt`, from the GPU's mla_bmm rows (module docstring's rule). None: no such rows."""
     by_op = (grid.bmm_us or {}).get(fmt)
-    if not by_op or op not in by_op or tokens > grid.m[-1] or not grid.bmm_heads:
+    if not by_op or op not in by_op or not grid.bmm_heads:
         return None
     rows = by_op[op]
 
@@ -253,15 +343,15 @@ def mla_bmm_call_s(grid: GemmGrid, fmt: str, op: str, tokens: int, heads: float)
         w = (heads - axis[hi - 1]) / (axis[hi] - axis[hi - 1])
         return lo_us + (hi_us - lo_us) * w
 
-    i = next(j for j, x in enumerate(grid.m) if x >= tokens)
-    hi_us = at(i)
-    if i == 0 or grid.m[i] == tokens or hi_us is None:
-        return None if hi_us is None else hi_us * 1e-6
-    lo_us = at(i - 1)
-    if lo_us is None:
-        return None
-    w = (tokens - grid.m[i - 1]) / (grid.m[i] - grid.m[i - 1])
-    return (lo_us + (hi_us - lo_us) * w) * 1e-6
+    ms: list[int] = []
+    profile: list[float] = []
+    for i, m in enumerate(grid.m):  # the grid's token counts the table timed, from the first
+        us = at(i)
+        if us is None:
+            break
+        ms.append(m)
+        profile.append(us * 1e-6)
+    return along_tokens_s(tuple(ms), tuple(profile), tokens) if ms else None
 
 
 def mla_bmm_calls_s(

@@ -5,12 +5,12 @@ fractions of the datasheet rates an engine's kernels reach, the fused-MoE curve,
 call cost, the small-shape floor of each kernel family) with their provenance (`source`,
 `derived_by`: scripts/derive_achieved.py --write-tables); where measured, the DSA-minus-MLA
 module grids are in dsa/ under the same name (nine tenths of the bytes: read only for a model
-with DSA layers), each fused-MoE shape's time by tokens in moe/ (read only for a MoE model),
+with DSA layers; each file's `shape` the attention shape its modules ran), each fused-MoE shape's time by tokens in moe/ (read only for a MoE model),
 each attention backend's own kernels in attention/ (read only where a flag names a backend:
-`attention_backends`), each GEMM shape's time at 1-256 tokens in gemm/ (`gemm_grid`: this GPU's
-and engine's own tables only), each Gated DeltaNet layer's kernels by head shape, phase and batch
-in recurrent/ (`recurrent_grid`: this GPU's, or a borrowed GPU's, for the simulated engine). host_overheads.json holds the per-step, per-request and per-layer host
-costs.
+`attention_backends`), each GEMM shape's time at 1-32,768 tokens in gemm/ (`gemm_grid`: this
+GPU's and engine's own tables only), each Gated DeltaNet layer's kernels by head shape, phase and
+batch in recurrent/ (`recurrent_grid`: this GPU's, or a borrowed GPU's, for the simulated engine).
+host_overheads.json holds the per-step, per-request and per-layer host costs.
 
 A profile names its tables in one field, never by its name:
 
@@ -87,6 +87,10 @@ class DsaGrids(NamedTuple):
     lengths: dict  # phase -> (length, ...)
     delta_us: dict  # (phase, heads, kv dtype) -> ((us, ...), ...)
     engine_version: str  # the engine version the module tables were measured on
+    # the attention shape the modules ran (kvplan.anatomy.model.Attention's field names:
+    # qk_head_dim, v_head_dim, mla_kv_lora_rank, mla_q_lora_rank, indexer_head_dim,
+    # indexer_num_heads, indexer_topk): the grids time layers of this shape only
+    shape: dict = {}
 
 
 class GemmGrid(NamedTuple):
@@ -160,7 +164,7 @@ class KernelTables(NamedTuple):
 
     @property
     def gemm_grid(self) -> GemmGrid | None:
-        """This GPU and engine's GEMMs by shape at small token counts, read on first use (None:
+        """This GPU and engine's GEMMs by shape at 1-32,768 tokens, read on first use (None:
         not measured, or the tables are not this GPU's and engine's own)."""
         if self.evidence != "own":
             return None
@@ -267,6 +271,7 @@ def _dsa(name: str) -> DsaGrids:
             for g in d["delta_us"]
         },
         engine_version=d["version"],
+        shape=dict(d["shape"]),
     )
 
 

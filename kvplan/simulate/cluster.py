@@ -32,9 +32,7 @@ from collections.abc import Callable
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
     BatchShape,
-    lockstep_gathered_tokens,
     lockstep_step,
-    shape_tokens,
 )
 from kvplan.formulas.step_time import StepTime
 from kvplan.record import NamedTuple
@@ -190,7 +188,8 @@ class Lockstep:
         idle = len(self.ranks) - len(planned)  # ranks stepping a dummy batch
         eager, pad = self.ranks[0].lockstep_rules(shapes + [BatchShape()] * idle)
         model = self.model.without_graphs() if eager else self.model
-        timing, _ = lockstep_step(model, shapes, idle, pad)
+        gathered, sampled, pad = self.ranks[0].lockstep_batch(shapes, idle, eager, pad)
+        timing, _ = lockstep_step(model, shapes, idle, pad, gathered, sampled)
         for _, settle in planned:
             finished += settle(timing)
         self._sync()
@@ -210,7 +209,8 @@ class Lockstep:
         shapes += [BatchShape()] * (len(self.ranks) - len(active))
         eager, pad = self.ranks[0].lockstep_rules(shapes)
         model = self.model.without_graphs() if eager else self.model
-        gathered = lockstep_gathered_tokens([shape_tokens(s) for s in shapes], pad)
+        idle = len(self.ranks) - len(active)
+        gathered, _, pad = self.ranks[0].lockstep_batch(shapes[: len(active)], idle, eager, pad)
         runs = [
             model.decode_span_s(r.num_decodes, r.span_sums(steps), 1, gathered, pad) for r in active
         ]

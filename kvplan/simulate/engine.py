@@ -54,7 +54,13 @@ from collections import deque
 from enum import IntEnum
 
 from kvplan.engines.vllm_schedule import max_concurrent_batches
-from kvplan.formulas.batch_step import ENGINE_TERMS, BatchShape, StepModel, shape_tokens
+from kvplan.formulas.batch_step import (
+    ENGINE_TERMS,
+    BatchShape,
+    StepModel,
+    lockstep_gathered_tokens,
+    shape_tokens,
+)
 from kvplan.formulas.comm import host_copy_time_s
 from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
 from kvplan.record import NamedTuple
@@ -585,6 +591,17 @@ class Engine:
         moved = (-(-num_tokens // self.block_size) * self.block_size) - hits
         self.kv_requests.append((r, self.clock_s, moved))
         return True
+
+    def lockstep_batch(
+        self, shapes: list[BatchShape], idle: int, eager: bool, pad: bool
+    ) -> tuple[int, int, bool]:
+        """(the tokens the MoE layers of a lockstep step see on every rank, the sampled rows
+        summed over the ranks, whether the gather is padded) for ranks running `shapes` and
+        `idle` ranks with nothing to run, as lockstep_rules decided (`eager`, `pad`). vLLM: an
+        idle rank's dummy batch (DPEngineCoreProc.execute_dummy_batch) puts one token through;
+        the ranks' tokens summed, or padded to the largest (lockstep_gathered_tokens)."""
+        tokens = [shape_tokens(s) for s in shapes] + [1] * idle
+        return lockstep_gathered_tokens(tokens, pad), sum(s.num_sampled for s in shapes), pad
 
     def lockstep_rules(self, shapes: list[BatchShape]) -> tuple[bool, bool]:
         """How a step of DP-attention ranks running `shapes` together runs (cluster.Lockstep):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import resolve_kv_format
-from kvplan.engines.backends import Backends, check_backends
+from kvplan.engines.backends import ENGINE_NAMES, Backends, check_backends
 from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
@@ -33,7 +33,7 @@ from kvplan.inputs.hardware import GpuProfile, Interconnect, inter_node_link
 from kvplan.inputs.kernel_tables import tables_for
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
-from kvplan.units import GIB
+from kvplan.units import GIB, MIB
 
 if TYPE_CHECKING:  # the simulator and the engines' allocators load where a replica is built,
     # not for a step model (kvplan capacity --gpu)
@@ -89,6 +89,9 @@ class ServeOptions(NamedTuple):
     vllm_version: str = VLLM_VERSION
     # SGLang's --mem-fraction-static (None: SGLang's own heuristic for this GPU and layout)
     mem_fraction_static: float | None = None
+    # SGLang with SGLANG_USE_CUDA_IPC_TRANSPORT=1: its multimodal feature pool, MiB
+    # (SGLANG_MM_FEATURE_CACHE_MB; None: the switch is off)
+    cuda_ipc_pool_mib: int | None = None
     # the weights' format: kvplan's --weights-dtype spelling, or the engines' --quantization
     # (vLLM's and SGLang's method names, engines.vllm.QUANTIZATION); "auto": the checkpoint's
     weights_dtype: str = "auto"
@@ -483,6 +486,8 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         raise KvplanError(
             "--mem-fraction-static is SGLang's; with --engine vllm give --gpu-memory-utilization"
         )
+    if options.cuda_ipc_pool_mib is not None:
+        raise KvplanError("--cuda-ipc-pool-mib is SGLang's (SGLANG_USE_CUDA_IPC_TRANSPORT)")
     check_backends(options.backends, "vllm", options.vllm_version)
     notes: list[Note] = []
     spec.check_tp(options.tp)
@@ -745,6 +750,58 @@ def given_backends(options, moe: bool = False) -> str:
     return " ".join(f"{flag} {value}" for flag, value in given)
 
 
+def other_mxfp4_kernel(spec, gpu, options) -> bool:
+    """Whether the engine runs another MXFP4 fused-MoE kernel on this GPU than the tables'
+    w4a16_mxfp4 rows time, so the rows' curves and floors (`moe_mxfp4*`) do not apply and
+    gpt-oss's experts stay untimed (StepModel.untimed_parts): vLLM on Hopper before 0.11.1
+    (Marlin, not OpenAI's Triton kernels: kvplan.engines.vllm.mxfp4_moe_rows_run), and SGLang
+    before Blackwell (triton_kernels' matmul_ogs, where its rows time its own Triton fused MoE
+    and Marlin: kvplan.engines.sglang.gpt_oss_below_blackwell, note sim-weak-gpt-oss-sglang)."""
+    from kvplan.engines.sglang import gpt_oss_below_blackwell
+    from kvplan.engines.vllm import mxfp4_moe_rows_run
+
+    if options.engine == "sglang":
+        return gpt_oss_below_blackwell(spec, gpu)
+    return not mxfp4_moe_rows_run(gpu, options.vllm_version)
+
+
+def without_mxfp4_moe(timings: dict) -> dict:
+    """A floors or curves dict without the MXFP4 fused-MoE keys (`moe_mxfp4*`)."""
+    return {k: v for k, v in timings.items() if not k.startswith("moe_mxfp4")}
+
+
+def mxfp8_activations(spec, gpu, options) -> bool:
+    """SGLang's gpt-oss on Blackwell: its flashinfer_mxfp4 MoE runner quantizes the activations to
+    MXFP8 at the default --flashinfer-mxfp4-moe-precision (layers/quantization/mxfp4.py:
+    mxfp8_quantize unless "bf16"), the kernel of the tables' w4a8_mxfp4_mxfp8 rows (`mxfp4a8`),
+    not of their w4a16_mxfp4 ones (the bf16 precision)."""
+    from kvplan.engines.sglang import GPT_OSS_MODEL_TYPE
+    from kvplan.engines.vllm import gpu_generation
+
+    return (
+        options.engine == "sglang"
+        and spec.model_type == GPT_OSS_MODEL_TYPE
+        and gpu_generation(gpu) == 10
+    )
+
+
+def mxfp4_timings(spec, gpu, options, timings: dict) -> dict:
+    """The tables' floors or curves with the MXFP4 fused-MoE keys (`moe_mxfp4*`) of the kernel
+    this engine runs: none where it runs another (other_mxfp4_kernel), the MXFP8-activation
+    rows' as the model's own where SGLang runs those (mxfp8_activations), else the W4A16 rows'."""
+    if other_mxfp4_kernel(spec, gpu, options):
+        return without_mxfp4_moe(timings)
+    if mxfp8_activations(spec, gpu, options):
+        kept = without_mxfp4_moe(timings)
+        a8 = {
+            "moe_mxfp4" + k.removeprefix("moe_mxfp4a8"): v
+            for k, v in timings.items()
+            if k.startswith("moe_mxfp4a8")
+        }
+        return {**kept, **a8}
+    return timings
+
+
 def untimed_moe_flag(options) -> str:
     """The MoE backend flag as typed ("--moe-runner-backend triton") where it names kernels
     other than the engine's default path the kernel tables time (sim-moe-kernels), else ""."""
@@ -956,7 +1013,10 @@ def step_model(
     notes.extend(wnotes)
     measured = gpu.vendor == "measured"
     tables = tables_for(gpu, options.engine)
+    # the MXFP4 fused-MoE rows of the kernel the engine runs (none where no table times it)
     achieved = tables.achieved
+    achieved = achieved._replace(floors_s=mxfp4_timings(spec, gpu, options, achieved.floors_s))
+    moe_curves = mxfp4_timings(spec, gpu, options, tables.moe_curves_s)
     # a measured profile with per-operator curves prices every layer it can lay out (dense
     # attention + MLP in a plain float format) through them: the model kvplan measure checks
     kernels, untimed, named_timed = (
@@ -989,7 +1049,7 @@ def step_model(
         dp=layout.dp,
         scheduler_steps=options.num_scheduler_steps,
         # the model's own fused-MoE shape timed on this GPU by this (or the other) engine
-        moe_curves_s=None if measured or spec.moe is None else tables.moe_curves_s,
+        moe_curves_s=None if measured or spec.moe is None else moe_curves,
         # each dense GEMM at its own shape, this GPU and engine's own GEMM table (small steps)
         gemm_grid=None if measured else tables.gemm_grid,
         # each recurrent layer's kernels, this GPU's (own or borrowed) table of this engine
@@ -1056,6 +1116,9 @@ def step_model(
                 gpu=gpu.name,
                 layers=model.dsa.layers,
                 tables=tables.name,
+                module=f"{ENGINE_NAMES.get(tables.engine, tables.engine)} "
+                f"{model.dsa.tables.engine_version}",
+                stand_in=not model.dsa.shape_timed,
             )
             if model.dsa is not None
             else note("sim-dsa-dense", gpu=gpu.name, engine=options.engine)
@@ -1394,8 +1457,10 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         mem_fraction_static=options.mem_fraction_static,
         weights_dtype=weights_format(options),
         expert_ranks=layout.expert_ranks if layout.modelled else None,
+        dp_attention=layout.dp,
         backends=options.backends,
         speculative_eagle_topk=options.speculative_eagle_topk,
+        cuda_ipc_pool_bytes=(options.cuda_ipc_pool_mib or 0) * MIB,
     )
     alloc = sglang_allocation(spec, gpu, request)
     check_sglang_moe_backend(

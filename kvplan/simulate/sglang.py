@@ -59,7 +59,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvplan.formulas.batch_step import BatchShape, shape_tokens
+from kvplan.engines.sglang import graph_batch_size
+from kvplan.formulas.batch_step import BatchShape, lockstep_gathered_tokens, shape_tokens
+from kvplan.formulas.expert_parallel import sglang_dp_max_len
 from kvplan.kernels.block_manager import BlockManager, NoFreeBlocksError
 from kvplan.record import NamedTuple
 from kvplan.simulate.engine import DECODE, Engine, Req, _Unservable
@@ -320,11 +322,33 @@ class SglangEngine(Engine):
         graph, so a prefill on any rank, or a rank past the graphs' largest batch, runs every
         rank eagerly; the MoE gather pads every rank to the largest count (DpPaddingMode
         MAX_LEN) in a decode step where 2 x sum > ranks x max, and sums them otherwise and with
-        a prefill in the step (SUM_LEN)."""
-        tokens = [shape_tokens(s) for s in shapes]
+        a prefill in the step (SUM_LEN): expert_parallel.sglang_dp_max_len, an idle rank's
+        tokens 0 (idle_rank_tokens)."""
+        tokens = [shape_tokens(s) if s.num_decodes or s.prefill_chunks else 0 for s in shapes]
         extend = any(s.prefill_chunks for s in shapes)
         eager = extend or max(tokens) > self.model.cuda_graph_max_tokens
-        return eager, not extend and 2 * sum(tokens) > len(tokens) * max(tokens)
+        return eager, sglang_dp_max_len(tokens, extend)
+
+    def lockstep_batch(
+        self, shapes: list[BatchShape], idle: int, eager: bool, pad: bool
+    ) -> tuple[int, int, bool]:
+        """SGLang's DP-attention gather (Engine.lockstep_batch). Under CUDA graphs every rank
+        replays the graph of the smallest captured batch size at least the largest rank's
+        batch (cuda_graph_runner.replay: bisect over capture_bs of max(global_num_tokens); an
+        idle rank too) and sets every rank's token and sampled counts to it: the MoE and MLP
+        layers and the head run on ranks x that size, gathered padded (all_gather_into_tensor).
+        Eagerly, an idle rank's batch has no tokens (prepare_mlp_sync_batch_raw), the ranks'
+        tokens are summed or padded to the largest (lockstep_rules), the head's rows summed."""
+        ranks = len(shapes) + idle
+        if not eager and self.model.dp_gather_full:
+            speculative = getattr(self.model, "speculation", None) is not None
+            size = graph_batch_size(
+                max(s.num_decodes for s in shapes), self.model.cuda_graph_max_tokens, speculative
+            )
+            if size is not None:
+                return ranks * size, ranks * size, True
+        tokens = [shape_tokens(s) for s in shapes] + [0] * idle
+        return lockstep_gathered_tokens(tokens, pad), sum(s.num_sampled for s in shapes), pad
 
     # ---- one step -----------------------------------------------------------------------------
     def plan_step(self):

@@ -394,10 +394,12 @@ class SpeculativeStepModel:
         self.k, self.topk, self.queries = r.num_steps, r.topk, r.verify_tokens
         self.share = speculation.draft_layers / target.spec.num_layers
         spec = target.spec
+        # the draft head is the target's vocab-parallel head: over its TP group, or under
+        # SGLang's DP attention over the whole group on the ranks' gathered rows (group_tp)
         self.head_bytes = (
             spec.head_params * part_bytes_per_param(spec, target.weights_dtype, "lm_head")
-        ) / target.tp
-        self.head_flop_per_token = 2 * spec.head_params / target.tp
+        ) / target.group_tp
+        self.head_flop_per_token = 2 * spec.head_params / target.group_tp
 
     def __getattr__(self, name):  # the target's coefficients (async_scheduling, dp, ...)
         if name.startswith("__") or name == "target":  # copies and pickles: not the target's
@@ -426,8 +428,11 @@ class SpeculativeStepModel:
 
     # ---- the draft --------------------------------------------------------------------------
     def _head_s(self, num_tokens: int) -> float:
+        """The draft head over `num_tokens` sampled positions of this rank (under SGLang's DP
+        attention over the ranks' gathered rows, StepModel._gathered_sampled)."""
+        rows = self.target._gathered_sampled(num_tokens, num_tokens, None, None)
         return time_floor_s(
-            self.head_bytes, self.head_flop_per_token * num_tokens, self.target.dense_rates
+            self.head_bytes, self.head_flop_per_token * rows, self.target.dense_rates
         )
 
     def draft_step(self, num_decodes: int, context_sum: float, first: bool = False) -> StepTime:
@@ -446,6 +451,9 @@ class SpeculativeStepModel:
             shape, self.share, None, queries
         )
         weights_s += self._head_s(shape.num_sampled)
+        # the draft's logits gathered as the target's are (EAGLE's draft forward runs the
+        # LogitsProcessor: the TP all-gather, under SGLang's DP attention its group collectives)
+        comm_s += self.target.logits_gather_s(shape.num_sampled)
         gpu = weights_s + matmul_s + kv_read_s + attention_s + comm_s + launch_s
         return engine_step_time(
             weights_s, matmul_s, kv_read_s, attention_s, 0, comm_s, launch_s, 0, gpu
@@ -465,13 +473,18 @@ class SpeculativeStepModel:
         gathered_tokens: int | None = None,
         queries: int = 1,
         padded: bool = False,
+        gathered_sampled: int | None = None,
     ) -> StepTime:
         if not shape.num_decodes:
-            return self.target.step(shape, gathered_tokens, padded=padded)
+            return self.target.step(
+                shape, gathered_tokens, padded=padded, gathered_sampled=gathered_sampled
+            )
         b = shape.num_decodes
         gathered = None if gathered_tokens is None else gathered_tokens * self.queries
+        # the verification samples every query position (the head's gathered rows likewise)
+        sampled = None if gathered_sampled is None else gathered_sampled * self.queries
         decodes = BatchShape(b, shape.decode_context_sum, (), b * self.queries)
-        verify = self.target.step(decodes, gathered, self.queries, padded)
+        verify = self.target.step(decodes, gathered, self.queries, padded, sampled)
         draft = self.draft_step(b, shape.decode_context_sum)
         first = self.draft_step(b, shape.decode_context_sum, first=True)
         one = _round(verify, draft, first, self.k, self.speculation.tokens_per_round)
@@ -539,12 +552,18 @@ class SpeculativeStepModel:
         head = 0.0 if self.draft is not None else self._head_s(shape.num_sampled)
         # every term but attention is the same at any context (StepModel.span_parts); span_parts
         # samples every query position, a draft forward one per sequence: its own GEMMs and
-        # logits gather here (a draft model's step gathers its samples' logits; the target's
-        # own layers as the draft, draft_step, gather none)
+        # logits gather here (a draft model's step, or the target's own layers as the draft,
+        # draft_step, gathers its samples' logits)
         weights_s, matmul_s = model.gemm_s(queries * shape.num_decodes, shape.num_sampled)
-        own_gather = model.logits_gather_s(shape.num_sampled) if self.draft is not None else 0.0
+        own_gather = model.logits_gather_s(shape.num_sampled)
+        # the target's layers as the draft: their share scales the layers, not the head's gather
+        scaled_gather, head_gather = (
+            (own_gather, 0.0) if self.draft is not None else (0.0, own_gather)
+        )
         comm_s = (
-            base.terms_s["comm_s"] - model.logits_gather_s(queries * shape.num_decodes) + own_gather
+            base.terms_s["comm_s"]
+            - model.logits_gather_s(queries * shape.num_decodes)
+            + scaled_gather
         )
         fixed = _gpu_only(
             _with(
@@ -558,7 +577,12 @@ class SpeculativeStepModel:
             )
         )
         fixed = _linear((fixed, share))
-        fixed = _with(fixed, fixed.total_s + head, weights_s=fixed.terms_s["weights_s"] + head)
+        fixed = _with(
+            fixed,
+            fixed.total_s + head + head_gather,
+            weights_s=fixed.terms_s["weights_s"] + head,
+            comm_s=fixed.terms_s["comm_s"] + head_gather,
+        )
 
         def kept(n: int) -> StepTime:
             seconds = float(share * attention[:n].sum())

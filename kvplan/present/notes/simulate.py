@@ -122,12 +122,20 @@ text("sim-step-terms")(
     )
 )
 text("sim-dsa-tables")(
-    lambda gpu, layers, tables: (
+    lambda gpu, layers, tables, module, stand_in: (
         f"Sparse attention (DSA) on {layers} layers: each is priced as dense MLA plus what "
-        "DeepSeek-V3.2's DSA module costs over DeepSeek-V3's MLA module in vLLM 0.19 on the "
-        f"{tables} (NVIDIA aiconfigurator's module tables, taken for {gpu}; read at the step's "
-        "batch, length and heads on a rank): more at short contexts (the indexer and top-k), "
-        "less at long ones (2,048 keys attended, not all)."
+        f"DeepSeek-V3.2's DSA module in {module} costs over DeepSeek-V3's MLA module in vLLM on "
+        f"the {tables} (NVIDIA aiconfigurator's module tables, taken for {gpu}; read at the "
+        "step's batch, length and heads on a rank): more at short contexts (the indexer and "
+        "top-k), less at long ones (2,048 keys attended, not all)."
+        + (
+            " This model's heads and projections are not DeepSeek-V3.2's and no table holds a "
+            "dense MLA module of its shape to subtract: DeepSeek-V3.2's difference stands in "
+            "(the two models' DSA modules are within about 12% at TP 8 in vLLM 0.24.0 and "
+            "SGLang 0.5.14 decodes on H200 and B200)."
+            if stand_in
+            else ""
+        )
     )
 )
 text("sim-dsa-dense")(
@@ -135,9 +143,9 @@ text("sim-dsa-dense")(
         "Sparse attention (DSA) is priced on the roofline at the tables' MLA fractions: each "
         "decode reads the top-k latents it attends and every cached token's indexer key, which "
         f"its indexer scores; kvplan has no {engine} DSA module tables for {gpu}, so how far "
-        "the real indexer and sparse kernels land from that is not known (vLLM's module on H100 "
-        "and H200 costs 2-3x MLA's at short contexts; vLLM runs DSA on Hopper and datacenter "
-        "Blackwell only)."
+        "the real indexer and sparse kernels land from that is not known (DeepSeek-V3.2's "
+        "module costs over MLA's at short contexts 15-25 us a layer in SGLang on Blackwell, "
+        "100-150 us in vLLM; vLLM runs DSA on Hopper and datacenter Blackwell only)."
     )
 )
 text("sim-achieved-measured")(
@@ -497,7 +505,7 @@ text("sim-expert-parallel")(
             f"by {router.replace('_', ' ')}) and runs attention and the dense layers on its own "
             "batch, their weights replicated at the attention TP; the MoE layers run on the "
             "gathered batch. The ranks step in lockstep, each step as long as the slowest "
-            "rank's, an idle rank running a one-token dummy "
+            "rank's, an idle rank running a dummy batch (vLLM's of one token, SGLang's of none) "
             "(kvplan.formulas.batch_step.lockstep_step). "
             if dp > 1
             else ""
@@ -508,8 +516,13 @@ text("sim-expert-parallel")(
             "the whole group and after it handed back: in a step with a prefill, or with "
             "unbalanced ranks, two all-reduces of the summed rows (SUM_LEN); in balanced decode "
             "steps an all-gather and a reduce-scatter of the rows padded to the largest rank's "
-            "(MAX_LEN). With DP attention SGLang divides chunked_prefill_size by the DP size "
-            "and multiplies schedule_conservativeness by 0.3 (server_args). "
+            "(MAX_LEN); under CUDA graphs every rank is padded to the captured batch size of the "
+            "largest rank's batch. The dense MLPs, shared experts, router and head run over the "
+            "whole group on the gathered rows (1/G of their weights a GPU), the head's logits "
+            "all-gathered over it. With DP attention SGLang divides chunked_prefill_size by the "
+            "DP size and multiplies schedule_conservativeness by 0.3 (server_args). Not priced: "
+            "the scheduler's all-gather of the ranks' batch sizes over the CPU group every step "
+            "(prepare_mlp_sync_batch_raw; no kernel table times it). "
             if dp > 1 and engine == "sglang"
             else ""
         )
