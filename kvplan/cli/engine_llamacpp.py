@@ -41,6 +41,14 @@ def host_profile(gpu, cpu: str | None):
 def check_device(device: str | None) -> None:
     if device is not None and not device.replace("_", "").isalnum():
         raise KvplanError(f"--device {device[:20]!r}: a ggml device name (CUDA0, Vulkan1)")
+    # llama.cpp's parse_device_list (common/arg.cpp): "none" offloads nothing, and a CPU device
+    # is refused ("invalid device"); kvplan prices the layers offloaded to a GPU, so neither
+    # may stand as the GPU's label
+    if device is not None and device.lower() in ("none", "cpu"):
+        raise KvplanError(
+            f"--device {device}: llama.cpp offloads to a GPU device (CUDA0, Vulkan1); "
+            "--device none offloads nothing and a CPU device is refused (use -ngl 0 for no offload)"
+        )
 
 
 def ollama_request(gpu, deprecated: bool = False, **o):

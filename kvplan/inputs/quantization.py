@@ -51,6 +51,13 @@ _ROUTER = re.compile(r"(mlp\.gate|\.gate|router)\*?$")
 _SMALL_MODULE = re.compile(r"(norm|bias|indexers?_proj)\*?$")
 
 
+def _shown(value) -> str:
+    """A config value as a note shows it: its repr, cut at 20 characters with an ellipsis (a
+    number cut without one would read as another number)."""
+    text = clean(repr(value))
+    return text if len(text) <= 20 else text[:19] + "…"
+
+
 def _excluded_parts(patterns) -> set[str]:
     """Parts an ignore / modules_to_not_convert list keeps unquantized."""
     excluded = set()
@@ -95,7 +102,7 @@ def _compressed_tensors(qc: dict) -> tuple[str | None, str]:
         strategy, size = weights.get("strategy"), weights.get("group_size")
         symmetric = weights.get("symmetric", True)
         if not _whole(bits):
-            return None, f"num_bits {clean(repr(bits))[:20]}"
+            return None, f"num_bits {_shown(bits)}"
         if kind == "float" and bits == 8:
             formats.add("fp8-tensor" if strategy in ("tensor", "channel") else "fp8")
         elif kind == "float" and bits == 4:
@@ -106,10 +113,10 @@ def _compressed_tensors(qc: dict) -> tuple[str | None, str]:
             elif size == 32:
                 formats.add("mxfp4")
             else:
-                return None, f"4-bit floats in groups of {clean(repr(size))[:20]}"
+                return None, f"4-bit floats in groups of {_shown(size)}"
         elif kind == "int" and bits in (4, 8):
             if strategy == "group" and not (_whole(size) and 0 < size <= MAX_GROUP_SIZE):
-                return None, f"group_size {clean(repr(size))[:20]}"
+                return None, f"group_size {_shown(size)}"
             if strategy == "group":
                 formats.add(f"int{bits}-g{size}" + ("-sym" if symmetric else ""))
             elif bits == 8:
@@ -191,7 +198,7 @@ def _quark(qc: dict, top: dict, text: dict) -> Quantization:
         if _whole(size) and 0 < size <= MAX_GROUP_SIZE:
             return Quantization(f"int{bits}-g{size}", parts if excluded else None)
         return Quantization(f"int{bits}", parts if excluded else None)
-    why = f"weights {clean(dtype) or 'of no dtype'}, group_size {clean(repr(size))[:20]}"
+    why = f"weights {clean(dtype) or 'of no dtype'}, group_size {_shown(size)}"
     return Quantization(None, None, (note("quant-unread", method="quark", why=why),))
 
 
@@ -208,6 +215,11 @@ def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quant
     ignore = qc.get("modules_to_not_convert") or qc.get("ignore") or qc.get("ignored_layers")
     if method == "fp8":
         block = qc.get("weight_block_size")
+        if block and not (
+            isinstance(block, list) and len(block) == 2 and all(_whole(b) and b > 0 for b in block)
+        ):  # vLLM's Fp8Config takes two block sides; a zero or negative one fails its load
+            why = f"weight_block_size {_shown(block)}"
+            return Quantization(None, None, (note("quant-unread", method=method, why=why),))
         return Quantization("fp8" if block else "fp8-tensor", _parts(ignore))
     if method == "mxfp4":
         return Quantization("mxfp4", None, method=method)
@@ -224,10 +236,10 @@ def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quant
         bits = qc.get("bits", qc.get("w_bit", 4))
         size = qc.get("group_size", qc.get("q_group_size", 128))
         if not _whole(bits) or bits not in (4, 8):
-            why = f"{clean(repr(bits))[:20]} bits"
+            why = f"{_shown(bits)} bits"
             return Quantization(None, None, (note("quant-unread", method=method, why=why),))
         if not _whole(size) or size > MAX_GROUP_SIZE:
-            why = f"group_size {clean(repr(size))[:20]}"
+            why = f"group_size {_shown(size)}"
             return Quantization(None, None, (note("quant-unread", method=method, why=why),))
         if size <= 0:
             return Quantization(f"int{bits}", _parts(ignore))  # per-channel scales
