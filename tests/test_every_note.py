@@ -850,6 +850,7 @@ SOURCES: dict[str, str] = {
     "dp-attention": "report deepseek-v3.2",
     "engine-dtype-cast": "vllm fp16 pp2 0.21",
     "engine-dtype-downcast": "vllm fp32 config",
+    "engine-default-length": "simulate measured moe",
     "engine-long-max-model-len": "vllm long max-model-len",
     "expert-dtype-unpriced": "size deepseek-v4",
     "explore-cache-bytes": "explore mla",

@@ -5,7 +5,8 @@ vLLM (config/model.py `_get_and_verify_max_len`): the smallest of the length key
 states, `model_max_length` instead where the config has one (Cohere), times the rope scaling
 factor (YaRN: `original_max_position_embeddings x factor`; llama3, LongRoPE and Gemma 3 are
 already scaled); a longer --max-model-len is refused unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (or
-it is within the config's `model_max_length`). With no length key at all vLLM takes the user's.
+it is within the config's `model_max_length`). With no length key at all vLLM takes the user's
+--max-model-len, and without one 2,048 (with a warning).
 
 SGLang (`get_context_length`): the first of its keys the config states, times the rope factor
 (1 when the scaling states an original length or is llama3), 2,048 without any; a longer
@@ -32,7 +33,10 @@ SGLANG_KEYS = (
     "model_max_length",
     "max_position_embeddings",
 )
-SGLANG_DEFAULT = 2048  # SGLang's context length for a config with none of its keys
+# vLLM's (_get_and_verify_max_len, no --max-model-len) and SGLang's (get_context_length) length
+# for a config with none of their keys
+NO_KEY_DEFAULT = 2048
+SGLANG_DEFAULT = NO_KEY_DEFAULT
 OVERRIDE = {
     "vllm": ("vLLM", "--max-model-len", "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),
     "sglang": ("SGLang", "--context-length", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"),

@@ -42,8 +42,6 @@ if TYPE_CHECKING:  # the simulator and the engines' allocators load where a repl
     from kvplan.simulate.sglang import SglangPolicy
     from kvplan.simulate.speculative import Speculation
 
-DEFAULT_MAX_MODEL_LEN = 8192  # when the config states no max_position_embeddings
-
 
 def kv_format_name(engine: str, kv_cache_dtype: str) -> str:
     """The KV format the step time reads for an engine's --kv-cache-dtype spelling, from the
@@ -498,6 +496,9 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
             "or later"
         )
     max_model_len = resolved_max_model_len(spec, options)
+    length_note = default_length_note(spec, options)
+    if length_note is not None:
+        notes.append(length_note)
     options, mnbt, seqs, v0_note = _batch_limits(spec, gpu, options, max_model_len)
     v0 = check_multi_step(options)
     if v0 is not None:
@@ -733,13 +734,33 @@ def weights_format(options: ServeOptions) -> str:
 
 
 def resolved_max_model_len(spec: ModelSpec, options: ServeOptions) -> int:
-    """The given length, else the model's positions, at most the length the engine derives."""
-    from kvplan.engines.max_len import default_max_model_len
+    """The given length, else the model's positions, at most the length the engine derives; a
+    config with no length key at all: the engine's own 2,048 (note `engine-default-length`)."""
+    from kvplan.engines.max_len import NO_KEY_DEFAULT, default_max_model_len, engine_max_len
 
     if options.max_model_len:
         return options.max_model_len
-    default = spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
+    default = (
+        spec.max_position_embeddings
+        or engine_max_len(spec, options.engine).tokens
+        or NO_KEY_DEFAULT
+    )
     return default_max_model_len(spec, options.engine, default)
+
+
+def default_length_note(spec: ModelSpec, options: ServeOptions) -> Note | None:
+    """`engine-default-length` where no --max-model-len is given and the config states no length
+    key the engine reads: the engine assumes 2,048 tokens (vLLM warns; SGLang does not)."""
+    from kvplan.engines.max_len import NO_KEY_DEFAULT, engine_max_len
+
+    if options.max_model_len or spec.max_position_embeddings:
+        return None
+    if options.engine != "sglang" and engine_max_len(spec, options.engine).tokens is not None:
+        return None
+    if options.engine == "sglang" and (spec.positions and spec.positions.lengths):
+        return None
+    name = "SGLang" if options.engine == "sglang" else "vLLM"
+    return note("engine-default-length", engine=name, tokens=NO_KEY_DEFAULT)
 
 
 def given_backends(options, moe: bool = False) -> str:
@@ -1444,6 +1465,9 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     release, _nearest = sglang_release(options.sglang_version)
     notes: list[Note] = release_notes("sglang", options.sglang_version)
     max_model_len = resolved_max_model_len(spec, options)
+    length_note = default_length_note(spec, options)
+    if length_note is not None:
+        notes.append(length_note)
     request = EngineRequest(
         engine="sglang",
         sglang_version=options.sglang_version,  # the patch gates some rules (gpt-oss's pool)

@@ -10,6 +10,13 @@ text("engine-long-max-model-len")(
         f"{limit:,} may give NaN (RoPE) or out-of-bounds errors (learned positions)."
     )
 )
+text("engine-default-length")(
+    lambda engine, tokens: (
+        f"The config states no length key {engine} reads (max_position_embeddings, "
+        f"max_seq_len, seq_length, ...) and no --max-model-len was given: {engine} assumes "
+        f"{tokens:,} tokens, and so does this run; give --max-model-len for a longer request."
+    )
+)
 text("engine-dtype-downcast")(
     lambda engine, dtype: (
         f"--dtype auto: {engine} does not serve the config's dtype as is; it loads the model in "
