@@ -1035,21 +1035,7 @@ class StepModel:
             return seconds + dp_gather_time_s(
                 self.spec, rows, group, one_way, self.link.latency_s, layers
             )
-        local = group if node is None else node
-        intra_latency = self.achieved.allreduce_call_s / (2 * (local - 1)) if local > 1 else 0.0
-        return (
-            2
-            * layers
-            * tp_allreduce_time_s(
-                tp_allreduce_bytes(self.spec, gathered),
-                group,
-                node,
-                one_way,
-                intra_latency,
-                network.one_way_bytes_per_s if network is not None else 0.0,
-                network.latency_s if network is not None else 0.0,
-            )
-        )
+        return 2 * layers * self._group_allreduce_s(tp_allreduce_bytes(self.spec, gathered), group)
 
     @property
     def _network(self):
@@ -1113,9 +1099,10 @@ class StepModel:
         )
 
     def _group_allreduce_s(self, message_bytes: float, ranks: int) -> float:
-        """One all-reduce of `message_bytes` over `ranks` GPUs, priced as a TP all-reduce is
-        (comm.tp_allreduce_time_s: the achieved bus bandwidth, a small message one measured
-        call; a group spanning nodes in two levels)."""
+        """One all-reduce of `message_bytes` over `ranks` GPUs (the TP group's, tp_allreduce_s;
+        SGLang's DP-attention group's, sglang_dp_comm_s and logits_gather_s), priced by
+        comm.tp_allreduce_time_s: the achieved bus bandwidth, a small message one measured
+        call; a group spanning nodes in two levels."""
         if ranks <= 1:
             return 0.0
         one_way = self.link.one_way_bytes_per_s * self.achieved.link
@@ -1139,25 +1126,9 @@ class StepModel:
         per-hop latency such that the ring within a node costs at least one measured call's
         latency; a group spanning nodes in two levels, the network's part at its datasheet
         rate and per-message latency."""
-        if self.tp <= 1 or calls <= 0:
+        if calls <= 0:
             return 0.0
-        one_way = self.link.one_way_bytes_per_s * self.achieved.link
-        node = self.node_gpus
-        if node is not None and self.tp <= node:
-            node = None
-        local = self.tp if node is None else node
-        hops = 2 * (local - 1)
-        intra_latency = self.achieved.allreduce_call_s / hops if hops else 0.0
-        network = self._network if node is not None else None
-        return calls * tp_allreduce_time_s(
-            tp_allreduce_bytes(self.spec, num_tokens),
-            self.tp,
-            node,
-            one_way,
-            intra_latency,
-            network.one_way_bytes_per_s if network is not None else 0.0,
-            network.latency_s if network is not None else 0.0,
-        )
+        return calls * self._group_allreduce_s(tp_allreduce_bytes(self.spec, num_tokens), self.tp)
 
     def pipeline_hops_s(self, tokens: int) -> float:
         """The activations of `tokens` passed point to point across the (pp - 1) stage
@@ -1271,9 +1242,7 @@ class StepModel:
             else self.host.eager_per_layer_s
         )
         launch_s = per_layer * self.spec.num_layers
-        if num_tokens <= self.cuda_graph_max_tokens and self.dense_calls_s(
-            num_tokens, max(1, shape.num_sampled)
-        ):
+        if num_tokens <= self.cuda_graph_max_tokens and self._priced is not None:
             # the GEMMs' launches are in their measured times (dense_calls_s): the per-layer
             # cost stays on the other kernels' share of the launches
             launch_s *= 1.0 - self.gemm_launch_share
