@@ -507,7 +507,17 @@ class StepModel:
         for mla, timing in (backend_kernels.prefill if backend_kernels else {}).items():
             if timing.prefill_calls.get(cache_dtype):
                 self.prefill_calls[mla] = timing.prefill_calls[cache_dtype]
-        self.floors = _Floors.of(_shape(spec), floors_s, weights_dtype, self.moe_ranks // ep, ep)
+        # the recurrent layers timed by this GPU's kernel tables at the heads on a rank (None:
+        # none, or not held: their state read and written once per sequence on the roofline)
+        self.recurrent = RecurrentKernels.of(spec, tp, recurrent_grid)
+        self.floors = _Floors.of(
+            _shape(spec),
+            floors_s,
+            weights_dtype,
+            self.moe_ranks // ep,
+            ep,
+            recurrent_timed=self.recurrent is not None,
+        )
         # MLA's two absorbed BMMs a layer: no GEMM of the table, at their floor beside the calls
         gemm_floor_s = floors_s.get("gemm", 0.0) if floors_s else 0.0
         self.mla_bmms_s = (
@@ -553,9 +563,6 @@ class StepModel:
         self.expert_flop_per_token = coef.expert_flop_per_token / self.moe_ranks
         self.groups = list(coef.groups)
         self.state_bytes_per_sequence = coef.state_bytes_per_sequence
-        # the recurrent layers timed by this GPU's kernel tables at the heads on a rank (None:
-        # none, or not held: their state read and written once per sequence on the roofline)
-        self.recurrent = RecurrentKernels.of(spec, tp, recurrent_grid)
         self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
         self._weights: dict[object, tuple[float, float]] = {}
         self._span_base: dict[tuple[int, int, int | None, bool], StepTime] = {}
@@ -1507,8 +1514,10 @@ class _Floors(NamedTuple):
                        updates) at `elementwise`, the smallest graph-timed one-row kernel of the
                        tables (1.4-2.0 us: SGLang's and vLLM's causal_conv1d_update, vLLM's
                        static fp8 quant), and each recurrent layer's state update at `recurrent`,
-                       the Gated DeltaNet decode update the tables time (4.1-4.4 us); a floor under the launch term, whose per-layer
-                       constant (HostOverheads.per_layer_s, 32 us) is above it for every bundled
+                       the Gated DeltaNet decode update the tables time (4.1-4.4 us); where the
+                       recurrent/ tables time the layers (`recurrent_timed`), their conv-state
+                       update and state update are in the attention term, not here; a floor
+                       under the launch term, whose per-layer constant (HostOverheads.per_layer_s, 32 us) is above it for every bundled
                        model at the shipped floors (DeepSeek-R1: 487 launches x 1.68 us on a
                        B200 under SGLang, 13.4 us a layer)."""
 
@@ -1525,7 +1534,11 @@ class _Floors(NamedTuple):
         weights_dtype: str = "bf16",
         moe_tp: int = 1,
         moe_ep: int = 1,
+        recurrent_timed: bool = False,
     ) -> _Floors:
+        """`recurrent_timed`: the recurrent/ tables time the recurrent layers' decode kernels
+        (RecurrentKernels: the conv-state update and the state update, in the attention term),
+        so the small floor leaves out those two launches of every recurrent layer."""
         if not floors_s:
             return cls()
         fmt = _floor_format(weights_dtype)
@@ -1551,6 +1564,8 @@ class _Floors(NamedTuple):
             + mla * floors_s.get("attention_mla", attention),
             small_s=None
             if small is None
+            else (shape.small_launches - shape.recurrent_layers) * small
+            if recurrent_timed
             else shape.small_launches * small
             + shape.recurrent_layers * floors_s.get("recurrent", small),
         )
