@@ -280,3 +280,30 @@ def test_the_input_embedding_is_whole_on_every_gpu_under_dp_attention():
     request = EngineRequest(engine="sglang", tp=2, dp_attention=4, expert_ranks=8)
     alloc = sglang_allocation(spec, load_profile("h200"), request)
     assert alloc.weights_bytes == pytest.approx(whole.total_bytes, rel=1e-9)
+
+
+def test_the_layout_note_puts_sglangs_mlps_on_the_group():
+    """The sim-expert-parallel note says what each engine's DP ranks replicate: vLLM's the
+    attention and the dense layers at the attention TP; SGLang's the attention alone, its MLPs,
+    router and head over the whole group (1/G of their weights a GPU)."""
+    from kvplan.notes import note
+    from kvplan.present.notes import note_text
+
+    def words(engine: str) -> str:
+        return note_text(
+            note(
+                "sim-expert-parallel",
+                layout="DP 8 x TP 1",
+                dp=8,
+                ep=8,
+                experts_per_rank=32,
+                gpus=8,
+                router="round_robin",
+                engine=engine,
+            )
+        )
+
+    assert "and the dense layers likewise" in words("vllm")
+    sglang_words = words("sglang")
+    assert "dense layers likewise" not in sglang_words
+    assert "run over the whole group on the gathered rows (1/G of their weights" in sglang_words
