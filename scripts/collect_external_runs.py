@@ -29,6 +29,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -191,12 +192,25 @@ def number(text: str):
     return int(value) if value.is_integer() and "." not in text else value
 
 
+def serving(serves: list[str], bench: str) -> str | None:
+    """The server command a bench ran against: the nearest preceding one that serves the
+    bench's --model, else the nearest (GLM-5.md prints its H200 FP8 command, then a ROCm one
+    for the bf16 checkpoint, then the H200 FP8 benchmark)."""
+    model = flag(shlex.split(bench, comments=True), "--model")
+    for command in reversed(serves):
+        served = flag(shlex.split(command, comments=True), "--model-path", "--model")
+        if model is not None and served == model:
+            return command
+    return serves[-1] if serves else None
+
+
 def runs_in(repo: str, path: str) -> list[dict]:
     text = subprocess.run(
         ["git", "-C", repo, "show", f"{COMMIT}:{path}"], capture_output=True, text=True, check=True
     ).stdout
     lines = text.split("\n")
     serve = bench = None
+    serves: list[str] = []  # every server command so far, in page order
     out = []
     # each line's nearest markdown heading at or above it (a section may name its own GPU)
     headings, heading = [], ""
@@ -230,6 +244,7 @@ def runs_in(repo: str, path: str) -> list[dict]:
         ):
             if "bench_serving" not in command and "--dataset-name" not in command:
                 serve = command
+                serves.append(command)
         if "sglang.bench_serving" in command or (
             command.startswith("sglang serve") and "--dataset-name" in command
         ):  # Llama3.1.md prints its bench commands under the server's name
@@ -254,13 +269,18 @@ def runs_in(repo: str, path: str) -> list[dict]:
             if label != bench_label and label in bench_of_label:
                 run_bench = bench_of_label[label]
             extra = added_flag(prose) if run_bench else None
+            run_serve = serving(serves, run_bench) if run_bench else serve
             out.append(
                 {
                     "line": start + k + 1,
                     "hardware": hardware,
                     "heading": headings[start + k - 1],
                     "version": version,
-                    "serve": serve,
+                    "serve": run_serve,
+                    "serve_skipped": run_serve is not serve,
+                    "written": written(repo, path, start + k + 1)
+                    if run_serve and IPC_ENV in run_serve
+                    else None,
                     # the command as run: the printed one, its trailing comment cut, the flag
                     "bench": f"{uncommented(run_bench)} {extra}" if extra else run_bench,
                     "bench_label": label if run_bench is not bench else None,
@@ -274,7 +294,7 @@ def runs_in(repo: str, path: str) -> list[dict]:
 
 
 def case_of(raw: dict) -> tuple[dict | None, str]:
-    from kvplan.inputs.sources import resolve_variant
+    from kvplan.inputs.sources import find_bundled
 
     serve, bench, m = raw["serve"], raw["bench"], raw["measured"]
     if not serve or not bench:
@@ -298,7 +318,7 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
         dataset = "random"
     if dataset not in ("random", "sharegpt"):
         return None, f"dataset {dataset}"
-    if resolve_variant(model) is None:
+    if find_bundled(model) is None:
         return None, f"model {model} not bundled"
     if flag(bargv, "--num-prompts", "--num-prompt") is None:
         return None, "the bench command gives no --num-prompts"
@@ -411,6 +431,11 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
             f"{page_gpu}"
         )
     bench_model = flag(bargv, "--model")
+    if raw.get("serve_skipped"):
+        notes.append(
+            f"serve_cmd is the nearest server command before the block that serves {model}, "
+            "the bench's --model; a later one serves another checkpoint"
+        )
     mismatch = None
     if not variable_model and bench_model is not None and bench_model != model:
         mismatch = (
@@ -470,7 +495,36 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
         "record_mismatch": mismatch,
         "notes": "; ".join(notes),
     }
+    if IPC_ENV in serve and raw.get("written"):
+        pool = IPC_POOL_MIB[raw["written"] >= IPC_POOL_1GIB_FROM]
+        case["replay_flags"] = ["--cuda-ipc-pool-mib", str(pool)]
+        day = time.strftime("%Y-%m-%d", time.gmtime(raw["written"]))
+        case["notes"] += (
+            f"; {IPC_ENV}: the tokenizer process reserves SGLANG_MM_FEATURE_CACHE_MB on GPU 0, "
+            f"{pool} MiB by default in a build of {day} (the block's git-blame date; 4096 until "
+            "SGLang PR #22662, April 2026, 1024 after): replay_flags --cuda-ipc-pool-mib"
+        )
     return case, ""
+
+
+# SGLANG_USE_CUDA_IPC_TRANSPORT=1 reserves SGLANG_MM_FEATURE_CACHE_MB on GPU 0: 4096 by default
+# until sgl-project/sglang PR #22662 ("Reduce default SGLANG_MM_FEATURE_CACHE_MB from 4 GiB to
+# 1 GiB", opened 2026-04-13), 1024 after. A block written before that date ran a build with
+# 4096 (the cookbook's Qwen3.5 blocks, written 2026-02-16 against "main branch").
+IPC_ENV = "SGLANG_USE_CUDA_IPC_TRANSPORT=1"
+IPC_POOL_1GIB_FROM = 1776038400  # 2026-04-13 00:00 UTC
+IPC_POOL_MIB = (4096, 1024)  # before, from
+
+
+def written(repo: str, path: str, line: int) -> int:
+    """When the cookbook line `line` of `path` was written (git blame's author time at COMMIT)."""
+    out = subprocess.run(
+        ["git", "-C", repo, "blame", "--porcelain", "-L", f"{line},{line}", COMMIT, "--", path],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return int(re.search(r"^author-time (\d+)$", out, re.M)[1])
 
 
 def first_added(repo: str, path: str) -> int:

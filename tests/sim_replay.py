@@ -129,6 +129,10 @@ NOT_MODELLED_ENV = {"SGLANG_USE_AITER", "SGLANG_ROCM_FUSED_DECODE_MLA"}
 # of DeepEP's low-latency combine (no DeepEP without --moe-a2a-backend deepep) and the CPU
 # affinity of SGLang's processes (host-side placement)
 NO_EFFECT_ENV = {"SGLANG_DEEPEP_LL_COMBINE_SEND_NUM_SMS", "SGLANG_SET_CPU_AFFINITY"}
+# environment switches kvplan simulate takes as a flag whose value the command does not print:
+# SGLANG_USE_CUDA_IPC_TRANSPORT=1 reserves SGLANG_MM_FEATURE_CACHE_MB of GPU 0 (its default
+# depends on the SGLang build), given in the run's `replay_flags`
+ENV_FLAGS = {"SGLANG_USE_CUDA_IPC_TRANSPORT": "--cuda-ipc-pool-mib"}
 # what a serve command asks for that needs an acceptance length to simulate
 SPECULATIVE_FLAGS = ("--speculative-config", "--speculative-algorithm")
 
@@ -148,7 +152,7 @@ def serve_argv(serve_cmd: str) -> list[str]:
     argv = shlex.split(serve_cmd)
     while argv and "=" in argv[0] and not argv[0].startswith("-"):  # VAR=value prefixes
         var = argv.pop(0).split("=", 1)[0]
-        if var not in NOT_MODELLED_ENV | NO_EFFECT_ENV:
+        if var not in NOT_MODELLED_ENV | NO_EFFECT_ENV | set(ENV_FLAGS):
             raise KvplanError(f"{var}: an environment switch kvplan simulate does not model")
     if argv[:2] == ["vllm", "serve"]:
         argv = argv[3:]  # the model is positional
@@ -376,7 +380,7 @@ def needs(case: dict) -> list[str]:
     simulate does not take (the replay's own refusal); a speculative run whose source states no
     acceptance length. A run that passes these may still be refused by the simulation itself
     (its memory model, say): that one-line message is printed where it runs."""
-    from kvplan.inputs.sources import resolve_variant
+    from kvplan.inputs.sources import find_bundled
 
     out = []
     if case.get("gpu_profile") is None:
@@ -385,12 +389,15 @@ def needs(case: dict) -> list[str]:
         out.append(case["record_mismatch"])
     if case.get("bundled_config_differs"):
         out.append(case["bundled_config_differs"])
-    elif not case.get("kvplan_model") and resolve_variant(case["model"]) is None:
+    elif not case.get("kvplan_model") and find_bundled(case["model"]) is None:
         out.append(f"a model config for {case['model']} (not bundled)")
     try:
         serve_argv(case["serve_cmd"])
     except KvplanError as exc:
         out.append(str(exc))
+    for var, flag in ENV_FLAGS.items():
+        if f"{var}=" in case["serve_cmd"] and flag not in (case.get("replay_flags") or ()):
+            out.append(f"{var}: the {flag} its SGLang build reserved (the record gives none)")
     if is_speculative(case) and accept_length(case) is None:
         out.append("an acceptance length for the speculative run (its source states none)")
     return out

@@ -127,6 +127,56 @@ def test_a_result_under_a_label_without_its_bench_command_takes_the_pages_same_l
     assert run["serve"] == "sglang serve --model-path google/gemma-4-26B-A4B-it"
 
 
+def _page_runs(tmp_path, monkeypatch, path: str, lines: list[str]) -> list[dict]:
+    repo = tmp_path / "cookbook"
+    (repo / path).parent.mkdir(parents=True)
+    (repo / path).write_text("\n".join(lines) + "\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git[:3], "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "page"], check=True)
+    head = subprocess.run(
+        [*git[:3], "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    monkeypatch.setattr(collect, "COMMIT", head)
+    return collect.runs_in(str(repo), path)
+
+
+def test_a_bench_takes_the_nearest_server_command_that_serves_its_checkpoint(tmp_path, monkeypatch):
+    """GLM-5.md (cookbook 7b5bd9c) prints the H200 launch of zai-org/GLM-5-FP8 (section 4), then
+    an additional ROCm launch of the bf16 zai-org/GLM-5 (4.1), then the H200 benchmark of
+    GLM-5-FP8 (5.1): the bench ran against the FP8 launch, not the nearest one (issue 34)."""
+    fp8 = "sglang serve --model zai-org/GLM-5-FP8 --tp 8 --mem-fraction-static 0.85"
+    rocm = "sglang serve --model zai-org/GLM-5 --tp 8 --mem-fraction-static 0.80"
+    bench = (
+        "python3 -m sglang.bench_serving --backend sglang --model zai-org/GLM-5-FP8 "
+        "--dataset-name random --num-prompts 10 --max-concurrency 1"
+    )
+    result = [
+        "```",
+        "============ Serving Benchmark Result ============",
+        "Successful requests:                     10",
+        "==================================================",
+        "```",
+    ]
+    fence = ["```shell", "", "```"]
+    lines = [
+        "- Hardware: H200 (8x)",
+        *[fence[0], fp8, fence[2]],
+        *[fence[0], rocm, fence[2]],
+        *[fence[0], bench, fence[2]],
+        *result,
+    ]
+    (run,) = _page_runs(tmp_path, monkeypatch, "docs/autoregressive/GLM/GLM-5.md", lines)
+    assert run["serve"] == fp8 and run["serve_skipped"]
+    # a page that prints no launch of the bench's checkpoint keeps the nearest one (a mismatch)
+    only_rocm = [lines[0], fence[0], rocm, fence[2], fence[0], bench, fence[2], *result]
+    monkeypatch.undo()
+    (tmp_path / "other").mkdir()
+    (run,) = _page_runs(tmp_path / "other", monkeypatch, "docs/GLM-5.md", only_rocm)
+    assert run["serve"] == rocm and not run["serve_skipped"]
+
+
 def test_a_block_reprinted_in_a_later_doc_is_one_run_kept_under_the_earlier_doc():
     """GLM-5.1.md reprints GLM-5.md's two H200 result blocks word for word (every figure equal,
     only the bench's --model renamed): one measurement, kept once, under the doc the cookbook
@@ -151,3 +201,20 @@ def test_update_rewrites_a_run_already_in_the_file_byte_for_byte():
     assert list(again) == ["id", "model", "split"]
     new = collect.in_file_order({"model": "n", "id": "c", "split": "z", "extra": 1}, existing)
     assert list(new) == ["id", "split", "model", "extra"]
+
+
+def test_the_cuda_ipc_switch_replays_with_the_pool_of_the_blocks_date():
+    """SGLANG_USE_CUDA_IPC_TRANSPORT=1 reserves SGLANG_MM_FEATURE_CACHE_MB: 4096 MiB by default
+    until SGLang PR #22662 (2026-04-13), 1024 after; the block's git-blame date picks it."""
+    serve = (
+        "SGLANG_USE_CUDA_IPC_TRANSPORT=1 python -m sglang.launch_server "
+        "--model Qwen/Qwen3.5-397B-A17B --tp 8 --mem-fraction-static 0.8"
+    )
+    base = raw(heading="#### Latency Benchmark", serve=serve, path="docs/Qwen3.5.md")
+    feb = collect.case_of({**base, "written": 1771232839})[0]  # 2026-02-16
+    assert feb is not None and feb["replay_flags"] == ["--cuda-ipc-pool-mib", "4096"]
+    assert "2026-02-16" in feb["notes"]
+    may = collect.case_of({**base, "written": collect.IPC_POOL_1GIB_FROM + 86400 * 30})[0]
+    assert may is not None and may["replay_flags"] == ["--cuda-ipc-pool-mib", "1024"]
+    plain = collect.case_of(raw())[0]
+    assert plain is not None and "replay_flags" not in plain

@@ -674,6 +674,19 @@ INVOCATIONS: dict[str, Invocation] = {
         "1GiB",
         *SMALL,
     ),  # fmt: skip
+    "simulate sglang cuda ipc": cli(
+        "simulate",
+        "qwen3.5-35b-a3b",
+        "--gpu",
+        "h100",
+        "--tp",
+        "2",
+        "--engine",
+        "sglang",
+        "--cuda-ipc-pool-mib",
+        "1024",
+        *SMALL,
+    ),  # fmt: skip
     "simulate vllm v0": cli(*SIM, "--engine-version", "0.7", "--num-scheduler-steps", "4", *SMALL),
     "simulate vllm newer": cli(*SIM, "--vllm-version", "1.0", *SMALL),
     "simulate vllm 0.8 fp8": cli(
@@ -927,6 +940,7 @@ SOURCES: dict[str, str] = {
     "roofline-state": "roofline nemotron",
     "roofline-terms": "report deepseek-v3.2",
     "roofline-tp": "report deepseek-v3.2",
+    "sglang-cuda-ipc-pool": "simulate sglang cuda ipc",
     "sglang-dsa-dtype": "sglang dsa tp8",
     "sglang-mamba": "sglang nemotron",
     "sglang-nsa-fp8-layout": "sglang glm-5.3",

@@ -12,7 +12,7 @@ import pytest
 
 from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import load_profile
-from kvplan.inputs.sources import resolve_variant
+from kvplan.inputs.sources import find_bundled
 
 from helpers import load_script
 from sim_cases import HELDOUT, load_cases, run_case
@@ -40,7 +40,9 @@ def _sim_accuracy():
 def test_every_run_has_the_schema_and_finite_numbers():
     assert len({c["id"] for c in CASES}) == len(CASES)
     for case in CASES:
-        assert set(case) == FIELDS, case["id"]
+        # replay_flags: kvplan flags for what the printed command leaves to its build (the
+        # SGLang CUDA IPC pool), only where the collector sets them
+        assert FIELDS <= set(case) <= FIELDS | {"replay_flags"}, case["id"]
         assert case["engine"] in ("vllm", "sglang") and case["dataset"] in ("random", "sharegpt")
         assert case["gpu_family"] in FAMILIES, case["id"]
         assert re.fullmatch(
@@ -70,7 +72,7 @@ def test_models_and_gpus_resolve_or_are_listed_as_needed():
             assert any("GPU profile" in need for need in lacks), case["id"]
         else:
             load_profile(case["gpu_profile"])
-        if resolve_variant(case["model"]) is None or case["bundled_config_differs"]:
+        if find_bundled(case["model"]) is None or case["bundled_config_differs"]:
             assert any("config" in need for need in lacks), case["id"]
 
 
@@ -107,6 +109,14 @@ def test_needs_are_what_simulate_lacks_today():
         + by_id["sglcb-kimi-k2.5-nogpu-tp4-random-1000-1000-c1-L1149"]["serve_cmd"],
     )
     assert any(need.startswith("FOO: an environment switch") for need in needs(rocm))
+    # SGLANG_USE_CUDA_IPC_TRANSPORT=1 replays with the pool its build reserved (replay_flags,
+    # from the block's date: the Qwen3.5 blocks of 2026-02-16 ran SGLang's 4096 MiB default)
+    qwen = by_id["sglcb-qwen3.5-h200-sxm-tp8-random-1000-1000-c1-L753"]
+    assert needs(qwen) == [] and qwen["replay_flags"] == ["--cuda-ipc-pool-mib", "4096"]
+    assert needs(dict(qwen, replay_flags=None)) == [
+        "SGLANG_USE_CUDA_IPC_TRANSPORT: the --cuda-ipc-pool-mib its SGLang build reserved "
+        "(the record gives none)"
+    ]
 
 
 def test_copied_numbers_agree_with_each_other():

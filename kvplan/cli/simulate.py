@@ -383,6 +383,16 @@ def add(app: typer.Typer) -> None:
             help="SGLang: fraction of memory for weights and KV pool (0.05 to 1; default "
             "SGLang's own for the GPU and TP).",
         ),
+        cuda_ipc_pool_mib: int = typer.Option(
+            None,
+            "--cuda-ipc-pool-mib",
+            min=1,
+            max=1 << 20,
+            help="SGLang launched with SGLANG_USE_CUDA_IPC_TRANSPORT=1: the multimodal feature "
+            "pool its tokenizer process reserves on GPU 0, MiB (SGLANG_MM_FEATURE_CACHE_MB: "
+            "4096 by default until SGLang PR #22662 of April 2026, 1024 since). A multimodal "
+            "model's KV pool shrinks by it; a text-only one's does not.",
+        ),
         quantization: str = c.serve_option(
             "quantization",
             None,
@@ -576,6 +586,7 @@ def add(app: typer.Typer) -> None:
                 data_parallel_size=data_parallel_size,
                 ep_size=ep_size,
                 enable_dp_attention=enable_dp_attention,
+                cuda_ipc_pool_mib=cuda_ipc_pool_mib,
                 load_balance_method=load_balance_method,
                 decode_context_parallel_size=dcp,
                 enforce_eager=enforce_eager,

@@ -635,6 +635,20 @@ def sglang_compressed_allocation(
     )
 
 
+def cuda_ipc_held_bytes(spec: ModelSpec, pool_bytes: int) -> int:
+    """What SGLANG_USE_CUDA_IPC_TRANSPORT=1 holds on GPU 0 before the scheduler measures its free
+    memory: the tokenizer process's multimodal processor (BaseMultimodalProcessor.__init__)
+    allocates its MmItemMemoryPool of `pool_bytes` there, in a CUDA context of its own
+    (INIT_CONTEXT_BYTES[1]); a text-only model builds no multimodal processor and holds
+    nothing. SGLang takes the free memory as the minimum over ranks, so every rank's pool
+    shrinks by it. The launch starts the schedulers and then the tokenizer manager
+    (_launch_subprocesses), which reserves the pool while the schedulers import and initialise
+    NCCL: kvplan takes the reservation as made before "free before load" is measured."""
+    if not pool_bytes or not spec.vision_params:
+        return 0
+    return pool_bytes + INIT_CONTEXT_BYTES[1]
+
+
 def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> SglangResult:
     """SGLang's token pool (DeepSeek-V4's compressed pools: sglang_compressed_allocation,
     refused here)."""
@@ -722,7 +736,19 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             )
         context = INIT_CONTEXT_BYTES[1 if server_tp * request.pp == 1 else 2]
         free_before = int(gpu.usable_memory_bytes - context)
+        held = cuda_ipc_held_bytes(spec, request.cuda_ipc_pool_bytes)
+        free_before -= held
         rest = int(free_before * fraction - weights)
+        if request.cuda_ipc_pool_bytes:
+            notes.append(
+                note(
+                    "sglang-cuda-ipc-pool",
+                    pool_bytes=request.cuda_ipc_pool_bytes,
+                    held_bytes=held,
+                    fraction=fraction,
+                    later_bytes=rest - int(held * (1 - fraction)),
+                )
+            )
         notes.append(
             note(
                 "sglang-pool",

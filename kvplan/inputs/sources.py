@@ -90,6 +90,13 @@ def resolve_variant(name: str) -> BundledModel | None:
     return None
 
 
+def find_bundled(name: str) -> BundledModel | None:
+    """The bundled model a Hugging Face id names: its own file (zai-org/GLM-5-FP8, a quantized
+    checkpoint bundled under its id), else a variant of one (resolve_variant); None if neither."""
+    own = _lookup_bundled(name) if _looks_like_repo_id(name) else None
+    return own or resolve_variant(name)
+
+
 def _depth(value, limit: int) -> int:
     """Nesting depth of parsed JSON, stopping past `limit`."""
     stack, deepest = [(value, 1)], 0

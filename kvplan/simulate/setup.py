@@ -33,7 +33,7 @@ from kvplan.inputs.hardware import GpuProfile, Interconnect, inter_node_link
 from kvplan.inputs.kernel_tables import tables_for
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
-from kvplan.units import GIB
+from kvplan.units import GIB, MIB
 
 if TYPE_CHECKING:  # the simulator and the engines' allocators load where a replica is built,
     # not for a step model (kvplan capacity --gpu)
@@ -89,6 +89,9 @@ class ServeOptions(NamedTuple):
     vllm_version: str = VLLM_VERSION
     # SGLang's --mem-fraction-static (None: SGLang's own heuristic for this GPU and layout)
     mem_fraction_static: float | None = None
+    # SGLang with SGLANG_USE_CUDA_IPC_TRANSPORT=1: its multimodal feature pool, MiB
+    # (SGLANG_MM_FEATURE_CACHE_MB; None: the switch is off)
+    cuda_ipc_pool_mib: int | None = None
     # the weights' format: kvplan's --weights-dtype spelling, or the engines' --quantization
     # (vLLM's and SGLang's method names, engines.vllm.QUANTIZATION); "auto": the checkpoint's
     weights_dtype: str = "auto"
@@ -483,6 +486,8 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         raise KvplanError(
             "--mem-fraction-static is SGLang's; with --engine vllm give --gpu-memory-utilization"
         )
+    if options.cuda_ipc_pool_mib is not None:
+        raise KvplanError("--cuda-ipc-pool-mib is SGLang's (SGLANG_USE_CUDA_IPC_TRANSPORT)")
     check_backends(options.backends, "vllm", options.vllm_version)
     notes: list[Note] = []
     spec.check_tp(options.tp)
@@ -1455,6 +1460,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         dp_attention=layout.dp,
         backends=options.backends,
         speculative_eagle_topk=options.speculative_eagle_topk,
+        cuda_ipc_pool_bytes=(options.cuda_ipc_pool_mib or 0) * MIB,
     )
     alloc = sglang_allocation(spec, gpu, request)
     check_sglang_moe_backend(

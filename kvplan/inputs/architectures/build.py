@@ -905,8 +905,12 @@ class Builder(FamilyLayouts):
                     of=len(self.gqa_indexer),
                 )
             )
-        if not self.mla and mt in MTP_FAMILIES:
-            mtp = f.int("num_nextn_predict_layers", default=0, minimum=0)
+        if not self.mla:
+            mtp = 0
+            if mt in MTP_FAMILIES:
+                mtp = f.int("num_nextn_predict_layers", default=0, minimum=0)
+            if not mtp:  # Qwen3-Next's and Qwen3.5's name for their MTP layers
+                mtp = f.int("mtp_num_hidden_layers", default=0, minimum=0)
             if mtp:
                 self.notes.append(note("mtp-excluded", layers=mtp))
         if mt == "falcon" and getattr(self, "falcon_new_arch", False) and self.kv < self.heads:

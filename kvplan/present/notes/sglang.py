@@ -27,6 +27,24 @@ text("sglang-pool")(
         f"{fraction} - weights {f.gib_text(weights_bytes)} = {f.gib_text(pool_bytes)}."
     )
 )
+text("sglang-cuda-ipc-pool")(
+    lambda pool_bytes, held_bytes, fraction, later_bytes: (
+        (
+            "SGLANG_USE_CUDA_IPC_TRANSPORT=1: the tokenizer process reserves a "
+            f"{f.gib_text(pool_bytes)} multimodal feature pool and its own CUDA context on GPU "
+            f"0 at start-up, {f.gib_text(held_bytes)} taken from the free memory before loading "
+            "(SGLang's minimum over ranks): every rank's pool shrinks by "
+            f"{fraction} x that. If the reservation lands after SGLang's first measurement (a "
+            f"start-up race) the pool is {f.gib_text(later_bytes)}. A text-only request sends "
+            "no feature through it: the step is unchanged."
+        )
+        if held_bytes
+        else (
+            "SGLANG_USE_CUDA_IPC_TRANSPORT=1 changes nothing here: a text-only model builds no "
+            "multimodal processor, so no feature pool is reserved."
+        )
+    )
+)
 text("sglang-swa")(
     lambda swa, full, ratio: (
         f"Hybrid SWA: {swa} windowed and {full} full layers share the pool "
