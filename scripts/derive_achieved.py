@@ -600,7 +600,7 @@ MOE_FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "int8", "int4_wo":
 # kernels, SGLang's triton / Marlin / FlashInfer ones); NVFP4: W4A4 experts (ModelOpt,
 # compressed-tensors nvfp4: FlashInfer's TRT-LLM / CUTLASS kernels, Blackwell only); MXFP4
 # experts with MXFP8 activations (w4a8_mxfp4_mxfp8: FlashInfer's TRT-LLM MoE on Blackwell, SGLang's
-# default precision for gpt-oss there: kvplan.simulate.setup.mxfp4_curves_for)
+# default precision for gpt-oss there: kvplan.simulate.setup.mxfp4_timings)
 MOE_SHAPE_FORMATS = {
     **MOE_FORMATS,
     "w4a16_mxfp4": "mxfp4",

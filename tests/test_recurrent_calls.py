@@ -128,3 +128,23 @@ def test_a_layer_kind_or_shape_the_tables_do_not_hold_is_not_timed():
     qwen3_next = load_model("Qwen/Qwen3-Next-80B-A3B-Thinking", checkpoint=False)
     assert RecurrentKernels.of(qwen3_next, 8, None) is None
     assert RecurrentKernels.of(qwen3_next, 3, grid) is None  # 16 key heads do not split by 3
+
+
+def test_timed_recurrent_kernels_leave_the_small_floor():
+    """Where the recurrent/ tables time the Gated DeltaNet layers (the conv-state update and the
+    state update, in the attention term), the small-launch floor does not count those two
+    launches of each of the 36 layers again: Qwen3-Next's 290 small launches less its 36 conv
+    updates at `elementwise`, no state update at `recurrent`; untimed, all 290 and the 36."""
+    from kvplan.formulas.batch_step import _Floors, _shape
+
+    spec = load_model("Qwen/Qwen3-Next-80B-A3B-Thinking", checkpoint=False)
+    floors = {"elementwise": 2e-6, "recurrent": 5e-6}
+    timed = _Floors.of(_shape(spec), floors, recurrent_timed=True)
+    untimed = _Floors.of(_shape(spec), floors)
+    assert timed.small_s == pytest.approx((290 - 36) * 2e-6)
+    assert untimed.small_s == pytest.approx(290 * 2e-6 + 36 * 5e-6)
+    model = _qwen3_next_b200_sglang_tp8()
+    assert model.recurrent is not None
+    small, recurrent = model.achieved.floors_s["elementwise"], model.achieved.floors_s["recurrent"]
+    assert model.floors.small_s == pytest.approx((290 - 36) * small)
+    assert model.floors.small_s < 290 * small + 36 * recurrent

@@ -254,3 +254,56 @@ def test_memory_defaults_and_weights_under_dp_attention():
     head = 129_280 * HIDDEN * 2 * 7 / 8  # bf16, the vocabulary already a multiple of 64
     assert whole.total_bytes - split.total_bytes == pytest.approx(mlp + head, rel=1e-3)
     assert whole.lm_head_bytes - split.lm_head_bytes == pytest.approx(head, rel=1e-9)
+
+
+def test_the_input_embedding_is_whole_on_every_gpu_under_dp_attention():
+    """SGLang builds the input embedding with VocabParallelEmbedding(enable_tp=not
+    is_dp_attention_enabled()) (models/deepseek_v2.py, qwen2.py, llama4.py): under DP attention
+    every GPU holds all of it, whatever the attention TP. DeepSeek-V3 at --tp 8 --dp-size 4
+    (attention TP 2): a GPU holds 129,280 x 7,168 bf16 embedding bytes, 1,853,358,080, where a
+    split over the attention TP would hold half. The allocation's weights carry the difference
+    (sglang_allocation through weights_per_rank's `embedding_ranks`)."""
+    from kvplan.engines.request import EngineRequest
+    from kvplan.engines.sglang import sglang_allocation
+    from kvplan.engines.vllm_memory import weights_per_rank
+
+    spec = load_model("deepseek-v3")
+    whole_bytes = 129_280 * HIDDEN * 2
+    assert whole_bytes == 1_853_358_080
+    split = weights_per_rank(spec, spec, True, True, "fp8", 2, None, 8, mlp_ranks=8)
+    whole = weights_per_rank(
+        spec, spec, True, True, "fp8", 2, None, 8, mlp_ranks=8, embedding_ranks=1
+    )
+    assert split.embedding_bytes == pytest.approx(whole_bytes / 2, rel=1e-9)
+    assert whole.embedding_bytes == pytest.approx(whole_bytes, rel=1e-9)
+    assert whole.total_bytes - split.total_bytes == pytest.approx(whole_bytes / 2, rel=1e-9)
+    request = EngineRequest(engine="sglang", tp=2, dp_attention=4, expert_ranks=8)
+    alloc = sglang_allocation(spec, load_profile("h200"), request)
+    assert alloc.weights_bytes == pytest.approx(whole.total_bytes, rel=1e-9)
+
+
+def test_the_layout_note_puts_sglangs_mlps_on_the_group():
+    """The sim-expert-parallel note says what each engine's DP ranks replicate: vLLM's the
+    attention and the dense layers at the attention TP; SGLang's the attention alone, its MLPs,
+    router and head over the whole group (1/G of their weights a GPU)."""
+    from kvplan.notes import note
+    from kvplan.present.notes import note_text
+
+    def words(engine: str) -> str:
+        return note_text(
+            note(
+                "sim-expert-parallel",
+                layout="DP 8 x TP 1",
+                dp=8,
+                ep=8,
+                experts_per_rank=32,
+                gpus=8,
+                router="round_robin",
+                engine=engine,
+            )
+        )
+
+    assert "and the dense layers likewise" in words("vllm")
+    sglang_words = words("sglang")
+    assert "dense layers likewise" not in sglang_words
+    assert "run over the whole group on the gathered rows (1/G of their weights" in sglang_words

@@ -726,6 +726,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             sglang_mxfp4_alignment(gpu),
             request.expert_ranks,
             mlp_ranks=server_tp if request.dp_attention > 1 else None,
+            embedding_ranks=1 if request.dp_attention > 1 else None,
         ).total_bytes
         kept = triton_kernels_kept_bytes(spec, stage, gpu, request, version, wdtype)
         if kept:

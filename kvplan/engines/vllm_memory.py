@@ -130,13 +130,16 @@ def weights_per_rank(
     expert_ranks: int | None = None,
     expert_floor: bool = False,
     mlp_ranks: int | None = None,
+    embedding_ranks: int | None = None,
 ) -> WeightsBreakdown:
     """What one rank of one pipeline stage holds after loading. `mxfp4_align`: the
     (intermediate, hidden) multiples an mxfp4 expert is padded to (None: none); `expert_ranks`:
     the GPUs the routed experts are spread over (EP, or DP ranks' TP; None: tp);
     `expert_floor`: vLLM's Kimi-K3 per-rank expert width floor applies (TP without EP);
     `mlp_ranks`: the GPUs the dense MLPs, shared experts and head are split over (SGLang's DP
-    attention: the whole TP group, models/deepseek_v2.py; None: tp)."""
+    attention: the whole TP group, models/deepseek_v2.py; None: tp); `embedding_ranks`: the GPUs
+    the input embedding is split over (SGLang's DP attention: 1, each GPU holding it whole,
+    VocabParallelEmbedding(enable_tp=not is_dp_attention_enabled()); None: tp)."""
     model_bytes = ELEMENT_BYTES[spec.dtype]
     layers = 0.0
     mla_copies = 0.0
@@ -177,7 +180,6 @@ def weights_per_rank(
         elif attn.num_kv_heads < tp:  # each rank keeps one KV head's k and v projections
             missing = 2 * attn.head_dim * spec.hidden_size * (1 - attn.num_kv_heads / tp)
             layers += _part_bytes(spec, wdtype, "attention", missing)
-    vocab_rows = padded_vocab(spec.vocab_size) * spec.hidden_size / tp
     embedding = lm_head = vision = 0.0
     edges = dict(spec.param_parts)
     for layer in spec.layers:
@@ -185,7 +187,8 @@ def weights_per_rank(
             edges[part] = edges.get(part, 0) - count
     if first:
         extra = edges.get("embedding", 0) - spec.vocab_size * spec.hidden_size  # positions
-        embedding = _part_bytes(spec, wdtype, "embedding", vocab_rows + max(extra, 0))
+        rows = padded_vocab(spec.vocab_size) * spec.hidden_size / (embedding_ranks or tp)
+        embedding = _part_bytes(spec, wdtype, "embedding", rows + max(extra, 0))
         vision = spec.vision_params * model_bytes / tp
     if last:
         final_norms = _part_bytes(spec, wdtype, "norms", edges.get("norms", 0))

@@ -507,7 +507,17 @@ class StepModel:
         for mla, timing in (backend_kernels.prefill if backend_kernels else {}).items():
             if timing.prefill_calls.get(cache_dtype):
                 self.prefill_calls[mla] = timing.prefill_calls[cache_dtype]
-        self.floors = _Floors.of(_shape(spec), floors_s, weights_dtype, self.moe_ranks // ep, ep)
+        # the recurrent layers timed by this GPU's kernel tables at the heads on a rank (None:
+        # none, or not held: their state read and written once per sequence on the roofline)
+        self.recurrent = RecurrentKernels.of(spec, tp, recurrent_grid)
+        self.floors = _Floors.of(
+            _shape(spec),
+            floors_s,
+            weights_dtype,
+            self.moe_ranks // ep,
+            ep,
+            recurrent_timed=self.recurrent is not None,
+        )
         # MLA's two absorbed BMMs a layer: no GEMM of the table, at their floor beside the calls
         gemm_floor_s = floors_s.get("gemm", 0.0) if floors_s else 0.0
         self.mla_bmms_s = (
@@ -553,9 +563,6 @@ class StepModel:
         self.expert_flop_per_token = coef.expert_flop_per_token / self.moe_ranks
         self.groups = list(coef.groups)
         self.state_bytes_per_sequence = coef.state_bytes_per_sequence
-        # the recurrent layers timed by this GPU's kernel tables at the heads on a rank (None:
-        # none, or not held: their state read and written once per sequence on the roofline)
-        self.recurrent = RecurrentKernels.of(spec, tp, recurrent_grid)
         self.sampler_bytes_per_sequence = SAMPLER_FP32_TENSORS * spec.vocab_size * LOGIT_BYTES
         self._weights: dict[object, tuple[float, float]] = {}
         self._span_base: dict[tuple[int, int, int | None, bool], StepTime] = {}
@@ -1035,21 +1042,7 @@ class StepModel:
             return seconds + dp_gather_time_s(
                 self.spec, rows, group, one_way, self.link.latency_s, layers
             )
-        local = group if node is None else node
-        intra_latency = self.achieved.allreduce_call_s / (2 * (local - 1)) if local > 1 else 0.0
-        return (
-            2
-            * layers
-            * tp_allreduce_time_s(
-                tp_allreduce_bytes(self.spec, gathered),
-                group,
-                node,
-                one_way,
-                intra_latency,
-                network.one_way_bytes_per_s if network is not None else 0.0,
-                network.latency_s if network is not None else 0.0,
-            )
-        )
+        return 2 * layers * self._group_allreduce_s(tp_allreduce_bytes(self.spec, gathered), group)
 
     @property
     def _network(self):
@@ -1113,9 +1106,10 @@ class StepModel:
         )
 
     def _group_allreduce_s(self, message_bytes: float, ranks: int) -> float:
-        """One all-reduce of `message_bytes` over `ranks` GPUs, priced as a TP all-reduce is
-        (comm.tp_allreduce_time_s: the achieved bus bandwidth, a small message one measured
-        call; a group spanning nodes in two levels)."""
+        """One all-reduce of `message_bytes` over `ranks` GPUs (the TP group's, tp_allreduce_s;
+        SGLang's DP-attention group's, sglang_dp_comm_s and logits_gather_s), priced by
+        comm.tp_allreduce_time_s: the achieved bus bandwidth, a small message one measured
+        call; a group spanning nodes in two levels."""
         if ranks <= 1:
             return 0.0
         one_way = self.link.one_way_bytes_per_s * self.achieved.link
@@ -1139,25 +1133,9 @@ class StepModel:
         per-hop latency such that the ring within a node costs at least one measured call's
         latency; a group spanning nodes in two levels, the network's part at its datasheet
         rate and per-message latency."""
-        if self.tp <= 1 or calls <= 0:
+        if calls <= 0:
             return 0.0
-        one_way = self.link.one_way_bytes_per_s * self.achieved.link
-        node = self.node_gpus
-        if node is not None and self.tp <= node:
-            node = None
-        local = self.tp if node is None else node
-        hops = 2 * (local - 1)
-        intra_latency = self.achieved.allreduce_call_s / hops if hops else 0.0
-        network = self._network if node is not None else None
-        return calls * tp_allreduce_time_s(
-            tp_allreduce_bytes(self.spec, num_tokens),
-            self.tp,
-            node,
-            one_way,
-            intra_latency,
-            network.one_way_bytes_per_s if network is not None else 0.0,
-            network.latency_s if network is not None else 0.0,
-        )
+        return calls * self._group_allreduce_s(tp_allreduce_bytes(self.spec, num_tokens), self.tp)
 
     def pipeline_hops_s(self, tokens: int) -> float:
         """The activations of `tokens` passed point to point across the (pp - 1) stage
@@ -1271,9 +1249,7 @@ class StepModel:
             else self.host.eager_per_layer_s
         )
         launch_s = per_layer * self.spec.num_layers
-        if num_tokens <= self.cuda_graph_max_tokens and self.dense_calls_s(
-            num_tokens, max(1, shape.num_sampled)
-        ):
+        if num_tokens <= self.cuda_graph_max_tokens and self._priced is not None:
             # the GEMMs' launches are in their measured times (dense_calls_s): the per-layer
             # cost stays on the other kernels' share of the launches
             launch_s *= 1.0 - self.gemm_launch_share
@@ -1538,8 +1514,10 @@ class _Floors(NamedTuple):
                        updates) at `elementwise`, the smallest graph-timed one-row kernel of the
                        tables (1.4-2.0 us: SGLang's and vLLM's causal_conv1d_update, vLLM's
                        static fp8 quant), and each recurrent layer's state update at `recurrent`,
-                       the Gated DeltaNet decode update the tables time (4.1-4.4 us); a floor under the launch term, whose per-layer
-                       constant (HostOverheads.per_layer_s, 32 us) is above it for every bundled
+                       the Gated DeltaNet decode update the tables time (4.1-4.4 us); where the
+                       recurrent/ tables time the layers (`recurrent_timed`), their conv-state
+                       update and state update are in the attention term, not here; a floor
+                       under the launch term, whose per-layer constant (HostOverheads.per_layer_s, 32 us) is above it for every bundled
                        model at the shipped floors (DeepSeek-R1: 487 launches x 1.68 us on a
                        B200 under SGLang, 13.4 us a layer)."""
 
@@ -1556,7 +1534,11 @@ class _Floors(NamedTuple):
         weights_dtype: str = "bf16",
         moe_tp: int = 1,
         moe_ep: int = 1,
+        recurrent_timed: bool = False,
     ) -> _Floors:
+        """`recurrent_timed`: the recurrent/ tables time the recurrent layers' decode kernels
+        (RecurrentKernels: the conv-state update and the state update, in the attention term),
+        so the small floor leaves out those two launches of every recurrent layer."""
         if not floors_s:
             return cls()
         fmt = _floor_format(weights_dtype)
@@ -1582,6 +1564,8 @@ class _Floors(NamedTuple):
             + mla * floors_s.get("attention_mla", attention),
             small_s=None
             if small is None
+            else (shape.small_launches - shape.recurrent_layers) * small
+            if recurrent_timed
             else shape.small_launches * small
             + shape.recurrent_layers * floors_s.get("recurrent", small),
         )

@@ -502,9 +502,14 @@ text("sim-expert-parallel")(
         f"Layout {layout} on {gpus} GPU(s) per group. "
         + (
             f"Each of the {dp} DP ranks has its own scheduler and KV pool (requests go to them "
-            f"by {router.replace('_', ' ')}) and runs attention and the dense layers on its own "
-            "batch, their weights replicated at the attention TP; the MoE layers run on the "
-            "gathered batch. The ranks step in lockstep, each step as long as the slowest "
+            f"by {router.replace('_', ' ')}) and runs attention on its own batch, its weights "
+            "replicated at the attention TP"
+            + (
+                " (the MLPs, router and head: below)"
+                if engine == "sglang"
+                else ", and the dense layers likewise"
+            )
+            + "; the MoE layers run on the gathered batch. The ranks step in lockstep, each step as long as the slowest "
             "rank's, an idle rank running a dummy batch (vLLM's of one token, SGLang's of none) "
             "(kvplan.formulas.batch_step.lockstep_step). "
             if dp > 1
