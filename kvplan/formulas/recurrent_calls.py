@@ -6,7 +6,9 @@ v1/attention/backends/gdn_attn.py splitting a step's decodes from its prefills):
 decodes the conv-state update then the fused recurrent state update (gating fused in), one call
 each over every decode; for its prefill chunks the causal conv over their tokens then the
 chunked delta rule, one varlen call each over every chunk (the prefill's separate gating kernel
-is in no table: it is left to the small-launch floor). aiconfigurator-core 0.12.0 timed those kernels per GPU and engine
+is in no table; the small-launch floor counts CUDA-graph decode launches only, so in a prefill
+step it is inside the per-layer launch constant alone). aiconfigurator-core 0.12.0 timed those
+kernels per GPU and engine
 (linear_attention/<engine>/<version>/gdn_perf.parquet), by the heads on a rank; kvplan keeps one
 layer's summed time per phase in kernel_tables/recurrent/ (scripts/derive_achieved.py
 recurrent_grid) and reads it here.
