@@ -1746,18 +1746,15 @@ def main() -> None:
         help="write kvplan/data/kernel_tables/recurrent/*.json only (recurrent_grid)",
     )
     args = parser.parse_args()
-    if args.write_dsa:
-        for path in write_dsa_grids(args.data):
-            print(f"wrote {path}")
-        return
-    if args.write_recurrent_grids:
-        for path in write_recurrent_grids(args.data):
-            print(f"wrote {path}")
-        return
-    if args.write_gemm_grids:
-        for path in write_gemm_grids(args.data):
-            print(f"wrote {path}")
-        return
+    for given, writer in (
+        (args.write_dsa, write_dsa_grids),
+        (args.write_recurrent_grids, write_recurrent_grids),
+        (args.write_gemm_grids, write_gemm_grids),
+    ):
+        if given:  # one folder of grids, from aiconfigurator's data
+            for path in writer(args.data):
+                print(f"wrote {path}")
+            return
     if args.aiter_moe:
         print(f"wrote {write_mi300x_aiter(args.data)}")
         return

@@ -206,3 +206,30 @@ def live_vllm(index: int, cwd) -> tuple[str, str]:
         cwd=cwd,
     ).stdout.strip()
     return pythons[index], version
+
+
+OWN_GRID = object()
+
+
+def sglang_table_step(spec, profile: str, wdtype: str, tp: int, gemm_grid=OWN_GRID):
+    """A StepModel of `spec` on `profile`'s SGLang kernel tables (bf16 cache), as the GEMM-call
+    tests build it: `gemm_grid` the tables' own GEMM grid unless given (None: priced pooled)."""
+    from kvplan.dtypes import KvFormat
+    from kvplan.formulas.batch_step import StepModel
+    from kvplan.formulas.step_time import Rates
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.kernel_tables import tables_for
+
+    gpu = load_profile(profile)
+    tables = tables_for(gpu, "sglang")
+    return StepModel(
+        spec,
+        Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak_flop_per_s["bf16"]),
+        wdtype,
+        KvFormat("bf16"),
+        tp=tp,
+        link=gpu.interconnect,
+        achieved=tables.achieved,
+        fp8_flop_per_s=gpu.peak_flop_per_s.get("fp8"),
+        gemm_grid=tables.gemm_grid if gemm_grid is OWN_GRID else gemm_grid,
+    )

@@ -10,16 +10,14 @@ import math
 
 import pytest
 
-from kvplan.dtypes import KvFormat
 from kvplan.formulas.batch_step import StepModel
 from kvplan.formulas.gemm_calls import GemmCall, dense_gemm_calls, gemm_call_s, gemm_calls_s
-from kvplan.formulas.step_time import Rates, roofs_s
+from kvplan.formulas.step_time import roofs_s
 from kvplan.formulas.weights import quantized_parts
-from kvplan.inputs.hardware import load_profile
-from kvplan.inputs.kernel_tables import GEMM_FOLDER, gemm_grid, tables_for
+from kvplan.inputs.kernel_tables import GEMM_FOLDER, gemm_grid
 from kvplan.inputs.sources import load_model
 
-from helpers import load_script
+from helpers import OWN_GRID, load_script, sglang_table_step
 
 B200 = "b200_sxm.sglang.0.5.14.json"
 
@@ -146,20 +144,7 @@ def test_deepseek_r1_tp8_on_the_b200_at_one_token_by_hand():
 
 
 def _b200_model(spec, with_grid: bool) -> StepModel:
-    b200 = load_profile("b200")
-    tables = tables_for(b200, "sglang")
-    rates = Rates(b200.memory_bandwidth_bytes_per_s, b200.peak_flop_per_s["bf16"])
-    return StepModel(
-        spec,
-        rates,
-        "fp8",
-        KvFormat("bf16"),
-        tp=8,
-        link=b200.interconnect,
-        achieved=tables.achieved,
-        fp8_flop_per_s=b200.peak_flop_per_s.get("fp8"),
-        gemm_grid=tables.gemm_grid if with_grid else None,
-    )
+    return sglang_table_step(spec, "b200", "fp8", 8, gemm_grid=OWN_GRID if with_grid else None)
 
 
 def test_the_step_model_takes_the_calls_alone_at_every_step_size():
@@ -187,18 +172,8 @@ def test_the_step_model_takes_the_calls_alone_at_every_step_size():
 
 
 def _h100_llama_8b(with_grid: bool) -> StepModel:
-    h100 = load_profile("h100-sxm")
-    tables = tables_for(h100, "sglang")
-    return StepModel(
-        load_model("llama-3.1-8b"),
-        Rates(h100.memory_bandwidth_bytes_per_s, h100.peak_flop_per_s["bf16"]),
-        "bf16",
-        KvFormat("bf16"),
-        tp=1,
-        link=h100.interconnect,
-        achieved=tables.achieved,
-        gemm_grid=tables.gemm_grid if with_grid else None,
-    )
+    grid = OWN_GRID if with_grid else None
+    return sglang_table_step(load_model("llama-3.1-8b"), "h100-sxm", "bf16", 1, gemm_grid=grid)
 
 
 def test_llama_8b_prefill_of_4096_tokens_on_the_h100_by_hand():

@@ -10,15 +10,13 @@ import math
 
 import pytest
 
-from kvplan.dtypes import KvFormat
 from kvplan.formulas.batch_step import BatchShape, StepModel
 from kvplan.formulas.gemm_calls import mla_bmm_call_s, mla_bmm_calls, mla_bmm_calls_s
-from kvplan.formulas.step_time import Rates
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.kernel_tables import GEMM_FOLDER, gemm_grid, tables_for
 from kvplan.inputs.sources import load_model
 
-from helpers import load_script
+from helpers import load_script, sglang_table_step
 
 B200 = "b200_sxm.sglang.0.5.14.json"
 GLM = "zai-org/GLM-4.7-Flash"
@@ -86,22 +84,11 @@ def test_glm_4_7_flash_runs_its_bmms_at_30_and_40_slice_heads():
 
 
 def _glm_model(spec, bf16_grid: bool = True) -> StepModel:
-    b200 = load_profile("b200")
-    tables = tables_for(b200, "sglang")
-    grid = tables.gemm_grid
+    grid = tables_for(load_profile("b200"), "sglang").gemm_grid
     assert grid is not None
     if not bf16_grid:  # the same grid without its BMM rows: the BMMs at their floor
         grid = grid._replace(bmm_heads=(), bmm_us={})
-    return StepModel(
-        spec,
-        Rates(b200.memory_bandwidth_bytes_per_s, b200.peak_flop_per_s["bf16"]),
-        "bf16",
-        KvFormat("bf16"),
-        tp=1,
-        achieved=tables.achieved,
-        fp8_flop_per_s=b200.peak_flop_per_s.get("fp8"),
-        gemm_grid=grid,
-    )
+    return sglang_table_step(spec, "b200", "bf16", 1, gemm_grid=grid)
 
 
 @pytest.mark.parametrize("tokens", [1, 16])
@@ -151,19 +138,7 @@ def test_glm_4_7_flash_b200_decode_step_by_hand(tokens):
 
 
 def test_fp8_checkpoints_keep_the_bmm_floor():
-    b200 = load_profile("b200")
-    tables = tables_for(b200, "sglang")
-    model = StepModel(
-        load_model("deepseek-r1"),
-        Rates(b200.memory_bandwidth_bytes_per_s, b200.peak_flop_per_s["bf16"]),
-        "fp8",
-        KvFormat("bf16"),
-        tp=8,
-        link=b200.interconnect,
-        achieved=tables.achieved,
-        fp8_flop_per_s=b200.peak_flop_per_s.get("fp8"),
-        gemm_grid=tables.gemm_grid,
-    )
+    model = sglang_table_step(load_model("deepseek-r1"), "b200", "fp8", 8)
     assert model.mla_bmm_calls == ()
 
 
