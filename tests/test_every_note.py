@@ -80,6 +80,8 @@ def _write_inputs(d: Path) -> None:
     h100 = (REPO / "hardware_profiles/h100-sxm.yaml").read_text()
     assert "gpus_per_node: 8" in h100
     (d / "no-node.yaml").write_text(h100.replace("gpus_per_node: 8", ""))
+    assert '\ncompute_capability: "9.0"' in h100
+    (d / "no-cc.yaml").write_text(h100.replace('\ncompute_capability: "9.0"', "\n"))
     _write_ggufs(d)
     _write_checkpoint(d / "ckpt")
 
@@ -385,6 +387,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "8k",
         "--disable-hybrid-kv-cache-manager",
     ),  # fmt: skip
+    "vllm no compute capability": cli("engine", "llama-3.1-8b", "--gpu", "{d}/no-cc.yaml"),
     "vllm fp32 config": cli("engine", "{d}/fp32.json", "--engine", "vllm", "--gpu", "h100"),
     "vllm long max-model-len": cli(
         "engine",
@@ -848,6 +851,7 @@ SOURCES: dict[str, str] = {
     "distributed-send": "measure distributed gloo",
     "distributed-sizes": "measure distributed gloo",
     "dp-attention": "report deepseek-v3.2",
+    "engine-compute-capability": "vllm no compute capability",
     "engine-dtype-cast": "vllm fp16 pp2 0.21",
     "engine-dtype-downcast": "vllm fp32 config",
     "engine-default-length": "simulate measured moe",

@@ -29,7 +29,12 @@ from kvplan.engines.request import EngineRequest
 from kvplan.engines.sglang_compressed import KV_CACHE_DTYPES as DSV4_KV_CACHE_DTYPES
 from kvplan.engines.sglang_compressed import PAGE_SIZE as DSV4_PAGE_SIZE
 from kvplan.engines.sglang_compressed import Dsv4Pools, dsv4_pools
-from kvplan.engines.vllm import DTYPES, gpu_generation, indexer_bytes_per_token
+from kvplan.engines.vllm import (
+    DTYPES,
+    compute_capability_notes,
+    gpu_generation,
+    indexer_bytes_per_token,
+)
 from kvplan.engines.vllm_memory import mxfp4_alignment, weights_per_rank
 from kvplan.errors import KvplanError
 from kvplan.formulas.weights import resolve_weights_dtype
@@ -600,6 +605,7 @@ def sglang_compressed_allocation(
         )
     notes = [
         *spec.source_notes,
+        *compute_capability_notes(gpu),
         *([too_long] if too_long else []),
         *dtype_notes,
         note(
@@ -665,7 +671,12 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         spec, "sglang", request.max_model_len, request.allow_long_max_model_len
     )
     dtype, dtype_notes = sglang_model_dtype(spec, request.dtype)
-    notes = [*spec.source_notes, *([too_long] if too_long else []), *dtype_notes]
+    notes = [
+        *spec.source_notes,
+        *compute_capability_notes(gpu),
+        *([too_long] if too_long else []),
+        *dtype_notes,
+    ]
     spec = spec._replace(dtype=dtype)
     version, _ = sglang_release(request.sglang_version)
     moe_backend_name("sglang", request.backends.moe_runner_backend, version)
