@@ -245,6 +245,38 @@ def test_the_mtp_draft_head_runs_over_the_group_and_gathers_its_logits(sglang):
     assert draft.terms_s["comm_s"] == pytest.approx(layers[4] + head, rel=1e-12)
 
 
+def test_the_draft_runs_on_the_rows_the_graphs_pad_to(sglang):
+    """Under CUDA graphs SGLang's EAGLE draft runners pad as the target's does
+    (speculative/eagle_draft_cuda_graph_runner.py: every rank's global_num_tokens and
+    global_num_tokens_for_logprob set to the graph's batch x topk, gathered MAX_LEN;
+    eagle_draft_extend_cuda_graph_runner.py: batch x (k + 1) tokens, the batch's rows to the
+    head). Ranks of 5 and 1 decodes and six idle replay graph size 8 (Engine.lockstep_batch: 64
+    sequences, padded): each MTP draft forward (topk 1) runs the head and its logits gather on
+    8 x 8 = 64 rows, not on 8 x 5 = 40; the draft extend its layers on 64 x 2 tokens. The
+    step and a decode span price their drafts so."""
+    from kvplan.simulate.speculative import SpecDecode, Speculation, SpeculativeStepModel
+
+    mtp = SpecDecode("mtp", 1, 1, 2, None)
+    model = SpeculativeStepModel(
+        sglang, Speculation(mtp, 1.8, "length", None, 1, 0.0, 0.0, 1), None
+    )
+    draft = model.draft_step(5, 5000.0, False, 64, True)
+    layers = sglang._forward(BatchShape(5, 5000.0, (), 5), model.share, 64, 1, True, 64)
+    gather = sglang.logits_gather_s(5, 64, 64)
+    assert gather > sglang.logits_gather_s(5, None, 40) == sglang.logits_gather_s(5)
+    assert draft.terms_s["comm_s"] == pytest.approx(layers[4] + gather, rel=1e-12)
+    assert draft.terms_s["weights_s"] == pytest.approx(layers[0] + model._head_s(5, 64), rel=1e-12)
+    first = model.draft_step(5, 5000.0, True, 64, True)
+    extend = sglang._forward(BatchShape(5, 5000.0, (), 5), model.share, 128, 2, True, 64)
+    assert first.terms_s["comm_s"] == pytest.approx(extend[4] + gather, rel=1e-12)
+    step = model.step(BatchShape(5, 5000.0, (), 5), 64, 1, True, 64)
+    verify = sglang.step(BatchShape(5, 5000.0, (), 10), 128, 2, True, 128)
+    e = model.speculation.tokens_per_round
+    assert step.total_s == pytest.approx((first.total_s + verify.total_s) / e, rel=1e-12)
+    times, _ = model.decode_span_s(5, [5000.0], 1, 64, True)
+    assert times[0] == pytest.approx(step.total_s, rel=1e-12)
+
+
 def test_memory_defaults_and_weights_under_dp_attention():
     """server_args (0.5) with --tp 8 --dp-size 8 --enable-dp-attention on an H200: the bucket of
     the server's --tp 8 (chunked prefill 8,192, cuda_graph_max_bs 512), reserved 512 + 8,192 x
