@@ -571,6 +571,9 @@ INVOCATIONS: dict[str, Invocation] = {
     "simulate sglang gpt-oss": cli(
         "simulate", "gpt-oss-20b", "--gpu", "a100", "--engine", "sglang", *SMALL
     ),
+    "simulate sglang gpt-oss sm120": cli(
+        "simulate", "gpt-oss-20b", "--gpu", "rtx-pro-6000", "--engine", "sglang", *SMALL
+    ),
     "simulate sglang kimi": cli(
         "simulate", "kimi-k2.5", "--gpu", "h200", "--tp", "8", "--engine", "sglang", *SMALL
     ),
@@ -1002,6 +1005,7 @@ SOURCES: dict[str, str] = {
     "sim-weak-sglang": "simulate sglang",
     "sim-weak-detokenizer": "simulate sglang kimi",
     "sim-weak-gpt-oss-sglang": "simulate sglang gpt-oss",
+    "sim-gpt-oss-sm120-kernel": "simulate sglang gpt-oss sm120",
     "sliding-held": "size untied wrapper",
     "state-fixed": "size mamba2",
     "structure-read": "size unknown family",
