@@ -80,6 +80,8 @@ def _write_inputs(d: Path) -> None:
     h100 = (REPO / "hardware_profiles/h100-sxm.yaml").read_text()
     assert "gpus_per_node: 8" in h100
     (d / "no-node.yaml").write_text(h100.replace("gpus_per_node: 8", ""))
+    assert '\ncompute_capability: "9.0"' in h100
+    (d / "no-cc.yaml").write_text(h100.replace('\ncompute_capability: "9.0"', "\n"))
     _write_ggufs(d)
     _write_checkpoint(d / "ckpt")
 
@@ -385,6 +387,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "8k",
         "--disable-hybrid-kv-cache-manager",
     ),  # fmt: skip
+    "vllm no compute capability": cli("engine", "llama-3.1-8b", "--gpu", "{d}/no-cc.yaml"),
     "vllm fp32 config": cli("engine", "{d}/fp32.json", "--engine", "vllm", "--gpu", "h100"),
     "vllm long max-model-len": cli(
         "engine",
@@ -567,6 +570,9 @@ INVOCATIONS: dict[str, Invocation] = {
     "simulate dsa": cli("simulate", "deepseek-v3.2", "--gpu", "h200", "--tp", "8", *SMALL),
     "simulate sglang gpt-oss": cli(
         "simulate", "gpt-oss-20b", "--gpu", "a100", "--engine", "sglang", *SMALL
+    ),
+    "simulate sglang gpt-oss sm120": cli(
+        "simulate", "gpt-oss-20b", "--gpu", "rtx-pro-6000", "--engine", "sglang", *SMALL
     ),
     "simulate sglang kimi": cli(
         "simulate", "kimi-k2.5", "--gpu", "h200", "--tp", "8", "--engine", "sglang", *SMALL
@@ -848,6 +854,7 @@ SOURCES: dict[str, str] = {
     "distributed-send": "measure distributed gloo",
     "distributed-sizes": "measure distributed gloo",
     "dp-attention": "report deepseek-v3.2",
+    "engine-compute-capability": "vllm no compute capability",
     "engine-dtype-cast": "vllm fp16 pp2 0.21",
     "engine-dtype-downcast": "vllm fp32 config",
     "engine-default-length": "simulate measured moe",
@@ -998,6 +1005,7 @@ SOURCES: dict[str, str] = {
     "sim-weak-sglang": "simulate sglang",
     "sim-weak-detokenizer": "simulate sglang kimi",
     "sim-weak-gpt-oss-sglang": "simulate sglang gpt-oss",
+    "sim-gpt-oss-sm120-kernel": "simulate sglang gpt-oss sm120",
     "sliding-held": "size untied wrapper",
     "state-fixed": "size mamba2",
     "structure-read": "size unknown family",

@@ -11,7 +11,7 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.roofline import ridge_flop_per_byte
 from kvplan.inputs.hardware import bundled_profiles, load_profile
 
-from helpers import run_cli, run_json
+from helpers import REPO, run_cli, run_json
 
 REQUIRED = [
     "h100-sxm",
@@ -151,6 +151,13 @@ def test_user_yaml_numbers_are_coerced(tmp_path):
         (GOOD + "interconnect: {name: x, bandwidth_bytes_per_s: 1e-9}\n", "between 1e+06"),
         ("!!python/object/apply:os.system ['true']\n", "invalid YAML"),
         (GOOD.replace("name: Test GPU", "name: !!python/name:os.system"), "invalid YAML"),
+        # issue 34: the compute capability is data, checked as any figure is
+        (GOOD + "vendor: NVIDIA\ncompute_capability: 9\n", "must be MAJOR.MINOR"),
+        (GOOD + "vendor: NVIDIA\ncompute_capability: hopper\n", "must be MAJOR.MINOR"),
+        (GOOD + "vendor: NVIDIA\ncompute_capability: '9.0.1'\n", "must be MAJOR.MINOR"),
+        (GOOD + "vendor: NVIDIA\ncompute_capability: [9, 0]\n", "must be MAJOR.MINOR"),
+        (GOOD + "vendor: NVIDIA\ncompute_capability: '0.5'\n", "must be MAJOR.MINOR"),
+        (GOOD + "vendor: AMD\ncompute_capability: '9.4'\n", "only an NVIDIA profile"),
     ],
 )
 def test_bad_yaml_is_refused(tmp_path, text, needle):
@@ -287,3 +294,57 @@ def test_the_package_data_ships_the_compiled_profiles():
         if line.startswith('"kvplan.hardware_profiles" =')
     )
     assert '"bundled.json"' in line.partition("#")[0]
+
+
+# NVIDIA's CUDA GPUs table (developer.nvidia.com/cuda-gpus), written out here a second time so
+# that a profile edited by mistake fails: the engines pick backends by its major
+CUDA_GPUS_TABLE = {
+    "A100": (8, 0), "A10": (8, 6), "A10G": (8, 6), "RTX 3090": (8, 6), "RTX A6000": (8, 6),
+    "L4": (8, 9), "L20": (8, 9), "L40": (8, 9), "L40S": (8, 9), "RTX 4090": (8, 9),
+    "RTX 6000 Ada": (8, 9), "H100": (9, 0), "H200": (9, 0), "H20": (9, 0), "H800": (9, 0),
+    "B200": (10, 0), "GB200": (10, 0), "B300": (10, 3), "GB300": (10, 3), "RTX 5090": (12, 0),
+    "RTX PRO 6000": (12, 0),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("key", sorted(bundled_profiles()))
+def test_every_nvidia_profile_states_its_compute_capability(key):
+    profile = bundled_profiles()[key]
+    if profile.vendor != "NVIDIA":
+        assert profile.compute_capability is None
+        return
+    # the table's model the profile's name starts with, longest first (A10G before A10)
+    model = max((m for m in CUDA_GPUS_TABLE if profile.name.startswith(m)), key=len)
+    assert profile.compute_capability == CUDA_GPUS_TABLE[model], profile.name
+
+
+def test_the_backends_follow_the_profiles_compute_capability_not_its_name(tmp_path):
+    """A Hopper under a name with no "H100" in it picks Hopper's backends; one named "H100"
+    that states Ampere's capability picks Ampere's (gpu_generation read the name before)."""
+    from kvplan.engines.vllm import default_block_size, gpu_generation
+    from kvplan.inputs.sources import load_model
+
+    h100 = (REPO / "hardware_profiles/h100-sxm.yaml").read_text()
+    renamed = tmp_path / "renamed.yaml"
+    renamed.write_text(h100.replace("name: H100 SXM", "name: Lab Hopper box"))
+    ampere = tmp_path / "ampere.yaml"
+    ampere.write_text(h100.replace('compute_capability: "9.0"', 'compute_capability: "8.0"'))
+    hopper, named = load_profile(str(renamed)), load_profile(str(ampere))
+    assert (gpu_generation(hopper), gpu_generation(named)) == (9, 8)
+    spec = load_model("deepseek-v2-lite")  # MLA: FLASH_ATTN_MLA on Hopper, TRITON_MLA on Ampere
+    assert default_block_size(spec, "auto", hopper, 1) == 16
+    assert default_block_size(spec, "fp8", hopper, 1) == 64
+    assert default_block_size(spec, "fp8", named, 1) == 16  # TRITON_MLA's default block
+
+
+def test_a_profile_without_compute_capability_says_what_it_assumed(tmp_path):
+    h100 = (REPO / "hardware_profiles/h100-sxm.yaml").read_text()
+    path = tmp_path / "no-cc.yaml"
+    path.write_text(h100.replace('compute_capability: "9.0"', ""))
+    assert load_profile(str(path)).compute_capability is None
+    for engine in ("vllm", "sglang"):
+        out = run_json("engine", "llama-3.1-8b", "--engine", engine, "--gpu", str(path))
+        ids = [n["id"] for n in out["notes"]]
+        assert "engine-compute-capability" in ids, (engine, ids)
+        bundled = run_json("engine", "llama-3.1-8b", "--engine", engine, "--gpu", "h100")
+        assert "engine-compute-capability" not in [n["id"] for n in bundled["notes"]]

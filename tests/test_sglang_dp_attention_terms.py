@@ -29,6 +29,8 @@ HIDDEN, VOCAB, LAYERS = 7168, 129_280, 61
 # DeepSeek-V3's MLP side: 3 dense MLPs of 3 x 7168 x 18432 and 58 shared experts of
 # 3 x 7168 x 2048 parameters; its head 129,280 x 7168 (bf16 in the fp8 checkpoint)
 MLP_PARAMS = 3 * 3 * HIDDEN * 18432 + 58 * 3 * HIDDEN * 2048
+# the 58 MoE layers' routers (MoEGate: 256 experts x 7168, bf16), replicated on every GPU
+ROUTER_PARAMS = 58 * 256 * HIDDEN
 HEAD_PARAMS = VOCAB * HIDDEN
 
 
@@ -123,10 +125,11 @@ def test_head_collectives_of_a_lockstep_step(sglang, vllm_rule):
 
 
 def test_mlps_and_head_run_over_the_whole_group(sglang, vllm_rule):
-    """The dense MLPs, shared experts and head split over the 8 GPUs (weights and FLOPs / 8) on
-    the gathered rows, the attention at its own TP 1 on the rank's own rows: one rank reads 7/8
-    of the MLPs' fp8 weights (3,743,416,320 parameters and their block scales) and of the bf16
-    head's 1,853,358,080 B less than under vLLM's rule at the same layout."""
+    """The dense MLPs, shared experts and head split over the 8 GPUs (weights and FLOPs / 8) and
+    the routers whole on every GPU, all on the gathered rows, the attention at its own TP 1 on
+    the rank's own rows: one rank reads 7/8 of the MLPs' fp8 weights (3,743,416,320 parameters
+    and their block scales) and of the bf16 head's 1,853,358,080 B less than under vLLM's rule
+    at the same layout."""
     m, v = sglang, vllm_rule
     assert (m.group_tp, v.group_tp) == (8, 1)
     coef = m.coefficients
@@ -135,11 +138,24 @@ def test_mlps_and_head_run_over_the_whole_group(sglang, vllm_rule):
     saved = v.weights_bytes(5, 6)[0] - m.weights_bytes(5, 6)[0]
     assert saved == pytest.approx(7 / 8 * (coef.mlp_bytes + coef.head_bytes), rel=1e-12)
     assert m.weights_bytes(5, 6)[1] == v.weights_bytes(5, 6)[1]  # the routed experts' alike
-    # FLOPs: the MLPs' 2 per parameter per gathered token over 8 GPUs, the head's per sampled row
-    assert m.mlp_flop_per_gathered_token == pytest.approx(2 * MLP_PARAMS / 8, rel=1e-3)
+    assert coef.router_bytes == pytest.approx(2 * ROUTER_PARAMS, rel=1e-3)  # bf16, whole
+    # FLOPs: the MLPs' 2 per parameter per gathered token over 8 GPUs, the routers' 2 per
+    # parameter per gathered token on every GPU (deepseek_v2.py MoEGate: F.linear of the
+    # gathered hidden states with the whole weight), the head's per sampled row
+    assert m.mlp_flop_per_gathered_token == pytest.approx(
+        2 * MLP_PARAMS / 8 + 2 * ROUTER_PARAMS, rel=1e-3
+    )
     assert v.mlp_flop_per_gathered_token == 0.0
     assert v.dense_flop_per_token - m.dense_flop_per_token == pytest.approx(
-        2 * MLP_PARAMS, rel=1e-3
+        2 * (MLP_PARAMS + ROUTER_PARAMS), rel=1e-3
+    )
+    # a step of 5 own tokens among 40 gathered: the routers' FLOPs on the 40
+    own, gathered = 5, 40
+    flops_m = m.dense_flop_per_token * own + m.mlp_flop_per_gathered_token * gathered
+    flops_v = v.dense_flop_per_token * own
+    assert flops_m - flops_v == pytest.approx(
+        2 * (MLP_PARAMS / 8 + ROUTER_PARAMS) * gathered - 2 * (MLP_PARAMS + ROUTER_PARAMS) * own,
+        rel=1e-3,
     )
     assert m.head_flop_per_sample == 2 * HEAD_PARAMS / 8
     assert v.head_flop_per_sample == 2 * HEAD_PARAMS
@@ -227,6 +243,38 @@ def test_the_mtp_draft_head_runs_over_the_group_and_gathers_its_logits(sglang):
     head = sglang.logits_gather_s(5, None, 40)
     assert head == sglang.logits_gather_s(5)  # 8 ranks x 5 rows by default
     assert draft.terms_s["comm_s"] == pytest.approx(layers[4] + head, rel=1e-12)
+
+
+def test_the_draft_runs_on_the_rows_the_graphs_pad_to(sglang):
+    """Under CUDA graphs SGLang's EAGLE draft runners pad as the target's does
+    (speculative/eagle_draft_cuda_graph_runner.py: every rank's global_num_tokens and
+    global_num_tokens_for_logprob set to the graph's batch x topk, gathered MAX_LEN;
+    eagle_draft_extend_cuda_graph_runner.py: batch x (k + 1) tokens, the batch's rows to the
+    head). Ranks of 5 and 1 decodes and six idle replay graph size 8 (Engine.lockstep_batch: 64
+    sequences, padded): each MTP draft forward (topk 1) runs the head and its logits gather on
+    8 x 8 = 64 rows, not on 8 x 5 = 40; the draft extend its layers on 64 x 2 tokens. The
+    step and a decode span price their drafts so."""
+    from kvplan.simulate.speculative import SpecDecode, Speculation, SpeculativeStepModel
+
+    mtp = SpecDecode("mtp", 1, 1, 2, None)
+    model = SpeculativeStepModel(
+        sglang, Speculation(mtp, 1.8, "length", None, 1, 0.0, 0.0, 1), None
+    )
+    draft = model.draft_step(5, 5000.0, False, 64, True)
+    layers = sglang._forward(BatchShape(5, 5000.0, (), 5), model.share, 64, 1, True, 64)
+    gather = sglang.logits_gather_s(5, 64, 64)
+    assert gather > sglang.logits_gather_s(5, None, 40) == sglang.logits_gather_s(5)
+    assert draft.terms_s["comm_s"] == pytest.approx(layers[4] + gather, rel=1e-12)
+    assert draft.terms_s["weights_s"] == pytest.approx(layers[0] + model._head_s(5, 64), rel=1e-12)
+    first = model.draft_step(5, 5000.0, True, 64, True)
+    extend = sglang._forward(BatchShape(5, 5000.0, (), 5), model.share, 128, 2, True, 64)
+    assert first.terms_s["comm_s"] == pytest.approx(extend[4] + gather, rel=1e-12)
+    step = model.step(BatchShape(5, 5000.0, (), 5), 64, 1, True, 64)
+    verify = sglang.step(BatchShape(5, 5000.0, (), 10), 128, 2, True, 128)
+    e = model.speculation.tokens_per_round
+    assert step.total_s == pytest.approx((first.total_s + verify.total_s) / e, rel=1e-12)
+    times, _ = model.decode_span_s(5, [5000.0], 1, 64, True)
+    assert times[0] == pytest.approx(step.total_s, rel=1e-12)
 
 
 def test_memory_defaults_and_weights_under_dp_attention():

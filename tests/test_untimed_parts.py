@@ -324,3 +324,27 @@ def test_sglang_before_blackwell_runs_an_mxfp4_moe_no_table_times(gpu, timed):
     and Marlin, so the experts stay untimed; on a B200 its rows time FlashInfer's kernel."""
     parts = _parts("openai/gpt-oss-20b", gpu, engine="sglang")
     assert any(p.startswith("the mxfp4 fused MoE") for p in parts) is not timed
+
+
+@pytest.mark.parametrize(
+    ("version", "timed"),
+    [("0.5.13", False), ("0.5.14", True), ("0.5.16", True), ("0.5.17", False), ("0.5", False)],
+)
+def test_sglang_on_sm120_runs_the_rows_marlin_moe_only_from_0_5_14_to_0_5_16(version, timed):
+    """The RTX PRO 6000's SGLang rows (aiconfigurator-core, 0.5.14) time the Marlin MXFP4 MoE
+    that SGLang picks for gpt-oss on SM120 from 0.5.14 (PR #28231; triton_kernels' matmul_ogs
+    before, and at a bare 0.5, April 2026's main) until FlashInfer's CUTLASS MXFP4 MoE replaced
+    it after 0.5.16 (PR #32668): elsewhere the experts stay untimed, and a note says which
+    kernel runs."""
+    from kvplan.plans.simulate import SimulateRequest, simulate
+    from kvplan.simulate.workload import WorkloadSpec
+
+    parts = _parts("openai/gpt-oss-20b", "rtx-pro-6000", engine="sglang", sglang_version=version)
+    assert any(p.startswith("the mxfp4 fused MoE") for p in parts) is not timed
+    request = SimulateRequest(
+        serve=ServeOptions(engine="sglang", sglang_version=version),
+        workload=WorkloadSpec(num_prompts=4, input_len=64, output_len=4),
+    )
+    spec = load_model("openai/gpt-oss-20b", checkpoint=False)
+    result = simulate(spec, load_profile("rtx-pro-6000"), request)
+    assert ("sim-gpt-oss-sm120-kernel" in {n.id for n in result.notes}) is not timed

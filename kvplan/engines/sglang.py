@@ -29,7 +29,12 @@ from kvplan.engines.request import EngineRequest
 from kvplan.engines.sglang_compressed import KV_CACHE_DTYPES as DSV4_KV_CACHE_DTYPES
 from kvplan.engines.sglang_compressed import PAGE_SIZE as DSV4_PAGE_SIZE
 from kvplan.engines.sglang_compressed import Dsv4Pools, dsv4_pools
-from kvplan.engines.vllm import DTYPES, gpu_generation, indexer_bytes_per_token
+from kvplan.engines.vllm import (
+    DTYPES,
+    compute_capability_notes,
+    gpu_generation,
+    indexer_bytes_per_token,
+)
 from kvplan.engines.vllm_memory import mxfp4_alignment, weights_per_rank
 from kvplan.errors import KvplanError
 from kvplan.formulas.weights import resolve_weights_dtype
@@ -600,6 +605,7 @@ def sglang_compressed_allocation(
         )
     notes = [
         *spec.source_notes,
+        *compute_capability_notes(gpu),
         *([too_long] if too_long else []),
         *dtype_notes,
         note(
@@ -665,7 +671,12 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         spec, "sglang", request.max_model_len, request.allow_long_max_model_len
     )
     dtype, dtype_notes = sglang_model_dtype(spec, request.dtype)
-    notes = [*spec.source_notes, *([too_long] if too_long else []), *dtype_notes]
+    notes = [
+        *spec.source_notes,
+        *compute_capability_notes(gpu),
+        *([too_long] if too_long else []),
+        *dtype_notes,
+    ]
     spec = spec._replace(dtype=dtype)
     version, _ = sglang_release(request.sglang_version)
     moe_backend_name("sglang", request.backends.moe_runner_backend, version)
@@ -893,6 +904,34 @@ def gpt_oss_below_blackwell(spec: ModelSpec, gpu) -> bool:
     from kvplan.engines.vllm import gpu_generation
 
     return spec.model_type == GPT_OSS_MODEL_TYPE and gpu_generation(gpu) < 10
+
+
+# gpt-oss's MXFP4 experts on SM120 (RTX PRO 6000, RTX 5090) under --moe-runner-backend auto
+# (server_args.py _handle_model_specific_adjustments, GptOssForCausalLM): triton_kernels'
+# matmul_ogs through 0.5.13 (its SM120 branch set "triton_kernel"); Marlin from 0.5.14 (PR
+# #28231 "Use Marlin for SM120 MXFP4 MoE", merged 2026-06-15, two days after 0.5.13's release),
+# the kernel aiconfigurator-core's SGLang 0.5.14 rows time on SM120 (collector/cases/base_ops/
+# moe.yaml: w4a16_mxfp4 120: marlin, "server_args.py:3876-3887"); FlashInfer's CUTLASS MXFP4 MoE
+# from PR #32668 (opened 2026-07-28, after 0.5.16's release of 2026-07-26), so in 0.5.17 or
+# 0.5.18: the releases up to 0.5.16 are the last known to run Marlin
+SM120_MARLIN_MXFP4_FROM = 14
+SM120_MARLIN_MXFP4_LAST = 16
+
+
+def gpt_oss_sm120_other_kernel(spec: ModelSpec, gpu, version: str) -> bool:
+    """gpt-oss on an SM120 GPU under an SGLang release that does not run the Marlin MXFP4 MoE
+    its kernel tables' rows time there (SM120_MARLIN_MXFP4_FROM to _LAST): triton_kernels'
+    matmul_ogs before, FlashInfer's CUTLASS MXFP4 MoE after; a bare 0.5 (April 2026's main, the
+    rules kvplan models for it) ran triton_kernels (note sim-gpt-oss-sm120-kernel)."""
+    from kvplan.engines.vllm import gpu_generation
+
+    if spec.model_type != GPT_OSS_MODEL_TYPE or gpu_generation(gpu) != 12:
+        return False
+    release, nearest = sglang_release(version)
+    patch = sglang_patch(version)
+    if release != "0.5" or nearest or patch is None:
+        return True
+    return not SM120_MARLIN_MXFP4_FROM <= patch <= SM120_MARLIN_MXFP4_LAST
 
 
 def gpt_oss_one_pool(spec: ModelSpec, attention: SglangAttention, version: str) -> bool:

@@ -604,18 +604,28 @@ def mxfp4_moe_rows_run(gpu: GpuProfile, version: str) -> bool:
     return gpu_generation(gpu) != 9 or _release_patch(version) >= OAI_TRITON_MXFP4_FROM
 
 
+# the compute-capability major assumed for an NVIDIA profile that states none (a user's file):
+# Ampere/Ada's, the one whose backends every NVIDIA GPU since the A100 runs (FLASH_ATTN,
+# TRITON_MLA, Marlin and Triton MoE; no FlashMLA, FlashInfer TRT-LLM or FP8 tensor-core path)
+ASSUMED_CUDA_MAJOR = 8
+
+
 def gpu_generation(gpu: GpuProfile) -> int:
-    """The CUDA compute-capability major vLLM picks backends by (0: not an NVIDIA GPU)."""
-    name = gpu.name.upper()
-    if gpu.vendor.upper() != "NVIDIA":
+    """The CUDA compute-capability major vLLM and SGLang pick backends by: the profile's
+    compute_capability (0: not an NVIDIA GPU; ASSUMED_CUDA_MAJOR where an NVIDIA profile states
+    none, which compute_capability_notes says)."""
+    if gpu.vendor != "NVIDIA":
         return 0
-    if any(tag in name for tag in ("B200", "B300", "GB200", "GB300")):
-        return 10
-    if any(tag in name for tag in ("H100", "H200", "H20", "H800", "GH200")):
-        return 9
-    if "RTX 50" in name or "PRO 6000" in name:
-        return 12
-    return 8
+    if gpu.compute_capability is None:
+        return ASSUMED_CUDA_MAJOR
+    return gpu.compute_capability[0]
+
+
+def compute_capability_notes(gpu: GpuProfile) -> list[Note]:
+    """The engine-compute-capability note where gpu_generation assumed a major."""
+    if gpu.vendor == "NVIDIA" and gpu.compute_capability is None:
+        return [note("engine-compute-capability", gpu=gpu.name, major=ASSUMED_CUDA_MAJOR)]
+    return []
 
 
 def model_dtype(spec: ModelSpec, dtype: str, gpu: GpuProfile) -> tuple[str, list[Note]]:
@@ -838,6 +848,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     )
     notes = [
         *spec.source_notes,
+        *compute_capability_notes(gpu),
         note("vllm-rules", version=request.vllm_version),
         *([too_long] if too_long else []),
         *dtype_notes,
@@ -1112,6 +1123,7 @@ def compressed_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineReque
     fits = alloc.required_bytes <= check
     notes = [
         *spec.source_notes,
+        *compute_capability_notes(gpu),
         note("vllm-rules", version=request.vllm_version),
         *([too_long] if too_long else []),
         *dtype_notes,

@@ -557,9 +557,14 @@ class StepModel:
         grouped = self.group_tp != tp
         self.head_flop_per_sample = coef.head_flop_per_sample / self.group_tp
         moved_flops = coef.mlp_flop_per_token if grouped else 0.0
-        self.dense_flop_per_token = (coef.dense_flop_per_token - moved_flops) / tp
-        self.mlp_flop_per_gathered_token = moved_flops / self.group_tp
+        # the MoE router too runs on the gathered rows, and whole on every GPU of the group
+        # (sglang/srt/models/deepseek_v2.py: MoEGate is one unsharded (experts x hidden) weight,
+        # applied in forward_normal to the hidden states the communicator gathered)
+        router_flops = coef.router_flop_per_token if grouped else 0.0
+        self.dense_flop_per_token = (coef.dense_flop_per_token - moved_flops - router_flops) / tp
+        self.mlp_flop_per_gathered_token = moved_flops / self.group_tp + router_flops
         self.group_dense_bytes = coef.mlp_bytes + coef.head_bytes if grouped else 0.0
+        self.group_router_bytes = coef.router_bytes if grouped else 0.0
         self.expert_flop_per_token = coef.expert_flop_per_token / self.moe_ranks
         self.groups = list(coef.groups)
         self.state_bytes_per_sequence = coef.state_bytes_per_sequence
@@ -623,7 +628,7 @@ class StepModel:
         input embedding is a lookup of the tokens' rows, MoE layers read the experts touched by
         `gathered_tokens` (None: dp x num_tokens), this rank's 1/moe_ranks of them (uniform
         routing: the expected touched experts among the ones it holds); under SGLang's DP
-        attention the MLPs' and the head's 1/group_tp."""
+        attention the MLPs' and the head's 1/group_tp, and every router whole (replicated)."""
         moe_tokens = self._gathered(num_tokens, gathered_tokens)
         # keyed by the tokens alone where the MoE layers see the step's own (no DP attention)
         key = num_tokens if moe_tokens == num_tokens else (num_tokens, moe_tokens)
@@ -634,11 +639,12 @@ class StepModel:
             dense = (
                 coef.dense_bytes
                 - self.group_dense_bytes
+                - self.group_router_bytes
                 + min(num_tokens, self.spec.vocab_size) * coef.embedding_row_bytes
             )
             touched = moe.expected_experts_touched(moe_tokens) if moe is not None else 0.0
             cached = (
-                dense / self.tp + self.group_dense_bytes / self.group_tp,
+                dense / self.tp + self.group_dense_bytes / self.group_tp + self.group_router_bytes,
                 touched * coef.expert_bytes_per_touched / self.moe_ranks,
             )
             self._weights[key] = cached
@@ -1765,6 +1771,9 @@ class _Coefficients(NamedTuple):
     mlp_bytes: float
     mlp_flop_per_token: float
     head_bytes: float
+    # of dense_bytes and dense_flop_per_token, the MoE routers' (one replicated gate a layer)
+    router_bytes: float
+    router_flop_per_token: float
 
 
 # its coefficients depend on the model, the formats, tp and the indexer alone: kept per spec
@@ -1802,7 +1811,7 @@ def _sum_ops(
     state_dtypes: tuple[str, str] | None,
 ) -> _Coefficients:
     dense_bytes = row_bytes = expert_bytes = dense_flops = head_flops = expert_flops = 0.0
-    mlp_bytes = mlp_flops = head_bytes = 0.0
+    mlp_bytes = mlp_flops = head_bytes = router_bytes = router_flops = 0.0
     whole = step_ops(
         spec,
         weights_dtype,
@@ -1832,6 +1841,9 @@ def _sum_ops(
                 if op.name in MLP_OPS:
                     mlp_bytes += count * op.weight_bytes
                     mlp_flops += count * (op.flops + op.elementwise_flops)
+                elif op.name == "router":
+                    router_bytes += count * op.weight_bytes
+                    router_flops += count * (op.flops + op.elementwise_flops)
     if spec.moe is not None:
         expert_bytes /= spec.moe.expected_experts_touched(1)
     # one decode at one cached token and one one-token chunk: per cached key
@@ -1920,6 +1932,8 @@ def _sum_ops(
         mlp_bytes,
         mlp_flops,
         head_bytes,
+        router_bytes,
+        router_flops,
     )
 
 

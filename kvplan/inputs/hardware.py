@@ -90,6 +90,10 @@ class GpuProfile(NamedTuple):
     # the GPU's link to host memory (PCIe generation and lanes, as its datasheet states them):
     # what vLLM V0's swap preemption copies blocks over (None: the profile states none)
     host_link: Interconnect | None = None
+    # CUDA compute capability (major, minor) from NVIDIA's CUDA GPUs table: what vLLM and SGLang
+    # pick attention and MoE backends by; None: the profile states none (not NVIDIA, or a
+    # user's profile without the field: kvplan.engines.vllm.gpu_generation assumes one, noted)
+    compute_capability: tuple[int, int] | None = None
 
     @property
     def device_vendor(self) -> str:
@@ -314,7 +318,30 @@ def parse_profile(data: object, source: str, key: str = "") -> GpuProfile:
         memory_configurations=_configurations(data, source),
         kernel_tables=parse_field(data.get("kernel_tables"), source),
         host_link=_link(data, "host_link", source),
+        compute_capability=_compute_capability(data, source),
     )
+
+
+# CUDA compute capabilities run from 1.0 (Tesla) to 12.x (Blackwell sm_120): a major past this is
+# a typo, not a GPU
+MAX_CUDA_MAJOR = 99
+
+
+def _compute_capability(data: dict, source: str) -> tuple[int, int] | None:
+    """`compute_capability: "9.0"` (NVIDIA's CUDA GPUs table), an NVIDIA profile's only."""
+    value = data.get("compute_capability")
+    if value is None:
+        return None
+    if _vendor(_text(data, "vendor", source, limit=100)) != "NVIDIA":
+        raise KvplanError(f"{source}: compute_capability is CUDA's; only an NVIDIA profile has one")
+    text = clean(str(value)).strip()[:20] if isinstance(value, (str, int, float)) else ""
+    match = re.fullmatch(r"([0-9]{1,2})\.([0-9])", text)
+    if isinstance(value, bool) or not match or not 1 <= int(match[1]) <= MAX_CUDA_MAJOR:
+        raise KvplanError(
+            f"{source}: compute_capability must be MAJOR.MINOR as NVIDIA's CUDA GPUs table "
+            f"gives it (9.0, 8.9, 12.0), got {text or type(value).__name__!r}"
+        )
+    return int(match[1]), int(match[2])
 
 
 def _configurations(data: dict, source: str) -> tuple[MemoryConfiguration, ...]:

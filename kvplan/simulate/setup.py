@@ -775,14 +775,18 @@ def other_mxfp4_kernel(spec, gpu, options) -> bool:
     """Whether the engine runs another MXFP4 fused-MoE kernel on this GPU than the tables'
     w4a16_mxfp4 rows time, so the rows' curves and floors (`moe_mxfp4*`) do not apply and
     gpt-oss's experts stay untimed (StepModel.untimed_parts): vLLM on Hopper before 0.11.1
-    (Marlin, not OpenAI's Triton kernels: kvplan.engines.vllm.mxfp4_moe_rows_run), and SGLang
+    (Marlin, not OpenAI's Triton kernels: kvplan.engines.vllm.mxfp4_moe_rows_run), SGLang
     before Blackwell (triton_kernels' matmul_ogs, where its rows time its own Triton fused MoE
-    and Marlin: kvplan.engines.sglang.gpt_oss_below_blackwell, note sim-weak-gpt-oss-sglang)."""
-    from kvplan.engines.sglang import gpt_oss_below_blackwell
+    and Marlin: kvplan.engines.sglang.gpt_oss_below_blackwell, note sim-weak-gpt-oss-sglang),
+    and SGLang on SM120 outside the releases that run the Marlin MoE its rows time there
+    (kvplan.engines.sglang.gpt_oss_sm120_other_kernel, note sim-gpt-oss-sm120-kernel)."""
+    from kvplan.engines.sglang import gpt_oss_below_blackwell, gpt_oss_sm120_other_kernel
     from kvplan.engines.vllm import mxfp4_moe_rows_run
 
     if options.engine == "sglang":
-        return gpt_oss_below_blackwell(spec, gpu)
+        return gpt_oss_below_blackwell(spec, gpu) or gpt_oss_sm120_other_kernel(
+            spec, gpu, options.sglang_version
+        )
     return not mxfp4_moe_rows_run(gpu, options.vllm_version)
 
 

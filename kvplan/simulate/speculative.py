@@ -427,19 +427,29 @@ class SpeculativeStepModel:
         return twin
 
     # ---- the draft --------------------------------------------------------------------------
-    def _head_s(self, num_tokens: int) -> float:
+    def _head_s(self, num_tokens: int, gathered_sampled: int | None = None) -> float:
         """The draft head over `num_tokens` sampled positions of this rank (under SGLang's DP
-        attention over the ranks' gathered rows, StepModel._gathered_sampled)."""
-        rows = self.target._gathered_sampled(num_tokens, num_tokens, None, None)
+        attention over the ranks' gathered rows, `gathered_sampled` where the step gives them:
+        StepModel._gathered_sampled)."""
+        rows = self.target._gathered_sampled(num_tokens, num_tokens, None, gathered_sampled)
         return time_floor_s(
             self.head_bytes, self.head_flop_per_token * rows, self.target.dense_rates
         )
 
-    def draft_step(self, num_decodes: int, context_sum: float, first: bool = False) -> StepTime:
+    def draft_step(
+        self,
+        num_decodes: int,
+        context_sum: float,
+        first: bool = False,
+        gathered: int | None = None,
+        padded: bool = False,
+    ) -> StepTime:
         """One draft forward (GPU terms; n-gram: host work): over the decodes' topk branches,
         or (`first`) the round's first, over the k + 1 positions the verification just settled
         (vLLM's EAGLE/draft proposers and SGLang's draft extend run the accepted tokens
-        through the draft before drafting on), sampling one token per sequence."""
+        through the draft before drafting on), sampling one token per sequence. `gathered`:
+        the sequences of the DP-attention step across its ranks (a lockstep step's, padded
+        under CUDA graphs; None: dp x this rank's), `padded` its MAX_LEN gather (_draft_rows)."""
         method = self.speculation.request.method
         if method == "ngram":
             host = self.target.host.per_request_s * num_decodes / self.k
@@ -447,17 +457,34 @@ class SpeculativeStepModel:
         shape, queries = self._draft_shape(num_decodes, context_sum, first)
         if self.draft is not None:
             return _gpu_only(_with(self.draft.step(shape, None, queries), sampler_s=0.0))
+        tokens, sampled = self._draft_rows(gathered, first)
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = self.target._forward(
-            shape, self.share, None, queries
+            shape, self.share, tokens, queries, padded and tokens is not None, sampled
         )
-        weights_s += self._head_s(shape.num_sampled)
+        weights_s += self._head_s(shape.num_sampled, sampled)
         # the draft's logits gathered as the target's are (EAGLE's draft forward runs the
         # LogitsProcessor: the TP all-gather, under SGLang's DP attention its group collectives)
-        comm_s += self.target.logits_gather_s(shape.num_sampled)
+        comm_s += self.target.logits_gather_s(shape.num_sampled, tokens, sampled)
         gpu = weights_s + matmul_s + kv_read_s + attention_s + comm_s + launch_s
         return engine_step_time(
             weights_s, matmul_s, kv_read_s, attention_s, 0, comm_s, launch_s, 0, gpu
         )
+
+    def _draft_rows(self, gathered: int | None, first: bool) -> tuple[int | None, int | None]:
+        """(tokens, sampled rows) of a draft forward of the target's layers across SGLang's
+        DP-attention ranks, from the step's `gathered` sequences (None: the defaults of
+        StepModel._gathered): per sequence, topk tokens each sampled, or (`first`, the draft
+        extend) k + 1 tokens and one sampled. Under CUDA graphs the draft runners pad as the
+        target's does: eagle_draft_cuda_graph_runner.py sets every rank's global_num_tokens
+        and global_num_tokens_for_logprob to the graph's batch x topk (draft extend: x k + 1
+        and the batch, eagle_draft_extend_cuda_graph_runner.py), gathered MAX_LEN
+        (DpPaddingMode.get_default_mode_in_cuda_graph): the head and its logits gather run on
+        every rank's padded rows, not on the sequences the ranks hold."""
+        if gathered is None or not self.target.dp_gather_full:
+            return None, None
+        if first:
+            return gathered * self.queries, gathered
+        return gathered * self.topk, gathered * self.topk
 
     def _draft_shape(self, num_decodes: int, context_sum, first: bool):
         """(the draft forward's shape, its queries per sequence)."""
@@ -485,8 +512,11 @@ class SpeculativeStepModel:
         sampled = None if gathered_sampled is None else gathered_sampled * self.queries
         decodes = BatchShape(b, shape.decode_context_sum, (), b * self.queries)
         verify = self.target.step(decodes, gathered, self.queries, padded, sampled)
-        draft = self.draft_step(b, shape.decode_context_sum)
-        first = self.draft_step(b, shape.decode_context_sum, first=True)
+        # the draft forwards across the ranks: the step's sequences (its sampled rows, padded
+        # to the graph's batch under CUDA graphs: Engine.lockstep_batch)
+        seqs = gathered_tokens if gathered_sampled is None else gathered_sampled
+        draft = self.draft_step(b, shape.decode_context_sum, False, seqs, padded)
+        first = self.draft_step(b, shape.decode_context_sum, True, seqs, padded)
         one = _round(verify, draft, first, self.k, self.speculation.tokens_per_round)
         if not shape.prefill_chunks:
             return one
@@ -526,8 +556,10 @@ class SpeculativeStepModel:
         times, verify_kept = self.target.decode_span_s(
             num_decodes, sums, self.queries, gathered, padded
         )
-        draft_times, draft_kept = self._draft_span(num_decodes, sums, False)
-        first_times, first_kept = self._draft_span(num_decodes, sums, True)
+        draft_times, draft_kept = self._draft_span(
+            num_decodes, sums, False, gathered_tokens, padded
+        )
+        first_times, first_kept = self._draft_span(num_decodes, sums, True, gathered_tokens, padded)
         token_times = speculative_round_s(draft_times, times, k, first_times) / e
 
         def kept(n: int) -> StepTime:
@@ -537,7 +569,14 @@ class SpeculativeStepModel:
 
         return token_times, kept
 
-    def _draft_span(self, num_decodes: int, sums, first: bool):
+    def _draft_span(
+        self,
+        num_decodes: int,
+        sums,
+        first: bool,
+        gathered: int | None = None,
+        padded: bool = False,
+    ):
         """draft_step at each of a decode span's context sums: (times, an array; the terms of
         the first n, a function)."""
         import numpy as np
@@ -548,21 +587,25 @@ class SpeculativeStepModel:
         model, share = (self.draft, 1.0) if self.draft is not None else (self.target, self.share)
         shape, queries = self._draft_shape(num_decodes, 0.0, first)
         scale = 1 if first else self.topk
-        base, attention = model.span_parts(shape.num_decodes, sums * scale, queries)
-        head = 0.0 if self.draft is not None else self._head_s(shape.num_sampled)
+        tokens, sampled = self._draft_rows(gathered, first) if self.draft is None else (None, None)
+        padded = padded and tokens is not None
+        base, attention = model.span_parts(shape.num_decodes, sums * scale, queries, tokens, padded)
+        head = 0.0 if self.draft is not None else self._head_s(shape.num_sampled, sampled)
         # every term but attention is the same at any context (StepModel.span_parts); span_parts
         # samples every query position, a draft forward one per sequence: its own GEMMs and
         # logits gather here (a draft model's step, or the target's own layers as the draft,
         # draft_step, gathers its samples' logits)
-        weights_s, matmul_s = model.gemm_s(queries * shape.num_decodes, shape.num_sampled)
-        own_gather = model.logits_gather_s(shape.num_sampled)
+        weights_s, matmul_s = model.gemm_s(
+            queries * shape.num_decodes, shape.num_sampled, tokens, sampled
+        )
+        own_gather = model.logits_gather_s(shape.num_sampled, tokens, sampled)
         # the target's layers as the draft: their share scales the layers, not the head's gather
         scaled_gather, head_gather = (
             (own_gather, 0.0) if self.draft is not None else (0.0, own_gather)
         )
         comm_s = (
             base.terms_s["comm_s"]
-            - model.logits_gather_s(queries * shape.num_decodes)
+            - model.logits_gather_s(queries * shape.num_decodes, tokens)
             + scaled_gather
         )
         fixed = _gpu_only(

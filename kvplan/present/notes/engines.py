@@ -29,3 +29,11 @@ text("engine-dtype-cast")(
         "kv_cache_dtype auto stores the cache in it too."
     )
 )
+text("engine-compute-capability")(
+    lambda gpu, major: (
+        f"{gpu}'s profile states no compute_capability: the engine's attention and MoE backends "
+        f"are those it picks at compute capability {major}.x (Ampere/Ada: no FlashMLA, "
+        "FlashInfer TRT-LLM or Hopper/Blackwell kernels); add compute_capability to the profile "
+        "(NVIDIA's CUDA GPUs table) for the backends this GPU runs."
+    )
+)

@@ -463,6 +463,20 @@ text("sim-weak-gpt-oss-sglang")(
         "97 ms). Read these figures as an upper bound."
     )
 )
+text("sim-gpt-oss-sm120-kernel")(
+    lambda version, later: (
+        f"gpt-oss under SGLang {version} on an SM120 GPU (RTX PRO 6000, RTX 5090): SGLang runs "
+        "its MXFP4 experts through "
+        + (
+            "FlashInfer's CUTLASS MXFP4 MoE (PR #32668, after 0.5.16; 0.5.17 may still run Marlin)"
+            if later
+            else "triton_kernels' matmul_ogs (Marlin only from 0.5.14, PR #28231)"
+        )
+        + ", not the Marlin MoE the kernel tables time there (SGLang 0.5.14-0.5.16), so the "
+        "experts are priced by a stand-in; --engine-version 0.5.14 to 0.5.16 runs the timed "
+        "kernel."
+    )
+)
 text("sim-interval")(
     lambda evidence, calibrated, widen, parts=(): (
         (
