@@ -985,8 +985,7 @@ def _search(spec, request, config, gpus, requests, replica, price, memo, bracket
         tp=config.tp,
         pp=config.pp,
         kv_cache_dtype=config.kv_cache_dtype,
-        max_num_seqs=replica.options.max_num_seqs,
-        max_num_batched_tokens=replica.options.max_num_batched_tokens,
+        **_server_limits(request, config, replica),
         kv_cache_tokens=replica.kv_cache_tokens,
         goodput_rps=goodput,
         replicas=replicas,
@@ -1017,6 +1016,21 @@ def _search(spec, request, config, gpus, requests, replica, price, memo, bracket
         untimed_parts=replica.model.untimed_parts,
     )
     return candidate, cap, least
+
+
+def _server_limits(request: PlanRequest, config: Config, replica: Replica) -> dict[str, int]:
+    """max_num_seqs and max_num_batched_tokens as the launch command passes them. SGLang under
+    --enable-dp-attention divides both among its DP ranks (--max-running-requests in
+    tp_worker.py, --chunked-prefill-size in server_args._handle_data_parallelism), which the
+    replica ran as each rank's: the command carries the server's values, the configuration's."""
+    if request.emit == "sglang" and request.enable_dp_attention and request.data_parallel_size > 1:
+        return {
+            "max_num_seqs": config.max_num_seqs,
+            "max_num_batched_tokens": config.max_num_batched_tokens,
+        }
+    seqs, tokens = replica.options.max_num_seqs, replica.options.max_num_batched_tokens
+    assert seqs is not None and tokens is not None, "a built replica resolves both"
+    return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens}
 
 
 def _spec_flags(replica: Replica, engine: str) -> list[str] | None:
