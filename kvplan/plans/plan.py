@@ -125,6 +125,8 @@ class PlanRequest(NamedTuple):
     data_parallel_size: int = 1
     ep_size: int | None = None
     enable_dp_attention: bool = False
+    enable_dp_lm_head: bool = False  # SGLang's, under DP attention
+    moe_dense_tp_size: int | None = None  # SGLang's (1), under DP attention
     # a launch over several nodes for every configuration (kvplan.simulate.setup.node_span):
     # --nnodes, vLLM's --data-parallel-size-local; a configuration whose GPUs do not split over
     # them, or put more on a node than the profile's gpus_per_node, is ruled out
@@ -639,6 +641,10 @@ def parallel_flags(request: PlanRequest) -> str | None:
         flags.append("--enable-expert-parallel")
     if request.enable_dp_attention:
         flags.append("--enable-dp-attention")
+    if request.enable_dp_lm_head:
+        flags.append("--enable-dp-lm-head")
+    if request.moe_dense_tp_size is not None:
+        flags.append(f"--moe-dense-tp-size {request.moe_dense_tp_size}")
     if request.ep_size is not None:
         flags.append(f"--ep-size {request.ep_size}")
     if request.data_parallel_size_local is not None:
@@ -810,6 +816,8 @@ def _parallel_flags(request: PlanRequest) -> dict:
         "data_parallel_size": request.data_parallel_size,
         "ep_size": request.ep_size,
         "enable_dp_attention": request.enable_dp_attention,
+        "enable_dp_lm_head": request.enable_dp_lm_head,
+        "moe_dense_tp_size": request.moe_dense_tp_size,
         "nnodes": request.nnodes,
         "data_parallel_size_local": request.data_parallel_size_local,
     }
