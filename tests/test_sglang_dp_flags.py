@@ -160,3 +160,13 @@ def test_vllm_refuses_sglangs_flags():
         "simulate", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--enable-dp-lm-head"
     )
     one_line_error(code, err, "is SGLang's")
+
+
+def test_plan_refuses_them_before_searching():
+    base = ("plan", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--rate", "1")
+    base += ("--slo", "tpot_p99=1s", "--num-prompts", "20")
+    code, out, err = run_cli(*base, "--enable-dp-lm-head")
+    one_line_error(code, err, "--enable-dp-lm-head is SGLang's: give --emit sglang")
+    code, out, err = run_cli(*base, "--emit", "sglang", "--dp", "8", "--moe-dense-tp-size", "1")
+    one_line_error(code, err, "under --enable-dp-attention")
+    assert out == ""

@@ -690,7 +690,15 @@ def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
     sizes that divide nothing): refused before searching, with the first TP's reason."""
     if parallel_flags(request) is None:
         return
-    from kvplan.simulate.setup import launch_nodes, parallel_layout
+    from kvplan.simulate.setup import check_sglang_dp_flags, launch_nodes, parallel_layout
+
+    if request.emit != "sglang":
+        for given, flag in (
+            (request.enable_dp_lm_head, "--enable-dp-lm-head"),
+            (request.moe_dense_tp_size is not None, "--moe-dense-tp-size"),
+        ):
+            if given:
+                raise KvplanError(f"{flag} is SGLang's: give --emit sglang")
 
     launch_nodes(
         ServeOptions(engine=request.emit, **release_fields(request), **_parallel_flags(request))
@@ -699,15 +707,15 @@ def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
     first = None
     for tp in request.tps:
         try:
-            parallel_layout(
-                spec,
-                ServeOptions(
-                    tp=tp,
-                    engine=request.emit,
-                    **release_fields(request),
-                    **_parallel_flags(request),
-                ),
+            options = ServeOptions(
+                tp=tp,
+                engine=request.emit,
+                **release_fields(request),
+                **_parallel_flags(request),
             )
+            layout = parallel_layout(spec, options)
+            if request.emit == "sglang":
+                check_sglang_dp_flags(options, layout)
             return
         except KvplanError as exc:
             first = first or exc
