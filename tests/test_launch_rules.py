@@ -25,6 +25,7 @@ from kvplan.engines import EngineRequest
 from kvplan.engines.vllm import vllm_allocation
 from kvplan.inputs.hardware import load_profile as load_gpu
 from kvplan.inputs.sources import load_model
+from kvplan.plans.capacity import CapacityRequest, capacity_for_launch
 
 from helpers import run_cli
 
@@ -161,7 +162,17 @@ def test_sglang_dp_attention_gets_the_total_sglang_divides():
                 "--dp-attention", "8", "--format", "json")[1]
     )  # fmt: skip
     assert plan["dp_attention"] == 8 and plan["max_concurrency"] >= 8
-    per_rank = plan["max_concurrency"] // 8
+    # the launch carries SGLang's own pool (kvplan.plans.capacity._sglang_seats: the dense
+    # MLPs and head split over the group leave more room than the engine-free plan's vLLM rule)
+    sglang = capacity_for_launch(
+        load_model("deepseek-v3"),
+        load_gpu("h200"),
+        CapacityRequest(context_len=32768, dp_attention=8),
+        "sglang",
+        False,
+    )
+    per_rank = sglang.max_concurrency // 8
+    assert per_rank >= plan["max_concurrency"] // 8
     code, out, err = run_cli(
         "capacity", "deepseek-v3", "--gpu", "h200", "--ctx", "32k", "--dp-attention", "8",
         "--emit", "sglang",
@@ -180,7 +191,7 @@ def test_sglang_dp_attention_gets_the_total_sglang_divides():
     )  # fmt: skip
     assert code == 0, err
     _, args = parse_launch(out)
-    assert args.data_parallel_size == 8 and args.max_num_seqs == per_rank
+    assert args.data_parallel_size == 8 and args.max_num_seqs == plan["max_concurrency"] // 8
 
 
 def test_mla_launches_leave_vllm_its_backend_block():

@@ -429,3 +429,24 @@ def test_a_measured_profile_prices_a_verification_as_its_chunks():
     verify = model.step(BatchShape(4, 4 * 1001, (), 16), None, 4)  # 1,000 cached + 1 each
     chunks = model.step(BatchShape(0, 0, ((4, 1000),) * 4, 16))
     assert verify == chunks
+
+
+def test_the_cookbook_deepseek_v3_2_h800_acceptance_cannot_happen():
+    """sgl-cookbook @ 7b5bd9c0 DeepSeek-V3_2.md #L678/#L742/#L785 ran --speculative-algorithm EAGLE
+    --speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3 and
+    printed accept lengths 3.27 and 3.26. SGLang's "Accept length" (bench_serving reads the
+    server's avg_spec_accept_length) is (accepted draft tokens + 1 bonus) per request per
+    verify: with a chain of 2 draft steps at most 3 (num_draft_tokens = steps + 1 = 3 tokens
+    verified). kvplan reads the flags as SGLang does (k = 2) and refuses the figure, one line;
+    tests/data/README.md says why the runs stay refused."""
+    spec = load_model("deepseek-v3.2")
+    request = speculative.parse_sglang("EAGLE", 2, 1, 3, None, spec)
+    assert (request.method, request.num_steps, request.topk, request.verify_tokens) == (
+        "mtp",
+        2,
+        1,
+        3,
+    )
+    assert speculative.check_length(3.0, 2) == 3.0
+    with pytest.raises(KvplanError, match=r"3.27: between 1 and 3 \(k \+ 1\) for 2 drafted"):
+        speculative.check_length(3.27, 2)

@@ -102,6 +102,8 @@ SERVE_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "enable_expert_parallel": (("--enable-expert-parallel", "-ep"), ()),
     "ep_size": ((), ("--ep-size", "--expert-parallel-size")),
     "enable_dp_attention": ((), ("--enable-dp-attention",)),
+    "enable_dp_lm_head": ((), ("--enable-dp-lm-head",)),
+    "moe_dense_tp_size": ((), ("--moe-dense-tp-size",)),
     "attention_backend": (("--attention-backend",), ()),  # SGLang spells it the same
     "prefill_attention_backend": ((), ("--prefill-attention-backend",)),
     "decode_attention_backend": ((), ("--decode-attention-backend",)),

@@ -116,6 +116,18 @@ def add(app: typer.Typer) -> None:
         enable_dp_attention: bool = c.serve_option(
             "enable_dp_attention", False, "SGLang: attention data-parallel over --dp-size."
         ),
+        enable_dp_lm_head: bool = c.serve_option(
+            "enable_dp_lm_head",
+            False,
+            "SGLang, with --enable-dp-attention: the vocab-parallel head over each rank's attention TP group on its own rows (no gather over the group).",
+        ),
+        moe_dense_tp_size: int = c.serve_option(
+            "moe_dense_tp_size",
+            None,
+            "SGLang, with --enable-dp-attention at --dp-size = --tp: 1 keeps the dense layers' MLPs whole on every GPU, on each rank's own rows (no gather before them).",
+            min=1,
+            max=1024,
+        ),
         nnodes: int = c.nnodes_option(),
         data_parallel_size_local: int = c.dp_local_option(),
         jobs: int = typer.Option(0, "--jobs", min=0, max=256, help="Processes (0: one per core)."),
@@ -215,6 +227,8 @@ def add(app: typer.Typer) -> None:
             data_parallel_size=data_parallel_size,
             ep_size=ep_size,
             enable_dp_attention=enable_dp_attention,
+            enable_dp_lm_head=enable_dp_lm_head,
+            moe_dense_tp_size=moe_dense_tp_size,
             nnodes=nnodes,
             data_parallel_size_local=data_parallel_size_local,
             decode_context_parallel_size=check_range(

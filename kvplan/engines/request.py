@@ -56,6 +56,11 @@ class EngineRequest(NamedTuple):
     # SGLang's --enable-dp-attention --dp-size N (1: off): `tp` is then a rank's attention TP, the
     # server's --tp tp x N (its memory defaults, the MLPs' and head's split)
     dp_attention: int = 1
+    # SGLang under DP attention: --enable-dp-lm-head (the head split over the attention TP
+    # group, not the whole group) and --moe-dense-tp-size 1 (the dense layers' MLPs whole on
+    # every GPU)
+    enable_dp_lm_head: bool = False
+    moe_dense_tp_size: int | None = None
     # vLLM -dcp: the KV cache sharded along tokens over this many ranks of the TP group
     decode_context_parallel_size: int = 1
     # the engines' kernel-backend flags as typed (kvplan.engines.backends; none: the engine's own

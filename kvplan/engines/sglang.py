@@ -738,6 +738,8 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             request.expert_ranks,
             mlp_ranks=server_tp if request.dp_attention > 1 else None,
             embedding_ranks=1 if request.dp_attention > 1 else None,
+            dense_mlp_ranks=request.moe_dense_tp_size,
+            head_ranks=request.tp if request.enable_dp_lm_head else None,
         ).total_bytes
         kept = triton_kernels_kept_bytes(spec, stage, gpu, request, version, wdtype)
         if kept:

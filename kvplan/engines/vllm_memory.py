@@ -131,6 +131,8 @@ def weights_per_rank(
     expert_floor: bool = False,
     mlp_ranks: int | None = None,
     embedding_ranks: int | None = None,
+    dense_mlp_ranks: int | None = None,
+    head_ranks: int | None = None,
 ) -> WeightsBreakdown:
     """What one rank of one pipeline stage holds after loading. `mxfp4_align`: the
     (intermediate, hidden) multiples an mxfp4 expert is padded to (None: none); `expert_ranks`:
@@ -139,7 +141,12 @@ def weights_per_rank(
     `mlp_ranks`: the GPUs the dense MLPs, shared experts and head are split over (SGLang's DP
     attention: the whole TP group, models/deepseek_v2.py; None: tp); `embedding_ranks`: the GPUs
     the input embedding is split over (SGLang's DP attention: 1, each GPU holding it whole,
-    VocabParallelEmbedding(enable_tp=not is_dp_attention_enabled()); None: tp)."""
+    VocabParallelEmbedding(enable_tp=not is_dp_attention_enabled()); None: tp);
+    `dense_mlp_ranks`: the GPUs the dense layers' MLPs alone are split over (SGLang's
+    --moe-dense-tp-size 1: 1, every GPU holding them whole, models/deepseek_v2.py
+    tp_rank, tp_size = 0, 1 when enable_moe_dense_fully_dp(); None: mlp_ranks); `head_ranks`:
+    the GPUs the head is split over (SGLang's --enable-dp-lm-head: the attention TP group,
+    ParallelLMHead(use_attn_tp_group=True); None: mlp_ranks)."""
     model_bytes = ELEMENT_BYTES[spec.dtype]
     layers = 0.0
     mla_copies = 0.0
@@ -158,7 +165,9 @@ def weights_per_rank(
     for layer in stage.layers:
         for part, count in layer.params:
             share = count if part in REPLICATED_PARTS else count / tp
-            if part in ("mlp", "shared_experts"):
+            if part == "mlp":
+                share = count / (dense_mlp_ranks or mlp_ranks or tp)
+            if part == "shared_experts":
                 share = count / (mlp_ranks or tp)
             if part == "experts":
                 share = count / (expert_ranks or tp) * expert_pad
@@ -193,7 +202,7 @@ def weights_per_rank(
     if last:
         final_norms = _part_bytes(spec, wdtype, "norms", edges.get("norms", 0))
         if not spec.tied_embeddings or not first:  # a tied head on its own stage is loaded again
-            head_ranks = mlp_ranks or tp
+            head_ranks = head_ranks or mlp_ranks or tp
             bias = max(edges.get("lm_head", 0) - spec.vocab_size * spec.hidden_size, 0)
             rows = padded_vocab(spec.vocab_size) * spec.hidden_size / head_ranks
             lm_head = _part_bytes(spec, wdtype, "lm_head", rows + bias / head_ranks)

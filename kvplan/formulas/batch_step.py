@@ -383,6 +383,8 @@ class StepModel:
         node_gpus: int | None = None,
         backend_kernels: BackendKernels | None = None,
         sglang_collectives: bool = False,
+        dp_lm_head: bool = False,
+        dense_mlp_dp: bool = False,
         untimed_backends: tuple[str, ...] = (),
         untimed_moe_backend: str = "",
         gemm_grid: GemmGrid | None = None,
@@ -415,6 +417,21 @@ class StepModel:
         # router and the head over, on the rows gathered over them (dp x attention TP; the
         # attention TP elsewhere): models/deepseek_v2.py shards them over the whole TP group
         self.group_tp = dp * tp if dp > 1 and sglang_collectives else tp
+        grouped = self.group_tp != tp
+        # SGLang's --enable-dp-lm-head (logits_processor.py use_attn_tp_group): the head split
+        # over the attention TP group on the rank's own sampled rows, its logits all-gathered
+        # within that group alone (no dp_gather_replicate, no all-gather over the group)
+        self.dp_lm_head = grouped and dp_lm_head
+        # SGLang's --moe-dense-tp-size 1 (communicator.py enable_moe_dense_fully_dp: the dense
+        # layers' MLP in ScatterMode SCATTERED; models/deepseek_v2.py tp_size 1): the dense
+        # layers' MLPs whole on every GPU, on the rank's own rows (attention TP 1: all of
+        # them), no gather over the group before those layers (sglang_dp_comm_s)
+        self.dense_mlp_dp = grouped and dense_mlp_dp
+        self._local_mlp_layers = (
+            sum(1 for layer in spec.layers if not any(p == "experts" for p, _ in layer.params))
+            if self.dense_mlp_dp
+            else 0
+        )
         self.link, self.achieved, self.host = link, achieved, host
         self.async_scheduling = async_scheduling
         # vLLM V0's multi-step scheduling (--num-scheduler-steps N): one scheduler pass and
@@ -456,6 +473,8 @@ class StepModel:
                 quantized_parts(spec, weights_dtype),
                 tp,
                 self.group_tp if self.group_tp != tp else None,
+                local_head=self.dp_lm_head,
+                local_dense_mlp=self.dense_mlp_dp,
             )
             priced = None if calls is None else priced_calls(gemm_grid, calls)
             if priced is not None:
@@ -555,15 +574,25 @@ class StepModel:
         # the gathered rows: their weights split over group_tp GPUs, their FLOPs over the group's
         # tokens (mlp_flop_per_gathered_token; the head's over the group's sampled rows)
         grouped = self.group_tp != tp
-        self.head_flop_per_sample = coef.head_flop_per_sample / self.group_tp
-        moved_flops = coef.mlp_flop_per_token if grouped else 0.0
+        # (--enable-dp-lm-head: the head at the attention TP on the rank's own rows;
+        # --moe-dense-tp-size 1: the dense layers' MLPs whole, on its own rows at attention TP 1)
+        self.head_flop_per_sample = coef.head_flop_per_sample / (
+            tp if self.dp_lm_head else self.group_tp
+        )
+        local_mlp_flops = coef.dense_mlp_flop_per_token if self.dense_mlp_dp else 0.0
+        moved_flops = coef.mlp_flop_per_token - local_mlp_flops if grouped else 0.0
         # the MoE router too runs on the gathered rows, and whole on every GPU of the group
         # (sglang/srt/models/deepseek_v2.py: MoEGate is one unsharded (experts x hidden) weight,
         # applied in forward_normal to the hidden states the communicator gathered)
         router_flops = coef.router_flop_per_token if grouped else 0.0
         self.dense_flop_per_token = (coef.dense_flop_per_token - moved_flops - router_flops) / tp
         self.mlp_flop_per_gathered_token = moved_flops / self.group_tp + router_flops
-        self.group_dense_bytes = coef.mlp_bytes + coef.head_bytes if grouped else 0.0
+        self.whole_dense_bytes = coef.dense_mlp_bytes if self.dense_mlp_dp else 0.0
+        self.group_dense_bytes = (
+            coef.mlp_bytes - self.whole_dense_bytes + (0.0 if self.dp_lm_head else coef.head_bytes)
+            if grouped
+            else 0.0
+        )
         self.group_router_bytes = coef.router_bytes if grouped else 0.0
         self.expert_flop_per_token = coef.expert_flop_per_token / self.moe_ranks
         self.groups = list(coef.groups)
@@ -640,11 +669,15 @@ class StepModel:
                 coef.dense_bytes
                 - self.group_dense_bytes
                 - self.group_router_bytes
+                - self.whole_dense_bytes
                 + min(num_tokens, self.spec.vocab_size) * coef.embedding_row_bytes
             )
             touched = moe.expected_experts_touched(moe_tokens) if moe is not None else 0.0
             cached = (
-                dense / self.tp + self.group_dense_bytes / self.group_tp + self.group_router_bytes,
+                dense / self.tp
+                + self.whole_dense_bytes
+                + self.group_dense_bytes / self.group_tp
+                + self.group_router_bytes,
                 touched * coef.expert_bytes_per_touched / self.moe_ranks,
             )
             self._weights[key] = cached
@@ -665,7 +698,7 @@ class StepModel:
         ranks' sampled positions, unpadded: LogitsMetadata's DpPaddingMode.SUM_LEN): the given
         `gathered_sampled`, else the rank's own scaled as its tokens are (dp x where
         `gathered_tokens` is None too). The rank's own outside SGLang's DP attention."""
-        if self.group_tp == self.tp:
+        if self.group_tp == self.tp or self.dp_lm_head:
             return num_sampled
         if gathered_sampled is not None:
             return gathered_sampled
@@ -1025,13 +1058,13 @@ class StepModel:
           a TP all-reduce is priced), attention's own reduction folded into the first."""
         group = self.dp * self.tp
         gathered = self._gathered(num_tokens, gathered_tokens)
-        layers = self.spec.num_layers
+        layers = self.spec.num_layers - self._local_mlp_layers  # --moe-dense-tp-size 1's: none
         one_way = self.link.one_way_bytes_per_s * self.achieved.link
         node = self.node_gpus if self.node_gpus is not None and group > self.node_gpus else None
         network = self._network if node is not None else None
         if padded:
             rows = -(-gathered // group)  # each GPU's slice of the padded buffer
-            seconds = self.tp_allreduce_s(num_tokens, layers)
+            seconds = self.tp_allreduce_s(num_tokens, self.spec.num_layers)
             if node is not None and network is not None:
                 return seconds + dp_gather_two_level_time_s(
                     self.spec,
@@ -1078,7 +1111,7 @@ class StepModel:
         of the summed rows at G), and the rank's rows copied out (dp_scatter: no traffic)."""
         if num_sampled <= 0:
             return 0.0
-        if self.dp_gather_full:
+        if self.dp_gather_full and not self.dp_lm_head:
             rows = self._gathered_sampled(
                 max(1, num_sampled), num_sampled, gathered_tokens, gathered_sampled
             )
@@ -1774,6 +1807,10 @@ class _Coefficients(NamedTuple):
     # of dense_bytes and dense_flop_per_token, the MoE routers' (one replicated gate a layer)
     router_bytes: float
     router_flop_per_token: float
+    # of mlp_bytes and mlp_flop_per_token, the dense layers' MLPs' (layers without routed
+    # experts: what SGLang's --moe-dense-tp-size 1 keeps whole on every GPU)
+    dense_mlp_bytes: float = 0.0
+    dense_mlp_flop_per_token: float = 0.0
 
 
 # its coefficients depend on the model, the formats, tp and the indexer alone: kept per spec
@@ -1812,6 +1849,7 @@ def _sum_ops(
 ) -> _Coefficients:
     dense_bytes = row_bytes = expert_bytes = dense_flops = head_flops = expert_flops = 0.0
     mlp_bytes = mlp_flops = head_bytes = router_bytes = router_flops = 0.0
+    dense_mlp_bytes = dense_mlp_flops = 0.0
     whole = step_ops(
         spec,
         weights_dtype,
@@ -1823,6 +1861,7 @@ def _sum_ops(
         whole_model=True,
     )
     for ops, count in whole:
+        sparse = any(op.name == "experts" for op in ops)
         for op in ops:
             if op.kind in (OpKind.DECODE_ATTENTION, OpKind.PREFILL_ATTENTION):
                 continue  # the attention groups' below
@@ -1841,6 +1880,9 @@ def _sum_ops(
                 if op.name in MLP_OPS:
                     mlp_bytes += count * op.weight_bytes
                     mlp_flops += count * (op.flops + op.elementwise_flops)
+                    if not sparse:
+                        dense_mlp_bytes += count * op.weight_bytes
+                        dense_mlp_flops += count * (op.flops + op.elementwise_flops)
                 elif op.name == "router":
                     router_bytes += count * op.weight_bytes
                     router_flops += count * (op.flops + op.elementwise_flops)
@@ -1934,6 +1976,8 @@ def _sum_ops(
         head_bytes,
         router_bytes,
         router_flops,
+        dense_mlp_bytes,
+        dense_mlp_flops,
     )
 
 

@@ -54,7 +54,14 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def dense_gemm_calls(
-    spec: ModelSpec, fmt: str, quantized: frozenset, tp: int, group_tp: int | None = None
+    spec: ModelSpec,
+    fmt: str,
+    quantized: frozenset,
+    tp: int,
+    group_tp: int | None = None,
+    *,
+    local_head: bool = False,
+    local_dense_mlp: bool = False,
 ) -> tuple[GemmCall, ...] | None:
     """The dense GEMMs of one forward on one of `tp` ranks, as SGLang and vLLM shard them:
     column-parallel q|k|v, q_b and gate|up by output features (KV heads at max(1, Hkv / tp)),
@@ -69,7 +76,10 @@ def dense_gemm_calls(
     the rows gathered over the group (`gathered` calls; sglang/srt/layers/communicator.py runs
     every layer's MLP in ScatterMode FULL, models/deepseek_v2.py shards the dense MLP and the
     shared experts over the whole TP group, logits_processor.py gathers the sampled rows before
-    the vocab-parallel head)."""
+    the vocab-parallel head). Under it, `local_head` (SGLang's --enable-dp-lm-head): the head
+    by vocabulary over the `tp` attention ranks on the rank's own sampled rows;
+    `local_dense_mlp` (--moe-dense-tp-size 1, at attention TP 1): the dense layers' MLPs whole
+    on the rank's own rows."""
     h = spec.hidden_size
     mlp_tp = tp if group_tp is None else group_tp
     gathered = group_tp is not None
@@ -129,10 +139,11 @@ def dense_gemm_calls(
             gated = parts["mlp"] >= 3 * h * width
             if abs(parts["mlp"] - (3 if gated else 2) * h * width) > 8 * (h + width):
                 return None
-            w, m = _ceil_div(width, mlp_tp), part_fmt("mlp")
+            own = gathered and local_dense_mlp  # whole, on the rank's own rows
+            w, m = _ceil_div(width, 1 if own else mlp_tp), part_fmt("mlp")
             calls += [
-                GemmCall((2 if gated else 1) * w, h, m, count, gathered=gathered),
-                GemmCall(h, w, m, count, gathered=gathered),
+                GemmCall((2 if gated else 1) * w, h, m, count, gathered=gathered and not own),
+                GemmCall(h, w, m, count, gathered=gathered and not own),
             ]
         if "experts" in parts:
             moe = spec.moe
@@ -149,7 +160,15 @@ def dense_gemm_calls(
                     GemmCall(2 * w, h, s, count, gathered=gathered),
                     GemmCall(h, w, s, count, gathered=gathered),
                 ]
-    head = GemmCall(_ceil_div(spec.vocab_size, mlp_tp), h, "bf16", 1, head=True, gathered=gathered)
+    local = gathered and local_head
+    head = GemmCall(
+        _ceil_div(spec.vocab_size, tp if local else mlp_tp),
+        h,
+        "bf16",
+        1,
+        head=True,
+        gathered=gathered and not local,
+    )
     calls.append(head)
     return tuple(calls)
 

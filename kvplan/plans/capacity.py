@@ -325,6 +325,8 @@ def capacity_for_launch(
     vllm/v1/attention/backends/mla/), so with no --block-size given the launch leaves vLLM its
     default (kvplan.engines.vllm.default_block_size) and the plan is counted in that block."""
     result = capacity(spec, gpu, request)
+    if engine == "sglang" and result.fits:
+        return _sglang_seats(spec, gpu, result, block_given)
     if engine != "vllm" or not result.fits:
         return result
     if block_given or not spec.has_kind(CacheKind.MLA):
@@ -342,6 +344,62 @@ def capacity_for_launch(
         num_gpus=result.num_gpus if request.num_gpus is not None else None,
     )
     return _engine_seats(spec, gpu, fixed, capacity(spec, gpu, fixed), block_given)
+
+
+def _sglang_seats(
+    spec: ModelSpec, gpu: GpuProfile, result: CapacityResult, block_given: bool
+) -> CapacityResult:
+    """An SGLang launch's memory as SGLang allocates it for the launch's own flags
+    (kvplan.engines.sglang.sglang_allocation, what `kvplan simulate --engine sglang` and `kvplan
+    plan --emit sglang` size its pool by): free memory before loading x --mem-fraction-static
+    (the plan's --gpu-mem-util) - the weights as SGLang loads them (under --enable-dp-attention
+    the dense MLPs, shared experts and head split over the whole group and the embedding whole on
+    every GPU, models/deepseek_v2.py; not vLLM's -dp rule of the engine-free plan). The launch
+    carries SGLang's weights, pool and whole max-length requests per rank; a pool that holds none
+    is refused as SGLang would admit none."""
+    from kvplan.engines import EngineRequest
+    from kvplan.engines.sglang import sglang_allocation
+    from kvplan.plans.launch import KV_CACHE_DTYPE
+
+    kv = "auto" if result.kv_dtype == spec.dtype else KV_CACHE_DTYPE["sglang"].get(result.kv_dtype)
+    if kv is None:
+        return result  # the launch refuses the KV dtype in SGLang's words (plans.launch)
+    dp = result.dp_attention
+    mla = spec.has_kind(CacheKind.MLA)
+    engine = EngineRequest(
+        engine="sglang",
+        max_model_len=result.context_len,
+        kv_cache_dtype=kv,
+        block_size=None if mla and not block_given else result.block_size,
+        tp=result.tp,  # a DP-attention rank's (1)
+        pp=result.pp,
+        mem_fraction_static=result.gpu_mem_util,
+        weights_dtype=result.weights_dtype,
+        expert_ranks=dp if dp > 1 else None,
+        dp_attention=dp,
+        # a context past the model's derived limit is the launch's to refuse or allow
+        # (plans.launch.check_launch, --allow-long-max-model-len)
+        allow_long_max_model_len=True,
+    )
+    try:
+        alloc = sglang_allocation(spec, gpu, engine)
+    except KvplanError as exc:
+        refused = note("deployment-none-fits", reason=str(exc), gpus=result.num_gpus)
+        return result._replace(max_concurrency=0, fits=False, notes=result.notes + (refused,))
+    pages = -(-result.context_len // alloc.block_size)
+    held = alloc.num_blocks // pages if alloc.fits else 0
+    assert alloc.free_before_load_bytes is not None and alloc.weights_bytes is not None
+    pool = next(n for n in alloc.notes if n.id == "sglang-pool")
+    return result._replace(
+        usable_bytes_per_gpu=alloc.free_before_load_bytes * alloc.mem_fraction_static,
+        weights_bytes_per_gpu=alloc.weights_bytes,
+        reserve_bytes_per_gpu=0.0,
+        kv_pool_bytes_per_gpu=float(alloc.pool_bytes),
+        kv_tokens=alloc.kv_cache_tokens,
+        max_concurrency=held * dp * result.replicas,
+        fits=held >= 1,
+        notes=result.notes + (pool,),
+    )
 
 
 # kvplan's KV names -> vLLM's --kv-cache-dtype (others cannot be launched: the launch refuses)

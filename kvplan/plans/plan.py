@@ -125,6 +125,8 @@ class PlanRequest(NamedTuple):
     data_parallel_size: int = 1
     ep_size: int | None = None
     enable_dp_attention: bool = False
+    enable_dp_lm_head: bool = False  # SGLang's, under DP attention
+    moe_dense_tp_size: int | None = None  # SGLang's (1), under DP attention
     # a launch over several nodes for every configuration (kvplan.simulate.setup.node_span):
     # --nnodes, vLLM's --data-parallel-size-local; a configuration whose GPUs do not split over
     # them, or put more on a node than the profile's gpus_per_node, is ruled out
@@ -639,6 +641,10 @@ def parallel_flags(request: PlanRequest) -> str | None:
         flags.append("--enable-expert-parallel")
     if request.enable_dp_attention:
         flags.append("--enable-dp-attention")
+    if request.enable_dp_lm_head:
+        flags.append("--enable-dp-lm-head")
+    if request.moe_dense_tp_size is not None:
+        flags.append(f"--moe-dense-tp-size {request.moe_dense_tp_size}")
     if request.ep_size is not None:
         flags.append(f"--ep-size {request.ep_size}")
     if request.data_parallel_size_local is not None:
@@ -684,7 +690,15 @@ def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
     sizes that divide nothing): refused before searching, with the first TP's reason."""
     if parallel_flags(request) is None:
         return
-    from kvplan.simulate.setup import launch_nodes, parallel_layout
+    from kvplan.simulate.setup import check_sglang_dp_flags, launch_nodes, parallel_layout
+
+    if request.emit != "sglang":
+        for given, flag in (
+            (request.enable_dp_lm_head, "--enable-dp-lm-head"),
+            (request.moe_dense_tp_size is not None, "--moe-dense-tp-size"),
+        ):
+            if given:
+                raise KvplanError(f"{flag} is SGLang's: give --emit sglang")
 
     launch_nodes(
         ServeOptions(engine=request.emit, **release_fields(request), **_parallel_flags(request))
@@ -693,15 +707,15 @@ def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
     first = None
     for tp in request.tps:
         try:
-            parallel_layout(
-                spec,
-                ServeOptions(
-                    tp=tp,
-                    engine=request.emit,
-                    **release_fields(request),
-                    **_parallel_flags(request),
-                ),
+            options = ServeOptions(
+                tp=tp,
+                engine=request.emit,
+                **release_fields(request),
+                **_parallel_flags(request),
             )
+            layout = parallel_layout(spec, options)
+            if request.emit == "sglang":
+                check_sglang_dp_flags(options, layout)
             return
         except KvplanError as exc:
             first = first or exc
@@ -810,6 +824,8 @@ def _parallel_flags(request: PlanRequest) -> dict:
         "data_parallel_size": request.data_parallel_size,
         "ep_size": request.ep_size,
         "enable_dp_attention": request.enable_dp_attention,
+        "enable_dp_lm_head": request.enable_dp_lm_head,
+        "moe_dense_tp_size": request.moe_dense_tp_size,
         "nnodes": request.nnodes,
         "data_parallel_size_local": request.data_parallel_size_local,
     }
@@ -985,8 +1001,7 @@ def _search(spec, request, config, gpus, requests, replica, price, memo, bracket
         tp=config.tp,
         pp=config.pp,
         kv_cache_dtype=config.kv_cache_dtype,
-        max_num_seqs=replica.options.max_num_seqs,
-        max_num_batched_tokens=replica.options.max_num_batched_tokens,
+        **_server_limits(request, config, replica),
         kv_cache_tokens=replica.kv_cache_tokens,
         goodput_rps=goodput,
         replicas=replicas,
@@ -1017,6 +1032,21 @@ def _search(spec, request, config, gpus, requests, replica, price, memo, bracket
         untimed_parts=replica.model.untimed_parts,
     )
     return candidate, cap, least
+
+
+def _server_limits(request: PlanRequest, config: Config, replica: Replica) -> dict[str, int]:
+    """max_num_seqs and max_num_batched_tokens as the launch command passes them. SGLang under
+    --enable-dp-attention divides both among its DP ranks (--max-running-requests in
+    tp_worker.py, --chunked-prefill-size in server_args._handle_data_parallelism), which the
+    replica ran as each rank's: the command carries the server's values, the configuration's."""
+    if request.emit == "sglang" and request.enable_dp_attention and request.data_parallel_size > 1:
+        return {
+            "max_num_seqs": config.max_num_seqs,
+            "max_num_batched_tokens": config.max_num_batched_tokens,
+        }
+    seqs, tokens = replica.options.max_num_seqs, replica.options.max_num_batched_tokens
+    assert seqs is not None and tokens is not None, "a built replica resolves both"
+    return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens}
 
 
 def _spec_flags(replica: Replica, engine: str) -> list[str] | None:

@@ -269,7 +269,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         ),
     ]
     if layout is not None:
-        notes.append(_layout_note(spec, layout, request.serve.engine))
+        notes.append(_layout_note(spec, layout, request.serve.engine, request.serve))
     o = replica.options
     if o.engine == "sglang" and o.enable_dp_attention and o.data_parallel_size < 2:
         notes.append(note("sim-dp-attention-off", tp=o.tp))
@@ -320,8 +320,10 @@ def _with_dp_ranks(spec: ModelSpec, request: SimulateRequest):
     return request, layout
 
 
-def _layout_note(spec: ModelSpec, layout, engine: str = "vllm") -> Note:
+def _layout_note(spec: ModelSpec, layout, engine: str = "vllm", serve=None) -> Note:
     """sim-expert-parallel (a MoE model's EP or DP-attention ranks) or sim-dp-replicas."""
+    lm_head = bool(serve is not None and serve.enable_dp_lm_head)
+    dense_whole = bool(serve is not None and serve.moe_dense_tp_size == 1)
     if not layout.modelled:
         return note("sim-dp-replicas", ranks=layout.dp_replicas, router=layout.router)
     return note(
@@ -335,6 +337,8 @@ def _layout_note(spec: ModelSpec, layout, engine: str = "vllm") -> Note:
         gpus=layout.gpus,
         router=layout.router,
         engine=engine,
+        dp_lm_head=lm_head,
+        dense_mlp_whole=dense_whole,
     )
 
 

@@ -103,6 +103,10 @@ class ServeOptions(NamedTuple):
     ep_size: int | None = None
     enable_dp_attention: bool = False
     load_balance_method: str | None = None
+    # SGLang under DP attention (check_sglang_dp_flags): --enable-dp-lm-head and
+    # --moe-dense-tp-size (1, or None: the whole TP group)
+    enable_dp_lm_head: bool = False
+    moe_dense_tp_size: int | None = None
     # decode context parallelism and eager mode (vLLM -dcp / --enforce-eager, SGLang
     # --disable-cuda-graph): the KV cache sharded along tokens over dcp ranks of the TP group
     decode_context_parallel_size: int = 1
@@ -486,6 +490,12 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         )
     if options.cuda_ipc_pool_mib is not None:
         raise KvplanError("--cuda-ipc-pool-mib is SGLang's (SGLANG_USE_CUDA_IPC_TRANSPORT)")
+    for given, flag in (
+        (options.enable_dp_lm_head, "--enable-dp-lm-head"),
+        (options.moe_dense_tp_size is not None, "--moe-dense-tp-size"),
+    ):
+        if given:
+            raise KvplanError(f"{flag} is SGLang's; the vLLM simulation does not take it")
     check_backends(options.backends, "vllm", options.vllm_version)
     notes: list[Note] = []
     spec.check_tp(options.tp)
@@ -1088,6 +1098,8 @@ def step_model(
         backend_kernels=kernels,
         # SGLang's DP attention gathers before every layer's MLP (StepModel.sglang_dp_comm_s)
         sglang_collectives=options.engine == "sglang",
+        dp_lm_head=options.enable_dp_lm_head,
+        dense_mlp_dp=options.moe_dense_tp_size == 1,
         untimed_backends=tuple(untimed),
         untimed_moe_backend=untimed_moe_flag(options) if not measured else "",
     )
@@ -1466,6 +1478,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
             raise KvplanError(f"{flag} is a vLLM option; the SGLang simulation does not take it")
     check_backends(options.backends, "sglang", options.sglang_version)
     layout = parallel_layout(spec, options)
+    check_sglang_dp_flags(options, layout)
     release, _nearest = sglang_release(options.sglang_version)
     notes: list[Note] = release_notes("sglang", options.sglang_version)
     max_model_len = resolved_max_model_len(spec, options)
@@ -1486,6 +1499,8 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         weights_dtype=weights_format(options),
         expert_ranks=layout.expert_ranks if layout.modelled else None,
         dp_attention=layout.dp,
+        enable_dp_lm_head=options.enable_dp_lm_head,
+        moe_dense_tp_size=options.moe_dense_tp_size,
         backends=options.backends,
         speculative_eagle_topk=options.speculative_eagle_topk,
         cuda_ipc_pool_bytes=(options.cuda_ipc_pool_mib or 0) * MIB,
@@ -1594,6 +1609,36 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         policy=policy,
         layout=_modelled(layout),
     )
+
+
+def check_sglang_dp_flags(options: ServeOptions, layout: ParallelLayout) -> None:
+    """SGLang's --enable-dp-lm-head and --moe-dense-tp-size, as its server_args takes them:
+    the head over the attention TP group needs DP attention ("Please enable dp attention when
+    setting enable_dp_lm_head"), and --moe-dense-tp-size takes 1 alone ("moe_dense_tp_size only
+    support 1 and None currently"). kvplan prices both under DP attention over 2 or more ranks,
+    and --moe-dense-tp-size 1 at an attention TP of 1 only (above it each attention-TP GPU runs
+    the dense MLPs on its 1/TP of the rank's rows, ScatterMode SCATTERED, which the GEMM
+    shapes here do not lay out): refused otherwise, one line."""
+    dense = options.moe_dense_tp_size
+    if dense is not None and dense != 1:
+        raise KvplanError(
+            f"--moe-dense-tp-size {dense}: SGLang takes 1 alone (the dense MLPs whole on "
+            "every GPU; without the flag, split over the TP group)"
+        )
+    for given, flag in (
+        (options.enable_dp_lm_head, "--enable-dp-lm-head"),
+        (dense is not None, "--moe-dense-tp-size 1"),
+    ):
+        if given and layout.dp < 2:
+            raise KvplanError(
+                f"{flag}: kvplan prices it under --enable-dp-attention with --dp-size 2 or more "
+                "(SGLang requires DP attention for --enable-dp-lm-head)"
+            )
+    if dense is not None and layout.attn_tp != 1:
+        raise KvplanError(
+            f"--moe-dense-tp-size 1 at an attention TP of {layout.attn_tp} (--tp {options.tp} "
+            f"/ --dp-size {layout.dp}) is not modelled: give --dp-size equal to --tp"
+        )
 
 
 def speculative_pool_tokens(alloc, speculation, options, spec, fmt_name, layout) -> int:

@@ -512,7 +512,7 @@ text("sim-interval")(
     )
 )
 text("sim-expert-parallel")(
-    lambda layout, dp, ep, experts_per_rank, gpus, router, engine="vllm": (
+    lambda layout, dp, ep, experts_per_rank, gpus, router, engine="vllm", dp_lm_head=False, dense_mlp_whole=False: (
         f"Layout {layout} on {gpus} GPU(s) per group. "
         + (
             f"Each of the {dp} DP ranks has its own scheduler and KV pool (requests go to them "
@@ -543,6 +543,19 @@ text("sim-expert-parallel")(
             "the scheduler's all-gather of the ranks' batch sizes over the CPU group every step "
             "(prepare_mlp_sync_batch_raw; no kernel table times it). "
             if dp > 1 and engine == "sglang"
+            else ""
+        )
+        + (
+            "--enable-dp-lm-head: the head instead over each rank's attention TP group on its "
+            "own rows (its weights split over that group alone), no gather over the group for "
+            "it (logits_processor.py use_attn_tp_group). "
+            if dp > 1 and dp_lm_head
+            else ""
+        )
+        + (
+            "--moe-dense-tp-size 1: the dense layers' MLPs instead whole on every GPU, on each "
+            "rank's own rows, with no gather before those layers (ScatterMode SCATTERED). "
+            if dp > 1 and dense_mlp_whole
             else ""
         )
         + (
