@@ -570,6 +570,47 @@ def allreduce(rows, one_way_bytes_per_s: float, backend: str | None = "vllm_grap
     return out
 
 
+def allreduce_calls_by_gpus(rows) -> dict:
+    """{GPUs: seconds}: the graph-mode custom all-reduce of the smallest message the table
+    timed, at each GPU count it timed (aiconfigurator's collector/*/collect_all_reduce.py;
+    backends ending in _graph: the kernels a CUDA-graph decode step replays), for
+    Achieved.allreduce_call_s_at. {}: no graph-mode rows."""
+    graph = [r for r in rows if r["backend"].endswith("_graph")]
+    return {
+        str(gpus): round(small_s, 7)
+        for gpus, (small_s, _) in sorted(allreduce(graph, 1.0, backend=None).items())
+    }
+
+
+def write_allreduce_by_gpus(root: Path) -> list[Path]:
+    """Add each top-level table file's allreduce_call_s_by_gpus from the comm table version its
+    source names (comm/custom_allreduce_perf VERSION), the rest of the file untouched; a file
+    whose comm table the wheel does not hold (the H100/H200 vLLM 0.14.0 files, from
+    aiconfigurator@095f58a5) keeps its one call."""
+    import json
+    import re
+
+    written = []
+    for path in sorted(TABLES.glob("*.*.*.json")):
+        doc = json.loads(path.read_text())
+        found = re.search(r"comm/custom_allreduce_perf ([0-9][^ ,;]*)", doc.get("source", ""))
+        engine = doc["engine"]
+        version = found.group(1) if found else doc.get("engine_version")
+        folder = root / doc["gpu"] / "comm" / engine / str(version)
+        if not (folder / "custom_allreduce_perf.parquet").exists():
+            continue
+        rows = table(root, doc["gpu"], "comm", "custom_allreduce_perf", version, engine)
+        by_gpus = allreduce_calls_by_gpus(rows)
+        if not by_gpus:
+            continue
+        doc["achieved"]["allreduce_call_s_by_gpus"] = by_gpus
+        if not found:
+            doc["source"] += f"; allreduce_call_s_by_gpus: comm/custom_allreduce_perf {version}"
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        written.append(path)
+    return written
+
+
 def nccl_allgather_call_s(root: Path, gpu: str) -> tuple[float, str] | None:
     """(seconds, NCCL version): NCCL's all-gather of the smallest message at the largest GPU
     count the GPU's nccl table times (aiconfigurator's collector/collect_nccl.py runs
@@ -913,7 +954,7 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
         )
     )
     comm = rows("comm", "custom_allreduce_perf")
-    call_s, link = None, None
+    call_s, link, by_gpus = None, None, {}
     if comm and link_one_way:
         graph = [r for r in comm if r["backend"].endswith("_graph")]
         if graph:
@@ -921,6 +962,7 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
                 max(r["num_gpus"] for r in graph)
             ]
             floors["allreduce"] = call_s
+            by_gpus = allreduce_calls_by_gpus(comm)
     gather = nccl_allgather_call_s(root, gpu)
     if gather is not None:
         versions["comm/nccl_perf (nccl)"] = gather[1]
@@ -970,6 +1012,7 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
         "mla": _round(take("mla", ml, h100["mla"])),
         "allreduce_call_s": round(take("allreduce_call_s", call_s, h100["allreduce_call_s"]), 7),
         "link": round(take("link", link, h100["link"]), 2),
+        **({"allreduce_call_s_by_gpus": by_gpus} if by_gpus else {}),
         "allgather_call_s": round(
             take(
                 "allgather_call_s",
@@ -1741,6 +1784,11 @@ def main() -> None:
         help="write kvplan/data/kernel_tables/dsa/*.json only (dsa_delta)",
     )
     parser.add_argument(
+        "--write-allreduce",
+        action="store_true",
+        help="add allreduce_call_s_by_gpus to kvplan/data/kernel_tables/*.json only",
+    )
+    parser.add_argument(
         "--write-recurrent-grids",
         action="store_true",
         help="write kvplan/data/kernel_tables/recurrent/*.json only (recurrent_grid)",
@@ -1750,6 +1798,7 @@ def main() -> None:
         (args.write_dsa, write_dsa_grids),
         (args.write_recurrent_grids, write_recurrent_grids),
         (args.write_gemm_grids, write_gemm_grids),
+        (args.write_allreduce, write_allreduce_by_gpus),
     ):
         if given:  # one folder of grids, from aiconfigurator's data
             for path in writer(args.data):

@@ -170,3 +170,32 @@ def test_dsa_grids_are_picked_by_the_profiles_tables_and_the_engine(gpu, engine,
     if engine == "sglang":
         assert grids.engine_version == got.engine_version == "0.5.14"
         assert "sparse_attention/sglang/0.5.14/dsa_generation_module_perf" in doc["source"]
+
+
+def test_allreduce_call_by_group_size():
+    """A small all-reduce costs the table's call at the smallest GPU count that holds the group
+    (aiconfigurator-core 0.12.0, gb300/comm/sglang/0.5.14/custom_allreduce_perf.parquet,
+    sglang_graph rows of 128 B: 3.4 / 3.8 / 26.9 / 47.8 us at 2 / 4 / 8 / 16 GPUs), the largest
+    count's above it, the file's one call where no count was timed."""
+    a = tables_for(load_profile("gb300"), "sglang").achieved
+    assert a.allreduce_call_s_by_gpus == {2: 3.4e-06, 4: 3.8e-06, 8: 2.69e-05, 16: 4.78e-05}
+    assert [a.allreduce_call_s_at(n) for n in (2, 3, 4, 5, 8, 16, 32)] == [
+        3.4e-06, 3.8e-06, 3.8e-06, 2.69e-05, 2.69e-05, 4.78e-05, 4.78e-05
+    ]  # fmt: skip
+    assert a._replace(allreduce_call_s_by_gpus={}).allreduce_call_s_at(4) == a.allreduce_call_s
+
+
+def test_small_allreduce_of_a_tp4_step_costs_the_4_gpu_call():
+    """MiniMax-M2.5 at TP 4 on GB300 under SGLang: one all-reduce of one token's hidden state
+    (3,072 x 2 B) is the ring's 6 hops of the 4-GPU call / 6 plus the bytes at the achieved
+    link: 3.8 us, not the 16-GPU 47.8 us the file's single call holds."""
+    from kvplan.inputs.sources import load_model
+    from kvplan.simulate.setup import ServeOptions, step_model
+
+    gpu = load_profile("gb300")
+    spec = load_model("minimax-m2.5")
+    model, _ = step_model(spec, gpu, ServeOptions(tp=4, engine="sglang"), "auto", 256, [])
+    one_way = gpu.interconnect.one_way_bytes_per_s * model.achieved.link
+    message = 1 * spec.hidden_size * 2
+    expected = 2 * 3 / 4 * message / one_way + 3.8e-06
+    assert model.tp_allreduce_s(1, 1) == pytest.approx(expected, rel=1e-12)

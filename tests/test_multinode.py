@@ -70,11 +70,11 @@ def test_simulated_tp16_prices_its_allreduces_across_the_nodes():
     a = model.achieved
     nvlink = H800.interconnect.one_way_bytes_per_s * a.link
     m = 8 * spec.hidden_size * 2
-    intra = 2 * 7 / 8 * m / nvlink + a.allreduce_call_s  # 14 hops: one measured call
+    intra = 2 * 7 / 8 * m / nvlink + a.allreduce_call_s_at(8)  # 14 hops: one measured call
     inter = 2 * 1 / 2 * (m / 8) / 50e9 + 2 * 5e-6
     one = intra + inter
     assert one == pytest.approx(
-        tp_allreduce_time_s(m, 16, 8, nvlink, a.allreduce_call_s / 14, 50e9, 5e-6), rel=1e-12
+        tp_allreduce_time_s(m, 16, 8, nvlink, a.allreduce_call_s_at(8) / 14, 50e9, 5e-6), rel=1e-12
     )
     assert model.tp_allreduce_s(8, 1) == pytest.approx(one, rel=1e-12)
     # two per layer and the vocab-parallel embedding's
@@ -87,7 +87,7 @@ def test_simulated_tp16_prices_its_allreduces_across_the_nodes():
     gather = 7 * share / nvlink + a.allgather_call_s + 8 * share / 8 / 50e9 + 5e-6
     assert model.logits_gather_s(8) == pytest.approx(gather, rel=1e-12)
     # the same TP 16 as if it were one NVLink domain is cheaper: the network is not NVLink
-    flat = ring_allreduce_time_s(m, 16, nvlink, a.allreduce_call_s / 30)
+    flat = ring_allreduce_time_s(m, 16, nvlink, a.allreduce_call_s_at(16) / 30)
     assert model.tp_allreduce_s(8, 1) > flat
     assert any(n.id == "sim-multinode" for n in notes)
     assert fmt is not None

@@ -89,7 +89,7 @@ def test_gather_bytes_per_layer_by_padding_mode(sglang):
     m = sglang
     link = load_profile("h200").interconnect
     one_way = link.one_way_bytes_per_s * m.achieved.link
-    call = m.achieved.allreduce_call_s
+    call = m.achieved.allreduce_call_s_at(8)  # the group of 8
     assert not sglang_dp_max_len([5, 1, 0, 0, 0, 0, 0, 0], extend=False)
     summed = 6 * HIDDEN * 2
     assert summed == 86_016
@@ -111,7 +111,7 @@ def test_head_collectives_of_a_lockstep_step(sglang, vllm_rule):
     m = sglang
     link = load_profile("h200").interconnect
     one_way = link.one_way_bytes_per_s * m.achieved.link
-    call = m.achieved.allreduce_call_s
+    call = m.achieved.allreduce_call_s_at(8)  # the group of 8
     gather_call = m.achieved.allgather_call_s or call
     logits = 6 * VOCAB * 2 * 7 / 8
     assert logits == 1_357_440

@@ -1155,7 +1155,9 @@ class StepModel:
         node = self.node_gpus if self.node_gpus is not None and ranks > self.node_gpus else None
         network = self._network if node is not None else None
         local = ranks if node is None else node
-        intra_latency = self.achieved.allreduce_call_s / (2 * (local - 1)) if local > 1 else 0.0
+        intra_latency = (
+            self.achieved.allreduce_call_s_at(local) / (2 * (local - 1)) if local > 1 else 0.0
+        )
         return tp_allreduce_time_s(
             message_bytes,
             ranks,
@@ -1210,7 +1212,7 @@ class StepModel:
         if self.dcp <= 1 or not num_decodes:
             return 0.0
         rate = self.link.one_way_bytes_per_s * self.achieved.link
-        latency_s = self.achieved.allreduce_call_s / (self.dcp - 1)
+        latency_s = self.achieved.allreduce_call_s_at(self.dcp) / (self.dcp - 1)
         return sum(
             ring_allgather_time_s(
                 dcp_allgather_bytes(num_decodes, heads, width, self.dcp), self.dcp, rate, latency_s

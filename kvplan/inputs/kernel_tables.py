@@ -77,6 +77,21 @@ class Achieved(NamedTuple):
     # NCCL's all-gather of a small message over the TP group (the head's logits gather);
     # None: the all-reduce call's (a file derived before it was recorded)
     allgather_call_s: float | None = None
+    # GPUs in the group -> the engine's graph-mode custom all-reduce of the table's smallest
+    # message at that count (seconds); {}: timed at one count only (allreduce_call_s)
+    allreduce_call_s_by_gpus: dict = {}
+
+    def allreduce_call_s_at(self, ranks: int) -> float:
+        """One small all-reduce over `ranks` GPUs: the table's time at the smallest GPU count
+        it timed that holds the group (a one-shot all-reduce reads from every peer, so its
+        latency grows with the group: SGLang 0.5.14 on a GB300 3.8 us at 4 GPUs, 26.9 us at
+        8); above the largest count, the largest count's; allreduce_call_s where the table
+        timed no count."""
+        if not self.allreduce_call_s_by_gpus:
+            return self.allreduce_call_s
+        counts = sorted(self.allreduce_call_s_by_gpus)
+        holds = [c for c in counts if c >= ranks]
+        return self.allreduce_call_s_by_gpus[holds[0] if holds else counts[-1]]
 
 
 class DsaGrids(NamedTuple):
@@ -257,6 +272,9 @@ def _achieved(gpu: str, engine: str, version: str) -> Achieved:
         source=doc["name"],
         floors_s=dict(doc.get("floors_s") or {}),
         allgather_call_s=a.get("allgather_call_s"),
+        allreduce_call_s_by_gpus={
+            int(k): float(v) for k, v in (a.get("allreduce_call_s_by_gpus") or {}).items()
+        },
     )
 
 
@@ -480,6 +498,10 @@ def with_measured(base: Achieved, measured: dict) -> Achieved:
         dense=dense,
         floors_s=floors,
         allreduce_call_s=measured.get("allreduce_call_s", base.allreduce_call_s),
+        # the H100's per-count times do not describe this GPU's measured call
+        allreduce_call_s_by_gpus=(
+            {} if "allreduce_call_s" in measured else base.allreduce_call_s_by_gpus
+        ),
         experts_curve=curves,
     )
 
