@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -405,6 +406,55 @@ def test_sglang_mamba_pool_comes_first():
     assert data.pool_bytes == 19 * 2**30 - data.mamba_pool_bytes
     # 12 full-attention layers; 2 KV heads over TP 4 leave one (replicated) head per rank
     assert data.cell_size_bytes == 12 * 1 * (256 + 256) * 2
+
+
+def test_sglang_speculative_hybrid_reserves_verification_states_first():
+    """handle_max_mamba_cache: with speculative decoding the intermediate states of every
+    verified position (max_running_requests x speculative_num_draft_tokens of them, a request's
+    whole state each) leave the rest before the state/KV split; init_memory then caps
+    max_running_requests at the state slots // 3."""
+    from kvplan.engines.sglang import mamba_capped_requests, speculative_state_slots
+
+    spec, rest = load_model("qwen3-next-80b-a3b"), 19 * 2**30
+    plain = engine_allocation(
+        spec, H100, EngineRequest(engine="sglang", tp=4, kv_cache_memory_bytes=rest)
+    )
+    slots = speculative_state_slots(48, 4)
+    assert slots == 192
+    spec_alloc = engine_allocation(
+        spec,
+        H100,
+        EngineRequest(
+            engine="sglang", tp=4, kv_cache_memory_bytes=rest, speculative_state_slots=slots
+        ),
+    )
+    # one request's state at TP 4, by hand: 36 Gated DeltaNet layers, each a bf16 conv state of
+    # 3 columns x (2 x 4 x 128 + 8 x 128) channels and an fp32 SSM state of 8 heads x 128 x 128
+    state = 36 * (3 * 2048 * 2 + 8 * 128 * 128 * 4)
+    assert state == 19_316_736
+    reserved = 192 * state
+    assert spec_alloc.mamba_pool_bytes == int((rest - reserved) * 0.9 / 1.9)
+    assert spec_alloc.pool_bytes == rest - reserved - spec_alloc.mamba_pool_bytes
+    assert plain.mamba_pool_bytes == int(rest * 0.9 / 1.9)  # nothing reserved unspeculated
+    # (19 GiB - 192 x 19,316,736 B) x 0.9 / 1.9 = 7,906,870,110 B: 409 states, 136 requests
+    assert spec_alloc.max_mamba_cache_size == 409
+    assert mamba_capped_requests(48, 409) == 48 and mamba_capped_requests(200, 409) == 136
+    assert mamba_capped_requests(200, None) == 200
+
+
+def test_sglang_speculative_hybrid_state_cap_reaches_the_running_batch():
+    """A given --max-running-requests (kvplan --max-num-seqs) past the state slots // 3 runs at
+    that cap, as SGLang's init_memory clamps it; without a state pool it stays as given."""
+    base = ("simulate", "qwen3-next-80b-a3b", "--gpu", "h100", "--tp", "4", "--engine", "sglang")
+    base += ("--kv-cache-memory", "19GiB", "--num-prompts", "4", "--input-len", "64")
+    base += ("--output-len", "4", "--format", "json")
+    code, out, err = run_cli(*base, "--max-num-seqs", "1000")
+    assert code == 0, err
+    # 19 GiB x 0.9 / 1.9 = 9,663,676,416 B of states at 19,316,736 B: 500 slots, 166 requests
+    assert json.loads(out)["setup"]["max_num_seqs"] == 166
+    code, out, err = run_cli(*base, "--max-num-seqs", "100")
+    assert code == 0, err
+    assert json.loads(out)["setup"]["max_num_seqs"] == 100
 
 
 @pytest.mark.parametrize(

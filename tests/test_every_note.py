@@ -693,6 +693,25 @@ INVOCATIONS: dict[str, Invocation] = {
         "1024",
         *SMALL,
     ),  # fmt: skip
+    "simulate sglang hybrid mtp": cli(
+        "simulate",
+        "qwen3.5-35b-a3b",
+        "--gpu",
+        "h100",
+        "--tp",
+        "2",
+        "--engine",
+        "sglang",
+        "--speculative-algorithm",
+        "NEXTN",
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+        *SMALL,
+    ),  # fmt: skip
     "simulate vllm v0": cli(*SIM, "--engine-version", "0.7", "--num-scheduler-steps", "4", *SMALL),
     "simulate vllm newer": cli(*SIM, "--vllm-version", "1.0", *SMALL),
     "simulate vllm 0.8 fp8": cli(
@@ -951,6 +970,7 @@ SOURCES: dict[str, str] = {
     "sglang-cuda-ipc-pool": "simulate sglang cuda ipc",
     "sglang-dsa-dtype": "sglang dsa tp8",
     "sglang-mamba": "sglang nemotron",
+    "sglang-mamba-spec": "simulate sglang hybrid mtp",
     "sglang-nsa-fp8-layout": "sglang glm-5.3",
     "sglang-partial-indexer": "sglang glm-5.3",
     "sglang-pool": "sglang dsa tp8",

@@ -136,6 +136,51 @@ def test_a_mixed_step_charges_the_chunk_in_full(llama, h100):
     assert m.step(mixed).total_s == pytest.approx(m.step(decodes).total_s + added)
 
 
+def test_a_prefill_step_runs_the_draft_over_its_chunks(h100):
+    # SGLang's forward_draft_extend after every target extend, vLLM's proposer over every
+    # scheduled token: a draft model's own forward over the prompt's 600 tokens (one head row),
+    # GPU terms only, on top of the target's prefill
+    target = load_model("llama-3.1-70b")
+    opts = ServeOptions(
+        tp=4,
+        speculative_config='{"model": "llama-3.1-8b", "num_speculative_tokens": 3}',
+        spec_accept="1",
+    )
+    m = build_replica(target, h100, opts).model
+    prefill = BatchShape(0, 0.0, ((600, 0),), 1)
+    own = m.draft.step(prefill, None, 1)
+    extend = m.draft_extend(prefill)
+    assert extend.terms_s == {**own.terms_s, "sampler_s": 0.0, "host_s": 0.0}
+    assert extend.total_s == pytest.approx(_gpu(own) - own.terms_s["sampler_s"])
+    assert m.step(prefill).total_s == pytest.approx(m.target.step(prefill).total_s + extend.total_s)
+    # beside 8 decodes the chunk joins the round's first draft forward: what it adds
+    mixed = BatchShape(8, 8 * 1000, ((600, 0),), 9)
+    first = m.draft.step(BatchShape(8, 8 * 1000, (), 8), None, 4)
+    both = m.draft.step(BatchShape(8, 8 * 1000, ((600, 0),), 9), None, 4)
+    added = _gpu(both) - both.terms_s["sampler_s"] - _gpu(first) + first.terms_s["sampler_s"]
+    assert m.draft_extend(mixed).total_s == pytest.approx(added)
+
+
+def test_an_mtp_draft_extend_is_one_layer_of_the_target_eagerly(dsv3):
+    # DeepSeek-V3's one MTP layer over a 600-token prompt (past the 512-token graphs: eager):
+    # the target's per-layer eager dispatch once, 0.8 ms, and the target's layer terms / 61
+    h200 = load_gpu("h200-sxm")
+    m = build_replica(
+        dsv3, h200, ServeOptions(tp=8, speculative_config='{"method": "mtp"}', spec_accept="1")
+    ).model
+    assert m.share == pytest.approx(1 / 61)
+    prefill = BatchShape(0, 0.0, ((600, 0),), 1)
+    extend = m.draft_extend(prefill)
+    assert extend.terms_s["launch_s"] == pytest.approx(0.8e-3)
+    whole = m.target._forward(prefill, 1.0)
+    assert extend.terms_s["attention_s"] == pytest.approx(whole[3] / 61)
+    assert extend.terms_s["host_s"] == extend.terms_s["sampler_s"] == 0.0
+    ngram = build_replica(
+        dsv3, h200, ServeOptions(tp=8, speculative_config=NGRAM, spec_accept="1")
+    ).model
+    assert ngram.draft_extend(prefill).total_s == 0.0  # no draft forward to run
+
+
 def test_a_decode_span_prices_each_step_as_one_step_does(llama, h100):
     import numpy as np
 

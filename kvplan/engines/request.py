@@ -70,6 +70,9 @@ class EngineRequest(NamedTuple):
     # SGLANG_USE_CUDA_IPC_TRANSPORT=1: the multimodal feature pool (SGLANG_MM_FEATURE_CACHE_MB)
     # the tokenizer process reserves on GPU 0 at start-up (0: the switch is off)
     cuda_ipc_pool_bytes: int = 0
+    # SGLang hybrids under speculative decoding: the recurrent states reserved for the
+    # verification's positions (engines.sglang.speculative_state_slots; 0: not speculating)
+    speculative_state_slots: int = 0
     # vLLM V0's profile run (0.6, 0.7), whose sampler takes top-k/top-p (formulas.memory
     # v0_sampler_bytes)
     v0_profile: bool = False

@@ -90,6 +90,10 @@ SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio
 MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio: state pool = rest x r / (1 + r)
 MAMBA_SSM_DTYPE = "fp32"  # SGLang's default SSM state dtype (config mamba_ssm_dtype overrides)
 MAMBA_CONV_DTYPE = "bf16"
+# model_runner_kv_cache_mixin's MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO: state slots the pool
+# keeps per running request with the radix cache on (init_memory: max_num_reqs is at most
+# max_mamba_cache_size // 3)
+MAMBA_SLOTS_PER_REQUEST = 3
 # the (conv, SSM) dtypes SGLang keeps a recurrent state in (State.held_in): its step reads them
 STATE_DTYPES = (MAMBA_CONV_DTYPE, MAMBA_SSM_DTYPE)
 FP8_NSA_LATENT_BYTES = 656  # 512 fp8 + 4 fp32 scales + 64 bf16 rope (calculate_mla_kv_cache_dim)
@@ -509,6 +513,23 @@ class SglangResult(NamedTuple):
     notes: tuple[Note, ...]
 
 
+def speculative_state_slots(max_running_requests: int, draft_tokens: int, dp: int = 1) -> int:
+    """Recurrent states SGLang reserves for a speculative verification before it splits the
+    rest between the state and KV pools (model_runner_kv_cache_mixin.handle_max_mamba_cache:
+    mamba_cache_per_req x max_running_requests // dp x speculative_num_draft_tokens, the
+    intermediate SSM and conv states of every verified position)."""
+    return max_running_requests // dp * draft_tokens
+
+
+def mamba_capped_requests(requests: int, max_mamba_cache_size: int | None) -> int:
+    """max_running_requests under a hybrid's state pool (init_memory: at most
+    max_mamba_cache_size // MAMBA_SLOTS_PER_REQUEST, whether given or SGLang's default);
+    `requests` as it is without a state pool (None: none)."""
+    if max_mamba_cache_size is None:
+        return requests
+    return min(requests, max(max_mamba_cache_size // MAMBA_SLOTS_PER_REQUEST, 1))
+
+
 def _mamba_bytes_per_request(stage: ModelSpec, tp: int) -> tuple[int, int]:
     """(conv, ssm) bytes of one request's state over the stage's linear layers."""
     conv = ssm = 0
@@ -780,6 +801,23 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     max_mamba = None
     conv_req, ssm_req = _mamba_bytes_per_request(stage, request.tp)
     if conv_req + ssm_req:
+        spec_bytes = (conv_req + ssm_req) * request.speculative_state_slots
+        if spec_bytes:
+            rest -= spec_bytes
+            notes.append(
+                note(
+                    "sglang-mamba-spec",
+                    slots=request.speculative_state_slots,
+                    state_bytes=conv_req + ssm_req,
+                    reserved_bytes=spec_bytes,
+                )
+            )
+            if rest <= 0:
+                raise KvplanError(
+                    "no memory is left for SGLang's KV pool after the speculative "
+                    f"verification's recurrent states ({spec_bytes / GIB:,.2f} GiB per GPU): "
+                    "lower --max-running-requests or --speculative-num-draft-tokens"
+                )
         mamba_pool = int(rest * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO))
         max_mamba = mamba_pool // (conv_req + ssm_req)
         conv_bytes, ssm_bytes = max_mamba * conv_req, max_mamba * ssm_req
@@ -838,8 +876,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         )
     running = min(max(int(tokens / request.max_model_len * 512), 2048), 4096)
     running = min(running, max(tokens // 2, 1))
-    if max_mamba is not None:
-        running = min(running, max(max_mamba // 3, 1))
+    running = mamba_capped_requests(running, max_mamba)
     fits = tokens >= request.max_model_len
     return SglangResult(
         kvplan_version=__version__,

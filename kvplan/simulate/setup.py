@@ -1440,12 +1440,27 @@ def check_multi_step(options: ServeOptions) -> Note | None:
 SGLANG_SIM_BLOCK = 16
 
 
+def _speculative_state_slots(spec: ModelSpec, options: ServeOptions, dp: int) -> int:
+    """The recurrent states an SGLang hybrid reserves for speculative verification
+    (engines.sglang.speculative_state_slots): 0 without a state layer or speculation."""
+    from kvplan.engines.sglang import speculative_state_slots
+    from kvplan.simulate import speculative
+
+    if not spec.state_layers():
+        return 0
+    request = speculative.requested(spec, options)
+    if request is None:
+        return 0
+    running = options.max_num_seqs or speculative.SGLANG_SPEC_RUNNING
+    return speculative_state_slots(running, request.verify_tokens, dp)
+
+
 def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
     """An SGLang replica with `python -m sglang.launch_server`'s defaults: the KV pool and
     limits from kvplan's SGLang allocator model, SGLang's scheduler (kvplan.simulate.sglang)."""
     from kvplan.engines import EngineRequest
     from kvplan.engines.moe_backend import check_sglang_moe_backend
-    from kvplan.engines.sglang import sglang_allocation, sglang_release
+    from kvplan.engines.sglang import mamba_capped_requests, sglang_allocation, sglang_release
     from kvplan.simulate.engine import EngineConfig
     from kvplan.simulate.sglang import (
         DP_ATTENTION_CONSERVATIVENESS,
@@ -1487,6 +1502,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         notes.append(length_note)
     request = EngineRequest(
         engine="sglang",
+        speculative_state_slots=_speculative_state_slots(spec, options, layout.dp),
         sglang_version=options.sglang_version,  # the patch gates some rules (gpt-oss's pool)
         max_model_len=max_model_len,
         kv_cache_dtype=options.kv_cache_dtype,
@@ -1548,6 +1564,8 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         if options.max_num_seqs is None:  # server_args: 48 when speculating and not given
             running = SGLANG_SPEC_RUNNING
         options = options._replace(async_scheduling=False)  # the overlap scheduler off (spec v1)
+    if layout.dp == 1:  # init_memory: a hybrid's state pool caps a given or speculative count
+        running = mamba_capped_requests(running, alloc.max_mamba_cache_size)
     if layout.dp > 1:  # SGLang divides --max-running-requests among its DP-attention ranks
         running = max(1, running // layout.dp)
         # and, in server_args._handle_data_parallelism, the chunked prefill size ("adjusted to

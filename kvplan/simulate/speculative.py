@@ -22,7 +22,12 @@ is deterministic): (1 - a^(k+1)) / (1 - a) for a per-token acceptance rate a
 (techniques.expected_tokens_per_round), 1 + the sum of per-position rates, or a mean acceptance
 length as vLLM's spec-decode metrics ("Mean acceptance length") and SGLang's log ("accept
 len") print it. The simulator steps token by token: each decode step is 1/E of a round
-(techniques.speculative_round_s / E), a prefill chunk in it is charged in full.
+(techniques.speculative_round_s / E), a prefill chunk in it is charged in full, and with it the
+draft's forward over the chunk's tokens (`draft_extend`): SGLang follows every target extend
+with the draft's (speculative/eagle_worker.py forward_batch_generation -> forward_draft_extend,
+the prompt's hidden states through the MTP/EAGLE layers and the head on each chunk's last
+position) and vLLM's proposer runs its first forward over every scheduled token, prefill chunks
+included (v1/spec_decode/eagle.py propose).
 
 The draft: a draft model (bundled name or path) is priced by its own StepModel at the target's
 TP; an MTP or EAGLE head as `layers` of the target's layers plus the target's LM head; n-gram
@@ -455,6 +460,30 @@ class SpeculativeStepModel:
             host = self.target.host.per_request_s * num_decodes / self.k
             return engine_step_time(0, 0, 0, 0, 0, 0, 0, host, host)
         shape, queries = self._draft_shape(num_decodes, context_sum, first)
+        return self._draft_forward(shape, queries)
+
+    def draft_extend(self, shape: BatchShape) -> StepTime:
+        """What the draft's pass over a step's prefill chunks adds (GPU terms; the module's
+        docstring cites the engines): alone, one draft forward over the chunks' tokens and a
+        head row per chunk; beside decodes, the round's first draft forward with the chunks in
+        it less that forward without them. Nothing for n-gram lookup or a step without chunks."""
+        if not shape.prefill_chunks or self.speculation.request.method == "ngram":
+            return engine_step_time(0, 0, 0, 0, 0, 0, 0, 0, 0)
+        chunks = len(shape.prefill_chunks)
+        if not shape.num_decodes:
+            return self._draft_forward(BatchShape(0, 0.0, shape.prefill_chunks, chunks), 1)
+        first, queries = self._draft_shape(shape.num_decodes, shape.decode_context_sum, True)
+        both = first._replace(
+            prefill_chunks=shape.prefill_chunks, num_sampled=first.num_sampled + chunks
+        )
+        return _linear(
+            (self._draft_forward(both, queries), 1.0), (self._draft_forward(first, queries), -1.0)
+        )
+
+    def _draft_forward(self, shape: BatchShape, queries: int) -> StepTime:
+        """One draft forward over `shape` (`queries` tokens per decode), its GPU terms: a draft
+        model's own step, or the target's `share` of layers with the draft head and its logits
+        gather."""
         if self.draft is not None:
             return _gpu_only(_with(self.draft.step(shape, None, queries), sampler_s=0.0))
         tokens, sampled = self._draft_rows(gathered, first)
@@ -503,9 +532,10 @@ class SpeculativeStepModel:
         gathered_sampled: int | None = None,
     ) -> StepTime:
         if not shape.num_decodes:
-            return self.target.step(
+            target = self.target.step(
                 shape, gathered_tokens, padded=padded, gathered_sampled=gathered_sampled
             )
+            return _linear((target, 1.0), (self.draft_extend(shape), 1.0))
         b = shape.num_decodes
         gathered = None if gathered_tokens is None else gathered_tokens * self.queries
         # the verification samples every query position (the head's gathered rows likewise)
@@ -526,7 +556,7 @@ class SpeculativeStepModel:
             self.queries,
             padded,
         )
-        return _linear((one, 1.0), (mixed, 1.0), (verify, -1.0))
+        return _linear((one, 1.0), (mixed, 1.0), (verify, -1.0), (self.draft_extend(shape), 1.0))
 
     def decode_span_s(
         self,

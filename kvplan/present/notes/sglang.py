@@ -92,6 +92,14 @@ text("sglang-mamba")(
         "covers the full-attention layers only."
     )
 )
+text("sglang-mamba-spec")(
+    lambda slots, state_bytes, reserved_bytes: (
+        f"Speculative decoding on a linear-attention hybrid: before the split SGLang reserves "
+        f"the verification's intermediate recurrent states, max_running_requests x "
+        f"speculative_num_draft_tokens = {slots:,} states of {f.mib_text(state_bytes)} "
+        f"({f.gib_text(reserved_bytes)}; model_runner_kv_cache_mixin.handle_max_mamba_cache)."
+    )
+)
 text("sglang-dsv4-pools")(
     lambda version, bytes_per_full_token, layers, c4_layers, c128_layers: (
         f"DeepSeek-V4 in SGLang {version} (DSV4PoolConfigurator): the pool memory is split by "

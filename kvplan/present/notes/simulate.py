@@ -90,7 +90,15 @@ text("sim-speculative")(
         "(never sampled: runs are deterministic), "
         + _SPEC_ACCEPTANCE[acceptance].format(rate=rate or 0.0)
         + ". Each decode step is 1/E of a round (E tokens per round); a prefill chunk in it is "
-        "charged what it adds to the verification. The draft: "
+        "charged what it adds to the verification"
+        + (
+            ""
+            if method == "ngram"
+            else ", and every prefill chunk what it adds to a draft forward (the draft runs "
+            "over the prompt's tokens too: SGLang's draft extend, vLLM's proposer over every "
+            "scheduled token)"
+        )
+        + ". The draft: "
         + _SPEC_DRAFT.get(method, f"{draft} priced by its own step model at the target's TP")
         + f"; its weights ({gib_text(weights_bytes)} per GPU) and KV cache "
         f"({kv_bytes_per_token:,.0f} B per token per GPU) come out of the pool"
