@@ -11,7 +11,8 @@ time. Per GPU, for a step of T tokens (decodes plus prefill-chunk tokens):
                                       L_attention·floor)
            + prefill attention    Σ_chunks max(cached + chunk KV / BW·f_m, causal FLOPs / peak·f_c)
            + sampler              sequences x vocab x fp32 logit copies / BW·f_m
-           + TP all-reduces       2 per layer over T x hidden activations and the input
+           + TP all-reduces       2 per layer over T x hidden activations (1 more of T x 2 fp32
+                                  where the q/k norm spans all heads: MiniMax-M2) and the input
                                   embedding's 1 (comm); the head's logits all-gathered over TP,
                                   sequences x vocab x bf16 (logits_gather_s)
            + launches             max(L x per-layer cost, small kernels x their floor) under a
