@@ -12,6 +12,8 @@ from kvplan.formulas.comm import (
     logits_allgather_bytes,
     p2p_time_s,
     pipeline_bubble_fraction,
+    qk_norm_allreduce_bytes,
+    qk_norm_allreduces_per_forward,
     ring_allgather_time_s,
     ring_allreduce_time_s,
     tp_allreduce_bytes,
@@ -19,7 +21,7 @@ from kvplan.formulas.comm import (
 )
 from kvplan.inputs.sources import load_model
 
-from helpers import run_json
+from helpers import run_json, sglang_table_step
 
 BF16 = KvFormat("bf16")
 
@@ -92,3 +94,36 @@ def test_capacity_disaggregated_transfer():
     )
     assert over["kv_transfer"]["link"] == "100 Gb/s per GPU"
     assert over["kv_transfer"]["time_s"] == pytest.approx(5e-6 + 131_072 * 32768 / 12.5e9)
+
+
+def test_minimax_m2_qk_norm_all_reduces_by_hand():
+    """MiniMax-M2's q and k RMSNorms run over all heads: under TP every layer all-reduces the
+    two fp32 sums of squares per token (SGLang and vLLM minimax_m2.py), a third call per layer
+    beside the two of the layer's outputs; a per-head norm (Qwen3's) needs none."""
+    spec = load_model("MiniMaxAI/MiniMax-M2.5")
+    assert spec.num_layers == 62
+    assert qk_norm_allreduces_per_forward(spec) == 62
+    assert qk_norm_allreduce_bytes(16) == 16 * 2 * 4
+    assert qk_norm_allreduces_per_forward(load_model("Qwen/Qwen3-235B-A22B-Instruct-2507")) == 0
+    # 8 ranks at 450 GB/s one way, 2 us a hop: 125 of 3,072 bf16 activations, 62 of 2 fp32
+    outputs = ring_allreduce_time_s(3072 * 2, 8, 450e9, 2e-6)
+    norms = ring_allreduce_time_s(2 * 4, 8, 450e9, 2e-6)
+    assert tp_comm_time_per_decode_step_s(spec, 1, 8, 450e9, 2e-6) == pytest.approx(
+        125 * outputs + 62 * norms
+    )
+    assert tp_comm_time_per_decode_step_s(spec, 1, 1, 450e9, 2e-6) == 0.0
+
+
+def test_step_model_charges_minimax_m2_qk_norm_all_reduces():
+    """On the B200's SGLang tables at TP 8, one decode's step pays MiniMax-M2.5's 62 q/k-norm
+    all-reduces of 8 bytes each, every one at the ring's price: 14 hops at the latency that
+    makes one call the tables' measured call, plus 14/8 x 8 bytes over NVLink's achieved rate
+    one way; the layers' own collectives are unchanged."""
+    m = sglang_table_step(load_model("MiniMaxAI/MiniMax-M2.5"), "b200", "fp8", 8)
+    one_way = m.link.bandwidth_bytes_per_s / 2 * m.achieved.link
+    call = m.achieved.allreduce_call_s + 14 / 8 * 8 / one_way
+    assert m.qk_norm_comm_s(1) == pytest.approx(62 * call)
+    assert m.comm_s(1) == pytest.approx(m._layer_comm_s(1) + 62 * call)
+    assert 0.3e-3 < m.qk_norm_comm_s(1) < 0.5e-3  # 62 calls of about 7 us
+    qwen = sglang_table_step(load_model("Qwen/Qwen3-235B-A22B-Instruct-2507"), "b200", "bf16", 8)
+    assert qwen.qk_norm_comm_s(1) == 0.0

@@ -88,6 +88,10 @@ class Attention(NamedTuple):
     mla_q_lora_rank: int = 0  # MLA query down-projection width (0: none, queries from hidden)
     shared_kv_proj: bool = False  # V is K's projection (no v_proj weights; the cache holds both)
     sinks: bool = False  # one learned sink logit per query head (gpt-oss, MiMo-V2 sliding layers)
+    # q and k RMSNorm'd over all heads, not per head (MiniMax-M2): under attention TP each rank
+    # holds a share of the heads, so every layer all-reduces the partial sums of squares, two
+    # fp32 per token (comm.qk_norm_allreduce_bytes), and launches the sum and the apply kernels
+    qk_norm_allreduce: bool = False
     # K and V are one tensor, stored once (DeepSeek-V4's shared-KV MQA: `head_dim` per token)
     kv_one_copy: bool = False
     # DeepSeek-V4 compressed attention: beside its sliding window the layer keeps one compressed

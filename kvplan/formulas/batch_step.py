@@ -11,7 +11,8 @@ time. Per GPU, for a step of T tokens (decodes plus prefill-chunk tokens):
                                       L_attention·floor)
            + prefill attention    Σ_chunks max(cached + chunk KV / BW·f_m, causal FLOPs / peak·f_c)
            + sampler              sequences x vocab x fp32 logit copies / BW·f_m
-           + TP all-reduces       2 per layer over T x hidden activations and the input
+           + TP all-reduces       2 per layer over T x hidden activations (1 more of T x 2 fp32
+                                  where the q/k norm spans all heads: MiniMax-M2) and the input
                                   embedding's 1 (comm); the head's logits all-gathered over TP,
                                   sequences x vocab x bf16 (logits_gather_s)
            + launches             max(L x per-layer cost, small kernels x their floor) under a
@@ -45,6 +46,8 @@ from kvplan.formulas.comm import (
     logits_allgather_bytes,
     p2p_time_s,
     pipeline_bubble_fraction,
+    qk_norm_allreduce_bytes,
+    qk_norm_allreduces_per_forward,
     ring_allgather_time_s,
     tp_allreduce_bytes,
     tp_allreduce_time_s,
@@ -101,6 +104,7 @@ from kvplan.inputs.kernel_tables import (
 from kvplan.record import NamedTuple
 
 LOGIT_BYTES = 4  # the sampler works on fp32 logits
+QK_NORM_TP_LAUNCHES = 2  # a TP q/k norm over all heads: sums of squares, apply (small_launches)
 
 
 # The fractions per GPU and engine are data (kvplan/data/kernel_tables, provenance in each file;
@@ -992,7 +996,25 @@ class StepModel:
         without DP attention keeps the all-reduces: sglang_collectives); DP attention
         without EP adds each MoE layer's all-gather and reduce-scatter; SGLang's DP attention
         gathers before every layer's MLP (sglang_dp_comm_s). Collectives whose group spans nodes
-        are priced on both links (the class docstring)."""
+        are priced on both links (the class docstring). Beside them, the q/k norms' all-reduces
+        of the attention TP group (qk_norm_comm_s)."""
+        return self._layer_comm_s(num_tokens, gathered_tokens, padded) + self.qk_norm_comm_s(
+            num_tokens
+        )
+
+    def qk_norm_comm_s(self, num_tokens: int) -> float:
+        """The all-reduces of one forward's q/k norms over all heads (MiniMax-M2's: comm.
+        qk_norm_allreduces_per_forward), each of the `num_tokens` tokens' two fp32 sums of
+        squares over the attention TP group: at a step's sizes one measured call each."""
+        calls = qk_norm_allreduces_per_forward(self.spec)
+        if not calls:
+            return 0.0
+        return calls * self._group_allreduce_s(qk_norm_allreduce_bytes(num_tokens), self.tp)
+
+    def _layer_comm_s(
+        self, num_tokens: int, gathered_tokens: int | None = None, padded: bool = False
+    ) -> float:
+        """comm_s's collectives of the layers' outputs, the q/k norms' left out."""
         if self.dp <= 1 and (self.ep <= 1 or self.sglang_collectives):
             return self.tp_allreduce_s(num_tokens, tp_allreduces_per_forward(self.spec))
         if self.dp_gather_full:
@@ -1692,13 +1714,15 @@ def small_launches(spec: ModelSpec) -> int:
         dense MLP          1: SiLU-and-mul
         MoE, shared expert 2: its SiLU-and-mul, the add of the shared and routed outputs
         the forward        2: embedding lookup, final RMSNorm
+        q/k norm over all  2: the sums of squares and the apply (SGLang minimax_m2.py
+        heads under TP        rms_sumsq_serial, rms_apply_serial; their all-reduce is comm's)
 
     Not counted here: what a family's floor already times (GEMMs with their per-token-group
     activation quant, the fused MoE with its top-k, alignment, activation and sum, the attention
     kernel, all-reduces); per-head q/k RMSNorms (Qwen3's), which the anatomy does not record."""
     return _launches(
         spec, forward=2, every_layer=2, gqa=2, mla=4, state=2, dense=1, moe=0, shared=2
-    )
+    ) + QK_NORM_TP_LAUNCHES * qk_norm_allreduces_per_forward(spec)
 
 
 def _launches(

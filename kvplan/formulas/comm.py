@@ -8,7 +8,7 @@ one direction is half.
 
 from __future__ import annotations
 
-from kvplan.anatomy.model import ModelSpec
+from kvplan.anatomy.model import ModelSpec, distinct_layers
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.formulas.kv import kv_bytes_per_sequence
 
@@ -20,6 +20,7 @@ EMBEDDING_ALLREDUCES = 1
 # the vocab-parallel head's logits cross the TP all-gather in the head's dtype, cast to fp32 only
 # after (SGLang's LogitsProcessor._get_logits, vLLM's LogitsProcessor._gather_logits)
 LOGIT_GATHER_BYTES = ELEMENT_BYTES["bf16"]
+QK_NORM_SUM_BYTES = 4  # a q/k norm's partial sum of squares, fp32 (qk_norm_allreduce_bytes)
 
 
 def p2p_time_s(message_bytes: float, one_way_bytes_per_s: float, latency_s: float) -> float:
@@ -114,6 +115,26 @@ def tp_allreduces_per_forward(spec: ModelSpec) -> int:
     return ALLREDUCES_PER_LAYER * spec.num_layers + EMBEDDING_ALLREDUCES
 
 
+def qk_norm_allreduces_per_forward(spec: ModelSpec) -> int:
+    """The all-reduces of one forward's q/k norms over all heads (Attention.qk_norm_allreduce),
+    one per such layer: SGLang's MiniMaxM2QKRMSNorm (python/sglang/srt/models/minimax_m2.py,
+    _forward_naive: rms_sumsq_serial, attn_tp_all_reduce(sum_sq), rms_apply_serial) and vLLM's
+    MiniMaxText01RMSNormTP.forward_qk (the q and k variances concatenated, one
+    tensor_model_parallel_all_reduce) each reduce q's and k's sums together in one call."""
+    return sum(
+        count
+        for layer, count in distinct_layers(spec.layers)
+        if layer.attention is not None and layer.attention.qk_norm_allreduce
+    )
+
+
+def qk_norm_allreduce_bytes(num_tokens: int) -> int:
+    """One q/k-norm all-reduce (qk_norm_allreduces_per_forward): q's and k's sum of squares per
+    token, two fp32 (SGLang pads the buffer to a multiple of four floats for its custom
+    all-reduce; at the sizes a step runs that is one call's latency either way)."""
+    return num_tokens * 2 * QK_NORM_SUM_BYTES
+
+
 def logits_allgather_bytes(num_sampled: int, vocab_size: int, tp: int) -> float:
     """Bytes one rank receives in the TP all-gather of the head's logits: each rank computed
     its vocab / tp columns for every sampled position, and receives the others',
@@ -143,14 +164,11 @@ def tp_comm_time_per_decode_step_s(
     by tp_allreduce_time_s: within a node on the intra-node link, over nodes of `node_gpus`
     GPUs in two levels with the network's rate and latency."""
     count = tp_allreduces_per_forward(spec)
+    links = (node_gpus, one_way_bytes_per_s, latency_s, inter_one_way_bytes_per_s, inter_latency_s)
     return count * tp_allreduce_time_s(
-        tp_allreduce_bytes(spec, batch_size),
-        tp,
-        node_gpus,
-        one_way_bytes_per_s,
-        latency_s,
-        inter_one_way_bytes_per_s,
-        inter_latency_s,
+        tp_allreduce_bytes(spec, batch_size), tp, *links
+    ) + qk_norm_allreduces_per_forward(spec) * tp_allreduce_time_s(
+        qk_norm_allreduce_bytes(batch_size), tp, *links
     )
 
 

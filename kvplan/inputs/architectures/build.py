@@ -734,6 +734,7 @@ class Builder(FamilyLayouts):
             window=size if cache_kind.windowed else None,
             shared_kv_proj=shared_kv_proj,
             sinks=self._sinks(kind),
+            qk_norm_allreduce=self.family.qk_norm_allreduce,
             indexer_head_dim=(self.indexer_dim or 0) if self.gqa_indexer else 0,
             indexer_num_heads=self.indexer_heads if self.gqa_indexer else 0,
             sparse_block_size=self.sparse_blocks[0]

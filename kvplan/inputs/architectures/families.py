@@ -39,6 +39,9 @@ class Family(NamedTuple):
     final_norms: int = 1
     qk_norm: str | None = None  # head (RMSNorm over head_dim) | full (over all heads)
     qk_norm_field: str | None = None  # a bool field switching qk_norm on
+    # the full q/k norm's sums of squares all-reduced over attention TP in every layer, as both
+    # engines run it (Attention.qk_norm_allreduce: SGLang and vLLM minimax_m2.py)
+    qk_norm_allreduce: bool = False
     q_gate: bool = False  # q_proj doubled: an output gate (Qwen3-Next, Qwen3.5)
     sinks: bool = False  # one learned logit per head (gpt-oss)
     # MiMo-V2-Flash: sinks only where add_swa_attention_sink_bias / add_full_... say (sliding
@@ -223,7 +226,9 @@ FAMILIES: dict[str, Family] = {
         layer_rule="llama4",
         llama4_shared=True,
     ),
-    "minimax_m2": Family("MoE (GQA)", kv_heads=8, head_dim=128, qk_norm="full"),
+    "minimax_m2": Family(
+        "MoE (GQA)", kv_heads=8, head_dim=128, qk_norm="full", qk_norm_allreduce=True
+    ),
     "glm4_moe": Family(
         "MoE (GQA)",
         kv_heads=8,
