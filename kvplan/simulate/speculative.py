@@ -460,7 +460,7 @@ class SpeculativeStepModel:
             host = self.target.host.per_request_s * num_decodes / self.k
             return engine_step_time(0, 0, 0, 0, 0, 0, 0, host, host)
         shape, queries = self._draft_shape(num_decodes, context_sum, first)
-        return self._draft_forward(shape, queries)
+        return self._draft_forward(shape, queries, gathered, first, padded)
 
     def draft_extend(self, shape: BatchShape) -> StepTime:
         """What the draft's pass over a step's prefill chunks adds (GPU terms; the module's
@@ -480,10 +480,17 @@ class SpeculativeStepModel:
             (self._draft_forward(both, queries), 1.0), (self._draft_forward(first, queries), -1.0)
         )
 
-    def _draft_forward(self, shape: BatchShape, queries: int) -> StepTime:
+    def _draft_forward(
+        self,
+        shape: BatchShape,
+        queries: int,
+        gathered: int | None = None,
+        first: bool = False,
+        padded: bool = False,
+    ) -> StepTime:
         """One draft forward over `shape` (`queries` tokens per decode), its GPU terms: a draft
         model's own step, or the target's `share` of layers with the draft head and its logits
-        gather."""
+        gather (`gathered`, `first`, `padded`: the DP-attention rows, draft_step's)."""
         if self.draft is not None:
             return _gpu_only(_with(self.draft.step(shape, None, queries), sampler_s=0.0))
         tokens, sampled = self._draft_rows(gathered, first)
