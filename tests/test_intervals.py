@@ -452,6 +452,38 @@ def test_a_step_scale_stretches_a_run_at_infinite_rate_exactly():
     assert slow.completed == point.completed
 
 
+def test_a_run_without_a_clock_is_stretched_not_rerun(monkeypatch):
+    """intervals.stretched gives what the rerun gives where nothing keeps time but the steps
+    (every request at once, no frontend costs): so simulate reruns a workload only where it has
+    an arrival rate (or a trace), twice (the fast and the slow scale)."""
+    import kvplan.plans.simulate as plans_simulate
+
+    request = _no_frontend_request()
+    point, slow = _bench_at(1.0, request), _bench_at(1.5, request)
+    by_hand = intervals.stretched(point, 1.5)
+    # the peak over one-second windows (max_output_tokens_per_s) bins on the wall clock: a run
+    # shorter than a window holds every token in one, stretched or not (intervals.stretched)
+    keys = [
+        k for k in slow._fields if intervals.family_of(k) is not None and not k.startswith("max_")
+    ]
+    assert {"median_ttft_ms", "median_tpot_ms", "output_throughput", "duration"} <= set(keys)
+    for key in keys:
+        assert getattr(by_hand, key) == pytest.approx(getattr(slow, key), rel=1e-9), key
+    calls = []
+    real = plans_simulate.with_step_scale
+
+    def counted(replica, scale):
+        calls.append(scale)
+        return real(replica, scale)
+
+    monkeypatch.setattr(plans_simulate, "with_step_scale", counted)
+    _with_propagation(monkeypatch, ("ttft", "e2el"))
+    simulate(load_model("llama-3.1-8b"), load_profile("h100"), request)
+    assert calls == []
+    simulate(load_model("llama-3.1-8b"), load_profile("h100"), request._replace(rates=(5.0,)))
+    assert len(calls) == 2
+
+
 def test_a_slower_step_lengthens_the_queue_more_than_the_step_near_saturation():
     """At a rate near what the replica sustains a 1.5x step makes the median TTFT more than 1.5x
     longer (the waiting time grows like 1 / (1 - load)); far below saturation about 1.5x."""

@@ -239,6 +239,23 @@ def bench_interval(bench, evidence: str, length_dist: str, scaled_benches=()) ->
     return out
 
 
+def stretched(bench, scale: float):
+    """`bench` on a clock stretched by `scale`: what the simulation gives with every step time
+    times `scale` where nothing else keeps time (every request sent at once or closed-loop, no
+    arrival rate or trace): each latency and the duration times `scale`, each rate divided by
+    it, counts unchanged. The frontend's fixed per-request costs are stretched too (they are
+    not steps), and a peak over one-second windows (max_output_tokens_per_s) is divided as a
+    rate though its windows are the wall clock's: approximations where steps dominate, which
+    save each such run its two reruns (kvplan.plans.simulate._with_intervals)."""
+    changes = {}
+    for key, value in _numeric(bench).items():
+        kind = family_of(key)
+        if kind is None:
+            continue
+        changes[key] = value / scale if kind[1] else value * scale
+    return bench._replace(**changes)
+
+
 def step_scaled(scales: tuple[float, ...], scaled_benches) -> dict:
     """The runs at the step scales as a result keeps them: {"step_scales": scales, key: [its
     value in each run]} for every key of a metric family (family_of)."""

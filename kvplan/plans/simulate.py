@@ -306,12 +306,15 @@ def _with_intervals(
     and, propagated through the simulation, the same workload rerun with every step time at
     the class's fast and slow step scales (intervals.step_scales; with_step_scale)."""
     length_dist = request.workload.length_dist
-    quiet = request._replace(series=False, step_log=False)
     scales = intervals.step_scales(evidence, length_dist)
-    at_scale = [_runs(with_step_scale(replica, s), quiet)[0] for s in scales]
+    if _has_clock(request) and intervals.propagated_families():
+        quiet = request._replace(series=False, step_log=False)
+        at_scale = [[r.bench for r in _runs(with_step_scale(replica, s), quiet)[0]] for s in scales]
+    else:  # no arrival clock: the rerun is the run on a stretched clock (intervals.stretched)
+        at_scale = [[intervals.stretched(r.bench, s) for r in runs] for s in scales]
     out = []
     for i, r in enumerate(runs):
-        scaled = [a[i].bench for a in at_scale]
+        scaled = [a[i] for a in at_scale]
         out.append(
             r._replace(
                 bench_interval=intervals.bench_interval(r.bench, evidence, length_dist, scaled),
@@ -319,6 +322,13 @@ def _with_intervals(
             )
         )
     return out
+
+
+def _has_clock(request: SimulateRequest) -> bool:
+    """Whether the workload keeps time apart from the steps: arrivals at a rate (a run per
+    --request-rate; one finite rate reruns them all) or a trace's timestamps. Without it (every request sent at once, closed-loop or not) the same workload
+    with every step s times slower is the same run on a clock stretched by s."""
+    return request.trace is not None or any(math.isfinite(rate) for rate in request.rates)
 
 
 def _with_dp_ranks(spec: ModelSpec, request: SimulateRequest):
