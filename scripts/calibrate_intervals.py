@@ -124,11 +124,16 @@ def log_ratios(cases: list[dict]) -> list[dict]:
             print(f"  {case['id'][:60]}: not simulated ({exc})", file=sys.stderr)
             continue
         length_dist = simulate_request(case).workload.length_dist
-        ratios = {}
+        ratios, propagated = {}, {}
+        scaled = sim.get("step_scaled") or {}
         for metric in FAMILY_OF_METRIC:
             measured, simulated = case["measured"].get(metric), sim[metric]
             if measured and simulated:
                 ratios[metric] = math.log(measured / simulated)
+                # log(value at each step scale / simulated): the runs at the class's step scales
+                propagated[metric] = [
+                    math.log(v / simulated) for v in scaled.get(metric) or () if v
+                ]
         rows.append(
             {
                 "id": case["id"],
@@ -142,6 +147,8 @@ def log_ratios(cases: list[dict]) -> list[dict]:
                 "length_dist": length_dist,
                 "workload": intervals.workload_kind(length_dist),
                 "ratios": ratios,
+                "propagated": propagated,
+                "step_scales": scaled.get("step_scales"),
                 "sim": {m: sim[m] for m in FAMILY_OF_METRIC},
                 "measured": {m: case["measured"].get(m) for m in FAMILY_OF_METRIC},
             }
@@ -217,6 +224,79 @@ def transfer_widen(scores: list[float]) -> float:
     ordered = sorted(scores)
     rank = min(math.ceil(0.8 * (len(ordered) + 1)), len(ordered))
     return max(1.0, ordered[rank - 1])
+
+
+def _group_key(row: dict, rows: list[dict]) -> tuple[str, str | None]:
+    """The (class, engine) whose runs set a run's ends as build does: its class and engine
+    where those are MIN_ENGINE_RUNS runs from MIN_LABS labs, else its class (engine None)."""
+    cls, engine = row["evidence"], row["groups"]["engine"]
+    subset = [r for r in rows if r["evidence"] == cls and r["groups"]["engine"] == engine]
+    if len(subset) >= MIN_ENGINE_RUNS and len({lab(r) for r in subset}) >= MIN_LABS:
+        return cls, engine
+    return cls, None
+
+
+def held_out_ends(rows: list[dict]):
+    """For each scheme of leaving calibration runs out ("run": one at a time; "workload": one
+    workload kind of a class at a time, as transfer_scores), yield (scheme, row, metric, ends):
+    the conformal ends of the row's (class, engine) group (_group_key) without the left-out
+    runs, where those are MIN_RUNS values or more."""
+    keys = {id(r): _group_key(r, rows) for r in rows}
+    for r in rows:
+        group = [o for o in rows if keys[id(o)] == keys[id(r)]]
+        for scheme, rest in (
+            ("run", [o for o in group if o is not r]),
+            ("workload", [o for o in group if o["workload"] != r["workload"]]),
+        ):
+            for metric in FAMILY_OF_METRIC:
+                if metric not in r["ratios"]:
+                    continue
+                values = [o["ratios"][metric] for o in rest if metric in o["ratios"]]
+                if len(values) >= MIN_RUNS:
+                    yield scheme, r, metric, quantiles(values)
+
+
+def propagation_choice(rows: list[dict]) -> dict:
+    """Which metric families' intervals take the envelope of the conformal ends and the runs at
+    the class's step scales (kvplan.plans.intervals.step_scales), chosen on the calibration
+    runs only: per family and scheme of leaving runs out (held_out_ends), the share of left-out
+    runs inside the conformal ends alone and inside the envelope, and the median hi/lo width of
+    each. A family is propagated where the conformal ends alone hold fewer than 80% of the
+    left-out runs in either scheme and the envelope holds more there. A request's end-to-end
+    latency (not in the published runs) is its TTFT plus its decode: propagated where TTFT or
+    TPOT is."""
+    tally: dict = {}
+    for scheme, r, metric, (low, high) in held_out_ends(rows):
+        value, runs = r["ratios"][metric], r.get("propagated", {}).get(metric) or []
+        env_low, env_high = min([low, *runs]), max([high, *runs])
+        cell = tally.setdefault(FAMILY_OF_METRIC[metric], {}).setdefault(
+            scheme, {"n": 0, "conformal": 0, "envelope": 0, "w_conformal": [], "w_envelope": []}
+        )
+        cell["n"] += 1
+        cell["conformal"] += low <= value <= high
+        cell["envelope"] += env_low <= value <= env_high
+        cell["w_conformal"].append(math.exp(high - low))
+        cell["w_envelope"].append(math.exp(env_high - env_low))
+    scores: dict = {}
+    families = []
+    for family, schemes in sorted(tally.items()):
+        scores[family] = {}
+        chosen = False
+        for scheme, c in sorted(schemes.items()):
+            conformal, envelope = c["conformal"] / c["n"], c["envelope"] / c["n"]
+            scores[family][scheme] = {
+                "runs": c["n"],
+                "conformal": round(conformal, 4),
+                "envelope": round(envelope, 4),
+                "width_conformal": round(statistics.median(c["w_conformal"]), 4),
+                "width_envelope": round(statistics.median(c["w_envelope"]), 4),
+            }
+            chosen |= conformal < 0.8 and envelope > conformal
+        if chosen:
+            families.append(family)
+    if {"ttft", "tpot"} & set(families):
+        families.append("e2el")
+    return {"families": sorted(families), "scores": scores}
 
 
 def lab(row: dict) -> str:
@@ -322,6 +402,20 @@ def build(rows: list[dict]) -> dict:
             f"(ends from their class and engine's other kinds; {len(scores)} scores). "
             "Calibration runs only."
         ),
+        "propagate": {
+            **propagation_choice(rows),
+            "about": (
+                "The metric families whose 80% interval is the envelope of the class's ends "
+                "about the point and the same run simulated with every step time at the "
+                "class's TPOT ends (kvplan.plans.intervals.step_scales): a slower step moves "
+                "a queue's waiting time by far more than its own ratio near saturation and "
+                "barely far from it. Chosen on the calibration runs only (scores: the share "
+                "of calibration runs left out one at a time, or one workload kind of their "
+                "class at a time, inside the conformal ends alone and inside the envelope; "
+                "propagated where the first is under 80% in either scheme and the second is "
+                "higher); e2el where ttft or tpot is."
+            ),
+        },
         "classes": classes,
     }
 
@@ -335,9 +429,16 @@ def coverage(rows: list[dict]) -> None:
         specific = f"{cls}/{r['groups']['engine']}"
         return specific if specific in classes else cls
 
-    def inside(r, metric):
+    def ends(r, metric):  # log(end / simulated): intervals.interval's rule
         family = FAMILY_OF_METRIC[metric]
         q10, q90 = intervals.log_quantiles(key(r), family, r["length_dist"])
+        if family in intervals.propagated_families():
+            runs = r.get("propagated", {}).get(metric) or []
+            q10, q90 = min([q10, *runs]), max([q90, *runs])
+        return q10, q90
+
+    def inside(r, metric):
+        q10, q90 = ends(r, metric)
         return q10 <= r["ratios"][metric] <= q90
 
     def line(label, members):
@@ -348,7 +449,7 @@ def coverage(rows: list[dict]) -> None:
             width = []
             if metric == "output_throughput":
                 for r in have:
-                    q10, q90 = intervals.log_quantiles(key(r), "throughput", r["length_dist"])
+                    q10, q90 = ends(r, metric)
                     width.append(math.exp(q90 - q10))
             extra = f" (hi/lo {statistics.median(width):.2f}x)" if width else ""
             cells.append(f"{metric} {share:.0%} of {len(have)}{extra}")

@@ -115,6 +115,7 @@ def run_case(case: dict) -> dict:
         return {
             "result": None,
             "bench_interval": sim["bench_interval"],
+            "step_scaled": sim["step_scaled"],
             "step_time_shares": sim["step_time_shares"],
             "untimed_parts": sim["untimed_parts"],
             **{m: bench.get(m) for m in (*METRICS, "request_throughput")},
@@ -129,6 +130,7 @@ def run_case(case: dict) -> dict:
     bench = result.runs[0].bench
     return {
         "result": result,
+        "step_scaled": result.runs[0].step_scaled or {},
         "step_time_shares": result.runs[0].engine.step_time_shares,
         "untimed_parts": result.untimed_parts,
         "output_throughput": bench.output_throughput,

@@ -345,6 +345,7 @@ def replay(case: dict, accept_length: float | None = None) -> dict:
     return {
         "bench": run["bench"],
         "bench_interval": run.get("bench_interval") or {},
+        "step_scaled": run.get("step_scaled") or {},
         "step_time_shares": (run.get("engine") or {}).get("step_time_shares") or {},
         "untimed_parts": tuple(doc.get("untimed_parts") or ()),
     }

@@ -420,3 +420,162 @@ def test_the_shipped_intervals_are_those_the_calibration_runs_give_today():
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# ---- propagating the step-time uncertainty through the simulation (issue 34) ------------------
+
+
+def _no_frontend_request(**kw) -> SimulateRequest:
+    from kvplan.simulate.cluster import Frontend
+
+    workload = WorkloadSpec(num_prompts=kw.pop("num_prompts", 12), input_len=512, output_len=32)
+    return SimulateRequest(workload=workload, frontend=Frontend(0.0, 0.0), series=False, **kw)
+
+
+def _bench_at(scale: float, request: SimulateRequest):
+    from kvplan.plans.simulate import _runs
+    from kvplan.simulate.setup import build_replica, with_step_scale
+
+    replica = build_replica(load_model("llama-3.1-8b"), load_profile("h100"), request.serve)
+    return _runs(with_step_scale(replica, scale), request)[0][0].bench
+
+
+def test_a_step_scale_stretches_a_run_at_infinite_rate_exactly():
+    """Every request at once, no frontend costs: every time in the run is a sum of step times,
+    so at step scale s each latency is s times the point's and each rate 1/s of it (the whole
+    run on a clock stretched by s): the hand-computed propagated values."""
+    request = _no_frontend_request()
+    point, slow = _bench_at(1.0, request), _bench_at(1.5, request)
+    for key in ("median_ttft_ms", "median_tpot_ms", "median_e2el_ms", "duration"):
+        assert getattr(slow, key) == pytest.approx(1.5 * getattr(point, key), rel=1e-9), key
+    assert slow.output_throughput == pytest.approx(point.output_throughput / 1.5, rel=1e-9)
+    assert slow.completed == point.completed
+
+
+def test_a_run_without_a_clock_is_stretched_not_rerun(monkeypatch):
+    """intervals.stretched gives what the rerun gives where nothing keeps time but the steps
+    (every request at once, no frontend costs): so simulate reruns a workload only where it has
+    an arrival rate (or a trace), twice (the fast and the slow scale)."""
+    import kvplan.plans.simulate as plans_simulate
+
+    request = _no_frontend_request()
+    point, slow = _bench_at(1.0, request), _bench_at(1.5, request)
+    by_hand = intervals.stretched(point, 1.5)
+    # the peak over one-second windows (max_output_tokens_per_s) bins on the wall clock: a run
+    # shorter than a window holds every token in one, stretched or not (intervals.stretched)
+    keys = [
+        k for k in slow._fields if intervals.family_of(k) is not None and not k.startswith("max_")
+    ]
+    assert {"median_ttft_ms", "median_tpot_ms", "output_throughput", "duration"} <= set(keys)
+    for key in keys:
+        assert getattr(by_hand, key) == pytest.approx(getattr(slow, key), rel=1e-9), key
+    calls = []
+    real = plans_simulate.with_step_scale
+
+    def counted(replica, scale):
+        calls.append(scale)
+        return real(replica, scale)
+
+    monkeypatch.setattr(plans_simulate, "with_step_scale", counted)
+    _with_propagation(monkeypatch, ("ttft", "e2el"))
+    simulate(load_model("llama-3.1-8b"), load_profile("h100"), request)
+    assert calls == []
+    simulate(load_model("llama-3.1-8b"), load_profile("h100"), request._replace(rates=(5.0,)))
+    assert len(calls) == 2
+
+
+def test_a_slower_step_lengthens_the_queue_more_than_the_step_near_saturation():
+    """At a rate near what the replica sustains a 1.5x step makes the median TTFT more than 1.5x
+    longer (the waiting time grows like 1 / (1 - load)); far below saturation about 1.5x."""
+    saturated = _bench_at(1.0, _no_frontend_request(num_prompts=200))
+    capacity = saturated.request_throughput
+    near = _no_frontend_request(num_prompts=200, rates=(0.6 * capacity,))
+    far = _no_frontend_request(num_prompts=200, rates=(0.02 * capacity,))
+    near_ratio = _bench_at(1.5, near).median_ttft_ms / _bench_at(1.0, near).median_ttft_ms
+    far_ratio = _bench_at(1.5, far).median_ttft_ms / _bench_at(1.0, far).median_ttft_ms
+    assert near_ratio > 2.0
+    assert far_ratio == pytest.approx(1.5, rel=0.05)
+
+
+def test_step_scale_is_checked():
+    from kvplan.errors import KvplanError
+    from kvplan.simulate.setup import ScaledStepModel
+
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(KvplanError):
+            ScaledStepModel(object(), bad)
+
+
+def _with_propagation(monkeypatch, families):
+    doc = {**intervals.table(), "propagate": {"families": list(families)}}
+    monkeypatch.setattr(intervals, "table", lambda: doc)
+
+
+def test_propagated_interval_is_the_envelope_by_hand(monkeypatch):
+    """simulate's interval of a propagated family: the conformal ends about the point widened to
+    hold the runs at the class's step scales, (exp q10, exp q90) of its TPOT ends; a family not
+    propagated keeps the conformal ends."""
+    _with_propagation(monkeypatch, ("ttft", "e2el"))
+    request = _no_frontend_request()
+    result = simulate(load_model("llama-3.1-8b"), load_profile("h100"), request)
+    run = result.runs[0]
+    cls = dict(next(n for n in result.notes if n.id == "sim-interval").values)["evidence"]
+    fast, slow = intervals.step_scales(cls, "fixed")
+    (t10, t90) = intervals.log_quantiles(cls, "tpot", "fixed")
+    assert (fast, slow) == (pytest.approx(math.exp(t10)), pytest.approx(math.exp(t90)))
+    assert run.step_scaled["step_scales"] == [fast, slow]
+    ttft = run.bench.median_ttft_ms
+    q10, q90 = intervals.log_quantiles(cls, "ttft", "fixed")
+    # at rate inf without frontend costs the runs at the scales are the point times the scale
+    low = min(ttft * math.exp(q10), ttft * fast)
+    high = max(ttft * math.exp(q90), ttft * slow)
+    assert run.bench_interval["median_ttft_ms"] == [pytest.approx(low), pytest.approx(high)]
+    thr = run.bench.output_throughput
+    q10, q90 = intervals.log_quantiles(cls, "throughput", "fixed")
+    assert run.bench_interval["output_throughput"] == [
+        pytest.approx(thr * math.exp(q10)),
+        pytest.approx(thr * math.exp(q90)),
+    ]
+
+
+def test_confidence_factors_hold_the_propagated_step(monkeypatch):
+    """plan --confidence: where a family is propagated its factor, and the rate's, are at least
+    the step scale at that confidence (the TPOT factor): the propagated run at rate G is the
+    simulation at G * s stretched by s."""
+    cls = intervals.evidence_for(load_profile("h100"), "vllm")
+    _with_propagation(monkeypatch, ())
+    plain = intervals.pessimistic_factors(cls, "sharegpt", 0.9)
+    _with_propagation(monkeypatch, ("ttft", "e2el"))
+    out = intervals.pessimistic_factors(cls, "sharegpt", 0.9)
+    step = math.exp(intervals.log_quantile(cls, "tpot", "sharegpt", 0.9))
+    assert out["rate"] == max(plain["rate"], step)
+    assert out["ttft"] == max(plain["ttft"], step) and out["tpot"] == plain["tpot"]
+
+
+def _row(value: float, propagated: list[float], workload: str = "random") -> dict:
+    return {
+        "evidence": "own",
+        "groups": {"engine": "vllm", "source": "lab"},
+        "workload": workload,
+        "ratios": {"median_ttft_ms": value, "median_tpot_ms": 0.0},
+        "propagated": {"median_ttft_ms": propagated, "median_tpot_ms": [-0.1, 0.1]},
+    }
+
+
+def test_propagation_is_chosen_where_the_conformal_ends_miss_left_out_runs():
+    """The width rule (cal.propagation_choice): TTFT is propagated where its conformal ends hold
+    fewer than 80% of the calibration runs left out and the runs at the step scales hold more;
+    TPOT, inside its ends always, is not; e2el follows TTFT."""
+    # 18 random-dataset runs spread 0..1.7, and 4 ShareGPT runs far above them, where the
+    # slow run is: left out by workload kind, the random runs' ends miss all 4
+    rows = [_row(0.1 * i, [0.0, 0.3]) for i in range(18)]
+    rows += [_row(5.0, [0.0, 6.0], "sharegpt") for _ in range(4)]
+    choice = cal.propagation_choice(rows)
+    kind = choice["scores"]["ttft"]["workload"]
+    assert (kind["runs"], kind["conformal"], kind["envelope"]) == (4, 0.0, 1.0)
+    assert choice["scores"]["tpot"]["run"]["conformal"] == 1.0
+    assert choice["families"] == ["e2el", "ttft"]
+    # the random runs alone: their conformal ends hold 16 of 18 left out, nothing propagated
+    alone = cal.propagation_choice(rows[:18])
+    assert alone["scores"]["ttft"]["run"]["conformal"] == pytest.approx(16 / 18, abs=1e-4)
+    assert alone["families"] == []

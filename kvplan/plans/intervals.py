@@ -175,8 +175,33 @@ def log_quantile(evidence: str, family: str, length_dist: str, p: float) -> floa
     return centre + sigma * NormalDist().inv_cdf(p)
 
 
-def interval(value: float, key: str, evidence: str, length_dist: str) -> tuple[float, float]:
-    """The 80% interval of one bench figure."""
+def step_scales(evidence: str, length_dist: str) -> tuple[float, float]:
+    """(low, high) step-time scales of the class: exp of its TPOT ends (log_quantiles). A
+    median TPOT is the step time between a request's tokens, so how far the real one lands from
+    the simulated one is how far the real step does; the interval reruns the simulation with
+    every step time at each scale (kvplan.simulate.setup.with_step_scale) and propagates it
+    through the queue (bench_interval)."""
+    q10, q90 = log_quantiles(evidence, "tpot", length_dist)
+    return math.exp(q10), math.exp(q90)
+
+
+def propagated_families() -> tuple[str, ...]:
+    """The metric families whose interval holds the propagated runs' values (intervals.json
+    "propagate", chosen on the calibration runs by scripts/calibrate_intervals.py); none where
+    the file does not say."""
+    return tuple(table().get("propagate", {}).get("families", ()))
+
+
+def interval(
+    value: float,
+    key: str,
+    evidence: str,
+    length_dist: str,
+    scaled: tuple[float | None, ...] = (),
+) -> tuple[float, float]:
+    """The 80% interval of one bench figure: the class's conformal ends about the point and,
+    where its family is propagated (propagated_families), the envelope of those and the
+    figure's values in the runs at the class's step scales (`scaled`)."""
     kind = family_of(key)
     if kind is None:
         return value, value
@@ -184,19 +209,61 @@ def interval(value: float, key: str, evidence: str, length_dist: str) -> tuple[f
     q10, q90 = log_quantiles(evidence, family, length_dist)
     if family == "throughput" and not is_rate:  # the duration: inverse to the throughput
         q10, q90 = -q90, -q10
-    return value * math.exp(q10), value * math.exp(q90)
+    low, high = value * math.exp(q10), value * math.exp(q90)
+    if family in propagated_families():
+        seen = [v for v in scaled if v is not None and math.isfinite(v)]
+        low, high = min([low, *seen]), max([high, *seen])
+    return low, high
 
 
-def bench_interval(bench, evidence: str, length_dist: str) -> dict:
-    """{key: [low, high]} for every numeric key of a bench result."""
+def _numeric(bench) -> dict:
+    """The bench result's finite numeric keys."""
+    return {
+        key: value
+        for key, value in bench._asdict().items()
+        if not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and not (isinstance(value, float) and not math.isfinite(value))
+    }
+
+
+def bench_interval(bench, evidence: str, length_dist: str, scaled_benches=()) -> dict:
+    """{key: [low, high]} for every numeric key of a bench result; `scaled_benches`: the same
+    run at the class's step scales (step_scales), whose values a propagated family's interval
+    holds."""
+    others = [b._asdict() for b in scaled_benches]
     out = {}
-    for key, value in bench._asdict().items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if isinstance(value, float) and not math.isfinite(value):
-            continue
-        low, high = interval(value, key, evidence, length_dist)
+    for key, value in _numeric(bench).items():
+        low, high = interval(value, key, evidence, length_dist, tuple(o.get(key) for o in others))
         out[key] = [low, high]
+    return out
+
+
+def stretched(bench, scale: float):
+    """`bench` on a clock stretched by `scale`: what the simulation gives with every step time
+    times `scale` where nothing else keeps time (every request sent at once or closed-loop, no
+    arrival rate or trace): each latency and the duration times `scale`, each rate divided by
+    it, counts unchanged. The frontend's fixed per-request costs are stretched too (they are
+    not steps), and a peak over one-second windows (max_output_tokens_per_s) is divided as a
+    rate though its windows are the wall clock's: approximations where steps dominate, which
+    save each such run its two reruns (kvplan.plans.simulate._with_intervals)."""
+    changes = {}
+    for key, value in _numeric(bench).items():
+        kind = family_of(key)
+        if kind is None:
+            continue
+        changes[key] = value / scale if kind[1] else value * scale
+    return bench._replace(**changes)
+
+
+def step_scaled(scales: tuple[float, ...], scaled_benches) -> dict:
+    """The runs at the step scales as a result keeps them: {"step_scales": scales, key: [its
+    value in each run]} for every key of a metric family (family_of)."""
+    out: dict = {"step_scales": list(scales)}
+    for bench in scaled_benches:
+        for key, value in _numeric(bench).items():
+            if family_of(key) is not None:
+                out.setdefault(key, []).append(value)
     return out
 
 
@@ -212,9 +279,23 @@ def pessimistic_factors(evidence: str, length_dist: str, confidence: float) -> d
     """At `confidence`, how much slower the real engine may be: 'rate' divides the rate one
     replica sustains; 'ttft', 'tpot', 'e2el' multiply those latencies (each >= 1 only where the
     evidence says the real run is slower at that confidence; never below 1: the point estimate
-    is the optimistic end a plan may use)."""
+    is the optimistic end a plan may use).
+
+    Where a family's interval is propagated (propagated_families), the step scale at
+    `confidence` (the TPOT factor) bounds it from below, and the rate's too: with every step s
+    times slower, a replica at the real rate G runs as the simulation does at G * s with every
+    time s times longer (arrivals and steps on one clock stretched by s), so simulating at
+    G * rate (rate >= s) and taking a latency times a factor >= s holds the propagated run's
+    latency."""
     rate = math.exp(-log_quantile(evidence, "throughput", length_dist, 1 - confidence))
+    step = math.exp(log_quantile(evidence, "tpot", length_dist, confidence))
+    propagated = propagated_families()
+    if propagated:
+        rate = max(rate, step)
     out = {"rate": max(rate, 1.0)}
     for family in ("ttft", "tpot", "e2el"):
-        out[family] = max(math.exp(log_quantile(evidence, family, length_dist, confidence)), 1.0)
+        factor = math.exp(log_quantile(evidence, family, length_dist, confidence))
+        if family in propagated:
+            factor = max(factor, step)
+        out[family] = max(factor, 1.0)
     return out

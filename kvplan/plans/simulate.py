@@ -40,6 +40,7 @@ from kvplan.simulate.setup import (
     make_engine,
     node_span,
     parallel_layout,
+    with_step_scale,
 )
 from kvplan.simulate.steplog import StepRecorder
 from kvplan.simulate.workload import WorkloadSpec, generate, read_trace
@@ -155,6 +156,10 @@ class Run(NamedTuple):
     # every numeric bench key -> [10th, 90th percentile] of where a real run lands
     # (kvplan.plans.intervals); None for the runs of a --compare
     bench_interval: dict | None = None
+    # the same run with every step time times the interval class's fast and slow step scales
+    # (kvplan.plans.intervals.step_scales): {"step_scales": [fast, slow], key: [bench value at
+    # the fast scale, at the slow]} for every numeric bench key; None where not run
+    step_scaled: dict | None = None
 
 
 class Comparison(NamedTuple):
@@ -243,10 +248,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
     parts = replica.model.untimed_parts
     evidence = intervals.evidence_for(gpu, request.serve.engine, spec, parts)
     length_dist = request.workload.length_dist
-    runs = [
-        r._replace(bench_interval=intervals.bench_interval(r.bench, evidence, length_dist))
-        for r in runs
-    ]
+    runs = _with_intervals(replica, request, runs, evidence)
     shares = runs[-1].engine.step_time_shares
     dominant = [k for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v >= DOMINANT_SHARE]
     notes = [
@@ -266,6 +268,8 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
             parts=parts,
             calibrated=intervals.calibrated(evidence),
             widen=intervals.transfer_widen(evidence, length_dist),
+            scales=intervals.step_scales(evidence, length_dist),
+            propagated=intervals.propagated_families(),
         ),
     ]
     if layout is not None:
@@ -298,6 +302,38 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         parallel=None if layout is None else {**layout._asdict(), "text": layout.text},
         untimed_parts=parts,
     )
+
+
+def _with_intervals(
+    replica: Replica, request: SimulateRequest, runs: list[Run], evidence: str
+) -> list[Run]:
+    """Each run with its 80% interval (intervals.bench_interval): the class's conformal ends
+    and, propagated through the simulation, the same workload rerun with every step time at
+    the class's fast and slow step scales (intervals.step_scales; with_step_scale)."""
+    length_dist = request.workload.length_dist
+    scales = intervals.step_scales(evidence, length_dist)
+    if _has_clock(request) and intervals.propagated_families():
+        quiet = request._replace(series=False, step_log=False)
+        at_scale = [[r.bench for r in _runs(with_step_scale(replica, s), quiet)[0]] for s in scales]
+    else:  # no arrival clock: the rerun is the run on a stretched clock (intervals.stretched)
+        at_scale = [[intervals.stretched(r.bench, s) for r in runs] for s in scales]
+    out = []
+    for i, r in enumerate(runs):
+        scaled = [a[i] for a in at_scale]
+        out.append(
+            r._replace(
+                bench_interval=intervals.bench_interval(r.bench, evidence, length_dist, scaled),
+                step_scaled=intervals.step_scaled(scales, scaled),
+            )
+        )
+    return out
+
+
+def _has_clock(request: SimulateRequest) -> bool:
+    """Whether the workload keeps time apart from the steps: arrivals at a rate (a run per
+    --request-rate; one finite rate reruns them all) or a trace's timestamps. Without it (every request sent at once, closed-loop or not) the same workload
+    with every step s times slower is the same run on a clock stretched by s."""
+    return request.trace is not None or any(math.isfinite(rate) for rate in request.rates)
 
 
 def _with_dp_ranks(spec: ModelSpec, request: SimulateRequest):

@@ -13,7 +13,7 @@ max_model_len), prefix caching on except for models with recurrent state, gpu_me
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import resolve_kv_format
@@ -1693,3 +1693,45 @@ def make_engine(
             replica.config, replica.model, per_token_s, demand, policy=replica.policy
         )
     return Engine(replica.config, replica.model, per_token_s, demand, stand_in=stand_in)
+
+
+class ScaledStepModel:
+    """A replica's step model with every step's time (its total and each term) times `scale`:
+    the one place a simulation's step times can be made slower or faster as a whole (the
+    interval's propagated runs, kvplan.plans.intervals.step_scales). The engines price a step
+    through `step` (one step, a lockstep group's ranks) or `decode_span_s` (a run of
+    decode-only steps) of the model they hold, and `without_graphs` for an eager group; every
+    other attribute is the wrapped model's."""
+
+    def __init__(self, model, scale: float):
+        if not (math.isfinite(scale) and scale > 0):
+            raise KvplanError(f"a step-time scale must be a positive number (got {scale})")
+        self.model, self.scale = model, scale
+
+    def step(self, *args, **kwargs):
+        return _scaled_step(self.model.step(*args, **kwargs), self.scale)
+
+    def decode_span_s(self, *args, **kwargs):
+        times, kept = self.model.decode_span_s(*args, **kwargs)
+        return times * self.scale, lambda steps: _scaled_step(kept(steps), self.scale)
+
+    def without_graphs(self) -> ScaledStepModel:
+        return ScaledStepModel(self.model.without_graphs(), self.scale)
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)
+
+
+def _scaled_step(timing, scale: float):
+    return timing._replace(
+        total_s=timing.total_s * scale,
+        terms_s={k: v * scale for k, v in timing.terms_s.items()},
+    )
+
+
+def with_step_scale(replica: Replica, scale: float) -> Replica:
+    """The replica with every step time times `scale` (ScaledStepModel); itself at 1."""
+    if scale == 1.0:
+        return replica
+    # duck-typed: the engines call step, decode_span_s and without_graphs, the rest delegates
+    return replica._replace(model=cast("StepModel", ScaledStepModel(replica.model, scale)))

@@ -485,8 +485,15 @@ text("sim-gpt-oss-sm120-kernel")(
         "kernel."
     )
 )
+# the metric families of kvplan.plans.intervals, as the sim-interval note names them
+PROPAGATED_WORDS = {
+    "throughput": "throughput",
+    "ttft": "TTFT",
+    "tpot": "TPOT/ITL",
+    "e2el": "end-to-end latency",
+}
 text("sim-interval")(
-    lambda evidence, calibrated, widen, parts=(): (
+    lambda evidence, calibrated, widen, parts=(), scales=(), propagated=(): (
         (
             f"No kernel table times {f.listing(parts)}: kvplan prices "
             f"{'it' if len(parts) == 1 else 'each'} by a stand-in (the datasheet roofline at "
@@ -514,6 +521,14 @@ text("sim-interval")(
         + (
             f"Widened {widen:.2f}x: too few of those runs had this workload's length distribution. "
             if widen > 1
+            else ""
+        )
+        + (
+            f"The {f.listing([PROPAGATED_WORDS.get(p, p) for p in propagated])} intervals also "
+            f"hold this run simulated again with every step {scales[0]:.2f}x and "
+            f"{scales[1]:.2f}x as long (this class's TPOT ends): near saturation a queue "
+            "stretches far more than the step does, far from it about as much. "
+            if propagated and len(scales) == 2
             else ""
         )
         + "The interval need not hold the point: kvplan has been faster than most real runs."
