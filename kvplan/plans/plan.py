@@ -35,7 +35,14 @@ from kvplan.simulate import cluster, metrics
 from kvplan.simulate.cluster import Frontend
 from kvplan.simulate.engine import pool_demand, with_stand_in, without_idle_caching
 from kvplan.simulate.setup import Replica, ServeOptions, build_replica, make_engine
-from kvplan.simulate.workload import MIN_RATE, RequestSpec, WorkloadSpec, arrival_times_s, generate
+from kvplan.simulate.workload import (
+    MIN_RATE,
+    RequestSpec,
+    WorkloadSpec,
+    arrival_times_s,
+    check_work,
+    generate,
+)
 from kvplan.units import MS
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -253,6 +260,7 @@ def plan(
         raise KvplanError("the search space is empty")
     if len(configs) > MAX_CONFIGS:
         raise KvplanError(f"{len(configs):,} configurations: at most {MAX_CONFIGS:,}")
+    check_work(requests, len(configs), "configurations")
     outcomes, released = _run_all(spec, gpus, request, configs, requests, request.jobs, progress)
     candidates, reasons, pruned = [], Counter[str](), 0
     found: list[tuple[Candidate, Config]] = []

@@ -1,0 +1,81 @@
+"""Hostile inputs, tenth round. 1. Work-size caps: `simulate --num-prompts 100000 --turns 1000`
+searched 58 G prompt tokens through the prefix cache (hours, GBs), 32 rates x 100,000 prompts
+ran 3.2 M requests and plan 5,000 configurations x 100,000 prompts; each is refused before any
+run."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from helpers import one_line_error, run_cli
+
+# ---- 1. work-size caps ---------------------------------------------------------------------
+SIM = ("simulate", "qwen3-8b", "--gpu", "h100")
+
+
+def test_a_million_turn_conversation_workload_is_refused_before_it_runs():
+    start = time.monotonic()
+    code, out, err = run_cli(*SIM, "--num-prompts", "100000", "--turns", "1000")
+    one_line_error(code, err, "at most 50,000,000")
+    assert out == "" and "57,644,800,000 tokens" in err
+    assert time.monotonic() - start < 30  # refused from the requests, no run started
+
+
+def test_a_shared_prefix_over_many_prompts_counts_toward_the_same_cap():
+    code, _, err = run_cli(*SIM, "--num-prompts", "100000", "--prefix-len", "2k")
+    one_line_error(code, err, "204,800,000 tokens of shared prefixes")
+
+
+def test_a_rate_sweep_counts_every_run_toward_the_request_cap():
+    code, _, err = run_cli(*SIM, "--num-prompts", "100000", "--request-rate", "1,2,3,4,5,inf")
+    one_line_error(code, err, "600,000 requests; kvplan simulates at most 500,000")
+
+
+def test_compare_counts_its_second_set_of_runs():
+    code, _, err = run_cli(
+        *SIM, "--num-prompts", "100000", "--request-rate", "1,2,inf", "--compare", "prefix-caching"
+    )
+    one_line_error(code, err, "100,000 requests x 6 runs")
+
+
+def test_a_trace_counts_its_conversations_like_a_generated_workload(tmp_path):
+    import json
+
+    lines = [{"arrival_s": 0, "input_tokens": 1 << 20, "output_tokens": 1, "session_id": "a"}] * 200
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(row) for row in lines))
+    code, _, err = run_cli(*SIM, "--trace", str(path))
+    one_line_error(code, err, "209,715,200 tokens")
+
+
+def test_plan_counts_its_configurations_times_its_prompts():
+    code, _, err = run_cli(
+        "plan", "qwen3-8b", "--gpu", "h100", "--rate", "20", "--slo", "ttft_p99=1s",
+        "--num-prompts", "100000",
+    )  # fmt: skip
+    one_line_error(code, err, "configurations is 8,000,000 requests")
+
+
+def test_the_caps_are_inclusive_and_count_only_shared_tokens():
+    from kvplan.errors import KvplanError
+    from kvplan.simulate.workload import (
+        MAX_RUN_REQUESTS,
+        MAX_SHARED_TOKENS,
+        RequestSpec,
+        check_work,
+        shared_prompt_tokens,
+    )
+
+    own = [RequestSpec(i, 0.0, 10**6, 1) for i in range(1000)]  # no shared tokens: no search
+    assert shared_prompt_tokens(own) == 0
+    check_work(own, MAX_RUN_REQUESTS // 1000)
+    with pytest.raises(KvplanError):
+        check_work(own, MAX_RUN_REQUESTS // 1000 + 1)
+    prefix = [RequestSpec(i, 0.0, 5000, 1, stream_id=0, stream_tokens=4000) for i in range(100)]
+    turn = [RequestSpec(100, 0.0, 6000, 1, stream_id=1, stream_tokens=6000, session=True)]
+    assert shared_prompt_tokens(prefix + turn) == 100 * 4000 + 6000
+    check_work(prefix, MAX_SHARED_TOKENS // 400_000)
+    with pytest.raises(KvplanError):
+        check_work(prefix, MAX_SHARED_TOKENS // 400_000 + 1)
