@@ -1,7 +1,8 @@
 """Hostile inputs, tenth round. 1. Work-size caps: `simulate --num-prompts 100000 --turns 1000`
 searched 58 G prompt tokens through the prefix cache (hours, GBs), 32 rates x 100,000 prompts
 ran 3.2 M requests and plan 5,000 configurations x 100,000 prompts; each is refused before any
-run."""
+run. 2. llama.cpp's --device took any word (`bogus` labelled the log's buffers), a backend that
+cannot drive the GPU (ROCm0 on an H100) and a device list."""
 
 from __future__ import annotations
 
@@ -79,3 +80,47 @@ def test_the_caps_are_inclusive_and_count_only_shared_tokens():
     check_work(prefix, MAX_SHARED_TOKENS // 400_000)
     with pytest.raises(KvplanError):
         check_work(prefix, MAX_SHARED_TOKENS // 400_000 + 1)
+
+
+# ---- 2. llama.cpp's --device ---------------------------------------------------------------
+LLAMA = ("engine", "qwen3-8b", "--engine", "llama.cpp", "--gpu", "h100")
+
+
+@pytest.mark.parametrize(
+    "device", ["bogus", "", "CUDA", "CUDA00", "CUDA100", "CUDA-1", "ＣＵＤＡ0", "CUDA0\nx", "BLAS"]
+)
+def test_a_name_no_ggml_gpu_device_has_is_refused(device):
+    code, out, err = run_cli(*LLAMA, "--device", device)
+    one_line_error(code, err, "not a ggml GPU device llama.cpp lists")
+    assert out == ""
+
+
+@pytest.mark.parametrize("device", ["ROCm0", "MTL0", "Metal", "MUSA0", "CANN0"])
+def test_a_backend_that_cannot_drive_this_gpu_is_refused(device):
+    code, _, err = run_cli(*LLAMA, "--device", device)
+    one_line_error(code, err, "drives no NVIDIA GPU")
+    assert "CUDA or Vulkan" in err
+
+
+def test_a_device_list_is_refused():
+    code, _, err = run_cli(*LLAMA, "--device", "CUDA0,CUDA1")
+    one_line_error(code, err, "one GPU device")
+
+
+@pytest.mark.parametrize(
+    ("gpu", "device", "label"),
+    [("h100", "cuda1", "CUDA1"), ("h100", "VULKAN2", "Vulkan2"), ("mi300x", "rocm0", "ROCm0"),
+     ("m4-max-36gb", "metal", "Metal"), ("m4-max-36gb", "mtl0", "MTL0")],
+)  # fmt: skip
+def test_a_device_is_matched_without_case_and_labelled_as_ggml_spells_it(gpu, device, label):
+    code, out, _ = run_cli(
+        "engine", "qwen3-8b", "--engine", "llama.cpp", "--gpu", gpu, "--device", device
+    )
+    assert code == 0
+    assert f"{label} KV buffer size" in out
+
+
+def test_ollama_takes_the_same_device_check():
+    code, _, err = run_cli("engine", "qwen3-8b", "--engine", "ollama", "--gpu", "h100",
+                           "--device", "bogus")  # fmt: skip
+    one_line_error(code, err, "not a ggml GPU device")
