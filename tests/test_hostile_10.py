@@ -2,13 +2,18 @@
 searched 58 G prompt tokens through the prefix cache (hours, GBs), 32 rates x 100,000 prompts
 ran 3.2 M requests and plan 5,000 configurations x 100,000 prompts; each is refused before any
 run. 2. llama.cpp's --device took any word (`bogus` labelled the log's buffers), a backend that
-cannot drive the GPU (ROCm0 on an H100) and a device list."""
+cannot drive the GPU (ROCm0 on an H100) and a device list. 3. `--gpu local` asks NVML before
+importing torch (~20 s), and keeps torch's exact total where NVML's matches no profile."""
 
 from __future__ import annotations
 
+import sys
 import time
+import types
 
 import pytest
+
+from kvplan.units import MIB
 
 from helpers import one_line_error, run_cli
 
@@ -124,3 +129,92 @@ def test_ollama_takes_the_same_device_check():
     code, _, err = run_cli("engine", "qwen3-8b", "--engine", "ollama", "--gpu", "h100",
                            "--device", "bogus")  # fmt: skip
     one_line_error(code, err, "not a ggml GPU device")
+
+
+# ---- 3. --gpu local: NVML before torch ------------------------------------------------------
+class _Nvml(types.ModuleType):
+    def __init__(self, name: str, total: int, mig: bool = False):
+        super().__init__("pynvml")
+        self._name, self._total, self._mig = name, total, mig
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetMigMode(self, handle):
+        return (int(self._mig), int(self._mig))
+
+    def nvmlDeviceGetName(self, handle):
+        return self._name.encode()
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return types.SimpleNamespace(total=self._total)
+
+
+class _Torch(types.ModuleType):
+    """A torch whose CUDA device reports `total`; `touched` counts the calls."""
+
+    def __init__(self, name: str, total: int):
+        super().__init__("torch")
+        self.touched = 0
+        props = types.SimpleNamespace(name=name, total_memory=total)
+
+        def available():
+            self.touched += 1
+            return True
+
+        self.cuda = types.SimpleNamespace(
+            is_available=available,
+            current_device=lambda: 0,
+            get_device_properties=lambda index: props,
+        )
+
+
+H100_NAME = "NVIDIA H100 80GB HBM3"
+
+
+def _h100_cuda_total() -> int:
+    from kvplan.inputs.hardware import load_profile
+
+    return int(load_profile("h100").usable_memory_bytes)
+
+
+def test_nvml_that_matches_a_profile_answers_without_torch(monkeypatch):
+    from kvplan.inputs.hardware import load_profile
+
+    cuda = _h100_cuda_total()
+    torch = _Torch(H100_NAME, cuda)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", _Nvml(H100_NAME, cuda + 470 * MIB))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    gpu = load_profile("local")
+    assert torch.touched == 0
+    assert gpu.usable_memory_bytes == cuda and gpu.memory_reported_basis == "device"
+
+
+@pytest.mark.parametrize("mig", [False, True])
+def test_nvml_that_matches_no_profile_or_a_mig_gpu_takes_torchs_exact_total(monkeypatch, mig):
+    from kvplan.inputs.hardware import load_profile
+
+    cuda = _h100_cuda_total() - 2 * 2**30  # a total no profile pins
+    torch = _Torch(H100_NAME, cuda)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    nvml_total = _h100_cuda_total() + (470 * MIB if mig else -2 * 2**30 + 470 * MIB)
+    monkeypatch.setitem(sys.modules, "pynvml", _Nvml(H100_NAME, nvml_total, mig=mig))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    gpu = load_profile("local")
+    assert torch.touched == 1
+    assert gpu.usable_memory_bytes == cuda and gpu.memory_reported_basis == "device"
+
+
+def test_nvml_without_torch_still_estimates_cudas_total(monkeypatch):
+    from kvplan.inputs.hardware import load_profile
+
+    nvml_total = _h100_cuda_total() - 2 * 2**30
+    monkeypatch.setitem(sys.modules, "pynvml", _Nvml(H100_NAME, nvml_total))
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch: ImportError
+    gpu = load_profile("local")
+    assert gpu.memory_reported_basis == "estimated"
+    assert gpu.usable_memory_bytes == nvml_total - 600 * MIB
