@@ -3,19 +3,24 @@ searched 58 G prompt tokens through the prefix cache (hours, GBs), 32 rates x 10
 ran 3.2 M requests and plan 5,000 configurations x 100,000 prompts; each is refused before any
 run. 2. llama.cpp's --device took any word (`bogus` labelled the log's buffers), a backend that
 cannot drive the GPU (ROCm0 on an H100) and a device list. 3. `--gpu local` asks NVML before
-importing torch (~20 s), and keeps torch's exact total where NVML's matches no profile."""
+importing torch (~20 s), and keeps torch's exact total where NVML's matches no profile.
+4. config.json: a 400-digit field filled its error line; a quantization_config that is a string
+or an array (vLLM's load fails on it) was ignored without a note."""
 
 from __future__ import annotations
 
 import sys
 import time
 import types
+from pathlib import Path
 
 import pytest
 
 from kvplan.units import MIB
 
 from helpers import one_line_error, run_cli
+
+MODELS = Path(__file__).resolve().parents[1] / "model_configs"
 
 # ---- 1. work-size caps ---------------------------------------------------------------------
 SIM = ("simulate", "qwen3-8b", "--gpu", "h100")
@@ -218,3 +223,27 @@ def test_nvml_without_torch_still_estimates_cudas_total(monkeypatch):
     gpu = load_profile("local")
     assert gpu.memory_reported_basis == "estimated"
     assert gpu.usable_memory_bytes == nvml_total - 600 * MIB
+
+
+# ---- 4. config.json values ------------------------------------------------------------------
+def _config(tmp_path, **fields):
+    import json
+
+    config = json.loads((MODELS / "Qwen3-8B.json").read_text())
+    config.update(fields)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_a_400_digit_field_is_cut_in_its_one_line_error(tmp_path):
+    code, _, err = run_cli("size", str(_config(tmp_path, num_key_value_heads=10**400)))
+    one_line_error(code, err, "num_key_value_heads = 1000")
+    assert "... is out of range" in err and len(err) < 300
+
+
+@pytest.mark.parametrize(("qc", "kind"), [("fp8", "string"), ([8], "array"), (4, "number")])
+def test_a_quantization_config_that_is_no_object_is_noted_not_ignored(tmp_path, qc, kind):
+    code, out, _ = run_cli("size", str(_config(tmp_path, quantization_config=qc)))
+    assert code == 0
+    assert f"quantization_config is a JSON {kind}, not an object" in out and "in bf16" in out
