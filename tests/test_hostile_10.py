@@ -1,7 +1,7 @@
 """Hostile inputs, tenth round. 1. Work-size caps: `simulate --num-prompts 100000 --turns 1000`
 searched 58 G prompt tokens through the prefix cache (hours, GBs), 32 rates x 100,000 prompts
-ran 3.2 M requests and plan 5,000 configurations x 100,000 prompts; each is refused before any
-run. 2. llama.cpp's --device took any word (`bogus` labelled the log's buffers), a backend that
+ran 3.2 M requests, plan 5,000 configurations x 100,000 prompts, and 5,000 prompts x 16k outputs
+coming and going ran past 300 s; each is refused before any run. 2. llama.cpp's --device took any word (`bogus` labelled the log's buffers), a backend that
 cannot drive the GPU (ROCm0 on an H100) and a device list. 3. `--gpu local` asks NVML before
 importing torch (~20 s), and keeps torch's exact total where NVML's matches no profile.
 4. config.json: a 400-digit field filled its error line; a quantization_config that is a string
@@ -44,11 +44,21 @@ def test_a_rate_sweep_counts_every_run_toward_the_request_cap():
     one_line_error(code, err, "600,000 requests; kvplan simulates at most 500,000")
 
 
+def test_prompts_times_output_length_is_capped():
+    code, _, err = run_cli(*SIM, "--num-prompts", "100000", "--output-len", "1k")
+    one_line_error(code, err, "ask for 102,400,000 output tokens over 1 run(s)")
+    code, _, err = run_cli(
+        "plan", "qwen3-8b", "--gpu", "h100", "--rate", "20", "--slo", "ttft_p99=1s",
+        "--output-len", "16k",
+    )  # fmt: skip
+    one_line_error(code, err, "262,144,000 output tokens over 80 configurations")
+
+
 def test_compare_counts_its_second_set_of_runs():
     code, _, err = run_cli(
         *SIM, "--num-prompts", "100000", "--request-rate", "1,2,inf", "--compare", "prefix-caching"
     )
-    one_line_error(code, err, "100,000 requests x 6 runs")
+    one_line_error(code, err, "100,000 requests x 6 run(s)")
 
 
 def test_a_trace_counts_its_conversations_like_a_generated_workload(tmp_path):

@@ -52,6 +52,10 @@ MAX_REQUESTS = 100_000  # about 30 s of simulation on one core
 # GBs); the caps hold a command to about 3 minutes.
 MAX_RUN_REQUESTS = 500_000
 MAX_SHARED_TOKENS = 50_000_000
+# And the output tokens decoded over the runs: where requests come and go every few steps no
+# decode span is long, each step costs ~0.1 ms, and 4 M outputs (250 prompts x 16k, uniform,
+# 50/s, ~24 running) took 16 s; 5,000 such prompts ran past 300 s.
+MAX_OUTPUT_TOKENS = 50_000_000
 MIN_RATE = 1e-3  # requests per second: one every ~17 minutes
 MAX_LEN = 1 << 24  # tokens in one request
 # A trace file: MAX_REQUESTS lines of all six fields are ~13 MB; 64 MiB leaves room for long ids
@@ -336,9 +340,10 @@ def shared_prompt_tokens(requests: list[RequestSpec]) -> int:
 
 
 def check_work(
-    requests: list[RequestSpec], runs: int, what: str = "runs (rates, --compare)"
+    requests: list[RequestSpec], runs: int, what: str = "run(s) (rates, --compare)"
 ) -> None:
-    """The caps on one command's work (MAX_RUN_REQUESTS, MAX_SHARED_TOKENS): `runs` runs of
+    """The caps on one command's work (MAX_RUN_REQUESTS, MAX_OUTPUT_TOKENS, MAX_SHARED_TOKENS):
+    `runs` runs of
     these requests (`what` names them: the rates, plan's configurations); a one-line error
     naming the cap before any run starts."""
     total = len(requests) * runs
@@ -346,6 +351,13 @@ def check_work(
         raise KvplanError(
             f"{len(requests):,} requests x {runs:,} {what} is {total:,} requests; kvplan "
             f"simulates at most {MAX_RUN_REQUESTS:,} per command"
+        )
+    outputs = sum(r.output_tokens for r in requests) * runs
+    if outputs > MAX_OUTPUT_TOKENS:
+        raise KvplanError(
+            f"the requests ask for {outputs:,} output tokens over {runs:,} {what}; kvplan "
+            f"simulates at most {MAX_OUTPUT_TOKENS:,} per command (fewer --num-prompts, "
+            "--output-len or runs)"
         )
     shared = shared_prompt_tokens(requests) * runs
     if shared > MAX_SHARED_TOKENS:
