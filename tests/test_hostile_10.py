@@ -1,11 +1,15 @@
-"""Hostile inputs, tenth round. 1. Work-size caps: `simulate --num-prompts 100000 --turns 1000`
-searched 58 G prompt tokens through the prefix cache (hours, GBs), 32 rates x 100,000 prompts
-ran 3.2 M requests, plan 5,000 configurations x 100,000 prompts, and 5,000 prompts x 16k outputs
-coming and going ran past 300 s; each is refused before any run. 2. llama.cpp's --device took any word (`bogus` labelled the log's buffers), a backend that
-cannot drive the GPU (ROCm0 on an H100) and a device list. 3. `--gpu local` asks NVML before
-importing torch (~20 s), and keeps torch's exact total where NVML's matches no profile.
+"""Hostile inputs, tenth round.
+1. Work-size caps: `simulate --num-prompts 100000 --turns 1000` searched 58 G prompt tokens
+through the prefix cache (hours, GBs), 32 rates x 100,000 prompts ran 3.2 M requests, plan 5,000
+configurations x 100,000 prompts, and 5,000 prompts x 16k outputs coming and going ran past
+300 s; each is refused before any run.
+2. llama.cpp's --device took any word (`bogus` labelled the log's buffers), a backend that cannot
+drive the GPU (ROCm0 on an H100) and a device list.
+3. `--gpu local` asks NVML before importing torch (~20 s), and keeps torch's exact total where
+NVML's matches no profile.
 4. config.json: a 400-digit field filled its error line; a quantization_config that is a string
-or an array (vLLM's load fails on it) was ignored without a note."""
+or an array (vLLM's load fails on it) was ignored without a note.
+5. plan searched a value or a GPU given twice twice, and listed the copies as configurations."""
 
 from __future__ import annotations
 
@@ -257,3 +261,15 @@ def test_a_quantization_config_that_is_no_object_is_noted_not_ignored(tmp_path, 
     code, out, _ = run_cli("size", str(_config(tmp_path, quantization_config=qc)))
     assert code == 0
     assert f"quantization_config is a JSON {kind}, not an object" in out and "in bf16" in out
+
+
+# ---- 5. plan's search space -----------------------------------------------------------------
+def test_a_value_or_gpu_given_twice_is_searched_once():
+    code, out, _ = run_cli(
+        "plan", "qwen3-8b", "--gpu", "h100", "--gpu", "h100", "--rate", "1",
+        "--slo", "ttft_p99=1s", "--num-prompts", "20", "--tp", "1,1,1,1",
+        "--max-num-seqs", "64,64", "--max-num-batched-tokens", "2048,2048",
+        "--kv-cache-dtype", "auto,auto",
+    )  # fmt: skip
+    assert code == 0
+    assert "searched             1 configurations" in out

@@ -435,15 +435,17 @@ def search_space(
 ) -> list[Config]:
     """Every combination of the options (and of `layouts` speculative layouts), skipping (for
     vLLM, which refuses it) max_num_seqs above the token budget; SGLang's running requests are
-    not tied to its chunk size."""
+    not tied to its chunk size. A value or a GPU given twice is searched once."""
     configs = []
     for index in range(len(gpus)):
-        budgets = token_budgets(spec, gpus[index], request)
-        for tp in request.tps:
-            for pp in request.pps:
-                for kv in request.kv_cache_dtypes:
+        if gpus[index] in gpus[:index]:
+            continue
+        budgets = dict.fromkeys(token_budgets(spec, gpus[index], request))
+        for tp in dict.fromkeys(request.tps):
+            for pp in dict.fromkeys(request.pps):
+                for kv in dict.fromkeys(request.kv_cache_dtypes):
                     for budget in budgets:
-                        for seqs in request.max_num_seqs:
+                        for seqs in dict.fromkeys(request.max_num_seqs):
                             if seqs <= budget or request.emit == "sglang":
                                 for sp in range(layouts):
                                     configs.append(Config(index, tp, pp, kv, seqs, budget, sp))
