@@ -247,6 +247,7 @@ def plan(
     progress: Callable[[int, int], None] | None = None,
 ) -> PlanResult:
     """The Python twin of `kvplan plan MODEL --rate R --slo ...`."""
+    gpus = [gpu for index, gpu in enumerate(gpus) if gpu not in gpus[:index]]  # each kind once
     _check(request, gpus)
     _check_release(request)
     _check_layout(spec, request)
@@ -435,11 +436,9 @@ def search_space(
 ) -> list[Config]:
     """Every combination of the options (and of `layouts` speculative layouts), skipping (for
     vLLM, which refuses it) max_num_seqs above the token budget; SGLang's running requests are
-    not tied to its chunk size. A value or a GPU given twice is searched once."""
+    not tied to its chunk size. A value given twice is searched once."""
     configs = []
     for index in range(len(gpus)):
-        if gpus[index] in gpus[:index]:
-            continue
         budgets = dict.fromkeys(token_budgets(spec, gpus[index], request))
         for tp in dict.fromkeys(request.tps):
             for pp in dict.fromkeys(request.pps):
