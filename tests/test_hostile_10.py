@@ -9,7 +9,8 @@ drive the GPU (ROCm0 on an H100) and a device list.
 NVML's matches no profile.
 4. config.json: a 400-digit field filled its error line; a quantization_config that is a string
 or an array (vLLM's load fails on it) was ignored without a note.
-5. plan searched a value or a GPU given twice twice, and listed the copies as configurations."""
+5. plan searched a value or a GPU given twice twice, and listed the copies as configurations.
+6. `engine --dcp 999...9` (400 digits): OverflowError, an internal error, in check_range."""
 
 from __future__ import annotations
 
@@ -273,3 +274,11 @@ def test_a_value_or_gpu_given_twice_is_searched_once():
     )  # fmt: skip
     assert code == 0
     assert "searched             1 configurations" in out
+
+
+# ---- 6. a 400-digit integer option ----------------------------------------------------------
+@pytest.mark.parametrize("sign", ["", "-"])
+def test_a_400_digit_integer_is_a_range_error_not_an_overflow(sign):
+    code, _, err = run_cli("engine", "qwen3-8b", "--gpu", "h100", "--dcp", sign + "9" * 400)
+    one_line_error(code, err, "must be between 1 and 1024")
+    assert len(err) < 120
