@@ -202,7 +202,7 @@ def add(app: typer.Typer) -> None:
             min=1,
             max=100_000,
             help="Requests to send (1 to 100,000); over all rates and --compare at most 500,000, "
-            "50,000,000 output tokens, and 50,000,000 prompt tokens of shared prefixes and "
+            "100,000,000 output tokens, and 50,000,000 prompt tokens of shared prefixes and "
             "conversation history.",
         ),
         request_rate: str = typer.Option(

@@ -54,8 +54,10 @@ MAX_RUN_REQUESTS = 500_000
 MAX_SHARED_TOKENS = 50_000_000
 # And the output tokens decoded over the runs: where requests come and go every few steps no
 # decode span is long, each step costs ~0.1 ms, and 4 M outputs (250 prompts x 16k, uniform,
-# 50/s, ~24 running) took 16 s; 5,000 such prompts ran past 300 s.
-MAX_OUTPUT_TOKENS = 50_000_000
+# 50/s, ~24 running) took 16 s; 5,000 such prompts ran past 300 s. The cap leaves plan's 240
+# default configurations x 2,000 prompts of 128 (61 M) to run, and bounds churning runs to ~7
+# minutes (steady batches decode in spans, far faster).
+MAX_OUTPUT_TOKENS = 100_000_000
 MIN_RATE = 1e-3  # requests per second: one every ~17 minutes
 MAX_LEN = 1 << 24  # tokens in one request
 # A trace file: MAX_REQUESTS lines of all six fields are ~13 MB; 64 MiB leaves room for long ids
