@@ -481,7 +481,10 @@ def _flags() -> tuple[Flag, ...]:
             "device",
             str,
             typer.Option(
-                None, "--device", help="llama.cpp: the device name its log shows (CUDA0, Vulkan1)."
+                None,
+                "--device",
+                help="llama.cpp: the ggml GPU device (CUDA0, ROCm0, Vulkan1, MTL0, SYCL0; any case) "
+                "its log shows.",
             ),
             "--device",
             LOCAL,

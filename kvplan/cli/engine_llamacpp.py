@@ -38,17 +38,21 @@ def host_profile(gpu, cpu: str | None):
     return load_profile(host_name) if host_name else gpu
 
 
-def check_device(device: str | None) -> None:
-    if device is not None and not device.replace("_", "").isalnum():
-        raise KvplanError(f"--device {device[:20]!r}: a ggml device name (CUDA0, Vulkan1)")
+def check_device(device: str | None, gpu) -> str | None:
+    """--device: llama.cpp's own checks (kvplan.engines.llamacpp.device_name), its spelling."""
+    if device is None:
+        return None
     # llama.cpp's parse_device_list (common/arg.cpp): "none" offloads nothing, and a CPU device
     # is refused ("invalid device"); kvplan prices the layers offloaded to a GPU, so neither
     # may stand as the GPU's label
-    if device is not None and device.lower() in ("none", "cpu"):
+    if device.lower() in ("none", "cpu"):
         raise KvplanError(
             f"--device {device}: llama.cpp offloads to a GPU device (CUDA0, Vulkan1); "
             "--device none offloads nothing and a CPU device is refused (use -ngl 0 for no offload)"
         )
+    from kvplan.engines.llamacpp import device_name
+
+    return device_name(device, gpu)
 
 
 def ollama_request(gpu, deprecated: bool = False, **o):
@@ -80,7 +84,7 @@ def ollama_request(gpu, deprecated: bool = False, **o):
         raise KvplanError("--ctx 0: Ollama's num_ctx is a number of tokens (at least 4)")
     if o["weights_type"] is not None:
         ggml_type(o["weights_type"])
-    check_device(o["device"])
+    device = check_device(o["device"], gpu)
     return OllamaRequest(
         version=version,
         env=tuple(sorted(env.items())),
@@ -91,7 +95,7 @@ def ollama_request(gpu, deprecated: bool = False, **o):
         else parse_bytes(o["gpu_memory"], what="--gpu-memory"),
         weights_type=o["weights_type"],
         host=host_profile(gpu, o["cpu"]),
-        device=o["device"],
+        device=device,
         notes=notes,
     )
 
@@ -112,7 +116,7 @@ def llamacpp_request(spec, gpu, **o):
         ggml_type(o["weights_type"])  # a known ggml type, or a one-line error
     build = o["llama_build"] if o["llama_build"] is not None else LLAMA_CPP_BUILD
     host = host_profile(gpu, o["cpu"])
-    check_device(o["device"])
+    device = check_device(o["device"], gpu)
     return LlamaCppRequest(
         ctx_size=ctx,
         parallel=parallel,
@@ -128,5 +132,5 @@ def llamacpp_request(spec, gpu, **o):
         gpu_memory_bytes=gpu_memory,
         weights_type=o["weights_type"],
         host=host,
-        device=o["device"],
+        device=device,
     )

@@ -54,7 +54,9 @@ def add(app: typer.Typer) -> None:
             "--num-prompts",
             min=20,
             max=100_000,
-            help="Requests per simulated run (20 to 100,000).",
+            help="Requests per simulated run (20 to 100,000); times the configurations "
+            "searched at most 500,000 (and 100,000,000 output, 50,000,000 shared-prefix "
+            "tokens).",
         ),
         tp: str = c.serve_option("tp", "1,2,4,8", "Tensor-parallel sizes to try."),
         pp: str = c.serve_option("pp", "1", "Pipeline-parallel sizes to try."),

@@ -197,7 +197,13 @@ def add(app: typer.Typer) -> None:
         model: str = c.model_argument(),
         gpu: str = c.gpu_option(),
         num_prompts: int = typer.Option(
-            1000, "--num-prompts", min=1, max=100_000, help="Requests to send (1 to 100,000)."
+            1000,
+            "--num-prompts",
+            min=1,
+            max=100_000,
+            help="Requests to send (1 to 100,000); over all rates and --compare at most 500,000, "
+            "100,000,000 output tokens, and 50,000,000 prompt tokens of shared prefixes and "
+            "conversation history.",
         ),
         request_rate: str = typer.Option(
             "inf",

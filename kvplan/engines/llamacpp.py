@@ -203,6 +203,60 @@ def pad(value: int, to: int) -> int:
     return -(-value // to) * to
 
 
+# ggml's GPU devices, as `llama-server --list-devices` names them and --device takes them
+# (common/arg.cpp parse_device_list: ggml_backend_dev_by_name, compared without case; a device
+# that is not a GPU, such as CPU or BLAS, is an "invalid device"): (backend, numbered, the
+# vendors whose GPUs it drives, () for any). The name is the backend's and the device's index.
+GGML_GPU_DEVICES: tuple[tuple[str, bool, tuple[str, ...]], ...] = (
+    ("CUDA", True, ("nvidia",)),  # ggml/include/ggml-cuda.h GGML_CUDA_NAME
+    ("ROCm", True, ("amd",)),  # GGML_CUDA_NAME under GGML_USE_HIP
+    ("MUSA", True, ("moore threads",)),  # GGML_CUDA_NAME under GGML_USE_MUSA
+    ("Vulkan", True, ()),  # ggml-vulkan.cpp GGML_VK_NAME: any Vulkan GPU
+    ("MTL", True, ("apple",)),  # ggml-metal.cpp GGML_METAL_NAME
+    ("Metal", False, ("apple",)),  # ggml-metal.m's one device, before the MTL<n> devices
+    ("SYCL", True, ("intel", "nvidia", "amd")),  # ggml-sycl GGML_SYCL_NAME (oneAPI plugins)
+    ("CANN", True, ("huawei",)),  # ggml-cann GGML_CANN_NAME
+)
+MAX_DEVICE_INDEX = 99  # two digits: no ggml backend numbers more devices (CUDA and Vulkan: 16)
+
+
+def device_name(text: str, gpu: GpuProfile) -> str:
+    """--device as llama.cpp takes it: one ggml GPU device of a backend that drives this GPU,
+    in ggml's own spelling (the log prints that), else a one-line error."""
+    shown = repr(text[:20]) if len(text) <= 20 else repr(text[:20])[:-1] + "…'"
+    if "," in text:
+        raise KvplanError(
+            f"--device {shown}: kvplan prices one GPU device; a list splits the model over several"
+        )
+    folded = text.lower()
+    for backend, numbered, vendors in GGML_GPU_DEVICES:
+        digits = folded[len(backend) :]
+        if not folded.startswith(backend.lower()) or (
+            numbered
+            and not (
+                digits.isascii()
+                and digits.isdigit()
+                and str(int(digits)) == digits
+                and int(digits) <= MAX_DEVICE_INDEX
+            )
+        ):
+            continue
+        if not numbered and digits:
+            continue
+        if vendors and gpu.vendor.lower() not in vendors:
+            fits = [b for b, _n, v in GGML_GPU_DEVICES if not v or gpu.vendor.lower() in v]
+            raise KvplanError(
+                f"--device {shown}: a ggml {backend} device drives no {gpu.vendor} GPU "
+                f"({gpu.name}); llama.cpp reaches it through {' or '.join(fits)}"
+            )
+        return backend + digits
+    names = ", ".join(b + ("0" if n else "") for b, n, _v in GGML_GPU_DEVICES)
+    raise KvplanError(
+        f"--device {shown}: not a ggml GPU device llama.cpp lists (--list-devices): {names}, "
+        "or none"
+    )
+
+
 def backend_name(gpu: GpuProfile) -> str:
     """The ggml device that holds the GPU buffers, as the log names it."""
     vendor = gpu.vendor.lower()

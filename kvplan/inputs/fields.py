@@ -161,7 +161,8 @@ class Fields:
         maximum = MAX_LAYERS if name in LAYER_FIELDS else FIELD_MAXIMUM.get(name, MAX_DIM)
         if value < minimum or value > maximum:
             raise KvplanError(
-                f"{self.source}: field {name} = {value} is out of range ({minimum} to {maximum:,})"
+                f"{self.source}: field {name} = {shown(value)} is out of range ({minimum} to "
+                f"{maximum:,})"
             )
         return value
 

@@ -679,11 +679,14 @@ def local_profile() -> GpuProfile:
     name = clean(name)[:100]
     near = nearest_profile(name, memory)
     basis = "device"
+    pinned = near is not None and (
+        0 <= memory - near.usable_memory_bytes <= local_gpu.NVML_GAP_MAX_BYTES
+    )
+    if how == "nvml" and not pinned and (exact := local_gpu.torch_device()) is not None:
+        name, memory, how = clean(exact[0])[:100], exact[1], exact[2]  # CUDA's own total
+        near = nearest_profile(name, memory)
     if how == "nvml":  # NVML's total is not CUDA's: pin it to the profile's, else estimate
-        if (
-            near is not None
-            and 0 <= memory - near.usable_memory_bytes <= local_gpu.NVML_GAP_MAX_BYTES
-        ):
+        if near is not None and pinned:
             memory = int(near.usable_memory_bytes)
             how = f"NVML, matched to {near.name}'s CUDA total ({near.memory_reported_basis})"
         else:

@@ -1,10 +1,13 @@
-"""`--gpu local`: the GPU of this machine, as the device reports it (its name, and the total CUDA
-reports, via torch; else NVML's total, via nvidia-ml-py; on a Mac, macOS's working set), and
+"""`--gpu local`: the GPU of this machine, as the device reports it (its name and NVML's total, via
+nvidia-ml-py, which kvplan.inputs.hardware pins to the matching profile's CUDA total; where none
+matches, the total CUDA reports, via torch, imported only then: ~20 s; on a Mac, macOS's
+working set), and
 macOS's rule for a Mac GPU's share of unified memory. kvplan.inputs.hardware.local_profile
 matches the device to the nearest bundled profile, which gives its peaks and bandwidth."""
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 
@@ -18,43 +21,89 @@ NVML_GAP_MAX_BYTES = GIB
 
 
 def read_local_device() -> tuple[str, int, str]:
-    """(device name, memory bytes as software sees it, how it was read), or KvplanError."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            index = torch.cuda.current_device()
-            props = torch.cuda.get_device_properties(index)
-            return props.name, int(props.total_memory), "torch.cuda total_memory"
-        mps = getattr(torch.backends, "mps", None)
-        if mps is not None and mps.is_available() and hasattr(torch.mps, "recommended_max_memory"):
-            return (
-                _apple_chip(),
-                int(torch.mps.recommended_max_memory()),
-                ("torch.mps recommended_max_memory (the GPU's default working-set limit)"),
-            )
-    except ImportError:
-        pass
+    """(device name, memory bytes as software sees it, how it was read), or KvplanError. NVML
+    first (milliseconds): its answer, "nvml", is not CUDA's total, and the caller pins it to a
+    profile or asks `torch_device` for the exact one."""
+    found = nvml_device()
+    if found is not None:
+        return found[0], found[1], "nvml"
+    found_torch = torch_device()
+    if found_torch is not None:
+        return found_torch
     if platform.system() == "Darwin" and platform.machine() == "arm64":
         return _apple_device()
-    try:
-        import pynvml  # the nvidia-ml-py distribution
-    except ImportError:
-        pynvml = None
-    if pynvml is not None:
-        try:
-            pynvml.nvmlInit()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            name = pynvml.nvmlDeviceGetName(handle)
-            name = name.decode() if isinstance(name, bytes) else name
-            total = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
-            return name, total, "nvml"
-        except Exception:  # noqa: BLE001 - NVML raises its own error types; no device is the answer
-            pass
     raise KvplanError(
         "--gpu local: no GPU found (torch sees no CUDA or MPS device and NVML none); "
         "name a profile instead (kvplan gpus), or install torch or nvidia-ml-py"
     )
+
+
+def torch_device() -> tuple[str, int, str] | None:
+    """The device torch uses and the total it reports (CUDA's, or MPS's working set), None
+    where torch is missing or sees no GPU."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if torch.cuda.is_available():
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        return props.name, int(props.total_memory), "torch.cuda total_memory"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available() and hasattr(torch.mps, "recommended_max_memory"):
+        return (
+            _apple_chip(),
+            int(torch.mps.recommended_max_memory()),
+            ("torch.mps recommended_max_memory (the GPU's default working-set limit)"),
+        )
+    return None
+
+
+def nvml_device() -> tuple[str, int] | None:
+    """(name, NVML's total) of the GPU torch would use (CUDA_VISIBLE_DEVICES' first), None
+    where pynvml is missing, finds none, or the GPU is split by MIG (NVML's total is then the
+    whole GPU's, not the instance CUDA sees)."""
+    try:
+        import pynvml  # the nvidia-ml-py distribution
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        handle = nvml_handle(pynvml, 0, None)
+        try:
+            if pynvml.nvmlDeviceGetMigMode(handle)[0]:
+                return None
+        except Exception:  # noqa: BLE001 - no MIG on this GPU or driver
+            pass
+        name = pynvml.nvmlDeviceGetName(handle)
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        return name, int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+    except Exception:  # noqa: BLE001 - NVML raises its own error types; no device is the answer
+        return None
+
+
+def nvml_handle(pynvml, torch_index: int, props):
+    """The NVML handle of the torch device `torch_index`. NVML numbers every GPU in the machine;
+    torch numbers those CUDA_VISIBLE_DEVICES lists, in its order, by index or by UUID: match by
+    the device's UUID where torch gives it, else through the visible list, else by index."""
+    uuid = getattr(props, "uuid", None)
+    if uuid is not None:
+        text = str(uuid)
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(
+                text if text.startswith("GPU-") else f"GPU-{text}"
+            )
+        except Exception:  # noqa: BLE001 - MIG and older drivers: fall through
+            pass
+    visible = [
+        v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()
+    ]
+    if torch_index < len(visible):
+        entry = visible[torch_index]
+        if entry.isascii() and entry.isdigit():
+            return pynvml.nvmlDeviceGetHandleByIndex(int(entry))
+        return pynvml.nvmlDeviceGetHandleByUUID(entry)
+    return pynvml.nvmlDeviceGetHandleByIndex(torch_index)
 
 
 def _sysctl(name: str) -> str:

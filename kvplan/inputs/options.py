@@ -134,10 +134,13 @@ _Number = TypeVar("_Number", int, float)
 
 def check_range(value: _Number, *, what: str, minimum: float, maximum: float) -> _Number:
     """A number typed by a person, finite and within [minimum, maximum]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise KvplanError(f"{what} {value!r} is not a finite number")
+    if isinstance(value, float) and not math.isfinite(value):  # an int is finite, however long
         raise KvplanError(f"{what} {value!r} is not a finite number")
     if not minimum <= value <= maximum:
-        raise KvplanError(f"{what} {value:g} must be between {minimum:g} and {maximum:g}")
+        shown = f"{value:g}" if abs(value) < 1e15 else f"{str(value)[:12]}…"  # no float of 1e400
+        raise KvplanError(f"{what} {shown} must be between {minimum:g} and {maximum:g}")
     return value
 
 

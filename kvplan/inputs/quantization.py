@@ -206,6 +206,11 @@ def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quant
     """`name` is the model as the user named it; `hint` adds where it came from (a file name,
     a repository id) for the check on quantized-looking names."""
     qc = top.get("quantization_config") or text.get("quantization_config")
+    if qc and not isinstance(qc, dict):  # vLLM reads it with .get(): its load fails
+        what = clean(qc)[:40] if isinstance(qc, str) else "unnamed"
+        kind = {str: "string", list: "array", bool: "boolean"}.get(type(qc), "number")
+        why = f"quantization_config is a JSON {kind}, not an object"
+        return Quantization(None, None, (note("quant-unread", method=what, why=why),))
     if not isinstance(qc, dict):
         words = f"{name} {hint}".lower()
         if any(tag in words for tag in NAME_SAYS_QUANTIZED):

@@ -12,6 +12,7 @@ from pathlib import Path
 from kvplan import __version__
 from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import GpuProfile, bundled_profiles, load_profile
+from kvplan.inputs.local_gpu import nvml_handle
 
 
 def _cpu_caches() -> dict:
@@ -125,30 +126,6 @@ def software() -> dict:
         "kvplan_version": __version__,
         "os": f"{platform.system()} {platform.release()}",
     }
-
-
-def nvml_handle(pynvml, torch_index: int, props):
-    """The NVML handle of the torch device `torch_index`. NVML numbers every GPU in the machine;
-    torch numbers those CUDA_VISIBLE_DEVICES lists, in its order, by index or by UUID: match by
-    the device's UUID where torch gives it, else through the visible list, else by index."""
-    uuid = getattr(props, "uuid", None)
-    if uuid is not None:
-        text = str(uuid)
-        try:
-            return pynvml.nvmlDeviceGetHandleByUUID(
-                text if text.startswith("GPU-") else f"GPU-{text}"
-            )
-        except Exception:  # noqa: BLE001 - MIG and older drivers: fall through
-            pass
-    visible = [
-        v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()
-    ]
-    if torch_index < len(visible):
-        entry = visible[torch_index]
-        if entry.isascii() and entry.isdigit():
-            return pynvml.nvmlDeviceGetHandleByIndex(int(entry))
-        return pynvml.nvmlDeviceGetHandleByUUID(entry)
-    return pynvml.nvmlDeviceGetHandleByIndex(torch_index)
 
 
 def _text(value) -> str:

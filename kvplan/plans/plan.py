@@ -35,7 +35,14 @@ from kvplan.simulate import cluster, metrics
 from kvplan.simulate.cluster import Frontend
 from kvplan.simulate.engine import pool_demand, with_stand_in, without_idle_caching
 from kvplan.simulate.setup import Replica, ServeOptions, build_replica, make_engine
-from kvplan.simulate.workload import MIN_RATE, RequestSpec, WorkloadSpec, arrival_times_s, generate
+from kvplan.simulate.workload import (
+    MIN_RATE,
+    RequestSpec,
+    WorkloadSpec,
+    arrival_times_s,
+    check_work,
+    generate,
+)
 from kvplan.units import MS
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -242,6 +249,7 @@ def plan(
     progress: Callable[[int, int], None] | None = None,
 ) -> PlanResult:
     """The Python twin of `kvplan plan MODEL --rate R --slo ...`."""
+    gpus = [gpu for index, gpu in enumerate(gpus) if gpu not in gpus[:index]]  # each kind once
     _check(request, gpus)
     _check_release(request)
     _check_layout(spec, request)
@@ -255,6 +263,7 @@ def plan(
         raise KvplanError("the search space is empty")
     if len(configs) > MAX_CONFIGS:
         raise KvplanError(f"{len(configs):,} configurations: at most {MAX_CONFIGS:,}")
+    check_work(requests, len(configs), "configurations")
     outcomes, released = _run_all(spec, gpus, request, configs, requests, request.jobs, progress)
     candidates, reasons, pruned = [], Counter[str](), 0
     found: list[tuple[Candidate, Config]] = []
@@ -429,15 +438,15 @@ def search_space(
 ) -> list[Config]:
     """Every combination of the options (and of `layouts` speculative layouts), skipping (for
     vLLM, which refuses it) max_num_seqs above the token budget; SGLang's running requests are
-    not tied to its chunk size."""
+    not tied to its chunk size. A value given twice is searched once."""
     configs = []
     for index in range(len(gpus)):
-        budgets = token_budgets(spec, gpus[index], request)
-        for tp in request.tps:
-            for pp in request.pps:
-                for kv in request.kv_cache_dtypes:
+        budgets = dict.fromkeys(token_budgets(spec, gpus[index], request))
+        for tp in dict.fromkeys(request.tps):
+            for pp in dict.fromkeys(request.pps):
+                for kv in dict.fromkeys(request.kv_cache_dtypes):
                     for budget in budgets:
-                        for seqs in request.max_num_seqs:
+                        for seqs in dict.fromkeys(request.max_num_seqs):
                             if seqs <= budget or request.emit == "sglang":
                                 for sp in range(layouts):
                                     configs.append(Config(index, tp, pp, kv, seqs, budget, sp))

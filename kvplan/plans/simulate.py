@@ -43,7 +43,13 @@ from kvplan.simulate.setup import (
     with_step_scale,
 )
 from kvplan.simulate.steplog import StepRecorder
-from kvplan.simulate.workload import WorkloadSpec, generate, read_trace
+from kvplan.simulate.workload import (
+    RequestSpec,
+    WorkloadSpec,
+    check_work,
+    generate,
+    read_trace,
+)
 
 MAX_RATES = 32
 # the length laws whose spread (a range ratio or a sigma) the summary reports
@@ -231,6 +237,9 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
                 f"--compare {request.compare} toggles a vLLM option; with --engine sglang "
                 "compare prefix-caching or cache-aware-routing"
             )
+    check_work(
+        _requests(request, request.rates[0]), len(request.rates) * (1 + bool(request.compare))
+    )
     replica = build_replica(spec, gpu, request.serve)
     if request.disaggregated is not None:
         replica = replica._replace(transfer=transfer_model(spec, gpu, replica, request))
@@ -427,10 +436,7 @@ def _runs(
     runs, capped = [], 0
     limit = replica.config.max_model_len
     for rate in request.rates:
-        if request.trace is not None:
-            requests = read_trace(Path(request.trace))
-        else:
-            requests = generate(request.workload._replace(request_rate=rate))
+        requests = _requests(request, rate)
         if request.warm_prefix_cache and not any(
             r.stream_id >= 0 and not r.session for r in requests
         ):
@@ -442,6 +448,13 @@ def _runs(
         runs.append(run_once(replica, requests, request, rate, recorder))
         recorder = None
     return runs, capped
+
+
+def _requests(request: SimulateRequest, rate: float) -> list[RequestSpec]:
+    """The requests of the run at `rate`: the trace's, else the workload's."""
+    if request.trace is not None:
+        return read_trace(Path(request.trace))
+    return generate(request.workload._replace(request_rate=rate))
 
 
 def _engine_note(replica: Replica, vllm_version: str) -> list[Note]:

@@ -45,6 +45,19 @@ SHAREGPT_MAX_INPUT = 1024  # the bench's ShareGPT filter (is_valid_sequence)
 SHAREGPT_MAX_TOTAL = 2048
 SHAREGPT_MIN_LEN = 4
 MAX_REQUESTS = 100_000  # about 30 s of simulation on one core
+# The work of one command, over its runs (each --request-rate, and --compare's second set): the
+# requests simulated, and the prompt tokens the prefix cache is searched through (a shared prefix,
+# a conversation's whole history): 98 M tokens (48,000 prompts x a 2k prefix) took 364 s on a
+# shared core, 60 M 82 s. 100,000 prompts x 1,000 turns of 1,152 tokens is 58 G tokens (hours,
+# GBs); the caps hold a command to about 3 minutes.
+MAX_RUN_REQUESTS = 500_000
+MAX_SHARED_TOKENS = 50_000_000
+# And the output tokens decoded over the runs: where requests come and go every few steps no
+# decode span is long, each step costs ~0.1 ms, and 4 M outputs (250 prompts x 16k, uniform,
+# 50/s, ~24 running) took 16 s; 5,000 such prompts ran past 300 s. The cap leaves plan's 240
+# default configurations x 2,000 prompts of 128 (61 M) to run, and bounds churning runs to ~7
+# minutes (steady batches decode in spans, far faster).
+MAX_OUTPUT_TOKENS = 100_000_000
 MIN_RATE = 1e-3  # requests per second: one every ~17 minutes
 MAX_LEN = 1 << 24  # tokens in one request
 # A trace file: MAX_REQUESTS lines of all six fields are ~13 MB; 64 MiB leaves room for long ids
@@ -316,6 +329,45 @@ def check_workload(spec: WorkloadSpec) -> None:
         raise KvplanError("--num-prefixes must be at least 1")
     if not 1 <= spec.turns <= 1000:
         raise KvplanError("--turns must be between 1 and 1000")
+
+
+def shared_prompt_tokens(requests: list[RequestSpec]) -> int:
+    """Prompt tokens the prefix cache is searched through: each request's shared prefix, or a
+    conversation turn's whole prompt (its history and its new input)."""
+    return sum(
+        (r.input_tokens if r.session else min(r.stream_tokens, r.input_tokens))
+        for r in requests
+        if r.stream_id >= 0
+    )
+
+
+def check_work(
+    requests: list[RequestSpec], runs: int, what: str = "run(s) (rates, --compare)"
+) -> None:
+    """The caps on one command's work (MAX_RUN_REQUESTS, MAX_OUTPUT_TOKENS, MAX_SHARED_TOKENS):
+    `runs` runs of
+    these requests (`what` names them: the rates, plan's configurations); a one-line error
+    naming the cap before any run starts."""
+    total = len(requests) * runs
+    if total > MAX_RUN_REQUESTS:
+        raise KvplanError(
+            f"{len(requests):,} requests x {runs:,} {what} is {total:,} requests; kvplan "
+            f"simulates at most {MAX_RUN_REQUESTS:,} per command"
+        )
+    outputs = sum(r.output_tokens for r in requests) * runs
+    if outputs > MAX_OUTPUT_TOKENS:
+        raise KvplanError(
+            f"the requests ask for {outputs:,} output tokens over {runs:,} {what}; kvplan "
+            f"simulates at most {MAX_OUTPUT_TOKENS:,} per command (fewer --num-prompts, "
+            "--output-len or runs)"
+        )
+    shared = shared_prompt_tokens(requests) * runs
+    if shared > MAX_SHARED_TOKENS:
+        raise KvplanError(
+            f"the prompts hold {shared:,} tokens of shared prefixes or conversation history over "
+            f"{runs:,} {what}; kvplan searches at most {MAX_SHARED_TOKENS:,} through its prefix "
+            "cache per command (fewer --num-prompts, --turns, --prefix-len or runs)"
+        )
 
 
 TRACE_FIELDS = (
