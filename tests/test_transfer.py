@@ -100,6 +100,10 @@ def test_without_a_lender_the_backend_stays_untimed():
     kernels, untimed, _ = backend_kernels(spec, b200, fa3, tables_for(b200, "sglang"))
     assert kernels is None and untimed == ["--attention-backend fa3"]
     assert ("mla", "fa3") in tables_for(load_profile("h200"), "sglang").attention_backends
+    # a GPU whose vendor has no tables (the MI300X: datasheet class) borrows no rows at all
+    mi300x = tables_for(load_profile("mi300x"), "sglang")
+    assert mi300x.evidence == "datasheet" and mi300x.attention_backends == {}
+    assert all(e["vendor"] == "NVIDIA" for e in transfer_doc()["borrowed"])
 
 
 def test_a_borrowed_part_puts_the_run_in_the_borrowed_class():
