@@ -85,7 +85,9 @@ FAMILY_OF_METRIC = {
 }
 
 
-def evidence(case: dict, untimed_parts: tuple[str, ...]) -> str:
+def evidence(
+    case: dict, untimed_parts: tuple[str, ...], borrowed_parts: tuple[str, ...] = ()
+) -> str:
     """The run's interval class (kvplan.plans.intervals.raw_class) before any interval exists:
     intervals.UNTIMED for a run whose serving path has a part kvplan does not time (SGLang's
     detokenizer on Moonshot's tokenizer); intervals.PARTIAL for one priced at its GPU's own
@@ -93,7 +95,8 @@ def evidence(case: dict, untimed_parts: tuple[str, ...]) -> str:
     else its kernel tables' evidence class."""
     engine = case.get("engine", "vllm")
     spec = load_model(case.get("kvplan_model") or case["model"], checkpoint=False)
-    return intervals.raw_class(load_profile(gpu_name(case)), engine, spec, untimed_parts)
+    gpu = load_profile(gpu_name(case))
+    return intervals.raw_class(gpu, engine, spec, untimed_parts, borrowed_parts)
 
 
 def _published() -> list[dict]:
@@ -137,7 +140,7 @@ def log_ratios(cases: list[dict]) -> list[dict]:
         rows.append(
             {
                 "id": case["id"],
-                "evidence": evidence(case, sim["untimed_parts"]),
+                "evidence": evidence(case, sim["untimed_parts"], sim["borrowed_parts"]),
                 "untimed_parts": list(sim["untimed_parts"]),
                 # the kernel tables' class, which an untimed run takes until the file has one
                 "tables_evidence": tables_for(

@@ -118,6 +118,7 @@ def run_case(case: dict) -> dict:
             "step_scaled": sim["step_scaled"],
             "step_time_shares": sim["step_time_shares"],
             "untimed_parts": sim["untimed_parts"],
+            "borrowed_parts": sim["borrowed_parts"],
             **{m: bench.get(m) for m in (*METRICS, "request_throughput")},
         }
     from kvplan.inputs.hardware import load_profile
@@ -133,6 +134,7 @@ def run_case(case: dict) -> dict:
         "step_scaled": result.runs[0].step_scaled or {},
         "step_time_shares": result.runs[0].engine.step_time_shares,
         "untimed_parts": result.untimed_parts,
+        "borrowed_parts": result.borrowed_parts,
         "output_throughput": bench.output_throughput,
         "request_throughput": bench.request_throughput,
         "median_tpot_ms": bench.median_tpot_ms,

@@ -348,6 +348,7 @@ def replay(case: dict, accept_length: float | None = None) -> dict:
         "step_scaled": run.get("step_scaled") or {},
         "step_time_shares": (run.get("engine") or {}).get("step_time_shares") or {},
         "untimed_parts": tuple(doc.get("untimed_parts") or ()),
+        "borrowed_parts": tuple(doc.get("borrowed_parts") or ()),
     }
 
 

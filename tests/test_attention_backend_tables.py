@@ -81,22 +81,23 @@ def test_selection_by_gpu_engine_and_phase():
 
 
 def test_a_backend_without_rows_is_named_as_not_timed():
-    # SGLang's B200 MLA rows are trtllm_mla's alone: triton's MLA kernels were never timed
-    kernels, untimed = pick("glm-4.7-flash", "b200", "sglang", attention_backend="triton")
-    assert kernels is None and untimed == ["--attention-backend triton"]
+    # SGLang's B200 MLA rows are trtllm_mla's alone, and no GPU with SGLang tables timed
+    # flashmla's (triton's MLA rows are borrowed instead: tests/test_transfer.py)
+    kernels, untimed = pick("glm-4.7-flash", "b200", "sglang", attention_backend="flashmla")
+    assert kernels is None and untimed == ["--attention-backend flashmla"]
     # vLLM's H100 rows: FLASH_ATTN's only; FLASHINFER runs as vLLM's own pick (FLASH_ATTN)
     kernels, untimed = pick("llama-3.1-8b", "h100", "vllm", attention_backend="flashinfer")
     assert untimed == ["--attention-backend flashinfer"]  # as typed
     assert kernels == pick("llama-3.1-8b", "h100", "vllm")[0]
     doc = run_json(
         "simulate", "glm-4.7-flash", "--gpu", "b200", "--engine", "sglang",
-        "--attention-backend", "triton", "--num-prompts", "2", "--input-len", "64",
+        "--attention-backend", "flashmla", "--num-prompts", "2", "--input-len", "64",
         "--output-len", "4",
     )  # fmt: skip
     ids = [n["id"] for n in doc["notes"]]
     assert "sim-attention-kernels" in ids and "sim-attention-timed" not in ids
     words = next(n["text"] for n in doc["notes"] if n["id"] == "sim-attention-kernels")
-    assert "--attention-backend triton" in words and "MLA" in words and "not known" in words
+    assert "--attention-backend flashmla" in words and "MLA" in words and "not known" in words
 
 
 def test_a_timed_backend_changes_the_step_and_says_so():

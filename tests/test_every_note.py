@@ -603,6 +603,17 @@ INVOCATIONS: dict[str, Invocation] = {
         "triton",
         *SMALL,
     ),  # fmt: skip
+    "simulate attention backend borrowed": cli(
+        "simulate",
+        "glm-4.7-flash",
+        "--gpu",
+        "b200",
+        "--engine",
+        "sglang",
+        "--attention-backend",
+        "triton",
+        *SMALL,
+    ),  # fmt: skip
     "simulate moe backend": cli(
         "simulate", "qwen3-30b-a3b", "--gpu", "h100", "--moe-backend", "triton", *SMALL
     ),
@@ -989,6 +1000,7 @@ SOURCES: dict[str, str] = {
     "sim-enforce-eager": "simulate dcp eager",
     "sim-attention-kernels": "simulate attention backend",
     "sim-attention-timed": "simulate attention backend timed",
+    "sim-attention-borrowed": "simulate attention backend borrowed",
     "sim-prefill-attention": "simulate attention backend timed",
     "sim-nsa-backend-ignored": "simulate nsa backend ignored",
     "node-network-assumed": "roofline network assumed",

@@ -144,7 +144,8 @@ def test_moe_shape_curves_are_read_only_on_the_gpu_that_timed_them():
         ("gb200", "sglang", "gb200.sglang.0.5.14.json"),
         ("gb300", "vllm", "gb300.vllm.0.24.0.json"),
         ("h800-sxm", "sglang", "h100_sxm.sglang.0.5.14.json"),  # borrowed: the H100's
-        ("h200-nvl", "vllm", "h200_sxm.vllm.0.14.0.json"),
+        # borrowed of other rates: the H200 SXM's module times do not hold (grids_hold)
+        ("h200-nvl", "vllm", None),
         ("a100-80gb-sxm", "sglang", None),  # the wheel times no DSA module on an A100
         ("l40s", "vllm", None),
         ("rtx-pro-6000", "sglang", None),

@@ -391,6 +391,7 @@ class StepModel:
         dense_mlp_dp: bool = False,
         untimed_backends: tuple[str, ...] = (),
         untimed_moe_backend: str = "",
+        borrowed_backends: tuple[str, ...] = (),
         gemm_grid: GemmGrid | None = None,
         recurrent_grid: RecurrentGrid | None = None,
     ):
@@ -399,6 +400,9 @@ class StepModel:
         # backend flag whose kernels they do not time, as typed (untimed_parts)
         self.untimed_backends = tuple(untimed_backends)
         self.untimed_moe_backend = untimed_moe_backend
+        # the attention backends timed from another GPU's rows by a fitted ratio, in words
+        # (borrowed_parts; kvplan.inputs.kernel_tables.borrowed_backends)
+        self.borrowed_backends = tuple(borrowed_backends)
         # the inter-node link and the replica's GPUs per node (None: the replica is one node)
         self.network = network if node_gpus else None
         self.node_gpus = node_gpus if network is not None else None
@@ -640,6 +644,13 @@ class StepModel:
             parts.append(f"the recurrent layers ({', '.join(states)})")
         parts += [f"the attention under {flag}" for flag in self.untimed_backends]
         return tuple(parts)
+
+    @property
+    def borrowed_parts(self) -> tuple[str, ...]:
+        """The parts of this step timed from another GPU's kernel rows, scaled by a ratio fitted
+        on the rows both GPUs have (transfer.json): not this GPU's own timing, so the run is in
+        the "borrowed" interval class (kvplan.plans.intervals.raw_class)."""
+        return self.borrowed_backends
 
     def without_graphs(self) -> StepModel:
         """This model with every step run eagerly (no CUDA graph at any size): a DP-attention

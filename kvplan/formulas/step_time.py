@@ -15,7 +15,6 @@ the achieved rates of the engine's kernels. All three evaluators return one type
 
 from __future__ import annotations
 
-import math
 from enum import Enum
 
 from kvplan.anatomy.model import (
@@ -27,6 +26,7 @@ from kvplan.anatomy.model import (
     distinct_layers,
     kept_with,
 )
+from kvplan.curves import curve_value
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.errors import KvplanError
 from kvplan.formulas.flops import (
@@ -271,22 +271,6 @@ class OpRates(NamedTuple):
         if op.kind is OpKind.MATMUL:
             return curve_value(self.matmul_bandwidth_bytes_per_s, op.width)
         return self.bandwidth_bytes_per_s
-
-
-def curve_value(curve: Curve, size: float) -> float:
-    """A rate at `size`: linear in log(size) and log(rate) between the measured points, the
-    nearest point's value beyond either end (never extrapolated)."""
-    if not curve:
-        raise ValueError("empty throughput curve")
-    if size <= curve[0][0]:
-        return curve[0][1]
-    for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False):
-        if size == x1:
-            return y1
-        if size < x1:
-            t = math.log(size / x0) / math.log(x1 / x0)
-            return math.exp(math.log(y0) + t * math.log(y1 / y0))
-    return curve[-1][1]
 
 
 class OpTime(NamedTuple):

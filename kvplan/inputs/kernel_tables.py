@@ -7,10 +7,20 @@ call cost, the small-shape floor of each kernel family) with their provenance (`
 module grids are in dsa/ under the same name (nine tenths of the bytes: read only for a model
 with DSA layers; each file's `shape` the attention shape its modules ran), each fused-MoE shape's time by tokens in moe/ (read only for a MoE model),
 each attention backend's own kernels in attention/ (read only where a flag names a backend:
-`attention_backends`), each GEMM shape's time at 1-32,768 tokens in gemm/ (`gemm_grid`: this
-GPU's and engine's own tables only), each Gated DeltaNet layer's kernels by head shape, phase and
-batch in recurrent/ (`recurrent_grid`: this GPU's, or a borrowed GPU's, for the simulated engine).
+`attention_backends`), each GEMM shape's time at 1-32,768 tokens in gemm/ (`gemm_grid`), each
+Gated DeltaNet layer's kernels by head shape, phase and batch in recurrent/ (`recurrent_grid`).
 host_overheads.json holds the per-step, per-request and per-layer host costs.
+
+Those grids are measured times, not fractions: one rule (KernelTables.grids_hold) says where
+they stand. On the GPU's own tables for the simulated engine, yes; on a borrowed GPU's tables
+only where the profile's datasheet rates are the lender's (same_silicon: the H800 on the H100
+SXM's), since an H100's GEMM time is not an H100 NVL's nor an A100's an A10G's; elsewhere the
+fractions alone transfer. An attention backend this GPU has no rows of, for a kind of
+attention, is borrowed from a GPU of its vendor that has them (transfer.json,
+scripts/derive_transfer.py: the lender's calls times this GPU's time over the lender's, fitted
+on the calls both timed of the same backend's other kind; `borrowed_backends`), never in place
+of its own rows; a run using one is in the "borrowed" interval class
+(kvplan.plans.intervals.raw_class).
 
 A profile names its tables in one field, never by its name:
 
@@ -37,6 +47,7 @@ import re
 from functools import cache
 from pathlib import Path
 
+from kvplan.curves import curve_value
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 
@@ -46,6 +57,7 @@ MOE_FOLDER = FOLDER / "moe"
 GEMM_FOLDER = FOLDER / "gemm"
 ATTENTION_FOLDER = FOLDER / "attention"
 RECURRENT_FOLDER = FOLDER / "recurrent"
+TRANSFER_FILE = FOLDER / "transfer.json"  # scripts/derive_transfer.py: borrowed backends
 PARTIAL_FOLDER = FOLDER / "partial"  # kernel-level measurements of a GPU without tables
 ENGINES = ("vllm", "sglang")
 DATASHEET_TABLES = "h100_sxm"  # a GPU without tables runs at the H100's fractions
@@ -156,6 +168,11 @@ class KernelTables(NamedTuple):
     asked_version: str | None  # the version asked for (None: the newest there is)
     # what of a datasheet GPU's figures are its own kernel-level measurements, in words ("": none)
     measured: str = ""
+    # whether the tables' absolute kernel times (the dsa/, moe/, attention/, gemm/ and
+    # recurrent/ grids) hold on the profile's GPU: on its own tables, and on a borrowed GPU's
+    # whose datasheet rates are the borrowing profile's (same_silicon); elsewhere they time
+    # another GPU, and only the fractions of the datasheet rates transfer
+    grids_hold: bool = True
 
     @property
     def dsa_delta_us(self) -> DsaGrids | None:
@@ -171,27 +188,32 @@ class KernelTables(NamedTuple):
     @property
     def attention_backends(self) -> dict:
         """(kind, backend) -> BackendTiming of this GPU and engine's per-backend attention
-        kernels, read on first use ({}: none measured, or not this GPU's and engine's)."""
-        if self.evidence not in ("own", "borrowed"):
+        kernels, read on first use ({}: none measured, or not this GPU's and engine's); a
+        backend of a kind the GPU has no rows of but another GPU of its vendor has, with a
+        ratio fitted on the rows both have (borrowed_backends), only where the GPU has none of
+        its own."""
+        if not self.grids_hold:
             return {}
         name = f"{self.gpu}.{self.engine}.{self.engine_version}.json"
-        return attention_backends(name) if (ATTENTION_FOLDER / name).is_file() else {}
+        own = attention_backends(name) if (ATTENTION_FOLDER / name).is_file() else {}
+        lent = borrowed_backends(self.gpu, self.engine, self.engine_version)
+        return {**lent, **own}
 
     @property
     def gemm_grid(self) -> GemmGrid | None:
         """This GPU and engine's GEMMs by shape at 1-32,768 tokens, read on first use (None:
-        not measured, or the tables are not this GPU's and engine's own)."""
-        if self.evidence != "own":
+        not measured, or the grids do not hold here: grids_hold)."""
+        if not self.grids_hold:
             return None
         name = f"{self.gpu}.{self.engine}.{self.engine_version}.json"
         return gemm_grid(name) if (GEMM_FOLDER / name).is_file() else None
 
     @property
     def recurrent_grid(self) -> RecurrentGrid | None:
-        """This GPU's (or the borrowed GPU's) recurrent-layer kernels as the simulated engine
-        runs them, the newest file of that GPU and engine, read on first use (None: none
-        measured, or the tables are another engine's or a datasheet GPU's stand-in)."""
-        if self.evidence not in ("own", "borrowed"):
+        """This GPU's (or the borrowed GPU's, where grids_hold) recurrent-layer kernels as the
+        simulated engine runs them, the newest file of that GPU and engine, read on first use
+        (None: none measured, or the grids do not hold here)."""
+        if not self.grids_hold:
             return None
         names = sorted(
             (p.name for p in RECURRENT_FOLDER.glob(f"{self.gpu}.{self.engine}.*.json")),
@@ -366,6 +388,11 @@ class BackendTiming(NamedTuple):
     # tokens, seconds), ...)), ...)}}: the median prefill call with no cached tokens by the
     # call's sequences x query heads on the rank (units, ascending) and prompt tokens per sequence
     prefill_calls: dict = {}
+    # the GPU whose rows these are, scaled by the fitted ratio of this GPU's time over its
+    # (transfer.json, borrowed_backends); "": this GPU's own rows
+    borrowed_from: str = ""
+    # the fitted ratio's median over the decode calls both GPUs timed (1.0: own rows)
+    ratio_median: float = 1.0
 
 
 def _curves(by_key: dict) -> tuple:
@@ -401,6 +428,75 @@ def attention_backends(name: str) -> dict:
             },
         )
     return out
+
+
+def ratio_at(ratio: dict, key: int, x: float) -> float:
+    """The fitted time ratio (transfer.json: {key: [[x, ratio], ...]}) at a call of `key`
+    sequences (or units) and size `x`: the curve of the largest fitted key at or below `key`
+    (the smallest below them all), linear in log(x) and log(ratio) between its points, its end
+    values beyond (kvplan.curves.curve_value)."""
+    keys = sorted(int(k) for k in ratio)
+    below = [k for k in keys if k <= key]
+    curve = ratio[str(below[-1] if below else keys[0])]
+    return curve_value(tuple((float(a), float(r)) for a, r in curve), x)
+
+
+def _scaled(by_key: tuple, ratio: dict) -> tuple:
+    """((key, ((x, seconds x ratio_at(key, x)), ...)), ...)"""
+    return tuple(
+        (key, tuple((x, s * ratio_at(ratio, key, x)) for x, s in curve)) for key, curve in by_key
+    )
+
+
+@cache
+def transfer_doc() -> dict:
+    """transfer.json (scripts/derive_transfer.py); {} where there is none."""
+    return _read(TRANSFER_FILE) if TRANSFER_FILE.is_file() else {}
+
+
+@cache
+def borrowed_backends(gpu: str, engine: str, version: str) -> dict:
+    """(kind, backend) -> BackendTiming of the attention backends this GPU's tables lack and a
+    GPU of the same vendor, engine and version has (transfer.json): the lender's calls times
+    the ratio of this GPU's time over the lender's fitted on the calls both timed for the same
+    backend's other kind (decode by batch and bytes, prefill by units and tokens), the floor
+    the smallest such decode call at 1-16 sequences (derive_achieved's definition), no pair
+    (the default tables' fractions stand where no call is measured)."""
+    out = {}
+    for e in transfer_doc().get("borrowed", ()):
+        if (e["gpu"], e["engine"], e["version"]) != (gpu, engine, version):
+            continue
+        lent = attention_backends(f"{e['lender']}.{engine}.{version}.json")
+        timing = lent[tuple(e["backend"].split(":", 1))]
+        decode = _scaled(timing.decode_calls, e["ratio"]["decode"])
+        prefill_ratio = e["ratio"].get("prefill")
+        floors = [s for batch, curve in decode if batch <= 16 for _, s in curve]
+        out[(timing.kind, timing.backend)] = timing._replace(
+            pair=None,
+            floor_s=min(floors) if floors else None,
+            decode_calls=decode,
+            prefill_calls={
+                dtype: {head: _scaled(by_units, prefill_ratio) for head, by_units in heads.items()}
+                for dtype, heads in timing.prefill_calls.items()
+            }
+            if prefill_ratio
+            else {},
+            borrowed_from=e["lender"],
+            ratio_median=e["summary"]["decode"]["median"],
+        )
+    return out
+
+
+def borrowed_words(timing: BackendTiming, engine: str) -> str:
+    """A borrowed backend's part of the step in words ("the MLA attention under triton (RTX
+    PRO 6000 Blackwell's rows x 1.24, the median fitted ratio)"); "" for a GPU's own rows."""
+    if not timing.borrowed_from:
+        return ""
+    lender = _load(timing.borrowed_from, engine, timing.version)["name"]
+    return (
+        f"the {timing.kind.upper()} attention under {timing.backend} ({lender}'s rows x "
+        f"{timing.ratio_median:.2f}, the median fitted ratio)"
+    )
 
 
 def _moe_file(gpu: str, engine: str, version: str) -> str | None:
@@ -510,11 +606,33 @@ def tables_for(profile, engine: str = "vllm", engine_version: str | None = None)
     """The kernel tables a run of `engine` on `profile` uses (see the module's docstring): the
     asked version where there is a file for it, else the newest."""
     field = getattr(profile, "kernel_tables", None) or {}
-    return _tables_for(tuple(sorted(field.items())), engine, engine_version)
+    lender = field.get("borrowed")
+    same = bool(lender) and same_silicon(profile, str(lender))
+    return _tables_for(tuple(sorted(field.items())), engine, engine_version, same)
+
+
+def _rates(bandwidth, peaks: dict) -> tuple:
+    return float(bandwidth), tuple(sorted((k, float(v)) for k, v in peaks.items()))
+
+
+def same_silicon(profile, lender: str) -> bool:
+    """Whether `profile`'s datasheet rates (memory bandwidth, every dense peak) are those of the
+    GPU that `lender`'s tables ran on (transfer.json's datasheet, from kvplan's profile of it:
+    the H800's are the H100 SXM's, one die and one HBM3; the H100 NVL's, the A100 40GB's, the
+    A10G's are not): only there does the lender's measured kernel time stand for the
+    borrower's."""
+    sheet = transfer_doc().get("datasheet", {}).get(lender)
+    if sheet is None or getattr(profile, "memory_bandwidth_bytes_per_s", None) is None:
+        return False
+    return _rates(sheet["memory_bandwidth_bytes_per_s"], sheet["peak_flop_per_s"]) == _rates(
+        profile.memory_bandwidth_bytes_per_s, profile.peak_flop_per_s
+    )
 
 
 @cache
-def _tables_for(items: tuple, engine: str, engine_version: str | None) -> KernelTables:
+def _tables_for(
+    items: tuple, engine: str, engine_version: str | None, same_silicon: bool = False
+) -> KernelTables:
     """tables_for by the profile's `kernel_tables` field alone (as sorted items), kept: a
     comparison of GPU kinds prices over a hundred layouts."""
     field = dict(items)
@@ -542,6 +660,9 @@ def _tables_for(items: tuple, engine: str, engine_version: str | None) -> Kernel
         if evidence == "own":
             evidence = "other-engine"
     doc = _load(gpu, use, version)
+    # the absolute-time grids hold on this GPU's own tables for the simulated engine, and on a
+    # borrowed GPU's of the same rates (KernelTables.grids_hold)
+    grids_hold = evidence == "own" or (evidence == "borrowed" and same_silicon)
     achieved, source, measured = _achieved(gpu, use, version), doc["source"], ""
     if field.get("partial"):
         part = partial_doc(field["partial"])
@@ -552,11 +673,10 @@ def _tables_for(items: tuple, engine: str, engine_version: str | None) -> Kernel
         achieved=achieved,
         # DSA module grids only for the engine and GPU kind they timed (SGLang runs its own
         # kernels; a datasheet GPU may not run vLLM's DSA at all)
-        dsa_file=_dsa_file(gpu, use, version)
-        if use == engine and evidence in ("own", "borrowed")
-        else None,
-        # the shapes' absolute times hold on the GPU that ran them (not on a datasheet GPU's)
-        moe_file=_moe_file(gpu, use, version) if evidence != "datasheet" else None,
+        dsa_file=_dsa_file(gpu, use, version) if use == engine and grids_hold else None,
+        # the shapes' absolute times hold on the GPU that ran them (not on a datasheet GPU's,
+        # nor on a borrowing GPU of other rates); the other engine's, on this GPU, do
+        moe_file=_moe_file(gpu, use, version) if grids_hold or evidence == "other-engine" else None,
         evidence=evidence,
         borrowed_from=borrowed,
         source=source,
@@ -566,6 +686,7 @@ def _tables_for(items: tuple, engine: str, engine_version: str | None) -> Kernel
         engine_version=version,
         asked_version=engine_version,
         measured=measured,
+        grids_hold=grids_hold,
     )
 
 

@@ -73,6 +73,10 @@ UNTIMED = "untimed"
 # none of them (StepModel.untimed_parts: a fused MoE of another shape or format, DSA's indexer,
 # recurrent layers, an attention backend without rows): the roofline prices that part
 PARTIAL = "partial"
+# the class of runs on another GPU's kernel rates: the profile's borrowed tables, or a part of
+# the step timed from another GPU's rows by a ratio fitted on the rows both have
+# (StepModel.borrowed_parts, kvplan/data/kernel_tables/transfer.json)
+BORROWED = "borrowed"
 
 
 def untimed(spec, engine: str) -> bool:
@@ -81,28 +85,44 @@ def untimed(spec, engine: str) -> bool:
     return engine == "sglang" and detokenizer_untimed(spec)
 
 
-def raw_class(gpu, engine: str, spec=None, untimed_parts: tuple[str, ...] = ()) -> str:
+def raw_class(
+    gpu,
+    engine: str,
+    spec=None,
+    untimed_parts: tuple[str, ...] = (),
+    borrowed_parts: tuple[str, ...] = (),
+) -> str:
     """The class a run belongs to, whatever intervals.json holds: UNTIMED where its serving
-    path has a part kvplan does not time (untimed); PARTIAL where the GPU's own tables for
-    this engine price it but some part of its step is in none of them (`untimed_parts`:
-    StepModel.untimed_parts); else the evidence class of the kernel rates it is priced at (the
-    profile's `kernel_tables` field, kvplan.inputs.kernel_tables)."""
+    path has a part kvplan does not time (untimed); where the GPU's own tables for this engine
+    price it, BORROWED where a part of its step is timed from another GPU's rows by a fitted
+    ratio (`borrowed_parts`: StepModel.borrowed_parts; the class's ends hold PARTIAL's, so a
+    step with both kinds of part takes it), PARTIAL where some part is in none of them
+    (`untimed_parts`: StepModel.untimed_parts); else the evidence class of the kernel rates it
+    is priced at (the profile's `kernel_tables` field, kvplan.inputs.kernel_tables)."""
     if spec is not None and untimed(spec, engine):
         return UNTIMED
     evidence = tables_for(gpu, engine).evidence
+    if evidence == "own" and borrowed_parts:
+        return BORROWED
     return PARTIAL if evidence == "own" and untimed_parts else evidence
 
 
-def evidence_for(gpu, engine: str, spec=None, untimed_parts: tuple[str, ...] = ()) -> str:
+def evidence_for(
+    gpu,
+    engine: str,
+    spec=None,
+    untimed_parts: tuple[str, ...] = (),
+    borrowed_parts: tuple[str, ...] = (),
+) -> str:
     """The interval class of a run on `gpu` under `engine` (raw_class), as "class/engine"
     where intervals.json calibrated that engine on its own, else the class; a class the file
     does not hold (UNTIMED, PARTIAL before scripts/calibrate_intervals.py wrote them) falls
     back to the next: UNTIMED to the step's class (PARTIAL with untimed parts), that to the
     kernel tables' evidence class."""
     classes = table()["classes"]
-    evidence = raw_class(gpu, engine, spec, untimed_parts)
+    evidence = raw_class(gpu, engine, spec, untimed_parts, borrowed_parts)
     if evidence not in classes:
-        evidence = raw_class(gpu, engine, None, untimed_parts)
+        evidence = raw_class(gpu, engine, None, untimed_parts, borrowed_parts)
     if evidence not in classes:
         evidence = tables_for(gpu, engine).evidence
     specific = f"{evidence}/{engine}"

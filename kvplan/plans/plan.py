@@ -342,7 +342,10 @@ def factors_for(
 
 def _evidence(spec: ModelSpec, gpu: GpuProfile, request: PlanRequest, replica: Replica) -> str:
     """The interval class of one configuration's replica (its step's untimed parts count)."""
-    return intervals.evidence_for(gpu, request.emit, spec, replica.model.untimed_parts)
+    model = replica.model
+    return intervals.evidence_for(
+        gpu, request.emit, spec, model.untimed_parts, model.borrowed_parts
+    )
 
 
 def _confidence_note(request: PlanRequest, found: list[Candidate]) -> Note:

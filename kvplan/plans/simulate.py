@@ -194,6 +194,9 @@ class SimulateResult(NamedTuple):
     # the parts of the step no kernel table times (StepModel.untimed_parts): they decide the
     # interval class (kvplan.plans.intervals.raw_class) and the sim-interval note names them
     untimed_parts: tuple[str, ...] = ()
+    # the parts of the step timed from another GPU's rows by a fitted ratio
+    # (StepModel.borrowed_parts): they put the run in the borrowed interval class
+    borrowed_parts: tuple[str, ...] = ()
 
 
 def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> SimulateResult:
@@ -254,8 +257,8 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         comparison = Comparison(
             request.compare, was_on, _runs(other, toggled._replace(step_log=False))[0]
         )
-    parts = replica.model.untimed_parts
-    evidence = intervals.evidence_for(gpu, request.serve.engine, spec, parts)
+    parts, borrowed = replica.model.untimed_parts, replica.model.borrowed_parts
+    evidence = intervals.evidence_for(gpu, request.serve.engine, spec, parts, borrowed)
     length_dist = request.workload.length_dist
     runs = _with_intervals(replica, request, runs, evidence)
     shares = runs[-1].engine.step_time_shares
@@ -310,6 +313,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         step_log=None if recorder is None else _step_log(spec, request, recorder),
         parallel=None if layout is None else {**layout._asdict(), "text": layout.text},
         untimed_parts=parts,
+        borrowed_parts=borrowed,
     )
 
 

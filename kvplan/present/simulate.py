@@ -248,6 +248,8 @@ def simulate_view(result: SimulateResult) -> View:
                 f"({' '.join(sp['launch'])})",
             ),
         )
+    if not result.borrowed_parts:
+        data.pop("borrowed_parts")  # nothing borrowed: the JSON as before
     if result.parallel is None:
         data.pop("parallel")  # plain TP: the JSON as before
     else:

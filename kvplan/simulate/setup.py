@@ -30,7 +30,7 @@ from kvplan.formulas.batch_step import (
 from kvplan.formulas.step_time import Rates, measurable, op_rates_of
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile, Interconnect, inter_node_link
-from kvplan.inputs.kernel_tables import tables_for
+from kvplan.inputs.kernel_tables import borrowed_words, tables_for
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
 from kvplan.units import GIB, MIB
@@ -947,6 +947,18 @@ def backend_kernels(spec, gpu, options, tables):
     return BackendKernels(timed["decode"], timed["prefill"]), untimed, named_timed
 
 
+def borrowed_parts(kernels, engine: str) -> list[str]:
+    """The attention backends of `kernels` (backend_kernels) timed from another GPU's rows by a
+    fitted ratio (kvplan.inputs.kernel_tables.borrowed_backends), in words, each once."""
+    out: list[str] = []
+    for phase in (kernels.decode, kernels.prefill) if kernels is not None else ():
+        for timing in phase.values():
+            words = borrowed_words(timing, engine)
+            if words and words not in out:
+                out.append(words)
+    return out
+
+
 def prefill_attention_note(model, kernels, tables: str) -> Note:
     """`sim-prefill-attention`: which prefill attention each kind of attention layer got, the
     backend's measured calls or the fractions of the datasheet rates, and why the fractions
@@ -1101,6 +1113,7 @@ def step_model(
         dp_lm_head=options.enable_dp_lm_head,
         dense_mlp_dp=options.moe_dense_tp_size == 1,
         untimed_backends=tuple(untimed),
+        borrowed_backends=tuple(borrowed_parts(kernels, tables.engine)),
         untimed_moe_backend=untimed_moe_flag(options) if not measured else "",
     )
     if spec.moe is not None:
@@ -1127,12 +1140,17 @@ def step_model(
             note(
                 "sim-attention-timed",
                 backends=", ".join(
-                    f"{' and '.join(used)}: {name} ({t.kind.upper()} kernels, {t.rows:,} rows)"
+                    f"{' and '.join(used)}: {name} ({t.kind.upper()} kernels, {t.rows:,} rows"
+                    f"{', another GPU' + chr(39) + 's, borrowed' if t.borrowed_from else ''})"
                     for name, (t, used) in phases.items()
                 ),
                 tables=tables.label,
                 version=next(iter(phases.values()))[0].version,
             )
+        )
+    if model.borrowed_parts:
+        notes.append(
+            note("sim-attention-borrowed", parts=model.borrowed_parts, tables=tables.label)
         )
     if options.backends.moe(options.engine) is not None and not measured:
         notes.append(

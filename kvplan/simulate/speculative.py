@@ -421,6 +421,16 @@ class SpeculativeStepModel:
             *(f"the draft's {p.removeprefix('the ')}" for p in draft),
         )
 
+    @property
+    def borrowed_parts(self) -> tuple[str, ...]:
+        """The target's parts timed from another GPU's rows (StepModel.borrowed_parts), then
+        a separate draft model's, named as the draft's."""
+        draft = self.draft.borrowed_parts if self.draft is not None else ()
+        return (
+            *self.target.borrowed_parts,
+            *(f"the draft's {p.removeprefix('the ')}" for p in draft),
+        )
+
     def without_graphs(self) -> SpeculativeStepModel:
         """The target and draft run eagerly (StepModel.without_graphs). Built once."""
         twin = self.__dict__.get("_eager")

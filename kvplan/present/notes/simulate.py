@@ -661,6 +661,18 @@ text("sim-attention-kernels")(
         "stay on."
     )
 )
+text("sim-attention-borrowed")(
+    lambda parts, tables: (
+        f"Borrowed: {f.listing(parts)}. The kernel tables ({tables}) hold no rows of "
+        f"{'this backend' if len(parts) == 1 else 'these backends'} for this kind of attention, "
+        "but a GPU of the same vendor ran the same kernels under the same engine version, and "
+        "both GPUs ran them for the other kind: the calls are priced as that GPU's measured "
+        "calls times this GPU's time over that GPU's at the calls both timed (by batch and KV "
+        "bytes, prefill by units and tokens; kvplan/data/kernel_tables/transfer.json, "
+        "scripts/derive_transfer.py). Not this GPU's own timing: the run is in the borrowed "
+        "interval class."
+    )
+)
 text("sim-nsa-backend-ignored")(
     lambda flags: (
         f"{flags}: ignored for this model, as SGLang ignores it: SGLang reads the NSA backends "
