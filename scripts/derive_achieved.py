@@ -559,13 +559,25 @@ def mla(context_rows, generation_rows, bw, peaks) -> dict:
     return {"mla": (_median(compute), _median(memory))}
 
 
+# bytes of one element of an all-reduce table's allreduce_dtype: aiconfigurator's
+# collector/network/collect_all_reduce.py times a [message_size / 4096, 4096] tensor of that
+# dtype, so message_size counts elements, not bytes
+ALLREDUCE_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
 def allreduce(rows, one_way_bytes_per_s: float, backend: str | None = "vllm_graph") -> dict:
+    """{GPUs: (the smallest message's seconds, the largest message's bus bandwidth / one
+    direction of the link)}: nccl-tests' bus bandwidth 2 (n - 1) / n x bytes / time, the bytes
+    message_size elements of the row's allreduce_dtype (ALLREDUCE_DTYPE_BYTES)."""
     out = {}
     for gpus in sorted({r["num_gpus"] for r in rows}):
         sel = [r for r in rows if r["num_gpus"] == gpus and backend in (None, r["backend"])]
         small = min(sel, key=lambda r: r["message_size"])
         large = max(sel, key=lambda r: r["message_size"])
-        bus = 2 * (gpus - 1) / gpus * large["message_size"] / (large["latency"] * 1e-3)
+        size = (
+            large["message_size"] * ALLREDUCE_DTYPE_BYTES[large.get("allreduce_dtype", "bfloat16")]
+        )
+        bus = 2 * (gpus - 1) / gpus * size / (large["latency"] * 1e-3)
         out[gpus] = (small["latency"] * 1e-3, bus / one_way_bytes_per_s)
     return out
 
@@ -583,8 +595,9 @@ def allreduce_calls_by_gpus(rows) -> dict:
 
 
 def write_allreduce_by_gpus(root: Path) -> list[Path]:
-    """Add each top-level table file's allreduce_call_s_by_gpus from the comm table version its
-    source names (comm/custom_allreduce_perf VERSION), the rest of the file untouched; a file
+    """Add each top-level table file's allreduce_call_s_by_gpus, and rewrite its link (the bus
+    bandwidth fraction, allreduce), from the comm table version its source names
+    (comm/custom_allreduce_perf VERSION), the rest of the file untouched; a file
     whose comm table the wheel does not hold (the H100/H200 vLLM 0.14.0 files, from
     aiconfigurator@095f58a5) keeps its one call."""
     import json
@@ -604,6 +617,11 @@ def write_allreduce_by_gpus(root: Path) -> list[Path]:
         if not by_gpus:
             continue
         doc["achieved"]["allreduce_call_s_by_gpus"] = by_gpus
+        one_way = datasheet(doc["gpu"])[2]
+        graph = [r for r in rows if r["backend"].endswith("_graph")]
+        if one_way and graph and not any(b.startswith("link") for b in doc.get("borrowed", [])):
+            gpus = max(r["num_gpus"] for r in graph)
+            doc["achieved"]["link"] = round(allreduce(graph, one_way, backend=None)[gpus][1], 2)
         if not found:
             doc["source"] += f"; allreduce_call_s_by_gpus: comm/custom_allreduce_perf {version}"
         path.write_text(json.dumps(doc, indent=1) + "\n")

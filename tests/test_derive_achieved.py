@@ -360,3 +360,20 @@ def test_row_files_are_written_whole_and_read_back(tmp_path, monkeypatch):
     (line,) = [x for x in path.read_text().splitlines() if kept in x]  # one shape a line
     assert line.startswith(f' "{kept}": [25.0,null,30.0,null') and line.endswith("]")
     assert [p.name for p in path.parent.iterdir()] == ["x.sglang.0.5.json"]
+
+
+def test_allreduce_bus_bandwidth_counts_bf16_elements():
+    """aiconfigurator's collector/network/collect_all_reduce.py all-reduces a
+    [message_size / 4096, 4096] bfloat16 tensor: the row's message_size is elements, so 2^20
+    of them in 100 us over 8 GPUs are 2 x 7/8 x 2 MiB / 100 us = 36.7 GB/s of bus bandwidth
+    (a float32 row's elements 4 bytes); the smallest message's time is the call."""
+    rows = [
+        {"num_gpus": 8, "backend": "b_graph", "message_size": 128, "latency": 0.005},
+        {"num_gpus": 8, "backend": "b_graph", "message_size": 2**20, "latency": 0.1},
+    ]
+    derive = _derive()
+    call, fraction = derive.allreduce(rows, 1e9, backend=None)[8]
+    assert call == 5e-6
+    assert fraction == pytest.approx(2 * 7 / 8 * 2**20 * 2 / 100e-6 / 1e9)
+    wide = [dict(r, allreduce_dtype="float32") for r in rows]
+    assert derive.allreduce(wide, 1e9, backend=None)[8][1] == pytest.approx(2 * fraction)
