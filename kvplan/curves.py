@@ -21,3 +21,15 @@ def curve_value(curve: tuple[tuple[float, float], ...], size: float) -> float:
             t = math.log(size / x0) / math.log(x1 / x0)
             return math.exp(math.log(y0) + t * math.log(y1 / y0))
     return curve[-1][1]
+
+
+def curve_time_s(curve: tuple[tuple[float, float], ...], size: float) -> float:
+    """A measured time at `size` (a message's bytes): linear in log(size) and log(time) between
+    the measured points, the smallest point's time below it, and beyond the largest point its
+    time grown in proportion to the size (the largest measured rate kept)."""
+    if not curve:
+        raise ValueError("empty time curve")
+    last_size, last_s = curve[-1]
+    if size > last_size:
+        return last_s * size / last_size
+    return curve_value(curve, size)

@@ -582,20 +582,28 @@ def allreduce(rows, one_way_bytes_per_s: float, backend: str | None = "vllm_grap
     return out
 
 
-def allreduce_calls_by_gpus(rows) -> dict:
-    """{GPUs: seconds}: the graph-mode custom all-reduce of the smallest message the table
-    timed, at each GPU count it timed (aiconfigurator's collector/*/collect_all_reduce.py;
-    backends ending in _graph: the kernels a CUDA-graph decode step replays), for
-    Achieved.allreduce_call_s_at. {}: no graph-mode rows."""
+def allreduce_curves_by_gpus(rows) -> dict:
+    """{GPUs: [[message bytes, seconds], ...]}: the graph-mode all-reduce (backends ending in
+    _graph: the kernels a CUDA-graph decode step replays) at every message size the table timed
+    at each GPU count (aiconfigurator's collector/network/collect_all_reduce.py; message_size in
+    elements of allreduce_dtype: ALLREDUCE_DTYPE_BYTES), smallest first, for
+    Achieved.allreduce_s and allreduce_call_s_at. {}: no graph-mode rows."""
     graph = [r for r in rows if r["backend"].endswith("_graph")]
-    return {
-        str(gpus): round(small_s, 7)
-        for gpus, (small_s, _) in sorted(allreduce(graph, 1.0, backend=None).items())
-    }
+    out = {}
+    for gpus in sorted({r["num_gpus"] for r in graph}):
+        sel = sorted((r for r in graph if r["num_gpus"] == gpus), key=lambda r: r["message_size"])
+        out[str(gpus)] = [
+            [
+                r["message_size"] * ALLREDUCE_DTYPE_BYTES[r.get("allreduce_dtype", "bfloat16")],
+                round(r["latency"] * 1e-3, 9),
+            ]
+            for r in sel
+        ]
+    return out
 
 
 def write_allreduce_by_gpus(root: Path) -> list[Path]:
-    """Add each top-level table file's allreduce_call_s_by_gpus, and rewrite its link (the bus
+    """Add each top-level table file's allreduce_curve_s_by_gpus, and rewrite its link (the bus
     bandwidth fraction, allreduce), from the comm table version its source names
     (comm/custom_allreduce_perf VERSION), the rest of the file untouched; a file
     whose comm table the wheel does not hold (the H100/H200 vLLM 0.14.0 files, from
@@ -613,17 +621,18 @@ def write_allreduce_by_gpus(root: Path) -> list[Path]:
         if not (folder / "custom_allreduce_perf.parquet").exists():
             continue
         rows = table(root, doc["gpu"], "comm", "custom_allreduce_perf", version, engine)
-        by_gpus = allreduce_calls_by_gpus(rows)
+        by_gpus = allreduce_curves_by_gpus(rows)
         if not by_gpus:
             continue
-        doc["achieved"]["allreduce_call_s_by_gpus"] = by_gpus
+        doc["achieved"].pop("allreduce_call_s_by_gpus", None)
+        doc["achieved"]["allreduce_curve_s_by_gpus"] = by_gpus
         one_way = datasheet(doc["gpu"])[2]
         graph = [r for r in rows if r["backend"].endswith("_graph")]
         if one_way and graph and not any(b.startswith("link") for b in doc.get("borrowed", [])):
             gpus = max(r["num_gpus"] for r in graph)
             doc["achieved"]["link"] = round(allreduce(graph, one_way, backend=None)[gpus][1], 2)
         if not found:
-            doc["source"] += f"; allreduce_call_s_by_gpus: comm/custom_allreduce_perf {version}"
+            doc["source"] += f"; allreduce_curve_s_by_gpus: comm/custom_allreduce_perf {version}"
         path.write_text(json.dumps(doc, indent=1) + "\n")
         written.append(path)
     return written
@@ -980,7 +989,7 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
                 max(r["num_gpus"] for r in graph)
             ]
             floors["allreduce"] = call_s
-            by_gpus = allreduce_calls_by_gpus(comm)
+            by_gpus = allreduce_curves_by_gpus(comm)
     gather = nccl_allgather_call_s(root, gpu)
     if gather is not None:
         versions["comm/nccl_perf (nccl)"] = gather[1]
@@ -1030,7 +1039,7 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
         "mla": _round(take("mla", ml, h100["mla"])),
         "allreduce_call_s": round(take("allreduce_call_s", call_s, h100["allreduce_call_s"]), 7),
         "link": round(take("link", link, h100["link"]), 2),
-        **({"allreduce_call_s_by_gpus": by_gpus} if by_gpus else {}),
+        **({"allreduce_curve_s_by_gpus": by_gpus} if by_gpus else {}),
         "allgather_call_s": round(
             take(
                 "allgather_call_s",
@@ -1804,7 +1813,7 @@ def main() -> None:
     parser.add_argument(
         "--write-allreduce",
         action="store_true",
-        help="add allreduce_call_s_by_gpus to kvplan/data/kernel_tables/*.json only",
+        help="add allreduce_curve_s_by_gpus (and link) to kvplan/data/kernel_tables/*.json only",
     )
     parser.add_argument(
         "--write-recurrent-grids",

@@ -116,12 +116,12 @@ def test_minimax_m2_qk_norm_all_reduces_by_hand():
 
 def test_step_model_charges_minimax_m2_qk_norm_all_reduces():
     """On the B200's SGLang tables at TP 8, one decode's step pays MiniMax-M2.5's 62 q/k-norm
-    all-reduces of 8 bytes each, every one at the ring's price: 14 hops at the latency that
-    makes one call the tables' measured call, plus 14/8 x 8 bytes over NVLink's achieved rate
-    one way; the layers' own collectives are unchanged."""
+    all-reduces of 8 bytes each, every one the engine's all-reduce as its table times the
+    smallest message it measured at 8 GPUs (256 B: an 8-byte message costs no less); the layers'
+    own collectives are unchanged."""
     m = sglang_table_step(load_model("MiniMaxAI/MiniMax-M2.5"), "b200", "fp8", 8)
-    one_way = m.link.bandwidth_bytes_per_s / 2 * m.achieved.link
-    call = m.achieved.allreduce_call_s + 14 / 8 * 8 / one_way
+    call = m.achieved.allreduce_call_s_at(8)
+    assert call == m.achieved.allreduce_s(8, 8) == m.achieved.allreduce_s(256, 8)
     assert m.qk_norm_comm_s(1) == pytest.approx(62 * call)
     assert m.comm_s(1) == pytest.approx(m._layer_comm_s(1) + 62 * call)
     assert 0.3e-3 < m.qk_norm_comm_s(1) < 0.5e-3  # 62 calls of about 7 us

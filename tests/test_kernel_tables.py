@@ -4,6 +4,7 @@ provenance."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -176,29 +177,41 @@ def test_dsa_grids_are_picked_by_the_profiles_tables_and_the_engine(gpu, engine,
 
 
 def test_allreduce_call_by_group_size():
-    """A small all-reduce costs the table's call at the smallest GPU count that holds the group
-    (aiconfigurator-core 0.12.0, gb300/comm/sglang/0.5.14/custom_allreduce_perf.parquet,
-    sglang_graph rows of 128 B: 3.4 / 3.8 / 26.9 / 47.8 us at 2 / 4 / 8 / 16 GPUs), the largest
-    count's above it, the file's one call where no count was timed."""
+    """A small all-reduce costs the table's smallest message at the smallest GPU count that
+    holds the group (aiconfigurator-core 0.12.0, gb300/comm/sglang/0.5.14/custom_allreduce_perf
+    .parquet, sglang_graph rows of 128 bf16 elements, 256 B: 3.408 / 3.847 / 26.931 / 47.828 us
+    at 2 / 4 / 8 / 16 GPUs), the largest count's above it, the file's one call where no count
+    was timed."""
     a = tables_for(load_profile("gb300"), "sglang").achieved
-    assert a.allreduce_call_s_by_gpus == {2: 3.4e-06, 4: 3.8e-06, 8: 2.69e-05, 16: 4.78e-05}
+    assert sorted(a.allreduce_curve_s_by_gpus) == [2, 4, 8, 16]
     assert [a.allreduce_call_s_at(n) for n in (2, 3, 4, 5, 8, 16, 32)] == [
-        3.4e-06, 3.8e-06, 3.8e-06, 2.69e-05, 2.69e-05, 4.78e-05, 4.78e-05
+        3.408e-06, 3.847e-06, 3.847e-06, 2.6931e-05, 2.6931e-05, 4.7828e-05, 4.7828e-05
     ]  # fmt: skip
-    assert a._replace(allreduce_call_s_by_gpus={}).allreduce_call_s_at(4) == a.allreduce_call_s
+    bare = a._replace(allreduce_curve_s_by_gpus={})
+    assert bare.allreduce_call_s_at(4) == a.allreduce_call_s and bare.allreduce_s(1e6, 4) is None
+
+
+def test_allreduce_time_read_off_the_measured_curve():
+    """Between two measured sizes the time is log-log interpolated, below the smallest it is
+    the smallest's, beyond the largest it grows with the bytes at the largest's rate (GB300
+    SGLang 0.5.14 at 4 GPUs: 4,096 B 3.734 us, 8,192 B 3.784 us)."""
+    a = tables_for(load_profile("gb300"), "sglang").achieved
+    t = 3.734e-06 * (3.784e-06 / 3.734e-06) ** (math.log(6144 / 4096) / math.log(2))
+    assert a.allreduce_s(6144, 4) == pytest.approx(t, rel=1e-12)
+    assert a.allreduce_s(8, 4) == a.allreduce_call_s_at(4) == 3.847e-06
+    largest_bytes, largest_s = a.allreduce_curve_s_by_gpus[4][-1]
+    assert a.allreduce_s(4 * largest_bytes, 4) == pytest.approx(4 * largest_s, rel=1e-12)
 
 
 def test_small_allreduce_of_a_tp4_step_costs_the_4_gpu_call():
     """MiniMax-M2.5 at TP 4 on GB300 under SGLang: one all-reduce of one token's hidden state
-    (3,072 x 2 B) is the ring's 6 hops of the 4-GPU call / 6 plus the bytes at the achieved
-    link: 3.8 us, not the 16-GPU 47.8 us the file's single call holds."""
+    (3,072 x 2 B) is the 4-GPU curve's 6,144 B: about 3.76 us, not the 16-GPU 47.8 us the
+    file's single call holds."""
     from kvplan.inputs.sources import load_model
     from kvplan.simulate.setup import ServeOptions, step_model
 
     gpu = load_profile("gb300")
     spec = load_model("minimax-m2.5")
     model, _ = step_model(spec, gpu, ServeOptions(tp=4, engine="sglang"), "auto", 256, [])
-    one_way = gpu.interconnect.one_way_bytes_per_s * model.achieved.link
-    message = 1 * spec.hidden_size * 2
-    expected = 2 * 3 / 4 * message / one_way + 3.8e-06
-    assert model.tp_allreduce_s(1, 1) == pytest.approx(expected, rel=1e-12)
+    assert model.tp_allreduce_s(1, 1) == model.achieved.allreduce_s(6144, 4)
+    assert 3.7e-06 < model.tp_allreduce_s(1, 1) < 3.8e-06

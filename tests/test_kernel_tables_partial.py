@@ -81,11 +81,11 @@ def test_mi355x_measures_only_its_allreduce_and_mi325x_none():
     assert mi355x.evidence == "datasheet"
     assert mi355x.achieved.allreduce_call_s == 6.3e-06
     # its one measured call stands for every group: no H100 per-count times beside it
-    assert mi355x.achieved.allreduce_call_s_by_gpus == {}
+    assert mi355x.achieved.allreduce_curve_s_by_gpus == {}
     assert mi355x.achieved.allreduce_call_s_at(8) == 6.3e-06
     same = mi355x.achieved._replace(
         allreduce_call_s=base.allreduce_call_s,
-        allreduce_call_s_by_gpus=base.allreduce_call_s_by_gpus,
+        allreduce_curve_s_by_gpus=base.allreduce_curve_s_by_gpus,
     )
     assert same == base
     assert "all-reduce" in mi355x.measured

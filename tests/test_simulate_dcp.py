@@ -73,7 +73,7 @@ def test_decode_attention_per_rank_and_the_all_gather(mla, gpu):
     assert four.dcp_bytes(64) == 27 * per_layer
     assert one.dcp_bytes(64) == 0
     link = gpu.interconnect.one_way_bytes_per_s * four.achieved.link
-    call_s = four.achieved.allreduce_call_s
+    call_s = four.achieved.allreduce_call_s_at(4)  # the 4-GPU call
     expected_s = 27 * (per_layer / link + call_s)  # 3 hops at a third of a call's latency
     assert four.dcp_comm_s(64) == pytest.approx(expected_s)
     shape = BatchShape(num_decodes=batch, decode_context_sum=context, num_sampled=batch)

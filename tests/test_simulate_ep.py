@@ -12,7 +12,6 @@ from kvplan.anatomy.model import pp_stages
 from kvplan.dtypes import resolve_kv_format
 from kvplan.engines.vllm_memory import weights_per_rank
 from kvplan.formulas.batch_step import BatchShape, StepModel, lockstep_step, shape_tokens
-from kvplan.formulas.comm import ring_allreduce_time_s
 from kvplan.formulas.expert_parallel import ep_alltoall_bytes
 from kvplan.formulas.step_time import Rates
 from kvplan.formulas.weights import expert_weight_bytes, weight_bytes_read_per_decode_step
@@ -216,10 +215,8 @@ def test_under_attention_tp_each_rank_dispatches_its_share_of_the_tokens():
     m = model(spec, tp=4, moe_ranks=4, ep=4)
     link = load_profile("h200").interconnect
     one_way = link.one_way_bytes_per_s * m.achieved.link
-    hops = 2 * 3
-    allreduce = (2 * 27 + 1 - 26) * ring_allreduce_time_s(
-        16 * 2048 * 2, 4, one_way, m.achieved.allreduce_call_s / hops
-    )
+    # the attention TP group's all-reduces: the engine's, as its table times 64 KB at 4 GPUs
+    allreduce = (2 * 27 + 1 - 26) * m.achieved.allreduce_s(16 * 2048 * 2, 4)
     alltoall = (2 * 26 * 4 * 6 * 2048 * 2) * 3 / 4 / one_way + 2 * 26 * link.latency_s
     assert m.comm_s(16) == pytest.approx(allreduce + alltoall, rel=1e-12)
 
@@ -231,10 +228,7 @@ def test_sglang_ep_without_dp_attention_sums_the_experts_with_the_tp_all_reduce(
     all-to-all."""
     spec = load_model("deepseek-v2-lite")
     sglang = model(spec, tp=4, moe_ranks=4, ep=4, sglang_collectives=True)
-    one_way = load_profile("h200").interconnect.one_way_bytes_per_s * sglang.achieved.link
-    allreduce = (2 * 27 + 1) * ring_allreduce_time_s(
-        16 * 2048 * 2, 4, one_way, sglang.achieved.allreduce_call_s / (2 * 3)
-    )
+    allreduce = (2 * 27 + 1) * sglang.achieved.allreduce_s(16 * 2048 * 2, 4)
     assert sglang.comm_s(16) == pytest.approx(allreduce, rel=1e-12)
     assert sglang.comm_s(16) == pytest.approx(model(spec, tp=4).comm_s(16), rel=1e-12)
     assert model(spec, tp=4, moe_ranks=4, ep=4).comm_s(16) != pytest.approx(allreduce)
@@ -341,10 +335,11 @@ def test_sglang_dp_attention_gathers_before_every_layer_by_its_padding_mode():
     m = model(spec, tp=1, moe_ranks=4, dp=4, sglang_collectives=True)
     link = load_profile("h200").interconnect
     one_way = link.one_way_bytes_per_s * m.achieved.link
-    call = m.achieved.allreduce_call_s  # the ring of 4: 6 hops of call / 6
-    # SUM_LEN, 100 tokens summed over the ranks: 2 x 27 all-reduces of 409,600 B
+    call = m.achieved.allreduce_call_s
+    # SUM_LEN, 100 tokens summed over the ranks: 2 x 27 all-reduces of 409,600 B, each the
+    # engine's all-reduce as its table times that size at 4 GPUs
     message = 100 * 2048 * 2
-    allreduce = 2 * 3 / 4 * message / one_way + call
+    allreduce = m.achieved.allreduce_s(message, 4)
     assert m.comm_s(40, 100) == pytest.approx(2 * 27 * allreduce, rel=1e-12)
     # MAX_LEN, 4 ranks padded to 40: each GPU receives 3 x 40 rows in the gather and sends as
     # many in the reduce-scatter, (4 - 1) latencies each
@@ -358,7 +353,7 @@ def test_sglang_dp_attention_gathers_before_every_layer_by_its_padding_mode():
     step, _ = lockstep_step(m, decodes, 0, True)
     assert spec.vocab_size == 102_400
     gather_call = m.achieved.allgather_call_s or call
-    head = (2 * 3 / 4 * 160 * 2048 * 2 / one_way + call) + (
+    head = m.achieved.allreduce_s(160 * 2048 * 2, 4) + (
         160 * 102_400 * 2 * 3 / 4 / one_way + gather_call
     )
     assert step.terms_s["comm_s"] == pytest.approx(padded + head, rel=1e-12)

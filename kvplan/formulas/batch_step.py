@@ -1179,13 +1179,19 @@ class StepModel:
 
     def _group_allreduce_s(self, message_bytes: float, ranks: int) -> float:
         """One all-reduce of `message_bytes` over `ranks` GPUs (the TP group's, tp_allreduce_s;
-        SGLang's DP-attention group's, sglang_dp_comm_s and logits_gather_s), priced by
-        comm.tp_allreduce_time_s: the achieved bus bandwidth, a small message one measured
-        call; a group spanning nodes in two levels."""
+        SGLang's DP-attention group's, sglang_dp_comm_s and logits_gather_s): within a node the
+        engine's all-reduce as its table times it at this size and GPU count
+        (Achieved.allreduce_s); where the table has no curve, and for a group spanning nodes (in
+        two levels), comm.tp_allreduce_time_s: the achieved bus bandwidth, a small message one
+        measured call."""
         if ranks <= 1:
             return 0.0
         one_way = self.link.one_way_bytes_per_s * self.achieved.link
         node = self.node_gpus if self.node_gpus is not None and ranks > self.node_gpus else None
+        if node is None:  # within a node: the engine's all-reduce as measured at this size
+            measured = self.achieved.allreduce_s(message_bytes, ranks)
+            if measured is not None:
+                return measured
         network = self._network if node is not None else None
         local = ranks if node is None else node
         intra_latency = (

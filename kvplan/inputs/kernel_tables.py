@@ -47,7 +47,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-from kvplan.curves import curve_value
+from kvplan.curves import curve_time_s, curve_value
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 
@@ -89,21 +89,35 @@ class Achieved(NamedTuple):
     # NCCL's all-gather of a small message over the TP group (the head's logits gather);
     # None: the all-reduce call's (a file derived before it was recorded)
     allgather_call_s: float | None = None
-    # GPUs in the group -> the engine's graph-mode custom all-reduce of the table's smallest
-    # message at that count (seconds); {}: timed at one count only (allreduce_call_s)
-    allreduce_call_s_by_gpus: dict = {}
+    # GPUs in the group -> ((message bytes, seconds), ...): the engine's graph-mode all-reduce
+    # as the table times it at that count, smallest message first; {}: timed at one count and
+    # size only (allreduce_call_s and link)
+    allreduce_curve_s_by_gpus: dict = {}
+
+    def _allreduce_curve(self, ranks: int) -> tuple:
+        """The measured curve of the smallest GPU count the table timed that holds the group (a
+        one-shot all-reduce reads from every peer, so its latency grows with the group: SGLang
+        0.5.14 on a GB300 3.8 us at 4 GPUs, 26.9 us at 8), the largest count's above it; ()
+        where none was timed."""
+        if not self.allreduce_curve_s_by_gpus:
+            return ()
+        counts = sorted(self.allreduce_curve_s_by_gpus)
+        holds = [c for c in counts if c >= ranks]
+        return self.allreduce_curve_s_by_gpus[holds[0] if holds else counts[-1]]
 
     def allreduce_call_s_at(self, ranks: int) -> float:
-        """One small all-reduce over `ranks` GPUs: the table's time at the smallest GPU count
-        it timed that holds the group (a one-shot all-reduce reads from every peer, so its
-        latency grows with the group: SGLang 0.5.14 on a GB300 3.8 us at 4 GPUs, 26.9 us at
-        8); above the largest count, the largest count's; allreduce_call_s where the table
-        timed no count."""
-        if not self.allreduce_call_s_by_gpus:
-            return self.allreduce_call_s
-        counts = sorted(self.allreduce_call_s_by_gpus)
-        holds = [c for c in counts if c >= ranks]
-        return self.allreduce_call_s_by_gpus[holds[0] if holds else counts[-1]]
+        """One small all-reduce over `ranks` GPUs: the smallest message of _allreduce_curve,
+        allreduce_call_s where the table timed no count."""
+        curve = self._allreduce_curve(ranks)
+        return curve[0][1] if curve else self.allreduce_call_s
+
+    def allreduce_s(self, message_bytes: float, ranks: int) -> float | None:
+        """One all-reduce of `message_bytes` over `ranks` GPUs of one node, read off the measured
+        curve at its size (curve_time_s: the 2-point ring of the smallest call and the largest
+        message's bus rate is 1.4-1.8x too fast between 128 KB and 8 MB, the decode steps'
+        messages); None where the table has no curve."""
+        curve = self._allreduce_curve(ranks)
+        return curve_time_s(curve, message_bytes) if curve else None
 
 
 class DsaGrids(NamedTuple):
@@ -294,8 +308,9 @@ def _achieved(gpu: str, engine: str, version: str) -> Achieved:
         source=doc["name"],
         floors_s=dict(doc.get("floors_s") or {}),
         allgather_call_s=a.get("allgather_call_s"),
-        allreduce_call_s_by_gpus={
-            int(k): float(v) for k, v in (a.get("allreduce_call_s_by_gpus") or {}).items()
+        allreduce_curve_s_by_gpus={
+            int(k): tuple((float(x), float(y)) for x, y in curve)
+            for k, curve in (a.get("allreduce_curve_s_by_gpus") or {}).items()
         },
     )
 
@@ -595,8 +610,8 @@ def with_measured(base: Achieved, measured: dict) -> Achieved:
         floors_s=floors,
         allreduce_call_s=measured.get("allreduce_call_s", base.allreduce_call_s),
         # the H100's per-count times do not describe this GPU's measured call
-        allreduce_call_s_by_gpus=(
-            {} if "allreduce_call_s" in measured else base.allreduce_call_s_by_gpus
+        allreduce_curve_s_by_gpus=(
+            {} if "allreduce_call_s" in measured else base.allreduce_curve_s_by_gpus
         ),
         experts_curve=curves,
     )
