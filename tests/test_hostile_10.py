@@ -14,6 +14,7 @@ or an array (vLLM's load fails on it) was ignored without a note.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import types
@@ -282,3 +283,15 @@ def test_a_400_digit_integer_is_a_range_error_not_an_overflow(sign):
     code, _, err = run_cli("engine", "qwen3-8b", "--gpu", "h100", "--dcp", sign + "9" * 400)
     one_line_error(code, err, "must be between 1 and 1024")
     assert len(err) < 120
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "/dev/null", "fifo"])
+def test_a_device_or_fifo_is_not_a_missing_config(tmp_path, target):
+    """`size /dev/zero` said "no such config file" of a path that exists: it is refused as what
+    it is, in one line, without reading it."""
+    if target == "fifo":
+        fifo = tmp_path / "config.fifo"
+        os.mkfifo(fifo)
+        target = str(fifo)
+    code, _, err = run_cli("size", target)
+    one_line_error(code, err, "not a regular file (a device, FIFO or socket), not a config")

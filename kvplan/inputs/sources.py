@@ -247,6 +247,10 @@ def _load_path(path: Path) -> tuple[dict, str, str]:
         ) from None
     if is_dir:
         path = path / "config.json"
+    elif path.exists() and not path.is_file():
+        raise KvplanError(
+            f"{clean(str(path))[:200]}: not a regular file (a device, FIFO or socket), not a config"
+        )
     if not path.is_file():
         raise KvplanError(f"{clean(str(path))[:200]}: no such config file")
     text = _read_text(path)
