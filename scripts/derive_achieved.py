@@ -605,9 +605,9 @@ def allreduce_curves_by_gpus(rows) -> dict:
 def write_allreduce_by_gpus(root: Path) -> list[Path]:
     """Add each top-level table file's allreduce_curve_s_by_gpus, and rewrite its link (the bus
     bandwidth fraction, allreduce), from the comm table version its source names
-    (comm/custom_allreduce_perf VERSION), the rest of the file untouched; a file
-    whose comm table the wheel does not hold (the H100/H200 vLLM 0.14.0 files, from
-    aiconfigurator@095f58a5) keeps its one call."""
+    (comm/custom_allreduce_perf VERSION; the kept vLLM 0.14.0 files, which name none, the
+    wheel's 0.14.0 table), the rest of the file untouched; a file whose comm table the wheel
+    does not hold keeps its one call and link. Rerunning it changes nothing."""
     import json
     import re
 
@@ -624,7 +624,6 @@ def write_allreduce_by_gpus(root: Path) -> list[Path]:
         by_gpus = allreduce_curves_by_gpus(rows)
         if not by_gpus:
             continue
-        doc["achieved"].pop("allreduce_call_s_by_gpus", None)
         doc["achieved"]["allreduce_curve_s_by_gpus"] = by_gpus
         one_way = datasheet(doc["gpu"])[2]
         graph = [r for r in rows if r["backend"].endswith("_graph")]
@@ -632,7 +631,10 @@ def write_allreduce_by_gpus(root: Path) -> list[Path]:
             gpus = max(r["num_gpus"] for r in graph)
             doc["achieved"]["link"] = round(allreduce(graph, one_way, backend=None)[gpus][1], 2)
         if not found:
-            doc["source"] += f"; allreduce_curve_s_by_gpus: comm/custom_allreduce_perf {version}"
+            doc["source"] += (
+                f"; allreduce_curve_s_by_gpus and link: comm/custom_allreduce_perf {version} "
+                "(aiconfigurator-core 0.12.0 wheel)"
+            )
         path.write_text(json.dumps(doc, indent=1) + "\n")
         written.append(path)
     return written

@@ -233,3 +233,28 @@ def sglang_table_step(spec, profile: str, wdtype: str, tp: int, gemm_grid=OWN_GR
         fp8_flop_per_s=gpu.peak_flop_per_s.get("fp8"),
         gemm_grid=tables.gemm_grid if gemm_grid is OWN_GRID else gemm_grid,
     )
+
+
+def deepseek_v3_dp8_step(**flags):
+    """DeepSeek-V3 (fp8) on an H200 at attention TP 1 over 8 DP ranks with its experts on the
+    8 GPUs, the StepModel the DP-attention tests price (`flags`: StepModel's, e.g.
+    sglang_collectives=True for SGLang's rules, dp_lm_head, dense_mlp_dp)."""
+    from kvplan.dtypes import resolve_kv_format
+    from kvplan.formulas.batch_step import StepModel
+    from kvplan.formulas.step_time import Rates
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.sources import load_model
+
+    spec = load_model("deepseek-v3")
+    gpu = load_profile("h200")
+    return StepModel(
+        spec,
+        Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak(spec.dtype)),
+        "fp8",
+        resolve_kv_format("auto", spec.dtype),
+        tp=1,
+        link=gpu.interconnect,
+        moe_ranks=8,
+        dp=8,
+        **flags,
+    )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.dtypes import resolve_kv_format
 from kvplan.engines.sglang import cuda_graph_batch_sizes, graph_batch_size
 from kvplan.formulas.batch_step import (
     BatchShape,
@@ -18,12 +17,13 @@ from kvplan.formulas.batch_step import (
 )
 from kvplan.formulas.expert_parallel import sglang_dp_max_len
 from kvplan.formulas.gemm_calls import dense_gemm_calls
-from kvplan.formulas.step_time import Rates
 from kvplan.formulas.weights import quantized_parts
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
 from kvplan.simulate.engine import EngineConfig
 from kvplan.simulate.sglang import SglangEngine
+
+from helpers import deepseek_v3_dp8_step
 
 HIDDEN, VOCAB, LAYERS = 7168, 129_280, 61
 # DeepSeek-V3's MLP side: 3 dense MLPs of 3 x 7168 x 18432 and 58 shared experts of
@@ -34,30 +34,14 @@ ROUTER_PARAMS = 58 * 256 * HIDDEN
 HEAD_PARAMS = VOCAB * HIDDEN
 
 
-def _model(sglang: bool) -> StepModel:
-    spec = load_model("deepseek-v3")
-    gpu = load_profile("h200")
-    return StepModel(
-        spec,
-        Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak(spec.dtype)),
-        "fp8",
-        resolve_kv_format("auto", spec.dtype),
-        tp=1,
-        link=gpu.interconnect,
-        moe_ranks=8,
-        dp=8,
-        sglang_collectives=sglang,
-    )
-
-
 @pytest.fixture(scope="module")
 def sglang() -> StepModel:
-    return _model(True)
+    return deepseek_v3_dp8_step(sglang_collectives=True)
 
 
 @pytest.fixture(scope="module")
 def vllm_rule() -> StepModel:
-    return _model(False)
+    return deepseek_v3_dp8_step(sglang_collectives=False)
 
 
 def test_the_model_is_deepseek_v3():

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.dtypes import resolve_kv_format
 from kvplan.engines import EngineRequest
 from kvplan.engines.sglang import sglang_allocation
 from kvplan.formulas.batch_step import StepModel
 from kvplan.formulas.gemm_calls import dense_gemm_calls
-from kvplan.formulas.step_time import Rates
 from kvplan.formulas.weights import quantized_parts
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
 
-from helpers import one_line_error, run_cli, run_json
+from helpers import deepseek_v3_dp8_step, one_line_error, run_cli, run_json
 
 HIDDEN, VOCAB, LAYERS, DENSE_LAYERS = 7168, 129_280, 61, 3
 HEAD_BYTES = VOCAB * HIDDEN * 2  # bf16
@@ -50,20 +48,7 @@ def test_weights_per_gpu_by_hand():
 
 
 def _model(**flags) -> StepModel:
-    spec = load_model("deepseek-v3")
-    gpu = load_profile("h200")
-    return StepModel(
-        spec,
-        Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak(spec.dtype)),
-        "fp8",
-        resolve_kv_format("auto", spec.dtype),
-        tp=1,
-        link=gpu.interconnect,
-        moe_ranks=8,
-        dp=8,
-        sglang_collectives=True,
-        **flags,
-    )
+    return deepseek_v3_dp8_step(sglang_collectives=True, **flags)
 
 
 def test_the_dp_lm_head_drops_the_group_gathers_and_reads_the_whole_head():
