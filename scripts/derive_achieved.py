@@ -1140,29 +1140,33 @@ def _kv_bytes(r: dict, mla: bool) -> float:
 
 
 def decode_curves(rows, mla: bool) -> dict:
-    """{batch: [[KV bytes per sequence, seconds], ...]}: per batch size the table timed, the
-    median measured time of one decode-attention call over the rows whose sequences each read
-    about that many bytes (power-of-two buckets; full attention rows, bf16 or fp8 cache),
-    seconds to four significant figures; buckets of fewer than 2 rows left out. By batch as
-    well as bytes: at the same bytes a call over many short sequences takes several times one
-    over a few long ones (H100 fa3 at 4 MiB: 10 us for 1-32 sequences, 50-190 us for
-    256-1,024)."""
+    """{kv dtype: {batch: [[KV bytes per sequence, seconds], ...]}}: per cache dtype and batch
+    size the table timed, the median measured time of one decode-attention call over the rows
+    whose sequences each read about that many bytes (power-of-two buckets; full attention
+    rows), seconds to four significant figures; buckets of fewer than 2 rows left out. By
+    cache dtype: at the same bytes an fp8 cache's call is not a bf16 one's (H200 SGLang 0.5.14
+    FA3 MLA, 128 sequences of 16 heads: bf16 at 4,096 tokens 156 us, fp8 at 8,192 tokens, the
+    same bytes, 2,042 us: the fp8 path dequantizes). By batch as well as bytes: at the same
+    bytes a call over many short sequences takes several times one over a few long ones (H100
+    fa3 at 4 MiB: 10 us for 1-32 sequences, 50-190 us for 256-1,024)."""
     buckets: dict = {}
     for r in rows:
         if r.get("window_size") not in (None, 0):
             continue
         per_sequence = _kv_bytes(r, mla) / r["batch_size"]
         key = 2 ** max(round(math.log2(max(per_sequence, 1))), round(math.log2(DECODE_CURVE_LOW)))
-        buckets.setdefault(r["batch_size"], {}).setdefault(key, []).append(r["latency"] * 1e-3)
-    out = {}
-    for batch, by_bytes in sorted(buckets.items()):
-        curve = [
-            [k, float(f"{statistics.median(v):.4g}")]
-            for k, v in sorted(by_bytes.items())
-            if len(v) >= 2
-        ]
-        if curve:
-            out[str(batch)] = curve
+        by_batch = buckets.setdefault(r["kv_cache_dtype"], {}).setdefault(r["batch_size"], {})
+        by_batch.setdefault(key, []).append(r["latency"] * 1e-3)
+    out: dict = {}
+    for kv, by in sorted(buckets.items()):
+        for batch, by_bytes in sorted(by.items()):
+            curve = [
+                [k, float(f"{statistics.median(v):.4g}")]
+                for k, v in sorted(by_bytes.items())
+                if len(v) >= 2
+            ]
+            if curve:
+                out.setdefault(kv, {})[str(batch)] = curve
     return out
 
 
@@ -1301,7 +1305,8 @@ def write_attention_backends(root: Path, names: list[str]) -> list[Path]:
             "per backend (kernel_source -> the engine's flag name, BACKEND_OF_SOURCE), its own "
             "rows only: the (compute, memory) fractions of `attention`/`mla` over full-attention "
             "rows, the smallest decode call at 1-16 sequences, and the median decode call by "
-            "batch and KV bytes per sequence (decode_calls: power-of-two buckets), and the median "
+            "cache dtype, batch and KV bytes per sequence (decode_calls: power-of-two buckets), "
+            "and the median "
             "prefill call by cache dtype, head shape, sequences x query heads (power-of-two "
             "buckets) and prompt tokens (prefill_calls); datasheet rates from hardware_profiles/"
             f"{TABLE_GPUS[gpu][0]}.yaml",

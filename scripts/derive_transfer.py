@@ -76,9 +76,10 @@ def backends() -> dict:
 def _calls(entry: dict) -> dict:
     """{(phase, dtype, head, key, x): seconds} of one backend's decode and prefill calls."""
     out = {}
-    for batch, curve in entry["decode_calls"].items():
-        for x, s in curve:
-            out[("decode", "", "", int(batch), float(x))] = s
+    for dtype, by_batch in entry["decode_calls"].items():
+        for batch, curve in by_batch.items():
+            for x, s in curve:
+                out[("decode", dtype, "", int(batch), float(x))] = s
     for dtype, heads in entry.get("prefill_calls", {}).items():
         for head, by_units in heads.items():
             for units, curve in by_units.items():

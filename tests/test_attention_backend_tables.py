@@ -13,7 +13,12 @@ import pytest
 from kvplan.engines.backends import Backends
 from kvplan.formulas.batch_step import decode_call_s
 from kvplan.inputs.hardware import load_profile
-from kvplan.inputs.kernel_tables import ATTENTION_FOLDER, attention_backends, tables_for
+from kvplan.inputs.kernel_tables import (
+    ATTENTION_FOLDER,
+    attention_backends,
+    decode_calls_for,
+    tables_for,
+)
 from kvplan.inputs.sources import load_model
 from kvplan.simulate.setup import ServeOptions, backend_kernels
 
@@ -141,14 +146,13 @@ def test_the_decode_calls_are_pinned_at_their_rows_and_log_linear_between():
 
 def test_the_shipped_calls_are_read_at_their_own_rows():
     timing = attention_backends("b200_sxm.sglang.0.5.14.json")[("mha", "triton")]
-    for batch, curve in timing.decode_calls:
+    calls = timing.decode_calls["bfloat16"]
+    for batch, curve in calls:
         for per_sequence, seconds in curve:
-            assert decode_call_s(timing.decode_calls, batch, batch * per_sequence) == (
-                pytest.approx(seconds)
-            )
-    batch, curve = timing.decode_calls[0]
+            assert decode_call_s(calls, batch, batch * per_sequence) == (pytest.approx(seconds))
+    batch, curve = calls[0]
     (x0, y0), (x1, y1) = curve[3:5]
-    between = decode_call_s(timing.decode_calls, batch, batch * math.sqrt(x0 * x1))
+    between = decode_call_s(calls, batch, batch * math.sqrt(x0 * x1))
     assert between == pytest.approx(math.sqrt(y0 * y1))
 
 
@@ -160,3 +164,37 @@ def test_the_files_carry_their_provenance_and_ship():
     assert tables_for(load_profile("mi300x"), "sglang").attention_backends == {}
     pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
     assert '"data/kernel_tables/attention/*.json"' in pyproject.read_text(encoding="utf-8")
+
+
+def test_decode_calls_are_kept_apart_by_cache_dtype():
+    """H200 SGLang 0.5.14 FA3 MLA (aiconfigurator-core 0.12.0 generation_mla_perf): at 128
+    sequences reading 4 MiB each, the bf16 cache's rows (4,096 tokens x 576 x 2 B) take 0.157 ms
+    and the fp8 cache's (8,192 tokens x 576 x 1 B) 2.04 ms: pooled by bytes, the median of the
+    two (1.15 ms) priced a bf16 cache 7x slow."""
+    timing = attention_backends("h200_sxm.sglang.0.5.14.json")[("mla", "fa3")]
+    bf16 = dict(dict(timing.decode_calls["bfloat16"])[128])
+    fp8 = dict(dict(timing.decode_calls["fp8"])[128])
+    assert bf16[4194304.0] == pytest.approx(1.568e-4)
+    assert fp8[4194304.0] == pytest.approx(2.042e-3)
+    assert decode_calls_for(timing, "fp8") is timing.decode_calls["fp8"]
+    assert decode_calls_for(timing, "bfloat16") is timing.decode_calls["bfloat16"]
+    # a backend that timed one dtype only stands in for the other by bytes
+    only = timing._replace(decode_calls={"bfloat16": timing.decode_calls["bfloat16"]})
+    assert decode_calls_for(only, "fp8") is timing.decode_calls["bfloat16"]
+    assert decode_calls_for(timing._replace(decode_calls={}), "fp8") == ()
+
+
+def test_an_fp8_cache_decodes_on_its_own_rows():
+    """DeepSeek-V3 on 8 H200 under SGLang (FA3 MLA, its pick on SM90): an fp8 cache reads half
+    the bytes but FA3's fp8 MLA path is the slower kernel in the rows (above), so its decode
+    steps are longer than a bf16 cache's; read by bytes off one pooled curve they were shorter."""
+
+    def tpot(kv):
+        doc = run_json(
+            "simulate", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--engine", "sglang",
+            "--kv-cache-dtype", kv, "--num-prompts", "16", "--input-len", "4000",
+            "--output-len", "16", "--max-concurrency", "16",
+        )  # fmt: skip
+        return doc["runs"][0]["bench"]["median_tpot_ms"]
+
+    assert tpot("fp8_e4m3") > tpot("auto")

@@ -103,7 +103,7 @@ def test_the_curves_are_medians_by_units_and_tokens_per_cache_dtype():
 
 def _timing(prefill_calls) -> BackendTiming:
     return BackendTiming(
-        kind="mha", backend="fixture", pair=None, floor_s=None, decode_calls=(),
+        kind="mha", backend="fixture", pair=None, floor_s=None, decode_calls={},
         kernel_source=("fixture",), version="0", rows=4, prefill_calls=prefill_calls,
     )  # fmt: skip
 

@@ -99,6 +99,7 @@ from kvplan.inputs.kernel_tables import (
     GemmGrid,
     RecurrentGrid,
     datasheet_achieved,
+    decode_calls_for,
     host_overheads_data,
 )
 from kvplan.record import NamedTuple
@@ -512,6 +513,7 @@ class StepModel:
         self.decode_rates = {False: self.attention_rates, True: self.mla_rates}
         self.prefill_rates = dict(self.decode_rates)
         self.decode_curves: dict[bool, tuple] = {}
+        cache_dtype = "fp8" if fmt.name.startswith("fp8") else "bfloat16"
         floors_s = achieved.floors_s
         if backend_kernels is not None:
             floors_s = dict(floors_s)
@@ -525,12 +527,12 @@ class StepModel:
             for mla, timing in backend_kernels.decode.items():
                 if timing.floor_s is not None and floors_s:
                     floors_s["attention_mla" if mla else "attention"] = timing.floor_s
-                if timing.decode_calls:
-                    self.decode_curves[mla] = timing.decode_calls
+                calls = decode_calls_for(timing, cache_dtype)
+                if calls:
+                    self.decode_curves[mla] = calls
         # the prefill backend's measured calls in the cache's dtype, by kind and head shape
         # (none: the fractions price the chunks; prefill_timing says which each group got)
         self.prefill_calls: dict[bool, dict] = {}
-        cache_dtype = "fp8" if fmt.name.startswith("fp8") else "bfloat16"
         for mla, timing in (backend_kernels.prefill if backend_kernels else {}).items():
             if timing.prefill_calls.get(cache_dtype):
                 self.prefill_calls[mla] = timing.prefill_calls[cache_dtype]

@@ -393,9 +393,10 @@ class BackendTiming(NamedTuple):
     # its rows hold no shape that side needs: the default tables' pair stands)
     pair: tuple[float, float] | None
     floor_s: float | None  # its smallest decode call at 1-16 sequences
-    # ((batch, ((KV bytes per sequence, seconds), ...)), ...): the median decode call by the
-    # sequences in it and the bytes each reads, batches ascending
-    decode_calls: tuple
+    # {cache dtype ("bfloat16", "fp8"): ((batch, ((KV bytes per sequence, seconds), ...)),
+    # ...)}: the median decode call by the sequences in it and the bytes each reads, batches
+    # ascending (decode_calls_for picks a cache's)
+    decode_calls: dict
     kernel_source: tuple  # aiconfigurator's kernel_source names read
     version: str  # the engine version the rows were measured on
     rows: int  # prefill + decode rows
@@ -408,6 +409,17 @@ class BackendTiming(NamedTuple):
     borrowed_from: str = ""
     # the fitted ratio's median over the decode calls both GPUs timed (1.0: own rows)
     ratio_median: float = 1.0
+
+
+def decode_calls_for(timing: BackendTiming, cache_dtype: str) -> tuple:
+    """The decode calls a `cache_dtype` cache's attention runs on (BackendTiming.decode_calls):
+    that dtype's own rows; where the backend timed only the other dtype, those, read by the
+    bytes each sequence holds (the measured kernel at the same traffic stands in); () where
+    it timed none."""
+    calls = timing.decode_calls
+    if cache_dtype in calls:
+        return calls[cache_dtype]
+    return next(iter(calls.values()), ())
 
 
 def _curves(by_key: dict) -> tuple:
@@ -430,10 +442,7 @@ def attention_backends(name: str) -> dict:
             backend=backend,
             pair=tuple(e["pair"]) if e["pair"] else None,
             floor_s=e["floor_s"],
-            decode_calls=tuple(
-                (int(batch), tuple((float(x), float(y)) for x, y in curve))
-                for batch, curve in sorted(e["decode_calls"].items(), key=lambda kv: int(kv[0]))
-            ),
+            decode_calls={kv: _curves(by_batch) for kv, by_batch in e["decode_calls"].items()},
             kernel_source=tuple(e["kernel_source"]),
             version=e["version"],
             rows=e["rows"]["prefill"] + e["rows"]["decode"],
@@ -483,9 +492,18 @@ def borrowed_backends(gpu: str, engine: str, version: str) -> dict:
             continue
         lent = attention_backends(f"{e['lender']}.{engine}.{version}.json")
         timing = lent[tuple(e["backend"].split(":", 1))]
-        decode = _scaled(timing.decode_calls, e["ratio"]["decode"])
+        decode = {
+            kv: _scaled(by_batch, e["ratio"]["decode"])
+            for kv, by_batch in timing.decode_calls.items()
+        }
         prefill_ratio = e["ratio"].get("prefill")
-        floors = [s for batch, curve in decode if batch <= 16 for _, s in curve]
+        floors = [
+            s
+            for by_batch in decode.values()
+            for batch, curve in by_batch
+            if batch <= 16
+            for _, s in curve
+        ]
         out[(timing.kind, timing.backend)] = timing._replace(
             pair=None,
             floor_s=min(floors) if floors else None,
