@@ -451,6 +451,34 @@ def test_an_sglang_tree_extends_its_draft_over_k_plus_one_positions(llama, h100)
     assert first.total_s < over_sixteen.total_s
 
 
+def test_an_sglang_verification_replays_its_graph_while_its_batch_fits(llama, h100):
+    # SGLang's Llama default 5-4-8 verifies 8 tokens a sequence; its target graph runner
+    # captures batch sizes up to cuda_graph_max_bs (can_run: batch size, not tokens), so a
+    # batch of max_bs / 8 + 8 sequences (past the plain decode's token limit) still replays
+    # one, and only past max_bs does it run eagerly (0.8 ms a layer, 32 layers)
+    m = _sglang_eagle3(llama, h100, 5, 4, 8, spec_accept="0.7")
+    limit = m.target.cuda_graph_max_tokens
+    b = limit // 8 + 8
+    assert b * 8 > limit >= b
+    graphed = m.target.step(BatchShape(4, 4 * 1000, (), 32), None, 8).terms_s["launch_s"]
+    shape = BatchShape(b, b * 1000, (), b * 8)
+    assert m.target.step(shape, None, 8).terms_s["launch_s"] == pytest.approx(32 * 0.8e-3)
+    verify = m._graphed(m.target, 8).step(shape, None, 8)
+    assert verify.terms_s["launch_s"] == pytest.approx(graphed)
+    past = BatchShape(limit + 8, (limit + 8) * 1000, (), (limit + 8) * 8)
+    eager = m._graphed(m.target, 8).step(past, None, 8).terms_s["launch_s"]
+    assert eager == pytest.approx(32 * 0.8e-3)
+    # the round prices that verification: (first + 4 drafts + verify + host) / E
+    e = m.speculation.tokens_per_round
+    first = m.draft_step(b, b * 1000, first=True)
+    draft = m.draft_step(b, b * 1000)
+    round_s = first.total_s + 4 * draft.total_s + verify.total_s + m.round_host_s(b)
+    assert m.step(BatchShape(b, b * 1000, (), b)).total_s == pytest.approx(round_s / e)
+    # vLLM's limit counts tokens (CUDA_GRAPH_MAX_TOKENS): its target as it is
+    vllm = build_replica(llama, h100, ServeOptions(speculative_config=EAGLE3)).model
+    assert vllm._graphed(vllm.target, 4) is vllm.target
+
+
 # ---- the CLI -----------------------------------------------------------------------------------
 def test_cli_reports_the_speculation():
     data = run_json(

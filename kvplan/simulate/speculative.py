@@ -492,7 +492,8 @@ class SpeculativeStepModel:
             host = self.target.host.per_request_s * num_decodes / self.k
             return engine_step_time(0, 0, 0, 0, 0, 0, 0, host, host)
         shape, queries = self._draft_shape(num_decodes, context_sum, first)
-        return self._draft_forward(shape, queries, gathered, first, padded)
+        per_seq = self.extend_queries if first else self.topk
+        return self._draft_forward(shape, queries, gathered, first, padded, per_seq)
 
     def draft_extend(self, shape: BatchShape) -> StepTime:
         """What the draft's pass over a step's prefill chunks adds (GPU terms; the module's
@@ -509,7 +510,8 @@ class SpeculativeStepModel:
             prefill_chunks=shape.prefill_chunks, num_sampled=first.num_sampled + chunks
         )
         return _linear(
-            (self._draft_forward(both, queries), 1.0), (self._draft_forward(first, queries), -1.0)
+            (self._draft_forward(both, queries, per_seq=queries), 1.0),
+            (self._draft_forward(first, queries, per_seq=queries), -1.0),
         )
 
     def _draft_forward(
@@ -519,14 +521,18 @@ class SpeculativeStepModel:
         gathered: int | None = None,
         first: bool = False,
         padded: bool = False,
+        per_seq: int = 1,
     ) -> StepTime:
         """One draft forward over `shape` (`queries` tokens per decode), its GPU terms: a draft
         model's own step, or the target's `share` of layers with the draft head and its logits
-        gather (`gathered`, `first`, `padded`: the DP-attention rows, draft_step's)."""
+        gather (`gathered`, `first`, `padded`: the DP-attention rows, draft_step's; `per_seq`:
+        the tokens a sequence of the round runs in it, _graphed)."""
         if self.draft is not None:
-            return _gpu_only(_with(self.draft.step(shape, None, queries), sampler_s=0.0))
+            draft = self._graphed(self.draft, per_seq)
+            return _gpu_only(_with(draft.step(shape, None, queries), sampler_s=0.0))
         tokens, sampled = self._draft_rows(gathered, first)
-        weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = self.target._forward(
+        target = self._graphed(self.target, per_seq)
+        weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = target._forward(
             shape, self.share, tokens, queries, padded and tokens is not None, sampled
         )
         weights_s += self._head_s(shape.num_sampled, sampled)
@@ -585,6 +591,25 @@ class SpeculativeStepModel:
             return 0.0
         return self.target.host.per_step_s
 
+    def _graphed(self, model: StepModel, tokens_per_seq: int) -> StepModel:
+        """`model` as a SGLang speculative forward running `tokens_per_seq` tokens a sequence
+        replays its graph: while its sequences fit the largest captured batch, whatever its
+        tokens (cuda_graph_runner.py can_run: batch size <= max_bs; the runners capture
+        max_bs x num_tokens_per_bs tokens: the verification's num_draft_tokens, the draft's
+        topk, eagle_draft_cuda_graph_runner.py, the draft extend's steps + 1,
+        eagle_draft_extend_cuda_graph_runner.py), where the model's own limit counts tokens
+        (SGLang's a plain decode's, one a sequence). vLLM: `model` as it is."""
+        if not self.sglang_host or tokens_per_seq <= 1:
+            return model
+        twins = self.__dict__.setdefault("_graph_twins", {})
+        key = (id(model), tokens_per_seq)
+        twin = twins.get(key)
+        if twin is None:
+            twin = twins[key] = model.with_graph_tokens(
+                model.cuda_graph_max_tokens * tokens_per_seq
+            )
+        return twin
+
     # ---- the step ---------------------------------------------------------------------------
     def step(
         self,
@@ -605,7 +630,8 @@ class SpeculativeStepModel:
         # the verification samples every query position (the head's gathered rows likewise)
         sampled = None if gathered_sampled is None else gathered_sampled * self.queries
         decodes = BatchShape(b, shape.decode_context_sum, (), b * self.queries)
-        verify = self.target.step(decodes, gathered, self.queries, padded, sampled)
+        verifier = self._graphed(self.target, self.queries)
+        verify = verifier.step(decodes, gathered, self.queries, padded, sampled)
         # the draft forwards across the ranks: the step's sequences (its sampled rows, padded
         # to the graph's batch under CUDA graphs: Engine.lockstep_batch)
         seqs = gathered_tokens if gathered_sampled is None else gathered_sampled
@@ -615,7 +641,7 @@ class SpeculativeStepModel:
         one = _plus_host(_round(verify, draft, first, self.k, e), self.round_host_s(b) / e)
         if not shape.prefill_chunks:
             return one
-        mixed = self.target.step(
+        mixed = verifier.step(
             shape._replace(num_sampled=b * self.queries + len(shape.prefill_chunks)),
             gathered,
             self.queries,
@@ -648,7 +674,7 @@ class SpeculativeStepModel:
             return np.array([t.total_s for t in steps]), kept_steps
         e, k = self.speculation.tokens_per_round, self.k
         gathered = None if gathered_tokens is None else gathered_tokens * self.queries
-        times, verify_kept = self.target.decode_span_s(
+        times, verify_kept = self._graphed(self.target, self.queries).decode_span_s(
             num_decodes, sums, self.queries, gathered, padded
         )
         draft_times, draft_kept = self._draft_span(
@@ -684,6 +710,7 @@ class SpeculativeStepModel:
         model, share = (self.draft, 1.0) if self.draft is not None else (self.target, self.share)
         shape, queries = self._draft_shape(num_decodes, 0.0, first)
         scale = 1 if first else self.topk
+        model = self._graphed(model, self.extend_queries if first else self.topk)
         tokens, sampled = self._draft_rows(gathered, first) if self.draft is None else (None, None)
         padded = padded and tokens is not None
         base, attention = model.span_parts(shape.num_decodes, sums * scale, queries, tokens, padded)
