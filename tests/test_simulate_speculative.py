@@ -368,6 +368,117 @@ def test_sglang_defaults_and_launch_flags(llama, h100):
     ]
 
 
+def _sglang_eagle3(llama, h100, steps: int, topk: int, tokens: int, **accept):
+    options = ServeOptions(
+        engine="sglang",
+        speculative_algorithm="EAGLE3",
+        speculative_draft_model_path="x/y",
+        speculative_num_steps=steps,
+        speculative_eagle_topk=topk,
+        speculative_num_draft_tokens=tokens,
+        **accept,
+    )
+    return build_replica(llama, h100, options).model
+
+
+@pytest.mark.parametrize(
+    ("accept", "tokens", "round_host_us"),
+    [
+        # acceptance 1.0: 4 tokens a round; 2 passes x 126 us + 32 x 3 tokens past the first
+        # x 4 us = 252 + 384 = 636 us
+        ("1", 4.0, 636.0),
+        # nothing accepted (length 1): the two passes alone, 252 us, one token a round
+        (None, 1.0, 252.0),
+    ],
+)
+def test_an_sglang_round_pays_its_draft_passes_and_outputs_on_the_host(
+    llama, h100, accept, tokens, round_host_us
+):
+    from kvplan.formulas.batch_step import HOST_OVERHEADS
+
+    # host_overheads.json: 126 us a pass (per_step_s), 4 us a request's output (per_request_s)
+    assert (HOST_OVERHEADS.per_step_s, HOST_OVERHEADS.per_request_s) == (126e-6, 4e-6)
+    given = {"spec_accept": accept} if accept else {"spec_accept_length": 1.0}
+    m = _sglang_eagle3(llama, h100, 3, 1, 4, **given)
+    assert m.speculation.tokens_per_round == tokens
+    assert m.round_host_s(32) == pytest.approx(round_host_us * 1e-6)
+    context = 32 * 2000
+    verify = m.target.step(BatchShape(32, context, (), 128), None, 4)
+    draft = m.draft_step(32, context)
+    first = m.draft_step(32, context, first=True)
+    step = m.step(BatchShape(32, context, (), 32))
+    round_s = first.total_s + 2 * draft.total_s + verify.total_s + round_host_us * 1e-6
+    assert step.total_s == pytest.approx(round_s / tokens)
+    host = verify.terms_s["host_s"] + round_host_us * 1e-6
+    assert step.terms_s["host_s"] == pytest.approx(host / tokens)
+    # a decode span prices each step as one step does, host included
+    import numpy as np
+
+    sums = context + 32 * np.arange(4, dtype=float)
+    times, kept = m.decode_span_s(32, sums)
+    singles = [m.step(BatchShape(32, float(x), (), 32)) for x in sums]
+    assert times == pytest.approx([s.total_s for s in singles])
+    assert kept(4).terms_s["host_s"] == pytest.approx(sum(s.terms_s["host_s"] for s in singles))
+    # a prefill batch: the draft's extend over it is one more pass, 126 us
+    prefill = BatchShape(0, 0.0, ((600, 0),), 1)
+    alone = m.target.step(prefill).total_s + m.draft_extend(prefill).total_s
+    assert m.step(prefill).total_s == pytest.approx(alone + 126e-6)
+
+
+def test_vllm_and_sglang_ngram_pay_no_draft_pass(llama, h100):
+    vllm = build_replica(llama, h100, ServeOptions(speculative_config=EAGLE3, spec_accept="1"))
+    assert vllm.model.round_host_s(32) == vllm.model.prefill_host_s() == 0.0
+    ngram = build_replica(
+        llama,
+        h100,
+        ServeOptions(engine="sglang", speculative_algorithm="NGRAM", spec_accept_length=3.0),
+    ).model
+    # no draft forward (ngram_worker.py); its verification's loop still checks every token:
+    # 32 x 2 tokens past the first x 4 us = 256 us
+    assert ngram.round_host_s(32) == pytest.approx(256e-6)
+    assert ngram.prefill_host_s() == 0.0
+
+
+def test_an_sglang_tree_extends_its_draft_over_k_plus_one_positions(llama, h100):
+    # --speculative-num-steps 4 --speculative-eagle-topk 4 --speculative-num-draft-tokens 16
+    # verifies 16 tokens a sequence, but the draft extend after it runs 5 (steps + 1,
+    # eagle_draft_extend_cuda_graph_runner.py), one sampled row a sequence
+    tree = _sglang_eagle3(llama, h100, 4, 4, 16)
+    context = 16 * 1000
+    first = tree.draft_step(16, context, first=True)
+    assert first == tree._draft_forward(BatchShape(16, context, (), 16), 5)
+    over_sixteen = tree._draft_forward(BatchShape(16, context, (), 16), 16)
+    assert first.total_s < over_sixteen.total_s
+
+
+def test_an_sglang_verification_replays_its_graph_while_its_batch_fits(llama, h100):
+    # SGLang's Llama default 5-4-8 verifies 8 tokens a sequence; its target graph runner
+    # captures batch sizes up to cuda_graph_max_bs (can_run: batch size, not tokens), so a
+    # batch of max_bs / 8 + 8 sequences (past the plain decode's token limit) still replays
+    # one, and only past max_bs does it run eagerly (0.8 ms a layer, 32 layers)
+    m = _sglang_eagle3(llama, h100, 5, 4, 8, spec_accept="0.7")
+    limit = m.target.cuda_graph_max_tokens
+    b = limit // 8 + 8
+    assert b * 8 > limit >= b
+    graphed = m.target.step(BatchShape(4, 4 * 1000, (), 32), None, 8).terms_s["launch_s"]
+    shape = BatchShape(b, b * 1000, (), b * 8)
+    assert m.target.step(shape, None, 8).terms_s["launch_s"] == pytest.approx(32 * 0.8e-3)
+    verify = m._graphed(m.target, 8).step(shape, None, 8)
+    assert verify.terms_s["launch_s"] == pytest.approx(graphed)
+    past = BatchShape(limit + 8, (limit + 8) * 1000, (), (limit + 8) * 8)
+    eager = m._graphed(m.target, 8).step(past, None, 8).terms_s["launch_s"]
+    assert eager == pytest.approx(32 * 0.8e-3)
+    # the round prices that verification: (first + 4 drafts + verify + host) / E
+    e = m.speculation.tokens_per_round
+    first = m.draft_step(b, b * 1000, first=True)
+    draft = m.draft_step(b, b * 1000)
+    round_s = first.total_s + 4 * draft.total_s + verify.total_s + m.round_host_s(b)
+    assert m.step(BatchShape(b, b * 1000, (), b)).total_s == pytest.approx(round_s / e)
+    # vLLM's limit counts tokens (CUDA_GRAPH_MAX_TOKENS): its target as it is
+    vllm = build_replica(llama, h100, ServeOptions(speculative_config=EAGLE3)).model
+    assert vllm._graphed(vllm.target, 4) is vllm.target
+
+
 # ---- the CLI -----------------------------------------------------------------------------------
 def test_cli_reports_the_speculation():
     data = run_json(

@@ -666,6 +666,17 @@ class StepModel:
             self._eager = twin
         return twin
 
+    def with_graph_tokens(self, max_tokens: int) -> StepModel:
+        """This model replaying CUDA graphs up to `max_tokens` tokens a step (a graph runner
+        that captures batch sizes and runs several tokens a sequence: SGLang's speculative
+        forwards, kvplan.simulate.speculative). Eager stays eager."""
+        if not self.cuda_graph_max_tokens or max_tokens == self.cuda_graph_max_tokens:
+            return self
+        twin = copy.copy(self)
+        twin.cuda_graph_max_tokens = max_tokens
+        twin._span_base = {}
+        return twin
+
     # ---- the terms --------------------------------------------------------------------------
     def weights_bytes(
         self, num_tokens: int, gathered_tokens: int | None = None

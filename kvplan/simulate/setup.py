@@ -690,7 +690,9 @@ def _speculative_model(model, speculation, draft, gpu, options, fmt_name, graph_
             nnodes=options.nnodes if options.data_parallel_size_local is None else 1,
         )  # fmt: skip
         draft_model, _ = step_model(draft, gpu, plain, fmt_name, graph_tokens, [], "auto")
-    return SpeculativeStepModel(model, speculation, draft_model)
+    return SpeculativeStepModel(
+        model, speculation, draft_model, sglang_host=options.engine == "sglang"
+    )
 
 
 def _spec_note(speculation, engine: str) -> Note:

@@ -111,6 +111,12 @@ SGLANG_AUTO = (3, 1, 4)  # DeepSeek V2/V3, GPT-OSS, GLM-4 MoE, STANDALONE, the r
 SGLANG_NGRAM_DRAFT_TOKENS = 12  # speculative_ngram_max_match_window_size
 SGLANG_NGRAM_TOPK = 10  # speculative_ngram_max_bfs_breadth
 SGLANG_SPEC_RUNNING = 48  # max_running_requests when speculating and not given
+# forward passes a SGLang EAGLE round prepares on the host beside its verification's
+# (speculative/eagle_worker.py, forward_batch_generation): draft() and
+# forward_draft_extend_after_decode() each build their own ForwardBatch (ForwardBatch.init_new)
+# and replay their own graph, after host syncs (_draft_preprocess_decode's and
+# forward_draft_extend_after_decode's seq_lens .item(), EagleVerifyInput.verify's .tolist())
+SGLANG_DRAFT_PASSES = 2
 MAX_DRAFT_TOKENS = 64
 ASSUMED_ACCEPTANCE = 0.7  # per drafted token, when no acceptance is given (whatif's default)
 
@@ -393,10 +399,24 @@ class SpeculativeStepModel:
     (k draft steps + one verification of verify_tokens per sequence) / E; a prefill chunk in
     the step costs what it adds to the verification. Everything else is the target's."""
 
-    def __init__(self, target: StepModel, speculation: Speculation, draft: StepModel | None):
+    def __init__(
+        self,
+        target: StepModel,
+        speculation: Speculation,
+        draft: StepModel | None,
+        sglang_host: bool = False,
+    ):
         self.target, self.speculation, self.draft = target, speculation, draft
         r = speculation.request
         self.k, self.topk, self.queries = r.num_steps, r.topk, r.verify_tokens
+        # the round's first draft forward runs the k + 1 positions a verification can settle,
+        # whatever the tree verified: SGLang's draft extend after decode takes
+        # speculative_num_steps + 1 tokens a sequence (eagle_worker.py
+        # forward_draft_extend_after_decode's num_tokens_per_req, and the num_tokens_per_bs
+        # eagle_draft_extend_cuda_graph_runner.py captures); vLLM's chain verifies k + 1 too
+        self.extend_queries = r.num_steps + 1
+        # SGLang's round host work beside the verification's (round_host_s)
+        self.sglang_host = sglang_host
         self.share = speculation.draft_layers / target.spec.num_layers
         spec = target.spec
         # the draft head is the target's vocab-parallel head: over its TP group, or under
@@ -436,7 +456,9 @@ class SpeculativeStepModel:
         twin = self.__dict__.get("_eager")
         if twin is None:
             draft = self.draft.without_graphs() if self.draft is not None else None
-            twin = SpeculativeStepModel(self.target.without_graphs(), self.speculation, draft)
+            twin = SpeculativeStepModel(
+                self.target.without_graphs(), self.speculation, draft, self.sglang_host
+            )
             twin.__dict__["_eager"] = twin
             self.__dict__["_eager"] = twin
         return twin
@@ -470,7 +492,8 @@ class SpeculativeStepModel:
             host = self.target.host.per_request_s * num_decodes / self.k
             return engine_step_time(0, 0, 0, 0, 0, 0, 0, host, host)
         shape, queries = self._draft_shape(num_decodes, context_sum, first)
-        return self._draft_forward(shape, queries, gathered, first, padded)
+        per_seq = self.extend_queries if first else self.topk
+        return self._draft_forward(shape, queries, gathered, first, padded, per_seq)
 
     def draft_extend(self, shape: BatchShape) -> StepTime:
         """What the draft's pass over a step's prefill chunks adds (GPU terms; the module's
@@ -487,7 +510,8 @@ class SpeculativeStepModel:
             prefill_chunks=shape.prefill_chunks, num_sampled=first.num_sampled + chunks
         )
         return _linear(
-            (self._draft_forward(both, queries), 1.0), (self._draft_forward(first, queries), -1.0)
+            (self._draft_forward(both, queries, per_seq=queries), 1.0),
+            (self._draft_forward(first, queries, per_seq=queries), -1.0),
         )
 
     def _draft_forward(
@@ -497,14 +521,18 @@ class SpeculativeStepModel:
         gathered: int | None = None,
         first: bool = False,
         padded: bool = False,
+        per_seq: int = 1,
     ) -> StepTime:
         """One draft forward over `shape` (`queries` tokens per decode), its GPU terms: a draft
         model's own step, or the target's `share` of layers with the draft head and its logits
-        gather (`gathered`, `first`, `padded`: the DP-attention rows, draft_step's)."""
+        gather (`gathered`, `first`, `padded`: the DP-attention rows, draft_step's; `per_seq`:
+        the tokens a sequence of the round runs in it, _graphed)."""
         if self.draft is not None:
-            return _gpu_only(_with(self.draft.step(shape, None, queries), sampler_s=0.0))
+            draft = self._graphed(self.draft, per_seq)
+            return _gpu_only(_with(draft.step(shape, None, queries), sampler_s=0.0))
         tokens, sampled = self._draft_rows(gathered, first)
-        weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = self.target._forward(
+        target = self._graphed(self.target, per_seq)
+        weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = target._forward(
             shape, self.share, tokens, queries, padded and tokens is not None, sampled
         )
         weights_s += self._head_s(shape.num_sampled, sampled)
@@ -529,15 +557,58 @@ class SpeculativeStepModel:
         if gathered is None or not self.target.dp_gather_full:
             return None, None
         if first:
-            return gathered * self.queries, gathered
+            return gathered * self.extend_queries, gathered
         return gathered * self.topk, gathered * self.topk
 
     def _draft_shape(self, num_decodes: int, context_sum, first: bool):
         """(the draft forward's shape, its queries per sequence)."""
         if first:
-            return BatchShape(num_decodes, context_sum, (), num_decodes), self.queries
+            return BatchShape(num_decodes, context_sum, (), num_decodes), self.extend_queries
         tokens = num_decodes * self.topk
         return BatchShape(tokens, context_sum * self.topk, (), tokens), 1
+
+    # ---- SGLang's host work ------------------------------------------------------------------
+    def round_host_s(self, num_decodes: int) -> float:
+        """Host seconds a SGLang round adds to its verification's own host pass (that step's
+        per_step_s + per_request_s a sequence), serial with the GPU (the overlap scheduler is
+        off, spec v1): SGLANG_DRAFT_PASSES more passes of per_step_s (none for NGRAM, which
+        runs no draft forward: ngram_worker.py), and per_request_s for each token a sequence
+        emits past the first (EagleVerifyInput.verify appends every accepted token and runs
+        req.check_finished on it in a Python loop over the requests): (E - 1) x
+        per_request_s x the sequences. 0 for vLLM."""
+        if not self.sglang_host:
+            return 0.0
+        host = self.target.host
+        passes = 0 if self.speculation.request.method == "ngram" else SGLANG_DRAFT_PASSES
+        extra_tokens = self.speculation.tokens_per_round - 1.0
+        return passes * host.per_step_s + host.per_request_s * num_decodes * extra_tokens
+
+    def prefill_host_s(self) -> float:
+        """Host seconds SGLang's draft pass over a prefill batch adds (forward_draft_extend
+        builds its own ForwardBatch and runs draft_model_runner.forward after the target's
+        extend): one per_step_s; none for NGRAM or vLLM."""
+        if not self.sglang_host or self.speculation.request.method == "ngram":
+            return 0.0
+        return self.target.host.per_step_s
+
+    def _graphed(self, model: StepModel, tokens_per_seq: int) -> StepModel:
+        """`model` as a SGLang speculative forward running `tokens_per_seq` tokens a sequence
+        replays its graph: while its sequences fit the largest captured batch, whatever its
+        tokens (cuda_graph_runner.py can_run: batch size <= max_bs; the runners capture
+        max_bs x num_tokens_per_bs tokens: the verification's num_draft_tokens, the draft's
+        topk, eagle_draft_cuda_graph_runner.py, the draft extend's steps + 1,
+        eagle_draft_extend_cuda_graph_runner.py), where the model's own limit counts tokens
+        (SGLang's a plain decode's, one a sequence). vLLM: `model` as it is."""
+        if not self.sglang_host or tokens_per_seq <= 1:
+            return model
+        twins = self.__dict__.setdefault("_graph_twins", {})
+        key = (id(model), tokens_per_seq)
+        twin = twins.get(key)
+        if twin is None:
+            twin = twins[key] = model.with_graph_tokens(
+                model.cuda_graph_max_tokens * tokens_per_seq
+            )
+        return twin
 
     # ---- the step ---------------------------------------------------------------------------
     def step(
@@ -552,22 +623,25 @@ class SpeculativeStepModel:
             target = self.target.step(
                 shape, gathered_tokens, padded=padded, gathered_sampled=gathered_sampled
             )
-            return _linear((target, 1.0), (self.draft_extend(shape), 1.0))
+            prefill = _linear((target, 1.0), (self.draft_extend(shape), 1.0))
+            return _plus_host(prefill, self.prefill_host_s())
         b = shape.num_decodes
         gathered = None if gathered_tokens is None else gathered_tokens * self.queries
         # the verification samples every query position (the head's gathered rows likewise)
         sampled = None if gathered_sampled is None else gathered_sampled * self.queries
         decodes = BatchShape(b, shape.decode_context_sum, (), b * self.queries)
-        verify = self.target.step(decodes, gathered, self.queries, padded, sampled)
+        verifier = self._graphed(self.target, self.queries)
+        verify = verifier.step(decodes, gathered, self.queries, padded, sampled)
         # the draft forwards across the ranks: the step's sequences (its sampled rows, padded
         # to the graph's batch under CUDA graphs: Engine.lockstep_batch)
         seqs = gathered_tokens if gathered_sampled is None else gathered_sampled
         draft = self.draft_step(b, shape.decode_context_sum, False, seqs, padded)
         first = self.draft_step(b, shape.decode_context_sum, True, seqs, padded)
-        one = _round(verify, draft, first, self.k, self.speculation.tokens_per_round)
+        e = self.speculation.tokens_per_round
+        one = _plus_host(_round(verify, draft, first, self.k, e), self.round_host_s(b) / e)
         if not shape.prefill_chunks:
             return one
-        mixed = self.target.step(
+        mixed = verifier.step(
             shape._replace(num_sampled=b * self.queries + len(shape.prefill_chunks)),
             gathered,
             self.queries,
@@ -600,19 +674,21 @@ class SpeculativeStepModel:
             return np.array([t.total_s for t in steps]), kept_steps
         e, k = self.speculation.tokens_per_round, self.k
         gathered = None if gathered_tokens is None else gathered_tokens * self.queries
-        times, verify_kept = self.target.decode_span_s(
+        times, verify_kept = self._graphed(self.target, self.queries).decode_span_s(
             num_decodes, sums, self.queries, gathered, padded
         )
         draft_times, draft_kept = self._draft_span(
             num_decodes, sums, False, gathered_tokens, padded
         )
         first_times, first_kept = self._draft_span(num_decodes, sums, True, gathered_tokens, padded)
-        token_times = speculative_round_s(draft_times, times, k, first_times) / e
+        host_s = self.round_host_s(num_decodes) / e
+        token_times = speculative_round_s(draft_times, times, k, first_times) / e + host_s
 
         def kept(n: int) -> StepTime:
-            return _linear(
+            out = _linear(
                 (verify_kept(n), 1.0 / e), (draft_kept(n), (k - 1) / e), (first_kept(n), 1.0 / e)
             )
+            return _plus_host(out, host_s * n)
 
         return token_times, kept
 
@@ -634,6 +710,7 @@ class SpeculativeStepModel:
         model, share = (self.draft, 1.0) if self.draft is not None else (self.target, self.share)
         shape, queries = self._draft_shape(num_decodes, 0.0, first)
         scale = 1 if first else self.topk
+        model = self._graphed(model, self.extend_queries if first else self.topk)
         tokens, sampled = self._draft_rows(gathered, first) if self.draft is None else (None, None)
         padded = padded and tokens is not None
         base, attention = model.span_parts(shape.num_decodes, sums * scale, queries, tokens, padded)
@@ -686,6 +763,14 @@ def _with(step: StepTime, total_s: float | None = None, **terms_s: float) -> Ste
     """The step with the terms named replaced (and its total, given one)."""
     total = step.total_s if total_s is None else total_s
     return step._replace(total_s=total, terms_s={**step.terms_s, **terms_s})
+
+
+def _plus_host(step: StepTime, host_s: float) -> StepTime:
+    """The step with `host_s` more host time, serial with its GPU time (SGLang's speculative
+    rounds run with the overlap scheduler off)."""
+    if not host_s:
+        return step
+    return _with(step, step.total_s + host_s, host_s=step.terms_s["host_s"] + host_s)
 
 
 def _gpu_only(step: StepTime) -> StepTime:

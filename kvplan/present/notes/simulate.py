@@ -107,7 +107,17 @@ text("sim-speculative")(
             f"schedules {verify} tokens of the budget (vLLM's num_lookahead_tokens)."
             if engine == "vllm"
             else "; SGLang's own --mem-fraction-static adjustments for a draft are not "
-            "modelled, and its overlap scheduler is off (spec v1)."
+            "modelled, and its overlap scheduler is off (spec v1): its host work is serial "
+            "with the GPU, and each round prepares "
+            + (
+                ""
+                if method == "ngram"
+                else "two more forward passes than the verification "
+                "(the draft's and the draft extend's: eagle_worker.py), a host step's cost "
+                "each, and "
+            )
+            + "a request's output cost for every token a round emits past the first "
+            "(EagleVerifyInput.verify checks each)."
         )
         + " vLLM bench's ITL is per streamed chunk (a round's tokens arrive together): "
         "kvplan's ITL is per token, like its TPOT."
