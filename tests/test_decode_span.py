@@ -157,8 +157,15 @@ DP_MODEL = StepModel(
 )
 
 
+class _SpeculativeSglang(SglangEngine):
+    """SGLang's ranks under speculative decoding: no rank decodes in a step where another
+    prefills (SglangEngine.lockstep_exclusive_prefill), priced by the target's steps."""
+
+    lockstep_exclusive_prefill = True
+
+
 def _serve_lockstep(kind, requests, cfg, concurrency, router):
-    cls = SglangEngine if kind == "sglang" else Engine
+    cls = {"sglang": SglangEngine, "sglang-spec": _SpeculativeSglang}.get(kind, Engine)
     ranks = [cls(cfg, DP_MODEL, FRONTEND.per_token_s) for _ in range(2)]
     run = cluster.run(
         requests,
@@ -189,7 +196,7 @@ def _lockstep_outcome(ranks, run):
 )
 @given(
     items=requests_strategy,
-    kind=st.sampled_from(["vllm", "sglang"]),
+    kind=st.sampled_from(["vllm", "sglang", "sglang-spec"]),
     seats=st.integers(1, 16),
     spare_blocks=st.integers(0, 400),
     concurrency=st.sampled_from([None, 1, 4]),
@@ -200,7 +207,7 @@ def test_dp_lockstep_spans_are_the_same_run_as_stepping(
 ):
     """Two DP-attention ranks in lockstep (cluster.Lockstep): their decode-only spans, each as
     long as the rank nearest an event allows and each step as long as the slower rank's, give
-    the same run as stepping the group one step at a time."""
+    the same run as stepping the group one step at a time (SGLang's speculative rule too)."""
     requests = [RequestSpec(i, a, p, o) for i, (a, p, o) in enumerate(sorted(items))]
     longest = max(p + o for _, p, o in items)
     block_size = 16

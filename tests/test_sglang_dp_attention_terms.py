@@ -320,7 +320,7 @@ def test_the_layout_note_puts_sglangs_mlps_on_the_group():
     from kvplan.notes import note
     from kvplan.present.notes import note_text
 
-    def words(engine: str) -> str:
+    def words(engine: str, speculative: bool = False) -> str:
         return note_text(
             note(
                 "sim-expert-parallel",
@@ -331,6 +331,7 @@ def test_the_layout_note_puts_sglangs_mlps_on_the_group():
                 gpus=8,
                 router="round_robin",
                 engine=engine,
+                speculative=speculative,
             )
         )
 
@@ -338,3 +339,75 @@ def test_the_layout_note_puts_sglangs_mlps_on_the_group():
     sglang_words = words("sglang")
     assert "dense layers likewise" not in sglang_words
     assert "run over the whole group on the gathered rows (1/G of their weights" in sglang_words
+    idle = "while any rank prefills, every other rank runs an idle batch"
+    assert idle not in sglang_words and idle not in words("vllm", True)
+    assert idle in words("sglang", True)
+
+
+class _SpeculativeSglang(SglangEngine):
+    """SGLang's scheduler as it runs with speculative decoding (SglangEngine's rule reads the
+    step model's `speculation`; these ranks price the target's steps alone)."""
+
+    lockstep_exclusive_prefill = True
+
+
+def test_only_speculative_sglang_keeps_decodes_out_of_a_prefill_step(sglang):
+    """scheduler.get_next_batch_to_run syncs the ranks' new prefill batches first when
+    speculative decoding and DP attention are both on ("prefill and decode batches will not be
+    mixed"): the rule holds for an SGLang step model with `speculation`, not without."""
+    from types import SimpleNamespace
+
+    engine = SglangEngine(EngineConfig(8, 256, 4096, 1024, 64), sglang, 0.0)
+    assert not engine.lockstep_exclusive_prefill
+    engine.model = SimpleNamespace(speculation=object())  # type: ignore[assignment]
+    assert engine.lockstep_exclusive_prefill
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_a_prefill_on_one_rank_idles_the_others_decodes_under_speculation(sglang, exclusive):
+    """Eight DP ranks by round robin: rank 0 serves a 100-token prompt, rank 1 a 1,000-token
+    one in chunks of 256 (256, 256, 256, 232), 4 outputs each, six ranks idle. Step 0 both
+    prefill. In steps 1-3 rank 1 prefills its next chunks; without speculation rank 0 decodes
+    in them (its 4 tokens end with step 3), with it rank 0 runs an idle batch and its 2nd-4th
+    tokens wait for steps 4-6, when both decode. A step with rank 0 idle is priced as rank 1's
+    chunk alone, eagerly, its MoE over its 256 tokens (SUM_LEN, the idle ranks adding none)."""
+    from kvplan.formulas.batch_step import lockstep_step
+    from kvplan.simulate import cluster
+    from kvplan.simulate.frontend import Frontend
+    from kvplan.simulate.workload import RequestSpec
+
+    cls = _SpeculativeSglang if exclusive else SglangEngine
+    ranks = [cls(EngineConfig(8, 256, 4096, 1024, 64), sglang, 0.0) for _ in range(8)]
+    requests = [RequestSpec(0, 0.0, 100, 4), RequestSpec(1, 0.0, 1000, 4)]
+    run = cluster.run(requests, ranks, lockstep=8, frontend=Frontend(0.0, 0.0))
+    long_rank = ranks[1].log
+    assert long_rank.emitted == [0, 0, 0, 1, 1, 1, 1]
+    assert ranks[0].log.emitted == [1, 1, 1, 1]
+    steps = [0, 4, 5, 6] if exclusive else [0, 1, 2, 3]
+    assert ranks[0].log.end_s == [long_rank.end_s[k] for k in steps]
+    assert all(not r.log.emitted for r in ranks[2:])
+    finished = sorted((r.rid, r.replica, r.first_step, r.last_step) for r in run.finished)
+    assert finished == [(0, 0, 0, 3), (1, 1, 3, 6)]
+    if exclusive:  # steps 1-3: rank 1's chunk alone, seven ranks idle
+        eager = sglang.without_graphs()
+        for k, chunk in ((1, (256, 256)), (2, (256, 512)), (3, (232, 768))):
+            shape = BatchShape(0, 0, (chunk,), 1 if k == 3 else 0)
+            step, _ = lockstep_step(eager, [shape], 7, False, chunk[0], shape.num_sampled)
+            took = long_rank.end_s[k] - long_rank.end_s[k - 1]
+            assert took == pytest.approx(step.total_s, rel=1e-9)
+
+
+def test_a_speculative_dp_attention_run_says_its_ranks_idle_during_prefills():
+    """simulate wires the rule and its words: SGLang DeepSeek-V3 (its MTP layer as the EAGLE
+    draft) at --dp-size 8 --enable-dp-attention: the layout note names the idle ranks."""
+    from helpers import run_json
+
+    doc = run_json(
+        "simulate", "deepseek-v3", "--gpu", "h200", "--engine", "sglang", "--tp", "8",
+        "--dp-size", "8", "--enable-dp-attention", "--speculative-algorithm", "EAGLE",
+        "--speculative-num-steps", "1", "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "2", "--num-prompts", "16", "--input-len", "200",
+        "--output-len", "20",
+    )  # fmt: skip
+    layout = next(n["text"] for n in doc["notes"] if n["id"] == "sim-expert-parallel")
+    assert "while any rank prefills, every other rank runs an idle batch" in layout

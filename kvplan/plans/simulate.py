@@ -388,6 +388,10 @@ def _layout_note(spec: ModelSpec, layout, engine: str = "vllm", serve=None) -> N
         engine=engine,
         dp_lm_head=lm_head,
         dense_mlp_whole=dense_whole,
+        speculative=bool(
+            serve is not None
+            and (serve.speculative_algorithm is not None or serve.speculative_config is not None)
+        ),
     )
 
 

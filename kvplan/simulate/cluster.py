@@ -42,6 +42,8 @@ from kvplan.simulate.frontend import Frontend
 from kvplan.simulate.workload import RequestSpec, prompt_token_ids
 
 ROUTERS = ("round_robin", "least_outstanding", "cache_aware")
+# a rank's plan of one step: its BatchShape, and what settles the step given its time
+Plan = tuple[BatchShape, Callable[[StepTime], list[Req]]]
 CACHE_AWARE_SLACK = 8  # requests: how much busier than the least busy a cache hit may be
 
 
@@ -174,14 +176,11 @@ class Lockstep:
             done = self._span(active, horizon_s)
             if done is not None:
                 return done
-        finished: list[Req] = []
-        planned: list[tuple[BatchShape, Callable[[StepTime], list[Req]]]] = []
-        for r in active:
-            plan = r.plan_step()
-            if isinstance(plan, list):
-                finished += plan
-            else:
-                planned.append(plan)
+        finished, planned = (
+            self._exclusive_plans(active)
+            if self.ranks[0].lockstep_exclusive_prefill
+            else self._plans(active)
+        )
         if not planned:  # nothing ran anywhere (a preemption, a stall): no forward
             return finished
         shapes = [shape for shape, _ in planned]
@@ -194,6 +193,38 @@ class Lockstep:
             finished += settle(timing)
         self._sync()
         return finished
+
+    @staticmethod
+    def _plans(active: list[Engine]) -> tuple[list[Req], list[Plan]]:
+        """Each rank's own plan (Engine.plan_step): (the requests finished by ranks that ran
+        nothing, the plans of those that run)."""
+        finished: list[Req] = []
+        planned: list[Plan] = []
+        for r in active:
+            plan = r.plan_step()
+            if isinstance(plan, list):
+                finished += plan
+            else:
+                planned.append(plan)
+        return finished, planned
+
+    @classmethod
+    def _exclusive_plans(cls, active: list[Engine]) -> tuple[list[Req], list[Plan]]:
+        """The plans where prefill and decode never share a step (Engine.
+        lockstep_exclusive_prefill): the ranks' prefill batches where any rank formed one, the
+        others idle, their running requests waiting; else each rank's decode step."""
+        prefills = [plan for plan in (r.plan_prefill() for r in active) if plan is not None]
+        if prefills:
+            return [], prefills
+        finished: list[Req] = []
+        planned: list[Plan] = []
+        for r in active:
+            plan = r.plan_decode()
+            if isinstance(plan, list):
+                finished += plan
+            else:
+                planned.append(plan)
+        return finished, planned
 
     def _span(self, active: list[Engine], horizon_s: float):
         """A run of decode-only steps on every rank with work, or None (fewer than MIN_SPAN)."""

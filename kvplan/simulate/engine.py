@@ -603,6 +603,23 @@ class Engine:
         tokens = [shape_tokens(s) for s in shapes] + [1] * idle
         return lockstep_gathered_tokens(tokens, pad), sum(s.num_sampled for s in shapes), pad
 
+    @property
+    def lockstep_exclusive_prefill(self) -> bool:
+        """Whether, in a DP-attention group (cluster.Lockstep), a prefill batch on any rank
+        keeps every other rank from decoding in that step (those run an idle batch): then the
+        ranks' prefill batches are planned first (plan_prefill) and their decodes
+        (plan_decode) only where no rank formed one. False: each rank runs its own plan."""
+        return False
+
+    def plan_prefill(self):
+        """plan_step's prefill batch alone, or None (an engine whose lockstep_exclusive_prefill
+        holds splits its plan_step in two)."""
+        raise NotImplementedError(type(self).__name__)
+
+    def plan_decode(self):
+        """plan_step's decode step alone (after plan_prefill formed no batch)."""
+        raise NotImplementedError(type(self).__name__)
+
     def lockstep_rules(self, shapes: list[BatchShape]) -> tuple[bool, bool]:
         """How a step of DP-attention ranks running `shapes` together runs (cluster.Lockstep):
         (eagerly, its MoE tokens padded to the largest rank's). vLLM syncs the ranks first

@@ -352,16 +352,37 @@ class SglangEngine(Engine):
 
     # ---- one step -----------------------------------------------------------------------------
     def plan_step(self):
+        plan = self.plan_prefill()
+        return plan if plan is not None else self.plan_decode()
+
+    @property
+    def lockstep_exclusive_prefill(self) -> bool:
+        """Under speculative decoding a DP-attention group never mixes prefill and decode
+        batches: get_next_batch_to_run syncs the ranks' new prefill batches first
+        (prepare_mlp_sync_batch, "prefill and decode batches will not be mixed when spec and
+        dp-attn is enabled") and, when any rank formed one, every other rank runs an idle batch
+        instead of its decodes (Engine.lockstep_exclusive_prefill)."""
+        return getattr(self.model, "speculation", None) is not None
+
+    def plan_prefill(self):
+        """get_new_batch_prefill: (the prefill batch's BatchShape, the function that settles
+        it), or None where this pass forms none."""
         j = self.step_index
         chunks = self._prefill_batch()
-        if chunks:
-            shape = BatchShape(
-                0,
-                0,
-                tuple((n, r.computed) for r, n in chunks),
-                sum(1 for r, n in chunks if r.computed + n >= r.num_tokens),
-            )
-            return shape, lambda timing: self._settle_prefill(j, timing, chunks)
+        if not chunks:
+            return None
+        shape = BatchShape(
+            0,
+            0,
+            tuple((n, r.computed) for r, n in chunks),
+            sum(1 for r, n in chunks if r.computed + n >= r.num_tokens),
+        )
+        return shape, lambda timing: self._settle_prefill(j, timing, chunks)
+
+    def plan_decode(self):
+        """update_running_batch: the decode step of every running request (plan_step's), or
+        the finished requests of a pass that runs nothing (a list)."""
+        j = self.step_index
         if not self.num_decodes:
             if self.chunked is not None or self.waiting:  # nothing runs, nothing will free
                 raise _Unservable(self.chunked or self.waiting[0])

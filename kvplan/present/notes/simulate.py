@@ -545,7 +545,7 @@ text("sim-interval")(
     )
 )
 text("sim-expert-parallel")(
-    lambda layout, dp, ep, experts_per_rank, gpus, router, engine="vllm", dp_lm_head=False, dense_mlp_whole=False: (
+    lambda layout, dp, ep, experts_per_rank, gpus, router, engine="vllm", dp_lm_head=False, dense_mlp_whole=False, speculative=False: (
         f"Layout {layout} on {gpus} GPU(s) per group. "
         + (
             f"Each of the {dp} DP ranks has its own scheduler and KV pool (requests go to them "
@@ -576,6 +576,13 @@ text("sim-expert-parallel")(
             "the scheduler's all-gather of the ranks' batch sizes over the CPU group every step "
             "(prepare_mlp_sync_batch_raw; no kernel table times it). "
             if dp > 1 and engine == "sglang"
+            else ""
+        )
+        + (
+            "With speculative decoding SGLang never mixes prefill and decode batches in the "
+            "group (scheduler.get_next_batch_to_run syncs the new prefill batches first): while "
+            "any rank prefills, every other rank runs an idle batch and its requests wait. "
+            if dp > 1 and engine == "sglang" and speculative
             else ""
         )
         + (
