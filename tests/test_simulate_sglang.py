@@ -4,6 +4,7 @@ and the scheduler's invariants as property tests."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -17,7 +18,9 @@ from kvplan.simulate.engine import Engine
 from kvplan.simulate.sglang import SglangEngine, SglangPolicy
 from kvplan.simulate.workload import RequestSpec
 
-from helpers import run_cli, run_json
+from helpers import REPO, run_cli, run_json
+
+HOST_OVERHEADS_JSON = REPO / "kvplan/data/kernel_tables/host_overheads.json"
 
 
 def serve(requests, cfg, observer=None, engine_class=SglangEngine, **kw):
@@ -200,6 +203,26 @@ def test_cli_runs_sglang_and_refuses_vllm_only_flags():
     assert code == 2 and "vLLM only" in err
     code, _, err = run_cli("simulate", "qwen3-8b", "--engine", "tgi")
     assert code == 2 and "vllm or sglang" in err
+
+
+def test_the_sglang_note_says_how_prefill_dispatch_is_priced():
+    """SGLang's prefill batches ran without CUDA graphs until piecewise graphs became the
+    default (PR #16331); kvplan's price (graph launches up to the decode graphs' largest batch,
+    vLLM's eager dispatch cost above, every batch eager under DP attention) is said, with the
+    graph size (cuda_graph_max_bs 256 on an H100 at TP 1) and host_overheads.json's figure."""
+    eager_ms = json.loads(HOST_OVERHEADS_JSON.read_text())["eager_per_layer_s"] * 1e3
+    args = ("--num-prompts", "4", "--input-len", "128", "--output-len", "4")
+    data = run_json("simulate", "qwen3-8b", "--gpu", "h100", "--engine", "sglang", *args)
+    text = next(n["text"] for n in data["notes"] if n["id"] == "sim-sglang")
+    assert "a prefill batch of up to 256 tokens as a graph step" in text
+    assert f"at {eager_ms:.1f} ms a layer of CPU dispatch, vLLM's figure" in text
+    assert "SGLang's own dispatch cost, with or without those graphs, is not measured" in text
+    data = run_json(
+        "simulate", "deepseek-r1", "--gpu", "h200", "--tp", "8", "--dp", "8",
+        "--enable-dp-attention", "--engine", "sglang", *args,
+    )  # fmt: skip
+    text = next(n["text"] for n in data["notes"] if n["id"] == "sim-sglang")
+    assert f"kvplan prices every prefill batch at {eager_ms:.1f} ms a layer" in text
 
 
 def test_retraction_sets_new_token_ratio_without_the_decay():
