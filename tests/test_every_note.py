@@ -1116,6 +1116,7 @@ CHOOSE_WORDS = {
     ("sim-enforce-eager", "engine"),  # the engine's flag: --enforce-eager, --disable-cuda-graph
     ("sglang-attention", "forced"),  # whether the backend forced the page: said in words
     ("sglang-attention", "graphs"),  # CUDA graphs off: said in words
+    ("sim-sglang", "graph_tokens"),  # 0 (every prefill batch eager): said in words
     ("plan-speculative", "engine"),  # the engine's flags: --speculative-config or -*
     ("deployment-chosen", "nodes"),  # "one node"
     ("deployment-on-gpus", "replicas"),  # one replica: unsaid

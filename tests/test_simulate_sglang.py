@@ -4,6 +4,7 @@ and the scheduler's invariants as property tests."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -17,7 +18,9 @@ from kvplan.simulate.engine import Engine
 from kvplan.simulate.sglang import SglangEngine, SglangPolicy
 from kvplan.simulate.workload import RequestSpec
 
-from helpers import run_cli, run_json
+from helpers import REPO, run_cli, run_json
+
+HOST_OVERHEADS_JSON = REPO / "kvplan/data/kernel_tables/host_overheads.json"
 
 
 def serve(requests, cfg, observer=None, engine_class=SglangEngine, **kw):
@@ -202,6 +205,26 @@ def test_cli_runs_sglang_and_refuses_vllm_only_flags():
     assert code == 2 and "vllm or sglang" in err
 
 
+def test_the_sglang_note_says_how_prefill_dispatch_is_priced():
+    """SGLang's prefill batches ran without CUDA graphs until piecewise graphs became the
+    default (PR #16331); kvplan's price (graph launches up to the decode graphs' largest batch,
+    vLLM's eager dispatch cost above, every batch eager under DP attention) is said, with the
+    graph size (cuda_graph_max_bs 256 on an H100 at TP 1) and host_overheads.json's figure."""
+    eager_ms = json.loads(HOST_OVERHEADS_JSON.read_text())["eager_per_layer_s"] * 1e3
+    args = ("--num-prompts", "4", "--input-len", "128", "--output-len", "4")
+    data = run_json("simulate", "qwen3-8b", "--gpu", "h100", "--engine", "sglang", *args)
+    text = next(n["text"] for n in data["notes"] if n["id"] == "sim-sglang")
+    assert "a prefill batch of up to 256 tokens as a graph step" in text
+    assert f"at {eager_ms:.1f} ms a layer of CPU dispatch, vLLM's figure" in text
+    assert "SGLang's own dispatch cost, with or without those graphs, is not measured" in text
+    data = run_json(
+        "simulate", "deepseek-r1", "--gpu", "h200", "--tp", "8", "--dp", "8",
+        "--enable-dp-attention", "--engine", "sglang", *args,
+    )  # fmt: skip
+    text = next(n["text"] for n in data["notes"] if n["id"] == "sim-sglang")
+    assert f"kvplan prices every prefill batch at {eager_ms:.1f} ms a layer" in text
+
+
 def test_retraction_sets_new_token_ratio_without_the_decay():
     """update_running_batch either retracts (new_token_ratio := the retract estimate) or decays
     the ratio, not both: at the retraction step the ratio is (r0's outputs + 20 x 1) / (3,000 +
@@ -262,3 +285,35 @@ def test_a_pool_below_the_context_serves_requests_up_to_sglangs_max_req_len():
     assert (bench["completed"], bench["failed"]) == (3, 0)
     per_request = 14000 + bench["total_output_tokens"] / 3
     assert pool - 2 - 16 - 1 <= per_request <= pool - 2
+
+
+def test_a_burst_prefills_every_prompt_before_any_decode():
+    """Ten prompts of 3,000 tokens (5 outputs) sent at once, chunked_prefill_size 8,192: the
+    PrefillAdder fills each batch to 8,192 tokens, the prompt that does not fit cut to what is
+    left (one chunked request at a time, its next chunk first in the next batch), and a prefill
+    batch runs whenever one can be formed, so the four batches run back to back before the
+    first decode step (scheduler.get_next_batch_to_run; no --enable-mixed-chunk):
+      batch 1: r0 3,000, r1 3,000, r2 2,192 (of 3,000)
+      batch 2: r2 808, r3 3,000, r4 3,000, r5 1,384
+      batch 3: r5 1,616, r6 3,000, r7 3,000, r8 576
+      batch 4: r8 2,424, r9 3,000
+    A request's TTFT is the batches up to the one that ends its prompt, summed."""
+    requests = [RequestSpec(i, 0.0, 3000, 5) for i in range(10)]
+    seen = Steps()
+    _, run, _ = serve(requests, config(max_num_batched_tokens=8192), seen)
+    batches = [
+        ((3000, 0), (3000, 0), (2192, 0)),
+        ((808, 2192), (3000, 0), (3000, 0), (1384, 0)),
+        ((1616, 1384), (3000, 0), (3000, 0), (576, 0)),
+        ((2424, 576), (3000, 0)),
+    ]
+    assert [[n for _, n in c] for _, c in seen.steps[:4]] == [[n for n, _ in b] for b in batches]
+    assert all(d == 0 for d, _ in seen.steps[:4]) and not seen.steps[4][1]
+    ends = [0.0]
+    for b in batches:  # the requests whose prompt the batch ends sample their first token
+        sampled = sum(1 for n, done in b if n + done == 3000)
+        ends.append(ends[-1] + MODEL.step(BatchShape(0, 0, b, sampled)).total_s)
+    last_batch = [1, 1, 2, 2, 2, 3, 3, 3, 4, 4]  # the batch that ends each prompt
+    ttft = {r.rid: r.first_client_s - r.dispatch_s for r in run.finished}
+    for rid, k in enumerate(last_batch):
+        assert ttft[rid] == pytest.approx(ends[k], rel=1e-9)

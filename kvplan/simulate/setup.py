@@ -1619,6 +1619,9 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
             page=alloc.block_size,
             block=block,
             swa=alloc.swa_tokens is not None,
+            # the steps priced with graph launches: none under DP attention (lockstep_rules)
+            graph_tokens=graph_tokens if layout.dp == 1 else 0,
+            eager_per_layer_s=HOST_OVERHEADS.eager_per_layer_s,
         )
     )
     resolved = options._replace(

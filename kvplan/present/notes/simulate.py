@@ -417,7 +417,7 @@ text("sim-sglang-version-nearest")(
     )
 )
 text("sim-sglang")(
-    lambda max_prefill_tokens, page, block, swa: (
+    lambda max_prefill_tokens, page, block, swa, graph_tokens, eager_per_layer_s: (
         "The engine is SGLang's scheduler as kvplan reads it (main of April 2026, default flags): "
         "a step is a prefill batch alone whenever one can be formed (the running requests do not "
         "decode in it), else a decode step for every running request; admission first come "
@@ -433,10 +433,22 @@ text("sim-sglang")(
         )
         + (
             "The sliding-window layers' own pool is not a limit here (only the full-attention "
-            "pool is)."
+            "pool is). "
             if swa
             else ""
         )
+        + "Until March 2026 SGLang ran every prefill batch without CUDA graphs (its graphs "
+        "replayed decode batches; piecewise prefill graphs became the default in main then, "
+        "PR #16331, for the models that support them); "
+        + (
+            f"kvplan prices a prefill batch of up to {graph_tokens:,} tokens as a graph step and "
+            "a longer one "
+            if graph_tokens
+            else "kvplan prices every prefill batch "
+        )
+        + f"at {f.ms_text(eager_per_layer_s)} a layer of CPU dispatch, vLLM's figure "
+        "(aiconfigurator's vLLM backend; its SGLang backend adds none): SGLang's own dispatch "
+        "cost, with or without those graphs, is not measured."
     )
 )
 text("sim-sglang-pool-caps")(
