@@ -1,0 +1,131 @@
+"""What a lone prefill costs in the published runs at one request at a time, term by term.
+
+    python scripts/prefill_terms.py [--only SUBSTRING]
+
+At --max-concurrency 1 a request's TTFT is the API server's per-request cost plus one prefill
+step with nothing queued ahead of it, so the terms of that step are what the TTFT is made of. For
+every run of tests/data/sim_bench_cases_external.json replayed from its serve command at
+concurrency 1 (tests/sim_replay.py; runs it cannot replay are skipped): the measured and
+simulated median TTFT; the two middle prompt lengths of the run's own draw (the median TTFT is
+the mean of those two requests' TTFTs, each a lone prefill); and, averaged over those two, the
+simulated prefill step (StepModel.step of one chunk of that many new tokens) split into the dense
+GEMMs (each at its own shape from the GEMM table, dense_calls_s; where the GEMMs are not laid out,
+the pooled GEMM term, MoE included), the fused MoE (the model's own shape from the moe/ table,
+moe_kernel_s), prefill attention, the TP all-reduces, the per-layer launch charge (per_layer_s
+under a CUDA graph, eager_per_layer_s past the graph size) and the host's per-step cost; then what
+the simulated TTFT holds beside that step (the frontend's request_s), and the launch charge's
+share of the simulated TTFT. Read-only: nothing is fitted, nothing written."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import kvplan.plans.simulate as plans_simulate  # noqa: E402
+from kvplan.errors import KvplanError  # noqa: E402
+from kvplan.formulas.batch_step import BatchShape, moe_kernel_s  # noqa: E402
+
+from sim_cases import HELDOUT, load_cases  # noqa: E402
+from sim_replay import replay  # noqa: E402
+
+if TYPE_CHECKING:
+    from kvplan.simulate.setup import Replica
+
+TERMS = ("step", "dense", "moe", "attention", "comm", "launch", "host")
+
+
+class _Capture:
+    """The replica and the requests of the run kvplan simulate builds (the last one)."""
+
+    def __init__(self) -> None:
+        self.replica: Replica | None = None
+        self.requests: list = []
+        self._build = plans_simulate.build_replica
+        self._requests = plans_simulate._requests
+
+    def __enter__(self) -> _Capture:
+        def build(*args, **kwargs):
+            self.replica = self._build(*args, **kwargs)
+            return self.replica
+
+        def requests(*args, **kwargs):
+            self.requests = self._requests(*args, **kwargs)
+            return self.requests
+
+        plans_simulate.build_replica = build
+        plans_simulate._requests = requests
+        return self
+
+    def __exit__(self, *exc) -> None:
+        plans_simulate.build_replica = self._build
+        plans_simulate._requests = self._requests
+
+
+def prefill_terms_s(model, tokens: int) -> dict[str, float]:
+    """The terms of one step prefilling `tokens` new tokens alone (seconds, TERMS)."""
+    step = model.step(BatchShape(prefill_chunks=((tokens, 0),), num_sampled=1))
+    terms = step.terms_s
+    gemm_s = terms["weights_s"] + terms["matmul_s"]
+    moe_s = (
+        model.moe_layers * moe_kernel_s(model.moe_curve, tokens)
+        if model.moe_curve is not None
+        else 0.0
+    )
+    dense_s = model.dense_calls_s(tokens, 1) if moe_s else None
+    return {
+        "step": step.total_s,
+        "dense": gemm_s - moe_s if dense_s is None else dense_s,
+        "moe": moe_s,
+        "attention": terms["attention_s"] + terms["kv_read_s"],
+        "comm": terms["comm_s"],
+        "launch": terms["launch_s"],
+        "host": terms["host_s"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", default="")
+    args = parser.parse_args()
+    print(
+        f"{'case':52} {'meas':>6} {'sim':>6} {'middle prompts':>14} | "
+        + " ".join(f"{t:>6}" for t in TERMS)
+        + f" | {'rest':>5} {'launch/TTFT':>11}"
+    )
+    for case in load_cases(HELDOUT["external"]):
+        if case.get("max_concurrency") != 1 or args.only not in case["id"]:
+            continue
+        if "serve_cmd" not in case:
+            continue
+        with _Capture() as run:
+            try:
+                sim = replay(case)
+            except KvplanError as exc:
+                print(f"{case['id'][:52]:52} not simulated: {exc}")
+                continue
+        if run.replica is None or len(run.requests) < 2:
+            continue
+        model = run.replica.model
+        lengths = sorted(r.input_tokens for r in run.requests)
+        middle = lengths[(len(lengths) - 1) // 2 : len(lengths) // 2 + 1]
+        ms = dict.fromkeys(TERMS, 0.0)
+        for tokens in middle:
+            for term, seconds in prefill_terms_s(model, tokens).items():
+                ms[term] += seconds * 1e3 / len(middle)
+        simulated = sim["bench"]["median_ttft_ms"]
+        measured = case["measured"].get("median_ttft_ms")
+        shown = "-" if measured is None else f"{measured:.1f}"
+        print(
+            f"{case['id'][:52]:52} {shown:>6} {simulated:6.1f} "
+            f"{'/'.join(str(n) for n in middle):>14} | "
+            + " ".join(f"{ms[t]:6.1f}" for t in TERMS)
+            + f" | {simulated - ms['step']:5.1f} {ms['launch'] / simulated:11.0%}"
+        )
+
+
+if __name__ == "__main__":
+    main()
