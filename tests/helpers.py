@@ -211,9 +211,12 @@ def live_vllm(index: int, cwd) -> tuple[str, str]:
 OWN_GRID = object()
 
 
-def sglang_table_step(spec, profile: str, wdtype: str, tp: int, gemm_grid=OWN_GRID):
+def sglang_table_step(
+    spec, profile: str, wdtype: str, tp: int, gemm_grid=OWN_GRID, dsa: bool = False
+):
     """A StepModel of `spec` on `profile`'s SGLang kernel tables (bf16 cache), as the GEMM-call
-    tests build it: `gemm_grid` the tables' own GEMM grid unless given (None: priced pooled)."""
+    tests build it: `gemm_grid` the tables' own GEMM grid unless given (None: priced pooled);
+    `dsa`: with the tables' DSA module grids (as simulate passes them)."""
     from kvplan.dtypes import KvFormat
     from kvplan.formulas.batch_step import StepModel
     from kvplan.formulas.step_time import Rates
@@ -232,6 +235,7 @@ def sglang_table_step(spec, profile: str, wdtype: str, tp: int, gemm_grid=OWN_GR
         achieved=tables.achieved,
         fp8_flop_per_s=gpu.peak_flop_per_s.get("fp8"),
         gemm_grid=tables.gemm_grid if gemm_grid is OWN_GRID else gemm_grid,
+        dsa_delta_us=tables.dsa_delta_us if dsa else None,
     )
 
 

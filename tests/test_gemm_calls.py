@@ -241,9 +241,30 @@ def test_the_launch_cost_stays_on_the_kernels_other_than_the_timed_gemms():
 
 
 def test_layers_the_widths_do_not_lay_out_keep_the_pooled_term():
-    spec = load_model("deepseek-v3.2")  # DSA's indexer
+    spec = load_model("deepseek-v3.2")  # DSA's indexer, with no DSA module to time it
     assert dense_gemm_calls(spec, "fp8", quantized_parts(spec, "fp8"), 8) is None
     assert _b200_model(spec, True).gemm_calls is None
+
+
+def test_a_dsa_layer_with_its_module_timed_runs_the_mla_projections_as_calls():
+    """DeepSeek-V3.2 is DeepSeek-V3's layers plus an indexer: with the DSA module's tables (the
+    indexer's wq_b, wk and weights_proj in its difference over the MLA module) its dense GEMMs
+    are DeepSeek-R1's calls, the same shapes, priced by the B200 table's rows (3.27 ms at one
+    token, where the pooled term had 1.85 ms); the indexer's 1536 x 64 x 128 + 7168 x 128 +
+    2 x 128 + 7168 x 64 parameters a layer are what the attention part holds beyond them."""
+    v32, r1 = load_model("deepseek-v3.2"), load_model("deepseek-r1")
+    calls = dense_gemm_calls(v32, "fp8", quantized_parts(v32, "fp8"), 8, dsa_module=True)
+    assert calls == dense_gemm_calls(r1, "fp8", quantized_parts(r1, "fp8"), 8)
+    indexer = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64
+    layer = next(layer for layer in v32.layers if layer.attention.indexer_head_dim)
+    r1_layer = r1.layers[len(r1.layers) - 1]
+    assert dict(layer.params)["attention"] - indexer == dict(r1_layer.params)["attention"]
+    assert sglang_table_step(v32, "b200", "fp8", 8).gemm_calls is None  # no DSA grids given
+    model = sglang_table_step(v32, "b200", "fp8", 8, dsa=True)
+    assert model.dsa is not None and model.gemm_calls == calls
+    got = gemm_calls_s(model.gemm_grid, calls, 1, 1)
+    assert got == pytest.approx(gemm_calls_s(gemm_grid(B200), calls, 1, 1))
+    assert 3.0e-3 < got < 3.6e-3
 
 
 def test_the_deriver_keeps_graph_timed_formats_at_the_grid_tokens():

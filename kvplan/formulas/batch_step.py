@@ -475,6 +475,8 @@ class StepModel:
         self.gemm_calls: tuple[GemmCall, ...] | None = None
         self._priced: PricedCalls | None = None
         self._calls_s: dict[tuple[int, int, int, int], float] = {}
+        # the DSA module's cost over the MLA module (None: no DSA layers, or no tables of it)
+        self.dsa = _DsaModule.of(spec, fmt, tp, dsa_delta_us)
         if gemm_grid is not None and not self.dense_untimed:
             calls = dense_gemm_calls(
                 spec,
@@ -484,6 +486,7 @@ class StepModel:
                 self.group_tp if self.group_tp != tp else None,
                 local_head=self.dp_lm_head,
                 local_dense_mlp=self.dense_mlp_dp,
+                dsa_module=self.dsa is not None,
             )
             priced = None if calls is None else priced_calls(gemm_grid, calls)
             if priced is not None:
@@ -571,7 +574,6 @@ class StepModel:
         self.moe_curve = _own_moe_curve(
             spec, moe_curves_s or {}, weights_dtype, self.moe_ranks // ep, ep
         )
-        self.dsa = _DsaModule.of(spec, fmt, tp, dsa_delta_us)
         # every byte and FLOP below is a sum over the step's operator list (step_time.step_ops),
         # by kernel kind; the DSA module's tables time the indexer's key cache: not read again
         # in the MLA base

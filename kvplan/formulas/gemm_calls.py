@@ -31,6 +31,7 @@ import math
 from bisect import bisect_left
 
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
+from kvplan.inputs.architectures.params import indexer_params
 from kvplan.inputs.kernel_tables import GemmGrid
 from kvplan.record import NamedTuple
 
@@ -62,6 +63,7 @@ def dense_gemm_calls(
     *,
     local_head: bool = False,
     local_dense_mlp: bool = False,
+    dsa_module: bool = False,
 ) -> tuple[GemmCall, ...] | None:
     """The dense GEMMs of one forward on one of `tp` ranks, as SGLang and vLLM shard them:
     column-parallel q|k|v, q_b and gate|up by output features (KV heads at max(1, Hkv / tp)),
@@ -79,7 +81,12 @@ def dense_gemm_calls(
     the vocab-parallel head). Under it, `local_head` (SGLang's --enable-dp-lm-head): the head
     by vocabulary over the `tp` attention ranks on the rank's own sampled rows;
     `local_dense_mlp` (--moe-dense-tp-size 1, at attention TP 1): the dense layers' MLPs whole
-    on the rank's own rows."""
+    on the rank's own rows.
+
+    `dsa_module` (the step model adds the engine's DSA module less its MLA module: batch_step.
+    _DsaModule): a DSA layer's MLA projections laid out as a dense MLA layer's, the indexer's
+    own matrices (wq_b, wk, weights_proj: params.indexer_params) left to that difference, which
+    times them with the indexer; without it such a layer is not laid out."""
     h = spec.hidden_size
     mlp_tp = tp if group_tp is None else group_tp
     gathered = group_tp is not None
@@ -95,7 +102,10 @@ def dense_gemm_calls(
             return None
         if set(parts) - {"attention", "mlp", "experts", "shared_experts", "router", "norms"}:
             return None
-        if attn.indexer_head_dim or attn.compress_ratio or attn.sparse_block_size:
+        if attn.compress_ratio or attn.sparse_block_size:
+            return None
+        dsa = bool(attn.indexer_head_dim) and attn.kind is CacheKind.MLA
+        if attn.indexer_head_dim and not (dsa and dsa_module):
             return None
         heads = _ceil_div(attn.num_q_heads, tp)
         a = part_fmt("attention")
@@ -110,6 +120,7 @@ def dense_gemm_calls(
                 + q_lora * attn.num_q_heads * attn.qk_head_dim
                 + latent * attn.num_q_heads * (nope + attn.v_head_dim)
                 + attn.num_q_heads * attn.v_head_dim * h
+                + (indexer_params(attn, h) if dsa else 0)  # the DSA module's (`dsa_module`)
             )
             matrices = [
                 GemmCall(q_lora + latent + rope, h, a, count),
