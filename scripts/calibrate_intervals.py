@@ -239,15 +239,21 @@ def untimed_rule(members: list[dict], classes: dict) -> dict:
     }
 
 
-def rule_span(entry: dict, classes: dict) -> dict:
+def rule_span(entry: dict, classes: dict, engines: tuple[str, ...] | None = None) -> dict:
     """An entry's ends over every untimed fraction: its conformal ends and, where it has
-    untimed-part factors, those at fraction 1 about the own ends (the widest): what a class
-    that knows less must hold (nested)."""
+    untimed-part factors, those at fraction 1 about the own ends (the widest) for each of
+    `engines` (None: every engine's and the pooled): what a class that knows less must hold
+    for runs under those engines (nested)."""
     rule = entry.get("untimed_factor")
     if rule is None:
         return entry
     spans = dict(entry["log_ratio"])
-    for engine, factors in (("", rule["pooled"]), *rule["engines"].items()):
+    pairs = (
+        [("", rule["pooled"]), *rule["engines"].items()]
+        if engines is None
+        else [(e, rule["engines"].get(e, rule["pooled"])) for e in engines]
+    )
+    for engine, factors in pairs:
         own = f"own/{engine}"
         base = classes[own if own in classes else "own"]["log_ratio"]
         for family, pair in factors.items():
@@ -406,11 +412,14 @@ def nested(classes: dict) -> dict:
     out = {k: {**v, "log_ratio": dict(v["log_ratio"])} for k, v in classes.items()}
     engines = sorted({k.split("/")[1] for k in classes if "/" in k})
     for cls in CLASSES:
+        reachable = intervals.UNTIMED_ENGINES if cls == intervals.UNTIMED else None
         for engine in (None, *engines):
             own_key = cls if engine is None else f"{cls}/{engine}"
             base = out.get(own_key) or out[cls]
+            # the engines whose runs the entry holds (an untimed run is under SGLang only)
+            runs_of = (engine,) if engine else reachable
             wider = [
-                rule_span(out.get(f"{a}/{engine}") or out[a] if engine else out[a], out)
+                rule_span(out.get(f"{a}/{engine}") or out[a] if engine else out[a], out, runs_of)
                 for a in above(cls)
             ]
             held = [a for a, entry in zip(above(cls), wider, strict=True) if _widens(base, entry)]

@@ -738,3 +738,23 @@ def test_untimed_seconds_are_the_untimed_groups_share_of_the_gemms():
     own = build_replica(load_model("llama-3.1-8b"), load_profile("h100"), ServeOptions()).model
     assert own.untimed_terms == frozenset()
     assert own.step(BatchShape(8, 8 * 1000, (), 8)).untimed_s == 0.0
+
+
+def test_nesting_holds_the_partial_factors_at_full_share_for_the_engines_a_class_can_be():
+    """A class that knows less holds the partial class's ends at u = 1 under every engine's
+    factors; the untimed class (SGLang runs only) under SGLang's, here the pooled ones.
+    vLLM's 19 partial runs at u = 0.5 and time 1 - i / 40 ask k = 1 - i / 20 below (its
+    2nd smallest: 0.15); with 10 SGLang runs at time 1 the pooled 29 runs' 3rd smallest: 0.2."""
+    n = cal.MIN_ENGINE_RUNS
+    own = _rows("own", [0.0] * 10)
+    vllm = _rows("partial", [math.log(1 - i / 40) for i in range(n)])
+    sglang = _rows("partial", [0.0] * 10, engine="sglang")
+    untimed = _rows(intervals.UNTIMED, [0.0] * 6, engine="sglang")
+    doc = cal.build(own + [_as_time(r) for r in vllm + sglang] + untimed)
+    rule = doc["classes"]["partial"]["untimed_factor"]
+    assert rule["engines"]["vllm"]["tpot"][0] == pytest.approx(0.15)
+    assert rule["pooled"]["tpot"][0] == pytest.approx(0.2)
+    classes = doc["classes"]
+    # own ends [0, 0]: the untimed class's TPOT low end is log 0.2, not vLLM's log 0.15
+    assert classes[intervals.UNTIMED]["log_ratio"]["tpot"][0] == pytest.approx(math.log(0.2))
+    assert classes["borrowed"]["log_ratio"]["tpot"][0] <= math.log(0.15) + 1e-12

@@ -87,10 +87,14 @@ PARTIAL = "partial"
 BORROWED = "borrowed"
 
 
+# the engines whose runs can be in the UNTIMED class (untimed)
+UNTIMED_ENGINES = ("sglang",)
+
+
 def untimed(spec, engine: str) -> bool:
     """Whether serving `spec` under `engine` runs a part kvplan does not time (the UNTIMED
     class): SGLang's detokenizer on Moonshot's tokenizer."""
-    return engine == "sglang" and detokenizer_untimed(spec)
+    return engine in UNTIMED_ENGINES and detokenizer_untimed(spec)
 
 
 def raw_class(
