@@ -142,6 +142,8 @@ def log_ratios(cases: list[dict]) -> list[dict]:
                 "id": case["id"],
                 "evidence": evidence(case, sim["untimed_parts"], sim["borrowed_parts"]),
                 "untimed_parts": list(sim["untimed_parts"]),
+                # of the run's step time, the fraction in terms holding an untimed part
+                "untimed_time_fraction": sim["untimed_time_fraction"],
                 # the kernel tables' class, which an untimed run takes until the file has one
                 "tables_evidence": tables_for(
                     load_profile(gpu_name(case)), case.get("engine", "vllm")
@@ -178,6 +180,88 @@ def quantiles(values: list[float]) -> list[float]:
 def widened(pair: list[float]) -> list[float]:
     centre, half = (pair[0] + pair[1]) / 2, (pair[1] - pair[0]) / 2
     return [centre - WIDEN * half, centre + WIDEN * half]
+
+
+def untimed_scores(row: dict, metric: str, base: list[float]) -> tuple[float, float]:
+    """(the lower, the upper) factor k on a run's untimed parts that its measured value asks
+    for, beyond the own class's ends `base` of its family: with u the run's untimed fraction
+    and t = exp(y - end) its time ratio past an end (a rate's inverse), the step is
+    (1 - u) + u k times the simulated one where t = 1 - u + u k, k = (t - 1 + u) / u; the lower
+    score at most 1 and the upper at least 1 (inside the own ends, no factor is asked)."""
+    u = row["untimed_time_fraction"]
+    y = row["ratios"][metric]
+    low, high = base
+    if FAMILY_OF_METRIC[metric] == "throughput":  # a rate: its time ratio is the inverse
+        y, low, high = -y, -high, -low
+    fast = (math.exp(y - low) - 1 + u) / u
+    slow = (math.exp(y - high) - 1 + u) / u
+    return min(1.0, fast), max(1.0, slow)
+
+
+def untimed_factor_pair(members: list[dict], metric: str, base: list[float]) -> list[float]:
+    """The split-conformal (k10, k90) of the runs' untimed_scores: the lower scores' rank
+    floor(0.1 (n + 1)), the upper's ceil(0.9 (n + 1)) (beyond the sample, n < 9: the extremes);
+    k10 at least 0 (the untimed parts free)."""
+    lows, highs = zip(*(untimed_scores(r, metric, base) for r in members), strict=True)
+    low, high = conformal_ranks(len(members))
+    if low < 1 or high > len(members):
+        return [max(0.0, min(lows)), max(highs)]
+    return [max(0.0, sorted(lows)[low - 1]), sorted(highs)[high - 1]]
+
+
+def untimed_rule(members: list[dict], classes: dict) -> dict:
+    """The partial class's untimed-part factors (kvplan.plans.intervals.untimed_ends), per
+    metric family: pooled over its calibration runs, and per engine where that engine has
+    MIN_ENGINE_RUNS of them. The base is the own class's ends (its engine's entry where there
+    is one), which hold the spread between labs and engines of runs whose every part is timed;
+    the factor is how far the untimed parts' real kernels land from their stand-in, a property
+    of the engine's kernels, so an engine's own factor needs no second lab (MIN_LABS)."""
+    timed = [r for r in members if r["untimed_time_fraction"] >= intervals.MIN_UNTIMED_FRACTION]
+
+    def factors(rows: list[dict], engine: str | None) -> dict:
+        own = f"own/{engine}"
+        base = classes[own if own in classes else "own"]["log_ratio"]
+        out = {}
+        for metric, family in FAMILY_OF_METRIC.items():
+            have = [r for r in rows if metric in r["ratios"]]
+            out[family] = untimed_factor_pair(have, metric, base[family])
+        return out
+
+    engines = {}
+    for engine in sorted({r["groups"]["engine"] for r in timed}):
+        subset = [r for r in timed if r["groups"]["engine"] == engine]
+        if len(subset) >= MIN_ENGINE_RUNS:
+            engines[engine] = factors(subset, engine)
+    return {
+        "pooled": factors(timed, None),
+        "engines": engines,
+        "runs": len(timed),
+    }
+
+
+def rule_span(entry: dict, classes: dict, engines: tuple[str, ...] | None = None) -> dict:
+    """An entry's ends over every untimed fraction: its conformal ends and, where it has
+    untimed-part factors, those at fraction 1 about the own ends (the widest) for each of
+    `engines` (None: every engine's and the pooled): what a class that knows less must hold
+    for runs under those engines (nested)."""
+    rule = entry.get("untimed_factor")
+    if rule is None:
+        return entry
+    spans = dict(entry["log_ratio"])
+    pairs = (
+        [("", rule["pooled"]), *rule["engines"].items()]
+        if engines is None
+        else [(e, rule["engines"].get(e, rule["pooled"])) for e in engines]
+    )
+    for engine, factors in pairs:
+        own = f"own/{engine}"
+        base = classes[own if own in classes else "own"]["log_ratio"]
+        for family, pair in factors.items():
+            low, high = intervals.untimed_ends(
+                tuple(base[family]), tuple(pair), 1.0, family != "throughput"
+            )
+            spans[family] = [min(spans[family][0], low), max(spans[family][1], high)]
+    return {**entry, "log_ratio": spans}
 
 
 def _entry(members: list[dict], pool: list[dict]) -> dict:
@@ -328,10 +412,16 @@ def nested(classes: dict) -> dict:
     out = {k: {**v, "log_ratio": dict(v["log_ratio"])} for k, v in classes.items()}
     engines = sorted({k.split("/")[1] for k in classes if "/" in k})
     for cls in CLASSES:
+        reachable = intervals.UNTIMED_ENGINES if cls == intervals.UNTIMED else None
         for engine in (None, *engines):
             own_key = cls if engine is None else f"{cls}/{engine}"
             base = out.get(own_key) or out[cls]
-            wider = [out.get(f"{a}/{engine}") or out[a] if engine else out[a] for a in above(cls)]
+            # the engines whose runs the entry holds (an untimed run is under SGLang only)
+            runs_of = (engine,) if engine else reachable
+            wider = [
+                rule_span(out.get(f"{a}/{engine}") or out[a] if engine else out[a], out, runs_of)
+                for a in above(cls)
+            ]
             held = [a for a, entry in zip(above(cls), wider, strict=True) if _widens(base, entry)]
             if not held:
                 continue
@@ -373,6 +463,14 @@ def build(rows: list[dict]) -> dict:
             subset = [r for r in members if r["groups"]["engine"] == engine]
             if len(subset) >= MIN_ENGINE_RUNS and len({lab(r) for r in subset}) >= MIN_LABS:
                 classes[f"{cls}/{engine}"] = _entry(subset, subset)
+    partial = [
+        r
+        for r in rows
+        if r["evidence"] == intervals.PARTIAL
+        and r["untimed_time_fraction"] >= intervals.MIN_UNTIMED_FRACTION
+    ]
+    for key in [k for k in classes if k.split("/")[0] == intervals.PARTIAL and partial]:
+        classes[key]["untimed_factor"] = untimed_rule(partial, classes)
     classes = nested(classes)
     scores = transfer_scores(rows)
     return {
@@ -388,7 +486,13 @@ def build(rows: list[dict]) -> dict:
             "between labs). Nested: each class's "
             "ends hold those of every class that knows more (own, partial, other-engine, "
             "borrowed, datasheet; untimed holds own and partial), per engine; 'held' names "
-            "the classes an entry took ends from."
+            "the classes an entry took ends from. untimed_factor (partial): where a run's "
+            "untimed fraction u is known (the fraction of its simulated step time in terms "
+            "that hold a part no kernel table times), its ends are the own class's with the "
+            "untimed parts at k10..k90 times their stand-in: a time's end + log(1 - u + u k); "
+            "(k10, k90) the split-conformal ranks of the factors the partial calibration runs "
+            f"ask for beyond the own ends, per engine where it has {MIN_ENGINE_RUNS} such runs, "
+            "else pooled; where u is not known, log_ratio."
         ),
         "derived_by": "python scripts/calibrate_intervals.py",
         "calibration_runs": ["tests/data/sim_bench_cases.json", "external split calibrate"],
@@ -434,7 +538,8 @@ def coverage(rows: list[dict]) -> None:
 
     def ends(r, metric):  # log(end / simulated): intervals.interval's rule
         family = FAMILY_OF_METRIC[metric]
-        q10, q90 = intervals.log_quantiles(key(r), family, r["length_dist"])
+        untimed = intervals.Untimed(r["groups"]["engine"], r["untimed_time_fraction"])
+        q10, q90 = intervals.log_quantiles(key(r), family, r["length_dist"], untimed)
         if family in intervals.propagated_families():
             runs = r.get("propagated", {}).get(metric) or []
             q10, q90 = min([q10, *runs]), max([q90, *runs])

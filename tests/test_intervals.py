@@ -218,13 +218,17 @@ def test_stored_classes_and_calibration_runs_are_not_held_out():
         assert {i for i, s in split.items() if s == "validate"} <= heldout, name
 
 
-def _rows(evidence, values, length_dist="fixed", engine="vllm", labs=("Lab A", "Lab B")):
-    """Calibration rows, their sources alternating between `labs`."""
+def _rows(
+    evidence, values, length_dist="fixed", engine="vllm", labs=("Lab A", "Lab B"), untimed=0.5
+):
+    """Calibration rows, their sources alternating between `labs`, each with `untimed` of its
+    step time in untimed parts."""
     return [
         {"id": f"{evidence}-{length_dist}-{i}", "evidence": evidence,
          "groups": {"engine": engine, "source": f"{labs[i % len(labs)]} (a bench)"},
          "length_dist": length_dist,
          "workload": intervals.workload_kind(length_dist),
+         "untimed_time_fraction": untimed,
          "ratios": {m: v for m in cal.FAMILY_OF_METRIC}}
         for i, v in enumerate(values)
     ]  # fmt: skip
@@ -579,3 +583,178 @@ def test_propagation_is_chosen_where_the_conformal_ends_miss_left_out_runs():
     alone = cal.propagation_choice(rows[:18])
     assert alone["scores"]["ttft"]["run"]["conformal"] == pytest.approx(16 / 18, abs=1e-4)
     assert alone["families"] == []
+
+
+# ---- the partial class's untimed-part factor (issue 34: as narrow as the evidence allows) ----
+
+
+def test_untimed_ends_by_hand():
+    """A time's ends: the own ends plus log(1 - u + u k) at k10 and k90; a rate's the same on
+    its inverse. Own time ends [0, log 2], factors (0.5, 3), u = 0.4: the fast end
+    0 + log(0.6 + 0.2) = log 0.8, the slow log 2 + log(0.6 + 1.2) = log 3.6."""
+    low, high = intervals.untimed_ends((0.0, math.log(2)), (0.5, 3.0), 0.4, True)
+    assert (low, high) == (pytest.approx(math.log(0.8)), pytest.approx(math.log(3.6)))
+    # the throughput whose own ends are [log 0.5, 0]: time ends [0, log 2], so 1/3.6 .. 1.25
+    low, high = intervals.untimed_ends((math.log(0.5), 0.0), (0.5, 3.0), 0.4, False)
+    assert (low, high) == (pytest.approx(math.log(1 / 3.6)), pytest.approx(math.log(1.25)))
+    # no untimed time: the own ends; all of it: the factors themselves on the own ends
+    assert intervals.untimed_ends((0.0, 1.0), (0.5, 3.0), 0.0, True) == (0.0, 1.0)
+    low, high = intervals.untimed_ends((0.0, 1.0), (0.5, 3.0), 1.0, True)
+    assert (low, high) == (pytest.approx(math.log(0.5)), pytest.approx(1 + math.log(3)))
+    # a factor of 0 on every part of the step leaves no time: the fast end is open
+    assert intervals.untimed_ends((0.0, 1.0), (0.0, 3.0), 1.0, True)[0] == -math.inf
+
+
+def test_untimed_scores_by_hand():
+    """The factor a run asks for: own throughput ends [log 0.5, 0] are time ends [0, log 2];
+    u = 0.5. A run at 0.25x the simulated throughput is 4x slower, 2x past the slow end:
+    (2 - 0.5) / 0.5 = 3 on the upper score; 4x past the fast end asks no lower factor (1). A
+    run 1.6x faster (time 0.625) asks (0.625 - 0.5) / 0.5 = 0.25 below, nothing above."""
+    base = [math.log(0.5), 0.0]
+    slow = {"untimed_time_fraction": 0.5, "ratios": {"output_throughput": math.log(0.25)}}
+    assert cal.untimed_scores(slow, "output_throughput", base) == pytest.approx((1.0, 3.0))
+    fast = {"untimed_time_fraction": 0.5, "ratios": {"output_throughput": math.log(1.6)}}
+    assert cal.untimed_scores(fast, "output_throughput", base) == pytest.approx((0.25, 1.0))
+    # a time (TPOT) 3x the simulated against own ends [0, log 2]: (1.5 - 0.5) / 0.5 = 2
+    tpot = {"untimed_time_fraction": 0.5, "ratios": {"median_tpot_ms": math.log(3)}}
+    assert cal.untimed_scores(tpot, "median_tpot_ms", [0.0, math.log(2)]) == pytest.approx(
+        (1.0, 2.0)
+    )
+
+
+def test_untimed_factors_are_conformal_ranks_per_engine_by_hand():
+    """(k10, k90): the lower scores' rank floor(0.1 (n + 1)), the upper's ceil(0.9 (n + 1));
+    an engine's own pair where it has MIN_ENGINE_RUNS partial runs, else the pooled pair."""
+    n = cal.MIN_ENGINE_RUNS  # 19: ranks 2 and 18
+    own = _rows("own", [0.0] * 10)  # own ends [0, 0] (widened extremes of equal values)
+    # vLLM runs at u = 0.5, measured/simulated time 1 + i / 20 (i = 0..18): each asks
+    # k = (t - 0.5) / 0.5 = 1 + i / 10 above, nothing below
+    vllm = _rows("partial", [math.log(1 + i / 20) for i in range(n)], untimed=0.5)
+    sglang = _rows("partial", [math.log(5.0)] * 3, engine="sglang", untimed=0.5)
+    doc = cal.build(own + [_as_time(r) for r in vllm + sglang])
+    rule = doc["classes"]["partial"]["untimed_factor"]
+    assert set(rule["engines"]) == {"vllm"} and rule["runs"] == n + 3
+    # vLLM's 18th smallest upper score: 1 + 17 / 10; lower: 1 (no run faster than own)
+    assert rule["engines"]["vllm"]["tpot"] == pytest.approx([1.0, 2.7])
+    # pooled over 22 runs: ranks 2 and 21; the 3 SGLang runs ask (5 - 0.5) / 0.5 = 9
+    assert rule["pooled"]["tpot"] == pytest.approx([1.0, 9.0])
+    # a rate: throughput ratios are the inverse times, the same factors
+    assert rule["engines"]["vllm"]["throughput"] == pytest.approx([1.0, 2.7])
+
+
+def _as_time(row):
+    """A row whose times are its value and whose throughput the inverse."""
+    value = row["ratios"]["median_tpot_ms"]
+    ratios = {m: (-value if m == "output_throughput" else value) for m in cal.FAMILY_OF_METRIC}
+    return {**row, "ratios": ratios}
+
+
+def test_a_runs_untimed_fraction_sets_its_partial_ends(monkeypatch):
+    """Where the simulation gives the untimed fraction, a partial run's ends are the own ends
+    widened by the engine's factors (pooled for an engine without its own); without it, the
+    class's conformal ends; at no untimed time, the own ends."""
+    doc = {
+        "min_runs": 6,
+        "workload_widen": 1.0,
+        "classes": {
+            "own": {"log_ratio": {f: [0.0, math.log(2)] for f in intervals.FAMILIES},
+                    "workloads": {"random": 9}, "calibrated": True},
+            "partial": {
+                "log_ratio": {f: [-1.0, 2.0] for f in intervals.FAMILIES},
+                "workloads": {"random": 9}, "calibrated": True,
+                "untimed_factor": {
+                    "pooled": {f: [0.5, 5.0] for f in intervals.FAMILIES},
+                    "engines": {"vllm": {f: [0.5, 3.0] for f in intervals.FAMILIES}},
+                    "runs": 30,
+                },
+            },
+        },
+    }  # fmt: skip
+    monkeypatch.setattr(intervals, "table", lambda: doc)
+    vllm = intervals.Untimed("vllm", 0.4)
+    low, high = intervals.log_quantiles("partial", "tpot", "fixed", vllm)
+    assert (low, high) == (pytest.approx(math.log(0.8)), pytest.approx(math.log(3.6)))
+    # SGLang takes the pooled factors: slow end log 2 + log(0.6 + 2.0) = log 5.2
+    low, high = intervals.log_quantiles(
+        "partial", "tpot", "fixed", intervals.Untimed("sglang", 0.4)
+    )
+    assert high == pytest.approx(math.log(5.2))
+    assert intervals.log_quantiles("partial", "tpot", "fixed") == (-1.0, 2.0)
+    none = intervals.Untimed("vllm", 0.0)
+    assert intervals.log_quantiles("partial", "tpot", "fixed", none) == (0.0, math.log(2))
+    # the step scales follow: exp of the TPOT ends
+    assert intervals.step_scales("partial", "fixed", vllm) == (
+        pytest.approx(0.8),
+        pytest.approx(3.6),
+    )
+    # a figure: the point times the ends; throughput's own ends [0, log 2] are time ends
+    # [-log 2, 0]: the slow time end 0 + log(0.6 + 1.2), the fast -log 2 + log(0.6 + 0.2), so
+    # 100 x (1 / 1.8 .. 2 / 0.8)
+    low, high = intervals.interval(100.0, "output_throughput", "partial", "fixed", (), vllm)
+    assert (low, high) == (pytest.approx(100 / 1.8), pytest.approx(250.0))
+
+
+def test_simulate_stores_the_untimed_fraction_and_widens_by_it():
+    """A gpt-oss run on an H100 (its mxfp4 fused MoE in no table: partial) keeps the fraction
+    of its step time in those terms; a run on own tables has none."""
+    from kvplan.simulate.setup import ServeOptions
+
+    # vLLM before 0.11.1 runs Marlin's MXFP4 MoE on Hopper, which no row times
+    request = SimulateRequest(
+        workload=WorkloadSpec(num_prompts=20, input_len=256, output_len=64, seed=0),
+        rates=(math.inf,),
+        serve=ServeOptions(vllm_version="0.10.2"),
+    )
+    result = simulate(load_model("openai/gpt-oss-20b"), load_profile("h100"), request)
+    run = result.runs[0]
+    fraction = run.engine.untimed_time_fraction
+    assert 0.05 < fraction < 0.95
+    evidence = dict(next(n for n in result.notes if n.id == "sim-interval").values)["evidence"]
+    assert evidence.split("/")[0] == intervals.PARTIAL
+    untimed = intervals.Untimed("vllm", fraction)
+    q10, q90 = intervals.log_quantiles(evidence, "throughput", "fixed", untimed)
+    low, high = run.bench_interval["output_throughput"]
+    thr = run.bench.output_throughput
+    assert (low, high) == (pytest.approx(thr * math.exp(q10)), pytest.approx(thr * math.exp(q90)))
+    values = dict(next(n for n in result.notes if n.id == "sim-interval").values)
+    assert values["untimed_fraction"] == pytest.approx(fraction)
+
+
+def test_untimed_seconds_are_the_untimed_groups_share_of_the_gemms():
+    """StepModel.untimed_s: with the fused MoE untimed, the GEMM terms times the experts'
+    share of the GEMMs' seconds (gemm_parts_s); the whole step's terms where nothing is."""
+    from kvplan.formulas.batch_step import BatchShape
+    from kvplan.simulate.setup import ServeOptions, build_replica
+
+    model = build_replica(
+        load_model("openai/gpt-oss-20b"), load_profile("h100"), ServeOptions(vllm_version="0.10.2")
+    ).model
+    assert model.untimed_terms == frozenset({"experts"})
+    step = model.step(BatchShape(8, 8 * 1000, (), 8))
+    _, _, dense_s, expert_s = model.gemm_parts_s(8, 8)
+    gemms = step.terms_s["weights_s"] + step.terms_s["matmul_s"]
+    assert step.untimed_s == pytest.approx(gemms * expert_s / (dense_s + expert_s))
+    assert 0 < step.untimed_s < step.total_s
+    own = build_replica(load_model("llama-3.1-8b"), load_profile("h100"), ServeOptions()).model
+    assert own.untimed_terms == frozenset()
+    assert own.step(BatchShape(8, 8 * 1000, (), 8)).untimed_s == 0.0
+
+
+def test_nesting_holds_the_partial_factors_at_full_share_for_the_engines_a_class_can_be():
+    """A class that knows less holds the partial class's ends at u = 1 under every engine's
+    factors; the untimed class (SGLang runs only) under SGLang's, here the pooled ones.
+    vLLM's 19 partial runs at u = 0.5 and time 1 - i / 40 ask k = 1 - i / 20 below (its
+    2nd smallest: 0.15); with 10 SGLang runs at time 1 the pooled 29 runs' 3rd smallest: 0.2."""
+    n = cal.MIN_ENGINE_RUNS
+    own = _rows("own", [0.0] * 10)
+    vllm = _rows("partial", [math.log(1 - i / 40) for i in range(n)])
+    sglang = _rows("partial", [0.0] * 10, engine="sglang")
+    untimed = _rows(intervals.UNTIMED, [0.0] * 6, engine="sglang")
+    doc = cal.build(own + [_as_time(r) for r in vllm + sglang] + untimed)
+    rule = doc["classes"]["partial"]["untimed_factor"]
+    assert rule["engines"]["vllm"]["tpot"][0] == pytest.approx(0.15)
+    assert rule["pooled"]["tpot"][0] == pytest.approx(0.2)
+    classes = doc["classes"]
+    # own ends [0, 0]: the untimed class's TPOT low end is log 0.2, not vLLM's log 0.15
+    assert classes[intervals.UNTIMED]["log_ratio"]["tpot"][0] == pytest.approx(math.log(0.2))
+    assert classes["borrowed"]["log_ratio"]["tpot"][0] <= math.log(0.15) + 1e-12

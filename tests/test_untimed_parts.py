@@ -199,10 +199,16 @@ def test_parts_decide_the_class_and_the_note_names_them():
     (interval,) = [n for n in result.notes if n.id == "sim-interval"]
     assert interval.value("parts") == result.untimed_parts
     assert interval.value("evidence") == intervals.PARTIAL  # (one lab's vLLM runs: no /vllm)
-    # its bench_interval is the partial class's, not the A100 tables' own class's
-    bench, shown = result.runs[0].bench, result.runs[0].bench_interval["output_throughput"]
+    # its bench_interval is the partial class's at the run's untimed fraction, not the A100
+    # tables' own class's
+    run = result.runs[0]
+    bench, shown = run.bench, run.bench_interval["output_throughput"]
+    untimed = intervals.Untimed("vllm", run.engine.untimed_time_fraction)
+    assert 0 < untimed.time_fraction < 1
     for cls, other in ((intervals.PARTIAL, True), ("own", False)):
-        ends = intervals.interval(bench.output_throughput, "output_throughput", cls, "fixed")
+        ends = intervals.interval(
+            bench.output_throughput, "output_throughput", cls, "fixed", (), untimed
+        )
         assert (tuple(ends) == tuple(shown)) is other
     from kvplan.present.notes import note_text  # the note's words name each part
 

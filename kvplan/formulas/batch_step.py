@@ -219,8 +219,10 @@ def engine_step_time(
     launch_s: float,
     host_s: float,
     total_s: float,
+    untimed_s: float = 0.0,
 ) -> StepTime:
-    """An engine step's StepTime from its terms (ENGINE_TERMS) and its total."""
+    """An engine step's StepTime from its terms (ENGINE_TERMS), its total and the seconds of
+    its terms that hold an untimed part (StepModel.untimed_s)."""
     terms = {
         "weights_s": weights_s,
         "matmul_s": matmul_s,
@@ -231,7 +233,7 @@ def engine_step_time(
         "launch_s": launch_s,
         "host_s": host_s,
     }
-    return StepTime(total_s, terms, None, None, None, None, ())
+    return StepTime(total_s, terms, None, None, None, None, (), untimed_s)
 
 
 class _Group(NamedTuple):
@@ -656,6 +658,55 @@ class StepModel:
         the "borrowed" interval class (kvplan.plans.intervals.raw_class)."""
         return self.borrowed_backends
 
+    @property
+    def untimed_terms(self) -> frozenset[str]:
+        """Which of the step's priced parts hold an untimed part (untimed_parts): "dense" (the
+        dense GEMMs in a format without rows), "experts" (a fused MoE without its curve, or
+        under a MoE backend flag), "attention" (the attention terms: DSA, the recurrent
+        layers, a backend flag without rows). untimed_s charges these parts' whole seconds."""
+        cached = self.__dict__.get("_untimed_terms")
+        if cached is None:
+            spec, kinds = self.spec, set()
+            if self.dense_untimed:
+                kinds.add("dense")
+            if spec.moe is not None and (self.moe_curve is None or self.untimed_moe_backend):
+                kinds.add("experts")
+            parts = self.untimed_parts
+            if any(
+                p.startswith(("the DSA", "the sparse", "the recurrent", "the attention"))
+                for p in parts
+            ):
+                kinds.add("attention")
+            cached = self.__dict__["_untimed_terms"] = frozenset(kinds)
+        return cached
+
+    def untimed_s(
+        self,
+        gpu: tuple[float, ...],
+        num_tokens: int,
+        num_sampled: int,
+        gathered_tokens: int | None = None,
+        gathered_sampled: int | None = None,
+    ) -> float:
+        """Seconds of a step's forward terms `gpu` (_forward's tuple) that hold an untimed
+        part (untimed_terms): the attention terms whole, and of the GEMM terms the untimed
+        groups' share of the GEMMs' seconds at `num_tokens` (gemm_parts_s). An upper bound of
+        the stand-in's own time where a term holds timed kernels too (a hybrid model's full
+        attention beside its recurrent layers)."""
+        kinds = self.untimed_terms
+        if not kinds:
+            return 0.0
+        weights_s, matmul_s, kv_read_s, attention_s = gpu[:4]
+        seconds = kv_read_s + attention_s if "attention" in kinds else 0.0
+        if kinds & {"dense", "experts"}:
+            dense_s, expert_s = self.gemm_parts_s(
+                num_tokens, num_sampled, gathered_tokens, gathered_sampled
+            )[2:]
+            untimed = dense_s * ("dense" in kinds) + expert_s * ("experts" in kinds)
+            if dense_s + expert_s > 0:
+                seconds += (weights_s + matmul_s) * untimed / (dense_s + expert_s)
+        return seconds
+
     def without_graphs(self) -> StepModel:
         """This model with every step run eagerly (no CUDA graph at any size): a DP-attention
         rank whose group runs a step without graphs (cluster.Lockstep). Built once."""
@@ -953,9 +1004,21 @@ class StepModel:
         each on its own roofline; the experts over `gathered_tokens` (weights_bytes), and under
         SGLang's DP attention the MLPs over them too, the head over `gathered_sampled`
         (_gathered_sampled)."""
+        return self.gemm_parts_s(num_tokens, num_sampled, gathered_tokens, gathered_sampled)[:2]
+
+    def gemm_parts_s(
+        self,
+        num_tokens: int,
+        num_sampled: int | None = None,
+        gathered_tokens: int | None = None,
+        gathered_sampled: int | None = None,
+    ) -> tuple[float, float, float, float]:
+        """gemm_s's (weight-bound, compute-bound) seconds, then the same seconds by group:
+        (the dense GEMMs', the experts')."""
         dense_bytes, expert_bytes = self.weights_bytes(num_tokens, gathered_tokens)
         moe_tokens = self._gathered(num_tokens, gathered_tokens)
         weights_s = matmul_s = 0.0
+        groups_s = [0.0, 0.0]
         sampled = num_tokens if num_sampled is None else num_sampled
         head_rows = self._gathered_sampled(num_tokens, sampled, gathered_tokens, gathered_sampled)
         dense_flops = (
@@ -972,25 +1035,27 @@ class StepModel:
         # the dense GEMMs at their own shapes where timed, at every step size: their sum alone
         # (docs/simulate.md "Each dense GEMM at its own shape"); else the pooled roofline
         calls_s = self.dense_calls_s(num_tokens, sampled, gathered_tokens, gathered_sampled)
-        for num_bytes, flops, rates, slowdown, floor_s, curve, timed_s in (
+        for index, (num_bytes, flops, rates, slowdown, floor_s, curve, timed_s) in enumerate(
             (
-                dense_bytes,
-                dense_flops,
-                self.dense_rates,
-                1.0,
-                self.floors.dense_s,
-                None,
-                calls_s,
-            ),
-            (
-                expert_bytes,
-                expert_flops,
-                self.expert_rates,
-                expert_slowdown,
-                self.floors.experts_s,
-                self.moe_curve,
-                None,
-            ),
+                (
+                    dense_bytes,
+                    dense_flops,
+                    self.dense_rates,
+                    1.0,
+                    self.floors.dense_s,
+                    None,
+                    calls_s,
+                ),
+                (
+                    expert_bytes,
+                    expert_flops,
+                    self.expert_rates,
+                    expert_slowdown,
+                    self.floors.experts_s,
+                    self.moe_curve,
+                    None,
+                ),
+            )
         ):
             if not num_bytes and not flops:
                 continue
@@ -1002,11 +1067,12 @@ class StepModel:
                 seconds = self.moe_layers * moe_kernel_s(curve, moe_tokens)
             else:
                 seconds = max(max(memory_s, compute_s) * slowdown, floor_s)
+            groups_s[index] += seconds
             if memory_s >= compute_s:  # the weights' roof binds (`bound`)
                 weights_s += seconds
             else:
                 matmul_s += seconds
-        return weights_s, matmul_s
+        return weights_s, matmul_s, groups_s[0], groups_s[1]
 
     @property
     def dp_gather_full(self) -> bool:
@@ -1301,10 +1367,23 @@ class StepModel:
         head_s = self.logits_gather_s(shape.num_sampled, gathered_tokens, gathered_sampled)
         gpu_s = sum(gpu) + sampler_s + head_s
         total = max(gpu_s, host_s) if self.async_scheduling else gpu_s + host_s
+        num_tokens = max(1, queries * shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
+        untimed_s = self.untimed_s(
+            gpu, num_tokens, max(1, shape.num_sampled), gathered_tokens, gathered_sampled
+        )
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = gpu
         comm_s += head_s
         return engine_step_time(
-            weights_s, matmul_s, kv_read_s, attention_s, sampler_s, comm_s, launch_s, host_s, total
+            weights_s,
+            matmul_s,
+            kv_read_s,
+            attention_s,
+            sampler_s,
+            comm_s,
+            launch_s,
+            host_s,
+            total,
+            untimed_s,
         )
 
     def _forward(
@@ -1469,6 +1548,7 @@ class StepModel:
                 return StepTime(
                     sum(t.total_s for t in kept),
                     {f: sum(t.terms_s[f] for t in kept) for f in ENGINE_TERMS},
+                    untimed_s=sum(t.untimed_s for t in kept),
                 )
 
             return np.array([t.total_s for t in steps]), kept_steps
@@ -1479,6 +1559,12 @@ class StepModel:
         fixed = weights_s + matmul_s + sampler_s + comm_s + launch_s
         gpu = fixed + attention
         times = np.maximum(gpu, host_s) if self.async_scheduling else gpu + host_s
+        # the base step's untimed seconds less its attention at no context, and the
+        # attention at each step's where that is untimed (untimed_terms)
+        untimed_attention = "attention" in self.untimed_terms
+        untimed_s = base.untimed_s - (
+            terms["kv_read_s"] + terms["attention_s"] if untimed_attention else 0.0
+        )
 
         def kept(k: int) -> StepTime:
             return engine_step_time(
@@ -1491,6 +1577,7 @@ class StepModel:
                 launch_s * k,
                 host_s * k,
                 float(times[:k].sum()),
+                untimed_s * k + (float(attention[:k].sum()) if untimed_attention else 0.0),
             )
 
         return times, kept

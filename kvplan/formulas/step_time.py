@@ -84,7 +84,9 @@ class StepTime(NamedTuple):
     every FLOP and the bytes that cross memory; the per-operator model's FLOPs and bytes it
     priced, activations included), the sequences and context of the step (the floor's), and
     the operators' own times (the per-operator model's) are there where the evaluator knows
-    them, None (or no operators) where it does not."""
+    them, None (or no operators) where it does not. `untimed_s`: the seconds of the terms that
+    hold a part no kernel table times (batch_step.StepModel.untimed_s; 0 where every part is
+    timed or the evaluator does not say): not a term, a share of them."""
 
     total_s: float
     terms_s: dict[str, float]
@@ -93,6 +95,7 @@ class StepTime(NamedTuple):
     batch_size: int | None = None
     context_len: int | None = None
     ops: tuple[OpTime, ...] = ()
+    untimed_s: float = 0.0
 
     @property
     def bound(self) -> str:

@@ -17,7 +17,14 @@ the class's half-width times workload_widen: the engines' classes were calibrate
 each (the vLLM runs mostly ShareGPT, the SGLang runs mostly random), and how far a workload of
 another kind lands is measured on the calibration runs, leaving each kind out in turn. A class with too few calibration runs of
 its own takes the pooled spread of every class that is not "own", widened by a stated factor,
-and says it is uncalibrated. A figure's interval is [point * exp(q10), point * exp(q90)]: not
+and says it is uncalibrated. The partial class also holds untimed-part factors
+("untimed_factor"): where the simulation gives a run's untimed fraction u (the fraction of its
+step time in terms that hold a part no kernel table times: EngineStats.untimed_time_fraction),
+its ends are the own class's with those parts at k10..k90 times their stand-in, a time's end
+plus log(1 - u + u k) (untimed_ends), so the less of the step is untimed the nearer the own
+ends; (k10, k90) are split-conformal over the factors the partial calibration runs ask for,
+per engine where it has min_engine_runs of them, else pooled. Without u, the class's ends.
+A figure's interval is [point * exp(q10), point * exp(q90)]: not
 centred on the point where kvplan is biased (the simulation was faster than the real run in
 most published runs), and the point stays the model's answer.
 
@@ -31,6 +38,7 @@ import math
 from functools import cache
 from pathlib import Path
 from statistics import NormalDist
+from typing import NamedTuple
 
 from kvplan.engines.sglang import detokenizer_untimed
 from kvplan.errors import KvplanError
@@ -79,10 +87,14 @@ PARTIAL = "partial"
 BORROWED = "borrowed"
 
 
+# the engines whose runs can be in the UNTIMED class (untimed)
+UNTIMED_ENGINES = ("sglang",)
+
+
 def untimed(spec, engine: str) -> bool:
     """Whether serving `spec` under `engine` runs a part kvplan does not time (the UNTIMED
     class): SGLang's detokenizer on Moonshot's tokenizer."""
-    return engine == "sglang" and detokenizer_untimed(spec)
+    return engine in UNTIMED_ENGINES and detokenizer_untimed(spec)
 
 
 def raw_class(
@@ -166,19 +178,85 @@ def transfer_widen(evidence: str, length_dist: str) -> float:
     return float(doc["workload_widen"]) if seen < doc["min_runs"] else 1.0
 
 
-def log_quantiles(evidence: str, family: str, length_dist: str) -> tuple[float, float]:
+class Untimed(NamedTuple):
+    """What a simulated run says of its untimed parts: its engine and the fraction of its step
+    time in the terms that hold them (EngineStats.untimed_time_fraction)."""
+
+    engine: str
+    time_fraction: float
+
+
+# below this untimed fraction a run's ends are the own class's (the factor's score divides by it)
+MIN_UNTIMED_FRACTION = 1e-3
+
+
+def untimed_factors(evidence: str, engine: str) -> tuple[tuple[float, float], ...] | None:
+    """The class's untimed-part factors for `engine` ((k10, k90) per metric family in
+    FAMILIES' order, intervals.json "untimed_factor"), or None where the class has none."""
+    rule = table()["classes"][evidence].get("untimed_factor")
+    if rule is None:
+        return None
+    by_engine = rule["engines"].get(engine, rule["pooled"])
+    return tuple(tuple(by_engine[family]) for family in FAMILIES)
+
+
+def untimed_ends(
+    base: tuple[float, float], factors: tuple[float, float], time_fraction: float, is_time: bool
+) -> tuple[float, float]:
+    """The log-ratio ends of a run with `time_fraction` of its step time in untimed parts: the
+    step is the timed rest at the own class's ends `base` plus the untimed parts at k times
+    their stand-in, k within `factors` (k10 <= 1 <= k90), so a time's ends are
+    base + log(1 - share + share * k) (`is_time`; a rate's the same on the inverse). A lower
+    factor that would leave no time (1 - share + share * k10 <= 0) leaves the end open (-inf
+    on a time, +inf on a rate)."""
+    u, (k10, k90) = time_fraction, factors
+    low, high = (base[0], base[1]) if is_time else (-base[1], -base[0])
+    fast = 1 - u + u * k10
+    low = low + math.log(fast) if fast > 0 else -math.inf
+    high = high + math.log(1 - u + u * k90)
+    return (low, high) if is_time else (-high, -low)
+
+
+def _family_ends(evidence: str, family: str, untimed: Untimed | None) -> tuple[float, float]:
+    """A metric family's stored ends: the class's conformal ends, or where the class has
+    untimed-part factors and the run's untimed fraction is known, the own class's ends widened
+    by them (untimed_ends)."""
+    classes = table()["classes"]
+    entry = classes[evidence]
+    factors = None if untimed is None else untimed_factors(evidence, untimed.engine)
+    if untimed is None or factors is None:
+        low, high = entry["log_ratio"][family]
+        return low, high
+    own = f"own/{untimed.engine}"
+    base = classes[own if own in classes else "own"]["log_ratio"][family]
+    if untimed.time_fraction < MIN_UNTIMED_FRACTION:
+        return base[0], base[1]
+    return untimed_ends(
+        (base[0], base[1]),
+        factors[FAMILIES.index(family)],
+        untimed.time_fraction,
+        family != "throughput",
+    )
+
+
+def log_quantiles(
+    evidence: str, family: str, length_dist: str, untimed: Untimed | None = None
+) -> tuple[float, float]:
     """(q10, q90) of log(measured / simulated) for this class and metric family, for a
-    workload of `length_dist` (half-width times transfer_widen)."""
+    workload of `length_dist` (half-width times transfer_widen); `untimed`: the run's untimed
+    fraction, where the simulation gave one (_family_ends)."""
     classes = table()["classes"]
     if evidence not in classes:
         raise KvplanError(f"no interval for evidence {evidence!r}")
-    entry = classes[evidence]["log_ratio"]
     if family == "e2el":  # the wider of the two it is made of
-        a, b = entry["tpot"], entry["throughput"]
+        a = _family_ends(evidence, "tpot", untimed)
+        b = _family_ends(evidence, "throughput", untimed)
         # throughput's ratio is inverse to a time's
         low, high = min(a[0], -b[1]), max(a[1], -b[0])
     else:
-        low, high = entry[family]
+        low, high = _family_ends(evidence, family, untimed)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return low, high  # an open end: no centre to widen about
     widen = transfer_widen(evidence, length_dist)
     centre, half = (low + high) / 2, (high - low) / 2
     return centre - widen * half, centre + widen * half
@@ -195,13 +273,15 @@ def log_quantile(evidence: str, family: str, length_dist: str, p: float) -> floa
     return centre + sigma * NormalDist().inv_cdf(p)
 
 
-def step_scales(evidence: str, length_dist: str) -> tuple[float, float]:
+def step_scales(
+    evidence: str, length_dist: str, untimed: Untimed | None = None
+) -> tuple[float, float]:
     """(low, high) step-time scales of the class: exp of its TPOT ends (log_quantiles). A
     median TPOT is the step time between a request's tokens, so how far the real one lands from
     the simulated one is how far the real step does; the interval reruns the simulation with
     every step time at each scale (kvplan.simulate.setup.with_step_scale) and propagates it
     through the queue (bench_interval)."""
-    q10, q90 = log_quantiles(evidence, "tpot", length_dist)
+    q10, q90 = log_quantiles(evidence, "tpot", length_dist, untimed)
     return math.exp(q10), math.exp(q90)
 
 
@@ -218,15 +298,17 @@ def interval(
     evidence: str,
     length_dist: str,
     scaled: tuple[float | None, ...] = (),
+    untimed: Untimed | None = None,
 ) -> tuple[float, float]:
-    """The 80% interval of one bench figure: the class's conformal ends about the point and,
-    where its family is propagated (propagated_families), the envelope of those and the
-    figure's values in the runs at the class's step scales (`scaled`)."""
+    """The 80% interval of one bench figure: the class's conformal ends about the point (for
+    a run's `untimed` fraction, log_quantiles) and, where its family is propagated
+    (propagated_families), the envelope of those and the figure's values in the runs at the
+    class's step scales (`scaled`)."""
     kind = family_of(key)
     if kind is None:
         return value, value
     family, is_rate = kind
-    q10, q90 = log_quantiles(evidence, family, length_dist)
+    q10, q90 = log_quantiles(evidence, family, length_dist, untimed)
     if family == "throughput" and not is_rate:  # the duration: inverse to the throughput
         q10, q90 = -q90, -q10
     low, high = value * math.exp(q10), value * math.exp(q90)
@@ -247,14 +329,18 @@ def _numeric(bench) -> dict:
     }
 
 
-def bench_interval(bench, evidence: str, length_dist: str, scaled_benches=()) -> dict:
+def bench_interval(
+    bench, evidence: str, length_dist: str, scaled_benches=(), untimed: Untimed | None = None
+) -> dict:
     """{key: [low, high]} for every numeric key of a bench result; `scaled_benches`: the same
     run at the class's step scales (step_scales), whose values a propagated family's interval
-    holds."""
+    holds; `untimed`: the run's untimed fraction (log_quantiles)."""
     others = [b._asdict() for b in scaled_benches]
     out = {}
     for key, value in _numeric(bench).items():
-        low, high = interval(value, key, evidence, length_dist, tuple(o.get(key) for o in others))
+        low, high = interval(
+            value, key, evidence, length_dist, tuple(o.get(key) for o in others), untimed
+        )
         out[key] = [low, high]
     return out
 

@@ -280,7 +280,10 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
             parts=parts,
             calibrated=intervals.calibrated(evidence),
             widen=intervals.transfer_widen(evidence, length_dist),
-            scales=intervals.step_scales(evidence, length_dist),
+            scales=intervals.step_scales(evidence, length_dist, _most_untimed(request, runs)),
+            untimed_fraction=max(r.engine.untimed_time_fraction for r in runs)
+            if intervals.untimed_factors(evidence, request.serve.engine) is not None
+            else None,
             propagated=intervals.propagated_families(),
         ),
     ]
@@ -317,6 +320,12 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
     )
 
 
+def _most_untimed(request: SimulateRequest, runs: list[Run]) -> intervals.Untimed:
+    """The untimed fraction of the run with the most (its step scales rerun every rate)."""
+    fraction = max(r.engine.untimed_time_fraction for r in runs)
+    return intervals.Untimed(request.serve.engine, fraction)
+
+
 def _with_intervals(
     replica: Replica, request: SimulateRequest, runs: list[Run], evidence: str
 ) -> list[Run]:
@@ -324,7 +333,11 @@ def _with_intervals(
     and, propagated through the simulation, the same workload rerun with every step time at
     the class's fast and slow step scales (intervals.step_scales; with_step_scale)."""
     length_dist = request.workload.length_dist
-    scales = intervals.step_scales(evidence, length_dist)
+    untimed = [
+        intervals.Untimed(request.serve.engine, r.engine.untimed_time_fraction) for r in runs
+    ]
+    # one rerun at the step scales for every rate: those of the run with most untimed time
+    scales = intervals.step_scales(evidence, length_dist, _most_untimed(request, runs))
     if _has_clock(request) and intervals.propagated_families():
         quiet = request._replace(series=False, step_log=False)
         at_scale = [[r.bench for r in _runs(with_step_scale(replica, s), quiet)[0]] for s in scales]
@@ -335,7 +348,9 @@ def _with_intervals(
         scaled = [a[i] for a in at_scale]
         out.append(
             r._replace(
-                bench_interval=intervals.bench_interval(r.bench, evidence, length_dist, scaled),
+                bench_interval=intervals.bench_interval(
+                    r.bench, evidence, length_dist, scaled, untimed[i]
+                ),
                 step_scaled=intervals.step_scaled(scales, scaled),
             )
         )

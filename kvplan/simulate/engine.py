@@ -476,6 +476,7 @@ class Engine:
         self.queried_tokens = 0
         self.term_s = dict.fromkeys(ENGINE_TERMS, 0.0)
         self.busy_s = 0.0
+        self.untimed_s = 0.0  # of busy_s, the terms holding an untimed part (StepTime.untimed_s)
         self.peak_used = 0
         self.last_step_s = 0.0
         self.min_step_s = model.step(BatchShape(1, 1, (), 1)).total_s
@@ -825,6 +826,7 @@ class Engine:
         for key, seconds in timing.terms_s.items():
             term_s[key] += seconds
         self.busy_s += duration
+        self.untimed_s += timing.untimed_s
         end = self.clock_s + duration
         self.clock_s = end
         self.step_index = j + 1
@@ -1501,6 +1503,7 @@ class Engine:
         for key, seconds in totals.terms_s.items():
             term_s[key] += seconds
         self.busy_s += totals.total_s
+        self.untimed_s += totals.untimed_s
         log = self.log
         log.end_s.extend(ends.tolist())
         log.client_s.extend(client.tolist())

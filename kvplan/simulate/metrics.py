@@ -92,6 +92,10 @@ class EngineStats(NamedTuple):
     frontend_busy_fraction: float  # API server streaming time / duration (the busiest)
     step_time_shares: dict  # busy time by term, fractions summing to 1
     replicas: list[ReplicaStats]
+    # of the busy time, the fraction in the step terms that hold a part no kernel table times
+    # (StepModel.untimed_s: priced on a stand-in): 0 where every part is timed; it scales the
+    # partial class's interval (kvplan.plans.intervals.log_quantiles)
+    untimed_time_fraction: float = 0.0
 
 
 class Series(NamedTuple):
@@ -285,7 +289,15 @@ def engine_stats(run, duration: float, frontend_per_token_s: float) -> EngineSta
         frontend_busy_fraction=frontend_busy / duration if duration > 0 else 0.0,
         step_time_shares={key: value / total_terms for key, value in terms.items()},
         replicas=replicas,
+        untimed_time_fraction=untimed_fraction(run.engines),
     )
+
+
+def untimed_fraction(engines) -> float:
+    """Over the run's engines, the untimed seconds of their steps (StepTime.untimed_s) over
+    their busy seconds (0 where they never stepped)."""
+    untimed_s, busy_s = sum(e.untimed_s for e in engines), sum(e.busy_s for e in engines)
+    return min(1.0, untimed_s / busy_s) if busy_s > 0 else 0.0
 
 
 def series(engine) -> Series:

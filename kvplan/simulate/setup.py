@@ -1749,6 +1749,7 @@ def _scaled_step(timing, scale: float):
     return timing._replace(
         total_s=timing.total_s * scale,
         terms_s={k: v * scale for k, v in timing.terms_s.items()},
+        untimed_s=timing.untimed_s * scale,
     )
 
 

@@ -784,6 +784,7 @@ def _linear(*pairs) -> StepTime:
     return StepTime(
         sum(w * t.total_s for t, w in pairs),
         {f: sum(w * t.terms_s[f] for t, w in pairs) for f in ENGINE_TERMS},
+        untimed_s=sum(w * t.untimed_s for t, w in pairs),
     )
 
 

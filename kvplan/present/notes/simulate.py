@@ -515,7 +515,7 @@ PROPAGATED_WORDS = {
     "e2el": "end-to-end latency",
 }
 text("sim-interval")(
-    lambda evidence, calibrated, widen, parts=(), scales=(), propagated=(): (
+    lambda evidence, calibrated, widen, parts=(), scales=(), propagated=(), untimed_fraction=None: (
         (
             f"No kernel table times {f.listing(parts)}: kvplan prices "
             f"{'it' if len(parts) == 1 else 'each'} by a stand-in (the datasheet roofline at "
@@ -539,6 +539,15 @@ text("sim-interval")(
             if calibrated
             else "too few published runs of this class to calibrate it: the spread of every "
             "class but GPUs' own tables, widened by half. Loudly unsure. "
+        )
+        + (
+            f"Those parts take {f.share(untimed_fraction)} of the simulated step time "
+            "(untimed_time_fraction in JSON): the interval is that of runs on this GPU's own "
+            "tables with those parts' time anywhere between the fastest and the slowest "
+            "factor on its stand-in that published partial runs asked for, so the less of the "
+            "step they take, the narrower. "
+            if untimed_fraction is not None
+            else ""
         )
         + (
             f"Widened {widen:.2f}x: too few of those runs had this workload's length distribution. "
