@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from kvplan.engines.backends import Backends
-from kvplan.formulas.batch_step import decode_call_s
+from kvplan.formulas.batch_step import decode_call_s, decode_heads_call_s
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.kernel_tables import (
     ATTENTION_FOLDER,
@@ -144,12 +144,30 @@ def test_the_decode_calls_are_pinned_at_their_rows_and_log_linear_between():
     assert np.allclose(decode_call_s(CALLS, 3, sizes, np.maximum), scalar)
 
 
+def test_the_decode_calls_are_log_linear_in_query_heads_between_measured_counts():
+    # the same calls at 4 heads, twice the time at 16
+    by_heads = ((4, CALLS), (16, tuple((b, tuple((x, 2 * s) for x, s in c)) for b, c in CALLS)))
+    assert decode_heads_call_s(by_heads, 4, 1, 4096.0) == pytest.approx(1e-5)
+    assert decode_heads_call_s(by_heads, 16, 4, 4 * 16384.0) == pytest.approx(1.6e-4)
+    # halfway in log(heads): the geometric mean of the two counts' times
+    assert decode_heads_call_s(by_heads, 8, 1, 4096.0) == pytest.approx(math.sqrt(2) * 1e-5)
+    # beyond either end: the end count's time, never extrapolated
+    assert decode_heads_call_s(by_heads, 1, 1, 4096.0) == pytest.approx(1e-5)
+    assert decode_heads_call_s(by_heads, 128, 1, 4096.0) == pytest.approx(2e-5)
+    sizes = np.array([10.0, 3 * 4096.0, 3 * 9000.0, 1e12])
+    scalar = [decode_heads_call_s(by_heads, 6, 3, float(x)) for x in sizes]
+    assert np.allclose(decode_heads_call_s(by_heads, 6, 3, sizes, np.maximum), scalar)
+
+
 def test_the_shipped_calls_are_read_at_their_own_rows():
     timing = attention_backends("b200_sxm.sglang.0.5.14.json")[("mha", "triton")]
-    calls = timing.decode_calls["bfloat16"]
-    for batch, curve in calls:
-        for per_sequence, seconds in curve:
-            assert decode_call_s(calls, batch, batch * per_sequence) == (pytest.approx(seconds))
+    by_heads = timing.decode_calls["bfloat16"]
+    for heads, calls in by_heads:
+        for batch, curve in calls:
+            for per_sequence, seconds in curve:
+                at = decode_heads_call_s(by_heads, heads, batch, batch * per_sequence)
+                assert at == pytest.approx(seconds)
+    calls = by_heads[0][1]
     batch, curve = calls[0]
     (x0, y0), (x1, y1) = curve[3:5]
     between = decode_call_s(calls, batch, batch * math.sqrt(x0 * x1))
@@ -168,13 +186,13 @@ def test_the_files_carry_their_provenance_and_ship():
 
 def test_decode_calls_are_kept_apart_by_cache_dtype():
     """H200 SGLang 0.5.14 FA3 MLA (aiconfigurator-core 0.12.0 generation_mla_perf): at 128
-    sequences reading 4 MiB each, the bf16 cache's rows (4,096 tokens x 576 x 2 B) take 0.157 ms
-    and the fp8 cache's (8,192 tokens x 576 x 1 B) 2.04 ms: pooled by bytes, the median of the
-    two (1.15 ms) priced a bf16 cache 7x slow."""
+    sequences of 16 heads reading 4 MiB each, the bf16 cache's row (4,096 tokens x 576 x 2 B)
+    takes 0.156 ms and the fp8 cache's (8,192 tokens x 576 x 1 B) 2.04 ms: pooled by bytes,
+    the median of the two (1.15 ms) priced a bf16 cache 7x slow."""
     timing = attention_backends("h200_sxm.sglang.0.5.14.json")[("mla", "fa3")]
-    bf16 = dict(dict(timing.decode_calls["bfloat16"])[128])
-    fp8 = dict(dict(timing.decode_calls["fp8"])[128])
-    assert bf16[4194304.0] == pytest.approx(1.568e-4)
+    bf16 = dict(dict(dict(timing.decode_calls["bfloat16"])[16])[128])
+    fp8 = dict(dict(dict(timing.decode_calls["fp8"])[16])[128])
+    assert bf16[4194304.0] == pytest.approx(1.558e-4)
     assert fp8[4194304.0] == pytest.approx(2.042e-3)
     assert decode_calls_for(timing, "fp8") is timing.decode_calls["fp8"]
     assert decode_calls_for(timing, "bfloat16") is timing.decode_calls["bfloat16"]
@@ -182,6 +200,34 @@ def test_decode_calls_are_kept_apart_by_cache_dtype():
     only = timing._replace(decode_calls={"bfloat16": timing.decode_calls["bfloat16"]})
     assert decode_calls_for(only, "fp8") is timing.decode_calls["bfloat16"]
     assert decode_calls_for(timing._replace(decode_calls={}), "fp8") == ()
+
+
+def test_decode_calls_are_kept_apart_by_query_heads():
+    """The same rows at 128 sequences of 4,096 tokens (bf16 cache, 4 MiB each), one row per
+    head count: 155.8 us at 16 heads (DeepSeek-V3 at attention TP 8), 158.5 us at 32, 162.8
+    us at 64, 261.5 us at 128 (attention TP 1: SGLang's DP attention); pooled over the head
+    counts, the median (156.8 us) priced every rank at about 16 heads."""
+    timing = attention_backends("h200_sxm.sglang.0.5.14.json")[("mla", "fa3")]
+    by_heads = timing.decode_calls["bfloat16"]
+    assert [h for h, _ in by_heads] == [1, 2, 4, 8, 16, 32, 64, 128]
+    rows = {16: 1.558e-4, 32: 1.585e-4, 64: 1.628e-4, 128: 2.615e-4}
+    for heads, seconds in rows.items():
+        assert dict(dict(dict(by_heads)[heads])[128])[4194304.0] == pytest.approx(seconds)
+        assert decode_heads_call_s(by_heads, heads, 128, 128 * 4194304.0) == pytest.approx(seconds)
+    # between two measured counts, linear in log(heads) and log(seconds): 96 heads, 0.585 of
+    # the way from 64 to 128
+    t = math.log(96 / 64) / math.log(2)
+    between = rows[64] * (rows[128] / rows[64]) ** t
+    assert decode_heads_call_s(by_heads, 96, 128, 128 * 4194304.0) == pytest.approx(between)
+    # past the last count, its time
+    assert decode_heads_call_s(by_heads, 256, 128, 128 * 4194304.0) == pytest.approx(rows[128])
+    # GQA/MHA rows pool many shapes over the query heads (key 0), read at any head count
+    mha = attention_backends("h200_sxm.sglang.0.5.14.json")[("mha", "fa3")]
+    pooled = mha.decode_calls["bfloat16"]
+    assert [h for h, _ in pooled] == [0]
+    assert decode_heads_call_s(pooled, 64, 8, 8 * 4194304.0) == pytest.approx(
+        decode_call_s(pooled[0][1], 8, 8 * 4194304.0)
+    )
 
 
 def test_an_fp8_cache_decodes_on_its_own_rows():
