@@ -1148,10 +1148,12 @@ def decode_curves(rows, mla: bool) -> dict:
     of more heads does more work (H200 SGLang 0.5.14 FA3 MLA, 128 sequences of 4,096 tokens,
     bf16 cache: 156 us at 16 heads, 262 us at 128). Its rows are a grid of one shape
     (DeepSeek's 576-wide latent), each (heads, batch, context) timed once, contexts a power of
-    two apart: a bucket holds one row and the curve is the rows themselves (their single-row
-    noise along bytes is a few percent: the same FA3, 1 sequence of 16 heads, 16.7 us at 256
-    tokens, 16.1 us at 512), where pooling neighbouring head counts would blur what the heads
-    cost. GQA/MHA: pooled over the query heads (heads key 0), the median of a bucket's rows of
+    two apart: a bucket holds one row and the curve is the rows themselves, each at its own
+    bytes (4,096 tokens x 576 x 2 B = 4.5 MiB; stored at the 4 MiB bucket, a call of 128
+    sequences of 4,096 tokens at 16 heads read 173 us off the curve, not its row's 156), where
+    pooling neighbouring head counts would blur what the heads cost; their single-row noise
+    along bytes is a few percent (the same FA3, 1 sequence of 16 heads: 16.7 us at 256
+    tokens, 16.1 us at 512). GQA/MHA: pooled over the query heads (heads key 0), the median of a bucket's rows of
     many shapes (KV heads, head dims), buckets of fewer than 2 rows left out: split by heads,
     the sparse tables' buckets hold one row each (H100 SGLang triton bf16: 172 points pooled,
     none by heads), while at the same bytes the heads move a call little next to MLA's (H200
@@ -1170,14 +1172,18 @@ def decode_curves(rows, mla: bool) -> dict:
         heads = 2 ** round(math.log2(r["num_heads"])) if mla else 0
         by_batch = buckets.setdefault(r["kv_cache_dtype"], {}).setdefault(heads, {})
         by_bytes = by_batch.setdefault(r["batch_size"], {})
-        by_bytes.setdefault(key, []).append(r["latency"] * 1e-3)
+        by_bytes.setdefault(key, []).append((r["latency"] * 1e-3, per_sequence))
     out: dict = {}
     least = 1 if mla else 2
     for kv, by_heads in sorted(buckets.items()):
         for heads, by in sorted(by_heads.items()):
             for batch, by_bytes in sorted(by.items()):
                 curve = [
-                    [k, float(f"{statistics.median(v):.4g}")]
+                    # a lone row at its own bytes, a pooled bucket at its power of two
+                    [
+                        round(v[0][1]) if len(v) == 1 else k,
+                        float(f"{statistics.median(s for s, _ in v):.4g}"),
+                    ]
                     for k, v in sorted(by_bytes.items())
                     if len(v) >= least
                 ]
@@ -1330,7 +1336,8 @@ def write_attention_backends(root: Path, names: list[str]) -> list[Path]:
             "cache dtype, query heads on the rank, batch and KV bytes per sequence (decode_calls: "
             "{dtype: {heads: {batch: [[bytes, s], ...]}}}, bytes in power-of-two buckets; MLA: "
             "by heads (power-of-two buckets), its grid of one row per heads, batch and context "
-            "the rows themselves; GQA/MHA: pooled over heads (key 0), the median of >= 2 rows), "
+            "the rows themselves at their own bytes; GQA/MHA: pooled over heads (key 0), the "
+            "median of >= 2 rows at the bucket's bytes), "
             "and the median "
             "prefill call by cache dtype, head shape, sequences x query heads (power-of-two "
             "buckets) and prompt tokens (prefill_calls); datasheet rates from hardware_profiles/"
