@@ -1140,33 +1140,55 @@ def _kv_bytes(r: dict, mla: bool) -> float:
 
 
 def decode_curves(rows, mla: bool) -> dict:
-    """{kv dtype: {batch: [[KV bytes per sequence, seconds], ...]}}: per cache dtype and batch
-    size the table timed, the median measured time of one decode-attention call over the rows
-    whose sequences each read about that many bytes (power-of-two buckets; full attention
-    rows), seconds to four significant figures; buckets of fewer than 2 rows left out. By
-    cache dtype: at the same bytes an fp8 cache's call is not a bf16 one's (H200 SGLang 0.5.14
-    FA3 MLA, 128 sequences of 16 heads: bf16 at 4,096 tokens 156 us, fp8 at 8,192 tokens, the
-    same bytes, 2,042 us: the fp8 path dequantizes). By batch as well as bytes: at the same
-    bytes a call over many short sequences takes several times one over a few long ones (H100
-    fa3 at 4 MiB: 10 us for 1-32 sequences, 50-190 us for 256-1,024)."""
+    """{kv dtype: {query heads: {batch: [[KV bytes per sequence, seconds], ...]}}}: per cache
+    dtype, query heads on the rank and batch size the table timed, the time of one
+    decode-attention call over the rows whose sequences each read about that many bytes
+    (power-of-two buckets; full attention rows), seconds to four significant figures.
+    MLA: by query heads (power-of-two buckets of the rows' num_heads): at the same bytes a call
+    of more heads does more work (H200 SGLang 0.5.14 FA3 MLA, 128 sequences of 4,096 tokens,
+    bf16 cache: 156 us at 16 heads, 262 us at 128). Its rows are a grid of one shape
+    (DeepSeek's 576-wide latent), each (heads, batch, context) timed once, contexts a power of
+    two apart: a bucket holds one row and the curve is the rows themselves, each at its own
+    bytes (4,096 tokens x 576 x 2 B = 4.5 MiB; stored at the 4 MiB bucket, a call of 128
+    sequences of 4,096 tokens at 16 heads read 173 us off the curve, not its row's 156), where
+    pooling neighbouring head counts would blur what the heads cost; their single-row noise
+    along bytes is a few percent (the same FA3, 1 sequence of 16 heads: 16.7 us at 256
+    tokens, 16.1 us at 512). GQA/MHA: pooled over the query heads (heads key 0), the median of a bucket's rows of
+    many shapes (KV heads, head dims), buckets of fewer than 2 rows left out: split by heads,
+    the sparse tables' buckets hold one row each (H100 SGLang triton bf16: 172 points pooled,
+    none by heads), while at the same bytes the heads move a call little next to MLA's (H200
+    SGLang fa3 bf16, 64 sequences at 1 MiB: 29.7-34.4 us over 1-128 heads). By
+    cache dtype: at the same bytes an fp8 cache's call is not a bf16 one's (the same FA3 MLA,
+    128 sequences of 16 heads: bf16 at 4,096 tokens 156 us, fp8 at 8,192 tokens, the same
+    bytes, 2,042 us: the fp8 path dequantizes). By batch as well as bytes: at the same bytes a
+    call over many short sequences takes several times one over a few long ones (H100 fa3 at 4
+    MiB: 10 us for 1-32 sequences, 50-190 us for 256-1,024)."""
     buckets: dict = {}
     for r in rows:
         if r.get("window_size") not in (None, 0):
             continue
         per_sequence = _kv_bytes(r, mla) / r["batch_size"]
         key = 2 ** max(round(math.log2(max(per_sequence, 1))), round(math.log2(DECODE_CURVE_LOW)))
-        by_batch = buckets.setdefault(r["kv_cache_dtype"], {}).setdefault(r["batch_size"], {})
-        by_batch.setdefault(key, []).append(r["latency"] * 1e-3)
+        heads = 2 ** round(math.log2(r["num_heads"])) if mla else 0
+        by_batch = buckets.setdefault(r["kv_cache_dtype"], {}).setdefault(heads, {})
+        by_bytes = by_batch.setdefault(r["batch_size"], {})
+        by_bytes.setdefault(key, []).append((r["latency"] * 1e-3, per_sequence))
     out: dict = {}
-    for kv, by in sorted(buckets.items()):
-        for batch, by_bytes in sorted(by.items()):
-            curve = [
-                [k, float(f"{statistics.median(v):.4g}")]
-                for k, v in sorted(by_bytes.items())
-                if len(v) >= 2
-            ]
-            if curve:
-                out.setdefault(kv, {})[str(batch)] = curve
+    least = 1 if mla else 2
+    for kv, by_heads in sorted(buckets.items()):
+        for heads, by in sorted(by_heads.items()):
+            for batch, by_bytes in sorted(by.items()):
+                curve = [
+                    # a lone row at its own bytes, a pooled bucket at its power of two
+                    [
+                        round(v[0][1]) if len(v) == 1 else k,
+                        float(f"{statistics.median(s for s, _ in v):.4g}"),
+                    ]
+                    for k, v in sorted(by_bytes.items())
+                    if len(v) >= least
+                ]
+                if curve:
+                    out.setdefault(kv, {}).setdefault(str(heads), {})[str(batch)] = curve
     return out
 
 
@@ -1269,11 +1291,17 @@ def attention_backends(root: Path, gpu: str, engine: str) -> dict | None:
 
 def _compact_prefill_calls(doc: dict) -> str:
     """The attention/ file's text: indented, but each backend's prefill curves of one cache dtype
-    and head shape on one line (thousands of points)."""
+    and head shape, and its decode curves of one cache dtype and head count, on one line
+    (thousands of points)."""
     import json
 
     compact = {}
     for name, entry in doc["backends"].items():
+        for kv, by_heads in entry["decode_calls"].items():
+            for heads, curves in by_heads.items():
+                mark = f"@{name}@decode@{kv}@{heads}@"
+                compact[json.dumps(mark)] = json.dumps(curves, separators=(",", ":"))
+                by_heads[heads] = mark
         for kv, heads in entry["prefill_calls"].items():
             for head, curves in heads.items():
                 mark = f"@{name}@{kv}@{head}@"
@@ -1305,7 +1333,11 @@ def write_attention_backends(root: Path, names: list[str]) -> list[Path]:
             "per backend (kernel_source -> the engine's flag name, BACKEND_OF_SOURCE), its own "
             "rows only: the (compute, memory) fractions of `attention`/`mla` over full-attention "
             "rows, the smallest decode call at 1-16 sequences, and the median decode call by "
-            "cache dtype, batch and KV bytes per sequence (decode_calls: power-of-two buckets), "
+            "cache dtype, query heads on the rank, batch and KV bytes per sequence (decode_calls: "
+            "{dtype: {heads: {batch: [[bytes, s], ...]}}}, bytes in power-of-two buckets; MLA: "
+            "by heads (power-of-two buckets), its grid of one row per heads, batch and context "
+            "the rows themselves at their own bytes; GQA/MHA: pooled over heads (key 0), the "
+            "median of >= 2 rows at the bucket's bytes), "
             "and the median "
             "prefill call by cache dtype, head shape, sequences x query heads (power-of-two "
             "buckets) and prompt tokens (prefill_calls); datasheet rates from hardware_profiles/"

@@ -74,12 +74,14 @@ def backends() -> dict:
 
 
 def _calls(entry: dict) -> dict:
-    """{(phase, dtype, head, key, x): seconds} of one backend's decode and prefill calls."""
+    """{(phase, dtype, head, key, x): seconds} of one backend's decode and prefill calls (head:
+    the decode calls' query heads on the rank, the prefill calls' head shape)."""
     out = {}
-    for dtype, by_batch in entry["decode_calls"].items():
-        for batch, curve in by_batch.items():
-            for x, s in curve:
-                out[("decode", dtype, "", int(batch), float(x))] = s
+    for dtype, by_heads in entry["decode_calls"].items():
+        for heads, by_batch in by_heads.items():
+            for batch, curve in by_batch.items():
+                for x, s in curve:
+                    out[("decode", dtype, heads, int(batch), float(x))] = s
     for dtype, heads in entry.get("prefill_calls", {}).items():
         for head, by_units in heads.items():
             for units, curve in by_units.items():
@@ -184,7 +186,7 @@ def document() -> dict:
             "the lender's at every call both timed for the same backend's other kind (ratio: "
             "phase -> batch (decode) or sequences x query heads (prefill) -> [[KV bytes per "
             "sequence or prompt tokens, ratio], ...], the median over cache dtypes and head "
-            "shapes). kvplan.inputs.kernel_tables.borrowed_backends prices the missing "
+            "shapes, and over the decode calls' query heads on the rank). kvplan.inputs.kernel_tables.borrowed_backends prices the missing "
             "backend as the lender's calls times the ratio at the call's batch and size; a run "
             "using it is in the 'borrowed' interval class. vendor_tuned: the same ratios' "
             "summary for the other backends both GPUs ran, for comparison (not used)."

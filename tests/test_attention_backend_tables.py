@@ -3,6 +3,7 @@ attention_backends), picked by the backend the serve flags name, read at the ste
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from kvplan.engines.backends import Backends
-from kvplan.formulas.batch_step import decode_call_s
+from kvplan.formulas.batch_step import Rates, decode_call_s, decode_heads_call_s
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.kernel_tables import (
     ATTENTION_FOLDER,
@@ -20,7 +21,7 @@ from kvplan.inputs.kernel_tables import (
     tables_for,
 )
 from kvplan.inputs.sources import load_model
-from kvplan.simulate.setup import ServeOptions, backend_kernels
+from kvplan.simulate.setup import ServeOptions, backend_kernels, build_replica
 
 from helpers import run_json
 
@@ -144,12 +145,30 @@ def test_the_decode_calls_are_pinned_at_their_rows_and_log_linear_between():
     assert np.allclose(decode_call_s(CALLS, 3, sizes, np.maximum), scalar)
 
 
+def test_the_decode_calls_are_log_linear_in_query_heads_between_measured_counts():
+    # the same calls at 4 heads, twice the time at 16
+    by_heads = ((4, CALLS), (16, tuple((b, tuple((x, 2 * s) for x, s in c)) for b, c in CALLS)))
+    assert decode_heads_call_s(by_heads, 4, 1, 4096.0) == pytest.approx(1e-5)
+    assert decode_heads_call_s(by_heads, 16, 4, 4 * 16384.0) == pytest.approx(1.6e-4)
+    # halfway in log(heads): the geometric mean of the two counts' times
+    assert decode_heads_call_s(by_heads, 8, 1, 4096.0) == pytest.approx(math.sqrt(2) * 1e-5)
+    # beyond either end: the end count's time, never extrapolated
+    assert decode_heads_call_s(by_heads, 1, 1, 4096.0) == pytest.approx(1e-5)
+    assert decode_heads_call_s(by_heads, 128, 1, 4096.0) == pytest.approx(2e-5)
+    sizes = np.array([10.0, 3 * 4096.0, 3 * 9000.0, 1e12])
+    scalar = [decode_heads_call_s(by_heads, 6, 3, float(x)) for x in sizes]
+    assert np.allclose(decode_heads_call_s(by_heads, 6, 3, sizes, np.maximum), scalar)
+
+
 def test_the_shipped_calls_are_read_at_their_own_rows():
     timing = attention_backends("b200_sxm.sglang.0.5.14.json")[("mha", "triton")]
-    calls = timing.decode_calls["bfloat16"]
-    for batch, curve in calls:
-        for per_sequence, seconds in curve:
-            assert decode_call_s(calls, batch, batch * per_sequence) == (pytest.approx(seconds))
+    by_heads = timing.decode_calls["bfloat16"]
+    for heads, calls in by_heads:
+        for batch, curve in calls:
+            for per_sequence, seconds in curve:
+                at = decode_heads_call_s(by_heads, heads, batch, batch * per_sequence)
+                assert at == pytest.approx(seconds)
+    calls = by_heads[0][1]
     batch, curve = calls[0]
     (x0, y0), (x1, y1) = curve[3:5]
     between = decode_call_s(calls, batch, batch * math.sqrt(x0 * x1))
@@ -168,20 +187,50 @@ def test_the_files_carry_their_provenance_and_ship():
 
 def test_decode_calls_are_kept_apart_by_cache_dtype():
     """H200 SGLang 0.5.14 FA3 MLA (aiconfigurator-core 0.12.0 generation_mla_perf): at 128
-    sequences reading 4 MiB each, the bf16 cache's rows (4,096 tokens x 576 x 2 B) take 0.157 ms
-    and the fp8 cache's (8,192 tokens x 576 x 1 B) 2.04 ms: pooled by bytes, the median of the
-    two (1.15 ms) priced a bf16 cache 7x slow."""
+    sequences of 16 heads reading 4.5 MiB each, the bf16 cache's row (4,096 tokens x 576 x 2 B)
+    takes 0.156 ms and the fp8 cache's (8,192 tokens x 576 x 1 B) 2.04 ms: pooled by bytes,
+    the median of the two (1.15 ms) priced a bf16 cache 7x slow."""
     timing = attention_backends("h200_sxm.sglang.0.5.14.json")[("mla", "fa3")]
-    bf16 = dict(dict(timing.decode_calls["bfloat16"])[128])
-    fp8 = dict(dict(timing.decode_calls["fp8"])[128])
-    assert bf16[4194304.0] == pytest.approx(1.568e-4)
-    assert fp8[4194304.0] == pytest.approx(2.042e-3)
+    bf16 = dict(dict(dict(timing.decode_calls["bfloat16"])[16])[128])
+    fp8 = dict(dict(dict(timing.decode_calls["fp8"])[16])[128])
+    # MLA's rows at their own bytes per sequence: 4,096 x 576 x 2 = 8,192 x 576 x 1 B
+    assert bf16[4718592.0] == pytest.approx(1.558e-4)
+    assert fp8[4718592.0] == pytest.approx(2.042e-3)
     assert decode_calls_for(timing, "fp8") is timing.decode_calls["fp8"]
     assert decode_calls_for(timing, "bfloat16") is timing.decode_calls["bfloat16"]
     # a backend that timed one dtype only stands in for the other by bytes
     only = timing._replace(decode_calls={"bfloat16": timing.decode_calls["bfloat16"]})
     assert decode_calls_for(only, "fp8") is timing.decode_calls["bfloat16"]
     assert decode_calls_for(timing._replace(decode_calls={}), "fp8") == ()
+
+
+def test_decode_calls_are_kept_apart_by_query_heads():
+    """The same rows at 128 sequences of 4,096 tokens (bf16 cache, 4.5 MiB each), one row per
+    head count: 155.8 us at 16 heads (DeepSeek-V3 at attention TP 8), 158.5 us at 32, 162.8
+    us at 64, 261.5 us at 128 (attention TP 1: SGLang's DP attention); pooled over the head
+    counts, the median (156.8 us) priced every rank at about 16 heads."""
+    timing = attention_backends("h200_sxm.sglang.0.5.14.json")[("mla", "fa3")]
+    by_heads = timing.decode_calls["bfloat16"]
+    assert [h for h, _ in by_heads] == [1, 2, 4, 8, 16, 32, 64, 128]
+    rows = {16: 1.558e-4, 32: 1.585e-4, 64: 1.628e-4, 128: 2.615e-4}
+    x = 4096 * 576 * 2.0
+    for heads, seconds in rows.items():
+        assert dict(dict(dict(by_heads)[heads])[128])[x] == pytest.approx(seconds)
+        assert decode_heads_call_s(by_heads, heads, 128, 128 * x) == pytest.approx(seconds)
+    # between two measured counts, linear in log(heads) and log(seconds): 96 heads, 0.585 of
+    # the way from 64 to 128
+    t = math.log(96 / 64) / math.log(2)
+    between = rows[64] * (rows[128] / rows[64]) ** t
+    assert decode_heads_call_s(by_heads, 96, 128, 128 * x) == pytest.approx(between)
+    # past the last count, its time
+    assert decode_heads_call_s(by_heads, 256, 128, 128 * x) == pytest.approx(rows[128])
+    # GQA/MHA rows pool many shapes over the query heads (key 0), read at any head count
+    mha = attention_backends("h200_sxm.sglang.0.5.14.json")[("mha", "fa3")]
+    pooled = mha.decode_calls["bfloat16"]
+    assert [h for h, _ in pooled] == [0]
+    assert decode_heads_call_s(pooled, 64, 8, 8 * 4194304.0) == pytest.approx(
+        decode_call_s(pooled[0][1], 8, 8 * 4194304.0)
+    )
 
 
 def test_an_fp8_cache_decodes_on_its_own_rows():
@@ -198,3 +247,24 @@ def test_an_fp8_cache_decodes_on_its_own_rows():
         return doc["runs"][0]["bench"]["median_tpot_ms"]
 
     assert tpot("fp8_e4m3") > tpot("auto")
+
+
+def test_dp_attention_reads_the_mla_calls_at_every_head_on_the_rank():
+    """DeepSeek-V3 on 8 H200 under SGLang (FA3 MLA, bf16 cache), 128 decodes of 4,096 tokens:
+    at TP 8 a rank runs 16 of the 128 heads, under DP attention (-dp 8, attention TP 1) all
+    128; the latent cache a rank reads is the same, and the measured call a layer is the
+    row of its heads: 155.8 us against 261.5 us (the rows above; the roofline and floor left
+    out here)."""
+    spec = load_model("deepseek-v3", checkpoint=False)
+
+    def calls_only(**flags):
+        options = ServeOptions(engine="sglang", tp=8, **flags)
+        m = copy.copy(build_replica(spec, load_profile("h200"), options).model)
+        m.floors = m.floors._replace(attention_s=0.0)
+        m.decode_rates = {mla: Rates(1e30, 1e30) for mla in m.decode_rates}
+        return m
+
+    tp8, dp8 = calls_only(), calls_only(data_parallel_size=8, enable_dp_attention=True)
+    assert [g.heads for g in tp8.groups] == [16.0] and [g.heads for g in dp8.groups] == [128.0]
+    assert tp8.decode_attention_s(128, 128 * 4096.0)[0] == pytest.approx(61 * 1.558e-4)
+    assert dp8.decode_attention_s(128, 128 * 4096.0)[0] == pytest.approx(61 * 2.615e-4)

@@ -45,14 +45,18 @@ def test_the_fitted_ratio_is_the_two_rows_quotient():
     entry = _entry("b200_sxm", "mla:triton")
     assert entry["lender"] == "rtx_pro_6000_server" and entry["fitted_on"] == "mha:triton"
     b200, rtx = _raw("b200_sxm")["mha:triton"], _raw("rtx_pro_6000_server")["mha:triton"]
+
+    def at(entry, kv, heads, batch, x):
+        curve = entry["decode_calls"].get(kv, {}).get(heads, {}).get(batch, ())
+        return dict(map(tuple, curve)).get(x)
+
     for batch, x in (("1", 4096.0), ("64", 1048576.0)):
-        # the median over the cache dtypes both timed at this call
+        # the median over the cache dtypes and query heads both timed at this call
         quotients = [
-            dict(map(tuple, b200["decode_calls"][kv][batch]))[x]
-            / dict(map(tuple, rtx["decode_calls"][kv][batch]))[x]
+            at(b200, kv, heads, batch, x) / at(rtx, kv, heads, batch, x)
             for kv in ("bfloat16", "fp8")
-            if x in dict(map(tuple, b200["decode_calls"].get(kv, {}).get(batch, ())))
-            and x in dict(map(tuple, rtx["decode_calls"].get(kv, {}).get(batch, ())))
+            for heads in b200["decode_calls"].get(kv, {})
+            if at(b200, kv, heads, batch, x) and at(rtx, kv, heads, batch, x)
         ]
         assert quotients
         fitted = dict(map(tuple, entry["ratio"]["decode"][batch]))[x]
@@ -68,14 +72,21 @@ def test_a_borrowed_call_is_the_lenders_times_the_ratio():
     lent = borrowed_backends("b200_sxm", "sglang", "0.5.14")[("mla", "triton")]
     theirs = attention_backends("rtx_pro_6000_server.sglang.0.5.14.json")[("mla", "triton")]
     assert lent.borrowed_from == "rtx_pro_6000_server" and lent.pair is None
-    for kv, calls in theirs.decode_calls.items():
-        batch, curve = calls[3]
-        x, seconds = curve[2]
-        ratio = ratio_at(entry["ratio"]["decode"], batch, x)
-        assert dict(lent.decode_calls[kv])[batch][2] == pytest.approx((x, seconds * ratio))
+    for kv, by_heads in theirs.decode_calls.items():
+        for heads, calls in by_heads:
+            batch, curve = calls[min(3, len(calls) - 1)]
+            x, seconds = curve[min(2, len(curve) - 1)]
+            ratio = ratio_at(entry["ratio"]["decode"], batch, x)
+            lent_curve = dict(dict(lent.decode_calls[kv])[heads])[batch]
+            assert dict(lent_curve)[x] == pytest.approx(seconds * ratio)
     # the floor: the smallest borrowed decode call at 1-16 sequences, as derive_achieved's
     smallest = min(
-        s for calls in lent.decode_calls.values() for b, c in calls if b <= 16 for _, s in c
+        s
+        for by_heads in lent.decode_calls.values()
+        for _, calls in by_heads
+        for b, c in calls
+        if b <= 16
+        for _, s in c
     )
     assert lent.floor_s == smallest
 

@@ -300,6 +300,27 @@ def decode_call_s(calls: tuple, batch: int, kv_bytes, maximum=max):
     return np.exp(log_y0 + t * (log_y1 - log_y0))
 
 
+def decode_heads_call_s(calls: tuple, heads: float, batch: int, kv_bytes, maximum=max):
+    """Seconds of one decode-attention call of `heads` query heads on the rank over `batch`
+    sequences reading `kv_bytes` in all, from a backend's measured calls by head count
+    (BackendTiming.decode_calls of one cache dtype): each measured head count's call by
+    decode_call_s; between two measured counts, linear in log(heads) and log(seconds); the
+    nearest count's time beyond either end (never extrapolated)."""
+    below = [c for c in calls if c[0] <= heads] or calls[:1]
+    above = [c for c in calls if c[0] >= heads] or calls[-1:]
+    (h0, curves0), (h1, curves1) = below[-1], above[0]
+    y0 = decode_call_s(curves0, batch, kv_bytes, maximum)
+    if h1 == h0:
+        return y0
+    t = math.log(heads / h0) / math.log(h1 / h0)
+    y1 = decode_call_s(curves1, batch, kv_bytes, maximum)
+    if maximum is max:
+        return math.exp(math.log(y0) + t * math.log(y1 / y0))
+    import numpy as np
+
+    return np.exp(np.log(y0) + t * np.log(y1 / y0))
+
+
 def equivalent_prompt_tokens(keys: float, window: int | None = None) -> float:
     """The prompt tokens n whose causal attention attends `keys` keys in all (n(n+1)/2, or
     under a sliding `window` W: W(W+1)/2 + (n - W)W past W): a chunk over cached tokens, or a
@@ -514,7 +535,8 @@ class StepModel:
         self.mla_rates = Rates(bw * achieved.mla[1], bf16 * achieved.mla[0])
         self.sampler_bandwidth = bw * achieved.dense["bf16"][1]
         # each phase's attention kernels by kind (MLA or not): the default tables' pair, or
-        # the backend the flags name, from its own rows (pair, floor, decode calls by bytes)
+        # the backend the flags name, from its own rows (pair, floor, decode calls by query heads,
+        # batch and bytes)
         self.decode_rates = {False: self.attention_rates, True: self.mla_rates}
         self.prefill_rates = dict(self.decode_rates)
         self.decode_curves: dict[bool, tuple] = {}
@@ -850,7 +872,10 @@ class StepModel:
             if curve and g.layers:  # a named backend: at least its measured calls' time
                 group_s = maximum(
                     group_s,
-                    g.layers * decode_call_s(curve, num_decodes, kv_bytes / g.layers, maximum),
+                    g.layers
+                    * decode_heads_call_s(
+                        curve, g.heads, num_decodes, kv_bytes / g.layers, maximum
+                    ),
                 )
             seconds = seconds + group_s
             memory = memory + read_s

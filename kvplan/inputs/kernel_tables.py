@@ -393,9 +393,10 @@ class BackendTiming(NamedTuple):
     # its rows hold no shape that side needs: the default tables' pair stands)
     pair: tuple[float, float] | None
     floor_s: float | None  # its smallest decode call at 1-16 sequences
-    # {cache dtype ("bfloat16", "fp8"): ((batch, ((KV bytes per sequence, seconds), ...)),
-    # ...)}: the median decode call by the sequences in it and the bytes each reads, batches
-    # ascending (decode_calls_for picks a cache's)
+    # {cache dtype ("bfloat16", "fp8"): ((query heads, ((batch, ((KV bytes per sequence,
+    # seconds), ...)), ...)), ...)}: the measured decode call by the query heads on the rank,
+    # the sequences in it and the bytes each reads, heads and batches ascending
+    # (decode_calls_for picks a cache's)
     decode_calls: dict
     kernel_source: tuple  # aiconfigurator's kernel_source names read
     version: str  # the engine version the rows were measured on
@@ -442,7 +443,13 @@ def attention_backends(name: str) -> dict:
             backend=backend,
             pair=tuple(e["pair"]) if e["pair"] else None,
             floor_s=e["floor_s"],
-            decode_calls={kv: _curves(by_batch) for kv, by_batch in e["decode_calls"].items()},
+            decode_calls={
+                kv: tuple(
+                    (int(heads), _curves(by_batch))
+                    for heads, by_batch in sorted(by_heads.items(), key=lambda item: int(item[0]))
+                )
+                for kv, by_heads in e["decode_calls"].items()
+            },
             kernel_source=tuple(e["kernel_source"]),
             version=e["version"],
             rows=e["rows"]["prefill"] + e["rows"]["decode"],
@@ -493,13 +500,14 @@ def borrowed_backends(gpu: str, engine: str, version: str) -> dict:
         lent = attention_backends(f"{e['lender']}.{engine}.{version}.json")
         timing = lent[tuple(e["backend"].split(":", 1))]
         decode = {
-            kv: _scaled(by_batch, e["ratio"]["decode"])
-            for kv, by_batch in timing.decode_calls.items()
+            kv: tuple((heads, _scaled(calls, e["ratio"]["decode"])) for heads, calls in by_heads)
+            for kv, by_heads in timing.decode_calls.items()
         }
         prefill_ratio = e["ratio"].get("prefill")
         floors = [
             s
-            for by_batch in decode.values()
+            for by_heads in decode.values()
+            for _, by_batch in by_heads
             for batch, curve in by_batch
             if batch <= 16
             for _, s in curve
