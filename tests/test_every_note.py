@@ -1117,6 +1117,8 @@ CHOOSE_WORDS = {
     ("sglang-attention", "forced"),  # whether the backend forced the page: said in words
     ("sglang-attention", "graphs"),  # CUDA graphs off: said in words
     ("sim-sglang", "graph_tokens"),  # 0 (every prefill batch eager): said in words
+    ("sim-sglang", "graph_off"),  # said only where no prefill batch runs graphs
+    ("sim-sglang", "piecewise"),  # whether SGLang runs piecewise graphs: said in words
     ("plan-speculative", "engine"),  # the engine's flags: --speculative-config or -*
     ("deployment-chosen", "nodes"),  # "one node"
     ("deployment-on-gpus", "replicas"),  # one replica: unsaid

@@ -206,23 +206,26 @@ def test_cli_runs_sglang_and_refuses_vllm_only_flags():
 
 
 def test_the_sglang_note_says_how_prefill_dispatch_is_priced():
-    """SGLang's prefill batches ran without CUDA graphs until piecewise graphs became the
-    default (PR #16331); kvplan's price (graph launches up to the decode graphs' largest batch,
-    vLLM's eager dispatch cost above, every batch eager under DP attention) is said, with the
-    graph size (cuda_graph_max_bs 256 on an H100 at TP 1) and host_overheads.json's figure."""
+    """SGLang's prefill batches run under piecewise CUDA graphs by default from 0.5.10 (PR
+    #16331) up to --piecewise-cuda-graph-max-tokens (chunked_prefill_size: 8,192 on an H100),
+    eagerly above and where excluded (DP attention: every batch eager); the note says the
+    release's price with host_overheads.json's eager figure and whose figure it is."""
     eager_ms = json.loads(HOST_OVERHEADS_JSON.read_text())["eager_per_layer_s"] * 1e3
     args = ("--num-prompts", "4", "--input-len", "128", "--output-len", "4")
     data = run_json("simulate", "qwen3-8b", "--gpu", "h100", "--engine", "sglang", *args)
     text = next(n["text"] for n in data["notes"] if n["id"] == "sim-sglang")
-    assert "a prefill batch of up to 256 tokens as a graph step" in text
-    assert f"at {eager_ms:.1f} ms a layer of CPU dispatch, vLLM's figure" in text
-    assert "SGLang's own dispatch cost, with or without those graphs, is not measured" in text
+    assert "a prefill batch of up to 8,192 tokens with graph launch costs" in text
+    assert f"at {eager_ms:.1f} ms a layer of CPU dispatch, a constant of aiconfigurator's" in text
+    assert "SGLang's own dispatch cost, with or without graphs, is not measured" in text
     data = run_json(
         "simulate", "deepseek-r1", "--gpu", "h200", "--tp", "8", "--dp", "8",
         "--enable-dp-attention", "--engine", "sglang", *args,
     )  # fmt: skip
     text = next(n["text"] for n in data["notes"] if n["id"] == "sim-sglang")
-    assert f"kvplan prices every prefill batch at {eager_ms:.1f} ms a layer" in text
+    assert (
+        "(DP attention), so every prefill batch runs eagerly; kvplan prices every prefill batch "
+        f"at {eager_ms:.1f} ms a layer"
+    ) in text
 
 
 def test_retraction_sets_new_token_ratio_without_the_decay():

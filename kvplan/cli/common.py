@@ -565,6 +565,42 @@ def enforce_eager_option():
     )
 
 
+def disable_piecewise_option():
+    return typer.Option(
+        False,
+        "--disable-piecewise-cuda-graph",
+        help="SGLang: prefill batches without piecewise CUDA graphs (their default from "
+        "0.5.10): every prefill batch pays the eager per-layer launch cost.",
+    )
+
+
+def enable_piecewise_option():
+    return typer.Option(
+        False,
+        "--enable-piecewise-cuda-graph",
+        help="SGLang 0.5 before 0.5.10: prefill batches under piecewise CUDA graphs (the "
+        "default from 0.5.10, where the flag is deprecated).",
+    )
+
+
+def piecewise_max_tokens_option():
+    return typer.Option(
+        None,
+        "--piecewise-cuda-graph-max-tokens",
+        min=1,
+        max=1 << 20,
+        help="SGLang: the longest prefill batch run under piecewise CUDA graphs (default: "
+        "the chunked prefill size, 2,048 for MLA models).",
+    )
+
+
+def piecewise_flags(disable: bool, enable: bool, max_tokens: int | None):
+    """SGLang's piecewise-CUDA-graph flags as given (engines.sglang.PiecewiseFlags)."""
+    from kvplan.engines.sglang import PiecewiseFlags
+
+    return PiecewiseFlags(bool(disable), bool(enable), max_tokens)
+
+
 def speculative_config_option():
     """vLLM's --speculative-config JSON."""
     return typer.Option(

@@ -149,6 +149,9 @@ def add(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", min=0, max=2**31, help="Random seed."),
         dcp: int = c.dcp_option(),
         enforce_eager: bool = c.enforce_eager_option(),
+        disable_piecewise: bool = c.disable_piecewise_option(),
+        enable_piecewise: bool = c.enable_piecewise_option(),
+        piecewise_max_tokens: int = c.piecewise_max_tokens_option(),
         backends: Backends = None,  # type: ignore[assignment]  # its flags: c.with_backends
         speculative: str = typer.Option(
             "auto",
@@ -237,6 +240,7 @@ def add(app: typer.Typer) -> None:
                 dcp, what="--decode-context-parallel-size", minimum=1, maximum=1024
             ),
             enforce_eager=enforce_eager,
+            piecewise=c.piecewise_flags(disable_piecewise, enable_piecewise, piecewise_max_tokens),
             backends=backends,
             speculative=speculative,
             **c.speculative_fields(

@@ -496,6 +496,9 @@ def add(app: typer.Typer) -> None:
         ),
         dcp: int = c.dcp_option(),
         enforce_eager: bool = c.enforce_eager_option(),
+        disable_piecewise: bool = c.disable_piecewise_option(),
+        enable_piecewise: bool = c.enable_piecewise_option(),
+        piecewise_max_tokens: int = c.piecewise_max_tokens_option(),
         mamba_cache_dtype: str = c.mamba_dtype_option("mamba_cache_dtype"),
         mamba_ssm_cache_dtype: str = c.mamba_dtype_option("mamba_ssm_cache_dtype"),
         backends: Backends = None,  # type: ignore[assignment]  # its flags: c.with_backends
@@ -610,6 +613,9 @@ def add(app: typer.Typer) -> None:
                 load_balance_method=load_balance_method,
                 decode_context_parallel_size=dcp,
                 enforce_eager=enforce_eager,
+                piecewise=c.piecewise_flags(
+                    disable_piecewise, enable_piecewise, piecewise_max_tokens
+                ),
                 mamba_cache_dtype="auto" if mamba_cache_dtype is None else mamba_cache_dtype,
                 mamba_ssm_cache_dtype="auto"
                 if mamba_ssm_cache_dtype is None

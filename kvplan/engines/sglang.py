@@ -212,6 +212,124 @@ def piecewise_graph_tokens(max_tokens: int) -> int:
     return sum(1 for s in sizes if s <= max_tokens)
 
 
+# Piecewise CUDA graphs for prefill/extend batches (model_executor/piecewise_cuda_graph_runner.py:
+# each layer's pieces between split ops such as attention captured at token counts up to
+# piecewise_cuda_graph_max_tokens, a batch replaying the smallest one at least its tokens, a
+# longer one run eagerly). Opt-in (--enable-piecewise-cuda-graph) from PR #10062 (merged
+# 2025-10-12); the default from 0.5.10 (PR #16331, merged 2026-03-02, "Piecewise CUDA Graph
+# Enabled by Default" in v0.5.10's release notes; v0.5.9 of 2026-02-24 predates it), turned off
+# with --disable-piecewise-cuda-graph
+PIECEWISE_DEFAULT_FROM = 10  # the 0.5 patch
+# server_args: piecewise_cuda_graph_max_tokens unset is chunked_prefill_size, 2,048 for an MLA
+# backend ("the introduction of piecewise cuda graph will influence the kernel dispatch", PR
+# #15927)
+PIECEWISE_MLA_MAX_TOKENS = 2048
+# ServerArgs._handle_piecewise_cuda_graph turns them off for these (docs/advanced_features/
+# piecewise_cuda_graph.md "Compatibility", sglang commit 1e52b9b): the architectures of
+# model_config's piecewise_cuda_graph_disabled_model_archs kvplan reads (Qwen3NextForCausalLM;
+# DeepseekV32ForCausalLM and GlmMoeDsaForCausalLM are its DSA models, is_deepseek_nsa),
+# speculative decoding, DP attention, pp_size > 1, non-CUDA hardware, multimodal models
+PIECEWISE_DISABLED_MODEL_TYPES = ("qwen3_next",)
+
+
+class PiecewiseFlags(NamedTuple):
+    """SGLang's piecewise-CUDA-graph flags as given: --disable-piecewise-cuda-graph,
+    --enable-piecewise-cuda-graph (the opt-in before 0.5.10, deprecated after) and
+    --piecewise-cuda-graph-max-tokens (None: SGLang's default)."""
+
+    disable: bool = False
+    enable: bool = False
+    max_tokens: int | None = None
+
+    def given(self) -> tuple[str, ...]:
+        """The flags as SGLang's command line spells them, those given."""
+        flags = [
+            flag
+            for flag, given in (
+                ("--disable-piecewise-cuda-graph", self.disable),
+                ("--enable-piecewise-cuda-graph", self.enable),
+            )
+            if given
+        ]
+        if self.max_tokens is not None:
+            flags.append(f"--piecewise-cuda-graph-max-tokens {self.max_tokens}")
+        return tuple(flags)
+
+
+class Piecewise(NamedTuple):
+    """The prefill steps a replica runs under piecewise CUDA graphs: those of up to `tokens`
+    tokens (0: none), and why none where none (a note's wording, None where it runs them)."""
+
+    tokens: int
+    off_because: str | None
+
+
+def piecewise_default_on(version: str) -> bool:
+    """Whether release `version` captures piecewise prefill graphs unasked: from 0.5.10, and
+    in a bare 0.5 or a later release run with 0.5's rules (the newest kvplan models)."""
+    release, nearest = sglang_release(version)
+    if release == "0.4":
+        return False
+    patch = sglang_patch(version)
+    if nearest:  # 0.6 and on run with 0.5's newest rules
+        return True
+    return patch is None or patch >= PIECEWISE_DEFAULT_FROM
+
+
+def check_piecewise_flags(version: str, flags: PiecewiseFlags) -> None:
+    """The piecewise-CUDA-graph flags as SGLang `version` takes them, or a one-line error:
+    both switches at once, or any of them on 0.4 (the graphs are 0.5's, PR #10062)."""
+    if flags.disable and flags.enable:
+        raise KvplanError(
+            "give one of --disable-piecewise-cuda-graph and --enable-piecewise-cuda-graph"
+        )
+    release, _ = sglang_release(version)
+    if release == "0.4" and flags.given():
+        raise KvplanError(
+            f"{flags.given()[0].split()[0]}: SGLang 0.4 has no piecewise CUDA graphs (0.5's, "
+            "PR #10062)"
+        )
+
+
+def piecewise_prefill(
+    spec: ModelSpec,
+    version: str,
+    flags: PiecewiseFlags,
+    chunked_prefill_size: int,
+    excluded: str | None = None,
+) -> Piecewise:
+    """The prefill batches SGLang `version` replays piecewise CUDA graphs for under `flags`:
+    none where off (the release's default, --disable-piecewise-cuda-graph, or `excluded`, the
+    layout's reason _handle_piecewise_cuda_graph turns them off), else those of up to
+    --piecewise-cuda-graph-max-tokens, by default chunked_prefill_size (2,048 for MLA)."""
+    check_piecewise_flags(version, flags)
+    if flags.disable:
+        return Piecewise(0, "--disable-piecewise-cuda-graph")
+    if not (flags.enable or piecewise_default_on(version)):
+        return Piecewise(0, f"off by default before 0.5.{PIECEWISE_DEFAULT_FROM}")
+    if excluded is None and dsa_model(spec):
+        excluded = "a DSA model"
+    if excluded is None and (spec.config_model_type or spec.model_type) in (
+        PIECEWISE_DISABLED_MODEL_TYPES
+    ):
+        excluded = f"{spec.model_type}'s architecture"
+    if excluded is None and spec.vision_tower is not None:
+        excluded = "a multimodal model"
+    if excluded is not None:
+        return Piecewise(0, excluded)
+    if flags.max_tokens is not None:
+        return Piecewise(flags.max_tokens, None)
+    mla = spec.has_kind(CacheKind.MLA)
+    return Piecewise(PIECEWISE_MLA_MAX_TOKENS if mla else chunked_prefill_size, None)
+
+
+def dsa_model(spec: ModelSpec) -> bool:
+    """Whether the model's attention has DSA's indexer (SGLang's is_deepseek_nsa)."""
+    from kvplan.formulas.batch_step import dsa_layers
+
+    return bool(dsa_layers(spec))
+
+
 def cuda_graph_batch_sizes(max_bs: int, speculative: bool = False) -> tuple[int, ...]:
     """The batch sizes SGLang 0.5 captures CUDA graphs at, up to `max_bs` (--cuda-graph-max-bs;
     server_args._generate_cuda_graph_batch_sizes): 1, 2, 4, 8, 12, then every 8 to 256, every 16

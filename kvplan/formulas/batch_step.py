@@ -395,6 +395,7 @@ class StepModel:
         host: HostOverheads = HOST_OVERHEADS,
         async_scheduling: bool = False,
         cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
+        prefill_graph_max_tokens: int | None = None,
         fp8_flop_per_s: float | None = None,
         dsa_delta_us: DsaGrids | None = None,
         moe_ranks: int | None = None,
@@ -470,6 +471,9 @@ class StepModel:
         # output processing for N decode-only steps, overlapped with them: each pays 1/N of it
         self.scheduler_steps = scheduler_steps
         self.cuda_graph_max_tokens = cuda_graph_max_tokens
+        # a step with prefill tokens runs graphs up to this many tokens where the engine captures
+        # prefill batches apart (SGLang's piecewise graphs; 0: never); None: as a decode step
+        self.prefill_graph_max_tokens = prefill_graph_max_tokens
         # vLLM -dcp: each rank reads 1/dcp of every decode's cache, then the ranks all-gather
         # their partial outputs and LSEs (attention layers x one all-gather per decode step)
         self.dcp = dcp
@@ -736,10 +740,19 @@ class StepModel:
         if twin is None:
             twin = copy.copy(self)
             twin.cuda_graph_max_tokens = 0
+            twin.prefill_graph_max_tokens = 0
             twin._span_base = {}
             twin._eager = twin
             self._eager = twin
         return twin
+
+    def graph_limit(self, prefill: bool) -> int:
+        """The most tokens a step runs under CUDA graphs: a step with prefill tokens up to
+        prefill_graph_max_tokens where the engine captures those apart, else
+        cuda_graph_max_tokens."""
+        if prefill and self.prefill_graph_max_tokens is not None:
+            return self.prefill_graph_max_tokens
+        return self.cuda_graph_max_tokens
 
     def with_graph_tokens(self, max_tokens: int) -> StepModel:
         """This model replaying CUDA graphs up to `max_tokens` tokens a step (a graph runner
@@ -1442,17 +1455,14 @@ class StepModel:
             prefill_s = max(0.0, prefill_s + self.dsa.delta_s("prefill", count, mean_chunk))
         if shape.prefill_chunks and not shape.num_decodes:  # the decodes' floor covers a mix
             prefill_s = max(prefill_s, self.floors.attention_s)
-        per_layer = (
-            self.host.per_layer_s
-            if num_tokens <= self.cuda_graph_max_tokens
-            else self.host.eager_per_layer_s
-        )
+        graphed = num_tokens <= self.graph_limit(bool(shape.prefill_chunks))
+        per_layer = self.host.per_layer_s if graphed else self.host.eager_per_layer_s
         launch_s = per_layer * self.spec.num_layers
-        if num_tokens <= self.cuda_graph_max_tokens and self._priced is not None:
+        if graphed and self._priced is not None:
             # the GEMMs' launches are in their measured times (dense_calls_s): the per-layer
             # cost stays on the other kernels' share of the launches
             launch_s *= 1.0 - self.gemm_launch_share
-        if num_tokens <= self.cuda_graph_max_tokens and self.floors.small_s is not None:
+        if graphed and self.floors.small_s is not None:
             # at least the small kernels the layers launch, as the tables time them (_Floors)
             launch_s = max(launch_s, self.floors.small_s)
         return (

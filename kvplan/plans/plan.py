@@ -24,6 +24,7 @@ from kvplan import __version__
 from kvplan.anatomy.model import ModelSpec
 from kvplan.engines.backends import Backends, check_backends
 from kvplan.engines.max_len import check_max_model_len
+from kvplan.engines.sglang import PiecewiseFlags
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import BatchShape
 from kvplan.inputs.hardware import GpuProfile
@@ -142,6 +143,8 @@ class PlanRequest(NamedTuple):
     # vLLM -dcp and --enforce-eager (SGLang --disable-cuda-graph) for every configuration
     decode_context_parallel_size: int = 1
     enforce_eager: bool = False
+    # SGLang's piecewise-CUDA-graph flags for every configuration (engines.sglang)
+    piecewise: PiecewiseFlags = PiecewiseFlags()
     # the kernel-backend flags for every configuration, as `kvplan simulate` takes them
     # (kvplan.engines.backends; none: the engine's own choice)
     backends: Backends = Backends()
@@ -254,6 +257,7 @@ def plan(
     _check_release(request)
     _check_layout(spec, request)
     _check_backends(request)
+    _check_piecewise(request)
     if request.max_model_len is not None:  # a launch the engine refuses, refused before searching
         check_max_model_len(spec, request.emit, request.max_model_len, False, allow_flag=None)
     _check_speculative(spec, request)
@@ -674,6 +678,7 @@ def mode_flags(request: PlanRequest) -> str | None:
         flags.append(f"--decode-context-parallel-size {request.decode_context_parallel_size}")
     if request.enforce_eager:
         flags.append("--enforce-eager" if request.emit == "vllm" else "--disable-cuda-graph")
+    flags.extend(request.piecewise.given())
     flags.extend(f"{flag} {value}" for flag, value in request.backends.given())
     return " ".join(flags) or None
 
@@ -695,6 +700,20 @@ def _check_backends(request: PlanRequest) -> None:
     from kvplan.engines.vllm import vllm_backend_name
 
     vllm_backend_name(request.backends.attention_backend)
+
+
+def _check_piecewise(request: PlanRequest) -> None:
+    """SGLang's piecewise-CUDA-graph flags: refused for --emit vllm and where the release
+    refuses them (engines.sglang.piecewise_prefill), before searching."""
+    given = request.piecewise.given()
+    if not given:
+        return
+    if request.emit != "sglang":
+        raise KvplanError(f"{given[0].split()[0]} is SGLang's: give --emit sglang")
+    from kvplan.engines.sglang import check_piecewise_flags
+
+    release = ServeOptions(**release_fields(request))
+    check_piecewise_flags(release.sglang_version, request.piecewise)
 
 
 def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
@@ -1110,6 +1129,7 @@ def _options(spec: ModelSpec, request: PlanRequest, config: Config) -> ServeOpti
         **_parallel_flags(request),
         decode_context_parallel_size=request.decode_context_parallel_size,
         enforce_eager=request.enforce_eager,
+        piecewise=request.piecewise,
         backends=request.backends,
         **speculative_layouts(spec, request)[config.speculative],
     )

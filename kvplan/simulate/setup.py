@@ -19,6 +19,7 @@ from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import resolve_kv_format
 from kvplan.engines.backends import ENGINE_NAMES, Backends, check_backends
 from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION
+from kvplan.engines.sglang import PiecewiseFlags
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
     CUDA_GRAPH_MAX_TOKENS,
@@ -111,6 +112,9 @@ class ServeOptions(NamedTuple):
     # --disable-cuda-graph): the KV cache sharded along tokens over dcp ranks of the TP group
     decode_context_parallel_size: int = 1
     enforce_eager: bool = False
+    # SGLang's piecewise CUDA graphs for prefill batches (--disable-piecewise-cuda-graph,
+    # --enable-piecewise-cuda-graph, --piecewise-cuda-graph-max-tokens; engines.sglang)
+    piecewise: PiecewiseFlags = PiecewiseFlags()
     # speculative decoding (kvplan.simulate.speculative): vLLM's --speculative-config JSON as
     # typed, or SGLang's --speculative-* flags; the acceptance as kvplan's --spec-accept (a
     # per-token rate, or per-position rates "0.8,0.6") or --spec-accept-length
@@ -493,6 +497,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     for given, flag in (
         (options.enable_dp_lm_head, "--enable-dp-lm-head"),
         (options.moe_dense_tp_size is not None, "--moe-dense-tp-size"),
+        *((True, f.split()[0]) for f in options.piecewise.given()),
     ):
         if given:
             raise KvplanError(f"{flag} is SGLang's; the vLLM simulation does not take it")
@@ -678,7 +683,9 @@ def _with_draft(alloc, speculation, options, spec, fmt_name: str, tp: int):
 
 
 def _speculative_model(model, speculation, draft, gpu, options, fmt_name, graph_tokens):
-    """The target's step model drafting and verifying (kvplan.simulate.speculative)."""
+    """The target's step model drafting and verifying (kvplan.simulate.speculative); the draft
+    runs its prefill batches under graphs as the target does (SGLang: none, its piecewise
+    graphs off when speculating)."""
     from kvplan.simulate.speculative import SpeculativeStepModel
 
     draft_model = None
@@ -689,7 +696,10 @@ def _speculative_model(model, speculation, draft, gpu, options, fmt_name, graph_
             data_parallel_size_local=None,
             nnodes=options.nnodes if options.data_parallel_size_local is None else 1,
         )  # fmt: skip
-        draft_model, _ = step_model(draft, gpu, plain, fmt_name, graph_tokens, [], "auto")
+        draft_model, _ = step_model(
+            draft, gpu, plain, fmt_name, graph_tokens, [], "auto",
+            prefill_graph_tokens=model.prefill_graph_max_tokens,
+        )  # fmt: skip
     return SpeculativeStepModel(
         model, speculation, draft_model, sglang_host=options.engine == "sglang"
     )
@@ -1041,10 +1051,13 @@ def step_model(
     notes: list,
     weights_dtype: str = "auto",
     layout: ParallelLayout | None = None,
+    prefill_graph_tokens: int | None = None,
 ):
     """(the step-time model of one replica, its weights format); its notes appended. `plan`,
     `simulate` and the comparison of GPU kinds (kvplan.plans.compare) price steps through it;
-    `layout` (parallel_layout): one DP/EP rank's step (None: plain TP)."""
+    `layout` (parallel_layout): one DP/EP rank's step (None: plain TP); `prefill_graph_tokens`:
+    the most tokens of a step with prefill tokens run under graphs where the engine captures
+    those apart (SGLang's piecewise graphs; None: as a decode step's, `graph_tokens`)."""
     span_layout = layout if layout is not None else ParallelLayout(options.tp, gpus=options.tp)
     if layout is None or not layout.modelled:
         layout = ParallelLayout(options.tp, 1, 1, options.tp, options.tp)
@@ -1091,6 +1104,7 @@ def step_model(
         host=HOST_OVERHEADS,
         async_scheduling=async_scheduling_of(options),
         cuda_graph_max_tokens=graph_tokens,
+        prefill_graph_max_tokens=prefill_graph_tokens,
         # the engine's own DSA module tables (None for SGLang: vLLM's do not time its kernels)
         dsa_delta_us=None if measured or not dsa_layers(spec) else tables.dsa_delta_us,
         moe_ranks=layout.expert_ranks,
@@ -1480,7 +1494,12 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     limits from kvplan's SGLang allocator model, SGLang's scheduler (kvplan.simulate.sglang)."""
     from kvplan.engines import EngineRequest
     from kvplan.engines.moe_backend import check_sglang_moe_backend
-    from kvplan.engines.sglang import mamba_capped_requests, sglang_allocation, sglang_release
+    from kvplan.engines.sglang import (
+        mamba_capped_requests,
+        piecewise_prefill,
+        sglang_allocation,
+        sglang_release,
+    )
     from kvplan.simulate.engine import EngineConfig
     from kvplan.simulate.sglang import (
         DP_ATTENTION_CONSERVATIVENESS,
@@ -1604,8 +1623,20 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     )
     # async_scheduling stands for SGLang's overlap scheduler (on by default)
     graph_tokens = 0 if options.enforce_eager else alloc.cuda_graph_max_bs
+    piecewise = piecewise_prefill(
+        spec,
+        options.sglang_version,
+        options.piecewise,
+        options.max_num_batched_tokens or alloc.chunked_prefill_size,
+        sglang_piecewise_excluded(gpu, options, layout, speculation is not None),
+    )
+    # without piecewise graphs SGLang runs every prefill batch eagerly; kvplan keeps pricing
+    # one of up to the decode graphs' batch as a graph step (None), the eager cost SGLang pays
+    # being unmeasured (the note says so)
+    prefill_graph_tokens = 0 if options.enforce_eager else (piecewise.tokens or None)
     model, wdtype = step_model(
         spec, gpu, options, fmt_name, graph_tokens, notes, weights_format(options), layout,
+        prefill_graph_tokens=prefill_graph_tokens,
     )  # fmt: skip
     if speculation is not None:
         model = _speculative_model(model, speculation, draft, gpu, options, fmt_name, graph_tokens)
@@ -1619,8 +1650,16 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
             page=alloc.block_size,
             block=block,
             swa=alloc.swa_tokens is not None,
-            # the steps priced with graph launches: none under DP attention (lockstep_rules)
-            graph_tokens=graph_tokens if layout.dp == 1 else 0,
+            # the prefill steps priced with graph launches: none under DP attention
+            # (lockstep_rules)
+            graph_tokens=(
+                prefill_graph_tokens if prefill_graph_tokens is not None else graph_tokens
+            )
+            if layout.dp == 1
+            else 0,
+            graph_off=piecewise.off_because or "--disable-cuda-graph",
+            piecewise=bool(piecewise.tokens),
+            release=options.sglang_version,
             eager_per_layer_s=HOST_OVERHEADS.eager_per_layer_s,
         )
     )
@@ -1650,6 +1689,22 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         policy=policy,
         layout=_modelled(layout),
     )
+
+
+def sglang_piecewise_excluded(
+    gpu: GpuProfile, options: ServeOptions, layout: ParallelLayout, speculative: bool
+) -> str | None:
+    """The layout's reason SGLang's _handle_piecewise_cuda_graph turns piecewise prefill graphs
+    off (engines.sglang PIECEWISE_DISABLED_MODEL_TYPES names the model's), None where none."""
+    for reason, applies in (
+        ("speculative decoding", speculative),
+        ("DP attention", layout.dp > 1),
+        ("pipeline parallelism", options.pp > 1),
+        (f"{gpu.device_vendor} hardware (CUDA only)", gpu.device_vendor != "NVIDIA"),
+    ):
+        if applies:
+            return reason
+    return None
 
 
 def check_sglang_dp_flags(options: ServeOptions, layout: ParallelLayout) -> None:

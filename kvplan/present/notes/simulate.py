@@ -38,7 +38,8 @@ text("sim-kernel-tables")(
         + "): dense GEMMs and attention by the medians of their tables, fused-MoE experts by "
         "the model's own timed shape where the tables have it (the MoE note says), else a curve "
         "of the tokens each expert gets; CUDA-graph steps pay 32 us per layer, larger "
-        "steps 0.8 ms per layer of CPU dispatch; the API server 15.6 ms per request and 46 us "
+        "steps 0.8 ms per layer of CPU dispatch (a constant of aiconfigurator's vLLM backend, "
+        "not a kernel measurement); the API server 15.6 ms per request and 46 us "
         "per streamed token (BLIS)."
     )
 )
@@ -417,7 +418,7 @@ text("sim-sglang-version-nearest")(
     )
 )
 text("sim-sglang")(
-    lambda max_prefill_tokens, page, block, swa, graph_tokens, eager_per_layer_s: (
+    lambda max_prefill_tokens, page, block, swa, graph_tokens, graph_off, piecewise, release, eager_per_layer_s: (
         "The engine is SGLang's scheduler as kvplan reads it (main of April 2026, default flags): "
         "a step is a prefill batch alone whenever one can be formed (the running requests do not "
         "decode in it), else a decode step for every running request; admission first come "
@@ -437,18 +438,29 @@ text("sim-sglang")(
             if swa
             else ""
         )
-        + "Until March 2026 SGLang ran every prefill batch without CUDA graphs (its graphs "
-        "replayed decode batches; piecewise prefill graphs became the default in main then, "
-        "PR #16331, for the models that support them); "
+        + "SGLang's decode graphs replay decode batches only; prefill batches run under "
+        "piecewise CUDA graphs by default from 0.5.10 (PR #16331; opt-in before with "
+        "--enable-piecewise-cuda-graph), up to --piecewise-cuda-graph-max-tokens, and eagerly "
+        "above. "
         + (
-            f"kvplan prices a prefill batch of up to {graph_tokens:,} tokens as a graph step and "
-            "a longer one "
-            if graph_tokens
-            else "kvplan prices every prefill batch "
+            f"SGLang {release} runs them here: kvplan prices a prefill batch of up to "
+            f"{graph_tokens:,} tokens with graph launch costs (not the padding to the captured "
+            "size) and a longer one "
+            if piecewise
+            else f"SGLang {release} runs none here ({graph_off}), so every prefill batch runs "
+            "eagerly; "
+            + (
+                f"kvplan still prices one of up to {graph_tokens:,} tokens (the decode graphs' "
+                "largest batch) as a graph step, SGLang's eager cost being unmeasured, and a "
+                "longer one "
+                if graph_tokens
+                else "kvplan prices every prefill batch "
+            )
         )
-        + f"at {f.ms_text(eager_per_layer_s)} a layer of CPU dispatch, vLLM's figure "
-        "(aiconfigurator's vLLM backend; its SGLang backend adds none): SGLang's own dispatch "
-        "cost, with or without those graphs, is not measured."
+        + f"at {f.ms_text(eager_per_layer_s)} a layer of CPU dispatch, a constant of "
+        "aiconfigurator's vLLM backend (_prefill_dispatch_overhead_ms, set against end-to-end "
+        "vLLM runs, not a kernel measurement; its SGLang backend adds none): SGLang's own "
+        "dispatch cost, with or without graphs, is not measured."
     )
 )
 text("sim-sglang-pool-caps")(
