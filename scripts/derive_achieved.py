@@ -409,32 +409,45 @@ def _graph_batches(rows, batches) -> list:
 
 
 def dsa_delta(root: Path, gpu: str, engine: str = "vllm") -> tuple[dict, dict, dict, dict]:
-    """DeepSeek-V3.2's sparse attention module (indexer, top-k, sparse MLA) less DeepSeek-V3's
-    dense MLA module, per layer on one rank, on this GPU: the same projections, so the
-    difference is what DSA adds (or saves, at long contexts). The DSA module is `engine`'s own
-    (its newest sparse_attention tables); the MLA module is vLLM's at the same version as its
-    DSA tables on this GPU (the wheel holds no SGLang MLA module: SGLang's grids subtract vLLM's,
-    whose projections are the same block-fp8 GEMMs). Where several kernels timed one shape, the
-    fastest (`table`). Decode rows: isl 1, `step` tokens held; prefill rows: no cached tokens
-    (step 0), isl prompt tokens. The grid is the batches and lengths both tables measured.
-    Returns (grids, batches, lengths, provenance): grids keyed (phase ("decode": batch x tokens
-    held; "prefill": sequences x prompt tokens), heads on the rank, kv dtype) -> {(batch,
-    length): seconds}; provenance phase -> the two tables read."""
+    """DeepSeek-V3.2's sparse attention module (indexer, top-k, sparse MLA, and the layer's
+    projections) per layer on one rank, on this GPU, less what the layer costs without it, so
+    that the step model adds the difference (_DsaModule; more at short contexts, less at long
+    ones). The DSA module is `engine`'s own (its newest sparse_attention tables). What it is
+    compared with (`baseline`):
+      - vLLM: DeepSeek-V3's dense MLA module in vLLM at the version of its DSA tables on this
+        GPU (the same projections, so the difference is what DSA adds);
+      - SGLang: the wheel holds no SGLang MLA module, and vLLM's is no stand-in (the H200's
+        runs 91-110 us a layer at 1-16 decodes against SGLang's whole DSA module's 70-88):
+        kvplan's own price of the layer at the cell from SGLang's rows
+        (batch_step.dsa_layer_base_s: the MLA projections from the GEMM table, the absorbed
+        BMMs, the MLA kernel rows at the top-k read), so that a step charges the module.
+    Where several kernels timed one shape, the fastest (`table`). Decode rows: isl 1, `step`
+    tokens held; prefill rows: no cached tokens (step 0), isl prompt tokens. The grid is the
+    batches and lengths the tables measured (both, for vLLM). Returns (grids, batches, lengths,
+    provenance): grids keyed (phase ("decode": batch x tokens held; "prefill": sequences x
+    prompt tokens), heads on the rank, kv dtype) -> {(batch, length): seconds}; provenance
+    phase -> the tables read, "baseline" -> what was subtracted."""
     out: dict = {}
     axes: dict = {"batches": {}, "lengths": {}, "source": {}}
     mla_version = newest(root, gpu, "sparse_attention", "vllm", "dsa_generation_module_perf")
     version = newest(root, gpu, "sparse_attention", engine, "dsa_generation_module_perf")
+    own = engine == "sglang"
+    layer = _KvplanLayer(gpu, engine) if own else None
     for phase, mla_name, dsa_name, x_key in (
         ("decode", "mla_generation_module_perf", "dsa_generation_module_perf", "step"),
         ("prefill", "mla_context_module_perf", "dsa_context_module_perf", "isl"),
     ):
-        mla_rows = [
-            r
-            for r in table(root, gpu, "mla", mla_name, mla_version)
-            if r["model"] == MLA_MODEL
-            and r["step" if phase == "decode" else "isl"] > 0
-            and (phase == "decode" or r["step"] == 0)
-        ]
+        mla_rows = (
+            []
+            if own
+            else [
+                r
+                for r in table(root, gpu, "mla", mla_name, mla_version)
+                if r["model"] == MLA_MODEL
+                and r["step" if phase == "decode" else "isl"] > 0
+                and (phase == "decode" or r["step"] == 0)
+            ]
+        )
         dsa_rows = [
             r
             for r in table(root, gpu, "sparse_attention", dsa_name, version, engine)
@@ -442,23 +455,82 @@ def dsa_delta(root: Path, gpu: str, engine: str = "vllm") -> tuple[dict, dict, d
             and r["op_name"] == dsa_name.removesuffix("_perf")
             and (phase == "decode" or r["step"] == 0)
         ]
-        batches = sorted({r["batch_size"] for r in mla_rows} & {r["batch_size"] for r in dsa_rows})
+        batches = sorted({r["batch_size"] for r in dsa_rows})
+        lengths = _module_lengths(dsa_rows, x_key, phase)
+        if not own:
+            batches = sorted(set(batches) & {r["batch_size"] for r in mla_rows})
+            lengths = sorted(set(lengths) & {r[x_key] for r in mla_rows})
         if phase == "decode":
             batches = _graph_batches(dsa_rows, batches)
-        lengths = sorted({r[x_key] for r in mla_rows} & {r[x_key] for r in dsa_rows})
-        mla = _module_grid(mla_rows, x_key, batches, lengths)
         dsa = _module_grid(dsa_rows, x_key, batches, lengths)
-        for key in sorted(set(mla) & set(dsa)):
+        if layer is not None:
+            base = {key: layer.grid(phase, *key, batches, lengths) for key in dsa}
+        else:
+            base = _module_grid(mla_rows, x_key, batches, lengths)
+        for key in sorted(set(base) & set(dsa)):
             out[(phase, *key)] = {
-                (b, x): dsa[key][(b, x)] - mla[key][(b, x)] for b in batches for x in lengths
+                (b, x): dsa[key][(b, x)] - base[key][(b, x)] for b in batches for x in lengths
             }
         axes["batches"][phase] = batches
         axes["lengths"][phase] = lengths
-        axes["source"][phase] = (
-            f"{gpu}/sparse_attention/{engine}/{version}/{dsa_name}.parquet less "
-            f"{gpu}/mla/vllm/{mla_version}/{mla_name}.parquet"
+        axes["source"][phase] = f"{gpu}/sparse_attention/{engine}/{version}/{dsa_name}.parquet" + (
+            "" if own else f" less {gpu}/mla/vllm/{mla_version}/{mla_name}.parquet"
         )
-    return out, axes["batches"], axes["lengths"], {"version": version, **axes["source"]}
+    baseline = (
+        f"less kvplan's own price of the layer at each cell without the module "
+        f"(kvplan.formulas.batch_step.dsa_layer_base_s, {DSA_MODEL}, SGLang, TP 128 / heads, "
+        f"kvplan/data/kernel_tables/{layer.tables}: the MLA projections from its GEMM table, "
+        "the absorbed BMMs, the MLA kernel rows at the top-k read), so a step charges the "
+        "module"
+        if layer is not None
+        else f"less {MLA_MODEL}'s MLA module (vLLM {mla_version})"
+    )
+    provenance = {"version": version, **axes["source"], "baseline": baseline}
+    return out, axes["batches"], axes["lengths"], provenance
+
+
+def _module_lengths(rows, x_key: str, phase: str) -> list:
+    """The lengths of a module table's grid: for decodes those it timed at two batches or more
+    (SGLang 0.5.14's rows time 1,536, 3,072, 6,144, 10,000-12,288 and 163,839 tokens held at
+    one decode only: _module_grid's fill scales a cell from the batch below, and a graph-timed
+    decode is not linear in its batch at a few sequences), for prefills every one (a prompt's
+    chunk is: the fill's rule holds)."""
+    timed: dict = {}
+    for r in rows:
+        timed.setdefault(r[x_key], set()).add(r["batch_size"])
+    return sorted(x for x, b in timed.items() if phase == "prefill" or len(b) > 1)
+
+
+class _KvplanLayer:
+    """kvplan's own step model of DeepSeek-V3.2 on one GPU and engine (kvplan must be importable:
+    `pip install -e .` in the pyarrow environment), priced at a module table's cells without
+    the DSA module's delta (batch_step.dsa_layer_base_s)."""
+
+    def __init__(self, gpu: str, engine: str):
+        from kvplan.inputs.hardware import load_profile
+        from kvplan.inputs.kernel_tables import tables_for
+        from kvplan.inputs.sources import load_model
+
+        self.engine, self.profile = engine, load_profile(TABLE_GPUS[gpu][0])
+        self.spec = load_model(DSA_MODEL, checkpoint=False)
+        self.tables = tables_for(self.profile, engine).name
+
+    def grid(self, phase: str, heads: int, kv: str, batches, lengths) -> dict:
+        from kvplan.formulas.batch_step import dsa_layer_base_s
+        from kvplan.simulate.setup import ServeOptions, kv_format_name, step_model
+
+        attention = self.spec.attention_layers()[0]
+        options = ServeOptions(engine=self.engine, tp=attention.num_q_heads // heads)
+        fmt = kv_format_name(self.engine, "fp8" if kv == "fp8" else "bfloat16")
+        model, _ = step_model(self.spec, self.profile, options, fmt, 512, [])
+        cells = {}
+        for b in batches:
+            for x in lengths:
+                seconds = dsa_layer_base_s(model, phase, b, x)
+                if seconds is None:
+                    raise SystemExit(f"{self.tables}: {DSA_MODEL}'s DSA layer is not priced")
+                cells[(b, x)] = seconds
+        return cells
 
 
 def write_dsa_grids(root: Path) -> list[Path]:
@@ -482,8 +554,9 @@ def write_dsa_grids(root: Path) -> list[Path]:
                 "source": "aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/systems/"
                 f"data/ {prov['decode']}; {prov['prefill']}",
                 "derived_by": "scripts/derive_achieved.py DATA --write-dsa (dsa_delta): "
-                f"{DSA_MODEL}'s DSA module less {MLA_MODEL}'s MLA module per layer on one "
-                "rank, block-fp8 weights, the fastest kernel per shape, microseconds",
+                f"{DSA_MODEL}'s DSA module per layer on one rank {prov['baseline']}; "
+                "block-fp8 weights, the fastest kernel per shape, microseconds",
+                "baseline": "kvplan_layer" if engine == "sglang" else "mla_module",
                 "shape": DSA_SHAPE,
                 "batches": batches,
                 "lengths": lengths,

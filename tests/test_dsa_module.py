@@ -5,19 +5,24 @@ aiconfigurator-core 0.12.0's rows."""
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 
+from kvplan.formulas.batch_step import dsa_layer_base_s
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
 from kvplan.simulate.setup import ServeOptions, build_replica
 
 # aiconfigurator-core 0.12.0, b200_sxm, block-fp8 weights, fp8 KV cache, 16 heads on a rank
 # (TP8), 2,048 tokens held, one layer, ms: sparse_attention/sglang/0.5.14/
-# dsa_generation_module_perf (sglang_dsa_indexer_trtllm) and mla/vllm/0.24.0/
-# mla_generation_module_perf (FLASHINFER_MLA)
+# dsa_generation_module_perf (sglang_dsa_indexer_trtllm)
 SGLANG_DSA_MS = {1: 0.0687, 64: 0.1159}
-VLLM_MLA_MS = {1: 0.0538, 64: 0.0784}
+# kvplan/data/kernel_tables/b200_sxm.sglang.0.5.14.json, gemm "fp8" at 1 token, us: q_b (3,072
+# x 1,536), o (7,168 x 2,048), and the fused q_a|kv_a's (2,112 x 7,168) two neighbours in n;
+# floors_s gemm_mla_bmm (each absorbed BMM of a block-fp8 checkpoint, s)
+GEMM_1_US = {"q_b": 7.67, "o": 8.21, "n2048": 14.7, "n2560": 17.5}
+BMM_FLOOR_S = 3.878e-6
 
 
 @pytest.fixture(scope="module")
@@ -26,23 +31,55 @@ def b200_sglang():
     return build_replica(spec, load_profile("b200"), ServeOptions(engine="sglang", tp=8)).model
 
 
+def test_a_dsa_layer_base_is_its_projections_bmms_and_attention_by_hand(b200_sglang):
+    """What a B200 SGLang TP8 step charges one DeepSeek-V3.2 layer before the DSA delta, at 1
+    decode of 2,048 tokens: the three MLA projections from the GEMM table (q_a|kv_a's 2,112 rows
+    bilinear in log n between 2,048 and 2,560), two absorbed BMMs at their floor, and the decode
+    attention the step prices without the module."""
+    m = b200_sglang
+    w = math.log(2112 / 2048) / math.log(2560 / 2048)
+    q_a = GEMM_1_US["n2048"] + w * (GEMM_1_US["n2560"] - GEMM_1_US["n2048"])
+    gemm_s = (q_a + GEMM_1_US["q_b"] + GEMM_1_US["o"]) * 1e-6
+    bare = copy.copy(m)
+    bare.dsa = None
+    attention_s = bare._decode_attention(1, 2048.0, max, min)[0] / 61
+    expected = gemm_s + 2 * BMM_FLOOR_S + attention_s
+    assert dsa_layer_base_s(m, "decode", 1, 2048) == pytest.approx(expected, abs=1e-9)
+
+
+def test_the_step_runs_each_projection_once_and_no_indexer_matrix(b200_sglang):
+    """No double charge: the step's GEMM calls hold each DSA layer's three MLA projections once
+    (61 layers) and none of the indexer's matrices (wq_b 8,192 x 1,536, wk 128 x 7,168,
+    weights_proj 64 x 7,168: the module's, so the delta's)."""
+    m = b200_sglang
+    times = {}
+    for c in m.gemm_calls:
+        times[(c.n, c.k)] = times.get((c.n, c.k), 0) + c.times
+    for c in m.dsa_projection_calls:
+        assert times[(c.n, c.k)] == 61
+    assert not {(8192, 1536), (128, 7168), (64, 7168)} & set(times)
+
+
 @pytest.mark.parametrize("decodes", [1, 64])
-def test_a_decode_step_adds_the_sglang_dsa_module_over_the_mla_module(b200_sglang, decodes):
-    """1 and 64 decodes at 2k tokens held on a B200, SGLang, TP8: each of the 61 DSA layers
-    adds SGLang's DSA module less the MLA module at that batch (a row of the table: no
-    interpolation), and the step's decode attention is the dense-MLA base plus that."""
+def test_a_decode_step_charges_the_sglang_dsa_module(b200_sglang, decodes):
+    """1 and 64 decodes at 2k tokens held on a B200, SGLang, TP8: what the step charges each of
+    the 61 DSA layers (its base, dsa_layer_base_s, plus the delta, a row of the table: no
+    interpolation) is SGLang's DSA module's row (0.05 us: the file's rounding), and the step's
+    decode attention is the base's plus that delta."""
     m = b200_sglang
     assert (m.dsa.kv, m.dsa.heads, m.dsa.layers, m.dsa.shape_timed) == ("fp8", 16.0, 61, True)
+    assert m.dsa.tables.baseline == "kvplan_layer"
     assert m.untimed_parts == ()
-    per_layer_s = (SGLANG_DSA_MS[decodes] - VLLM_MLA_MS[decodes]) * 1e-3
-    assert m.dsa.delta_s("decode", decodes, 2048) == pytest.approx(61 * per_layer_s, abs=61e-7)
+    delta_s = m.dsa.delta_s("decode", decodes, 2048)
+    charged_s = dsa_layer_base_s(m, "decode", decodes, 2048) + delta_s / 61
+    assert charged_s == pytest.approx(SGLANG_DSA_MS[decodes] * 1e-3, abs=0.051e-6)
     bare = copy.copy(m)  # the same step without its smallest-kernel floor
     bare.floors = m.floors._replace(attention_s=0.0)
     base = copy.copy(bare)
     base.dsa = None
     with_module, _ = bare.decode_attention_s(decodes, decodes * 2048.0)
     without, _ = base.decode_attention_s(decodes, decodes * 2048.0)
-    assert with_module - without == pytest.approx(61 * per_layer_s, abs=61e-7)
+    assert with_module - without == pytest.approx(delta_s, rel=1e-9)
     floored, _ = m.decode_attention_s(decodes, decodes * 2048.0)
     assert floored == max(with_module, m.floors.attention_s)
 
@@ -57,3 +94,24 @@ def test_engines_read_their_own_modules_on_one_gpu(b200_sglang):
     sglang_s = b200_sglang.dsa.delta_s("decode", 1, 2048) / 61
     vllm_s = vllm.dsa.delta_s("decode", 1, 2048) / 61
     assert 5e-6 < sglang_s < 30e-6 < 60e-6 < vllm_s < 150e-6
+
+
+# aiconfigurator-core 0.12.0, h200_sxm, block-fp8 weights, bf16 KV cache, 16 heads on a rank
+# (TP8), 2,048 tokens held, one layer, ms: sparse_attention/sglang/0.5.14/
+# dsa_generation_module_perf (sglang_dsa_indexer_fa3)
+H200_SGLANG_DSA_MS = {1: 0.0771, 16: 0.1013}
+
+
+@pytest.mark.parametrize("decodes", [1, 16])
+def test_an_h200_sglang_step_charges_its_dsa_module_not_less(decodes):
+    """Issue 34: on an H200 vLLM 0.24.0's MLA module is slower than SGLang's whole DSA module
+    (at 1 and 16 decodes of short contexts), so subtracting it took DSA to its floor. Against
+    kvplan's own layer the module costs more, and the step charges the module (77.1 us a layer
+    at 1 decode of 2,048 tokens, 101.3 at 16)."""
+    spec = load_model("deepseek-ai/DeepSeek-V3.2", checkpoint=False)
+    m = build_replica(spec, load_profile("h200"), ServeOptions(engine="sglang", tp=8)).model
+    assert (m.dsa.kv, m.dsa.heads) == ("bfloat16", 16.0)
+    delta_s = m.dsa.delta_s("decode", decodes, 2048) / 61
+    assert delta_s > 0
+    charged_s = dsa_layer_base_s(m, "decode", decodes, 2048) + delta_s
+    assert charged_s == pytest.approx(H200_SGLANG_DSA_MS[decodes] * 1e-3, abs=0.051e-6)

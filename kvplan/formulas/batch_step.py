@@ -71,8 +71,10 @@ from kvplan.formulas.gemm_calls import (
     MlaBmmCall,
     PricedCalls,
     dense_gemm_calls,
+    gemm_calls_s,
     mla_bmm_calls,
     mla_bmm_calls_s,
+    mla_projection_calls,
     priced_calls,
     priced_calls_s,
 )
@@ -518,6 +520,13 @@ class StepModel:
             priced = None if calls is None else priced_calls(gemm_grid, calls)
             if priced is not None:
                 self.gemm_grid, self.gemm_calls, self._priced = gemm_grid, calls, priced
+        # one DSA layer's MLA projections among those calls (dsa_layer_base_s)
+        self.dsa_projection_calls: tuple[GemmCall, ...] = ()
+        if self.dsa is not None and self.gemm_calls is not None:
+            parts = quantized_parts(spec, weights_dtype)
+            self.dsa_projection_calls = mla_projection_calls(
+                dsa_layers(spec)[0], spec.hidden_size, tp, key if "attention" in parts else "bf16"
+            )
         # MLA's absorbed BMMs of a bf16 checkpoint at their own shape, timed by the GPU's
         # mla_bmm rows (gemm_calls.mla_bmm_calls_s); empty: at their floor (mla_bmms_s below)
         self.mla_bmm_calls: tuple[MlaBmmCall, ...] = ()
@@ -2167,7 +2176,8 @@ class _DsaModule:
     MLA, and this adds what the engine's DSA module costs over the dense MLA module on the same
     GPU (or saves, at long contexts), from the GPU's and engine's kernel tables
     (kvplan/data/kernel_tables/dsa: vLLM's DSA module less vLLM's MLA module; SGLang's DSA module
-    less vLLM's MLA module, the wheel holding no SGLang MLA module). The grids time the attention
+    less what this model charges the layer without it, dsa_layer_base_s, the wheel holding no
+    SGLang MLA module: DsaGrids.baseline). The grids time the attention
     shape the modules ran (DsaGrids.shape: DeepSeek-V3.2's); a DSA layer of another shape (GLM-5:
     256-wide heads, no MLA module table of its shape to subtract) takes them as a stand-in
     (`shape_timed` False, named in untimed_parts: GLM-5's DSA module is within ~12% of
@@ -2233,6 +2243,39 @@ class _DsaModule:
             np.log(np.maximum(length, 1.0)), self._log_lengths[phase], self._row(phase, batch)
         )
         return self.layers * (float(at) if np.ndim(at) == 0 else at)
+
+
+def dsa_layer_base_s(model: StepModel, phase: str, batch: int, length: int) -> float | None:
+    """Seconds `model` charges one DSA layer before its DSA module's delta, at a module table's
+    cell: `batch` decodes holding `length` tokens each ("decode"), or `batch` prompts of
+    `length` tokens with none cached ("prefill"): the layer's MLA projections at the step's
+    tokens from the GEMM table (its calls among the step's: dense_gemm_calls(dsa_module=)),
+    its two absorbed BMMs (mla_bmm rows, else their floor), its attention as the step prices
+    it without the delta (the MLA kernel rows at the top-k read, or the roofline). For a model
+    whose MLA layers are all DSA layers (DeepSeek-V3.2, the tables' shape): scripts/
+    derive_achieved.py --write-dsa subtracts it from SGLang's DSA module, so that a step adds
+    the module less what it already charges. None: no module, or projections not timed."""
+    dsa = model.dsa
+    if dsa is None or model.gemm_grid is None or not model.dsa_projection_calls:
+        return None
+    tokens = batch if phase == "decode" else batch * length
+    gemm_s = gemm_calls_s(model.gemm_grid, model.dsa_projection_calls, tokens, tokens)
+    if gemm_s is None:
+        return None
+    mla_layers = _shape(model.spec).mla_layers
+    bmms_s = (
+        mla_bmm_calls_s(model.gemm_grid, model.mla_bmm_calls, "bf16", tokens)
+        if model.mla_bmm_calls
+        else None
+    )
+    bmms_s = model.mla_bmms_s if bmms_s is None else bmms_s
+    bare = copy.copy(model)
+    bare.dsa = None
+    if phase == "decode":
+        attention_s = bare._decode_attention(batch, float(batch * length), max, min)[0]
+    else:
+        attention_s = bare.prefill_chunks_attention_s(((length, 0),) * batch)
+    return gemm_s + (bmms_s + attention_s) / mla_layers
 
 
 def _shape_timed(attn, shape: dict) -> bool:

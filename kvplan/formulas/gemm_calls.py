@@ -122,11 +122,7 @@ def dense_gemm_calls(
                 + attn.num_q_heads * attn.v_head_dim * h
                 + (indexer_params(attn, h) if dsa else 0)  # the DSA module's (`dsa_module`)
             )
-            matrices = [
-                GemmCall(q_lora + latent + rope, h, a, count),
-                GemmCall(heads * attn.qk_head_dim, q_lora, a, count),
-                GemmCall(h, heads * attn.v_head_dim, a, count),
-            ]
+            matrices = list(mla_projection_calls(attn, h, tp, a, count))
         else:
             kv_heads = max(1, attn.num_kv_heads // tp) if tp > 1 else attn.num_kv_heads
             kv_width = attn.head_dim + (0 if attn.shared_kv_proj else attn.head_dim_v)
@@ -182,6 +178,21 @@ def dense_gemm_calls(
     )
     calls.append(head)
     return tuple(calls)
+
+
+def mla_projection_calls(
+    attn, hidden: int, tp: int, fmt: str, count: int = 1
+) -> tuple[GemmCall, ...]:
+    """An MLA layer's projections on one of `tp` ranks, `count` layers of them: the fused q_a|
+    kv_a (replicated), q_b by heads (column-parallel), o by heads (row-parallel); kv_b runs as
+    the absorbed BMMs (mla_bmm_calls). A DSA layer's indexer matrices are not among them."""
+    heads = _ceil_div(attn.num_q_heads, tp)
+    q_lora, latent, rope = attn.mla_q_lora_rank, attn.mla_kv_lora_rank, attn.mla_rope_dim
+    return (
+        GemmCall(q_lora + latent + rope, hidden, fmt, count),
+        GemmCall(heads * attn.qk_head_dim, q_lora, fmt, count),
+        GemmCall(hidden, heads * attn.v_head_dim, fmt, count),
+    )
 
 
 def gemm_call_s(grid: GemmGrid, fmt: str, tokens: int, n: int, k: int) -> float | None:

@@ -121,8 +121,9 @@ class Achieved(NamedTuple):
 
 
 class DsaGrids(NamedTuple):
-    """DeepSeek-V3.2's DSA module less DeepSeek-V3's MLA module, microseconds per layer: per
-    (phase, heads on a rank, kv dtype), rows follow batches[phase], columns lengths[phase]."""
+    """DeepSeek-V3.2's DSA module less what a layer costs without it (`baseline`),
+    microseconds per layer: per (phase, heads on a rank, kv dtype), rows follow
+    batches[phase], columns lengths[phase]."""
 
     batches: dict  # phase -> (batch, ...)
     lengths: dict  # phase -> (length, ...)
@@ -132,6 +133,10 @@ class DsaGrids(NamedTuple):
     # qk_head_dim, v_head_dim, mla_kv_lora_rank, mla_q_lora_rank, indexer_head_dim,
     # indexer_num_heads, indexer_topk): the grids time layers of this shape only
     shape: dict = {}
+    # what the module's time is taken less: "mla_module" (DeepSeek-V3's dense MLA module in the
+    # same engine), "kvplan_layer" (kvplan's own price of the layer without the module:
+    # batch_step.dsa_layer_base_s, from the engine's own GEMM, MLA-kernel and mla_bmm rows)
+    baseline: str = "mla_module"
 
 
 class GemmGrid(NamedTuple):
@@ -327,6 +332,7 @@ def _dsa(name: str) -> DsaGrids:
         },
         engine_version=d["version"],
         shape=dict(d["shape"]),
+        baseline=d.get("baseline", "mla_module"),
     )
 
 

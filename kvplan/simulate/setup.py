@@ -1190,6 +1190,7 @@ def step_model(
                 module=f"{ENGINE_NAMES.get(tables.engine, tables.engine)} "
                 f"{model.dsa.tables.engine_version}",
                 stand_in=not model.dsa.shape_timed,
+                own_baseline=model.dsa.tables.baseline == "kvplan_layer",
             )
             if model.dsa is not None
             else note("sim-dsa-dense", gpu=gpu.name, engine=options.engine)

@@ -141,11 +141,17 @@ text("sim-step-terms")(
     )
 )
 text("sim-dsa-tables")(
-    lambda gpu, layers, tables, module, stand_in: (
+    lambda gpu, layers, tables, module, stand_in, own_baseline=False: (
         f"Sparse attention (DSA) on {layers} layers: each is priced as dense MLA plus what "
-        f"DeepSeek-V3.2's DSA module in {module} costs over DeepSeek-V3's MLA module in vLLM on "
-        f"the {tables} (NVIDIA aiconfigurator's module tables, taken for {gpu}; read at the "
-        "step's batch, length and heads on a rank): more at short contexts (the indexer and "
+        f"DeepSeek-V3.2's DSA module in {module} costs over "
+        + (
+            "kvplan's own price of that layer without it (its MLA projections, absorbed BMMs "
+            f"and MLA kernel at the top-k read, from the {tables}' rows)"
+            if own_baseline
+            else "DeepSeek-V3's MLA module in vLLM"
+        )
+        + f" on the {tables} (NVIDIA aiconfigurator's module tables, taken for {gpu}; read at "
+        "the step's batch, length and heads on a rank): more at short contexts (the indexer and "
         "top-k), less at long ones (2,048 keys attended, not all)."
         + (
             " This model's heads and projections are not DeepSeek-V3.2's and no table holds a "
