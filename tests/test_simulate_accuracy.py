@@ -91,7 +91,11 @@ def median_errors(cases) -> dict[str, float]:
     # size and GPU count: the prefills of these 1,000-request bursts shortened (DeepSeek-R1 H200
     # TTFT 4,776 -> 4,126 ms against 6,794), which were already short. A unit fixed from the
     # collector's source, not from these runs; the TTFT limit moves with it, no other.
-    [("sglang", (0.19, 0.33, 0.37)), ("vllm", (0.21, 0.14, 0.21))],
+    # 0.10.0: SGLang 16.6/33.2/35.6%. Decode-attention rows are kept apart by cache dtype
+    # (derive_achieved decode_curves had pooled bf16- and fp8-cache rows by bytes; H200 SGLang
+    # FA3 MLA fp8 rows are 7-13x the bf16 rows at the same bytes): DeepSeek-R1 H200 TPOT 148 ->
+    # 117 ms against 216.6. Kernel rows, not these runs; the TPOT limit moves with it, no other.
+    [("sglang", (0.19, 0.34, 0.37)), ("vllm", (0.21, 0.14, 0.21))],
 )
 def test_held_out_runs_median_errors(engine, limits):
     cases = load_cases(HELDOUT[engine])
