@@ -707,6 +707,24 @@ class StepModel:
                 seconds += (weights_s + matmul_s) * untimed / (dense_s + expert_s)
         return seconds
 
+    def forward_untimed_s(
+        self,
+        shape: BatchShape,
+        gpu: tuple[float, ...],
+        queries: int = 1,
+        gathered_tokens: int | None = None,
+        gathered_sampled: int | None = None,
+    ) -> float:
+        """untimed_s of a forward over `shape` whose terms are `gpu` (_forward's tuple, at any
+        share of the layers), at the tokens and sampled rows _forward prices its GEMMs at."""
+        return self.untimed_s(
+            gpu,
+            shape_tokens(shape, queries),
+            max(1, shape.num_sampled),
+            gathered_tokens,
+            gathered_sampled,
+        )
+
     def without_graphs(self) -> StepModel:
         """This model with every step run eagerly (no CUDA graph at any size): a DP-attention
         rank whose group runs a step without graphs (cluster.Lockstep). Built once."""
@@ -1367,10 +1385,7 @@ class StepModel:
         head_s = self.logits_gather_s(shape.num_sampled, gathered_tokens, gathered_sampled)
         gpu_s = sum(gpu) + sampler_s + head_s
         total = max(gpu_s, host_s) if self.async_scheduling else gpu_s + host_s
-        num_tokens = max(1, queries * shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
-        untimed_s = self.untimed_s(
-            gpu, num_tokens, max(1, shape.num_sampled), gathered_tokens, gathered_sampled
-        )
+        untimed_s = self.forward_untimed_s(shape, gpu, queries, gathered_tokens, gathered_sampled)
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = gpu
         comm_s += head_s
         return engine_step_time(
@@ -1401,7 +1416,7 @@ class StepModel:
             return self._forward_ops(
                 _as_chunks(shape, queries), layer_share, gathered_tokens, padded
             )
-        num_tokens = max(1, queries * shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
+        num_tokens = shape_tokens(shape, queries)
         weights_s, matmul_s = self.gemm_s(
             num_tokens, max(1, shape.num_sampled), gathered_tokens, gathered_sampled
         )
@@ -1615,9 +1630,10 @@ def _as_chunks(shape: BatchShape, queries: int) -> BatchShape:
     return BatchShape(0, 0, chunks, shape.num_sampled)
 
 
-def shape_tokens(shape: BatchShape) -> int:
-    """The tokens a step runs (at least one: an idle rank of a lockstep group runs a dummy)."""
-    return max(1, shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
+def shape_tokens(shape: BatchShape, queries: int = 1) -> int:
+    """The tokens a step runs, `queries` a decode (at least one: an idle rank of a lockstep
+    group runs a dummy)."""
+    return max(1, queries * shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
 
 
 def lockstep_step(
