@@ -198,3 +198,33 @@ def test_an_fp8_cache_decodes_on_its_own_rows():
         return doc["runs"][0]["bench"]["median_tpot_ms"]
 
     assert tpot("fp8_e4m3") > tpot("auto")
+
+
+@pytest.mark.parametrize(
+    ("gpu", "kv", "flags", "stand_in"),
+    [
+        # vLLM's A100 FLASH_ATTN rows (its own pick) hold bf16 caches only
+        ("a100", "fp8", (), ("FLASH_ATTN", "fp8", "bfloat16")),
+        ("a100", "auto", (), None),
+        # vLLM's L40S FLASHINFER rows hold fp8 caches only
+        ("l40s", "auto", ("--attention-backend", "FLASHINFER"), ("FLASHINFER", "bfloat16", "fp8")),
+        ("h100", "fp8", (), None),  # both dtypes timed
+        # no table times an nvfp4 cache: the bf16 calls stand in, by bytes
+        ("b200", "nvfp4", (), ("FLASHINFER", "nvfp4", "bfloat16")),
+    ],
+)
+def test_a_cache_dtype_its_backend_did_not_time_is_named_as_a_stand_in(gpu, kv, flags, stand_in):
+    """Where a backend's rows hold no decode call on the cache's dtype, the other dtype's calls
+    price it (decode_calls_dtype): a guess at the same bytes that the rows themselves refute on
+    H200 FA3 MLA (13x), so a note names it rather than pricing it silently as the cache's own."""
+    doc = run_json(
+        "simulate", "llama-3.1-8b", "--gpu", gpu, "--kv-cache-dtype", kv, *flags,
+        "--num-prompts", "4", "--input-len", "256", "--output-len", "4",
+    )  # fmt: skip
+    notes = {n["id"]: n for n in doc["notes"]}
+    assert ("sim-attention-cache-stand-in" in notes) is (stand_in is not None)
+    if stand_in is not None:
+        backend, cache, rows = stand_in
+        text = notes["sim-attention-cache-stand-in"]["text"]
+        assert f"{backend}'s rows hold no decode call on the {cache} cache" in text
+        assert f"its calls on the {rows} cache stand in" in text

@@ -99,6 +99,7 @@ from kvplan.inputs.kernel_tables import (
     GemmGrid,
     RecurrentGrid,
     datasheet_achieved,
+    decode_calls_dtype,
     decode_calls_for,
     host_overheads_data,
 )
@@ -518,6 +519,12 @@ class StepModel:
         self.decode_rates = {False: self.attention_rates, True: self.mla_rates}
         self.prefill_rates = dict(self.decode_rates)
         self.decode_curves: dict[bool, tuple] = {}
+        # (backend, the cache's dtype, the dtype whose decode calls stand in for it): the
+        # backends that timed no decode call on this cache's dtype (decode_calls_dtype)
+        self.decode_stand_ins: tuple[tuple[str, str, str], ...] = ()
+        # the tables' name of the cache's dtype (aiconfigurator's kv_cache_dtype: 16-bit and
+        # fp8 caches); a cache of neither (int8, nvfp4) reads the 16-bit calls by bytes
+        timed_cache = fmt.name.startswith("fp8") or fmt.name in ("bf16", "fp16")
         cache_dtype = "fp8" if fmt.name.startswith("fp8") else "bfloat16"
         floors_s = achieved.floors_s
         if backend_kernels is not None:
@@ -535,6 +542,10 @@ class StepModel:
                 calls = decode_calls_for(timing, cache_dtype)
                 if calls:
                     self.decode_curves[mla] = calls
+                rows = decode_calls_dtype(timing, cache_dtype)
+                if rows is not None and (rows != cache_dtype or not timed_cache):
+                    cache = cache_dtype if timed_cache else fmt.name
+                    self.decode_stand_ins += ((timing.backend, cache, rows),)
         # the prefill backend's measured calls in the cache's dtype, by kind and head shape
         # (none: the fractions price the chunks; prefill_timing says which each group got)
         self.prefill_calls: dict[bool, dict] = {}
