@@ -641,25 +641,36 @@ class StepModel:
         priced by a stand-in instead (the datasheet roofline at the tables' fractions; a backend
         flag: the kernels of the engine's own pick), so how far the real kernel lands from it is
         unknown (kvplan.plans.intervals: the "partial" class)."""
+        return tuple(words for _, words in self._untimed)
+
+    @property
+    def _untimed(self) -> tuple[tuple[str, str], ...]:
+        """(the step's priced part that holds it: "dense", "experts" or "attention"; its
+        words) of each part untimed_parts names: the one list both untimed_parts and
+        untimed_terms read."""
         spec, parts = self.spec, []
         if self.dense_untimed:
-            parts.append(f"the {self.weights_dtype} dense GEMMs")
+            parts.append(("dense", f"the {self.weights_dtype} dense GEMMs"))
         if spec.moe is not None and self.moe_curve is None:
-            parts.append(f"the {self.weights_dtype} fused MoE of this shape and split")
+            parts.append(("experts", f"the {self.weights_dtype} fused MoE of this shape and split"))
         if spec.moe is not None and self.untimed_moe_backend:
-            parts.append(f"the fused MoE under {self.untimed_moe_backend}")
+            parts.append(("experts", f"the fused MoE under {self.untimed_moe_backend}"))
         if self.dsa is None and dsa_layers(spec):
-            parts.append("the DSA indexer and sparse attention")
+            parts.append(("attention", "the DSA indexer and sparse attention"))
         elif self.dsa is not None and not self.dsa.shape_timed:
-            parts.append("the DSA module at this model's shape (DeepSeek-V3.2's stands in)")
+            parts.append(
+                ("attention", "the DSA module at this model's shape (DeepSeek-V3.2's stands in)")
+            )
         if self.dsa is not None and self.dsa.layers < sum(
             1 for a in spec.attention_layers() if a.indexer_topk and not a.gqa_indexer
         ):  # GLM-5.3's layers that reuse another's picks: their top-k read on the roofline
-            parts.append("the sparse attention of the layers that reuse another's top-k")
+            parts.append(
+                ("attention", "the sparse attention of the layers that reuse another's top-k")
+            )
         states = sorted({s.kind.value for s in spec.state_layers()})
         if states and self.recurrent is None:
-            parts.append(f"the recurrent layers ({', '.join(states)})")
-        parts += [f"the attention under {flag}" for flag in self.untimed_backends]
+            parts.append(("attention", f"the recurrent layers ({', '.join(states)})"))
+        parts += [("attention", f"the attention under {flag}") for flag in self.untimed_backends]
         return tuple(parts)
 
     @property
@@ -677,18 +688,7 @@ class StepModel:
         layers, a backend flag without rows). untimed_s charges these parts' whole seconds."""
         cached = self.__dict__.get("_untimed_terms")
         if cached is None:
-            spec, kinds = self.spec, set()
-            if self.dense_untimed:
-                kinds.add("dense")
-            if spec.moe is not None and (self.moe_curve is None or self.untimed_moe_backend):
-                kinds.add("experts")
-            parts = self.untimed_parts
-            if any(
-                p.startswith(("the DSA", "the sparse", "the recurrent", "the attention"))
-                for p in parts
-            ):
-                kinds.add("attention")
-            cached = self.__dict__["_untimed_terms"] = frozenset(kinds)
+            cached = self.__dict__["_untimed_terms"] = frozenset(k for k, _ in self._untimed)
         return cached
 
     def untimed_s(
