@@ -268,3 +268,33 @@ def test_dp_attention_reads_the_mla_calls_at_every_head_on_the_rank():
     assert [g.heads for g in tp8.groups] == [16.0] and [g.heads for g in dp8.groups] == [128.0]
     assert tp8.decode_attention_s(128, 128 * 4096.0)[0] == pytest.approx(61 * 1.558e-4)
     assert dp8.decode_attention_s(128, 128 * 4096.0)[0] == pytest.approx(61 * 2.615e-4)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "kv", "flags", "stand_in"),
+    [
+        # vLLM's A100 FLASH_ATTN rows (its own pick) hold bf16 caches only
+        ("a100", "fp8", (), ("FLASH_ATTN", "fp8", "bfloat16")),
+        ("a100", "auto", (), None),
+        # vLLM's L40S FLASHINFER rows hold fp8 caches only
+        ("l40s", "auto", ("--attention-backend", "FLASHINFER"), ("FLASHINFER", "bfloat16", "fp8")),
+        ("h100", "fp8", (), None),  # both dtypes timed
+        # no table times an nvfp4 cache: the bf16 calls stand in, by bytes
+        ("b200", "nvfp4", (), ("FLASHINFER", "nvfp4", "bfloat16")),
+    ],
+)
+def test_a_cache_dtype_its_backend_did_not_time_is_named_as_a_stand_in(gpu, kv, flags, stand_in):
+    """Where a backend's rows hold no decode call on the cache's dtype, the other dtype's calls
+    price it (decode_calls_dtype): a guess at the same bytes that the rows themselves refute on
+    H200 FA3 MLA (13x), so a note names it rather than pricing it silently as the cache's own."""
+    doc = run_json(
+        "simulate", "llama-3.1-8b", "--gpu", gpu, "--kv-cache-dtype", kv, *flags,
+        "--num-prompts", "4", "--input-len", "256", "--output-len", "4",
+    )  # fmt: skip
+    notes = {n["id"]: n for n in doc["notes"]}
+    assert ("sim-attention-cache-stand-in" in notes) is (stand_in is not None)
+    if stand_in is not None:
+        backend, cache, rows = stand_in
+        text = notes["sim-attention-cache-stand-in"]["text"]
+        assert f"{backend}'s rows hold no decode call on the {cache} cache" in text
+        assert f"its calls on the {rows} cache stand in" in text

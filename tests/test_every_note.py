@@ -614,6 +614,10 @@ INVOCATIONS: dict[str, Invocation] = {
         "triton",
         *SMALL,
     ),  # fmt: skip
+    # vLLM's A100 FLASH_ATTN rows hold bf16 caches only
+    "simulate attention cache stand-in": cli(
+        "simulate", "llama-3.1-8b", "--gpu", "a100", "--kv-cache-dtype", "fp8", *SMALL
+    ),
     "simulate moe backend": cli(
         "simulate", "qwen3-30b-a3b", "--gpu", "h100", "--moe-backend", "triton", *SMALL
     ),
@@ -1001,6 +1005,7 @@ SOURCES: dict[str, str] = {
     "sim-attention-kernels": "simulate attention backend",
     "sim-attention-timed": "simulate attention backend timed",
     "sim-attention-borrowed": "simulate attention backend borrowed",
+    "sim-attention-cache-stand-in": "simulate attention cache stand-in",
     "sim-prefill-attention": "simulate attention backend timed",
     "sim-nsa-backend-ignored": "simulate nsa backend ignored",
     "node-network-assumed": "roofline network assumed",

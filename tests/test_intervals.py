@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
 from kvplan.plans import intervals
@@ -603,6 +604,16 @@ def test_untimed_ends_by_hand():
     assert (low, high) == (pytest.approx(math.log(0.5)), pytest.approx(1 + math.log(3)))
     # a factor of 0 on every part of the step leaves no time: the fast end is open
     assert intervals.untimed_ends((0.0, 1.0), (0.0, 3.0), 1.0, True)[0] == -math.inf
+
+
+@pytest.mark.parametrize("fraction", [-0.2, 1.5, math.nan, math.inf])
+def test_an_untimed_fraction_that_is_no_share_is_refused(fraction):
+    """u is a share of a run's step time: outside [0, 1] (or NaN) the ends were silently
+    inverted (u = -0.2: the slow end below the own one) or NaN; now a one-line error."""
+    with pytest.raises(KvplanError, match="untimed time fraction"):
+        intervals.untimed_ends((0.0, 1.0), (0.5, 3.0), fraction, True)
+    with pytest.raises(KvplanError, match="untimed time fraction"):
+        intervals.log_quantiles("partial", "tpot", "fixed", intervals.Untimed("vllm", fraction))
 
 
 def test_untimed_scores_by_hand():

@@ -479,6 +479,49 @@ def test_an_sglang_verification_replays_its_graph_while_its_batch_fits(llama, h1
     assert vllm._graphed(vllm.target, 4) is vllm.target
 
 
+@pytest.mark.parametrize(
+    ("model", "gpu", "options"),
+    [
+        # SGLang's MTP: the target's own MoE layer drafts, under a MoE backend no table times
+        (
+            "deepseek-v3",
+            "h200-sxm",
+            {"engine": "sglang", "moe_runner_backend": "triton", "speculative_algorithm": "NEXTN"},
+        ),
+        # vLLM's MTP on a GPU without the DSA module's tables: the draft's attention untimed
+        ("deepseek-ai/DeepSeek-V3.2", "mi300x", {"speculative_config": '{"method": "mtp"}'}),
+    ],
+)
+def test_the_draft_forwards_of_the_targets_layers_carry_their_untimed_seconds(model, gpu, options):
+    """A draft forward of the target's own layers (MTP) runs the parts no table times as the
+    target's forwards do: its StepTime.untimed_s is what StepModel.untimed_s gives for its
+    terms, not 0, and a decode span's untimed seconds are the steps' (the interval's untimed
+    fraction, EngineStats.untimed_time_fraction, sums both)."""
+    import numpy as np
+
+    from kvplan.engines.backends import Backends
+
+    moe = options.pop("moe_runner_backend", None)
+    backends = Backends(moe_runner_backend=moe) if moe else Backends()
+    opts = ServeOptions(tp=8, spec_accept="0.7", backends=backends, **options)
+    m = build_replica(load_model(model), load_gpu(gpu), opts).model
+    assert m.draft is None and m.target.untimed_terms
+    b, context = 16, 16 * 2000
+    for first in (False, True):
+        draft = m.draft_step(b, context, first=first)
+        shape, queries = m._draft_shape(b, context, first)
+        tokens, sampled = m._draft_rows(None, first)
+        target = m._graphed(m.target, m.extend_queries if first else m.topk)
+        gpu_terms = target._forward(shape, m.share, tokens, queries, False, sampled)
+        rows = queries * shape.num_decodes
+        expected = target.untimed_s(gpu_terms, rows, shape.num_sampled, tokens, sampled)
+        assert draft.untimed_s == pytest.approx(expected) and expected > 0
+    sums = context + b * np.arange(4, dtype=float)
+    _, kept = m.decode_span_s(b, sums)
+    singles = [m.step(BatchShape(b, float(x), (), b)) for x in sums]
+    assert kept(4).untimed_s == pytest.approx(sum(s.untimed_s for s in singles), rel=1e-9)
+
+
 # ---- the CLI -----------------------------------------------------------------------------------
 def test_cli_reports_the_speculation():
     data = run_json(

@@ -101,6 +101,7 @@ from kvplan.inputs.kernel_tables import (
     GemmGrid,
     RecurrentGrid,
     datasheet_achieved,
+    decode_calls_dtype,
     decode_calls_for,
     host_overheads_data,
 )
@@ -553,6 +554,12 @@ class StepModel:
         self.decode_rates = {False: self.attention_rates, True: self.mla_rates}
         self.prefill_rates = dict(self.decode_rates)
         self.decode_curves: dict[bool, tuple] = {}
+        # (backend, the cache's dtype, the dtype whose decode calls stand in for it): the
+        # backends that timed no decode call on this cache's dtype (decode_calls_dtype)
+        self.decode_stand_ins: tuple[tuple[str, str, str], ...] = ()
+        # the tables' name of the cache's dtype (aiconfigurator's kv_cache_dtype: 16-bit and
+        # fp8 caches); a cache of neither (int8, nvfp4) reads the 16-bit calls by bytes
+        timed_cache = fmt.name.startswith("fp8") or fmt.name in ("bf16", "fp16")
         cache_dtype = "fp8" if fmt.name.startswith("fp8") else "bfloat16"
         floors_s = achieved.floors_s
         if backend_kernels is not None:
@@ -570,6 +577,10 @@ class StepModel:
                 calls = decode_calls_for(timing, cache_dtype)
                 if calls:
                     self.decode_curves[mla] = calls
+                rows = decode_calls_dtype(timing, cache_dtype)
+                if rows is not None and (rows != cache_dtype or not timed_cache):
+                    cache = cache_dtype if timed_cache else fmt.name
+                    self.decode_stand_ins += ((timing.backend, cache, rows),)
         # the prefill backend's measured calls in the cache's dtype, by kind and head shape
         # (none: the fractions price the chunks; prefill_timing says which each group got)
         self.prefill_calls: dict[bool, dict] = {}
@@ -665,25 +676,36 @@ class StepModel:
         priced by a stand-in instead (the datasheet roofline at the tables' fractions; a backend
         flag: the kernels of the engine's own pick), so how far the real kernel lands from it is
         unknown (kvplan.plans.intervals: the "partial" class)."""
+        return tuple(words for _, words in self._untimed)
+
+    @property
+    def _untimed(self) -> tuple[tuple[str, str], ...]:
+        """(the step's priced part that holds it: "dense", "experts" or "attention"; its
+        words) of each part untimed_parts names: the one list both untimed_parts and
+        untimed_terms read."""
         spec, parts = self.spec, []
         if self.dense_untimed:
-            parts.append(f"the {self.weights_dtype} dense GEMMs")
+            parts.append(("dense", f"the {self.weights_dtype} dense GEMMs"))
         if spec.moe is not None and self.moe_curve is None:
-            parts.append(f"the {self.weights_dtype} fused MoE of this shape and split")
+            parts.append(("experts", f"the {self.weights_dtype} fused MoE of this shape and split"))
         if spec.moe is not None and self.untimed_moe_backend:
-            parts.append(f"the fused MoE under {self.untimed_moe_backend}")
+            parts.append(("experts", f"the fused MoE under {self.untimed_moe_backend}"))
         if self.dsa is None and dsa_layers(spec):
-            parts.append("the DSA indexer and sparse attention")
+            parts.append(("attention", "the DSA indexer and sparse attention"))
         elif self.dsa is not None and not self.dsa.shape_timed:
-            parts.append("the DSA module at this model's shape (DeepSeek-V3.2's stands in)")
+            parts.append(
+                ("attention", "the DSA module at this model's shape (DeepSeek-V3.2's stands in)")
+            )
         if self.dsa is not None and self.dsa.layers < sum(
             1 for a in spec.attention_layers() if a.indexer_topk and not a.gqa_indexer
         ):  # GLM-5.3's layers that reuse another's picks: their top-k read on the roofline
-            parts.append("the sparse attention of the layers that reuse another's top-k")
+            parts.append(
+                ("attention", "the sparse attention of the layers that reuse another's top-k")
+            )
         states = sorted({s.kind.value for s in spec.state_layers()})
         if states and self.recurrent is None:
-            parts.append(f"the recurrent layers ({', '.join(states)})")
-        parts += [f"the attention under {flag}" for flag in self.untimed_backends]
+            parts.append(("attention", f"the recurrent layers ({', '.join(states)})"))
+        parts += [("attention", f"the attention under {flag}") for flag in self.untimed_backends]
         return tuple(parts)
 
     @property
@@ -701,18 +723,7 @@ class StepModel:
         layers, a backend flag without rows). untimed_s charges these parts' whole seconds."""
         cached = self.__dict__.get("_untimed_terms")
         if cached is None:
-            spec, kinds = self.spec, set()
-            if self.dense_untimed:
-                kinds.add("dense")
-            if spec.moe is not None and (self.moe_curve is None or self.untimed_moe_backend):
-                kinds.add("experts")
-            parts = self.untimed_parts
-            if any(
-                p.startswith(("the DSA", "the sparse", "the recurrent", "the attention"))
-                for p in parts
-            ):
-                kinds.add("attention")
-            cached = self.__dict__["_untimed_terms"] = frozenset(kinds)
+            cached = self.__dict__["_untimed_terms"] = frozenset(k for k, _ in self._untimed)
         return cached
 
     def untimed_s(
@@ -741,6 +752,24 @@ class StepModel:
             if dense_s + expert_s > 0:
                 seconds += (weights_s + matmul_s) * untimed / (dense_s + expert_s)
         return seconds
+
+    def forward_untimed_s(
+        self,
+        shape: BatchShape,
+        gpu: tuple[float, ...],
+        queries: int = 1,
+        gathered_tokens: int | None = None,
+        gathered_sampled: int | None = None,
+    ) -> float:
+        """untimed_s of a forward over `shape` whose terms are `gpu` (_forward's tuple, at any
+        share of the layers), at the tokens and sampled rows _forward prices its GEMMs at."""
+        return self.untimed_s(
+            gpu,
+            shape_tokens(shape, queries),
+            max(1, shape.num_sampled),
+            gathered_tokens,
+            gathered_sampled,
+        )
 
     def without_graphs(self) -> StepModel:
         """This model with every step run eagerly (no CUDA graph at any size): a DP-attention
@@ -1414,10 +1443,7 @@ class StepModel:
         head_s = self.logits_gather_s(shape.num_sampled, gathered_tokens, gathered_sampled)
         gpu_s = sum(gpu) + sampler_s + head_s
         total = max(gpu_s, host_s) if self.async_scheduling else gpu_s + host_s
-        num_tokens = max(1, queries * shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
-        untimed_s = self.untimed_s(
-            gpu, num_tokens, max(1, shape.num_sampled), gathered_tokens, gathered_sampled
-        )
+        untimed_s = self.forward_untimed_s(shape, gpu, queries, gathered_tokens, gathered_sampled)
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = gpu
         comm_s += head_s
         return engine_step_time(
@@ -1448,7 +1474,7 @@ class StepModel:
             return self._forward_ops(
                 _as_chunks(shape, queries), layer_share, gathered_tokens, padded
             )
-        num_tokens = max(1, queries * shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
+        num_tokens = shape_tokens(shape, queries)
         weights_s, matmul_s = self.gemm_s(
             num_tokens, max(1, shape.num_sampled), gathered_tokens, gathered_sampled
         )
@@ -1659,9 +1685,10 @@ def _as_chunks(shape: BatchShape, queries: int) -> BatchShape:
     return BatchShape(0, 0, chunks, shape.num_sampled)
 
 
-def shape_tokens(shape: BatchShape) -> int:
-    """The tokens a step runs (at least one: an idle rank of a lockstep group runs a dummy)."""
-    return max(1, shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
+def shape_tokens(shape: BatchShape, queries: int = 1) -> int:
+    """The tokens a step runs, `queries` a decode (at least one: an idle rank of a lockstep
+    group runs a dummy)."""
+    return max(1, queries * shape.num_decodes + sum(n for n, _ in shape.prefill_chunks))
 
 
 def lockstep_step(

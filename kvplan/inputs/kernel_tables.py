@@ -418,15 +418,22 @@ class BackendTiming(NamedTuple):
     ratio_median: float = 1.0
 
 
+def decode_calls_dtype(timing: BackendTiming, cache_dtype: str) -> str | None:
+    """The cache dtype whose decode calls a `cache_dtype` cache's attention runs on
+    (BackendTiming.decode_calls): its own where the backend timed it; where it timed only the
+    other dtype, that one, read by the bytes each sequence holds (the measured kernel at the
+    same traffic stands in: a stand-in the sim-attention-cache-stand-in note names); None
+    where it timed none."""
+    if cache_dtype in timing.decode_calls:
+        return cache_dtype
+    return next(iter(timing.decode_calls), None)
+
+
 def decode_calls_for(timing: BackendTiming, cache_dtype: str) -> tuple:
-    """The decode calls a `cache_dtype` cache's attention runs on (BackendTiming.decode_calls):
-    that dtype's own rows; where the backend timed only the other dtype, those, read by the
-    bytes each sequence holds (the measured kernel at the same traffic stands in); () where
-    it timed none."""
-    calls = timing.decode_calls
-    if cache_dtype in calls:
-        return calls[cache_dtype]
-    return next(iter(calls.values()), ())
+    """The decode calls a `cache_dtype` cache's attention runs on (decode_calls_dtype's rows;
+    () where the backend timed none)."""
+    dtype = decode_calls_dtype(timing, cache_dtype)
+    return () if dtype is None else timing.decode_calls[dtype]
 
 
 def _curves(by_key: dict) -> tuple:

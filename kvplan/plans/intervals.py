@@ -209,12 +209,19 @@ def untimed_ends(
     base + log(1 - share + share * k) (`is_time`; a rate's the same on the inverse). A lower
     factor that would leave no time (1 - share + share * k10 <= 0) leaves the end open (-inf
     on a time, +inf on a rate)."""
-    u, (k10, k90) = time_fraction, factors
+    u, (k10, k90) = _share(time_fraction), factors
     low, high = (base[0], base[1]) if is_time else (-base[1], -base[0])
     fast = 1 - u + u * k10
     low = low + math.log(fast) if fast > 0 else -math.inf
     high = high + math.log(1 - u + u * k90)
     return (low, high) if is_time else (-high, -low)
+
+
+def _share(time_fraction: float) -> float:
+    """An untimed time fraction, refused where it is no share of a step (outside [0, 1], NaN)."""
+    if not 0.0 <= time_fraction <= 1.0:
+        raise KvplanError(f"untimed time fraction {time_fraction!r} is not a share within [0, 1]")
+    return time_fraction
 
 
 def _family_ends(evidence: str, family: str, untimed: Untimed | None) -> tuple[float, float]:
@@ -229,7 +236,7 @@ def _family_ends(evidence: str, family: str, untimed: Untimed | None) -> tuple[f
         return low, high
     own = f"own/{untimed.engine}"
     base = classes[own if own in classes else "own"]["log_ratio"][family]
-    if untimed.time_fraction < MIN_UNTIMED_FRACTION:
+    if _share(untimed.time_fraction) < MIN_UNTIMED_FRACTION:
         return base[0], base[1]
     return untimed_ends(
         (base[0], base[1]),

@@ -195,13 +195,14 @@ class Lockstep:
         return finished
 
     @staticmethod
-    def _plans(active: list[Engine]) -> tuple[list[Req], list[Plan]]:
-        """Each rank's own plan (Engine.plan_step): (the requests finished by ranks that ran
-        nothing, the plans of those that run)."""
+    def _plans(active: list[Engine], decode_only: bool = False) -> tuple[list[Req], list[Plan]]:
+        """Each rank's own plan (Engine.plan_step; `decode_only`: its decode step alone,
+        Engine.plan_decode): (the requests finished by ranks that ran nothing, the plans of
+        those that run)."""
         finished: list[Req] = []
         planned: list[Plan] = []
         for r in active:
-            plan = r.plan_step()
+            plan = r.plan_decode() if decode_only else r.plan_step()
             if isinstance(plan, list):
                 finished += plan
             else:
@@ -216,15 +217,7 @@ class Lockstep:
         prefills = [plan for plan in (r.plan_prefill() for r in active) if plan is not None]
         if prefills:
             return [], prefills
-        finished: list[Req] = []
-        planned: list[Plan] = []
-        for r in active:
-            plan = r.plan_decode()
-            if isinstance(plan, list):
-                finished += plan
-            else:
-                planned.append(plan)
-        return finished, planned
+        return cls._plans(active, decode_only=True)
 
     def _span(self, active: list[Engine], horizon_s: float):
         """A run of decode-only steps on every rank with work, or None (fewer than MIN_SPAN)."""

@@ -1168,6 +1168,14 @@ def step_model(
         notes.append(
             note("sim-attention-borrowed", parts=model.borrowed_parts, tables=tables.label)
         )
+    if model.decode_stand_ins:
+        notes.append(
+            note(
+                "sim-attention-cache-stand-in",
+                stand_ins=model.decode_stand_ins,
+                tables=tables.label,
+            )
+        )
     if options.backends.moe(options.engine) is not None and not measured:
         notes.append(
             note(

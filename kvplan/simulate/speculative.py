@@ -532,16 +532,19 @@ class SpeculativeStepModel:
             return _gpu_only(_with(draft.step(shape, None, queries), sampler_s=0.0))
         tokens, sampled = self._draft_rows(gathered, first)
         target = self._graphed(self.target, per_seq)
-        weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = target._forward(
+        gpu = target._forward(
             shape, self.share, tokens, queries, padded and tokens is not None, sampled
         )
+        # the target's parts no table times run in its layers as the draft too (untimed_s)
+        untimed_s = target.forward_untimed_s(shape, gpu, queries, tokens, sampled)
+        weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = gpu
         weights_s += self._head_s(shape.num_sampled, sampled)
         # the draft's logits gathered as the target's are (EAGLE's draft forward runs the
         # LogitsProcessor: the TP all-gather, under SGLang's DP attention its group collectives)
         comm_s += self.target.logits_gather_s(shape.num_sampled, tokens, sampled)
-        gpu = weights_s + matmul_s + kv_read_s + attention_s + comm_s + launch_s
+        gpu_s = weights_s + matmul_s + kv_read_s + attention_s + comm_s + launch_s
         return engine_step_time(
-            weights_s, matmul_s, kv_read_s, attention_s, 0, comm_s, launch_s, 0, gpu
+            weights_s, matmul_s, kv_read_s, attention_s, 0, comm_s, launch_s, 0, gpu_s, untimed_s
         )
 
     def _draft_rows(self, gathered: int | None, first: bool) -> tuple[int | None, int | None]:
@@ -743,6 +746,14 @@ class SpeculativeStepModel:
                 comm_s=comm_s,
             )
         )
+        # its untimed seconds those of these GEMMs, its attention's added by step (kept)
+        gemms = (weights_s, matmul_s, 0.0, 0.0)
+        fixed = fixed._replace(
+            untimed_s=model.untimed_s(
+                gemms, queries * shape.num_decodes, shape.num_sampled, tokens, sampled
+            )
+        )
+        untimed_attention = "attention" in model.untimed_terms
         fixed = _linear((fixed, share))
         fixed = _with(
             fixed,
@@ -754,6 +765,7 @@ class SpeculativeStepModel:
         def kept(n: int) -> StepTime:
             seconds = float(share * attention[:n].sum())
             out = _linear((fixed, float(n)))
+            out = out._replace(untimed_s=out.untimed_s + (seconds if untimed_attention else 0.0))
             return _with(out, out.total_s + seconds, kv_read_s=out.terms_s["kv_read_s"] + seconds)
 
         return fixed.total_s + share * attention, kept
