@@ -298,3 +298,7 @@ def test_a_cache_dtype_its_backend_did_not_time_is_named_as_a_stand_in(gpu, kv, 
         text = notes["sim-attention-cache-stand-in"]["text"]
         assert f"{backend}'s rows hold no decode call on the {cache} cache" in text
         assert f"its calls on the {rows} cache stand in" in text
+        # a prefill reads its cache's dtype's calls: on a cache no table times (nvfp4), the
+        # 16-bit ones, said too; an fp8 or 16-bit cache's prefill is its own or the fractions'
+        prefill = f"{backend}'s rows hold no prefill call on the {cache} cache"
+        assert (prefill in text) is (cache == "nvfp4")

@@ -554,9 +554,10 @@ class StepModel:
         self.decode_rates = {False: self.attention_rates, True: self.mla_rates}
         self.prefill_rates = dict(self.decode_rates)
         self.decode_curves: dict[bool, tuple] = {}
-        # (backend, the cache's dtype, the dtype whose decode calls stand in for it): the
-        # backends that timed no decode call on this cache's dtype (decode_calls_dtype)
-        self.decode_stand_ins: tuple[tuple[str, str, str], ...] = ()
+        # (phase, backend, the cache's dtype, the dtype whose calls stand in for it): the
+        # backends that timed no call of that phase on this cache's dtype (decode_calls_dtype;
+        # a prefill on an int8 or nvfp4 cache reads the 16-bit prefill calls)
+        self.cache_stand_ins: tuple[tuple[str, str, str, str], ...] = ()
         # the tables' name of the cache's dtype (aiconfigurator's kv_cache_dtype: 16-bit and
         # fp8 caches); a cache of neither (int8, nvfp4) reads the 16-bit calls by bytes
         timed_cache = fmt.name.startswith("fp8") or fmt.name in ("bf16", "fp16")
@@ -580,13 +581,15 @@ class StepModel:
                 rows = decode_calls_dtype(timing, cache_dtype)
                 if rows is not None and (rows != cache_dtype or not timed_cache):
                     cache = cache_dtype if timed_cache else fmt.name
-                    self.decode_stand_ins += ((timing.backend, cache, rows),)
+                    self.cache_stand_ins += (("decode", timing.backend, cache, rows),)
         # the prefill backend's measured calls in the cache's dtype, by kind and head shape
         # (none: the fractions price the chunks; prefill_timing says which each group got)
         self.prefill_calls: dict[bool, dict] = {}
         for mla, timing in (backend_kernels.prefill if backend_kernels else {}).items():
             if timing.prefill_calls.get(cache_dtype):
                 self.prefill_calls[mla] = timing.prefill_calls[cache_dtype]
+                if not timed_cache:
+                    self.cache_stand_ins += (("prefill", timing.backend, fmt.name, cache_dtype),)
         # the recurrent layers timed by this GPU's kernel tables at the heads on a rank (None:
         # none, or not held: their state read and written once per sequence on the roofline)
         self.recurrent = RecurrentKernels.of(spec, tp, recurrent_grid)

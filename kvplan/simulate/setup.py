@@ -1168,11 +1168,11 @@ def step_model(
         notes.append(
             note("sim-attention-borrowed", parts=model.borrowed_parts, tables=tables.label)
         )
-    if model.decode_stand_ins:
+    if model.cache_stand_ins:
         notes.append(
             note(
                 "sim-attention-cache-stand-in",
-                stand_ins=model.decode_stand_ins,
+                stand_ins=model.cache_stand_ins,
                 tables=tables.label,
             )
         )

@@ -560,7 +560,8 @@ text("sim-interval")(
         )
         + (
             f"Those parts take {f.share(untimed_fraction)} of the simulated step time "
-            "(untimed_time_fraction in JSON): the interval is that of runs on this GPU's own "
+            "(the most of any rate simulated; each run's untimed_time_fraction in JSON): the "
+            "interval is that of runs on this GPU's own "
             "tables with those parts' time anywhere between the fastest and the slowest "
             "factor on its stand-in that published partial runs asked for, so the less of the "
             "step they take, the narrower. "
@@ -764,17 +765,18 @@ text("sim-prefill-attention")(
 )
 text("sim-attention-cache-stand-in")(
     lambda stand_ins, tables: (
-        "Decode attention on a cache dtype its backend's rows do not hold ("
+        "Attention on a cache dtype its backend's rows do not hold ("
         + tables
         + "): "
         + "; ".join(
-            f"{backend}'s rows hold no decode call on the {cache} cache: its calls on the "
-            f"{rows} cache stand in, read by the KV bytes each sequence holds"
-            for backend, cache, rows in stand_ins
+            f"{backend}'s rows hold no {phase} call on the {cache} cache: its calls on the "
+            f"{rows} cache stand in"
+            + (", read by the KV bytes each sequence holds" if phase == "decode" else "")
+            for phase, backend, cache, rows in stand_ins
         )
         + ". At the same bytes the two caches' kernels can differ several times over (H200 "
-        "SGLang FA3 MLA at 128 sequences of 4 MiB: bf16 0.157 ms, fp8 2.04 ms), so these "
-        "decode steps are unsure beyond the interval."
+        "SGLang FA3 MLA decode at 128 sequences of 4 MiB: bf16 0.157 ms, fp8 2.04 ms), so these "
+        "steps are unsure beyond the interval."
     )
 )
 text("sim-attention-timed")(
