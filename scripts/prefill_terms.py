@@ -9,9 +9,8 @@ concurrency 1 (tests/sim_replay.py; runs it cannot replay are skipped): the meas
 simulated median TTFT; the two middle prompt lengths of the run's own draw (the median TTFT is
 the mean of those two requests' TTFTs, each a lone prefill); and, averaged over those two, the
 simulated prefill step (StepModel.step of one chunk of that many new tokens) split into the dense
-GEMMs (each at its own shape from the GEMM table, dense_calls_s; where the GEMMs are not laid out,
-the pooled GEMM term, MoE included), the fused MoE (the model's own shape from the moe/ table,
-moe_kernel_s), prefill attention, the TP all-reduces, the per-layer launch charge (per_layer_s
+GEMMs and the fused MoE as the step prices each (StepModel.gemm_parts_s: the GEMM table's calls
+at their own shapes, the moe/ table's curve, or their rooflines), prefill attention, the TP all-reduces, the per-layer launch charge (per_layer_s
 under a CUDA graph, eager_per_layer_s past the graph size) and the host's per-step cost; then what
 the simulated TTFT holds beside that step (the frontend's request_s), and the launch charge's
 share of the simulated TTFT. Read-only: nothing is fitted, nothing written."""
@@ -27,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import kvplan.plans.simulate as plans_simulate  # noqa: E402
 from kvplan.errors import KvplanError  # noqa: E402
-from kvplan.formulas.batch_step import BatchShape, moe_kernel_s  # noqa: E402
+from kvplan.formulas.batch_step import BatchShape  # noqa: E402
 
 from sim_cases import HELDOUT, load_cases  # noqa: E402
 from sim_replay import replay  # noqa: E402
@@ -66,19 +65,14 @@ class _Capture:
 
 
 def prefill_terms_s(model, tokens: int) -> dict[str, float]:
-    """The terms of one step prefilling `tokens` new tokens alone (seconds, TERMS)."""
+    """The terms of one step prefilling `tokens` new tokens alone (seconds, TERMS); the GEMM
+    terms split by group as the step model prices them (StepModel.gemm_parts_s)."""
     step = model.step(BatchShape(prefill_chunks=((tokens, 0),), num_sampled=1))
     terms = step.terms_s
-    gemm_s = terms["weights_s"] + terms["matmul_s"]
-    moe_s = (
-        model.moe_layers * moe_kernel_s(model.moe_curve, tokens)
-        if model.moe_curve is not None
-        else 0.0
-    )
-    dense_s = model.dense_calls_s(tokens, 1) if moe_s else None
+    dense_s, moe_s = model.gemm_parts_s(tokens, 1)[2:]
     return {
         "step": step.total_s,
-        "dense": gemm_s - moe_s if dense_s is None else dense_s,
+        "dense": dense_s,
         "moe": moe_s,
         "attention": terms["attention_s"] + terms["kv_read_s"],
         "comm": terms["comm_s"],

@@ -270,9 +270,9 @@ def piecewise_default_on(version: str) -> bool:
     release, nearest = sglang_release(version)
     if release == "0.4":
         return False
-    patch = sglang_patch(version)
     if nearest:  # 0.6 and on run with 0.5's newest rules
         return True
+    patch = sglang_patch(version)
     return patch is None or patch >= PIECEWISE_DEFAULT_FROM
 
 

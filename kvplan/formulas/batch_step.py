@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import math
+from functools import cached_property
 
 from kvplan.anatomy.model import CacheKind, Layer, ModelSpec, distinct_layers, kept_with
 from kvplan.dtypes import KvFormat
@@ -718,16 +719,13 @@ class StepModel:
         the "borrowed" interval class (kvplan.plans.intervals.raw_class)."""
         return self.borrowed_backends
 
-    @property
+    @cached_property
     def untimed_terms(self) -> frozenset[str]:
         """Which of the step's priced parts hold an untimed part (untimed_parts): "dense" (the
         dense GEMMs in a format without rows), "experts" (a fused MoE without its curve, or
         under a MoE backend flag), "attention" (the attention terms: DSA, the recurrent
         layers, a backend flag without rows). untimed_s charges these parts' whole seconds."""
-        cached = self.__dict__.get("_untimed_terms")
-        if cached is None:
-            cached = self.__dict__["_untimed_terms"] = frozenset(k for k, _ in self._untimed)
-        return cached
+        return frozenset(k for k, _ in self._untimed)
 
     def untimed_s(
         self,

@@ -38,11 +38,11 @@ import math
 from functools import cache
 from pathlib import Path
 from statistics import NormalDist
-from typing import NamedTuple
 
 from kvplan.engines.sglang import detokenizer_untimed
 from kvplan.errors import KvplanError
 from kvplan.inputs.kernel_tables import tables_for
+from kvplan.record import NamedTuple
 
 PATH = Path(__file__).resolve().parent.parent / "data" / "intervals.json"
 FAMILIES = ("throughput", "ttft", "tpot")

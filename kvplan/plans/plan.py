@@ -24,7 +24,7 @@ from kvplan import __version__
 from kvplan.anatomy.model import ModelSpec
 from kvplan.engines.backends import Backends, check_backends
 from kvplan.engines.max_len import check_max_model_len
-from kvplan.engines.sglang import PiecewiseFlags
+from kvplan.engines.sglang import PiecewiseFlags, check_piecewise_flags
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import BatchShape
 from kvplan.inputs.hardware import GpuProfile
@@ -710,8 +710,6 @@ def _check_piecewise(request: PlanRequest) -> None:
         return
     if request.emit != "sglang":
         raise KvplanError(f"{given[0].split()[0]} is SGLang's: give --emit sglang")
-    from kvplan.engines.sglang import check_piecewise_flags
-
     release = ServeOptions(**release_fields(request))
     check_piecewise_flags(release.sglang_version, request.piecewise)
 

@@ -261,6 +261,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
     evidence = intervals.evidence_for(gpu, request.serve.engine, spec, parts, borrowed)
     length_dist = request.workload.length_dist
     runs = _with_intervals(replica, request, runs, evidence)
+    most_untimed = _most_untimed(request, runs)
     shares = runs[-1].engine.step_time_shares
     dominant = [k for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v >= DOMINANT_SHARE]
     notes = [
@@ -280,8 +281,8 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
             parts=parts,
             calibrated=intervals.calibrated(evidence),
             widen=intervals.transfer_widen(evidence, length_dist),
-            scales=intervals.step_scales(evidence, length_dist, _most_untimed(request, runs)),
-            untimed_fraction=max(r.engine.untimed_time_fraction for r in runs)
+            scales=intervals.step_scales(evidence, length_dist, most_untimed),
+            untimed_fraction=most_untimed.time_fraction
             if intervals.untimed_factors(evidence, request.serve.engine) is not None
             else None,
             propagated=intervals.propagated_families(),
