@@ -435,6 +435,7 @@ class StepModel:
         dp_lm_head: bool = False,
         dense_mlp_dp: bool = False,
         untimed_backends: tuple[str, ...] = (),
+        dsa_decode_kernel: tuple[str, str] | None = None,
         untimed_moe_backend: str = "",
         borrowed_backends: tuple[str, ...] = (),
         gemm_grid: GemmGrid | None = None,
@@ -444,6 +445,9 @@ class StepModel:
         # the attention backends the flags name that the tables hold no rows of, and the MoE
         # backend flag whose kernels they do not time, as typed (untimed_parts)
         self.untimed_backends = tuple(untimed_backends)
+        # (SGLang's DSA decode kernel, the ones the DSA module grids timed) where they differ
+        # (simulate.setup.dsa_decode_kernel): the module's decode named untimed
+        self.dsa_decode_kernel = dsa_decode_kernel
         self.untimed_moe_backend = untimed_moe_backend
         # the attention backends timed from another GPU's rows by a fitted ratio, in words
         # (borrowed_parts; kvplan.inputs.kernel_tables.borrowed_backends)
@@ -715,6 +719,11 @@ class StepModel:
         elif self.dsa is not None and not self.dsa.shape_timed:
             parts.append(
                 ("attention", "the DSA module at this model's shape (DeepSeek-V3.2's stands in)")
+            )
+        if self.dsa is not None and self.dsa_decode_kernel is not None:
+            kernel, timed = self.dsa_decode_kernel
+            parts.append(
+                ("attention", f"the DSA module's decode under {kernel} (the tables time {timed})")
             )
         if self.dsa is not None and self.dsa.layers < sum(
             1 for a in spec.attention_layers() if a.indexer_topk and not a.gqa_indexer
