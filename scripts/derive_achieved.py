@@ -343,6 +343,17 @@ DSA_WRITE = {
     "gb300": ("vllm", "sglang"),
 }
 DSA_MODEL = "deepseek-ai/DeepSeek-V3.2"
+# SGLang's --nsa-decode-backend of each kernel_source an SGLang DSA decode row names
+# (aiconfigurator collector/kernel_source_backends.yaml, "indexer path" rows; collector/sglang/
+# collect_mla_module.py sets dsa_decode_backend to trtllm on SM100 and flashmla_kv on Hopper for
+# an fp8 KV cache, as SGLang 0.5.14 does, and leaves SGLang's default for bf16): the file
+# records the decode kernels its grids timed, so a run whose SGLang picks another is named
+NSA_DECODE_BACKENDS = {
+    "sglang_dsa_indexer_fa3": "fa3",
+    "sglang_dsa_indexer_trtllm": "trtllm",
+    "sglang_dsa_indexer_flashmla_kv": "flashmla_kv",
+    "sglang_dsa_indexer_flashmla_sparse": "flashmla_sparse",
+}
 MLA_MODEL = "deepseek-ai/DeepSeek-V3"
 # The attention shape the grids measured (DeepSeek-V3.2's; kvplan.anatomy.model.Attention's
 # names): the step model reads a file's grids only for layers of this shape
@@ -426,9 +437,10 @@ def dsa_delta(root: Path, gpu: str, engine: str = "vllm") -> tuple[dict, dict, d
     batches and lengths the tables measured (both, for vLLM). Returns (grids, batches, lengths,
     provenance): grids keyed (phase ("decode": batch x tokens held; "prefill": sequences x
     prompt tokens), heads on the rank, kv dtype) -> {(batch, length): seconds}; provenance
-    phase -> the tables read, "baseline" -> what was subtracted."""
+    phase -> the tables read, "baseline" -> what was subtracted, "decode_kernels" -> SGLang's
+    decode backends the grids timed by kv dtype ({} for vLLM: no such flag)."""
     out: dict = {}
-    axes: dict = {"batches": {}, "lengths": {}, "source": {}}
+    axes: dict = {"batches": {}, "lengths": {}, "source": {}, "decode_kernels": {}}
     mla_version = newest(root, gpu, "sparse_attention", "vllm", "dsa_generation_module_perf")
     version = newest(root, gpu, "sparse_attention", engine, "dsa_generation_module_perf")
     own = engine == "sglang"
@@ -463,6 +475,10 @@ def dsa_delta(root: Path, gpu: str, engine: str = "vllm") -> tuple[dict, dict, d
         if phase == "decode":
             batches = _graph_batches(dsa_rows, batches)
         dsa = _module_grid(dsa_rows, x_key, batches, lengths)
+        if phase == "decode" and own:  # the SGLang decode backends the grids timed, by kv dtype
+            for r in dsa_rows:
+                timed = axes["decode_kernels"].setdefault(r["kv_cache_dtype"], set())
+                timed.add(NSA_DECODE_BACKENDS[r["kernel_source"]])
         if layer is not None:
             base = {key: layer.grid(phase, *key, batches, lengths) for key in dsa}
         else:
@@ -486,6 +502,7 @@ def dsa_delta(root: Path, gpu: str, engine: str = "vllm") -> tuple[dict, dict, d
         else f"less {MLA_MODEL}'s MLA module (vLLM {mla_version})"
     )
     provenance = {"version": version, **axes["source"], "baseline": baseline}
+    provenance["decode_kernels"] = {kv: sorted(b) for kv, b in axes["decode_kernels"].items()}
     return out, axes["batches"], axes["lengths"], provenance
 
 
@@ -558,6 +575,7 @@ def write_dsa_grids(root: Path) -> list[Path]:
                 "block-fp8 weights, the fastest kernel per shape, microseconds",
                 "baseline": "kvplan_layer" if engine == "sglang" else "mla_module",
                 "shape": DSA_SHAPE,
+                **({"decode_kernels": prov["decode_kernels"]} if prov["decode_kernels"] else {}),
                 "batches": batches,
                 "lengths": lengths,
             }

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from kvplan.formulas.batch_step import dsa_layer_base_s
+from kvplan.formulas.batch_step import decode_rows, dsa_layer_base_s
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
 from kvplan.simulate.setup import ServeOptions, build_replica
@@ -69,7 +69,10 @@ def test_a_decode_step_charges_the_sglang_dsa_module(b200_sglang, decodes):
     m = b200_sglang
     assert (m.dsa.kv, m.dsa.heads, m.dsa.layers, m.dsa.shape_timed) == ("fp8", 16.0, 61, True)
     assert m.dsa.tables.baseline == "kvplan_layer"
-    assert m.untimed_parts == ()
+    # SGLang 0.5.9's fp8 decode kernel is flashmla_kv, the grids time 0.5.14's trtllm
+    assert m.untimed_parts == (
+        "the DSA module's decode under flashmla_kv (the tables time trtllm)",
+    )
     delta_s = m.dsa.delta_s("decode", decodes, 2048)
     charged_s = dsa_layer_base_s(m, "decode", decodes, 2048) + delta_s / 61
     assert charged_s == pytest.approx(SGLANG_DSA_MS[decodes] * 1e-3, abs=0.051e-6)
@@ -115,3 +118,34 @@ def test_an_h200_sglang_step_charges_its_dsa_module_not_less(decodes):
     assert delta_s > 0
     charged_s = dsa_layer_base_s(m, "decode", decodes, 2048) + delta_s
     assert charged_s == pytest.approx(H200_SGLANG_DSA_MS[decodes] * 1e-3, abs=0.051e-6)
+
+
+@pytest.mark.parametrize(("gpu", "engine"), [("b200", "sglang"), ("h200", "vllm")])
+@pytest.mark.parametrize(("decodes", "context"), [(1, 300), (16, 2048), (16, 8192)])
+def test_a_verification_runs_a_dsa_row_per_draft_token(gpu, engine, decodes, context):
+    """SGLang's nsa backend runs a target verify of 4 draft tokens a sequence as 4 one-token
+    decode rows (cu_seqlens_q = arange(0, bs x 4 + 1), the page table repeated per token): the
+    indexer, its top-k and the sparse MLA once a token. So 16 sequences verifying 4 tokens
+    each cost the DSA attention of 64 one-token decodes (the module's row at 64, the base's
+    latent read 64 times), not 16 decodes' with 4x the FLOPs."""
+    spec = load_model("deepseek-ai/DeepSeek-V3.2", checkpoint=False)
+    m = build_replica(spec, load_profile(gpu), ServeOptions(engine=engine, tp=8)).model
+    assert decode_rows(decodes, 4) == 4 * decodes
+    assert all(g.dsa_module for g in m.groups)  # dense MLA under the module's delta
+    verify = m.decode_attention_s(decodes, decodes * float(context), 4)[0]
+    rows = m.decode_attention_s(4 * decodes, 4 * decodes * float(context), 1)[0]
+    assert verify == pytest.approx(rows, rel=1e-12)
+    assert verify > m.decode_attention_s(decodes, decodes * float(context), 1)[0]
+
+
+def test_a_dense_mla_verification_still_reads_the_latents_once():
+    """Without DSA (DeepSeek-R1's MLA) a verification's 4 tokens read each sequence's cache
+    once and multiply its FLOPs: fewer seconds than 4x the one-token decodes."""
+    spec = load_model("deepseek-ai/DeepSeek-R1-0528", checkpoint=False)
+    m = build_replica(spec, load_profile("b200"), ServeOptions(engine="sglang", tp=8)).model
+    bare = copy.copy(m)
+    bare.floors = m.floors._replace(attention_s=0.0)
+    assert [g.dsa_module or bool(g.attended_topk) for g in bare.groups] == [False]
+    _, one_read = bare._decode_attention(16, 16 * 8192.0, max, min, 1)
+    _, verify_read = bare._decode_attention(16, 16 * 8192.0, max, min, 4)
+    assert verify_read == pytest.approx(one_read, rel=1e-12)

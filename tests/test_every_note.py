@@ -645,6 +645,9 @@ INVOCATIONS: dict[str, Invocation] = {
         "--attention-backend",
         "FLASHMLA",
     ),  # fmt: skip
+    "simulate dsa sglang b200": cli(
+        "simulate", "deepseek-v3.2", "--gpu", "b200", "--tp", "8", "--engine", "sglang", *SMALL
+    ),
     "simulate dsa untabled": cli(
         "simulate", "deepseek-v3.2", "--gpu", "mi300x", "--tp", "8", *SMALL
     ),
@@ -1001,6 +1004,7 @@ SOURCES: dict[str, str] = {
     "sim-dp-attention-off": "simulate sglang dp attention alone",
     "sim-dsa-dense": "simulate dsa untabled",
     "sim-dsa-tables": "simulate dsa",
+    "sim-dsa-decode-kernel": "simulate dsa sglang b200",
     "sim-enforce-eager": "simulate dcp eager",
     "sim-attention-kernels": "simulate attention backend",
     "sim-attention-timed": "simulate attention backend timed",
@@ -1124,6 +1128,8 @@ CHOOSE_WORDS = {
     ("sim-sglang", "graph_tokens"),  # 0 (every prefill batch eager): said in words
     ("sim-sglang", "graph_off"),  # said only where no prefill batch runs graphs
     ("sim-sglang", "piecewise"),  # whether SGLang runs piecewise graphs: said in words
+    ("sim-sglang", "page"),  # said where the pool's blocks are not SGLang's page (DSA's 64: are)
+    ("sim-sglang", "block"),
     ("plan-speculative", "engine"),  # the engine's flags: --speculative-config or -*
     ("deployment-chosen", "nodes"),  # "one node"
     ("deployment-on-gpus", "replicas"),  # one replica: unsaid

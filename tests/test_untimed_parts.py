@@ -82,15 +82,46 @@ def test_glm5s_dsa_takes_deepseek_v32s_grids_as_a_named_stand_in(gpu, engine):
     spec = load_model("zai-org/GLM-5-FP8", checkpoint=False)
     model = build_replica(spec, load_profile(gpu), ServeOptions(engine=engine, tp=8)).model
     assert model.dsa is not None and not model.dsa.shape_timed
-    assert model.untimed_parts == (STAND_IN,)
+    # SGLang on a B200 decodes an fp8 cache on flashmla_kv, the grids' trtllm (next test)
+    decode = (DECODE_UNTIMED,) if engine == "sglang" else ()
+    assert model.untimed_parts == (STAND_IN, *decode)
     spec = load_model("zai-org/GLM-5.3", checkpoint=False)
     options = ServeOptions(engine=engine, tp=8, pp=2, nnodes=2)
     replica = build_replica(spec, load_profile(gpu), options)
     assert replica.model.dsa is not None and replica.model.dsa.layers == 21
     assert replica.model.untimed_parts == (
         STAND_IN,
+        *decode,
         "the sparse attention of the layers that reuse another's top-k",
     )
+
+
+DECODE_UNTIMED = "the DSA module's decode under flashmla_kv (the tables time trtllm)"
+
+
+@pytest.mark.parametrize(
+    ("gpu", "options", "untimed"),
+    [
+        # SGLang's default fp8 cache on SM100 decodes on flashmla_kv (_set_default_nsa_backends
+        # of 0.5.9); aiconfigurator timed SGLang 0.5.14's trtllm there
+        ("b200", {}, (DECODE_UNTIMED,)),
+        ("gb300", {}, (DECODE_UNTIMED,)),
+        # a bf16 cache on SM100 decodes on trtllm: timed
+        ("b200", {"kv_cache_dtype": "bfloat16"}, ()),
+        # Hopper: fa3 for bf16 (the default), flashmla_kv for fp8, both timed
+        ("h200", {}, ()),
+        ("h200", {"kv_cache_dtype": "fp8_e4m3"}, ()),
+        # named by its flag instead: the flag's own untimed part, not this one
+        (
+            "b200",
+            {"backends": Backends(nsa_decode_backend="trtllm")},
+            ("the attention under --nsa-decode-backend trtllm",),
+        ),
+    ],
+)
+def test_sglangs_dsa_decode_kernel_is_untimed_where_the_grids_timed_another(gpu, options, untimed):
+    parts = _parts("deepseek-ai/DeepSeek-V3.2", gpu, engine="sglang", tp=8, **options)
+    assert parts == untimed
 
 
 def test_dsa_without_tables_is_priced_sparse_as_its_note_says():

@@ -488,6 +488,17 @@ def _default_sglang_backend(spec: ModelSpec, gpu: GpuProfile, tp: int, topk: int
     return "triton"
 
 
+def nsa_default_backends(kv_cache_dtype: str, generation: int) -> tuple[str, str]:
+    """(prefill, decode) NSA kernels SGLang picks for a DSA model on a CUDA GPU of compute
+    capability major `generation` unless --nsa-prefill-backend / --nsa-decode-backend name
+    them (0.5.9 server_args.py _set_default_nsa_backends): an fp8_e4m3 cache flashmla_auto and
+    flashmla_kv, a bfloat16 one flashmla_sparse and trtllm from SM100, else flashmla_sparse and
+    fa3."""
+    if kv_cache_dtype == "fp8_e4m3":
+        return "flashmla_auto", "flashmla_kv"
+    return "flashmla_sparse", "trtllm" if generation >= 10 else "fa3"
+
+
 def sglang_attention(
     spec: ModelSpec,
     gpu: GpuProfile,
@@ -515,16 +526,10 @@ def sglang_attention(
         if unset:
             backend = "nsa"
         page = 1 if hip else DSA_PAGE_SIZE
-        if not hip:  # _set_default_nsa_backends
-            if kv_cache_dtype == "fp8_e4m3":
-                nsa_prefill = nsa_prefill or "flashmla_auto"
-                nsa_decode = nsa_decode or "flashmla_kv"
-            elif generation >= 10:
-                nsa_prefill = nsa_prefill or "flashmla_sparse"
-                nsa_decode = nsa_decode or "trtllm"
-            else:
-                nsa_prefill = nsa_prefill or "flashmla_sparse"
-                nsa_decode = nsa_decode or "fa3"
+        if not hip:
+            default_prefill, default_decode = nsa_default_backends(kv_cache_dtype, generation)
+            nsa_prefill = nsa_prefill or default_prefill
+            nsa_decode = nsa_decode or default_decode
     else:
         nsa_prefill = nsa_decode = None  # read for DSA models only
     if unset and version == "0.5" and mla and generation == 10:

@@ -140,6 +140,19 @@ def _own_indexer(attn) -> bool:
     return attn is not None and bool(attn.indexer_head_dim) and not attn.gqa_indexer
 
 
+def decode_rows(num_decodes: int, queries: int = 1) -> int:
+    """Decode rows a DSA module runs for `num_decodes` sequences of `queries` tokens each (a
+    speculative verification's draft tokens, a draft extend's settled positions): one a token.
+    SGLang's nsa backend expands a target verify and a draft extend to one query row per token,
+    each at its own length (nsa_backend.py init_forward_metadata: cu_seqlens_q = arange(0,
+    bs x speculative_num_draft_tokens + 1), max_seqlen_q 1, seqlens_expanded, the page table
+    repeat_interleave'd per token): the indexer's paged MQA logits, its top-k and the sparse
+    MLA each run once a token; vLLM's sparse_attn_indexer and FlashMLA sparse decode take the
+    verification's next_n tokens as rows with a top-k each. The module tables time one token a
+    sequence, so a step reads them at this many rows."""
+    return num_decodes * max(1, queries)
+
+
 def measured_achieved(achieved: Achieved = ACHIEVED_DATASHEET) -> Achieved:
     """For a measured profile (its peak is a dense bf16 matmul, its bandwidth a stream): every
     fraction relative to the dense bf16 kernels'."""
@@ -270,6 +283,9 @@ class _Group(NamedTuple):
     # prefill calls' keys: BackendTiming.prefill_calls)
     head_shape: str = ""
     heads: float = 0.0
+    # DSA layers the DSA module's tables time (priced here as dense MLA, the module's delta
+    # beside): like `attended_topk`'s, a decode of several query tokens runs a row per token
+    dsa_module: bool = False
 
 
 class BackendKernels(NamedTuple):
@@ -419,6 +435,7 @@ class StepModel:
         dp_lm_head: bool = False,
         dense_mlp_dp: bool = False,
         untimed_backends: tuple[str, ...] = (),
+        dsa_decode_kernel: tuple[str, str] | None = None,
         untimed_moe_backend: str = "",
         borrowed_backends: tuple[str, ...] = (),
         gemm_grid: GemmGrid | None = None,
@@ -428,6 +445,9 @@ class StepModel:
         # the attention backends the flags name that the tables hold no rows of, and the MoE
         # backend flag whose kernels they do not time, as typed (untimed_parts)
         self.untimed_backends = tuple(untimed_backends)
+        # (SGLang's DSA decode kernel, the ones the DSA module grids timed) where they differ
+        # (simulate.setup.dsa_decode_kernel): the module's decode named untimed
+        self.dsa_decode_kernel = dsa_decode_kernel
         self.untimed_moe_backend = untimed_moe_backend
         # the attention backends timed from another GPU's rows by a fitted ratio, in words
         # (borrowed_parts; kvplan.inputs.kernel_tables.borrowed_backends)
@@ -700,6 +720,11 @@ class StepModel:
             parts.append(
                 ("attention", "the DSA module at this model's shape (DeepSeek-V3.2's stands in)")
             )
+        if self.dsa is not None and self.dsa_decode_kernel is not None:
+            kernel, timed = self.dsa_decode_kernel
+            parts.append(
+                ("attention", f"the DSA module's decode under {kernel} (the tables time {timed})")
+            )
         if self.dsa is not None and self.dsa.layers < sum(
             1 for a in spec.attention_layers() if a.indexer_topk and not a.gqa_indexer
         ):  # GLM-5.3's layers that reuse another's picks: their top-k read on the roofline
@@ -889,6 +914,12 @@ class StepModel:
         for g in self.groups:
             keys = context_sum if g.window is None else num_decodes * minimum(mean, g.window)
             rates = self.decode_rates[g.mla]
+            # the FLOPs of `queries` tokens over keys read once, in calls of `num_decodes`; a DSA
+            # layer's row per query token (decode_rows), each scoring and reading its own keys
+            repeats, calls = queries, num_decodes
+            if g.attended_topk and not g.attended_block or g.dsa_module:
+                repeats, calls = 1, decode_rows(num_decodes, queries)
+                keys = keys * (calls / num_decodes)
             kv_bytes = g.kv_bytes_per_token * keys
             attended = keys
             if g.attended_block:  # MiniMax-M3: the top-k blocks' K and V, every indexer key
@@ -896,9 +927,9 @@ class StepModel:
                 attended = num_decodes * picked
                 kv_bytes = g.kv_bytes_per_token * attended + g.index_bytes_per_token * keys
             elif g.attended_topk:  # DSA: the top-k's latents, every token's indexer key
-                attended = num_decodes * minimum(mean, g.attended_topk)
+                attended = calls * minimum(mean, g.attended_topk)
                 kv_bytes = topk_read_bytes(
-                    keys, num_decodes * g.attended_topk, g.kv_bytes_per_token,
+                    keys, calls * g.attended_topk, g.kv_bytes_per_token,
                     g.index_bytes_per_token, minimum,
                 )  # fmt: skip
             if g.compress_ratio:  # the compressed entries read, and attended beside the window
@@ -919,20 +950,20 @@ class StepModel:
                     entries, g.compressed_topk, 0, g.compressed_index_flop_per_entry, minimum
                 )
             read_s = kv_bytes / rates.bandwidth_bytes_per_s
-            group_s = maximum(read_s, queries * flops / rates.peak_flop_per_s)
+            group_s = maximum(read_s, repeats * flops / rates.peak_flop_per_s)
             curve = self.decode_curves.get(g.mla)
             if curve and g.layers:  # a named backend: at least its measured calls' time
                 group_s = maximum(
                     group_s,
                     g.layers
-                    * decode_heads_call_s(
-                        curve, g.heads, num_decodes, kv_bytes / g.layers, maximum
-                    ),
+                    * decode_heads_call_s(curve, g.heads, calls, kv_bytes / g.layers, maximum),
                 )
             seconds = seconds + group_s
             memory = memory + read_s
         if self.dsa is not None:  # the sparse module's cost over the MLA roofline (or saving)
-            delta = self.dsa.delta_s("decode", num_decodes, mean)
+            # one module row per query token (decode_rows): a verification's
+            # draft tokens are decodes of their own to the indexer and the sparse MLA
+            delta = self.dsa.delta_s("decode", decode_rows(num_decodes, queries), mean)
             seconds = maximum(0.0, seconds + delta)
             memory = maximum(0.0, memory + delta)
         # each attention layer launches its kernel: at least the smallest one measured
@@ -2127,12 +2158,14 @@ def _sum_ops(
         # without (and MiniMax-M3's), per key beside the top-k (the group's attended_topk)
         dsa = indexer = 0.0
         topk = block = 0
+        module = False  # a DSA layer the module's tables time (_Group.dsa_module)
         if attn is not None and attn.indexer_topk:
             dsa = indexer_flop_per_key(attn) / tp
             indexer = attn.indexer_bytes_per_token(fmt)
             # the tables time a layer with an indexer of its own over dense MLA; a layer that
             # shares another's picks (GLM-5.3's) is not theirs: its top-k priced here
-            topk = 0 if not indexer_keys and _own_indexer(attn) else attn.indexer_topk
+            module = not indexer_keys and _own_indexer(attn)
+            topk = 0 if module else attn.indexer_topk
         elif attn is not None and attn.sparse_topk_blocks:  # MiniMax-M3 (no DSA tables)
             dsa = indexer_flop_per_key(attn) / tp
             indexer = attn.indexer_bytes_per_token(fmt)
@@ -2150,6 +2183,7 @@ def _sum_ops(
                     block,
                     f"{attn.qk_head_dim}x{attn.v_head_dim}",
                     max(1.0, attn.num_q_heads / tp),
+                    module,
                 ),
                 [0.0] * 9,
             )
@@ -2174,8 +2208,9 @@ def _sum_ops(
         _Group(
             window, chunked, mla, kv, dec, pre, ratio, ctopk, kv_entry, index_entry,
             indexer_flops, topk, index_bytes, index_flops, block, int(layers), head_shape, heads,
+            module,
         )
-        for (window, chunked, mla, ratio, ctopk, topk, block, head_shape, heads), (
+        for (window, chunked, mla, ratio, ctopk, topk, block, head_shape, heads, module), (
             kv, dec, pre, kv_entry, index_entry, indexer_flops, index_bytes, index_flops, layers,
         ) in by_key.items()
     )  # fmt: skip

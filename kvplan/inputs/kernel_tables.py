@@ -137,6 +137,9 @@ class DsaGrids(NamedTuple):
     # same engine), "kvplan_layer" (kvplan's own price of the layer without the module:
     # batch_step.dsa_layer_base_s, from the engine's own GEMM, MLA-kernel and mla_bmm rows)
     baseline: str = "mla_module"
+    # SGLang's --nsa-decode-backend each kv dtype's decode grids timed ("fp8" -> ("trtllm",));
+    # {}: not recorded (vLLM's files: no such flag)
+    decode_kernels: dict = {}
 
 
 class GemmGrid(NamedTuple):
@@ -333,6 +336,7 @@ def _dsa(name: str) -> DsaGrids:
         engine_version=d["version"],
         shape=dict(d["shape"]),
         baseline=d.get("baseline", "mla_module"),
+        decode_kernels={kv: tuple(b) for kv, b in d.get("decode_kernels", {}).items()},
     )
 
 

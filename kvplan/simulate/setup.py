@@ -878,6 +878,26 @@ def ignored_nsa_flags(spec, options) -> list[str]:
     return nsa_flags(options)
 
 
+def dsa_decode_kernel(spec, gpu, options, kv_format: str, grids) -> tuple[str, str] | None:
+    """(the decode kernel, the ones the grids timed) where SGLang runs a DSA model's decode on
+    an NSA kernel the GPU's DSA module grids did not time (None: they timed it, the run names
+    it by --nsa-decode-backend, which nsa_flags marks untimed, or no SGLang grids record it).
+    SGLang picks by the cache dtype and GPU (engines.sglang.nsa_default_backends, 0.5.9's
+    rule: flashmla_kv for an fp8 cache); the grids record what aiconfigurator's collector ran
+    (DsaGrids.decode_kernels: SGLang 0.5.14's trtllm for an fp8 cache on SM100)."""
+    from kvplan.engines.sglang import nsa_default_backends
+    from kvplan.engines.vllm import gpu_generation
+
+    if options.engine != "sglang" or grids is None or not grids.decode_kernels:
+        return None
+    if options.backends.nsa_decode_backend or not dsa_layers(spec):
+        return None
+    fp8 = resolve_kv_format(kv_format, spec.dtype).name.startswith("fp8")
+    decode = nsa_default_backends("fp8_e4m3" if fp8 else "bfloat16", gpu_generation(gpu))[1]
+    timed = grids.decode_kernels.get("fp8" if fp8 else "bfloat16", ())
+    return None if decode in timed else (decode, ", ".join(timed) or "none")
+
+
 def backend_kernels(spec, gpu, options, tables):
     """(the BackendKernels of the attention backends a run uses that the GPU's tables timed
     from their own rows, or None; the flags whose backend they did not time, as typed; the
@@ -1084,6 +1104,8 @@ def step_model(
     kernels, untimed, named_timed = (
         (None, [], {}) if measured else backend_kernels(spec, gpu, options, tables)
     )
+    dsa_grids = None if measured or not dsa_layers(spec) else tables.dsa_delta_us
+    dsa_kernel = dsa_decode_kernel(spec, gpu, options, kv_format, dsa_grids)
     per_op = (
         measured
         and gpu.measured is not None
@@ -1106,7 +1128,7 @@ def step_model(
         cuda_graph_max_tokens=graph_tokens,
         prefill_graph_max_tokens=prefill_graph_tokens,
         # the engine's own DSA module tables (None for SGLang: vLLM's do not time its kernels)
-        dsa_delta_us=None if measured or not dsa_layers(spec) else tables.dsa_delta_us,
+        dsa_delta_us=dsa_grids,
         moe_ranks=layout.expert_ranks,
         ep=layout.ep,
         dp=layout.dp,
@@ -1129,6 +1151,7 @@ def step_model(
         dp_lm_head=options.enable_dp_lm_head,
         dense_mlp_dp=options.moe_dense_tp_size == 1,
         untimed_backends=tuple(untimed),
+        dsa_decode_kernel=dsa_kernel,
         borrowed_backends=tuple(borrowed_parts(kernels, tables.engine)),
         untimed_moe_backend=untimed_moe_flag(options) if not measured else "",
     )
@@ -1202,6 +1225,15 @@ def step_model(
             )
             if model.dsa is not None
             else note("sim-dsa-dense", gpu=gpu.name, engine=options.engine)
+        )
+    if model.dsa is not None and dsa_kernel is not None:
+        notes.append(
+            note(
+                "sim-dsa-decode-kernel",
+                kernel=dsa_kernel[0],
+                timed=dsa_kernel[1],
+                tables=tables.name,
+            )
         )
     notes.append(
         note("sim-measured-ops", dtype=gpu.measured.dtype, weights=wdtype)

@@ -163,6 +163,15 @@ text("sim-dsa-tables")(
         )
     )
 )
+text("sim-dsa-decode-kernel")(
+    lambda kernel, timed, tables: (
+        f"SGLang runs this model's DSA decode on its {kernel} kernel (its default for this KV "
+        f"cache dtype and GPU), but the DSA module tables on the {tables} timed {timed} "
+        "(aiconfigurator's collector runs SGLang 0.5.14's pick): the module's decode is priced "
+        f"at those rows, and how far {kernel} lands from them is not known to kvplan, so the "
+        "attention terms count as untimed (the partial interval class)."
+    )
+)
 text("sim-dsa-dense")(
     lambda gpu, engine: (
         "Sparse attention (DSA) is priced on the roofline at the tables' MLA fractions: each "
