@@ -95,3 +95,48 @@ def test_without_overlap_a_decode_step_adds_the_host_time(nemotron_nano):
     gpu = sum(v for k, v in a.terms_s.items() if k != "host_s")
     assert host > 0 and a.total_s == pytest.approx(gpu + host)
     assert b.total_s == pytest.approx(max(gpu, host))
+
+
+def _qwen35_mtp(engine):
+    spec = load_model("Qwen/Qwen3.5-35B-A3B", checkpoint=False)
+    if engine == "sglang":
+        flags = dict(speculative_algorithm="NEXTN", speculative_num_steps=3)
+        flags |= dict(speculative_eagle_topk=1, speculative_num_draft_tokens=4)
+    else:
+        flags = dict(speculative_config='{"method": "mtp", "num_speculative_tokens": 3}')
+    options = ServeOptions(engine=engine, tp=2, spec_accept_length=3.0, **flags)
+    return build_replica(spec, load_profile("h100"), options).model
+
+
+def test_sglang_commits_each_verified_state_on_the_memory_roof():
+    """An SGLang MTP round on a Gated DeltaNet hybrid ends with the accepted position's state
+    copied into the pool (update_mamba_state_after_mtp_verify): 2 x the state's bytes a
+    sequence at the tables' attention bandwidth, once a round (1/E of a decode step), in the
+    memory term and untimed; vLLM runs no such copy."""
+    import copy
+
+    from kvplan.formulas.batch_step import BatchShape
+
+    model = _qwen35_mtp("sglang")
+    target = model.target
+    assert model.state_commit_bytes == pytest.approx(2 * target.state_bytes_per_sequence)
+    assert model.state_commit_bytes > 0
+    assert "the recurrent-state commit after each verification" in model.untimed_parts
+    b = 32
+    expected = b * model.state_commit_bytes / target.attention_rates.bandwidth_bytes_per_s
+    assert model.state_commit_s(b) == pytest.approx(expected)
+    without = copy.copy(model)
+    without.state_commit_bytes = 0.0
+    shape = BatchShape(num_decodes=b, decode_context_sum=b * 800, num_sampled=b)
+    e = model.speculation.tokens_per_round
+    a, z = model.step(shape), without.step(shape)
+    assert a.total_s - z.total_s == pytest.approx(expected / e)
+    assert a.terms_s["kv_read_s"] - z.terms_s["kv_read_s"] == pytest.approx(expected / e)
+    assert a.untimed_s - z.untimed_s == pytest.approx(expected / e)
+    span, kept = model.decode_span_s(b, [b * 800.0, b * 801.0])
+    span0, kept0 = without.decode_span_s(b, [b * 800.0, b * 801.0])
+    assert span - span0 == pytest.approx([expected / e] * 2)
+    assert kept(2).untimed_s - kept0(2).untimed_s == pytest.approx(2 * expected / e)
+    vllm = _qwen35_mtp("vllm")
+    assert vllm.state_commit_bytes == 0.0
+    assert "the recurrent-state commit after each verification" not in vllm.untimed_parts
