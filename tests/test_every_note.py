@@ -989,6 +989,7 @@ SOURCES: dict[str, str] = {
     "sglang-dsa-dtype": "sglang dsa tp8",
     "sglang-mamba": "sglang nemotron",
     "sglang-mamba-spec": "simulate sglang hybrid mtp",
+    "sglang-mamba-no-overlap": "simulate sglang cuda ipc",
     "sglang-nsa-fp8-layout": "sglang glm-5.3",
     "sglang-partial-indexer": "sglang glm-5.3",
     "sglang-pool": "sglang dsa tp8",

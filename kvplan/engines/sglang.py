@@ -86,6 +86,32 @@ GPT_OSS_FA4_FROM = 4  # 0.5.4 added fa4 to the list
 GPT_OSS_HYBRID_SWA_FROM = 8
 
 
+# _handle_model_specific_adjustments -> _handle_mamba_radix_cache(sm100_default_attention_backend)
+# (server_args of early 2026, read for kvplan issue 34): with no backend given on SM100 these
+# recurrent-state hybrids (by config model_type) run the backend named, not
+# _handle_attention_backend_compatibility's pick; (backend, first SGLang 0.5 patch that no longer
+# names it, None: none). Qwen3-Next has run triton on Blackwell since PR #10403 (2025-09-13, page
+# size 1, which MambaRadixCache needs) until PR #19030 (2026-02-19) gave hybrid Qwen models the
+# general pick; kvplan takes 0.5.10 as the first release with it (0.5.9's side of that date is
+# not checked) and the bare 0.5 (main, April 2026) as after it.
+HYBRID_SM100_BACKENDS = {
+    "qwen3_next": ("triton", 10),
+    "nemotron_h": ("flashinfer", None),
+    "falcon_h1": ("triton", None),
+    "lfm2": ("flashinfer", None),
+}
+# _handle_mamba_radix_cache's no_buffer branch (the default --mamba-scheduler-strategy): a hybrid
+# that keeps its radix cache (MambaRadixCache) and does not speculate runs with the overlap
+# scheduler off ("mamba no_buffer is not compatible with overlap schedule"; PR #13057,
+# 2025-11-11, for Qwen3-Next, later every hybrid through _handle_mamba_radix_cache), unless its
+# attention backend is trtllm_mha, which cannot take the cache's 1-token pages: then the radix
+# cache goes off instead and the overlap scheduler stays on (PR #14560, 2025-12-07). kvplan takes
+# 0.5.6 as the first release with the rule (the first it knows after 2025-11-11).
+MAMBA_NO_OVERLAP_FROM = 6
+# _handle_mamba_radix_cache(support_mamba_cache=False): no MambaRadixCache for these model types,
+# the radix cache goes off, and the overlap scheduler stays on
+NO_MAMBA_RADIX_MODEL_TYPES = ("kimi_linear",)
+
 SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio
 MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio: state pool = rest x r / (1 + r)
 MAMBA_SSM_DTYPE = "fp32"  # SGLang's default SSM state dtype (config mamba_ssm_dtype overrides)
@@ -465,12 +491,21 @@ def check_sglang_backends(backends: Backends) -> tuple[str | None, ...]:
     )
 
 
-def _default_sglang_backend(spec: ModelSpec, gpu: GpuProfile, tp: int, topk: int | None) -> str:
+def _default_sglang_backend(
+    spec: ModelSpec, gpu: GpuProfile, tp: int, topk: int | None, version: str = SGLANG_VERSION
+) -> str:
     """_handle_attention_backend_compatibility's pick when no backend is given (0.5.9), or
-    _handle_model_specific_adjustments' for gpt-oss (GPT_OSS_MODEL_TYPE)."""
+    _handle_model_specific_adjustments' for gpt-oss (GPT_OSS_MODEL_TYPE) and, on SM100, for
+    the recurrent-state hybrids of HYBRID_SM100_BACKENDS in SGLang `version`."""
     generation = gpu_generation(gpu)
     if spec.model_type == GPT_OSS_MODEL_TYPE:
         return "trtllm_mha" if generation == 10 else "fa3" if generation == 9 else "triton"
+    hybrid = HYBRID_SM100_BACKENDS.get(spec.model_type)
+    if generation == 10 and hybrid is not None:
+        backend, until = hybrid
+        patch = sglang_patch(version)
+        if until is None or (patch is not None and patch < until):
+            return backend
     hip = gpu.vendor.upper() == "AMD"
     attn = spec.attention_layers()[0]
     if attn.kind is not CacheKind.MLA:
@@ -537,7 +572,9 @@ def sglang_attention(
             backend = "trtllm_mla"
     gpt_oss = version == "0.5" and spec.model_type == GPT_OSS_MODEL_TYPE
     if backend is None and version == "0.5":
-        backend = _default_sglang_backend(spec, gpu, request.tp, request.speculative_eagle_topk)
+        backend = _default_sglang_backend(
+            spec, gpu, request.tp, request.speculative_eagle_topk, request.sglang_version
+        )
     if backend == "fa3" and kv_cache_dtype == "fp8_e5m2":  # "FlashAttention3 only supports
         backend = "triton"  # fp8_e4m3 if using FP8; Setting attention backend to triton."
     prefill_kernel, decode_kernel = prefill or backend, decode or backend
@@ -651,6 +688,23 @@ def mamba_capped_requests(requests: int, max_mamba_cache_size: int | None) -> in
     if max_mamba_cache_size is None:
         return requests
     return min(requests, max(max_mamba_cache_size // MAMBA_SLOTS_PER_REQUEST, 1))
+
+
+def mamba_radix_overlap_off(
+    spec: ModelSpec, version: str, attention_backend: str | None, speculative: bool, radix: bool
+) -> bool:
+    """Whether SGLang `version` turns its overlap scheduler off for this model: a
+    recurrent-state hybrid that keeps the radix cache (`radix`), does not speculate, and runs
+    an attention backend other than trtllm_mha (MAMBA_NO_OVERLAP_FROM's rule; a speculative
+    hybrid's overlap scheduler is off in any case, spec v1)."""
+    if not spec.has_kind(CacheKind.STATE) or not radix or speculative:
+        return False
+    if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES or attention_backend == "trtllm_mha":
+        return False
+    if sglang_release(version)[0] != "0.5":
+        return False
+    patch = sglang_patch(version)
+    return patch is None or patch >= MAMBA_NO_OVERLAP_FROM
 
 
 def _mamba_bytes_per_request(stage: ModelSpec, tp: int) -> tuple[int, int]:

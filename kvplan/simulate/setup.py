@@ -929,7 +929,9 @@ def backend_kernels(spec, gpu, options, tables):
         attn = spec.attention_layers()
         default = None
         if attn and not attn[0].indexer_head_dim:
-            default = _default_sglang_backend(spec, gpu, options.tp, options.speculative_eagle_topk)
+            default = _default_sglang_backend(
+                spec, gpu, options.tp, options.speculative_eagle_topk, options.sglang_version
+            )
             if mla and gpu_generation(gpu) == 10 and spec.model_type in SGLANG_TRTLLM_MLA_MODELS:
                 default = "trtllm_mla"
     else:
@@ -1537,8 +1539,10 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     from kvplan.engines.moe_backend import check_sglang_moe_backend
     from kvplan.engines.sglang import (
         mamba_capped_requests,
+        mamba_radix_overlap_off,
         piecewise_prefill,
         sglang_allocation,
+        sglang_attention,
         sglang_release,
     )
     from kvplan.simulate.engine import EngineConfig
@@ -1549,6 +1553,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         SglangPolicy,
     )
 
+    overlap_given = options.async_scheduling is not None
     options = options._replace(async_scheduling=async_scheduling_of(options))
     for given, flag in (
         (
@@ -1654,6 +1659,12 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     prefix_caching = options.enable_prefix_caching
     if prefix_caching is None:
         prefix_caching = True  # the radix cache; hybrids keep theirs too
+    backend = sglang_attention(spec, gpu, request, release, alloc.kv_cache_dtype).decode
+    if not overlap_given and mamba_radix_overlap_off(
+        spec, options.sglang_version, backend, speculation is not None, prefix_caching
+    ):
+        options = options._replace(async_scheduling=False)
+        notes.append(note("sglang-mamba-no-overlap", backend=backend))
     config = EngineConfig(
         max_num_seqs=running,
         max_num_batched_tokens=chunk,

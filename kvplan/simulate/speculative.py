@@ -58,6 +58,9 @@ from kvplan.formulas.weights import part_bytes_per_param
 from kvplan.record import NamedTuple
 
 METHODS = ("mtp", "eagle", "eagle3", "draft_model", "ngram")
+# SGLang's state commit after a verification: the accepted position's state read once from the
+# verification's intermediate cache and written once into the pool
+STATE_COMMIT_PASSES = 2
 # vLLM's per-model MTP method names (MTPModelTypes), each folded into "mtp" with a warning
 VLLM_MTP_NAMES = frozenset(
     {
@@ -425,6 +428,16 @@ class SpeculativeStepModel:
             spec.head_params * part_bytes_per_param(spec, target.weights_dtype, "lm_head")
         ) / target.group_tp
         self.head_flop_per_token = 2 * spec.head_params / target.group_tp
+        # SGLang commits each verified sequence's recurrent state once the verification is done
+        # (hybrid_linear_attn_backend.update_mamba_state_after_mtp_verify: the accepted
+        # position's SSM state and conv window gathered from the verification's intermediate
+        # caches and scattered into the state pool, every linear layer at once); no kernel
+        # table times that copy, so it is the state's bytes on the tables' memory roof, untimed
+        self.state_commit_bytes = (
+            STATE_COMMIT_PASSES * target.state_bytes_per_sequence
+            if sglang_host and spec.state_layers()
+            else 0.0
+        )
 
     def __getattr__(self, name):  # the target's coefficients (async_scheduling, dp, ...)
         if name.startswith("__") or name == "target":  # copies and pickles: not the target's
@@ -433,13 +446,23 @@ class SpeculativeStepModel:
 
     @property
     def untimed_parts(self) -> tuple[str, ...]:
-        """The target's parts no kernel table times (StepModel.untimed_parts), then a separate
+        """The target's parts no kernel table times (StepModel.untimed_parts), SGLang's
+        recurrent-state commit after each verification (state_commit_s), then a separate
         draft model's, named as the draft's."""
         draft = self.draft.untimed_parts if self.draft is not None else ()
+        commit = ("the recurrent-state commit after each verification",)
         return (
             *self.target.untimed_parts,
+            *(commit if self.state_commit_bytes else ()),
             *(f"the draft's {p.removeprefix('the ')}" for p in draft),
         )
+
+    def state_commit_s(self, num_decodes: int) -> float:
+        """Seconds of SGLang's recurrent-state commit after a verification of `num_decodes`
+        sequences: each one's state read from the verification's cache and written to the
+        pool (STATE_COMMIT_PASSES x the state's bytes) at the tables' attention bandwidth."""
+        bandwidth = self.target.attention_rates.bandwidth_bytes_per_s
+        return num_decodes * self.state_commit_bytes / bandwidth
 
     @property
     def borrowed_parts(self) -> tuple[str, ...]:
@@ -635,6 +658,7 @@ class SpeculativeStepModel:
         decodes = BatchShape(b, shape.decode_context_sum, (), b * self.queries)
         verifier = self._graphed(self.target, self.queries)
         verify = verifier.step(decodes, gathered, self.queries, padded, sampled)
+        verify = _plus_untimed_memory(verify, self.state_commit_s(b))
         # the draft forwards across the ranks: the step's sequences (its sampled rows, padded
         # to the graph's batch under CUDA graphs: Engine.lockstep_batch)
         seqs = gathered_tokens if gathered_sampled is None else gathered_sampled
@@ -677,9 +701,15 @@ class SpeculativeStepModel:
             return np.array([t.total_s for t in steps]), kept_steps
         e, k = self.speculation.tokens_per_round, self.k
         gathered = None if gathered_tokens is None else gathered_tokens * self.queries
-        times, verify_kept = self._graphed(self.target, self.queries).decode_span_s(
+        times, span_kept = self._graphed(self.target, self.queries).decode_span_s(
             num_decodes, sums, self.queries, gathered, padded
         )
+        commit_s = self.state_commit_s(num_decodes)
+        times = times + commit_s
+
+        def verify_kept(n: int) -> StepTime:
+            return _plus_untimed_memory(span_kept(n), commit_s * n)
+
         draft_times, draft_kept = self._draft_span(
             num_decodes, sums, False, gathered_tokens, padded
         )
@@ -783,6 +813,15 @@ def _plus_host(step: StepTime, host_s: float) -> StepTime:
     if not host_s:
         return step
     return _with(step, step.total_s + host_s, host_s=step.terms_s["host_s"] + host_s)
+
+
+def _plus_untimed_memory(step: StepTime, seconds: float) -> StepTime:
+    """The step with `seconds` more of memory-bound GPU work no kernel table times (kv_read_s,
+    untimed_s), serial with the rest (SGLang's speculative rounds: no overlap scheduler)."""
+    if not seconds:
+        return step
+    out = _with(step, step.total_s + seconds, kv_read_s=step.terms_s["kv_read_s"] + seconds)
+    return out._replace(untimed_s=step.untimed_s + seconds)
 
 
 def _gpu_only(step: StepTime) -> StepTime:

@@ -92,6 +92,16 @@ text("sglang-mamba")(
         "covers the full-attention layers only."
     )
 )
+text("sglang-mamba-no-overlap")(
+    lambda backend: (
+        "Linear-attention hybrid with the radix cache on: SGLang keeps the recurrent states in "
+        "MambaRadixCache (--mamba-scheduler-strategy no_buffer, the default) and turns the "
+        "overlap scheduler off for it (server_args._handle_mamba_radix_cache, from 0.5.6 as "
+        f"kvplan reads it; the attention backend here is {backend}, trtllm_mha would turn the "
+        "radix cache off instead), so each step's scheduling runs between the GPU's steps, not "
+        "beside them. --disable-radix-cache keeps it on."
+    )
+)
 text("sglang-mamba-spec")(
     lambda slots, state_bytes, reserved_bytes: (
         f"Speculative decoding on a linear-attention hybrid: before the split SGLang reserves "
