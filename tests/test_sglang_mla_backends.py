@@ -121,3 +121,17 @@ def test_glm_flash_prefill_under_triton_runs_as_mha_without_cached_tokens(flash)
     # no triton named: SGLang's own pick (flashinfer) reads no MHA rows for MLA
     plain = build_replica(flash, b200, ServeOptions(engine="sglang")).model
     assert plain.mla_prefill_as_mha_calls == {}
+
+
+def test_the_mha_form_reads_16_bit_rows_whatever_the_cache_dtype(flash):
+    """forward_normal: the MHA form's keys and values come from kv_b_proj on the fresh latent
+    (attn_mha(..., save_kv_cache=False)), not from the cache: an fp8 cache's fresh prefill
+    reads the 16-bit MHA rows, not the rows that time an fp8 cache."""
+    b200 = load_profile("b200")
+    mha = tables_for(b200, "sglang").attention_backends[("mha", "triton")]
+    assert mha.prefill_calls["fp8"]["256x256"] != mha.prefill_calls["bfloat16"]["256x256"]
+    fp8 = ServeOptions(
+        engine="sglang", kv_cache_dtype="fp8_e4m3", backends=Backends(attention_backend="triton")
+    )
+    model = build_replica(flash, b200, fp8).model
+    assert model.mla_prefill_as_mha_calls == mha.prefill_calls["bfloat16"]

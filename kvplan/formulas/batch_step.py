@@ -597,11 +597,12 @@ class StepModel:
                     cache = cache_dtype if timed_cache else fmt.name
                     self.cache_stand_ins += (("decode", timing.backend, cache, rows),)
         self.decode_head_block = dict(backend_kernels.decode_head_block) if backend_kernels else {}
-        # the prefill backend's MHA calls in the cache's dtype, by head shape, where it runs an
-        # MLA layer's chunks with no cached tokens as MHA (BackendKernels.mla_prefill_as_mha)
+        # the prefill backend's 16-bit MHA calls, by head shape, where it runs an MLA layer's
+        # chunks with no cached tokens as MHA (BackendKernels.mla_prefill_as_mha): their keys
+        # and values come fresh from the up-projection, not from the cache, whatever its dtype
         as_mha = backend_kernels.mla_prefill_as_mha if backend_kernels else None
         self.mla_prefill_as_mha_calls: dict = (
-            as_mha.prefill_calls.get(cache_dtype, {}) if as_mha is not None and timed_cache else {}
+            as_mha.prefill_calls.get("bfloat16", {}) if as_mha is not None else {}
         )
         # the prefill backend's measured calls in the cache's dtype, by kind and head shape
         # (none: the fractions price the chunks; prefill_timing says which each group got)
