@@ -172,6 +172,28 @@ SGLANG_MHA_BACKENDS = ("trtllm_mha",)
 # _handle_model_specific_adjustments: DeepseekV3ForCausalLM (DeepSeek-V3/R1, Kimi-K2) and
 # KimiK25ForConditionalGeneration run trtllm_mla on SM100 when no backend is given
 SGLANG_TRTLLM_MLA_MODELS = ("deepseek_v3", "kimi_k2", "kimi_k25")
+# layers/attention/triton_ops/decode_attention.py _decode_grouped_att_m_fwd (0.5.x): the triton
+# backend's grouped decode kernel runs BLOCK_H = 16 query heads a program, its grid (batch,
+# cdiv(heads, min(16, query heads per KV head)), max KV splits), the heads past a block's last
+# masked, not skipped: an MLA rank of 20 heads runs two programs a split, as 32 heads do
+SGLANG_TRITON_DECODE_HEAD_BLOCK = 16
+# models/deepseek_v2.py handle_attention_triton (0.5.x): an extend batch whose sequences hold no
+# cached prefix (sum(extend_prefix_lens_cpu) == 0, no speculative extend) runs an MLA layer as
+# MHA (AttnForwardMethod.MHA: the up-projected heads, qk_nope + qk_rope by v_head_dim, as many
+# KV heads as query heads) through the backend's extend kernel, the kernel its MHA rows time;
+# decode and chunks over cached tokens run the absorbed latent form its MLA rows time
+SGLANG_MLA_PREFILL_AS_MHA = ("triton",)
+
+
+def sglang_decode_head_block(backend: str, mla: bool) -> int:
+    """The query heads an SGLang decode-attention kernel works on together, whose whole blocks
+    it runs however many of a block's heads are real: the triton backend's grouped kernel for
+    an MLA layer (every query head shares the latent, so a block holds
+    SGLANG_TRITON_DECODE_HEAD_BLOCK of them); 1 for the others (their rows are read at the
+    heads themselves)."""
+    return SGLANG_TRITON_DECODE_HEAD_BLOCK if mla and backend == "triton" else 1
+
+
 # model_types whose checkpoints ship Moonshot's tiktoken tokenizer (tokenization_kimi.py's
 # TikTokenTokenizer, a transformers slow tokenizer): SGLang's one detokenizer process decodes
 # every streamed token of them through transformers' slow decode path, which kvplan does not time

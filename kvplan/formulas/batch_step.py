@@ -295,6 +295,19 @@ class BackendKernels(NamedTuple):
 
     decode: dict[bool, BackendTiming]
     prefill: dict[bool, BackendTiming]
+    # by kind, the query heads the decode kernel runs together in whole blocks (its rows read
+    # at the heads rounded up to a block: kernel_heads); a kind absent: 1
+    decode_head_block: dict[bool, int] = {}
+    # the MHA rows of the prefill backend where it runs an MLA layer's chunks with no cached
+    # tokens as MHA over the up-projected heads (their prefill calls at the layer's head shape
+    # time such a step's chunks; kvplan.engines.sglang.SGLANG_MLA_PREFILL_AS_MHA)
+    mla_prefill_as_mha: BackendTiming | None = None
+
+
+def kernel_heads(heads: float, block: int) -> float:
+    """The query heads a kernel that runs them in whole blocks of `block` does the work of: the
+    heads rounded up to a block (1: the heads themselves)."""
+    return heads if block <= 1 else float(block * math.ceil(heads / block))
 
 
 def decode_call_s(calls: tuple, batch: int, kv_bytes, maximum=max):
@@ -603,6 +616,14 @@ class StepModel:
                 if rows is not None and (rows != cache_dtype or not timed_cache):
                     cache = cache_dtype if timed_cache else fmt.name
                     self.cache_stand_ins += (("decode", timing.backend, cache, rows),)
+        self.decode_head_block = dict(backend_kernels.decode_head_block) if backend_kernels else {}
+        # the prefill backend's 16-bit MHA calls, by head shape, where it runs an MLA layer's
+        # chunks with no cached tokens as MHA (BackendKernels.mla_prefill_as_mha): their keys
+        # and values come fresh from the up-projection, not from the cache, whatever its dtype
+        as_mha = backend_kernels.mla_prefill_as_mha if backend_kernels else None
+        self.mla_prefill_as_mha_calls: dict = (
+            as_mha.prefill_calls.get("bfloat16", {}) if as_mha is not None else {}
+        )
         # the prefill backend's measured calls in the cache's dtype, by kind and head shape
         # (none: the fractions price the chunks; prefill_timing says which each group got)
         self.prefill_calls: dict[bool, dict] = {}
@@ -953,10 +974,11 @@ class StepModel:
             group_s = maximum(read_s, repeats * flops / rates.peak_flop_per_s)
             curve = self.decode_curves.get(g.mla)
             if curve and g.layers:  # a named backend: at least its measured calls' time
+                heads = kernel_heads(g.heads, self.decode_head_block.get(g.mla, 1))
                 group_s = maximum(
                     group_s,
                     g.layers
-                    * decode_heads_call_s(curve, g.heads, calls, kv_bytes / g.layers, maximum),
+                    * decode_heads_call_s(curve, heads, calls, kv_bytes / g.layers, maximum),
                 )
             seconds = seconds + group_s
             memory = memory + read_s
@@ -981,6 +1003,21 @@ class StepModel:
         if self.prefill_fractions_why(group):
             return None
         return self.prefill_calls[group.mla][group.head_shape]
+
+    def prefill_as_mha_calls(self, group: _Group, chunks=None) -> tuple | None:
+        """The prefill backend's MHA calls at an MLA group's head shape where it runs the group's
+        chunks with no cached tokens as MHA over the up-projected heads
+        (BackendKernels.mla_prefill_as_mha: SGLang's triton), None where it does not, or the
+        backend's MHA rows lack that shape; `chunks` (new tokens, cached tokens) given, None
+        unless none of them holds cached tokens (SGLang runs the whole extend batch in the
+        absorbed latent form then)."""
+        if not group.mla or group.compress_ratio or group.attended_topk or not group.layers:
+            return None
+        if group.window is not None:
+            return None
+        if chunks is not None and any(cached for _, cached in chunks):
+            return None
+        return self.mla_prefill_as_mha_calls.get(group.head_shape)
 
     def prefill_fractions_why(self, group: _Group) -> str:
         """Why a group's prefill attention is priced at the fractions ("": it is not, its
@@ -1014,7 +1051,9 @@ class StepModel:
         (prefill_call_s: the chunks x the heads on a rank as the call's units, the tokens whose
         causal attention attends as many keys as a chunk does on average as its prompt
         tokens; a sliding window's own rows where the backend timed that window), and at least
-        the chunks' KV read at the backend's memory fraction; else each
+        the chunks' KV read at the backend's memory fraction (an MLA group whose chunks hold no
+        cached tokens, where the backend runs them as MHA: its MHA calls at the group's head
+        shape, prefill_as_mha_calls); else each
         chunk on the roofline of the fractions (max of the KV read and the FLOPs), as the
         operator list charges it."""
         if self.recurrent is not None:  # the layers' kernels over every chunk, as timed
@@ -1024,7 +1063,7 @@ class StepModel:
             seconds = len(chunks) * state_s
         for g in self.groups:
             rates = self.prefill_rates[g.mla]
-            calls = self.prefill_calls_of(g)
+            calls = self.prefill_as_mha_calls(g, chunks) or self.prefill_calls_of(g)
             roofline_s = read_bytes = keys_sum = 0.0
             for new_tokens, cached_tokens in chunks:
                 end = cached_tokens + new_tokens

@@ -978,7 +978,20 @@ def backend_kernels(spec, gpu, options, tables):
             named_timed.setdefault(name, (timing, []))[1].append(phase)
     if not timed["decode"] and not timed["prefill"]:
         return None, untimed, named_timed
-    return BackendKernels(timed["decode"], timed["prefill"]), untimed, named_timed
+    head_block: dict = {}
+    as_mha = None
+    if options.engine == "sglang" and mla:
+        from kvplan.engines.sglang import SGLANG_MLA_PREFILL_AS_MHA, sglang_decode_head_block
+
+        if True in timed["decode"]:  # the block of the kernel whose rows time the decode
+            head_block[True] = sglang_decode_head_block(timed["decode"][True].backend, True)
+        # the prefill backend that runs (named, else SGLang's pick): where it runs an MLA
+        # layer's chunks with no cached tokens as MHA, its MHA rows time them
+        runs = named["prefill"][1] or default
+        if runs in SGLANG_MLA_PREFILL_AS_MHA:
+            as_mha = measured.get(("mha", runs))
+    kernels = BackendKernels(timed["decode"], timed["prefill"], head_block, as_mha)
+    return kernels, untimed, named_timed
 
 
 def borrowed_parts(kernels, engine: str) -> list[str]:
@@ -1005,6 +1018,14 @@ def prefill_attention_note(model, kernels, tables: str) -> Note:
         what = f"{g.layers} {kind} layer{'s' if g.layers != 1 else ''} ({g.head_shape})"
         why = model.prefill_fractions_why(g)
         timing = kernels.prefill.get(g.mla) if kernels is not None else None
+        as_mha = kernels.mla_prefill_as_mha if kernels is not None else None
+        if as_mha is not None and model.prefill_as_mha_calls(g) is not None:
+            timed.append(
+                f"{what}, its chunks with no cached tokens: {as_mha.backend}'s MHA rows at this "
+                f"head shape (SGLang runs them as MHA over the up-projected heads), measured on "
+                f"engine version {as_mha.version}"
+            )
+            what += ", its chunks over cached tokens (the absorbed latent form)"
         if not why and timing is not None:
             timed.append(f"{what}: {timing.backend}'s, measured on engine version {timing.version}")
         else:
