@@ -144,6 +144,8 @@ def log_ratios(cases: list[dict]) -> list[dict]:
                 "untimed_parts": list(sim["untimed_parts"]),
                 # of the run's step time, the fraction in terms holding an untimed part
                 "untimed_time_fraction": sim["untimed_time_fraction"],
+                # of the run's median TTFT, the fraction in costs no kernel table times
+                "ttft_untimed_fraction": sim["ttft_untimed_fraction"],
                 # the kernel tables' class, which an untimed run takes until the file has one
                 "tables_evidence": tables_for(
                     load_profile(gpu_name(case)), case.get("engine", "vllm")
@@ -182,13 +184,16 @@ def widened(pair: list[float]) -> list[float]:
     return [centre - WIDEN * half, centre + WIDEN * half]
 
 
-def untimed_scores(row: dict, metric: str, base: list[float]) -> tuple[float, float]:
+def untimed_scores(
+    row: dict, metric: str, base: list[float], fraction: str = "untimed_time_fraction"
+) -> tuple[float, float]:
     """(the lower, the upper) factor k on a run's untimed parts that its measured value asks
     for, beyond the own class's ends `base` of its family: with u the run's untimed fraction
-    and t = exp(y - end) its time ratio past an end (a rate's inverse), the step is
-    (1 - u) + u k times the simulated one where t = 1 - u + u k, k = (t - 1 + u) / u; the lower
-    score at most 1 and the upper at least 1 (inside the own ends, no factor is asked)."""
-    u = row["untimed_time_fraction"]
+    (row[`fraction`]: of its step time, or of its TTFT) and t = exp(y - end) its time ratio
+    past an end (a rate's inverse), the step is (1 - u) + u k times the simulated one where
+    t = 1 - u + u k, k = (t - 1 + u) / u; the lower score at most 1 and the upper at least 1
+    (inside the own ends, no factor is asked)."""
+    u = row[fraction]
     y = row["ratios"][metric]
     low, high = base
     if FAMILY_OF_METRIC[metric] == "throughput":  # a rate: its time ratio is the inverse
@@ -198,15 +203,74 @@ def untimed_scores(row: dict, metric: str, base: list[float]) -> tuple[float, fl
     return min(1.0, fast), max(1.0, slow)
 
 
-def untimed_factor_pair(members: list[dict], metric: str, base: list[float]) -> list[float]:
+def untimed_factor_pair(
+    members: list[dict], metric: str, base: list[float], own: dict | None = None
+) -> list[float]:
     """The split-conformal (k10, k90) of the runs' untimed_scores: the lower scores' rank
     floor(0.1 (n + 1)), the upper's ceil(0.9 (n + 1)) (beyond the sample, n < 9: the extremes);
-    k10 at least 0 (the untimed parts free)."""
-    lows, highs = zip(*(untimed_scores(r, metric, base) for r in members), strict=True)
+    k10 at least 0 (the untimed parts free). A TTFT's base is the own entry `own`'s at each
+    run's TTFT untimed fraction (kvplan.plans.intervals.ttft_ends), as the interval takes it."""
+
+    def base_of(row: dict) -> list[float]:
+        if own is None or FAMILY_OF_METRIC[metric] != "ttft":
+            return base
+        engine = row["groups"]["engine"]
+        untimed = intervals.Untimed(engine, 0.0, row.get("ttft_untimed_fraction", 0.0))
+        return list(intervals.ttft_ends(own, untimed))
+
+    lows, highs = zip(*(untimed_scores(r, metric, base_of(r)) for r in members), strict=True)
     low, high = conformal_ranks(len(members))
     if low < 1 or high > len(members):
         return [max(0.0, min(lows)), max(highs)]
     return [max(0.0, sorted(lows)[low - 1]), sorted(highs)[high - 1]]
+
+
+# the share of the share-weighted calibration runs a TTFT untimed factor may leave beyond each
+# end (the 80% interval's two tails)
+TAIL = 0.1
+
+
+def ttft_untimed_factor(members: list[dict]) -> list[float]:
+    """(k10, k90) on the costs of a TTFT that no kernel table times (the API server's request
+    cost, the launch and host constants: kvplan.simulate.metrics.ttft_untimed_fraction), for
+    the class of `members` (kvplan.plans.intervals.ttft_ends): each run left out in turn, the
+    factors its TTFT asks for beyond the conformal ends of the others' (untimed_scores on
+    ttft_untimed_fraction); k10 the largest factor that leaves at most TAIL of the runs'
+    summed TTFT untimed fractions below the low end, k90 the smallest that leaves at most TAIL
+    above the high end. Weighting each run by its fraction asks the interval to hold where the
+    untimed costs are, not only on average: the conformal ends hold 80% of the runs, most of
+    them queues whose TTFT the kernel tables time, and missed runs at one request at a time
+    whose TTFT is mostly a lone prefill's constants (until 0.9.0 the own class held 62% of
+    the held-out TTFTs, the SGLang runs at concurrency 1 missing low)."""
+    metric = "median_ttft_ms"
+    have = [r for r in members if metric in r["ratios"]]
+    scored = []
+    for i, row in enumerate(have):
+        if row.get("ttft_untimed_fraction", 0.0) < intervals.MIN_UNTIMED_FRACTION:
+            continue
+        rest = [r["ratios"][metric] for j, r in enumerate(have) if j != i]
+        base = quantiles(rest)
+        low, high = untimed_scores(row, metric, base, "ttft_untimed_fraction")
+        scored.append((row["ttft_untimed_fraction"], low, high))
+    if not scored:
+        return [1.0, 1.0]
+    allowed = TAIL * sum(w for w, _, _ in scored)
+    return [
+        max(0.0, _weighted_tail([(low, w) for w, low, _ in scored], allowed, 1.0)),
+        _weighted_tail([(-high, w) for w, _, high in scored], allowed, -1.0) * -1.0,
+    ]
+
+
+def _weighted_tail(scores: list[tuple[float, float]], allowed: float, bound: float) -> float:
+    """The largest k, at most `bound`, that leaves at most `allowed` weight of the (score,
+    weight) pairs with a score below it: ascending, the first score whose cumulative weight
+    passes `allowed` (each run before it is left out)."""
+    total = 0.0
+    for score, weight in sorted(scores):
+        total += weight
+        if total > allowed:
+            return min(bound, score)
+    return bound
 
 
 def untimed_rule(members: list[dict], classes: dict) -> dict:
@@ -220,11 +284,11 @@ def untimed_rule(members: list[dict], classes: dict) -> dict:
 
     def factors(rows: list[dict], engine: str | None) -> dict:
         own = f"own/{engine}"
-        base = classes[own if own in classes else "own"]["log_ratio"]
+        entry = classes[own if own in classes else "own"]
         out = {}
         for metric, family in FAMILY_OF_METRIC.items():
             have = [r for r in rows if metric in r["ratios"]]
-            out[family] = untimed_factor_pair(have, metric, base[family])
+            out[family] = untimed_factor_pair(have, metric, entry["log_ratio"][family], entry)
         return out
 
     engines = {}
@@ -244,10 +308,13 @@ def rule_span(entry: dict, classes: dict, engines: tuple[str, ...] | None = None
     untimed-part factors, those at fraction 1 about the own ends (the widest) for each of
     `engines` (None: every engine's and the pooled): what a class that knows less must hold
     for runs under those engines (nested)."""
+    spans = dict(entry["log_ratio"])
+    ttft = entry.get("ttft_untimed_factor")
+    if ttft is not None:  # a TTFT all in untimed costs: the widest
+        spans["ttft"] = list(intervals.untimed_ends(tuple(spans["ttft"]), tuple(ttft), 1.0, True))
     rule = entry.get("untimed_factor")
     if rule is None:
-        return entry
-    spans = dict(entry["log_ratio"])
+        return {**entry, "log_ratio": spans}
     pairs = (
         [("", rule["pooled"]), *rule["engines"].items()]
         if engines is None
@@ -255,7 +322,7 @@ def rule_span(entry: dict, classes: dict, engines: tuple[str, ...] | None = None
     )
     for engine, factors in pairs:
         own = f"own/{engine}"
-        base = classes[own if own in classes else "own"]["log_ratio"]
+        base = rule_span(classes[own if own in classes else "own"], classes)["log_ratio"]
         for family, pair in factors.items():
             low, high = intervals.untimed_ends(
                 tuple(base[family]), tuple(pair), 1.0, family != "throughput"
@@ -463,6 +530,12 @@ def build(rows: list[dict]) -> dict:
             subset = [r for r in members if r["groups"]["engine"] == engine]
             if len(subset) >= MIN_ENGINE_RUNS and len({lab(r) for r in subset}) >= MIN_LABS:
                 classes[f"{cls}/{engine}"] = _entry(subset, subset)
+    for key in [k for k in classes if k.split("/")[0] == "own"]:
+        engine = key.split("/")[1] if "/" in key else None
+        members = [
+            r for r in rows if r["evidence"] == "own" and engine in (None, r["groups"]["engine"])
+        ]
+        classes[key]["ttft_untimed_factor"] = ttft_untimed_factor(members)
     partial = [
         r
         for r in rows
@@ -492,7 +565,13 @@ def build(rows: list[dict]) -> dict:
             "untimed parts at k10..k90 times their stand-in: a time's end + log(1 - u + u k); "
             "(k10, k90) the split-conformal ranks of the factors the partial calibration runs "
             f"ask for beyond the own ends, per engine where it has {MIN_ENGINE_RUNS} such runs, "
-            "else pooled; where u is not known, log_ratio."
+            "else pooled; where u is not known, log_ratio. ttft_untimed_factor (own): "
+            "(k10, k90) on the costs of a TTFT no kernel table times (the API server's "
+            "request cost, the launch and host constants of the prefill steps; a run's share "
+            "s of its median TTFT: EngineStats.ttft_untimed_fraction): its TTFT ends are "
+            "log_ratio's + log(1 - s + s k); k10 the largest, k90 the smallest factor leaving "
+            f"at most {TAIL} of the calibration runs' summed shares beyond each end, each run "
+            "left out of the ends it is scored against."
         ),
         "derived_by": "python scripts/calibrate_intervals.py",
         "calibration_runs": ["tests/data/sim_bench_cases.json", "external split calibrate"],
@@ -538,7 +617,9 @@ def coverage(rows: list[dict]) -> None:
 
     def ends(r, metric):  # log(end / simulated): intervals.interval's rule
         family = FAMILY_OF_METRIC[metric]
-        untimed = intervals.Untimed(r["groups"]["engine"], r["untimed_time_fraction"])
+        untimed = intervals.Untimed(
+            r["groups"]["engine"], r["untimed_time_fraction"], r.get("ttft_untimed_fraction", 0.0)
+        )
         q10, q90 = intervals.log_quantiles(key(r), family, r["length_dist"], untimed)
         if family in intervals.propagated_families():
             runs = r.get("propagated", {}).get(metric) or []
@@ -554,11 +635,7 @@ def coverage(rows: list[dict]) -> None:
         for metric in FAMILY_OF_METRIC:
             have = [r for r in members if metric in r["ratios"]]
             share = sum(inside(r, metric) for r in have) / len(have) if have else float("nan")
-            width = []
-            if metric == "output_throughput":
-                for r in have:
-                    q10, q90 = ends(r, metric)
-                    width.append(math.exp(q90 - q10))
+            width = [math.exp(q90 - q10) for q10, q90 in (ends(r, metric) for r in have)]
             extra = f" (hi/lo {statistics.median(width):.2f}x)" if width else ""
             cells.append(f"{metric} {share:.0%} of {len(have)}{extra}")
         print(f"{label[:44]:44} " + "; ".join(cells))

@@ -530,7 +530,11 @@ def test_propagated_interval_is_the_envelope_by_hand(monkeypatch):
     assert (fast, slow) == (pytest.approx(math.exp(t10)), pytest.approx(math.exp(t90)))
     assert run.step_scaled["step_scales"] == [fast, slow]
     ttft = run.bench.median_ttft_ms
-    q10, q90 = intervals.log_quantiles(cls, "ttft", "fixed")
+    untimed = intervals.Untimed(
+        request.serve.engine, run.engine.untimed_time_fraction, run.engine.ttft_untimed_fraction
+    )
+    assert 0 < untimed.ttft_fraction < 1  # its prefill steps' launch and host constants
+    q10, q90 = intervals.log_quantiles(cls, "ttft", "fixed", untimed)
     # at rate inf without frontend costs the runs at the scales are the point times the scale
     low = min(ttft * math.exp(q10), ttft * fast)
     high = max(ttft * math.exp(q90), ttft * slow)
@@ -769,3 +773,109 @@ def test_nesting_holds_the_partial_factors_at_full_share_for_the_engines_a_class
     # own ends [0, 0]: the untimed class's TPOT low end is log 0.2, not vLLM's log 0.15
     assert classes[intervals.UNTIMED]["log_ratio"]["tpot"][0] == pytest.approx(math.log(0.2))
     assert classes["borrowed"]["log_ratio"]["tpot"][0] <= math.log(0.15) + 1e-12
+
+
+def _ttft_doc(monkeypatch, factor):
+    """The bundled table with the own class's TTFT ends [log 0.8, log 2] and `factor` on the
+    TTFT's untimed costs (None: none)."""
+    doc = intervals.table()
+    own = {**doc["classes"]["own"], "log_ratio": {**doc["classes"]["own"]["log_ratio"]}}
+    own["log_ratio"]["ttft"] = [math.log(0.8), math.log(2.0)]
+    own.pop("ttft_untimed_factor", None)
+    if factor is not None:
+        own["ttft_untimed_factor"] = list(factor)
+    patched = {**doc, "classes": {**doc["classes"], "own": own}}
+    monkeypatch.setattr(intervals, "table", lambda: patched)
+
+
+def test_a_larger_ttft_untimed_share_widens_the_ttft_interval(monkeypatch):
+    """TTFT factors (0.5, 3): a run whose TTFT is 40% launch/host/frontend constants takes
+    [0.8 (0.6 + 0.4 * 0.5), 2 (0.6 + 0.4 * 3)] = [0.64, 3.6]; at 80%, [0.48, 5.2]; a TTFT
+    the kernel tables time whole keeps the conformal ends [0.8, 2], as does a run whose share
+    is unknown; TPOT and throughput are not touched by the TTFT share."""
+    _ttft_doc(monkeypatch, (0.5, 3.0))
+
+    def ends(share):
+        untimed = None if share is None else intervals.Untimed("vllm", 0.0, share)
+        low, high = intervals.log_quantiles("own", "ttft", "fixed", untimed)
+        return math.exp(low), math.exp(high)
+
+    assert ends(0.0) == (pytest.approx(0.8), pytest.approx(2.0))
+    assert ends(None) == ends(0.0)
+    assert ends(0.4) == (pytest.approx(0.64), pytest.approx(3.6))
+    assert ends(0.8) == (pytest.approx(0.48), pytest.approx(5.2))
+    tpot = intervals.log_quantiles("own", "tpot", "fixed", intervals.Untimed("vllm", 0.0, 0.8))
+    assert tpot == pytest.approx(tuple(intervals.table()["classes"]["own"]["log_ratio"]["tpot"]))
+    # without factors in the file, the share changes nothing
+    _ttft_doc(monkeypatch, None)
+    assert ends(0.8) == (pytest.approx(0.8), pytest.approx(2.0))
+
+
+def test_the_ttft_share_widens_a_simulated_runs_interval(monkeypatch):
+    """simulate passes each run's TTFT untimed fraction to its interval: a lone short prefill
+    at one request at a time (a TTFT mostly launch and host constants and the API server's
+    request cost) gets a wider TTFT interval than the conformal ends alone give it."""
+    _ttft_doc(monkeypatch, (0.5, 3.0))
+    request = SimulateRequest(
+        workload=WorkloadSpec(num_prompts=8, input_len=64, output_len=16),
+        max_concurrency=1,
+    )
+    result = simulate(load_model("llama-3.1-8b"), load_profile("h100"), request)
+    run = result.runs[0]
+    share = run.engine.ttft_untimed_fraction
+    assert 0.3 < share < 1.0  # 64 tokens: the kernels are a small part of the prefill
+    low, high = run.bench_interval["median_ttft_ms"]
+    ttft = run.bench.median_ttft_ms
+    assert low == pytest.approx(ttft * 0.8 * (1 - share + share * 0.5), rel=1e-6)
+    assert high >= ttft * 2.0 * (1 - share + share * 3.0) * (1 - 1e-6)
+
+
+def test_ttft_untimed_factor_weights_runs_by_their_share():
+    """Twenty own runs at log ratio 0 but two at 0.5x the simulated TTFT. Each slow run left
+    out sees one slow run among 19: the 2nd lowest (rank floor(0.1 * 20) = 2) is 0, so it
+    misses low, asking k = (0.5 - 1 + s) / s. Unweighted, 2 of 20 is the 10% the conformal
+    ends allow. Where the two are among ten lone prefills (TTFT untimed share 0.8) and ten
+    queues (0.05), they hold 1.6 of the summed shares 8.5, over TAIL of it (0.85): k10 =
+    (0.5 - 0.2) / 0.8 = 0.375. Where they are queues and the rest lone prefills, they hold 0.1
+    of 14.5: no factor."""
+
+    def rows(shares):  # the first two runs are the slow ones
+        out = _rows("own", [math.log(0.5)] * 2 + [0.0] * 18)
+        return [{**r, "ttft_untimed_fraction": u} for r, u in zip(out, shares, strict=True)]
+
+    lone_slow = [0.8] * 10 + [0.05] * 10
+    assert cal.ttft_untimed_factor(rows(lone_slow)) == [pytest.approx(0.375), 1.0]
+    queues_slow = [0.05] * 2 + [0.8] * 18
+    assert cal.ttft_untimed_factor(rows(queues_slow)) == [1.0, 1.0]
+    # no run with an untimed share: no factor
+    assert cal.ttft_untimed_factor(rows([0.0] * 20)) == [1.0, 1.0]
+
+
+def test_weighted_tail_by_hand():
+    """Ascending scores 0.2 (weight 1), 0.5 (weight 1), 0.9 (weight 8): with 1.5 allowed the
+    first run may be left out (1 <= 1.5), the second not (2 > 1.5): k = 0.5; with 0.5
+    allowed, none: k = 0.2; with everything allowed, the bound."""
+    scores = [(0.9, 8.0), (0.2, 1.0), (0.5, 1.0)]
+    assert cal._weighted_tail(scores, 1.5, 1.0) == 0.5
+    assert cal._weighted_tail(scores, 0.5, 1.0) == 0.2
+    assert cal._weighted_tail(scores, 10.0, 1.0) == 1.0
+
+
+def test_ttft_untimed_fraction_by_hand():
+    """A 100 ms TTFT with a 15 ms API-server request cost, on engines whose prefill steps spent
+    2 of their 8 s in launch and host constants: (15 + 0.25 * 85) / 100 = 0.3625; no prefill
+    steps: the request cost's share alone; no TTFT: 0."""
+    from types import SimpleNamespace
+
+    from kvplan.simulate.metrics import ttft_untimed_fraction
+
+    engines = [
+        SimpleNamespace(prefill_busy_s=5.0, prefill_fixed_s=1.5),
+        SimpleNamespace(prefill_busy_s=3.0, prefill_fixed_s=0.5),
+    ]
+    assert ttft_untimed_fraction(engines, 0.1, 0.015) == pytest.approx(0.3625)
+    idle = [SimpleNamespace(prefill_busy_s=0.0, prefill_fixed_s=0.0)]
+    assert ttft_untimed_fraction(idle, 0.1, 0.015) == pytest.approx(0.15)
+    assert ttft_untimed_fraction(engines, None, 0.015) == 0.0
+    # a TTFT shorter than the request cost is all of it
+    assert ttft_untimed_fraction(engines, 0.01, 0.015) == 1.0

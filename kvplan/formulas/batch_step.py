@@ -224,6 +224,10 @@ class BatchShape(NamedTuple):
 # attention; the GPU's terms, then the CPU's
 GPU_TERMS = ("weights_s", "matmul_s", "kv_read_s", "attention_s", "sampler_s", "comm_s", "launch_s")
 ENGINE_TERMS = (*GPU_TERMS, "host_s")
+# the terms priced by HostOverheads' constants (per layer, per step, per request:
+# kernel_tables/host_overheads.json, BLIS's and aiconfigurator's end-to-end fits), not by any
+# kernel table's rows
+FIXED_TERMS = ("launch_s", "host_s")
 
 
 def engine_step_time(

@@ -24,6 +24,13 @@ its ends are the own class's with those parts at k10..k90 times their stand-in, 
 plus log(1 - u + u k) (untimed_ends), so the less of the step is untimed the nearer the own
 ends; (k10, k90) are split-conformal over the factors the partial calibration runs ask for,
 per engine where it has min_engine_runs of them, else pooled. Without u, the class's ends.
+The own class also holds TTFT untimed factors ("ttft_untimed_factor"): where the simulation
+gives the fraction s of a run's median TTFT in costs no kernel table times (the API server's
+request cost, the launch and host constants of the prefill steps:
+EngineStats.ttft_untimed_fraction), its TTFT ends are the class's plus log(1 - s + s k) for k
+at (k10, k90) (ttft_ends): a lone short prefill, mostly constants, takes their spread, a queue
+whose TTFT the kernel tables time keeps the class's ends (scripts/calibrate_intervals.py,
+ttft_untimed_factor, says how they are chosen).
 A figure's interval is [point * exp(q10), point * exp(q90)]: not
 centred on the point where kvplan is biased (the simulation was faster than the real run in
 most published runs), and the point stays the model's answer.
@@ -179,11 +186,13 @@ def transfer_widen(evidence: str, length_dist: str) -> float:
 
 
 class Untimed(NamedTuple):
-    """What a simulated run says of its untimed parts: its engine and the fraction of its step
-    time in the terms that hold them (EngineStats.untimed_time_fraction)."""
+    """What a simulated run says of its untimed parts: its engine, the fraction of its step
+    time in the terms that hold them (EngineStats.untimed_time_fraction), and the fraction of
+    its median TTFT in costs no kernel table times (EngineStats.ttft_untimed_fraction)."""
 
     engine: str
     time_fraction: float
+    ttft_fraction: float = 0.0
 
 
 # below this untimed fraction a run's ends are the own class's (the factor's score divides by it)
@@ -224,22 +233,53 @@ def _share(time_fraction: float) -> float:
     return time_fraction
 
 
+def ttft_ends(entry: dict, untimed: Untimed | None) -> tuple[float, float]:
+    """A class entry's TTFT ends for a run whose median TTFT has the fraction
+    `untimed.ttft_fraction` in costs no kernel table times (the API server's per-request cost,
+    the launch and host constants: kvplan.simulate.metrics.ttft_untimed_fraction): where the
+    entry has TTFT untimed factors ("ttft_untimed_factor", (k10, k90)), its conformal ends with
+    those costs at k10..k90 times their constants (untimed_ends), so a run whose TTFT is all
+    kernel-timed keeps the ends and one whose TTFT is mostly constants (a lone short prefill)
+    takes the factors' spread; else, or without the fraction, the conformal ends."""
+    low, high = entry["log_ratio"]["ttft"]
+    factors = entry.get("ttft_untimed_factor")
+    if untimed is None or factors is None:
+        return low, high
+    if _share(untimed.ttft_fraction) < MIN_UNTIMED_FRACTION:
+        return low, high
+    return untimed_ends((low, high), (factors[0], factors[1]), untimed.ttft_fraction, True)
+
+
+def _own_ends(engine: str, family: str, untimed: Untimed | None) -> tuple[float, float]:
+    """The own class's ends for `engine` (its engine's entry where there is one): for TTFT,
+    at the run's TTFT untimed fraction (ttft_ends)."""
+    classes = table()["classes"]
+    own = f"own/{engine}"
+    entry = classes[own if own in classes else "own"]
+    if family == "ttft":
+        return ttft_ends(entry, untimed)
+    low, high = entry["log_ratio"][family]
+    return low, high
+
+
 def _family_ends(evidence: str, family: str, untimed: Untimed | None) -> tuple[float, float]:
-    """A metric family's stored ends: the class's conformal ends, or where the class has
-    untimed-part factors and the run's untimed fraction is known, the own class's ends widened
-    by them (untimed_ends)."""
+    """A metric family's stored ends: the class's conformal ends (for TTFT, at the run's TTFT
+    untimed fraction: ttft_ends), or where the class has untimed-part factors and the run's
+    untimed fraction is known, the own class's ends (_own_ends) widened by them
+    (untimed_ends)."""
     classes = table()["classes"]
     entry = classes[evidence]
     factors = None if untimed is None else untimed_factors(evidence, untimed.engine)
     if untimed is None or factors is None:
+        if family == "ttft":
+            return ttft_ends(entry, untimed)
         low, high = entry["log_ratio"][family]
         return low, high
-    own = f"own/{untimed.engine}"
-    base = classes[own if own in classes else "own"]["log_ratio"][family]
+    base = _own_ends(untimed.engine, family, untimed)
     if _share(untimed.time_fraction) < MIN_UNTIMED_FRACTION:
-        return base[0], base[1]
+        return base
     return untimed_ends(
-        (base[0], base[1]),
+        base,
         factors[FAMILIES.index(family)],
         untimed.time_fraction,
         family != "throughput",

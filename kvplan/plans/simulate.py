@@ -50,6 +50,7 @@ from kvplan.simulate.workload import (
     generate,
     read_trace,
 )
+from kvplan.units import MS
 
 MAX_RATES = 32
 # the length laws whose spread (a range ratio or a sigma) the summary reports
@@ -335,7 +336,12 @@ def _with_intervals(
     the class's fast and slow step scales (intervals.step_scales; with_step_scale)."""
     length_dist = request.workload.length_dist
     untimed = [
-        intervals.Untimed(request.serve.engine, r.engine.untimed_time_fraction) for r in runs
+        intervals.Untimed(
+            request.serve.engine,
+            r.engine.untimed_time_fraction,
+            r.engine.ttft_untimed_fraction,
+        )
+        for r in runs
     ]
     # one rerun at the step scales for every rate: those of the run with most untimed time
     scales = intervals.step_scales(evidence, length_dist, _most_untimed(request, runs))
@@ -590,7 +596,13 @@ def run_once(
         request.workload.burstiness,
         request.max_concurrency,
     )
-    stats = metrics.engine_stats(result, bench.duration, request.frontend.per_token_s)
+    stats = metrics.engine_stats(
+        result,
+        bench.duration,
+        request.frontend.per_token_s,
+        bench.median_ttft_ms,
+        request.frontend.request_s,
+    )
     return Run(bench, stats, metrics.series(engines[0]) if request.series else None)
 
 
@@ -635,7 +647,14 @@ def _run_disaggregated(replica: Replica, requests, request: SimulateRequest, rat
         request.workload.burstiness,
         request.max_concurrency,
     )
-    stats = metrics.engine_stats(drun.decode, bench.duration, per_token)
+    # the prefills ran on the prefill replicas: the TTFT's untimed fraction is theirs
+    stats = metrics.engine_stats(drun.decode, bench.duration, per_token)._replace(
+        ttft_untimed_fraction=metrics.ttft_untimed_fraction(
+            drun.prefill_engines,
+            None if bench.median_ttft_ms is None else bench.median_ttft_ms * MS,
+            request.frontend.request_s,
+        )
+    )
     return Run(
         bench,
         stats,

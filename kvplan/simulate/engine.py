@@ -56,6 +56,7 @@ from enum import IntEnum
 from kvplan.engines.vllm_schedule import max_concurrent_batches
 from kvplan.formulas.batch_step import (
     ENGINE_TERMS,
+    FIXED_TERMS,
     BatchShape,
     StepModel,
     lockstep_gathered_tokens,
@@ -477,6 +478,10 @@ class Engine:
         self.term_s = dict.fromkeys(ENGINE_TERMS, 0.0)
         self.busy_s = 0.0
         self.untimed_s = 0.0  # of busy_s, the terms holding an untimed part (StepTime.untimed_s)
+        # the steps that held a prompt chunk: their seconds, and of those the launch and host
+        # terms (HostOverheads' constants, no kernel table's rows: metrics.ttft_untimed_fraction)
+        self.prefill_busy_s = 0.0
+        self.prefill_fixed_s = 0.0
         self.peak_used = 0
         self.last_step_s = 0.0
         self.min_step_s = model.step(BatchShape(1, 1, (), 1)).total_s
@@ -827,6 +832,9 @@ class Engine:
             term_s[key] += seconds
         self.busy_s += duration
         self.untimed_s += timing.untimed_s
+        if chunks:
+            self.prefill_busy_s += duration
+            self.prefill_fixed_s += sum(timing.terms_s.get(key, 0.0) for key in FIXED_TERMS)
         end = self.clock_s + duration
         self.clock_s = end
         self.step_index = j + 1

@@ -96,6 +96,10 @@ class EngineStats(NamedTuple):
     # (StepModel.untimed_s: priced on a stand-in): 0 where every part is timed; it scales the
     # partial class's interval (kvplan.plans.intervals.log_quantiles)
     untimed_time_fraction: float = 0.0
+    # of the median TTFT, the fraction in costs no kernel table times: the API server's
+    # per-request cost and the fixed terms of the prefill steps (ttft_untimed_fraction); it
+    # widens the TTFT interval (kvplan.plans.intervals.log_quantiles)
+    ttft_untimed_fraction: float = 0.0
 
 
 class Series(NamedTuple):
@@ -245,7 +249,15 @@ def _peak_overlap(starts, ends) -> int:
     return int(np.cumsum(deltas[order]).max())
 
 
-def engine_stats(run, duration: float, frontend_per_token_s: float) -> EngineStats:
+def engine_stats(
+    run,
+    duration: float,
+    frontend_per_token_s: float,
+    median_ttft_ms: float | None = None,
+    request_s: float = 0.0,
+) -> EngineStats:
+    """What the engine's logs would show; `median_ttft_ms` and the API server's `request_s`
+    give the TTFT's untimed fraction (ttft_untimed_fraction; 0 without a TTFT)."""
     import numpy as np
 
     replicas, terms = [], dict.fromkeys(ENGINE_TERMS, 0.0)
@@ -290,6 +302,9 @@ def engine_stats(run, duration: float, frontend_per_token_s: float) -> EngineSta
         step_time_shares={key: value / total_terms for key, value in terms.items()},
         replicas=replicas,
         untimed_time_fraction=untimed_fraction(run.engines),
+        ttft_untimed_fraction=ttft_untimed_fraction(
+            run.engines, None if median_ttft_ms is None else median_ttft_ms * MS, request_s
+        ),
     )
 
 
@@ -298,6 +313,22 @@ def untimed_fraction(engines) -> float:
     their busy seconds (0 where they never stepped)."""
     untimed_s, busy_s = sum(e.untimed_s for e in engines), sum(e.busy_s for e in engines)
     return min(1.0, untimed_s / busy_s) if busy_s > 0 else 0.0
+
+
+def ttft_untimed_fraction(engines, ttft_s: float | None, request_s: float) -> float:
+    """Of a TTFT of `ttft_s`, the fraction in costs no kernel table times: the API server's
+    `request_s` (kvplan.simulate.frontend, BLIS's fit), and of the rest, spent in the engines'
+    steps before the first token, the share that the steps holding a prompt chunk spent in
+    FIXED_TERMS (the launch and host constants of kernel_tables/host_overheads.json):
+    (request_s + f (ttft - request_s)) / ttft. At one request at a time the rest is the lone
+    prefill and f its own share; under load it is the queue's steps, priced at the prefill
+    steps' mean share. 0 where there is no TTFT."""
+    if not ttft_s or ttft_s <= 0:
+        return 0.0
+    busy_s = sum(e.prefill_busy_s for e in engines)
+    fixed = sum(e.prefill_fixed_s for e in engines) / busy_s if busy_s > 0 else 0.0
+    front_s = min(request_s, ttft_s)
+    return min(1.0, (front_s + fixed * (ttft_s - front_s)) / ttft_s)
 
 
 def series(engine) -> Series:
