@@ -1504,6 +1504,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     from kvplan.engines import EngineRequest
     from kvplan.engines.moe_backend import check_sglang_moe_backend
     from kvplan.engines.sglang import (
+        detokenizer_token_s,
         mamba_capped_requests,
         piecewise_prefill,
         sglang_allocation,
@@ -1629,6 +1630,9 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         num_blocks=alloc.kv_cache_tokens // block,
         block_size=block,
         enable_prefix_caching=prefix_caching,
+        # one detokenizer process serves every DP-attention rank: each rank's engine, stepping
+        # as many tokens as the others, gets 1/dp of it
+        detokenizer_token_s=detokenizer_token_s(spec, options.sglang_version) * layout.dp,
     )
     # async_scheduling stands for SGLang's overlap scheduler (on by default)
     graph_tokens = 0 if options.enforce_eager else alloc.cuda_graph_max_bs
