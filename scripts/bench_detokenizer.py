@@ -20,8 +20,8 @@ call. The three paths timed here:
   own decode (#25309's decode_without_hf_kwargs, from 0.5.13).
 
 The tokenizer here is a stand-in written for this benchmark (no Moonshot code or vocabulary): a
-`PreTrainedTokenizer` with Kimi-K2's shape (163,584 base ranks, 256 reserved special ids as
-special added tokens, the named ones as additional_special_tokens) and the same decode methods
+`PreTrainedTokenizer` with Kimi-K2's shape (163,584 base ranks, 256 reserved special ids in the
+tiktoken encoding, the named ones as additional_special_tokens) and the same decode methods
 (id -> byte-level unicode string dict, bytes_to_unicode inverse on join, decode() falling back
 to super() when given keyword arguments). Its BPE ranks are synthetic (distinct byte strings of
 1-3 bytes): decoding never merges, it looks tokens up and joins bytes, so its cost depends on the
@@ -91,7 +91,6 @@ def build_tokenizer(extra_named: int = 0):
     """The stand-in tokenizer (see the module doc); `extra_named` more reserved ids named as
     additional special tokens (Kimi-K2.5's media tokens and the like: a sensitivity check)."""
     import tiktoken
-    from tokenizers import AddedToken
     from transformers import PreTrainedTokenizer
     from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
 
@@ -153,19 +152,16 @@ def build_tokenizer(extra_named: int = 0):
                 token_ids = [token_ids]
             return self.model.decode(token_ids)
 
-    added = {
-        BASE_TOKENS + i: AddedToken(
-            names.get(i, f"<|reserved_token_{BASE_TOKENS + i}|>"), special=True
-        )
-        for i in range(RESERVED)
-    }
+    # TikTokenTokenizer.__init__ takes the config's added_tokens_decoder for its own special-id
+    # names and does not pass it on, so transformers' added-token maps hold only the tokens its
+    # __init__ adds back: bos/eos/unk/pad and the additional special tokens (4.57.1
+    # PreTrainedTokenizer.__init__ step 4; from_pretrained adds nothing after it)
     tok = StandInTikToken(
         bos_token="[BOS]",
         eos_token="[EOS]",
         unk_token="[UNK]",
         pad_token="[PAD]",
         additional_special_tokens=additional,
-        added_tokens_decoder=added,
     )
     return tok, len(additional)
 
