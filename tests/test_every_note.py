@@ -359,7 +359,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "fp8",
         "--ctx",
         "32k",
-    ),  # fmt: skip
+    ),
     "vllm fp16 pp2 0.21": cli(
         "engine",
         "llama-3.1-8b",
@@ -375,7 +375,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "0.21",
         "--pp",
         "2",
-    ),  # fmt: skip
+    ),
     "vllm hybrid manager off": cli(
         "engine",
         "gemma-3-27b",
@@ -386,7 +386,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "--ctx",
         "8k",
         "--disable-hybrid-kv-cache-manager",
-    ),  # fmt: skip
+    ),
     "vllm no compute capability": cli("engine", "llama-3.1-8b", "--gpu", "{d}/no-cc.yaml"),
     "vllm fp32 config": cli("engine", "{d}/fp32.json", "--engine", "vllm", "--gpu", "h100"),
     "vllm long max-model-len": cli(
@@ -401,7 +401,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "--ctx",
         "32k",
         "--allow-long-max-model-len",
-    ),  # fmt: skip
+    ),
     "vllm glm-5.3": cli(
         "engine",
         f"{REAL}/zai-org--GLM-5.3.json",
@@ -415,7 +415,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "fp8",
         "--kv-cache-memory",
         "50GiB",
-    ),  # fmt: skip
+    ),
     "vllm gemma 0.32": cli(
         "engine",
         "gemma-3-27b",
@@ -427,7 +427,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "32k",
         "--vllm-version",
         "0.32",
-    ),  # fmt: skip
+    ),
     "vllm deepseek-v4": cli(
         "engine",
         f"{REAL}/deepseek-ai--DeepSeek-V4-Flash.json",
@@ -441,7 +441,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "60GiB",
         "--vllm-version",
         "0.32",
-    ),  # fmt: skip
+    ),
     "sglang deepseek-v4": cli(
         "engine",
         f"{REAL}/deepseek-ai--DeepSeek-V4-Flash.json",
@@ -453,7 +453,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "8",
         "--kv-cache-memory",
         "60GiB",
-    ),  # fmt: skip
+    ),
     "vllm minimax-m3": cli(
         "engine",
         f"{REAL}/MiniMaxAI--MiniMax-M3.json",
@@ -467,7 +467,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "3GiB",
         "--vllm-version",
         "0.32",
-    ),  # fmt: skip
+    ),
     "vllm nemotron": cli("engine", "nemotron-3-nano-30b", "--engine", "vllm", "--gpu", "h100"),
     "sglang glm-5.3": cli(
         "engine",
@@ -482,7 +482,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "fp8",
         "--kv-cache-memory",
         "50GiB",
-    ),  # fmt: skip
+    ),
     "sglang dsa tp8": cli(
         "engine",
         "deepseek-v3.2",
@@ -495,7 +495,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "--ctx",
         "32k",
         "--allow-long-max-model-len",
-    ),  # fmt: skip
+    ),
     "sglang nemotron": cli("engine", "nemotron-3-nano-30b", "--engine", "sglang", "--gpu", "h100"),
     "sglang gemma-3 fp16": cli(
         "engine", "gemma-3-27b", "--engine", "sglang", "--gpu", "h100", "--dtype", "float16"
@@ -509,7 +509,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "0.5.4.post2",
         "--gpu",
         "h100",
-    ),  # fmt: skip
+    ),
     "llama.cpp gemma-3 defaults": cli(
         "engine",
         "gemma-3-27b",
@@ -523,7 +523,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "off",
         "-ctk",
         "q8_0",
-    ),  # fmt: skip
+    ),
     "llama.cpp gemma-4 no flash": cli(
         "engine", "gemma-4-26b-a4b", *LLAMA, "--gpu", "h100", "-c", "8k", "-fa", "off"
     ),
@@ -545,7 +545,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "rtx-3090",
         "--ollama-env",
         "OLLAMA_KV_CACHE_TYPE=q8_0",
-    ),  # fmt: skip
+    ),
     "ollama newer": cli("engine", "llama-3.1-8b", *OLLAMA, "--ollama-version", "99.0"),
     "ollama long context": cli("engine", "llama-3.1-8b", *OLLAMA, "--ctx", "200000"),
     # simulate and plan
@@ -566,7 +566,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "4",
         "--enforce-eager",
         *SMALL,
-    ),  # fmt: skip
+    ),
     "simulate dsa": cli("simulate", "deepseek-v3.2", "--gpu", "h200", "--tp", "8", *SMALL),
     "simulate sglang gpt-oss": cli(
         "simulate", "gpt-oss-20b", "--gpu", "a100", "--engine", "sglang", *SMALL
@@ -575,7 +575,17 @@ INVOCATIONS: dict[str, Invocation] = {
         "simulate", "gpt-oss-20b", "--gpu", "rtx-pro-6000", "--engine", "sglang", *SMALL
     ),
     "simulate sglang kimi": cli(
-        "simulate", "kimi-k2.5", "--gpu", "h200", "--tp", "8", "--engine", "sglang", *SMALL
+        "simulate",
+        "kimi-k2.5",
+        "--gpu",
+        "h200",
+        "--tp",
+        "8",
+        "--engine",
+        "sglang",
+        "--engine-version",
+        "0.5.6.post2",
+        *SMALL,
     ),
     "simulate attention backend": cli(
         "simulate", "llama-3.1-8b", "--gpu", "h100", "--attention-backend", "FLASHINFER", *SMALL
@@ -591,7 +601,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "--nsa-decode-backend",
         "fa3",
         *SMALL,
-    ),  # fmt: skip
+    ),
     "simulate attention backend timed": cli(
         "simulate",
         "llama-3.1-8b",
@@ -602,7 +612,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "--attention-backend",
         "triton",
         *SMALL,
-    ),  # fmt: skip
+    ),
     "simulate attention backend borrowed": cli(
         "simulate",
         "glm-4.7-flash",
@@ -613,7 +623,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "--attention-backend",
         "triton",
         *SMALL,
-    ),  # fmt: skip
+    ),
     # vLLM's A100 FLASH_ATTN rows hold bf16 caches only
     "simulate attention cache stand-in": cli(
         "simulate", "llama-3.1-8b", "--gpu", "a100", "--kv-cache-dtype", "fp8", *SMALL
@@ -632,7 +642,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "8",
         "--attention-backend",
         "flashmla",
-    ),  # fmt: skip
+    ),
     "engine vllm flashmla": cli(
         "engine",
         "deepseek-v3",
@@ -661,7 +671,7 @@ INVOCATIONS: dict[str, Invocation] = {
         *SMALL,
         "--length-dist",
         "sharegpt",
-    ),  # fmt: skip
+    ),
     "simulate frontend bound": cli(
         *SIM, "--num-prompts", "300", "--input-len", "16", "--output-len", "64"
     ),
@@ -675,7 +685,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "2000",
         "--output-len",
         "400",
-    ),  # fmt: skip
+    ),
     "simulate capped outputs": cli(
         *SIM,
         "--max-model-len",
@@ -686,7 +696,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "200",
         "--num-prompts",
         "8",
-    ),  # fmt: skip
+    ),
     "simulate sglang": cli(
         *SIM,
         "--engine",
@@ -697,7 +707,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "--kv-cache-memory",
         "1GiB",
         *SMALL,
-    ),  # fmt: skip
+    ),
     "simulate sglang cuda ipc": cli(
         "simulate",
         "qwen3.5-35b-a3b",
@@ -710,7 +720,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "--cuda-ipc-pool-mib",
         "1024",
         *SMALL,
-    ),  # fmt: skip
+    ),
     "simulate sglang hybrid mtp": cli(
         "simulate",
         "qwen3.5-35b-a3b",
@@ -729,12 +739,12 @@ INVOCATIONS: dict[str, Invocation] = {
         "--speculative-num-draft-tokens",
         "4",
         *SMALL,
-    ),  # fmt: skip
+    ),
     "simulate vllm v0": cli(*SIM, "--engine-version", "0.7", "--num-scheduler-steps", "4", *SMALL),
     "simulate vllm newer": cli(*SIM, "--vllm-version", "1.0", *SMALL),
     "simulate vllm 0.8 fp8": cli(
         *SIM, "--engine-version", "0.8.0", "--kv-cache-dtype", "fp8", *SMALL
-    ),  # fmt: skip
+    ),
     "simulate expert parallel": cli(
         "simulate", "qwen3-30b-a3b", "--gpu", "h100", "--tp", "2", "-dp", "2", "-ep", *SMALL
     ),
@@ -751,7 +761,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "2",
         "--enable-dp-attention",
         *SMALL,
-    ),  # fmt: skip
+    ),
     "simulate disaggregated": cli(
         "simulate", "gemma-3-27b", "--gpu", "h100", "--disaggregated", "1:1", *SMALL
     ),
@@ -770,7 +780,7 @@ INVOCATIONS: dict[str, Invocation] = {
         *ONE_PLAN,
         "-dp",
         "2",
-    ),  # fmt: skip
+    ),
     "plan config sglang confidence": cli(
         "plan",
         "{d}/unknown.json",
@@ -781,7 +791,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "sglang",
         "--confidence",
         "0.9",
-    ),  # fmt: skip
+    ),
     "plan speculative": cli(
         "plan",
         "deepseek-v3",
@@ -795,7 +805,7 @@ INVOCATIONS: dict[str, Invocation] = {
         *ONE_PLAN[2:],
         "--speculative",
         "auto",
-    ),  # fmt: skip
+    ),
     # measure (stand-ins: recorded timings)
     "measure confirmed": measure_replayed("--check", "--confirm", "--tolerance", "5"),
     "measure strict against h100": measure_replayed("--gpu", "h100", "--tolerance", "0.01"),
@@ -1138,6 +1148,7 @@ CHOOSE_WORDS = {
     ("vllm-memory-estimated", "tp"),  # which caveats apply (NCCL buffers, TP 8 unmeasured)
     ("vllm-memory-estimated", "pp"),
     ("sim-vllm-v0-defaults", "why"),  # why V0 kept chunked prefill off: said in words
+    ("sim-weak-detokenizer", "path"),  # SGLang's decode path: said in words
 }
 
 

@@ -39,6 +39,7 @@ from kvplan.engines.vllm_memory import mxfp4_alignment, weights_per_rank
 from kvplan.errors import KvplanError
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
+from kvplan.inputs.kernel_tables import detokenizer_data
 from kvplan.notes import Note, note, unique
 from kvplan.record import NamedTuple
 from kvplan.units import GIB, MIB
@@ -206,6 +207,46 @@ def detokenizer_untimed(spec: ModelSpec) -> bool:
     """Whether SGLang's detokenizer runs this model's tokenizer on a CPU path kvplan does not
     time (KIMI_TIKTOKEN_MODEL_TYPES): its streamed rate may be the detokenizer's, not the GPU's."""
     return (spec.config_model_type or spec.model_type) in KIMI_TIKTOKEN_MODEL_TYPES
+
+
+# How SGLang's detokenizer decodes KIMI_TIKTOKEN_MODEL_TYPES' tokens, by release (the 0.5 patch
+# from which each path is the default): before 0.5.11 batch_decode with skip_special_tokens /
+# spaces_between_special_tokens, which sends TikTokenTokenizer.decode to transformers' slow
+# _decode, rebuilding all_special_tokens and all_special_ids per token (#16427's cache for them
+# ships in 0.5.8 but environ.py keeps SGLANG_PATCH_TOKENIZER False, "TODO enable by default",
+# through 0.5.10); 0.5.11 turns the cache on (environ.py: EnvBool(True)); 0.5.13 drops the
+# keywords for slow tokenizers (#25309: detokenizer_manager.py's decode_without_hf_kwargs),
+# which decodes through tiktoken itself, as fast as the fast tokenizers kvplan does not time
+DETOKENIZER_PATHS = ((0, "hf_kwargs"), (11, "cached_special"), (13, "native"))
+DETOKENIZER_TIMED_PATHS = ("hf_kwargs", "cached_special")  # the slow ones, timed
+
+
+def detokenizer_path(spec: ModelSpec, version: str) -> str | None:
+    """The decode path SGLang `version`'s detokenizer runs for `spec` (DETOKENIZER_PATHS), None
+    for models off Moonshot's tokenizer. A bare release ('0.5') runs the newest path; 0.4's
+    detokenizer passed the same keywords as 0.5's first releases."""
+    if not detokenizer_untimed(spec):
+        return None
+    sglang_release(version)  # refuses what is not a release
+    match = re.match(r"0\.([0-9]{1,4})", str(version).strip().lower().lstrip("v"))
+    minor = int(match[1]) if match else 5
+    patch = sglang_patch(version)
+    if minor < 5:
+        return DETOKENIZER_PATHS[0][1]
+    if minor > 5 or patch is None:
+        return DETOKENIZER_PATHS[-1][1]
+    return [path for first, path in DETOKENIZER_PATHS if patch >= first][-1]
+
+
+def detokenizer_token_s(spec: ModelSpec, version: str) -> float:
+    """Seconds SGLang's one detokenizer process spends per streamed token per request on
+    `spec`'s tokenizer under `version` (kvplan/data/kernel_tables/sglang_detokenizer.json,
+    timed on another CPU than a serving host's: the detokenizer note says so); 0 where it is
+    not on a slow path (EngineConfig.detokenizer_token_s)."""
+    path = detokenizer_path(spec, version)
+    if path not in DETOKENIZER_TIMED_PATHS:
+        return 0.0
+    return detokenizer_data().per_request_token_s[path]
 
 
 # Device memory in use before SGLang measures "free before load" (after NCCL init): the CUDA

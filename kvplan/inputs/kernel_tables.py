@@ -758,3 +758,23 @@ def host_overheads_data() -> HostOverheadsFile:
     doc = json.loads((FOLDER / "host_overheads.json").read_text(encoding="utf-8"))
     keys = ("per_step_s", "per_request_s", "per_layer_s", "eager_per_layer_s")
     return HostOverheadsFile({k: doc[k] for k in keys}, doc["source"])
+
+
+class DetokenizerFile(NamedTuple):
+    """sglang_detokenizer.json (scripts/bench_detokenizer.py): SGLang's detokenizer seconds per
+    streamed token per request on a Moonshot tiktoken tokenizer, by decode path, at the largest
+    batch timed (where its rate caps what clients receive), and the CPU they were timed on."""
+
+    per_request_token_s: dict  # decode path ("hf_kwargs", "cached_special", "native") -> s
+    batch: int  # requests streaming a token in the step the rows are taken at
+    cpu: str
+    source: str
+
+
+@cache
+def detokenizer_data() -> DetokenizerFile:
+    doc = json.loads((FOLDER / "sglang_detokenizer.json").read_text(encoding="utf-8"))
+    rows = doc["per_request_token_us"]
+    batch = max(int(b) for b in rows["hf_kwargs"])
+    per_token = {path: by_batch[str(batch)] * 1e-6 for path, by_batch in rows.items()}
+    return DetokenizerFile(per_token, batch, doc["cpu"], doc["source"])

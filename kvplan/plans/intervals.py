@@ -81,8 +81,10 @@ def family_of(key: str) -> tuple[str, bool] | None:
     return None
 
 
-# the class of runs whose serving path has a part kvplan does not time, whatever its kernel
-# tables (SGLang's detokenizer on Moonshot's tokenizer: kvplan.engines.sglang.detokenizer_untimed)
+# the class of runs whose serving path has a part kvplan does not time, or times only from
+# another machine's CPU, whatever its kernel tables (SGLang's detokenizer on Moonshot's
+# tokenizer: kvplan.engines.sglang.detokenizer_untimed; its per-token cost,
+# detokenizer_token_s, was measured on a CPU other than the serving host's)
 UNTIMED = "untimed"
 # the class of runs priced at the GPU's own tables for the engine where a part of the step is in
 # none of them (StepModel.untimed_parts: a fused MoE of another shape or format, DSA's indexer,

@@ -17,6 +17,8 @@ from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.dtypes import resolve_kv_format
 from kvplan.engines.sglang import (
     SM120_MARLIN_MXFP4_LAST,
+    detokenizer_path,
+    detokenizer_token_s,
     gpt_oss_below_blackwell,
     gpt_oss_sm120_other_kernel,
     sglang_patch,
@@ -24,6 +26,7 @@ from kvplan.engines.sglang import (
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_time_s
 from kvplan.inputs.hardware import GpuProfile, choose_link, with_interconnect
+from kvplan.inputs.kernel_tables import detokenizer_data
 from kvplan.notes import Note, note, unique
 from kvplan.plans import intervals
 from kvplan.plans.common import model_notes
@@ -771,6 +774,20 @@ def _workload(request: SimulateRequest) -> WorkloadSummary:
     )
 
 
+def _detokenizer_note(spec: ModelSpec, version: str) -> Note:
+    """sim-weak-detokenizer: the decode path SGLang `version` runs on Moonshot's tokenizer and
+    the per-token cost kvplan times it at (EngineConfig.detokenizer_token_s)."""
+    data = detokenizer_data()
+    return note(
+        "sim-weak-detokenizer",
+        version=version,
+        path=detokenizer_path(spec, version),
+        per_token_us=detokenizer_token_s(spec, version) * 1e6,
+        batch=data.batch,
+        cpu=data.cpu,
+    )
+
+
 def _weak_spots(
     spec: ModelSpec, runs: list[Run], request: SimulateRequest, gpu: GpuProfile
 ) -> list[Note]:
@@ -785,7 +802,7 @@ def _weak_spots(
     if request.serve.engine == "sglang":
         notes.append(note("sim-weak-sglang"))
     if intervals.untimed(spec, request.serve.engine):
-        notes.append(note("sim-weak-detokenizer"))
+        notes.append(_detokenizer_note(spec, request.serve.sglang_version))
     if request.serve.engine == "sglang" and gpt_oss_below_blackwell(spec, gpu):
         notes.append(note("sim-weak-gpt-oss-sglang"))
     version = request.serve.sglang_version

@@ -122,6 +122,23 @@ class EngineConfig(NamedTuple):
     swap_cpu_blocks: int = -1
     swap_block_bytes: int = 0
     host_link_one_way_bytes_per_s: float = 0.0
+    # SGLang's detokenizer: one process turns every streamed token of every request into text
+    # before the API server sends it, so its seconds per token cap the tokens/s clients receive
+    # (a stage of its own between the engine and the API server: the scheduler does not wait
+    # for it, the streamed chunks queue). 0: not timed (fast tokenizers, vLLM's in-process
+    # detokenization: the API server's per-token cost stands for it)
+    detokenizer_token_s: float = 0.0
+
+
+def serial_stage_s(ready_s, free_s: float, busy_s: float):
+    """When a one-server stage (the detokenizer, the API server) is done with each of a run of
+    steps whose tokens are ready at `ready_s` (a numpy array, increasing), each taking it
+    `busy_s`, the stage being free from `free_s`: done[k] = max(ready[k], done[k-1]) + busy_s,
+    in closed form."""
+    import numpy as np
+
+    cumulative = busy_s * np.arange(1, len(ready_s) + 1)
+    return cumulative + np.maximum.accumulate(np.maximum(ready_s - (cumulative - busy_s), free_s))
 
 
 class SwapSpaceExhausted(Exception):
@@ -428,6 +445,7 @@ class Engine:
         self.joined_at: list[tuple[Req, int]] = []
         self.clock_s = 0.0
         self.client_s = 0.0  # the API server's clock (it streams each step's tokens in turn)
+        self.detokenized_s = 0.0  # the detokenizer's clock (EngineConfig.detokenizer_token_s)
         self.admitted = 0
         # the decode cohort
         self.buckets: list[dict[int, Req]] = [{} for _ in range(config.block_size)]
@@ -889,7 +907,10 @@ class Engine:
             finished.append(r)
         for r in joined:
             self._join_cohort(r, self.decode_index)
-        client = max(end, self.client_s) + self.frontend_per_token_s * emitted
+        self.detokenized_s = (
+            max(end, self.detokenized_s) + self.config.detokenizer_token_s * emitted
+        )
+        client = max(self.detokenized_s, self.client_s) + self.frontend_per_token_s * emitted
         self.client_s = client
         self._record(end, client, decode_tokens, emitted, duration, len(handed))
         for r in firsts:
@@ -1501,12 +1522,10 @@ class Engine:
         if self.observer is not None:
             self.observer(self, steps, self.num_decodes, [])
         emitted = self.num_decodes
-        per_token = self.frontend_per_token_s * emitted
-        # client[k] = max(end[k], client[k-1]) + per_token, solved in closed form
-        cumulative = per_token * np.arange(1, steps + 1)
-        client = cumulative + np.maximum.accumulate(
-            np.maximum(ends - (cumulative - per_token), self.client_s)
+        detokenized = serial_stage_s(
+            ends, self.detokenized_s, self.config.detokenizer_token_s * emitted
         )
+        client = serial_stage_s(detokenized, self.client_s, self.frontend_per_token_s * emitted)
         term_s = self.term_s
         for key, seconds in totals.terms_s.items():
             term_s[key] += seconds
@@ -1525,6 +1544,7 @@ class Engine:
         self.peak_used = max(self.peak_used, used)
         self.clock_s = float(ends[-1])
         self.client_s = float(client[-1])
+        self.detokenized_s = float(detokenized[-1])
         self.context_sum += self.num_decodes * steps
         first_log = self.step_index
         self.step_index = first_log + steps

@@ -1559,6 +1559,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     from kvplan.engines import EngineRequest
     from kvplan.engines.moe_backend import check_sglang_moe_backend
     from kvplan.engines.sglang import (
+        detokenizer_token_s,
         mamba_capped_requests,
         mamba_radix_overlap_off,
         piecewise_prefill,
@@ -1693,6 +1694,9 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         num_blocks=alloc.kv_cache_tokens // block,
         block_size=block,
         enable_prefix_caching=prefix_caching,
+        # one detokenizer process serves every DP-attention rank: each rank's engine, stepping
+        # as many tokens as the others, gets 1/dp of it
+        detokenizer_token_s=detokenizer_token_s(spec, options.sglang_version) * layout.dp,
     )
     # async_scheduling stands for SGLang's overlap scheduler (on by default)
     graph_tokens = 0 if options.enforce_eager else alloc.cuda_graph_max_bs

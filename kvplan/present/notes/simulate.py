@@ -14,7 +14,8 @@ EVIDENCE_WORDS = {
     "other-engine": "this GPU's kernel tables measured for the other engine",
     "borrowed": "another GPU's kernel tables (the profile names which)",
     "datasheet": "no kernel tables: another GPU's fractions on this GPU's datasheet rates",
-    "untimed": "a part of the serving path kvplan does not time, the detokenizer note says which",
+    "untimed": "a part of the serving path kvplan does not time, or times only on another "
+    "machine's CPU: the detokenizer note says which",
 }
 # whose tables the GPU runs on, in sim-kernel-tables' words ("for H200 ...")
 KERNEL_TABLE_WORDS = {
@@ -498,16 +499,33 @@ text("sim-weak-sglang")(
         "Median errors: throughput 22%, TPOT 32%, TTFT 36%."
     )
 )
+# how SGLang's detokenizer decodes Moonshot's tokenizer, by kvplan.engines.sglang's path name
+DETOKENIZER_PATH_WORDS = {
+    "hf_kwargs": "on transformers' slow decode path (before 0.5.11 the keyword arguments SGLang "
+    "passes send the tokenizer's decode to transformers' _decode, which rebuilds the "
+    "special-token lists for every token; PR #16427's cache for them is off by default "
+    "through 0.5.10)",
+    "cached_special": "on transformers' slow decode path with the special-token lists cached "
+    "(0.5.11-0.5.12: PR #16427's cache on by default)",
+    "native": "through tiktoken itself (0.5.13 on: PR #25309 drops the keyword arguments), as "
+    "fast as the fast tokenizers kvplan leaves to the API server's per-token cost",
+}
 text("sim-weak-detokenizer")(
-    lambda: (
-        "Detokenizer: SGLang streams every token of this model through one CPU process that "
-        "decodes Moonshot's tiktoken tokenizer on transformers' slow path (SGLang's own words: "
-        "the ITL can differ by +10x under high batch size; its PRs #16427 and #25309 made that "
-        "path 10x and 23-35x faster), and kvplan does not time it. Published runs of Kimi-K2.5 "
-        "on 8 H200 (SGLang 0.5.6.post2, random dataset) streamed 258 and 254 tok/s at 16 and "
-        "100 in flight while their fastest second reached 1,103 and 1,199 tok/s; Kimi-K2 on 8 "
-        "B200 (SGLang 0.5.6.post1, ShareGPT) streamed 1,113 tok/s at 100. Figures above such "
-        "rates may be the GPUs' pace rather than what a client receives."
+    lambda version, path, per_token_us, batch, cpu: (
+        f"Detokenizer: SGLang {version} streams every token of this model through one CPU "
+        f"process that decodes Moonshot's tiktoken tokenizer {DETOKENIZER_PATH_WORDS[path]}. "
+        + (
+            f"kvplan times it as a stage of its own between the engine and the API server, "
+            f"{per_token_us:,.0f} us per token per request (scripts/bench_detokenizer.py: "
+            f"SGLang's two decode calls a request, {batch} requests a step, on {cpu}, not the "
+            "serving host's CPU, whose speed moves that cap in proportion), so at high "
+            "concurrency the tokens/s clients receive are the detokenizer's, not the GPUs'. "
+            if path != "native"
+            else "kvplan does not time it. "
+        )
+        + "Published runs of Kimi-K2.5 on 8 H200 (SGLang 0.5.6.post2, random dataset) streamed "
+        "258 and 254 tok/s at 16 and 100 in flight while their fastest second reached 1,103 "
+        "and 1,199 tok/s."
     )
 )
 text("sim-weak-gpt-oss-sglang")(
