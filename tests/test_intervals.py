@@ -985,3 +985,14 @@ def test_ttft_untimed_fraction_by_hand():
     assert ttft_untimed_fraction(engines, None, 0.015) == 0.0
     # a TTFT shorter than the request cost is all of it
     assert ttft_untimed_fraction(engines, 0.01, 0.015) == 1.0
+
+
+def test_the_confidence_note_shows_the_range_of_rate_factors_used():
+    from kvplan.notes import note
+    from kvplan.present.notes import note_text
+
+    one = note_text(note("plan-confidence", confidence=0.9, gpus=(("A100", "own", 1.5, 1.5),)))
+    assert "taken as 1.50x slower" in one and "untimed share" not in one
+    spread = (("A100", "partial", 3.2, 4.9),)
+    text = note_text(note("plan-confidence", confidence=0.9, gpus=spread))
+    assert "taken as 3.20-4.90x (by each configuration's untimed share) slower" in text
