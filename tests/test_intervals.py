@@ -344,15 +344,111 @@ def test_plan_with_confidence_needs_at_least_as_many_gpus():
     top = sure.candidates[0]
     assert top.interval_class == intervals.evidence_for(gpus[0], "vllm", spec, top.untimed_parts)
     (confidence,) = [n for n in sure.notes if n.id == "plan-confidence"]
+    # the note shows the rate factor the candidate was sized on (fully measured: the class's)
+    assert top.factors is not None
     slow = intervals.pessimistic_factors(top.interval_class, "fixed", 0.9)["rate"]
-    assert (top.gpu, top.interval_class, slow) in confidence.value("gpus")
+    assert top.factors["rate"] == pytest.approx(slow)
+    assert (top.gpu, top.interval_class, slow, slow) in confidence.value("gpus")
+    # a fully measured replica's step has no untimed share: its rate and TPOT bounds are the
+    # class's ends, whatever its run's TTFT share (which moves the TTFT bound alone)
+    assert top.untimed_fractions is not None and top.untimed_fractions[0] == 0.0
+    plain = intervals.pessimistic_factors(top.interval_class, "fixed", 0.9)
+    assert top.factors["tpot"] == pytest.approx(plain["tpot"])
+
+
+def test_pessimistic_factors_widen_with_the_runs_untimed_share():
+    """The partial class's bound at a confidence follows the run's untimed share u as its
+    interval does (untimed_ends): more of the step on a stand-in, a larger factor; none, the
+    own class's; unknown, the class's own ends; at 0.9 the TPOT factor is exp of the interval's
+    90% end (one rule for both)."""
+    cls, dist = intervals.PARTIAL, "fixed"
+    at = {
+        u: intervals.pessimistic_factors(cls, dist, 0.8, intervals.Untimed("sglang", u))
+        for u in (0.2, 0.5, 0.9)
+    }
+    for family in ("rate", "tpot", "e2el"):
+        assert at[0.2][family] < at[0.5][family] < at[0.9][family], family
+    none = intervals.pessimistic_factors(cls, dist, 0.8, intervals.Untimed("sglang", 0.0))
+    own = intervals.pessimistic_factors("own", dist, 0.8)
+    assert none["tpot"] == pytest.approx(own["tpot"]) and none["rate"] == pytest.approx(own["rate"])
+    assert intervals.pessimistic_factors(cls, dist, 0.8, None) == intervals.pessimistic_factors(
+        cls, dist, 0.8
+    )
+    run = intervals.Untimed("sglang", 0.5, 0.3)
+    _q10, q90 = intervals.log_quantiles(cls, "tpot", dist, run)
+    assert intervals.pessimistic_factors(cls, dist, 0.9, run)["tpot"] == pytest.approx(
+        math.exp(q90), rel=1e-12
+    )
+    # the TTFT bound of the own class follows the TTFT's untimed share s the same way
+    ttft = intervals.Untimed("vllm", 0.0, 0.9)
+    _low, high = intervals.log_quantiles("own", "ttft", dist, ttft)
+    assert intervals.log_quantile("own", "ttft", dist, 0.9, ttft) == pytest.approx(high)
+
+
+def _sglang_gpt_oss(input_len: int, confidence: float = 0.9) -> PlanRequest:
+    workload = WorkloadSpec(num_prompts=60, input_len=input_len, output_len=32, seed=0)
+    request = _one_config_request(5.0, "tpot_p99=200ms", workload, confidence=confidence)
+    return request._replace(emit="sglang")
+
+
+def test_plan_sizes_a_partial_replica_on_its_runs_untimed_share():
+    """gpt-oss's MXFP4 experts are in no A100 table: under SGLang (the partial class's pooled
+    untimed factors) a workload whose step spends more of its time in them (short prompts: u
+    larger) is sized on a larger factor, each the factor at its own run's (u, s), and the note
+    shows the factor used."""
+    spec, gpus = load_model("openai/gpt-oss-20b", checkpoint=False), [load_profile("a100")]
+    tops = {}
+    for input_len in (256, 2048):
+        result = plan(spec, gpus, _sglang_gpt_oss(input_len))
+        (top,) = result.candidates
+        assert top.interval_class == intervals.PARTIAL and top.untimed_fractions is not None
+        u, s = top.untimed_fractions
+        expected = intervals.pessimistic_factors(
+            top.interval_class, "fixed", 0.9, intervals.Untimed("sglang", u, s)
+        )
+        assert top.factors == pytest.approx({**expected, "itl": expected["tpot"]})
+        (confidence,) = [n for n in result.notes if n.id == "plan-confidence"]
+        rate = top.factors["rate"]
+        assert confidence.value("gpus") == ((top.gpu, top.interval_class, rate, rate),)
+        tops[input_len] = top
+    short, long = tops[256], tops[2048]
+    assert short.untimed_fractions[0] > long.untimed_fractions[0] > 0.0
+    assert short.factors["tpot"] > long.factors["tpot"]
+    assert short.factors["rate"] > long.factors["rate"]
+    # not the class's ends: those hold the partial runs of both engines, whatever their u
+    plain = intervals.pessimistic_factors(intervals.PARTIAL, "fixed", 0.9)
+    assert short.factors["tpot"] != pytest.approx(plain["tpot"])
+
+
+def test_at_090_the_plans_tpot_factor_is_the_simulate_intervals_90_end():
+    """The same configuration simulated at the rate the plan's candidate was sized on prints a
+    TPOT interval whose upper end over the point is the factor the plan used."""
+    from kvplan.simulate.setup import ServeOptions
+
+    spec, gpu = load_model("openai/gpt-oss-20b", checkpoint=False), load_profile("a100")
+    request = _sglang_gpt_oss(256)
+    (top,) = plan(spec, [gpu], request).candidates
+    assert top.factors is not None and top.untimed_fractions is not None
+    rate = top.goodput_rps * top.factors["rate"]  # the simulated rate of its highest passing run
+    serve = ServeOptions(
+        engine="sglang", tp=1, max_num_seqs=64, max_num_batched_tokens=8192, kv_cache_dtype="auto"
+    )
+    sim = simulate(
+        spec, gpu, SimulateRequest(workload=request.workload, rates=(rate,), serve=serve)
+    )
+    (run,) = sim.runs
+    assert run.engine.untimed_time_fraction == pytest.approx(top.untimed_fractions[0], rel=1e-6)
+    assert run.bench_interval is not None
+    _low, high = run.bench_interval["median_tpot_ms"]
+    assert top.factors["tpot"] == pytest.approx(high / run.bench.median_tpot_ms, rel=1e-6)
+    assert top.factors["tpot"] > 1.0  # (the bound, not the floor of 1)
 
 
 def test_plan_prices_a_step_with_untimed_parts_at_the_partial_class(monkeypatch):
     """gpt-oss's MXFP4 experts are in no A100 table (aiconfigurator times MXFP4 fused MoE on
     Hopper and Blackwell only): each plan candidate names the part and is sized at the partial
     class's factors (not the GPU's tables' class): a wider partial entry lowers the goodput it
-    is credited with, an own-wide one raises it."""
+    is credited with; untimed factors of 1 size it as the own class."""
     spec, gpus = load_model("openai/gpt-oss-20b", checkpoint=False), [load_profile("a100")]
     request = _gpt_oss_request("tpot_p99=200ms")
     (top,) = plan(spec, gpus, request).candidates
@@ -360,13 +456,23 @@ def test_plan_prices_a_step_with_untimed_parts_at_the_partial_class(monkeypatch)
     assert top.interval_class == intervals.PARTIAL  # (no partial/vllm entry: one lab)
     doc = intervals.table()
 
-    def goodput_with(partial_entry: str) -> float:
-        classes = {**doc["classes"], intervals.PARTIAL: doc["classes"][partial_entry]}
+    def goodput_with(partial_entry: str | dict) -> float:
+        entry = doc["classes"][partial_entry] if isinstance(partial_entry, str) else partial_entry
+        classes = {**doc["classes"], intervals.PARTIAL: entry}
         monkeypatch.setattr(intervals, "table", lambda: {**doc, "classes": classes})
         (candidate,) = plan(spec, gpus, request).candidates
         return candidate.goodput_rps
 
-    assert goodput_with("untimed") < top.goodput_rps < goodput_with("own")
+    assert goodput_with("untimed") < top.goodput_rps
+    # with its untimed share known, the partial class is the own class's ends widened by the
+    # untimed factors: factors of 1 (a stand-in as fast as the real kernel) size it as own
+    partial = doc["classes"][intervals.PARTIAL]
+    ones = {family: [1.0, 1.0] for family in intervals.FAMILIES}
+    exact = {
+        **partial,
+        "untimed_factor": {**partial["untimed_factor"], "pooled": ones, "engines": {}},
+    }
+    assert goodput_with(exact) == pytest.approx(goodput_with("own"))
 
 
 def test_the_confidence_note_when_no_configuration_meets_the_bound():
@@ -879,3 +985,14 @@ def test_ttft_untimed_fraction_by_hand():
     assert ttft_untimed_fraction(engines, None, 0.015) == 0.0
     # a TTFT shorter than the request cost is all of it
     assert ttft_untimed_fraction(engines, 0.01, 0.015) == 1.0
+
+
+def test_the_confidence_note_shows_the_range_of_rate_factors_used():
+    from kvplan.notes import note
+    from kvplan.present.notes import note_text
+
+    one = note_text(note("plan-confidence", confidence=0.9, gpus=(("A100", "own", 1.5, 1.5),)))
+    assert "taken as 1.50x slower" in one and "untimed share" not in one
+    spread = (("A100", "partial", 3.2, 4.9),)
+    text = note_text(note("plan-confidence", confidence=0.9, gpus=spread))
+    assert "taken as 3.20-4.90x (by each configuration's untimed share) slower" in text

@@ -36,7 +36,10 @@ centred on the point where kvplan is biased (the simulation was faster than the 
 most published runs), and the point stays the model's answer.
 
 Other confidences (plan --confidence) take a normal distribution of the log ratio with the
-stored quantiles' centre and spread (q90 - q10 = 2 * 1.2816 sigma)."""
+centre and spread of the run's ends as the interval gives them (log_quantiles: the class's, or
+widened by the run's untimed fractions u and s where the plan's run gives them), q90 - q10 =
+2 * 1.2816 sigma, so at 0.9 the plan's bound is the interval's own 90% end; an open end (no
+centre) leaves the quantiles on its side open and those on the other at the finite end."""
 
 from __future__ import annotations
 
@@ -315,9 +318,16 @@ def calibrated(evidence: str) -> bool:
     return bool(table()["classes"][evidence]["calibrated"])
 
 
-def log_quantile(evidence: str, family: str, length_dist: str, p: float) -> float:
-    """The p-quantile of log(measured / simulated), from the normal through q10 and q90."""
-    q10, q90 = log_quantiles(evidence, family, length_dist)
+def log_quantile(
+    evidence: str, family: str, length_dist: str, p: float, untimed: Untimed | None = None
+) -> float:
+    """The p-quantile of log(measured / simulated), from the normal through q10 and q90 of the
+    run's ends (log_quantiles: `untimed`, the run's untimed fractions, widen them as they widen
+    its interval). Where an end is open (untimed_ends) there is no centre: a quantile on its
+    side is open too, one on the other side the finite end."""
+    q10, q90 = log_quantiles(evidence, family, length_dist, untimed)
+    if not (math.isfinite(q10) and math.isfinite(q90)):
+        return q10 if p < 0.5 else q90
     centre, sigma = (q10 + q90) / 2, (q90 - q10) / (2 * Z80)
     return centre + sigma * NormalDist().inv_cdf(p)
 
@@ -430,11 +440,15 @@ def check_confidence(confidence: float | None) -> None:
         raise KvplanError(f"--confidence must be between {lo} and {hi} (got {confidence})")
 
 
-def pessimistic_factors(evidence: str, length_dist: str, confidence: float) -> dict:
+def pessimistic_factors(
+    evidence: str, length_dist: str, confidence: float, untimed: Untimed | None = None
+) -> dict:
     """At `confidence`, how much slower the real engine may be: 'rate' divides the rate one
     replica sustains; 'ttft', 'tpot', 'e2el' multiply those latencies (each >= 1 only where the
     evidence says the real run is slower at that confidence; never below 1: the point estimate
-    is the optimistic end a plan may use).
+    is the optimistic end a plan may use). `untimed`: the simulated run's untimed fractions
+    (u: its step time's, s: its median TTFT's), which widen its ends as they widen the
+    interval `simulate` prints for it (log_quantile); None: the class's ends.
 
     Where a family's interval is propagated (propagated_families), the step scale at
     `confidence` (the TPOT factor) bounds it from below, and the rate's too: with every step s
@@ -442,14 +456,14 @@ def pessimistic_factors(evidence: str, length_dist: str, confidence: float) -> d
     time s times longer (arrivals and steps on one clock stretched by s), so simulating at
     G * rate (rate >= s) and taking a latency times a factor >= s holds the propagated run's
     latency."""
-    rate = math.exp(-log_quantile(evidence, "throughput", length_dist, 1 - confidence))
-    step = math.exp(log_quantile(evidence, "tpot", length_dist, confidence))
+    rate = math.exp(-log_quantile(evidence, "throughput", length_dist, 1 - confidence, untimed))
+    step = math.exp(log_quantile(evidence, "tpot", length_dist, confidence, untimed))
     propagated = propagated_families()
     if propagated:
         rate = max(rate, step)
     out = {"rate": max(rate, 1.0)}
     for family in ("ttft", "tpot", "e2el"):
-        factor = math.exp(log_quantile(evidence, family, length_dist, confidence))
+        factor = math.exp(log_quantile(evidence, family, length_dist, confidence, untimed))
         if family in propagated:
             factor = max(factor, step)
         out[family] = max(factor, 1.0)

@@ -26,7 +26,7 @@ from kvplan.engines.backends import Backends, check_backends
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.sglang import PiecewiseFlags, check_piecewise_flags
 from kvplan.errors import KvplanError
-from kvplan.formulas.batch_step import BatchShape
+from kvplan.formulas.batch_step import FIXED_TERMS, BatchShape
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.inputs.prices import price_for
 from kvplan.notes import Note, note, unique
@@ -216,6 +216,11 @@ class Candidate(NamedTuple):
     # and the parts of its step no kernel table times (StepModel.untimed_parts)
     interval_class: str = ""
     untimed_parts: tuple[str, ...] = ()
+    # at the plan's confidence, the pessimistic factors it was sized on (factors_for: those of
+    # its highest passing run, at that run's untimed fractions); None: the point estimate
+    factors: dict | None = None
+    # that run's untimed fractions (u: of its step time, s: of its median TTFT; run_untimed)
+    untimed_fractions: tuple[float, float] | None = None
 
 
 class Rejection(NamedTuple):
@@ -331,17 +336,33 @@ def plan(
 
 
 def factors_for(
-    spec: ModelSpec, gpu: GpuProfile, request: PlanRequest, replica: Replica
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    request: PlanRequest,
+    replica: Replica,
+    untimed: intervals.Untimed | None = None,
 ) -> dict | None:
     """How much slower than simulated a real `replica` may be at the plan's confidence: 'rate'
     divides the rate one replica sustains (the real rate R runs like the simulated R * rate),
-    'ttft'/'tpot'/'itl'/'e2el' multiply those latencies; None: the point estimate."""
+    'ttft'/'tpot'/'itl'/'e2el' multiply those latencies; None: the point estimate. `untimed`:
+    the simulated run's untimed fractions (run_untimed), which widen the bound as they widen
+    the interval `simulate` prints for that run (intervals.pessimistic_factors)."""
     if request.confidence is None:
         return None
     evidence = _evidence(spec, gpu, request, replica)
-    out = intervals.pessimistic_factors(evidence, request.workload.length_dist, request.confidence)
+    out = intervals.pessimistic_factors(
+        evidence, request.workload.length_dist, request.confidence, untimed
+    )
     out["itl"] = out["tpot"]
     return out
+
+
+def run_untimed(replica: Replica, stats: metrics.EngineStats) -> intervals.Untimed:
+    """A simulated run's untimed fractions as simulate's interval takes them: the share of its
+    step time in untimed parts (u) and of its median TTFT in untimed costs (s)."""
+    return intervals.Untimed(
+        replica.options.engine, stats.untimed_time_fraction, stats.ttft_untimed_fraction
+    )
 
 
 def _evidence(spec: ModelSpec, gpu: GpuProfile, request: PlanRequest, replica: Replica) -> str:
@@ -354,20 +375,19 @@ def _evidence(spec: ModelSpec, gpu: GpuProfile, request: PlanRequest, replica: R
 
 def _confidence_note(request: PlanRequest, found: list[Candidate]) -> Note:
     """plan-confidence: per GPU kind and interval class of the configurations that met the
-    targets, how much slower than simulated a replica was taken to be."""
+    targets, how much slower than simulated a replica was taken to be (the least and most rate
+    factor its configurations were sized on: Candidate.factors, at each one's untimed
+    fractions)."""
     if request.confidence is None:
         return note("plan-point-estimate")
-    length_dist, confidence = request.workload.length_dist, request.confidence
-    per_gpu = {
-        (c.gpu, c.interval_class): intervals.pessimistic_factors(
-            c.interval_class, length_dist, confidence
-        )["rate"]
-        for c in found
-    }
+    per_gpu: dict[tuple[str, str], list[float]] = {}
+    for c in found:
+        assert c.factors is not None, "a candidate of a plan with a confidence has its factors"
+        per_gpu.setdefault((c.gpu, c.interval_class), []).append(c.factors["rate"])
     return note(
         "plan-confidence",
         confidence=request.confidence,
-        gpus=tuple((gpu, cls, slow) for (gpu, cls), slow in per_gpu.items()),
+        gpus=tuple((gpu, cls, min(slow), max(slow)) for (gpu, cls), slow in per_gpu.items()),
     )
 
 
@@ -981,8 +1001,10 @@ def evaluate(
 def _search(spec, request, config, gpus, requests, replica, price, memo, bracket, bar):
     """evaluate's goodput search of a built replica: (outcome, cap, floor)."""
     gpu = gpus[config.gpu_index]
-    factors = factors_for(spec, gpu, request, replica)
-    slow = factors["rate"] if factors else 1.0
+
+    def factors_of(outcome: _Outcome) -> dict | None:  # at its run's own interval
+        return factors_for(spec, gpu, request, replica, run_untimed(replica, outcome.engine))
+
     cap = bracket
     if cap is None:
         cap = memo.run(replica, requests, request, math.inf).bench.request_throughput
@@ -999,12 +1021,15 @@ def _search(spec, request, config, gpus, requests, replica, price, memo, bracket
             return PRUNED, cap, floor(hi)
         rate = (lo + hi) / 2
         outcome = memo.run(replica, requests, request, rate)
-        if meets(outcome.bench, request.slos, factors):
+        if meets(outcome.bench, request.slos, factors_of(outcome)):
             lo, best = rate, outcome
         else:
             hi = rate
     if best is None:
         return "targets missed even at 1/32 of the saturated rate", cap, floor(hi)
+    factors = factors_of(best)  # sized on the highest passing run's bound
+    fractions = run_untimed(replica, best.engine)
+    slow = factors["rate"] if factors else 1.0
     goodput = lo / slow  # the real rate that runs like the simulated `lo`
     least = floor(goodput)
     if least > bar:
@@ -1014,7 +1039,9 @@ def _search(spec, request, config, gpus, requests, replica, price, memo, bracket
     if num_gpus > request.max_gpus:
         return f"more than {request.max_gpus} GPUs", cap, least
     checked = memo.run(replica, requests, request, request.rate / replicas * slow)
-    if not meets(checked.bench, request.slos, factors):  # between bisection points: one more
+    if not meets(
+        checked.bench, request.slos, factors_of(checked)
+    ):  # between bisection points: one more
         replicas += 1
         num_gpus = replicas * replica_gpus(request, config)
     operating = memo.run(replica, requests, request, request.rate / replicas)
@@ -1059,6 +1086,10 @@ def _search(spec, request, config, gpus, requests, replica, price, memo, bracket
         else None,
         interval_class=_evidence(spec, gpu, request, replica),
         untimed_parts=replica.model.untimed_parts,
+        factors=factors,
+        untimed_fractions=None
+        if factors is None
+        else (fractions.time_fraction, fractions.ttft_fraction),
     )
     return candidate, cap, least
 
@@ -1103,8 +1134,8 @@ def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
         return _reason(str(exc)), ()  # built, and refused: no notes
     release = _release_of(replica)
     replica = replica._replace(config=without_idle_caching(replica.config, requests))
-    floor = latency_floor(replica, requests, request.frontend)
-    factors = factors_for(spec, gpu, request, replica) or {}
+    floor, untimed = latency_floor(replica, requests, request.frontend)
+    factors = factors_for(spec, gpu, request, replica, untimed) or {}
     for slo in request.slos:
         if slo.metric in floor and floor[slo.metric] * factors.get(slo.metric, 1) > slo.limit_s:
             return f"{slo.metric} at zero load above its target", release
@@ -1188,7 +1219,13 @@ def _simulate(replica, requests, request: PlanRequest, rate, demand, stand_in) -
         max_model_len=replica.config.max_model_len,
     )
     bench = metrics.bench_result(run, rate, request.workload.burstiness, None)
-    stats = metrics.engine_stats(run, bench.duration, request.frontend.per_token_s)
+    stats = metrics.engine_stats(  # as simulate's (its TTFT's untimed share too)
+        run,
+        bench.duration,
+        request.frontend.per_token_s,
+        bench.median_ttft_ms,
+        request.frontend.request_s,
+    )
     return _Outcome(bench, stats, max(engine.log.running, default=0))
 
 
@@ -1204,16 +1241,27 @@ def meets(bench: metrics.BenchResult, slos: tuple[Slo, ...], factors: dict | Non
     return True
 
 
-def latency_floor(replica: Replica, requests: list[RequestSpec], frontend: Frontend) -> dict:
+def latency_floor(
+    replica: Replica, requests: list[RequestSpec], frontend: Frontend
+) -> tuple[dict, intervals.Untimed]:
     """A lone request of the workload's mean lengths: TTFT (API latency + its prefill steps)
-    and TPOT (a one-sequence decode step plus its streamed token)."""
+    and TPOT (a one-sequence decode step plus its streamed token); and its untimed fractions
+    as a run's EngineStats give them (run_untimed: the decode step's untimed share, the
+    TTFT's; metrics.untimed_share, metrics.ttft_untimed_share)."""
     model, config = replica.model, replica.config
     mean_in = round(sum(r.input_tokens for r in requests) / len(requests))
-    prefill_s, done = 0.0, 0
+    prefill_s, fixed_s, done = 0.0, 0.0, 0
     while done < mean_in:
         chunk = min(config.max_num_batched_tokens, mean_in - done)
-        prefill_s += model.step(BatchShape(0, 0, ((chunk, done),), 1)).total_s
+        step = model.step(BatchShape(0, 0, ((chunk, done),), 1))
+        prefill_s += step.total_s
+        fixed_s += sum(step.terms_s.get(key, 0.0) for key in FIXED_TERMS)
         done += chunk
-    decode_s = model.step(BatchShape(1, mean_in + 1, (), 1)).total_s
+    decode = model.step(BatchShape(1, mean_in + 1, (), 1))
     ttft = frontend.request_s + prefill_s + frontend.per_token_s
-    return {"ttft": ttft, "tpot": decode_s, "itl": decode_s}
+    untimed = intervals.Untimed(
+        replica.options.engine,
+        metrics.untimed_share(decode.untimed_s, decode.total_s),
+        metrics.ttft_untimed_share(ttft, frontend.request_s, prefill_s, fixed_s),
+    )
+    return {"ttft": ttft, "tpot": decode.total_s, "itl": decode.total_s}, untimed

@@ -311,7 +311,11 @@ def engine_stats(
 def untimed_fraction(engines) -> float:
     """Over the run's engines, the untimed seconds of their steps (StepTime.untimed_s) over
     their busy seconds (0 where they never stepped)."""
-    untimed_s, busy_s = sum(e.untimed_s for e in engines), sum(e.busy_s for e in engines)
+    return untimed_share(sum(e.untimed_s for e in engines), sum(e.busy_s for e in engines))
+
+
+def untimed_share(untimed_s: float, busy_s: float) -> float:
+    """Of `busy_s` seconds of steps, the share in untimed seconds (0 where none ran)."""
     return min(1.0, untimed_s / busy_s) if busy_s > 0 else 0.0
 
 
@@ -323,10 +327,20 @@ def ttft_untimed_fraction(engines, ttft_s: float | None, request_s: float) -> fl
     (request_s + f (ttft - request_s)) / ttft. At one request at a time the rest is the lone
     prefill and f its own share; under load it is the queue's steps, priced at the prefill
     steps' mean share. 0 where there is no TTFT."""
+    busy_s = sum(e.prefill_busy_s for e in engines)
+    fixed_s = sum(e.prefill_fixed_s for e in engines)
+    return ttft_untimed_share(ttft_s, request_s, busy_s, fixed_s)
+
+
+def ttft_untimed_share(
+    ttft_s: float | None, request_s: float, prefill_busy_s: float, prefill_fixed_s: float
+) -> float:
+    """ttft_untimed_fraction's rule on its sums: of a TTFT of `ttft_s`, the API server's
+    `request_s` and, of the rest, the share `prefill_fixed_s / prefill_busy_s` of the steps that
+    held a prompt chunk (0 where there is no TTFT)."""
     if not ttft_s or ttft_s <= 0:
         return 0.0
-    busy_s = sum(e.prefill_busy_s for e in engines)
-    fixed = sum(e.prefill_fixed_s for e in engines) / busy_s if busy_s > 0 else 0.0
+    fixed = prefill_fixed_s / prefill_busy_s if prefill_busy_s > 0 else 0.0
     front_s = min(request_s, ttft_s)
     return min(1.0, (front_s + fixed * (ttft_s - front_s)) / ttft_s)
 

@@ -69,8 +69,9 @@ text("plan-confidence")(
         f"Sized so the pessimistic bound at {confidence:.0%} confidence meets the targets: "
         + (
             "; ".join(
-                f"{name} (interval class {evidence}) taken as {slow:.2f}x slower than simulated"
-                for name, evidence, slow in gpus
+                f"{name} (interval class {evidence}) taken as {_slower(low, high)} slower than "
+                "simulated"
+                for name, evidence, low, high in gpus
             )
             + ", each latency target checked on its own bound (kvplan/data/intervals.json); "
             "the operating point shown is the point estimate."
@@ -80,6 +81,16 @@ text("plan-confidence")(
         )
     )
 )
+
+
+def _slower(low: float, high: float) -> str:
+    """The rate factors of one GPU kind's configurations: one, or their range (each at its
+    runs' untimed share)."""
+    if f"{low:.2f}" == f"{high:.2f}":
+        return f"{low:.2f}x"
+    return f"{low:.2f}-{high:.2f}x (by each configuration's untimed share)"
+
+
 text("plan-none")(
     lambda: (
         "No configuration meets the targets: loosen a target, allow more GPU kinds or TP "
