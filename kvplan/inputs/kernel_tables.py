@@ -5,7 +5,8 @@ fractions of the datasheet rates an engine's kernels reach, the fused-MoE curve,
 call cost, the small-shape floor of each kernel family) with their provenance (`source`,
 `derived_by`: scripts/derive_achieved.py --write-tables); where measured, the DSA-minus-MLA
 module grids are in dsa/ under the same name (nine tenths of the bytes: read only for a model
-with DSA layers; each file's `shape` the attention shape its modules ran), each fused-MoE shape's time by tokens in moe/ (read only for a MoE model),
+with DSA layers; each file's `shape` the attention shape its stand-in's modules ran, its `shapes`
+the other shapes' grids), each fused-MoE shape's time by tokens in moe/ (read only for a MoE model),
 each attention backend's own kernels in attention/ (read only where a flag names a backend:
 `attention_backends`), each GEMM shape's time at 1-32,768 tokens in gemm/ (`gemm_grid`), each
 Gated DeltaNet layer's kernels by head shape, phase and batch in recurrent/ (`recurrent_grid`).
