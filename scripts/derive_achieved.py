@@ -355,17 +355,37 @@ NSA_DECODE_BACKENDS = {
     "sglang_dsa_indexer_flashmla_sparse": "flashmla_sparse",
 }
 MLA_MODEL = "deepseek-ai/DeepSeek-V3"
-# The attention shape the grids measured (DeepSeek-V3.2's; kvplan.anatomy.model.Attention's
-# names): the step model reads a file's grids only for layers of this shape
-DSA_SHAPE = {
-    "qk_head_dim": 192,
-    "v_head_dim": 128,
-    "mla_kv_lora_rank": 512,
-    "mla_q_lora_rank": 1536,
-    "indexer_head_dim": 128,
-    "indexer_num_heads": 64,
-    "indexer_topk": 2048,
-}
+# The DSA modules of other attention shapes each file holds grids of beside DSA_MODEL's (the
+# stand-in for any shape not timed), by engine: the wheel's SGLang 0.5.14 DSA module tables also
+# time zai-org/GLM-5-FP8 (64 heads of 256 wide, q_lora_rank 2,048, a 32-head indexer) with
+# block-fp8 weights on every GPU of DSA_WRITE (its zai-org/GLM-5 rows: bf16 weights;
+# nvidia/GLM-5.2-NVFP4's: NVFP4 weights). vLLM's also time zai-org/GLM-5, but no vLLM MLA module
+# table of its shape is there to subtract (mla_module baseline: DeepSeek-V3's only), so none.
+DSA_OTHER_MODELS = {"sglang": ("zai-org/GLM-5-FP8",), "vllm": ()}
+# The attention fields a DSA module's time depends on (kvplan.anatomy.model.Attention's names):
+# each grid records its model's (from the bundled config, kvplan.inputs.sources.load_model), and
+# the step model reads a grid only for layers of that shape (batch_step.dsa_grids_for)
+DSA_SHAPE_FIELDS = (
+    "qk_head_dim",
+    "v_head_dim",
+    "mla_kv_lora_rank",
+    "mla_q_lora_rank",
+    "indexer_head_dim",
+    "indexer_num_heads",
+    "indexer_topk",
+)
+
+
+def dsa_shape(model: str) -> dict:
+    """The DSA attention shape of `model`'s config (its first DSA layer's DSA_SHAPE_FIELDS;
+    kvplan must be importable)."""
+    from kvplan.formulas.batch_step import dsa_layers
+    from kvplan.inputs.sources import load_model
+
+    layers = dsa_layers(load_model(model, checkpoint=False))
+    if not layers:
+        raise SystemExit(f"{model}: no DSA layers in its config")
+    return {field: getattr(layers[0], field) for field in DSA_SHAPE_FIELDS}
 
 
 def _module_grid(rows, x_key: str, batches, lengths) -> dict:
@@ -419,8 +439,10 @@ def _graph_batches(rows, batches) -> list:
     return kept
 
 
-def dsa_delta(root: Path, gpu: str, engine: str = "vllm") -> tuple[dict, dict, dict, dict]:
-    """DeepSeek-V3.2's sparse attention module (indexer, top-k, sparse MLA, and the layer's
+def dsa_delta(
+    root: Path, gpu: str, engine: str = "vllm", model: str = DSA_MODEL
+) -> tuple[dict, dict, dict, dict]:
+    """`model`'s (DeepSeek-V3.2's by default) sparse attention module (indexer, top-k, sparse MLA, and the layer's
     projections) per layer on one rank, on this GPU, less what the layer costs without it, so
     that the step model adds the difference (_DsaModule; more at short contexts, less at long
     ones). The DSA module is `engine`'s own (its newest sparse_attention tables). What it is
@@ -444,7 +466,7 @@ def dsa_delta(root: Path, gpu: str, engine: str = "vllm") -> tuple[dict, dict, d
     mla_version = newest(root, gpu, "sparse_attention", "vllm", "dsa_generation_module_perf")
     version = newest(root, gpu, "sparse_attention", engine, "dsa_generation_module_perf")
     own = engine == "sglang"
-    layer = _KvplanLayer(gpu, engine) if own else None
+    layer = _KvplanLayer(gpu, engine, model) if own else None
     for phase, mla_name, dsa_name, x_key in (
         ("decode", "mla_generation_module_perf", "dsa_generation_module_perf", "step"),
         ("prefill", "mla_context_module_perf", "dsa_context_module_perf", "isl"),
@@ -463,7 +485,7 @@ def dsa_delta(root: Path, gpu: str, engine: str = "vllm") -> tuple[dict, dict, d
         dsa_rows = [
             r
             for r in table(root, gpu, "sparse_attention", dsa_name, version, engine)
-            if r["model"] == DSA_MODEL
+            if r["model"] == model
             and r["op_name"] == dsa_name.removesuffix("_perf")
             and (phase == "decode" or r["step"] == 0)
         ]
@@ -494,7 +516,7 @@ def dsa_delta(root: Path, gpu: str, engine: str = "vllm") -> tuple[dict, dict, d
         )
     baseline = (
         f"less kvplan's own price of the layer at each cell without the module "
-        f"(kvplan.formulas.batch_step.dsa_layer_base_s, {DSA_MODEL}, SGLang, TP 128 / heads, "
+        f"(kvplan.formulas.batch_step.dsa_layer_base_s, {model}, SGLang, TP its heads / heads, "
         f"kvplan/data/kernel_tables/{layer.tables}: the MLA projections from its GEMM table, "
         "the absorbed BMMs, the MLA kernel rows at the top-k read), so a step charges the "
         "module"
@@ -519,17 +541,17 @@ def _module_lengths(rows, x_key: str, phase: str) -> list:
 
 
 class _KvplanLayer:
-    """kvplan's own step model of DeepSeek-V3.2 on one GPU and engine (kvplan must be importable:
+    """kvplan's own step model of a DSA model (DeepSeek-V3.2, GLM-5) on one GPU and engine (kvplan must be importable:
     `pip install -e .` in the pyarrow environment), priced at a module table's cells without
     the DSA module's delta (batch_step.dsa_layer_base_s)."""
 
-    def __init__(self, gpu: str, engine: str):
+    def __init__(self, gpu: str, engine: str, model: str = DSA_MODEL):
         from kvplan.inputs.hardware import load_profile
         from kvplan.inputs.kernel_tables import tables_for
         from kvplan.inputs.sources import load_model
 
         self.engine, self.profile = engine, load_profile(TABLE_GPUS[gpu][0])
-        self.spec = load_model(DSA_MODEL, checkpoint=False)
+        self.model, self.spec = model, load_model(model, checkpoint=False)
         self.tables = tables_for(self.profile, engine).name
 
     def grid(self, phase: str, heads: int, kv: str, batches, lengths) -> dict:
@@ -545,7 +567,7 @@ class _KvplanLayer:
             for x in lengths:
                 seconds = dsa_layer_base_s(model, phase, b, x)
                 if seconds is None:
-                    raise SystemExit(f"{self.tables}: {DSA_MODEL}'s DSA layer is not priced")
+                    raise SystemExit(f"{self.tables}: {self.model}'s DSA layer is not priced")
                 cells[(b, x)] = seconds
         return cells
 
@@ -553,7 +575,9 @@ class _KvplanLayer:
 def write_dsa_grids(root: Path) -> list[Path]:
     """kernel_tables/dsa/<gpu>.<engine>.<version>.json (the name of the tables the run reads,
     kvplan.inputs.kernel_tables._dsa_file) for every GPU and engine of DSA_WRITE: dsa_delta's
-    grids in microseconds (0.1), one (phase, heads, kv dtype) a line."""
+    grids in microseconds (0.1), one (phase, heads, kv dtype) a line; DSA_MODEL's (the stand-in)
+    at the top level, each of DSA_OTHER_MODELS's under "shapes" (its model, shape, source,
+    decode kernels, axes and grids; the same engine version and baseline rule)."""
     import json
 
     written = []
@@ -568,26 +592,41 @@ def write_dsa_grids(root: Path) -> list[Path]:
             grids, batches, lengths, prov = dsa_delta(root, gpu, engine)
             head = {
                 "version": prov["version"],
-                "source": "aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/systems/"
-                f"data/ {prov['decode']}; {prov['prefill']}",
+                "source": _dsa_source(prov),
                 "derived_by": "scripts/derive_achieved.py DATA --write-dsa (dsa_delta): "
                 f"{DSA_MODEL}'s DSA module per layer on one rank {prov['baseline']}; "
                 "block-fp8 weights, the fastest kernel per shape, microseconds",
                 "baseline": "kvplan_layer" if engine == "sglang" else "mla_module",
-                "shape": DSA_SHAPE,
+                "model": DSA_MODEL,
+                "shape": dsa_shape(DSA_MODEL),
                 **({"decode_kernels": prov["decode_kernels"]} if prov["decode_kernels"] else {}),
                 "batches": batches,
                 "lengths": lengths,
             }
-            lines = []
-            for (phase, heads, kv), cells in grids.items():
-                rows = [
-                    [round(cells[(b, x)] * 1e6, 1) for x in lengths[phase]] for b in batches[phase]
-                ]
-                group = {"phase": phase, "heads": heads, "kv_dtype": kv, "rows": rows}
-                lines.append("  " + json.dumps(group, separators=(",", ":")))
-            body = json.dumps(head, indent=1)[:-2] + ',\n "delta_us": [\n'
-            body += ",\n".join(lines) + "\n ]\n}\n"
+            body = _dsa_json(head, grids, batches, lengths)
+            others = []
+            for model in DSA_OTHER_MODELS[engine]:
+                o_grids, o_batches, o_lengths, o_prov = dsa_delta(root, gpu, engine, model)
+                if o_prov["version"] != prov["version"]:
+                    raise SystemExit(f"{gpu} {engine}: {model}'s DSA tables are another version")
+                o_head = {
+                    "model": model,
+                    "source": _dsa_source(o_prov),
+                    "baseline_by": o_prov["baseline"],
+                    "shape": dsa_shape(model),
+                    **(
+                        {"decode_kernels": o_prov["decode_kernels"]}
+                        if o_prov["decode_kernels"]
+                        else {}
+                    ),
+                    "batches": o_batches,
+                    "lengths": o_lengths,
+                }
+                text = _dsa_json(o_head, o_grids, o_batches, o_lengths).rstrip("\n")
+                others.append("\n".join("  " + line for line in text.split("\n")))
+            if others:
+                body = body[: -len("\n}\n")] + ',\n "shapes": [\n' + ",\n".join(others)
+                body += "\n ]\n}\n"
             json.loads(body)  # well-formed
             path = TABLES / "dsa" / tables[-1]
             tmp = path.with_name(path.name + ".tmp")
@@ -595,6 +634,26 @@ def write_dsa_grids(root: Path) -> list[Path]:
             tmp.replace(path)
             written.append(path)
     return written
+
+
+def _dsa_source(prov: dict) -> str:
+    return (
+        "aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/systems/"
+        f"data/ {prov['decode']}; {prov['prefill']}"
+    )
+
+
+def _dsa_json(head: dict, grids: dict, batches: dict, lengths: dict) -> str:
+    """One DSA grid set as JSON text: `head`, then "delta_us", one (phase, heads, kv) a line."""
+    import json
+
+    lines = []
+    for (phase, heads, kv), cells in grids.items():
+        rows = [[round(cells[(b, x)] * 1e6, 1) for x in lengths[phase]] for b in batches[phase]]
+        group = {"phase": phase, "heads": heads, "kv_dtype": kv, "rows": rows}
+        lines.append("  " + json.dumps(group, separators=(",", ":")))
+    body = json.dumps(head, indent=1)[:-2] + ',\n "delta_us": [\n'
+    return body + ",\n".join(lines) + "\n ]\n}\n"
 
 
 def attention(context_rows, generation_rows, bw, peaks) -> dict:

@@ -1,4 +1,4 @@
-"""DeepSeek-V3.2's DSA module priced from the GPU's and engine's module tables
+"""DeepSeek-V3.2's (and GLM-5's) DSA module priced from the GPU's and engine's module tables
 (kvplan/data/kernel_tables/dsa, scripts/derive_achieved.py --write-dsa), checked by hand against
 aiconfigurator-core 0.12.0's rows."""
 
@@ -9,8 +9,9 @@ import math
 
 import pytest
 
-from kvplan.formulas.batch_step import decode_rows, dsa_layer_base_s
+from kvplan.formulas.batch_step import decode_rows, dsa_grids_for, dsa_layer_base_s
 from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.kernel_tables import tables_for
 from kvplan.inputs.sources import load_model
 from kvplan.simulate.setup import ServeOptions, build_replica
 
@@ -149,3 +150,52 @@ def test_a_dense_mla_verification_still_reads_the_latents_once():
     _, one_read = bare._decode_attention(16, 16 * 8192.0, max, min, 1)
     _, verify_read = bare._decode_attention(16, 16 * 8192.0, max, min, 4)
     assert verify_read == pytest.approx(one_read, rel=1e-12)
+
+
+# aiconfigurator-core 0.12.0, h200_sxm, zai-org/GLM-5-FP8, block-fp8 weights, bf16 KV cache, 8
+# heads on a rank (TP8), 2,048 tokens held, one layer, ms: sparse_attention/sglang/0.5.14/
+# dsa_generation_module_perf (sglang_dsa_indexer_fa3)
+H200_SGLANG_GLM5_DSA_MS = {1: 0.0732, 16: 0.0970}
+
+
+@pytest.mark.parametrize("decodes", [1, 16])
+def test_glm5_on_sglang_charges_its_own_dsa_module_row(decodes):
+    """GLM-5 (64 heads of 256 wide, q_lora_rank 2,048, a 32-head indexer) on an H200, SGLang,
+    TP8: the step reads the GLM-5-FP8 grid of the file (its shape is the config's), so each of
+    its 78 DSA layers costs GLM-5's module row (73.2 us at 1 decode of 2,048 tokens, 97.0 at
+    16), not DeepSeek-V3.2's (77.1, 101.3)."""
+    spec = load_model("zai-org/GLM-5-FP8", checkpoint=False)
+    m = build_replica(spec, load_profile("h200"), ServeOptions(engine="sglang", tp=8)).model
+    assert (m.dsa.kv, m.dsa.heads, m.dsa.layers, m.dsa.shape_timed) == ("bfloat16", 8.0, 78, True)
+    assert m.dsa.tables.shape["indexer_num_heads"] == 32
+    delta_s = m.dsa.delta_s("decode", decodes, 2048) / 78
+    charged_s = dsa_layer_base_s(m, "decode", decodes, 2048) + delta_s
+    assert charged_s == pytest.approx(H200_SGLANG_GLM5_DSA_MS[decodes] * 1e-3, abs=0.051e-6)
+    assert charged_s != pytest.approx(H200_SGLANG_DSA_MS[decodes] * 1e-3, abs=1e-6)
+
+
+def test_deepseek_v32_reads_the_stand_in_grid_and_an_unknown_shape_falls_back():
+    """The file's top-level grid (DeepSeek-V3.2's) stays V3.2's; a DSA model whose config
+    differs from every grid's shape in one field (GLM-5 with a 1,024 top-k) reads it as the
+    stand-in, named untimed, rather than GLM-5's grid."""
+    h200 = load_profile("h200")
+    options = ServeOptions(engine="sglang", tp=8)
+    v32 = load_model("deepseek-ai/DeepSeek-V3.2", checkpoint=False)
+    grids = tables_for(h200, "sglang").dsa_delta_us
+    assert grids.others and dsa_grids_for(v32, grids) is grids
+    m = build_replica(v32, h200, options).model
+    assert m.dsa.tables is grids and m.dsa.shape_timed
+    glm5 = load_model("zai-org/GLM-5-FP8", checkpoint=False)
+    assert dsa_grids_for(glm5, grids) in grids.others
+    odd = glm5._replace(
+        layers=tuple(
+            layer._replace(attention=layer.attention._replace(indexer_topk=1024))
+            if layer.attention is not None and layer.attention.indexer_head_dim
+            else layer
+            for layer in glm5.layers
+        )
+    )
+    assert dsa_grids_for(odd, grids) is grids
+    m = build_replica(odd, h200, options).model
+    assert m.dsa.tables is grids and not m.dsa.shape_timed
+    assert m.untimed_parts == ("the DSA module at this model's shape (DeepSeek-V3.2's stands in)",)

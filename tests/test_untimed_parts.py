@@ -73,24 +73,47 @@ def test_the_dsa_indexer_is_untimed_without_the_module_tables(gpu, engine, untim
 STAND_IN = "the DSA module at this model's shape (DeepSeek-V3.2's stands in)"
 
 
-@pytest.mark.parametrize(("gpu", "engine"), [("h200", "vllm"), ("b200", "sglang")])
+@pytest.mark.parametrize(("gpu", "engine"), [("h200", "vllm"), ("b200", "vllm")])
 def test_glm5s_dsa_takes_deepseek_v32s_grids_as_a_named_stand_in(gpu, engine):
     """GLM-5's heads (64 of 256 wide) and projections are not DeepSeek-V3.2's, whose DSA module
-    less DeepSeek-V3's MLA module the grids hold, and no table holds a dense MLA module of
+    less DeepSeek-V3's MLA module vLLM's grids hold, and no table holds a dense MLA module of
     GLM-5's shape to subtract: the grids price it, named untimed. GLM-5.3: 21 layers index, 57
     reuse their picks: the 21 take the grids, the 57's top-k read runs on the roofline."""
     spec = load_model("zai-org/GLM-5-FP8", checkpoint=False)
     model = build_replica(spec, load_profile(gpu), ServeOptions(engine=engine, tp=8)).model
     assert model.dsa is not None and not model.dsa.shape_timed
-    # SGLang on a B200 decodes an fp8 cache on flashmla_kv, the grids' trtllm (next test)
-    decode = (DECODE_UNTIMED,) if engine == "sglang" else ()
-    assert model.untimed_parts == (STAND_IN, *decode)
+    assert model.dsa.tables.shape["qk_head_dim"] == 192  # DeepSeek-V3.2's
+    assert model.untimed_parts == (STAND_IN,)
     spec = load_model("zai-org/GLM-5.3", checkpoint=False)
     options = ServeOptions(engine=engine, tp=8, pp=2, nnodes=2)
     replica = build_replica(spec, load_profile(gpu), options)
     assert replica.model.dsa is not None and replica.model.dsa.layers == 21
     assert replica.model.untimed_parts == (
         STAND_IN,
+        "the sparse attention of the layers that reuse another's top-k",
+    )
+
+
+@pytest.mark.parametrize("gpu", ["b200", "h200", "gb300"])
+def test_glm5s_dsa_reads_its_own_sglang_grids(gpu):
+    """SGLang 0.5.14's DSA module tables time GLM-5-FP8's shape too (dsa/ files' "shapes"): a
+    GLM-5 run reads those (its config's fields equal the grid's shape), named timed; GLM-5.3's
+    21 indexing layers have the same shape."""
+    spec = load_model("zai-org/GLM-5-FP8", checkpoint=False)
+    model = build_replica(spec, load_profile(gpu), ServeOptions(engine="sglang", tp=8)).model
+    assert model.dsa is not None and model.dsa.shape_timed
+    attn = spec.attention_layers()[0]
+    assert model.dsa.tables.shape == {f: getattr(attn, f) for f in model.dsa.tables.shape}
+    assert model.dsa.tables.shape["qk_head_dim"] == 256
+    # SGLang on a B200 decodes an fp8 cache on flashmla_kv, the grids' trtllm (next test)
+    decode = (DECODE_UNTIMED,) if gpu != "h200" else ()
+    assert model.untimed_parts == decode
+    spec = load_model("zai-org/GLM-5.3", checkpoint=False)
+    options = ServeOptions(engine="sglang", tp=8, pp=2, nnodes=2)
+    replica = build_replica(spec, load_profile(gpu), options)
+    assert replica.model.dsa is not None and replica.model.dsa.layers == 21
+    assert replica.model.dsa.shape_timed
+    assert replica.model.untimed_parts == (
         *decode,
         "the sparse attention of the layers that reuse another's top-k",
     )

@@ -126,6 +126,16 @@ def dsa_layers(spec: ModelSpec) -> list:
     return [a for a in spec.attention_layers() if _own_indexer(a)]
 
 
+def dsa_grids_for(spec: ModelSpec, grids: DsaGrids | None) -> DsaGrids | None:
+    """The DSA module grids a model's DSA layers read: of those the tables hold (`grids`, the
+    stand-in's, DeepSeek-V3.2's, and DsaGrids.others: GLM-5's in SGLang's), the first whose
+    shape (DsaGrids.shape) each DSA layer's config fields equal; none: the stand-in's
+    (dsa_shape_timed False, named in untimed_parts)."""
+    if grids is None:
+        return None
+    return next((g for g in (grids, *grids.others) if dsa_shape_timed(spec, g)), grids)
+
+
 def dsa_shape_timed(spec: ModelSpec, grids: DsaGrids | None) -> bool:
     """Whether the DSA module grids time this model's DSA layers: each has the attention shape
     the modules ran (DsaGrids.shape: DeepSeek-V3.2's)."""
@@ -2283,11 +2293,12 @@ class _DsaModule:
     GPU (or saves, at long contexts), from the GPU's and engine's kernel tables
     (kvplan/data/kernel_tables/dsa: vLLM's DSA module less vLLM's MLA module; SGLang's DSA module
     less what this model charges the layer without it, dsa_layer_base_s, the wheel holding no
-    SGLang MLA module: DsaGrids.baseline). The grids time the attention
-    shape the modules ran (DsaGrids.shape: DeepSeek-V3.2's); a DSA layer of another shape (GLM-5:
-    256-wide heads, no MLA module table of its shape to subtract) takes them as a stand-in
-    (`shape_timed` False, named in untimed_parts: GLM-5's DSA module is within ~12% of
-    DeepSeek-V3.2's at TP 8 in vLLM 0.24.0's and SGLang 0.5.14's H200 and B200 decode tables).
+    SGLang MLA module: DsaGrids.baseline). Each grid times the attention shape its module ran
+    (DsaGrids.shape): the model reads the one of its DSA layers' shape (dsa_grids_for: GLM-5's
+    in SGLang's files); a DSA layer of a shape no grid timed (GLM-5 in vLLM's: no vLLM MLA
+    module table of its shape to subtract) takes DeepSeek-V3.2's as a stand-in (`shape_timed`
+    False, named in untimed_parts: GLM-5's DSA module is within ~12% of DeepSeek-V3.2's at TP 8
+    in vLLM 0.24.0's and SGLang 0.5.14's H200 and B200 decode tables).
     Per layer, read at
     the step's batch and length and the heads on a rank, bilinear in the logarithms of batch and
     heads, linear along the logarithm of the length, flat beyond the tables' ends but for the
@@ -2314,6 +2325,7 @@ class _DsaModule:
         if not tables or not layers:
             return None
         kv = "fp8" if fmt.name.startswith("fp8") else "bfloat16"
+        tables = dsa_grids_for(spec, tables)
         module = cls(tables, kv, layers[0].num_q_heads / tp, len(layers))
         module.shape_timed = dsa_shape_timed(spec, tables)
         return module

@@ -5,7 +5,8 @@ fractions of the datasheet rates an engine's kernels reach, the fused-MoE curve,
 call cost, the small-shape floor of each kernel family) with their provenance (`source`,
 `derived_by`: scripts/derive_achieved.py --write-tables); where measured, the DSA-minus-MLA
 module grids are in dsa/ under the same name (nine tenths of the bytes: read only for a model
-with DSA layers; each file's `shape` the attention shape its modules ran), each fused-MoE shape's time by tokens in moe/ (read only for a MoE model),
+with DSA layers; each file's `shape` the attention shape its stand-in's modules ran, its `shapes`
+the other shapes' grids), each fused-MoE shape's time by tokens in moe/ (read only for a MoE model),
 each attention backend's own kernels in attention/ (read only where a flag names a backend:
 `attention_backends`), each GEMM shape's time at 1-32,768 tokens in gemm/ (`gemm_grid`), each
 Gated DeltaNet layer's kernels by head shape, phase and batch in recurrent/ (`recurrent_grid`).
@@ -121,9 +122,10 @@ class Achieved(NamedTuple):
 
 
 class DsaGrids(NamedTuple):
-    """DeepSeek-V3.2's DSA module less what a layer costs without it (`baseline`),
-    microseconds per layer: per (phase, heads on a rank, kv dtype), rows follow
-    batches[phase], columns lengths[phase]."""
+    """A DSA module (DeepSeek-V3.2's, the stand-in; `others`: those of other attention shapes
+    the same tables timed) less what a layer costs without it (`baseline`), microseconds per
+    layer: per (phase, heads on a rank, kv dtype), rows follow batches[phase], columns
+    lengths[phase]."""
 
     batches: dict  # phase -> (batch, ...)
     lengths: dict  # phase -> (length, ...)
@@ -140,6 +142,10 @@ class DsaGrids(NamedTuple):
     # SGLang's --nsa-decode-backend each kv dtype's decode grids timed ("fp8" -> ("trtllm",));
     # {}: not recorded (vLLM's files: no such flag)
     decode_kernels: dict = {}
+    # the grids of the other attention shapes the same module tables timed (the file's
+    # "shapes": GLM-5's in SGLang's), each with no `others` of its own; the step model reads
+    # the one whose shape its DSA layers have (batch_step.dsa_grids_for)
+    others: tuple = ()
 
 
 class GemmGrid(NamedTuple):
@@ -326,6 +332,13 @@ def _achieved(gpu: str, engine: str, version: str) -> Achieved:
 @cache
 def _dsa(name: str) -> DsaGrids:
     d = _read(DSA_FOLDER / name)
+    baseline = d.get("baseline", "mla_module")
+    others = tuple(_dsa_grids(s, d["version"], baseline) for s in d.get("shapes", ()))
+    return _dsa_grids(d, d["version"], baseline)._replace(others=others)
+
+
+def _dsa_grids(d: dict, version: str, baseline: str) -> DsaGrids:
+    """One shape's grids of a dsa/ file (the top level's, or one of its "shapes")."""
     return DsaGrids(
         batches={k: tuple(v) for k, v in d["batches"].items()},
         lengths={k: tuple(v) for k, v in d["lengths"].items()},
@@ -333,9 +346,9 @@ def _dsa(name: str) -> DsaGrids:
             (g["phase"], g["heads"], g["kv_dtype"]): tuple(tuple(r) for r in g["rows"])
             for g in d["delta_us"]
         },
-        engine_version=d["version"],
+        engine_version=version,
         shape=dict(d["shape"]),
-        baseline=d.get("baseline", "mla_module"),
+        baseline=baseline,
         decode_kernels={kv: tuple(b) for kv, b in d.get("decode_kernels", {}).items()},
     )
 

@@ -25,6 +25,7 @@ from kvplan.formulas.batch_step import (
     CUDA_GRAPH_MAX_TOKENS,
     HOST_OVERHEADS,
     StepModel,
+    dsa_grids_for,
     dsa_layers,
     measured_achieved,
 )
@@ -1127,7 +1128,9 @@ def step_model(
     kernels, untimed, named_timed = (
         (None, [], {}) if measured else backend_kernels(spec, gpu, options, tables)
     )
-    dsa_grids = None if measured or not dsa_layers(spec) else tables.dsa_delta_us
+    dsa_grids = (
+        None if measured or not dsa_layers(spec) else dsa_grids_for(spec, tables.dsa_delta_us)
+    )
     dsa_kernel = dsa_decode_kernel(spec, gpu, options, kv_format, dsa_grids)
     per_op = (
         measured

@@ -144,7 +144,8 @@ text("sim-step-terms")(
 text("sim-dsa-tables")(
     lambda gpu, layers, tables, module, stand_in, own_baseline=False: (
         f"Sparse attention (DSA) on {layers} layers: each is priced as dense MLA plus what "
-        f"DeepSeek-V3.2's DSA module in {module} costs over "
+        + ("DeepSeek-V3.2's DSA module" if stand_in else "the DSA module at this model's shape")
+        + f" in {module} costs over "
         + (
             "kvplan's own price of that layer without it (its MLA projections, absorbed BMMs "
             f"and MLA kernel at the top-k read, from the {tables}' rows)"
@@ -155,8 +156,9 @@ text("sim-dsa-tables")(
         "the step's batch, length and heads on a rank): more at short contexts (the indexer and "
         "top-k), less at long ones (2,048 keys attended, not all)."
         + (
-            " This model's heads and projections are not DeepSeek-V3.2's and no table holds a "
-            "dense MLA module of its shape to subtract: DeepSeek-V3.2's difference stands in "
+            " This model's heads and projections are not DeepSeek-V3.2's and the tables hold no "
+            "DSA module of its shape with a baseline to subtract (vLLM's: no dense MLA module "
+            "of its shape): DeepSeek-V3.2's difference stands in "
             "(the two models' DSA modules are within about 12% at TP 8 in vLLM 0.24.0 and "
             "SGLang 0.5.14 decodes on H200 and B200)."
             if stand_in
