@@ -177,6 +177,13 @@ def test_deepseek_fresh_prefill_on_hopper_fa3_runs_the_mha_form_not_the_latent_r
     assert fresh == pytest.approx(group.layers * mean, rel=0.02)
     latent = mla.prefill_calls["bfloat16"]["576x512"]
     assert fresh < group.layers * prefill_call_s(latent, 16, 4096) / 2  # the latent form's ~3x
+    # a step within the piecewise CUDA graphs (2,048 tokens for an MLA backend from 0.5.10):
+    # is_in_piecewise_cuda_graph() dispatches the latent form, its rows time it
+    assert model.prefill_graph_max_tokens == 2048
+    assert model.prefill_as_mha_calls(group, ((1024, 0), (1024, 0))) is None
+    assert model.prefill_as_mha_calls(group, ((1024, 0), (1025, 0))) == (wide, narrow)
+    small = model.prefill_chunks_attention_s(((2048, 0),))
+    assert small == pytest.approx(group.layers * prefill_call_s(latent, 16, 2048), rel=0.02)
     # a chunk over cached tokens: the latent rows at the prompt of as many keys
     assert model.prefill_fractions_why(group) == ""
     assert model.prefill_calls_of(group) == latent

@@ -186,9 +186,11 @@ SGLANG_TRITON_DECODE_HEAD_BLOCK = 16
 # on q, k, v of the MHA form under FA3), handle_attention_trtllm_mla and handle_attention_fa4
 # (MHA_CHUNKED_KV); decode and chunks over cached tokens run the absorbed latent form its MLA
 # rows time (but past chunked_prefix_cache_threshold, where fa3/flashinfer/trtllm_mla run
-# MHA_CHUNKED_KV over the cached prefix too: not modelled). Not modelled either: the MLA
-# fallbacks under --enable-deterministic-inference (fa3, triton), a piecewise CUDA graph, and
-# flashinfer_mla_disable_ragged (flashinfer, flashmla)
+# MHA_CHUNKED_KV over the cached prefix too: not modelled), and so does a batch run under a
+# piecewise CUDA graph (is_in_piecewise_cuda_graph(): AttnForwardMethod.MLA, PR #11812; kvplan:
+# a step within StepModel.prefill_graph_max_tokens). Not modelled: the MLA fallbacks under
+# --enable-deterministic-inference (fa3, triton) and flashinfer_mla_disable_ragged
+# (flashinfer, flashmla)
 SGLANG_MLA_PREFILL_AS_MHA = (
     "triton", "fa3", "flashinfer", "flashmla", "cutlass_mla", "trtllm_mla", "fa4",
 )  # fmt: skip

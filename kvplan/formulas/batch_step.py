@@ -1051,12 +1051,17 @@ class StepModel:
         (BackendKernels.mla_prefill_as_mha: SGLANG_MLA_PREFILL_AS_MHA), None where it does not,
         or the backend's MHA rows hold neither; `chunks` (new tokens, cached tokens) given, None
         unless none of them holds cached tokens (SGLang runs the whole extend batch in the
-        absorbed latent form then)."""
+        absorbed latent form then), and None where their new tokens fit the piecewise CUDA
+        graphs (prefill_graph_max_tokens: every handler returns AttnForwardMethod.MLA under
+        is_in_piecewise_cuda_graph(), the latent form captured)."""
         if not group.mla or group.compress_ratio or group.attended_topk or not group.layers:
             return None
         if group.window is not None:
             return None
         if chunks is not None and any(cached for _, cached in chunks):
+            return None
+        piecewise = self.prefill_graph_max_tokens
+        if chunks is not None and piecewise and sum(new for new, _ in chunks) <= piecewise:
             return None
         return mha_form_calls(self.mla_prefill_as_mha_calls, group.head_shape) or None
 
