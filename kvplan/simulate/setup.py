@@ -1027,12 +1027,14 @@ def prefill_attention_note(model, kernels, tables: str) -> Note:
                 if len(mha_form) == 1
                 else f"{qk}x{qk} and {v}x{v}, whose mean times this untimed head shape"
             )
+            piecewise = model.prefill_graph_max_tokens
+            past = f" in a step past the piecewise graphs' {piecewise} tokens" if piecewise else ""
             timed.append(
-                f"{what}, its chunks with no cached tokens: {as_mha.backend}'s MHA rows at "
+                f"{what}, its chunks with no cached tokens{past}: {as_mha.backend}'s MHA rows at "
                 f"{shape} (SGLang runs them as MHA over the up-projected heads), measured on "
                 f"engine version {as_mha.version}"
             )
-            what += f", its chunks over cached tokens (the absorbed latent form, {g.latent_shape})"
+            what += f", its other chunks (the absorbed latent form, {g.latent_shape})"
         if not why and timing is not None:
             timed.append(f"{what}: {timing.backend}'s, measured on engine version {timing.version}")
         else:
