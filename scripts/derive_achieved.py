@@ -1355,9 +1355,29 @@ def _prefill_dtype_rows(rows, kv: str, dtype_key: str) -> list:
     return bf16 or own
 
 
+# the head shape an SGLang MLA context row timed, by kernel_source (aiconfigurator
+# collector/sglang/collect_mla.py, __compat__ sglang==0.5.14, unchanged since the 0.5.14 data
+# commit e23be5a79): trtllm_mla's context rows run the non-absorbed MHA form (q_nope + q_rope =
+# 192 by v_head_dim = qk_nope 128: "Prefill: Non-absorbed, standard projected heads"); every other
+# backend's (FA3's "flash_attention" on Hopper, triton) set v_head_dim = kv_lora_rank 512 and
+# head_dim = 576 with one KV head and a ForwardBatch without attn_attend_prefix_cache, so
+# FlashAttentionBackend.forward_extend takes its "Do absorbed multi-latent attention" branch
+# (flash_attn_with_kvcache over the 576-wide latent cache) and the triton backend its extend
+# kernel over 576-wide q/k and 512-wide v: the absorbed latent form
+MLA_PREFILL_SHAPE = {"trtllm_mla": "192x128"}
+MLA_LATENT_SHAPE = "576x512"  # kv_lora_rank 512 + qk_rope 64 by kv_lora_rank
+
+
+def mla_prefill_shape(kernel_source: str) -> str:
+    """The head shape one SGLang MLA context row timed (MLA_PREFILL_SHAPE): the MHA form's
+    "192x128" for trtllm_mla, else the absorbed latent form's "576x512"."""
+    return MLA_PREFILL_SHAPE.get(kernel_source, MLA_LATENT_SHAPE)
+
+
 def prefill_curves(rows, mla: bool) -> dict:
     """{kv dtype: {"<qk head dim>x<v head dim>[/w<window>]": {units: [[prompt tokens, seconds],
-    ...]}}}: per cache dtype and head shape (MLA's rows: DeepSeek's 192x128 per head; a sliding
+    ...]}}}: per cache dtype and head shape (MLA's rows: the form the collector timed,
+    mla_prefill_shape: DeepSeek's 192x128 MHA form or its 576x512 latent; a sliding
     window's rows under their own key), the median measured time of one causal prefill
     (context) call with no cached tokens, by the call's parallel units (sequences x query heads
     on the rank, power-of-two buckets) and prompt tokens per sequence (the table's own
@@ -1368,7 +1388,9 @@ def prefill_curves(rows, mla: bool) -> dict:
     for kv in ("bfloat16", "fp8"):
         buckets: dict = {}
         for r in _prefill_dtype_rows(rows, kv, dtype_key):
-            head = "192x128" if mla else f"{r['head_dim']}x{r['head_dim']}"
+            head = (
+                mla_prefill_shape(r["kernel_source"]) if mla else f"{r['head_dim']}x{r['head_dim']}"
+            )
             if r.get("window_size"):
                 head += f"/w{r['window_size']}"
             units = 2 ** round(math.log2(r["batch_size"] * r["num_heads"]))

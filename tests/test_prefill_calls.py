@@ -94,11 +94,18 @@ def test_the_curves_are_medians_by_units_and_tokens_per_cache_dtype():
     assert curves["fp8"]["128x128"] == {"8": [[1024, 0.000031]]}
     mixed = derive.prefill_curves([*rows, _row(1, 8, 1024, 0.040, kv="fp8")], mla=False)
     assert mixed["fp8"]["128x128"] == {"8": [[1024, 0.00004]]}
-    # MLA rows are DeepSeek's heads (192 qk, 128 v), keyed so
-    mla = [{**_row(1, 16, 512, 0.017), "mla_dtype": "bfloat16"}]
+    # MLA rows are keyed by the form their collector timed: trtllm_mla's the MHA form over
+    # DeepSeek's up-projected heads (192 qk, 128 v), FA3's and triton's the absorbed latent
+    # (576 qk, 512 v)
+    mla = [{**_row(1, 16, 512, 0.017), "mla_dtype": "bfloat16", "kernel_source": "trtllm_mla"}]
     assert derive.prefill_curves(mla, mla=True) == {
         "bfloat16": {"192x128": {"16": [[512, 1.7e-05]]}}
     }
+    for source in ("flash_attention", "triton"):
+        latent = [{**mla[0], "kernel_source": source}]
+        assert derive.prefill_curves(latent, mla=True) == {
+            "bfloat16": {"576x512": {"16": [[512, 1.7e-05]]}}
+        }
 
 
 def _timing(prefill_calls) -> BackendTiming:

@@ -14,7 +14,13 @@ from kvplan.engines.sglang import (
     sglang_attention,
     sglang_decode_head_block,
 )
-from kvplan.formulas.batch_step import decode_heads_call_s, kernel_heads, prefill_call_s
+from kvplan.formulas.batch_step import (
+    decode_heads_call_s,
+    equivalent_prompt_tokens,
+    kernel_heads,
+    mha_form_calls,
+    prefill_call_s,
+)
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.kernel_tables import decode_calls_for, tables_for
 from kvplan.inputs.sources import load_model
@@ -111,16 +117,19 @@ def test_glm_flash_prefill_under_triton_runs_as_mha_without_cached_tokens(flash)
     mha = tables_for(b200, "sglang").attention_backends[("mha", "triton")]
     assert mha.borrowed_from == ""  # the B200's own rows
     calls = mha.prefill_calls["bfloat16"]["256x256"]
-    assert model.prefill_as_mha_calls(group, ((4096, 0),)) == calls
+    assert model.prefill_as_mha_calls(group, ((4096, 0),)) == (calls,)
     assert model.prefill_as_mha_calls(group, ((4096, 0), (512, 1024))) is None
     fresh = model.prefill_chunks_attention_s(((4096, 0),))
     assert fresh == pytest.approx(group.layers * prefill_call_s(calls, 20, 4096), rel=0.02)
     # the same keys over a cached prefix: not the MHA rows' time
     cached = model.prefill_chunks_attention_s(((2048, 2048),))
     assert cached != pytest.approx(fresh, rel=0.02)
-    # no triton named: SGLang's own pick (flashinfer) reads no MHA rows for MLA
+    # no triton named: SGLang's own pick (flashinfer) runs it as MHA too, but its MHA rows
+    # time neither 256x256 nor a pair of shapes around it: none read
     plain = build_replica(flash, b200, ServeOptions(engine="sglang")).model
-    assert plain.mla_prefill_as_mha_calls == {}
+    (group,) = [g for g in plain.groups if g.layers]
+    assert "256x256" not in plain.mla_prefill_as_mha_calls
+    assert plain.prefill_as_mha_calls(group, ((4096, 0),)) is None
 
 
 def test_the_mha_form_reads_16_bit_rows_whatever_the_cache_dtype(flash):
@@ -135,3 +144,62 @@ def test_the_mha_form_reads_16_bit_rows_whatever_the_cache_dtype(flash):
     )
     model = build_replica(flash, b200, fp8).model
     assert model.mla_prefill_as_mha_calls == mha.prefill_calls["bfloat16"]
+
+
+def test_mha_form_calls_read_the_shape_or_the_two_square_shapes_around_it():
+    a, b, c = ((16, ((512, 1e-5),)),), ((16, ((512, 2e-5),)),), ((16, ((512, 3e-5),)),)
+    assert mha_form_calls({"192x128": a, "192x192": b, "128x128": c}, "192x128") == (a,)
+    assert mha_form_calls({"192x192": b, "128x128": c}, "192x128") == (b, c)
+    assert mha_form_calls({"192x192": b}, "192x128") == ()  # one side of the pair only
+    assert mha_form_calls({"192x192": b, "128x128": c}, "256x256") == ()
+
+
+def test_deepseek_fresh_prefill_on_hopper_fa3_runs_the_mha_form_not_the_latent_rows(dsv3):
+    """collect_mla.py times FA3's MLA context rows in the absorbed latent form (576-wide q and
+    k, 512-wide v, one KV head): keyed 576x512, they time DeepSeek's chunks over cached tokens;
+    a prefill with no cached tokens runs MHA over the 128 up-projected heads of 192 x 128
+    (_handle_attention_backend), between fa3's MHA rows at 192x192 and 128x128."""
+    profile = load_profile("h200")
+    tables = tables_for(profile, "sglang")
+    mla = tables.attention_backends[("mla", "fa3")]
+    mha = tables.attention_backends[("mha", "fa3")]
+    assert set(mla.prefill_calls["bfloat16"]) == {"576x512"}
+    model = build_replica(dsv3, profile, ServeOptions(engine="sglang", tp=8)).model
+    (group,) = [g for g in model.groups if g.layers and g.mla]
+    assert (group.head_shape, group.latent_shape, group.heads) == ("192x128", "576x512", 16.0)
+    wide, narrow = (
+        mha.prefill_calls["bfloat16"]["192x192"],
+        mha.prefill_calls["bfloat16"]["128x128"],
+    )
+    assert model.prefill_as_mha_calls(group, ((4096, 0),)) == (wide, narrow)
+    fresh = model.prefill_chunks_attention_s(((4096, 0),))
+    mean = (prefill_call_s(wide, 16, 4096) + prefill_call_s(narrow, 16, 4096)) / 2
+    assert fresh == pytest.approx(group.layers * mean, rel=0.02)
+    latent = mla.prefill_calls["bfloat16"]["576x512"]
+    assert fresh < group.layers * prefill_call_s(latent, 16, 4096) / 2  # the latent form's ~3x
+    # a step within the piecewise CUDA graphs (2,048 tokens for an MLA backend from 0.5.10):
+    # is_in_piecewise_cuda_graph() dispatches the latent form, its rows time it
+    assert model.prefill_graph_max_tokens == 2048
+    assert model.prefill_as_mha_calls(group, ((1024, 0), (1024, 0))) is None
+    assert model.prefill_as_mha_calls(group, ((1024, 0), (1025, 0))) == (wide, narrow)
+    small = model.prefill_chunks_attention_s(((2048, 0),))
+    assert small == pytest.approx(group.layers * prefill_call_s(latent, 16, 2048), rel=0.02)
+    # a chunk over cached tokens: the latent rows at the prompt of as many keys
+    assert model.prefill_fractions_why(group) == ""
+    assert model.prefill_calls_of(group) == latent
+    keys = (4096 * 4097 - 2048 * 2049) / 2
+    cached = model.prefill_chunks_attention_s(((2048, 2048),))
+    expected = group.layers * prefill_call_s(latent, 16, equivalent_prompt_tokens(keys))
+    assert cached == pytest.approx(expected, rel=0.05)
+
+
+def test_trtllm_mla_rows_time_the_mha_form_deepseek_reads_them_at_its_head_shape(dsv3):
+    """collect_mla.py times trtllm_mla's context rows in the non-absorbed MHA form (192 x 128):
+    keyed so, DeepSeek's group reads them at its own head shape, cached tokens or not."""
+    b200 = load_profile("b200")
+    mla = tables_for(b200, "sglang").attention_backends[("mla", "trtllm_mla")]
+    assert set(mla.prefill_calls["bfloat16"]) == {"192x128"}
+    model = build_replica(dsv3, b200, ServeOptions(engine="sglang", tp=8)).model
+    (group,) = [g for g in model.groups if g.layers and g.mla]
+    assert model.prefill_as_mha_calls(group, ((4096, 0),)) is None  # no trtllm_mla MHA rows
+    assert model.prefill_calls_of(group) == mla.prefill_calls["bfloat16"]["192x128"]

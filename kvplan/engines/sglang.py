@@ -178,12 +178,23 @@ SGLANG_TRTLLM_MLA_MODELS = ("deepseek_v3", "kimi_k2", "kimi_k25")
 # cdiv(heads, min(16, query heads per KV head)), max KV splits), the heads past a block's last
 # masked, not skipped: an MLA rank of 20 heads runs two programs a split, as 32 heads do
 SGLANG_TRITON_DECODE_HEAD_BLOCK = 16
-# models/deepseek_v2.py handle_attention_triton (0.5.x): an extend batch whose sequences hold no
-# cached prefix (sum(extend_prefix_lens_cpu) == 0, no speculative extend) runs an MLA layer as
-# MHA (AttnForwardMethod.MHA: the up-projected heads, qk_nope + qk_rope by v_head_dim, as many
-# KV heads as query heads) through the backend's extend kernel, the kernel its MHA rows time;
-# decode and chunks over cached tokens run the absorbed latent form its MLA rows time
-SGLANG_MLA_PREFILL_AS_MHA = ("triton",)
+# models/deepseek_common/attention_backend_handler.py (0.5.x): an extend batch whose sequences
+# hold no cached prefix (sum(extend_prefix_lens_cpu) == 0, no speculative extend) runs an MLA
+# layer as MHA over the up-projected heads (qk_nope + qk_rope by v_head_dim, as many KV heads as
+# query heads) through the backend's MHA extend kernel, the kernel its MHA rows time:
+# handle_attention_triton (AttnForwardMethod.MHA), _handle_attention_backend for fa3,
+# flashinfer, flashmla and cutlass_mla (MHA_ONE_SHOT / MHA_CHUNKED_KV: flash_attn_varlen_func
+# on q, k, v of the MHA form under FA3), handle_attention_trtllm_mla and handle_attention_fa4
+# (MHA_CHUNKED_KV); decode and chunks over cached tokens run the absorbed latent form its MLA
+# rows time (but past chunked_prefix_cache_threshold, where fa3/flashinfer/trtllm_mla run
+# MHA_CHUNKED_KV over the cached prefix too: not modelled), and so does a batch run under a
+# piecewise CUDA graph (is_in_piecewise_cuda_graph(): AttnForwardMethod.MLA, PR #11812; kvplan:
+# a step within StepModel.prefill_graph_max_tokens). Not modelled: the MLA fallbacks under
+# --enable-deterministic-inference (fa3, triton) and flashinfer_mla_disable_ragged
+# (flashinfer, flashmla)
+SGLANG_MLA_PREFILL_AS_MHA = (
+    "triton", "fa3", "flashinfer", "flashmla", "cutlass_mla", "trtllm_mla", "fa4",
+)  # fmt: skip
 
 
 def sglang_decode_head_block(backend: str, mla: bool) -> int:

@@ -300,6 +300,9 @@ class _Group(NamedTuple):
     # DSA layers the DSA module's tables time (priced here as dense MLA, the module's delta
     # beside): like `attended_topk`'s, a decode of several query tokens runs a row per token
     dsa_module: bool = False
+    # an MLA layer's absorbed latent form: "<kv_lora_rank + rope>x<kv_lora_rank>" (every query
+    # head against the one latent; the prefill calls' key of the rows that time that form)
+    latent_shape: str = ""
 
 
 class BackendKernels(NamedTuple):
@@ -403,6 +406,31 @@ def prefill_call_s(calls: tuple, units: float, tokens: float, window: int | None
         return y0 * max(1.0, units / u0)
     t = math.log(units / u0) / math.log(u1 / u0)
     return math.exp(math.log(y0) + t * math.log(along(curve1) / y0))
+
+
+def mla_latent_shape(attn) -> str:
+    """An MLA layer's absorbed latent form as a head shape, "<kv_lora_rank + rope>x<kv_lora_rank>"
+    (DeepSeek's "576x512": every query head against the one cached latent, as SGLang's absorbed
+    MLA kernels run it); "" for a layer with no latent."""
+    if attn.kind is not CacheKind.MLA or not attn.mla_kv_lora_rank:
+        return ""
+    return f"{attn.mla_kv_lora_rank + attn.mla_rope_dim}x{attn.mla_kv_lora_rank}"
+
+
+def mha_form_calls(calls: dict, head_shape: str) -> tuple:
+    """The measured MHA prefill calls (BackendTiming.prefill_calls of one dtype) that time an MHA
+    call of `head_shape` ("<qk head dim>x<v head dim>"): that shape's own, one curve set; else,
+    where qk and v differ (an MLA layer's up-projected heads, DeepSeek's 192x128), the two
+    square shapes qk x qk and v x v, whose mean times it (a causal call's FLOPs per query-key
+    pair are 2(qk + v), the mean of theirs: the pair brackets the untimed shape); () where
+    the backend timed neither."""
+    if head_shape in calls:
+        return (calls[head_shape],)
+    qk, _, v = head_shape.partition("x")
+    pair = (f"{qk}x{qk}", f"{v}x{v}")
+    if qk != v and all(p in calls for p in pair):
+        return tuple(calls[p] for p in pair)
+    return ()
 
 
 class StepModel:
@@ -1016,22 +1044,40 @@ class StepModel:
         DeepSeek-V4's compressed entries, nor MiniMax-M3's blocks, which those rows never ran."""
         if self.prefill_fractions_why(group):
             return None
-        return self.prefill_calls[group.mla][group.head_shape]
+        calls = self.prefill_calls[group.mla]
+        return calls[self._table_shape(group, calls)]
+
+    @staticmethod
+    def _table_shape(group: _Group, calls: dict) -> str:
+        """The head shape whose calls of the backend's own kind time a group: an MLA group's
+        MHA form (its head shape) where the backend's MLA rows timed that form (SGLang's
+        trtllm_mla: it runs every extend chunk so, MHA_CHUNKED_KV), else its absorbed latent
+        form (latent_shape: the form FA3's and triton's MLA rows timed, and the one SGLang runs
+        a chunk over cached tokens in); a GQA/MHA group's head shape."""
+        if group.mla and group.head_shape not in calls and group.latent_shape:
+            return group.latent_shape
+        return group.head_shape
 
     def prefill_as_mha_calls(self, group: _Group, chunks=None) -> tuple | None:
-        """The prefill backend's MHA calls at an MLA group's head shape where it runs the group's
-        chunks with no cached tokens as MHA over the up-projected heads
-        (BackendKernels.mla_prefill_as_mha: SGLang's triton), None where it does not, or the
-        backend's MHA rows lack that shape; `chunks` (new tokens, cached tokens) given, None
+        """The prefill backend's MHA calls that time an MLA group's up-projected heads
+        (mha_form_calls: its head shape's own, or the two square shapes that bracket it) where
+        it runs the group's chunks with no cached tokens as MHA
+        (BackendKernels.mla_prefill_as_mha: SGLANG_MLA_PREFILL_AS_MHA), None where it does not,
+        or the backend's MHA rows hold neither; `chunks` (new tokens, cached tokens) given, None
         unless none of them holds cached tokens (SGLang runs the whole extend batch in the
-        absorbed latent form then)."""
+        absorbed latent form then), and None where their new tokens fit the piecewise CUDA
+        graphs (prefill_graph_max_tokens: every handler returns AttnForwardMethod.MLA under
+        is_in_piecewise_cuda_graph(), the latent form captured)."""
         if not group.mla or group.compress_ratio or group.attended_topk or not group.layers:
             return None
         if group.window is not None:
             return None
         if chunks is not None and any(cached for _, cached in chunks):
             return None
-        return self.mla_prefill_as_mha_calls.get(group.head_shape)
+        piecewise = self.prefill_graph_max_tokens
+        if chunks is not None and piecewise and sum(new for new, _ in chunks) <= piecewise:
+            return None
+        return mha_form_calls(self.mla_prefill_as_mha_calls, group.head_shape) or None
 
     def prefill_fractions_why(self, group: _Group) -> str:
         """Why a group's prefill attention is priced at the fractions ("": it is not, its
@@ -1044,7 +1090,7 @@ class StepModel:
         calls = self.prefill_calls.get(group.mla)
         if not calls:
             return "backend"
-        return "" if group.head_shape in calls else "shape"
+        return "" if self._table_shape(group, calls) in calls else "shape"
 
     def _window_calls(self, group: _Group) -> tuple | None:
         """A sliding-window group's own measured calls (its window's rows), None where the
@@ -1077,7 +1123,8 @@ class StepModel:
             seconds = len(chunks) * state_s
         for g in self.groups:
             rates = self.prefill_rates[g.mla]
-            calls = self.prefill_as_mha_calls(g, chunks) or self.prefill_calls_of(g)
+            as_mha = self.prefill_as_mha_calls(g, chunks)
+            calls = as_mha[0] if as_mha else self.prefill_calls_of(g)
             roofline_s = read_bytes = keys_sum = 0.0
             for new_tokens, cached_tokens in chunks:
                 end = cached_tokens + new_tokens
@@ -1114,10 +1161,10 @@ class StepModel:
             if windowed is not None:  # the window's own rows, at the prompt of as many keys
                 tokens = equivalent_prompt_tokens(keys_sum / len(chunks), g.window)
                 call_s = prefill_call_s(windowed, units, tokens, g.window)
-            else:
-                call_s = prefill_call_s(
-                    calls, units, equivalent_prompt_tokens(keys_sum / len(chunks))
-                )
+            else:  # the MHA form's bracketing shapes (mha_form_calls): their mean
+                tokens = equivalent_prompt_tokens(keys_sum / len(chunks))
+                call_s = sum(prefill_call_s(c, units, tokens) for c in as_mha or (calls,))
+                call_s /= len(as_mha or (calls,))
             seconds += max(g.layers * call_s, read_bytes / rates.bandwidth_bytes_per_s)
         return seconds
 
@@ -2237,6 +2284,7 @@ def _sum_ops(
                     f"{attn.qk_head_dim}x{attn.v_head_dim}",
                     max(1.0, attn.num_q_heads / tp),
                     module,
+                    mla_latent_shape(attn),
                 ),
                 [0.0] * 9,
             )
@@ -2261,9 +2309,9 @@ def _sum_ops(
         _Group(
             window, chunked, mla, kv, dec, pre, ratio, ctopk, kv_entry, index_entry,
             indexer_flops, topk, index_bytes, index_flops, block, int(layers), head_shape, heads,
-            module,
+            module, latent,
         )
-        for (window, chunked, mla, ratio, ctopk, topk, block, head_shape, heads, module), (
+        for (window, chunked, mla, ratio, ctopk, topk, block, head_shape, heads, module, latent), (
             kv, dec, pre, kv_entry, index_entry, indexer_flops, index_bytes, index_flops, layers,
         ) in by_key.items()
     )  # fmt: skip

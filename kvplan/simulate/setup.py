@@ -1020,13 +1020,22 @@ def prefill_attention_note(model, kernels, tables: str) -> Note:
         why = model.prefill_fractions_why(g)
         timing = kernels.prefill.get(g.mla) if kernels is not None else None
         as_mha = kernels.mla_prefill_as_mha if kernels is not None else None
-        if as_mha is not None and model.prefill_as_mha_calls(g) is not None:
+        mha_form = model.prefill_as_mha_calls(g)
+        if as_mha is not None and mha_form is not None:
+            qk, _, v = g.head_shape.partition("x")
+            shape = (
+                "this head shape"
+                if len(mha_form) == 1
+                else f"{qk}x{qk} and {v}x{v}, whose mean times this untimed head shape"
+            )
+            piecewise = model.prefill_graph_max_tokens
+            past = f" in a step past the piecewise graphs' {piecewise} tokens" if piecewise else ""
             timed.append(
-                f"{what}, its chunks with no cached tokens: {as_mha.backend}'s MHA rows at this "
-                f"head shape (SGLang runs them as MHA over the up-projected heads), measured on "
+                f"{what}, its chunks with no cached tokens{past}: {as_mha.backend}'s MHA rows at "
+                f"{shape} (SGLang runs them as MHA over the up-projected heads), measured on "
                 f"engine version {as_mha.version}"
             )
-            what += ", its chunks over cached tokens (the absorbed latent form)"
+            what += f", its other chunks (the absorbed latent form, {g.latent_shape})"
         if not why and timing is not None:
             timed.append(f"{what}: {timing.backend}'s, measured on engine version {timing.version}")
         else:
