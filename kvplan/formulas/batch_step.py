@@ -43,6 +43,7 @@ from kvplan.anatomy.model import CacheKind, Layer, ModelSpec, distinct_layers, k
 from kvplan.dtypes import KvFormat
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
+    EMBEDDING_ALLREDUCES,
     dcp_allgather_bytes,
     logits_allgather_bytes,
     p2p_time_s,
@@ -208,6 +209,16 @@ class HostOverheads(NamedTuple):
     per_request_s: float  # per scheduled request: block tables, outputs, stop checks
     per_layer_s: float  # kernel launches and small kernels, per layer, under CUDA graphs
     eager_per_layer_s: float  # the same without CUDA graphs: the CPU dispatches every kernel
+    # the launches of the layer the two per-layer constants are read as (host_overheads.json's
+    # reference_layer: a dense GQA Llama layer at TP 1, layer_launches); other layers pay by
+    # their own launches at the per-launch cost
+    reference_layer_launches: int = 10
+
+    def per_launch_s(self, graphed: bool) -> float:
+        """One kernel launch's fixed cost: the per-layer constant over the reference layer's
+        launches (under a CUDA graph, or dispatched from the CPU)."""
+        per_layer = self.per_layer_s if graphed else self.eager_per_layer_s
+        return per_layer / self.reference_layer_launches
 
 
 # kvplan/data/kernel_tables/host_overheads.json (its provenance there: BLIS's trained-physics
@@ -664,17 +675,16 @@ class StepModel:
             if floors_s
             else 0.0
         )
-        # the GEMMs' share of a forward's launches: their measured times (CUDA-graph replays)
-        # hold their launches, so the per-layer launch cost is charged on the rest (forward_s)
+        # the kernels the layers launch (layer_launches): every one dispatched from the CPU in
+        # an eager forward; under a CUDA graph the GEMMs' measured times (graph replays) hold
+        # their launches where the tables price them, and comm_s's measured calls the
+        # collectives', so the launch cost stays on the rest (_forward)
         counts = _shape(spec)
-        launches = (
-            counts.gemm_launches
-            + counts.small_launches
-            + counts.attention_layers
-            + counts.moe_layers
-            + counts.recurrent_layers
+        self.collective_launches = layer_collectives(
+            spec, max(tp, self.group_tp, self.moe_ranks, ep)
         )
-        self.gemm_launch_share = counts.gemm_launches / launches if launches else 0.0
+        self.layer_launches = counts.layer_launches + self.collective_launches
+        self.layer_gemm_launches = counts.gemm_launches - GEMM_LAUNCHES["forward"]
         # the model's own fused MoE (shape, format, split) as the GPU's tables timed it at
         # each token count (None: not timed; the roofline, curve and floor above price it)
         self.moe_layers = spec.moe.num_layers if spec.moe else 0
@@ -1576,12 +1586,14 @@ class StepModel:
         if shape.prefill_chunks and not shape.num_decodes:  # the decodes' floor covers a mix
             prefill_s = max(prefill_s, self.floors.attention_s)
         graphed = num_tokens <= self.graph_limit(bool(shape.prefill_chunks))
-        per_layer = self.host.per_layer_s if graphed else self.host.eager_per_layer_s
-        launch_s = per_layer * self.spec.num_layers
-        if graphed and self._priced is not None:
-            # the GEMMs' launches are in their measured times (dense_calls_s): the per-layer
-            # cost stays on the other kernels' share of the launches
-            launch_s *= 1.0 - self.gemm_launch_share
+        launches = self.layer_launches
+        if graphed:
+            # the collectives' launches are in comm_s's measured calls, and the GEMMs' in their
+            # measured times (dense_calls_s) where the tables price them
+            launches -= self.collective_launches
+            if self._priced is not None:
+                launches -= self.layer_gemm_launches
+        launch_s = launches * self.host.per_launch_s(graphed)
         if graphed and self.floors.small_s is not None:
             # at least the small kernels the layers launch, as the tables time them (_Floors)
             launch_s = max(launch_s, self.floors.small_s)
@@ -1967,12 +1979,69 @@ def _floor_format(weights_dtype: str) -> str | None:
     return None if key in ("mxfp4", "nvfp4") else _format_key(key)
 
 
+# Dense GEMM kernels by layer kind (gemm_launches): the head; per attention layer qkv and o
+# (MLA: q_a+kv_a, q_b, two absorbed BMMs, o); per linear-attention layer in and out; per dense MLP
+# gate_up and down; per MoE layer the router and a shared expert's two
+GEMM_LAUNCHES = {"forward": 1, "gqa": 2, "mla": 5, "state": 2, "dense": 2, "moe": 1, "shared": 2}
+# Small kernels by layer kind (small_launches' docstring has the source)
+SMALL_LAUNCHES = {
+    "forward": 2,
+    "every_layer": 2,
+    "gqa": 2,
+    "mla": 4,
+    "state": 2,
+    "dense": 1,
+    "moe": 0,
+    "shared": 2,
+}
+# The kernels of one fused MoE layer past its router GEMM (a GEMM_LAUNCHES one), as SGLang's and
+# vLLM's Triton fused MoE launch them: the top-k (SGLang layers/moe/topk.py select_experts:
+# topk_softmax, or biased_grouped_topk / moe_fused_gate; vLLM fused_moe.py fused_topk), the
+# expert alignment (moe_align_block_size), the two grouped GEMMs (fused_moe_kernel for w13 and
+# w2), the activation between them (silu_and_mul) and the weighted sum over the top-k
+# (SGLang moe_sum_reduce, vLLM ops.moe_sum). Not counted: a block-fp8 checkpoint's
+# per-token-group activation quant before each grouped GEMM, EP's dispatch and combine kernels.
+FUSED_MOE_LAUNCHES = 6
+
+
 def gemm_launches(spec: ModelSpec) -> int:
     """Dense GEMM kernels one forward launches (the head included; see _Floors)."""
-    # the head; per attention layer qkv and o (MLA: q_a+kv_a, q_b, two absorbed BMMs, o); per
-    # linear-attention layer in and out; per dense MLP gate_up and down; per MoE layer the
-    # router and a shared expert's two
-    return _launches(spec, forward=1, gqa=2, mla=5, state=2, dense=2, moe=1, shared=2)
+    return _launches(spec, **GEMM_LAUNCHES)
+
+
+def layer_launches(spec: ModelSpec) -> int:
+    """The kernels one forward's layers launch, the forward's own (embedding, final norm, head)
+    and the collectives (layer_collectives) left out: their dense GEMMs (gemm_launches), small
+    kernels (small_launches), each attention layer's attention kernel, each recurrent layer's
+    state update and each MoE layer's fused-MoE kernels (FUSED_MOE_LAUNCHES). A dense GQA Llama
+    layer launches 10 (4 GEMMs, 5 small kernels, attention); a DeepSeek-V3 MoE layer 23 (MLA's
+    5 GEMMs and 4 small kernels, the router and shared expert's 3 GEMMs and 2 small kernels,
+    the fused MoE's 6, the 2 residual norms, attention). The per-launch cost is the host
+    constants over the reference layer's count (HostOverheads.per_launch_s)."""
+    moe_layers = spec.moe.num_layers if spec.moe else 0
+    return (
+        gemm_launches(spec)
+        - GEMM_LAUNCHES["forward"]
+        + small_launches(spec)
+        - SMALL_LAUNCHES["forward"]
+        + len(spec.attention_layers())
+        + recurrent_layers(spec)
+        + FUSED_MOE_LAUNCHES * moe_layers
+    )
+
+
+def layer_collectives(spec: ModelSpec, ranks: int) -> int:
+    """The collectives one forward's layers launch over `ranks` GPUs (none on one GPU): the TP
+    all-reduces after attention and the MLP (comm.tp_allreduces_per_forward, the embedding's
+    left out: a forward's own) and the q/k norms' all-reduces (qk_norm_allreduces_per_forward);
+    with EP a MoE layer's dispatch and combine stand in for its all-reduce, counted as one."""
+    if ranks <= 1:
+        return 0
+    return (
+        tp_allreduces_per_forward(spec)
+        - EMBEDDING_ALLREDUCES
+        + qk_norm_allreduces_per_forward(spec)
+    )
 
 
 def small_launches(spec: ModelSpec) -> int:
@@ -1995,9 +2064,9 @@ def small_launches(spec: ModelSpec) -> int:
     Not counted here: what a family's floor already times (GEMMs with their per-token-group
     activation quant, the fused MoE with its top-k, alignment, activation and sum, the attention
     kernel, all-reduces); per-head q/k RMSNorms (Qwen3's), which the anatomy does not record."""
-    return _launches(
-        spec, forward=2, every_layer=2, gqa=2, mla=4, state=2, dense=1, moe=0, shared=2
-    ) + QK_NORM_TP_LAUNCHES * qk_norm_allreduces_per_forward(spec)
+    return _launches(spec, **SMALL_LAUNCHES) + QK_NORM_TP_LAUNCHES * qk_norm_allreduces_per_forward(
+        spec
+    )
 
 
 def _launches(
@@ -2058,6 +2127,7 @@ class _Shape(NamedTuple):
     mla_layers: int = 0  # of attention_layers, those of MLA
     small_launches: int = 0  # small kernels of a decode forward no family counts
     recurrent_layers: int = 0  # layers running a recurrent state update instead of attention
+    layer_launches: int = 0  # the kernels the layers launch, collectives apart (layer_launches)
 
 
 # A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred
@@ -2077,6 +2147,7 @@ def _shape(spec: ModelSpec) -> _Shape:
             _mla_layers(spec),
             small_launches(spec),
             recurrent_layers(spec),
+            layer_launches(spec),
         )
 
     return kept_with(_SHAPES, spec, (), build)
