@@ -15,8 +15,10 @@ time. Per GPU, for a step of T tokens (decodes plus prefill-chunk tokens):
                                   where the q/k norm spans all heads: MiniMax-M2) and the input
                                   embedding's 1 (comm); the head's logits all-gathered over TP,
                                   sequences x vocab x bf16 (logits_gather_s)
-           + launches             max(L x per-layer cost, small kernels x their floor) under a
-                                  CUDA graph (up to 512 tokens), else L x the eager per-layer cost
+           + launches             max(layers' launches x per-launch cost, small kernels x their
+                                  floor) under a CUDA graph (up to 512 tokens), the GEMMs in
+                                  their measured calls; else every launch at the eager
+                                  per-launch cost (layer_launches, HostOverheads)
     t_host = per-step + per-request scheduler work on the CPU
     t_step = t_gpu + t_host (synchronous scheduling) or max(t_gpu, t_host) (async scheduling)
 
@@ -43,7 +45,6 @@ from kvplan.anatomy.model import CacheKind, Layer, ModelSpec, distinct_layers, k
 from kvplan.dtypes import KvFormat
 from kvplan.formulas.comm import (
     ACTIVATION_BYTES,
-    EMBEDDING_ALLREDUCES,
     dcp_allgather_bytes,
     logits_allgather_bytes,
     p2p_time_s,
@@ -677,13 +678,10 @@ class StepModel:
         )
         # the kernels the layers launch (layer_launches): every one dispatched from the CPU in
         # an eager forward; under a CUDA graph the GEMMs' measured times (graph replays) hold
-        # their launches where the tables price them, and comm_s's measured calls the
-        # collectives', so the launch cost stays on the rest (_forward)
+        # their launches where the tables price them, so the launch cost stays on the rest
+        # (_forward)
         counts = _shape(spec)
-        self.collective_launches = layer_collectives(
-            spec, max(tp, self.group_tp, self.moe_ranks, ep)
-        )
-        self.layer_launches = counts.layer_launches + self.collective_launches
+        self.layer_launches = counts.layer_launches
         self.layer_gemm_launches = counts.gemm_launches - GEMM_LAUNCHES["forward"]
         # the model's own fused MoE (shape, format, split) as the GPU's tables timed it at
         # each token count (None: not timed; the roofline, curve and floor above price it)
@@ -1587,12 +1585,9 @@ class StepModel:
             prefill_s = max(prefill_s, self.floors.attention_s)
         graphed = num_tokens <= self.graph_limit(bool(shape.prefill_chunks))
         launches = self.layer_launches
-        if graphed:
-            # the collectives' launches are in comm_s's measured calls, and the GEMMs' in their
-            # measured times (dense_calls_s) where the tables price them
-            launches -= self.collective_launches
-            if self._priced is not None:
-                launches -= self.layer_gemm_launches
+        if graphed and self._priced is not None:
+            # the GEMMs' launches are in their measured times (dense_calls_s)
+            launches -= self.layer_gemm_launches
         launch_s = launches * self.host.per_launch_s(graphed)
         if graphed and self.floors.small_s is not None:
             # at least the small kernels the layers launch, as the tables time them (_Floors)
@@ -1867,7 +1862,7 @@ class _Floors(NamedTuple):
                        the Gated DeltaNet decode update the tables time (4.1-4.4 us); where the
                        recurrent/ tables time the layers (`recurrent_timed`), their conv-state
                        update and state update are in the attention term, not here; a floor
-                       under the launch term, whose per-layer constant (HostOverheads.per_layer_s, 32 us) is above it for every bundled
+                       under the launch term, whose per-launch cost (HostOverheads.per_launch_s, 3.2 us) is above it for every bundled
                        model at the shipped floors (DeepSeek-R1: 487 launches x 1.68 us on a
                        B200 under SGLang, 13.4 us a layer)."""
 
@@ -2011,13 +2006,18 @@ def gemm_launches(spec: ModelSpec) -> int:
 
 def layer_launches(spec: ModelSpec) -> int:
     """The kernels one forward's layers launch, the forward's own (embedding, final norm, head)
-    and the collectives (layer_collectives) left out: their dense GEMMs (gemm_launches), small
+    left out: their dense GEMMs (gemm_launches), small
     kernels (small_launches), each attention layer's attention kernel, each recurrent layer's
     state update and each MoE layer's fused-MoE kernels (FUSED_MOE_LAUNCHES). A dense GQA Llama
     layer launches 10 (4 GEMMs, 5 small kernels, attention); a DeepSeek-V3 MoE layer 23 (MLA's
     5 GEMMs and 4 small kernels, the router and shared expert's 3 GEMMs and 2 small kernels,
     the fused MoE's 6, the 2 residual norms, attention). The per-launch cost is the host
-    constants over the reference layer's count (HostOverheads.per_launch_s)."""
+    constants over the reference layer's count (HostOverheads.per_launch_s).
+
+    The TP collectives are not counted: comm_s prices each at a measured call, and the
+    constants were fitted on runs at several TP sizes (host_overheads.json's reference_layer),
+    so whatever dispatching them costs is in the constants in an unknown share; counting them
+    would move a dense layer at TP > 1 off the constants it was fitted with."""
     moe_layers = spec.moe.num_layers if spec.moe else 0
     return (
         gemm_launches(spec)
@@ -2027,20 +2027,6 @@ def layer_launches(spec: ModelSpec) -> int:
         + len(spec.attention_layers())
         + recurrent_layers(spec)
         + FUSED_MOE_LAUNCHES * moe_layers
-    )
-
-
-def layer_collectives(spec: ModelSpec, ranks: int) -> int:
-    """The collectives one forward's layers launch over `ranks` GPUs (none on one GPU): the TP
-    all-reduces after attention and the MLP (comm.tp_allreduces_per_forward, the embedding's
-    left out: a forward's own) and the q/k norms' all-reduces (qk_norm_allreduces_per_forward);
-    with EP a MoE layer's dispatch and combine stand in for its all-reduce, counted as one."""
-    if ranks <= 1:
-        return 0
-    return (
-        tp_allreduces_per_forward(spec)
-        - EMBEDDING_ALLREDUCES
-        + qk_norm_allreduces_per_forward(spec)
     )
 
 

@@ -475,7 +475,8 @@ text("sim-sglang")(
                 else "kvplan prices every prefill batch "
             )
         )
-        + f"at {f.ms_text(eager_per_layer_s)} a layer of CPU dispatch, a constant of "
+        + f"at {f.ms_text(eager_per_layer_s)} of CPU dispatch for a dense layer's 10 kernels "
+        "(a layer pays for its own kernel count), a constant of "
         "aiconfigurator's vLLM backend (_prefill_dispatch_overhead_ms, set against end-to-end "
         "vLLM runs, not a kernel measurement; its SGLang backend adds none): SGLang's own "
         "dispatch cost, with or without graphs, is not measured."
