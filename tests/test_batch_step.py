@@ -679,3 +679,28 @@ def test_the_reference_layer_keeps_the_constants_and_others_scale():
     assert _eager_launch_per_layer_s("llama-3.1-8b", tp=2) == pytest.approx(
         HOST_OVERHEADS.eager_per_layer_s
     )
+
+
+def test_a_timed_fused_moe_holds_its_launches_under_graphs():
+    """Where the tables time the model's own fused MoE (a CUDA-graph replay of its top-k,
+    alignment, grouped GEMMs, activation and sum), a graphed step charges its 6 launches a layer
+    no more; an eager step still dispatches them."""
+    from kvplan.formulas.batch_step import _shape, moe_shape_key
+
+    spec = load_model("qwen3-30b-a3b")  # 48 MoE layers
+    h100 = load_profile("h100")
+    rates = Rates(h100.memory_bandwidth_bytes_per_s, 9.89e14)
+    kw = dict(tp=1, link=h100.interconnect)
+    key = moe_shape_key("bf16", _shape(spec).moe_shape, 1, 1)
+    plain = StepModel(spec, rates, "bf16", KvFormat("bf16"), **kw)
+    timed = StepModel(
+        spec, rates, "bf16", KvFormat("bf16"), moe_curves_s={key: ((1, 1e-4), (4096, 1e-2))}, **kw
+    )
+    assert plain.moe_curve is None and timed.moe_curve is not None
+    shape = BatchShape(1, 1000, (), 1)
+    per_launch = HOST_OVERHEADS.per_layer_s / 10
+    launch = [m.step(shape).terms_s["launch_s"] for m in (plain, timed)]
+    assert launch[0] == pytest.approx(48 * 14 * per_launch)
+    assert launch[0] - launch[1] == pytest.approx(48 * 6 * per_launch)
+    eager = [m.without_graphs().step(shape).terms_s["launch_s"] for m in (plain, timed)]
+    assert eager[0] == pytest.approx(eager[1])

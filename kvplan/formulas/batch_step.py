@@ -677,9 +677,9 @@ class StepModel:
             else 0.0
         )
         # the kernels the layers launch (layer_launches): every one dispatched from the CPU in
-        # an eager forward; under a CUDA graph the GEMMs' measured times (graph replays) hold
-        # their launches where the tables price them, so the launch cost stays on the rest
-        # (_forward)
+        # an eager forward; under a CUDA graph the GEMMs' and the fused MoE's measured times
+        # (graph replays) hold their launches where the tables price them, so the launch cost
+        # stays on the rest (_forward)
         counts = _shape(spec)
         self.layer_launches = counts.layer_launches
         self.layer_gemm_launches = counts.gemm_launches - GEMM_LAUNCHES["forward"]
@@ -1588,6 +1588,11 @@ class StepModel:
         if graphed and self._priced is not None:
             # the GEMMs' launches are in their measured times (dense_calls_s)
             launches -= self.layer_gemm_launches
+        if graphed and self.moe_curve is not None:
+            # and the fused MoE's in its own measured curve: aiconfigurator's collector times
+            # select_experts and fused_moe together as CUDA-graph replays (collector/sglang/
+            # collect_moe.py run_op under helper.benchmark_with_power, use_cuda_graph=True)
+            launches -= FUSED_MOE_LAUNCHES * self.moe_layers
         launch_s = launches * self.host.per_launch_s(graphed)
         if graphed and self.floors.small_s is not None:
             # at least the small kernels the layers launch, as the tables time them (_Floors)
