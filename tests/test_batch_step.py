@@ -608,9 +608,10 @@ def test_the_small_launches_floor_is_their_count_times_the_tables_kernel():
 
 
 def test_the_launch_term_is_at_least_the_small_kernels_floor():
-    """Under a CUDA graph the launch term is the per-layer constant or, where it is more, the
-    small launches at their floor; eagerly, the eager constant alone. At the shipped SGLang B200
-    floors DeepSeek-R1's small kernels (487 x 1.68 us) stay under the constant (61 x 32 us)."""
+    """Under a CUDA graph the launch term is the layers' launches at the per-launch cost or,
+    where it is more, the small launches at their floor; eagerly, the eager cost alone. At the
+    shipped SGLang B200 floors DeepSeek-R1's small kernels (487 x 1.68 us) stay under its 1,379
+    launches at 3.2 us (3 dense MLA layers of 15 kernels, 58 MoE ones of 23: layer_launches)."""
     spec = load_model("deepseek-r1")
     b200 = load_profile("b200")
     achieved = tables_for(b200, "sglang").achieved
@@ -619,11 +620,87 @@ def test_the_launch_term_is_at_least_the_small_kernels_floor():
     shape = BatchShape(1, 1000, (), 1)
     shipped = StepModel(spec, rates, "fp8", KvFormat("bf16"), achieved=achieved, **kw)
     assert shipped.floors.small_s == pytest.approx(487 * achieved.floors_s["elementwise"])
-    constant = 61 * HOST_OVERHEADS.per_layer_s
+    launches = 3 * 15 + 58 * 23
+    constant = launches * HOST_OVERHEADS.per_layer_s / 10
     assert shipped.floors.small_s < constant
     assert shipped.step(shape).terms_s["launch_s"] == pytest.approx(constant)
     slow = achieved._replace(floors_s={**achieved.floors_s, "elementwise": 10e-6})
     floored = StepModel(spec, rates, "fp8", KvFormat("bf16"), achieved=slow, **kw)
     assert floored.step(shape).terms_s["launch_s"] == pytest.approx(487 * 10e-6)
     eager = floored.without_graphs().step(shape).terms_s["launch_s"]
-    assert eager == pytest.approx(61 * HOST_OVERHEADS.eager_per_layer_s)
+    # eagerly every kernel's launch is charged, the GEMMs' too
+    assert eager == pytest.approx(launches * HOST_OVERHEADS.eager_per_layer_s / 10)
+
+
+def test_layer_launches_by_family_counted_by_hand():
+    """The kernels a layer launches (layer_launches), each family counted from its model code:
+    a dense GQA layer 10 (qkv, o, gate_up, down; 2 residual norms, rotary, cache write,
+    SiLU-and-mul; attention); MLA's attention 5 GEMMs and 4 small kernels; a MoE MLP the router
+    and the fused MoE's 6 kernels (top-k, align, 2 grouped GEMMs, activation, sum), a shared
+    expert 2 GEMMs and 2 small kernels more; a Gated DeltaNet layer in and out, conv update,
+    gated norm and the state update."""
+    from kvplan.formulas.batch_step import layer_launches
+
+    cases = {
+        "llama-3.1-8b": 32 * 10,  # dense GQA
+        "qwen3-30b-a3b": 48 * (2 + 2 + 2 + 1 + 1 + 6),  # GQA, MoE without a shared expert
+        # MLA: 3 dense layers, 58 MoE with a shared expert
+        "deepseek-r1": 3 * (5 + 4 + 2 + 2 + 1 + 1) + 58 * (5 + 4 + 2 + 1 + 1 + 6 + 2 + 2),
+        # hybrid: 36 Gated DeltaNet layers, 12 GQA, every MLP a MoE with a shared expert
+        "qwen3-next-80b-a3b": 36 * (2 + 2 + 2 + 1) + 12 * (2 + 2 + 2 + 1) + 48 * (1 + 6 + 2 + 2),
+    }
+    for name, launches in cases.items():
+        spec = load_model(name)
+        assert layer_launches(spec) == launches, name
+
+
+def _eager_launch_per_layer_s(name: str, tp: int = 1) -> float:
+    spec = load_model(name)
+    h100 = load_profile("h100")
+    rates = Rates(h100.memory_bandwidth_bytes_per_s, 9.89e14)
+    model = StepModel(spec, rates, "bf16", KvFormat("bf16"), tp=tp, link=h100.interconnect)
+    launch_s = model.without_graphs().step(BatchShape(0, 0, ((4096, 0),), 1)).terms_s["launch_s"]
+    return launch_s / spec.num_layers
+
+
+def test_the_reference_layer_keeps_the_constants_and_others_scale():
+    """A dense GQA Llama layer at TP 1 is the layer host_overheads.json's per-layer constants
+    are read as: it pays them unchanged, at TP 1 and TP 2 (the collectives are comm_s's); a
+    MoE layer launches more kernels and pays more."""
+    from kvplan.formulas.batch_step import layer_launches
+
+    llama = load_model("llama-3.1-8b")
+    assert layer_launches(llama) == HOST_OVERHEADS.reference_layer_launches * llama.num_layers
+    assert _eager_launch_per_layer_s("llama-3.1-8b") == pytest.approx(
+        HOST_OVERHEADS.eager_per_layer_s
+    )
+    moe = _eager_launch_per_layer_s("qwen3-30b-a3b")
+    assert moe == pytest.approx(HOST_OVERHEADS.eager_per_layer_s * 14 / 10)
+    assert _eager_launch_per_layer_s("llama-3.1-8b", tp=2) == pytest.approx(
+        HOST_OVERHEADS.eager_per_layer_s
+    )
+
+
+def test_a_timed_fused_moe_holds_its_launches_under_graphs():
+    """Where the tables time the model's own fused MoE (a CUDA-graph replay of its top-k,
+    alignment, grouped GEMMs, activation and sum), a graphed step charges its 6 launches a layer
+    no more; an eager step still dispatches them."""
+    from kvplan.formulas.batch_step import _shape, moe_shape_key
+
+    spec = load_model("qwen3-30b-a3b")  # 48 MoE layers
+    h100 = load_profile("h100")
+    rates = Rates(h100.memory_bandwidth_bytes_per_s, 9.89e14)
+    kw = dict(tp=1, link=h100.interconnect)
+    key = moe_shape_key("bf16", _shape(spec).moe_shape, 1, 1)
+    plain = StepModel(spec, rates, "bf16", KvFormat("bf16"), **kw)
+    timed = StepModel(
+        spec, rates, "bf16", KvFormat("bf16"), moe_curves_s={key: ((1, 1e-4), (4096, 1e-2))}, **kw
+    )
+    assert plain.moe_curve is None and timed.moe_curve is not None
+    shape = BatchShape(1, 1000, (), 1)
+    per_launch = HOST_OVERHEADS.per_layer_s / 10
+    launch = [m.step(shape).terms_s["launch_s"] for m in (plain, timed)]
+    assert launch[0] == pytest.approx(48 * 14 * per_launch)
+    assert launch[0] - launch[1] == pytest.approx(48 * 6 * per_launch)
+    eager = [m.without_graphs().step(shape).terms_s["launch_s"] for m in (plain, timed)]
+    assert eager[0] == pytest.approx(eager[1])

@@ -220,24 +220,22 @@ def test_step_time_does_not_fall_across_the_old_256_token_edge():
 
 
 def test_the_launch_cost_stays_on_the_kernels_other_than_the_timed_gemms():
-    from kvplan.formulas.batch_step import BatchShape, _shape
+    from kvplan.formulas.batch_step import BatchShape
 
-    spec = load_model("deepseek-r1")
+    spec = load_model("deepseek-r1")  # 61 MLA layers: 3 dense MLPs, 58 MoE with a shared expert
     timed, pooled = _b200_model(spec, True), _b200_model(spec, False)
-    counts = _shape(spec)
-    share = counts.gemm_launches / (
-        counts.gemm_launches
-        + counts.small_launches
-        + counts.attention_layers
-        + counts.moe_layers
-        + counts.recurrent_layers
-    )
-    assert timed.gemm_launch_share == pytest.approx(share)
+    # by hand: a dense MLA layer launches 7 GEMMs (5 MLA, 2 MLP) and 8 other kernels (2 norms,
+    # MLA's 4 small ones, SiLU-and-mul, attention); a MoE layer 8 GEMMs (5 MLA, router, shared
+    # expert's 2) and 15 others (2 norms, 4 MLA, shared's 2, the fused MoE's 6, attention)
+    gemms, others = 3 * 7 + 58 * 8, 3 * 8 + 58 * 15
+    assert (pooled.layer_launches, pooled.layer_gemm_launches) == (gemms + others, gemms)
     shape = BatchShape(num_decodes=1, decode_context_sum=1000, num_sampled=1)
     launch_timed, launch_pooled = timed._forward(shape, 1.0)[-1], pooled._forward(shape, 1.0)[-1]
-    per_layer = pooled.host.per_layer_s * spec.num_layers
-    assert launch_pooled == pytest.approx(max(per_layer, pooled.floors.small_s or 0.0))
-    assert launch_timed == pytest.approx(max(per_layer * (1 - share), timed.floors.small_s or 0.0))
+    per_launch = pooled.host.per_layer_s / pooled.host.reference_layer_launches
+    assert launch_pooled == pytest.approx(
+        max((gemms + others) * per_launch, pooled.floors.small_s or 0.0)
+    )
+    assert launch_timed == pytest.approx(max(others * per_launch, timed.floors.small_s or 0.0))
 
 
 def test_layers_the_widths_do_not_lay_out_keep_the_pooled_term():

@@ -32,11 +32,12 @@ def _launch_s(version: str = "0.5", **fields) -> float:
 
 
 def _graphed_s() -> float:
-    """The same step's launch term under graphs, by hand: 36 layers x per_layer_s on the
-    launches other than the GEMMs' (theirs are in their measured times), at least the small
-    kernels' floor (StepModel._forward)."""
+    """The same step's launch term under graphs, by hand: a dense GQA layer launches 10 kernels
+    (the reference layer: per_layer_s is 10 launches' cost), of which its 4 GEMMs are in their
+    measured times: 36 layers x 6 launches x per_layer_s / 10, at least the small kernels'
+    floor (StepModel._forward)."""
     model = build_replica(QWEN3_8B, H100, ServeOptions(engine="sglang")).model
-    graphed = 36 * HOST["per_layer_s"] * (1 - model.gemm_launch_share)
+    graphed = 36 * 6 * HOST["per_layer_s"] / HOST["reference_layer_launches"]
     return max(graphed, model.floors.small_s or 0.0)
 
 

@@ -215,7 +215,10 @@ def test_the_sglang_note_says_how_prefill_dispatch_is_priced():
     data = run_json("simulate", "qwen3-8b", "--gpu", "h100", "--engine", "sglang", *args)
     text = next(n["text"] for n in data["notes"] if n["id"] == "sim-sglang")
     assert "a prefill batch of up to 8,192 tokens with graph launch costs" in text
-    assert f"at {eager_ms:.1f} ms a layer of CPU dispatch, a constant of aiconfigurator's" in text
+    assert (
+        f"at {eager_ms:.1f} ms of CPU dispatch for a dense layer's 10 kernels (a layer pays for "
+        "its own kernel count), a constant of aiconfigurator's"
+    ) in text
     assert "SGLang's own dispatch cost, with or without graphs, is not measured" in text
     data = run_json(
         "simulate", "deepseek-r1", "--gpu", "h200", "--tp", "8", "--dp", "8",
@@ -224,7 +227,7 @@ def test_the_sglang_note_says_how_prefill_dispatch_is_priced():
     text = next(n["text"] for n in data["notes"] if n["id"] == "sim-sglang")
     assert (
         "(DP attention), so every prefill batch runs eagerly; kvplan prices every prefill batch "
-        f"at {eager_ms:.1f} ms a layer"
+        f"at {eager_ms:.1f} ms of CPU dispatch for a dense layer's"
     ) in text
 
 

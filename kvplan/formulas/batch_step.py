@@ -15,8 +15,10 @@ time. Per GPU, for a step of T tokens (decodes plus prefill-chunk tokens):
                                   where the q/k norm spans all heads: MiniMax-M2) and the input
                                   embedding's 1 (comm); the head's logits all-gathered over TP,
                                   sequences x vocab x bf16 (logits_gather_s)
-           + launches             max(L x per-layer cost, small kernels x their floor) under a
-                                  CUDA graph (up to 512 tokens), else L x the eager per-layer cost
+           + launches             max(layers' launches x per-launch cost, small kernels x their
+                                  floor) under a CUDA graph (up to 512 tokens), the GEMMs in
+                                  their measured calls; else every launch at the eager
+                                  per-launch cost (layer_launches, HostOverheads)
     t_host = per-step + per-request scheduler work on the CPU
     t_step = t_gpu + t_host (synchronous scheduling) or max(t_gpu, t_host) (async scheduling)
 
@@ -208,6 +210,16 @@ class HostOverheads(NamedTuple):
     per_request_s: float  # per scheduled request: block tables, outputs, stop checks
     per_layer_s: float  # kernel launches and small kernels, per layer, under CUDA graphs
     eager_per_layer_s: float  # the same without CUDA graphs: the CPU dispatches every kernel
+    # the launches of the layer the two per-layer constants are read as (host_overheads.json's
+    # reference_layer: a dense GQA Llama layer at TP 1, layer_launches); other layers pay by
+    # their own launches at the per-launch cost
+    reference_layer_launches: int = 10
+
+    def per_launch_s(self, graphed: bool) -> float:
+        """One kernel launch's fixed cost: the per-layer constant over the reference layer's
+        launches (under a CUDA graph, or dispatched from the CPU)."""
+        per_layer = self.per_layer_s if graphed else self.eager_per_layer_s
+        return per_layer / self.reference_layer_launches
 
 
 # kvplan/data/kernel_tables/host_overheads.json (its provenance there: BLIS's trained-physics
@@ -692,17 +704,13 @@ class StepModel:
             if floors_s
             else 0.0
         )
-        # the GEMMs' share of a forward's launches: their measured times (CUDA-graph replays)
-        # hold their launches, so the per-layer launch cost is charged on the rest (forward_s)
+        # the kernels the layers launch (layer_launches): every one dispatched from the CPU in
+        # an eager forward; under a CUDA graph the GEMMs' and the fused MoE's measured times
+        # (graph replays) hold their launches where the tables price them, so the launch cost
+        # stays on the rest (_forward)
         counts = _shape(spec)
-        launches = (
-            counts.gemm_launches
-            + counts.small_launches
-            + counts.attention_layers
-            + counts.moe_layers
-            + counts.recurrent_layers
-        )
-        self.gemm_launch_share = counts.gemm_launches / launches if launches else 0.0
+        self.layer_launches = counts.layer_launches
+        self.layer_gemm_launches = counts.gemm_launches - GEMM_LAUNCHES["forward"]
         # the model's own fused MoE (shape, format, split) as the GPU's tables timed it at
         # each token count (None: not timed; the roofline, curve and floor above price it)
         self.moe_layers = spec.moe.num_layers if spec.moe else 0
@@ -1623,12 +1631,16 @@ class StepModel:
         if shape.prefill_chunks and not shape.num_decodes:  # the decodes' floor covers a mix
             prefill_s = max(prefill_s, self.floors.attention_s)
         graphed = num_tokens <= self.graph_limit(bool(shape.prefill_chunks))
-        per_layer = self.host.per_layer_s if graphed else self.host.eager_per_layer_s
-        launch_s = per_layer * self.spec.num_layers
+        launches = self.layer_launches
         if graphed and self._priced is not None:
-            # the GEMMs' launches are in their measured times (dense_calls_s): the per-layer
-            # cost stays on the other kernels' share of the launches
-            launch_s *= 1.0 - self.gemm_launch_share
+            # the GEMMs' launches are in their measured times (dense_calls_s)
+            launches -= self.layer_gemm_launches
+        if graphed and self.moe_curve is not None:
+            # and the fused MoE's in its own measured curve: aiconfigurator's collector times
+            # select_experts and fused_moe together as CUDA-graph replays (collector/sglang/
+            # collect_moe.py run_op under helper.benchmark_with_power, use_cuda_graph=True)
+            launches -= FUSED_MOE_LAUNCHES * self.moe_layers
+        launch_s = launches * self.host.per_launch_s(graphed)
         if graphed and self.floors.small_s is not None:
             # at least the small kernels the layers launch, as the tables time them (_Floors)
             launch_s = max(launch_s, self.floors.small_s)
@@ -1902,7 +1914,7 @@ class _Floors(NamedTuple):
                        the Gated DeltaNet decode update the tables time (4.1-4.4 us); where the
                        recurrent/ tables time the layers (`recurrent_timed`), their conv-state
                        update and state update are in the attention term, not here; a floor
-                       under the launch term, whose per-layer constant (HostOverheads.per_layer_s, 32 us) is above it for every bundled
+                       under the launch term, whose per-launch cost (HostOverheads.per_launch_s, 3.2 us) is above it for every bundled
                        model at the shipped floors (DeepSeek-R1: 487 launches x 1.68 us on a
                        B200 under SGLang, 13.4 us a layer)."""
 
@@ -2014,12 +2026,60 @@ def _floor_format(weights_dtype: str) -> str | None:
     return None if key in ("mxfp4", "nvfp4") else _format_key(key)
 
 
+# Dense GEMM kernels by layer kind (gemm_launches): the head; per attention layer qkv and o
+# (MLA: q_a+kv_a, q_b, two absorbed BMMs, o); per linear-attention layer in and out; per dense MLP
+# gate_up and down; per MoE layer the router and a shared expert's two
+GEMM_LAUNCHES = {"forward": 1, "gqa": 2, "mla": 5, "state": 2, "dense": 2, "moe": 1, "shared": 2}
+# Small kernels by layer kind (small_launches' docstring has the source)
+SMALL_LAUNCHES = {
+    "forward": 2,
+    "every_layer": 2,
+    "gqa": 2,
+    "mla": 4,
+    "state": 2,
+    "dense": 1,
+    "moe": 0,
+    "shared": 2,
+}
+# The kernels of one fused MoE layer past its router GEMM (a GEMM_LAUNCHES one), as SGLang's and
+# vLLM's Triton fused MoE launch them: the top-k (SGLang layers/moe/topk.py select_experts:
+# topk_softmax, or biased_grouped_topk / moe_fused_gate; vLLM fused_moe.py fused_topk), the
+# expert alignment (moe_align_block_size), the two grouped GEMMs (fused_moe_kernel for w13 and
+# w2), the activation between them (silu_and_mul) and the weighted sum over the top-k
+# (SGLang moe_sum_reduce, vLLM ops.moe_sum). Not counted: a block-fp8 checkpoint's
+# per-token-group activation quant before each grouped GEMM, EP's dispatch and combine kernels.
+FUSED_MOE_LAUNCHES = 6
+
+
 def gemm_launches(spec: ModelSpec) -> int:
     """Dense GEMM kernels one forward launches (the head included; see _Floors)."""
-    # the head; per attention layer qkv and o (MLA: q_a+kv_a, q_b, two absorbed BMMs, o); per
-    # linear-attention layer in and out; per dense MLP gate_up and down; per MoE layer the
-    # router and a shared expert's two
-    return _launches(spec, forward=1, gqa=2, mla=5, state=2, dense=2, moe=1, shared=2)
+    return _launches(spec, **GEMM_LAUNCHES)
+
+
+def layer_launches(spec: ModelSpec) -> int:
+    """The kernels one forward's layers launch, the forward's own (embedding, final norm, head)
+    left out: their dense GEMMs (gemm_launches), small
+    kernels (small_launches), each attention layer's attention kernel, each recurrent layer's
+    state update and each MoE layer's fused-MoE kernels (FUSED_MOE_LAUNCHES). A dense GQA Llama
+    layer launches 10 (4 GEMMs, 5 small kernels, attention); a DeepSeek-V3 MoE layer 23 (MLA's
+    5 GEMMs and 4 small kernels, the router and shared expert's 3 GEMMs and 2 small kernels,
+    the fused MoE's 6, the 2 residual norms, attention). The per-launch cost is the host
+    constants over the reference layer's count (HostOverheads.per_launch_s).
+
+    The TP collectives are not counted: comm_s prices each at a measured call, and the
+    constants were fitted on runs at several TP sizes (host_overheads.json's reference_layer),
+    so whatever dispatching them costs is in the constants in an unknown share; counting them
+    would move a dense layer at TP > 1 off the constants it was fitted with."""
+    moe_layers = spec.moe.num_layers if spec.moe else 0
+    return (
+        gemm_launches(spec)
+        - GEMM_LAUNCHES["forward"]
+        + small_launches(spec)
+        - SMALL_LAUNCHES["forward"]
+        + len(spec.attention_layers())
+        + recurrent_layers(spec)
+        + FUSED_MOE_LAUNCHES * moe_layers
+    )
 
 
 def small_launches(spec: ModelSpec) -> int:
@@ -2042,9 +2102,9 @@ def small_launches(spec: ModelSpec) -> int:
     Not counted here: what a family's floor already times (GEMMs with their per-token-group
     activation quant, the fused MoE with its top-k, alignment, activation and sum, the attention
     kernel, all-reduces); per-head q/k RMSNorms (Qwen3's), which the anatomy does not record."""
-    return _launches(
-        spec, forward=2, every_layer=2, gqa=2, mla=4, state=2, dense=1, moe=0, shared=2
-    ) + QK_NORM_TP_LAUNCHES * qk_norm_allreduces_per_forward(spec)
+    return _launches(spec, **SMALL_LAUNCHES) + QK_NORM_TP_LAUNCHES * qk_norm_allreduces_per_forward(
+        spec
+    )
 
 
 def _launches(
@@ -2105,6 +2165,7 @@ class _Shape(NamedTuple):
     mla_layers: int = 0  # of attention_layers, those of MLA
     small_launches: int = 0  # small kernels of a decode forward no family counts
     recurrent_layers: int = 0  # layers running a recurrent state update instead of attention
+    layer_launches: int = 0  # the kernels the layers launch, collectives apart (layer_launches)
 
 
 # A step model is built for every layout of every GPU kind (`capacity --gpu all`: over a hundred
@@ -2124,6 +2185,7 @@ def _shape(spec: ModelSpec) -> _Shape:
             _mla_layers(spec),
             small_launches(spec),
             recurrent_layers(spec),
+            layer_launches(spec),
         )
 
     return kept_with(_SHAPES, spec, (), build)

@@ -769,7 +769,13 @@ class HostOverheadsFile(NamedTuple):
 @cache
 def host_overheads_data() -> HostOverheadsFile:
     doc = json.loads((FOLDER / "host_overheads.json").read_text(encoding="utf-8"))
-    keys = ("per_step_s", "per_request_s", "per_layer_s", "eager_per_layer_s")
+    keys = (
+        "per_step_s",
+        "per_request_s",
+        "per_layer_s",
+        "eager_per_layer_s",
+        "reference_layer_launches",
+    )
     return HostOverheadsFile({k: doc[k] for k in keys}, doc["source"])
 
 

@@ -1750,6 +1750,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
             piecewise=bool(piecewise.tokens),
             release=options.sglang_version,
             eager_per_layer_s=HOST_OVERHEADS.eager_per_layer_s,
+            reference_layer_launches=HOST_OVERHEADS.reference_layer_launches,
         )
     )
     resolved = options._replace(

@@ -436,7 +436,7 @@ text("sim-sglang-version-nearest")(
     )
 )
 text("sim-sglang")(
-    lambda max_prefill_tokens, page, block, swa, graph_tokens, graph_off, piecewise, release, eager_per_layer_s: (
+    lambda max_prefill_tokens, page, block, swa, graph_tokens, graph_off, piecewise, release, eager_per_layer_s, reference_layer_launches: (
         "The engine is SGLang's scheduler as kvplan reads it (main of April 2026, default flags): "
         "a step is a prefill batch alone whenever one can be formed (the running requests do not "
         "decode in it), else a decode step for every running request; admission first come "
@@ -475,7 +475,9 @@ text("sim-sglang")(
                 else "kvplan prices every prefill batch "
             )
         )
-        + f"at {f.ms_text(eager_per_layer_s)} a layer of CPU dispatch, a constant of "
+        + f"at {f.ms_text(eager_per_layer_s)} of CPU dispatch for a dense layer's "
+        f"{reference_layer_launches} kernels "
+        "(a layer pays for its own kernel count), a constant of "
         "aiconfigurator's vLLM backend (_prefill_dispatch_overhead_ms, set against end-to-end "
         "vLLM runs, not a kernel measurement; its SGLang backend adds none): SGLang's own "
         "dispatch cost, with or without graphs, is not measured."
