@@ -1,5 +1,6 @@
 """Time SGLang's detokenizer step on a Moonshot-style tiktoken tokenizer, on this CPU, and write
-kvplan/data/host/detokenizer.json (the cost per streamed token per request, by release range).
+kvplan/data/kernel_tables/sglang_detokenizer.json (the cost per streamed token per request, by
+decode path).
 
 What SGLang's DetokenizerManager does per scheduler step (detokenizer_manager.py,
 _decode_batch_token_id_output, 0.5.6.post2 to 0.5.12): for the B requests that streamed a token
@@ -35,7 +36,7 @@ here (`pr25309_case`) so the ratios between paths and this CPU's speed can be co
 Run from outside the repository root (the project's kernels/ folder shadows a package
 transformers imports), with the transformers the releases pin (SGLang 0.5.6.post2-0.5.9:
 transformers==4.57.1):
-    cd /tmp && python /path/to/scripts/bench_detokenizer.py --write /path/to/kvplan/data/host/detokenizer.json
+    cd /tmp && python /path/to/scripts/bench_detokenizer.py --write /path/to/kvplan/data/kernel_tables/sglang_detokenizer.json
 """
 
 from __future__ import annotations
@@ -227,6 +228,9 @@ def main() -> None:
     parser.add_argument("--write", type=Path, help="the data file to write")
     parser.add_argument("--repeats", type=int, default=2000, help="runs of a one-request step")
     args = parser.parse_args()
+    if not 1 <= args.repeats <= 1_000_000:
+        print(f"--repeats must be 1 to 1,000,000 (got {args.repeats})", file=sys.stderr)
+        sys.exit(2)
 
     import tiktoken
     import transformers

@@ -20,6 +20,8 @@ from kvplan.simulate.engine import serial_stage_s
 from kvplan.simulate.setup import ServeOptions, build_replica
 from kvplan.simulate.workload import WorkloadSpec
 
+from helpers import load_script
+
 
 @pytest.mark.parametrize(
     ("model", "layers_type", "config_type", "untimed"),
@@ -160,3 +162,15 @@ def test_other_models_and_engines_get_no_detokenizer_stage():
         load_model("moonshotai/Kimi-K2.5", checkpoint=False), h200, ServeOptions(tp=8)
     )
     assert vllm.config.detokenizer_token_s == 0.0
+
+
+@pytest.mark.parametrize("repeats", ["0", "-5", "1000001"])
+def test_bench_detokenizer_refuses_a_repeat_count_out_of_range(repeats, monkeypatch, capsys):
+    """--repeats out of 1..1,000,000: a one-line error and exit 2, before anything is timed."""
+    bench = load_script("bench_detokenizer")
+    monkeypatch.setattr("sys.argv", ["bench_detokenizer.py", "--repeats", repeats])
+    with pytest.raises(SystemExit) as exc:
+        bench.main()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--repeats" in err and repeats in err

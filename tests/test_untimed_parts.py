@@ -134,6 +134,11 @@ DECODE_UNTIMED = "the DSA module's decode under flashmla_kv (the tables time trt
         # Hopper: fa3 for bf16 (the default), flashmla_kv for fp8, both timed
         ("h200", {}, ()),
         ("h200", {"kv_cache_dtype": "fp8_e4m3"}, ()),
+        # SGLang 0.5.14 itself (the grids' release) or later picks trtllm there: timed; an
+        # earlier patch keeps 0.5.9's flashmla_kv
+        ("b200", {"sglang_version": "0.5.14"}, ()),
+        ("b200", {"sglang_version": "0.5.15"}, ()),
+        ("b200", {"sglang_version": "0.5.13"}, (DECODE_UNTIMED,)),
         # named by its flag instead: the flag's own untimed part, not this one
         (
             "b200",

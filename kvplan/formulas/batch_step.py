@@ -211,9 +211,9 @@ class HostOverheads(NamedTuple):
     per_layer_s: float  # kernel launches and small kernels, per layer, under CUDA graphs
     eager_per_layer_s: float  # the same without CUDA graphs: the CPU dispatches every kernel
     # the launches of the layer the two per-layer constants are read as (host_overheads.json's
-    # reference_layer: a dense GQA Llama layer at TP 1, layer_launches); other layers pay by
-    # their own launches at the per-launch cost
-    reference_layer_launches: int = 10
+    # reference_layer: a dense GQA Llama layer, its TP collectives apart, layer_launches); other
+    # layers pay by their own launches at the per-launch cost
+    reference_layer_launches: int
 
     def per_launch_s(self, graphed: bool) -> float:
         """One kernel launch's fixed cost: the per-layer constant over the reference layer's

@@ -885,13 +885,28 @@ def dsa_decode_kernel(spec, gpu, options, kv_format: str, grids) -> tuple[str, s
     it by --nsa-decode-backend, which nsa_flags marks untimed, or no SGLang grids record it).
     SGLang picks by the cache dtype and GPU (engines.sglang.nsa_default_backends, 0.5.9's
     rule: flashmla_kv for an fp8 cache); the grids record what aiconfigurator's collector ran
-    (DsaGrids.decode_kernels: SGLang 0.5.14's trtllm for an fp8 cache on SM100)."""
-    from kvplan.engines.sglang import nsa_default_backends
+    (DsaGrids.decode_kernels: SGLang 0.5.14's trtllm for an fp8 cache on SM100). A run of the
+    grids' own release or a later patch runs what they timed: the collector keeps that
+    release's picks (collector/sglang/collect_mla_module.py: "Mirrors SGLang 0.5.14
+    server_args.py:_set_default_dsa_backends" for an fp8 cache, the runtime default for bf16),
+    so 0.5.9's rule is not applied to it."""
+    from kvplan.engines.sglang import nsa_default_backends, sglang_patch, sglang_release
     from kvplan.engines.vllm import gpu_generation
 
     if options.engine != "sglang" or grids is None or not grids.decode_kernels:
         return None
     if options.backends.nsa_decode_backend or not dsa_layers(spec):
+        return None
+    run_patch, grids_patch = (
+        sglang_patch(options.sglang_version),
+        sglang_patch(grids.engine_version),
+    )
+    if (
+        run_patch is not None
+        and grids_patch is not None
+        and sglang_release(options.sglang_version)[0] == sglang_release(grids.engine_version)[0]
+        and run_patch >= grids_patch
+    ):
         return None
     fp8 = resolve_kv_format(kv_format, spec.dtype).name.startswith("fp8")
     decode = nsa_default_backends("fp8_e4m3" if fp8 else "bfloat16", gpu_generation(gpu))[1]

@@ -522,8 +522,9 @@ text("sim-weak-detokenizer")(
             f"kvplan times it as a stage of its own between the engine and the API server, "
             f"{per_token_us:,.0f} us per token per request (scripts/bench_detokenizer.py: "
             f"SGLang's two decode calls a request, {batch} requests a step, on {cpu}, not the "
-            "serving host's CPU, whose speed moves that cap in proportion), so at high "
-            "concurrency the tokens/s clients receive are the detokenizer's, not the GPUs'. "
+            "serving host's CPU, whose speed moves that cap in proportion): the tokens/s "
+            f"clients receive cannot pass about {1e6 / per_token_us:,.0f}, however fast the "
+            "GPUs step. "
             if path != "native"
             else "kvplan does not time it. "
         )
