@@ -14,7 +14,9 @@ from one of one. Timed two ways:
 - `cpu`: tiny fp32 CPU tensors (one token, a 64-wide model): the same plus a CPU kernel on a few
   hundred bytes (an upper bound on the host part, not a GPU time).
 
-Neither measures what a CUDA launch adds (the driver's cudaLaunchKernel, a Triton launcher's
+With `--cuda` (a GPU machine) the same calls are timed on CUDA tensors, host side: the loop waits
+for no kernel, so it times Python, the dispatcher and cudaLaunchKernel per call. Without it,
+neither measures what a CUDA launch adds (the driver's cudaLaunchKernel, a Triton launcher's
 Python, the stream's queue): this machine has no GPU. Per-op figures are the least over
 interleaved repeats of a loop's mean per call; per-layer figures time the whole sequence the same
 way (torch.inference_mode, one intra-op thread: many small OpenMP regions on a shared 2-core
@@ -22,6 +24,7 @@ machine inflate times).
 
     python scripts/bench_dispatch.py --write kvplan/data/kernel_tables/host_dispatch.json
     python scripts/bench_dispatch.py --quick   # a few repeats, for tests
+    python scripts/bench_dispatch.py --cuda    # on a GPU machine: the host side with CUDA launches
 """
 
 from __future__ import annotations
@@ -188,6 +191,11 @@ def aten_calls(
 
 
 def _loop_s(run: Callable[[], Any], calls: int) -> float:
+    """Mean seconds a call of `run` holds the host, the device's queue drained first (on CUDA the
+    loop is not synchronised at its end: tiny kernels finish faster than they are launched, so
+    the host's launches are what the loop times)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(calls):
         run()
@@ -257,11 +265,14 @@ def bench_device(device: str, loop_s: float, repeats: int) -> dict[str, Any]:
     }
 
 
-def run(quick: bool) -> dict[str, Any]:
+DEVICES = ("meta", "cpu")  # and "cuda" where a GPU is present (--cuda)
+
+
+def run(quick: bool, devices: tuple[str, ...] = DEVICES) -> dict[str, Any]:
     torch.set_num_threads(1)
     loop_s, repeats = (0.002, 2) if quick else (0.05, 15)
     with torch.inference_mode():
-        devices = {device: bench_device(device, loop_s, repeats) for device in ("meta", "cpu")}
+        timed = {device: bench_device(device, loop_s, repeats) for device in devices}
     return {
         "source": "scripts/bench_dispatch.py on this machine's CPU: PyTorch eager calls standing "
         "for the kernels SGLang 0.5's model code launches per layer (llama.py, qwen3_moe.py, "
@@ -277,7 +288,8 @@ def run(quick: bool) -> dict[str, Any]:
         "cpu": _cpu_model(),
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
-        "devices": devices,
+        "cuda_device": torch.cuda.get_device_name() if "cuda" in devices else None,
+        "devices": timed,
     }
 
 
@@ -312,8 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few repeats (tests)")
     parser.add_argument("--write", type=Path, help="write the JSON here")
+    parser.add_argument(
+        "--cuda", action="store_true", help="also time the calls on CUDA tensors (host side)"
+    )
     args = parser.parse_args(argv)
-    result = run(args.quick)
+    if args.cuda and not torch.cuda.is_available():
+        parser.error("--cuda: this torch sees no CUDA device")
+    result = run(args.quick, DEVICES + ("cuda",) if args.cuda else DEVICES)
     print(render(result))
     if args.write:
         args.write.write_text(json.dumps(result, indent=1) + "\n")

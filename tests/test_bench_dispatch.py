@@ -15,15 +15,15 @@ from kvplan.inputs.sources import load_model
 from helpers import load_script
 
 bench = load_script("bench_dispatch")
-DEVICES = ("meta", "cpu")
 
 
 def _check_consistent(result: dict) -> None:
     for key in ("source", "derived_by", "cpu", "torch_version", "python_version"):
         assert result[key], key
-    assert set(result["devices"]) == set(DEVICES)
-    for device in DEVICES:
-        figures = result["devices"][device]
+    # meta and cpu always; cuda where the run had a GPU, and then it names it
+    assert set(bench.DEVICES) <= set(result["devices"]) <= {*bench.DEVICES, "cuda"}
+    assert (result["cuda_device"] is not None) == ("cuda" in result["devices"])
+    for figures in result["devices"].values():
         layers = figures["layers"]
         assert list(layers) == list(bench.LAYERS)
         for name, layer in layers.items():
