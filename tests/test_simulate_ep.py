@@ -312,13 +312,14 @@ def test_the_engines_lockstep_rules():
     # priced: padded, the MoE layers see 2 x 3 tokens; an idle rank's dummy adds its token
     assert lockstep_step(m, [decodes[1], decodes[0]], 0, True)[0] == m.step(decodes[1], 6)
     assert lockstep_step(m, [decodes[1]], 1, False)[0] == m.step(decodes[1], 4)
-    # eagerly: every layer's kernels dispatched from the CPU (HostOverheads.eager_per_layer_s
-    # for the reference layer's 10 launches); by hand, 27 MLA layers, one dense (15 kernels),
-    # 26 MoE with a shared expert (23)
+    # eagerly: every layer's kernels dispatched from the CPU at their measured host cost and
+    # each layer the rest of the reference layer's constant (HostOverheads.launch_s); by hand,
+    # 27 MLA layers, one dense (15 kernels), 26 MoE with a shared expert (23)
     eager = m.without_graphs()
     launches = 15 + 26 * 23
+    h = m.host
     assert eager.step(decodes[0], 2).terms_s["launch_s"] == pytest.approx(
-        m.host.eager_per_layer_s / 10 * launches
+        27 * (h.eager_per_layer_s - 10 * h.eager_per_launch_s) + launches * h.eager_per_launch_s
     )
     assert m.step(decodes[0], 2).terms_s["launch_s"] == pytest.approx(
         m.host.per_layer_s / 10 * launches

@@ -216,8 +216,8 @@ def test_the_sglang_note_says_how_prefill_dispatch_is_priced():
     text = next(n["text"] for n in data["notes"] if n["id"] == "sim-sglang")
     assert "a prefill batch of up to 8,192 tokens with graph launch costs" in text
     assert (
-        f"at {eager_ms:.1f} ms of CPU dispatch for a dense layer's 10 kernels (a layer pays for "
-        "its own kernel count), a constant of aiconfigurator's"
+        f"at {eager_ms:.1f} ms of CPU dispatch for a dense layer's 10 kernels (a layer of more "
+        "kernels pays each one's measured host cost on top), a constant of aiconfigurator's"
     ) in text
     assert "SGLang's own dispatch cost, with or without graphs, is not measured" in text
     data = run_json(

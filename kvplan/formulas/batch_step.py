@@ -17,8 +17,9 @@ time. Per GPU, for a step of T tokens (decodes plus prefill-chunk tokens):
                                   sequences x vocab x bf16 (logits_gather_s)
            + launches             max(layers' launches x per-launch cost, small kernels x their
                                   floor) under a CUDA graph (up to 512 tokens), the GEMMs in
-                                  their measured calls; else every launch at the eager
-                                  per-launch cost (layer_launches, HostOverheads)
+                                  their measured calls; else every launch at its measured
+                                  host cost and each layer the rest of the eager per-layer
+                                  constant (layer_launches, HostOverheads.launch_s)
     t_host = per-step + per-request scheduler work on the CPU
     t_step = t_gpu + t_host (synchronous scheduling) or max(t_gpu, t_host) (async scheduling)
 
@@ -214,12 +215,27 @@ class HostOverheads(NamedTuple):
     # reference_layer: a dense GQA Llama layer, its TP collectives apart, layer_launches); other
     # layers pay by their own launches at the per-launch cost
     reference_layer_launches: int
+    # one launch dispatched from the CPU: host_dispatch.json's measured PyTorch calls and the
+    # driver's enqueue (kernel_tables.host_overheads_data)
+    eager_per_launch_s: float
 
-    def per_launch_s(self, graphed: bool) -> float:
-        """One kernel launch's fixed cost: the per-layer constant over the reference layer's
-        launches (under a CUDA graph, or dispatched from the CPU)."""
-        per_layer = self.per_layer_s if graphed else self.eager_per_layer_s
-        return per_layer / self.reference_layer_launches
+    def per_launch_s(self) -> float:
+        """One kernel launch's fixed cost under a CUDA graph: the graph constant over the
+        reference layer's launches."""
+        return self.per_layer_s / self.reference_layer_launches
+
+    def launch_s(self, launches: float, layers: int, graphed: bool) -> float:
+        """Seconds `launches` kernel launches of `layers` layers cost: under a CUDA graph each
+        at per_launch_s; eagerly each at the measured eager_per_launch_s, and every layer the
+        part of eager_per_layer_s no launch count explains (the reference layer's constant less
+        its launches' measured cost: the model's Python, metadata, synchronisations), so the
+        reference layer pays eager_per_layer_s and a layer of more kernels their host cost."""
+        if graphed:
+            return launches * self.per_launch_s()
+        per_layer_s = self.eager_per_layer_s - self.reference_layer_launches * (
+            self.eager_per_launch_s
+        )
+        return layers * per_layer_s + launches * self.eager_per_launch_s
 
 
 # kvplan/data/kernel_tables/host_overheads.json (its provenance there: BLIS's trained-physics
@@ -1640,7 +1656,7 @@ class StepModel:
             # select_experts and fused_moe together as CUDA-graph replays (collector/sglang/
             # collect_moe.py run_op under helper.benchmark_with_power, use_cuda_graph=True)
             launches -= FUSED_MOE_LAUNCHES * self.moe_layers
-        launch_s = launches * self.host.per_launch_s(graphed)
+        launch_s = self.host.launch_s(launches, self.spec.num_layers, graphed)
         if graphed and self.floors.small_s is not None:
             # at least the small kernels the layers launch, as the tables time them (_Floors)
             launch_s = max(launch_s, self.floors.small_s)
@@ -2063,8 +2079,9 @@ def layer_launches(spec: ModelSpec) -> int:
     state update and each MoE layer's fused-MoE kernels (FUSED_MOE_LAUNCHES). A dense GQA Llama
     layer launches 10 (4 GEMMs, 5 small kernels, attention); a DeepSeek-V3 MoE layer 23 (MLA's
     5 GEMMs and 4 small kernels, the router and shared expert's 3 GEMMs and 2 small kernels,
-    the fused MoE's 6, the 2 residual norms, attention). The per-launch cost is the host
-    constants over the reference layer's count (HostOverheads.per_launch_s).
+    the fused MoE's 6, the 2 residual norms, attention). Under a CUDA graph a launch costs the
+    graph constant over the reference layer's count; eagerly its measured host cost, with each
+    layer the rest of the per-layer constant (HostOverheads.launch_s).
 
     The TP collectives are not counted: comm_s prices each at a measured call, and the
     constants were fitted on runs at several TP sizes (host_overheads.json's reference_layer),

@@ -477,7 +477,7 @@ text("sim-sglang")(
         )
         + f"at {f.ms_text(eager_per_layer_s)} of CPU dispatch for a dense layer's "
         f"{reference_layer_launches} kernels "
-        "(a layer pays for its own kernel count), a constant of "
+        "(a layer of more kernels pays each one's measured host cost on top), a constant of "
         "aiconfigurator's vLLM backend (_prefill_dispatch_overhead_ms, set against end-to-end "
         "vLLM runs, not a kernel measurement; its SGLang backend adds none): SGLang's own "
         "dispatch cost, with or without graphs, is not measured."
