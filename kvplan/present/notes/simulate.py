@@ -2,6 +2,7 @@
 decoding, DCP, expert and data parallelism, disaggregation, its known weak spots and its
 intervals. Made in kvplan/plans/simulate.py and kvplan/simulate/setup.py."""
 
+from kvplan.formulas.batch_step import HOST_OVERHEADS
 from kvplan.present import format as f
 from kvplan.present.format import gib_text
 from kvplan.present.notes.registry import text
@@ -38,10 +39,14 @@ text("sim-kernel-tables")(
         )
         + "): dense GEMMs and attention by the medians of their tables, fused-MoE experts by "
         "the model's own timed shape where the tables have it (the MoE note says), else a curve "
-        "of the tokens each expert gets; CUDA-graph steps pay 32 us per layer, larger "
-        "steps 0.8 ms per layer of CPU dispatch (a constant of aiconfigurator's vLLM backend, "
-        "not a kernel measurement); the API server 15.6 ms per request and 46 us "
-        "per streamed token (BLIS)."
+        "of the tokens each expert gets; a CUDA-graph step pays "
+        f"{f.us_text(HOST_OVERHEADS.per_launch_s(), 1)} for each kernel a layer launches outside "
+        "the measured GEMM and fused-MoE rows (BLIS's per-layer constant over a dense layer's "
+        "launches), a larger step each launch's measured host cost "
+        f"({f.us_text(HOST_OVERHEADS.eager_per_launch_s, 1)}) and the rest of "
+        f"{f.ms_text(HOST_OVERHEADS.eager_per_layer_s)} per layer of CPU dispatch (a constant of "
+        "aiconfigurator's vLLM backend, not a kernel measurement); the API server 15.6 ms per "
+        "request and 46 us per streamed token (BLIS)."
     )
 )
 text("sim-dcp")(
