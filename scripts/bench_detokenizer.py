@@ -51,6 +51,9 @@ import sys
 import time
 from pathlib import Path
 
+from kvplan.atomic import write_atomic
+from kvplan.measure.device import cpu_model
+
 BASE_TOKENS = 163_584  # Kimi-K2's tiktoken.model ranks (vocab_size 163,840 = these + 256)
 RESERVED = 256  # TikTokenTokenizer.num_reserved_special_tokens
 # Kimi-K2's named special ids (offsets from BASE_TOKENS), as its tokenizer_config names them
@@ -271,7 +274,7 @@ def main() -> None:
             "0.5.13). Synthetic BPE ranks: decoding looks tokens up and joins bytes, its cost "
             "does not depend on the ranks' content"
         ),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "python": platform.python_version(),
         "transformers": transformers.__version__,
         "tiktoken": tiktoken.__version__,
@@ -299,17 +302,7 @@ def main() -> None:
     print(text)
     if args.write:
         args.write.parent.mkdir(parents=True, exist_ok=True)
-        args.write.write_text(text, encoding="utf-8")
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
+        write_atomic(args.write, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kvplan.atomic import write_atomic
+from kvplan.measure.device import cpu_model
+
 # a tiny model: the host cost of an op does not depend on its sizes (no kernel work on meta)
 TOKENS = 1
 HIDDEN = 64
@@ -285,22 +288,12 @@ def run(quick: bool, devices: tuple[str, ...] = DEVICES) -> dict[str, Any]:
         "quick": quick,
         "loop_s": loop_s,
         "repeats": repeats,
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "cuda_device": torch.cuda.get_device_name() if "cuda" in devices else None,
         "devices": timed,
     }
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def render(result: dict[str, Any]) -> str:
@@ -333,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     result = run(args.quick, DEVICES + ("cuda",) if args.cuda else DEVICES)
     print(render(result))
     if args.write:
-        args.write.write_text(json.dumps(result, indent=1) + "\n")
+        text = json.dumps(result, indent=1) + "\n"
+        write_atomic(args.write, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return 0
 
 

@@ -45,6 +45,11 @@ def _cpu_model_and_flags() -> tuple[str, set[str]]:
     return name or platform.processor() or "unknown CPU", flags
 
 
+def cpu_model() -> str:
+    """The CPU's model name, as benchmarks record the machine they timed on."""
+    return _cpu_model_and_flags()[0]
+
+
 def _total_ram_bytes() -> int | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
