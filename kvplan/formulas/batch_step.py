@@ -268,6 +268,19 @@ ENGINE_TERMS = (*GPU_TERMS, "host_s")
 FIXED_TERMS = ("launch_s", "host_s")
 
 
+def critical_fixed_s(step: StepTime) -> float:
+    """Seconds of a step's FIXED_TERMS on its critical path: launch_s (GPU time), and of host_s
+    what the step's total leaves exposed beside its GPU terms: all of it where the host runs
+    serially with the GPU, none of what async scheduling (vLLM; SGLang's overlap scheduler)
+    hides behind a longer GPU step (StepModel.step's total: max(gpu, host) there, gpu + host
+    otherwise). Read off the total itself (total_s less the GPU_TERMS, at most host_s), so it
+    follows whatever rule priced the step."""
+    terms = step.terms_s
+    gpu_s = sum(terms.get(key, 0.0) for key in GPU_TERMS)
+    exposed_host_s = min(terms.get("host_s", 0.0), max(0.0, step.total_s - gpu_s))
+    return terms.get("launch_s", 0.0) + exposed_host_s
+
+
 def engine_step_time(
     weights_s: float,
     matmul_s: float,
