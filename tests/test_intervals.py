@@ -994,9 +994,9 @@ def test_the_ttft_untimed_share_counts_the_host_time_on_the_critical_path():
     the 1 ms of launches counts, 0.2 (not (1 + 3) / 5 = 0.8). With 7 ms of host work the async
     total is 7 ms, 2 ms of it host time past the GPU's: (1 + 2) / 7."""
     from kvplan.formulas.batch_step import critical_fixed_s, engine_step_time
-    from kvplan.simulate.engine import Engine, EngineConfig, Req
     from kvplan.simulate.metrics import ttft_untimed_fraction
-    from kvplan.simulate.workload import RequestSpec
+
+    from helpers import run_by_hand
 
     def step(host_s: float, overlapped: bool):
         total_s = max(5e-3, host_s) if overlapped else 5e-3 + host_s
@@ -1014,17 +1014,10 @@ def test_the_ttft_untimed_share_counts_the_host_time_on_the_critical_path():
             return self.timing
 
     for host_s, overlapped, share in ((3e-3, False, 0.5), (3e-3, True, 0.2), (7e-3, True, 3 / 7)):
-        config = EngineConfig(
-            max_num_seqs=8,
-            max_num_batched_tokens=4096,
-            max_model_len=4096,
-            num_blocks=100,
-            block_size=16,
-            async_scheduling=overlapped,
+        # one request of 100 prompt tokens and one output: its one step, which samples it
+        engine, _ = run_by_hand(
+            [(0, 100, 1)], None, Steps(host_s, overlapped), async_scheduling=overlapped
         )
-        engine = Engine(config, Steps(host_s, overlapped), 0.0)
-        engine.admit(Req(RequestSpec(0, 0.0, 100, 1), 0.0, 0.0, 1), 0.0)
-        engine.step(0.0)  # the prompt's one step, which samples its first token
         assert engine.prefill_busy_s == pytest.approx(step(host_s, overlapped).total_s)
         # a TTFT of that step alone, no API-server cost: the step's own share
         ttft_s = engine.prefill_busy_s
