@@ -110,10 +110,10 @@ def mamba2_config(**overrides) -> dict:
     return config
 
 
-def run_by_hand(arrivals, observe, **config):
-    """A small engine whose schedule a test works out by hand: steps of 1 s, 8 seats, 4,096
-    tokens a step and of context, 100 blocks of 16, unless `config` (EngineConfig's fields)
-    says otherwise. `arrivals`: (step, prompt tokens, outputs) of each request (ids in order),
+def run_by_hand(arrivals, observe, model=None, **config):
+    """A small engine whose schedule a test works out by hand: steps of 1 s (or `model`'s), 8
+    seats, 4,096 tokens a step and of context, 100 blocks of 16, unless `config`
+    (EngineConfig's fields) says otherwise. `arrivals`: (step, prompt tokens, outputs) of each request (ids in order),
     admitted once that many steps have run; `observe` sees every step (Engine's observer, or
     None). Runs to the end: (the engine, its requests)."""
     from kvplan.simulate.engine import Engine, EngineConfig, Req
@@ -123,7 +123,7 @@ def run_by_hand(arrivals, observe, **config):
     small = dict(max_num_seqs=8, max_num_batched_tokens=4096, max_model_len=4096, num_blocks=100)
     engine = Engine(
         EngineConfig(**{**small, "block_size": 16, **config}),
-        FixedStep(1.0),
+        FixedStep(1.0) if model is None else model,
         0.0,
         observer=observe,
     )

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from kvplan.engines import EngineRequest, engine_allocation
-from kvplan.engines.backends import Backends, check_backends, older_than, release_key
+from kvplan.engines.backends import Backends, check_backends
+from kvplan.engines.releases import older_than, release_key
 from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model

@@ -987,6 +987,43 @@ def test_ttft_untimed_fraction_by_hand():
     assert ttft_untimed_fraction(engines, 0.01, 0.015) == 1.0
 
 
+def test_the_ttft_untimed_share_counts_the_host_time_on_the_critical_path():
+    """A prefill step of 5 ms on the GPU (1 ms of it launches, 4 ms weights) with 3 ms of host
+    work. Run serially its total is 8 ms and 1 + 3 = 4 ms of it is fixed: a 0.5 share. Under
+    async scheduling its total is max(5, 3) = 5 ms, the host work hidden behind the GPU's: only
+    the 1 ms of launches counts, 0.2 (not (1 + 3) / 5 = 0.8). With 7 ms of host work the async
+    total is 7 ms, 2 ms of it host time past the GPU's: (1 + 2) / 7."""
+    from kvplan.formulas.batch_step import critical_fixed_s, engine_step_time
+    from kvplan.simulate.metrics import ttft_untimed_fraction
+
+    from helpers import run_by_hand
+
+    def step(host_s: float, overlapped: bool):
+        total_s = max(5e-3, host_s) if overlapped else 5e-3 + host_s
+        return engine_step_time(4e-3, 0.0, 0.0, 0.0, 0.0, 0.0, 1e-3, host_s, total_s)
+
+    assert critical_fixed_s(step(3e-3, False)) == pytest.approx(4e-3)
+    assert critical_fixed_s(step(3e-3, True)) == pytest.approx(1e-3)
+    assert critical_fixed_s(step(7e-3, True)) == pytest.approx(3e-3)
+
+    class Steps:  # every step the one above
+        def __init__(self, host_s: float, overlapped: bool):
+            self.timing = step(host_s, overlapped)
+
+        def step(self, shape, *args, **kwargs):
+            return self.timing
+
+    for host_s, overlapped, share in ((3e-3, False, 0.5), (3e-3, True, 0.2), (7e-3, True, 3 / 7)):
+        # one request of 100 prompt tokens and one output: its one step, which samples it
+        engine, _ = run_by_hand(
+            [(0, 100, 1)], None, Steps(host_s, overlapped), async_scheduling=overlapped
+        )
+        assert engine.prefill_busy_s == pytest.approx(step(host_s, overlapped).total_s)
+        # a TTFT of that step alone, no API-server cost: the step's own share
+        ttft_s = engine.prefill_busy_s
+        assert ttft_untimed_fraction([engine], ttft_s, 0.0) == pytest.approx(share)
+
+
 def test_the_confidence_note_shows_the_range_of_rate_factors_used():
     from kvplan.notes import note
     from kvplan.present.notes import note_text

@@ -654,3 +654,44 @@ def test_the_cookbook_deepseek_v3_2_h800_acceptance_cannot_happen():
     assert speculative.check_length(3.0, 2) == 3.0
     with pytest.raises(KvplanError, match=r"3.27: between 1 and 3 \(k \+ 1\) for 2 drafted"):
         speculative.check_length(3.27, 2)
+
+
+def test_a_graph_twin_is_held_by_the_model_it_was_built_from(llama, h100, monkeypatch):
+    """_graphed's twin belongs to the model it copies (StepModel.with_graph_tokens), not to a
+    cache keyed by id(model): CPython gives a collected model's address to a model built after
+    it, so such a key collides and the second model got the first one's twin. Here every id
+    is the same (the collision, made certain: speculative's `id` patched), and each model still
+    gets its own twin."""
+    import copy
+
+    monkeypatch.setattr(speculative, "id", lambda _: 1, raising=False)
+    m = _sglang_eagle3(llama, h100, 5, 4, 8)
+    first = copy.copy(m.target)
+    first.cuda_graph_max_tokens = 64
+    assert m._graphed(first, 8).cuda_graph_max_tokens == 64 * 8
+    del first
+    second = copy.copy(m.target)
+    second.cuda_graph_max_tokens = 32
+    assert m._graphed(second, 8).cuda_graph_max_tokens == 32 * 8
+    # a copy does not inherit the twins built of its original
+    assert m._graphed(copy.copy(second), 8) is not m._graphed(second, 8)
+    assert m._graphed(second, 8) is m._graphed(second, 8)  # built once
+
+
+def test_the_graph_twins_are_one_copy_at_other_limits(llama, h100):
+    """without_graphs and with_graph_tokens are one copy (StepModel._graph_twin) at other CUDA
+    graph limits: eager is both limits 0, a graph twin the decode limit alone, keeping the
+    model's prefill limit; each built once, and eager stays eager."""
+    m = build_replica(llama, h100, ServeOptions(engine="sglang")).model
+    assert m.cuda_graph_max_tokens and m.prefill_graph_max_tokens
+    eager = m.without_graphs()
+    assert (eager.cuda_graph_max_tokens, eager.prefill_graph_max_tokens) == (0, 0)
+    assert m.without_graphs() is eager and eager.without_graphs() is eager
+    wider = 2 * m.cuda_graph_max_tokens
+    twin = m.with_graph_tokens(wider)
+    assert twin.cuda_graph_max_tokens == wider
+    assert twin.prefill_graph_max_tokens == m.prefill_graph_max_tokens
+    assert m.with_graph_tokens(wider) is twin
+    assert twin.without_graphs() is eager
+    assert m.with_graph_tokens(m.cuda_graph_max_tokens) is m
+    assert eager.with_graph_tokens(wider) is eager

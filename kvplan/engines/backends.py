@@ -16,8 +16,7 @@ config/attention.py, SGLang srt/server_args.py, read release by release):
 
 from __future__ import annotations
 
-import re
-
+from kvplan.engines.releases import older_than
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 
@@ -77,11 +76,6 @@ BEFORE = {
     "--enable-deepep-moe and --enable-flashinfer-*-moe flags, which kvplan does not take",
 }
 
-_RELEASE = re.compile(
-    r"v?([0-9]{1,4})\.([0-9]{1,4})(?:\.([0-9]{1,4}))?(rc|a|b)?[0-9]*(?:\.post([0-9]{1,4}))?"
-)
-_NEWEST = 1 << 20  # a bare "0.4": its line's newest release
-
 
 def moe_field(engine: str) -> str:
     """The Backends field of `engine`'s MoE kernel flag."""
@@ -91,29 +85,6 @@ def moe_field(engine: str) -> str:
 def flag_of(name: str) -> str:
     """A Backends field as the engine spells the flag: '--moe-runner-backend'."""
     return "--" + name.replace("_", "-")
-
-
-def release_key(version: str) -> tuple[int, int, int, int] | None:
-    """'0.4.9.post5' -> (0, 4, 9, 5), ordered as the releases came ('0.5.3rc0' before 0.5.3,
-    0.4.9 before 0.4.9.post1); a release given without its patch number ('0.4') stands for its
-    line's newest. None: not a release (refused where the version is read)."""
-    match = _RELEASE.fullmatch(str(version).strip().lower())
-    if match is None:
-        return None
-    major, minor, patch, pre, post = match.groups()
-    if patch is None:
-        return int(major), int(minor), _NEWEST, _NEWEST
-    return int(major), int(minor), int(patch), -1 if pre is not None else int(post or 0)
-
-
-def older_than(version: str, first: str) -> bool:
-    """Whether release `version` (as typed) came before `first`: a whole line ('0.13') where
-    `first` names one, else the release itself; False for a version that is no release."""
-    given, threshold = release_key(version), release_key(first)
-    if given is None or threshold is None:
-        return False
-    depth = 2 if threshold[2] == _NEWEST else 4
-    return given[:depth] < threshold[:depth]
 
 
 def check_backends(backends: Backends, engine: str, version: str) -> None:

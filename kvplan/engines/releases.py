@@ -1,8 +1,18 @@
 """The engine releases kvplan models, and the one each command takes when none is given: every
-default release (`kvplan engine`, `simulate`, `plan`, `launch`'s image) is read from here.
+default release (`kvplan engine`, `simulate`, `plan`, `launch`'s image) is read from here, and
+the one reading of a release as given (release_parts, release_key) every release rule uses.
 
 The rules that differ between releases stay with their engine (kvplan/engines/vllm.py,
-sglang.py), keyed by these names."""
+sglang.py), keyed by these names. A release kvplan does not know runs with the rules of the
+nearest one it knows, and says so (notes sim-sglang-version-nearest, sim-vllm-version-newer): a
+release's own patches are compared with the first patch of each rule, a release given without
+its patch ('0.5', '0.11') runs its newest rules (release_key: NEWEST), and so does a later release run
+with an earlier one's rules (SGLang 0.6 with 0.5's, kvplan.engines.sglang.sglang_rules); an
+earlier one runs its neighbour's first rules. vLLM's rules are each "from release X", so a
+release between two known ones takes every rule of the releases before it.
+"""
+
+import re
 
 # vLLM: the releases whose allocator kvplan models. 0.21: CUDA-graph memory subtracted, new
 # cache-size line; 0.32: the start-up fit check and the max-length estimate plan against the
@@ -17,3 +27,52 @@ VLLM_VERSION = "0.19"  # the default: the release kvplan's start-up memory fit w
 # 0.5 (main of April 2026): the memory-bucket heuristic of default_mem_fraction.
 SGLANG_VERSIONS = ("0.4", "0.5")
 SGLANG_VERSION = "0.5"  # the default
+
+# a release as the engines spell one: an optional v, major.minor, a patch, a pre-release and a
+# post-release, then a local or other tail ('0.5.3rc0', '0.6.6.post1', '0.19.1+cu129'), in any
+# case. ASCII digits only (int() also takes '٢٤', ' 24' and '2_4'), and few (int() of 5,000
+# digits raises)
+_RELEASE = re.compile(
+    r"v?([0-9]{1,4})\.([0-9]{1,4})(?:\.([0-9]{1,4}))?(?:(rc|a|b|dev)[0-9]{0,4})?"
+    r"(?:\.post([0-9]{1,4}))?(?:[.+-][0-9a-z.+-]{0,20})?"
+)
+NEWEST = 1 << 20  # a bare release ('0.4'): its line's newest patch
+
+
+def release_key(version: str) -> tuple[int, int, int, int] | None:
+    """'0.4.9.post5' -> (0, 4, 9, 5), ordered as the releases came ('0.5.3rc0' before 0.5.3,
+    0.4.9 before 0.4.9.post1); a release given without its patch number ('0.4') stands for its
+    line's newest (NEWEST). None: not a release (refused where the version is read). The one
+    reading of a release: release_parts, older_than and every engine's release rules use it."""
+    match = _RELEASE.fullmatch(str(version).strip().lower())
+    if match is None:
+        return None
+    major, minor, patch, pre, post = match.groups()
+    if patch is None:
+        return int(major), int(minor), NEWEST, NEWEST
+    return int(major), int(minor), int(patch), -1 if pre is not None else int(post or 0)
+
+
+def release_parts(version: str) -> tuple[int, int, int | None] | None:
+    """'0.8' -> (0, 8, None), '0.8.4', '0.8.4.post1' and '0.8.4rc1' -> (0, 8, 4); None for what
+    no release spells (release_key)."""
+    key = release_key(version)
+    if key is None:
+        return None
+    return key[0], key[1], None if key[2] == NEWEST else key[2]
+
+
+def release_minor(version: str) -> tuple[int, int] | None:
+    """'0.13' or '0.19.1' -> (0, 13); None for what no release spells."""
+    key = release_key(version)
+    return None if key is None else key[:2]
+
+
+def older_than(version: str, first: str) -> bool:
+    """Whether release `version` (as typed) came before `first`: a whole line ('0.13') where
+    `first` names one, else the release itself; False for a version that is no release."""
+    given, threshold = release_key(version), release_key(first)
+    if given is None or threshold is None:
+        return False
+    depth = 2 if threshold[2] == NEWEST else 4
+    return given[:depth] < threshold[:depth]

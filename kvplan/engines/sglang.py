@@ -16,15 +16,13 @@ allocated, profile_cell_size_bytes what the token count uses.
 
 from __future__ import annotations
 
-import re
-
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.engines.backends import ATTENTION_FIELDS, Backends, flag_of
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.moe_backend import moe_backend_name
-from kvplan.engines.releases import SGLANG_VERSION, SGLANG_VERSIONS
+from kvplan.engines.releases import SGLANG_VERSION, SGLANG_VERSIONS, release_parts
 from kvplan.engines.request import EngineRequest
 from kvplan.engines.sglang_compressed import KV_CACHE_DTYPES as DSV4_KV_CACHE_DTYPES
 from kvplan.engines.sglang_compressed import PAGE_SIZE as DSV4_PAGE_SIZE
@@ -51,28 +49,46 @@ CHUNKED_PREFILL_04 = (2048, 8192)  # below the threshold, above
 CUDA_GRAPH_MAX_BS_04 = (8, 80, 160)  # small GPU TP < 4, small GPU TP >= 4, otherwise
 
 
-def sglang_release(version: str) -> tuple[str, bool]:
-    """'0.5.8.post1' -> ('0.5', False): the known release whose rules apply, and whether it is
-    only the nearest one (a release kvplan does not know runs with its neighbour's rules)."""
+class SglangRules(NamedTuple):
+    """Which of kvplan's SGLang rules a release runs (sglang_rules)."""
+
+    release: str  # the known release (SGLANG_VERSIONS) whose rules and defaults apply
+    patch: int | None  # the patch whose rules apply within it; None: its newest rules
+    nearest: bool  # the release given is not one kvplan knows (note sim-sglang-version-nearest)
+
+
+def sglang_rules(version: str) -> SglangRules:
+    """The rules SGLang `version` runs with, the one reading of an SGLang release every release
+    rule uses (kvplan.engines.releases: release_parts, and the rule for a release kvplan does
+    not know): '0.5.8.post1' -> 0.5's rules at patch 8; a bare '0.5' -> its newest (patch
+    None); a release kvplan does not know -> the nearest known one's (nearest True): its newest
+    rules for a later release ('0.6.1' -> 0.5, None), its first for an earlier one ('0.3' ->
+    0.4, patch 0). A one-line error for what no SGLang release spells."""
     text = str(version).strip().lower().lstrip("v")
-    # ASCII digits only (int() also takes '٥', ' 5' and '0_5'), and few: int() of 5,000 digits
-    # raises ValueError
-    match = re.match(r"([0-9]{1,4})\.([0-9]{1,4})(?:$|[.a-z+-])", text)
-    major, minor = (int(match[1]), int(match[2])) if match else (-1, -1)
-    if major != 0 or not 1 <= minor <= 99 or len(text) > 40:
+    parts = release_parts(text) if len(text) <= 40 else None
+    if parts is None or parts[0] != 0 or not 1 <= parts[1] <= 99:
         raise KvplanError(
             f"SGLang version {str(version)[:20]!r}: give a release such as 0.4.6 or 0.5.8"
         )
+    minor, patch = parts[1], parts[2]
     known = [int(v.split(".")[1]) for v in SGLANG_VERSIONS]
     nearest = min(known, key=lambda k: (abs(k - minor), -k))
-    return f"0.{nearest}", nearest != minor
+    if nearest != minor:
+        patch = None if minor > nearest else 0
+    return SglangRules(f"0.{nearest}", patch, nearest != minor)
+
+
+def sglang_release(version: str) -> tuple[str, bool]:
+    """'0.5.8.post1' -> ('0.5', False): the known release whose rules apply, and whether it is
+    only the nearest one (sglang_rules)."""
+    rules = sglang_rules(version)
+    return rules.release, rules.nearest
 
 
 def sglang_patch(version: str) -> int | None:
-    """'0.5.3rc0' -> 3, '0.5.4.post2' -> 4: the patch of a release as given; None for a bare
-    release ('0.5'), which runs the newest rules kvplan models for it."""
-    match = re.match(r"0\.[0-9]{1,4}\.([0-9]{1,4})", str(version).strip().lower().lstrip("v"))
-    return int(match[1]) if match else None
+    """'0.5.3rc0' -> 3, '0.5.4.post2' -> 4: the patch whose rules apply (sglang_rules); None
+    for a bare release ('0.5') or a later one than kvplan knows, which run the newest rules."""
+    return sglang_rules(version).patch
 
 
 # _handle_model_specific_adjustments, GptOssForCausalLM (server_args.py of 0.5.3, 0.5.4.post2,
@@ -234,19 +250,17 @@ DETOKENIZER_TIMED_PATHS = ("hf_kwargs", "cached_special")  # the slow ones, time
 
 def detokenizer_path(spec: ModelSpec, version: str) -> str | None:
     """The decode path SGLang `version`'s detokenizer runs for `spec` (DETOKENIZER_PATHS), None
-    for models off Moonshot's tokenizer. A bare release ('0.5') runs the newest path; 0.4's
-    detokenizer passed the same keywords as 0.5's first releases."""
+    for models off Moonshot's tokenizer. 0.5's rules by patch (sglang_rules: a bare 0.5 or a
+    later release runs the newest path); 0.4's detokenizer passed the same keywords as 0.5's
+    first releases."""
     if not detokenizer_untimed(spec):
         return None
-    sglang_release(version)  # refuses what is not a release
-    match = re.match(r"0\.([0-9]{1,4})", str(version).strip().lower().lstrip("v"))
-    minor = int(match[1]) if match else 5
-    patch = sglang_patch(version)
-    if minor < 5:
+    rules = sglang_rules(version)
+    if rules.release != "0.5":
         return DETOKENIZER_PATHS[0][1]
-    if minor > 5 or patch is None:
+    if rules.patch is None:
         return DETOKENIZER_PATHS[-1][1]
-    return [path for first, path in DETOKENIZER_PATHS if patch >= first][-1]
+    return [path for first, path in DETOKENIZER_PATHS if rules.patch >= first][-1]
 
 
 def detokenizer_token_s(spec: ModelSpec, version: str) -> float:
@@ -367,13 +381,10 @@ class Piecewise(NamedTuple):
 def piecewise_default_on(version: str) -> bool:
     """Whether release `version` captures piecewise prefill graphs unasked: from 0.5.10, and
     in a bare 0.5 or a later release run with 0.5's rules (the newest kvplan models)."""
-    release, nearest = sglang_release(version)
-    if release == "0.4":
+    rules = sglang_rules(version)
+    if rules.release == "0.4":
         return False
-    if nearest:  # 0.6 and on run with 0.5's newest rules
-        return True
-    patch = sglang_patch(version)
-    return patch is None or patch >= PIECEWISE_DEFAULT_FROM
+    return rules.patch is None or rules.patch >= PIECEWISE_DEFAULT_FROM
 
 
 def check_piecewise_flags(version: str, flags: PiecewiseFlags) -> None:
@@ -775,10 +786,10 @@ def mamba_radix_overlap_off(
         return False
     if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES or attention_backend == "trtllm_mha":
         return False
-    if sglang_release(version)[0] != "0.5":
+    rules = sglang_rules(version)
+    if rules.release != "0.5":
         return False
-    patch = sglang_patch(version)
-    return patch is None or patch >= MAMBA_NO_OVERLAP_FROM
+    return rules.patch is None or rules.patch >= MAMBA_NO_OVERLAP_FROM
 
 
 def _mamba_bytes_per_request(stage: ModelSpec, tp: int) -> tuple[int, int]:
@@ -1217,11 +1228,10 @@ def gpt_oss_sm120_other_kernel(spec: ModelSpec, gpu, version: str) -> bool:
 
     if spec.model_type != GPT_OSS_MODEL_TYPE or gpu_generation(gpu) != 12:
         return False
-    release, nearest = sglang_release(version)
-    patch = sglang_patch(version)
-    if release != "0.5" or nearest or patch is None:
+    rules = sglang_rules(version)
+    if rules.release != "0.5" or rules.patch is None:
         return True
-    return not SM120_MARLIN_MXFP4_FROM <= patch <= SM120_MARLIN_MXFP4_LAST
+    return not SM120_MARLIN_MXFP4_FROM <= rules.patch <= SM120_MARLIN_MXFP4_LAST
 
 
 def gpt_oss_one_pool(spec: ModelSpec, attention: SglangAttention, version: str) -> bool:
@@ -1229,11 +1239,10 @@ def gpt_oss_one_pool(spec: ModelSpec, attention: SglangAttention, version: str) 
     (disable_hybrid_swa_memory, GPT_OSS_HYBRID_SWA_FROM): always before 0.5.8, then only where
     trtllm_mha runs prefill or decode. 0.5.8 also did so for speculative decoding, which 0.5.9
     dropped; kvplan does not model that one release's rule."""
-    release, _ = sglang_release(version)
-    if release != "0.5" or spec.model_type != GPT_OSS_MODEL_TYPE:
+    rules = sglang_rules(version)
+    if rules.release != "0.5" or spec.model_type != GPT_OSS_MODEL_TYPE:
         return False
-    patch = sglang_patch(version)
-    if patch is not None and patch < GPT_OSS_HYBRID_SWA_FROM:
+    if rules.patch is not None and rules.patch < GPT_OSS_HYBRID_SWA_FROM:
         return True
     return "trtllm_mha" in (attention.prefill, attention.decode)
 

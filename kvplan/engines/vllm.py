@@ -8,7 +8,6 @@ the "GPU KV cache size" and "Maximum concurrency" log lines; the start-up error.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 
 from kvplan import __version__
@@ -16,7 +15,12 @@ from kvplan.anatomy.model import Attention, CacheKind, ModelSpec, State, StateKi
 from kvplan.dtypes import KvFormat
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.moe_backend import check_vllm_moe_backend, moe_backend_name
-from kvplan.engines.releases import VLLM_VERSIONS
+from kvplan.engines.releases import (
+    VLLM_VERSIONS,
+    release_key,
+    release_minor,
+    release_parts,
+)
 from kvplan.engines.request import EngineRequest, refuse_backends_for_compressed
 from kvplan.engines.vllm_compressed import (
     ENGINE_BLOCK_SIZE,
@@ -49,17 +53,6 @@ from kvplan.units import GIB
 NULL_BLOCK_CHECK_FROM = "0.32"
 
 
-# a release as vLLM spells one: ASCII digits only (int() also takes '٢٤', ' 24' and '2_4'),
-# and few (int() of 5,000 digits raises)
-_RELEASE = re.compile(r"([0-9]{1,4})\.([0-9]{1,4})(?:\.[0-9A-Za-z.+-]{0,20})?")
-
-
-def release_minor(version: str) -> tuple[int, int] | None:
-    """'0.13' or '0.19.1' -> (0, 13); None for what no vLLM release spells."""
-    match = _RELEASE.fullmatch(str(version))
-    return (int(match[1]), int(match[2])) if match else None
-
-
 def allocation_release(version: str) -> str:
     """The release whose allocator rules apply to vLLM `version` ("0.24.1"): the newest release
     kvplan models that is not newer than it, 0.19's for anything older (the allocator kvplan
@@ -81,9 +74,9 @@ V08_NAMED_GPUS = ("h100", "h200")
 def check_release_exists(version: str, flag: str = "--vllm-version") -> None:
     """Refuse a patch past the last release of a minor kvplan reads by its patches (0.6.6.post1,
     0.7.3, 0.8.5.post1): '0.6.9' is no vLLM release, and would run as 0.6.6's rules unsaid."""
-    from kvplan.engines.vllm_v0 import LAST_PATCH, V08_LAST_PATCH, release_patch
+    from kvplan.engines.vllm_v0 import LAST_PATCH, V08_LAST_PATCH
 
-    parts = release_patch(version)
+    parts = release_parts(version)
     last = None if parts is None else {**LAST_PATCH, (0, 8): V08_LAST_PATCH}.get(parts[:2])
     if parts is None or last is None:
         return
@@ -103,9 +96,9 @@ def check_release_exists(version: str, flag: str = "--vllm-version") -> None:
 def serve_batch_defaults(gpu: GpuProfile, version: str) -> tuple[int, int]:
     """`vllm serve`'s default (max_num_seqs, max_num_batched_tokens) of a V1 release (0.8 on) on
     this GPU; from 0.9 those of the nearest release kvplan models (batch_defaults)."""
-    from kvplan.engines.vllm_v0 import V08_LAST_PATCH, release_patch
+    from kvplan.engines.vllm_v0 import V08_LAST_PATCH
 
-    parts = release_patch(version) or (0, 0, None)
+    parts = release_parts(version) or (0, 0, None)
     if parts[:2] != (0, 8):
         return batch_defaults(gpu, allocation_release(version))
     patch = V08_LAST_PATCH if parts[2] is None else parts[2]
@@ -126,9 +119,7 @@ ASYNC_SCHEDULING_FROM = (0, 12)
 def async_scheduling_default(version: str, v0_engine: bool) -> bool:
     """`vllm serve`'s async scheduling when neither --async-scheduling nor its negation is given:
     off in V0 (its scheduler runs between the steps) and in V1 before 0.12, on from 0.12."""
-    from kvplan.engines.vllm_v0 import release_patch
-
-    parts = release_patch(version)
+    parts = release_parts(version)
     return not v0_engine and parts is not None and parts[:2] >= ASYNC_SCHEDULING_FROM
 
 
@@ -587,21 +578,14 @@ def estimated_max_model_len(specs, available_bytes, request, block_size) -> int:
 OAI_TRITON_MXFP4_FROM = (0, 11, 1)
 
 
-def _release_patch(version: str) -> tuple[int, int, int]:
-    """'0.11.0' -> (0, 11, 0); '0.11' or '0.11.1rc2' -> (0, 11, 0) / (0, 11, 1)."""
-    match = re.match(r"([0-9]{1,4})\.([0-9]{1,4})(?:\.([0-9]{1,4}))?", str(version))
-    if not match:
-        return (0, 0, 0)
-    return (int(match[1]), int(match[2]), int(match[3] or 0))
-
-
 def mxfp4_moe_rows_run(gpu: GpuProfile, version: str) -> bool:
     """Whether vLLM `version` runs, on this GPU, the MXFP4 fused-MoE kernel aiconfigurator's vLLM
     w4a16_mxfp4 rows time: on Hopper those rows time OpenAI's Triton kernels at gpt-oss's
     shapes (vLLM 0.24.0's OAITritonMxfp4Experts; 0.19.0's on the H200), which releases before
     OAI_TRITON_MXFP4_FROM do not run there (Marlin, in no table at those shapes). Elsewhere the
     rows time the kernel the release picks (Blackwell: FlashInfer's; Ada: Marlin)."""
-    return gpu_generation(gpu) != 9 or _release_patch(version) >= OAI_TRITON_MXFP4_FROM
+    given = (release_key(version) or (0, 0, 0))[:3]  # a bare 0.11: its newest patch
+    return gpu_generation(gpu) != 9 or given >= OAI_TRITON_MXFP4_FROM
 
 
 # the compute-capability major assumed for an NVIDIA profile that states none (a user's file):

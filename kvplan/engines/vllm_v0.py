@@ -32,9 +32,8 @@ default (`envs.VLLM_USE_V1` defaults to "1"), and kvplan runs 0.8 with V1's rule
 
 from __future__ import annotations
 
-import re
-
 from kvplan.anatomy.model import CacheKind, ModelSpec
+from kvplan.engines.releases import release_parts
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 from kvplan.units import GIB
@@ -57,22 +56,11 @@ PREEMPTION_MODES = ("recompute", "swap")
 # 0.6.5 gemma2's window was disabled too, `disable_sliding_window = True`)
 INTERLEAVED_FROM = {"gemma2": (0, 6, 0), "cohere2": (0, 7, 0)}
 
-_PATCH = re.compile(r"([0-9]{1,4})\.([0-9]{1,4})(?:\.([0-9]{1,4}))?(?:[.+-][0-9A-Za-z.+-]{0,20})?")
-
-
-def release_patch(version: str) -> tuple[int, int, int | None] | None:
-    """'0.8' -> (0, 8, None), '0.8.4' and '0.8.4.post1' -> (0, 8, 4); None for what no vLLM
-    release spells."""
-    match = _PATCH.fullmatch(str(version))
-    if match is None:
-        return None
-    return int(match[1]), int(match[2]), None if match[3] is None else int(match[3])
-
 
 def v0_release(version: str) -> tuple[int, int, int] | None:
     """'0.6' -> (0, 6, 6) (the minor's last release), '0.6.3' -> (0, 6, 3),
     '0.6.6.post1' -> (0, 6, 6); None for a release whose default engine is V1 (0.8 on)."""
-    parts = release_patch(version)
+    parts = release_parts(version)
     if parts is None or parts[:2] not in V0_RELEASES:
         return None
     major, minor, patch = parts
@@ -189,7 +177,7 @@ def v08_v0_fallback(
     Conditions kvplan cannot decide from flags (a V0-only architecture, compute capability
     below 8.0, --dtype float32, LoRA/prompt adapters, structured-output backends) are not
     checked."""
-    parts = release_patch(version)
+    parts = release_parts(version)
     if parts is None or parts[:2] != (0, 8):
         return ()
     patch = V08_LAST_PATCH if parts[2] is None else parts[2]
@@ -207,7 +195,7 @@ def v08_v0_fallback(
 
 def v08_release(version: str) -> tuple[int, int, int]:
     """The 0.8 patch whose V0 engine runs a fallback: '0.8' -> (0, 8, 5)."""
-    parts = release_patch(version)
+    parts = release_parts(version)
     assert parts is not None and parts[:2] == (0, 8), version
     return 0, 8, V08_LAST_PATCH if parts[2] is None else parts[2]
 

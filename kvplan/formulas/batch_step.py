@@ -268,6 +268,19 @@ ENGINE_TERMS = (*GPU_TERMS, "host_s")
 FIXED_TERMS = ("launch_s", "host_s")
 
 
+def critical_fixed_s(step: StepTime) -> float:
+    """Seconds of a step's FIXED_TERMS on its critical path: launch_s (GPU time), and of host_s
+    what the step's total leaves exposed beside its GPU terms: all of it where the host runs
+    serially with the GPU, none of what async scheduling (vLLM; SGLang's overlap scheduler)
+    hides behind a longer GPU step (StepModel.step's total: max(gpu, host) there, gpu + host
+    otherwise). Read off the total itself (total_s less the GPU_TERMS, at most host_s), so it
+    follows whatever rule priced the step."""
+    terms = step.terms_s
+    gpu_s = sum(terms.get(key, 0.0) for key in GPU_TERMS)
+    exposed_host_s = min(terms.get("host_s", 0.0), max(0.0, step.total_s - gpu_s))
+    return terms.get("launch_s", 0.0) + exposed_host_s
+
+
 def engine_step_time(
     weights_s: float,
     matmul_s: float,
@@ -772,6 +785,7 @@ class StepModel:
         self._weights: dict[object, tuple[float, float]] = {}
         self._span_base: dict[tuple[int, int, int | None, bool], StepTime] = {}
         self._eager: StepModel | None = None  # without_graphs
+        self._graph_twins: dict[int, StepModel] = {}  # with_graph_tokens, by its max_tokens
 
     @property
     def untimed_parts(self) -> tuple[str, ...]:
@@ -887,15 +901,11 @@ class StepModel:
     def without_graphs(self) -> StepModel:
         """This model with every step run eagerly (no CUDA graph at any size): a DP-attention
         rank whose group runs a step without graphs (cluster.Lockstep). Built once."""
-        twin = self._eager
-        if twin is None:
-            twin = copy.copy(self)
-            twin.cuda_graph_max_tokens = 0
-            twin.prefill_graph_max_tokens = 0
-            twin._span_base = {}
+        if self._eager is None:
+            twin = self._graph_twin(0, 0)
             twin._eager = twin
             self._eager = twin
-        return twin
+        return self._eager
 
     def graph_limit(self, prefill: bool) -> int:
         """The most tokens a step runs under CUDA graphs: a step with prefill tokens up to
@@ -908,12 +918,33 @@ class StepModel:
     def with_graph_tokens(self, max_tokens: int) -> StepModel:
         """This model replaying CUDA graphs up to `max_tokens` tokens a step (a graph runner
         that captures batch sizes and runs several tokens a sequence: SGLang's speculative
-        forwards, kvplan.simulate.speculative). Eager stays eager."""
+        forwards, kvplan.simulate.speculative). Eager stays eager. Built once per
+        `max_tokens`, held by this model (not by another's cache keyed by its id)."""
         if not self.cuda_graph_max_tokens or max_tokens == self.cuda_graph_max_tokens:
             return self
+        twin = self._graph_twins.get(max_tokens)
+        if twin is None:
+            twin = self._graph_twins[max_tokens] = self._graph_twin(
+                max_tokens, self.prefill_graph_max_tokens
+            )
+        return twin
+
+    def _graph_twin(self, max_tokens: int, prefill_max_tokens: int | None) -> StepModel:
+        """A copy of this model under other CUDA-graph limits (cuda_graph_max_tokens,
+        prefill_graph_max_tokens): without_graphs' and with_graph_tokens' one copy, its caches
+        of graph-dependent steps emptied, the rest shared."""
         twin = copy.copy(self)
         twin.cuda_graph_max_tokens = max_tokens
+        twin.prefill_graph_max_tokens = prefill_max_tokens
         twin._span_base = {}
+        return twin
+
+    def __copy__(self) -> StepModel:
+        """A shallow copy (caches shared, as copy.copy's), less the twins with_graph_tokens
+        built of this model: a copy whose fields are then changed builds its own."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        twin._graph_twins = {}
         return twin
 
     # ---- the terms --------------------------------------------------------------------------

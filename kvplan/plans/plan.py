@@ -26,7 +26,7 @@ from kvplan.engines.backends import Backends, check_backends
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.sglang import PiecewiseFlags, check_piecewise_flags
 from kvplan.errors import KvplanError
-from kvplan.formulas.batch_step import FIXED_TERMS, BatchShape
+from kvplan.formulas.batch_step import BatchShape, critical_fixed_s
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.inputs.prices import price_for
 from kvplan.notes import Note, note, unique
@@ -1255,7 +1255,7 @@ def latency_floor(
         chunk = min(config.max_num_batched_tokens, mean_in - done)
         step = model.step(BatchShape(0, 0, ((chunk, done),), 1))
         prefill_s += step.total_s
-        fixed_s += sum(step.terms_s.get(key, 0.0) for key in FIXED_TERMS)
+        fixed_s += critical_fixed_s(step)
         done += chunk
     decode = model.step(BatchShape(1, mean_in + 1, (), 1))
     ttft = frontend.request_s + prefill_s + frontend.per_token_s

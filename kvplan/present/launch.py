@@ -25,9 +25,10 @@ def vllm_image(version: str) -> str:
     (0.21 -> v0.21.0)."""
     import re
 
-    from kvplan.engines.vllm_v0 import LAST_PATCH, V08_LAST_PATCH, release_patch
+    from kvplan.engines.releases import release_parts
+    from kvplan.engines.vllm_v0 import LAST_PATCH, V08_LAST_PATCH
 
-    parts = release_patch(version)
+    parts = release_parts(version)
     if parts is None:
         raise ValueError(f"not a vLLM release: {version[:20]!r}")
     major, minor, patch = parts

@@ -56,9 +56,9 @@ from enum import IntEnum
 from kvplan.engines.vllm_schedule import max_concurrent_batches
 from kvplan.formulas.batch_step import (
     ENGINE_TERMS,
-    FIXED_TERMS,
     BatchShape,
     StepModel,
+    critical_fixed_s,
     lockstep_gathered_tokens,
     shape_tokens,
 )
@@ -497,7 +497,9 @@ class Engine:
         self.busy_s = 0.0
         self.untimed_s = 0.0  # of busy_s, the terms holding an untimed part (StepTime.untimed_s)
         # the steps that held a prompt chunk: their seconds, and of those the launch and host
-        # terms (HostOverheads' constants, no kernel table's rows: metrics.ttft_untimed_fraction)
+        # terms on the critical path (HostOverheads' constants, no kernel table's rows; host time
+        # the overlap scheduler hides not counted: batch_step.critical_fixed_s,
+        # metrics.ttft_untimed_fraction)
         self.prefill_busy_s = 0.0
         self.prefill_fixed_s = 0.0
         self.peak_used = 0
@@ -852,7 +854,7 @@ class Engine:
         self.untimed_s += timing.untimed_s
         if chunks:
             self.prefill_busy_s += duration
-            self.prefill_fixed_s += sum(timing.terms_s.get(key, 0.0) for key in FIXED_TERMS)
+            self.prefill_fixed_s += critical_fixed_s(timing)
         end = self.clock_s + duration
         self.clock_s = end
         self.step_index = j + 1

@@ -97,8 +97,8 @@ class EngineStats(NamedTuple):
     # partial class's interval (kvplan.plans.intervals.log_quantiles)
     untimed_time_fraction: float = 0.0
     # of the median TTFT, the fraction in costs no kernel table times: the API server's
-    # per-request cost and the fixed terms of the prefill steps (ttft_untimed_fraction); it
-    # widens the TTFT interval (kvplan.plans.intervals.log_quantiles)
+    # per-request cost and the fixed terms of the prefill steps on their critical path
+    # (ttft_untimed_fraction); it widens the TTFT interval (kvplan.plans.intervals.log_quantiles)
     ttft_untimed_fraction: float = 0.0
 
 
@@ -323,7 +323,8 @@ def ttft_untimed_fraction(engines, ttft_s: float | None, request_s: float) -> fl
     """Of a TTFT of `ttft_s`, the fraction in costs no kernel table times: the API server's
     `request_s` (kvplan.simulate.frontend, BLIS's fit), and of the rest, spent in the engines'
     steps before the first token, the share that the steps holding a prompt chunk spent in
-    FIXED_TERMS (the launch and host constants of kernel_tables/host_overheads.json):
+    FIXED_TERMS (the launch and host constants of kernel_tables/host_overheads.json) on their
+    critical path (batch_step.critical_fixed_s: host time async scheduling hides not counted):
     (request_s + f (ttft - request_s)) / ttft. At one request at a time the rest is the lone
     prefill and f its own share; under load it is the queue's steps, priced at the prefill
     steps' mean share. 0 where there is no TTFT."""

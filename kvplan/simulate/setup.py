@@ -890,22 +890,19 @@ def dsa_decode_kernel(spec, gpu, options, kv_format: str, grids) -> tuple[str, s
     release's picks (collector/sglang/collect_mla_module.py: "Mirrors SGLang 0.5.14
     server_args.py:_set_default_dsa_backends" for an fp8 cache, the runtime default for bf16),
     so 0.5.9's rule is not applied to it."""
-    from kvplan.engines.sglang import nsa_default_backends, sglang_patch, sglang_release
+    from kvplan.engines.sglang import nsa_default_backends, sglang_rules
     from kvplan.engines.vllm import gpu_generation
 
     if options.engine != "sglang" or grids is None or not grids.decode_kernels:
         return None
     if options.backends.nsa_decode_backend or not dsa_layers(spec):
         return None
-    run_patch, grids_patch = (
-        sglang_patch(options.sglang_version),
-        sglang_patch(grids.engine_version),
-    )
+    run, timed = sglang_rules(options.sglang_version), sglang_rules(grids.engine_version)
     if (
-        run_patch is not None
-        and grids_patch is not None
-        and sglang_release(options.sglang_version)[0] == sglang_release(grids.engine_version)[0]
-        and run_patch >= grids_patch
+        run.patch is not None
+        and timed.patch is not None
+        and run.release == timed.release
+        and run.patch >= timed.patch
     ):
         return None
     fp8 = resolve_kv_format(kv_format, spec.dtype).name.startswith("fp8")
@@ -1453,7 +1450,7 @@ WINDOW_CAP_FROM = (0, 32)
 
 def _minor(version: str, flag: str = "--vllm-version") -> tuple[int, int]:
     """'0.13' or '0.19.1' -> (0, 13), a release simulate takes."""
-    from kvplan.engines.vllm import release_minor
+    from kvplan.engines.releases import release_minor
 
     major, minor = release_minor(version) or (-1, -1)
     if not V0_FROM <= (major, minor) <= (9, 999):  # V0 0.6-0.7 run with V1's 0.8 rules

@@ -627,14 +627,9 @@ class SpeculativeStepModel:
         (SGLang's a plain decode's, one a sequence). vLLM: `model` as it is."""
         if not self.sglang_host or tokens_per_seq <= 1:
             return model
-        twins = self.__dict__.setdefault("_graph_twins", {})
-        key = (id(model), tokens_per_seq)
-        twin = twins.get(key)
-        if twin is None:
-            twin = twins[key] = model.with_graph_tokens(
-                model.cuda_graph_max_tokens * tokens_per_seq
-            )
-        return twin
+        # built once, held by `model` itself (StepModel.with_graph_tokens): a cache keyed by
+        # id(model) could hand a twin of a collected model to another at its address
+        return model.with_graph_tokens(model.cuda_graph_max_tokens * tokens_per_seq)
 
     # ---- the step ---------------------------------------------------------------------------
     def step(

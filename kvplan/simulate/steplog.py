@@ -122,13 +122,14 @@ def load_scenario(path: str | Path) -> Scenario:
 
 def vllm_version_tuple(version: str) -> tuple[int, int]:
     """'0.19' or '0.19.1' -> (0, 19), checked against the versions kvplan follows."""
-    minor = ".".join(str(version).split(".")[:2])
-    if minor not in SCHEDULE_VERSIONS:
+    from kvplan.engines.releases import release_minor
+
+    minor = release_minor(version)
+    if minor is None or f"{minor[0]}.{minor[1]}" not in SCHEDULE_VERSIONS:
         raise KvplanError(
             f"vLLM version {str(version)[:20]!r}: kvplan follows {', '.join(SCHEDULE_VERSIONS)}"
         )
-    major, sub = minor.split(".")
-    return int(major), int(sub)
+    return minor
 
 
 def engine_config(scenario: Scenario, vllm_version: str = VLLM_VERSION) -> EngineConfig:

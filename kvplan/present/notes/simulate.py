@@ -437,7 +437,8 @@ text("sim-vllm-version-newer")(
 text("sim-sglang-version-nearest")(
     lambda given, rules: (
         f"SGLang {given} is not a release kvplan models: simulated with the rules and defaults "
-        f"of SGLang {rules}, the nearest one it knows (docs/simulate.md lists them)."
+        f"of SGLang {rules}, the nearest one it knows: its newest patch's rules for a later "
+        "release, its first's for an earlier one (docs/simulate.md lists them)."
     )
 )
 text("sim-sglang")(
