@@ -302,9 +302,25 @@ def parse_sglang(
     topk = topk or 1
     if topk == 1 or num_draft_tokens is None:  # server_args: a chain verifies steps + 1
         num_draft_tokens = num_steps + 1
+    tree_nodes = tree_candidates(num_steps, topk) + 1
+    if num_draft_tokens > tree_nodes:
+        raise KvplanError(
+            f"--speculative-num-draft-tokens {num_draft_tokens}: an EAGLE tree of "
+            f"{num_steps} steps x topk {topk} has {tree_nodes} nodes with its root (SGLang's "
+            "organize_draft_results takes num_draft_tokens - 1 of them)"
+        )
     return SpecDecode(
         method, num_steps, topk, num_draft_tokens, None if method == "mtp" else draft_path
     )
+
+
+def tree_candidates(num_steps: int, topk: int) -> int:
+    """Draft tokens an SGLang EAGLE round scores: topk at its first step, topk x topk at each
+    later one (speculative/eagle_utils.py organize_draft_results: score_list is topk +
+    (num_steps - 1) x topk^2 wide, and torch.topk takes num_draft_tokens - 1 of them under the
+    verified root). A tree verifies num_draft_tokens of these; the longest path it can accept
+    is still num_steps drafted tokens and the bonus one (num_steps + 1: check_length)."""
+    return topk + (num_steps - 1) * topk * topk
 
 
 def check_positions(rates: tuple[float, ...], k: int) -> tuple[float, ...]:
@@ -318,10 +334,20 @@ def check_positions(rates: tuple[float, ...], k: int) -> tuple[float, ...]:
     return rates
 
 
-def check_length(length: float, k: int) -> float:
+def check_length(length: float, k: int, verified: int | None = None) -> float:
+    """A mean acceptance length in [1, k + 1]: k draft steps (vLLM's num_speculative_tokens,
+    SGLang's --speculative-num-steps) and the bonus token. An SGLang tree verifying more
+    tokens (`verified` > k + 1) accepts one path of it, at most k + 1 long (eagle_info.py
+    EagleVerifyInput.verify: accept_length per sequence counts the accepted tree depth)."""
     if math.isnan(length) or not 1.0 <= length <= k + 1:
+        tree = (
+            f"; the tree's {verified} verified tokens are branches, one path accepted"
+            if verified is not None and verified > k + 1
+            else ""
+        )
         raise KvplanError(
-            f"mean acceptance length {length}: between 1 and {k + 1} (k + 1) for {k} drafted tokens"
+            f"mean acceptance length {length}: between 1 and {k + 1} (k + 1) for {k} drafted "
+            f"tokens{tree}"
         )
     return length
 
@@ -337,7 +363,7 @@ def parse_accept(text: str | None, length: float | None, request: SpecDecode):
     k = request.num_steps
     given_length = length if length is not None else request.length
     if given_length is not None:
-        return check_length(float(given_length), k), "length", None
+        return check_length(float(given_length), k, request.verify_tokens), "length", None
     positions = request.positions
     if text is not None:
         from kvplan.inputs.options import ascii_number
