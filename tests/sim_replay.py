@@ -66,6 +66,7 @@ TAKEN = {
     "--block-size": True,
     "--page-size": True,
     "--enable-prefix-caching": False,
+    "--disable-radix-cache": False,
     "--no-enable-prefix-caching": False,
     "--async-scheduling": False,
     "--decode-context-parallel-size": True,

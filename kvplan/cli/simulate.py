@@ -434,6 +434,12 @@ def add(app: typer.Typer) -> None:
             "--enable-prefix-caching/--no-enable-prefix-caching",
             help="Prefix caching (default on, off for models with recurrent state and vLLM V0 0.6-0.7).",
         ),
+        disable_radix_cache: bool = typer.Option(
+            False,
+            "--disable-radix-cache",
+            help="SGLang: no radix (prefix) cache; a hybrid's state pool then holds one state "
+            "per running request.",
+        ),
         chunked_prefill: bool = typer.Option(
             None,
             "--enable-chunked-prefill/--no-enable-chunked-prefill",
@@ -558,6 +564,7 @@ def add(app: typer.Typer) -> None:
         from kvplan.simulate.workload import BENCH_DEFAULT_SEED
 
         vllm_version, sglang_version = engine_versions(engine, engine_version, vllm_version)
+        prefix_caching = c.radix_flag(engine, disable_radix_cache, prefix_caching)
         law, law_spread = length_law(
             length_dist, spread, dataset_name, bench_client, range_ratio, engine
         )
