@@ -79,6 +79,7 @@ TAKEN = {
     "--speculative-eagle-topk": True,
     "--speculative-num-draft-tokens": True,
     "--speculative-draft-model-path": True,
+    "--speculative-skip-dp-mlp-sync": False,
     "--attention-backend": True,
     "--prefill-attention-backend": True,
     "--decode-attention-backend": True,

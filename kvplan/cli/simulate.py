@@ -526,6 +526,13 @@ def add(app: typer.Typer) -> None:
             "--speculative-num-draft-tokens", "tokens verified per round"
         ),
         speculative_draft_model_path: str = c.speculative_draft_option(),
+        speculative_skip_dp_mlp_sync: bool = typer.Option(
+            False,
+            "--speculative-skip-dp-mlp-sync",
+            help="SGLang (EAGLE/NEXTN with DP attention): skip the scheduler's sync of the new "
+            "prefill batches, one collective a decode round; ranks may then mix prefill and "
+            "decode.",
+        ),
         spec_accept: str = c.spec_accept_option(),
         spec_accept_length: float = c.spec_accept_length_option(),
         fmt: c.OutputFormat = c.format_option(),
@@ -643,6 +650,7 @@ def add(app: typer.Typer) -> None:
                     spec_accept,
                     spec_accept_length,
                 ),
+                speculative_skip_dp_mlp_sync=speculative_skip_dp_mlp_sync,
             ),
             replicas=replicas,
             router=router,

@@ -125,6 +125,8 @@ class ServeOptions(NamedTuple):
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int | None = None
     speculative_draft_model_path: str | None = None
+    # SGLang's --speculative-skip-dp-mlp-sync (kvplan.simulate.speculative MLP_SYNCS_DECODE)
+    speculative_skip_dp_mlp_sync: bool = False
     spec_accept: str | None = None
     spec_accept_length: float | None = None
     # vLLM V0's multi-step scheduling (--num-scheduler-steps, 0.6-0.8; 1: off)
@@ -702,7 +704,11 @@ def _speculative_model(model, speculation, draft, gpu, options, fmt_name, graph_
             prefill_graph_tokens=model.prefill_graph_max_tokens,
         )  # fmt: skip
     return SpeculativeStepModel(
-        model, speculation, draft_model, sglang_host=options.engine == "sglang"
+        model,
+        speculation,
+        draft_model,
+        sglang_host=options.engine == "sglang",
+        skip_dp_mlp_sync=options.speculative_skip_dp_mlp_sync,
     )
 
 

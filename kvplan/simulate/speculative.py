@@ -120,6 +120,18 @@ SGLANG_SPEC_RUNNING = 48  # max_running_requests when speculating and not given
 # and replay their own graph, after host syncs (_draft_preprocess_decode's and
 # forward_draft_extend_after_decode's seq_lens .item(), EagleVerifyInput.verify's .tolist())
 SGLANG_DRAFT_PASSES = 2
+# SGLang's scheduler under DP attention gathers every rank's batch facts before each batch runs
+# (scheduler_dp_attn_mixin.prepare_mlp_sync_batch_raw -> MLPSyncBatchInfo.all_gather:
+# all_gather_into_tensor of num_tokens, num_tokens_for_logprob, can_cuda_graph,
+# is_extend_in_batch, local_can_run_tbo, local_forward_mode, int64 each, over the TP group; on
+# its device group when the overlap scheduler is off, as it is when speculating, so serial with
+# the GPU's work). Speculating, get_next_batch_to_run syncs the new prefill batch first ("prefill
+# and decode batches will not be mixed when spec and dp-attn is enabled") and, when no rank
+# formed one, syncs the decode batch again: two a decode round, one a prefill batch;
+# --speculative-skip-dp-mlp-sync skips the first (one each, and the ranks may mix them).
+MLP_SYNC_BYTES = 6 * 8
+MLP_SYNCS_DECODE = 2
+MLP_SYNCS_DECODE_SKIPPED = 1
 MAX_DRAFT_TOKENS = 64
 ASSUMED_ACCEPTANCE = 0.7  # per drafted token, when no acceptance is given (whatif's default)
 
@@ -434,8 +446,11 @@ class SpeculativeStepModel:
         speculation: Speculation,
         draft: StepModel | None,
         sglang_host: bool = False,
+        skip_dp_mlp_sync: bool = False,
     ):
         self.target, self.speculation, self.draft = target, speculation, draft
+        # SGLang's --speculative-skip-dp-mlp-sync (MLP_SYNCS_DECODE_SKIPPED)
+        self.skip_dp_mlp_sync = skip_dp_mlp_sync
         r = speculation.request
         self.k, self.topk, self.queries = r.num_steps, r.topk, r.verify_tokens
         # the round's first draft forward runs the k + 1 positions a verification can settle,
@@ -483,6 +498,21 @@ class SpeculativeStepModel:
             *(f"the draft's {p.removeprefix('the ')}" for p in draft),
         )
 
+    def mlp_sync_s(self) -> float:
+        """One scheduler sync of SGLang's DP-attention ranks (MLP_SYNC_BYTES from each of the
+        group's G GPUs, a ring all-gather at the tables' measured all-gather call:
+        StepModel._allgather_s); 0 without DP attention or for vLLM. The D2H copy of the
+        gathered tensor that follows (_process_gathered_info's .cpu()) is not priced."""
+        if not self.sglang_host or not self.target.dp_gather_full:
+            return 0.0
+        ranks = self.target.group_tp
+        return self.target._allgather_s(MLP_SYNC_BYTES * (ranks - 1), ranks)
+
+    @property
+    def decode_mlp_syncs(self) -> int:
+        """Scheduler syncs a decode round runs (MLP_SYNCS_DECODE; skipped: one)."""
+        return MLP_SYNCS_DECODE_SKIPPED if self.skip_dp_mlp_sync else MLP_SYNCS_DECODE
+
     def state_commit_s(self, num_decodes: int) -> float:
         """Seconds of SGLang's recurrent-state commit after a verification of `num_decodes`
         sequences: each one's state read from the verification's cache and written to the
@@ -506,7 +536,11 @@ class SpeculativeStepModel:
         if twin is None:
             draft = self.draft.without_graphs() if self.draft is not None else None
             twin = SpeculativeStepModel(
-                self.target.without_graphs(), self.speculation, draft, self.sglang_host
+                self.target.without_graphs(),
+                self.speculation,
+                draft,
+                self.sglang_host,
+                self.skip_dp_mlp_sync,
             )
             twin.__dict__["_eager"] = twin
             self.__dict__["_eager"] = twin
@@ -676,6 +710,7 @@ class SpeculativeStepModel:
                 shape, gathered_tokens, padded=padded, gathered_sampled=gathered_sampled
             )
             prefill = _linear((target, 1.0), (self.draft_extend(shape), 1.0))
+            prefill = _plus_comm(prefill, self.mlp_sync_s())  # one sync a prefill batch
             return _plus_host(prefill, self.prefill_host_s())
         b = shape.num_decodes
         gathered = None if gathered_tokens is None else gathered_tokens * self.queries
@@ -692,6 +727,7 @@ class SpeculativeStepModel:
         first = self.draft_step(b, shape.decode_context_sum, True, seqs, padded)
         e = self.speculation.tokens_per_round
         one = _plus_host(_round(verify, draft, first, self.k, e), self.round_host_s(b) / e)
+        one = _plus_comm(one, self.decode_mlp_syncs * self.mlp_sync_s() / e)
         if not shape.prefill_chunks:
             return one
         mixed = verifier.step(
@@ -741,13 +777,15 @@ class SpeculativeStepModel:
         )
         first_times, first_kept = self._draft_span(num_decodes, sums, True, gathered_tokens, padded)
         host_s = self.round_host_s(num_decodes) / e
+        sync_s = self.decode_mlp_syncs * self.mlp_sync_s() / e
         token_times = speculative_round_s(draft_times, times, k, first_times) / e + host_s
+        token_times = token_times + sync_s
 
         def kept(n: int) -> StepTime:
             out = _linear(
                 (verify_kept(n), 1.0 / e), (draft_kept(n), (k - 1) / e), (first_kept(n), 1.0 / e)
             )
-            return _plus_host(out, host_s * n)
+            return _plus_comm(_plus_host(out, host_s * n), sync_s * n)
 
         return token_times, kept
 
@@ -841,6 +879,14 @@ def _plus_host(step: StepTime, host_s: float) -> StepTime:
     return _with(step, step.total_s + host_s, host_s=step.terms_s["host_s"] + host_s)
 
 
+def _plus_comm(step: StepTime, seconds: float) -> StepTime:
+    """The step with `seconds` more of collective time, serial with the rest (SGLang's
+    speculative rounds: no overlap scheduler)."""
+    if not seconds:
+        return step
+    return _with(step, step.total_s + seconds, comm_s=step.terms_s["comm_s"] + seconds)
+
+
 def _plus_untimed_memory(step: StepTime, seconds: float) -> StepTime:
     """The step with `seconds` more of memory-bound GPU work no kernel table times (kv_read_s,
     untimed_s), serial with the rest (SGLang's speculative rounds: no overlap scheduler)."""
@@ -876,6 +922,15 @@ def _round(verify: StepTime, draft: StepTime, first: StepTime, k: int, e: float)
 def requested(spec: ModelSpec, options) -> SpecDecode | None:
     """The speculative decoding a replica's ServeOptions ask for (None: none), in the engine's
     spelling: vLLM's --speculative-config, SGLang's --speculative-* flags."""
+    if options.speculative_skip_dp_mlp_sync:
+        # arg_groups/speculative_hook.py (server_args' handle_speculative_decoding): asserted
+        # after NEXTN becomes EAGLE, so EAGLE and NEXTN alone
+        algorithm = str(options.speculative_algorithm or "").strip().upper()
+        if options.engine != "sglang" or algorithm not in ("EAGLE", "NEXTN"):
+            raise KvplanError(
+                "--speculative-skip-dp-mlp-sync is SGLang's, with --speculative-algorithm EAGLE "
+                "(or NEXTN) only"
+            )
     sglang_flags = (
         options.speculative_num_steps,
         options.speculative_eagle_topk,
