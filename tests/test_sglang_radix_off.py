@@ -108,3 +108,18 @@ def test_a_speculating_hybrid_reuses_no_prefix():
     assert given == 0.0
     code, _, err = run_cli(*SIM, "--engine", "vllm", "--disable-radix-cache")
     assert code == 2 and "--no-enable-prefix-caching" in err
+
+
+def test_kvplan_engine_takes_the_flag_as_sglang_spells_it():
+    """Qwen3.5-35B-A3B at TP 2 on H100, SGLang's own max_running_requests: the states come from
+    the ratio split either way (no --max-running-requests given: handle_max_mamba_cache's else
+    branch), and init_memory caps the requests at states // 3 with the radix cache, // 1
+    without it."""
+    argv = ("engine", "qwen3.5-35b-a3b", "--engine", "sglang", "--tp", "2", "--gpu", "h100")
+    on = run_json(*argv)
+    off = run_json(*argv, "--disable-radix-cache")
+    assert on["max_mamba_cache_size"] == off["max_mamba_cache_size"]
+    assert on["kv_cache_tokens"] == off["kv_cache_tokens"]
+    states = on["max_mamba_cache_size"]
+    assert on["max_running_requests"] == min(states // 3, 4096)
+    assert off["max_running_requests"] == min(states, 4096)

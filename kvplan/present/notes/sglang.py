@@ -109,12 +109,12 @@ text("sglang-radix-off")(
             "unsupported": "for this model type (support_mamba_cache=False: no MambaRadixCache)",
             "speculative": (
                 "when it speculates under --mamba-scheduler-strategy no_buffer (the default), "
-                "as 0.5.9 and earlier do; from 0.5.10 (PR #19391) SGLang refuses that launch "
-                "instead, so "
+                "as 0.5.9 and earlier do; from 0.5.10 (PR #19391) SGLang refuses that launch, "
+                "ROCm excepted (PR #22908)"
                 + (
-                    "a run of it under an unnamed 0.5 patch is read as one from before"
+                    ", so a run of it under an unnamed 0.5 patch is read as one from before"
                     if patch is None
-                    else "this is ROCm's rule (PR #22908)"
+                    else ""
                 )
             ),
             "trtllm_mha": "on the trtllm_mha attention backend, whose pages MambaRadixCache "
