@@ -110,3 +110,42 @@ def test_the_flag_as_sglang_spells_it():
         code, out, err = run_cli(*SIM, *bad, "--speculative-skip-dp-mlp-sync")
         assert code == 2 and not out and len(err.strip().splitlines()) == 1
         assert "EAGLE" in err
+
+
+def test_a_decoding_rank_beside_an_extend_runs_its_batch_as_an_extend(models):
+    """is_extend_in_batch (some rank prefills): the EAGLE worker runs a decoding rank's batch as
+    forward_target_extend + forward_draft_extend: the target over one token a sequence, the
+    draft (DeepSeek-V3's MTP layer and the head) over the same, one sync, the draft pass's
+    host work; no verification, no draft round. A prefill batch is priced as before."""
+    _, skipped = models
+    eager = skipped.without_graphs()
+    mixed = eager.extend_in_batch()
+    shape = BatchShape(32, 32 * 2000, (), 32)
+    target = eager.target.step(shape)
+    draft = eager._draft_forward(BatchShape(32, 32 * 2000, (), 32), 1)
+    expected = target.total_s + draft.total_s + eager.mlp_sync_s() + eager.prefill_host_s()
+    assert mixed.step(shape).total_s == pytest.approx(expected)
+    assert mixed.step(shape).total_s != eager.step(shape).total_s
+    prefill = BatchShape(0, 0.0, ((600, 0),), 1)
+    assert mixed.step(prefill) == eager.step(prefill)
+    assert mixed.speculation is eager.speculation  # the rest is the model's
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_only_a_skipping_group_mixes_decodes_into_extend_steps(monkeypatch, skip):
+    """Requests arriving at 4/s at 8 DP ranks: with the flag, decoding ranks share steps with
+    another rank's prefill and run them as extends; without it, never."""
+    from kvplan.simulate.speculative import SpeculativeStepModel
+
+    calls = []
+    original = SpeculativeStepModel.extend_in_batch_decode
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SpeculativeStepModel, "extend_in_batch_decode", counted)
+    flag = ("--speculative-skip-dp-mlp-sync",) if skip else ()
+    doc = run_json(*SIM, "--speculative-algorithm", "NEXTN", "--request-rate", "4", *flag)
+    assert doc["runs"][0]["bench"]["completed"] == 16
+    assert bool(calls) == skip

@@ -653,6 +653,42 @@ class SpeculativeStepModel:
         tokens = num_decodes * self.topk
         return BatchShape(tokens, context_sum * self.topk, (), tokens), 1
 
+    def extend_in_batch(self):
+        """The step model of a DP-attention step in which some rank runs an extend (prefill)
+        batch: SGLang sets is_extend_in_batch on every rank's batch (prepare_mlp_sync_batch_raw)
+        and its EAGLE worker then runs a decoding rank's batch as forward_target_extend +
+        forward_draft_extend, no draft round (eagle_worker.py forward_batch_generation: "if
+        batch.forward_mode.is_extend() or batch.is_extend_in_batch"); only under
+        --speculative-skip-dp-mlp-sync do decodes share such a step. vLLM: this model."""
+        if not self.sglang_host:
+            return self
+        twin = self.__dict__.get("_extend_twin")
+        if twin is None:
+            twin = self.__dict__["_extend_twin"] = _ExtendInBatch(self)
+        return twin
+
+    def extend_in_batch_decode(
+        self,
+        shape: BatchShape,
+        gathered_tokens: int | None = None,
+        padded: bool = False,
+        gathered_sampled: int | None = None,
+    ) -> StepTime:
+        """A decoding rank's batch run as an extend (extend_in_batch): the target's forward over
+        one token a sequence, the draft's over the same tokens with its head on each, one
+        scheduler sync, and the draft pass's host work (prefill_host_s)."""
+        target = self.target.step(
+            shape, gathered_tokens, padded=padded, gathered_sampled=gathered_sampled
+        )
+        b = shape.num_decodes
+        draft = (
+            engine_step_time(0, 0, 0, 0, 0, 0, 0, 0, 0)
+            if self.speculation.request.method == "ngram"
+            else self._draft_forward(BatchShape(b, shape.decode_context_sum, (), b), 1)
+        )
+        out = _plus_comm(_linear((target, 1.0), (draft, 1.0)), self.mlp_sync_s())
+        return _plus_host(out, self.prefill_host_s())
+
     # ---- SGLang's host work ------------------------------------------------------------------
     def round_host_s(self, num_decodes: int) -> float:
         """Host seconds a SGLang round adds to its verification's own host pass (that step's
@@ -863,6 +899,33 @@ class SpeculativeStepModel:
             return _with(out, out.total_s + seconds, kv_read_s=out.terms_s["kv_read_s"] + seconds)
 
         return fixed.total_s + share * attention, kept
+
+
+class _ExtendInBatch:
+    """SpeculativeStepModel.extend_in_batch: its step prices a decode-only batch as
+    extend_in_batch_decode, every other batch as the model does; the rest is the model's."""
+
+    def __init__(self, model: SpeculativeStepModel):
+        self.model = model
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name == "model":
+            raise AttributeError(name)
+        return getattr(self.model, name)
+
+    def step(
+        self,
+        shape: BatchShape,
+        gathered_tokens: int | None = None,
+        queries: int = 1,
+        padded: bool = False,
+        gathered_sampled: int | None = None,
+    ) -> StepTime:
+        if shape.num_decodes and not shape.prefill_chunks:
+            return self.model.extend_in_batch_decode(
+                shape, gathered_tokens, padded, gathered_sampled
+            )
+        return self.model.step(shape, gathered_tokens, queries, padded, gathered_sampled)
 
 
 def _with(step: StepTime, total_s: float | None = None, **terms_s: float) -> StepTime:

@@ -669,8 +669,9 @@ text("sim-expert-parallel")(
             "--speculative-skip-dp-mlp-sync: SGLang skips the scheduler's sync of the new "
             "prefill batches (get_next_batch_to_run), so each rank runs what its own scheduler "
             "formed, prefill beside another's decode, and a decode round pays one all-gather of "
-            "the ranks' batch facts on the GPUs' group, not two (not modelled: in a mixed step "
-            "SGLang runs the decoding ranks' batches as plain target forwards, one token each). "
+            "the ranks' batch facts on the GPUs' group, not two; in a mixed step the decoding "
+            "ranks run their batches as extends (is_extend_in_batch), one token a sequence and "
+            "no draft round. "
             if dp > 1 and engine == "sglang" and speculative and skip_mlp_sync
             else ""
         )
