@@ -999,6 +999,8 @@ SOURCES: dict[str, str] = {
     "sglang-dsa-dtype": "sglang dsa tp8",
     "sglang-mamba": "sglang nemotron",
     "sglang-mamba-spec": "simulate sglang hybrid mtp",
+    "sglang-radix-off": "simulate sglang hybrid mtp",
+    "sglang-mamba-no-radix": "simulate sglang hybrid mtp",
     "sglang-mamba-no-overlap": "simulate sglang cuda ipc",
     "sglang-nsa-fp8-layout": "sglang glm-5.3",
     "sglang-partial-indexer": "sglang glm-5.3",
@@ -1125,6 +1127,7 @@ CHOOSE_WORDS = {
     ("measure-threads", "clock"),  # thread_cpu or wall: said in words
     ("sim-interval", "evidence"),  # own/vllm: whose published runs, said in words
     ("sim-speculative", "acceptance"),  # how the rate was chosen, said in words
+    ("sglang-radix-off", "reason"),  # which of SGLang's rules, said in words
     ("sim-dp-replicas", "router"),  # round_robin: the router said in words
     ("sim-expert-parallel", "router"),
     ("sim-expert-parallel", "engine"),  # SGLang's gather rules said in words

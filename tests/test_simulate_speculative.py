@@ -456,6 +456,52 @@ def test_an_sglang_tree_extends_its_draft_over_k_plus_one_positions(llama, h100)
     assert first.total_s < over_sixteen.total_s
 
 
+def test_an_sglang_tree_verifies_its_draft_tokens_and_accepts_one_path(llama, h100):
+    """--speculative-num-steps 3 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8:
+    the tree scores 4 + 2 x 16 = 36 candidates (organize_draft_results), verifies 8 tokens a
+    sequence (the root and the 7 best), so each decode's verification runs 8 query rows; the
+    longest accepted path is 3 drafted tokens + the bonus, 4, whatever the tree's width."""
+    request = speculative.parse_sglang("EAGLE3", 3, 4, 8, "x/y", llama)
+    assert (request.num_steps, request.topk, request.verify_tokens) == (3, 4, 8)
+    assert speculative.tree_candidates(3, 4) == 36
+    tree = _sglang_eagle3(llama, h100, 3, 4, 8, spec_accept_length=4.0)
+    assert tree.queries == 8 and tree.speculation.lookahead == 7
+    assert tree.speculation.tokens_per_round == 4.0
+    # the verification: 16 sequences x 8 rows through the target, each cache read once
+    context = 16 * 1000
+    verify = tree.target.step(BatchShape(16, context, (), 16 * 8), None, 8)
+    chain = tree.target.step(BatchShape(16, context, (), 16 * 4), None, 4)
+    # the sampler over every verified row: 128 rows, twice a chain's 64; each cache read once
+    assert verify.terms_s["sampler_s"] == pytest.approx(2 * chain.terms_s["sampler_s"])
+    assert verify.terms_s["kv_read_s"] == pytest.approx(chain.terms_s["kv_read_s"])
+    assert verify.terms_s["weights_s"] > chain.terms_s["weights_s"]  # GEMMs over 128 rows
+    e = tree.speculation.tokens_per_round
+    draft = tree.draft_step(16, context)
+    first = tree.draft_step(16, context, first=True)
+    one = tree.step(BatchShape(16, context, (), 16))
+    host = tree.round_host_s(16)
+    expected = (first.total_s + 2 * draft.total_s + verify.total_s + host) / e
+    assert one.total_s == pytest.approx(expected)
+    with pytest.raises(KvplanError, match=r"4.5: between 1 and 4 \(k \+ 1\) for 3 drafted.*8 "):
+        _sglang_eagle3(llama, h100, 3, 4, 8, spec_accept_length=4.5)
+    # more draft tokens than the tree has nodes (36 + its root): SGLang's torch.topk would fail
+    with pytest.raises(KvplanError, match="has 37 nodes"):
+        speculative.parse_sglang("EAGLE3", 3, 4, 38, "x/y", llama)
+    assert speculative.parse_sglang("EAGLE3", 3, 4, 37, "x/y", llama).verify_tokens == 37
+
+
+def test_an_acceptance_length_past_the_tree_depth_is_one_line(llama):
+    code, out, err = run_cli(
+        "simulate", "llama-3.1-8b", "--gpu", "h100", "--engine", "sglang", *SMALL,
+        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "x/y",
+        "--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
+        "--speculative-num-draft-tokens", "8", "--spec-accept-length", "5",
+    )  # fmt: skip
+    assert code == 2 and not out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "between 1 and 4 (k + 1)" in lines[0], err
+
+
 def test_an_sglang_verification_replays_its_graph_while_its_batch_fits(llama, h100):
     # SGLang's Llama default 5-4-8 verifies 8 tokens a sequence; its target graph runner
     # captures batch sizes up to cuda_graph_max_bs (can_run: batch size, not tokens), so a

@@ -601,6 +601,19 @@ def piecewise_flags(disable: bool, enable: bool, max_tokens: int | None):
     return PiecewiseFlags(bool(disable), bool(enable), max_tokens)
 
 
+def radix_flag(engine: str, disable_radix_cache: bool, prefix_caching: bool | None):
+    """SGLang's --disable-radix-cache as the prefix-caching switch it is (None: not given)."""
+    if not disable_radix_cache:
+        return prefix_caching
+    if engine != "sglang":
+        raise KvplanError(
+            "--disable-radix-cache is SGLang's; vLLM takes --no-enable-prefix-caching"
+        )
+    if prefix_caching:
+        raise KvplanError("give --disable-radix-cache or --enable-prefix-caching, not both")
+    return False
+
+
 def speculative_config_option():
     """vLLM's --speculative-config JSON."""
     return typer.Option(

@@ -262,6 +262,18 @@ def _flags() -> tuple[Flag, ...]:
             (SGLANG,),
         ),
         Flag(
+            "disable_radix_cache",
+            bool,
+            typer.Option(
+                None,
+                "--disable-radix-cache",
+                help="SGLang: no radix cache; a hybrid's state pool then caps the running "
+                "requests at its states, not a third of them.",
+            ),
+            "--disable-radix-cache",
+            (SGLANG,),
+        ),
+        Flag(
             "mem_fraction_static",
             float,
             c.serve_option(
@@ -718,6 +730,7 @@ def _server(o) -> None:
         mem_fraction_static=c.fraction(o.mem_fraction_static, "--mem-fraction-static"),
         sglang_version=o.sglang_version if o.sglang_version is not None else SGLANG_VERSION,
         backends=c.backends_of(vars(o)),
+        radix_cache=not o.disable_radix_cache,
     )
     result = engine_allocation(spec, c.load_gpu(o.gpu), request)
     c.emit(c.render(engine_view(result), o.fmt))

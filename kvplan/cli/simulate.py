@@ -434,6 +434,12 @@ def add(app: typer.Typer) -> None:
             "--enable-prefix-caching/--no-enable-prefix-caching",
             help="Prefix caching (default on, off for models with recurrent state and vLLM V0 0.6-0.7).",
         ),
+        disable_radix_cache: bool = typer.Option(
+            False,
+            "--disable-radix-cache",
+            help="SGLang: no radix (prefix) cache; a hybrid's state pool then holds one state "
+            "per running request.",
+        ),
         chunked_prefill: bool = typer.Option(
             None,
             "--enable-chunked-prefill/--no-enable-chunked-prefill",
@@ -520,6 +526,13 @@ def add(app: typer.Typer) -> None:
             "--speculative-num-draft-tokens", "tokens verified per round"
         ),
         speculative_draft_model_path: str = c.speculative_draft_option(),
+        speculative_skip_dp_mlp_sync: bool = typer.Option(
+            False,
+            "--speculative-skip-dp-mlp-sync",
+            help="SGLang (EAGLE/NEXTN with DP attention): skip the scheduler's sync of the new "
+            "prefill batches, one collective a decode round; ranks may then mix prefill and "
+            "decode.",
+        ),
         spec_accept: str = c.spec_accept_option(),
         spec_accept_length: float = c.spec_accept_length_option(),
         fmt: c.OutputFormat = c.format_option(),
@@ -558,6 +571,7 @@ def add(app: typer.Typer) -> None:
         from kvplan.simulate.workload import BENCH_DEFAULT_SEED
 
         vllm_version, sglang_version = engine_versions(engine, engine_version, vllm_version)
+        prefix_caching = c.radix_flag(engine, disable_radix_cache, prefix_caching)
         law, law_spread = length_law(
             length_dist, spread, dataset_name, bench_client, range_ratio, engine
         )
@@ -636,6 +650,7 @@ def add(app: typer.Typer) -> None:
                     spec_accept,
                     spec_accept_length,
                 ),
+                speculative_skip_dp_mlp_sync=speculative_skip_dp_mlp_sync,
             ),
             replicas=replicas,
             router=router,

@@ -73,6 +73,13 @@ class EngineRequest(NamedTuple):
     # SGLang hybrids under speculative decoding: the recurrent states reserved for the
     # verification's positions (engines.sglang.speculative_state_slots; 0: not speculating)
     speculative_state_slots: int = 0
+    # SGLang: speculative decoding asked for, the radix cache (False: --disable-radix-cache) and
+    # --max-running-requests as server_args hands it to the model runner (given, or 48 when
+    # speculating; None: SGLang's own), which size a hybrid's state pool
+    # (engines.sglang.sglang_radix_off, sglang_allocation)
+    speculative: bool = False
+    radix_cache: bool = True
+    max_running_requests: int | None = None
     # vLLM V0's profile run (0.6, 0.7), whose sampler takes top-k/top-p (formulas.memory
     # v0_sampler_bytes)
     v0_profile: bool = False

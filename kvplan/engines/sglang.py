@@ -128,6 +128,15 @@ MAMBA_NO_OVERLAP_FROM = 6
 # _handle_mamba_radix_cache(support_mamba_cache=False): no MambaRadixCache for these model types,
 # the radix cache goes off, and the overlap scheduler stays on
 NO_MAMBA_RADIX_MODEL_TYPES = ("kimi_linear",)
+# _handle_mamba_radix_cache's no_buffer branch for a speculating hybrid with the radix cache on:
+# through 0.5.9 it turns the radix cache off ("Disabling radix cache since speculative decoding
+# for {model_arch} is not supported with radix cache yet"); SGLang PR #19391 (merged 2026-03-04,
+# after 0.5.9 of 2026-02-24) raises a ValueError instead ("... is not compatible with radix cache
+# when using --mamba-scheduler-strategy no_buffer"), and PR #22908 (merged 2026-04) turned it
+# back into the radix cache off on ROCm only. kvplan takes 0.5.10 as the first release with the
+# error (refused, one line) and, for a bare 0.5 (no patch), the side of it on which the launch
+# runs (the radix cache off, noted).
+MAMBA_SPEC_RADIX_ERROR_FROM = 10
 
 SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio
 MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio: state pool = rest x r / (1 + r)
@@ -766,13 +775,52 @@ def speculative_state_slots(max_running_requests: int, draft_tokens: int, dp: in
     return max_running_requests // dp * draft_tokens
 
 
-def mamba_capped_requests(requests: int, max_mamba_cache_size: int | None) -> int:
+def mamba_capped_requests(
+    requests: int, max_mamba_cache_size: int | None, radix_cache: bool = True
+) -> int:
     """max_running_requests under a hybrid's state pool (init_memory: at most
-    max_mamba_cache_size // MAMBA_SLOTS_PER_REQUEST, whether given or SGLang's default);
-    `requests` as it is without a state pool (None: none)."""
+    max_mamba_cache_size // MAMBA_SLOTS_PER_REQUEST, whether given or SGLang's default, and
+    // 1 with the radix cache off: _calculate_mamba_ratio returns 1 under
+    disable_radix_cache); `requests` as it is without a state pool (None: none)."""
     if max_mamba_cache_size is None:
         return requests
-    return min(requests, max(max_mamba_cache_size // MAMBA_SLOTS_PER_REQUEST, 1))
+    per_request = MAMBA_SLOTS_PER_REQUEST if radix_cache else 1
+    return min(requests, max(max_mamba_cache_size // per_request, 1))
+
+
+def sglang_radix_off(
+    spec: ModelSpec, gpu: GpuProfile, request: EngineRequest, attention_backend: str | None
+) -> str | None:
+    """Why SGLang runs this model without its radix cache (None: it keeps it): "given"
+    (--disable-radix-cache), else server_args._handle_mamba_radix_cache for a recurrent-state
+    hybrid from 0.5.6 (MAMBA_NO_OVERLAP_FROM, the first release kvplan reads it in):
+    "unsupported" (support_mamba_cache=False: NO_MAMBA_RADIX_MODEL_TYPES), "speculative" (the
+    no_buffer strategy with a speculative algorithm: MAMBA_SPEC_RADIX_ERROR_FROM; refused where
+    SGLang raises), "trtllm_mha" (no_buffer, not speculating, on the trtllm_mha backend, which
+    cannot take MambaRadixCache's 1-token pages). One home for the pool
+    (sglang_allocation) and the simulated prefix cache (simulate.setup)."""
+    if not request.radix_cache:
+        return "given"
+    if not spec.has_kind(CacheKind.STATE) or sglang_release(request.sglang_version)[0] != "0.5":
+        return None
+    patch = sglang_patch(request.sglang_version)
+    if patch is not None and patch < MAMBA_NO_OVERLAP_FROM:
+        return None
+    if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES:
+        return "unsupported"
+    if request.speculative:
+        amd = gpu.device_vendor == "AMD"
+        if patch is not None and patch >= MAMBA_SPEC_RADIX_ERROR_FROM and not amd:
+            raise KvplanError(
+                f"SGLang {request.sglang_version} refuses speculative decoding on {spec.name} "
+                "with the radix cache under --mamba-scheduler-strategy no_buffer "
+                "(server_args._handle_mamba_radix_cache, PR #19391): add --disable-radix-cache "
+                "(extra_buffer is not modelled)"
+            )
+        return "speculative"
+    if attention_backend == "trtllm_mha":
+        return "trtllm_mha"
+    return None
 
 
 def mamba_radix_overlap_off(
@@ -1062,6 +1110,11 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     mamba_pool = conv_bytes = ssm_bytes = 0
     max_mamba = None
     conv_req, ssm_req = _mamba_bytes_per_request(stage, request.tp)
+    radix_off = sglang_radix_off(spec, gpu, request, attention.decode)
+    if radix_off is not None and radix_off != "given":
+        notes.append(
+            note("sglang-radix-off", reason=radix_off, patch=sglang_patch(request.sglang_version))
+        )
     if conv_req + ssm_req:
         spec_bytes = (conv_req + ssm_req) * request.speculative_state_slots
         if spec_bytes:
@@ -1080,11 +1133,25 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
                     f"verification's recurrent states ({spec_bytes / GIB:,.2f} GiB per GPU): "
                     "lower --max-running-requests or --speculative-num-draft-tokens"
                 )
-        mamba_pool = int(rest * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO))
-        max_mamba = mamba_pool // (conv_req + ssm_req)
+        if radix_off is not None and request.max_running_requests is not None:
+            # handle_max_mamba_cache: with the radix cache off and max_running_requests set
+            # (given, or 48 when speculating: server_args), max_mamba_cache_size is
+            # max_running_requests // the DP-attention size, one state a request, and the rest
+            # of the memory is the KV pool's
+            max_mamba = max(request.max_running_requests // request.dp_attention, 1)
+            mamba_pool = max_mamba * (conv_req + ssm_req)
+            notes.append(note("sglang-mamba-no-radix", slots=max_mamba, ssm=MAMBA_SSM_DTYPE))
+        else:
+            mamba_pool = int(rest * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO))
+            max_mamba = mamba_pool // (conv_req + ssm_req)
+            notes.append(note("sglang-mamba", ratio=MAMBA_FULL_MEMORY_RATIO, ssm=MAMBA_SSM_DTYPE))
         conv_bytes, ssm_bytes = max_mamba * conv_req, max_mamba * ssm_req
         rest -= mamba_pool
-        notes.append(note("sglang-mamba", ratio=MAMBA_FULL_MEMORY_RATIO, ssm=MAMBA_SSM_DTYPE))
+        if rest <= 0:
+            raise KvplanError(
+                "no memory is left for SGLang's KV pool after the recurrent-state pool "
+                f"({mamba_pool / GIB:,.2f} GiB per GPU): lower --max-running-requests"
+            )
     # a DSA indexer key on the layers that run their own indexer (GLM-5.3: not every layer)
     indexed = [x for x in attn if x.indexer_head_dim] if mla else []
     indexer = indexer_bytes_per_token(indexed[0]) if indexed else 0
@@ -1138,7 +1205,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         )
     running = min(max(int(tokens / request.max_model_len * 512), 2048), 4096)
     running = min(running, max(tokens // 2, 1))
-    running = mamba_capped_requests(running, max_mamba)
+    running = mamba_capped_requests(running, max_mamba, radix_off is None)
     fits = tokens >= request.max_model_len
     return SglangResult(
         kvplan_version=__version__,

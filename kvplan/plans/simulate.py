@@ -417,6 +417,7 @@ def _layout_note(spec: ModelSpec, layout, engine: str = "vllm", serve=None) -> N
             serve is not None
             and (serve.speculative_algorithm is not None or serve.speculative_config is not None)
         ),
+        skip_mlp_sync=bool(serve is not None and serve.speculative_skip_dp_mlp_sync),
     )
 
 

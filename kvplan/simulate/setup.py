@@ -125,6 +125,8 @@ class ServeOptions(NamedTuple):
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int | None = None
     speculative_draft_model_path: str | None = None
+    # SGLang's --speculative-skip-dp-mlp-sync (kvplan.simulate.speculative MLP_SYNCS_DECODE)
+    speculative_skip_dp_mlp_sync: bool = False
     spec_accept: str | None = None
     spec_accept_length: float | None = None
     # vLLM V0's multi-step scheduling (--num-scheduler-steps, 0.6-0.8; 1: off)
@@ -702,7 +704,11 @@ def _speculative_model(model, speculation, draft, gpu, options, fmt_name, graph_
             prefill_graph_tokens=model.prefill_graph_max_tokens,
         )  # fmt: skip
     return SpeculativeStepModel(
-        model, speculation, draft_model, sglang_host=options.engine == "sglang"
+        model,
+        speculation,
+        draft_model,
+        sglang_host=options.engine == "sglang",
+        skip_dp_mlp_sync=options.speculative_skip_dp_mlp_sync,
     )
 
 
@@ -1589,6 +1595,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         piecewise_prefill,
         sglang_allocation,
         sglang_attention,
+        sglang_radix_off,
         sglang_release,
     )
     from kvplan.simulate.engine import EngineConfig
@@ -1631,6 +1638,9 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     length_note = default_length_note(spec, options)
     if length_note is not None:
         notes.append(length_note)
+    from kvplan.simulate.speculative import SGLANG_SPEC_RUNNING, requested
+
+    speculating = requested(spec, options) is not None
     request = EngineRequest(
         engine="sglang",
         speculative_state_slots=_speculative_state_slots(spec, options, layout.dp),
@@ -1651,6 +1661,10 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         backends=options.backends,
         speculative_eagle_topk=options.speculative_eagle_topk,
         cuda_ipc_pool_bytes=(options.cuda_ipc_pool_mib or 0) * MIB,
+        speculative=speculating,
+        radix_cache=options.enable_prefix_caching is not False,
+        # server_args sets 48 when speculating and none is given (SGLANG_SPEC_RUNNING)
+        max_running_requests=options.max_num_seqs or (SGLANG_SPEC_RUNNING if speculating else None),
     )
     alloc = sglang_allocation(spec, gpu, request)
     check_sglang_moe_backend(
@@ -1690,22 +1704,21 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     chunk = options.max_num_batched_tokens or alloc.chunked_prefill_size
     running = options.max_num_seqs or alloc.max_running_requests
     if speculation is not None:
-        from kvplan.simulate.speculative import SGLANG_SPEC_RUNNING
-
         if options.max_num_seqs is None:  # server_args: 48 when speculating and not given
             running = SGLANG_SPEC_RUNNING
         options = options._replace(async_scheduling=False)  # the overlap scheduler off (spec v1)
+    backend = sglang_attention(spec, gpu, request, release, alloc.kv_cache_dtype).decode
+    # the radix cache as SGLang keeps it: off where given or where its rules for a hybrid turn it
+    # off (sglang_radix_off, the pool's rule too: no prefix is ever reused)
+    radix = sglang_radix_off(spec, gpu, request, backend) is None
     if layout.dp == 1:  # init_memory: a hybrid's state pool caps a given or speculative count
-        running = mamba_capped_requests(running, alloc.max_mamba_cache_size)
+        running = mamba_capped_requests(running, alloc.max_mamba_cache_size, radix)
     if layout.dp > 1:  # SGLang divides --max-running-requests among its DP-attention ranks
         running = max(1, running // layout.dp)
         # and, in server_args._handle_data_parallelism, the chunked prefill size ("adjusted to
         # avoid MoE kernel issues": each rank's prefill batch, the MoE layers seeing the sum)
         chunk = max(1, chunk // layout.dp)
-    prefix_caching = options.enable_prefix_caching
-    if prefix_caching is None:
-        prefix_caching = True  # the radix cache; hybrids keep theirs too
-    backend = sglang_attention(spec, gpu, request, release, alloc.kv_cache_dtype).decode
+    prefix_caching = radix
     if not overlap_given and mamba_radix_overlap_off(
         spec, options.sglang_version, backend, speculation is not None, prefix_caching
     ):

@@ -361,8 +361,10 @@ class SglangEngine(Engine):
         batches: get_next_batch_to_run syncs the ranks' new prefill batches first
         (prepare_mlp_sync_batch, "prefill and decode batches will not be mixed when spec and
         dp-attn is enabled") and, when any rank formed one, every other rank runs an idle batch
-        instead of its decodes (Engine.lockstep_exclusive_prefill)."""
-        return getattr(self.model, "speculation", None) is not None
+        instead of its decodes (Engine.lockstep_exclusive_prefill). --speculative-skip-dp-mlp-sync
+        skips that sync: each rank runs what its own scheduler formed."""
+        speculating = getattr(self.model, "speculation", None) is not None
+        return speculating and not getattr(self.model, "skip_dp_mlp_sync", False)
 
     def plan_prefill(self):
         """get_new_batch_prefill: (the prefill batch's BatchShape, the function that settles

@@ -120,6 +120,18 @@ SGLANG_SPEC_RUNNING = 48  # max_running_requests when speculating and not given
 # and replay their own graph, after host syncs (_draft_preprocess_decode's and
 # forward_draft_extend_after_decode's seq_lens .item(), EagleVerifyInput.verify's .tolist())
 SGLANG_DRAFT_PASSES = 2
+# SGLang's scheduler under DP attention gathers every rank's batch facts before each batch runs
+# (scheduler_dp_attn_mixin.prepare_mlp_sync_batch_raw -> MLPSyncBatchInfo.all_gather:
+# all_gather_into_tensor of num_tokens, num_tokens_for_logprob, can_cuda_graph,
+# is_extend_in_batch, local_can_run_tbo, local_forward_mode, int64 each, over the TP group; on
+# its device group when the overlap scheduler is off, as it is when speculating, so serial with
+# the GPU's work). Speculating, get_next_batch_to_run syncs the new prefill batch first ("prefill
+# and decode batches will not be mixed when spec and dp-attn is enabled") and, when no rank
+# formed one, syncs the decode batch again: two a decode round, one a prefill batch;
+# --speculative-skip-dp-mlp-sync skips the first (one each, and the ranks may mix them).
+MLP_SYNC_BYTES = 6 * 8
+MLP_SYNCS_DECODE = 2
+MLP_SYNCS_DECODE_SKIPPED = 1
 MAX_DRAFT_TOKENS = 64
 ASSUMED_ACCEPTANCE = 0.7  # per drafted token, when no acceptance is given (whatif's default)
 
@@ -302,9 +314,25 @@ def parse_sglang(
     topk = topk or 1
     if topk == 1 or num_draft_tokens is None:  # server_args: a chain verifies steps + 1
         num_draft_tokens = num_steps + 1
+    tree_nodes = tree_candidates(num_steps, topk) + 1
+    if num_draft_tokens > tree_nodes:
+        raise KvplanError(
+            f"--speculative-num-draft-tokens {num_draft_tokens}: an EAGLE tree of "
+            f"{num_steps} steps x topk {topk} has {tree_nodes} nodes with its root (SGLang's "
+            "organize_draft_results takes num_draft_tokens - 1 of them)"
+        )
     return SpecDecode(
         method, num_steps, topk, num_draft_tokens, None if method == "mtp" else draft_path
     )
+
+
+def tree_candidates(num_steps: int, topk: int) -> int:
+    """Draft tokens an SGLang EAGLE round scores: topk at its first step, topk x topk at each
+    later one (speculative/eagle_utils.py organize_draft_results: score_list is topk +
+    (num_steps - 1) x topk^2 wide, and torch.topk takes num_draft_tokens - 1 of them under the
+    verified root). A tree verifies num_draft_tokens of these; the longest path it can accept
+    is still num_steps drafted tokens and the bonus one (num_steps + 1: check_length)."""
+    return topk + (num_steps - 1) * topk * topk
 
 
 def check_positions(rates: tuple[float, ...], k: int) -> tuple[float, ...]:
@@ -318,10 +346,20 @@ def check_positions(rates: tuple[float, ...], k: int) -> tuple[float, ...]:
     return rates
 
 
-def check_length(length: float, k: int) -> float:
+def check_length(length: float, k: int, verified: int | None = None) -> float:
+    """A mean acceptance length in [1, k + 1]: k draft steps (vLLM's num_speculative_tokens,
+    SGLang's --speculative-num-steps) and the bonus token. An SGLang tree verifying more
+    tokens (`verified` > k + 1) accepts one path of it, at most k + 1 long (eagle_info.py
+    EagleVerifyInput.verify: accept_length per sequence counts the accepted tree depth)."""
     if math.isnan(length) or not 1.0 <= length <= k + 1:
+        tree = (
+            f"; the tree's {verified} verified tokens are branches, one path accepted"
+            if verified is not None and verified > k + 1
+            else ""
+        )
         raise KvplanError(
-            f"mean acceptance length {length}: between 1 and {k + 1} (k + 1) for {k} drafted tokens"
+            f"mean acceptance length {length}: between 1 and {k + 1} (k + 1) for {k} drafted "
+            f"tokens{tree}"
         )
     return length
 
@@ -337,7 +375,7 @@ def parse_accept(text: str | None, length: float | None, request: SpecDecode):
     k = request.num_steps
     given_length = length if length is not None else request.length
     if given_length is not None:
-        return check_length(float(given_length), k), "length", None
+        return check_length(float(given_length), k, request.verify_tokens), "length", None
     positions = request.positions
     if text is not None:
         from kvplan.inputs.options import ascii_number
@@ -408,8 +446,11 @@ class SpeculativeStepModel:
         speculation: Speculation,
         draft: StepModel | None,
         sglang_host: bool = False,
+        skip_dp_mlp_sync: bool = False,
     ):
         self.target, self.speculation, self.draft = target, speculation, draft
+        # SGLang's --speculative-skip-dp-mlp-sync (MLP_SYNCS_DECODE_SKIPPED)
+        self.skip_dp_mlp_sync = skip_dp_mlp_sync
         r = speculation.request
         self.k, self.topk, self.queries = r.num_steps, r.topk, r.verify_tokens
         # the round's first draft forward runs the k + 1 positions a verification can settle,
@@ -457,6 +498,21 @@ class SpeculativeStepModel:
             *(f"the draft's {p.removeprefix('the ')}" for p in draft),
         )
 
+    def mlp_sync_s(self) -> float:
+        """One scheduler sync of SGLang's DP-attention ranks (MLP_SYNC_BYTES from each of the
+        group's G GPUs, a ring all-gather at the tables' measured all-gather call:
+        StepModel._allgather_s); 0 without DP attention or for vLLM. The D2H copy of the
+        gathered tensor that follows (_process_gathered_info's .cpu()) is not priced."""
+        if not self.sglang_host or not self.target.dp_gather_full:
+            return 0.0
+        ranks = self.target.group_tp
+        return self.target._allgather_s(MLP_SYNC_BYTES * (ranks - 1), ranks)
+
+    @property
+    def decode_mlp_syncs(self) -> int:
+        """Scheduler syncs a decode round runs (MLP_SYNCS_DECODE; skipped: one)."""
+        return MLP_SYNCS_DECODE_SKIPPED if self.skip_dp_mlp_sync else MLP_SYNCS_DECODE
+
     def state_commit_s(self, num_decodes: int) -> float:
         """Seconds of SGLang's recurrent-state commit after a verification of `num_decodes`
         sequences: each one's state read from the verification's cache and written to the
@@ -480,7 +536,11 @@ class SpeculativeStepModel:
         if twin is None:
             draft = self.draft.without_graphs() if self.draft is not None else None
             twin = SpeculativeStepModel(
-                self.target.without_graphs(), self.speculation, draft, self.sglang_host
+                self.target.without_graphs(),
+                self.speculation,
+                draft,
+                self.sglang_host,
+                self.skip_dp_mlp_sync,
             )
             twin.__dict__["_eager"] = twin
             self.__dict__["_eager"] = twin
@@ -593,6 +653,42 @@ class SpeculativeStepModel:
         tokens = num_decodes * self.topk
         return BatchShape(tokens, context_sum * self.topk, (), tokens), 1
 
+    def extend_in_batch(self):
+        """The step model of a DP-attention step in which some rank runs an extend (prefill)
+        batch: SGLang sets is_extend_in_batch on every rank's batch (prepare_mlp_sync_batch_raw)
+        and its EAGLE worker then runs a decoding rank's batch as forward_target_extend +
+        forward_draft_extend, no draft round (eagle_worker.py forward_batch_generation: "if
+        batch.forward_mode.is_extend() or batch.is_extend_in_batch"); only under
+        --speculative-skip-dp-mlp-sync do decodes share such a step. vLLM: this model."""
+        if not self.sglang_host:
+            return self
+        twin = self.__dict__.get("_extend_twin")
+        if twin is None:
+            twin = self.__dict__["_extend_twin"] = _ExtendInBatch(self)
+        return twin
+
+    def extend_in_batch_decode(
+        self,
+        shape: BatchShape,
+        gathered_tokens: int | None = None,
+        padded: bool = False,
+        gathered_sampled: int | None = None,
+    ) -> StepTime:
+        """A decoding rank's batch run as an extend (extend_in_batch): the target's forward over
+        one token a sequence, the draft's over the same tokens with its head on each, one
+        scheduler sync, and the draft pass's host work (prefill_host_s)."""
+        target = self.target.step(
+            shape, gathered_tokens, padded=padded, gathered_sampled=gathered_sampled
+        )
+        b = shape.num_decodes
+        draft = (
+            engine_step_time(0, 0, 0, 0, 0, 0, 0, 0, 0)
+            if self.speculation.request.method == "ngram"
+            else self._draft_forward(BatchShape(b, shape.decode_context_sum, (), b), 1)
+        )
+        out = _plus_comm(_linear((target, 1.0), (draft, 1.0)), self.mlp_sync_s())
+        return _plus_host(out, self.prefill_host_s())
+
     # ---- SGLang's host work ------------------------------------------------------------------
     def round_host_s(self, num_decodes: int) -> float:
         """Host seconds a SGLang round adds to its verification's own host pass (that step's
@@ -645,6 +741,7 @@ class SpeculativeStepModel:
                 shape, gathered_tokens, padded=padded, gathered_sampled=gathered_sampled
             )
             prefill = _linear((target, 1.0), (self.draft_extend(shape), 1.0))
+            prefill = _plus_comm(prefill, self.mlp_sync_s())  # one sync a prefill batch
             return _plus_host(prefill, self.prefill_host_s())
         b = shape.num_decodes
         gathered = None if gathered_tokens is None else gathered_tokens * self.queries
@@ -661,6 +758,7 @@ class SpeculativeStepModel:
         first = self.draft_step(b, shape.decode_context_sum, True, seqs, padded)
         e = self.speculation.tokens_per_round
         one = _plus_host(_round(verify, draft, first, self.k, e), self.round_host_s(b) / e)
+        one = _plus_comm(one, self.decode_mlp_syncs * self.mlp_sync_s() / e)
         if not shape.prefill_chunks:
             return one
         mixed = verifier.step(
@@ -710,13 +808,15 @@ class SpeculativeStepModel:
         )
         first_times, first_kept = self._draft_span(num_decodes, sums, True, gathered_tokens, padded)
         host_s = self.round_host_s(num_decodes) / e
+        sync_s = self.decode_mlp_syncs * self.mlp_sync_s() / e
         token_times = speculative_round_s(draft_times, times, k, first_times) / e + host_s
+        token_times = token_times + sync_s
 
         def kept(n: int) -> StepTime:
             out = _linear(
                 (verify_kept(n), 1.0 / e), (draft_kept(n), (k - 1) / e), (first_kept(n), 1.0 / e)
             )
-            return _plus_host(out, host_s * n)
+            return _plus_comm(_plus_host(out, host_s * n), sync_s * n)
 
         return token_times, kept
 
@@ -796,6 +896,33 @@ class SpeculativeStepModel:
         return fixed.total_s + share * attention, kept
 
 
+class _ExtendInBatch:
+    """SpeculativeStepModel.extend_in_batch: its step prices a decode-only batch as
+    extend_in_batch_decode, every other batch as the model does; the rest is the model's."""
+
+    def __init__(self, model: SpeculativeStepModel):
+        self.model = model
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name == "model":
+            raise AttributeError(name)
+        return getattr(self.model, name)
+
+    def step(
+        self,
+        shape: BatchShape,
+        gathered_tokens: int | None = None,
+        queries: int = 1,
+        padded: bool = False,
+        gathered_sampled: int | None = None,
+    ) -> StepTime:
+        if shape.num_decodes and not shape.prefill_chunks:
+            return self.model.extend_in_batch_decode(
+                shape, gathered_tokens, padded, gathered_sampled
+            )
+        return self.model.step(shape, gathered_tokens, queries, padded, gathered_sampled)
+
+
 def _with(step: StepTime, total_s: float | None = None, **terms_s: float) -> StepTime:
     """The step with the terms named replaced (and its total, given one)."""
     total = step.total_s if total_s is None else total_s
@@ -808,6 +935,14 @@ def _plus_host(step: StepTime, host_s: float) -> StepTime:
     if not host_s:
         return step
     return _with(step, step.total_s + host_s, host_s=step.terms_s["host_s"] + host_s)
+
+
+def _plus_comm(step: StepTime, seconds: float) -> StepTime:
+    """The step with `seconds` more of collective time, serial with the rest (SGLang's
+    speculative rounds: no overlap scheduler)."""
+    if not seconds:
+        return step
+    return _with(step, step.total_s + seconds, comm_s=step.terms_s["comm_s"] + seconds)
 
 
 def _plus_untimed_memory(step: StepTime, seconds: float) -> StepTime:
@@ -845,6 +980,15 @@ def _round(verify: StepTime, draft: StepTime, first: StepTime, k: int, e: float)
 def requested(spec: ModelSpec, options) -> SpecDecode | None:
     """The speculative decoding a replica's ServeOptions ask for (None: none), in the engine's
     spelling: vLLM's --speculative-config, SGLang's --speculative-* flags."""
+    if options.speculative_skip_dp_mlp_sync:
+        # arg_groups/speculative_hook.py (server_args' handle_speculative_decoding): asserted
+        # after NEXTN becomes EAGLE, so EAGLE and NEXTN alone
+        algorithm = str(options.speculative_algorithm or "").strip().upper()
+        if options.engine != "sglang" or algorithm not in ("EAGLE", "NEXTN"):
+            raise KvplanError(
+                "--speculative-skip-dp-mlp-sync is SGLang's, with --speculative-algorithm EAGLE "
+                "(or NEXTN) only"
+            )
     sglang_flags = (
         options.speculative_num_steps,
         options.speculative_eagle_topk,

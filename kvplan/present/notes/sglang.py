@@ -102,6 +102,35 @@ text("sglang-mamba-no-overlap")(
         "beside them. --disable-radix-cache keeps it on."
     )
 )
+text("sglang-radix-off")(
+    lambda reason, patch: (
+        "Linear-attention hybrid without the radix cache: SGLang turns it off "
+        + {
+            "unsupported": "for this model type (support_mamba_cache=False: no MambaRadixCache)",
+            "speculative": (
+                "when it speculates under --mamba-scheduler-strategy no_buffer (the default), "
+                "as 0.5.9 and earlier do; from 0.5.10 (PR #19391) SGLang refuses that launch, "
+                "ROCm excepted (PR #22908)"
+                + (
+                    ", so a run of it under an unnamed 0.5 patch is read as one from before"
+                    if patch is None
+                    else ""
+                )
+            ),
+            "trtllm_mha": "on the trtllm_mha attention backend, whose pages MambaRadixCache "
+            "cannot take (and keeps the overlap scheduler on)",
+        }[reason]
+        + " (server_args._handle_mamba_radix_cache). No prompt reuses a cached prefix, and the "
+        "state pool holds one state a running request."
+    )
+)
+text("sglang-mamba-no-radix")(
+    lambda slots, ssm: (
+        f"Linear-attention hybrid without the radix cache: the state pool holds {slots:,} "
+        f"states, max_running_requests' (model_runner_kv_cache_mixin.handle_max_mamba_cache), "
+        f"with {ssm} SSM states and bf16 conv states; the rest is the KV pool's."
+    )
+)
 text("sglang-mamba-spec")(
     lambda slots, state_bytes, reserved_bytes: (
         f"Speculative decoding on a linear-attention hybrid: before the split SGLang reserves "

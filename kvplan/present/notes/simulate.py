@@ -623,7 +623,7 @@ text("sim-interval")(
     )
 )
 text("sim-expert-parallel")(
-    lambda layout, dp, ep, experts_per_rank, gpus, router, engine="vllm", dp_lm_head=False, dense_mlp_whole=False, speculative=False: (
+    lambda layout, dp, ep, experts_per_rank, gpus, router, engine="vllm", dp_lm_head=False, dense_mlp_whole=False, speculative=False, skip_mlp_sync=False: (
         f"Layout {layout} on {gpus} GPU(s) per group. "
         + (
             f"Each of the {dp} DP ranks has its own scheduler and KV pool (requests go to them "
@@ -660,7 +660,20 @@ text("sim-expert-parallel")(
             "With speculative decoding SGLang never mixes prefill and decode batches in the "
             "group (scheduler.get_next_batch_to_run syncs the new prefill batches first): while "
             "any rank prefills, every other rank runs an idle batch and its requests wait. "
-            if dp > 1 and engine == "sglang" and speculative
+            "That sync and the decode batch's run on the GPUs' group (the overlap scheduler is "
+            "off), serial with the step: two all-gathers a decode round, one a prefill batch, "
+            "each one measured all-gather call. "
+            if dp > 1 and engine == "sglang" and speculative and not skip_mlp_sync
+            else ""
+        )
+        + (
+            "--speculative-skip-dp-mlp-sync: SGLang skips the scheduler's sync of the new "
+            "prefill batches (get_next_batch_to_run), so each rank runs what its own scheduler "
+            "formed, prefill beside another's decode, and a decode round pays one all-gather of "
+            "the ranks' batch facts on the GPUs' group, not two; in a mixed step the decoding "
+            "ranks run their batches as extends (is_extend_in_batch), one token a sequence and "
+            "no draft round. "
+            if dp > 1 and engine == "sglang" and speculative and skip_mlp_sync
             else ""
         )
         + (
