@@ -51,15 +51,32 @@ CHUNKED_PREFILL_04 = (2048, 8192)  # below the threshold, above
 CUDA_GRAPH_MAX_BS_04 = (8, 80, 160)  # small GPU TP < 4, small GPU TP >= 4, otherwise
 
 
+# an SGLang release as its wheels spell it (PEP 440, as published): 0.M, 0.M.P, 0.M.PrcN,
+# 0.M.P.postN, a .devN or +local tail; ASCII digits only (int() also takes '٥', ' 5' and '0_5'),
+# and few (int() of 5,000 digits raises ValueError). A third part that is no patch ('0.5.x',
+# '0.5.-1') is no release: the patch picks rules, so it is never read as the bare minor.
+_SGLANG_RELEASE = re.compile(
+    r"([0-9]{1,4})\.([0-9]{1,4})"
+    r"(?:\.([0-9]{1,4})(?:(?:a|b|rc)[0-9]{1,4})?(?:\.post[0-9]{1,4})?(?:\.dev[0-9]{1,8})?)?"
+    r"(?:\+[0-9a-z.]{1,20})?"
+)
+
+
+def _sglang_parts(version: str) -> tuple[int, int, int | None] | None:
+    """'0.5.4.post2' -> (0, 5, 4), '0.5' -> (0, 5, None); None for what no release spells."""
+    text = str(version).strip().lower()
+    text = text[1:] if text.startswith("v") else text
+    match = _SGLANG_RELEASE.fullmatch(text) if len(text) <= 40 else None
+    if match is None:
+        return None
+    return int(match[1]), int(match[2]), None if match[3] is None else int(match[3])
+
+
 def sglang_release(version: str) -> tuple[str, bool]:
     """'0.5.8.post1' -> ('0.5', False): the known release whose rules apply, and whether it is
     only the nearest one (a release kvplan does not know runs with its neighbour's rules)."""
-    text = str(version).strip().lower().lstrip("v")
-    # ASCII digits only (int() also takes '٥', ' 5' and '0_5'), and few: int() of 5,000 digits
-    # raises ValueError
-    match = re.match(r"([0-9]{1,4})\.([0-9]{1,4})(?:$|[.a-z+-])", text)
-    major, minor = (int(match[1]), int(match[2])) if match else (-1, -1)
-    if major != 0 or not 1 <= minor <= 99 or len(text) > 40:
+    major, minor, _patch = _sglang_parts(version) or (-1, -1, None)
+    if major != 0 or not 1 <= minor <= 99:
         raise KvplanError(
             f"SGLang version {str(version)[:20]!r}: give a release such as 0.4.6 or 0.5.8"
         )
@@ -71,8 +88,8 @@ def sglang_release(version: str) -> tuple[str, bool]:
 def sglang_patch(version: str) -> int | None:
     """'0.5.3rc0' -> 3, '0.5.4.post2' -> 4: the patch of a release as given; None for a bare
     release ('0.5'), which runs the newest rules kvplan models for it."""
-    match = re.match(r"0\.[0-9]{1,4}\.([0-9]{1,4})", str(version).strip().lower().lstrip("v"))
-    return int(match[1]) if match else None
+    parts = _sglang_parts(version)
+    return None if parts is None else parts[2]
 
 
 # _handle_model_specific_adjustments, GptOssForCausalLM (server_args.py of 0.5.3, 0.5.4.post2,

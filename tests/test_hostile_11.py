@@ -1,0 +1,52 @@
+"""Hostile inputs, eleventh round.
+1. An SGLang --engine-version whose patch no release spells ('0.5.x', '0.5.-1', a five-digit
+patch) ran silently as the bare '0.5' (the newest rules kvplan models for it), though the patch
+picks rules (piecewise graphs from 0.5.10, the DSA decode kernel from 0.5.14); vLLM's '0.6.x'
+was already refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvplan.engines.sglang import sglang_patch, sglang_release
+from kvplan.errors import KvplanError
+
+from helpers import one_line_error, run_cli
+
+SIM = ("simulate", "qwen3-8b", "--gpu", "h100", "--num-prompts", "4")
+
+
+# ---- 1. SGLang releases spelled with an unreadable patch ------------------------------------
+@pytest.mark.parametrize(
+    "version", ["0.5.x", "0.5.-1", "0.5.99999", "0.5.3.x", "0.5.", "0.4.9post", "0.5.3.post"]
+)
+def test_an_sglang_release_whose_patch_cannot_be_read_is_refused(version):
+    with pytest.raises(KvplanError, match="SGLang version"):
+        sglang_release(version)
+    code, _, err = run_cli(*SIM, "--engine", "sglang", "--engine-version", version)
+    one_line_error(code, err, "SGLang version")
+
+
+@pytest.mark.parametrize(
+    "version, patch",
+    [
+        ("0.5", None),
+        ("0.4.6", 6),
+        ("0.5.3rc0", 3),
+        ("0.5.4.post2", 4),
+        ("0.5.10.post1", 10),
+        ("v0.5.14", 14),
+        ("0.4.9.post5", 9),
+    ],
+)
+def test_the_spellings_of_real_sglang_releases_still_run(version, patch):
+    assert sglang_release(version)[0] in ("0.4", "0.5")
+    assert sglang_patch(version) == patch
+
+
+def test_plan_refuses_an_unreadable_sglang_patch_too():
+    code, _, err = run_cli(
+        "plan", "qwen3-8b", "--rate", "1", "--slo", "ttft_p99=2s", "--gpu", "h100", "--tp", "1",
+        "--emit", "sglang", "--engine-version", "0.5.x",
+    )  # fmt: skip
+    one_line_error(code, err, "SGLang version")
