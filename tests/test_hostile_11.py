@@ -2,7 +2,9 @@
 1. An SGLang --engine-version whose patch no release spells ('0.5.x', '0.5.-1', a five-digit
 patch) ran silently as the bare '0.5' (the newest rules kvplan models for it), though the patch
 picks rules (piecewise graphs from 0.5.10, the DSA decode kernel from 0.5.14); vLLM's '0.6.x'
-was already refused."""
+was already refused.
+2. --kv-cache-memory above the GPU's whole memory (1TiB on an 80 GB H100) sized a pool the engine
+could never allocate, printed as a plain result."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 from kvplan.engines.sglang import sglang_patch, sglang_release
 from kvplan.errors import KvplanError
 
-from helpers import one_line_error, run_cli
+from helpers import one_line_error, run_cli, run_json
 
 SIM = ("simulate", "qwen3-8b", "--gpu", "h100", "--num-prompts", "4")
 
@@ -50,3 +52,22 @@ def test_plan_refuses_an_unreadable_sglang_patch_too():
         "--emit", "sglang", "--engine-version", "0.5.x",
     )  # fmt: skip
     one_line_error(code, err, "SGLang version")
+
+
+# ---- 2. --kv-cache-memory beyond the GPU --------------------------------------------------
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_kv_memory_above_the_gpus_memory_is_refused(engine):
+    code, out, err = run_cli(*SIM, "--engine", engine, "--kv-cache-memory", "1TiB")
+    one_line_error(code, err, "--kv-cache-memory")
+    assert out == "" and "H100" in err
+
+
+def test_kvplan_engine_refuses_it_as_simulate_does():
+    code, _, err = run_cli("engine", "qwen3-8b", "--gpu", "h100", "--kv-cache-memory", "81GiB")
+    one_line_error(code, err, "--kv-cache-memory")
+
+
+def test_kv_memory_that_fits_the_gpu_still_sizes_the_pool():
+    data = run_json(*SIM, "--kv-cache-memory", "20GiB")
+    # 20 GiB over Qwen3-8B's 144 KiB a token (36 layers x 8 KV heads x 128 x 2 x 2 B)
+    assert data["setup"]["kv_cache_tokens"] == pytest.approx(20 * 2**30 / (36 * 8 * 128 * 4), 0.01)
