@@ -4,9 +4,15 @@ patch) ran silently as the bare '0.5' (the newest rules kvplan models for it), t
 picks rules (piecewise graphs from 0.5.10, the DSA decode kernel from 0.5.14); vLLM's '0.6.x'
 was already refused.
 2. --kv-cache-memory above the GPU's whole memory (1TiB on an 80 GB H100) sized a pool the engine
-could never allocate, printed as a plain result."""
+could never allocate, printed as a plain result.
+3. plan --emit and simulate's launch flags named a draft model as it was typed: a bundled alias
+('"model": "qwen3-4b"', --speculative-draft-model-path qwen3-4b), which neither engine can
+load, beside the target named by its Hub id."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +77,49 @@ def test_kv_memory_that_fits_the_gpu_still_sizes_the_pool():
     data = run_json(*SIM, "--kv-cache-memory", "20GiB")
     # 20 GiB over Qwen3-8B's 144 KiB a token (36 layers x 8 KV heads x 128 x 2 x 2 B)
     assert data["setup"]["kv_cache_tokens"] == pytest.approx(20 * 2**30 / (36 * 8 * 128 * 4), 0.01)
+
+
+# ---- 3. a draft model named by its bundled alias in a launch command --------------------
+PLAN = (
+    "plan", "qwen3-8b", "--rate", "5", "--slo", "ttft_p99=5s", "--gpu", "h100", "--tp", "1",
+    "--num-prompts", "30", "--max-num-seqs", "64", "--max-num-batched-tokens", "8192",
+    "--kv-cache-dtype", "auto", "--jobs", "1",
+)  # fmt: skip
+DRAFT_VLLM = '{"method": "draft_model", "model": "qwen3-4b", "num_speculative_tokens": 3}'
+
+
+def _draft_commands(data: dict) -> list[str]:
+    return [c["command"] for c in data["candidates"] if c.get("speculative")]
+
+
+def test_plan_launches_a_bundled_draft_by_its_hub_id():
+    data = run_json(*PLAN, "--speculative-config", DRAFT_VLLM)
+    commands = _draft_commands(data)
+    assert commands, data["candidates"]
+    for command in commands:
+        assert '"model":"Qwen/Qwen3-4B"' in command and "qwen3-4b" not in command, command
+    data = run_json(
+        *PLAN, "--emit", "sglang", "--speculative-algorithm", "STANDALONE",
+        "--speculative-draft-model-path", "qwen3-4b",
+    )  # fmt: skip
+    commands = _draft_commands(data)
+    assert commands, data["candidates"]
+    for command in commands:
+        assert "--speculative-draft-model-path Qwen/Qwen3-4B" in command, command
+
+
+def test_simulate_prints_the_drafts_launch_flags_by_its_hub_id():
+    data = run_json(*SIM, "--speculative-config", DRAFT_VLLM)
+    launch = data["setup"]["speculative"]["launch"]
+    assert '"model":"Qwen/Qwen3-4B"' in launch[1], launch
+    assert data["setup"]["speculative"]["draft"] == "qwen3-4b"  # the flag as given
+
+
+def test_a_draft_given_as_a_hub_id_or_path_is_launched_as_given(tmp_path):
+    config = Path(__file__).resolve().parents[1] / "model_configs" / "Qwen3-4B.json"
+    folder = tmp_path / "draft"
+    folder.mkdir()
+    (folder / "config.json").write_text(config.read_text())
+    given = json.dumps({"method": "draft_model", "model": str(folder), "num_speculative_tokens": 2})
+    data = run_json(*SIM, "--speculative-config", given)
+    assert json.loads(data["setup"]["speculative"]["launch"][1])["model"] == str(folder)

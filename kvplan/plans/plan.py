@@ -1114,7 +1114,7 @@ def _spec_flags(replica: Replica, engine: str) -> list[str] | None:
         return None
     from kvplan.simulate.speculative import launch_flags
 
-    return launch_flags(replica.speculation.request, engine)
+    return launch_flags(replica.speculation.request, engine, replica.speculation.draft_id)
 
 
 def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):

@@ -729,7 +729,7 @@ def _speculative(replica: Replica) -> dict | None:
         "acceptance_rate": sp.acceptance_rate,
         "draft_weight_bytes": sp.draft_weight_bytes,
         "draft_kv_bytes_per_token": sp.draft_kv_bytes_per_token,
-        "launch": launch_flags(r, replica.options.engine),
+        "launch": launch_flags(r, replica.options.engine, sp.draft_id),
     }
 
 
