@@ -7,7 +7,11 @@ was already refused.
 could never allocate, printed as a plain result.
 3. plan --emit and simulate's launch flags named a draft model as it was typed: a bundled alias
 ('"model": "qwen3-4b"', --speculative-draft-model-path qwen3-4b), which neither engine can
-load, beside the target named by its Hub id."""
+load, beside the target named by its Hub id.
+4. SGLang's random dataset is seeded 1 by default (sglang.bench_serving's --seed): `simulate
+--dataset-name random --engine sglang` applied it in the CLI alone, so its Python twin
+(WorkloadSpec(length_dist="sglang-random")) and `plan --length-dist sglang-random` drew other
+requests (seed 0) than the run simulate prints."""
 
 from __future__ import annotations
 
@@ -123,3 +127,31 @@ def test_a_draft_given_as_a_hub_id_or_path_is_launched_as_given(tmp_path):
     given = json.dumps({"method": "draft_model", "model": str(folder), "num_speculative_tokens": 2})
     data = run_json(*SIM, "--speculative-config", given)
     assert json.loads(data["setup"]["speculative"]["launch"][1])["model"] == str(folder)
+
+
+# ---- 4. the bench client's default seed, in the library ---------------------------------
+def test_the_python_twin_draws_sglangs_random_dataset_as_simulate_does():
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.sources import load_model
+    from kvplan.plans.simulate import SimulateRequest, simulate
+    from kvplan.present.view import jsonable
+    from kvplan.simulate.setup import ServeOptions
+    from kvplan.simulate.workload import WorkloadSpec
+
+    cli = run_json(*SIM, "--engine", "sglang", "--dataset-name", "random")
+    request = SimulateRequest(
+        workload=WorkloadSpec(num_prompts=4, length_dist="sglang-random"),
+        serve=ServeOptions(engine="sglang"),
+    )
+    twin = json.loads(
+        json.dumps(jsonable(simulate(load_model("qwen3-8b"), load_profile("h100"), request)))
+    )
+    assert cli["workload"]["seed"] == twin["workload"]["seed"] == 1
+    assert cli["runs"][0]["bench"] == twin["runs"][0]["bench"]
+
+
+def test_plan_draws_sglangs_random_dataset_with_its_clients_seed():
+    args = (*PLAN, "--length-dist", "sglang-random", "--spread", "0.5")
+    default, seeded = run_json(*args), run_json(*args, "--seed", "1")
+    assert default["workload"] == seeded["workload"]
+    assert default["workload"] != run_json(*args, "--seed", "0")["workload"]

@@ -555,8 +555,6 @@ def add(app: typer.Typer) -> None:
         })  # fmt: skip
         if trace is not None and request_rate != "inf":
             raise KvplanError("--trace sets the arrival times; leave out --request-rate")
-        from kvplan.simulate.workload import BENCH_DEFAULT_SEED
-
         vllm_version, sglang_version = engine_versions(engine, engine_version, vllm_version)
         law, law_spread = length_law(
             length_dist, spread, dataset_name, bench_client, range_ratio, engine
@@ -573,7 +571,7 @@ def add(app: typer.Typer) -> None:
             else parse_tokens(prefix_len, what="--prefix-len"),
             num_prefixes=num_prefixes,
             turns=turns,
-            seed=BENCH_DEFAULT_SEED.get(law, 0) if seed is None else seed,
+            seed=seed,
         )
         request = SimulateRequest(
             workload=workload,

@@ -43,6 +43,7 @@ from kvplan.simulate.workload import (
     arrival_times_s,
     check_work,
     generate,
+    workload_seed,
 )
 from kvplan.units import MS
 
@@ -1182,7 +1183,7 @@ def _reason(message: str) -> str:
 def _at_rate(requests: list[RequestSpec], request: PlanRequest, rate: float) -> list[RequestSpec]:
     """The same requests, sent on the bench's schedule at `rate`."""
     w = request.workload
-    times = arrival_times_s(len(requests), rate, w.burstiness, w.seed + 1)
+    times = arrival_times_s(len(requests), rate, w.burstiness, workload_seed(w) + 1)
     return [r._replace(arrival_s=t) for r, t in zip(requests, times, strict=True)]
 
 

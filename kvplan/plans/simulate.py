@@ -52,6 +52,7 @@ from kvplan.simulate.workload import (
     check_work,
     generate,
     read_trace,
+    workload_seed,
 )
 from kvplan.units import MS
 
@@ -755,7 +756,7 @@ def _workload(request: SimulateRequest) -> WorkloadSummary:
             1,
             w.burstiness,
             request.max_concurrency,
-            w.seed,
+            workload_seed(w),
             request.warm_prefix_cache,
         )
     return WorkloadSummary(
@@ -769,7 +770,7 @@ def _workload(request: SimulateRequest) -> WorkloadSummary:
         turns=w.turns,
         burstiness=w.burstiness,
         max_concurrency=request.max_concurrency,
-        seed=w.seed,
+        seed=workload_seed(w),
         warm_prefix_cache=request.warm_prefix_cache,
     )
 
