@@ -155,3 +155,32 @@ def test_plan_draws_sglangs_random_dataset_with_its_clients_seed():
     default, seeded = run_json(*args), run_json(*args, "--seed", "1")
     assert default["workload"] == seeded["workload"]
     assert default["workload"] != run_json(*args, "--seed", "0")["workload"]
+
+
+# ---- 5. the benchmark scripts' --write, checked before the timing --------------------------
+@pytest.mark.parametrize("script", ["bench_dispatch", "bench_detokenizer"])
+@pytest.mark.parametrize("target", ["folder", "folder/", "missing/x.json", "x.json/"])
+def test_a_benchmark_refuses_its_write_target_before_timing_anything(
+    script, target, tmp_path, monkeypatch, capsys
+):
+    """`--write` naming a folder, a missing folder or a folder's spelling: one line and exit 2
+    before any timing (it was a KvplanError traceback after the whole run, 22 s in quick mode)."""
+    from helpers import load_script
+
+    bench = load_script(script)
+    (tmp_path / "folder").mkdir()
+
+    def timed(*args, **kwargs):
+        raise AssertionError("timed before the --write target was checked")
+
+    for name in ("run", "measure", "build_tokenizer"):
+        if hasattr(bench, name):
+            monkeypatch.setattr(bench, name, timed)
+    argv = ["--write", f"{tmp_path}/{target}"] + (["--quick"] if script == "bench_dispatch" else [])
+    monkeypatch.setattr("sys.argv", [f"{script}.py", *argv])
+    with pytest.raises(SystemExit) as exc:
+        bench.main()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "--write" in err, err
+    assert not (tmp_path / "x.json").exists()
