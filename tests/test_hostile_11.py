@@ -11,7 +11,11 @@ load, beside the target named by its Hub id.
 4. SGLang's random dataset is seeded 1 by default (sglang.bench_serving's --seed): `simulate
 --dataset-name random --engine sglang` applied it in the CLI alone, so its Python twin
 (WorkloadSpec(length_dist="sglang-random")) and `plan --length-dist sglang-random` drew other
-requests (seed 0) than the run simulate prints."""
+requests (seed 0) than the run simulate prints.
+5. scripts/bench_dispatch.py and bench_detokenizer.py checked --write only after the whole run,
+and a bad one ended in a KvplanError traceback.
+6. An output that is a file the command read (--out onto the model's config.json, --step-log onto
+the --trace) replaced the input with the report."""
 
 from __future__ import annotations
 
@@ -184,3 +188,58 @@ def test_a_benchmark_refuses_its_write_target_before_timing_anything(
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "--write" in err, err
     assert not (tmp_path / "x.json").exists()
+
+
+# ---- 6. an output that is one of the command's inputs ------------------------------------
+def _config(tmp_path) -> Path:
+    source = Path(__file__).resolve().parents[1] / "model_configs" / "Qwen3-8B.json"
+    path = tmp_path / "config.json"
+    path.write_text(source.read_text())
+    return path
+
+
+@pytest.mark.parametrize("command", ["simulate", "report", "plan"])
+def test_out_onto_the_model_config_read_is_refused_and_leaves_it(command, tmp_path):
+    config = _config(tmp_path)
+    before = config.read_bytes()
+    args = {
+        "simulate": ("--num-prompts", "4"),
+        "report": ("--gpu", "h100"),
+        "plan": ("--rate", "1", "--slo", "ttft_p99=2s", "--gpu", "h100", "--tp", "1",
+                 "--num-prompts", "20", "--max-num-seqs", "64", "--kv-cache-dtype", "auto"),
+    }[command]  # fmt: skip
+    for target in (config, tmp_path):  # the file, and the folder naming it as the model
+        code, _, err = run_cli(command, str(target), *args, "--out", str(config))
+        one_line_error(code, err, "is a file this command read")
+    assert config.read_bytes() == before
+
+
+def test_step_log_onto_the_trace_read_is_refused_and_leaves_it(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"arrival_s": 0, "input_tokens": 100, "output_tokens": 5}\n')
+    before = trace.read_bytes()
+    code, _, err = run_cli("simulate", "qwen3-8b", "--trace", str(trace), "--step-log", str(trace))
+    one_line_error(code, err, "--step-log")
+    assert trace.read_bytes() == before
+
+
+def test_a_gpu_profile_read_is_not_an_output_either(tmp_path):
+    bundled = Path(__file__).resolve().parents[1] / "hardware_profiles" / "h100-sxm.yaml"
+    profile = tmp_path / "gpu.yaml"
+    profile.write_text(bundled.read_text())
+    before = profile.read_bytes()
+    code, _, err = run_cli(
+        *SIM[:2], "--num-prompts", "4", "--gpu", str(profile), "--out", str(profile)
+    )
+    one_line_error(code, err, "is a file this command read")
+    assert profile.read_bytes() == before
+
+
+def test_an_input_of_an_earlier_command_in_the_process_is_writable(tmp_path):
+    config = _config(tmp_path)
+    code, _, err = run_cli("size", str(config))
+    assert code == 0, err
+    before = config.read_text()
+    code, _, err = run_cli(*SIM, "--out", str(config))
+    assert code == 0, err  # the earlier command's input, not this one's: written as named
+    assert config.read_text() != before
