@@ -92,6 +92,12 @@ def note_input(path: Path | str) -> None:
     _INPUTS.add(resolved(path))
 
 
+def release_input(path: Path | str) -> None:
+    """`path` was read as a result the command may replace (measure's --baseline: --save-profile
+    or --json onto it updates it), not as an input to keep."""
+    _INPUTS.discard(resolved(path))
+
+
 def forget_inputs() -> None:
     """A new command starts (kvplan.cli.main): the files an earlier one in this process read
     are not its inputs."""

@@ -243,3 +243,18 @@ def test_an_input_of_an_earlier_command_in_the_process_is_writable(tmp_path):
     code, _, err = run_cli(*SIM, "--out", str(config))
     assert code == 0, err  # the earlier command's input, not this one's: written as named
     assert config.read_text() != before
+
+
+def test_a_profile_baseline_stays_replaceable_by_the_run_it_baselines(tmp_path):
+    """measure's --baseline is the previous result: --save-profile onto it updates it (as
+    --json onto a JSON baseline always could), so reading it notes no input."""
+    from kvplan import atomic
+    from kvplan.measure.baseline import load_baseline
+
+    atomic.forget_inputs()
+    profile = tmp_path / "gpu.yaml"
+    bundled = Path(__file__).resolve().parents[1] / "hardware_profiles" / "h100-sxm.yaml"
+    profile.write_text(bundled.read_text())
+    with pytest.raises(KvplanError, match="not a measured one"):
+        load_baseline(str(profile))
+    atomic.check_not_input(profile, "--save-profile")  # no error: the baseline is replaceable
