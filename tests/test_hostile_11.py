@@ -15,7 +15,9 @@ requests (seed 0) than the run simulate prints.
 5. scripts/bench_dispatch.py and bench_detokenizer.py checked --write only after the whole run,
 and a bad one ended in a KvplanError traceback.
 6. An output that is a file the command read (--out onto the model's config.json, --step-log onto
-the --trace) replaced the input with the report."""
+the --trace) replaced the input with the report.
+7. A vLLM --engine-version whose patch is no patch ('0.19.x', '0.19.-1', '0.21.99999') ran as the
+minor; only 0.6-0.8, read by their patches, refused it."""
 
 from __future__ import annotations
 
@@ -258,3 +260,17 @@ def test_a_profile_baseline_stays_replaceable_by_the_run_it_baselines(tmp_path):
     with pytest.raises(KvplanError, match="not a measured one"):
         load_baseline(str(profile))
     atomic.check_not_input(profile, "--save-profile")  # no error: the baseline is replaceable
+
+
+# ---- 7. vLLM releases whose patch cannot be read, past the V0 minors ---------------------
+@pytest.mark.parametrize("version", ["0.19.x", "0.19.-1", "0.19.", "0.21.99999", "0.32.post1"])
+def test_a_vllm_release_whose_patch_cannot_be_read_is_refused(version):
+    code, _, err = run_cli(*SIM, "--engine-version", version)
+    one_line_error(code, err, "is no vLLM release")
+
+
+@pytest.mark.parametrize("version", ["0.19", "0.19.1", "0.32.0rc1", "0.8.5.post1", "0.6.6.post1"])
+def test_vllm_release_spellings_still_run(version):
+    from kvplan.engines.vllm import check_release_exists
+
+    check_release_exists(version)

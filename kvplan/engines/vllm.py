@@ -83,21 +83,26 @@ V08_NAMED_GPUS = ("h100", "h200")
 
 
 def check_release_exists(version: str, flag: str = "--vllm-version") -> None:
-    """Refuse a patch past the last release of a minor kvplan reads by its patches (0.6.6.post1,
-    0.7.3, 0.8.5.post1): '0.6.9' is no vLLM release, and would run as 0.6.6's rules unsaid."""
+    """Refuse a version whose third part is no patch ('0.19.x', '0.19.-1', a five-digit patch:
+    no vLLM release, though only its minor picks rules) and a patch past the last release of a
+    minor kvplan reads by its patches (0.6.6.post1, 0.7.3, 0.8.5.post1): '0.6.9' is no vLLM
+    release, and would run as 0.6.6's rules unsaid."""
     from kvplan.engines.vllm_v0 import LAST_PATCH, V08_LAST_PATCH, release_patch
 
+    given = release_minor(version)
+    if given is None:  # no minor at all: refused where the minor is read
+        return
+    minor = f"{given[0]}.{given[1]}"
     parts = release_patch(version)
     last = None if parts is None else {**LAST_PATCH, (0, 8): V08_LAST_PATCH}.get(parts[:2])
-    if parts is None or last is None:
-        return
-    minor = f"{parts[0]}.{parts[1]}"
-    if parts[2] is None and str(version) != minor:  # '0.6.x', '0.6.99999': no patch read
+    if (parts is None or parts[2] is None) and str(version) != minor:
+        known = f" (its last release, {minor}.{last})" if last is not None else ""
+        newest = f"{minor}.{last}" if last is not None else f"{minor}.N"
         raise KvplanError(
-            f"{flag} {str(version)[:20]!r} is no vLLM release; give {minor} (its last "
-            f"release, {minor}.{last}) or a release from {minor}.0 to {minor}.{last}"
+            f"{flag} {str(version)[:20]!r} is no vLLM release; give {minor}{known} or a release "
+            f"from {minor}.0 to {newest}"
         )
-    if parts[2] is not None and parts[2] > last:
+    if parts is not None and parts[2] is not None and last is not None and parts[2] > last:
         raise KvplanError(
             f"{flag} {str(version)[:20]!r}: vLLM {minor}'s releases end at "
             f"{minor}.{last}; give one of them, or {minor} for the last"

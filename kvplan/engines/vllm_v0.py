@@ -57,7 +57,11 @@ PREEMPTION_MODES = ("recompute", "swap")
 # 0.6.5 gemma2's window was disabled too, `disable_sliding_window = True`)
 INTERLEAVED_FROM = {"gemma2": (0, 6, 0), "cohere2": (0, 7, 0)}
 
-_PATCH = re.compile(r"([0-9]{1,4})\.([0-9]{1,4})(?:\.([0-9]{1,4}))?(?:[.+-][0-9A-Za-z.+-]{0,20})?")
+# major.minor[.patch][rcN|aN|bN][.postN, +local, ...]: the patch at most 4 digits and whole
+_PATCH = re.compile(
+    r"([0-9]{1,4})\.([0-9]{1,4})(?:\.([0-9]{1,4})(?![0-9]))?(?:(?:rc|a|b)[0-9]{1,4})?"
+    r"(?:[.+-][0-9A-Za-z.+-]{0,20})?"
+)
 
 
 def release_patch(version: str) -> tuple[int, int, int | None] | None:
