@@ -7,7 +7,8 @@ Only regular files are written. A symbolic link is followed: its target is repla
 (the temporary file in the target's folder) and the link stays. An existing device, FIFO or socket
 is refused, never replaced by a regular file (for a pipe, print to standard output with '-').
 Two outputs of one command that resolve to the same file are refused before any work is done
-(`check_outputs`).
+(`check_outputs`), and so is an output that is a file the command read (a config.json, a GGUF, a
+trace, a GPU profile: `note_input`), which the report would replace.
 
 A command that writes several files (a report and its charts, measure's JSON, JUnit and profile)
 writes them inside `all_or_nothing()`: each goes to its temporary file, and only when every one
@@ -81,6 +82,44 @@ def check_spelling(raw: str, what: str = "output") -> str:
     return raw
 
 
+# the files this command has read (resolved): no output of it may replace one
+_INPUTS: set[Path] = set()
+
+
+def note_input(path: Path | str) -> None:
+    """`path` is a file this command read (kvplan.inputs' readers call it): an output that
+    resolves to it is refused (check_target), never written over the input."""
+    _INPUTS.add(resolved(path))
+
+
+def release_input(path: Path | str) -> None:
+    """`path` was read as a result the command may replace (measure's --baseline: --save-profile
+    or --json onto it updates it), not as an input to keep."""
+    _INPUTS.discard(resolved(path))
+
+
+def forget_inputs() -> None:
+    """A new command starts (kvplan.cli.main): the files an earlier one in this process read
+    are not its inputs."""
+    _INPUTS.clear()
+
+
+def check_not_input(path: Path | str, what: str = "output") -> None:
+    """An output must not be a file this command read (note_input; a hard link to one too)."""
+    real = resolved(path)
+    try:
+        read = real in _INPUTS or (
+            real.exists() and any(p.exists() and real.samefile(p) for p in _INPUTS)
+        )
+    except OSError:
+        read = False
+    if read:
+        raise KvplanError(
+            f"{what} {path} is a file this command read: writing it would replace the input; "
+            "give the output its own file"
+        )
+
+
 def check_target(path: Path | str, what: str = "output") -> Path:
     """The folder must exist and the target, if it exists, must be a regular file (a symbolic link
     is judged by what it points to). Returns `path` as a Path."""
@@ -122,6 +161,7 @@ def check_outputs(outputs: dict[str, Path | str | None]) -> None:
         if path is None or is_stdout(path):
             continue
         check_target(path, what)
+        check_not_input(path, what)
         real = resolved(path)
         for other_real, other, other_path in seen:
             if real == other_real or (
@@ -219,6 +259,8 @@ def write_atomic(
     """Call `write(temporary_path)`, then rename the temporary file over `path`; inside
     `all_or_nothing()` (unless `alone`: a cache, not an output) the rename waits for the others."""
     shown = check_target(path, what)
+    if not alone:  # an output, not a cache kvplan reads and refreshes itself
+        check_not_input(shown, what)
     path = resolved(shown)  # a symbolic link: its target is replaced, the link kept
     batch = None if alone else _BATCH
     if batch is not None:

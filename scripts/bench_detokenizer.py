@@ -49,9 +49,9 @@ import random
 import statistics
 import sys
 import time
-from pathlib import Path
 
-from kvplan.atomic import write_atomic
+from kvplan.atomic import check_target, write_atomic
+from kvplan.errors import KvplanError
 from kvplan.measure.device import cpu_model
 
 BASE_TOKENS = 163_584  # Kimi-K2's tiktoken.model ranks (vocab_size 163,840 = these + 256)
@@ -228,11 +228,16 @@ def measure(tok, special_ids, repeats: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--write", type=Path, help="the data file to write")
+    parser.add_argument("--write", help="the data file to write")
     parser.add_argument("--repeats", type=int, default=2000, help="runs of a one-request step")
     args = parser.parse_args()
     if not 1 <= args.repeats <= 1_000_000:
         print(f"--repeats must be 1 to 1,000,000 (got {args.repeats})", file=sys.stderr)
+        sys.exit(2)
+    try:  # the file checked as typed before anything is timed, and written atomically
+        target = None if args.write is None else check_target(args.write, "--write")
+    except KvplanError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
 
     import tiktoken
@@ -300,9 +305,12 @@ def main() -> None:
     }
     text = json.dumps(doc, indent=1) + "\n"
     print(text)
-    if args.write:
-        args.write.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(args.write, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    if target is not None:
+        try:
+            write_atomic(target, lambda tmp: tmp.write_text(text, encoding="utf-8"), "--write")
+        except KvplanError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -32,16 +32,17 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kvplan.atomic import write_atomic
+from kvplan.atomic import check_target, write_atomic
+from kvplan.errors import KvplanError
 from kvplan.measure.device import cpu_model
 
 # a tiny model: the host cost of an op does not depend on its sizes (no kernel work on meta)
@@ -316,18 +317,27 @@ def render(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few repeats (tests)")
-    parser.add_argument("--write", type=Path, help="write the JSON here")
+    parser.add_argument("--write", help="write the JSON here")
     parser.add_argument(
         "--cuda", action="store_true", help="also time the calls on CUDA tensors (host side)"
     )
     args = parser.parse_args(argv)
     if args.cuda and not torch.cuda.is_available():
         parser.error("--cuda: this torch sees no CUDA device")
+    try:  # the file checked as typed before anything is timed, and written atomically
+        target = None if args.write is None else check_target(args.write, "--write")
+    except KvplanError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     result = run(args.quick, DEVICES + ("cuda",) if args.cuda else DEVICES)
     print(render(result))
-    if args.write:
+    if target is not None:
         text = json.dumps(result, indent=1) + "\n"
-        write_atomic(args.write, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        try:
+            write_atomic(target, lambda tmp: tmp.write_text(text, encoding="utf-8"), "--write")
+        except KvplanError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
     return 0
 
 

@@ -37,8 +37,9 @@ from kvplan.simulate.steplog import vllm_version_tuple
         ("0.11.1rc2", (0, 11, 1)),  # vllm_v0's own parse read (0, 11, None)
         ("0.19.1+cu129", (0, 19, 1)),
         ("0.5.3rc0", (0, 5, 3)),
-        ("0.6.x", (0, 6, None)),  # no patch read: check_release_exists refuses it
-        ("0.6.99999", (0, 6, None)),
+        ("0.6.x", None),  # a third part that is no patch is no release (never the bare minor)
+        ("0.6.99999", None),
+        ("0.5.-1", None),
         ("0.19x", None),
         ("٠.٥", None),
         ("0." + "5" * 5000, None),

@@ -151,6 +151,9 @@ def _usable_streams() -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     _usable_streams()
+    from kvplan.atomic import forget_inputs
+
+    forget_inputs()  # the files an earlier command in this process read are not this one's
     if not argv:
         argv = ["--help"]  # bare `kvplan`: the help, exit 0
     from kvplan.present.escape import error_line

@@ -568,8 +568,6 @@ def add(app: typer.Typer) -> None:
         })  # fmt: skip
         if trace is not None and request_rate != "inf":
             raise KvplanError("--trace sets the arrival times; leave out --request-rate")
-        from kvplan.simulate.workload import BENCH_DEFAULT_SEED
-
         vllm_version, sglang_version = engine_versions(engine, engine_version, vllm_version)
         prefix_caching = c.radix_flag(engine, disable_radix_cache, prefix_caching)
         law, law_spread = length_law(
@@ -587,7 +585,7 @@ def add(app: typer.Typer) -> None:
             else parse_tokens(prefix_len, what="--prefix-len"),
             num_prefixes=num_prefixes,
             turns=turns,
-            seed=BENCH_DEFAULT_SEED.get(law, 0) if seed is None else seed,
+            seed=seed,
         )
         request = SimulateRequest(
             workload=workload,

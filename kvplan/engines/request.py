@@ -13,6 +13,7 @@ from kvplan.record import NamedTuple
 if TYPE_CHECKING:  # imported by the engine that needs them (start-up)
     from kvplan.engines.llamacpp import LlamaCppRequest
     from kvplan.engines.ollama import OllamaRequest
+    from kvplan.inputs.hardware import GpuProfile
 
 ENGINES = ("vllm", "sglang", "llama.cpp", "ollama")
 
@@ -83,6 +84,25 @@ class EngineRequest(NamedTuple):
     # vLLM V0's profile run (0.6, 0.7), whose sampler takes top-k/top-p (formulas.memory
     # v0_sampler_bytes)
     v0_profile: bool = False
+
+
+def check_kv_memory_given(request: EngineRequest, gpu: GpuProfile) -> None:
+    """--kv-cache-memory (the KV memory per GPU the engine logged) is at most the GPU's whole
+    memory (the larger of its nominal and its CUDA-reported capacity): the engines allocate it
+    on the device beside the weights, so more cannot be an engine's log, and would size a pool
+    no engine could allocate. A figure under that bound is taken as given."""
+    given = request.kv_cache_memory_bytes
+    if given is None:
+        return
+    from kvplan.units import GIB
+
+    whole = max(gpu.memory_bytes, gpu.memory_reported_bytes or 0.0)
+    if given > whole:
+        raise KvplanError(
+            f"--kv-cache-memory {given / GIB:,.2f} GiB is more than the {gpu.name}'s whole "
+            f"memory ({whole / GIB:,.2f} GiB): no engine could allocate it; give the KV memory "
+            "per GPU the engine logged"
+        )
 
 
 def refuse_compressed(spec, engine: str) -> None:

@@ -880,9 +880,10 @@ def sglang_compressed_allocation(
     spec: ModelSpec, gpu: GpuProfile, request: EngineRequest
 ) -> SglangCompressedResult:
     """DeepSeek-V4 in SGLang 0.5.14 from the pool memory the engine logged."""
-    from kvplan.engines.request import refuse_backends_for_compressed
+    from kvplan.engines.request import check_kv_memory_given, refuse_backends_for_compressed
 
     refuse_backends_for_compressed(request, "SGLang")
+    check_kv_memory_given(request, gpu)
     moe_backend_name(
         "sglang", request.backends.moe_runner_backend, sglang_release(request.sglang_version)[0]
     )
@@ -989,9 +990,10 @@ def cuda_ipc_held_bytes(spec: ModelSpec, pool_bytes: int) -> int:
 def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> SglangResult:
     """SGLang's token pool (DeepSeek-V4's compressed pools: sglang_compressed_allocation,
     refused here)."""
-    from kvplan.engines.request import refuse_gqa_indexer
+    from kvplan.engines.request import check_kv_memory_given, refuse_gqa_indexer
 
     refuse_gqa_indexer(spec, "SGLang")
+    check_kv_memory_given(request, gpu)
     if request.kv_cache_dtype not in KV_CACHE_FORMATS:
         raise KvplanError(
             f"--kv-cache-dtype {request.kv_cache_dtype[:40]!r} is not an SGLang kv-cache-dtype "

@@ -21,7 +21,11 @@ from kvplan.engines.releases import (
     release_minor,
     release_parts,
 )
-from kvplan.engines.request import EngineRequest, refuse_backends_for_compressed
+from kvplan.engines.request import (
+    EngineRequest,
+    check_kv_memory_given,
+    refuse_backends_for_compressed,
+)
 from kvplan.engines.vllm_compressed import (
     ENGINE_BLOCK_SIZE,
     PackedGroup,
@@ -784,6 +788,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     _mamba_flag("--mamba-cache-dtype", request.mamba_cache_dtype, request.vllm_version)
     _mamba_flag("--mamba-ssm-cache-dtype", request.mamba_ssm_cache_dtype, request.vllm_version)
     moe_backend = moe_backend_name("vllm", request.backends.moe_backend, request.vllm_version)
+    check_kv_memory_given(request, gpu)
     if any(a.compress_ratio for a in spec.attention_layers()):
         return compressed_allocation(spec, gpu, request)
     indexed = [a for a in spec.attention_layers() if a.gqa_indexer]

@@ -111,6 +111,9 @@ def check_totals(header_bytes: int, tensors: int, source: str) -> None:
 
 
 def _open_shard(path: Path):
+    from kvplan.atomic import note_input
+
+    note_input(path)  # an output of this command may not replace it
     try:  # opened without blocking and checked open: a FIFO would block the open or the read
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         if not stat.S_ISREG(os.fstat(fd).st_mode):

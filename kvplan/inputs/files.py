@@ -32,7 +32,10 @@ def _reason(exc: OSError) -> str:
 def read_regular(path: Path, max_bytes: int, what: str) -> bytes:
     """The bytes of the regular file `path`, at most `max_bytes` of them, else a one-line error
     ("{path}: over N MiB, not {what}")."""
+    from kvplan.atomic import note_input
+
     too_large = f"{path}: over {max_bytes / 2**20:g} MiB, not {what}"
+    note_input(path)  # an output of this command may not replace it
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the name

@@ -566,8 +566,10 @@ def with_interconnect(gpu: GpuProfile, gbps: float | None) -> GpuProfile:
 
 def load_yaml(path: Path) -> object:
     """A profile file through the strict loader (kvplan.inputs.yaml_safe)."""
+    from kvplan.atomic import note_input
     from kvplan.inputs.yaml_safe import load_strict_yaml
 
+    note_input(path)  # an output of this command may not replace it
     try:
         if path.stat().st_size > MAX_PROFILE_BYTES:
             raise KvplanError(f"{path}: a profile larger than {MAX_PROFILE_BYTES // 1024} KiB")

@@ -78,6 +78,9 @@ def load_baseline(path: str) -> Baseline:
         raise KvplanError(f"--baseline {path}: {what}")
     if file.suffix in (".yaml", ".yml"):
         profile = load_profile(str(file))
+        from kvplan.atomic import release_input
+
+        release_input(file)  # the previous result: --save-profile onto it updates it
         if profile.measured is None:
             raise KvplanError(
                 f"--baseline {path}: a datasheet profile, not a measured one (write one with "

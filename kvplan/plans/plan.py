@@ -43,6 +43,7 @@ from kvplan.simulate.workload import (
     arrival_times_s,
     check_work,
     generate,
+    workload_seed,
 )
 from kvplan.units import MS
 
@@ -1114,7 +1115,7 @@ def _spec_flags(replica: Replica, engine: str) -> list[str] | None:
         return None
     from kvplan.simulate.speculative import launch_flags
 
-    return launch_flags(replica.speculation.request, engine)
+    return launch_flags(replica.speculation.request, engine, replica.speculation.draft_id)
 
 
 def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
@@ -1182,7 +1183,7 @@ def _reason(message: str) -> str:
 def _at_rate(requests: list[RequestSpec], request: PlanRequest, rate: float) -> list[RequestSpec]:
     """The same requests, sent on the bench's schedule at `rate`."""
     w = request.workload
-    times = arrival_times_s(len(requests), rate, w.burstiness, w.seed + 1)
+    times = arrival_times_s(len(requests), rate, w.burstiness, workload_seed(w) + 1)
     return [r._replace(arrival_s=t) for r, t in zip(requests, times, strict=True)]
 
 

@@ -52,6 +52,7 @@ from kvplan.simulate.workload import (
     check_work,
     generate,
     read_trace,
+    workload_seed,
 )
 from kvplan.units import MS
 
@@ -730,7 +731,7 @@ def _speculative(replica: Replica) -> dict | None:
         "acceptance_rate": sp.acceptance_rate,
         "draft_weight_bytes": sp.draft_weight_bytes,
         "draft_kv_bytes_per_token": sp.draft_kv_bytes_per_token,
-        "launch": launch_flags(r, replica.options.engine),
+        "launch": launch_flags(r, replica.options.engine, sp.draft_id),
     }
 
 
@@ -756,7 +757,7 @@ def _workload(request: SimulateRequest) -> WorkloadSummary:
             1,
             w.burstiness,
             request.max_concurrency,
-            w.seed,
+            workload_seed(w),
             request.warm_prefix_cache,
         )
     return WorkloadSummary(
@@ -770,7 +771,7 @@ def _workload(request: SimulateRequest) -> WorkloadSummary:
         turns=w.turns,
         burstiness=w.burstiness,
         max_concurrency=request.max_concurrency,
-        seed=w.seed,
+        seed=workload_seed(w),
         warm_prefix_cache=request.warm_prefix_cache,
     )
 

@@ -160,6 +160,9 @@ class Speculation(NamedTuple):
     draft_weight_bytes: float  # the draft's weights on one GPU
     draft_kv_bytes_per_token: float  # the draft's KV cache per token on one GPU
     lookahead: int  # slots a running request holds ahead (verify_tokens - 1)
+    # what a launch names the draft model by (launch_flags): a loaded draft's Hub id (a bundled
+    # alias is kvplan's name, which no engine loads), else the draft as given; None: none given
+    draft_id: str | None = None
 
 
 def parse_vllm(text: str, spec: ModelSpec) -> SpecDecode:
@@ -1062,8 +1065,9 @@ def resolve(
         draft_wdtype = resolve_weights_dtype(draft_spec, "auto")[0]
         weight_bytes = weights_bytes_per_gpu(draft_spec, draft_wdtype, tp)
         kv_bytes = kv_bytes_per_token(draft_spec, fmt, tp)
+    draft_id = request.draft if draft_spec is None else draft_spec.hf_id or request.draft
     speculation = Speculation(
-        request, e, how, rate, layers, weight_bytes, kv_bytes, request.verify_tokens - 1
+        request, e, how, rate, layers, weight_bytes, kv_bytes, request.verify_tokens - 1, draft_id
     )
     return speculation, draft_spec
 
@@ -1078,12 +1082,14 @@ def _dense_layer_spec(spec: ModelSpec) -> ModelSpec:
     return spec._replace(moe=None, param_parts=parts)
 
 
-def launch_flags(request: SpecDecode, engine: str) -> list[str]:
-    """The flags that ask the engine for this speculative decoding."""
+def launch_flags(request: SpecDecode, engine: str, draft_id: str | None = None) -> list[str]:
+    """The flags that ask the engine for this speculative decoding; `draft_id`: what to name
+    the draft model by (a resolved replica's Speculation.draft_id), else the draft as given."""
+    draft = request.draft if draft_id is None else draft_id
     if engine == "vllm":
         config: dict = {"method": request.method}
-        if request.draft is not None:
-            config["model"] = request.draft
+        if draft is not None:
+            config["model"] = draft
         config["num_speculative_tokens"] = request.num_steps
         return ["--speculative-config", json.dumps(config, separators=(",", ":"))]
     algorithm = {"mtp": "EAGLE", "eagle": "EAGLE", "eagle3": "EAGLE3"}.get(request.method)
@@ -1097,6 +1103,6 @@ def launch_flags(request: SpecDecode, engine: str) -> list[str]:
             str(request.topk),
         ]
     flags += ["--speculative-num-draft-tokens", str(request.verify_tokens)]
-    if request.draft is not None:
-        flags += ["--speculative-draft-model-path", request.draft]
+    if draft is not None:
+        flags += ["--speculative-draft-model-path", draft]
     return flags

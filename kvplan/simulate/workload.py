@@ -90,7 +90,14 @@ class WorkloadSpec(NamedTuple):
     prefix_len: int = 0  # a shared prefix of this many tokens starts every prompt
     num_prefixes: int = 1  # distinct shared prefixes, assigned round robin
     turns: int = 1  # conversation turns: each turn's prompt is the whole conversation so far
-    seed: int = 0
+    seed: int | None = None  # None: the bench client's default for the law (workload_seed)
+
+
+def workload_seed(spec: WorkloadSpec) -> int:
+    """The seed a workload's requests are drawn with: the one given, else the bench client's
+    default for its length law (BENCH_DEFAULT_SEED: sglang.bench_serving seeds 1, else 0), so
+    the CLI, plan and the Python twin draw the same requests for the same workload."""
+    return BENCH_DEFAULT_SEED.get(spec.length_dist, 0) if spec.seed is None else spec.seed
 
 
 def prompt_token_ids(req: RequestSpec) -> list[int]:
@@ -135,7 +142,7 @@ def _lengths(spec: WorkloadSpec, rng) -> tuple[list[int], list[int]]:
         return [spec.input_len] * n, [spec.output_len] * n
     if spec.length_dist in ("vllm-random", "sglang-random"):
         return bench_random_lengths(
-            spec.length_dist, spec.input_len, spec.output_len, spec.spread, n, spec.seed
+            spec.length_dist, spec.input_len, spec.output_len, spec.spread, n, workload_seed(spec)
         )
     if spec.length_dist == "uniform":
         r = spec.spread
@@ -243,9 +250,10 @@ def generate(spec: WorkloadSpec) -> list[RequestSpec]:
     import numpy as np
 
     check_workload(spec)
-    rng = np.random.default_rng(spec.seed)
+    seed = workload_seed(spec)
+    rng = np.random.default_rng(seed)
     inputs, outputs = _lengths(spec, rng)
-    arrivals = arrival_times_s(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed + 1)
+    arrivals = arrival_times_s(spec.num_prompts, spec.request_rate, spec.burstiness, seed + 1)
     if spec.turns > 1:
         return _conversations(spec, inputs, outputs, arrivals)
     requests = []
