@@ -113,6 +113,15 @@ def table(
     return list(best.values())
 
 
+# (gpu, op, engine, version) folders whose rows are no kernel's time, read as if absent (the
+# nearest release's stand): why, from the rows themselves
+NOT_KERNEL_TIMES = {
+    # every fused-MoE row ~10x (9-11x) the same kernel_source's (sglang_fused_moe_triton) at
+    # 0.5.9, 0.5.10 and 0.5.14 on this GPU and the H200's at 0.5.6.post2, at every shape and
+    # token count: 344 us for Qwen3-235B's bf16 4096x1536 128x8 TP8 at one token, 30x the
+    # datasheet roofline, where H200 0.5.6.post2 times 39 us and H100 0.5.9 35 us
+    ("h100_sxm", "moe", "sglang", "0.5.6.post2"): "fused-MoE rows 10x every other release's",
+}
 # --at-version: engine -> the release whose tables to read ({}: the newest of each table)
 AT_VERSION: dict = {}
 # the words naming DATA in the files' `source` (--data-source)
@@ -129,7 +138,11 @@ def newest(root: Path, gpu: str, op: str, engine: str, name: str) -> str | None:
     one, the newest at or below it (the asked one itself where it has the table), else the
     oldest (a table that release did not time comes from the nearest release that did)."""
     folder = root / gpu / op / engine
-    versions = [p.name for p in folder.glob("*") if (p / f"{name}.parquet").exists()]
+    versions = [
+        p.name
+        for p in folder.glob("*")
+        if (p / f"{name}.parquet").exists() and (gpu, op, engine, p.name) not in NOT_KERNEL_TIMES
+    ]
     if not versions:
         return None
     asked = AT_VERSION.get(engine)
@@ -1275,6 +1288,8 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
             + (
                 "the small-kernel floors: a one-row launch, the newest tables')"
                 if table_name in SMALL_FLOOR_TABLES
+                else f"{asked}'s: {NOT_KERNEL_TIMES[rejected]})"
+                if (rejected := (gpu, table_name.split("/")[0], engine, asked)) in NOT_KERNEL_TIMES
                 else f"no {asked} table, or none naming its CUDA-graph rows)"
                 if table_name.startswith("comm/")
                 else f"no {asked} table)"
