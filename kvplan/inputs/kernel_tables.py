@@ -332,6 +332,7 @@ def _file_version(name: str, gpu: str, engine: str) -> str:
     return name[len(gpu) + len(engine) + 2 : -len(".json")]
 
 
+@cache
 def grid_file(folder: Path, gpu: str, engine: str, version: str) -> str | None:
     """The file of a grid family (`folder`: moe/, gemm/, attention/, dsa/, recurrent/) for these
     tables: the tables' own release where it has one, else the release nearest it that has
