@@ -152,3 +152,16 @@ def test_a_fused_moe_decode_step_prices_at_its_releases_rows():
     assert diff == pytest.approx(layers * (first_s["0.5.9"] - first_s["0.5.14"]), rel=1e-6)
     assert first_s["0.5.9"] > first_s["0.5.14"]
     assert old.step(shape).total_s > new.step(shape).total_s
+
+
+def test_an_older_release_keeps_the_backends_borrowed_for_its_gpu():
+    """transfer.json fits the backends a GPU lacks on the newest release's rows: a run of an
+    older release of the same GPU still reads them (its own tables time no triton MLA)."""
+    newest = tables_for(load_profile("b200"), "sglang")
+    older = tables_for(load_profile("b200"), "sglang", "0.5.7")
+    assert older.engine_version != newest.engine_version
+    lent = newest.attention_backends[("mla", "triton")]
+    assert lent.borrowed_from == "rtx_pro_6000_server"
+    assert older.attention_backends[("mla", "triton")] == lent
+    own = json.loads((FOLDER / "attention" / "b200_sxm.sglang.0.5.9.json").read_text())
+    assert "mla:triton" not in own["backends"]

@@ -234,7 +234,9 @@ class KernelTables(NamedTuple):
             return {}
         name = grid_file(ATTENTION_FOLDER, self.gpu, self.engine, self.engine_version)
         own = attention_backends(name) if name is not None else {}
-        lent = borrowed_backends(self.gpu, self.engine, self.engine_version)
+        lent = borrowed_backends(
+            self.gpu, self.engine, _borrowed_version(self.gpu, self.engine, self.engine_version)
+        )
         return {**lent, **own}
 
     @property
@@ -639,6 +641,18 @@ def borrowed_backends(gpu: str, engine: str, version: str) -> dict:
             ratio_median=e["summary"]["decode"]["median"],
         )
     return out
+
+
+def _borrowed_version(gpu: str, engine: str, version: str) -> str:
+    """The release whose borrowed backends (transfer.json) a run of these tables reads: the
+    one measured nearest the tables' (nearest_version; the lender's rows are of the release
+    derive_transfer.py fitted them on), `version` itself where none is held."""
+    held = {
+        e["version"]
+        for e in transfer_doc().get("borrowed", ())
+        if (e["gpu"], e["engine"]) == (gpu, engine)
+    }
+    return nearest_version(tuple(sorted(held, key=_version_key)), version) if held else version
 
 
 def borrowed_words(timing: BackendTiming, engine: str) -> str:
