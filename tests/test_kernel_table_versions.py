@@ -165,3 +165,28 @@ def test_an_older_release_keeps_the_backends_borrowed_for_its_gpu():
     assert older.attention_backends[("mla", "triton")] == lent
     own = json.loads((FOLDER / "attention" / "b200_sxm.sglang.0.5.9.json").read_text())
     assert "mla:triton" not in own["backends"]
+
+
+def test_a_format_the_release_did_not_time_comes_from_the_nearest_that_did():
+    """SGLang 0.5.9's B200 fused-MoE table times no MXFP4 kernel: gpt-oss on a 0.5.6 run reads
+    the MXFP4 rows of the nearest release that has them, the rest 0.5.9's, and the note says
+    which."""
+    from kvplan.simulate.setup import ServeOptions, step_model
+
+    tables = tables_for(load_profile("b200"), "sglang", "0.5.6")
+    assert tables.engine_version == "0.5.9"
+    own = json.loads((MOE_FOLDER / "b200_sxm.sglang.0.5.9.json").read_text())["us"]
+    assert not any(k.startswith("moe_mxfp4_") for k in own)
+    where = tables.moe_formats_elsewhere()["mxfp4"]
+    lender = json.loads((MOE_FOLDER / f"b200_sxm.sglang.{where}.json").read_text())
+    key = next(k for k in lender["us"] if k.startswith("moe_mxfp4_"))
+    first = lender["us"][key][lender["tokens"].index(1)]
+    assert tables.moe_curves_s[key][0] == (1, pytest.approx(first * 1e-6))
+    bf16 = next(k for k in own if k.startswith("moe_bf16_"))
+    assert tables.moe_curves_s[bf16][0][1] == pytest.approx(own[bf16][0] * 1e-6)
+    assert tables_for(load_profile("b200"), "sglang").moe_formats_elsewhere() == {}
+    notes: list = []
+    options = ServeOptions(tp=8, engine="sglang", sglang_version="0.5.6")
+    step_model(load_model("gpt-oss-120b"), load_profile("b200"), options, "auto", 512, notes)
+    note = next(n for n in notes if n.id == "sim-kernel-tables")
+    assert f"mxfp4 fused-MoE shapes from SGLang {where}'s" in note.value("releases")

@@ -220,8 +220,22 @@ class KernelTables(NamedTuple):
     @property
     def moe_curves_s(self) -> dict:
         """moe_shape_key -> ((tokens, seconds), ...), read on first use ({}: none for this
-        run)."""
-        return {} if self.moe_file is None else moe_curves(self.moe_file)
+        run): the moe_file's, and a format its release timed no shape of (SGLang 0.5.9's B200
+        table has no MXFP4 rows) the nearest release's that did (moe_formats_elsewhere)."""
+        if self.moe_file is None:
+            return {}
+        return _moe_curves_by_format(self.gpu, self.engine, self._moe_version)[0]
+
+    @property
+    def _moe_version(self) -> str:
+        return _file_version(str(self.moe_file), self.gpu, self.engine)
+
+    def moe_formats_elsewhere(self) -> dict:
+        """fused-MoE format ("mxfp4") -> the release whose rows moe_curves_s holds for it, for
+        the formats the moe_file's release did not time ({}: none, or no moe_file)."""
+        if self.moe_file is None:
+            return {}
+        return _moe_curves_by_format(self.gpu, self.engine, self._moe_version)[1]
 
     @property
     def attention_backends(self) -> dict:
@@ -273,7 +287,7 @@ class KernelTables(NamedTuple):
                     out[family] = _file_version(name, self.gpu, self.engine)
         return out
 
-    def version_words(self, families=GRID_WORDS) -> str:
+    def version_words(self, families=GRID_WORDS, moe_format: str | None = None) -> str:
         """The releases this run's tables come from where they are not the run's own, in
         words ("SGLang 0.5.9's tables for a 0.5.7 run; Gated DeltaNet layers from 0.5.14's"),
         for the grid `families` the run reads; "" where every one is the run's own release
@@ -287,6 +301,9 @@ class KernelTables(NamedTuple):
             version = grids.get(family)
             if version is not None and version != self.engine_version:
                 parts.append(f"{GRID_WORDS[family]} from {engine} {version}'s")
+        elsewhere = self.moe_formats_elsewhere().get(moe_format or "")
+        if "moe" in families and elsewhere is not None:
+            parts.append(f"{moe_format} {GRID_WORDS['moe']} from {engine} {elsewhere}'s")
         return "; ".join(parts)
 
     @property
@@ -332,6 +349,44 @@ def nearest_version(versions: tuple, asked: str | None) -> str:
 def _file_version(name: str, gpu: str, engine: str) -> str:
     """The release of a "<gpu>.<engine>.<version>.json" file name."""
     return name[len(gpu) + len(engine) + 2 : -len(".json")]
+
+
+def _by_nearness(versions: tuple, version: str) -> list:
+    """`versions` nearest `version` first (nearest_version's order: it and the older ones newest
+    first, then the newer ones oldest first)."""
+    key = _version_key(version)
+    below = [v for v in versions if _version_key(v) <= key]
+    return below[::-1] + [v for v in versions if _version_key(v) > key]
+
+
+_MOE_FORMAT = re.compile(r"^moe_([a-z0-9]+)_")
+
+
+@cache
+def _moe_curves_by_format(gpu: str, engine: str, version: str) -> tuple[dict, dict]:
+    """(the moe/ curves of this GPU and engine's `version` file, with each format that file has
+    no shape of taken whole from the nearest release's file that has it; format -> that
+    release): a release that timed no kernel of a format says nothing of it, the nearest one
+    that did says most."""
+    versions = tuple(
+        sorted(
+            (_file_version(p.name, gpu, engine) for p in MOE_FOLDER.glob(f"{gpu}.{engine}.*.json")),
+            key=_version_key,
+        )
+    )
+    out: dict = {}
+    where: dict = {}
+    for v in _by_nearness(versions, version):
+        curves = moe_curves(f"{gpu}.{engine}.{v}.json")
+        have = {m[1] for k in out if (m := _MOE_FORMAT.match(k))}
+        for key, curve in curves.items():
+            m = _MOE_FORMAT.match(key)
+            fmt = m[1] if m else ""
+            if v == version or (fmt and fmt not in have):
+                out[key] = curve
+                if v != version:
+                    where[fmt] = v
+    return out, where
 
 
 @cache

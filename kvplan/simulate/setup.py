@@ -28,6 +28,7 @@ from kvplan.formulas.batch_step import (
     dsa_grids_for,
     dsa_layers,
     measured_achieved,
+    moe_format,
 )
 from kvplan.formulas.step_time import Rates, measurable, op_rates_of
 from kvplan.formulas.weights import resolve_weights_dtype
@@ -1289,7 +1290,8 @@ def step_model(
         ("gemm", "attention")
         + (("moe",) if spec.moe is not None else ())
         + (("dsa",) if dsa_layers(spec) else ())
-        + (("recurrent",) if spec.state_layers() else ())
+        + (("recurrent",) if spec.state_layers() else ()),
+        moe_format=moe_format(wdtype) if spec.moe is not None else None,
     )
     notes.append(
         note("sim-measured-ops", dtype=gpu.measured.dtype, weights=wdtype)
