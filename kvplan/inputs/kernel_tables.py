@@ -322,6 +322,11 @@ def _version_key(version: str) -> tuple:
     return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.]|(?<=\d)(?=[a-z])", version))
 
 
+def release_order(version: str) -> tuple:
+    """The sort key of an engine release (_version_key), for the scripts that pick a file."""
+    return _version_key(version)
+
+
 _RELEASE = re.compile(r"^\d+\.\d+\.\d+")  # a release with its patch number ("0.5.7", "0.5.6.post2")
 
 
