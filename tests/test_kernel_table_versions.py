@@ -190,17 +190,3 @@ def test_a_format_the_release_did_not_time_comes_from_the_nearest_that_did():
     step_model(load_model("gpt-oss-120b"), load_profile("b200"), options, "auto", 512, notes)
     note = next(n for n in notes if n.id == "sim-kernel-tables")
     assert f"mxfp4 fused-MoE shapes from SGLang {where}'s" in note.value("releases")
-
-
-@pytest.mark.parametrize(
-    "asked, got",
-    [("0.17.0", "0.19.0"), ("0.19.0", "0.19.0"), ("0.22.0", "0.19.0"), ("0.24.0", "0.24.0")],
-)
-def test_a_vllm_run_on_blackwell_reads_its_releases_tables(asked, got):
-    """vLLM 0.19.0's B200 tables (aiconfigurator@095f58a5) beside 0.24.0's; kvplan's default
-    (the bare series "0.19") keeps the newest."""
-    b200 = load_profile("b200")
-    assert tables_for(b200, "vllm", asked).engine_version == got
-    assert tables_for(b200, "vllm", "0.19").engine_version == "0.24.0"
-    doc = json.loads((FOLDER / "b200_sxm.vllm.0.19.0.json").read_text())
-    assert "gemm/gemm_perf 0.19.0" in doc["source"] and "aiconfigurator@095f58a5" in doc["source"]
