@@ -113,15 +113,74 @@ def table(
     return list(best.values())
 
 
+# (gpu, op, engine, version) folders whose rows are no kernel's time, read as if absent (the
+# nearest release's stand): why, from the rows themselves
+NOT_KERNEL_TIMES = {
+    # every fused-MoE row ~10x (9-11x) the same kernel_source's (sglang_fused_moe_triton) at
+    # 0.5.9, 0.5.10 and 0.5.14 on this GPU and the H200's at 0.5.6.post2, at every shape and
+    # token count: 344 us for Qwen3-235B's bf16 4096x1536 128x8 TP8 at one token, 30x the
+    # datasheet roofline, where H200 0.5.6.post2 times 39 us and H100 0.5.9 35 us
+    ("h100_sxm", "moe", "sglang", "0.5.6.post2"): "fused-MoE rows 10x every other release's",
+}
+# --at-version: engine -> the release whose tables to read ({}: the newest of each table)
+AT_VERSION: dict = {}
+# the words naming DATA in the files' `source` (--data-source)
+DATA_SOURCE = "aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/systems/data"
+
+
+def _version_order(v: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else -1 for x in v.replace("post", ".").split("."))
+
+
 def newest(root: Path, gpu: str, op: str, engine: str, name: str) -> str | None:
-    """The newest version folder of this table that holds it (some hold a reuse note only)."""
+    """The version folder of this table that holds it (some hold a reuse note only): the
+    newest, or under --at-version (AT_VERSION) for this engine the nearest release to the asked
+    one, the newest at or below it (the asked one itself where it has the table), else the
+    oldest (a table that release did not time comes from the nearest release that did)."""
     folder = root / gpu / op / engine
-    versions = [p.name for p in folder.glob("*") if (p / f"{name}.parquet").exists()]
+    versions = [
+        p.name
+        for p in folder.glob("*")
+        if (p / f"{name}.parquet").exists() and (gpu, op, engine, p.name) not in NOT_KERNEL_TIMES
+    ]
+    if not versions:
+        return None
+    asked = AT_VERSION.get(engine)
+    if asked is None:
+        return max(versions, key=_version_order)
+    below = [v for v in versions if _version_order(v) <= _version_order(asked)]
+    return max(below, key=_version_order) if below else min(versions, key=_version_order)
 
-    def key(v):
-        return tuple(int(x) if x.isdigit() else -1 for x in v.replace("post", ".").split("."))
 
-    return max(versions, key=key) if versions else None
+def nearest_graph_comm(root: Path, gpu: str, engine: str) -> str | None:
+    """The version folder of the all-reduce table nearest the asked release (AT_VERSION: the
+    newest at or below it, then the oldest above) whose rows say which ran in a CUDA graph
+    (a `backend` column, "<engine>_graph"/"_eager": the collector's since SGLang 0.5.9's
+    tables; the older rows mix neither and time no graph replay)."""
+    import pyarrow.parquet as pq
+
+    folder = root / gpu / "comm" / engine
+    found = [p.name for p in folder.glob("*") if (p / "custom_allreduce_perf.parquet").exists()]
+    asked = _version_order(AT_VERSION.get(engine) or max(found, key=_version_order))
+    below = sorted((v for v in found if _version_order(v) <= asked), key=_version_order)
+    above = sorted((v for v in found if _version_order(v) > asked), key=_version_order)
+    for v in below[::-1] + above:
+        path = folder / v / "custom_allreduce_perf.parquet"
+        if "backend" in pq.read_schema(path).names:
+            return v
+    return None
+
+
+def at_version_words(engine: str) -> str:
+    """derived_by's words for --at-version ("" without it)."""
+    asked = AT_VERSION.get(engine)
+    if asked is None:
+        return ""
+    return (
+        f"; with --at-version {asked} --data-source (DATA: the folder `source` names): each "
+        f"table at {ENGINE_WORDS[engine]} {asked}, else the nearest release that has it (the "
+        "newest below, else the oldest)"
+    )
 
 
 # A row is a kernel's time only where a CUDA graph replayed it, as vLLM and SGLang replay their
@@ -1013,7 +1072,7 @@ def write_moe_curves(name: str, curves: dict, source: str) -> Path:
         "derived_by": "scripts/derive_achieved.py DATA --write-tables (moe_shape_curves): each "
         "fused-MoE shape's time per forward of one layer on one rank, under "
         f"{MOE_CURVE_DISTRIBUTION} routing, fastest kernel per shape, splits of at most "
-        f"{MOE_MAX_RANKS} ranks",
+        f"{MOE_MAX_RANKS} ranks" + at_version_words(name.split(".")[1]),
         "distribution": MOE_CURVE_DISTRIBUTION,
         "tokens": list(MOE_TOKENS),
     }
@@ -1125,14 +1184,29 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
     mctx, mgen = rows("mla", "context_mla_perf"), rows("mla", "generation_mla_perf")
     ml = mla(mctx, mgen, bw, peaks)["mla"] if mctx and mgen else None
     floors.update(small_shape_floors(mla=mgen, mla_bmm=rows("mla_bmm", "mla_bmm_perf")))
-    floors.update(
-        small_kernel_floors(
-            rows("linear_attention", "gdn_perf", fastest=False),
-            rows("quantize", "scale_matrix_perf"),
-            floors.get("gemm"),
+    # the small-kernel floors stand for a one-row kernel's graph-replayed launch, not for a
+    # release's kernels: the newest tables', under --at-version too (SGLang 0.5.9-0.5.10's
+    # H100/H200 conv update runs 3.9-4.1 us flat to 32 sequences and 4x 0.5.14's kernel at 512,
+    # a slower kernel, not the launch floor of the norms and rotaries it stands for)
+    asked = AT_VERSION.pop(engine, None)
+    try:
+        floors.update(
+            small_kernel_floors(
+                rows("linear_attention", "gdn_perf", fastest=False),
+                rows("quantize", "scale_matrix_perf"),
+                floors.get("gemm"),
+            )
         )
-    )
+    finally:
+        if asked is not None:
+            AT_VERSION[engine] = asked
     comm = rows("comm", "custom_allreduce_perf")
+    if comm and "backend" not in comm[0]:  # an older collector's rows: graph or eager unsaid
+        comm_version = nearest_graph_comm(root, gpu, engine)
+        comm = None
+        if comm_version is not None:
+            versions["comm/custom_allreduce_perf"] = comm_version
+            comm = table(root, gpu, "comm", "custom_allreduce_perf", comm_version, engine)
     call_s, link, by_gpus = None, None, {}
     if comm and link_one_way:
         graph = [r for r in comm if r["backend"].endswith("_graph")]
@@ -1152,6 +1226,10 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
                 f"{name}: the H100 SXM's (vLLM 0.14.0; no {ENGINE_WORDS[engine]} table here)"
             )
             return fallback
+        if isinstance(own, tuple) and None in own:  # one side without a shape that needs it
+            side = "compute" if own[0] is None else "memory"
+            borrowed.append(f"{name} {side}: the H100 SXM's (vLLM 0.14.0; no such rows here)")
+            return tuple(f if o is None else o for o, f in zip(own, fallback, strict=True))
         return own
 
     for dtype, reason in why.items():
@@ -1203,17 +1281,33 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
         "experts_curve": curve,
     }
     version = versions.get("gemm/gemm_perf")
+    asked = AT_VERSION.get(engine)
+    if asked is not None:  # a table that release did not time: the nearest release's
+        borrowed += [
+            f"{table_name}: {ENGINE_WORDS[engine]} {v}'s ("
+            + (
+                "the small-kernel floors: a one-row launch, the newest tables')"
+                if table_name in SMALL_FLOOR_TABLES
+                else f"{asked}'s: {NOT_KERNEL_TIMES[rejected]})"
+                if (rejected := (gpu, table_name.split("/")[0], engine, asked)) in NOT_KERNEL_TIMES
+                else f"no {asked} table, or none naming its CUDA-graph rows)"
+                if table_name.startswith("comm/")
+                else f"no {asked} table)"
+            )
+            for table_name, v in sorted(versions.items())
+            if v != asked and not table_name.endswith("(nccl)")
+        ]
     return {
         "gpu": gpu,
         "name": NAMES[gpu],
         "engine": engine,
         "engine_version": version,
-        "source": f"aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/systems/data/"
+        "source": f"{DATA_SOURCE}/"
         f"{gpu}/<op>/{engine}/<version>/*.parquet; versions per table: "
         + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())),
         "derived_by": "scripts/derive_achieved.py: python scripts/derive_achieved.py "
         "DATA --write-tables (DATA: the wheel's aiconfigurator_core/systems/data); datasheet "
-        f"rates from hardware_profiles/{TABLE_GPUS[gpu][0]}.yaml",
+        f"rates from hardware_profiles/{TABLE_GPUS[gpu][0]}.yaml" + at_version_words(engine),
         "borrowed": borrowed,
         "floors_s": {k: round(v, 9) for k, v in floors.items()},
         "moe_curves": moe_shape_curves(shape_rows),
@@ -1250,6 +1344,61 @@ def write_tables(root: Path) -> list[Path]:
             written.append(write_moe_curves(path.name, curves, doc["source"]))
     written += write_attention_backends(root, sorted(p.name for p in TABLES.glob("*.*.*.json")))
     written += write_gemm_grids(root)
+    return written
+
+
+# the most of a datasheet rate a table's rows may reach (tests/test_kernel_tables.py holds every
+# file to it): a release whose rows run faster is not written (B200 SGLang 0.5.10's context
+# attention at 1.74 of the bf16 peak, L40S 0.5.12's decode at 12.8 of the bandwidth), and its
+# runs take the nearest release's tables
+FRACTION_MAX = 1.5
+
+
+# the tables only the small-kernel floors read (derive_tables: the newest release's)
+SMALL_FLOOR_TABLES = ("linear_attention/gdn_perf", "quantize/scale_matrix_perf")
+
+
+def write_release_tables(root: Path, engine: str, version: str) -> list[Path]:
+    """--at-version: the tables file (derive_tables), its fused-MoE curves, attention backends,
+    GEMM grid and Gated DeltaNet grid of `engine`'s release `version` for every GPU of
+    TABLE_GPUS that has that release's GEMM table (the file's name is its version), each table
+    at that release where it was timed there, else the nearest release's (`newest` under
+    AT_VERSION; `source` names each table's version folder, `borrowed` those not its own). The
+    DSA module grids are not written (a run reads the nearest release's: the sim-kernel-tables
+    note says whose)."""
+    import json
+
+    AT_VERSION[engine] = version
+    written = []
+    for gpu, (_, engines) in TABLE_GPUS.items():
+        if engine not in engines:
+            continue
+        if not (root / gpu / "gemm" / engine / version / "gemm_perf.parquet").exists():
+            continue
+        if (TABLES / f"{gpu}.{engine}.{version}.json").exists():  # the newest's: plain runs'
+            continue
+        doc = derive_tables(root, gpu, engine)
+        if doc is None or doc["engine_version"] != version:
+            continue
+        name = f"{gpu}.{engine}.{version}.json"
+        a = doc["achieved"]
+        pairs = [a["attention"], a["mla"], *a["dense"].values(), *a["experts"].values()]
+        if max(v for pair in pairs for v in pair) > FRACTION_MAX:
+            print(f"not written: {name} (a fraction over {FRACTION_MAX} of the datasheet)")
+            continue
+        curves = doc.pop("moe_curves")
+        (TABLES / name).write_text(json.dumps(doc, indent=1) + "\n")
+        written.append(TABLES / name)
+        written.append(write_moe_curves(name, curves, doc["source"]))
+        written += write_attention_backends(root, [name])
+        gemm_path = write_gemm_grid(root, gpu, engine, name)
+        if gemm_path is not None:
+            written.append(gemm_path)
+        op, table_name = RECURRENT_TABLES["gated_deltanet"]
+        if newest(root, gpu, op, engine, table_name) == version:  # else the nearest's file
+            recurrent_path = write_recurrent_grid(root, gpu, engine)
+            if recurrent_path is not None:
+                written.append(recurrent_path)
     return written
 
 
@@ -1429,6 +1578,8 @@ def attention_backends(root: Path, gpu: str, engine: str) -> dict | None:
         version = newest(root, gpu, op, engine, gen_name)
         if version is None or newest(root, gpu, op, engine, ctx_name) != version:
             continue
+        if AT_VERSION.get(engine, version) != version:  # that release's rows only
+            continue
         folder = root / gpu / op / engine / version
         ctx = pq.read_table(folder / f"{ctx_name}.parquet").to_pylist()
         gen = pq.read_table(folder / f"{gen_name}.parquet").to_pylist()
@@ -1498,7 +1649,7 @@ def write_attention_backends(root: Path, names: list[str]) -> list[Path]:
             continue
         versions = sorted({e["version"] for e in backends.values()})
         doc = {
-            "source": "aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/systems/data/"
+            "source": f"{DATA_SOURCE}/"
             f"{gpu}/{{attention,mla}}/{engine}/<version>/{{context,generation}}_"
             f"{{attention,mla}}_perf.parquet; versions {', '.join(versions)}",
             "derived_by": "scripts/derive_achieved.py DATA --write-tables (attention_backends): "
@@ -1513,7 +1664,7 @@ def write_attention_backends(root: Path, names: list[str]) -> list[Path]:
             "and the median "
             "prefill call by cache dtype, head shape, sequences x query heads (power-of-two "
             "buckets) and prompt tokens (prefill_calls); datasheet rates from hardware_profiles/"
-            f"{TABLE_GPUS[gpu][0]}.yaml",
+            f"{TABLE_GPUS[gpu][0]}.yaml" + at_version_words(engine),
             "backends": backends,
         }
         path = TABLES / "attention" / name
@@ -1654,11 +1805,11 @@ def write_gemm_grid(root: Path, gpu: str, engine: str, name: str) -> Path | None
     if not grid["us"]:
         return None
     head = {
-        "source": f"aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/systems/data/"
-        f"{gpu}/gemm/{engine}/{version}/gemm_perf.parquet",
+        "source": f"{DATA_SOURCE}/{gpu}/gemm/{engine}/{version}/gemm_perf.parquet",
         "derived_by": "scripts/derive_achieved.py DATA --write-gemm-grids (gemm_grid): each "
         "GEMM's measured time by tokens (m), output features (n) and input features (k), the "
-        "fastest kernel per shape, formats timed in a CUDA graph only, microseconds",
+        "fastest kernel per shape, formats timed in a CUDA graph only, microseconds"
+        + at_version_words(engine),
         "m": grid["m"],
         "n": grid["n"],
         "k": grid["k"],
@@ -1777,14 +1928,13 @@ def write_recurrent_grid(root: Path, gpu: str, engine: str) -> Path | None:
     if phases != {"decode", "prefill"}:
         return None
     head = {
-        "source": f"aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/systems/data/"
-        f"{gpu}/{op}/{engine}/{version}/{name}.parquet",
+        "source": f"{DATA_SOURCE}/{gpu}/{op}/{engine}/{version}/{name}.parquet",
         "derived_by": "scripts/derive_achieved.py DATA --write-recurrent-grids (recurrent_grid): "
         "one Gated DeltaNet layer's kernels per phase summed (decode: causal_conv1d_update + the "
         "fused recurrent state update; prefill: causal_conv1d_fn + the chunked delta rule), by "
         "the heads on a rank (key heads x key dim / value heads x value dim), at each batch "
         "(decode: sequences; prefill: sequences x tokens per sequence), the median over the "
-        "table's models of that head shape, microseconds",
+        "table's models of that head shape, microseconds" + at_version_words(engine),
         "decode_batch": grid["decode_batch"],
         "prefill_batch": grid["prefill_batch"],
         "prefill_tokens": grid["prefill_tokens"],
@@ -2031,7 +2181,25 @@ def main() -> None:
         action="store_true",
         help="write kvplan/data/kernel_tables/recurrent/*.json only (recurrent_grid)",
     )
+    parser.add_argument(
+        "--at-version",
+        help="with --write-tables: write the tables of this release of --engine only (each table "
+        "at that release, else the nearest release's), for every GPU that has its GEMM table",
+    )
+    parser.add_argument(
+        "--data-source",
+        help="the words naming DATA in the files' source (default: the 0.12.0 wheel's folder)",
+    )
     args = parser.parse_args()
+    global DATA_SOURCE
+    if args.data_source:
+        DATA_SOURCE = args.data_source
+    if args.at_version:
+        if not args.write_tables:
+            raise SystemExit("--at-version goes with --write-tables")
+        for path in write_release_tables(args.data, args.engine, args.at_version):
+            print(f"wrote {path}")
+        return
     for given, writer in (
         (args.write_dsa, write_dsa_grids),
         (args.write_recurrent_grids, write_recurrent_grids),

@@ -65,10 +65,17 @@ def datasheets() -> dict:
 
 
 def backends() -> dict:
-    """{(gpu, engine): (version, {"kind:backend": entry})} of the attention/ files."""
+    """{(gpu, engine): (version, {"kind:backend": entry})} of the attention/ files, the newest
+    release's of each GPU and engine (a run of an older release reads what is fitted on them:
+    kvplan.inputs.kernel_tables._borrowed_version)."""
+    from kvplan.inputs.kernel_tables import release_order
+
     out = {}
     for path in sorted(ATTENTION.glob("*.json")):
         gpu, engine, version = path.name[: -len(".json")].split(".", 2)
+        held = out.get((gpu, engine))
+        if held is not None and release_order(held[0]) > release_order(version):
+            continue
         out[(gpu, engine)] = (version, json.loads(path.read_text(encoding="utf-8"))["backends"])
     return out
 

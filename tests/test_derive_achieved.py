@@ -148,13 +148,15 @@ def test_floors_are_per_weights_format_as_well_as_per_family():
 def test_shipped_format_floors_are_at_least_the_familys():
     """Every `<family>_<format>` floor of a shipped table is a kernel of that family, so never
     below the family's smallest; the SGLang B200 table's block-fp8 GEMM (activation quant +
-    DeepGEMM) and fused MoE are above its bf16 ones."""
+    DeepGEMM) and fused MoE are above its bf16 ones. `attention_mla` is MLA's own kernel, not
+    a format of the GQA one `attention` times (SGLang 0.5.6.post2 on an H100: GQA 17.1 us at
+    1-16 sequences, MLA 12.2 us), and the step model reads each for its own layers."""
     for (gpu, engine), versions in available().items():
         for version in versions:
             floors = json.loads((FOLDER / f"{gpu}.{engine}.{version}.json").read_text())["floors_s"]
             for key, value in floors.items():
                 family = key.split("_")[0]
-                if family != key:
+                if family != key and key != "attention_mla":
                     assert value >= floors[family], (gpu, engine, version, key)
     b200 = json.loads((FOLDER / "b200_sxm.sglang.0.5.14.json").read_text())["floors_s"]
     assert b200["gemm_fp8"] > 2 * b200["gemm_bf16"]

@@ -130,14 +130,19 @@ def slow_detokenizer(monkeypatch):
     monkeypatch.setattr(sglang_rules, "detokenizer_data", lambda: slow)
 
 
+# 0.5.10 (the keyword decode, before 0.5.11) and 0.5.13 (no detokenizer cost) both price on
+# SGLang 0.5.10's kernel tables (kernel_tables.nearest_version): only the detokenizer differs
+SLOW_RELEASE, FAST_RELEASE = "0.5.10", "0.5.13"
+
+
 def test_the_detokenizer_caps_the_stream_at_high_concurrency_not_at_one(slow_detokenizer):
-    slow, fast = _kimi_run(100, "0.5.6.post2"), _kimi_run(100, "0.5.13")
+    slow, fast = _kimi_run(100, SLOW_RELEASE), _kimi_run(100, FAST_RELEASE)
     # 100 in flight: the GPUs outpace the detokenizer, whose rate the clients receive
     assert slow.output_throughput <= 1.02 / SLOW_TOKEN_S
     assert slow.output_throughput < 0.5 * fast.output_throughput
     assert slow.median_tpot_ms > 2 * fast.median_tpot_ms
     # one in flight: the detokenizer keeps up with the GPU step, the token rate is the GPUs'
-    slow1, fast1 = _kimi_run(1, "0.5.6.post2"), _kimi_run(1, "0.5.13")
+    slow1, fast1 = _kimi_run(1, SLOW_RELEASE), _kimi_run(1, FAST_RELEASE)
     assert SLOW_TOKEN_S < 0.9 * fast1.median_tpot_ms / 1e3
     assert slow1.median_tpot_ms == pytest.approx(fast1.median_tpot_ms, rel=0.02)
 
@@ -145,7 +150,7 @@ def test_the_detokenizer_caps_the_stream_at_high_concurrency_not_at_one(slow_det
 def test_the_measured_cost_does_not_bind_kimi_on_h200_at_100():
     # kvplan's 8 H200 stream ~2,000 tok/s of Kimi-K2.5 at 100 in flight: under the cap the
     # timed cost sets, so the detokenizer changes the clients' rate by under 2%
-    slow, fast = _kimi_run(100, "0.5.6.post2"), _kimi_run(100, "0.5.13")
+    slow, fast = _kimi_run(100, SLOW_RELEASE), _kimi_run(100, FAST_RELEASE)
     per_token_s = detokenizer_data().per_request_token_s["hf_kwargs"]
     assert fast.output_throughput < 1 / per_token_s
     assert slow.output_throughput == pytest.approx(fast.output_throughput, rel=0.02)

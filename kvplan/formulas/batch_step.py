@@ -2055,6 +2055,11 @@ def _moe_shape(spec: ModelSpec) -> str:
     return f"{spec.hidden_size}x{moe.expert_intermediate_size}_{moe.num_experts}x{moe.top_k}"
 
 
+def moe_format(weights_dtype: str) -> str | None:
+    """The kernel tables' fused-MoE format key of `weights_dtype` (_moe_format)."""
+    return _moe_format(weights_dtype)
+
+
 def _moe_format(weights_dtype: str) -> str | None:
     """The kernel tables' format key of the fused MoE a model in `weights_dtype` runs (None: the
     family's smallest): `_floor_format`'s, but mxfp4 and nvfp4 experts have keys of their own

@@ -64,6 +64,16 @@ ENGINES = ("vllm", "sglang")
 DATASHEET_TABLES = "h100_sxm"  # a GPU without tables runs at the H100's fractions
 DATASHEET_VERSION = "0.14.0"  # ... of vLLM 0.14.0 (the tables kvplan's goldens were made with)
 EVIDENCE = ("own", "other-engine", "borrowed", "datasheet")
+ENGINE_WORDS = {"vllm": "vLLM", "sglang": "SGLang"}
+# the grid families read by the properties of KernelTables (moe/ and dsa/ by its fields)
+GRID_FOLDERS = {"gemm": GEMM_FOLDER, "attention": ATTENTION_FOLDER, "recurrent": RECURRENT_FOLDER}
+GRID_WORDS = {
+    "gemm": "GEMM shapes",
+    "attention": "attention backends",
+    "moe": "fused-MoE shapes",
+    "dsa": "DSA modules",
+    "recurrent": "Gated DeltaNet layers",
+}
 _FILE = re.compile(r"^([a-z0-9_]+)\.([a-z]+)\.([0-9][0-9a-z.]*)\.json$")
 
 
@@ -210,8 +220,22 @@ class KernelTables(NamedTuple):
     @property
     def moe_curves_s(self) -> dict:
         """moe_shape_key -> ((tokens, seconds), ...), read on first use ({}: none for this
-        run)."""
-        return {} if self.moe_file is None else moe_curves(self.moe_file)
+        run): the moe_file's, and a format its release timed no shape of (SGLang 0.5.9's B200
+        table has no MXFP4 rows) the nearest release's that did (moe_formats_elsewhere)."""
+        if self.moe_file is None:
+            return {}
+        return _moe_curves_by_format(self.gpu, self.engine, self._moe_version)[0]
+
+    @property
+    def _moe_version(self) -> str:
+        return _file_version(str(self.moe_file), self.gpu, self.engine)
+
+    def moe_formats_elsewhere(self) -> dict:
+        """fused-MoE format ("mxfp4") -> the release whose rows moe_curves_s holds for it, for
+        the formats the moe_file's release did not time ({}: none, or no moe_file)."""
+        if self.moe_file is None:
+            return {}
+        return _moe_curves_by_format(self.gpu, self.engine, self._moe_version)[1]
 
     @property
     def attention_backends(self) -> dict:
@@ -222,9 +246,11 @@ class KernelTables(NamedTuple):
         its own."""
         if not self.grids_hold:
             return {}
-        name = f"{self.gpu}.{self.engine}.{self.engine_version}.json"
-        own = attention_backends(name) if (ATTENTION_FOLDER / name).is_file() else {}
-        lent = borrowed_backends(self.gpu, self.engine, self.engine_version)
+        name = grid_file(ATTENTION_FOLDER, self.gpu, self.engine, self.engine_version)
+        own = attention_backends(name) if name is not None else {}
+        lent = borrowed_backends(
+            self.gpu, self.engine, _borrowed_version(self.gpu, self.engine, self.engine_version)
+        )
         return {**lent, **own}
 
     @property
@@ -233,21 +259,52 @@ class KernelTables(NamedTuple):
         not measured, or the grids do not hold here: grids_hold)."""
         if not self.grids_hold:
             return None
-        name = f"{self.gpu}.{self.engine}.{self.engine_version}.json"
-        return gemm_grid(name) if (GEMM_FOLDER / name).is_file() else None
+        name = grid_file(GEMM_FOLDER, self.gpu, self.engine, self.engine_version)
+        return gemm_grid(name) if name is not None else None
 
     @property
     def recurrent_grid(self) -> RecurrentGrid | None:
         """This GPU's (or the borrowed GPU's, where grids_hold) recurrent-layer kernels as the
-        simulated engine runs them, the newest file of that GPU and engine, read on first use
-        (None: none measured, or the grids do not hold here)."""
+        simulated engine runs them, the file of that GPU and engine nearest the tables' release
+        (grid_file), read on first use (None: none measured, or the grids do not hold here)."""
         if not self.grids_hold:
             return None
-        names = sorted(
-            (p.name for p in RECURRENT_FOLDER.glob(f"{self.gpu}.{self.engine}.*.json")),
-            key=lambda n: _version_key(n[len(self.gpu) + len(self.engine) + 2 : -5]),
-        )
-        return recurrent_grid(names[-1]) if names else None
+        name = grid_file(RECURRENT_FOLDER, self.gpu, self.engine, self.engine_version)
+        return recurrent_grid(name) if name is not None else None
+
+    def grid_versions(self) -> dict:
+        """grid family ("moe", "gemm", "attention", "dsa", "recurrent") -> the release its file
+        was measured on, for the families this run reads a file of (grid_file: the tables' own
+        release where it has one, else the nearest release's)."""
+        out = {}
+        for family, name in (("moe", self.moe_file), ("dsa", self.dsa_file)):
+            if name is not None:
+                out[family] = _file_version(name, self.gpu, self.engine)
+        if self.grids_hold:
+            for family, folder in GRID_FOLDERS.items():
+                name = grid_file(folder, self.gpu, self.engine, self.engine_version)
+                if name is not None:
+                    out[family] = _file_version(name, self.gpu, self.engine)
+        return out
+
+    def version_words(self, families=GRID_WORDS, moe_format: str | None = None) -> str:
+        """The releases this run's tables come from where they are not the run's own, in
+        words ("SGLang 0.5.9's tables for a 0.5.7 run; Gated DeltaNet layers from 0.5.14's"),
+        for the grid `families` the run reads; "" where every one is the run's own release
+        (or the run named none: the newest)."""
+        engine = ENGINE_WORDS.get(self.engine, self.engine)
+        parts = []
+        if known_release(self.asked_version) and self.asked_version != self.engine_version:
+            parts.append(f"{engine} {self.engine_version}'s tables for a {self.asked_version} run")
+        grids = self.grid_versions()
+        for family in families:
+            version = grids.get(family)
+            if version is not None and version != self.engine_version:
+                parts.append(f"{GRID_WORDS[family]} from {engine} {version}'s")
+        elsewhere = self.moe_formats_elsewhere().get(moe_format or "")
+        if "moe" in families and elsewhere is not None:
+            parts.append(f"{moe_format} {GRID_WORDS['moe']} from {engine} {elsewhere}'s")
+        return "; ".join(parts)
 
     @property
     def floors_s(self) -> dict:
@@ -257,12 +314,100 @@ class KernelTables(NamedTuple):
     @property
     def label(self) -> str:
         """ "H100 SXM, vLLM 0.14.0" """
-        engine = {"vllm": "vLLM", "sglang": "SGLang"}.get(self.engine, self.engine)
+        engine = ENGINE_WORDS.get(self.engine, self.engine)
         return f"{self.name}, {engine} {self.engine_version}"
 
 
 def _version_key(version: str) -> tuple:
     return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.]|(?<=\d)(?=[a-z])", version))
+
+
+def release_order(version: str) -> tuple:
+    """The sort key of an engine release (_version_key), for the scripts that pick a file."""
+    return _version_key(version)
+
+
+_RELEASE = re.compile(r"^\d+\.\d+\.\d+")  # a release with its patch number ("0.5.7", "0.5.6.post2")
+
+
+def known_release(version: str | None) -> bool:
+    """Whether `version` names one release (major.minor.patch...): a bare "0.5" or none names
+    a series, whose newest tables a run takes."""
+    return version is not None and bool(_RELEASE.match(version))
+
+
+def nearest_version(versions: tuple, asked: str | None) -> str:
+    """The measured release nearest a run's: `asked` itself where measured, else the newest at
+    or below it (_version_key), else the oldest (a run older than every table); the newest
+    for a bare or unknown version (known_release). `versions` oldest first, not empty. The
+    kernels an engine runs change by release (SGLang 0.5.9's B200 bf16 fused MoE is triton's,
+    0.5.14's flashinfer_trtllm's): an older run is priced on the tables of the release it ran,
+    or the newest older one measured."""
+    if asked in versions:
+        return str(asked)
+    if not known_release(asked):
+        return versions[-1]
+    below = [v for v in versions if _version_key(v) <= _version_key(str(asked))]
+    return below[-1] if below else versions[0]
+
+
+def _file_version(name: str, gpu: str, engine: str) -> str:
+    """The release of a "<gpu>.<engine>.<version>.json" file name."""
+    return name[len(gpu) + len(engine) + 2 : -len(".json")]
+
+
+def _by_nearness(versions: tuple, version: str) -> list:
+    """`versions` nearest `version` first (nearest_version's order: it and the older ones newest
+    first, then the newer ones oldest first)."""
+    key = _version_key(version)
+    below = [v for v in versions if _version_key(v) <= key]
+    return below[::-1] + [v for v in versions if _version_key(v) > key]
+
+
+_MOE_FORMAT = re.compile(r"^moe_([a-z0-9]+)_")
+
+
+@cache
+def _moe_curves_by_format(gpu: str, engine: str, version: str) -> tuple[dict, dict]:
+    """(the moe/ curves of this GPU and engine's `version` file, with each format that file has
+    no shape of taken whole from the nearest release's file that has it; format -> that
+    release): a release that timed no kernel of a format says nothing of it, the nearest one
+    that did says most."""
+    versions = tuple(
+        sorted(
+            (_file_version(p.name, gpu, engine) for p in MOE_FOLDER.glob(f"{gpu}.{engine}.*.json")),
+            key=_version_key,
+        )
+    )
+    out: dict = {}
+    where: dict = {}
+    for v in _by_nearness(versions, version):
+        curves = moe_curves(f"{gpu}.{engine}.{v}.json")
+        have = {m[1] for k in out if (m := _MOE_FORMAT.match(k))}
+        for key, curve in curves.items():
+            m = _MOE_FORMAT.match(key)
+            fmt = m[1] if m else ""
+            if v == version or (fmt and fmt not in have):
+                out[key] = curve
+                if v != version:
+                    where[fmt] = v
+    return out, where
+
+
+@cache
+def grid_file(folder: Path, gpu: str, engine: str, version: str) -> str | None:
+    """The file of a grid family (`folder`: moe/, gemm/, attention/, dsa/, recurrent/) for these
+    tables: the tables' own release where it has one, else the release nearest it that has
+    (nearest_version); None where this GPU and engine have none."""
+    versions = tuple(
+        sorted(
+            (_file_version(p.name, gpu, engine) for p in folder.glob(f"{gpu}.{engine}.*.json")),
+            key=_version_key,
+        )
+    )
+    if not versions:
+        return None
+    return f"{gpu}.{engine}.{nearest_version(versions, version)}.json"
 
 
 @cache
@@ -558,6 +703,18 @@ def borrowed_backends(gpu: str, engine: str, version: str) -> dict:
     return out
 
 
+def _borrowed_version(gpu: str, engine: str, version: str) -> str:
+    """The release whose borrowed backends (transfer.json) a run of these tables reads: the
+    one measured nearest the tables' (nearest_version; the lender's rows are of the release
+    derive_transfer.py fitted them on), `version` itself where none is held."""
+    held = {
+        e["version"]
+        for e in transfer_doc().get("borrowed", ())
+        if (e["gpu"], e["engine"]) == (gpu, engine)
+    }
+    return nearest_version(tuple(sorted(held, key=_version_key)), version) if held else version
+
+
 def borrowed_words(timing: BackendTiming, engine: str) -> str:
     """A borrowed backend's part of the step in words ("the MLA attention under triton (RTX
     PRO 6000 Blackwell's rows x 1.24, the median fitted ratio)"); "" for a GPU's own rows."""
@@ -571,21 +728,22 @@ def borrowed_words(timing: BackendTiming, engine: str) -> str:
 
 
 def _moe_file(gpu: str, engine: str, version: str) -> str | None:
-    name = f"{gpu}.{engine}.{version}.json"
-    return name if (MOE_FOLDER / name).is_file() else None
+    return grid_file(MOE_FOLDER, gpu, engine, version)
 
 
 def _dsa_file(gpu: str, engine: str, version: str) -> str | None:
-    """The name of the DSA module grids measured with these tables (None: there are none)."""
-    name = f"{gpu}.{engine}.{version}.json"
-    return name if (DSA_FOLDER / name).is_file() else None
+    """The name of the DSA module grids of these tables' release, or the nearest release's
+    (None: there are none)."""
+    return grid_file(DSA_FOLDER, gpu, engine, version)
 
 
 def _pick(gpu: str, engine: str, asked: str | None) -> str | None:
+    """The tables' release for a run of `asked` (nearest_version; None: no tables of this GPU
+    and engine)."""
     versions = available().get((gpu, engine))
     if not versions:
         return None
-    return asked if asked in versions else versions[-1]
+    return nearest_version(versions, asked)
 
 
 def datasheet_achieved():
@@ -674,8 +832,10 @@ def with_measured(base: Achieved, measured: dict) -> Achieved:
 
 
 def tables_for(profile, engine: str = "vllm", engine_version: str | None = None) -> KernelTables:
-    """The kernel tables a run of `engine` on `profile` uses (see the module's docstring): the
-    asked version where there is a file for it, else the newest."""
+    """The kernel tables a run of `engine` release `engine_version` on `profile` uses (see the
+    module's docstring): the nearest measured release (nearest_version: the asked one, else
+    the newest older one, else the oldest; the newest for None or a bare series), each grid
+    family that release's, else the nearest release's that has it (grid_file)."""
     field = getattr(profile, "kernel_tables", None) or {}
     lender = field.get("borrowed")
     same = bool(lender) and same_silicon(profile, str(lender))

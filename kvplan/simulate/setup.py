@@ -28,6 +28,7 @@ from kvplan.formulas.batch_step import (
     dsa_grids_for,
     dsa_layers,
     measured_achieved,
+    moe_format,
 )
 from kvplan.formulas.step_time import Rates, measurable, op_rates_of
 from kvplan.formulas.weights import resolve_weights_dtype
@@ -1145,7 +1146,7 @@ def step_model(
     wdtype, wnotes = resolve_weights_dtype(spec, weights_dtype)
     notes.extend(wnotes)
     measured = gpu.vendor == "measured"
-    tables = tables_for(gpu, options.engine)
+    tables = tables_for(gpu, options.engine, run_engine_version(options))
     # the MXFP4 fused-MoE rows of the kernel the engine runs (none where no table times it)
     achieved = tables.achieved
     achieved = achieved._replace(floors_s=mxfp4_timings(spec, gpu, options, achieved.floors_s))
@@ -1288,6 +1289,13 @@ def step_model(
                 tables=tables.name,
             )
         )
+    releases = tables.version_words(
+        ("gemm", "attention")
+        + (("moe",) if spec.moe is not None else ())
+        + (("dsa",) if dsa_layers(spec) else ())
+        + (("recurrent",) if spec.state_layers() else ()),
+        moe_format=moe_format(wdtype) if spec.moe is not None else None,
+    )
     notes.append(
         note("sim-measured-ops", dtype=gpu.measured.dtype, weights=wdtype)
         if per_op
@@ -1300,6 +1308,7 @@ def step_model(
             tables=tables.label,
             evidence=tables.evidence,
             **({"measured": tables.measured} if tables.measured else {}),
+            **({"releases": releases} if releases else {}),
         )
     )
     return model, wdtype
@@ -1477,6 +1486,13 @@ def check_engine_version(engine: str, version: str) -> None:
         sglang_release(version)
     else:
         _minor(version, "--engine-version")
+
+
+def run_engine_version(options: ServeOptions) -> str:
+    """The release of the simulated engine a run names (--engine-version; kvplan's default, a
+    bare series, where none was given): whose kernel tables price its steps
+    (kernel_tables.tables_for)."""
+    return options.sglang_version if options.engine == "sglang" else options.vllm_version
 
 
 def release_notes(engine: str, version: str) -> list[Note]:

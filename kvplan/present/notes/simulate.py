@@ -26,11 +26,17 @@ KERNEL_TABLE_WORDS = {
     "datasheet": "none of its own: the H100 SXM's, on its datasheet rates",
 }
 text("sim-kernel-tables")(
-    lambda gpu, engine, tables, evidence, measured="": (
+    lambda gpu, engine, tables, evidence, measured="", releases="": (
         "Each operation runs at the fraction of the datasheet rate the engine's own kernel "
         f"reaches, from the measured kernel tables {tables} (NVIDIA aiconfigurator's silicon "
         f"tables; evidence {evidence}: for {gpu} "
         + (KERNEL_TABLE_WORDS.get(evidence) or evidence).format(engine=engine)
+        + (
+            f"; the release measured nearest the run's, its kernels being the release's own: "
+            f"{releases}"
+            if releases
+            else ""
+        )
         + (
             f"; measured on {gpu} itself at kernel level, and used in the H100's place: "
             f"{measured}; every other figure is the H100's, transferred unmeasured"
