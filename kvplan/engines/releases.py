@@ -55,6 +55,16 @@ def release_key(version: str) -> tuple[int, int, int, int] | None:
     return int(major), int(minor), int(patch), -1 if pre or dev else int(post or 0)
 
 
+_LINE = re.compile(r"v?([0-9]{1,4})\.([0-9]{1,4})(?![0-9])")
+
+
+def release_line(version: str) -> tuple[int, int] | None:
+    """The major.minor a version string opens with, whether or not the rest spells a release
+    ('0.6.x' -> (0, 6), where release_key is None): only to name the line in a refusal."""
+    match = _LINE.match(str(version).strip().lower())
+    return None if match is None else (int(match[1]), int(match[2]))
+
+
 def release_parts(version: str) -> tuple[int, int, int | None] | None:
     """'0.8' -> (0, 8, None), '0.8.4', '0.8.4.post1' and '0.8.4rc1' -> (0, 8, 4); None for what
     no release spells (release_key)."""

@@ -18,6 +18,7 @@ from kvplan.engines.moe_backend import check_vllm_moe_backend, moe_backend_name
 from kvplan.engines.releases import (
     VLLM_VERSIONS,
     release_key,
+    release_line,
     release_minor,
     release_parts,
 )
@@ -76,21 +77,26 @@ V08_NAMED_GPUS = ("h100", "h200")
 
 
 def check_release_exists(version: str, flag: str = "--vllm-version") -> None:
-    """Refuse a patch past the last release of a minor kvplan reads by its patches (0.6.6.post1,
-    0.7.3, 0.8.5.post1): '0.6.9' is no vLLM release, and would run as 0.6.6's rules unsaid."""
+    """Refuse a version whose third part is no patch ('0.19.x', '0.19.-1', a five-digit patch:
+    no vLLM release, though only its minor may pick rules) and a patch past the last release of
+    a minor kvplan reads by its patches (0.6.6.post1, 0.7.3, 0.8.5.post1): '0.6.9' is no vLLM
+    release, and would run as 0.6.6's rules unsaid."""
     from kvplan.engines.vllm_v0 import LAST_PATCH, V08_LAST_PATCH
 
     parts = release_parts(version)
-    last = None if parts is None else {**LAST_PATCH, (0, 8): V08_LAST_PATCH}.get(parts[:2])
-    if parts is None or last is None:
+    line = parts[:2] if parts is not None else release_line(version)
+    if line is None:  # no major.minor at all: refused where the minor is read
         return
-    minor = f"{parts[0]}.{parts[1]}"
-    if parts[2] is None and str(version) != minor:  # '0.6.x', '0.6.99999': no patch read
+    minor = f"{line[0]}.{line[1]}"
+    last = {**LAST_PATCH, (0, 8): V08_LAST_PATCH}.get(line)
+    if parts is None:  # '0.6.x', '0.6.99999', '0.19.-1': a third part that is no patch
+        known = f" (its last release, {minor}.{last})" if last is not None else ""
+        newest = f"{minor}.{last}" if last is not None else f"{minor}.N"
         raise KvplanError(
-            f"{flag} {str(version)[:20]!r} is no vLLM release; give {minor} (its last "
-            f"release, {minor}.{last}) or a release from {minor}.0 to {minor}.{last}"
+            f"{flag} {str(version)[:20]!r} is no vLLM release; give {minor}{known} or a "
+            f"release from {minor}.0 to {newest}"
         )
-    if parts[2] is not None and parts[2] > last:
+    if last is not None and parts[2] is not None and parts[2] > last:
         raise KvplanError(
             f"{flag} {str(version)[:20]!r}: vLLM {minor}'s releases end at "
             f"{minor}.{last}; give one of them, or {minor} for the last"

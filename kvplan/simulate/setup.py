@@ -1465,14 +1465,14 @@ WINDOW_CAP_FROM = (0, 32)
 
 def _minor(version: str, flag: str = "--vllm-version") -> tuple[int, int]:
     """'0.13' or '0.19.1' -> (0, 13), a release simulate takes."""
-    from kvplan.engines.releases import release_minor
+    from kvplan.engines.releases import release_line, release_minor
+    from kvplan.engines.vllm import check_release_exists
 
+    if V0_FROM <= (release_line(version) or (-1, -1)) <= (9, 999):
+        check_release_exists(version, flag)  # '0.19.x': no release of a line kvplan runs
     major, minor = release_minor(version) or (-1, -1)
     if not V0_FROM <= (major, minor) <= (9, 999):  # V0 0.6-0.7 run with V1's 0.8 rules
         raise KvplanError(f"{flag} {str(version)[:20]!r}: a vLLM version from 0.6, as 0.19")
-    from kvplan.engines.vllm import check_release_exists
-
-    check_release_exists(version, flag)
     return major, minor
 
 
