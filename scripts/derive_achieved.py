@@ -1030,6 +1030,31 @@ def moe_shape_curves(rows) -> dict:
     return {k: [[t, v[t]] for t in sorted(v)] for k, v in sorted(out.items())}
 
 
+def moe_shape_runners(rows) -> dict:
+    """{moe_shape_key: {kernel_source: [[tokens, seconds], ...]}} from one fused-MoE table's
+    every row (`table(..., fastest=False)`): each runner's own curve of a shape, as
+    moe_shape_curves keys and rounds it. A table may time one shape under several runners
+    (SGLang 0.5.14's B200 block-FP8 rows: flashinfer_trtllm and triton), and the engine runs
+    the one its server_args resolve (kvplan.engines.moe_backend.sglang_moe_runner), not the
+    fastest."""
+    out: dict = {}
+    for r in rows or ():
+        if r["distribution"] != MOE_CURVE_DISTRIBUTION or r["moe_dtype"] not in MOE_SHAPE_FORMATS:
+            continue
+        key = moe_shape_key(
+            MOE_SHAPE_FORMATS[r["moe_dtype"]],
+            *(r[k] for k in ("hidden_size", "inter_size", "num_experts", "topk")),
+            *(r[k] for k in ("moe_tp_size", "moe_ep_size")),
+        )
+        at = out.setdefault(key, {}).setdefault(str(r.get("kernel_source")), {})
+        seconds = float(f"{r['latency'] * 1e-3:.4g}")
+        at[r["num_tokens"]] = min(seconds, at.get(r["num_tokens"], seconds))
+    return {
+        k: {src: [[t, v[t]] for t in sorted(v)] for src, v in sorted(by.items())}
+        for k, by in sorted(out.items())
+    }
+
+
 MOE_TOKENS = (1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024,
               1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)  # fmt: skip
 MOE_MAX_RANKS = 16  # the splits kept: moe_tp x moe_ep up to two nodes of eight
@@ -1050,22 +1075,49 @@ def write_rows_file(path: Path, head: dict, lines: list[str]) -> Path:
     return path
 
 
-def write_moe_curves(name: str, curves: dict, source: str) -> Path:
-    """kernel_tables/moe/<name>: the per-shape fused-MoE curves beside their table file, one
-    shape a line, microseconds on the shared token axis (null: not measured), read only for a
-    MoE model. Splits over MOE_MAX_RANKS ranks are left out."""
-    import json
+def _moe_us_row(points) -> list:
+    """A curve [[tokens, seconds], ...] as microseconds on MOE_TOKENS (None: not timed)."""
+    at = dict((t, s) for t, s in points)
+    return [float(f"{at[t] * 1e6:.4g}") if t in at else None for t in MOE_TOKENS]
 
-    def ranks(key: str) -> int:
-        tp, ep = key.rsplit("_tp", 1)[1].split("_ep")
-        return int(tp) * int(ep)
+
+def _moe_ranks(key: str) -> int:
+    tp, ep = key.rsplit("_tp", 1)[1].split("_ep")
+    return int(tp) * int(ep)
+
+
+def moe_runner_lines(curves: dict, runners: dict) -> list[str]:
+    """The `runners` lines of a moe/ file, one shape a line: the kernel_source(s) whose rows
+    make that shape's fastest curve (`us`), then, where the table timed the shape under more
+    than one runner, each runner's own row ({"runs": [...], "us": {source: row}})."""
+    import json
 
     lines = []
     for key, points in curves.items():
-        if ranks(key) > MOE_MAX_RANKS:
+        if _moe_ranks(key) > MOE_MAX_RANKS or key not in runners:
             continue
-        at = dict((t, s) for t, s in points)
-        us = [float(f"{at[t] * 1e6:.4g}") if t in at else None for t in MOE_TOKENS]
+        by = runners[key]
+        fastest = dict((t, s) for t, s in points)
+        runs = sorted(src for src, pts in by.items() if any(fastest.get(t) == s for t, s in pts))
+        entry: dict = {"runs": runs}
+        if len(by) > 1:
+            entry["us"] = {src: _moe_us_row(pts) for src, pts in by.items()}
+        lines.append(f"  {json.dumps(key)}: {json.dumps(entry, separators=(',', ':'))}")
+    return lines
+
+
+def write_moe_curves(name: str, curves: dict, source: str, runners: dict | None = None) -> Path:
+    """kernel_tables/moe/<name>: the per-shape fused-MoE curves beside their table file, one
+    shape a line, microseconds on the shared token axis (null: not measured), read only for a
+    MoE model. Splits over MOE_MAX_RANKS ranks are left out. `runners` (moe_shape_runners):
+    each shape's kernel_source(s), written as the file's `runners` (moe_runner_lines)."""
+    import json
+
+    lines = []
+    for key, points in curves.items():
+        if _moe_ranks(key) > MOE_MAX_RANKS:
+            continue
+        us = _moe_us_row(points)
         lines.append(f" {json.dumps(key)}: {json.dumps(us, separators=(',', ':'))}")
     head = {
         "source": source,
@@ -1076,7 +1128,13 @@ def write_moe_curves(name: str, curves: dict, source: str) -> Path:
         "distribution": MOE_CURVE_DISTRIBUTION,
         "tokens": list(MOE_TOKENS),
     }
-    return write_rows_file(TABLES / "moe" / name, head, lines)
+    path = write_rows_file(TABLES / "moe" / name, head, lines)
+    if runners:  # each shape's runner(s): aiconfigurator's kernel_source of its rows
+        body = path.read_text()[: -len("\n}\n")]
+        body += ',\n "runners": {\n' + ",\n".join(moe_runner_lines(curves, runners)) + "\n }\n}\n"
+        json.loads(body)
+        path.write_text(body)
+    return path
 
 
 def moe_shape_key(fmt, hidden, inter, experts, topk, moe_tp, moe_ep) -> str:
@@ -1311,6 +1369,7 @@ def derive_tables(root: Path, gpu: str, engine: str) -> dict | None:
         "borrowed": borrowed,
         "floors_s": {k: round(v, 9) for k, v in floors.items()},
         "moe_curves": moe_shape_curves(shape_rows),
+        "moe_runners": moe_shape_runners(rows("moe", "moe_perf", fastest=False)),
         "achieved": achieved,
     }
 
@@ -1338,12 +1397,47 @@ def write_tables(root: Path) -> list[Path]:
             if doc is None:
                 continue
             path = TABLES / f"{gpu}.{engine}.{doc['engine_version']}.json"
-            curves = doc.pop("moe_curves")
+            curves, runners = doc.pop("moe_curves"), doc.pop("moe_runners")
             path.write_text(json.dumps(doc, indent=1) + "\n")
             written.append(path)
-            written.append(write_moe_curves(path.name, curves, doc["source"]))
+            written.append(write_moe_curves(path.name, curves, doc["source"], runners))
     written += write_attention_backends(root, sorted(p.name for p in TABLES.glob("*.*.*.json")))
     written += write_gemm_grids(root)
+    return written
+
+
+def rewrite_moe_runners(roots: dict) -> list[Path]:
+    """--write-moe-runners: every SGLang moe/ file rewritten with its shapes' runners
+    (moe_shape_runners), from the data its own `source` names (`roots`: the words `source`
+    starts with -> that data folder) at the moe/moe_perf version it names; the curves are
+    recomputed and must equal the file's (a file whose rows differ is left alone)."""
+    import json
+    import re
+
+    written = []
+    for path in sorted((TABLES / "moe").glob("*.sglang.*.json")):
+        doc = json.loads(path.read_text())
+        root = next((r for words, r in roots.items() if doc["source"].startswith(words)), None)
+        got = re.search(r"moe/moe_perf ([0-9][0-9a-z.]*?)(?:,|$)", doc["source"])
+        if root is None or got is None:
+            print(f"left alone: {path.name} (its source names no data given)")
+            continue
+        gpu, engine, version = path.name.split(".", 2)
+        version = version[: -len(".json")]
+        AT_VERSION.pop(engine, None)
+        if "(git)" in doc["source"]:  # written by --at-version (at_version_words)
+            AT_VERSION[engine] = version
+        rows_at = got[1]
+        curves = moe_shape_curves(table(root, gpu, "moe", "moe_perf", rows_at, engine))
+        runners = moe_shape_runners(
+            table(root, gpu, "moe", "moe_perf", rows_at, engine, fastest=False)
+        )
+        kept = {k: v for k, v in curves.items() if _moe_ranks(k) <= MOE_MAX_RANKS}
+        if {k: _moe_us_row(v) for k, v in kept.items()} != doc["us"]:
+            print(f"left alone: {path.name} (its rows are not {rows_at}'s as read now)")
+            continue
+        written.append(write_moe_curves(path.name, curves, doc["source"], runners))
+    AT_VERSION.pop("sglang", None)
     return written
 
 
@@ -1386,10 +1480,10 @@ def write_release_tables(root: Path, engine: str, version: str) -> list[Path]:
         if max(v for pair in pairs for v in pair) > FRACTION_MAX:
             print(f"not written: {name} (a fraction over {FRACTION_MAX} of the datasheet)")
             continue
-        curves = doc.pop("moe_curves")
+        curves, runners = doc.pop("moe_curves"), doc.pop("moe_runners")
         (TABLES / name).write_text(json.dumps(doc, indent=1) + "\n")
         written.append(TABLES / name)
-        written.append(write_moe_curves(name, curves, doc["source"]))
+        written.append(write_moe_curves(name, curves, doc["source"], runners))
         written += write_attention_backends(root, [name])
         gemm_path = write_gemm_grid(root, gpu, engine, name)
         if gemm_path is not None:
@@ -2167,6 +2261,13 @@ def main() -> None:
         help="write kvplan/data/kernel_tables/gemm/*.json only (gemm_grid)",
     )
     parser.add_argument(
+        "--write-moe-runners",
+        type=Path,
+        metavar="GIT_DATA",
+        help="rewrite the SGLang moe/ files with each shape's runner (rewrite_moe_runners): "
+        "DATA the wheel's systems/data, GIT_DATA aiconfigurator@095f58a5's",
+    )
+    parser.add_argument(
         "--write-dsa",
         action="store_true",
         help="write kvplan/data/kernel_tables/dsa/*.json only (dsa_delta)",
@@ -2194,6 +2295,14 @@ def main() -> None:
     global DATA_SOURCE
     if args.data_source:
         DATA_SOURCE = args.data_source
+    if args.write_moe_runners:
+        roots = {
+            "aiconfigurator-core 0.12.0 (PyPI wheel)": args.data,
+            "aiconfigurator@095f58a5 (git)": args.write_moe_runners,
+        }
+        for path in rewrite_moe_runners(roots):
+            print(f"wrote {path}")
+        return
     if args.at_version:
         if not args.write_tables:
             raise SystemExit("--at-version goes with --write-tables")

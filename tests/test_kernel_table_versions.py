@@ -128,16 +128,17 @@ def _model(version: str):
 
 
 def test_a_fused_moe_decode_step_prices_at_its_releases_rows():
-    """Qwen3-235B bf16 TP8 on a B200 at one token: SGLang 0.5.9 ran triton's fused MoE, 0.5.14
-    flashinfer_trtllm's; each release's step reads its own row of the shape, so the MoE part
-    of the step differs by the rows' difference and the MoE by their ratio."""
+    """Qwen3-235B bf16 TP8 on a B200 at one token: SGLang 0.5.6 ran triton's fused MoE (timed
+    by 0.5.9's table), 0.5.14 flashinfer_trtllm's; each release's step reads its own row of the
+    shape, so the MoE part of the step differs by the rows' difference and the MoE by their
+    ratio."""
     key = "moe_bf16_4096x1536_128x8_tp8_ep1"
     rows = {
         v: json.loads((MOE_FOLDER / f"b200_sxm.sglang.{v}.json").read_text())
         for v in ("0.5.9", "0.5.14")
     }
     first_s = {v: d["us"][key][d["tokens"].index(1)] * 1e-6 for v, d in rows.items()}
-    old, new = _model("0.5.9"), _model("0.5.14")
+    old, new = _model("0.5.6"), _model("0.5.14")
     assert old.moe_curve is not None and new.moe_curve is not None
     got = {v: moe_kernel_s(m.moe_curve, 1) for v, m in (("0.5.9", old), ("0.5.14", new))}
     assert got == pytest.approx(first_s, rel=1e-9)

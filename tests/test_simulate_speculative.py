@@ -537,7 +537,7 @@ def test_an_sglang_verification_replays_its_graph_while_its_batch_fits(llama, h1
         (
             "deepseek-v3",
             "h200-sxm",
-            {"engine": "sglang", "moe_runner_backend": "triton", "speculative_algorithm": "NEXTN"},
+            {"engine": "sglang", "moe_runner_backend": "cutlass", "speculative_algorithm": "NEXTN"},
         ),
         # vLLM's MTP on a GPU without the DSA module's tables: the draft's attention untimed
         ("deepseek-ai/DeepSeek-V3.2", "mi300x", {"speculative_config": '{"method": "mtp"}'}),

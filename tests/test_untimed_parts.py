@@ -214,12 +214,15 @@ def test_dense_layers_in_a_format_without_gemm_rows_are_named(weights, untimed):
 
 
 def test_a_moe_backend_flag_is_named_for_a_moe_model_only():
-    """The tables time the engine's default MoE path, not per MoE backend (sim-moe-kernels):
-    a flag naming another backend is an untimed part; 'auto' is the default path; a dense
+    """A flag naming a MoE backend no table times at the model's shape is an untimed part
+    (sim-moe-kernels); SGLang's runner a release timed there is read on its rows
+    (kernel_tables.moe_runner_rows: triton's on the H100); 'auto' is the default path; a dense
     model runs no MoE kernels at all."""
     triton = {"engine": "sglang", "backends": Backends(moe_runner_backend="triton")}
-    assert _parts("Qwen/Qwen3-30B-A3B", "h100", **triton) == (
-        "the fused MoE under --moe-runner-backend triton",
+    assert _parts("Qwen/Qwen3-30B-A3B", "h100", **triton) == ()
+    cutlass = {"engine": "sglang", "backends": Backends(moe_runner_backend="cutlass")}
+    assert _parts("Qwen/Qwen3-30B-A3B", "h100", **cutlass) == (
+        "the fused MoE under --moe-runner-backend cutlass",
     )
     auto = {"engine": "sglang", "backends": Backends(moe_runner_backend="auto")}
     assert _parts("Qwen/Qwen3-30B-A3B", "h100", **auto) == ()

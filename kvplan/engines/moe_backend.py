@@ -189,3 +189,104 @@ def check_expert_split(spec, weights_given: bool, moe_tp: int) -> None:
             f"{moe_tp} ways; the engines stop at weight loading (expert parallelism keeps "
             "them whole)"
         )
+
+
+# --- the fused-MoE runner SGLang resolves (sglang_moe_runner) --------------------------------
+# server_args.py ServerArgs._handle_model_specific_adjustments (read in the 0.5.8/0.5.9-line
+# source, the one with KimiK25ForConditionalGeneration), with no --moe-runner-backend (auto) and
+# no --moe-a2a-backend (kvplan does not simulate DeepEP/Mooncake all-to-all, under which auto
+# resolves deep_gemm), on SM100 (is_sm100_supported: compute capability 10.x; SM120 is not):
+# (config model_types, weights formats, runner, first 0.5 patch with the rule). A model_type is
+# the config's (the checkpoint's own where it differs: kimi_k2 configs name DeepseekV3ForCausalLM,
+# kimi_k25 KimiK25ForConditionalGeneration: both the DeepSeek branch).
+# - DeepseekV3ForCausalLM, KimiK25ForConditionalGeneration: quantization fp8, modelopt_fp8,
+#   modelopt_fp4 -> flashinfer_trtllm. FP4 was the DeepSeek default before 0.5.3 (PR #11816:
+#   "the fp4 path is already using this"); block FP8 from PR #11816 (opened 2025-10-19, "If on
+#   SM100 + FP8 for dpsk, use flashinfer_trtllm as default moe runner backend, replacing
+#   triton"): 0.5.4 is the first release after it (the merge date is not checked: ambiguous
+#   between 0.5.4 and 0.5.5, 0.5.4 taken).
+# - Kimi-K2/K2.5 thinking int4 (compressed-tensors W4A16, `is_kimi_k2_k25_thinking_int4`) ->
+#   flashinfer_trtllm: absent from the 0.5.9-line source, present in the newest read;
+#   aiconfigurator's collector times int4_wo under flashinfer_trtllm from its 0.5.14 tables
+#   (marlin at 0.5.9 and 0.5.10). kvplan takes 0.5.14 as the first (0.5.10-0.5.13 not read).
+# - Qwen3MoeForCausalLM, Qwen3VLMoeForConditionalGeneration, Qwen3NextForCausalLM: fp8 and
+#   modelopt_fp4 -> flashinfer_trtllm from PR #13489 (2025-11-18, "on SM100 and no A2A, auto
+#   backend becomes flashinfer_trtllm"; 0.5.6 the first release after it); bf16 (quantization
+#   None) too in the 0.5.8/0.5.9-line source (`or self.quantization is None`), not in
+#   #13489's diff: 0.5.7 is not read, 0.5.8 taken as the first.
+# - Glm4MoeForCausalLM: modelopt_fp4 -> flashinfer_trtllm where flashinfer-python >= 0.6.2
+#   (the 0.5.8/0.5.9 line; 0.5.8 taken as the first, ambiguous as above).
+# - Llama4: fp8, modelopt_fp8 -> flashinfer_trtllm (every 0.5 release read).
+# - GptOssForCausalLM: MXFP4 on Blackwell (is_blackwell_supported) -> flashinfer_mxfp4; else,
+#   at EP 1 with triton_kernels installed, triton_kernel.
+SGLANG_SM100_TRTLLM_RULES = (
+    (("deepseek_v3", "kimi_k2", "kimi_k25"), ("nvfp4",), 0),
+    (("deepseek_v3", "kimi_k2", "kimi_k25"), ("fp8",), 4),
+    (("kimi_k2", "kimi_k25"), ("int4",), 14),
+    (("qwen3_moe", "qwen3_vl_moe", "qwen3_next"), ("fp8", "nvfp4"), 6),
+    (("qwen3_moe", "qwen3_vl_moe", "qwen3_next"), ("bf16",), 8),
+    (("glm4_moe",), ("nvfp4",), 8),
+    (("llama4", "llama4_text"), ("fp8",), 0),
+)
+GPT_OSS_MODEL_TYPE = "gpt_oss"  # GptOssForCausalLM (engines.sglang reads it too)
+# the runner `auto` leaves to the weights' MoE method (fused_moe_triton/layer.py, the
+# quantization methods of 0.5.9): Triton's fused MoE for 16-bit and FP8 experts, Marlin's WNA16
+# kernel for int4 compressed-tensors experts (CompressedTensorsWNA16MoEMethod), SGLang's own
+# CUTLASS FP4 MoE for ModelOpt NVFP4 experts without a FlashInfer runner
+# (ModelOptNvFp4FusedMoEMethod -> cutlass_moe_fp4)
+SGLANG_AUTO_RUNNERS = {"bf16": "triton", "fp8": "triton", "int4": "marlin", "nvfp4": "cutlass"}
+# aiconfigurator's kernel_source of a fused-MoE row (the moe/ files' `runners`) -> the runner
+# SGLang names (MoeRunnerBackend): collector/sglang/collect_moe.py's labels
+SGLANG_RUNNER_OF_SOURCE = {
+    "sglang_fused_moe_triton": "triton",
+    "sglang_fused_moe_triton_situ_as_silu": "triton",
+    "sglang_flashinfer_trtllm_moe": "flashinfer_trtllm",
+    "sglang_flashinfer_cutlass_moe": "flashinfer_cutlass",
+    "sglang_flashinfer_cutedsl_moe": "flashinfer_cutedsl",
+    "sglang_flashinfer_mxfp4_moe": "flashinfer_mxfp4",
+    "sglang_mxfp4_flashinfer_trtllm_moe": "flashinfer_mxfp4",
+    "sglang_marlin_moe": "marlin",
+    "sglang_marlin_moe_situ_as_silu": "marlin",
+}
+
+
+def sglang_weights_format(wdtype: str) -> str:
+    """A kvplan weights format as the runner rules read it: "bf16" (no --quantization: fp16,
+    bf16, fp32), "fp8", "nvfp4", "mxfp4", "int4" (any int4 grouping), else the format itself."""
+    w = str(wdtype).lower()
+    if w in UNQUANTIZED:
+        return "bf16"
+    if w in FP8:
+        return "fp8"
+    if w.startswith("int4"):
+        return "int4"
+    return w
+
+
+def sglang_moe_runner(
+    patch: int | None,
+    model_type: str,
+    wdtype: str,
+    generation: int,
+    given: str | None = None,
+    ep_size: int = 1,
+) -> str:
+    """The fused-MoE runner SGLang runs a model's routed experts on (MoeRunnerBackend's name):
+    `given` (--moe-runner-backend) where named and not auto; else
+    _handle_model_specific_adjustments' pick on SM100 (SGLANG_SM100_TRTLLM_RULES, gpt-oss's
+    rules), else what auto leaves to the weights' MoE method (SGLANG_AUTO_RUNNERS). `patch`: the
+    SGLang 0.5 patch whose rules apply (engines.sglang.sglang_patch; None: the newest);
+    `model_type` the config's (the checkpoint's top-level one); `generation` the GPU's
+    compute-capability major (engines.vllm.gpu_generation); `ep_size` SGLang's --ep-size."""
+    if given is not None and given != "auto":
+        return given
+    fmt = sglang_weights_format(wdtype)
+    if model_type == GPT_OSS_MODEL_TYPE and fmt == "mxfp4":
+        if generation >= 10:  # is_blackwell_supported: SM100 and SM120 alike
+            return "flashinfer_mxfp4"
+        return "triton_kernel" if ep_size == 1 else "triton"
+    if generation == 10:
+        for model_types, formats, first in SGLANG_SM100_TRTLLM_RULES:
+            if model_type in model_types and fmt in formats and (patch is None or patch >= first):
+                return "flashinfer_trtllm"
+    return SGLANG_AUTO_RUNNERS.get(fmt, "triton")

@@ -21,7 +21,7 @@ from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
 from kvplan.engines.backends import ATTENTION_FIELDS, Backends, flag_of
 from kvplan.engines.max_len import check_max_model_len
-from kvplan.engines.moe_backend import moe_backend_name
+from kvplan.engines.moe_backend import GPT_OSS_MODEL_TYPE, moe_backend_name
 from kvplan.engines.releases import SGLANG_VERSION, SGLANG_VERSIONS, release_parts
 from kvplan.engines.request import EngineRequest
 from kvplan.engines.sglang_compressed import KV_CACHE_DTYPES as DSV4_KV_CACHE_DTYPES
@@ -94,7 +94,6 @@ def sglang_patch(version: str) -> int | None:
 # _handle_model_specific_adjustments, GptOssForCausalLM (server_args.py of 0.5.3, 0.5.4.post2,
 # 0.5.6, 0.5.7, 0.5.8, 0.5.9): with no backend given it runs trtllm_mha on SM100, fa3 on SM90 and
 # triton elsewhere, and asserts one of its backends (fa4 from 0.5.4, ascend by 0.5.9)
-GPT_OSS_MODEL_TYPE = "gpt_oss"
 GPT_OSS_BACKENDS = ("triton", "trtllm_mha", "fa3")
 GPT_OSS_FA4_FROM = 4  # 0.5.4 added fa4 to the list
 # 0.5.3-0.5.7 set disable_hybrid_swa_memory for it unconditionally (one pool, every layer at

@@ -2035,10 +2035,19 @@ def _own_moe_curve(
 ) -> tuple | None:
     """The measured curve of the model's own fused MoE in its weights format and split (None:
     no MoE, a format no table times by shape, or a shape the tables lack)."""
-    fmt = _moe_format(weights_dtype)
-    if spec.moe is None or fmt is None or not curves_s:
+    key = own_moe_key(spec, weights_dtype, moe_tp, moe_ep)
+    if key is None or not curves_s:
         return None
-    return curves_s.get(moe_shape_key(fmt, _shape(spec).moe_shape, moe_tp, moe_ep)) or None
+    return curves_s.get(key) or None
+
+
+def own_moe_key(spec: ModelSpec, weights_dtype: str, moe_tp: int, moe_ep: int) -> str | None:
+    """The kernel tables' key of the model's own fused MoE in its weights format and split
+    (None: no MoE, or a format no table times by shape)."""
+    fmt = _moe_format(weights_dtype)
+    if spec.moe is None or fmt is None:
+        return None
+    return moe_shape_key(fmt, _shape(spec).moe_shape, moe_tp, moe_ep)
 
 
 def moe_shape_key(fmt: str, moe_shape: str, moe_tp: int, moe_ep: int) -> str:

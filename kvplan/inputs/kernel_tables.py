@@ -287,11 +287,19 @@ class KernelTables(NamedTuple):
                     out[family] = _file_version(name, self.gpu, self.engine)
         return out
 
-    def version_words(self, families=GRID_WORDS, moe_format: str | None = None) -> str:
+    def version_words(
+        self,
+        families=GRID_WORDS,
+        moe_format: str | None = None,
+        moe_runner: tuple[str, str | None] | None = None,
+    ) -> str:
         """The releases this run's tables come from where they are not the run's own, in
         words ("SGLang 0.5.9's tables for a 0.5.7 run; Gated DeltaNet layers from 0.5.14's"),
         for the grid `families` the run reads; "" where every one is the run's own release
-        (or the run named none: the newest)."""
+        (or the run named none: the newest). `moe_runner`: (the fused-MoE runner the engine
+        resolves, the release whose rows of it price the model's shape: moe_runner_rows; None
+        where no release timed it), named where that release is not the tables' own or none
+        timed it."""
         engine = ENGINE_WORDS.get(self.engine, self.engine)
         parts = []
         if known_release(self.asked_version) and self.asked_version != self.engine_version:
@@ -302,7 +310,15 @@ class KernelTables(NamedTuple):
             if version is not None and version != self.engine_version:
                 parts.append(f"{GRID_WORDS[family]} from {engine} {version}'s")
         elsewhere = self.moe_formats_elsewhere().get(moe_format or "")
-        if "moe" in families and elsewhere is not None:
+        runner, timed_at = moe_runner if moe_runner is not None else (None, None)
+        if "moe" in families and runner is not None and timed_at is None:
+            parts.append(
+                f"{engine}'s {runner} fused MoE untimed at the model's shape (no release's "
+                "rows): priced on the fastest runner its tables timed"
+            )
+        elif "moe" in families and runner is not None and timed_at != self.engine_version:
+            parts.append(f"the fused MoE as {runner} runs it from {engine} {timed_at}'s rows")
+        elif "moe" in families and elsewhere is not None:
             parts.append(f"{moe_format} {GRID_WORDS['moe']} from {engine} {elsewhere}'s")
         return "; ".join(parts)
 
@@ -373,12 +389,7 @@ def _moe_curves_by_format(gpu: str, engine: str, version: str) -> tuple[dict, di
     no shape of taken whole from the nearest release's file that has it; format -> that
     release): a release that timed no kernel of a format says nothing of it, the nearest one
     that did says most."""
-    versions = tuple(
-        sorted(
-            (_file_version(p.name, gpu, engine) for p in MOE_FOLDER.glob(f"{gpu}.{engine}.*.json")),
-            key=_version_key,
-        )
-    )
+    versions = _moe_versions(gpu, engine)
     out: dict = {}
     where: dict = {}
     for v in _by_nearness(versions, version):
@@ -392,6 +403,48 @@ def _moe_curves_by_format(gpu: str, engine: str, version: str) -> tuple[dict, di
                 if v != version:
                     where[fmt] = v
     return out, where
+
+
+class MoeRunnerRows(NamedTuple):
+    """The fused-MoE rows of one shape as the runner the engine resolves ran them."""
+
+    curve: tuple  # ((tokens, seconds), ...): that runner's rows, else moe_curves_s's (untimed)
+    release: str | None  # the release whose rows those are (None: no release timed the runner)
+
+
+@cache
+def moe_runner_rows(gpu: str, engine: str, version: str, key: str, sources: tuple) -> MoeRunnerRows:
+    """The curve of fused-MoE shape `key` as timed under the runner whose kernel_source labels
+    are `sources` (the moe/ files' `runners`), from the release nearest `version` that timed
+    it so (nearest_version's order: it and the older ones newest first, then the newer ones),
+    its rows alone where that release timed the shape under several runners; a release's fastest
+    rows (`us`) where it timed the shape under that runner only. None of them: the curve
+    moe_curves_s holds for `version` (the fastest of its release's runners), release None. A
+    release timed one runner per format (aiconfigurator's collector: SGLang 0.5.9's B200
+    block FP8 triton's, 0.5.14's flashinfer_trtllm's), the engine runs the one its server_args
+    resolve for the model, GPU and release (engines.moe_backend.sglang_moe_runner)."""
+    versions = _moe_versions(gpu, engine)
+    for v in _by_nearness(versions, version):
+        runs, rows = moe_runners(f"{gpu}.{engine}.{v}.json").get(key, ((), {}))
+        curves = moe_curves(f"{gpu}.{engine}.{v}.json")
+        if rows:
+            own = [src for src in sources if src in rows]
+            if own:
+                return MoeRunnerRows(rows[own[0]], v)
+        elif runs and set(runs) <= set(sources) and key in curves:
+            return MoeRunnerRows(curves[key], v)
+    base = _moe_curves_by_format(gpu, engine, version)[0]
+    return MoeRunnerRows(base.get(key, ()), None)
+
+
+def _moe_versions(gpu: str, engine: str) -> tuple:
+    """The releases of this GPU and engine's moe/ files, oldest first."""
+    return tuple(
+        sorted(
+            (_file_version(p.name, gpu, engine) for p in MOE_FOLDER.glob(f"{gpu}.{engine}.*.json")),
+            key=_version_key,
+        )
+    )
 
 
 @cache
@@ -508,6 +561,23 @@ def moe_curves(name: str) -> dict:
         key: tuple((t, us * 1e-6) for t, us in zip(tokens, row, strict=True) if us is not None)
         for key, row in d["us"].items()
     }
+
+
+@cache
+def moe_runners(name: str) -> dict:
+    """A moe/ file's `runners` (scripts/derive_achieved.py moe_runner_lines): moe_shape_key ->
+    (the kernel_source labels whose rows make its `us` row, {label: ((tokens, seconds), ...)}
+    where the release timed the shape under several); {} for a file without them."""
+    d = _read(MOE_FOLDER / name)
+    tokens = d["tokens"]
+    out = {}
+    for key, entry in d.get("runners", {}).items():
+        rows = {
+            src: tuple((t, us * 1e-6) for t, us in zip(tokens, row, strict=True) if us is not None)
+            for src, row in entry.get("us", {}).items()
+        }
+        out[key] = (tuple(entry["runs"]), rows)
+    return out
 
 
 @cache

@@ -33,7 +33,12 @@ from kvplan.formulas.batch_step import (
 from kvplan.formulas.step_time import Rates, measurable, op_rates_of
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile, Interconnect, inter_node_link
-from kvplan.inputs.kernel_tables import borrowed_words, tables_for
+from kvplan.inputs.kernel_tables import (
+    MoeRunnerRows,
+    borrowed_words,
+    moe_runner_rows,
+    tables_for,
+)
 from kvplan.notes import Note, note
 from kvplan.record import NamedTuple
 from kvplan.units import GIB, MIB
@@ -857,6 +862,48 @@ def mxfp4_timings(spec, gpu, options, timings: dict) -> dict:
     return timings
 
 
+class MoeRunner(NamedTuple):
+    """The fused-MoE runner SGLang resolves for a run and the rows kvplan prices it on."""
+
+    name: str  # MoeRunnerBackend's name (engines.moe_backend.sglang_moe_runner)
+    key: str  # the model's own fused-MoE shape key (batch_step.own_moe_key)
+    rows: MoeRunnerRows
+
+
+def sglang_moe_runner_rows(spec, gpu, options, tables, wdtype: str, layout) -> MoeRunner | None:
+    """The runner SGLang runs the model's routed experts on (sglang_moe_runner: by release,
+    config model_type, weights format, SM and --moe-runner-backend) and its rows of the model's
+    shape from the nearest release that timed that runner (kernel_tables.moe_runner_rows; the
+    fastest timed rows, release None, where none did). None: not an SGLang run on its own
+    fused-MoE grids, no MoE, or MXFP4 experts (mxfp4_timings picks their kernel's rows)."""
+    from kvplan.engines.moe_backend import (
+        SGLANG_RUNNER_OF_SOURCE,
+        sglang_moe_runner,
+        sglang_weights_format,
+    )
+    from kvplan.engines.sglang import sglang_patch
+    from kvplan.engines.vllm import gpu_generation
+    from kvplan.formulas.batch_step import own_moe_key
+
+    if options.engine != "sglang" or tables.engine != "sglang" or tables.moe_file is None:
+        return None
+    key = own_moe_key(spec, wdtype, layout.expert_ranks // layout.ep, layout.ep)
+    if key is None or sglang_weights_format(wdtype).startswith("mxfp4"):
+        return None
+    version = run_engine_version(options)
+    name = sglang_moe_runner(
+        sglang_patch(version),
+        spec.config_model_type or spec.model_type,
+        wdtype,
+        gpu_generation(gpu),
+        options.backends.moe_runner_backend,
+        options.ep_size or 1,
+    )
+    sources = tuple(src for src, r in SGLANG_RUNNER_OF_SOURCE.items() if r == name)
+    rows = moe_runner_rows(tables.gpu, tables.engine, tables.engine_version, key, sources)
+    return MoeRunner(name, key, rows)
+
+
 def untimed_moe_flag(options) -> str:
     """The MoE backend flag as typed ("--moe-runner-backend triton") where it names kernels
     other than the engine's default path the kernel tables time (sim-moe-kernels), else ""."""
@@ -1151,6 +1198,12 @@ def step_model(
     achieved = tables.achieved
     achieved = achieved._replace(floors_s=mxfp4_timings(spec, gpu, options, achieved.floors_s))
     moe_curves = mxfp4_timings(spec, gpu, options, tables.moe_curves_s)
+    # SGLang's MoE runner for this model, GPU and release, its own rows where a release timed it
+    runner = (
+        None if measured else sglang_moe_runner_rows(spec, gpu, options, tables, wdtype, layout)
+    )
+    if runner is not None and runner.rows.release is not None:
+        moe_curves = {**moe_curves, runner.key: runner.rows.curve}
     # a measured profile with per-operator curves prices every layer it can lay out (dense
     # attention + MLP in a plain float format) through them: the model kvplan measure checks
     kernels, untimed, named_timed = (
@@ -1207,7 +1260,10 @@ def step_model(
         untimed_backends=tuple(untimed),
         dsa_decode_kernel=dsa_kernel,
         borrowed_backends=tuple(borrowed_parts(kernels, tables.engine)),
-        untimed_moe_backend=untimed_moe_flag(options) if not measured else "",
+        # a runner named on the command line and timed by a release is priced on its rows
+        untimed_moe_backend=""
+        if measured or (runner is not None and runner.rows.release is not None)
+        else untimed_moe_flag(options),
     )
     if spec.moe is not None:
         notes.append(note("sim-weak-moe", timed=tables.label if model.moe_curve else None))
@@ -1295,6 +1351,7 @@ def step_model(
         + (("dsa",) if dsa_layers(spec) else ())
         + (("recurrent",) if spec.state_layers() else ()),
         moe_format=moe_format(wdtype) if spec.moe is not None else None,
+        moe_runner=None if runner is None else (runner.name, runner.rows.release),
     )
     notes.append(
         note("sim-measured-ops", dtype=gpu.measured.dtype, weights=wdtype)
