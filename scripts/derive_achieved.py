@@ -129,7 +129,11 @@ DATA_SOURCE = "aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/syst
 
 
 def _version_order(v: str) -> tuple:
-    return tuple(int(x) if x.isdigit() else -1 for x in v.replace("post", ".").split("."))
+    """A version folder's order among releases (kernel_tables.release_order: the one reading
+    of a release, 0.5.10rc0 after 0.5.9 and before 0.5.10)."""
+    from kvplan.inputs.kernel_tables import release_order
+
+    return release_order(v)
 
 
 def newest(root: Path, gpu: str, op: str, engine: str, name: str) -> str | None:
