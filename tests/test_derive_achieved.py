@@ -383,7 +383,7 @@ def test_allreduce_bus_bandwidth_counts_bf16_elements():
 
 def test_version_folders_are_ordered_as_releases(tmp_path, monkeypatch):
     """aiconfigurator's version folders include release candidates (sglang/0.5.10rc0): newest()
-    orders them as releases.release_key does, 0.5.10rc0 after 0.5.9 and before 0.5.10."""
+    orders them as kvplan.release.release_key does, 0.5.10rc0 after 0.5.9 and before 0.5.10."""
     derive = _derive()
     for version in ("0.5.6.post2", "0.5.9", "0.5.10rc0"):
         folder = tmp_path / "test_gpu" / "moe" / "sglang" / version

@@ -205,7 +205,7 @@ def test_a_format_the_release_did_not_time_comes_from_the_nearest_that_did():
     ],
 )
 def test_nearest_version_reads_a_release_as_the_release_rules_do(asked, got):
-    """The tables' release is picked with the one reading of a release (releases.release_key)
+    """The tables' release is picked with the one reading of a release (kvplan.release.release_key)
     that --engine-version is checked with, not a second one."""
     versions = ("0.5.6.post2", "0.5.9", "0.5.10", "0.5.14")
     assert nearest_version(versions, asked) == got

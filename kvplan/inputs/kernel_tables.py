@@ -49,9 +49,9 @@ from functools import cache
 from pathlib import Path
 
 from kvplan.curves import curve_time_s, curve_value
-from kvplan.engines.releases import NEWEST, release_key
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
+from kvplan.release import NEWEST, release_key
 
 FOLDER = Path(__file__).resolve().parent.parent / "data" / "kernel_tables"
 DSA_FOLDER = FOLDER / "dsa"
@@ -337,7 +337,7 @@ class KernelTables(NamedTuple):
 
 
 def _version_key(version: str) -> tuple:
-    """The order of engine releases: releases.release_key, the one reading of a release
+    """The order of engine releases: kvplan.release.release_key, the one reading of a release
     (0.5.14rc0 and 0.5.10.dev3 before their release, v0.5.9 and 0.5.9+cu129 as 0.5.9)."""
     key = release_key(version)
     if key is None:
@@ -351,7 +351,7 @@ def release_order(version: str) -> tuple:
 
 
 def known_release(version: str | None) -> bool:
-    """Whether `version` names one release (major.minor.patch...: releases.release_key): a bare
+    """Whether `version` names one release (major.minor.patch...: kvplan.release.release_key): a bare
     "0.5" or none names a series, whose newest tables a run takes."""
     key = None if version is None else release_key(version)
     return key is not None and key[2] != NEWEST
