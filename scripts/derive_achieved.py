@@ -129,7 +129,11 @@ DATA_SOURCE = "aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/syst
 
 
 def _version_order(v: str) -> tuple:
-    return tuple(int(x) if x.isdigit() else -1 for x in v.replace("post", ".").split("."))
+    """A version folder's order among releases (kernel_tables.release_order: the one reading
+    of a release, 0.5.10rc0 after 0.5.9 and before 0.5.10)."""
+    from kvplan.inputs.kernel_tables import release_order
+
+    return release_order(v)
 
 
 def newest(root: Path, gpu: str, op: str, engine: str, name: str) -> str | None:
@@ -1011,6 +1015,19 @@ def small_kernel_floors(gdn=None, quantize=None, gemm_floor_s: float | None = No
 MOE_CURVE_DISTRIBUTION = "power_law_1.01"
 
 
+def _curve_row_key(r) -> str | None:
+    """The moe_shape_key of a fused-MoE row the curves keep (MOE_CURVE_DISTRIBUTION routing, a
+    format of MOE_SHAPE_FORMATS), None for any other row: moe_shape_curves' and
+    moe_shape_runners' one filter and key."""
+    if r["distribution"] != MOE_CURVE_DISTRIBUTION or r["moe_dtype"] not in MOE_SHAPE_FORMATS:
+        return None
+    return moe_shape_key(
+        MOE_SHAPE_FORMATS[r["moe_dtype"]],
+        *(r[k] for k in ("hidden_size", "inter_size", "num_experts", "topk")),
+        *(r[k] for k in ("moe_tp_size", "moe_ep_size")),
+    )
+
+
 def moe_shape_curves(rows) -> dict:
     """{moe_shape_key: [[tokens, seconds], ...]} from one fused-MoE table's rows: each shape's
     time at every token count the table measured (1-16,384), format and TP/EP split, under
@@ -1019,13 +1036,9 @@ def moe_shape_curves(rows) -> dict:
     (kvplan.formulas.batch_step.moe_kernel_s); seconds to four significant figures."""
     out: dict = {}
     for r in rows or ():
-        if r["distribution"] != MOE_CURVE_DISTRIBUTION or r["moe_dtype"] not in MOE_SHAPE_FORMATS:
+        key = _curve_row_key(r)
+        if key is None:
             continue
-        key = moe_shape_key(
-            MOE_SHAPE_FORMATS[r["moe_dtype"]],
-            *(r[k] for k in ("hidden_size", "inter_size", "num_experts", "topk")),
-            *(r[k] for k in ("moe_tp_size", "moe_ep_size")),
-        )
         out.setdefault(key, {})[r["num_tokens"]] = float(f"{r['latency'] * 1e-3:.4g}")
     return {k: [[t, v[t]] for t in sorted(v)] for k, v in sorted(out.items())}
 
@@ -1039,13 +1052,9 @@ def moe_shape_runners(rows) -> dict:
     fastest."""
     out: dict = {}
     for r in rows or ():
-        if r["distribution"] != MOE_CURVE_DISTRIBUTION or r["moe_dtype"] not in MOE_SHAPE_FORMATS:
+        key = _curve_row_key(r)
+        if key is None:
             continue
-        key = moe_shape_key(
-            MOE_SHAPE_FORMATS[r["moe_dtype"]],
-            *(r[k] for k in ("hidden_size", "inter_size", "num_experts", "topk")),
-            *(r[k] for k in ("moe_tp_size", "moe_ep_size")),
-        )
         at = out.setdefault(key, {}).setdefault(str(r.get("kernel_source")), {})
         seconds = float(f"{r['latency'] * 1e-3:.4g}")
         at[r["num_tokens"]] = min(seconds, at.get(r["num_tokens"], seconds))

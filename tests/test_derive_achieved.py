@@ -379,3 +379,21 @@ def test_allreduce_bus_bandwidth_counts_bf16_elements():
     assert fraction == pytest.approx(2 * 7 / 8 * 2**20 * 2 / 100e-6 / 1e9)
     wide = [dict(r, allreduce_dtype="float32") for r in rows]
     assert derive.allreduce(wide, 1e9, backend=None)[8][1] == pytest.approx(2 * fraction)
+
+
+def test_version_folders_are_ordered_as_releases(tmp_path, monkeypatch):
+    """aiconfigurator's version folders include release candidates (sglang/0.5.10rc0): newest()
+    orders them as kvplan.release.release_key does, 0.5.10rc0 after 0.5.9 and before 0.5.10."""
+    derive = _derive()
+    for version in ("0.5.6.post2", "0.5.9", "0.5.10rc0"):
+        folder = tmp_path / "test_gpu" / "moe" / "sglang" / version
+        folder.mkdir(parents=True)
+        (folder / "moe_perf.parquet").write_bytes(b"")
+    monkeypatch.setattr(derive, "AT_VERSION", {})
+    assert derive.newest(tmp_path, "test_gpu", "moe", "sglang", "moe_perf") == "0.5.10rc0"
+    monkeypatch.setattr(derive, "AT_VERSION", {"sglang": "0.5.10"})
+    assert derive.newest(tmp_path, "test_gpu", "moe", "sglang", "moe_perf") == "0.5.10rc0"
+    monkeypatch.setattr(derive, "AT_VERSION", {"sglang": "0.5.9"})
+    assert derive.newest(tmp_path, "test_gpu", "moe", "sglang", "moe_perf") == "0.5.9"
+    monkeypatch.setattr(derive, "AT_VERSION", {"sglang": "0.5.3"})
+    assert derive.newest(tmp_path, "test_gpu", "moe", "sglang", "moe_perf") == "0.5.6.post2"

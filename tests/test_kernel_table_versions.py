@@ -191,3 +191,21 @@ def test_a_format_the_release_did_not_time_comes_from_the_nearest_that_did():
     step_model(load_model("gpt-oss-120b"), load_profile("b200"), options, "auto", 512, notes)
     note = next(n for n in notes if n.id == "sim-kernel-tables")
     assert f"mxfp4 fused-MoE shapes from SGLang {where}'s" in note.value("releases")
+
+
+@pytest.mark.parametrize(
+    "asked, got",
+    [
+        ("0.5.14rc0", "0.5.10"),  # a release candidate came before its release
+        ("0.5.10.dev3", "0.5.9"),  # so did a dev build
+        ("v0.5.9", "0.5.9"),  # the spellings the engine-version check accepts
+        ("V0.5.10", "0.5.10"),
+        ("0.5.9+cu129", "0.5.9"),  # a local tail is the release's own build
+        ("0.5.9.post1", "0.5.9"),
+    ],
+)
+def test_nearest_version_reads_a_release_as_the_release_rules_do(asked, got):
+    """The tables' release is picked with the one reading of a release (kvplan.release.release_key)
+    that --engine-version is checked with, not a second one."""
+    versions = ("0.5.6.post2", "0.5.9", "0.5.10", "0.5.14")
+    assert nearest_version(versions, asked) == got

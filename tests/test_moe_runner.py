@@ -148,3 +148,14 @@ def test_a_runner_no_release_timed_is_named_untimed():
     assert note.id == "sim-kernel-tables"
     assert "SGLang's cutlass fused MoE untimed at the model's shape" in note.value("releases")
     assert model.untimed_moe_backend
+
+
+def test_an_sglang_0_4_run_takes_no_0_5_patch_rule():
+    """The runner rules are keyed by 0.5 patches (SGLANG_SM100_TRTLLM_RULES): a 0.4.9 run is
+    older than every one of them, so DeepSeek-R1's FP8 experts run on Triton there as at 0.5.3
+    (before PR #11816), not on flashinfer_trtllm as a 0.5.9 run's."""
+    old, _ = _moe_curve("deepseek-r1", "0.4.9")
+    before, _ = _moe_curve("deepseek-r1", "0.5.3")
+    after, _ = _moe_curve("deepseek-r1", "0.5.9")
+    assert moe_kernel_s(old.moe_curve, 1) == moe_kernel_s(before.moe_curve, 1)
+    assert moe_kernel_s(after.moe_curve, 1) != moe_kernel_s(before.moe_curve, 1)

@@ -118,6 +118,12 @@ def test_a_later_sglang_release_runs_every_rule_as_a_bare_release(models):
     assert _sglang_rules_at(models, "0.6.1") == bare
 
 
+def test_a_0_4_release_runs_no_rule_of_a_0_5_patch(models):
+    """The patch-gated rules are 0.5's: a 0.4 release runs each as 0.4.0 does, whatever its
+    own patch (0.4.10's patch 10 is no 0.5.10: Qwen3-Next's SM100 triton rule ends there)."""
+    assert _sglang_rules_at(models, "0.4.10") == _sglang_rules_at(models, "0.4.0")
+
+
 def test_vllm_rules_read_rc_and_bare_releases_as_the_others_do():
     # async scheduling is on from 0.12 (vllm-project/vllm#27614): its release candidates too
     assert async_scheduling_default("0.12.0", False)

@@ -270,6 +270,7 @@ def sglang_moe_runner(
     generation: int,
     given: str | None = None,
     ep_size: int = 1,
+    release: str = "0.5",
 ) -> str:
     """The fused-MoE runner SGLang runs a model's routed experts on (MoeRunnerBackend's name):
     `given` (--moe-runner-backend) where named and not auto; else
@@ -277,7 +278,9 @@ def sglang_moe_runner(
     rules), else what auto leaves to the weights' MoE method (SGLANG_AUTO_RUNNERS). `patch`: the
     SGLang 0.5 patch whose rules apply (engines.sglang.sglang_patch; None: the newest);
     `model_type` the config's (the checkpoint's top-level one); `generation` the GPU's
-    compute-capability major (engines.vllm.gpu_generation); `ep_size` SGLang's --ep-size."""
+    compute-capability major (engines.vllm.gpu_generation); `ep_size` SGLang's --ep-size;
+    `release` the known release whose rules apply (engines.sglang.sglang_rules): the SM100
+    rules are 0.5's, keyed by its patches, and a 0.4 release precedes every one of them."""
     if given is not None and given != "auto":
         return given
     fmt = sglang_weights_format(wdtype)
@@ -285,7 +288,7 @@ def sglang_moe_runner(
         if generation >= 10:  # is_blackwell_supported: SM100 and SM120 alike
             return "flashinfer_mxfp4"
         return "triton_kernel" if ep_size == 1 else "triton"
-    if generation == 10:
+    if generation == 10 and release == "0.5":
         for model_types, formats, first in SGLANG_SM100_TRTLLM_RULES:
             if model_type in model_types and fmt in formats and (patch is None or patch >= first):
                 return "flashinfer_trtllm"

@@ -1,6 +1,7 @@
 """The engine releases kvplan models, and the one each command takes when none is given: every
 default release (`kvplan engine`, `simulate`, `plan`, `launch`'s image) is read from here, and
-the one reading of a release as given (release_parts, release_key) every release rule uses.
+the readings of a release as given every release rule uses (release_parts, on
+kvplan.release.release_key).
 
 The rules that differ between releases stay with their engine (kvplan/engines/vllm.py,
 sglang.py), keyed by these names. A release kvplan does not know runs with the rules of the
@@ -13,6 +14,8 @@ release between two known ones takes every rule of the releases before it.
 """
 
 import re
+
+from kvplan.release import NEWEST, release_key  # the one reading of a release (shared layer)
 
 # vLLM: the releases whose allocator kvplan models. 0.21: CUDA-graph memory subtracted, new
 # cache-size line; 0.32: the start-up fit check and the max-length estimate plan against the
@@ -27,33 +30,6 @@ VLLM_VERSION = "0.19"  # the default: the release kvplan's start-up memory fit w
 # 0.5 (main of April 2026): the memory-bucket heuristic of default_mem_fraction.
 SGLANG_VERSIONS = ("0.4", "0.5")
 SGLANG_VERSION = "0.5"  # the default
-
-# a release as the engines spell one: an optional v, major.minor, a patch, a pre-release and a
-# post-release, a dev tag and a local tail ('0.5.3rc0', '0.6.6.post1', '0.19.1+cu129'), in any
-# case; a third part that is no patch ('0.5.x', '0.5.-1', '0.5.99999') is no release: the patch
-# picks rules, so it is never read as the bare minor. ASCII digits only (int() also takes '٢٤', ' 24' and '2_4'), and few (int() of 5,000
-# digits raises)
-_RELEASE = re.compile(
-    r"v?([0-9]{1,4})\.([0-9]{1,4})"
-    r"(?:\.([0-9]{1,4})(?:(rc|a|b)[0-9]{1,4})?(?:\.post([0-9]{1,4}))?)?"
-    r"(?:\.?(dev)[0-9]{0,8})?(?:\+[0-9a-z.]{1,20})?"
-)
-NEWEST = 1 << 20  # a bare release ('0.4'): its line's newest patch
-
-
-def release_key(version: str) -> tuple[int, int, int, int] | None:
-    """'0.4.9.post5' -> (0, 4, 9, 5), ordered as the releases came ('0.5.3rc0' before 0.5.3,
-    0.4.9 before 0.4.9.post1); a release given without its patch number ('0.4') stands for its
-    line's newest (NEWEST). None: not a release (refused where the version is read). The one
-    reading of a release: release_parts, older_than and every engine's release rules use it."""
-    match = _RELEASE.fullmatch(str(version).strip().lower())
-    if match is None:
-        return None
-    major, minor, patch, pre, post, dev = match.groups()
-    if patch is None:
-        return int(major), int(minor), NEWEST, NEWEST
-    return int(major), int(minor), int(patch), -1 if pre or dev else int(post or 0)
-
 
 _LINE = re.compile(r"v?([0-9]{1,4})\.([0-9]{1,4})(?![0-9])")
 

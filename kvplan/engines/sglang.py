@@ -596,8 +596,12 @@ def _default_sglang_backend(
     hybrid = HYBRID_SM100_BACKENDS.get(spec.model_type)
     if generation == 10 and hybrid is not None:
         backend, until = hybrid
-        patch = sglang_patch(version)
-        if until is None or (patch is not None and patch < until):
+        rules = sglang_rules(version)  # `until` is a 0.5 patch: a 0.4 release is before it
+        if (
+            until is None
+            or rules.release != "0.5"
+            or (rules.patch is not None and rules.patch < until)
+        ):
             return backend
     hip = gpu.vendor.upper() == "AMD"
     attn = spec.attention_layers()[0]

@@ -51,6 +51,7 @@ from pathlib import Path
 from kvplan.curves import curve_time_s, curve_value
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
+from kvplan.release import NEWEST, release_key
 
 FOLDER = Path(__file__).resolve().parent.parent / "data" / "kernel_tables"
 DSA_FOLDER = FOLDER / "dsa"
@@ -302,7 +303,8 @@ class KernelTables(NamedTuple):
         timed it."""
         engine = ENGINE_WORDS.get(self.engine, self.engine)
         parts = []
-        if known_release(self.asked_version) and self.asked_version != self.engine_version:
+        asked = self.asked_version
+        if known_release(asked) and release_key(str(asked)) != release_key(self.engine_version):
             parts.append(f"{engine} {self.engine_version}'s tables for a {self.asked_version} run")
         grids = self.grid_versions()
         for family in families:
@@ -335,7 +337,12 @@ class KernelTables(NamedTuple):
 
 
 def _version_key(version: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.]|(?<=\d)(?=[a-z])", version))
+    """The order of engine releases: kvplan.release.release_key, the one reading of a release
+    (0.5.14rc0 and 0.5.10.dev3 before their release, v0.5.9 and 0.5.9+cu129 as 0.5.9)."""
+    key = release_key(version)
+    if key is None:
+        raise KvplanError(f"{version[:40]!r} is no engine release")
+    return key
 
 
 def release_order(version: str) -> tuple:
@@ -343,13 +350,11 @@ def release_order(version: str) -> tuple:
     return _version_key(version)
 
 
-_RELEASE = re.compile(r"^\d+\.\d+\.\d+")  # a release with its patch number ("0.5.7", "0.5.6.post2")
-
-
 def known_release(version: str | None) -> bool:
-    """Whether `version` names one release (major.minor.patch...): a bare "0.5" or none names
-    a series, whose newest tables a run takes."""
-    return version is not None and bool(_RELEASE.match(version))
+    """Whether `version` names one release (major.minor.patch...: kvplan.release.release_key): a bare
+    "0.5" or none names a series, whose newest tables a run takes."""
+    key = None if version is None else release_key(version)
+    return key is not None and key[2] != NEWEST
 
 
 def nearest_version(versions: tuple, asked: str | None) -> str:
