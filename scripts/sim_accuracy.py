@@ -22,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
 
 from kvplan.errors import KvplanError  # noqa: E402
 
@@ -103,6 +104,25 @@ def print_summary(summary: dict[str, dict[str, dict]]) -> None:
             )
 
 
+def write_summary(engine: str, runs: int, medians: dict) -> None:
+    """The held-out medians of `engine` into kvplan/data/published_accuracy.json (the figures
+    the sim-weak notes quote; tests/test_simulate_accuracy.py checks them against a fresh run)."""
+    from kvplan import __version__
+    from kvplan.atomic import write_atomic
+    from kvplan.inputs.published_accuracy import FILE
+
+    doc = json.loads(FILE.read_text())
+    doc["heldout"][engine] = {
+        "runs": runs,
+        "cases": str(HELDOUT[engine].relative_to(ROOT)),
+        "median_abs_error": {m: round(v, 4) for m, v in medians.items()},
+        "kvplan_version": __version__,
+    }
+    text = json.dumps(doc, indent=1) + "\n"
+    write_atomic(FILE, lambda tmp: tmp.write_text(text), "--write-summary", alone=True)
+    print(f"wrote {FILE.relative_to(ROOT)} ({engine})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", type=Path)
@@ -116,7 +136,15 @@ def main() -> None:
     parser.add_argument(
         "--split", choices=("calibrate", "validate"), help="only the runs of this split"
     )
+    parser.add_argument(
+        "--write-summary",
+        action="store_true",
+        help="with --heldout: write the medians to kvplan/data/published_accuracy.json, the "
+        "figures kvplan's notes quote",
+    )
     args = parser.parse_args()
+    if args.write_summary and (not args.heldout or args.only or args.split or args.cases):
+        parser.error("--write-summary takes --heldout alone (the whole held-out set)")
     if args.cases:
         cases = load_cases(args.cases)
     elif args.heldout:
@@ -181,6 +209,8 @@ def main() -> None:
     )
     summary = group_summary(done)
     print_summary(summary)
+    if args.write_summary:
+        write_summary(args.heldout, len(done), medians)
     if args.json:
         args.json.write_text(
             json.dumps({"cases": rows, "median_abs_error": medians, "groups": summary}, indent=1)

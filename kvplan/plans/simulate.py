@@ -27,6 +27,7 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_time_s
 from kvplan.inputs.hardware import GpuProfile, choose_link, with_interconnect
 from kvplan.inputs.kernel_tables import detokenizer_data
+from kvplan.inputs.published_accuracy import held_out_accuracy
 from kvplan.notes import Note, note, unique
 from kvplan.plans import intervals
 from kvplan.plans.common import model_notes
@@ -802,7 +803,17 @@ def _weak_spots(
     if request.serve.pp > 1:
         notes.append(note("sim-weak-pp"))
     if request.serve.engine == "sglang":
-        notes.append(note("sim-weak-sglang"))
+        known = held_out_accuracy("sglang")
+        notes.append(
+            note(
+                "sim-weak-sglang",
+                runs=known.runs if known else 0,
+                cases=known.cases if known else "",
+                throughput=known.output_throughput if known else 0.0,
+                tpot=known.median_tpot_ms if known else 0.0,
+                ttft=known.median_ttft_ms if known else 0.0,
+            )
+        )
     if intervals.untimed(spec, request.serve.engine):
         notes.append(_detokenizer_note(spec, request.serve.sglang_version))
     if request.serve.engine == "sglang" and gpt_oss_below_blackwell(spec, gpu):

@@ -245,10 +245,9 @@ text("sim-weak-moe")(
             "split, so its experts run at the tables' median MoE fraction of the roofline "
             "(about a fifth of the GEMM peak), expert load taken as uniform; "
         )
-        + "published runs of large tensor-parallel MoE models are slower than the sum of their "
-        "kernels at small and middle batches (DeepSeek-R1 on 8 B200, SGLang: 9.2 / 17.5 / 42.0 ms "
-        "measured TPOT at 1 / 16 / 100 in flight, 7.2 / 11.2 / 18.5 ms simulated), so decode "
-        "there is underestimated."
+        + "published runs of large tensor-parallel MoE models at small and middle batches have "
+        "landed up to several times from the sum of their kernels, mostly slower (docs/"
+        "simulate.md lists each run), so decode there is less certain than the kernels say."
     )
 )
 text("sim-weak-mla")(
@@ -505,14 +504,18 @@ text("sim-sglang-pool-caps")(
     )
 )
 text("sim-weak-sglang")(
-    lambda: (
+    lambda runs, cases, throughput, tpot, ttft: (
         "SGLang: the kernel times are SGLang's own measured tables where the GPU has them (else "
         "vLLM's, or the datasheet: the kernel-tables note says which), and the schedule is "
-        "SGLang's (step for step against SGLang 0.5.6.post2's own scheduler on 8 scenarios). On "
-        "14 published SGLang runs (tests/data/sim_bench_cases_sglang.json, held out) dense and "
-        "Qwen3 MoE models came within 1-36% on throughput and TPOT, while gpt-oss on SGLang "
-        "0.5.3-0.5.4 and DeepSeek-V3.2 on 0.5.6 measured 2-19 times slower than simulated. "
-        "Median errors: throughput 22%, TPOT 32%, TTFT 36%."
+        "SGLang's (step for step against SGLang 0.5.6.post2's own scheduler on 8 scenarios). "
+        + (
+            f"On {runs} published SGLang runs ({cases}, held out) the median |error| is "
+            f"{throughput:.0%} on output throughput, {tpot:.0%} on median TPOT and {ttft:.0%} on "
+            "median TTFT (kvplan/data/published_accuracy.json); gpt-oss on SGLang 0.5.3-0.5.4 "
+            "and DeepSeek-V3.2 on 0.5.6 measured several times slower than simulated."
+            if runs
+            else ""
+        )
     )
 )
 # how SGLang's detokenizer decodes Moonshot's tokenizer, by kvplan.engines.sglang's path name
