@@ -149,3 +149,18 @@ def test_only_a_skipping_group_mixes_decodes_into_extend_steps(monkeypatch, skip
     doc = run_json(*SIM, "--speculative-algorithm", "NEXTN", "--request-rate", "4", *flag)
     assert doc["runs"][0]["bench"]["completed"] == 16
     assert bool(calls) == skip
+
+
+def test_a_step_scale_holds_on_the_decodes_run_as_extends(models):
+    """The interval's propagated reruns (setup.with_step_scale) scale every step, the
+    decoding ranks' extends beside another rank's prefill among them: the scaled model's
+    extend_in_batch is the extend twin scaled, not the wrapped model's unscaled twin."""
+    from kvplan.simulate.setup import ScaledStepModel
+
+    _, skipped = models
+    shape = BatchShape(32, 32 * 1_000, (), 32)
+    plain = skipped.extend_in_batch().step(shape).total_s
+    scaled = ScaledStepModel(skipped, 1.5).extend_in_batch().step(shape).total_s
+    assert scaled == pytest.approx(1.5 * plain) and plain > 0
+    # a model with no extend rule of its own is itself in such a step
+    assert skipped.target.extend_in_batch() is skipped.target

@@ -898,6 +898,12 @@ class StepModel:
             gathered_sampled,
         )
 
+    def extend_in_batch(self) -> StepModel:
+        """The model of a DP-attention step in which some rank runs an extend batch: this one
+        (a speculative model's decoding ranks run theirs as extends there:
+        SpeculativeStepModel.extend_in_batch)."""
+        return self
+
     def without_graphs(self) -> StepModel:
         """This model with every step run eagerly (no CUDA graph at any size): a DP-attention
         rank whose group runs a step without graphs (cluster.Lockstep). Built once."""

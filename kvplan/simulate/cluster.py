@@ -187,9 +187,9 @@ class Lockstep:
         idle = len(self.ranks) - len(planned)  # ranks stepping a dummy batch
         eager, pad = self.ranks[0].lockstep_rules(shapes + [BatchShape()] * idle)
         model = self.model.without_graphs() if eager else self.model
-        if any(s.prefill_chunks for s in shapes) and hasattr(model, "extend_in_batch"):
-            # SGLang's speculative ranks in a step with an extend: decodes run as extends
-            # (SpeculativeStepModel.extend_in_batch)
+        if any(s.prefill_chunks for s in shapes):
+            # SGLang's speculative ranks in a step with an extend run their decodes as extends
+            # (SpeculativeStepModel.extend_in_batch; every other model is itself)
             model = model.extend_in_batch()
         gathered, sampled, pad = self.ranks[0].lockstep_batch(shapes, idle, eager, pad)
         timing, _ = lockstep_step(model, shapes, idle, pad, gathered, sampled)

@@ -1967,8 +1967,9 @@ class ScaledStepModel:
     the one place a simulation's step times can be made slower or faster as a whole (the
     interval's propagated runs, kvplan.plans.intervals.step_scales). The engines price a step
     through `step` (one step, a lockstep group's ranks) or `decode_span_s` (a run of
-    decode-only steps) of the model they hold, and `without_graphs` for an eager group; every
-    other attribute is the wrapped model's."""
+    decode-only steps) of the model they hold, `without_graphs` for an eager group and
+    `extend_in_batch` for a group with an extend; every other attribute is the wrapped
+    model's."""
 
     def __init__(self, model, scale: float):
         if not (math.isfinite(scale) and scale > 0):
@@ -1984,6 +1985,9 @@ class ScaledStepModel:
 
     def without_graphs(self) -> ScaledStepModel:
         return ScaledStepModel(self.model.without_graphs(), self.scale)
+
+    def extend_in_batch(self) -> ScaledStepModel:
+        return ScaledStepModel(self.model.extend_in_batch(), self.scale)
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)
@@ -2001,5 +2005,6 @@ def with_step_scale(replica: Replica, scale: float) -> Replica:
     """The replica with every step time times `scale` (ScaledStepModel); itself at 1."""
     if scale == 1.0:
         return replica
-    # duck-typed: the engines call step, decode_span_s and without_graphs, the rest delegates
+    # duck-typed: the engines call step, decode_span_s, without_graphs and extend_in_batch, the
+    # rest delegates
     return replica._replace(model=cast("StepModel", ScaledStepModel(replica.model, scale)))
