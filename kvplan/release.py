@@ -29,3 +29,11 @@ def release_key(version: str) -> tuple[int, int, int, int] | None:
     if patch is None:
         return int(major), int(minor), NEWEST, NEWEST
     return int(major), int(minor), int(patch), -1 if pre or dev else int(post or 0)
+
+
+def release_line(version: str) -> tuple[int, int] | None:
+    """The major.minor a version string opens with, whether or not the rest spells a release
+    ('0.6.x' -> (0, 6), where release_key is None): the grammar's opening, only to name the
+    line in a refusal."""
+    match = _RELEASE.match(str(version).strip().lower())
+    return None if match is None else (int(match[1]), int(match[2]))

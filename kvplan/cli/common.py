@@ -454,6 +454,17 @@ def check_engine_version(engine: str, version: str | None) -> str | None:
     return version
 
 
+def seed_option():
+    """--seed of the synthetic workloads (simulate's and plan's)."""
+    return typer.Option(
+        None,
+        "--seed",
+        min=0,
+        max=2**31,
+        help="Random seed (default 0; with SGLang's random dataset 1, its client's default).",
+    )
+
+
 def dcp_option():
     """vLLM's --decode-context-parallel-size / -dcp (SGLang has none)."""
     return typer.Option(

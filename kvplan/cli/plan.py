@@ -146,13 +146,7 @@ def add(app: typer.Typer) -> None:
             help="Size deployments so the pessimistic bound at this confidence (0.5 to 0.95) "
             "meets the targets; default: the point estimate.",
         ),
-        seed: int = typer.Option(
-            None,
-            "--seed",
-            min=0,
-            max=2**31,
-            help="Random seed (default 0; with SGLang's random dataset 1, its client's default).",
-        ),
+        seed: int = c.seed_option(),
         dcp: int = c.dcp_option(),
         enforce_eager: bool = c.enforce_eager_option(),
         disable_piecewise: bool = c.disable_piecewise_option(),

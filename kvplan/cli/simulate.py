@@ -266,13 +266,7 @@ def add(app: typer.Typer) -> None:
             help="JSONL trace: arrival_s, input_tokens, output_tokens[, prefix_id, "
             "prefix_tokens | session_id] per line.",
         ),
-        seed: int = typer.Option(
-            None,
-            "--seed",
-            min=0,
-            max=2**31,
-            help="Random seed (default 0; with SGLang's random dataset 1, its client's default).",
-        ),
+        seed: int = c.seed_option(),
         warm_prefix_cache: bool = typer.Option(
             False,
             "--warm-prefix-cache",

@@ -13,9 +13,10 @@ earlier one runs its neighbour's first rules. vLLM's rules are each "from releas
 release between two known ones takes every rule of the releases before it.
 """
 
-import re
-
-from kvplan.release import NEWEST, release_key  # the one reading of a release (shared layer)
+from kvplan.release import (  # the one reading of a release (shared layer)
+    NEWEST,
+    release_key,
+)
 
 # vLLM: the releases whose allocator kvplan models. 0.21: CUDA-graph memory subtracted, new
 # cache-size line; 0.32: the start-up fit check and the max-length estimate plan against the
@@ -30,15 +31,6 @@ VLLM_VERSION = "0.19"  # the default: the release kvplan's start-up memory fit w
 # 0.5 (main of April 2026): the memory-bucket heuristic of default_mem_fraction.
 SGLANG_VERSIONS = ("0.4", "0.5")
 SGLANG_VERSION = "0.5"  # the default
-
-_LINE = re.compile(r"v?([0-9]{1,4})\.([0-9]{1,4})(?![0-9])")
-
-
-def release_line(version: str) -> tuple[int, int] | None:
-    """The major.minor a version string opens with, whether or not the rest spells a release
-    ('0.6.x' -> (0, 6), where release_key is None): only to name the line in a refusal."""
-    match = _LINE.match(str(version).strip().lower())
-    return None if match is None else (int(match[1]), int(match[2]))
 
 
 def release_parts(version: str) -> tuple[int, int, int | None] | None:

@@ -18,7 +18,6 @@ from kvplan.engines.moe_backend import check_vllm_moe_backend, moe_backend_name
 from kvplan.engines.releases import (
     VLLM_VERSIONS,
     release_key,
-    release_line,
     release_minor,
     release_parts,
 )
@@ -53,6 +52,7 @@ from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
 from kvplan.record import NamedTuple
+from kvplan.release import release_line
 from kvplan.units import GIB
 
 NULL_BLOCK_CHECK_FROM = "0.32"

@@ -336,18 +336,14 @@ class KernelTables(NamedTuple):
         return f"{self.name}, {engine} {self.engine_version}"
 
 
-def _version_key(version: str) -> tuple:
-    """The order of engine releases: kvplan.release.release_key, the one reading of a release
-    (0.5.14rc0 and 0.5.10.dev3 before their release, v0.5.9 and 0.5.9+cu129 as 0.5.9)."""
+def release_order(version: str) -> tuple:
+    """The order of engine releases (the sort key of the tables' and the scripts' files):
+    kvplan.release.release_key, the one reading of a release (0.5.14rc0 and 0.5.10.dev3 before
+    their release, v0.5.9 and 0.5.9+cu129 as 0.5.9)."""
     key = release_key(version)
     if key is None:
         raise KvplanError(f"{version[:40]!r} is no engine release")
     return key
-
-
-def release_order(version: str) -> tuple:
-    """The sort key of an engine release (_version_key), for the scripts that pick a file."""
-    return _version_key(version)
 
 
 def known_release(version: str | None) -> bool:
@@ -359,7 +355,7 @@ def known_release(version: str | None) -> bool:
 
 def nearest_version(versions: tuple, asked: str | None) -> str:
     """The measured release nearest a run's: `asked` itself where measured, else the newest at
-    or below it (_version_key), else the oldest (a run older than every table); the newest
+    or below it (release_order), else the oldest (a run older than every table); the newest
     for a bare or unknown version (known_release). `versions` oldest first, not empty. The
     kernels an engine runs change by release (SGLang 0.5.9's B200 bf16 fused MoE is triton's,
     0.5.14's flashinfer_trtllm's): an older run is priced on the tables of the release it ran,
@@ -368,8 +364,7 @@ def nearest_version(versions: tuple, asked: str | None) -> str:
         return str(asked)
     if not known_release(asked):
         return versions[-1]
-    below = [v for v in versions if _version_key(v) <= _version_key(str(asked))]
-    return below[-1] if below else versions[0]
+    return _by_nearness(versions, str(asked))[0]
 
 
 def _file_version(name: str, gpu: str, engine: str) -> str:
@@ -380,9 +375,9 @@ def _file_version(name: str, gpu: str, engine: str) -> str:
 def _by_nearness(versions: tuple, version: str) -> list:
     """`versions` nearest `version` first (nearest_version's order: it and the older ones newest
     first, then the newer ones oldest first)."""
-    key = _version_key(version)
-    below = [v for v in versions if _version_key(v) <= key]
-    return below[::-1] + [v for v in versions if _version_key(v) > key]
+    key = release_order(version)
+    below = [v for v in versions if release_order(v) <= key]
+    return below[::-1] + [v for v in versions if release_order(v) > key]
 
 
 _MOE_FORMAT = re.compile(r"^moe_([a-z0-9]+)_")
@@ -394,7 +389,7 @@ def _moe_curves_by_format(gpu: str, engine: str, version: str) -> tuple[dict, di
     no shape of taken whole from the nearest release's file that has it; format -> that
     release): a release that timed no kernel of a format says nothing of it, the nearest one
     that did says most."""
-    versions = _moe_versions(gpu, engine)
+    versions = _folder_versions(MOE_FOLDER, gpu, engine)
     out: dict = {}
     where: dict = {}
     for v in _by_nearness(versions, version):
@@ -428,7 +423,7 @@ def moe_runner_rows(gpu: str, engine: str, version: str, key: str, sources: tupl
     release timed one runner per format (aiconfigurator's collector: SGLang 0.5.9's B200
     block FP8 triton's, 0.5.14's flashinfer_trtllm's), the engine runs the one its server_args
     resolve for the model, GPU and release (engines.moe_backend.sglang_moe_runner)."""
-    versions = _moe_versions(gpu, engine)
+    versions = _folder_versions(MOE_FOLDER, gpu, engine)
     for v in _by_nearness(versions, version):
         runs, rows = moe_runners(f"{gpu}.{engine}.{v}.json").get(key, ((), {}))
         curves = moe_curves(f"{gpu}.{engine}.{v}.json")
@@ -442,12 +437,13 @@ def moe_runner_rows(gpu: str, engine: str, version: str, key: str, sources: tupl
     return MoeRunnerRows(base.get(key, ()), None)
 
 
-def _moe_versions(gpu: str, engine: str) -> tuple:
-    """The releases of this GPU and engine's moe/ files, oldest first."""
+@cache
+def _folder_versions(folder: Path, gpu: str, engine: str) -> tuple:
+    """The releases of this GPU and engine's files in a grid `folder`, oldest first."""
     return tuple(
         sorted(
-            (_file_version(p.name, gpu, engine) for p in MOE_FOLDER.glob(f"{gpu}.{engine}.*.json")),
-            key=_version_key,
+            (_file_version(p.name, gpu, engine) for p in folder.glob(f"{gpu}.{engine}.*.json")),
+            key=release_order,
         )
     )
 
@@ -457,12 +453,7 @@ def grid_file(folder: Path, gpu: str, engine: str, version: str) -> str | None:
     """The file of a grid family (`folder`: moe/, gemm/, attention/, dsa/, recurrent/) for these
     tables: the tables' own release where it has one, else the release nearest it that has
     (nearest_version); None where this GPU and engine have none."""
-    versions = tuple(
-        sorted(
-            (_file_version(p.name, gpu, engine) for p in folder.glob(f"{gpu}.{engine}.*.json")),
-            key=_version_key,
-        )
-    )
+    versions = _folder_versions(folder, gpu, engine)
     if not versions:
         return None
     return f"{gpu}.{engine}.{nearest_version(versions, version)}.json"
@@ -476,7 +467,7 @@ def available() -> dict:
         m = _FILE.match(path.name)
         if m:
             out.setdefault((m[1], m[2]), []).append(m[3])
-    return {key: tuple(sorted(v, key=_version_key)) for key, v in out.items()}
+    return {key: tuple(sorted(v, key=release_order)) for key, v in out.items()}
 
 
 def table_gpus() -> set:
@@ -787,7 +778,7 @@ def _borrowed_version(gpu: str, engine: str, version: str) -> str:
         for e in transfer_doc().get("borrowed", ())
         if (e["gpu"], e["engine"]) == (gpu, engine)
     }
-    return nearest_version(tuple(sorted(held, key=_version_key)), version) if held else version
+    return nearest_version(tuple(sorted(held, key=release_order)), version) if held else version
 
 
 def borrowed_words(timing: BackendTiming, engine: str) -> str:

@@ -1523,8 +1523,9 @@ WINDOW_CAP_FROM = (0, 32)
 
 def _minor(version: str, flag: str = "--vllm-version") -> tuple[int, int]:
     """'0.13' or '0.19.1' -> (0, 13), a release simulate takes."""
-    from kvplan.engines.releases import release_line, release_minor
+    from kvplan.engines.releases import release_minor
     from kvplan.engines.vllm import check_release_exists
+    from kvplan.release import release_line
 
     if V0_FROM <= (release_line(version) or (-1, -1)) <= (9, 999):
         check_release_exists(version, flag)  # '0.19.x': no release of a line kvplan runs
@@ -1776,10 +1777,9 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         )
         max_model_len = longest
     chunk = options.max_num_batched_tokens or alloc.chunked_prefill_size
-    running = options.max_num_seqs or alloc.max_running_requests
+    # the count the request named (given, or server_args' 48 when speculating), else the pool's
+    running = request.max_running_requests or alloc.max_running_requests
     if speculation is not None:
-        if options.max_num_seqs is None:  # server_args: 48 when speculating and not given
-            running = SGLANG_SPEC_RUNNING
         options = options._replace(async_scheduling=False)  # the overlap scheduler off (spec v1)
     backend = sglang_attention(spec, gpu, request, release, alloc.kv_cache_dtype).decode
     # the radix cache as SGLang keeps it: off where given or where its rules for a hybrid turn it
