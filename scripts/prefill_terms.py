@@ -1,6 +1,6 @@
 """What a lone prefill costs in the published runs at one request at a time, term by term.
 
-    python scripts/prefill_terms.py [--only SUBSTRING]
+    python scripts/prefill_terms.py [--only SUBSTRING] [--tokens N,N,...]
 
 At --max-concurrency 1 a request's TTFT is the API server's per-request cost plus one prefill
 step with nothing queued ahead of it, so the terms of that step are what the TTFT is made of. For
@@ -13,7 +13,11 @@ GEMMs and the fused MoE as the step prices each (StepModel.gemm_parts_s: the GEM
 at their own shapes, the moe/ table's curve, or their rooflines), prefill attention, the TP all-reduces, the per-layer launch charge (per_layer_s
 under a CUDA graph, eager_per_layer_s past the graph size) and the host's per-step cost; then what
 the simulated TTFT holds beside that step (the frontend's request_s), and the launch charge's
-share of the simulated TTFT. Read-only: nothing is fitted, nothing written."""
+share of the simulated TTFT. With --tokens, the same step at each of the given prompt lengths
+instead of the run's middle prompts, with the fused MoE's time per MoE layer (microseconds, to
+read against the moe/ table's row at that many tokens) and each term's growth per prompt token
+from the length before (microseconds a token): the slope a run's TTFT takes with its prompts.
+Read-only: nothing is fitted, nothing written."""
 
 from __future__ import annotations
 
@@ -81,15 +85,54 @@ def prefill_terms_s(model, tokens: int) -> dict[str, float]:
     }
 
 
+def terms_at_lengths(model, lengths: list[int]) -> list[tuple[int, dict[str, float]]]:
+    """(prompt tokens, prefill_terms_s in milliseconds, plus "moe/layer" in microseconds and
+    "us/token": the step's growth per prompt token since the previous length, 0 for the first)
+    for each of `lengths`."""
+    rows: list[tuple[int, dict[str, float]]] = []
+    for tokens in lengths:
+        ms = {term: seconds * 1e3 for term, seconds in prefill_terms_s(model, tokens).items()}
+        ms["moe/layer"] = ms["moe"] * 1e3 / model.moe_layers if model.moe_layers else 0.0
+        if rows:
+            before, was = rows[-1]
+            ms["us/token"] = (ms["step"] - was["step"]) * 1e3 / (tokens - before)
+        else:
+            ms["us/token"] = 0.0
+        rows.append((tokens, ms))
+    return rows
+
+
+def _print_lengths(case: dict, simulated: float, model, lengths: list[int]) -> None:
+    measured = case["measured"].get("median_ttft_ms")
+    shown = "-" if measured is None else f"{measured:.1f}"
+    for tokens, ms in terms_at_lengths(model, lengths):
+        print(
+            f"{case['id'][:52]:52} {shown:>6} {simulated:6.1f} {tokens:>14} | "
+            + " ".join(f"{ms[t]:6.1f}" for t in TERMS)
+            + f" | {ms['moe/layer']:9.1f} {ms['us/token']:8.1f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="")
-    args = parser.parse_args()
-    print(
-        f"{'case':52} {'meas':>6} {'sim':>6} {'middle prompts':>14} | "
-        + " ".join(f"{t:>6}" for t in TERMS)
-        + f" | {'rest':>5} {'launch/TTFT':>11}"
+    parser.add_argument(
+        "--tokens", default="", help="comma-separated prompt lengths to price the step at"
     )
+    args = parser.parse_args()
+    lengths = sorted({int(n) for n in args.tokens.split(",") if n.strip()})
+    if lengths:
+        print(
+            f"{'case':52} {'meas':>6} {'sim':>6} {'prompt tokens':>14} | "
+            + " ".join(f"{t:>6}" for t in TERMS)
+            + f" | {'moe/layer':>9} {'us/token':>8}"
+        )
+    else:
+        print(
+            f"{'case':52} {'meas':>6} {'sim':>6} {'middle prompts':>14} | "
+            + " ".join(f"{t:>6}" for t in TERMS)
+            + f" | {'rest':>5} {'launch/TTFT':>11}"
+        )
     for case in load_cases(HELDOUT["external"]):
         if case.get("max_concurrency") != 1 or args.only not in case["id"]:
             continue
@@ -104,13 +147,16 @@ def main() -> None:
         if run.replica is None or len(run.requests) < 2:
             continue
         model = run.replica.model
-        lengths = sorted(r.input_tokens for r in run.requests)
-        middle = lengths[(len(lengths) - 1) // 2 : len(lengths) // 2 + 1]
+        simulated = sim["bench"]["median_ttft_ms"]
+        if lengths:
+            _print_lengths(case, simulated, model, lengths)
+            continue
+        drawn = sorted(r.input_tokens for r in run.requests)
+        middle = drawn[(len(drawn) - 1) // 2 : len(drawn) // 2 + 1]
         ms = dict.fromkeys(TERMS, 0.0)
         for tokens in middle:
             for term, seconds in prefill_terms_s(model, tokens).items():
                 ms[term] += seconds * 1e3 / len(middle)
-        simulated = sim["bench"]["median_ttft_ms"]
         measured = case["measured"].get("median_ttft_ms")
         shown = "-" if measured is None else f"{measured:.1f}"
         print(

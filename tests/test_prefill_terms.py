@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import io
+import json
 import sys
 from contextlib import redirect_stdout
+from pathlib import Path
+
+import numpy as np
 
 from kvplan.simulate.frontend import Frontend
 
 from helpers import load_script
+
+DATA = Path(__file__).resolve().parents[1] / "kvplan" / "data" / "kernel_tables"
 
 
 def test_qwen3_lone_prefill_terms_add_up(monkeypatch):
@@ -29,3 +35,39 @@ def test_qwen3_lone_prefill_terms_add_up(monkeypatch):
     step, *parts = (float(x) for x in terms.split())
     assert abs(sum(parts) - step) < 0.5  # each printed to 0.1 ms; the sampler ~0
     assert abs(float(tail.split()[0]) - Frontend().request_s * 1e3) < 0.1
+
+
+def test_qwen3_prefill_at_given_lengths_prices_the_moe_on_sglangs_triton_rows(monkeypatch):
+    """--tokens prices the same lone prefill at given prompt lengths. Qwen3-235B (bf16, no
+    --quantization) on 8 B200 under SGLang 0.5.6: SGLang's auto runner is Triton's fused MoE
+    there (engines.moe_backend: the SM100 flashinfer_trtllm rule for unquantized Qwen3 MoE is
+    taken from 0.5.8), priced on the nearest release's tables, 0.5.9's (the B200 has no 0.5.6
+    tables), so the MoE term per MoE layer is the moe/ file's Triton row of the model's TP 8
+    shape, linear between its timed token counts; the terms add up to the step; the step grows
+    by the terms' growth per prompt token."""
+    script = load_script("prefill_terms")
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["prefill_terms.py", "--only", "qwen3-b200-tp8-random-8000", "--tokens", "500,2000,4000"],
+    )
+    out = io.StringIO()
+    with redirect_stdout(out):
+        script.main()
+    rows = [line for line in out.getvalue().splitlines() if "|" in line][1:]
+    assert [int(row.split("|")[0].split()[-1]) for row in rows] == [500, 2000, 4000]
+    table = json.loads((DATA / "moe" / "b200_sxm.sglang.0.5.9.json").read_text())
+    key = "moe_bf16_4096x1536_128x8_tp8_ep1"
+    assert table["runners"][key]["runs"] == ["sglang_fused_moe_triton"]
+    steps = []
+    for row in rows:
+        head, terms, tail = row.split("|")
+        tokens = int(head.split()[-1])
+        step, *parts = (float(x) for x in terms.split())
+        assert abs(sum(parts) - step) < 0.5
+        per_layer_us = float(tail.split()[0])
+        assert abs(per_layer_us - float(np.interp(tokens, table["tokens"], table["us"][key]))) < 0.2
+        steps.append((tokens, step, float(tail.split()[1])))
+    (t0, s0, _), (t1, s1, slope1), (t2, s2, slope2) = steps
+    assert abs(slope1 - (s1 - s0) * 1e3 / (t1 - t0)) < 0.2
+    assert abs(slope2 - (s2 - s1) * 1e3 / (t2 - t1)) < 0.2
