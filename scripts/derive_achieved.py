@@ -417,6 +417,20 @@ NSA_DECODE_BACKENDS = {
     "sglang_dsa_indexer_flashmla_kv": "flashmla_kv",
     "sglang_dsa_indexer_flashmla_sparse": "flashmla_sparse",
 }
+# The kernel_source of SGLang 0.5.9-0.5.12's DSA module rows (aiconfigurator 2ae0a2aed,
+# collector/sglang/collect_mla_module.py: attention_backend "nsa", "SGLang auto-detects
+# nsa_prefill_backend / nsa_decode_backend based on SM + kv_cache_dtype"): the release's own
+# default decode kernel for the GPU and cache dtype (kvplan.engines.sglang.nsa_default_backends)
+NSA_RUNTIME_DEFAULT = "dsa_nsa"
+# A model whose DSA module rows a release's table files under another name of the same shape
+# and weights (dsa_shape checks the shape; the rows' gemm_type the weights): SGLang 0.5.10's
+# tables time zai-org/GLM-5 with block-fp8 weights (gemm_type fp8_block), GLM-5-FP8's
+# checkpoint, and no zai-org/GLM-5-FP8 rows. Read only where the model's own rows are absent.
+DSA_ROW_ALIASES = {"zai-org/GLM-5-FP8": "zai-org/GLM-5"}
+# A module row this many times off the same cell (model, weights, heads, kv dtype, batch,
+# length) at every other release that timed it is refused (dsa_sane_rows), as is one faster
+# than its projections' weights streamed at the datasheet bandwidth or their FLOPs at its peak
+DSA_RELEASE_SPREAD = 3.0
 MLA_MODEL = "deepseek-ai/DeepSeek-V3"
 # The DSA modules of other attention shapes each file holds grids of beside DSA_MODEL's (the
 # stand-in for any shape not timed), by engine: the wheel's SGLang 0.5.14 DSA module tables also
@@ -525,11 +539,19 @@ def dsa_delta(
     phase -> the tables read, "baseline" -> what was subtracted, "decode_kernels" -> SGLang's
     decode backends the grids timed by kv dtype ({} for vLLM: no such flag)."""
     out: dict = {}
-    axes: dict = {"batches": {}, "lengths": {}, "source": {}, "decode_kernels": {}}
+    axes: dict = {
+        "batches": {},
+        "lengths": {},
+        "source": {},
+        "decode_kernels": {},
+        "rows_model": set(),
+        "short": set(),
+    }
     mla_version = newest(root, gpu, "sparse_attention", "vllm", "dsa_generation_module_perf")
     version = newest(root, gpu, "sparse_attention", engine, "dsa_generation_module_perf")
     own = engine == "sglang"
-    layer = _KvplanLayer(gpu, engine, model) if own else None
+    layer = _KvplanLayer(gpu, engine, model, AT_VERSION.get(engine)) if own else None
+    refused: list = []
     for phase, mla_name, dsa_name, x_key in (
         ("decode", "mla_generation_module_perf", "dsa_generation_module_perf", "step"),
         ("prefill", "mla_context_module_perf", "dsa_context_module_perf", "isl"),
@@ -545,13 +567,20 @@ def dsa_delta(
                 and (phase == "decode" or r["step"] == 0)
             ]
         )
-        dsa_rows = [
-            r
-            for r in table(root, gpu, "sparse_attention", dsa_name, version, engine)
-            if r["model"] == model
-            and r["op_name"] == dsa_name.removesuffix("_perf")
-            and (phase == "decode" or r["step"] == 0)
-        ]
+        dsa_rows = _dsa_rows(root, gpu, engine, dsa_name, version, model, phase)
+        if own and layer is not None:
+            others = {
+                v: _dsa_rows(root, gpu, engine, dsa_name, v, model, phase)
+                for v in _dsa_versions(root, gpu, engine, dsa_name)
+                if v != version
+            }
+            if phase == "decode":  # only another release's graph-timed batches compare
+                for v, other in others.items():
+                    kept = set(_graph_batches(other, sorted({r["batch_size"] for r in other})))
+                    others[v] = [r for r in other if r["batch_size"] in kept]
+            dsa_rows, why = dsa_sane_rows(dsa_rows, others, layer.floor_s, phase)
+            refused += [f"{phase}: {line}" for line in why]
+        axes["rows_model"] |= {r["model"] for r in dsa_rows}
         batches = sorted({r["batch_size"] for r in dsa_rows})
         lengths = _module_lengths(dsa_rows, x_key, phase)
         if not own:
@@ -560,12 +589,33 @@ def dsa_delta(
         if phase == "decode":
             batches = _graph_batches(dsa_rows, batches)
         dsa = _module_grid(dsa_rows, x_key, batches, lengths)
+        for key, longest in _short_keys(dsa_rows, x_key, lengths).items():
+            del dsa[key]  # _module_grid would hold its longest timed length flat to the end
+            refused.append(
+                f"{phase}: {key[0]} heads on a rank, {key[1]} cache, left out (timed to "
+                f"{longest} tokens only, the grid runs to {lengths[-1]})"
+            )
+            axes["short"].add(key)
         if phase == "decode" and own:  # the SGLang decode backends the grids timed, by kv dtype
             for r in dsa_rows:
                 timed = axes["decode_kernels"].setdefault(r["kv_cache_dtype"], set())
-                timed.add(NSA_DECODE_BACKENDS[r["kernel_source"]])
+                source = r["kernel_source"]
+                if source == NSA_RUNTIME_DEFAULT and layer is not None:
+                    timed.add(layer.default_decode_kernel(r["kv_cache_dtype"]))
+                else:
+                    timed.add(NSA_DECODE_BACKENDS[source])
         if layer is not None:
-            base = {key: layer.grid(phase, *key, batches, lengths) for key in dsa}
+            from kvplan.errors import KvplanError
+
+            base = {}
+            for key in dsa:
+                try:
+                    base[key] = layer.grid(phase, *key, batches, lengths)
+                except KvplanError:  # its TP spans more GPUs than a node: no baseline priced
+                    refused.append(
+                        f"{phase}: {key[0]} heads on a rank, {key[1]} cache, left "
+                        "out (its TP spans more GPUs than a node: no baseline)"
+                    )
         else:
             base = _module_grid(mla_rows, x_key, batches, lengths)
         for key in sorted(set(base) & set(dsa)):
@@ -580,13 +630,15 @@ def dsa_delta(
     baseline = (
         f"less kvplan's own price of the layer at each cell without the module "
         f"(kvplan.formulas.batch_step.dsa_layer_base_s, {model}, SGLang, TP its heads / heads, "
-        f"kvplan/data/kernel_tables/{layer.tables}: the MLA projections from its GEMM table, "
+        f"kvplan's {layer.tables} tables: the MLA projections from its GEMM table, "
         "the absorbed BMMs, the MLA kernel rows at the top-k read), so a step charges the "
         "module"
         if layer is not None
         else f"less {MLA_MODEL}'s MLA module (vLLM {mla_version})"
     )
-    provenance = {"version": version, **axes["source"], "baseline": baseline}
+    provenance = {"version": version, **axes["source"], "baseline": baseline, "refused": refused}
+    provenance["rows_model"] = next(iter(axes["rows_model"] - {model}), None)
+    provenance["short"] = sorted(axes["short"])
     provenance["decode_kernels"] = {kv: sorted(b) for kv, b in axes["decode_kernels"].items()}
     return out, axes["batches"], axes["lengths"], provenance
 
@@ -603,62 +655,229 @@ def _module_lengths(rows, x_key: str, phase: str) -> list:
     return sorted(x for x, b in timed.items() if phase == "prefill" or len(b) > 1)
 
 
+def _short_keys(rows, x_key: str, lengths) -> dict:
+    """{(heads, kv dtype): the longest length timed} of the block-fp8 module keys whose rows stop
+    before the grid's longest length (SGLang 0.5.10's B200 decode rows of DeepSeek-V3.2 at 8,
+    16 and 32 heads on a rank end at 128 tokens held, its other heads' at 16,384)."""
+    longest: dict = {}
+    for r in rows:
+        if r["gemm_type"] == "fp8_block" and r[x_key] in lengths:
+            key = (r["num_heads"], r["kv_cache_dtype"])
+            longest[key] = max(longest.get(key, 0), r[x_key])
+    return {key: x for key, x in longest.items() if x < lengths[-1]}
+
+
+def _dsa_rows(root: Path, gpu: str, engine: str, name: str, version: str, model: str, phase: str):
+    """One DSA module table's rows of `model` for `phase` (decode: every row; prefill: those
+    with no cached tokens), or, where the table has none of it, of its DSA_ROW_ALIASES name."""
+    rows = [
+        r
+        for r in table(root, gpu, "sparse_attention", name, version, engine)
+        if r["op_name"] == name.removesuffix("_perf") and (phase == "decode" or r["step"] == 0)
+    ]
+    own = [r for r in rows if r["model"] == model]
+    alias = DSA_ROW_ALIASES.get(model)
+    if own or alias is None:
+        return own
+    if dsa_shape(alias) != dsa_shape(model):
+        raise SystemExit(f"{alias}'s DSA shape is not {model}'s")
+    return [r for r in rows if r["model"] == alias]
+
+
+def _dsa_versions(root: Path, gpu: str, engine: str, name: str) -> list:
+    """The releases whose folder holds this DSA module table (NOT_KERNEL_TIMES left out)."""
+    folder = root / gpu / "sparse_attention" / engine
+    return sorted(
+        (
+            p.name
+            for p in folder.glob("*")
+            if (p / f"{name}.parquet").exists()
+            and (gpu, "sparse_attention", engine, p.name) not in NOT_KERNEL_TIMES
+        ),
+        key=_version_order,
+    )
+
+
+def _dsa_cell(r: dict, phase: str) -> tuple:
+    """A module row's cell: weights, heads, kv dtype, batch and its length (decode: tokens
+    held; prefill: prompt tokens)."""
+    x = r["step"] if phase == "decode" else r["isl"]
+    return (r["gemm_type"], r["num_heads"], r["kv_cache_dtype"], r["batch_size"], x)
+
+
+def dsa_sane_rows(rows, others: dict, floor_s, phase: str) -> tuple[list, list]:
+    """(the rows kept, the refusals in words) of one release's DSA module table: a row faster
+    than `floor_s(phase, heads, batch, length)` (its projections' weights at the datasheet
+    bandwidth, or their FLOPs at the peak: no kernel beats it), or DSA_RELEASE_SPREAD times
+    off the same cell at every other release in `others` (release -> rows) that timed it, is
+    refused. The step model then fills its cell as it fills an untimed one (_module_grid)."""
+    timed: dict = {}
+    for release, other_rows in others.items():
+        for r in other_rows:
+            cell = _dsa_cell(r, phase)
+            best = timed.setdefault(cell, {})
+            best[release] = min(best.get(release, r["latency"]), r["latency"])
+    kept, floors, spreads = [], [], []
+    for r in rows:
+        cell = _dsa_cell(r, phase)
+        gemm_type, heads, _, batch, x = cell
+        floor = floor_s(phase, heads, batch, x) if gemm_type == "fp8_block" else None
+        seconds = r["latency"] * 1e-3
+        if floor is not None and seconds < floor:
+            floors.append(f"{cell} {seconds * 1e6:.1f} us < {floor * 1e6:.1f} us")
+            continue
+        seen = timed.get(cell, {})
+        ratios = [r["latency"] / v for v in seen.values()]
+        if ratios and all(q >= DSA_RELEASE_SPREAD or q <= 1 / DSA_RELEASE_SPREAD for q in ratios):
+            shown = ", ".join(f"{v} {t * 1e3:.1f}" for v, t in sorted(seen.items()))
+            spreads.append(f"{cell} {r['latency'] * 1e3:.1f} us against {shown} us")
+            continue
+        kept.append(r)
+    why = []
+    if floors:
+        why.append(
+            f"{len(floors)} rows under the projections' datasheet floor (cell: weights, heads, "
+            f"kv, batch, length), e.g. {floors[0]}"
+        )
+    if spreads:
+        why.append(
+            f"{len(spreads)} rows {DSA_RELEASE_SPREAD:g}x+ off every other release's, e.g. "
+            f"{spreads[0]}"
+        )
+    return kept, why
+
+
+class UnpricedLayer(SystemExit):
+    """kvplan's tables price no DSA layer at a module cell (their GEMM grid prices not every
+    projection: batch_step.dsa_layer_base_s is None), so no delta can be drawn on them."""
+
+
 class _KvplanLayer:
     """kvplan's own step model of a DSA model (DeepSeek-V3.2, GLM-5) on one GPU and engine (kvplan must be importable:
     `pip install -e .` in the pyarrow environment), priced at a module table's cells without
     the DSA module's delta (batch_step.dsa_layer_base_s)."""
 
-    def __init__(self, gpu: str, engine: str, model: str = DSA_MODEL):
+    def __init__(self, gpu: str, engine: str, model: str = DSA_MODEL, version: str | None = None):
         from kvplan.inputs.hardware import load_profile
         from kvplan.inputs.kernel_tables import tables_for
         from kvplan.inputs.sources import load_model
 
         self.engine, self.profile = engine, load_profile(TABLE_GPUS[gpu][0])
         self.model, self.spec = model, load_model(model, checkpoint=False)
-        self.tables = tables_for(self.profile, engine).name
+        # the tables a run of `version` reads (the newest without one): the base the run adds
+        # the delta to
+        self.version = version
+        self.tables = tables_for(self.profile, engine, version).label
+        self.bandwidth_bytes_per_s, self.peaks, _ = datasheet(gpu)
+        self._models: dict = {}  # (heads on a rank, kv dtype) -> its step model
 
-    def grid(self, phase: str, heads: int, kv: str, batches, lengths) -> dict:
-        from kvplan.formulas.batch_step import dsa_layer_base_s
+    def _model(self, heads: int, kv: str):
+        if (heads, kv) in self._models:
+            return self._models[(heads, kv)]
         from kvplan.simulate.setup import ServeOptions, kv_format_name, step_model
 
         attention = self.spec.attention_layers()[0]
         options = ServeOptions(engine=self.engine, tp=attention.num_q_heads // heads)
+        if self.version is not None:  # the run of that release reads its nearest tables
+            options = options._replace(sglang_version=self.version)
         fmt = kv_format_name(self.engine, "fp8" if kv == "fp8" else "bfloat16")
-        model, _ = step_model(self.spec, self.profile, options, fmt, 512, [])
+        self._models[(heads, kv)] = step_model(self.spec, self.profile, options, fmt, 512, [])[0]
+        return self._models[(heads, kv)]
+
+    def default_decode_kernel(self, kv: str) -> str:
+        """SGLang's own NSA decode kernel for this GPU and cache dtype."""
+        from kvplan.engines.sglang import nsa_default_backends
+        from kvplan.engines.vllm import gpu_generation
+
+        cache = "fp8_e4m3" if kv == "fp8" else "bfloat16"
+        return nsa_default_backends(cache, gpu_generation(self.profile))[1]
+
+    def floor_s(self, phase: str, heads: int, batch: int, length: int) -> float | None:
+        """The least time the layer's MLA projections can take on the rank at this cell: their
+        weights at the datasheet bandwidth or their FLOPs at the datasheet peak (None: no
+        projections priced)."""
+        from kvplan.errors import KvplanError
+
+        try:
+            calls = self._model(heads, "bfloat16").dsa_projection_calls
+        except KvplanError:  # more ranks than one node holds: no floor drawn
+            return None
+        if not calls:
+            return None
+        tokens = batch if phase == "decode" else batch * length
+        weight_bytes = sum(c.n * c.k * c.times * (1 if c.fmt == "fp8" else 2) for c in calls)
+        flop = sum(2 * c.n * c.k * c.times * tokens for c in calls)
+        peak = self.peaks["fp8" if all(c.fmt == "fp8" for c in calls) else "bf16"]
+        return max(weight_bytes / self.bandwidth_bytes_per_s, flop / peak)
+
+    def grid(self, phase: str, heads: int, kv: str, batches, lengths) -> dict:
+        from kvplan.formulas.batch_step import dsa_layer_base_s
+
+        model = self._model(heads, kv)
         cells = {}
         for b in batches:
             for x in lengths:
                 seconds = dsa_layer_base_s(model, phase, b, x)
                 if seconds is None:
-                    raise SystemExit(f"{self.tables}: {self.model}'s DSA layer is not priced")
+                    raise UnpricedLayer(f"{self.tables}: {self.model}'s DSA layer is not priced")
                 cells[(b, x)] = seconds
         return cells
 
 
-def write_dsa_grids(root: Path) -> list[Path]:
+def write_dsa_grids(root: Path, version: str | None = None) -> list[Path]:
     """kernel_tables/dsa/<gpu>.<engine>.<version>.json (the name of the tables the run reads,
     kvplan.inputs.kernel_tables._dsa_file) for every GPU and engine of DSA_WRITE: dsa_delta's
     grids in microseconds (0.1), one (phase, heads, kv dtype) a line; DSA_MODEL's (the stand-in)
     at the top level, each of DSA_OTHER_MODELS's under "shapes" (its model, shape, source,
-    decode kernels, axes and grids; the same engine version and baseline rule)."""
+    decode kernels, axes and grids; the same engine version and baseline rule). `version`
+    (--at-version): for every GPU with SGLang tables of that release, a file of its name (the
+    one its runs read: kernel_tables.grid_file) holding the module rows of the release nearest
+    it that timed them (`newest` under AT_VERSION; "version" names it), less the layer priced
+    on those tables (the base the run adds the delta to); not written where that is the newest
+    release's (its runs read the newest file) or where that release timed no block-fp8 module
+    row (bf16 weights only: not the checkpoint's format, which the baseline prices)."""
     import json
 
+    if version is not None:
+        AT_VERSION["sglang"] = version
     written = []
     for gpu, engines in DSA_WRITE.items():
-        for engine in engines:
+        for engine in engines if version is None else ("sglang",):
             tables = sorted(
                 (p.name for p in TABLES.glob(f"{gpu}.{engine}.*.json")),
                 key=lambda n: [int(x) if x.isdigit() else -1 for x in n.split(".")[2:-1]],
             )
             if not tables:
                 continue
-            grids, batches, lengths, prov = dsa_delta(root, gpu, engine)
+            if version is not None:
+                if f"{gpu}.{engine}.{version}.json" not in tables:
+                    continue
+                timed = _dsa_versions(root, gpu, engine, "dsa_generation_module_perf")
+                at = newest(root, gpu, "sparse_attention", engine, "dsa_generation_module_perf")
+                if not timed or at == max(timed, key=_version_order):
+                    continue
+                tables = [f"{gpu}.{engine}.{version}.json"]
+            try:
+                grids, batches, lengths, prov = dsa_delta(root, gpu, engine)
+            except UnpricedLayer as why:
+                if version is None:
+                    raise
+                print(f"not written: dsa/{tables[-1]} ({why})")
+                continue
+            if not grids:
+                print(f"not written: dsa/{tables[-1]} (no block-fp8 {DSA_MODEL} module rows)")
+                continue
+            if version is not None and prov["short"]:  # the stand-in's grid has holes
+                print(f"not written: dsa/{tables[-1]} ({'; '.join(prov['refused'])})")
+                continue
             head = {
                 "version": prov["version"],
                 "source": _dsa_source(prov),
                 "derived_by": "scripts/derive_achieved.py DATA --write-dsa (dsa_delta): "
                 f"{DSA_MODEL}'s DSA module per layer on one rank {prov['baseline']}; "
-                "block-fp8 weights, the fastest kernel per shape, microseconds",
+                "block-fp8 weights, the fastest kernel per shape, microseconds"
+                + at_version_words(engine),
+                **({"refused": prov["refused"]} if prov["refused"] else {}),
                 "baseline": "kvplan_layer" if engine == "sglang" else "mla_module",
                 "model": DSA_MODEL,
                 "shape": dsa_shape(DSA_MODEL),
@@ -675,6 +894,7 @@ def write_dsa_grids(root: Path) -> list[Path]:
                 o_head = {
                     "model": model,
                     "source": _dsa_source(o_prov),
+                    **({"refused": o_prov["refused"]} if o_prov["refused"] else {}),
                     "baseline_by": o_prov["baseline"],
                     "shape": dsa_shape(model),
                     **(
@@ -700,10 +920,8 @@ def write_dsa_grids(root: Path) -> list[Path]:
 
 
 def _dsa_source(prov: dict) -> str:
-    return (
-        "aiconfigurator-core 0.12.0 (PyPI wheel), aiconfigurator_core/systems/"
-        f"data/ {prov['decode']}; {prov['prefill']}"
-    )
+    rows = f" (the rows of {prov['rows_model']})" if prov.get("rows_model") else ""
+    return f"{DATA_SOURCE}/ {prov['decode']}; {prov['prefill']}{rows}"
 
 
 def _dsa_json(head: dict, grids: dict, batches: dict, lengths: dict) -> str:
@@ -2312,9 +2530,15 @@ def main() -> None:
         for path in rewrite_moe_runners(roots):
             print(f"wrote {path}")
         return
+    if args.at_version and args.write_dsa:
+        if args.engine != "sglang":
+            raise SystemExit("--write-dsa --at-version: SGLang's grids only (--engine sglang)")
+        for path in write_dsa_grids(args.data, args.at_version):
+            print(f"wrote {path}")
+        return
     if args.at_version:
         if not args.write_tables:
-            raise SystemExit("--at-version goes with --write-tables")
+            raise SystemExit("--at-version goes with --write-tables or --write-dsa")
         for path in write_release_tables(args.data, args.engine, args.at_version):
             print(f"wrote {path}")
         return

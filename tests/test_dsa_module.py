@@ -199,3 +199,68 @@ def test_deepseek_v32_reads_the_stand_in_grid_and_an_unknown_shape_falls_back():
     m = build_replica(odd, h200, options).model
     assert m.dsa.tables is grids and not m.dsa.shape_timed
     assert m.untimed_parts == ("the DSA module at this model's shape (DeepSeek-V3.2's stands in)",)
+
+
+# aiconfigurator@095f58a5 (git), h200_sxm, block-fp8 weights, bf16 KV cache, 16 heads on a rank
+# (TP8), 2,048 tokens held, one layer, ms: sparse_attention/sglang/0.5.10/
+# dsa_generation_module_perf (dsa_nsa: SGLang 0.5.10's own NSA kernels)
+H200_SGLANG_0_5_10_DSA_MS = {1: 0.0956, 16: 0.1131}
+
+
+@pytest.mark.parametrize("decodes", [1, 16])
+def test_an_older_h200_sglang_run_charges_its_nearest_releases_dsa_module(decodes):
+    """A SGLang 0.5.9 run on an H200 reads 0.5.9's tables and the DSA module rows of 0.5.10,
+    the nearest release that timed them (0.5.9 did not on this GPU), less the layer priced on
+    0.5.9's tables: the step charges 0.5.10's row (95.6 us at 1 decode of 2,048 tokens, 113.1
+    at 16), not 0.5.14's (77.1, 101.3), and the tables note says whose modules."""
+    spec = load_model("deepseek-ai/DeepSeek-V3.2", checkpoint=False)
+    options = ServeOptions(engine="sglang", tp=8, sglang_version="0.5.9")
+    m = build_replica(spec, load_profile("h200"), options).model
+    assert (m.dsa.kv, m.dsa.heads) == ("bfloat16", 16.0)
+    assert m.dsa.tables.engine_version == "0.5.10"
+    charged_s = (
+        dsa_layer_base_s(m, "decode", decodes, 2048) + m.dsa.delta_s("decode", decodes, 2048) / 61
+    )
+    assert charged_s == pytest.approx(H200_SGLANG_0_5_10_DSA_MS[decodes] * 1e-3, abs=0.051e-6)
+    assert charged_s > H200_SGLANG_DSA_MS[decodes] * 1e-3
+    tables = tables_for(load_profile("h200"), "sglang", "0.5.9")
+    assert tables.grid_versions()["dsa"] == "0.5.10"
+    assert "DSA modules from SGLang 0.5.10's" in tables.version_words(("dsa",))
+
+
+def _row(latency_ms: float, batch: int = 16, length: int = 2048, gemm_type: str = "fp8_block"):
+    return {
+        "gemm_type": gemm_type,
+        "num_heads": 16,
+        "kv_cache_dtype": "bfloat16",
+        "batch_size": batch,
+        "step": length,
+        "isl": 1,
+        "latency": latency_ms,
+    }
+
+
+def test_a_dsa_module_row_off_every_other_release_or_under_its_floor_is_refused():
+    """derive_achieved.dsa_sane_rows: a row 3x+ off the same cell at every other release that
+    timed it is refused, one that some release agrees with is kept, one faster than its
+    projections' datasheet floor is refused, and the refusals are counted in words."""
+    from helpers import load_script
+
+    derive = load_script("derive_achieved")
+
+    def floor_s(phase, heads, batch, length):
+        return 20e-6  # the projections' least time at every cell
+
+    rows = [_row(0.400, batch=16), _row(0.100, batch=32), _row(0.015, batch=64)]
+    others = {
+        "0.5.14": [_row(0.110, batch=16), _row(0.105, batch=32), _row(0.016, batch=64)],
+        "0.5.12": [_row(0.390, batch=16)],
+    }
+    kept, why = derive.dsa_sane_rows(rows, others, floor_s, "decode")
+    assert [r["batch_size"] for r in kept] == [16, 32]  # 0.5.12 agrees at 16: kept
+    assert len(why) == 1 and why[0].startswith("1 rows under the projections' datasheet floor")
+    kept, why = derive.dsa_sane_rows(rows, {"0.5.14": others["0.5.14"]}, floor_s, "decode")
+    assert [r["batch_size"] for r in kept] == [32]
+    assert why[1].startswith("1 rows 3x+ off every other release's")
+    bf16 = [_row(0.015, batch=64, gemm_type="bfloat16")]  # no floor drawn for bf16 weights
+    assert derive.dsa_sane_rows(bf16, {}, floor_s, "decode")[0] == bf16

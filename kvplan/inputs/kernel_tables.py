@@ -278,9 +278,10 @@ class KernelTables(NamedTuple):
         was measured on, for the families this run reads a file of (grid_file: the tables' own
         release where it has one, else the nearest release's)."""
         out = {}
-        for family, name in (("moe", self.moe_file), ("dsa", self.dsa_file)):
-            if name is not None:
-                out[family] = _file_version(name, self.gpu, self.engine)
+        if self.moe_file is not None:
+            out["moe"] = _file_version(self.moe_file, self.gpu, self.engine)
+        if self.dsa_file is not None:  # the release the module rows are of (its "version")
+            out["dsa"] = _dsa(self.dsa_file).engine_version
         if self.grids_hold:
             for family, folder in GRID_FOLDERS.items():
                 name = grid_file(folder, self.gpu, self.engine, self.engine_version)
