@@ -890,15 +890,13 @@ def sglang_moe_runner_rows(spec, gpu, options, tables, wdtype: str, layout) -> M
     key = own_moe_key(spec, wdtype, layout.expert_ranks // layout.ep, layout.ep)
     if key is None or sglang_weights_format(wdtype).startswith("mxfp4"):
         return None
-    rules = sglang_rules(run_engine_version(options))
     name = sglang_moe_runner(
-        rules.patch,
+        sglang_rules(run_engine_version(options)),
         spec.config_model_type or spec.model_type,
         wdtype,
         gpu_generation(gpu),
         options.backends.moe_runner_backend,
         options.ep_size or 1,
-        rules.release,
     )
     sources = tuple(src for src, r in SGLANG_RUNNER_OF_SOURCE.items() if r == name)
     rows = moe_runner_rows(tables.gpu, tables.engine, tables.engine_version, key, sources)
