@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.engines.sglang import sglang_patch, sglang_release
+from kvplan.engines.sglang import sglang_release, sglang_rules
 from kvplan.errors import KvplanError
 
 from helpers import one_line_error, run_cli, run_json
@@ -59,7 +59,7 @@ def test_an_sglang_release_whose_patch_cannot_be_read_is_refused(version):
 )
 def test_the_spellings_of_real_sglang_releases_still_run(version, patch):
     assert sglang_release(version)[0] in ("0.4", "0.5")
-    assert sglang_patch(version) == patch
+    assert sglang_rules(version).patch == patch
 
 
 def test_plan_refuses_an_unreadable_sglang_patch_too():

@@ -8,7 +8,12 @@ import json
 
 import pytest
 
-from kvplan.engines.moe_backend import SGLANG_RUNNER_OF_SOURCE, sglang_moe_runner
+from kvplan.engines.moe_backend import (
+    SGLANG_RUNNER_OF_SOURCE,
+    SGLANG_SM100_TRTLLM_RULES,
+    sglang_moe_runner,
+)
+from kvplan.engines.sglang import sglang_rules
 from kvplan.formulas.batch_step import moe_kernel_s
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.kernel_tables import MOE_FOLDER, moe_runner_rows
@@ -54,7 +59,21 @@ from kvplan.inputs.sources import load_model
     ],
 )
 def test_the_runner_sglang_resolves(patch, model_type, wdtype, generation, given, ep, runner):
-    assert sglang_moe_runner(patch, model_type, wdtype, generation, given, ep) == runner
+    rules = sglang_rules("0.5" if patch is None else f"0.5.{patch}")
+    assert sglang_moe_runner(rules, model_type, wdtype, generation, given, ep) == runner
+
+
+@pytest.mark.parametrize(
+    "model_type, wdtype, first",
+    [(types[0], formats[0], first) for types, formats, first in SGLANG_SM100_TRTLLM_RULES],
+)
+def test_a_0_4_release_never_passes_a_0_5_patch_rule(model_type, wdtype, first):
+    """Each SM100 rule (SGLANG_SM100_TRTLLM_RULES) runs at its own 0.5 patch, never at the
+    0.4 release of the same patch number: 0.4's patches are not 0.5's."""
+    patch = max(first, 9)
+    new = sglang_moe_runner(sglang_rules(f"0.5.{patch}"), model_type, wdtype, 10)
+    old = sglang_moe_runner(sglang_rules(f"0.4.{patch}"), model_type, wdtype, 10)
+    assert new == "flashinfer_trtllm" and old != new
 
 
 def _moe_curve(model: str, version: str, weights: str = "auto", runner: str | None = None):

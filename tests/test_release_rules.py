@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvplan.engines.moe_backend import sglang_moe_runner
 from kvplan.engines.releases import release_key, release_minor, release_parts
 from kvplan.engines.sglang import (
     SglangAttention,
@@ -18,6 +19,7 @@ from kvplan.engines.sglang import (
     gpt_oss_sm120_other_kernel,
     mamba_radix_overlap_off,
     piecewise_default_on,
+    sglang_after_sm120_marlin,
     sglang_release,
     sglang_rules,
 )
@@ -104,7 +106,22 @@ def _sglang_rules_at(models, version: str) -> dict:
         "detokenizer": detokenizer_path(models["kimi"], version),
         "gpt-oss one pool": gpt_oss_one_pool(models["gpt_oss"], pool, version),
         "gpt-oss sm120": gpt_oss_sm120_other_kernel(models["gpt_oss"], rtx, version),
+        "gpt-oss sm120 later": sglang_after_sm120_marlin(version),
+        "moe runner": sglang_moe_runner(sglang_rules(version), "qwen3_moe", "bf16", 10),
     }
+
+
+# a patch N at which each rule runs apart in 0.5.N and 0.4.N
+RULE_FLIPS = {
+    "overlap off": 6,
+    "hybrid backend": 10,
+    "piecewise": 10,
+    "detokenizer": 13,
+    "gpt-oss one pool": 7,
+    "gpt-oss sm120": 14,
+    "gpt-oss sm120 later": 17,
+    "moe runner": 9,
+}
 
 
 def test_a_later_sglang_release_runs_every_rule_as_a_bare_release(models):
@@ -122,6 +139,32 @@ def test_a_0_4_release_runs_no_rule_of_a_0_5_patch(models):
     """The patch-gated rules are 0.5's: a 0.4 release runs each as 0.4.0 does, whatever its
     own patch (0.4.10's patch 10 is no 0.5.10: Qwen3-Next's SM100 triton rule ends there)."""
     assert _sglang_rules_at(models, "0.4.10") == _sglang_rules_at(models, "0.4.0")
+
+
+@pytest.mark.parametrize(("rule", "patch"), RULE_FLIPS.items())
+def test_each_0_5_patch_rule_reads_0_4_and_0_5_of_one_patch_apart(models, rule, patch):
+    """Every patch-gated rule passes SglangRules.from_05: at the patch where 0.5 turns it,
+    0.5.N runs it and 0.4.N runs 0.4.0's side (before the one gate, note
+    sim-gpt-oss-sm120-kernel read 0.4.17's 17 as a release after 0.5.16)."""
+    new, old = (_sglang_rules_at(models, f"0.{minor}.{patch}")[rule] for minor in (5, 4))
+    assert new != old
+    assert old == _sglang_rules_at(models, "0.4.0")[rule]
+
+
+@pytest.mark.parametrize(
+    ("version", "first", "bare", "runs"),
+    [
+        ("0.5.9", 9, True, True),
+        ("0.4.9", 9, True, False),  # 0.4's patch 9 is no 0.5.9
+        ("0.5.8", 9, True, False),
+        ("0.5", 9, True, True),  # a bare 0.5: the newest rules kvplan models
+        ("0.5", 9, False, False),  # a rule dated after them
+        ("0.6.1", 9, True, True),  # a later release: a bare 0.5's
+        ("0.3.2", 0, True, False),  # an earlier one: 0.4.0's
+    ],
+)
+def test_the_one_0_5_patch_gate(version, first, bare, runs):
+    assert sglang_rules(version).from_05(first, bare) is runs
 
 
 def test_vllm_rules_read_rc_and_bare_releases_as_the_others_do():

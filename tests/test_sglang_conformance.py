@@ -45,23 +45,6 @@ def _recorder():
 
 # the scenarios shared with vLLM's harness that SGLang can express: the recorder's own list
 SHARED = _recorder().SGLANG_SCENARIOS
-SHARED = (
-    "steady",
-    "burst",
-    "pool_exhaustion",
-    "long_prompt",
-    "seat_limit",
-    "budget_limit",
-    "full_isl_admission",
-    "full_isl_burst",
-    "idle_gap",
-    "max_model_len",
-    "recompute_outputs",
-    "random_resume_whole_blocks",
-    "same_prompt",
-    "shared_prefix",
-    "shared_prefixes_tight",
-)
 
 
 def _scenario_path(name: str) -> Path:

@@ -21,7 +21,7 @@ from kvplan.engines.sglang import (
     MXFP4_BLOCK,
     _default_sglang_backend,
     sglang_allocation,
-    sglang_patch,
+    sglang_rules,
 )
 from kvplan.errors import KvplanError
 from kvplan.formulas.weights import part_bytes_per_param
@@ -39,7 +39,7 @@ def _alloc(model="gpt-oss-120b", gpu="h100", version="0.5", **kw):
     [("0.5.3rc0", 3), ("0.5.4.post2", 4), ("v0.5.10.post1", 10), ("0.5", None), ("0.4", None)],
 )
 def test_the_patch_is_read_from_the_release_as_given(version, patch):
-    assert sglang_patch(version) == patch
+    assert sglang_rules(version).patch == patch
 
 
 @pytest.mark.parametrize(

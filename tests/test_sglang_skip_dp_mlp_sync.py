@@ -128,7 +128,10 @@ def test_a_decoding_rank_beside_an_extend_runs_its_batch_as_an_extend(models):
     assert mixed.step(shape).total_s != eager.step(shape).total_s
     prefill = BatchShape(0, 0.0, ((600, 0),), 1)
     assert mixed.step(prefill) == eager.step(prefill)
-    assert mixed.speculation is eager.speculation  # the rest is the model's
+    # the twin prices a lockstep step and nothing else: no attribute passes to the model
+    for name in ("decode_span_s", "without_graphs", "speculation", "mlp_sync_s"):
+        with pytest.raises(AttributeError):
+            getattr(mixed, name)
 
 
 @pytest.mark.parametrize("skip", [False, True])
@@ -164,3 +167,24 @@ def test_a_step_scale_holds_on_the_decodes_run_as_extends(models):
     assert scaled == pytest.approx(1.5 * plain) and plain > 0
     # a model with no extend rule of its own is itself in such a step
     assert skipped.target.extend_in_batch() is skipped.target
+
+
+def test_the_wrapping_step_models_pass_no_pricing_through(models):
+    """The wrappers of a step model (SpeculativeStepModel over its target, ScaledStepModel
+    over any) define what they price; a method they do not define is an AttributeError, not
+    the wrapped model's own times (unscaled, or without the speculative round), while the
+    facts the engines read pass through."""
+    from kvplan.simulate.setup import ScaledStepModel
+
+    _, skipped = models
+    assert callable(skipped.target.logits_gather_s)
+    with pytest.raises(AttributeError, match="without speculation"):
+        skipped.logits_gather_s  # noqa: B018
+    assert skipped.cuda_graph_max_tokens == skipped.target.cuda_graph_max_tokens
+    scaled = ScaledStepModel(skipped, 2.0)
+    for name in ("round_host_s", "mlp_sync_s", "draft_step", "logits_gather_s"):
+        with pytest.raises(AttributeError, match="does not scale"):
+            getattr(scaled, name)
+    assert scaled.speculation is skipped.speculation
+    assert scaled.cuda_graph_max_tokens == skipped.cuda_graph_max_tokens
+    assert getattr(ScaledStepModel(skipped.target, 2.0), "speculation", None) is None

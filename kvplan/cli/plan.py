@@ -187,6 +187,10 @@ def add(app: typer.Typer) -> None:
         if emit not in ("vllm", "sglang"):
             raise KvplanError(f"--emit {emit!r}: choose vllm or sglang")
         c.check_engine_version(emit, engine_version)
+        if emit == "vllm" and engine_version is not None:
+            from kvplan.present.launch import vllm_image
+
+            vllm_image(engine_version)  # a pre-release has none: refused before the search
         from kvplan.simulate.workload import MIN_RATE
 
         if not MIN_RATE <= rate <= 1e6:

@@ -12,9 +12,14 @@ EP) must keep whole 128-wide blocks: both engines stop at weight creation otherw
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvplan.engines.backends import flag_of, moe_field
 from kvplan.engines.releases import VLLM_VERSION
 from kvplan.errors import KvplanError
+
+if TYPE_CHECKING:
+    from kvplan.engines.sglang import SglangRules
 
 # vLLM config/kernel.py MoEBackend: as vllm#33807 added --moe-backend (early 2026; the same
 # literal in 0.17, 0.18 and 0.19, whose fused_moe oracles kvplan reads from 0.19 on), then with
@@ -264,23 +269,21 @@ def sglang_weights_format(wdtype: str) -> str:
 
 
 def sglang_moe_runner(
-    patch: int | None,
+    rules: SglangRules,
     model_type: str,
     wdtype: str,
     generation: int,
     given: str | None = None,
     ep_size: int = 1,
-    release: str = "0.5",
 ) -> str:
     """The fused-MoE runner SGLang runs a model's routed experts on (MoeRunnerBackend's name):
     `given` (--moe-runner-backend) where named and not auto; else
     _handle_model_specific_adjustments' pick on SM100 (SGLANG_SM100_TRTLLM_RULES, gpt-oss's
-    rules), else what auto leaves to the weights' MoE method (SGLANG_AUTO_RUNNERS). `patch`: the
-    SGLang 0.5 patch whose rules apply (engines.sglang.sglang_patch; None: the newest);
-    `model_type` the config's (the checkpoint's top-level one); `generation` the GPU's
-    compute-capability major (engines.vllm.gpu_generation); `ep_size` SGLang's --ep-size;
-    `release` the known release whose rules apply (engines.sglang.sglang_rules): the SM100
-    rules are 0.5's, keyed by its patches, and a 0.4 release precedes every one of them."""
+    rules), else what auto leaves to the weights' MoE method (SGLANG_AUTO_RUNNERS). `rules`: the
+    release's (engines.sglang.sglang_rules; the SM100 rules are 0.5's, keyed by its patches,
+    gated by SglangRules.from_05: a 0.4 release precedes every one of them); `model_type` the
+    config's (the checkpoint's top-level one); `generation` the GPU's compute-capability major
+    (engines.vllm.gpu_generation); `ep_size` SGLang's --ep-size."""
     if given is not None and given != "auto":
         return given
     fmt = sglang_weights_format(wdtype)
@@ -288,8 +291,8 @@ def sglang_moe_runner(
         if generation >= 10:  # is_blackwell_supported: SM100 and SM120 alike
             return "flashinfer_mxfp4"
         return "triton_kernel" if ep_size == 1 else "triton"
-    if generation == 10 and release == "0.5":
+    if generation == 10:
         for model_types, formats, first in SGLANG_SM100_TRTLLM_RULES:
-            if model_type in model_types and fmt in formats and (patch is None or patch >= first):
+            if model_type in model_types and fmt in formats and rules.from_05(first):
                 return "flashinfer_trtllm"
     return SGLANG_AUTO_RUNNERS.get(fmt, "triton")

@@ -56,6 +56,16 @@ class SglangRules(NamedTuple):
     patch: int | None  # the patch whose rules apply within it; None: its newest rules
     nearest: bool  # the release given is not one kvplan knows (note sim-sglang-version-nearest)
 
+    def from_05(self, first: int, bare: bool = True) -> bool:
+        """Whether a rule SGLang 0.5.`first` brought in applies: a 0.5 release at patch `first`
+        or later; a bare 0.5 or a later release than kvplan knows (patch None) where `bare`
+        (False for a rule dated after the newest rules kvplan models for one: April 2026's
+        main); never a 0.4 release, whose patch numbers are not 0.5's. The one gate of every
+        0.5-patch rule, so that 0.4.9 never passes a test meant for 0.5.9."""
+        if self.release != "0.5":
+            return False
+        return bare if self.patch is None else self.patch >= first
+
 
 def sglang_rules(version: str) -> SglangRules:
     """The rules SGLang `version` runs with, the one reading of an SGLang release every release
@@ -83,12 +93,6 @@ def sglang_release(version: str) -> tuple[str, bool]:
     only the nearest one (sglang_rules)."""
     rules = sglang_rules(version)
     return rules.release, rules.nearest
-
-
-def sglang_patch(version: str) -> int | None:
-    """'0.5.3rc0' -> 3, '0.5.4.post2' -> 4: the patch whose rules apply (sglang_rules); None
-    for a bare release ('0.5') or a later one than kvplan knows, which run the newest rules."""
-    return sglang_rules(version).patch
 
 
 # _handle_model_specific_adjustments, GptOssForCausalLM (server_args.py of 0.5.3, 0.5.4.post2,
@@ -264,11 +268,8 @@ def detokenizer_path(spec: ModelSpec, version: str) -> str | None:
     if not detokenizer_untimed(spec):
         return None
     rules = sglang_rules(version)
-    if rules.release != "0.5":
-        return DETOKENIZER_PATHS[0][1]
-    if rules.patch is None:
-        return DETOKENIZER_PATHS[-1][1]
-    return [path for first, path in DETOKENIZER_PATHS if rules.patch >= first][-1]
+    paths = [path for first, path in DETOKENIZER_PATHS if rules.from_05(first)]
+    return paths[-1] if paths else DETOKENIZER_PATHS[0][1]
 
 
 def detokenizer_token_s(spec: ModelSpec, version: str) -> float:
@@ -389,10 +390,7 @@ class Piecewise(NamedTuple):
 def piecewise_default_on(version: str) -> bool:
     """Whether release `version` captures piecewise prefill graphs unasked: from 0.5.10, and
     in a bare 0.5 or a later release run with 0.5's rules (the newest kvplan models)."""
-    rules = sglang_rules(version)
-    if rules.release == "0.4":
-        return False
-    return rules.patch is None or rules.patch >= PIECEWISE_DEFAULT_FROM
+    return sglang_rules(version).from_05(PIECEWISE_DEFAULT_FROM)
 
 
 def check_piecewise_flags(version: str, flags: PiecewiseFlags) -> None:
@@ -596,12 +594,8 @@ def _default_sglang_backend(
     hybrid = HYBRID_SM100_BACKENDS.get(spec.model_type)
     if generation == 10 and hybrid is not None:
         backend, until = hybrid
-        rules = sglang_rules(version)  # `until` is a 0.5 patch: a 0.4 release is before it
-        if (
-            until is None
-            or rules.release != "0.5"
-            or (rules.patch is not None and rules.patch < until)
-        ):
+        # `until` is a 0.5 patch: a 0.4 release is before it
+        if until is None or not sglang_rules(version).from_05(until):
             return backend
     hip = gpu.vendor.upper() == "AMD"
     attn = spec.attention_layers()[0]
@@ -676,9 +670,8 @@ def sglang_attention(
         backend = "triton"  # fp8_e4m3 if using FP8; Setting attention backend to triton."
     prefill_kernel, decode_kernel = prefill or backend, decode or backend
     if gpt_oss:
-        patch = sglang_patch(request.sglang_version)
         supported: tuple[str, ...] = GPT_OSS_BACKENDS
-        if patch is None or patch >= GPT_OSS_FA4_FROM:
+        if sglang_rules(request.sglang_version).from_05(GPT_OSS_FA4_FROM):
             supported = (*supported, "fa4")
         refused = [k for k in (prefill_kernel, decode_kernel) if k not in supported]
         if refused:
@@ -804,16 +797,14 @@ def sglang_radix_off(
     (sglang_allocation) and the simulated prefix cache (simulate.setup)."""
     if not request.radix_cache:
         return "given"
-    if not spec.has_kind(CacheKind.STATE) or sglang_release(request.sglang_version)[0] != "0.5":
-        return None
-    patch = sglang_patch(request.sglang_version)
-    if patch is not None and patch < MAMBA_NO_OVERLAP_FROM:
+    rules = sglang_rules(request.sglang_version)
+    if not spec.has_kind(CacheKind.STATE) or not rules.from_05(MAMBA_NO_OVERLAP_FROM):
         return None
     if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES:
         return "unsupported"
     if request.speculative:
         amd = gpu.device_vendor == "AMD"
-        if patch is not None and patch >= MAMBA_SPEC_RADIX_ERROR_FROM and not amd:
+        if rules.from_05(MAMBA_SPEC_RADIX_ERROR_FROM, bare=False) and not amd:
             raise KvplanError(
                 f"SGLang {request.sglang_version} refuses speculative decoding on {spec.name} "
                 "with the radix cache under --mamba-scheduler-strategy no_buffer "
@@ -837,10 +828,7 @@ def mamba_radix_overlap_off(
         return False
     if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES or attention_backend == "trtllm_mha":
         return False
-    rules = sglang_rules(version)
-    if rules.release != "0.5":
-        return False
-    return rules.patch is None or rules.patch >= MAMBA_NO_OVERLAP_FROM
+    return sglang_rules(version).from_05(MAMBA_NO_OVERLAP_FROM)
 
 
 def _mamba_bytes_per_request(stage: ModelSpec, tp: int) -> tuple[int, int]:
@@ -1118,7 +1106,11 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     radix_off = sglang_radix_off(spec, gpu, request, attention.decode)
     if radix_off is not None and radix_off != "given":
         notes.append(
-            note("sglang-radix-off", reason=radix_off, patch=sglang_patch(request.sglang_version))
+            note(
+                "sglang-radix-off",
+                reason=radix_off,
+                patch=sglang_rules(request.sglang_version).patch,
+            )
         )
     if conv_req + ssm_req:
         spec_bytes = (conv_req + ssm_req) * request.speculative_state_slots
@@ -1300,10 +1292,20 @@ def gpt_oss_sm120_other_kernel(spec: ModelSpec, gpu, version: str) -> bool:
 
     if spec.model_type != GPT_OSS_MODEL_TYPE or gpu_generation(gpu) != 12:
         return False
-    rules = sglang_rules(version)
-    if rules.release != "0.5" or rules.patch is None:
-        return True
-    return not SM120_MARLIN_MXFP4_FROM <= rules.patch <= SM120_MARLIN_MXFP4_LAST
+    return not sglang_runs_sm120_marlin(version)
+
+
+def sglang_runs_sm120_marlin(version: str) -> bool:
+    """Whether SGLang `version` is one of the 0.5 releases that run gpt-oss's MXFP4 experts on
+    Marlin on SM120 (SM120_MARLIN_MXFP4_FROM to _LAST); a bare 0.5 is before them."""
+    first = sglang_rules(version).from_05(SM120_MARLIN_MXFP4_FROM, bare=False)
+    return first and not sglang_after_sm120_marlin(version)
+
+
+def sglang_after_sm120_marlin(version: str) -> bool:
+    """Whether SGLang `version` is a 0.5 release after the last that runs Marlin there (note
+    sim-gpt-oss-sm120-kernel's `later`: FlashInfer's CUTLASS MXFP4 MoE); never a 0.4 one."""
+    return sglang_rules(version).from_05(SM120_MARLIN_MXFP4_LAST + 1, bare=False)
 
 
 def gpt_oss_one_pool(spec: ModelSpec, attention: SglangAttention, version: str) -> bool:
@@ -1314,7 +1316,7 @@ def gpt_oss_one_pool(spec: ModelSpec, attention: SglangAttention, version: str) 
     rules = sglang_rules(version)
     if rules.release != "0.5" or spec.model_type != GPT_OSS_MODEL_TYPE:
         return False
-    if rules.patch is not None and rules.patch < GPT_OSS_HYBRID_SWA_FROM:
+    if not rules.from_05(GPT_OSS_HYBRID_SWA_FROM):
         return True
     return "trtllm_mha" in (attention.prefill, attention.decode)
 

@@ -80,6 +80,14 @@ def stream_probes(device: str, num_bytes: int) -> list[Probe]:
     ]
 
 
+def _linear_probe(key: str, kind: str, size: int, x, weight, element: int, label: str, cold: bool):
+    """A probe of F.linear(x, weight): 2 x x's rows x the weight's elements FLOPs, the weight's
+    bytes moved (`element` bytes each)."""
+    flops = 2 * x.shape[0] * weight.numel()
+    item = Item(key, label, partial(F.linear, x, weight), cold)
+    return Probe(key, kind, size, flops, weight.numel() * element, item)
+
+
 def matmul_probes(device: str, dtype: str, plan: ProbePlan) -> list[Probe]:
     element = torch.finfo(DTYPES[dtype]).bits // 8
     rows = max(1024, plan.skinny_matrix_bytes // (PROBE_K * element))
@@ -90,87 +98,24 @@ def matmul_probes(device: str, dtype: str, plan: ProbePlan) -> list[Probe]:
     probes = []
     for m in SKINNY_ROWS:
         x = _rand(m, PROBE_K, dtype=dtype, device=device)
-        probes.append(
-            Probe(
-                f"matmul:m={m}",
-                "matmul",
-                m,
-                2 * m * big.numel(),
-                big.numel() * element,
-                Item(
-                    f"matmul:m={m}",
-                    f"matmul {m} x {PROBE_K} x {rows}",
-                    partial(F.linear, x, big),
-                    cold,
-                ),
-            )
-        )
-        probes.append(
-            Probe(
-                f"matmul_cache:m={m}",
-                "matmul_cache",
-                m,
-                2 * m * small.numel(),
-                small.numel() * element,
-                Item(
-                    f"matmul_cache:m={m}",
-                    f"matmul {m} rows, in cache",
-                    partial(F.linear, x, small),
-                ),
-            )
-        )
+        label = f"matmul {m} x {PROBE_K} x {rows}"
+        probes.append(_linear_probe(f"matmul:m={m}", "matmul", m, x, big, element, label, cold))
+        label = f"matmul {m} rows, in cache"
+        key = f"matmul_cache:m={m}"
+        probes.append(_linear_probe(key, "matmul_cache", m, x, small, element, label, False))
     for k in BANDWIDTH_K:
         w = _rand(max(64, plan.skinny_matrix_bytes // (k * element)), k, dtype=dtype, device=device)
         x = _rand(1, k, dtype=dtype, device=device)
-        probes.append(
-            Probe(
-                f"matmul_bandwidth:k={k}",
-                "matmul_bandwidth",
-                k,
-                2 * w.numel(),
-                w.numel() * element,
-                Item(
-                    f"matmul_bandwidth:k={k}",
-                    f"matmul 1 x {k} x {w.shape[0]}",
-                    partial(F.linear, x, w),
-                    cold,
-                ),
-            )
-        )
+        key, label = f"matmul_bandwidth:k={k}", f"matmul 1 x {k} x {w.shape[0]}"
+        probes.append(_linear_probe(key, "matmul_bandwidth", k, x, w, element, label, cold))
     # a small GEMM found cold: its time beyond its bytes is what every GEMM costs to start
     x = _rand(1, PROBE_K, dtype=dtype, device=device)
-    probes.append(
-        Probe(
-            "matmul_start",
-            "matmul_start",
-            1,
-            2 * small.numel(),
-            small.numel() * element,
-            Item(
-                "matmul_start",
-                "matmul 1 row, cold, small",
-                partial(F.linear, x, small),
-                True,
-            ),
-        )
-    )
+    label = "matmul 1 row, cold, small"
+    probes.append(_linear_probe("matmul_start", "matmul_start", 1, x, small, element, label, True))
     for m in plan.square_rows:
         x = _rand(m, square.shape[1], dtype=dtype, device=device)
-        probes.append(
-            Probe(
-                f"matmul:m={m}",
-                "matmul",
-                m,
-                2 * m * square.numel(),
-                square.numel() * element,
-                Item(
-                    f"matmul:m={m}",
-                    f"matmul {m} x {plan.square}^2",
-                    partial(F.linear, x, square),
-                    cold,
-                ),
-            )
-        )
+        label = f"matmul {m} x {plan.square}^2"
+        probes.append(_linear_probe(f"matmul:m={m}", "matmul", m, x, square, element, label, cold))
     return probes
 
 

@@ -16,12 +16,11 @@ from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.dtypes import resolve_kv_format
 from kvplan.engines.sglang import (
-    SM120_MARLIN_MXFP4_LAST,
     detokenizer_path,
     detokenizer_token_s,
     gpt_oss_below_blackwell,
     gpt_oss_sm120_other_kernel,
-    sglang_patch,
+    sglang_after_sm120_marlin,
 )
 from kvplan.errors import KvplanError
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_time_s
@@ -820,7 +819,7 @@ def _weak_spots(
         notes.append(note("sim-weak-gpt-oss-sglang"))
     version = request.serve.sglang_version
     if request.serve.engine == "sglang" and gpt_oss_sm120_other_kernel(spec, gpu, version):
-        later = (sglang_patch(version) or 0) > SM120_MARLIN_MXFP4_LAST
+        later = sglang_after_sm120_marlin(version)
         notes.append(note("sim-gpt-oss-sm120-kernel", version=version, later=later))
     if request.trace is None and request.workload.length_dist == "sharegpt":
         notes.append(note("sim-sharegpt"))

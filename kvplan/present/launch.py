@@ -22,16 +22,25 @@ def vllm_image(version: str) -> str:
     """The vLLM image of the release `version` names (--engine-version): a patch as given
     (0.6.3 -> v0.6.3, 0.6.6.post1 -> v0.6.6.post1); a minor alone the patch whose rules kvplan
     runs for it (V0's last: 0.6 -> v0.6.6, 0.7 -> v0.7.3; 0.8 -> v0.8.5), else its first
-    (0.21 -> v0.21.0)."""
+    (0.21 -> v0.21.0). A release candidate or dev build (0.8.4rc1) is refused, one line:
+    vllm/vllm-openai is tagged for releases only (vllm-project/vllm#20483: no image of
+    v0.9.2rc1), and its release's image (v0.8.4) is another build."""
     import re
 
-    from kvplan.engines.releases import release_parts
+    from kvplan.engines.releases import release_key, release_parts
     from kvplan.engines.vllm_v0 import LAST_PATCH, V08_LAST_PATCH
+    from kvplan.errors import KvplanError
 
-    parts = release_parts(version)
-    if parts is None:
+    parts, key = release_parts(version), release_key(version)
+    if parts is None or key is None:
         raise ValueError(f"not a vLLM release: {version[:20]!r}")
     major, minor, patch = parts
+    if key[3] < 0:  # release_key's pre-release or dev build
+        raise KvplanError(
+            f"vLLM {str(version)[:20]} is a pre-release: {VLLM_REPOSITORY} publishes no image "
+            f"of it (its tags name releases, v{major}.{minor}.{patch}); give --engine-version "
+            f"{major}.{minor}.{patch} or build the image yourself"
+        )
     post = re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+)?", str(version))
     if post is not None:
         return f"{VLLM_REPOSITORY}:v{version}"

@@ -890,15 +890,13 @@ def sglang_moe_runner_rows(spec, gpu, options, tables, wdtype: str, layout) -> M
     key = own_moe_key(spec, wdtype, layout.expert_ranks // layout.ep, layout.ep)
     if key is None or sglang_weights_format(wdtype).startswith("mxfp4"):
         return None
-    rules = sglang_rules(run_engine_version(options))
     name = sglang_moe_runner(
-        rules.patch,
+        sglang_rules(run_engine_version(options)),
         spec.config_model_type or spec.model_type,
         wdtype,
         gpu_generation(gpu),
         options.backends.moe_runner_backend,
         options.ep_size or 1,
-        rules.release,
     )
     sources = tuple(src for src, r in SGLANG_RUNNER_OF_SOURCE.items() if r == name)
     rows = moe_runner_rows(tables.gpu, tables.engine, tables.engine_version, key, sources)
@@ -1968,8 +1966,9 @@ class ScaledStepModel:
     interval's propagated runs, kvplan.plans.intervals.step_scales). The engines price a step
     through `step` (one step, a lockstep group's ranks) or `decode_span_s` (a run of
     decode-only steps) of the model they hold, `without_graphs` for an eager group and
-    `extend_in_batch` for a group with an extend; every other attribute is the wrapped
-    model's."""
+    `extend_in_batch` for a group with an extend, each scaled here; besides, they read only the
+    facts of SCALED_MODEL_FACTS, passed through as the wrapped model has them (none is a time).
+    Any other attribute is an AttributeError, never the wrapped model's pricing unscaled."""
 
     def __init__(self, model, scale: float):
         if not (math.isfinite(scale) and scale > 0):
@@ -1990,7 +1989,16 @@ class ScaledStepModel:
         return ScaledStepModel(self.model.extend_in_batch(), self.scale)
 
     def __getattr__(self, name: str):
-        return getattr(self.model, name)
+        if name in SCALED_MODEL_FACTS:
+            return getattr(self.model, name)
+        raise AttributeError(f"ScaledStepModel does not scale {name!r}")
+
+
+# what the engines read of the model they step besides its step times (Engine, cluster.Lockstep,
+# the SGLang engine's lockstep rules): counts and flags, the same at any scale
+SCALED_MODEL_FACTS = frozenset(
+    ("cuda_graph_max_tokens", "dp_gather_full", "speculation", "skip_dp_mlp_sync")
+)
 
 
 def _scaled_step(timing, scale: float):

@@ -483,10 +483,20 @@ class SpeculativeStepModel:
             else 0.0
         )
 
-    def __getattr__(self, name):  # the target's coefficients (async_scheduling, dp, ...)
+    def __getattr__(self, name):
+        """The target's coefficients (cuda_graph_max_tokens, dp_gather_full, async_scheduling,
+        ...): data only. A method this class does not define is an AttributeError, never the
+        target's own pricing passed through without the speculative round (a StepModel method
+        added later must be defined here, as step, decode_span_s and without_graphs are)."""
         if name.startswith("__") or name == "target":  # copies and pickles: not the target's
             raise AttributeError(name)
-        return getattr(self.target, name)
+        value = getattr(self.target, name)
+        if callable(value):
+            raise AttributeError(
+                f"SpeculativeStepModel does not define {name!r}: the target's would price it "
+                "without speculation"
+            )
+        return value
 
     @property
     def untimed_parts(self) -> tuple[str, ...]:
@@ -900,16 +910,16 @@ class SpeculativeStepModel:
 
 
 class _ExtendInBatch:
-    """SpeculativeStepModel.extend_in_batch: its step prices a decode-only batch as
-    extend_in_batch_decode, every other batch as the model does; the rest is the model's."""
+    """SpeculativeStepModel.extend_in_batch: the one call a lockstep step makes of its model
+    (batch_step.lockstep_step: `step`), a decode-only batch priced as extend_in_batch_decode,
+    every other batch as the model does. Nothing else is the model's: no attribute forwards
+    (a method added to the step models is an AttributeError here, never the model's own
+    pricing passed through unchanged)."""
+
+    __slots__ = ("model",)
 
     def __init__(self, model: SpeculativeStepModel):
         self.model = model
-
-    def __getattr__(self, name):
-        if name.startswith("__") or name == "model":
-            raise AttributeError(name)
-        return getattr(self.model, name)
 
     def step(
         self,
