@@ -791,6 +791,23 @@ def mamba_capped_requests(
     return min(requests, max(max_mamba_cache_size // per_request, 1))
 
 
+def mamba_radix_rules(spec: ModelSpec, version: str) -> bool:
+    """Whether SGLang `version` runs server_args._handle_mamba_radix_cache for this model: a
+    recurrent-state hybrid at 0.5.6 or later (MAMBA_NO_OVERLAP_FROM; a bare 0.5: its newest)."""
+    if not spec.has_kind(CacheKind.STATE) or sglang_release(version)[0] != "0.5":
+        return False
+    patch = sglang_patch(version)
+    return patch is None or patch >= MAMBA_NO_OVERLAP_FROM
+
+
+def speculative_radix_off(spec: ModelSpec, version: str) -> bool:
+    """Whether SGLang `version` keeps no radix cache for this model while it speculates under
+    the no_buffer strategy (sglang_radix_off's "speculative" and its error from
+    MAMBA_SPEC_RADIX_ERROR_FROM): `kvplan plan` launches such a layout with
+    --disable-radix-cache, which SGLang then runs as it would itself, or needs to start."""
+    return mamba_radix_rules(spec, version) and spec.model_type not in NO_MAMBA_RADIX_MODEL_TYPES
+
+
 def sglang_radix_off(
     spec: ModelSpec, gpu: GpuProfile, request: EngineRequest, attention_backend: str | None
 ) -> str | None:
@@ -804,11 +821,9 @@ def sglang_radix_off(
     (sglang_allocation) and the simulated prefix cache (simulate.setup)."""
     if not request.radix_cache:
         return "given"
-    if not spec.has_kind(CacheKind.STATE) or sglang_release(request.sglang_version)[0] != "0.5":
+    if not mamba_radix_rules(spec, request.sglang_version):
         return None
     patch = sglang_patch(request.sglang_version)
-    if patch is not None and patch < MAMBA_NO_OVERLAP_FROM:
-        return None
     if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES:
         return "unsupported"
     if request.speculative:
@@ -833,14 +848,11 @@ def mamba_radix_overlap_off(
     recurrent-state hybrid that keeps the radix cache (`radix`), does not speculate, and runs
     an attention backend other than trtllm_mha (MAMBA_NO_OVERLAP_FROM's rule; a speculative
     hybrid's overlap scheduler is off in any case, spec v1)."""
-    if not spec.has_kind(CacheKind.STATE) or not radix or speculative:
+    if not radix or speculative:
         return False
     if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES or attention_backend == "trtllm_mha":
         return False
-    rules = sglang_rules(version)
-    if rules.release != "0.5":
-        return False
-    return rules.patch is None or rules.patch >= MAMBA_NO_OVERLAP_FROM
+    return mamba_radix_rules(spec, version)
 
 
 def _mamba_bytes_per_request(stage: ModelSpec, tp: int) -> tuple[int, int]:
