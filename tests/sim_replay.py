@@ -80,6 +80,7 @@ TAKEN = {
     "--speculative-num-draft-tokens": True,
     "--speculative-draft-model-path": True,
     "--speculative-skip-dp-mlp-sync": False,
+    "--mamba-scheduler-strategy": True,
     "--attention-backend": True,
     "--prefill-attention-backend": True,
     "--decode-attention-backend": True,

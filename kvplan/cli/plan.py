@@ -185,6 +185,12 @@ def add(app: typer.Typer) -> None:
             help="With --emit sglang, DP attention and EAGLE/NEXTN: every speculative layout "
             "skips the sync of decode batches (default: searched with and without).",
         ),
+        mamba_scheduler_strategy: str = typer.Option(
+            None,
+            "--mamba-scheduler-strategy",
+            help="With --emit sglang, a recurrent-state hybrid: no_buffer or extra_buffer for "
+            "every configuration (see simulate), printed in the launch command.",
+        ),
         fmt: c.OutputFormat = c.format_option(),
         out: Path = c.out_option(),
     ) -> None:
@@ -257,6 +263,7 @@ def add(app: typer.Typer) -> None:
             speculative=speculative,
             disable_radix_cache=disable_radix_cache,
             speculative_skip_dp_mlp_sync=speculative_skip_dp_mlp_sync,
+            mamba_scheduler_strategy=mamba_scheduler_strategy,
             **c.speculative_fields(
                 speculative_config,
                 speculative_algorithm,

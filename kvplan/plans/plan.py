@@ -169,6 +169,8 @@ class PlanRequest(NamedTuple):
     # it; not given, such a layout is searched with and without it (speculative "auto").
     disable_radix_cache: bool = False
     speculative_skip_dp_mlp_sync: bool = False
+    # SGLang's --mamba-scheduler-strategy for every configuration (None: no_buffer, unprinted)
+    mamba_scheduler_strategy: str | None = None
 
 
 class Config(NamedTuple):
@@ -746,6 +748,8 @@ def mode_flags(request: PlanRequest) -> str | None:
     if request.enforce_eager:
         flags.append("--enforce-eager" if request.emit == "vllm" else "--disable-cuda-graph")
     flags.extend(request.piecewise.given())
+    if request.mamba_scheduler_strategy is not None:
+        flags.append(f"--mamba-scheduler-strategy {request.mamba_scheduler_strategy}")
     flags.extend(f"{flag} {value}" for flag, value in request.backends.given())
     return " ".join(flags) or None
 
@@ -1208,6 +1212,7 @@ def _options(spec: ModelSpec, request: PlanRequest, config: Config) -> ServeOpti
         enforce_eager=request.enforce_eager,
         piecewise=request.piecewise,
         backends=request.backends,
+        mamba_scheduler_strategy=request.mamba_scheduler_strategy,
         **_layout_fields(spec, request, config.speculative),
     )
 
@@ -1231,6 +1236,7 @@ def _check_sglang_flags(spec: ModelSpec, request: PlanRequest) -> None:
     for given, flag in (
         (request.disable_radix_cache, "--disable-radix-cache"),
         (request.speculative_skip_dp_mlp_sync, "--speculative-skip-dp-mlp-sync"),
+        (request.mamba_scheduler_strategy is not None, "--mamba-scheduler-strategy"),
     ):
         if given and request.emit != "sglang":
             raise KvplanError(f"{flag} is SGLang's: give --emit sglang")
