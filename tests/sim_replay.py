@@ -80,6 +80,7 @@ TAKEN = {
     "--speculative-num-draft-tokens": True,
     "--speculative-draft-model-path": True,
     "--speculative-skip-dp-mlp-sync": False,
+    "--mamba-scheduler-strategy": True,
     "--attention-backend": True,
     "--prefill-attention-backend": True,
     "--decode-attention-backend": True,
@@ -379,7 +380,8 @@ def accept_length(case: dict) -> float | None:
 
 def needs(case: dict) -> list[str]:
     """Why kvplan simulate cannot replay a published run, computed from the record and what
-    simulate takes today (empty: it replays): no GPU profile for the run's GPU; a checkpoint
+    simulate takes today (empty: it replays): no GPU profile for the run's GPU; no prompt count
+    (InferenceX's blocks print none); a checkpoint
     whose config kvplan does not bundle (`bundled_config_differs` where the id would resolve to
     another checkpoint's config, a fact of the record); a record whose serve command is not the
     one its block ran (`record_mismatch`, likewise); a serve flag or environment switch
@@ -406,6 +408,8 @@ def needs(case: dict) -> list[str]:
             out.append(f"{var}: the {flag} its SGLang build reserved (the record gives none)")
     if is_speculative(case) and accept_length(case) is None:
         out.append("an acceptance length for the speculative run (its source states none)")
+    if case.get("num_prompts") is None:
+        out.append("a prompt count (its source prints none)")
     return out
 
 

@@ -22,6 +22,9 @@ FP32 = KvFormat("fp32")
 NO_ORACLE = {
     "falcon-40b-legacy": "falcon-40b",  # the RefinedWeb format transformers dropped
     "kimi-k2": "kimi-k2.5",  # model_type kimi_k2: transformers reads it as deepseek_v3
+    # the NVFP4 checkpoint's text_config is kimi-k2.5's field for field (its model_type spelled
+    # deepseek_v3, its quantization apart); not counted by transformers here (no oracle run)
+    "kimi-k2.5-nvfp4": "kimi-k2.5",
 }
 
 

@@ -173,6 +173,24 @@ def add(app: typer.Typer) -> None:
         speculative_draft_model_path: str = c.speculative_draft_option(),
         spec_accept: str = c.spec_accept_option(),
         spec_accept_length: float = c.spec_accept_length_option(),
+        disable_radix_cache: bool = typer.Option(
+            False,
+            "--disable-radix-cache",
+            help="With --emit sglang: no radix (prefix) cache for every configuration (a "
+            "speculating hybrid that SGLang runs without it gets the flag in any case).",
+        ),
+        speculative_skip_dp_mlp_sync: bool = typer.Option(
+            False,
+            "--speculative-skip-dp-mlp-sync",
+            help="With --emit sglang, DP attention and EAGLE/NEXTN: every speculative layout "
+            "skips the sync of decode batches (default: searched with and without).",
+        ),
+        mamba_scheduler_strategy: str = typer.Option(
+            None,
+            "--mamba-scheduler-strategy",
+            help="With --emit sglang, a recurrent-state hybrid: no_buffer or extra_buffer for "
+            "every configuration (see simulate), printed in the launch command.",
+        ),
         fmt: c.OutputFormat = c.format_option(),
         out: Path = c.out_option(),
     ) -> None:
@@ -247,6 +265,9 @@ def add(app: typer.Typer) -> None:
             piecewise=c.piecewise_flags(disable_piecewise, enable_piecewise, piecewise_max_tokens),
             backends=backends,
             speculative=speculative,
+            disable_radix_cache=disable_radix_cache,
+            speculative_skip_dp_mlp_sync=speculative_skip_dp_mlp_sync,
+            mamba_scheduler_strategy=mamba_scheduler_strategy,
             **c.speculative_fields(
                 speculative_config,
                 speculative_algorithm,

@@ -81,6 +81,9 @@ class EngineRequest(NamedTuple):
     speculative: bool = False
     radix_cache: bool = True
     max_running_requests: int | None = None
+    # SGLang's --mamba-scheduler-strategy extra_buffer: the track buffer's recurrent states each
+    # running request holds beside its own (engines.sglang.mamba_track_slots; 0: no_buffer)
+    mamba_track_slots: int = 0
     # vLLM V0's profile run (0.6, 0.7), whose sampler takes top-k/top-p (formulas.memory
     # v0_sampler_bytes)
     v0_profile: bool = False

@@ -140,6 +140,19 @@ NO_MAMBA_RADIX_MODEL_TYPES = ("kimi_linear",)
 # error (refused, one line) and, for a bare 0.5 (no patch), the side of it on which the launch
 # runs (the radix cache off, noted).
 MAMBA_SPEC_RADIX_ERROR_FROM = 10
+# --mamba-scheduler-strategy (server_args): no_buffer (the default; the rules above) or
+# extra_buffer, added by SGLang PR #14792 (opened 2025-12-10, Qwen3-Next; Mamba2 models by PR
+# #15829, opened 2025-12-25). Under extra_buffer _handle_mamba_radix_cache keeps the radix cache
+# and the overlap scheduler on (it only asserts CUDA and the track interval), and each running
+# request holds, beside its working state, a ping-pong track buffer of recurrent states
+# (HybridReqToTokenPool.mamba_ping_pong_track_buffer_size: 2 with the overlap scheduler, 1
+# without), which _calculate_mamba_ratio counts: max_running_requests <=
+# max_mamba_cache_size // (MAMBA_SLOTS_PER_REQUEST + MAMBA_TRACK_SLOTS[overlap]). kvplan takes
+# 0.5.7 as the first release with it (the first after 2025-12-10; the tag is not checked, nor
+# whether 0.5.7 has #15829's Mamba2 support).
+MAMBA_STRATEGIES = ("no_buffer", "extra_buffer")
+MAMBA_EXTRA_BUFFER_FROM = 7
+MAMBA_TRACK_SLOTS = {True: 2, False: 1}  # MAMBA_CACHE_V2_ADDITIONAL_RATIO_(NO_)OVERLAP
 
 SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio
 MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio: state pool = rest x r / (1 + r)
@@ -772,16 +785,90 @@ def speculative_state_slots(max_running_requests: int, draft_tokens: int, dp: in
 
 
 def mamba_capped_requests(
-    requests: int, max_mamba_cache_size: int | None, radix_cache: bool = True
+    requests: int, max_mamba_cache_size: int | None, radix_cache: bool = True, track_slots: int = 0
 ) -> int:
     """max_running_requests under a hybrid's state pool (init_memory: at most
-    max_mamba_cache_size // MAMBA_SLOTS_PER_REQUEST, whether given or SGLang's default, and
-    // 1 with the radix cache off: _calculate_mamba_ratio returns 1 under
+    max_mamba_cache_size // _calculate_mamba_ratio: MAMBA_SLOTS_PER_REQUEST, plus the
+    extra_buffer strategy's `track_slots` (mamba_track_slots), whether given or SGLang's
+    default, and // 1 with the radix cache off: _calculate_mamba_ratio returns 1 under
     disable_radix_cache); `requests` as it is without a state pool (None: none)."""
     if max_mamba_cache_size is None:
         return requests
-    per_request = MAMBA_SLOTS_PER_REQUEST if radix_cache else 1
+    per_request = MAMBA_SLOTS_PER_REQUEST + track_slots if radix_cache else 1
     return min(requests, max(max_mamba_cache_size // per_request, 1))
+
+
+def mamba_track_slots(
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    strategy: str | None,
+    version: str,
+    overlap: bool,
+    speculative: bool,
+    radix_cache: bool,
+) -> int:
+    """The recurrent states a running request holds beside its own under --mamba-scheduler-
+    strategy `strategy` (MAMBA_STRATEGIES; None: no_buffer): extra_buffer's ping-pong track
+    buffer (MAMBA_TRACK_SLOTS, by whether the overlap scheduler runs), 0 under no_buffer and
+    where the radix cache is off regardless (NO_MAMBA_RADIX_MODEL_TYPES). One-line errors where
+    SGLang refuses it (before MAMBA_EXTRA_BUFFER_FROM, off CUDA, a model without recurrent state,
+    extra_buffer with the radix cache off and no speculation: PR #19169) or kvplan does not
+    model it (with speculative decoding, which SGLang runs as spec v2 then,
+    SGLANG_ENABLE_SPEC_V2=1, beside the overlap scheduler)."""
+    name = str(strategy or "no_buffer").strip().lower()
+    if name not in MAMBA_STRATEGIES:
+        raise KvplanError(
+            f"--mamba-scheduler-strategy {str(strategy)[:20]!r}: choose "
+            f"{' or '.join(MAMBA_STRATEGIES)}"
+        )
+    if name == "no_buffer":
+        return 0
+    rules = sglang_rules(version)
+    if rules.release != "0.5" or (
+        rules.patch is not None and rules.patch < MAMBA_EXTRA_BUFFER_FROM
+    ):
+        raise KvplanError(
+            f"SGLang {version} has no --mamba-scheduler-strategy extra_buffer (from "
+            f"0.5.{MAMBA_EXTRA_BUFFER_FROM}, PR #14792)"
+        )
+    if not spec.has_kind(CacheKind.STATE):
+        raise KvplanError(
+            f"--mamba-scheduler-strategy extra_buffer needs a model with recurrent state; "
+            f"{spec.name} has none"
+        )
+    if gpu.device_vendor != "NVIDIA":
+        raise KvplanError(
+            "SGLang runs --mamba-scheduler-strategy extra_buffer on CUDA devices only "
+            "(_handle_mamba_radix_cache)"
+        )
+    if speculative:
+        raise KvplanError(
+            "--mamba-scheduler-strategy extra_buffer with speculative decoding runs SGLang's "
+            "spec v2 (SGLANG_ENABLE_SPEC_V2=1), which kvplan does not model: use no_buffer with "
+            "--disable-radix-cache"
+        )
+    if not radix_cache:
+        raise KvplanError(
+            "SGLang refuses --mamba-scheduler-strategy extra_buffer with --disable-radix-cache "
+            "when not speculating (PR #19169): use no_buffer"
+        )
+    if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES:
+        return 0  # the radix cache goes off first: no track buffer (enable_mamba_extra_buffer)
+    return MAMBA_TRACK_SLOTS[overlap]
+
+
+def mamba_radix_rules(spec: ModelSpec, version: str) -> bool:
+    """Whether SGLang `version` runs server_args._handle_mamba_radix_cache for this model: a
+    recurrent-state hybrid at 0.5.6 or later (MAMBA_NO_OVERLAP_FROM; a bare 0.5: its newest)."""
+    return spec.has_kind(CacheKind.STATE) and sglang_rules(version).from_05(MAMBA_NO_OVERLAP_FROM)
+
+
+def speculative_radix_off(spec: ModelSpec, version: str) -> bool:
+    """Whether SGLang `version` keeps no radix cache for this model while it speculates under
+    the no_buffer strategy (sglang_radix_off's "speculative" and its error from
+    MAMBA_SPEC_RADIX_ERROR_FROM): `kvplan plan` launches such a layout with
+    --disable-radix-cache, which SGLang then runs as it would itself, or needs to start."""
+    return mamba_radix_rules(spec, version) and spec.model_type not in NO_MAMBA_RADIX_MODEL_TYPES
 
 
 def sglang_radix_off(
@@ -797,11 +884,13 @@ def sglang_radix_off(
     (sglang_allocation) and the simulated prefix cache (simulate.setup)."""
     if not request.radix_cache:
         return "given"
-    rules = sglang_rules(request.sglang_version)
-    if not spec.has_kind(CacheKind.STATE) or not rules.from_05(MAMBA_NO_OVERLAP_FROM):
+    if not mamba_radix_rules(spec, request.sglang_version):
         return None
+    rules = sglang_rules(request.sglang_version)
     if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES:
         return "unsupported"
+    if request.mamba_track_slots:
+        return None  # extra_buffer: _handle_mamba_radix_cache keeps it whatever the backend
     if request.speculative:
         amd = gpu.device_vendor == "AMD"
         if rules.from_05(MAMBA_SPEC_RADIX_ERROR_FROM, bare=False) and not amd:
@@ -824,11 +913,11 @@ def mamba_radix_overlap_off(
     recurrent-state hybrid that keeps the radix cache (`radix`), does not speculate, and runs
     an attention backend other than trtllm_mha (MAMBA_NO_OVERLAP_FROM's rule; a speculative
     hybrid's overlap scheduler is off in any case, spec v1)."""
-    if not spec.has_kind(CacheKind.STATE) or not radix or speculative:
+    if not radix or speculative:
         return False
     if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES or attention_backend == "trtllm_mha":
         return False
-    return sglang_rules(version).from_05(MAMBA_NO_OVERLAP_FROM)
+    return mamba_radix_rules(spec, version)
 
 
 def _mamba_bytes_per_request(stage: ModelSpec, tp: int) -> tuple[int, int]:
@@ -1142,6 +1231,14 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             mamba_pool = int(rest * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO))
             max_mamba = mamba_pool // (conv_req + ssm_req)
             notes.append(note("sglang-mamba", ratio=MAMBA_FULL_MEMORY_RATIO, ssm=MAMBA_SSM_DTYPE))
+            if request.mamba_track_slots:
+                notes.append(
+                    note(
+                        "sglang-mamba-extra-buffer",
+                        track=request.mamba_track_slots,
+                        ratio=MAMBA_SLOTS_PER_REQUEST + request.mamba_track_slots,
+                    )
+                )
         conv_bytes, ssm_bytes = max_mamba * conv_req, max_mamba * ssm_req
         rest -= mamba_pool
         if rest <= 0:
@@ -1202,7 +1299,9 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         )
     running = min(max(int(tokens / request.max_model_len * 512), 2048), 4096)
     running = min(running, max(tokens // 2, 1))
-    running = mamba_capped_requests(running, max_mamba, radix_off is None)
+    running = mamba_capped_requests(
+        running, max_mamba, radix_off is None, request.mamba_track_slots
+    )
     fits = tokens >= request.max_model_len
     return SglangResult(
         kvplan_version=__version__,

@@ -4,7 +4,7 @@ order, and the CRC-32 of each config they were built from (kvplan.plans.whatif_t
 builds them at run time where one differs)."""
 
 CONFIG_CRC32 = {
-    "index.json": "73ac543a",
+    "index.json": "66fa7662",
     "CodeLlama-34b-Instruct-hf.json": "c75c9588",
     "DeepSeek-R1.json": "e41265ea",
     "DeepSeek-V2-Lite.json": "0d238a1c",
@@ -22,6 +22,7 @@ CONFIG_CRC32 = {
     "GLM-5.json": "0ef2ac0b",
     "Gemma-4-31B-IT-NVFP4.json": "93040493",
     "Kimi-K2-Instruct.json": "0f810a87",
+    "Kimi-K2.5-NVFP4.json": "32ee2138",
     "Kimi-K2.5.json": "bbf0401e",
     "Kimi-K3.json": "610fd9c4",
     "LFM2-1.2B.json": "376c715b",
@@ -135,6 +136,7 @@ MODELS = (
     ("deepseek-v3.2", "deepseek_v32", 129280, 671877929216),
     ("kimi-k2", "deepseek_v3", 163840, 1026408209408),
     ("kimi-k2.5", "deepseek_v3", 163840, 1026408209408),
+    ("kimi-k2.5-nvfp4", "deepseek_v3", 163840, 1026408209408),
     ("glm-5", "glm_moe_dsa", 154880, 743911199232),
     ("glm-5-fp8", "glm_moe_dsa", 154880, 743911199232),
     ("glm-4.7", "glm4_moe", 151552, 352796472320),

@@ -163,6 +163,14 @@ class PlanRequest(NamedTuple):
     speculative_draft_model_path: str | None = None
     spec_accept: str | None = None
     spec_accept_length: float | None = None
+    # SGLang's --disable-radix-cache for every configuration (given); a speculative layout of a
+    # hybrid SGLang runs without it (engines.sglang.speculative_radix_off) carries it anyway.
+    # --speculative-skip-dp-mlp-sync given: every EAGLE/NEXTN layout under DP attention takes
+    # it; not given, such a layout is searched with and without it (speculative "auto").
+    disable_radix_cache: bool = False
+    speculative_skip_dp_mlp_sync: bool = False
+    # SGLang's --mamba-scheduler-strategy for every configuration (None: no_buffer, unprinted)
+    mamba_scheduler_strategy: str | None = None
 
 
 class Config(NamedTuple):
@@ -213,6 +221,9 @@ class Candidate(NamedTuple):
     # (None: none)
     speculative: list[str] | None = None
     spec_tokens_per_round: float | None = None
+    # the flags of its layout besides those (SGLang's --disable-radix-cache,
+    # --speculative-skip-dp-mlp-sync; launch_layout_flags), in --emit's spelling (None: none)
+    layout_flags: list[str] | None = None
     # the interval class its uncertainty was taken from (kvplan.plans.intervals.evidence_for)
     # and the parts of its step no kernel table times (StepModel.untimed_parts)
     interval_class: str = ""
@@ -266,6 +277,7 @@ def plan(
     _check_piecewise(request)
     if request.max_model_len is not None:  # a launch the engine refuses, refused before searching
         check_max_model_len(spec, request.emit, request.max_model_len, False, allow_flag=None)
+    _check_sglang_flags(spec, request)
     _check_speculative(spec, request)
     requests = generate(request.workload._replace(request_rate=math.inf))
     configs = search_space(gpus, request, len(speculative_layouts(spec, request)), spec)
@@ -503,7 +515,7 @@ def speculative_layouts(spec: ModelSpec, request: PlanRequest) -> list[dict]:
     if given:
         if request.speculative == "off":
             raise KvplanError("--speculative off: drop the speculative flags")
-        return [{}, {**given, **accept}]
+        return _sglang_layouts(spec, request, [{}, {**given, **accept}])
     layers = mtp_layers(spec)
     if request.speculative == "off" or not layers or _vllm_v0(request):
         if request.spec_accept is not None or request.spec_accept_length is not None:
@@ -522,7 +534,43 @@ def speculative_layouts(spec: ModelSpec, request: PlanRequest) -> list[dict]:
             "speculative_eagle_topk": 1,
             "speculative_num_draft_tokens": layers + 1,
         }
-    return [{}, {**mtp, **accept}]
+    return _sglang_layouts(spec, request, [{}, {**mtp, **accept}])
+
+
+def _sglang_layouts(spec: ModelSpec, request: PlanRequest, layouts: list[dict]) -> list[dict]:
+    """The speculative layouts as SGLang runs them: a hybrid whose release keeps no radix cache
+    while speculating (speculative_radix_off; from 0.5.10 it refuses to start without
+    --disable-radix-cache, SGLang PR #19391) with the flag, and an EAGLE/NEXTN layout under DP
+    attention with --speculative-skip-dp-mlp-sync (given), or without and with it (searched)."""
+    from kvplan.engines.sglang import speculative_radix_off
+
+    if request.emit != "sglang":
+        return layouts
+    version = ServeOptions(**release_fields(request)).sglang_version
+    radix_off = speculative_radix_off(spec, version)
+    dp_attention = request.enable_dp_attention and request.data_parallel_size > 1
+    out = [layouts[0]]
+    for layout in layouts[1:]:
+        if radix_off:
+            layout = {**layout, "enable_prefix_caching": False}
+        algorithm = str(layout.get("speculative_algorithm") or "").strip().upper()
+        skips = dp_attention and algorithm in ("EAGLE", "NEXTN")
+        if request.speculative_skip_dp_mlp_sync or not skips:
+            out.append(layout)
+        else:
+            out.extend([layout, {**layout, "speculative_skip_dp_mlp_sync": True}])
+    return out
+
+
+def launch_layout_flags(options: ServeOptions) -> list[str] | None:
+    """The flags of a configuration's layout that plan's launch command adds, in --emit's
+    spelling (None: none): SGLang's --disable-radix-cache and --speculative-skip-dp-mlp-sync."""
+    flags = []
+    if options.engine == "sglang" and options.enable_prefix_caching is False:
+        flags.append("--disable-radix-cache")
+    if options.speculative_skip_dp_mlp_sync:
+        flags.append("--speculative-skip-dp-mlp-sync")
+    return flags or None
 
 
 def _groups(configs: list[Config]) -> list[list[Config]]:
@@ -700,6 +748,8 @@ def mode_flags(request: PlanRequest) -> str | None:
     if request.enforce_eager:
         flags.append("--enforce-eager" if request.emit == "vllm" else "--disable-cuda-graph")
     flags.extend(request.piecewise.given())
+    if request.mamba_scheduler_strategy is not None:
+        flags.append(f"--mamba-scheduler-strategy {request.mamba_scheduler_strategy}")
     flags.extend(f"{flag} {value}" for flag, value in request.backends.given())
     return " ".join(flags) or None
 
@@ -1082,6 +1132,7 @@ def _search(spec, request, config, gpus, requests, replica, price, memo, bracket
         ),
         max_model_len=replica.options.max_model_len,
         speculative=_spec_flags(replica, request.emit),
+        layout_flags=launch_layout_flags(replica.options),
         spec_tokens_per_round=replica.speculation.tokens_per_round
         if replica.speculation is not None
         else None,
@@ -1161,8 +1212,48 @@ def _options(spec: ModelSpec, request: PlanRequest, config: Config) -> ServeOpti
         enforce_eager=request.enforce_eager,
         piecewise=request.piecewise,
         backends=request.backends,
-        **speculative_layouts(spec, request)[config.speculative],
+        mamba_scheduler_strategy=request.mamba_scheduler_strategy,
+        **_layout_fields(spec, request, config.speculative),
     )
+
+
+def _layout_fields(spec: ModelSpec, request: PlanRequest, index: int) -> dict:
+    """The ServeOptions fields of speculative layout `index` (0: none), with
+    --disable-radix-cache (given: every configuration's) and --speculative-skip-dp-mlp-sync
+    (given: every speculative layout's)."""
+    fields: dict = {}
+    if request.disable_radix_cache:
+        fields["enable_prefix_caching"] = False
+    if request.speculative_skip_dp_mlp_sync and index > 0:
+        fields["speculative_skip_dp_mlp_sync"] = True
+    return {**fields, **speculative_layouts(spec, request)[index]}
+
+
+def _check_sglang_flags(spec: ModelSpec, request: PlanRequest) -> None:
+    """--disable-radix-cache and --speculative-skip-dp-mlp-sync where SGLang takes them:
+    refused before searching for --emit vllm, and the latter without DP attention or without
+    an EAGLE/NEXTN layout to search (SGLang asserts EAGLE; kvplan.simulate.speculative)."""
+    for given, flag in (
+        (request.disable_radix_cache, "--disable-radix-cache"),
+        (request.speculative_skip_dp_mlp_sync, "--speculative-skip-dp-mlp-sync"),
+        (request.mamba_scheduler_strategy is not None, "--mamba-scheduler-strategy"),
+    ):
+        if given and request.emit != "sglang":
+            raise KvplanError(f"{flag} is SGLang's: give --emit sglang")
+    if not request.speculative_skip_dp_mlp_sync:
+        return
+    if not (request.enable_dp_attention and request.data_parallel_size > 1):
+        raise KvplanError(
+            "--speculative-skip-dp-mlp-sync skips DP attention's sync: give --dp-size N "
+            "--enable-dp-attention"
+        )
+    layouts = speculative_layouts(spec, request)[1:]
+    algorithms = {str(x.get("speculative_algorithm") or "").strip().upper() for x in layouts}
+    if not algorithms or not algorithms <= {"EAGLE", "NEXTN"}:
+        raise KvplanError(
+            "--speculative-skip-dp-mlp-sync is SGLang's, with --speculative-algorithm EAGLE "
+            "(or NEXTN) only: give one, or plan a model with MTP layers"
+        )
 
 
 def _reason(message: str) -> str:

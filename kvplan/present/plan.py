@@ -9,6 +9,12 @@ from kvplan.present import format as f
 from kvplan.present.launch import one_line, vllm_image
 from kvplan.present.view import Column, Table, View, jsonable, view
 
+# the config column's words for a layout's flags (Candidate.layout_flags)
+LAYOUT_LABELS = {
+    "--disable-radix-cache": "no radix cache",
+    "--speculative-skip-dp-mlp-sync": "no DP MLP sync",
+}
+
 
 def serve_command(
     engine: str, model_id: str, c: Candidate, mem_fraction: float | None = None
@@ -67,6 +73,8 @@ def plan_view(result: PlanResult, engine: str = "vllm") -> View:
         if item.get("speculative") is None:  # no speculative decoding: the JSON as before
             item.pop("speculative", None)
             item.pop("spec_tokens_per_round", None)
+        if item.get("layout_flags") is None:  # none: the JSON as before
+            item.pop("layout_flags", None)
     flags = [getattr(result, k, None) for k in ("parallel_flags", "mode_flags")]
     for key, given in zip(("parallel_flags", "mode_flags"), flags, strict=True):
         if given is None:
@@ -81,13 +89,19 @@ def plan_view(result: PlanResult, engine: str = "vllm") -> View:
     for c, item in zip(result.candidates, data["candidates"], strict=True):
         item["command"] = serve_command(
             engine, model_id, c, getattr(result, "mem_fraction_static", None)
-        ) + (f" {extra}" if extra else "")
+        ) + "".join(
+            f" {flag}" for flag in [extra, *(getattr(c, "layout_flags", None) or ())] if flag
+        )
         rows.append(
             {
                 **item,
                 "config": f"{c.gpu} TP{c.tp}"
                 + (f" PP{c.pp}" if c.pp > 1 else "")
-                + (_spec_text(c) if getattr(c, "speculative", None) else ""),
+                + (_spec_text(c) if getattr(c, "speculative", None) else "")
+                + "".join(
+                    f", {LAYOUT_LABELS.get(flag, flag)}"
+                    for flag in getattr(c, "layout_flags", None) or ()
+                ),
                 "kv": c.kv_cache_dtype,
                 "p99_ttft_ms": c.operating_point.p99_ttft_ms,
                 "p99_tpot_ms": c.operating_point.p99_tpot_ms,

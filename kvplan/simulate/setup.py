@@ -133,6 +133,8 @@ class ServeOptions(NamedTuple):
     speculative_draft_model_path: str | None = None
     # SGLang's --speculative-skip-dp-mlp-sync (kvplan.simulate.speculative MLP_SYNCS_DECODE)
     speculative_skip_dp_mlp_sync: bool = False
+    # SGLang's --mamba-scheduler-strategy (engines.sglang.MAMBA_STRATEGIES; None: no_buffer)
+    mamba_scheduler_strategy: str | None = None
     spec_accept: str | None = None
     spec_accept_length: float | None = None
     # vLLM V0's multi-step scheduling (--num-scheduler-steps, 0.6-0.8; 1: off)
@@ -506,6 +508,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
     for given, flag in (
         (options.enable_dp_lm_head, "--enable-dp-lm-head"),
         (options.moe_dense_tp_size is not None, "--moe-dense-tp-size"),
+        (options.mamba_scheduler_strategy is not None, "--mamba-scheduler-strategy"),
         *((True, f.split()[0]) for f in options.piecewise.given()),
     ):
         if given:
@@ -1665,6 +1668,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         detokenizer_token_s,
         mamba_capped_requests,
         mamba_radix_overlap_off,
+        mamba_track_slots,
         piecewise_prefill,
         sglang_allocation,
         sglang_attention,
@@ -1714,6 +1718,15 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     from kvplan.simulate.speculative import SGLANG_SPEC_RUNNING, requested
 
     speculating = requested(spec, options) is not None
+    track_slots = mamba_track_slots(
+        spec,
+        gpu,
+        options.mamba_scheduler_strategy,
+        options.sglang_version,
+        bool(options.async_scheduling),
+        speculating,
+        options.enable_prefix_caching is not False,
+    )
     request = EngineRequest(
         engine="sglang",
         speculative_state_slots=_speculative_state_slots(spec, options, layout.dp),
@@ -1738,6 +1751,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         radix_cache=options.enable_prefix_caching is not False,
         # server_args sets 48 when speculating and none is given (SGLANG_SPEC_RUNNING)
         max_running_requests=options.max_num_seqs or (SGLANG_SPEC_RUNNING if speculating else None),
+        mamba_track_slots=track_slots,
     )
     alloc = sglang_allocation(spec, gpu, request)
     check_sglang_moe_backend(
@@ -1784,15 +1798,19 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     # off (sglang_radix_off, the pool's rule too: no prefix is ever reused)
     radix = sglang_radix_off(spec, gpu, request, backend) is None
     if layout.dp == 1:  # init_memory: a hybrid's state pool caps a given or speculative count
-        running = mamba_capped_requests(running, alloc.max_mamba_cache_size, radix)
+        running = mamba_capped_requests(running, alloc.max_mamba_cache_size, radix, track_slots)
     if layout.dp > 1:  # SGLang divides --max-running-requests among its DP-attention ranks
         running = max(1, running // layout.dp)
         # and, in server_args._handle_data_parallelism, the chunked prefill size ("adjusted to
         # avoid MoE kernel issues": each rank's prefill batch, the MoE layers seeing the sum)
         chunk = max(1, chunk // layout.dp)
     prefix_caching = radix
-    if not overlap_given and mamba_radix_overlap_off(
-        spec, options.sglang_version, backend, speculation is not None, prefix_caching
+    if (
+        not overlap_given
+        and not track_slots
+        and mamba_radix_overlap_off(
+            spec, options.sglang_version, backend, speculation is not None, prefix_caching
+        )
     ):
         options = options._replace(async_scheduling=False)
         notes.append(note("sglang-mamba-no-overlap", backend=backend))

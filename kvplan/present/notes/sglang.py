@@ -92,6 +92,15 @@ text("sglang-mamba")(
         "covers the full-attention layers only."
     )
 )
+text("sglang-mamba-extra-buffer")(
+    lambda track, ratio: (
+        "--mamba-scheduler-strategy extra_buffer: SGLang keeps the radix cache and the overlap "
+        f"scheduler on, and each running request holds {track} more recurrent state(s) for "
+        "MambaRadixCache's ping-pong track buffer (2 with the overlap scheduler, 1 without), so "
+        f"the state pool caps running requests at its states // {ratio} "
+        "(_calculate_mamba_ratio; kvplan reads the flag from 0.5.7)."
+    )
+)
 text("sglang-mamba-no-overlap")(
     lambda backend: (
         "Linear-attention hybrid with the radix cache on: SGLang keeps the recurrent states in "

@@ -1,0 +1,122 @@
+"""SGLang's --mamba-scheduler-strategy extra_buffer (issue 28): server_args'
+_handle_mamba_radix_cache keeps a hybrid's radix cache and overlap scheduler on, and each running
+request holds a ping-pong track buffer of recurrent states (2 with the overlap scheduler, 1
+without) that _calculate_mamba_ratio counts beside MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
+(3): the state pool caps running requests at its states // 5 (// 4 without overlap)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvplan.engines.request import EngineRequest
+from kvplan.engines.sglang import (
+    MAMBA_FULL_MEMORY_RATIO,
+    mamba_capped_requests,
+    mamba_track_slots,
+    sglang_allocation,
+)
+from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.sources import load_model
+
+from helpers import one_line_error, run_cli, run_json
+
+SIM = (
+    *("simulate", "qwen3.5-35b-a3b", "--gpu", "h200", "--engine", "sglang", "--tp", "2"),
+    *("--engine-version", "0.5.9", "--num-prompts", "20", "--input-len", "1000"),
+    *("--output-len", "50"),
+)
+EXTRA = ("--mamba-scheduler-strategy", "extra_buffer")
+
+
+def test_the_ratio_by_hand():
+    """1,000 states: 333 requests under no_buffer (// 3), 200 under extra_buffer with the
+    overlap scheduler (// 5), 250 without it (// 4); 1,000 with the radix cache off (// 1)."""
+    assert mamba_capped_requests(4096, 1000) == 333
+    assert mamba_capped_requests(4096, 1000, True, 2) == 200
+    assert mamba_capped_requests(4096, 1000, True, 1) == 250
+    assert mamba_capped_requests(4096, 1000, False, 0) == 1000
+    assert mamba_capped_requests(150, 1000, True, 2) == 150  # a smaller count stands
+
+
+def test_track_slots_by_overlap_and_strategy():
+    spec, gpu = load_model("qwen3.5-35b-a3b"), load_profile("h200")
+    assert mamba_track_slots(spec, gpu, None, "0.5.9", True, False, True) == 0
+    assert mamba_track_slots(spec, gpu, "no_buffer", "0.5.9", True, False, True) == 0
+    assert mamba_track_slots(spec, gpu, "extra_buffer", "0.5.9", True, False, True) == 2
+    assert mamba_track_slots(spec, gpu, "extra_buffer", "0.5.7", False, False, True) == 1
+    assert mamba_track_slots(spec, gpu, "extra_buffer", "0.5", True, False, True) == 2
+
+
+def test_pool_split_by_hand():
+    """The state pool is rest x 0.9 / 1.9 either way (the KV pool is unchanged); the track
+    buffer only lowers how many requests run: the states // 5."""
+    spec, gpu = load_model("qwen3.5-35b-a3b"), load_profile("h200")
+    base = dict(engine="sglang", sglang_version="0.5.9", max_model_len=8192, tp=2)
+    plain = sglang_allocation(spec, gpu, EngineRequest(**base))
+    extra = sglang_allocation(spec, gpu, EngineRequest(**base, mamba_track_slots=2))
+    assert plain.max_mamba_cache_size == extra.max_mamba_cache_size
+    assert plain.kv_cache_tokens == extra.kv_cache_tokens
+    states = plain.max_mamba_cache_size
+    assert states is not None and states > 0
+    assert plain.max_running_requests == min(states // 3, 4096)
+    assert extra.max_running_requests == min(states // 5, 4096)
+    ratio = MAMBA_FULL_MEMORY_RATIO
+    assert ratio / (1 + ratio) == pytest.approx(0.9 / 1.9)
+
+
+def test_simulate_keeps_radix_and_overlap_on_with_fewer_running_requests():
+    plain = run_json(*SIM)
+    extra = run_json(*SIM, *EXTRA)
+    no_overlap = run_json(*SIM, *EXTRA, "--no-async-scheduling")
+    p, e, n = plain["setup"], extra["setup"], no_overlap["setup"]
+    assert p["async_scheduling"] is False  # no_buffer turns the overlap scheduler off
+    assert e["async_scheduling"] is True and e["enable_prefix_caching"] is True
+    assert e["kv_cache_tokens"] == p["kv_cache_tokens"]
+    # the same state pool: // 3 under no_buffer, // 5 and // 4 under extra_buffer
+    states_low = p["max_num_seqs"] * 3
+    assert states_low // 5 <= e["max_num_seqs"] <= (states_low + 2) // 5
+    assert states_low // 4 <= n["max_num_seqs"] <= (states_low + 2) // 4
+    ids = [x["id"] for x in extra["notes"]]
+    assert "sglang-mamba-extra-buffer" in ids and "sglang-mamba-no-overlap" not in ids
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        ((*SIM[:9], "0.5.6", *SIM[10:], *EXTRA), "from 0.5.7"),
+        ((*SIM, "--mamba-scheduler-strategy", "eager"), "choose no_buffer or extra_buffer"),
+        ((*SIM, *EXTRA, "--disable-radix-cache"), "PR #19169"),
+        ((*SIM, *EXTRA, "--speculative-algorithm", "NEXTN"), "SGLANG_ENABLE_SPEC_V2"),
+        (("simulate", "qwen3-8b", "--gpu", "h200", "--engine", "sglang", *EXTRA), "none"),
+        ((*SIM[:3], "mi300x", *SIM[4:], *EXTRA), "CUDA"),
+        (("simulate", "qwen3.5-35b-a3b", "--gpu", "h200", "--tp", "2", *EXTRA), "is SGLang's"),
+    ],
+)
+def test_refusals_are_one_line(args, needle):
+    code, out, err = run_cli(*args, "--num-prompts", "4")
+    one_line_error(code, err, needle)
+    assert out == ""
+
+
+def test_plan_prices_and_emits_it():
+    """plan runs every configuration with it, prints it in each launch command, and the
+    command replays (sim_replay) to the running requests it was priced with."""
+    from sim_replay import serve_argv
+
+    doc = run_json(
+        *("plan", "qwen3.5-35b-a3b", "--gpu", "h200", "--emit", "sglang", "--tp", "2"),
+        *("--engine-version", "0.5.9", "--kv-cache-dtype", "auto", "--max-num-seqs", "4096"),
+        *("--max-num-batched-tokens", "8192", "--rate", "1", "--slo", "tpot_p99=1s"),
+        *("--num-prompts", "20", "--jobs", "1", "--input-len", "512", "--output-len", "64"),
+        *("--speculative", "off", *EXTRA, "--format", "json"),
+    )
+    (c,) = doc["candidates"]
+    assert c["command"].endswith("--mamba-scheduler-strategy extra_buffer")
+    replay = run_json("simulate", "qwen3.5-35b-a3b", "--gpu", "h200", "--engine", "sglang",
+                      "--engine-version", "0.5.9", *serve_argv(c["command"]),
+                      "--num-prompts", "4")  # fmt: skip
+    assert replay["setup"]["max_num_seqs"] == c["max_num_seqs"] < 4096
+    assert replay["setup"]["kv_cache_tokens"] == c["kv_cache_tokens"]
+    code, _, err = run_cli("plan", "qwen3.5-35b-a3b", "--gpu", "h200", "--rate", "1",
+                           "--slo", "tpot_p99=1s", *EXTRA)  # fmt: skip
+    one_line_error(code, err, "is SGLang's")
