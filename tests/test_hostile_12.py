@@ -1,0 +1,48 @@
+"""Hostile inputs, twelfth round.
+1. vLLM --block-size 3 was taken by simulate, plan and engine as a plain result. vLLM 0.19.1's
+CacheConfig.block_size is an int (config/cache.py) that the attention selector checks per
+backend (platforms/cuda.py get_attn_backend_cls): an MLA model has no backend for it ("No valid
+attention backend found"); a dense model falls back to FLEX_ATTENTION, with vLLM's warning.
+V0 (0.6, 0.7) took argparse choices 8-128; 0.8's BlockSize Literal added 1."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import one_line_error, run_cli, run_json
+
+SIM = ("simulate", "qwen3-8b", "--gpu", "h100", "--num-prompts", "4")
+
+
+# ---- 1. --block-size as vLLM takes it -----------------------------------------------------
+def test_an_mla_model_with_a_block_size_no_backend_takes_is_refused():
+    code, out, err = run_cli(
+        "engine", "deepseek-v2-lite", "--engine", "vllm", "--gpu", "h100", "--block-size", "3"
+    )
+    one_line_error(code, err, "No valid attention backend")
+    assert out == ""
+
+
+def test_a_dense_model_with_an_odd_block_size_says_vllm_falls_back_to_flex_attention():
+    result = run_json(*SIM, "--block-size", "3")
+    ids = [n["id"] for n in result["notes"]]
+    assert "vllm-block-size-fallback" in ids
+    text = next(n["text"] for n in result["notes"] if n["id"] == "vllm-block-size-fallback")
+    assert "FLEX_ATTENTION" in text and "FLASH_ATTN" in text
+
+
+@pytest.mark.parametrize("size", ["16", "32"])
+def test_a_block_size_the_first_backend_takes_says_nothing(size):
+    result = run_json(*SIM, "--block-size", size)
+    assert "vllm-block-size-fallback" not in [n["id"] for n in result["notes"]]
+
+
+@pytest.mark.parametrize("version, size", [("0.6.6", "3"), ("0.7.3", "1"), ("0.8.5", "3")])
+def test_a_release_before_019_refuses_a_block_size_off_its_choices(version, size):
+    code, out, err = run_cli(*SIM, "--engine-version", version, "--block-size", size)
+    one_line_error(code, err, "invalid choice")
+    assert out == ""
+
+
+def test_a_v0_release_takes_its_own_choices():
+    assert run_json(*SIM, "--engine-version", "0.6.6", "--block-size", "32")["notes"]
