@@ -655,6 +655,9 @@ INVOCATIONS: dict[str, Invocation] = {
         "--attention-backend",
         "FLASHMLA",
     ),  # fmt: skip
+    "engine vllm block size 8": cli(
+        "engine", "qwen3-8b", "--engine", "vllm", "--gpu", "h100", "--block-size", "8"
+    ),
     "simulate dsa sglang b200": cli(
         "simulate", "deepseek-v3.2", "--gpu", "b200", "--tp", "8", "--engine", "sglang", *SMALL
     ),
@@ -1029,6 +1032,7 @@ SOURCES: dict[str, str] = {
     "sim-moe-kernels": "simulate moe backend",
     "sglang-attention": "engine sglang flashmla",
     "vllm-attention": "engine vllm flashmla",
+    "vllm-block-size-fallback": "engine vllm block size 8",
     "sim-engine": "simulate measured profile",
     "sim-expert-parallel": "simulate expert parallel",
     "sim-frontend-bound": "simulate frontend bound",

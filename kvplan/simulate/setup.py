@@ -477,7 +477,11 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
 def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
     """Resolve the defaults, size the KV pool, and build the step-time model."""
     from kvplan.engines import EngineRequest, vllm_v0
-    from kvplan.engines.vllm import allocation_release, vllm_allocation
+    from kvplan.engines.vllm import (
+        allocation_release,
+        check_vllm_block_size_choice,
+        vllm_allocation,
+    )
 
     if any(a.compress_ratio for a in spec.attention_layers()):
         raise KvplanError(
@@ -511,6 +515,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         if given:
             raise KvplanError(f"{flag} is SGLang's; the vLLM simulation does not take it")
     check_backends(options.backends, "vllm", options.vllm_version)
+    check_vllm_block_size_choice(options.block_size, options.vllm_version)
     notes: list[Note] = []
     spec.check_tp(options.tp)
     if options.backends.moe_backend is not None and _minor(options.vllm_version) < MOE_BACKEND_FROM:
