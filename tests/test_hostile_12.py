@@ -46,3 +46,19 @@ def test_a_release_before_019_refuses_a_block_size_off_its_choices(version, size
 
 def test_a_v0_release_takes_its_own_choices():
     assert run_json(*SIM, "--engine-version", "0.6.6", "--block-size", "32")["notes"]
+
+
+# ---- 2. a run where no request can be served -------------------------------------------------
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_run_whose_every_request_fails_says_so_first(engine):
+    result = run_json(*SIM, "--engine", engine, "--max-model-len", "1")
+    assert result["runs"][0]["bench"]["completed"] == 0
+    first = result["notes"][0]
+    assert first["id"] == "sim-requests-failed"
+    assert first["text"].startswith("All 4 requests failed") and "--max-model-len" in first["text"]
+
+
+def test_a_run_that_serves_every_request_has_no_failure_note():
+    result = run_json(*SIM, "--max-model-len", "1025")
+    assert result["runs"][0]["bench"]["failed"] == 0
+    assert "sim-requests-failed" not in [n["id"] for n in result["notes"]]
