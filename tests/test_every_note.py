@@ -658,6 +658,9 @@ INVOCATIONS: dict[str, Invocation] = {
     "engine vllm block size 8": cli(
         "engine", "qwen3-8b", "--engine", "vllm", "--gpu", "h100", "--block-size", "8"
     ),
+    "simulate every request failed": cli(
+        "simulate", "qwen3-8b", "--gpu", "h100", "--num-prompts", "2", "--max-model-len", "1"
+    ),
     "simulate dsa sglang b200": cli(
         "simulate", "deepseek-v3.2", "--gpu", "b200", "--tp", "8", "--engine", "sglang", *SMALL
     ),
@@ -1041,6 +1044,7 @@ SOURCES: dict[str, str] = {
     "sim-max-model-len-reduced": "simulate small pool",
     "sim-measured-ops": "simulate measured profile",
     "sim-outputs-capped": "simulate capped outputs",
+    "sim-requests-failed": "simulate every request failed",
     "sim-preemptions": "simulate small pool",
     "sim-prefix-caching-off-hybrid": "simulate hybrid pp sharegpt",
     "sim-sglang": "simulate sglang",
