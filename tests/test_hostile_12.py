@@ -62,3 +62,23 @@ def test_a_run_that_serves_every_request_has_no_failure_note():
     result = run_json(*SIM, "--max-model-len", "1025")
     assert result["runs"][0]["bench"]["failed"] == 0
     assert "sim-requests-failed" not in [n["id"] for n in result["notes"]]
+
+
+# ---- 3. NGRAM with --speculative-eagle-topk --------------------------------------------------
+# SGLang does not refuse it: server_args picks the attention backend with the given top-k
+# (_handle_attention_backend_compatibility), then _handle_ngram replaces it with
+# --speculative-ngram-max-bfs-breadth (10); kvplan runs the same and says the flag was replaced.
+NGRAM = (*SIM, "--engine", "sglang", "--speculative-algorithm", "NGRAM")
+
+
+def test_ngram_replaces_a_given_eagle_topk_and_says_so():
+    result = run_json(*NGRAM, "--speculative-eagle-topk", "4")
+    assert result["setup"]["speculative"]["topk"] == 10
+    text = next(n["text"] for n in result["notes"] if n["id"] == "sglang-ngram-topk")
+    assert "--speculative-eagle-topk 4" in text and "(10)" in text
+
+
+def test_ngram_without_a_topk_has_no_replacement_note():
+    result = run_json(*NGRAM)
+    assert result["setup"]["speculative"]["topk"] == 10
+    assert "sglang-ngram-topk" not in [n["id"] for n in result["notes"]]
