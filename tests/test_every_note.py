@@ -661,6 +661,20 @@ INVOCATIONS: dict[str, Invocation] = {
     "simulate every request failed": cli(
         "simulate", "qwen3-8b", "--gpu", "h100", "--num-prompts", "2", "--max-model-len", "1"
     ),
+    "simulate sglang ngram topk": cli(
+        "simulate",
+        "qwen3-8b",
+        "--gpu",
+        "h100",
+        "--num-prompts",
+        "2",
+        "--engine",
+        "sglang",
+        "--speculative-algorithm",
+        "NGRAM",
+        "--speculative-eagle-topk",
+        "4",
+    ),  # fmt: skip
     "simulate dsa sglang b200": cli(
         "simulate", "deepseek-v3.2", "--gpu", "b200", "--tp", "8", "--engine", "sglang", *SMALL
     ),
@@ -1034,6 +1048,7 @@ SOURCES: dict[str, str] = {
     "node-network-assumed": "roofline network assumed",
     "sim-moe-kernels": "simulate moe backend",
     "sglang-attention": "engine sglang flashmla",
+    "sglang-ngram-topk": "simulate sglang ngram topk",
     "vllm-attention": "engine vllm flashmla",
     "vllm-block-size-fallback": "engine vllm block size 8",
     "sim-engine": "simulate measured profile",

@@ -1834,6 +1834,13 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     if speculation is not None:
         model = _speculative_model(model, speculation, draft, gpu, options, fmt_name, graph_tokens)
         notes.append(_spec_note(speculation, "sglang"))
+        given_topk = options.speculative_eagle_topk
+        if speculation.request.method == "ngram" and given_topk not in (
+            None,
+            speculation.request.topk,
+        ):
+            # server_args _handle_ngram (run after the backend pick): topk := the BFS breadth
+            notes.append(note("sglang-ngram-topk", given=given_topk, topk=speculation.request.topk))
     if options.enforce_eager:
         notes.append(note("sim-enforce-eager", engine="sglang"))
     notes.append(
