@@ -82,3 +82,23 @@ def test_ngram_without_a_topk_has_no_replacement_note():
     result = run_json(*NGRAM)
     assert result["setup"]["speculative"]["topk"] == 10
     assert "sglang-ngram-topk" not in [n["id"] for n in result["notes"]]
+
+
+# ---- 4. CSV keeps every number a number -------------------------------------------------------
+@pytest.mark.parametrize("extra", [(), ("--compare", "prefix-caching")])
+def test_simulate_csv_writes_the_interval_as_two_numeric_fields(extra):
+    import csv
+    import io
+
+    code, out, err = run_cli(*SIM, *extra, "--format", "csv")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert rows and "output_throughput_80" not in rows[0]
+    text_fields = {"table", "variant"}
+    for row in rows:
+        for key, value in row.items():
+            if key not in text_fields and value != "":
+                float(value)  # "303-603" raised here
+        if row["output_throughput_low"]:  # a --compare run has none
+            assert float(row["output_throughput_low"]) <= float(row["output_throughput_high"])
+    assert rows[0]["output_throughput_low"] != ""
