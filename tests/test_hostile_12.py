@@ -102,3 +102,34 @@ def test_simulate_csv_writes_the_interval_as_two_numeric_fields(extra):
         if row["output_throughput_low"]:  # a --compare run has none
             assert float(row["output_throughput_low"]) <= float(row["output_throughput_high"])
     assert rows[0]["output_throughput_low"] != ""
+
+
+# ---- 5. an output that is a symbolic link ---------------------------------------------------
+# kvplan replaces the link's target atomically and keeps the link (tests/test_output_files.py);
+# the target is a file the user did not name, so the one stderr line names it.
+def test_an_output_link_names_the_file_it_replaced(tmp_path):
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to("real.json")
+    code, _, err = run_cli("report", "llama-3.1-8b", "--format", "json", "-o", str(link))
+    assert code == 0, err
+    assert err.count("\n") == 1 and "symbolic link" in err and str(target) in err
+    assert target.read_text().startswith("{") and link.is_symlink()
+
+
+def test_a_plain_output_says_only_wrote(tmp_path):
+    out = tmp_path / "plain.json"
+    code, _, err = run_cli("report", "llama-3.1-8b", "--format", "json", "-o", str(out))
+    assert code == 0 and err == f"wrote {out}\n"
+
+
+def test_a_plot_link_names_the_file_it_replaced(tmp_path):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "real.png").write_bytes(b"")
+    link = tmp_path / "link.png"
+    link.symlink_to("real.png")
+    code, out, err = run_cli("roofline", "llama-3.1-8b", "--gpu", "h100", "--plot", str(link))
+    assert code == 0, err
+    assert "symbolic link" in err and str(tmp_path / "real.png") in err
+    assert (tmp_path / "real.png").stat().st_size > 0
