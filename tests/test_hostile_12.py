@@ -133,3 +133,10 @@ def test_a_plot_link_names_the_file_it_replaced(tmp_path):
     assert code == 0, err
     assert "symbolic link" in err and str(tmp_path / "real.png") in err
     assert (tmp_path / "real.png").stat().st_size > 0
+
+
+def test_the_fallback_backend_is_priced_as_untimed_not_as_vllms_own_pick():
+    fallback = run_json(*SIM, "--block-size", "3")
+    own = run_json(*SIM, "--block-size", "16")
+    assert fallback["untimed_parts"] == ["the attention under --block-size 3"]
+    assert own["untimed_parts"] == []
