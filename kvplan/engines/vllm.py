@@ -364,16 +364,25 @@ def check_vllm_block_size_choice(block_size: int | None, version: str) -> None:
         )
 
 
-def check_vllm_block_size(
+def backend_sets_block(spec: ModelSpec) -> bool:
+    """Whether the attention backend's block size is the model's: update_block_size_for_backend
+    leaves hybrid (Mamba) models at 16 before unifying pages, and MiniMax-M3's indexer takes
+    128-token blocks whatever the attention backend."""
+    return not spec.has_kind(CacheKind.STATE) and not any(
+        a.gqa_indexer for a in spec.attention_layers()
+    )
+
+
+def block_size_backend(
     spec: ModelSpec, gpu: GpuProfile, block_size: int, kv_cache_dtype: str, tp: int
-) -> Note | None:
-    """A --block-size given with vLLM's own (auto) attention backend, as vLLM 0.19 takes it:
-    the selector keeps the first backend of the GPU's priority list whose kernels take it
-    (get_attn_backend_cls), refusing where none does ("No valid attention backend found") and
-    warning where it passed over a faster one (the note vllm-block-size-fallback). None where
-    nothing is to be said."""
+) -> tuple[str | None, tuple[str, ...]]:
+    """The backend vLLM 0.19's selector runs for a given --block-size with its own (auto)
+    choice: the first of the GPU's priority list whose kernels take the size
+    (get_attn_backend_cls), and the faster ones the size alone passed over; (None, ()) on an
+    AMD GPU (ROCm's list not read). Refused where no backend takes it ("No valid attention
+    backend found")."""
     if gpu.vendor.upper() == "AMD":
-        return None  # kvplan has not read ROCm's priority list
+        return None, ()
     heads = max(1, max((a.num_q_heads for a in spec.attention_layers()), default=1) // tp)
     order = cuda_backend_priorities(spec, gpu, kv_cache_dtype, heads)
     reasons = {name: _backend_reasons(name, spec, gpu, block_size) for name in order}
@@ -384,17 +393,27 @@ def check_vllm_block_size(
             f"--block-size {block_size}: vLLM refuses it for {spec.name} on {gpu.name}: No "
             f"valid attention backend found ({listed})"
         )
-    passed_over = [
+    passed_over = tuple(
         name
         for name in order[: order.index(valid[0])]
         if reasons[name] == ["block_size not supported"]
-    ]
+    )
+    return valid[0], passed_over
+
+
+def check_vllm_block_size(
+    spec: ModelSpec, gpu: GpuProfile, block_size: int, kv_cache_dtype: str, tp: int
+) -> Note | None:
+    """A --block-size given with vLLM's own (auto) attention backend (block_size_backend): the
+    note vllm-block-size-fallback, vLLM's warning, where the size passed over a faster backend;
+    None where nothing is to be said."""
+    backend, passed_over = block_size_backend(spec, gpu, block_size, kv_cache_dtype, tp)
     if not passed_over:
         return None
     return note(
         "vllm-block-size-fallback",
         block_size=block_size,
-        backend=valid[0],
+        backend=backend,
         passed_over=", ".join(passed_over),
     )
 
@@ -910,11 +929,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     backend, backend_block = vllm_attention_backend(
         spec, gpu, request.backends.attention_backend, request.block_size
     )
-    # update_block_size_for_backend leaves hybrid (Mamba) models at 16 before unifying pages, and
-    # MiniMax-M3's indexer takes 128-token blocks whatever the attention backend
-    own_block = not spec.has_kind(CacheKind.STATE) and not any(
-        a.gqa_indexer for a in spec.attention_layers()
-    )
+    own_block = backend_sets_block(spec)
     block_size = (
         request.block_size
         or (backend_block if own_block else None)

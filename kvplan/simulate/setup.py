@@ -1008,10 +1008,27 @@ def backend_kernels(spec, gpu, options, tables):
             if mla and gpu_generation(gpu) == 10 and spec.model_type in SGLANG_TRTLLM_MLA_MODELS:
                 default = "trtllm_mla"
     else:
-        from kvplan.engines.vllm import gpu_generation, vllm_backend_name
+        from kvplan.engines.vllm import (
+            backend_sets_block,
+            block_size_backend,
+            gpu_generation,
+            vllm_backend_name,
+        )
 
         name = vllm_backend_name(options.backends.attention_backend)
         named = {p: ("--attention-backend", name) for p in ("decode", "prefill")}
+        if (
+            name is None
+            and options.block_size is not None
+            and v0_rules(options) is None
+            and backend_sets_block(spec)
+        ):
+            # the selector's pick for the size (its warning: note vllm-block-size-fallback)
+            picked, passed_over = block_size_backend(
+                spec, gpu, options.block_size, options.kv_cache_dtype, options.tp
+            )
+            if passed_over:
+                named = {p: ("--block-size", picked) for p in ("decode", "prefill")}
         # platforms/cuda.py _get_backend_priorities: FlashInfer first on SM10x, else
         # FlashAttention (MLA: vLLM's MLA tables time modules, not kernels: none read)
         default = None if mla else "FLASHINFER" if gpu_generation(gpu) == 10 else "FLASH_ATTN"
@@ -1019,6 +1036,7 @@ def backend_kernels(spec, gpu, options, tables):
         "--attention-backend": options.backends.attention_backend,
         "--prefill-attention-backend": options.backends.prefill_attention_backend,
         "--decode-attention-backend": options.backends.decode_attention_backend,
+        "--block-size": options.block_size,
     }
     timed: dict = {"decode": {}, "prefill": {}}
     # DSA's NSA kernels: no per-backend rows (the DSA module tables are vLLM's); for a model

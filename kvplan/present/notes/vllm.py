@@ -26,8 +26,9 @@ text("vllm-memory-estimated")(
 text("vllm-block-size-fallback")(
     lambda block_size, backend, passed_over: (
         f"--block-size {block_size} precluded the faster attention backend(s) {passed_over}: "
-        f"vLLM runs {backend} (its warning; platforms/cuda.py get_attn_backend_cls), whose "
-        "kernels kvplan's step times do not measure. Drop --block-size for vLLM's own choice."
+        f"vLLM runs {backend} (its warning; platforms/cuda.py get_attn_backend_cls), timed "
+        "from that backend's rows where the kernel tables have them, else named among the "
+        "untimed parts. Drop --block-size for vLLM's own choice."
     )
 )
 text("vllm-mla-block")(
