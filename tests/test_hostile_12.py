@@ -7,6 +7,8 @@ V0 (0.6, 0.7) took argparse choices 8-128; 0.8's BlockSize Literal added 1."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from helpers import one_line_error, run_cli, run_json
@@ -140,3 +142,47 @@ def test_the_fallback_backend_is_priced_as_untimed_not_as_vllms_own_pick():
     own = run_json(*SIM, "--block-size", "16")
     assert fallback["untimed_parts"] == ["the attention under --block-size 3"]
     assert own["untimed_parts"] == []
+
+
+# ---- 6. vLLM --speculative-config as given ---------------------------------------------------
+def _spec_launch(config: str) -> dict:
+    result = run_json(*SIM, "--speculative-config", config)
+    flags = result["setup"]["speculative"]["launch"]
+    assert flags[0] == "--speculative-config"
+    return json.loads(flags[1])
+
+
+def test_the_launch_keeps_the_speculative_config_as_given():
+    given = {
+        "method": "ngram_gpu",
+        "num_speculative_tokens": 3,
+        "prompt_lookup_max": 4,
+        "prompt_lookup_min": 2,
+    }
+    assert _spec_launch(json.dumps(given)) == given
+
+
+def test_the_launch_names_a_bundled_draft_by_its_hub_id():
+    launch = _spec_launch(
+        '{"method": "draft_model", "model": "qwen3-4b", "num_speculative_tokens": 2}'
+    )
+    assert launch == {
+        "method": "draft_model",
+        "model": "Qwen/Qwen3-4B",
+        "num_speculative_tokens": 2,
+    }
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        ('"prompt_lookup_max": -1', "prompt_lookup_max"),
+        ('"prompt_lookup_max": 0', "prompt_lookup_max"),
+        ('"prompt_lookup_min": true', "prompt_lookup_min"),
+        ('"prompt_lookup_min": 5, "prompt_lookup_max": 2', "must be <= prompt_lookup_max"),
+    ],
+)
+def test_prompt_lookup_bounds_vllm_refuses_are_refused(extra, needle):
+    config = '{"method": "ngram", "num_speculative_tokens": 3, ' + extra + "}"
+    code, out, err = run_cli(*SIM, "--speculative-config", config)
+    one_line_error(code, err, needle)
