@@ -186,3 +186,8 @@ def test_prompt_lookup_bounds_vllm_refuses_are_refused(extra, needle):
     config = '{"method": "ngram", "num_speculative_tokens": 3, ' + extra + "}"
     code, out, err = run_cli(*SIM, "--speculative-config", config)
     one_line_error(code, err, needle)
+
+
+def test_a_config_that_leaves_the_method_to_the_model_launches_with_it_named():
+    launch = _spec_launch('{"model": "[ngram]", "num_speculative_tokens": 2}')
+    assert launch == {"method": "ngram", "model": "[ngram]", "num_speculative_tokens": 2}

@@ -1112,9 +1112,9 @@ def launch_flags(request: SpecDecode, engine: str, draft_id: str | None = None) 
     the draft model by (a resolved replica's Speculation.draft_id), else the draft as given."""
     draft = request.draft if draft_id is None else draft_id
     if engine == "vllm":
-        # the config as given (its method's spelling, its other keys), else kvplan's own
-        config: dict = {"method": request.method} if request.config is None else {}
-        config.update(json.loads(request.config or "{}"))
+        # the config as given (its method's spelling, its other keys), the method named where
+        # it was left to the model ("[ngram]"): plan's summary reads it
+        config: dict = {"method": request.method, **json.loads(request.config or "{}")}
         if draft is not None:
             config["model"] = draft
         config.setdefault("num_speculative_tokens", request.num_steps)
