@@ -4,7 +4,9 @@ every OS error becomes one clear line (exit 2). Every layer that writes a file u
 presenters' outputs, kvplan.present.output; the Hub cache, kvplan.inputs.hub).
 
 Only regular files are written. A symbolic link is followed: its target is replaced atomically
-(the temporary file in the target's folder) and the link stays. An existing device, FIFO or socket
+(the temporary file in the target's folder) and the link stays; the target is a file the user did
+not name, so the presenters say which one was replaced (kvplan.present.output.say_written). An
+existing device, FIFO or socket
 is refused, never replaced by a regular file (for a pipe, print to standard output with '-').
 Two outputs of one command that resolve to the same file are refused before any work is done
 (`check_outputs`), and so is an output that is a file the command read (a config.json, a GGUF, a

@@ -655,6 +655,26 @@ INVOCATIONS: dict[str, Invocation] = {
         "--attention-backend",
         "FLASHMLA",
     ),  # fmt: skip
+    "engine vllm block size 8": cli(
+        "engine", "qwen3-8b", "--engine", "vllm", "--gpu", "h100", "--block-size", "8"
+    ),
+    "simulate every request failed": cli(
+        "simulate", "qwen3-8b", "--gpu", "h100", "--num-prompts", "2", "--max-model-len", "1"
+    ),
+    "simulate sglang ngram topk": cli(
+        "simulate",
+        "qwen3-8b",
+        "--gpu",
+        "h100",
+        "--num-prompts",
+        "2",
+        "--engine",
+        "sglang",
+        "--speculative-algorithm",
+        "NGRAM",
+        "--speculative-eagle-topk",
+        "4",
+    ),  # fmt: skip
     "simulate dsa sglang b200": cli(
         "simulate", "deepseek-v3.2", "--gpu", "b200", "--tp", "8", "--engine", "sglang", *SMALL
     ),
@@ -1049,7 +1069,9 @@ SOURCES: dict[str, str] = {
     "node-network-assumed": "roofline network assumed",
     "sim-moe-kernels": "simulate moe backend",
     "sglang-attention": "engine sglang flashmla",
+    "sglang-ngram-topk": "simulate sglang ngram topk",
     "vllm-attention": "engine vllm flashmla",
+    "vllm-block-size-fallback": "engine vllm block size 8",
     "sim-engine": "simulate measured profile",
     "sim-expert-parallel": "simulate expert parallel",
     "sim-frontend-bound": "simulate frontend bound",
@@ -1058,6 +1080,7 @@ SOURCES: dict[str, str] = {
     "sim-max-model-len-reduced": "simulate small pool",
     "sim-measured-ops": "simulate measured profile",
     "sim-outputs-capped": "simulate capped outputs",
+    "sim-requests-failed": "simulate every request failed",
     "sim-preemptions": "simulate small pool",
     "sim-prefix-caching-off-hybrid": "simulate hybrid pp sharegpt",
     "sim-sglang": "simulate sglang",

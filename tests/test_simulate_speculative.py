@@ -315,6 +315,9 @@ def test_vllm_json_and_sglang_flags_are_one_request(dsv3):
     nextn = speculative.parse_sglang("NEXTN", 3, 1, 4, None, dsv3)
     eagle = speculative.parse_sglang("EAGLE", 3, 1, None, None, dsv3)  # topk 1: steps + 1
     auto = speculative.parse_sglang("NEXTN", None, None, None, None, dsv3)  # SGLang's (3, 1, 4)
+    # the request is one; vLLM's keeps its spelling (config) for the launch to repeat
+    assert vllm.config == '{"method":"mtp","num_speculative_tokens":3}'
+    vllm, named = vllm._replace(config=None), named._replace(config=None)
     assert vllm == named == nextn == eagle == auto
     assert vllm == speculative.SpecDecode("mtp", 3, 1, 4, None)
 

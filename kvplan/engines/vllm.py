@@ -17,6 +17,7 @@ from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.moe_backend import check_vllm_moe_backend, moe_backend_name
 from kvplan.engines.releases import (
     VLLM_VERSIONS,
+    older_than,
     release_key,
     release_minor,
     release_parts,
@@ -291,6 +292,132 @@ def _backend_takes(sizes: tuple, block_size: int) -> bool:
     return not bases or any(block_size % b == 0 for b in bases)
 
 
+def _backend_reasons(
+    name: str, spec: ModelSpec, gpu: GpuProfile, block_size: int | None
+) -> list[str]:
+    """AttentionBackend.validate_configuration's reasons for backend `name` (the ones kvplan
+    reads: block size, MLA, sparse, compute capability); empty where it is valid."""
+    is_mla, is_sparse, sizes, capability = VLLM_ATTENTION_BACKENDS[name]
+    layers = spec.attention_layers()
+    use_mla = any(a.kind is CacheKind.MLA for a in layers)
+    use_sparse = any(a.indexer_head_dim and not a.gqa_indexer for a in layers)
+    reasons = []
+    if block_size is not None and not _backend_takes(sizes, block_size):
+        reasons.append("block_size not supported")
+    if use_mla != is_mla:
+        reasons.append("MLA not supported" if use_mla else "non-MLA not supported")
+    if use_sparse != is_sparse:
+        reasons.append("sparse not supported" if use_sparse else "non-sparse not supported")
+    rocm = gpu.vendor.upper() == "AMD"
+    if (capability == "rocm") != rocm or (
+        isinstance(capability, tuple) and gpu_generation(gpu) not in capability
+    ):
+        reasons.append("compute capability not supported")
+    return reasons
+
+
+def cuda_backend_priorities(
+    spec: ModelSpec, gpu: GpuProfile, kv_cache_dtype: str, num_heads: int
+) -> tuple[str, ...]:
+    """vLLM 0.19.1's auto choice order on an NVIDIA GPU (platforms/cuda.py
+    _get_backend_priorities): `num_heads` the attention heads on a rank."""
+    layers = spec.attention_layers()
+    if not any(a.kind is CacheKind.MLA for a in layers):
+        if gpu_generation(gpu) == 10:
+            return ("FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION")
+        return ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
+    if gpu_generation(gpu) != 10:
+        return ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "FLASHMLA_SPARSE")
+    flashinfer_first = kv_cache_dtype.startswith("fp8") or num_heads <= 16
+    sparse = ("FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE")
+    return (
+        "FLASHINFER_MLA",
+        "CUTLASS_MLA",
+        "FLASH_ATTN_MLA",
+        "FLASHMLA",
+        "TRITON_MLA",
+        *(sparse if flashinfer_first else sparse[::-1]),
+    )
+
+
+# vLLM V0 (0.6, 0.7) parsed --block-size with argparse choices=[8, 16, 32, 64, 128]
+# (engine/arg_utils.py); from 0.8 CacheConfig's BlockSize Literal gave the choices
+# ([1, 8, 16, 32, 64, 128], 256 added later); by 0.19.1 block_size is an int
+# (config/cache.py: SkipValidation[int]) that the attention selector checks per backend.
+V0_BLOCK_SIZES = (8, 16, 32, 64, 128)
+LITERAL_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+INT_BLOCK_SIZE_FROM = "0.19"
+
+
+def check_vllm_block_size_choice(block_size: int | None, version: str) -> None:
+    """A --block-size a release older than 0.19 refuses at its command line (V0_BLOCK_SIZES,
+    LITERAL_BLOCK_SIZES); `version` the release as given."""
+    from kvplan.engines.vllm_v0 import v0_release
+
+    if block_size is None or not older_than(version, INT_BLOCK_SIZE_FROM):
+        return
+    choices = V0_BLOCK_SIZES if v0_release(version) is not None else LITERAL_BLOCK_SIZES
+    if block_size not in choices:
+        raise KvplanError(
+            f"--block-size {block_size}: vLLM {str(version)[:20]} refuses it (argument "
+            f"--block-size: invalid choice; choose from {', '.join(map(str, choices))})"
+        )
+
+
+def backend_sets_block(spec: ModelSpec) -> bool:
+    """Whether the attention backend's block size is the model's: update_block_size_for_backend
+    leaves hybrid (Mamba) models at 16 before unifying pages, and MiniMax-M3's indexer takes
+    128-token blocks whatever the attention backend."""
+    return not spec.has_kind(CacheKind.STATE) and not any(
+        a.gqa_indexer for a in spec.attention_layers()
+    )
+
+
+def block_size_backend(
+    spec: ModelSpec, gpu: GpuProfile, block_size: int, kv_cache_dtype: str, tp: int
+) -> tuple[str | None, tuple[str, ...]]:
+    """The backend vLLM 0.19's selector runs for a given --block-size with its own (auto)
+    choice: the first of the GPU's priority list whose kernels take the size
+    (get_attn_backend_cls), and the faster ones the size alone passed over; (None, ()) on an
+    AMD GPU (ROCm's list not read). Refused where no backend takes it ("No valid attention
+    backend found")."""
+    if gpu.vendor.upper() == "AMD":
+        return None, ()
+    heads = max(1, max((a.num_q_heads for a in spec.attention_layers()), default=1) // tp)
+    order = cuda_backend_priorities(spec, gpu, kv_cache_dtype, heads)
+    reasons = {name: _backend_reasons(name, spec, gpu, block_size) for name in order}
+    valid = [name for name in order if not reasons[name]]
+    if not valid:
+        listed = "; ".join(f"{name}: {', '.join(reasons[name])}" for name in order)
+        raise KvplanError(
+            f"--block-size {block_size}: vLLM refuses it for {spec.name} on {gpu.name}: No "
+            f"valid attention backend found ({listed})"
+        )
+    passed_over = tuple(
+        name
+        for name in order[: order.index(valid[0])]
+        if reasons[name] == ["block_size not supported"]
+    )
+    return valid[0], passed_over
+
+
+def check_vllm_block_size(
+    spec: ModelSpec, gpu: GpuProfile, block_size: int, kv_cache_dtype: str, tp: int
+) -> Note | None:
+    """A --block-size given with vLLM's own (auto) attention backend (block_size_backend): the
+    note vllm-block-size-fallback, vLLM's warning, where the size passed over a faster backend;
+    None where nothing is to be said."""
+    backend, passed_over = block_size_backend(spec, gpu, block_size, kv_cache_dtype, tp)
+    if not passed_over:
+        return None
+    return note(
+        "vllm-block-size-fallback",
+        block_size=block_size,
+        backend=backend,
+        passed_over=", ".join(passed_over),
+    )
+
+
 def vllm_backend_name(backend: str | None) -> str | None:
     """A --attention-backend value as vLLM parses it (AttentionConfig.validate_backend_before:
     any case; "auto": None, vLLM's own choice); an unknown name refused, listing the known.
@@ -317,23 +444,8 @@ def vllm_attention_backend(
     name = vllm_backend_name(backend)
     if name is None:
         return None, None
-    is_mla, is_sparse, sizes, capability = VLLM_ATTENTION_BACKENDS[name]
-    layers = spec.attention_layers()
-    use_mla = any(a.kind is CacheKind.MLA for a in layers)
-    use_sparse = any(a.indexer_head_dim and not a.gqa_indexer for a in layers)
-    generation = gpu_generation(gpu)
-    reasons = []
-    if block_size is not None and not _backend_takes(sizes, block_size):
-        reasons.append("block_size not supported")
-    if use_mla != is_mla:
-        reasons.append("MLA not supported" if use_mla else "non-MLA not supported")
-    if use_sparse != is_sparse:
-        reasons.append("sparse not supported" if use_sparse else "non-sparse not supported")
-    rocm = gpu.vendor.upper() == "AMD"
-    if (capability == "rocm") != rocm or (
-        isinstance(capability, tuple) and generation not in capability
-    ):
-        reasons.append("compute capability not supported")
+    sizes = VLLM_ATTENTION_BACKENDS[name][2]
+    reasons = _backend_reasons(name, spec, gpu, block_size)
     if reasons:
         raise KvplanError(
             f"vLLM refuses --attention-backend {name} for {spec.name} on {gpu.name}: Selected "
@@ -817,11 +929,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     backend, backend_block = vllm_attention_backend(
         spec, gpu, request.backends.attention_backend, request.block_size
     )
-    # update_block_size_for_backend leaves hybrid (Mamba) models at 16 before unifying pages, and
-    # MiniMax-M3's indexer takes 128-token blocks whatever the attention backend
-    own_block = not spec.has_kind(CacheKind.STATE) and not any(
-        a.gqa_indexer for a in spec.attention_layers()
-    )
+    own_block = backend_sets_block(spec)
     block_size = (
         request.block_size
         or (backend_block if own_block else None)
@@ -838,6 +946,14 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
             dtype_notes.append(note("vllm-fp8-ds-mla"))
     if not 1 <= block_size <= 4096:
         raise KvplanError(f"--block-size {block_size} must be between 1 and 4096")
+    block_note = (
+        check_vllm_block_size(spec, gpu, block_size, request.kv_cache_dtype, request.tp)
+        if request.block_size is not None
+        and backend is None
+        and own_block
+        and not request.v0_profile
+        else None
+    )
     too_long = check_max_model_len(
         spec, "vllm", request.max_model_len, request.allow_long_max_model_len
     )
@@ -848,6 +964,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         *([too_long] if too_long else []),
         *dtype_notes,
         *weights_notes,
+        *([block_note] if block_note else []),
     ]
     if backend is not None:
         notes.append(note("vllm-attention", backend=backend, block_size=block_size))

@@ -270,6 +270,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
     shares = runs[-1].engine.step_time_shares
     dominant = [k for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v >= DOMINANT_SHARE]
     notes = [
+        *_failed_note(runs, replica.config.max_model_len),
         *model_notes(spec, request.serve.tp),
         *replica.notes,
         *(
@@ -774,6 +775,25 @@ def _workload(request: SimulateRequest) -> WorkloadSummary:
         seed=workload_seed(w),
         warm_prefix_cache=request.warm_prefix_cache,
     )
+
+
+def _failed_note(runs: list[Run], max_model_len: int) -> list[Note]:
+    """sim-requests-failed, first among the notes, where a run refused requests: the server
+    answers a prompt of max_model_len tokens or more with HTTP 400 (vLLM 0.19.1
+    entrypoints/openai/engine/serving.py: "This model's maximum context length is ..."), and
+    `vllm bench serve` warns "All requests failed" where none completed
+    (benchmarks/serve.py calculate_metrics)."""
+    worst = max(runs, key=lambda r: r.bench.failed)
+    if not worst.bench.failed:
+        return []
+    return [
+        note(
+            "sim-requests-failed",
+            failed=worst.bench.failed,
+            requests=worst.bench.failed + worst.bench.completed,
+            max_model_len=max_model_len,
+        )
+    ]
 
 
 def _detokenizer_note(spec: ModelSpec, version: str) -> Note:

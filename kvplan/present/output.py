@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from kvplan.atomic import after_renames, is_stdout, write_atomic, write_stdout
+from kvplan.atomic import after_renames, is_stdout, resolved, write_atomic, write_stdout
 from kvplan.errors import KvplanError
 from kvplan.present.escape import terminal_text
 
@@ -25,7 +25,18 @@ def write_text(text: str, path: Path | str | None, what: str = "output") -> None
             os.fsync(handle.fileno())
 
     write_atomic(Path(path), write, what)
+    say_written(path)
+
+
+def say_written(path: Path | str, always: bool = True) -> None:
+    """The line on standard error for a file written: "wrote PATH", and where PATH is a symbolic
+    link, the file it replaced, which the user did not name (`always` False: that line alone)."""
+    link = Path(path).is_symlink()
+    if not (always or link):
+        return
     line = f"wrote {terminal_text(path)}"
+    if link:
+        line += f" (a symbolic link: replaced its target {terminal_text(resolved(path))})"
     if not after_renames("stderr", line):
         print(line, file=sys.stderr)
 

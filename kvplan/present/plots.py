@@ -7,6 +7,7 @@ from pathlib import Path
 from kvplan.atomic import check_target, write_atomic
 from kvplan.errors import KvplanError
 from kvplan.present.format import tokens
+from kvplan.present.output import say_written
 from kvplan.units import TFLOP
 
 
@@ -51,6 +52,7 @@ def _save(fig, path: Path) -> None:
         write_atomic(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower()[1:]), "--plot")
     finally:
         plt.close(fig)
+    say_written(path, always=False)
 
 
 def roofline_plot(data: dict, path: Path) -> None:

@@ -285,7 +285,12 @@ RATE_COLUMNS = [
     Column("request_rate", "rate (req/s)", f.text),
     Column("request_throughput", "req/s", f.fixed(2)),
     Column("output_throughput", "output tok/s", f.fixed(1)),
-    Column("output_throughput_80", "80% interval", f.text),
+    Column(
+        "output_throughput_80",
+        "80% interval",
+        f.text,
+        raw_keys=("output_throughput_low", "output_throughput_high"),
+    ),
     Column("median_ttft_ms", "TTFT med (ms)", f.fixed(1)),
     Column("p99_ttft_ms", "TTFT p99 (ms)", f.fixed(1)),
     Column("median_tpot_ms", "TPOT med (ms)", f.fixed(2)),
@@ -302,6 +307,8 @@ RATE_COLUMNS = [
 def _row(run: Run, **extra) -> dict:
     row = {**jsonable(run.bench), **jsonable(run.engine), **extra}
     row["output_throughput_80"] = interval_text(run, "output_throughput", f.fixed(0))
+    low, high = (run.bench_interval or {}).get("output_throughput") or (None, None)
+    row["output_throughput_low"], row["output_throughput_high"] = low, high
     return row
 
 

@@ -479,7 +479,11 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
 def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
     """Resolve the defaults, size the KV pool, and build the step-time model."""
     from kvplan.engines import EngineRequest, vllm_v0
-    from kvplan.engines.vllm import allocation_release, vllm_allocation
+    from kvplan.engines.vllm import (
+        allocation_release,
+        check_vllm_block_size_choice,
+        vllm_allocation,
+    )
 
     if any(a.compress_ratio for a in spec.attention_layers()):
         raise KvplanError(
@@ -514,6 +518,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         if given:
             raise KvplanError(f"{flag} is SGLang's; the vLLM simulation does not take it")
     check_backends(options.backends, "vllm", options.vllm_version)
+    check_vllm_block_size_choice(options.block_size, options.vllm_version)
     notes: list[Note] = []
     spec.check_tp(options.tp)
     if options.backends.moe_backend is not None and _minor(options.vllm_version) < MOE_BACKEND_FROM:
@@ -1004,10 +1009,27 @@ def backend_kernels(spec, gpu, options, tables):
             if mla and gpu_generation(gpu) == 10 and spec.model_type in SGLANG_TRTLLM_MLA_MODELS:
                 default = "trtllm_mla"
     else:
-        from kvplan.engines.vllm import gpu_generation, vllm_backend_name
+        from kvplan.engines.vllm import (
+            backend_sets_block,
+            block_size_backend,
+            gpu_generation,
+            vllm_backend_name,
+        )
 
         name = vllm_backend_name(options.backends.attention_backend)
         named = {p: ("--attention-backend", name) for p in ("decode", "prefill")}
+        if (
+            name is None
+            and options.block_size is not None
+            and v0_rules(options) is None
+            and backend_sets_block(spec)
+        ):
+            # the selector's pick for the size (its warning: note vllm-block-size-fallback)
+            picked, passed_over = block_size_backend(
+                spec, gpu, options.block_size, options.kv_cache_dtype, options.tp
+            )
+            if passed_over:
+                named = {p: ("--block-size", picked) for p in ("decode", "prefill")}
         # platforms/cuda.py _get_backend_priorities: FlashInfer first on SM10x, else
         # FlashAttention (MLA: vLLM's MLA tables time modules, not kernels: none read)
         default = None if mla else "FLASHINFER" if gpu_generation(gpu) == 10 else "FLASH_ATTN"
@@ -1015,6 +1037,7 @@ def backend_kernels(spec, gpu, options, tables):
         "--attention-backend": options.backends.attention_backend,
         "--prefill-attention-backend": options.backends.prefill_attention_backend,
         "--decode-attention-backend": options.backends.decode_attention_backend,
+        "--block-size": options.block_size,
     }
     timed: dict = {"decode": {}, "prefill": {}}
     # DSA's NSA kernels: no per-backend rows (the DSA module tables are vLLM's); for a model
@@ -1845,6 +1868,13 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     if speculation is not None:
         model = _speculative_model(model, speculation, draft, gpu, options, fmt_name, graph_tokens)
         notes.append(_spec_note(speculation, "sglang"))
+        given_topk = options.speculative_eagle_topk
+        if speculation.request.method == "ngram" and given_topk not in (
+            None,
+            speculation.request.topk,
+        ):
+            # server_args _handle_ngram (run after the backend pick): topk := the BFS breadth
+            notes.append(note("sglang-ngram-topk", given=given_topk, topk=speculation.request.topk))
     if options.enforce_eager:
         notes.append(note("sim-enforce-eager", engine="sglang"))
     notes.append(

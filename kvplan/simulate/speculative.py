@@ -147,6 +147,8 @@ class SpecDecode(NamedTuple):
     # vLLM's synthetic acceptance keys, where given: per-position rates or a mean length
     positions: tuple[float, ...] | None = None
     length: float | None = None
+    # vLLM: the --speculative-config object as given (compact JSON), which a launch repeats
+    config: str | None = None
 
 
 class Speculation(NamedTuple):
@@ -210,6 +212,7 @@ def parse_vllm(text: str, spec: ModelSpec) -> SpecDecode:
         raise KvplanError(f"--speculative-config: method {method} needs the head as model")
     if method == "draft_model" and model is None:
         raise KvplanError("--speculative-config: method draft_model needs a model")
+    _prompt_lookup(config)
     positions, length = _synthetic(config, k)
     return SpecDecode(
         method,
@@ -219,7 +222,29 @@ def parse_vllm(text: str, spec: ModelSpec) -> SpecDecode:
         None if method in ("mtp", "ngram") else model,
         positions,
         length,
+        json.dumps(config, separators=(",", ":")),
     )
+
+
+def _prompt_lookup(config: dict) -> None:
+    """The n-gram window bounds as vLLM 0.19.1 checks them (config/speculative.py:
+    prompt_lookup_max and _min Field(ge=1); 'prompt_lookup_min=N must be <=
+    prompt_lookup_max=M')."""
+    bounds = {}
+    for key in ("prompt_lookup_min", "prompt_lookup_max"):
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise KvplanError(
+                f"--speculative-config: {key} {str(value)[:20]} must be an integer of at least 1"
+            )
+        bounds[key] = value
+    low, high = bounds.get("prompt_lookup_min"), bounds.get("prompt_lookup_max")
+    if low is not None and high is not None and low > high:
+        raise KvplanError(
+            f"--speculative-config: prompt_lookup_min={low} must be <= prompt_lookup_max={high}"
+        )
 
 
 def _count(value, what: str) -> int:
@@ -1097,10 +1122,12 @@ def launch_flags(request: SpecDecode, engine: str, draft_id: str | None = None) 
     the draft model by (a resolved replica's Speculation.draft_id), else the draft as given."""
     draft = request.draft if draft_id is None else draft_id
     if engine == "vllm":
-        config: dict = {"method": request.method}
+        # the config as given (its method's spelling, its other keys), the method named where
+        # it was left to the model ("[ngram]"): plan's summary reads it
+        config: dict = {"method": request.method, **json.loads(request.config or "{}")}
         if draft is not None:
             config["model"] = draft
-        config["num_speculative_tokens"] = request.num_steps
+        config.setdefault("num_speculative_tokens", request.num_steps)
         return ["--speculative-config", json.dumps(config, separators=(",", ":"))]
     algorithm = {"mtp": "EAGLE", "eagle": "EAGLE", "eagle3": "EAGLE3"}.get(request.method)
     algorithm = algorithm or {"draft_model": "STANDALONE", "ngram": "NGRAM"}[request.method]

@@ -174,6 +174,14 @@ text("sglang-partial-indexer")(
         "not checked against an SGLang log for this model."
     )
 )
+text("sglang-ngram-topk")(
+    lambda given, topk: (
+        f"NGRAM: SGLang takes the draft tree's branches from --speculative-ngram-max-bfs-breadth "
+        f"({topk}), replacing --speculative-eagle-topk {given} (server_args _handle_ngram); the "
+        "given value still picks the default attention backend, chosen before it is replaced "
+        "(_handle_attention_backend_compatibility: fa3 on Hopper only with no top-k or 1)."
+    )
+)
 text("sglang-attention")(
     lambda prefill, decode, nsa_prefill, nsa_decode, page, forced, graphs: (
         "Attention backend: "

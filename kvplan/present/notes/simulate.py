@@ -313,6 +313,24 @@ text("sim-weak-disagg-hybrid")(
         "Pass --kv-cache-memory with the logged figure to pin the pool."
     )
 )
+text("sim-requests-failed")(
+    lambda failed, requests, max_model_len: (
+        (
+            f"All {requests:,} requests failed"
+            if failed == requests
+            else f"{failed:,} of {requests:,} requests failed"
+        )
+        + f": their prompts hold max_model_len ({max_model_len:,}) tokens or more, which the "
+        "server refuses (HTTP 400, the request longer than the model's context length)"
+        + (
+            ', so every figure is empty (vllm bench serve warns: "All requests failed. This is '
+            'likely due to a misconfiguration on the benchmark arguments.")'
+            if failed == requests
+            else ", so the figures cover the others only"
+        )
+        + "; raise --max-model-len to serve them."
+    )
+)
 text("sim-outputs-capped")(
     lambda requests, limit: (
         f"{requests:,} request(s) asked for more output than max_model_len {limit:,} leaves after "

@@ -23,6 +23,14 @@ text("vllm-memory-estimated")(
         + ". Pass --kv-cache-memory with a logged figure for exact counts."
     )
 )
+text("vllm-block-size-fallback")(
+    lambda block_size, backend, passed_over: (
+        f"--block-size {block_size} precluded the faster attention backend(s) {passed_over}: "
+        f"vLLM runs {backend} (its warning; platforms/cuda.py get_attn_backend_cls), timed "
+        "from that backend's rows where the kernel tables have them, else named among the "
+        "untimed parts. Drop --block-size for vLLM's own choice."
+    )
+)
 text("vllm-mla-block")(
     lambda block_size: (
         f"MLA: block size {block_size}, what vLLM 0.19's MLA backend for this GPU and cache "
