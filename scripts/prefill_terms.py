@@ -2,6 +2,9 @@
 
     python scripts/prefill_terms.py [--only SUBSTRING] [--tokens N,N,...]
 
+(--tokens: 1 to 100 whole prompt lengths, each at least 1 token and within the run's context;
+anything else is one line on stderr and exit status 2.)
+
 At --max-concurrency 1 a request's TTFT is the API server's per-request cost plus one prefill
 step with nothing queued ahead of it, so the terms of that step are what the TTFT is made of. For
 every run of tests/data/sim_bench_cases_external.json replayed from its serve command at
@@ -24,7 +27,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -39,6 +42,8 @@ if TYPE_CHECKING:
     from kvplan.simulate.setup import Replica
 
 TERMS = ("step", "dense", "moe", "attention", "comm", "launch", "host")
+# the most prompt lengths --tokens prices (each is one step per run shown: a bounded time)
+MAX_LENGTHS = 100
 
 
 class _Capture:
@@ -113,6 +118,26 @@ def _print_lengths(case: dict, simulated: float, model, lengths: list[int]) -> N
         )
 
 
+def _refuse(words: str) -> NoReturn:
+    print(f"--tokens: {words}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _lengths(text: str) -> list[int]:
+    """--tokens's prompt lengths, sorted and each once: whole numbers of at least one token, at
+    most MAX_LENGTHS of them (else one line on stderr, exit status 2)."""
+    items = [n.strip() for n in text.split(",") if n.strip()]
+    if len(items) > MAX_LENGTHS:
+        _refuse(f"at most {MAX_LENGTHS} lengths (got {len(items):,})")
+    bad = next((n for n in items if not n.lstrip("+-").isdigit()), None)
+    if bad is not None:
+        _refuse(f"{bad!r} is not a whole number of tokens")
+    lengths = sorted({int(n) for n in items})
+    if lengths and lengths[0] < 1:
+        _refuse(f"each length is at least 1 token (got {lengths[0]})")
+    return lengths
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="")
@@ -120,7 +145,7 @@ def main() -> None:
         "--tokens", default="", help="comma-separated prompt lengths to price the step at"
     )
     args = parser.parse_args()
-    lengths = sorted({int(n) for n in args.tokens.split(",") if n.strip()})
+    lengths = _lengths(args.tokens)
     if lengths:
         print(
             f"{'case':52} {'meas':>6} {'sim':>6} {'prompt tokens':>14} | "
@@ -149,6 +174,9 @@ def main() -> None:
         model = run.replica.model
         simulated = sim["bench"]["median_ttft_ms"]
         if lengths:
+            context = run.replica.config.max_model_len
+            if lengths[-1] > context:
+                _refuse(f"{lengths[-1]:,} tokens is past the run's context ({context:,} tokens)")
             _print_lengths(case, simulated, model, lengths)
             continue
         drawn = sorted(r.input_tokens for r in run.requests)

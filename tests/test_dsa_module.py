@@ -264,3 +264,26 @@ def test_a_dsa_module_row_off_every_other_release_or_under_its_floor_is_refused(
     assert why[1].startswith("1 rows 3x+ off every other release's")
     bf16 = [_row(0.015, batch=64, gemm_type="bfloat16")]  # no floor drawn for bf16 weights
     assert derive.dsa_sane_rows(bf16, {}, floor_s, "decode")[0] == bf16
+
+
+@pytest.mark.parametrize("version", ["0.5.6.post2", "0.5.9", "0.5.14"])
+def test_a_run_on_other_tables_than_its_dsa_files_baseline_names_the_module_untimed(version):
+    """An SGLang DSA file holds the module rows less the layer priced on one release's tables
+    (its name's: dsa/h200_sxm.sglang.0.5.9.json less 0.5.9's). A 0.5.6.post2 run on an H200
+    reads that file (the nearest) but prices its layer on 0.5.6.post2's tables, which price no
+    DSA layer from GEMM rows (dsa_layer_base_s None; derive_achieved --at-version 0.5.6.post2:
+    "not written ... not priced"), so base + delta is not the module row: the step names the
+    module untimed (the "partial" interval class). A run of the file's own release does not."""
+    spec = load_model("deepseek-ai/DeepSeek-V3.2", checkpoint=False)
+    options = ServeOptions(engine="sglang", tp=8, sglang_version=version)
+    m = build_replica(spec, load_profile("h200"), options).model
+    words = [p for p in m.untimed_parts if "drawn on" in p]
+    if version == "0.5.6.post2":
+        assert dsa_layer_base_s(m, "decode", 16, 2048) is None
+        assert words == [
+            "the DSA module over this run's layer (its rows were drawn on the layer priced on "
+            "SGLang 0.5.9's tables, not this run's)"
+        ]
+    else:
+        assert dsa_layer_base_s(m, "decode", 16, 2048) is not None
+        assert words == []

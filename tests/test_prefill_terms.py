@@ -9,6 +9,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from kvplan.simulate.frontend import Frontend
 
@@ -71,3 +72,52 @@ def test_qwen3_prefill_at_given_lengths_prices_the_moe_on_sglangs_triton_rows(mo
     (t0, s0, _), (t1, s1, slope1), (t2, s2, slope2) = steps
     assert abs(slope1 - (s1 - s0) * 1e3 / (t1 - t0)) < 0.2
     assert abs(slope2 - (s2 - s1) * 1e3 / (t2 - t1)) < 0.2
+
+
+@pytest.mark.parametrize(
+    ("tokens", "words"),
+    [
+        ("0", "at least 1 token"),
+        ("-5", "at least 1 token"),
+        ("500,abc", "'abc' is not a whole number"),
+        ("1.5", "'1.5' is not a whole number"),
+        (",".join(str(n) for n in range(1, 10_001)), "at most 100 lengths"),
+    ],
+)
+def test_tokens_out_of_range_is_one_line_and_exit_2_before_any_replay(
+    monkeypatch, capsys, tokens, words
+):
+    """--tokens takes 1 to 100 whole prompt lengths of at least one token: anything else is one
+    line on stderr and exit status 2, before a run is replayed (a length of 0 or -5 tokens
+    priced a step of 8 ms; a non-number raised a traceback)."""
+    script = load_script("prefill_terms")
+    monkeypatch.setattr(script, "replay", lambda *a, **k: pytest.fail("replayed"))
+    monkeypatch.setattr(sys, "argv", ["prefill_terms.py", "--tokens", tokens])
+    with pytest.raises(SystemExit) as exit_:
+        script.main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err
+
+
+def test_tokens_past_the_models_context_is_refused(monkeypatch, capsys):
+    """A prompt length past the run's context window (its max_model_len) is one line on stderr
+    and exit status 2, not a step priced at 10^12 tokens."""
+    script = load_script("prefill_terms")
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "prefill_terms.py",
+            "--only",
+            "qwen3-b200-tp8-random-8000",
+            "--tokens",
+            "500,10" + "0" * 12,
+        ],
+    )
+    with pytest.raises(SystemExit) as exit_:
+        with redirect_stdout(io.StringIO()):
+            script.main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "past the run's context" in err

@@ -120,6 +120,12 @@ def test_glm5s_dsa_reads_its_own_sglang_grids(gpu):
 
 
 DECODE_UNTIMED = "the DSA module's decode under flashmla_kv (the tables time trtllm)"
+# a run on 0.5.9's B200 tables reads dsa/b200_sxm.sglang.0.5.14.json, drawn less the layer
+# priced on 0.5.14's (KernelTables.dsa_delta_us: DsaGrids.base_release)
+BASE_0_5_14 = (
+    "the DSA module over this run's layer (its rows were drawn on the layer priced on SGLang "
+    "0.5.14's tables, not this run's)"
+)
 
 
 @pytest.mark.parametrize(
@@ -138,7 +144,8 @@ DECODE_UNTIMED = "the DSA module's decode under flashmla_kv (the tables time trt
         # earlier patch keeps 0.5.9's flashmla_kv
         ("b200", {"sglang_version": "0.5.14"}, ()),
         ("b200", {"sglang_version": "0.5.15"}, ()),
-        ("b200", {"sglang_version": "0.5.13"}, (DECODE_UNTIMED,)),
+        # (and its tables are 0.5.9's, the DSA file's baseline 0.5.14's: the next part)
+        ("b200", {"sglang_version": "0.5.13"}, (BASE_0_5_14, DECODE_UNTIMED)),
         # named by its flag instead: the flag's own untimed part, not this one
         (
             "b200",

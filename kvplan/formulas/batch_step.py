@@ -821,6 +821,14 @@ class StepModel:
             parts.append(
                 ("attention", "the DSA module at this model's shape (DeepSeek-V3.2's stands in)")
             )
+        if self.dsa is not None and self.dsa.tables.base_release is not None:
+            parts.append(  # the delta less another tables' layer price than the step charges
+                (
+                    "attention",
+                    "the DSA module over this run's layer (its rows were drawn on the layer "
+                    f"priced on SGLang {self.dsa.tables.base_release}'s tables, not this run's)",
+                )
+            )
         if self.dsa is not None and self.dsa_decode_kernel is not None:
             kernel, timed = self.dsa_decode_kernel
             parts.append(

@@ -157,6 +157,12 @@ class DsaGrids(NamedTuple):
     # "shapes": GLM-5's in SGLang's), each with no `others` of its own; the step model reads
     # the one whose shape its DSA layers have (batch_step.dsa_grids_for)
     others: tuple = ()
+    # "kvplan_layer" only: the release of the tables the baseline was priced on (the file's
+    # name's, scripts/derive_achieved.py write_dsa_grids) where it is not the run's own tables'
+    # (KernelTables.dsa_delta_us); the run adds the delta to its own layer price, so the step
+    # charges the module row only on the same tables (batch_step: an untimed part). None: the
+    # run's own tables, or an "mla_module" baseline (no kvplan price in it)
+    base_release: str | None = None
 
 
 class GemmGrid(NamedTuple):
@@ -215,8 +221,16 @@ class KernelTables(NamedTuple):
 
     @property
     def dsa_delta_us(self) -> DsaGrids | None:
-        """The DSA module grids, read on first use (None: none for this run)."""
-        return None if self.dsa_file is None else _dsa(self.dsa_file)
+        """The DSA module grids, read on first use (None: none for this run); `base_release`
+        set where their baseline was priced on another release's tables than this run's."""
+        if self.dsa_file is None:
+            return None
+        grids = _dsa(self.dsa_file)
+        drawn_on = _file_version(self.dsa_file, self.gpu, self.engine)
+        if grids.baseline != "kvplan_layer" or drawn_on == self.engine_version:
+            return grids
+        others = tuple(o._replace(base_release=drawn_on) for o in grids.others)
+        return grids._replace(base_release=drawn_on, others=others)
 
     @property
     def moe_curves_s(self) -> dict:
