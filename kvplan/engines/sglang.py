@@ -823,10 +823,7 @@ def mamba_track_slots(
         )
     if name == "no_buffer":
         return 0
-    rules = sglang_rules(version)
-    if rules.release != "0.5" or (
-        rules.patch is not None and rules.patch < MAMBA_EXTRA_BUFFER_FROM
-    ):
+    if not sglang_rules(version).from_05(MAMBA_EXTRA_BUFFER_FROM):
         raise KvplanError(
             f"SGLang {version} has no --mamba-scheduler-strategy extra_buffer (from "
             f"0.5.{MAMBA_EXTRA_BUFFER_FROM}, PR #14792)"
