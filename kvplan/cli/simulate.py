@@ -133,7 +133,7 @@ def engine_versions(engine: str, engine_version: str | None, vllm_version: str |
     if engine_version is not None and vllm_version is not None:
         raise KvplanError("give --engine-version or --vllm-version, not both")
     engine_version = c.check_engine_version(engine, engine_version)
-    vllm_version = c.check_engine_version("vllm", vllm_version)
+    vllm_version = None if vllm_version is None else vllm_version.strip()  # as --engine-version
     if engine == "sglang":
         if vllm_version is not None:
             raise KvplanError(
