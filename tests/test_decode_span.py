@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvplan.dtypes import KvFormat
+from kvplan.engines.context_limit import ContextLimit
 from kvplan.formulas.batch_step import StepModel
 from kvplan.formulas.step_time import Rates
 from kvplan.inputs.hardware import load_profile
@@ -37,7 +38,7 @@ def _serve(kind, requests, cfg, concurrency):
         [replica],
         max_concurrency=concurrency,
         frontend=FRONTEND,
-        max_model_len=cfg.max_model_len,
+        context=ContextLimit(cfg.max_model_len),
     )
     return replica, run
 
@@ -173,7 +174,7 @@ def _serve_lockstep(kind, requests, cfg, concurrency, router):
         router=router,
         max_concurrency=concurrency,
         frontend=FRONTEND,
-        max_model_len=cfg.max_model_len,
+        context=ContextLimit(cfg.max_model_len),
         lockstep=2,
     )
     return ranks, run

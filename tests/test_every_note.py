@@ -708,6 +708,10 @@ INVOCATIONS: dict[str, Invocation] = {
     ),
     "simulate capped outputs": cli(
         *SIM,
+        "--engine",
+        "sglang",
+        "--engine-version",
+        "0.4.1",
         "--max-model-len",
         "256",
         "--input-len",

@@ -352,10 +352,14 @@ def test_cla_sharing_more_layers_than_exist_is_not_priced():
     assert any("cla33" in str(s) for s in data["skipped"])
 
 
-def test_outputs_cut_at_max_model_len_are_said():
+def test_outputs_past_max_model_len_fail_over_http():
+    """vLLM's server refuses prompt + max_tokens > max_model_len (HTTP 400): the request
+    fails, it is not served with fewer outputs."""
     data = run_json("simulate", "qwen3-8b", "--num-prompts", "1", "--output-len", "16777216")
-    assert data["runs"][0]["bench"]["total_output_tokens"] < 16_777_216
-    assert "sim-outputs-capped" in [n["id"] for n in data["notes"]]
+    bench = data["runs"][0]["bench"]
+    assert (bench["completed"], bench["failed"]) == (0, 1)
+    assert data["notes"][0]["id"] == "sim-requests-failed"
+    assert "sim-outputs-capped" not in [n["id"] for n in data["notes"]]
 
 
 def test_fp8_weights_on_a_gpu_without_fp8_tensor_cores_compute_in_bf16():

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from test_simulate_engine import MODEL, NO_FRONTEND, config
 
+from kvplan.engines.context_limit import ContextLimit
 from kvplan.formulas.batch_step import BatchShape
 from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
 from kvplan.inputs.hardware import load_profile
@@ -203,7 +204,7 @@ def _first_ttft_s(warm: bool) -> float:
     engine = Engine(config(enable_prefix_caching=True), MODEL, 0.0)
     if warm:
         assert engine.warm_prefixes([spec]) == 1024 // 16  # the prefix's 64 blocks
-    run = cluster.run([spec], [engine], frontend=NO_FRONTEND, max_model_len=1 << 20)
+    run = cluster.run([spec], [engine], frontend=NO_FRONTEND, context=ContextLimit(1 << 20))
     return metrics.bench_result(run, math.inf, 1.0, None).mean_ttft_ms / 1e3
 
 
@@ -236,7 +237,7 @@ def test_a_warm_cache_in_unit_time_saves_exactly_the_prefix():
         engine = Engine(config(enable_prefix_caching=True), UnitStep(MODEL), 0.0)
         if warm:
             engine.warm_prefixes([spec])
-        run = cluster.run([spec], [engine], frontend=NO_FRONTEND, max_model_len=1 << 20)
+        run = cluster.run([spec], [engine], frontend=NO_FRONTEND, context=ContextLimit(1 << 20))
         return metrics.bench_result(run, math.inf, 1.0, None).mean_ttft_ms / 1e3
 
     assert ttft(False) - ttft(True) == pytest.approx(1024.0, rel=1e-12)

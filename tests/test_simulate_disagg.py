@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_simulate_engine import MODEL, NO_FRONTEND, config
 
+from kvplan.engines.context_limit import ContextLimit
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import BatchShape
 from kvplan.inputs.hardware import load_profile
@@ -48,7 +49,12 @@ def serve(requests, cfg, num_prefill=1, num_decode=1, frontend=NO_FRONTEND, link
     signal.alarm(30)
     try:
         drun = disagg.run(
-            requests, prefill, decode, link, frontend=frontend, max_model_len=cfg.max_model_len
+            requests,
+            prefill,
+            decode,
+            link,
+            frontend=frontend,
+            context=ContextLimit(cfg.max_model_len),
         )
     finally:
         signal.alarm(0)

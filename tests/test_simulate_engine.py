@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvplan.dtypes import KvFormat
+from kvplan.engines.context_limit import ContextLimit
 from kvplan.formulas.batch_step import BatchShape, StepModel
 from kvplan.formulas.step_time import Rates
 from kvplan.inputs.sources import load_model
@@ -45,7 +46,7 @@ def serve(requests, cfg, frontend=NO_FRONTEND, observer=None, concurrency=None):
         [engine],
         max_concurrency=concurrency,
         frontend=frontend,
-        max_model_len=cfg.max_model_len,
+        context=ContextLimit(cfg.max_model_len),
     )
     return engine, run, metrics.bench_result(run, math.inf, 1.0, concurrency)
 
@@ -281,14 +282,14 @@ def test_round_robin_replicas_sized_by_their_share_give_the_same_run():
     options = ServeOptions(kv_cache_memory_bytes=20 << 30)
     replica = build_replica(SPEC, load_profile("h100"), options)
     everything = pool_demand(replica.config, requests)
-    config, share = _replica_pool(replica.config, requests, request)
+    config, share = _replica_pool(replica.config, requests, request, replica.context)
     assert not config.enable_prefix_caching and share < replica.config.num_blocks < everything
     fast = run_once(replica, requests, request, 40.0).bench
     engines = [Engine(replica.config, replica.model, request.frontend.per_token_s, everything)
                for _ in range(4)]  # fmt: skip
     assert isinstance(engines[0].bm, BlockManager)  # the reference: caching on, hashed blocks
     run = cluster.run(requests, engines, frontend=request.frontend,
-                      max_model_len=replica.config.max_model_len)  # fmt: skip
+                      context=replica.context)  # fmt: skip
     assert fast == metrics.bench_result(run, 40.0, 1.0, None)
 
 
@@ -296,7 +297,9 @@ def _outcome(requests, cfg, stand_in: bool):
     from kvplan.simulate.engine import pool_demand
 
     engine = Engine(cfg, MODEL, 0.0, pool_demand(cfg, requests), stand_in=stand_in)
-    run = cluster.run(requests, [engine], frontend=NO_FRONTEND, max_model_len=cfg.max_model_len)
+    run = cluster.run(
+        requests, [engine], frontend=NO_FRONTEND, context=ContextLimit(cfg.max_model_len)
+    )
     per_request = [(r.rid, r.first_client_s, r.last_client_s, r.preemptions) for r in run.finished]
     return per_request, metrics.bench_result(run, math.inf, 1.0, None), engine
 

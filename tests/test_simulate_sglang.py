@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_simulate_engine import MODEL, NO_FRONTEND, assert_blocks_cover, config, workloads
 
+from kvplan.engines.context_limit import ContextLimit
 from kvplan.formulas.batch_step import BatchShape
 from kvplan.simulate import cluster, metrics
 from kvplan.simulate.engine import Engine
@@ -28,7 +29,9 @@ def serve(requests, cfg, observer=None, engine_class=SglangEngine, **kw):
         engine = SglangEngine(cfg, MODEL, 0.0, observer=observer, policy=SglangPolicy(**kw))
     else:
         engine = Engine(cfg, MODEL, 0.0, observer=observer)
-    run = cluster.run(requests, [engine], frontend=NO_FRONTEND, max_model_len=cfg.max_model_len)
+    run = cluster.run(
+        requests, [engine], frontend=NO_FRONTEND, context=ContextLimit(cfg.max_model_len)
+    )
     return engine, run, metrics.bench_result(run, math.inf, 1.0, None)
 
 

@@ -445,11 +445,13 @@ def engine_version_option():
 
 
 def check_engine_version(engine: str, version: str | None) -> str | None:
-    """--engine-version as given, or a one-line error for what no release of `engine` spells
-    (kvplan.simulate.setup.check_engine_version)."""
+    """--engine-version as given less the whitespace around it (the one edge both engines'
+    releases pass: '0.19 ' runs, and is named, as 0.19), or a one-line error for what no
+    release of `engine` spells (kvplan.simulate.setup.check_engine_version)."""
     from kvplan.simulate.setup import check_engine_version as check
 
     if version is not None:
+        version = version.strip()
         check(engine, version)
     return version
 

@@ -85,7 +85,7 @@ def add(app: typer.Typer) -> None:
         emit: str = typer.Option(
             "vllm", "--emit", help="Engine simulated and launched: vllm or sglang."
         ),
-        engine_version: str = c.engine_version_option(),
+        engine_version: str | None = c.engine_version_option(),
         mem_fraction_static: float = c.serve_option(
             "mem_fraction_static",
             None,
@@ -204,7 +204,7 @@ def add(app: typer.Typer) -> None:
 
         if emit not in ("vllm", "sglang"):
             raise KvplanError(f"--emit {emit!r}: choose vllm or sglang")
-        c.check_engine_version(emit, engine_version)
+        engine_version = c.check_engine_version(emit, engine_version)
         if emit == "vllm" and engine_version is not None:
             from kvplan.present.launch import vllm_image
 

@@ -132,7 +132,8 @@ def engine_versions(engine: str, engine_version: str | None, vllm_version: str |
     --vllm-version spelling."""
     if engine_version is not None and vllm_version is not None:
         raise KvplanError("give --engine-version or --vllm-version, not both")
-    c.check_engine_version(engine, engine_version)
+    engine_version = c.check_engine_version(engine, engine_version)
+    vllm_version = None if vllm_version is None else vllm_version.strip()  # as --engine-version
     if engine == "sglang":
         if vllm_version is not None:
             raise KvplanError(

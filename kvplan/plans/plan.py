@@ -35,7 +35,12 @@ from kvplan.record import NamedTuple
 from kvplan.simulate import cluster, metrics
 from kvplan.simulate.cluster import Frontend
 from kvplan.simulate.engine import pool_demand, with_stand_in, without_idle_caching
-from kvplan.simulate.setup import Replica, ServeOptions, build_replica, make_engine
+from kvplan.simulate.setup import (
+    Replica,
+    ServeOptions,
+    build_replica,
+    make_engine,
+)
 from kvplan.simulate.workload import (
     MIN_RATE,
     RequestSpec,
@@ -1058,7 +1063,10 @@ def _search(spec, request, config, gpus, requests, replica, price, memo, bracket
 
     cap = bracket
     if cap is None:
-        cap = memo.run(replica, requests, request, math.inf).bench.request_throughput
+        saturated = memo.run(replica, requests, request, math.inf).bench
+        if saturated.failed:  # refused by the server at every rate: never a good configuration
+            return _refused(saturated, replica), None, -math.inf
+        cap = saturated.request_throughput
         if cap <= 0:
             return "no request completed", None, -math.inf
 
@@ -1072,6 +1080,8 @@ def _search(spec, request, config, gpus, requests, replica, price, memo, bracket
             return PRUNED, cap, floor(hi)
         rate = (lo + hi) / 2
         outcome = memo.run(replica, requests, request, rate)
+        if outcome.bench.failed:  # the bracket came from another configuration's run
+            return _refused(outcome.bench, replica), None, -math.inf
         if meets(outcome.bench, request.slos, factors_of(outcome)):
             lo, best = rate, outcome
         else:
@@ -1308,7 +1318,7 @@ def _simulate(replica, requests, request: PlanRequest, rate, demand, stand_in) -
         engines,
         router="round_robin" if layout is None else layout.router,
         frontend=request.frontend,
-        max_model_len=replica.config.max_model_len,
+        context=replica.context,
     )
     bench = metrics.bench_result(run, rate, request.workload.burstiness, None)
     stats = metrics.engine_stats(  # as simulate's (its TTFT's untimed share too)
@@ -1319,6 +1329,17 @@ def _simulate(replica, requests, request: PlanRequest, rate, demand, stand_in) -
         request.frontend.request_s,
     )
     return _Outcome(bench, stats, max(engine.log.running, default=0))
+
+
+def _refused(bench: metrics.BenchResult, replica: Replica) -> str:
+    """The reason a configuration whose server refuses requests (HTTP 400: prompt + output
+    past max_model_len, kvplan.engines.context_limit) is listed, not ranked."""
+    assert replica.context is not None, "a refusal comes from the replica's rule"
+    total = bench.failed + bench.completed
+    return (
+        f"{bench.failed:,} of {total:,} requests refused (prompt + output past max_model_len "
+        f"{replica.context.max_model_len:,})"
+    )
 
 
 def meets(bench: metrics.BenchResult, slos: tuple[Slo, ...], factors: dict | None = None) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec
 from kvplan.dtypes import resolve_kv_format
+from kvplan.engines.context_limit import ContextLimit
 from kvplan.engines.sglang import (
     detokenizer_path,
     detokenizer_token_s,
@@ -270,7 +271,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
     shares = runs[-1].engine.step_time_shares
     dominant = [k for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v >= DOMINANT_SHARE]
     notes = [
-        *_failed_note(runs, replica.config.max_model_len),
+        *_failed_note(runs, replica.context),
         *model_notes(spec, request.serve.tp),
         *replica.notes,
         *(
@@ -467,10 +468,11 @@ def _runs(
     replica: Replica, request: SimulateRequest, recorder: StepRecorder | None = None
 ) -> tuple[list[Run], int]:
     """One run per rate, and how many requests (at most, over the rates) asked for more
-    output than max_model_len leaves them (the engine stops them there); `recorder` logs
-    replica 0's steps in the first run."""
+    output than max_model_len leaves them where the server serves them capped (SGLang 0.4.0
+    and 0.4.1; the others refuse them: ContextLimit); `recorder` logs replica 0's steps in the
+    first run."""
     runs, capped = [], 0
-    limit = replica.config.max_model_len
+    context = replica.context
     for rate in request.rates:
         requests = _requests(request, rate)
         if request.warm_prefix_cache and not any(
@@ -479,7 +481,9 @@ def _runs(
             raise KvplanError(
                 "--warm-prefix-cache caches shared prefixes: the trace names none (prefix_id)"
             )
-        over = sum(1 for r in requests if r.input_tokens < limit < r.input_tokens + r.output_tokens)
+        over = sum(
+            1 for r in requests if context and context.capped(r.input_tokens, r.output_tokens)
+        )
         capped = max(capped, over)
         runs.append(run_once(replica, requests, request, rate, recorder))
         recorder = None
@@ -537,7 +541,7 @@ def transfer_model(
     )
 
 
-def _replica_pool(config, requests, request: SimulateRequest):
+def _replica_pool(config, requests, request: SimulateRequest, context: ContextLimit | None):
     """(the engine config, the pool blocks one replica could ever need). With round-robin
     routing and no concurrency limit each replica's requests are known in advance (every R-th
     arrival), so its demand is that share's; otherwise all the requests'. Prefix caching is
@@ -546,7 +550,11 @@ def _replica_pool(config, requests, request: SimulateRequest):
     share = requests
     if request.replicas > 1 and request.router == "round_robin" and not request.max_concurrency:
         served = sorted(
-            (r for r in requests if r.input_tokens < config.max_model_len),
+            (
+                r
+                for r in requests
+                if context is None or not context.refuses(r.input_tokens, r.output_tokens)
+            ),
             key=lambda r: (r.arrival_s, r.rid),
         )
         shares = [served[i :: request.replicas] for i in range(request.replicas)]
@@ -568,7 +576,7 @@ def run_once(
     (a vLLM engine's): replica 0's steps."""
     if request.disaggregated is not None:
         return _run_disaggregated(replica, requests, request, rate)
-    config, demand = _replica_pool(replica.config, requests, request)
+    config, demand = _replica_pool(replica.config, requests, request, replica.context)
     replica = replica._replace(config=config)
 
     def served(stand_in: bool):
@@ -588,7 +596,7 @@ def run_once(
             router=request.router,
             max_concurrency=request.max_concurrency,
             frontend=request.frontend,
-            max_model_len=replica.config.max_model_len,
+            context=replica.context,
             lockstep=replica.layout.dp if replica.layout is not None else 1,
         )
         return engines, result
@@ -645,7 +653,7 @@ def _run_disaggregated(replica: Replica, requests, request: SimulateRequest, rat
         router=request.router,
         max_concurrency=request.max_concurrency,
         frontend=request.frontend,
-        max_model_len=replica.config.max_model_len,
+        context=replica.context,
     )
     bench = metrics.bench_result(
         drun.decode,
@@ -777,21 +785,23 @@ def _workload(request: SimulateRequest) -> WorkloadSummary:
     )
 
 
-def _failed_note(runs: list[Run], max_model_len: int) -> list[Note]:
+def _failed_note(runs: list[Run], context: ContextLimit | None) -> list[Note]:
     """sim-requests-failed, first among the notes, where a run refused requests: the server
-    answers a prompt of max_model_len tokens or more with HTTP 400 (vLLM 0.19.1
-    entrypoints/openai/engine/serving.py: "This model's maximum context length is ..."), and
-    `vllm bench serve` warns "All requests failed" where none completed
+    answers a prompt + max_tokens past max_model_len with HTTP 400 (vLLM 0.19.1
+    entrypoints/openai/engine/serving.py: "This model's maximum context length is ...";
+    SGLang's tokenizer manager, at the limit too before 0.5.10: kvplan.engines.context_limit),
+    and `vllm bench serve` warns "All requests failed" where none completed
     (benchmarks/serve.py calculate_metrics)."""
     worst = max(runs, key=lambda r: r.bench.failed)
-    if not worst.bench.failed:
+    if not worst.bench.failed or context is None:  # None: nothing refused
         return []
     return [
         note(
             "sim-requests-failed",
             failed=worst.bench.failed,
             requests=worst.bench.failed + worst.bench.completed,
-            max_model_len=max_model_len,
+            max_model_len=context.max_model_len,
+            at_limit=not context.total_at_limit,
         )
     ]
 

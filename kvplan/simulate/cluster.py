@@ -29,6 +29,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 
+from kvplan.engines.context_limit import ContextLimit
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
     BatchShape,
@@ -49,7 +50,7 @@ CACHE_AWARE_SLACK = 8  # requests: how much busier than the least busy a cache h
 
 class ClusterRun(NamedTuple):
     finished: list  # Req, with client times
-    failed: list  # RequestSpec refused (longer than max_model_len)
+    failed: list  # RequestSpec the server refused (ContextLimit.refuses)
     engines: list
 
 
@@ -59,11 +60,13 @@ def run(
     router: str = "round_robin",
     max_concurrency: int | None = None,
     frontend: Frontend = Frontend(),
-    max_model_len: int | None = None,
+    context: ContextLimit | None = None,
     lockstep: int = 1,
 ) -> ClusterRun:
     """Serve `requests` on `engines` until every request finishes; `lockstep` > 1: the engines
-    are DP-attention ranks, each run of `lockstep` of them stepping together (Lockstep)."""
+    are DP-attention ranks, each run of `lockstep` of them stepping together (Lockstep);
+    `context`: the server's rule for requests against max_model_len (a refused request is
+    failed, kvplan.engines.context_limit), None: every request served as asked."""
     if router not in ROUTERS:
         raise KvplanError(f"--router {router!r}: choose {', '.join(ROUTERS)}")
     arrivals: list = []  # (server arrival, rid, dispatch, spec)
@@ -125,14 +128,14 @@ def run(
         else:
             now, _, start, spec = heapq.heappop(arrivals)
             target = spec.output_tokens
-            if max_model_len is not None:
-                if spec.input_tokens >= max_model_len:
+            if context is not None:
+                if context.refuses(spec.input_tokens, target):  # HTTP 400: a failed request
                     failed.append(spec)
                     if max_concurrency is not None:
                         free_slots += 1
                         dispatch(now)
                     continue
-                target = min(target, max_model_len - spec.input_tokens)
+                target = context.output_tokens(spec.input_tokens, target)
             index = _route(router, spec, engines, outstanding, turn)
             req = Req(spec, start, now, target)
             req.replica = index

@@ -33,6 +33,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 
+from kvplan.engines.context_limit import ContextLimit
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 from kvplan.simulate.cluster import ROUTERS, ClusterRun, Frontend, _route
@@ -83,9 +84,10 @@ def run(
     router: str = "round_robin",
     max_concurrency: int | None = None,
     frontend: Frontend = Frontend(),
-    max_model_len: int | None = None,
+    context: ContextLimit | None = None,
 ) -> DisaggRun:
-    """Serve `requests` through the prefill pool, the links and the decode pool."""
+    """Serve `requests` through the prefill pool, the links and the decode pool; `context`: the
+    server's rule for requests against max_model_len (cluster.run)."""
     if router not in ROUTERS:
         raise KvplanError(f"--router {router!r}: choose {', '.join(ROUTERS)}")
     engines = [*prefill, *decode]
@@ -177,7 +179,7 @@ def run(
         now, kind, _, extra, item = heapq.heappop(events)
         if kind == _AT_PREFILL:
             spec = item
-            if max_model_len is not None and spec.input_tokens >= max_model_len:
+            if context is not None and context.refuses(spec.input_tokens, spec.output_tokens):
                 failed.append(spec)
                 if max_concurrency is not None:
                     free_slots += 1
@@ -192,8 +194,8 @@ def run(
             source = item
             spec = source.spec
             target = spec.output_tokens
-            if max_model_len is not None:
-                target = min(target, max_model_len - spec.input_tokens)
+            if context is not None:
+                target = context.output_tokens(spec.input_tokens, target)
             d = _route(router, spec, decode, out_d, turn_d)
             req = Req(spec, source.dispatch_s, now, target)
             req.replica = d

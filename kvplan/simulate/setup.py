@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, cast
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import resolve_kv_format
 from kvplan.engines.backends import ENGINE_NAMES, Backends, check_backends
+from kvplan.engines.context_limit import ContextLimit, context_limit
 from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION
 from kvplan.engines.sglang import PiecewiseFlags
 from kvplan.errors import KvplanError
@@ -392,6 +393,9 @@ class Replica(NamedTuple):
     transfer: TransferModel | None = None  # disaggregated: the model of moving KV between pools
     policy: SglangPolicy | None = None  # SGLang's (None: vLLM)
     layout: ParallelLayout | None = None  # EP / DP attention (parallel_layout), None: plain TP
+    # what the HTTP server does with a request past max_model_len (the release's rule);
+    # None: every request served as asked
+    context: ContextLimit | None = None
 
 
 def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_model_len: int):
@@ -660,6 +664,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         tuple(notes),
         speculation=speculation,
         layout=_modelled(layout),
+        context=context_limit("vllm", options.vllm_version, config.max_model_len),
     )
 
 
@@ -1795,6 +1800,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     # a pool below the context length: SGLang starts with max_req_len = pool - 1 and cuts
     # max_new_tokens to max_req_len - prompt - 1, so prompt + outputs <= pool - 2; admission
     # then needs prompt + outputs + a page below the free tokens, here the pool's whole blocks
+    context_len = max_model_len  # what the tokenizer manager checks requests against
     longest = min(
         alloc.kv_cache_tokens - 2,
         alloc.kv_cache_tokens // block * block - alloc.block_size - 1,
@@ -1923,6 +1929,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         speculation=speculation,
         policy=policy,
         layout=_modelled(layout),
+        context=context_limit("sglang", options.sglang_version, context_len, max_model_len),
     )
 
 

@@ -314,14 +314,16 @@ text("sim-weak-disagg-hybrid")(
     )
 )
 text("sim-requests-failed")(
-    lambda failed, requests, max_model_len: (
+    lambda failed, requests, max_model_len, at_limit=False: (
         (
             f"All {requests:,} requests failed"
             if failed == requests
             else f"{failed:,} of {requests:,} requests failed"
         )
-        + f": their prompts hold max_model_len ({max_model_len:,}) tokens or more, which the "
-        "server refuses (HTTP 400, the request longer than the model's context length)"
+        + ": their prompt plus the output the client asks for (max_tokens) "
+        + ("reaches" if at_limit else "is more than")
+        + f" max_model_len ({max_model_len:,}) tokens, which the server refuses before "
+        "serving anything (HTTP 400, the request longer than the model's context length)"
         + (
             ', so every figure is empty (vllm bench serve warns: "All requests failed. This is '
             'likely due to a misconfiguration on the benchmark arguments.")'
@@ -334,8 +336,9 @@ text("sim-requests-failed")(
 text("sim-outputs-capped")(
     lambda requests, limit: (
         f"{requests:,} request(s) asked for more output than max_model_len {limit:,} leaves after "
-        "their prompt: the engine stops them at the limit, so they generate fewer tokens than "
-        "asked (as vLLM does; raise --max-model-len to let them run)."
+        "their prompt: this release's server lowers their output to the limit instead of "
+        "refusing them (SGLang 0.4.0 and 0.4.1; later releases and vLLM answer HTTP 400), so "
+        "they generate fewer tokens than asked; raise --max-model-len to let them run."
     )
 )
 text("sim-vllm-v0")(
