@@ -22,6 +22,14 @@ output length, so the server sees prompt + max_tokens:
 - SGLang 0.4.0 and 0.4.1: no total check; the scheduler lowers max_new_tokens to what the
   context leaves (the users of PR #2876 asked to stay on 0.4.1 for that), so those requests
   are served with fewer output tokens (note sim-outputs-capped).
+- SGLang, every release (the reserve of PR #1748, October 2024): the scheduler takes
+  max_req_len = min(context_len - 1, pool tokens - 1) and cuts max_new_tokens to
+  max_req_len - prompt - 1 (scheduler.py handle_generate_request / init_req_max_new_tokens),
+  so a served request holds at most context_len - 2 tokens: one the tokenizer lets through
+  within 2 tokens of the limit generates fewer than it asked (SGLang PR #33814's repro,
+  --context-length 4096 asking 16: prompt 4079 gets 15, 4080 gets 14; note sim-outputs-capped).
+  The scheduler's own refusal of a prompt of max_req_len - 5 tokens or more
+  (validate_input_length) is not modelled: kvplan refuses from context_len - 2.
 """
 
 from __future__ import annotations
@@ -30,6 +38,15 @@ from kvplan.record import NamedTuple
 
 SGLANG_TOTAL_AT_LIMIT_FROM = 10  # the 0.5 patch that serves prompt + output == context_len
 SGLANG_TOTAL_CHECK_FROM_04 = 2  # the 0.4 patch whose tokenizer refuses the total (PR #2876)
+# tokens of its context_len (or pool) SGLang's scheduler never lets a request hold:
+# max_req_len = context_len - 1, max_new_tokens <= max_req_len - prompt - 1
+SGLANG_SCHEDULER_RESERVE_TOKENS = 2
+
+
+def sglang_longest_request(context_tokens: int) -> int:
+    """The most tokens (prompt + output) SGLang's scheduler lets a request hold against a
+    context_len, or a pool, of `context_tokens` (max_req_len - 1)."""
+    return context_tokens - SGLANG_SCHEDULER_RESERVE_TOKENS
 
 
 class ContextLimit(NamedTuple):
@@ -80,6 +97,7 @@ def context_limit(
         return ContextLimit(max_model_len, engine_len=held)
     from kvplan.engines.sglang import sglang_rules
 
+    held = min(sglang_longest_request(max_model_len), max_model_len if held is None else held)
     rules = sglang_rules(version)
     if rules.release == "0.4":
         early = rules.patch is not None and rules.patch < SGLANG_TOTAL_CHECK_FROM_04

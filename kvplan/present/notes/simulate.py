@@ -336,9 +336,11 @@ text("sim-requests-failed")(
 text("sim-outputs-capped")(
     lambda requests, limit: (
         f"{requests:,} request(s) asked for more output than max_model_len {limit:,} leaves after "
-        "their prompt: this release's server lowers their output to the limit instead of "
-        "refusing them (SGLang 0.4.0 and 0.4.1; later releases and vLLM answer HTTP 400), so "
-        "they generate fewer tokens than asked; raise --max-model-len to let them run."
+        "their prompt: the server takes them and SGLang's scheduler lowers their output to "
+        "what the context leaves less 2 tokens (max_req_len - prompt - 1, max_req_len = "
+        "context_len - 1; SGLang 0.4.0 and 0.4.1 take a longer total too, later releases and "
+        "vLLM refuse it with HTTP 400), so they generate fewer tokens than asked; raise "
+        "--max-model-len to let them run."
     )
 )
 text("sim-vllm-v0")(
