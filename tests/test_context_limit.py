@@ -77,6 +77,31 @@ def test_a_pool_below_the_context_cuts_what_the_engine_holds_not_the_http_check(
     assert limit.refuses(14558, 1)
 
 
+def test_sglang_scheduler_refuses_a_prompt_from_max_req_input_len():
+    """SGLang's scheduler refuses a prompt of max_req_input_len = max_req_len - 5 tokens or
+    more (validate_input_length), max_req_len = min(context_len, pool) - 1: a pool of 8,192
+    tokens refuses from 8,186 whatever max_model_len; a context of 4,096 from 4,090."""
+    pool = context_limit("sglang", "0.5.10", 131072, engine_len=8190, pool_tokens=8192)
+    assert pool.refuses(8186, 1) and not pool.refuses(8185, 1)
+    assert pool.output_tokens(8185, 10) == 5  # prompt + outputs within 8,190
+    ctx = context_limit("sglang", "0.5.10", 4096)
+    assert ctx.refuses(4090, 1) and not ctx.refuses(4089, 1)
+    assert not context_limit("vllm", "0.19.1", 4096).refuses(4090, 1)
+
+
+def test_a_prompt_the_sglang_pool_refuses_is_failed_and_named_so():
+    argv = ("simulate", "llama-3.1-8b", "--gpu", "h100", "--engine", "sglang",
+            "--kv-cache-memory", "1GiB", "--num-prompts", "2", "--output-len", "1")  # fmt: skip
+    data = run_json(*argv, "--input-len", "8188")  # 8,189 <= 8,190: the total fits the pool
+    bench = data["runs"][0]["bench"]
+    assert (bench["completed"], bench["failed"]) == (0, 2)
+    text = data["notes"][0]["text"]
+    assert "prompt reaches 8,186 tokens" in text and "sglang.bench_serving" in text
+    assert "or the KV memory" in text
+    served = run_json(*argv, "--input-len", "8185")["runs"][0]["bench"]
+    assert (served["completed"], served["failed"]) == (2, 0)
+
+
 # ---- the simulator: the refused request is failed, the other runs in full ---------------------
 def test_cluster_fails_the_request_past_the_limit_and_serves_the_rest():
     model = StepModel(

@@ -1336,9 +1336,12 @@ def _refused(bench: metrics.BenchResult, replica: Replica) -> str:
     past max_model_len, kvplan.engines.context_limit) is listed, not ranked."""
     assert replica.context is not None, "a refusal comes from the replica's rule"
     total = bench.failed + bench.completed
+    limit = replica.context.prompt_limit
     return (
         f"{bench.failed:,} of {total:,} requests refused (prompt + output past max_model_len "
-        f"{replica.context.max_model_len:,})"
+        f"{replica.context.max_model_len:,}"
+        + ("" if limit is None else f", or a prompt of {limit:,} tokens or more")
+        + ")"
     )
 
 

@@ -1929,7 +1929,9 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         speculation=speculation,
         policy=policy,
         layout=_modelled(layout),
-        context=context_limit("sglang", options.sglang_version, context_len, max_model_len),
+        context=context_limit(
+            "sglang", options.sglang_version, context_len, max_model_len, alloc.kv_cache_tokens
+        ),
     )
 
 
