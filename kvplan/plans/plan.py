@@ -1250,6 +1250,11 @@ def _check_sglang_flags(spec: ModelSpec, request: PlanRequest) -> None:
     ):
         if given and request.emit != "sglang":
             raise KvplanError(f"{flag} is SGLang's: give --emit sglang")
+    if request.mamba_scheduler_strategy is not None:
+        from kvplan.engines.sglang import check_mamba_strategy_release
+
+        version = ServeOptions(**release_fields(request)).sglang_version
+        check_mamba_strategy_release(request.mamba_scheduler_strategy, version)
     if not request.speculative_skip_dp_mlp_sync:
         return
     if not (request.enable_dp_attention and request.data_parallel_size > 1):
