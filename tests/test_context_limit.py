@@ -43,15 +43,30 @@ def test_sglang_refuses_the_total_at_its_context_length_until_0_5_10(version, at
     assert limit.refuses(100, 50) is not at_limit_served  # 100 + 50 = 150 = context_len
     assert limit.refuses(100, 51)  # past it, every release
     assert not limit.refuses(100, 49)
-    assert not limit.capped(100, 49)
+    assert not limit.capped(100, 48) and limit.capped(100, 49)  # the scheduler's 2 tokens
 
 
 @pytest.mark.parametrize("version", ["0.4.0", "0.4.1"])
 def test_sglang_before_0_4_2_caps_the_output_instead(version):
     limit = context_limit("sglang", version, 140)
     assert not limit.refuses(100, 50)
-    assert limit.output_tokens(100, 50) == 40 and limit.capped(100, 50)
+    # the scheduler's cut: max_req_len = context_len - 1, outputs <= max_req_len - prompt - 1
+    assert limit.output_tokens(100, 50) == 38 and limit.capped(100, 50)
     assert limit.refuses(140, 1)  # a prompt of the whole context still fails
+
+
+def test_sglang_scheduler_serves_two_tokens_short_of_the_context_length():
+    """SGLang's scheduler cuts max_new_tokens to max_req_len - prompt - 1 with max_req_len =
+    context_len - 1 (scheduler.py), so a served total stops 2 tokens below context_len; SGLang
+    PR #33814's repro at --context-length 4096 asking 16: prompt 4078 gets 16, 4079 gets 15,
+    4080 gets 14 (the total of exactly 4096 the tokenizer serves from PR #22546), 4081 fails."""
+    limit = context_limit("sglang", "0.5.10", 4096)
+    assert [limit.output_tokens(p, 16) for p in (4078, 4079, 4080)] == [16, 15, 14]
+    assert not limit.capped(4078, 16) and limit.capped(4079, 16) and limit.capped(4080, 16)
+    assert not limit.refuses(4080, 16) and limit.refuses(4081, 16)
+    before = context_limit("sglang", "0.5.9", 4096)  # the total at the limit refused
+    assert before.refuses(4080, 16) and before.output_tokens(4079, 16) == 15
+    assert context_limit("vllm", "0.19.1", 4096).output_tokens(4080, 16) == 16  # no cut
 
 
 def test_a_pool_below_the_context_cuts_what_the_engine_holds_not_the_http_check():
@@ -60,6 +75,31 @@ def test_a_pool_below_the_context_cuts_what_the_engine_holds_not_the_http_check(
     assert not limit.refuses(14000, 4000)  # 18,000 <= 40,960: the server takes it
     assert limit.output_tokens(14000, 4000) == 558  # the scheduler's max_req_len cut
     assert limit.refuses(14558, 1)
+
+
+def test_sglang_scheduler_refuses_a_prompt_from_max_req_input_len():
+    """SGLang's scheduler refuses a prompt of max_req_input_len = max_req_len - 5 tokens or
+    more (validate_input_length), max_req_len = min(context_len, pool) - 1: a pool of 8,192
+    tokens refuses from 8,186 whatever max_model_len; a context of 4,096 from 4,090."""
+    pool = context_limit("sglang", "0.5.10", 131072, engine_len=8190, pool_tokens=8192)
+    assert pool.refuses(8186, 1) and not pool.refuses(8185, 1)
+    assert pool.output_tokens(8185, 10) == 5  # prompt + outputs within 8,190
+    ctx = context_limit("sglang", "0.5.10", 4096)
+    assert ctx.refuses(4090, 1) and not ctx.refuses(4089, 1)
+    assert not context_limit("vllm", "0.19.1", 4096).refuses(4090, 1)
+
+
+def test_a_prompt_the_sglang_pool_refuses_is_failed_and_named_so():
+    argv = ("simulate", "llama-3.1-8b", "--gpu", "h100", "--engine", "sglang",
+            "--kv-cache-memory", "1GiB", "--num-prompts", "2", "--output-len", "1")  # fmt: skip
+    data = run_json(*argv, "--input-len", "8188")  # 8,189 <= 8,190: the total fits the pool
+    bench = data["runs"][0]["bench"]
+    assert (bench["completed"], bench["failed"]) == (0, 2)
+    text = data["notes"][0]["text"]
+    assert "prompt reaches 8,186 tokens" in text and "sglang.bench_serving" in text
+    assert "or the KV memory" in text
+    served = run_json(*argv, "--input-len", "8185")["runs"][0]["bench"]
+    assert (served["completed"], served["failed"]) == (2, 0)
 
 
 # ---- the simulator: the refused request is failed, the other runs in full ---------------------
@@ -89,7 +129,7 @@ def test_cluster_fails_the_request_past_the_limit_and_serves_the_rest():
         (("--engine", "vllm"), "140", 4),
         (("--engine", "vllm"), "150", 0),
         (("--engine", "sglang", "--engine-version", "0.5.9"), "150", 4),
-        (("--engine", "sglang", "--engine-version", "0.5.10"), "150", 0),
+        (("--engine", "sglang", "--engine-version", "0.5.10"), "152", 0),
     ],
 )
 def test_simulate_fails_the_requests_its_server_refuses(argv, limit, failed):
@@ -114,9 +154,20 @@ def test_sglang_0_4_1_serves_them_capped_and_says_so():
     )
     bench = data["runs"][0]["bench"]
     assert (bench["completed"], bench["failed"]) == (4, 0)
-    assert bench["total_output_tokens"] == 4 * 40
+    assert bench["total_output_tokens"] == 4 * 38  # 140 - 2 - 100: the scheduler's cut
     capped = [n for n in data["notes"] if n["id"] == "sim-outputs-capped"]
     assert capped and capped[0]["text"].startswith("4 request(s)")
+
+
+def test_sglang_serves_the_total_at_its_context_length_two_tokens_short_and_says_so():
+    data = run_json(
+        *SIM, *LENGTHS, "--engine", "sglang", "--engine-version", "0.5.10", "--max-model-len", "150"
+    )
+    bench = data["runs"][0]["bench"]
+    assert (bench["completed"], bench["failed"]) == (4, 0)
+    assert bench["total_output_tokens"] == 4 * 48  # 150 - 2 - 100
+    capped = [n["text"] for n in data["notes"] if n["id"] == "sim-outputs-capped"]
+    assert capped and "less 2 tokens (max_req_len - prompt - 1" in capped[0]
 
 
 # ---- plan: a configuration whose server refuses requests is ruled out, and says how many -----

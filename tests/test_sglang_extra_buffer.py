@@ -84,6 +84,8 @@ def test_simulate_keeps_radix_and_overlap_on_with_fewer_running_requests():
     "args,needle",
     [
         ((*SIM[:9], "0.5.6", *SIM[10:], *EXTRA), "from 0.5.7"),
+        # the flag itself came with extra_buffer (PR #14792): 0.5.6 has no no_buffer to name
+        ((*SIM[:9], "0.5.6", *SIM[10:], "--mamba-scheduler-strategy", "no_buffer"), "0.5.7"),
         ((*SIM, "--mamba-scheduler-strategy", "eager"), "choose no_buffer or extra_buffer"),
         ((*SIM, *EXTRA, "--disable-radix-cache"), "PR #19169"),
         ((*SIM, *EXTRA, "--speculative-algorithm", "NEXTN"), "SGLANG_ENABLE_SPEC_V2"),
@@ -120,3 +122,16 @@ def test_plan_prices_and_emits_it():
     code, _, err = run_cli("plan", "qwen3.5-35b-a3b", "--gpu", "h200", "--rate", "1",
                            "--slo", "tpot_p99=1s", *EXTRA)  # fmt: skip
     one_line_error(code, err, "is SGLang's")
+
+
+def test_plan_does_not_emit_the_flag_to_a_release_without_it():
+    """plan --mamba-scheduler-strategy no_buffer at 0.5.6 would print a flag that release's
+    argument parser refuses: a one-line error instead."""
+    code, out, err = run_cli(
+        *("plan", "qwen3.5-35b-a3b", "--gpu", "h200", "--emit", "sglang", "--tp", "2"),
+        *("--engine-version", "0.5.6", "--rate", "1", "--slo", "tpot_p99=1s"),
+        *("--num-prompts", "20", "--input-len", "512", "--output-len", "64"),
+        *("--mamba-scheduler-strategy", "no_buffer"),
+    )
+    one_line_error(code, err, "0.5.7")
+    assert out == ""

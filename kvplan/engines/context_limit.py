@@ -22,6 +22,15 @@ output length, so the server sees prompt + max_tokens:
 - SGLang 0.4.0 and 0.4.1: no total check; the scheduler lowers max_new_tokens to what the
   context leaves (the users of PR #2876 asked to stay on 0.4.1 for that), so those requests
   are served with fewer output tokens (note sim-outputs-capped).
+- SGLang, every release (the reserve of PR #1748, October 2024): the scheduler takes
+  max_req_len = min(context_len - 1, pool tokens - 1) and cuts max_new_tokens to
+  max_req_len - prompt - 1 (scheduler.py handle_generate_request / init_req_max_new_tokens),
+  so a served request holds at most context_len - 2 tokens: one the tokenizer lets through
+  within 2 tokens of the limit generates fewer than it asked (SGLang PR #33814's repro,
+  --context-length 4096 asking 16: prompt 4079 gets 15, 4080 gets 14; note sim-outputs-capped).
+  Its scheduler also refuses a prompt of max_req_input_len = max_req_len - 5 tokens or more
+  (validate_input_length, an aborted request: HTTP 400), the limit a pool below the context
+  length sets (note sim-sglang-pool-caps).
 """
 
 from __future__ import annotations
@@ -30,6 +39,27 @@ from kvplan.record import NamedTuple
 
 SGLANG_TOTAL_AT_LIMIT_FROM = 10  # the 0.5 patch that serves prompt + output == context_len
 SGLANG_TOTAL_CHECK_FROM_04 = 2  # the 0.4 patch whose tokenizer refuses the total (PR #2876)
+# tokens of its context_len (or pool) SGLang's scheduler never lets a request hold:
+# max_req_len = context_len - 1, max_new_tokens <= max_req_len - prompt - 1
+SGLANG_SCHEDULER_RESERVE_TOKENS = 2
+SGLANG_PROMPT_MARGIN_TOKENS = 5  # max_req_input_len = max_req_len - 5 (scheduler.py)
+
+
+def sglang_max_req_len(context_tokens: int) -> int:
+    """SGLang's max_req_len against a context_len, or a pool, of `context_tokens`."""
+    return context_tokens - 1
+
+
+def sglang_longest_request(context_tokens: int) -> int:
+    """The most tokens (prompt + output) SGLang's scheduler lets a request hold against a
+    context_len, or a pool, of `context_tokens` (max_req_len - 1)."""
+    return context_tokens - SGLANG_SCHEDULER_RESERVE_TOKENS
+
+
+def sglang_prompt_limit(context_tokens: int) -> int:
+    """The prompt length from which SGLang's scheduler refuses a request (max_req_input_len,
+    validate_input_length: `>=`) against a context_len, or a pool, of `context_tokens`."""
+    return sglang_max_req_len(context_tokens) - SGLANG_PROMPT_MARGIN_TOKENS
 
 
 class ContextLimit(NamedTuple):
@@ -42,6 +72,9 @@ class ContextLimit(NamedTuple):
     # pool below the context length: its scheduler's max_req_len cut, setup's
     # sim-sglang-pool-caps); None: max_model_len
     engine_len: int | None = None
+    # the prompt length from which the engine's scheduler refuses a request where below
+    # `longest` (SGLang's max_req_input_len); None: `longest`
+    prompt_limit: int | None = None
 
     @property
     def longest(self) -> int:
@@ -50,7 +83,7 @@ class ContextLimit(NamedTuple):
 
     def refuses(self, input_tokens: int, output_tokens: int) -> bool:
         """Whether the server answers the request with HTTP 400 (a failed request)."""
-        if input_tokens >= self.longest:
+        if input_tokens >= min(self.longest, self.prompt_limit or self.longest):
             return True
         if self.caps:
             return False
@@ -70,19 +103,30 @@ class ContextLimit(NamedTuple):
 
 
 def context_limit(
-    engine: str, version: str, max_model_len: int, engine_len: int | None = None
+    engine: str,
+    version: str,
+    max_model_len: int,
+    engine_len: int | None = None,
+    pool_tokens: int | None = None,
 ) -> ContextLimit:
     """The rule of `engine`'s HTTP server at release `version` (as given, patch included;
     the module's docstring has the source of each) for a server of `max_model_len`, whose
-    engine holds at most `engine_len` tokens a request where fewer."""
+    engine holds at most `engine_len` tokens a request where fewer; `pool_tokens`: SGLang's
+    KV pool (max_total_num_tokens), where its scheduler's limits come from it."""
     held = None if engine_len is None or engine_len >= max_model_len else engine_len
     if engine != "sglang":
         return ContextLimit(max_model_len, engine_len=held)
     from kvplan.engines.sglang import sglang_rules
 
+    held = min(sglang_longest_request(max_model_len), max_model_len if held is None else held)
+    prompts = sglang_prompt_limit(min(max_model_len, pool_tokens or max_model_len))
     rules = sglang_rules(version)
     if rules.release == "0.4":
         early = rules.patch is not None and rules.patch < SGLANG_TOTAL_CHECK_FROM_04
-        return ContextLimit(max_model_len, total_at_limit=False, caps=early, engine_len=held)
+        return ContextLimit(
+            max_model_len, total_at_limit=False, caps=early, engine_len=held, prompt_limit=prompts
+        )
     at_limit = rules.from_05(SGLANG_TOTAL_AT_LIMIT_FROM)
-    return ContextLimit(max_model_len, total_at_limit=at_limit, engine_len=held)
+    return ContextLimit(
+        max_model_len, total_at_limit=at_limit, engine_len=held, prompt_limit=prompts
+    )

@@ -798,6 +798,19 @@ def mamba_capped_requests(
     return min(requests, max(max_mamba_cache_size // per_request, 1))
 
 
+def check_mamba_strategy_release(strategy: str | None, version: str) -> None:
+    """A given --mamba-scheduler-strategy (either choice) refused, one line, for a release
+    before the flag: it came with extra_buffer (PR #14792, MAMBA_EXTRA_BUFFER_FROM), so the
+    release's argument parser refuses the flag itself."""
+    if strategy is None or sglang_rules(version).from_05(MAMBA_EXTRA_BUFFER_FROM):
+        return
+    name = str(strategy).strip().lower()[:20]
+    raise KvplanError(
+        f"SGLang {version} has no --mamba-scheduler-strategy {name} (the flag is from "
+        f"0.5.{MAMBA_EXTRA_BUFFER_FROM}, PR #14792)"
+    )
+
+
 def mamba_track_slots(
     spec: ModelSpec,
     gpu: GpuProfile,
@@ -821,13 +834,9 @@ def mamba_track_slots(
             f"--mamba-scheduler-strategy {str(strategy)[:20]!r}: choose "
             f"{' or '.join(MAMBA_STRATEGIES)}"
         )
+    check_mamba_strategy_release(strategy, version)
     if name == "no_buffer":
         return 0
-    if not sglang_rules(version).from_05(MAMBA_EXTRA_BUFFER_FROM):
-        raise KvplanError(
-            f"SGLang {version} has no --mamba-scheduler-strategy extra_buffer (from "
-            f"0.5.{MAMBA_EXTRA_BUFFER_FROM}, PR #14792)"
-        )
     if not spec.has_kind(CacheKind.STATE):
         raise KvplanError(
             f"--mamba-scheduler-strategy extra_buffer needs a model with recurrent state; "

@@ -1250,6 +1250,11 @@ def _check_sglang_flags(spec: ModelSpec, request: PlanRequest) -> None:
     ):
         if given and request.emit != "sglang":
             raise KvplanError(f"{flag} is SGLang's: give --emit sglang")
+    if request.mamba_scheduler_strategy is not None:
+        from kvplan.engines.sglang import check_mamba_strategy_release
+
+        version = ServeOptions(**release_fields(request)).sglang_version
+        check_mamba_strategy_release(request.mamba_scheduler_strategy, version)
     if not request.speculative_skip_dp_mlp_sync:
         return
     if not (request.enable_dp_attention and request.data_parallel_size > 1):
@@ -1336,9 +1341,12 @@ def _refused(bench: metrics.BenchResult, replica: Replica) -> str:
     past max_model_len, kvplan.engines.context_limit) is listed, not ranked."""
     assert replica.context is not None, "a refusal comes from the replica's rule"
     total = bench.failed + bench.completed
+    limit = replica.context.prompt_limit
     return (
         f"{bench.failed:,} of {total:,} requests refused (prompt + output past max_model_len "
-        f"{replica.context.max_model_len:,})"
+        f"{replica.context.max_model_len:,}"
+        + ("" if limit is None else f", or a prompt of {limit:,} tokens or more")
+        + ")"
     )
 
 

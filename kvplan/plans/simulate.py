@@ -802,6 +802,7 @@ def _failed_note(runs: list[Run], context: ContextLimit | None) -> list[Note]:
             requests=worst.bench.failed + worst.bench.completed,
             max_model_len=context.max_model_len,
             at_limit=not context.total_at_limit,
+            prompt_limit=context.prompt_limit,
         )
     ]
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, cast
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import resolve_kv_format
 from kvplan.engines.backends import ENGINE_NAMES, Backends, check_backends
-from kvplan.engines.context_limit import ContextLimit, context_limit
+from kvplan.engines.context_limit import ContextLimit, context_limit, sglang_longest_request
 from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION
 from kvplan.engines.sglang import PiecewiseFlags
 from kvplan.errors import KvplanError
@@ -1802,7 +1802,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     # then needs prompt + outputs + a page below the free tokens, here the pool's whole blocks
     context_len = max_model_len  # what the tokenizer manager checks requests against
     longest = min(
-        alloc.kv_cache_tokens - 2,
+        sglang_longest_request(alloc.kv_cache_tokens),
         alloc.kv_cache_tokens // block * block - alloc.block_size - 1,
     )
     if longest < max_model_len:
@@ -1929,7 +1929,9 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         speculation=speculation,
         policy=policy,
         layout=_modelled(layout),
-        context=context_limit("sglang", options.sglang_version, context_len, max_model_len),
+        context=context_limit(
+            "sglang", options.sglang_version, context_len, max_model_len, alloc.kv_cache_tokens
+        ),
     )
 
 

@@ -2,6 +2,11 @@
 decoding, DCP, expert and data parallelism, disaggregation, its known weak spots and its
 intervals. Made in kvplan/plans/simulate.py and kvplan/simulate/setup.py."""
 
+from kvplan.engines.context_limit import (
+    sglang_longest_request,
+    sglang_max_req_len,
+    sglang_prompt_limit,
+)
 from kvplan.formulas.batch_step import HOST_OVERHEADS
 from kvplan.present import format as f
 from kvplan.present.format import gib_text
@@ -314,7 +319,7 @@ text("sim-weak-disagg-hybrid")(
     )
 )
 text("sim-requests-failed")(
-    lambda failed, requests, max_model_len, at_limit=False: (
+    lambda failed, requests, max_model_len, at_limit=False, prompt_limit=None: (
         (
             f"All {requests:,} requests failed"
             if failed == requests
@@ -325,20 +330,37 @@ text("sim-requests-failed")(
         + f" max_model_len ({max_model_len:,}) tokens, which the server refuses before "
         "serving anything (HTTP 400, the request longer than the model's context length)"
         + (
-            ', so every figure is empty (vllm bench serve warns: "All requests failed. This is '
-            'likely due to a misconfiguration on the benchmark arguments.")'
+            f", or their prompt reaches {prompt_limit:,} tokens, which SGLang's scheduler "
+            "refuses (max_req_input_len: max_req_len - 5)"
+            if prompt_limit is not None
+            else ""
+        )
+        + (
+            ", so every figure is empty (the bench client, vllm bench serve or "
+            'sglang.bench_serving, warns: "All requests failed. This is likely due to a '
+            'misconfiguration on the benchmark arguments.")'
             if failed == requests
             else ", so the figures cover the others only"
         )
-        + "; raise --max-model-len to serve them."
+        + (
+            "; raise --max-model-len"
+            + (
+                " (or the KV memory, where SGLang's pool is below it: note sim-sglang-pool-caps)"
+                if prompt_limit is not None
+                else ""
+            )
+            + " to serve them."
+        )
     )
 )
 text("sim-outputs-capped")(
     lambda requests, limit: (
         f"{requests:,} request(s) asked for more output than max_model_len {limit:,} leaves after "
-        "their prompt: this release's server lowers their output to the limit instead of "
-        "refusing them (SGLang 0.4.0 and 0.4.1; later releases and vLLM answer HTTP 400), so "
-        "they generate fewer tokens than asked; raise --max-model-len to let them run."
+        "their prompt: the server takes them and SGLang's scheduler lowers their output to "
+        "what the context leaves less 2 tokens (max_req_len - prompt - 1, max_req_len = "
+        "context_len - 1; SGLang 0.4.0 and 0.4.1 take a longer total too, later releases and "
+        "vLLM refuse it with HTTP 400), so they generate fewer tokens than asked; raise "
+        "--max-model-len to let them run."
     )
 )
 text("sim-vllm-v0")(
@@ -518,10 +540,11 @@ text("sim-sglang")(
 text("sim-sglang-pool-caps")(
     lambda context, tokens, longest: (
         f"SGLang's KV pool ({tokens:,} tokens) is smaller than the context length ({context:,}): "
-        f"SGLang starts anyway with max_req_len {tokens - 1:,}, refuses prompts of "
-        f"{tokens - 6:,} tokens or more and cuts max_new_tokens so that prompt + outputs stay "
-        f"within {tokens - 2:,}; the simulation caps requests at {longest:,} tokens (prompt + "
-        "outputs, which with a page fit the simulated pool's whole blocks)."
+        f"SGLang starts anyway with max_req_len {sglang_max_req_len(tokens):,}, refuses prompts "
+        f"of {sglang_prompt_limit(tokens):,} tokens or more and cuts max_new_tokens so that "
+        f"prompt + outputs stay within {sglang_longest_request(tokens):,}; the simulation caps "
+        f"requests at {longest:,} tokens (prompt + outputs, which with a page fit the simulated "
+        "pool's whole blocks)."
     )
 )
 text("sim-weak-sglang")(
