@@ -346,6 +346,9 @@ INVOCATIONS: dict[str, Invocation] = {
     "whatif maverick": cli("whatif", "llama-4-maverick", "--ctx", "128k", "--apply", "fp8"),
     "whatif nemotron": cli("whatif", "nemotron-3-nano-30b", "--ctx", "128k", "--apply", "fp8"),
     # engines
+    "vllm nvfp4 checkpoint kv": cli(
+        "engine", "gemma-4-31b-nvfp4", "--engine", "vllm", "--gpu", "h100"
+    ),
     "vllm dsa fp8 tp8": cli(
         "engine",
         "deepseek-v3.2",
@@ -1132,6 +1135,7 @@ SOURCES: dict[str, str] = {
     "vllm-cuda-graphs-subtracted": "vllm fp16 pp2 0.21",
     "vllm-dsv4-fp8-ds-mla": "vllm deepseek-v4",
     "vllm-fp8-ds-mla": "vllm dsa fp8 tp8",
+    "vllm-checkpoint-kv-cache": "vllm nvfp4 checkpoint kv",
     "vllm-gqa-indexer": "vllm minimax-m3",
     "vllm-hma-off": "vllm hybrid manager off",
     "vllm-memory-estimated": "vllm dsa fp8 tp8",

@@ -42,6 +42,9 @@ class EngineRequest(NamedTuple):
     max_num_seqs: int | None = None  # None: the engine's default for the GPU
     enforce_eager: bool = False  # vLLM: no CUDA graphs (no graph-memory estimate)
     vllm_version: str = VLLM_VERSION
+    # the vLLM release a run names where its allocator's rules are another's (simulate runs any
+    # release on its nearest allocator, engines.vllm.allocation_release); None: vllm_version
+    vllm_release: str | None = None
     # vLLM's --mamba-cache-dtype / --mamba-ssm-cache-dtype as typed (engines.vllm.state_dtypes)
     mamba_cache_dtype: str = "auto"
     mamba_ssm_cache_dtype: str = "auto"

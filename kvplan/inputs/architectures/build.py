@@ -842,6 +842,7 @@ class Builder(FamilyLayouts):
             tied_embeddings=self.tied,
             max_position_embeddings=self.max_positions(),
             weights_quantization=quant.format,
+            checkpoint_kv_cache=quant.kv_cache,
             weights_method=quant.method,
             quantized_parts=quant.parts,
             vision_params=vision_params(self.top, self.hidden),

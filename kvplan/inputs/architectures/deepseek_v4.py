@@ -298,6 +298,7 @@ def build_deepseek_v4(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
         tied_embeddings=tied,
         max_position_embeddings=max_positions or None,
         weights_quantization=quant.format,
+        checkpoint_kv_cache=quant.kv_cache,
         weights_method=quant.method,
         quantized_parts=quant.parts,
         notes=tuple(notes),

@@ -146,6 +146,7 @@ def build_laguna(f: Fields, top: dict, name: str, hint: str, dtype_name) -> Mode
         tied_embeddings=tied,
         max_position_embeddings=f.window("max_position_embeddings") or None,
         weights_quantization=quant.format,
+        checkpoint_kv_cache=quant.kv_cache,
         weights_method=quant.method,
         quantized_parts=quant.parts,
         notes=tuple(notes),

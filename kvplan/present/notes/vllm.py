@@ -86,6 +86,14 @@ text("vllm-cuda-graphs-subtracted")(
         "0.3 GiB of spread, and the 0.21 sampler (FlashInfer top-k/top-p) is not measured."
     )
 )
+text("vllm-checkpoint-kv-cache")(
+    lambda version, kv_cache_dtype: (
+        f"--kv-cache-dtype auto: the checkpoint's quantization_config states an {kv_cache_dtype} "
+        f"KV cache (ModelOpt kv_cache_scheme / kv_cache_quant_algo), which vLLM {version} takes "
+        "for auto (from 0.14: resolve_kv_cache_dtype_string); give --kv-cache-dtype bfloat16 "
+        "for a 16-bit cache."
+    )
+)
 text("vllm-fp8-ds-mla")(
     lambda: (
         "Sparse-attention MLA with an fp8 cache on the FlashMLA-sparse backend: vLLM switches to "

