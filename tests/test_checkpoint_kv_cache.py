@@ -71,3 +71,20 @@ def test_simulate_applies_the_rule_from_the_release_that_has_it(release, taken):
     )  # fmt: skip
     ids = {n["id"] for n in out["notes"]}
     assert ("vllm-checkpoint-kv-cache" in ids) is taken
+
+
+def test_a_disaggregated_transfer_moves_the_cache_the_pool_holds():
+    from kvplan.plans.simulate import SimulateRequest, transfer_model
+    from kvplan.simulate.setup import ServeOptions, build_replica
+
+    spec, h100 = load_model("gemma-4-31b-nvfp4"), load_profile("h100")
+
+    def moved(kv_cache_dtype: str) -> tuple[str, float]:
+        replica = build_replica(spec, h100, ServeOptions(kv_cache_dtype=kv_cache_dtype))
+        return replica.kv_format, transfer_model(spec, h100, replica, SimulateRequest()).bytes_of(
+            4096
+        )
+
+    (auto_format, auto_bytes), (bf16_format, bf16_bytes) = moved("auto"), moved("bfloat16")
+    assert (auto_format, bf16_format) == ("fp8", "bf16")
+    assert auto_bytes == pytest.approx(bf16_bytes / 2)

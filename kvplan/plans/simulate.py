@@ -40,7 +40,6 @@ from kvplan.simulate.setup import (
     Replica,
     ServeOptions,
     build_replica,
-    kv_format_name,
     make_engine,
     node_span,
     parallel_layout,
@@ -525,9 +524,7 @@ def transfer_model(
     every decode rank must hold (formulas.comm.kv_transfer_bytes), each rank's share over its own
     link (kv_transfer_time_s)."""
     link = choose_link(gpu, request.link, request.network_gbps)
-    fmt = resolve_kv_format(
-        kv_format_name(replica.options.engine, replica.options.kv_cache_dtype), spec.dtype
-    )
+    fmt = resolve_kv_format(replica.kv_format, spec.dtype)
     tp, ranks = replica.options.tp, replica.options.tp * replica.options.pp
 
     def bytes_of(tokens: int) -> float:

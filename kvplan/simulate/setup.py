@@ -396,6 +396,9 @@ class Replica(NamedTuple):
     # what the HTTP server does with a request past max_model_len (the release's rule);
     # None: every request served as asked
     context: ContextLimit | None = None
+    # the KV format the engine's allocation resolved (kv_format_name of its kv_cache_dtype:
+    # "auto" for the model's): the pool, the step time and a disaggregated transfer read it
+    kv_format: str = "auto"
 
 
 def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_model_len: int):
@@ -666,6 +669,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         speculation=speculation,
         layout=_modelled(layout),
         context=context_limit("vllm", options.vllm_version, config.max_model_len),
+        kv_format=fmt_name,
     )
 
 
@@ -1933,6 +1937,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         context=context_limit(
             "sglang", options.sglang_version, context_len, max_model_len, alloc.kv_cache_tokens
         ),
+        kv_format=fmt_name,
     )
 
 
