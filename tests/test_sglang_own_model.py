@@ -62,7 +62,7 @@ def test_kimi_k2_layers_served_by_every_release_are_not_gated():
 def test_simulate_refuses_a_release_without_the_model_in_one_line():
     code, _, err = run_cli(*SIM, *SMALL, "--engine-version", "0.5.6.post2")
     one_line_error(code, err, "KimiK25ForConditionalGeneration")
-    assert "--engine-version 0.5.9" in err
+    assert "give SGLang 0.5.9 or later" in err
     code, out, err = run_cli(*SIM, *SMALL, "--engine-version", "0.5.9", "-f", "json")
     assert code == 0, err
     assert json.loads(out)["runs"][0]["bench"]["output_throughput"] > 0

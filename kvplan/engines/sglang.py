@@ -285,7 +285,7 @@ def check_sglang_own_model(spec: ModelSpec, version: str) -> None:
     raise KvplanError(
         f"{spec.name}: SGLang {str(version)[:20]} has no model for {architecture} (srt/{path} "
         f"arrives in 0.5.{patch}); it would fall back to the Transformers backend or refuse to "
-        f"start, which kvplan does not model; give --engine-version 0.5.{patch} or later"
+        f"start, which kvplan does not model; give SGLang 0.5.{patch} or later"
     )
 
 
