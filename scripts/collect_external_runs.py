@@ -294,6 +294,7 @@ def runs_in(repo: str, path: str) -> list[dict]:
 
 
 def case_of(raw: dict) -> tuple[dict | None, str]:
+    from kvplan.engines.releases import older_than
     from kvplan.inputs.sources import find_bundled
 
     serve, bench, m = raw["serve"], raw["bench"], raw["measured"]
@@ -417,6 +418,16 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
         notes.append(
             f"engine version as the doc states it: {raw['version'].strip() or 'not stated'}"
         )
+    stated = version.group(1) if version else None
+    own = own_model_release(model) if stated else None
+    if stated and own and older_than(stated, own):
+        notes.append(
+            f"the page states SGLang {stated}, which has no model of its own for this "
+            f"checkpoint's architecture (the first release with one is {own}: "
+            "kvplan.engines.sglang.SGLANG_OWN_MODEL_FROM): the block ran a build the page does "
+            "not name, not pinned to a release; engine_version is null (kvplan's default SGLang)"
+        )
+        stated = None
     if "median_tpot_ms" not in m:
         notes.append("the block prints no median TPOT")
     if raw.get("bench_label"):
@@ -456,7 +467,7 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
         "url": f"https://github.com/sgl-project/sgl-cookbook/blob/{COMMIT}/{raw['path']}#L{raw['line']}",
         "source": SOURCE,
         "engine": "sglang",
-        "engine_version": version.group(1) if version else None,
+        "engine_version": stated,
         "vllm_version": None,
         "gpu": hardware,
         "gpu_profile": gpu_profile,
@@ -514,6 +525,15 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
 IPC_ENV = "SGLANG_USE_CUDA_IPC_TRANSPORT=1"
 IPC_POOL_1GIB_FROM = 1776038400  # 2026-04-13 00:00 UTC
 IPC_POOL_MIB = (4096, 1024)  # before, from
+
+
+def own_model_release(model: str) -> str | None:
+    """The first SGLang release with a model of its own for checkpoint `model` (a bundled id),
+    None where every release kvplan models has one (kvplan.engines.sglang.sglang_own_model_from)."""
+    from kvplan.engines.sglang import sglang_own_model_from
+    from kvplan.inputs.sources import load_model
+
+    return sglang_own_model_from(load_model(model, checkpoint=False))
 
 
 def written(repo: str, path: str, line: int) -> int:
@@ -607,7 +627,10 @@ def main() -> None:
         fresh = {c["id"]: c for c in cases if c["id"] in ids}
         if set(fresh) != set(ids):
             sys.exit(f"not collected: {', '.join(sorted(set(ids) - set(fresh)))}")
-        data["cases"] = [fresh.get(c["id"], c) for c in data["cases"]]
+        data["cases"] = [
+            in_file_order(fresh[c["id"]], data["cases"]) if c["id"] in fresh else c
+            for c in data["cases"]
+        ]
         target.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         print(f"{len(fresh)} runs re-collected in {target}")
         return

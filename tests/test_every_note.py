@@ -587,7 +587,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "--engine",
         "sglang",
         "--engine-version",
-        "0.5.6.post2",
+        "0.5.9",  # the first release with Kimi-K2.5's model; the keyword decode until 0.5.11
         *SMALL,
     ),
     "simulate attention backend": cli(

@@ -64,7 +64,7 @@ def test_a_kimi_run_under_sglang_says_its_detokenizer_is_untimed():
     ("version", "path"),
     [
         ("0.4.9.post2", "hf_kwargs"),  # 0.4's detokenizer passed the same keywords
-        ("0.5.6.post2", "hf_kwargs"),  # the cookbook's Kimi-K2.5 runs
+        ("0.5.6.post2", "hf_kwargs"),  # the release the cookbook's Kimi-K2.5 page names
         ("0.5.8", "hf_kwargs"),  # #16427's cache ships, off by default
         ("0.5.10.post1", "hf_kwargs"),
         ("0.5.11", "cached_special"),  # SGLANG_PATCH_TOKENIZER defaults to True
@@ -158,7 +158,8 @@ def test_the_measured_cost_does_not_bind_kimi_on_h200_at_100():
 
 def test_other_models_and_engines_get_no_detokenizer_stage():
     h200 = load_profile("h200")
-    serve = ServeOptions(tp=8, engine="sglang", sglang_version="0.5.6.post2")
+    # 0.5.9: the first release with a model for Kimi-K2.5's architecture, before 0.5.11's cache
+    serve = ServeOptions(tp=8, engine="sglang", sglang_version="0.5.9")
     kimi = build_replica(load_model("moonshotai/Kimi-K2.5", checkpoint=False), h200, serve)
     assert kimi.config.detokenizer_token_s > 0
     deepseek = build_replica(load_model("deepseek-ai/DeepSeek-V3", checkpoint=False), h200, serve)

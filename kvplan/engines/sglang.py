@@ -255,6 +255,40 @@ def sglang_decode_head_block(backend: str, mla: bool) -> int:
 KIMI_TIKTOKEN_MODEL_TYPES = ("kimi_k2", "kimi_k25")
 
 
+# Checkpoints, by their config's top-level model_type, that SGLang serves with a model of its own
+# only from a 0.5 patch on: (patch, the architecture it registers, the file that adds it). Before
+# it get_model_architecture (srt/model_loader/utils.py) finds no SGLang class for the
+# architecture and resolve_transformers_arch hands it to the Transformers backend
+# (models/transformers.py) if the checkpoint's remote class is_backend_compatible(), else raises
+# "... has no SGlang implementation and the Transformers implementation is not compatible with
+# SGLang" (0.5.6.post2 :29-81); kvplan models neither. Read from the PyPI wheels (pip download
+# --no-deps sglang==V): no file of 0.5.6.post2, 0.5.7, 0.5.8 or 0.5.8.post1 names
+# KimiK25ForConditionalGeneration; 0.5.9 adds models/kimi_k25.py and the architecture to
+# configs/model_config.py's MLA and multimodal lists.
+SGLANG_OWN_MODEL_FROM = {"kimi_k25": (9, "KimiK25ForConditionalGeneration", "models/kimi_k25.py")}
+
+
+def sglang_own_model_from(spec: ModelSpec) -> str | None:
+    """The first SGLang release with a model of its own for `spec`'s checkpoint
+    (SGLANG_OWN_MODEL_FROM), None where every release kvplan models has one."""
+    first = SGLANG_OWN_MODEL_FROM.get(spec.config_model_type or spec.model_type)
+    return None if first is None else f"0.5.{first[0]}"
+
+
+def check_sglang_own_model(spec: ModelSpec, version: str) -> None:
+    """Refuse a release that has no SGLang model for `spec`'s checkpoint (SGLANG_OWN_MODEL_FROM):
+    it would run the Transformers backend, or refuse to start, and kvplan models neither."""
+    first = SGLANG_OWN_MODEL_FROM.get(spec.config_model_type or spec.model_type)
+    if first is None or sglang_rules(version).from_05(first[0]):
+        return
+    patch, architecture, path = first
+    raise KvplanError(
+        f"{spec.name}: SGLang {str(version)[:20]} has no model for {architecture} (srt/{path} "
+        f"arrives in 0.5.{patch}); it would fall back to the Transformers backend or refuse to "
+        f"start, which kvplan does not model; give SGLang 0.5.{patch} or later"
+    )
+
+
 def detokenizer_untimed(spec: ModelSpec) -> bool:
     """Whether SGLang's detokenizer runs this model's tokenizer on a CPU path kvplan does not
     time (KIMI_TIKTOKEN_MODEL_TYPES): its streamed rate may be the detokenizer's, not the GPU's."""
@@ -1079,6 +1113,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     from kvplan.engines.request import check_kv_memory_given, refuse_gqa_indexer
 
     refuse_gqa_indexer(spec, "SGLang")
+    check_sglang_own_model(spec, request.sglang_version)
     check_kv_memory_given(request, gpu)
     if request.kv_cache_dtype not in KV_CACHE_FORMATS:
         raise KvplanError(

@@ -1,0 +1,121 @@
+"""SGLang releases without a model of their own for a checkpoint's architecture (issue 34): the
+cookbook's Kimi-K2.5 H200 page says "SGLang Version: 0.5.6.post2", a release with no
+KimiK25ForConditionalGeneration (models/kimi_k25.py arrives in 0.5.9), so kvplan refuses that
+release for the checkpoint and the collector records those runs as not pinned to a release."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from kvplan.engines.releases import older_than
+from kvplan.engines.sglang import check_sglang_own_model, sglang_own_model_from
+from kvplan.errors import KvplanError
+from kvplan.inputs.sources import load_model
+
+from helpers import REPO, one_line_error, run_cli
+
+sys.path.insert(0, str(REPO / "scripts"))
+
+import collect_external_runs as collect  # noqa: E402
+
+KIMI_K25 = "moonshotai/Kimi-K2.5"
+SIM = ("simulate", KIMI_K25, "--gpu", "h200-sxm", "--engine", "sglang", "--tp", "8")
+SMALL = ("--num-prompts", "4", "--input-len", "256", "--output-len", "16", "--max-concurrency", "2")
+
+
+@pytest.mark.parametrize(
+    ("version", "served"),
+    [
+        ("0.4.9.post2", False),  # 0.4's patch numbers are not 0.5's
+        ("0.5.6.post2", False),  # the cookbook page's label
+        ("0.5.8", False),
+        ("0.5.8.post1", False),  # the last release before 0.5.9 (2026-02-05)
+        ("0.5.9", True),  # adds models/kimi_k25.py
+        ("0.5.10.post1", True),
+        ("0.5", True),  # a bare release runs the newest rules
+        ("0.6", True),  # a later release than kvplan knows runs 0.5's newest
+    ],
+)
+def test_kimi_k25_needs_the_release_with_its_model(version, served):
+    spec = load_model(KIMI_K25, checkpoint=False)
+    assert spec.config_model_type == "kimi_k25"  # the gate reads the config's field
+    assert sglang_own_model_from(spec) == "0.5.9"
+    if served:
+        check_sglang_own_model(spec, version)
+    else:
+        with pytest.raises(KvplanError, match="KimiK25ForConditionalGeneration"):
+            check_sglang_own_model(spec, version)
+
+
+def test_kimi_k2_layers_served_by_every_release_are_not_gated():
+    """Kimi-K2-Instruct's layers are Kimi-K2.5's (DeepseekV3ForCausalLM), but its checkpoint is
+    the text model SGLang has served since 0.4: no release is refused for it."""
+    kimi_k2 = load_model("moonshotai/Kimi-K2-Instruct", checkpoint=False)
+    assert sglang_own_model_from(kimi_k2) is None
+    check_sglang_own_model(kimi_k2, "0.5.6.post2")
+    check_sglang_own_model(kimi_k2, "0.4.9")
+
+
+def test_simulate_refuses_a_release_without_the_model_in_one_line():
+    code, _, err = run_cli(*SIM, *SMALL, "--engine-version", "0.5.6.post2")
+    one_line_error(code, err, "KimiK25ForConditionalGeneration")
+    assert "give SGLang 0.5.9 or later" in err
+    code, out, err = run_cli(*SIM, *SMALL, "--engine-version", "0.5.9", "-f", "json")
+    assert code == 0, err
+    assert json.loads(out)["runs"][0]["bench"]["output_throughput"] > 0
+
+
+def _kimi_block(version: str) -> dict:
+    return {
+        "line": 582,
+        "hardware": "- Hardware: NVIDIA H200 GPU (8x)",
+        "heading": "**Scenario 1: Chat (1K/1K) - Most Important**",
+        "version": f"- SGLang Version: {version}",
+        "serve": f"sglang serve --model-path {KIMI_K25} --tp 8 --trust-remote-code",
+        "bench": f"python3 -m sglang.bench_serving --backend sglang --model {KIMI_K25} "
+        "--dataset-name random --random-input-len 1000 --random-output-len 1000 "
+        "--num-prompts 10 --max-concurrency 1 --request-rate inf",
+        "added": None,
+        "measured": {
+            "completed": 10,
+            "duration_s": 39.77,
+            "total_input_tokens": 6101,
+            "total_output_tokens": 4220,
+            "output_throughput": 106.1,
+            "printed_concurrency": 1,
+        },
+        "path": "docs/autoregressive/Moonshotai/Kimi-K2.5.md",
+    }
+
+
+def test_the_collector_leaves_a_release_without_the_model_unpinned():
+    labelled, why = collect.case_of(_kimi_block("0.5.6.post2"))
+    assert labelled is not None, why
+    assert labelled["engine_version"] is None
+    assert "states SGLang 0.5.6.post2" in labelled["notes"] and "0.5.9" in labelled["notes"]
+    later, why = collect.case_of(_kimi_block("0.5.9"))
+    assert later is not None, why
+    assert later["engine_version"] == "0.5.9" and "states SGLang" not in later["notes"]
+
+
+def test_every_cookbook_run_names_a_release_that_has_its_model():
+    """The rule on the file: no SGLang run keeps a release older than the first with a model of
+    its own for its checkpoint; the runs it left unpinned say why."""
+    cases = json.loads(
+        (REPO / "tests/data/sim_bench_cases_external.json").read_text(encoding="utf-8")
+    )["cases"]
+    cookbook = [c for c in cases if c["source"] == collect.SOURCE]
+    own = {model: collect.own_model_release(model) for model in {c["model"] for c in cookbook}}
+    unpinned = []
+    for case in cookbook:
+        version, first = case["engine_version"], own[case["model"]]
+        if version is None and "the block ran a build the page does not name" in case["notes"]:
+            unpinned.append(case["id"])
+            assert first is not None, case["id"]
+        elif version is not None and first is not None:
+            assert not older_than(version, first), case["id"]
+    # the H200 page's eight blocks, labelled 0.5.6.post2; its MI350X blocks state 0.5.9
+    assert len(unpinned) == 8 and all("kimi-k2.5-h200" in i for i in unpinned)
