@@ -919,6 +919,99 @@ def write_dsa_grids(root: Path, version: str | None = None) -> list[Path]:
     return written
 
 
+# SGLang's DSA decode module run outside a CUDA graph (kernel_tables/dsa_eager/): aiconfigurator's
+# collector times a decode batch in a CUDA graph only where SGLang would capture one
+# (collector/sglang/collect_mla_module.py _generation_cuda_graph_enabled_for_tokens: batch <=
+# the server's cuda_graph_max_bs) and eagerly above it, so the batches _graph_batches cuts off
+# are the module's eager time: ~1.4 ms a layer on H100/H200 and ~1.3 on B200/B300 at 512-1,024
+# decodes of <= 256 tokens, flat in batch, length and heads (the host dispatching the indexer's
+# and the MLA's kernels one by one), against 0.1-0.3 ms in a graph.
+DSA_EAGER_GRAPH_BATCHES = 2  # the largest graph-timed batches kept beside the eager ones
+
+
+def dsa_eager_rows(root: Path, gpu: str, model: str = DSA_MODEL) -> dict | None:
+    """`model`'s SGLang DSA decode module (the newest sparse_attention table of `gpu`) at the
+    batches timed without a CUDA graph (_graph_batches), and at the two largest batches timed in
+    one (what the step model extrapolates the graph time from), per (heads on a rank, kv dtype):
+    {"graph"|"eager": {batch: [[tokens held, microseconds per layer], ...]}}; block-fp8 weights,
+    the fastest kernel per shape. None: no table, or every batch graph-timed."""
+    version = newest(root, gpu, "sparse_attention", "sglang", "dsa_generation_module_perf")
+    if version is None:
+        return None
+    name = "dsa_generation_module_perf"
+    rows = [
+        r
+        for r in _dsa_rows(root, gpu, "sglang", name, version, model, "decode")
+        if r["gemm_type"] == "fp8_block"
+    ]
+    batches = sorted({r["batch_size"] for r in rows})
+    graph = _graph_batches(rows, batches)
+    eager = batches[len(graph) :]
+    if not eager or len(graph) < DSA_EAGER_GRAPH_BATCHES:
+        return None
+    kept = {"graph": graph[-DSA_EAGER_GRAPH_BATCHES:], "eager": eager}
+    modules: dict = {}
+    for r in rows:
+        for kind, among in kept.items():
+            if r["batch_size"] in among:
+                cells = modules.setdefault((r["num_heads"], r["kv_cache_dtype"]), {})
+                cells.setdefault(kind, {}).setdefault(r["batch_size"], {})[r["step"]] = round(
+                    r["latency"] * 1e3, 1
+                )
+    return {
+        "version": version,
+        "source": f"{DATA_SOURCE}/ {gpu}/sparse_attention/sglang/{version}/{name}.parquet",
+        "graph_batches": kept["graph"],
+        "eager_batches": eager,
+        "modules": [
+            {
+                "heads": heads,
+                "kv_dtype": kv,
+                **{
+                    kind: {str(b): sorted(cells[kind][b].items()) for b in sorted(cells[kind])}
+                    for kind in ("graph", "eager")
+                },
+            }
+            for (heads, kv), cells in sorted(modules.items())
+            if set(cells) == {"graph", "eager"}
+        ],
+    }
+
+
+def write_dsa_eager(root: Path) -> list[Path]:
+    """kernel_tables/dsa_eager/<gpu>.sglang.<version>.json (dsa_eager_rows) for every GPU of
+    DSA_WRITE with SGLang DSA module tables that time eager batches: one module a line."""
+    import json
+
+    written = []
+    for gpu, engines in DSA_WRITE.items():
+        if "sglang" not in engines:
+            continue
+        found = dsa_eager_rows(root, gpu)
+        if found is None:
+            print(f"not written: dsa_eager/{gpu} (no eager-timed SGLang DSA decode rows)")
+            continue
+        modules = found.pop("modules")
+        head = {
+            **found,
+            "derived_by": "scripts/derive_achieved.py DATA --write-dsa-eager (dsa_eager_rows): "
+            f"{DSA_MODEL}'s SGLang DSA decode module per layer on one rank, block-fp8 weights, "
+            "the fastest kernel per shape, microseconds; eager_batches: the batches the "
+            f"collector timed without a CUDA graph (a batch over DSA_EAGER_JUMP = {DSA_EAGER_JUMP}"
+            "x the one below, and every one above it), graph_batches: the two largest it timed "
+            "in one; each batch's [tokens held, us] pairs as timed",
+            "model": DSA_MODEL,
+        }
+        text = json.dumps(head, indent=1)[:-2] + ',\n "modules": [\n'
+        text += ",\n".join("  " + json.dumps(m) for m in modules) + "\n ]\n}\n"
+        folder = TABLES / "dsa_eager"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{gpu}.sglang.{found['version']}.json"
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
 def _dsa_source(prov: dict) -> str:
     rows = f" (the rows of {prov['rows_model']})" if prov.get("rows_model") else ""
     return f"{DATA_SOURCE}/ {prov['decode']}; {prov['prefill']}{rows}"
@@ -2500,6 +2593,11 @@ def main() -> None:
         help="write kvplan/data/kernel_tables/dsa/*.json only (dsa_delta)",
     )
     parser.add_argument(
+        "--write-dsa-eager",
+        action="store_true",
+        help="write kvplan/data/kernel_tables/dsa_eager/*.json only (dsa_eager_rows)",
+    )
+    parser.add_argument(
         "--write-allreduce",
         action="store_true",
         help="add allreduce_curve_s_by_gpus (and link) to kvplan/data/kernel_tables/*.json only",
@@ -2544,6 +2642,7 @@ def main() -> None:
         return
     for given, writer in (
         (args.write_dsa, write_dsa_grids),
+        (args.write_dsa_eager, write_dsa_eager),
         (args.write_recurrent_grids, write_recurrent_grids),
         (args.write_gemm_grids, write_gemm_grids),
         (args.write_allreduce, write_allreduce_by_gpus),

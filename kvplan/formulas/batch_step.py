@@ -101,6 +101,7 @@ from kvplan.formulas.weights import quantized_parts
 from kvplan.inputs.kernel_tables import (
     Achieved,
     BackendTiming,
+    DsaEager,
     DsaGrids,
     GemmGrid,
     RecurrentGrid,
@@ -514,6 +515,8 @@ class StepModel:
         prefill_graph_max_tokens: int | None = None,
         fp8_flop_per_s: float | None = None,
         dsa_delta_us: DsaGrids | None = None,
+        dsa_eager: DsaEager | None = None,
+        dsa_eager_stand_in: str | None = None,
         moe_ranks: int | None = None,
         ep: int = 1,
         dp: int = 1,
@@ -624,6 +627,14 @@ class StepModel:
         self._calls_s: dict[tuple[int, int, int, int], float] = {}
         # the DSA module's cost over the MLA module (None: no DSA layers, or no tables of it)
         self.dsa = _DsaModule.of(spec, fmt, tp, dsa_delta_us)
+        # SGLang's DSA decode module outside a CUDA graph (None: no module, or never timed so);
+        # the release its rows stand in from where not the run's own (untimed_parts)
+        self.dsa_eager = _DsaEager.of(spec, fmt, tp, dsa_eager) if self.dsa is not None else None
+        self.dsa_eager_stand_in = dsa_eager_stand_in if self.dsa_eager is not None else None
+        # whether a step charged that stand-in (shared with this model's copies: its eager and
+        # graph twins): untimed_parts names it only then, as a run that never decodes outside
+        # a graph has no such part
+        self._dsa_eager_charged: dict[str, bool] = {"stand_in": False}
         if gemm_grid is not None and not self.dense_untimed:
             calls = dense_gemm_calls(
                 spec,
@@ -801,7 +812,11 @@ class StepModel:
         priced by a stand-in instead (the datasheet roofline at the tables' fractions; a backend
         flag: the kernels of the engine's own pick), so how far the real kernel lands from it is
         unknown (kvplan.plans.intervals: the "partial" class)."""
-        return tuple(words for _, words in self._untimed)
+        return tuple(
+            words
+            for kind, words in self._untimed
+            if kind != "launch" or self._dsa_eager_charged["stand_in"]
+        )
 
     @property
     def _untimed(self) -> tuple[tuple[str, str], ...]:
@@ -833,6 +848,14 @@ class StepModel:
             kernel, timed = self.dsa_decode_kernel
             parts.append(
                 ("attention", f"the DSA module's decode under {kernel} (the tables time {timed})")
+            )
+        if self.dsa_eager_stand_in is not None:
+            parts.append(
+                (
+                    "launch",
+                    "the DSA module's decode outside a CUDA graph (SGLang "
+                    f"{self.dsa_eager_stand_in}'s eager rows stand in)",
+                )
             )
         if self.dsa is not None and self.dsa.layers < sum(
             1 for a in spec.attention_layers() if a.indexer_topk and not a.gqa_indexer
@@ -897,8 +920,11 @@ class StepModel:
         gathered_sampled: int | None = None,
     ) -> float:
         """untimed_s of a forward over `shape` whose terms are `gpu` (_forward's tuple, at any
-        share of the layers), at the tokens and sampled rows _forward prices its GEMMs at."""
-        return self.untimed_s(
+        share of the layers), at the tokens and sampled rows _forward prices its GEMMs at, and
+        the eager DSA module's dispatch (dsa_eager_s) where its rows stand in from another
+        release."""
+        stand_in_s = self.dsa_eager_s(shape, queries) if "launch" in self.untimed_terms else 0.0
+        return stand_in_s + self.untimed_s(
             gpu,
             shape_tokens(shape, queries),
             max(1, shape.num_sampled),
@@ -920,6 +946,30 @@ class StepModel:
             twin._eager = twin
             self._eager = twin
         return self._eager
+
+    def dsa_eager_s(self, shape: BatchShape, queries: int = 1) -> float:
+        """Seconds a decode step run outside a CUDA graph spends dispatching its DSA layers'
+        modules beyond what the step already charges them: per layer SGLang's eager module
+        less its graph time at the step's batch and mean length (_DsaEager.excess_s), less the
+        eager launches the step counts for the layer's MLA attention (MLA_ATTENTION_LAUNCHES
+        at the measured host cost a launch), never below nothing. 0 for a graphed step, a step
+        with prefill chunks (the rows time decodes) or a verification (several queries a
+        sequence), and without eager rows."""
+        decodes = shape.num_decodes
+        if (
+            self.dsa_eager is None
+            or not decodes
+            or shape.prefill_chunks
+            or queries != 1
+            or shape_tokens(shape, queries) <= self.graph_limit(False)
+        ):
+            return 0.0
+        counted_s = MLA_ATTENTION_LAUNCHES * self.host.eager_per_launch_s
+        excess_s = self.dsa_eager.excess_s(decodes, shape.decode_context_sum / decodes)
+        seconds = self.dsa_eager.layers * max(0.0, excess_s - counted_s)
+        if seconds > 0 and self.dsa_eager_stand_in is not None:
+            self._dsa_eager_charged["stand_in"] = True
+        return seconds
 
     def graph_limit(self, prefill: bool) -> int:
         """The most tokens a step runs under CUDA graphs: a step with prefill tokens up to
@@ -1702,6 +1752,8 @@ class StepModel:
             # collect_moe.py run_op under helper.benchmark_with_power, use_cuda_graph=True)
             launches -= FUSED_MOE_LAUNCHES * self.moe_layers
         launch_s = self.host.launch_s(launches, self.spec.num_layers, graphed)
+        if not graphed:
+            launch_s += self.dsa_eager_s(shape, queries)
         if graphed and self.floors.small_s is not None:
             # at least the small kernels the layers launch, as the tables time them (_Floors)
             launch_s = max(launch_s, self.floors.small_s)
@@ -2116,6 +2168,9 @@ SMALL_LAUNCHES = {
     "moe": 0,
     "shared": 2,
 }
+# The kernels an MLA layer's attention launches, the step's launch count for it (layer_launches):
+# its GEMMs (q_a+kv_a, q_b, two absorbed BMMs, o), its small kernels and the attention kernel
+MLA_ATTENTION_LAUNCHES = GEMM_LAUNCHES["mla"] + SMALL_LAUNCHES["mla"] + 1
 # The kernels of one fused MoE layer past its router GEMM (a GEMM_LAUNCHES one), as SGLang's and
 # vLLM's Triton fused MoE launch them: the top-k (SGLang layers/moe/topk.py select_experts:
 # topk_softmax, or biased_grouped_topk / moe_fused_gate; vLLM fused_moe.py fused_topk), the
@@ -2547,6 +2602,65 @@ class _DsaModule:
             np.log(np.maximum(length, 1.0)), self._log_lengths[phase], self._row(phase, batch)
         )
         return self.layers * (float(at) if np.ndim(at) == 0 else at)
+
+
+class _DsaEager:
+    """SGLang's DSA decode module run outside a CUDA graph (a decode batch above the server's
+    cuda_graph_max_bs): aiconfigurator's collector times such a batch eagerly, as the server
+    runs it (kernel_tables/dsa_eager/, DsaEager), and the module then takes ~1.3-1.4 ms a layer
+    on H100/H200/B200/B300 however few tokens each sequence holds, against 0.1-0.3 ms in a
+    graph: the host dispatching its kernels one by one. excess_s is that eager time less the
+    graph time at the same batch and length, read off the rows: each in the logarithms of
+    heads (as _DsaModule) and tokens held (flat beyond a batch's timed lengths); the eager
+    rows by batch in its logarithm, flat beyond their ends (a host-bound floor); the graph
+    time linear in the sequences between and past the two largest graph-timed batches (as
+    _DsaModule carries it past the largest), the smaller's time below it (an eager step of
+    fewer sequences: SGLang's DP-attention ranks beside another's prefill)."""
+
+    def __init__(self, rows: DsaEager, kv: str, heads: float, layers: int):
+        self.rows, self.kv, self.heads, self.layers = rows, kv, heads, layers
+
+    @classmethod
+    def of(cls, spec: ModelSpec, fmt: KvFormat, tp: int, rows: DsaEager | None):
+        """The eager module for a model with DSA layers and eager rows of its cache dtype."""
+        layers = dsa_layers(spec)
+        if rows is None or not layers:
+            return None
+        kv = "fp8" if fmt.name.startswith("fp8") else "bfloat16"
+        if not any(k == kv for _, k in rows.eager):
+            return None
+        return cls(rows, kv, layers[0].num_q_heads / tp, len(layers))
+
+    def excess_s(self, batch: float, length: float) -> float:
+        """Seconds per layer the module takes outside a graph over inside one, at `batch`
+        decodes holding `length` tokens each."""
+        heads = sorted(h for h, k in self.rows.eager if k == self.kv)
+        hi, hw = _log_position(heads, self.heads) if len(heads) > 1 else (0, 0.0)
+        total = 0.0
+        for h, weight in ((heads[hi], 1 - hw), (heads[min(hi + 1, len(heads) - 1)], hw)):
+            eager = self.rows.eager[(h, self.kv)]
+            graph = self.rows.graph[(h, self.kv)]
+            batches = sorted(eager)
+            bi, bw = _log_position(batches, batch) if len(batches) > 1 else (0, 0.0)
+            eager_us = (1 - bw) * _length_us(eager[batches[bi]], length) + bw * _length_us(
+                eager[batches[min(bi + 1, len(batches) - 1)]], length
+            )
+            small, large = sorted(graph)[-2:]
+            small_us, large_us = _length_us(graph[small], length), _length_us(graph[large], length)
+            # past the smaller batch, linear in the sequences; below it, the smaller's time
+            graph_us = large_us + (max(batch, small) - large) * (large_us - small_us) / (
+                large - small
+            )
+            total += weight * (eager_us - graph_us)
+        return total * 1e-6
+
+
+def _length_us(pairs: tuple, length: float) -> float:
+    """Microseconds at `length` tokens held off ((tokens, us), ...) pairs: linear in the
+    logarithm of the length, flat beyond the ends."""
+    lengths = [x for x, _ in pairs]
+    i, w = _log_position(lengths, max(length, 1.0))
+    return (1 - w) * pairs[i][1] + w * pairs[min(i + 1, len(pairs) - 1)][1]
 
 
 def dsa_layer_base_s(model: StepModel, phase: str, batch: int, length: int) -> float | None:

@@ -55,6 +55,7 @@ from kvplan.release import NEWEST, release_key
 
 FOLDER = Path(__file__).resolve().parent.parent / "data" / "kernel_tables"
 DSA_FOLDER = FOLDER / "dsa"
+DSA_EAGER_FOLDER = FOLDER / "dsa_eager"  # SGLang's DSA decode module timed outside a CUDA graph
 MOE_FOLDER = FOLDER / "moe"
 GEMM_FOLDER = FOLDER / "gemm"
 ATTENTION_FOLDER = FOLDER / "attention"
@@ -165,6 +166,18 @@ class DsaGrids(NamedTuple):
     base_release: str | None = None
 
 
+class DsaEager(NamedTuple):
+    """SGLang's DSA decode module (DeepSeek-V3.2's) per layer on one rank as aiconfigurator's
+    collector timed it outside a CUDA graph (`eager`: the batches above the server's
+    cuda_graph_max_bs) and in one (`graph`: the two largest batches below), dsa_eager/ files
+    (scripts/derive_achieved.py dsa_eager_rows): per (heads on a rank, kv dtype) ->
+    {batch: ((tokens held, microseconds), ...)}."""
+
+    engine_version: str  # the SGLang release the module rows were measured on
+    graph: dict
+    eager: dict
+
+
 class GemmGrid(NamedTuple):
     """A GPU's measured GEMMs by shape (gemm/ files, scripts/derive_achieved.py gemm_grid):
     us[fmt][i][j][l] the microseconds of m[i] tokens through an n[j] x k[l] weight in kernel-table
@@ -231,6 +244,16 @@ class KernelTables(NamedTuple):
             return grids
         others = tuple(o._replace(base_release=drawn_on) for o in grids.others)
         return grids._replace(base_release=drawn_on, others=others)
+
+    @property
+    def dsa_eager(self) -> DsaEager | None:
+        """SGLang's DSA decode module timed outside a CUDA graph on this GPU (the dsa_eager/
+        file of the release nearest these tables'), read where the run reads DSA module grids
+        (dsa_file) on SGLang's tables; None elsewhere or where none was timed."""
+        if self.dsa_file is None or self.engine != "sglang":
+            return None
+        name = grid_file(DSA_EAGER_FOLDER, self.gpu, self.engine, self.engine_version)
+        return None if name is None else _dsa_eager(name)
 
     @property
     def moe_curves_s(self) -> dict:
@@ -544,6 +567,20 @@ def _dsa(name: str) -> DsaGrids:
     baseline = d.get("baseline", "mla_module")
     others = tuple(_dsa_grids(s, d["version"], baseline) for s in d.get("shapes", ()))
     return _dsa_grids(d, d["version"], baseline)._replace(others=others)
+
+
+@cache
+def _dsa_eager(name: str) -> DsaEager:
+    d = _read(DSA_EAGER_FOLDER / name)
+
+    def rows(by_batch: dict) -> dict:
+        return {int(b): tuple((x, us) for x, us in pairs) for b, pairs in by_batch.items()}
+
+    return DsaEager(
+        engine_version=d["version"],
+        graph={(m["heads"], m["kv_dtype"]): rows(m["graph"]) for m in d["modules"]},
+        eager={(m["heads"], m["kv_dtype"]): rows(m["eager"]) for m in d["modules"]},
+    )
 
 
 def _dsa_grids(d: dict, version: str, baseline: str) -> DsaGrids:
