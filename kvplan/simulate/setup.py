@@ -486,11 +486,7 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
 def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
     """Resolve the defaults, size the KV pool, and build the step-time model."""
     from kvplan.engines import EngineRequest, vllm_v0
-    from kvplan.engines.vllm import (
-        allocation_release,
-        check_vllm_block_size_choice,
-        vllm_allocation,
-    )
+    from kvplan.engines.vllm import check_vllm_block_size_choice, vllm_allocation
 
     if any(a.compress_ratio for a in spec.attention_layers()):
         raise KvplanError(
@@ -584,8 +580,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         enforce_eager=options.enforce_eager,
         decode_context_parallel_size=dcp,
         backends=options.backends,
-        vllm_version=allocation_release(options.vllm_version),
-        vllm_release=options.vllm_version,
+        vllm_version=options.vllm_version,
         mamba_cache_dtype=options.mamba_cache_dtype,
         mamba_ssm_cache_dtype=options.mamba_ssm_cache_dtype,
     )
@@ -1170,12 +1165,12 @@ def engine_state_dtypes(spec, gpu, options) -> tuple[str, str] | None:
     if state is None:
         return None
     from kvplan.engines import EngineRequest
-    from kvplan.engines.vllm import allocation_release, model_dtype, state_dtypes
+    from kvplan.engines.vllm import model_dtype, state_dtypes
 
     request = EngineRequest(
         mamba_cache_dtype=options.mamba_cache_dtype,
         mamba_ssm_cache_dtype=options.mamba_ssm_cache_dtype,
-        vllm_version=allocation_release(options.vllm_version),
+        vllm_version=options.vllm_version,
     )
     return state_dtypes(state, spec.model_type, model_dtype(spec, "auto", gpu)[0], request)
 
