@@ -66,3 +66,46 @@ def test_kvplan_engine_still_takes_only_the_releases_it_models(version):
     )
     one_line_error(code, err, "kvplan models 0.19, 0.21, 0.32")
     assert out == ""
+
+
+# ---- 3. the sim-sglang-pool-caps note: the command computes, the presenter renders --------------
+def test_the_pool_caps_presenter_renders_the_limits_the_note_carries():
+    from kvplan.notes import note
+    from kvplan.present.notes import note_text
+
+    words = note_text(
+        note(
+            "sim-sglang-pool-caps",
+            context=8192,
+            tokens=5000,
+            max_req_len=4321,
+            prompt_limit=4316,
+            longest_request=4320,
+            longest=4303,
+        )
+    )
+    assert all(f"{n:,}" in words for n in (8192, 5000, 4321, 4316, 4320, 4303))
+
+
+def test_a_small_sglang_pool_carries_its_limits_in_the_note():
+    from kvplan.engines.context_limit import (
+        sglang_longest_request,
+        sglang_max_req_len,
+        sglang_prompt_limit,
+    )
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.sources import load_model
+    from kvplan.simulate.setup import ServeOptions, build_sglang_replica
+    from kvplan.units import GIB
+
+    options = ServeOptions(engine="sglang", kv_cache_memory_bytes=GIB, max_model_len=32768)
+    replica = build_sglang_replica(load_model("llama-3.1-8b"), load_profile("h100"), options)
+    caps = next(n for n in replica.notes if n.id == "sim-sglang-pool-caps")
+    pool = caps.value("tokens")
+    assert pool < 32768 and caps.value("context") == 32768
+    assert caps.value("max_req_len") == sglang_max_req_len(pool) == pool - 1
+    assert caps.value("prompt_limit") == sglang_prompt_limit(pool) == pool - 6
+    assert caps.value("longest_request") == sglang_longest_request(pool) == pool - 2
+    # the simulation's own cap, within SGLang's and the pool's whole blocks
+    assert caps.value("longest") <= caps.value("longest_request")
+    assert replica.context is not None and replica.context.prompt_limit == pool - 6

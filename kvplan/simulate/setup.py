@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, cast
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import resolve_kv_format
 from kvplan.engines.backends import ENGINE_NAMES, Backends, check_backends
-from kvplan.engines.context_limit import ContextLimit, context_limit, sglang_longest_request
+from kvplan.engines.context_limit import (
+    ContextLimit,
+    context_limit,
+    sglang_longest_request,
+    sglang_max_req_len,
+    sglang_prompt_limit,
+)
 from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION
 from kvplan.engines.sglang import PiecewiseFlags
 from kvplan.errors import KvplanError
@@ -1808,11 +1814,15 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     if longest < max_model_len:
         if longest < 2:
             raise KvplanError("SGLang's KV pool holds no request; raise the KV memory")
+        pool = alloc.kv_cache_tokens
         notes.append(
             note(
                 "sim-sglang-pool-caps",
                 context=max_model_len,
-                tokens=alloc.kv_cache_tokens,
+                tokens=pool,
+                max_req_len=sglang_max_req_len(pool),
+                prompt_limit=sglang_prompt_limit(pool),
+                longest_request=sglang_longest_request(pool),
                 longest=longest,
             )
         )
