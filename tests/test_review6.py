@@ -115,15 +115,15 @@ def test_a_small_sglang_pool_carries_its_limits_in_the_note():
 # gemma-4-31b-nvfp4's quantization_config states an fp8 KV cache, which --kv-cache-dtype auto
 # takes on vLLM 0.14+ (resolve_kv_cache_dtype_string) and on SGLang (configure_kv_cache_dtype,
 # ModelOpt's kv_cache_scheme): a launch of a bf16-cache plan must say bfloat16, not auto.
-@pytest.mark.parametrize("engine", ["vllm", "sglang"])
-def test_a_bf16_plan_of_a_checkpoint_stating_fp8_launches_bfloat16(engine):
+@pytest.mark.parametrize(("engine", "spelled"), [("vllm", "bfloat16"), ("sglang", "bf16")])
+def test_a_bf16_plan_of_a_checkpoint_stating_fp8_launches_bfloat16(engine, spelled):
     plan = run_json("capacity", "gemma-4-31b-nvfp4", "--gpu", "h100", "--ctx", "32k")
     assert plan["kv_dtype"] == "bf16"
     code, out, err = run_cli(
         "capacity", "gemma-4-31b-nvfp4", "--gpu", "h100", "--ctx", "32k", "--emit", engine
     )
     assert code == 0, err
-    assert "--kv-cache-dtype bfloat16" in out and "--kv-cache-dtype auto" not in out
+    assert f"--kv-cache-dtype {spelled} " in out and "--kv-cache-dtype auto" not in out
 
 
 def test_a_checkpoint_stating_no_kv_cache_still_launches_auto():
