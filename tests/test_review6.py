@@ -141,3 +141,51 @@ def test_a_fp8_plan_of_such_a_checkpoint_launches_fp8():
     )  # fmt: skip
     assert code == 0, err
     assert "--kv-cache-dtype fp8" in out
+
+
+# ---- 5. an NVFP4 KV cache a ModelOpt checkpoint states, from vLLM 0.20 ------------------------
+# vllm/utils/torch_utils.py get_kv_cache_quant_algo_string: 0.20.0 (:305) adds kv_cache_scheme
+# {num_bits: 4, type: float} -> "nvfp4" and MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP "nvfp4" (:64),
+# kept in 0.20.2, 0.21.0 and 0.32.0; 0.14.0-0.19.1 map fp8 alone (an nvfp4 scheme: "auto").
+NVFP4_SCHEME = {"dynamic": False, "num_bits": 4, "type": "float"}
+
+
+@pytest.mark.parametrize(
+    ("qc", "expected"),
+    [
+        ({"quant_method": "modelopt", "kv_cache_scheme": NVFP4_SCHEME}, "nvfp4"),
+        (
+            {"quant_method": "modelopt", "kv_cache_scheme": {**NVFP4_SCHEME, "dynamic": True}},
+            "nvfp4",
+        ),
+        ({"quant_method": "modelopt", "kv_cache_quant_algo": "NVFP4"}, "nvfp4"),
+        ({"quant_method": "modelopt", "kv_cache_scheme": {**NVFP4_SCHEME, "type": "int"}}, None),
+    ],
+)
+def test_a_modelopt_config_stating_an_nvfp4_cache(qc, expected):
+    from kvplan.inputs.quantization import modelopt_kv_cache
+
+    assert modelopt_kv_cache(qc) == expected
+
+
+@pytest.mark.parametrize(
+    ("release", "expected"),
+    [
+        ("0.14.0", "auto"),
+        ("0.19.1", "auto"),
+        ("0.20.0", "nvfp4"),
+        ("0.21", "nvfp4"),
+        ("0.32", "nvfp4"),
+    ],
+)
+def test_vllm_takes_a_checkpoints_nvfp4_cache_for_auto_from_020(release, expected):
+    from kvplan.engines import EngineRequest
+    from kvplan.engines.vllm import vllm_allocation
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.sources import load_model
+
+    spec = load_model("gemma-4-31b-nvfp4")._replace(checkpoint_kv_cache="nvfp4")
+    alloc = vllm_allocation(spec, load_profile("b200"), EngineRequest(vllm_version=release))
+    assert alloc.kv_cache_dtype == expected
+    taken = [n for n in alloc.notes if n.id == "vllm-checkpoint-kv-cache"]
+    assert bool(taken) is (expected != "auto")
