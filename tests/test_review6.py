@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from kvplan.inputs.sources import load_model
+
 from helpers import one_line_error, run_cli, run_json
 
 SIM = ("simulate", "qwen3-8b", "--gpu", "h100", "--num-prompts", "4")
@@ -189,3 +191,20 @@ def test_vllm_takes_a_checkpoints_nvfp4_cache_for_auto_from_020(release, expecte
     assert alloc.kv_cache_dtype == expected
     taken = [n for n in alloc.notes if n.id == "vllm-checkpoint-kv-cache"]
     assert bool(taken) is (expected != "auto")
+
+
+def test_an_mla_checkpoint_stating_nvfp4_is_refused_in_the_checkpoints_words():
+    # kvplan refuses an nvfp4 cache on MLA layers (attention_bytes_per_token); where the
+    # checkpoint, not the user, asked for it the refusal says so and names the way out
+    spec = load_model("kimi-k2.5-nvfp4")._replace(checkpoint_kv_cache="nvfp4")
+    from kvplan.engines import EngineRequest
+    from kvplan.engines.vllm import vllm_allocation
+    from kvplan.errors import KvplanError
+    from kvplan.inputs.hardware import load_profile
+
+    with pytest.raises(KvplanError, match="checkpoint states an nvfp4 KV cache") as caught:
+        vllm_allocation(spec, load_profile("b200"), EngineRequest(vllm_version="0.21", tp=8))
+    assert "--kv-cache-dtype" in str(caught.value) and "auto" in str(caught.value)
+    # on a release that does not take it the checkpoint's cache is not read
+    alloc = vllm_allocation(spec, load_profile("b200"), EngineRequest(vllm_version="0.19", tp=8))
+    assert alloc.kv_cache_dtype == "auto"
