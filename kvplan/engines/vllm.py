@@ -918,6 +918,12 @@ def checkpoint_kv_cache_dtype(
     resolved, first = taken
     if older_than(request.vllm_version, first):
         return request, []
+    if resolved == "nvfp4" and spec.has_kind(CacheKind.MLA):  # attention_bytes_per_token's rule
+        raise KvplanError(
+            f"{spec.name}: the checkpoint states an nvfp4 KV cache, which vLLM "
+            f"{request.vllm_version[:20]} takes for --kv-cache-dtype auto, and an nvfp4 cache "
+            "does not apply to MLA layers; give --kv-cache-dtype bfloat16 or fp8"
+        )
     return request._replace(kv_cache_dtype=resolved), [
         note("vllm-checkpoint-kv-cache", version=request.vllm_version, kv_cache_dtype=resolved)
     ]
