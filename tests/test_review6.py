@@ -150,6 +150,7 @@ def test_a_fp8_plan_of_such_a_checkpoint_launches_fp8():
 # {num_bits: 4, type: float} -> "nvfp4" and MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP "nvfp4" (:64),
 # kept in 0.20.2, 0.21.0 and 0.32.0; 0.14.0-0.19.1 map fp8 alone (an nvfp4 scheme: "auto").
 NVFP4_SCHEME = {"dynamic": False, "num_bits": 4, "type": "float"}
+FP8_SCHEME = {"dynamic": False, "num_bits": 8, "type": "float"}
 
 
 @pytest.mark.parametrize(
@@ -208,3 +209,27 @@ def test_an_mla_checkpoint_stating_nvfp4_is_refused_in_the_checkpoints_words():
     # on a release that does not take it the checkpoint's cache is not read
     alloc = vllm_allocation(spec, load_profile("b200"), EngineRequest(vllm_version="0.19", tp=8))
     assert alloc.kv_cache_dtype == "auto"
+
+
+# ---- 6. which quantization_configs vLLM reads a KV cache from ----------------------------------
+# get_kv_cache_quant_algo_string reads any quant_method starting with "modelopt" (0.21.0 and
+# 0.32.0 register modelopt_mixed and modelopt_mxfp8 beside modelopt and modelopt_fp4), after
+# model_arch_config_convertor._normalize_quantization_config has set quant_method for a
+# ModelOpt producer's nested config; a config with no quant_method is not read.
+@pytest.mark.parametrize(
+    ("qc", "expected"),
+    [
+        ({"quant_method": "modelopt_mixed", "quant_algo": "MIXED_PRECISION",
+          "kv_cache_scheme": FP8_SCHEME}, "fp8"),
+        ({"quant_method": "modelopt_mxfp8", "quant_algo": "MXFP8",
+          "kv_cache_scheme": FP8_SCHEME}, "fp8"),
+        ({"producer": {"name": "modelopt"},
+          "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}}, "fp8"),
+        ({"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}, None),
+        ({"quant_method": "compressed-tensors", "kv_cache_scheme": FP8_SCHEME}, None),
+    ],
+)  # fmt: skip
+def test_vllm_reads_the_kv_cache_of_every_modelopt_config_and_no_other(qc, expected):
+    from kvplan.inputs.quantization import read_quantization
+
+    assert read_quantization({"quantization_config": qc}, {}, "some-model").kv_cache == expected
