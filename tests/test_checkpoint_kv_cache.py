@@ -24,8 +24,10 @@ FP8_SCHEME = {"dynamic": False, "num_bits": 8, "type": "float"}
         ({"quant_method": "modelopt", "kv_cache_quant_algo": "FP8"}, "fp8"),
         ({"quant_method": "modelopt", "quantization": {"kv_cache_quant_algo": "fp8"}}, "fp8"),
         ({"quant_method": "modelopt", "kv_cache_scheme": {**FP8_SCHEME, "dynamic": True}}, None),
-        ({"quant_method": "modelopt", "kv_cache_scheme": {**FP8_SCHEME, "num_bits": 4}}, None),
-        ({"quant_method": "modelopt", "kv_cache_quant_algo": "NVFP4"}, None),
+        # an NVFP4 cache: vLLM maps it from 0.20.0 (engines.vllm.CHECKPOINT_KV_CACHES)
+        ({"quant_method": "modelopt", "kv_cache_scheme": {**FP8_SCHEME, "num_bits": 4}}, "nvfp4"),
+        ({"quant_method": "modelopt", "kv_cache_quant_algo": "NVFP4"}, "nvfp4"),
+        ({"quant_method": "modelopt", "kv_cache_quant_algo": "INT8"}, None),
         ({"quant_method": "modelopt", "kv_cache_scheme": None}, None),
         ({"quant_method": "modelopt"}, None),
     ],

@@ -4,6 +4,7 @@ engine's module imports; this package's `engine_allocation` picks the module."""
 
 from __future__ import annotations
 
+from kvplan.engines.releases import VLLM_VERSIONS
 from kvplan.engines.request import ENGINES, EngineRequest
 from kvplan.errors import KvplanError
 
@@ -17,7 +18,13 @@ def engine_allocation(spec, gpu, request: EngineRequest):
 
     if request.engine not in ENGINES:
         raise KvplanError(f"unknown engine {request.engine!r}; choose from {', '.join(ENGINES)}")
-    version = request.sglang_version if request.engine == "sglang" else request.vllm_version
+    if request.engine == "vllm" and request.vllm_version not in VLLM_VERSIONS:
+        # `kvplan engine` answers for the releases whose allocators kvplan models; simulate runs
+        # any release on its nearest (EngineRequest.vllm_allocator)
+        raise KvplanError(
+            f"--vllm-version {request.vllm_version[:20]!r}: kvplan models {', '.join(VLLM_VERSIONS)}"
+        )
+    version = request.sglang_version if request.engine == "sglang" else request.vllm_allocator
     check_backends(request.backends, request.engine, version)
     if request.engine == "vllm":
         from kvplan.engines.vllm import vllm_allocation

@@ -56,3 +56,13 @@ def older_than(version: str, first: str) -> bool:
         return False
     depth = 2 if threshold[2] == NEWEST else 4
     return given[:depth] < threshold[:depth]
+
+
+def allocation_release(version: str) -> str:
+    """The release whose allocator rules apply to vLLM `version` ("0.24.1"): the newest release
+    kvplan models that is not newer than it, 0.19's for anything older (the allocator kvplan
+    checked on 0.19.1 is the one V1 had since 0.8). `kvplan engine` takes only the releases
+    themselves; `simulate` runs any version it takes on its nearest allocator."""
+    given = release_minor(version) or (0, 0)
+    known = [r for r in VLLM_VERSIONS if (release_minor(r) or (0, 0)) <= given]
+    return known[-1] if known else VLLM_VERSIONS[0]

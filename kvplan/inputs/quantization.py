@@ -31,7 +31,8 @@ class Quantization(NamedTuple):
     parts: tuple[str, ...] | None  # the parts it covers; None: the format's default
     notes: tuple[Note, ...] = ()
     method: str | None = None  # the quant_method (compressed-tensors, mxfp4, fp8, ...)
-    # The KV cache format a ModelOpt checkpoint states (modelopt_kv_cache); None: none stated
+    # The KV cache format a ModelOpt checkpoint states (modelopt_kv_cache: "fp8", "nvfp4");
+    # None: none stated
     kv_cache: str | None = None
 
 
@@ -206,10 +207,11 @@ def _quark(qc: dict, top: dict, text: dict) -> Quantization:
 
 def modelopt_kv_cache(qc: dict) -> str | None:
     """The KV cache a ModelOpt quantization_config states, as vLLM reads it
-    (vllm/utils/torch_utils.py get_kv_cache_quant_algo_string, 0.14.0-0.19.1): its
-    `kv_cache_scheme` ({dynamic: false, num_bits: 8, type: float} is fp8) or
-    `kv_cache_quant_algo` ("FP8"), at the top or under "quantization"; "fp8", or None where it
-    states none or one vLLM does not map (which vLLM then leaves at "auto")."""
+    (vllm/utils/torch_utils.py get_kv_cache_quant_algo_string, 0.14.0-0.32.0): its
+    `kv_cache_scheme` ({dynamic: false, num_bits: 8, type: float} is fp8; {num_bits: 4, type:
+    float} nvfp4, 0.20.0 on) or `kv_cache_quant_algo` ("FP8", "NVFP4"), at the top or under
+    "quantization"; "fp8", "nvfp4", or None where it states none or one vLLM does not map (which
+    vLLM then leaves at "auto"). Which releases take which: engines.vllm.CHECKPOINT_KV_CACHES."""
     nested = qc.get("quantization")
     inner: dict = nested if isinstance(nested, dict) else qc
     stated = (
@@ -219,18 +221,43 @@ def modelopt_kv_cache(qc: dict) -> str | None:
         or qc.get("kv_cache_quant_algo")
     )
     if isinstance(stated, dict):
-        fp8 = (
-            stated.get("dynamic") is False
-            and stated.get("num_bits") == 8
-            and stated.get("type") == "float"
-        )
-        return "fp8" if fp8 else None
-    return "fp8" if isinstance(stated, str) and stated.lower() == "fp8" else None
+        if stated.get("type") != "float":
+            return None
+        if stated.get("dynamic") is False and stated.get("num_bits") == 8:
+            return "fp8"
+        return "nvfp4" if stated.get("num_bits") == 4 else None
+    if isinstance(stated, str) and stated.lower() in ("fp8", "nvfp4"):
+        return stated.lower()
+    return None
+
+
+def vllm_reads_kv_cache(qc: dict) -> bool:
+    """Whether vLLM reads a KV cache from quantization_config `qc` (modelopt_kv_cache): its
+    get_kv_cache_quant_algo_string reads a quant_method starting with "modelopt" (modelopt,
+    modelopt_fp4; 0.21.0 on also modelopt_mixed, modelopt_mxfp8), which
+    model_arch_config_convertor._normalize_quantization_config sets for a ModelOpt producer's
+    nested config ({"producer": {"name": "modelopt"}, "quantization": {...}}); a config with no
+    quant_method is not read."""
+    producer = qc.get("producer")
+    if isinstance(producer, dict) and producer.get("name") == "modelopt":
+        return True
+    method = qc.get("quant_method")
+    return isinstance(method, str) and method.lower().startswith("modelopt")
 
 
 def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quantization:
     """`name` is the model as the user named it; `hint` adds where it came from (a file name,
-    a repository id) for the check on quantized-looking names."""
+    a repository id) for the check on quantized-looking names. The KV cache the config states
+    is read where vLLM reads one (vllm_reads_kv_cache), whatever kvplan makes of the weights."""
+    quant = _read_weights(top, text, name, hint)
+    qc = top.get("quantization_config") or text.get("quantization_config")
+    if isinstance(qc, dict) and vllm_reads_kv_cache(qc):
+        return quant._replace(kv_cache=modelopt_kv_cache(qc))
+    return quant
+
+
+def _read_weights(top: dict, text: dict, name: str, hint: str) -> Quantization:
+    """The weights format of the config's quantization_config (read_quantization)."""
     qc = top.get("quantization_config") or text.get("quantization_config")
     if qc and not isinstance(qc, dict):  # vLLM reads it with .get(): its load fails
         what = clean(qc)[:40] if isinstance(qc, str) else "unnamed"
@@ -278,12 +305,9 @@ def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quant
     if method in ("modelopt", "nvfp4", "modelopt_fp4"):
         algo = str(qc.get("quant_algo", method)).lower()
         fmt = "nvfp4" if "fp4" in algo else "fp8-tensor" if "fp8" in algo else None
-        kv_cache = modelopt_kv_cache(qc)  # read by vLLM whatever the weights' algorithm
         if fmt is None:
-            unread = (note("quant-unread", method=method, why=algo),)
-            return Quantization(None, None, unread, kv_cache=kv_cache)
-        parts = _parts(qc.get("exclude_modules") or ignore)
-        return Quantization(fmt, parts, kv_cache=kv_cache)
+            return Quantization(None, None, (note("quant-unread", method=method, why=algo),))
+        return Quantization(fmt, _parts(qc.get("exclude_modules") or ignore))
     return Quantization(
         None,
         None,

@@ -359,9 +359,9 @@ def _sglang_seats(
     is refused as SGLang would admit none."""
     from kvplan.engines import EngineRequest
     from kvplan.engines.sglang import sglang_allocation
-    from kvplan.plans.launch import KV_CACHE_DTYPE
+    from kvplan.plans.launch import KV_CACHE_DTYPE, launch_kv_dtype
 
-    kv = "auto" if result.kv_dtype == spec.dtype else KV_CACHE_DTYPE["sglang"].get(result.kv_dtype)
+    kv = KV_CACHE_DTYPE["sglang"].get(launch_kv_dtype(result.kv_dtype, spec))
     if kv is None:
         return result  # the launch refuses the KV dtype in SGLang's words (plans.launch)
     dp = result.dp_attention
@@ -403,7 +403,7 @@ def _sglang_seats(
 
 
 # kvplan's KV names -> vLLM's --kv-cache-dtype (others cannot be launched: the launch refuses)
-_VLLM_KV = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
+_VLLM_KV = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
 
 
 def _engine_seats(
@@ -422,8 +422,9 @@ def _engine_seats(
         return result
     from kvplan.engines import EngineRequest
     from kvplan.engines.vllm import vllm_allocation
+    from kvplan.plans.launch import launch_kv_dtype
 
-    kv = "auto" if result.kv_dtype == spec.dtype else _VLLM_KV.get(result.kv_dtype)
+    kv = _VLLM_KV.get(launch_kv_dtype(result.kv_dtype, spec))
     wdtype = result.weights_dtype
     checkpoint = spec.weights_quantization or spec.dtype
     if kv is None or wdtype not in ("checkpoint", checkpoint, "fp8", spec.dtype):

@@ -71,6 +71,17 @@ class Launch(NamedTuple):
     speculative: tuple[str, ...] = ()
 
 
+def launch_kv_dtype(plan_kv_dtype: str, spec) -> str:
+    """The KV dtype a launch of a plan passes (kvplan's name): "auto" where the plan's format is
+    the model's dtype and the checkpoint states no KV cache of its own, else the plan's format
+    spelled out, since --kv-cache-dtype auto takes the cache a ModelOpt checkpoint states
+    (ModelSpec.checkpoint_kv_cache: vLLM 0.14+ resolve_kv_cache_dtype_string, SGLang
+    configure_kv_cache_dtype) and the server would then not hold the plan's cache."""
+    if plan_kv_dtype == spec.dtype and spec.checkpoint_kv_cache is None:
+        return "auto"
+    return plan_kv_dtype
+
+
 def kv_cache_dtype(p: Launch, engine: str) -> str:
     """The engine's --kv-cache-dtype for the plan's KV dtype; an error where it has none."""
     found = KV_CACHE_DTYPE[engine].get(p.kv_dtype)

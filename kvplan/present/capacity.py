@@ -249,7 +249,7 @@ def launch_of(
             f"an engine would refuse to start with --max-model-len {result.context_len}; "
             f"what fits: {would}"
         )
-    from kvplan.plans.launch import Launch
+    from kvplan.plans.launch import Launch, launch_kv_dtype
 
     source = spec.source or ""
     local = bool(source) and not source.startswith(("bundled:", "hub:", "variant:"))
@@ -262,7 +262,7 @@ def launch_of(
     return Launch(
         model_id=model_id,
         context_len=result.context_len,
-        kv_dtype="auto" if result.kv_dtype == spec.dtype else result.kv_dtype,
+        kv_dtype=launch_kv_dtype(result.kv_dtype, spec),
         seats=seats_per_engine(result),
         gpu_mem_util=result.gpu_mem_util,
         tp=result.tp,

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, cast
 from kvplan.anatomy.model import CacheKind, ModelSpec, distinct_layers
 from kvplan.dtypes import resolve_kv_format
 from kvplan.engines.backends import ENGINE_NAMES, Backends, check_backends
-from kvplan.engines.context_limit import ContextLimit, context_limit, sglang_longest_request
+from kvplan.engines.context_limit import (
+    ContextLimit,
+    context_limit,
+    sglang_longest_request,
+    sglang_max_req_len,
+    sglang_prompt_limit,
+)
 from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION
 from kvplan.engines.sglang import PiecewiseFlags
 from kvplan.errors import KvplanError
@@ -486,11 +492,7 @@ def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_m
 def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
     """Resolve the defaults, size the KV pool, and build the step-time model."""
     from kvplan.engines import EngineRequest, vllm_v0
-    from kvplan.engines.vllm import (
-        allocation_release,
-        check_vllm_block_size_choice,
-        vllm_allocation,
-    )
+    from kvplan.engines.vllm import check_vllm_block_size_choice, vllm_allocation
 
     if any(a.compress_ratio for a in spec.attention_layers()):
         raise KvplanError(
@@ -584,8 +586,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         enforce_eager=options.enforce_eager,
         decode_context_parallel_size=dcp,
         backends=options.backends,
-        vllm_version=allocation_release(options.vllm_version),
-        vllm_release=options.vllm_version,
+        vllm_version=options.vllm_version,
         mamba_cache_dtype=options.mamba_cache_dtype,
         mamba_ssm_cache_dtype=options.mamba_ssm_cache_dtype,
     )
@@ -1186,12 +1187,12 @@ def engine_state_dtypes(spec, gpu, options) -> tuple[str, str] | None:
     if state is None:
         return None
     from kvplan.engines import EngineRequest
-    from kvplan.engines.vllm import allocation_release, model_dtype, state_dtypes
+    from kvplan.engines.vllm import model_dtype, state_dtypes
 
     request = EngineRequest(
         mamba_cache_dtype=options.mamba_cache_dtype,
         mamba_ssm_cache_dtype=options.mamba_ssm_cache_dtype,
-        vllm_version=allocation_release(options.vllm_version),
+        vllm_version=options.vllm_version,
     )
     return state_dtypes(state, spec.model_type, model_dtype(spec, "auto", gpu)[0], request)
 
@@ -1834,11 +1835,15 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     if longest < max_model_len:
         if longest < 2:
             raise KvplanError("SGLang's KV pool holds no request; raise the KV memory")
+        pool = alloc.kv_cache_tokens
         notes.append(
             note(
                 "sim-sglang-pool-caps",
                 context=max_model_len,
-                tokens=alloc.kv_cache_tokens,
+                tokens=pool,
+                max_req_len=sglang_max_req_len(pool),
+                prompt_limit=sglang_prompt_limit(pool),
+                longest_request=sglang_longest_request(pool),
                 longest=longest,
             )
         )

@@ -2,11 +2,6 @@
 decoding, DCP, expert and data parallelism, disaggregation, its known weak spots and its
 intervals. Made in kvplan/plans/simulate.py and kvplan/simulate/setup.py."""
 
-from kvplan.engines.context_limit import (
-    sglang_longest_request,
-    sglang_max_req_len,
-    sglang_prompt_limit,
-)
 from kvplan.formulas.batch_step import HOST_OVERHEADS
 from kvplan.present import format as f
 from kvplan.present.format import gib_text
@@ -538,11 +533,11 @@ text("sim-sglang")(
     )
 )
 text("sim-sglang-pool-caps")(
-    lambda context, tokens, longest: (
+    lambda context, tokens, max_req_len, prompt_limit, longest_request, longest: (
         f"SGLang's KV pool ({tokens:,} tokens) is smaller than the context length ({context:,}): "
-        f"SGLang starts anyway with max_req_len {sglang_max_req_len(tokens):,}, refuses prompts "
-        f"of {sglang_prompt_limit(tokens):,} tokens or more and cuts max_new_tokens so that "
-        f"prompt + outputs stay within {sglang_longest_request(tokens):,}; the simulation caps "
+        f"SGLang starts anyway with max_req_len {max_req_len:,}, refuses prompts "
+        f"of {prompt_limit:,} tokens or more and cuts max_new_tokens so that "
+        f"prompt + outputs stay within {longest_request:,}; the simulation caps "
         f"requests at {longest:,} tokens (prompt + outputs, which with a page fit the simulated "
         "pool's whole blocks)."
     )

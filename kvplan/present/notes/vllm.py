@@ -90,8 +90,8 @@ text("vllm-checkpoint-kv-cache")(
     lambda version, kv_cache_dtype: (
         f"--kv-cache-dtype auto: the checkpoint's quantization_config states an {kv_cache_dtype} "
         f"KV cache (ModelOpt kv_cache_scheme / kv_cache_quant_algo), which vLLM {version} takes "
-        "for auto (from 0.14: resolve_kv_cache_dtype_string); give --kv-cache-dtype bfloat16 "
-        "for a 16-bit cache."
+        "for auto (resolve_kv_cache_dtype_string: fp8 from 0.14, nvfp4 from 0.20); give "
+        "--kv-cache-dtype bfloat16 for a 16-bit cache."
     )
 )
 text("vllm-fp8-ds-mla")(
