@@ -182,7 +182,7 @@ def add(app: typer.Typer) -> None:
         speculative_skip_dp_mlp_sync: bool = typer.Option(
             False,
             "--speculative-skip-dp-mlp-sync",
-            help="With --emit sglang, DP attention and EAGLE/NEXTN: every speculative layout "
+            help="With --emit sglang (0.5.11 to 0.5.22), DP attention and EAGLE/NEXTN: every speculative layout "
             "skips the sync of decode batches (default: searched with and without).",
         ),
         mamba_scheduler_strategy: str = typer.Option(

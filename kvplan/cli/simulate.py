@@ -531,7 +531,7 @@ def add(app: typer.Typer) -> None:
         speculative_skip_dp_mlp_sync: bool = typer.Option(
             False,
             "--speculative-skip-dp-mlp-sync",
-            help="SGLang (EAGLE/NEXTN with DP attention): skip the scheduler's sync of the new "
+            help="SGLang 0.5.11 to 0.5.22 (EAGLE/NEXTN with DP attention): skip the scheduler's sync of the new "
             "prefill batches, one collective a decode round; ranks may then mix prefill and "
             "decode.",
         ),

@@ -798,6 +798,36 @@ def mamba_capped_requests(
     return min(requests, max(max_mamba_cache_size // per_request, 1))
 
 
+# --speculative-skip-dp-mlp-sync (scheduler.get_next_batch_to_run skips the sync of the new
+# prefill batches): in the argument parser of the SGLang wheels 0.5.11 to 0.5.22 only
+# (server_args.py of 0.5.11-0.5.13, arg_groups/speculative_hook.py and the fields from 0.5.14);
+# 0.5.10's has no such flag, and 0.5.23's wheel names speculative_skip_dp_mlp_sync nowhere (its
+# scheduler syncs the new batch first unless SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION). The
+# 0.5 patches (first with it, first without it again); a bare 0.5 (kvplan's newest rules)
+# takes it.
+SKIP_DP_MLP_SYNC_PATCHES = (11, 23)
+
+
+def skip_dp_mlp_sync_accepted(version: str) -> bool:
+    """Whether SGLang `version`'s argument parser takes --speculative-skip-dp-mlp-sync
+    (SKIP_DP_MLP_SYNC_PATCHES): `plan` searches it and `simulate` takes it there only."""
+    rules = sglang_rules(version)
+    first, gone = SKIP_DP_MLP_SYNC_PATCHES
+    return rules.from_05(first) and not rules.from_05(gone, bare=False)
+
+
+def check_skip_dp_mlp_sync_release(version: str) -> None:
+    """--speculative-skip-dp-mlp-sync refused, one line, for a release whose argument parser
+    refuses it (skip_dp_mlp_sync_accepted)."""
+    if skip_dp_mlp_sync_accepted(version):
+        return
+    first, gone = SKIP_DP_MLP_SYNC_PATCHES
+    raise KvplanError(
+        f"SGLang {str(version)[:20]} has no --speculative-skip-dp-mlp-sync (its argument "
+        f"parser has it from 0.5.{first} to 0.5.{gone - 1}; 0.5.{gone} removed it)"
+    )
+
+
 def check_mamba_strategy_release(strategy: str | None, version: str) -> None:
     """A given --mamba-scheduler-strategy (either choice) refused, one line, for a release
     before the flag: it came with extra_buffer (PR #14792, MAMBA_EXTRA_BUFFER_FROM), so the
