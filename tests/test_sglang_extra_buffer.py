@@ -135,3 +135,69 @@ def test_plan_does_not_emit_the_flag_to_a_release_without_it():
     )
     one_line_error(code, err, "0.5.7")
     assert out == ""
+
+
+RADIX = ("--mamba-radix-cache-strategy", "extra_buffer")
+
+
+def _at(release: str) -> tuple[str, ...]:
+    return (*SIM[:9], release, *SIM[10:])
+
+
+def test_each_release_takes_its_spelling():
+    """The wheels' parsers: --mamba-scheduler-strategy from 0.5.7; 0.5.14 renamed the field
+    mamba_radix_cache_strategy and kept the old flag as a deprecated alias to 0.5.19; 0.5.20
+    has the new spelling only. A bare 0.5 (April 2026's main) has the old one."""
+    from kvplan.engines.sglang import mamba_strategy_flag
+
+    old, new = "--mamba-scheduler-strategy", "--mamba-radix-cache-strategy"
+    assert [mamba_strategy_flag(f"0.5.{p}") for p in (7, 13, 14, 19, 20, 23)] == [
+        old,
+        old,
+        new,
+        new,
+        new,
+        new,
+    ]
+    assert mamba_strategy_flag("0.5") == old
+    same = [
+        run_json(*_at(r), *flags, "--num-prompts", "4")["setup"]["max_num_seqs"]
+        for r, flags in (("0.5.14", EXTRA), ("0.5.14", RADIX), ("0.5.20", RADIX))
+    ]
+    assert same[0] == same[1] == same[2]
+
+
+@pytest.mark.parametrize(
+    "release,flags,needle",
+    [
+        ("0.5.13", RADIX, "0.5.14"),
+        ("0.5", RADIX, "0.5.14"),
+        ("0.5.20", EXTRA, "--mamba-radix-cache-strategy"),
+        ("0.5.14", (*EXTRA, *RADIX), "one of"),
+    ],
+)
+def test_a_spelling_the_release_refuses_is_one_line(release, flags, needle):
+    code, out, err = run_cli(*_at(release), *flags, "--num-prompts", "4")
+    one_line_error(code, err, needle)
+    assert out == ""
+
+
+def test_plan_prints_the_spelling_of_the_release():
+    """plan at 0.5.20 prints --mamba-radix-cache-strategy (0.5.20's parser has no other), and
+    the command replays to the running requests it was priced with."""
+    from sim_replay import serve_argv
+
+    doc = run_json(
+        *("plan", "qwen3.5-35b-a3b", "--gpu", "h200", "--emit", "sglang", "--tp", "2"),
+        *("--engine-version", "0.5.20", "--kv-cache-dtype", "auto", "--max-num-seqs", "4096"),
+        *("--max-num-batched-tokens", "8192", "--rate", "1", "--slo", "tpot_p99=1s"),
+        *("--num-prompts", "20", "--jobs", "1", "--input-len", "512", "--output-len", "64"),
+        *("--speculative", "off", *RADIX, "--format", "json"),
+    )
+    (c,) = doc["candidates"]
+    assert c["command"].endswith("--mamba-radix-cache-strategy extra_buffer")
+    assert "--mamba-scheduler-strategy" not in c["command"]
+    replay = run_json("simulate", "qwen3.5-35b-a3b", "--gpu", "h200", "--engine", "sglang",
+                      "--engine-version", "0.5.20", *serve_argv(c["command"]),
+                      "--num-prompts", "4")  # fmt: skip
+    assert replay["setup"]["max_num_seqs"] == c["max_num_seqs"] < 4096
