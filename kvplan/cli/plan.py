@@ -189,8 +189,10 @@ def add(app: typer.Typer) -> None:
             None,
             "--mamba-scheduler-strategy",
             help="With --emit sglang, a recurrent-state hybrid: no_buffer or extra_buffer for "
-            "every configuration (see simulate), printed in the launch command.",
+            "every configuration (see simulate), printed in the launch command in the "
+            "release's spelling.",
         ),
+        mamba_radix_cache_strategy: str = c.mamba_radix_cache_strategy_option(),
         fmt: c.OutputFormat = c.format_option(),
         out: Path = c.out_option(),
     ) -> None:
@@ -205,6 +207,12 @@ def add(app: typer.Typer) -> None:
         if emit not in ("vllm", "sglang"):
             raise KvplanError(f"--emit {emit!r}: choose vllm or sglang")
         engine_version = c.check_engine_version(emit, engine_version)
+        from kvplan.engines.releases import SGLANG_VERSION
+
+        mamba_scheduler_strategy = c.mamba_strategy(
+            mamba_scheduler_strategy, mamba_radix_cache_strategy, emit,
+            engine_version or SGLANG_VERSION,
+        )  # fmt: skip
         if emit == "vllm" and engine_version is not None:
             from kvplan.present.launch import vllm_image
 

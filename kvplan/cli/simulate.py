@@ -526,8 +526,9 @@ def add(app: typer.Typer) -> None:
             "--mamba-scheduler-strategy",
             help="SGLang, a recurrent-state hybrid: no_buffer (default) or extra_buffer (from "
             "0.5.7: the radix cache and overlap scheduler stay on; each running request holds "
-            "a track buffer of 2 more states, 1 without the overlap scheduler).",
+            "a track buffer of 2 more states, 1 without the overlap scheduler); to 0.5.19.",
         ),
+        mamba_radix_cache_strategy: str = c.mamba_radix_cache_strategy_option(),
         speculative_skip_dp_mlp_sync: bool = typer.Option(
             False,
             "--speculative-skip-dp-mlp-sync",
@@ -571,6 +572,9 @@ def add(app: typer.Typer) -> None:
         if trace is not None and request_rate != "inf":
             raise KvplanError("--trace sets the arrival times; leave out --request-rate")
         vllm_version, sglang_version = engine_versions(engine, engine_version, vllm_version)
+        mamba_scheduler_strategy = c.mamba_strategy(
+            mamba_scheduler_strategy, mamba_radix_cache_strategy, engine, sglang_version
+        )
         prefix_caching = c.radix_flag(engine, disable_radix_cache, prefix_caching)
         law, law_spread = length_law(
             length_dist, spread, dataset_name, bench_client, range_ratio, engine

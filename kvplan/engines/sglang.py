@@ -828,6 +828,46 @@ def check_skip_dp_mlp_sync_release(version: str) -> None:
     )
 
 
+# The strategy flag's spellings by release (the wheels' argument parsers): 0.5.7-0.5.13 take
+# --mamba-scheduler-strategy; 0.5.14 renamed the field mamba_radix_cache_strategy
+# (--mamba-radix-cache-strategy, server_args.py:1731) and kept the old flag as a
+# DeprecatedAliasStoreAction onto it (server_args.py:6350) up to 0.5.19 (server_args.py:3920);
+# 0.5.20's parser (arg_groups/fields/exec_.py) has the new spelling only. The 0.5 patches
+# (first with the new spelling, first without the old); a bare 0.5 (April 2026's main, before
+# 0.5.14) the old spelling alone.
+MAMBA_STRATEGY_FLAGS = ("--mamba-scheduler-strategy", "--mamba-radix-cache-strategy")
+MAMBA_STRATEGY_RENAMED = (14, 20)
+
+
+def mamba_strategy_flags(version: str) -> tuple[str, ...]:
+    """The spellings of the strategy flag SGLang `version`'s parser takes (MAMBA_STRATEGY_FLAGS,
+    the one `plan` prints last); whether the release has the flag at all is
+    check_mamba_strategy_release's."""
+    rules = sglang_rules(version)
+    renamed, gone = MAMBA_STRATEGY_RENAMED
+    old, new = MAMBA_STRATEGY_FLAGS
+    if not rules.from_05(renamed, bare=False):
+        return (old,)
+    return (new,) if rules.from_05(gone) else (old, new)
+
+
+def mamba_strategy_flag(version: str) -> str:
+    """The spelling `plan` prints for SGLang `version`: the newer of those it takes."""
+    return mamba_strategy_flags(version)[-1]
+
+
+def check_mamba_strategy_flag(flag: str, version: str) -> None:
+    """A one-line error for a spelling of the strategy flag SGLang `version` refuses."""
+    taken = mamba_strategy_flags(version)
+    if flag in taken:
+        return
+    renamed, gone = MAMBA_STRATEGY_RENAMED
+    raise KvplanError(
+        f"SGLang {str(version)[:20]} takes {taken[0]}, not {flag} (renamed "
+        f"--mamba-radix-cache-strategy in 0.5.{renamed}; the old spelling up to 0.5.{gone - 1})"
+    )
+
+
 def check_mamba_strategy_release(strategy: str | None, version: str) -> None:
     """A given --mamba-scheduler-strategy (either choice) refused, one line, for a release
     before the flag: it came with extra_buffer (PR #14792, MAMBA_EXTRA_BUFFER_FROM), so the

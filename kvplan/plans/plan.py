@@ -759,7 +759,10 @@ def mode_flags(request: PlanRequest) -> str | None:
         flags.append("--enforce-eager" if request.emit == "vllm" else "--disable-cuda-graph")
     flags.extend(request.piecewise.given())
     if request.mamba_scheduler_strategy is not None:
-        flags.append(f"--mamba-scheduler-strategy {request.mamba_scheduler_strategy}")
+        from kvplan.engines.sglang import mamba_strategy_flag
+
+        version = ServeOptions(**release_fields(request)).sglang_version
+        flags.append(f"{mamba_strategy_flag(version)} {request.mamba_scheduler_strategy}")
     flags.extend(f"{flag} {value}" for flag, value in request.backends.given())
     return " ".join(flags) or None
 
