@@ -209,7 +209,7 @@ def add(app: typer.Typer) -> None:
         engine_version = c.check_engine_version(emit, engine_version)
         from kvplan.engines.releases import SGLANG_VERSION
 
-        mamba_scheduler_strategy = c.mamba_strategy(
+        mamba_strategy = c.mamba_strategy(
             mamba_scheduler_strategy, mamba_radix_cache_strategy, emit,
             engine_version or SGLANG_VERSION,
         )  # fmt: skip
@@ -275,7 +275,7 @@ def add(app: typer.Typer) -> None:
             speculative=speculative,
             disable_radix_cache=disable_radix_cache,
             speculative_skip_dp_mlp_sync=speculative_skip_dp_mlp_sync,
-            mamba_scheduler_strategy=mamba_scheduler_strategy,
+            mamba_scheduler_strategy=mamba_strategy,
             **c.speculative_fields(
                 speculative_config,
                 speculative_algorithm,

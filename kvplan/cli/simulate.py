@@ -572,7 +572,7 @@ def add(app: typer.Typer) -> None:
         if trace is not None and request_rate != "inf":
             raise KvplanError("--trace sets the arrival times; leave out --request-rate")
         vllm_version, sglang_version = engine_versions(engine, engine_version, vllm_version)
-        mamba_scheduler_strategy = c.mamba_strategy(
+        mamba_strategy = c.mamba_strategy(
             mamba_scheduler_strategy, mamba_radix_cache_strategy, engine, sglang_version
         )
         prefix_caching = c.radix_flag(engine, disable_radix_cache, prefix_caching)
@@ -655,7 +655,7 @@ def add(app: typer.Typer) -> None:
                     spec_accept_length,
                 ),
                 speculative_skip_dp_mlp_sync=speculative_skip_dp_mlp_sync,
-                mamba_scheduler_strategy=mamba_scheduler_strategy,
+                mamba_scheduler_strategy=mamba_strategy,
             ),
             replicas=replicas,
             router=router,
