@@ -638,6 +638,51 @@ def nsa_default_backends(kv_cache_dtype: str, generation: int) -> tuple[str, str
     return "flashmla_sparse", "trtllm" if generation >= 10 else "fa3"
 
 
+# server_args._handle_speculative_decoding (arg_groups/speculative_hook.py _handle_eagle_family
+# from 0.5.13): an EAGLE/EAGLE3/STANDALONE draft tree (--speculative-eagle-topk > 1) on pages of
+# more than one token runs on these attention backends only ("speculative_eagle_topk > 1 with
+# page_size > 1 is unstable and produces incorrect results for paged attention backends"), a
+# ValueError on any other: (first 0.5 patch, backends), read in the released wheels: flashinfer
+# from 0.5.2 (0.5.1's has no such check), fa3 beside it from 0.5.6, triton from 0.5.13
+# (_PAGE_TREE_SPEC_BACKENDS, "the two-pass cascade draft-decode"), the same to 0.5.23. NGRAM,
+# whose topk is its BFS breadth, takes flashinfer alone from its first release (0.5.3) on.
+EAGLE_TREE_PAGE_BACKENDS = (
+    (2, ("flashinfer",)),
+    (6, ("flashinfer", "fa3")),
+    (13, ("flashinfer", "fa3", "triton")),
+)
+NGRAM_TREE_PAGE_BACKENDS = (3, ("flashinfer",))
+NEWEST_RULES_PATCH = 10  # the last 0.5 patch whose rules a bare 0.5 (April 2026's main) has
+
+
+def eagle_tree_page_backends(version: str, ngram: bool = False) -> tuple[str, ...] | None:
+    """The attention backends SGLang `version` runs a draft tree on pages of more than one token
+    with (EAGLE_TREE_PAGE_BACKENDS, NGRAM_TREE_PAGE_BACKENDS); None: the release has no rule."""
+    rules = sglang_rules(version)
+    table = (NGRAM_TREE_PAGE_BACKENDS,) if ngram else EAGLE_TREE_PAGE_BACKENDS
+    taken = [b for first, b in table if rules.from_05(first, bare=first <= NEWEST_RULES_PATCH)]
+    return taken[-1] if taken else None
+
+
+def check_eagle_tree_pages(
+    tree: tuple[str, int] | None, page: int, backend: str | None, version: str
+) -> None:
+    """A one-line error where SGLang `version` refuses a speculative draft tree (`tree`: the
+    kvplan method and its resolved topk; None: not speculating) on `page`-token pages under
+    attention backend `backend` (eagle_tree_page_backends)."""
+    if tree is None or tree[1] <= 1 or page <= 1:
+        return
+    backends = eagle_tree_page_backends(version, ngram=tree[0] == "ngram")
+    if backends is None or backend in backends:
+        return
+    raise KvplanError(
+        f"SGLang {str(version)[:20]} refuses speculative_eagle_topk > 1 with page_size > 1 "
+        f"(here {tree[1]} and {page}) on the {backend} attention backend (only on "
+        f"{', '.join(backends)}): give --page-size 1, --speculative-eagle-topk 1 or one of those "
+        "backends"
+    )
+
+
 def sglang_attention(
     spec: ModelSpec,
     gpu: GpuProfile,
@@ -715,6 +760,7 @@ def sglang_attention(
             page, forced = pages[0], True
     if prefill == "fa4" and not mla:
         page, forced = FA4_PREFILL_PAGE, True
+    check_eagle_tree_pages(request.speculative_tree, page or 1, backend, request.sglang_version)
     return SglangAttention(
         prefill=prefill_kernel,
         decode=decode_kernel,

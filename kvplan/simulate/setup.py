@@ -1750,7 +1750,8 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         notes.append(length_note)
     from kvplan.simulate.speculative import SGLANG_SPEC_RUNNING, requested
 
-    speculating = requested(spec, options) is not None
+    spec_request = requested(spec, options)
+    speculating = spec_request is not None
     track_slots = mamba_track_slots(
         spec,
         gpu,
@@ -1779,6 +1780,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         moe_dense_tp_size=options.moe_dense_tp_size,
         backends=options.backends,
         speculative_eagle_topk=options.speculative_eagle_topk,
+        speculative_tree=None if spec_request is None else (spec_request.method, spec_request.topk),
         cuda_ipc_pool_bytes=(options.cuda_ipc_pool_mib or 0) * MIB,
         speculative=speculating,
         radix_cache=options.enable_prefix_caching is not False,
