@@ -30,6 +30,9 @@ SIM = (
 EXTRA = ("--mamba-scheduler-strategy", "extra_buffer")
 
 
+NEXTN = ("--speculative-algorithm", "NEXTN")
+
+
 def _at(release: str) -> tuple[str, ...]:
     return (*SIM[:9], release, *SIM[10:])
 
@@ -109,7 +112,8 @@ def test_simulate_keeps_radix_and_overlap_on_with_fewer_running_requests():
         # the flag itself came with extra_buffer (PR #14792): 0.5.6 has no no_buffer to name
         ((*SIM[:9], "0.5.6", *SIM[10:], "--mamba-scheduler-strategy", "no_buffer"), "0.5.7"),
         ((*SIM, "--mamba-scheduler-strategy", "eager"), "choose no_buffer or extra_buffer"),
-        ((*SIM, *EXTRA, "--disable-radix-cache"), "PR #19169"),
+        ((*_at("0.5.10"), *EXTRA, "--disable-radix-cache"), "from 0.5.10"),
+        ((*_at("0.5.10"), *EXTRA, "--disable-radix-cache", *NEXTN), "from 0.5.10"),
         ((*_at("0.5.11"), *EXTRA, "--speculative-algorithm", "NEXTN"), "spec v2"),
         (("simulate", "qwen3-8b", "--gpu", "h200", "--engine", "sglang", *EXTRA), "none"),
         ((*SIM[:3], "mi300x", *SIM[4:], *EXTRA), "CUDA"),
@@ -221,9 +225,6 @@ def test_plan_prints_the_spelling_of_the_release():
     assert replay["setup"]["max_num_seqs"] == c["max_num_seqs"] < 4096
 
 
-NEXTN = ("--speculative-algorithm", "NEXTN")
-
-
 @pytest.mark.parametrize("release,tree", [("0.5.9", ()), ("0.5.10", ()), ("0.5.11", ("2",))])
 def test_speculating_keeps_the_radix_cache_with_one_track_slot(release, tree):
     """extra_buffer with speculative decoding as spec v1 (the overlap scheduler off): SGLang
@@ -233,12 +234,33 @@ def test_speculating_keeps_the_radix_cache_with_one_track_slot(release, tree):
     a topk-2 tree as spec v1 ("spec v2 currently only supports topk = 1")."""
     steps = ("--speculative-num-steps", "2", "--speculative-eagle-topk", *tree,
              "--speculative-num-draft-tokens", "4") if tree else ()  # fmt: skip
-    doc = run_json(*_at(release), *EXTRA, *NEXTN, *steps, "--max-num-seqs", "4096")
+    doc = run_json(*_at(release), *EXTRA, *NEXTN, *steps, "--max-num-seqs", "400")
     s = doc["setup"]
     assert s["speculative"] and s["enable_prefix_caching"] is True
     assert s["async_scheduling"] is False
     ids = [x["id"] for x in doc["notes"]]
     assert "sglang-mamba-extra-buffer" in ids
     off = run_json(*_at(release), *NEXTN, *steps, "--disable-radix-cache",
-                   "--max-num-seqs", "4096")["setup"]  # fmt: skip
+                   "--max-num-seqs", "400")["setup"]  # fmt: skip
     assert s["max_num_seqs"] < off["max_num_seqs"]
+
+
+def test_plan_searches_the_speculative_layout_with_the_radix_cache():
+    """plan --mamba-scheduler-strategy extra_buffer at 0.5.10: the NEXTN layout keeps the radix
+    cache (no --disable-radix-cache, which 0.5.10 refuses beside extra_buffer) and replays."""
+    from sim_replay import serve_argv
+
+    doc = run_json(
+        *("plan", "qwen3.5-35b-a3b", "--gpu", "h200", "--emit", "sglang", "--tp", "2"),
+        *("--engine-version", "0.5.10", "--kv-cache-dtype", "auto", "--max-num-seqs", "64"),
+        *("--max-num-batched-tokens", "8192", "--rate", "1", "--slo", "tpot_p99=1s"),
+        *("--num-prompts", "20", "--jobs", "1", "--input-len", "512", "--output-len", "64"),
+        *(*EXTRA, "--format", "json"),
+    )
+    spec = [c for c in doc["candidates"] if c.get("speculative")]
+    assert spec and all("--disable-radix-cache" not in c["command"] for c in spec)
+    replay = run_json("simulate", "qwen3.5-35b-a3b", "--gpu", "h200", "--engine", "sglang",
+                      "--engine-version", "0.5.10", *serve_argv(spec[0]["command"]),
+                      "--num-prompts", "4")  # fmt: skip
+    assert replay["setup"]["enable_prefix_caching"] is True
+    assert replay["setup"]["max_num_seqs"] == spec[0]["max_num_seqs"]

@@ -526,7 +526,8 @@ def add(app: typer.Typer) -> None:
             "--mamba-scheduler-strategy",
             help="SGLang, a recurrent-state hybrid: no_buffer (default) or extra_buffer (from "
             "0.5.7: the radix cache and overlap scheduler stay on; each running request holds "
-            "a track buffer of 2 more states, 1 without the overlap scheduler); to 0.5.19.",
+            "a track buffer of 2 more states, 1 without the overlap scheduler or speculating); "
+            "to 0.5.19.",
         ),
         mamba_radix_cache_strategy: str = c.mamba_radix_cache_strategy_option(),
         speculative_skip_dp_mlp_sync: bool = typer.Option(

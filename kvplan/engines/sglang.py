@@ -153,6 +153,24 @@ MAMBA_SPEC_RADIX_ERROR_FROM = 10
 MAMBA_STRATEGIES = ("no_buffer", "extra_buffer")
 MAMBA_EXTRA_BUFFER_FROM = 7
 MAMBA_TRACK_SLOTS = {True: 2, False: 1}  # MAMBA_CACHE_V2_ADDITIONAL_RATIO_(NO_)OVERLAP
+# What the track slots are keyed on (model_runner_kv_cache_mixin.py of the wheels): 0.5.7-0.5.9
+# on speculative decoding (_NO_OVERLAP with a speculative algorithm, _OVERLAP without, whatever
+# the overlap scheduler; HybridReqToTokenPool's ping-pong buffer 2 if
+# speculative_num_draft_tokens is None else 1), from 0.5.10 on the overlap scheduler
+# (_calculate_mamba_ratio: "ping-pong buffer size is 2 when overlap schedule is on, 1
+# otherwise"). With speculative decoding under extra_buffer SGLang keeps the radix cache
+# (_handle_mamba_radix_cache asserts only mamba_track_interval, 256 by default, >= the draft
+# tokens): as spec v1, the overlap scheduler off, one slot in every release.
+MAMBA_TRACK_BY_OVERLAP_FROM = 10
+# _handle_mamba_radix_cache raises "mamba extra_buffer is not compatible with
+# --disable-radix-cache" from 0.5.10 (server_args.py:2166), speculating or not; 0.5.7-0.5.9 run
+# it, one state a request (the radix cache off: _calculate_mamba_ratio 1)
+MAMBA_EXTRA_BUFFER_RADIX_ERROR_FROM = 10
+# SGLANG_ENABLE_SPEC_V2 (environ.py): False to 0.5.10, True from 0.5.11, when
+# _handle_speculative_decoding runs EAGLE/EAGLE3/STANDALONE as spec v2 beside the overlap
+# scheduler unless topk > 1 ("spec v2 currently only supports topk = 1") or
+# --disable-overlap-schedule; kvplan models spec v1 only. A bare 0.5 (April 2026's main): v1.
+SPEC_V2_DEFAULT_FROM = 11
 
 SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio
 MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio: state pool = rest x r / (1 + r)
@@ -927,6 +945,14 @@ def check_mamba_strategy_release(strategy: str | None, version: str) -> None:
     )
 
 
+def sglang_spec_v2(version: str, topk: int, overlap_off_given: bool) -> bool:
+    """Whether SGLang `version` runs an EAGLE-family speculation of draft-tree breadth `topk`
+    as spec v2, beside the overlap scheduler (SPEC_V2_DEFAULT_FROM): not where the tree is
+    wider than one or --disable-overlap-schedule is given."""
+    default_v2 = sglang_rules(version).from_05(SPEC_V2_DEFAULT_FROM, bare=False)
+    return default_v2 and topk <= 1 and not overlap_off_given
+
+
 def mamba_track_slots(
     spec: ModelSpec,
     gpu: GpuProfile,
@@ -935,15 +961,17 @@ def mamba_track_slots(
     overlap: bool,
     speculative: bool,
     radix_cache: bool,
+    spec_v2: bool = False,
 ) -> int:
     """The recurrent states a running request holds beside its own under --mamba-scheduler-
     strategy `strategy` (MAMBA_STRATEGIES; None: no_buffer): extra_buffer's ping-pong track
-    buffer (MAMBA_TRACK_SLOTS, by whether the overlap scheduler runs), 0 under no_buffer and
-    where the radix cache is off regardless (NO_MAMBA_RADIX_MODEL_TYPES). One-line errors where
-    SGLang refuses it (before MAMBA_EXTRA_BUFFER_FROM, off CUDA, a model without recurrent state,
-    extra_buffer with the radix cache off and no speculation: PR #19169) or kvplan does not
-    model it (with speculative decoding, which SGLang runs as spec v2 then,
-    SGLANG_ENABLE_SPEC_V2=1, beside the overlap scheduler)."""
+    buffer (MAMBA_TRACK_SLOTS, by whether the overlap scheduler runs, or before
+    MAMBA_TRACK_BY_OVERLAP_FROM whether SGLang speculates; speculating as spec v1: 1), 0 under
+    no_buffer and where the radix cache is off regardless (NO_MAMBA_RADIX_MODEL_TYPES).
+    One-line errors where SGLang refuses it (before MAMBA_EXTRA_BUFFER_FROM, off CUDA, a model
+    without recurrent state, extra_buffer with the radix cache off and no speculation: PR
+    #19169) or kvplan does not model it (`spec_v2`: speculation as SGLang's spec v2 beside the
+    overlap scheduler, sglang_spec_v2)."""
     name = str(strategy or "no_buffer").strip().lower()
     if name not in MAMBA_STRATEGIES:
         raise KvplanError(
@@ -963,19 +991,28 @@ def mamba_track_slots(
             "SGLang runs --mamba-scheduler-strategy extra_buffer on CUDA devices only "
             "(_handle_mamba_radix_cache)"
         )
-    if speculative:
+    if speculative and spec_v2:
         raise KvplanError(
-            "--mamba-scheduler-strategy extra_buffer with speculative decoding runs SGLang's "
-            "spec v2 (SGLANG_ENABLE_SPEC_V2=1), which kvplan does not model: use no_buffer with "
-            "--disable-radix-cache"
+            f"SGLang {str(version)[:20]} runs this speculative decoding as spec v2 beside the "
+            f"overlap scheduler (SGLANG_ENABLE_SPEC_V2 on by default from "
+            f"0.5.{SPEC_V2_DEFAULT_FROM}), which kvplan does not model with "
+            "--mamba-scheduler-strategy extra_buffer: give --speculative-eagle-topk 2 or more, "
+            "--no-async-scheduling, or an earlier release"
         )
     if not radix_cache:
-        raise KvplanError(
-            "SGLang refuses --mamba-scheduler-strategy extra_buffer with --disable-radix-cache "
-            "when not speculating (PR #19169): use no_buffer"
-        )
+        if sglang_rules(version).from_05(MAMBA_EXTRA_BUFFER_RADIX_ERROR_FROM):
+            raise KvplanError(
+                f"SGLang {str(version)[:20]} refuses --mamba-scheduler-strategy extra_buffer "
+                "with --disable-radix-cache (_handle_mamba_radix_cache, from "
+                f"0.5.{MAMBA_EXTRA_BUFFER_RADIX_ERROR_FROM}): use no_buffer"
+            )
+        return 0  # one state a request (_calculate_mamba_ratio: 1 without the radix cache)
     if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES:
         return 0  # the radix cache goes off first: no track buffer (enable_mamba_extra_buffer)
+    if speculative:
+        return MAMBA_TRACK_SLOTS[False]  # spec v1: the overlap scheduler off
+    if not sglang_rules(version).from_05(MAMBA_TRACK_BY_OVERLAP_FROM):
+        return MAMBA_TRACK_SLOTS[True]  # keyed on speculation: 2 without it
     return MAMBA_TRACK_SLOTS[overlap]
 
 
@@ -985,11 +1022,14 @@ def mamba_radix_rules(spec: ModelSpec, version: str) -> bool:
     return spec.has_kind(CacheKind.STATE) and sglang_rules(version).from_05(MAMBA_NO_OVERLAP_FROM)
 
 
-def speculative_radix_off(spec: ModelSpec, version: str) -> bool:
+def speculative_radix_off(spec: ModelSpec, version: str, strategy: str | None = None) -> bool:
     """Whether SGLang `version` keeps no radix cache for this model while it speculates under
     the no_buffer strategy (sglang_radix_off's "speculative" and its error from
     MAMBA_SPEC_RADIX_ERROR_FROM): `kvplan plan` launches such a layout with
-    --disable-radix-cache, which SGLang then runs as it would itself, or needs to start."""
+    --disable-radix-cache, which SGLang then runs as it would itself, or needs to start.
+    Never under `strategy` extra_buffer, which keeps it (mamba_track_slots)."""
+    if str(strategy or "").strip().lower() == "extra_buffer":
+        return False
     return mamba_radix_rules(spec, version) and spec.model_type not in NO_MAMBA_RADIX_MODEL_TYPES
 
 

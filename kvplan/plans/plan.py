@@ -552,7 +552,7 @@ def _sglang_layouts(spec: ModelSpec, request: PlanRequest, layouts: list[dict]) 
     if request.emit != "sglang":
         return layouts
     version = ServeOptions(**release_fields(request)).sglang_version
-    radix_off = speculative_radix_off(spec, version)
+    radix_off = speculative_radix_off(spec, version, request.mamba_scheduler_strategy)
     # searched where the release's argument parser takes the flag (given: _check_sglang_flags)
     searched = (
         request.enable_dp_attention

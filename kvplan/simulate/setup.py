@@ -1707,6 +1707,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         sglang_attention,
         sglang_radix_off,
         sglang_release,
+        sglang_spec_v2,
     )
     from kvplan.simulate.engine import EngineConfig
     from kvplan.simulate.sglang import (
@@ -1760,6 +1761,13 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         bool(options.async_scheduling),
         speculating,
         options.enable_prefix_caching is not False,
+        spec_v2=spec_request is not None
+        and spec_request.method != "ngram"  # NGRAM turns the overlap scheduler off
+        and sglang_spec_v2(
+            options.sglang_version,
+            spec_request.topk,
+            overlap_given and not options.async_scheduling,
+        ),
     )
     request = EngineRequest(
         engine="sglang",
