@@ -28,6 +28,7 @@ from kvplan.engines.sglang_compressed import KV_CACHE_DTYPES as DSV4_KV_CACHE_DT
 from kvplan.engines.sglang_compressed import PAGE_SIZE as DSV4_PAGE_SIZE
 from kvplan.engines.sglang_compressed import Dsv4Pools, dsv4_pools
 from kvplan.engines.vllm import (
+    CHECKPOINT_KV_DTYPES,
     DTYPES,
     compute_capability_notes,
     gpu_generation,
@@ -1229,6 +1230,47 @@ def cuda_ipc_held_bytes(spec: ModelSpec, pool_bytes: int) -> int:
     return pool_bytes + INIT_CONTEXT_BYTES[1]
 
 
+# --kv-cache-dtype auto (ModelRunner's kv-cache-dtype step: model_runner.py from 0.5.3,
+# mem_cache/kv_cache_dtype.py configure_kv_cache_dtype from 0.5.16, the same to 0.5.23): fp8_e4m3
+# (float8_e4m3fnuz on ROCm) where the model's quant_config has kv_cache_quant_algo "FP8", else the
+# model dtype. Which configs carry that attribute, by release (the wheels; the first 0.5 patch
+# by the config that states the checkpoint's cache, inputs.quantization.CHECKPOINT_KV_METHODS):
+# ModelOptFp4Config from 0.5.3 (0.5.2's model_runner has no such step; 0.5.3's
+# ModelOptFp8Config keeps kv_cache_quant_method, which the step does not read), every ModelOpt
+# config through ModelOptQuantConfig from 0.5.4, ModelOptMixedPrecisionConfig (MIXED_PRECISION,
+# w4afp8 before it) from 0.5.10, CompressedTensorsConfig's kv_cache_quant_algo property (a
+# static per-tensor FP8 kv_cache_scheme) from 0.5.19. vLLM's rule: engines.vllm
+# checkpoint_kv_cache_dtype.
+SGLANG_CHECKPOINT_KV_FROM = {
+    "modelopt-fp4": 3,
+    "modelopt-fp8": 4,
+    "modelopt-mixed": 10,
+    "compressed-tensors": 19,
+}
+
+
+def sglang_checkpoint_kv_cache_dtype(
+    spec: ModelSpec, kv_cache_dtype: str, version: str
+) -> tuple[str, list[Note]]:
+    """--kv-cache-dtype `kv_cache_dtype` as SGLang `version` resolves auto from the checkpoint
+    (SGLANG_CHECKPOINT_KV_FROM; ModelSpec.checkpoint_kv_cache), and the note that says so."""
+    resolved = CHECKPOINT_KV_DTYPES.get(spec.checkpoint_kv_cache or "")
+    first = SGLANG_CHECKPOINT_KV_FROM.get(spec.checkpoint_kv_method or "")
+    if kv_cache_dtype != "auto" or resolved is None or first is None:
+        return kv_cache_dtype, []
+    if not sglang_rules(version).from_05(first, bare=first <= NEWEST_RULES_PATCH):
+        return kv_cache_dtype, []
+    return resolved, [
+        note(
+            "sglang-checkpoint-kv-cache",
+            version=str(version)[:20],
+            kv_cache_dtype=resolved,
+            method=spec.checkpoint_kv_method,
+            first=f"0.5.{first}",
+        )
+    ]
+
+
 def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> SglangResult:
     """SGLang's token pool (DeepSeek-V4's compressed pools: sglang_compressed_allocation,
     refused here)."""
@@ -1276,9 +1318,14 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     if a.indexer_head_dim and kv_dtype == "auto":  # _set_default_nsa_kv_cache_dtype
         kv_dtype = "fp8_e4m3" if gpu_generation(gpu) >= 10 else "bfloat16"
         notes.append(note("sglang-dsa-dtype", dtype=kv_dtype))
+    # server_args picks the backends from the flag; the model runner resolves auto after it
+    attention = sglang_attention(spec, gpu, request, version, kv_dtype)
+    kv_dtype, checkpoint_kv = sglang_checkpoint_kv_cache_dtype(
+        spec, kv_dtype, request.sglang_version
+    )
+    notes.extend(checkpoint_kv)
     fmt = kv_format(kv_dtype, dtype)
     elem = ELEMENT_BYTES[fmt.name]
-    attention = sglang_attention(spec, gpu, request, version, kv_dtype)
     page = attention.page_size
     if attention.given or attention.forced_page:
         notes.append(

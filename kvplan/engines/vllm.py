@@ -905,7 +905,8 @@ def checkpoint_kv_cache_dtype(
     """`request` with --kv-cache-dtype auto resolved as vLLM resolves it from the checkpoint
     (CHECKPOINT_KV_FROM; ModelSpec.checkpoint_kv_cache), and the note that says so."""
     resolved = CHECKPOINT_KV_DTYPES.get(spec.checkpoint_kv_cache or "")
-    if request.kv_cache_dtype != "auto" or resolved is None:
+    modelopt = str(spec.checkpoint_kv_method or "").startswith("modelopt")
+    if request.kv_cache_dtype != "auto" or resolved is None or not modelopt:
         return request, []
     release = request.vllm_release or request.vllm_version
     if older_than(release, CHECKPOINT_KV_FROM):

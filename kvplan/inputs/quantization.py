@@ -31,8 +31,12 @@ class Quantization(NamedTuple):
     parts: tuple[str, ...] | None  # the parts it covers; None: the format's default
     notes: tuple[Note, ...] = ()
     method: str | None = None  # the quant_method (compressed-tensors, mxfp4, fp8, ...)
-    # The KV cache format a ModelOpt checkpoint states (modelopt_kv_cache); None: none stated
+    # The KV cache format the checkpoint states (modelopt_kv_cache, compressed_tensors_kv_cache);
+    # None: none stated
     kv_cache: str | None = None
+    # The quantization config that states it, as the engines' rules tell them apart
+    # (CHECKPOINT_KV_METHODS); None where none is stated
+    kv_cache_method: str | None = None
 
 
 def parts_without(quant: Quantization, dropped: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -228,6 +232,39 @@ def modelopt_kv_cache(qc: dict) -> str | None:
     return "fp8" if isinstance(stated, str) and stated.lower() == "fp8" else None
 
 
+# The quantization configs that state a checkpoint's KV cache, as the engines' rules read them:
+# SGLang's ModelOpt config classes by quant_algo (model_config override: FP4 -> ModelOptFp4Config,
+# MIXED_PRECISION -> ModelOptMixedPrecisionConfig, FP8 -> ModelOptFp8Config) and
+# CompressedTensorsConfig
+CHECKPOINT_KV_METHODS = ("modelopt-fp4", "modelopt-mixed", "modelopt-fp8", "compressed-tensors")
+
+
+def modelopt_kv_method(algo: str) -> str:
+    """The ModelOpt config (CHECKPOINT_KV_METHODS) of a checkpoint's quant_algo."""
+    algo = algo.upper()
+    if algo == "MIXED_PRECISION":
+        return "modelopt-mixed"
+    return "modelopt-fp4" if "FP4" in algo else "modelopt-fp8"
+
+
+def compressed_tensors_kv_cache(qc: dict) -> str | None:
+    """The KV cache a compressed-tensors quantization_config states as SGLang reads it
+    (CompressedTensorsKVCacheMethod.is_supported_scheme, the 0.5.19-0.5.23 wheels: a static
+    symmetric per-tensor FP8 `kv_cache_scheme`, "all BaseKVCacheMethod can represent"): "fp8",
+    or None. vLLM's resolve_kv_cache_dtype_string does not read it (engines.vllm)."""
+    scheme = qc.get("kv_cache_scheme")
+    if not isinstance(scheme, dict):
+        return None
+    fp8 = (
+        scheme.get("type") == "float"
+        and scheme.get("num_bits") == 8
+        and scheme.get("strategy") == "tensor"
+        and scheme.get("symmetric", True) is True
+        and not scheme.get("dynamic", False)
+    )
+    return "fp8" if fp8 else None
+
+
 def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quantization:
     """`name` is the model as the user named it; `hint` adds where it came from (a file name,
     a repository id) for the check on quantized-looking names."""
@@ -262,7 +299,14 @@ def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quant
         fmt, why = _compressed_tensors(qc)
         if fmt is None:
             return Quantization(None, None, (note("quant-unread", method=method, why=why),))
-        return Quantization(fmt, _parts(ignore), method=method)
+        kv_cache = compressed_tensors_kv_cache(qc)
+        return Quantization(
+            fmt,
+            _parts(ignore),
+            method=method,
+            kv_cache=kv_cache,
+            kv_cache_method=method if kv_cache else None,
+        )
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
         bits = qc.get("bits", qc.get("w_bit", 4))
         size = qc.get("group_size", qc.get("q_group_size", 128))
@@ -279,11 +323,12 @@ def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quant
         algo = str(qc.get("quant_algo", method)).lower()
         fmt = "nvfp4" if "fp4" in algo else "fp8-tensor" if "fp8" in algo else None
         kv_cache = modelopt_kv_cache(qc)  # read by vLLM whatever the weights' algorithm
+        kv_method = modelopt_kv_method(algo) if kv_cache else None
         if fmt is None:
             unread = (note("quant-unread", method=method, why=algo),)
-            return Quantization(None, None, unread, kv_cache=kv_cache)
+            return Quantization(None, None, unread, kv_cache=kv_cache, kv_cache_method=kv_method)
         parts = _parts(qc.get("exclude_modules") or ignore)
-        return Quantization(fmt, parts, kv_cache=kv_cache)
+        return Quantization(fmt, parts, kv_cache=kv_cache, kv_cache_method=kv_method)
     return Quantization(
         None,
         None,

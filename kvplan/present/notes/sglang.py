@@ -92,6 +92,14 @@ text("sglang-mamba")(
         "covers the full-attention layers only."
     )
 )
+text("sglang-checkpoint-kv-cache")(
+    lambda version, kv_cache_dtype, method, first: (
+        f"--kv-cache-dtype auto: the checkpoint's quantization_config states an "
+        f"{kv_cache_dtype} KV cache ({method}), which SGLang {version} takes for auto (its "
+        f"quant_config's kv_cache_quant_algo FP8, read from {first}: configure_kv_cache_dtype); "
+        "give --kv-cache-dtype bf16 for a 16-bit cache."
+    )
+)
 text("sglang-mamba-extra-buffer")(
     lambda track, ratio: (
         "--mamba-scheduler-strategy extra_buffer: SGLang keeps the radix cache (and the "
