@@ -81,6 +81,7 @@ TAKEN = {
     "--speculative-draft-model-path": True,
     "--speculative-skip-dp-mlp-sync": False,
     "--mamba-scheduler-strategy": True,
+    "--mamba-radix-cache-strategy": True,
     "--attention-backend": True,
     "--prefill-attention-backend": True,
     "--decode-attention-backend": True,

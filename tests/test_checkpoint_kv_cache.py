@@ -42,7 +42,8 @@ def test_only_modelopt_checkpoints_state_one_vllm_reads():
     # a weights algorithm kvplan does not size (MIXED_PRECISION): vLLM still reads the cache's
     assert load_model("qwen3.6-27b-nvfp4").checkpoint_kv_cache == "fp8"
     # compressed-tensors' kv_cache_scheme: resolve_kv_cache_dtype_string does not read it
-    assert load_model("laguna-s-2.1-fp8").checkpoint_kv_cache is None
+    # (SGLang does: test_a_compressed_tensors_cache_is_read_for_sglang_not_vllm)
+    assert load_model("laguna-s-2.1-fp8").checkpoint_kv_method == "compressed-tensors"
     assert load_model("gemma-4-31b").checkpoint_kv_cache is None
 
 
@@ -90,3 +91,57 @@ def test_a_disaggregated_transfer_moves_the_cache_the_pool_holds():
     (auto_format, auto_bytes), (bf16_format, bf16_bytes) = moved("auto"), moved("bfloat16")
     assert (auto_format, bf16_format) == ("fp8", "bf16")
     assert auto_bytes == pytest.approx(bf16_bytes / 2)
+
+
+# SGLang: ModelRunner's kv-cache-dtype step (model_runner.py from 0.5.3, mem_cache/
+# kv_cache_dtype.py configure_kv_cache_dtype from 0.5.16) takes fp8_e4m3 for auto where the
+# model's quant_config has kv_cache_quant_algo "FP8": ModelOptFp4Config from 0.5.3, every
+# ModelOpt config (ModelOptQuantConfig) from 0.5.4, ModelOptMixedPrecisionConfig from 0.5.10,
+# CompressedTensorsConfig (a static per-tensor FP8 kv_cache_scheme) from 0.5.19.
+@pytest.mark.parametrize(
+    ("model", "release", "expected"),
+    [
+        ("gemma-4-31b-nvfp4", "0.5.2", "auto"),
+        ("gemma-4-31b-nvfp4", "0.5.3", "fp8_e4m3"),
+        ("gemma-4-31b-nvfp4", "0.5", "fp8_e4m3"),
+        ("qwen3.6-27b-nvfp4", "0.5.9", "auto"),  # MIXED_PRECISION: w4afp8 then
+        ("qwen3.6-27b-nvfp4", "0.5.10", "fp8_e4m3"),
+        ("laguna-s-2.1-fp8", "0.5.18", "auto"),
+        ("laguna-s-2.1-fp8", "0.5.19", "fp8_e4m3"),
+        ("laguna-s-2.1-fp8", "0.5", "auto"),  # April 2026's main: before 0.5.19
+        ("gemma-4-31b", "0.5.23", "auto"),
+    ],
+)
+def test_sglang_auto_takes_the_checkpoints_fp8_cache_by_release(model, release, expected):
+    from kvplan.engines.sglang import sglang_allocation
+
+    spec, h200 = load_model(model), load_profile("h200")
+    alloc = sglang_allocation(spec, h200, EngineRequest(engine="sglang", sglang_version=release))
+    assert alloc.kv_cache_dtype == expected
+    ids = {n.id for n in alloc.notes}
+    assert ("sglang-checkpoint-kv-cache" in ids) is (expected != "auto")
+    given = EngineRequest(engine="sglang", sglang_version=release, kv_cache_dtype="bf16")
+    assert sglang_allocation(spec, h200, given).kv_cache_dtype == "bf16"
+
+
+def test_a_compressed_tensors_cache_is_read_for_sglang_not_vllm():
+    from kvplan.inputs.quantization import compressed_tensors_kv_cache
+
+    static = {"type": "float", "num_bits": 8, "strategy": "tensor", "dynamic": False}
+    assert compressed_tensors_kv_cache({"kv_cache_scheme": static}) == "fp8"
+    assert compressed_tensors_kv_cache({"kv_cache_scheme": {**static, "dynamic": True}}) is None
+    assert compressed_tensors_kv_cache({"kv_cache_scheme": {**static, "strategy": "head"}}) is None
+    assert compressed_tensors_kv_cache({"kv_cache_scheme": {**static, "symmetric": False}}) is None
+    assert compressed_tensors_kv_cache({"kv_cache_scheme": None}) is None
+    spec = load_model("laguna-s-2.1-fp8")
+    assert spec.checkpoint_kv_cache == "fp8"
+    alloc = vllm_allocation(spec, load_profile("h200"), EngineRequest(engine="vllm"))
+    assert alloc.kv_cache_dtype == "auto"
+
+
+def test_sglang_simulate_prices_the_fp8_pool():
+    head = ("simulate", "gemma-4-31b-nvfp4", "--gpu", "h100", "--engine", "sglang")
+    auto = run_json(*head, "--engine-version", "0.5.9", "--num-prompts", "8")
+    old = run_json(*head, "--engine-version", "0.5.2", "--num-prompts", "8")
+    assert "sglang-checkpoint-kv-cache" in {n["id"] for n in auto["notes"]}
+    assert auto["setup"]["kv_cache_tokens"] > 1.9 * old["setup"]["kv_cache_tokens"]

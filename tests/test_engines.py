@@ -379,7 +379,10 @@ def test_sglang_sub_pools_hold_their_own_layer_shapes():
     )
     spec = build_model(raw, "gemma-4-31b")
     data = engine_allocation(
-        spec, H100, EngineRequest(engine="sglang", kv_cache_memory_bytes=gib("10"))
+        spec,
+        H100,
+        # bf16: auto is the checkpoint's fp8 cache (sglang_checkpoint_kv_cache_dtype)
+        EngineRequest(engine="sglang", kv_cache_memory_bytes=gib("10"), kv_cache_dtype="bf16"),
     )
     swa, full = 16 * 256 * 2 * 2, 4 * 512 * 2 * 2
     assert data.cell_size_bytes == 50 * swa + 10 * full == 901_120

@@ -349,6 +349,9 @@ INVOCATIONS: dict[str, Invocation] = {
     "vllm nvfp4 checkpoint kv": cli(
         "engine", "gemma-4-31b-nvfp4", "--engine", "vllm", "--gpu", "h100"
     ),
+    "sglang nvfp4 checkpoint kv": cli(
+        "engine", "gemma-4-31b-nvfp4", "--engine", "sglang", "--gpu", "h100"
+    ),
     "vllm dsa fp8 tp8": cli(
         "engine",
         "deepseek-v3.2",
@@ -1042,6 +1045,7 @@ SOURCES: dict[str, str] = {
     "roofline-state": "roofline nemotron",
     "roofline-terms": "report deepseek-v3.2",
     "roofline-tp": "report deepseek-v3.2",
+    "sglang-checkpoint-kv-cache": "sglang nvfp4 checkpoint kv",
     "sglang-cuda-ipc-pool": "simulate sglang cuda ipc",
     "sglang-dsa-dtype": "sglang dsa tp8",
     "sglang-mamba": "sglang nemotron",

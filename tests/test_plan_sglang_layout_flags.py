@@ -126,3 +126,14 @@ def test_misplaced_flags_are_one_line_errors(args, needle):
     code, out, err = run_cli(*args)
     one_line_error(code, err, needle)
     assert out == ""
+
+
+def test_skip_dp_mlp_sync_is_not_searched_for_a_release_without_it():
+    """At 0.5.10 (before the flag, first in 0.5.11) plan searches the MTP layout without it
+    and refuses it given, one line, rather than print a flag the release refuses."""
+    doc = run_json(*DSV3, *DP8, "--engine-version", "0.5.10", "--format", "json")
+    assert _speculating(doc)
+    assert all(SKIP not in c["command"] for c in doc["candidates"])
+    code, out, err = run_cli(*DSV3, *DP8, "--engine-version", "0.5.10", SKIP)
+    one_line_error(code, err, "0.5.11")
+    assert out == ""

@@ -14,7 +14,9 @@ from kvplan.engines.sglang import (
     mamba_capped_requests,
     mamba_track_slots,
     sglang_allocation,
+    sglang_spec_v2,
 )
+from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
 
@@ -28,6 +30,13 @@ SIM = (
 EXTRA = ("--mamba-scheduler-strategy", "extra_buffer")
 
 
+NEXTN = ("--speculative-algorithm", "NEXTN")
+
+
+def _at(release: str) -> tuple[str, ...]:
+    return (*SIM[:9], release, *SIM[10:])
+
+
 def test_the_ratio_by_hand():
     """1,000 states: 333 requests under no_buffer (// 3), 200 under extra_buffer with the
     overlap scheduler (// 5), 250 without it (// 4); 1,000 with the radix cache off (// 1)."""
@@ -39,12 +48,27 @@ def test_the_ratio_by_hand():
 
 
 def test_track_slots_by_overlap_and_strategy():
+    """_calculate_mamba_ratio's track buffer (model_runner_kv_cache_mixin.py): 0.5.7-0.5.9 key
+    it on speculative decoding (MAMBA_CACHE_V2_ADDITIONAL_RATIO_NO_OVERLAP with it, _OVERLAP
+    without, whatever the overlap scheduler), 0.5.10 on by the overlap scheduler."""
     spec, gpu = load_model("qwen3.5-35b-a3b"), load_profile("h200")
     assert mamba_track_slots(spec, gpu, None, "0.5.9", True, False, True) == 0
     assert mamba_track_slots(spec, gpu, "no_buffer", "0.5.9", True, False, True) == 0
     assert mamba_track_slots(spec, gpu, "extra_buffer", "0.5.9", True, False, True) == 2
-    assert mamba_track_slots(spec, gpu, "extra_buffer", "0.5.7", False, False, True) == 1
+    assert mamba_track_slots(spec, gpu, "extra_buffer", "0.5.7", False, False, True) == 2
+    assert mamba_track_slots(spec, gpu, "extra_buffer", "0.5.10", False, False, True) == 1
     assert mamba_track_slots(spec, gpu, "extra_buffer", "0.5", True, False, True) == 2
+    # speculating (spec v1: the overlap scheduler off): 1 in every release that runs it
+    for release in ("0.5.7", "0.5.9", "0.5.10", "0.5"):
+        assert mamba_track_slots(spec, gpu, "extra_buffer", release, False, True, True) == 1
+    # 0.5.11 on runs an EAGLE chain as spec v2 by default, beside the overlap scheduler
+    with pytest.raises(KvplanError, match="spec v2"):
+        mamba_track_slots(spec, gpu, "extra_buffer", "0.5.11", False, True, True, spec_v2=True)
+    assert sglang_spec_v2("0.5.11", topk=1, overlap_off_given=False)
+    assert not sglang_spec_v2("0.5.11", topk=2, overlap_off_given=False)
+    assert not sglang_spec_v2("0.5.11", topk=1, overlap_off_given=True)
+    assert not sglang_spec_v2("0.5.10", topk=1, overlap_off_given=False)
+    assert not sglang_spec_v2("0.5", topk=1, overlap_off_given=False)
 
 
 def test_pool_split_by_hand():
@@ -67,7 +91,8 @@ def test_pool_split_by_hand():
 def test_simulate_keeps_radix_and_overlap_on_with_fewer_running_requests():
     plain = run_json(*SIM)
     extra = run_json(*SIM, *EXTRA)
-    no_overlap = run_json(*SIM, *EXTRA, "--no-async-scheduling")
+    # 0.5.10 keys the track buffer on the overlap scheduler (0.5.9 on speculation alone)
+    no_overlap = run_json(*_at("0.5.10"), *EXTRA, "--no-async-scheduling")
     p, e, n = plain["setup"], extra["setup"], no_overlap["setup"]
     assert p["async_scheduling"] is False  # no_buffer turns the overlap scheduler off
     assert e["async_scheduling"] is True and e["enable_prefix_caching"] is True
@@ -87,8 +112,9 @@ def test_simulate_keeps_radix_and_overlap_on_with_fewer_running_requests():
         # the flag itself came with extra_buffer (PR #14792): 0.5.6 has no no_buffer to name
         ((*SIM[:9], "0.5.6", *SIM[10:], "--mamba-scheduler-strategy", "no_buffer"), "0.5.7"),
         ((*SIM, "--mamba-scheduler-strategy", "eager"), "choose no_buffer or extra_buffer"),
-        ((*SIM, *EXTRA, "--disable-radix-cache"), "PR #19169"),
-        ((*SIM, *EXTRA, "--speculative-algorithm", "NEXTN"), "SGLANG_ENABLE_SPEC_V2"),
+        ((*_at("0.5.10"), *EXTRA, "--disable-radix-cache"), "from 0.5.10"),
+        ((*_at("0.5.10"), *EXTRA, "--disable-radix-cache", *NEXTN), "from 0.5.10"),
+        ((*_at("0.5.11"), *EXTRA, "--speculative-algorithm", "NEXTN"), "spec v2"),
         (("simulate", "qwen3-8b", "--gpu", "h200", "--engine", "sglang", *EXTRA), "none"),
         ((*SIM[:3], "mi300x", *SIM[4:], *EXTRA), "CUDA"),
         (("simulate", "qwen3.5-35b-a3b", "--gpu", "h200", "--tp", "2", *EXTRA), "is SGLang's"),
@@ -135,3 +161,106 @@ def test_plan_does_not_emit_the_flag_to_a_release_without_it():
     )
     one_line_error(code, err, "0.5.7")
     assert out == ""
+
+
+RADIX = ("--mamba-radix-cache-strategy", "extra_buffer")
+
+
+def test_each_release_takes_its_spelling():
+    """The wheels' parsers: --mamba-scheduler-strategy from 0.5.7; 0.5.14 renamed the field
+    mamba_radix_cache_strategy and kept the old flag as a deprecated alias to 0.5.19; 0.5.20
+    has the new spelling only. A bare 0.5 (April 2026's main) has the old one."""
+    from kvplan.engines.sglang import mamba_strategy_flag
+
+    old, new = "--mamba-scheduler-strategy", "--mamba-radix-cache-strategy"
+    assert [mamba_strategy_flag(f"0.5.{p}") for p in (7, 13, 14, 19, 20, 23)] == [
+        old,
+        old,
+        new,
+        new,
+        new,
+        new,
+    ]
+    assert mamba_strategy_flag("0.5") == old
+    same = [
+        run_json(*_at(r), *flags, "--num-prompts", "4")["setup"]["max_num_seqs"]
+        for r, flags in (("0.5.14", EXTRA), ("0.5.14", RADIX), ("0.5.20", RADIX))
+    ]
+    assert same[0] == same[1] == same[2]
+
+
+@pytest.mark.parametrize(
+    "release,flags,needle",
+    [
+        ("0.5.13", RADIX, "0.5.14"),
+        ("0.5", RADIX, "0.5.14"),
+        ("0.5.20", EXTRA, "--mamba-radix-cache-strategy"),
+        ("0.5.14", (*EXTRA, *RADIX), "one of"),
+    ],
+)
+def test_a_spelling_the_release_refuses_is_one_line(release, flags, needle):
+    code, out, err = run_cli(*_at(release), *flags, "--num-prompts", "4")
+    one_line_error(code, err, needle)
+    assert out == ""
+
+
+def test_plan_prints_the_spelling_of_the_release():
+    """plan at 0.5.20 prints --mamba-radix-cache-strategy (0.5.20's parser has no other), and
+    the command replays to the running requests it was priced with."""
+    from sim_replay import serve_argv
+
+    doc = run_json(
+        *("plan", "qwen3.5-35b-a3b", "--gpu", "h200", "--emit", "sglang", "--tp", "2"),
+        *("--engine-version", "0.5.20", "--kv-cache-dtype", "auto", "--max-num-seqs", "4096"),
+        *("--max-num-batched-tokens", "8192", "--rate", "1", "--slo", "tpot_p99=1s"),
+        *("--num-prompts", "20", "--jobs", "1", "--input-len", "512", "--output-len", "64"),
+        *("--speculative", "off", *RADIX, "--format", "json"),
+    )
+    (c,) = doc["candidates"]
+    assert c["command"].endswith("--mamba-radix-cache-strategy extra_buffer")
+    assert "--mamba-scheduler-strategy" not in c["command"]
+    replay = run_json("simulate", "qwen3.5-35b-a3b", "--gpu", "h200", "--engine", "sglang",
+                      "--engine-version", "0.5.20", *serve_argv(c["command"]),
+                      "--num-prompts", "4")  # fmt: skip
+    assert replay["setup"]["max_num_seqs"] == c["max_num_seqs"] < 4096
+
+
+@pytest.mark.parametrize("release,tree", [("0.5.9", ()), ("0.5.10", ()), ("0.5.11", ("2",))])
+def test_speculating_keeps_the_radix_cache_with_one_track_slot(release, tree):
+    """extra_buffer with speculative decoding as spec v1 (the overlap scheduler off): SGLang
+    keeps the radix cache (_handle_mamba_radix_cache only asserts mamba_track_interval 256 >=
+    the draft tokens) and each running request holds one track state: the running requests
+    are the states // 4, where no_buffer + --disable-radix-cache runs them at // 1. 0.5.11 runs
+    a topk-2 tree as spec v1 ("spec v2 currently only supports topk = 1")."""
+    steps = ("--speculative-num-steps", "2", "--speculative-eagle-topk", *tree,
+             "--speculative-num-draft-tokens", "4") if tree else ()  # fmt: skip
+    doc = run_json(*_at(release), *EXTRA, *NEXTN, *steps, "--max-num-seqs", "400")
+    s = doc["setup"]
+    assert s["speculative"] and s["enable_prefix_caching"] is True
+    assert s["async_scheduling"] is False
+    ids = [x["id"] for x in doc["notes"]]
+    assert "sglang-mamba-extra-buffer" in ids
+    off = run_json(*_at(release), *NEXTN, *steps, "--disable-radix-cache",
+                   "--max-num-seqs", "400")["setup"]  # fmt: skip
+    assert s["max_num_seqs"] < off["max_num_seqs"]
+
+
+def test_plan_searches_the_speculative_layout_with_the_radix_cache():
+    """plan --mamba-scheduler-strategy extra_buffer at 0.5.10: the NEXTN layout keeps the radix
+    cache (no --disable-radix-cache, which 0.5.10 refuses beside extra_buffer) and replays."""
+    from sim_replay import serve_argv
+
+    doc = run_json(
+        *("plan", "qwen3.5-35b-a3b", "--gpu", "h200", "--emit", "sglang", "--tp", "2"),
+        *("--engine-version", "0.5.10", "--kv-cache-dtype", "auto", "--max-num-seqs", "64"),
+        *("--max-num-batched-tokens", "8192", "--rate", "1", "--slo", "tpot_p99=1s"),
+        *("--num-prompts", "20", "--jobs", "1", "--input-len", "512", "--output-len", "64"),
+        *(*EXTRA, "--format", "json"),
+    )
+    spec = [c for c in doc["candidates"] if c.get("speculative")]
+    assert spec and all("--disable-radix-cache" not in c["command"] for c in spec)
+    replay = run_json("simulate", "qwen3.5-35b-a3b", "--gpu", "h200", "--engine", "sglang",
+                      "--engine-version", "0.5.10", *serve_argv(spec[0]["command"]),
+                      "--num-prompts", "4")  # fmt: skip
+    assert replay["setup"]["enable_prefix_caching"] is True
+    assert replay["setup"]["max_num_seqs"] == spec[0]["max_num_seqs"]

@@ -188,3 +188,31 @@ def test_the_wrapping_step_models_pass_no_pricing_through(models):
     assert scaled.speculation is skipped.speculation
     assert scaled.cuda_graph_max_tokens == skipped.cuda_graph_max_tokens
     assert getattr(ScaledStepModel(skipped.target, 2.0), "speculation", None) is None
+
+
+@pytest.mark.parametrize(
+    "release,needle",
+    [("0.5.10", "0.5.11"), ("0.5.9", "0.5.11"), ("0.4.10", "0.5.11"), ("0.5.23", "0.5.23")],
+)
+def test_a_release_without_the_flag_refuses_it(release, needle):
+    """The flag is in the argument parser of the wheels 0.5.11 to 0.5.22 only (server_args.py
+    of 0.5.11-0.5.13, arg_groups from 0.5.14; 0.5.23 has no speculative_skip_dp_mlp_sync
+    anywhere): a release outside that range refuses it, here one line, exit 2."""
+    code, out, err = run_cli(*SIM, "--speculative-algorithm", "NEXTN",
+                             "--engine-version", release,
+                             "--speculative-skip-dp-mlp-sync")  # fmt: skip
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1, err
+    assert needle in err and "--speculative-skip-dp-mlp-sync" in err
+
+
+def test_the_releases_with_the_flag_take_it():
+    from kvplan.engines.sglang import skip_dp_mlp_sync_accepted
+
+    taken = [p for p in range(1, 30) if skip_dp_mlp_sync_accepted(f"0.5.{p}")]
+    assert taken == list(range(11, 23))
+    assert skip_dp_mlp_sync_accepted("0.5")  # April 2026's main: the simulated default
+    assert not skip_dp_mlp_sync_accepted("0.4.10")
+    doc = run_json(*SIM, "--speculative-algorithm", "NEXTN", "--engine-version", "0.5.22",
+                   "--speculative-skip-dp-mlp-sync")  # fmt: skip
+    layout = next(n["text"] for n in doc["notes"] if n["id"] == "sim-expert-parallel")
+    assert "--speculative-skip-dp-mlp-sync" in layout

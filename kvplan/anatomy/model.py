@@ -353,8 +353,12 @@ class ModelSpec(NamedTuple):
     # "compressed-tensors", Kimi-K3's, which vLLM does not pad); None when not read
     weights_method: str | None = None
     # The KV cache format the checkpoint's quantization_config states (a ModelOpt
-    # kv_cache_scheme / kv_cache_quant_algo: "fp8", "nvfp4"); None where it states none
+    # kv_cache_scheme / kv_cache_quant_algo: "fp8", "nvfp4"; a compressed-tensors static
+    # per-tensor kv_cache_scheme: "fp8"); None where it states none
     checkpoint_kv_cache: str | None = None
+    # the config that states it (inputs.quantization.CHECKPOINT_KV_METHODS), which decides
+    # which engine release takes it for --kv-cache-dtype auto
+    checkpoint_kv_method: str | None = None
     vision_params: int = 0  # excluded from the counts; engines load it
     # (layers, hidden size) of the config's vision_config, as engines read it; None without one
     vision_tower: tuple[int, int] | None = None

@@ -627,6 +627,31 @@ def radix_flag(engine: str, disable_radix_cache: bool, prefix_caching: bool | No
     return False
 
 
+def mamba_radix_cache_strategy_option():
+    """SGLang's later spelling of --mamba-scheduler-strategy (mamba_strategy)."""
+    return typer.Option(
+        None,
+        "--mamba-radix-cache-strategy",
+        help="SGLang 0.5.14 on: --mamba-scheduler-strategy's later spelling (from 0.5.20 the only "
+        "one).",
+    )
+
+
+def mamba_strategy(old: str | None, new: str | None, engine: str, version: str) -> str | None:
+    """The strategy given under either spelling (None: neither), refused one line where both
+    are given or SGLang `version` refuses the spelling (engines.sglang.mamba_strategy_flags);
+    a vLLM run refuses either later, as SGLang's."""
+    from kvplan.engines.sglang import MAMBA_STRATEGY_FLAGS, check_mamba_strategy_flag
+
+    if old is not None and new is not None:
+        raise KvplanError(f"give one of {' and '.join(MAMBA_STRATEGY_FLAGS)}, not both")
+    if engine == "sglang":
+        for flag, value in zip(MAMBA_STRATEGY_FLAGS, (old, new), strict=True):
+            if value is not None:
+                check_mamba_strategy_flag(flag, version)
+    return old if old is not None else new
+
+
 def speculative_config_option():
     """vLLM's --speculative-config JSON."""
     return typer.Option(

@@ -182,15 +182,17 @@ def add(app: typer.Typer) -> None:
         speculative_skip_dp_mlp_sync: bool = typer.Option(
             False,
             "--speculative-skip-dp-mlp-sync",
-            help="With --emit sglang, DP attention and EAGLE/NEXTN: every speculative layout "
+            help="With --emit sglang (0.5.11 to 0.5.22), DP attention and EAGLE/NEXTN: every speculative layout "
             "skips the sync of decode batches (default: searched with and without).",
         ),
         mamba_scheduler_strategy: str = typer.Option(
             None,
             "--mamba-scheduler-strategy",
             help="With --emit sglang, a recurrent-state hybrid: no_buffer or extra_buffer for "
-            "every configuration (see simulate), printed in the launch command.",
+            "every configuration (see simulate), printed in the launch command in the "
+            "release's spelling.",
         ),
+        mamba_radix_cache_strategy: str = c.mamba_radix_cache_strategy_option(),
         fmt: c.OutputFormat = c.format_option(),
         out: Path = c.out_option(),
     ) -> None:
@@ -205,6 +207,12 @@ def add(app: typer.Typer) -> None:
         if emit not in ("vllm", "sglang"):
             raise KvplanError(f"--emit {emit!r}: choose vllm or sglang")
         engine_version = c.check_engine_version(emit, engine_version)
+        from kvplan.engines.releases import SGLANG_VERSION
+
+        mamba_strategy = c.mamba_strategy(
+            mamba_scheduler_strategy, mamba_radix_cache_strategy, emit,
+            engine_version or SGLANG_VERSION,
+        )  # fmt: skip
         if emit == "vllm" and engine_version is not None:
             from kvplan.present.launch import vllm_image
 
@@ -267,7 +275,7 @@ def add(app: typer.Typer) -> None:
             speculative=speculative,
             disable_radix_cache=disable_radix_cache,
             speculative_skip_dp_mlp_sync=speculative_skip_dp_mlp_sync,
-            mamba_scheduler_strategy=mamba_scheduler_strategy,
+            mamba_scheduler_strategy=mamba_strategy,
             **c.speculative_fields(
                 speculative_config,
                 speculative_algorithm,

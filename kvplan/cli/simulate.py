@@ -526,12 +526,14 @@ def add(app: typer.Typer) -> None:
             "--mamba-scheduler-strategy",
             help="SGLang, a recurrent-state hybrid: no_buffer (default) or extra_buffer (from "
             "0.5.7: the radix cache and overlap scheduler stay on; each running request holds "
-            "a track buffer of 2 more states, 1 without the overlap scheduler).",
+            "a track buffer of 2 more states, 1 without the overlap scheduler or speculating); "
+            "to 0.5.19.",
         ),
+        mamba_radix_cache_strategy: str = c.mamba_radix_cache_strategy_option(),
         speculative_skip_dp_mlp_sync: bool = typer.Option(
             False,
             "--speculative-skip-dp-mlp-sync",
-            help="SGLang (EAGLE/NEXTN with DP attention): skip the scheduler's sync of the new "
+            help="SGLang 0.5.11 to 0.5.22 (EAGLE/NEXTN with DP attention): skip the scheduler's sync of the new "
             "prefill batches, one collective a decode round; ranks may then mix prefill and "
             "decode.",
         ),
@@ -571,6 +573,9 @@ def add(app: typer.Typer) -> None:
         if trace is not None and request_rate != "inf":
             raise KvplanError("--trace sets the arrival times; leave out --request-rate")
         vllm_version, sglang_version = engine_versions(engine, engine_version, vllm_version)
+        mamba_strategy = c.mamba_strategy(
+            mamba_scheduler_strategy, mamba_radix_cache_strategy, engine, sglang_version
+        )
         prefix_caching = c.radix_flag(engine, disable_radix_cache, prefix_caching)
         law, law_spread = length_law(
             length_dist, spread, dataset_name, bench_client, range_ratio, engine
@@ -651,7 +656,7 @@ def add(app: typer.Typer) -> None:
                     spec_accept_length,
                 ),
                 speculative_skip_dp_mlp_sync=speculative_skip_dp_mlp_sync,
-                mamba_scheduler_strategy=mamba_scheduler_strategy,
+                mamba_scheduler_strategy=mamba_strategy,
             ),
             replicas=replicas,
             router=router,

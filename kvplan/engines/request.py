@@ -70,6 +70,9 @@ class EngineRequest(NamedTuple):
     # choice)
     backends: Backends = Backends()
     speculative_eagle_topk: int | None = None  # SGLang picks its default backend by it
+    # SGLang: the speculative draft tree as resolved (the kvplan method, its topk: EAGLE's as
+    # given or auto-chosen, NGRAM's BFS breadth); None: not speculating
+    speculative_tree: tuple[str, int] | None = None
     # SGLANG_USE_CUDA_IPC_TRANSPORT=1: the multimodal feature pool (SGLANG_MM_FEATURE_CACHE_MB)
     # the tokenizer process reserves on GPU 0 at start-up (0: the switch is off)
     cuda_ipc_pool_bytes: int = 0

@@ -28,6 +28,7 @@ from kvplan.engines.sglang_compressed import KV_CACHE_DTYPES as DSV4_KV_CACHE_DT
 from kvplan.engines.sglang_compressed import PAGE_SIZE as DSV4_PAGE_SIZE
 from kvplan.engines.sglang_compressed import Dsv4Pools, dsv4_pools
 from kvplan.engines.vllm import (
+    CHECKPOINT_KV_CACHES,
     DTYPES,
     compute_capability_notes,
     gpu_generation,
@@ -153,6 +154,24 @@ MAMBA_SPEC_RADIX_ERROR_FROM = 10
 MAMBA_STRATEGIES = ("no_buffer", "extra_buffer")
 MAMBA_EXTRA_BUFFER_FROM = 7
 MAMBA_TRACK_SLOTS = {True: 2, False: 1}  # MAMBA_CACHE_V2_ADDITIONAL_RATIO_(NO_)OVERLAP
+# What the track slots are keyed on (model_runner_kv_cache_mixin.py of the wheels): 0.5.7-0.5.9
+# on speculative decoding (_NO_OVERLAP with a speculative algorithm, _OVERLAP without, whatever
+# the overlap scheduler; HybridReqToTokenPool's ping-pong buffer 2 if
+# speculative_num_draft_tokens is None else 1), from 0.5.10 on the overlap scheduler
+# (_calculate_mamba_ratio: "ping-pong buffer size is 2 when overlap schedule is on, 1
+# otherwise"). With speculative decoding under extra_buffer SGLang keeps the radix cache
+# (_handle_mamba_radix_cache asserts only mamba_track_interval, 256 by default, >= the draft
+# tokens): as spec v1, the overlap scheduler off, one slot in every release.
+MAMBA_TRACK_BY_OVERLAP_FROM = 10
+# _handle_mamba_radix_cache raises "mamba extra_buffer is not compatible with
+# --disable-radix-cache" from 0.5.10 (server_args.py:2166), speculating or not; 0.5.7-0.5.9 run
+# it, one state a request (the radix cache off: _calculate_mamba_ratio 1)
+MAMBA_EXTRA_BUFFER_RADIX_ERROR_FROM = 10
+# SGLANG_ENABLE_SPEC_V2 (environ.py): False to 0.5.10, True from 0.5.11, when
+# _handle_speculative_decoding runs EAGLE/EAGLE3/STANDALONE as spec v2 beside the overlap
+# scheduler unless topk > 1 ("spec v2 currently only supports topk = 1") or
+# --disable-overlap-schedule; kvplan models spec v1 only. A bare 0.5 (April 2026's main): v1.
+SPEC_V2_DEFAULT_FROM = 11
 
 SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio
 MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio: state pool = rest x r / (1 + r)
@@ -672,6 +691,51 @@ def nsa_default_backends(kv_cache_dtype: str, generation: int) -> tuple[str, str
     return "flashmla_sparse", "trtllm" if generation >= 10 else "fa3"
 
 
+# server_args._handle_speculative_decoding (arg_groups/speculative_hook.py _handle_eagle_family
+# from 0.5.13): an EAGLE/EAGLE3/STANDALONE draft tree (--speculative-eagle-topk > 1) on pages of
+# more than one token runs on these attention backends only ("speculative_eagle_topk > 1 with
+# page_size > 1 is unstable and produces incorrect results for paged attention backends"), a
+# ValueError on any other: (first 0.5 patch, backends), read in the released wheels: flashinfer
+# from 0.5.2 (0.5.1's has no such check), fa3 beside it from 0.5.6, triton from 0.5.13
+# (_PAGE_TREE_SPEC_BACKENDS, "the two-pass cascade draft-decode"), the same to 0.5.23. NGRAM,
+# whose topk is its BFS breadth, takes flashinfer alone from its first release (0.5.3) on.
+EAGLE_TREE_PAGE_BACKENDS = (
+    (2, ("flashinfer",)),
+    (6, ("flashinfer", "fa3")),
+    (13, ("flashinfer", "fa3", "triton")),
+)
+NGRAM_TREE_PAGE_BACKENDS = (3, ("flashinfer",))
+NEWEST_RULES_PATCH = 10  # the last 0.5 patch whose rules a bare 0.5 (April 2026's main) has
+
+
+def eagle_tree_page_backends(version: str, ngram: bool = False) -> tuple[str, ...] | None:
+    """The attention backends SGLang `version` runs a draft tree on pages of more than one token
+    with (EAGLE_TREE_PAGE_BACKENDS, NGRAM_TREE_PAGE_BACKENDS); None: the release has no rule."""
+    rules = sglang_rules(version)
+    table = (NGRAM_TREE_PAGE_BACKENDS,) if ngram else EAGLE_TREE_PAGE_BACKENDS
+    taken = [b for first, b in table if rules.from_05(first, bare=first <= NEWEST_RULES_PATCH)]
+    return taken[-1] if taken else None
+
+
+def check_eagle_tree_pages(
+    tree: tuple[str, int] | None, page: int, backend: str | None, version: str
+) -> None:
+    """A one-line error where SGLang `version` refuses a speculative draft tree (`tree`: the
+    kvplan method and its resolved topk; None: not speculating) on `page`-token pages under
+    attention backend `backend` (eagle_tree_page_backends)."""
+    if tree is None or tree[1] <= 1 or page <= 1:
+        return
+    backends = eagle_tree_page_backends(version, ngram=tree[0] == "ngram")
+    if backends is None or backend in backends:
+        return
+    raise KvplanError(
+        f"SGLang {str(version)[:20]} refuses speculative_eagle_topk > 1 with page_size > 1 "
+        f"(here {tree[1]} and {page}) on the {backend} attention backend (only on "
+        f"{', '.join(backends)}): give --page-size 1, --speculative-eagle-topk 1 or one of those "
+        "backends"
+    )
+
+
 def sglang_attention(
     spec: ModelSpec,
     gpu: GpuProfile,
@@ -749,6 +813,7 @@ def sglang_attention(
             page, forced = pages[0], True
     if prefill == "fa4" and not mla:
         page, forced = FA4_PREFILL_PAGE, True
+    check_eagle_tree_pages(request.speculative_tree, page or 1, backend, request.sglang_version)
     return SglangAttention(
         prefill=prefill_kernel,
         decode=decode_kernel,
@@ -832,6 +897,76 @@ def mamba_capped_requests(
     return min(requests, max(max_mamba_cache_size // per_request, 1))
 
 
+# --speculative-skip-dp-mlp-sync (scheduler.get_next_batch_to_run skips the sync of the new
+# prefill batches): in the argument parser of the SGLang wheels 0.5.11 to 0.5.22 only
+# (server_args.py of 0.5.11-0.5.13, arg_groups/speculative_hook.py and the fields from 0.5.14);
+# 0.5.10's has no such flag, and 0.5.23's wheel names speculative_skip_dp_mlp_sync nowhere (its
+# scheduler syncs the new batch first unless SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION). The
+# 0.5 patches (first with it, first without it again); a bare 0.5 (kvplan's newest rules)
+# takes it.
+SKIP_DP_MLP_SYNC_PATCHES = (11, 23)
+
+
+def skip_dp_mlp_sync_accepted(version: str) -> bool:
+    """Whether SGLang `version`'s argument parser takes --speculative-skip-dp-mlp-sync
+    (SKIP_DP_MLP_SYNC_PATCHES): `plan` searches it and `simulate` takes it there only."""
+    rules = sglang_rules(version)
+    first, gone = SKIP_DP_MLP_SYNC_PATCHES
+    return rules.from_05(first) and not rules.from_05(gone, bare=False)
+
+
+def check_skip_dp_mlp_sync_release(version: str) -> None:
+    """--speculative-skip-dp-mlp-sync refused, one line, for a release whose argument parser
+    refuses it (skip_dp_mlp_sync_accepted)."""
+    if skip_dp_mlp_sync_accepted(version):
+        return
+    first, gone = SKIP_DP_MLP_SYNC_PATCHES
+    raise KvplanError(
+        f"SGLang {str(version)[:20]} has no --speculative-skip-dp-mlp-sync (its argument "
+        f"parser has it from 0.5.{first} to 0.5.{gone - 1}; 0.5.{gone} removed it)"
+    )
+
+
+# The strategy flag's spellings by release (the wheels' argument parsers): 0.5.7-0.5.13 take
+# --mamba-scheduler-strategy; 0.5.14 renamed the field mamba_radix_cache_strategy
+# (--mamba-radix-cache-strategy, server_args.py:1731) and kept the old flag as a
+# DeprecatedAliasStoreAction onto it (server_args.py:6350) up to 0.5.19 (server_args.py:3920);
+# 0.5.20's parser (arg_groups/fields/exec_.py) has the new spelling only. The 0.5 patches
+# (first with the new spelling, first without the old); a bare 0.5 (April 2026's main, before
+# 0.5.14) the old spelling alone.
+MAMBA_STRATEGY_FLAGS = ("--mamba-scheduler-strategy", "--mamba-radix-cache-strategy")
+MAMBA_STRATEGY_RENAMED = (14, 20)
+
+
+def mamba_strategy_flags(version: str) -> tuple[str, ...]:
+    """The spellings of the strategy flag SGLang `version`'s parser takes (MAMBA_STRATEGY_FLAGS,
+    the one `plan` prints last); whether the release has the flag at all is
+    check_mamba_strategy_release's."""
+    rules = sglang_rules(version)
+    renamed, gone = MAMBA_STRATEGY_RENAMED
+    old, new = MAMBA_STRATEGY_FLAGS
+    if not rules.from_05(renamed, bare=False):
+        return (old,)
+    return (new,) if rules.from_05(gone) else (old, new)
+
+
+def mamba_strategy_flag(version: str) -> str:
+    """The spelling `plan` prints for SGLang `version`: the newer of those it takes."""
+    return mamba_strategy_flags(version)[-1]
+
+
+def check_mamba_strategy_flag(flag: str, version: str) -> None:
+    """A one-line error for a spelling of the strategy flag SGLang `version` refuses."""
+    taken = mamba_strategy_flags(version)
+    if flag in taken:
+        return
+    renamed, gone = MAMBA_STRATEGY_RENAMED
+    raise KvplanError(
+        f"SGLang {str(version)[:20]} takes {taken[0]}, not {flag} (renamed "
+        f"--mamba-radix-cache-strategy in 0.5.{renamed}; the old spelling up to 0.5.{gone - 1})"
+    )
+
+
 def check_mamba_strategy_release(strategy: str | None, version: str) -> None:
     """A given --mamba-scheduler-strategy (either choice) refused, one line, for a release
     before the flag: it came with extra_buffer (PR #14792, MAMBA_EXTRA_BUFFER_FROM), so the
@@ -845,6 +980,14 @@ def check_mamba_strategy_release(strategy: str | None, version: str) -> None:
     )
 
 
+def sglang_spec_v2(version: str, topk: int, overlap_off_given: bool) -> bool:
+    """Whether SGLang `version` runs an EAGLE-family speculation of draft-tree breadth `topk`
+    as spec v2, beside the overlap scheduler (SPEC_V2_DEFAULT_FROM): not where the tree is
+    wider than one or --disable-overlap-schedule is given."""
+    default_v2 = sglang_rules(version).from_05(SPEC_V2_DEFAULT_FROM, bare=False)
+    return default_v2 and topk <= 1 and not overlap_off_given
+
+
 def mamba_track_slots(
     spec: ModelSpec,
     gpu: GpuProfile,
@@ -853,15 +996,17 @@ def mamba_track_slots(
     overlap: bool,
     speculative: bool,
     radix_cache: bool,
+    spec_v2: bool = False,
 ) -> int:
     """The recurrent states a running request holds beside its own under --mamba-scheduler-
     strategy `strategy` (MAMBA_STRATEGIES; None: no_buffer): extra_buffer's ping-pong track
-    buffer (MAMBA_TRACK_SLOTS, by whether the overlap scheduler runs), 0 under no_buffer and
-    where the radix cache is off regardless (NO_MAMBA_RADIX_MODEL_TYPES). One-line errors where
-    SGLang refuses it (before MAMBA_EXTRA_BUFFER_FROM, off CUDA, a model without recurrent state,
-    extra_buffer with the radix cache off and no speculation: PR #19169) or kvplan does not
-    model it (with speculative decoding, which SGLang runs as spec v2 then,
-    SGLANG_ENABLE_SPEC_V2=1, beside the overlap scheduler)."""
+    buffer (MAMBA_TRACK_SLOTS, by whether the overlap scheduler runs, or before
+    MAMBA_TRACK_BY_OVERLAP_FROM whether SGLang speculates; speculating as spec v1: 1), 0 under
+    no_buffer and where the radix cache is off regardless (NO_MAMBA_RADIX_MODEL_TYPES).
+    One-line errors where SGLang refuses it (before MAMBA_EXTRA_BUFFER_FROM, off CUDA, a model
+    without recurrent state, extra_buffer with the radix cache off and no speculation: PR
+    #19169) or kvplan does not model it (`spec_v2`: speculation as SGLang's spec v2 beside the
+    overlap scheduler, sglang_spec_v2)."""
     name = str(strategy or "no_buffer").strip().lower()
     if name not in MAMBA_STRATEGIES:
         raise KvplanError(
@@ -881,19 +1026,28 @@ def mamba_track_slots(
             "SGLang runs --mamba-scheduler-strategy extra_buffer on CUDA devices only "
             "(_handle_mamba_radix_cache)"
         )
-    if speculative:
+    if speculative and spec_v2:
         raise KvplanError(
-            "--mamba-scheduler-strategy extra_buffer with speculative decoding runs SGLang's "
-            "spec v2 (SGLANG_ENABLE_SPEC_V2=1), which kvplan does not model: use no_buffer with "
-            "--disable-radix-cache"
+            f"SGLang {str(version)[:20]} runs this speculative decoding as spec v2 beside the "
+            f"overlap scheduler (SGLANG_ENABLE_SPEC_V2 on by default from "
+            f"0.5.{SPEC_V2_DEFAULT_FROM}), which kvplan does not model with "
+            "--mamba-scheduler-strategy extra_buffer: give --speculative-eagle-topk 2 or more, "
+            "--no-async-scheduling, or an earlier release"
         )
     if not radix_cache:
-        raise KvplanError(
-            "SGLang refuses --mamba-scheduler-strategy extra_buffer with --disable-radix-cache "
-            "when not speculating (PR #19169): use no_buffer"
-        )
+        if sglang_rules(version).from_05(MAMBA_EXTRA_BUFFER_RADIX_ERROR_FROM):
+            raise KvplanError(
+                f"SGLang {str(version)[:20]} refuses --mamba-scheduler-strategy extra_buffer "
+                "with --disable-radix-cache (_handle_mamba_radix_cache, from "
+                f"0.5.{MAMBA_EXTRA_BUFFER_RADIX_ERROR_FROM}): use no_buffer"
+            )
+        return 0  # one state a request (_calculate_mamba_ratio: 1 without the radix cache)
     if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES:
         return 0  # the radix cache goes off first: no track buffer (enable_mamba_extra_buffer)
+    if speculative:
+        return MAMBA_TRACK_SLOTS[False]  # spec v1: the overlap scheduler off
+    if not sglang_rules(version).from_05(MAMBA_TRACK_BY_OVERLAP_FROM):
+        return MAMBA_TRACK_SLOTS[True]  # keyed on speculation: 2 without it
     return MAMBA_TRACK_SLOTS[overlap]
 
 
@@ -903,11 +1057,14 @@ def mamba_radix_rules(spec: ModelSpec, version: str) -> bool:
     return spec.has_kind(CacheKind.STATE) and sglang_rules(version).from_05(MAMBA_NO_OVERLAP_FROM)
 
 
-def speculative_radix_off(spec: ModelSpec, version: str) -> bool:
+def speculative_radix_off(spec: ModelSpec, version: str, strategy: str | None = None) -> bool:
     """Whether SGLang `version` keeps no radix cache for this model while it speculates under
     the no_buffer strategy (sglang_radix_off's "speculative" and its error from
     MAMBA_SPEC_RADIX_ERROR_FROM): `kvplan plan` launches such a layout with
-    --disable-radix-cache, which SGLang then runs as it would itself, or needs to start."""
+    --disable-radix-cache, which SGLang then runs as it would itself, or needs to start.
+    Never under `strategy` extra_buffer, which keeps it (mamba_track_slots)."""
+    if str(strategy or "").strip().lower() == "extra_buffer":
+        return False
     return mamba_radix_rules(spec, version) and spec.model_type not in NO_MAMBA_RADIX_MODEL_TYPES
 
 
@@ -1107,6 +1264,48 @@ def cuda_ipc_held_bytes(spec: ModelSpec, pool_bytes: int) -> int:
     return pool_bytes + INIT_CONTEXT_BYTES[1]
 
 
+# --kv-cache-dtype auto (ModelRunner's kv-cache-dtype step: model_runner.py from 0.5.3,
+# mem_cache/kv_cache_dtype.py configure_kv_cache_dtype from 0.5.16, the same to 0.5.23): fp8_e4m3
+# (float8_e4m3fnuz on ROCm) where the model's quant_config has kv_cache_quant_algo "FP8", else the
+# model dtype. Which configs carry that attribute, by release (the wheels; the first 0.5 patch
+# by the config that states the checkpoint's cache, inputs.quantization.CHECKPOINT_KV_METHODS):
+# ModelOptFp4Config from 0.5.3 (0.5.2's model_runner has no such step; 0.5.3's
+# ModelOptFp8Config keeps kv_cache_quant_method, which the step does not read), every ModelOpt
+# config through ModelOptQuantConfig from 0.5.4, ModelOptMixedPrecisionConfig (MIXED_PRECISION,
+# w4afp8 before it) from 0.5.10, CompressedTensorsConfig's kv_cache_quant_algo property (a
+# static per-tensor FP8 kv_cache_scheme) from 0.5.19. vLLM's rule: engines.vllm
+# checkpoint_kv_cache_dtype.
+SGLANG_CHECKPOINT_KV_FROM = {
+    "modelopt-fp4": 3,
+    "modelopt-fp8": 4,
+    "modelopt-mixed": 10,
+    "compressed-tensors": 19,
+}
+
+
+def sglang_checkpoint_kv_cache_dtype(
+    spec: ModelSpec, kv_cache_dtype: str, version: str
+) -> tuple[str, list[Note]]:
+    """--kv-cache-dtype `kv_cache_dtype` as SGLang `version` resolves auto from the checkpoint
+    (SGLANG_CHECKPOINT_KV_FROM; ModelSpec.checkpoint_kv_cache), and the note that says so."""
+    # SGLang's step takes kv_cache_quant_algo "FP8" only (an nvfp4 statement keeps auto)
+    resolved = CHECKPOINT_KV_CACHES["fp8"][0] if spec.checkpoint_kv_cache == "fp8" else None
+    first = SGLANG_CHECKPOINT_KV_FROM.get(spec.checkpoint_kv_method or "")
+    if kv_cache_dtype != "auto" or resolved is None or first is None:
+        return kv_cache_dtype, []
+    if not sglang_rules(version).from_05(first, bare=first <= NEWEST_RULES_PATCH):
+        return kv_cache_dtype, []
+    return resolved, [
+        note(
+            "sglang-checkpoint-kv-cache",
+            version=str(version)[:20],
+            kv_cache_dtype=resolved,
+            method=spec.checkpoint_kv_method,
+            first=f"0.5.{first}",
+        )
+    ]
+
+
 def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> SglangResult:
     """SGLang's token pool (DeepSeek-V4's compressed pools: sglang_compressed_allocation,
     refused here)."""
@@ -1155,9 +1354,14 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     if a.indexer_head_dim and kv_dtype == "auto":  # _set_default_nsa_kv_cache_dtype
         kv_dtype = "fp8_e4m3" if gpu_generation(gpu) >= 10 else "bfloat16"
         notes.append(note("sglang-dsa-dtype", dtype=kv_dtype))
+    # server_args picks the backends from the flag; the model runner resolves auto after it
+    attention = sglang_attention(spec, gpu, request, version, kv_dtype)
+    kv_dtype, checkpoint_kv = sglang_checkpoint_kv_cache_dtype(
+        spec, kv_dtype, request.sglang_version
+    )
+    notes.extend(checkpoint_kv)
     fmt = kv_format(kv_dtype, dtype)
     elem = ELEMENT_BYTES[fmt.name]
-    attention = sglang_attention(spec, gpu, request, version, kv_dtype)
     page = attention.page_size
     if attention.given or attention.forced_page:
         notes.append(

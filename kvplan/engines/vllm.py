@@ -910,10 +910,11 @@ def checkpoint_kv_cache_dtype(
     spec: ModelSpec, request: EngineRequest
 ) -> tuple[EngineRequest, list]:
     """`request` with --kv-cache-dtype auto resolved as vLLM resolves it from the checkpoint
-    (CHECKPOINT_KV_CACHES by the stated release; ModelSpec.checkpoint_kv_cache), and the note
-    that says so."""
+    (CHECKPOINT_KV_CACHES by the stated release; ModelSpec.checkpoint_kv_cache, stated by a
+    ModelOpt config: checkpoint_kv_method), and the note that says so."""
     taken = CHECKPOINT_KV_CACHES.get(spec.checkpoint_kv_cache or "")
-    if request.kv_cache_dtype != "auto" or taken is None:
+    modelopt = str(spec.checkpoint_kv_method or "").startswith("modelopt")
+    if request.kv_cache_dtype != "auto" or taken is None or not modelopt:
         return request, []
     resolved, first = taken
     if older_than(request.vllm_version, first):

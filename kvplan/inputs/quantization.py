@@ -31,9 +31,13 @@ class Quantization(NamedTuple):
     parts: tuple[str, ...] | None  # the parts it covers; None: the format's default
     notes: tuple[Note, ...] = ()
     method: str | None = None  # the quant_method (compressed-tensors, mxfp4, fp8, ...)
-    # The KV cache format a ModelOpt checkpoint states (modelopt_kv_cache: "fp8", "nvfp4");
+    # The KV cache format the checkpoint states (modelopt_kv_cache: "fp8", "nvfp4";
+    # compressed_tensors_kv_cache: "fp8");
     # None: none stated
     kv_cache: str | None = None
+    # The quantization config that states it, as the engines' rules tell them apart
+    # (CHECKPOINT_KV_METHODS); None where none is stated
+    kv_cache_method: str | None = None
 
 
 def parts_without(quant: Quantization, dropped: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -245,6 +249,39 @@ def vllm_reads_kv_cache(qc: dict) -> bool:
     return isinstance(method, str) and method.lower().startswith("modelopt")
 
 
+# The quantization configs that state a checkpoint's KV cache, as the engines' rules read them:
+# SGLang's ModelOpt config classes by quant_algo (model_config override: FP4 -> ModelOptFp4Config,
+# MIXED_PRECISION -> ModelOptMixedPrecisionConfig, FP8 -> ModelOptFp8Config) and
+# CompressedTensorsConfig
+CHECKPOINT_KV_METHODS = ("modelopt-fp4", "modelopt-mixed", "modelopt-fp8", "compressed-tensors")
+
+
+def modelopt_kv_method(algo: str) -> str:
+    """The ModelOpt config (CHECKPOINT_KV_METHODS) of a checkpoint's quant_algo."""
+    algo = algo.upper()
+    if algo == "MIXED_PRECISION":
+        return "modelopt-mixed"
+    return "modelopt-fp4" if "FP4" in algo else "modelopt-fp8"
+
+
+def compressed_tensors_kv_cache(qc: dict) -> str | None:
+    """The KV cache a compressed-tensors quantization_config states as SGLang reads it
+    (CompressedTensorsKVCacheMethod.is_supported_scheme, the 0.5.19-0.5.23 wheels: a static
+    symmetric per-tensor FP8 `kv_cache_scheme`, "all BaseKVCacheMethod can represent"): "fp8",
+    or None. vLLM's resolve_kv_cache_dtype_string does not read it (engines.vllm)."""
+    scheme = qc.get("kv_cache_scheme")
+    if not isinstance(scheme, dict):
+        return None
+    fp8 = (
+        scheme.get("type") == "float"
+        and scheme.get("num_bits") == 8
+        and scheme.get("strategy") == "tensor"
+        and scheme.get("symmetric", True) is True
+        and not scheme.get("dynamic", False)
+    )
+    return "fp8" if fp8 else None
+
+
 def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quantization:
     """`name` is the model as the user named it; `hint` adds where it came from (a file name,
     a repository id) for the check on quantized-looking names. The KV cache the config states
@@ -252,7 +289,11 @@ def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quant
     quant = _read_weights(top, text, name, hint)
     qc = top.get("quantization_config") or text.get("quantization_config")
     if isinstance(qc, dict) and vllm_reads_kv_cache(qc):
-        return quant._replace(kv_cache=modelopt_kv_cache(qc))
+        kv_cache = modelopt_kv_cache(qc)
+        nested = qc.get("quantization")
+        algo = (nested if isinstance(nested, dict) else qc).get("quant_algo")
+        kv_method = modelopt_kv_method(str(algo or "")) if kv_cache else None
+        return quant._replace(kv_cache=kv_cache, kv_cache_method=kv_method)
     return quant
 
 
@@ -289,7 +330,14 @@ def _read_weights(top: dict, text: dict, name: str, hint: str) -> Quantization:
         fmt, why = _compressed_tensors(qc)
         if fmt is None:
             return Quantization(None, None, (note("quant-unread", method=method, why=why),))
-        return Quantization(fmt, _parts(ignore), method=method)
+        kv_cache = compressed_tensors_kv_cache(qc)
+        return Quantization(
+            fmt,
+            _parts(ignore),
+            method=method,
+            kv_cache=kv_cache,
+            kv_cache_method=method if kv_cache else None,
+        )
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
         bits = qc.get("bits", qc.get("w_bit", 4))
         size = qc.get("group_size", qc.get("q_group_size", 128))

@@ -547,19 +547,24 @@ def _sglang_layouts(spec: ModelSpec, request: PlanRequest, layouts: list[dict]) 
     while speculating (speculative_radix_off; from 0.5.10 it refuses to start without
     --disable-radix-cache, SGLang PR #19391) with the flag, and an EAGLE/NEXTN layout under DP
     attention with --speculative-skip-dp-mlp-sync (given), or without and with it (searched)."""
-    from kvplan.engines.sglang import speculative_radix_off
+    from kvplan.engines.sglang import skip_dp_mlp_sync_accepted, speculative_radix_off
 
     if request.emit != "sglang":
         return layouts
     version = ServeOptions(**release_fields(request)).sglang_version
-    radix_off = speculative_radix_off(spec, version)
-    dp_attention = request.enable_dp_attention and request.data_parallel_size > 1
+    radix_off = speculative_radix_off(spec, version, request.mamba_scheduler_strategy)
+    # searched where the release's argument parser takes the flag (given: _check_sglang_flags)
+    searched = (
+        request.enable_dp_attention
+        and request.data_parallel_size > 1
+        and skip_dp_mlp_sync_accepted(version)
+    )
     out = [layouts[0]]
     for layout in layouts[1:]:
         if radix_off:
             layout = {**layout, "enable_prefix_caching": False}
         algorithm = str(layout.get("speculative_algorithm") or "").strip().upper()
-        skips = dp_attention and algorithm in ("EAGLE", "NEXTN")
+        skips = searched and algorithm in ("EAGLE", "NEXTN")
         if request.speculative_skip_dp_mlp_sync or not skips:
             out.append(layout)
         else:
@@ -754,7 +759,10 @@ def mode_flags(request: PlanRequest) -> str | None:
         flags.append("--enforce-eager" if request.emit == "vllm" else "--disable-cuda-graph")
     flags.extend(request.piecewise.given())
     if request.mamba_scheduler_strategy is not None:
-        flags.append(f"--mamba-scheduler-strategy {request.mamba_scheduler_strategy}")
+        from kvplan.engines.sglang import mamba_strategy_flag
+
+        version = ServeOptions(**release_fields(request)).sglang_version
+        flags.append(f"{mamba_strategy_flag(version)} {request.mamba_scheduler_strategy}")
     flags.extend(f"{flag} {value}" for flag, value in request.backends.given())
     return " ".join(flags) or None
 
@@ -1257,6 +1265,9 @@ def _check_sglang_flags(spec: ModelSpec, request: PlanRequest) -> None:
         check_mamba_strategy_release(request.mamba_scheduler_strategy, version)
     if not request.speculative_skip_dp_mlp_sync:
         return
+    from kvplan.engines.sglang import check_skip_dp_mlp_sync_release
+
+    check_skip_dp_mlp_sync_release(ServeOptions(**release_fields(request)).sglang_version)
     if not (request.enable_dp_attention and request.data_parallel_size > 1):
         raise KvplanError(
             "--speculative-skip-dp-mlp-sync skips DP attention's sync: give --dp-size N "

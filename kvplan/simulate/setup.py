@@ -1729,6 +1729,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         sglang_attention,
         sglang_radix_off,
         sglang_release,
+        sglang_spec_v2,
     )
     from kvplan.simulate.engine import EngineConfig
     from kvplan.simulate.sglang import (
@@ -1772,7 +1773,8 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         notes.append(length_note)
     from kvplan.simulate.speculative import SGLANG_SPEC_RUNNING, requested
 
-    speculating = requested(spec, options) is not None
+    spec_request = requested(spec, options)
+    speculating = spec_request is not None
     track_slots = mamba_track_slots(
         spec,
         gpu,
@@ -1781,6 +1783,13 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         bool(options.async_scheduling),
         speculating,
         options.enable_prefix_caching is not False,
+        spec_v2=spec_request is not None
+        and spec_request.method != "ngram"  # NGRAM turns the overlap scheduler off
+        and sglang_spec_v2(
+            options.sglang_version,
+            spec_request.topk,
+            overlap_given and not options.async_scheduling,
+        ),
     )
     request = EngineRequest(
         engine="sglang",
@@ -1801,6 +1810,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         moe_dense_tp_size=options.moe_dense_tp_size,
         backends=options.backends,
         speculative_eagle_topk=options.speculative_eagle_topk,
+        speculative_tree=None if spec_request is None else (spec_request.method, spec_request.topk),
         cuda_ipc_pool_bytes=(options.cuda_ipc_pool_mib or 0) * MIB,
         speculative=speculating,
         radix_cache=options.enable_prefix_caching is not False,

@@ -1027,6 +1027,9 @@ def requested(spec: ModelSpec, options) -> SpecDecode | None:
                 "--speculative-skip-dp-mlp-sync is SGLang's, with --speculative-algorithm EAGLE "
                 "(or NEXTN) only"
             )
+        from kvplan.engines.sglang import check_skip_dp_mlp_sync_release
+
+        check_skip_dp_mlp_sync_release(options.sglang_version)
     sglang_flags = (
         options.speculative_num_steps,
         options.speculative_eagle_topk,

@@ -843,6 +843,7 @@ class Builder(FamilyLayouts):
             max_position_embeddings=self.max_positions(),
             weights_quantization=quant.format,
             checkpoint_kv_cache=quant.kv_cache,
+            checkpoint_kv_method=quant.kv_cache_method,
             weights_method=quant.method,
             quantized_parts=quant.parts,
             vision_params=vision_params(self.top, self.hidden),

@@ -299,6 +299,7 @@ def build_deepseek_v4(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
         max_position_embeddings=max_positions or None,
         weights_quantization=quant.format,
         checkpoint_kv_cache=quant.kv_cache,
+        checkpoint_kv_method=quant.kv_cache_method,
         weights_method=quant.method,
         quantized_parts=quant.parts,
         notes=tuple(notes),

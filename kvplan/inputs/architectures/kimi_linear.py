@@ -334,6 +334,7 @@ def build_kimi_linear(f: Fields, top: dict, name: str, hint: str, dtype_name) ->
         max_position_embeddings=positions or None,
         weights_quantization=quant.format,
         checkpoint_kv_cache=quant.kv_cache,
+        checkpoint_kv_method=quant.kv_cache_method,
         weights_method=quant.method,
         quantized_parts=quantized,
         notes=tuple(notes),

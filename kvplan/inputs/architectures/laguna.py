@@ -147,6 +147,7 @@ def build_laguna(f: Fields, top: dict, name: str, hint: str, dtype_name) -> Mode
         max_position_embeddings=f.window("max_position_embeddings") or None,
         weights_quantization=quant.format,
         checkpoint_kv_cache=quant.kv_cache,
+        checkpoint_kv_method=quant.kv_cache_method,
         weights_method=quant.method,
         quantized_parts=quant.parts,
         notes=tuple(notes),

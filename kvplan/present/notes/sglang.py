@@ -92,13 +92,22 @@ text("sglang-mamba")(
         "covers the full-attention layers only."
     )
 )
+text("sglang-checkpoint-kv-cache")(
+    lambda version, kv_cache_dtype, method, first: (
+        f"--kv-cache-dtype auto: the checkpoint's quantization_config states an "
+        f"{kv_cache_dtype} KV cache ({method}), which SGLang {version} takes for auto (its "
+        f"quant_config's kv_cache_quant_algo FP8, read from {first}: configure_kv_cache_dtype); "
+        "give --kv-cache-dtype bf16 for a 16-bit cache."
+    )
+)
 text("sglang-mamba-extra-buffer")(
     lambda track, ratio: (
-        "--mamba-scheduler-strategy extra_buffer: SGLang keeps the radix cache and the overlap "
-        f"scheduler on, and each running request holds {track} more recurrent state(s) for "
-        "MambaRadixCache's ping-pong track buffer (2 with the overlap scheduler, 1 without), so "
-        f"the state pool caps running requests at its states // {ratio} "
-        "(_calculate_mamba_ratio; kvplan reads the flag from 0.5.7)."
+        "--mamba-scheduler-strategy extra_buffer: SGLang keeps the radix cache (and the "
+        f"overlap scheduler, unless it speculates), and each running request holds {track} more "
+        "recurrent state(s) for MambaRadixCache's ping-pong track buffer (from 0.5.10 2 with "
+        "the overlap scheduler, 1 without; 0.5.7-0.5.9 2 unless it speculates; speculating, as "
+        f"spec v1, 1), so the state pool caps running requests at its states // {ratio} "
+        "(_calculate_mamba_ratio; the flag is from 0.5.7)."
     )
 )
 text("sglang-mamba-no-overlap")(
