@@ -2,8 +2,9 @@
 
     python scripts/prefill_terms.py [--only SUBSTRING] [--tokens N,N,...]
 
-(--tokens: 1 to 100 whole prompt lengths, each at least 1 token and within the run's context;
-anything else is one line on stderr and exit status 2.)
+(--tokens: 1 to 100 whole prompt lengths in ASCII digits, each at least 1 token and within the
+run's context; anything else is one line on stderr and exit status 2. A speculative run's row
+says it is not split: its step holds the draft's extend beside the target's GEMMs.)
 
 At --max-concurrency 1 a request's TTFT is the API server's per-request cost plus one prefill
 step with nothing queued ahead of it, so the terms of that step are what the TTFT is made of. For
@@ -129,7 +130,8 @@ def _lengths(text: str) -> list[int]:
     items = [n.strip() for n in text.split(",") if n.strip()]
     if len(items) > MAX_LENGTHS:
         _refuse(f"at most {MAX_LENGTHS} lengths (got {len(items):,})")
-    bad = next((n for n in items if not n.lstrip("+-").isdigit()), None)
+    # ASCII digits only: str.isdigit takes '²' (which int() refuses) and '١٠' (which it reads)
+    bad = next((n for n in items if not (n.isascii() and n.lstrip("+-").isdigit())), None)
     if bad is not None:
         _refuse(f"{bad!r} is not a whole number of tokens")
     lengths = sorted({int(n) for n in items})
@@ -173,6 +175,12 @@ def main() -> None:
             continue
         model = run.replica.model
         simulated = sim["bench"]["median_ttft_ms"]
+        if hasattr(model, "speculation"):  # SpeculativeStepModel: no gemm_parts_s of its own
+            print(
+                f"{case['id'][:52]:52} not split: a speculative run (its prefill step holds the "
+                "draft's extend, which StepModel.gemm_parts_s does not price)"
+            )
+            continue
         if lengths:
             context = run.replica.config.max_model_len
             if lengths[-1] > context:

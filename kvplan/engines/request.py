@@ -11,9 +11,11 @@ from kvplan.errors import KvplanError
 from kvplan.record import NamedTuple
 
 if TYPE_CHECKING:  # imported by the engine that needs them (start-up)
+    from kvplan.anatomy.model import ModelSpec
     from kvplan.engines.llamacpp import LlamaCppRequest
     from kvplan.engines.ollama import OllamaRequest
     from kvplan.inputs.hardware import GpuProfile
+    from kvplan.notes import Note
 
 ENGINES = ("vllm", "sglang", "llama.cpp", "ollama")
 
@@ -98,6 +100,16 @@ class EngineRequest(NamedTuple):
         """The release whose allocator rules kvplan runs for vllm_version (a VLLM_VERSIONS
         entry: engines.releases.allocation_release, the nearest not newer)."""
         return allocation_release(self.vllm_version)
+
+
+def config_weights_notes(spec: ModelSpec, request: EngineRequest) -> list[Note]:
+    """The model's notes that its config's weights format was not read (WEIGHTS_READ_NOTES),
+    where the engine's weights come from the config: no --quantization, --weights-dtype auto."""
+    from kvplan.anatomy.model import WEIGHTS_READ_NOTES
+
+    if request.quantization is not None or request.weights_dtype != "auto":
+        return []
+    return [n for n in spec.notes if n.id in WEIGHTS_READ_NOTES]
 
 
 def check_kv_memory_given(request: EngineRequest, gpu: GpuProfile) -> None:

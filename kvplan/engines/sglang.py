@@ -23,7 +23,7 @@ from kvplan.engines.backends import ATTENTION_FIELDS, Backends, flag_of
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.moe_backend import GPT_OSS_MODEL_TYPE, moe_backend_name
 from kvplan.engines.releases import SGLANG_VERSION, SGLANG_VERSIONS, release_parts
-from kvplan.engines.request import EngineRequest
+from kvplan.engines.request import EngineRequest, config_weights_notes
 from kvplan.engines.sglang_compressed import KV_CACHE_DTYPES as DSV4_KV_CACHE_DTYPES
 from kvplan.engines.sglang_compressed import PAGE_SIZE as DSV4_PAGE_SIZE
 from kvplan.engines.sglang_compressed import Dsv4Pools, dsv4_pools
@@ -1326,6 +1326,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     dtype, dtype_notes = sglang_model_dtype(spec, request.dtype)
     notes = [
         *spec.source_notes,
+        *config_weights_notes(spec, request),
         *compute_capability_notes(gpu),
         *([too_long] if too_long else []),
         *dtype_notes,

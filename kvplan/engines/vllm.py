@@ -24,6 +24,7 @@ from kvplan.engines.releases import (
 from kvplan.engines.request import (
     EngineRequest,
     check_kv_memory_given,
+    config_weights_notes,
     refuse_backends_for_compressed,
 )
 from kvplan.engines.vllm_compressed import (
@@ -997,6 +998,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
     )
     notes = [
         *spec.source_notes,
+        *config_weights_notes(spec, request),
         *compute_capability_notes(gpu),
         note("vllm-rules", version=request.vllm_allocator),
         *([too_long] if too_long else []),
@@ -1273,6 +1275,7 @@ def compressed_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineReque
     fits = alloc.required_bytes <= check
     notes = [
         *spec.source_notes,
+        *config_weights_notes(spec, request),
         *compute_capability_notes(gpu),
         note("vllm-rules", version=request.vllm_allocator),
         *([too_long] if too_long else []),

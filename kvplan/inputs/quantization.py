@@ -246,7 +246,7 @@ def vllm_reads_kv_cache(qc: dict) -> bool:
     if isinstance(producer, dict) and producer.get("name") == "modelopt":
         return True
     method = qc.get("quant_method")
-    return isinstance(method, str) and method.lower().startswith("modelopt")
+    return isinstance(method, str) and method.startswith("modelopt")  # case as written
 
 
 # The quantization configs that state a checkpoint's KV cache, as the engines' rules read them:
