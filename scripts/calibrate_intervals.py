@@ -146,6 +146,8 @@ def log_ratios(cases: list[dict]) -> list[dict]:
                 "untimed_time_fraction": sim["untimed_time_fraction"],
                 # of the run's median TTFT, the fraction in costs no kernel table times
                 "ttft_untimed_fraction": sim["ttft_untimed_fraction"],
+                # of the run's duration, the API server's per-request cost paid in turn
+                "request_fraction": sim["frontend_request_fraction"],
                 # the kernel tables' class, which an untimed run takes until the file has one
                 "tables_evidence": tables_for(
                     load_profile(gpu_name(case)), case.get("engine", "vllm")
@@ -208,15 +210,14 @@ def untimed_factor_pair(
 ) -> list[float]:
     """The split-conformal (k10, k90) of the runs' untimed_scores: the lower scores' rank
     floor(0.1 (n + 1)), the upper's ceil(0.9 (n + 1)) (beyond the sample, n < 9: the extremes);
-    k10 at least 0 (the untimed parts free). A TTFT's base is the own entry `own`'s at each
-    run's TTFT untimed fraction (kvplan.plans.intervals.ttft_ends), as the interval takes it."""
+    k10 at least 0 (the untimed parts free). A TTFT's or throughput's base is the own entry
+    `own`'s at the run's share in untimed costs (kvplan.plans.intervals.cost_ends), as the
+    interval takes it."""
 
     def base_of(row: dict) -> list[float]:
-        if own is None or FAMILY_OF_METRIC[metric] != "ttft":
+        if own is None:
             return base
-        engine = row["groups"]["engine"]
-        untimed = intervals.Untimed(engine, 0.0, row.get("ttft_untimed_fraction", 0.0))
-        return list(intervals.ttft_ends(own, untimed))
+        return list(intervals.cost_ends(own, FAMILY_OF_METRIC[metric], row_untimed(row)))
 
     lows, highs = zip(*(untimed_scores(r, metric, base_of(r)) for r in members), strict=True)
     low, high = conformal_ranks(len(members))
@@ -225,33 +226,57 @@ def untimed_factor_pair(
     return [max(0.0, sorted(lows)[low - 1]), sorted(highs)[high - 1]]
 
 
-# the share of the share-weighted calibration runs a TTFT untimed factor may leave beyond each
-# end (the 80% interval's two tails)
+def row_untimed(row: dict) -> intervals.Untimed:
+    """A calibration or held-out row's untimed fractions as the interval takes them."""
+    return intervals.Untimed(
+        row["groups"]["engine"],
+        row["untimed_time_fraction"],
+        row.get("ttft_untimed_fraction", 0.0),
+        row.get("request_fraction", 0.0),
+    )
+
+
+# the share of the share-weighted calibration runs a cost factor may leave beyond each end (the
+# 80% interval's two tails)
 TAIL = 0.1
+# per metric family with a cost factor (kvplan.plans.intervals.COST_FACTOR_KEYS), its metric and
+# the row's share in the costs the factor applies to
+COST_METRIC = {
+    "ttft": ("median_ttft_ms", "ttft_untimed_fraction"),
+    "throughput": ("output_throughput", "request_fraction"),
+}
 
 
-def ttft_untimed_factor(members: list[dict]) -> list[float]:
-    """(k10, k90) on the costs of a TTFT that no kernel table times (the API server's request
-    cost, the launch and host constants: kvplan.simulate.metrics.ttft_untimed_fraction), for
-    the class of `members` (kvplan.plans.intervals.ttft_ends): each run left out in turn, the
-    factors its TTFT asks for beyond the conformal ends of the others' (untimed_scores on
-    ttft_untimed_fraction); k10 the largest factor that leaves at most TAIL of the runs'
-    summed TTFT untimed fractions below the low end, k90 the smallest that leaves at most TAIL
-    above the high end. Weighting each run by its fraction asks the interval to hold where the
-    untimed costs are, not only on average: the conformal ends hold 80% of the runs, most of
-    them queues whose TTFT the kernel tables time, and missed runs at one request at a time
-    whose TTFT is mostly a lone prefill's constants (until 0.9.0 the own class held 62% of
-    the held-out TTFTs, the SGLang runs at concurrency 1 missing low)."""
-    metric = "median_ttft_ms"
-    have = [r for r in members if metric in r["ratios"]]
+def untimed_cost_factor(
+    members: list[dict], family: str = "ttft", pool: list[dict] | None = None
+) -> list[float]:
+    """(k10, k90) on the costs of a figure that no kernel table times, for the class of
+    `pool` (default `members`; kvplan.plans.intervals.cost_ends): for TTFT the API server's
+    request cost and the launch and host constants (kvplan.simulate.metrics.
+    ttft_untimed_fraction), for throughput the API server's per-request cost paid in turn
+    (metrics.frontend_request_fraction). Each of `members` left out of `pool` in turn, the
+    factors its figure asks for beyond the conformal ends of the rest (untimed_scores on its
+    share); k10 the largest factor that leaves at most TAIL of the runs' summed shares below
+    the low end, k90 the smallest that leaves at most TAIL above the high end. Weighting each
+    run by its share asks the interval to hold where the untimed costs are, not only on
+    average: the conformal ends hold 80% of the runs, most of them queues whose TTFT the kernel
+    tables time, and missed runs at one request at a time whose TTFT is mostly a lone
+    prefill's constants (until 0.9.0 the own class held 62% of the held-out TTFTs, the SGLang
+    runs at concurrency 1 missing low). `members` a subset of `pool` (one engine's runs): the
+    engine's factor about the pool's ends, which the interval of its runs takes."""
+    metric, fraction = COST_METRIC[family]
+    pool = members if pool is None else pool
+    have = [r for r in pool if metric in r["ratios"]]
     scored = []
-    for i, row in enumerate(have):
-        if row.get("ttft_untimed_fraction", 0.0) < intervals.MIN_UNTIMED_FRACTION:
+    for row in members:
+        if metric not in row["ratios"]:
             continue
-        rest = [r["ratios"][metric] for j, r in enumerate(have) if j != i]
+        if row.get(fraction, 0.0) < intervals.MIN_UNTIMED_FRACTION:
+            continue
+        rest = [r["ratios"][metric] for r in have if r is not row]
         base = quantiles(rest)
-        low, high = untimed_scores(row, metric, base, "ttft_untimed_fraction")
-        scored.append((row["ttft_untimed_fraction"], low, high))
+        low, high = untimed_scores(row, metric, base, fraction)
+        scored.append((row[fraction], low, high))
     if not scored:
         return [1.0, 1.0]
     allowed = TAIL * sum(w for w, _, _ in scored)
@@ -309,9 +334,18 @@ def rule_span(entry: dict, classes: dict, engines: tuple[str, ...] | None = None
     `engines` (None: every engine's and the pooled): what a class that knows less must hold
     for runs under those engines (nested)."""
     spans = dict(entry["log_ratio"])
-    ttft = entry.get("ttft_untimed_factor")
-    if ttft is not None:  # a TTFT all in untimed costs: the widest
-        spans["ttft"] = list(intervals.untimed_ends(tuple(spans["ttft"]), tuple(ttft), 1.0, True))
+    for family, key in intervals.COST_FACTOR_KEYS.items():
+        # a figure all in untimed costs: the widest, for each engine's factor and the pooled
+        pairs = [entry.get(key), *entry.get(f"{key}_engines", {}).values()]
+        if engines is not None:
+            pairs = [intervals.cost_factor(entry, family, e) for e in engines]
+        ends = [
+            intervals.untimed_ends(tuple(spans[family]), tuple(p), 1.0, family != "throughput")
+            for p in pairs
+            if p is not None
+        ]
+        if ends:
+            spans[family] = [min(e[0] for e in ends), max(e[1] for e in ends)]
     rule = entry.get("untimed_factor")
     if rule is None:
         return {**entry, "log_ratio": spans}
@@ -535,7 +569,18 @@ def build(rows: list[dict]) -> dict:
         members = [
             r for r in rows if r["evidence"] == "own" and engine in (None, r["groups"]["engine"])
         ]
-        classes[key]["ttft_untimed_factor"] = ttft_untimed_factor(members)
+        for family, factor_key in intervals.COST_FACTOR_KEYS.items():
+            classes[key][factor_key] = untimed_cost_factor(members, family)
+        # TTFT's constants are each engine's rules: an engine's own factor about the class's
+        # ends where it has MIN_ENGINE_RUNS runs of it (as untimed_rule; no second lab needed)
+        by_engine = {
+            e: untimed_cost_factor(subset, "ttft", members)
+            for e in sorted({r["groups"]["engine"] for r in members})
+            if engine is None
+            and len(subset := [r for r in members if r["groups"]["engine"] == e]) >= MIN_ENGINE_RUNS
+        }
+        if by_engine:
+            classes[key]["ttft_untimed_factor_engines"] = by_engine
     partial = [
         r
         for r in rows
@@ -571,7 +616,13 @@ def build(rows: list[dict]) -> dict:
             "s of its median TTFT: EngineStats.ttft_untimed_fraction): its TTFT ends are "
             "log_ratio's + log(1 - s + s k); k10 the largest, k90 the smallest factor leaving "
             f"at most {TAIL} of the calibration runs' summed shares beyond each end, each run "
-            "left out of the ends it is scored against."
+            "left out of the ends it is scored against; ttft_untimed_factor_engines: an "
+            f"engine's own where it has {MIN_ENGINE_RUNS} own runs (the constants are each "
+            "engine's rules), scored against the class's ends. throughput_untimed_factor "
+            "(own): the same rule on the throughput, for a run's share r of its duration in "
+            "the API server's per-request cost paid in turn (EngineStats."
+            "frontend_request_fraction): its throughput ends are log_ratio's - "
+            "log(1 - r + r k)."
         ),
         "derived_by": "python scripts/calibrate_intervals.py",
         "calibration_runs": ["tests/data/sim_bench_cases.json", "external split calibrate"],
@@ -617,10 +668,7 @@ def coverage(rows: list[dict]) -> None:
 
     def ends(r, metric):  # log(end / simulated): intervals.interval's rule
         family = FAMILY_OF_METRIC[metric]
-        untimed = intervals.Untimed(
-            r["groups"]["engine"], r["untimed_time_fraction"], r.get("ttft_untimed_fraction", 0.0)
-        )
-        q10, q90 = intervals.log_quantiles(key(r), family, r["length_dist"], untimed)
+        q10, q90 = intervals.log_quantiles(key(r), family, r["length_dist"], row_untimed(r))
         if family in intervals.propagated_families():
             runs = r.get("propagated", {}).get(metric) or []
             q10, q90 = min([q10, *runs]), max([q90, *runs])

@@ -353,6 +353,9 @@ def replay(case: dict, accept_length: float | None = None) -> dict:
         "step_time_shares": (run.get("engine") or {}).get("step_time_shares") or {},
         "untimed_time_fraction": (run.get("engine") or {}).get("untimed_time_fraction", 0.0),
         "ttft_untimed_fraction": (run.get("engine") or {}).get("ttft_untimed_fraction", 0.0),
+        "frontend_request_fraction": (run.get("engine") or {}).get(
+            "frontend_request_fraction", 0.0
+        ),
         "untimed_parts": tuple(doc.get("untimed_parts") or ()),
         "borrowed_parts": tuple(doc.get("borrowed_parts") or ()),
     }

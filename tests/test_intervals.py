@@ -344,16 +344,20 @@ def test_plan_with_confidence_needs_at_least_as_many_gpus():
     top = sure.candidates[0]
     assert top.interval_class == intervals.evidence_for(gpus[0], "vllm", spec, top.untimed_parts)
     (confidence,) = [n for n in sure.notes if n.id == "plan-confidence"]
-    # the note shows the rate factor the candidate was sized on (fully measured: the class's)
-    assert top.factors is not None
-    slow = intervals.pessimistic_factors(top.interval_class, "fixed", 0.9)["rate"]
+    # the note shows the rate factor the candidate was sized on (fully measured: the class's
+    # at its run's share in the API server's per-request cost, r)
+    assert top.factors is not None and top.untimed_fractions is not None
+    run = intervals.Untimed("vllm", *top.untimed_fractions)
+    slow = intervals.pessimistic_factors(top.interval_class, "fixed", 0.9, run)["rate"]
     assert top.factors["rate"] == pytest.approx(slow)
     assert (top.gpu, top.interval_class, slow, slow) in confidence.value("gpus")
-    # a fully measured replica's step has no untimed share: its rate and TPOT bounds are the
-    # class's ends, whatever its run's TTFT share (which moves the TTFT bound alone)
-    assert top.untimed_fractions is not None and top.untimed_fractions[0] == 0.0
+    # a fully measured replica's step has no untimed share: its TPOT bound is the class's
+    # ends, whatever its run's TTFT and request shares (which move the TTFT and rate bounds)
+    assert top.untimed_fractions[0] == 0.0
     plain = intervals.pessimistic_factors(top.interval_class, "fixed", 0.9)
     assert top.factors["tpot"] == pytest.approx(plain["tpot"])
+    if top.untimed_fractions[2] >= intervals.MIN_UNTIMED_FRACTION:
+        assert slow > plain["rate"]  # the burst's API-server share widens the rate bound
 
 
 def test_pessimistic_factors_widen_with_the_runs_untimed_share():
@@ -391,20 +395,43 @@ def _sglang_gpt_oss(input_len: int, confidence: float = 0.9) -> PlanRequest:
     return request._replace(emit="sglang")
 
 
-def test_plan_sizes_a_partial_replica_on_its_runs_untimed_share():
+def _gpt_oss_partial(monkeypatch):
+    """SGLang's gpt-oss on an A100 as a partial run (its MXFP4 experts in no A100 table), not
+    the untimed class its triton_kernels path puts it in (untimed_run): the partial rule's
+    mechanics on a bundled model."""
+    monkeypatch.setattr(intervals, "gpt_oss_below_blackwell", lambda spec, gpu: False)
+
+
+def test_sglang_gpt_oss_before_blackwell_is_of_the_untimed_class():
+    """SGLang runs gpt-oss's MXFP4 experts through triton_kernels' matmul_ogs before Blackwell
+    (note sim-weak-gpt-oss-sglang: an upper bound): the untimed class, on an A100 and an H100;
+    on a B200, and under vLLM, the step's own class."""
+    spec = load_model("openai/gpt-oss-20b", checkpoint=False)
+    parts = ("the mxfp4 fused MoE of this shape and split",)
+    for gpu in ("a100", "h100"):
+        profile = load_profile(gpu)
+        assert intervals.raw_class(profile, "sglang", spec, parts) == intervals.UNTIMED
+        assert intervals.raw_class(profile, "vllm", spec, parts) == intervals.PARTIAL
+    assert intervals.raw_class(load_profile("b200"), "sglang", spec) != intervals.UNTIMED
+    llama = load_model("llama-3.1-8b")
+    assert intervals.raw_class(load_profile("a100"), "sglang", llama) == "own"
+
+
+def test_plan_sizes_a_partial_replica_on_its_runs_untimed_share(monkeypatch):
     """gpt-oss's MXFP4 experts are in no A100 table: under SGLang (the partial class's pooled
-    untimed factors) a workload whose step spends more of its time in them (short prompts: u
-    larger) is sized on a larger factor, each the factor at its own run's (u, s), and the note
-    shows the factor used."""
+    untimed factors) a run whose step spends more of its time in them (u larger) is sized on a
+    larger TPOT factor, and one that rests more on the API server's request cost (short
+    prompts: r larger) on a larger rate factor, each the factor at its own run's (u, s, r), and
+    the note shows the factor used."""
+    _gpt_oss_partial(monkeypatch)
     spec, gpus = load_model("openai/gpt-oss-20b", checkpoint=False), [load_profile("a100")]
     tops = {}
     for input_len in (256, 2048):
         result = plan(spec, gpus, _sglang_gpt_oss(input_len))
         (top,) = result.candidates
         assert top.interval_class == intervals.PARTIAL and top.untimed_fractions is not None
-        u, s = top.untimed_fractions
         expected = intervals.pessimistic_factors(
-            top.interval_class, "fixed", 0.9, intervals.Untimed("sglang", u, s)
+            top.interval_class, "fixed", 0.9, intervals.Untimed("sglang", *top.untimed_fractions)
         )
         assert top.factors == pytest.approx({**expected, "itl": expected["tpot"]})
         (confidence,) = [n for n in result.notes if n.id == "plan-confidence"]
@@ -412,18 +439,24 @@ def test_plan_sizes_a_partial_replica_on_its_runs_untimed_share():
         assert confidence.value("gpus") == ((top.gpu, top.interval_class, rate, rate),)
         tops[input_len] = top
     short, long = tops[256], tops[2048]
-    assert short.untimed_fractions[0] > long.untimed_fractions[0] > 0.0
-    assert short.factors["tpot"] > long.factors["tpot"]
+    # the run whose step spends more in the experts is bounded on the larger TPOT factor
+    more, less = sorted(tops.values(), key=lambda t: -t.untimed_fractions[0])
+    assert more.untimed_fractions[0] > less.untimed_fractions[0] > 0.0
+    assert more.factors["tpot"] > less.factors["tpot"]
+    # the short prompts' run rests more on the API server's per-request cost: a larger rate
+    assert short.untimed_fractions[2] > long.untimed_fractions[2]
     assert short.factors["rate"] > long.factors["rate"]
     # not the class's ends: those hold the partial runs of both engines, whatever their u
     plain = intervals.pessimistic_factors(intervals.PARTIAL, "fixed", 0.9)
     assert short.factors["tpot"] != pytest.approx(plain["tpot"])
 
 
-def test_at_090_the_plans_tpot_factor_is_the_simulate_intervals_90_end():
+def test_at_090_the_plans_tpot_factor_is_the_simulate_intervals_90_end(monkeypatch):
     """The same configuration simulated at the rate the plan's candidate was sized on prints a
     TPOT interval whose upper end over the point is the factor the plan used."""
     from kvplan.simulate.setup import ServeOptions
+
+    _gpt_oss_partial(monkeypatch)
 
     spec, gpu = load_model("openai/gpt-oss-20b", checkpoint=False), load_profile("a100")
     request = _sglang_gpt_oss(256)
@@ -832,7 +865,10 @@ def test_simulate_stores_the_untimed_fraction_and_widens_by_it():
     assert 0.05 < fraction < 0.95
     evidence = dict(next(n for n in result.notes if n.id == "sim-interval").values)["evidence"]
     assert evidence.split("/")[0] == intervals.PARTIAL
-    untimed = intervals.Untimed("vllm", fraction)
+    engine = run.engine
+    untimed = intervals.Untimed(
+        "vllm", fraction, engine.ttft_untimed_fraction, engine.frontend_request_fraction
+    )
     q10, q90 = intervals.log_quantiles(evidence, "throughput", "fixed", untimed)
     low, high = run.bench_interval["output_throughput"]
     thr = run.bench.output_throughput
@@ -888,6 +924,7 @@ def _ttft_doc(monkeypatch, factor):
     own = {**doc["classes"]["own"], "log_ratio": {**doc["classes"]["own"]["log_ratio"]}}
     own["log_ratio"]["ttft"] = [math.log(0.8), math.log(2.0)]
     own.pop("ttft_untimed_factor", None)
+    own.pop("ttft_untimed_factor_engines", None)
     if factor is not None:
         own["ttft_untimed_factor"] = list(factor)
     patched = {**doc, "classes": {**doc["classes"], "own": own}}
@@ -950,11 +987,115 @@ def test_ttft_untimed_factor_weights_runs_by_their_share():
         return [{**r, "ttft_untimed_fraction": u} for r, u in zip(out, shares, strict=True)]
 
     lone_slow = [0.8] * 10 + [0.05] * 10
-    assert cal.ttft_untimed_factor(rows(lone_slow)) == [pytest.approx(0.375), 1.0]
+    assert cal.untimed_cost_factor(rows(lone_slow)) == [pytest.approx(0.375), 1.0]
     queues_slow = [0.05] * 2 + [0.8] * 18
-    assert cal.ttft_untimed_factor(rows(queues_slow)) == [1.0, 1.0]
+    assert cal.untimed_cost_factor(rows(queues_slow)) == [1.0, 1.0]
     # no run with an untimed share: no factor
-    assert cal.ttft_untimed_factor(rows([0.0] * 20)) == [1.0, 1.0]
+    assert cal.untimed_cost_factor(rows([0.0] * 20)) == [1.0, 1.0]
+
+
+def test_throughput_cost_factor_weights_bursts_by_their_request_share():
+    """Twenty own runs at log ratio 0 but two at 0.5x the simulated throughput (their duration
+    2x). Where the two are bursts of short requests (request share 1: the API server's
+    per-request cost paid in turn is the whole simulated duration) among ten such and ten runs
+    at share 0.01, they hold 2 of the summed shares 10.1, over TAIL of it: each asks for
+    k = (2 - 1 + 1) / 1 = 2 on the API server's cost, k90 = 2. Where the slow two are the runs
+    at share 0.01, they hold 0.02: no factor."""
+
+    def rows(shares):  # the first two runs are the slow ones
+        out = _rows("own", [math.log(0.5)] * 2 + [0.0] * 18)
+        return [{**r, "request_fraction": u} for r, u in zip(out, shares, strict=True)]
+
+    bursts_slow = [1.0] * 10 + [0.01] * 10
+    assert cal.untimed_cost_factor(rows(bursts_slow), "throughput") == [1.0, pytest.approx(2.0)]
+    steady_slow = [0.01] * 2 + [1.0] * 18
+    assert cal.untimed_cost_factor(rows(steady_slow), "throughput") == [1.0, 1.0]
+
+
+def test_an_engines_ttft_factor_is_scored_against_the_pooled_ends():
+    """Own runs of two engines, each MIN_ENGINE_RUNS: the SGLang runs at 0.5x the simulated
+    TTFT where their TTFT is mostly constants (share 0.8), the vLLM runs at 1x. The class's
+    ends are pooled over both engines; SGLang's own factor is scored against them (its runs
+    ask for a lower k), vLLM's asks for none, and the pooled factor lies between."""
+    n = cal.MIN_ENGINE_RUNS
+    sglang = [
+        {**r, "ttft_untimed_fraction": 0.8}
+        for r in _rows("own", [math.log(0.5)] * 3 + [0.0] * (n - 3), engine="sglang")
+    ]
+    vllm = [{**r, "ttft_untimed_fraction": 0.8} for r in _rows("own", [0.0] * n)]
+    doc = cal.build(sglang + vllm)
+    own = doc["classes"]["own"]
+    by_engine = own["ttft_untimed_factor_engines"]
+    assert by_engine["vllm"] == [1.0, 1.0]
+    # the slow SGLang runs, left out, meet the pooled ends' low end 0 (3 of 2n below): k from
+    # 0.5 = 0.2 + 0.8 k
+    assert by_engine["sglang"][0] == pytest.approx(0.375)
+    assert by_engine["sglang"][0] <= own["ttft_untimed_factor"][0] <= 1.0
+    # the interval of an SGLang run takes SGLang's factor, a vLLM run vLLM's
+    assert intervals.cost_factor(own, "ttft", "sglang") == tuple(by_engine["sglang"])
+    assert intervals.cost_factor(own, "ttft", "vllm") == tuple(by_engine["vllm"])
+    assert intervals.cost_factor(own, "ttft", "trtllm") == tuple(own["ttft_untimed_factor"])
+    # fewer runs of an engine: pooled only
+    few = cal.build(sglang[: n - 1] + vllm[: n - 1])["classes"]["own"]
+    assert "ttft_untimed_factor_engines" not in few
+
+
+def _throughput_doc(monkeypatch, factor):
+    """The bundled table with the own class's throughput ends [log 0.6, log 1.2] and `factor`
+    on the API server's per-request cost paid in turn."""
+    doc = intervals.table()
+    own = {**doc["classes"]["own"], "log_ratio": {**doc["classes"]["own"]["log_ratio"]}}
+    own["log_ratio"]["throughput"] = [math.log(0.6), math.log(1.2)]
+    own["throughput_untimed_factor"] = list(factor)
+    patched = {**doc, "classes": {**doc["classes"], "own": own}}
+    monkeypatch.setattr(intervals, "table", lambda: patched)
+
+
+def test_a_larger_request_share_widens_the_throughput_interval(monkeypatch):
+    """Throughput factor (1, 3) on the API server's per-request cost: a run whose duration is
+    half that cost paid in turn (r = 0.5) takes [0.6 / (0.5 + 0.5 * 3), 1.2] = [0.3, 1.2]; a
+    burst that is all of it (r = 1), [0.2, 1.2]; a run with none (r = 0) keeps the conformal
+    ends, and TTFT and TPOT are not touched by r."""
+    _throughput_doc(monkeypatch, (1.0, 3.0))
+
+    def ends(r):
+        untimed = intervals.Untimed("vllm", 0.0, 0.0, r)
+        low, high = intervals.log_quantiles("own", "throughput", "fixed", untimed)
+        return math.exp(low), math.exp(high)
+
+    assert ends(0.0) == (pytest.approx(0.6), pytest.approx(1.2))
+    assert ends(0.5) == (pytest.approx(0.3), pytest.approx(1.2))
+    assert ends(1.0) == (pytest.approx(0.2), pytest.approx(1.2))
+    for family in ("ttft", "tpot"):
+        plain = intervals.log_quantiles("own", family, "fixed", intervals.Untimed("vllm", 0.0))
+        wide = intervals.log_quantiles("own", family, "fixed", intervals.Untimed("vllm", 0, 0, 1))
+        assert wide == pytest.approx(plain)
+
+
+def test_frontend_request_fraction_by_hand():
+    """1,000 requests at 15.563 ms each on a 10 s run: 15.6 s, capped at the whole run; 100 at
+    10 ms on 10 s: 0.1; an empty run: 0."""
+    from kvplan.simulate.metrics import frontend_request_fraction
+
+    assert frontend_request_fraction(1000, 15.563e-3, 10.0) == 1.0
+    assert frontend_request_fraction(100, 10e-3, 10.0) == pytest.approx(0.1)
+    assert frontend_request_fraction(0, 10e-3, 0.0) == 0.0
+
+
+def test_a_burst_of_short_requests_has_a_larger_request_share():
+    """simulate gives each run its request share: 64 short requests sent at once rest on the
+    API server's per-request cost more than 8 long ones sent one at a time."""
+    spec, gpu = load_model("llama-3.1-8b"), load_profile("h100")
+
+    def share(request):
+        (run,) = simulate(spec, gpu, request).runs
+        return run.engine.frontend_request_fraction
+
+    burst = SimulateRequest(workload=WorkloadSpec(num_prompts=64, input_len=128, output_len=4))
+    lone = SimulateRequest(
+        workload=WorkloadSpec(num_prompts=8, input_len=2048, output_len=256), max_concurrency=1
+    )
+    assert share(burst) > 10 * share(lone) > 0.0
 
 
 def test_weighted_tail_by_hand():

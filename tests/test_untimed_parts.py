@@ -272,7 +272,13 @@ def test_parts_decide_the_class_and_the_note_names_them():
     # tables' own class's
     run = result.runs[0]
     bench, shown = run.bench, run.bench_interval["output_throughput"]
-    untimed = intervals.Untimed("vllm", run.engine.untimed_time_fraction)
+    engine = run.engine
+    untimed = intervals.Untimed(
+        "vllm",
+        engine.untimed_time_fraction,
+        engine.ttft_untimed_fraction,
+        engine.frontend_request_fraction,
+    )
     assert 0 < untimed.time_fraction < 1
     for cls, other in ((intervals.PARTIAL, True), ("own", False)):
         ends = intervals.interval(

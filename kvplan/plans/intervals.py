@@ -28,9 +28,15 @@ The own class also holds TTFT untimed factors ("ttft_untimed_factor"): where the
 gives the fraction s of a run's median TTFT in costs no kernel table times (the API server's
 request cost, the launch and host constants of the prefill steps:
 EngineStats.ttft_untimed_fraction), its TTFT ends are the class's plus log(1 - s + s k) for k
-at (k10, k90) (ttft_ends): a lone short prefill, mostly constants, takes their spread, a queue
+at (k10, k90) (cost_ends): a lone short prefill, mostly constants, takes their spread, a queue
 whose TTFT the kernel tables time keeps the class's ends (scripts/calibrate_intervals.py,
-ttft_untimed_factor, says how they are chosen).
+untimed_cost_factor, says how they are chosen), with an engine's own (k10, k90)
+("ttft_untimed_factor_engines") where it has min_engine_runs own calibration runs: the
+constants are each engine's rules (SGLang's eager prefill takes aiconfigurator's vLLM launch
+fit). Likewise throughput ("throughput_untimed_factor", pooled: one API-server cost for both
+engines): where the simulation gives the fraction r of a run's duration that the API server's
+per-request cost would take paid in turn (EngineStats.frontend_request_fraction; a burst of
+short requests rests on it), its throughput ends are the class's less log(1 - r + r k).
 A figure's interval is [point * exp(q10), point * exp(q90)]: not
 centred on the point where kvplan is biased (the simulation was faster than the real run in
 most published runs), and the point stays the model's answer.
@@ -49,7 +55,7 @@ from functools import cache
 from pathlib import Path
 from statistics import NormalDist
 
-from kvplan.engines.sglang import detokenizer_untimed
+from kvplan.engines.sglang import detokenizer_untimed, gpt_oss_below_blackwell
 from kvplan.errors import KvplanError
 from kvplan.inputs.kernel_tables import tables_for
 from kvplan.record import NamedTuple
@@ -87,7 +93,11 @@ def family_of(key: str) -> tuple[str, bool] | None:
 # the class of runs whose serving path has a part kvplan does not time, or times only from
 # another machine's CPU, whatever its kernel tables (SGLang's detokenizer on Moonshot's
 # tokenizer: kvplan.engines.sglang.detokenizer_untimed; its per-token cost,
-# detokenizer_token_s, was measured on a CPU other than the serving host's)
+# detokenizer_token_s, was measured on a CPU other than the serving host's), or whose kernels
+# are of a family no table times and no stand-in prices at its own rate (SGLang's gpt-oss
+# before Blackwell: triton_kernels' matmul_ogs MXFP4 experts and, on Ampere, the Triton
+# attention backend; kvplan.engines.sglang.gpt_oss_below_blackwell, note
+# sim-weak-gpt-oss-sglang, which reads the figures as an upper bound)
 UNTIMED = "untimed"
 # the class of runs priced at the GPU's own tables for the engine where a part of the step is in
 # none of them (StepModel.untimed_parts: a fused MoE of another shape or format, DSA's indexer,
@@ -104,9 +114,18 @@ UNTIMED_ENGINES = ("sglang",)
 
 
 def untimed(spec, engine: str) -> bool:
-    """Whether serving `spec` under `engine` runs a part kvplan does not time (the UNTIMED
-    class): SGLang's detokenizer on Moonshot's tokenizer."""
+    """Whether serving `spec` under `engine` runs a part of its serving path kvplan does not
+    time: SGLang's detokenizer on Moonshot's tokenizer."""
     return engine in UNTIMED_ENGINES and detokenizer_untimed(spec)
+
+
+def untimed_run(spec, engine: str, gpu) -> bool:
+    """Whether a run of `spec` under `engine` on `gpu` is of the UNTIMED class: its serving
+    path has a part kvplan does not time (untimed), or its step runs a kernel family kvplan's
+    note calls an upper bound (SGLang's gpt-oss before Blackwell: gpt_oss_below_blackwell)."""
+    if engine not in UNTIMED_ENGINES:
+        return False
+    return untimed(spec, engine) or gpt_oss_below_blackwell(spec, gpu)
 
 
 def raw_class(
@@ -117,13 +136,14 @@ def raw_class(
     borrowed_parts: tuple[str, ...] = (),
 ) -> str:
     """The class a run belongs to, whatever intervals.json holds: UNTIMED where its serving
-    path has a part kvplan does not time (untimed); where the GPU's own tables for this engine
+    path has a part kvplan does not time or its step a kernel family no table prices
+    (untimed_run); where the GPU's own tables for this engine
     price it, BORROWED where a part of its step is timed from another GPU's rows by a fitted
     ratio (`borrowed_parts`: StepModel.borrowed_parts; the class's ends hold PARTIAL's, so a
     step with both kinds of part takes it), PARTIAL where some part is in none of them
     (`untimed_parts`: StepModel.untimed_parts); else the evidence class of the kernel rates it
     is priced at (the profile's `kernel_tables` field, kvplan.inputs.kernel_tables)."""
-    if spec is not None and untimed(spec, engine):
+    if spec is not None and untimed_run(spec, engine, gpu):
         return UNTIMED
     evidence = tables_for(gpu, engine).evidence
     if evidence == "own" and borrowed_parts:
@@ -192,12 +212,15 @@ def transfer_widen(evidence: str, length_dist: str) -> float:
 
 class Untimed(NamedTuple):
     """What a simulated run says of its untimed parts: its engine, the fraction of its step
-    time in the terms that hold them (EngineStats.untimed_time_fraction), and the fraction of
-    its median TTFT in costs no kernel table times (EngineStats.ttft_untimed_fraction)."""
+    time in the terms that hold them (EngineStats.untimed_time_fraction), the fraction of
+    its median TTFT in costs no kernel table times (EngineStats.ttft_untimed_fraction), and
+    the fraction of its duration the API server's per-request cost would take, paid in turn
+    (EngineStats.frontend_request_fraction)."""
 
     engine: str
     time_fraction: float
     ttft_fraction: float = 0.0
+    request_fraction: float = 0.0
 
 
 # below this untimed fraction a run's ends are the own class's (the factor's score divides by it)
@@ -238,48 +261,66 @@ def _share(time_fraction: float) -> float:
     return time_fraction
 
 
-def ttft_ends(entry: dict, untimed: Untimed | None) -> tuple[float, float]:
-    """A class entry's TTFT ends for a run whose median TTFT has the fraction
-    `untimed.ttft_fraction` in costs no kernel table times (the API server's per-request cost,
-    the launch and host constants: kvplan.simulate.metrics.ttft_untimed_fraction): where the
-    entry has TTFT untimed factors ("ttft_untimed_factor", (k10, k90)), its conformal ends with
-    those costs at k10..k90 times their constants (untimed_ends), so a run whose TTFT is all
-    kernel-timed keeps the ends and one whose TTFT is mostly constants (a lone short prefill)
-    takes the factors' spread; else, or without the fraction, the conformal ends."""
-    low, high = entry["log_ratio"]["ttft"]
-    factors = entry.get("ttft_untimed_factor")
+# the entry keys of the costs no kernel table times, per metric family they widen (the own
+# class's; scripts/calibrate_intervals.py untimed_cost_factor): [k10, k90] pooled over engines,
+# and "<key>_engines" {engine: [k10, k90]} where an engine has its own
+COST_FACTOR_KEYS = {"ttft": "ttft_untimed_factor", "throughput": "throughput_untimed_factor"}
+
+
+def cost_fraction(untimed: Untimed, family: str) -> float:
+    """The run's share in untimed costs that a family's cost factor applies to: of its median
+    TTFT (ttft_fraction), of its duration the API server's per-request cost paid in turn
+    (request_fraction, for throughput)."""
+    return untimed.ttft_fraction if family == "ttft" else untimed.request_fraction
+
+
+def cost_factor(entry: dict, family: str, engine: str) -> tuple[float, float] | None:
+    """The entry's (k10, k90) on `family`'s untimed costs for `engine` (its engine's own where
+    the file has one, else pooled), or None where the entry has none for that family."""
+    key = COST_FACTOR_KEYS.get(family)
+    if key is None:
+        return None
+    factors = entry.get(f"{key}_engines", {}).get(engine, entry.get(key))
+    return None if factors is None else (factors[0], factors[1])
+
+
+def cost_ends(entry: dict, family: str, untimed: Untimed | None) -> tuple[float, float]:
+    """A class entry's ends of `family` for a run with the share cost_fraction of it in costs
+    no kernel table times: for TTFT, of its median TTFT, the API server's per-request cost and
+    the launch and host constants (kvplan.simulate.metrics.ttft_untimed_fraction); for
+    throughput, of its duration, the API server's per-request cost paid in turn
+    (metrics.frontend_request_fraction). Where the entry has factors on them (cost_factor),
+    its conformal ends with those costs at k10..k90 times their constants (untimed_ends), so a
+    run whose figure is all kernel-timed keeps the ends and one that rests on those costs (a
+    lone short prefill's TTFT, a burst of short requests' duration) takes the factors'
+    spread; else, or without the share, the conformal ends."""
+    low, high = entry["log_ratio"][family]
+    factors = None if untimed is None else cost_factor(entry, family, untimed.engine)
     if untimed is None or factors is None:
         return low, high
-    if _share(untimed.ttft_fraction) < MIN_UNTIMED_FRACTION:
+    share = _share(cost_fraction(untimed, family))
+    if share < MIN_UNTIMED_FRACTION:
         return low, high
-    return untimed_ends((low, high), (factors[0], factors[1]), untimed.ttft_fraction, True)
+    return untimed_ends((low, high), factors, share, family != "throughput")
 
 
 def _own_ends(engine: str, family: str, untimed: Untimed | None) -> tuple[float, float]:
-    """The own class's ends for `engine` (its engine's entry where there is one): for TTFT,
-    at the run's TTFT untimed fraction (ttft_ends)."""
+    """The own class's ends for `engine` (its engine's entry where there is one), at the run's
+    share in untimed costs (cost_ends)."""
     classes = table()["classes"]
     own = f"own/{engine}"
-    entry = classes[own if own in classes else "own"]
-    if family == "ttft":
-        return ttft_ends(entry, untimed)
-    low, high = entry["log_ratio"][family]
-    return low, high
+    return cost_ends(classes[own if own in classes else "own"], family, untimed)
 
 
 def _family_ends(evidence: str, family: str, untimed: Untimed | None) -> tuple[float, float]:
-    """A metric family's stored ends: the class's conformal ends (for TTFT, at the run's TTFT
-    untimed fraction: ttft_ends), or where the class has untimed-part factors and the run's
-    untimed fraction is known, the own class's ends (_own_ends) widened by them
-    (untimed_ends)."""
+    """A metric family's stored ends: the class's conformal ends (at the run's share in untimed
+    costs: cost_ends), or where the class has untimed-part factors and the run's untimed
+    fraction is known, the own class's ends (_own_ends) widened by them (untimed_ends)."""
     classes = table()["classes"]
     entry = classes[evidence]
     factors = None if untimed is None else untimed_factors(evidence, untimed.engine)
     if untimed is None or factors is None:
-        if family == "ttft":
-            return ttft_ends(entry, untimed)
-        low, high = entry["log_ratio"][family]
-        return low, high
+        return cost_ends(entry, family, untimed)
     base = _own_ends(untimed.engine, family, untimed)
     if _share(untimed.time_fraction) < MIN_UNTIMED_FRACTION:
         return base

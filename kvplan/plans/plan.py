@@ -236,8 +236,9 @@ class Candidate(NamedTuple):
     # at the plan's confidence, the pessimistic factors it was sized on (factors_for: those of
     # its highest passing run, at that run's untimed fractions); None: the point estimate
     factors: dict | None = None
-    # that run's untimed fractions (u: of its step time, s: of its median TTFT; run_untimed)
-    untimed_fractions: tuple[float, float] | None = None
+    # that run's untimed fractions (u: of its step time, s: of its median TTFT, r: of its
+    # duration in the API server's per-request cost paid in turn; run_untimed)
+    untimed_fractions: tuple[float, float, float] | None = None
 
 
 class Rejection(NamedTuple):
@@ -377,9 +378,13 @@ def factors_for(
 
 def run_untimed(replica: Replica, stats: metrics.EngineStats) -> intervals.Untimed:
     """A simulated run's untimed fractions as simulate's interval takes them: the share of its
-    step time in untimed parts (u) and of its median TTFT in untimed costs (s)."""
+    step time in untimed parts (u), of its median TTFT in untimed costs (s) and of its
+    duration in the API server's per-request cost paid in turn (r)."""
     return intervals.Untimed(
-        replica.options.engine, stats.untimed_time_fraction, stats.ttft_untimed_fraction
+        replica.options.engine,
+        stats.untimed_time_fraction,
+        stats.ttft_untimed_fraction,
+        stats.frontend_request_fraction,
     )
 
 
@@ -1159,7 +1164,7 @@ def _search(spec, request, config, gpus, requests, replica, price, memo, bracket
         factors=factors,
         untimed_fractions=None
         if factors is None
-        else (fractions.time_fraction, fractions.ttft_fraction),
+        else (fractions.time_fraction, fractions.ttft_fraction, fractions.request_fraction),
     )
     return candidate, cap, least
 

@@ -345,6 +345,7 @@ def _with_intervals(
             request.serve.engine,
             r.engine.untimed_time_fraction,
             r.engine.ttft_untimed_fraction,
+            r.engine.frontend_request_fraction,
         )
         for r in runs
     ]

@@ -100,6 +100,10 @@ class EngineStats(NamedTuple):
     # per-request cost and the fixed terms of the prefill steps on their critical path
     # (ttft_untimed_fraction); it widens the TTFT interval (kvplan.plans.intervals.log_quantiles)
     ttft_untimed_fraction: float = 0.0
+    # of the duration, the busiest API server's per-request cost (Frontend.request_s: BLIS's
+    # fitted latency, no kernel table's) were it paid in turn (frontend_request_fraction); it
+    # widens the throughput interval (kvplan.plans.intervals.log_quantiles)
+    frontend_request_fraction: float = 0.0
 
 
 class Series(NamedTuple):
@@ -305,7 +309,25 @@ def engine_stats(
         ttft_untimed_fraction=ttft_untimed_fraction(
             run.engines, None if median_ttft_ms is None else median_ttft_ms * MS, request_s
         ),
+        frontend_request_fraction=frontend_request_fraction(
+            max(per_replica_requests, default=0), request_s, duration
+        ),
     )
+
+
+def frontend_request_fraction(requests: int, request_s: float, duration_s: float) -> float:
+    """Of a run's `duration_s`, the API server's per-request cost (`request_s`, BLIS's fitted
+    latency: HTTP parsing, validation, tokenization, queue insertion) for the `requests` its
+    busiest server took, were they paid in turn. The simulation pays each as a delay of its own
+    request, all at once (kvplan.simulate.cluster), while the API server is one process by
+    default (vLLM's `--api-server-count` 1, SGLang's TokenizerManager), so in a burst of short
+    requests their costs may queue behind each other, and no measurement on a serving host
+    says how much of request_s is that process's own work: the share of the run that rests on
+    it (at most 1), which widens the throughput interval (kvplan.plans.intervals.cost_ends).
+    0 for an empty run."""
+    if duration_s <= 0:
+        return 0.0
+    return min(1.0, requests * request_s / duration_s)
 
 
 def untimed_fraction(engines) -> float:

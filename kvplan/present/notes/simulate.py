@@ -16,7 +16,8 @@ EVIDENCE_WORDS = {
     "borrowed": "another GPU's kernel tables (the profile names which)",
     "datasheet": "no kernel tables: another GPU's fractions on this GPU's datasheet rates",
     "untimed": "a part of the serving path kvplan does not time, or times only on another "
-    "machine's CPU: the detokenizer note says which",
+    "machine's CPU, or a kernel family no table prices: the detokenizer or gpt-oss note says "
+    "which",
 }
 # whose tables the GPU runs on, in sim-kernel-tables' words ("for H200 ...")
 KERNEL_TABLE_WORDS = {
