@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvplan.engines.request import PiecewiseFlags
 from kvplan.engines.sglang import default_mem_fraction, vlm_fraction_factor
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
@@ -79,9 +80,20 @@ def test_vlm_mem_fraction_matches_the_logged_kimi_k25_default():
         0.8260405859375, abs=1e-12
     )
     assert case("kimi-k2.5-8xmi355x-2026-02").fraction == 0.8260405859375
-    # kvplan's own (April 2026) default applies the same factor to its own base, unrounded
-    ours = default_mem_fraction(spec, load_profile("mi355x"), 8, 1).mem_fraction_static
-    assert ours == pytest.approx(0.903 * vlm_fraction_factor((27, 1152)), abs=1e-12)
+    # kvplan's default reproduces it at the logged release (no piecewise term: 0.5.8 reserves
+    # it only under --enable-piecewise-cuda-graph) and at its newest rules (0.5.10 on: the
+    # graphs are off for a multimodal model, so no term either); with the flag on 0.5.8.post1
+    # the base loses 8 MiB per captured size, 41 up to an MLA model's 2,048 tokens (8 to 32
+    # by 4, 48-256 by 16, 288-512 by 32, 640-1,024 by 64, 1,280-2,048 by 256): 328 MiB -> 0.907
+    mi355x = load_profile("mi355x")
+    for version in ("0.5.8.post1", "0.5"):
+        ours = default_mem_fraction(spec, mi355x, 8, 1, version).mem_fraction_static
+        assert ours == pytest.approx(0.8260405859375, abs=1e-12)
+    on = PiecewiseFlags(enable=True)
+    enabled = default_mem_fraction(spec, mi355x, 8, 1, "0.5.8.post1", piecewise=on)
+    assert enabled.mem_fraction_static == pytest.approx(
+        0.907 * vlm_fraction_factor(spec.vision_tower), abs=1e-12
+    )
 
 
 def test_a_version_too_old_for_kvplans_rules_is_named_not_fitted():

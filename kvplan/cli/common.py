@@ -609,7 +609,7 @@ def piecewise_max_tokens_option():
 
 def piecewise_flags(disable: bool, enable: bool, max_tokens: int | None):
     """SGLang's piecewise-CUDA-graph flags as given (engines.sglang.PiecewiseFlags)."""
-    from kvplan.engines.sglang import PiecewiseFlags
+    from kvplan.engines.request import PiecewiseFlags
 
     return PiecewiseFlags(bool(disable), bool(enable), max_tokens)
 

@@ -274,6 +274,27 @@ def _flags() -> tuple[Flag, ...]:
             (SGLANG,),
         ),
         Flag(
+            "disable_piecewise",
+            bool,
+            c.disable_piecewise_option(),
+            "--disable-piecewise-cuda-graph",
+            (SGLANG,),
+        ),
+        Flag(
+            "enable_piecewise",
+            bool,
+            c.enable_piecewise_option(),
+            "--enable-piecewise-cuda-graph",
+            (SGLANG,),
+        ),
+        Flag(
+            "piecewise_max_tokens",
+            int,
+            c.piecewise_max_tokens_option(),
+            "--piecewise-cuda-graph-max-tokens",
+            (SGLANG,),
+        ),
+        Flag(
             "mem_fraction_static",
             float,
             c.serve_option(
@@ -731,6 +752,9 @@ def _server(o) -> None:
         sglang_version=o.sglang_version if o.sglang_version is not None else SGLANG_VERSION,
         backends=c.backends_of(vars(o)),
         radix_cache=not o.disable_radix_cache,
+        piecewise=c.piecewise_flags(
+            o.disable_piecewise, o.enable_piecewise, o.piecewise_max_tokens
+        ),
     )
     result = engine_allocation(spec, c.load_gpu(o.gpu), request)
     c.emit(c.render(engine_view(result), o.fmt))

@@ -20,6 +20,30 @@ if TYPE_CHECKING:  # imported by the engine that needs them (start-up)
 ENGINES = ("vllm", "sglang", "llama.cpp", "ollama")
 
 
+class PiecewiseFlags(NamedTuple):
+    """SGLang's piecewise-CUDA-graph flags as given: --disable-piecewise-cuda-graph,
+    --enable-piecewise-cuda-graph (the opt-in before 0.5.10, deprecated after) and
+    --piecewise-cuda-graph-max-tokens (None: SGLang's default)."""
+
+    disable: bool = False
+    enable: bool = False
+    max_tokens: int | None = None
+
+    def given(self) -> tuple[str, ...]:
+        """The flags as SGLang's command line spells them, those given."""
+        flags = [
+            flag
+            for flag, given in (
+                ("--disable-piecewise-cuda-graph", self.disable),
+                ("--enable-piecewise-cuda-graph", self.enable),
+            )
+            if given
+        ]
+        if self.max_tokens is not None:
+            flags.append(f"--piecewise-cuda-graph-max-tokens {self.max_tokens}")
+        return tuple(flags)
+
+
 class EngineRequest(NamedTuple):
     engine: str = "vllm"
     max_model_len: int = 8192
@@ -94,6 +118,9 @@ class EngineRequest(NamedTuple):
     # vLLM V0's profile run (0.6, 0.7), whose sampler takes top-k/top-p (formulas.memory
     # v0_sampler_bytes)
     v0_profile: bool = False
+    # SGLang's piecewise-CUDA-graph flags as given (their reserve in the default
+    # mem_fraction_static: engines.sglang.piecewise_reserve_mib)
+    piecewise: PiecewiseFlags = PiecewiseFlags()
 
     @property
     def vllm_allocator(self) -> str:

@@ -2,7 +2,8 @@
 
 mem_fraction_static = round((gpu_mem - reserved) / gpu_mem, 3) unless given (server_args
                       _handle_gpu_memory_settings; reserved from chunked prefill, CUDA graphs,
-                      TP x PP, piecewise graphs, at least 10 GiB on GPUs above 60 GiB)
+                      TP x PP, piecewise graphs by release, at least 10 GiB on GPUs above
+                      60 GiB)
 rest                = free after load - free before load x (1 - mem_fraction_static)
                     = free before load x mem_fraction_static - weights
 Mamba/linear-attention hybrids first give rest x r/(1+r) to the state pool (r = 0.9)
@@ -23,7 +24,7 @@ from kvplan.engines.backends import ATTENTION_FIELDS, Backends, flag_of
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.moe_backend import GPT_OSS_MODEL_TYPE, moe_backend_name
 from kvplan.engines.releases import SGLANG_VERSION, SGLANG_VERSIONS, release_parts
-from kvplan.engines.request import EngineRequest, config_weights_notes
+from kvplan.engines.request import EngineRequest, PiecewiseFlags, config_weights_notes
 from kvplan.engines.sglang_compressed import KV_CACHE_DTYPES as DSV4_KV_CACHE_DTYPES
 from kvplan.engines.sglang_compressed import PAGE_SIZE as DSV4_PAGE_SIZE
 from kvplan.engines.sglang_compressed import Dsv4Pools, dsv4_pools
@@ -362,7 +363,31 @@ MEMORY_BUCKETS = (
 LARGEST_BUCKET = (16384, 512)
 RESERVED_BASE_MIB = 512
 RESERVED_FLOOR_MIB = 10 * 1024  # on GPUs above 60 GiB
-MLA_PIECEWISE_MIB = 1536
+# The piecewise-graph term of _handle_gpu_memory_settings' reserve, by release (server_args.py
+# of each wheel): none before 0.5.6 (0.5.4 and 0.5.5 take the flag but reserve nothing); with
+# --enable-piecewise-cuda-graph, 0.5.6 and 0.5.6.post2 (:884) piecewise_cuda_graph_max_tokens // 4
+# and 0.5.7 (:945) // 8, both added after the 10 GiB floor (and the speculative term); 0.5.8
+# (:1014) and 0.5.9 (:1046) 8 MiB per captured size (len(piecewise_cuda_graph_tokens) x 8),
+# before the floor; from 0.5.10 (:1165-1171) the same unless disable_piecewise_cuda_graph, which
+# _handle_piecewise_cuda_graph sets for its exclusions before the reserve is computed (:778,
+# :784), and 1.5 GiB flat with an MLA backend ("much higher than expected with fa3")
+PIECEWISE_RESERVE_FROM = 6  # the 0.5 patch
+PIECEWISE_RESERVE_DIVISORS = {6: 4, 7: 8}  # 0.5.6, 0.5.7: max_tokens // this, after the floor
+PIECEWISE_PER_SIZE_FROM = 8  # 0.5.8: PIECEWISE_MIB_PER_SIZE per captured size, before the floor
+PIECEWISE_MIB_PER_SIZE = 8
+MLA_PIECEWISE_MIB = 1536  # from 0.5.10 (PIECEWISE_DEFAULT_FROM)
+# piecewise_cuda_graph_max_tokens unset: 4096 before 0.5.7 (a field default, 0.5.6.post2 :533);
+# chunked_prefill_size from 0.5.7 (:902); 2,048 for an MLA backend from 0.5.8 (:981, PR #15927)
+PIECEWISE_FIXED_MAX_TOKENS = 4096
+PIECEWISE_CHUNKED_MAX_FROM = 7
+PIECEWISE_MLA_MAX_FROM = 8
+# _generate_piecewise_cuda_graph_tokens' 64-token step between 512 and 1,024 starts at 640 in
+# 0.5.8 (:1078), at 576 from 0.5.9 (:1118)
+PIECEWISE_576_FROM = 9
+# the flags' releases: --enable-piecewise-cuda-graph and --piecewise-cuda-graph-max-tokens from
+# 0.5.4 (0.5.3's server_args has neither); --disable-piecewise-cuda-graph from 0.5.10 (none of
+# 0.5.6-0.5.9 has it), where --enable-piecewise-cuda-graph is a DeprecatedAction (:5479)
+PIECEWISE_FLAGS_FROM = 4
 # under DP attention: MiB per captured batch size per DP rank, and more above 300 sizes
 DP_GRAPH_MIB, DP_LARGE_GRAPH_MIB = 3, 1.5
 MAX_PREFILL_TOKENS = 16384
@@ -388,13 +413,15 @@ def kv_format(kv_cache_dtype: str, model_dtype: str) -> KvFormat:
     return KvFormat(KV_CACHE_FORMATS[kv_cache_dtype] or model_dtype)
 
 
-def piecewise_graph_tokens(max_tokens: int) -> int:
-    """How many token sizes SGLang captures piecewise CUDA graphs for (up to max_tokens)."""
+def piecewise_graph_tokens(max_tokens: int, version: str = SGLANG_VERSION) -> int:
+    """How many token sizes SGLang `version` captures piecewise CUDA graphs for (up to
+    max_tokens; _generate_piecewise_cuda_graph_tokens of 0.5.8 on)."""
+    start = 576 if sglang_rules(version).from_05(PIECEWISE_576_FROM) else 640
     sizes = (
         list(range(4, 33, 4))
         + list(range(48, 257, 16))
         + list(range(288, 513, 32))
-        + list(range(576, 1025, 64))
+        + list(range(start, 1025, 64))
         + list(range(1280, 4097, 256))
         + list(range(4608, max_tokens + 1, 512))
     )
@@ -421,30 +448,6 @@ PIECEWISE_MLA_MAX_TOKENS = 2048
 PIECEWISE_DISABLED_MODEL_TYPES = ("qwen3_next",)
 
 
-class PiecewiseFlags(NamedTuple):
-    """SGLang's piecewise-CUDA-graph flags as given: --disable-piecewise-cuda-graph,
-    --enable-piecewise-cuda-graph (the opt-in before 0.5.10, deprecated after) and
-    --piecewise-cuda-graph-max-tokens (None: SGLang's default)."""
-
-    disable: bool = False
-    enable: bool = False
-    max_tokens: int | None = None
-
-    def given(self) -> tuple[str, ...]:
-        """The flags as SGLang's command line spells them, those given."""
-        flags = [
-            flag
-            for flag, given in (
-                ("--disable-piecewise-cuda-graph", self.disable),
-                ("--enable-piecewise-cuda-graph", self.enable),
-            )
-            if given
-        ]
-        if self.max_tokens is not None:
-            flags.append(f"--piecewise-cuda-graph-max-tokens {self.max_tokens}")
-        return tuple(flags)
-
-
 class Piecewise(NamedTuple):
     """The prefill steps a replica runs under piecewise CUDA graphs: those of up to `tokens`
     tokens (0: none), and why none where none (a note's wording, None where it runs them)."""
@@ -466,11 +469,24 @@ def check_piecewise_flags(version: str, flags: PiecewiseFlags) -> None:
         raise KvplanError(
             "give one of --disable-piecewise-cuda-graph and --enable-piecewise-cuda-graph"
         )
-    release, _ = sglang_release(version)
-    if release == "0.4" and flags.given():
+    rules = sglang_rules(version)
+    if rules.release == "0.4" and flags.given():
         raise KvplanError(
             f"{flags.given()[0].split()[0]}: SGLang 0.4 has no piecewise CUDA graphs (0.5's, "
             "PR #10062)"
+        )
+    if rules.release == "0.4":
+        return
+    if flags.disable and not rules.from_05(PIECEWISE_DEFAULT_FROM):
+        raise KvplanError(
+            f"--disable-piecewise-cuda-graph: SGLang {version} has no such flag (from 0.5."
+            f"{PIECEWISE_DEFAULT_FROM}; before it piecewise CUDA graphs are off unless "
+            "--enable-piecewise-cuda-graph)"
+        )
+    if flags.given() and not rules.from_05(PIECEWISE_FLAGS_FROM):
+        raise KvplanError(
+            f"{flags.given()[0].split()[0]}: SGLang {version} has no piecewise CUDA graphs "
+            f"(from 0.5.{PIECEWISE_FLAGS_FROM}, PR #10062)"
         )
 
 
@@ -500,10 +516,66 @@ def piecewise_prefill(
         excluded = "a multimodal model"
     if excluded is not None:
         return Piecewise(0, excluded)
+    return Piecewise(piecewise_max_tokens(spec, version, flags, chunked_prefill_size), None)
+
+
+def piecewise_max_tokens(
+    spec: ModelSpec, version: str, flags: PiecewiseFlags, chunked_prefill_size: int
+) -> int:
+    """SGLang `version`'s piecewise_cuda_graph_max_tokens: as given, else 4,096 before 0.5.7,
+    chunked_prefill_size from it, 2,048 for an MLA backend from 0.5.8."""
     if flags.max_tokens is not None:
-        return Piecewise(flags.max_tokens, None)
-    mla = spec.has_kind(CacheKind.MLA)
-    return Piecewise(PIECEWISE_MLA_MAX_TOKENS if mla else chunked_prefill_size, None)
+        return flags.max_tokens
+    rules = sglang_rules(version)
+    if not rules.from_05(PIECEWISE_CHUNKED_MAX_FROM):
+        return PIECEWISE_FIXED_MAX_TOKENS
+    if rules.from_05(PIECEWISE_MLA_MAX_FROM) and spec.has_kind(CacheKind.MLA):
+        return PIECEWISE_MLA_MAX_TOKENS
+    return chunked_prefill_size
+
+
+def piecewise_reserve_mib(
+    spec: ModelSpec,
+    version: str,
+    flags: PiecewiseFlags,
+    chunked_prefill_size: int,
+    excluded: str | None = None,
+) -> tuple[float, bool]:
+    """The MiB SGLang `version`'s default mem_fraction_static reserves for piecewise CUDA
+    graphs, and whether it adds them after the 10 GiB floor (PIECEWISE_RESERVE_FROM's table):
+    nothing where the graphs are off (before 0.5.10 unless --enable-piecewise-cuda-graph; from
+    it with --disable-piecewise-cuda-graph or `excluded`, piecewise_prefill's reasons)."""
+    rules = sglang_rules(version)
+    if not rules.from_05(PIECEWISE_RESERVE_FROM):
+        return 0.0, False
+    if rules.from_05(PIECEWISE_DEFAULT_FROM):
+        if not piecewise_prefill(spec, version, flags, chunked_prefill_size, excluded).tokens:
+            return 0.0, False
+    elif not flags.enable:
+        return 0.0, False
+    max_tokens = piecewise_max_tokens(spec, version, flags, chunked_prefill_size)
+    if not rules.from_05(PIECEWISE_PER_SIZE_FROM):
+        patch = rules.patch if rules.patch is not None else PIECEWISE_PER_SIZE_FROM - 1
+        return float(max_tokens // PIECEWISE_RESERVE_DIVISORS[patch]), True
+    if rules.from_05(PIECEWISE_DEFAULT_FROM) and spec.has_kind(CacheKind.MLA):
+        return float(MLA_PIECEWISE_MIB), False
+    return float(piecewise_graph_tokens(max_tokens, version) * PIECEWISE_MIB_PER_SIZE), False
+
+
+def piecewise_excluded(
+    gpu: GpuProfile, speculative: bool, dp_attention: int, pp: int
+) -> str | None:
+    """The layout's reason SGLang's _handle_piecewise_cuda_graph turns piecewise prefill graphs
+    off (PIECEWISE_DISABLED_MODEL_TYPES names the model's), None where none."""
+    for reason, applies in (
+        ("speculative decoding", speculative),
+        ("DP attention", dp_attention > 1),
+        ("pipeline parallelism", pp > 1),
+        (f"{gpu.device_vendor} hardware (CUDA only)", gpu.device_vendor != "NVIDIA"),
+    ):
+        if applies:
+            return reason
+    return None
 
 
 def dsa_model(spec: ModelSpec) -> bool:
@@ -560,13 +632,17 @@ def default_mem_fraction(
     pp: int,
     version: str = SGLANG_VERSION,
     dp_attention: int = 1,
+    piecewise: PiecewiseFlags = PiecewiseFlags(),
+    piecewise_off: str | None = None,
 ) -> FractionDefault:
     """SGLang's own mem_fraction_static for this GPU and layout (its server_args heuristic),
-    at release `version` (SGLANG_VERSIONS). `tp` is the server's --tp; `dp_attention` its
-    --dp-size under --enable-dp-attention (1: off), which 0.5 reserves cuda_graph_max_bs x dp x 3
-    MiB more for ("DP attention needs more padding"), x 4.5 above 300."""
+    at release `version` (any release sglang_rules reads). `tp` is the server's --tp;
+    `dp_attention` its --dp-size under --enable-dp-attention (1: off), which 0.5 reserves
+    cuda_graph_max_bs x dp x 3 MiB more for ("DP attention needs more padding"), x 4.5 above
+    300; `piecewise` the piecewise-graph flags and `piecewise_off` the layout's reason they are
+    off (piecewise_excluded), which decide the piecewise term (piecewise_reserve_mib)."""
     gpu_mib = gpu.usable_memory_bytes / MIB
-    if version == "0.4":
+    if sglang_rules(version).release == "0.4":
         fraction = next(f for at_least, f in MEM_FRACTION_04 if tp >= at_least)
         small = gpu_mib < SMALL_GPU_MIB_04
         chunked = CHUNKED_PREFILL_04[0 if small else 1]
@@ -577,18 +653,20 @@ def default_mem_fraction(
         if gpu_mib < limit:
             chunked, graphs = size, (small_tp if tp < 4 else large_tp)
             break
-    mla = spec.has_kind(CacheKind.MLA)
     reserved = RESERVED_BASE_MIB + max(chunked, 2048) * 1.5 + graphs * 2 + tp * pp / 8 * 1024
     if dp_attention > 1:
         reserved += (
             graphs * dp_attention * (DP_GRAPH_MIB + (DP_LARGE_GRAPH_MIB if graphs > 300 else 0))
         )
-    if mla:
-        reserved += MLA_PIECEWISE_MIB
-    else:
-        reserved += piecewise_graph_tokens(chunked) * 8
+    piecewise_mib, after_floor = piecewise_reserve_mib(
+        spec, version, piecewise, chunked, piecewise_off
+    )
+    if not after_floor:
+        reserved += piecewise_mib
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, RESERVED_FLOOR_MIB)
+    if after_floor:
+        reserved += piecewise_mib
     fraction = round((gpu_mib - reserved) / gpu_mib, 3)
     if spec.vision_tower:  # adjust_mem_fraction_for_vlm: not rounded again
         fraction *= vlm_fraction_factor(spec.vision_tower)
@@ -1314,6 +1392,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     refuse_gqa_indexer(spec, "SGLang")
     check_sglang_own_model(spec, request.sglang_version)
     check_kv_memory_given(request, gpu)
+    check_piecewise_flags(request.sglang_version, request.piecewise)
     if request.kv_cache_dtype not in KV_CACHE_FORMATS:
         raise KvplanError(
             f"--kv-cache-dtype {request.kv_cache_dtype[:40]!r} is not an SGLang kv-cache-dtype "
@@ -1336,7 +1415,16 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     moe_backend_name("sglang", request.backends.moe_runner_backend, version)
     # under DP attention the server's --tp is the group's (request.tp a rank's attention TP)
     server_tp = request.tp * request.dp_attention
-    default = default_mem_fraction(spec, gpu, server_tp, request.pp, version, request.dp_attention)
+    default = default_mem_fraction(
+        spec,
+        gpu,
+        server_tp,
+        request.pp,
+        request.sglang_version,
+        request.dp_attention,
+        request.piecewise,
+        piecewise_excluded(gpu, request.speculative, request.dp_attention, request.pp),
+    )
     fraction = request.mem_fraction_static
     given = fraction is not None
     if fraction is None:

@@ -24,7 +24,8 @@ from kvplan import __version__
 from kvplan.anatomy.model import ModelSpec
 from kvplan.engines.backends import Backends, check_backends
 from kvplan.engines.max_len import check_max_model_len
-from kvplan.engines.sglang import PiecewiseFlags, check_piecewise_flags
+from kvplan.engines.request import PiecewiseFlags
+from kvplan.engines.sglang import check_piecewise_flags
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import BatchShape, critical_fixed_s
 from kvplan.inputs.hardware import GpuProfile

@@ -26,7 +26,7 @@ from kvplan.engines.context_limit import (
     sglang_prompt_limit,
 )
 from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION
-from kvplan.engines.sglang import PiecewiseFlags
+from kvplan.engines.request import PiecewiseFlags
 from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import (
     CUDA_GRAPH_MAX_TOKENS,
@@ -1817,6 +1817,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         # server_args sets 48 when speculating and none is given (SGLANG_SPEC_RUNNING)
         max_running_requests=options.max_num_seqs or (SGLANG_SPEC_RUNNING if speculating else None),
         mamba_track_slots=track_slots,
+        piecewise=options.piecewise,
     )
     alloc = sglang_allocation(spec, gpu, request)
     check_sglang_moe_backend(
@@ -1981,16 +1982,10 @@ def sglang_piecewise_excluded(
     gpu: GpuProfile, options: ServeOptions, layout: ParallelLayout, speculative: bool
 ) -> str | None:
     """The layout's reason SGLang's _handle_piecewise_cuda_graph turns piecewise prefill graphs
-    off (engines.sglang PIECEWISE_DISABLED_MODEL_TYPES names the model's), None where none."""
-    for reason, applies in (
-        ("speculative decoding", speculative),
-        ("DP attention", layout.dp > 1),
-        ("pipeline parallelism", options.pp > 1),
-        (f"{gpu.device_vendor} hardware (CUDA only)", gpu.device_vendor != "NVIDIA"),
-    ):
-        if applies:
-            return reason
-    return None
+    off (engines.sglang.piecewise_excluded), None where none."""
+    from kvplan.engines.sglang import piecewise_excluded
+
+    return piecewise_excluded(gpu, speculative, layout.dp, options.pp)
 
 
 def check_sglang_dp_flags(options: ServeOptions, layout: ParallelLayout) -> None:
