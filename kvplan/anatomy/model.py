@@ -16,7 +16,7 @@ from kvplan.notes import Note
 from kvplan.record import NamedTuple
 
 # Notes saying where a model's config came from (kvplan.inputs.sources)
-SOURCE_NOTES = frozenset(("model-path", "variant-resolved"))
+SOURCE_NOTES = frozenset(("model-path", "quant-hf-file", "variant-resolved"))
 
 
 class CacheKind(str, Enum):
