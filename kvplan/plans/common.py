@@ -35,6 +35,17 @@ def _model_notes(spec: ModelSpec, tp: int) -> list[Note]:
     return notes
 
 
+def checkpoint_kv_note(spec: ModelSpec, kv_format: str) -> Note | None:
+    """Where a checkpoint states its own KV cache (ModelSpec.checkpoint_kv_cache) and a figure is
+    sized at the model's dtype (`kv_format`, kvplan's name): the note that the engines take the
+    checkpoint's cache for --kv-cache-dtype auto (vLLM 0.14+, engines.vllm.CHECKPOINT_KV_CACHES;
+    SGLang 0.5.3+) and how to size it; None elsewhere. size, capacity, whatif and roofline."""
+    stated = spec.checkpoint_kv_cache
+    if stated is None or kv_format != spec.dtype:
+        return None
+    return note("checkpoint-kv-cache-stated", kv_cache=stated, model_dtype=spec.dtype)
+
+
 def budget_note(gpu, gpu_mem_util: float, reserve_bytes: float, reserve_given: bool) -> Note:
     """The capacity-budget note: where a GPU's KV pool comes from (capacity, whatif)."""
     return note(

@@ -25,6 +25,20 @@ def _model_path(path: str, instead_of: str | None) -> str:
 
 
 text("model-path")(_model_path)
+text("checkpoint-kv-cache-stated")(
+    lambda kv_cache, model_dtype: (
+        f"The checkpoint states an {kv_cache} KV cache, which vLLM 0.14+ (nvfp4 from 0.20) and "
+        f"SGLang 0.5.3+ take for --kv-cache-dtype auto; these KV figures are at the model's "
+        f"{model_dtype}: give --kv-dtype {kv_cache} for the cache the engines hold."
+    )
+)
+text("quant-hf-file")(
+    lambda path: (
+        f"Quantization read from {path}: config.json has no quantization_config, and vLLM "
+        "then reads this file beside it (ModelOpt 0.29 and earlier export it) for the weights "
+        "format and the KV cache the checkpoint states."
+    )
+)
 text("variant-resolved")(
     lambda repo_id, alias: (
         f"{repo_id} was resolved offline to the bundled {alias} config: the same architecture "
