@@ -255,9 +255,16 @@ def test_per_token_head_scales_and_nvfp4_pages():
         kv_cache_memory_bytes=gib("10"),
         max_model_len=8192,
         kv_cache_dtype="int8_per_token_head",
+        vllm_version="0.21",  # CacheDType has the per-token-head and nvfp4 caches from 0.20.0
     )
     assert int8["page_bytes"] == 16 * 8 * 256 + 2 * 16 * 8 * 4
-    nvfp4 = vllm(spec, kv_cache_memory_bytes=gib("10"), max_model_len=8192, kv_cache_dtype="nvfp4")
+    nvfp4 = vllm(
+        spec,
+        kv_cache_memory_bytes=gib("10"),
+        max_model_len=8192,
+        kv_cache_dtype="nvfp4",
+        vllm_version="0.21",
+    )
     assert nvfp4["page_bytes"] == 16 * 8 * 2 * 72  # 72 B per 128-wide head vector
 
 

@@ -84,6 +84,16 @@ def _write_inputs(d: Path) -> None:
     (d / "no-cc.yaml").write_text(h100.replace('\ncompute_capability: "9.0"', "\n"))
     _write_ggufs(d)
     _write_checkpoint(d / "ckpt")
+    (d / "modelopt").mkdir()  # a ModelOpt 0.29 export: hf_quant_config.json beside config.json
+    (d / "modelopt/config.json").write_text((REPO / "model_configs/Llama-3.1-8B.json").read_text())
+    (d / "modelopt/hf_quant_config.json").write_text(
+        json.dumps(
+            {
+                "producer": {"name": "modelopt", "version": "0.27.0"},
+                "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"},
+            }
+        )
+    )
 
 
 def _write_ggufs(d: Path) -> None:
@@ -283,6 +293,7 @@ OLLAMA = ("--engine", "ollama", "--gpu", "rtx-3090")
 INVOCATIONS: dict[str, Invocation] = {
     # the model, as read from its config, GGUF header or checkpoint
     "size checkpoint folder": cli("size", "{d}/ckpt"),
+    "size modelopt hf_quant_config": cli("size", "{d}/modelopt"),
     "size instruct variant": cli("size", "Qwen/Qwen2.5-72B-Instruct"),
     "size quantized caches": cli("size", "llama-3.1-8b", "--kv-dtype", "int8,int4,nvfp4,q8_0"),
     "size bitsandbytes": cli("size", "{d}/bnb.json"),
@@ -933,6 +944,7 @@ SOURCES: dict[str, str] = {
     "checkpoint-differs": "size checkpoint folder",
     "checkpoint-unread": "size hub",
     "checkpoint-weights": "size checkpoint folder",
+    "checkpoint-kv-cache-stated": "size modelopt hf_quant_config",
     "compare-best-layout": "compare borrowed tables",
     "compare-columns": "report deepseek-v3.2",
     "compare-none": "compare none fits",
@@ -1006,6 +1018,7 @@ SOURCES: dict[str, str] = {
     "measure-workload": "measure confirmed",
     "memory-estimated": "capacity estimated memory",
     "mla-latent": "report deepseek-v3.2",
+    "quant-hf-file": "size modelopt hf_quant_config",
     "model-path": "size checkpoint folder",
     "models-kv-per-token": "models",
     "mtp-excluded": "size deepseek-v4",

@@ -16,7 +16,7 @@ from kvplan.notes import Note
 from kvplan.record import NamedTuple
 
 # Notes saying where a model's config came from (kvplan.inputs.sources)
-SOURCE_NOTES = frozenset(("model-path", "variant-resolved"))
+SOURCE_NOTES = frozenset(("model-path", "quant-hf-file", "variant-resolved"))
 # The notes that say the config's weights format was not read (its quantization_config unsized,
 # or none where the name says quantized): an engine's result carries them where its weights come
 # from the config (kvplan.engines.request.config_weights_notes)

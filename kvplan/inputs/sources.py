@@ -112,12 +112,12 @@ def _depth(value, limit: int) -> int:
     return deepest
 
 
-def parse_config_text(text: str, source: str) -> dict:
+def parse_config_text(text: str, source: str, what: str = "config.json") -> dict:
     """Python's json accepts the non-standard `Infinity` that real configs (Nemotron-H) contain."""
     source = clean(source)
     text = text.removeprefix("\ufeff")  # a byte-order mark (Windows editors), as traces allow
     if len(text) > MAX_CONFIG_BYTES:
-        raise KvplanError(f"{source}: over {MAX_CONFIG_BYTES // 2**20} MiB, not a config.json")
+        raise KvplanError(f"{source}: over {MAX_CONFIG_BYTES // 2**20} MiB, not a {what}")
     try:
         data = json.loads(text)
     except RecursionError:
@@ -127,7 +127,7 @@ def parse_config_text(text: str, source: str) -> dict:
     except ValueError as exc:  # e.g. an integer of thousands of digits
         raise KvplanError(f"{source}: invalid JSON ({str(exc)[:80]})") from None
     if not isinstance(data, dict):
-        raise KvplanError(f"{source}: config.json must hold a JSON object")
+        raise KvplanError(f"{source}: {what} must hold a JSON object")
     if _depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
         raise KvplanError(f"{source}: nested deeper than {MAX_JSON_DEPTH} levels")
     return data
@@ -227,11 +227,11 @@ def load_config(model: str | ModelArgument) -> tuple[dict, str, str]:
     return config, arg.text, f"hub:{arg.text}"
 
 
-def _read_text(path: Path) -> str:
+def _read_text(path: Path, what: str = "a config.json") -> str:
     """A regular file's text, capped: FIFOs, devices and huge files are refused before reading."""
     from kvplan.inputs.files import read_regular
 
-    raw = read_regular(path, MAX_CONFIG_BYTES, "a config.json")
+    raw = read_regular(path, MAX_CONFIG_BYTES, what)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -256,6 +256,34 @@ def _load_path(path: Path) -> tuple[dict, str, str]:
     text = _read_text(path)
     name = path.parent.name if path.name == "config.json" else path.stem
     return parse_config_text(text, str(path)), clean(name or str(path)), str(path)
+
+
+# ModelOpt 0.29 and earlier write the quantization config to this file beside config.json; vLLM
+# reads it where config.json has no quantization_config (transformers_utils/config.py get_config:
+# 0.13.0:665-673, 0.14.0:684-693, 0.19.0:742-751, 0.21.0:782-791, 0.32.0:890-899), as the
+# config's quantization_config, weights format and KV cache alike
+HF_QUANT_CONFIG = "hf_quant_config.json"
+
+
+def with_hf_quant_config(raw: dict, source: str) -> tuple[dict, tuple[Note, ...]]:
+    """(config.json's dict with the hf_quant_config.json beside it as its quantization_config,
+    the note that names the file) where config.json read from a folder has no
+    quantization_config and the folder has that file, as vLLM reads it; else (raw, ()). The
+    file is read as config.json is (a regular file, capped, JSON only): a folder, a FIFO, a
+    huge or invalid file is an error, as it fails vLLM's load."""
+    path = Path(source)
+    if path.name != "config.json" or raw.get("quantization_config") is not None:
+        return raw, ()
+    beside = path.parent / HF_QUANT_CONFIG
+    try:
+        present = beside.exists()  # file_or_path_exists: os.path.exists, links followed
+    except OSError:
+        present = False
+    if not present:
+        return raw, ()
+    what = HF_QUANT_CONFIG
+    quant = parse_config_text(_read_text(beside, f"an {what}"), str(beside), what)
+    return {**raw, "quantization_config": quant}, (note("quant-hf-file", path=clean(str(beside))),)
 
 
 def _looks_like_repo_id(model: str) -> bool:
@@ -303,6 +331,9 @@ def load_model(model: str | ModelArgument, checkpoint: bool = True):
         return load_gguf(arg.text)
 
     raw, name, source = load_config(arg)
+    quant_file: tuple[Note, ...] = ()
+    if arg.kind == "path":
+        raw, quant_file = with_hf_quant_config(raw, source)
     spec = build_model(raw, name, source)
     hf_id: str | None = None
     notes: tuple[Note, ...] = ()
@@ -320,7 +351,7 @@ def load_model(model: str | ModelArgument, checkpoint: bool = True):
         notes = (note("variant-resolved", repo_id=hf_id, alias=arg.bundled.alias),)
     else:  # a local path: the output names the file it read, and what it was read instead of
         notes = (note("model-path", path=clean(source), instead_of=arg.instead_of),)
-    spec = spec._replace(hf_id=hf_id, source=source, notes=notes + spec.notes)
+    spec = spec._replace(hf_id=hf_id, source=source, notes=notes + quant_file + spec.notes)
     if checkpoint:
         spec = attach_checkpoint(spec, source)
     return spec

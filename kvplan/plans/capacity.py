@@ -17,7 +17,7 @@ from kvplan.formulas.kv import kv_bytes_per_token
 from kvplan.formulas.weights import resolve_weights_dtype, weight_bytes
 from kvplan.inputs.hardware import GpuProfile, choose_link
 from kvplan.notes import Note, note, unique
-from kvplan.plans.common import budget_note, model_notes, require_cache
+from kvplan.plans.common import budget_note, checkpoint_kv_note, model_notes, require_cache
 from kvplan.plans.deployment import (
     Deployment,
     DeploymentChoice,
@@ -205,6 +205,7 @@ def capacity(
 
     notes: list[Note | None] = [*model_notes(spec, tp), *wnotes]
     notes.append(fmt.note)
+    notes.append(checkpoint_kv_note(spec, fmt.name))
     notes.append(
         budget_note(
             gpu, request.gpu_mem_util, plan.reserve_bytes, request.reserve_bytes is not None

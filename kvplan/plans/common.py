@@ -35,6 +35,29 @@ def _model_notes(spec: ModelSpec, tp: int) -> list[Note]:
     return notes
 
 
+def checkpoint_kv_note(spec: ModelSpec, kv_format: str) -> Note | None:
+    """Where a checkpoint states its own KV cache (ModelSpec.checkpoint_kv_cache) and a figure is
+    sized at the model's dtype (`kv_format`, kvplan's name): the note that the engines take the
+    checkpoint's cache for --kv-cache-dtype auto (by the engines' rules:
+    engines.vllm.CHECKPOINT_KV_CACHES, engines.sglang.SGLANG_CHECKPOINT_KV_FROM) and how to size it; None elsewhere. size, capacity, whatif and roofline."""
+    from kvplan.engines.sglang import SGLANG_CHECKPOINT_KV_FROM
+    from kvplan.engines.vllm import CHECKPOINT_KV_CACHES
+
+    stated, method = spec.checkpoint_kv_cache, str(spec.checkpoint_kv_method or "")
+    if stated is None or kv_format != spec.dtype:
+        return None
+    # the first release of each engine that takes it (None: that engine keeps the model dtype)
+    vllm_taken = CHECKPOINT_KV_CACHES.get(stated) if method.startswith("modelopt") else None
+    sglang_patch = SGLANG_CHECKPOINT_KV_FROM.get(method) if stated == "fp8" else None
+    return note(
+        "checkpoint-kv-cache-stated",
+        kv_cache=stated,
+        model_dtype=spec.dtype,
+        vllm_from=vllm_taken[1] if vllm_taken else None,
+        sglang_from=f"0.5.{sglang_patch}" if sglang_patch is not None else None,
+    )
+
+
 def budget_note(gpu, gpu_mem_util: float, reserve_bytes: float, reserve_given: bool) -> Note:
     """The capacity-budget note: where a GPU's KV pool comes from (capacity, whatif)."""
     return note(

@@ -39,7 +39,7 @@ from kvplan.formulas.step_time import (
 )
 from kvplan.inputs.hardware import GpuProfile, Interconnect, inter_node_link
 from kvplan.notes import Note, note, unique
-from kvplan.plans.common import model_notes
+from kvplan.plans.common import checkpoint_kv_note, model_notes
 from kvplan.plans.deployment import (
     Deployment,
     check_deployment,
@@ -345,6 +345,7 @@ def roofline(spec: ModelSpec, gpu: GpuProfile, request: RooflineRequest) -> Roof
             raise KvplanError("roofline --ops: DP attention is not laid out per operator; use --tp")
         operators = operator_rows(spec, device_rates, request, wdtype, fmt, tp)
     notes = model_notes(spec, tp) + wnotes + list(choice.notes)
+    notes += [n for n in (checkpoint_kv_note(spec, fmt.name),) if n is not None]
     if network_note is not None:
         notes.append(network_note)
     if operators is not None:

@@ -17,6 +17,7 @@ from kvplan.plans.common import (
     AttentionSummary,
     LayerGroupCount,
     attention_summary,
+    checkpoint_kv_note,
     layer_groups,
     model_notes,
 )
@@ -114,6 +115,7 @@ def size(spec: ModelSpec, request: SizeRequest) -> SizeResult:
         notes.append(note("ctx-beyond-positions", context_len=max(past), positions=positions))
     for fmt in formats:
         notes.append(fmt.note)
+        notes.append(checkpoint_kv_note(spec, fmt.name))
         groups = cache_groups(spec, fmt, request.tp)
         for context_len in request.contexts:
             per_seq = kv_bytes_per_sequence(spec, context_len, fmt, request.tp)

@@ -36,7 +36,7 @@ from kvplan.formulas.techniques import (
 from kvplan.formulas.weights import resolve_weights_dtype, weights_bytes_per_gpu
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.notes import Note, note, unique
-from kvplan.plans.common import budget_note, model_notes
+from kvplan.plans.common import budget_note, checkpoint_kv_note, model_notes
 from kvplan.plans.deployment import choose_deployment, gpus_per_node
 from kvplan.plans.pool import budget, max_sequences
 from kvplan.plans.roofline import rates as device_rates
@@ -435,6 +435,7 @@ def whatif(spec: ModelSpec, gpu: GpuProfile, request: WhatIfRequest) -> WhatIfRe
     kinds = {k for _, parts, _, _ in priced for k in (t.kind for t in parts)}
     formats = {p.scenario.fmt for _, _, _, p in priced}
     notes += model_notes(spec, tp) + wnotes
+    notes.append(checkpoint_kv_note(spec, fmt.name))
     notes.append(budget_note(gpu, request.gpu_mem_util, plan.reserve_bytes, False))
     notes.append(
         note(

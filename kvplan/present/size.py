@@ -36,7 +36,7 @@ def size_view(result: SizeResult) -> View:
         Fact(
             "model",
             f"{m.name} ({m.model_type}; {m.family})",
-            notes=("model-path", "variant-resolved"),
+            notes=("model-path", "quant-hf-file", "variant-resolved"),
         ),
         Fact(
             "layers",

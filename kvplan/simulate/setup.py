@@ -1036,9 +1036,11 @@ def backend_kernels(spec, gpu, options, tables):
             if mla and gpu_generation(gpu) == 10 and spec.model_type in SGLANG_TRTLLM_MLA_MODELS:
                 default = "trtllm_mla"
     else:
+        from kvplan.engines import EngineRequest
         from kvplan.engines.vllm import (
             backend_sets_block,
             block_size_backend,
+            checkpoint_kv_cache_dtype,
             gpu_generation,
             vllm_backend_name,
         )
@@ -1051,9 +1053,15 @@ def backend_kernels(spec, gpu, options, tables):
             and v0_rules(options) is None
             and backend_sets_block(spec)
         ):
-            # the selector's pick for the size (its warning: note vllm-block-size-fallback)
+            # the selector's pick for the size (its warning: note vllm-block-size-fallback),
+            # for the cache the allocation holds: auto resolved as vLLM resolves it from the
+            # checkpoint (its order on Blackwell MLA reads the cache dtype)
+            as_given = EngineRequest(
+                kv_cache_dtype=options.kv_cache_dtype, vllm_version=options.vllm_version
+            )
+            resolved, _ = checkpoint_kv_cache_dtype(spec, as_given)
             picked, passed_over = block_size_backend(
-                spec, gpu, options.block_size, options.kv_cache_dtype, options.tp
+                spec, gpu, options.block_size, resolved.kv_cache_dtype, options.tp
             )
             if passed_over:
                 named = {p: ("--block-size", picked) for p in ("decode", "prefill")}

@@ -25,6 +25,28 @@ def _model_path(path: str, instead_of: str | None) -> str:
 
 
 text("model-path")(_model_path)
+
+
+def _checkpoint_kv_stated(kv_cache, model_dtype, vllm_from=None, sglang_from=None) -> str:
+    firsts = (("vLLM", vllm_from), ("SGLang", sglang_from))
+    taken = [f"{name} {first}+" for name, first in firsts if first]
+    who = " and ".join(taken) + (" take" if len(taken) > 1 else " takes") if taken else None
+    who = who or "no engine kvplan models takes"
+    return (
+        f"The checkpoint states an {kv_cache} KV cache, which {who} for --kv-cache-dtype "
+        f"auto; these KV figures are at the model's {model_dtype}: give --kv-dtype {kv_cache} "
+        "for the cache those engines hold."
+    )
+
+
+text("checkpoint-kv-cache-stated")(_checkpoint_kv_stated)
+text("quant-hf-file")(
+    lambda path: (
+        f"Quantization read from {path}: config.json has no quantization_config, and vLLM "
+        "then reads this file beside it (ModelOpt 0.29 and earlier export it) for the weights "
+        "format and the KV cache the checkpoint states."
+    )
+)
 text("variant-resolved")(
     lambda repo_id, alias: (
         f"{repo_id} was resolved offline to the bundled {alias} config: the same architecture "
