@@ -1722,6 +1722,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     from kvplan.engines.sglang import (
         detokenizer_token_s,
         mamba_capped_requests,
+        mamba_default_strategy,
         mamba_radix_overlap_off,
         mamba_track_slots,
         piecewise_prefill,
@@ -1775,10 +1776,22 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
 
     spec_request = requested(spec, options)
     speculating = spec_request is not None
+    strategy = options.mamba_scheduler_strategy
+    if strategy is None:  # SGLang's default ("auto" from 0.5.14) as the release resolves it
+        strategy = mamba_default_strategy(
+            spec,
+            gpu,
+            options.sglang_version,
+            overlap_given and not options.async_scheduling,
+            options.block_size,
+            options.enable_prefix_caching is not False,
+        )
+        if strategy is not None:
+            notes.append(note("sglang-mamba-auto", strategy=strategy))
     track_slots = mamba_track_slots(
         spec,
         gpu,
-        options.mamba_scheduler_strategy,
+        strategy,
         options.sglang_version,
         bool(options.async_scheduling),
         speculating,
