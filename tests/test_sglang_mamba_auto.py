@@ -10,7 +10,11 @@ from __future__ import annotations
 import pytest
 
 from kvplan.engines.request import EngineRequest
-from kvplan.engines.sglang import mamba_default_strategy, sglang_allocation
+from kvplan.engines.sglang import (
+    mamba_default_strategy,
+    mamba_ratio_track_slots,
+    sglang_allocation,
+)
 from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
@@ -99,3 +103,18 @@ def test_off_cuda_the_default_is_one_line():
     code, out, err = run_cli(*SIM[:3], "mi300x", *SIM[4:], "--engine-version", "0.5.14")
     one_line_error(code, err, "no_buffer")
     assert out == ""
+
+
+def test_057_counts_the_overlap_ratio_under_no_buffer():
+    """0.5.7's _calculate_mamba_ratio adds 2 unless extra_buffer speculates (0.5.8 only under
+    extra_buffer): the default no_buffer caps running requests at the states // 5 there."""
+    assert mamba_ratio_track_slots(0, "0.5.7") == 2
+    assert mamba_ratio_track_slots(1, "0.5.7") == 1  # extra_buffer speculating
+    assert [mamba_ratio_track_slots(0, r) for r in ("0.5.6", "0.5.8", "0.5.14", "0.5")] == [0] * 4
+    spec, gpu = load_model(MODEL), load_profile("h200")
+    states = sglang_allocation(
+        spec, gpu, EngineRequest(engine="sglang", sglang_version="0.5.7", tp=2)
+    ).max_mamba_cache_size
+    assert states is not None
+    caps = {r: _run(r)["setup"]["max_num_seqs"] for r in ("0.5.6", "0.5.7", "0.5.8")}
+    assert caps == {"0.5.6": states // 3, "0.5.7": states // 5, "0.5.8": states // 3}

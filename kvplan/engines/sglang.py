@@ -163,6 +163,11 @@ MAMBA_TRACK_SLOTS = {True: 2, False: 1}  # MAMBA_CACHE_V2_ADDITIONAL_RATIO_(NO_)
 # (_handle_mamba_radix_cache asserts only mamba_track_interval, 256 by default, >= the draft
 # tokens): as spec v1, the overlap scheduler off, one slot in every release.
 MAMBA_TRACK_BY_OVERLAP_FROM = 10
+# 0.5.7's _calculate_mamba_ratio (model_runner_kv_cache_mixin.py:290) adds
+# MAMBA_CACHE_V2_ADDITIONAL_RATIO_OVERLAP (2) unless extra_buffer speculates, so under no_buffer
+# with the radix cache on it too caps running requests at the states // 5 (no buffer is used);
+# 0.5.8 (:270) adds it under extra_buffer only. (first 0.5 patch, first without)
+MAMBA_NO_BUFFER_RATIO_PATCHES = (7, 8)
 # _handle_mamba_radix_cache raises "mamba extra_buffer is not compatible with
 # --disable-radix-cache" from 0.5.10 (server_args.py:2166), speculating or not; 0.5.7-0.5.9 run
 # it, one state a request (the radix cache off: _calculate_mamba_ratio 1)
@@ -910,6 +915,17 @@ def speculative_state_slots(max_running_requests: int, draft_tokens: int, dp: in
     return max_running_requests // dp * draft_tokens
 
 
+def mamba_ratio_track_slots(track_slots: int, version: str) -> int:
+    """The track slots _calculate_mamba_ratio counts beside MAMBA_SLOTS_PER_REQUEST: the
+    strategy's (mamba_track_slots), or under no_buffer on 0.5.7 (MAMBA_NO_BUFFER_RATIO_PATCHES)
+    the overlap ratio all the same."""
+    first, fixed = MAMBA_NO_BUFFER_RATIO_PATCHES
+    rules = sglang_rules(version)
+    if track_slots or not rules.from_05(first, bare=False) or rules.from_05(fixed):
+        return track_slots
+    return MAMBA_TRACK_SLOTS[True]
+
+
 def mamba_capped_requests(
     requests: int, max_mamba_cache_size: int | None, radix_cache: bool = True, track_slots: int = 0
 ) -> int:
@@ -1608,7 +1624,10 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     running = min(max(int(tokens / request.max_model_len * 512), 2048), 4096)
     running = min(running, max(tokens // 2, 1))
     running = mamba_capped_requests(
-        running, max_mamba, radix_off is None, request.mamba_track_slots
+        running,
+        max_mamba,
+        radix_off is None,
+        mamba_ratio_track_slots(request.mamba_track_slots, request.sglang_version),
     )
     fits = tokens >= request.max_model_len
     return SglangResult(

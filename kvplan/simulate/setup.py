@@ -1724,6 +1724,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         mamba_capped_requests,
         mamba_default_strategy,
         mamba_radix_overlap_off,
+        mamba_ratio_track_slots,
         mamba_track_slots,
         piecewise_prefill,
         sglang_allocation,
@@ -1881,7 +1882,8 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     # off (sglang_radix_off, the pool's rule too: no prefix is ever reused)
     radix = sglang_radix_off(spec, gpu, request, backend) is None
     if layout.dp == 1:  # init_memory: a hybrid's state pool caps a given or speculative count
-        running = mamba_capped_requests(running, alloc.max_mamba_cache_size, radix, track_slots)
+        ratio_slots = mamba_ratio_track_slots(track_slots, options.sglang_version)
+        running = mamba_capped_requests(running, alloc.max_mamba_cache_size, radix, ratio_slots)
     if layout.dp > 1:  # SGLang divides --max-running-requests among its DP-attention ranks
         running = max(1, running // layout.dp)
         # and, in server_args._handle_data_parallelism, the chunked prefill size ("adjusted to
