@@ -118,3 +118,26 @@ def test_057_counts_the_overlap_ratio_under_no_buffer():
     assert states is not None
     caps = {r: _run(r)["setup"]["max_num_seqs"] for r in ("0.5.6", "0.5.7", "0.5.8")}
     assert caps == {"0.5.6": states // 3, "0.5.7": states // 5, "0.5.8": states // 3}
+
+
+def test_plan_emits_the_default_and_replays_to_its_pool():
+    """plan --emit sglang on 0.5.14 prices the default as the release resolves it (extra_buffer:
+    the states // 5) and prints no strategy flag; the command replays to the same cap."""
+    from sim_replay import serve_argv
+
+    doc = run_json(
+        *("plan", MODEL, "--gpu", "h200", "--emit", "sglang", "--tp", "2"),
+        *("--engine-version", "0.5.14", "--kv-cache-dtype", "auto", "--max-num-seqs", "4096"),
+        *("--max-num-batched-tokens", "8192", "--rate", "1", "--slo", "tpot_p99=1s"),
+        *("--num-prompts", "20", "--jobs", "1", "--input-len", "512", "--output-len", "64"),
+        *("--speculative", "off", "--format", "json"),
+    )
+    (c,) = doc["candidates"]
+    assert "strategy" not in c["command"]
+    replay = run_json(*SIM, "--engine-version", "0.5.14", *serve_argv(c["command"]))
+    assert (
+        replay["setup"]["max_num_seqs"]
+        == c["max_num_seqs"]
+        == _run("0.5.14")["setup"]["max_num_seqs"]
+    )
+    assert replay["setup"]["kv_cache_tokens"] == c["kv_cache_tokens"]
