@@ -762,6 +762,11 @@ INVOCATIONS: dict[str, Invocation] = {
         "1024",
         *SMALL,
     ),
+    "simulate sglang auto strategy": cli(
+        *("simulate", "qwen3.5-35b-a3b", "--gpu", "h200", "--tp", "2", "--engine", "sglang"),
+        *("--engine-version", "0.5.14", "--num-prompts", "4", "--input-len", "200"),
+        *("--output-len", "10"),
+    ),
     "simulate sglang extra buffer": cli(
         "simulate",
         "qwen3.5-35b-a3b",
@@ -1066,6 +1071,7 @@ SOURCES: dict[str, str] = {
     "sglang-radix-off": "simulate sglang hybrid mtp",
     "sglang-mamba-no-radix": "simulate sglang hybrid mtp",
     "sglang-mamba-no-overlap": "simulate sglang cuda ipc",
+    "sglang-mamba-auto": "simulate sglang auto strategy",
     "sglang-mamba-extra-buffer": "simulate sglang extra buffer",
     "sglang-nsa-fp8-layout": "sglang glm-5.3",
     "sglang-partial-indexer": "sglang glm-5.3",

@@ -164,6 +164,11 @@ MAMBA_TRACK_SLOTS = {True: 2, False: 1}  # MAMBA_CACHE_V2_ADDITIONAL_RATIO_(NO_)
 # (_handle_mamba_radix_cache asserts only mamba_track_interval, 256 by default, >= the draft
 # tokens): as spec v1, the overlap scheduler off, one slot in every release.
 MAMBA_TRACK_BY_OVERLAP_FROM = 10
+# 0.5.7's _calculate_mamba_ratio (model_runner_kv_cache_mixin.py:290) adds
+# MAMBA_CACHE_V2_ADDITIONAL_RATIO_OVERLAP (2) unless extra_buffer speculates, so under no_buffer
+# with the radix cache on it too caps running requests at the states // 5 (no buffer is used);
+# 0.5.8 (:270) adds it under extra_buffer only. (first 0.5 patch, first without)
+MAMBA_NO_BUFFER_RATIO_PATCHES = (7, 8)
 # _handle_mamba_radix_cache raises "mamba extra_buffer is not compatible with
 # --disable-radix-cache" from 0.5.10 (server_args.py:2166), speculating or not; 0.5.7-0.5.9 run
 # it, one state a request (the radix cache off: _calculate_mamba_ratio 1)
@@ -173,6 +178,33 @@ MAMBA_EXTRA_BUFFER_RADIX_ERROR_FROM = 10
 # scheduler unless topk > 1 ("spec v2 currently only supports topk = 1") or
 # --disable-overlap-schedule; kvplan models spec v1 only. A bare 0.5 (April 2026's main): v1.
 SPEC_V2_DEFAULT_FROM = 11
+# From 0.5.14 the strategy's default is "auto" (0.5.7-0.5.13 resolved auto to no_buffer
+# unconditionally: 0.5.13 server_args.py:1225): _handle_mamba_radix_cache (0.5.14
+# server_args.py:4385; arg_groups/overrides.py _mamba_radix_cache_resolution from 0.5.15, :1038,
+# 0.5.23 :477) resolves it, the radix cache on (--disable-radix-cache returns first), to
+# extra_buffer where the overlap scheduler is wanted (no --disable-overlap-schedule given: it
+# runs in _handle_model_specific_adjustments, before the speculative and page-size handlers,
+# server_args.py:2533) or --page-size > 1 is given, and the model "supports" it
+# (_support_mamba_cache_extra_buffer, server_args.py:4338: the architecture in a list and
+# --linear-attn-backend triton, the default, server_args.py:1750); otherwise to no_buffer, the
+# overlap scheduler off. The list by the config's top-level model_type (kvplan's bundled
+# hybrids; the architecture each writes): the first 0.5 patch whose list names it. 0.5.14:
+# Qwen3NextForCausalLM, Qwen3_5(Moe)ForConditionalGeneration, NemotronHForCausalLM,
+# FalconH1ForCausalLM, GraniteMoeHybridForCausalLM; 0.5.19 adds the text-only
+# Qwen3_5(Moe)ForCausalLM (overrides.py:519). Not LFM2 (Lfm2ForCausalLM) in any release;
+# KimiLinear (0.5.16) and KimiK3 (0.5.17) are listed, but kvplan keeps no radix cache for them
+# (NO_MAMBA_RADIX_MODEL_TYPES), so auto never resolves.
+MAMBA_AUTO_FROM = 14
+MAMBA_AUTO_EXTRA_BUFFER_FROM = {
+    "qwen3_next": 14,
+    "qwen3_5": 14,
+    "qwen3_5_moe": 14,
+    "nemotron_h": 14,
+    "falcon_h1": 14,
+    "granitemoehybrid": 14,
+    "qwen3_5_text": 19,
+    "qwen3_5_moe_text": 19,
+}
 
 SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio
 MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio: state pool = rest x r / (1 + r)
@@ -961,6 +993,17 @@ def speculative_state_slots(max_running_requests: int, draft_tokens: int, dp: in
     return max_running_requests // dp * draft_tokens
 
 
+def mamba_ratio_track_slots(track_slots: int, version: str) -> int:
+    """The track slots _calculate_mamba_ratio counts beside MAMBA_SLOTS_PER_REQUEST: the
+    strategy's (mamba_track_slots), or under no_buffer on 0.5.7 (MAMBA_NO_BUFFER_RATIO_PATCHES)
+    the overlap ratio all the same."""
+    first, fixed = MAMBA_NO_BUFFER_RATIO_PATCHES
+    rules = sglang_rules(version)
+    if track_slots or not rules.from_05(first, bare=False) or rules.from_05(fixed):
+        return track_slots
+    return MAMBA_TRACK_SLOTS[True]
+
+
 def mamba_capped_requests(
     requests: int, max_mamba_cache_size: int | None, radix_cache: bool = True, track_slots: int = 0
 ) -> int:
@@ -1127,6 +1170,41 @@ def mamba_track_slots(
     if not sglang_rules(version).from_05(MAMBA_TRACK_BY_OVERLAP_FROM):
         return MAMBA_TRACK_SLOTS[True]  # keyed on speculation: 2 without it
     return MAMBA_TRACK_SLOTS[overlap]
+
+
+def mamba_default_strategy(
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    version: str,
+    overlap_off_given: bool,
+    page_size: int | None,
+    radix: bool,
+) -> str | None:
+    """The strategy SGLang `version` runs a hybrid with when none is given (None: the release
+    or the model never resolves one, no_buffer's rules): "extra_buffer" where "auto"
+    (MAMBA_AUTO_FROM) picks it, the radix cache on (`radix`), for a model whose config
+    model_type the release lists (MAMBA_AUTO_EXTRA_BUFFER_FROM) and the overlap scheduler not
+    turned off by the flag (`overlap_off_given`) or a --page-size > 1; else "no_buffer".
+    One line where it resolves to extra_buffer off CUDA: SGLang then asserts "extra_buffer
+    needs CUDA/MUSA/NPU (FLA)" (_validate_mamba_extra_buffer, server_args.py:4368)."""
+    if not radix or not mamba_radix_rules(spec, version):
+        return None
+    if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES:
+        return None
+    rules = sglang_rules(version)
+    if not rules.from_05(MAMBA_AUTO_FROM, bare=False):
+        return None
+    first = MAMBA_AUTO_EXTRA_BUFFER_FROM.get(spec.config_model_type or spec.model_type)
+    wanted = not overlap_off_given or (page_size or 1) > 1
+    if first is not None and rules.from_05(first, bare=False) and wanted:
+        if gpu.device_vendor != "NVIDIA":
+            raise KvplanError(
+                f"SGLang {str(version)[:20]}'s default --mamba-radix-cache-strategy auto "
+                f"resolves to extra_buffer for {spec.name}, which it asserts on CUDA only "
+                "(_validate_mamba_extra_buffer): give --mamba-radix-cache-strategy no_buffer"
+            )
+        return "extra_buffer"
+    return "no_buffer"
 
 
 def mamba_radix_rules(spec: ModelSpec, version: str) -> bool:
@@ -1634,7 +1712,10 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     running = min(max(int(tokens / request.max_model_len * 512), 2048), 4096)
     running = min(running, max(tokens // 2, 1))
     running = mamba_capped_requests(
-        running, max_mamba, radix_off is None, request.mamba_track_slots
+        running,
+        max_mamba,
+        radix_off is None,
+        mamba_ratio_track_slots(request.mamba_track_slots, request.sglang_version),
     )
     fits = tokens >= request.max_model_len
     return SglangResult(

@@ -1730,7 +1730,9 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     from kvplan.engines.sglang import (
         detokenizer_token_s,
         mamba_capped_requests,
+        mamba_default_strategy,
         mamba_radix_overlap_off,
+        mamba_ratio_track_slots,
         mamba_track_slots,
         piecewise_prefill,
         sglang_allocation,
@@ -1783,10 +1785,22 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
 
     spec_request = requested(spec, options)
     speculating = spec_request is not None
+    strategy = options.mamba_scheduler_strategy
+    if strategy is None:  # SGLang's default ("auto" from 0.5.14) as the release resolves it
+        strategy = mamba_default_strategy(
+            spec,
+            gpu,
+            options.sglang_version,
+            overlap_given and not options.async_scheduling,
+            options.block_size,
+            options.enable_prefix_caching is not False,
+        )
+        if strategy is not None:
+            notes.append(note("sglang-mamba-auto", strategy=strategy))
     track_slots = mamba_track_slots(
         spec,
         gpu,
-        options.mamba_scheduler_strategy,
+        strategy,
         options.sglang_version,
         bool(options.async_scheduling),
         speculating,
@@ -1877,7 +1891,8 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     # off (sglang_radix_off, the pool's rule too: no prefix is ever reused)
     radix = sglang_radix_off(spec, gpu, request, backend) is None
     if layout.dp == 1:  # init_memory: a hybrid's state pool caps a given or speculative count
-        running = mamba_capped_requests(running, alloc.max_mamba_cache_size, radix, track_slots)
+        ratio_slots = mamba_ratio_track_slots(track_slots, options.sglang_version)
+        running = mamba_capped_requests(running, alloc.max_mamba_cache_size, radix, ratio_slots)
     if layout.dp > 1:  # SGLang divides --max-running-requests among its DP-attention ranks
         running = max(1, running // layout.dp)
         # and, in server_args._handle_data_parallelism, the chunked prefill size ("adjusted to

@@ -110,6 +110,15 @@ text("sglang-mamba-extra-buffer")(
         "(_calculate_mamba_ratio; the flag is from 0.5.7)."
     )
 )
+text("sglang-mamba-auto")(
+    lambda strategy: (
+        f"No --mamba-radix-cache-strategy given: SGLang's default here resolves to {strategy}. "
+        "From 0.5.14 the default is auto, which picks extra_buffer for a hybrid whose "
+        "architecture SGLang lists when the overlap scheduler is wanted or --page-size > 1, "
+        "and no_buffer (the overlap scheduler off) otherwise; 0.5.7-0.5.13 always no_buffer "
+        "(server_args._handle_mamba_radix_cache)."
+    )
+)
 text("sglang-mamba-no-overlap")(
     lambda backend: (
         "Linear-attention hybrid with the radix cache on: SGLang keeps the recurrent states in "
