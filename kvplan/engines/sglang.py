@@ -1151,8 +1151,9 @@ def mamba_track_slots(
         raise KvplanError(
             f"SGLang {str(version)[:20]} runs this speculative decoding as spec v2 beside the "
             f"overlap scheduler (SGLANG_ENABLE_SPEC_V2 on by default from "
-            f"0.5.{SPEC_V2_DEFAULT_FROM}), which kvplan does not model with "
-            "--mamba-scheduler-strategy extra_buffer: give --speculative-eagle-topk 2 or more, "
+            f"0.5.{SPEC_V2_DEFAULT_FROM}), which kvplan does not model with the extra_buffer "
+            "mamba strategy (given, or the default's resolution from 0.5.14): give "
+            "--mamba-radix-cache-strategy no_buffer, --speculative-eagle-topk 2 or more, "
             "--no-async-scheduling, or an earlier release"
         )
     if not radix_cache:
