@@ -168,3 +168,17 @@ def test_auto_keeps_the_release_and_engine_refusals():
     )
     vllm = [a if a != "sglang" else "vllm" for a in SIM]
     one_line_error(*run_cli(*vllm, "--mamba-scheduler-strategy", "auto")[:3:2], "SGLang's")
+
+
+@pytest.mark.parametrize("release", ["0.5.13", "0.5.14", "0.5.23"])
+def test_engine_caps_running_requests_as_simulate_does(release):
+    """`kvplan engine` has no strategy flag: it runs SGLang's default, which from 0.5.14
+    resolves to extra_buffer for this model (MAMBA_AUTO_EXTRA_BUFFER_FROM) and caps the running
+    requests at the states // 5, as `kvplan simulate` counts them."""
+    engine = run_json(
+        *("engine", MODEL, "--engine", "sglang", "--gpu", "h200", "--tp", "2"),
+        *("--sglang-version", release, "--max-model-len", "8192"),
+    )
+    sim = _run(release, "--max-model-len", "8192")
+    assert engine["max_running_requests"] == sim["setup"]["max_num_seqs"]
+    assert engine["kv_cache_tokens"] == sim["setup"]["kv_cache_tokens"]
