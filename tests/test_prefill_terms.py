@@ -81,6 +81,11 @@ def test_qwen3_prefill_at_given_lengths_prices_the_moe_on_sglangs_triton_rows(mo
         ("-5", "at least 1 token"),
         ("500,abc", "'abc' is not a whole number"),
         ("1.5", "'1.5' is not a whole number"),
+        # str.isdigit takes '²' (int() then raised ValueError, a traceback) and '١٠' (int()
+        # read it as 10): a length is ASCII digits, as every kvplan count is
+        ("²", "is not a whole number"),
+        ("١٠", "is not a whole number"),
+        ("500,٣", "is not a whole number"),
         (",".join(str(n) for n in range(1, 10_001)), "at most 100 lengths"),
     ],
 )

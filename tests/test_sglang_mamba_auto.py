@@ -141,3 +141,44 @@ def test_plan_emits_the_default_and_replays_to_its_pool():
         == _run("0.5.14")["setup"]["max_num_seqs"]
     )
     assert replay["setup"]["kv_cache_tokens"] == c["kv_cache_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("release", "flag"),
+    [
+        ("0.5.13", "--mamba-scheduler-strategy"),
+        ("0.5.14", "--mamba-scheduler-strategy"),
+        ("0.5.23", "--mamba-radix-cache-strategy"),
+    ],
+)
+def test_the_default_given_by_name_is_the_default(release, flag):
+    """SGLang's parser lists "auto" among the strategy's choices (MAMBA_SCHEDULER_STRATEGY_
+    CHOICES = ["auto", "no_buffer", "extra_buffer"]) and defaults to it: giving it is giving
+    nothing, not a refused input."""
+    given, default = _run(release, flag, "auto"), _run(release)
+    assert given["setup"]["max_num_seqs"] == default["setup"]["max_num_seqs"]
+    assert given["setup"]["kv_cache_tokens"] == default["setup"]["kv_cache_tokens"]
+
+
+def test_auto_keeps_the_release_and_engine_refusals():
+    # before the flag (0.5.7) SGLang's parser refuses it whatever the value; vLLM has none
+    one_line_error(
+        *run_cli(*SIM, "--engine-version", "0.5.6", "--mamba-scheduler-strategy", "auto")[:3:2],
+        "0.5.7",
+    )
+    vllm = [a if a != "sglang" else "vllm" for a in SIM]
+    one_line_error(*run_cli(*vllm, "--mamba-scheduler-strategy", "auto")[:3:2], "SGLang's")
+
+
+@pytest.mark.parametrize("release", ["0.5.13", "0.5.14", "0.5.23"])
+def test_engine_caps_running_requests_as_simulate_does(release):
+    """`kvplan engine` has no strategy flag: it runs SGLang's default, which from 0.5.14
+    resolves to extra_buffer for this model (MAMBA_AUTO_EXTRA_BUFFER_FROM) and caps the running
+    requests at the states // 5, as `kvplan simulate` counts them."""
+    engine = run_json(
+        *("engine", MODEL, "--engine", "sglang", "--gpu", "h200", "--tp", "2"),
+        *("--sglang-version", release, "--max-model-len", "8192"),
+    )
+    sim = _run(release, "--max-model-len", "8192")
+    assert engine["max_running_requests"] == sim["setup"]["max_num_seqs"]
+    assert engine["kv_cache_tokens"] == sim["setup"]["kv_cache_tokens"]

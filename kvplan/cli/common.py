@@ -641,15 +641,26 @@ def mamba_strategy(old: str | None, new: str | None, engine: str, version: str) 
     """The strategy given under either spelling (None: neither), refused one line where both
     are given or SGLang `version` refuses the spelling (engines.sglang.mamba_strategy_flags);
     a vLLM run refuses either later, as SGLang's."""
-    from kvplan.engines.sglang import MAMBA_STRATEGY_FLAGS, check_mamba_strategy_flag
+    from kvplan.engines.sglang import (
+        MAMBA_AUTO,
+        MAMBA_STRATEGY_FLAGS,
+        check_mamba_strategy_flag,
+        check_mamba_strategy_release,
+    )
 
     if old is not None and new is not None:
         raise KvplanError(f"give one of {' and '.join(MAMBA_STRATEGY_FLAGS)}, not both")
+    given = old if old is not None else new
     if engine == "sglang":
         for flag, value in zip(MAMBA_STRATEGY_FLAGS, (old, new), strict=True):
             if value is not None:
                 check_mamba_strategy_flag(flag, version)
-    return old if old is not None else new
+        if given is not None and given.strip().lower() == MAMBA_AUTO:
+            # SGLang's own default among its choices (MAMBA_SCHEDULER_STRATEGY_CHOICES): given
+            # by name it is the default, which the release resolves (mamba_default_strategy)
+            check_mamba_strategy_release(given, version)
+            return None
+    return given
 
 
 def speculative_config_option():

@@ -153,6 +153,8 @@ MAMBA_SPEC_RADIX_ERROR_FROM = 10
 # 0.5.7 as the first release with it (the first after 2025-12-10; the tag is not checked, nor
 # whether 0.5.7 has #15829's Mamba2 support).
 MAMBA_STRATEGIES = ("no_buffer", "extra_buffer")
+# the parser's third choice, its default: the release resolves it (mamba_default_strategy)
+MAMBA_AUTO = "auto"
 MAMBA_EXTRA_BUFFER_FROM = 7
 MAMBA_TRACK_SLOTS = {True: 2, False: 1}  # MAMBA_CACHE_V2_ADDITIONAL_RATIO_(NO_)OVERLAP
 # What the track slots are keyed on (model_runner_kv_cache_mixin.py of the wheels): 0.5.7-0.5.9
