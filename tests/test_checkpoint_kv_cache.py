@@ -145,3 +145,34 @@ def test_sglang_simulate_prices_the_fp8_pool():
     old = run_json(*head, "--engine-version", "0.5.2", "--num-prompts", "8")
     assert "sglang-checkpoint-kv-cache" in {n["id"] for n in auto["notes"]}
     assert auto["setup"]["kv_cache_tokens"] > 1.9 * old["setup"]["kv_cache_tokens"]
+
+
+def test_modelopt_fp4_without_quant_algo_is_the_fp4_config():
+    """quant_method modelopt_fp4 with no quant_algo: SGLang's ModelOptFp4Config (SGLang takes its
+    FP8 KV cache from 0.5.3), not the FP8 config (0.5.4)."""
+    from kvplan.inputs.quantization import read_quantization
+
+    qc = {"quant_method": "modelopt_fp4", "kv_cache_quant_algo": "FP8"}
+    top = {"quantization_config": qc}
+    quant = read_quantization(top, top, "m")
+    assert (quant.kv_cache, quant.kv_cache_method) == ("fp8", "modelopt-fp4")
+    qc8 = {"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}
+    top8 = {"quantization_config": qc8}
+    assert read_quantization(top8, top8, "m").kv_cache_method == "modelopt-fp8"
+
+
+def test_stated_cache_note_leaves_out_vllm_nvfp4_on_mla():
+    """An MLA checkpoint stating an nvfp4 cache: vLLM refuses it, so the note must not say vLLM
+    takes it; a GQA checkpoint stating nvfp4 names vLLM 0.20."""
+    from kvplan.plans.common import checkpoint_kv_note
+
+    mla = load_model("deepseek-v3")._replace(
+        checkpoint_kv_cache="nvfp4", checkpoint_kv_method="modelopt-fp4"
+    )
+    gqa = load_model("llama-3.1-8b")._replace(
+        checkpoint_kv_cache="nvfp4", checkpoint_kv_method="modelopt-fp4"
+    )
+    mla_note, gqa_note = checkpoint_kv_note(mla, mla.dtype), checkpoint_kv_note(gqa, gqa.dtype)
+    assert mla_note is not None and gqa_note is not None
+    assert mla_note.value("vllm_from") is None
+    assert gqa_note.value("vllm_from") == "0.20"

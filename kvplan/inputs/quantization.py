@@ -311,7 +311,10 @@ def read_quantization(top: dict, text: dict, name: str, hint: str = "") -> Quant
     if isinstance(qc, dict) and vllm_reads_kv_cache(qc):
         kv_cache = modelopt_kv_cache(qc)
         nested = qc.get("quantization")
-        algo = (nested if isinstance(nested, dict) else qc).get("quant_algo")
+        # the algorithm, or where none is stated the method's own (modelopt_fp4 is FP4)
+        algo = (nested if isinstance(nested, dict) else qc).get("quant_algo") or qc.get(
+            "quant_method"
+        )
         kv_method = modelopt_kv_method(str(algo or "")) if kv_cache else None
         return quant._replace(kv_cache=kv_cache, kv_cache_method=kv_method)
     return quant

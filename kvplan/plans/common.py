@@ -48,6 +48,8 @@ def checkpoint_kv_note(spec: ModelSpec, kv_format: str) -> Note | None:
         return None
     # the first release of each engine that takes it (None: that engine keeps the model dtype)
     vllm_taken = CHECKPOINT_KV_CACHES.get(stated) if method.startswith("modelopt") else None
+    if stated == "nvfp4" and spec.has_kind(CacheKind.MLA):
+        vllm_taken = None  # vLLM refuses an nvfp4 cache on MLA layers (checkpoint_kv_cache_dtype)
     sglang_patch = SGLANG_CHECKPOINT_KV_FROM.get(method) if stated == "fp8" else None
     return note(
         "checkpoint-kv-cache-stated",
