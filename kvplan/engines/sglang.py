@@ -1204,7 +1204,8 @@ def mamba_default_strategy(
             raise KvplanError(
                 f"SGLang {str(version)[:20]}'s default --mamba-radix-cache-strategy auto "
                 f"resolves to extra_buffer for {spec.name}, which it asserts on CUDA only "
-                "(_validate_mamba_extra_buffer): give --mamba-radix-cache-strategy no_buffer"
+                "(_validate_mamba_extra_buffer): launch it with --mamba-radix-cache-strategy "
+                "no_buffer (kvplan simulate and plan take that flag)"
             )
         return "extra_buffer"
     return "no_buffer"
