@@ -386,6 +386,12 @@ class ModelSpec(NamedTuple):
     positions: PositionKeys | None = None
 
     @property
+    def checkpoint_model_type(self) -> str:
+        """The model_type the checkpoint's config.json writes (config_model_type where it
+        differs from the layers', else model_type): what engines key their own model on."""
+        return self.config_model_type or self.model_type
+
+    @property
     def source_notes(self) -> tuple[Note, ...]:
         """The notes that say where the config came from (a local path read before a name of the
         same spelling, a variant resolved to a bundled config): every result carries them."""

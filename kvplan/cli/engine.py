@@ -758,25 +758,8 @@ def _server(o) -> None:
     )
     gpu = c.load_gpu(o.gpu)
     if o.engine == "sglang":
-        request = request._replace(
-            mamba_track_slots=_sglang_default_track_slots(spec, gpu, request)
-        )
+        from kvplan.engines.sglang import default_mamba_track_slots
+
+        request = request._replace(mamba_track_slots=default_mamba_track_slots(spec, gpu, request))
     result = engine_allocation(spec, gpu, request)
     c.emit(c.render(engine_view(result), o.fmt))
-
-
-def _sglang_default_track_slots(spec, gpu, request) -> int:
-    """The track slots of the mamba strategy SGLang `request.sglang_version` runs by default
-    (engines.sglang.mamba_default_strategy: "auto" resolves to extra_buffer from 0.5.14 for a
-    listed hybrid), as `kvplan simulate` counts them; `engine` takes no strategy flag and runs
-    the overlap scheduler, SGLang's default, without speculation."""
-    from kvplan.engines.sglang import mamba_default_strategy, mamba_track_slots
-
-    strategy = mamba_default_strategy(
-        spec, gpu, request.sglang_version, False, request.block_size, request.radix_cache
-    )
-    if strategy is None:
-        return 0
-    return mamba_track_slots(
-        spec, gpu, strategy, request.sglang_version, True, False, request.radix_cache
-    )

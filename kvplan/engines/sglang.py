@@ -325,14 +325,14 @@ SGLANG_OWN_MODEL_FROM = {"kimi_k25": (9, "KimiK25ForConditionalGeneration", "mod
 def sglang_own_model_from(spec: ModelSpec) -> str | None:
     """The first SGLang release with a model of its own for `spec`'s checkpoint
     (SGLANG_OWN_MODEL_FROM), None where every release kvplan models has one."""
-    first = SGLANG_OWN_MODEL_FROM.get(spec.config_model_type or spec.model_type)
+    first = SGLANG_OWN_MODEL_FROM.get(spec.checkpoint_model_type)
     return None if first is None else f"0.5.{first[0]}"
 
 
 def check_sglang_own_model(spec: ModelSpec, version: str) -> None:
     """Refuse a release that has no SGLang model for `spec`'s checkpoint (SGLANG_OWN_MODEL_FROM):
     it would run the Transformers backend, or refuse to start, and kvplan models neither."""
-    first = SGLANG_OWN_MODEL_FROM.get(spec.config_model_type or spec.model_type)
+    first = SGLANG_OWN_MODEL_FROM.get(spec.checkpoint_model_type)
     if first is None or sglang_rules(version).from_05(first[0]):
         return
     patch, architecture, path = first
@@ -346,7 +346,7 @@ def check_sglang_own_model(spec: ModelSpec, version: str) -> None:
 def detokenizer_untimed(spec: ModelSpec) -> bool:
     """Whether SGLang's detokenizer runs this model's tokenizer on a CPU path kvplan does not
     time (KIMI_TIKTOKEN_MODEL_TYPES): its streamed rate may be the detokenizer's, not the GPU's."""
-    return (spec.config_model_type or spec.model_type) in KIMI_TIKTOKEN_MODEL_TYPES
+    return spec.checkpoint_model_type in KIMI_TIKTOKEN_MODEL_TYPES
 
 
 # How SGLang's detokenizer decodes KIMI_TIKTOKEN_MODEL_TYPES' tokens, by release (the 0.5 patch
@@ -542,9 +542,7 @@ def piecewise_prefill(
         return Piecewise(0, f"off by default before 0.5.{PIECEWISE_DEFAULT_FROM}")
     if excluded is None and dsa_model(spec):
         excluded = "a DSA model"
-    if excluded is None and (spec.config_model_type or spec.model_type) in (
-        PIECEWISE_DISABLED_MODEL_TYPES
-    ):
+    if excluded is None and spec.checkpoint_model_type in (PIECEWISE_DISABLED_MODEL_TYPES):
         excluded = f"{spec.model_type}'s architecture"
     if excluded is None and spec.vision_tower is not None:
         excluded = "a multimodal model"
@@ -1197,7 +1195,7 @@ def mamba_default_strategy(
     rules = sglang_rules(version)
     if not rules.from_05(MAMBA_AUTO_FROM, bare=False):
         return None
-    first = MAMBA_AUTO_EXTRA_BUFFER_FROM.get(spec.config_model_type or spec.model_type)
+    first = MAMBA_AUTO_EXTRA_BUFFER_FROM.get(spec.checkpoint_model_type)
     wanted = not overlap_off_given or (page_size or 1) > 1
     if first is not None and rules.from_05(first, bare=False) and wanted:
         if gpu.device_vendor != "NVIDIA":
@@ -1215,6 +1213,21 @@ def mamba_radix_rules(spec: ModelSpec, version: str) -> bool:
     """Whether SGLang `version` runs server_args._handle_mamba_radix_cache for this model: a
     recurrent-state hybrid at 0.5.6 or later (MAMBA_NO_OVERLAP_FROM; a bare 0.5: its newest)."""
     return spec.has_kind(CacheKind.STATE) and sglang_rules(version).from_05(MAMBA_NO_OVERLAP_FROM)
+
+
+def default_mamba_track_slots(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> int:
+    """The track slots of the mamba strategy SGLang `request.sglang_version` runs by default
+    (engines.sglang.mamba_default_strategy: "auto" resolves to extra_buffer from 0.5.14 for a
+    listed hybrid), as `kvplan simulate` counts them, for `kvplan engine`: no strategy flag,
+    the overlap scheduler on (SGLang's default), no speculation."""
+    strategy = mamba_default_strategy(
+        spec, gpu, request.sglang_version, False, request.block_size, request.radix_cache
+    )
+    if strategy is None:
+        return 0
+    return mamba_track_slots(
+        spec, gpu, strategy, request.sglang_version, True, False, request.radix_cache
+    )
 
 
 def speculative_radix_off(spec: ModelSpec, version: str, strategy: str | None = None) -> bool:
@@ -1443,16 +1456,24 @@ SGLANG_CHECKPOINT_KV_FROM = {
 }
 
 
+def sglang_checkpoint_kv_from(spec: ModelSpec) -> int | None:
+    """The first 0.5 patch SGLang takes `spec`'s stated KV cache from for --kv-cache-dtype auto
+    (SGLANG_CHECKPOINT_KV_FROM, by the config that states it; its step takes kv_cache_quant_algo
+    "FP8" only, so an nvfp4 statement keeps auto), None where no release does."""
+    if spec.checkpoint_kv_cache != "fp8":
+        return None
+    return SGLANG_CHECKPOINT_KV_FROM.get(spec.checkpoint_kv_method or "")
+
+
 def sglang_checkpoint_kv_cache_dtype(
     spec: ModelSpec, kv_cache_dtype: str, version: str
 ) -> tuple[str, list[Note]]:
     """--kv-cache-dtype `kv_cache_dtype` as SGLang `version` resolves auto from the checkpoint
     (SGLANG_CHECKPOINT_KV_FROM; ModelSpec.checkpoint_kv_cache), and the note that says so."""
-    # SGLang's step takes kv_cache_quant_algo "FP8" only (an nvfp4 statement keeps auto)
-    resolved = CHECKPOINT_KV_CACHES["fp8"][0] if spec.checkpoint_kv_cache == "fp8" else None
-    first = SGLANG_CHECKPOINT_KV_FROM.get(spec.checkpoint_kv_method or "")
-    if kv_cache_dtype != "auto" or resolved is None or first is None:
+    first = sglang_checkpoint_kv_from(spec)
+    if kv_cache_dtype != "auto" or first is None:
         return kv_cache_dtype, []
+    resolved = CHECKPOINT_KV_CACHES["fp8"][0]
     if not sglang_rules(version).from_05(first, bare=first <= NEWEST_RULES_PATCH):
         return kv_cache_dtype, []
     return resolved, [

@@ -921,15 +921,24 @@ def check_dcp(spec: ModelSpec, tp: int, dcp: int, engine: str = "vllm") -> int:
 CHECKPOINT_KV_CACHES = {"fp8": ("fp8_e4m3", "0.14"), "nvfp4": ("nvfp4", "0.20")}
 
 
+def vllm_checkpoint_kv(spec: ModelSpec) -> tuple[str, str] | None:
+    """(the cache dtype, the first release) vLLM takes `spec`'s stated KV cache with for
+    --kv-cache-dtype auto (CHECKPOINT_KV_CACHES; a ModelOpt config's statement only:
+    ModelSpec.checkpoint_kv_method), None where no release does."""
+    taken = CHECKPOINT_KV_CACHES.get(spec.checkpoint_kv_cache or "")
+    if taken is None or not str(spec.checkpoint_kv_method or "").startswith("modelopt"):
+        return None
+    return taken
+
+
 def checkpoint_kv_cache_dtype(
     spec: ModelSpec, request: EngineRequest
 ) -> tuple[EngineRequest, list]:
     """`request` with --kv-cache-dtype auto resolved as vLLM resolves it from the checkpoint
     (CHECKPOINT_KV_CACHES by the stated release; ModelSpec.checkpoint_kv_cache, stated by a
     ModelOpt config: checkpoint_kv_method), and the note that says so."""
-    taken = CHECKPOINT_KV_CACHES.get(spec.checkpoint_kv_cache or "")
-    modelopt = str(spec.checkpoint_kv_method or "").startswith("modelopt")
-    if request.kv_cache_dtype != "auto" or taken is None or not modelopt:
+    taken = vllm_checkpoint_kv(spec)
+    if request.kv_cache_dtype != "auto" or taken is None:
         return request, []
     resolved, first = taken
     if older_than(request.vllm_version, first):

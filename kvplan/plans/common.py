@@ -39,18 +39,19 @@ def checkpoint_kv_note(spec: ModelSpec, kv_format: str) -> Note | None:
     """Where a checkpoint states its own KV cache (ModelSpec.checkpoint_kv_cache) and a figure is
     sized at the model's dtype (`kv_format`, kvplan's name): the note that the engines take the
     checkpoint's cache for --kv-cache-dtype auto (by the engines' rules:
-    engines.vllm.CHECKPOINT_KV_CACHES, engines.sglang.SGLANG_CHECKPOINT_KV_FROM) and how to size it; None elsewhere. size, capacity, whatif and roofline."""
-    from kvplan.engines.sglang import SGLANG_CHECKPOINT_KV_FROM
-    from kvplan.engines.vllm import CHECKPOINT_KV_CACHES
+    engines.vllm.vllm_checkpoint_kv, engines.sglang.sglang_checkpoint_kv_from) and how to
+    size it; None elsewhere. size, capacity, whatif and roofline."""
+    from kvplan.engines.sglang import sglang_checkpoint_kv_from
+    from kvplan.engines.vllm import vllm_checkpoint_kv
 
-    stated, method = spec.checkpoint_kv_cache, str(spec.checkpoint_kv_method or "")
+    stated = spec.checkpoint_kv_cache
     if stated is None or kv_format != spec.dtype:
         return None
     # the first release of each engine that takes it (None: that engine keeps the model dtype)
-    vllm_taken = CHECKPOINT_KV_CACHES.get(stated) if method.startswith("modelopt") else None
+    vllm_taken = vllm_checkpoint_kv(spec)
     if stated == "nvfp4" and spec.has_kind(CacheKind.MLA):
         vllm_taken = None  # vLLM refuses an nvfp4 cache on MLA layers (checkpoint_kv_cache_dtype)
-    sglang_patch = SGLANG_CHECKPOINT_KV_FROM.get(method) if stated == "fp8" else None
+    sglang_patch = sglang_checkpoint_kv_from(spec)
     return note(
         "checkpoint-kv-cache-stated",
         kv_cache=stated,

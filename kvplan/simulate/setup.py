@@ -911,7 +911,7 @@ def sglang_moe_runner_rows(spec, gpu, options, tables, wdtype: str, layout) -> M
         return None
     name = sglang_moe_runner(
         sglang_rules(run_engine_version(options)),
-        spec.config_model_type or spec.model_type,
+        spec.checkpoint_model_type,
         wdtype,
         gpu_generation(gpu),
         options.backends.moe_runner_backend,
