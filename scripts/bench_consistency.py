@@ -5,7 +5,8 @@
 Both bench clients print output throughput = the server-counted output tokens of the completed
 requests / duration (sglang.bench_serving 0.5.9 `calculate_metrics`: `output_lens` from the
 server's `meta_info.completion_tokens`, the re-tokenized count printed apart; `vllm bench serve`
-likewise from the server's usage). The duration runs from `benchmark_start_time`, taken after the
+`calculate_metrics` likewise from the server's usage, re-tokenizing the text only where the
+server reports none). The duration runs from `benchmark_start_time`, taken after the
 untimed warmup request (the first prompt, at most 32 output tokens) and the optional
 `/flush_cache`, to the end of the last request. A request's latency is its TTFT plus (output
 tokens - 1) x its TPOT (the clients' own TPOT definition). So the run's own medians imply:
