@@ -54,6 +54,7 @@ from sim_cases import (  # noqa: E402
     CASES_PATH,
     HELDOUT,
     gpu_name,
+    inconsistent_metrics,
     load_cases,
     replayed_from_serve_cmd,
     run_case,
@@ -129,9 +130,10 @@ def log_ratios(cases: list[dict]) -> list[dict]:
         length_dist = simulate_request(case).workload.length_dist
         ratios, propagated = {}, {}
         scaled = sim.get("step_scaled") or {}
+        marked = inconsistent_metrics(case)  # contradicts its own medians: not calibrated on
         for metric in FAMILY_OF_METRIC:
             measured, simulated = case["measured"].get(metric), sim[metric]
-            if measured and simulated:
+            if measured and simulated and metric not in marked:
                 ratios[metric] = math.log(measured / simulated)
                 # log(value at each step scale / simulated): the runs at the class's step scales
                 propagated[metric] = [

@@ -17,7 +17,10 @@ throughput differs from its generated tokens / duration by more than 5% (it cont
 a block printed word for word in a doc the cookbook added earlier is a copy of that run, kept
 once, under the earlier doc (GLM-5.1.md reprints GLM-5.md's H200 blocks). Every run
 is kept: what kvplan simulate lacks for one is computed when it is replayed (tests/sim_replay.py
-needs()), not stored; a block's printed acceptance length is kept as spec_accept_length. The rest of the file (vLLM recipes, issue threads)
+needs()), not stored; a block's printed acceptance length is kept as spec_accept_length; a
+block whose output throughput contradicts its own median TTFT and TPOT under the client's rules
+(scripts/bench_consistency.py) is marked `inconsistent`, with the reason its printed means give
+or "unexplained". The rest of the file (vLLM recipes, issue threads)
 was copied by hand; see tests/data/README.md."""
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_consistency import check, sequential_one_off  # noqa: E402
 
 COMMIT = "7b5bd9c05e3d86da5161ac2be9b91c19a34bf49d"
 SOURCE = "SGLang cookbook (sgl-project/sgl-cookbook)"
@@ -48,6 +54,9 @@ FIELDS = {
     "Median TPOT (ms)": "median_tpot_ms",
     "P99 TPOT (ms)": "p99_tpot_ms",
     "Median ITL (ms)": "median_itl_ms",
+    # read for the consistency check only (scripts/bench_consistency.py), not stored
+    "Mean TTFT (ms)": "mean_ttft_ms",
+    "Mean E2E Latency (ms)": "mean_e2e_latency_ms",
     "Max request concurrency": "printed_concurrency",
     "Traffic request rate": "printed_rate",
     "Accept length": "accept_length",
@@ -506,6 +515,17 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
         "record_mismatch": mismatch,
         "notes": "; ".join(notes),
     }
+    if check(case).flagged:  # its throughput contradicts its own medians: say why, or that
+        # the block does not (scripts/bench_consistency.py)
+        mark = None
+        if "mean_ttft_ms" in m and "mean_e2e_latency_ms" in m:
+            mark = sequential_one_off(case, m["mean_ttft_ms"], m["mean_e2e_latency_ms"])
+        case["inconsistent"] = mark or {
+            "metrics": ["output_throughput"],
+            "reason": "unexplained: the printed output throughput contradicts the run's own "
+            "median TTFT and TPOT under its bench client's rules, and the block prints nothing "
+            "that accounts for it (scripts/bench_consistency.py)",
+        }
     if IPC_ENV in serve and raw.get("written"):
         pool = IPC_POOL_MIB[raw["written"] >= IPC_POOL_1GIB_FROM]
         case["replay_flags"] = ["--cuda-ipc-pool-mib", str(pool)]

@@ -10,8 +10,10 @@ GPU family and engine, the median |error| of each and how many runs the simulati
 faster than the real one, and for the runs replayed from their serve commands (the external
 file: tests/sim_replay.py) the share whose measured value lies inside the 80% interval
 (`bench_interval`). A run kvplan cannot express is listed with what simulate lacks for it,
-computed from the record and what simulate takes today (sim_replay.needs), not simulated.
-Nothing is fitted per case."""
+computed from the record and what simulate takes today (sim_replay.needs), not simulated. A
+measured value its record marks `inconsistent` (it contradicts the run's own medians under the
+bench client's rules: scripts/bench_consistency.py) is printed with a `!` and its error, left out
+of the medians, and listed with the record's reason at the end. Nothing is fitted per case."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from sim_cases import (  # noqa: E402
     HELDOUT,
     METRICS,
     gpu_name,
+    inconsistent_metrics,
     load_cases,
     relative_error,
     replayed_from_serve_cmd,
@@ -55,6 +58,12 @@ def groups(case: dict) -> dict[str, str]:
     return kinds
 
 
+def counted(row: dict, metric: str) -> bool:
+    """Whether a row's metric enters the medians: simulated and measured, and not marked
+    `inconsistent` in its record."""
+    return metric in row and not row[metric].get("inconsistent")
+
+
 def group_summary(rows: list[dict]) -> dict[str, dict[str, dict]]:
     """Per kind (source, gpu family, engine, split) and group: runs, median |error| per metric and
     the runs where the simulated output throughput is above the measured one (faster)."""
@@ -68,17 +77,19 @@ def group_summary(rows: list[dict]) -> dict[str, dict[str, dict]]:
             members = [r for r in rows if r["groups"].get(kind) == name]
             entry = {"runs": len(members)}
             for metric in METRICS:
-                errors = [abs(r[metric]["error"]) for r in members if metric in r]
+                errors = [abs(r[metric]["error"]) for r in members if counted(r, metric)]
                 entry[metric] = statistics.median(errors) if errors else None
             for metric in METRICS:
                 hits = [
                     r[metric]["inside"]
                     for r in members
-                    if r.get(metric, {}).get("inside") is not None
+                    if counted(r, metric) and r[metric].get("inside") is not None
                 ]
                 entry[f"{metric}_covered"] = (sum(hits), len(hits))
             entry["sim_faster"] = sum(
-                1 for r in members if r.get("output_throughput", {}).get("error", 0) > 0
+                1
+                for r in members
+                if counted(r, "output_throughput") and r["output_throughput"]["error"] > 0
             )
             summary[kind][name] = entry
     return summary
@@ -174,6 +185,7 @@ def main() -> None:
         seconds = time.perf_counter() - start
         row = {"id": case["id"], "url": case["url"], "seconds": seconds, "groups": groups(case)}
         cells = []
+        marked = inconsistent_metrics(case)
         for metric in METRICS:
             measured, simulated = case["measured"].get(metric), sim[metric]
             if measured is None or simulated is None:  # e.g. one output token: no TPOT
@@ -183,7 +195,11 @@ def main() -> None:
             row[metric] = {"measured": measured, "simulated": simulated, "error": error}
             if "bench_interval" in sim:
                 row[metric]["inside"] = inside(sim["bench_interval"].get(metric), measured)
-            cells.append(f"{measured:>10.1f} {simulated:>10.1f} {error:>+7.0%}")
+            flag = " "
+            if metric in marked:
+                row[metric]["inconsistent"] = case["inconsistent"]["reason"]
+                flag = "!"
+            cells.append(f"{measured:>10.1f} {simulated:>10.1f} {error:>+7.0%}{flag}")
         shares = sim["step_time_shares"]
         top = sorted(shares.items(), key=lambda kv: -kv[1])[:3]
         row["dominant"] = {k: v for k, v in top}
@@ -201,7 +217,7 @@ def main() -> None:
         f"({sum('needs' in r for r in rows)} for what simulate lacks, "
         f"{sum('error' in r for r in rows)} refused by the simulation)"
     )
-    errors = {m: [abs(r[m]["error"]) for r in done if m in r] for m in METRICS}
+    errors = {m: [abs(r[m]["error"]) for r in done if counted(r, m)] for m in METRICS}
     medians = {m: statistics.median(v) if v else None for m, v in errors.items()}
     print(
         "median |error|: "
@@ -209,6 +225,11 @@ def main() -> None:
     )
     summary = group_summary(done)
     print_summary(summary)
+    marks = [(r["id"], m, r[m]) for r in done for m in METRICS if m in r and not counted(r, m)]
+    if marks:
+        print(f"\nleft out of the medians: {len(marks)} measured values marked inconsistent (!)")
+        for cid, metric, cell in marks:
+            print(f"  {cid} {metric} ({cell['error']:+.0%}): {cell['inconsistent']}")
     if args.write_summary:
         write_summary(args.heldout, len(done), medians)
     if args.json:

@@ -148,5 +148,13 @@ def run_case(case: dict) -> dict:
     }
 
 
+def inconsistent_metrics(case: dict) -> frozenset[str]:
+    """The measured metrics a record marks `inconsistent` (its value contradicts the run's own
+    medians under its bench client's rules: scripts/bench_consistency.py): reported beside the
+    simulation, left out of the medians and the interval calibration."""
+    mark = case.get("inconsistent")
+    return frozenset(mark["metrics"]) if mark else frozenset()
+
+
 def relative_error(simulated: float, measured: float) -> float:
     return (simulated - measured) / measured

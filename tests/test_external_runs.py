@@ -41,8 +41,11 @@ def test_every_run_has_the_schema_and_finite_numbers():
     assert len({c["id"] for c in CASES}) == len(CASES)
     for case in CASES:
         # replay_flags: kvplan flags for what the printed command leaves to its build (the
-        # SGLang CUDA IPC pool), only where the collector sets them
-        assert FIELDS <= set(case) <= FIELDS | {"replay_flags"}, case["id"]
+        # SGLang CUDA IPC pool), only where the collector sets them; inconsistent: a measured
+        # value that contradicts the run's own medians (scripts/bench_consistency.py), and why
+        assert FIELDS <= set(case) <= FIELDS | {"replay_flags", "inconsistent"}, case["id"]
+        mark = case.get("inconsistent")
+        assert mark is None or (set(mark["metrics"]) <= MEASURED and mark["reason"]), case["id"]
         assert case["engine"] in ("vllm", "sglang") and case["dataset"] in ("random", "sharegpt")
         assert case["gpu_family"] in FAMILIES, case["id"]
         assert re.fullmatch(
@@ -165,6 +168,29 @@ def test_group_summary_counts_and_medians():
     assert both["median_ttft_ms"] == pytest.approx(1.0)
     assert summary["gpu family"]["Hopper"]["median_ttft_ms"] is None
     assert set(summary["gpu family"]) == {"Hopper", "CDNA3"}
+
+
+def test_a_value_marked_inconsistent_stays_out_of_the_medians():
+    rows = [
+        {
+            "groups": {"source": "a", "gpu family": "CDNA3", "engine": "sglang"},
+            "output_throughput": {"error": 1.8, "inside": False, "inconsistent": "one-off stall"},
+            "median_tpot_ms": {"error": -0.2, "inside": True},
+        },
+        {
+            "groups": {"source": "a", "gpu family": "CDNA3", "engine": "sglang"},
+            "output_throughput": {"error": 0.2, "inside": True},
+            "median_tpot_ms": {"error": -0.4, "inside": True},
+        },
+    ]
+    entry = _sim_accuracy().group_summary(rows)["gpu family"]["CDNA3"]
+    assert entry["runs"] == 2 and entry["sim_faster"] == 1
+    assert entry["output_throughput"] == pytest.approx(0.2)
+    assert entry["output_throughput_covered"] == (1, 1)
+    assert entry["median_tpot_ms"] == pytest.approx(0.3)
+    del rows[0]["output_throughput"]["inconsistent"]
+    entry = _sim_accuracy().group_summary(rows)["gpu family"]["CDNA3"]
+    assert entry["output_throughput"] == pytest.approx(1.0) and entry["sim_faster"] == 2
 
 
 @pytest.mark.slow
