@@ -495,7 +495,7 @@ class SpeculativeStepModel:
     ):
         self.target, self.speculation, self.draft = target, speculation, draft
         # SGLang's spec v2 beside the overlap scheduler (engines.sglang.sglang_spec_v2): the
-        # host's next round overlaps this round's GPU work (round_s); False: spec v1, serial.
+        # host's next round overlaps this round's GPU work (token_s); False: spec v1, serial.
         # The target is built with its own overlap rule off (its steps' host serial), so a
         # verification's GPU seconds are its total less its host_s
         self.overlap = overlap
@@ -766,20 +766,20 @@ class SpeculativeStepModel:
         extra_tokens = self.speculation.tokens_per_round - 1.0
         return passes * host.per_step_s + host.per_request_s * num_decodes * extra_tokens
 
-    def round_s(self, draft_s, verify_s, first_s, verify_host_s: float, num_decodes: int):
-        """Seconds of one round of `num_decodes` sequences from its draft step's, verification's
-        and first draft step's seconds (floats, or a decode span's arrays; the verification's
-        with its own host pass `verify_host_s` serial in it, the drafts GPU work alone) and the
-        round's host work beside them (round_host_s). Spec v1 (and vLLM): all serial,
-        speculative_round_s + round_host_s. Spec v2 beside the overlap scheduler
-        (SGLANG_V2_EXPOSED_PASSES): speculative_overlap_round_s, the host's round
-        (verification pass + round_host_s) overlapping the GPU's, and the verification's pass,
-        which prepares the next round after waiting for this one's verification, overlapping
-        only the draft extend that follows the verification (t_first)."""
-        extra_s = self.round_host_s(num_decodes)
+    def token_s(self, draft_s, verify_s, first_s, verify_host_s: float, num_decodes: int):
+        """Seconds of one decode step, a round of `num_decodes` sequences / E, from its draft
+        step's, verification's and first draft step's seconds (floats, or a decode span's
+        arrays; the verification's with its own host pass `verify_host_s` serial in it, the
+        drafts GPU work alone) and the round's host work beside them (round_host_s). Spec v1
+        (and vLLM): all serial, (speculative_round_s + round_host_s) / E. Spec v2 beside the
+        overlap scheduler (SGLANG_V2_EXPOSED_PASSES): speculative_overlap_round_s / E, the
+        host's round (verification pass + round_host_s) overlapping the GPU's, and the
+        verification's pass, which prepares the next round after waiting for this one's
+        verification, overlapping only the draft extend that follows the verification."""
+        e, extra_s = self.speculation.tokens_per_round, self.round_host_s(num_decodes)
         if not self.overlap:
-            return speculative_round_s(draft_s, verify_s, self.k, first_s) + extra_s
-        return speculative_overlap_round_s(
+            return speculative_round_s(draft_s, verify_s, self.k, first_s) / e + extra_s / e
+        round_s = speculative_overlap_round_s(
             draft_s,
             verify_s - verify_host_s,
             self.k,
@@ -787,6 +787,7 @@ class SpeculativeStepModel:
             verify_host_s + extra_s,
             SGLANG_V2_EXPOSED_PASSES * verify_host_s,
         )
+        return round_s / e
 
     def prefill_host_s(self) -> float:
         """Host seconds SGLang's draft pass over a prefill batch adds (forward_draft_extend
@@ -843,10 +844,10 @@ class SpeculativeStepModel:
         draft = self.draft_step(b, shape.decode_context_sum, False, seqs, padded)
         first = self.draft_step(b, shape.decode_context_sum, True, seqs, padded)
         e = self.speculation.tokens_per_round
-        round_s = self.round_s(
+        token_s = self.token_s(
             draft.total_s, verify.total_s, first.total_s, verify.terms_s["host_s"], b
         )
-        one = _round(verify, draft, first, self.k, e, float(round_s))
+        one = _round(verify, draft, first, self.k, e, float(token_s))
         one = _with(one, host_s=one.terms_s["host_s"] + self.round_host_s(b) / e)
         one = _plus_comm(one, self.decode_mlp_syncs * self.mlp_sync_s() / e)
         if not shape.prefill_chunks:
@@ -901,15 +902,15 @@ class SpeculativeStepModel:
         sync_s = self.decode_mlp_syncs * self.mlp_sync_s() / e
         # the verification's own host pass, the same at every context (StepModel.step)
         verify_host_s = span_kept(1).terms_s["host_s"] if len(sums) else 0.0
-        round_s = self.round_s(draft_times, times, first_times, verify_host_s, num_decodes)
-        token_times = round_s / e + sync_s
+        token_times = self.token_s(draft_times, times, first_times, verify_host_s, num_decodes)
+        token_times = token_times + sync_s
 
         def kept(n: int) -> StepTime:
             out = _linear(
                 (verify_kept(n), 1.0 / e), (draft_kept(n), (k - 1) / e), (first_kept(n), 1.0 / e)
             )
             out = _plus_comm(_plus_host(out, host_s * n), sync_s * n)
-            # spec v2: the terms as spent, the total the overlapped rounds' (round_s)
+            # spec v2: the terms as spent, the total the overlapped rounds' (token_s)
             return _with(out, float(token_times[:n].sum())) if self.overlap else out
 
         return token_times, kept
@@ -1071,13 +1072,13 @@ def _linear(*pairs) -> StepTime:
 
 
 def _round(
-    verify: StepTime, draft: StepTime, first: StepTime, k: int, e: float, round_s: float
+    verify: StepTime, draft: StepTime, first: StepTime, k: int, e: float, token_s: float
 ) -> StepTime:
-    """One decode step's share of a round of `round_s` seconds (SpeculativeStepModel.round_s):
-    its terms (the first draft forward + k - 1 more + the verification) / E, term by term, and
-    its total round_s / E."""
+    """One decode step's share of a round: its terms (the first draft forward + k - 1 more +
+    the verification) / E, term by term, and its total `token_s`
+    (SpeculativeStepModel.token_s)."""
     out = _linear((verify, 1.0 / e), (draft, (k - 1) / e), (first, 1.0 / e))
-    return out._replace(total_s=round_s / e)
+    return out._replace(total_s=token_s)
 
 
 def requested(spec: ModelSpec, options) -> SpecDecode | None:
