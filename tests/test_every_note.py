@@ -1100,6 +1100,7 @@ SOURCES: dict[str, str] = {
     "sim-moe-kernels": "simulate moe backend",
     "sglang-attention": "engine sglang flashmla",
     "sglang-ngram-topk": "simulate sglang ngram topk",
+    "sglang-spec-mode": "simulate sglang ngram topk",
     "vllm-attention": "engine vllm flashmla",
     "vllm-block-size-fallback": "engine vllm block size 8",
     "sim-engine": "simulate measured profile",

@@ -16,7 +16,6 @@ from kvplan.engines.sglang import (
     sglang_allocation,
     sglang_spec_v2,
 )
-from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import load_model
 
@@ -61,14 +60,15 @@ def test_track_slots_by_overlap_and_strategy():
     # speculating (spec v1: the overlap scheduler off): 1 in every release that runs it
     for release in ("0.5.7", "0.5.9", "0.5.10", "0.5"):
         assert mamba_track_slots(spec, gpu, "extra_buffer", release, False, True, True) == 1
-    # 0.5.11 on runs an EAGLE chain as spec v2 by default, beside the overlap scheduler
-    with pytest.raises(KvplanError, match="spec v2"):
-        mamba_track_slots(spec, gpu, "extra_buffer", "0.5.11", False, True, True, spec_v2=True)
-    assert sglang_spec_v2("0.5.11", topk=1, overlap_off_given=False)
-    assert not sglang_spec_v2("0.5.11", topk=2, overlap_off_given=False)
-    assert not sglang_spec_v2("0.5.11", topk=1, overlap_off_given=True)
-    assert not sglang_spec_v2("0.5.10", topk=1, overlap_off_given=False)
-    assert not sglang_spec_v2("0.5", topk=1, overlap_off_given=False)
+    # 0.5.11 on runs an EAGLE chain as spec v2 by default, beside the overlap scheduler: its
+    # 2 ping-pong slots (HybridReqToTokenPool: 2 if enable_overlap_schedule else 1)
+    v2 = mamba_track_slots(spec, gpu, "extra_buffer", "0.5.11", True, True, True, spec_v2=True)
+    assert v2 == 2
+    assert sglang_spec_v2("0.5.11", given_topk=1, overlap_off=False)
+    assert not sglang_spec_v2("0.5.11", given_topk=2, overlap_off=False)
+    assert not sglang_spec_v2("0.5.11", given_topk=1, overlap_off=True)
+    assert not sglang_spec_v2("0.5.10", given_topk=1, overlap_off=False)
+    assert not sglang_spec_v2("0.5", given_topk=1, overlap_off=False)
 
 
 def test_pool_split_by_hand():
@@ -114,7 +114,6 @@ def test_simulate_keeps_radix_and_overlap_on_with_fewer_running_requests():
         ((*SIM, "--mamba-scheduler-strategy", "eager"), "choose no_buffer or extra_buffer"),
         ((*_at("0.5.10"), *EXTRA, "--disable-radix-cache"), "from 0.5.10"),
         ((*_at("0.5.10"), *EXTRA, "--disable-radix-cache", *NEXTN), "from 0.5.10"),
-        ((*_at("0.5.11"), *EXTRA, "--speculative-algorithm", "NEXTN"), "spec v2"),
         (("simulate", "qwen3-8b", "--gpu", "h200", "--engine", "sglang", *EXTRA), "none"),
         ((*SIM[:3], "mi300x", *SIM[4:], *EXTRA), "CUDA"),
         (("simulate", "qwen3.5-35b-a3b", "--gpu", "h200", "--tp", "2", *EXTRA), "is SGLang's"),
@@ -264,3 +263,20 @@ def test_plan_searches_the_speculative_layout_with_the_radix_cache():
                       "--num-prompts", "4")  # fmt: skip
     assert replay["setup"]["enable_prefix_caching"] is True
     assert replay["setup"]["max_num_seqs"] == spec[0]["max_num_seqs"]
+
+
+def test_spec_v2_keeps_the_overlap_schedulers_two_track_slots():
+    """0.5.11 runs a NEXTN chain under extra_buffer as spec v2 beside the overlap scheduler
+    (its V2 worker tracks the states: EAGLEWorkerV2._mamba_verify_update), each running request
+    holding the overlap's 2 track states: the running requests are the states // 5, fewer than
+    spec v1's // 4 (--no-async-scheduling, the same release)."""
+    v2 = run_json(*_at("0.5.11"), *EXTRA, *NEXTN, "--max-num-seqs", "400")
+    v1 = run_json(*_at("0.5.11"), *EXTRA, *NEXTN, "--no-async-scheduling", "--max-num-seqs", "400")
+    s2, s1 = v2["setup"], v1["setup"]
+    assert s2["speculative"] and s2["enable_prefix_caching"] is True
+    assert s2["async_scheduling"] is True and s1["async_scheduling"] is False
+    states = s1["max_num_seqs"] * 4
+    assert (states - 3) // 5 <= s2["max_num_seqs"] <= (states + 3) // 5
+    modes = {n["id"]: n["text"] for n in v2["notes"]}
+    assert "spec v2" in modes["sglang-spec-mode"]
+    assert "spec v1" in {n["id"]: n["text"] for n in v1["notes"]}["sglang-spec-mode"]

@@ -164,7 +164,8 @@ MAMBA_TRACK_SLOTS = {True: 2, False: 1}  # MAMBA_CACHE_V2_ADDITIONAL_RATIO_(NO_)
 # (_calculate_mamba_ratio: "ping-pong buffer size is 2 when overlap schedule is on, 1
 # otherwise"). With speculative decoding under extra_buffer SGLang keeps the radix cache
 # (_handle_mamba_radix_cache asserts only mamba_track_interval, 256 by default, >= the draft
-# tokens): as spec v1, the overlap scheduler off, one slot in every release.
+# tokens): as spec v1, the overlap scheduler off, one slot in every release; as spec v2 (from
+# 0.5.11, SPEC_V2_DEFAULT_FROM) beside the overlap scheduler, the overlap's 2.
 MAMBA_TRACK_BY_OVERLAP_FROM = 10
 # 0.5.7's _calculate_mamba_ratio (model_runner_kv_cache_mixin.py:290) adds
 # MAMBA_CACHE_V2_ADDITIONAL_RATIO_OVERLAP (2) unless extra_buffer speculates, so under no_buffer
@@ -175,11 +176,21 @@ MAMBA_NO_BUFFER_RATIO_PATCHES = (7, 8)
 # --disable-radix-cache" from 0.5.10 (server_args.py:2166), speculating or not; 0.5.7-0.5.9 run
 # it, one state a request (the radix cache off: _calculate_mamba_ratio 1)
 MAMBA_EXTRA_BUFFER_RADIX_ERROR_FROM = 10
-# SGLANG_ENABLE_SPEC_V2 (environ.py): False to 0.5.10, True from 0.5.11, when
-# _handle_speculative_decoding runs EAGLE/EAGLE3/STANDALONE as spec v2 beside the overlap
-# scheduler unless topk > 1 ("spec v2 currently only supports topk = 1") or
-# --disable-overlap-schedule; kvplan models spec v1 only. A bare 0.5 (April 2026's main): v1.
+# SGLang's spec v2 (EAGLEWorkerV2: the overlap scheduler kept while speculating; timed in
+# simulate.speculative, SGLANG_V2_EXPOSED_PASSES), by release (the released wheels):
+# SGLANG_ENABLE_SPEC_V2 (environ.py, from 0.5.5) is False to 0.5.10 (kvplan reads no
+# environment: v1), True from 0.5.11, when _handle_speculative_decoding keeps the overlap
+# scheduler for EAGLE/EAGLE3/STANDALONE (NEXTN is EAGLE) unless it is already off
+# (--disable-overlap-schedule; _handle_pipeline_parallelism, run first, for PP > 1) or
+# --speculative-eagle-topk > 1 is given ("spec v2 currently only supports topk = 1"): a check of
+# the flag before auto_choose_speculative_params fills it, so an unset topk runs v2 whatever
+# auto picks (0.5.11 server_args.py:3461, 0.5.12 :3749). From 0.5.13 the v1 worker is gone
+# (spec_info.create_worker: EAGLEWorkerV2 with or without the overlap scheduler;
+# arg_groups/speculative_hook.py _handle_eagle_family) and any topk keeps the overlap scheduler;
+# with it off ("non-overlap (synchronous) spec v2") the round runs serially, timed as v1. NGRAM
+# always turns the overlap scheduler off. A bare 0.5 (April 2026's main): v1.
 SPEC_V2_DEFAULT_FROM = 11
+SPEC_V2_ANY_TOPK_FROM = 13
 # From 0.5.14 the strategy's default is "auto" (0.5.7-0.5.13 resolved auto to no_buffer
 # unconditionally: 0.5.13 server_args.py:1225): _handle_mamba_radix_cache (0.5.14
 # server_args.py:4385; arg_groups/overrides.py _mamba_radix_cache_resolution from 0.5.15, :1038,
@@ -1101,12 +1112,17 @@ def check_mamba_strategy_release(strategy: str | None, version: str) -> None:
     )
 
 
-def sglang_spec_v2(version: str, topk: int, overlap_off_given: bool) -> bool:
-    """Whether SGLang `version` runs an EAGLE-family speculation of draft-tree breadth `topk`
-    as spec v2, beside the overlap scheduler (SPEC_V2_DEFAULT_FROM): not where the tree is
-    wider than one or --disable-overlap-schedule is given."""
-    default_v2 = sglang_rules(version).from_05(SPEC_V2_DEFAULT_FROM, bare=False)
-    return default_v2 and topk <= 1 and not overlap_off_given
+def sglang_spec_v2(version: str, given_topk: int | None, overlap_off: bool) -> bool:
+    """Whether SGLang `version` runs an EAGLE-family speculation (EAGLE, EAGLE3, NEXTN,
+    STANDALONE; the caller excludes NGRAM) as spec v2 beside the overlap scheduler
+    (SPEC_V2_DEFAULT_FROM): not where the overlap scheduler is off before the speculative
+    handler runs (`overlap_off`: --disable-overlap-schedule, PP > 1), nor, before
+    SPEC_V2_ANY_TOPK_FROM, where --speculative-eagle-topk > 1 is given (`given_topk`: the flag
+    as given, None unset, whatever topk SGLang then picks)."""
+    rules = sglang_rules(version)
+    if overlap_off or not rules.from_05(SPEC_V2_DEFAULT_FROM, bare=False):
+        return False
+    return rules.from_05(SPEC_V2_ANY_TOPK_FROM, bare=False) or (given_topk or 1) <= 1
 
 
 def mamba_track_slots(
@@ -1126,8 +1142,9 @@ def mamba_track_slots(
     no_buffer and where the radix cache is off regardless (NO_MAMBA_RADIX_MODEL_TYPES).
     One-line errors where SGLang refuses it (before MAMBA_EXTRA_BUFFER_FROM, off CUDA, a model
     without recurrent state, extra_buffer with the radix cache off and no speculation: PR
-    #19169) or kvplan does not model it (`spec_v2`: speculation as SGLang's spec v2 beside the
-    overlap scheduler, sglang_spec_v2)."""
+    #19169). Speculating as SGLang's spec v2 beside the overlap scheduler (`spec_v2`,
+    sglang_spec_v2): the overlap scheduler's slots (EAGLEWorkerV2._mamba_verify_update tracks
+    the states; 0.5.11's _calculate_mamba_ratio and HybridReqToTokenPool key them on it)."""
     name = str(strategy or "no_buffer").strip().lower()
     if name not in MAMBA_STRATEGIES:
         raise KvplanError(
@@ -1147,15 +1164,6 @@ def mamba_track_slots(
             "SGLang runs --mamba-scheduler-strategy extra_buffer on CUDA devices only "
             "(_handle_mamba_radix_cache)"
         )
-    if speculative and spec_v2:
-        raise KvplanError(
-            f"SGLang {str(version)[:20]} runs this speculative decoding as spec v2 beside the "
-            f"overlap scheduler (SGLANG_ENABLE_SPEC_V2 on by default from "
-            f"0.5.{SPEC_V2_DEFAULT_FROM}), which kvplan does not model with the extra_buffer "
-            "mamba strategy (given, or the default's resolution from 0.5.14): give "
-            "--mamba-radix-cache-strategy no_buffer, --speculative-eagle-topk 2 or more, "
-            "--no-async-scheduling, or an earlier release"
-        )
     if not radix_cache:
         if sglang_rules(version).from_05(MAMBA_EXTRA_BUFFER_RADIX_ERROR_FROM):
             raise KvplanError(
@@ -1167,7 +1175,8 @@ def mamba_track_slots(
     if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES:
         return 0  # the radix cache goes off first: no track buffer (enable_mamba_extra_buffer)
     if speculative:
-        return MAMBA_TRACK_SLOTS[False]  # spec v1: the overlap scheduler off
+        # spec v1: the overlap scheduler off; spec v2 keeps it (from 0.5.11, keyed on it)
+        return MAMBA_TRACK_SLOTS[spec_v2]
     if not sglang_rules(version).from_05(MAMBA_TRACK_BY_OVERLAP_FROM):
         return MAMBA_TRACK_SLOTS[True]  # keyed on speculation: 2 without it
     return MAMBA_TRACK_SLOTS[overlap]

@@ -90,6 +90,29 @@ def speculative_round_s(draft_step_s, verify_step_s, draft_tokens: int, first_dr
     return first_draft_s + (draft_tokens - 1) * draft_step_s + verify_step_s
 
 
+def speculative_overlap_round_s(
+    draft_step_s,
+    verify_step_s,
+    draft_tokens: int,
+    first_draft_s,
+    host_s,
+    exposed_host_s,
+):
+    """One round's seconds when the host's work for the next round overlaps this round's GPU
+    work (SGLang's spec v2 beside the overlap scheduler), all GPU seconds: the GPU runs the
+    k - 1 draft steps, the verification, then the first draft step of the next round (the
+    draft extend over the verified positions, t_first); the host, which spends `host_s` a
+    round, waits for the verification before the `exposed_host_s` of it that prepares the next
+    round, which then overlaps only t_first:
+        max(host_s, (k - 1) * t_draft + t_verify + max(t_first, exposed_host_s)).
+    With exposed_host_s = 0 and host_s below the GPU's, the serial round's GPU part
+    (speculative_round_s). Floats, or numpy arrays of a decode span's steps."""
+    import numpy as np
+
+    gpu_before_s = (draft_tokens - 1) * draft_step_s + verify_step_s
+    return np.maximum(host_s, gpu_before_s + np.maximum(first_draft_s, exposed_host_s))
+
+
 def speculative_time_per_token_s(
     draft_step_s: float, verify_step_s: float, draft_tokens: int, acceptance: float
 ) -> float:

@@ -710,10 +710,13 @@ def _with_draft(alloc, speculation, options, spec, fmt_name: str, tp: int):
     return alloc._replace(num_blocks=blocks, kv_cache_tokens=tokens)
 
 
-def _speculative_model(model, speculation, draft, gpu, options, fmt_name, graph_tokens):
+def _speculative_model(
+    model, speculation, draft, gpu, options, fmt_name, graph_tokens, spec_v2: bool = False
+):
     """The target's step model drafting and verifying (kvplan.simulate.speculative); the draft
     runs its prefill batches under graphs as the target does (SGLang: none, its piecewise
-    graphs off when speculating)."""
+    graphs off when speculating). `spec_v2`: SGLang's spec v2 beside the overlap scheduler
+    (engines.sglang.sglang_spec_v2)."""
     from kvplan.simulate.speculative import SpeculativeStepModel
 
     draft_model = None
@@ -734,6 +737,7 @@ def _speculative_model(model, speculation, draft, gpu, options, fmt_name, graph_
         draft_model,
         sglang_host=options.engine == "sglang",
         skip_dp_mlp_sync=options.speculative_skip_dp_mlp_sync,
+        overlap=spec_v2,
     )
 
 
@@ -1797,6 +1801,15 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         )
         if strategy is not None:
             notes.append(note("sglang-mamba-auto", strategy=strategy))
+    spec_v2 = (
+        spec_request is not None
+        and spec_request.method != "ngram"  # NGRAM turns the overlap scheduler off
+        and sglang_spec_v2(
+            options.sglang_version,
+            options.speculative_eagle_topk,
+            (overlap_given and not options.async_scheduling) or options.pp > 1,
+        )
+    )
     track_slots = mamba_track_slots(
         spec,
         gpu,
@@ -1805,13 +1818,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         bool(options.async_scheduling),
         speculating,
         options.enable_prefix_caching is not False,
-        spec_v2=spec_request is not None
-        and spec_request.method != "ngram"  # NGRAM turns the overlap scheduler off
-        and sglang_spec_v2(
-            options.sglang_version,
-            spec_request.topk,
-            overlap_given and not options.async_scheduling,
-        ),
+        spec_v2=spec_v2,
     )
     request = EngineRequest(
         engine="sglang",
@@ -1885,7 +1892,9 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     # the count the request named (given, or server_args' 48 when speculating), else the pool's
     running = request.max_running_requests or alloc.max_running_requests
     if speculation is not None:
-        options = options._replace(async_scheduling=False)  # the overlap scheduler off (spec v1)
+        # spec v1: the overlap scheduler off; spec v2 overlaps at the round (SpeculativeStepModel
+        # overlap), its target's steps priced with their host serial
+        options = options._replace(async_scheduling=False)
     backend = sglang_attention(spec, gpu, request, release, alloc.kv_cache_dtype).decode
     # the radix cache as SGLang keeps it: off where given or where its rules for a hybrid turn it
     # off (sglang_radix_off, the pool's rule too: no prefix is ever reused)
@@ -1937,8 +1946,11 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         prefill_graph_tokens=prefill_graph_tokens,
     )  # fmt: skip
     if speculation is not None:
-        model = _speculative_model(model, speculation, draft, gpu, options, fmt_name, graph_tokens)
+        model = _speculative_model(
+            model, speculation, draft, gpu, options, fmt_name, graph_tokens, spec_v2
+        )
         notes.append(_spec_note(speculation, "sglang"))
+        notes.append(note("sglang-spec-mode", version=options.sglang_version, v2=spec_v2))
         given_topk = options.speculative_eagle_topk
         if speculation.request.method == "ngram" and given_topk not in (
             None,
@@ -1970,6 +1982,8 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         )
     )
     resolved = options._replace(
+        # spec v2 runs beside the overlap scheduler (its model overlaps at the round)
+        async_scheduling=bool(options.async_scheduling) or spec_v2,
         max_num_seqs=running,
         max_num_batched_tokens=chunk,
         max_model_len=max_model_len,

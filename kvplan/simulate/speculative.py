@@ -51,6 +51,7 @@ from kvplan.formulas.batch_step import (
 from kvplan.formulas.step_time import StepTime, time_floor_s
 from kvplan.formulas.techniques import (
     expected_tokens_per_round,
+    speculative_overlap_round_s,
     speculative_round_s,
     tokens_per_round_from_positions,
 )
@@ -130,6 +131,21 @@ SGLANG_DRAFT_PASSES = 2
 # formed one, syncs the decode batch again: two a decode round, one a prefill batch;
 # --speculative-skip-dp-mlp-sync skips the first (one each, and the ranks may mix them).
 MLP_SYNC_BYTES = 6 * 8
+# SGLang's spec v2 beside the overlap scheduler (engines.sglang.sglang_spec_v2; 0.5.11
+# speculative/eagle_worker_v2.py, eagle_info_v2.py; the same from 0.5.13 in
+# managers/overlap_utils.py): a round launches the draft steps, the verification and the draft
+# extend over the k + 1 verified positions (_draft_extend_for_decode) without a host sync, and
+# the scheduler processes the round's results (process_batch_result: the accepted tokens) after
+# launching the next round (scheduler.event_loop_overlap), so the round's host work overlaps the
+# GPU's. One wait stays: preparing the next decode round (prepare_for_decode) waits for this
+# round's verification (0.5.11 maybe_wait_verify_done and seq_lens.cpu(), "FIXME make this sync
+# optional"; from 0.5.13 resolve_seq_lens_cpu's D2H synchronize where the attention backend
+# needs_cpu_seq_lens, the base class's default), then builds the batch and launches it: that
+# pass, priced as the verification step's own host pass (per_step_s + per_request_s a
+# sequence), overlaps only the draft extend queued behind the verification. Backends that skip
+# the copy (needs_cpu_seq_lens False: trtllm_mla from 0.5.13, flashattention without a KV
+# shard pool from 0.5.16) hide it too, which kvplan does not model (note sglang-spec-mode)
+SGLANG_V2_EXPOSED_PASSES = 1
 MLP_SYNCS_DECODE = 2
 MLP_SYNCS_DECODE_SKIPPED = 1
 MAX_DRAFT_TOKENS = 64
@@ -475,8 +491,14 @@ class SpeculativeStepModel:
         draft: StepModel | None,
         sglang_host: bool = False,
         skip_dp_mlp_sync: bool = False,
+        overlap: bool = False,
     ):
         self.target, self.speculation, self.draft = target, speculation, draft
+        # SGLang's spec v2 beside the overlap scheduler (engines.sglang.sglang_spec_v2): the
+        # host's next round overlaps this round's GPU work (token_s); False: spec v1, serial.
+        # The target is built with its own overlap rule off (its steps' host serial), so a
+        # verification's GPU seconds are its total less its host_s
+        self.overlap = overlap
         # SGLang's --speculative-skip-dp-mlp-sync (MLP_SYNCS_DECODE_SKIPPED)
         self.skip_dp_mlp_sync = skip_dp_mlp_sync
         r = speculation.request
@@ -579,6 +601,7 @@ class SpeculativeStepModel:
                 draft,
                 self.sglang_host,
                 self.skip_dp_mlp_sync,
+                self.overlap,
             )
             twin.__dict__["_eager"] = twin
             self.__dict__["_eager"] = twin
@@ -743,6 +766,29 @@ class SpeculativeStepModel:
         extra_tokens = self.speculation.tokens_per_round - 1.0
         return passes * host.per_step_s + host.per_request_s * num_decodes * extra_tokens
 
+    def token_s(self, draft_s, verify_s, first_s, verify_host_s: float, num_decodes: int):
+        """Seconds of one decode step, a round of `num_decodes` sequences / E, from its draft
+        step's, verification's and first draft step's seconds (floats, or a decode span's
+        arrays; the verification's with its own host pass `verify_host_s` serial in it, the
+        drafts GPU work alone) and the round's host work beside them (round_host_s). Spec v1
+        (and vLLM): all serial, (speculative_round_s + round_host_s) / E. Spec v2 beside the
+        overlap scheduler (SGLANG_V2_EXPOSED_PASSES): speculative_overlap_round_s / E, the
+        host's round (verification pass + round_host_s) overlapping the GPU's, and the
+        verification's pass, which prepares the next round after waiting for this one's
+        verification, overlapping only the draft extend that follows the verification."""
+        e, extra_s = self.speculation.tokens_per_round, self.round_host_s(num_decodes)
+        if not self.overlap:
+            return speculative_round_s(draft_s, verify_s, self.k, first_s) / e + extra_s / e
+        round_s = speculative_overlap_round_s(
+            draft_s,
+            verify_s - verify_host_s,
+            self.k,
+            first_s,
+            verify_host_s + extra_s,
+            SGLANG_V2_EXPOSED_PASSES * verify_host_s,
+        )
+        return round_s / e
+
     def prefill_host_s(self) -> float:
         """Host seconds SGLang's draft pass over a prefill batch adds (forward_draft_extend
         builds its own ForwardBatch and runs draft_model_runner.forward after the target's
@@ -780,7 +826,10 @@ class SpeculativeStepModel:
             )
             prefill = _linear((target, 1.0), (self.draft_extend(shape), 1.0))
             prefill = _plus_comm(prefill, self.mlp_sync_s())  # one sync a prefill batch
-            return _plus_host(prefill, self.prefill_host_s())
+            prefill = _plus_host(prefill, self.prefill_host_s())
+            # spec v2: the batch's host pass overlaps the GPU's previous batch, as the overlap
+            # scheduler's steps do (StepModel.step: max(gpu, host))
+            return _host_overlapped(prefill) if self.overlap else prefill
         b = shape.num_decodes
         gathered = None if gathered_tokens is None else gathered_tokens * self.queries
         # the verification samples every query position (the head's gathered rows likewise)
@@ -795,7 +844,11 @@ class SpeculativeStepModel:
         draft = self.draft_step(b, shape.decode_context_sum, False, seqs, padded)
         first = self.draft_step(b, shape.decode_context_sum, True, seqs, padded)
         e = self.speculation.tokens_per_round
-        one = _plus_host(_round(verify, draft, first, self.k, e), self.round_host_s(b) / e)
+        token_s = self.token_s(
+            draft.total_s, verify.total_s, first.total_s, verify.terms_s["host_s"], b
+        )
+        one = _round(verify, draft, first, self.k, e, float(token_s))
+        one = _with(one, host_s=one.terms_s["host_s"] + self.round_host_s(b) / e)
         one = _plus_comm(one, self.decode_mlp_syncs * self.mlp_sync_s() / e)
         if not shape.prefill_chunks:
             return one
@@ -847,14 +900,18 @@ class SpeculativeStepModel:
         first_times, first_kept = self._draft_span(num_decodes, sums, True, gathered_tokens, padded)
         host_s = self.round_host_s(num_decodes) / e
         sync_s = self.decode_mlp_syncs * self.mlp_sync_s() / e
-        token_times = speculative_round_s(draft_times, times, k, first_times) / e + host_s
+        # the verification's own host pass, the same at every context (StepModel.step)
+        verify_host_s = span_kept(1).terms_s["host_s"] if len(sums) else 0.0
+        token_times = self.token_s(draft_times, times, first_times, verify_host_s, num_decodes)
         token_times = token_times + sync_s
 
         def kept(n: int) -> StepTime:
             out = _linear(
                 (verify_kept(n), 1.0 / e), (draft_kept(n), (k - 1) / e), (first_kept(n), 1.0 / e)
             )
-            return _plus_comm(_plus_host(out, host_s * n), sync_s * n)
+            out = _plus_comm(_plus_host(out, host_s * n), sync_s * n)
+            # spec v2: the terms as spent, the total the overlapped rounds' (token_s)
+            return _with(out, float(token_times[:n].sum())) if self.overlap else out
 
         return token_times, kept
 
@@ -975,6 +1032,13 @@ def _plus_host(step: StepTime, host_s: float) -> StepTime:
     return _with(step, step.total_s + host_s, host_s=step.terms_s["host_s"] + host_s)
 
 
+def _host_overlapped(step: StepTime) -> StepTime:
+    """The step with its host pass overlapping the GPU's work (the overlap scheduler: a step's
+    total max(gpu, host), as StepModel.step prices it), from a step whose host ran serially."""
+    host_s = step.terms_s["host_s"]
+    return _with(step, max(step.total_s - host_s, host_s))
+
+
 def _plus_comm(step: StepTime, seconds: float) -> StepTime:
     """The step with `seconds` more of collective time, serial with the rest (SGLang's
     speculative rounds: no overlap scheduler)."""
@@ -1007,12 +1071,14 @@ def _linear(*pairs) -> StepTime:
     )
 
 
-def _round(verify: StepTime, draft: StepTime, first: StepTime, k: int, e: float) -> StepTime:
-    """One decode step's share of a round: (the first draft forward + k - 1 more + the
-    verification) / E, term by term; the total is techniques.speculative_round_s / E."""
+def _round(
+    verify: StepTime, draft: StepTime, first: StepTime, k: int, e: float, token_s: float
+) -> StepTime:
+    """One decode step's share of a round: its terms (the first draft forward + k - 1 more +
+    the verification) / E, term by term, and its total `token_s`
+    (SpeculativeStepModel.token_s)."""
     out = _linear((verify, 1.0 / e), (draft, (k - 1) / e), (first, 1.0 / e))
-    total = speculative_round_s(draft.total_s, verify.total_s, k, first.total_s)
-    return out._replace(total_s=total / e)
+    return out._replace(total_s=token_s)
 
 
 def requested(spec: ModelSpec, options) -> SpecDecode | None:

@@ -103,11 +103,37 @@ text("sglang-checkpoint-kv-cache")(
 text("sglang-mamba-extra-buffer")(
     lambda track, ratio: (
         "--mamba-scheduler-strategy extra_buffer: SGLang keeps the radix cache (and the "
-        f"overlap scheduler, unless it speculates), and each running request holds {track} more "
-        "recurrent state(s) for MambaRadixCache's ping-pong track buffer (from 0.5.10 2 with "
-        "the overlap scheduler, 1 without; 0.5.7-0.5.9 2 unless it speculates; speculating, as "
-        f"spec v1, 1), so the state pool caps running requests at its states // {ratio} "
+        f"overlap scheduler, unless it speculates as spec v1), and each running request holds "
+        f"{track} more recurrent state(s) for MambaRadixCache's ping-pong track buffer (from "
+        "0.5.10 2 with the overlap scheduler, 1 without; 0.5.7-0.5.9 2 unless it speculates; "
+        "speculating, as spec v1, 1, as spec v2, from 0.5.11, 2), so the state pool caps "
+        f"running requests at its states // {ratio} "
         "(_calculate_mamba_ratio; the flag is from 0.5.7)."
+    )
+)
+text("sglang-spec-mode")(
+    lambda version, v2: (
+        (
+            f"Speculative decoding as SGLang {version}'s spec v2 beside the overlap scheduler "
+            "(EAGLEWorkerV2; the default for EAGLE, EAGLE3, NEXTN and STANDALONE from 0.5.11, "
+            "any topk from 0.5.13): a round's host work overlaps its GPU work, a round taking "
+            "max(host, (k - 1) draft steps + verification + max(draft extend, the host's "
+            "pass that prepares the next round after waiting for the verification)); that pass "
+            "is priced as a decode step's host pass, which attention backends that skip the "
+            "sequence-length copy (needs_cpu_seq_lens False, from 0.5.13) also hide. The "
+            "KV slots spec v2 allocates ahead (2 x max(topk x steps, draft tokens) a running "
+            "request) are not held."
+        )
+        if v2
+        else (
+            f"Speculative decoding as SGLang {version}'s spec v1, the overlap scheduler off "
+            "(before 0.5.11, where SGLANG_ENABLE_SPEC_V2 is off by default and kvplan reads no "
+            "environment; NGRAM; --disable-overlap-schedule, kvplan's --no-async-scheduling, or "
+            "PP > 1; a given "
+            "--speculative-eagle-topk above 1 before 0.5.13; from 0.5.13 SGLang's "
+            "non-overlap spec v2, timed the same): a round's host work serial with its GPU "
+            "work."
+        )
     )
 )
 text("sglang-mamba-auto")(
