@@ -110,6 +110,9 @@ class EngineRequest(NamedTuple):
     # speculating; None: SGLang's own), which size a hybrid's state pool
     # (engines.sglang.sglang_radix_off, sglang_allocation)
     speculative: bool = False
+    # SGLang's --speculative-algorithm as typed (None: not speculating): its reserve in the
+    # default mem_fraction_static (engines.sglang.speculative_reserve_mib)
+    speculative_algorithm: str | None = None
     radix_cache: bool = True
     max_running_requests: int | None = None
     # SGLang's --mamba-scheduler-strategy extra_buffer: the track buffer's recurrent states each

@@ -422,6 +422,20 @@ PIECEWISE_576_FROM = 9
 # 0.5.4 (0.5.3's server_args has neither); --disable-piecewise-cuda-graph from 0.5.10 (none of
 # 0.5.6-0.5.9 has it), where --enable-piecewise-cuda-graph is a DeprecatedAction (:5479)
 PIECEWISE_FLAGS_FROM = 4
+# The speculative term of _handle_gpu_memory_settings' reserve ("draft model and cuda graphs"),
+# added after the 10 GiB floor, by --speculative-algorithm as typed: STANDALONE 6 GiB, NGRAM
+# none, the EAGLE family (EAGLE, EAGLE3, NEXTN) 2 GiB through 0.5.9 (0.5.3 server_args.py:663-669,
+# 0.5.9 :1051-1057) and 4 GiB in 0.5.10-0.5.13 (0.5.10 :1316-1322, 0.5.13 :1627-1633). Through
+# 0.5.13 the target profiles its pool before the draft loads (profile_max_num_token, 0.5.10
+# model_runner_kv_cache_mixin.py:144-177), so its pool is its own and the draft's weights and
+# pool (as many tokens, MemoryPoolConfig) come out of this reserve. 0.5.14 drops the term
+# (0.5.14 server_args.py:3276-3315) and counts the draft in the pool: both models load before
+# alloc_memory_pool (model_runner.py:806-813, "draft weights are now counted",
+# model_runner_kv_cache_mixin.py:102-117) and the cell grows by the draft's layers
+# (pool_configurator.py:129-145): kvplan's techniques.speculative_pool_blocks.
+SPEC_RESERVE_MIB = {"STANDALONE": 6144, "NGRAM": 0}  # by algorithm, every release to 0.5.13
+SPEC_EAGLE_RESERVE_MIB = ((10, 4096), (0, 2048))  # (first 0.5 patch, MiB), newest first
+SPEC_DRAFT_IN_POOL_FROM = 14
 # under DP attention: MiB per captured batch size per DP rank, and more above 300 sizes
 DP_GRAPH_MIB, DP_LARGE_GRAPH_MIB = 3, 1.5
 MAX_PREFILL_TOKENS = 16384
@@ -594,6 +608,27 @@ def piecewise_reserve_mib(
     return float(piecewise_graph_tokens(max_tokens, version) * PIECEWISE_MIB_PER_SIZE), False
 
 
+def speculative_reserve_mib(version: str, algorithm: str | None) -> float:
+    """The MiB SGLang `version`'s default mem_fraction_static reserves, after the 10 GiB floor,
+    for --speculative-algorithm `algorithm` as typed (None: not speculating): SPEC_RESERVE_MIB
+    and SPEC_EAGLE_RESERVE_MIB through 0.5.13, nothing from 0.5.14 (the pool holds the draft:
+    draft_in_pool) nor on 0.4 (kvplan's 0.4 fraction is its TP table)."""
+    rules = sglang_rules(version)
+    if algorithm is None or rules.release != "0.5" or draft_in_pool(version):
+        return 0.0
+    name = str(algorithm).strip().upper()
+    if name in SPEC_RESERVE_MIB:
+        return float(SPEC_RESERVE_MIB[name])
+    return float(next(mib for first, mib in SPEC_EAGLE_RESERVE_MIB if rules.from_05(first)))
+
+
+def draft_in_pool(version: str) -> bool:
+    """Whether SGLang `version` sizes the target's pool with the draft's weights and layers in
+    it (SPEC_DRAFT_IN_POOL_FROM: 0.5.14; April 2026's main, a bare 0.5, is before it): else the
+    target's pool is its own and the draft sits in the speculative reserve."""
+    return sglang_rules(version).from_05(SPEC_DRAFT_IN_POOL_FROM, bare=False)
+
+
 def piecewise_excluded(
     gpu: GpuProfile, speculative: bool, dp_attention: int, pp: int
 ) -> str | None:
@@ -666,13 +701,15 @@ def default_mem_fraction(
     dp_attention: int = 1,
     piecewise: PiecewiseFlags = PiecewiseFlags(),
     piecewise_off: str | None = None,
+    speculative_algorithm: str | None = None,
 ) -> FractionDefault:
     """SGLang's own mem_fraction_static for this GPU and layout (its server_args heuristic),
     at release `version` (any release sglang_rules reads). `tp` is the server's --tp;
     `dp_attention` its --dp-size under --enable-dp-attention (1: off), which 0.5 reserves
     cuda_graph_max_bs x dp x 3 MiB more for ("DP attention needs more padding"), x 4.5 above
     300; `piecewise` the piecewise-graph flags and `piecewise_off` the layout's reason they are
-    off (piecewise_excluded), which decide the piecewise term (piecewise_reserve_mib)."""
+    off (piecewise_excluded), which decide the piecewise term (piecewise_reserve_mib);
+    `speculative_algorithm` --speculative-algorithm as typed (speculative_reserve_mib)."""
     gpu_mib = gpu.usable_memory_bytes / MIB
     if sglang_rules(version).release == "0.4":
         fraction = next(f for at_least, f in MEM_FRACTION_04 if tp >= at_least)
@@ -697,6 +734,7 @@ def default_mem_fraction(
         reserved += piecewise_mib
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, RESERVED_FLOOR_MIB)
+    reserved += speculative_reserve_mib(version, speculative_algorithm)
     if after_floor:
         reserved += piecewise_mib
     fraction = round((gpu_mib - reserved) / gpu_mib, 3)
@@ -1527,6 +1565,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         request.dp_attention,
         request.piecewise,
         piecewise_excluded(gpu, request.speculative, request.dp_attention, request.pp),
+        request.speculative_algorithm,
     )
     fraction = request.mem_fraction_static
     given = fraction is not None

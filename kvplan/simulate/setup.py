@@ -1729,6 +1729,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     from kvplan.engines.moe_backend import check_sglang_moe_backend
     from kvplan.engines.sglang import (
         detokenizer_token_s,
+        draft_in_pool,
         mamba_capped_requests,
         mamba_default_strategy,
         mamba_radix_overlap_off,
@@ -1835,6 +1836,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         speculative_tree=None if spec_request is None else (spec_request.method, spec_request.topk),
         cuda_ipc_pool_bytes=(options.cuda_ipc_pool_mib or 0) * MIB,
         speculative=speculating,
+        speculative_algorithm=options.speculative_algorithm if speculating else None,
         radix_cache=options.enable_prefix_caching is not False,
         # server_args sets 48 when speculating and none is given (SGLANG_SPEC_RUNNING)
         max_running_requests=options.max_num_seqs or (SGLANG_SPEC_RUNNING if speculating else None),
@@ -1853,9 +1855,12 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
             raise KvplanError(
                 "SGLang runs STANDALONE and NGRAM speculative decoding without DP attention"
             )
-        # the draft's pool holds as many tokens as the target's (its weights first)
-        blocks = speculative_pool_tokens(alloc, speculation, options, spec, fmt_name, layout)
-        alloc = alloc._replace(kv_cache_tokens=blocks)
+        if draft_in_pool(options.sglang_version):
+            # from 0.5.14 the pool holds the draft's weights and layers, its pool as many
+            # tokens as the target's (engines.sglang.SPEC_DRAFT_IN_POOL_FROM); before it the
+            # target's pool is its own, the draft in the speculative reserve
+            blocks = speculative_pool_tokens(alloc, speculation, options, spec, fmt_name, layout)
+            alloc = alloc._replace(kv_cache_tokens=blocks)
     block = max(alloc.block_size, SGLANG_SIM_BLOCK)
     # a pool below the context length: SGLang starts with max_req_len = pool - 1 and cuts
     # max_new_tokens to max_req_len - prompt - 1, so prompt + outputs <= pool - 2; admission
