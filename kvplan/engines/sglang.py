@@ -131,8 +131,13 @@ HYBRID_SM100_BACKENDS = {
 # 0.5.6 as the first release with the rule (the first it knows after 2025-11-11).
 MAMBA_NO_OVERLAP_FROM = 6
 # _handle_mamba_radix_cache(support_mamba_cache=False): no MambaRadixCache for these model types,
-# the radix cache goes off, and the overlap scheduler stays on
-NO_MAMBA_RADIX_MODEL_TYPES = ("kimi_linear",)
+# the radix cache goes off, and the overlap scheduler stays on; by model type, the first 0.5
+# patch that keeps it. Kimi Linear: "Disabling Radix Cache for KimiLinearForCausalLM as it is
+# not yet supported" in 0.5.6-0.5.8 (0.5.8 server_args.py:1411-1414), support_mamba_cache=False
+# in 0.5.9-0.5.13 (0.5.9 :1524-1528, 0.5.13 :2459-2463); 0.5.14 calls
+# _handle_mamba_radix_cache(model_arch) like every hybrid (0.5.14 :4142-4143), MambaRadixCache
+# kept (its no_buffer and extra_buffer rules below). A bare 0.5 (April 2026's main): before it.
+NO_MAMBA_RADIX_UNTIL = {"kimi_linear": 14}
 # _handle_mamba_radix_cache's no_buffer branch for a speculating hybrid with the radix cache on:
 # through 0.5.9 it turns the radix cache off ("Disabling radix cache since speculative decoding
 # for {model_arch} is not supported with radix cache yet"); SGLang PR #19391 (merged 2026-03-04,
@@ -192,10 +197,12 @@ SPEC_V2_DEFAULT_FROM = 11
 # overlap scheduler off. The list by the config's top-level model_type (kvplan's bundled
 # hybrids; the architecture each writes): the first 0.5 patch whose list names it. 0.5.14:
 # Qwen3NextForCausalLM, Qwen3_5(Moe)ForConditionalGeneration, NemotronHForCausalLM,
-# FalconH1ForCausalLM, GraniteMoeHybridForCausalLM; 0.5.19 adds the text-only
-# Qwen3_5(Moe)ForCausalLM (overrides.py:519). Not LFM2 (Lfm2ForCausalLM) in any release;
-# KimiLinear (0.5.16) and KimiK3 (0.5.17) are listed, but kvplan keeps no radix cache for them
-# (NO_MAMBA_RADIX_MODEL_TYPES), so auto never resolves.
+# FalconH1ForCausalLM, GraniteMoeHybridForCausalLM; 0.5.16 adds KimiLinearForCausalLM
+# (_MAMBA_EXTRA_BUFFER_ARCHS, 0.5.16 arg_groups/overrides.py:1131-1136; 0.5.15's :980-994 lacks
+# it); 0.5.19 adds the text-only Qwen3_5(Moe)ForCausalLM (overrides.py:519). Not LFM2
+# (Lfm2ForCausalLM) in any release. KimiK3ForConditionalGeneration is listed from 0.5.17, the
+# first release with a model for it; kvplan reads Kimi-K3's text config (kimi_linear) and does
+# not tell it apart from Kimi Linear.
 MAMBA_AUTO_FROM = 14
 MAMBA_AUTO_EXTRA_BUFFER_FROM = {
     "qwen3_next": 14,
@@ -206,6 +213,7 @@ MAMBA_AUTO_EXTRA_BUFFER_FROM = {
     "granitemoehybrid": 14,
     "qwen3_5_text": 19,
     "qwen3_5_moe_text": 19,
+    "kimi_linear": 16,
 }
 
 SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio
@@ -1161,7 +1169,7 @@ def mamba_track_slots(
     strategy `strategy` (MAMBA_STRATEGIES; None: no_buffer): extra_buffer's ping-pong track
     buffer (MAMBA_TRACK_SLOTS, by whether the overlap scheduler runs, or before
     MAMBA_TRACK_BY_OVERLAP_FROM whether SGLang speculates; speculating as spec v1: 1), 0 under
-    no_buffer and where the radix cache is off regardless (NO_MAMBA_RADIX_MODEL_TYPES).
+    no_buffer and where the radix cache is off regardless (mamba_radix_unsupported).
     One-line errors where SGLang refuses it (before MAMBA_EXTRA_BUFFER_FROM, off CUDA, a model
     without recurrent state, extra_buffer with the radix cache off and no speculation: PR
     #19169) or kvplan does not model it (`spec_v2`: speculation as SGLang's spec v2 beside the
@@ -1202,7 +1210,7 @@ def mamba_track_slots(
                 f"0.5.{MAMBA_EXTRA_BUFFER_RADIX_ERROR_FROM}): use no_buffer"
             )
         return 0  # one state a request (_calculate_mamba_ratio: 1 without the radix cache)
-    if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES:
+    if mamba_radix_unsupported(spec, version):
         return 0  # the radix cache goes off first: no track buffer (enable_mamba_extra_buffer)
     if speculative:
         return MAMBA_TRACK_SLOTS[False]  # spec v1: the overlap scheduler off
@@ -1228,7 +1236,7 @@ def mamba_default_strategy(
     needs CUDA/MUSA/NPU (FLA)" (_validate_mamba_extra_buffer, server_args.py:4368)."""
     if not radix or not mamba_radix_rules(spec, version):
         return None
-    if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES:
+    if mamba_radix_unsupported(spec, version):
         return None
     rules = sglang_rules(version)
     if not rules.from_05(MAMBA_AUTO_FROM, bare=False):
@@ -1245,6 +1253,13 @@ def mamba_default_strategy(
             )
         return "extra_buffer"
     return "no_buffer"
+
+
+def mamba_radix_unsupported(spec: ModelSpec, version: str) -> bool:
+    """Whether SGLang `version` keeps no MambaRadixCache for this model type at all
+    (support_mamba_cache=False: NO_MAMBA_RADIX_UNTIL, Kimi Linear before 0.5.14)."""
+    first = NO_MAMBA_RADIX_UNTIL.get(spec.model_type)
+    return first is not None and not sglang_rules(version).from_05(first, bare=False)
 
 
 def mamba_radix_rules(spec: ModelSpec, version: str) -> bool:
@@ -1276,7 +1291,7 @@ def speculative_radix_off(spec: ModelSpec, version: str, strategy: str | None = 
     Never under `strategy` extra_buffer, which keeps it (mamba_track_slots)."""
     if str(strategy or "").strip().lower() == "extra_buffer":
         return False
-    return mamba_radix_rules(spec, version) and spec.model_type not in NO_MAMBA_RADIX_MODEL_TYPES
+    return mamba_radix_rules(spec, version) and not mamba_radix_unsupported(spec, version)
 
 
 def sglang_radix_off(
@@ -1285,7 +1300,7 @@ def sglang_radix_off(
     """Why SGLang runs this model without its radix cache (None: it keeps it): "given"
     (--disable-radix-cache), else server_args._handle_mamba_radix_cache for a recurrent-state
     hybrid from 0.5.6 (MAMBA_NO_OVERLAP_FROM, the first release kvplan reads it in):
-    "unsupported" (support_mamba_cache=False: NO_MAMBA_RADIX_MODEL_TYPES), "speculative" (the
+    "unsupported" (support_mamba_cache=False: mamba_radix_unsupported), "speculative" (the
     no_buffer strategy with a speculative algorithm: MAMBA_SPEC_RADIX_ERROR_FROM; refused where
     SGLang raises), "trtllm_mha" (no_buffer, not speculating, on the trtllm_mha backend, which
     cannot take MambaRadixCache's 1-token pages). One home for the pool
@@ -1295,7 +1310,7 @@ def sglang_radix_off(
     if not mamba_radix_rules(spec, request.sglang_version):
         return None
     rules = sglang_rules(request.sglang_version)
-    if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES:
+    if mamba_radix_unsupported(spec, request.sglang_version):
         return "unsupported"
     if request.mamba_track_slots:
         return None  # extra_buffer: _handle_mamba_radix_cache keeps it whatever the backend
@@ -1323,7 +1338,7 @@ def mamba_radix_overlap_off(
     hybrid's overlap scheduler is off in any case, spec v1)."""
     if not radix or speculative:
         return False
-    if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES or attention_backend == "trtllm_mha":
+    if mamba_radix_unsupported(spec, version) or attention_backend == "trtllm_mha":
         return False
     return mamba_radix_rules(spec, version)
 
