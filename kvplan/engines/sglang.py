@@ -176,6 +176,19 @@ MAMBA_TRACK_BY_OVERLAP_FROM = 10
 # with the radix cache on it too caps running requests at the states // 5 (no buffer is used);
 # 0.5.8 (:270) adds it under extra_buffer only. (first 0.5 patch, first without)
 MAMBA_NO_BUFFER_RATIO_PATCHES = (7, 8)
+# _handle_mamba_radix_cache's checks of a given --page-size under extra_buffer (before the
+# backends force theirs): mamba_track_interval (256 by default; kvplan takes no flag for it)
+# % page_size == 0 in every release (0.5.7 server_args.py:1421-1424, 0.5.10 :2181-2184, 0.5.14
+# :4376-4377, 0.5.23 arg_groups/mamba_hook.py:135), and the FLA chunk and the page dividing
+# one another: FLA_CHUNK_SIZE (64) % page_size in 0.5.7 (:1425-1427), either way from 0.5.8
+# (0.5.10 :2185-2189; from 0.5.13 mamba_cache_chunk_size, 0.5.13 :7389-7400, the config's
+# mamba_chunk_size in place of 64 where it states one, which kvplan does not read: with a page
+# dividing 256, any power-of-two chunk passes). A chunked_prefill_size under that chunk is only
+# warned about (0.5.17 :5614). mamba_track_interval >= speculative_num_draft_tokens cannot fail
+# at kvplan's limit of 64 draft tokens (simulate.speculative.MAX_DRAFT_TOKENS).
+MAMBA_TRACK_INTERVAL = 256
+FLA_CHUNK_SIZE = 64
+FLA_CHUNK_EITHER_WAY_FROM = 8  # the 0.5 patch
 # _handle_mamba_radix_cache raises "mamba extra_buffer is not compatible with
 # --disable-radix-cache" from 0.5.10 (server_args.py:2166), speculating or not; 0.5.7-0.5.9 run
 # it, one state a request (the radix cache off: _calculate_mamba_ratio 1)
@@ -1164,6 +1177,7 @@ def mamba_track_slots(
     speculative: bool,
     radix_cache: bool,
     spec_v2: bool = False,
+    page_size: int | None = None,
 ) -> int:
     """The recurrent states a running request holds beside its own under --mamba-scheduler-
     strategy `strategy` (MAMBA_STRATEGIES; None: no_buffer): extra_buffer's ping-pong track
@@ -1172,8 +1186,9 @@ def mamba_track_slots(
     no_buffer and where the radix cache is off regardless (mamba_radix_unsupported).
     One-line errors where SGLang refuses it (before MAMBA_EXTRA_BUFFER_FROM, off CUDA, a model
     without recurrent state, extra_buffer with the radix cache off and no speculation: PR
-    #19169) or kvplan does not model it (`spec_v2`: speculation as SGLang's spec v2 beside the
-    overlap scheduler, sglang_spec_v2)."""
+    #19169, a given `page_size` it asserts against: check_mamba_extra_buffer_page) or kvplan
+    does not model it (`spec_v2`: speculation as SGLang's spec v2 beside the overlap scheduler,
+    sglang_spec_v2)."""
     name = str(strategy or "no_buffer").strip().lower()
     if name not in MAMBA_STRATEGIES:
         raise KvplanError(
@@ -1212,11 +1227,34 @@ def mamba_track_slots(
         return 0  # one state a request (_calculate_mamba_ratio: 1 without the radix cache)
     if mamba_radix_unsupported(spec, version):
         return 0  # the radix cache goes off first: no track buffer (enable_mamba_extra_buffer)
+    check_mamba_extra_buffer_page(page_size, version)
     if speculative:
         return MAMBA_TRACK_SLOTS[False]  # spec v1: the overlap scheduler off
     if not sglang_rules(version).from_05(MAMBA_TRACK_BY_OVERLAP_FROM):
         return MAMBA_TRACK_SLOTS[True]  # keyed on speculation: 2 without it
     return MAMBA_TRACK_SLOTS[overlap]
+
+
+def check_mamba_extra_buffer_page(page_size: int | None, version: str) -> None:
+    """One line where SGLang `version` asserts against a given --page-size under
+    --mamba-scheduler-strategy extra_buffer (MAMBA_TRACK_INTERVAL, FLA_CHUNK_SIZE); None: no
+    page given, nothing checked."""
+    if page_size is None:
+        return
+    rules = sglang_rules(version)
+    chunk, page = FLA_CHUNK_SIZE, page_size
+    if MAMBA_TRACK_INTERVAL % page:
+        why = f"mamba_track_interval {MAMBA_TRACK_INTERVAL} must be divisible by page_size {page}"
+    elif not rules.from_05(FLA_CHUNK_EITHER_WAY_FROM) and chunk % page:
+        why = f"the page size must divide FLA_CHUNK_SIZE {chunk}"
+    elif max(chunk, page) % min(chunk, page):
+        why = f"FLA_CHUNK_SIZE {chunk} or page_size {page} must divide the other"
+    else:
+        return
+    raise KvplanError(
+        f"SGLang {str(version)[:20]} refuses --mamba-scheduler-strategy extra_buffer with "
+        f"--page-size {page}: {why} (_handle_mamba_radix_cache)"
+    )
 
 
 def mamba_default_strategy(
@@ -1279,7 +1317,14 @@ def default_mamba_track_slots(spec: ModelSpec, gpu: GpuProfile, request: EngineR
     if strategy is None:
         return 0
     return mamba_track_slots(
-        spec, gpu, strategy, request.sglang_version, True, False, request.radix_cache
+        spec,
+        gpu,
+        strategy,
+        request.sglang_version,
+        True,
+        False,
+        request.radix_cache,
+        page_size=request.block_size,
     )
 
 

@@ -1813,6 +1813,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
             spec_request.topk,
             overlap_given and not options.async_scheduling,
         ),
+        page_size=options.block_size,
     )
     request = EngineRequest(
         engine="sglang",
