@@ -792,7 +792,10 @@ def _server(o) -> None:
         backends=c.backends_of(vars(o)),
         radix_cache=not o.disable_radix_cache,
         piecewise=c.piecewise_flags(
-            o.disable_piecewise, o.enable_piecewise, o.piecewise_max_tokens
+            o.disable_piecewise,
+            o.enable_piecewise,
+            o.piecewise_max_tokens,
+            None if o.max_model_len is None else c.one_context(o.max_model_len, "--max-model-len"),
         ),
     )
     gpu = c.load_gpu(o.gpu)

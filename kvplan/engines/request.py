@@ -28,6 +28,10 @@ class PiecewiseFlags(NamedTuple):
     disable: bool = False
     enable: bool = False
     max_tokens: int | None = None
+    # --context-length as given (None: the model's own), which SGLang 0.5.13-0.5.16 clamp
+    # piecewise_cuda_graph_max_tokens to (engines.sglang.piecewise_max_tokens); not a
+    # piecewise flag of its own, so given() leaves it out
+    context_length: int | None = None
 
     def given(self) -> tuple[str, ...]:
         """The flags as SGLang's command line spells them, those given."""

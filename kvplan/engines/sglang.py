@@ -436,6 +436,12 @@ MLA_PIECEWISE_MIB = 1536  # from 0.5.10 (PIECEWISE_DEFAULT_FROM)
 PIECEWISE_FIXED_MAX_TOKENS = 4096
 PIECEWISE_CHUNKED_MAX_FROM = 7
 PIECEWISE_MLA_MAX_FROM = 8
+# a given --context-length caps piecewise_cuda_graph_max_tokens, given or not ("prevents PCG
+# warmup from compiling graphs with more tokens than the model buffers can hold", #21112):
+# 0.5.13 server_args.py:1579-1585 to 0.5.16 :4039-4045; 0.5.12 and 0.5.17 have no such clamp.
+# (The default's cap to --max-total-tokens, from 0.5.10 :1262-1266, needs a flag kvplan does not
+# take; nor does it read model_path, whose "llama-2" caps the default at 4,096.)
+PIECEWISE_CONTEXT_CLAMP_PATCHES = (13, 17)  # (first 0.5 patch, first without)
 # _generate_piecewise_cuda_graph_tokens' 64-token step between 512 and 1,024 starts at 640 in
 # 0.5.8 (:1078), at 576 from 0.5.9 (:1118)
 PIECEWISE_576_FROM = 9
@@ -590,15 +596,22 @@ def piecewise_max_tokens(
     spec: ModelSpec, version: str, flags: PiecewiseFlags, chunked_prefill_size: int
 ) -> int:
     """SGLang `version`'s piecewise_cuda_graph_max_tokens: as given, else 4,096 before 0.5.7,
-    chunked_prefill_size from it, 2,048 for an MLA backend from 0.5.8."""
-    if flags.max_tokens is not None:
-        return flags.max_tokens
+    chunked_prefill_size from it, 2,048 for an MLA backend from 0.5.8; capped to a given
+    --context-length in 0.5.13-0.5.16 (PIECEWISE_CONTEXT_CLAMP_PATCHES)."""
     rules = sglang_rules(version)
-    if not rules.from_05(PIECEWISE_CHUNKED_MAX_FROM):
-        return PIECEWISE_FIXED_MAX_TOKENS
-    if rules.from_05(PIECEWISE_MLA_MAX_FROM) and spec.has_kind(CacheKind.MLA):
-        return PIECEWISE_MLA_MAX_TOKENS
-    return chunked_prefill_size
+    if flags.max_tokens is not None:
+        tokens = flags.max_tokens
+    elif not rules.from_05(PIECEWISE_CHUNKED_MAX_FROM):
+        tokens = PIECEWISE_FIXED_MAX_TOKENS
+    elif rules.from_05(PIECEWISE_MLA_MAX_FROM) and spec.has_kind(CacheKind.MLA):
+        tokens = PIECEWISE_MLA_MAX_TOKENS
+    else:
+        tokens = chunked_prefill_size
+    first, after = PIECEWISE_CONTEXT_CLAMP_PATCHES
+    clamps = rules.from_05(first, bare=False) and not rules.from_05(after, bare=False)
+    if clamps and flags.context_length is not None:
+        tokens = min(tokens, flags.context_length)
+    return tokens
 
 
 def piecewise_reserve_mib(

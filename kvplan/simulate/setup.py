@@ -1751,7 +1751,11 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     )
 
     overlap_given = options.async_scheduling is not None
-    options = options._replace(async_scheduling=async_scheduling_of(options))
+    options = options._replace(
+        async_scheduling=async_scheduling_of(options),
+        # a given --context-length caps the piecewise graphs in some releases
+        piecewise=options.piecewise._replace(context_length=options.max_model_len),
+    )
     for given, flag in (
         (
             options.gpu_mem_util != 0.9,
