@@ -78,7 +78,7 @@ def test_engine_takes_the_algorithm_for_sglang():
     assert eagle["mem_fraction_static"] == _fraction(BASE_MIB + 2048)
     new = run_json(*base, "--sglang-version", "0.5.10", "--speculative-algorithm", "STANDALONE")
     assert new["mem_fraction_static"] == _fraction(BASE_MIB + 6144)
-    ngram = run_json(*base, "--sglang-version", "0.5.14", "--speculative-algorithm", "NGRAM")
+    ngram = run_json(*base, "--sglang-version", "0.5.10", "--speculative-algorithm", "NGRAM")
     assert ngram["mem_fraction_static"] == _fraction(BASE_MIB)
     plain = run_json(*base, "--sglang-version", "0.5.9")
     assert eagle["kv_cache_tokens"] < plain["kv_cache_tokens"]
@@ -113,7 +113,8 @@ def test_simulate_prints_the_releases_fraction_and_pool():
     holds the draft's weights and layers (techniques.speculative_pool_blocks)."""
     old = run_json(*SIM, "--engine-version", "0.5.9")["setup"]
     plain = run_json(*SIM[:8], "--engine-version", "0.5.9")["setup"]
-    new = run_json(*SIM, "--engine-version", "0.5.14")["setup"]
+    new = run_json(*SIM, "--engine-version", "0.5.14", "--disable-piecewise-cuda-graph")
+    new = new["setup"]
     assert old["mem_fraction_static"] == _fraction(BASE_MIB + 2048)
     assert new["mem_fraction_static"] == _fraction(BASE_MIB)
     # the pool per GiB of the fraction: the target's own cell (128 KiB a token for Llama-8B
@@ -123,7 +124,29 @@ def test_simulate_prints_the_releases_fraction_and_pool():
     fraction_gap = (plain["mem_fraction_static"] - old["mem_fraction_static"]) * 2**20 * G
     # within the context's share of the GPU and the fractions' rounding (0.001 of 0.025)
     assert abs(gap_bytes - fraction_gap) < 0.05 * fraction_gap
-    draft = run_json(*SIM, "--engine-version", "0.5.14")["setup"]["speculative"]
+    draft = new["speculative"]
     assert new["kv_cache_tokens"] < plain["kv_cache_tokens"] - draft["draft_weight_bytes"] / (
         per_token
     )
+
+
+@pytest.mark.parametrize(
+    "version, off",
+    [("0.5.10", True), ("0.5", True), ("0.5.11", False), ("0.5.13", False), ("0.5.14", False)],
+)
+def test_speculation_turns_piecewise_graphs_off_in_0_5_10_only(version, off):
+    """_handle_piecewise_cuda_graph's "2. Speculative decoding" (0.5.10 server_args.py:1088-1090)
+    is gone from 0.5.11 (:1200-1222 lists DP attention, torch compile, PP, ...): the graphs and
+    their reserve stay on beside a speculative algorithm."""
+    from kvplan.engines.sglang import piecewise_excluded
+
+    got = piecewise_excluded(H100, True, 1, 1, version)
+    assert (got == "speculative decoding") is off and (got is None) is not off
+
+
+def test_engine_keeps_the_piecewise_reserve_beside_speculation_from_0_5_11():
+    base = ("engine", "llama-3.1-8b", "--engine", "sglang", "--ctx", "8k")
+    ngram = run_json(*base, "--sglang-version", "0.5.14", "--speculative-algorithm", "NGRAM")
+    assert ngram["mem_fraction_static"] == _fraction(BASE_MIB + 58 * 8)  # 58 sizes to 8,192
+    eagle = run_json(*base, "--sglang-version", "0.5.11", "--speculative-algorithm", "EAGLE")
+    assert eagle["mem_fraction_static"] == _fraction(BASE_MIB + 58 * 8 + 4096)
