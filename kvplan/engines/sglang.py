@@ -521,6 +521,13 @@ PIECEWISE_MLA_MAX_TOKENS = 2048
 # DeepseekV32ForCausalLM and GlmMoeDsaForCausalLM are its DSA models, is_deepseek_nsa),
 # speculative decoding, DP attention, pp_size > 1, non-CUDA hardware, multimodal models
 PIECEWISE_DISABLED_MODEL_TYPES = ("qwen3_next",)
+# "2. Speculative decoding" is on that list in 0.5.10 only (server_args.py:1088-1090): from 0.5.11
+# (:1200-1222) a speculating server keeps its piecewise graphs and their reserve. A bare 0.5
+# (April 2026's main, 0.5.10's side): off. The other entries of 0.5.10-0.5.13's list need flags
+# kvplan does not take (torch compile, MoE A2A backends, LoRA, GGUF, DLLM, CPU offload and the
+# hierarchical cache, deterministic inference, PD disaggregation, symmetric memory, EPLB, context
+# parallelism, CUDA-graph debug), so none of them removes a reserve kvplan computes.
+PIECEWISE_SPEC_OFF_UNTIL = 11  # the first 0.5 patch that keeps them
 
 
 class Piecewise(NamedTuple):
@@ -664,12 +671,14 @@ def draft_in_pool(version: str) -> bool:
 
 
 def piecewise_excluded(
-    gpu: GpuProfile, speculative: bool, dp_attention: int, pp: int
+    gpu: GpuProfile, speculative: bool, dp_attention: int, pp: int, version: str
 ) -> str | None:
-    """The layout's reason SGLang's _handle_piecewise_cuda_graph turns piecewise prefill graphs
-    off (PIECEWISE_DISABLED_MODEL_TYPES names the model's), None where none."""
+    """The layout's reason SGLang `version`'s _handle_piecewise_cuda_graph turns piecewise
+    prefill graphs off (PIECEWISE_DISABLED_MODEL_TYPES names the model's; speculative decoding
+    before PIECEWISE_SPEC_OFF_UNTIL only), None where none."""
+    spec_off = not sglang_rules(version).from_05(PIECEWISE_SPEC_OFF_UNTIL, bare=False)
     for reason, applies in (
-        ("speculative decoding", speculative),
+        ("speculative decoding", speculative and spec_off),
         ("DP attention", dp_attention > 1),
         ("pipeline parallelism", pp > 1),
         (f"{gpu.device_vendor} hardware (CUDA only)", gpu.device_vendor != "NVIDIA"),
@@ -1637,7 +1646,9 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         request.sglang_version,
         request.dp_attention,
         request.piecewise,
-        piecewise_excluded(gpu, request.speculative, request.dp_attention, request.pp),
+        piecewise_excluded(
+            gpu, request.speculative, request.dp_attention, request.pp, request.sglang_version
+        ),
         request.speculative_algorithm,
     )
     fraction = request.mem_fraction_static

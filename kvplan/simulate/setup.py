@@ -712,8 +712,8 @@ def _with_draft(alloc, speculation, options, spec, fmt_name: str, tp: int):
 
 def _speculative_model(model, speculation, draft, gpu, options, fmt_name, graph_tokens):
     """The target's step model drafting and verifying (kvplan.simulate.speculative); the draft
-    runs its prefill batches under graphs as the target does (SGLang: none, its piecewise
-    graphs off when speculating)."""
+    runs its prefill batches under graphs as the target does (SGLang 0.5.10: none, its
+    piecewise graphs off when speculating; from 0.5.11 on, engines.sglang.piecewise_excluded)."""
     from kvplan.simulate.speculative import SpeculativeStepModel
 
     draft_model = None
@@ -2018,7 +2018,7 @@ def sglang_piecewise_excluded(
     off (engines.sglang.piecewise_excluded), None where none."""
     from kvplan.engines.sglang import piecewise_excluded
 
-    return piecewise_excluded(gpu, speculative, layout.dp, options.pp)
+    return piecewise_excluded(gpu, speculative, layout.dp, options.pp, options.sglang_version)
 
 
 def check_sglang_dp_flags(options: ServeOptions, layout: ParallelLayout) -> None:
