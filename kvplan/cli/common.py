@@ -607,11 +607,14 @@ def piecewise_max_tokens_option():
     )
 
 
-def piecewise_flags(disable: bool, enable: bool, max_tokens: int | None):
-    """SGLang's piecewise-CUDA-graph flags as given (engines.sglang.PiecewiseFlags)."""
+def piecewise_flags(
+    disable: bool, enable: bool, max_tokens: int | None, context_length: int | None = None
+):
+    """SGLang's piecewise-CUDA-graph flags as given, and --context-length as given
+    (engines.sglang.PiecewiseFlags)."""
     from kvplan.engines.request import PiecewiseFlags
 
-    return PiecewiseFlags(bool(disable), bool(enable), max_tokens)
+    return PiecewiseFlags(bool(disable), bool(enable), max_tokens, context_length)
 
 
 def radix_flag(engine: str, disable_radix_cache: bool, prefix_caching: bool | None):

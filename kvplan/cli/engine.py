@@ -295,6 +295,13 @@ def _flags() -> tuple[Flag, ...]:
             (SGLANG,),
         ),
         Flag(
+            "speculative_algorithm",
+            str,
+            c.speculative_algorithm_option(),
+            "--speculative-algorithm",
+            (SGLANG,),
+        ),
+        Flag(
             "mem_fraction_static",
             float,
             c.serve_option(
@@ -708,6 +715,38 @@ def _llamacpp(o) -> None:
     c.emit(c.render(engine_view(result), o.fmt))
 
 
+def _engine_speculation(spec, algorithm: str, request) -> str:
+    """SGLang's --speculative-algorithm for `kvplan engine`, which sizes the target's pool
+    under the release's speculative reserve (engines.sglang.speculative_reserve_mib) but not a
+    draft: refused, one line, where the release's pool holds the draft (from 0.5.14,
+    engines.sglang.draft_in_pool; NGRAM has none) or the model keeps recurrent state (the
+    verification's states: kvplan simulate sizes both)."""
+    from kvplan.engines.sglang import draft_in_pool
+    from kvplan.simulate.speculative import SGLANG_ALGORITHMS
+
+    name = str(algorithm).strip().upper()
+    if name not in SGLANG_ALGORITHMS:
+        raise KvplanError(
+            f"--speculative-algorithm {str(algorithm)[:40]!r}: choose {', '.join(SGLANG_ALGORITHMS)}"
+        )
+    simulate = (
+        "kvplan simulate --engine sglang --speculative-algorithm "
+        f"{name}{'' if name == 'NGRAM' else ' --speculative-draft-model-path ...'} sizes it"
+    )
+    if name != "NGRAM" and draft_in_pool(request.sglang_version):
+        raise KvplanError(
+            f"--speculative-algorithm {name}: SGLang {str(request.sglang_version)[:20]} sizes "
+            "its pool with the draft's weights and layers in it (from 0.5.14), which kvplan "
+            f"engine does not read; {simulate}"
+        )
+    if spec.state_layers():
+        raise KvplanError(
+            f"--speculative-algorithm {name}: {spec.name} keeps recurrent state, whose "
+            f"speculative verification states kvplan engine does not size; {simulate}"
+        )
+    return name
+
+
 def _server(o) -> None:
     """vLLM or SGLang."""
     from kvplan.engines import EngineRequest, engine_allocation
@@ -753,13 +792,21 @@ def _server(o) -> None:
         backends=c.backends_of(vars(o)),
         radix_cache=not o.disable_radix_cache,
         piecewise=c.piecewise_flags(
-            o.disable_piecewise, o.enable_piecewise, o.piecewise_max_tokens
+            o.disable_piecewise,
+            o.enable_piecewise,
+            o.piecewise_max_tokens,
+            None if o.max_model_len is None else c.one_context(o.max_model_len, "--max-model-len"),
         ),
     )
     gpu = c.load_gpu(o.gpu)
     if o.engine == "sglang":
         from kvplan.engines.sglang import default_mamba_track_slots
 
+        if o.speculative_algorithm is not None:
+            request = request._replace(
+                speculative=True,
+                speculative_algorithm=_engine_speculation(spec, o.speculative_algorithm, request),
+            )
         request = request._replace(mamba_track_slots=default_mamba_track_slots(spec, gpu, request))
     result = engine_allocation(spec, gpu, request)
     c.emit(c.render(engine_view(result), o.fmt))

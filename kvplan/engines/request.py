@@ -28,6 +28,10 @@ class PiecewiseFlags(NamedTuple):
     disable: bool = False
     enable: bool = False
     max_tokens: int | None = None
+    # --context-length as given (None: the model's own), which SGLang 0.5.13-0.5.16 clamp
+    # piecewise_cuda_graph_max_tokens to (engines.sglang.piecewise_max_tokens); not a
+    # piecewise flag of its own, so given() leaves it out
+    context_length: int | None = None
 
     def given(self) -> tuple[str, ...]:
         """The flags as SGLang's command line spells them, those given."""
@@ -110,6 +114,9 @@ class EngineRequest(NamedTuple):
     # speculating; None: SGLang's own), which size a hybrid's state pool
     # (engines.sglang.sglang_radix_off, sglang_allocation)
     speculative: bool = False
+    # SGLang's --speculative-algorithm as typed (None: not speculating): its reserve in the
+    # default mem_fraction_static (engines.sglang.speculative_reserve_mib)
+    speculative_algorithm: str | None = None
     radix_cache: bool = True
     max_running_requests: int | None = None
     # SGLang's --mamba-scheduler-strategy extra_buffer: the track buffer's recurrent states each

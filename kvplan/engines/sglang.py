@@ -131,8 +131,13 @@ HYBRID_SM100_BACKENDS = {
 # 0.5.6 as the first release with the rule (the first it knows after 2025-11-11).
 MAMBA_NO_OVERLAP_FROM = 6
 # _handle_mamba_radix_cache(support_mamba_cache=False): no MambaRadixCache for these model types,
-# the radix cache goes off, and the overlap scheduler stays on
-NO_MAMBA_RADIX_MODEL_TYPES = ("kimi_linear",)
+# the radix cache goes off, and the overlap scheduler stays on; by model type, the first 0.5
+# patch that keeps it. Kimi Linear: "Disabling Radix Cache for KimiLinearForCausalLM as it is
+# not yet supported" in 0.5.6-0.5.8 (0.5.8 server_args.py:1411-1414), support_mamba_cache=False
+# in 0.5.9-0.5.13 (0.5.9 :1524-1528, 0.5.13 :2459-2463); 0.5.14 calls
+# _handle_mamba_radix_cache(model_arch) like every hybrid (0.5.14 :4142-4143), MambaRadixCache
+# kept (its no_buffer and extra_buffer rules below). A bare 0.5 (April 2026's main): before it.
+NO_MAMBA_RADIX_UNTIL = {"kimi_linear": 14}
 # _handle_mamba_radix_cache's no_buffer branch for a speculating hybrid with the radix cache on:
 # through 0.5.9 it turns the radix cache off ("Disabling radix cache since speculative decoding
 # for {model_arch} is not supported with radix cache yet"); SGLang PR #19391 (merged 2026-03-04,
@@ -172,6 +177,19 @@ MAMBA_TRACK_BY_OVERLAP_FROM = 10
 # with the radix cache on it too caps running requests at the states // 5 (no buffer is used);
 # 0.5.8 (:270) adds it under extra_buffer only. (first 0.5 patch, first without)
 MAMBA_NO_BUFFER_RATIO_PATCHES = (7, 8)
+# _handle_mamba_radix_cache's checks of a given --page-size under extra_buffer (before the
+# backends force theirs): mamba_track_interval (256 by default; kvplan takes no flag for it)
+# % page_size == 0 in every release (0.5.7 server_args.py:1421-1424, 0.5.10 :2181-2184, 0.5.14
+# :4376-4377, 0.5.23 arg_groups/mamba_hook.py:135), and the FLA chunk and the page dividing
+# one another: FLA_CHUNK_SIZE (64) % page_size in 0.5.7 (:1425-1427), either way from 0.5.8
+# (0.5.10 :2185-2189; from 0.5.13 mamba_cache_chunk_size, 0.5.13 :7389-7400, the config's
+# mamba_chunk_size in place of 64 where it states one, which kvplan does not read: with a page
+# dividing 256, any power-of-two chunk passes). A chunked_prefill_size under that chunk is only
+# warned about (0.5.17 :5614). mamba_track_interval >= speculative_num_draft_tokens cannot fail
+# at kvplan's limit of 64 draft tokens (simulate.speculative.MAX_DRAFT_TOKENS).
+MAMBA_TRACK_INTERVAL = 256
+FLA_CHUNK_SIZE = 64
+FLA_CHUNK_EITHER_WAY_FROM = 8  # the 0.5 patch
 # _handle_mamba_radix_cache raises "mamba extra_buffer is not compatible with
 # --disable-radix-cache" from 0.5.10 (server_args.py:2166), speculating or not; 0.5.7-0.5.9 run
 # it, one state a request (the radix cache off: _calculate_mamba_ratio 1)
@@ -203,10 +221,12 @@ SPEC_V2_ANY_TOPK_FROM = 13
 # overlap scheduler off. The list by the config's top-level model_type (kvplan's bundled
 # hybrids; the architecture each writes): the first 0.5 patch whose list names it. 0.5.14:
 # Qwen3NextForCausalLM, Qwen3_5(Moe)ForConditionalGeneration, NemotronHForCausalLM,
-# FalconH1ForCausalLM, GraniteMoeHybridForCausalLM; 0.5.19 adds the text-only
-# Qwen3_5(Moe)ForCausalLM (overrides.py:519). Not LFM2 (Lfm2ForCausalLM) in any release;
-# KimiLinear (0.5.16) and KimiK3 (0.5.17) are listed, but kvplan keeps no radix cache for them
-# (NO_MAMBA_RADIX_MODEL_TYPES), so auto never resolves.
+# FalconH1ForCausalLM, GraniteMoeHybridForCausalLM; 0.5.16 adds KimiLinearForCausalLM
+# (_MAMBA_EXTRA_BUFFER_ARCHS, 0.5.16 arg_groups/overrides.py:1131-1136; 0.5.15's :980-994 lacks
+# it); 0.5.19 adds the text-only Qwen3_5(Moe)ForCausalLM (overrides.py:519). Not LFM2
+# (Lfm2ForCausalLM) in any release. KimiK3ForConditionalGeneration is listed from 0.5.17, the
+# first release with a model for it; kvplan reads Kimi-K3's text config (kimi_linear) and does
+# not tell it apart from Kimi Linear.
 MAMBA_AUTO_FROM = 14
 MAMBA_AUTO_EXTRA_BUFFER_FROM = {
     "qwen3_next": 14,
@@ -217,6 +237,7 @@ MAMBA_AUTO_EXTRA_BUFFER_FROM = {
     "granitemoehybrid": 14,
     "qwen3_5_text": 19,
     "qwen3_5_moe_text": 19,
+    "kimi_linear": 16,
 }
 
 SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio
@@ -426,6 +447,12 @@ MLA_PIECEWISE_MIB = 1536  # from 0.5.10 (PIECEWISE_DEFAULT_FROM)
 PIECEWISE_FIXED_MAX_TOKENS = 4096
 PIECEWISE_CHUNKED_MAX_FROM = 7
 PIECEWISE_MLA_MAX_FROM = 8
+# a given --context-length caps piecewise_cuda_graph_max_tokens, given or not ("prevents PCG
+# warmup from compiling graphs with more tokens than the model buffers can hold", #21112):
+# 0.5.13 server_args.py:1579-1585 to 0.5.16 :4039-4045; 0.5.12 and 0.5.17 have no such clamp.
+# (The default's cap to --max-total-tokens, from 0.5.10 :1262-1266, needs a flag kvplan does not
+# take; nor does it read model_path, whose "llama-2" caps the default at 4,096.)
+PIECEWISE_CONTEXT_CLAMP_PATCHES = (13, 17)  # (first 0.5 patch, first without)
 # _generate_piecewise_cuda_graph_tokens' 64-token step between 512 and 1,024 starts at 640 in
 # 0.5.8 (:1078), at 576 from 0.5.9 (:1118)
 PIECEWISE_576_FROM = 9
@@ -433,6 +460,20 @@ PIECEWISE_576_FROM = 9
 # 0.5.4 (0.5.3's server_args has neither); --disable-piecewise-cuda-graph from 0.5.10 (none of
 # 0.5.6-0.5.9 has it), where --enable-piecewise-cuda-graph is a DeprecatedAction (:5479)
 PIECEWISE_FLAGS_FROM = 4
+# The speculative term of _handle_gpu_memory_settings' reserve ("draft model and cuda graphs"),
+# added after the 10 GiB floor, by --speculative-algorithm as typed: STANDALONE 6 GiB, NGRAM
+# none, the EAGLE family (EAGLE, EAGLE3, NEXTN) 2 GiB through 0.5.9 (0.5.3 server_args.py:663-669,
+# 0.5.9 :1051-1057) and 4 GiB in 0.5.10-0.5.13 (0.5.10 :1316-1322, 0.5.13 :1627-1633). Through
+# 0.5.13 the target profiles its pool before the draft loads (profile_max_num_token, 0.5.10
+# model_runner_kv_cache_mixin.py:144-177), so its pool is its own and the draft's weights and
+# pool (as many tokens, MemoryPoolConfig) come out of this reserve. 0.5.14 drops the term
+# (0.5.14 server_args.py:3276-3315) and counts the draft in the pool: both models load before
+# alloc_memory_pool (model_runner.py:806-813, "draft weights are now counted",
+# model_runner_kv_cache_mixin.py:102-117) and the cell grows by the draft's layers
+# (pool_configurator.py:129-145): kvplan's techniques.speculative_pool_blocks.
+SPEC_RESERVE_MIB = {"STANDALONE": 6144, "NGRAM": 0}  # by algorithm, every release to 0.5.13
+SPEC_EAGLE_RESERVE_MIB = ((10, 4096), (0, 2048))  # (first 0.5 patch, MiB), newest first
+SPEC_DRAFT_IN_POOL_FROM = 14
 # under DP attention: MiB per captured batch size per DP rank, and more above 300 sizes
 DP_GRAPH_MIB, DP_LARGE_GRAPH_MIB = 3, 1.5
 MAX_PREFILL_TOKENS = 16384
@@ -491,6 +532,13 @@ PIECEWISE_MLA_MAX_TOKENS = 2048
 # DeepseekV32ForCausalLM and GlmMoeDsaForCausalLM are its DSA models, is_deepseek_nsa),
 # speculative decoding, DP attention, pp_size > 1, non-CUDA hardware, multimodal models
 PIECEWISE_DISABLED_MODEL_TYPES = ("qwen3_next",)
+# "2. Speculative decoding" is on that list in 0.5.10 only (server_args.py:1088-1090): from 0.5.11
+# (:1200-1222) a speculating server keeps its piecewise graphs and their reserve. A bare 0.5
+# (April 2026's main, 0.5.10's side): off. The other entries of 0.5.10-0.5.13's list need flags
+# kvplan does not take (torch compile, MoE A2A backends, LoRA, GGUF, DLLM, CPU offload and the
+# hierarchical cache, deterministic inference, PD disaggregation, symmetric memory, EPLB, context
+# parallelism, CUDA-graph debug), so none of them removes a reserve kvplan computes.
+PIECEWISE_SPEC_OFF_UNTIL = 11  # the first 0.5 patch that keeps them
 
 
 class Piecewise(NamedTuple):
@@ -566,15 +614,22 @@ def piecewise_max_tokens(
     spec: ModelSpec, version: str, flags: PiecewiseFlags, chunked_prefill_size: int
 ) -> int:
     """SGLang `version`'s piecewise_cuda_graph_max_tokens: as given, else 4,096 before 0.5.7,
-    chunked_prefill_size from it, 2,048 for an MLA backend from 0.5.8."""
-    if flags.max_tokens is not None:
-        return flags.max_tokens
+    chunked_prefill_size from it, 2,048 for an MLA backend from 0.5.8; capped to a given
+    --context-length in 0.5.13-0.5.16 (PIECEWISE_CONTEXT_CLAMP_PATCHES)."""
     rules = sglang_rules(version)
-    if not rules.from_05(PIECEWISE_CHUNKED_MAX_FROM):
-        return PIECEWISE_FIXED_MAX_TOKENS
-    if rules.from_05(PIECEWISE_MLA_MAX_FROM) and spec.has_kind(CacheKind.MLA):
-        return PIECEWISE_MLA_MAX_TOKENS
-    return chunked_prefill_size
+    if flags.max_tokens is not None:
+        tokens = flags.max_tokens
+    elif not rules.from_05(PIECEWISE_CHUNKED_MAX_FROM):
+        tokens = PIECEWISE_FIXED_MAX_TOKENS
+    elif rules.from_05(PIECEWISE_MLA_MAX_FROM) and spec.has_kind(CacheKind.MLA):
+        tokens = PIECEWISE_MLA_MAX_TOKENS
+    else:
+        tokens = chunked_prefill_size
+    first, after = PIECEWISE_CONTEXT_CLAMP_PATCHES
+    clamps = rules.from_05(first, bare=False) and not rules.from_05(after, bare=False)
+    if clamps and flags.context_length is not None:
+        tokens = min(tokens, flags.context_length)
+    return tokens
 
 
 def piecewise_reserve_mib(
@@ -605,13 +660,36 @@ def piecewise_reserve_mib(
     return float(piecewise_graph_tokens(max_tokens, version) * PIECEWISE_MIB_PER_SIZE), False
 
 
+def speculative_reserve_mib(version: str, algorithm: str | None) -> float:
+    """The MiB SGLang `version`'s default mem_fraction_static reserves, after the 10 GiB floor,
+    for --speculative-algorithm `algorithm` as typed (None: not speculating): SPEC_RESERVE_MIB
+    and SPEC_EAGLE_RESERVE_MIB through 0.5.13, nothing from 0.5.14 (the pool holds the draft:
+    draft_in_pool) nor on 0.4 (kvplan's 0.4 fraction is its TP table)."""
+    rules = sglang_rules(version)
+    if algorithm is None or rules.release != "0.5" or draft_in_pool(version):
+        return 0.0
+    name = str(algorithm).strip().upper()
+    if name in SPEC_RESERVE_MIB:
+        return float(SPEC_RESERVE_MIB[name])
+    return float(next(mib for first, mib in SPEC_EAGLE_RESERVE_MIB if rules.from_05(first)))
+
+
+def draft_in_pool(version: str) -> bool:
+    """Whether SGLang `version` sizes the target's pool with the draft's weights and layers in
+    it (SPEC_DRAFT_IN_POOL_FROM: 0.5.14; April 2026's main, a bare 0.5, is before it): else the
+    target's pool is its own and the draft sits in the speculative reserve."""
+    return sglang_rules(version).from_05(SPEC_DRAFT_IN_POOL_FROM, bare=False)
+
+
 def piecewise_excluded(
-    gpu: GpuProfile, speculative: bool, dp_attention: int, pp: int
+    gpu: GpuProfile, speculative: bool, dp_attention: int, pp: int, version: str
 ) -> str | None:
-    """The layout's reason SGLang's _handle_piecewise_cuda_graph turns piecewise prefill graphs
-    off (PIECEWISE_DISABLED_MODEL_TYPES names the model's), None where none."""
+    """The layout's reason SGLang `version`'s _handle_piecewise_cuda_graph turns piecewise
+    prefill graphs off (PIECEWISE_DISABLED_MODEL_TYPES names the model's; speculative decoding
+    before PIECEWISE_SPEC_OFF_UNTIL only), None where none."""
+    spec_off = not sglang_rules(version).from_05(PIECEWISE_SPEC_OFF_UNTIL, bare=False)
     for reason, applies in (
-        ("speculative decoding", speculative),
+        ("speculative decoding", speculative and spec_off),
         ("DP attention", dp_attention > 1),
         ("pipeline parallelism", pp > 1),
         (f"{gpu.device_vendor} hardware (CUDA only)", gpu.device_vendor != "NVIDIA"),
@@ -677,13 +755,15 @@ def default_mem_fraction(
     dp_attention: int = 1,
     piecewise: PiecewiseFlags = PiecewiseFlags(),
     piecewise_off: str | None = None,
+    speculative_algorithm: str | None = None,
 ) -> FractionDefault:
     """SGLang's own mem_fraction_static for this GPU and layout (its server_args heuristic),
     at release `version` (any release sglang_rules reads). `tp` is the server's --tp;
     `dp_attention` its --dp-size under --enable-dp-attention (1: off), which 0.5 reserves
     cuda_graph_max_bs x dp x 3 MiB more for ("DP attention needs more padding"), x 4.5 above
     300; `piecewise` the piecewise-graph flags and `piecewise_off` the layout's reason they are
-    off (piecewise_excluded), which decide the piecewise term (piecewise_reserve_mib)."""
+    off (piecewise_excluded), which decide the piecewise term (piecewise_reserve_mib);
+    `speculative_algorithm` --speculative-algorithm as typed (speculative_reserve_mib)."""
     gpu_mib = gpu.usable_memory_bytes / MIB
     if sglang_rules(version).release == "0.4":
         fraction = next(f for at_least, f in MEM_FRACTION_04 if tp >= at_least)
@@ -708,6 +788,7 @@ def default_mem_fraction(
         reserved += piecewise_mib
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, RESERVED_FLOOR_MIB)
+    reserved += speculative_reserve_mib(version, speculative_algorithm)
     if after_floor:
         reserved += piecewise_mib
     fraction = round((gpu_mib - reserved) / gpu_mib, 3)
@@ -1134,17 +1215,19 @@ def mamba_track_slots(
     speculative: bool,
     radix_cache: bool,
     spec_v2: bool = False,
+    page_size: int | None = None,
 ) -> int:
     """The recurrent states a running request holds beside its own under --mamba-scheduler-
     strategy `strategy` (MAMBA_STRATEGIES; None: no_buffer): extra_buffer's ping-pong track
     buffer (MAMBA_TRACK_SLOTS, by whether the overlap scheduler runs, or before
     MAMBA_TRACK_BY_OVERLAP_FROM whether SGLang speculates; speculating as spec v1: 1), 0 under
-    no_buffer and where the radix cache is off regardless (NO_MAMBA_RADIX_MODEL_TYPES).
+    no_buffer and where the radix cache is off regardless (mamba_radix_unsupported).
     One-line errors where SGLang refuses it (before MAMBA_EXTRA_BUFFER_FROM, off CUDA, a model
     without recurrent state, extra_buffer with the radix cache off and no speculation: PR
-    #19169). Speculating as SGLang's spec v2 beside the overlap scheduler (`spec_v2`,
-    sglang_spec_v2): the overlap scheduler's slots (EAGLEWorkerV2._mamba_verify_update tracks
-    the states; 0.5.11's _calculate_mamba_ratio and HybridReqToTokenPool key them on it)."""
+    #19169, a given `page_size` it asserts against: check_mamba_extra_buffer_page).
+    Speculating as SGLang's spec v2 beside the overlap scheduler (`spec_v2`, sglang_spec_v2):
+    the overlap scheduler's slots (EAGLEWorkerV2._mamba_verify_update tracks the states;
+    0.5.11's _calculate_mamba_ratio and HybridReqToTokenPool key them on it)."""
     name = str(strategy or "no_buffer").strip().lower()
     if name not in MAMBA_STRATEGIES:
         raise KvplanError(
@@ -1172,14 +1255,37 @@ def mamba_track_slots(
                 f"0.5.{MAMBA_EXTRA_BUFFER_RADIX_ERROR_FROM}): use no_buffer"
             )
         return 0  # one state a request (_calculate_mamba_ratio: 1 without the radix cache)
-    if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES:
+    if mamba_radix_unsupported(spec, version):
         return 0  # the radix cache goes off first: no track buffer (enable_mamba_extra_buffer)
+    check_mamba_extra_buffer_page(page_size, version)
     if speculative:
         # spec v1: the overlap scheduler off; spec v2 keeps it (from 0.5.11, keyed on it)
         return MAMBA_TRACK_SLOTS[spec_v2]
     if not sglang_rules(version).from_05(MAMBA_TRACK_BY_OVERLAP_FROM):
         return MAMBA_TRACK_SLOTS[True]  # keyed on speculation: 2 without it
     return MAMBA_TRACK_SLOTS[overlap]
+
+
+def check_mamba_extra_buffer_page(page_size: int | None, version: str) -> None:
+    """One line where SGLang `version` asserts against a given --page-size under
+    --mamba-scheduler-strategy extra_buffer (MAMBA_TRACK_INTERVAL, FLA_CHUNK_SIZE); None: no
+    page given, nothing checked."""
+    if page_size is None:
+        return
+    rules = sglang_rules(version)
+    chunk, page = FLA_CHUNK_SIZE, page_size
+    if MAMBA_TRACK_INTERVAL % page:
+        why = f"mamba_track_interval {MAMBA_TRACK_INTERVAL} must be divisible by page_size {page}"
+    elif not rules.from_05(FLA_CHUNK_EITHER_WAY_FROM) and chunk % page:
+        why = f"the page size must divide FLA_CHUNK_SIZE {chunk}"
+    elif max(chunk, page) % min(chunk, page):
+        why = f"FLA_CHUNK_SIZE {chunk} or page_size {page} must divide the other"
+    else:
+        return
+    raise KvplanError(
+        f"SGLang {str(version)[:20]} refuses --mamba-scheduler-strategy extra_buffer with "
+        f"--page-size {page}: {why} (_handle_mamba_radix_cache)"
+    )
 
 
 def mamba_default_strategy(
@@ -1199,7 +1305,7 @@ def mamba_default_strategy(
     needs CUDA/MUSA/NPU (FLA)" (_validate_mamba_extra_buffer, server_args.py:4368)."""
     if not radix or not mamba_radix_rules(spec, version):
         return None
-    if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES:
+    if mamba_radix_unsupported(spec, version):
         return None
     rules = sglang_rules(version)
     if not rules.from_05(MAMBA_AUTO_FROM, bare=False):
@@ -1216,6 +1322,13 @@ def mamba_default_strategy(
             )
         return "extra_buffer"
     return "no_buffer"
+
+
+def mamba_radix_unsupported(spec: ModelSpec, version: str) -> bool:
+    """Whether SGLang `version` keeps no MambaRadixCache for this model type at all
+    (support_mamba_cache=False: NO_MAMBA_RADIX_UNTIL, Kimi Linear before 0.5.14)."""
+    first = NO_MAMBA_RADIX_UNTIL.get(spec.model_type)
+    return first is not None and not sglang_rules(version).from_05(first, bare=False)
 
 
 def mamba_radix_rules(spec: ModelSpec, version: str) -> bool:
@@ -1235,7 +1348,14 @@ def default_mamba_track_slots(spec: ModelSpec, gpu: GpuProfile, request: EngineR
     if strategy is None:
         return 0
     return mamba_track_slots(
-        spec, gpu, strategy, request.sglang_version, True, False, request.radix_cache
+        spec,
+        gpu,
+        strategy,
+        request.sglang_version,
+        True,
+        False,
+        request.radix_cache,
+        page_size=request.block_size,
     )
 
 
@@ -1247,7 +1367,7 @@ def speculative_radix_off(spec: ModelSpec, version: str, strategy: str | None = 
     Never under `strategy` extra_buffer, which keeps it (mamba_track_slots)."""
     if str(strategy or "").strip().lower() == "extra_buffer":
         return False
-    return mamba_radix_rules(spec, version) and spec.model_type not in NO_MAMBA_RADIX_MODEL_TYPES
+    return mamba_radix_rules(spec, version) and not mamba_radix_unsupported(spec, version)
 
 
 def sglang_radix_off(
@@ -1256,7 +1376,7 @@ def sglang_radix_off(
     """Why SGLang runs this model without its radix cache (None: it keeps it): "given"
     (--disable-radix-cache), else server_args._handle_mamba_radix_cache for a recurrent-state
     hybrid from 0.5.6 (MAMBA_NO_OVERLAP_FROM, the first release kvplan reads it in):
-    "unsupported" (support_mamba_cache=False: NO_MAMBA_RADIX_MODEL_TYPES), "speculative" (the
+    "unsupported" (support_mamba_cache=False: mamba_radix_unsupported), "speculative" (the
     no_buffer strategy with a speculative algorithm: MAMBA_SPEC_RADIX_ERROR_FROM; refused where
     SGLang raises), "trtllm_mha" (no_buffer, not speculating, on the trtllm_mha backend, which
     cannot take MambaRadixCache's 1-token pages). One home for the pool
@@ -1266,7 +1386,7 @@ def sglang_radix_off(
     if not mamba_radix_rules(spec, request.sglang_version):
         return None
     rules = sglang_rules(request.sglang_version)
-    if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES:
+    if mamba_radix_unsupported(spec, request.sglang_version):
         return "unsupported"
     if request.mamba_track_slots:
         return None  # extra_buffer: _handle_mamba_radix_cache keeps it whatever the backend
@@ -1294,7 +1414,7 @@ def mamba_radix_overlap_off(
     hybrid's overlap scheduler is off in any case, spec v1)."""
     if not radix or speculative:
         return False
-    if spec.model_type in NO_MAMBA_RADIX_MODEL_TYPES or attention_backend == "trtllm_mha":
+    if mamba_radix_unsupported(spec, version) or attention_backend == "trtllm_mha":
         return False
     return mamba_radix_rules(spec, version)
 
@@ -1535,7 +1655,10 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         request.sglang_version,
         request.dp_attention,
         request.piecewise,
-        piecewise_excluded(gpu, request.speculative, request.dp_attention, request.pp),
+        piecewise_excluded(
+            gpu, request.speculative, request.dp_attention, request.pp, request.sglang_version
+        ),
+        request.speculative_algorithm,
     )
     fraction = request.mem_fraction_static
     given = fraction is not None

@@ -714,9 +714,9 @@ def _speculative_model(
     model, speculation, draft, gpu, options, fmt_name, graph_tokens, spec_v2: bool = False
 ):
     """The target's step model drafting and verifying (kvplan.simulate.speculative); the draft
-    runs its prefill batches under graphs as the target does (SGLang: none, its piecewise
-    graphs off when speculating). `spec_v2`: SGLang's spec v2 beside the overlap scheduler
-    (engines.sglang.sglang_spec_v2)."""
+    runs its prefill batches under graphs as the target does (SGLang 0.5.10: none, its
+    piecewise graphs off when speculating; from 0.5.11 on, engines.sglang.piecewise_excluded).
+    `spec_v2`: SGLang's spec v2 beside the overlap scheduler (engines.sglang.sglang_spec_v2)."""
     from kvplan.simulate.speculative import SpeculativeStepModel
 
     draft_model = None
@@ -1733,6 +1733,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     from kvplan.engines.moe_backend import check_sglang_moe_backend
     from kvplan.engines.sglang import (
         detokenizer_token_s,
+        draft_in_pool,
         mamba_capped_requests,
         mamba_default_strategy,
         mamba_radix_overlap_off,
@@ -1754,7 +1755,11 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     )
 
     overlap_given = options.async_scheduling is not None
-    options = options._replace(async_scheduling=async_scheduling_of(options))
+    options = options._replace(
+        async_scheduling=async_scheduling_of(options),
+        # a given --context-length caps the piecewise graphs in some releases
+        piecewise=options.piecewise._replace(context_length=options.max_model_len),
+    )
     for given, flag in (
         (
             options.gpu_mem_util != 0.9,
@@ -1819,6 +1824,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         speculating,
         options.enable_prefix_caching is not False,
         spec_v2=spec_v2,
+        page_size=options.block_size,
     )
     request = EngineRequest(
         engine="sglang",
@@ -1842,6 +1848,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         speculative_tree=None if spec_request is None else (spec_request.method, spec_request.topk),
         cuda_ipc_pool_bytes=(options.cuda_ipc_pool_mib or 0) * MIB,
         speculative=speculating,
+        speculative_algorithm=options.speculative_algorithm if speculating else None,
         radix_cache=options.enable_prefix_caching is not False,
         # server_args sets 48 when speculating and none is given (SGLANG_SPEC_RUNNING)
         max_running_requests=options.max_num_seqs or (SGLANG_SPEC_RUNNING if speculating else None),
@@ -1860,9 +1867,12 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
             raise KvplanError(
                 "SGLang runs STANDALONE and NGRAM speculative decoding without DP attention"
             )
-        # the draft's pool holds as many tokens as the target's (its weights first)
-        blocks = speculative_pool_tokens(alloc, speculation, options, spec, fmt_name, layout)
-        alloc = alloc._replace(kv_cache_tokens=blocks)
+        if draft_in_pool(options.sglang_version):
+            # from 0.5.14 the pool holds the draft's weights and layers, its pool as many
+            # tokens as the target's (engines.sglang.SPEC_DRAFT_IN_POOL_FROM); before it the
+            # target's pool is its own, the draft in the speculative reserve
+            blocks = speculative_pool_tokens(alloc, speculation, options, spec, fmt_name, layout)
+            alloc = alloc._replace(kv_cache_tokens=blocks)
     block = max(alloc.block_size, SGLANG_SIM_BLOCK)
     # a pool below the context length: SGLang starts with max_req_len = pool - 1 and cuts
     # max_new_tokens to max_req_len - prompt - 1, so prompt + outputs <= pool - 2; admission
@@ -2022,7 +2032,7 @@ def sglang_piecewise_excluded(
     off (engines.sglang.piecewise_excluded), None where none."""
     from kvplan.engines.sglang import piecewise_excluded
 
-    return piecewise_excluded(gpu, speculative, layout.dp, options.pp)
+    return piecewise_excluded(gpu, speculative, layout.dp, options.pp, options.sglang_version)
 
 
 def check_sglang_dp_flags(options: ServeOptions, layout: ParallelLayout) -> None:
