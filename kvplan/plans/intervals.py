@@ -226,6 +226,18 @@ class Untimed(NamedTuple):
     stand_in_launch_fraction: float = 0.0
 
 
+def run_untimed(engine: str, stats) -> Untimed:
+    """A simulated run's Untimed from its EngineStats (kvplan.simulate.metrics) under `engine`:
+    the one reading simulate's intervals and plan's factors take."""
+    return Untimed(
+        engine,
+        stats.untimed_time_fraction,
+        stats.ttft_untimed_fraction,
+        stats.frontend_request_fraction,
+        stats.stand_in_launch_fraction,
+    )
+
+
 # below this untimed fraction a run's ends are the own class's (the factor's score divides by it)
 MIN_UNTIMED_FRACTION = 1e-3
 

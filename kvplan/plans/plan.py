@@ -378,16 +378,11 @@ def factors_for(
 
 
 def run_untimed(replica: Replica, stats: metrics.EngineStats) -> intervals.Untimed:
-    """A simulated run's untimed fractions as simulate's interval takes them: the share of its
-    step time in untimed parts (u), of its median TTFT in untimed costs (s) and of its
-    duration in the API server's per-request cost paid in turn (r)."""
-    return intervals.Untimed(
-        replica.options.engine,
-        stats.untimed_time_fraction,
-        stats.ttft_untimed_fraction,
-        stats.frontend_request_fraction,
-        stats.stand_in_launch_fraction,
-    )
+    """A simulated run's untimed fractions as simulate's interval takes them
+    (intervals.run_untimed): the share of its step time in untimed parts (u), of its median
+    TTFT in untimed costs (s) and of its duration in the API server's per-request cost paid in
+    turn (r)."""
+    return intervals.run_untimed(replica.options.engine, stats)
 
 
 def _untimed_parts(replica: Replica, untimed: intervals.Untimed | None) -> tuple[str, ...]:

@@ -343,15 +343,7 @@ def _with_intervals(
     and, propagated through the simulation, the same workload rerun with every step time at
     the class's fast and slow step scales (intervals.step_scales; with_step_scale)."""
     length_dist = request.workload.length_dist
-    untimed = [
-        intervals.Untimed(
-            request.serve.engine,
-            r.engine.untimed_time_fraction,
-            r.engine.ttft_untimed_fraction,
-            r.engine.frontend_request_fraction,
-        )
-        for r in runs
-    ]
+    untimed = [intervals.run_untimed(request.serve.engine, r.engine) for r in runs]
     # one rerun at the step scales for every rate: those of the run with most untimed time
     scales = intervals.step_scales(evidence, length_dist, _most_untimed(request, runs))
     if _has_clock(request) and intervals.propagated_families():
