@@ -553,7 +553,8 @@ def own_model_release(model: str) -> str | None:
     from kvplan.engines.sglang import sglang_own_model_from
     from kvplan.inputs.sources import load_model
 
-    return sglang_own_model_from(load_model(model, checkpoint=False))
+    first = sglang_own_model_from(load_model(model, checkpoint=False))
+    return None if first is None else first.release
 
 
 def written(repo: str, path: str, line: int) -> int:

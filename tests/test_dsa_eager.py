@@ -10,11 +10,11 @@ import statistics
 
 import pytest
 
-from kvplan.formulas.batch_step import MLA_ATTENTION_LAUNCHES, BatchShape
+from kvplan.formulas.batch_step import MLA_ATTENTION_LAUNCHES, BatchShape, run_untimed_parts
 from kvplan.inputs.hardware import load_profile
-from kvplan.inputs.kernel_tables import DSA_EAGER_FOLDER
+from kvplan.inputs.kernel_tables import DSA_EAGER_FOLDER, tables_for
 from kvplan.inputs.sources import load_model
-from kvplan.simulate.setup import ServeOptions, build_replica, dsa_eager_stand_in
+from kvplan.simulate.setup import ServeOptions, build_replica
 
 H200_ROWS = DSA_EAGER_FOLDER / "h200_sxm.sglang.0.5.14.json"
 STAND_IN = "the DSA module's decode outside a CUDA graph (SGLang 0.5.14's eager rows stand in)"
@@ -64,13 +64,14 @@ def test_the_files_eager_batches_are_above_their_graph_ones_and_slower():
     ],
 )
 def test_the_release_gate(version, stand_in):
-    """The eager rows are the run's own at their release, a later patch or a bare release, and
-    stand in (an untimed part) for another release's run."""
-    rows = _model("0.5.14").dsa_eager.rows
-    assert dsa_eager_stand_in(ServeOptions(engine="sglang", sglang_version=version), rows) == (
-        stand_in
-    )
-    assert dsa_eager_stand_in(ServeOptions(engine="sglang", sglang_version=version), None) is None
+    """The eager rows are the run's own where its tables are of their release (the run's
+    release, a later patch or a bare release), and stand in (an untimed part) for another
+    release's tables: the rule the DSA module grids' baseline follows (dsa_delta_us)."""
+    tables = tables_for(load_profile("h200"), "sglang", version)
+    rows = tables.dsa_eager
+    assert rows is not None and rows.engine_version == "0.5.14"
+    assert rows.stands_in_from == stand_in
+    assert (stand_in is None) == (tables.engine_version == "0.5.14")
 
 
 def test_an_eager_decode_step_charges_the_eager_excess_by_hand(h200_0562):
@@ -147,12 +148,20 @@ def test_the_stand_in_is_named_once_a_step_charged_it():
     eager = BatchShape(num_decodes=1024, decode_context_sum=1024 * 256, num_sampled=1024)
     graphed = BatchShape(num_decodes=8, decode_context_sum=8 * 256, num_sampled=8)
     old = _model("0.5.6.post2")
-    old.step(graphed)
-    assert STAND_IN not in old.untimed_parts
+    assert old.dsa_eager_stand_in_part == STAND_IN
+    assert STAND_IN not in old.untimed_parts  # the model's own: no run's
+    graphed_step = old.step(graphed)
+    assert graphed_step.stand_in_launch_s == 0.0
+    assert STAND_IN not in run_untimed_parts(old, graphed_step.stand_in_launch_s)
     step = old.step(eager)
-    assert STAND_IN in old.untimed_parts
-    assert step.untimed_s >= old.dsa_eager_s(eager) > 0
+    assert step.stand_in_launch_s == pytest.approx(old.dsa_eager_s(eager), rel=1e-12)
+    assert step.stand_in_launch_s > 0
+    assert run_untimed_parts(old, step.stand_in_launch_s) == (*old.untimed_parts, STAND_IN)
+    assert step.untimed_s >= step.stand_in_launch_s
+    # pricing names nothing by itself: the graphed step's parts are still without it
+    assert STAND_IN not in run_untimed_parts(old, old.step(graphed).stand_in_launch_s)
     own = _model("0.5.14")
     assert own.dsa_eager_s(eager) > 0
-    own.step(eager)
-    assert not any("eager rows" in part for part in own.untimed_parts)
+    own_step = own.step(eager)
+    assert own_step.stand_in_launch_s == 0.0 and own.dsa_eager_stand_in_part is None
+    assert not any("eager rows" in part for part in run_untimed_parts(own, 1.0))

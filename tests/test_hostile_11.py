@@ -200,7 +200,12 @@ def _config(tmp_path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("command", ["simulate", "report", "plan"])
+@pytest.mark.parametrize(
+    # one refusal of an output among the files read serves every command: report's run (a
+    # page and its charts) is the slowest and runs with the slow tests
+    "command",
+    ["simulate", pytest.param("report", marks=pytest.mark.slow), "plan"],
+)
 def test_out_onto_the_model_config_read_is_refused_and_leaves_it(command, tmp_path):
     config = _config(tmp_path)
     before = config.read_bytes()

@@ -114,7 +114,13 @@ def _reap(proc: subprocess.Popen, marker: str) -> None:
 # ---- 1. plan's workers end with it --------------------------------------------------------------
 @pytest.mark.parametrize(
     "signum,code",
-    [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)],
+    [
+        (signal.SIGTERM, 143),
+        # one handler for the three (early_stop.SIGNALS), the status 128 + signum: SIGTERM's
+        # run covers them by default (SIGINT's stop is also test_hostile_5_round's)
+        pytest.param(signal.SIGINT, 130, marks=pytest.mark.slow),
+        pytest.param(signal.SIGHUP, 129, marks=pytest.mark.slow),
+    ],
     ids=["SIGTERM", "SIGINT", "SIGHUP"],
 )
 def test_a_stopped_plan_leaves_no_worker_and_closes_the_pipes(tmp_path, signum, code):
@@ -267,9 +273,17 @@ SIMULATE = ["simulate", "llama-3.1-8b", "--gpu", "h100", "--num-prompts", "20"]
         pytest.param(
             ["report", "llama-3.1-8b", "--ctx", "8k", "--out", "out/plan.md"],
             1,
-            marks=pytest.mark.slow,  # the second chart's case runs by default
+            marks=pytest.mark.slow,
         ),
-        (["report", "llama-3.1-8b", "--ctx", "8k", "--out", "out/plan.md"], 2),
+        # every case slow: by default a stop's staged files are removed in process
+        # (test_a_signal_inside_a_block_removes_what_it_staged), the report's second chart
+        # left unwritten by a full disk (test_hostile_5_outputs), and a real signal stops a
+        # process in one line (test_hostile_5_round, test_a_stopped_plan_leaves_no_worker...)
+        pytest.param(
+            ["report", "llama-3.1-8b", "--ctx", "8k", "--out", "out/plan.md"],
+            2,
+            marks=pytest.mark.slow,
+        ),
         pytest.param(
             [*SIMULATE, "--plot", "out/p.png", "--timeline", "out/t.png", "--out", "out/o.txt"],
             2,

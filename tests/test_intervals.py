@@ -541,7 +541,15 @@ def _one_config_request(rate: float, slo: str, workload, confidence=None) -> Pla
     )
 
 
-@pytest.mark.parametrize("value", ["0.99", "0.4", "nan"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "nan",
+        # the same path as nan's (check_confidence, in process below): slow runs keep the CLI's
+        pytest.param("0.99", marks=pytest.mark.slow),
+        pytest.param("0.4", marks=pytest.mark.slow),
+    ],
+)
 def test_confidence_out_of_range_is_a_one_line_error(value):
     proc = subprocess.run(
         [sys.executable, "-m", "kvplan", "plan", "llama-3.1-8b", "--rate", "1",
@@ -551,6 +559,17 @@ def test_confidence_out_of_range_is_a_one_line_error(value):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--confidence" in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("value", [0.99, 0.4, 0.96, 0.49, float("nan"), float("inf"), "0.9"])
+def test_check_confidence_refuses_what_is_outside_its_range(value):
+    with pytest.raises(KvplanError, match="--confidence must be between 0.5 and 0.95"):
+        intervals.check_confidence(value)
+
+
+@pytest.mark.parametrize("value", [None, 0.5, 0.8, 0.95, 1 - 0.05])
+def test_check_confidence_takes_its_range_and_none(value):
+    intervals.check_confidence(value)
 
 
 @pytest.mark.slow

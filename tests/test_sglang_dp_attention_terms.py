@@ -222,7 +222,7 @@ def test_the_mtp_draft_head_runs_over_the_group_and_gathers_its_logits(sglang):
     assert model.head_bytes == 1_853_358_080 / 8
     assert model.head_flop_per_token == 2 * HEAD_PARAMS / 8
     draft = model.draft_step(5, 5000.0)
-    layers = sglang._forward(BatchShape(5, 5000.0, (), 5), model.share, None, 1)
+    layers = sglang._forward(BatchShape(5, 5000.0, (), 5), model.share, None, 1).terms
     head = sglang.logits_gather_s(5, None, 40)
     assert head == sglang.logits_gather_s(5)  # 8 ranks x 5 rows by default
     assert draft.terms_s["comm_s"] == pytest.approx(layers[4] + head, rel=1e-12)
@@ -244,13 +244,13 @@ def test_the_draft_runs_on_the_rows_the_graphs_pad_to(sglang):
         sglang, Speculation(mtp, 1.8, "length", None, 1, 0.0, 0.0, 1), None
     )
     draft = model.draft_step(5, 5000.0, False, 64, True)
-    layers = sglang._forward(BatchShape(5, 5000.0, (), 5), model.share, 64, 1, True, 64)
+    layers = sglang._forward(BatchShape(5, 5000.0, (), 5), model.share, 64, 1, True, 64).terms
     gather = sglang.logits_gather_s(5, 64, 64)
     assert gather > sglang.logits_gather_s(5, None, 40) == sglang.logits_gather_s(5)
     assert draft.terms_s["comm_s"] == pytest.approx(layers[4] + gather, rel=1e-12)
     assert draft.terms_s["weights_s"] == pytest.approx(layers[0] + model._head_s(5, 64), rel=1e-12)
     first = model.draft_step(5, 5000.0, True, 64, True)
-    extend = sglang._forward(BatchShape(5, 5000.0, (), 5), model.share, 128, 2, True, 64)
+    extend = sglang._forward(BatchShape(5, 5000.0, (), 5), model.share, 128, 2, True, 64).terms
     assert first.terms_s["comm_s"] == pytest.approx(extend[4] + gather, rel=1e-12)
     step = model.step(BatchShape(5, 5000.0, (), 5), 64, 1, True, 64)
     verify = sglang.step(BatchShape(5, 5000.0, (), 10), 128, 2, True, 128)

@@ -177,7 +177,7 @@ def test_an_mtp_draft_extend_is_one_layer_of_the_target_eagerly(dsv3):
     assert extend.terms_s["launch_s"] == pytest.approx(
         rest + (3 * 15 + 58 * 23) / 61 * h.eager_per_launch_s
     )
-    whole = m.target._forward(prefill, 1.0)
+    whole = m.target._forward(prefill, 1.0).terms
     assert extend.terms_s["attention_s"] == pytest.approx(whole[3] / 61)
     assert extend.terms_s["host_s"] == extend.terms_s["sampler_s"] == 0.0
     ngram = build_replica(
@@ -566,7 +566,7 @@ def test_the_draft_forwards_of_the_targets_layers_carry_their_untimed_seconds(mo
         shape, queries = m._draft_shape(b, context, first)
         tokens, sampled = m._draft_rows(None, first)
         target = m._graphed(m.target, m.extend_queries if first else m.topk)
-        gpu_terms = target._forward(shape, m.share, tokens, queries, False, sampled)
+        gpu_terms = target._forward(shape, m.share, tokens, queries, False, sampled).terms
         rows = queries * shape.num_decodes
         expected = target.untimed_s(gpu_terms, rows, shape.num_sampled, tokens, sampled)
         assert draft.untimed_s == pytest.approx(expected) and expected > 0

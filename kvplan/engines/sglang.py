@@ -354,24 +354,37 @@ KIMI_TIKTOKEN_MODEL_TYPES = ("kimi_k2", "kimi_k25")
 SGLANG_OWN_MODEL_FROM = {"kimi_k25": (9, "KimiK25ForConditionalGeneration", "models/kimi_k25.py")}
 
 
-def sglang_own_model_from(spec: ModelSpec) -> str | None:
+class OwnModelFrom(NamedTuple):
+    """The 0.5 patch from which SGLang serves a checkpoint with a model of its own
+    (SGLANG_OWN_MODEL_FROM), the architecture it registers and the file that adds it."""
+
+    patch: int
+    architecture: str
+    path: str
+
+    @property
+    def release(self) -> str:
+        return f"0.5.{self.patch}"
+
+
+def sglang_own_model_from(spec: ModelSpec) -> OwnModelFrom | None:
     """The first SGLang release with a model of its own for `spec`'s checkpoint
     (SGLANG_OWN_MODEL_FROM), None where every release kvplan models has one."""
     first = SGLANG_OWN_MODEL_FROM.get(spec.checkpoint_model_type)
-    return None if first is None else f"0.5.{first[0]}"
+    return None if first is None else OwnModelFrom(*first)
 
 
 def check_sglang_own_model(spec: ModelSpec, version: str) -> None:
-    """Refuse a release that has no SGLang model for `spec`'s checkpoint (SGLANG_OWN_MODEL_FROM):
+    """Refuse a release that has no SGLang model for `spec`'s checkpoint (sglang_own_model_from):
     it would run the Transformers backend, or refuse to start, and kvplan models neither."""
-    first = SGLANG_OWN_MODEL_FROM.get(spec.checkpoint_model_type)
-    if first is None or sglang_rules(version).from_05(first[0]):
+    first = sglang_own_model_from(spec)
+    if first is None or sglang_rules(version).from_05(first.patch):
         return
-    patch, architecture, path = first
     raise KvplanError(
-        f"{spec.name}: SGLang {str(version)[:20]} has no model for {architecture} (srt/{path} "
-        f"arrives in 0.5.{patch}); it would fall back to the Transformers backend or refuse to "
-        f"start, which kvplan does not model; give SGLang 0.5.{patch} or later"
+        f"{spec.name}: SGLang {str(version)[:20]} has no model for {first.architecture} "
+        f"(srt/{first.path} arrives in {first.release}); it would fall back to the Transformers "
+        f"backend or refuse to start, which kvplan does not model; give SGLang {first.release} "
+        "or later"
     )
 
 

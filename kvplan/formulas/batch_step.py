@@ -282,6 +282,16 @@ def critical_fixed_s(step: StepTime) -> float:
     return terms.get("launch_s", 0.0) + exposed_host_s
 
 
+def run_untimed_parts(model, stand_in_launch_s: float) -> tuple[str, ...]:
+    """The parts a run's steps priced on no kernel table's rows, in words: its model's
+    (StepModel.untimed_parts), and another release's eager DSA module rows
+    (StepModel.dsa_eager_stand_in_part) where its steps charged them (`stand_in_launch_s` > 0:
+    the run's StepTime.stand_in_launch_s summed), as a run that never decodes outside a CUDA
+    graph has no such part."""
+    stand_in = model.dsa_eager_stand_in_part if stand_in_launch_s > 0 else None
+    return (*model.untimed_parts, *((stand_in,) if stand_in else ()))
+
+
 def engine_step_time(
     weights_s: float,
     matmul_s: float,
@@ -293,9 +303,11 @@ def engine_step_time(
     host_s: float,
     total_s: float,
     untimed_s: float = 0.0,
+    stand_in_launch_s: float = 0.0,
 ) -> StepTime:
-    """An engine step's StepTime from its terms (ENGINE_TERMS), its total and the seconds of
-    its terms that hold an untimed part (StepModel.untimed_s)."""
+    """An engine step's StepTime from its terms (ENGINE_TERMS), its total, the seconds of its
+    terms that hold an untimed part (StepModel.untimed_s) and of those the launch seconds
+    priced on another release's eager DSA rows (StepTime.stand_in_launch_s)."""
     terms = {
         "weights_s": weights_s,
         "matmul_s": matmul_s,
@@ -306,7 +318,17 @@ def engine_step_time(
         "launch_s": launch_s,
         "host_s": host_s,
     }
-    return StepTime(total_s, terms, None, None, None, None, (), untimed_s)
+    return StepTime(total_s, terms, None, None, None, None, (), untimed_s, stand_in_launch_s)
+
+
+class Forward(NamedTuple):
+    """A forward's GPU terms (weights, matmul, kv_read, attention, comm, launch: seconds, at
+    its share of the layers) and, of its launch seconds, the eager DSA module's dispatch
+    (StepModel.dsa_eager_s at that share): priced once, read by the step's untimed seconds
+    (StepModel.forward_untimed_s)."""
+
+    terms: tuple[float, ...]
+    dsa_eager_s: float = 0.0
 
 
 class _Group(NamedTuple):
@@ -516,7 +538,6 @@ class StepModel:
         fp8_flop_per_s: float | None = None,
         dsa_delta_us: DsaGrids | None = None,
         dsa_eager: DsaEager | None = None,
-        dsa_eager_stand_in: str | None = None,
         moe_ranks: int | None = None,
         ep: int = 1,
         dp: int = 1,
@@ -627,14 +648,8 @@ class StepModel:
         self._calls_s: dict[tuple[int, int, int, int], float] = {}
         # the DSA module's cost over the MLA module (None: no DSA layers, or no tables of it)
         self.dsa = _DsaModule.of(spec, fmt, tp, dsa_delta_us)
-        # SGLang's DSA decode module outside a CUDA graph (None: no module, or never timed so);
-        # the release its rows stand in from where not the run's own (untimed_parts)
+        # SGLang's DSA decode module outside a CUDA graph (None: no module, or never timed so)
         self.dsa_eager = _DsaEager.of(spec, fmt, tp, dsa_eager) if self.dsa is not None else None
-        self.dsa_eager_stand_in = dsa_eager_stand_in if self.dsa_eager is not None else None
-        # whether a step charged that stand-in (shared with this model's copies: its eager and
-        # graph twins): untimed_parts names it only then, as a run that never decodes outside
-        # a graph has no such part
-        self._dsa_eager_charged: dict[str, bool] = {"stand_in": False}
         if gemm_grid is not None and not self.dense_untimed:
             calls = dense_gemm_calls(
                 spec,
@@ -811,12 +826,23 @@ class StepModel:
         tables time the engine's default MoE path only). Each is
         priced by a stand-in instead (the datasheet roofline at the tables' fractions; a backend
         flag: the kernels of the engine's own pick), so how far the real kernel lands from it is
-        unknown (kvplan.plans.intervals: the "partial" class)."""
-        return tuple(
-            words
-            for kind, words in self._untimed
-            if kind != "launch" or self._dsa_eager_charged["stand_in"]
-        )
+        unknown (kvplan.plans.intervals: the "partial" class). Not the eager DSA rows of another
+        release (dsa_eager_stand_in_part): a run names those only where a step charged them
+        (run_untimed_parts)."""
+        return tuple(words for kind, words in self._untimed if kind != "launch")
+
+    @property
+    def dsa_eager_stand_in(self) -> str | None:
+        """The SGLang release whose eager DSA module rows stand in for this run's
+        (DsaEager.stands_in_from; None: no eager module, or its rows are the tables' own)."""
+        return None if self.dsa_eager is None else self.dsa_eager.rows.stands_in_from
+
+    @property
+    def dsa_eager_stand_in_part(self) -> str | None:
+        """The words of the untimed part a step decoding outside a CUDA graph charges on
+        another release's eager DSA rows (dsa_eager_s, StepTime.stand_in_launch_s), None where
+        none can."""
+        return next((words for kind, words in self._untimed if kind == "launch"), None)
 
     @property
     def _untimed(self) -> tuple[tuple[str, str], ...]:
@@ -914,23 +940,23 @@ class StepModel:
     def forward_untimed_s(
         self,
         shape: BatchShape,
-        gpu: tuple[float, ...],
+        forward: Forward,
         queries: int = 1,
         gathered_tokens: int | None = None,
         gathered_sampled: int | None = None,
-    ) -> float:
-        """untimed_s of a forward over `shape` whose terms are `gpu` (_forward's tuple, at any
-        share of the layers), at the tokens and sampled rows _forward prices its GEMMs at, and
-        the eager DSA module's dispatch (dsa_eager_s) where its rows stand in from another
-        release."""
-        stand_in_s = self.dsa_eager_s(shape, queries) if "launch" in self.untimed_terms else 0.0
+    ) -> tuple[float, float]:
+        """(untimed_s of `forward` (_forward's, over `shape` at any share of the layers), at
+        the tokens and sampled rows _forward prices its GEMMs at, plus the eager DSA module's
+        dispatch it charged where its rows stand in from another release; that dispatch alone,
+        StepTime.stand_in_launch_s)."""
+        stand_in_s = forward.dsa_eager_s if self.dsa_eager_stand_in is not None else 0.0
         return stand_in_s + self.untimed_s(
-            gpu,
+            forward.terms,
             shape_tokens(shape, queries),
             max(1, shape.num_sampled),
             gathered_tokens,
             gathered_sampled,
-        )
+        ), stand_in_s
 
     def extend_in_batch(self) -> StepModel:
         """The model of a DP-attention step in which some rank runs an extend batch: this one
@@ -966,10 +992,7 @@ class StepModel:
             return 0.0
         counted_s = MLA_ATTENTION_LAUNCHES * self.host.eager_per_launch_s
         excess_s = self.dsa_eager.excess_s(decodes, shape.decode_context_sum / decodes)
-        seconds = self.dsa_eager.layers * max(0.0, excess_s - counted_s)
-        if seconds > 0 and self.dsa_eager_stand_in is not None:
-            self._dsa_eager_charged["stand_in"] = True
-        return seconds
+        return self.dsa_eager.layers * max(0.0, excess_s - counted_s)
 
     def graph_limit(self, prefill: bool) -> int:
         """The most tokens a step runs under CUDA graphs: a step with prefill tokens up to
@@ -1684,9 +1707,10 @@ class StepModel:
         rows SGLang's DP-attention head runs on; None: _gathered_sampled)."""
         num_seqs = shape.num_decodes + len(shape.prefill_chunks)
         if self.pp > 1 and num_seqs > 1:
-            gpu = self._pipelined(shape, min(self.pp, num_seqs), queries)
+            forward = self._pipelined(shape, min(self.pp, num_seqs), queries)
         else:
-            gpu = self._forward(shape, 1.0, gathered_tokens, queries, padded, gathered_sampled)
+            forward = self._forward(shape, 1.0, gathered_tokens, queries, padded, gathered_sampled)
+        gpu = forward.terms
         sampler_s = shape.num_sampled * self.sampler_bytes_per_sequence / self.sampler_bandwidth
         host_s = self.host.per_step_s + self.host.per_request_s * num_seqs
         if self.scheduler_steps > 1 and not shape.prefill_chunks:
@@ -1694,7 +1718,9 @@ class StepModel:
         head_s = self.logits_gather_s(shape.num_sampled, gathered_tokens, gathered_sampled)
         gpu_s = sum(gpu) + sampler_s + head_s
         total = max(gpu_s, host_s) if self.async_scheduling else gpu_s + host_s
-        untimed_s = self.forward_untimed_s(shape, gpu, queries, gathered_tokens, gathered_sampled)
+        untimed_s, stand_in_s = self.forward_untimed_s(
+            shape, forward, queries, gathered_tokens, gathered_sampled
+        )
         weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = gpu
         comm_s += head_s
         return engine_step_time(
@@ -1708,6 +1734,7 @@ class StepModel:
             host_s,
             total,
             untimed_s,
+            stand_in_s,
         )
 
     def _forward(
@@ -1718,12 +1745,12 @@ class StepModel:
         queries: int = 1,
         padded: bool = False,
         gathered_sampled: int | None = None,
-    ) -> tuple[float, ...]:
-        """(weights, matmul, kv_read, attention, comm, launch) seconds of a forward over
-        `layer_share` of the layers (1: the whole model)."""
+    ) -> Forward:
+        """The Forward (its terms: weights, matmul, kv_read, attention, comm, launch seconds)
+        over `layer_share` of the layers (1: the whole model)."""
         if self.op_rates is not None:
-            return self._forward_ops(
-                _as_chunks(shape, queries), layer_share, gathered_tokens, padded
+            return Forward(
+                self._forward_ops(_as_chunks(shape, queries), layer_share, gathered_tokens, padded)
             )
         num_tokens = shape_tokens(shape, queries)
         weights_s, matmul_s = self.gemm_s(
@@ -1752,20 +1779,20 @@ class StepModel:
             # collect_moe.py run_op under helper.benchmark_with_power, use_cuda_graph=True)
             launches -= FUSED_MOE_LAUNCHES * self.moe_layers
         launch_s = self.host.launch_s(launches, self.spec.num_layers, graphed)
-        if not graphed:
-            launch_s += self.dsa_eager_s(shape, queries)
+        eager_s = 0.0 if graphed else self.dsa_eager_s(shape, queries)
+        launch_s += eager_s
         if graphed and self.floors.small_s is not None:
             # at least the small kernels the layers launch, as the tables time them (_Floors)
             launch_s = max(launch_s, self.floors.small_s)
-        return (
-            weights_s * layer_share,
-            matmul_s * layer_share,
-            (decode_s if kv_bound else 0.0) * layer_share,
-            ((0.0 if kv_bound else decode_s) + prefill_s) * layer_share,
-            (self.comm_s(num_tokens, gathered_tokens, padded) + self.dcp_comm_s(shape.num_decodes))
-            * layer_share,
-            launch_s * layer_share,
+        terms = (
+            weights_s,
+            matmul_s,
+            decode_s if kv_bound else 0.0,
+            (0.0 if kv_bound else decode_s) + prefill_s,
+            self.comm_s(num_tokens, gathered_tokens, padded) + self.dcp_comm_s(shape.num_decodes),
+            launch_s,
         )
+        return Forward(tuple(t * layer_share for t in terms), eager_s * layer_share)
 
     def forward_ops_s(
         self, shape: BatchShape, head: bool = True
@@ -1828,7 +1855,7 @@ class StepModel:
             t * layer_share for t in (weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s)
         )
 
-    def _pipelined(self, shape: BatchShape, microbatches: int, queries: int = 1) -> tuple:
+    def _pipelined(self, shape: BatchShape, microbatches: int, queries: int = 1) -> Forward:
         """m micro-batches through pp stages: (m + pp - 1) stage times, the idle share being
         pipeline_bubble_fraction(pp, m); each stage boundary passes activations point to point."""
         m = microbatches
@@ -1842,8 +1869,13 @@ class StepModel:
         scale = m / (1.0 - pipeline_bubble_fraction(self.pp, m))  # = m + pp - 1
         tokens = queries * micro.num_decodes + sum(n for n, _ in micro.prefill_chunks)
         hops_s = self.pipeline_hops_s(tokens)
-        weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = (t * scale for t in stage)
-        return weights_s, matmul_s, kv_read_s, attention_s, comm_s + hops_s, launch_s
+        weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = (
+            t * scale for t in stage.terms
+        )
+        return Forward(
+            (weights_s, matmul_s, kv_read_s, attention_s, comm_s + hops_s, launch_s),
+            stage.dsa_eager_s * scale,
+        )
 
     def decode_span_s(
         self,
@@ -1876,6 +1908,7 @@ class StepModel:
                     sum(t.total_s for t in kept),
                     {f: sum(t.terms_s[f] for t in kept) for f in ENGINE_TERMS},
                     untimed_s=sum(t.untimed_s for t in kept),
+                    stand_in_launch_s=sum(t.stand_in_launch_s for t in kept),
                 )
 
             return np.array([t.total_s for t in steps]), kept_steps
@@ -1905,6 +1938,7 @@ class StepModel:
                 host_s * k,
                 float(times[:k].sum()),
                 untimed_s * k + (float(attention[:k].sum()) if untimed_attention else 0.0),
+                base.stand_in_launch_s * k,
             )
 
         return times, kept

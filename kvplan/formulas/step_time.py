@@ -86,7 +86,10 @@ class StepTime(NamedTuple):
     the operators' own times (the per-operator model's) are there where the evaluator knows
     them, None (or no operators) where it does not. `untimed_s`: the seconds of the terms that
     hold a part no kernel table times (batch_step.StepModel.untimed_s; 0 where every part is
-    timed or the evaluator does not say): not a term, a share of them."""
+    timed or the evaluator does not say): not a term, a share of them. `stand_in_launch_s`: of
+    launch_s, the seconds priced on another release's eager DSA module rows
+    (batch_step.StepModel.dsa_eager_s; also in untimed_s): a run names those rows as an untimed
+    part only where a step charged them (batch_step.run_untimed_parts)."""
 
     total_s: float
     terms_s: dict[str, float]
@@ -96,6 +99,7 @@ class StepTime(NamedTuple):
     context_len: int | None = None
     ops: tuple[OpTime, ...] = ()
     untimed_s: float = 0.0
+    stand_in_launch_s: float = 0.0
 
     @property
     def bound(self) -> str:

@@ -176,6 +176,10 @@ class DsaEager(NamedTuple):
     engine_version: str  # the SGLang release the module rows were measured on
     graph: dict
     eager: dict
+    # the rows' release where it is not the tables' own (KernelTables.dsa_eager, the rule
+    # KernelTables.dsa_delta_us applies to its baseline): they stand in for the run's release,
+    # an untimed part (batch_step.StepModel.untimed_parts). None: the tables' own release
+    stands_in_from: str | None = None
 
 
 class GemmGrid(NamedTuple):
@@ -239,21 +243,31 @@ class KernelTables(NamedTuple):
         if self.dsa_file is None:
             return None
         grids = _dsa(self.dsa_file)
-        drawn_on = _file_version(self.dsa_file, self.gpu, self.engine)
-        if grids.baseline != "kvplan_layer" or drawn_on == self.engine_version:
+        drawn_on = self._other_release(self.dsa_file)
+        if grids.baseline != "kvplan_layer" or drawn_on is None:
             return grids
         others = tuple(o._replace(base_release=drawn_on) for o in grids.others)
         return grids._replace(base_release=drawn_on, others=others)
+
+    def _other_release(self, name: str) -> str | None:
+        """The release of this GPU and engine's grid file `name` where it is not these tables'
+        own (grid_file's nearest release), None where it is: the one rule by which a grid
+        family's rows are another release's."""
+        release = _file_version(name, self.gpu, self.engine)
+        return None if release == self.engine_version else release
 
     @property
     def dsa_eager(self) -> DsaEager | None:
         """SGLang's DSA decode module timed outside a CUDA graph on this GPU (the dsa_eager/
         file of the release nearest these tables'), read where the run reads DSA module grids
-        (dsa_file) on SGLang's tables; None elsewhere or where none was timed."""
+        (dsa_file) on SGLang's tables; None elsewhere or where none was timed. `stands_in_from`
+        set where that release is not the tables' own."""
         if self.dsa_file is None or self.engine != "sglang":
             return None
         name = grid_file(DSA_EAGER_FOLDER, self.gpu, self.engine, self.engine_version)
-        return None if name is None else _dsa_eager(name)
+        if name is None:
+            return None
+        return _dsa_eager(name)._replace(stands_in_from=self._other_release(name))
 
     @property
     def moe_curves_s(self) -> dict:

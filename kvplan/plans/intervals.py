@@ -215,12 +215,27 @@ class Untimed(NamedTuple):
     time in the terms that hold them (EngineStats.untimed_time_fraction), the fraction of
     its median TTFT in costs no kernel table times (EngineStats.ttft_untimed_fraction), and
     the fraction of its duration the API server's per-request cost would take, paid in turn
-    (EngineStats.frontend_request_fraction)."""
+    (EngineStats.frontend_request_fraction); and the fraction of its step time in launches
+    priced on another release's eager DSA rows (EngineStats.stand_in_launch_fraction: above 0,
+    those rows are one of its untimed parts, batch_step.run_untimed_parts)."""
 
     engine: str
     time_fraction: float
     ttft_fraction: float = 0.0
     request_fraction: float = 0.0
+    stand_in_launch_fraction: float = 0.0
+
+
+def run_untimed(engine: str, stats) -> Untimed:
+    """A simulated run's Untimed from its EngineStats (kvplan.simulate.metrics) under `engine`:
+    the one reading simulate's intervals and plan's factors take."""
+    return Untimed(
+        engine,
+        stats.untimed_time_fraction,
+        stats.ttft_untimed_fraction,
+        stats.frontend_request_fraction,
+        stats.stand_in_launch_fraction,
+    )
 
 
 # below this untimed fraction a run's ends are the own class's (the factor's score divides by it)

@@ -27,7 +27,7 @@ from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.request import PiecewiseFlags
 from kvplan.engines.sglang import check_piecewise_flags
 from kvplan.errors import KvplanError
-from kvplan.formulas.batch_step import BatchShape, critical_fixed_s
+from kvplan.formulas.batch_step import BatchShape, critical_fixed_s, run_untimed_parts
 from kvplan.inputs.hardware import GpuProfile
 from kvplan.inputs.prices import price_for
 from kvplan.notes import Note, note, unique
@@ -231,7 +231,7 @@ class Candidate(NamedTuple):
     # --speculative-skip-dp-mlp-sync; launch_layout_flags), in --emit's spelling (None: none)
     layout_flags: list[str] | None = None
     # the interval class its uncertainty was taken from (kvplan.plans.intervals.evidence_for)
-    # and the parts of its step no kernel table times (StepModel.untimed_parts)
+    # and the parts of its highest passing run's steps no kernel table times (_untimed_parts)
     interval_class: str = ""
     untimed_parts: tuple[str, ...] = ()
     # at the plan's confidence, the pessimistic factors it was sized on (factors_for: those of
@@ -369,7 +369,7 @@ def factors_for(
     the interval `simulate` prints for that run (intervals.pessimistic_factors)."""
     if request.confidence is None:
         return None
-    evidence = _evidence(spec, gpu, request, replica)
+    evidence = _evidence(spec, gpu, request, replica, untimed)
     out = intervals.pessimistic_factors(
         evidence, request.workload.length_dist, request.confidence, untimed
     )
@@ -378,22 +378,31 @@ def factors_for(
 
 
 def run_untimed(replica: Replica, stats: metrics.EngineStats) -> intervals.Untimed:
-    """A simulated run's untimed fractions as simulate's interval takes them: the share of its
-    step time in untimed parts (u), of its median TTFT in untimed costs (s) and of its
-    duration in the API server's per-request cost paid in turn (r)."""
-    return intervals.Untimed(
-        replica.options.engine,
-        stats.untimed_time_fraction,
-        stats.ttft_untimed_fraction,
-        stats.frontend_request_fraction,
-    )
+    """A simulated run's untimed fractions as simulate's interval takes them
+    (intervals.run_untimed): the share of its step time in untimed parts (u), of its median
+    TTFT in untimed costs (s) and of its duration in the API server's per-request cost paid in
+    turn (r)."""
+    return intervals.run_untimed(replica.options.engine, stats)
 
 
-def _evidence(spec: ModelSpec, gpu: GpuProfile, request: PlanRequest, replica: Replica) -> str:
-    """The interval class of one configuration's replica (its step's untimed parts count)."""
-    model = replica.model
+def _untimed_parts(replica: Replica, untimed: intervals.Untimed | None) -> tuple[str, ...]:
+    """The untimed parts of one configuration's run whose untimed fractions are `untimed`
+    (run_untimed; None: no run's, its model's alone)."""
+    stand_in = 0.0 if untimed is None else untimed.stand_in_launch_fraction
+    return run_untimed_parts(replica.model, stand_in)
+
+
+def _evidence(
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    request: PlanRequest,
+    replica: Replica,
+    untimed: intervals.Untimed | None,
+) -> str:
+    """The interval class of one configuration's run whose untimed fractions are `untimed`
+    (its untimed parts count: _untimed_parts)."""
     return intervals.evidence_for(
-        gpu, request.emit, spec, model.untimed_parts, model.borrowed_parts
+        gpu, request.emit, spec, _untimed_parts(replica, untimed), replica.model.borrowed_parts
     )
 
 
@@ -1160,8 +1169,8 @@ def _search(spec, request, config, gpus, requests, replica, price, memo, bracket
         spec_tokens_per_round=replica.speculation.tokens_per_round
         if replica.speculation is not None
         else None,
-        interval_class=_evidence(spec, gpu, request, replica),
-        untimed_parts=replica.model.untimed_parts,
+        interval_class=_evidence(spec, gpu, request, replica, fractions),
+        untimed_parts=_untimed_parts(replica, fractions),
         factors=factors,
         untimed_fractions=None
         if factors is None

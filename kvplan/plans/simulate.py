@@ -24,6 +24,7 @@ from kvplan.engines.sglang import (
     sglang_after_sm120_marlin,
 )
 from kvplan.errors import KvplanError
+from kvplan.formulas.batch_step import run_untimed_parts
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_time_s
 from kvplan.inputs.hardware import GpuProfile, choose_link, with_interconnect
 from kvplan.inputs.kernel_tables import detokenizer_data
@@ -196,7 +197,7 @@ class SimulateResult(NamedTuple):
     # expert parallelism / DP ranks (ParallelLayout._asdict() with its text); None: plain TP,
     # and then kept out of the report's JSON
     parallel: dict | None = None
-    # the parts of the step no kernel table times (StepModel.untimed_parts): they decide the
+    # the parts of the step no kernel table times (batch_step.run_untimed_parts): they decide the
     # interval class (kvplan.plans.intervals.raw_class) and the sim-interval note names them
     untimed_parts: tuple[str, ...] = ()
     # the parts of the step timed from another GPU's rows by a fitted ratio
@@ -262,7 +263,9 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
         comparison = Comparison(
             request.compare, was_on, _runs(other, toggled._replace(step_log=False))[0]
         )
-    parts, borrowed = replica.model.untimed_parts, replica.model.borrowed_parts
+    # the runs' untimed parts (another release's eager DSA rows where one of them charged them)
+    stand_in = max(r.engine.stand_in_launch_fraction for r in runs)
+    parts, borrowed = run_untimed_parts(replica.model, stand_in), replica.model.borrowed_parts
     evidence = intervals.evidence_for(gpu, request.serve.engine, spec, parts, borrowed)
     length_dist = request.workload.length_dist
     runs = _with_intervals(replica, request, runs, evidence)
@@ -340,15 +343,7 @@ def _with_intervals(
     and, propagated through the simulation, the same workload rerun with every step time at
     the class's fast and slow step scales (intervals.step_scales; with_step_scale)."""
     length_dist = request.workload.length_dist
-    untimed = [
-        intervals.Untimed(
-            request.serve.engine,
-            r.engine.untimed_time_fraction,
-            r.engine.ttft_untimed_fraction,
-            r.engine.frontend_request_fraction,
-        )
-        for r in runs
-    ]
+    untimed = [intervals.run_untimed(request.serve.engine, r.engine) for r in runs]
     # one rerun at the step scales for every rate: those of the run with most untimed time
     scales = intervals.step_scales(evidence, length_dist, _most_untimed(request, runs))
     if _has_clock(request) and intervals.propagated_families():

@@ -496,6 +496,7 @@ class Engine:
         self.term_s = dict.fromkeys(ENGINE_TERMS, 0.0)
         self.busy_s = 0.0
         self.untimed_s = 0.0  # of busy_s, the terms holding an untimed part (StepTime.untimed_s)
+        self.stand_in_launch_s = 0.0  # of untimed_s, StepTime.stand_in_launch_s
         # the steps that held a prompt chunk: their seconds, and of those the launch and host
         # terms on the critical path (HostOverheads' constants, no kernel table's rows; host time
         # the overlap scheduler hides not counted: batch_step.critical_fixed_s,
@@ -852,6 +853,7 @@ class Engine:
             term_s[key] += seconds
         self.busy_s += duration
         self.untimed_s += timing.untimed_s
+        self.stand_in_launch_s += timing.stand_in_launch_s
         if chunks:
             self.prefill_busy_s += duration
             self.prefill_fixed_s += critical_fixed_s(timing)
@@ -1533,6 +1535,7 @@ class Engine:
             term_s[key] += seconds
         self.busy_s += totals.total_s
         self.untimed_s += totals.untimed_s
+        self.stand_in_launch_s += totals.stand_in_launch_s
         log = self.log
         log.end_s.extend(ends.tolist())
         log.client_s.extend(client.tolist())

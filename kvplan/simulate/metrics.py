@@ -104,6 +104,10 @@ class EngineStats(NamedTuple):
     # fitted latency, no kernel table's) were it paid in turn (frontend_request_fraction); it
     # widens the throughput interval (kvplan.plans.intervals.log_quantiles)
     frontend_request_fraction: float = 0.0
+    # of the busy time, the launch seconds priced on another release's eager DSA module rows
+    # (StepTime.stand_in_launch_s): above 0, the run names those rows as an untimed part
+    # (batch_step.run_untimed_parts)
+    stand_in_launch_fraction: float = 0.0
 
 
 class Series(NamedTuple):
@@ -306,6 +310,9 @@ def engine_stats(
         step_time_shares={key: value / total_terms for key, value in terms.items()},
         replicas=replicas,
         untimed_time_fraction=untimed_fraction(run.engines),
+        stand_in_launch_fraction=untimed_share(
+            sum(e.stand_in_launch_s for e in run.engines), sum(e.busy_s for e in run.engines)
+        ),
         ttft_untimed_fraction=ttft_untimed_fraction(
             run.engines, None if median_ttft_ms is None else median_ttft_ms * MS, request_s
         ),

@@ -987,22 +987,6 @@ def dsa_decode_kernel(spec, gpu, options, kv_format: str, grids) -> tuple[str, s
     return None if decode in timed else (decode, ", ".join(timed) or "none")
 
 
-def dsa_eager_stand_in(options, rows) -> str | None:
-    """The SGLang release whose eager DSA module rows (kernel_tables.DsaEager) stand in for a
-    run of another release (its eager dispatch then an untimed part); None where there are no
-    rows, or the run is of their release, a later patch of it or a bare release (its newest)."""
-    from kvplan.engines.sglang import sglang_rules
-
-    if rows is None:
-        return None
-    run, timed = sglang_rules(options.sglang_version), sglang_rules(rows.engine_version)
-    if run.release == timed.release and (
-        run.patch is None or (timed.patch is not None and run.patch >= timed.patch)
-    ):  # a bare release: the newest kvplan models, the rows' own
-        return None
-    return rows.engine_version
-
-
 def backend_kernels(spec, gpu, options, tables):
     """(the BackendKernels of the attention backends a run uses that the GPU's tables timed
     from their own rows, or None; the flags whose backend they did not time, as typed; the
@@ -1301,10 +1285,9 @@ def step_model(
         prefill_graph_max_tokens=prefill_graph_tokens,
         # the engine's own DSA module tables (None for SGLang: vLLM's do not time its kernels)
         dsa_delta_us=dsa_grids,
-        # SGLang's DSA decode module outside a CUDA graph, and the release its rows are of where
-        # they stand in for the run's
+        # SGLang's DSA decode module outside a CUDA graph (DsaEager.stands_in_from: the release
+        # its rows are of where they stand in for the tables')
         dsa_eager=dsa_eager,
-        dsa_eager_stand_in=dsa_eager_stand_in(options, dsa_eager),
         moe_ranks=layout.expert_ranks,
         ep=layout.ep,
         dp=layout.dp,
@@ -2147,6 +2130,7 @@ def _scaled_step(timing, scale: float):
         total_s=timing.total_s * scale,
         terms_s={k: v * scale for k, v in timing.terms_s.items()},
         untimed_s=timing.untimed_s * scale,
+        stand_in_launch_s=timing.stand_in_launch_s * scale,
     )
 
 

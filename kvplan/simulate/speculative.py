@@ -676,19 +676,29 @@ class SpeculativeStepModel:
             return _gpu_only(_with(draft.step(shape, None, queries), sampler_s=0.0))
         tokens, sampled = self._draft_rows(gathered, first)
         target = self._graphed(self.target, per_seq)
-        gpu = target._forward(
+        forward = target._forward(
             shape, self.share, tokens, queries, padded and tokens is not None, sampled
         )
         # the target's parts no table times run in its layers as the draft too (untimed_s)
-        untimed_s = target.forward_untimed_s(shape, gpu, queries, tokens, sampled)
-        weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = gpu
+        untimed_s, stand_in_s = target.forward_untimed_s(shape, forward, queries, tokens, sampled)
+        weights_s, matmul_s, kv_read_s, attention_s, comm_s, launch_s = forward.terms
         weights_s += self._head_s(shape.num_sampled, sampled)
         # the draft's logits gathered as the target's are (EAGLE's draft forward runs the
         # LogitsProcessor: the TP all-gather, under SGLang's DP attention its group collectives)
         comm_s += self.target.logits_gather_s(shape.num_sampled, tokens, sampled)
         gpu_s = weights_s + matmul_s + kv_read_s + attention_s + comm_s + launch_s
         return engine_step_time(
-            weights_s, matmul_s, kv_read_s, attention_s, 0, comm_s, launch_s, 0, gpu_s, untimed_s
+            weights_s,
+            matmul_s,
+            kv_read_s,
+            attention_s,
+            0,
+            comm_s,
+            launch_s,
+            0,
+            gpu_s,
+            untimed_s,
+            stand_in_s,
         )
 
     def _draft_rows(self, gathered: int | None, first: bool) -> tuple[int | None, int | None]:
@@ -1068,6 +1078,7 @@ def _linear(*pairs) -> StepTime:
         sum(w * t.total_s for t, w in pairs),
         {f: sum(w * t.terms_s[f] for t, w in pairs) for f in ENGINE_TERMS},
         untimed_s=sum(w * t.untimed_s for t, w in pairs),
+        stand_in_launch_s=sum(w * t.stand_in_launch_s for t, w in pairs),
     )
 
 
