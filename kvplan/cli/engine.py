@@ -274,6 +274,20 @@ def _flags() -> tuple[Flag, ...]:
             (SGLANG,),
         ),
         Flag(
+            "mamba_scheduler_strategy",
+            str,
+            c.mamba_scheduler_strategy_option(),
+            "--mamba-scheduler-strategy",
+            (SGLANG,),
+        ),
+        Flag(
+            "mamba_radix_cache_strategy",
+            str,
+            c.mamba_radix_cache_strategy_option(),
+            "--mamba-radix-cache-strategy",
+            (SGLANG,),
+        ),
+        Flag(
             "disable_piecewise",
             bool,
             c.disable_piecewise_option(),
@@ -758,8 +772,26 @@ def _server(o) -> None:
     )
     gpu = c.load_gpu(o.gpu)
     if o.engine == "sglang":
-        from kvplan.engines.sglang import default_mamba_track_slots
+        from kvplan.engines.sglang import resolve_mamba_strategy
 
-        request = request._replace(mamba_track_slots=default_mamba_track_slots(spec, gpu, request))
+        # SGLang's launch defaults beside the flag: the overlap scheduler on, no speculation
+        mamba = resolve_mamba_strategy(
+            spec,
+            gpu,
+            c.mamba_strategy(
+                o.mamba_scheduler_strategy,
+                o.mamba_radix_cache_strategy,
+                o.engine,
+                request.sglang_version,
+            ),
+            request.sglang_version,
+            overlap=True,
+            overlap_off_given=False,
+            page_size=request.block_size,
+            radix_cache=request.radix_cache,
+        )
+        request = request._replace(
+            mamba_track_slots=mamba.track_slots, mamba_strategy_auto=mamba.auto
+        )
     result = engine_allocation(spec, gpu, request)
     c.emit(c.render(engine_view(result), o.fmt))

@@ -115,6 +115,9 @@ class EngineRequest(NamedTuple):
     # SGLang's --mamba-scheduler-strategy extra_buffer: the track buffer's recurrent states each
     # running request holds beside its own (engines.sglang.mamba_track_slots; 0: no_buffer)
     mamba_track_slots: int = 0
+    # the strategy SGLang's default auto resolved to (engines.sglang.resolve_mamba_strategy;
+    # None: one was given, or no auto applies): the pool's notes say how it was decided
+    mamba_strategy_auto: str | None = None
     # vLLM V0's profile run (0.6, 0.7), whose sampler takes top-k/top-p (formulas.memory
     # v0_sampler_bytes)
     v0_profile: bool = False

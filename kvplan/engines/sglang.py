@@ -1215,19 +1215,39 @@ def mamba_radix_rules(spec: ModelSpec, version: str) -> bool:
     return spec.has_kind(CacheKind.STATE) and sglang_rules(version).from_05(MAMBA_NO_OVERLAP_FROM)
 
 
-def default_mamba_track_slots(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> int:
-    """The track slots of the mamba strategy SGLang `request.sglang_version` runs by default
-    (engines.sglang.mamba_default_strategy: "auto" resolves to extra_buffer from 0.5.14 for a
-    listed hybrid), as `kvplan simulate` counts them, for `kvplan engine`: no strategy flag,
-    the overlap scheduler on (SGLang's default), no speculation."""
-    strategy = mamba_default_strategy(
-        spec, gpu, request.sglang_version, False, request.block_size, request.radix_cache
+class MambaStrategy(NamedTuple):
+    """The mamba strategy SGLang runs a launch with (resolve_mamba_strategy)."""
+
+    track_slots: int  # extra_buffer's track-buffer states a running request holds (0: none)
+    # what SGLang's default auto resolved to (None: a strategy was given, or no auto applies):
+    # EngineRequest.mamba_strategy_auto, the notes sglang-mamba-auto and -extra-buffer
+    auto: str | None
+
+
+def resolve_mamba_strategy(
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    given: str | None,
+    version: str,
+    *,
+    overlap: bool,
+    overlap_off_given: bool,
+    page_size: int | None,
+    radix_cache: bool,
+    speculative: bool = False,
+    spec_v2: bool = False,
+) -> MambaStrategy:
+    """The strategy `given` (None: SGLang's default, auto, as `version` resolves it:
+    mamba_default_strategy) and its track slots (mamba_track_slots): the one resolution
+    `kvplan engine` and `kvplan simulate` (and so `plan`) share. `overlap`: the overlap
+    scheduler runs; `overlap_off_given`: it was turned off by the flag."""
+    auto = None
+    if given is None:
+        auto = mamba_default_strategy(spec, gpu, version, overlap_off_given, page_size, radix_cache)
+    slots = mamba_track_slots(
+        spec, gpu, given or auto, version, overlap, speculative, radix_cache, spec_v2=spec_v2
     )
-    if strategy is None:
-        return 0
-    return mamba_track_slots(
-        spec, gpu, strategy, request.sglang_version, True, False, request.radix_cache
-    )
+    return MambaStrategy(slots, auto)
 
 
 def speculative_radix_off(spec: ModelSpec, version: str, strategy: str | None = None) -> bool:
@@ -1638,6 +1658,8 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
                 patch=sglang_rules(request.sglang_version).patch,
             )
         )
+    if request.mamba_strategy_auto is not None:
+        notes.append(note("sglang-mamba-auto", strategy=request.mamba_strategy_auto))
     if conv_req + ssm_req:
         spec_bytes = (conv_req + ssm_req) * request.speculative_state_slots
         if spec_bytes:
@@ -1674,6 +1696,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
                         "sglang-mamba-extra-buffer",
                         track=request.mamba_track_slots,
                         ratio=MAMBA_SLOTS_PER_REQUEST + request.mamba_track_slots,
+                        decided="given" if request.mamba_strategy_auto is None else "auto",
                     )
                 )
         conv_bytes, ssm_bytes = max_mamba * conv_req, max_mamba * ssm_req

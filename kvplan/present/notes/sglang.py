@@ -101,8 +101,14 @@ text("sglang-checkpoint-kv-cache")(
     )
 )
 text("sglang-mamba-extra-buffer")(
-    lambda track, ratio: (
-        "--mamba-scheduler-strategy extra_buffer: SGLang keeps the radix cache (and the "
+    lambda track, ratio, decided: (
+        (
+            "The extra_buffer mamba strategy, which SGLang's default auto resolved to (note "
+            "sglang-mamba-auto): "
+            if decided == "auto"
+            else "--mamba-scheduler-strategy extra_buffer, as given: "
+        )
+        + "SGLang keeps the radix cache (and the "
         f"overlap scheduler, unless it speculates), and each running request holds {track} more "
         "recurrent state(s) for MambaRadixCache's ping-pong track buffer (from 0.5.10 2 with "
         "the overlap scheduler, 1 without; 0.5.7-0.5.9 2 unless it speculates; speculating, as "
