@@ -652,6 +652,9 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         max_model_len=max_model_len,
         block_size=config.block_size,
         enable_prefix_caching=prefix_caching,
+        # as the allocation resolved it, a checkpoint-stated cache included
+        # (checkpoint_kv_cache_dtype): the setup prints what `kvplan engine` prints
+        kv_cache_dtype=alloc.kv_cache_dtype,
     )
     # vLLM's own figure (config.block_size is already the scheduler's block_size x dcp); V0's
     # pool holds num_gpu_blocks x block_size tokens
