@@ -440,6 +440,23 @@ KV_CACHE_FORMATS = {
 KV_CACHE_DTYPES = tuple(KV_CACHE_FORMATS)  # --kv-cache-dtype values kvplan sizes
 # What SGLang's command line accepts (server_args.py, --kv-cache-dtype choices)
 CLI_KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1")
+# The first 0.5 patch whose --kv-cache-dtype choices carry a spelling the earlier releases'
+# parser refuses (the wheels' server_args.py; arg_groups/fields/model.py from 0.5.20): 0.4.6,
+# 0.4.10, 0.5.2 and 0.5.3 take auto, fp8_e5m2 and fp8_e4m3 only; 0.5.4 adds bf16 and bfloat16
+# (0.5.5 fp4_e2m1, which kvplan does not size). No 0.4 release takes them.
+KV_CACHE_DTYPE_FROM = {"bf16": 4, "bfloat16": 4}
+
+
+def check_kv_cache_dtype_release(kv_cache_dtype: str, version: str) -> None:
+    """A one-line error where SGLang `version`'s parser refuses `kv_cache_dtype`
+    (KV_CACHE_DTYPE_FROM): the rule of the allocation and of `plan --emit sglang`'s search."""
+    first = KV_CACHE_DTYPE_FROM.get(kv_cache_dtype)
+    if first is not None and not sglang_rules(version).from_05(first):
+        raise KvplanError(
+            f"--kv-cache-dtype {kv_cache_dtype}: SGLang {str(version)[:20]} does not take it "
+            f"(its --kv-cache-dtype choices have it from 0.5.{first}; earlier ones auto, "
+            "fp8_e5m2 and fp8_e4m3 only); give fp8_e4m3, auto or a later release"
+        )
 
 
 def kv_format(kv_cache_dtype: str, model_dtype: str) -> KvFormat:
@@ -1521,6 +1538,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             f"--kv-cache-dtype {request.kv_cache_dtype[:40]!r} is not an SGLang kv-cache-dtype "
             f"({', '.join(KV_CACHE_FORMATS)})"
         )
+    check_kv_cache_dtype_release(request.kv_cache_dtype, request.sglang_version)
     spec.check_tp(request.tp)
     too_long = check_max_model_len(
         spec, "sglang", request.max_model_len, request.allow_long_max_model_len

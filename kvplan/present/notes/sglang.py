@@ -97,7 +97,7 @@ text("sglang-checkpoint-kv-cache")(
         f"--kv-cache-dtype auto: the checkpoint's quantization_config states an "
         f"{kv_cache_dtype} KV cache ({method}), which SGLang {version} takes for auto (its "
         f"quant_config's kv_cache_quant_algo FP8, read from {first}: configure_kv_cache_dtype); "
-        "give --kv-cache-dtype bf16 for a 16-bit cache."
+        "give --kv-cache-dtype bf16 for a 16-bit cache (a choice from 0.5.4)."
     )
 )
 text("sglang-mamba-extra-buffer")(
