@@ -142,6 +142,19 @@ def config_weights_notes(spec: ModelSpec, request: EngineRequest) -> list[Note]:
     return [n for n in spec.notes if n.id in WEIGHTS_READ_NOTES]
 
 
+def check_plain_tp_experts(spec: ModelSpec, request: EngineRequest) -> None:
+    """A launch of plain TP (no expert_ranks: the engine's --tp alone) splits every routed
+    expert over the TP ranks: refused where the engines stop at loading a block-FP8 expert
+    split into partial blocks (engines.moe_backend.check_expert_split; a launch with EP or DP
+    ranks is checked by its layout, simulate.setup.parallel_layout)."""
+    from kvplan.engines.moe_backend import check_expert_split
+
+    if request.expert_ranks is not None:
+        return
+    given = request.quantization is not None or request.weights_dtype != "auto"
+    check_expert_split(spec, given, request.tp)
+
+
 def check_kv_memory_given(request: EngineRequest, gpu: GpuProfile) -> None:
     """--kv-cache-memory (the KV memory per GPU the engine logged) is at most the GPU's whole
     memory (the larger of its nominal and its CUDA-reported capacity): the engines allocate it

@@ -24,7 +24,12 @@ from kvplan.engines.backends import ATTENTION_FIELDS, Backends, flag_of
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.moe_backend import GPT_OSS_MODEL_TYPE, moe_backend_name
 from kvplan.engines.releases import SGLANG_VERSION, SGLANG_VERSIONS, release_parts
-from kvplan.engines.request import EngineRequest, PiecewiseFlags, config_weights_notes
+from kvplan.engines.request import (
+    EngineRequest,
+    PiecewiseFlags,
+    check_plain_tp_experts,
+    config_weights_notes,
+)
 from kvplan.engines.sglang_compressed import KV_CACHE_DTYPES as DSV4_KV_CACHE_DTYPES
 from kvplan.engines.sglang_compressed import PAGE_SIZE as DSV4_PAGE_SIZE
 from kvplan.engines.sglang_compressed import Dsv4Pools, dsv4_pools
@@ -1540,6 +1545,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         )
     check_kv_cache_dtype_release(request.kv_cache_dtype, request.sglang_version)
     spec.check_tp(request.tp)
+    check_plain_tp_experts(spec, request)
     too_long = check_max_model_len(
         spec, "sglang", request.max_model_len, request.allow_long_max_model_len
     )

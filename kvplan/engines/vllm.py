@@ -24,6 +24,7 @@ from kvplan.engines.releases import (
 from kvplan.engines.request import (
     EngineRequest,
     check_kv_memory_given,
+    check_plain_tp_experts,
     config_weights_notes,
     refuse_backends_for_compressed,
 )
@@ -989,6 +990,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
             f"no MiniMaxM3 architecture); give --vllm-version {GQA_INDEXER_FROM}"
         )
     spec.check_tp(request.tp)
+    check_plain_tp_experts(spec, request)
     check_dcp(spec, request.tp, request.decode_context_parallel_size)
     dtype, dtype_notes = model_dtype(spec, request.dtype, gpu)
     spec = spec._replace(dtype=dtype)
