@@ -772,26 +772,14 @@ def _server(o) -> None:
     )
     gpu = c.load_gpu(o.gpu)
     if o.engine == "sglang":
-        from kvplan.engines.sglang import resolve_mamba_strategy
+        from kvplan.engines.sglang import with_launch_mamba_strategy
 
-        # SGLang's launch defaults beside the flag: the overlap scheduler on, no speculation
-        mamba = resolve_mamba_strategy(
-            spec,
-            gpu,
-            c.mamba_strategy(
-                o.mamba_scheduler_strategy,
-                o.mamba_radix_cache_strategy,
-                o.engine,
-                request.sglang_version,
-            ),
+        strategy = c.mamba_strategy(
+            o.mamba_scheduler_strategy,
+            o.mamba_radix_cache_strategy,
+            o.engine,
             request.sglang_version,
-            overlap=True,
-            overlap_off_given=False,
-            page_size=request.block_size,
-            radix_cache=request.radix_cache,
         )
-        request = request._replace(
-            mamba_track_slots=mamba.track_slots, mamba_strategy_auto=mamba.auto
-        )
+        request = with_launch_mamba_strategy(spec, gpu, request, strategy)
     result = engine_allocation(spec, gpu, request)
     c.emit(c.render(engine_view(result), o.fmt))

@@ -1272,6 +1272,25 @@ def resolve_mamba_strategy(
     return MambaStrategy(slots, auto)
 
 
+def with_launch_mamba_strategy(
+    spec: ModelSpec, gpu: GpuProfile, request: EngineRequest, given: str | None = None
+) -> EngineRequest:
+    """`request` with the track slots of the mamba strategy `given` (None: SGLang's default)
+    for a launch with SGLang's defaults beside it (the overlap scheduler on, no speculation):
+    what `kvplan engine` and `capacity --emit sglang` size (resolve_mamba_strategy)."""
+    mamba = resolve_mamba_strategy(
+        spec,
+        gpu,
+        given,
+        request.sglang_version,
+        overlap=True,
+        overlap_off_given=False,
+        page_size=request.block_size,
+        radix_cache=request.radix_cache,
+    )
+    return request._replace(mamba_track_slots=mamba.track_slots, mamba_strategy_auto=mamba.auto)
+
+
 def speculative_radix_off(spec: ModelSpec, version: str, strategy: str | None = None) -> bool:
     """Whether SGLang `version` keeps no radix cache for this model while it speculates under
     the no_buffer strategy (sglang_radix_off's "speculative" and its error from
