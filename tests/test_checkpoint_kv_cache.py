@@ -8,6 +8,7 @@ import pytest
 
 from kvplan.engines import EngineRequest
 from kvplan.engines.vllm import vllm_allocation
+from kvplan.errors import KvplanError
 from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.quantization import modelopt_kv_cache
 from kvplan.inputs.sources import load_model
@@ -121,6 +122,10 @@ def test_sglang_auto_takes_the_checkpoints_fp8_cache_by_release(model, release, 
     ids = {n.id for n in alloc.notes}
     assert ("sglang-checkpoint-kv-cache" in ids) is (expected != "auto")
     given = EngineRequest(engine="sglang", sglang_version=release, kv_cache_dtype="bf16")
+    if release in ("0.5.2", "0.5.3"):  # --kv-cache-dtype bf16 is a choice from 0.5.4
+        with pytest.raises(KvplanError, match="from 0.5.4"):
+            sglang_allocation(spec, h200, given)
+        return
     assert sglang_allocation(spec, h200, given).kv_cache_dtype == "bf16"
 
 

@@ -177,6 +177,20 @@ def launch_seats(d: Path) -> None:
         note_text(item)
 
 
+def launch_state_cap(d: Path) -> None:
+    """capacity's plan for `--emit sglang` of a hybrid whose state pool caps SGLang's running
+    requests below its KV pool's (rendered from the Python twin's result, as launch_seats)."""
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.sources import load_model
+    from kvplan.plans.capacity import CapacityRequest, capacity_for_launch
+
+    result = capacity_for_launch(
+        load_model("qwen3.5-35b-a3b"), load_profile("h200"), CapacityRequest(8192), "sglang", False
+    )
+    for item in result.notes:
+        note_text(item)
+
+
 def llamacpp_without_host(d: Path) -> None:
     """The Python twin of `engine --engine llama.cpp` with no host profile (the CLI always names
     one), on a GPU too small for the model: layers offloaded to a host it does not know."""
@@ -767,6 +781,7 @@ INVOCATIONS: dict[str, Invocation] = {
         *("--engine-version", "0.5.14", "--num-prompts", "4", "--input-len", "200"),
         *("--output-len", "10"),
     ),
+    "capacity emit sglang hybrid": launch_state_cap,
     "simulate sglang extra buffer": cli(
         "simulate",
         "qwen3.5-35b-a3b",
@@ -999,6 +1014,7 @@ SOURCES: dict[str, str] = {
     "kv-nvfp4": "size quantized caches",
     "kv-sub-byte": "whatif every technique",
     "launch-engine-seats": "launch seats",
+    "launch-sglang-state-cap": "capacity emit sglang hybrid",
     "llama4-chunked": "whatif maverick",
     "llamacpp-ctx-rounded": "llama.cpp rounded context",
     "llamacpp-ctx-train": "llama.cpp gemma-3 defaults",

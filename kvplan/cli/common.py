@@ -630,6 +630,19 @@ def radix_flag(engine: str, disable_radix_cache: bool, prefix_caching: bool | No
     return False
 
 
+def mamba_scheduler_strategy_option(lead: str = "SGLang, a recurrent-state hybrid"):
+    """SGLang's --mamba-scheduler-strategy, one declaration for `engine`, `simulate` and `plan`
+    (`lead`: where the command takes it); its value and spelling checked by mamba_strategy."""
+    return typer.Option(
+        None,
+        "--mamba-scheduler-strategy",
+        help=f"{lead}: auto (the default: the release resolves it, from 0.5.14 extra_buffer for "
+        "a listed hybrid), no_buffer or extra_buffer (from 0.5.7: the radix cache and overlap "
+        "scheduler stay on; each running request holds a track buffer of 2 more states, 1 "
+        "without the overlap scheduler or speculating); to 0.5.19.",
+    )
+
+
 def mamba_radix_cache_strategy_option():
     """SGLang's later spelling of --mamba-scheduler-strategy (mamba_strategy)."""
     return typer.Option(

@@ -274,6 +274,20 @@ def _flags() -> tuple[Flag, ...]:
             (SGLANG,),
         ),
         Flag(
+            "mamba_scheduler_strategy",
+            str,
+            c.mamba_scheduler_strategy_option(),
+            "--mamba-scheduler-strategy",
+            (SGLANG,),
+        ),
+        Flag(
+            "mamba_radix_cache_strategy",
+            str,
+            c.mamba_radix_cache_strategy_option(),
+            "--mamba-radix-cache-strategy",
+            (SGLANG,),
+        ),
+        Flag(
             "disable_piecewise",
             bool,
             c.disable_piecewise_option(),
@@ -800,13 +814,19 @@ def _server(o) -> None:
     )
     gpu = c.load_gpu(o.gpu)
     if o.engine == "sglang":
-        from kvplan.engines.sglang import default_mamba_track_slots
+        from kvplan.engines.sglang import with_launch_mamba_strategy
 
         if o.speculative_algorithm is not None:
             request = request._replace(
                 speculative=True,
                 speculative_algorithm=_engine_speculation(spec, o.speculative_algorithm, request),
             )
-        request = request._replace(mamba_track_slots=default_mamba_track_slots(spec, gpu, request))
+        strategy = c.mamba_strategy(
+            o.mamba_scheduler_strategy,
+            o.mamba_radix_cache_strategy,
+            o.engine,
+            request.sglang_version,
+        )
+        request = with_launch_mamba_strategy(spec, gpu, request, strategy)
     result = engine_allocation(spec, gpu, request)
     c.emit(c.render(engine_view(result), o.fmt))

@@ -185,12 +185,9 @@ def add(app: typer.Typer) -> None:
             help="With --emit sglang (0.5.11 to 0.5.22), DP attention and EAGLE/NEXTN: every speculative layout "
             "skips the sync of decode batches (default: searched with and without).",
         ),
-        mamba_scheduler_strategy: str = typer.Option(
-            None,
-            "--mamba-scheduler-strategy",
-            help="With --emit sglang, a recurrent-state hybrid: no_buffer or extra_buffer for "
-            "every configuration (see simulate), printed in the launch command in the "
-            "release's spelling.",
+        mamba_scheduler_strategy: str = c.mamba_scheduler_strategy_option(
+            "With --emit sglang, a recurrent-state hybrid, for every configuration, printed in "
+            "the launch command in the release's spelling"
         ),
         mamba_radix_cache_strategy: str = c.mamba_radix_cache_strategy_option(),
         fmt: c.OutputFormat = c.format_option(),

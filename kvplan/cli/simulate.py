@@ -521,14 +521,7 @@ def add(app: typer.Typer) -> None:
             "--speculative-num-draft-tokens", "tokens verified per round"
         ),
         speculative_draft_model_path: str = c.speculative_draft_option(),
-        mamba_scheduler_strategy: str = typer.Option(
-            None,
-            "--mamba-scheduler-strategy",
-            help="SGLang, a recurrent-state hybrid: no_buffer (default) or extra_buffer (from "
-            "0.5.7: the radix cache and overlap scheduler stay on; each running request holds "
-            "a track buffer of 2 more states, 1 without the overlap scheduler or speculating); "
-            "to 0.5.19.",
-        ),
+        mamba_scheduler_strategy: str = c.mamba_scheduler_strategy_option(),
         mamba_radix_cache_strategy: str = c.mamba_radix_cache_strategy_option(),
         speculative_skip_dp_mlp_sync: bool = typer.Option(
             False,

@@ -122,6 +122,9 @@ class EngineRequest(NamedTuple):
     # SGLang's --mamba-scheduler-strategy extra_buffer: the track buffer's recurrent states each
     # running request holds beside its own (engines.sglang.mamba_track_slots; 0: no_buffer)
     mamba_track_slots: int = 0
+    # the strategy SGLang's default auto resolved to (engines.sglang.resolve_mamba_strategy;
+    # None: one was given, or no auto applies): the pool's notes say how it was decided
+    mamba_strategy_auto: str | None = None
     # vLLM V0's profile run (0.6, 0.7), whose sampler takes top-k/top-p (formulas.memory
     # v0_sampler_bytes)
     v0_profile: bool = False
@@ -144,6 +147,19 @@ def config_weights_notes(spec: ModelSpec, request: EngineRequest) -> list[Note]:
     if request.quantization is not None or request.weights_dtype != "auto":
         return []
     return [n for n in spec.notes if n.id in WEIGHTS_READ_NOTES]
+
+
+def check_plain_tp_experts(spec: ModelSpec, request: EngineRequest) -> None:
+    """A launch of plain TP (no expert_ranks: the engine's --tp alone) splits every routed
+    expert over the TP ranks: refused where the engines stop at loading a block-FP8 expert
+    split into partial blocks (engines.moe_backend.check_expert_split; a launch with EP or DP
+    ranks is checked by its layout, simulate.setup.parallel_layout)."""
+    from kvplan.engines.moe_backend import check_expert_split
+
+    if request.expert_ranks is not None:
+        return
+    given = request.quantization is not None or request.weights_dtype != "auto"
+    check_expert_split(spec, given, request.tp)
 
 
 def check_kv_memory_given(request: EngineRequest, gpu: GpuProfile) -> None:

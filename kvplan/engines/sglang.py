@@ -24,7 +24,12 @@ from kvplan.engines.backends import ATTENTION_FIELDS, Backends, flag_of
 from kvplan.engines.max_len import check_max_model_len
 from kvplan.engines.moe_backend import GPT_OSS_MODEL_TYPE, moe_backend_name
 from kvplan.engines.releases import SGLANG_VERSION, SGLANG_VERSIONS, release_parts
-from kvplan.engines.request import EngineRequest, PiecewiseFlags, config_weights_notes
+from kvplan.engines.request import (
+    EngineRequest,
+    PiecewiseFlags,
+    check_plain_tp_experts,
+    config_weights_notes,
+)
 from kvplan.engines.sglang_compressed import KV_CACHE_DTYPES as DSV4_KV_CACHE_DTYPES
 from kvplan.engines.sglang_compressed import PAGE_SIZE as DSV4_PAGE_SIZE
 from kvplan.engines.sglang_compressed import Dsv4Pools, dsv4_pools
@@ -505,6 +510,23 @@ KV_CACHE_FORMATS = {
 KV_CACHE_DTYPES = tuple(KV_CACHE_FORMATS)  # --kv-cache-dtype values kvplan sizes
 # What SGLang's command line accepts (server_args.py, --kv-cache-dtype choices)
 CLI_KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1")
+# The first 0.5 patch whose --kv-cache-dtype choices carry a spelling the earlier releases'
+# parser refuses (the wheels' server_args.py; arg_groups/fields/model.py from 0.5.20): 0.4.6,
+# 0.4.10, 0.5.2 and 0.5.3 take auto, fp8_e5m2 and fp8_e4m3 only; 0.5.4 adds bf16 and bfloat16
+# (0.5.5 fp4_e2m1, which kvplan does not size). No 0.4 release takes them.
+KV_CACHE_DTYPE_FROM = {"bf16": 4, "bfloat16": 4}
+
+
+def check_kv_cache_dtype_release(kv_cache_dtype: str, version: str) -> None:
+    """A one-line error where SGLang `version`'s parser refuses `kv_cache_dtype`
+    (KV_CACHE_DTYPE_FROM): the rule of the allocation and of `plan --emit sglang`'s search."""
+    first = KV_CACHE_DTYPE_FROM.get(kv_cache_dtype)
+    if first is not None and not sglang_rules(version).from_05(first):
+        raise KvplanError(
+            f"--kv-cache-dtype {kv_cache_dtype}: SGLang {str(version)[:20]} does not take it "
+            f"(its --kv-cache-dtype choices have it from 0.5.{first}; earlier ones auto, "
+            "fp8_e5m2 and fp8_e4m3 only); give fp8_e4m3, auto or a later release"
+        )
 
 
 def kv_format(kv_cache_dtype: str, model_dtype: str) -> KvFormat:
@@ -1350,26 +1372,66 @@ def mamba_radix_rules(spec: ModelSpec, version: str) -> bool:
     return spec.has_kind(CacheKind.STATE) and sglang_rules(version).from_05(MAMBA_NO_OVERLAP_FROM)
 
 
-def default_mamba_track_slots(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> int:
-    """The track slots of the mamba strategy SGLang `request.sglang_version` runs by default
-    (engines.sglang.mamba_default_strategy: "auto" resolves to extra_buffer from 0.5.14 for a
-    listed hybrid), as `kvplan simulate` counts them, for `kvplan engine`: no strategy flag,
-    the overlap scheduler on (SGLang's default), no speculation."""
-    strategy = mamba_default_strategy(
-        spec, gpu, request.sglang_version, False, request.block_size, request.radix_cache
-    )
-    if strategy is None:
-        return 0
-    return mamba_track_slots(
+class MambaStrategy(NamedTuple):
+    """The mamba strategy SGLang runs a launch with (resolve_mamba_strategy)."""
+
+    track_slots: int  # extra_buffer's track-buffer states a running request holds (0: none)
+    # what SGLang's default auto resolved to (None: a strategy was given, or no auto applies):
+    # EngineRequest.mamba_strategy_auto, the notes sglang-mamba-auto and -extra-buffer
+    auto: str | None
+
+
+def resolve_mamba_strategy(
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    given: str | None,
+    version: str,
+    *,
+    overlap: bool,
+    overlap_off_given: bool,
+    page_size: int | None,
+    radix_cache: bool,
+    speculative: bool = False,
+    spec_v2: bool = False,
+) -> MambaStrategy:
+    """The strategy `given` (None: SGLang's default, auto, as `version` resolves it:
+    mamba_default_strategy) and its track slots (mamba_track_slots): the one resolution
+    `kvplan engine` and `kvplan simulate` (and so `plan`) share. `overlap`: the overlap
+    scheduler runs; `overlap_off_given`: it was turned off by the flag."""
+    auto = None
+    if given is None:
+        auto = mamba_default_strategy(spec, gpu, version, overlap_off_given, page_size, radix_cache)
+    slots = mamba_track_slots(
         spec,
         gpu,
-        strategy,
-        request.sglang_version,
-        True,
-        False,
-        request.radix_cache,
-        page_size=request.block_size,
+        given or auto,
+        version,
+        overlap,
+        speculative,
+        radix_cache,
+        spec_v2=spec_v2,
+        page_size=page_size,
     )
+    return MambaStrategy(slots, auto)
+
+
+def with_launch_mamba_strategy(
+    spec: ModelSpec, gpu: GpuProfile, request: EngineRequest, given: str | None = None
+) -> EngineRequest:
+    """`request` with the track slots of the mamba strategy `given` (None: SGLang's default)
+    for a launch with SGLang's defaults beside it (the overlap scheduler on, no speculation):
+    what `kvplan engine` and `capacity --emit sglang` size (resolve_mamba_strategy)."""
+    mamba = resolve_mamba_strategy(
+        spec,
+        gpu,
+        given,
+        request.sglang_version,
+        overlap=True,
+        overlap_off_given=False,
+        page_size=request.block_size,
+        radix_cache=request.radix_cache,
+    )
+    return request._replace(mamba_track_slots=mamba.track_slots, mamba_strategy_auto=mamba.auto)
 
 
 def speculative_radix_off(spec: ModelSpec, version: str, strategy: str | None = None) -> bool:
@@ -1643,7 +1705,9 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             f"--kv-cache-dtype {request.kv_cache_dtype[:40]!r} is not an SGLang kv-cache-dtype "
             f"({', '.join(KV_CACHE_FORMATS)})"
         )
+    check_kv_cache_dtype_release(request.kv_cache_dtype, request.sglang_version)
     spec.check_tp(request.tp)
+    check_plain_tp_experts(spec, request)
     too_long = check_max_model_len(
         spec, "sglang", request.max_model_len, request.allow_long_max_model_len
     )
@@ -1783,6 +1847,8 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
                 patch=sglang_rules(request.sglang_version).patch,
             )
         )
+    if request.mamba_strategy_auto is not None:
+        notes.append(note("sglang-mamba-auto", strategy=request.mamba_strategy_auto))
     if conv_req + ssm_req:
         spec_bytes = (conv_req + ssm_req) * request.speculative_state_slots
         if spec_bytes:
@@ -1819,6 +1885,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
                         "sglang-mamba-extra-buffer",
                         track=request.mamba_track_slots,
                         ratio=MAMBA_SLOTS_PER_REQUEST + request.mamba_track_slots,
+                        decided="given" if request.mamba_strategy_auto is None else "auto",
                     )
                 )
         conv_bytes, ssm_bytes = max_mamba * conv_req, max_mamba * ssm_req

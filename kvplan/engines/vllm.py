@@ -24,6 +24,7 @@ from kvplan.engines.releases import (
 from kvplan.engines.request import (
     EngineRequest,
     check_kv_memory_given,
+    check_plain_tp_experts,
     config_weights_notes,
     refuse_backends_for_compressed,
 )
@@ -954,18 +955,24 @@ def checkpoint_kv_cache_dtype(
     ]
 
 
+def check_kv_cache_dtype_release(kv_cache_dtype: str, version: str) -> None:
+    """A one-line error where vLLM `version`'s CacheDType refuses `kv_cache_dtype`
+    (KV_CACHE_DTYPE_FROM): the rule of the allocation and of `plan --emit vllm`'s search."""
+    first = KV_CACHE_DTYPE_FROM.get(kv_cache_dtype)
+    if first is not None and older_than(version, first):
+        raise KvplanError(
+            f"--kv-cache-dtype {kv_cache_dtype}: vLLM {str(version)[:20]} does not take it (its "
+            f"CacheDType has it from {first}.0); give a later release"
+        )
+
+
 def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) -> VllmResult:
     if request.kv_cache_dtype not in KV_CACHE_DTYPES:
         raise KvplanError(
             f"--kv-cache-dtype {request.kv_cache_dtype[:40]!r} is not a vLLM kv-cache-dtype "
             f"({', '.join(KV_CACHE_DTYPES)})"
         )
-    first = KV_CACHE_DTYPE_FROM.get(request.kv_cache_dtype)
-    if first is not None and older_than(request.vllm_version, first):
-        raise KvplanError(
-            f"--kv-cache-dtype {request.kv_cache_dtype}: vLLM {request.vllm_version[:20]} does "
-            f"not take it (its CacheDType has it from {first}.0); give a later --vllm-version"
-        )
+    check_kv_cache_dtype_release(request.kv_cache_dtype, request.vllm_version)
     if not 0.05 <= request.gpu_mem_util <= 1:
         raise KvplanError("--gpu-memory-utilization must be between 0.05 and 1")
     # vLLM's argument parser takes these whatever the model (state_dtypes applies them)
@@ -983,6 +990,7 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
             f"no MiniMaxM3 architecture); give --vllm-version {GQA_INDEXER_FROM}"
         )
     spec.check_tp(request.tp)
+    check_plain_tp_experts(spec, request)
     check_dcp(spec, request.tp, request.decode_context_parallel_size)
     dtype, dtype_notes = model_dtype(spec, request.dtype, gpu)
     spec = spec._replace(dtype=dtype)

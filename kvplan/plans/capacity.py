@@ -359,7 +359,7 @@ def _sglang_seats(
     carries SGLang's weights, pool and whole max-length requests per rank; a pool that holds none
     is refused as SGLang would admit none."""
     from kvplan.engines import EngineRequest
-    from kvplan.engines.sglang import sglang_allocation
+    from kvplan.engines.sglang import sglang_allocation, with_launch_mamba_strategy
     from kvplan.plans.launch import KV_CACHE_DTYPE, launch_kv_dtype
 
     kv = KV_CACHE_DTYPE["sglang"].get(launch_kv_dtype(result.kv_dtype, spec))
@@ -383,12 +383,24 @@ def _sglang_seats(
         allow_long_max_model_len=True,
     )
     try:
-        alloc = sglang_allocation(spec, gpu, engine)
+        alloc = sglang_allocation(spec, gpu, with_launch_mamba_strategy(spec, gpu, engine))
     except KvplanError as exc:
         refused = note("deployment-none-fits", reason=str(exc), gpus=result.num_gpus)
         return result._replace(max_concurrency=0, fits=False, notes=result.notes + (refused,))
     pages = -(-result.context_len // alloc.block_size)
     held = alloc.num_blocks // pages if alloc.fits else 0
+    capped: tuple[Note, ...] = ()
+    if alloc.max_mamba_cache_size is not None and dp == 1 and alloc.max_running_requests < held:
+        # a hybrid's state pool caps SGLang's running requests below what its KV pool holds
+        capped = (
+            note(
+                "launch-sglang-state-cap",
+                planned=held,
+                held=alloc.max_running_requests,
+                states=alloc.max_mamba_cache_size,
+            ),
+        )
+        held = alloc.max_running_requests
     assert alloc.free_before_load_bytes is not None and alloc.weights_bytes is not None
     pool = next(n for n in alloc.notes if n.id == "sglang-pool")
     return result._replace(
@@ -399,7 +411,7 @@ def _sglang_seats(
         kv_tokens=alloc.kv_cache_tokens,
         max_concurrency=held * dp * result.replicas,
         fits=held >= 1,
-        notes=result.notes + (pool,),
+        notes=result.notes + (pool, *capped),
     )
 
 

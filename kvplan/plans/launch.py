@@ -132,6 +132,11 @@ def check_launch(p: Launch, target: str, spec=None, allow_long: bool = False) ->
     engine, _, wrapper = target.partition("-")
     if spec is not None:
         from kvplan.engines.max_len import check_max_model_len
+        from kvplan.engines.moe_backend import check_expert_split
+
+        if p.dp_attention <= 1:  # --tp alone splits each expert over the TP ranks
+            given = p.weights_dtype not in ("auto", "checkpoint", p.checkpoint_weights)
+            check_expert_split(spec, given, p.tp)
 
         long = check_max_model_len(spec, engine, p.context_len, allow_long, flag="--ctx")
         p = p._replace(long_context=long is not None)

@@ -454,15 +454,19 @@ def _check(request: PlanRequest, gpus: list[GpuProfile]) -> None:
 
 
 def _check_kv_cache_dtypes(request: PlanRequest) -> None:
-    """A kv-cache-dtype the engine has no such name for is a typo, refused before the search
-    (it used to rule out every configuration, one by one, and answer "none meet the targets")."""
-    from kvplan.engines.sglang import KV_CACHE_DTYPES as SGLANG_KV_CACHE_DTYPES
-    from kvplan.engines.vllm import KV_CACHE_DTYPES as VLLM_KV_CACHE_DTYPES
+    """A kv-cache-dtype the engine has no such name for is a typo, and one the --emit release
+    refuses (the engine's check_kv_cache_dtype_release, its allocation's rule) cannot be
+    launched: both refused before the search (it used to rule out every configuration, one by
+    one, and answer "none meet the targets")."""
+    from kvplan.engines import sglang, vllm
+    from kvplan.engines.releases import SGLANG_VERSION, VLLM_VERSION
 
-    known = SGLANG_KV_CACHE_DTYPES if request.emit == "sglang" else VLLM_KV_CACHE_DTYPES
+    engine, default = (sglang, SGLANG_VERSION) if request.emit == "sglang" else (vllm, VLLM_VERSION)
+    known = engine.KV_CACHE_DTYPES
     for kv in request.kv_cache_dtypes:
         if kv not in known:
             raise KvplanError(f"--kv-cache-dtype {kv[:40]!r}: choose {', '.join(known)}")
+        engine.check_kv_cache_dtype_release(kv, request.engine_version or default)
 
 
 def token_budgets(

@@ -652,6 +652,9 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         max_model_len=max_model_len,
         block_size=config.block_size,
         enable_prefix_caching=prefix_caching,
+        # as the allocation resolved it, a checkpoint-stated cache included
+        # (checkpoint_kv_cache_dtype): the setup prints what `kvplan engine` prints
+        kv_cache_dtype=alloc.kv_cache_dtype,
     )
     # vLLM's own figure (config.block_size is already the scheduler's block_size x dcp); V0's
     # pool holds num_gpu_blocks x block_size tokens
@@ -1718,11 +1721,10 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         detokenizer_token_s,
         draft_in_pool,
         mamba_capped_requests,
-        mamba_default_strategy,
         mamba_radix_overlap_off,
         mamba_ratio_track_slots,
-        mamba_track_slots,
         piecewise_prefill,
+        resolve_mamba_strategy,
         sglang_allocation,
         sglang_attention,
         sglang_radix_off,
@@ -1777,18 +1779,6 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
 
     spec_request = requested(spec, options)
     speculating = spec_request is not None
-    strategy = options.mamba_scheduler_strategy
-    if strategy is None:  # SGLang's default ("auto" from 0.5.14) as the release resolves it
-        strategy = mamba_default_strategy(
-            spec,
-            gpu,
-            options.sglang_version,
-            overlap_given and not options.async_scheduling,
-            options.block_size,
-            options.enable_prefix_caching is not False,
-        )
-        if strategy is not None:
-            notes.append(note("sglang-mamba-auto", strategy=strategy))
     spec_v2 = (
         spec_request is not None
         and spec_request.method != "ngram"  # NGRAM turns the overlap scheduler off
@@ -1798,17 +1788,19 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
             (overlap_given and not options.async_scheduling) or options.pp > 1,
         )
     )
-    track_slots = mamba_track_slots(
+    mamba = resolve_mamba_strategy(
         spec,
         gpu,
-        strategy,
+        options.mamba_scheduler_strategy,
         options.sglang_version,
-        bool(options.async_scheduling),
-        speculating,
-        options.enable_prefix_caching is not False,
-        spec_v2=spec_v2,
+        overlap=bool(options.async_scheduling),
+        overlap_off_given=overlap_given and not options.async_scheduling,
         page_size=options.block_size,
+        radix_cache=options.enable_prefix_caching is not False,
+        speculative=speculating,
+        spec_v2=spec_v2,
     )
+    track_slots = mamba.track_slots
     request = EngineRequest(
         engine="sglang",
         speculative_state_slots=_speculative_state_slots(spec, options, layout.dp),
@@ -1836,6 +1828,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         # server_args sets 48 when speculating and none is given (SGLANG_SPEC_RUNNING)
         max_running_requests=options.max_num_seqs or (SGLANG_SPEC_RUNNING if speculating else None),
         mamba_track_slots=track_slots,
+        mamba_strategy_auto=mamba.auto,
         piecewise=options.piecewise,
     )
     alloc = sglang_allocation(spec, gpu, request)

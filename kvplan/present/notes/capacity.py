@@ -160,6 +160,14 @@ text("launch-engine-seats")(
         "differs, e.g. fp8_ds_mla for a DSA model's fp8 cache): the launch carries vLLM's count."
     )
 )
+text("launch-sglang-state-cap")(
+    lambda planned, held, states: (
+        f"SGLang's recurrent-state pool ({states:,} states) caps its running requests at "
+        f"{held:,} (max_mamba_cache_size // _calculate_mamba_ratio, the default mamba "
+        f"strategy's), below the {planned:,} max_model_len requests its KV pool holds: the "
+        "launch carries SGLang's cap."
+    )
+)
 text("gpus-idle")(
     lambda num_gpus, used, layout: (
         f"{num_gpus - used:,} of the {num_gpus:,} GPUs stay idle: replicas of {f.layout_text(layout)} "

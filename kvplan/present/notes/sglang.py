@@ -97,12 +97,18 @@ text("sglang-checkpoint-kv-cache")(
         f"--kv-cache-dtype auto: the checkpoint's quantization_config states an "
         f"{kv_cache_dtype} KV cache ({method}), which SGLang {version} takes for auto (its "
         f"quant_config's kv_cache_quant_algo FP8, read from {first}: configure_kv_cache_dtype); "
-        "give --kv-cache-dtype bf16 for a 16-bit cache."
+        "give --kv-cache-dtype bf16 for a 16-bit cache (a choice from 0.5.4)."
     )
 )
 text("sglang-mamba-extra-buffer")(
-    lambda track, ratio: (
-        "--mamba-scheduler-strategy extra_buffer: SGLang keeps the radix cache (and the "
+    lambda track, ratio, decided: (
+        (
+            "The extra_buffer mamba strategy, which SGLang's default auto resolved to (note "
+            "sglang-mamba-auto): "
+            if decided == "auto"
+            else "--mamba-scheduler-strategy extra_buffer, as given: "
+        )
+        + "SGLang keeps the radix cache (and the "
         f"overlap scheduler, unless it speculates as spec v1), and each running request holds "
         f"{track} more recurrent state(s) for MambaRadixCache's ping-pong track buffer (from "
         "0.5.10 2 with the overlap scheduler, 1 without; 0.5.7-0.5.9 2 unless it speculates; "
