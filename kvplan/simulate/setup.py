@@ -1888,9 +1888,13 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     if layout.dp == 1:  # init_memory: a hybrid's state pool caps a given or speculative count
         ratio_slots = mamba_ratio_track_slots(track_slots, options.sglang_version)
         running = mamba_capped_requests(running, alloc.max_mamba_cache_size, radix, ratio_slots)
-    if layout.dp > 1:  # SGLang divides --max-running-requests among its DP-attention ranks
+    if layout.dp > 1 and request.max_running_requests:
+        # SGLang divides a given --max-running-requests among its DP-attention ranks; its own
+        # count (max_total_num_tokens // 2 within the request pool) is already a rank's, from
+        # that rank's pool (tp_worker.py: 0.5.3 :144-152, 0.5.6.post2 :292-300)
         running = max(1, running // layout.dp)
-        # and, in server_args._handle_data_parallelism, the chunked prefill size ("adjusted to
+    if layout.dp > 1:
+        # server_args._handle_data_parallelism divides the chunked prefill size ("adjusted to
         # avoid MoE kernel issues": each rank's prefill batch, the MoE layers seeing the sum)
         chunk = max(1, chunk // layout.dp)
     prefix_caching = radix

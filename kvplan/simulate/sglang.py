@@ -88,6 +88,17 @@ class SglangPolicy(NamedTuple):
     page_size: int = 1  # SGLang's page (the simulated pool may count coarser blocks)
     init_new_token_ratio: float = INIT_NEW_TOKEN_RATIO
 
+    def paged_tokens(self, tokens: int) -> int:
+        """PrefillAdder.ceil_paged_tokens: what a prefill of `tokens` new tokens takes from the
+        batch's input, chunk and KV budgets, in whole pages (schedule_policy.py of 0.5.6.post2:
+        _update_prefill_budget charges the rounded count, :443; add_one_req compares it with
+        rem_input_tokens and rem_chunk_tokens, :588, :611, :616; 0.5.3 the same at :426, :565,
+        :588, :593). The KV check (total_tokens >= rem_total_tokens) takes the count unrounded.
+        With DeepSeek sparse attention's 64-token pages and the per-rank chunk of
+        DP attention (chunked_prefill_size // dp_size), a short prompt leaves much of a batch's
+        chunk unused."""
+        return -(-tokens // self.page_size) * self.page_size
+
     @property
     def min_new_token_ratio(self) -> float:
         return self.init_new_token_ratio * MIN_NEW_TOKEN_RATIO_FACTOR
@@ -452,6 +463,7 @@ class SglangEngine(Engine):
         if self.chunked is not None:  # add_chunked_req: the next chunk, within the KV budget
             r = self.chunked
             n = min(r.num_tokens - r.computed, rem_chunk, int(rem_total))
+            paged = policy.paged_tokens(n)  # add_chunked_req's budget update
             cost = self.bm.append_cost(r.rid, n) if n > 0 else 0
             if n <= 0 or cost > room:
                 return chunks  # not this time: the running requests decode first
@@ -467,9 +479,9 @@ class SglangEngine(Engine):
             else:  # the next round filters the chunked request out of the batch: it shrank
                 self.full = False
                 self._match_head()
-            rem_input -= n
-            rem_chunk -= n
-            rem_total -= n
+            rem_input -= paged
+            rem_chunk -= paged
+            rem_total -= paged
         while self.waiting and self.chunked is None and not self.full:
             if len(self.running) + self.unfiltered >= config.max_num_seqs:
                 self.full = True
@@ -482,9 +494,10 @@ class SglangEngine(Engine):
             if total >= rem_total - free_hits:  # NO_TOKEN, with the match locked
                 self.full = True
                 break
-            if extend >= rem_input and chunks:
+            # add_one_req compares and charges the input in whole pages (paged_tokens)
+            if policy.paged_tokens(extend) >= rem_input and chunks:
                 break
-            if extend <= rem_chunk:
+            if policy.paged_tokens(extend) <= rem_chunk:
                 n = extend
                 rem_total -= min(r.target, CLIP_MAX_NEW_TOKENS)  # max_new_tokens, in full
             else:
@@ -509,9 +522,10 @@ class SglangEngine(Engine):
             self.hit_tokens += hits
             r.computed, r.synced = hits, hits
             self._schedule_admitted(r, n, 0, chunks)
-            rem_input -= n
-            rem_chunk -= n
-            rem_total -= n + free_hits  # the match stays locked
+            paged = policy.paged_tokens(n)
+            rem_input -= paged
+            rem_chunk -= paged
+            rem_total -= paged + free_hits  # the match stays locked
             if rem_total <= 0:  # budget_state after the add: NO_TOKEN
                 self.full = True
             elif rem_input <= 0 or rem_chunk <= 0:  # OTHER: the next is not matched
