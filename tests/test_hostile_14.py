@@ -3,7 +3,11 @@
 network_gbps) passed `0 < gbps`: simulate priced every collective at ~1e300 s and ended in
 'internal error: ValueError: Out of range float values are not JSON compliant' (--format json)
 or printed a table of 300-digit latencies; the CLI's --network-gbps floor (0.001) was the CLI's
-alone."""
+alone.
+2. The caps on a command's work counted requests, output tokens and shared-prefix tokens, not the
+prefill chunks: --max-num-batched-tokens 1 (or --chunked-prefill-size 1 under SGLang) makes each
+prompt token a step (~22 us of a core each): 4 prompts of 300k tokens ran 71 s, and 100,000
+prompts of 1,024 tokens (1e8 steps) would run for hours, where the caps promise minutes."""
 
 from __future__ import annotations
 
@@ -44,3 +48,45 @@ def test_the_python_twins_refuse_a_link_outside_the_range(gbps):
         choose_link(gpu, "network", gbps)
     with pytest.raises(KvplanError, match="0.001|finite"):
         with_interconnect(gpu, gbps)
+
+
+# ---- 2. the prefill chunks a run must step through ---------------------------------------------
+def test_simulate_refuses_a_run_of_more_prefill_steps_than_the_cap_fast():
+    import time
+
+    start = time.monotonic()
+    for engine in ("vllm", "sglang"):
+        code, out, err = run_cli(
+            "simulate", "qwen3-8b", "--engine", engine, "--num-prompts", "100000",
+            "--max-num-batched-tokens", "1", "--max-num-seqs", "1", "--format", "json",
+        )  # fmt: skip
+        assert code == 2 and out == "", err
+        assert "prefill steps" in err and "8,000,000" in err, err
+        assert len(err.strip().splitlines()) == 1
+    assert time.monotonic() - start < 5
+
+
+def test_the_prefill_step_count_is_a_lower_bound_over_the_runs():
+    from kvplan.simulate.workload import RequestSpec, check_prefill_steps
+
+    own = [RequestSpec(rid, 0.0, 1024, 1) for rid in range(1000)]  # 1,024,000 own tokens
+    check_prefill_steps(own, [1])  # 1,024,000 steps: under the cap
+    check_prefill_steps(own, [1] * 7)  # 7,168,000
+    with pytest.raises(KvplanError, match="8,192,000 prefill steps"):
+        check_prefill_steps(own, [1] * 8)
+    # tokens a shared stream holds are a prefix-cache hit at best: not counted
+    shared = [
+        RequestSpec(rid, 0.0, 1024, 1, stream_id=0, stream_tokens=1000) for rid in range(8000)
+    ]
+    check_prefill_steps(shared, [1])  # 8,000 x 24 own tokens
+    check_prefill_steps(own * 100, [8192])  # 100,000 prompts in 12,500 chunks
+
+
+def test_plan_refuses_configurations_of_more_prefill_steps_than_the_cap():
+    code, out, err = run_cli(
+        "plan", "qwen3-8b", "--rate", "1", "--slo", "ttft_p99=5s", "--num-prompts", "2000",
+        "--max-gpus", "1", "--jobs", "1", "--tp", "1", "--max-num-seqs", "1",
+        "--max-num-batched-tokens", "1,2,4", "--format", "json",
+    )  # fmt: skip
+    assert code == 2 and out == "", err
+    assert "prefill steps" in err and "configurations" in err, err
