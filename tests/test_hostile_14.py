@@ -7,7 +7,11 @@ alone.
 2. The caps on a command's work counted requests, output tokens and shared-prefix tokens, not the
 prefill chunks: --max-num-batched-tokens 1 (or --chunked-prefill-size 1 under SGLang) makes each
 prompt token a step (~22 us of a core each): 4 prompts of 300k tokens ran 71 s, and 100,000
-prompts of 1,024 tokens (1e8 steps) would run for hours, where the caps promise minutes."""
+prompts of 1,024 tokens (1e8 steps) would run for hours, where the caps promise minutes.
+3. An output whose folder takes no new file (/proc/self/, a read-only mount) passed the checks
+made before the work (check_target looked at the folder's existence only): `kvplan measure
+--save-profile /proc/self/mem` measured for 318 s, then said 'cannot write'.
+4. measure --nproc without --distributed was taken and ignored (--timeout alone is refused)."""
 
 from __future__ import annotations
 
@@ -90,3 +94,43 @@ def test_plan_refuses_configurations_of_more_prefill_steps_than_the_cap():
     )  # fmt: skip
     assert code == 2 and out == "", err
     assert "prefill steps" in err and "configurations" in err, err
+
+
+# ---- 3. an output folder that takes no file, named before the work -----------------------------
+needs_proc = pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="Linux /proc")
+
+
+@needs_proc
+@pytest.mark.parametrize("name", ["/proc/self/mem", "/proc/self/kvplan-new.json"])
+def test_check_outputs_refuses_a_folder_that_takes_no_new_file(name):
+    from kvplan.atomic import check_outputs
+
+    with pytest.raises(KvplanError, match="cannot write"):
+        check_outputs({"--save-profile": name})
+
+
+@needs_proc
+def test_measure_refuses_an_unwritable_profile_before_measuring():
+    import time
+
+    start = time.monotonic()
+    code, out, err = run_cli(
+        "measure", "--model", "qwen3-8b", "--device", "cpu", "--quick", "--save-profile",
+        "/proc/self/mem",
+    )  # fmt: skip
+    assert code == 2 and "--save-profile /proc/self/mem" in err and "cannot write" in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert time.monotonic() - start < 5
+
+
+def test_check_outputs_leaves_no_file_behind(tmp_path):
+    from kvplan.atomic import check_outputs
+
+    check_outputs({"--out": tmp_path / "report.json", "--plot": str(tmp_path / "p.png")})
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- 4. measure --nproc needs --distributed ----------------------------------------------------
+def test_measure_nproc_without_distributed_is_refused():
+    code, out, err = run_cli("measure", "--model", "qwen3-8b", "--device", "cpu", "--nproc", "3")
+    assert code == 2 and out == "" and "--nproc" in err and "--distributed" in err, err
