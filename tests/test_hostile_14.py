@@ -67,7 +67,7 @@ def test_simulate_refuses_a_run_of_more_prefill_steps_than_the_cap_fast():
         assert code == 2 and out == "", err
         assert "prefill steps" in err and "8,000,000" in err, err
         assert len(err.strip().splitlines()) == 1
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 60  # refused at once: it ran for hours
 
 
 def test_the_prefill_step_count_is_a_lower_bound_over_the_runs():
@@ -120,7 +120,7 @@ def test_measure_refuses_an_unwritable_profile_before_measuring():
     )  # fmt: skip
     assert code == 2 and "--save-profile /proc/self/mem" in err and "cannot write" in err, err
     assert len(err.strip().splitlines()) == 1
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 60  # refused at once: it ran for hours
 
 
 def test_check_outputs_leaves_no_file_behind(tmp_path):
