@@ -151,6 +151,12 @@ def check_target(path: Path | str, what: str = "output") -> Path:
         named = path.parent if str(path.parent) else Path(".")
         shown = named if not named.is_dir() else real.parent  # a link into a missing folder
         raise KvplanError(f"{what} {path}: folder {shown} does not exist")
+    # the writer makes its temporary file beside the target: a folder that takes none
+    # (/proc/self/, a read-only mount, no permission) is named now, not after the work
+    try:
+        _discard(_new_temporary(real))
+    except OSError as exc:
+        raise KvplanError(f"{what} {path}: cannot write there ({_os_message(exc)})") from None
     return path
 
 

@@ -100,7 +100,8 @@ def add(app: typer.Typer) -> None:
     ) -> None:
         """How many concurrent requests fit on a GPU, engine-free (kvplan engine: as an engine
         allocates)."""
-        from kvplan.inputs.options import check_range, parse_bytes, parse_tokens
+        from kvplan.inputs.hardware import check_link_gbps
+        from kvplan.inputs.options import parse_bytes, parse_tokens
         from kvplan.plans.capacity import (
             CapacityRequest,
             capacity,
@@ -120,7 +121,7 @@ def add(app: typer.Typer) -> None:
         if allow_long and emit_flags is None:
             raise KvplanError("--allow-long-max-model-len applies to --emit's launch command")
         if network_gbps is not None:
-            check_range(network_gbps, what="--network-gbps", minimum=0.001, maximum=1_000_000)
+            check_link_gbps(network_gbps, "--network-gbps")
         spec, profiles = c.load_model(model), c.load_gpus(gpu)
         overrides = c.prices(price)  # checked whatever follows
         if len(profiles) > 1 or any(g.strip().lower() == "all" for g in gpu):

@@ -27,6 +27,7 @@ EXAMPLE = (
 )
 
 DEFAULT_TIMEOUT_S = 60.0  # --distributed: seconds before a collective gives up
+DEFAULT_NPROC = 2  # --distributed: ranks spawned
 DEFAULT_MAX_REGRESSION = "5%"
 
 
@@ -104,7 +105,11 @@ def add(app: typer.Typer) -> None:
             "on GPU).",
         ),
         nproc: int = typer.Option(
-            2, "--nproc", min=2, max=64, help="With --distributed: ranks to spawn (2 to 64)."
+            DEFAULT_NPROC,
+            "--nproc",
+            min=2,
+            max=64,
+            help="With --distributed: ranks to spawn (2 to 64).",
         ),
         timeout: float = typer.Option(
             DEFAULT_TIMEOUT_S,
@@ -126,6 +131,8 @@ def add(app: typer.Typer) -> None:
             raise KvplanError(
                 "--timeout bounds the collectives of --distributed: add --distributed"
             )
+        if nproc != DEFAULT_NPROC and not distributed:
+            raise KvplanError("--nproc spawns the ranks of --distributed: add --distributed")
         if allow_other_device and baseline is None:
             raise KvplanError("--allow-other-device applies to --baseline: add --baseline FILE")
         regression = _percent(DEFAULT_MAX_REGRESSION if max_regression is None else max_regression)

@@ -538,7 +538,8 @@ def add(app: typer.Typer) -> None:
         """A discrete-event simulation of vLLM serving a request stream, reported as
         `vllm bench serve` reports a real run."""
         from kvplan.atomic import all_or_nothing, check_outputs, is_stdout
-        from kvplan.inputs.options import check_range, parse_tokens
+        from kvplan.inputs.hardware import check_link_gbps
+        from kvplan.inputs.options import parse_tokens
         from kvplan.plans.simulate import SimulateRequest, simulate
         from kvplan.present.output import write_text
         from kvplan.present.simulate import simulate_plots, simulate_view, step_log_text
@@ -554,7 +555,7 @@ def add(app: typer.Typer) -> None:
             raise KvplanError("--burstiness must be between 0.01 and 100")
         rates = parse_rates(request_rate)
         if network_gbps is not None:
-            check_range(network_gbps, what="--network-gbps", minimum=0.001, maximum=1_000_000)
+            check_link_gbps(network_gbps, "--network-gbps")
         c.check_launch_flags(engine, nnodes, data_parallel_size, {
             "--node-rank": node_rank, "--dist-init-addr": dist_init_addr,
             "--master-addr": master_addr, "--master-port": master_port,

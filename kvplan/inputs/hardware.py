@@ -15,6 +15,7 @@ from typing import Literal, overload
 from kvplan.errors import KvplanError
 from kvplan.inputs.files import user_path
 from kvplan.inputs.kernel_tables import parse_field
+from kvplan.inputs.options import check_range
 from kvplan.inputs.text import clean
 from kvplan.record import NamedTuple
 from kvplan.units import GBIT, GIB
@@ -520,12 +521,24 @@ def _link(data: dict, key: str, source: str) -> Interconnect | None:
     )
 
 
+# A link given in Gb/s per GPU per direction (--network-gbps, --interconnect-gbps): 1 Mb/s, below
+# any link a cluster runs on, up to 1 Pb/s; a vanishing figure (1e-300) priced each collective at
+# ~1e300 s, past what a float's square (the metrics' spread) or JSON holds
+MIN_LINK_GBPS = 0.001
+MAX_LINK_GBPS = 1_000_000
+
+
+def check_link_gbps(gbps: float, what: str) -> float:
+    """A given link's Gb/s within [MIN_LINK_GBPS, MAX_LINK_GBPS]: the CLI's edge and the Python
+    twins' (choose_link, with_interconnect) check alike."""
+    return check_range(gbps, what=what, minimum=MIN_LINK_GBPS, maximum=MAX_LINK_GBPS)
+
+
 def choose_link(gpu: GpuProfile, which: str, gbps: float | None = None) -> Interconnect:
     """The link a transfer uses: the intra-node interconnect or the inter-node network, or a
     given bandwidth in Gb/s per GPU per direction (a cluster without a profile)."""
     if gbps is not None:
-        if not 0 < gbps < 1_000_000:
-            raise KvplanError("--network-gbps must be a positive number of Gb/s")
+        check_link_gbps(gbps, "--network-gbps")
         return Interconnect(f"{gbps:g} Gb/s per GPU", 2 * gbps * GBIT, 5e-6)
     if which not in ("interconnect", "network"):
         raise KvplanError(f"--link {clean(which)[:40]!r}: choose interconnect or network")
@@ -558,8 +571,7 @@ def with_interconnect(gpu: GpuProfile, gbps: float | None) -> GpuProfile:
     per direction (PCIe Gen5 x16 between pods: 512; a cut NVLink), None: the profile's own."""
     if gbps is None:
         return gpu
-    if not (math.isfinite(gbps) and 0 < gbps < 1_000_000):
-        raise KvplanError("--interconnect-gbps must be a positive number of Gb/s below 1,000,000")
+    check_link_gbps(gbps, "--interconnect-gbps")
     link = Interconnect(f"given link, {gbps:g} Gb/s", 2 * gbps * GBIT, INTERCONNECT_LATENCY_S)
     return gpu._replace(interconnect=link)
 

@@ -47,6 +47,7 @@ from kvplan.simulate.workload import (
     RequestSpec,
     WorkloadSpec,
     arrival_times_s,
+    check_prefill_steps,
     check_work,
     generate,
     workload_seed,
@@ -293,6 +294,7 @@ def plan(
     if len(configs) > MAX_CONFIGS:
         raise KvplanError(f"{len(configs):,} configurations: at most {MAX_CONFIGS:,}")
     check_work(requests, len(configs), "configurations")
+    check_prefill_steps(requests, [c.max_num_batched_tokens for c in configs], "configurations")
     outcomes, released = _run_all(spec, gpus, request, configs, requests, request.jobs, progress)
     candidates, reasons, pruned = [], Counter[str](), 0
     found: list[tuple[Candidate, Config]] = []

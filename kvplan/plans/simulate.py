@@ -50,6 +50,7 @@ from kvplan.simulate.steplog import StepRecorder
 from kvplan.simulate.workload import (
     RequestSpec,
     WorkloadSpec,
+    check_prefill_steps,
     check_work,
     generate,
     read_trace,
@@ -246,10 +247,11 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
                 f"--compare {request.compare} toggles a vLLM option; with --engine sglang "
                 "compare prefix-caching or cache-aware-routing"
             )
-    check_work(
-        _requests(request, request.rates[0]), len(request.rates) * (1 + bool(request.compare))
-    )
+    requests, runs_asked = _requests(request, request.rates[0]), len(request.rates)
+    runs_asked *= 1 + bool(request.compare)
+    check_work(requests, runs_asked)
     replica = build_replica(spec, gpu, request.serve)
+    check_prefill_steps(requests, [replica.config.max_num_batched_tokens] * runs_asked)
     if request.disaggregated is not None:
         replica = replica._replace(transfer=transfer_model(spec, gpu, replica, request))
     recorder = StepRecorder() if request.step_log else None

@@ -58,6 +58,12 @@ MAX_SHARED_TOKENS = 50_000_000
 # default configurations x 2,000 prompts of 128 (61 M) to run, and bounds churning runs to ~7
 # minutes (steady batches decode in spans, far faster).
 MAX_OUTPUT_TOKENS = 100_000_000
+# And the prefill chunks: a step prefills at most the chunk budget (--max-num-batched-tokens,
+# SGLang's --chunked-prefill-size), so the prompts' own tokens / the budget is the fewest steps a
+# run can take. A step of one chunk cost ~22 us of a core with the interval's reruns (300,000
+# one-token chunks of one prompt: 6.6 s; 1.2 M: 25 s), so 8 M steps hold a command to about
+# 3 minutes; a one-token budget made 100,000 prompts of 1,024 tokens 1e8 steps (hours).
+MAX_PREFILL_STEPS = 8_000_000
 MIN_RATE = 1e-3  # requests per second: one every ~17 minutes
 MAX_LEN = 1 << 24  # tokens in one request
 # A trace file: MAX_REQUESTS lines of all six fields are ~13 MB; 64 MiB leaves room for long ids
@@ -375,6 +381,25 @@ def check_work(
             f"the prompts hold {shared:,} tokens of shared prefixes or conversation history over "
             f"{runs:,} {what}; kvplan searches at most {MAX_SHARED_TOKENS:,} through its prefix "
             "cache per command (fewer --num-prompts, --turns, --prefix-len or runs)"
+        )
+
+
+def check_prefill_steps(
+    requests: list[RequestSpec], chunk_tokens: list[int], what: str = "run(s) (rates, --compare)"
+) -> None:
+    """The cap on one command's prefill steps (MAX_PREFILL_STEPS): a run of these requests at
+    a chunk budget of `chunk_tokens[i]` tokens per step (one entry per run) takes at least the
+    prompts' own tokens (a shared stream's are prefix-cache hits at best, shared_prompt_tokens)
+    / the budget steps; a one-line error before any run starts."""
+    own = sum(r.input_tokens for r in requests) - shared_prompt_tokens(requests)
+    steps = sum(math.ceil(own / max(1, chunk)) for chunk in chunk_tokens)
+    if steps > MAX_PREFILL_STEPS:
+        runs = len(chunk_tokens)
+        raise KvplanError(
+            f"{own:,} prompt tokens over {runs:,} {what} in chunks of at most "
+            f"{min(chunk_tokens):,} token(s) is at least {steps:,} prefill steps; kvplan simulates "
+            f"at most {MAX_PREFILL_STEPS:,} per command (a larger --max-num-batched-tokens / "
+            "--chunked-prefill-size, fewer --num-prompts or a shorter --input-len)"
         )
 
 
