@@ -434,9 +434,10 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
             f"the page states SGLang {stated}, which has no model of its own for this "
             f"checkpoint's architecture (the first release with one is {own}: "
             "kvplan.engines.sglang.SGLANG_OWN_MODEL_FROM): the block ran a build the page does "
-            "not name, not pinned to a release; engine_version is null (kvplan's default SGLang)"
+            f"not name, between the two; engine_version is {own}, the nearest release whose "
+            "code has the model the build ran"
         )
-        stated = None
+        stated = own
     if "median_tpot_ms" not in m:
         notes.append("the block prints no median TPOT")
     if raw.get("bench_label"):

@@ -1,7 +1,8 @@
 """SGLang releases without a model of their own for a checkpoint's architecture (issue 34): the
 cookbook's Kimi-K2.5 H200 page says "SGLang Version: 0.5.6.post2", a release with no
 KimiK25ForConditionalGeneration (models/kimi_k25.py arrives in 0.5.9), so kvplan refuses that
-release for the checkpoint and the collector records those runs as not pinned to a release."""
+release for the checkpoint, and the collector records those runs on the first release with the
+model (the nearest release whose code has the model the unnamed build ran)."""
 
 from __future__ import annotations
 
@@ -92,10 +93,10 @@ def _kimi_block(version: str) -> dict:
     }
 
 
-def test_the_collector_leaves_a_release_without_the_model_unpinned():
+def test_the_collector_moves_a_release_without_the_model_to_the_first_with_it():
     labelled, why = collect.case_of(_kimi_block("0.5.6.post2"))
     assert labelled is not None, why
-    assert labelled["engine_version"] is None
+    assert labelled["engine_version"] == "0.5.9"
     assert "states SGLang 0.5.6.post2" in labelled["notes"] and "0.5.9" in labelled["notes"]
     later, why = collect.case_of(_kimi_block("0.5.9"))
     assert later is not None, why
@@ -113,10 +114,70 @@ def test_every_cookbook_run_names_a_release_that_has_its_model():
     unpinned = []
     for case in cookbook:
         version, first = case["engine_version"], own[case["model"]]
-        if version is None and "the block ran a build the page does not name" in case["notes"]:
+        if "the block ran a build the page does not name" in case["notes"]:
             unpinned.append(case["id"])
-            assert first is not None, case["id"]
+            assert first is not None and version == first, case["id"]
         elif version is not None and first is not None:
             assert not older_than(version, first), case["id"]
-    # the H200 page's eight blocks, labelled 0.5.6.post2; its MI350X blocks state 0.5.9
-    assert len(unpinned) == 8 and all("kimi-k2.5-h200" in i for i in unpinned)
+    # the Kimi-K2.5 H200 page's eight blocks, labelled 0.5.6.post2 (its MI350X blocks state
+    # 0.5.9), and the GLM-4.7-Flash B200 page's nine, labelled 0.5.7 (Glm4MoeLiteForCausalLM
+    # arrives in 0.5.8)
+    assert len(unpinned) == 17
+    assert sum("kimi-k2.5-h200" in i for i in unpinned) == 8
+    assert sum("glm-4.7-flash-b200" in i for i in unpinned) == 9
+
+
+# Every bundled checkpoint whose SGLang model arrives after 0.4.10 (scripts/sglang_model_releases.py
+# over the released wheels): the release before its first is refused, its first serves it.
+OWN_MODEL_CASES = [
+    ("qwen3.5-35b-a3b", "0.5.8.post1", "0.5.9", "Qwen3_5MoeForConditionalGeneration"),
+    ("deepseek-v3.2", "0.5.2", "0.5.3", "DeepseekV32ForCausalLM"),
+    ("gemma-4-26b-a4b", "0.5.10", "0.5.11", "Gemma4ForConditionalGeneration"),
+    ("gpt-oss-20b", "0.4.10", "0.5.1", "GptOssForCausalLM"),
+]
+
+
+@pytest.mark.parametrize(("model", "before", "first", "arch"), OWN_MODEL_CASES)
+def test_a_release_before_the_models_own_is_refused(model, before, first, arch):
+    spec = load_model(model, checkpoint=False)
+    gate = sglang_own_model_from(spec)
+    assert gate is not None and (gate.release, gate.architecture) == (first, arch)
+    with pytest.raises(KvplanError, match=arch):
+        check_sglang_own_model(spec, before)
+    check_sglang_own_model(spec, first)
+    check_sglang_own_model(spec, "0.5")  # a bare 0.5 runs the newest rules
+
+
+def test_kvplan_engine_refuses_qwen35_on_a_release_without_it():
+    base = ("engine", "qwen3.5-35b-a3b", "--engine", "sglang", "--gpu", "h200", "--tp", "2")
+    code, _, err = run_cli(*base, "--sglang-version", "0.5.8")
+    one_line_error(code, err, "Qwen3_5MoeForConditionalGeneration")
+    code, _, err = run_cli(*base, "--sglang-version", "0.5.9")
+    assert code == 0, err
+
+
+def _wheel(root, release: str, files: dict[str, str]) -> None:
+    models = root / release / "sglang" / "srt" / "models"
+    models.mkdir(parents=True)
+    for name, text in files.items():
+        (models / name).write_text(text)
+
+
+def test_the_derivation_finds_the_first_release_that_defines_the_class(tmp_path):
+    import sglang_model_releases as derive
+
+    _wheel(tmp_path, "0.4.10", {"llama.py": "class LlamaForCausalLM:\n    pass\n"})
+    _wheel(tmp_path, "0.5.2", {"llama.py": "class LlamaForCausalLM:\n    pass\n"})
+    # only a mention, not a class: not yet SGLang's own
+    _wheel(tmp_path, "0.5.10", {"q.py": "# Qwen3_5MoeForConditionalGeneration soon\n"})
+    _wheel(tmp_path, "0.5.9", {"qwen3_5.py": "class Qwen3_5MoeForConditionalGeneration(X):\n"})
+    releases, found, never, dropped = derive.first_releases(tmp_path)
+    assert releases == ["0.4.10", "0.5.2", "0.5.9", "0.5.10"]  # numeric order, not text
+    assert found["qwen3_5_moe"] == (
+        "0.5.9",
+        "Qwen3_5MoeForConditionalGeneration",
+        "models/qwen3_5.py",
+    )
+    assert "llama" not in found  # the oldest release scanned has it
+    assert ("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", ["0.5.10"]) in dropped
+    assert any(mt == "deepseek_v4" for mt, _ in never)

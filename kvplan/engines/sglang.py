@@ -355,8 +355,39 @@ KIMI_TIKTOKEN_MODEL_TYPES = ("kimi_k2", "kimi_k25")
 # SGLang" (0.5.6.post2 :29-81); kvplan models neither. Read from the PyPI wheels (pip download
 # --no-deps sglang==V): no file of 0.5.6.post2, 0.5.7, 0.5.8 or 0.5.8.post1 names
 # KimiK25ForConditionalGeneration; 0.5.9 adds models/kimi_k25.py and the architecture to
-# configs/model_config.py's MLA and multimodal lists.
-SGLANG_OWN_MODEL_FROM = {"kimi_k25": (9, "KimiK25ForConditionalGeneration", "models/kimi_k25.py")}
+# configs/model_config.py's MLA and multimodal lists. Every bundled checkpoint's first release:
+# `python scripts/sglang_model_releases.py WHEELS` over the wheels 0.4.10 and 0.5.0-0.5.23 (the
+# first whose srt/models defines a class of the config's architecture, kept in every later
+# one; a model 0.4.10 has is left out: the 0.4 releases before it were not scanned). Six
+# bundled architectures have no SGLang class in any of them (RWForCausalLM, FalconForCausalLM,
+# MiniMaxM3ForCausalLM, Olmo3ForCausalLM, SmolLM3ForCausalLM, Step3p7FlashForCausalLM): they
+# run on the Transformers backend in every release, which kvplan does not tell apart.
+SGLANG_OWN_MODEL_FROM = {
+    "gpt_oss": (1, "GptOssForCausalLM", "models/gpt_oss.py"),
+    "nemotron-nas": (1, "DeciLMForCausalLM", "models/nemotron_nas.py"),
+    "opt": (2, "OPTForCausalLM", "models/opt.py"),
+    "qwen3_next": (2, "Qwen3NextForCausalLM", "models/qwen3_next.py"),
+    "deepseek_v32": (3, "DeepseekV32ForCausalLM", "models/deepseek_v2.py"),
+    "qwen3_vl": (3, "Qwen3VLForConditionalGeneration", "models/qwen3_vl.py"),
+    "qwen3_vl_moe": (3, "Qwen3VLMoeForConditionalGeneration", "models/qwen3_vl_moe.py"),
+    "starcoder2": (3, "Starcoder2ForCausalLM", "models/starcoder2.py"),
+    "nemotron_h": (4, "NemotronHForCausalLM", "models/nemotron_h.py"),
+    "minimax_m2": (5, "MiniMaxM2ForCausalLM", "models/minimax_m2.py"),
+    "mimo_v2_flash": (7, "MiMoV2FlashForCausalLM", "models/mimo_v2_flash.py"),
+    "glm4_moe_lite": (8, "Glm4MoeLiteForCausalLM", "models/glm4_moe_lite.py"),
+    "exaone4": (9, "Exaone4ForCausalLM", "models/exaone4.py"),
+    "glm_moe_dsa": (9, "GlmMoeDsaForCausalLM", "models/glm4_moe.py"),
+    "kimi_k25": (9, "KimiK25ForConditionalGeneration", "models/kimi_k25.py"),
+    "lfm2": (9, "Lfm2ForCausalLM", "models/lfm2.py"),
+    "qwen3_5": (9, "Qwen3_5ForConditionalGeneration", "models/qwen3_5.py"),
+    "qwen3_5_moe": (9, "Qwen3_5MoeForConditionalGeneration", "models/qwen3_5.py"),
+    "qwen3_5_moe_text": (9, "Qwen3_5MoeForCausalLM", "models/qwen3_5.py"),
+    "lfm2_vl": (10, "Lfm2VlForConditionalGeneration", "models/lfm2_vl.py"),
+    "gemma4": (11, "Gemma4ForConditionalGeneration", "models/gemma4_mm.py"),
+    "deepseek_v4": (12, "DeepseekV4ForCausalLM", "models/deepseek_v4.py"),
+    "laguna": (12, "LagunaForCausalLM", "models/laguna.py"),
+    "kimi_k3": (17, "KimiK3ForConditionalGeneration", "models/kimi_k3.py"),
+}
 
 
 class OwnModelFrom(NamedTuple):
