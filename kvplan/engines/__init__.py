@@ -4,7 +4,7 @@ engine's module imports; this package's `engine_allocation` picks the module."""
 
 from __future__ import annotations
 
-from kvplan.engines.releases import VLLM_VERSIONS
+from kvplan.engines.releases import VLLM_VERSIONS, release_minor
 from kvplan.engines.request import ENGINES, EngineRequest
 from kvplan.errors import KvplanError
 
@@ -18,11 +18,15 @@ def engine_allocation(spec, gpu, request: EngineRequest):
 
     if request.engine not in ENGINES:
         raise KvplanError(f"unknown engine {request.engine!r}; choose from {', '.join(ENGINES)}")
-    if request.engine == "vllm" and request.vllm_version not in VLLM_VERSIONS:
-        # `kvplan engine` answers for the releases whose allocators kvplan models; simulate runs
-        # any release on its nearest (EngineRequest.vllm_allocator)
+    if request.engine == "vllm" and release_minor(request.vllm_version) not in {
+        release_minor(v) for v in VLLM_VERSIONS
+    }:
+        # `kvplan engine` answers for the release lines whose allocators kvplan models (0.21 and
+        # its patch releases, 0.21.0, 0.21.1: one allocator); simulate runs any release on its
+        # nearest (EngineRequest.vllm_allocator)
         raise KvplanError(
             f"--vllm-version {request.vllm_version[:20]!r}: kvplan models {', '.join(VLLM_VERSIONS)}"
+            " (and their patch releases)"
         )
     version = request.sglang_version if request.engine == "sglang" else request.vllm_allocator
     check_backends(request.backends, request.engine, version)
