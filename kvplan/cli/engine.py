@@ -814,12 +814,14 @@ def _server(o) -> None:
     )
     gpu = c.load_gpu(o.gpu)
     if o.engine == "sglang":
-        from kvplan.engines.sglang import with_launch_mamba_strategy
+        from kvplan.engines.sglang import requested_running, with_launch_mamba_strategy
 
         if o.speculative_algorithm is not None:
             request = request._replace(
                 speculative=True,
                 speculative_algorithm=_engine_speculation(spec, o.speculative_algorithm, request),
+                # server_args' count when speculating (engines.sglang.requested_running)
+                max_running_requests=requested_running(None, True),
             )
         strategy = c.mamba_strategy(
             o.mamba_scheduler_strategy,

@@ -492,6 +492,10 @@ PIECEWISE_FLAGS_FROM = 4
 SPEC_RESERVE_MIB = {"STANDALONE": 6144, "NGRAM": 0}  # by algorithm, every release to 0.5.13
 SPEC_EAGLE_RESERVE_MIB = ((10, 4096), (0, 2048))  # (first 0.5 patch, MiB), newest first
 SPEC_DRAFT_IN_POOL_FROM = 14
+# _handle_speculative_decoding: "Max running requests is reset to 48 for speculative decoding"
+# where --max-running-requests is not given, for the EAGLE family, STANDALONE and NGRAM alike
+# (0.5.3 server_args.py, 0.5.10 :2433-2437 and :2493-2497 for NGRAM)
+SPEC_RUNNING_REQUESTS = 48
 # under DP attention: MiB per captured batch size per DP rank, and more above 300 sizes
 DP_GRAPH_MIB, DP_LARGE_GRAPH_MIB = 3, 1.5
 MAX_PREFILL_TOKENS = 16384
@@ -707,6 +711,15 @@ def speculative_reserve_mib(version: str, algorithm: str | None) -> float:
     if name in SPEC_RESERVE_MIB:
         return float(SPEC_RESERVE_MIB[name])
     return float(next(mib for first, mib in SPEC_EAGLE_RESERVE_MIB if rules.from_05(first)))
+
+
+def requested_running(given: int | None, speculative: bool) -> int | None:
+    """--max-running-requests as server_args leaves it: `given`, else SPEC_RUNNING_REQUESTS
+    where a speculative algorithm is given, else None (the scheduler picks from the pool:
+    sglang_allocation)."""
+    if given is not None:
+        return given
+    return SPEC_RUNNING_REQUESTS if speculative else None
 
 
 def draft_in_pool(version: str) -> bool:
@@ -1946,8 +1959,13 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             f"SGLang would refuse to start: {rest / GIB:,.2f} GiB holds no page of its KV pool "
             '("Not enough memory. Please try to increase --mem-fraction-static.")'
         )
-    running = min(max(int(tokens / request.max_model_len * 512), 2048), 4096)
-    running = min(running, max(tokens // 2, 1))
+    if request.max_running_requests is not None:
+        # tp_worker: a given count (or server_args' when speculating: requested_running), a
+        # DP-attention rank's share of it
+        running = max(request.max_running_requests // request.dp_attention, 1)
+    else:
+        running = min(max(int(tokens / request.max_model_len * 512), 2048), 4096)
+        running = min(running, max(tokens // 2, 1))
     running = mamba_capped_requests(
         running,
         max_mamba,

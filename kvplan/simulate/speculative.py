@@ -114,7 +114,6 @@ SGLANG_AUTO_LLAMA = (5, 4, 8)  # LlamaForCausalLM, Grok-1
 SGLANG_AUTO = (3, 1, 4)  # DeepSeek V2/V3, GPT-OSS, GLM-4 MoE, STANDALONE, the rest
 SGLANG_NGRAM_DRAFT_TOKENS = 12  # speculative_ngram_max_match_window_size
 SGLANG_NGRAM_TOPK = 10  # speculative_ngram_max_bfs_breadth
-SGLANG_SPEC_RUNNING = 48  # max_running_requests when speculating and not given
 # forward passes a SGLang EAGLE round prepares on the host beside its verification's
 # (speculative/eagle_worker.py, forward_batch_generation): draft() and
 # forward_draft_extend_after_decode() each build their own ForwardBatch (ForwardBatch.init_new)
