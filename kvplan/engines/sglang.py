@@ -1481,11 +1481,12 @@ def sglang_radix_off(
     if request.speculative:
         amd = gpu.device_vendor == "AMD"
         if rules.from_05(MAMBA_SPEC_RADIX_ERROR_FROM, bare=False) and not amd:
+            flag = mamba_strategy_flag(request.sglang_version)
             raise KvplanError(
                 f"SGLang {request.sglang_version} refuses speculative decoding on {spec.name} "
-                "with the radix cache under --mamba-scheduler-strategy no_buffer "
+                f"with the radix cache under {flag} no_buffer "
                 "(server_args._handle_mamba_radix_cache, PR #19391): add --disable-radix-cache "
-                "(extra_buffer is not modelled)"
+                f"or give {flag} extra_buffer"
             )
         return "speculative"
     if attention_backend == "trtllm_mha":
