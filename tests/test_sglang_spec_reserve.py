@@ -173,3 +173,14 @@ def test_a_given_running_count_is_the_schedulers():
     for given in (64, own + 1000):
         got = sglang_allocation(LLAMA_8B, H100, request._replace(max_running_requests=given))
         assert got.max_running_requests == given
+
+
+def test_engine_refuses_nextn_on_a_model_without_mtp_layers_as_simulate_does():
+    """NEXTN drafts with the checkpoint's own MTP layers: `kvplan simulate` refuses it on a
+    model without them (simulate.speculative.parse_sglang), and so does `kvplan engine`."""
+    base = ["engine", "llama-3.1-8b", "--engine", "sglang", "--ctx", "8k"]
+    code, _, err = run_cli(*base, "--sglang-version", "0.5.10", "--speculative-algorithm", "NEXTN")
+    assert code == 2 and "has no MTP layers" in err and "Traceback" not in err
+    sim = ["simulate", "llama-3.1-8b", "--gpu", "h100", "--engine", "sglang"]
+    code, _, sim_err = run_cli(*sim, "--speculative-algorithm", "NEXTN", "--num-prompts", "2")
+    assert code == 2 and sim_err.strip() == err.strip()

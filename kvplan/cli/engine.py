@@ -736,13 +736,14 @@ def _engine_speculation(spec, algorithm: str, request) -> str:
     engines.sglang.draft_in_pool; NGRAM has none) or the model keeps recurrent state (the
     verification's states: kvplan simulate sizes both)."""
     from kvplan.engines.sglang import draft_in_pool
-    from kvplan.simulate.speculative import SGLANG_ALGORITHMS
+    from kvplan.simulate.speculative import SGLANG_ALGORITHMS, check_nextn
 
     name = str(algorithm).strip().upper()
     if name not in SGLANG_ALGORITHMS:
         raise KvplanError(
             f"--speculative-algorithm {str(algorithm)[:40]!r}: choose {', '.join(SGLANG_ALGORITHMS)}"
         )
+    check_nextn(spec, name)  # as kvplan simulate refuses it
     simulate = (
         "kvplan simulate --engine sglang --speculative-algorithm "
         f"{name}{'' if name == 'NGRAM' else ' --speculative-draft-model-path ...'} sizes it"

@@ -301,6 +301,13 @@ def _number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def check_nextn(spec: ModelSpec, algorithm: str) -> None:
+    """SGLang's NEXTN drafts with the checkpoint's own MTP layers (mtp_layers): refused, one
+    line, on a model without them (`algorithm` upper case, as SGLANG_ALGORITHMS)."""
+    if algorithm == "NEXTN" and not mtp_layers(spec):
+        raise KvplanError(f"--speculative-algorithm NEXTN: {spec.name} has no MTP layers")
+
+
 def parse_sglang(
     algorithm: str,
     num_steps: int | None,
@@ -330,8 +337,7 @@ def parse_sglang(
         return SpecDecode("ngram", tokens - 1, SGLANG_NGRAM_TOPK, tokens, None)
     if name == "NEXTN" or (name == "EAGLE" and draft_path in (None, spec.hf_id, spec.name)):
         if not mtp_layers(spec):
-            if name == "NEXTN":
-                raise KvplanError(f"--speculative-algorithm NEXTN: {spec.name} has no MTP layers")
+            check_nextn(spec, name)
             raise KvplanError("--speculative-algorithm EAGLE needs --speculative-draft-model-path")
         method = "mtp"
     elif name == "STANDALONE":
