@@ -492,9 +492,9 @@ PIECEWISE_FLAGS_FROM = 4
 SPEC_RESERVE_MIB = {"STANDALONE": 6144, "NGRAM": 0}  # by algorithm, every release to 0.5.13
 SPEC_EAGLE_RESERVE_MIB = ((10, 4096), (0, 2048))  # (first 0.5 patch, MiB), newest first
 SPEC_DRAFT_IN_POOL_FROM = 14
-# _handle_speculative_decoding: "Max running requests is reset to 48 for speculative decoding"
-# where --max-running-requests is not given, for the EAGLE family, STANDALONE and NGRAM alike
-# (0.5.3 server_args.py, 0.5.10 :2433-2437 and :2493-2497 for NGRAM)
+# server_args._handle_speculative_decoding sets max_running_requests to 48 where
+# --max-running-requests is not given ("Max running requests is reset to 48 for speculative
+# decoding"), in its EAGLE/EAGLE3/STANDALONE branch (NEXTN is EAGLE) and its NGRAM branch alike
 SPEC_RUNNING_REQUESTS = 48
 # under DP attention: MiB per captured batch size per DP rank, and more above 300 sizes
 DP_GRAPH_MIB, DP_LARGE_GRAPH_MIB = 3, 1.5
