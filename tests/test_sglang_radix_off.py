@@ -123,3 +123,21 @@ def test_kvplan_engine_takes_the_flag_as_sglang_spells_it():
     states = on["max_mamba_cache_size"]
     assert on["max_running_requests"] == min(states // 3, 4096)
     assert off["max_running_requests"] == min(states, 4096)
+
+
+@pytest.mark.parametrize(
+    "version, flag",
+    [("0.5.10", "--mamba-scheduler-strategy"), ("0.5.20", "--mamba-radix-cache-strategy")],
+)
+def test_the_refusal_offers_extra_buffer_in_the_releases_spelling(qwen35, version, flag):
+    """kvplan models extra_buffer beside speculation (mamba_track_slots, spec v1 and v2): the
+    refusal names it as the release spells the flag, and not as unmodelled."""
+    request = _request(sglang_version=version, speculative=True)
+    with pytest.raises(KvplanError) as got:
+        sglang_radix_off(qwen35, load_profile("h100"), request, "fa3")
+    message = str(got.value)
+    assert f"{flag} no_buffer" in message and f"{flag} extra_buffer" in message
+    assert "not modelled" not in message
+    # the advice holds: extra_buffer keeps the radix cache beside speculation
+    fixed = request._replace(mamba_track_slots=1)
+    assert sglang_radix_off(qwen35, load_profile("h100"), fixed, "fa3") is None

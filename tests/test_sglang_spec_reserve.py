@@ -150,3 +150,37 @@ def test_engine_keeps_the_piecewise_reserve_beside_speculation_from_0_5_11():
     assert ngram["mem_fraction_static"] == _fraction(BASE_MIB + 58 * 8)  # 58 sizes to 8,192
     eagle = run_json(*base, "--sglang-version", "0.5.11", "--speculative-algorithm", "EAGLE")
     assert eagle["mem_fraction_static"] == _fraction(BASE_MIB + 58 * 8 + 4096)
+
+
+@pytest.mark.parametrize("algorithm", ["EAGLE3", "STANDALONE", "NGRAM"])
+def test_engine_runs_48_requests_when_speculating(algorithm):
+    """server_args._handle_speculative_decoding sets max_running_requests to 48 when a
+    speculative algorithm is given without --max-running-requests (EAGLE family, STANDALONE and
+    NGRAM alike), so the scheduler's log line says 48, as `kvplan simulate` runs it, not the
+    pool's own count."""
+    base = ("engine", "llama-3.1-8b", "--engine", "sglang", "--ctx", "8k")
+    got = run_json(*base, "--sglang-version", "0.5.10", "--speculative-algorithm", algorithm)
+    plain = run_json(*base, "--sglang-version", "0.5.10")
+    assert got["max_running_requests"] == 48
+    assert plain["max_running_requests"] > 48  # the pool's own count when not speculating
+
+
+def test_a_given_running_count_is_the_schedulers():
+    """tp_worker: a given max_running_requests (// the DP-attention size) is the scheduler's,
+    above or below the count SGLang picks from the pool when none is given."""
+    request = EngineRequest(engine="sglang", sglang_version="0.5.10")
+    own = sglang_allocation(LLAMA_8B, H100, request).max_running_requests
+    for given in (64, own + 1000):
+        got = sglang_allocation(LLAMA_8B, H100, request._replace(max_running_requests=given))
+        assert got.max_running_requests == given
+
+
+def test_engine_refuses_nextn_on_a_model_without_mtp_layers_as_simulate_does():
+    """NEXTN drafts with the checkpoint's own MTP layers: `kvplan simulate` refuses it on a
+    model without them (simulate.speculative.parse_sglang), and so does `kvplan engine`."""
+    base = ["engine", "llama-3.1-8b", "--engine", "sglang", "--ctx", "8k"]
+    code, _, err = run_cli(*base, "--sglang-version", "0.5.10", "--speculative-algorithm", "NEXTN")
+    assert code == 2 and "has no MTP layers" in err and "Traceback" not in err
+    sim = ["simulate", "llama-3.1-8b", "--gpu", "h100", "--engine", "sglang"]
+    code, _, sim_err = run_cli(*sim, "--speculative-algorithm", "NEXTN", "--num-prompts", "2")
+    assert code == 2 and sim_err.strip() == err.strip()

@@ -736,13 +736,14 @@ def _engine_speculation(spec, algorithm: str, request) -> str:
     engines.sglang.draft_in_pool; NGRAM has none) or the model keeps recurrent state (the
     verification's states: kvplan simulate sizes both)."""
     from kvplan.engines.sglang import draft_in_pool
-    from kvplan.simulate.speculative import SGLANG_ALGORITHMS
+    from kvplan.simulate.speculative import SGLANG_ALGORITHMS, check_nextn
 
     name = str(algorithm).strip().upper()
     if name not in SGLANG_ALGORITHMS:
         raise KvplanError(
             f"--speculative-algorithm {str(algorithm)[:40]!r}: choose {', '.join(SGLANG_ALGORITHMS)}"
         )
+    check_nextn(spec, name)  # as kvplan simulate refuses it
     simulate = (
         "kvplan simulate --engine sglang --speculative-algorithm "
         f"{name}{'' if name == 'NGRAM' else ' --speculative-draft-model-path ...'} sizes it"
@@ -814,12 +815,14 @@ def _server(o) -> None:
     )
     gpu = c.load_gpu(o.gpu)
     if o.engine == "sglang":
-        from kvplan.engines.sglang import with_launch_mamba_strategy
+        from kvplan.engines.sglang import requested_running, with_launch_mamba_strategy
 
         if o.speculative_algorithm is not None:
             request = request._replace(
                 speculative=True,
                 speculative_algorithm=_engine_speculation(spec, o.speculative_algorithm, request),
+                # server_args' count when speculating (engines.sglang.requested_running)
+                max_running_requests=requested_running(None, True),
             )
         strategy = c.mamba_strategy(
             o.mamba_scheduler_strategy,

@@ -523,6 +523,10 @@ PIECEWISE_FLAGS_FROM = 4
 SPEC_RESERVE_MIB = {"STANDALONE": 6144, "NGRAM": 0}  # by algorithm, every release to 0.5.13
 SPEC_EAGLE_RESERVE_MIB = ((10, 4096), (0, 2048))  # (first 0.5 patch, MiB), newest first
 SPEC_DRAFT_IN_POOL_FROM = 14
+# server_args._handle_speculative_decoding sets max_running_requests to 48 where
+# --max-running-requests is not given ("Max running requests is reset to 48 for speculative
+# decoding"), in its EAGLE/EAGLE3/STANDALONE branch (NEXTN is EAGLE) and its NGRAM branch alike
+SPEC_RUNNING_REQUESTS = 48
 # under DP attention: MiB per captured batch size per DP rank, and more above 300 sizes
 DP_GRAPH_MIB, DP_LARGE_GRAPH_MIB = 3, 1.5
 MAX_PREFILL_TOKENS = 16384
@@ -738,6 +742,15 @@ def speculative_reserve_mib(version: str, algorithm: str | None) -> float:
     if name in SPEC_RESERVE_MIB:
         return float(SPEC_RESERVE_MIB[name])
     return float(next(mib for first, mib in SPEC_EAGLE_RESERVE_MIB if rules.from_05(first)))
+
+
+def requested_running(given: int | None, speculative: bool) -> int | None:
+    """--max-running-requests as server_args leaves it: `given`, else SPEC_RUNNING_REQUESTS
+    where a speculative algorithm is given, else None (the scheduler picks from the pool:
+    sglang_allocation)."""
+    if given is not None:
+        return given
+    return SPEC_RUNNING_REQUESTS if speculative else None
 
 
 def draft_in_pool(version: str) -> bool:
@@ -1499,11 +1512,12 @@ def sglang_radix_off(
     if request.speculative:
         amd = gpu.device_vendor == "AMD"
         if rules.from_05(MAMBA_SPEC_RADIX_ERROR_FROM, bare=False) and not amd:
+            flag = mamba_strategy_flag(request.sglang_version)
             raise KvplanError(
                 f"SGLang {request.sglang_version} refuses speculative decoding on {spec.name} "
-                "with the radix cache under --mamba-scheduler-strategy no_buffer "
+                f"with the radix cache under {flag} no_buffer "
                 "(server_args._handle_mamba_radix_cache, PR #19391): add --disable-radix-cache "
-                "(extra_buffer is not modelled)"
+                f"or give {flag} extra_buffer"
             )
         return "speculative"
     if attention_backend == "trtllm_mha":
@@ -1977,8 +1991,13 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             f"SGLang would refuse to start: {rest / GIB:,.2f} GiB holds no page of its KV pool "
             '("Not enough memory. Please try to increase --mem-fraction-static.")'
         )
-    running = min(max(int(tokens / request.max_model_len * 512), 2048), 4096)
-    running = min(running, max(tokens // 2, 1))
+    if request.max_running_requests is not None:
+        # tp_worker: a given count (or server_args' when speculating: requested_running), a
+        # DP-attention rank's share of it
+        running = max(request.max_running_requests // request.dp_attention, 1)
+    else:
+        running = min(max(int(tokens / request.max_model_len * 512), 2048), 4096)
+        running = min(running, max(tokens // 2, 1))
     running = mamba_capped_requests(
         running,
         max_mamba,

@@ -1700,7 +1700,7 @@ SGLANG_SIM_BLOCK = 16
 def _speculative_state_slots(spec: ModelSpec, options: ServeOptions, dp: int) -> int:
     """The recurrent states an SGLang hybrid reserves for speculative verification
     (engines.sglang.speculative_state_slots): 0 without a state layer or speculation."""
-    from kvplan.engines.sglang import speculative_state_slots
+    from kvplan.engines.sglang import requested_running, speculative_state_slots
     from kvplan.simulate import speculative
 
     if not spec.state_layers():
@@ -1708,7 +1708,8 @@ def _speculative_state_slots(spec: ModelSpec, options: ServeOptions, dp: int) ->
     request = speculative.requested(spec, options)
     if request is None:
         return 0
-    running = options.max_num_seqs or speculative.SGLANG_SPEC_RUNNING
+    running = requested_running(options.max_num_seqs, True)
+    assert running is not None
     return speculative_state_slots(running, request.verify_tokens, dp)
 
 
@@ -1724,6 +1725,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         mamba_radix_overlap_off,
         mamba_ratio_track_slots,
         piecewise_prefill,
+        requested_running,
         resolve_mamba_strategy,
         sglang_allocation,
         sglang_attention,
@@ -1775,7 +1777,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     length_note = default_length_note(spec, options)
     if length_note is not None:
         notes.append(length_note)
-    from kvplan.simulate.speculative import SGLANG_SPEC_RUNNING, requested
+    from kvplan.simulate.speculative import requested
 
     spec_request = requested(spec, options)
     speculating = spec_request is not None
@@ -1825,8 +1827,8 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         speculative=speculating,
         speculative_algorithm=options.speculative_algorithm if speculating else None,
         radix_cache=options.enable_prefix_caching is not False,
-        # server_args sets 48 when speculating and none is given (SGLANG_SPEC_RUNNING)
-        max_running_requests=options.max_num_seqs or (SGLANG_SPEC_RUNNING if speculating else None),
+        # server_args sets 48 when speculating and none is given
+        max_running_requests=requested_running(options.max_num_seqs, speculating),
         mamba_track_slots=track_slots,
         mamba_strategy_auto=mamba.auto,
         piecewise=options.piecewise,

@@ -114,7 +114,6 @@ SGLANG_AUTO_LLAMA = (5, 4, 8)  # LlamaForCausalLM, Grok-1
 SGLANG_AUTO = (3, 1, 4)  # DeepSeek V2/V3, GPT-OSS, GLM-4 MoE, STANDALONE, the rest
 SGLANG_NGRAM_DRAFT_TOKENS = 12  # speculative_ngram_max_match_window_size
 SGLANG_NGRAM_TOPK = 10  # speculative_ngram_max_bfs_breadth
-SGLANG_SPEC_RUNNING = 48  # max_running_requests when speculating and not given
 # forward passes a SGLang EAGLE round prepares on the host beside its verification's
 # (speculative/eagle_worker.py, forward_batch_generation): draft() and
 # forward_draft_extend_after_decode() each build their own ForwardBatch (ForwardBatch.init_new)
@@ -302,6 +301,13 @@ def _number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def check_nextn(spec: ModelSpec, algorithm: str) -> None:
+    """SGLang's NEXTN drafts with the checkpoint's own MTP layers (mtp_layers): refused, one
+    line, on a model without them (`algorithm` upper case, as SGLANG_ALGORITHMS)."""
+    if algorithm == "NEXTN" and not mtp_layers(spec):
+        raise KvplanError(f"--speculative-algorithm NEXTN: {spec.name} has no MTP layers")
+
+
 def parse_sglang(
     algorithm: str,
     num_steps: int | None,
@@ -331,8 +337,7 @@ def parse_sglang(
         return SpecDecode("ngram", tokens - 1, SGLANG_NGRAM_TOPK, tokens, None)
     if name == "NEXTN" or (name == "EAGLE" and draft_path in (None, spec.hf_id, spec.name)):
         if not mtp_layers(spec):
-            if name == "NEXTN":
-                raise KvplanError(f"--speculative-algorithm NEXTN: {spec.name} has no MTP layers")
+            check_nextn(spec, name)
             raise KvplanError("--speculative-algorithm EAGLE needs --speculative-draft-model-path")
         method = "mtp"
     elif name == "STANDALONE":
