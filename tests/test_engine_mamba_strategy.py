@@ -96,3 +96,14 @@ def test_the_track_buffer_note_says_how_the_strategy_was_decided():
     assert "given" in given and "resolve" not in given
     sim_auto = _note(_sim("0.5.14"), "sglang-mamba-extra-buffer")
     assert sim_auto == auto
+    # the flag as the release spells it: 0.5.20 takes only the 0.5.14 name, 0.5.9 only the old
+    newest = _note(
+        _engine("0.5.20", "--mamba-radix-cache-strategy", "extra_buffer"),
+        "sglang-mamba-extra-buffer",
+    )
+    assert newest is not None and newest.startswith("--mamba-radix-cache-strategy extra_buffer")
+    oldest = _note(
+        _engine("0.5.9", "--mamba-scheduler-strategy", "extra_buffer"),
+        "sglang-mamba-extra-buffer",
+    )
+    assert oldest is not None and oldest.startswith("--mamba-scheduler-strategy extra_buffer")

@@ -1930,7 +1930,11 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
                         "sglang-mamba-extra-buffer",
                         track=request.mamba_track_slots,
                         ratio=MAMBA_SLOTS_PER_REQUEST + request.mamba_track_slots,
-                        decided="given" if request.mamba_strategy_auto is None else "auto",
+                        decided=(
+                            mamba_strategy_flag(request.sglang_version)
+                            if request.mamba_strategy_auto is None
+                            else "auto"
+                        ),
                     )
                 )
         conv_bytes, ssm_bytes = max_mamba * conv_req, max_mamba * ssm_req

@@ -106,7 +106,7 @@ text("sglang-mamba-extra-buffer")(
             "The extra_buffer mamba strategy, which SGLang's default auto resolved to (note "
             "sglang-mamba-auto): "
             if decided == "auto"
-            else "--mamba-scheduler-strategy extra_buffer, as given: "
+            else f"{decided} extra_buffer, as given: "
         )
         + "SGLang keeps the radix cache (and the "
         f"overlap scheduler, unless it speculates as spec v1), and each running request holds "
