@@ -564,7 +564,7 @@ PIECEWISE_MLA_MAX_TOKENS = 2048
 # ServerArgs._handle_piecewise_cuda_graph turns them off for these (docs/advanced_features/
 # piecewise_cuda_graph.md "Compatibility", sglang commit 1e52b9b): the architectures of
 # model_config's piecewise_cuda_graph_disabled_model_archs kvplan reads (Qwen3NextForCausalLM;
-# DeepseekV32ForCausalLM and GlmMoeDsaForCausalLM are its DSA models, is_deepseek_nsa),
+# DeepseekV32ForCausalLM and GlmMoeDsaForCausalLM, its DSA models, until PIECEWISE_DSA_OFF_UNTIL),
 # speculative decoding, DP attention, pp_size > 1, non-CUDA hardware, multimodal models
 PIECEWISE_DISABLED_MODEL_TYPES = ("qwen3_next",)
 # "2. Speculative decoding" is on that list in 0.5.10 only (server_args.py:1088-1090): from 0.5.11
@@ -574,6 +574,11 @@ PIECEWISE_DISABLED_MODEL_TYPES = ("qwen3_next",)
 # hierarchical cache, deterministic inference, PD disaggregation, symmetric memory, EPLB, context
 # parallelism, CUDA-graph debug), so none of them removes a reserve kvplan computes.
 PIECEWISE_SPEC_OFF_UNTIL = 11  # the first 0.5 patch that keeps them
+# DSA models (is_deepseek_nsa: DeepSeek-V3.2, GLM-5) are excluded through 0.5.12 (model_config.py
+# :330-332 ORs is_deepseek_nsa into is_piecewise_cuda_graph_disabled_model); 0.5.13 (:330-331)
+# drops it and no later release (0.5.14-0.5.23, piecewise_cuda_graph_disabled_model_archs) names
+# a DSA architecture. A bare 0.5 (0.5.10's side): excluded.
+PIECEWISE_DSA_OFF_UNTIL = 13  # the first 0.5 patch that keeps them
 
 
 class Piecewise(NamedTuple):
@@ -634,7 +639,8 @@ def piecewise_prefill(
         return Piecewise(0, "--disable-piecewise-cuda-graph")
     if not (flags.enable or piecewise_default_on(version)):
         return Piecewise(0, f"off by default before 0.5.{PIECEWISE_DEFAULT_FROM}")
-    if excluded is None and dsa_model(spec):
+    dsa_off = not sglang_rules(version).from_05(PIECEWISE_DSA_OFF_UNTIL, bare=False)
+    if excluded is None and dsa_off and dsa_model(spec):
         excluded = "a DSA model"
     if excluded is None and spec.checkpoint_model_type in (PIECEWISE_DISABLED_MODEL_TYPES):
         excluded = f"{spec.model_type}'s architecture"
