@@ -498,12 +498,14 @@ MAX_PREFILL_TOKENS = 16384
 VIT_BASELINE_LAYERS, VIT_BASELINE_HIDDEN = 24, 1024  # ViT-L/14, adjust_mem_fraction_for_vlm
 # SGLang's --kv-cache-dtype spellings -> the format kvplan's formulas store a value in (None: the
 # model dtype): the one table its allocation and the step time (kvplan.simulate.setup) read
+# Only spellings a release's parser takes: no SGLang --kv-cache-dtype choices list has "fp8" or
+# "float16" (0.4.6-0.5.14 server_args.py choices=[auto, fp8_e5m2, fp8_e4m3(, bf16, bfloat16,
+# fp4_e2m1)], 0.5.14 :600; 0.5.16 :616-626 and 0.5.23 arg_groups/fields/model.py:209-219 add
+# mxfp8, nvfp4 and fp4_mx_block16, which kvplan does not size), and SGLang maps neither
 KV_CACHE_FORMATS = {
     "auto": None,
     "bf16": "bf16",
     "bfloat16": "bf16",
-    "float16": "fp16",
-    "fp8": "fp8",
     "fp8_e4m3": "fp8",
     "fp8_e5m2": "fp8",
 }
@@ -520,6 +522,12 @@ KV_CACHE_DTYPE_FROM = {"bf16": 4, "bfloat16": 4}
 def check_kv_cache_dtype_release(kv_cache_dtype: str, version: str) -> None:
     """A one-line error where SGLang `version`'s parser refuses `kv_cache_dtype`
     (KV_CACHE_DTYPE_FROM): the rule of the allocation and of `plan --emit sglang`'s search."""
+    if kv_cache_dtype not in KV_CACHE_FORMATS:
+        taken = [d for d in KV_CACHE_DTYPES if kv_cache_dtype_taken(d, version)]
+        raise KvplanError(
+            f"--kv-cache-dtype {kv_cache_dtype[:40]}: SGLang {str(version)[:20]}'s parser does "
+            f"not take it; give one of {', '.join(taken)} (the choices kvplan sizes)"
+        )
     first = KV_CACHE_DTYPE_FROM.get(kv_cache_dtype)
     if first is not None and not sglang_rules(version).from_05(first):
         raise KvplanError(
@@ -527,6 +535,15 @@ def check_kv_cache_dtype_release(kv_cache_dtype: str, version: str) -> None:
             f"(its --kv-cache-dtype choices have it from 0.5.{first}; earlier ones auto, "
             "fp8_e5m2 and fp8_e4m3 only); give fp8_e4m3, auto or a later release"
         )
+
+
+def kv_cache_dtype_taken(kv_cache_dtype: str, version: str) -> bool:
+    """Whether SGLang `version`'s --kv-cache-dtype choices have `kv_cache_dtype` (one kvplan
+    sizes, KV_CACHE_FORMATS; KV_CACHE_DTYPE_FROM)."""
+    first = KV_CACHE_DTYPE_FROM.get(kv_cache_dtype)
+    return kv_cache_dtype in KV_CACHE_FORMATS and (
+        first is None or sglang_rules(version).from_05(first)
+    )
 
 
 def kv_format(kv_cache_dtype: str, model_dtype: str) -> KvFormat:
