@@ -1255,11 +1255,26 @@ def _options(spec: ModelSpec, request: PlanRequest, config: Config) -> ServeOpti
         **_parallel_flags(request),
         decode_context_parallel_size=request.decode_context_parallel_size,
         enforce_eager=request.enforce_eager,
-        piecewise=request.piecewise,
+        piecewise=_launch_piecewise(spec, request),
         backends=request.backends,
         mamba_scheduler_strategy=request.mamba_scheduler_strategy,
         **_layout_fields(spec, request, config.speculative),
     )
+
+
+def _launch_piecewise(spec: ModelSpec, request: PlanRequest) -> PiecewiseFlags:
+    """The piecewise flags with the --context-length the plan's command carries, given or not
+    (present.plan serve_command: the resolved length), which SGLang 0.5.13-0.5.16 cap the
+    piecewise graphs to (engines.sglang.piecewise_max_tokens): the replica `simulate` builds
+    when given that length."""
+    from kvplan.simulate.setup import ServeOptions, resolved_max_model_len
+
+    if request.emit != "sglang":
+        return request.piecewise
+    options = ServeOptions(
+        max_model_len=request.max_model_len, engine=request.emit, **release_fields(request)
+    )
+    return request.piecewise._replace(context_length=resolved_max_model_len(spec, options))
 
 
 def _layout_fields(spec: ModelSpec, request: PlanRequest, index: int) -> dict:
