@@ -245,6 +245,21 @@ MAMBA_AUTO_EXTRA_BUFFER_FROM = {
     "kimi_linear": 16,
 }
 
+# A given extra_buffer asserted off per architecture before the list (0.5.7-0.5.13
+# _handle_model_specific_adjustments: _handle_mamba_radix_cache(support_mamba_cache_extra_buffer=
+# False) asserts "mamba extra_buffer is not supported for {model_arch} model"; 0.5.9
+# server_args.py:1551 NemotronH, :1637 FalconH1, :1650 GraniteMoeHybrid, :1658 Lfm2; 0.5.7 :1310
+# NemotronH, :1441 FalconH1, no Granite or Lfm2 handler; 0.5.12 drops NemotronH, 0.5.13 keeps
+# Lfm2 only): config model_type -> (first 0.5 patch refusing, first accepting; None: none).
+# From MAMBA_AUTO_FROM _validate_mamba_extra_buffer asserts MAMBA_AUTO_EXTRA_BUFFER_FROM's list
+# (0.5.14 server_args.py:4338-4367 "extra_buffer is not supported for {model_arch}; use
+# no_buffer.", 0.5.16+ arg_groups/overrides.py _MAMBA_EXTRA_BUFFER_ARCHS).
+MAMBA_EXTRA_BUFFER_ARCH_REFUSED = {
+    "nemotron_h": (7, 12),
+    "falcon_h1": (7, 13),
+    "granitemoehybrid": (9, 13),
+    "lfm2": (9, None),
+}
 SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio
 MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio: state pool = rest x r / (1 + r)
 MAMBA_SSM_DTYPE = "fp32"  # SGLang's default SSM state dtype (config mamba_ssm_dtype overrides)
@@ -1315,6 +1330,7 @@ def mamba_track_slots(
         return 0  # one state a request (_calculate_mamba_ratio: 1 without the radix cache)
     if mamba_radix_unsupported(spec, version):
         return 0  # the radix cache goes off first: no track buffer (enable_mamba_extra_buffer)
+    check_mamba_extra_buffer_arch(spec, version)
     check_mamba_extra_buffer_page(page_size, version)
     if speculative:
         # spec v1: the overlap scheduler off; spec v2 keeps it (from 0.5.11, keyed on it)
@@ -1322,6 +1338,33 @@ def mamba_track_slots(
     if not sglang_rules(version).from_05(MAMBA_TRACK_BY_OVERLAP_FROM):
         return MAMBA_TRACK_SLOTS[True]  # keyed on speculation: 2 without it
     return MAMBA_TRACK_SLOTS[overlap]
+
+
+def mamba_extra_buffer_arch_taken(spec: ModelSpec, version: str) -> bool:
+    """Whether SGLang `version` takes --mamba-scheduler-strategy extra_buffer for this model's
+    architecture (by config model_type): the per-architecture asserts before MAMBA_AUTO_FROM
+    (MAMBA_EXTRA_BUFFER_ARCH_REFUSED), the list from it (MAMBA_AUTO_EXTRA_BUFFER_FROM)."""
+    rules = sglang_rules(version)
+    model_type = spec.checkpoint_model_type
+    if rules.from_05(MAMBA_AUTO_FROM, bare=False):
+        first = MAMBA_AUTO_EXTRA_BUFFER_FROM.get(model_type)
+        return first is not None and rules.from_05(first, bare=False)
+    refused = MAMBA_EXTRA_BUFFER_ARCH_REFUSED.get(model_type)
+    if refused is None:
+        return True
+    first, until = refused  # a bare 0.5 (April 2026's main, 0.5.10's side): before `until`
+    return not rules.from_05(first) or (until is not None and rules.from_05(until, bare=False))
+
+
+def check_mamba_extra_buffer_arch(spec: ModelSpec, version: str) -> None:
+    """One line where SGLang `version` asserts a given extra_buffer off for this architecture
+    (mamba_extra_buffer_arch_taken)."""
+    if not mamba_extra_buffer_arch_taken(spec, version):
+        raise KvplanError(
+            f"SGLang {str(version)[:20]} refuses --mamba-scheduler-strategy extra_buffer for "
+            f'{spec.name} ({spec.checkpoint_model_type}: "extra_buffer is not supported", '
+            "its _handle_mamba_radix_cache): use no_buffer"
+        )
 
 
 def check_mamba_extra_buffer_page(page_size: int | None, version: str) -> None:
