@@ -1766,11 +1766,6 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     check_sglang_own_model(spec, request.sglang_version)
     check_kv_memory_given(request, gpu)
     check_piecewise_flags(request.sglang_version, request.piecewise)
-    if request.kv_cache_dtype not in KV_CACHE_FORMATS:
-        raise KvplanError(
-            f"--kv-cache-dtype {request.kv_cache_dtype[:40]!r} is not an SGLang kv-cache-dtype "
-            f"({', '.join(KV_CACHE_FORMATS)})"
-        )
     check_kv_cache_dtype_release(request.kv_cache_dtype, request.sglang_version)
     spec.check_tp(request.tp)
     check_plain_tp_experts(spec, request)
