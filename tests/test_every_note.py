@@ -510,7 +510,7 @@ INVOCATIONS: dict[str, Invocation] = {
         "--tp",
         "8",
         "--kv-cache-dtype",
-        "fp8",
+        "fp8_e4m3",  # SGLang's parser takes no fp8
         "--kv-cache-memory",
         "50GiB",
     ),

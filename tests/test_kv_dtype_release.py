@@ -99,3 +99,41 @@ def test_plan_emits_a_taken_dtype_on_the_first_release_with_it():
     )
     assert doc["candidates"], doc
     assert "--kv-cache-dtype bfloat16" in doc["candidates"][0]["command"]
+
+
+SGLANG_SIM = (
+    *("simulate", "qwen3-8b", "--gpu", "h100", "--engine", "sglang", "--num-prompts", "20"),
+    *("--input-len", "256", "--output-len", "16"),
+)
+
+
+@pytest.mark.parametrize("kv", ["fp8", "float16"])
+@pytest.mark.parametrize("release", ["0.4.6", "0.5.9", "0.5.23"])
+def test_sglang_refuses_spellings_no_parser_takes(kv, release):
+    """No SGLang --kv-cache-dtype choices list has fp8 or float16 (0.4.6-0.5.13 server_args.py
+    choices=[auto, fp8_e5m2, fp8_e4m3(, bf16, bfloat16, fp4_e2m1)]; 0.5.14 :600 the same;
+    0.5.16 :616-626 and 0.5.23 arg_groups/fields/model.py:209-219 add mxfp8, nvfp4 and
+    fp4_mx_block16): engine and simulate refuse them in one line naming the choices."""
+    with pytest.raises(KvplanError, match="fp8_e4m3"):
+        sglang_check(kv, release)
+    code, out, err = run_cli(*SGLANG_SIM, "--engine-version", release, "--kv-cache-dtype", kv)
+    one_line_error(code, err, "fp8_e4m3")
+    code, out, err = run_cli(
+        *("engine", "qwen3-8b", "--engine", "sglang", "--gpu", "h100"),
+        *("--sglang-version", release, "--kv-cache-dtype", kv),
+    )
+    one_line_error(code, err, "fp8_e4m3")
+    assert ("bf16" in err) == (release != "0.4.6")  # the release's own choices
+
+
+def test_plan_for_sglang_refuses_fp8_and_tries_fp8_e4m3_by_default():
+    """SGLang itself maps no "fp8" (its parser refuses it): `plan --emit sglang` refuses it, and
+    its default list is SGLang's spellings (auto, fp8_e4m3), vLLM's stays auto, fp8."""
+    from kvplan.plans.plan import PlanRequest, plan_kv_cache_dtypes
+
+    code, out, err = run_cli(*PLAN, "--emit", "sglang", "--kv-cache-dtype", "fp8")
+    one_line_error(code, err, "fp8_e4m3")
+    assert plan_kv_cache_dtypes(PlanRequest(1, (), emit="sglang")) == ("auto", "fp8_e4m3")
+    assert plan_kv_cache_dtypes(PlanRequest(1, (), emit="vllm")) == ("auto", "fp8")
+    given = PlanRequest(1, (), emit="sglang", kv_cache_dtypes=("bf16",))
+    assert plan_kv_cache_dtypes(given) == ("bf16",)

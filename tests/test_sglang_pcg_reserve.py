@@ -129,3 +129,16 @@ def test_a_flag_the_release_lacks_one_line_exit_2(command, version, flag, messag
     code, _, err = run_cli(*argv, flag)
     assert code == 2 and message in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_dsa_models_reserve_the_mla_term_from_0_5_13():
+    """0.5.13 drops is_deepseek_nsa from the piecewise exclusion (model_config.py:330-331):
+    DeepSeek-V3.2 then keeps its piecewise graphs and their MLA reserve (MLA_PIECEWISE_MIB,
+    1,536 MiB) unless --disable-piecewise-cuda-graph; 0.5.12 reserves none either way."""
+    dsa = load_model("deepseek-v3.2")
+    h200 = load_profile("h200")
+    g = h200.usable_memory_bytes / 2**20
+    for version, term in (("0.5.12", 0), ("0.5.13", 1536)):
+        on = default_mem_fraction(dsa, h200, 8, 1, version).mem_fraction_static
+        off = default_mem_fraction(dsa, h200, 8, 1, version, piecewise=OFF).mem_fraction_static
+        assert round((off - on) * g) == pytest.approx(term, abs=0.002 * g), version

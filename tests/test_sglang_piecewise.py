@@ -178,3 +178,18 @@ def test_plan_takes_and_emits_the_flags():
     assert "mode_flags" not in run_json(*PLAN, "--emit", "sglang")  # the defaults: unsaid
     code, _, err = run_cli(*PLAN, "--enable-piecewise-cuda-graph")  # --emit vllm
     assert code == 2 and "is SGLang's: give --emit sglang" in err
+
+
+@pytest.mark.parametrize(
+    ("version", "tokens"),
+    [("0.5.10", 0), ("0.5.12", 0), ("0.5", 0), ("0.5.13", 2048), ("0.5.23", 2048)],
+)
+def test_dsa_models_keep_piecewise_graphs_from_0_5_13(version, tokens):
+    """0.5.12's model_config.py:330-332 ORs is_deepseek_nsa into
+    is_piecewise_cuda_graph_disabled_model; 0.5.13's (:330-331) and later ones drop it (their
+    piecewise_cuda_graph_disabled_model_archs names no DSA architecture), so DeepSeek-V3.2 and
+    GLM-5 replay piecewise prefill graphs up to the MLA max (2,048) from 0.5.13."""
+    for name in ("deepseek-v3.2", "glm-5"):
+        got = piecewise_prefill(load_model(name), version, PiecewiseFlags(), 8192)
+        assert got.tokens == tokens, (name, version)
+        assert (got.off_because == "a DSA model") == (tokens == 0)

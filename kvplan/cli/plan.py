@@ -60,8 +60,11 @@ def add(app: typer.Typer) -> None:
         ),
         tp: str = c.serve_option("tp", "1,2,4,8", "Tensor-parallel sizes to try."),
         pp: str = c.serve_option("pp", "1", "Pipeline-parallel sizes to try."),
-        kv_cache_dtype: str = c.serve_option(
-            "kv_cache_dtype", "auto,fp8", "The engine's kv-cache-dtypes to try."
+        kv_cache_dtype: str | None = c.serve_option(
+            "kv_cache_dtype",
+            None,
+            "The engine's kv-cache-dtypes to try (default: auto,fp8 for vLLM, auto,fp8_e4m3 "
+            "for SGLang).",
         ),
         max_num_seqs: str = c.serve_option(
             "max_num_seqs", "64,128,256,512,1024", "max_num_seqs values to try."
@@ -237,7 +240,7 @@ def add(app: typer.Typer) -> None:
             workload=workload,
             tps=_ints(tp, "--tp", c.MAX_TP),
             pps=_ints(pp, "--pp", c.MAX_TP),
-            kv_cache_dtypes=c.dtype_list(kv_cache_dtype),
+            kv_cache_dtypes=() if kv_cache_dtype is None else c.dtype_list(kv_cache_dtype),
             max_num_seqs=_ints(max_num_seqs, "--max-num-seqs", 1 << 20),
             max_num_batched_tokens=()
             if max_num_batched_tokens is None

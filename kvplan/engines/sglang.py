@@ -245,6 +245,21 @@ MAMBA_AUTO_EXTRA_BUFFER_FROM = {
     "kimi_linear": 16,
 }
 
+# A given extra_buffer asserted off per architecture before the list (0.5.7-0.5.13
+# _handle_model_specific_adjustments: _handle_mamba_radix_cache(support_mamba_cache_extra_buffer=
+# False) asserts "mamba extra_buffer is not supported for {model_arch} model"; 0.5.9
+# server_args.py:1551 NemotronH, :1637 FalconH1, :1650 GraniteMoeHybrid, :1658 Lfm2; 0.5.7 :1310
+# NemotronH, :1441 FalconH1, no Granite or Lfm2 handler; 0.5.12 drops NemotronH, 0.5.13 keeps
+# Lfm2 only): config model_type -> (first 0.5 patch refusing, first accepting; None: none).
+# From MAMBA_AUTO_FROM _validate_mamba_extra_buffer asserts MAMBA_AUTO_EXTRA_BUFFER_FROM's list
+# (0.5.14 server_args.py:4338-4367 "extra_buffer is not supported for {model_arch}; use
+# no_buffer.", 0.5.16+ arg_groups/overrides.py _MAMBA_EXTRA_BUFFER_ARCHS).
+MAMBA_EXTRA_BUFFER_ARCH_REFUSED = {
+    "nemotron_h": (7, 12),
+    "falcon_h1": (7, 13),
+    "granitemoehybrid": (9, 13),
+    "lfm2": (9, None),
+}
 SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio
 MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio: state pool = rest x r / (1 + r)
 MAMBA_SSM_DTYPE = "fp32"  # SGLang's default SSM state dtype (config mamba_ssm_dtype overrides)
@@ -533,12 +548,14 @@ MAX_PREFILL_TOKENS = 16384
 VIT_BASELINE_LAYERS, VIT_BASELINE_HIDDEN = 24, 1024  # ViT-L/14, adjust_mem_fraction_for_vlm
 # SGLang's --kv-cache-dtype spellings -> the format kvplan's formulas store a value in (None: the
 # model dtype): the one table its allocation and the step time (kvplan.simulate.setup) read
+# Only spellings a release's parser takes: no SGLang --kv-cache-dtype choices list has "fp8" or
+# "float16" (0.4.6-0.5.14 server_args.py choices=[auto, fp8_e5m2, fp8_e4m3(, bf16, bfloat16,
+# fp4_e2m1)], 0.5.14 :600; 0.5.16 :616-626 and 0.5.23 arg_groups/fields/model.py:209-219 add
+# mxfp8, nvfp4 and fp4_mx_block16, which kvplan does not size), and SGLang maps neither
 KV_CACHE_FORMATS = {
     "auto": None,
     "bf16": "bf16",
     "bfloat16": "bf16",
-    "float16": "fp16",
-    "fp8": "fp8",
     "fp8_e4m3": "fp8",
     "fp8_e5m2": "fp8",
 }
@@ -555,6 +572,12 @@ KV_CACHE_DTYPE_FROM = {"bf16": 4, "bfloat16": 4}
 def check_kv_cache_dtype_release(kv_cache_dtype: str, version: str) -> None:
     """A one-line error where SGLang `version`'s parser refuses `kv_cache_dtype`
     (KV_CACHE_DTYPE_FROM): the rule of the allocation and of `plan --emit sglang`'s search."""
+    if kv_cache_dtype not in KV_CACHE_FORMATS:
+        taken = [d for d in KV_CACHE_DTYPES if kv_cache_dtype_taken(d, version)]
+        raise KvplanError(
+            f"--kv-cache-dtype {kv_cache_dtype[:40]}: SGLang {str(version)[:20]}'s parser does "
+            f"not take it; give one of {', '.join(taken)} (the choices kvplan sizes)"
+        )
     first = KV_CACHE_DTYPE_FROM.get(kv_cache_dtype)
     if first is not None and not sglang_rules(version).from_05(first):
         raise KvplanError(
@@ -562,6 +585,15 @@ def check_kv_cache_dtype_release(kv_cache_dtype: str, version: str) -> None:
             f"(its --kv-cache-dtype choices have it from 0.5.{first}; earlier ones auto, "
             "fp8_e5m2 and fp8_e4m3 only); give fp8_e4m3, auto or a later release"
         )
+
+
+def kv_cache_dtype_taken(kv_cache_dtype: str, version: str) -> bool:
+    """Whether SGLang `version`'s --kv-cache-dtype choices have `kv_cache_dtype` (one kvplan
+    sizes, KV_CACHE_FORMATS; KV_CACHE_DTYPE_FROM)."""
+    first = KV_CACHE_DTYPE_FROM.get(kv_cache_dtype)
+    return kv_cache_dtype in KV_CACHE_FORMATS and (
+        first is None or sglang_rules(version).from_05(first)
+    )
 
 
 def kv_format(kv_cache_dtype: str, model_dtype: str) -> KvFormat:
@@ -599,7 +631,7 @@ PIECEWISE_MLA_MAX_TOKENS = 2048
 # ServerArgs._handle_piecewise_cuda_graph turns them off for these (docs/advanced_features/
 # piecewise_cuda_graph.md "Compatibility", sglang commit 1e52b9b): the architectures of
 # model_config's piecewise_cuda_graph_disabled_model_archs kvplan reads (Qwen3NextForCausalLM;
-# DeepseekV32ForCausalLM and GlmMoeDsaForCausalLM are its DSA models, is_deepseek_nsa),
+# DeepseekV32ForCausalLM and GlmMoeDsaForCausalLM, its DSA models, until PIECEWISE_DSA_OFF_UNTIL),
 # speculative decoding, DP attention, pp_size > 1, non-CUDA hardware, multimodal models
 PIECEWISE_DISABLED_MODEL_TYPES = ("qwen3_next",)
 # "2. Speculative decoding" is on that list in 0.5.10 only (server_args.py:1088-1090): from 0.5.11
@@ -609,6 +641,11 @@ PIECEWISE_DISABLED_MODEL_TYPES = ("qwen3_next",)
 # hierarchical cache, deterministic inference, PD disaggregation, symmetric memory, EPLB, context
 # parallelism, CUDA-graph debug), so none of them removes a reserve kvplan computes.
 PIECEWISE_SPEC_OFF_UNTIL = 11  # the first 0.5 patch that keeps them
+# DSA models (is_deepseek_nsa: DeepSeek-V3.2, GLM-5) are excluded through 0.5.12 (model_config.py
+# :330-332 ORs is_deepseek_nsa into is_piecewise_cuda_graph_disabled_model); 0.5.13 (:330-331)
+# drops it and no later release (0.5.14-0.5.23, piecewise_cuda_graph_disabled_model_archs) names
+# a DSA architecture. A bare 0.5 (0.5.10's side): excluded.
+PIECEWISE_DSA_OFF_UNTIL = 13  # the first 0.5 patch that keeps them
 
 
 class Piecewise(NamedTuple):
@@ -669,7 +706,8 @@ def piecewise_prefill(
         return Piecewise(0, "--disable-piecewise-cuda-graph")
     if not (flags.enable or piecewise_default_on(version)):
         return Piecewise(0, f"off by default before 0.5.{PIECEWISE_DEFAULT_FROM}")
-    if excluded is None and dsa_model(spec):
+    dsa_off = not sglang_rules(version).from_05(PIECEWISE_DSA_OFF_UNTIL, bare=False)
+    if excluded is None and dsa_off and dsa_model(spec):
         excluded = "a DSA model"
     if excluded is None and spec.checkpoint_model_type in (PIECEWISE_DISABLED_MODEL_TYPES):
         excluded = f"{spec.model_type}'s architecture"
@@ -1336,6 +1374,7 @@ def mamba_track_slots(
         return 0  # one state a request (_calculate_mamba_ratio: 1 without the radix cache)
     if mamba_radix_unsupported(spec, version):
         return 0  # the radix cache goes off first: no track buffer (enable_mamba_extra_buffer)
+    check_mamba_extra_buffer_arch(spec, version)
     check_mamba_extra_buffer_page(page_size, version)
     if speculative:
         # spec v1: the overlap scheduler off; spec v2 keeps it (from 0.5.11, keyed on it)
@@ -1343,6 +1382,33 @@ def mamba_track_slots(
     if not sglang_rules(version).from_05(MAMBA_TRACK_BY_OVERLAP_FROM):
         return MAMBA_TRACK_SLOTS[True]  # keyed on speculation: 2 without it
     return MAMBA_TRACK_SLOTS[overlap]
+
+
+def mamba_extra_buffer_arch_taken(spec: ModelSpec, version: str) -> bool:
+    """Whether SGLang `version` takes --mamba-scheduler-strategy extra_buffer for this model's
+    architecture (by config model_type): the per-architecture asserts before MAMBA_AUTO_FROM
+    (MAMBA_EXTRA_BUFFER_ARCH_REFUSED), the list from it (MAMBA_AUTO_EXTRA_BUFFER_FROM)."""
+    rules = sglang_rules(version)
+    model_type = spec.checkpoint_model_type
+    if rules.from_05(MAMBA_AUTO_FROM, bare=False):
+        first = MAMBA_AUTO_EXTRA_BUFFER_FROM.get(model_type)
+        return first is not None and rules.from_05(first, bare=False)
+    refused = MAMBA_EXTRA_BUFFER_ARCH_REFUSED.get(model_type)
+    if refused is None:
+        return True
+    first, until = refused  # a bare 0.5 (April 2026's main, 0.5.10's side): before `until`
+    return not rules.from_05(first) or (until is not None and rules.from_05(until, bare=False))
+
+
+def check_mamba_extra_buffer_arch(spec: ModelSpec, version: str) -> None:
+    """One line where SGLang `version` asserts a given extra_buffer off for this architecture
+    (mamba_extra_buffer_arch_taken)."""
+    if not mamba_extra_buffer_arch_taken(spec, version):
+        raise KvplanError(
+            f"SGLang {str(version)[:20]} refuses --mamba-scheduler-strategy extra_buffer for "
+            f'{spec.name} ({spec.checkpoint_model_type}: "extra_buffer is not supported", '
+            "its _handle_mamba_radix_cache): use no_buffer"
+        )
 
 
 def check_mamba_extra_buffer_page(page_size: int | None, version: str) -> None:
@@ -1745,11 +1811,6 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
     check_sglang_own_model(spec, request.sglang_version)
     check_kv_memory_given(request, gpu)
     check_piecewise_flags(request.sglang_version, request.piecewise)
-    if request.kv_cache_dtype not in KV_CACHE_FORMATS:
-        raise KvplanError(
-            f"--kv-cache-dtype {request.kv_cache_dtype[:40]!r} is not an SGLang kv-cache-dtype "
-            f"({', '.join(KV_CACHE_FORMATS)})"
-        )
     check_kv_cache_dtype_release(request.kv_cache_dtype, request.sglang_version)
     spec.check_tp(request.tp)
     check_plain_tp_experts(spec, request)

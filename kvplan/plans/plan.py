@@ -61,7 +61,9 @@ MAX_CONFIGS = 5000
 DEFAULT_TPS = (1, 2, 4, 8)
 DEFAULT_SEQS = (64, 128, 256, 512, 1024)
 DEFAULT_BUDGETS = (2048, 8192)
-DEFAULT_KV = ("auto", "fp8")
+# --kv-cache-dtype values searched where none are given, in the --emit engine's spellings (SGLang's
+# parser takes no "fp8": engines.sglang.KV_CACHE_FORMATS)
+DEFAULT_KV = {"vllm": ("auto", "fp8"), "sglang": ("auto", "fp8_e4m3")}
 ENGINES = ("vllm", "sglang")  # --emit: the engine simulated and launched
 
 
@@ -112,7 +114,7 @@ class PlanRequest(NamedTuple):
     workload: WorkloadSpec = WorkloadSpec(num_prompts=400)
     tps: tuple[int, ...] = DEFAULT_TPS
     pps: tuple[int, ...] = (1,)
-    kv_cache_dtypes: tuple[str, ...] = DEFAULT_KV
+    kv_cache_dtypes: tuple[str, ...] = ()  # (): the engine's DEFAULT_KV (plan_kv_cache_dtypes)
     max_num_seqs: tuple[int, ...] = DEFAULT_SEQS
     # () (none given): DEFAULT_BUDGETS, and for a vLLM V0 release that release's own default
     # budget for the max_model_len (V0 turns chunked prefill off below 32,768 tokens, where
@@ -465,10 +467,16 @@ def _check_kv_cache_dtypes(request: PlanRequest) -> None:
 
     engine, default = (sglang, SGLANG_VERSION) if request.emit == "sglang" else (vllm, VLLM_VERSION)
     known = engine.KV_CACHE_DTYPES
-    for kv in request.kv_cache_dtypes:
+    for kv in plan_kv_cache_dtypes(request):
         if kv not in known:
             raise KvplanError(f"--kv-cache-dtype {kv[:40]!r}: choose {', '.join(known)}")
         engine.check_kv_cache_dtype_release(kv, request.engine_version or default)
+
+
+def plan_kv_cache_dtypes(request: PlanRequest) -> tuple[str, ...]:
+    """The --kv-cache-dtype values the search tries: the ones given, else the --emit engine's
+    DEFAULT_KV."""
+    return request.kv_cache_dtypes or DEFAULT_KV.get(request.emit, DEFAULT_KV["vllm"])
 
 
 def token_budgets(
@@ -510,7 +518,7 @@ def search_space(
         budgets = dict.fromkeys(token_budgets(spec, gpus[index], request))
         for tp in dict.fromkeys(request.tps):
             for pp in dict.fromkeys(request.pps):
-                for kv in dict.fromkeys(request.kv_cache_dtypes):
+                for kv in dict.fromkeys(plan_kv_cache_dtypes(request)):
                     for budget in budgets:
                         for seqs in dict.fromkeys(request.max_num_seqs):
                             if seqs <= budget or request.emit == "sglang":
@@ -1249,11 +1257,26 @@ def _options(spec: ModelSpec, request: PlanRequest, config: Config) -> ServeOpti
         **_parallel_flags(request),
         decode_context_parallel_size=request.decode_context_parallel_size,
         enforce_eager=request.enforce_eager,
-        piecewise=request.piecewise,
+        piecewise=_launch_piecewise(spec, request),
         backends=request.backends,
         mamba_scheduler_strategy=request.mamba_scheduler_strategy,
         **_layout_fields(spec, request, config.speculative),
     )
+
+
+def _launch_piecewise(spec: ModelSpec, request: PlanRequest) -> PiecewiseFlags:
+    """The piecewise flags with the --context-length the plan's command carries, given or not
+    (present.plan serve_command: the resolved length), which SGLang 0.5.13-0.5.16 cap the
+    piecewise graphs to (engines.sglang.piecewise_max_tokens): the replica `simulate` builds
+    when given that length."""
+    from kvplan.simulate.setup import ServeOptions, resolved_max_model_len
+
+    if request.emit != "sglang":
+        return request.piecewise
+    options = ServeOptions(
+        max_model_len=request.max_model_len, engine=request.emit, **release_fields(request)
+    )
+    return request.piecewise._replace(context_length=resolved_max_model_len(spec, options))
 
 
 def _layout_fields(spec: ModelSpec, request: PlanRequest, index: int) -> dict:

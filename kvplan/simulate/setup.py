@@ -1744,8 +1744,11 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     overlap_given = options.async_scheduling is not None
     options = options._replace(
         async_scheduling=async_scheduling_of(options),
-        # a given --context-length caps the piecewise graphs in some releases
-        piecewise=options.piecewise._replace(context_length=options.max_model_len),
+        # a given --context-length caps the piecewise graphs in some releases; none given here,
+        # the one a plan's command carries (plans.plan._launch_piecewise), else none
+        piecewise=options.piecewise._replace(
+            context_length=options.max_model_len or options.piecewise.context_length
+        ),
     )
     for given, flag in (
         (
