@@ -4,6 +4,8 @@ of 0.13.0, where it is absent, and 0.14.0-0.19.1)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kvplan.engines import EngineRequest
@@ -13,7 +15,24 @@ from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.quantization import modelopt_kv_cache
 from kvplan.inputs.sources import load_model
 
-from helpers import run_json
+from helpers import REPO, run_json
+
+
+@pytest.fixture(scope="module")
+def llama_nvfp4(tmp_path_factory) -> str:
+    """A ModelOpt NVFP4 checkpoint stating an FP8 KV cache on a model every 0.5 release serves
+    (Llama; the bundled NVFP4 checkpoints are Gemma 4, Qwen3.6 and Kimi-K2.5, which SGLang
+    serves only from 0.5.9-0.5.11: engines.sglang.SGLANG_OWN_MODEL_FROM)."""
+    config = json.loads((REPO / "model_configs" / "Llama-3.1-8B.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "modelopt",
+        "quant_algo": "NVFP4",
+        "kv_cache_quant_algo": "FP8",
+    }
+    path = tmp_path_factory.mktemp("llama-nvfp4") / "config.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
 
 FP8_SCHEME = {"dynamic": False, "num_bits": 8, "type": "float"}
 
@@ -102,9 +121,10 @@ def test_a_disaggregated_transfer_moves_the_cache_the_pool_holds():
 @pytest.mark.parametrize(
     ("model", "release", "expected"),
     [
-        ("gemma-4-31b-nvfp4", "0.5.2", "auto"),
-        ("gemma-4-31b-nvfp4", "0.5.3", "fp8_e4m3"),
-        ("gemma-4-31b-nvfp4", "0.5", "fp8_e4m3"),
+        ("llama-nvfp4", "0.5.2", "auto"),
+        ("llama-nvfp4", "0.5.3", "fp8_e4m3"),
+        ("llama-nvfp4", "0.5", "fp8_e4m3"),
+        ("gemma-4-31b-nvfp4", "0.5.11", "fp8_e4m3"),
         ("qwen3.6-27b-nvfp4", "0.5.9", "auto"),  # MIXED_PRECISION: w4afp8 then
         ("qwen3.6-27b-nvfp4", "0.5.10", "fp8_e4m3"),
         ("laguna-s-2.1-fp8", "0.5.18", "auto"),
@@ -113,10 +133,12 @@ def test_a_disaggregated_transfer_moves_the_cache_the_pool_holds():
         ("gemma-4-31b", "0.5.23", "auto"),
     ],
 )
-def test_sglang_auto_takes_the_checkpoints_fp8_cache_by_release(model, release, expected):
+def test_sglang_auto_takes_the_checkpoints_fp8_cache_by_release(
+    model, release, expected, llama_nvfp4
+):
     from kvplan.engines.sglang import sglang_allocation
 
-    spec, h200 = load_model(model), load_profile("h200")
+    spec, h200 = load_model(llama_nvfp4 if model == "llama-nvfp4" else model), load_profile("h200")
     alloc = sglang_allocation(spec, h200, EngineRequest(engine="sglang", sglang_version=release))
     assert alloc.kv_cache_dtype == expected
     ids = {n.id for n in alloc.notes}
@@ -144,8 +166,8 @@ def test_a_compressed_tensors_cache_is_read_for_sglang_not_vllm():
     assert alloc.kv_cache_dtype == "auto"
 
 
-def test_sglang_simulate_prices_the_fp8_pool():
-    head = ("simulate", "gemma-4-31b-nvfp4", "--gpu", "h100", "--engine", "sglang")
+def test_sglang_simulate_prices_the_fp8_pool(llama_nvfp4):
+    head = ("simulate", llama_nvfp4, "--gpu", "h100", "--engine", "sglang")
     auto = run_json(*head, "--engine-version", "0.5.9", "--num-prompts", "8")
     old = run_json(*head, "--engine-version", "0.5.2", "--num-prompts", "8")
     assert "sglang-checkpoint-kv-cache" in {n["id"] for n in auto["notes"]}

@@ -22,6 +22,13 @@ NEXTN = (
     *("--speculative-algorithm", "NEXTN", "--speculative-num-steps", "1"),
     *("--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "2"),
 )
+# A hybrid the releases before 0.5.6 serve (Qwen3-Next from 0.5.2; Qwen3.5 only from 0.5.9,
+# engines.sglang.SGLANG_OWN_MODEL_FROM), speculating with an EAGLE draft (it has no MTP layers)
+OLD_HYBRID = ("plan", "qwen3-next-80b-a3b", *HYBRID[2:])
+EAGLE = (
+    *("--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "x/y"),
+    *NEXTN[2:],
+)
 DSV3 = (
     *("plan", "deepseek-v3", "--gpu", "h200", "--emit", "sglang", "--tp", "8"),
     *("--kv-cache-dtype", "auto", "--max-num-seqs", "64", "--max-num-batched-tokens", "2048"),
@@ -71,18 +78,18 @@ def test_speculating_hybrid_at_0_5_10_is_proposed_without_the_radix_cache():
 def test_no_flag_where_the_release_keeps_the_radix_cache():
     """0.5.5 has no _handle_mamba_radix_cache rule (kvplan's reading: from 0.5.6), so the
     speculating hybrid keeps its radix cache and plan adds nothing."""
-    doc = run_json(*HYBRID, "--engine-version", "0.5.5", *NEXTN, "--format", "json")
+    doc = run_json(*OLD_HYBRID, "--engine-version", "0.5.5", *EAGLE, "--format", "json")
     assert _speculating(doc)
     assert all("layout_flags" not in c for c in doc["candidates"])
 
 
 def test_disable_radix_cache_given_reaches_every_configuration():
-    doc = run_json(*HYBRID, "--engine-version", "0.5.5", "--disable-radix-cache",
+    doc = run_json(*OLD_HYBRID, "--engine-version", "0.5.5", "--disable-radix-cache",
                    "--format", "json")  # fmt: skip
     assert doc["candidates"]
     for c in doc["candidates"]:
         assert c["layout_flags"] == ["--disable-radix-cache"], c
-    kept = run_json(*HYBRID, "--engine-version", "0.5.5", "--format", "json")
+    kept = run_json(*OLD_HYBRID, "--engine-version", "0.5.5", "--format", "json")
     off = {bool(c.get("speculative")): c["kv_cache_tokens"] for c in doc["candidates"]}
     on = {bool(c.get("speculative")): c["kv_cache_tokens"] for c in kept["candidates"]}
     # one state a request instead of the radix cache's pool split: more KV tokens

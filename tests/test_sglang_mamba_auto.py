@@ -111,12 +111,18 @@ def test_057_counts_the_overlap_ratio_under_no_buffer():
     assert mamba_ratio_track_slots(0, "0.5.7") == 2
     assert mamba_ratio_track_slots(1, "0.5.7") == 1  # extra_buffer speculating
     assert [mamba_ratio_track_slots(0, r) for r in ("0.5.6", "0.5.8", "0.5.14", "0.5")] == [0] * 4
-    spec, gpu = load_model(MODEL), load_profile("h200")
+    # a hybrid those releases serve (Qwen3-Next from 0.5.2; Qwen3.5 only from 0.5.9)
+    old = "qwen3-next-80b-a3b"
+    spec, gpu = load_model(old), load_profile("h200")
     states = sglang_allocation(
         spec, gpu, EngineRequest(engine="sglang", sglang_version="0.5.7", tp=2)
     ).max_mamba_cache_size
     assert states is not None
-    caps = {r: _run(r)["setup"]["max_num_seqs"] for r in ("0.5.6", "0.5.7", "0.5.8")}
+    sim = (SIM[0], old, *SIM[2:])
+    caps = {
+        r: run_json(*sim, "--engine-version", r)["setup"]["max_num_seqs"]
+        for r in ("0.5.6", "0.5.7", "0.5.8")
+    }
     assert caps == {"0.5.6": states // 3, "0.5.7": states // 5, "0.5.8": states // 3}
 
 
