@@ -38,6 +38,7 @@ RENAMED = {
     "--nccl-init": "--nccl-init-addr",  # argparse's unique prefix of SGLang's alias
     "--speculative-algo": "--speculative-algorithm",  # the same (Qwen3.5.md's NEXTN launch)
     "--mem-frac": "--mem-fraction-static",  # the same (SGLang's benchmark_vllm_060 notes)
+    "--tensor": "--tp",  # argparse's unique prefix of vLLM's --tensor-parallel-size (the same)
 }
 # flags kvplan simulate takes as the engines spell them: name -> takes a value
 TAKEN = {
@@ -73,6 +74,7 @@ TAKEN = {
     "--decode-context-parallel-size": True,
     "-dcp": True,
     "--enforce-eager": False,
+    "--num-scheduler-steps": True,  # vLLM V0's multi-step scheduling (--engine-version 0.6-0.8)
     "--disable-cuda-graph": False,
     "--speculative-config": True,
     "--speculative-algorithm": True,
@@ -151,6 +153,14 @@ def _flag_value(argv: list[str], i: int) -> tuple[str, str | None, int]:
     return arg, None, i + 1
 
 
+def _dashed(arg: str) -> str:
+    """A --flag_name (or --flag_name=value) with its name's underscores as dashes."""
+    if not arg.startswith("--"):
+        return arg
+    name, sep, value = arg.partition("=")
+    return name.replace("_", "-") + sep + value
+
+
 def serve_argv(serve_cmd: str) -> list[str]:
     """The kvplan simulate arguments of a printed serve command (module docstring); raises
     KvplanError naming the first flag kvplan cannot express."""
@@ -159,6 +169,7 @@ def serve_argv(serve_cmd: str) -> list[str]:
         var = argv.pop(0).split("=", 1)[0]
         if var not in NOT_MODELLED_ENV | NO_EFFECT_ENV | set(ENV_FLAGS):
             raise KvplanError(f"{var}: an environment switch kvplan simulate does not model")
+    vllm = argv[:2] == ["vllm", "serve"] or "vllm.entrypoints.openai.api_server" in argv
     if argv[:2] == ["vllm", "serve"]:
         argv = argv[3:]  # the model is positional
     elif "vllm.entrypoints.openai.api_server" in argv:  # vLLM's server module: --model X
@@ -171,6 +182,8 @@ def serve_argv(serve_cmd: str) -> list[str]:
         raise KvplanError(
             f"not a vllm serve, vLLM api_server or sglang.launch_server command: {serve_cmd[:60]}"
         )
+    if vllm:  # its FlexibleArgumentParser reads --max_model_len as --max-model-len
+        argv = [_dashed(arg) for arg in argv]
     out: list[str] = []
     speculative: dict = {}
     i = 0

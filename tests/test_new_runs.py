@@ -110,13 +110,14 @@ def test_what_the_replay_takes_and_what_it_refuses():
             assert lacks == [
                 "VLLM_RPC_TIMEOUT: an environment switch kvplan simulate does not model"
             ], cid
-        elif "--num-scheduler-steps" in case["serve_cmd"]:
-            assert lacks == ["--num-scheduler-steps: a serve flag kvplan simulate does not take"], (
-                cid
-            )
-        else:
+        else:  # vLLM 0.6's multi-step launches included (V0 rules)
             assert lacks == [], cid
-    # vLLM's server module and SGLang's argparse prefix of --mem-fraction-static
+    # vLLM's server module, its underscore spellings and argparse prefixes, V0 multi-step
+    assert serve_argv(
+        "python -m vllm.entrypoints.openai.api_server --model m --num-scheduler-steps 10 "
+        "--tensor 4 --max_model_len=4096"
+    ) == ["--num-scheduler-steps", "10", "--tp", "4", "--max-model-len", "4096"]
+    # SGLang's argparse prefix of --mem-fraction-static
     assert serve_argv(
         "python -m vllm.entrypoints.openai.api_server --model m --disable-log-requests -tp 2"
     ) == ["--tp", "2"]
