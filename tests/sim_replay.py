@@ -154,11 +154,14 @@ def _flag_value(argv: list[str], i: int) -> tuple[str, str | None, int]:
 
 
 def _dashed(arg: str) -> str:
-    """A --flag_name (or --flag_name=value) with its name's underscores as dashes."""
+    """A --flag_name (or --flag_name=value) with its name's underscores as dashes, as vLLM's
+    FlexibleArgumentParser reads it: the name before any dot only (a dotted key such as
+    --speculative-config.num_speculative_tokens keeps the JSON key's spelling)."""
     if not arg.startswith("--"):
         return arg
     name, sep, value = arg.partition("=")
-    return name.replace("_", "-") + sep + value
+    head, dot, key = name.partition(".")
+    return head.replace("_", "-") + dot + key + sep + value
 
 
 def serve_argv(serve_cmd: str) -> list[str]:

@@ -117,6 +117,14 @@ def test_what_the_replay_takes_and_what_it_refuses():
         "python -m vllm.entrypoints.openai.api_server --model m --num-scheduler-steps 10 "
         "--tensor 4 --max_model_len=4096"
     ) == ["--num-scheduler-steps", "10", "--tp", "4", "--max-model-len", "4096"]
+    # a dotted key keeps its JSON spelling (the features file's MTP launches)
+    dotted = "vllm serve m --speculative-config.num_speculative_tokens 3 --max_num_seqs 8"
+    assert serve_argv(dotted) == [
+        "--max-num-seqs",
+        "8",
+        "--speculative-config",
+        '{"num_speculative_tokens": 3}',
+    ]
     # SGLang's argparse prefix of --mem-fraction-static
     assert serve_argv(
         "python -m vllm.entrypoints.openai.api_server --model m --disable-log-requests -tp 2"
