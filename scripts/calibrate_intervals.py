@@ -60,7 +60,7 @@ from sim_cases import (  # noqa: E402
     run_case,
     simulate_request,
 )
-from sim_replay import needs  # noqa: E402
+from sim_replay import needs, replayed_model  # noqa: E402
 
 MIN_RUNS = 6
 # an engine's own entry of a class needs its calibration runs from this many labs (lab): one
@@ -95,7 +95,7 @@ def evidence(
     tables where its simulation names parts of the step no table times (`untimed_parts`);
     else its kernel tables' evidence class."""
     engine = case.get("engine", "vllm")
-    spec = load_model(case.get("kvplan_model") or case["model"], checkpoint=False)
+    spec = load_model(replayed_model(case), checkpoint=False)
     gpu = load_profile(gpu_name(case))
     return intervals.raw_class(gpu, engine, spec, untimed_parts, borrowed_parts)
 
@@ -705,9 +705,20 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="fail if the file would change")
     parser.add_argument("--coverage", action="store_true", help="held-out coverage, no writing")
     parser.add_argument("--json", type=Path, help="write the held-out rows here (--coverage)")
+    parser.add_argument(
+        "--heldout",
+        choices=sorted(set(HELDOUT) - {"vllm", "sglang", "external"}),
+        help="with --coverage: the validate runs of this file alone (sim_cases.HELDOUT; a file "
+        "no interval was calibrated on)",
+    )
     args = parser.parse_args()
+    if args.heldout and not args.coverage:
+        parser.error("--heldout takes --coverage")
     if args.coverage:
-        rows = log_ratios(heldout_cases())
+        cases = heldout_cases()
+        if args.heldout:
+            cases = [c for c in load_cases(HELDOUT[args.heldout]) if c["split"] == "validate"]
+        rows = log_ratios(cases)
         coverage(rows)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))

@@ -1,6 +1,6 @@
 """kvplan simulate against published `vllm bench serve` runs: the error table.
 
-    python scripts/sim_accuracy.py [--json out.json] [--heldout vllm|sglang|external]
+    python scripts/sim_accuracy.py [--json out.json] [--heldout vllm|sglang|external|new]
         [--cases FILE] [--split calibrate|validate]
 
 For every case in tests/data/sim_bench_cases.json (or the held-out file, or FILE): measured vs

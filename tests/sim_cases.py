@@ -25,6 +25,8 @@ HELDOUT = {
     "vllm": DATA / "sim_bench_cases_heldout.json",
     # other publishers, split into calibrate/validate by a rule fixed in advance (README)
     "external": DATA / "sim_bench_cases_external.json",
+    # sources kvplan had not used, collected after its models were fixed: all validate (README)
+    "new": DATA / "sim_bench_cases_new.json",
 }
 GPUS = {"H100": "h100", "A100": "a100-80gb-sxm", "H200": "h200"}
 METRICS = ("output_throughput", "median_tpot_ms", "median_ttft_ms")

@@ -37,6 +37,8 @@ RENAMED = {
     "--dp": "--dp-size",
     "--nccl-init": "--nccl-init-addr",  # argparse's unique prefix of SGLang's alias
     "--speculative-algo": "--speculative-algorithm",  # the same (Qwen3.5.md's NEXTN launch)
+    "--mem-frac": "--mem-fraction-static",  # the same (SGLang's benchmark_vllm_060 notes)
+    "--tensor": "--tp",  # argparse's unique prefix of vLLM's --tensor-parallel-size (the same)
 }
 # flags kvplan simulate takes as the engines spell them: name -> takes a value
 TAKEN = {
@@ -72,6 +74,7 @@ TAKEN = {
     "--decode-context-parallel-size": True,
     "-dcp": True,
     "--enforce-eager": False,
+    "--num-scheduler-steps": True,  # vLLM V0's multi-step scheduling (--engine-version 0.6-0.8)
     "--disable-cuda-graph": False,
     "--speculative-config": True,
     "--speculative-algorithm": True,
@@ -150,6 +153,17 @@ def _flag_value(argv: list[str], i: int) -> tuple[str, str | None, int]:
     return arg, None, i + 1
 
 
+def _dashed(arg: str) -> str:
+    """A --flag_name (or --flag_name=value) with its name's underscores as dashes, as vLLM's
+    FlexibleArgumentParser reads it: the name before any dot only (a dotted key such as
+    --speculative-config.num_speculative_tokens keeps the JSON key's spelling)."""
+    if not arg.startswith("--"):
+        return arg
+    name, sep, value = arg.partition("=")
+    head, dot, key = name.partition(".")
+    return head.replace("_", "-") + dot + key + sep + value
+
+
 def serve_argv(serve_cmd: str) -> list[str]:
     """The kvplan simulate arguments of a printed serve command (module docstring); raises
     KvplanError naming the first flag kvplan cannot express."""
@@ -158,14 +172,21 @@ def serve_argv(serve_cmd: str) -> list[str]:
         var = argv.pop(0).split("=", 1)[0]
         if var not in NOT_MODELLED_ENV | NO_EFFECT_ENV | set(ENV_FLAGS):
             raise KvplanError(f"{var}: an environment switch kvplan simulate does not model")
+    vllm = argv[:2] == ["vllm", "serve"] or "vllm.entrypoints.openai.api_server" in argv
     if argv[:2] == ["vllm", "serve"]:
         argv = argv[3:]  # the model is positional
+    elif "vllm.entrypoints.openai.api_server" in argv:  # vLLM's server module: --model X
+        argv = argv[argv.index("vllm.entrypoints.openai.api_server") + 1 :]
     elif "sglang.launch_server" in argv:
         argv = argv[argv.index("sglang.launch_server") + 1 :]
     elif argv[:2] == ["sglang", "serve"]:
         argv = argv[2:]
     else:
-        raise KvplanError(f"not a vllm serve or sglang.launch_server command: {serve_cmd[:60]}")
+        raise KvplanError(
+            f"not a vllm serve, vLLM api_server or sglang.launch_server command: {serve_cmd[:60]}"
+        )
+    if vllm:  # its FlexibleArgumentParser reads --max_model_len as --max-model-len
+        argv = [_dashed(arg) for arg in argv]
     out: list[str] = []
     speculative: dict = {}
     i = 0
@@ -310,13 +331,29 @@ def workload_argv(case: dict) -> list[str]:
     return argv
 
 
+def replayed_model(case: dict) -> str:
+    """The model argument a run replays: its `kvplan_model` (a bundled config, or a config folder
+    kept under tests/data/ with the cases, as a path from the repository root: README) else its
+    checkpoint id."""
+    model = case.get("kvplan_model") or case["model"]
+    if model.startswith("tests/data/"):
+        return str(DATA / model.removeprefix("tests/data/"))
+    return model
+
+
 def simulate_argv(case: dict, accept_length: float | None = None) -> list[str]:
     """The whole `kvplan simulate` command line of a run: model, GPU, engine and version, the
     serve flags, the run's `replay_flags` (a checkpoint format the bundled config does not state:
     notes say why), the workload and, for a speculative run, the acceptance length given (else
     the one the run reported, else kvplan's default)."""
-    model = case.get("kvplan_model") or case["model"]
-    argv = ["simulate", model, "--gpu", case["gpu_profile"], "--engine", case["engine"]]
+    argv = [
+        "simulate",
+        replayed_model(case),
+        "--gpu",
+        case["gpu_profile"],
+        "--engine",
+        case["engine"],
+    ]
     version = case.get("engine_version")
     if version:
         argv += ["--engine-version", version]
