@@ -433,7 +433,7 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
         notes.append(
             f"the page states SGLang {stated}, which has no model of its own for this "
             f"checkpoint's architecture (the first release with one is {own}: "
-            "kvplan.engines.sglang.SGLANG_OWN_MODEL_FROM): the block ran a build the page does "
+            "kvplan/data/sglang_models.json): the block ran a build the page does "
             f"not name, between the two; engine_version is {own}, the nearest release whose "
             "code has the model the build ran"
         )

@@ -1,19 +1,19 @@
-"""The first SGLang release with a model of its own for each bundled checkpoint: the table
-kvplan.engines.sglang.SGLANG_OWN_MODEL_FROM holds, derived again from the released wheels.
+"""SGLang's own model classes by release, derived from the released wheels: the table
+kvplan/data/sglang_models.json that kvplan.engines.sglang.sglang_own_model_from reads.
 
 SGLang's releases are pure-Python wheels. Unpack the ones to scan into one folder per release:
 
     for v in 0.4.10 0.5.0 0.5.1 ... 0.5.23; do
         pip download --no-deps sglang==$v -d WHEELS/$v && (cd WHEELS/$v && unzip -o -q *.whl 'sglang/srt/models/*')
     done
-    python scripts/sglang_model_releases.py WHEELS
+    python scripts/sglang_model_releases.py WHEELS --write
 
-A model is SGLang's own from the first release whose srt/models/*.py defines a class named as
-the config's architectures[0] (get_model_architecture's lookup; ModelRegistry collects the
-EntryClass of every models/ file), and kept in every later release scanned (else it is listed
-as dropped). Prints one line per bundled config model_type whose model arrives after the oldest
-release scanned, then the ones no scanned release has (the Transformers backend's), and exits 1
-where the table in kvplan/engines/sglang.py disagrees with the wheels.
+A release serves an architecture as SGLang's own where a srt/models file lists it in its
+EntryClass and defines the class (ModelRegistry keys each EntryClass entry on the class's
+__name__; get_model_architecture finds the config's architectures there, else hands the model to
+the Transformers backend). The table keeps, per architecture, the first scanned release with it
+and its file there, and the releases scanned. Without --write it prints the bundled checkpoints'
+rows and exits 1 where the data file disagrees with the wheels.
 """
 
 from __future__ import annotations
@@ -27,83 +27,94 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+DATA = ROOT / "kvplan" / "data" / "sglang_models.json"
+_ENTRY = re.compile(r"^EntryClass\s*=\s*(\[[^\]]*\]|[A-Za-z_][A-Za-z0-9_]*)", re.M | re.S)
+
 
 def release_key(name: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", name))
 
 
+def registered(text: str) -> set[str]:
+    """The architectures one models/ file registers: its EntryClass names it defines as
+    classes (an alias registers its class's own name)."""
+    names: set[str] = set()
+    for match in _ENTRY.finditer(text):
+        for name in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", match.group(1)):
+            if re.search(r"^class\s+" + re.escape(name) + r"\b", text, re.M):
+                names.add(name)
+    return names
+
+
 def scan(wheels: Path) -> tuple[list[str], dict[str, dict[str, str]]]:
-    """Releases in order, and per release {file name: source} of srt/models."""
+    """Releases in order, and per release {architecture: its models/ file}."""
     releases = sorted(
         (p.name for p in wheels.iterdir() if (p / "sglang/srt/models").is_dir()), key=release_key
     )
-    sources = {
-        r: {
-            f.name: f.read_text(errors="replace")
-            for f in (wheels / r / "sglang/srt/models").glob("*.py")
-        }
-        for r in releases
-    }
-    return releases, sources
+    out: dict[str, dict[str, str]] = {}
+    for release in releases:
+        found: dict[str, str] = {}
+        for path in sorted((wheels / release / "sglang/srt/models").glob("*.py")):
+            for name in registered(path.read_text(errors="replace")):
+                found.setdefault(name, f"models/{path.name}")
+        out[release] = found
+    return releases, out
 
 
-def defines(sources: dict[str, str], architecture: str) -> str | None:
-    pattern = re.compile(r"^class\s+" + re.escape(architecture) + r"\b", re.M)
-    return next((name for name, text in sorted(sources.items()) if pattern.search(text)), None)
+def first_releases(wheels: Path) -> dict:
+    """The data file's content: the releases scanned, and per architecture the first release
+    registering it, its file there, and the later releases that no longer do (if any)."""
+    releases, found = scan(wheels)
+    table: dict[str, dict] = {}
+    for index, release in enumerate(releases):
+        for name, path in sorted(found[release].items()):
+            if name not in table:
+                gone = [r for r in releases[index:] if name not in found[r]]
+                table[name] = {
+                    "first": release,
+                    "path": path,
+                    **({"dropped": gone} if gone else {}),
+                }
+    return {"releases": releases, "architectures": dict(sorted(table.items()))}
 
 
 def bundled_architectures() -> dict[str, str]:
-    """{config model_type: architectures[0]} of the bundled configs."""
+    """{architectures[0]: config file} of the bundled configs."""
     out: dict[str, str] = {}
     for path in sorted((ROOT / "model_configs").glob("*.json")):
         try:
             config = json.loads(path.read_text())
         except (ValueError, UnicodeDecodeError):
             continue
-        if isinstance(config, dict) and config.get("architectures") and config.get("model_type"):
-            out.setdefault(str(config["model_type"]), str(config["architectures"][0]))
+        names = config.get("architectures") if isinstance(config, dict) else None
+        if isinstance(names, list) and names and isinstance(names[0], str):
+            out.setdefault(names[0], path.name)
     return out
-
-
-def first_releases(wheels: Path):
-    releases, sources = scan(wheels)
-    found, never, dropped = {}, [], []
-    for model_type, arch in sorted(bundled_architectures().items()):
-        first = next((r for r in releases if defines(sources[r], arch)), None)
-        if first is None:
-            never.append((model_type, arch))
-            continue
-        later = releases[releases.index(first) :]
-        gone = [r for r in later if not defines(sources[r], arch)]
-        if gone:
-            dropped.append((model_type, arch, gone))
-        if first != releases[0]:
-            found[model_type] = (first, arch, "models/" + str(defines(sources[first], arch)))
-    return releases, found, never, dropped
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("wheels", type=Path, help="a folder of unpacked wheels, one per release")
+    parser.add_argument("--write", action="store_true", help=f"write {DATA.relative_to(ROOT)}")
     args = parser.parse_args(argv)
-    from kvplan.engines.sglang import SGLANG_OWN_MODEL_FROM
-
-    releases, found, never, dropped = first_releases(args.wheels)
-    print(f"releases scanned: {releases[0]} to {releases[-1]} ({len(releases)})")
-    wrong = 0
-    for model_type, (first, arch, path) in sorted(
-        found.items(), key=lambda kv: release_key(kv[1][0])
-    ):
-        have = SGLANG_OWN_MODEL_FROM.get(model_type)
-        want = (release_key(first)[-1], arch, path) if first.startswith("0.5.") else None
-        mark = "" if have == want else "   <- the table says " + repr(have)
-        wrong += bool(mark)
-        print(f"{model_type:22} {first:8} {arch} ({path}){mark}")
-    for model_type, arch in never:
-        print(f"{model_type:22} none     {arch}: no scanned release has it (Transformers backend)")
-    for model_type, arch, gone in dropped:
-        print(f"{model_type:22} dropped  {arch} in {', '.join(gone)}")
-    return 1 if wrong else 0
+    derived = first_releases(args.wheels)
+    data = {
+        "about": "SGLang's own model classes: per architecture (a config's architectures[0]) "
+        "the first scanned release whose srt/models registers it (EntryClass) and its file "
+        "there; an architecture no scanned release registers runs on SGLang's Transformers "
+        "backend. Read by kvplan.engines.sglang.sglang_own_model_from.",
+        "source": "the PyPI wheels sglang==" + ", ".join(derived["releases"]),
+        "derived_by": "python scripts/sglang_model_releases.py WHEELS --write",
+        **derived,
+    }
+    if args.write:
+        DATA.write_text(json.dumps(data, indent=1) + "\n")
+    current = json.loads(DATA.read_text()) if DATA.exists() else {}
+    print(f"releases scanned: {derived['releases'][0]} to {derived['releases'][-1]}")
+    for arch, config in sorted(bundled_architectures().items()):
+        row = derived["architectures"].get(arch)
+        print(f"{arch:42} {row['first'] if row else 'none (Transformers backend)'}  ({config})")
+    return 0 if current.get("architectures") == derived["architectures"] else 1
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from helpers import REPO, run_json
 def llama_nvfp4(tmp_path_factory) -> str:
     """A ModelOpt NVFP4 checkpoint stating an FP8 KV cache on a model every 0.5 release serves
     (Llama; the bundled NVFP4 checkpoints are Gemma 4, Qwen3.6 and Kimi-K2.5, which SGLang
-    serves only from 0.5.9-0.5.11: engines.sglang.SGLANG_OWN_MODEL_FROM)."""
+    serves only from 0.5.9-0.5.11: kvplan/data/sglang_models.json)."""
     config = json.loads((REPO / "model_configs" / "Llama-3.1-8B.json").read_text())
     config["quantization_config"] = {
         "quant_method": "modelopt",

@@ -782,6 +782,9 @@ INVOCATIONS: dict[str, Invocation] = {
         *("--output-len", "10"),
     ),
     "capacity emit sglang hybrid": launch_state_cap,
+    "engine sglang transformers backend": cli(
+        *("engine", "smollm3-3b", "--engine", "sglang", "--gpu", "h100"),
+    ),
     "simulate sglang extra buffer": cli(
         "simulate",
         "qwen3.5-35b-a3b",
@@ -1088,6 +1091,7 @@ SOURCES: dict[str, str] = {
     "sglang-mamba-no-radix": "simulate sglang hybrid mtp",
     "sglang-mamba-no-overlap": "simulate sglang cuda ipc",
     "sglang-mamba-auto": "simulate sglang auto strategy",
+    "sglang-transformers-backend": "engine sglang transformers backend",
     "sglang-mamba-extra-buffer": "simulate sglang extra buffer",
     "sglang-nsa-fp8-layout": "sglang glm-5.3",
     "sglang-partial-indexer": "sglang glm-5.3",

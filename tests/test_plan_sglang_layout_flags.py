@@ -23,7 +23,7 @@ NEXTN = (
     *("--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "2"),
 )
 # A hybrid the releases before 0.5.6 serve (Qwen3-Next from 0.5.2; Qwen3.5 only from 0.5.9,
-# engines.sglang.SGLANG_OWN_MODEL_FROM), speculating with an EAGLE draft (it has no MTP layers)
+# kvplan/data/sglang_models.json), speculating with an EAGLE draft (it has no MTP layers)
 OLD_HYBRID = ("plan", "qwen3-next-80b-a3b", *HYBRID[2:])
 EAGLE = (
     *("--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "x/y"),

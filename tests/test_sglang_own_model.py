@@ -163,21 +163,60 @@ def _wheel(root, release: str, files: dict[str, str]) -> None:
         (models / name).write_text(text)
 
 
-def test_the_derivation_finds_the_first_release_that_defines_the_class(tmp_path):
+def test_the_derivation_reads_each_releases_entry_classes(tmp_path):
     import sglang_model_releases as derive
 
-    _wheel(tmp_path, "0.4.10", {"llama.py": "class LlamaForCausalLM:\n    pass\n"})
-    _wheel(tmp_path, "0.5.2", {"llama.py": "class LlamaForCausalLM:\n    pass\n"})
-    # only a mention, not a class: not yet SGLang's own
-    _wheel(tmp_path, "0.5.10", {"q.py": "# Qwen3_5MoeForConditionalGeneration soon\n"})
-    _wheel(tmp_path, "0.5.9", {"qwen3_5.py": "class Qwen3_5MoeForConditionalGeneration(X):\n"})
-    releases, found, never, dropped = derive.first_releases(tmp_path)
-    assert releases == ["0.4.10", "0.5.2", "0.5.9", "0.5.10"]  # numeric order, not text
-    assert found["qwen3_5_moe"] == (
-        "0.5.9",
-        "Qwen3_5MoeForConditionalGeneration",
-        "models/qwen3_5.py",
+    llama = "class LlamaForCausalLM:\n    pass\n\nEntryClass = [LlamaForCausalLM]\n"
+    _wheel(tmp_path, "0.4.10", {"llama.py": llama})
+    _wheel(tmp_path, "0.5.2", {"llama.py": llama})
+    # defined but not registered (no EntryClass): not yet SGLang's own
+    _wheel(tmp_path, "0.5.9", {"llama.py": llama, "q.py": "class Qwen3_5MoeForCausalLM(X):\n"})
+    # registered over several lines, beside an alias that registers its class's own name
+    _wheel(
+        tmp_path,
+        "0.5.10",
+        {
+            "llama.py": llama,
+            "q.py": "class Qwen3_5MoeForCausalLM(X):\n    pass\n\nAlias = Qwen3_5MoeForCausalLM\n"
+            "EntryClass = [\n    Qwen3_5MoeForCausalLM,\n    Alias,\n]\n",
+        },
     )
-    assert "llama" not in found  # the oldest release scanned has it
-    assert ("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", ["0.5.10"]) in dropped
-    assert any(mt == "deepseek_v4" for mt, _ in never)
+    table = derive.first_releases(tmp_path)
+    assert table["releases"] == ["0.4.10", "0.5.2", "0.5.9", "0.5.10"]  # numeric, not text
+    arch = table["architectures"]
+    assert arch["Qwen3_5MoeForCausalLM"] == {"first": "0.5.10", "path": "models/q.py"}
+    assert arch["LlamaForCausalLM"]["first"] == "0.4.10"
+    assert "Alias" not in arch
+
+
+def _config(tmp_path, model_type: str, architecture: str) -> str:
+    config = json.loads((REPO / "model_configs" / "Qwen3.5-35B-A3B.json").read_text())
+    config["model_type"], config["architectures"] = model_type, [architecture]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_an_unseen_checkpoint_is_gated_by_its_architecture(tmp_path):
+    """The gate keys on the config's architectures[0], as SGLang's ModelRegistry does, so a
+    checkpoint kvplan has never seen (a fine-tune with its own model_type) is gated too."""
+    spec = load_model(_config(tmp_path, "my_finetune", "Qwen3_5MoeForConditionalGeneration"))
+    assert spec.config_architecture == "Qwen3_5MoeForConditionalGeneration"
+    with pytest.raises(KvplanError, match="arrives in 0.5.9"):
+        check_sglang_own_model(spec, "0.5.8")
+    check_sglang_own_model(spec, "0.5.9")
+
+
+def test_an_architecture_no_release_registers_says_transformers_backend(tmp_path):
+    from kvplan.engines.sglang import sglang_transformers_backend
+
+    spec = load_model(_config(tmp_path, "qwen3_5_moe", "NoSuchModelForCausalLM"))
+    assert sglang_transformers_backend(spec) and sglang_own_model_from(spec) is None
+    code, out, err = run_cli(
+        "engine", _config(tmp_path, "qwen3_5_moe", "NoSuchModelForCausalLM"),
+        "--engine", "sglang", "--gpu", "h200", "--tp", "2", "-f", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    ids = {n["id"] for n in json.loads(out)["notes"]}
+    assert "sglang-transformers-backend" in ids
+    assert not sglang_transformers_backend(load_model("qwen3-8b"))

@@ -379,6 +379,9 @@ class ModelSpec(NamedTuple):
     # layers' (kimi_k2 and kimi_k25, whose layers are read as deepseek_v3): engines key paths
     # that follow the checkpoint rather than its layers on it (its tokenizer, say)
     config_model_type: str | None = None
+    # The architecture the checkpoint's config.json names first (architectures[0]; None where
+    # it names none, a GGUF): the class engines look their own model up by
+    config_architecture: str | None = None
     # Distinct rotary tables (positions, rotary_dim) engines precompute and keep on every rank.
     rope_tables: tuple[tuple[int, int], ...] = ()
     # The length keys and rope scaling engines derive their longest request from (None: only

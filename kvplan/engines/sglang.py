@@ -17,6 +17,10 @@ allocated, profile_cell_size_bytes what the token count uses.
 
 from __future__ import annotations
 
+import functools
+import json
+from pathlib import Path
+
 from kvplan import __version__
 from kvplan.anatomy.model import CacheKind, ModelSpec, pp_stages
 from kvplan.dtypes import ELEMENT_BYTES, KvFormat
@@ -370,44 +374,26 @@ KIMI_TIKTOKEN_MODEL_TYPES = ("kimi_k2", "kimi_k25")
 # SGLang" (0.5.6.post2 :29-81); kvplan models neither. Read from the PyPI wheels (pip download
 # --no-deps sglang==V): no file of 0.5.6.post2, 0.5.7, 0.5.8 or 0.5.8.post1 names
 # KimiK25ForConditionalGeneration; 0.5.9 adds models/kimi_k25.py and the architecture to
-# configs/model_config.py's MLA and multimodal lists. Every bundled checkpoint's first release:
-# `python scripts/sglang_model_releases.py WHEELS` over the wheels 0.4.10 and 0.5.0-0.5.23 (the
-# first whose srt/models defines a class of the config's architecture, kept in every later
-# one; a model 0.4.10 has is left out: the 0.4 releases before it were not scanned). Six
-# bundled architectures have no SGLang class in any of them (RWForCausalLM, FalconForCausalLM,
-# MiniMaxM3ForCausalLM, Olmo3ForCausalLM, SmolLM3ForCausalLM, Step3p7FlashForCausalLM): they
-# run on the Transformers backend in every release, which kvplan does not tell apart.
-SGLANG_OWN_MODEL_FROM = {
-    "gpt_oss": (1, "GptOssForCausalLM", "models/gpt_oss.py"),
-    "nemotron-nas": (1, "DeciLMForCausalLM", "models/nemotron_nas.py"),
-    "opt": (2, "OPTForCausalLM", "models/opt.py"),
-    "qwen3_next": (2, "Qwen3NextForCausalLM", "models/qwen3_next.py"),
-    "deepseek_v32": (3, "DeepseekV32ForCausalLM", "models/deepseek_v2.py"),
-    "qwen3_vl": (3, "Qwen3VLForConditionalGeneration", "models/qwen3_vl.py"),
-    "qwen3_vl_moe": (3, "Qwen3VLMoeForConditionalGeneration", "models/qwen3_vl_moe.py"),
-    "starcoder2": (3, "Starcoder2ForCausalLM", "models/starcoder2.py"),
-    "nemotron_h": (4, "NemotronHForCausalLM", "models/nemotron_h.py"),
-    "minimax_m2": (5, "MiniMaxM2ForCausalLM", "models/minimax_m2.py"),
-    "mimo_v2_flash": (7, "MiMoV2FlashForCausalLM", "models/mimo_v2_flash.py"),
-    "glm4_moe_lite": (8, "Glm4MoeLiteForCausalLM", "models/glm4_moe_lite.py"),
-    "exaone4": (9, "Exaone4ForCausalLM", "models/exaone4.py"),
-    "glm_moe_dsa": (9, "GlmMoeDsaForCausalLM", "models/glm4_moe.py"),
-    "kimi_k25": (9, "KimiK25ForConditionalGeneration", "models/kimi_k25.py"),
-    "lfm2": (9, "Lfm2ForCausalLM", "models/lfm2.py"),
-    "qwen3_5": (9, "Qwen3_5ForConditionalGeneration", "models/qwen3_5.py"),
-    "qwen3_5_moe": (9, "Qwen3_5MoeForConditionalGeneration", "models/qwen3_5.py"),
-    "qwen3_5_moe_text": (9, "Qwen3_5MoeForCausalLM", "models/qwen3_5.py"),
-    "lfm2_vl": (10, "Lfm2VlForConditionalGeneration", "models/lfm2_vl.py"),
-    "gemma4": (11, "Gemma4ForConditionalGeneration", "models/gemma4_mm.py"),
-    "deepseek_v4": (12, "DeepseekV4ForCausalLM", "models/deepseek_v4.py"),
-    "laguna": (12, "LagunaForCausalLM", "models/laguna.py"),
-    "kimi_k3": (17, "KimiK3ForConditionalGeneration", "models/kimi_k3.py"),
-}
+# configs/model_config.py's MLA and multimodal lists. Every architecture's first release is
+# data: kvplan/data/sglang_models.json, `python scripts/sglang_model_releases.py WHEELS --write`
+# over the wheels 0.4.10 and 0.5.0-0.5.23 (the architectures each release's srt/models registers
+# in its EntryClass lists), keyed, as SGLang's ModelRegistry is, on the config's
+# architectures[0], so a checkpoint kvplan has never seen is gated too. An architecture the
+# oldest scanned release registers is taken as every release's (the 0.4 releases before
+# 0.4.10 were not scanned); one no scanned release registers runs on the Transformers backend
+# in every release (sglang_transformers_backend).
+SGLANG_MODELS = Path(__file__).resolve().parent.parent / "data" / "sglang_models.json"
+
+
+@functools.lru_cache(maxsize=1)
+def _sglang_models() -> tuple[tuple[str, ...], dict[str, dict]]:
+    doc = json.loads(SGLANG_MODELS.read_text(encoding="utf-8"))
+    return tuple(doc["releases"]), doc["architectures"]
 
 
 class OwnModelFrom(NamedTuple):
     """The 0.5 patch from which SGLang serves a checkpoint with a model of its own
-    (SGLANG_OWN_MODEL_FROM), the architecture it registers and the file that adds it."""
+    (kvplan/data/sglang_models.json), the architecture it registers and the file that adds it."""
 
     patch: int
     architecture: str
@@ -419,10 +405,26 @@ class OwnModelFrom(NamedTuple):
 
 
 def sglang_own_model_from(spec: ModelSpec) -> OwnModelFrom | None:
-    """The first SGLang release with a model of its own for `spec`'s checkpoint
-    (SGLANG_OWN_MODEL_FROM), None where every release kvplan models has one."""
-    first = SGLANG_OWN_MODEL_FROM.get(spec.checkpoint_model_type)
-    return None if first is None else OwnModelFrom(*first)
+    """The first SGLang release with a model of its own for `spec`'s checkpoint (its config's
+    first architecture in kvplan/data/sglang_models.json), None where every release kvplan
+    models has one, none has (sglang_transformers_backend), or the config names none."""
+    arch = spec.config_architecture
+    releases, table = _sglang_models()
+    row = table.get(arch) if arch else None
+    if row is None or row["first"] == releases[0]:
+        return None
+    parts = release_parts(row["first"])
+    if parts is None or parts[:2] != (0, 5):
+        return None
+    return OwnModelFrom(parts[2] or 0, str(arch), row["path"])
+
+
+def sglang_transformers_backend(spec: ModelSpec) -> bool:
+    """Whether no SGLang release kvplan scanned registers `spec`'s architecture (config
+    architectures[0]): SGLang serves it on its Transformers backend (resolve_transformers_arch),
+    whose model code kvplan does not time (note sglang-transformers-backend)."""
+    arch = spec.config_architecture
+    return bool(arch) and arch not in _sglang_models()[1]
 
 
 def check_sglang_own_model(spec: ModelSpec, version: str) -> None:
@@ -1825,6 +1827,8 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
         *([too_long] if too_long else []),
         *dtype_notes,
     ]
+    if sglang_transformers_backend(spec):
+        notes.append(note("sglang-transformers-backend", architecture=spec.config_architecture))
     spec = spec._replace(dtype=dtype)
     version, _ = sglang_release(request.sglang_version)
     moe_backend_name("sglang", request.backends.moe_runner_backend, version)

@@ -830,6 +830,7 @@ class Builder(FamilyLayouts):
             name=name,
             model_type=self.model_type,
             config_model_type=self.top_type if self.top_type != self.model_type else None,
+            config_architecture=_first_architecture(self.top),
             family="MoE beside a dense MLP, local/global hybrid"
             if self.moe_block
             else self.family.label,
@@ -997,3 +998,13 @@ def vision_params(top: dict, text_hidden: int) -> int:
         per_layer = 4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h
     embeddings = channels * patch * patch * h + h + (grid or (image // patch) ** 2) * h
     return layers * per_layer + embeddings + 2 * h + h * text_hidden + h
+
+
+def _first_architecture(top: dict) -> str | None:
+    """architectures[0] as the config writes it, where it is a short name (engines key their
+    own model class on it); None where the config names none or something else."""
+    names = top.get("architectures")
+    if not isinstance(names, list) or not names or not isinstance(names[0], str):
+        return None
+    first = names[0]
+    return first if 0 < len(first) <= 200 and first.isidentifier() else None
