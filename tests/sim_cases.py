@@ -36,6 +36,17 @@ METRICS = ("output_throughput", "median_tpot_ms", "median_ttft_ms")
 BACKEND_FLAGS = {flag_of(name): name for name in ATTENTION_FIELDS}
 
 
+# The fields every published-run record holds (tests/data/README.md: the schema of the
+# held-out files other publishers' runs are in)
+RECORD_FIELDS = {
+    "id", "url", "source", "engine", "engine_version", "vllm_version", "gpu", "gpu_profile",
+    "gpu_family", "tp", "pp", "dp", "ep", "model", "serve_cmd", "bench_cmd", "dataset",
+    "input_len", "output_len", "num_prompts", "max_concurrency", "request_rate", "measured",
+    "spec_accept_length", "spec_accept_length_docs", "bundled_config_differs", "record_mismatch",
+    "notes", "split",
+}  # fmt: skip
+
+
 def load_cases(path: Path = CASES_PATH) -> list[dict]:
     return json.loads(path.read_text(encoding="utf-8"))["cases"]
 

@@ -15,17 +15,11 @@ from kvplan.inputs.hardware import load_profile
 from kvplan.inputs.sources import find_bundled
 
 from helpers import load_script
-from sim_cases import HELDOUT, load_cases, run_case
+from sim_cases import HELDOUT, RECORD_FIELDS, load_cases, run_case
 from sim_replay import needs
 
 CASES = load_cases(HELDOUT["external"])
-FIELDS = {
-    "id", "url", "source", "engine", "engine_version", "vllm_version", "gpu", "gpu_profile",
-    "gpu_family", "tp", "pp", "dp", "ep", "model", "serve_cmd", "bench_cmd", "dataset",
-    "input_len", "output_len", "num_prompts", "max_concurrency", "request_rate", "measured",
-    "spec_accept_length", "spec_accept_length_docs", "bundled_config_differs", "record_mismatch",
-    "notes", "split",
-}  # fmt: skip
+FIELDS = RECORD_FIELDS
 MEASURED = {
     "request_throughput", "output_throughput", "output_throughput_per_gpu", "median_ttft_ms",
     "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "duration_s", "completed",

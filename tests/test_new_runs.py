@@ -18,17 +18,11 @@ from kvplan.inputs.quantization import read_quantization
 from kvplan.inputs.sources import load_model
 
 from helpers import load_script
-from sim_cases import HELDOUT, load_cases
+from sim_cases import HELDOUT, RECORD_FIELDS, load_cases
 from sim_replay import DATA, needs, replayed_model, serve_argv, simulate_argv
 
 CASES = load_cases(HELDOUT["new"])
-FIELDS = {
-    "id", "url", "source", "engine", "engine_version", "vllm_version", "gpu", "gpu_profile",
-    "gpu_family", "tp", "pp", "dp", "ep", "model", "serve_cmd", "bench_cmd", "dataset",
-    "input_len", "output_len", "num_prompts", "max_concurrency", "request_rate", "measured",
-    "spec_accept_length", "spec_accept_length_docs", "bundled_config_differs", "record_mismatch",
-    "notes", "split",
-}  # fmt: skip
+FIELDS = RECORD_FIELDS
 MEASURED = {
     "request_throughput", "output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
     "p99_tpot_ms", "median_itl_ms", "duration_s", "completed",

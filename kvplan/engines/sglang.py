@@ -573,20 +573,21 @@ KV_CACHE_DTYPE_FROM = {"bf16": 4, "bfloat16": 4}
 
 def check_kv_cache_dtype_release(kv_cache_dtype: str, version: str) -> None:
     """A one-line error where SGLang `version`'s parser refuses `kv_cache_dtype`
-    (KV_CACHE_DTYPE_FROM): the rule of the allocation and of `plan --emit sglang`'s search."""
+    (KV_CACHE_DTYPE_FROM, kv_cache_dtype_taken): the rule of the allocation and of `plan
+    --emit sglang`'s search."""
+    if kv_cache_dtype_taken(kv_cache_dtype, version):
+        return
     if kv_cache_dtype not in KV_CACHE_FORMATS:
         taken = [d for d in KV_CACHE_DTYPES if kv_cache_dtype_taken(d, version)]
         raise KvplanError(
             f"--kv-cache-dtype {kv_cache_dtype[:40]}: SGLang {str(version)[:20]}'s parser does "
             f"not take it; give one of {', '.join(taken)} (the choices kvplan sizes)"
         )
-    first = KV_CACHE_DTYPE_FROM.get(kv_cache_dtype)
-    if first is not None and not sglang_rules(version).from_05(first):
-        raise KvplanError(
-            f"--kv-cache-dtype {kv_cache_dtype}: SGLang {str(version)[:20]} does not take it "
-            f"(its --kv-cache-dtype choices have it from 0.5.{first}; earlier ones auto, "
-            "fp8_e5m2 and fp8_e4m3 only); give fp8_e4m3, auto or a later release"
-        )
+    raise KvplanError(
+        f"--kv-cache-dtype {kv_cache_dtype}: SGLang {str(version)[:20]} does not take it (its "
+        f"--kv-cache-dtype choices have it from 0.5.{KV_CACHE_DTYPE_FROM[kv_cache_dtype]}; "
+        "earlier ones auto, fp8_e5m2 and fp8_e4m3 only); give fp8_e4m3, auto or a later release"
+    )
 
 
 def kv_cache_dtype_taken(kv_cache_dtype: str, version: str) -> bool:

@@ -1721,9 +1721,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     from kvplan.engines.sglang import (
         detokenizer_token_s,
         draft_in_pool,
-        mamba_capped_requests,
         mamba_radix_overlap_off,
-        mamba_ratio_track_slots,
         piecewise_prefill,
         requested_running,
         resolve_mamba_strategy,
@@ -1880,8 +1878,10 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         )
         max_model_len = longest
     chunk = options.max_num_batched_tokens or alloc.chunked_prefill_size
-    # the count the request named (given, or server_args' 48 when speculating), else the pool's
-    running = request.max_running_requests or alloc.max_running_requests
+    # the scheduler's count as the allocation resolved it (sglang_allocation: the count the
+    # request named, given or server_args' 48 when speculating, a DP-attention rank's share of
+    # it, else the pool's own; capped by a hybrid's state pool, init_memory)
+    running = alloc.max_running_requests
     if speculation is not None:
         # spec v1: the overlap scheduler off; spec v2 overlaps at the round (SpeculativeStepModel
         # overlap), its target's steps priced with their host serial
@@ -1890,14 +1890,6 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     # the radix cache as SGLang keeps it: off where given or where its rules for a hybrid turn it
     # off (sglang_radix_off, the pool's rule too: no prefix is ever reused)
     radix = sglang_radix_off(spec, gpu, request, backend) is None
-    if layout.dp == 1:  # init_memory: a hybrid's state pool caps a given or speculative count
-        ratio_slots = mamba_ratio_track_slots(track_slots, options.sglang_version)
-        running = mamba_capped_requests(running, alloc.max_mamba_cache_size, radix, ratio_slots)
-    if layout.dp > 1 and request.max_running_requests:
-        # SGLang divides a given --max-running-requests among its DP-attention ranks; its own
-        # count (max_total_num_tokens // 2 within the request pool) is already a rank's, from
-        # that rank's pool (tp_worker.py: 0.5.3 :144-152, 0.5.6.post2 :292-300)
-        running = max(1, running // layout.dp)
     if layout.dp > 1:
         # server_args._handle_data_parallelism divides the chunked prefill size ("adjusted to
         # avoid MoE kernel issues": each rank's prefill batch, the MoE layers seeing the sum)
