@@ -1193,3 +1193,18 @@ def test_the_confidence_note_shows_the_range_of_rate_factors_used():
     spread = (("A100", "partial", 3.2, 4.9),)
     text = note_text(note("plan-confidence", confidence=0.9, gpus=spread))
     assert "taken as 3.20-4.90x (by each configuration's untimed share) slower" in text
+
+
+def test_a_model_sglang_serves_on_its_transformers_backend_takes_the_untimed_class():
+    """SGLang serves an architecture no release registers (SmolLM3, bundled) on its
+    Transformers backend, whose model code kvplan does not time: its runs take the untimed
+    class under SGLang on every GPU, and their kernel tables' class under vLLM; a model SGLang
+    has its own code for keeps its tables' class."""
+    smol, qwen = load_model("smollm3-3b"), load_model("qwen3-8b")
+    for gpu in ("h100", "b200", "mi300x"):
+        profile = load_profile(gpu)
+        assert intervals.raw_class(profile, "sglang", smol) == intervals.UNTIMED
+        assert intervals.raw_class(profile, "vllm", smol) == intervals.raw_class(profile, "vllm")
+        assert intervals.raw_class(profile, "sglang", qwen) == intervals.raw_class(
+            profile, "sglang"
+        )

@@ -55,7 +55,11 @@ from functools import cache
 from pathlib import Path
 from statistics import NormalDist
 
-from kvplan.engines.sglang import detokenizer_untimed, gpt_oss_below_blackwell
+from kvplan.engines.sglang import (
+    detokenizer_untimed,
+    gpt_oss_below_blackwell,
+    sglang_transformers_backend,
+)
 from kvplan.errors import KvplanError
 from kvplan.inputs.kernel_tables import tables_for
 from kvplan.record import NamedTuple
@@ -97,7 +101,8 @@ def family_of(key: str) -> tuple[str, bool] | None:
 # are of a family no table times and no stand-in prices at its own rate (SGLang's gpt-oss
 # before Blackwell: triton_kernels' matmul_ogs MXFP4 experts and, on Ampere, the Triton
 # attention backend; kvplan.engines.sglang.gpt_oss_below_blackwell, note
-# sim-weak-gpt-oss-sglang, which reads the figures as an upper bound)
+# sim-weak-gpt-oss-sglang, which reads the figures as an upper bound), or whose model SGLang
+# serves on its Transformers backend (kvplan.engines.sglang.sglang_transformers_backend)
 UNTIMED = "untimed"
 # the class of runs priced at the GPU's own tables for the engine where a part of the step is in
 # none of them (StepModel.untimed_parts: a fused MoE of another shape or format, DSA's indexer,
@@ -121,11 +126,17 @@ def untimed(spec, engine: str) -> bool:
 
 def untimed_run(spec, engine: str, gpu) -> bool:
     """Whether a run of `spec` under `engine` on `gpu` is of the UNTIMED class: its serving
-    path has a part kvplan does not time (untimed), or its step runs a kernel family kvplan's
-    note calls an upper bound (SGLang's gpt-oss before Blackwell: gpt_oss_below_blackwell)."""
+    path has a part kvplan does not time (untimed), its step runs a kernel family kvplan's
+    note calls an upper bound (SGLang's gpt-oss before Blackwell: gpt_oss_below_blackwell),
+    or SGLang serves its architecture on the Transformers backend, whose model code kvplan
+    does not time (sglang_transformers_backend, note sglang-transformers-backend)."""
     if engine not in UNTIMED_ENGINES:
         return False
-    return untimed(spec, engine) or gpt_oss_below_blackwell(spec, gpu)
+    return (
+        untimed(spec, engine)
+        or gpt_oss_below_blackwell(spec, gpu)
+        or sglang_transformers_backend(spec)
+    )
 
 
 def raw_class(
