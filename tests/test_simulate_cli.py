@@ -4,6 +4,8 @@ reverse question in one command."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kvplan.errors import KvplanError
@@ -346,3 +348,35 @@ def test_a_trace_with_a_shared_prefix_hits_its_blocks(tmp_path):
     run = data["runs"][0]
     assert run["bench"]["completed"] == 2 and run["bench"]["request_rate"] is None
     assert run["engine"]["prefix_hit_rate"] == pytest.approx(400 / 1100)
+
+
+LONG_PROMPTS = (
+    "--gpu", "h100", "--engine-version", "0.11.0", "--length-dist", "uniform",
+    "--output-len", "100", "--num-prompts", "20",
+)  # fmt: skip
+
+
+def test_requests_failing_only_on_kvplans_own_pool_estimate_are_refused():
+    """Qwen3-32B on one H100 (bf16): kvplan's pool estimate holds about 31,700 tokens, below the
+    model's 40,960, so simulate lowers max_model_len (sim-max-model-len-reduced). Requests of
+    32,000 + 100 tokens would fail on that lowered length only: whether the server serves them
+    turns on the estimate, so simulate refuses in one line instead of printing "every request
+    failed" (a GPUStack run of these lengths on vLLM 0.11.0 served all 100). Prompts that fit
+    the lowered length still run, and a pool the user gives is no estimate: its failures stand."""
+    code, _, err = run_cli("simulate", "qwen3-32b", *LONG_PROMPTS, "--input-len", "32000")
+    assert code == 2 and err.count("\n") <= 1
+    held = int(re.search(r"at most ([\d,]+) tokens", err).group(1).replace(",", ""))
+    assert 20_100 < held < 32_100 and "below max_model_len 40,960" in err
+    assert "20 of 20 requests (up to 32,100 tokens)" in err
+    assert "--kv-cache-memory" in err
+    code, out, err = run_cli(
+        "simulate", "qwen3-32b", *LONG_PROMPTS, "--input-len", "20000", "-f", "json"
+    )
+    assert code == 0, err
+    assert "sim-max-model-len-reduced" in out and '"failed": 0' in out
+    code, out, err = run_cli(
+        "simulate", "qwen3-32b", *LONG_PROMPTS, "--input-len", "32000",
+        "--kv-cache-memory", "7GiB", "-f", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "sim-requests-failed" in out and '"completed": 0' in out

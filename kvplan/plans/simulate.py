@@ -251,6 +251,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
     runs_asked *= 1 + bool(request.compare)
     check_work(requests, runs_asked)
     replica = build_replica(spec, gpu, request.serve)
+    _check_estimated_limit(replica, requests, request.serve.kv_cache_memory_bytes)
     check_prefill_steps(requests, [replica.config.max_num_batched_tokens] * runs_asked)
     if request.disaggregated is not None:
         replica = replica._replace(transfer=transfer_model(spec, gpu, replica, request))
@@ -778,6 +779,41 @@ def _workload(request: SimulateRequest) -> WorkloadSummary:
         seed=workload_seed(w),
         warm_prefix_cache=request.warm_prefix_cache,
     )
+
+
+def _check_estimated_limit(
+    replica, requests: list[RequestSpec], kv_cache_memory_bytes: int | None
+) -> None:
+    """Refuse a run whose requests fail only on the max_model_len kvplan lowered to what its
+    own pool estimate holds (setup's sim-max-model-len-reduced): vLLM would not start at the
+    configured length, so whether such a request is served turns on a pool kvplan can only
+    estimate, not on anything the server was given; a confident "every request failed" (or
+    a figure over the rest) would be a guess. A pool the user gave (--kv-cache-memory) is no
+    estimate: its requests fail as the note says."""
+    if kv_cache_memory_bytes is not None:
+        return
+    reduced = next((n for n in replica.notes if n.id == "sim-max-model-len-reduced"), None)
+    if reduced is None or replica.context is None:
+        return
+    configured = int(dict(reduced.values)["configured"])
+    context = replica.context
+    at_configured = context._replace(max_model_len=configured, engine_len=None)
+    turned = [
+        r
+        for r in requests
+        if context.refuses(r.input_tokens, r.output_tokens)
+        and not at_configured.refuses(r.input_tokens, r.output_tokens)
+    ]
+    if turned:
+        longest = max(r.input_tokens + r.output_tokens for r in turned)
+        raise KvplanError(
+            f"kvplan's KV pool estimate holds one request of at most {context.max_model_len:,} "
+            f"tokens, below max_model_len {configured:,} (so vLLM would not start at "
+            f"{configured:,}), and {len(turned):,} of {len(requests):,} requests (up to "
+            f"{longest:,} tokens) need more: whether they are served turns on the pool, which "
+            "kvplan can only estimate; pass --max-model-len, --kv-cache-memory (the engine's "
+            "logged figure) or --gpu-memory-utilization as the server had them"
+        )
 
 
 def _failed_note(runs: list[Run], context: ContextLimit | None) -> list[Note]:
