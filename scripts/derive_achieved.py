@@ -2399,16 +2399,18 @@ AITER_BLOCKSCALE_GEMM_CSVS = (
 )
 
 
-def _aiter_rows(csv_text: str, cu_num: int) -> list:
-    """The rows of one AITER tuner table timed on gfx942 with `cu_num` CUs (a failed tune, us
-    0, left out)."""
+def _aiter_rows(csv_text: str, cu_num: int, gfx: str = "gfx942") -> list:
+    """The rows of one AITER tuner table timed on `gfx` with `cu_num` CUs (a failed tune, us
+    0, left out). A table without a gfx column (AITER's older fused-MoE header) is read as
+    `gfx`'s where its cu_num matches: 304 CUs is gfx942 alone, and 256 CUs gfx950 in those
+    files (gfx1250, also 256 CUs, came to AITER's tables in 2026-06 with the gfx column)."""
     import csv
     import io
 
     return [
         r
         for r in csv.DictReader(io.StringIO(csv_text))
-        if r.get("gfx", "gfx942") == "gfx942" and int(r["cu_num"]) == cu_num and float(r["us"]) > 0
+        if (r.get("gfx") or gfx) == gfx and int(r["cu_num"]) == cu_num and float(r["us"]) > 0
     ]
 
 
@@ -2422,7 +2424,9 @@ def _aiter_moe_format(r: dict) -> str | None:
     return None
 
 
-def aiter_fmoe(csv_texts, bw: float, peaks: dict, cache_bytes: float, cu_num: int = 304) -> dict:
+def aiter_fmoe(
+    csv_texts, bw: float, peaks: dict, cache_bytes: float, cu_num: int = 304, gfx: str = "gfx942"
+) -> dict:
     """{format: {"curve": ((tokens per expert, slowdown), ...), "floor_s", "rows", "curve_rows"}}
     from AITER's fused-MoE tuner rows: the slowdown against the datasheet roofline (measured /
     max(touched expert bytes / BW, FLOPs / peak), `moe_curve`'s buckets and uniform routing
@@ -2431,7 +2435,7 @@ def aiter_fmoe(csv_texts, bw: float, peaks: dict, cache_bytes: float, cu_num: in
     time of any row at 1-16 tokens."""
     out: dict = {}
     for text in csv_texts:
-        for r in _aiter_rows(text, cu_num):
+        for r in _aiter_rows(text, cu_num, gfx):
             fmt = _aiter_moe_format(r)
             if fmt is None:
                 continue
@@ -2465,12 +2469,12 @@ def aiter_fmoe(csv_texts, bw: float, peaks: dict, cache_bytes: float, cu_num: in
     }
 
 
-def aiter_blockscale_gemm(csv_texts, peak: float, cu_num: int = 304) -> dict:
+def aiter_blockscale_gemm(csv_texts, peak: float, cu_num: int = 304, gfx: str = "gfx942") -> dict:
     """{"compute_fraction": median over the rows at M >= 4,096 of (2 M N K / peak) / time,
     "floor_s": the smallest time at M <= 16, "rows", "compute_rows"} of AITER's block-fp8
     (a8w8, 1 x 128 activation and 128 x 128 weight scales) GEMM tuner rows. No memory side:
     no row at M <= 16 has fp8 weights over the 256 MB Infinity Cache."""
-    rows = [r for text in csv_texts for r in _aiter_rows(text, cu_num)]
+    rows = [r for text in csv_texts for r in _aiter_rows(text, cu_num, gfx)]
     compute = [
         2 * int(r["M"]) * int(r["N"]) * int(r["K"]) / peak / (float(r["us"]) * 1e-6)
         for r in rows
@@ -2484,10 +2488,92 @@ def aiter_blockscale_gemm(csv_texts, peak: float, cu_num: int = 304) -> dict:
     }
 
 
-def aiter_measured(git_dir: Path, bw: float, peaks: dict) -> dict:
+# The same tuner tables' rows timed on gfx950 at 256 CUs (MI355X and MI350X: one die, one HBM3E
+# at 8 TB/s, the MI350X at a 2.2 GHz peak clock to the MI355X's 2.4; the rows do not say which).
+# Every bf16 GEMM table AITER ships (its tuned dispatcher's per-shape pick: the fastest of
+# hipBLASLt, its triton, flydsl and asm kernels), the block-fp8 GEMM and fused-MoE tables.
+AITER_GFX950_BF16_GEMM_CSVS = (
+    "aiter/configs/bf16_tuned_gemm.csv",
+    "aiter/configs/model_configs/dsv3_bf16_tuned_gemm.csv",
+    "aiter/configs/model_configs/dsv4_bf16_tuned_gemm.csv",
+    "aiter/configs/model_configs/glm47_bf16_tuned_gemm.csv",
+    "aiter/configs/model_configs/glm5_bf16_tuned_gemm.csv",
+    "aiter/configs/model_configs/gptoss_bf16_tuned_gemm.csv",
+    "aiter/configs/model_configs/kimi_bf16_tuned_gemm.csv",
+    "aiter/configs/model_configs/kimik2_bf16_tuned_gemm.csv",
+    "aiter/configs/model_configs/kimik3_bf16_tuned_gemm.csv",
+    "aiter/configs/model_configs/llama405B_bf16_tuned_gemm.csv",
+    "aiter/configs/model_configs/llama70B_bf16_tuned_gemm.csv",
+    "aiter/configs/model_configs/minimax_m3_eagle_bf16_tuned_gemm.csv",
+    "aiter/configs/model_configs/qwen32B_bf16_tuned_gemm.csv",
+    "aiter/configs/model_configs/qwen3_5_397b_bf16_tuned_gemm.csv",
+    "aiter/configs/model_configs/qwen3_8b_bf16_tuned_gemm.csv",
+)
+AITER_GFX950_BLOCKSCALE_GEMM_CSVS = (
+    "aiter/configs/a8w8_blockscale_tuned_gemm.csv",
+    "aiter/configs/model_configs/a8w8_blockscale_tuned_gemm_ds_v3.csv",
+    "aiter/configs/model_configs/a8w8_blockscale_tuned_gemm_qwen3_235b.csv",
+    "aiter/configs/model_configs/a8w8_blockscale_tuned_gemm_qwen3_5_397b_a13b.csv",
+    "aiter/configs/model_configs/a8w8_blockscale_tuned_gemm_qwen3_next_80b_a3b.csv",
+)
+AITER_GFX950_FMOE_CSVS = (
+    "aiter/configs/model_configs/a8w8_blockscale_tuned_fmoe_ds_v3.csv",
+    "aiter/configs/model_configs/a8w8_blockscale_tuned_fmoe_glm5.csv",
+    "aiter/configs/model_configs/a8w8_blockscale_tuned_fmoe_minimax-m2_5.csv",
+    "aiter/configs/model_configs/a8w8_blockscale_tuned_fmoe_qwen3_235b.csv",
+    "aiter/configs/model_configs/a8w8_blockscale_tuned_fmoe_qwen3_5_397b.csv",
+    "aiter/configs/model_configs/qwen3_235b_bf16_tuned_fmoe.csv",
+)
+# AITER's tables for each AMD profile: (gfx, CUs, bf16 GEMM tables or None, block-fp8 GEMM
+# tables, fused-MoE tables); the MI300X's bf16 side comes from the decode canary table
+# (aiter_decode_gemm, --aiter-decode-gemm)
+AITER_GPUS = {
+    "mi300x": ("gfx942", 304, None, AITER_BLOCKSCALE_GEMM_CSVS, AITER_FMOE_CSVS),
+    "mi355x": (
+        "gfx950",
+        256,
+        AITER_GFX950_BF16_GEMM_CSVS,
+        AITER_GFX950_BLOCKSCALE_GEMM_CSVS,
+        AITER_GFX950_FMOE_CSVS,
+    ),
+}
+# decode GEMMs: the rows at M = 1-4 (the MI300X canary table's range)
+AITER_DECODE_MAX_M = 4
+
+
+def aiter_bf16_gemm(
+    csv_texts, bw: float, cache_bytes: float, cu_num: int, gfx: str, max_m: int = AITER_DECODE_MAX_M
+) -> dict:
+    """{"memory_fraction", "floor_s", "rows", "rows_total"} of AITER's bf16 GEMM tuner rows at
+    M <= `max_m` (each shape once, at its fastest time over the tables: the tuned dispatcher's
+    pick): the median over the shapes whose bf16 weights exceed `cache_bytes` of
+    (N x K x 2 B / time) / bw, and the smallest time of any shape."""
+    best: dict = {}
+    for text in csv_texts:
+        for r in _aiter_rows(text, cu_num, gfx):
+            if r["dtype"] != "torch.bfloat16" or int(r["M"]) > max_m:
+                continue
+            shape = (int(r["M"]), int(r["N"]), int(r["K"]))
+            best[shape] = min(best.get(shape, math.inf), float(r["us"]))
+    big = sorted((s, us) for s, us in best.items() if s[1] * s[2] * 2 > cache_bytes)
+    return {
+        "memory_fraction": round(
+            statistics.median(n * k * 2 / (us * 1e-6) / bw for (_, n, k), us in big), 2
+        ),
+        "floor_s": min(best.values()) * 1e-6,
+        "rows": [[m, n, k, us] for (m, n, k), us in big],
+        "rows_total": len(best),
+    }
+
+
+def aiter_measured(
+    git_dir: Path, bw: float, peaks: dict, cache_bytes: float = 256e6, gpu: str = "mi300x"
+) -> dict:
     """The partial file's fused-MoE and block-fp8 GEMM figures from an AITER git directory at
     AITER_COMMIT (`git show`): measured.experts_curve, the moe floors, gemm_fp8 and the
-    block-fp8 dense compute fraction, with the row counts they came from."""
+    block-fp8 dense compute fraction, with the row counts they came from; where AITER_GPUS
+    names bf16 GEMM tables for `gpu`, the dense bf16 memory fraction and the GEMM floors too
+    (aiter_bf16_gemm; its rows under "bf16_rows")."""
     import subprocess
 
     def show(path: str) -> str:
@@ -2498,39 +2584,53 @@ def aiter_measured(git_dir: Path, bw: float, peaks: dict) -> dict:
             check=True,
         ).stdout
 
-    moe = aiter_fmoe([show(p) for p in AITER_FMOE_CSVS], bw, peaks, 256e6)
-    gemm = aiter_blockscale_gemm([show(p) for p in AITER_BLOCKSCALE_GEMM_CSVS], peaks["fp8"])
+    gfx, cu_num, bf16_csvs, blockscale_csvs, fmoe_csvs = AITER_GPUS[gpu]
+    moe = aiter_fmoe([show(p) for p in fmoe_csvs], bw, peaks, cache_bytes, cu_num, gfx)
+    gemm = aiter_blockscale_gemm([show(p) for p in blockscale_csvs], peaks["fp8"], cu_num, gfx)
     floors = {f"moe_{fmt}": got["floor_s"] for fmt, got in moe.items()}
     floors["moe"] = min(floors.values())
     floors["gemm_fp8"] = gemm["floor_s"]
-    return {
+    out: dict = {
         "experts_curve": {fmt: [list(p) for p in got["curve"]] for fmt, got in moe.items()},
-        "floors_s": {k: float(f"{v:.5g}") for k, v in sorted(floors.items())},
         "dense_compute": {"fp8": gemm["compute_fraction"]},
         "rows": {
             **{f"moe_{fmt}": [got["rows"], got["curve_rows"]] for fmt, got in moe.items()},
             "gemm_fp8": [gemm["rows"], gemm["compute_rows"]],
         },
     }
+    if bf16_csvs:
+        bf16 = aiter_bf16_gemm([show(p) for p in bf16_csvs], bw, cache_bytes, cu_num, gfx)
+        floors["gemm_bf16"] = bf16["floor_s"]
+        floors["gemm"] = floors["gemm_bf16"]  # the generic floor is the bf16 one (the H100's too)
+        out["dense_memory"] = {"bf16": bf16["memory_fraction"]}
+        out["bf16_rows"] = bf16["rows"]
+        out["rows"]["gemm_bf16"] = [bf16["rows_total"], len(bf16["rows"])]
+    out["floors_s"] = {k: float(f"{v:.5g}") for k, v in sorted(floors.items())}
+    return out
 
 
-def write_mi300x_aiter(git_dir: Path) -> Path:
-    """partial/mi300x.json with aiter_measured's figures merged into its `measured` (the other
-    figures and their provenance kept)."""
+def write_partial_aiter(git_dir: Path, gpu: str = "mi300x") -> Path:
+    """partial/<gpu>.json with aiter_measured's figures merged into its `measured` (the other
+    figures and their provenance kept), from the profile's datasheet bandwidth, peaks and
+    Infinity Cache."""
     import json
 
     import yaml
 
-    profile = yaml.safe_load((PROFILES / "mi300x.yaml").read_text())
+    profile = yaml.safe_load((PROFILES / f"{gpu}.yaml").read_text())
     bw = float(profile["memory_bandwidth_bytes_per_s"])
     peaks = {k: float(v) for k, v in profile["peak_flop_per_s"].items()}
-    got = aiter_measured(git_dir, bw, peaks)
-    path = PARTIAL / "mi300x.json"
+    cache = float(profile["l2_cache_bytes"])
+    got = aiter_measured(git_dir, bw, peaks, cache, gpu)
+    path = PARTIAL / f"{gpu}.json"
     doc = json.loads(path.read_text())
     measured = doc["measured"]
     measured["experts_curve"] = got["experts_curve"]
-    measured["floors_s"] = {**measured["floors_s"], **got["floors_s"]}
+    measured["floors_s"] = {**measured.get("floors_s", {}), **got["floors_s"]}
     measured["dense_compute"] = got["dense_compute"]
+    if "dense_memory" in got:
+        measured["dense_memory"] = got["dense_memory"]
+        doc["rows"] = got["bf16_rows"]
     doc["aiter_rows"] = got["rows"]
     text = json.dumps(doc, indent=1)
     # each innermost list of numbers on one line ([0.5, 1.33], a row)
@@ -2572,8 +2672,9 @@ def main() -> None:
     parser.add_argument(
         "--aiter-moe",
         action="store_true",
-        help="DATA is an AITER git directory (fetch github:ROCm/aiter): merge its gfx942 "
-        "fused-MoE and block-fp8 GEMM figures into partial/mi300x.json",
+        help="DATA is an AITER git directory (fetch github:ROCm/aiter): merge its fused-MoE "
+        "and block-fp8 GEMM figures (and, for --gpu mi355x, its bf16 GEMMs') into "
+        "partial/<--gpu>.json (mi300x: gfx942, 304 CUs; mi355x: gfx950, 256 CUs)",
     )
     parser.add_argument(
         "--write-gemm-grids",
@@ -2652,7 +2753,8 @@ def main() -> None:
                 print(f"wrote {path}")
             return
     if args.aiter_moe:
-        print(f"wrote {write_mi300x_aiter(args.data)}")
+        gpu = args.gpu if args.gpu in AITER_GPUS else "mi300x"
+        print(f"wrote {write_partial_aiter(args.data, gpu)}")
         return
     if args.gemm_calls:
         version = newest(args.data, args.gpu, "gemm", args.engine, "gemm_perf")

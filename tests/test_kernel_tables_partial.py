@@ -22,6 +22,7 @@ from kvplan.present.notes.registry import TEXTS
 from helpers import REPO, load_script
 
 MI300X_BW = 5.3e12  # the MI300X datasheet's HBM3 bandwidth (hardware_profiles/mi300x.yaml)
+MI355X_BW = 8.0e12  # the MI355X and MI350X datasheets' HBM3E (hardware_profiles/mi355x.yaml)
 
 
 def _derive():
@@ -75,25 +76,101 @@ def test_mi300x_selects_its_measurements_and_stays_datasheet_class(engine):
     assert tables.moe_file is None and tables.dsa_file is None
 
 
-def test_mi355x_measures_only_its_allreduce_and_mi325x_none():
-    mi355x = tables_for(load_profile("mi355x"), "vllm")
+@pytest.mark.parametrize("name", ["mi355x", "mi350x"])
+def test_the_gfx950_profiles_select_aiters_measurements_and_stay_datasheet_class(name):
+    tables = tables_for(load_profile(name), "sglang")
     base = datasheet_achieved()
-    assert mi355x.evidence == "datasheet"
-    assert mi355x.achieved.allreduce_call_s == 6.3e-06
-    # its one measured call stands for every group: no H100 per-count times beside it
-    assert mi355x.achieved.allreduce_curve_s_by_gpus == {}
-    assert mi355x.achieved.allreduce_call_s_at(8) == 6.3e-06
-    same = mi355x.achieved._replace(
-        allreduce_call_s=base.allreduce_call_s,
-        allreduce_curve_s_by_gpus=base.allreduce_curve_s_by_gpus,
+    measured = partial_doc("mi355x")["measured"]
+    assert tables.evidence == "datasheet" and tables.borrowed_from == "h100_sxm"
+    assert "all-reduce" in tables.measured and "gfx950" in tables.measured
+    got = tables.achieved
+    # measured (AITER's gfx950 tables): the dense bf16 memory side and the GEMM floors, block
+    # fp8's compute side, the fused MoE's curve and floors in block fp8 and bf16
+    assert got.dense["bf16"] == (base.dense["bf16"][0], measured["dense_memory"]["bf16"])
+    assert got.dense["bf16"][1] != base.dense["bf16"][1]
+    assert got.dense["fp8"] == (measured["dense_compute"]["fp8"], base.dense["fp8"][1])
+    for family in ("gemm", "gemm_bf16", "gemm_fp8", "moe", "moe_bf16", "moe_fp8"):
+        assert got.floors_s[family] == measured["floors_s"][family] != base.floors_s.get(family)
+    for fmt in ("fp8", "bf16"):
+        assert got.experts_curve[fmt] == tuple(tuple(p) for p in measured["experts_curve"][fmt])
+        assert got.experts_curve[fmt] != base.experts_curve[fmt]
+    # not measured: SGLang's triton W4A16 MoE on ROCm, attention, MLA, int8 GEMMs
+    assert got.experts_curve["4bit"] == base.experts_curve["4bit"]
+    assert got.floors_s["moe_4bit"] == base.floors_s["moe_4bit"]
+    assert got.dense["int8"] == base.dense["int8"]
+    for field in ("experts", "attention", "mla", "link"):
+        assert getattr(got, field) == getattr(base, field), field
+    # its one measured all-reduce call stands for every group: no H100 per-count times beside it
+    assert got.allreduce_call_s == 6.3e-06 and got.allreduce_curve_s_by_gpus == {}
+    assert got.allreduce_call_s_at(8) == 6.3e-06
+    assert tables.moe_file is None and tables.dsa_file is None
+
+
+def test_the_mi350x_reads_the_mi355x_die_rows_and_the_mi325x_none():
+    # one die (gfx950, 256 CUs, 8 TB/s): the same measured fractions and floors, each of the
+    # profile's own datasheet rates
+    mi350x = tables_for(load_profile("mi350x"), "sglang").achieved
+    assert mi350x == tables_for(load_profile("mi355x"), "sglang").achieved
+    # the MI325X has no kernel-level data of its own: the H100's, said so
+    tables = tables_for(load_profile("mi325x"), "sglang")
+    assert tables.evidence == "datasheet" and tables.measured == ""
+    assert tables.achieved == datasheet_achieved()
+
+
+def test_the_gfx950_bf16_fraction_rederived_from_the_cited_rows():
+    doc = partial_doc("mi355x")
+    rows = doc["rows"]
+    # every row a decode GEMM (M = 1-4) whose bf16 weights exceed the 256 MB Infinity Cache
+    assert rows and all(m <= 4 and n * k * 2 > 256e6 for m, n, k, _ in rows)
+    # by hand, Llama-3-70B's MLP up-projection at M = 1 (llama70B_bf16_tuned_gemm.csv):
+    # 8192 x 28672 x 2 B = 469.8 MB in 75.5237 us = 6.220 TB/s = 0.7775 of 8 TB/s
+    assert [1, 8192, 28672, 75.5237] in rows
+    assert 8192 * 28672 * 2 / 75.5237e-6 / MI355X_BW == pytest.approx(0.7775, abs=1e-4)
+    fractions = [n * k * 2 / (us * 1e-6) / MI355X_BW for _, n, k, us in rows]
+    assert round(statistics.median(fractions), 2) == doc["measured"]["dense_memory"]["bf16"]
+    # below the H100's 0.80 and the MI300X's 0.87
+    assert (
+        doc["measured"]["dense_memory"]["bf16"]
+        < partial_doc("mi300x")["measured"]["dense_memory"]["bf16"]
     )
-    assert same == base
-    assert "all-reduce" in mi355x.measured
-    # the MI325X (and MI350X) have no kernel-level data of their own: the H100's, said so
-    for name in ("mi325x", "mi350x"):
-        tables = tables_for(load_profile(name), "sglang")
-        assert tables.evidence == "datasheet" and tables.measured == ""
-        assert tables.achieved == base
+
+
+BF16_HEADER = "gfx,cu_num,M,N,K,bias,dtype,outdtype,scaleAB,bpreshuffle,libtype,solidx,splitK,us\n"
+
+
+def _bf16_row(gfx, cu, m, n, k, us):
+    return f"{gfx},{cu},{m},{n},{k},False,torch.bfloat16,torch.bfloat16,False,False,t,0,0,{us}"
+
+
+def test_the_bf16_gemm_deriver_reads_one_die_once_per_shape():
+    derive = _derive()
+    one = BF16_HEADER + "\n".join(
+        [
+            # 8192 x 28672 x 2 B = 469.8 MB at 75.5237 us: 0.7775 of 8 TB/s
+            _bf16_row("gfx950", 256, 1, 8192, 28672, 75.5237),
+            # a cached shape (64 x 4096 x 2 B): the floor, not in the fraction
+            _bf16_row("gfx950", 256, 1, 64, 4096, 2.879),
+            # M = 8: past the decode rows read
+            _bf16_row("gfx950", 256, 8, 8192, 28672, 1.0),
+            # other dies: gfx942, gfx1250 at the same 256 CUs, gfx950 at another CU count
+            _bf16_row("gfx942", 304, 1, 8192, 28672, 1.0),
+            _bf16_row("gfx1250", 256, 1, 8192, 28672, 1.0),
+            _bf16_row("gfx950", 80, 1, 8192, 28672, 1.0),
+        ]
+    )
+    # the same shape in another table, slower (a shape once, at its fastest), and another
+    # shape: 16384 x 26624 x 2 B = 872.4 MB at 137.4257 us: 0.7935
+    two = BF16_HEADER + "\n".join(
+        [
+            _bf16_row("gfx950", 256, 1, 8192, 28672, 90.0),
+            _bf16_row("gfx950", 256, 1, 16384, 26624, 137.4257),
+        ]
+    )
+    got = derive.aiter_bf16_gemm([one, two], MI355X_BW, 256e6, 256, "gfx950")
+    assert got["rows"] == [[1, 8192, 28672, 75.5237], [1, 16384, 26624, 137.4257]]
+    assert got["memory_fraction"] == round((0.7775 + 0.7935) / 2, 2) == 0.79
+    assert got["floor_s"] == pytest.approx(2.879e-6)
+    assert got["rows_total"] == 3
 
 
 def test_mi300x_fraction_and_floor_rederived_from_the_cited_rows():
@@ -184,6 +261,26 @@ def test_the_fused_moe_curve_and_floor_rederived_by_hand_from_aiter_rows():
     assert fp8["curve"] == ((1.0, 1.23), (2.0, 1.18))
     assert fp8["floor_s"] == pytest.approx(67.3825e-6)
     assert (fp8["rows"], fp8["curve_rows"]) == (4, 3)
+
+
+def test_a_fused_moe_table_without_a_gfx_column_is_read_by_its_cu_count():
+    derive = _derive()
+    peaks = {"fp8": 5033.2e12, "bf16": 2516.6e12}  # MI355X dense peaks (mi355x.yaml)
+    # aiter@e4048607 a8w8_blockscale_tuned_fmoe_ds_v3.csv (no gfx column), 256 CUs: DeepSeek-V3
+    # at TP 8 (7168 x 256, 257 experts, top 9), 1 token: 9 touched x 5.5 MB, in the cache
+    no_gfx = FMOE_HEADER.replace("gfx,", "") + "\n".join(
+        [
+            "256,1,7168,256,257,9,ActivationType.Silu," + FP8_BLOCK + ",1,0,16,0,30.5",
+            "304,1,7168,256,257,9,ActivationType.Silu," + FP8_BLOCK + ",1,0,16,0,1.0",
+        ]
+    )
+    # a table with the column: gfx1250 at the same 256 CUs is another die
+    named = FMOE_HEADER + _fmoe_row(256, 1, "7168,256,257,9", 1.0, gfx="gfx1250") + "\n"
+    got = derive.aiter_fmoe([no_gfx, named], 8e12, peaks, 256e6, 256, "gfx950")
+    assert got["fp8"]["floor_s"] == pytest.approx(30.5e-6) and got["fp8"]["rows"] == 1
+    # the same table read for gfx942 takes its 304-CU row only
+    got = derive.aiter_fmoe([no_gfx], 5.3e12, peaks, 256e6)
+    assert got["fp8"]["floor_s"] == pytest.approx(1.0e-6) and got["fp8"]["rows"] == 1
 
 
 def test_the_block_fp8_gemm_figures_rederived_by_hand_from_aiter_rows():
