@@ -98,14 +98,39 @@ def test_what_the_replay_takes_and_what_it_refuses():
     by_id = {c["id"]: c for c in CASES}
     replayed = {cid for cid, c in by_id.items() if not needs(c)}
     assert {c["engine"] for c in CASES if c["id"] in replayed} == {"vllm", "sglang"}
-    for cid, case in by_id.items():
-        lacks = needs(case)
-        if "VLLM_RPC_TIMEOUT" in case["serve_cmd"]:
-            assert lacks == [
-                "VLLM_RPC_TIMEOUT: an environment switch kvplan simulate does not model"
-            ], cid
-        else:  # vLLM 0.6's multi-step launches included (V0 rules)
-            assert lacks == [], cid
+    for cid, case in by_id.items():  # vLLM 0.6's multi-step launches included (V0 rules)
+        assert needs(case) == [], cid
+    # dstack's MI300X launch: VLLM_RPC_TIMEOUT (ZMQ poll and heartbeat timeouts) and
+    # VLLM_USE_TRITON_FLASH_ATTN=0 (CK's prompt attention) dropped, --max-seq-len-to-capture
+    # too (the decode graphs' length limit, past every ShareGPT request), the StoreBoolean
+    # --enable-chunked-prefill=False read as vLLM reads it, --num-scheduler-step a prefix
+    rocm = next(c for c in CASES if "VLLM_USE_TRITON_FLASH_ATTN=0" in c["serve_cmd"])
+    assert serve_argv(rocm["serve_cmd"]) == [
+        "--tp",
+        "8",
+        "--no-enable-chunked-prefill",
+        "--num-scheduler-steps",
+        "15",
+        "--max-num-seqs",
+        "1024",
+    ]
+    # StoreBoolean: bare (const "True"), inline or the next argument, in any case
+    for flag, taken in (
+        ("--enable-chunked-prefill", "--enable-chunked-prefill"),
+        ("--enable-chunked-prefill=false", "--no-enable-chunked-prefill"),
+        ("--enable-chunked-prefill FALSE", "--no-enable-chunked-prefill"),
+        ("--enable-chunked-prefill True", "--enable-chunked-prefill"),
+    ):
+        assert serve_argv(f"vllm serve m {flag} --max-num-seqs 8") == [
+            taken,
+            "--max-num-seqs",
+            "8",
+        ], flag
+    with pytest.raises(KvplanError, match="takes true or false"):
+        serve_argv("vllm serve m --enable-chunked-prefill=yes")
+    # an environment switch that is not known stays refused
+    with pytest.raises(KvplanError, match="VLLM_FOO: an environment switch"):
+        serve_argv("VLLM_FOO=1 " + rocm["serve_cmd"])
     # vLLM's server module, its underscore spellings and argparse prefixes, V0 multi-step
     assert serve_argv(
         "python -m vllm.entrypoints.openai.api_server --model m --num-scheduler-steps 10 "
