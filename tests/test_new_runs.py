@@ -192,3 +192,27 @@ def test_random_runs_replay_the_clients_own_draw():
         assert mean_output == pytest.approx(case["output_len"], rel=0.03), case["id"]
         checked += 1
     assert checked >= 10
+
+
+def test_dstacks_h100_pool_is_v0s_own_and_does_not_bind():
+    """The H100 launch's pool, as vLLM 0.6.3's CacheEngine.get_cache_block_size lays a block
+    out: block_size tokens of K and V in every attention layer, the 8 KV heads split over TP 8
+    (one a rank), bf16. The replay's TTFT error is not the pool: at the 5,731 blocks the
+    launch's --max-model-len 91680 points to (V0's raise_if_cache_size_invalid prints block_size
+    x num_gpu_blocks), below kvplan's estimate, every figure stays (docs/simulate.md)."""
+    from helpers import run_json
+
+    case = next(c for c in CASES if c["id"].startswith("dstack-") and "h100" in c["id"])
+    spec = load_model(replayed_model(case))
+    attn = spec.attention_layers()
+    block_bytes = 16 * len(attn) * 2 * max(1, attn[0].num_kv_heads // 8) * attn[0].head_dim * 2
+    argv = simulate_argv(case)[1:]
+    estimated = run_json("simulate", *argv)
+    blocks = math.ceil(91680 / 16) + 1
+    launched = run_json("simulate", *argv, "--kv-cache-memory", f"{blocks * block_bytes}B")
+    assert launched["setup"]["num_blocks"] == blocks < estimated["setup"]["num_blocks"]
+    for run in (estimated, launched):
+        assert run["setup"]["block_size"] == 16
+        engine = run["runs"][0]["engine"]
+        assert engine["peak_kv_usage"] < 1 and engine["preemptions"] == 0
+    assert launched["runs"][0]["bench"] == estimated["runs"][0]["bench"]
