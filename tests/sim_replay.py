@@ -39,6 +39,12 @@ RENAMED = {
     "--speculative-algo": "--speculative-algorithm",  # the same (Qwen3.5.md's NEXTN launch)
     "--mem-frac": "--mem-fraction-static",  # the same (SGLang's benchmark_vllm_060 notes)
     "--tensor": "--tp",  # argparse's unique prefix of vLLM's --tensor-parallel-size (the same)
+    "--num-scheduler-step": "--num-scheduler-steps",  # the same (dstack's MI300X launch)
+}
+# vLLM V0's boolean flags parsed by StoreBoolean (0.6.3 engine/arg_utils.py: nargs "?", const
+# "True", a value "true" or "false" in any case): name -> kvplan simulate's (on, off) flags
+STORE_BOOLEAN = {
+    "--enable-chunked-prefill": ("--enable-chunked-prefill", "--no-enable-chunked-prefill")
 }
 # flags kvplan simulate takes as the engines spell them: name -> takes a value
 TAKEN = {
@@ -126,16 +132,33 @@ DROPPED = {
     "--headless": False,
 }
 # flags kvplan does not model but that leave the schedule, the layout and the CUDA-graph sizes
-# as they are (kernel speed only): dropped, and the run's record says so in `notes`
-NOT_MODELLED = {"--enable-torch-compile": False}
+# as they are (kernel speed only): dropped, and the run's record says so in `notes`.
+# vLLM V0's --max-seq-len-to-capture (0.6.3 model_runner._use_captured_graph: a decode batch
+# runs its CUDA/HIP graph while its longest sequence is within it, default 8192, clipped to
+# max_model_len) moves no step kvplan prices: kvplan runs every V0 decode step as a graph step,
+# at the default too; the eager fallback past it is not modelled (docs/simulate.md)
+NOT_MODELLED = {"--enable-torch-compile": False, "--max-seq-len-to-capture": True}
 # environment switches written before the command that choose among kernels of the same step
 # (ROCm: AITER kernels, the fused MLA decode kernel): kernel speed only, which the datasheet
 # class has no tables for; dropped, and any other VAR=value prefix refuses the run
-NOT_MODELLED_ENV = {"SGLANG_USE_AITER", "SGLANG_ROCM_FUSED_DECODE_MLA"}
+# ROCm's vLLM V0 VLLM_USE_TRITON_FLASH_ATTN=0: CK's flash_attn_varlen_func for the prompt
+# attention in place of Triton's (0.6.3 attention/backends/rocm_flash_attn.py; decode keeps
+# its paged-attention kernel)
+NOT_MODELLED_ENV = {
+    "SGLANG_USE_AITER",
+    "SGLANG_ROCM_FUSED_DECODE_MLA",
+    "VLLM_USE_TRITON_FLASH_ATTN",
+}
 # environment switches that change nothing kvplan prices in the launch they precede: the SMs
-# of DeepEP's low-latency combine (no DeepEP without --moe-a2a-backend deepep) and the CPU
-# affinity of SGLang's processes (host-side placement)
-NO_EFFECT_ENV = {"SGLANG_DEEPEP_LL_COMBINE_SEND_NUM_SMS", "SGLANG_SET_CPU_AFFINITY"}
+# of DeepEP's low-latency combine (no DeepEP without --moe-a2a-backend deepep), the CPU
+# affinity of SGLang's processes (host-side placement); vLLM V0's VLLM_RPC_TIMEOUT (0.6.3
+# engine/multiprocessing: how long the API server's ZMQ polls wait, and the engine's heartbeat
+# every timeout / 5 s; the step loop never waits on it)
+NO_EFFECT_ENV = {
+    "SGLANG_DEEPEP_LL_COMBINE_SEND_NUM_SMS",
+    "SGLANG_SET_CPU_AFFINITY",
+    "VLLM_RPC_TIMEOUT",
+}
 # environment switches kvplan simulate takes as a flag whose value the command does not print:
 # SGLANG_USE_CUDA_IPC_TRANSPORT=1 reserves SGLANG_MM_FEATURE_CACHE_MB of GPU 0 (its default
 # depends on the SGLang build), given in the run's `replay_flags`
@@ -162,6 +185,19 @@ def _dashed(arg: str) -> str:
     name, sep, value = arg.partition("=")
     head, dot, key = name.partition(".")
     return head.replace("_", "-") + dot + key + sep + value
+
+
+def _store_boolean(name: str, argv: list[str], i: int, inline: str | None) -> int:
+    """0 (on) or 1 (off) for a StoreBoolean flag at argv[i - 1]: its inline value, else the
+    next argument where it reads true or false, else const "True"; raises KvplanError on
+    another value, as vLLM's parser does."""
+    value = inline
+    if value is None and i < len(argv) and argv[i].lower() in ("true", "false"):
+        value = argv[i]
+    value = "true" if value is None else value.lower()
+    if value not in ("true", "false"):
+        raise KvplanError(f"{name}={value[:20]}: vLLM takes true or false")
+    return 0 if value == "true" else 1
 
 
 def serve_argv(serve_cmd: str) -> list[str]:
@@ -199,6 +235,10 @@ def serve_argv(serve_cmd: str) -> list[str]:
             speculative[key] = int(value) if value.isdigit() else value
             continue
         name = RENAMED.get(name, name)
+        if name in STORE_BOOLEAN:
+            out.append(STORE_BOOLEAN[name][_store_boolean(name, argv, i, inline)])
+            i += inline is None and i < len(argv) and argv[i].lower() in ("true", "false")
+            continue
         for table in (TAKEN, DROPPED, NOT_MODELLED):
             if name in table:
                 value = None

@@ -98,14 +98,39 @@ def test_what_the_replay_takes_and_what_it_refuses():
     by_id = {c["id"]: c for c in CASES}
     replayed = {cid for cid, c in by_id.items() if not needs(c)}
     assert {c["engine"] for c in CASES if c["id"] in replayed} == {"vllm", "sglang"}
-    for cid, case in by_id.items():
-        lacks = needs(case)
-        if "VLLM_RPC_TIMEOUT" in case["serve_cmd"]:
-            assert lacks == [
-                "VLLM_RPC_TIMEOUT: an environment switch kvplan simulate does not model"
-            ], cid
-        else:  # vLLM 0.6's multi-step launches included (V0 rules)
-            assert lacks == [], cid
+    for cid, case in by_id.items():  # vLLM 0.6's multi-step launches included (V0 rules)
+        assert needs(case) == [], cid
+    # dstack's MI300X launch: VLLM_RPC_TIMEOUT (ZMQ poll and heartbeat timeouts) and
+    # VLLM_USE_TRITON_FLASH_ATTN=0 (CK's prompt attention) dropped, --max-seq-len-to-capture
+    # too (the decode graphs' length limit, past every ShareGPT request), the StoreBoolean
+    # --enable-chunked-prefill=False read as vLLM reads it, --num-scheduler-step a prefix
+    rocm = next(c for c in CASES if "VLLM_USE_TRITON_FLASH_ATTN=0" in c["serve_cmd"])
+    assert serve_argv(rocm["serve_cmd"]) == [
+        "--tp",
+        "8",
+        "--no-enable-chunked-prefill",
+        "--num-scheduler-steps",
+        "15",
+        "--max-num-seqs",
+        "1024",
+    ]
+    # StoreBoolean: bare (const "True"), inline or the next argument, in any case
+    for flag, taken in (
+        ("--enable-chunked-prefill", "--enable-chunked-prefill"),
+        ("--enable-chunked-prefill=false", "--no-enable-chunked-prefill"),
+        ("--enable-chunked-prefill FALSE", "--no-enable-chunked-prefill"),
+        ("--enable-chunked-prefill True", "--enable-chunked-prefill"),
+    ):
+        assert serve_argv(f"vllm serve m {flag} --max-num-seqs 8") == [
+            taken,
+            "--max-num-seqs",
+            "8",
+        ], flag
+    with pytest.raises(KvplanError, match="takes true or false"):
+        serve_argv("vllm serve m --enable-chunked-prefill=yes")
+    # an environment switch that is not known stays refused
+    with pytest.raises(KvplanError, match="VLLM_FOO: an environment switch"):
+        serve_argv("VLLM_FOO=1 " + rocm["serve_cmd"])
     # vLLM's server module, its underscore spellings and argparse prefixes, V0 multi-step
     assert serve_argv(
         "python -m vllm.entrypoints.openai.api_server --model m --num-scheduler-steps 10 "
@@ -167,3 +192,27 @@ def test_random_runs_replay_the_clients_own_draw():
         assert mean_output == pytest.approx(case["output_len"], rel=0.03), case["id"]
         checked += 1
     assert checked >= 10
+
+
+def test_dstacks_h100_pool_is_v0s_own_and_does_not_bind():
+    """The H100 launch's pool, as vLLM 0.6.3's CacheEngine.get_cache_block_size lays a block
+    out: block_size tokens of K and V in every attention layer, the 8 KV heads split over TP 8
+    (one a rank), bf16. The replay's TTFT error is not the pool: at the 5,731 blocks the
+    launch's --max-model-len 91680 points to (V0's raise_if_cache_size_invalid prints block_size
+    x num_gpu_blocks), below kvplan's estimate, every figure stays (docs/simulate.md)."""
+    from helpers import run_json
+
+    case = next(c for c in CASES if c["id"].startswith("dstack-") and "h100" in c["id"])
+    spec = load_model(replayed_model(case))
+    attn = spec.attention_layers()
+    block_bytes = 16 * len(attn) * 2 * max(1, attn[0].num_kv_heads // 8) * attn[0].head_dim * 2
+    argv = simulate_argv(case)[1:]
+    estimated = run_json("simulate", *argv)
+    blocks = math.ceil(91680 / 16) + 1
+    launched = run_json("simulate", *argv, "--kv-cache-memory", f"{blocks * block_bytes}B")
+    assert launched["setup"]["num_blocks"] == blocks < estimated["setup"]["num_blocks"]
+    for run in (estimated, launched):
+        assert run["setup"]["block_size"] == 16
+        engine = run["runs"][0]["engine"]
+        assert engine["peak_kv_usage"] < 1 and engine["preemptions"] == 0
+    assert launched["runs"][0]["bench"] == estimated["runs"][0]["bench"]
