@@ -326,3 +326,30 @@ def test_a_burst_prefills_every_prompt_before_any_decode():
     ttft = {r.rid: r.first_client_s - r.dispatch_s for r in run.finished}
     for rid, k in enumerate(last_batch):
         assert ttft[rid] == pytest.approx(ends[k], rel=1e-9)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_the_overlap_scheduler_sees_a_request_one_step_later(overlap):
+    """event_loop_overlap forms each batch when the step before it begins: r1, reaching the
+    engine half-way through r0's decode step [3, 4), is first seen by the pass at 4 that
+    forms [5, 6), so it waits for the running step and one more; the plain loop prefills it
+    in [4, 5). An idle engine (r0 alone at 0) sees a request at once either way."""
+    from kvplan.simulate.steplog import FixedStep
+
+    step_s = 0.01
+    requests = [RequestSpec(0, 0.0, 16, 20), RequestSpec(1, 3.5 * step_s, 16, 2)]
+    engine = SglangEngine(config(), FixedStep(step_s), 0.0, policy=SglangPolicy(overlap=overlap))
+    run = cluster.run(requests, [engine], frontend=NO_FRONTEND, context=ContextLimit(1 << 20))
+    ttft = {r.rid: r.first_client_s - r.dispatch_s for r in run.finished}
+    assert ttft[0] == pytest.approx(step_s)
+    assert ttft[1] == pytest.approx((2.5 if overlap else 1.5) * step_s)
+
+
+def test_sglang_0_3_runs_without_the_overlap_scheduler():
+    """0.3 has no overlap scheduler (0.3.0's ModelTpServer.forward_step); 0.4.0 turned it on."""
+    from kvplan.engines.sglang import sglang_overlap_default
+
+    assert not sglang_overlap_default("0.3.0")
+    assert sglang_overlap_default("0.4.0")
+    assert sglang_overlap_default("0.5.6.post2")
+    assert sglang_overlap_default("0.5")

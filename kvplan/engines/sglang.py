@@ -99,6 +99,19 @@ def sglang_rules(version: str) -> SglangRules:
     return SglangRules(f"0.{nearest}", patch, nearest != minor)
 
 
+# The overlap scheduler (Scheduler.event_loop_overlap) is on by default from 0.4.0
+# (server_args.py of 0.4.0: disable_overlap_schedule False, and --enable-overlap-schedule
+# "is deprecated. It is enabled by default now"); 0.3 has none (0.3.0's
+# ModelTpServer.forward_step runs each batch to its end before the controller receives again)
+OVERLAP_DEFAULT_FROM = (0, 4)
+
+
+def sglang_overlap_default(version: str) -> bool:
+    """Whether SGLang `version` runs the overlap scheduler unless told not to."""
+    parts = release_parts(str(version).strip().lower().lstrip("v"))
+    return parts is None or parts[:2] >= OVERLAP_DEFAULT_FROM
+
+
 def sglang_release(version: str) -> tuple[str, bool]:
     """'0.5.8.post1' -> ('0.5', False): the known release whose rules apply, and whether it is
     only the nearest one (sglang_rules)."""

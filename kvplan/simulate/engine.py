@@ -505,6 +505,10 @@ class Engine:
         self.prefill_fixed_s = 0.0
         self.peak_used = 0
         self.last_step_s = 0.0
+        # when the last step run began and ended (SglangEngine's overlap: the batch after it
+        # was formed at its start)
+        self.step_start_s = 0.0
+        self.step_end_s = 0.0
         self.min_step_s = model.step(BatchShape(1, 1, (), 1)).total_s
 
     def warm_prefixes(self, requests) -> int:
@@ -858,6 +862,7 @@ class Engine:
             self.prefill_busy_s += duration
             self.prefill_fixed_s += critical_fixed_s(timing)
         end = self.clock_s + duration
+        self.step_start_s, self.step_end_s = self.clock_s, end
         self.clock_s = end
         self.step_index = j + 1
         d = self.decode_index
@@ -1548,6 +1553,7 @@ class Engine:
         log.duration_s.extend(times.tolist())
         self.peak_used = max(self.peak_used, used)
         self.clock_s = float(ends[-1])
+        self.step_start_s, self.step_end_s = float(ends[-1] - times[-1]), self.clock_s
         self.client_s = float(client[-1])
         self.detokenized_s = float(detokenized[-1])
         self.context_sum += self.num_decodes * steps

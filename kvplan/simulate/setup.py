@@ -1198,13 +1198,16 @@ def engine_state_dtypes(spec, gpu, options) -> tuple[str, str] | None:
 
 def async_scheduling_of(options: ServeOptions) -> bool:
     """Whether steps overlap the host's scheduling: --async-scheduling / --no-async-scheduling
-    as given, else the engine's default: SGLang's overlap scheduler (on), vLLM's
+    as given, else the engine's default: SGLang's overlap scheduler (on from 0.4,
+    engines.sglang.sglang_overlap_default), vLLM's
     (engines.vllm.async_scheduling_default: off in V0, including 0.8's fallback to it, and
     before 0.12)."""
     if options.async_scheduling is not None:
         return options.async_scheduling
     if options.engine == "sglang":
-        return True
+        from kvplan.engines.sglang import sglang_overlap_default
+
+        return sglang_overlap_default(options.sglang_version)
     from kvplan.engines import vllm_v0
     from kvplan.engines.vllm import async_scheduling_default
 
@@ -1981,6 +1984,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     )
     policy = SglangPolicy(
         page_size=alloc.block_size,
+        overlap=bool(resolved.async_scheduling),
         # DP attention scales schedule_conservativeness by 0.3: admission reserves less
         init_new_token_ratio=INIT_NEW_TOKEN_RATIO
         * (DP_ATTENTION_CONSERVATIVENESS if layout.dp > 1 else 1.0),

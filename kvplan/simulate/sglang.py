@@ -57,6 +57,7 @@ differ. max_new_tokens is the request's output length
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING
 
 from kvplan.engines.sglang import graph_batch_size
@@ -87,6 +88,15 @@ class SglangPolicy(NamedTuple):
     max_prefill_tokens: int = MAX_PREFILL_TOKENS
     page_size: int = 1  # SGLang's page (the simulated pool may count coarser blocks)
     init_new_token_ratio: float = INIT_NEW_TOKEN_RATIO
+    # the overlap scheduler (Scheduler.event_loop_overlap, 0.4.0 to main): each pass receives
+    # the requests sent so far, forms the next batch and launches it behind the running one
+    # (run_batch does not wait), then waits for the batch before it. A batch is therefore
+    # formed when the step before it begins, and a request that reaches the scheduler after a
+    # step began is first seen by the pass that forms the step after the next: it waits for
+    # the running step and one more (SglangEngine._collect_inbox). The plain loop
+    # (event_loop_normal; 0.3's ModelTpServer.forward_step) runs each batch to its end before
+    # it receives again: no step more.
+    overlap: bool = False
 
     def paged_tokens(self, tokens: int) -> int:
         """PrefillAdder.ceil_paged_tokens: what a prefill of `tokens` new tokens takes from the
@@ -148,6 +158,9 @@ class SglangEngine(Engine):
         self.fill_end: dict[int, int] = {}  # request -> tokens its last prefill covers
         self.node_of: dict[int, _Node] = {}  # cached block -> its radix-tree node
         self.tick = 0  # the tree's clock: a node's last use
+        # requests that reached the engine and that no scheduler pass has received yet
+        # (SglangPolicy.overlap), in arrival order
+        self.inbox: deque[Req] = deque()
 
     def admit(self, req: Req, now: float) -> None:
         if not self.has_work and now > self.clock_s:
@@ -155,6 +168,27 @@ class SglangEngine(Engine):
             # finished requests out of the running batch (seats and batch_is_full cleared)
             self.unfiltered, self.shrunk, self.full = 0, False, False
         super().admit(req, now)
+        if self.policy.overlap:  # not seen by the scheduler before its next pass
+            self.inbox.append(self.waiting.pop())
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.inbox) or super().has_work
+
+    def _collect_inbox(self) -> None:
+        """The overlap scheduler's pass that forms the step starting now (SglangPolicy.overlap)
+        ran when the step before began: of the requests that reached the engine, those that
+        came after that are not in the queue yet. Where nothing was in flight (the loop was
+        idle, or the step before ended with nothing left to run) the pass is now."""
+        inbox = self.inbox
+        if not inbox:
+            return
+        in_flight = self.step_end_s >= self.clock_s and (
+            self.num_decodes > 0 or self.chunked is not None
+        )
+        cutoff_s = self.step_start_s if in_flight else self.clock_s
+        while inbox and inbox[0].arrival_s <= cutoff_s:
+            self.waiting.append(inbox.popleft())
 
     # ---- what a request may ask for ----------------------------------------------------------
     def output_limit(self, input_tokens: int, max_model_len: int) -> int:
@@ -381,6 +415,7 @@ class SglangEngine(Engine):
         """get_new_batch_prefill: (the prefill batch's BatchShape, the function that settles
         it), or None where this pass forms none."""
         j = self.step_index
+        self._collect_inbox()
         chunks = self._prefill_batch()
         if not chunks:
             return None
@@ -396,6 +431,7 @@ class SglangEngine(Engine):
         """update_running_batch: the decode step of every running request (plan_step's), or
         the finished requests of a pass that runs nothing (a list)."""
         j = self.step_index
+        self._collect_inbox()
         if not self.num_decodes:
             if self.chunked is not None or self.waiting:  # nothing runs, nothing will free
                 raise _Unservable(self.chunked or self.waiting[0])
@@ -583,7 +619,7 @@ class SglangEngine(Engine):
 
     # ---- runs of decode-only steps ------------------------------------------------------------
     def _quiet(self) -> bool:
-        if self.chunked is not None or self.prefilling or not self.num_decodes:
+        if self.inbox or self.chunked is not None or self.prefilling or not self.num_decodes:
             return False
         if self.shrunk and self.waiting:  # the next decode step clears batch_is_full: alone
             return False
