@@ -34,6 +34,12 @@ from kvplan.engines.request import (
     check_plain_tp_experts,
     config_weights_notes,
 )
+from kvplan.engines.sglang_04 import (
+    chunked_prefill_04,
+    cuda_graph_max_bs_04,
+    fraction_04,
+    patch_04,
+)
 from kvplan.engines.sglang_compressed import KV_CACHE_DTYPES as DSV4_KV_CACHE_DTYPES
 from kvplan.engines.sglang_compressed import PAGE_SIZE as DSV4_PAGE_SIZE
 from kvplan.engines.sglang_compressed import Dsv4Pools, dsv4_pools
@@ -52,12 +58,6 @@ from kvplan.inputs.kernel_tables import detokenizer_data
 from kvplan.notes import Note, note, unique
 from kvplan.record import NamedTuple
 from kvplan.units import GIB, MIB
-
-# 0.4's mem_fraction_static: (TP at least, fraction), the first that applies
-MEM_FRACTION_04 = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
-SMALL_GPU_MIB_04 = 25_000  # 0.4's threshold on get_nvgpu_memory_capacity() (nvidia-smi, MiB)
-CHUNKED_PREFILL_04 = (2048, 8192)  # below the threshold, above
-CUDA_GRAPH_MAX_BS_04 = (8, 80, 160)  # small GPU TP < 4, small GPU TP >= 4, otherwise
 
 
 class SglangRules(NamedTuple):
@@ -775,7 +775,7 @@ def speculative_reserve_mib(version: str, algorithm: str | None) -> float:
     """The MiB SGLang `version`'s default mem_fraction_static reserves, after the 10 GiB floor,
     for --speculative-algorithm `algorithm` as typed (None: not speculating): SPEC_RESERVE_MIB
     and SPEC_EAGLE_RESERVE_MIB through 0.5.13, nothing from 0.5.14 (the pool holds the draft:
-    draft_in_pool) nor on 0.4 (kvplan's 0.4 fraction is its TP table)."""
+    draft_in_pool) nor on 0.4 (whose own speculative terms are engines.sglang_04's)."""
     rules = sglang_rules(version)
     if algorithm is None or rules.release != "0.5" or draft_in_pool(version):
         return 0.0
@@ -885,11 +885,15 @@ def default_mem_fraction(
     off (piecewise_excluded), which decide the piecewise term (piecewise_reserve_mib);
     `speculative_algorithm` --speculative-algorithm as typed (speculative_reserve_mib)."""
     gpu_mib = gpu.usable_memory_bytes / MIB
-    if sglang_rules(version).release == "0.4":
-        fraction = next(f for at_least, f in MEM_FRACTION_04 if tp >= at_least)
-        small = gpu_mib < SMALL_GPU_MIB_04
-        chunked = CHUNKED_PREFILL_04[0 if small else 1]
-        graphs = CUDA_GRAPH_MAX_BS_04[(0 if tp < 4 else 1) if small else 2]
+    rules = sglang_rules(version)
+    if rules.release == "0.4":  # by patch (engines.sglang_04)
+        at = patch_04(version, rules.patch, rules.nearest)
+        vlm = vlm_fraction_factor(spec.vision_tower) if spec.vision_tower else None
+        speculative = speculative_algorithm is not None
+        cuda = gpu.device_vendor == "NVIDIA"  # is_cuda()
+        fraction = fraction_04(at, gpu_mib, tp, pp, cuda, speculative, dp_attention > 1, vlm)
+        chunked = chunked_prefill_04(at, gpu_mib)
+        graphs = cuda_graph_max_bs_04(at, gpu_mib, tp, dp_attention)
         return FractionDefault(fraction, chunked, graphs, gpu.usable_memory_bytes * (1 - fraction))
     chunked, graphs = LARGEST_BUCKET
     for limit, size, small_tp, large_tp in MEMORY_BUCKETS:
