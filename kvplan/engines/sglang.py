@@ -1330,6 +1330,54 @@ def sglang_spec_v2(version: str, given_topk: int | None, overlap_off: bool) -> b
     return rules.from_05(SPEC_V2_ANY_TOPK_FROM, bare=False) or (given_topk or 1) <= 1
 
 
+# Spec v2's KV over-allocation: before each round the v2 worker tops a running request's KV
+# allocation up to kv_committed_len + 2 x get_alloc_len_per_decode() ("a double-buffer that
+# absorbs the kv_committed_len lag in overlap mode"), get_alloc_len_per_decode being
+# max(steps x topk, draft tokens) at page 1 or topk 1, else max(ceil((page - 1 + steps) / page)
+# pages x page x topk, draft tokens) (0.5.11 speculative/eagle_info_v2.py:122-131 and
+# managers/utils.py:204-228, which raises NotImplementedError at page > 1 with topk > 1;
+# 0.5.13 mem_cache/common.py:155-191; 0.5.16 and 0.5.23 mem_cache/allocation_sizing.py, the
+# top-up page-aligned from 0.5.19). The slots stay taken from the pool (the admission's free
+# tokens exclude them) and check_decode_mem asks for the top-up
+# (_new_tokens_required_next_decode_spec_v2). Where the batch runs the v2 schema
+# (ScheduleBatch.is_spec_v2): 0.5.11-0.5.12 only beside the overlap scheduler (sglang_spec_v2);
+# from 0.5.13, when the v1 worker is gone, for every EAGLE-family algorithm, overlap or not.
+SPEC_V2_RESERVE_ROUNDS = 2
+SPEC_V2_SCHEMA_ALWAYS_FROM = SPEC_V2_ANY_TOPK_FROM  # 0.5.13: EAGLEWorkerV2 alone
+
+
+def spec_v2_reserve_tokens(
+    version: str,
+    method: str,
+    num_steps: int,
+    topk: int,
+    draft_tokens: int,
+    page_size: int,
+    overlap_v2: bool,
+) -> int:
+    """KV slots a running request holds from its committed length on under SGLang `version`'s
+    spec v2 (the comment above): 2 x get_alloc_len_per_decode(); 0 where the batch runs spec
+    v1's schema (NGRAM always; 0.5.11-0.5.12 without the overlap scheduler, `overlap_v2`
+    False; a bare 0.5 and 0.5.10, which run v1). A one-line error where 0.5.11-0.5.12 would
+    raise (page > 1 with topk > 1)."""
+    rules = sglang_rules(version)
+    always = rules.from_05(SPEC_V2_SCHEMA_ALWAYS_FROM, bare=False)
+    if method == "ngram" or not (overlap_v2 or always):
+        return 0
+    if page_size == 1 or topk == 1:
+        per_round = max(num_steps * topk, draft_tokens)
+    elif not always:
+        raise KvplanError(
+            f"SGLang {str(version)[:20]} runs spec v2 here and cannot size its decode allocation "
+            f"at page size {page_size} with --speculative-eagle-topk {topk} "
+            '("get_alloc_len_per_decode not implemented for page_size > 1 and spec_topk > 1")'
+        )
+    else:
+        pages_per_branch = (page_size - 1 + num_steps + page_size - 1) // page_size
+        per_round = max(pages_per_branch * page_size * topk, draft_tokens)
+    return SPEC_V2_RESERVE_ROUNDS * per_round
+
+
 def mamba_track_slots(
     spec: ModelSpec,
     gpu: GpuProfile,
