@@ -706,6 +706,28 @@ INVOCATIONS: dict[str, Invocation] = {
         "--speculative-eagle-topk",
         "4",
     ),  # fmt: skip
+    "simulate sglang spec v2 kv": cli(
+        "simulate",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100",
+        "--num-prompts",
+        "2",
+        "--engine",
+        "sglang",
+        "--engine-version",
+        "0.5.11",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        "x/y",
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+    ),  # fmt: skip
     "simulate dsa sglang b200": cli(
         "simulate", "deepseek-v3.2", "--gpu", "b200", "--tp", "8", "--engine", "sglang", *SMALL
     ),
@@ -1121,6 +1143,7 @@ SOURCES: dict[str, str] = {
     "sglang-attention": "engine sglang flashmla",
     "sglang-ngram-topk": "simulate sglang ngram topk",
     "sglang-spec-mode": "simulate sglang ngram topk",
+    "sglang-spec-v2-kv": "simulate sglang spec v2 kv",
     "vllm-attention": "engine vllm flashmla",
     "vllm-block-size-fallback": "engine vllm block size 8",
     "sim-engine": "simulate measured profile",

@@ -459,12 +459,13 @@ def test_a_bad_interconnect_is_one_line(value):
 
 @pytest.mark.parametrize("tp, fraction", [(1, 0.88), (2, 0.87), (4, 0.85), (8, 0.81)])
 def test_sglang_04_sizes_its_pool_at_its_tp_bucketed_fraction(tp, fraction):
-    """0.4's ServerArgs.__post_init__: mem_fraction_static 0.88 / 0.87 / 0.85 / 0.81 / 0.79 at
-    TP 1 / 2 / 4 / 8 / 16; chunked_prefill_size 8,192 on an 80 GB GPU."""
+    """0.4.6's ServerArgs.__post_init__: mem_fraction_static 0.88 / 0.87 / 0.85 / 0.81 / 0.79 at
+    TP 1 / 2 / 4 / 8 / 16 up to 81,920 MiB; chunked_prefill_size 8,192 on an 80 GB GPU (the
+    later patches: tests/test_sglang_04_patches.py)."""
     from kvplan.engines import EngineRequest
     from kvplan.engines.sglang import sglang_allocation
 
-    request = EngineRequest(engine="sglang", tp=tp, max_model_len=8192, sglang_version="0.4")
+    request = EngineRequest(engine="sglang", tp=tp, max_model_len=8192, sglang_version="0.4.6")
     result = sglang_allocation(LLAMA_8B, GPU, request)
     assert (result.mem_fraction_static, result.chunked_prefill_size) == (fraction, 8192)
     assert result.engine_version == "0.4"

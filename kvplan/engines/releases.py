@@ -25,9 +25,9 @@ VLLM_VERSIONS = ("0.19", "0.21", "0.32")
 VLLM_VERSION = "0.19"  # the default: the release kvplan's start-up memory fit was made on
 
 # SGLang: the releases whose server defaults kvplan models (docs/simulate.md states each one's):
-# 0.4 (server_args.py ServerArgs.__post_init__ of the 0.4 releases): mem_fraction_static by TP
-#     alone, chunked_prefill_size 2,048 below 25,000 MB of GPU memory else 8,192,
-#     cuda_graph_max_bs 160 (below 25,000 MB: 8, or 80 from TP 4);
+# 0.4 (server_args.py ServerArgs.__post_init__ of each 0.4 wheel): mem_fraction_static,
+#     chunked_prefill_size and cuda_graph_max_bs by patch (kvplan.engines.sglang_04: a TP table
+#     before 0.4.7.post1, a reserved-memory bucket from it; a bare 0.4 is 0.4.10.post2);
 # 0.5 (main of April 2026): the memory-bucket heuristic of default_mem_fraction.
 SGLANG_VERSIONS = ("0.4", "0.5")
 SGLANG_VERSION = "0.5"  # the default

@@ -34,6 +34,12 @@ from kvplan.engines.request import (
     check_plain_tp_experts,
     config_weights_notes,
 )
+from kvplan.engines.sglang_04 import (
+    chunked_prefill_04,
+    cuda_graph_max_bs_04,
+    fraction_04,
+    patch_04,
+)
 from kvplan.engines.sglang_compressed import KV_CACHE_DTYPES as DSV4_KV_CACHE_DTYPES
 from kvplan.engines.sglang_compressed import PAGE_SIZE as DSV4_PAGE_SIZE
 from kvplan.engines.sglang_compressed import Dsv4Pools, dsv4_pools
@@ -52,12 +58,6 @@ from kvplan.inputs.kernel_tables import detokenizer_data
 from kvplan.notes import Note, note, unique
 from kvplan.record import NamedTuple
 from kvplan.units import GIB, MIB
-
-# 0.4's mem_fraction_static: (TP at least, fraction), the first that applies
-MEM_FRACTION_04 = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
-SMALL_GPU_MIB_04 = 25_000  # 0.4's threshold on get_nvgpu_memory_capacity() (nvidia-smi, MiB)
-CHUNKED_PREFILL_04 = (2048, 8192)  # below the threshold, above
-CUDA_GRAPH_MAX_BS_04 = (8, 80, 160)  # small GPU TP < 4, small GPU TP >= 4, otherwise
 
 
 class SglangRules(NamedTuple):
@@ -788,7 +788,7 @@ def speculative_reserve_mib(version: str, algorithm: str | None) -> float:
     """The MiB SGLang `version`'s default mem_fraction_static reserves, after the 10 GiB floor,
     for --speculative-algorithm `algorithm` as typed (None: not speculating): SPEC_RESERVE_MIB
     and SPEC_EAGLE_RESERVE_MIB through 0.5.13, nothing from 0.5.14 (the pool holds the draft:
-    draft_in_pool) nor on 0.4 (kvplan's 0.4 fraction is its TP table)."""
+    draft_in_pool) nor on 0.4 (whose own speculative terms are engines.sglang_04's)."""
     rules = sglang_rules(version)
     if algorithm is None or rules.release != "0.5" or draft_in_pool(version):
         return 0.0
@@ -898,11 +898,15 @@ def default_mem_fraction(
     off (piecewise_excluded), which decide the piecewise term (piecewise_reserve_mib);
     `speculative_algorithm` --speculative-algorithm as typed (speculative_reserve_mib)."""
     gpu_mib = gpu.usable_memory_bytes / MIB
-    if sglang_rules(version).release == "0.4":
-        fraction = next(f for at_least, f in MEM_FRACTION_04 if tp >= at_least)
-        small = gpu_mib < SMALL_GPU_MIB_04
-        chunked = CHUNKED_PREFILL_04[0 if small else 1]
-        graphs = CUDA_GRAPH_MAX_BS_04[(0 if tp < 4 else 1) if small else 2]
+    rules = sglang_rules(version)
+    if rules.release == "0.4":  # by patch (engines.sglang_04)
+        at = patch_04(version, rules.patch, rules.nearest)
+        vlm = vlm_fraction_factor(spec.vision_tower) if spec.vision_tower else None
+        speculative = speculative_algorithm is not None
+        cuda = gpu.device_vendor == "NVIDIA"  # is_cuda()
+        fraction = fraction_04(at, gpu_mib, tp, pp, cuda, speculative, dp_attention > 1, vlm)
+        chunked = chunked_prefill_04(at, gpu_mib)
+        graphs = cuda_graph_max_bs_04(at, gpu_mib, tp, dp_attention)
         return FractionDefault(fraction, chunked, graphs, gpu.usable_memory_bytes * (1 - fraction))
     chunked, graphs = LARGEST_BUCKET
     for limit, size, small_tp, large_tp in MEMORY_BUCKETS:
@@ -1337,6 +1341,54 @@ def sglang_spec_v2(version: str, given_topk: int | None, overlap_off: bool) -> b
     if overlap_off or not rules.from_05(SPEC_V2_DEFAULT_FROM, bare=False):
         return False
     return rules.from_05(SPEC_V2_ANY_TOPK_FROM, bare=False) or (given_topk or 1) <= 1
+
+
+# Spec v2's KV over-allocation: before each round the v2 worker tops a running request's KV
+# allocation up to kv_committed_len + 2 x get_alloc_len_per_decode() ("a double-buffer that
+# absorbs the kv_committed_len lag in overlap mode"), get_alloc_len_per_decode being
+# max(steps x topk, draft tokens) at page 1 or topk 1, else max(ceil((page - 1 + steps) / page)
+# pages x page x topk, draft tokens) (0.5.11 speculative/eagle_info_v2.py:122-131 and
+# managers/utils.py:204-228, which raises NotImplementedError at page > 1 with topk > 1;
+# 0.5.13 mem_cache/common.py:155-191; 0.5.16 and 0.5.23 mem_cache/allocation_sizing.py, the
+# top-up page-aligned from 0.5.19). The slots stay taken from the pool (the admission's free
+# tokens exclude them) and check_decode_mem asks for the top-up
+# (_new_tokens_required_next_decode_spec_v2). Where the batch runs the v2 schema
+# (ScheduleBatch.is_spec_v2): 0.5.11-0.5.12 only beside the overlap scheduler (sglang_spec_v2);
+# from 0.5.13, when the v1 worker is gone, for every EAGLE-family algorithm, overlap or not.
+SPEC_V2_RESERVE_ROUNDS = 2
+SPEC_V2_SCHEMA_ALWAYS_FROM = SPEC_V2_ANY_TOPK_FROM  # 0.5.13: EAGLEWorkerV2 alone
+
+
+def spec_v2_reserve_tokens(
+    version: str,
+    method: str,
+    num_steps: int,
+    topk: int,
+    draft_tokens: int,
+    page_size: int,
+    overlap_v2: bool,
+) -> int:
+    """KV slots a running request holds from its committed length on under SGLang `version`'s
+    spec v2 (the comment above): 2 x get_alloc_len_per_decode(); 0 where the batch runs spec
+    v1's schema (NGRAM always; 0.5.11-0.5.12 without the overlap scheduler, `overlap_v2`
+    False; a bare 0.5 and 0.5.10, which run v1). A one-line error where 0.5.11-0.5.12 would
+    raise (page > 1 with topk > 1)."""
+    rules = sglang_rules(version)
+    always = rules.from_05(SPEC_V2_SCHEMA_ALWAYS_FROM, bare=False)
+    if method == "ngram" or not (overlap_v2 or always):
+        return 0
+    if page_size == 1 or topk == 1:
+        per_round = max(num_steps * topk, draft_tokens)
+    elif not always:
+        raise KvplanError(
+            f"SGLang {str(version)[:20]} runs spec v2 here and cannot size its decode allocation "
+            f"at page size {page_size} with --speculative-eagle-topk {topk} "
+            '("get_alloc_len_per_decode not implemented for page_size > 1 and spec_topk > 1")'
+        )
+    else:
+        pages_per_branch = (page_size - 1 + num_steps + page_size - 1) // page_size
+        per_round = max(pages_per_branch * page_size * topk, draft_tokens)
+    return SPEC_V2_RESERVE_ROUNDS * per_round
 
 
 def mamba_track_slots(

@@ -1733,6 +1733,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         sglang_radix_off,
         sglang_release,
         sglang_spec_v2,
+        spec_v2_reserve_tokens,
     )
     from kvplan.simulate.engine import EngineConfig
     from kvplan.simulate.sglang import (
@@ -1907,6 +1908,17 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     ):
         options = options._replace(async_scheduling=False)
         notes.append(note("sglang-mamba-no-overlap", backend=backend))
+    # spec v2's over-allocation: the slots each running request holds from its committed length
+    # on (the token it decodes and 2 x the round's allocation - 1 more)
+    reserve = 0
+    if speculation is not None:
+        r = speculation.request
+        reserve = spec_v2_reserve_tokens(
+            options.sglang_version, r.method, r.num_steps, r.topk, r.verify_tokens,
+            alloc.block_size, spec_v2,
+        )  # fmt: skip
+    if reserve:
+        notes.append(note("sglang-spec-v2-kv", reserve=reserve, tokens=alloc.kv_cache_tokens))
     config = EngineConfig(
         max_num_seqs=running,
         max_num_batched_tokens=chunk,
@@ -1914,6 +1926,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         num_blocks=alloc.kv_cache_tokens // block,
         block_size=block,
         enable_prefix_caching=prefix_caching,
+        spec_lookahead=max(reserve - 1, 0),
         # one detokenizer process serves every DP-attention rank: each rank's engine, stepping
         # as many tokens as the others, gets 1/dp of it
         detokenizer_token_s=detokenizer_token_s(spec, options.sglang_version) * layout.dp,

@@ -445,10 +445,11 @@ class SglangEngine(Engine):
             self.ratio = max(
                 self.ratio - self.policy.new_token_ratio_decay, self.policy.min_new_token_ratio
             )
-        d = self.decode_index
-        for r in list(self.buckets[d % self.block_size].values()):
-            if r.state == DECODE and not self._extend(r, r.c0 + (d - r.j0) + 1):
+        d, lookahead = self.decode_index, self.lookahead
+        for r in self._decode_allocations():
+            if not self._extend(r, r.c0 + (d - r.j0) + 1 + lookahead):
                 raise _Unservable(r)  # alone in the pool and still out of room
+        self.spec_joined.clear()
         self.joined_at = [(r, p) for r, p in self.joined_at if r.state == DECODE]  # not retracted
         shape = BatchShape(self.num_decodes, self.context_sum, (), self.num_decodes)
         return shape, lambda timing: self._settle_decode(j, timing)
@@ -585,31 +586,53 @@ class SglangEngine(Engine):
             return  # batch_is_full before the match, cleared by the next round's filter
         self._split(self.bm.prefix_blocks(self._head_need(self.waiting[0])[2]))
 
+    def _decode_allocations(self) -> list[Req]:
+        """The decoding requests the next decode step allocates for: those whose next token
+        (with spec v2, the last of the slots held ahead: EngineConfig.spec_lookahead) opens a
+        block, and those that joined since the last decode step while slots are held ahead
+        (their first round tops up to them)."""
+        d, bs = self.decode_index, self.block_size
+        joined = {r.rid: r for r in self.spec_joined if r.state == DECODE}  # once each
+        crossing = self.buckets[(d + self.lookahead) % bs].values()
+        return [r for r in crossing if r.state == DECODE and r.rid not in joined] + list(
+            joined.values()
+        )
+
+    def _decode_need_blocks(self) -> int:
+        """check_decode_mem: the blocks the next decode step takes (a token a request, here a
+        block where it starts one; with spec v2, new_tokens_required_next_decode's top-up to
+        kv_committed_len + 2 x the per-round allocation)."""
+        d, lookahead = self.decode_index, self.lookahead
+        joined = {r.rid: r for r in self.spec_joined if r.state == DECODE}  # once each
+        crossing = self.buckets[(d + lookahead) % self.block_size].values()
+        need = sum(1 for r in crossing if r.state == DECODE and r.rid not in joined)
+        for (
+            r
+        ) in joined.values():  # the first round's top-up: every block up to the slots held ahead
+            upto = r.c0 + (d - r.j0) + 1 + lookahead
+            need += self.bm.append_cost(r.rid, upto - r.synced) if upto > r.synced else 0
+        return need
+
     def _make_room(self) -> bool:
         """check_decode_mem / retract_decode: free the blocks the next decode step needs; True
         when it retracted. Where the last decode still finds no room beside a half-prefilled
         chunked request (SGLang would abort the decode, or run out of memory in the next
         chunk), the chunked request is retracted instead: the simulator's way through."""
         d = self.decode_index
-        crossing = self.buckets[d % self.block_size]
-        # check_decode_mem: a token (here: a block where it starts one) per decoding request
-        self._evict_for(sum(1 for r in crossing.values() if r.state == DECODE))
-        if sum(1 for r in crossing.values() if r.state == DECODE) <= self.bm.num_free_blocks:
+        self._evict_for(self._decode_need_blocks())
+        if self._decode_need_blocks() <= self.bm.num_free_blocks:
             return False
         decoding = [r for r in self.running if r.state == DECODE]
         # retract_decode: sort by (outputs, -prompt) descending and pop from the end
         decoding.sort(key=lambda r: (r.outputs + (d - r.j0), -r.input_tokens), reverse=True)
         while len(decoding) > 1:
-            need = sum(1 for r in crossing.values() if r.state == DECODE)
-            if need <= self.bm.num_free_blocks:
+            if self._decode_need_blocks() <= self.bm.num_free_blocks:
                 break
             self._requeue(decoding.pop(), d, front=False)
             tokens = len(decoding) * RETRACT_DECODE_STEPS  # release_req
             self._evict_for(-(-tokens // self.block_size))
         chunked = self.chunked
-        if chunked is not None and sum(1 for r in crossing.values() if r.state == DECODE) > (
-            self.bm.num_free_blocks
-        ):
+        if chunked is not None and self._decode_need_blocks() > self.bm.num_free_blocks:
             self.chunked = None
             self._requeue(chunked, d, front=True)  # admitted before every waiting request
         outputs = sum(r.outputs + (d - r.j0) for r in decoding)

@@ -9,7 +9,8 @@ text("sglang-rules")(
         + (
             "(main, April 2026: pool_configurator, model_runner_kv_cache_mixin)"
             if version == "0.5"
-            else "(the 0.4 releases' server_args defaults: mem_fraction_static by TP)"
+            else "(the 0.4 releases' server_args defaults, by patch: mem_fraction_static by TP "
+            "before 0.4.7.post1, by a reserved-memory bucket from it)"
         )
         + f"; mem_fraction_static {fraction}"
         + (
@@ -117,6 +118,18 @@ text("sglang-mamba-extra-buffer")(
         "(_calculate_mamba_ratio; the flag is from 0.5.7)."
     )
 )
+text("sglang-spec-v2-kv")(
+    lambda reserve, tokens: (
+        f"Spec v2's KV over-allocation: each running request holds {reserve} KV slots from its "
+        "committed length on, 2 x max(topk x steps, draft tokens) (get_alloc_reserve_per_decode; "
+        "page-rounded where the page and topk are above 1), topped up before every round "
+        "(prepare_for_decode), so the "
+        f"{tokens:,}-token pool admits and keeps fewer requests: the slots are taken from the "
+        "free tokens admission counts, and check_decode_mem retracts when the top-up does not "
+        "fit. SGLang runs this schema in 0.5.11-0.5.12 beside the overlap scheduler and from "
+        "0.5.13 for every EAGLE-family algorithm (ScheduleBatch.is_spec_v2)."
+    )
+)
 text("sglang-spec-mode")(
     lambda version, v2: (
         (
@@ -126,9 +139,7 @@ text("sglang-spec-mode")(
             "max(host, (k - 1) draft steps + verification + max(draft extend, the host's "
             "pass that prepares the next round after waiting for the verification)); that pass "
             "is priced as a decode step's host pass, which attention backends that skip the "
-            "sequence-length copy (needs_cpu_seq_lens False, from 0.5.13) also hide. The "
-            "KV slots spec v2 allocates ahead (2 x max(topk x steps, draft tokens) a running "
-            "request) are not held."
+            "sequence-length copy (needs_cpu_seq_lens False, from 0.5.13) also hide."
         )
         if v2
         else (
