@@ -105,3 +105,15 @@ def test_fewer_sequences_shrink_the_profile_run_the_refusal_names():
     )  # fmt: skip
     assert code == 0, err
     assert "Available KV cache memory: 0.3 GiB" in out
+
+
+def test_plan_groups_the_refusal_without_blaming_the_weights():
+    """plan --emit vllm rules out the same launch (vLLM's default 8,192 batched tokens and 1,024
+    sequences) under a reason that does not claim the weights are what fails."""
+    code, out, err = run_cli(
+        "plan", "deepseek-ai/DeepSeek-V3.2", "--gpu", "h20", "--price", "h20=2", "--tp", "8",
+        "--rate", "1", "--slo", "tpot_p99=1s", "--input-len", "2048", "--output-len", "1024",
+        "--num-prompts", "20", "--kv-cache-dtype", "auto", "--speculative", "off",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "weights, the profile run or one max-length request do not fit" in out
