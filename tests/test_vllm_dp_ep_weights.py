@@ -77,3 +77,5 @@ def test_the_recipes_printed_h800_launch_cannot_hold_its_weights():
         "--num-prompts", "8", "--input-len", "1000", "--output-len", "512",
     )  # fmt: skip
     assert code == 2 and "no memory is left for the KV cache" in err
+    # the refusal names the weights, not the profile run, as what does not fit
+    assert "the weights alone (73.31 GiB a rank) exceed the 67.31 GiB requested" in err

@@ -42,6 +42,7 @@ from kvplan.engines.vllm_memory import (
     SMALL_GPU_DEFAULTS,
     StageMemory,
     batch_defaults,
+    no_kv_memory_message,
     stage_memory,
 )
 from kvplan.engines.vllm_schedule import (
@@ -1082,10 +1083,13 @@ def vllm_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) ->
         else:
             notes.append(note("vllm-cuda-graphs-subtracted"))
     if min(available) <= 0:
-        raise KvplanError(
-            f"no memory is left for the KV cache ({min(available) / GIB:,.2f} GiB on the "
-            "fullest rank): the weights do not fit; raise --tp/--pp or --gpu-memory-utilization"
-        )
+        if memory is None:
+            raise KvplanError(
+                f"no memory is left for the KV cache (--kv-cache-memory gives "
+                f"{min(available) / GIB:,.2f} GiB)"
+            )
+        fullest = min(memory, key=lambda m: m.available_bytes)
+        raise KvplanError(no_kv_memory_message(fullest, request.tp))
     allocations = []
     # with -dcp a rank holds every dcp-th token: vLLM sizes a request's blocks per rank for
     # cdiv(max_model_len, dcp) tokens (AttentionSpec.max_memory_usage_bytes)

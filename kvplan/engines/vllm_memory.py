@@ -23,6 +23,7 @@ from kvplan.dtypes import ELEMENT_BYTES
 from kvplan.engines.releases import VLLM_VERSION
 from kvplan.formulas.memory import (
     DEFAULT_SM_COUNT,
+    NON_TORCH_MEASURED_MAX_TP,
     ActivationPeak,
     activation_peak,
     mla_workspace_bytes,
@@ -286,3 +287,36 @@ def stage_memory(
         graphs = CUDA_GRAPH_BASE_BYTES + CUDA_GRAPH_PER_LAYER_BYTES * len(stage.layers)
     available = requested - non_kv - (graphs if subtract_cuda_graphs else 0)
     return StageMemory(index, requested, weights, peak, non_torch, non_kv, graphs, available)
+
+
+def no_kv_memory_message(memory: StageMemory, tp: int) -> str:
+    """Why vLLM stops at start-up with nothing left for the KV cache on this rank ("No available
+    memory for the cache blocks"): the weights alone past the requested memory, or weights that
+    fit and the profile run's terms that take the rest. The two call for different remedies."""
+    weights = memory.weights.total_bytes
+    head = f"no memory is left for the KV cache ({memory.available_bytes / GIB:,.2f} GiB on the "
+    if weights >= memory.requested_bytes:
+        return (
+            f"{head}fullest rank): the weights alone ({weights / GIB:,.2f} GiB a rank) exceed "
+            f"the {memory.requested_bytes / GIB:,.2f} GiB requested; raise --tp/--pp or "
+            "--gpu-memory-utilization"
+        )
+    graphs = memory.requested_bytes - memory.non_kv_bytes - memory.available_bytes
+    terms = [
+        f"torch peak ({memory.peak.total_bytes / GIB:,.2f} GiB)",
+        f"non-torch memory ({memory.non_torch_bytes / GIB:,.2f} GiB"
+        + (
+            f", TP {NON_TORCH_MEASURED_MAX_TP}'s: TP {tp} is not measured)"
+            if tp > NON_TORCH_MEASURED_MAX_TP
+            else ")"
+        ),
+    ]
+    if graphs > 0:  # subtracted from vLLM 0.21 on
+        terms.append(f"CUDA graphs ({graphs / GIB:,.2f} GiB)")
+    listed = ", ".join(terms[:-1]) + " and " + terms[-1]
+    return (
+        f"{head}fullest rank): the weights ({weights / GIB:,.2f} GiB a rank) fit in the "
+        f"{memory.requested_bytes / GIB:,.2f} GiB requested, but the profile run's {listed} "
+        "take the rest; lower --max-num-seqs or --max-num-batched-tokens, or raise --tp/--pp "
+        "or --gpu-memory-utilization"
+    )

@@ -46,6 +46,7 @@ MLA_WORKSPACE_MAX_TOKENS = 65536  # vLLM's cap on the MLA prefill workspace (chu
 NON_TORCH_TP1_BYTES = int(0.25 * GIB)
 NON_TORCH_PP_ONLY_BYTES = int(0.07 * GIB)  # pipeline ranks at TP 1: point-to-point only
 NON_TORCH_TP_BYTES = {2: int(2.08 * GIB), 4: int(2.17 * GIB)}
+NON_TORCH_MEASURED_MAX_TP = 4  # past it the TP 4 figure stands in, unmeasured
 
 
 def non_torch_bytes(tp: int = 1, pp: int = 1) -> int:

@@ -1331,7 +1331,7 @@ def _reason(message: str) -> str:
     if "does not divide" in message or "neither divides" in message:
         return "TP does not divide the heads"
     if "no memory is left" in message or "cannot hold one" in message:
-        return "weights or one max-length request do not fit"
+        return "weights, the profile run or one max-length request do not fit"
     if "GPUs on one node" in message:
         return "more GPUs on a node than the profile's gpus_per_node"
     if "do not split evenly over" in message:

@@ -1,6 +1,7 @@
 """The words of vLLM's allocation: its rules, the memory profile, block sizes, layer grouping. Made
 in kvplan/engines/vllm.py."""
 
+from kvplan.formulas.memory import NON_TORCH_MEASURED_MAX_TP
 from kvplan.present.notes.registry import text
 
 text("vllm-rules")(lambda version: f"Rules of vLLM V1 {version}.")
@@ -19,7 +20,11 @@ text("vllm-memory-estimated")(
         + ". Against 56 vLLM 0.19 start-up logs on H100 (tests/test_vllm_logs.py) it is off by "
         "0.04 GiB at the median and 0.22 GiB at worst; the non-torch term was measured on H100 "
         "SXM only"
-        + (", and TP 8 is not measured (the TP 4 figure is used)" if tp > 4 else "")
+        + (
+            ", and TP 8 is not measured (the TP 4 figure is used)"
+            if tp > NON_TORCH_MEASURED_MAX_TP
+            else ""
+        )
         + ". Pass --kv-cache-memory with a logged figure for exact counts."
     )
 )
