@@ -19,6 +19,7 @@ from kvplan.engines.context_limit import ContextLimit
 from kvplan.engines.sglang import (
     detokenizer_path,
     detokenizer_token_s,
+    frontend_serial_request_s,
     gpt_oss_below_blackwell,
     gpt_oss_sm120_other_kernel,
     sglang_after_sm120_marlin,
@@ -560,6 +561,15 @@ def _replica_pool(config, requests, request: SimulateRequest, context: ContextLi
     return without_idle_caching(config, share), demand
 
 
+def served_by(request: SimulateRequest) -> Frontend:
+    """The API server in front of the replicas: SGLang's does each request's parsing, chat
+    template and tokenization in its one process, in turn (frontend_serial_request_s); vLLM's
+    per-request cost has no serial part timed."""
+    if request.serve.engine != "sglang" or request.frontend.serial_request_s:
+        return request.frontend
+    return request.frontend._replace(serial_request_s=frontend_serial_request_s())
+
+
 def run_once(
     replica: Replica,
     requests,
@@ -590,7 +600,7 @@ def run_once(
             engines,
             router=request.router,
             max_concurrency=request.max_concurrency,
-            frontend=request.frontend,
+            frontend=served_by(request),
             context=replica.context,
             lockstep=replica.layout.dp if replica.layout is not None else 1,
         )
