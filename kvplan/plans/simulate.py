@@ -28,7 +28,7 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import run_untimed_parts
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_time_s
 from kvplan.inputs.hardware import GpuProfile, choose_link, with_interconnect
-from kvplan.inputs.kernel_tables import detokenizer_data
+from kvplan.inputs.kernel_tables import detokenizer_data, frontend_data
 from kvplan.inputs.published_accuracy import held_out_accuracy
 from kvplan.notes import Note, note, unique
 from kvplan.plans import intervals
@@ -838,6 +838,14 @@ def _weak_spots(
     if request.serve.pp > 1:
         notes.append(note("sim-weak-pp"))
     if request.serve.engine == "sglang":
+        frontend = frontend_data()
+        notes.append(
+            note(
+                "sim-sglang-frontend",
+                per_request_us=round(served_by(request).serial_request_s * 1e6),
+                cpu=frontend.cpu,
+            )
+        )
         known = held_out_accuracy("sglang")
         notes.append(
             note(
