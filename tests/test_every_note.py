@@ -1158,6 +1158,7 @@ SOURCES: dict[str, str] = {
     "sim-preemptions": "simulate small pool",
     "sim-prefix-caching-off-hybrid": "simulate hybrid pp sharegpt",
     "sim-sglang": "simulate sglang",
+    "sim-sglang-frontend": "simulate sglang",
     "sim-sglang-pool-caps": "simulate sglang",
     "sim-sglang-version-nearest": "simulate sglang",
     "sim-sharegpt": "simulate hybrid pp sharegpt",

@@ -54,7 +54,7 @@ from kvplan.engines.vllm_memory import mxfp4_alignment, weights_per_rank
 from kvplan.errors import KvplanError
 from kvplan.formulas.weights import resolve_weights_dtype
 from kvplan.inputs.hardware import GpuProfile
-from kvplan.inputs.kernel_tables import detokenizer_data
+from kvplan.inputs.kernel_tables import detokenizer_data, frontend_data
 from kvplan.notes import Note, note, unique
 from kvplan.record import NamedTuple
 from kvplan.units import GIB, MIB
@@ -493,6 +493,15 @@ def detokenizer_token_s(spec: ModelSpec, version: str) -> float:
     if path not in DETOKENIZER_TIMED_PATHS:
         return 0.0
     return detokenizer_data().per_request_token_s[path]
+
+
+def frontend_serial_request_s() -> float:
+    """Seconds of CPU SGLang's one HTTP server process spends on each /v1/chat/completions
+    request before the scheduler sees it, one request after another (http_server.py ->
+    serving_chat.py apply_chat_template(tokenize=True) -> tokenizer_manager.py send_pyobj, all
+    in the uvicorn process; kvplan/data/kernel_tables/sglang_frontend.json, timed on another
+    CPU than a serving host's with uvicorn's own work untimed: a lower bound)."""
+    return frontend_data().serial_request_s
 
 
 # Device memory in use before SGLang measures "free before load" (after NCCL init): the CUDA

@@ -1077,6 +1077,25 @@ def host_overheads_data() -> HostOverheadsFile:
     return HostOverheadsFile(values, doc["source"])
 
 
+class FrontendFile(NamedTuple):
+    """sglang_frontend.json (scripts/bench_frontend.py): the CPU seconds SGLang's HTTP server
+    process spends on each chat request before the scheduler sees it (json, validation, chat
+    template with tokenization, the pickle to the scheduler), and the CPU it was timed on."""
+
+    serial_request_s: float
+    prompt_tokens: float  # the timed prompts' mean length, chat template included
+    cpu: str
+    source: str
+
+
+@cache
+def frontend_data() -> FrontendFile:
+    doc = json.loads((FOLDER / "sglang_frontend.json").read_text(encoding="utf-8"))
+    return FrontendFile(
+        doc["serial_request_us"] * 1e-6, doc["prompt_tokens"], doc["cpu"], doc["source"]
+    )
+
+
 class DetokenizerFile(NamedTuple):
     """sglang_detokenizer.json (scripts/bench_detokenizer.py): SGLang's detokenizer seconds per
     streamed token per request on a Moonshot tiktoken tokenizer, by decode path, at the largest

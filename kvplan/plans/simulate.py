@@ -19,6 +19,7 @@ from kvplan.engines.context_limit import ContextLimit
 from kvplan.engines.sglang import (
     detokenizer_path,
     detokenizer_token_s,
+    frontend_serial_request_s,
     gpt_oss_below_blackwell,
     gpt_oss_sm120_other_kernel,
     sglang_after_sm120_marlin,
@@ -27,7 +28,7 @@ from kvplan.errors import KvplanError
 from kvplan.formulas.batch_step import run_untimed_parts
 from kvplan.formulas.comm import kv_transfer_bytes, kv_transfer_time_s
 from kvplan.inputs.hardware import GpuProfile, choose_link, with_interconnect
-from kvplan.inputs.kernel_tables import detokenizer_data
+from kvplan.inputs.kernel_tables import detokenizer_data, frontend_data
 from kvplan.inputs.published_accuracy import held_out_accuracy
 from kvplan.notes import Note, note, unique
 from kvplan.plans import intervals
@@ -561,6 +562,15 @@ def _replica_pool(config, requests, request: SimulateRequest, context: ContextLi
     return without_idle_caching(config, share), demand
 
 
+def served_by(request: SimulateRequest) -> Frontend:
+    """The API server in front of the replicas: SGLang's does each request's parsing, chat
+    template and tokenization in its one process, in turn (frontend_serial_request_s); vLLM's
+    per-request cost has no serial part timed."""
+    if request.serve.engine != "sglang" or request.frontend.serial_request_s:
+        return request.frontend
+    return request.frontend._replace(serial_request_s=frontend_serial_request_s())
+
+
 def run_once(
     replica: Replica,
     requests,
@@ -591,7 +601,7 @@ def run_once(
             engines,
             router=request.router,
             max_concurrency=request.max_concurrency,
-            frontend=request.frontend,
+            frontend=served_by(request),
             context=replica.context,
             lockstep=replica.layout.dp if replica.layout is not None else 1,
         )
@@ -864,6 +874,14 @@ def _weak_spots(
     if request.serve.pp > 1:
         notes.append(note("sim-weak-pp"))
     if request.serve.engine == "sglang":
+        frontend = frontend_data()
+        notes.append(
+            note(
+                "sim-sglang-frontend",
+                per_request_us=round(served_by(request).serial_request_s * 1e6),
+                cpu=frontend.cpu,
+            )
+        )
         known = held_out_accuracy("sglang")
         notes.append(
             note(

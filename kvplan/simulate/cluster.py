@@ -2,8 +2,9 @@
 
 - Clients send each request at its scheduled time; with a concurrency limit a request waits for a
   free slot first (`vllm bench serve --max-concurrency`: the wait is not part of its TTFT).
-- The API server adds `request_s` before the engine sees a request, and streams every token it
-  is handed: one server per replica, `per_token_s` of work per token, in the order the engine
+- The API server adds `request_s` before the engine sees a request (its `serial_request_s`
+  part done by one process per replica, request after request: at a burst the requests reach
+  the engines that far apart, Frontend.served_s), and streams every token it is handed: one server per replica, `per_token_s` of work per token, in the order the engine
   produced them. When the engine outpaces it, tokens queue and the client sees the server's pace.
 - The router picks a replica per request: round robin, least outstanding requests, or cache-aware
   (the replica whose prefix cache holds the longest prefix of the prompt, among those not much
@@ -77,6 +78,9 @@ def run(
     finished: list[Req] = []
     outstanding = [0] * len(engines)
     turn = [0]
+    # each server's front-end process: when it is free (one per replica, a DP-attention group
+    # being one server); a request takes the one free first
+    servers = [0.0] * max(1, len(engines) // max(1, lockstep))
 
     def dispatch(now: float) -> None:
         nonlocal free_slots
@@ -84,7 +88,10 @@ def run(
             spec = pending.popleft()
             start = max(spec.arrival_s, now)
             free_slots -= 1
-            heapq.heappush(arrivals, (start + frontend.request_s, spec.rid, start, spec))
+            server = min(range(len(servers)), key=servers.__getitem__)
+            served = frontend.served_s(start, servers[server])
+            servers[server] = served
+            heapq.heappush(arrivals, (served, spec.rid, start, spec))
 
     dispatch(0.0)
     units: list = (

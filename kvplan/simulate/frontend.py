@@ -14,3 +14,17 @@ class Frontend(NamedTuple):
 
     request_s: float = 15.563e-3
     per_token_s: float = 45.91e-6
+    # the part of request_s one server process does for each request in turn (0: none timed).
+    # SGLang parses, validates, applies the chat template, tokenizes and hands each request to
+    # the scheduler in its one HTTP server process (engines.sglang.frontend_serial_request_s):
+    # at a burst the requests reach the scheduler one such interval apart
+    serial_request_s: float = 0.0
+
+    def served_s(self, start_s: float, free_s: float) -> float:
+        """When the engine sees a request sent at `start_s` whose server process is free from
+        `free_s`: `request_s` after it alone; its serial part waits for the requests before it
+        (one server process each, first come first served)."""
+        alone_s = start_s + self.request_s
+        if self.serial_request_s <= 0.0:  # nothing done in turn: no request waits
+            return alone_s
+        return max(alone_s - self.serial_request_s, free_s) + self.serial_request_s

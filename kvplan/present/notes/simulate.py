@@ -235,6 +235,15 @@ text("sim-weak-general")(
         "queueing amplifies step-time errors near saturation."
     )
 )
+text("sim-sglang-frontend")(
+    lambda per_request_us, cpu: (
+        "SGLang's one HTTP server process parses, templates, tokenizes and hands each request "
+        f"to the scheduler in turn: kvplan charges {per_request_us:,} us of it per request, "
+        "serially (a burst reaches the scheduler that far apart), timed by "
+        f"scripts/bench_frontend.py on {cpu} with a chat request and uvicorn's own work "
+        "untimed: a lower bound, and the serving host's CPU moves it in proportion."
+    )
+)
 text("sim-weak-moe")(
     lambda timed: (
         (
