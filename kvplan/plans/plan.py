@@ -1294,7 +1294,14 @@ def _layout_fields(spec: ModelSpec, request: PlanRequest, index: int) -> dict:
 def _check_sglang_flags(spec: ModelSpec, request: PlanRequest) -> None:
     """--disable-radix-cache and --speculative-skip-dp-mlp-sync where SGLang takes them:
     refused before searching for --emit vllm, and the latter without DP attention or without
-    an EAGLE/NEXTN layout to search (SGLang asserts EAGLE; kvplan.simulate.speculative)."""
+    an EAGLE/NEXTN layout to search (SGLang asserts EAGLE; kvplan.simulate.speculative). An
+    --emit sglang release without a model of its own for the checkpoint's architecture is
+    refused before searching too (the allocation's check_sglang_own_model: it used to rule out
+    every configuration, one by one, and answer "none meet the targets")."""
+    if request.emit == "sglang":
+        from kvplan.engines.sglang import check_sglang_own_model
+
+        check_sglang_own_model(spec, ServeOptions(**release_fields(request)).sglang_version)
     for given, flag in (
         (request.disable_radix_cache, "--disable-radix-cache"),
         (request.speculative_skip_dp_mlp_sync, "--speculative-skip-dp-mlp-sync"),
