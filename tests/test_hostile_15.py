@@ -2,13 +2,24 @@
 1. `kvplan plan MODEL --emit sglang --engine-version R` where release R has no SGLang model for
 the checkpoint's architecture (Qwen3.5 on 0.5.2): simulate and engine refuse it in one line, but
 plan built all 160 configurations, ruled each out for that one reason and exited 0 with "no
-configuration meets the targets"."""
+configuration meets the targets".
+2. scripts/bench_consistency.py (and the cookbook collector that calls it) on a record whose
+numbers no run can print: a median TTFT of 0 ms with one output token, a request rate of 0, a
+printed duration of 0 s ended in ZeroDivisionError; a negative or NaN median gave a negative or
+NaN implied throughput that flagged (or silently passed) the run; a run with no completed
+request was checked against the prompts it sent. The collector
+(scripts/collect_external_runs.py) divided by a printed duration or throughput of 0 and ran
+int() on an --num-prompts of "$N" before any check: a traceback for the whole page."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from helpers import run_cli
+from helpers import REPO, load_script, run_cli
+
+consistency = load_script("bench_consistency")
 
 
 def one_line_error(code: int, out: str, err: str) -> None:
@@ -43,3 +54,149 @@ def test_the_plan_gate_is_the_engines_own():
     _check_sglang_flags(spec, PlanRequest(**{**fields, "emit": "vllm"}, engine_version="0.19"))
     with pytest.raises(KvplanError, match="no model for Qwen3_5Moe"):
         _check_sglang_flags(spec, PlanRequest(**fields, engine_version="0.5.8.post1"))
+
+
+# ---- 2. the consistency check on records no run prints -----------------------------------------
+def record(**kw) -> dict:
+    """10 requests one at a time, 400 output tokens each, TTFT 50 ms, TPOT 10 ms, 100 tok/s."""
+    measured = {
+        "median_ttft_ms": 50.0,
+        "median_tpot_ms": 10.0,
+        "completed": 10,
+        "output_throughput": 100.0,
+        "duration_s": 40.0,
+    }
+    measured.update(kw.pop("measured", {}))
+    base = {
+        "id": "x",
+        "num_prompts": 10,
+        "max_concurrency": 1,
+        "request_rate": None,
+        "output_len": 400.0,
+        "measured": measured,
+    }
+    return {**base, **kw}
+
+
+HOSTILE = {
+    "no latency": record(output_len=1.0, measured={"median_ttft_ms": 0.0}),
+    "zero medians": record(measured={"median_ttft_ms": 0.0, "median_tpot_ms": 0.0}),
+    "rate 0": record(max_concurrency=4, request_rate=0.0),
+    "negative rate": record(max_concurrency=4, request_rate=-1.0),
+    "nan rate": record(max_concurrency=4, request_rate=math.nan),
+    "negative TTFT": record(measured={"median_ttft_ms": -5000.0}),
+    "NaN TTFT": record(measured={"median_ttft_ms": math.nan}),
+    "inf TPOT": record(measured={"median_tpot_ms": math.inf}),
+    "text TTFT": record(measured={"median_ttft_ms": "50"}),
+    "bool TPOT": record(measured={"median_tpot_ms": True}),
+    "no output": record(output_len=0.0),
+    "negative concurrency": record(max_concurrency=-3),
+    "no request completed": record(measured={"completed": 0, "output_throughput": 0.0}),
+    "completed a fraction": record(measured={"completed": 2.5}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_record_no_run_prints_is_not_checked_and_never_flagged(name):
+    case = HOSTILE[name]
+    implied = consistency.implied_output_throughput(case)
+    assert implied.output_throughput is None, implied
+    assert implied.basis.startswith("not checked: "), implied.basis
+    row = consistency.check(case)
+    assert row.ratio is None and not row.flagged
+
+
+def test_the_rules_still_check_a_record_with_sound_numbers():
+    sound = consistency.check(record())
+    latency_s = 0.050 + 399 * 0.010
+    assert sound.implied.output_throughput == pytest.approx(400 / latency_s)
+    assert sound.ratio == pytest.approx(100.0 / (400 / latency_s)) and not sound.flagged
+    # a TTFT of 0 with more than one output token still has a latency: checked
+    assert consistency.check(record(measured={"median_ttft_ms": 0.0})).ratio is not None
+    # concurrency 0 reads as none given (every request at once), as before
+    at_once = consistency.implied_output_throughput(record(max_concurrency=0))
+    assert at_once.output_throughput is None and "slowest" in at_once.basis
+
+
+@pytest.mark.parametrize("duration", [0.0, -1.0, math.nan, math.inf, "40"])
+def test_the_one_off_reading_needs_a_printed_duration(duration):
+    case = record(measured={"duration_s": duration, "output_throughput": 40.0})
+    assert consistency.sequential_one_off(case, 4000.0, 4000.0) is None
+    # the same record with its duration: the means account for it (10 x 4 s of 40 s)
+    sound = consistency.sequential_one_off(record(measured={"output_throughput": 40.0}), 4000.0, 4000.0)  # fmt: skip
+    assert sound is not None and sound["metrics"] == ["output_throughput"]
+
+
+# ---- 2b. the collector drops such a block with its reason --------------------------------------
+def cookbook_block(**measured) -> dict:
+    """A printed block of the SGLang cookbook as runs_in reads it (Llama4.md#L312's numbers)."""
+    printed = {
+        "completed": 10,
+        "duration_s": 68.08,
+        "total_input_tokens": 6101,
+        "total_output_tokens": 4220,
+        "output_throughput": 61.99,
+        "median_ttft_ms": 57.45,
+        "median_tpot_ms": 5.96,
+        "printed_concurrency": 1,
+    }
+    return {
+        "line": 312,
+        "hardware": "Hardware: AMD MI300x GPU",
+        "heading": "### 5.1.1 Low Concurrency (Latency-Optimized)",
+        "version": "sglang version: 0.5.9",
+        "serve": "sglang serve --model-path meta-llama/Llama-4-Maverick-17B-128E-Instruct --tp 8",
+        "bench": "python3 -m sglang.bench_serving --backend sglang --dataset-name random "
+        "--random-input-len 1000 --random-output-len 1000 --num-prompts 10 --max-concurrency 1",
+        "added": None,
+        "measured": {**printed, **measured},
+        "path": "docs/autoregressive/Llama/Llama4.md",
+    }
+
+
+@pytest.fixture(scope="module")
+def collect():
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    return load_script("collect_external_runs")
+
+
+@pytest.mark.parametrize(
+    "measured",
+    [
+        {"duration_s": 0.0},
+        {"output_throughput": 0.0},
+        {"completed": 0},
+        {"median_ttft_ms": "nan"},
+        {"median_tpot_ms": math.nan},
+        {"median_ttft_ms": -1.0},
+        {"total_output_tokens": math.inf},
+    ],
+)
+def test_the_collector_drops_a_block_of_figures_no_run_prints(collect, measured):
+    case, why = collect.case_of(cookbook_block(**measured))
+    assert case is None and "not a figure a completed run prints" in why, why
+    assert next(iter(measured)) in why
+
+
+@pytest.mark.parametrize(
+    "bench",
+    [
+        "--num-prompts $N --max-concurrency 1",
+        "--num-prompts 10 --max-concurrency one",
+        "--num-prompts 10.5 --max-concurrency 1",
+        "--num-prompts 10 --max-concurrency 1 'unclosed",
+    ],
+)
+def test_the_collector_drops_a_block_whose_commands_give_no_number(collect, bench):
+    raw = cookbook_block()
+    raw["bench"] = raw["bench"].replace("--num-prompts 10 --max-concurrency 1", bench)
+    case, why = collect.case_of(raw)
+    assert case is None and why.startswith("the commands give a number no run takes"), why
+
+
+def test_the_collector_keeps_the_sound_block(collect):
+    case, why = collect.case_of(cookbook_block())
+    assert case is not None, why
+    assert case["measured"]["duration_s"] == 68.08 and case["num_prompts"] == 10
