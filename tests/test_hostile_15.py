@@ -9,7 +9,12 @@ printed duration of 0 s ended in ZeroDivisionError; a negative or NaN median gav
 NaN implied throughput that flagged (or silently passed) the run; a run with no completed
 request was checked against the prompts it sent. The collector
 (scripts/collect_external_runs.py) divided by a printed duration or throughput of 0 and ran
-int() on an --num-prompts of "$N" before any check: a traceback for the whole page."""
+int() on an --num-prompts of "$N" before any check: a traceback for the whole page.
+3. `kvplan plan --emit sglang --mamba-scheduler-strategy bogus` (or extra_buffer for a model
+without recurrent state) ruled out every configuration for that one reason and exited 0 with
+"no configuration meets the targets", where simulate and engine refuse it in one line; and a
+strategy given as `EXTRA_BUFFER` was printed as given in every launch command, which SGLang's
+argument parser (case-sensitive choices) refuses."""
 
 from __future__ import annotations
 
@@ -200,3 +205,48 @@ def test_the_collector_keeps_the_sound_block(collect):
     case, why = collect.case_of(cookbook_block())
     assert case is not None, why
     assert case["measured"]["duration_s"] == 68.08 and case["num_prompts"] == 10
+
+
+# ---- 3. plan's mamba strategy: checked before the search, launched as SGLang spells it ---------
+PLAN_HYBRID = (
+    "plan", "qwen3.5-35b-a3b", "--emit", "sglang", "--gpu", "h200", "--rate", "1", "--slo",
+    "ttft_p99=5s", "--num-prompts", "20", "--max-gpus", "1", "--jobs", "1", "--tp", "1",
+    "--max-num-seqs", "8", "--max-num-batched-tokens", "2048", "--kv-cache-dtype", "auto",
+    "--engine-version", "0.5.14",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "model, strategy, says",
+    [
+        ("qwen3.5-35b-a3b", "bogus", "choose no_buffer or extra_buffer"),
+        ("qwen3.5-35b-a3b", "extra-buffer", "choose no_buffer or extra_buffer"),
+        ("llama-3.1-8b", "extra_buffer", "needs a model with recurrent state"),
+    ],
+)
+def test_plan_refuses_a_mamba_strategy_sglang_refuses_before_the_search(model, strategy, says):
+    argv = list(PLAN_HYBRID)
+    argv[1] = model
+    code, out, err = run_cli(*argv, "--mamba-scheduler-strategy", strategy, "--format", "json")
+    one_line_error(code, out, err)
+    assert says in err, err
+
+
+def test_the_strategy_name_is_sglangs_spelling():
+    from kvplan.engines.sglang import mamba_strategy_name
+    from kvplan.errors import KvplanError
+
+    assert mamba_strategy_name(" EXTRA_BUFFER ") == "extra_buffer"
+    assert mamba_strategy_name(None) == "no_buffer"
+    with pytest.raises(KvplanError, match="choose no_buffer or extra_buffer"):
+        mamba_strategy_name("extra")
+
+
+def test_plan_launches_the_strategy_as_sglang_spells_it():
+    from kvplan.plans.plan import PlanRequest, mode_flags
+
+    request = PlanRequest(
+        rate=1.0, slos=(), emit="sglang", engine_version="0.5.14",
+        mamba_scheduler_strategy=" EXTRA_BUFFER",
+    )  # fmt: skip
+    assert mode_flags(request) == "--mamba-radix-cache-strategy extra_buffer"

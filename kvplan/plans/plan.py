@@ -788,10 +788,11 @@ def mode_flags(request: PlanRequest) -> str | None:
         flags.append("--enforce-eager" if request.emit == "vllm" else "--disable-cuda-graph")
     flags.extend(request.piecewise.given())
     if request.mamba_scheduler_strategy is not None:
-        from kvplan.engines.sglang import mamba_strategy_flag
+        from kvplan.engines.sglang import mamba_strategy_flag, mamba_strategy_name
 
         version = ServeOptions(**release_fields(request)).sglang_version
-        flags.append(f"{mamba_strategy_flag(version)} {request.mamba_scheduler_strategy}")
+        name = mamba_strategy_name(request.mamba_scheduler_strategy)
+        flags.append(f"{mamba_strategy_flag(version)} {name}")
     flags.extend(f"{flag} {value}" for flag, value in request.backends.given())
     return " ".join(flags) or None
 
@@ -1310,10 +1311,10 @@ def _check_sglang_flags(spec: ModelSpec, request: PlanRequest) -> None:
         if given and request.emit != "sglang":
             raise KvplanError(f"{flag} is SGLang's: give --emit sglang")
     if request.mamba_scheduler_strategy is not None:
-        from kvplan.engines.sglang import check_mamba_strategy_release
+        from kvplan.engines.sglang import check_mamba_strategy_given
 
         version = ServeOptions(**release_fields(request)).sglang_version
-        check_mamba_strategy_release(request.mamba_scheduler_strategy, version)
+        check_mamba_strategy_given(spec, request.mamba_scheduler_strategy, version)
     if not request.speculative_skip_dp_mlp_sync:
         return
     from kvplan.engines.sglang import check_skip_dp_mlp_sync_release
