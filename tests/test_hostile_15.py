@@ -14,7 +14,10 @@ int() on an --num-prompts of "$N" before any check: a traceback for the whole pa
 without recurrent state) ruled out every configuration for that one reason and exited 0 with
 "no configuration meets the targets", where simulate and engine refuse it in one line; and a
 strategy given as `EXTRA_BUFFER` was printed as given in every launch command, which SGLang's
-argument parser (case-sensitive choices) refuses."""
+argument parser (case-sensitive choices) refuses.
+4. `kvplan plan llama-3.1-8b --emit vllm --speculative-config '{"method": "mtp", ...}'` ruled
+out every configuration ("has no MTP layers") and exited 0; SGLang's NEXTN on the same model
+is refused in one line before the search."""
 
 from __future__ import annotations
 
@@ -250,3 +253,26 @@ def test_plan_launches_the_strategy_as_sglang_spells_it():
         mamba_scheduler_strategy=" EXTRA_BUFFER",
     )  # fmt: skip
     assert mode_flags(request) == "--mamba-radix-cache-strategy extra_buffer"
+
+
+# ---- 4. an MTP draft of a checkpoint without MTP layers, refused before plan's search ----------
+def test_plan_refuses_a_vllm_mtp_draft_of_a_model_without_mtp_layers():
+    code, out, err = run_cli(
+        "plan", "llama-3.1-8b", "--emit", "vllm", "--gpu", "h200", "--rate", "1", "--slo",
+        "ttft_p99=5s", "--num-prompts", "20", "--max-gpus", "1", "--jobs", "1", "--tp", "1",
+        "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}',
+    )  # fmt: skip
+    one_line_error(code, out, err)
+    assert "llama-3.1-8b has no MTP layers" in err, err
+
+
+def test_the_mtp_check_is_resolves_own():
+    from kvplan.errors import KvplanError
+    from kvplan.inputs.sources import load_model
+    from kvplan.simulate.speculative import SpecDecode, check_mtp
+
+    mtp = SpecDecode("mtp", 3, 1, 4, None)
+    assert check_mtp(load_model("deepseek-v3"), mtp) >= 1
+    assert check_mtp(load_model("llama-3.1-8b"), mtp._replace(method="eagle")) == 0
+    with pytest.raises(KvplanError, match="no MTP layers"):
+        check_mtp(load_model("llama-3.1-8b"), mtp)

@@ -867,8 +867,8 @@ def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
 
 
 def _check_speculative(spec: ModelSpec, request: PlanRequest) -> None:
-    """A speculative layout or acceptance no configuration could run: refused before
-    searching."""
+    """A speculative layout or acceptance no configuration could run (an MTP draft of a
+    checkpoint without MTP layers, as SGLang's NEXTN): refused before searching."""
     from kvplan.simulate import speculative
 
     for layout in speculative_layouts(spec, request)[1:]:
@@ -876,6 +876,7 @@ def _check_speculative(spec: ModelSpec, request: PlanRequest) -> None:
         asked = speculative.requested(spec, options)
         if asked is None:
             continue
+        speculative.check_mtp(spec, asked)
         speculative.parse_accept(options.spec_accept, options.spec_accept_length, asked)
 
 

@@ -301,6 +301,17 @@ def _number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def check_mtp(spec: ModelSpec, request: SpecDecode) -> int:
+    """The checkpoint's MTP layers (mtp_layers) a method-mtp request drafts with: one line
+    where it has none (resolve's check, and `plan`'s before its search)."""
+    count = mtp_layers(spec)
+    if request.method == "mtp" and not count:
+        raise KvplanError(
+            f"{spec.name} has no MTP layers (num_nextn_predict_layers) for method mtp"
+        )
+    return count
+
+
 def check_nextn(spec: ModelSpec, algorithm: str) -> None:
     """SGLang's NEXTN drafts with the checkpoint's own MTP layers (mtp_layers): refused, one
     line, on a model without them (`algorithm` upper case, as SGLANG_ALGORITHMS)."""
@@ -1156,11 +1167,7 @@ def resolve(
     draft_spec = None
     layers, weight_bytes, kv_bytes = 0, 0.0, 0.0
     if request.method == "mtp":
-        count = mtp_layers(spec)
-        if not count:
-            raise KvplanError(
-                f"{spec.name} has no MTP layers (num_nextn_predict_layers) for method mtp"
-            )
+        count = check_mtp(spec, request)
         layers = 1  # each draft step runs one MTP layer (the next, or the last again)
         last = spec.attention_layers()[-1]
         weight_bytes = count * layer_weight_bytes(spec, weights_dtype) / tp
