@@ -17,7 +17,10 @@ strategy given as `EXTRA_BUFFER` was printed as given in every launch command, w
 argument parser (case-sensitive choices) refuses.
 4. `kvplan plan llama-3.1-8b --emit vllm --speculative-config '{"method": "mtp", ...}'` ruled
 out every configuration ("has no MTP layers") and exited 0; SGLang's NEXTN on the same model
-is refused in one line before the search."""
+is refused in one line before the search.
+5. `kvplan engine --engine sglang --speculative-algorithm NEXTN` on a hybrid (or a release whose
+pool holds the draft) pointed to `kvplan simulate ... NEXTN --speculative-draft-model-path ...`:
+NEXTN drafts with the checkpoint's own MTP layers and takes no draft path."""
 
 from __future__ import annotations
 
@@ -276,3 +279,19 @@ def test_the_mtp_check_is_resolves_own():
     assert check_mtp(load_model("llama-3.1-8b"), mtp._replace(method="eagle")) == 0
     with pytest.raises(KvplanError, match="no MTP layers"):
         check_mtp(load_model("llama-3.1-8b"), mtp)
+
+
+# ---- 5. the engine's NEXTN refusal points to a simulate command that takes it -----------------
+def test_engine_nextn_refusal_names_no_draft_path():
+    code, out, err = run_cli(
+        "engine", "qwen3.5-35b-a3b", "--engine", "sglang", "--gpu", "h200", "--sglang-version",
+        "0.5.11", "--speculative-algorithm", "NEXTN",
+    )  # fmt: skip
+    one_line_error(code, out, err)
+    assert "kvplan simulate --engine sglang --speculative-algorithm NEXTN sizes it" in err, err
+    code, out, err = run_cli(
+        "engine", "llama-3.1-8b", "--engine", "sglang", "--gpu", "h100", "--sglang-version",
+        "0.5.14", "--speculative-algorithm", "EAGLE3",
+    )  # fmt: skip
+    one_line_error(code, out, err)
+    assert "EAGLE3 --speculative-draft-model-path ... sizes it" in err, err
