@@ -20,7 +20,11 @@ out every configuration ("has no MTP layers") and exited 0; SGLang's NEXTN on th
 is refused in one line before the search.
 5. `kvplan engine --engine sglang --speculative-algorithm NEXTN` on a hybrid (or a release whose
 pool holds the draft) pointed to `kvplan simulate ... NEXTN --speculative-draft-model-path ...`:
-NEXTN drafts with the checkpoint's own MTP layers and takes no draft path."""
+NEXTN drafts with the checkpoint's own MTP layers and takes no draft path.
+6. `kvplan simulate --engine sglang --engine-version 0.5.2 --speculative-algorithm STANDALONE
+--speculative-draft-model-path DRAFT` with a draft whose architecture 0.5.2 has no model for ran:
+the target's own model was gated by release, the draft, which SGLang loads through the same
+ModelRegistry, was not."""
 
 from __future__ import annotations
 
@@ -260,13 +264,15 @@ def test_plan_launches_the_strategy_as_sglang_spells_it():
 
 # ---- 4. an MTP draft of a checkpoint without MTP layers, refused before plan's search ----------
 def test_plan_refuses_a_vllm_mtp_draft_of_a_model_without_mtp_layers():
-    code, out, err = run_cli(
-        "plan", "llama-3.1-8b", "--emit", "vllm", "--gpu", "h200", "--rate", "1", "--slo",
-        "ttft_p99=5s", "--num-prompts", "20", "--max-gpus", "1", "--jobs", "1", "--tp", "1",
-        "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}',
-    )  # fmt: skip
-    one_line_error(code, out, err)
-    assert "llama-3.1-8b has no MTP layers" in err, err
+    from kvplan.errors import KvplanError
+    from kvplan.inputs.sources import load_model
+    from kvplan.plans.plan import PlanRequest, _check_speculative
+
+    mtp = '{"method": "mtp", "num_speculative_tokens": 3}'
+    request = PlanRequest(rate=1.0, slos=(), emit="vllm", speculative_config=mtp)
+    with pytest.raises(KvplanError, match="llama-3.1-8b has no MTP layers"):
+        _check_speculative(load_model("llama-3.1-8b"), request)
+    _check_speculative(load_model("deepseek-v3"), request)  # a checkpoint with MTP layers
 
 
 def test_the_mtp_check_is_resolves_own():
@@ -295,3 +301,25 @@ def test_engine_nextn_refusal_names_no_draft_path():
     )  # fmt: skip
     one_line_error(code, out, err)
     assert "EAGLE3 --speculative-draft-model-path ... sizes it" in err, err
+
+
+# ---- 6. a STANDALONE draft is gated by release as the target is ------------------------------
+def test_simulate_refuses_a_draft_the_release_has_no_model_for(tmp_path):
+    import json
+
+    config = json.loads((REPO / "model_configs" / "Llama-3.1-8B.json").read_text())
+    config["architectures"] = ["Qwen3_5ForConditionalGeneration"]
+    draft = tmp_path / "draft.json"
+    draft.write_text(json.dumps(config))
+    argv = (
+        "simulate", "llama-3.1-8b", "--engine", "sglang", "--gpu", "h100", "--num-prompts", "2",
+        "--input-len", "16", "--output-len", "4", "--speculative-algorithm", "STANDALONE",
+        "--speculative-draft-model-path", str(draft), "--format", "json",
+    )  # fmt: skip
+    code, out, err = run_cli(*argv, "--engine-version", "0.5.2")
+    one_line_error(code, out, err)
+    assert "SGLang 0.5.2 has no model for Qwen3_5ForConditionalGeneration" in err, err
+    from kvplan.engines.sglang import check_sglang_own_model
+    from kvplan.inputs.sources import load_model
+
+    check_sglang_own_model(load_model(str(draft), checkpoint=False), "0.5.9")  # its first

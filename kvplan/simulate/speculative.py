@@ -1183,6 +1183,10 @@ def resolve(
         if request.draft is None:
             raise KvplanError('--speculative-config: draft_model needs a "model"')
         draft_spec = load_model(request.draft, checkpoint=False)
+        if options.engine == "sglang":  # SGLang loads the draft through its ModelRegistry too
+            from kvplan.engines.sglang import check_sglang_own_model
+
+            check_sglang_own_model(draft_spec, options.sglang_version)
         if draft_spec.vocab_size != spec.vocab_size:
             raise KvplanError(
                 f"the draft {draft_spec.name} has a vocabulary of {draft_spec.vocab_size:,}, "
