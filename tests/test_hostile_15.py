@@ -24,7 +24,9 @@ NEXTN drafts with the checkpoint's own MTP layers and takes no draft path.
 6. `kvplan simulate --engine sglang --engine-version 0.5.2 --speculative-algorithm STANDALONE
 --speculative-draft-model-path DRAFT` with a draft whose architecture 0.5.2 has no model for ran:
 the target's own model was gated by release, the draft, which SGLang loads through the same
-ModelRegistry, was not."""
+ModelRegistry, was not. And `kvplan plan` with a draft model that is none (a missing file), of
+another vocabulary or of such an architecture (vLLM draft_model, SGLang STANDALONE) ruled out
+every speculative layout for that one reason and planned without it, exit 0."""
 
 from __future__ import annotations
 
@@ -323,3 +325,36 @@ def test_simulate_refuses_a_draft_the_release_has_no_model_for(tmp_path):
     from kvplan.inputs.sources import load_model
 
     check_sglang_own_model(load_model(str(draft), checkpoint=False), "0.5.9")  # its first
+
+
+def plan_with_draft(emit: str, draft: str):
+    import json
+
+    from kvplan.plans.plan import PlanRequest
+
+    if emit == "vllm":
+        config = {"method": "draft_model", "model": draft, "num_speculative_tokens": 3}
+        return PlanRequest(rate=1.0, slos=(), emit=emit, speculative_config=json.dumps(config))
+    return PlanRequest(
+        rate=1.0, slos=(), emit=emit, speculative_algorithm="STANDALONE",
+        speculative_draft_model_path=draft,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "emit, draft, says",
+    [
+        ("vllm", "qwen3-4b", "has a vocabulary of 151,936"),
+        ("vllm", "/nonexistent/draft.json", "no such config file"),
+        ("sglang", "qwen3-4b", "has a vocabulary of 151,936"),
+    ],
+)
+def test_plan_refuses_a_draft_model_no_layout_could_run(emit, draft, says):
+    from kvplan.errors import KvplanError
+    from kvplan.inputs.sources import load_model
+    from kvplan.plans.plan import _check_speculative
+
+    with pytest.raises(KvplanError, match=says):
+        _check_speculative(load_model("llama-3.1-70b"), plan_with_draft(emit, draft))
+    # a draft of the target's tokenizer passes
+    _check_speculative(load_model("llama-3.1-70b"), plan_with_draft(emit, "llama-3.1-8b"))

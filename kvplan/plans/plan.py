@@ -868,7 +868,9 @@ def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
 
 def _check_speculative(spec: ModelSpec, request: PlanRequest) -> None:
     """A speculative layout or acceptance no configuration could run (an MTP draft of a
-    checkpoint without MTP layers, as SGLang's NEXTN): refused before searching."""
+    checkpoint without MTP layers, as SGLang's NEXTN; a draft model that is none, of another
+    vocabulary, or of an architecture the release has no model for): refused before
+    searching."""
     from kvplan.simulate import speculative
 
     for layout in speculative_layouts(spec, request)[1:]:
@@ -877,6 +879,8 @@ def _check_speculative(spec: ModelSpec, request: PlanRequest) -> None:
         if asked is None:
             continue
         speculative.check_mtp(spec, asked)
+        if asked.method == "draft_model":
+            speculative.check_draft_model(spec, asked, options)
         speculative.parse_accept(options.spec_accept, options.spec_accept_length, asked)
 
 
