@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -51,8 +52,23 @@ class Implied(NamedTuple):
     exact: bool = False  # the sequential rule (an equality), else an upper bound on throughput
 
 
+def figure(value) -> float | None:
+    """A printed figure as a number: None where it is not a finite number >= 0 (text, a bool,
+    NaN, inf or a negative, which no bench client prints for a run that completed)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def count(value) -> int | None:
+    """A printed count (requests, concurrency): None where it is not a whole number >= 0."""
+    number = figure(value)
+    return int(number) if number is not None and number.is_integer() else None
+
+
 def implied_output_throughput(case: dict) -> Implied:
-    """The output throughput the run's own medians imply under its bench client's rules."""
+    """The output throughput the run's own medians imply under its bench client's rules; not
+    checked (None, the basis says why) where the record's figures are not ones a run prints."""
     m = case["measured"]
     ttft_ms = m.get("median_ttft_ms")
     tpot_ms = m.get("median_tpot_ms")
@@ -61,11 +77,27 @@ def implied_output_throughput(case: dict) -> Implied:
         tpot_ms, tpot_of = m["median_itl_ms"], "ITL"
     if ttft_ms is None or tpot_ms is None:
         return Implied(None, "no median TTFT or TPOT/ITL printed")
-    requests = m.get("completed") or case["num_prompts"]
-    concurrency = min(case.get("max_concurrency") or requests, requests)
+    ttft_ms, tpot_ms = figure(ttft_ms), figure(tpot_ms)
+    if ttft_ms is None or tpot_ms is None:
+        return Implied(None, f"not checked: a median TTFT or {tpot_of} that is not a number >= 0")
+    completed = m.get("completed")
+    requests = count(case["num_prompts"] if completed is None else completed)
+    if not requests:
+        return Implied(None, "not checked: no request completed (or a count that is no count)")
+    given = case.get("max_concurrency")
+    concurrency = count(given or requests)  # 0 or None: none given
     rate = case.get("request_rate")  # None: rate inf
-    output_tokens = case["output_len"]
+    output_tokens = figure(case["output_len"])
+    if concurrency is None or not concurrency:
+        return Implied(None, f"not checked: max concurrency {given!r} is not a count >= 1")
+    if rate is not None and not figure(rate):
+        return Implied(None, f"not checked: request rate {rate!r} is not a number > 0")
+    if not output_tokens:
+        return Implied(None, "not checked: no output tokens per request")
+    concurrency = min(concurrency, requests)
     latency_s = (ttft_ms + (output_tokens - 1) * tpot_ms) / 1000
+    if latency_s <= 0:
+        return Implied(None, "not checked: the medians give a request no latency")
     if concurrency >= requests and rate is None and requests > 1:
         return Implied(None, "every request at once: the duration is the slowest request's")
     duration_s = requests * latency_s / concurrency
@@ -92,7 +124,14 @@ def sequential_one_off(case: dict, mean_ttft_ms: float, mean_e2e_ms: float) -> d
     implied = implied_output_throughput(case)
     if not implied.exact or implied.output_throughput is None:
         return None
-    if abs(requests * mean_e2e_ms / 1000 / m["duration_s"] - 1) > TOLERANCE:
+    duration_s, mean_ttft_ms, mean_e2e_ms = (
+        figure(m.get("duration_s")),
+        figure(mean_ttft_ms),
+        figure(mean_e2e_ms),
+    )
+    if not duration_s or mean_ttft_ms is None or not mean_e2e_ms:  # no printed duration, means
+        return None
+    if abs(requests * mean_e2e_ms / 1000 / duration_s - 1) > TOLERANCE:
         return None
     one_off_s = (requests * mean_ttft_ms - (requests - 1) * m["median_ttft_ms"]) / 1000
     reason = (

@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_consistency import check, sequential_one_off  # noqa: E402
+from bench_consistency import check, figure, sequential_one_off  # noqa: E402
 
 COMMIT = "7b5bd9c05e3d86da5161ac2be9b91c19a34bf49d"
 SOURCE = "SGLang cookbook (sgl-project/sgl-cookbook)"
@@ -61,6 +61,18 @@ FIELDS = {
     "Traffic request rate": "printed_rate",
     "Accept length": "accept_length",
 }
+# the FIELDS a record stores under "measured"
+STORED_FIGURES = (
+    "request_throughput",
+    "output_throughput",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "median_itl_ms",
+    "duration_s",
+    "completed",
+)
 # the printed GPU name -> kvplan profile key (None: no profile yet) and architecture family
 GPU_PROFILES = (
     (r"GB300", "gb300", "Blackwell"),
@@ -302,7 +314,42 @@ def runs_in(repo: str, path: str) -> list[dict]:
     return out
 
 
+# the printed figures a record stores or the checks read (the printed concurrency, rate and
+# acceptance are read apart: "not set" and "inf" are words the client prints), and those a
+# completed run cannot print as 0 (the checks divide by them)
+CHECKED_FIGURES = (*STORED_FIGURES, "total_input_tokens", "total_output_tokens", "mean_ttft_ms", "mean_e2e_latency_ms")  # fmt: skip
+NONZERO_FIGURES = ("completed", "duration_s", "total_output_tokens", "output_throughput")
+
+
+def unreadable_figure(m: dict) -> str | None:
+    """Why a block's CHECKED_FIGURES are none a completed run prints (text, NaN, inf, a
+    negative, or 0 where NONZERO_FIGURES divide), else None."""
+    for key in CHECKED_FIGURES:
+        if key not in m:
+            continue
+        value = m[key]
+        number = figure(value)
+        if number is None or (number == 0 and key in NONZERO_FIGURES):
+            return f"printed {key} {str(value)[:20]!r}: not a figure a completed run prints"
+    return None
+
+
 def case_of(raw: dict) -> tuple[dict | None, str]:
+    """The record of one printed block, or None and why it is dropped: a block whose figures
+    (unreadable_figure) or whose commands' numbers (an --num-prompts of "$N", a count past
+    what kvplan simulates) are none a run prints or takes is dropped with the reason."""
+    from kvplan.errors import KvplanError
+
+    why = unreadable_figure(raw["measured"])
+    if why:
+        return None, why
+    try:
+        return _case_of(raw)
+    except (ValueError, KvplanError) as exc:
+        return None, f"the commands give a number no run takes: {str(exc)[:120]}"
+
+
+def _case_of(raw: dict) -> tuple[dict | None, str]:
     from kvplan.engines.releases import older_than
     from kvplan.inputs.sources import find_bundled
 
@@ -495,21 +542,7 @@ def case_of(raw: dict) -> tuple[dict | None, str]:
         "num_prompts": num_prompts,
         "max_concurrency": concurrency,
         "request_rate": rate,
-        "measured": {
-            k: m[k]
-            for k in (
-                "request_throughput",
-                "output_throughput",
-                "median_ttft_ms",
-                "p99_ttft_ms",
-                "median_tpot_ms",
-                "p99_tpot_ms",
-                "median_itl_ms",
-                "duration_s",
-                "completed",
-            )
-            if k in m
-        },
+        "measured": {k: m[k] for k in STORED_FIGURES if k in m},
         "spec_accept_length": m.get("accept_length"),
         "spec_accept_length_docs": None,
         "bundled_config_differs": None,

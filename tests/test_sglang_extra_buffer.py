@@ -151,9 +151,10 @@ def test_plan_prices_and_emits_it():
 
 def test_plan_does_not_emit_the_flag_to_a_release_without_it():
     """plan --mamba-scheduler-strategy no_buffer at 0.5.6 would print a flag that release's
-    argument parser refuses: a one-line error instead."""
+    argument parser refuses: a one-line error instead (on Qwen3-Next, which 0.5.6 serves:
+    Qwen3.5 is refused there first, as 0.5.6 has no model for it)."""
     code, out, err = run_cli(
-        *("plan", "qwen3.5-35b-a3b", "--gpu", "h200", "--emit", "sglang", "--tp", "2"),
+        *("plan", "qwen3-next-80b-a3b", "--gpu", "h200", "--emit", "sglang", "--tp", "2"),
         *("--engine-version", "0.5.6", "--rate", "1", "--slo", "tpot_p99=1s"),
         *("--num-prompts", "20", "--input-len", "512", "--output-len", "64"),
         *("--mamba-scheduler-strategy", "no_buffer"),

@@ -746,7 +746,9 @@ def _engine_speculation(spec, algorithm: str, request) -> str:
     check_nextn(spec, name)  # as kvplan simulate refuses it
     simulate = (
         "kvplan simulate --engine sglang --speculative-algorithm "
-        f"{name}{'' if name == 'NGRAM' else ' --speculative-draft-model-path ...'} sizes it"
+        # NGRAM drafts from the prompt, NEXTN with the checkpoint's MTP layers: no draft path
+        f"{name}{'' if name in ('NGRAM', 'NEXTN') else ' --speculative-draft-model-path ...'} "
+        "sizes it"
     )
     if name != "NGRAM" and draft_in_pool(request.sglang_version):
         raise KvplanError(

@@ -1400,6 +1400,32 @@ def spec_v2_reserve_tokens(
     return SPEC_V2_RESERVE_ROUNDS * per_round
 
 
+def mamba_strategy_name(strategy: str | None) -> str:
+    """A given --mamba-scheduler-strategy as SGLang's parser spells it (MAMBA_STRATEGIES, case
+    and spaces as kvplan takes them; None: no_buffer), one line for any other name."""
+    name = str(strategy or "no_buffer").strip().lower()
+    if name not in MAMBA_STRATEGIES:
+        raise KvplanError(
+            f"--mamba-scheduler-strategy {str(strategy)[:20]!r}: choose "
+            f"{' or '.join(MAMBA_STRATEGIES)}"
+        )
+    return name
+
+
+def check_mamba_strategy_given(spec: ModelSpec, strategy: str | None, version: str) -> str:
+    """The checks of a given strategy that hold whatever the launch's GPU, page or flags
+    (mamba_strategy_name, check_mamba_strategy_release, extra_buffer on a model without
+    recurrent state): mamba_track_slots' first, and `plan`'s before its search. The name."""
+    name = mamba_strategy_name(strategy)
+    check_mamba_strategy_release(strategy, version)
+    if name == "extra_buffer" and not spec.has_kind(CacheKind.STATE):
+        raise KvplanError(
+            f"--mamba-scheduler-strategy extra_buffer needs a model with recurrent state; "
+            f"{spec.name} has none"
+        )
+    return name
+
+
 def mamba_track_slots(
     spec: ModelSpec,
     gpu: GpuProfile,
@@ -1422,20 +1448,9 @@ def mamba_track_slots(
     Speculating as SGLang's spec v2 beside the overlap scheduler (`spec_v2`, sglang_spec_v2):
     the overlap scheduler's slots (EAGLEWorkerV2._mamba_verify_update tracks the states;
     0.5.11's _calculate_mamba_ratio and HybridReqToTokenPool key them on it)."""
-    name = str(strategy or "no_buffer").strip().lower()
-    if name not in MAMBA_STRATEGIES:
-        raise KvplanError(
-            f"--mamba-scheduler-strategy {str(strategy)[:20]!r}: choose "
-            f"{' or '.join(MAMBA_STRATEGIES)}"
-        )
-    check_mamba_strategy_release(strategy, version)
+    name = check_mamba_strategy_given(spec, strategy, version)
     if name == "no_buffer":
         return 0
-    if not spec.has_kind(CacheKind.STATE):
-        raise KvplanError(
-            f"--mamba-scheduler-strategy extra_buffer needs a model with recurrent state; "
-            f"{spec.name} has none"
-        )
     if gpu.device_vendor != "NVIDIA":
         raise KvplanError(
             "SGLang runs --mamba-scheduler-strategy extra_buffer on CUDA devices only "

@@ -788,10 +788,11 @@ def mode_flags(request: PlanRequest) -> str | None:
         flags.append("--enforce-eager" if request.emit == "vllm" else "--disable-cuda-graph")
     flags.extend(request.piecewise.given())
     if request.mamba_scheduler_strategy is not None:
-        from kvplan.engines.sglang import mamba_strategy_flag
+        from kvplan.engines.sglang import mamba_strategy_flag, mamba_strategy_name
 
         version = ServeOptions(**release_fields(request)).sglang_version
-        flags.append(f"{mamba_strategy_flag(version)} {request.mamba_scheduler_strategy}")
+        name = mamba_strategy_name(request.mamba_scheduler_strategy)
+        flags.append(f"{mamba_strategy_flag(version)} {name}")
     flags.extend(f"{flag} {value}" for flag, value in request.backends.given())
     return " ".join(flags) or None
 
@@ -866,7 +867,9 @@ def _check_layout(spec: ModelSpec, request: PlanRequest) -> None:
 
 
 def _check_speculative(spec: ModelSpec, request: PlanRequest) -> None:
-    """A speculative layout or acceptance no configuration could run: refused before
+    """A speculative layout or acceptance no configuration could run (an MTP draft of a
+    checkpoint without MTP layers, as SGLang's NEXTN; a draft model that is none, of another
+    vocabulary, or of an architecture the release has no model for): refused before
     searching."""
     from kvplan.simulate import speculative
 
@@ -875,6 +878,9 @@ def _check_speculative(spec: ModelSpec, request: PlanRequest) -> None:
         asked = speculative.requested(spec, options)
         if asked is None:
             continue
+        speculative.check_mtp(spec, asked)
+        if asked.method == "draft_model":
+            speculative.check_draft_model(spec, asked, options)
         speculative.parse_accept(options.spec_accept, options.spec_accept_length, asked)
 
 
@@ -1294,7 +1300,14 @@ def _layout_fields(spec: ModelSpec, request: PlanRequest, index: int) -> dict:
 def _check_sglang_flags(spec: ModelSpec, request: PlanRequest) -> None:
     """--disable-radix-cache and --speculative-skip-dp-mlp-sync where SGLang takes them:
     refused before searching for --emit vllm, and the latter without DP attention or without
-    an EAGLE/NEXTN layout to search (SGLang asserts EAGLE; kvplan.simulate.speculative)."""
+    an EAGLE/NEXTN layout to search (SGLang asserts EAGLE; kvplan.simulate.speculative). An
+    --emit sglang release without a model of its own for the checkpoint's architecture is
+    refused before searching too (the allocation's check_sglang_own_model: it used to rule out
+    every configuration, one by one, and answer "none meet the targets")."""
+    if request.emit == "sglang":
+        from kvplan.engines.sglang import check_sglang_own_model
+
+        check_sglang_own_model(spec, ServeOptions(**release_fields(request)).sglang_version)
     for given, flag in (
         (request.disable_radix_cache, "--disable-radix-cache"),
         (request.speculative_skip_dp_mlp_sync, "--speculative-skip-dp-mlp-sync"),
@@ -1303,10 +1316,10 @@ def _check_sglang_flags(spec: ModelSpec, request: PlanRequest) -> None:
         if given and request.emit != "sglang":
             raise KvplanError(f"{flag} is SGLang's: give --emit sglang")
     if request.mamba_scheduler_strategy is not None:
-        from kvplan.engines.sglang import check_mamba_strategy_release
+        from kvplan.engines.sglang import check_mamba_strategy_given
 
         version = ServeOptions(**release_fields(request)).sglang_version
-        check_mamba_strategy_release(request.mamba_scheduler_strategy, version)
+        check_mamba_strategy_given(spec, request.mamba_scheduler_strategy, version)
     if not request.speculative_skip_dp_mlp_sync:
         return
     from kvplan.engines.sglang import check_skip_dp_mlp_sync_release

@@ -301,6 +301,40 @@ def _number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def check_mtp(spec: ModelSpec, request: SpecDecode) -> int:
+    """The checkpoint's MTP layers (mtp_layers) a method-mtp request drafts with: one line
+    where it has none (resolve's check, and `plan`'s before its search)."""
+    count = mtp_layers(spec)
+    if request.method == "mtp" and not count:
+        raise KvplanError(
+            f"{spec.name} has no MTP layers (num_nextn_predict_layers) for method mtp"
+        )
+    return count
+
+
+def check_draft_model(spec: ModelSpec, request: SpecDecode, options) -> ModelSpec:
+    """A draft_model request's draft (vLLM's "model", SGLang STANDALONE's
+    --speculative-draft-model-path), loaded and checked whatever the layout: one line where it
+    is none, its vocabulary is not the target's, or SGLang `options.sglang_version` has no
+    model for its architecture (it loads the draft through its ModelRegistry too). resolve's
+    check, and `plan`'s before its search."""
+    from kvplan.inputs.sources import load_model
+
+    if request.draft is None:
+        raise KvplanError('--speculative-config: draft_model needs a "model"')
+    draft_spec = load_model(request.draft, checkpoint=False)
+    if options.engine == "sglang":
+        from kvplan.engines.sglang import check_sglang_own_model
+
+        check_sglang_own_model(draft_spec, options.sglang_version)
+    if draft_spec.vocab_size != spec.vocab_size:
+        raise KvplanError(
+            f"the draft {draft_spec.name} has a vocabulary of {draft_spec.vocab_size:,}, "
+            f"the target {spec.vocab_size:,}: vLLM and SGLang need the same tokenizer"
+        )
+    return draft_spec
+
+
 def check_nextn(spec: ModelSpec, algorithm: str) -> None:
     """SGLang's NEXTN drafts with the checkpoint's own MTP layers (mtp_layers): refused, one
     line, on a model without them (`algorithm` upper case, as SGLANG_ALGORITHMS)."""
@@ -1156,11 +1190,7 @@ def resolve(
     draft_spec = None
     layers, weight_bytes, kv_bytes = 0, 0.0, 0.0
     if request.method == "mtp":
-        count = mtp_layers(spec)
-        if not count:
-            raise KvplanError(
-                f"{spec.name} has no MTP layers (num_nextn_predict_layers) for method mtp"
-            )
+        count = check_mtp(spec, request)
         layers = 1  # each draft step runs one MTP layer (the next, or the last again)
         last = spec.attention_layers()[-1]
         weight_bytes = count * layer_weight_bytes(spec, weights_dtype) / tp
@@ -1171,16 +1201,7 @@ def resolve(
         weight_bytes = layer_weight_bytes(dense, weights_dtype) / tp
         kv_bytes = spec.attention_layers()[-1].kv_bytes_per_token(fmt, tp)
     elif request.method == "draft_model":
-        from kvplan.inputs.sources import load_model
-
-        if request.draft is None:
-            raise KvplanError('--speculative-config: draft_model needs a "model"')
-        draft_spec = load_model(request.draft, checkpoint=False)
-        if draft_spec.vocab_size != spec.vocab_size:
-            raise KvplanError(
-                f"the draft {draft_spec.name} has a vocabulary of {draft_spec.vocab_size:,}, "
-                f"the target {spec.vocab_size:,}: vLLM and SGLang need the same tokenizer"
-            )
+        draft_spec = check_draft_model(spec, request, options)
         draft_spec.check_tp(tp)
         draft_wdtype = resolve_weights_dtype(draft_spec, "auto")[0]
         weight_bytes = weights_bytes_per_gpu(draft_spec, draft_wdtype, tp)
