@@ -131,11 +131,23 @@ NOT_MODELLED = {"--enable-torch-compile": False}
 # environment switches written before the command that choose among kernels of the same step
 # (ROCm: AITER kernels, the fused MLA decode kernel): kernel speed only, which the datasheet
 # class has no tables for; dropped, and any other VAR=value prefix refuses the run
-NOT_MODELLED_ENV = {"SGLANG_USE_AITER", "SGLANG_ROCM_FUSED_DECODE_MLA"}
+# (ROCm vLLM: VLLM_USE_TRITON_FLASH_ATTN=0 takes CK's flash attention for Triton's, vllm/envs.py
+# "flag to control if vllm should use triton flash attention")
+NOT_MODELLED_ENV = {
+    "SGLANG_USE_AITER",
+    "SGLANG_ROCM_FUSED_DECODE_MLA",
+    "VLLM_USE_TRITON_FLASH_ATTN",
+}
 # environment switches that change nothing kvplan prices in the launch they precede: the SMs
-# of DeepEP's low-latency combine (no DeepEP without --moe-a2a-backend deepep) and the CPU
-# affinity of SGLang's processes (host-side placement)
-NO_EFFECT_ENV = {"SGLANG_DEEPEP_LL_COMBINE_SEND_NUM_SMS", "SGLANG_SET_CPU_AFFINITY"}
+# of DeepEP's low-latency combine (no DeepEP without --moe-a2a-backend deepep), the CPU
+# affinity of SGLang's processes (host-side placement) and vLLM's RPC timeout (vllm/envs.py:
+# "Time in ms for the zmq client to wait for a response from the backend server": a limit on
+# a wait, not a cost)
+NO_EFFECT_ENV = {
+    "SGLANG_DEEPEP_LL_COMBINE_SEND_NUM_SMS",
+    "SGLANG_SET_CPU_AFFINITY",
+    "VLLM_RPC_TIMEOUT",
+}
 # environment switches kvplan simulate takes as a flag whose value the command does not print:
 # SGLANG_USE_CUDA_IPC_TRANSPORT=1 reserves SGLANG_MM_FEATURE_CACHE_MB of GPU 0 (its default
 # depends on the SGLang build), given in the run's `replay_flags`
