@@ -1280,7 +1280,11 @@ def _speculative_radix(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) 
         return options
     if not speculative_radix_off(spec, options.sglang_version, options.mamba_scheduler_strategy):
         return options
-    if requested(spec, options) is None:
+    try:
+        speculating = requested(spec, options) is not None
+    except KvplanError:  # the replica's build refuses it in its own words (_prepare)
+        return options
+    if not speculating:
         return options
     try:
         kept = sglang_mamba_strategy(spec, gpu, options).auto == "extra_buffer"
