@@ -21,7 +21,7 @@ H100 = load_profile("h100")
 
 def _planned_graph_tokens(version: str, max_model_len: int | None = None) -> int:
     request = PlanRequest(1, (), emit="sglang", engine_version=version, max_model_len=max_model_len)
-    options = _options(LLAMA2, request, Config(0, 1, 1, "auto", 64, 8192))
+    options = _options(LLAMA2, request, Config(0, 1, 1, "auto", 64, 8192), H100)
     return build_replica(LLAMA2, H100, options).model.prefill_graph_max_tokens
 
 

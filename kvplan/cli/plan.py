@@ -180,7 +180,8 @@ def add(app: typer.Typer) -> None:
             False,
             "--disable-radix-cache",
             help="With --emit sglang: no radix (prefix) cache for every configuration (a "
-            "speculating hybrid that SGLang runs without it gets the flag in any case).",
+            "speculating hybrid that SGLang runs without it on that GPU gets the flag in any "
+            "case).",
         ),
         speculative_skip_dp_mlp_sync: bool = typer.Option(
             False,

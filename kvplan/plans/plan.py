@@ -572,16 +572,14 @@ def speculative_layouts(spec: ModelSpec, request: PlanRequest) -> list[dict]:
 
 
 def _sglang_layouts(spec: ModelSpec, request: PlanRequest, layouts: list[dict]) -> list[dict]:
-    """The speculative layouts as SGLang runs them: a hybrid whose release keeps no radix cache
-    while speculating (speculative_radix_off; from 0.5.10 it refuses to start without
-    --disable-radix-cache, SGLang PR #19391) with the flag, and an EAGLE/NEXTN layout under DP
-    attention with --speculative-skip-dp-mlp-sync (given), or without and with it (searched)."""
-    from kvplan.engines.sglang import skip_dp_mlp_sync_accepted, speculative_radix_off
+    """The speculative layouts as SGLang runs them: an EAGLE/NEXTN layout under DP attention
+    with --speculative-skip-dp-mlp-sync (given), or without and with it (searched). Whether a
+    speculating hybrid keeps its radix cache needs the GPU: _speculative_radix."""
+    from kvplan.engines.sglang import skip_dp_mlp_sync_accepted
 
     if request.emit != "sglang":
         return layouts
     version = ServeOptions(**release_fields(request)).sglang_version
-    radix_off = speculative_radix_off(spec, version, request.mamba_scheduler_strategy)
     # searched where the release's argument parser takes the flag (given: _check_sglang_flags)
     searched = (
         request.enable_dp_attention
@@ -590,8 +588,6 @@ def _sglang_layouts(spec: ModelSpec, request: PlanRequest, layouts: list[dict]) 
     )
     out = [layouts[0]]
     for layout in layouts[1:]:
-        if radix_off:
-            layout = {**layout, "enable_prefix_caching": False}
         algorithm = str(layout.get("speculative_algorithm") or "").strip().upper()
         skips = searched and algorithm in ("EAGLE", "NEXTN")
         if request.speculative_skip_dp_mlp_sync or not skips:
@@ -953,7 +949,7 @@ def _release_notes(
         found = released.get(config)
         if found is None:
             try:
-                options = _options(spec, request, config)
+                options = _options(spec, request, config, gpus[config.gpu_index])
                 found = _release_of(build_replica(spec, gpus[config.gpu_index], options))
             except KvplanError:
                 continue
@@ -1230,7 +1226,7 @@ def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
     price = price_for(gpu, request.prices)
     if price is None:
         return f"no price for {gpu.name} (give --price {gpu.key}=USD)", None
-    options = _options(spec, request, config)
+    options = _options(spec, request, config, gpu)
     try:
         if config.pp > spec.num_layers:
             return "more pipeline stages than layers", None
@@ -1247,9 +1243,11 @@ def _prepare(spec, gpus, request: PlanRequest, config: Config, requests):
     return (replica, price), release
 
 
-def _options(spec: ModelSpec, request: PlanRequest, config: Config) -> ServeOptions:
-    """The serve options one configuration is simulated with."""
-    return ServeOptions(
+def _options(
+    spec: ModelSpec, request: PlanRequest, config: Config, gpu: GpuProfile
+) -> ServeOptions:
+    """The serve options one configuration is simulated with, on `gpu` (its gpu_index's)."""
+    options = ServeOptions(
         tp=config.tp,
         pp=config.pp,
         max_num_seqs=config.max_num_seqs,
@@ -1268,6 +1266,37 @@ def _options(spec: ModelSpec, request: PlanRequest, config: Config) -> ServeOpti
         mamba_scheduler_strategy=request.mamba_scheduler_strategy,
         **_layout_fields(spec, request, config.speculative),
     )
+    return _speculative_radix(spec, gpu, options)
+
+
+def _speculative_radix(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> ServeOptions:
+    """`options` with --disable-radix-cache where SGLang runs this speculating hybrid without
+    its radix cache, or refuses to start with it (engines.sglang.speculative_radix_off: the
+    no_buffer strategy, given or resolved; from 0.5.10 SGLang raises, PR #19391): the mamba
+    strategy resolved on `gpu` as simulate and `kvplan engine` resolve it
+    (setup.sglang_mamba_strategy). Where SGLang's default auto resolves extra_buffer
+    (0.5.14+, the listed architectures, CUDA) the radix cache stays and no flag is added; where
+    that resolution is refused (auto's extra_buffer off CUDA, a page it asserts against), the
+    launch starts only without the radix cache, so the flag is added."""
+    from kvplan.engines.sglang import speculative_radix_off
+    from kvplan.simulate.setup import sglang_mamba_strategy
+    from kvplan.simulate.speculative import requested
+
+    if options.engine != "sglang" or options.enable_prefix_caching is False:
+        return options
+    if not speculative_radix_off(spec, options.sglang_version, options.mamba_scheduler_strategy):
+        return options
+    try:
+        speculating = requested(spec, options) is not None
+    except KvplanError:  # the replica's build refuses it in its own words (_prepare)
+        return options
+    if not speculating:
+        return options
+    try:
+        kept = sglang_mamba_strategy(spec, gpu, options).auto == "extra_buffer"
+    except KvplanError:
+        kept = False
+    return options if kept else options._replace(enable_prefix_caching=False)
 
 
 def _launch_piecewise(spec: ModelSpec, request: PlanRequest) -> PiecewiseFlags:

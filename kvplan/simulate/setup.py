@@ -52,10 +52,11 @@ from kvplan.units import GIB, MIB
 
 if TYPE_CHECKING:  # the simulator and the engines' allocators load where a replica is built,
     # not for a step model (kvplan capacity --gpu)
+    from kvplan.engines.sglang import MambaStrategy
     from kvplan.simulate.disagg import TransferModel
     from kvplan.simulate.engine import Engine, EngineConfig
     from kvplan.simulate.sglang import SglangPolicy
-    from kvplan.simulate.speculative import Speculation
+    from kvplan.simulate.speculative import SpecDecode, Speculation
 
 
 def kv_format_name(engine: str, kv_cache_dtype: str) -> str:
@@ -1716,6 +1717,66 @@ def _speculative_state_slots(spec: ModelSpec, options: ServeOptions, dp: int) ->
     return speculative_state_slots(running, request.verify_tokens, dp)
 
 
+def _sglang_spec_v2(
+    options: ServeOptions, spec_request: SpecDecode | None, overlap_given: bool
+) -> bool:
+    """Whether SGLang runs the speculation `spec_request` asks for (None: none) as spec v2
+    (engines.sglang.sglang_spec_v2); `options.async_scheduling` resolved, `overlap_given`:
+    whether --enable/--disable-overlap-schedule was given."""
+    from kvplan.engines.sglang import sglang_spec_v2
+
+    return (
+        spec_request is not None
+        and spec_request.method != "ngram"  # NGRAM turns the overlap scheduler off
+        and sglang_spec_v2(
+            options.sglang_version,
+            options.speculative_eagle_topk,
+            (overlap_given and not options.async_scheduling) or options.pp > 1,
+        )
+    )
+
+
+def _sglang_mamba_strategy(
+    spec: ModelSpec,
+    gpu: GpuProfile,
+    options: ServeOptions,
+    speculating: bool,
+    spec_v2: bool,
+    overlap_given: bool,
+) -> MambaStrategy:
+    """engines.sglang.resolve_mamba_strategy for these options (async_scheduling resolved)."""
+    from kvplan.engines.sglang import resolve_mamba_strategy
+
+    return resolve_mamba_strategy(
+        spec,
+        gpu,
+        options.mamba_scheduler_strategy,
+        options.sglang_version,
+        overlap=bool(options.async_scheduling),
+        overlap_off_given=overlap_given and not options.async_scheduling,
+        page_size=options.block_size,
+        radix_cache=options.enable_prefix_caching is not False,
+        speculative=speculating,
+        spec_v2=spec_v2,
+    )
+
+
+def sglang_mamba_strategy(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> MambaStrategy:
+    """The mamba strategy (engines.sglang.MambaStrategy) an SGLang replica of these options
+    (as given) runs with: the one resolution build_sglang_replica makes, for a caller that
+    must know it before building one (plans.plan: whether a speculating hybrid keeps its
+    radix cache)."""
+    from kvplan.simulate.speculative import requested
+
+    overlap_given = options.async_scheduling is not None
+    options = options._replace(async_scheduling=async_scheduling_of(options))
+    spec_request = requested(spec, options)
+    spec_v2 = _sglang_spec_v2(options, spec_request, overlap_given)
+    return _sglang_mamba_strategy(
+        spec, gpu, options, spec_request is not None, spec_v2, overlap_given
+    )
+
+
 def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Replica:
     """An SGLang replica with `python -m sglang.launch_server`'s defaults: the KV pool and
     limits from kvplan's SGLang allocator model, SGLang's scheduler (kvplan.simulate.sglang)."""
@@ -1727,12 +1788,10 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         mamba_radix_overlap_off,
         piecewise_prefill,
         requested_running,
-        resolve_mamba_strategy,
         sglang_allocation,
         sglang_attention,
         sglang_radix_off,
         sglang_release,
-        sglang_spec_v2,
         spec_v2_reserve_tokens,
     )
     from kvplan.simulate.engine import EngineConfig
@@ -1786,27 +1845,8 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
 
     spec_request = requested(spec, options)
     speculating = spec_request is not None
-    spec_v2 = (
-        spec_request is not None
-        and spec_request.method != "ngram"  # NGRAM turns the overlap scheduler off
-        and sglang_spec_v2(
-            options.sglang_version,
-            options.speculative_eagle_topk,
-            (overlap_given and not options.async_scheduling) or options.pp > 1,
-        )
-    )
-    mamba = resolve_mamba_strategy(
-        spec,
-        gpu,
-        options.mamba_scheduler_strategy,
-        options.sglang_version,
-        overlap=bool(options.async_scheduling),
-        overlap_off_given=overlap_given and not options.async_scheduling,
-        page_size=options.block_size,
-        radix_cache=options.enable_prefix_caching is not False,
-        speculative=speculating,
-        spec_v2=spec_v2,
-    )
+    spec_v2 = _sglang_spec_v2(options, spec_request, overlap_given)
+    mamba = _sglang_mamba_strategy(spec, gpu, options, speculating, spec_v2, overlap_given)
     track_slots = mamba.track_slots
     request = EngineRequest(
         engine="sglang",
