@@ -9,7 +9,12 @@ aiconfigurator_core/systems/data), at the newest version of each table there, wi
 datasheet rates read from kvplan's own hardware_profiles/<profile>.yaml. The vLLM 0.14.0 files of
 the H100, H200 and A100 SXM came from aiconfigurator@095f58a5, which that wheel does not hold:
 it keeps their fractions and writes only their floors (`floors_s`, from the wheel's
-newest vLLM tables of that GPU, with `floors_source`).
+newest vLLM tables of that GPU, with `floors_source`). Their GEMM grids (gemm/<gpu>.vllm.0.14.0
+.json, every format timed in a CUDA graph) come from that commit's data folder:
+
+    python scripts/derive_achieved.py GIT_DATA --write-gemm-grids --engine vllm \
+        --at-version 0.14.0 --data-source "aiconfigurator@095f58a5 (git), \
+        aic-core/src/aiconfigurator_core/systems/data"
 
 The data are NVIDIA aiconfigurator's silicon tables (github.com/ai-dynamo/aiconfigurator,
 aic-core/src/aiconfigurator_core/systems/data/<gpu>/<op>/vllm/<version>/*.parquet, commit
@@ -2162,7 +2167,9 @@ def gemm_grid(rows) -> dict:
     each m]}} from one GEMM table's rows: every (n, k) the table timed at GEMM_GRID_TOKENS, the
     fastest kernel per shape (`table`), microseconds to three significant figures (null: not
     timed). Formats timed by the host (`host_timed`: not in a CUDA graph) are left out; the
-    step model prices those at the pair of fractions."""
+    step model prices those at the pair of fractions. The token axis is GEMM_GRID_TOKENS up to
+    the table's largest (aiconfigurator@095f58a5's H100 and A100 vLLM 0.14.0 tables stop at
+    8,192; the step model goes linear in tokens past the last, gemm_calls.along_tokens_s)."""
     host = host_timed(rows)
     kept = [
         r
@@ -2171,6 +2178,8 @@ def gemm_grid(rows) -> dict:
         and r["gemm_dtype"] not in host
         and r["m"] in GEMM_GRID_TOKENS
     ]
+    timed = {r["m"] for r in kept}
+    tokens = [m for m in GEMM_GRID_TOKENS if m <= max(timed, default=0)]
     ns = sorted({r["n"] for r in kept})
     ks = sorted({r["k"] for r in kept})
     at = {(r["gemm_dtype"], r["m"], r["n"], r["k"]): r["latency"] * 1e3 for r in kept}
@@ -2181,9 +2190,9 @@ def gemm_grid(rows) -> dict:
                 [float(f"{at[dtype, m, n, k]:.3g}") if (dtype, m, n, k) in at else None for k in ks]
                 for n in ns
             ]
-            for m in GEMM_GRID_TOKENS
+            for m in tokens
         ]
-    return {"m": list(GEMM_GRID_TOKENS), "n": ns, "k": ks, "us": us}
+    return {"m": tokens, "n": ns, "k": ks, "us": us}
 
 
 def mla_bmm_grid(rows) -> dict:
@@ -2260,6 +2269,23 @@ def write_gemm_grids(root: Path) -> list[Path]:
             path = write_gemm_grid(root, gpu, engine, f"{gpu}.{engine}.{version}.json")
             if path is not None:
                 written.append(path)
+    return written
+
+
+def write_kept_vllm_gemm_grids(root: Path, version: str) -> list[Path]:
+    """--write-gemm-grids --engine vllm --at-version VERSION: the GEMM grid of each
+    KEPT_VLLM_FILES GPU (H100, H200, A100 SXM) at vLLM `version` from DATA, the
+    aiconfigurator@095f58a5 data folder that holds those tables (the 0.12.0 wheel does not):
+    the grids those GPUs' vLLM runs price each dense GEMM on, in every format the table timed
+    in a CUDA graph (gemm_grid)."""
+    AT_VERSION["vllm"] = version
+    written = []
+    for gpu in KEPT_VLLM_FILES:
+        if newest(root, gpu, "gemm", "vllm", "gemm_perf") != version:
+            continue
+        path = write_gemm_grid(root, gpu, "vllm", f"{gpu}.vllm.{version}.json")
+        if path is not None:
+            written.append(path)
     return written
 
 
@@ -2711,7 +2737,9 @@ def main() -> None:
     parser.add_argument(
         "--at-version",
         help="with --write-tables: write the tables of this release of --engine only (each table "
-        "at that release, else the nearest release's), for every GPU that has its GEMM table",
+        "at that release, else the nearest release's), for every GPU that has its GEMM table; "
+        "with --write-gemm-grids --engine vllm: the H100/H200/A100 SXM GEMM grids of that "
+        "release (write_kept_vllm_gemm_grids)",
     )
     parser.add_argument(
         "--data-source",
@@ -2727,6 +2755,12 @@ def main() -> None:
             "aiconfigurator@095f58a5 (git)": args.write_moe_runners,
         }
         for path in rewrite_moe_runners(roots):
+            print(f"wrote {path}")
+        return
+    if args.at_version and args.write_gemm_grids:
+        if args.engine != "vllm":
+            raise SystemExit("--write-gemm-grids --at-version: the kept vLLM files (--engine vllm)")
+        for path in write_kept_vllm_gemm_grids(args.data, args.at_version):
             print(f"wrote {path}")
         return
     if args.at_version and args.write_dsa:

@@ -280,6 +280,116 @@ def test_the_deriver_keeps_graph_timed_formats_at_the_grid_tokens():
     grid = derive.gemm_grid(rows)
     assert set(grid["us"]) == {"bf16"}  # block fp8 timed the host (100x bf16)
     assert grid["n"] == [64, 128] and grid["k"] == [64, 128]
+    # the token axis stops at the table's largest grid count (300 is none): 1, 2
+    assert grid["m"] == [1, 2]
     by_m = grid["us"]["bf16"]
-    assert by_m[0] == [[2.0, 2.0], [2.0, 2.0]] and by_m[1] == [[2.0, 2.0], [2.0, 2.0]]
-    assert all(v is None for block in by_m[2:] for row in block for v in row)  # 4..32,768
+    assert by_m == [[[2.0, 2.0], [2.0, 2.0]], [[2.0, 2.0], [2.0, 2.0]]]
+
+
+def test_the_deriver_keeps_every_graph_timed_format_of_a_table():
+    """A table timing bf16, per-tensor fp8 and block fp8 in a graph (aiconfigurator's H100
+    vLLM 0.14.0 collector: block fp8 8x bf16 at one token, under HOST_TIMED_FACTOR) writes a
+    grid per format, in kvplan's keys (GEMM_FORMATS: fp8 per-tensor "int8", block "fp8")."""
+    derive = load_script("derive_achieved")
+    rows = [
+        {"gemm_dtype": dtype, "m": m, "n": 64, "k": 64, "latency": latency * m}
+        for dtype, latency in (("bfloat16", 0.002), ("fp8", 0.0015), ("fp8_block", 0.016))
+        for m in (1, 2, 4)
+    ]
+    grid = derive.gemm_grid(rows)
+    assert grid["m"] == [1, 2, 4]
+    assert {fmt: by_m[2][0][0] for fmt, by_m in grid["us"].items()} == {
+        "bf16": 8.0,
+        "int8": 6.0,
+        "fp8": 64.0,
+    }
+
+
+# --- the vLLM 0.14.0 grids of the H100, H200 and A100 SXM (aiconfigurator@095f58a5) ---------
+H100_VLLM = "h100_sxm.vllm.0.14.0.json"
+
+
+def _vllm_step(model: str, profile: str, wdtype: str, tp: int, with_grid: bool = True):
+    """A StepModel of `model` on `profile`'s vLLM 0.14.0 tables (bf16 cache), as simulate
+    builds one for a vLLM run there."""
+    from kvplan.dtypes import KvFormat
+    from kvplan.formulas.step_time import Rates
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.kernel_tables import tables_for
+
+    gpu = load_profile(profile)
+    tables = tables_for(gpu, "vllm", "0.14.0")
+    return StepModel(
+        load_model(model),
+        Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak_flop_per_s["bf16"]),
+        wdtype,
+        KvFormat("bf16"),
+        tp=tp,
+        link=gpu.interconnect,
+        achieved=tables.achieved,
+        fp8_flop_per_s=gpu.peak_flop_per_s.get("fp8"),
+        gemm_grid=tables.gemm_grid if with_grid else None,
+    )
+
+
+def test_vllm_runs_on_the_h100_read_their_own_grid_of_every_format():
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.kernel_tables import tables_for
+
+    for profile, gpu in (("h100-sxm", "h100_sxm"), ("h200", "h200_sxm")):
+        grid = tables_for(load_profile(profile), "vllm", "0.14.0").gemm_grid
+        assert grid == gemm_grid(f"{gpu}.vllm.0.14.0.json")
+        assert set(grid.us) == {"bf16", "int8", "fp8"}
+    raw = _raw(H100_VLLM)
+    assert raw["m"] == [2**i for i in range(14)]  # the H100 table stops at 8,192 tokens
+    assert "095f58a5" in raw["source"] and "/vllm/0.14.0/" in raw["source"]
+
+
+def test_the_dense_weight_format_picks_the_grid_it_is_priced_on():
+    """Llama-3.1-405B at TP 8 on the H100's vLLM 0.14.0 grid: bf16 weights price every call on
+    the bf16 grid, per-tensor fp8 (fp8-tensor: Llama-3.1-405B-FP8) the quantized projections
+    on the per-tensor fp8 rows ("int8"), block fp8 on the block-fp8 rows ("fp8"); the head
+    stays bf16 in all three. Each sum is its own rows' (no shared fraction): at one token the
+    per-tensor fp8 GEMMs read half the bytes and take 0.6-0.8 of the bf16 time."""
+    grid = gemm_grid(H100_VLLM)
+    got = {}
+    for wdtype, fmt in (("bf16", "bf16"), ("fp8-tensor", "int8"), ("fp8", "fp8")):
+        model = _vllm_step("llama-3.1-405b", "h100-sxm", wdtype, 8)
+        assert model.gemm_calls is not None
+        assert {c.fmt for c in model.gemm_calls if not c.head} == {fmt}
+        assert {c.fmt for c in model.gemm_calls if c.head} == {"bf16"}
+        got[wdtype] = model.dense_calls_s(1, 1)
+        assert got[wdtype] == pytest.approx(gemm_calls_s(grid, model.gemm_calls, 1, 1))
+    assert 0.6 < got["fp8-tensor"] / got["bf16"] < 0.8
+    assert len({round(v, 9) for v in got.values()}) == 3
+
+
+def test_a_per_tensor_fp8_call_between_grid_shapes_on_the_h100_vllm_grid():
+    """Llama-3.1-405B's gate|up at TP 8 (n 2 x 53,248 / 8 = 13,312, between 12,288 and 16,384;
+    k 16,384 on the grid) at 3 tokens (between 2 and 4): linear in log n between the grid
+    shapes, log-log in tokens, from the file's per-tensor fp8 ("int8") entries."""
+    raw, grid = _raw(H100_VLLM), gemm_grid(H100_VLLM)
+    wn = math.log(13312 / 12288) / math.log(16384 / 12288)
+
+    def at(m: int) -> float:
+        return _us(raw, "int8", m, 12288, 16384) * (1 - wn) + _us(raw, "int8", m, 16384, 16384) * wn
+
+    w = math.log(3 / 2) / math.log(2)
+    want = at(2) * (at(4) / at(2)) ** w * 1e-6
+    assert gemm_call_s(grid, "int8", 3, 13312, 16384) == pytest.approx(want)
+    assert _us(raw, "int8", 2, 12288, 16384) < want * 1e6 < _us(raw, "int8", 4, 16384, 16384)
+    # past the table's last count (8,192): linear in tokens from it
+    last = _us(raw, "int8", 8192, 16384, 16384)
+    assert gemm_call_s(grid, "int8", 16384, 16384, 16384) == pytest.approx(2 * last * 1e-6)
+
+
+def test_a_format_the_grid_lacks_keeps_the_pooled_term():
+    """The A100's vLLM 0.14.0 table times bf16 alone (no fp8 tensor cores): a per-tensor fp8
+    checkpoint there has no grid of its format and is priced by the pooled pair, as before;
+    bf16 on the same GPU reads the grid."""
+    assert set(gemm_grid("a100_sxm.vllm.0.14.0.json").us) == {"bf16"}
+    fp8 = _vllm_step("llama-3.1-70b", "a100-80gb-sxm", "fp8-tensor", 4)
+    pooled = _vllm_step("llama-3.1-70b", "a100-80gb-sxm", "fp8-tensor", 4, with_grid=False)
+    assert fp8.gemm_calls is None and fp8.dense_calls_s(1, 1) is None
+    assert fp8.gemm_s(1, 1) == pooled.gemm_s(1, 1)
+    assert _vllm_step("llama-3.1-70b", "a100-80gb-sxm", "bf16", 4).gemm_calls is not None
