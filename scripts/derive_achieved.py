@@ -2162,7 +2162,19 @@ def gemm_call_s(rows, dtype: str, m: int, n: float, k: float) -> float:
 GEMM_GRID_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
-def gemm_grid(rows) -> dict:
+# vLLM's GEMM collector times fp8_block without a CUDA graph (aiconfigurator@095f58a5
+# collector/vllm/collect_gemm.py: `use_cuda_graph=gemm_type != "fp8_block"`), and the kept
+# vLLM 0.14.0 tables' fp8_block rows are not the kernel's graph time: on the H100 at one token
+# a 7168x2048 block-fp8 GEMM takes 30.8 us there, 2.9x SGLang 0.5.9's graph-timed DeepGEMM row
+# of the same shape (10.8 us), the kernel vLLM runs by default on Hopper (VLLM_USE_DEEP_GEMM
+# "1", should_use_deepgemm_for_fp8_linear). Their fastest call (8.3x bf16's) is under
+# HOST_TIMED_FACTOR, so host_timed keeps them for the fractions (as before); the grid, which
+# prices every shape from its own row, leaves them out (the step model prices block fp8 at the
+# pair of fractions, as before the vLLM grids).
+EAGER_COLLECTED = {"vllm": {"fp8_block"}}
+
+
+def gemm_grid(rows, engine: str = "") -> dict:
     """{"m": [...], "n": [...], "k": [...], "us": {kvplan format: [[[us at each k] at each n] at
     each m]}} from one GEMM table's rows: every (n, k) the table timed at GEMM_GRID_TOKENS, the
     fastest kernel per shape (`table`), microseconds to three significant figures (null: not
@@ -2170,7 +2182,7 @@ def gemm_grid(rows) -> dict:
     step model prices those at the pair of fractions. The token axis is GEMM_GRID_TOKENS up to
     the table's largest (aiconfigurator@095f58a5's H100 and A100 vLLM 0.14.0 tables stop at
     8,192; the step model goes linear in tokens past the last, gemm_calls.along_tokens_s)."""
-    host = host_timed(rows)
+    host = host_timed(rows) | EAGER_COLLECTED.get(engine, set())
     kept = [
         r
         for r in rows
@@ -2224,7 +2236,7 @@ def write_gemm_grid(root: Path, gpu: str, engine: str, name: str) -> Path | None
     version = newest(root, gpu, "gemm", engine, "gemm_perf")
     if version is None:
         return None
-    grid = gemm_grid(table(root, gpu, "gemm", "gemm_perf", version, engine))
+    grid = gemm_grid(table(root, gpu, "gemm", "gemm_perf", version, engine), engine)
     if not grid["us"]:
         return None
     head = {

@@ -339,7 +339,7 @@ def test_vllm_runs_on_the_h100_read_their_own_grid_of_every_format():
     for profile, gpu in (("h100-sxm", "h100_sxm"), ("h200", "h200_sxm")):
         grid = tables_for(load_profile(profile), "vllm", "0.14.0").gemm_grid
         assert grid == gemm_grid(f"{gpu}.vllm.0.14.0.json")
-        assert set(grid.us) == {"bf16", "int8", "fp8"}
+        assert set(grid.us) == {"bf16", "int8"}  # block fp8: EAGER_COLLECTED
     raw = _raw(H100_VLLM)
     assert raw["m"] == [2**i for i in range(14)]  # the H100 table stops at 8,192 tokens
     assert "095f58a5" in raw["source"] and "/vllm/0.14.0/" in raw["source"]
@@ -348,12 +348,13 @@ def test_vllm_runs_on_the_h100_read_their_own_grid_of_every_format():
 def test_the_dense_weight_format_picks_the_grid_it_is_priced_on():
     """Llama-3.1-405B at TP 8 on the H100's vLLM 0.14.0 grid: bf16 weights price every call on
     the bf16 grid, per-tensor fp8 (fp8-tensor: Llama-3.1-405B-FP8) the quantized projections
-    on the per-tensor fp8 rows ("int8"), block fp8 on the block-fp8 rows ("fp8"); the head
-    stays bf16 in all three. Each sum is its own rows' (no shared fraction): at one token the
-    per-tensor fp8 GEMMs read half the bytes and take 0.6-0.8 of the bf16 time."""
+    on the per-tensor fp8 rows ("int8"); the head stays bf16 in both. Each sum is its own rows'
+    (no shared fraction): at one token the per-tensor fp8 GEMMs read half the bytes and take
+    0.6-0.8 of the bf16 time. Block fp8 has no vLLM grid (its rows are not the kernel's graph
+    time: EAGER_COLLECTED) and keeps the pooled pair."""
     grid = gemm_grid(H100_VLLM)
     got = {}
-    for wdtype, fmt in (("bf16", "bf16"), ("fp8-tensor", "int8"), ("fp8", "fp8")):
+    for wdtype, fmt in (("bf16", "bf16"), ("fp8-tensor", "int8")):
         model = _vllm_step("llama-3.1-405b", "h100-sxm", wdtype, 8)
         assert model.gemm_calls is not None
         assert {c.fmt for c in model.gemm_calls if not c.head} == {fmt}
@@ -361,7 +362,22 @@ def test_the_dense_weight_format_picks_the_grid_it_is_priced_on():
         got[wdtype] = model.dense_calls_s(1, 1)
         assert got[wdtype] == pytest.approx(gemm_calls_s(grid, model.gemm_calls, 1, 1))
     assert 0.6 < got["fp8-tensor"] / got["bf16"] < 0.8
-    assert len({round(v, 9) for v in got.values()}) == 3
+    block = _vllm_step("llama-3.1-405b", "h100-sxm", "fp8", 8)
+    assert block.gemm_calls is None and block.dense_calls_s(1, 1) is None
+
+
+def test_vllm_block_fp8_rows_stay_out_of_the_grid():
+    """vLLM's collector times fp8_block without a CUDA graph: gemm_grid leaves a vLLM table's
+    block-fp8 rows out whatever their speed, and keeps them for an engine whose collector
+    graphs them (SGLang); the other formats are kept for both."""
+    derive = load_script("derive_achieved")
+    rows = [
+        {"gemm_dtype": dtype, "m": m, "n": 4096, "k": 4096, "latency": lat}
+        for dtype, lat in (("bfloat16", 0.010), ("fp8", 0.008), ("fp8_block", 0.012))
+        for m in (1, 2)
+    ]
+    assert set(derive.gemm_grid(rows, "vllm")["us"]) == {"bf16", "int8"}
+    assert set(derive.gemm_grid(rows, "sglang")["us"]) == {"bf16", "int8", "fp8"}
 
 
 def test_a_per_tensor_fp8_call_between_grid_shapes_on_the_h100_vllm_grid():
