@@ -604,6 +604,7 @@ def run_once(
             frontend=served_by(request),
             context=replica.context,
             lockstep=replica.layout.dp if replica.layout is not None else 1,
+            servers=cluster.api_servers(len(engines), replica.layout),
         )
         return engines, result
 
