@@ -123,3 +123,21 @@ def test_sglang_dp_ranks_share_the_one_api_server(monkeypatch, dp):
     )
     gaps = arrival_gaps(monkeypatch, lambda: simulate(spec, gpu, request))
     assert gaps == pytest.approx([frontend_data().serial_request_s] * 5, rel=1e-6)
+
+
+def test_plan_prices_sglangs_serial_api_server_as_simulate_does(monkeypatch):
+    """plan --emit sglang runs each configuration with the front end simulate has (served_by):
+    a burst reaches the engine one serial part apart."""
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.plans import plan
+    from kvplan.simulate.setup import build_replica
+    from kvplan.simulate.workload import WorkloadSpec
+
+    spec, gpu = load_model("llama-3.1-8b", checkpoint=False), load_profile("h100")
+    replica = build_replica(spec, gpu, ServeOptions(engine="sglang"))
+    request = plan.PlanRequest(
+        rate=1.0, slos=(), emit="sglang", workload=WorkloadSpec(num_prompts=6)
+    )
+    burst = [RequestSpec(i, 0.0, 64, 4) for i in range(6)]
+    gaps = arrival_gaps(monkeypatch, lambda: plan._run(replica, burst, request, 1.0))
+    assert gaps == pytest.approx([frontend_data().serial_request_s] * 5, rel=1e-6)
