@@ -2037,7 +2037,10 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     )
     policy = SglangPolicy(
         page_size=alloc.block_size,
-        overlap=bool(resolved.async_scheduling),
+        # the overlap loop's one step more (SglangPolicy.overlap): not under PP, whose
+        # server_args._handle_pipeline_parallelism sets disable_overlap_schedule whatever was
+        # given and whose scheduler runs event_loop_pp instead
+        overlap=bool(resolved.async_scheduling) and options.pp == 1,
         # DP attention scales schedule_conservativeness by 0.3: admission reserves less
         init_new_token_ratio=INIT_NEW_TOKEN_RATIO
         * (DP_ATTENTION_CONSERVATIVENESS if layout.dp > 1 else 1.0),
