@@ -1863,6 +1863,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         weights_dtype=weights_format(options),
         expert_ranks=layout.expert_ranks if layout.modelled else None,
         dp_attention=layout.dp,
+        dp_size=layout.dp_replicas,  # --dp-size without DP attention
         enable_dp_lm_head=options.enable_dp_lm_head,
         moe_dense_tp_size=options.moe_dense_tp_size,
         backends=options.backends,
