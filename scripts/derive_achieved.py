@@ -2799,7 +2799,9 @@ def main() -> None:
                 print(f"wrote {path}")
             return
     if args.aiter_moe:
-        gpu = args.gpu if args.gpu in AITER_GPUS else "mi300x"
+        gpu = "mi300x" if args.gpu == parser.get_default("gpu") else args.gpu
+        if gpu not in AITER_GPUS:  # not another profile's file written in its place
+            raise SystemExit(f"--aiter-moe --gpu {gpu}: choose {' or '.join(AITER_GPUS)}")
         print(f"wrote {write_partial_aiter(args.data, gpu)}")
         return
     if args.gemm_calls:

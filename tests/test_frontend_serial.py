@@ -86,3 +86,58 @@ def test_the_timed_frontend_data_says_where_it_comes_from():
     assert doc["serial_request_us"] == pytest.approx(sum(parts.values()), rel=0.2)
     low, high = doc["serial_request_us_spread"]
     assert low <= doc["serial_request_us"] <= high
+
+
+def arrival_gaps(monkeypatch, run) -> list[float]:
+    """The gaps between the requests' engine arrivals (after their dispatch, in order) of the
+    one cluster.run that `run` makes (the real one, watched)."""
+    seen: list[list[float]] = []
+    real = cluster.run
+
+    def watched(requests, engines, **kwargs):
+        out = real(requests, engines, **kwargs)
+        seen.append(sorted(r.arrival_s - r.dispatch_s for r in out.finished))
+        return out
+
+    monkeypatch.setattr(cluster, "run", watched)
+    run()
+    assert len(seen) == 1
+    served = seen[0]
+    return [served[i + 1] - served[i] for i in range(len(served) - 1)]
+
+
+@pytest.mark.parametrize("dp", [1, 2])
+def test_sglang_dp_ranks_share_the_one_api_server(monkeypatch, dp):
+    """SGLang's --dp-size launches one DataParallelController behind the one TokenizerManager
+    of the HTTP server process (entrypoints/engine.py _launch_subprocesses): a burst reaches
+    the ranks one serial part apart, as it reaches a single rank."""
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.plans.simulate import simulate
+    from kvplan.simulate.workload import WorkloadSpec
+
+    spec, gpu = load_model("llama-3.1-8b", checkpoint=False), load_profile("h100")
+    request = SimulateRequest(
+        workload=WorkloadSpec(num_prompts=6, input_len=64, output_len=4),
+        serve=ServeOptions(engine="sglang", data_parallel_size=dp),
+        series=False,
+    )
+    gaps = arrival_gaps(monkeypatch, lambda: simulate(spec, gpu, request))
+    assert gaps == pytest.approx([frontend_data().serial_request_s] * 5, rel=1e-6)
+
+
+def test_plan_prices_sglangs_serial_api_server_as_simulate_does(monkeypatch):
+    """plan --emit sglang runs each configuration with the front end simulate has (served_by):
+    a burst reaches the engine one serial part apart."""
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.plans import plan
+    from kvplan.simulate.setup import build_replica
+    from kvplan.simulate.workload import WorkloadSpec
+
+    spec, gpu = load_model("llama-3.1-8b", checkpoint=False), load_profile("h100")
+    replica = build_replica(spec, gpu, ServeOptions(engine="sglang"))
+    request = plan.PlanRequest(
+        rate=1.0, slos=(), emit="sglang", workload=WorkloadSpec(num_prompts=6)
+    )
+    burst = [RequestSpec(i, 0.0, 64, 4) for i in range(6)]
+    gaps = arrival_gaps(monkeypatch, lambda: plan._run(replica, burst, request, 1.0))
+    assert gaps == pytest.approx([frontend_data().serial_request_s] * 5, rel=1e-6)

@@ -346,3 +346,16 @@ def test_the_note_says_what_was_measured_and_what_was_transferred():
 def test_the_partial_files_ship_in_the_wheel():
     pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     assert '"data/kernel_tables/partial/*.json"' in pyproject
+
+
+@pytest.mark.parametrize("gpu", ["mi350x", "mi325x"])
+def test_the_aiter_deriver_refuses_a_gpu_it_has_no_tables_for(monkeypatch, tmp_path, gpu):
+    """--aiter-moe --gpu names the partial file written: a GPU without AITER_GPUS tables
+    (the MI350X reads the MI355X's file) is refused, not written as the MI300X's."""
+    derive = _derive()
+    written = []
+    monkeypatch.setattr(derive, "write_partial_aiter", lambda *a: written.append(a))
+    monkeypatch.setattr("sys.argv", ["derive_achieved", str(tmp_path), "--aiter-moe", "--gpu", gpu])
+    with pytest.raises(SystemExit, match=gpu):
+        derive.main()
+    assert written == []

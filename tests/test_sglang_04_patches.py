@@ -133,3 +133,18 @@ def test_the_pool_follows_the_patch():
         rest = got.free_before_load_bytes * got.mem_fraction_static - got.weights_bytes
         assert got.kv_cache_tokens == int(rest) // got.profile_cell_size_bytes
     assert new.kv_cache_tokens > old.kv_cache_tokens
+
+
+def test_0_4_6_captures_no_more_graphs_with_dp_size_alone():
+    """cuda_graph_runner.get_batch_sizes_to_capture (0.4.6, 0.4.6.post1) adds 160-256 only where
+    server_args.dp_size == 1: --dp-size without DP attention (independent replicas, kvplan's
+    dp_replicas) captures 160 too, as simulate builds the replica."""
+    from kvplan.simulate.setup import ServeOptions, build_replica
+
+    for dp, graphs in ((1, 256), (2, 160)):
+        options = ServeOptions(engine="sglang", sglang_version="0.4.6", data_parallel_size=dp)
+        assert build_replica(LLAMA_8B, H200, options).model.cuda_graph_max_tokens == graphs, dp
+        assert (
+            default_mem_fraction(LLAMA_8B, H200, 1, 1, "0.4.6", dp_size=dp).cuda_graph_max_bs
+            == graphs
+        )

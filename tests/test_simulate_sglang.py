@@ -353,3 +353,18 @@ def test_sglang_0_3_runs_without_the_overlap_scheduler():
     assert sglang_overlap_default("0.4.0")
     assert sglang_overlap_default("0.5.6.post2")
     assert sglang_overlap_default("0.5")
+
+
+@pytest.mark.parametrize("flag", [None, True])
+def test_pipeline_parallel_runs_without_the_overlap_loop(flag):
+    """server_args._handle_pipeline_parallelism: pp_size > 1 sets disable_overlap_schedule
+    ("Pipeline parallelism is incompatible with overlap schedule"), given or not, and the
+    scheduler runs event_loop_pp, not event_loop_overlap: no request waits a step more."""
+    from kvplan.inputs.hardware import load_profile
+    from kvplan.inputs.sources import load_model
+    from kvplan.simulate.setup import ServeOptions, build_replica
+
+    spec, gpu = load_model("llama-3.1-8b", checkpoint=False), load_profile("h100")
+    for pp, overlap in ((1, True), (2, False)):
+        options = ServeOptions(engine="sglang", pp=pp, async_scheduling=flag)
+        assert build_replica(spec, gpu, options).policy.overlap is overlap, pp

@@ -89,6 +89,9 @@ class EngineRequest(NamedTuple):
     # SGLang's --enable-dp-attention --dp-size N (1: off): `tp` is then a rank's attention TP, the
     # server's --tp tp x N (its memory defaults, the MLPs' and head's split)
     dp_attention: int = 1
+    # SGLang's --dp-size without DP attention (1: none): independent replicas, each of `tp`
+    # GPUs, behind one server (engines.sglang.default_mem_fraction's 0.4.6 graph sizes)
+    dp_size: int = 1
     # SGLang under DP attention: --enable-dp-lm-head (the head split over the attention TP
     # group, not the whole group) and --moe-dense-tp-size 1 (the dense layers' MLPs whole on
     # every GPU)

@@ -898,10 +898,12 @@ def default_mem_fraction(
     piecewise: PiecewiseFlags = PiecewiseFlags(),
     piecewise_off: str | None = None,
     speculative_algorithm: str | None = None,
+    dp_size: int = 1,
 ) -> FractionDefault:
     """SGLang's own mem_fraction_static for this GPU and layout (its server_args heuristic),
     at release `version` (any release sglang_rules reads). `tp` is the server's --tp;
-    `dp_attention` its --dp-size under --enable-dp-attention (1: off), which 0.5 reserves
+    `dp_size` its --dp-size without DP attention (independent replicas; 0.4.6's graph sizes
+    read it); `dp_attention` its --dp-size under --enable-dp-attention (1: off), which 0.5 reserves
     cuda_graph_max_bs x dp x 3 MiB more for ("DP attention needs more padding"), x 4.5 above
     300; `piecewise` the piecewise-graph flags and `piecewise_off` the layout's reason they are
     off (piecewise_excluded), which decide the piecewise term (piecewise_reserve_mib);
@@ -915,7 +917,7 @@ def default_mem_fraction(
         cuda = gpu.device_vendor == "NVIDIA"  # is_cuda()
         fraction = fraction_04(at, gpu_mib, tp, pp, cuda, speculative, dp_attention > 1, vlm)
         chunked = chunked_prefill_04(at, gpu_mib)
-        graphs = cuda_graph_max_bs_04(at, gpu_mib, tp, dp_attention)
+        graphs = cuda_graph_max_bs_04(at, gpu_mib, tp, max(dp_attention, dp_size))
         return FractionDefault(fraction, chunked, graphs, gpu.usable_memory_bytes * (1 - fraction))
     chunked, graphs = LARGEST_BUCKET
     for limit, size, small_tp, large_tp in MEMORY_BUCKETS:
@@ -1936,6 +1938,7 @@ def sglang_allocation(spec: ModelSpec, gpu: GpuProfile, request: EngineRequest) 
             gpu, request.speculative, request.dp_attention, request.pp, request.sglang_version
         ),
         request.speculative_algorithm,
+        request.dp_size,
     )
     fraction = request.mem_fraction_static
     given = fraction is not None

@@ -32,6 +32,7 @@ from kvplan.inputs.hardware import GpuProfile
 from kvplan.inputs.prices import price_for
 from kvplan.notes import Note, note, unique
 from kvplan.plans import intervals
+from kvplan.plans.simulate import engine_frontend
 from kvplan.record import NamedTuple
 from kvplan.simulate import cluster, metrics
 from kvplan.simulate.cluster import Frontend
@@ -1419,8 +1420,10 @@ def _simulate(replica, requests, request: PlanRequest, rate, demand, stand_in) -
         requests,
         engines,
         router="round_robin" if layout is None else layout.router,
-        frontend=request.frontend,
+        # the API server as simulate runs it: SGLang's serial part, one per replica
+        frontend=engine_frontend(request.emit, request.frontend),
         context=replica.context,
+        servers=cluster.api_servers(len(engines), layout),
     )
     bench = metrics.bench_result(run, rate, request.workload.burstiness, None)
     stats = metrics.engine_stats(  # as simulate's (its TTFT's untimed share too)

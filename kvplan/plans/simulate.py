@@ -563,12 +563,17 @@ def _replica_pool(config, requests, request: SimulateRequest, context: ContextLi
 
 
 def served_by(request: SimulateRequest) -> Frontend:
-    """The API server in front of the replicas: SGLang's does each request's parsing, chat
-    template and tokenization in its one process, in turn (frontend_serial_request_s); vLLM's
-    per-request cost has no serial part timed."""
-    if request.serve.engine != "sglang" or request.frontend.serial_request_s:
-        return request.frontend
-    return request.frontend._replace(serial_request_s=frontend_serial_request_s())
+    """The API server in front of the replicas (engine_frontend)."""
+    return engine_frontend(request.serve.engine, request.frontend)
+
+
+def engine_frontend(engine: str, frontend: Frontend) -> Frontend:
+    """`frontend` as `engine`'s API server runs it: SGLang's does each request's parsing, chat
+    template and tokenization in its one process, in turn (frontend_serial_request_s; a
+    serial part given stays); vLLM's per-request cost has no serial part timed."""
+    if engine != "sglang" or frontend.serial_request_s:
+        return frontend
+    return frontend._replace(serial_request_s=frontend_serial_request_s())
 
 
 def run_once(
@@ -604,6 +609,7 @@ def run_once(
             frontend=served_by(request),
             context=replica.context,
             lockstep=replica.layout.dp if replica.layout is not None else 1,
+            servers=cluster.api_servers(len(engines), replica.layout),
         )
         return engines, result
 

@@ -63,9 +63,12 @@ def run(
     frontend: Frontend = Frontend(),
     context: ContextLimit | None = None,
     lockstep: int = 1,
+    servers: int | None = None,
 ) -> ClusterRun:
     """Serve `requests` on `engines` until every request finishes; `lockstep` > 1: the engines
     are DP-attention ranks, each run of `lockstep` of them stepping together (Lockstep);
+    `servers`: the API server processes in front of them (api_servers; None: one per engine, a
+    lockstep group being one);
     `context`: the server's rule for requests against max_model_len (a refused request is
     failed, kvplan.engines.context_limit), None: every request served as asked."""
     if router not in ROUTERS:
@@ -78,9 +81,9 @@ def run(
     finished: list[Req] = []
     outstanding = [0] * len(engines)
     turn = [0]
-    # each server's front-end process: when it is free (one per replica, a DP-attention group
-    # being one server); a request takes the one free first
-    servers = [0.0] * max(1, len(engines) // max(1, lockstep))
+    # each server's front-end process: when it is free (one per replica, its DP ranks behind
+    # it: api_servers); a request takes the one free first
+    free_s = [0.0] * (servers or max(1, len(engines) // max(1, lockstep)))
 
     def dispatch(now: float) -> None:
         nonlocal free_slots
@@ -88,9 +91,9 @@ def run(
             spec = pending.popleft()
             start = max(spec.arrival_s, now)
             free_slots -= 1
-            server = min(range(len(servers)), key=servers.__getitem__)
-            served = frontend.served_s(start, servers[server])
-            servers[server] = served
+            server = min(range(len(free_s)), key=free_s.__getitem__)
+            served = frontend.served_s(start, free_s[server])
+            free_s[server] = served
             heapq.heappush(arrivals, (served, spec.rid, start, spec))
 
     dispatch(0.0)
@@ -149,6 +152,17 @@ def run(
             outstanding[index] += 1
             engines[index].admit(req, now)
     return ClusterRun(finished, failed, engines)
+
+
+def api_servers(engines: int, layout) -> int:
+    """The API server processes in front of `engines` engines laid out as `layout`
+    (setup.ParallelLayout; None: each engine a replica of its own): one per replica, whose DP
+    ranks, DP attention's or independent ones, sit behind it (SGLang: the HTTP server process's
+    one TokenizerManager feeds --dp-size's DataParallelController, entrypoints/engine.py
+    _launch_subprocesses; only SGLang's front end has a serial part timed, Frontend.served_s,
+    so for vLLM the count changes nothing)."""
+    ranks = 1 if layout is None else layout.dp * layout.dp_replicas
+    return max(1, engines // ranks)
 
 
 def _clock(engine) -> float:

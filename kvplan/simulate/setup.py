@@ -1863,6 +1863,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         weights_dtype=weights_format(options),
         expert_ranks=layout.expert_ranks if layout.modelled else None,
         dp_attention=layout.dp,
+        dp_size=layout.dp_replicas,  # --dp-size without DP attention
         enable_dp_lm_head=options.enable_dp_lm_head,
         moe_dense_tp_size=options.moe_dense_tp_size,
         backends=options.backends,
@@ -2037,7 +2038,10 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
     )
     policy = SglangPolicy(
         page_size=alloc.block_size,
-        overlap=bool(resolved.async_scheduling),
+        # the overlap loop's one step more (SglangPolicy.overlap): not under PP, whose
+        # server_args._handle_pipeline_parallelism sets disable_overlap_schedule whatever was
+        # given and whose scheduler runs event_loop_pp instead
+        overlap=bool(resolved.async_scheduling) and options.pp == 1,
         # DP attention scales schedule_conservativeness by 0.3: admission reserves less
         init_new_token_ratio=INIT_NEW_TOKEN_RATIO
         * (DP_ATTENTION_CONSERVATIVENESS if layout.dp > 1 else 1.0),
