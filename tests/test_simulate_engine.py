@@ -346,3 +346,39 @@ def test_a_stand_in_pool_gives_the_prefix_caching_run_or_steps_aside(
     assert stood_in_bench == real_bench
     assert stood_in_engine.peak_used == real_engine.peak_used
     assert stood_in_engine.hit_tokens == real_engine.hit_tokens == 0
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_async_scheduling_sees_a_request_one_step_later(async_scheduling):
+    """vLLM V1's batch queue (engines.vllm_schedule.batches_formed_ahead): with async
+    scheduling step_with_batch_queue forms each step as the one before it starts, so r1,
+    reaching the engine half-way through r0's decode step [3, 4), is first in the step formed
+    at 4, [5, 6): its first token at 6, 2.5 steps after it arrived. Without it `step` forms
+    the step after the running one ends: r1 is prefilled in [4, 5), 1.5 steps. An idle engine
+    (r0 alone at 0) schedules a request at once either way: r0's first token after one step."""
+    from kvplan.simulate.steplog import FixedStep
+
+    step_s = 0.01
+    requests = [RequestSpec(0, 0.0, 16, 20), RequestSpec(1, 3.5 * step_s, 16, 2)]
+    cfg = config(async_scheduling=async_scheduling)
+    engine = Engine(cfg, FixedStep(step_s), 0.0)
+    run = cluster.run(requests, [engine], frontend=NO_FRONTEND, context=ContextLimit(1 << 20))
+    ttft = {r.rid: r.first_client_s - r.dispatch_s for r in run.finished}
+    assert ttft[0] == pytest.approx(step_s)
+    assert ttft[1] == pytest.approx((2.5 if async_scheduling else 1.5) * step_s)
+
+
+@pytest.mark.parametrize(("version", "steps"), [("0.11", 1.5), ("0.19", 2.5), ("0.32", 2.5)])
+def test_the_release_default_decides_the_step_a_request_waits(version, steps):
+    """async scheduling is on by default from vLLM 0.12 (engines.vllm.async_scheduling_default):
+    a request arriving mid-step waits one step more from then, 2.5 fixed steps in all."""
+    from kvplan.engines.vllm import async_scheduling_default
+    from kvplan.simulate.steplog import FixedStep
+
+    step_s = 0.01
+    requests = [RequestSpec(0, 0.0, 16, 20), RequestSpec(1, 3.5 * step_s, 16, 2)]
+    cfg = config(async_scheduling=async_scheduling_default(version, v0_engine=False))
+    engine = Engine(cfg, FixedStep(step_s), 0.0)
+    run = cluster.run(requests, [engine], frontend=NO_FRONTEND, context=ContextLimit(1 << 20))
+    first = next(r for r in run.finished if r.rid == 1)
+    assert first.first_client_s - first.dispatch_s == pytest.approx(steps * step_s)

@@ -29,6 +29,29 @@ def max_concurrent_batches(pp: int, async_scheduling: bool = True) -> int:
     return pp + 1 if async_scheduling else pp
 
 
+def batches_formed_ahead(async_scheduling: bool) -> int:
+    """How many steps ahead of the running one vLLM V1 forms a step, at PP 1 (the stage kvplan
+    simulates): `max_concurrent_batches - 1`, 1 with async scheduling, 0 without; the same in
+    every V1 release kvplan models (async scheduling's default by release:
+    kvplan.engines.vllm.async_scheduling_default).
+
+    EngineCore uses a batch queue of `max_concurrent_batches` when that is over 1 and then steps
+    with `step_with_batch_queue`, else with `step` (vllm/v1/engine/core.py, 0.19.1 :185-211,
+    0.21.0 :188-214, 0.32.0 :220-243). At PP 1 that is 2 with async scheduling, 1 without
+    (UniProcExecutor and MultiprocExecutor.max_concurrent_batches, 0.19.1
+    uniproc_executor.py:64-65, multiproc_executor.py:469-472; 0.21.0 :77-78, :475-478; 0.32.0
+    VllmConfig.max_concurrent_batches, config/vllm.py:577-587). `run_busy_loop` drains the
+    input queue (`_process_input_queue`) only at the top of each pass (0.19.1 :1136-1175, 0.21.0
+    :1168-1207, 0.32.0 :1547-1601). `step` schedules, runs the step and waits for it (0.19.1
+    :380-406): a request that arrives during step k is in step k + 1. `step_with_batch_queue`
+    schedules and launches a step without waiting while the queue has room, and waits for the
+    oldest step only once the queue is full (0.19.1 :421-494, 0.21.0 :447-520, 0.32.0 :698-768):
+    the pass that forms step k + 1 runs as step k starts, so a request that arrives during step
+    k waits for it and for step k + 1, and is first in step k + 2, as in SGLang's overlap
+    scheduler. An idle engine forms its first step at once (the queue was empty)."""
+    return max_concurrent_batches(1, async_scheduling) - 1
+
+
 def window_in_flight_tokens(
     max_num_batched_tokens: int, vllm_version: str, pp: int = 1, async_scheduling: bool = True
 ) -> int:

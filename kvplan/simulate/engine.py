@@ -53,7 +53,7 @@ import math
 from collections import deque
 from enum import IntEnum
 
-from kvplan.engines.vllm_schedule import max_concurrent_batches
+from kvplan.engines.vllm_schedule import batches_formed_ahead, max_concurrent_batches
 from kvplan.formulas.batch_step import (
     ENGINE_TERMS,
     BatchShape,
@@ -509,6 +509,12 @@ class Engine:
         # was formed at its start)
         self.step_start_s = 0.0
         self.step_end_s = 0.0
+        # requests that reached the engine and that no scheduler pass has received yet
+        # (forms_ahead), in arrival order
+        self.inbox: deque[Req] = deque()
+        # whether requests reach the scheduler through the engine's busy loop (False: handed to
+        # the scheduler itself before a step, as scripts/record_vllm_schedule.py drives it)
+        self.busy_loop = True
         self.min_step_s = model.step(BatchShape(1, 1, (), 1)).total_s
 
     def warm_prefixes(self, requests) -> int:
@@ -543,11 +549,40 @@ class Engine:
             self._release_lingering()  # an idle engine has processed every output
         self.waiting.append(req)
         self.stalled = False
+        if self.forms_ahead:  # not seen by the scheduler before its next pass
+            self.inbox.append(self.waiting.pop())
+
+    @property
+    def forms_ahead(self) -> bool:
+        """Whether each step is formed while the step before it runs (vLLM V1's batch queue,
+        kvplan.engines.vllm_schedule.batches_formed_ahead): a request that arrives during a
+        step is first scheduled in the step after the next (`_collect_inbox`)."""
+        return self.busy_loop and batches_formed_ahead(self.config.async_scheduling) > 0
+
+    def _runs_on(self) -> bool:
+        """Whether the last step left requests to run: the pass that forms the next step ran
+        when it began (forms_ahead)."""
+        return self.num_decodes > 0 or bool(self.prefilling)
+
+    def _collect_inbox(self) -> None:
+        """The pass that forms the step starting now ran when the step before began (where
+        forms_ahead): of the requests that reached the engine, those that came after that are
+        not in the queue yet. Where nothing was in flight (the loop was idle, or the step before
+        ended with nothing left to run) the pass is now."""
+        inbox = self.inbox
+        if not inbox:
+            return
+        in_flight = self.step_end_s >= self.clock_s and self._runs_on()
+        cutoff_s = self.step_start_s if in_flight else self.clock_s
+        while inbox and inbox[0].arrival_s <= cutoff_s:
+            self.waiting.append(inbox.popleft())
 
     @property
     def has_work(self) -> bool:
         """Whether a step can run now; an engine whose queue waits only on transfers (blocks
         held for one, or KV still arriving) has none until `release` or `kv_received`."""
+        if self.inbox:
+            return True
         if self.running or self.ready or self.swapped:
             return True
         if self.stalled or len(self.waiting) <= self.receiving:
@@ -685,6 +720,7 @@ class Engine:
         StepTime and returns the requests finished), or the finished requests of a step
         that ran nothing (a list). A DP-attention group (cluster.Lockstep) schedules every rank
         before it prices the step they run together."""
+        self._collect_inbox()
         j, d = self.step_index, self.decode_index
         budget = self.config.max_num_batched_tokens
         preempted = False
@@ -1410,7 +1446,7 @@ class Engine:
 
     def _quiet(self) -> bool:
         """Nothing but decodes can happen this step: no prefill, and no admission possible."""
-        if self.prefilling or not self.num_decodes or self.lingering:
+        if self.inbox or self.prefilling or not self.num_decodes or self.lingering:
             return False
         if self.swapped or self.swap_pending_s:  # V0's swapped queue is looked at every step
             return False

@@ -57,7 +57,6 @@ differ. max_new_tokens is the request's output length
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING
 
 from kvplan.engines.sglang import graph_batch_size
@@ -158,9 +157,6 @@ class SglangEngine(Engine):
         self.fill_end: dict[int, int] = {}  # request -> tokens its last prefill covers
         self.node_of: dict[int, _Node] = {}  # cached block -> its radix-tree node
         self.tick = 0  # the tree's clock: a node's last use
-        # requests that reached the engine and that no scheduler pass has received yet
-        # (SglangPolicy.overlap), in arrival order
-        self.inbox: deque[Req] = deque()
 
     def admit(self, req: Req, now: float) -> None:
         if not self.has_work and now > self.clock_s:
@@ -168,27 +164,15 @@ class SglangEngine(Engine):
             # finished requests out of the running batch (seats and batch_is_full cleared)
             self.unfiltered, self.shrunk, self.full = 0, False, False
         super().admit(req, now)
-        if self.policy.overlap:  # not seen by the scheduler before its next pass
-            self.inbox.append(self.waiting.pop())
 
     @property
-    def has_work(self) -> bool:
-        return bool(self.inbox) or super().has_work
+    def forms_ahead(self) -> bool:
+        """The overlap scheduler forms each batch while the one before runs (SglangPolicy.overlap;
+        Engine._collect_inbox)."""
+        return self.busy_loop and self.policy.overlap
 
-    def _collect_inbox(self) -> None:
-        """The overlap scheduler's pass that forms the step starting now (SglangPolicy.overlap)
-        ran when the step before began: of the requests that reached the engine, those that
-        came after that are not in the queue yet. Where nothing was in flight (the loop was
-        idle, or the step before ended with nothing left to run) the pass is now."""
-        inbox = self.inbox
-        if not inbox:
-            return
-        in_flight = self.step_end_s >= self.clock_s and (
-            self.num_decodes > 0 or self.chunked is not None
-        )
-        cutoff_s = self.step_start_s if in_flight else self.clock_s
-        while inbox and inbox[0].arrival_s <= cutoff_s:
-            self.waiting.append(inbox.popleft())
+    def _runs_on(self) -> bool:
+        return self.num_decodes > 0 or self.chunked is not None
 
     # ---- what a request may ask for ----------------------------------------------------------
     def output_limit(self, input_tokens: int, max_model_len: int) -> int:

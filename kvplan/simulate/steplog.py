@@ -234,6 +234,7 @@ def _run_log(scenario: Scenario, step_s: float, config: EngineConfig, engine_cls
     recorder = StepRecorder(lambda engine: round(engine.clock_s / step_s))
     log = recorder.steps
     engine = engine_cls(config, FixedStep(step_s), 0.0, observer=recorder)
+    engine.busy_loop = False  # the recorder adds each request to the scheduler before its step
     pending = deque(sorted(request_specs(scenario, step_s), key=lambda s: (s.arrival_s, s.rid)))
     while pending or engine.has_work:
         next_arrival = pending[0].arrival_s if pending else math.inf
