@@ -118,7 +118,16 @@ def median_errors(cases) -> dict[str, float]:
     # were already short of the measurement shorten (Qwen3-235B H100 -8% -> -37%). The memory
     # rule is the engine's and an MI355X start-up log's default fraction is now exact (0.8215
     # -> 0.8260405859375 logged); the TTFT limit moves with it, no other.
-    [("sglang", (0.19, 0.36, 0.48)), ("vllm", (0.21, 0.14, 0.21))],
+    # 0.16.0: SGLang 19.0/30.0/46.0%. SGLang's one uvicorn process parses, templates and
+    # tokenizes each request in turn before its scheduler sees it (serving_chat.py, the
+    # TokenizerManager: no await between them), 886 us a request on this CPU
+    # (scripts/bench_frontend.py, kernel_tables/sglang_frontend.json), and its overlap loop
+    # sees a request arriving mid-step one step later (Scheduler.event_loop_overlap): a
+    # 1,000-request burst reaches the engine over 0.9 s, and Qwen3-32B's throughput moves
+    # (A100 -19.9% -> -21.4%, H100 +19.8% -> +20.9%), the median sitting between them. The
+    # source and the microbenchmark decided it, not these runs; the throughput limit moves
+    # with it, no other.
+    [("sglang", (0.20, 0.36, 0.48)), ("vllm", (0.21, 0.14, 0.21))],
 )
 def test_held_out_runs_median_errors(engine, limits):
     cases = load_cases(HELDOUT[engine])
