@@ -2,7 +2,7 @@
 
 # Nothing is imported here: `python -m kvplan` and the `kvplan` script run this file before the
 # entry point can turn a Ctrl-C into one line (kvplan/_entry.py), so it must take no time at all.
-__version__ = "0.15.0"
+__version__ = "0.16.0"
 
 __all__ = ["__version__", "KvplanError"]
 
