@@ -1402,6 +1402,44 @@ def spec_v2_reserve_tokens(
     return SPEC_V2_RESERVE_ROUNDS * per_round
 
 
+def spec_v2_lookahead_tokens(reserve: int) -> int:
+    """Of spec v2's reserve (spec_v2_reserve_tokens; 0: none), the slots a decoding request
+    holds past the token it decodes (kvplan simulate's EngineConfig.spec_lookahead)."""
+    return max(reserve - 1, 0)
+
+
+def with_spec_v2_concurrency(spec: ModelSpec, result: SglangResult, request) -> SglangResult:
+    """`kvplan engine`'s SGLang result for a launch with --speculative-algorithm (request:
+    EngineRequest) and SGLang's default draft tree (simulate.speculative.sglang_auto_params):
+    its concurrency holds spec v2's per-request reserve past max_model_len
+    (spec_v2_lookahead_tokens, as simulate's engine holds it), with the reserve's note; the
+    result as it is where the release runs spec v1's schema (NGRAM, spec v2 off)."""
+    from kvplan.simulate.speculative import sglang_auto_params
+
+    name = str(request.speculative_algorithm or "").upper()
+    if not name:
+        return result
+    method = {"NGRAM": "ngram", "STANDALONE": "draft_model"}.get(name, name.lower())
+    if method == "ngram":
+        return result
+    steps, topk, draft_tokens = sglang_auto_params(spec, method)
+    topk = request.speculative_eagle_topk or topk
+    v2 = sglang_spec_v2(request.sglang_version, request.speculative_eagle_topk, request.pp > 1)
+    reserve = spec_v2_reserve_tokens(
+        request.sglang_version, method, steps, topk, draft_tokens, result.block_size, v2
+    )
+    if not reserve:
+        return result
+    held = result.max_model_len + spec_v2_lookahead_tokens(reserve)
+    return result._replace(
+        max_concurrency=result.kv_cache_tokens / held,
+        notes=(
+            *result.notes,
+            note("sglang-spec-v2-kv", reserve=reserve, tokens=result.kv_cache_tokens),
+        ),
+    )
+
+
 def mamba_strategy_name(strategy: str | None) -> str:
     """A given --mamba-scheduler-strategy as SGLang's parser spells it (MAMBA_STRATEGIES, case
     and spaces as kvplan takes them; None: no_buffer), one line for any other name."""

@@ -1792,6 +1792,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         sglang_attention,
         sglang_radix_off,
         sglang_release,
+        spec_v2_lookahead_tokens,
         spec_v2_reserve_tokens,
     )
     from kvplan.simulate.engine import EngineConfig
@@ -1967,7 +1968,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         num_blocks=alloc.kv_cache_tokens // block,
         block_size=block,
         enable_prefix_caching=prefix_caching,
-        spec_lookahead=max(reserve - 1, 0),
+        spec_lookahead=spec_v2_lookahead_tokens(reserve),
         # one detokenizer process serves every DP-attention rank: each rank's engine, stepping
         # as many tokens as the others, gets 1/dp of it
         detokenizer_token_s=detokenizer_token_s(spec, options.sglang_version) * layout.dp,

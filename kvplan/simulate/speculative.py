@@ -392,8 +392,7 @@ def parse_sglang(
                 "give --speculative-num-steps with --speculative-eagle-topk and "
                 "--speculative-num-draft-tokens, or none of them (SGLang's defaults)"
             )
-        llama = spec.model_type == "llama" and method != "draft_model"
-        num_steps, topk, num_draft_tokens = SGLANG_AUTO_LLAMA if llama else SGLANG_AUTO
+        num_steps, topk, num_draft_tokens = sglang_auto_params(spec, method)
     topk = topk or 1
     if topk == 1 or num_draft_tokens is None:  # server_args: a chain verifies steps + 1
         num_draft_tokens = num_steps + 1
@@ -407,6 +406,14 @@ def parse_sglang(
     return SpecDecode(
         method, num_steps, topk, num_draft_tokens, None if method == "mtp" else draft_path
     )
+
+
+def sglang_auto_params(spec: ModelSpec, method: str) -> tuple[int, int, int]:
+    """SGLang's (num_steps, eagle_topk, num_draft_tokens) when none is given
+    (auto_choose_speculative_params): Llama's for a Llama target drafted by EAGLE or its MTP
+    layers, the rest's otherwise (STANDALONE's draft model included)."""
+    llama = spec.model_type == "llama" and method != "draft_model"
+    return SGLANG_AUTO_LLAMA if llama else SGLANG_AUTO
 
 
 def tree_candidates(num_steps: int, topk: int) -> int:
