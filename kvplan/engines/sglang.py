@@ -437,7 +437,7 @@ def sglang_transformers_backend(spec: ModelSpec) -> bool:
     architectures[0]): SGLang serves it on its Transformers backend (resolve_transformers_arch),
     whose model code kvplan does not time (note sglang-transformers-backend)."""
     arch = spec.config_architecture
-    return bool(arch) and arch not in _sglang_models()[1]
+    return arch is not None and arch not in _sglang_models()[1]
 
 
 def check_sglang_own_model(spec: ModelSpec, version: str) -> None:
