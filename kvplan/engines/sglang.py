@@ -1408,14 +1408,25 @@ def spec_v2_lookahead_tokens(reserve: int) -> int:
     return max(reserve - 1, 0)
 
 
+# SGLang 0.5's auto_choose_speculative_params: (num_steps, eagle_topk, num_draft_tokens)
+SGLANG_AUTO_LLAMA = (5, 4, 8)  # LlamaForCausalLM, Grok-1
+SGLANG_AUTO = (3, 1, 4)  # DeepSeek V2/V3, GPT-OSS, GLM-4 MoE, STANDALONE, the rest
+
+
+def sglang_auto_params(spec: ModelSpec, method: str) -> tuple[int, int, int]:
+    """SGLang's (num_steps, eagle_topk, num_draft_tokens) when none is given
+    (auto_choose_speculative_params): Llama's for a Llama target drafted by EAGLE or its MTP
+    layers, the rest's otherwise (STANDALONE's draft model included)."""
+    llama = spec.model_type == "llama" and method != "draft_model"
+    return SGLANG_AUTO_LLAMA if llama else SGLANG_AUTO
+
+
 def with_spec_v2_concurrency(spec: ModelSpec, result: SglangResult, request) -> SglangResult:
     """`kvplan engine`'s SGLang result for a launch with --speculative-algorithm (request:
-    EngineRequest) and SGLang's default draft tree (simulate.speculative.sglang_auto_params):
+    EngineRequest) and SGLang's default draft tree (sglang_auto_params):
     its concurrency holds spec v2's per-request reserve past max_model_len
     (spec_v2_lookahead_tokens, as simulate's engine holds it), with the reserve's note; the
     result as it is where the release runs spec v1's schema (NGRAM, spec v2 off)."""
-    from kvplan.simulate.speculative import sglang_auto_params
-
     name = str(request.speculative_algorithm or "").upper()
     if not name:
         return result

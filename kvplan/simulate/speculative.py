@@ -109,9 +109,6 @@ VLLM_IGNORED = (
     "moe_backend",
 )
 SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-# SGLang 0.5's auto_choose_speculative_params: (num_steps, eagle_topk, num_draft_tokens)
-SGLANG_AUTO_LLAMA = (5, 4, 8)  # LlamaForCausalLM, Grok-1
-SGLANG_AUTO = (3, 1, 4)  # DeepSeek V2/V3, GPT-OSS, GLM-4 MoE, STANDALONE, the rest
 SGLANG_NGRAM_DRAFT_TOKENS = 12  # speculative_ngram_max_match_window_size
 SGLANG_NGRAM_TOPK = 10  # speculative_ngram_max_bfs_breadth
 # forward passes a SGLang EAGLE round prepares on the host beside its verification's
@@ -392,6 +389,8 @@ def parse_sglang(
                 "give --speculative-num-steps with --speculative-eagle-topk and "
                 "--speculative-num-draft-tokens, or none of them (SGLang's defaults)"
             )
+        from kvplan.engines.sglang import sglang_auto_params
+
         num_steps, topk, num_draft_tokens = sglang_auto_params(spec, method)
     topk = topk or 1
     if topk == 1 or num_draft_tokens is None:  # server_args: a chain verifies steps + 1
@@ -406,14 +405,6 @@ def parse_sglang(
     return SpecDecode(
         method, num_steps, topk, num_draft_tokens, None if method == "mtp" else draft_path
     )
-
-
-def sglang_auto_params(spec: ModelSpec, method: str) -> tuple[int, int, int]:
-    """SGLang's (num_steps, eagle_topk, num_draft_tokens) when none is given
-    (auto_choose_speculative_params): Llama's for a Llama target drafted by EAGLE or its MTP
-    layers, the rest's otherwise (STANDALONE's draft model included)."""
-    llama = spec.model_type == "llama" and method != "draft_model"
-    return SGLANG_AUTO_LLAMA if llama else SGLANG_AUTO
 
 
 def tree_candidates(num_steps: int, topk: int) -> int:
