@@ -848,6 +848,7 @@ INVOCATIONS: dict[str, Invocation] = {
     ),
     "simulate vllm v0": cli(*SIM, "--engine-version", "0.7", "--num-scheduler-steps", "4", *SMALL),
     "simulate vllm newer": cli(*SIM, "--vllm-version", "1.0", *SMALL),
+    "simulate vllm prerelease": cli(*SIM, "--vllm-version", "0.32.0rc1", *SMALL),
     "simulate vllm 0.8 fp8": cli(
         *SIM, "--engine-version", "0.8.0", "--kv-cache-dtype", "fp8", *SMALL
     ),
@@ -1169,6 +1170,7 @@ SOURCES: dict[str, str] = {
     "sim-vllm-v0-pool": "simulate vllm v0",
     "sim-vllm-08-v0": "simulate vllm 0.8 fp8",
     "sim-vllm-version-newer": "simulate vllm newer",
+    "sim-version-prerelease": "simulate vllm prerelease",
     "sim-weak-disagg-hybrid": "simulate disaggregated",
     "sim-weak-general": "simulate measured profile",
     "sim-weak-hybrid": "simulate hybrid pp sharegpt",

@@ -220,3 +220,26 @@ def test_an_architecture_no_release_registers_says_transformers_backend(tmp_path
     ids = {n["id"] for n in json.loads(out)["notes"]}
     assert "sglang-transformers-backend" in ids
     assert not sglang_transformers_backend(load_model("qwen3-8b"))
+
+
+@pytest.mark.parametrize(
+    "architecture", [" LlamaForCausalLM", "Llama For", "Qwen3_5MoeForCausalLM\n"]
+)
+def test_an_architecture_that_is_no_class_name_is_not_registered(tmp_path, architecture):
+    """SGLang's ModelRegistry matches architectures[0] as written (_normalize_archs keeps the
+    names in its registry, then appends TransformersForCausalLM): a name with a space in it
+    matches no model of SGLang's, so the checkpoint goes to the Transformers backend (or is
+    refused by resolve_transformers_arch), said by the note, never gated as the name it
+    resembles nor passed silently."""
+    from kvplan.engines.sglang import sglang_transformers_backend
+
+    path = _config(tmp_path, "qwen3_5_moe", architecture)
+    spec = load_model(path)
+    assert spec.config_architecture == architecture
+    assert sglang_transformers_backend(spec) and sglang_own_model_from(spec) is None
+    code, out, err = run_cli(
+        "engine", path, "--engine", "sglang", "--gpu", "h200", "--tp", "2", "-f", "json"
+    )
+    assert code == 0, err
+    note = next(n for n in json.loads(out)["notes"] if n["id"] == "sglang-transformers-backend")
+    assert repr(architecture) in note["text"]

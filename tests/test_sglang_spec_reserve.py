@@ -184,3 +184,25 @@ def test_engine_refuses_nextn_on_a_model_without_mtp_layers_as_simulate_does():
     sim = ["simulate", "llama-3.1-8b", "--gpu", "h100", "--engine", "sglang"]
     code, _, sim_err = run_cli(*sim, "--speculative-algorithm", "NEXTN", "--num-prompts", "2")
     assert code == 2 and sim_err.strip() == err.strip()
+
+
+def test_engine_concurrency_holds_spec_v2s_reserve_as_simulate_does():
+    """0.5.13 runs EAGLE as spec v2 (ScheduleBatch.is_spec_v2): each running request holds
+    2 x max(steps x topk, draft tokens) slots from its committed length on
+    (engines.sglang.spec_v2_reserve_tokens), with SGLang's defaults for a Llama target
+    (auto_choose_speculative_params: 5 steps, topk 4, 8 draft tokens) 40 at page 1. `kvplan
+    engine`'s concurrency divides the pool by a request's max_model_len plus the slots it holds
+    past the token it decodes, as kvplan simulate's engine holds them, and names the reserve;
+    NGRAM runs spec v1's schema and reserves nothing."""
+    from kvplan.engines.sglang import spec_v2_lookahead_tokens, spec_v2_reserve_tokens
+
+    base = ("engine", "llama-3.1-8b", "--engine", "sglang", "--ctx", "8k")
+    eagle = run_json(*base, "--sglang-version", "0.5.13", "--speculative-algorithm", "EAGLE")
+    reserve = spec_v2_reserve_tokens("0.5.13", "eagle", 5, 4, 8, eagle["block_size"], False)
+    assert reserve == 40
+    held = 8192 + spec_v2_lookahead_tokens(reserve)
+    assert eagle["max_concurrency"] == pytest.approx(eagle["kv_cache_tokens"] / held)
+    assert "sglang-spec-v2-kv" in [n["id"] for n in eagle["notes"]]
+    ngram = run_json(*base, "--sglang-version", "0.5.13", "--speculative-algorithm", "NGRAM")
+    assert ngram["max_concurrency"] == pytest.approx(ngram["kv_cache_tokens"] / 8192)
+    assert "sglang-spec-v2-kv" not in [n["id"] for n in ngram["notes"]]

@@ -353,3 +353,41 @@ def test_simulate_reports_transfers_and_pools():
     tp2 = simulate(spec, gpu, request._replace(serve=ServeOptions(tp=2), link="interconnect"))
     # TP 2: each rank holds half the KV heads and receives its half over its own link
     assert tp2.runs[0].disaggregated.mean_transfer_bytes == d.mean_transfer_bytes
+
+
+def test_the_api_servers_serial_part_is_served_in_turn_as_in_plain_runs():
+    """Frontend.served_s prices both pools' API servers: a burst of three requests reaches one
+    prefill server's scheduler one serial interval apart (request_s after the first), and a
+    front end with no serial part (vLLM's) lets them all in request_s after they were sent."""
+    burst = [RequestSpec(i, 0.0, 64, 4) for i in range(3)]
+    serial = Frontend(request_s=0.015, per_token_s=0.0, serial_request_s=0.005)
+    drun, _ = serve(burst, config(), frontend=serial)
+    arrivals = sorted(r.arrival_s for r in drun.prefilled)
+    assert arrivals == pytest.approx([0.015, 0.020, 0.025])
+    # the decode server's process serves the forwarded requests in turn too
+    decode_arrivals = sorted(r.arrival_s for r in drun.decode.finished)
+    gaps = [b - a for a, b in zip(decode_arrivals, decode_arrivals[1:], strict=False)]
+    assert min(gaps) >= 0.005 - 1e-12
+    parallel, _ = serve(burst, config(), frontend=serial._replace(serial_request_s=0.0))
+    assert [r.arrival_s for r in parallel.prefilled] == pytest.approx([0.015] * 3)
+
+
+def test_simulate_disaggregated_uses_the_engines_front_end_rule():
+    """simulate --disaggregated takes its API server from engine_frontend like a plain run: a
+    serial part given is served in turn (vLLM times none, so by default nothing waits)."""
+    spec, gpu = load_model("qwen3-8b"), load_profile("h100")
+
+    def ttft(frontend: Frontend) -> float:
+        request = SimulateRequest(
+            workload=WorkloadSpec(num_prompts=20, input_len=256, output_len=4),
+            rates=(math.inf,),
+            disaggregated=(1, 1),
+            frontend=frontend,
+            series=False,
+        )
+        return simulate(spec, gpu, request).runs[0].bench.p99_ttft_ms
+
+    # 20 requests at once, 50 ms each in turn: the last two reach the prefill scheduler 0.9 s
+    # and 0.95 s after they were sent; served at once, all of them 15.6 ms after
+    plain = Frontend()
+    assert ttft(plain._replace(serial_request_s=0.050)) > 900.0 > ttft(plain)

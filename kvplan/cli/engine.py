@@ -834,4 +834,9 @@ def _server(o) -> None:
         )
         request = with_launch_mamba_strategy(spec, gpu, request, strategy)
     result = engine_allocation(spec, gpu, request)
+    if o.engine == "sglang" and request.speculative:
+        from kvplan.engines.sglang import SglangResult, with_spec_v2_concurrency
+
+        if isinstance(result, SglangResult):
+            result = with_spec_v2_concurrency(spec, result, request)
     c.emit(c.render(engine_view(result), o.fmt))

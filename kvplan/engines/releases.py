@@ -42,6 +42,14 @@ def release_parts(version: str) -> tuple[int, int, int | None] | None:
     return key[0], key[1], None if key[2] == NEWEST else key[2]
 
 
+def prerelease(version: str) -> bool:
+    """Whether `version` is a release candidate or dev build ('0.5.9rc0', '0.5.9.dev0'):
+    release_key orders it before its release, yet every rule reads its patch as the
+    release's (release_parts), so it runs that release's rules (note sim-version-prerelease)."""
+    key = release_key(version)
+    return key is not None and key[2] != NEWEST and key[3] < 0
+
+
 def release_minor(version: str) -> tuple[int, int] | None:
     """'0.13' or '0.19.1' -> (0, 13); None for what no release spells."""
     key = release_key(version)

@@ -437,7 +437,7 @@ def sglang_transformers_backend(spec: ModelSpec) -> bool:
     architectures[0]): SGLang serves it on its Transformers backend (resolve_transformers_arch),
     whose model code kvplan does not time (note sglang-transformers-backend)."""
     arch = spec.config_architecture
-    return bool(arch) and arch not in _sglang_models()[1]
+    return arch is not None and arch not in _sglang_models()[1]
 
 
 def check_sglang_own_model(spec: ModelSpec, version: str) -> None:
@@ -1400,6 +1400,55 @@ def spec_v2_reserve_tokens(
         pages_per_branch = (page_size - 1 + num_steps + page_size - 1) // page_size
         per_round = max(pages_per_branch * page_size * topk, draft_tokens)
     return SPEC_V2_RESERVE_ROUNDS * per_round
+
+
+def spec_v2_lookahead_tokens(reserve: int) -> int:
+    """Of spec v2's reserve (spec_v2_reserve_tokens; 0: none), the slots a decoding request
+    holds past the token it decodes (kvplan simulate's EngineConfig.spec_lookahead)."""
+    return max(reserve - 1, 0)
+
+
+# SGLang 0.5's auto_choose_speculative_params: (num_steps, eagle_topk, num_draft_tokens)
+SGLANG_AUTO_LLAMA = (5, 4, 8)  # LlamaForCausalLM, Grok-1
+SGLANG_AUTO = (3, 1, 4)  # DeepSeek V2/V3, GPT-OSS, GLM-4 MoE, STANDALONE, the rest
+
+
+def sglang_auto_params(spec: ModelSpec, method: str) -> tuple[int, int, int]:
+    """SGLang's (num_steps, eagle_topk, num_draft_tokens) when none is given
+    (auto_choose_speculative_params): Llama's for a Llama target drafted by EAGLE or its MTP
+    layers, the rest's otherwise (STANDALONE's draft model included)."""
+    llama = spec.model_type == "llama" and method != "draft_model"
+    return SGLANG_AUTO_LLAMA if llama else SGLANG_AUTO
+
+
+def with_spec_v2_concurrency(spec: ModelSpec, result: SglangResult, request) -> SglangResult:
+    """`kvplan engine`'s SGLang result for a launch with --speculative-algorithm (request:
+    EngineRequest) and SGLang's default draft tree (sglang_auto_params):
+    its concurrency holds spec v2's per-request reserve past max_model_len
+    (spec_v2_lookahead_tokens, as simulate's engine holds it), with the reserve's note; the
+    result as it is where the release runs spec v1's schema (NGRAM, spec v2 off)."""
+    name = str(request.speculative_algorithm or "").upper()
+    if not name:
+        return result
+    method = {"NGRAM": "ngram", "STANDALONE": "draft_model"}.get(name, name.lower())
+    if method == "ngram":
+        return result
+    steps, topk, draft_tokens = sglang_auto_params(spec, method)
+    topk = request.speculative_eagle_topk or topk
+    v2 = sglang_spec_v2(request.sglang_version, request.speculative_eagle_topk, request.pp > 1)
+    reserve = spec_v2_reserve_tokens(
+        request.sglang_version, method, steps, topk, draft_tokens, result.block_size, v2
+    )
+    if not reserve:
+        return result
+    held = result.max_model_len + spec_v2_lookahead_tokens(reserve)
+    return result._replace(
+        max_concurrency=result.kv_cache_tokens / held,
+        notes=(
+            *result.notes,
+            note("sglang-spec-v2-kv", reserve=reserve, tokens=result.kv_cache_tokens),
+        ),
+    )
 
 
 def mamba_strategy_name(strategy: str | None) -> str:

@@ -932,6 +932,7 @@ RELEASE_NOTES = (  # the notes of the release a replica is built with (--engine-
     "sim-vllm-08-v0",
     "sim-vllm-version-newer",
     "sim-sglang-version-nearest",
+    "sim-version-prerelease",
 )
 
 

@@ -664,7 +664,7 @@ def _run_disaggregated(replica: Replica, requests, request: SimulateRequest, rat
         replica.transfer,
         router=request.router,
         max_concurrency=request.max_concurrency,
-        frontend=request.frontend,
+        frontend=served_by(request),
         context=replica.context,
     )
     bench = metrics.bench_result(

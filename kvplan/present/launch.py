@@ -27,7 +27,7 @@ def vllm_image(version: str) -> str:
     v0.9.2rc1), and its release's image (v0.8.4) is another build."""
     import re
 
-    from kvplan.engines.releases import release_key, release_parts
+    from kvplan.engines.releases import prerelease, release_key, release_parts
     from kvplan.engines.vllm_v0 import LAST_PATCH, V08_LAST_PATCH
     from kvplan.errors import KvplanError
 
@@ -35,7 +35,7 @@ def vllm_image(version: str) -> str:
     if parts is None or key is None:
         raise ValueError(f"not a vLLM release: {version[:20]!r}")
     major, minor, patch = parts
-    if key[3] < 0:  # release_key's pre-release or dev build
+    if prerelease(version):
         raise KvplanError(
             f"vLLM {str(version)[:20]} is a pre-release: {VLLM_REPOSITORY} publishes no image "
             f"of it (its tags name releases, v{major}.{minor}.{patch}); give --engine-version "

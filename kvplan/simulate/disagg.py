@@ -105,6 +105,14 @@ def run(
     send_free = [0.0] * len(prefill)
     send_busy = [0.0] * len(prefill)
     bytes_cache: dict[int, float] = {}
+    # each pool's API server processes (one per replica): when each is free; a request takes
+    # the one free first and is priced by Frontend.served_s, as in cluster.run
+    free_p, free_d = [0.0] * len(prefill), [0.0] * len(decode)
+
+    def served(free: list[float], start: float) -> float:
+        server = min(range(len(free)), key=free.__getitem__)
+        free[server] = frontend.served_s(start, free[server])
+        return free[server]
 
     def dispatch(now: float) -> None:
         nonlocal free_slots
@@ -112,7 +120,7 @@ def run(
             spec = pending.popleft()
             start = max(spec.arrival_s, now)
             free_slots -= 1
-            heapq.heappush(events, (start + frontend.request_s, _AT_PREFILL, spec.rid, start, spec))
+            heapq.heappush(events, (served(free_p, start), _AT_PREFILL, spec.rid, start, spec))
 
     def collect(engine: Engine, index: int) -> None:
         """What a step produced: handoffs to the proxy, transfers to start."""
@@ -121,7 +129,7 @@ def run(
                 out_p[index] -= 1
                 prefilled.append(r)
                 # the proxy forwards the request; the decode server parses it like any other
-                at = r.first_client_s + frontend.request_s
+                at = served(free_d, r.first_client_s)
                 heapq.heappush(events, (at, _AT_DECODE, r.rid, None, r))
             engine.handoffs.clear()
         if engine.kv_requests:

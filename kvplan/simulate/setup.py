@@ -1615,14 +1615,27 @@ def run_engine_version(options: ServeOptions) -> str:
 def release_notes(engine: str, version: str) -> list[Note]:
     """The notes of a release kvplan does not model itself, whatever the configuration: a
     vLLM release newer than the newest modelled, an SGLang release run with the nearest known
-    one's rules (the notes build_replica gives)."""
+    one's rules, a release candidate or dev build run with its release's rules (the notes
+    build_replica gives)."""
+    from kvplan.engines.releases import prerelease, release_parts
+
+    notes: list[Note] = []
+    parts = release_parts(version)
+    if prerelease(version) and parts is not None:
+        release = ".".join(str(p) for p in parts)
+        name = "SGLang" if engine == "sglang" else "vLLM"
+        notes.append(
+            note("sim-version-prerelease", engine=name, given=str(version)[:20], release=release)
+        )
     if engine != "sglang":
         newer = newer_than_modelled(version)
-        return [] if newer is None else [newer]
+        return notes if newer is None else [*notes, newer]
     from kvplan.engines.sglang import sglang_release
 
     release, nearest = sglang_release(version)
-    return [note("sim-sglang-version-nearest", given=version, rules=release)] if nearest else []
+    if nearest:
+        notes.append(note("sim-sglang-version-nearest", given=version, rules=release))
+    return notes
 
 
 def newer_than_modelled(version: str) -> Note | None:
@@ -1792,6 +1805,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         sglang_attention,
         sglang_radix_off,
         sglang_release,
+        spec_v2_lookahead_tokens,
         spec_v2_reserve_tokens,
     )
     from kvplan.simulate.engine import EngineConfig
@@ -1967,7 +1981,7 @@ def build_sglang_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions
         num_blocks=alloc.kv_cache_tokens // block,
         block_size=block,
         enable_prefix_caching=prefix_caching,
-        spec_lookahead=max(reserve - 1, 0),
+        spec_lookahead=spec_v2_lookahead_tokens(reserve),
         # one detokenizer process serves every DP-attention rank: each rank's engine, stepping
         # as many tokens as the others, gets 1/dp of it
         detokenizer_token_s=detokenizer_token_s(spec, options.sglang_version) * layout.dp,

@@ -109,9 +109,6 @@ VLLM_IGNORED = (
     "moe_backend",
 )
 SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-# SGLang 0.5's auto_choose_speculative_params: (num_steps, eagle_topk, num_draft_tokens)
-SGLANG_AUTO_LLAMA = (5, 4, 8)  # LlamaForCausalLM, Grok-1
-SGLANG_AUTO = (3, 1, 4)  # DeepSeek V2/V3, GPT-OSS, GLM-4 MoE, STANDALONE, the rest
 SGLANG_NGRAM_DRAFT_TOKENS = 12  # speculative_ngram_max_match_window_size
 SGLANG_NGRAM_TOPK = 10  # speculative_ngram_max_bfs_breadth
 # forward passes a SGLang EAGLE round prepares on the host beside its verification's
@@ -392,8 +389,9 @@ def parse_sglang(
                 "give --speculative-num-steps with --speculative-eagle-topk and "
                 "--speculative-num-draft-tokens, or none of them (SGLang's defaults)"
             )
-        llama = spec.model_type == "llama" and method != "draft_model"
-        num_steps, topk, num_draft_tokens = SGLANG_AUTO_LLAMA if llama else SGLANG_AUTO
+        from kvplan.engines.sglang import sglang_auto_params
+
+        num_steps, topk, num_draft_tokens = sglang_auto_params(spec, method)
     topk = topk or 1
     if topk == 1 or num_draft_tokens is None:  # server_args: a chain verifies steps + 1
         num_draft_tokens = num_steps + 1

@@ -1001,10 +1001,11 @@ def vision_params(top: dict, text_hidden: int) -> int:
 
 
 def _first_architecture(top: dict) -> str | None:
-    """architectures[0] as the config writes it, where it is a short name (engines key their
-    own model class on it); None where the config names none or something else."""
+    """architectures[0] exactly as the config writes it (engines key their own model class on
+    it, as written: a name that is no class name, ' LlamaForCausalLM', matches none of SGLang's
+    registered models, engines.sglang.sglang_transformers_backend); its first 200 characters
+    where longer (no class is named so); None where the config names none or no string."""
     names = top.get("architectures")
     if not isinstance(names, list) or not names or not isinstance(names[0], str):
         return None
-    first = names[0]
-    return first if 0 < len(first) <= 200 and first.isidentifier() else None
+    return names[0][:200]

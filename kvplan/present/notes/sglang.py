@@ -266,7 +266,8 @@ text("sglang-attention")(
 text("sglang-transformers-backend")(
     lambda architecture: (
         f"No SGLang release kvplan read (0.4.10, 0.5.0-0.5.23: kvplan/data/sglang_models.json) "
-        f"registers a model of its own for {architecture}: SGLang serves it on its Transformers "
+        "registers a model of its own for "
+        f"{architecture if architecture.isidentifier() else repr(architecture)}: SGLang serves it on its Transformers "
         "backend (resolve_transformers_arch; or refuses to start where the checkpoint's remote "
         "code is not compatible), whose model code kvplan does not time; the pool is SGLang's "
         "own, the step times are kvplan's for the layers the config states."

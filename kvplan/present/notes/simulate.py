@@ -487,6 +487,13 @@ text("sim-vllm-version-newer")(
         "modelled."
     )
 )
+text("sim-version-prerelease")(
+    lambda engine, given, release: (
+        f"{engine} {given} is a release candidate or dev build of {release}: simulated with "
+        f"{release}'s rules, as kvplan reads its patch; a rule that landed in {release} after "
+        "this build was cut is not told apart."
+    )
+)
 text("sim-sglang-version-nearest")(
     lambda given, rules: (
         f"SGLang {given} is not a release kvplan models: simulated with the rules and defaults "
