@@ -217,6 +217,22 @@ def sglang_table_step(
     """A StepModel of `spec` on `profile`'s SGLang kernel tables (bf16 cache), as the GEMM-call
     tests build it: `gemm_grid` the tables' own GEMM grid unless given (None: priced pooled);
     `dsa`: with the tables' DSA module grids (as simulate passes them)."""
+    return table_step(spec, profile, wdtype, tp, "sglang", gemm_grid=gemm_grid, dsa=dsa)
+
+
+def table_step(
+    spec,
+    profile: str,
+    wdtype: str,
+    tp: int,
+    engine: str,
+    version: str | None = None,
+    gemm_grid=OWN_GRID,
+    dsa: bool = False,
+):
+    """A StepModel of `spec` on `profile`'s kernel tables of `engine` (at `version` where
+    given; bf16 cache), as simulate builds one: `gemm_grid` the tables' own GEMM grid unless
+    given (None: priced pooled); `dsa`: with the tables' DSA module grids."""
     from kvplan.dtypes import KvFormat
     from kvplan.formulas.batch_step import StepModel
     from kvplan.formulas.step_time import Rates
@@ -224,7 +240,7 @@ def sglang_table_step(
     from kvplan.inputs.kernel_tables import tables_for
 
     gpu = load_profile(profile)
-    tables = tables_for(gpu, "sglang")
+    tables = tables_for(gpu, engine) if version is None else tables_for(gpu, engine, version)
     return StepModel(
         spec,
         Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak_flop_per_s["bf16"]),

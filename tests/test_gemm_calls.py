@@ -17,7 +17,7 @@ from kvplan.formulas.weights import quantized_parts
 from kvplan.inputs.kernel_tables import GEMM_FOLDER, gemm_grid
 from kvplan.inputs.sources import load_model
 
-from helpers import OWN_GRID, load_script, sglang_table_step
+from helpers import OWN_GRID, load_script, sglang_table_step, table_step
 
 B200 = "b200_sxm.sglang.0.5.14.json"
 
@@ -312,24 +312,8 @@ H100_VLLM = "h100_sxm.vllm.0.14.0.json"
 def _vllm_step(model: str, profile: str, wdtype: str, tp: int, with_grid: bool = True):
     """A StepModel of `model` on `profile`'s vLLM 0.14.0 tables (bf16 cache), as simulate
     builds one for a vLLM run there."""
-    from kvplan.dtypes import KvFormat
-    from kvplan.formulas.step_time import Rates
-    from kvplan.inputs.hardware import load_profile
-    from kvplan.inputs.kernel_tables import tables_for
-
-    gpu = load_profile(profile)
-    tables = tables_for(gpu, "vllm", "0.14.0")
-    return StepModel(
-        load_model(model),
-        Rates(gpu.memory_bandwidth_bytes_per_s, gpu.peak_flop_per_s["bf16"]),
-        wdtype,
-        KvFormat("bf16"),
-        tp=tp,
-        link=gpu.interconnect,
-        achieved=tables.achieved,
-        fp8_flop_per_s=gpu.peak_flop_per_s.get("fp8"),
-        gemm_grid=tables.gemm_grid if with_grid else None,
-    )
+    grid = OWN_GRID if with_grid else None
+    return table_step(load_model(model), profile, wdtype, tp, "vllm", "0.14.0", gemm_grid=grid)
 
 
 def test_vllm_runs_on_the_h100_read_their_own_grid_of_every_format():

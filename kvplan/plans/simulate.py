@@ -252,7 +252,7 @@ def simulate(spec: ModelSpec, gpu: GpuProfile, request: SimulateRequest) -> Simu
     runs_asked *= 1 + bool(request.compare)
     check_work(requests, runs_asked)
     replica = build_replica(spec, gpu, request.serve)
-    _check_estimated_limit(replica, requests, request.serve.kv_cache_memory_bytes)
+    _check_estimated_limit(replica, requests)
     check_prefill_steps(requests, [replica.config.max_num_batched_tokens] * runs_asked)
     if request.disaggregated is not None:
         replica = replica._replace(transfer=transfer_model(spec, gpu, replica, request))
@@ -797,22 +797,15 @@ def _workload(request: SimulateRequest) -> WorkloadSummary:
     )
 
 
-def _check_estimated_limit(
-    replica, requests: list[RequestSpec], kv_cache_memory_bytes: int | None
-) -> None:
+def _check_estimated_limit(replica, requests: list[RequestSpec]) -> None:
     """Refuse a run whose requests fail only on the max_model_len kvplan lowered to what its
-    own pool estimate holds (setup's sim-max-model-len-reduced): vLLM would not start at the
-    configured length, so whether such a request is served turns on a pool kvplan can only
-    estimate, not on anything the server was given; a confident "every request failed" (or
-    a figure over the rest) would be a guess. A pool the user gave (--kv-cache-memory) is no
-    estimate: its requests fail as the note says."""
-    if kv_cache_memory_bytes is not None:
+    own pool estimate holds (Replica.lowered_from, note sim-max-model-len-reduced; not where the
+    user gave the pool): vLLM would not start at the configured length, so whether such a
+    request is served turns on a pool kvplan can only estimate, not on anything the server was
+    given; a confident "every request failed" (or a figure over the rest) would be a guess."""
+    configured, context = replica.lowered_from, replica.context
+    if configured is None or context is None:
         return
-    reduced = next((n for n in replica.notes if n.id == "sim-max-model-len-reduced"), None)
-    if reduced is None or replica.context is None:
-        return
-    configured = int(dict(reduced.values)["configured"])
-    context = replica.context
     at_configured = context._replace(max_model_len=configured, engine_len=None)
     turned = [
         r

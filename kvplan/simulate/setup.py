@@ -406,6 +406,9 @@ class Replica(NamedTuple):
     # the KV format the engine's allocation resolved (kv_format_name of its kv_cache_dtype:
     # "auto" for the model's): the pool, the step time and a disaggregated transfer read it
     kv_format: str = "auto"
+    # the max_model_len the server was configured with where kvplan lowered it to what its own
+    # pool estimate holds (note sim-max-model-len-reduced); None: not lowered
+    lowered_from: int | None = None
 
 
 def _batch_limits(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions, max_model_len: int):
@@ -592,6 +595,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         mamba_ssm_cache_dtype=options.mamba_ssm_cache_dtype,
     )
     alloc = vllm_allocation(spec, gpu, request)
+    lowered_from = None
     if not alloc.fits:
         if options.max_model_len is not None or not alloc.estimated_max_model_len:
             raise KvplanError(
@@ -606,6 +610,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
                 estimated=alloc.estimated_max_model_len,
             )
         )
+        lowered_from = max_model_len if options.kv_cache_memory_bytes is None else None
         max_model_len = alloc.estimated_max_model_len
         request = request._replace(max_model_len=max_model_len)
         alloc = vllm_allocation(spec, gpu, request)
@@ -675,6 +680,7 @@ def build_replica(spec: ModelSpec, gpu: GpuProfile, options: ServeOptions) -> Re
         layout=_modelled(layout),
         context=context_limit("vllm", options.vllm_version, config.max_model_len),
         kv_format=fmt_name,
+        lowered_from=lowered_from,
     )
 
 
